@@ -1,0 +1,345 @@
+"""Routing models: which experts the tokens of B agents select (SPEC §3, seed 000 ticket F).
+
+Per MoE layer there are E routed experts and each token selects K distinct ones. A layer's
+*popularity* ``w`` (non-negative, Σ w = 1) drives a Plackett–Luce draw of K experts without
+replacement, sampled with the Gumbel-top-K trick: add i.i.d. Gumbel noise to ``log w`` and keep
+the K largest (Kool, van Hoof & Welling 2019, "Stochastic beams and where to find them"). The
+*inclusion probability* ``π_i = P(i ∈ top-K)`` is what the union and the cache see; Σ π = K.
+
+Popularity models:
+
+- :class:`Uniform` — ``w_i = 1/E``; then ``π_i = K/E`` exactly.
+- :class:`Zipf` — ``w ∝ rank^-s`` with an independent random permutation of the ranks per layer.
+- :class:`Dirichlet` — ``w ~ Dirichlet(α·1)`` per layer (small α: strong skew).
+
+Two correlation knobs that real fleets have (SPEC §3):
+
+- heterogeneity ``c``: the streams of one task group share a popularity ``q ~ Dirichlet(c·w)``
+  drawn once per group and layer, so agents on the same task overlap more than independent
+  agents would. ``c = inf`` means no heterogeneity (``q = w``). When every stream is its own
+  group the expected one-step union of B streams equals the independent plug-in (the streams
+  are still independent); the knob lowers the cross-agent union only when streams share a group.
+- stickiness ``ρ``: each of a stream's K experts at step t is kept from its step t−1 selection
+  with probability ρ, independently; the remaining slots are refilled by Plackett–Luce over the
+  experts not kept. ``ρ`` drives cache hits and the union over time, not the one-step union.
+
+Every random draw takes an explicit :class:`numpy.random.Generator`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+__all__ = [
+    "Uniform",
+    "Zipf",
+    "Dirichlet",
+    "PopularityModel",
+    "zipf_weights",
+    "inclusion_probabilities",
+    "sample_topk",
+    "sample_trace",
+    "histogram_from_trace",
+    "consecutive_overlap",
+]
+
+
+def _check_experts_top_k(experts: int, top_k: int) -> None:
+    if int(experts) != experts or experts < 1:
+        raise ValueError(f"experts must be a positive integer, got {experts!r}")
+    if int(top_k) != top_k or not 1 <= top_k <= experts:
+        raise ValueError(f"top_k must be an integer in [1, experts={experts}], got {top_k!r}")
+
+
+class PopularityModel(Protocol):
+    experts: int
+    top_k: int
+
+    def popularity(self, layers: int, rng: np.random.Generator | None = None) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class Uniform:
+    """Every expert equally popular: ``w_i = 1/E``, ``π_i = K/E``."""
+
+    experts: int
+    top_k: int
+
+    def __post_init__(self) -> None:
+        _check_experts_top_k(self.experts, self.top_k)
+
+    def popularity(self, layers: int = 1, rng: np.random.Generator | None = None) -> np.ndarray:
+        return np.full((layers, self.experts), 1.0 / self.experts)
+
+
+def zipf_weights(experts: int, s: float) -> np.ndarray:
+    """Zipf popularity in rank order: ``w_r = r^-s / Σ_j j^-s`` for ranks r = 1…E."""
+    ranks = np.arange(1, experts + 1, dtype=float)
+    w = ranks ** (-float(s))
+    return w / w.sum()
+
+
+@dataclass(frozen=True)
+class Zipf:
+    """Popularity ∝ rank^-s; each layer gets an independent random permutation of the ranks.
+
+    With ``rng=None`` the ranks are not permuted (expert 0 is the hottest in every layer).
+    """
+
+    experts: int
+    top_k: int
+    s: float
+
+    def __post_init__(self) -> None:
+        _check_experts_top_k(self.experts, self.top_k)
+        if not np.isfinite(self.s) or self.s < 0:
+            raise ValueError(f"Zipf exponent s must be finite and >= 0, got {self.s!r}")
+
+    def popularity(self, layers: int = 1, rng: np.random.Generator | None = None) -> np.ndarray:
+        w = zipf_weights(self.experts, self.s)
+        if rng is None:
+            return np.tile(w, (layers, 1))
+        return np.stack([w[rng.permutation(self.experts)] for _ in range(layers)])
+
+
+@dataclass(frozen=True)
+class Dirichlet:
+    """Popularity ``w ~ Dirichlet(α·1_E)`` drawn independently per layer.
+
+    Mean share 1/E; the coefficient of variation of the shares is ``sqrt((E−1)/(Eα+1))``.
+    """
+
+    experts: int
+    top_k: int
+    alpha: float
+
+    def __post_init__(self) -> None:
+        _check_experts_top_k(self.experts, self.top_k)
+        if not np.isfinite(self.alpha) or self.alpha <= 0:
+            raise ValueError(f"Dirichlet alpha must be finite and > 0, got {self.alpha!r}")
+
+    def popularity(self, layers: int = 1, rng: np.random.Generator | None = None) -> np.ndarray:
+        if rng is None:
+            raise ValueError("Dirichlet popularity is random: pass a numpy Generator as rng")
+        logw = _log_dirichlet(np.full((layers, self.experts), float(self.alpha)), rng)
+        return _softmax(logw)
+
+
+def _softmax(logw: np.ndarray) -> np.ndarray:
+    z = logw - logw.max(axis=-1, keepdims=True)
+    w = np.exp(z)
+    return w / w.sum(axis=-1, keepdims=True)
+
+
+def _log_dirichlet(concentration: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """log of a Dirichlet draw along the last axis, stable for tiny concentrations.
+
+    Uses ``Gamma(a) =d Gamma(a+1) · U^(1/a)`` so that ``log X`` never underflows to −inf
+    (numpy's gamma returns exact zeros for shapes far below 1).
+    """
+    a = np.asarray(concentration, dtype=float)
+    log_g = np.log(rng.standard_gamma(a + 1.0)) + np.log(rng.random(a.shape)) / a
+    return log_g - np.logaddexp.reduce(log_g, axis=-1, keepdims=True)
+
+
+def _normalize(popularity: np.ndarray) -> np.ndarray:
+    w = np.asarray(popularity, dtype=float)
+    if w.ndim < 1 or w.shape[-1] < 1:
+        raise ValueError("popularity must have an expert axis")
+    if np.any(~np.isfinite(w)) or np.any(w < 0):
+        raise ValueError("popularity must be finite and non-negative")
+    total = w.sum(axis=-1, keepdims=True)
+    if np.any(total <= 0):
+        raise ValueError("popularity must have a positive sum in every layer")
+    return w / total
+
+
+def inclusion_probabilities(popularity: np.ndarray, top_k: int, nodes: int = 192) -> np.ndarray:
+    """Inclusion probabilities ``π_i = P(i ∈ top-K)`` of a Plackett–Luce draw without replacement.
+
+    Exact for uniform rows (``K/E``). Otherwise from the exponential-clock representation of
+    Plackett–Luce: give expert j an arrival time ``X_j ~ Exp(w_j)``; the top-K are the first K
+    arrivals, so
+
+        π_i = ∫_0^∞ w_i e^{−w_i t} · P(N_{−i}(t) < K) dt,
+
+    where ``N_{−i}(t)`` counts the other experts arrived by t, a Poisson-binomial with
+    ``p_j = 1 − e^{−w_j t}``. Its first K probabilities come from prefix/suffix dynamic
+    programmes (no division, so no cancellation) and the integral from Gauss–Legendre in log t.
+    Σ π = K to about 1e-9 with the default nodes. ``popularity`` has shape (..., E).
+    """
+    w = _normalize(popularity)
+    shape = w.shape
+    e = shape[-1]
+    _check_experts_top_k(e, top_k)
+    w2 = w.reshape(-1, e)
+    out = np.empty_like(w2)
+    if top_k == e:
+        out[:] = 1.0
+        return out.reshape(shape)
+    uniform_rows = np.all(np.isclose(w2, 1.0 / e, rtol=1e-12, atol=0), axis=1)
+    out[uniform_rows] = top_k / e
+    rows = np.flatnonzero(~uniform_rows)
+    if top_k == 1:
+        out[rows] = w2[rows]
+        return out.reshape(shape)
+    x_gl, wt_gl = np.polynomial.legendre.leggauss(nodes)
+    chunk = max(1, int(4_000_000 // (e * nodes * top_k)))
+    for start in range(0, rows.size, chunk):
+        idx = rows[start : start + chunk]
+        out[idx] = _inclusion_rows(w2[idx], top_k, x_gl, wt_gl)
+    return out.reshape(shape)
+
+
+def _inclusion_rows(w: np.ndarray, k: int, x_gl: np.ndarray, wt_gl: np.ndarray) -> np.ndarray:
+    m, e = w.shape
+    wsorted = -np.sort(-w, axis=1)
+    w_max = wsorted[:, 0]
+    # the (K+1)-th largest weight sets when K others have surely arrived
+    w_tail = np.maximum(wsorted[:, k], 1e-300)
+    lo = np.log(1e-10 / w_max)
+    hi = np.log(80.0 / w_tail)
+    half = 0.5 * (hi - lo)
+    log_t = (lo + half)[:, None] + half[:, None] * x_gl[None, :]  # (m, n)
+    t = np.exp(log_t)
+    quad_w = (half[:, None] * wt_gl[None, :]) * t  # dt = t dx
+    p = -np.expm1(-w[:, :, None] * t[:, None, :])  # (m, e, n): P(expert j arrived by t)
+    n = t.shape[1]
+    # prefix[j] = distribution of arrivals among experts < j, counts 0..k-1
+    prefix = np.zeros((e + 1, m, n, k))
+    prefix[0, :, :, 0] = 1.0
+    for j in range(e):
+        pj = p[:, j, :, None]
+        cur = prefix[j]
+        nxt = cur * (1.0 - pj)
+        nxt[:, :, 1:] += cur[:, :, :-1] * pj
+        prefix[j + 1] = nxt
+    suffix = np.zeros((m, n, k))
+    suffix[:, :, 0] = 1.0
+    below_k = np.empty((m, e, n))
+    for j in range(e - 1, -1, -1):
+        # P(N_{-j} < K) = Σ_{a+b<K} prefix_j[a] · suffix_{j+1}[b]
+        cum_suffix = np.cumsum(suffix, axis=-1)
+        below_k[:, j, :] = np.sum(prefix[j] * cum_suffix[:, :, ::-1], axis=-1)
+        pj = p[:, j, :, None]
+        nxt = suffix * (1.0 - pj)
+        nxt[:, :, 1:] += suffix[:, :, :-1] * pj
+        suffix = nxt
+    integrand = w[:, :, None] * np.exp(-w[:, :, None] * t[:, None, :]) * below_k
+    # below t_min nothing else has arrived: that piece is 1 − e^{−w_i t_min}
+    head = -np.expm1(-w * np.exp(lo)[:, None])
+    return np.clip(head + np.einsum("men,mn->me", integrand, quad_w), 0.0, 1.0)
+
+
+def sample_topk(
+    popularity: np.ndarray, top_k: int, size: int | tuple[int, ...], rng: np.random.Generator
+) -> np.ndarray:
+    """Draw K distinct experts per token by Gumbel-top-K on ``log w`` (Plackett–Luce).
+
+    ``popularity`` has shape (layers, E); returns int32 ids of shape (*size, layers, K), the K
+    picks of each token in descending order of their perturbed score (first = top-1).
+    """
+    w = _normalize(np.atleast_2d(popularity))
+    _check_experts_top_k(w.shape[-1], top_k)
+    size = (size,) if np.isscalar(size) else tuple(size)
+    with np.errstate(divide="ignore"):
+        logw = np.log(w)
+    scores = logw + rng.gumbel(size=size + w.shape)
+    return _top_k_of_scores(scores, top_k)
+
+
+def _top_k_of_scores(scores: np.ndarray, k: int) -> np.ndarray:
+    part = np.argpartition(-scores, k - 1, axis=-1)[..., :k]
+    order = np.argsort(-np.take_along_axis(scores, part, axis=-1), axis=-1)
+    return np.take_along_axis(part, order, axis=-1).astype(np.int32)
+
+
+def sample_trace(
+    model: PopularityModel,
+    steps: int,
+    streams: int,
+    layers: int,
+    rng: np.random.Generator,
+    *,
+    c: float = np.inf,
+    rho: float = 0.0,
+    groups: int = 1,
+    popularity: np.ndarray | None = None,
+) -> np.ndarray:
+    """Sample a routing trace of shape (steps, streams, layers, K), int32 expert ids.
+
+    ``popularity`` (layers, E) overrides the model's draw (for a fitted or measured layer).
+    ``c`` is the heterogeneity concentration: stream s belongs to task group
+    ``s * groups // streams`` and each group routes by ``q ~ Dirichlet(c·w)`` (per layer, drawn
+    once). ``rho`` is the stickiness: each expert of the previous step is kept with
+    probability ρ and the rest of the K slots are refilled by Plackett–Luce among the others.
+    """
+    if steps < 1 or streams < 1 or layers < 1:
+        raise ValueError("steps, streams and layers must be >= 1")
+    if not 0.0 <= rho <= 1.0:
+        raise ValueError(f"stickiness rho must be in [0, 1], got {rho!r}")
+    if not (c > 0):
+        raise ValueError(f"heterogeneity c must be > 0 (inf for none), got {c!r}")
+    if not 1 <= groups <= streams:
+        raise ValueError(f"groups must be in [1, streams={streams}], got {groups!r}")
+    k = model.top_k
+    w = model.popularity(layers, rng) if popularity is None else _normalize(popularity)
+    if w.shape != (layers, model.experts):
+        raise ValueError(f"popularity must have shape {(layers, model.experts)}, got {w.shape}")
+    if np.isinf(c):
+        with np.errstate(divide="ignore"):
+            logq = np.broadcast_to(np.log(w), (streams,) + w.shape)
+    else:
+        # experts with zero popularity stay unreachable; the others get concentration c·w
+        conc = np.maximum(c * w, 1e-300)
+        group_logq = _log_dirichlet(np.broadcast_to(conc, (groups,) + w.shape), rng)
+        group_logq = np.where(w > 0, group_logq, -np.inf)
+        logq = group_logq[np.arange(streams) * groups // streams]
+    out = np.empty((steps, streams, layers, k), dtype=np.int32)
+    out[0] = _top_k_of_scores(logq + rng.gumbel(size=logq.shape), k)
+    for step in range(1, steps):
+        scores = logq + rng.gumbel(size=logq.shape)
+        if rho > 0:
+            keep = rng.random(out[step - 1].shape) < rho
+            kept_ids = np.where(keep, out[step - 1], -1)
+            # kept experts outrank every fresh draw; non-kept slots fall back to the draw
+            boost = np.zeros(logq.shape, dtype=bool)
+            s_idx, l_idx, _ = np.nonzero(keep)
+            boost[s_idx, l_idx, kept_ids[keep]] = True
+            scores = np.where(boost, np.inf, scores)
+        out[step] = _top_k_of_scores(scores, k)
+    return out
+
+
+def histogram_from_trace(topk: np.ndarray, experts: int) -> np.ndarray:
+    """Incidence counts per (layer, expert) from a trace (..., layers, K); ``-1`` is padding."""
+    arr = np.asarray(topk)
+    layers = arr.shape[-2]
+    flat = arr.reshape(-1, layers, arr.shape[-1])
+    counts = np.zeros((layers, experts), dtype=np.int64)
+    for layer in range(layers):
+        ids = flat[:, layer, :].ravel()
+        ids = ids[ids >= 0]
+        counts[layer] = np.bincount(ids, minlength=experts)[:experts]
+    return counts
+
+
+def consecutive_overlap(topk: np.ndarray) -> np.ndarray:
+    """Mean number of experts a stream shares with its own previous token, per layer.
+
+    ``topk`` is (steps, streams, layers, K); pairs where either token is padding are skipped.
+    Returns an array (layers,) with NaN where no pair exists.
+    """
+    arr = np.asarray(topk)
+    if arr.ndim != 4:
+        raise ValueError("trace must have shape (steps, streams, layers, K)")
+    prev, cur = arr[:-1], arr[1:]
+    valid = (prev >= 0).all(axis=-1) & (cur >= 0).all(axis=-1)  # (steps-1, streams, layers)
+    shared = (prev[..., :, None] == cur[..., None, :]).any(axis=-1).sum(axis=-1)
+    num = np.where(valid, shared, 0).sum(axis=(0, 1)).astype(float)
+    den = valid.sum(axis=(0, 1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.maximum(den, 1), np.nan)

@@ -1,0 +1,456 @@
+"""U(B): how many distinct experts a batch of B tokens touches per MoE layer (SPEC §3–4).
+
+The coalescing lever of seed 000 (L2) lives in this number: an expert that several tokens of a
+decode step route to is streamed once, so a step of B tokens moves ``U(B)`` experts per layer
+instead of ``B·K``. The multiple ``B·K / U(B)`` is always against the ``uncoalesced`` baseline
+(B independent streams, each fetching its own K experts per layer).
+
+Estimators, each returning a :class:`UnionCurve` (per layer, with a band):
+
+- :func:`union_uniform` — closed form ``E·(1 − (1 − K/E)^B)`` for uniform routing (exact:
+  a uniform K-subset misses a given expert with probability ``1 − K/E``).
+- :func:`union_plugin` — ``Σ_i [1 − (1 − π_i)^B]`` for B tokens routed independently with
+  inclusion probabilities π (a model, or a fitted histogram).
+- :func:`union_histogram` — incidence rarefaction from a histogram of T tokens with incidence
+  counts Y_i (Colwell et al. 2012; Chao et al. 2014, the iNEXT method):
+  ``U(B) = Σ_i [1 − C(T − Y_i, B) / C(T, B)]`` for B ≤ T (exact and unbiased for B tokens
+  drawn without replacement from the T observed), and Chao's extrapolation for B > T
+  ``S_obs + Q̂0·[1 − (1 − Q1/(T·Q̂0 + Q1))^(B−T)]``; the unseen count Q̂0 is Chao2
+  (capped at ``E − S_obs`` when E is known). Bands by the iNEXT bootstrap.
+- :func:`union_from_trace` — measured: at each step draw B of the live streams without
+  replacement and count distinct experts per layer (``-1`` padding ignored); the band is a
+  bootstrap over steps. The gap between this and the independent plug-in is the cross-agent
+  correlation (see :mod:`moeroof.fit`).
+
+The invariants ``K ≤ U(B) ≤ min(E, B·K)``, U increasing and concave in B, and "uniform π
+maximizes U for fixed Σπ = K" are checked in the tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.special import betaln, ndtri
+
+__all__ = [
+    "BASELINE",
+    "UnionCurve",
+    "as_batch",
+    "coalescing_ratio",
+    "union_uniform",
+    "union_plugin",
+    "power_sums",
+    "rarefaction",
+    "union_histogram",
+    "union_from_trace",
+    "union_over_window",
+]
+
+#: the baseline every coalescing ratio is measured against (SPEC §2 baseline (a))
+BASELINE = "uncoalesced"
+
+
+@dataclass(frozen=True)
+class UnionCurve:
+    """Expected distinct experts per layer for each batch size, with a band.
+
+    ``union_per_layer``, ``ci_low`` and ``ci_high`` have shape (layers, len(batch));
+    ``mean_ci_low`` / ``mean_ci_high`` bound the mean over layers (its own bootstrap, not the
+    mean of the per-layer bands). ``method`` names the estimator used at each batch size.
+    """
+
+    batch: np.ndarray
+    union_per_layer: np.ndarray
+    ci_low: np.ndarray
+    ci_high: np.ndarray
+    mean_ci_low: np.ndarray
+    mean_ci_high: np.ndarray
+    method: tuple[str, ...]
+    experts: int
+    top_k: int
+
+    @property
+    def layers(self) -> int:
+        return int(self.union_per_layer.shape[0])
+
+    @property
+    def mean(self) -> np.ndarray:
+        """Mean over layers of the expected union, shape (len(batch),)."""
+        return np.nanmean(self.union_per_layer, axis=0)
+
+    @property
+    def total(self) -> np.ndarray:
+        """Expected distinct (layer, expert) pairs summed over layers."""
+        return np.sum(self.union_per_layer, axis=0)
+
+    @property
+    def coalescing_ratio(self) -> np.ndarray:
+        """``B·K / U(B)`` against the ``uncoalesced`` baseline (see :attr:`baseline`)."""
+        return coalescing_ratio(self.batch, self.top_k, self.mean)
+
+    @property
+    def baseline(self) -> str:
+        return BASELINE
+
+
+def as_batch(batch) -> np.ndarray:
+    """Validate batch sizes: a positive integer or a 1-D sequence of them."""
+    arr = np.atleast_1d(np.asarray(batch))
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError("batch must be a non-empty 1-D sequence of positive integers")
+    if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iu" or np.any(arr < 1):
+        raise ValueError(f"batch sizes must be positive integers, got {batch!r}")
+    return arr.astype(np.int64)
+
+
+def coalescing_ratio(batch, top_k: int, union) -> np.ndarray:
+    """``B·K / U``: expert fetches saved by coalescing, against the ``uncoalesced`` baseline."""
+    return as_batch(batch) * float(top_k) / np.asarray(union, dtype=float)
+
+
+def _curve(batch, per_layer, low, high, mean_low, mean_high, method, experts, top_k) -> UnionCurve:
+    if isinstance(method, str):
+        method = (method,) * len(batch)
+    return UnionCurve(
+        batch=batch,
+        union_per_layer=per_layer,
+        ci_low=low,
+        ci_high=high,
+        mean_ci_low=mean_low,
+        mean_ci_high=mean_high,
+        method=tuple(method),
+        experts=int(experts),
+        top_k=int(top_k),
+    )
+
+
+def _exact_curve(batch, per_layer, method, experts, top_k) -> UnionCurve:
+    mean = per_layer.mean(axis=0)
+    return _curve(batch, per_layer, per_layer, per_layer, mean, mean, method, experts, top_k)
+
+
+def union_uniform(experts: int, top_k: int, batch, layers: int = 1) -> UnionCurve:
+    """Closed form for uniform routing: ``U(B) = E·(1 − (1 − K/E)^B)`` (SPEC §3); exact."""
+    if int(experts) != experts or experts < 1 or int(top_k) != top_k or not 1 <= top_k <= experts:
+        raise ValueError(f"need integers 1 <= top_k <= experts, got E={experts!r}, K={top_k!r}")
+    if layers < 1:
+        raise ValueError("layers must be >= 1")
+    b = as_batch(batch)
+    u = experts * -np.expm1(b * np.log1p(-top_k / experts)) if top_k < experts else np.full(b.shape, float(experts))
+    per_layer = np.tile(u, (layers, 1))
+    return _exact_curve(b, per_layer, "closed-form", experts, top_k)
+
+
+def power_sums(x: np.ndarray, batch: np.ndarray) -> np.ndarray:
+    """``S[..., j] = Σ_i x_i^{B_j}`` for x in [0, 1], shape (..., E) → (..., len(batch)).
+
+    Splits ``B = m·q + r`` with ``m ≈ sqrt(max B)``: ``x^B = (x^m)^q · x^r``, so the sum over
+    experts for every (q, r) pair is one batched matrix product — the B = 1…4096 sweep costs
+    two small power tables and a BLAS call per layer instead of E·len(B) exponentials.
+    """
+    b = as_batch(batch)
+    x = np.asarray(x, dtype=float)
+    m = max(1, int(np.ceil(np.sqrt(b.max()))))
+    q, r = np.divmod(b, m)
+    uq, qi = np.unique(q, return_inverse=True)
+    ur, ri = np.unique(r, return_inverse=True)
+    if uq.size * ur.size > 4 * b.size + 64:
+        # few, scattered batch sizes: direct powers are cheaper than the full (q, r) table
+        return np.power(x[..., None], b).sum(axis=-2)
+    a = np.power(x[..., None], (m * uq).astype(float))  # (..., E, nq)
+    c = np.power(x[..., None], ur.astype(float))  # (..., E, nr)
+    table = np.matmul(np.swapaxes(a, -1, -2), c)  # (..., nq, nr)
+    return table[..., qi, ri]
+
+
+def union_plugin(pi: np.ndarray, batch, top_k: int | None = None) -> UnionCurve:
+    """Independent-token plug-in ``U(B) = Σ_i [1 − (1 − π_i)^B]`` per layer (SPEC §3).
+
+    ``pi`` has shape (layers, E) or (E,) with Σ_i π_i = K per layer (checked to 1e-6).
+    """
+    p = np.atleast_2d(np.asarray(pi, dtype=float))
+    if np.any(~np.isfinite(p)) or np.any(p < 0) or np.any(p > 1):
+        raise ValueError("inclusion probabilities must lie in [0, 1]")
+    k_layers = p.sum(axis=1)
+    k = int(round(float(k_layers[0]))) if top_k is None else int(top_k)
+    if np.any(np.abs(k_layers - k) > 1e-6 * max(k, 1)):
+        raise ValueError(f"inclusion probabilities must sum to K={k} in every layer, got {k_layers}")
+    b = as_batch(batch)
+    per_layer = p.shape[1] - power_sums(1.0 - p, b)
+    return _exact_curve(b, per_layer, "plug-in", p.shape[1], k)
+
+
+def _log_ratio_unseen(t, y, b):
+    """``log[C(T − Y, B) / C(T, B)]`` (−inf where T − Y < B), via betaln to avoid cancellation.
+
+    ``C(n, B) = 1 / ((n + 1)·Beta(n − B + 1, B + 1))``; scipy's betaln keeps precision when one
+    argument is large, where differences of gammaln lose about log10(T) digits.
+    """
+    t = np.asarray(t, dtype=float)
+    y = np.asarray(y, dtype=float)
+    b = np.asarray(b, dtype=float)
+    n = t - y
+    ok = n >= b
+    n_safe = np.where(ok, n, b)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        val = (
+            np.log1p(t) - np.log1p(n_safe)
+            + betaln(t - b + 1.0, b + 1.0) - betaln(n_safe - b + 1.0, b + 1.0)
+        )
+    val = np.where(y == 0, 0.0, val)
+    return np.where(ok, np.minimum(val, 0.0), -np.inf)
+
+
+def _chao_stats(y: np.ndarray, t: np.ndarray, experts: int | None):
+    """Observed species, singletons Q1, doubletons Q2 and Chao2's unseen count Q̂0.
+
+    ``y`` (..., E) incidence counts, ``t`` broadcastable to (...). Chao2 with the
+    bias-corrected form when Q2 = 0 (Chao et al. 2014, Eq. 5); capped at ``E − S_obs``.
+    """
+    s_obs = (y > 0).sum(axis=-1).astype(float)
+    q1 = (y == 1).sum(axis=-1).astype(float)
+    q2 = (y == 2).sum(axis=-1).astype(float)
+    t = np.broadcast_to(np.asarray(t, dtype=float), s_obs.shape)
+    f = np.where(t > 1, (t - 1.0) / t, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q0 = np.where(q2 > 0, f * q1 * q1 / (2.0 * q2), f * q1 * np.maximum(q1 - 1.0, 0.0) / 2.0)
+    if experts is not None:
+        q0 = np.minimum(q0, experts - s_obs)
+    return s_obs, q1, q2, np.maximum(q0, 0.0)
+
+
+def rarefaction(counts: np.ndarray, tokens, batch, experts: int | None = None):
+    """Rarefaction (B ≤ T) and extrapolation (B > T) of expected distinct experts.
+
+    ``counts`` has shape (..., E) (any leading axes, e.g. bootstrap replicate × layer),
+    ``tokens`` broadcasts to the leading axes. Returns (U of shape (..., len(batch)),
+    a boolean array telling where extrapolation was used).
+    """
+    y = np.asarray(counts)
+    if y.dtype.kind not in "iu":
+        if not np.all(y == np.round(y)):
+            raise ValueError("incidence counts must be integers")
+        y = y.astype(np.int64)
+    b = as_batch(batch)
+    lead = y.shape[:-1]
+    e = y.shape[-1]
+    t = np.broadcast_to(np.asarray(tokens, dtype=np.int64), lead)
+    if np.any(y < 0):
+        raise ValueError("incidence counts must be >= 0")
+    if np.any(y > t[..., None]):
+        raise ValueError("an incidence count exceeds the number of tokens T")
+    y2 = y.reshape(-1, e)
+    t2 = t.reshape(-1)
+    rows = y2.shape[0]
+    # U depends on (T, Y) only: evaluate the ratio on unique pairs and sum by a sparse product
+    t_max = int(t2.max())
+    key = np.repeat(t2, e) * (t_max + 1) + y2.ravel()
+    ukey, inv = np.unique(key, return_inverse=True)
+    uniq = np.stack(np.divmod(ukey, t_max + 1), axis=1)
+    inv = inv.ravel()
+    counts_matrix = sp.csr_matrix(
+        (np.ones(inv.size), (np.repeat(np.arange(rows), e), inv)), shape=(rows, uniq.shape[0])
+    )
+    out = np.empty((rows, b.size))
+    interp = b[None, :] <= t2[:, None]
+    if np.any(interp):
+        ratio = np.exp(_log_ratio_unseen(uniq[:, :1], uniq[:, 1:2], b[None, :]))  # (nU, nB)
+        seen_mass = counts_matrix @ (1.0 - ratio)  # Σ_i [1 − ratio_i]
+        out[interp] = seen_mass[interp]
+    extrap = ~interp
+    if np.any(extrap):
+        s_obs, q1, _, q0 = _chao_stats(y2, t2, experts)
+        tt = t2.astype(float)[:, None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            step = np.where(q0[:, None] > 0, q1[:, None] / (tt * q0[:, None] + q1[:, None]), 0.0)
+            gain = q0[:, None] * -np.expm1((b[None, :] - tt) * np.log1p(-step))
+        ext = s_obs[:, None] + np.where(q0[:, None] > 0, gain, 0.0)
+        out[extrap] = ext[extrap]
+    return out.reshape(lead + (b.size,)), extrap.reshape(lead + (b.size,))
+
+
+def _bootstrap_assemblage(y: np.ndarray, t: np.ndarray, experts: int | None):
+    """Detection probabilities of the iNEXT bootstrap assemblage (Chao et al. 2014, App. S2).
+
+    Seen experts: ``π̃_i = (Y_i/T)·(1 − λ̂·(1 − Y_i/T)^T)``; Q̂0 unseen experts share the
+    undetected mass ``(U/T)·(1 − Ĉ)`` equally, with ``U = Σ Y`` and Ĉ the sample coverage.
+    Returns (layers, E') probabilities; E' = E when E is known.
+    """
+    layers, e = y.shape
+    s_obs, q1, q2, q0 = _chao_stats(y, t, experts)
+    tt = t.astype(float)
+    u = y.sum(axis=1).astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cov = 1.0 - (q1 / u) * np.where(
+            q1 > 0, (tt - 1.0) * q1 / ((tt - 1.0) * q1 + 2.0 * q2), 0.0
+        )
+    cov = np.where(u > 0, np.clip(cov, 0.0, 1.0), 0.0)
+    freq = y / tt[:, None]
+    decay = np.where(y > 0, (1.0 - freq) ** tt[:, None], 0.0)
+    denom = np.sum(freq * decay, axis=1)
+    lam = np.where(denom > 0, (1.0 - cov) / np.where(denom > 0, denom, 1.0), 0.0)
+    pi = np.clip(freq * (1.0 - lam[:, None] * decay), 0.0, 1.0)
+    n_unseen = np.ceil(q0 - 1e-9).astype(int)
+    width = e if experts is not None else e + int(n_unseen.max(initial=0))
+    out = np.zeros((layers, width))
+    for layer in range(layers):
+        seen = np.flatnonzero(y[layer] > 0)
+        out[layer, : seen.size] = pi[layer, seen]
+        k0 = min(n_unseen[layer], width - seen.size)
+        if k0 > 0 and q0[layer] > 0:
+            out[layer, seen.size : seen.size + k0] = (u[layer] / tt[layer]) * (1.0 - cov[layer]) / q0[layer]
+    return np.clip(out, 0.0, 1.0)
+
+
+def union_histogram(
+    counts: np.ndarray,
+    tokens,
+    batch,
+    *,
+    top_k: int | None = None,
+    experts: int | None = None,
+    bootstrap: int = 200,
+    rng: np.random.Generator | None = None,
+    level: float = 0.95,
+) -> UnionCurve:
+    """Expected U(B) per layer from an incidence histogram, with iNEXT bootstrap bands.
+
+    ``counts`` (layers, E) incidence counts over ``tokens`` T routed tokens per layer (scalar
+    or (layers,)). Rarefaction for B ≤ T, extrapolation for B > T (see module docstring).
+    With ``bootstrap > 0`` the band is ``estimate ± z·sd`` (iNEXT), sd over replicates
+    ``Y*_i ~ Binomial(T, π̃_i)`` drawn from the bootstrap assemblage; the band of the mean over
+    layers takes the sd of the replicates' layer means.
+    """
+    y = np.atleast_2d(np.asarray(counts))
+    layers, e = y.shape
+    if experts is None:
+        experts = e
+    t = np.broadcast_to(np.asarray(tokens, dtype=np.int64), (layers,)).copy()
+    if np.any(t < 1):
+        raise ValueError("tokens T must be >= 1 in every layer")
+    if top_k is None:
+        # complete incidence data: every token counted K experts
+        top_k = max(1, int(round(float(y.sum()) / float(t.sum()))))
+    b = as_batch(batch)
+    point, extrap = rarefaction(y, t, b, experts)
+    method_per_b = tuple("extrapolation" if np.any(extrap[:, j]) else "rarefaction" for j in range(b.size))
+    if bootstrap <= 0:
+        return _exact_curve(b, point, method_per_b, experts, top_k)
+    if rng is None:
+        raise ValueError("bootstrap bands need an explicit rng")
+    probs = _bootstrap_assemblage(y, t, experts)
+    reps = rng.binomial(t[None, :, None], probs[None, :, :], size=(bootstrap,) + probs.shape)
+    boot, _ = rarefaction(reps, t[None, :], b, experts)  # (R, layers, nB)
+    # iNEXT centres the band on the estimate and takes only the spread from the bootstrap:
+    # the assemblage's replicates are centred on the (downward-biased) empirical plug-in
+    z = float(ndtri(0.5 + level / 2.0))
+    sd = boot.std(axis=0, ddof=1)
+    msd = boot.mean(axis=1).std(axis=0, ddof=1)
+    mean = point.mean(axis=0)
+    low, high = np.clip(point - z * sd, 0, experts), np.clip(point + z * sd, 0, experts)
+    mlow, mhigh = np.clip(mean - z * msd, 0, experts), np.clip(mean + z * msd, 0, experts)
+    return _curve(b, point, low, high, mlow, mhigh, method_per_b, experts, top_k)
+
+
+def _distinct_per_layer(ids: np.ndarray, experts: int) -> np.ndarray:
+    """Distinct non-negative ids per layer: ids (n, B, L, K) → counts (n, L)."""
+    n, _, layers, _ = ids.shape
+    seen = np.zeros((n, layers, experts + 1), dtype=bool)
+    safe = np.where(ids >= 0, ids, experts)  # padding goes to a sink column
+    rows = np.broadcast_to(np.arange(n)[:, None, None, None], ids.shape)
+    lay = np.broadcast_to(np.arange(layers)[None, None, :, None], ids.shape)
+    seen[rows, lay, safe] = True
+    return seen[:, :, :experts].sum(axis=-1)
+
+
+def union_from_trace(
+    topk: np.ndarray,
+    batch,
+    *,
+    experts: int,
+    rng: np.random.Generator,
+    draws: int = 4,
+    bootstrap: int = 200,
+    level: float = 0.95,
+    chunk_steps: int = 256,
+) -> UnionCurve:
+    """Measured U(B) from a trace (steps, streams, layers, K) with ``-1`` padding (SPEC §4).
+
+    At each step the live streams are those with any id ≥ 0; for each B, every step with at
+    least B live streams contributes ``draws`` random subsets of B live streams (without
+    replacement) and their distinct experts per layer are counted. The point is the mean over
+    steps and draws; the band a percentile bootstrap over steps. Batch sizes no step can fill
+    get NaN and method ``"none"``. Works on memory-mapped arrays in chunks of steps.
+    """
+    if topk.ndim != 4:
+        raise ValueError("trace must have shape (steps, streams, layers, K)")
+    b = as_batch(batch)
+    steps, streams, layers, k = topk.shape
+    per_step = [[] for _ in b]  # per batch size: list of (n_steps_chunk, layers) means
+    for start in range(0, steps, chunk_steps):
+        block = np.asarray(topk[start : start + chunk_steps])
+        live = (block >= 0).any(axis=(2, 3))  # (s, streams)
+        n_live = live.sum(axis=1)
+        for j, bj in enumerate(b):
+            ok = np.flatnonzero(n_live >= bj)
+            if ok.size == 0:
+                continue
+            keys = rng.random((ok.size, draws, streams))
+            keys[~np.broadcast_to(live[ok, None, :], keys.shape)] = np.inf
+            chosen = np.argsort(keys, axis=-1)[..., :bj]  # (n, draws, B)
+            ids = block[ok[:, None, None], chosen]  # (n, draws, B, layers, K)
+            u = _distinct_per_layer(ids.reshape((-1,) + ids.shape[2:]), experts)
+            per_step[j].append(u.reshape(ok.size, draws, layers).mean(axis=1))
+    point = np.full((layers, b.size), np.nan)
+    low, high = point.copy(), point.copy()
+    mlow, mhigh = np.full(b.size, np.nan), np.full(b.size, np.nan)
+    methods = []
+    alpha = (1.0 - level) / 2.0
+    for j in range(b.size):
+        if not per_step[j]:
+            methods.append("none")
+            continue
+        methods.append("trace")
+        u = np.concatenate(per_step[j])  # (n_steps_used, layers)
+        point[:, j] = u.mean(axis=0)
+        if bootstrap > 0 and u.shape[0] > 1:
+            idx = rng.integers(0, u.shape[0], size=(bootstrap, u.shape[0]))
+            boot = u[idx].mean(axis=1)  # (R, layers)
+            low[:, j], high[:, j] = np.quantile(boot, [alpha, 1.0 - alpha], axis=0)
+            mlow[j], mhigh[j] = np.quantile(boot.mean(axis=1), [alpha, 1.0 - alpha])
+        else:
+            low[:, j] = high[:, j] = point[:, j]
+            mlow[j] = mhigh[j] = point[:, j].mean()
+    return _curve(b, point, low, high, mlow, mhigh, tuple(methods), experts, k)
+
+
+def union_over_window(topk: np.ndarray, batch, *, experts: int) -> np.ndarray:
+    """Mean distinct experts per layer over windows of B consecutive tokens of one stream.
+
+    For sequence traces (one request decoded at a time, e.g. the Mixtral captures) this is the
+    temporal analogue of U(B): what B consecutive tokens of one agent touch. Windows that
+    contain padding are skipped. Returns (layers, len(batch)), NaN where no window fits.
+    """
+    b = as_batch(batch)
+    arr = np.asarray(topk)
+    steps, streams, layers, k = arr.shape
+    out = np.full((layers, b.size), np.nan)
+    for j, bj in enumerate(b):
+        if bj > steps:
+            continue
+        sums = np.zeros(layers)
+        n = np.zeros(layers)
+        for s in range(streams):
+            seq = arr[:, s]  # (steps, layers, K)
+            win = np.lib.stride_tricks.sliding_window_view(seq, bj, axis=0)  # (nw, layers, K, B)
+            win = np.moveaxis(win, -1, 1)  # (nw, B, layers, K)
+            valid = (win >= 0).all(axis=(1, 3))  # (nw, layers)
+            u = _distinct_per_layer(win, experts)
+            sums += np.where(valid, u, 0).sum(axis=0)
+            n += valid.sum(axis=0)
+        out[:, j] = np.where(n > 0, sums / np.maximum(n, 1), np.nan)
+    return out

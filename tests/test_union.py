@@ -195,10 +195,11 @@ def test_trace_union_ignores_padding_and_reports_unfillable_batches(rng):
     got = union_from_trace(trace, [1, 3, 4, 5], experts=16, rng=rng, bootstrap=0)
     assert got.method == ("trace", "trace", "trace", "none")
     assert np.isnan(got.union_per_layer[:, 3]).all()
-    # B = 4 can only use the first five steps; count them directly
-    direct = np.mean([[len(set(trace[s, :, l].ravel())) for l in range(2)] for s in range(1, 5)] +
-                     [[len(set(trace[0, :, 0].ravel())), len(set(trace[0, 1:, 1].ravel()))]], axis=0)
+    # B = 4 needs all four streams with a token in every layer: steps 1–4 only
+    direct = np.mean([[len(set(trace[s, :, l].ravel())) for l in range(2)] for s in range(1, 5)], axis=0)
     np.testing.assert_allclose(got.union_per_layer[:, 2], direct)
+    # B = 1 draws only complete tokens, so it is exactly K in every layer
+    np.testing.assert_allclose(got.union_per_layer[:, 0], 2.0)
 
 
 def test_window_union_counts_consecutive_tokens():

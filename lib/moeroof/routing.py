@@ -157,7 +157,9 @@ def _normalize(popularity: np.ndarray) -> np.ndarray:
     return w / total
 
 
-def inclusion_probabilities(popularity: np.ndarray, top_k: int, nodes_per_efold: int = 10) -> np.ndarray:
+def inclusion_probabilities(
+    popularity: np.ndarray, top_k: int, nodes_per_efold: int | None = None
+) -> np.ndarray:
     """Inclusion probabilities ``π_i = P(i ∈ top-K)`` of a Plackett–Luce draw without replacement.
 
     Exact for uniform rows (``K/E``). Otherwise from the exponential-clock representation of
@@ -169,7 +171,8 @@ def inclusion_probabilities(popularity: np.ndarray, top_k: int, nodes_per_efold:
     where ``N_{−i}(t)`` counts the other experts arrived by t, a Poisson-binomial with
     ``p_j = 1 − e^{−w_j t}``. Its first K probabilities come from prefix/suffix dynamic
     programmes (no division, so no cancellation) and the integral from composite Gauss–Legendre
-    in log t, ``nodes_per_efold`` nodes per unit of log t between ``1e-10/w_max`` and
+    in log t, ``nodes_per_efold`` nodes per unit of log t (default ``max(10, 3·sqrt(K))``: the
+    step of P(N < K) sharpens like 1/sqrt(K)) between ``1e-10/w_max`` and
     ``80/w_(K+1)`` (below: closed form; above: nothing left). Σ π = K to about 1e-9 even when the
     weights span hundreds of orders of magnitude. ``popularity`` has shape (..., E).
     """
@@ -192,6 +195,8 @@ def inclusion_probabilities(popularity: np.ndarray, top_k: int, nodes_per_efold:
     lo_all = np.log(1e-10 / wsorted[:, 0])
     # the (K+1)-th largest weight sets when K others have surely arrived
     hi_all = np.log(80.0 / np.maximum(wsorted[:, top_k], 1e-300))
+    if nodes_per_efold is None:
+        nodes_per_efold = max(10, int(np.ceil(3.0 * np.sqrt(top_k))))
     x_gl, wt_gl = np.polynomial.legendre.leggauss(nodes_per_efold)
     # rows with similar log-t ranges share a chunk, so panel counts stay tight
     rows = rows[np.argsort(hi_all[rows] - lo_all[rows])]

@@ -78,7 +78,9 @@ class UnionCurve:
     @property
     def mean(self) -> np.ndarray:
         """Mean over layers of the expected union, shape (len(batch),)."""
-        return np.nanmean(self.union_per_layer, axis=0)
+        u = self.union_per_layer
+        n = np.sum(~np.isnan(u), axis=0)
+        return np.where(n > 0, np.nansum(u, axis=0) / np.maximum(n, 1), np.nan)
 
     @property
     def total(self) -> np.ndarray:
@@ -380,7 +382,8 @@ def union_from_trace(
 ) -> UnionCurve:
     """Measured U(B) from a trace (steps, streams, layers, K) with ``-1`` padding (SPEC §4).
 
-    At each step the live streams are those with any id ≥ 0; for each B, every step with at
+    At each step the live streams are those with a token (ids ≥ 0) in every layer; for each B,
+    every step with at
     least B live streams contributes ``draws`` random subsets of B live streams (without
     replacement) and their distinct experts per layer are counted. The point is the mean over
     steps and draws; the band a percentile bootstrap over steps. Batch sizes no step can fill
@@ -393,7 +396,9 @@ def union_from_trace(
     per_step = [[] for _ in b]  # per batch size: list of (n_steps_chunk, layers) means
     for start in range(0, steps, chunk_steps):
         block = np.asarray(topk[start : start + chunk_steps])
-        live = (block >= 0).any(axis=(2, 3))  # (s, streams)
+        # a stream counts at a step only with a token in every layer: captures that dropped a
+        # token in one layer would otherwise put fewer than K experts into that layer's union
+        live = (block >= 0).all(axis=(2, 3))  # (s, streams)
         n_live = live.sum(axis=1)
         for j, bj in enumerate(b):
             ok = np.flatnonzero(n_live >= bj)

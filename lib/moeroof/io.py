@@ -1,0 +1,709 @@
+"""Read and write routing data: per-layer histograms and top-K traces (SPEC §9).
+
+Every reader validates what it reads and fails with an :class:`InputError` whose text is
+``FILE:ROW: FIELD: what is wrong`` — ROW is the 1-based CSV line (header = line 1), an array
+index such as ``topk[3,1,0,2]`` for traces, or ``-`` where no row applies; FIELD is the CSV
+column or the JSON / npz key. Readers open inputs read-only and never modify them.
+
+**Histogram** — ``foo.csv`` with header ``layer,expert,count`` (optional ``rank`` column), one
+row per (layer, expert); a missing row means count 0. Counts are *incidence* counts: a token
+counts an expert at most once per layer, so ``count ≤ T`` and ``Σ_i count_i ≤ K·T`` (equal for
+complete data, not required). The sidecar ``foo.json`` holds::
+
+    model: str, experts: int E, top_k: int K (≤ E), layers: int and/or layer_ids: [int],
+    tokens: int T or [T per layer], source: str, layers_summed: bool,
+    provenance: str (optional), generator: {...} (optional)
+
+A ``layers_summed`` histogram is one pseudo-layer summed over the model's layers: it hides the
+per-layer skew (SPEC §3). Its ``tokens`` counts (token, layer) pairs, so the same bounds hold.
+
+**Trace** — ``foo.npz`` holding ``topk`` (integer, shape (steps, streams, layers, K), ``-1``
+where a stream has no token), optional ``weights`` of the same shape, and ``meta``, a JSON
+string with ``experts``, ``top_k`` and optionally ``model``, ``layer_ids``, ``axes``,
+``source``, ``provenance``. Or ``foo.npy`` (memory-mapped on read) with the meta in ``foo.json``.
+A token is either K distinct expert ids or K padding values.
+
+Writers (:func:`write_histogram`, :func:`write_trace`) validate first, then write a temp file in
+the destination folder and ``os.replace`` it, so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import tempfile
+import zipfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "InputError",
+    "Histogram",
+    "Trace",
+    "read_histogram",
+    "read_trace",
+    "load_any",
+    "write_histogram",
+    "write_trace",
+    "sidecar_path",
+    "HISTOGRAM_COLUMNS",
+    "TRACE_AXES",
+]
+
+HISTOGRAM_COLUMNS = ("layer", "expert", "count")
+_OPTIONAL_COLUMNS = ("rank",)
+TRACE_AXES = ("step", "stream", "layer", "k")
+PAD = -1
+#: elements of ``topk`` validated per chunk of a memory-mapped trace (≈ 64 MiB of int64)
+_CHUNK_ELEMENTS = 8_000_000
+_INT_RE = re.compile(r"[+-]?[0-9]+\Z")
+
+
+class InputError(ValueError):
+    """A bad input file: ``str(err) == "FILE:ROW: FIELD: what is wrong"``."""
+
+    def __init__(self, path: str | os.PathLike[str], row: int | str | None, field: str, message: str):
+        self.path = Path(path)
+        self.row = "-" if row is None else row
+        self.field = field
+        self.message = message
+        super().__init__(f"{self.path}:{self.row}: {field}: {message}")
+
+
+# ----------------------------------------------------------------------------- dataclasses
+
+
+@dataclass(frozen=True, eq=False)
+class Histogram:
+    """Per-layer incidence counts of routed experts.
+
+    ``counts[l, i]`` = number of the ``tokens[l]`` routed tokens of layer ``layer_ids[l]`` that
+    selected expert ``i``; ``rank[l, i]`` the rank hosting it (``-1`` unknown) when the CSV has
+    a ``rank`` column, else ``None``.
+    """
+
+    counts: np.ndarray  # (L, E) int64
+    tokens: np.ndarray  # (L,) int64
+    experts: int
+    top_k: int
+    layer_ids: tuple[int, ...]
+    layers_summed: bool
+    meta: dict[str, Any]
+    path: Path
+    rank: np.ndarray | None = None
+
+    @property
+    def layers(self) -> int:
+        return int(self.counts.shape[0])
+
+    @property
+    def inclusion(self) -> np.ndarray:
+        """Plug-in inclusion probabilities ``π̂[l, i] = Y_i / T`` (L, E); Σ_i π̂ = K for complete data."""
+        return self.counts / self.tokens[:, None]
+
+    @property
+    def provenance(self) -> str | None:
+        return self.meta.get("provenance")
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """Top-K expert ids per (step, stream, layer); ``-1`` where a stream has no token.
+
+    ``topk`` may be a read-only ``np.memmap`` (``.npy`` input): index it by steps rather than
+    converting it whole.
+    """
+
+    topk: np.ndarray  # (steps, streams, layers, K) integer
+    experts: int
+    top_k: int
+    layer_ids: tuple[int, ...]
+    meta: dict[str, Any]
+    path: Path
+    weights: np.ndarray | None = None
+
+    @property
+    def steps(self) -> int:
+        return int(self.topk.shape[0])
+
+    @property
+    def streams(self) -> int:
+        return int(self.topk.shape[1])
+
+    @property
+    def layers(self) -> int:
+        return int(self.topk.shape[2])
+
+    @property
+    def provenance(self) -> str | None:
+        return self.meta.get("provenance")
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def sidecar_path(path: str | os.PathLike[str]) -> Path:
+    """``foo.csv`` / ``foo.npy`` → ``foo.json`` (same folder, same stem)."""
+    return Path(path).with_suffix(".json")
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as fh:  # read-only
+            text = fh.read()
+    except FileNotFoundError:
+        raise InputError(path, "-", "file", f"missing {what} (expected next to the data file, same stem)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(path, "-", "file", f"cannot read {what}: {exc}") from None
+    return _parse_json(text, path, "-", "file")
+
+
+def _parse_json(text: str, path: Path, row: str, key: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(path, row, key, f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    if not isinstance(obj, dict):
+        raise InputError(path, row, key, f"expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def _need(meta: Mapping[str, Any], key: str, path: Path, row: str = "-") -> Any:
+    if key not in meta:
+        raise InputError(path, row, key, "missing")
+    return meta[key]
+
+
+def _check_experts_top_k(meta: Mapping[str, Any], path: Path, row: str = "-") -> tuple[int, int]:
+    experts = _need(meta, "experts", path, row)
+    if not _is_int(experts) or experts < 1:
+        raise InputError(path, row, "experts", f"expected a positive integer, got {experts!r}")
+    top_k = _need(meta, "top_k", path, row)
+    if not _is_int(top_k) or top_k < 1:
+        raise InputError(path, row, "top_k", f"expected a positive integer, got {top_k!r}")
+    if top_k > experts:
+        raise InputError(path, row, "top_k", f"top_k K={top_k} exceeds experts E={experts}")
+    return int(experts), int(top_k)
+
+
+def _check_layer_ids(value: Any, path: Path, row: str = "-") -> tuple[int, ...]:
+    if not isinstance(value, list) or not value or not all(_is_int(v) and v >= 0 for v in value):
+        raise InputError(path, row, "layer_ids", f"expected a non-empty list of non-negative integers, got {value!r}")
+    if len(set(value)) != len(value):
+        raise InputError(path, row, "layer_ids", "duplicate layer id")
+    return tuple(int(v) for v in value)
+
+
+def _check_optional_str(meta: Mapping[str, Any], key: str, path: Path, row: str = "-") -> None:
+    if key in meta and not isinstance(meta[key], str):
+        raise InputError(path, row, key, f"expected a string, got {meta[key]!r}")
+
+
+def _validate_histogram_meta(meta: Mapping[str, Any], path: Path) -> tuple[int, int, tuple[int, ...], np.ndarray, bool]:
+    """Check a histogram sidecar; return (E, K, layer_ids, tokens (L,), layers_summed)."""
+    for key in ("model", "source"):
+        if not isinstance(_need(meta, key, path), str):
+            raise InputError(path, "-", key, f"expected a string, got {meta[key]!r}")
+    experts, top_k = _check_experts_top_k(meta, path)
+    if "layer_ids" in meta:
+        layer_ids = _check_layer_ids(meta["layer_ids"], path)
+        if "layers" in meta and meta["layers"] != len(layer_ids):
+            raise InputError(path, "-", "layers", f"layers={meta['layers']!r} but layer_ids has {len(layer_ids)} entries")
+    elif "layers" in meta:
+        layers = meta["layers"]
+        if not _is_int(layers) or layers < 1:
+            raise InputError(path, "-", "layers", f"expected a positive integer, got {layers!r}")
+        layer_ids = tuple(range(int(layers)))
+    else:
+        raise InputError(path, "-", "layers", "missing (give layers or layer_ids)")
+    n_layers = len(layer_ids)
+    tokens = _need(meta, "tokens", path)
+    if _is_int(tokens):
+        tokens_arr = np.full(n_layers, int(tokens), dtype=np.int64)
+    elif isinstance(tokens, list) and all(_is_int(t) for t in tokens):
+        if len(tokens) != n_layers:
+            raise InputError(path, "-", "tokens", f"expected {n_layers} entries (one per layer), got {len(tokens)}")
+        tokens_arr = np.asarray(tokens, dtype=np.int64).reshape(n_layers)
+    else:
+        raise InputError(path, "-", "tokens", f"expected an integer or a list of integers, got {tokens!r}")
+    if (tokens_arr < 1).any():
+        raise InputError(path, "-", "tokens", f"routed tokens must be ≥ 1, got {tokens!r}")
+    summed = _need(meta, "layers_summed", path)
+    if not isinstance(summed, bool):
+        raise InputError(path, "-", "layers_summed", f"expected true or false, got {summed!r}")
+    if summed and n_layers != 1:
+        raise InputError(path, "-", "layers_summed", f"a histogram summed over layers has one pseudo-layer, got {n_layers}")
+    _check_optional_str(meta, "provenance", path)
+    if "generator" in meta and not isinstance(meta["generator"], dict):
+        raise InputError(path, "-", "generator", f"expected a JSON object, got {meta['generator']!r}")
+    return experts, top_k, layer_ids, tokens_arr, summed
+
+
+def _validate_trace_meta(meta: Mapping[str, Any], n_layers: int, path: Path, row: str) -> tuple[int, int, tuple[int, ...]]:
+    experts, top_k = _check_experts_top_k(meta, path, row)
+    if "layer_ids" in meta:
+        layer_ids = _check_layer_ids(meta["layer_ids"], path, row)
+        if len(layer_ids) != n_layers:
+            raise InputError(path, row, "layer_ids", f"{len(layer_ids)} layer ids but topk has {n_layers} layers")
+    else:
+        layer_ids = tuple(range(n_layers))
+    if "layers" in meta and meta["layers"] != n_layers:
+        raise InputError(path, row, "layers", f"layers={meta['layers']!r} but topk has {n_layers} layers")
+    if "axes" in meta:
+        axes = meta["axes"]
+        if not isinstance(axes, list) or len(axes) != 4 or not all(isinstance(a, str) for a in axes):
+            raise InputError(path, row, "axes", f"expected 4 axis names, got {axes!r}")
+    if "pad_value" in meta and meta["pad_value"] != PAD:
+        raise InputError(path, row, "pad_value", f"only {PAD} is supported, got {meta['pad_value']!r}")
+    for key in ("model", "source", "provenance"):
+        _check_optional_str(meta, key, path, row)
+    return experts, top_k, layer_ids
+
+
+def _validate_topk(topk: np.ndarray, experts: int, top_k: int, path: Path, meta_row: str) -> None:
+    """Shape, dtype and ids of a trace; chunked over steps so a memmap is never loaded whole."""
+    if topk.ndim != 4:
+        raise InputError(path, "-", "topk", f"expected 4 dims (steps, streams, layers, K), got {topk.ndim} with shape {topk.shape}")
+    if not np.issubdtype(topk.dtype, np.integer):
+        raise InputError(path, "-", "topk", f"expected an integer dtype, got {topk.dtype}")
+    if topk.shape[3] != top_k:
+        raise InputError(path, meta_row, "top_k", f"meta top_k={top_k} but topk has K={topk.shape[3]} columns")
+    per_step = max(1, int(np.prod(topk.shape[1:])))
+    chunk = max(1, _CHUNK_ELEMENTS // per_step)
+    for s0 in range(0, topk.shape[0], chunk):
+        block = np.asarray(topk[s0 : s0 + chunk]).astype(np.int64, copy=False)
+
+        def where(mask: np.ndarray) -> str:
+            s, t, l, k = np.argwhere(mask)[0]
+            return f"topk[{s + s0},{t},{l},{k}]"
+
+        bad = (block < PAD) | (block >= experts)
+        if bad.any():
+            idx = where(bad)
+            value = block[tuple(np.argwhere(bad)[0])]
+            raise InputError(path, idx, "topk", f"expert id {value} not in [-1, {experts}) (experts E={experts}; -1 = no token)")
+        pad = block == PAD
+        partial = pad.any(axis=-1) & ~pad.all(axis=-1)
+        if partial.any():
+            s, t, l = np.argwhere(partial)[0]
+            k = int(np.argmax(pad[s, t, l]))
+            raise InputError(path, f"topk[{s + s0},{t},{l},{k}]", "topk", "token is partly padding: a token has K expert ids or K times -1")
+        if top_k > 1:
+            srt = np.sort(block, axis=-1)
+            dup_tok = ((srt[..., 1:] == srt[..., :-1]) & (srt[..., 1:] != PAD)).any(axis=-1)
+            if dup_tok.any():
+                s, t, l = np.argwhere(dup_tok)[0]
+                row = block[s, t, l]
+                k = next(j for j in range(1, top_k) if row[j] in row[:j])
+                raise InputError(path, f"topk[{s + s0},{t},{l},{k}]", "topk", f"expert {row[k]} appears twice in one token (the K experts must be distinct)")
+
+
+def _check_readable(path: Path) -> None:
+    if not path.exists():
+        raise InputError(path, "-", "file", "no such file")
+    if not path.is_file():
+        raise InputError(path, "-", "file", "not a regular file")
+
+
+# ----------------------------------------------------------------------------- readers
+
+
+def read_histogram(path: str | os.PathLike[str]) -> Histogram:
+    """Read ``foo.csv`` and its sidecar ``foo.json``; validate both (see module docstring)."""
+    path = Path(path)
+    _check_readable(path)
+    side = sidecar_path(path)
+    meta = _read_json(side, "sidecar JSON")
+    experts, top_k, layer_ids, tokens, summed = _validate_histogram_meta(meta, side)
+    n_layers = len(layer_ids)
+    layer_index = {lid: i for i, lid in enumerate(layer_ids)}
+    counts = np.zeros((n_layers, experts), dtype=np.int64)
+    rank: np.ndarray | None = None
+    first_line: dict[tuple[int, int], int] = {}
+    running = np.zeros(n_layers, dtype=np.int64)
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:  # read-only
+            reader = csv.reader(fh)
+            header = next(reader, None)
+            if header is None:
+                raise InputError(path, 1, "header", f"empty file; expected header {','.join(HISTOGRAM_COLUMNS)}")
+            names = [h.strip() for h in header]
+            allowed = set(HISTOGRAM_COLUMNS) | set(_OPTIONAL_COLUMNS)
+            if (
+                len(set(names)) != len(names)
+                or not set(HISTOGRAM_COLUMNS) <= set(names)
+                or not set(names) <= allowed
+            ):
+                raise InputError(path, 1, "header", f"expected columns {','.join(HISTOGRAM_COLUMNS)} (optional: rank), got {','.join(header)!r}")
+            col = {name: j for j, name in enumerate(names)}
+            if "rank" in col:
+                rank = np.full((n_layers, experts), -1, dtype=np.int64)
+            for line_no, row in enumerate(reader, start=2):
+                if not row or all(not cell.strip() for cell in row):
+                    continue  # blank line
+                if len(row) != len(names):
+                    raise InputError(path, line_no, "row", f"expected {len(names)} fields, got {len(row)}")
+                vals: dict[str, int] = {}
+                for name, j in col.items():
+                    cell = row[j].strip()
+                    if not _INT_RE.match(cell):
+                        raise InputError(path, line_no, name, f"expected an integer, got {row[j]!r}")
+                    v = int(cell)
+                    if v < 0:
+                        raise InputError(path, line_no, name, f"negative value {v}")
+                    vals[name] = v
+                layer, expert, count = vals["layer"], vals["expert"], vals["count"]
+                if layer not in layer_index:
+                    raise InputError(path, line_no, "layer", f"layer {layer} not among the sidecar's layer ids {_short(layer_ids)}")
+                if expert >= experts:
+                    raise InputError(path, line_no, "expert", f"expert {expert} ≥ experts E={experts}")
+                key = (layer, expert)
+                if key in first_line:
+                    raise InputError(path, line_no, "expert", f"duplicate row for layer {layer}, expert {expert} (first at line {first_line[key]})")
+                first_line[key] = line_no
+                li = layer_index[layer]
+                if count > tokens[li]:
+                    raise InputError(path, line_no, "count", f"count {count} > tokens T={tokens[li]} of layer {layer} (a token counts an expert once)")
+                running[li] += count
+                if running[li] > top_k * tokens[li]:
+                    raise InputError(
+                        path, line_no, "count",
+                        f"counts of layer {layer} sum to {running[li]} > top_k·tokens = {top_k}·{tokens[li]} = {top_k * tokens[li]}",
+                    )
+                counts[li, expert] = count
+                if rank is not None:
+                    rank[li, expert] = vals["rank"]
+    except UnicodeDecodeError as exc:
+        raise InputError(path, "-", "file", f"not UTF-8 text: {exc}") from None
+    except csv.Error as exc:
+        raise InputError(path, "-", "file", f"not a CSV file: {exc}") from None
+    except OSError as exc:
+        raise InputError(path, "-", "file", f"cannot read: {exc}") from None
+    counts.setflags(write=False)
+    tokens.setflags(write=False)
+    if rank is not None:
+        rank.setflags(write=False)
+    return Histogram(
+        counts=counts, tokens=tokens, experts=experts, top_k=top_k, layer_ids=layer_ids,
+        layers_summed=summed, meta=dict(meta), path=path, rank=rank,
+    )
+
+
+def _short(ids: Sequence[int]) -> str:
+    ids = list(ids)
+    if len(ids) > 8:
+        return f"[{ids[0]}, {ids[1]}, …, {ids[-1]}] ({len(ids)} layers)"
+    return str(ids)
+
+
+def read_trace(path: str | os.PathLike[str]) -> Trace:
+    """Read a ``.npz`` trace, or a ``.npy`` trace (memory-mapped) with its sidecar ``.json``."""
+    path = Path(path)
+    _check_readable(path)
+    suffix = path.suffix.lower()
+    weights = None
+    if suffix == ".npz":
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                files = set(npz.files)
+                for key in ("topk", "meta"):
+                    if key not in files:
+                        raise InputError(path, "-", key, f"missing array (has: {', '.join(sorted(files)) or 'none'})")
+                topk = npz["topk"]
+                meta_arr = npz["meta"]
+                if "weights" in files:
+                    weights = npz["weights"]
+        except InputError:
+            raise
+        except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+            raise InputError(path, "-", "file", f"not a readable .npz without pickles: {exc}") from None
+        if meta_arr.ndim != 0 or meta_arr.dtype.kind not in "US":
+            raise InputError(path, "-", "meta", f"expected a JSON string (0-d str array), got dtype {meta_arr.dtype} shape {meta_arr.shape}")
+        text = meta_arr.item()
+        if isinstance(text, bytes):
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InputError(path, "-", "meta", "not UTF-8") from None
+        meta = _parse_json(text, path, "-", "meta")
+        meta_path, meta_row = path, "-"
+    elif suffix == ".npy":
+        side = sidecar_path(path)
+        meta = _read_json(side, "sidecar JSON")
+        try:
+            topk = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            raise InputError(path, "-", "file", f"not a readable .npy without pickles: {exc}") from None
+        meta_path, meta_row = side, "-"
+    else:
+        raise InputError(path, "-", "file", f"unknown trace suffix {path.suffix!r}; expected .npz or .npy")
+    if topk.ndim != 4:
+        raise InputError(path, "-", "topk", f"expected 4 dims (steps, streams, layers, K), got {topk.ndim} with shape {topk.shape}")
+    experts, top_k, layer_ids = _validate_trace_meta(meta, topk.shape[2], meta_path, meta_row)
+    if topk.shape[3] != top_k:
+        raise InputError(meta_path, meta_row, "top_k", f"meta top_k={top_k} but topk has K={topk.shape[3]} columns")
+    _validate_topk(topk, experts, top_k, path, meta_row)
+    if weights is not None:
+        if weights.shape != topk.shape:
+            raise InputError(path, "-", "weights", f"shape {weights.shape} differs from topk shape {topk.shape}")
+        if not np.issubdtype(weights.dtype, np.floating):
+            raise InputError(path, "-", "weights", f"expected a float dtype, got {weights.dtype}")
+    if not isinstance(topk, np.memmap):
+        topk.setflags(write=False)
+    if weights is not None:
+        weights.setflags(write=False)
+    return Trace(topk=topk, experts=experts, top_k=top_k, layer_ids=layer_ids, meta=dict(meta), path=path, weights=weights)
+
+
+def load_any(path: str | os.PathLike[str]) -> Histogram | Trace:
+    """Histogram for ``.csv``, Trace for ``.npz`` / ``.npy``; anything else is an InputError."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        return read_histogram(path)
+    if suffix in (".npz", ".npy"):
+        return read_trace(path)
+    _check_readable(path)
+    raise InputError(path, "-", "file", f"unknown suffix {path.suffix!r}; expected .csv (histogram), .npz or .npy (trace)")
+
+
+# ----------------------------------------------------------------------------- writers
+
+
+def _guard_target(path: Path, overwrite: bool) -> None:
+    from .paths import EXTERNAL_DIR
+
+    try:
+        inside = path.resolve().is_relative_to(EXTERNAL_DIR.resolve())
+    except OSError:
+        inside = False
+    if inside:
+        raise ValueError(f"{path}: refusing to write into the external data folder {EXTERNAL_DIR} (read-only inputs)")
+    if not overwrite and path.exists():
+        raise FileExistsError(f"{path}: exists (pass overwrite=True to replace it)")
+
+
+def _atomic_write(path: Path, write: Any, mode: str = "wb") -> None:
+    """Write through ``write(fh)`` to a temp file in ``path``'s folder, then ``os.replace``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode, **({"encoding": "utf-8", "newline": ""} if "b" not in mode else {})) as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _json_text(meta: Mapping[str, Any]) -> str:
+    return json.dumps(_plain(meta), indent=2, ensure_ascii=False) + "\n"
+
+
+def _plain(obj: Any) -> Any:
+    """numpy scalars / arrays → JSON-native values."""
+    if isinstance(obj, Mapping):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _plain(obj.tolist())
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def write_histogram(
+    path: str | os.PathLike[str],
+    counts: np.ndarray | Histogram,
+    *,
+    tokens: int | Sequence[int] | np.ndarray | None = None,
+    experts: int | None = None,
+    top_k: int | None = None,
+    model: str | None = None,
+    source: str | None = None,
+    layer_ids: Sequence[int] | None = None,
+    layers_summed: bool = False,
+    provenance: str | None = None,
+    generator: Mapping[str, Any] | None = None,
+    rank: np.ndarray | None = None,
+    extra: Mapping[str, Any] | None = None,
+    overwrite: bool = True,
+) -> Path:
+    """Write ``path`` (CSV, every (layer, expert) row incl. zeros) and its sidecar JSON atomically.
+
+    ``counts`` is an (L, E) integer array, or a :class:`Histogram` (its fields and meta are
+    used; keyword arguments given explicitly override). ``extra`` adds sidecar keys. The data
+    are validated exactly as :func:`read_histogram` would before anything is written; returns
+    the CSV path. Raises :class:`InputError` (naming the target) for invalid data.
+    """
+    path = Path(path)
+    if path.suffix.lower() != ".csv":
+        raise ValueError(f"{path}: a histogram is written as .csv")
+    meta: dict[str, Any] = {}
+    if isinstance(counts, Histogram):
+        h = counts
+        meta.update(h.meta)
+        counts = np.asarray(h.counts)
+        tokens = h.tokens if tokens is None else tokens
+        experts = h.experts if experts is None else experts
+        top_k = h.top_k if top_k is None else top_k
+        layer_ids = h.layer_ids if layer_ids is None else layer_ids
+        layers_summed = h.layers_summed or layers_summed
+        rank = h.rank if rank is None else rank
+        model = meta.get("model") if model is None else model
+        source = meta.get("source") if source is None else source
+        provenance = meta.get("provenance") if provenance is None else provenance
+        generator = meta.get("generator") if generator is None else generator
+    counts = np.asarray(counts)
+    if counts.ndim == 1:
+        counts = counts[None, :]
+    if counts.ndim != 2:
+        raise InputError(path, "-", "count", f"expected counts of shape (layers, experts), got {counts.shape}")
+    if counts.size and not np.issubdtype(counts.dtype, np.integer):
+        if not np.all(np.equal(np.mod(counts, 1), 0)):
+            raise InputError(path, "-", "count", f"expected integer counts, got dtype {counts.dtype}")
+    counts = counts.astype(np.int64)
+    n_layers, n_exp = counts.shape
+    experts = n_exp if experts is None else experts
+    if tokens is None:
+        raise ValueError("write_histogram: tokens (routed tokens per layer) is required")
+    tokens_list = _plain(tokens)
+    meta.update(
+        {
+            "model": model,
+            "experts": _plain(experts),
+            "top_k": _plain(top_k),
+            "layers": n_layers,
+            "layer_ids": _plain(list(layer_ids) if layer_ids is not None else list(range(n_layers))),
+            "tokens": tokens_list,
+            "source": source,
+            "layers_summed": bool(layers_summed),
+        }
+    )
+    if provenance is not None:
+        meta["provenance"] = provenance
+    if generator is not None:
+        meta["generator"] = _plain(dict(generator))
+    if extra:
+        meta.update(_plain(dict(extra)))
+    side = sidecar_path(path)
+    e, k, lids, tok, _ = _validate_histogram_meta(meta, side)
+    if n_exp != e:
+        raise InputError(path, "-", "expert", f"counts have {n_exp} experts but experts E={e}")
+    if n_layers != len(lids):
+        raise InputError(path, "-", "layer", f"counts have {n_layers} layers but {len(lids)} layer ids")
+    if (counts < 0).any():
+        raise InputError(path, "-", "count", "negative count")
+    over = counts > tok[:, None]
+    if over.any():
+        l, i = np.argwhere(over)[0]
+        raise InputError(path, "-", "count", f"count {counts[l, i]} of layer {lids[l]}, expert {i} > tokens T={tok[l]}")
+    sums = counts.sum(axis=1)
+    if (sums > k * tok).any():
+        l = int(np.argmax(sums > k * tok))
+        raise InputError(path, "-", "count", f"counts of layer {lids[l]} sum to {sums[l]} > top_k·tokens = {k * tok[l]}")
+    if rank is not None:
+        rank = np.asarray(rank).astype(np.int64)
+        if rank.shape != counts.shape:
+            raise InputError(path, "-", "rank", f"rank shape {rank.shape} differs from counts shape {counts.shape}")
+        if (rank < 0).any():
+            raise InputError(path, "-", "rank", "negative rank (every row written needs one)")
+    _guard_target(path, overwrite)
+    _guard_target(side, overwrite)
+
+    def write_csv(fh: Any) -> None:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(HISTOGRAM_COLUMNS + (("rank",) if rank is not None else ()))
+        for l, lid in enumerate(lids):
+            for i in range(e):
+                row = [lid, i, int(counts[l, i])]
+                if rank is not None:
+                    row.append(int(rank[l, i]))
+                w.writerow(row)
+
+    text = _json_text(meta)
+    _atomic_write(side, lambda fh: fh.write(text), mode="w")
+    _atomic_write(path, write_csv, mode="w")
+    return path
+
+
+def write_trace(
+    path: str | os.PathLike[str],
+    topk: np.ndarray,
+    meta: Mapping[str, Any] | str,
+    weights: np.ndarray | None = None,
+    *,
+    overwrite: bool = True,
+) -> Path:
+    """Write a trace atomically: ``.npz`` (topk, meta[, weights]) or ``.npy`` + sidecar ``.json``.
+
+    ``meta`` needs ``experts`` and ``top_k``; ``layer_ids`` (default ``range(layers)``) and
+    ``axes`` (default step, stream, layer, k) are filled in when absent. The ``.npz`` is
+    byte-stable: fixed zip timestamps, no compression-level surprises. ``weights`` cannot be
+    stored with ``.npy`` (raise). Validated as :func:`read_trace` would; returns ``path``.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".npz", ".npy"):
+        raise InputError(path, "-", "file", f"unknown trace suffix {path.suffix!r}; expected .npz or .npy")
+    meta_d = _parse_json(meta, path, "-", "meta") if isinstance(meta, str) else dict(_plain(dict(meta)))
+    topk = np.asarray(topk)
+    if topk.ndim != 4:
+        raise InputError(path, "-", "topk", f"expected 4 dims (steps, streams, layers, K), got {topk.ndim} with shape {topk.shape}")
+    meta_d.setdefault("layer_ids", list(range(topk.shape[2])))
+    meta_d.setdefault("axes", list(TRACE_AXES))
+    meta_d.setdefault("pad_value", PAD)
+    experts, top_k, _ = _validate_trace_meta(meta_d, topk.shape[2], path, "-")
+    _validate_topk(topk, experts, top_k, path, "-")
+    if weights is not None:
+        if suffix == ".npy":
+            raise ValueError(f"{path}: weights need the .npz format")
+        weights = np.asarray(weights)
+        if weights.shape != topk.shape or not np.issubdtype(weights.dtype, np.floating):
+            raise InputError(path, "-", "weights", f"expected floats of shape {topk.shape}, got {weights.dtype} {weights.shape}")
+    _guard_target(path, overwrite)
+    text = json.dumps(meta_d, ensure_ascii=False)
+    if suffix == ".npz":
+        arrays = {"topk": topk, "meta": np.array(text)}
+        if weights is not None:
+            arrays["weights"] = weights
+
+        def write_npz(fh: Any) -> None:
+            with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+                for name, arr in arrays.items():
+                    info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+                    info.compress_type = zipfile.ZIP_DEFLATED
+                    info.external_attr = 0o644 << 16
+                    with zf.open(info, "w", force_zip64=True) as member:
+                        np.lib.format.write_array(member, np.asarray(arr), allow_pickle=False)
+
+        _atomic_write(path, write_npz)
+    else:
+        side = sidecar_path(path)
+        _guard_target(side, overwrite)
+        _atomic_write(side, lambda fh: fh.write(_json_text(meta_d)), mode="w")
+        _atomic_write(path, lambda fh: np.lib.format.write_array(fh, topk, allow_pickle=False))
+    return path

@@ -1,0 +1,121 @@
+"""One place that saves figures, so every figure in `figures/` is byte-stable and labelled.
+
+Design docs link the committed SVG/PNG files; a re-render that changes bytes without changing the
+picture makes noisy diffs and hides real changes. So the saver pins everything matplotlib would
+otherwise vary between runs: the SVG id hash salt, the date and creator metadata, the PNG
+software tag and the dpi. It writes each file atomically (temp file in the same directory, then
+``os.replace``) so a crash mid-render leaves the old figure or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import matplotlib as mpl
+from matplotlib.figure import Figure
+
+from moeroof import paths
+
+#: resolution of the PNG copy; fixed so the bytes do not depend on the user's rc settings
+DPI = 120
+#: matplotlib hashes this salt into SVG element ids; fixed salt → same ids on every run
+SVG_HASHSALT = "moeroof"
+#: metadata matplotlib would otherwise stamp with a date or its version
+SVG_METADATA = {"Date": None, "Creator": None}
+PNG_METADATA = {"Software": None}
+FORMATS = ("svg", "png")
+
+#: house look for figures; applied by :func:`style` (optional, notebooks opt in)
+STYLE_RC = {
+    "svg.hashsalt": SVG_HASHSALT,
+    "figure.figsize": (7.0, 4.3),
+    "figure.dpi": 100,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "legend.frameon": False,
+}
+
+#: what each provenance tag means on a figure (SPEC §2: non-witnessed inputs make results projected)
+_PROVENANCE_LABELS = {
+    "witnessed": "witnessed (measured)",
+    "projected": "projected (model, not measured)",
+    "assumed": "projected (from assumed inputs)",
+}
+
+
+@contextmanager
+def style() -> Iterator[None]:
+    """Apply the house rc settings for the duration of a ``with`` block."""
+    with mpl.rc_context(STYLE_RC):
+        yield
+
+
+def provenance_label(provenance: str) -> str:
+    """Text to put in a title or legend saying whether a curve is measured or modelled.
+
+    An ``assumed`` input makes the result ``projected``: only witnessed numbers are served as
+    measurements (SPEC §2).
+    """
+    try:
+        return _PROVENANCE_LABELS[provenance]
+    except KeyError:
+        known = ", ".join(sorted(_PROVENANCE_LABELS))
+        raise ValueError(f"unknown provenance {provenance!r}; expected one of: {known}") from None
+
+
+def label_with_baseline(text: str, baseline: str) -> str:
+    """``text`` with its baseline named, e.g. ``"coalescing ratio B·K/U (baseline: uncoalesced)"``.
+
+    A multiple without its baseline is not a number anyone can check (SPEC §2), so an empty
+    baseline is an error rather than a silently bare label.
+    """
+    if not baseline or not baseline.strip():
+        raise ValueError("a baseline is required: name what the multiple is measured against")
+    return f"{text} (baseline: {baseline})"
+
+
+def _check_name(name: str) -> str:
+    """A figure name is a bare file stem, so it cannot escape the figures directory."""
+    if not name or name in {".", ".."} or Path(name).name != name or "/" in name or "\\" in name:
+        raise ValueError(f"figure name must be a plain file stem, got {name!r}")
+    return name
+
+
+def _atomic_savefig(fig: Figure, target: Path, fmt: str) -> None:
+    """Render into a temp file beside ``target`` and rename it over; whole file or none."""
+    metadata = SVG_METADATA if fmt == "svg" else PNG_METADATA
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            fig.savefig(handle, format=fmt, dpi=DPI, metadata=metadata)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; figures are meant to be read by anyone
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def save_figure(fig: Figure, name: str, *, directory: str | os.PathLike[str] | None = None) -> list[Path]:
+    """Write ``name.svg`` and ``name.png`` for ``fig`` and return their paths.
+
+    ``directory`` defaults to :func:`moeroof.paths.figures_dir` (``MOEROOF_FIGURES_DIR``
+    overrides it, which is how tests keep committed figures untouched). Saving the same figure
+    twice gives identical bytes.
+    """
+    _check_name(name)
+    out_dir = Path(directory) if directory is not None else paths.figures_dir()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    with mpl.rc_context({"svg.hashsalt": SVG_HASHSALT}):
+        for fmt in FORMATS:
+            target = out_dir / f"{name}.{fmt}"
+            _atomic_savefig(fig, target, fmt)
+            written.append(target)
+    return written

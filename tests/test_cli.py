@@ -1,0 +1,323 @@
+"""The ``moeroof`` command line: JSON contract, tables, and every error path (exit 2, no traceback)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moeroof.cli import main, parse_batch
+from moeroof.io import sidecar_path, write_histogram, write_trace
+from moeroof.paths import EXTERNAL_DIR
+
+SEED = sum(map(ord, "test_cli"))
+
+UNION_KEYS = {
+    "batch", "union_per_layer", "union_total", "ci_low", "ci_high", "coalescing_ratio",
+    "baseline", "method", "experts", "top_k", "layers", "provenance", "source",
+}
+METHODS = {"closed-form", "rarefaction", "extrapolation", "trace", "none"}
+
+
+def uniform_union(e: int, k: int, b: int) -> float:
+    """E·(1 − (1 − K/E)^B), written out independently of moeroof.union (SPEC §3)."""
+    return e * (1.0 - (1.0 - k / e) ** b)
+
+
+def run_json(capsys, argv: list[str]) -> dict:
+    rc = main(argv + ["--json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert err == ""
+    return json.loads(out)
+
+
+def check_union_contract(rep: dict, n_batch: int) -> None:
+    assert UNION_KEYS <= set(rep)
+    assert isinstance(rep["batch"], list) and all(type(b) is int for b in rep["batch"])
+    assert len(rep["batch"]) == n_batch
+    for key in ("union_per_layer", "union_total", "ci_low", "ci_high", "coalescing_ratio"):
+        assert isinstance(rep[key], list) and len(rep[key]) == n_batch, key
+        assert all(v is None or isinstance(v, float) for v in rep[key]), key
+    assert rep["baseline"] == "uncoalesced"
+    methods = rep["method"] if isinstance(rep["method"], list) else [rep["method"]]
+    assert isinstance(rep["method"], str) or len(set(methods)) > 1
+    assert set(methods) <= METHODS
+    for key in ("experts", "top_k", "layers"):
+        assert type(rep[key]) is int and rep[key] >= 1
+    assert isinstance(rep["source"], str)
+    assert rep["provenance"] is None or isinstance(rep["provenance"], str)
+    for j, b in enumerate(rep["batch"]):
+        u, lo, hi, r = (rep[k][j] for k in ("union_per_layer", "ci_low", "ci_high", "coalescing_ratio"))
+        if u is None:
+            continue
+        assert rep["top_k"] - 1e-9 <= u <= min(rep["experts"], b * rep["top_k"]) + 1e-9
+        assert lo - 1e-9 <= u <= hi + 1e-9
+        assert r == pytest.approx(b * rep["top_k"] / u)
+        assert rep["union_total"][j] == pytest.approx(u * rep["layers"])
+
+
+@pytest.fixture
+def histogram(tmp_path) -> Path:
+    """3 layers, E=16, K=2, T=40 tokens per layer, skewed (Zipf-like) and complete."""
+    rng = np.random.default_rng(SEED)
+    e, k, t, layers = 16, 2, 40, 3
+    w = 1.0 / np.arange(1, e + 1) ** 1.1
+    counts = np.zeros((layers, e), dtype=np.int64)
+    for layer in range(layers):
+        g = np.log(w) + rng.gumbel(size=(t, e))
+        np.add.at(counts[layer], np.argsort(-g, axis=1)[:, :k].ravel(), 1)
+    return write_histogram(
+        tmp_path / "hist.csv", counts, tokens=t, experts=e, top_k=k, model="toy-zipf",
+        source="test_cli", provenance="synthetic", generator={"zipf_s": 1.1, "seed": SEED},
+    )
+
+
+@pytest.fixture
+def trace(tmp_path) -> Path:
+    rng = np.random.default_rng(SEED)
+    steps, streams, layers, e, k = 12, 6, 2, 8, 2
+    topk = np.argsort(rng.random((steps, streams, layers, e)), axis=-1)[..., :k].astype(np.int16)
+    topk[8:, 5] = -1  # one stream finishes early
+    meta = {"model": "toy", "experts": e, "top_k": k, "source": "test_cli", "provenance": "synthetic"}
+    return write_trace(tmp_path / "trace.npz", topk, meta)
+
+
+# ----------------------------------------------------------------------------- union
+
+
+def test_union_uniform_json_matches_closed_form(capsys):
+    rep = run_json(capsys, ["union", "--uniform", "64", "6", "--batch", "1,8,64", "--layers", "3"])
+    check_union_contract(rep, 3)
+    assert rep["batch"] == [1, 8, 64]
+    assert (rep["experts"], rep["top_k"], rep["layers"]) == (64, 6, 3)
+    assert rep["method"] == "closed-form" and rep["provenance"] == "model"
+    for j, b in enumerate(rep["batch"]):
+        u = uniform_union(64, 6, b)
+        assert rep["union_per_layer"][j] == pytest.approx(u, rel=1e-12)
+        assert rep["union_total"][j] == pytest.approx(3 * u, rel=1e-12)
+        assert rep["coalescing_ratio"][j] == pytest.approx(b * 6 / u, rel=1e-12)
+        assert rep["ci_low"][j] == pytest.approx(u) and rep["ci_high"][j] == pytest.approx(u)
+
+
+def test_union_uniform_table(capsys):
+    assert main(["union", "--uniform", "8", "2", "--batch", "4,1"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    header = next(line for line in lines if line.lstrip().startswith("B "))
+    assert "union/layer" in header and "uncoalesced" in header and "method" in header
+    rows = [line.split() for line in lines if line.strip()[:1].isdigit()]
+    assert [r[0] for r in rows] == ["1", "4"]  # sorted
+    assert float(rows[1][1]) == pytest.approx(uniform_union(8, 2, 4), abs=5e-3)
+    assert rows[1][-1] == "closed-form"
+
+
+def test_union_histogram_json(capsys, histogram):
+    rep = run_json(capsys, ["union", str(histogram), "--batch", "1,8,40,200", "--bootstrap", "50"])
+    check_union_contract(rep, 4)
+    assert rep["method"] == ["rarefaction", "rarefaction", "rarefaction", "extrapolation"]
+    assert (rep["experts"], rep["top_k"], rep["layers"]) == (16, 2, 3)
+    assert rep["provenance"] == "synthetic" and rep["source"] == str(histogram)
+    assert rep["union_per_layer"][0] == pytest.approx(2.0)  # one token: exactly K experts
+    assert rep["ci_low"][2] < rep["ci_high"][2]
+    # same seed, same numbers; another seed moves only the band
+    again = run_json(capsys, ["union", str(histogram), "--batch", "1,8,40,200", "--bootstrap", "50"])
+    assert again == rep
+    other = run_json(capsys, ["union", str(histogram), "--batch", "1,8,40,200", "--bootstrap", "50", "--seed", "7"])
+    assert other["union_per_layer"] == rep["union_per_layer"]
+
+
+def test_union_histogram_table_mentions_summed_layers(capsys, tmp_path):
+    path = write_histogram(
+        tmp_path / "summed.csv", np.array([[30, 20, 10, 0]]), tokens=30, experts=4, top_k=2,
+        model="m", source="s", layers_summed=True,
+    )
+    assert main(["union", str(path), "--batch", "1,2", "--bootstrap", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "rarefaction" in out and "summed over layers" in out
+
+
+def test_union_trace_json(capsys, trace):
+    rep = run_json(capsys, ["union", str(trace), "--batch", "1,2,6,7", "--bootstrap", "30"])
+    check_union_contract(rep, 4)
+    assert rep["method"] == ["trace", "trace", "trace", "none"]  # no step has 7 live streams
+    assert rep["union_per_layer"][0] == pytest.approx(2.0)
+    assert rep["union_per_layer"][3] is None and rep["coalescing_ratio"][3] is None
+    assert (rep["experts"], rep["top_k"], rep["layers"]) == (8, 2, 2)
+    assert rep["provenance"] == "synthetic"
+
+
+def test_union_npy_trace(capsys, tmp_path):
+    rng = np.random.default_rng(SEED)
+    topk = np.argsort(rng.random((5, 4, 1, 6)), axis=-1)[..., :3]
+    path = write_trace(tmp_path / "t.npy", topk, {"experts": 6, "top_k": 3})
+    rep = run_json(capsys, ["union", str(path), "--batch", "1,4"])
+    check_union_contract(rep, 2)
+    assert rep["method"] == "trace" and rep["provenance"] is None
+    assert main(["union", str(path), "--batch", "1,4"]) == 0
+    assert "trace" in capsys.readouterr().out
+
+
+def test_installed_script_subprocess(tmp_path, trace):
+    """The console script (or ``python -m moeroof.cli``) in a real process: JSON and an error."""
+    script = Path(sys.executable).with_name("moeroof")
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "moeroof.cli"]
+    ok = subprocess.run(
+        cmd + ["union", "--uniform", "8", "2", "--batch", "1,8,64", "--json"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert ok.returncode == 0, ok.stderr
+    rep = json.loads(ok.stdout)
+    assert rep["union_per_layer"] == pytest.approx([uniform_union(8, 2, b) for b in (1, 8, 64)])
+    bad = subprocess.run(
+        [sys.executable, "-m", "moeroof.cli", "union", str(tmp_path / "missing.npz"), "--batch", "1"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert bad.returncode == 2
+    assert bad.stderr == f"error: {tmp_path / 'missing.npz'}:-: file: no such file\n"
+    assert bad.stdout == ""
+
+
+@pytest.mark.external
+@pytest.mark.skipif(not EXTERNAL_DIR.is_dir(), reason=f"captured routing data not present at {EXTERNAL_DIR}")
+def test_union_real_serving_trace(capsys):
+    """Qwen1.5-MoE layer 0, a real vLLM batch of up to 25 concurrent requests (E=60, K=4)."""
+    path = EXTERNAL_DIR / "qwen15moe-a27b-gptq-vllm-layer0" / "trace_decode_layer0.npz"
+    rep = run_json(capsys, ["union", str(path), "--batch", "1,4,16", "--bootstrap", "50"])
+    check_union_contract(rep, 3)
+    assert rep["method"] == "trace" and rep["provenance"] == "witnessed"
+    assert (rep["experts"], rep["top_k"], rep["layers"]) == (60, 4, 1)
+    assert rep["union_per_layer"][0] == pytest.approx(4.0)
+    # real routing is skewed: below the uniform union at B=16
+    assert rep["union_per_layer"][2] < uniform_union(60, 4, 16)
+
+
+# ----------------------------------------------------------------------------- fit
+
+
+def test_fit_json_and_table(capsys, histogram):
+    pytest.importorskip("moeroof.fit", reason="fit.py not written yet")
+    rep = run_json(capsys, ["fit", str(histogram), "--bootstrap", "5", "--gof-sims", "9"])
+    assert {"experts", "top_k", "layers", "chosen", "models", "per_layer"} <= set(rep)
+    assert (rep["experts"], rep["top_k"], rep["layers"]) == (16, 2, 3)
+    assert rep["chosen"] in rep["models"]
+    for m in rep["models"].values():
+        assert {"params", "ci", "log_likelihood", "aic", "gof_statistic", "gof_pvalue"} <= set(m)
+    assert rep["source"] == str(histogram)
+    assert main(["fit", str(histogram), "--bootstrap", "5", "--gof-sims", "9"]) == 0
+    out = capsys.readouterr().out
+    assert "AIC" in out and f"* {rep['chosen']}" in out
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def _bad_hist(tmp_path: Path) -> Path:
+    path = tmp_path / "bad.csv"
+    path.write_text("layer,expert,count\n0,0,1\n0,9,1\n")
+    sidecar_path(path).write_text(
+        json.dumps({"model": "m", "experts": 4, "top_k": 2, "layers": 1, "tokens": 3, "source": "s", "layers_summed": False})
+    )
+    return path
+
+
+def _k_gt_e_hist(tmp_path: Path) -> Path:
+    path = tmp_path / "kge.csv"
+    path.write_text("layer,expert,count\n0,0,1\n")
+    sidecar_path(path).write_text(
+        json.dumps({"model": "m", "experts": 2, "top_k": 3, "layers": 1, "tokens": 3, "source": "s", "layers_summed": False})
+    )
+    return path
+
+
+def _float_trace(tmp_path: Path) -> Path:
+    path = tmp_path / "float.npz"
+    with open(path, "wb") as fh:
+        np.savez(fh, topk=np.zeros((2, 2, 1, 2)), meta=np.array(json.dumps({"experts": 4, "top_k": 2})))
+    return path
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["union", "--uniform", "8", "2", "--batch", "0,x"], "error: --batch: '0' is not a positive integer"),
+        (["union", "--uniform", "8", "2", "--batch", "1,x"], "error: --batch: 'x' is not a positive integer"),
+        (["union", "--uniform", "8", "2", "--batch", "1,,2"], "error: --batch: expected comma-separated"),
+        (["union", "--uniform", "8", "2", "--batch", ""], "error: --batch: expected comma-separated"),
+        (["union", "--uniform", "2", "4", "--batch", "1"], "error: --uniform: top_k K=4 exceeds experts E=2"),
+        (["union", "--uniform", "8", "two", "--batch", "1"], "error: --uniform K: 'two' is not a positive integer"),
+        (["union", "--uniform", "8", "2", "--batch", "1", "--layers", "0"], "error: --layers: '0' is not a positive integer"),
+        (["union", "--uniform", "8", "2", "--batch", "1", "--level", "2"], "error: --level: '2' is not a number in (0, 1)"),
+        (["union", "--uniform", "8", "2", "--batch", "1", "--seed", "-1"], "error: --seed: '-1' is not a non-negative integer"),
+        (["union", "--batch", "1"], "error: give a histogram/trace PATH or --uniform E K"),
+        (["union", "{hist}", "--uniform", "8", "2", "--batch", "1"], "error: give either PATH or --uniform E K, not both"),
+        (["union", "{hist}", "--batch", "1", "--layers", "2"], "error: --layers applies to --uniform only"),
+        (["union", "{hist}", "--batch", "1", "--bootstrap", "many"], "error: --bootstrap: 'many' is not a non-negative integer"),
+        (["union", "{trace}", "--batch", "1", "--draws", "0"], "error: --draws: '0' is not a positive integer"),
+        (["union", "{tmp}/missing.csv", "--batch", "1"], "error: {tmp}/missing.csv:-: file: no such file"),
+        (["union", "{bad}", "--batch", "1"], "error: {tmp}/bad.csv:3: expert: expert 9 ≥ experts E=4"),
+        (["union", "{kge}", "--batch", "1"], "error: {tmp}/kge.json:-: top_k: top_k K=3 exceeds experts E=2"),
+        (["union", "{float}", "--batch", "1"], "error: {tmp}/float.npz:-: topk: expected an integer dtype, got float64"),
+        (["union", "{tmp}/notes.txt", "--batch", "1"], "error: {tmp}/notes.txt:-: file: unknown suffix '.txt'"),
+        (["fit", "{tmp}/missing.csv"], "error: {tmp}/missing.csv:-: file: no such file"),
+        (["fit", "{bad}"], "error: {tmp}/bad.csv:3: expert: expert 9 ≥ experts E=4"),
+        (["fit", "{trace}"], "error: {tmp}/trace.npz:-: file: fit needs a histogram .csv, got a trace"),
+        (["fit", "{hist}", "--bootstrap", "-3"], "error: --bootstrap: '-3' is not a non-negative integer"),
+    ],
+)
+def test_error_paths_exit_2(capsys, tmp_path, histogram, trace, argv, message):
+    (tmp_path / "notes.txt").write_text("hello")
+    subs = {
+        "{hist}": str(histogram), "{trace}": str(trace), "{bad}": str(_bad_hist(tmp_path)),
+        "{kge}": str(_k_gt_e_hist(tmp_path)), "{float}": str(_float_trace(tmp_path)), "{tmp}": str(tmp_path),
+    }
+
+    def sub(s: str) -> str:
+        for k, v in subs.items():
+            s = s.replace(k, v)
+        return s
+
+    rc = main([sub(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert rc == 2
+    assert err.startswith(sub(message)), err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert out == ""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["nope"], ["union"], ["union", "--uniform", "8", "--batch", "1"], ["fit"], ["union", "--batch", "1", "--frobnicate"]],
+)
+def test_argparse_usage_errors_exit_2(capsys, argv):
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "usage:" in err and "Traceback" not in err
+
+
+def test_help_and_version_exit_0(capsys):
+    assert main(["--help"]) == 0
+    assert "union" in capsys.readouterr().out
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("moeroof ")
+
+
+def test_parse_batch():
+    assert parse_batch("64, 1,8,8") == [1, 8, 64]
+    for bad in ("0", "-1", "1.5", "a", "", "1,", "1e3"):
+        with pytest.raises(ValueError):
+            parse_batch(bad)
+
+
+def test_cli_does_not_modify_inputs(capsys, histogram, trace):
+    files = [histogram, sidecar_path(histogram), trace]
+    before = {f: (f.read_bytes(), f.stat().st_mtime_ns) for f in files}
+    assert main(["union", str(histogram), "--batch", "1,4", "--bootstrap", "5"]) == 0
+    assert main(["union", str(trace), "--batch", "1,4", "--bootstrap", "5"]) == 0
+    capsys.readouterr()
+    assert {f: (f.read_bytes(), f.stat().st_mtime_ns) for f in files} == before

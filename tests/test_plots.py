@@ -1,0 +1,91 @@
+"""The figure saver: byte-stable SVG and PNG, written where MOEROOF_FIGURES_DIR points."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")  # library tests only; report kernels keep the inline backend (STYLE.md)
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+from moeroof import plots
+
+
+@pytest.fixture
+def figure():
+    rng = np.random.default_rng(sum(map(ord, "test_plots")))
+    with plots.style():
+        fig, ax = plt.subplots()
+        ax.plot(np.arange(50), rng.normal(size=50).cumsum(), label=plots.provenance_label("projected"))
+        ax.set_xscale("log")
+        ax.set_xlabel("batch B (agents)")
+        ax.set_ylabel(plots.label_with_baseline("coalescing ratio B·K/U", "uncoalesced"))
+        ax.set_title("test figure")
+        ax.legend()
+    yield fig
+    plt.close(fig)
+
+
+def test_same_figure_twice_gives_identical_bytes(figure, tmp_path):
+    first = plots.save_figure(figure, "fig", directory=tmp_path / "a")
+    second = plots.save_figure(figure, "fig", directory=tmp_path / "b")
+    assert [p.name for p in first] == ["fig.svg", "fig.png"]
+    for a, b in zip(first, second, strict=True):
+        assert a.read_bytes() == b.read_bytes(), a.name
+
+
+def test_overwrite_in_place_is_stable_and_leaves_no_temp_files(figure, tmp_path):
+    svg, png = plots.save_figure(figure, "fig", directory=tmp_path)
+    before = svg.read_bytes(), png.read_bytes()
+    plots.save_figure(figure, "fig", directory=tmp_path)
+    assert (svg.read_bytes(), png.read_bytes()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fig.png", "fig.svg"]
+
+
+def test_no_timestamp_or_version_in_outputs(figure, tmp_path):
+    svg, png = plots.save_figure(figure, "fig", directory=tmp_path)
+    text = svg.read_text(encoding="utf-8")
+    assert "<dc:date>" not in text
+    assert "Matplotlib v" not in text
+    assert b"Software" not in png.read_bytes()
+
+
+def test_lands_in_env_figures_dir(figure, tmp_path, monkeypatch):
+    target = tmp_path / "figs"
+    monkeypatch.setenv("MOEROOF_FIGURES_DIR", str(target))
+    written = plots.save_figure(figure, "union_curve")
+    assert written == [target / "union_curve.svg", target / "union_curve.png"]
+    assert all(p.is_file() and p.stat().st_size > 0 for p in written)
+
+
+def test_failed_save_leaves_nothing(tmp_path, monkeypatch):
+    fig, _ = plt.subplots()
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(fig, "savefig", boom)
+    with pytest.raises(RuntimeError):
+        plots.save_figure(fig, "fig", directory=tmp_path)
+    plt.close(fig)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("bad", ["", ".", "..", "a/b", "../escape"])
+def test_name_must_be_plain_stem(figure, tmp_path, bad):
+    with pytest.raises(ValueError):
+        plots.save_figure(figure, bad, directory=tmp_path)
+
+
+def test_labels():
+    assert plots.label_with_baseline("coalescing ratio B·K/U", "uncoalesced") == (
+        "coalescing ratio B·K/U (baseline: uncoalesced)"
+    )
+    with pytest.raises(ValueError):
+        plots.label_with_baseline("speedup", "")
+    assert "witnessed" in plots.provenance_label("witnessed")
+    assert plots.provenance_label("assumed").startswith("projected")
+    with pytest.raises(ValueError):
+        plots.provenance_label("guessed")

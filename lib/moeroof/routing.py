@@ -279,6 +279,7 @@ def sample_trace(
     c: float = np.inf,
     rho: float = 0.0,
     groups: int = 1,
+    scope: str = "trace",
     popularity: np.ndarray | None = None,
 ) -> np.ndarray:
     """Sample a routing trace of shape (steps, streams, layers, K), int32 expert ids.
@@ -286,8 +287,12 @@ def sample_trace(
     ``popularity`` (layers, E) overrides the model's draw (for a fitted or measured layer).
     ``c`` is the heterogeneity concentration: stream s belongs to task group
     ``s * groups // streams`` and each group routes by ``q ~ Dirichlet(c·w)`` (per layer, drawn
-    once). ``rho`` is the stickiness: each expert of the previous step is kept with
-    probability ρ and the rest of the K slots are refilled by Plackett–Luce among the others.
+    once with ``scope="trace"``: a task's lasting bias; with ``scope="step"`` it is redrawn at
+    every step: the streams of a step share a context, so they overlap more with each other
+    than with the trace's own marginal histogram — the cross-agent correlation that a trace's
+    measured union shows against its independent plug-in). ``rho`` is the stickiness: each
+    expert of the previous step is kept with probability ρ and the rest of the K slots are
+    refilled by Plackett–Luce among the others.
     """
     if steps < 1 or streams < 1 or layers < 1:
         raise ValueError("steps, streams and layers must be >= 1")
@@ -301,18 +306,25 @@ def sample_trace(
     w = model.popularity(layers, rng) if popularity is None else _normalize(popularity)
     if w.shape != (layers, model.experts):
         raise ValueError(f"popularity must have shape {(layers, model.experts)}, got {w.shape}")
-    if np.isinf(c):
-        with np.errstate(divide="ignore"):
-            logq = np.broadcast_to(np.log(w), (streams,) + w.shape)
-    else:
+    if scope not in ("trace", "step"):
+        raise ValueError(f"scope must be 'trace' or 'step', got {scope!r}")
+
+    def draw_logq() -> np.ndarray:
+        if np.isinf(c):
+            with np.errstate(divide="ignore"):
+                return np.broadcast_to(np.log(w), (streams,) + w.shape)
         # experts with zero popularity stay unreachable; the others get concentration c·w
         conc = np.maximum(c * w, 1e-300)
         group_logq = _log_dirichlet(np.broadcast_to(conc, (groups,) + w.shape), rng)
         group_logq = np.where(w > 0, group_logq, -np.inf)
-        logq = group_logq[np.arange(streams) * groups // streams]
+        return group_logq[np.arange(streams) * groups // streams]
+
+    logq = draw_logq()
     out = np.empty((steps, streams, layers, k), dtype=np.int32)
     out[0] = _top_k_of_scores(logq + rng.gumbel(size=logq.shape), k)
     for step in range(1, steps):
+        if scope == "step":
+            logq = draw_logq()
         scores = logq + rng.gumbel(size=logq.shape)
         if rho > 0:
             keep = rng.random(out[step - 1].shape) < rho

@@ -1,0 +1,468 @@
+#!/usr/bin/env python
+"""Performance benchmarks for SPEC §10, on ONE pinned core (`make bench`).
+
+Items (floors from SPEC §10; each measured as a ratio against a stated reference):
+
+1. plug-in U(B) for 80 layers x E=256, B = 1..4096 (every integer): floor 50 ms.
+   Library ``moeroof.union.union_plugin(pi, batch)``; reference the direct numpy expression
+   ``(1 - (1 - pi[..., None]) ** b).sum(axis=1)``, chunked over layers.
+   ``inclusion_probabilities`` (computing pi) is timed separately, with no floor.
+2. rarefaction U(B) with a 200-replicate bootstrap band, 80 layers, T = 5000 tokens,
+   24 log-spaced batch sizes in 1..4096: floor 2 s.
+   Library ``moeroof.union.union_histogram(..., bootstrap=200, rng=rng)``; reference a
+   per-layer, per-replicate loop of gammaln rarefaction on the same bootstrap replicate counts
+   (timed on a subset of replicates and scaled linearly; the full reference is also run once,
+   untimed by the floor, to check the library's band).
+
+Exit status: 0 all floors met, 1 a floor missed, 3 library and reference disagree
+(beyond 1e-9 relative for item 1, 1e-6 for item 2). ``--quick`` runs small sizes (a smoke run);
+``--no-write`` skips writing benchmarks/results.json.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Pin one core before numpy (and its BLAS) is imported.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+_PINNED = None
+if hasattr(os, "sched_setaffinity"):
+    try:
+        os.sched_setaffinity(0, {0})
+        _PINNED = sorted(os.sched_getaffinity(0))
+    except OSError:  # pragma: no cover - e.g. CPU 0 not in our cpuset
+        _PINNED = None
+
+import argparse  # noqa: E402
+import gc  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import scipy  # noqa: E402
+from scipy.special import gammaln, ndtri  # noqa: E402
+
+import moeroof  # noqa: E402
+from moeroof import routing, union  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results.json"
+
+EXPERTS = 256
+TOP_K = 8
+TOKENS = 5000
+SEED = 20240610
+TOL_PLUGIN = 1e-9
+TOL_RAREFACTION = 1e-6
+
+
+# --------------------------------------------------------------------------------------------
+# timing
+
+
+def timeit(fn, repeats: int, setup=None, warmup: int = 1):
+    """Best-of-N wall times (time.perf_counter) of ``fn(*setup())``, after ``warmup`` calls.
+
+    ``setup`` runs untimed before each call (e.g. a fresh seeded rng); gc is off while timing.
+    Returns (list of seconds, the last result).
+    """
+    out = None
+    for _ in range(warmup):
+        out = fn(*(setup() if setup else ()))
+    times = []
+    gc_was = gc.isenabled()
+    try:
+        for _ in range(repeats):
+            args = setup() if setup else ()
+            gc.collect()
+            gc.disable()
+            t0 = time.perf_counter()
+            out = fn(*args)
+            times.append(time.perf_counter() - t0)
+            if gc_was:
+                gc.enable()
+    finally:
+        if gc_was:
+            gc.enable()
+    return times, out
+
+
+def rel_diff(lib: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
+    """(max abs difference, max relative difference with |ref| floored at 1 expert)."""
+    lib = np.asarray(lib, dtype=float)
+    ref = np.asarray(ref, dtype=float)
+    if lib.shape != ref.shape:
+        return float("inf"), float("inf")
+    d = np.abs(lib - ref)
+    return float(np.max(d)), float(np.max(d / np.maximum(np.abs(ref), 1.0)))
+
+
+# --------------------------------------------------------------------------------------------
+# item 1: plug-in
+
+
+def reference_plugin(pi: np.ndarray, batch: np.ndarray, chunk: int = 8) -> np.ndarray:
+    """The direct expression ``(1 - (1 - pi[..., None]) ** b).sum(axis=1)``, chunked over layers."""
+    b = batch.astype(float)
+    return np.concatenate(
+        [(1.0 - (1.0 - pi[i : i + chunk, :, None]) ** b).sum(axis=1) for i in range(0, pi.shape[0], chunk)]
+    )
+
+
+def bench_plugin(layers: int, repeats: int, ref_repeats: int) -> tuple[dict, dict]:
+    rng = np.random.default_rng(SEED)
+    popularity = routing.Zipf(EXPERTS, TOP_K, 1.0).popularity(layers, rng)
+    batch = np.arange(1, 4097)
+
+    t_pi, pi = timeit(lambda: routing.inclusion_probabilities(popularity, TOP_K), max(1, repeats // 2))
+    t_lib, curve = timeit(lambda: union.union_plugin(pi, batch), repeats)
+    t_ref, ref = timeit(lambda: reference_plugin(pi, batch), ref_repeats)
+    max_abs, max_rel = rel_diff(curve.union_per_layer, ref)
+
+    pi_row = {
+        "item": "1b. inclusion_probabilities (pi; no floor)",
+        "what": f"moeroof.routing.inclusion_probabilities, {layers} layers x E={EXPERTS}, K={TOP_K}, Zipf s=1",
+        "floor_s": None,
+        "best_s": min(t_pi),
+        "median_s": statistics.median(t_pi),
+        "repeats": len(t_pi),
+        "reference": None,
+        "ratio": None,
+        "pass": None,
+    }
+    row = {
+        "item": "1. plug-in U(B)",
+        "what": f"moeroof.union.union_plugin, {layers} layers x E={EXPERTS}, B = 1..4096 (every integer)",
+        "floor_s": 0.050,
+        "best_s": min(t_lib),
+        "median_s": statistics.median(t_lib),
+        "repeats": len(t_lib),
+        "reference": {
+            "what": "numpy (1 - (1 - pi[..., None]) ** b).sum(axis=1), chunked 8 layers at a time",
+            "best_s": min(t_ref),
+            "median_s": statistics.median(t_ref),
+            "repeats": len(t_ref),
+            "scaled": False,
+        },
+        # speed-up: reference time / library time (best of each)
+        "ratio": min(t_ref) / min(t_lib),
+        "max_abs_diff": max_abs,
+        "max_rel_diff": max_rel,
+        "tolerance_rel": TOL_PLUGIN,
+        "agree": bool(max_rel <= TOL_PLUGIN),
+    }
+    row["pass"] = bool(row["best_s"] < row["floor_s"])
+    return pi_row, row
+
+
+# --------------------------------------------------------------------------------------------
+# item 2: rarefaction with bootstrap band
+
+
+def reference_rarefaction_one(y: np.ndarray, tokens: int, b: np.ndarray) -> np.ndarray:
+    """``Σ_i [1 − C(T−Y_i, B)/C(T, B)]`` for one layer via gammaln; the ratio is 0 where T−Y < B."""
+    yy = y.astype(float)[:, None]
+    t = float(tokens)
+    n = t - yy
+    ok = n >= b
+    n_safe = np.where(ok, n, b)
+    log_ratio = gammaln(n_safe + 1.0) - gammaln(n_safe - b + 1.0) - gammaln(t + 1.0) + gammaln(t - b + 1.0)
+    return np.where(ok, 1.0 - np.exp(log_ratio), 1.0).sum(axis=0)
+
+
+def reference_rarefaction(reps: np.ndarray, tokens: int, batch: np.ndarray) -> np.ndarray:
+    """Straightforward loop: every replicate, every layer. reps (R, layers, E) → (R, layers, nB)."""
+    b = batch.astype(float)[None, :]
+    out = np.empty(reps.shape[:2] + (batch.size,))
+    for r in range(reps.shape[0]):
+        for layer in range(reps.shape[1]):
+            out[r, layer] = reference_rarefaction_one(reps[r, layer], tokens, b)
+    return out
+
+
+def replicate_counts(counts: np.ndarray, tokens: int, bootstrap: int, seed: int):
+    """The bootstrap replicates union_histogram draws with ``default_rng(seed)``.
+
+    Mirrors union_histogram: the iNEXT assemblage, then one ``rng.binomial`` call. Returns None
+    when the library no longer exposes the assemblage (then the band check is skipped).
+    """
+    assemblage = getattr(union, "_bootstrap_assemblage", None)
+    if assemblage is None:
+        return None
+    layers = counts.shape[0]
+    t = np.full(layers, tokens, dtype=np.int64)
+    probs = assemblage(counts, t, counts.shape[1])
+    rng = np.random.default_rng(seed)
+    return rng.binomial(t[None, :, None], probs[None, :, :], size=(bootstrap,) + probs.shape)
+
+
+def bench_rarefaction(layers: int, bootstrap: int, ref_subset: int, repeats: int) -> dict:
+    rng = np.random.default_rng(SEED + 1)
+    popularity = routing.Zipf(EXPERTS, TOP_K, 1.0).popularity(layers, rng)
+    # the trace is drawn in chunks of tokens (same distribution, bounded memory); counts add up
+    counts = np.zeros((layers, EXPERTS), dtype=np.int64)
+    for start in range(0, TOKENS, 500):
+        n = min(500, TOKENS - start)
+        counts += routing.histogram_from_trace(routing.sample_topk(popularity, TOP_K, n, rng), EXPERTS)
+    batch = np.unique(np.round(np.logspace(0.0, np.log10(4096.0), 25)).astype(np.int64))
+    assert batch.max() <= TOKENS, "reference covers rarefaction (B <= T) only"
+    boot_seed = SEED + 2
+
+    def call(r):
+        return union.union_histogram(counts, TOKENS, batch, top_k=TOP_K, bootstrap=bootstrap, rng=r)
+
+    t_lib, curve = timeit(call, repeats, setup=lambda: (np.random.default_rng(boot_seed),))
+
+    checks = {}
+    # (a) the point estimate (rarefaction of the observed counts)
+    ref_point = reference_rarefaction(counts[None], TOKENS, batch)[0]
+    checks["point"] = rel_diff(curve.union_per_layer, ref_point)
+
+    reps = replicate_counts(counts, TOKENS, bootstrap, boot_seed)
+    band_checked = reps is not None
+    if reps is None:
+        reps = np.random.default_rng(boot_seed).binomial(TOKENS, counts / TOKENS, size=(bootstrap,) + counts.shape)
+        band_note = "union._bootstrap_assemblage not found: band not checked, replicates from Binomial(T, Y/T)"
+    else:
+        band_note = "replicates reconstructed as union_histogram draws them (same seed)"
+    sub = min(ref_subset, bootstrap)
+
+    # the reference is timed on the point + `sub` replicates and scaled linearly to point + R
+    t_ref, ref_sub = timeit(
+        lambda: reference_rarefaction(np.concatenate([counts[None], reps[:sub]]), TOKENS, batch), repeats
+    )
+    scale = (bootstrap + 1) / (sub + 1)
+
+    # (b) library rarefaction vs reference on the same replicate counts
+    lib_sub, _ = union.rarefaction(reps[:sub], np.full(layers, TOKENS), batch, EXPERTS)
+    checks["replicates"] = rel_diff(lib_sub, ref_sub[1:])
+
+    # (c) the band: the full reference once (untimed by the floor), then iNEXT's estimate ± z·sd
+    full_ref_s = None
+    if band_checked:
+        t0 = time.perf_counter()
+        ref_boot = reference_rarefaction(reps, TOKENS, batch)
+        full_ref_s = time.perf_counter() - t0
+        z = float(ndtri(0.5 + 0.95 / 2.0))
+        sd = ref_boot.std(axis=0, ddof=1)
+        lo = np.clip(ref_point - z * sd, 0, EXPERTS)
+        hi = np.clip(ref_point + z * sd, 0, EXPERTS)
+        d_lo = rel_diff(curve.ci_low, lo)
+        d_hi = rel_diff(curve.ci_high, hi)
+        checks["band"] = (max(d_lo[0], d_hi[0]), max(d_lo[1], d_hi[1]))
+
+    max_abs = max(v[0] for v in checks.values())
+    max_rel = max(v[1] for v in checks.values())
+    ref_best = min(t_ref) * scale
+    row = {
+        "item": "2. rarefaction U(B) + bootstrap band",
+        "what": (
+            f"moeroof.union.union_histogram, {layers} layers x E={EXPERTS}, T={TOKENS}, "
+            f"{batch.size} log-spaced B in 1..4096, bootstrap={bootstrap}"
+        ),
+        "floor_s": 2.0,
+        "best_s": min(t_lib),
+        "median_s": statistics.median(t_lib),
+        "repeats": len(t_lib),
+        "reference": {
+            "what": (
+                "per-layer, per-replicate loop of gammaln rarefaction on the same replicate counts "
+                f"(point + {bootstrap} replicates); timed on point + {sub} replicates, scaled x{scale:.3g}"
+            ),
+            "best_s": ref_best,
+            "median_s": statistics.median(t_ref) * scale,
+            "repeats": len(t_ref),
+            "scaled": sub < bootstrap,
+            "subset_replicates": sub,
+            "subset_best_s": min(t_ref),
+            "full_single_run_s": full_ref_s,
+        },
+        "ratio": ref_best / min(t_lib),
+        "max_abs_diff": max_abs,
+        "max_rel_diff": max_rel,
+        "checks": {k: {"max_abs_diff": v[0], "max_rel_diff": v[1]} for k, v in checks.items()},
+        "check_note": band_note,
+        "tolerance_rel": TOL_RAREFACTION,
+        "agree": bool(max_rel <= TOL_RAREFACTION),
+    }
+    row["pass"] = bool(row["best_s"] < row["floor_s"])
+    return row
+
+
+# --------------------------------------------------------------------------------------------
+# machine info and output
+
+
+def machine_info() -> dict:
+    cpu_model = None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info = {
+        "platform": platform.platform(),
+        "uname": " ".join(platform.uname()),
+        "processor": platform.processor() or None,
+        "cpu_model": cpu_model,
+        "nproc": os.cpu_count(),
+        "affinity": _PINNED,
+        "loadavg_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "python": sys.version.split()[0],
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "moeroof": getattr(moeroof, "__version__", None),
+        "env": {
+            v: os.environ.get(v)
+            for v in (
+                "OMP_NUM_THREADS",
+                "OPENBLAS_NUM_THREADS",
+                "MKL_NUM_THREADS",
+                "OPENBLAS_CORETYPE",
+                "OPENBLAS_L2_SIZE",
+            )
+        },
+    }
+    try:
+        import threadpoolctl  # noqa: PLC0415 - optional, never a dependency
+
+        info["threadpoolctl"] = [
+            {k: p.get(k) for k in ("user_api", "internal_api", "version", "num_threads", "architecture")}
+            for p in threadpoolctl.threadpool_info()
+        ]
+    except ImportError:
+        info["threadpoolctl"] = "not importable"
+    try:
+        cfg = np.show_config(mode="dicts")  # numpy >= 1.25
+        blas = cfg.get("Build Dependencies", {}).get("blas", {})
+        info["numpy_blas"] = {k: blas.get(k) for k in ("name", "version", "openblas configuration")}
+    except Exception:  # noqa: BLE001 - informational only
+        pass
+    return info
+
+
+def fmt_s(x) -> str:
+    if x is None:
+        return "—"
+    return f"{x * 1e3:.1f} ms" if x < 1.0 else f"{x:.2f} s"
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| item | floor | best | median | reference (best) | ratio (ref/lib) | agreement | pass |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        ref = r.get("reference")
+        ref_s = "—" if ref is None else fmt_s(ref["best_s"]) + (" (scaled)" if ref.get("scaled") else "")
+        ratio = "—" if r.get("ratio") is None else f"{r['ratio']:.1f}x"
+        if "max_rel_diff" in r:
+            agree = f"max abs {r['max_abs_diff']:.1e}, rel {r['max_rel_diff']:.1e} ({'ok' if r['agree'] else 'DISAGREE'})"
+        else:
+            agree = "—"
+        ok = "—" if r.get("pass") is None else ("pass" if r["pass"] else "FAIL")
+        lines.append(
+            f"| {r['item']} | {fmt_s(r.get('floor_s'))} | {fmt_s(r['best_s'])} | {fmt_s(r['median_s'])} "
+            f"| {ref_s} | {ratio} | {agree} | {ok} |"
+        )
+    return "\n".join(lines)
+
+
+def write_json(path: Path, payload: dict) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=".results.", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(payload, fh, indent=2)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes: 8 layers, 20 replicates (a smoke run)")
+    ap.add_argument("--no-write", action="store_true", help="do not write benchmarks/results.json")
+    args = ap.parse_args(argv)
+
+    if args.quick:
+        layers, bootstrap, ref_subset = 8, 20, 20
+        rep1, ref_rep1, rep2 = 3, 1, 1
+    else:
+        layers, bootstrap, ref_subset = 80, 200, 20
+        rep1, ref_rep1, rep2 = 7, 3, 3
+
+    info = machine_info()
+    print("# moeroof benchmarks (SPEC §10)" + (" — QUICK smoke run, not the SPEC sizes" if args.quick else ""))
+    print()
+    print(f"- machine: {info['uname']}")
+    print(f"- processor: {info['processor']!r}; CPU model: {info['cpu_model']}; nproc: {info['nproc']}")
+    print(f"- pinned to CPU(s): {info['affinity']}; load average at start: {info['loadavg_at_start']}")
+    print(f"- python {info['python']}, numpy {info['numpy']}, scipy {info['scipy']}, moeroof {info['moeroof']}")
+    print(f"- env: {', '.join(f'{k}={v}' for k, v in info['env'].items())}")
+    print(f"- threadpoolctl: {info['threadpoolctl']}")
+    if "numpy_blas" in info:
+        print(f"- numpy BLAS: {info['numpy_blas']}")
+    print()
+    sys.stdout.flush()
+
+    pi_row, plug_row = bench_plugin(layers, rep1, ref_rep1)
+    rare_row = bench_rarefaction(layers, bootstrap, ref_subset, rep2)
+    rows = [plug_row, pi_row, rare_row]
+
+    print(table(rows))
+    print()
+    print("Notes:")
+    print(f"- times are wall clock (time.perf_counter), best and median of N after one warm-up; N = {rep1} "
+          f"(plug-in), {plug_row['reference']['repeats']} (its reference), {rep2} (rarefaction and its reference).")
+    print("- ratio = reference best / library best (higher is faster than the reference).")
+    print(f"- plug-in reference: {plug_row['reference']['what']}.")
+    ref2 = rare_row["reference"]
+    print(f"- rarefaction reference: {ref2['what']}.")
+    if ref2["full_single_run_s"] is not None:
+        print(f"  The full reference run once took {fmt_s(ref2['full_single_run_s'])} "
+              f"(scaled estimate {fmt_s(ref2['best_s'])}).")
+    checks = ", ".join(f"{k} rel {v['max_rel_diff']:.1e}" for k, v in rare_row["checks"].items())
+    print("- rarefaction library time includes the bootstrap assemblage and the binomial draws; "
+          f"checks: {checks} ({rare_row['check_note']}).")
+    print(f"- tolerances: plug-in {TOL_PLUGIN:g} relative, rarefaction {TOL_RAREFACTION:g} relative "
+          "(elementwise, |reference| floored at 1 expert).")
+
+    disagree = [r["item"] for r in rows if r.get("agree") is False]
+    missed = [r["item"] for r in rows if r.get("pass") is False]
+    status = 3 if disagree else (1 if missed else 0)
+    print()
+    if disagree:
+        print(f"DISAGREE: library and reference differ beyond tolerance for: {', '.join(disagree)}")
+    if missed:
+        print(f"FLOOR MISSED: {', '.join(missed)}")
+    if not disagree and not missed:
+        print("all floors met; library and reference agree")
+
+    if not args.no_write:
+        write_json(
+            RESULTS,
+            {
+                "quick": args.quick,
+                "exit_status": status,
+                "machine": info,
+                "items": rows,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            },
+        )
+        print(f"wrote {RESULTS.relative_to(HERE.parent)}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

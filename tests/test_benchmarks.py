@@ -1,0 +1,26 @@
+"""Smoke test of benchmarks/run.py (SPEC §10): it runs, reports both items, and agrees with its
+references. Timings are not asserted here (a loaded CI box may miss a floor: exit 1 is allowed)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
+
+
+def test_benchmark_quick_runs_and_agrees():
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--no-write"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 3, f"library and reference disagree:\n{out}"
+    assert proc.returncode in (0, 1), f"benchmark crashed (exit {proc.returncode}):\n{out}"
+    assert "1. plug-in U(B)" in proc.stdout, out
+    assert "2. rarefaction U(B) + bootstrap band" in proc.stdout, out
+    assert "| item | floor | best | median |" in proc.stdout, out
+    assert "DISAGREE" not in proc.stdout, out

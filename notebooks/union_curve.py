@@ -27,9 +27,9 @@ experts: int = 256  # routed experts per MoE layer (E)
 top_k: int = 8  # experts per token (K)
 b_max: int = 1024  # largest batch in the sweep
 zipf_s: float = 1.0  # Zipf exponent for the skewed model curve
-dirichlet_alpha: float = 0.5  # Dirichlet concentration (smaller = more skew)
+dirichlet_alpha: float = 0.5  # Dirichlet concentration, smaller means more skew
 model_layers: int = 58  # layers drawn for the Dirichlet band
-histogram: str = "histograms/deepseek-v3-like.csv"  # a histogram .csv (relative to data/, or absolute)
+histogram: str = "histograms/deepseek-v3-like.csv"  # histogram .csv, relative to data/ or absolute
 per_layer_histogram: str = "histograms/glm5-seed003-per-layer.csv"  # per-layer histogram to sum
 bootstrap: int = 200  # bootstrap replicates for the histogram band
 seed_name: str = "union_curve"  # the generator seed is derived from this name

@@ -67,3 +67,15 @@ def test_no_ipynb_tracked_in_notebooks():
         check=True,
     )
     assert result.stdout.strip() == "", f"committed .ipynb files: {result.stdout.split()}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_parameters_are_typed_and_documented(path, tmp_path):
+    """papermill reads `name: type = value  # help` for every parameter (STYLE.md)."""
+    ipynb = tmp_path / f"{path.stem}.ipynb"
+    jupytext.write(jupytext.read(path), ipynb)
+    params = pm.inspect_notebook(str(ipynb))
+    assert params, f"{path.name} has no cell tagged 'parameters'"
+    for name, spec in params.items():
+        assert spec["inferred_type_name"] not in ("None", None), f"{path.name}: {name} has no type hint"
+        assert spec["help"], f"{path.name}: {name} has no help comment (or papermill could not parse it)"

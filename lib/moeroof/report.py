@@ -154,7 +154,23 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--notebooks-dir", type=Path, default=paths.NOTEBOOKS_DIR, help="where the .py notebooks live (default: %(default)s)"
     )
+    parser.add_argument(
+        "-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+        help="override a notebook parameter, as papermill's -p (VALUE read as YAML-ish: 64 → int)",
+    )
     return parser.parse_args(argv)
+
+
+def _coerce(value: str):
+    """papermill's -p convention: numbers become numbers, everything else stays a string."""
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    if value in ("True", "False"):
+        return value == "True"
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -164,11 +180,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not notebooks:
         print(f"moeroof.report: no notebooks (*.py) in {args.notebooks_dir}", file=sys.stderr)
         return 2
+    parameters = {name: _coerce(value) for name, value in args.parameter} or None
+    if parameters:
+        # figures/ holds the default renders that design docs link; a what-if run must not
+        # overwrite them, so its figures go beside its report (the kernel inherits the env)
+        os.environ.setdefault("MOEROOF_FIGURES_DIR", str(args.out / "figures"))
     failures = []
     for path in notebooks:
         start = time.perf_counter()
         try:
-            _, html_path = render(path, args.out)
+            _, html_path = render(path, args.out, parameters)
         except NotebookFailed as err:
             failures.append(str(err))
             print(f"FAILED {path.stem:<24} {time.perf_counter() - start:6.1f} s  {err}", file=sys.stderr, flush=True)

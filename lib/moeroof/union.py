@@ -34,6 +34,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import betaln, ndtri
 
+from moeroof.routing import _log_dirichlet, _softmax, inclusion_probabilities
+
 __all__ = [
     "BASELINE",
     "UnionCurve",
@@ -46,6 +48,7 @@ __all__ = [
     "union_histogram",
     "union_from_trace",
     "union_over_window",
+    "union_correlated",
 ]
 
 #: the baseline every coalescing ratio is measured against (SPEC §2 baseline (a))
@@ -459,3 +462,44 @@ def union_over_window(topk: np.ndarray, batch, *, experts: int) -> np.ndarray:
             n += valid.sum(axis=0)
         out[:, j] = np.where(n > 0, sums / np.maximum(n, 1), np.nan)
     return out
+
+
+def union_correlated(
+    popularity: np.ndarray,
+    top_k: int,
+    batch,
+    *,
+    c: float,
+    rng: np.random.Generator,
+    draws: int = 32,
+    level: float = 0.95,
+) -> UnionCurve:
+    """U(B) when the B tokens of a step share a context ``q ~ Dirichlet(c·w)`` (SPEC §3).
+
+    ``E_q[ Σ_i (1 − (1 − π_i(q))^B) ]`` with π(q) the Plackett–Luce inclusion of q: the model
+    of :func:`moeroof.routing.sample_trace` with ``scope="step"``, in expectation, so it
+    extrapolates a trace's measured union (and its fitted c) to batches larger than the
+    trace's streams. ``c = inf`` is the independent plug-in. Monte Carlo over ``draws``
+    contexts per layer; the band is the Monte Carlo standard error (normal, ``level``).
+    """
+    w = np.atleast_2d(np.asarray(popularity, dtype=float))
+    b = as_batch(batch)
+    if not c > 0:
+        raise ValueError(f"heterogeneity c must be > 0 (inf for none), got {c!r}")
+    if np.isinf(c):
+        return union_plugin(inclusion_probabilities(w, top_k), b, top_k)
+    if draws < 2:
+        raise ValueError("draws must be >= 2 for a Monte Carlo band")
+    w = w / w.sum(axis=1, keepdims=True)
+    conc = np.maximum(c * w, 1e-300)
+    logq = _log_dirichlet(np.broadcast_to(conc, (draws,) + w.shape), rng)
+    logq = np.where(w > 0, logq, -np.inf)
+    pi = inclusion_probabilities(_softmax(logq), top_k)  # (draws, layers, E)
+    u = pi.shape[-1] - power_sums(1.0 - pi, b)  # (draws, layers, nB)
+    point = u.mean(axis=0)
+    z = float(ndtri(0.5 + level / 2.0))
+    se = u.std(axis=0, ddof=1) / np.sqrt(draws)
+    mse = u.mean(axis=1).std(axis=0, ddof=1) / np.sqrt(draws)
+    mean = point.mean(axis=0)
+    return _curve(b, point, point - z * se, point + z * se, mean - z * mse, mean + z * mse,
+                  "correlated-model", w.shape[1], top_k)

@@ -23,7 +23,7 @@ NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.py"))
 #: test_every_notebook_has_small_parameters, so adding a notebook means adding its entry here.
 SMALL_PARAMETERS: dict[str, dict] = {
     "union_curve": {"b_max": 64, "model_layers": 4, "bootstrap": 10},
-    "skew_fit": {},  # TODO(notebook author): small parameters
+    "skew_fit": {"b_max": 64, "fit_bootstrap": 5, "gof_sims": 5, "union_bootstrap": 10, "max_layers": 3},
 }
 
 

@@ -1,0 +1,915 @@
+"""Fit routing-skew and correlation models to captured data (SPEC §4, seed 000 ticket F).
+
+Two families of fits.
+
+**Histogram fits** (per layer and pooled) of incidence counts ``Y`` with shape (L, E): each routed
+token adds 1 to each of its K experts, so a layer holds ``N = Σ_i Y_i = K·T`` picks. The picks
+are treated as a multinomial with probabilities ``π_i / K`` (``π_i`` the inclusion probability,
+Σ π = K), which ignores that one token's K picks are distinct (tokens are the sampling units of
+incidence data, Chao et al. 2014; the multinomial is the usual pick-level approximation):
+
+    log L = log N! − Σ_i log Y_i! + Σ_i Y_i log(π_i / K)
+
+The multinomial coefficient is kept for every model, so log-likelihoods and AIC = 2k − 2 log L
+compare across models. Models: ``uniform`` (``π_i = K/E``, k = 0), ``zipf`` (popularity ∝
+rank^−s, π from :func:`moeroof.routing.inclusion_probabilities`, k = 1) and ``dirichlet``
+(popularity ~ Dirichlet(α·1), a Dirichlet-multinomial approximation, k = 1). Goodness of fit is
+a parametric bootstrap on the sorted-share curve; parameter intervals are bootstrap percentiles.
+
+**Correlation fits** on a trace (steps, streams, layers, K): the stickiness ρ (consecutive
+same-stream overlap) and the heterogeneity concentration c (the cross-agent union at one step
+against the independent plug-in ``Σ_i [1 − (1 − π̂_i)^B]``, SPEC §3–4). Both invert a
+simulation of :func:`moeroof.routing.sample_trace` at a fixed seed.
+
+Every random draw takes an explicit :class:`numpy.random.Generator`; all quantities are counts,
+probabilities or pure numbers (no units).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+from scipy.interpolate import CubicSpline
+from scipy.optimize import minimize_scalar
+from scipy.special import digamma, gammaln
+
+from moeroof import routing
+
+__all__ = [
+    "MODELS",
+    "ModelFit",
+    "HistogramFit",
+    "CorrelationFit",
+    "fit_histogram",
+    "popularity_from_fit",
+    "popularity_from_inclusion",
+    "fit_stickiness",
+    "fit_heterogeneity",
+    "correlation_gap",
+    "fit_correlation",
+]
+
+#: histogram models in the order they are reported
+MODELS: tuple[str, ...] = ("uniform", "zipf", "dirichlet")
+
+#: bounds of the Zipf exponent search
+S_BOUNDS = (0.0, 4.0)
+#: bounds of the Dirichlet concentration search (α at the upper bound is indistinguishable
+#: from uniform at any realistic N)
+ALPHA_BOUNDS = (1e-3, 1e6)
+
+_N_PARAMS = {"uniform": 0, "zipf": 1, "dirichlet": 1}
+
+
+# ---------------------------------------------------------------------------------------------
+# results
+
+
+@dataclass(frozen=True)
+class ModelFit:
+    """One model fitted to one layer (or pooled over layers).
+
+    ``params``: ``{}`` (uniform), ``{"s": …}`` (zipf) or ``{"alpha": …}`` (dirichlet);
+    ``ci``: the bootstrap percentile interval of each parameter (empty when not bootstrapped);
+    ``gof_statistic``: max |observed − model-mean| sorted share; ``gof_pvalue``: parametric
+    bootstrap p-value of that statistic (NaN when no simulations were run).
+    """
+
+    model: str
+    params: dict[str, float]
+    ci: dict[str, tuple[float, float]]
+    log_likelihood: float
+    aic: float
+    gof_statistic: float
+    gof_pvalue: float
+    n_params: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "params": {k: float(v) for k, v in self.params.items()},
+            "ci": {k: [float(v[0]), float(v[1])] for k, v in self.ci.items()},
+            "log_likelihood": float(self.log_likelihood),
+            "aic": float(self.aic),
+            "gof_statistic": float(self.gof_statistic),
+            "gof_pvalue": float(self.gof_pvalue),
+        }
+
+
+@dataclass(frozen=True)
+class HistogramFit:
+    """Per-layer and pooled fits of a (L, E) incidence histogram; ``chosen`` has the lowest
+    pooled AIC. ``rank_order[l]`` lists layer l's experts from most to least counted (the rank
+    assignment of the Zipf fit; used by :func:`popularity_from_fit`)."""
+
+    pooled: dict[str, ModelFit]
+    per_layer: list[dict[str, ModelFit]]
+    chosen: str
+    experts: int
+    top_k: int
+    layers: int
+    rank_order: tuple[tuple[int, ...], ...] = field(default=(), repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able python (floats, lists, str). NaN/inf stay floats (``json`` writes
+        them as ``NaN``/``Infinity``)."""
+        return {
+            "experts": int(self.experts),
+            "top_k": int(self.top_k),
+            "layers": int(self.layers),
+            "chosen": str(self.chosen),
+            "models": {name: f.to_dict() for name, f in self.pooled.items()},
+            "per_layer": [{name: f.to_dict() for name, f in row.items()} for row in self.per_layer],
+        }
+
+
+@dataclass(frozen=True)
+class CorrelationFit:
+    """Correlation knobs fitted to a trace (SPEC §3–4).
+
+    ``rho``: stickiness; ``c``: heterogeneity concentration (``inf``: none measurable);
+    ``union_measured`` / ``union_plugin``: mean distinct experts per (step, layer) over cells
+    with ≥ 2 live streams, measured and independent plug-in; ``gap = union_plugin −
+    union_measured`` (experts per layer per step that independence over-counts: the
+    cross-agent correlation).
+    """
+
+    rho: float
+    rho_ci: tuple[float, float]
+    c: float
+    c_ci: tuple[float, float]
+    union_measured: float
+    union_plugin: float
+    gap: float
+
+    @property
+    def union_ratio(self) -> float:
+        """measured / plug-in union (1: independent streams)."""
+        return self.union_measured / self.union_plugin
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rho": float(self.rho),
+            "rho_ci": [float(x) for x in self.rho_ci],
+            "c": float(self.c),
+            "c_ci": [float(x) for x in self.c_ci],
+            "union_measured": float(self.union_measured),
+            "union_plugin": float(self.union_plugin),
+            "gap": float(self.gap),
+            "union_ratio": float(self.union_ratio),
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# input checks and small helpers
+
+
+def _check_counts(counts: Any, top_k: int) -> np.ndarray:
+    y = np.asarray(counts)
+    if y.ndim != 2 or y.shape[0] < 1 or y.shape[1] < 1:
+        raise ValueError(f"counts must have shape (layers, experts), got shape {y.shape}")
+    if y.dtype.kind not in "iuf" or not np.all(np.isfinite(y)):
+        raise ValueError("counts must be finite numbers")
+    if np.any(y != np.round(y)):
+        raise ValueError("counts must be integers")
+    if np.any(y < 0):
+        raise ValueError("counts must be non-negative")
+    experts = y.shape[1]
+    if int(top_k) != top_k or not 1 <= top_k <= experts:
+        raise ValueError(f"top_k must be an integer in [1, experts={experts}], got {top_k!r}")
+    y = y.astype(np.int64)
+    if np.any(y.sum(axis=1) == 0):
+        raise ValueError("every layer needs at least one count")
+    return y
+
+
+def _multinomial_coef(y: np.ndarray) -> np.ndarray:
+    """log N! − Σ log Y_i! along the last axis."""
+    n = y.sum(axis=-1)
+    return gammaln(n + 1.0) - gammaln(y + 1.0).sum(axis=-1)
+
+
+def _percentile_ci(samples: np.ndarray, level: float, axis: int = 0) -> np.ndarray:
+    q = 50.0 * (1.0 - level)
+    return np.nanpercentile(samples, [q, 100.0 - q], axis=axis)
+
+
+def _log_dirichlet(conc: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """log of Dirichlet draws along the last axis; ``Gamma(a) = Gamma(a+1)·U^(1/a)`` keeps tiny
+    concentrations away from log 0 (same device as routing's private helper)."""
+    log_g = np.log(rng.standard_gamma(conc + 1.0)) + np.log(rng.random(conc.shape)) / conc
+    return log_g - np.logaddexp.reduce(log_g, axis=-1, keepdims=True)
+
+
+def _sorted_desc(y: np.ndarray) -> np.ndarray:
+    return -np.sort(-y, axis=-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Zipf: inclusion probabilities in rank order depend only on (E, K, s) — tabulate once
+
+
+@lru_cache(maxsize=32)
+def _zipf_table(experts: int, top_k: int) -> tuple[CubicSpline, np.ndarray, np.ndarray]:
+    """Cubic spline of log π_r(s) over s ∈ [0, 4] (41 knots, |error| ≲ 2e-5 in log π for
+    E = 256) and the same on a fine grid (step 0.01) for vectorised grid search."""
+    knots = np.linspace(*S_BOUNDS, 41)
+    w = np.stack([routing.zipf_weights(experts, s) for s in knots])
+    log_pi = np.log(np.maximum(routing.inclusion_probabilities(w, top_k), 1e-300))
+    spline = CubicSpline(knots, log_pi, axis=0)
+    fine = np.linspace(*S_BOUNDS, 401)
+    return spline, fine, spline(fine)
+
+
+def _zipf_log_pi_exact(experts: int, top_k: int, s: np.ndarray) -> np.ndarray:
+    """log π (rank order) computed directly (one vectorised call) for each s in ``s``."""
+    s = np.atleast_1d(np.asarray(s, dtype=float))
+    w = np.stack([routing.zipf_weights(experts, x) for x in s])
+    return np.log(np.maximum(routing.inclusion_probabilities(w, top_k), 1e-300))
+
+
+def _zipf_grid_mle(ysorted: np.ndarray, top_k: int) -> np.ndarray:
+    """Zipf MLE of s for each row of ``ysorted`` (..., E): fine-grid argmax of Σ Y_r log π_r(s)
+    then the vertex of the parabola through the three grid points around it."""
+    experts = ysorted.shape[-1]
+    _, fine, log_pi = _zipf_table(experts, top_k)
+    ll = ysorted.astype(float) @ log_pi.T  # (..., G)
+    g = np.argmax(ll, axis=-1)
+    h = fine[1] - fine[0]
+    gi = np.clip(g, 1, fine.size - 2)
+    f0 = np.take_along_axis(ll, gi[..., None], -1)[..., 0]
+    fm = np.take_along_axis(ll, (gi - 1)[..., None], -1)[..., 0]
+    fp = np.take_along_axis(ll, (gi + 1)[..., None], -1)[..., 0]
+    denom = fm - 2.0 * f0 + fp
+    with np.errstate(invalid="ignore", divide="ignore"):
+        delta = np.where(denom < 0, 0.5 * h * (fm - fp) / denom, 0.0)
+    s = fine[gi] + np.clip(delta, -h, h)
+    s = np.where((g == 0) | (g == fine.size - 1), fine[g], s)
+    return np.clip(s, *S_BOUNDS)
+
+
+def _thin(y: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Binomial thinning ``Y = Y_a + Y_b`` (``Y_a ~ Bin(Y, 1/2)``: two independent multinomial
+    halves) and each half's rank of every expert (0 = most counted, ties broken at random)."""
+    ya = rng.binomial(y, 0.5)
+    yb = y - ya
+    ranks = []
+    for half in (ya, yb):
+        order = np.argsort(-(half + 0.5 * rng.random(half.shape)), axis=1)
+        rank = np.empty_like(order)
+        np.put_along_axis(rank, order, np.arange(y.shape[1])[None, :].repeat(y.shape[0], 0), axis=1)
+        ranks.append(rank)
+    return ya, yb, ranks[0], ranks[1]
+
+
+def _zipf_crossfit(y: np.ndarray, log_p_rank: np.ndarray, splits: list) -> np.ndarray:
+    """Cross-fitted Zipf log-likelihood (without the multinomial coefficient), per layer:
+    ``Σ_i Y_b,i log p_{rank_a(i)} + Y_a,i log p_{rank_b(i)}`` — each half is scored with the
+    rank order of the other half — averaged over the thinnings in ``splits``. Scored with its own
+    (sorted) order, noise looks like skew and gains O(E) nats per layer even on uniform data."""
+    out = np.zeros(y.shape[0])
+    for ya, yb, ra, rb in splits:
+        out += (yb * np.take_along_axis(log_p_rank, ra, axis=1)).sum(axis=1)
+        out += (ya * np.take_along_axis(log_p_rank, rb, axis=1)).sum(axis=1)
+    return out / len(splits)
+
+
+def _zipf_polish(ysorted: np.ndarray, top_k: int, s0: float) -> float:
+    """Refine one estimate with bounded Brent (scipy ``minimize_scalar``) on the spline."""
+    spline, fine, _ = _zipf_table(ysorted.shape[-1], top_k)
+    h = fine[1] - fine[0]
+    lo, hi = max(S_BOUNDS[0], s0 - h), min(S_BOUNDS[1], s0 + h)
+    yf = ysorted.astype(float)
+    res = minimize_scalar(
+        lambda s: -float(yf @ spline(s)), bounds=(lo, hi), method="bounded", options={"xatol": 1e-7}
+    )
+    return float(res.x) if -res.fun >= float(yf @ spline(s0)) else float(s0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dirichlet-multinomial
+
+
+def _dm_loglik(y: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """Dirichlet-multinomial log-likelihood without the multinomial coefficient, per row:
+    ``lnΓ(Eα) − lnΓ(N + Eα) + Σ_i [lnΓ(Y_i + α) − lnΓ(α)]``; ``alpha`` broadcasts against
+    ``y[..., 0]``."""
+    e = y.shape[-1]
+    a = np.asarray(alpha, dtype=float)
+    n = y.sum(axis=-1)
+    return (
+        gammaln(e * a)
+        - gammaln(n + e * a)
+        + gammaln(y + a[..., None]).sum(axis=-1)
+        - e * gammaln(a)
+    )
+
+
+def _dm_grad(y: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    e = y.shape[-1]
+    a = np.asarray(alpha, dtype=float)
+    n = y.sum(axis=-1)
+    return e * digamma(e * a) - e * digamma(n + e * a) + digamma(y + a[..., None]).sum(-1) - e * digamma(a)
+
+
+def _dirichlet_mle(y: np.ndarray, pooled: bool) -> np.ndarray:
+    """α MLE of the Dirichlet-multinomial for y (R, L, E): per (R, L) or, pooled, per R (one α
+    shared by the L layers). Coarse grid in log α, then bisection on the score."""
+    r, layers, _ = y.shape
+    yf = y.astype(float)
+    grid = np.linspace(np.log(ALPHA_BOUNDS[0]), np.log(ALPHA_BOUNDS[1]), 46)
+    shape = (r, 1) if pooled else (r, layers)
+    ll = np.empty((grid.size,) + shape)
+    for j, la in enumerate(grid):
+        v = _dm_loglik(yf, np.full((r, layers), np.exp(la)))
+        ll[j] = v.sum(axis=1, keepdims=True) if pooled else v
+    g = np.argmax(ll, axis=0)
+    lo = grid[np.maximum(g - 1, 0)]
+    hi = grid[np.minimum(g + 1, grid.size - 1)]
+
+    def score(la: np.ndarray) -> np.ndarray:
+        v = _dm_grad(yf, np.broadcast_to(np.exp(la), (r, layers)))
+        return v.sum(axis=1, keepdims=True) if pooled else v
+
+    for _ in range(45):
+        mid = 0.5 * (lo + hi)
+        up = score(mid) > 0
+        lo = np.where(up, mid, lo)
+        hi = np.where(up, hi, mid)
+    la = 0.5 * (lo + hi)
+    la = np.where(g == 0, grid[0], np.where(g == grid.size - 1, grid[-1], la))
+    alpha = np.exp(la)
+    return alpha[:, 0] if pooled else alpha
+
+
+# ---------------------------------------------------------------------------------------------
+# goodness of fit
+
+
+def _gof(obs_sorted: np.ndarray, sims_sorted: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """Sorted-share statistic: per layer ``D_l = max_r |ŝ_lr − m̄_lr|`` and pooled ``max_l D_l``,
+    with ``m̄`` the mean sorted shares of the simulations; p = (1 + #{D* ≥ D}) / (1 + M)."""
+    m = sims_sorted.shape[0]
+    if m == 0:
+        nan = np.full(obs_sorted.shape[0], np.nan)
+        return nan, nan, float("nan"), float("nan")
+    mean = sims_sorted.mean(axis=0)
+    d_obs = np.abs(obs_sorted - mean).max(axis=-1)  # (L,)
+    d_sim = np.abs(sims_sorted - mean).max(axis=-1)  # (M, L)
+    p_layer = (1.0 + (d_sim >= d_obs - 1e-15).sum(axis=0)) / (m + 1.0)
+    dp_obs, dp_sim = d_obs.max(), d_sim.max(axis=1)
+    p_pool = (1.0 + (dp_sim >= dp_obs - 1e-15).sum()) / (m + 1.0)
+    return d_obs, p_layer, float(dp_obs), float(p_pool)
+
+
+def _sim_sorted_shares(p: np.ndarray, n: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Sorted shares of multinomial picks; p (M, L, E) pick probabilities, n (L,) picks."""
+    p = p / p.sum(axis=-1, keepdims=True)
+    y = rng.multinomial(np.broadcast_to(n, p.shape[:-1]), p)
+    return _sorted_desc(y) / n[:, None]
+
+
+def _model_pick_probs(model: str, experts: int, top_k: int, param: np.ndarray, sims: int,
+                      rng: np.random.Generator) -> np.ndarray:
+    """(M, L, E) pick probabilities for simulation; ``param`` (L,) per-layer parameters."""
+    layers = param.shape[0]
+    if model == "uniform":
+        return np.full((sims, layers, experts), 1.0 / experts)
+    if model == "zipf":
+        log_pi = _zipf_log_pi_exact(experts, top_k, param)  # (L, E) rank order
+        return np.broadcast_to(np.exp(log_pi) / top_k, (sims, layers, experts))
+    conc = np.broadcast_to(param[None, :, None], (sims, layers, experts)).astype(float)
+    return np.exp(_log_dirichlet(conc, rng))
+
+
+# ---------------------------------------------------------------------------------------------
+# histogram fits
+
+
+def fit_histogram(
+    counts: Any,
+    top_k: int,
+    *,
+    rng: np.random.Generator,
+    bootstrap: int = 100,
+    gof_sims: int = 99,
+    models: tuple[str, ...] = MODELS,
+    level: float = 0.95,
+    crossfit_splits: int = 8,
+) -> HistogramFit:
+    """Fit uniform, Zipf and Dirichlet popularity models to per-layer incidence counts.
+
+    ``counts`` (L, E): incidence counts (each routed token adds 1 to each of its K experts).
+    Likelihood: the N = Σ Y picks of a layer are multinomial with probabilities π_i/K,
+    ``log L = log N! − Σ log Y_i! + Σ Y_i log(π_i/K)`` (SPEC §4; pick-level approximation of
+    incidence data, Chao et al. 2014). AIC = 2k − 2 log L; ``chosen`` is the lowest pooled AIC.
+
+    - ``uniform``: π_i = K/E, k = 0.
+    - ``zipf``: w ∝ rank^−s, π(s) = Plackett–Luce inclusion of w (SPEC §3), s ∈ [0, 4], k = 1.
+      ŝ uses each expert's rank in the observed counts — the maximum-likelihood assignment
+      over permutations. Sorting noise looks like skew, so this favours Zipf on noise: on
+      uniform data ŝ > 0 (≈ 0.03 at E = 64, N = 8e4) and the sorted log L beats the uniform
+      one by O(E) nats per layer (≈ 27 at E = 64), so AIC would always pick Zipf. The reported
+      ``log_likelihood`` (and AIC) of Zipf is therefore *cross-fitted*: the counts are split by
+      binomial thinning into two independent halves, each half is scored at ŝ with the rank
+      order of the other half, averaged over ``crossfit_splits`` thinnings. It has no sorting
+      optimism (a noise order earns nothing) and loses little under real skew (the top ranks
+      are stable). The SPEC's model draws a random permutation per layer, whose exact
+      likelihood averages over all E! orders (a permanent); the cross-fit stands in for it.
+    - ``dirichlet``: w ~ Dirichlet(α·1) per layer, and the picks are approximated by a
+      Dirichlet-multinomial with N draws from w itself, ``log L = log N! − Σ log Y_i! +
+      lnΓ(Eα) − lnΓ(N+Eα) + Σ [lnΓ(Y_i+α) − lnΓ(α)]``. The approximation ignores that the K
+      picks of a token are without replacement (which flattens π against K·w), so α is biased
+      upwards (less skew) when K·max w is not small. α ∈ [1e-3, 1e6], k = 1.
+
+    Pooled fits share one parameter over all layers (each layer keeps its own rank order for
+    Zipf); pooled log L is the sum over layers.
+
+    Goodness of fit: parametric bootstrap with ``gof_sims`` histograms simulated from the
+    fitted model at each layer's N (multinomial picks; Dirichlet: a fresh w per simulation).
+    Statistic per layer: max over ranks of |observed sorted share − mean simulated sorted
+    share|; pooled: the max over layers. p-value: (1 + #{simulated ≥ observed}) / (1 + sims).
+
+    Intervals (``level``) from ``bootstrap`` replicates:
+    - Zipf: resampled picks ``Y* ~ Multinomial(N, Y/N)`` per layer, re-sorted and refitted;
+      *basic* bootstrap interval ``(2ŝ − q_hi, 2ŝ − q_lo)``, because re-sorting adds the
+      sorting bias again and shifts the percentiles above ŝ (at s = 0.1, E = 64, N = 8e4 the
+      percentile interval covered the truth 0/20 times, the basic one 19/20).
+    - Dirichlet: parametric (w* ~ Dirichlet(α̂), Y* ~ Multinomial(N, w*)). Resampling picks
+      would hold this layer's w fixed and miss the main uncertainty of α — one layer is a
+      single draw of E shares from Dirichlet(α) — so its intervals would be far too narrow.
+    """
+    y = _check_counts(counts, top_k)
+    unknown = [m for m in models if m not in MODELS]
+    if unknown or not models:
+        raise ValueError(f"models must be a non-empty subset of {MODELS}, got {models!r}")
+    if bootstrap < 0 or gof_sims < 0:
+        raise ValueError("bootstrap and gof_sims must be >= 0")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    layers, experts = y.shape
+    k = int(top_k)
+    n = y.sum(axis=1)
+    ysorted = _sorted_desc(y)
+    coef = _multinomial_coef(y)  # (L,)
+    obs_shares = ysorted / n[:, None]
+    order = tuple(tuple(int(i) for i in np.argsort(-y[l], kind="stable")) for l in range(layers))
+
+    # binomial thinnings for the cross-fitted Zipf likelihood, shared by per-layer and pooled
+    splits = [_thin(y, rng) for _ in range(crossfit_splits)] if "zipf" in models else []
+    per_layer: list[dict[str, ModelFit]] = [{} for _ in range(layers)]
+    pooled: dict[str, ModelFit] = {}
+    for model in MODELS:
+        if model not in models:
+            continue
+        kp = _N_PARAMS[model]
+        # --- point estimates and log-likelihoods (per layer (L,), pooled scalar)
+        if model == "uniform":
+            p_layer = np.zeros(layers)
+            p_pool = 0.0
+            ll_layer = coef + (y * np.log(1.0 / experts)).sum(axis=1)
+            ll_pool = float(ll_layer.sum())
+            name = None
+        elif model == "zipf":
+            s0 = _zipf_grid_mle(ysorted, k)
+            p_layer = np.array([_zipf_polish(ysorted[l], k, s0[l]) for l in range(layers)])
+            ysum = ysorted.sum(axis=0)
+            p_pool = _zipf_polish(ysum, k, float(_zipf_grid_mle(ysum, k)))
+            log_p = _zipf_log_pi_exact(experts, k, np.append(p_layer, p_pool)) - np.log(k)
+            ll_layer = coef + _zipf_crossfit(y, log_p[:layers], splits)
+            ll_pool = float(coef.sum() + _zipf_crossfit(y, np.broadcast_to(log_p[layers], y.shape), splits).sum())
+            name = "s"
+        else:
+            p_layer = _dirichlet_mle(y[None], pooled=False)[0]
+            p_pool = float(_dirichlet_mle(y[None], pooled=True)[0])
+            ll_layer = coef + _dm_loglik(y.astype(float), p_layer)
+            ll_pool = float(coef.sum() + _dm_loglik(y.astype(float), np.full(layers, p_pool)).sum())
+            name = "alpha"
+
+        # --- bootstrap intervals
+        ci_layer = ci_pool = None
+        if name is not None and bootstrap > 0:
+            if model == "zipf":
+                ystar = rng.multinomial(np.broadcast_to(n, (bootstrap, layers)),
+                                        np.broadcast_to(y / n[:, None], (bootstrap, layers, experts)))
+                ys = _sorted_desc(ystar)
+                b_layer = _zipf_grid_mle(ys, k)
+                b_pool = _zipf_grid_mle(ys.sum(axis=1), k)
+            else:
+                w_l = np.exp(_log_dirichlet(np.broadcast_to(p_layer[None, :, None], (bootstrap, layers, experts)).copy(), rng))
+                b_layer = _dirichlet_mle(rng.multinomial(np.broadcast_to(n, (bootstrap, layers)), w_l), pooled=False)
+                w_p = np.exp(_log_dirichlet(np.full((bootstrap, layers, experts), p_pool), rng))
+                b_pool = _dirichlet_mle(rng.multinomial(np.broadcast_to(n, (bootstrap, layers)), w_p), pooled=True)
+            ci_layer = _percentile_ci(b_layer, level, axis=0)  # (2, L)
+            ci_pool = _percentile_ci(b_pool, level, axis=0)  # (2,)
+            if model == "zipf":
+                # basic (reverse-percentile) interval: re-sorting resampled counts adds the
+                # sorting bias a second time, so percentiles sit above ŝ (and miss the truth)
+                ci_layer = np.clip(2.0 * p_layer[None, :] - ci_layer[::-1], *S_BOUNDS)
+                ci_pool = np.clip(2.0 * p_pool - ci_pool[::-1], *S_BOUNDS)
+
+        # --- goodness of fit
+        sims_l = _sim_sorted_shares(_model_pick_probs(model, experts, k, p_layer, gof_sims, rng), n, rng)
+        d_l, pv_l, _, _ = _gof(obs_shares, sims_l)
+        sims_p = _sim_sorted_shares(_model_pick_probs(model, experts, k, np.full(layers, p_pool), gof_sims, rng), n, rng)
+        _, _, d_p, pv_p = _gof(obs_shares, sims_p)
+
+        for l in range(layers):
+            per_layer[l][model] = ModelFit(
+                model=model,
+                params={} if name is None else {name: float(p_layer[l])},
+                ci={} if ci_layer is None else {name: (float(ci_layer[0, l]), float(ci_layer[1, l]))},
+                log_likelihood=float(ll_layer[l]),
+                aic=2.0 * kp - 2.0 * float(ll_layer[l]),
+                gof_statistic=float(d_l[l]),
+                gof_pvalue=float(pv_l[l]),
+                n_params=kp,
+            )
+        pooled[model] = ModelFit(
+            model=model,
+            params={} if name is None else {name: float(p_pool)},
+            ci={} if ci_pool is None else {name: (float(ci_pool[0]), float(ci_pool[1]))},
+            log_likelihood=ll_pool,
+            aic=2.0 * kp - 2.0 * ll_pool,
+            gof_statistic=d_p,
+            gof_pvalue=pv_p,
+            n_params=kp,
+        )
+    chosen = min(pooled, key=lambda m: pooled[m].aic)
+    return HistogramFit(pooled=pooled, per_layer=per_layer, chosen=chosen, experts=experts,
+                        top_k=k, layers=layers, rank_order=order)
+
+
+def popularity_from_fit(
+    fit: HistogramFit,
+    model: str | None = None,
+    *,
+    rng: np.random.Generator,
+    layers: int | None = None,
+    pooled: bool = False,
+) -> np.ndarray:
+    """A (layers, E) popularity ``w`` (rows sum to 1) to generate from a fitted model, e.g.
+    ``routing.sample_trace(..., popularity=popularity_from_fit(fit, "zipf", rng=rng))``.
+
+    ``model`` defaults to ``fit.chosen``. With ``layers`` equal to the fitted layers (default),
+    each layer uses its own parameter (``pooled=False``) or the pooled one, and Zipf places the
+    ranks in each layer's observed order. With another number of layers the pooled parameter
+    is used and Zipf ranks get a random permutation per layer. Dirichlet: a fresh draw.
+    """
+    model = fit.chosen if model is None else model
+    if model not in fit.pooled:
+        raise ValueError(f"model {model!r} was not fitted (have {sorted(fit.pooled)})")
+    nl = fit.layers if layers is None else int(layers)
+    if nl < 1:
+        raise ValueError("layers must be >= 1")
+    e = fit.experts
+    same = nl == fit.layers
+    key = {"zipf": "s", "dirichlet": "alpha"}.get(model)
+    if key is None:
+        return np.full((nl, e), 1.0 / e)
+    if same and not pooled:
+        par = np.array([fit.per_layer[l][model].params[key] for l in range(nl)])
+    else:
+        par = np.full(nl, fit.pooled[model].params[key])
+    if model == "dirichlet":
+        return np.exp(_log_dirichlet(np.broadcast_to(par[:, None], (nl, e)).astype(float), rng))
+    out = np.empty((nl, e))
+    for l in range(nl):
+        w = routing.zipf_weights(e, par[l])
+        ranks = np.array(fit.rank_order[l]) if same and fit.rank_order else rng.permutation(e)
+        out[l, ranks] = w
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# correlation fits on traces
+
+
+def _check_trace(topk: Any, experts: int) -> np.ndarray:
+    arr = np.asarray(topk)
+    if arr.ndim != 4:
+        raise ValueError(f"trace must have shape (steps, streams, layers, K), got shape {arr.shape}")
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"trace ids must be integers, got dtype {arr.dtype}")
+    if int(experts) != experts or experts < 1:
+        raise ValueError(f"experts must be a positive integer, got {experts!r}")
+    if not 1 <= arr.shape[-1] <= experts:
+        raise ValueError(f"top_k={arr.shape[-1]} must be in [1, experts={experts}]")
+    if arr.size and (arr.min() < -1 or arr.max() >= experts):
+        raise ValueError(f"trace ids must be in [-1, {experts - 1}] (-1 = padding)")
+    return arr.astype(np.int64)
+
+
+def _inclusion_hat(arr: np.ndarray, experts: int) -> np.ndarray:
+    """π̂ (L, E): incidence counts over live tokens (a token with any id ≥ 0) per layer."""
+    counts = routing.histogram_from_trace(arr, experts).astype(float)
+    tokens = (arr >= 0).any(axis=-1).sum(axis=(0, 1)).astype(float)  # (L,)
+    return counts / np.maximum(tokens, 1.0)[:, None]
+
+
+def popularity_from_inclusion(pi: np.ndarray, top_k: int, *, iters: int = 60, tol: float = 1e-7) -> np.ndarray:
+    """Invert Plackett–Luce inclusion: find w (rows sum to 1) with ``π(w) ≈ pi`` per row.
+
+    Fixed point ``w ← w · π̂ / π(w)`` from ``w = π̂/K`` (exact for K = 1 and for uniform rows).
+    Targets are clipped to [1e-9, 1 − 1e-6] and renormalised to Σ = K (an expert never seen
+    stays reachable with negligible weight). Stops when max |π(w) − π̂| < ``tol``.
+    """
+    pi = np.atleast_2d(np.asarray(pi, dtype=float))
+    k = int(top_k)
+    target = np.clip(pi, 1e-9, 1.0 - 1e-6)
+    target *= k / target.sum(axis=1, keepdims=True)
+    target = np.minimum(target, 1.0 - 1e-6)
+    w = target / target.sum(axis=1, keepdims=True)
+    if k == 1:
+        return w
+    for _ in range(iters):
+        cur = routing.inclusion_probabilities(w, k)
+        if np.max(np.abs(cur - target)) < tol:
+            break
+        w = w * target / np.maximum(cur, 1e-300)
+        w /= w.sum(axis=1, keepdims=True)
+    return w
+
+
+def _pair_overlap(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per consecutive pair (steps−1, streams, layers): shared experts and validity — the
+    quantities :func:`moeroof.routing.consecutive_overlap` averages."""
+    prev, cur = arr[:-1], arr[1:]
+    valid = (prev >= 0).all(axis=-1) & (cur >= 0).all(axis=-1)
+    shared = (prev[..., :, None] == cur[..., None, :]).any(axis=-1).sum(axis=-1)
+    return np.where(valid, shared, 0), valid
+
+
+def _block_sums(x: np.ndarray, block: int) -> np.ndarray:
+    """Sum x (T, S, ...) over blocks of ``block`` consecutive entries of axis 0, per S:
+    returns (S · ceil(T/block), ...)."""
+    t = x.shape[0]
+    nb = -(-t // block)
+    pad = np.zeros((nb * block - t,) + x.shape[1:], dtype=x.dtype)
+    xp = np.concatenate([x, pad], axis=0).reshape((nb, block) + x.shape[1:]).sum(axis=1)
+    return np.moveaxis(xp, 1, 0).reshape((-1,) + x.shape[2:])
+
+
+def fit_stickiness(
+    topk: Any,
+    experts: int,
+    *,
+    rng: np.random.Generator,
+    bootstrap: int = 200,
+    level: float = 0.95,
+    block: int = 16,
+    grid: int = 11,
+    sim_streams: int = 32,
+    sim_steps: int = 48,
+    burn_in: int = 8,
+) -> tuple[float, tuple[float, float]]:
+    """Fit the stickiness ρ of :func:`moeroof.routing.sample_trace` to a trace.
+
+    Measured: the mean number of experts a stream shares with its own previous token
+    (:func:`moeroof.routing.consecutive_overlap`, averaged over layers weighted by their
+    number of valid pairs). Model: each of the K previous experts is kept with probability ρ
+    (m ~ Bin(K, ρ)), the other K − m are refilled by Plackett–Luce among the non-kept experts,
+    with the per-layer popularity w that reproduces the trace's inclusion frequencies π̂
+    (:func:`popularity_from_inclusion`). Its overlap O(ρ) is exact at ρ = 0 (independent
+    tokens: ``Σ_i π_i²``) and ρ = 1 (K); in between it is simulated at one fixed seed on
+    ``grid`` points (``sim_streams`` × ``sim_steps`` per layer, the first ``burn_in`` pairs
+    dropped so the chain is near stationary) and made monotone. ρ solves O(ρ) = measured by
+    linear interpolation; ρ = 0 when the measured overlap is at or below the independent one.
+
+    Interval: moving-block bootstrap — each stream's consecutive pairs are cut into blocks of
+    ``block`` pairs and blocks are resampled with replacement (keeping within-stream
+    dependence; works with few streams); the model curve is held at the full-data popularity.
+    """
+    arr = _check_trace(topk, experts)
+    steps, streams, layers, k = arr.shape
+    if steps < 2:
+        raise ValueError("a stickiness fit needs at least two steps")
+    shared, valid = _pair_overlap(arr)
+    pairs = valid.sum(axis=(0, 1)).astype(float)  # (L,)
+    if pairs.sum() == 0:
+        raise ValueError("the trace has no consecutive pair of live tokens")
+    per_layer = np.nan_to_num(routing.consecutive_overlap(arr))
+    measured = float((per_layer * pairs).sum() / pairs.sum())
+
+    weights = pairs / pairs.sum()
+    w = popularity_from_inclusion(_inclusion_hat(arr, experts), k)
+    rhos = np.linspace(0.0, 1.0, grid)
+    curve = np.empty(grid)
+    curve[0] = float(weights @ (routing.inclusion_probabilities(w, k) ** 2).sum(axis=1))
+    curve[-1] = float(k)
+    seed = int(rng.integers(2**63))
+    model = routing.Uniform(experts, k)
+    for j in range(1, grid - 1):
+        tr = routing.sample_trace(model, sim_steps + burn_in, sim_streams, layers,
+                                  np.random.default_rng(seed), rho=float(rhos[j]), popularity=w)
+        curve[j] = float(weights @ np.nan_to_num(routing.consecutive_overlap(tr[burn_in:])))
+    curve = np.maximum.accumulate(curve)
+    curve = curve + np.arange(grid) * 1e-12  # strictly increasing for interpolation
+
+    def invert(o: np.ndarray) -> np.ndarray:
+        return np.where(o <= curve[0], 0.0, np.interp(o, curve, rhos))
+
+    rho = float(invert(np.array(measured)))
+    if bootstrap <= 0:
+        return rho, (float("nan"), float("nan"))
+    num_b = _block_sums(shared.astype(float), block)  # (nb, L)
+    den_b = _block_sums(valid.astype(float), block)
+    keep = den_b.sum(axis=1) > 0
+    num_b, den_b = num_b[keep].sum(axis=1), den_b[keep].sum(axis=1)
+    idx = rng.integers(0, num_b.size, size=(bootstrap, num_b.size))
+    o_star = num_b[idx].sum(axis=1) / np.maximum(den_b[idx].sum(axis=1), 1.0)
+    lo, hi = _percentile_ci(invert(o_star), level)
+    return rho, (float(lo), float(hi))
+
+
+def _plugin_table(pi: np.ndarray, bmax: int) -> np.ndarray:
+    """Independent plug-in union ``Σ_i [1 − (1 − π_i)^b]`` for b = 0…bmax: (..., bmax+1)."""
+    b = np.arange(bmax + 1, dtype=float)
+    return (1.0 - (1.0 - np.clip(pi, 0.0, 1.0))[..., None] ** b).sum(axis=-2)
+
+
+def _step_union(arr: np.ndarray, experts: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct experts U (steps, L) over the live streams of each step, and their number B."""
+    steps, streams, layers, _ = arr.shape
+    seen = np.zeros((steps, layers, experts), dtype=bool)
+    t, _, l, _ = np.nonzero(arr >= 0)
+    seen[t, l, arr[arr >= 0]] = True
+    live = (arr >= 0).any(axis=-1).sum(axis=1)  # (steps, L)
+    return seen.sum(axis=-1), live
+
+
+def correlation_gap(topk: Any, experts: int) -> dict[str, Any]:
+    """The cross-agent correlation of a trace (SPEC §4): the measured union against the
+    independent plug-in.
+
+    Over every (step, layer) cell with B ≥ 2 live streams, measured U = distinct experts of the
+    live streams; plug-in = ``Σ_i [1 − (1 − π̂_i)^B]`` with π̂ the layer's inclusion frequency
+    over the whole trace (independent tokens, SPEC §3). Returns means over the cells
+    (``union_measured``, ``union_plugin``, ``ratio`` = measured/plug-in, ``difference`` =
+    plug-in − measured), ``cells``, ``mean_batch`` and ``per_layer`` lists of both unions
+    (NaN for a layer without cells). A ratio below 1 means agents overlap more than
+    independent routing would; above 1, less (e.g. streams on different tasks).
+    """
+    arr = _check_trace(topk, experts)
+    u, b = _step_union(arr, experts)
+    table = _plugin_table(_inclusion_hat(arr, experts), arr.shape[1])  # (L, S+1)
+    plug = np.take_along_axis(table, b.T, axis=1).T  # (steps, L)
+    cell = b >= 2
+    ncell = int(cell.sum())
+    if ncell == 0:
+        nan = float("nan")
+        return {"union_measured": nan, "union_plugin": nan, "ratio": nan, "difference": nan,
+                "cells": 0, "mean_batch": nan,
+                "per_layer": {"union_measured": [nan] * arr.shape[2], "union_plugin": [nan] * arr.shape[2]}}
+    um, up = float(u[cell].mean()), float(plug[cell].mean())
+    per_n = cell.sum(axis=0)
+    with np.errstate(invalid="ignore"):
+        pl_m = np.where(cell, u, 0).sum(axis=0) / per_n
+        pl_p = np.where(cell, plug, 0).sum(axis=0) / per_n
+    return {
+        "union_measured": um,
+        "union_plugin": up,
+        "ratio": um / up,
+        "difference": up - um,
+        "cells": ncell,
+        "mean_batch": float(b[cell].mean()),
+        "per_layer": {"union_measured": [float(x) for x in pl_m], "union_plugin": [float(x) for x in pl_p]},
+    }
+
+
+def fit_heterogeneity(
+    topk: Any,
+    experts: int,
+    *,
+    rng: np.random.Generator,
+    bootstrap: int = 200,
+    level: float = 0.95,
+    block: int = 16,
+    c_grid: np.ndarray | None = None,
+    replicates: int | None = None,
+) -> tuple[float, tuple[float, float]]:
+    """Fit the heterogeneity concentration c of :func:`moeroof.routing.sample_trace`.
+
+    Model: at each step the live streams share one popularity ``q ~ Dirichlet(c·w)`` per layer
+    (``groups=1``; q redrawn every step) and route independently given q, so their union
+    falls below the independent plug-in ``Σ_i [1 − (1 − π̄_i)^B]`` (π̄: the model's marginal
+    inclusion). Measured: the ratio of the mean union to the mean plug-in over cells with
+    B ≥ 2 live streams (:func:`correlation_gap`). Matching this *ratio* rather than the raw
+    union keeps the fit honest about w: w is taken as the popularity whose Plackett–Luce
+    inclusion is the trace's π̂ (:func:`popularity_from_inclusion`), but under Dirichlet
+    noise the marginal inclusion E_q[π(q)] is not π(w), and the ratio compares each union
+    with its own marginal. The model ratio R(c) at the observed batch sizes is simulated at one
+    fixed seed on ``c_grid`` (default 10^−2…10^2, 13 points; ``replicates`` independent q per
+    layer and grid point, each with the largest live batch) and interpolated in log c.
+    Beyond the grid's top, the deficit 1 − R is extrapolated ∝ 1/(c+1) (the variance of q
+    scales so); c = inf when the measured ratio is ≥ 1; at or below R(c_min), c = c_min.
+
+    Interval: moving-block bootstrap over steps (blocks of ``block`` consecutive steps; π̂ and
+    the cell mix are re-estimated per replicate, the simulated model tables are held fixed).
+    """
+    arr = _check_trace(topk, experts)
+    steps, streams, layers, k = arr.shape
+    u, b = _step_union(arr, experts)
+    cell = b >= 2
+    if not cell.any():
+        raise ValueError("a heterogeneity fit needs steps with at least two live streams")
+    bmax = int(b.max())
+    cs = np.logspace(-2, 2, 13) if c_grid is None else np.sort(np.asarray(c_grid, dtype=float))
+    if np.any(~np.isfinite(cs)) or np.any(cs <= 0):
+        raise ValueError("c_grid must be finite and > 0")
+    if replicates is None:
+        replicates = int(np.clip(2_000_000 // (bmax * layers * experts), 16, 512))
+
+    # --- model tables: union and plug-in per (c, layer, b) at one fixed seed
+    w = popularity_from_inclusion(_inclusion_hat(arr, experts), k)
+    seed = int(rng.integers(2**63))
+    model = routing.Uniform(experts, k)
+    pop = np.tile(w, (replicates, 1))
+    u_mod = np.zeros((cs.size, layers, bmax + 1))
+    p_mod = np.zeros((cs.size, layers, bmax + 1))
+    for j, c in enumerate(cs):
+        tr = routing.sample_trace(model, 1, bmax, layers * replicates, np.random.default_rng(seed),
+                                  c=float(c), groups=1, popularity=pop)[0]
+        tr = tr.reshape(bmax, replicates, layers, k)
+        onehot = np.zeros((bmax, replicates, layers, experts), dtype=bool)
+        s_i, r_i, l_i, _ = np.indices(tr.shape).reshape(4, -1)
+        onehot[s_i, r_i, l_i, tr.ravel()] = True
+        u_mod[j, :, 1:] = np.logical_or.accumulate(onehot, axis=0).sum(axis=-1).mean(axis=1).T
+        pi_bar = onehot.mean(axis=(0, 1))  # (L, E)
+        p_mod[j] = _plugin_table(pi_bar, bmax)
+
+    counts_all = np.zeros((steps, layers, experts))
+    t_i, _, l_i, _ = np.nonzero(arr >= 0)
+    np.add.at(counts_all, (t_i, l_i, arr[arr >= 0]), 1.0)
+    tokens = (arr >= 0).any(axis=-1).sum(axis=1).astype(float)  # (steps, L)
+    onehot_b = np.zeros((steps, layers, bmax + 1))
+    tt, ll = np.nonzero(cell)
+    onehot_b[tt, ll, b[cell]] = 1.0  # cell mix n[l, b]
+    u_cell = np.where(cell, u, 0).astype(float)
+
+    def ratio_parts(sel: np.ndarray) -> tuple[float, np.ndarray]:
+        """measured ratio and model ratios (C,) for the steps ``sel`` (with repeats)."""
+        cnt = counts_all[sel].sum(axis=0)
+        tok = tokens[sel].sum(axis=0)
+        pi_hat = cnt / np.maximum(tok, 1.0)[:, None]
+        nmix = onehot_b[sel].sum(axis=0)  # (L, bmax+1)
+        plug = float((_plugin_table(pi_hat, bmax) * nmix).sum())
+        meas = float(u_cell[sel].sum()) / plug if plug > 0 else float("nan")
+        mod = np.einsum("clb,lb->c", u_mod, nmix) / np.einsum("clb,lb->c", p_mod, nmix)
+        return meas, mod
+
+    def invert(r: float, curve: np.ndarray) -> float:
+        if not np.isfinite(r):
+            return float("nan")
+        curve = np.maximum.accumulate(curve) + np.arange(curve.size) * 1e-12
+        if r >= 1.0:
+            return float("inf")
+        if r <= curve[0]:
+            return float(cs[0])
+        if r >= curve[-1]:
+            deficit_top = max(1.0 - curve[-1], 1e-12)
+            return float((cs[-1] + 1.0) * deficit_top / (1.0 - r) - 1.0)
+        return float(np.exp(np.interp(r, curve, np.log(cs))))
+
+    meas, mod = ratio_parts(np.arange(steps))
+    c_hat = invert(meas, mod)
+    if bootstrap <= 0:
+        return c_hat, (float("nan"), float("nan"))
+    nb = -(-steps // block)
+    starts = np.arange(nb) * block
+    reps = np.empty(bootstrap)
+    for r in range(bootstrap):
+        pick = starts[rng.integers(0, nb, size=nb)]
+        sel = (pick[:, None] + np.arange(block)[None, :]).ravel()
+        sel = sel[sel < steps]
+        reps[r] = invert(*ratio_parts(sel))
+    srt = np.sort(reps[~np.isnan(reps)])  # inf sorts last; order statistics avoid inf − inf
+    if srt.size == 0:
+        return c_hat, (float("nan"), float("nan"))
+    q = 0.5 * (1.0 - level)
+    lo = srt[int(np.floor(q * (srt.size - 1)))]
+    hi = srt[int(np.ceil((1.0 - q) * (srt.size - 1)))]
+    return c_hat, (float(lo), float(hi))
+
+
+def fit_correlation(
+    topk: Any,
+    experts: int,
+    *,
+    rng: np.random.Generator,
+    bootstrap: int = 200,
+    level: float = 0.95,
+) -> CorrelationFit:
+    """Stickiness (:func:`fit_stickiness`), heterogeneity (:func:`fit_heterogeneity`, c = NaN
+    when no step has two live streams) and :func:`correlation_gap` of one trace."""
+    rho, rho_ci = fit_stickiness(topk, experts, rng=rng, bootstrap=bootstrap, level=level)
+    gap = correlation_gap(topk, experts)
+    if gap["cells"] > 0:
+        c, c_ci = fit_heterogeneity(topk, experts, rng=rng, bootstrap=bootstrap, level=level)
+    else:
+        c, c_ci = float("nan"), (float("nan"), float("nan"))
+    return CorrelationFit(rho=rho, rho_ci=rho_ci, c=c, c_ci=c_ci,
+                          union_measured=gap["union_measured"], union_plugin=gap["union_plugin"],
+                          gap=gap["difference"])

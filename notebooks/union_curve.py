@@ -49,7 +49,8 @@ from moeroof.routing import Dirichlet, Uniform, Zipf, inclusion_probabilities
 from moeroof.union import BASELINE, union_histogram, union_plugin, union_uniform
 
 rng = np.random.default_rng(sum(map(ord, seed_name)))
-batch = np.unique(np.round(np.logspace(0, np.log10(b_max), 40)).astype(int))
+key_batches = [1, 8, 16, 64, 128, 256, 1024]  # rows shown in the tables
+batch = np.unique(np.r_[np.round(np.logspace(0, np.log10(b_max), 40)), [b for b in key_batches if b <= b_max]].astype(int))
 
 
 def data_path(p: str) -> Path:
@@ -136,7 +137,7 @@ with style():
 
 pd.DataFrame({"B": batch, "U per layer": curve.mean, "ci low": curve.mean_ci_low, "ci high": curve.mean_ci_high,
               "U total (all layers)": curve.total, f"B·K/U (vs {BASELINE})": curve.coalescing_ratio,
-              "method": curve.method}).query("B in [1, 8, 64, 256, 1024]").round(2)
+              "method": curve.method}).query("B in @key_batches").round(2)
 
 # %% [markdown]
 # ## What summing a histogram over layers hides
@@ -178,7 +179,7 @@ with style():
 b_show = batch[batch <= per_layer.tokens.min()]
 pd.DataFrame({"B": b_show, "per-layer U": layered.mean[: b_show.size], "summed-as-one-layer U": summed.mean[: b_show.size],
               f"per-layer B·K/U (vs {BASELINE})": layered.coalescing_ratio[: b_show.size],
-              f"summed B·K/U (vs {BASELINE})": summed.coalescing_ratio[: b_show.size]}).query("B in [1, 8, 16, 64, 128]").round(2)
+              f"summed B·K/U (vs {BASELINE})": summed.coalescing_ratio[: b_show.size]}).query("B in @key_batches").round(2)
 
 # %% [markdown]
 # ## Versions and parameters

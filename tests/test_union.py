@@ -170,6 +170,16 @@ def test_union_invariants(e, k_frac, s, seed):
     assert np.all(u <= union_uniform(e, k, batch).mean + tol)
 
 
+@settings(max_examples=40, deadline=None)
+@given(e=st.integers(2, 200), k_frac=st.floats(0.0, 1.0), alpha=st.floats(0.01, 10.0),
+       seed=st.integers(0, 2**32 - 1), b=st.integers(1, 5000))
+def test_uniform_pi_maximizes_union_for_any_skew(e, k_frac, alpha, seed, b):
+    k = max(1, min(e, int(round(k_frac * e))))
+    w = np.random.default_rng(seed).dirichlet(np.full(e, alpha)) + 1e-300
+    pi = inclusion_probabilities(w, k)
+    assert union_plugin(pi, [b], top_k=k).mean[0] <= union_uniform(e, k, [b]).mean[0] + 1e-7 * e
+
+
 def test_coalescing_ratio_names_uncoalesced_baseline():
     c = union_uniform(256, 8, [1, 64])
     assert c.baseline == "uncoalesced"

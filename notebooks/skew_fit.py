@@ -36,8 +36,6 @@ max_layers: int = 0  # fit only the first N layers, 0 for all
 seed_name: str = "skew_fit"  # the generator seed is derived from this name
 
 # %%
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -45,7 +43,7 @@ import pandas as pd
 import moeroof
 from moeroof.fit import correlation_gap, fit_correlation, fit_histogram, popularity_from_inclusion
 from moeroof.io import read_histogram, read_trace
-from moeroof.paths import DATA_DIR
+from moeroof.paths import resolve_data
 from moeroof.plots import label_with_baseline, provenance_label, save_figure, style
 from moeroof.routing import consecutive_overlap, histogram_from_trace, inclusion_probabilities, zipf_weights
 from moeroof.union import BASELINE, union_correlated, union_from_trace, union_histogram, union_plugin, union_uniform
@@ -55,12 +53,8 @@ key_batches = [1, 8, 16, 64, 128, 256, 1024]  # rows shown in the tables
 batch = np.unique(np.r_[np.round(np.logspace(0, np.log10(b_max), 40)), [b for b in key_batches if b <= b_max]].astype(int))
 
 
-def data_path(p: str) -> Path:
-    path = Path(p)
-    return path if path.is_absolute() else DATA_DIR / path
 
-
-hist = read_histogram(data_path(histogram))
+hist = read_histogram(resolve_data(histogram))
 counts = hist.counts if max_layers <= 0 else hist.counts[:max_layers]
 tokens = hist.tokens if max_layers <= 0 else hist.tokens[:max_layers]
 hist_label = f"{hist.meta.get('model', hist.path.name)}, data: {hist.provenance or 'unlabelled'}"
@@ -125,7 +119,7 @@ print(f"pooled choice by AIC: {fit.chosen}; per-layer winners: {wins} of {len(be
 # q ~ Dirichlet(c·w). Stickiness ρ is fitted to the consecutive-token overlap of each stream.
 
 # %%
-tr = read_trace(data_path(trace))
+tr = read_trace(resolve_data(trace))
 topk = np.asarray(tr.topk)
 trace_label = f"{tr.meta.get('model', tr.path.name)}, data: {tr.provenance or 'unlabelled'}"
 gap = correlation_gap(topk, tr.experts)

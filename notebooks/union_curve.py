@@ -35,15 +35,13 @@ bootstrap: int = 200  # bootstrap replicates for the histogram band
 seed_name: str = "union_curve"  # the generator seed is derived from this name
 
 # %%
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
 import moeroof
 from moeroof.io import read_histogram
-from moeroof.paths import DATA_DIR
+from moeroof.paths import resolve_data
 from moeroof.plots import label_with_baseline, provenance_label, save_figure, style
 from moeroof.routing import Dirichlet, Uniform, Zipf, inclusion_probabilities
 from moeroof.union import BASELINE, union_histogram, union_plugin, union_uniform
@@ -52,10 +50,6 @@ rng = np.random.default_rng(sum(map(ord, seed_name)))
 key_batches = [1, 8, 16, 64, 128, 256, 1024]  # rows shown in the tables
 batch = np.unique(np.r_[np.round(np.logspace(0, np.log10(b_max), 40)), [b for b in key_batches if b <= b_max]].astype(int))
 
-
-def data_path(p: str) -> Path:
-    path = Path(p)
-    return path if path.is_absolute() else DATA_DIR / path
 
 
 # %% [markdown]
@@ -110,7 +104,7 @@ table[table.B.isin([1, 8, 16, 64, 128, 256, 1024])].round(2)
 # at your own file to redo this on your data.
 
 # %%
-hist = read_histogram(data_path(histogram))
+hist = read_histogram(resolve_data(histogram))
 curve = union_histogram(hist.counts, hist.tokens, batch, top_k=hist.top_k, experts=hist.experts,
                         bootstrap=bootstrap, rng=rng)
 uniform_h = union_uniform(hist.experts, hist.top_k, batch)
@@ -148,7 +142,7 @@ pd.DataFrame({"B": batch, "U per layer": curve.mean, "ci low": curve.mean_ci_low
 # 1 − (1 − π)^B, and Jensen's inequality says that only ever raises the union.
 
 # %%
-per_layer = read_histogram(data_path(per_layer_histogram))
+per_layer = read_histogram(resolve_data(per_layer_histogram))
 layered = union_histogram(per_layer.counts, per_layer.tokens, batch, top_k=per_layer.top_k,
                           experts=per_layer.experts, bootstrap=0)
 summed_pi = per_layer.counts.sum(axis=0) / per_layer.tokens.sum()

@@ -44,7 +44,7 @@ from moeroof.routing import (
     consecutive_overlap,
     histogram_from_trace,
     inclusion_probabilities,
-    sample_topk,
+    sample_histogram,
     sample_trace,
     zipf_weights,
 )
@@ -55,15 +55,6 @@ SCRIPT = "scripts/make_data.py"
 
 def rng_for(name: str) -> np.random.Generator:
     return np.random.default_rng(sum(map(ord, name)))
-
-
-def sample_histogram(popularity: np.ndarray, top_k: int, tokens: int, rng, chunk: int = 2000) -> np.ndarray:
-    """Incidence counts (layers, E) of ``tokens`` tokens routed by Gumbel-top-K."""
-    counts = np.zeros(popularity.shape, dtype=np.int64)
-    for start in range(0, tokens, chunk):
-        n = min(chunk, tokens - start)
-        counts += histogram_from_trace(sample_topk(popularity, top_k, n, rng), popularity.shape[1])
-    return counts
 
 
 # --- DeepSeek-V3-like -------------------------------------------------------------------------

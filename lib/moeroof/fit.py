@@ -196,13 +196,6 @@ def _percentile_ci(samples: np.ndarray, level: float, axis: int = 0) -> np.ndarr
     return np.nanpercentile(samples, [q, 100.0 - q], axis=axis)
 
 
-def _log_dirichlet(conc: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """log of Dirichlet draws along the last axis; ``Gamma(a) = Gamma(a+1)·U^(1/a)`` keeps tiny
-    concentrations away from log 0 (same device as routing's private helper)."""
-    log_g = np.log(rng.standard_gamma(conc + 1.0)) + np.log(rng.random(conc.shape)) / conc
-    return log_g - np.logaddexp.reduce(log_g, axis=-1, keepdims=True)
-
-
 def _sorted_desc(y: np.ndarray) -> np.ndarray:
     return -np.sort(-y, axis=-1)
 
@@ -381,7 +374,7 @@ def _model_pick_probs(model: str, experts: int, top_k: int, param: np.ndarray, s
         log_pi = _zipf_log_pi_exact(experts, top_k, param)  # (L, E) rank order
         return np.broadcast_to(np.exp(log_pi) / top_k, (sims, layers, experts))
     conc = np.broadcast_to(param[None, :, None], (sims, layers, experts)).astype(float)
-    return np.exp(_log_dirichlet(conc, rng))
+    return np.exp(routing.log_dirichlet(conc, rng))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -498,9 +491,9 @@ def fit_histogram(
                 b_layer = _zipf_grid_mle(ys, k)
                 b_pool = _zipf_grid_mle(ys.sum(axis=1), k)
             else:
-                w_l = np.exp(_log_dirichlet(np.broadcast_to(p_layer[None, :, None], (bootstrap, layers, experts)).copy(), rng))
+                w_l = np.exp(routing.log_dirichlet(np.broadcast_to(p_layer[None, :, None], (bootstrap, layers, experts)).copy(), rng))
                 b_layer = _dirichlet_mle(rng.multinomial(np.broadcast_to(n, (bootstrap, layers)), w_l), pooled=False)
-                w_p = np.exp(_log_dirichlet(np.full((bootstrap, layers, experts), p_pool), rng))
+                w_p = np.exp(routing.log_dirichlet(np.full((bootstrap, layers, experts), p_pool), rng))
                 b_pool = _dirichlet_mle(rng.multinomial(np.broadcast_to(n, (bootstrap, layers)), w_p), pooled=True)
             ci_layer = _percentile_ci(b_layer, level, axis=0)  # (2, L)
             ci_pool = _percentile_ci(b_pool, level, axis=0)  # (2,)
@@ -574,7 +567,7 @@ def popularity_from_fit(
     else:
         par = np.full(nl, fit.pooled[model].params[key])
     if model == "dirichlet":
-        return np.exp(_log_dirichlet(np.broadcast_to(par[:, None], (nl, e)).astype(float), rng))
+        return np.exp(routing.log_dirichlet(np.broadcast_to(par[:, None], (nl, e)).astype(float), rng))
     out = np.empty((nl, e))
     for l in range(nl):
         w = routing.zipf_weights(e, par[l])

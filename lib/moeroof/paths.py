@@ -17,3 +17,15 @@ EXTERNAL_DIR = REPO_ROOT.parent / "shared" / "data" / "external"
 def figures_dir() -> Path:
     """Figures directory; ``MOEROOF_FIGURES_DIR`` overrides it (tests write to a temp dir)."""
     return Path(os.environ.get("MOEROOF_FIGURES_DIR", REPO_ROOT / "figures"))
+
+
+def resolve_data(path: str | os.PathLike[str]) -> Path:
+    """A user-given data path: absolute as given, otherwise relative to ``data/``.
+
+    Notebook parameters name embedded files as ``histograms/x.csv``; a user's own file is
+    passed as an absolute path (or relative to the current directory when it exists there).
+    """
+    p = Path(path)
+    if p.is_absolute():
+        return p
+    return p.resolve() if p.exists() and not (DATA_DIR / p).exists() else DATA_DIR / p

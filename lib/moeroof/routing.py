@@ -43,6 +43,8 @@ __all__ = [
     "sample_topk",
     "sample_trace",
     "histogram_from_trace",
+    "sample_histogram",
+    "log_dirichlet",
     "consecutive_overlap",
 ]
 
@@ -124,7 +126,7 @@ class Dirichlet:
     def popularity(self, layers: int = 1, rng: np.random.Generator | None = None) -> np.ndarray:
         if rng is None:
             raise ValueError("Dirichlet popularity is random: pass a numpy Generator as rng")
-        logw = _log_dirichlet(np.full((layers, self.experts), float(self.alpha)), rng)
+        logw = log_dirichlet(np.full((layers, self.experts), float(self.alpha)), rng)
         return _softmax(logw)
 
 
@@ -134,7 +136,7 @@ def _softmax(logw: np.ndarray) -> np.ndarray:
     return w / w.sum(axis=-1, keepdims=True)
 
 
-def _log_dirichlet(concentration: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def log_dirichlet(concentration: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """log of a Dirichlet draw along the last axis, stable for tiny concentrations.
 
     Uses ``Gamma(a) =d Gamma(a+1) · U^(1/a)`` so that ``log X`` never underflows to −inf
@@ -315,7 +317,7 @@ def sample_trace(
                 return np.broadcast_to(np.log(w), (streams,) + w.shape)
         # experts with zero popularity stay unreachable; the others get concentration c·w
         conc = np.maximum(c * w, 1e-300)
-        group_logq = _log_dirichlet(np.broadcast_to(conc, (groups,) + w.shape), rng)
+        group_logq = log_dirichlet(np.broadcast_to(conc, (groups,) + w.shape), rng)
         group_logq = np.where(w > 0, group_logq, -np.inf)
         return group_logq[np.arange(streams) * groups // streams]
 
@@ -348,6 +350,19 @@ def histogram_from_trace(topk: np.ndarray, experts: int) -> np.ndarray:
         ids = flat[:, layer, :].ravel()
         ids = ids[ids >= 0]
         counts[layer] = np.bincount(ids, minlength=experts)[:experts]
+    return counts
+
+
+def sample_histogram(
+    popularity: np.ndarray, top_k: int, tokens: int, rng: np.random.Generator, chunk: int = 2000
+) -> np.ndarray:
+    """Incidence counts (layers, E) of ``tokens`` tokens routed by Gumbel-top-K, drawn in chunks
+    of tokens so memory stays at ``chunk × layers × E`` scores."""
+    w = np.atleast_2d(popularity)
+    counts = np.zeros(w.shape, dtype=np.int64)
+    for start in range(0, tokens, chunk):
+        n = min(chunk, tokens - start)
+        counts += histogram_from_trace(sample_topk(w, top_k, n, rng), w.shape[1])
     return counts
 
 

@@ -34,7 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import betaln, ndtri
 
-from moeroof.routing import _log_dirichlet, _softmax, inclusion_probabilities
+from moeroof.routing import _softmax, inclusion_probabilities, log_dirichlet
 
 __all__ = [
     "BASELINE",
@@ -492,7 +492,7 @@ def union_correlated(
         raise ValueError("draws must be >= 2 for a Monte Carlo band")
     w = w / w.sum(axis=1, keepdims=True)
     conc = np.maximum(c * w, 1e-300)
-    logq = _log_dirichlet(np.broadcast_to(conc, (draws,) + w.shape), rng)
+    logq = log_dirichlet(np.broadcast_to(conc, (draws,) + w.shape), rng)
     logq = np.where(w > 0, logq, -np.inf)
     pi = inclusion_probabilities(_softmax(logq), top_k)  # (draws, layers, E)
     u = pi.shape[-1] - power_sums(1.0 - pi, b)  # (draws, layers, nB)

@@ -180,6 +180,22 @@ def test_uniform_pi_maximizes_union_for_any_skew(e, k_frac, alpha, seed, b):
     assert union_plugin(pi, [b], top_k=k).mean[0] <= union_uniform(e, k, [b]).mean[0] + 1e-7 * e
 
 
+@settings(max_examples=30, deadline=None)
+@given(e=st.integers(2, 60), k_frac=st.floats(0.0, 1.0), t=st.integers(1, 120), seed=st.integers(0, 2**32 - 1))
+def test_rarefaction_invariants(e, k_frac, t, seed):
+    """The rarefied curve of any complete histogram: U(1) = K, U(T) = S_obs, increasing, concave."""
+    k = max(1, min(e, int(round(k_frac * e))))
+    rng = np.random.default_rng(seed)
+    y = histogram_from_trace(sample_topk(rng.dirichlet(np.full(e, 0.3))[None, :] + 1e-12, k, t, rng), e)[0]
+    batch = np.arange(1, t + 1)
+    u, extrap = rarefaction(y, t, batch, e)
+    assert not extrap.any()
+    tol = 1e-9 * e
+    assert u[0] == pytest.approx(k) and u[-1] == pytest.approx((y > 0).sum())
+    assert np.all(u <= np.minimum(e, batch * k) + tol)
+    assert np.all(np.diff(u) >= -tol) and np.all(np.diff(u, 2) <= tol)
+
+
 def test_coalescing_ratio_names_uncoalesced_baseline():
     c = union_uniform(256, 8, [1, 64])
     assert c.baseline == "uncoalesced"

@@ -1,0 +1,298 @@
+"""Model and hardware presets: TOML files in which every number carries its provenance (SPEC §2).
+
+A preset file names its kind and gives each quantity as an inline table::
+
+    kind = "model"
+    name = "glm-5.2"
+    description = "GLM-5.2, int4 experts streamed from SSD"
+    precision = "int4"
+    experts = { value = 256, source = "seed 000; colibri docs/benchmarks.md", witnessed = true }
+    expert_bytes = { value = 19, unit = "MB", source = "colibri docs: ~19 MB per expert per layer" }
+    kv_bytes_per_token = { value = 70, unit = "KiB", assumed = true, note = "not published" }
+
+Each quantity has ``value`` (a number, or a list for curves), ``unit`` where it has a dimension
+(converted to SI through :mod:`moeroof.units`, and checked against the dimension the field
+needs), and exactly one of ``source = "…"`` or ``assumed = true``. ``witnessed = true`` (with
+a source) marks a measured number. The tag of each field:
+
+- ``witnessed`` — measured, with its source;
+- ``projected`` — sourced but derived (e.g. bytes per expert computed from a config);
+- ``assumed`` — a placeholder someone chose.
+
+Results computed from any non-witnessed input are ``projected`` (SPEC §2). A user's own TOML
+works the same way as the shipped ones (``load_model(path)`` / ``load_hardware(path)``); a
+bad file gets ``FILE:-: KEY: what is wrong`` (:class:`moeroof.io.InputError`).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import numpy as np
+
+from moeroof.io import InputError
+from moeroof.paths import DATA_DIR
+from moeroof.units import dimension_of, to_si
+
+__all__ = [
+    "PRESETS_DIR",
+    "MoEModel",
+    "Hardware",
+    "load_model",
+    "load_hardware",
+    "list_presets",
+    "MODEL_FIELDS",
+    "HARDWARE_FIELDS",
+]
+
+PRESETS_DIR = DATA_DIR / "presets"
+
+#: field → (dimension, required); dimension "count" fields take no unit
+MODEL_FIELDS: dict[str, tuple[str, bool]] = {
+    "experts": ("count", True),
+    "top_k": ("count", True),
+    "moe_layers": ("count", True),
+    "expert_bytes": ("bytes", True),
+    "non_routed_bytes": ("bytes", True),
+    "kv_bytes_per_token": ("bytes", True),
+    "flops_per_token": ("flop", True),
+    "attn_flops_per_context_token": ("flop", False),
+    "hidden_size": ("count", False),
+    "activation_bytes": ("bytes", False),
+    "total_params": ("count", False),
+    "active_params": ("count", False),
+}
+
+HARDWARE_FIELDS: dict[str, tuple[str, bool]] = {
+    "ram_bytes": ("bytes", True),
+    "bw_mem_bytes_per_s": ("bytes_per_s", True),
+    "flops_per_s": ("flop_per_s", True),
+    "ssd_read_size_bytes": ("bytes", True),
+    "bw_ssd_bytes_per_s": ("bytes_per_s", True),
+    "bw_link_bytes_per_s": ("bytes_per_s", False),
+    "os_reserve_bytes": ("bytes", False),
+}
+
+_CURVE_FIELDS = ("ssd_read_size_bytes", "bw_ssd_bytes_per_s")
+_TAGS = ("witnessed", "projected", "assumed")
+
+
+@dataclass(frozen=True)
+class MoEModel:
+    """An MoE model's streaming-relevant constants, SI units.
+
+    ``expert_bytes``: one routed expert of one layer at the stated precision;
+    ``non_routed_bytes``: the dense band read once per decode step (attention, shared experts,
+    norms, the LM head — what L1 amortizes); ``kv_bytes_per_token``: KV cache per context token,
+    all layers; ``flops_per_token``: forward FLOP per token without attention over the context
+    (≈ 2 × active parameters); ``attn_flops_per_context_token``: extra FLOP per generated token
+    per token of context.
+    """
+
+    name: str
+    experts: int
+    top_k: int
+    moe_layers: int
+    expert_bytes: float
+    non_routed_bytes: float
+    kv_bytes_per_token: float
+    flops_per_token: float
+    attn_flops_per_context_token: float = 0.0
+    hidden_size: int | None = None
+    activation_bytes: float = 2.0
+    total_params: float | None = None
+    active_params: float | None = None
+    precision: str = ""
+    description: str = ""
+    provenance: Mapping[str, str] = field(default_factory=dict)
+    sources: Mapping[str, str] = field(default_factory=dict)
+    path: Path | None = None
+
+    @property
+    def routed_bytes(self) -> float:
+        """All routed experts of all MoE layers, bytes."""
+        return self.experts * self.moe_layers * self.expert_bytes
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """A box: memory, compute and an SSD whose bandwidth depends on the read size, SI units.
+
+    ``ssd_read_size_bytes`` / ``bw_ssd_bytes_per_s`` is a curve (moe-fit's lesson: 4.13 GB/s at
+    8 MiB reads but 0.028 GB/s at 4 KiB); :meth:`ssd_bandwidth` interpolates it log-log and
+    clamps at its ends. For a GPU offloading to host memory the "SSD" is the host link.
+    """
+
+    name: str
+    ram_bytes: float
+    bw_mem_bytes_per_s: float
+    flops_per_s: float
+    ssd_read_size_bytes: tuple[float, ...]
+    bw_ssd_bytes_per_s: tuple[float, ...]
+    bw_link_bytes_per_s: float | None = None
+    os_reserve_bytes: float = 0.0
+    description: str = ""
+    provenance: Mapping[str, str] = field(default_factory=dict)
+    sources: Mapping[str, str] = field(default_factory=dict)
+    path: Path | None = None
+
+    def ssd_bandwidth(self, read_size_bytes) -> np.ndarray | float:
+        """SSD bandwidth (bytes/s) at a read size, log-log interpolation of the device curve."""
+        x = np.log(np.asarray(self.ssd_read_size_bytes, dtype=float))
+        y = np.log(np.asarray(self.bw_ssd_bytes_per_s, dtype=float))
+        out = np.exp(np.interp(np.log(np.asarray(read_size_bytes, dtype=float)), x, y))
+        return float(out) if np.ndim(out) == 0 else out
+
+
+def _field(path: Path, key: str, raw: Any, dimension: str) -> tuple[Any, str, str]:
+    """Validate one quantity; return (SI value, provenance tag, source text)."""
+    if not isinstance(raw, dict):
+        raise InputError(path, None, key, "must be an inline table { value = …, unit = …, source = … }")
+    unknown = set(raw) - {"value", "unit", "source", "assumed", "witnessed", "note"}
+    if unknown:
+        raise InputError(path, None, key, f"unknown entries {sorted(unknown)}")
+    if "value" not in raw:
+        raise InputError(path, None, key, "missing 'value'")
+    value = raw["value"]
+    values = value if isinstance(value, list) else [value]
+    if not values or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        raise InputError(path, None, key, f"value must be a number (or a list of numbers), got {value!r}")
+    if not all(np.isfinite(v) for v in values):
+        raise InputError(path, None, key, "value must be finite")
+    if any(v < 0 for v in values):
+        raise InputError(path, None, key, f"value must not be negative, got {value!r}")
+    unit = raw.get("unit")
+    if dimension == "count":
+        if unit not in (None, "1"):
+            raise InputError(path, None, key, f"is a count and takes no unit, got unit {unit!r}")
+        si = value
+    else:
+        if unit is None:
+            raise InputError(path, None, key, f"missing 'unit' (a {dimension.replace('_', ' ')} quantity)")
+        try:
+            got = dimension_of(unit)
+        except ValueError as err:
+            raise InputError(path, None, key, str(err)) from None
+        if got != dimension:
+            raise InputError(path, None, key, f"unit {unit!r} measures {got.replace('_', ' ')}, expected {dimension.replace('_', ' ')}")
+        si = to_si(value, unit)
+        si = [float(v) for v in si] if isinstance(value, list) else si
+    has_source = isinstance(raw.get("source"), str) and raw["source"].strip() != ""
+    assumed = raw.get("assumed", False)
+    witnessed = raw.get("witnessed", False)
+    if not isinstance(assumed, bool) or not isinstance(witnessed, bool):
+        raise InputError(path, None, key, "'assumed' and 'witnessed' must be true or false")
+    if has_source == bool(assumed):
+        raise InputError(path, None, key, "needs exactly one of source = \"…\" or assumed = true")
+    if witnessed and not has_source:
+        raise InputError(path, None, key, "witnessed = true needs a source")
+    tag = "witnessed" if witnessed else ("assumed" if assumed else "projected")
+    text = raw["source"] if has_source else "assumed" + (f": {raw['note']}" if raw.get("note") else "")
+    return si, tag, text
+
+
+def _load(path: str | Path, kind: str, fields: dict[str, tuple[str, bool]]) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(path, None, "file", "no such file")
+    try:
+        with path.open("rb") as fh:
+            doc = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as err:
+        raise InputError(path, None, "toml", f"not valid TOML ({err})") from None
+    if doc.get("kind") != kind:
+        raise InputError(path, None, "kind", f"must be \"{kind}\", got {doc.get('kind')!r}")
+    name = doc.get("name")
+    if not isinstance(name, str) or not name:
+        raise InputError(path, None, "name", "missing or not a string")
+    known = set(fields) | {"kind", "name", "description", "precision"}
+    unknown = sorted(set(doc) - known)
+    if unknown:
+        raise InputError(path, None, unknown[0], f"unknown key (known: {', '.join(sorted(fields))})")
+    out: dict[str, Any] = {"name": name, "description": str(doc.get("description", "")), "path": path}
+    prov, sources = {}, {}
+    for key, (dimension, required) in fields.items():
+        if key not in doc:
+            if required:
+                raise InputError(path, None, key, "missing")
+            continue
+        value, tag, text = _field(path, key, doc[key], dimension)
+        if isinstance(value, list) and key not in _CURVE_FIELDS:
+            raise InputError(path, None, key, "must be a single number")
+        out[key] = value
+        prov[key] = tag
+        sources[key] = text
+    out["provenance"] = MappingProxyType(prov)
+    out["sources"] = MappingProxyType(sources)
+    if "precision" in doc:
+        out["precision"] = str(doc["precision"])
+    return out
+
+
+def _int_fields(path: Path, out: dict[str, Any], keys: tuple[str, ...]) -> None:
+    for key in keys:
+        if key in out:
+            v = out[key]
+            if float(v) != int(v) or int(v) < 1:
+                raise InputError(path, None, key, f"must be a positive integer, got {v!r}")
+            out[key] = int(v)
+
+
+def _resolve(name_or_path: str | Path, sub: str) -> Path:
+    p = Path(name_or_path)
+    if p.suffix == ".toml" or p.exists():
+        return p
+    return PRESETS_DIR / sub / f"{name_or_path}.toml"
+
+
+def load_model(name_or_path: str | Path) -> MoEModel:
+    """A model preset by name (``glm-5.2``) or a path to a user's TOML."""
+    path = _resolve(name_or_path, "models")
+    if not path.exists() and not Path(name_or_path).suffix:
+        known = ", ".join(sorted(list_presets()["models"]))
+        raise InputError(name_or_path, None, "model", f"no such preset (known: {known})")
+    out = _load(path, "model", MODEL_FIELDS)
+    _int_fields(path, out, ("experts", "top_k", "moe_layers", "hidden_size"))
+    if out["top_k"] > out["experts"]:
+        raise InputError(path, None, "top_k", f"K={out['top_k']} exceeds experts E={out['experts']}")
+    for key in ("expert_bytes", "flops_per_token"):
+        if out[key] <= 0:
+            raise InputError(path, None, key, "must be positive")
+    return MoEModel(**out)
+
+
+def load_hardware(name_or_path: str | Path) -> Hardware:
+    """A hardware preset by name (``nvme-gen4``) or a path to a user's TOML."""
+    path = _resolve(name_or_path, "hardware")
+    if not path.exists() and not Path(name_or_path).suffix:
+        known = ", ".join(sorted(list_presets()["hardware"]))
+        raise InputError(name_or_path, None, "hardware", f"no such preset (known: {known})")
+    out = _load(path, "hardware", HARDWARE_FIELDS)
+    for key in ("ram_bytes", "bw_mem_bytes_per_s", "flops_per_s", "bw_link_bytes_per_s"):
+        if key in out and out[key] <= 0:
+            raise InputError(path, None, key, "must be positive")
+    sizes = out["ssd_read_size_bytes"]
+    bws = out["bw_ssd_bytes_per_s"]
+    sizes = sizes if isinstance(sizes, list) else [sizes]
+    bws = bws if isinstance(bws, list) else [bws]
+    if len(sizes) != len(bws):
+        raise InputError(path, None, "bw_ssd_bytes_per_s", f"has {len(bws)} points, ssd_read_size_bytes has {len(sizes)}")
+    if any(b <= 0 for b in bws) or any(s <= 0 for s in sizes):
+        raise InputError(path, None, "bw_ssd_bytes_per_s", "read sizes and bandwidths must be positive")
+    if any(b <= a for a, b in zip(sizes, sizes[1:])):
+        raise InputError(path, None, "ssd_read_size_bytes", "read sizes must increase")
+    out["ssd_read_size_bytes"] = tuple(float(s) for s in sizes)
+    out["bw_ssd_bytes_per_s"] = tuple(float(b) for b in bws)
+    return Hardware(**out)
+
+
+def list_presets() -> dict[str, dict[str, Path]]:
+    """Shipped presets: ``{"models": {name: path}, "hardware": {name: path}}``."""
+    return {
+        kind: {p.stem: p for p in sorted((PRESETS_DIR / sub).glob("*.toml"))}
+        for kind, sub in (("models", "models"), ("hardware", "hardware"))
+    }

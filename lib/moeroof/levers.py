@@ -1,0 +1,181 @@
+"""The three levers of seed 000 as factors against named baselines, and how they compose (SPEC §7).
+
+- **L1 weight-stream amortization**: the dense band (attention, shared experts, LM head) is read
+  once per step for all B agents instead of once per token. Factor: ``T_step(dense per token) /
+  T_step`` at the same B — baseline ``per-token dense reads``.
+- **L2 cross-agent expert coalescing**: a step streams the union of the batch's experts.
+  Factor: ``net(B) / net_uncoalesced(B)`` — baseline ``uncoalesced`` (:mod:`moeroof.roofline`).
+- **L3 shared-prefix KV reuse**: a prefix of P tokens (system prompt, tool schemas, repo
+  snapshot) is prefilled once for all B agents and, in decode, its KV is read once per step for
+  the batch rather than once per agent. Factor on a session's time — baseline ``per-agent
+  prefix``.
+
+Ticket E's compounding: over a session of ``decode_tokens`` per agent after a shared prefix, the
+four combinations (neither, L2, L3, both) give ``f2``, ``f3`` and ``f23`` against the neither
+case; the levers compound multiplicatively exactly when they shorten disjoint parts of the
+session, and ``f23 / (f2·f3)`` says by how much they overlap (< 1: they compete for the same
+bottleneck; both cannot remove the same seconds twice).
+
+Ticket G's composition, per-user ⊗ cross-user: a machine runs ``users`` users' fan-outs of
+``agents`` each in one continuous batch of ``users·agents`` tokens per step. What composes: the
+expert stream — the machine-wide union ``U(users·agents)`` is shared by everyone in the step,
+so cross-user batching multiplies the per-user coalescing ratio by
+``users·U(agents) / U(users·agents)`` until the union saturates at E. What does not overlap:
+the dense band is already read once per step in both (L1 counts once, not twice); KV is per
+user (no cross-tenant prefix reuse, so L3 stays within a user's fan-out and the batch's KV reads
+grow linearly with users); and the union can never fall below E per layer, so once
+``U(agents) ≈ E`` cross-user batching adds nothing to expert streaming.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from moeroof.presets import Hardware, MoEModel
+from moeroof.roofline import Routing, Workload, _combine, plan, step_terms
+from moeroof.union import as_batch
+
+__all__ = ["LeverFactors", "lever_factors", "prefill_seconds", "session_seconds", "compounding", "composition"]
+
+
+@dataclass(frozen=True)
+class LeverFactors:
+    """Each lever's factor at each B, against its named baseline."""
+
+    batch: np.ndarray
+    l1_dense_amortization: np.ndarray
+    l2_coalescing: np.ndarray
+    l3_prefix_decode: np.ndarray
+    baselines: dict[str, str]
+
+
+def _step(model, hardware, workload, routing, batch, **kw) -> np.ndarray:
+    return _combine(step_terms(model, hardware, workload, routing, batch, **kw)["terms"], workload)[0]
+
+
+def lever_factors(
+    model: MoEModel, hardware: Hardware, workload: Workload, routing: Routing, batch, prefix_tokens: int = 0
+) -> LeverFactors:
+    """L1, L2 and the decode part of L3 as separate factors (each > 1 means faster).
+
+    L3 in decode: the shared prefix's KV is read once per step, so the context each agent adds
+    is ``context − P``; modelled as a workload whose per-agent context is reduced by
+    ``P·(B − 1)/B`` (same bytes: ``P + B·(ctx − P)`` tokens of KV per step).
+    """
+    b = as_batch(batch)
+    base = _step(model, hardware, workload, routing, b)
+    l1 = _step(model, hardware, workload, routing, b, dense_once=False) / base
+    l2 = plan(model, hardware, workload, routing, b).baselines["uncoalesced"]["multiple"]
+    p = min(prefix_tokens, workload.context_tokens)
+    l3 = np.empty(b.size)
+    for i, bi in enumerate(b):
+        shared = replace(workload, context_tokens=int(round(workload.context_tokens - p * (bi - 1) / bi)))
+        l3[i] = base[i] / _step(model, hardware, shared, routing, [bi])[0]
+    return LeverFactors(b, l1, np.asarray(l2), l3, {
+        "l1_dense_amortization": "per-token dense reads",
+        "l2_coalescing": "uncoalesced",
+        "l3_prefix_decode": "per-agent prefix KV",
+    })
+
+
+def prefill_seconds(model: MoEModel, hardware: Hardware, workload: Workload, routing: Routing, tokens: int) -> float:
+    """One prompt of ``tokens`` tokens prefilled as a single step of that many tokens.
+
+    The step's union is over all prompt tokens (it saturates quickly), its FLOP are
+    ``tokens·F_token`` plus attention over an average context of ``tokens/2``, and it writes
+    (not reads) its KV — so KV is left out of the memory term.
+    """
+    if tokens <= 0:
+        return 0.0
+    w = replace(workload, context_tokens=0)
+    out = step_terms(model, hardware, w, routing, [tokens])
+    terms = dict(out["terms"])
+    terms["compute"] = terms["compute"] + tokens * (tokens / 2.0) * model.attn_flops_per_context_token / hardware.flops_per_s
+    return float(_combine(terms, w)[0][0])
+
+
+def session_seconds(
+    model: MoEModel,
+    hardware: Hardware,
+    workload: Workload,
+    routing: Routing,
+    agents: int,
+    prefix_tokens: int,
+    decode_tokens: int,
+    *,
+    coalesced: bool,
+    shared_prefix: bool,
+) -> float:
+    """Wall time for ``agents`` agents to prefill a shared prefix and decode ``decode_tokens`` each.
+
+    Decode runs as one batch of ``agents`` with the mean context over the session
+    (``prefix + decode/2``, or with the shared prefix read once per step).
+    """
+    prefill = prefill_seconds(model, hardware, workload, routing, prefix_tokens)
+    prefill_total = prefill if shared_prefix else agents * prefill
+    mean_ctx = prefix_tokens + decode_tokens / 2.0
+    if shared_prefix:
+        mean_ctx -= prefix_tokens * (agents - 1) / agents
+    w = replace(workload, context_tokens=int(round(mean_ctx)))
+    step = _step(model, hardware, w, routing, [agents], coalesced=coalesced)[0]
+    return prefill_total + decode_tokens * step
+
+
+def compounding(
+    model: MoEModel, hardware: Hardware, workload: Workload, routing: Routing,
+    agents: int, prefix_tokens: int, decode_tokens: int,
+) -> dict[str, Any]:
+    """Ticket E: L2 and L3 alone and together over one session, against the neither case."""
+    t = {
+        (c, s): session_seconds(model, hardware, workload, routing, agents, prefix_tokens, decode_tokens,
+                                coalesced=c, shared_prefix=s)
+        for c in (False, True) for s in (False, True)
+    }
+    base = t[(False, False)]
+    f2, f3, f23 = base / t[(True, False)], base / t[(False, True)], base / t[(True, True)]
+    return {
+        "baseline": "uncoalesced decode, per-agent prefix prefill",
+        "seconds": {"neither": base, "L2": t[(True, False)], "L3": t[(False, True)], "L2+L3": t[(True, True)]},
+        "f2": f2,
+        "f3": f3,
+        "f23": f23,
+        "product_f2_f3": f2 * f3,
+        "compounding_efficiency": f23 / (f2 * f3),
+        "net_tok_s": {k: agents * decode_tokens / v for k, v in
+                      {"neither": base, "L2": t[(True, False)], "L3": t[(False, True)], "L2+L3": t[(True, True)]}.items()},
+    }
+
+
+def composition(
+    model: MoEModel, hardware: Hardware, workload: Workload, routing: Routing, agents: int, users,
+) -> dict[str, Any]:
+    """Ticket G: one user's coalesced fan-out of ``agents`` inside a machine batch of ``users``.
+
+    Returns per ``users`` value: the machine step's net tok/s, the per-user coalescing ratio,
+    the machine-wide ratio, the cross-user gain on the expert stream
+    (``users·U(agents)/U(users·agents)``), and net tok/s against ``users`` separate steps of
+    one user each (time-sliced, no cross-user batching) — the baseline ``per-user steps``.
+    """
+    u = as_batch(users)
+    machine = plan(model, hardware, workload, routing, u * agents)
+    alone = plan(model, hardware, workload, routing, [agents])
+    per_user_ratio = float(alone.coalescing_ratio[0])
+    u_agents = float(alone.union_per_layer[0])
+    sliced_net = float(alone.net_tok_s[0])  # u users time-sliced: same aggregate as one user
+    return {
+        "users": [int(x) for x in u],
+        "agents_per_user": int(agents),
+        "machine_batch": [int(x) for x in u * agents],
+        "net_tok_s": [float(x) for x in machine.net_tok_s],
+        "baseline": "per-user steps (time-sliced, no cross-user batching)",
+        "net_tok_s_baseline": sliced_net,
+        "multiple_vs_baseline": [float(x / sliced_net) for x in machine.net_tok_s],
+        "per_user_coalescing_ratio": per_user_ratio,
+        "machine_coalescing_ratio": [float(x) for x in machine.coalescing_ratio],
+        "cross_user_expert_gain": [float(x * u_agents / y) for x, y in zip(u, machine.union_per_layer)],
+        "bound": list(machine.bound),
+        "fits_in_memory": [bool(x) for x in machine.fits_in_memory],
+    }

@@ -53,6 +53,7 @@ __all__ = [
     "plan",
     "step_terms",
     "transitions",
+    "multiple_thresholds",
 ]
 
 TERMS = ("ssd", "memory", "compute", "fabric")
@@ -107,7 +108,8 @@ class Routing:
 
 
 def routing_from_spec(spec: str, model: MoEModel) -> Routing:
-    """``uniform``, ``zipf:S`` or a path to a histogram ``.csv`` / trace ``.npz``/``.npy``."""
+    """``uniform``, ``zipf:S`` or a path to a histogram ``.csv`` / trace ``.npz``/``.npy``
+    (absolute, relative to the working directory, or relative to ``data/``)."""
     e, k = model.experts, model.top_k
     if spec == "uniform":
         return Routing(np.full((1, e), k / e), "uniform", "assumed")
@@ -123,9 +125,12 @@ def routing_from_spec(spec: str, model: MoEModel) -> Routing:
     from moeroof.io import Histogram, load_any
     from moeroof.routing import histogram_from_trace
 
-    data = load_any(Path(spec))
+    from moeroof.paths import resolve_data
+
+    path = resolve_data(spec)
+    data = load_any(path)
     if data.experts != e or data.top_k != k:
-        raise ValueError(f"routing {spec}: E={data.experts}, K={data.top_k} do not match model "
+        raise ValueError(f"routing {path}: E={data.experts}, K={data.top_k} do not match model "
                          f"{model.name} (E={e}, K={k})")
     notes = []
     if isinstance(data, Histogram):
@@ -142,7 +147,7 @@ def routing_from_spec(spec: str, model: MoEModel) -> Routing:
     pi = pi * (k / np.maximum(pi.sum(axis=1, keepdims=True), 1e-300))
     prov = data.meta.get("provenance", "projected")
     prov = "witnessed" if prov == "witnessed" else "projected"
-    return Routing(np.clip(pi, 0.0, 1.0), f"{data.meta.get('model', Path(spec).name)} ({Path(spec).name})", prov, tuple(notes))
+    return Routing(np.clip(pi, 0.0, 1.0), f"{data.meta.get('model', path.name)} ({path.name})", prov, tuple(notes))
 
 
 @dataclass(frozen=True)
@@ -386,3 +391,19 @@ def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing: Routi
         routing=routing.label,
         notes=tuple(notes),
     )
+
+
+def multiple_thresholds(p: Plan, thresholds=(4.0, 10.0)) -> list[dict[str, Any]]:
+    """For each baseline: the largest multiple over the batch grid, where it occurs, and the
+    first B at which each threshold is reached among feasible steps (None: never)."""
+    rows = []
+    ok = np.asarray(p.fits_in_memory, dtype=bool)
+    for name, d in p.baselines.items():
+        mult = np.where(ok, d["multiple"], np.nan)
+        row = {"baseline": name, "max_multiple": float(np.nanmax(mult)) if ok.any() else float("nan"),
+               "at_batch": int(p.batch[int(np.nanargmax(mult))]) if ok.any() else None}
+        for t in thresholds:
+            hit = np.flatnonzero(mult >= t)
+            row[f"first_batch_at_{t:g}x"] = int(p.batch[hit[0]]) if hit.size else None
+        rows.append(row)
+    return rows

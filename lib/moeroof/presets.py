@@ -202,7 +202,7 @@ def _load(path: str | Path, kind: str, fields: dict[str, tuple[str, bool]]) -> d
     try:
         with path.open("rb") as fh:
             doc = tomllib.load(fh)
-    except tomllib.TOMLDecodeError as err:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise InputError(path, None, "toml", f"not valid TOML ({err})") from None
     if doc.get("kind") != kind:
         raise InputError(path, None, "kind", f"must be \"{kind}\", got {doc.get('kind')!r}")
@@ -252,7 +252,7 @@ def _resolve(name_or_path: str | Path, sub: str) -> Path:
 def load_model(name_or_path: str | Path) -> MoEModel:
     """A model preset by name (``glm-5.2``) or a path to a user's TOML."""
     path = _resolve(name_or_path, "models")
-    if not path.exists() and not Path(name_or_path).suffix:
+    if not path.exists() and path != Path(name_or_path):  # a name, not a path (names may hold dots: glm-5.2)
         known = ", ".join(sorted(list_presets()["models"]))
         raise InputError(name_or_path, None, "model", f"no such preset (known: {known})")
     out = _load(path, "model", MODEL_FIELDS)
@@ -268,7 +268,7 @@ def load_model(name_or_path: str | Path) -> MoEModel:
 def load_hardware(name_or_path: str | Path) -> Hardware:
     """A hardware preset by name (``nvme-gen4``) or a path to a user's TOML."""
     path = _resolve(name_or_path, "hardware")
-    if not path.exists() and not Path(name_or_path).suffix:
+    if not path.exists() and path != Path(name_or_path):  # a name, not a path (names may hold dots: glm-5.2)
         known = ", ".join(sorted(list_presets()["hardware"]))
         raise InputError(name_or_path, None, "hardware", f"no such preset (known: {known})")
     out = _load(path, "hardware", HARDWARE_FIELDS)

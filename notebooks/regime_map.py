@@ -1,0 +1,208 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     formats: ipynb,py:percent
+#     notebook_metadata_filter: kernelspec,jupytext,-all
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Across batch B and expert-cache size, which resource binds and what net tok/s results?
+#
+# **Answer.** On GLM-5.2 streaming from a Gen4 NVMe (nvme-gen4, 62 GB RAM, 4096-token
+# context, Zipf s = 0.8) the SSD binds in every feasible cell: a bigger hot-set cache and a bigger
+# batch both raise net tok/s (0.50 at B = 1 with no cache, 0.99 with the 44.5 GiB RAM leaves,
+# 1.6 at B = 64), but the batch's KV cache exhausts RAM at B = 174, long before compute would take
+# over (B ≈ 880), so the best feasible cell is 2.6 tok/s at B = 151. On epyc-server (430 GB RAM)
+# the SSD binds unless nearly all 340 GiB of routed experts are cached; then memory binds up to
+# B* = 40, compute beyond it (25 tok/s), and from B ≈ 760 the KV squeezes the cache and the SSD
+# binds again. Serial terms (`sum`) lower net tok/s but never change which term binds (best cells
+# 2.0 against 2.6 tok/s on nvme-gen4, 17 against 25 on epyc-server). Every number is
+# **projected** (assumed routing, KV size and FLOP per token).
+
+# %% tags=["parameters"]
+model: str = "glm-5.2"  # model preset name or path to a model TOML
+hardware: str = "nvme-gen4"  # hardware preset name or path to a hardware TOML
+contrast_hardware: str = "epyc-server"  # a second box drawn beside the first, empty string for none
+routing: str = "zipf:0.8"  # uniform, zipf:S, or a histogram or trace path relative to data/
+context_tokens: int = 4096  # context per agent in tokens
+overlap: str = "max"  # combine for the bound map contours, max for perfect overlap or sum for serial
+b_max: int = 1024  # largest batch on the B axis
+n_batch: int = 48  # batch grid points, log-spaced integers from 1 to b_max, at least 2
+cache_gib_max: float = 0.0  # top of the cache axis in GiB, 0 for what RAM leaves beside the dense band
+n_cache: int = 41  # cache grid points from 0 to cache_gib_max, at least 2
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.colors import BoundaryNorm, ListedColormap, LogNorm
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter
+
+import moeroof
+from moeroof.maps import BOUND_CODES, regime_map
+from moeroof.paths import resolve_data
+from moeroof.plots import provenance_label, save_figure, style
+from moeroof.presets import load_hardware, load_model
+from moeroof.roofline import Workload, routing_from_spec
+from moeroof.units import GiB
+
+key_batches = [1, 8, 16, 64, 128, 256, 1024]  # rows shown in the tables
+batch = np.unique(np.r_[np.round(np.logspace(0, np.log10(b_max), n_batch)), [b for b in key_batches if b <= b_max]].astype(int))
+term_colours = {"ssd": "#4C72B0", "memory": "#DD8452", "compute": "#55A868", "fabric": "#C44E52"}
+
+m = load_model(model)
+route = routing_from_spec(routing if routing == "uniform" or routing.startswith("zipf:") else str(resolve_data(routing)), m)
+boxes = [load_hardware(hardware)] + ([load_hardware(contrast_hardware)] if contrast_hardware else [])
+
+
+def cache_axis_gib(hw):
+    """0 → what RAM leaves beside the OS reserve and dense band, capped at the whole routed model."""
+    if cache_gib_max > 0:
+        return cache_gib_max
+    return max(min(hw.ram_bytes - hw.os_reserve_bytes - m.non_routed_bytes, m.routed_bytes), 0.0) / GiB
+
+
+maps = {}
+for hw in boxes:
+    cache = np.linspace(0.0, cache_axis_gib(hw), n_cache) * GiB
+    for ov in ("max", "sum"):
+        maps[hw.name, ov] = regime_map(m, hw, Workload(context_tokens=context_tokens, overlap=ov), route, batch, cache)
+prov = provenance_label("projected")
+if any(r.provenance != "projected" for r in maps.values()):
+    prov += "; some from witnessed inputs only"
+print(f"{m.name}: {m.routed_bytes / GiB:.0f} GiB of routed experts; routing {route.label}; context {context_tokens} tokens")
+for hw in boxes:
+    print(f"{hw.name}: cache axis 0 to {cache_axis_gib(hw):.1f} GiB; RAM {hw.ram_bytes / GiB:.1f} GiB")
+
+
+def edges(x, log):
+    """Cell edges around grid centres, for pcolormesh."""
+    x = np.asarray(x, dtype=float)
+    if log:
+        mid = np.sqrt(x[1:] * x[:-1])
+        return np.r_[x[0] ** 2 / mid[0], mid, x[-1] ** 2 / mid[-1]]
+    mid = (x[1:] + x[:-1]) / 2
+    return np.r_[x[0] - (mid[0] - x[0]), mid, x[-1] + (x[-1] - mid[-1])]
+
+
+def hatch_infeasible(ax, r):
+    if not r.fits_in_memory.all():
+        ax.contourf(r.batch, r.cache_bytes / GiB, (~r.fits_in_memory).astype(float), levels=[0.5, 1.5],
+                    colors="none", hatches=["//"])
+        ax.contour(r.batch, r.cache_bytes / GiB, (~r.fits_in_memory).astype(float), levels=[0.5], colors="0.3", linewidths=1)
+
+
+# %% [markdown]
+# ## Which term binds
+# Each cell is `roofline.plan` at one requested cache size (a static hot set per layer, filled
+# with the most popular experts) and one B: T_step = combine(SSD, memory, compute) and the
+# binding term is the largest of them. The binding term is the same under `max` and `sum`
+# overlap (it is the largest term either way); the contours are net tok/s under the `overlap`
+# parameter. Hatched cells are infeasible as modelled: the dense band plus the batch's KV cache
+# exceed RAM (the cache gets only what RAM leaves, so at large B a requested cache is capped and
+# the map goes flat along the cache axis).
+
+# %%
+present = sorted({b for r in maps.values() for b in np.unique(r.bound)}, key=list(BOUND_CODES).index)
+cmap = ListedColormap([term_colours[t] for t in BOUND_CODES])
+norm = BoundaryNorm(np.arange(len(BOUND_CODES) + 1) - 0.5, cmap.N)
+
+with style():
+    fig, axes = plt.subplots(1, len(boxes), figsize=(6.2 * len(boxes), 5.0), squeeze=False)
+    for ax, hw in zip(axes[0], boxes):
+        r = maps[hw.name, overlap]
+        ax.pcolormesh(edges(r.batch, True), edges(r.cache_bytes / GiB, False), r.bound_code, cmap=cmap, norm=norm, alpha=0.85)
+        lo, hi = np.nanmin(r.net_tok_s), np.nanmax(r.net_tok_s)
+        levels = [x for x in (0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if lo < x < hi]
+        if levels:
+            cs = ax.contour(r.batch, r.cache_bytes / GiB, r.net_tok_s, levels=levels, colors="k", linewidths=0.8)
+            ax.clabel(cs, fmt=lambda v: f"{v:g} tok/s", fontsize=7)
+        hatch_infeasible(ax, r)
+        ax.set(xscale="log", xlabel="batch B (agents per decode step)", ylabel="expert cache requested (GiB)",
+               title=f"{hw.name}: binding term, net tok/s contours ({overlap} overlap)\n{m.name}, {route.label}, "
+                     f"ctx {context_tokens} tokens — {prov}")
+        ax.title.set_fontsize(9)
+    handles = [Patch(color=term_colours[t], label=f"{t} binds") for t in present]
+    handles.append(Patch(facecolor="none", edgecolor="0.3", hatch="//", label="infeasible: dense band + KV exceed RAM"))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    save_figure(fig, "regime_map_bound")
+    plt.show()
+
+# %% [markdown]
+# ## Net tok/s, perfect overlap against serial terms
+# `max` assumes SSD reads, memory reads and compute overlap perfectly; `sum` runs them one after
+# the other. The truth of an engine lies between. Both panels share one log colour scale; masked
+# (hatched, white) cells are infeasible and carry no number.
+
+# %%
+with style():
+    fig, axes = plt.subplots(len(boxes), 2, figsize=(12, 4.4 * len(boxes)), squeeze=False, layout="constrained")
+    for row, hw in zip(axes, boxes):
+        both = [maps[hw.name, ov] for ov in ("max", "sum")]
+        vals = np.concatenate([r.net_tok_s[r.fits_in_memory] for r in both])
+        lognorm = LogNorm(vmin=vals.min(), vmax=vals.max()) if vals.size else None
+        for ax, r in zip(row, both):
+            shown = np.ma.masked_where(~r.fits_in_memory, r.net_tok_s)
+            mesh = ax.pcolormesh(edges(r.batch, True), edges(r.cache_bytes / GiB, False), shown, cmap="viridis", norm=lognorm)
+            hatch_infeasible(ax, r)
+            ax.set(xscale="log", xlabel="batch B (agents per decode step)", ylabel="expert cache requested (GiB)",
+                   title=f"{hw.name}, {r.overlap} overlap")
+        cb = fig.colorbar(mesh, ax=row, label="net tok/s, all agents (log scale)")
+        cb.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        cb.ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
+    fig.suptitle(f"net tok/s over batch and cache: {m.name}, {route.label}, ctx {context_tokens} tokens — {prov}\n"
+                 "hatched, blank: infeasible, the dense band and the batch's KV exceed RAM", fontsize=10)
+    save_figure(fig, "regime_map_net_tok_s")
+    plt.show()
+
+# %% [markdown]
+# ## Regime boundaries B* at a few cache sizes
+# From `Plan.transitions` along the B grid (B* is the first grid B of the new regime, so it is
+# as coarse as the grid), with the first infeasible B and net tok/s at a few B (`overlap`
+# parameter).
+
+# %%
+rows = []
+for hw in boxes:
+    r = maps[hw.name, overlap]
+    for i in np.unique(np.round(np.linspace(0, r.cache_bytes.size - 1, 5)).astype(int)):
+        infeasible = r.batch[~r.fits_in_memory[i]]
+        row = {"box": hw.name, "cache GiB": r.cache_bytes[i] / GiB,
+               "bound at B=1": r.bound[i, 0],
+               "transitions (B*)": "; ".join(f"{t['from']}→{t['to']} at B={t['batch']}" for t in r.transitions[i]) or "none",
+               "infeasible from B": int(infeasible[0]) if infeasible.size else "—"}
+        for b in (1, 16, 64, 256):
+            if b in r.batch:
+                j = int(np.flatnonzero(r.batch == b)[0])
+                row[f"net tok/s B={b}"] = r.net_tok_s[i, j] if r.fits_in_memory[i, j] else np.nan
+        rows.append(row)
+pd.DataFrame(rows).round(2)
+
+# %%
+best = []
+for hw in boxes:
+    for ov in ("max", "sum"):
+        r = maps[hw.name, ov]
+        net = np.where(r.fits_in_memory, r.net_tok_s, -np.inf)
+        i, j = np.unravel_index(np.argmax(net), net.shape)
+        best.append({"box": hw.name, "overlap": ov, "best net tok/s": net[i, j], "at B": int(r.batch[j]),
+                     "cache GiB requested": r.cache_bytes[i] / GiB, "cache GiB after RAM pressure": r.cache_effective_bytes[i, j] / GiB,
+                     "binds": r.bound[i, j],
+                     "share of feasible cells SSD-bound": float(np.mean(r.bound[r.fits_in_memory] == "ssd"))})
+pd.DataFrame(best).round(3)
+
+# %% [markdown]
+# ## Versions and parameters
+
+# %%
+print(f"moeroof {moeroof.__version__}, numpy {np.__version__}")
+print({"model": model, "hardware": hardware, "contrast_hardware": contrast_hardware, "routing": routing,
+       "context_tokens": context_tokens, "overlap": overlap, "b_max": b_max, "n_batch": n_batch,
+       "cache_gib_max": cache_gib_max, "n_cache": n_cache})

@@ -178,7 +178,7 @@ def reference_plan_net(model, hw, workload, pi: np.ndarray, batch: np.ndarray) -
     ssd = model.moe_layers * misses * model.expert_bytes / hw.ssd_bandwidth(model.expert_bytes)
     mem = (model.non_routed_bytes + model.moe_layers * union * model.expert_bytes
            + b * workload.context_tokens * model.kv_bytes_per_token) / hw.bw_mem_bytes_per_s
-    flops = b * model.flops_per_token / hw.flops_per_s
+    flops = b * (model.flops_per_token + workload.context_tokens * model.attn_flops_per_context_token) / hw.flops_per_s
     return b / np.maximum(np.maximum(ssd, mem), flops)
 
 

@@ -60,7 +60,7 @@ hw = load_hardware(hardware)
 r = routing_from_spec(routing, m)
 w = Workload(context_tokens=context_tokens, cache_bytes=cache_gib * GiB, overlap=overlap)
 p = plan(m, hw, w, r, batch)
-prov = provenance_label("projected" if p.provenance["result"] == "projected" else "witnessed")
+prov = provenance_label(p.provenance["result"])
 for note in p.notes:
     print("note:", note)
 

@@ -5,6 +5,9 @@
     moeroof union --uniform E K --batch 1,8,64 [--layers L] [--json]
     moeroof union PATH --batch 1,8,64 [--bootstrap 200] [--seed 0] [--draws 4] [--json]
     moeroof fit HISTOGRAM [--bootstrap 100] [--gof-sims 99] [--seed 0] [--json]
+    moeroof plan --model PRESET|FILE --hardware PRESET|FILE --batch 1,8,64 [--cache-gib X]
+                 [--context N] [--overlap max|sum] [--routing uniform|zipf:S|PATH] [--json]
+    moeroof presets [--json]
 
 PATH is a histogram ``.csv`` (rarefaction / extrapolation, :func:`moeroof.union.union_histogram`)
 or a trace ``.npz`` / ``.npy`` (measured, :func:`moeroof.union.union_from_trace`). Every
@@ -68,7 +71,7 @@ def parse_batch(text: str) -> list[int]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="moeroof",
-        description="MoE inference analysis: expert union U(B) and routing-skew fits.",
+        description="MoE inference analysis: expert union U(B), routing-skew fits, the net tok/s roofline and presets.",
     )
     parser.add_argument("--version", action="version", version=f"moeroof {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -103,6 +106,27 @@ def build_parser() -> argparse.ArgumentParser:
     pf.add_argument("--seed", default="0", help="seed of numpy.random.default_rng (default 0)")
     pf.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     pf.set_defaults(func=_cmd_fit)
+
+    pl = sub.add_parser(
+        "plan",
+        help="net tok/s of B agents: the step roofline, what binds, and multiples against named baselines",
+        description=(
+            "Evaluate the decode-step roofline (SSD, memory, compute, fabric) for a model and a box "
+            "at each batch size; every multiple names its baseline (uncoalesced, single, "
+            "independent-boxes) and the result says whether any input is not witnessed (projected)."
+        ),
+    )
+    pl.add_argument("--model", required=True, help="model preset name (see `moeroof presets`) or a TOML path")
+    pl.add_argument("--hardware", required=True, help="hardware preset name or a TOML path")
+    pl.add_argument("--batch", required=True, help="batch sizes, comma-separated (e.g. 1,8,64)")
+    pl.add_argument("--cache-gib", default="0", help="expert cache in GiB (default 0)")
+    pl.add_argument("--context", default="4096", help="context tokens per agent (default 4096)")
+    pl.add_argument("--overlap", default="max", choices=("max", "sum"), help="combine the terms by max (overlap) or sum (serial)")
+    pl.add_argument("--routing", default="uniform", help="uniform, zipf:S, or a histogram .csv / trace .npz path (default uniform)")
+    pl.add_argument("--read-size-kib", default=None, help="SSD read size in KiB (default: one expert per read)")
+    pl.add_argument("--ranks", default="1", help="ranks the experts are split over (fabric term when > 1; default 1)")
+    pl.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    pl.set_defaults(func=_cmd_plan)
 
     pp = sub.add_parser(
         "presets",
@@ -454,6 +478,79 @@ def _cmd_presets(args: argparse.Namespace) -> int:
         print(json.dumps(rep, indent=2, allow_nan=False))
     else:
         _print_presets(rep)
+    return 0
+
+
+# ----------------------------------------------------------------------------- plan
+
+
+def _non_negative_float(text: str, flag: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{flag}: expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise UsageError(f"{flag}: must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def plan_report(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``plan`` JSON object (issue 3's contract) for parsed arguments."""
+    from .presets import load_hardware, load_model
+    from .roofline import Workload, plan, routing_from_spec
+    from .units import to_si
+
+    batch = parse_batch(args.batch)
+    cache = _non_negative_float(args.cache_gib, "--cache-gib")
+    context = _non_negative_int(args.context, "--context")
+    read_kib = None if args.read_size_kib is None else _non_negative_float(args.read_size_kib, "--read-size-kib")
+    if read_kib == 0:
+        raise UsageError("--read-size-kib: must be > 0")
+    ranks = _positive_int(args.ranks, "--ranks")
+    model = load_model(args.model)
+    hardware = load_hardware(args.hardware)
+    routing = routing_from_spec(args.routing, model)
+    workload = Workload(
+        context_tokens=context,
+        cache_bytes=to_si(cache, "GiB"),
+        overlap=args.overlap,
+        read_size_bytes=None if read_kib is None else to_si(read_kib, "KiB"),
+        ranks=ranks,
+    )
+    rep = plan(model, hardware, workload, routing, batch).to_dict()
+    rep["workload"] = {"context_tokens": context, "cache_bytes": to_si(cache, "GiB"), "overlap": args.overlap,
+                       "read_size_bytes": workload.read_size_bytes, "ranks": ranks}
+    return rep
+
+
+def _print_plan(rep: dict[str, Any]) -> None:
+    prov = rep["provenance"]
+    print(f"net tok/s — {rep['model']} on {rep['hardware']}, routing {rep['routing']}, overlap {rep['overlap']}")
+    print(f"result: {prov['result']}" + (f" (not witnessed: {', '.join(prov['non_witnessed'])})" if prov["non_witnessed"] else ""))
+    headers = ["B", "step s", "tok/s/agent", "net tok/s", "bound", "SSD GB/token", "U/layer", "B·K/U",
+               "× uncoalesced", "× single", "× indep-boxes", "fits RAM"]
+    rows = []
+    for i, b in enumerate(rep["batch"]):
+        base = rep["baselines"]
+        rows.append([str(b), _fmt(rep["step_seconds"][i], 3), _fmt(rep["per_agent_tok_s"][i], 3), _fmt(rep["net_tok_s"][i], 3),
+                     rep["bound"][i], _fmt(rep["ssd_bytes_per_token"][i] / 1e9, 3), _fmt(rep["union_per_layer"][i], 1),
+                     _fmt(rep["coalescing_ratio"][i], 2), _fmt(base["uncoalesced"]["multiple"][i], 2),
+                     _fmt(base["single"]["multiple"][i], 2), _fmt(base["independent-boxes"]["multiple"][i], 3),
+                     "yes" if rep["fits_in_memory"][i] else "NO"])
+    print(_table(headers, rows, ">>>><>>>>>><"))
+    for t in rep["transitions"]:
+        print(f"regime change: {t['from']} → {t['to']} at B* = {t['batch']}")
+    for note in rep["notes"]:
+        print(f"note: {note}")
+    print("multiples: net tok/s against each named baseline; B·K/U is against uncoalesced")
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    rep = plan_report(args)
+    if args.json:
+        print(json.dumps(rep, indent=2, allow_nan=False))
+    else:
+        _print_plan(rep)
     return 0
 
 

@@ -12,19 +12,24 @@
 
 Ticket E's compounding: over a session of ``decode_tokens`` per agent after a shared prefix, the
 four combinations (neither, L2, L3, both) give ``f2``, ``f3`` and ``f23`` against the neither
-case; the levers compound multiplicatively exactly when they shorten disjoint parts of the
-session, and ``f23 / (f2·f3)`` says by how much they overlap (< 1: they compete for the same
-bottleneck; both cannot remove the same seconds twice).
+case. A session is prefill P plus decode D; when L3 shortens only P (by a) and L2 only D (by c),
+``f23 − f2·f3`` has the sign of ``P·D·(1 − 1/a)(1 − 1/c) ≥ 0``: levers acting on disjoint parts
+of the session compound *at least* multiplicatively (the time they save adds, so the combined
+factor beats the product of the factors). ``f23 / (f2·f3)`` is reported; it falls below 1 only
+when the levers compete for the same seconds (e.g. L3's shared-prefix KV reads and L2's
+expert stream both shortening one memory-bound decode step).
 
 Ticket G's composition, per-user ⊗ cross-user: a machine runs ``users`` users' fan-outs of
 ``agents`` each in one continuous batch of ``users·agents`` tokens per step. What composes: the
 expert stream — the machine-wide union ``U(users·agents)`` is shared by everyone in the step,
 so cross-user batching multiplies the per-user coalescing ratio by
-``users·U(agents) / U(users·agents)`` until the union saturates at E. What does not overlap:
-the dense band is already read once per step in both (L1 counts once, not twice); KV is per
-user (no cross-tenant prefix reuse, so L3 stays within a user's fan-out and the batch's KV reads
-grow linearly with users); and the union can never fall below E per layer, so once
-``U(agents) ≈ E`` cross-user batching adds nothing to expert streaming.
+``users·U(agents) / U(users·agents)``. The union never exceeds E per layer, so once it
+saturates the bytes streamed per step stop growing while more tokens share them: the
+cross-user gain then grows in proportion to users, until another term binds. What does not
+overlap: the dense band is already read once per step in both (L1 counts once, not twice);
+KV is per user (no cross-tenant prefix reuse, so L3 stays within a user's fan-out and the
+batch's KV reads and memory grow linearly with users — on small boxes RAM, not the union,
+ends cross-user batching).
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ class LeverFactors:
     l2_coalescing: np.ndarray
     l3_prefix_decode: np.ndarray
     baselines: dict[str, str]
+    fits_in_memory: np.ndarray
 
 
 def _step(model, hardware, workload, routing, batch, **kw) -> np.ndarray:
@@ -68,7 +74,8 @@ def lever_factors(
     b = as_batch(batch)
     base = _step(model, hardware, workload, routing, b)
     l1 = _step(model, hardware, workload, routing, b, dense_once=False) / base
-    l2 = plan(model, hardware, workload, routing, b).baselines["uncoalesced"]["multiple"]
+    current = plan(model, hardware, workload, routing, b)
+    l2 = current.baselines["uncoalesced"]["multiple"]
     p = min(prefix_tokens, workload.context_tokens)
     l3 = np.empty(b.size)
     for i, bi in enumerate(b):
@@ -78,7 +85,7 @@ def lever_factors(
         "l1_dense_amortization": "per-token dense reads",
         "l2_coalescing": "uncoalesced",
         "l3_prefix_decode": "per-agent prefix KV",
-    })
+    }, np.asarray(current.fits_in_memory))
 
 
 def prefill_seconds(model: MoEModel, hardware: Hardware, workload: Workload, routing: Routing, tokens: int) -> float:

@@ -46,6 +46,7 @@ _PROVENANCE_LABELS = {
     "witnessed": "witnessed (measured)",
     "projected": "projected (model, not measured)",
     "assumed": "projected (from assumed inputs)",
+    "witnessed-inputs": "model on witnessed inputs (not itself measured)",
 }
 
 

@@ -13,19 +13,23 @@
 # %% [markdown]
 # # L1, L2 and L3: what each buys alone, against which baseline, and do they compound?
 #
-# **Answer.** Each lever buys time only where the term it shrinks binds. On GLM-5.2 streaming
-# from a Gen4 NVMe (nvme-gen4, 16 GiB hot-set cache, Zipf s = 0.8, 4096-token context) the SSD
-# binds at every feasible B, so only L2 pays per step — 2.1× at B = 64 and 3.5× at B = 128
-# against `uncoalesced` — while L1 (against `per-token dense reads`) and decode-side L3 (against
-# `per-agent prefix KV`) stay at 1.00; on epyc-server, whose RAM holds every expert, memory binds
-# up to B* = 40 and L1 reaches 2.4× at B = 64 before compute caps the box at 25 tok/s. Over a
-# 16-agent session after a 2048-token shared prefix, L2 and L3 compound a little better than
-# multiplicatively (f23 = 1.40 against f2·f3 = 1.36 on nvme-gen4, 2.81 against 2.28 on
-# epyc-server) because they shorten different parts of the session; cross-user batching
-# multiplies the per-user coalescing ratio (1.6 for 16 agents) by a cross-user gain of 2.9 at 8
-# users, and the union passes 90 % of E at 10 users — but on the 62 GB box the machine batch's
-# KV overflows RAM from 11 users (B = 176). Every number is **projected** (assumed routing,
-# assumed KV size and FLOP per token, unmeasured memory and compute rates).
+# **Answer.** Each lever buys time only where the term it shrinks binds. On GLM-5.2 streaming from
+# a Gen4 NVMe (`nvme-gen4` with its default hot-set cache, Zipf routing, 4096-token context) the
+# SSD binds at every feasible B, so only L2 pays per step, the more the larger the batch, against
+# `uncoalesced`; L1 (against `per-token dense reads`) buys nothing and decode-side L3 (against
+# `per-agent prefix KV`) barely anything, and that only near the RAM limit. On `epyc-server`,
+# whose RAM can hold every routed expert, memory binds only at the smallest batches and compute
+# beyond: L1 pays most at that boundary and fades as compute takes over, L2 pays little anywhere,
+# and decode-side L3 pays almost nothing: sharing the prefix's KV saves memory reads, not the
+# attention compute over the prefix that every agent still does. Over one user's fan-out session
+# (against `uncoalesced decode, per-agent prefix prefill`) L2 and L3 compound above the product
+# f2·f3 on both boxes, because they shorten different parts of the session. On `nvme-gen4`,
+# cross-user batching (against `per-user steps`) multiplies the per-user coalescing ratio by a
+# cross-user gain that grows as the machine batch's expert union approaches E = 256, and it is
+# ended not by compute but by RAM: the machine batch's KV overflows RAM just after the union
+# passes 90 % of E, while the SSD still binds. Every number, printed under "The answer's numbers,
+# computed", is **projected** (assumed routing, assumed KV size and FLOP per token, unmeasured
+# memory and compute rates).
 
 # %% tags=["parameters"]
 model: str = "glm-5.2"  # model preset name or path to a model TOML
@@ -255,6 +259,69 @@ pd.DataFrame({"users": g["users"], "machine B": gb, "binds": g["bound"], "fits i
               "machine net tok/s": g["net_tok_s"], f"multiple (vs {g['baseline']})": g["multiple_vs_baseline"],
               "U per layer": u_machine, "machine B·K/U (vs uncoalesced)": g["machine_coalescing_ratio"],
               "cross-user expert gain": g["cross_user_expert_gain"]}).query("users in [1, 2, 4, 8, 16, 32, 64]").round(3)
+
+# %% [markdown]
+# ## The answer's numbers, computed
+# Every number the answer above refers to, from the variables of this notebook (only feasible B
+# count: those where the dense band and the batch's KV fit in RAM).
+
+# %%
+def at_b(x, lf, b):
+    """x at batch b if b is on the grid and feasible, else None."""
+    i = np.flatnonzero((lf.batch == b) & lf.fits_in_memory)
+    return float(x[i[0]]) if i.size else None
+
+
+def regimes(p):
+    """Binding term along the feasible B grid as 'term at B = lo–hi' segments, then where RAM runs out."""
+    ok = np.asarray(p.fits_in_memory)
+    b, bound = p.batch[ok], [t for t, f in zip(p.bound, ok) if f]
+    segs, start = [], 0
+    for i in range(1, len(bound) + 1):
+        if i == len(bound) or bound[i] != bound[start]:
+            segs.append(f"{bound[start]} at B = {b[start]}" + (f"–{b[i - 1]}" if i - 1 > start else ""))
+            start = i
+    tail = f", infeasible from B = {p.batch[~ok][0]}" if (~ok).any() else ", every B feasible"
+    return ", ".join(segs) + tail
+
+
+short = {"l1_dense_amortization": "L1", "l2_coalescing": "L2", "l3_prefix_decode": "L3 decode"}
+
+
+def lever_line(lf, attr):
+    ok = lf.fits_in_memory
+    x, b = np.asarray(getattr(lf, attr))[ok], lf.batch[ok]
+    j = int(np.argmax(x))
+    at64 = at_b(getattr(lf, attr), lf, 64)
+    return (f"{short[attr]} against `{lf.baselines[attr]}`: max {x[j]:.2f}× at B = {b[j]}, "
+            + (f"{at64:.2f}× at B = 64, " if at64 is not None else "")
+            + f"{x[-1]:.2f}× at the largest feasible B = {b[-1]}")
+
+
+for k in boxes:
+    lf, p = factors[k], plans[k]
+    ok = p.fits_in_memory
+    print(f"{box_label(k)}: cache room for {p.cache_experts_per_layer[0]:.0f} experts per layer at B = {p.batch[0]} "
+          f"(E = {m.experts}); binds {regimes(p)}; best net tok/s {p.net_tok_s[ok].max():.2f} "
+          f"(at B = {p.batch[ok][np.argmax(p.net_tok_s[ok])]})")
+    for attr in lever_names:
+        print(f"  {lever_line(lf, attr)}")
+for k in boxes:
+    c = comp[k]
+    print(f"session on {boxes[k].name} ({agents} agents, {prefix_tokens}-token prefix, {decode_tokens} tokens each, "
+          f"against `{c['baseline']}`): f2 = {c['f2']:.2f}, f3 = {c['f3']:.2f}, f23 = {c['f23']:.2f} "
+          f"{'above' if c['f23'] > c['product_f2_f3'] else 'at or below'} f2·f3 = {c['product_f2_f3']:.2f} "
+          f"(efficiency {c['compounding_efficiency']:.3f})")
+gain = np.array(g["cross_user_expert_gain"])
+last_ok = int(np.flatnonzero(fits)[-1])
+compute_users = users[np.array(g["bound"]) == "compute"]
+print(f"cross-user on {boxes['main'].name} (against `{g['baseline']}`): per-user B·K/U {g['per_user_coalescing_ratio']:.2f} "
+      f"for {agents} agents; cross-user gain {gain[last_ok]:.2f} and machine B·K/U {g['machine_coalescing_ratio'][last_ok]:.2f} "
+      f"at {users[last_ok]} users, the most that fit; {sat_text}; {infeasible_text}; "
+      f"feasible machine batches bind on {', '.join(sorted(set(np.array(g['bound'])[fits])))}; "
+      + (f"compute first binds at {compute_users[0]} users (B = {compute_users[0] * agents}, "
+         f"{'feasible' if fits[users == compute_users[0]][0] else 'infeasible'})" if compute_users.size
+         else f"compute never binds up to {users_max} users"))
 
 # %% [markdown]
 # ## Versions and parameters

@@ -13,15 +13,15 @@
 # %% [markdown]
 # # Across batch B and expert-cache size, which resource binds and what net tok/s results?
 #
-# **Answer.** On GLM-5.2 streaming from a Gen4 NVMe (nvme-gen4, 62 GB RAM, 4096-token
-# context, Zipf s = 0.8) the SSD binds in every feasible cell: a bigger hot-set cache and a bigger
-# batch both raise net tok/s (0.50 at B = 1 with no cache, 0.99 with the 44.5 GiB RAM leaves,
-# 1.6 at B = 64), but the batch's KV cache exhausts RAM at B = 174, long before compute would take
-# over (B ≈ 880), so the best feasible cell is 2.6 tok/s at B = 151. On epyc-server (430 GB RAM)
-# the SSD binds unless nearly all 340 GiB of routed experts are cached; then memory binds up to
-# B* = 40, compute beyond it (25 tok/s), and from B ≈ 760 the KV squeezes the cache and the SSD
-# binds again. Serial terms (`sum`) lower net tok/s but never change which term binds (best cells
-# 2.0 against 2.6 tok/s on nvme-gen4, 17 against 25 on epyc-server). Every number is
+# **Answer.** On GLM-5.2 streaming from a Gen4 NVMe (`nvme-gen4`, Zipf routing, 4096-token
+# context, `max` overlap) the SSD binds in every feasible cell: a bigger hot-set cache and a
+# bigger batch both raise net tok/s, but the batch's KV cache exhausts RAM well before compute
+# would take over, so the best feasible cell sits at the largest batch that fits. On `epyc-server`
+# the SSD binds unless the great majority of the routed experts is cached; only then does memory
+# bind, and only at the smallest batches, while compute binds at large batch for every cache size
+# and sets one ceiling on net tok/s that is reached with or without a cache, and no cell runs out
+# of RAM. Serial terms (`sum` against `max`) lower net tok/s, the best cells included, but never
+# change which term binds. Every number, printed under "The answer's numbers, computed", is
 # **projected** (assumed routing, KV size and FLOP per token).
 
 # %% tags=["parameters"]
@@ -197,6 +197,60 @@ for hw in boxes:
                      "binds": r.bound[i, j],
                      "share of feasible cells SSD-bound": float(np.mean(r.bound[r.fits_in_memory] == "ssd"))})
 pd.DataFrame(best).round(3)
+
+# %% [markdown]
+# ## The answer's numbers, computed
+# Every number the answer above refers to, from the maps of this notebook (feasible cells only:
+# the dense band and the batch's KV fit in RAM). Net tok/s under the `overlap` parameter unless
+# a line names `sum`.
+
+# %%
+def feasible_net(r):
+    return np.where(r.fits_in_memory, r.net_tok_s, np.nan)
+
+
+def best_cell(r):
+    net = np.where(r.fits_in_memory, r.net_tok_s, -np.inf)
+    i, j = np.unravel_index(np.argmax(net), net.shape)
+    return net[i, j], int(r.batch[j]), r.cache_bytes[i] / GiB
+
+
+for hw in boxes:
+    r, r_sum = maps[hw.name, overlap], maps[hw.name, "sum"]
+    ok, net = r.fits_in_memory, feasible_net(r)
+    terms = ", ".join(t for t in BOUND_CODES if (r.bound[ok] == t).any())
+    ssd_share = float(np.mean(r.bound[ok] == "ssd"))
+    rises_b = bool(np.all(np.nan_to_num(np.diff(net, axis=1), nan=0) >= -1e-9))
+    rises_c = bool(np.all(np.nan_to_num(np.diff(net, axis=0), nan=0) >= -1e-9))
+    infeasible = r.batch[(~ok).any(axis=0)]
+    compute_b = r.batch[(r.bound == "compute").any(axis=0)]
+    largest_ok = r.batch[ok.any(axis=0)][-1]
+    print(f"{hw.name}, {overlap} overlap: feasible cells bind on {terms} ({ssd_share:.0%} SSD-bound); "
+          f"net tok/s never falls with B: {rises_b}, never falls with cache: {rises_c}; "
+          f"{net[0, 0]:.2f} at B = 1 with no cache, {net[-1, 0]:.2f} with the whole {r.cache_bytes[-1] / GiB:.1f} GiB cache axis")
+    print(f"  KV exhausts RAM from B = {infeasible[0]}" if infeasible.size else "  every cell fits in RAM", end="")
+    print(f"; compute first binds at B = {compute_b[0]}" if compute_b.size else "; compute never binds", end="")
+    print(f"; largest feasible B = {largest_ok}")
+    mem = (r.bound == "memory") & ok
+    if mem.any():
+        c_lo = r.cache_bytes[mem.any(axis=1)][0]
+        print(f"  memory binds only with at least {c_lo / GiB:.0f} GiB cached ({c_lo / m.routed_bytes:.0%} of "
+              f"{m.routed_bytes / GiB:.0f} GiB of routed experts) and only up to B = {r.batch[mem.any(axis=0)][-1]}; "
+              f"with the whole cache axis B* = "
+              + "; ".join(f"{t['from']}→{t['to']} at B = {t['batch']}" for t in r.transitions[-1]))
+    else:
+        print("  memory binds in no feasible cell")
+    if ok[:, -1].all():
+        print(f"  compute binds at the largest B = {r.batch[-1]} for every cache size: "
+              f"{bool((r.bound[:, -1] == 'compute').all())}; net tok/s there {net[:, -1].min():.2f}–{net[:, -1].max():.2f} "
+              f"across cache sizes (map maximum {np.nanmax(net):.2f})")
+    else:
+        print(f"  the largest B = {r.batch[-1]} is infeasible at {np.mean(~ok[:, -1]):.0%} of cache sizes")
+    b_max_net, b_at, c_at = best_cell(r)
+    s_net, s_at, s_c = best_cell(r_sum)
+    print(f"  best feasible cell: {b_max_net:.2f} tok/s at B = {b_at}, {c_at:.1f} GiB requested ({overlap}); "
+          f"{s_net:.2f} tok/s at B = {s_at}, {s_c:.1f} GiB requested (sum); binding term identical under max and sum "
+          f"in every cell: {bool(np.array_equal(maps[hw.name, 'max'].bound, r_sum.bound))}")
 
 # %% [markdown]
 # ## Versions and parameters

@@ -75,3 +75,20 @@ def test_composition_gain_is_subadditive_union():
     assert np.all(gain >= 1 - 1e-12) and np.all(gain <= users + 1e-12)
     assert np.all(np.diff(gain) >= -1e-12)
     assert "per-user" in out["baseline"]
+
+
+def test_shared_prefix_cuts_kv_reads_but_not_attention_flops():
+    from dataclasses import replace
+
+    m = toy_model(attn_flops_per_context_token=1e6)
+    h = toy_hw()
+    r = zipf_routing(m, 0.8)
+    w = Workload(context_tokens=1000)
+    b = np.array([1, 8, 32])
+    plain = plan(m, h, w, r, b)
+    shared = plan(m, h, replace(w, shared_prefix_tokens=600), r, b)
+    np.testing.assert_allclose(plain.terms["compute"], shared.terms["compute"])
+    saved = plain.mem_bytes_per_step - shared.mem_bytes_per_step
+    np.testing.assert_allclose(saved, (b - 1) * 600 * m.kv_bytes_per_token)
+    with pytest.raises(ValueError, match="shared_prefix_tokens"):
+        Workload(context_tokens=10, shared_prefix_tokens=11)

@@ -67,20 +67,17 @@ def lever_factors(
 ) -> LeverFactors:
     """L1, L2 and the decode part of L3 as separate factors (each > 1 means faster).
 
-    L3 in decode: the shared prefix's KV is read once per step, so the context each agent adds
-    is ``context − P``; modelled as a workload whose per-agent context is reduced by
-    ``P·(B − 1)/B`` (same bytes: ``P + B·(ctx − P)`` tokens of KV per step).
+    L3 in decode: the shared prefix's KV is stored and read once per step
+    (``Workload.shared_prefix_tokens``): ``P + B·(ctx − P)`` tokens of KV per step instead of
+    ``B·ctx``; attention FLOP are unchanged.
     """
     b = as_batch(batch)
     base = _step(model, hardware, workload, routing, b)
     l1 = _step(model, hardware, workload, routing, b, dense_once=False) / base
     current = plan(model, hardware, workload, routing, b)
     l2 = current.baselines["uncoalesced"]["multiple"]
-    p = min(prefix_tokens, workload.context_tokens)
-    l3 = np.empty(b.size)
-    for i, bi in enumerate(b):
-        shared = replace(workload, context_tokens=int(round(workload.context_tokens - p * (bi - 1) / bi)))
-        l3[i] = base[i] / _step(model, hardware, shared, routing, [bi])[0]
+    shared = replace(workload, shared_prefix_tokens=min(prefix_tokens, workload.context_tokens))
+    l3 = base / _step(model, hardware, shared, routing, b)
     return LeverFactors(b, l1, np.asarray(l2), l3, {
         "l1_dense_amortization": "per-token dense reads",
         "l2_coalescing": "uncoalesced",
@@ -119,14 +116,12 @@ def session_seconds(
     """Wall time for ``agents`` agents to prefill a shared prefix and decode ``decode_tokens`` each.
 
     Decode runs as one batch of ``agents`` with the mean context over the session
-    (``prefix + decode/2``, or with the shared prefix read once per step).
+    (``prefix + decode/2``); with ``shared_prefix`` the prefix's KV is read once per step.
     """
     prefill = prefill_seconds(model, hardware, workload, routing, prefix_tokens)
     prefill_total = prefill if shared_prefix else agents * prefill
-    mean_ctx = prefix_tokens + decode_tokens / 2.0
-    if shared_prefix:
-        mean_ctx -= prefix_tokens * (agents - 1) / agents
-    w = replace(workload, context_tokens=int(round(mean_ctx)))
+    mean_ctx = int(round(prefix_tokens + decode_tokens / 2.0))
+    w = replace(workload, context_tokens=mean_ctx, shared_prefix_tokens=prefix_tokens if shared_prefix else 0)
     step = _step(model, hardware, w, routing, [agents], coalesced=coalesced)[0]
     return prefill_total + decode_tokens * step
 

@@ -68,10 +68,14 @@ class Workload:
     faults pages reads at the page size — moe-fit's 20× lesson). ``ranks > 1`` splits the
     experts evenly over ranks joined by ``Hardware.bw_link_bytes_per_s``; each token's hidden
     state goes to the remote ranks and back every MoE layer; ``fabric_overlapped`` puts that
-    term under the ``combine`` or adds it after.
+    term under the ``combine`` or adds it after. ``shared_prefix_tokens`` (lever L3): the first
+    P tokens of every agent's context are one shared prefix whose KV is stored and read once per
+    step for the whole batch — KV bytes ``(P + B·(ctx − P))·kv`` instead of ``B·ctx·kv``;
+    attention FLOP are unchanged (every agent still attends over the whole prefix).
     """
 
     context_tokens: int = 4096
+    shared_prefix_tokens: int = 0
     cache_bytes: float = 0.0
     overlap: str = "max"
     read_size_bytes: float | None = None
@@ -84,6 +88,8 @@ class Workload:
             raise ValueError(f"overlap must be 'max' or 'sum', got {self.overlap!r}")
         if self.context_tokens < 0 or self.cache_bytes < 0:
             raise ValueError("context_tokens and cache_bytes must be >= 0")
+        if not 0 <= self.shared_prefix_tokens <= self.context_tokens:
+            raise ValueError("shared_prefix_tokens must be in [0, context_tokens]")
         if self.read_size_bytes is not None and not self.read_size_bytes > 0:
             raise ValueError("read_size_bytes must be > 0")
         if int(self.ranks) != self.ranks or self.ranks < 1:
@@ -260,13 +266,14 @@ def step_terms(
     bf = b.astype(float)
     e_bytes = model.expert_bytes
     layers = model.moe_layers
-    kv_step = bf * workload.context_tokens * model.kv_bytes_per_token
+    p = workload.shared_prefix_tokens
+    kv_step = (p + bf * (workload.context_tokens - p)) * model.kv_bytes_per_token
     dense = model.non_routed_bytes * (1.0 if dense_once else bf)
     available = hardware.ram_bytes - hardware.os_reserve_bytes - model.non_routed_bytes - kv_step
     cache_eff = np.clip(np.minimum(workload.cache_bytes, available), 0.0, None)
     pressured = workload.cache_bytes > available
     fits = available >= 0
-    cache_experts = cache_eff / (layers * e_bytes)
+    cache_experts = np.minimum(cache_eff / (layers * e_bytes), model.experts)
     union, misses = _hot_set_misses(routing.pi, cache_experts, b)
     union, misses = union.mean(axis=0), misses.mean(axis=0)
     expert_reads = union

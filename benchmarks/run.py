@@ -14,6 +14,16 @@ Items (floors from SPEC §10; each measured as a ratio against a stated referenc
    (timed on a subset of replicates and scaled linearly; the full reference is also run once,
    untimed by the floor, to check the library's band).
 
+3. the roofline plan (issue 3): 1024 batch sizes x 80 layers, floor 100 ms.
+4. exact LRU miss-ratio curve (every capacity, one pass: ``moeroof.cache.lru_hit_curve``) of
+   10^7 requests over 80 layers x 256 experts = 20 480 items: floor 3 s.
+5. LRU simulation at one capacity (``moeroof.cache.simulate``), same requests: floor
+   5 million requests per second.
+   Items 4 and 5 are compared with a C implementation of the same algorithm
+   (``benchmarks/cache_ref.c``, compiled with ``cc -O2`` into a temp dir at run time and run on
+   the same request array written to a temp file); skipped with a note when no C compiler is
+   found. Numba compile time is excluded from the timings (a warm-up call) and reported.
+
 Exit status: 0 all floors met, 1 a floor missed, 3 library and reference disagree
 (beyond 1e-9 relative for item 1, 1e-6 for item 2). ``--quick`` runs small sizes (a smoke run);
 ``--no-write`` skips writing benchmarks/results.json.
@@ -356,6 +366,151 @@ def bench_rarefaction(layers: int, bootstrap: int, ref_subset: int, repeats: int
 
 
 # --------------------------------------------------------------------------------------------
+# items 4 and 5: expert cache (issue 4), against a C implementation of the same algorithm
+
+CACHE_LAYERS = 80
+CACHE_EXPERTS = 256
+CACHE_UNION = 64  # distinct experts a step requests per layer
+
+
+def cache_requests(n_requests: int, seed: int):
+    """A request stream of ~n_requests: each step requests 64 of 256 experts per layer (80
+    layers), drawn by Gumbel-top-64 on a Zipf(0.7) popularity permuted per layer."""
+    from moeroof import cache
+
+    rng = np.random.default_rng(seed)
+    steps = max(1, n_requests // (CACHE_LAYERS * CACHE_UNION))
+    logw = np.log(routing.Zipf(CACHE_EXPERTS, CACHE_UNION, 0.7).popularity(CACHE_LAYERS, rng))
+    topk = np.empty((steps, 1, CACHE_LAYERS, CACHE_UNION), dtype=np.int16)
+    for s0 in range(0, steps, 128):
+        n = min(128, steps - s0)
+        keys = logw + rng.gumbel(size=(n, CACHE_LAYERS, CACHE_EXPERTS))
+        topk[s0 : s0 + n, 0] = np.argpartition(-keys, CACHE_UNION, axis=-1)[..., :CACHE_UNION]
+    t0 = time.perf_counter()
+    req = cache.requests_from_trace(topk, CACHE_EXPERTS)
+    return req, time.perf_counter() - t0
+
+
+def compile_c_reference(tmp: Path):
+    """Compile benchmarks/cache_ref.c with ``cc -O2``; (binary path, note)."""
+    import shutil
+    import subprocess
+
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        return None, "no C compiler found (cc, gcc, clang): C comparison skipped"
+    exe = tmp / "cache_ref"
+    proc = subprocess.run([cc, "-O2", "-o", str(exe), str(HERE / "cache_ref.c")], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return None, f"C compile failed ({cc}): {proc.stderr.strip()[:200]}; C comparison skipped"
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.splitlines()
+    return exe, f"{cc} -O2 ({version[0] if version else 'unknown version'})"
+
+
+def run_c(exe: Path, args: list) -> list[str]:
+    import subprocess
+
+    out = subprocess.run([str(exe)] + [str(a) for a in args], capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+def bench_cache(n_requests: int, repeats: int) -> tuple[dict, dict]:
+    from moeroof import cache
+
+    req, build_s = cache_requests(n_requests, SEED + 3)
+    items = req.items
+    n = items.size
+    n_items = req.n_items
+    # numba compile time: the first call of each kernel on a tiny input
+    tiny = cache.Requests(items[:100].copy(), req.step[:100].copy(), req.layer[:100].copy(), req.steps, req.layers, req.experts)
+    t0 = time.perf_counter()
+    cache.lru_hit_curve(tiny)
+    compile_mrc = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    cache.simulate(tiny, 10)
+    compile_lru = time.perf_counter() - t0
+
+    t_mrc, (caps, rate) = timeit(lambda: cache.lru_hit_curve(req), repeats)
+    capacity = int(0.25 * n_items)
+    t_sim, res = timeit(lambda: cache.simulate(req, capacity, policy="lru"), repeats)
+    lib_hits = int(res.hits_per_step.sum())
+    # the kernel alone (simulate adds per-step bincounts and the result record)
+    group, cap = cache._groups("global", capacity, "experts", req.layers, req.experts)
+    t_kernel, _ = timeit(lambda: cache._lru_kernel(items, group, cap, np.ones(n_items)), repeats)
+    curve_hits = int(round(rate[capacity] * n))
+
+    with tempfile.TemporaryDirectory() as tmpd:
+        tmp = Path(tmpd)
+        exe, c_note = compile_c_reference(tmp)
+        c_mrc = c_lru = None
+        if exe is not None:
+            path = tmp / "items.bin"
+            dense, d = cache._dense(items)
+            dense.astype("<i8").tofile(path)
+            out = run_c(exe, ["mrc", path, d, 2 * d + 64, repeats])
+            c_mrc_s = float(out[0])
+            hist = np.array(out[1:], dtype=np.int64)
+            hist[0] = 0
+            c_rate = np.cumsum(hist)[: d + 1] / n
+            c_mrc = (c_mrc_s, c_rate)
+            items.astype("<i8").tofile(path)
+            out = run_c(exe, ["lru", path, n_items, capacity, repeats])
+            c_lru = (float(out[0]), int(out[1]))
+
+    def row(item, what, floor, times, c, c_what, diff, extra):
+        r = {
+            "item": item,
+            "what": what,
+            "floor_s": floor,
+            "best_s": min(times),
+            "median_s": statistics.median(times),
+            "repeats": len(times),
+            "reference": None,
+            "ratio": None,
+            "numba_compile_s": extra,
+            "requests": int(n),
+            "items": int(n_items),
+            "requests_from_trace_s": build_s,
+            "c_note": c_note,
+        }
+        if c is not None:
+            r["reference"] = {"what": c_what, "best_s": c, "median_s": None, "repeats": repeats, "scaled": False}
+            r["ratio"] = c / min(times)
+            r["max_abs_diff"] = diff
+            r["max_rel_diff"] = diff
+            r["tolerance_rel"] = 0.0
+            r["agree"] = bool(diff == 0.0)
+        r["pass"] = bool(r["best_s"] < floor)
+        return r
+
+    mrc_diff = None if c_mrc is None else float(np.max(np.abs(c_mrc[1] - rate)))
+    mrc_row = row(
+        "4. exact LRU miss-ratio curve",
+        f"moeroof.cache.lru_hit_curve: {n:,} requests over {n_items:,} items, hit rate at every capacity 0..{caps[-1]}",
+        3.0 * n / 1e7, t_mrc, None if c_mrc is None else c_mrc[0],
+        f"C (benchmarks/cache_ref.c mrc, {c_note}): same Fenwick stack-distance algorithm on the relabelled items",
+        mrc_diff, compile_mrc,
+    )
+    lru_diff = None if c_lru is None else float(abs(c_lru[1] - lib_hits))
+    lru_row = row(
+        "5. LRU simulation, one capacity",
+        f"moeroof.cache.simulate(policy='lru', capacity={capacity} experts): {n:,} requests "
+        f"(floor = 5 M requests/s); hits equal the curve's: {lib_hits == curve_hits}",
+        n / 5e6, t_sim, None if c_lru is None else c_lru[0],
+        f"C (benchmarks/cache_ref.c lru, {c_note}): same linked-list LRU, hit count only",
+        lru_diff, compile_lru,
+    )
+    lru_row["requests_per_s"] = n / min(t_sim)
+    lru_row["kernel_best_s"] = min(t_kernel)
+    lru_row["kernel_ratio"] = None if c_lru is None else c_lru[0] / min(t_kernel)
+    mrc_row["requests_per_s"] = n / min(t_mrc)
+    if lib_hits != curve_hits:
+        lru_row["agree"] = False
+    return mrc_row, lru_row
+
+
+
+# --------------------------------------------------------------------------------------------
 # machine info and output
 
 
@@ -458,9 +613,11 @@ def main(argv=None) -> int:
     if args.quick:
         layers, bootstrap, ref_subset = 8, 20, 20
         rep1, ref_rep1, rep2 = 3, 1, 1
+        cache_n, rep_cache = 1_000_000, 2
     else:
         layers, bootstrap, ref_subset = 80, 200, 20
         rep1, ref_rep1, rep2 = 7, 3, 3
+        cache_n, rep_cache = 10_000_000, 3
 
     info = machine_info()
     print("# moeroof benchmarks (SPEC §10)" + (" — QUICK smoke run, not the SPEC sizes" if args.quick else ""))
@@ -479,7 +636,8 @@ def main(argv=None) -> int:
     pi_row, plug_row = bench_plugin(layers, rep1, ref_rep1)
     rare_row = bench_rarefaction(layers, bootstrap, ref_subset, rep2)
     plan_row = bench_plan(layers, rep1, ref_rep1)
-    rows = [plug_row, pi_row, rare_row, plan_row]
+    mrc_row, lru_row = bench_cache(cache_n, rep_cache)
+    rows = [plug_row, pi_row, rare_row, plan_row, mrc_row, lru_row]
 
     print(table(rows))
     print()
@@ -498,6 +656,14 @@ def main(argv=None) -> int:
           f"checks: {checks} ({rare_row['check_note']}).")
     print(f"- tolerances: plug-in {TOL_PLUGIN:g} relative, rarefaction {TOL_RAREFACTION:g} relative "
           "(elementwise, |reference| floored at 1 expert).")
+    print(f"- cache items 4-5: {mrc_row['requests']:,} requests over {mrc_row['items']:,} (layer, expert) items "
+          f"(requests_from_trace took {fmt_s(mrc_row['requests_from_trace_s'])}, untimed); floors scale with the "
+          f"request count (3 s per 10^7; 5 M requests/s). Curve {mrc_row['requests_per_s'] / 1e6:.1f} M requests/s, "
+          f"LRU simulation {lru_row['requests_per_s'] / 1e6:.1f} M requests/s (its numba kernel alone "
+          f"{fmt_s(lru_row['kernel_best_s'])}, C/kernel ratio "
+          f"{'—' if lru_row['kernel_ratio'] is None else format(lru_row['kernel_ratio'], '.2f')}x). numba compile time (first call, "
+          f"excluded): curve {fmt_s(mrc_row['numba_compile_s'])}, LRU {fmt_s(lru_row['numba_compile_s'])}. "
+          f"C reference: {mrc_row['c_note']}; ratio = C time / library time; agreement is exact (hit counts).")
 
     disagree = [r["item"] for r in rows if r.get("agree") is False]
     missed = [r["item"] for r in rows if r.get("pass") is False]

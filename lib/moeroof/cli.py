@@ -8,6 +8,10 @@
     moeroof plan --model PRESET|FILE --hardware PRESET|FILE --batch 1,8,64 [--cache-gib X]
                  [--context N] [--overlap max|sum] [--routing uniform|zipf:S|PATH] [--json]
     moeroof presets [--json]
+    moeroof cache TRACE --policy lru|lfu|static|belady|s3fifo|arc
+                  (--capacity-experts N | --capacity-gib X --expert-bytes N) [--scope global|layer]
+                  [--warmup S] [--histogram PATH] [--json]
+    moeroof mrc TRACE [--sample-rate R] [--json]
 
 PATH is a histogram ``.csv`` (rarefaction / extrapolation, :func:`moeroof.union.union_histogram`)
 or a trace ``.npz`` / ``.npy`` (measured, :func:`moeroof.union.union_from_trace`). Every
@@ -138,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pp.add_argument("--json", action="store_true", help="print one JSON object (SI units, provenance and sources per field)")
     pp.set_defaults(func=_cmd_presets)
+    _add_cache_parsers(sub)
     return parser
 
 
@@ -552,6 +557,234 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     else:
         _print_plan(rep)
     return 0
+
+
+# ----------------------------------------------------------------------------- cache and mrc
+
+
+def _add_cache_parsers(sub: Any) -> None:
+    from .cache import POLICIES
+
+    pc = sub.add_parser(
+        "cache",
+        help="simulate an expert cache policy on a trace: hits, misses, bytes streamed per step",
+        description=(
+            "Replay a trace's request stream (each step requests the batch's union of experts "
+            "layer by layer, ascending id within a layer) through one cache policy (SPEC §5)."
+        ),
+    )
+    pc.add_argument("path", metavar="TRACE", help="trace .npz / .npy")
+    pc.add_argument("--policy", required=True, choices=POLICIES, help="eviction policy (belady = offline optimum)")
+    pc.add_argument("--capacity-experts", default=None, help="cache capacity in experts (one (layer, expert) item each)")
+    pc.add_argument("--capacity-gib", default=None, help="cache capacity in GiB (needs --expert-bytes)")
+    pc.add_argument("--expert-bytes", default=None, help="bytes per expert (streamed per miss)")
+    pc.add_argument("--scope", default="global", choices=("global", "layer"), help="one shared cache or one per layer (default global)")
+    pc.add_argument("--warmup", default="0", help="steps simulated but not counted (default 0)")
+    pc.add_argument("--histogram", default=None, help="histogram .csv to pin the static hot set from (default: the trace's own)")
+    pc.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+    pc.set_defaults(func=_cmd_cache)
+
+    pm = sub.add_parser(
+        "mrc",
+        help="LRU hit rate at every capacity in one pass (stack distances), or a SHARDS estimate",
+        description=(
+            "Exact LRU hit-rate curve for every capacity in experts (Mattson stack distances; one "
+            "cache shared by all layers, every request counted), or with --sample-rate the SHARDS "
+            "spatial-sampling estimate; the Che approximation from the trace's request counts beside it."
+        ),
+    )
+    pm.add_argument("path", metavar="TRACE", help="trace .npz / .npy")
+    pm.add_argument("--sample-rate", default=None, help="SHARDS sampling rate R in (0, 1] (default: exact)")
+    pm.add_argument("--seed", default="0", help="seed of the SHARDS hash (default 0)")
+    pm.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    pm.set_defaults(func=_cmd_mrc)
+
+
+def _read_cache_trace(path_text: str) -> Any:
+    from .io import read_trace
+
+    path = Path(path_text)
+    if path.suffix.lower() == ".csv":
+        raise InputError(path, "-", "file", "expected a trace .npz / .npy, got a histogram .csv")
+    return read_trace(path)
+
+
+def _positive_float(text: str, flag: str) -> float:
+    value = _non_negative_float(text, flag)
+    if value <= 0:
+        raise UsageError(f"{flag}: must be > 0, got {text!r}")
+    return value
+
+
+def cache_report(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``cache`` JSON object for parsed arguments."""
+    from .cache import requests_from_trace, simulate
+    from .units import to_si
+
+    if (args.capacity_experts is None) == (args.capacity_gib is None):
+        raise UsageError("give exactly one of --capacity-experts N or --capacity-gib X")
+    expert_bytes = None if args.expert_bytes is None else _positive_float(args.expert_bytes, "--expert-bytes")
+    if args.capacity_gib is not None and expert_bytes is None:
+        raise UsageError("--capacity-gib needs --expert-bytes (bytes per expert)")
+    warmup = _non_negative_int(args.warmup, "--warmup")
+    if args.histogram is not None and args.policy != "static":
+        raise UsageError("--histogram applies to --policy static only")
+    trace = _read_cache_trace(args.path)
+    if warmup >= trace.steps:
+        raise UsageError(f"--warmup: {warmup} leaves no counted step (the trace has {trace.steps} steps)")
+    notes: list[str] = []
+    if args.capacity_experts is not None:
+        cap_experts = _non_negative_int(args.capacity_experts, "--capacity-experts")
+        capacity, unit, cap_bytes = float(cap_experts), "experts", None
+        if expert_bytes is not None:
+            cap_bytes = cap_experts * expert_bytes
+    else:
+        cap_bytes = to_si(_non_negative_float(args.capacity_gib, "--capacity-gib"), "GiB")
+        capacity, unit = cap_bytes, "bytes"
+        cap_experts = int(math.floor(cap_bytes / expert_bytes + 1e-9))
+    pinned = None
+    if args.histogram is not None:
+        hist = read_histogram(args.histogram)
+        if hist.experts != trace.experts:
+            raise InputError(hist.path, "-", "experts", f"histogram has E={hist.experts} but the trace has E={trace.experts}")
+        if hist.layers_summed or hist.layers == 1 and trace.layers > 1:
+            pinned = np.tile(hist.counts[0], trace.layers).astype(float)
+            notes.append("histogram summed over layers: the same experts are ranked hot in every layer")
+        elif hist.layers != trace.layers:
+            raise InputError(hist.path, "-", "layers", f"histogram has {hist.layers} layers but the trace has {trace.layers}")
+        else:
+            pinned = hist.counts.astype(float).ravel()
+        notes.append(f"static: hot set pinned from the histogram {hist.path}")
+    requests = requests_from_trace(trace.topk, trace.experts)
+    res = simulate(
+        requests, capacity, policy=args.policy, capacity_unit=unit, item_bytes=expert_bytes,
+        scope=args.scope, warmup_steps=warmup, pinned=pinned,
+    )
+    notes.extend(res.notes)
+    if args.scope == "layer":
+        per = math.floor(cap_experts / trace.layers + 1e-9) if unit == "experts" else None
+        notes.append(
+            f"scope layer: one cache per layer with capacity / {trace.layers} each"
+            + (f" ({per} experts; the remainder is unused)" if per is not None else "")
+        )
+    if warmup:
+        notes.append(f"the first {warmup} steps are simulated but not counted (warm-up)")
+    bytes_unit = res.bytes_unit
+    if bytes_unit == "experts":
+        notes.append("no --expert-bytes: streamed volume counted in experts, not bytes")
+    rep: dict[str, Any] = {
+        "policy": args.policy,
+        "capacity_experts": cap_experts,
+        "capacity_bytes": cap_bytes,
+        "scope": args.scope,
+        "warmup_steps": warmup,
+        "requests": res.requests,
+        "hits": res.hits,
+        "misses": res.misses,
+        "hit_rate": res.hit_rate,
+        "bytes_streamed_per_step": res.mean_bytes_streamed_per_step,
+        "unit": bytes_unit,
+        "oracle": args.policy == "belady" or (args.policy == "static" and pinned is None),
+        "per_step": {
+            "hits": res.hits_per_step,
+            "misses": res.misses_per_step,
+            "bytes_streamed": res.bytes_streamed_per_step,
+        },
+        "steps": trace.steps,
+        "streams": trace.streams,
+        "layers": trace.layers,
+        "experts": trace.experts,
+        "source": str(trace.path),
+        "provenance": trace.meta.get("provenance"),
+        "notes": notes,
+    }
+    return _jsonable(rep)
+
+
+def _print_cache(rep: dict[str, Any]) -> None:
+    print(f"expert cache — {rep['source']} (provenance: {rep['provenance'] or 'unknown'})")
+    print(
+        f"policy {rep['policy']}  capacity {rep['capacity_experts']} experts"
+        + (f" ({rep['capacity_bytes'] / 2**30:.3g} GiB)" if rep["capacity_bytes"] is not None else "")
+        + f"  scope {rep['scope']}  warm-up {rep['warmup_steps']} of {rep['steps']} steps"
+    )
+    rows = [[str(rep["requests"]), str(rep["hits"]), str(rep["misses"]), _fmt(rep["hit_rate"], 4),
+             _fmt(rep["bytes_streamed_per_step"], 1) + " experts" if rep["unit"] == "experts"
+             else f"{rep['bytes_streamed_per_step'] / 1e9:.3f} GB"]]
+    print(_table(["requests", "hits", "misses", "hit rate", "streamed/step"], rows, ">>>>>"))
+    for note in rep["notes"]:
+        print(f"note: {note}")
+
+
+def _cmd_cache(args: argparse.Namespace) -> int:
+    rep = cache_report(args)
+    if args.json:
+        print(json.dumps(rep, indent=2, allow_nan=False))
+    else:
+        _print_cache(rep)
+    return 0
+
+
+def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``mrc`` JSON object for parsed arguments."""
+    from .cache import che_hit_curve, lru_hit_curve, request_histogram, requests_from_trace, shards_hit_curve
+
+    rate = None if args.sample_rate is None else _positive_float(args.sample_rate, "--sample-rate")
+    if rate is not None and rate > 1:
+        raise UsageError(f"--sample-rate: must lie in (0, 1], got {args.sample_rate!r}")
+    seed = _non_negative_int(args.seed, "--seed")
+    trace = _read_cache_trace(args.path)
+    requests = requests_from_trace(trace.topk, trace.experts)
+    if len(requests) == 0:
+        raise InputError(trace.path, "-", "topk", "the trace requests no expert (all padding)")
+    notes = ["one LRU cache shared by all layers, unit sizes, every request counted (no warm-up)"]
+    if rate is None:
+        cap, hit = lru_hit_curve(requests)
+        method = "exact-lru (Mattson stack distances)"
+    else:
+        cap, hit = shards_hit_curve(requests, rate, seed=seed)
+        method = "shards"
+        notes.append(f"SHARDS estimate at rate {rate:g}: capacities below {math.ceil(1 / rate)} experts are not resolved")
+    che = che_hit_curve(request_histogram(requests), cap)
+    notes.append("che: independent-reference approximation from the trace's request counts; "
+                 "it ignores the step order a trace has (an approximation, not a bound)")
+    return _jsonable(
+        {
+            "capacity_experts": cap,
+            "hit_rate": hit,
+            "che_hit_rate": che,
+            "method": method,
+            "sample_rate": rate,
+            "requests": len(requests),
+            "distinct_items": int(np.unique(requests.items).size),
+            "steps": trace.steps,
+            "layers": trace.layers,
+            "experts": trace.experts,
+            "source": str(trace.path),
+            "provenance": trace.meta.get("provenance"),
+            "notes": notes,
+        }
+    )
+
+
+def _print_mrc(rep: dict[str, Any]) -> None:
+    print(f"LRU hit rate by capacity — {rep['source']} ({rep['method']})")
+    cap = rep["capacity_experts"]
+    picks = sorted({int(round(q * (len(cap) - 1))) for q in np.linspace(0, 1, 11)})
+    rows = [[str(cap[i]), _fmt(rep["hit_rate"][i], 4), _fmt(rep["che_hit_rate"][i], 4)] for i in picks]
+    print(_table(["capacity (experts)", "hit rate", "che"], rows, ">>>"))
+    for note in rep["notes"]:
+        print(f"note: {note}")
+
+
+def _cmd_mrc(args: argparse.Namespace) -> int:
+    rep = mrc_report(args)
+    if args.json:
+        print(json.dumps(rep, indent=2, allow_nan=False))
+    else:
+        _print_mrc(rep)
+    return 0
+
 
 
 # ----------------------------------------------------------------------------- entry point

@@ -1,0 +1,483 @@
+"""Expert cache simulation and miss-ratio curves (SPEC §5) against pure-Python references.
+
+References are written out here independently of moeroof.cache: an OrderedDict LRU, Belady's
+MIN scanning the future for the farthest next use, a perfect LFU, S3-FIFO and ARC from their
+papers' pseudo-code. Random cases are seeded loops (small traces, many capacities).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+from moeroof import cache
+from moeroof.cache import Requests, requests_from_trace, simulate
+
+from conftest import seeded
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def random_trace(rng, steps=24, streams=3, layers=3, experts=8, k=2, pad=0.15, skew=1.0):
+    """topk (steps, streams, layers, K): Gumbel-top-K over a Zipf popularity, some padding."""
+    w = np.arange(1, experts + 1, dtype=float) ** -skew
+    keys = np.log(w) + rng.gumbel(size=(steps, streams, layers, experts))
+    topk = np.argsort(-keys, axis=-1)[..., :k].astype(np.int64)
+    gone = rng.random((steps, streams)) < pad
+    topk[gone] = -1
+    return topk
+
+
+def unit_sizes(n):
+    return np.ones(n)
+
+
+def ref_stream(topk, experts):
+    """(step, layer, expert) in request order, written as plain loops over the trace."""
+    out = []
+    steps, streams, layers, _ = topk.shape
+    for s in range(steps):
+        for l in range(layers):
+            ids = {int(e) for t in range(streams) for e in topk[s, t, l] if e >= 0}
+            out += [(s, l, e) for e in sorted(ids)]
+    return out
+
+
+def groups_of(req: Requests, scope, capacity, layers):
+    """Reference cache partition: (group of each item, capacity per group)."""
+    if scope == "global":
+        return (lambda x: 0), {0: capacity}
+    per = capacity // layers if isinstance(capacity, int) else capacity / layers
+    return (lambda x: x // req.experts), {g: per for g in range(layers)}
+
+
+def ref_lru(items, cap_of, group_of, size):
+    caches = {}
+    used = {}
+    hits = []
+    for x in items:
+        g = group_of(x)
+        c = caches.setdefault(g, OrderedDict())
+        used.setdefault(g, 0.0)
+        if x in c:
+            c.move_to_end(x)
+            hits.append(True)
+            continue
+        hits.append(False)
+        if size[x] > cap_of[g]:
+            continue
+        while used[g] + size[x] > cap_of[g]:
+            v, _ = c.popitem(last=False)
+            used[g] -= size[v]
+        c[x] = True
+        used[g] += size[x]
+    return np.array(hits, dtype=bool)
+
+
+def ref_next_uses(items):
+    """next[t] = index of the next request of items[t] (len(items) if none), by scanning."""
+    n = len(items)
+    nxt = []
+    for t in range(n):
+        j = next((u for u in range(t + 1, n) if items[u] == items[t]), n)
+        nxt.append(j)
+    return nxt
+
+
+def ref_belady(items, cap_of, group_of, size):
+    """MIN with bypass: evict the cached item used farthest in the future unless x is farther."""
+    nxt = ref_next_uses(items)
+    caches, used, hits = {}, {}, []
+    for t, x in enumerate(items):
+        g = group_of(x)
+        c = caches.setdefault(g, {})  # item -> its next use
+        used.setdefault(g, 0.0)
+        if x in c:
+            c[x] = nxt[t]
+            hits.append(True)
+            continue
+        hits.append(False)
+        if size[x] > cap_of[g]:
+            continue
+        while used[g] + size[x] > cap_of[g]:
+            far = max(c, key=lambda v: (c[v], -v)) if c else None
+            if far is None or c[far] <= nxt[t]:
+                break
+            used[g] -= size[far]
+            del c[far]
+        if used[g] + size[x] <= cap_of[g]:
+            c[x] = nxt[t]
+            used[g] += size[x]
+    return np.array(hits, dtype=bool)
+
+
+def ref_lfu(items, cap_of, group_of, size):
+    """Perfect LFU (counts survive eviction), ties to the least recently used."""
+    freq, last = {}, {}
+    caches, used, hits = {}, {}, []
+    for t, x in enumerate(items):
+        g = group_of(x)
+        c = caches.setdefault(g, set())
+        used.setdefault(g, 0.0)
+        freq[x] = freq.get(x, 0) + 1
+        last[x] = t
+        if x in c:
+            hits.append(True)
+            continue
+        hits.append(False)
+        if size[x] > cap_of[g]:
+            continue
+        while used[g] + size[x] > cap_of[g]:
+            v = min(c, key=lambda y: (freq[y], last[y]))
+            c.remove(v)
+            used[g] -= size[v]
+        c.add(x)
+        used[g] += size[x]
+    return np.array(hits, dtype=bool)
+
+
+def ref_s3fifo(items, cap):
+    """S3-FIFO of Yang et al. (SOSP 2023), unit sizes, one cache; OrderedDicts as FIFOs."""
+    small_cap = 0.1 * cap
+    S, M, G = OrderedDict(), OrderedDict(), OrderedDict()  # first = tail (oldest)
+    freq, hits = {}, []
+    for x in items:
+        if x in S or x in M:
+            freq[x] = min(freq[x] + 1, 3)
+            hits.append(True)
+            continue
+        hits.append(False)
+        if cap < 1:
+            continue
+        ghost = G.pop(x, None) is not None
+        while len(S) + len(M) + 1 > cap:
+            if S and (len(S) >= small_cap or not M):
+                while S:
+                    v, _ = S.popitem(last=False)
+                    if freq[v] >= 1:
+                        freq[v] = 0
+                        M[v] = True
+                    else:
+                        G[v] = True
+                        while len(G) > cap - small_cap:
+                            G.popitem(last=False)
+                        break
+            else:
+                while True:
+                    v, _ = M.popitem(last=False)
+                    if freq[v] > 0:
+                        freq[v] -= 1
+                        M[v] = True
+                    else:
+                        break
+        (M if ghost else S)[x] = True
+        freq[x] = 0
+    return np.array(hits, dtype=bool)
+
+
+def ref_arc(items, c):
+    """ARC, Megiddo & Modha (FAST 2003) Fig. 4, cases I–IV; OrderedDict first = LRU end."""
+    T1, T2, B1, B2 = OrderedDict(), OrderedDict(), OrderedDict(), OrderedDict()
+    p = 0.0
+    hits = []
+
+    def replace(in_b2):
+        if T1 and (len(T1) > p or (in_b2 and len(T1) == p)):
+            v, _ = T1.popitem(last=False)
+            B1[v] = True
+        else:
+            v, _ = T2.popitem(last=False)
+            B2[v] = True
+
+    for x in items:
+        if c < 1:
+            hits.append(False)
+            continue
+        if x in T1 or x in T2:
+            hits.append(True)
+            (T1 if x in T1 else T2).pop(x)
+            T2[x] = True
+            continue
+        hits.append(False)
+        if x in B1:
+            p = min(p + max(len(B2) / len(B1), 1.0), c)
+            B1.pop(x)
+            replace(False)
+            T2[x] = True
+        elif x in B2:
+            p = max(p - max(len(B1) / len(B2), 1.0), 0.0)
+            B2.pop(x)
+            replace(True)
+            T2[x] = True
+        else:
+            if len(T1) + len(B1) == c:
+                if len(T1) < c:
+                    B1.popitem(last=False)
+                    replace(False)
+                else:
+                    T1.popitem(last=False)
+            elif len(T1) + len(B1) + len(T2) + len(B2) >= c:
+                if len(T1) + len(B1) + len(T2) + len(B2) == 2 * c:
+                    B2.popitem(last=False)
+                replace(False)
+            T1[x] = True
+    return np.array(hits, dtype=bool)
+
+
+def hits_of(res) -> int:
+    return int(res.hits_per_step.sum())
+
+
+def cases(name, n=12, **kw):
+    rng = seeded(name)
+    for _ in range(n):
+        topk = random_trace(rng, **kw)
+        experts = kw.get("experts", 8)
+        yield rng, topk, requests_from_trace(topk, experts)
+
+
+# ----------------------------------------------------------------------------- request stream
+
+
+def test_request_stream_of_a_hand_made_trace():
+    # steps=2, streams=3, layers=2, K=2; -1 = no token; duplicates across streams collapse
+    topk = np.array(
+        [
+            [[[3, 1], [0, 2]], [[1, 3], [2, 0]], [[-1, -1], [-1, -1]]],
+            [[[2, 0], [1, 3]], [[-1, -1], [-1, -1]], [[0, 1], [3, 2]]],
+        ]
+    )
+    req = requests_from_trace(topk, experts=4)
+    expected = [(0, 0, 1), (0, 0, 3), (0, 1, 0), (0, 1, 2), (1, 0, 0), (1, 0, 1), (1, 0, 2), (1, 1, 1), (1, 1, 2), (1, 1, 3)]
+    assert list(zip(req.step.tolist(), req.layer.tolist(), (req.items % 4).tolist())) == expected
+    assert req.items.tolist() == [l * 4 + e for _, l, e in expected]
+    assert req.items.dtype == np.int64 and req.step.dtype == np.int32 and req.layer.dtype == np.int32
+    assert (req.steps, req.layers, req.experts) == (2, 2, 4)
+    # a batch of the first stream only, and a rank's share of the experts
+    first = requests_from_trace(topk, 4, streams=np.array([0]))
+    assert first.items.tolist() == [1, 3, 4, 6, 0, 2, 5, 7]
+    part = np.array([0, 0, 1, 1])
+    r1 = requests_from_trace(topk, 4, partition=part, rank=1)
+    assert [(s, l, e) for s, l, e in expected if part[e] == 1] == list(zip(r1.step.tolist(), r1.layer.tolist(), (r1.items % 4).tolist()))
+
+
+def test_request_stream_matches_loops_on_random_traces():
+    for _, topk, req in cases("stream", n=6, steps=10, streams=4, layers=3, experts=7, k=3):
+        got = list(zip(req.step.tolist(), req.layer.tolist(), (req.items % 7).tolist()))
+        assert got == ref_stream(topk, 7)
+
+
+@pytest.mark.parametrize(
+    "topk, match",
+    [
+        (np.zeros((2, 3, 4)), "4 dims"),
+        (np.zeros((2, 1, 1, 2), dtype=float), "integer dtype"),
+        (np.full((2, 1, 1, 2), 9), r"expert id 9 not in \[-1, 8\)"),
+        (np.full((2, 1, 1, 2), -3), "expert id -3"),
+    ],
+)
+def test_bad_traces_raise(topk, match):
+    with pytest.raises(ValueError, match=match):
+        requests_from_trace(topk, 8)
+
+
+def test_bad_arguments_raise():
+    req = requests_from_trace(np.zeros((2, 1, 1, 1), dtype=int), 4)
+    with pytest.raises(ValueError, match="policy"):
+        simulate(req, 2, policy="fifo")
+    with pytest.raises(ValueError, match="item_bytes"):
+        simulate(req, 2, capacity_unit="bytes")
+    with pytest.raises(ValueError, match="capacity"):
+        simulate(req, -1)
+    with pytest.raises(ValueError, match="scope"):
+        simulate(req, 2, scope="rank")
+    with pytest.raises(ValueError, match="partition"):
+        requests_from_trace(np.zeros((2, 1, 1, 1), dtype=int), 4, partition=np.zeros(3, int), rank=0)
+
+
+# ----------------------------------------------------------------------------- policies vs references
+
+
+@pytest.mark.parametrize("scope", ["global", "layer"])
+def test_lru_lfu_belady_equal_references(scope):
+    for _, topk, req in cases(f"ref-{scope}", n=8):
+        items = req.items.tolist()
+        size = unit_sizes(req.n_items)
+        for cap in (0, 1, 2, 3, 5, 8, 13):
+            group_of, cap_of = groups_of(req, scope, cap, req.layers)
+            for policy, ref in (("lru", ref_lru), ("lfu", ref_lfu), ("belady", ref_belady)):
+                res = simulate(req, cap, policy=policy, scope=scope)
+                want = ref(items, cap_of, group_of, size)
+                assert hits_of(res) == int(want.sum()), (policy, cap)
+                assert res.hits_per_step.tolist() == np.bincount(req.step[want], minlength=req.steps).tolist()
+
+
+def test_s3fifo_and_arc_equal_references():
+    for _, _, req in cases("s3fifo-arc", n=8, experts=10, layers=2):
+        items = req.items.tolist()
+        for cap in (0, 1, 2, 4, 7, 11, 16):
+            assert hits_of(simulate(req, cap, policy="s3fifo")) == int(ref_s3fifo(items, cap).sum()), cap
+            assert hits_of(simulate(req, cap, policy="arc")) == int(ref_arc(items, cap).sum()), cap
+
+
+def test_bytes_capacity_with_unequal_sizes():
+    for rng, _, req in cases("bytes", n=8):
+        size = rng.integers(1, 6, size=req.experts).astype(float)  # bytes per expert
+        per_item = np.tile(size, req.layers)
+        items = req.items.tolist()
+        for cap in (0.0, 3.0, 7.0, 12.0, 20.0, 40.0):
+            for scope in ("global", "layer"):
+                group_of, cap_of = groups_of(req, scope, cap, req.layers)
+                for policy, ref in (("lru", ref_lru), ("belady", ref_belady), ("lfu", ref_lfu)):
+                    res = simulate(req, cap, policy=policy, capacity_unit="bytes", item_bytes=size, scope=scope)
+                    want = ref(items, cap_of, group_of, per_item)
+                    assert hits_of(res) == int(want.sum()), (policy, scope, cap)
+                    streamed = np.bincount(req.step[~want], weights=per_item[req.items[~want]], minlength=req.steps)
+                    np.testing.assert_allclose(res.bytes_streamed_per_step, streamed)
+                    assert res.bytes_unit == "bytes"
+
+
+def test_belady_bounds_every_policy_and_curves_are_monotone():
+    for _, topk, req in cases("bound", n=6, steps=30, experts=10, k=3):
+        for scope in ("global", "layer"):
+            prev = {}
+            for cap in range(0, req.n_items + 2):
+                rates = {p: simulate(req, cap, policy=p, scope=scope).hit_rate for p in cache.POLICIES}
+                for p, r in rates.items():
+                    assert 0.0 <= r <= rates["belady"] + 1e-12, (p, scope, cap, rates)
+                for p in ("lru", "belady"):  # stack property (LRU) and optimality (MIN)
+                    assert rates[p] >= prev.get(p, 0.0) - 1e-12, (p, scope, cap)
+                prev = rates
+
+
+def test_static_pins_the_hot_set():
+    for _, _, req in cases("static", n=4):
+        counts = cache.request_histogram(req)
+        for cap in (0, 3, 6):
+            res = simulate(req, cap, policy="static")
+            assert "oracle" in res.notes[0]
+            top = np.argsort(-counts, kind="stable")[:cap]
+            # the pinned set loads on first use (cold start), then always hits
+            assert res.hits == int(counts[top].sum() - (counts[top] > 0).sum())
+            # a ranking and a popularity array pin the same set
+            assert simulate(req, cap, policy="static", pinned=top).hits == res.hits
+            assert simulate(req, cap, policy="static", pinned=counts.astype(float)).hits == res.hits
+            assert simulate(req, cap, policy="static", pinned=counts).hits == res.hits
+
+
+# ----------------------------------------------------------------------------- ranks and warm-up
+
+
+def test_per_rank_partition_is_the_union_of_separate_simulations():
+    for rng, topk, req in cases("ranks", n=4, experts=8):
+        part = rng.integers(0, 3, size=8)
+        part[:3] = [0, 1, 2]
+        for policy in ("lru", "belady"):
+            results = cache.simulate_ranks(topk, 8, part, 4, policy=policy, warmup_steps=2)
+            assert len(results) == 3
+            # every request lands on exactly one rank
+            assert sum(r.requests for r in results) == int((req.step >= 2).sum())
+            per_step = sum(r.hits_per_step + r.misses_per_step for r in results)
+            assert per_step.tolist() == np.bincount(req.step, minlength=req.steps).tolist()
+            for r, res in enumerate(results):
+                mine = part[req.items % 8] == r
+                sub = req.items[mine].tolist()
+                ref = ref_lru if policy == "lru" else ref_belady
+                want = ref(sub, {0: 4}, lambda x: 0, unit_sizes(req.n_items))
+                counted = req.step[mine] >= 2
+                assert res.hits == int(want[counted].sum()), (policy, r)
+
+
+def test_warmup_is_excluded_and_reported():
+    _, _, req = next(cases("warmup", n=1, steps=20))
+    full = simulate(req, 4, warmup_steps=0)
+    warm = simulate(req, 4, warmup_steps=5)
+    assert warm.warmup_steps == 5
+    # the simulation is the same; only the counting starts later
+    assert warm.hits_per_step.tolist() == full.hits_per_step.tolist()
+    assert warm.hits == int(full.hits_per_step[5:].sum())
+    assert warm.misses == int(full.misses_per_step[5:].sum())
+    assert warm.requests == int((req.step >= 5).sum())
+    assert warm.hit_rate == pytest.approx(warm.hits / warm.requests)
+    assert warm.mean_bytes_streamed_per_step == pytest.approx(full.misses_per_step[5:].mean())
+    assert warm.bytes_unit == "experts"
+
+
+# ----------------------------------------------------------------------------- curves
+
+
+def test_one_pass_curve_equals_lru_at_every_capacity():
+    for _, _, req in cases("mrc", n=5, steps=40, experts=10, k=3):
+        cap, rate = cache.lru_hit_curve(req)
+        assert cap.tolist() == list(range(np.unique(req.items).size + 1))
+        for c in cap:
+            assert rate[c] == pytest.approx(simulate(req, int(c)).hit_rate, abs=1e-15)
+
+
+def test_stack_distances_across_compactions():
+    # many requests over few items: the Fenwick window is compacted many times
+    rng = seeded("compaction")
+    items = rng.integers(0, 37, size=5000)
+    dist = cache.stack_distances(items)
+    stack: list[int] = []
+    for t, x in enumerate(items.tolist()):
+        want = stack.index(x) + 1 if x in stack else 0
+        assert dist[t] == want
+        if x in stack:
+            stack.remove(x)
+        stack.insert(0, x)
+
+
+def test_che_approximates_lru_on_an_irm_zipf_stream():
+    # IRM: i.i.d. requests from a Zipf(0.8) popularity over 400 items; 200 000 requests.
+    # Che's approximation is known to be accurate to about 1e-2 on such streams (Che et al.
+    # 2002; Fricker, Robert & Roberts 2012 explain why); tolerance 0.01 absolute.
+    rng = seeded("che")
+    w = np.arange(1, 401, dtype=float) ** -0.8
+    w /= w.sum()
+    items = rng.choice(400, size=200_000, p=w)
+    cap, exact = cache.lru_hit_curve(items)
+    che = cache.che_hit_curve(w, cap)
+    assert np.max(np.abs(che - exact)) < 0.01
+    assert che[0] == 0.0 and che[-1] == 1.0 and np.all(np.diff(che) >= -1e-12)
+    # the characteristic time solves the occupancy equation: check one capacity by brute force
+    from scipy.optimize import brentq
+
+    t = brentq(lambda tc: np.sum(-np.expm1(-w * tc)) - 57, 1e-6, 1e9)
+    assert cache.che_hit_curve(w, [57])[0] == pytest.approx(np.sum(w * -np.expm1(-w * t)), rel=1e-9)
+
+
+def test_shards_error_is_small_on_a_big_random_stream():
+    # An MoE-like IRM stream: 80 layers x 256 experts (20 480 items), Zipf(0.7) per layer,
+    # 10^6 requests. Fixed-rate SHARDS at R = 0.1 keeps ~2 000 items; its max absolute
+    # hit-rate error over all capacities stays below 0.05 for seeds 0..2 (measured 0.014,
+    # 0.005, 0.039), mean error below 0.03. Waldspurger et al. (2015) report mean errors
+    # of ~0.01 on production traces with millions of items.
+    rng = seeded("shards")
+    w = np.arange(1, 257, dtype=float) ** -0.7
+    w = np.tile(w / w.sum() / 80, 80)
+    items = rng.choice(w.size, size=1_000_000, p=w)
+    cap, exact = cache.lru_hit_curve(items)
+    for seed in range(3):
+        assert cache.shards_error(items, 0.1, seed=seed) < 0.05
+        scap, est = cache.shards_hit_curve(items, 0.1, seed=seed)
+        assert np.mean(np.abs(est[np.minimum(cap, scap[-1])] - exact)) < 0.03
+    _, est = cache.shards_hit_curve(items, 1.0)
+    np.testing.assert_array_equal(est, exact)
+    assert cache.shards_error(items, 1.0) == 0.0
+    with pytest.raises(ValueError, match="sample rate"):
+        cache.shards_hit_curve(items, 0.0)
+
+
+def test_s3fifo_sanity_on_a_skewed_stream():
+    rng = seeded("s3fifo-sanity")
+    topk = random_trace(rng, steps=200, streams=4, layers=4, experts=32, k=4, skew=1.2)
+    req = requests_from_trace(topk, 32)
+    for cap in (8, 32, 64, 96):  # small caches thrash: a step's union cycles through them
+        s3 = simulate(req, cap, policy="s3fifo", warmup_steps=10)
+        bound = simulate(req, cap, policy="belady", warmup_steps=10)
+        assert 0.0 <= s3.hit_rate <= bound.hit_rate
+        if cap >= 64:
+            assert s3.hit_rate > 0.0

@@ -1,0 +1,146 @@
+"""``moeroof cache`` and ``moeroof mrc`` on the embedded trace, and their error paths (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from moeroof import cache
+from moeroof.cli import main
+from moeroof.io import read_trace, write_histogram, write_trace
+from moeroof.paths import DATA_DIR
+
+TRACE = DATA_DIR / "traces" / "qwen3-30b-a3b-like.npz"  # E=128, K=8, 48 layers, 96 steps
+CACHE_KEYS = {"requests", "hits", "misses", "hit_rate", "warmup_steps", "bytes_streamed_per_step", "unit",
+              "policy", "capacity_experts", "scope", "per_step"}
+
+
+def run_json(capsys, argv):
+    rc = main(argv + ["--json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    return json.loads(out)
+
+
+def run_error(capsys, argv):
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    assert rc == 2
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    return err
+
+
+@pytest.fixture(scope="module")
+def requests():
+    t = read_trace(TRACE)
+    return cache.requests_from_trace(t.topk, t.experts)
+
+
+@pytest.mark.parametrize("policy", cache.POLICIES)
+def test_cache_json_contract(capsys, requests, policy):
+    rep = run_json(capsys, ["cache", str(TRACE), "--policy", policy, "--capacity-experts", "3000", "--warmup", "8"])
+    assert CACHE_KEYS <= set(rep)
+    assert rep["policy"] == policy and rep["capacity_experts"] == 3000 and rep["scope"] == "global"
+    assert rep["unit"] == "experts" and rep["warmup_steps"] == 8
+    assert rep["hits"] + rep["misses"] == rep["requests"] == int((requests.step >= 8).sum())
+    assert rep["hit_rate"] == pytest.approx(rep["hits"] / rep["requests"])
+    assert len(rep["per_step"]["hits"]) == len(rep["per_step"]["misses"]) == 96
+    assert sum(rep["per_step"]["hits"][8:]) == rep["hits"]
+    assert rep["bytes_streamed_per_step"] == pytest.approx(np.mean(rep["per_step"]["misses"][8:]))
+    want = cache.simulate(requests, 3000, policy=policy, warmup_steps=8)
+    assert rep["hits"] == want.hits
+    if policy == "static":
+        assert rep["oracle"] and any("oracle" in n for n in rep["notes"])
+
+
+def test_cache_in_gib_streams_bytes(capsys, requests):
+    eb = 9 * 2**20
+    rep = run_json(capsys, ["cache", str(TRACE), "--policy", "lru", "--capacity-gib", "20", "--expert-bytes", str(eb),
+                            "--scope", "layer"])
+    assert rep["unit"] == "bytes" and rep["capacity_experts"] == int(20 * 2**30 // eb)
+    assert rep["bytes_streamed_per_step"] == pytest.approx(eb * np.mean(rep["per_step"]["misses"]))
+    same = cache.simulate(requests, rep["capacity_experts"] // 48 * 48, scope="layer")
+    assert rep["hits"] == same.hits  # equal sizes: bytes and experts capacities agree
+
+
+def test_static_from_a_histogram(capsys, tmp_path, requests):
+    counts = cache.request_histogram(requests).reshape(48, 128)
+    path = write_histogram(tmp_path / "h.csv", counts, tokens=96, experts=128, top_k=128, model="m", source="test")
+    rep = run_json(capsys, ["cache", str(TRACE), "--policy", "static", "--capacity-experts", "500", "--histogram", str(path)])
+    assert not rep["oracle"]
+    assert rep["hits"] == cache.simulate(requests, 500, policy="static").hits
+
+
+def test_mrc_exact_and_sampled(capsys, requests):
+    rep = run_json(capsys, ["mrc", str(TRACE)])
+    cap, hit = cache.lru_hit_curve(requests)
+    assert rep["capacity_experts"] == cap.tolist()
+    assert rep["hit_rate"] == pytest.approx(hit.tolist())
+    assert len(rep["che_hit_rate"]) == len(cap)
+    c = 4000
+    assert rep["hit_rate"][c] == pytest.approx(cache.simulate(requests, c).hit_rate)
+    est = run_json(capsys, ["mrc", str(TRACE), "--sample-rate", "0.5"])
+    assert est["method"] == "shards" and est["sample_rate"] == 0.5
+    assert len(est["capacity_experts"]) == len(est["hit_rate"])
+
+
+def test_text_output(capsys):
+    assert main(["cache", str(TRACE), "--policy", "belady", "--capacity-experts", "100"]) == 0
+    assert "hit rate" in capsys.readouterr().out
+    assert main(["mrc", str(TRACE)]) == 0
+    assert "capacity (experts)" in capsys.readouterr().out
+
+
+def bad_trace(tmp_path, topk, meta=None):
+    path = tmp_path / "bad.npz"
+    np.savez(path, topk=topk, meta=np.array(json.dumps(meta or {"experts": 8, "top_k": 2})))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--policy", "lru"], "exactly one of --capacity-experts"),
+        (["--policy", "lru", "--capacity-experts", "10", "--capacity-gib", "1"], "exactly one"),
+        (["--policy", "lru", "--capacity-gib", "1"], "--expert-bytes"),
+        (["--policy", "lru", "--capacity-experts", "-3"], "--capacity-experts"),
+        (["--policy", "lru", "--capacity-experts", "10", "--warmup", "96"], "--warmup"),
+        (["--policy", "lru", "--capacity-experts", "10", "--histogram", "x.csv"], "--histogram"),
+        (["--policy", "lru", "--capacity-gib", "1", "--expert-bytes", "0"], "--expert-bytes"),
+    ],
+)
+def test_cache_flag_errors(capsys, argv, match):
+    assert match in run_error(capsys, ["cache", str(TRACE)] + argv)
+
+
+def test_bad_traces(capsys, tmp_path):
+    ids = np.zeros((3, 2, 1, 2), dtype=np.int64)
+    ids[..., 1] = 1
+    ids[1, 0, 0, 1] = 8  # id >= E
+    err = run_error(capsys, ["cache", bad_trace(tmp_path, ids), "--policy", "lru", "--capacity-experts", "2"])
+    assert "topk[1,0,0,1]" in err and "expert id 8" in err
+    err = run_error(capsys, ["mrc", bad_trace(tmp_path, np.zeros((3, 2, 2), dtype=np.int64))])
+    assert "topk" in err and "4 dims" in err
+    err = run_error(capsys, ["mrc", bad_trace(tmp_path, np.zeros((3, 2, 1, 2), dtype=float))])
+    assert "integer dtype" in err
+    err = run_error(capsys, ["mrc", str(tmp_path / "missing.npz")])
+    assert "no such file" in err
+    err = run_error(capsys, ["mrc", str(TRACE), "--sample-rate", "2"])
+    assert "--sample-rate" in err
+    pad = np.full((2, 1, 1, 2), -1)
+    path = write_trace(tmp_path / "pad.npz", pad, {"experts": 4, "top_k": 2})
+    assert "all padding" in run_error(capsys, ["mrc", str(path)])
+    hist = tmp_path / "h.csv"
+    hist.write_text("layer,expert,count\n")
+    assert "histogram" in run_error(capsys, ["mrc", str(hist)])
+
+
+def test_cli_subprocess_exit_status():
+    proc = subprocess.run([sys.executable, "-m", "moeroof.cli", "cache", str(TRACE), "--policy", "nope",
+                           "--capacity-experts", "3"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr

@@ -1,0 +1,901 @@
+"""Expert partitions across ranks and the per-rank step model (SPEC §6, seed 003).
+
+An expert-parallel engine gives each of R ranks (nodes) a set of routed experts — one set per
+expert id, the same for every MoE layer, as in seed 003's pair (each rank owns 144 of 288). Four
+partitions (:data:`METHODS`):
+
+- ``id`` — contiguous id split (:func:`contiguous_split`): rank r owns ids ``[start_r, end_r)``,
+  counts as equal as possible (the first ``E mod R`` ranks take one more).
+- ``lpt`` — greedy longest-processing-time with equal cardinality from a firing histogram
+  (:func:`balanced_packing`): sort experts by load descending; put each in the rank with room
+  (``E/R`` experts each) whose current load is smallest, ties to the lowest rank. This is
+  DeepSeek EPLB's ``balanced_packing`` (github.com/deepseek-ai/EPLB, ``eplb.py``), re-implemented;
+  Graham 1969 ("Bounds on multiprocessing timing anomalies", SIAM J. Appl. Math. 17) bounds the
+  unconstrained LPT makespan by ``(4/3 − 1/(3m))·OPT``.
+- ``weighted`` — by measured per-rank throughput s_r (seed 003's first open question: "the slower
+  node owns fewer experts"; :func:`weighted_packing`): rank r owns ``≈ E·s_r/Σs`` experts
+  (largest remainder) and takes each expert, in load order, where it would *finish* first,
+  ``argmin_r (load_r + w)/s_r`` — LPT for uniform machines (Gonzalez, Ibarra & Sahni 1977,
+  "Bounds for LPT schedules on uniform processors", SIAM J. Comput. 6). Cardinality follows speed
+  too because a rank's work has a per-expert part as well as a per-token part: its expected union
+  and cache misses grow with the number of experts it owns (≈ proportionally under flat routing),
+  so balancing token load alone at equal counts would leave the slow rank streaming as many
+  experts as the fast one. With equal speeds it is exactly ``lpt``.
+- ``bytes`` — balances expected *streamed bytes* (:func:`bytes_partition`), not token counts:
+  greedy, then local search by pairwise swaps and single moves, minimising the slowest rank's
+  predicted time ``max_r t_r`` and then ``max_r streamed_r / s_r`` (the two agree when the SSD
+  term binds, the seed 003 regime); the result is never worse than ``lpt`` / ``weighted``
+  under the step model below, which are among its candidates.
+
+**Per-rank step model** (:func:`split_plan`), per decode step of B tokens, one per stream; the
+histogram's rows are layer shapes standing for the model's L MoE layers in equal shares
+(as in :mod:`moeroof.roofline`)::
+
+    m_{ℓ,i}(B)   = 1 − (1 − π_{ℓ,i})^B                  P(expert i of layer ℓ is touched this step)
+    U_r          = L · mean_ℓ Σ_{i ∈ r} m_{ℓ,i}           expected (layer, expert) pairs rank r reads
+    misses_r     = L · mean_ℓ Σ_{i ∈ r, i ∉ hot_r(ℓ)} m_{ℓ,i}
+    streamed_r   = misses_r · e                          bytes rank r streams from its SSD
+    t_r          = combine(streamed_r / BW_ssd, (NR + U_r·e + B·ctx·kv) / BW_mem, FLOP / FLOPS) / s_r
+    fabric_bytes = 2 · B · L · hidden · activation_bytes · f_remote
+    step         = max(max_r t_r, fabric_s)   (overlapped)   or   max_r t_r + fabric_s   (not)
+    tok/s        = B / step
+
+``hot_r(ℓ)`` is a static hot set: a cache of C bytes on rank r holds ``C / (L·e)`` experts per
+layer, the most popular of the rank's own experts (fractional counts interpolate) — the same
+model as ``roofline._hot_set_misses``, reached through :func:`moeroof.roofline.step_terms` on a
+per-rank :class:`MoEModel` (``experts = |r|``) and a :class:`Routing` restricted to the rank's
+columns. ``misses_fn(pi_rank, cache_experts_per_layer, batch) -> (union (H,), misses (H,))``
+replaces the hot set (the cache simulator of ``moeroof.cache`` plugs in here). Assumptions: the
+resident (non-expert) band is replicated on every rank (seed 003: "present on both nodes"), so
+each rank reads NR and the batch's KV once per step and its compute term is the whole model's
+FLOP per token (an upper bound; compute never binds on GB10 at these B); s_r is relative speed
+normalised to the fastest rank = 1 (the preset hardware), so a rank half as fast takes twice the
+time at identical work (seed 003: the head node is 1.3× to 2.6× slower). Tokens are homed
+evenly on the ranks and each remote pick ships the hidden state there and back, so
+``f_remote = Σ_h (1/R)(1 − K_h/K) = (R−1)/R`` whatever the partition (Σ_h K_h = K; K_h = the
+rank's expected picks per token) — the fabric term sizes the step but does not rank partitions.
+"Overlapped" hides the exchange under the slowest rank's work (seed 003 overlaps it with the
+shared-expert FFN only: an upper bound on the overlap). A model without ``hidden_size`` gets no
+fabric term, with a note.
+
+Imbalance is ``max / mean`` over ranks of: token load (firing counts, the seed's measure), load
+per unit speed (``max_r (load_r/s_r) / (Σ load / Σ s)``), expected union, expected streamed bytes
+and predicted rank time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from moeroof.io import Histogram, read_histogram
+from moeroof.presets import Hardware, MoEModel, load_hardware, load_model
+from moeroof.roofline import Routing, Workload, step_terms
+from moeroof.units import GiB
+
+__all__ = [
+    "METHODS",
+    "RankPlan",
+    "SplitPlan",
+    "capacities",
+    "contiguous_split",
+    "balanced_packing",
+    "weighted_packing",
+    "bytes_partition",
+    "partition",
+    "imbalance",
+    "parse_rank_speed",
+    "inclusion_from_histogram",
+    "split_plan",
+    "split_report",
+]
+
+METHODS = ("id", "lpt", "weighted", "bytes")
+
+#: misses_fn(pi_rank (H, n), cache_experts_per_layer, batch) -> (union (H,), misses (H,))
+MissesFn = Callable[[np.ndarray, float, int], tuple[np.ndarray, np.ndarray]]
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def imbalance(values) -> float:
+    """``max / mean`` of per-rank values (1.0 when all are zero)."""
+    v = np.asarray(values, dtype=float)
+    mean = float(v.mean())
+    if mean <= 0.0:
+        return 1.0
+    return float(v.max() / mean)
+
+
+def parse_rank_speed(rank_speed, ranks: int) -> np.ndarray:
+    """Validate ``--rank-speed``: ``"1,0.5"`` or a sequence of R positive finite numbers.
+
+    Raises ValueError naming ``--rank-speed`` (wrong length, non-numeric, non-positive, not
+    finite). Returns the speeds as given (float array), not normalised.
+    """
+    if isinstance(rank_speed, str):
+        parts = [p.strip() for p in rank_speed.split(",")]
+    elif isinstance(rank_speed, (Sequence, np.ndarray)):
+        parts = list(np.asarray(rank_speed, dtype=object).ravel()) if isinstance(rank_speed, np.ndarray) else list(rank_speed)
+    else:
+        raise ValueError(f"--rank-speed: expected {ranks} comma-separated positive numbers, got {rank_speed!r}")
+    out = []
+    for j, p in enumerate(parts):
+        if isinstance(p, (bool, np.bool_)):
+            raise ValueError(f"--rank-speed: entry {j} ({p!r}) is not a number")
+        if isinstance(p, str):
+            try:
+                x = float(p)
+            except ValueError:
+                raise ValueError(f"--rank-speed: entry {j} ({p!r}) is not a number") from None
+        elif isinstance(p, numbers.Real):
+            x = float(p)
+        else:
+            raise ValueError(f"--rank-speed: entry {j} ({p!r}) is not a number")
+        if not math.isfinite(x) or x <= 0.0:
+            raise ValueError(f"--rank-speed: entry {j} is {p!r}; speeds must be positive finite numbers")
+        out.append(x)
+    if len(out) != ranks:
+        raise ValueError(f"--rank-speed: got {len(out)} speeds for {ranks} ranks (give one per rank, e.g. 1,0.5)")
+    return np.asarray(out, dtype=float)
+
+
+def _check_ranks(n_items: int, ranks) -> int:
+    if isinstance(ranks, (bool, np.bool_)) or not isinstance(ranks, (numbers.Integral,)) or ranks < 1:
+        raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
+    if ranks > n_items:
+        raise ValueError(f"ranks={ranks} exceeds the {n_items} experts to split")
+    return int(ranks)
+
+
+def capacities(n_items: int, speeds=None, ranks: int | None = None) -> np.ndarray:
+    """Experts per rank: ``n_items·s_r/Σs`` rounded by largest remainder, every rank ≥ 1.
+
+    Equal speeds (or ``speeds=None`` with ``ranks``) give counts differing by at most one, the
+    extra items on the lowest ranks. Ties in the remainders go to the lowest rank.
+    """
+    if speeds is None:
+        if ranks is None:
+            raise ValueError("capacities: give speeds or ranks")
+        s = np.ones(int(ranks))
+    else:
+        s = np.asarray(speeds, dtype=float)
+    r = _check_ranks(n_items, len(s))
+    quota = n_items * s / s.sum()
+    cap = np.maximum(np.floor(quota + 1e-9).astype(np.int64), 1)
+    while cap.sum() > n_items:  # the ≥ 1 floor overshot: take from the most over-served
+        over = np.where(cap > 1, cap - quota, -np.inf)
+        cap[int(np.argmax(over))] -= 1
+    rem = quota - cap
+    for j in np.argsort(-rem, kind="stable")[: n_items - int(cap.sum())]:
+        cap[j] += 1
+    assert cap.sum() == n_items and cap.size == r
+    return cap
+
+
+# ----------------------------------------------------------------------------- partitions
+
+
+def contiguous_split(n_items: int, ranks: int) -> np.ndarray:
+    """Rank of each id for the contiguous split: ids ``[0, c_0)`` → 0, ``[c_0, c_0 + c_1)`` → 1, …"""
+    cap = capacities(n_items, ranks=_check_ranks(n_items, ranks))
+    return np.repeat(np.arange(cap.size), cap)
+
+
+def _order(weight: np.ndarray) -> np.ndarray:
+    """Items by weight descending; equal weights in ascending id order (a stable sort).
+
+    EPLB sorts with ``torch.sort(descending=True)``, whose order among equal weights is not
+    specified; the per-pack loads do not depend on it (the greedy sees the same weight
+    sequence), only which of two equal-weight items lands where.
+    """
+    return np.argsort(-weight, kind="stable")
+
+
+def _as_weight(weight) -> np.ndarray:
+    w = np.asarray(weight, dtype=float)
+    if w.ndim != 1 or w.size == 0:
+        raise ValueError(f"weights must be a non-empty 1-D array, got shape {w.shape}")
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise ValueError("weights must be finite and >= 0")
+    return w
+
+
+def balanced_packing(weight, ranks: int, capacity=None) -> np.ndarray:
+    """Greedy LPT with equal cardinality (DeepSeek EPLB ``balanced_packing``); rank of each item.
+
+    For items in descending weight order, the item goes to the rank with the smallest current
+    total among ranks still below their capacity (default :func:`capacities`: ``E/R`` each when
+    R divides E, as EPLB requires), ties to the lowest rank (Python's ``min``, as in EPLB). When
+    every rank takes exactly one item EPLB returns the identity (item i → rank i); so does this.
+    ``capacity=[E]*R`` lifts the constraint: plain LPT (Graham 1969). Cost O(E·R).
+    """
+    w = _as_weight(weight)
+    r = _check_ranks(w.size, ranks)
+    cap = capacities(w.size, ranks=r) if capacity is None else np.asarray(capacity, dtype=np.int64)
+    if cap.shape != (r,) or cap.sum() < w.size or np.any(cap < 0):
+        raise ValueError(f"capacity must be {r} non-negative counts summing to at least {w.size}, got {cap}")
+    if capacity is None and w.size == r:
+        return np.arange(r)
+    out = np.full(w.size, -1, dtype=np.int64)
+    loads = np.zeros(r)
+    counts = np.zeros(r, dtype=np.int64)
+    for i in _order(w):
+        p = int(np.argmin(np.where(counts < cap, loads, np.inf)))  # first minimum: lowest rank
+        out[i] = p
+        loads[p] += w[i]
+        counts[p] += 1
+    return out
+
+
+def weighted_packing(weight, speeds, capacity=None) -> np.ndarray:
+    """LPT for ranks of unequal speed with cardinality ∝ speed; rank of each item.
+
+    Capacities :func:`capacities` ``(E, speeds)``; items in descending weight order each go to
+    the rank with room where they finish first, ``argmin_r (load_r + w_i)/s_r``, ties to the
+    lowest rank (Gonzalez, Ibarra & Sahni 1977). Equal speeds: identical to
+    :func:`balanced_packing`.
+    """
+    w = _as_weight(weight)
+    s = np.asarray(speeds, dtype=float)
+    if s.ndim != 1 or np.any(~np.isfinite(s)) or np.any(s <= 0):
+        raise ValueError("speeds must be positive finite numbers")
+    r = _check_ranks(w.size, s.size)
+    if np.all(s == s[0]) and capacity is None:
+        return balanced_packing(w, r)
+    cap = capacities(w.size, s) if capacity is None else np.asarray(capacity, dtype=np.int64)
+    out = np.full(w.size, -1, dtype=np.int64)
+    loads = np.zeros(r)
+    counts = np.zeros(r, dtype=np.int64)
+    for i in _order(w):
+        p = int(np.argmin(np.where(counts < cap, (loads + w[i]) / s, np.inf)))
+        out[i] = p
+        loads[p] += w[i]
+        counts[p] += 1
+    return out
+
+
+# ----------------------------------------------------------------------------- step model
+
+
+def inclusion_from_histogram(hist: Histogram) -> np.ndarray:
+    """π (H, E): ``count / tokens`` per row, rescaled so each row sums to K (as
+    :func:`moeroof.roofline.routing_from_spec`). A layer-summed histogram's ``tokens`` counts
+    (token, layer) pairs, so its single row is π averaged over layers."""
+    pi = hist.counts / np.maximum(hist.tokens.astype(float), 1.0)[:, None]
+    pi = pi * (hist.top_k / np.maximum(pi.sum(axis=1, keepdims=True), 1e-300))
+    return np.clip(pi, 0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class _StepConsts:
+    """Everything of the step model that does not depend on the partition."""
+
+    layers: int
+    expert_bytes: float
+    batch: int
+    cache_experts: float  # per layer, per rank (after RAM capping)
+    bw_ssd: float
+    bw_mem: float
+    mem_base_bytes: float  # NR + B·ctx·kv
+    compute_s: float
+    overlap: str
+
+    @classmethod
+    def build(cls, model: MoEModel, hardware: Hardware, workload: Workload, batch: int) -> "_StepConsts":
+        e = model.expert_bytes
+        kv = batch * workload.context_tokens * model.kv_bytes_per_token
+        available = hardware.ram_bytes - hardware.os_reserve_bytes - model.non_routed_bytes - kv
+        cache_eff = max(min(workload.cache_bytes, available), 0.0)
+        read = workload.read_size_bytes if workload.read_size_bytes is not None else e
+        flops = batch * (model.flops_per_token + workload.context_tokens * model.attn_flops_per_context_token)
+        return cls(
+            layers=model.moe_layers, expert_bytes=e, batch=batch,
+            cache_experts=cache_eff / (model.moe_layers * e),
+            bw_ssd=float(hardware.ssd_bandwidth(read)), bw_mem=hardware.bw_mem_bytes_per_s,
+            mem_base_bytes=model.non_routed_bytes + kv, compute_s=flops / hardware.flops_per_s,
+            overlap=workload.overlap,
+        )
+
+    def rank_seconds(self, union, misses, speed):
+        """t_r from expected pairs touched and missed (model-layer totals); arrays broadcast."""
+        ssd = misses * self.expert_bytes / self.bw_ssd
+        mem = (self.mem_base_bytes + union * self.expert_bytes) / self.bw_mem
+        if self.overlap == "max":
+            t = np.maximum(np.maximum(ssd, mem), self.compute_s)
+        else:
+            t = ssd + mem + self.compute_s
+        return t / speed
+
+
+@dataclass(frozen=True, eq=False)
+class RankPlan:
+    """One rank of a :class:`SplitPlan` (per step; bytes and seconds)."""
+
+    rank: int
+    experts: tuple[int, ...]
+    speed: float
+    load_rows: float
+    picks_per_token: float  # K_r: expected routed picks per token on this rank
+    union_pairs: float  # expected (layer, expert) pairs touched per step, all model layers
+    missed_pairs: float
+    streamed_bytes: float
+    cache_hit: float  # 1 − misses / union
+    terms_seconds: dict[str, float]  # ssd / memory / compute at full speed
+    seconds: float  # combine(terms) / speed
+    bound: str
+
+
+@dataclass(frozen=True, eq=False)
+class SplitPlan:
+    """A partition evaluated by the per-rank step model (module docstring). Per-rank arrays
+    have shape (R,); ``assignment`` (E,) is the rank of each expert."""
+
+    method: str
+    ranks: int
+    batch: int
+    assignment: np.ndarray
+    experts_per_rank: np.ndarray
+    speed: np.ndarray  # normalised: fastest = 1
+    load_rows: np.ndarray
+    picks_per_token: np.ndarray
+    union_pairs: np.ndarray
+    missed_pairs: np.ndarray
+    streamed_bytes: np.ndarray
+    terms_seconds: dict[str, np.ndarray]
+    rank_seconds: np.ndarray
+    bound: tuple[str, ...]
+    cache_bytes_per_rank: float
+    cache_experts_per_layer: float
+    fabric_bytes: float
+    fabric_seconds: float
+    remote_share: float
+    fabric_overlapped: bool
+    step_seconds: float
+    tok_s: float
+    imbalance: dict[str, float]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def per_rank(self) -> tuple[RankPlan, ...]:
+        out = []
+        for r in range(self.ranks):
+            u, m = float(self.union_pairs[r]), float(self.missed_pairs[r])
+            out.append(RankPlan(
+                rank=r, experts=tuple(int(i) for i in np.flatnonzero(self.assignment == r)),
+                speed=float(self.speed[r]), load_rows=float(self.load_rows[r]),
+                picks_per_token=float(self.picks_per_token[r]), union_pairs=u, missed_pairs=m,
+                streamed_bytes=float(self.streamed_bytes[r]), cache_hit=1.0 - m / u if u > 0 else 1.0,
+                terms_seconds={k: float(v[r]) for k, v in self.terms_seconds.items()},
+                seconds=float(self.rank_seconds[r]), bound=self.bound[r],
+            ))
+        return tuple(out)
+
+    @property
+    def slowest_rank(self) -> int:
+        return int(np.argmax(self.rank_seconds))
+
+
+def _normalised_speed(speeds, ranks: int) -> np.ndarray:
+    s = np.ones(ranks) if speeds is None else np.asarray(speeds, dtype=float)
+    if s.shape != (ranks,) or np.any(~np.isfinite(s)) or np.any(s <= 0):
+        raise ValueError(f"speeds must be {ranks} positive finite numbers, got {speeds!r}")
+    return s / s.max()
+
+
+def split_plan(
+    assignment,
+    pi: np.ndarray,
+    model: MoEModel,
+    hardware: Hardware,
+    *,
+    batch: int = 8,
+    cache_bytes_per_rank: float = 0.0,
+    rank_speed=None,
+    load=None,
+    context_tokens: int = 512,
+    overlap: str = "max",
+    fabric_overlapped: bool = True,
+    read_size_bytes: float | None = None,
+    hidden_size: int | None = None,
+    misses_fn: MissesFn | None = None,
+    method: str = "",
+) -> SplitPlan:
+    """Evaluate a partition with the per-rank step model (module docstring).
+
+    ``pi`` (H, E) inclusion probabilities per layer shape; ``load`` (E,) firing counts for
+    ``load_rows`` (default π summed over rows). Each rank's SSD / memory / compute terms come
+    from :func:`moeroof.roofline.step_terms` on ``dataclasses.replace(model, experts=|r|)`` with
+    the rank's columns of π and a ``Workload`` of one rank (the fabric is added here);
+    ``misses_fn`` replaces the hot-set misses.
+    """
+    pi = np.atleast_2d(np.asarray(pi, dtype=float))
+    a = np.asarray(assignment, dtype=np.int64)
+    if a.shape != (pi.shape[1],):
+        raise ValueError(f"assignment has shape {a.shape}, expected ({pi.shape[1]},)")
+    ranks = int(a.max()) + 1 if a.size else 0
+    if a.min() < 0:
+        raise ValueError("assignment: every expert needs a rank >= 0")
+    if rank_speed is not None:
+        ranks = max(ranks, len(rank_speed))
+    speed = _normalised_speed(rank_speed, ranks)
+    batch = int(batch)
+    if batch < 1:
+        raise ValueError(f"batch must be a positive integer, got {batch!r}")
+    if cache_bytes_per_rank < 0:
+        raise ValueError("cache per rank must be >= 0")
+    load = pi.sum(axis=0) if load is None else np.asarray(load, dtype=float)
+    workload = Workload(context_tokens=context_tokens, cache_bytes=float(cache_bytes_per_rank),
+                        overlap=overlap, read_size_bytes=read_size_bytes, ranks=1)
+    consts = _StepConsts.build(model, hardware, workload, batch)
+    L = model.moe_layers
+    notes: list[str] = []
+
+    union = np.zeros(ranks)
+    missed = np.zeros(ranks)
+    picks = np.zeros(ranks)
+    terms = {n: np.zeros(ranks) for n in ("ssd", "memory", "compute")}
+    for r in range(ranks):
+        idx = np.flatnonzero(a == r)
+        picks[r] = pi[:, idx].sum(axis=1).mean()
+        if idx.size == 0:
+            terms["memory"][r] = consts.mem_base_bytes / consts.bw_mem
+            terms["compute"][r] = consts.compute_s
+            continue
+        rmodel = dataclasses.replace(model, experts=int(idx.size), top_k=min(model.top_k, int(idx.size)))
+        routing = Routing(pi[:, idx], f"rank {r}", "projected")
+        st = step_terms(rmodel, hardware, workload, routing, [batch])
+        union[r] = L * float(st["union"][0])
+        missed[r] = L * float(st["misses"][0])
+        for n in terms:
+            terms[n][r] = float(st["terms"][n][0])
+        if misses_fn is not None:
+            u_h, m_h = misses_fn(pi[:, idx], float(st["cache_experts"][0]), batch)
+            missed[r] = L * float(np.mean(m_h))
+            terms["ssd"][r] = missed[r] * consts.expert_bytes / consts.bw_ssd
+    streamed = missed * model.expert_bytes
+    stack = np.stack([terms[n] for n in ("ssd", "memory", "compute")])
+    full = stack.max(axis=0) if overlap == "max" else stack.sum(axis=0)
+    rank_s = full / speed
+    bound = tuple(("ssd", "memory", "compute")[i] for i in stack.argmax(axis=0))
+
+    k = float(model.top_k)
+    remote = float(np.sum((1.0 / ranks) * (1.0 - picks / k))) if ranks > 1 else 0.0
+    hidden = hidden_size if hidden_size is not None else model.hidden_size
+    fabric_bytes = fabric_s = 0.0
+    if ranks > 1:
+        if not hidden:
+            notes.append(f"model {model.name} has no hidden_size: the fabric (exchange) term is left out")
+        elif not hardware.bw_link_bytes_per_s:
+            notes.append(f"hardware {hardware.name} has no bw_link_bytes_per_s: the fabric term is left out")
+        else:
+            fabric_bytes = 2.0 * batch * L * hidden * model.activation_bytes * remote
+            fabric_s = fabric_bytes / hardware.bw_link_bytes_per_s
+    slowest = float(rank_s.max())
+    step = max(slowest, fabric_s) if fabric_overlapped else slowest + fabric_s
+    load_rows = np.bincount(a, weights=load, minlength=ranks)
+    imb = {
+        "token_load": imbalance(load_rows),
+        "load_per_speed": float((load_rows / speed).max() / (load_rows.sum() / speed.sum())) if load_rows.sum() > 0 else 1.0,
+        "union": imbalance(union),
+        "streamed_bytes": imbalance(streamed),
+        "predicted_seconds": imbalance(rank_s),
+    }
+    return SplitPlan(
+        method=method, ranks=ranks, batch=batch, assignment=a,
+        experts_per_rank=np.bincount(a, minlength=ranks), speed=speed, load_rows=load_rows,
+        picks_per_token=picks, union_pairs=union, missed_pairs=missed, streamed_bytes=streamed,
+        terms_seconds=terms, rank_seconds=rank_s, bound=bound,
+        cache_bytes_per_rank=float(cache_bytes_per_rank), cache_experts_per_layer=consts.cache_experts,
+        fabric_bytes=fabric_bytes, fabric_seconds=fabric_s, remote_share=remote,
+        fabric_overlapped=bool(fabric_overlapped), step_seconds=step, tok_s=batch / step,
+        imbalance=imb, notes=tuple(notes),
+    )
+
+
+def _plan_key(p: SplitPlan) -> tuple[float, float]:
+    return float(p.rank_seconds.max()), float((p.streamed_bytes / p.speed).max())
+
+
+# ----------------------------------------------------------------------------- bytes partition
+
+
+class _HotSet:
+    """Fast hot-set evaluation for the local search (same model as ``_hot_set_misses``).
+
+    Per rank: ``U = L·mean_ℓ Σ m`` and ``T = L·mean_ℓ (sum of the c largest m)``, c interpolated
+    between ``⌊c⌋`` and ``⌊c⌋+1``; misses = U − T. Removing item a / adding item b changes the
+    top-c sum by closed forms (c-th and (c+1)-th largest), so every swap of two ranks is one
+    (H, n_r, n_s) array expression.
+    """
+
+    def __init__(self, m: np.ndarray, consts: _StepConsts, speed: np.ndarray):
+        self.m = m  # (H, E)
+        self.scale = consts.layers / m.shape[0]
+        self.tot = self.scale * m.sum(axis=0)  # (E,)
+        self.consts = consts
+        self.speed = speed
+        c = consts.cache_experts
+        self.c_lo = int(math.floor(c))
+        self.frac = c - self.c_lo
+
+    def _cs(self):
+        return [(self.c_lo, 1.0 - self.frac)] + ([(self.c_lo + 1, self.frac)] if self.frac > 0 else [])
+
+    def rank_state(self, idx: np.ndarray):
+        """(U, T, sorted values (H, n), position of each idx item in the sort (H, n))."""
+        sub = self.m[:, idx]
+        order = np.argsort(-sub, axis=1, kind="stable")
+        v = np.take_along_axis(sub, order, axis=1)
+        pos = np.empty_like(order)
+        np.put_along_axis(pos, order, np.arange(idx.size)[None, :].repeat(sub.shape[0], 0), axis=1)
+        cums = np.concatenate([np.zeros((sub.shape[0], 1)), np.cumsum(v, axis=1)], axis=1)
+        t = sum(wt * cums[:, min(c, idx.size)].sum() for c, wt in self._cs())
+        return float(self.tot[idx].sum()), self.scale * float(t), v, pos
+
+    def _edges(self, v, c):
+        n = v.shape[1]
+        h = v.shape[0]
+        vc = v[:, c - 1] if 1 <= c <= n else np.zeros(h)
+        vc1 = v[:, c] if c < n else np.zeros(h)
+        tc = v[:, : min(c, n)].sum(axis=1)
+        return vc, vc1, tc
+
+    def swap_T(self, v, pos, m_out, m_in):
+        """Top-c sums after removing each out-item (columns of m_out, (H, n_out), positions
+        ``pos``) and adding each in-item (H, n_in): (n_out, n_in). ``m_in=None``: removal only (n_out,)."""
+        n_out = m_out.shape[1]
+        total = np.zeros(n_out) if m_in is None else np.zeros((n_out, m_in.shape[1]))
+        for c, wt in self._cs():
+            if c == 0:
+                continue
+            vc, vc1, tc = self._edges(v, c)
+            top = pos < c  # (H, n_out)
+            t_rem = tc[:, None] - np.where(top, m_out - vc1[:, None], 0.0)
+            if m_in is None:
+                total = total + wt * t_rem.sum(axis=0)
+                continue
+            w = np.where(top, vc1[:, None], vc[:, None])  # c-th largest after the removal
+            gain = np.maximum(m_in[:, None, :] - w[:, :, None], 0.0)  # (H, n_out, n_in)
+            total = total + wt * (t_rem.sum(axis=0)[:, None] + gain.sum(axis=0))
+        return self.scale * total
+
+    def add_T(self, v, m_in):
+        """Top-c sums after adding each in-item (H, n_in) to the rank: (n_in,)."""
+        total = np.zeros(m_in.shape[1])
+        for c, wt in self._cs():
+            if c == 0:
+                continue
+            vc, _, tc = self._edges(v, c)
+            if c > v.shape[1]:
+                vc = np.zeros_like(vc)
+            total = total + wt * (tc[:, None] + np.maximum(m_in - vc[:, None], 0.0)).sum(axis=0)
+        return self.scale * total
+
+    def seconds(self, u, t, r):
+        return self.consts.rank_seconds(u, u - t, self.speed[r])
+
+    def streamed_per_speed(self, u, t, r):
+        return (u - t) * self.consts.expert_bytes / self.speed[r]
+
+
+def _better(a: tuple[float, float], b: tuple[float, float], rtol: float = 1e-12) -> bool:
+    """Lexicographic a < b with a relative tolerance on each entry."""
+    if a[0] < b[0] - rtol * abs(b[0]):
+        return True
+    if a[0] <= b[0] + rtol * abs(b[0]):
+        return a[1] < b[1] - rtol * max(abs(b[1]), 1e-300)
+    return False
+
+
+def _local_search(assign: np.ndarray, hs: _HotSet, ranks: int, max_iter: int) -> np.ndarray:
+    """Steepest descent over swaps (a ∈ r, b ∈ s) and moves (a: r → s) from the bottleneck
+    ranks (argmax t_r and argmax streamed_r/s_r); key = (max_r t_r, max_r streamed_r/s_r)."""
+    a = assign.copy()
+    for _ in range(max_iter):
+        idx = [np.flatnonzero(a == r) for r in range(ranks)]
+        st = [hs.rank_state(i) for i in idx]
+        U = np.array([x[0] for x in st])
+        T = np.array([x[1] for x in st])
+        t = np.array([hs.seconds(U[r], T[r], r) for r in range(ranks)])
+        g = np.array([hs.streamed_per_speed(U[r], T[r], r) for r in range(ranks)])
+        key = (float(t.max()), float(g.max()))
+        best, best_key = None, key
+        for r in sorted({int(np.argmax(t)), int(np.argmax(g))}):
+            ir, vr, pr = idx[r], st[r][2], st[r][3]
+            for s in range(ranks):
+                if s == r:
+                    continue
+                others = [q for q in range(ranks) if q not in (r, s)]
+                t_o = max((t[q] for q in others), default=0.0)
+                g_o = max((g[q] for q in others), default=0.0)
+                js, vs, ps = idx[s], st[s][2], st[s][3]
+                m_r, m_s = hs.m[:, ir], hs.m[:, js]
+                tot_r, tot_s = hs.tot[ir], hs.tot[js]
+                # swaps: a (rows) leaves r, b (cols) leaves s
+                u_r = U[r] - tot_r[:, None] + tot_s[None, :]
+                u_s = U[s] - tot_s[None, :] + tot_r[:, None]
+                t_r = hs.swap_T(vr, pr, m_r, m_s)
+                t_s = hs.swap_T(vs, ps, m_s, m_r).T
+                cand_t = np.maximum(np.maximum(hs.seconds(u_r, t_r, r), hs.seconds(u_s, t_s, s)), t_o)
+                cand_g = np.maximum(np.maximum(hs.streamed_per_speed(u_r, t_r, r), hs.streamed_per_speed(u_s, t_s, s)), g_o)
+                j = np.lexsort((cand_g.ravel(), cand_t.ravel()))[0]
+                ck = (float(cand_t.ravel()[j]), float(cand_g.ravel()[j]))
+                if _better(ck, best_key):
+                    ai, bi = np.unravel_index(j, cand_t.shape)
+                    best, best_key = ("swap", int(ir[ai]), r, int(js[bi]), s), ck
+                # moves: a leaves r for s (r keeps at least one expert)
+                if ir.size > 1:
+                    u_r = U[r] - tot_r
+                    u_s = U[s] + tot_r
+                    t_r = hs.swap_T(vr, pr, m_r, None)
+                    t_s = hs.add_T(vs, m_r)
+                    cand_t = np.maximum(np.maximum(hs.seconds(u_r, t_r, r), hs.seconds(u_s, t_s, s)), t_o)
+                    cand_g = np.maximum(np.maximum(hs.streamed_per_speed(u_r, t_r, r), hs.streamed_per_speed(u_s, t_s, s)), g_o)
+                    j = np.lexsort((cand_g, cand_t))[0]
+                    ck = (float(cand_t[j]), float(cand_g[j]))
+                    if _better(ck, best_key):
+                        best, best_key = ("move", int(ir[j]), r, None, s), ck
+        if best is None:
+            break
+        _, ia, r, ib, s = best
+        a[ia] = s
+        if ib is not None:
+            a[ib] = r
+    return a
+
+
+def _greedy_bytes(hs: _HotSet, cap: np.ndarray) -> np.ndarray:
+    """Experts in descending expected-touch order, each to the rank with room whose predicted
+    time after taking it is smallest (then streamed/speed, then the lowest rank)."""
+    ranks = cap.size
+    a = np.full(hs.m.shape[1], -1, dtype=np.int64)
+    members: list[list[int]] = [[] for _ in range(ranks)]
+    for i in _order(hs.tot):
+        best, best_key = None, None
+        for r in range(ranks):
+            if len(members[r]) >= cap[r]:
+                continue
+            u, t, _, _ = hs.rank_state(np.asarray(members[r] + [i]))
+            k = (float(hs.seconds(u, t, r)), float(hs.streamed_per_speed(u, t, r)))
+            if best_key is None or _better(k, best_key):
+                best, best_key = r, k
+        a[i] = best
+        members[best].append(int(i))
+    return a
+
+
+def bytes_partition(
+    pi: np.ndarray,
+    model: MoEModel,
+    hardware: Hardware,
+    ranks: int,
+    *,
+    batch: int = 8,
+    cache_bytes_per_rank: float = 0.0,
+    rank_speed=None,
+    load=None,
+    context_tokens: int = 512,
+    overlap: str = "max",
+    read_size_bytes: float | None = None,
+    misses_fn: MissesFn | None = None,
+    max_iter: int | None = None,
+    **plan_kw: Any,
+) -> tuple[np.ndarray, str]:
+    """Partition balancing expected streamed bytes per rank; returns (assignment, which start won).
+
+    Objective (lexicographic): ``max_r t_r`` then ``max_r streamed_r / s_r`` (module docstring;
+    streamed_r = Σ_ℓ Σ_{i ∈ r, i ∉ hot_r(ℓ)} [1 − (1 − π_ℓi)^B] · e with a hot set of
+    ``C/(L·e)`` experts per layer on each rank). Starts: ``lpt`` on the load; ``weighted`` when
+    speeds differ; a greedy by expected touches with cardinality ∝ speed. Each start (``lpt``
+    only at equal speeds) is improved by :func:`_local_search` (swaps and single moves, hot-set model);
+    the candidates — improved or not — are then evaluated with :func:`split_plan` (with
+    ``misses_fn`` if given) and the best key wins, so the result is never worse than ``lpt`` or
+    ``weighted`` under that model. A heuristic: no optimality claim.
+    """
+    pi = np.atleast_2d(np.asarray(pi, dtype=float))
+    e = pi.shape[1]
+    ranks = _check_ranks(e, ranks)
+    speed = _normalised_speed(rank_speed, ranks)
+    load = pi.sum(axis=0) if load is None else np.asarray(load, dtype=float)
+    workload = Workload(context_tokens=context_tokens, cache_bytes=float(cache_bytes_per_rank),
+                        overlap=overlap, read_size_bytes=read_size_bytes, ranks=1)
+    consts = _StepConsts.build(model, hardware, workload, int(batch))
+    with np.errstate(divide="ignore"):
+        m = -np.expm1(int(batch) * np.log1p(-np.clip(pi, 0.0, 1.0)))
+    hs = _HotSet(m, consts, speed)
+    max_iter = 4 * e if max_iter is None else int(max_iter)
+    starts = {"lpt": balanced_packing(load, ranks)}
+    if not np.all(speed == speed[0]):
+        starts["weighted"] = weighted_packing(load, speed)
+    starts["greedy"] = _greedy_bytes(hs, capacities(e, speed))
+    cands = dict(starts)
+    for name, a0 in starts.items():
+        if name == "lpt" and "weighted" in starts:
+            continue  # equal counts at unequal speeds: the weighted start is the better seed
+        cands[name + "+search"] = _local_search(a0, hs, ranks, max_iter)
+    kw = dict(batch=batch, cache_bytes_per_rank=cache_bytes_per_rank, rank_speed=speed, load=load,
+              context_tokens=context_tokens, overlap=overlap, read_size_bytes=read_size_bytes,
+              misses_fn=misses_fn, **plan_kw)
+    best_name, best_key = None, None
+    for name, a in cands.items():  # insertion order: plain starts win ties
+        k = _plan_key(split_plan(a, pi, model, hardware, **kw))
+        if best_key is None or _better(k, best_key):
+            best_name, best_key = name, k
+    return cands[best_name], best_name
+
+
+def partition(method: str, load, ranks: int, rank_speed=None, **bytes_kw: Any) -> np.ndarray:
+    """Rank of each expert by ``method`` (:data:`METHODS`). ``bytes`` needs ``pi``, ``model``,
+    ``hardware`` and the :func:`bytes_partition` keywords in ``bytes_kw``."""
+    load = _as_weight(load)
+    if method == "id":
+        return contiguous_split(load.size, ranks)
+    if method == "lpt":
+        return balanced_packing(load, ranks)
+    if method == "weighted":
+        speed = np.ones(ranks) if rank_speed is None else np.asarray(rank_speed, dtype=float)
+        _check_ranks(load.size, ranks)
+        if speed.shape != (ranks,):
+            raise ValueError(f"--rank-speed: got {speed.size} speeds for {ranks} ranks")
+        return weighted_packing(load, speed)
+    if method == "bytes":
+        pi = bytes_kw.pop("pi")
+        model = bytes_kw.pop("model")
+        hardware = bytes_kw.pop("hardware")
+        return bytes_partition(pi, model, hardware, ranks, rank_speed=rank_speed, load=load, **bytes_kw)[0]
+    raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+
+
+# ----------------------------------------------------------------------------- CLI contract
+
+
+def split_report(
+    histogram_path: str | os.PathLike[str],
+    ranks: int,
+    method: str,
+    rank_speed=None,
+    *,
+    batch: int = 8,
+    cache_gib_per_rank: float = 0.0,
+    model: str | MoEModel = "glm-5-nvfp4",
+    hardware: str | Hardware = "gb10",
+    context_tokens: int = 512,
+    overlap: str = "max",
+    fabric_overlapped: bool = True,
+    read_size_bytes: float | None = None,
+    hidden_size: int | None = None,
+    misses_fn: MissesFn | None = None,
+) -> dict[str, Any]:
+    """The ``moeroof split`` contract: a partition of a histogram's experts and its step model.
+
+    Keys: ``method``, ``ranks``, ``experts``, ``assignment`` (rank of each expert, in expert
+    order), ``experts_per_rank``, ``load_rows`` (per rank, Σ firing counts over layers),
+    ``imbalance`` (max/mean of ``load_rows``), ``imbalance_by`` (token_load, load_per_speed,
+    union, streamed_bytes, predicted_seconds), and — when the histogram matches the model
+    (E, K) — ``predicted_step_seconds`` (per rank), ``step_seconds``, ``tok_s``, ``per_rank``,
+    ``fabric``; ``inputs`` (everything used, with provenance), ``notes``. ``weighted`` and
+    ``bytes`` need the model to match (ValueError otherwise). Histogram errors are
+    :class:`moeroof.io.InputError` (``FILE:ROW: FIELD: …``); a bad ``rank_speed`` is a ValueError
+    naming ``--rank-speed``. The default context (512 tokens) is seed 003's cap.
+    """
+    if method not in METHODS:
+        raise ValueError(f"--method: expected one of {', '.join(METHODS)}, got {method!r}")
+    hist = read_histogram(histogram_path)
+    e = hist.experts
+    if isinstance(ranks, (bool, np.bool_)) or not isinstance(ranks, numbers.Integral) or ranks < 1:
+        raise ValueError(f"--ranks: expected a positive integer, got {ranks!r}")
+    if ranks > e:
+        raise ValueError(f"--ranks: {ranks} ranks for {e} experts (at most one rank per expert)")
+    speeds_given = None if rank_speed is None else parse_rank_speed(rank_speed, int(ranks))
+    if isinstance(batch, (bool, np.bool_)) or not isinstance(batch, numbers.Integral) or batch < 1:
+        raise ValueError(f"--batch: expected a positive integer, got {batch!r}")
+    cache_gib = float(cache_gib_per_rank)
+    if not math.isfinite(cache_gib) or cache_gib < 0:
+        raise ValueError(f"--cache-gib: expected a non-negative number, got {cache_gib_per_rank!r}")
+    mdl = model if isinstance(model, MoEModel) else load_model(model)
+    hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
+    matches = mdl.experts == e and mdl.top_k == hist.top_k
+    notes: list[str] = []
+    if hist.layers_summed:
+        notes.append("the histogram is summed over layers: π per expert is count / (layers·T), the layer "
+                     "average; per-layer skew is hidden, so per-rank union and misses are those of the "
+                     "averaged layer and the partition balances the layer sum only")
+    if hist.layers > 1:
+        notes.append(f"one partition for all {hist.layers} layers (expert id → rank, as in seed 003); "
+                     "EPLB's balanced_packing would pack each layer separately")
+    if not matches and method in ("weighted", "bytes"):
+        raise ValueError(f"--model: {mdl.name} has E={mdl.experts}, K={mdl.top_k} but the histogram has "
+                         f"E={e}, K={hist.top_k}; method {method!r} needs the step model (pass a matching --model)")
+    load = hist.counts.sum(axis=0).astype(float)
+    pi = inclusion_from_histogram(hist)
+    cache_bytes = cache_gib * GiB
+    speed = np.ones(int(ranks)) if speeds_given is None else speeds_given
+    plan_kw = dict(batch=int(batch), cache_bytes_per_rank=cache_bytes, rank_speed=speed, load=load,
+                   context_tokens=int(context_tokens), overlap=overlap, read_size_bytes=read_size_bytes,
+                   misses_fn=misses_fn)
+    won = None
+    if method == "bytes":
+        assignment, won = bytes_partition(pi, mdl, hw, int(ranks), fabric_overlapped=fabric_overlapped,
+                                          hidden_size=hidden_size, **plan_kw)
+        notes.append(f"bytes: best candidate was {won!r} (starts lpt / weighted / greedy; '+search': "
+                     "improved by swaps and moves under the hot-set model)")
+    else:
+        assignment = partition(method, load, int(ranks), rank_speed=speed)
+    if method == "weighted" and speeds_given is None:
+        notes.append("weighted without --rank-speed: equal speeds, the same partition as lpt")
+    if method in ("id", "lpt") and speeds_given is not None and not np.all(speed == speed[0]):
+        notes.append(f"{method} ignores --rank-speed when partitioning; the speeds enter the predicted times only")
+    load_rows = np.bincount(assignment, weights=load, minlength=int(ranks))
+    out: dict[str, Any] = {
+        "method": method,
+        "ranks": int(ranks),
+        "experts": e,
+        "assignment": [int(x) for x in assignment],
+        "experts_per_rank": [int(x) for x in np.bincount(assignment, minlength=int(ranks))],
+        "load_rows": [int(x) if float(x).is_integer() else float(x) for x in load_rows],
+        "imbalance": imbalance(load_rows),
+    }
+    inputs: dict[str, Any] = {
+        "histogram": str(hist.path),
+        "histogram_provenance": hist.provenance or "unknown",
+        "layers_summed": bool(hist.layers_summed),
+        "rank_speed": None if speeds_given is None else [float(x) for x in speeds_given],
+        "rank_speed_normalised": [float(x) for x in speed / speed.max()],
+    }
+    if matches:
+        p = split_plan(assignment, pi, mdl, hw, fabric_overlapped=fabric_overlapped, hidden_size=hidden_size,
+                       method=method, **plan_kw)
+        notes.extend(p.notes)
+        out["imbalance_by"] = dict(p.imbalance)
+        out["predicted_step_seconds"] = [float(x) for x in p.rank_seconds]
+        out["step_seconds"] = float(p.step_seconds)
+        out["tok_s"] = float(p.tok_s)
+        out["slowest_rank"] = p.slowest_rank
+        out["per_rank"] = {
+            "union_pairs": [float(x) for x in p.union_pairs],
+            "missed_pairs": [float(x) for x in p.missed_pairs],
+            "streamed_bytes": [float(x) for x in p.streamed_bytes],
+            "streamed_gib": [float(x / GiB) for x in p.streamed_bytes],
+            "cache_hit": [rp.cache_hit for rp in p.per_rank],
+            "picks_per_token": [float(x) for x in p.picks_per_token],
+            "terms_seconds": {k: [float(x) for x in v] for k, v in p.terms_seconds.items()},
+            "bound": list(p.bound),
+        }
+        out["fabric"] = {"bytes_per_step": p.fabric_bytes, "seconds": p.fabric_seconds,
+                         "remote_share": p.remote_share, "overlapped": p.fabric_overlapped}
+        used_keys = ["moe_layers", "expert_bytes", "non_routed_bytes", "kv_bytes_per_token", "flops_per_token"]
+        hw_keys = ["ram_bytes", "os_reserve_bytes", "bw_mem_bytes_per_s", "flops_per_s", "bw_ssd_bytes_per_s"]
+        if p.fabric_bytes:
+            used_keys += ["hidden_size"]
+            hw_keys += ["bw_link_bytes_per_s"]
+        prov = {f"model.{k}": mdl.provenance.get(k, "assumed") for k in used_keys}
+        prov.update({f"hardware.{k}": hw.provenance.get(k, "assumed") for k in hw_keys})
+        prov["routing"] = "witnessed" if hist.provenance == "witnessed" else "projected"
+        if speeds_given is None:
+            prov["rank_speed"] = "assumed"
+        inputs.update({
+            "model": mdl.name, "hardware": hw.name, "batch": int(batch), "cache_gib_per_rank": cache_gib,
+            "cache_experts_per_layer": p.cache_experts_per_layer, "context_tokens": int(context_tokens),
+            "overlap": overlap, "fabric_overlapped": bool(fabric_overlapped),
+            "read_size_bytes": read_size_bytes, "misses": "hot set" if misses_fn is None else getattr(misses_fn, "__name__", "misses_fn"),
+            "provenance": prov,
+        })
+        out["provenance"] = "projected" if any(v != "witnessed" for v in prov.values()) else "witnessed-inputs"
+    else:
+        out["imbalance_by"] = {"token_load": imbalance(load_rows)}
+        notes.append(f"the histogram (E={e}, K={hist.top_k}) does not match model {mdl.name} "
+                     f"(E={mdl.experts}, K={mdl.top_k}): no step model, loads only")
+    out["inputs"] = inputs
+    if won is not None:
+        out["bytes_candidate"] = won
+    out["notes"] = notes
+    return out

@@ -8,6 +8,7 @@
     moeroof plan --model PRESET|FILE --hardware PRESET|FILE --batch 1,8,64 [--cache-gib X]
                  [--context N] [--overlap max|sum] [--routing uniform|zipf:S|PATH] [--json]
     moeroof presets [--json]
+    moeroof split HISTOGRAM --ranks R --method id|lpt|weighted|bytes [--rank-speed 1,0.6] [--json]
     moeroof cache TRACE --policy lru|lfu|static|belady|s3fifo|arc
                   (--capacity-experts N | --capacity-gib X --expert-bytes N) [--scope global|layer]
                   [--warmup S] [--histogram PATH] [--json]
@@ -143,6 +144,26 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--json", action="store_true", help="print one JSON object (SI units, provenance and sources per field)")
     pp.set_defaults(func=_cmd_presets)
     _add_cache_parsers(sub)
+
+    ps = sub.add_parser(
+        "split",
+        help="partition experts over ranks (id, lpt, weighted, bytes) and predict each rank's step",
+        description=(
+            "Split a firing histogram's experts over ranks: contiguous ids, equal-cardinality LPT "
+            "(DeepSeek EPLB's balanced_packing), weighted by per-rank speed, or balancing expected "
+            "streamed bytes; reports per-rank load, imbalance and the predicted per-rank step."
+        ),
+    )
+    ps.add_argument("path", metavar="HISTOGRAM", help="histogram .csv with its sidecar .json")
+    ps.add_argument("--ranks", required=True, help="number of ranks")
+    ps.add_argument("--method", required=True, choices=("id", "lpt", "weighted", "bytes"), help="partition method")
+    ps.add_argument("--rank-speed", default=None, help="relative speed per rank, comma-separated (e.g. 1,0.6)")
+    ps.add_argument("--batch", default="8", help="concurrent streams M for the step model (default 8)")
+    ps.add_argument("--cache-gib", default="0", help="expert cache per rank in GiB (default 0)")
+    ps.add_argument("--model", default="glm-5-nvfp4", help="model preset or TOML for the step model (default glm-5-nvfp4)")
+    ps.add_argument("--hardware", default="gb10", help="hardware preset or TOML per rank (default gb10)")
+    ps.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    ps.set_defaults(func=_cmd_split)
     return parser
 
 
@@ -785,6 +806,47 @@ def _cmd_mrc(args: argparse.Namespace) -> int:
         _print_mrc(rep)
     return 0
 
+
+
+# ----------------------------------------------------------------------------- split
+
+
+def _cmd_split(args: argparse.Namespace) -> int:
+    from .partition import split_report
+
+    rep = split_report(
+        args.path,
+        _positive_int(args.ranks, "--ranks"),
+        args.method,
+        args.rank_speed,
+        batch=_positive_int(args.batch, "--batch"),
+        cache_gib_per_rank=_non_negative_float(args.cache_gib, "--cache-gib"),
+        model=args.model,
+        hardware=args.hardware,
+    )
+    if args.json:
+        print(json.dumps(rep, indent=2, allow_nan=False))
+        return 0
+    print(f"expert split — {args.path}, {rep['ranks']} ranks, method {rep['method']}")
+    headers = ["rank", "experts", "load rows"]
+    pred = rep.get("predicted_step_seconds")
+    if pred is not None:
+        headers.append("predicted step s")
+    rows = []
+    for r in range(rep["ranks"]):
+        row = [str(r), str(rep["experts_per_rank"][r]), str(rep["load_rows"][r])]
+        if pred is not None:
+            row.append(_fmt(pred[r], 3))
+        rows.append(row)
+    print(_table(headers, rows, ">" * len(headers)))
+    print(f"imbalance (max/mean load rows): {rep['imbalance']:.4f}×")
+    for key, value in rep.get("imbalance_by", {}).items():
+        print(f"  imbalance by {key}: {value:.4f}×")
+    if rep.get("tok_s") is not None:
+        print(f"predicted step {rep['step_seconds']:.3f} s, {rep['tok_s']:.3f} tok/s (the pair runs at its slowest rank)")
+    for note in rep.get("notes", []):
+        print(f"note: {note}")
+    return 0
 
 
 # ----------------------------------------------------------------------------- entry point

@@ -1,0 +1,684 @@
+"""Seed 003's expert-cache ladder: calibrated synthetic GLM-5-NVFP4 traces, the two-rank cache
+experiment, the fit of the routing knobs and the predictions of the withheld rows (issue 4).
+
+**The model.** GLM-5 with NVFP4 experts: E = 288 routed experts, top-K = 8 (seed 003, witnessed),
+L MoE layers (seed 003 does not give L; the ``glm-5-nvfp4`` preset assumes 75 as for GLM-5.2).
+One rank's 144 experts are 91 GiB (witnessed), so one (layer, expert) item is
+
+    e = 91 GiB / 144 / L            (9.05 MB at L = 75)
+
+and every quantity in GiB here (cache sizes, GiB streamed per step) is independent of L: a cache
+of C GiB holds ``C / 91 · 144`` experts per layer whatever L is. L changes only how many
+independent layers the statistics average over.
+
+Routing (:func:`sample_ladder_trace`, through :func:`moeroof.routing.sample_trace`): per layer a
+popularity w (``dirichlet``: ``w ~ Dirichlet(α·1)`` drawn per layer — the default, see below;
+or ``zipf``: ``w ∝ rank^−s`` with a random rank permutation per layer); M streams, each decoding
+its own token sequence (the seed's distinct-token workload: stream i is fed token 100 + 997·i);
+each token picks K experts by Plackett–Luce on w; stickiness ρ keeps each of a stream's previous
+K experts with probability ρ; the cross-agent knob c (``scope="step"``, one task group: the M
+streams of a step share ``q ~ Dirichlet(c·w)``) is ∞ (off) by default — the fit below has no
+need of it, and a finite c lowers the one-step union far below the seed's "about 50" (c = 30
+already gives about 37 at M = 8 for Zipf s = 0.7 layers).
+
+The experiment (:func:`run_cases`, seed 003's protocol): 3 warm-up + 10 timed decode steps, hit
+rate and bytes over the 10 timed steps. A *pair* is two ranks with the contiguous id split
+(experts 0–143 on rank 0, 144–287 on rank 1), a *booster* one rank owning all 288; each rank has
+its own cache of C GiB (LRU by default; capacity in bytes, one cache shared by all layers —
+global scope). A decode step requests, layer by layer in layer order, the union of the step's
+experts that the rank owns (:func:`moeroof.cache.requests_from_trace`). A hit is counted per
+requested (layer, expert) item of that union, not per token-route.
+
+**Which "GiB streamed/step" the seed publishes: per rank.** With the hit rate counted over the
+union, a rank streams ``(1 − h) · U_rank · L · e = (1 − h) · U_rank · 91/144 GiB`` per step.
+The 20 GiB point (52.5 %, 7.02 GiB) gives ``U_rank = 7.02 / (0.475 · 0.632) = 23.4`` experts per
+layer; the 80 GiB point (98.3 %, 0.25 GiB) gives 23.3 — the same, and twice that (46.7) is the
+seed's "about 50" distinct experts per layer at M = 8. Read as the sum over both ranks, the
+same numbers would mean a union of 23 per layer for the pair, contradicting "about 50". So the
+published figure is GiB per rank per step (the mean of the two ranks; they are near equal under
+an id split), and so is :attr:`CaseResult.gib_streamed_per_step`; a booster's is its only rank.
+Counting hits per token-route instead (M·K/2 = 32 per rank and layer) fits neither point.
+
+**The cache must have been warm.** Started empty, 13 steps of M = 8 cannot reach 98.3 % at
+80 GiB: a rank's layer touches ~23 experts a step, but far more than that over 13 steps, and
+every first touch misses — cold, the 80 GiB hit rate stays near 85–90 % for any skew and
+stickiness that match the 20 GiB point. So the model gives the cache a history: before the 3
+warm-up steps it has served ``history_tokens`` earlier tokens of the same workload
+(``ceil(history_tokens / M)`` steps of M streams). The history sets the 80 GiB hit rate almost
+alone (the cold tail: which experts were ever seen); its value is fitted, and it is an
+*effective* warmth, not a measured one (earlier runs, a parity decode, or a preload could each
+have warmed the cache). Counting the history in tokens makes the cache's coverage of the experts
+the same at every M; counting it in steps of the case's own M is the other reading
+(``history_unit="steps"``) and is shown beside it as a sensitivity.
+
+**Why Dirichlet, not Zipf.** With the union pinned at ≈ 47 (U_rank ≈ 23.4), Zipf layers keep a
+tail warm enough that even a long-warmed 80 GiB LRU misses 4–6 % (hit ≤ 96 %); a Dirichlet
+layer's tail is much colder (the least popular 12.5 % of experts carry under 1 % of the picks at
+α = 1, against about 2 % for Zipf s = 1), and it reaches 98.3 %. :func:`fit_knobs` fits either.
+
+**The fit** (:func:`fit_knobs`, sequential, each step a 1-D interpolation on a small grid at
+fixed seeds, common random numbers): (1) the skew from the per-layer union at M = 8 (which ρ
+and the history do not move); (2) ρ from the 20 GiB hit rate at that skew; (3) the history
+from the 80 GiB hit rate. The targets are :data:`CALIBRATION` only — the withheld rows are
+predicted, never fitted. Bands (:func:`summarize`) are 5–95 % over seeds: each seed redraws the
+layers' popularity and the routing, i.e. the spread a re-run of the 10-step experiment on an
+equally skewed model would show; :func:`predict` over :data:`FITTED_DRAWS` (a parametric
+bootstrap of the fit, :func:`bootstrap_knobs`) adds the parameter uncertainty. Neither band
+covers the model's structural choices (popularity family, what the history means, L); the
+notebook shows those as sensitivities beside the bands.
+
+Sources: seed 003 (``shared/seeds/003_7b9fcd30c3f4d7af-excerpt.md``) for every witnessed number;
+Mattson et al. 1970 for the stack distances behind :func:`lru_curve`.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from moeroof import cache, paths
+from moeroof.routing import Dirichlet, Zipf, sample_trace
+from moeroof.units import GiB
+
+__all__ = [
+    "EXPERTS",
+    "TOP_K",
+    "RANK_EXPERTS",
+    "RANK_EXPERT_BYTES",
+    "ASSUMED_LAYERS",
+    "WARMUP_STEPS",
+    "TIMED_STEPS",
+    "UNION_PUBLISHED",
+    "Knobs",
+    "FITTED",
+    "FITTED_DRAWS",
+    "Case",
+    "Target",
+    "CALIBRATION",
+    "PREDICTION_CASES",
+    "PREDICTIONS_COLUMNS",
+    "CaseResult",
+    "Band",
+    "FitResult",
+    "expert_bytes",
+    "capacity_experts",
+    "implied_rank_union",
+    "partition",
+    "history_steps",
+    "sample_ladder_trace",
+    "run_cases",
+    "summarize",
+    "predict",
+    "fit_knobs",
+    "bootstrap_knobs",
+    "lru_curve",
+    "LadderCurve",
+    "ladder_curve",
+    "predictions_path",
+    "write_predictions",
+]
+
+#: routed experts per MoE layer (seed 003 setup, witnessed)
+EXPERTS = 288
+#: experts per token (seed 003 setup, witnessed)
+TOP_K = 8
+#: experts per rank under the 144/144 split (seed 003)
+RANK_EXPERTS = 144
+#: one rank's 144 experts, all layers: 91 GiB (seed 003, witnessed)
+RANK_EXPERT_BYTES = 91.0 * GiB
+#: MoE layers: not in seed 003; the glm-5-nvfp4 preset assumes GLM-5.2's 75 (assumed)
+ASSUMED_LAYERS = 75
+#: seed 003 timing protocol: 3 warm-up + 10 timed decode steps per M (witnessed)
+WARMUP_STEPS = 3
+TIMED_STEPS = 10
+#: "about 50" distinct experts per layer at M = 8, distinct tokens, across both ranks (seed 003)
+UNION_PUBLISHED = 50.0
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Routing knobs of a synthetic GLM-5-NVFP4 trace and the cache's warmth.
+
+    ``family``: ``"dirichlet"`` (``skew`` = α, per-layer ``Dirichlet(α·1)`` popularity; smaller
+    is more skewed) or ``"zipf"`` (``skew`` = s, ``rank^−s`` with a random rank permutation
+    per layer). ``rho``: stickiness. ``c``: cross-agent concentration (``scope="step"``, one
+    group; ``inf`` = off). ``history_tokens``: tokens of the same workload the cache served
+    before the 3 warm-up steps; ``history_unit="tokens"`` turns them into ``ceil(h / M)`` steps
+    at M streams, ``"steps"`` reads ``history_tokens / 8`` as steps at every M (the M = 8 steps
+    it was fitted as).
+    """
+
+    family: str = "dirichlet"
+    skew: float = 0.3153
+    rho: float = 0.1699
+    history_tokens: int = 247
+    c: float = math.inf
+    history_unit: str = "tokens"
+
+    def __post_init__(self) -> None:
+        if self.family not in ("dirichlet", "zipf"):
+            raise ValueError(f"family must be 'dirichlet' or 'zipf', got {self.family!r}")
+        if not (np.isfinite(self.skew) and self.skew >= 0) or (self.family == "dirichlet" and self.skew <= 0):
+            raise ValueError(f"skew must be finite and > 0 (>= 0 for zipf), got {self.skew!r}")
+        if not 0.0 <= self.rho <= 1.0:
+            raise ValueError(f"rho must be in [0, 1], got {self.rho!r}")
+        if int(self.history_tokens) != self.history_tokens or self.history_tokens < 0:
+            raise ValueError(f"history_tokens must be an integer >= 0, got {self.history_tokens!r}")
+        if not self.c > 0:
+            raise ValueError(f"c must be > 0 (inf for none), got {self.c!r}")
+        if self.history_unit not in ("tokens", "steps"):
+            raise ValueError(f"history_unit must be 'tokens' or 'steps', got {self.history_unit!r}")
+
+    @property
+    def skew_name(self) -> str:
+        return "α" if self.family == "dirichlet" else "s"
+
+    def label(self) -> str:
+        c = "" if math.isinf(self.c) else f", c={self.c:g}"
+        return (f"{self.family} {self.skew_name}={self.skew:.3g}, ρ={self.rho:.3g}{c}, "
+                f"history {self.history_tokens} tokens")
+
+
+#: knobs found by ``fit_knobs(CALIBRATION, seeds=range(8), layers=15)`` (5.7 s; the notebook
+#: re-runs the search with ``fit = True``)
+FITTED = Knobs(family="dirichlet", skew=0.3153, rho=0.1699, history_tokens=247)
+#: ``bootstrap_knobs(FITTED, replicates=10)`` (26 s): refits to 10 simulated 75-layer
+#: calibration runs — the parameter uncertainty one published run per point leaves
+FITTED_DRAWS: tuple[Knobs, ...] = tuple(
+    Knobs(family="dirichlet", skew=a, rho=r, history_tokens=h)
+    for a, r, h in [(0.3253, 0.1732, 243), (0.3245, 0.1630, 241), (0.3083, 0.1770, 248), (0.3122, 0.1697, 235),
+                    (0.3181, 0.1723, 266), (0.3196, 0.1685, 232), (0.3228, 0.1645, 248), (0.3274, 0.1805, 252),
+                    (0.3249, 0.1812, 257), (0.3095, 0.1696, 249)]
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One run of the seed 003 experiment: ``ranks`` (2: pair with the id split, 1: one booster
+    with all 288 experts), ``streams`` M, a cache of ``cache_gib_per_rank`` GiB on each rank."""
+
+    name: str
+    ranks: int
+    streams: int
+    cache_gib_per_rank: float
+    policy: str = "lru"
+
+    def __post_init__(self) -> None:
+        if self.ranks not in (1, 2):
+            raise ValueError(f"ranks must be 1 (booster) or 2 (pair), got {self.ranks!r}")
+        if int(self.streams) != self.streams or self.streams < 1:
+            raise ValueError(f"streams must be a positive integer, got {self.streams!r}")
+        if not self.cache_gib_per_rank >= 0:
+            raise ValueError(f"cache_gib_per_rank must be >= 0, got {self.cache_gib_per_rank!r}")
+        if self.policy not in cache.POLICIES:
+            raise ValueError(f"policy must be one of {cache.POLICIES}, got {self.policy!r}")
+
+    @property
+    def arrangement(self) -> str:
+        return "pair, id split 144/144" if self.ranks == 2 else "one booster, all 288 experts"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A witnessed calibration point: hit rate (fraction) and GiB streamed per step per rank."""
+
+    case: Case
+    hit_rate: float
+    gib_streamed_per_step: float
+    source: str
+
+
+#: the only numbers the fit sees (seed 003, "Expert cache against the headroom", balanced
+#: partition, overlap on, M = 8; the partition does not change a synthetic trace's statistics,
+#: whose layers have randomly placed hot experts)
+CALIBRATION: tuple[Target, ...] = (
+    Target(Case("pair-m8-20", 2, 8, 20.0), 0.525, 7.02, "seed 003: cache 20 GiB/rank, M=8: 52.5 % hit, 7.02 GiB/step"),
+    Target(Case("pair-m8-80", 2, 8, 80.0), 0.983, 0.25, "seed 003: cache 80 GiB/rank, M=8: 98.3 % hit, 0.25 GiB/step"),
+)
+
+#: the rows predicted for predictions.csv (withheld rows of seed 003 and the calibration rows)
+PREDICTION_CASES: tuple[Case, ...] = (
+    Case("pair-m8-20", 2, 8, 20.0),
+    Case("pair-m8-40", 2, 8, 40.0),
+    Case("pair-m8-60", 2, 8, 60.0),
+    Case("pair-m8-80", 2, 8, 80.0),
+    Case("booster-m8-20", 1, 8, 20.0),
+    Case("booster-m1-20", 1, 1, 20.0),
+    Case("pair-m1-80", 2, 1, 80.0),
+    Case("pair-m16-80", 2, 16, 80.0),
+    Case("pair-m32-80", 2, 32, 80.0),
+)
+PREDICTIONS_COLUMNS = ("case", "ranks", "streams", "cache_gib_per_rank", "policy", "hit_rate", "gib_streamed_per_step")
+
+
+def expert_bytes(layers: int = ASSUMED_LAYERS) -> float:
+    """Bytes of one (layer, expert) item: ``91 GiB / 144 / L`` (seed 003; L assumed)."""
+    if int(layers) != layers or layers < 1:
+        raise ValueError(f"layers must be a positive integer, got {layers!r}")
+    return RANK_EXPERT_BYTES / RANK_EXPERTS / layers
+
+
+def capacity_experts(cache_gib: float, layers: int = ASSUMED_LAYERS) -> int:
+    """Whole items a cache of ``cache_gib`` GiB holds (all layers): ``⌊C / e⌋``."""
+    return int(math.floor(cache_gib * GiB / expert_bytes(layers) + 1e-9))
+
+
+def implied_rank_union(hit_rate: float, gib_streamed_per_step: float) -> float:
+    """Distinct experts per layer a rank requests per step, implied by a published (hit, GiB)
+    pair read per rank: ``U_rank = g / ((1 − h) · 91/144 GiB)`` (independent of L)."""
+    return gib_streamed_per_step * GiB / ((1.0 - hit_rate) * RANK_EXPERT_BYTES / RANK_EXPERTS)
+
+
+def partition(ranks: int, experts: int = EXPERTS) -> np.ndarray:
+    """Owner rank of each expert id: one booster owns all; a pair splits ids contiguously
+    (experts 0…E/2−1 on rank 0, the rest on rank 1), seed 003's id split 144/144."""
+    if ranks == 1:
+        return np.zeros(experts, dtype=np.int64)
+    if ranks == 2:
+        return (np.arange(experts) >= experts // 2).astype(np.int64)
+    raise ValueError(f"ranks must be 1 or 2, got {ranks!r}")
+
+
+def history_steps(knobs: Knobs, streams: int) -> int:
+    """Decode steps the cache served before the warm-up: ``ceil(history_tokens / M)`` (tokens)
+    or ``ceil(history_tokens / 8)`` at every M (steps, as fitted at M = 8)."""
+    per_step = streams if knobs.history_unit == "tokens" else 8
+    return int(math.ceil(knobs.history_tokens / per_step))
+
+
+def sample_ladder_trace(knobs: Knobs, streams: int, steps: int, layers: int, rng: np.random.Generator) -> np.ndarray:
+    """A synthetic GLM-5-NVFP4 trace (steps, M, layers, K): each stream decodes its own token
+    sequence under the knobs (:func:`moeroof.routing.sample_trace`, ``scope="step"``)."""
+    model = Dirichlet(EXPERTS, TOP_K, knobs.skew) if knobs.family == "dirichlet" else Zipf(EXPERTS, TOP_K, knobs.skew)
+    return sample_trace(model, steps, streams, layers, rng, c=knobs.c, rho=knobs.rho, groups=1, scope="step")
+
+
+@functools.lru_cache(maxsize=32)
+def _trace(knobs: Knobs, streams: int, steps: int, layers: int, seed: int) -> np.ndarray:
+    """The trace of one (knobs, M, seed), drawn from ``default_rng([seed, M])`` and kept (read
+    only) so the cases, curves and policies of a notebook share it instead of redrawing it."""
+    topk = sample_ladder_trace(knobs, streams, steps, layers, np.random.default_rng([int(seed), int(streams)]))
+    topk.setflags(write=False)
+    return topk
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One simulated run of a case at one seed, counted over the 10 timed steps.
+
+    ``hit_rate``: hits / requests pooled over the ranks; ``gib_streamed_per_step``: mean over
+    the ranks of a rank's streamed GiB per timed step (what seed 003 publishes, see the module
+    docstring); ``union_per_layer``: distinct experts per layer and step across all ranks (the
+    seed's "about 50"); ``rank_union_per_layer``: per rank, mean over ranks (the per-step
+    working set of a rank is ``rank_union_per_layer · L`` items); ``warmup_steps``: history +
+    warm-up steps simulated before the timed ones.
+    """
+
+    case: Case
+    seed: int
+    hit_rate: float
+    gib_streamed_per_step: float
+    union_per_layer: float
+    rank_union_per_layer: float
+    rank_hit_rates: tuple[float, ...]
+    rank_gib_streamed_per_step: tuple[float, ...]
+    warmup_steps: int
+    layers: int
+
+
+def _union_per_layer(topk: np.ndarray, experts: int, owner: np.ndarray | None = None, rank: int = 0) -> float:
+    """Mean over steps and layers of the distinct experts a step requests (optionally one rank's)."""
+    s, m, l, k = topk.shape
+    flat = np.moveaxis(topk, 1, 2).reshape(s * l, m * k)
+    present = np.zeros((s * l, experts + 1), dtype=bool)
+    present[np.arange(s * l)[:, None], np.where(flat >= 0, flat, experts)] = True
+    present = present[:, :experts]
+    if owner is not None:
+        present &= owner[None, :] == rank
+    return float(present.sum(axis=1).mean())
+
+
+def _static_pin(req: cache.Requests, warm: int) -> np.ndarray:
+    """A static hot set from the firing histogram of the steps before timing (what an engine
+    would have recorded), not from the timed steps themselves (that would be an oracle)."""
+    return np.bincount(req.items[req.step < warm], minlength=req.n_items)
+
+
+def run_cases(
+    knobs: Knobs,
+    cases: Iterable[Case],
+    *,
+    seed: int,
+    layers: int = ASSUMED_LAYERS,
+    timed_steps: int = TIMED_STEPS,
+    warmup_steps: int = WARMUP_STEPS,
+) -> list[CaseResult]:
+    """Simulate the cases at one seed; cases with the same M share one trace (common random
+    numbers: a pair and a booster at M = 8 see the same routing, and so do all cache sizes).
+
+    Per M the trace has ``history_steps + warmup_steps + timed_steps`` steps, drawn from
+    ``numpy.random.default_rng([seed, M])``; only the timed steps are counted. Capacity in bytes
+    (``e = 91 GiB / 144 / L`` per item), global scope, one cache per rank.
+    """
+    cases = list(cases)
+    item = expert_bytes(layers)
+    out: dict[str, CaseResult] = {}
+    for m in sorted({c.streams for c in cases}):
+        warm = history_steps(knobs, m) + warmup_steps
+        topk = _trace(knobs, int(m), warm + timed_steps, int(layers), int(seed))
+        timed = topk[warm:]
+        union = _union_per_layer(timed, EXPERTS)
+        requests: dict[tuple[int, int], cache.Requests] = {}
+        for case in (c for c in cases if c.streams == m):
+            owner = partition(case.ranks)
+            results = []
+            for r in range(case.ranks):
+                key = (case.ranks, r)
+                if key not in requests:
+                    requests[key] = cache.requests_from_trace(topk, EXPERTS, partition=owner, rank=r)
+                req = requests[key]
+                pinned = _static_pin(req, warm) if case.policy == "static" else None
+                results.append(cache.simulate(req, case.cache_gib_per_rank * GiB, policy=case.policy,
+                                              capacity_unit="bytes", item_bytes=item, scope="global",
+                                              warmup_steps=warm, pinned=pinned))
+            hits = sum(r.hits for r in results)
+            reqs = sum(r.requests for r in results)
+            rank_gib = tuple(float(r.bytes_streamed_per_step[warm:].mean() / GiB) for r in results)
+            rank_union = [_union_per_layer(timed, EXPERTS, owner, r) for r in range(case.ranks)]
+            out[case.name] = CaseResult(
+                case=case, seed=int(seed), hit_rate=hits / reqs if reqs else float("nan"),
+                gib_streamed_per_step=float(np.mean(rank_gib)), union_per_layer=union,
+                rank_union_per_layer=float(np.mean(rank_union)),
+                rank_hit_rates=tuple(float(r.hit_rate) for r in results),
+                rank_gib_streamed_per_step=rank_gib, warmup_steps=warm, layers=int(layers))
+    return [out[c.name] for c in cases]
+
+
+@dataclass(frozen=True)
+class Band:
+    """A case's prediction over seeds: mean and the 5–95 % band of the hit rate and the GiB
+    streamed per step per rank, and of the per-layer union (both ranks)."""
+
+    case: Case
+    hit_rate: float
+    hit_rate_lo: float
+    hit_rate_hi: float
+    gib_streamed_per_step: float
+    gib_lo: float
+    gib_hi: float
+    union_per_layer: float
+    union_lo: float
+    union_hi: float
+    rank_union_per_layer: float
+    seeds: int
+
+
+def summarize(results: Sequence[CaseResult], level: tuple[float, float] = (0.05, 0.95)) -> list[Band]:
+    """Group results by case (first-seen order) into mean and quantile bands over seeds."""
+    by_case: dict[str, list[CaseResult]] = {}
+    for r in results:
+        by_case.setdefault(r.case.name, []).append(r)
+    bands = []
+    for rs in by_case.values():
+        h = np.array([r.hit_rate for r in rs])
+        g = np.array([r.gib_streamed_per_step for r in rs])
+        u = np.array([r.union_per_layer for r in rs])
+        hq, gq, uq = (np.quantile(x, level) for x in (h, g, u))
+        bands.append(Band(rs[0].case, float(h.mean()), float(hq[0]), float(hq[1]), float(g.mean()),
+                          float(gq[0]), float(gq[1]), float(u.mean()), float(uq[0]), float(uq[1]),
+                          float(np.mean([r.rank_union_per_layer for r in rs])), len(rs)))
+    return bands
+
+
+def predict(
+    knobs: Knobs | Sequence[Knobs],
+    cases: Sequence[Case],
+    seeds: Sequence[int],
+    *,
+    layers: int = ASSUMED_LAYERS,
+) -> tuple[list[Band], list[CaseResult]]:
+    """Run every case at every seed and summarize. ``knobs`` may be a sequence (e.g.
+    :data:`FITTED_DRAWS`): seed j then runs with ``knobs[j % n]``, so the band carries the
+    parameter uncertainty of the fit as well as the run-to-run noise of a 10-step experiment."""
+    draws = [knobs] if isinstance(knobs, Knobs) else list(knobs)
+    results = [r for j, s in enumerate(seeds)
+               for r in run_cases(draws[j % len(draws)], cases, seed=int(s), layers=layers)]
+    return summarize(results), results
+
+
+# ----------------------------------------------------------------------------- fit
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """Fitted knobs, the grids each step searched and what they gave (for plots and checks)."""
+
+    knobs: Knobs
+    union_target: float
+    skew_grid: np.ndarray
+    union_on_grid: np.ndarray
+    rho_grid: np.ndarray
+    hit20_on_grid: np.ndarray
+    history_grid: np.ndarray
+    hit80_on_grid: np.ndarray
+    seeds: tuple[int, ...]
+    layers: int
+    notes: tuple[str, ...] = field(default=())
+
+
+def _interp_root(x: np.ndarray, y: np.ndarray, target: float, log_x: bool = False) -> tuple[float, str]:
+    """x where the sampled curve y(x) (monotone up to noise) crosses ``target``; clamps to the
+    grid's ends with a note."""
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    xs = np.log(x) if log_x else x
+    if target <= y.min() or target >= y.max():
+        end = x[np.argmin(np.abs(y - target))]
+        return float(end), f"target {target:.4g} outside the grid's range [{y.min():.4g}, {y.max():.4g}]: clamped"
+    # the first crossing along x
+    above = y >= target
+    i = int(np.argmax(above != above[0]))
+    x0, x1, y0, y1 = xs[i - 1], xs[i], y[i - 1], y[i]
+    v = x0 + (target - y0) * (x1 - x0) / (y1 - y0)
+    return float(np.exp(v) if log_x else v), ""
+
+
+def fit_knobs(
+    targets: Sequence[Target] = CALIBRATION,
+    *,
+    family: str = "dirichlet",
+    start: Knobs | None = None,
+    seeds: Sequence[int] = (0, 1, 2, 3),
+    layers: int = 15,
+    skew_grid: Sequence[float] | None = None,
+    rho_grid: Sequence[float] | None = None,
+    history_grid: Sequence[int] | None = None,
+    union_target: float | None = None,
+) -> FitResult:
+    """Fit skew, ρ and the cache's history to the calibration targets, in three 1-D steps.
+
+    (1) ``skew`` so the per-layer union at M = 8 (both ranks) equals ``union_target`` — by
+    default twice the mean of :func:`implied_rank_union` over the targets (46.7 for seed 003,
+    the "about 50" made precise by the published GiB and hit rates); (2) ``rho`` so the first
+    target's hit rate (20 GiB) is met at that skew; (3) ``history_tokens`` so the second
+    target's (80 GiB) is met, interpolated in log history. Each step simulates the grid at the
+    same ``seeds`` (common random numbers) with ``layers`` layers and averages over seeds;
+    fewer layers than the final 75 only add noise (the GiB and hit rate do not depend on L).
+    """
+    start = start or replace(FITTED, family=family, skew=FITTED.skew if family == "dirichlet" else 0.9)
+    if start.family != family:
+        start = replace(start, family=family)
+    t20, t80 = targets[0], targets[1]
+    if union_target is None:
+        union_target = 2.0 * float(np.mean([implied_rank_union(t.hit_rate, t.gib_streamed_per_step) for t in targets]))
+    if skew_grid is None:
+        skew_grid = (0.2, 0.3, 0.4, 0.55, 0.8) if family == "dirichlet" else (0.6, 0.75, 0.9, 1.05, 1.2)
+    if rho_grid is None:
+        rho_grid = (0.0, 0.1, 0.2, 0.3, 0.4)
+    if history_grid is None:
+        history_grid = (64, 128, 192, 256, 384, 512)
+    seeds = tuple(int(s) for s in seeds)
+    notes = []
+
+    def mean_over_seeds(knobs: Knobs, case: Case, attr: str) -> float:
+        return float(np.mean([getattr(run_cases(knobs, [case], seed=s, layers=layers)[0], attr) for s in seeds]))
+
+    # (1) skew from the union: short traces, no history needed
+    short = replace(start, history_tokens=0)
+    skews = np.asarray(skew_grid, dtype=float)
+    unions = np.array([mean_over_seeds(replace(short, skew=float(s)), replace(t20.case, cache_gib_per_rank=0.0),
+                                       "union_per_layer") for s in skews])
+    skew, note = _interp_root(skews, unions, union_target, log_x=True)
+    notes += [f"skew: {note}"] if note else []
+    # (2) ρ from the 20 GiB hit rate (a 20 GiB cache turns over within two steps: little history needed)
+    warm20 = replace(start, skew=skew, history_tokens=min(start.history_tokens, 8 * t20.case.streams))
+    rhos = np.asarray(rho_grid, dtype=float)
+    hit20 = np.array([mean_over_seeds(replace(warm20, rho=float(r)), t20.case, "hit_rate") for r in rhos])
+    rho, note = _interp_root(rhos, hit20, t20.hit_rate)
+    notes += [f"rho: {note}"] if note else []
+    # (3) history from the 80 GiB hit rate
+    hist = np.asarray(history_grid, dtype=float)
+    hit80 = np.array([mean_over_seeds(replace(start, skew=skew, rho=rho, history_tokens=int(h)), t80.case, "hit_rate")
+                      for h in hist])
+    history, note = _interp_root(hist, hit80, t80.hit_rate, log_x=True)
+    notes += [f"history: {note}"] if note else []
+    knobs = replace(start, skew=round(skew, 4), rho=round(rho, 4), history_tokens=int(round(history)))
+    return FitResult(knobs, float(union_target), skews, unions, rhos, hit20, hist, hit80, seeds, int(layers), tuple(notes))
+
+
+# ----------------------------------------------------------------------------- curves
+
+
+def lru_curve(requests: cache.Requests, warmup_steps: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Exact LRU hit rate at every capacity (items, global scope) counting only the steps
+    ≥ ``warmup_steps``: a request hits a cache of C items iff its stack distance is in 1…C
+    (Mattson et al. 1970, :func:`moeroof.cache.stack_distances` over the whole stream, so the
+    warm-up still fills the stack). Returns (capacity_experts 0…D, hit_rate)."""
+    dist = cache.stack_distances(requests.items)
+    counted = dist[requests.step >= warmup_steps]
+    d = int(np.unique(requests.items).size)
+    hist = np.bincount(counted, minlength=d + 1)[: d + 1].astype(float)
+    hist[0] = 0.0
+    n = counted.size
+    return np.arange(d + 1), (np.cumsum(hist) / n if n else np.full(d + 1, np.nan))
+
+
+@dataclass(frozen=True)
+class LadderCurve:
+    """Exact LRU hit rate and GiB streamed per step per rank against the cache size per rank
+    (global scope), one row per seed; ``working_set_gib``: a rank's per-step working set
+    (``U_rank · L · e``, the union it requests in one step), one per seed."""
+
+    ranks: int
+    streams: int
+    cache_gib: np.ndarray
+    hit_rate: np.ndarray
+    gib_streamed_per_step: np.ndarray
+    working_set_gib: np.ndarray
+    seeds: tuple[int, ...]
+
+
+def ladder_curve(
+    knobs: Knobs | Sequence[Knobs],
+    ranks: int,
+    streams: int,
+    cache_gib: Sequence[float],
+    seeds: Sequence[int],
+    *,
+    layers: int = ASSUMED_LAYERS,
+    timed_steps: int = TIMED_STEPS,
+    warmup_steps: int = WARMUP_STEPS,
+) -> LadderCurve:
+    """LRU hit rate at every cache size in one pass per rank (:func:`lru_curve`; exact, equal
+    item sizes so a byte capacity is ``⌊C / e⌋`` items), pooled over the ranks, on the same
+    traces as :func:`run_cases` (same seed → same trace)."""
+    draws = [knobs] if isinstance(knobs, Knobs) else list(knobs)
+    grid = np.asarray(cache_gib, dtype=float)
+    item = expert_bytes(layers)
+    cap_items = np.floor(grid * GiB / item + 1e-9).astype(np.int64)
+    hits_out, gib_out, ws_out = [], [], []
+    for j, seed in enumerate(seeds):
+        kn = draws[j % len(draws)]
+        warm = history_steps(kn, streams) + warmup_steps
+        topk = _trace(kn, int(streams), warm + timed_steps, int(layers), int(seed))
+        owner = partition(ranks)
+        hits = np.zeros(grid.size)
+        total = 0
+        miss_gib = np.zeros(grid.size)
+        for r in range(ranks):
+            req = cache.requests_from_trace(topk, EXPERTS, partition=owner, rank=r)
+            cap, rate = lru_curve(req, warm)
+            n = int((req.step >= warm).sum())
+            h = rate[np.minimum(cap_items, cap[-1])]
+            hits += h * n
+            total += n
+            miss_gib += (1.0 - h) * n * item / GiB / timed_steps
+        hits_out.append(hits / total)
+        gib_out.append(miss_gib / ranks)
+        ws_out.append(total / ranks / timed_steps * item / GiB)
+    return LadderCurve(ranks, streams, grid, np.array(hits_out), np.array(gib_out), np.array(ws_out),
+                       tuple(int(s) for s in seeds))
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def predictions_path() -> Path:
+    """Where the notebook writes predictions.csv: ``reports/cache_ladder/predictions.csv``, or
+    beside the figures directory when ``MOEROOF_FIGURES_DIR`` is set (tests: never reports/)."""
+    env = os.environ.get("MOEROOF_FIGURES_DIR")
+    base = Path(env).parent if env else paths.REPORTS_DIR
+    return base / "cache_ladder" / "predictions.csv"
+
+
+def write_predictions(bands: Sequence[Band], path: str | os.PathLike[str] | None = None) -> Path:
+    """Write one row per case with :data:`PREDICTIONS_COLUMNS` (hit rate a fraction, GiB per
+    step per rank; the means over seeds), atomically: temp file beside the target, then
+    ``os.replace``."""
+    target = Path(path) if path is not None else predictions_path()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="") as handle:
+            w = csv.writer(handle, lineterminator="\n")
+            w.writerow(PREDICTIONS_COLUMNS)
+            for b in bands:
+                c = b.case
+                w.writerow([c.name, c.ranks, c.streams, f"{c.cache_gib_per_rank:g}", c.policy,
+                            f"{b.hit_rate:.4f}", f"{b.gib_streamed_per_step:.4f}"])
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def bootstrap_knobs(
+    knobs: Knobs,
+    targets: Sequence[Target] = CALIBRATION,
+    *,
+    replicates: int = 8,
+    seed: int = 0,
+    layers: int = ASSUMED_LAYERS,
+    fit_seeds: Sequence[int] = (0, 1, 2, 3),
+    fit_layers: int = 15,
+) -> list[Knobs]:
+    """Parametric bootstrap of the fit: simulate the calibration runs at ``knobs`` (one 10-step
+    experiment each, ``layers`` layers, seeds ``seed + 1000 + j``), read each replicate's hit
+    rates and GiB as if they had been published, and refit. The spread of the refitted knobs is
+    what one published run of each calibration point can pin down."""
+    out = []
+    for j in range(replicates):
+        sim = run_cases(knobs, [t.case for t in targets], seed=seed + 1000 + j, layers=layers)
+        fake = [replace(t, hit_rate=r.hit_rate, gib_streamed_per_step=r.gib_streamed_per_step) for t, r in zip(targets, sim)]
+        out.append(fit_knobs(fake, family=knobs.family, start=knobs, seeds=fit_seeds, layers=fit_layers).knobs)
+    return out

@@ -28,6 +28,7 @@ SMALL_PARAMETERS: dict[str, dict] = {
     "levers": {"b_max": 32, "users_max": 8, "agents": 8, "decode_tokens": 64, "prefix_tokens": 256},
     "regime_map": {"b_max": 64, "n_batch": 8, "n_cache": 5},
     "cache_ladder": {"layers": 4, "seeds": 2, "fit": True, "fit_seeds": 1, "fit_layers": 4, "bootstrap_replicates": 2, "policy_seeds": 1, "sensitivity_seeds": 1, "sensitivity_layers": 4},
+    "expert_split": {"relabel_draws": 200, "trace_seeds": 2, "trace_layers": 6, "slowdown_points": 2, "bytes_max_iter": 2, "curve_seeds": 1},
 }
 
 

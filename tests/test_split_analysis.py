@@ -1,0 +1,131 @@
+"""Tests for moeroof.split_analysis: relabelings of the firing counts, per-rank LRU on a trace,
+the head-node slowdown sweep and the pair-against-booster prediction (seed 003)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import seeded
+from moeroof import cache, ladder
+from moeroof import split_analysis as S
+from moeroof.io import read_histogram
+from moeroof.partition import balanced_packing, contiguous_split, imbalance, inclusion_from_histogram
+from moeroof.paths import DATA_DIR
+from moeroof.presets import load_hardware, load_model
+from moeroof.units import GiB
+
+SUMMED = DATA_DIR / "histograms" / "glm5-seed003-summed.csv"
+PER_LAYER = DATA_DIR / "histograms" / "glm5-seed003-per-layer.csv"
+
+
+def test_seed_measure_is_max_over_min():
+    # seed 003: "the contiguous id split: 39408 / 38544, 1.022x" and LPT "38980 / 38972 ... 1.000x"
+    assert S.max_over_min(S.SEED003["id_rows"]) == pytest.approx(S.SEED003["id_imbalance"], abs=5e-4)
+    assert S.max_over_min(S.SEED003["lpt_rows"]) == pytest.approx(S.SEED003["lpt_imbalance"], abs=5e-4)
+    # max/mean would read 1.011x for the same rows
+    assert imbalance(S.SEED003["id_rows"]) == pytest.approx(1.0111, abs=1e-4)
+    assert S.max_over_min([0, 0]) == 1.0 and S.max_over_min([1, 0]) == np.inf
+
+
+def test_relabelings_move_the_id_split_not_lpt():
+    load = read_histogram(SUMMED).counts.sum(axis=0)
+    d = S.relabel_imbalance(load, 2, 500, seeded("relabel"))
+    assert d.id_loads.shape == (500, 2)
+    np.testing.assert_allclose(d.id_loads.sum(axis=1), load.sum())
+    x = d.id_imbalance("max_min")
+    assert x.min() >= 1.0 and x.std() > 0.005  # the id split depends on which ids are hot
+    assert d.lpt_imbalance("max_min") < 1.001  # LPT: about 1.000x whatever the labels
+    # LPT is a heuristic, not the optimum: a lucky relabeling can beat it, but rarely
+    assert np.mean(x < d.lpt_imbalance("max_min")) < 0.05 and np.median(x) > 1.01
+    assert 0.0 < d.share_at_or_above(1.022) < 1.0
+    # same generator state, same draws
+    again = S.relabel_imbalance(load, 2, 500, seeded("relabel"))
+    np.testing.assert_array_equal(again.id_loads, d.id_loads)
+    with pytest.raises(ValueError):
+        S.relabel_imbalance(load, 2, 0, seeded("relabel"))
+
+
+def _small_trace(layers=6, steps=12, streams=8):
+    return ladder.sample_ladder_trace(ladder.FITTED, streams, steps, layers, seeded("split-trace"))
+
+
+def test_firing_counts_count_every_pick():
+    tr = _small_trace()
+    c = S.firing_counts(tr, 288, stop_step=4)
+    assert c.sum() == np.count_nonzero(tr[:4] >= 0) and c.shape == (288,)
+
+
+@pytest.mark.parametrize("cache_gib", [0.0, 0.5, 2.0])
+def test_trace_split_equals_the_lru_simulator(cache_gib):
+    tr = _small_trace()
+    layers = tr.shape[2]
+    a = balanced_packing(S.firing_counts(tr, 288, stop_step=4), 2)
+    ts = S.trace_split(tr, a, cache_gib_per_rank=cache_gib, warmup_steps=4)
+    ref = cache.simulate_ranks(tr, 288, a, cache_gib * GiB, policy="lru", capacity_unit="bytes",
+                               item_bytes=ladder.expert_bytes(layers), scope="global", warmup_steps=4)
+    for r, res in enumerate(ref):
+        assert ts.hits[r] == res.hits and ts.misses[r] == res.misses
+        assert ts.gib_per_step[r] == pytest.approx(res.bytes_streamed_per_step[4:].mean() / GiB)
+    np.testing.assert_allclose(ts.layer_miss_gib.sum(axis=(1, 2)) / ts.timed_steps, ts.gib_per_step)
+    assert ts.picks_per_step.sum() == pytest.approx(8 * layers * ladder.TOP_K)
+
+
+def test_paced_gib_layer_sync_never_below_step_sync_and_scales_with_slowdown():
+    tr = _small_trace()
+    ts = S.trace_split(tr, contiguous_split(288, 2), cache_gib_per_rank=0.5, warmup_steps=4)
+    step, layer = ts.paced_gib_per_step(), ts.paced_gib_per_step(sync="layer")
+    assert layer >= step > 0
+    # a rank s times slower at identical work: the bytes it streams count s times
+    big = ts.paced_gib_per_step([10.0, 1.0])
+    assert big == pytest.approx(10.0 * ts.layer_miss_gib[0].sum(axis=1).mean())
+    with pytest.raises(ValueError):
+        ts.paced_gib_per_step(sync="never")
+    share = ts.layer_share(0)
+    assert share.shape == (tr.shape[2],)
+    np.testing.assert_allclose(share + ts.layer_share(1), 1.0)
+
+
+def test_fluid_gain():
+    assert S.fluid_gain(1.0) == 1.0
+    assert S.fluid_gain(2.6) == pytest.approx(1.8)
+    np.testing.assert_allclose(S.fluid_gain([1.0, 3.0]), [1.0, 2.0])
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    hist = read_histogram(SUMMED)
+    return S.slowdown_sweep(inclusion_from_histogram(hist), hist.counts.sum(axis=0), load_model("glm-5-nvfp4"),
+                            load_hardware("gb10"), [1.0, 1.3, 2.6], cache_gib_per_rank=20.0, bytes_max_iter=10)
+
+
+def test_slowdown_sweep_equal_speeds_and_the_head_pace(sweep):
+    # equal speeds: weighted is LPT
+    assert sweep.step_seconds["weighted"][0] == pytest.approx(sweep.step_seconds["lpt"][0])
+    # id and LPT keep 144/144; SSD-bound, the pair runs at the head's pace, s times slower
+    for m in ("id", "lpt"):
+        assert list(sweep.head_experts[m]) == [144, 144, 144]
+        assert set(sweep.bound[m]) == {"ssd"}
+        np.testing.assert_allclose(sweep.cost(m), sweep.slowdowns, rtol=1e-9)
+    # speed-weighted partitions give the slow head fewer experts and are faster than LPT
+    for m in ("weighted", "bytes"):
+        assert sweep.head_experts[m][-1] < 144
+        assert np.all(sweep.multiple(m)[1:] > 1.0)
+    # the pair runs at its slowest rank
+    for m in sweep.methods:
+        np.testing.assert_allclose(sweep.rank_seconds[m].max(axis=1), sweep.step_seconds[m])
+    # bytes keeps the weighted start among its candidates: never slower
+    assert np.all(sweep.step_seconds["bytes"] <= sweep.step_seconds["weighted"] * (1 + 1e-12))
+
+
+def test_pair_vs_booster_small():
+    pb = S.pair_vs_booster(ladder.FITTED, load_model("glm-5-nvfp4"), load_hardware("gb10"), seeds=(0,), layers=8)
+    # a booster's per-step working set (≈ 2 × a rank's) exceeds 20 GiB: the layer-ordered LRU
+    # sweep evicts what the next step needs and it hits almost never; a rank's fits
+    assert pb.booster.working_set_gib > 20.0 > pb.pair.working_set_gib
+    assert pb.booster.hit_rate < 0.05 < 0.4 < pb.pair.hit_rate
+    assert pb.booster.bound == pb.pair.bound == "ssd"
+    assert pb.ratio == pytest.approx(pb.bytes_ratio)  # the SSD bandwidth cancels
+    assert pb.ratio_witnessed == pytest.approx(21683.9 / 3553.8)
+    assert pb.error == pytest.approx(pb.ratio / pb.ratio_witnessed - 1.0)
+    assert pb.booster_seconds_at_witnessed_rate == pytest.approx(pb.booster.gib_per_step / (6.62 / 3.5538))

@@ -29,6 +29,7 @@ __all__ = [
     "hot_set_hit_rate",
     "scaling_check",
     "single_stream_predictions",
+    "gpu_bench_check",
 ]
 
 
@@ -204,3 +205,52 @@ def single_stream_predictions() -> list[dict[str, Any]]:
     # "sub-1 tok/s CPU-offload": every expert streamed, none pinned
     rows.append(row("seed-cpu-only", epyc, 0.0, s_i5, "nothing (box assumed: epyc-server streaming every expert, no cache)"))
     return rows
+
+
+def gpu_bench_check(path=None) -> dict[str, Any]:
+    """The witnessed GPU coalescing bench (``benchmarks/gpu_moe_bench.py`` on the lab's H200)
+    against the roofline with the ``h200-pcie-offload`` preset, nothing calibrated.
+
+    The bench's model: E experts × L layers of two fp16 d×f matrices in pinned host memory,
+    Zipf(s) routing, top-K; no dense band, no KV. Predicted step: copies over the measured
+    host→device curve at the expert's size, against the matmul FLOP at the measured bf16 rate,
+    combined by ``max``. Returns per mode and B: measured and predicted net tok/s and the
+    relative error, plus the measured and modelled coalescing multiple (baseline
+    ``uncoalesced``).
+    """
+    import json
+    from pathlib import Path
+
+    from moeroof.paths import DATA_DIR
+    from moeroof.presets import MoEModel, load_hardware
+    from moeroof.roofline import routing_from_spec
+
+    path = Path(path) if path is not None else DATA_DIR / "measurements" / "gpu_moe_bench-h200-2026-11-29.json"
+    data = json.loads(path.read_text())
+    cfg = data["config"]
+    model = MoEModel(
+        name="gpu-bench-moe", experts=cfg["experts"], top_k=cfg["top_k"], moe_layers=cfg["layers"],
+        expert_bytes=float(cfg["expert_bytes"]), non_routed_bytes=0.0, kv_bytes_per_token=0.0,
+        flops_per_token=float(2 * 2 * cfg["d_model"] * cfg["d_ff"] * cfg["top_k"] * cfg["layers"]),
+        provenance={k: "witnessed" for k in ("experts", "top_k", "moe_layers", "expert_bytes", "non_routed_bytes",
+                                             "kv_bytes_per_token", "flops_per_token")},
+    )
+    hw = load_hardware("h200-pcie-offload")
+    routing = routing_from_spec(f"zipf:{cfg['zipf_s']}", model)
+    rows = data["rows"]
+    batch = sorted({r["batch"] for r in rows})
+    p = plan(model, hw, Workload(context_tokens=0, overlap="max"), routing, batch)
+    predicted = {"coalesced": p.net_tok_s, "uncoalesced": p.baselines["uncoalesced"]["net_tok_s"]}
+    out = {"batch": batch, "gpu": data["gpu"], "date": data["date"], "command": data["command"], "modes": {}}
+    for mode in ("uncoalesced", "coalesced"):
+        meas = np.array([next(r["net_tok_s"] for r in rows if r["batch"] == b and r["mode"] == mode) for b in batch])
+        pred = np.asarray(predicted[mode])
+        out["modes"][mode] = {"measured": meas.tolist(), "predicted": pred.tolist(),
+                              "relative_error": (pred / meas - 1).tolist(),
+                              "median_abs_error": float(np.median(np.abs(pred / meas - 1)))}
+    meas_mult = np.array(out["modes"]["coalesced"]["measured"]) / np.array(out["modes"]["uncoalesced"]["measured"])
+    out["multiple_measured"] = meas_mult.tolist()
+    out["multiple_predicted"] = np.asarray(p.baselines["uncoalesced"]["multiple"]).tolist()
+    out["union_measured"] = [next(r["union_per_layer"] for r in rows if r["batch"] == b and r["mode"] == "coalesced") for b in batch]
+    out["union_predicted"] = p.union_per_layer.tolist()
+    return out

@@ -1,9 +1,9 @@
 # moeroof: build, test and report. Every target that runs Python bootstraps .venv on first use,
 # so `make test` works on a clean checkout with only python3 (+ pip) installed.
 #
-#   make test     run the whole test suite (what CI runs, via .ci/run)
-#   make report   execute notebooks/*.py with papermill into reports/ (.ipynb + .html)
-#   make lab      JupyterLab on notebooks/ (jupytext opens the .py notebooks as notebooks)
+#   make test     run the whole test suite (what CI runs, via .ci/run); installs chromium as root
+#   make report   execute notebooks/*.py with papermill into reports/ (.ipynb + .html + index.html)
+#   make lab      JupyterLab on notebooks/ (the .py notebooks open as notebooks; whatif has controls)
 #   make bench    performance benchmarks (benchmarks/run.py)
 #   make clean    remove build output (reports/, caches); keeps .venv (rm -rf .venv for that)
 
@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: report test lab bench clean
+.PHONY: report test lab bench clean browser
 
 # Some distributions split ensurepip out of python3 (Debian's python3-venv); then create the venv
 # without pip and install pip into it with the system pip, which needs no root-only packages.
@@ -25,9 +25,28 @@ $(STAMP): pyproject.toml
 	  $(PYTHON) -m pip --python $(PY) install -q pip; }
 	$(PY) -m pip install -q -e '.[notebooks,test]'
 	$(PY) -m ipykernel install --sys-prefix --name moeroof --display-name "moeroof (.venv)" >/dev/null
+	@mkdir -p $(LAB_SETTINGS_DIR)
+	@printf '%s\n' '$(LAB_OVERRIDES)' > $(LAB_SETTINGS_DIR)/overrides.json
 	@touch $@
 
-test: $(STAMP)
+# JupyterLab opens a .py file in the text editor unless told otherwise: this venv's lab opens
+# Python files with jupytext's notebook view, so `make lab` shows notebooks/*.py as notebooks
+# (right-click → Open With → Editor still edits the text). tests/test_browser.py relies on it.
+LAB_SETTINGS_DIR := $(VENV)/share/jupyter/lab/settings
+LAB_OVERRIDES := {"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"python": "Jupytext Notebook"}}}
+
+# The browser tests drive Debian's chromium (never a downloaded browser). As root with apt-get,
+# install it when missing; otherwise say so (those tests skip outside CI and fail in CI).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "make: installing Debian's chromium for the browser tests"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	  else \
+	    echo "make: no chromium on PATH; browser tests will skip (apt-get install chromium chromium-driver)" >&2; \
+	  fi; }
+
+test: $(STAMP) browser
 	$(PY) -m pytest -q
 
 report: $(STAMP)

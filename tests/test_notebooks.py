@@ -27,7 +27,9 @@ SMALL_PARAMETERS: dict[str, dict] = {
     "skew_fit": {"b_max": 64, "fit_bootstrap": 5, "gof_sims": 5, "union_bootstrap": 10, "max_layers": 3},
     "levers": {"b_max": 32, "users_max": 8, "agents": 8, "decode_tokens": 64, "prefix_tokens": 256},
     "regime_map": {"b_max": 64, "n_batch": 8, "n_cache": 5},
+    "witness": {"file_mib": 32, "calibrate_seconds": 2.0, "steps": 2, "batch": "1,2,4,8"},
     "cache_ladder": {"layers": 4, "seeds": 2, "fit": True, "fit_seeds": 1, "fit_layers": 4, "bootstrap_replicates": 2, "policy_seeds": 1, "sensitivity_seeds": 1, "sensitivity_layers": 4},
+    "whatif": {"b_max": 32, "trace_steps": 16, "trace_layers": 2},
     "expert_split": {"relabel_draws": 200, "trace_seeds": 2, "trace_layers": 6, "slowdown_points": 2, "bytes_max_iter": 2, "curve_seeds": 1},
 }
 

@@ -3,7 +3,9 @@
 The ``.py`` percent notebooks are the source of truth (STYLE.md); papermill is the runner, the
 same way CI and ``papermill nb.ipynb out.ipynb -p ...`` run them, so a report is exactly what a
 user would get. For each notebook this writes ``DIR/NAME.ipynb`` (executed) and ``DIR/NAME.html``
-(outputs only, like ``nbconvert --no-input``).
+(outputs only, like ``nbconvert --no-input``, with no scripts from a CDN and no widget views,
+so it reads offline), then rebuilds ``DIR/index.html`` over every report there
+(:mod:`moeroof.site`: parameters, links, a gallery of the saved figures).
 
 Reports are reproducible: papermill and nbclient stamp wall-clock times and random cell ids into
 the notebook, so those are removed or made deterministic before saving; rendering a deterministic
@@ -25,6 +27,7 @@ import jupytext
 import nbformat
 import papermill as pm
 from jupyter_client.kernelspec import NoSuchKernel
+from jinja2 import DictLoader
 from nbconvert import HTMLExporter
 from papermill.exceptions import PapermillExecutionError
 
@@ -87,9 +90,42 @@ def strip_volatile(nb: nbformat.NotebookNode, *, input_path: str, output_path: s
     return nb
 
 
+#: widget views in a notebook's outputs: they need a live kernel, so a static report drops them
+WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def strip_widgets(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Drop widget views and the saved widget state (``metadata.widgets``).
+
+    A report has no kernel behind it, so a control could not move anything; nbclient saves the
+    widget models with random ids (not byte-stable), and nbconvert would load the widget
+    manager from a CDN to show them (not readable offline). Notebooks with controls render their
+    default state as a static figure too (notebooks/whatif.py), which is what the report shows.
+    """
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        if cell.get("outputs"):
+            cell.outputs = [o for o in cell.outputs if WIDGET_VIEW_MIME not in o.get("data", {})]
+    return nb
+
+
+#: the lab template without the scripts it loads from a CDN (require.js, MathJax): the reports
+#: hold no JavaScript outputs and no LaTeX, and must read without a network (reports/index.html)
+_OFFLINE_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+"""
+
+
 def to_html(nb: nbformat.NotebookNode, name: str) -> str:
-    """HTML of the outputs only (inputs and prompts hidden, as ``nbconvert --no-input``)."""
-    exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
+    """HTML of the outputs only (inputs and prompts hidden, as ``nbconvert --no-input``), offline."""
+    exporter = HTMLExporter(
+        exclude_input=True,
+        exclude_input_prompt=True,
+        exclude_output_prompt=True,
+        extra_loaders=[DictLoader({"moeroof_offline.html.j2": _OFFLINE_TEMPLATE})],
+        template_file="moeroof_offline.html.j2",
+    )
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": name}})
     return body
 
@@ -138,6 +174,7 @@ def render(path: Path, out_dir: Path, parameters: dict | None = None) -> tuple[P
     ipynb_path, html_path = out_dir / f"{name}.ipynb", out_dir / f"{name}.html"
     nb = execute(path, parameters)
     nb = strip_volatile(nb, input_path=_display_path(path), output_path=_display_path(ipynb_path))
+    nb = strip_widgets(nb)
     html = to_html(nb, name)
     write_atomic(ipynb_path, nbformat.writes(nb) + "\n")
     write_atomic(html_path, html)
@@ -195,6 +232,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"FAILED {path.stem:<24} {time.perf_counter() - start:6.1f} s  {err}", file=sys.stderr, flush=True)
             continue
         print(f"ok     {path.stem:<24} {time.perf_counter() - start:6.1f} s  -> {html_path}", flush=True)
+    # the index lists every report in the directory (this run's and earlier ones), failed or not
+    from moeroof.site import build_index  # site imports this module
+
+    print(f"index  {'':<24} {'':>8}  -> {build_index(args.out, paths.figures_dir())}", flush=True)
     if failures:
         print(f"moeroof.report: {len(failures)} of {len(notebooks)} notebooks failed", file=sys.stderr)
         return 1

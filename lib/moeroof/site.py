@@ -1,0 +1,232 @@
+"""The report index: ``reports/index.html``, one page over every rendered notebook.
+
+``python -m moeroof.report`` calls :func:`build_index` after rendering; ``python -m moeroof.site
+[REPORTS_DIR] [--figures DIR]`` rebuilds it alone. For each report ``NAME.ipynb`` + ``NAME.html``
+in the reports directory the index shows:
+
+- the notebook's question (its first markdown heading) and links to the HTML report (outputs
+  only) and the executed notebook;
+- the parameters it ran with: every parameter of the cell tagged ``parameters`` (name, type,
+  help) with its default, replaced by the value papermill injected where one was given (read
+  from the executed notebook's ``metadata.papermill.parameters``);
+- a gallery of its figures: the files ``FIGURES/NAME_*.png`` that ``moeroof.plots.save_figure``
+  wrote (a figure goes to the notebook with the longest stem that prefixes its name, so
+  ``union_curve_models`` belongs to ``union_curve``, not to a notebook ``union``).
+
+Figures are copied into ``REPORTS_DIR/figures/`` (unless they are already inside the reports
+directory) and linked relatively, so the directory reads from ``file://`` without a server and
+can be moved or archived whole. The page holds no timestamps and no absolute paths, so it is
+byte-stable: two builds from the same reports give the same bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+from papermill.translators import PythonTranslator
+
+import moeroof
+from moeroof import paths
+from moeroof.report import write_atomic
+
+__all__ = ["Parameter", "Report", "read_report", "figures_for", "build_index", "render_index", "main"]
+
+INDEX_NAME = "index.html"
+#: where the index keeps its copies of the figures, relative to the reports directory
+FIGURES_SUBDIR = "figures"
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One notebook parameter as run: ``value`` is the injected one when ``overridden``."""
+
+    name: str
+    type_name: str
+    default: str
+    value: str
+    help: str
+    overridden: bool
+
+
+@dataclass(frozen=True)
+class Report:
+    """A rendered notebook: its stem, question, parameters and figure stems (sorted)."""
+
+    name: str
+    title: str
+    parameters: tuple[Parameter, ...]
+    figures: tuple[str, ...] = ()
+
+
+def _title(nb: nbformat.NotebookNode, name: str) -> str:
+    """The first markdown heading (the notebook's question), else the stem."""
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        for line in cell.source.splitlines():
+            if line.startswith("#"):
+                return line.lstrip("#").strip() or name
+    return name
+
+
+def _parameters(nb: nbformat.NotebookNode) -> tuple[Parameter, ...]:
+    """Parameters cell (papermill's own parser) merged with the values papermill injected."""
+    injected = dict(nb.metadata.get("papermill", {}).get("parameters") or {})
+    declared = []
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "parameters" in cell.metadata.get("tags", []):
+            declared = PythonTranslator.inspect(cell)
+            break
+    out = []
+    for p in declared:
+        over = p.name in injected
+        value = repr(injected.pop(p.name)) if over else p.default
+        out.append(Parameter(p.name, p.inferred_type_name, p.default, value, p.help, over))
+    for name in sorted(injected):  # injected but not declared: papermill runs them anyway
+        out.append(Parameter(name, "", "", repr(injected[name]), "not in the parameters cell", True))
+    return tuple(out)
+
+
+def read_report(ipynb: Path) -> Report:
+    """Title and parameters of one executed notebook (figures are filled in by :func:`figures_for`)."""
+    nb = nbformat.read(ipynb, as_version=4)
+    return Report(name=ipynb.stem, title=_title(nb, ipynb.stem), parameters=_parameters(nb))
+
+
+def figures_for(names: Sequence[str], figures_dir: Path) -> dict[str, tuple[str, ...]]:
+    """Figure stems per notebook: ``NAME_*.png`` in ``figures_dir``, longest matching stem wins."""
+    out: dict[str, list[str]] = {n: [] for n in names}
+    if not Path(figures_dir).is_dir():
+        return {n: () for n in names}
+    by_length = sorted(names, key=len, reverse=True)
+    for png in sorted(Path(figures_dir).glob("*.png")):
+        owner = next((n for n in by_length if png.stem.startswith(f"{n}_")), None)
+        if owner is not None:
+            out[owner].append(png.stem)
+    return {n: tuple(v) for n, v in out.items()}
+
+
+def _copy_figures(stems: Sequence[str], src: Path, dst: Path) -> None:
+    """Copy ``stem.png`` (and ``stem.svg`` where present) into ``dst`` unless already identical."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for stem in stems:
+        for suffix in (".png", ".svg"):
+            source = src / f"{stem}{suffix}"
+            target = dst / source.name
+            if not source.is_file():
+                continue
+            if target.is_file() and target.read_bytes() == source.read_bytes():
+                continue
+            shutil.copyfile(source, target)
+            os.chmod(target, 0o644)
+
+
+_CSS = """
+body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em; color: #222; }
+h1 { font-size: 1.6em; } h2 { font-size: 1.2em; margin-top: 2.2em; border-top: 1px solid #ddd; padding-top: 1em; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0.6em 0; }
+td, th { border: 1px solid #ddd; padding: 0.2em 0.5em; text-align: left; vertical-align: top; }
+td.over { font-weight: bold; } code { font-size: 0.95em; }
+.gallery { display: flex; flex-wrap: wrap; gap: 1em; }
+.gallery figure { margin: 0; width: 360px; } .gallery img { width: 100%; border: 1px solid #eee; }
+.gallery figcaption { font-size: 0.8em; }
+nav li { margin: 0.2em 0; }
+""".strip()
+
+
+def render_index(reports: Sequence[Report], *, version: str) -> str:
+    """The index page; a pure function of its arguments (no clock, no paths beyond relative links)."""
+    e = html.escape
+    lines = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        "<title>moeroof reports</title>",
+        f"<style>\n{_CSS}\n</style>",
+        "</head>",
+        "<body>",
+        "<h1>moeroof reports</h1>",
+        f"<p>Rendered with moeroof {e(version)} by <code>make report</code> (papermill). Each report is the "
+        "notebook's outputs without code; the parameters are those it ran with (bold: given on the "
+        "command line, the rest are the notebook's defaults). Every number is projected unless a "
+        "figure says witnessed.</p>",
+        "<nav><ul>",
+    ]
+    for r in reports:
+        lines.append(f'<li><a href="#{e(r.name)}">{e(r.name)}</a>: {e(r.title)}</li>')
+    lines.append("</ul></nav>")
+    for r in reports:
+        lines += [
+            f'<section id="{e(r.name)}">',
+            f"<h2>{e(r.name)}: {e(r.title)}</h2>",
+            f'<p><a href="{e(r.name)}.html">report (HTML)</a> · '
+            f'<a href="{e(r.name)}.ipynb">executed notebook (.ipynb)</a> · '
+            f"source <code>notebooks/{e(r.name)}.py</code></p>",
+        ]
+        if r.parameters:
+            lines.append("<table><thead><tr><th>parameter</th><th>value</th><th>type</th><th>meaning</th></tr></thead><tbody>")
+            for p in r.parameters:
+                value = e(p.value) + (f" <small>(default {e(p.default)})</small>" if p.overridden and p.default else "")
+                cls = ' class="over"' if p.overridden else ""
+                lines.append(f"<tr><td><code>{e(p.name)}</code></td><td{cls}><code>{value}</code></td>"
+                             f"<td>{e(p.type_name)}</td><td>{e(p.help)}</td></tr>")
+            lines.append("</tbody></table>")
+        else:
+            lines.append("<p>No parameters cell.</p>")
+        if r.figures:
+            lines.append('<div class="gallery">')
+            for stem in r.figures:
+                src = f"{FIGURES_SUBDIR}/{stem}"
+                lines.append(f'<figure><a href="{e(src)}.png"><img src="{e(src)}.png" alt="{e(stem)}"></a>'
+                             f"<figcaption>{e(stem)}</figcaption></figure>")
+            lines.append("</div>")
+        else:
+            lines.append("<p>No saved figures.</p>")
+        lines.append("</section>")
+    lines += ["</body>", "</html>", ""]
+    return "\n".join(lines)
+
+
+def build_index(reports_dir: str | os.PathLike[str] | None = None,
+                figures_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Write ``reports_dir/index.html`` over every ``NAME.ipynb`` with its ``NAME.html``; return its path.
+
+    ``figures_dir`` defaults to :func:`moeroof.paths.figures_dir` (where the renders saved them).
+    """
+    reports_dir = Path(reports_dir) if reports_dir is not None else paths.REPORTS_DIR
+    figures_dir = Path(figures_dir) if figures_dir is not None else paths.figures_dir()
+    ipynbs = [p for p in sorted(reports_dir.glob("*.ipynb")) if p.with_suffix(".html").is_file()]
+    reports = [read_report(p) for p in ipynbs]
+    figs = figures_for([r.name for r in reports], figures_dir)
+    local = reports_dir / FIGURES_SUBDIR
+    all_stems = [s for r in reports for s in figs[r.name]]
+    if all_stems and figures_dir.resolve() != local.resolve():
+        _copy_figures(all_stems, figures_dir, local)
+    reports = [Report(r.name, r.title, r.parameters, figs[r.name]) for r in reports]
+    text = render_index(reports, version=moeroof.__version__)
+    target = reports_dir / INDEX_NAME
+    write_atomic(target, text)
+    return target
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m moeroof.site", description="Rebuild reports/index.html.")
+    parser.add_argument("reports_dir", nargs="?", type=Path, default=paths.REPORTS_DIR, help="default: %(default)s")
+    parser.add_argument("--figures", type=Path, default=None, help="figures directory (default: moeroof.paths.figures_dir())")
+    args = parser.parse_args(argv)
+    print(f"index  -> {build_index(args.reports_dir, args.figures)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     formats: ipynb,py:percent
+#     notebook_metadata_filter: kernelspec,jupytext,-all
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # What if the box, the cache or the routing were different: how do net tok/s and U(B) move?
+#
+# **Answer.** In the default state (GLM-5.2 int4 on the Gen4-NVMe desktop, a 30 GiB expert cache,
+# Zipf s = 0.5 routing) every step is SSD-bound: net tok/s climbs from 0.67 at B = 1 to about 4
+# at B = 256 only because the batch's union U(B) grows far slower than B·K (8× fewer expert
+# fetches than the `uncoalesced` baseline at B = 256), and from B ≈ 167 the batch's KV cache no
+# longer fits in RAM. The cache holds 23 of 256 experts per layer: as the static hot set that
+# `plan` assumes it catches about a fifth of a step's experts at B = 8, LFU comes close to that
+# over time, and LRU catches none (each step's union of about 55 experts flushes its 23 slots),
+# whatever the stickiness, until the cache is larger than a step's union.
+# Open this notebook in `make lab` and move the controls at the end: both figures are redrawn
+# from `moeroof.roofline.plan`, `moeroof.union` and the cache simulator on every change. Every
+# number is **projected** (presets with assumed inputs; overridden bandwidths count as assumed).
+
+# %% tags=["parameters"]
+model: str = "glm-5.2"  # model preset name or a TOML path
+hardware: str = "nvme-gen4"  # hardware preset name or a TOML path
+b_min: int = 1  # smallest batch in the sweep
+b_max: int = 256  # largest batch in the sweep
+cache_gib: float = 30.0  # expert cache in GiB
+skew: float = 0.5  # Zipf exponent s of expert popularity, 0 for uniform routing
+stickiness: float = 0.3  # chance that an expert of the last step is picked again (simulated cache only)
+ssd_gb_s: float = 0.0  # peak SSD read bandwidth in GB/s, 0 keeps the preset's curve
+mem_gb_s: float = 0.0  # memory bandwidth in GB/s, 0 keeps the preset's
+overlap: str = "max"  # max for perfect overlap, sum for serial terms
+context_tokens: int = 4096  # context per agent in tokens
+trace_streams: int = 8  # agents in the simulated trace of the cache-over-time panel
+trace_steps: int = 64  # decode steps in the simulated trace
+trace_layers: int = 8  # MoE layers drawn for the simulated trace
+seed_name: str = "whatif"  # the trace's generator seed is derived from this name
+
+# %%
+from dataclasses import replace
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+import matplotlib.ticker as mticker
+import numpy as np
+import pandas as pd
+
+import moeroof
+from moeroof.cache import requests_from_trace, simulate
+from moeroof.plots import label_with_baseline, provenance_label, save_figure, style
+from moeroof.presets import list_presets, load_hardware, load_model
+from moeroof.roofline import Workload, plan, routing_from_spec
+from moeroof.routing import Zipf, sample_trace
+from moeroof.union import BASELINE, union_plugin, union_uniform
+from moeroof.units import GB, GiB, gb_per_s
+
+seed = sum(map(ord, seed_name))
+presets = list_presets()
+KEY_BATCHES = [1, 8, 16, 64, 128, 256, 1024]  # rows shown in the table
+COLORS = {"ssd": "#d9ead3", "memory": "#cfe2f3", "compute": "#fce5cd", "fabric": "#ead1dc"}
+
+
+# %% [markdown]
+# ## One state of the controls, drawn
+# `whatif` evaluates one state: it loads the presets, overrides the bandwidths when asked (a
+# configuration change, so those inputs become `assumed`), and calls the library:
+# `roofline.plan` for net tok/s, its regimes and the `uncoalesced` and `single` baselines;
+# `union.union_plugin` for U(B) under Zipf routing; `routing.sample_trace` and
+# `cache.simulate` for the cache hit rate over time. `draw` only plots what comes back.
+#
+# **Stickiness** does not enter the roofline: `plan` takes the one-step, independent-token union
+# and a static hot-set cache, and neither depends on what the previous step picked. The library
+# models stickiness only in sampled traces (`routing.sample_trace(rho=…)`), whose hit rate the
+# cache simulator measures; that hit rate is not fed back into `plan`. So the stickiness control
+# moves the third panel only, where the simulated LRU cache (same GiB, per layer) is set beside
+# the static hot set that `plan` assumes.
+
+# %%
+def whatif(model, hardware, b_range, cache_gib, skew, stickiness, ssd_gb_s, mem_gb_s, overlap):
+    """Library results for one state of the controls (no model logic here: loads and calls)."""
+    m = load_model(model)
+    hw = load_hardware(hardware)
+    changed = {}
+    if ssd_gb_s > 0:  # scale the preset's read-size curve so that its peak is ssd_gb_s
+        factor = ssd_gb_s * GB / max(hw.bw_ssd_bytes_per_s)
+        changed["bw_ssd_bytes_per_s"] = tuple(b * factor for b in hw.bw_ssd_bytes_per_s)
+    if mem_gb_s > 0:
+        changed["bw_mem_bytes_per_s"] = mem_gb_s * GB
+    if changed:
+        hw = replace(hw, **changed, provenance={**hw.provenance, **{k: "assumed" for k in changed}})
+    lo, hi = sorted(int(b) for b in b_range)
+    grid = np.round(np.logspace(np.log10(lo), np.log10(max(hi, lo)), 40))
+    batch = np.unique(np.r_[grid, [b for b in KEY_BATCHES if lo <= b <= hi]].astype(int))
+    routing = routing_from_spec("uniform" if skew == 0 else f"zipf:{skew}", m)
+    workload = Workload(context_tokens=context_tokens, cache_bytes=cache_gib * GiB, overlap=overlap)
+    p = plan(m, hw, workload, routing, batch)
+    union = union_plugin(routing.pi, batch)
+    uniform = union_uniform(m.experts, m.top_k, batch)
+    at_streams = plan(m, hw, workload, routing, [trace_streams])
+    cache_experts = float(at_streams.cache_experts_per_layer[0])
+    hit_rate = {}
+    for rho in sorted({0.0, float(stickiness)}):
+        # a fresh generator per state: the same controls always draw the same trace
+        topk = sample_trace(Zipf(m.experts, m.top_k, skew), trace_steps, trace_streams, trace_layers,
+                            np.random.default_rng(seed), rho=rho)
+        requests = requests_from_trace(topk, m.experts)
+        for policy in ("lru", "lfu") if rho == stickiness else ("lru",):
+            res = simulate(requests, cache_experts * trace_layers, policy=policy, scope="layer")
+            hit_rate[policy, rho] = res.hits_per_step / np.maximum(res.hits_per_step + res.misses_per_step, 1)
+    static_hit = 1.0 - at_streams.misses_per_layer[0] / at_streams.union_per_layer[0]
+    return {"model": m, "hardware": hw, "plan": p, "union": union, "uniform": uniform, "hit_rate": hit_rate,
+            "static_hit": static_hit, "cache_experts": cache_experts, "cache_gib": cache_gib, "skew": skew}
+
+
+def draw(s):
+    """Three panels: net tok/s with regimes and baselines, U(B) and misses, cache hits over time."""
+    p, m, hw = s["plan"], s["model"], s["hardware"]
+    batch = p.batch
+    with style():
+        fig, (ax_n, ax_u, ax_c) = plt.subplots(1, 3, figsize=(15, 4.6))
+        edges = np.r_[batch[0], np.sqrt(batch[1:] * batch[:-1]), batch[-1]] if batch.size > 1 else np.r_[batch, batch + 1]
+        for i, term in enumerate(p.bound):
+            ax_n.axvspan(edges[i], edges[i + 1], color=COLORS[term], lw=0)
+        bad = ~p.fits_in_memory
+        if bad.any():
+            ax_n.axvspan(edges[np.argmax(bad)], edges[-1], fill=False, hatch="//", lw=0, label="KV + dense exceed RAM")
+        ax_n.plot(batch, p.net_tok_s, "k-", lw=2, label="coalesced (this model)")
+        ax_n.plot(batch, p.baselines["uncoalesced"]["net_tok_s"], "C3--", label="baseline: uncoalesced")
+        ax_n.plot(batch, p.baselines["single"]["net_tok_s"], "C0:", label="baseline: single (B = 1)")
+        handles, labels = ax_n.get_legend_handles_labels()
+        handles += [plt.Rectangle((0, 0), 1, 1, color=COLORS[t]) for t in dict.fromkeys(p.bound)]
+        labels += [f"{t}-bound" for t in dict.fromkeys(p.bound)]
+        ax_n.legend(handles, labels, fontsize=7)
+        ax_n.set(xscale="log", yscale="log", xlabel="batch B (concurrent agents)", ylabel="net tok/s (all agents)")
+        ax_n.yaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax_n.yaxis.set_minor_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
+        ax_n.set_title(f"{m.name} on {hw.name}: SSD {gb_per_s(max(hw.bw_ssd_bytes_per_s)):.3g} GB/s, "
+                       f"memory {gb_per_s(hw.bw_mem_bytes_per_s):.3g} GB/s\n"
+                       f"{provenance_label(p.provenance['result'])}, overlap {p.overlap}", fontsize=9)
+
+        ax_u.plot(batch, s["union"].mean, "k-", lw=2, label=f"U(B), {p.routing}")
+        ax_u.plot(batch, p.misses_per_layer, "C2-", label=f"misses after a {s['cache_gib']:g} GiB hot set")
+        ax_u.plot(batch, s["uniform"].mean, "C3--", lw=1, label="U(B), uniform routing")
+        ax_u.plot(batch, np.minimum(m.experts, batch * m.top_k), "k:", lw=1, label="min(E, B·K) bound")
+        ax_u.set(xscale="log", xlabel="batch B", ylabel="distinct experts per layer")
+        ax_u.set_title(f"E={m.experts}, K={m.top_k}; "
+                       f"{label_with_baseline('B·K/U', BASELINE)} at B={batch[-1]}: {s['union'].coalescing_ratio[-1]:.2f}",
+                       fontsize=9)
+        ax_u.legend(fontsize=7)
+
+        steps = np.arange(1, len(next(iter(s["hit_rate"].values()))) + 1)
+        for i, ((policy, rho), rate) in enumerate(sorted(s["hit_rate"].items())):
+            ax_c.plot(steps, rate, f"C{i}-", lw=1.2, label=f"{policy.upper()} on a sampled trace, stickiness ρ={rho:g}")
+        ax_c.axhline(s["static_hit"], color="k", ls=":", label="static hot set (what plan assumes)")
+        ax_c.set(ylim=(0, 1), xlabel="decode step", ylabel="cache hit rate per step")
+        ax_c.set_title(f"cache over time: {s['cache_experts']:.0f} experts per layer, B={trace_streams}, "
+                       f"{trace_layers} layers\n{provenance_label('projected')}", fontsize=9)
+        ax_c.legend(fontsize=7)
+        fig.tight_layout()
+    return fig
+
+
+# %%
+state = whatif(model, hardware, (b_min, b_max), cache_gib, skew, stickiness, ssd_gb_s, mem_gb_s, overlap)
+fig = draw(state)
+save_figure(fig, "whatif_state")
+plt.show()
+
+# %%
+p = state["plan"]
+print("regime transitions (B* = first batch of the new regime):", list(p.transitions) or "none in range")
+for note in p.notes:
+    print("note:", note)
+pd.DataFrame({
+    "B": p.batch,
+    "net tok/s": p.net_tok_s,
+    "bound": p.bound,
+    "× uncoalesced": p.baselines["uncoalesced"]["multiple"],
+    "U per layer": p.union_per_layer,
+    "misses per layer": p.misses_per_layer,
+    "fits in RAM": p.fits_in_memory,
+}).query("B in @KEY_BATCHES").round(3)
+
+# %% [markdown]
+# ## Controls
+# In JupyterLab (`make lab`) this cell shows the controls and, below them, the same three panels,
+# redrawn for each change (a slider redraws when it is released). The static report has no
+# kernel behind the page, so it shows the default state above only.
+
+# %%
+def _options(names, current):
+    return sorted(set(names) | {current})
+
+
+batch_choices = [2**i for i in range(13)]
+controls = {
+    "model": widgets.Dropdown(options=_options(presets["models"], model), value=model, description="model"),
+    "hardware": widgets.Dropdown(options=_options(presets["hardware"], hardware), value=hardware, description="hardware"),
+    "b_range": widgets.SelectionRangeSlider(
+        options=sorted(set(batch_choices) | {b_min, b_max}), value=(b_min, b_max), description="B range",
+        continuous_update=False),
+    "cache_gib": widgets.FloatSlider(value=cache_gib, min=0.0, max=512.0, step=1.0, description="cache GiB",
+                                     continuous_update=False),
+    "skew": widgets.FloatSlider(value=skew, min=0.0, max=2.0, step=0.05, description="Zipf skew s", continuous_update=False),
+    "stickiness": widgets.FloatSlider(value=stickiness, min=0.0, max=0.95, step=0.05, description="stickiness ρ",
+                                      continuous_update=False),
+    "ssd_gb_s": widgets.FloatSlider(value=ssd_gb_s, min=0.0, max=64.0, step=0.1, description="SSD GB/s",
+                                    continuous_update=False),
+    "mem_gb_s": widgets.FloatSlider(value=mem_gb_s, min=0.0, max=5000.0, step=1.0, description="memory GB/s",
+                                    continuous_update=False),
+    "overlap": widgets.ToggleButtons(options=["max", "sum"], value=overlap, description="overlap"),
+}
+for c in controls.values():
+    c.style.description_width = "90px"
+
+
+def redraw(**values):
+    """The widget callback: library calls through `whatif`, then the figure."""
+    draw(whatif(**values))
+    plt.show()
+
+
+figure_out = widgets.interactive_output(redraw, controls)
+help_text = widgets.HTML("SSD and memory GB/s at 0 keep the hardware preset's numbers; "
+                         "stickiness moves the right-hand panel only (see the text above).")
+widgets.VBox([widgets.HBox([widgets.VBox(list(controls.values())[:5]), widgets.VBox(list(controls.values())[5:])]),
+              help_text, figure_out])
+
+# %% [markdown]
+# ## Versions and parameters
+
+# %%
+print(f"moeroof {moeroof.__version__}, numpy {np.__version__}, ipywidgets {widgets.__version__}")
+print({"model": model, "hardware": hardware, "b_min": b_min, "b_max": b_max, "cache_gib": cache_gib, "skew": skew,
+       "stickiness": stickiness, "ssd_gb_s": ssd_gb_s, "mem_gb_s": mem_gb_s, "overlap": overlap,
+       "context_tokens": context_tokens, "trace_streams": trace_streams, "trace_steps": trace_steps,
+       "trace_layers": trace_layers, "seed_name": seed_name})

@@ -13,6 +13,9 @@
                   (--capacity-experts N | --capacity-gib X --expert-bytes N) [--scope global|layer]
                   [--warmup S] [--histogram PATH] [--json]
     moeroof mrc TRACE [--sample-rate R] [--json]
+    moeroof calibrate [--output calibrated.toml] [--file-mib 2048] [--seconds 30] [--scratch-dir D] [--json]
+    moeroof bench [--experts 32 --layers 4 --top-k 4 --d-model 1024 --d-ff 1024] [--batch 1,2,4,8,16,32]
+                  [--mode both|coalesced|uncoalesced] [--routing uniform|zipf:S | --trace PATH] [--json] [--output F]
 
 PATH is a histogram ``.csv`` (rarefaction / extrapolation, :func:`moeroof.union.union_histogram`)
 or a trace ``.npz`` / ``.npy`` (measured, :func:`moeroof.union.union_from_trace`). Every
@@ -144,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--json", action="store_true", help="print one JSON object (SI units, provenance and sources per field)")
     pp.set_defaults(func=_cmd_presets)
     _add_cache_parsers(sub)
+    _add_witness_parsers(sub)
 
     ps = sub.add_parser(
         "split",
@@ -846,6 +850,184 @@ def _cmd_split(args: argparse.Namespace) -> int:
         print(f"predicted step {rep['step_seconds']:.3f} s, {rep['tok_s']:.3f} tok/s (the pair runs at its slowest rank)")
     for note in rep.get("notes", []):
         print(f"note: {note}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- calibrate and bench
+
+
+def _add_witness_parsers(sub: Any) -> None:
+    from .calibrate import READ_PATHS
+
+    pk = sub.add_parser(
+        "calibrate",
+        help="measure this box (disk reads bypassing the page cache, memory, float32 FLOP/s) into a hardware TOML",
+        description=(
+            "Measure random and sequential read bandwidth of a scratch file at 128 KiB to 16 MiB "
+            "reads (O_DIRECT, or posix_fadvise DONTNEED where O_DIRECT is refused), page-cached "
+            "reads, memory copy bandwidth and float32 matmul FLOP/s; write them as a witnessed "
+            "hardware TOML (presets schema). Scratch files are removed on every exit."
+        ),
+    )
+    pk.add_argument("--output", default="calibrated.toml", help="hardware TOML to write, atomically (default calibrated.toml)")
+    pk.add_argument("--name", default=None, help="preset name in the TOML (default calibrated-DATE)")
+    pk.add_argument("--file-mib", default="2048", help="scratch file size in MiB (default 2048)")
+    pk.add_argument("--seconds", default="30", help="time budget of the measurements in seconds (default 30; writing the file comes on top)")
+    pk.add_argument("--mem-mib", default="256", help="array size of the memory-copy measurement in MiB (default 256)")
+    pk.add_argument("--matmul-n", default="2048", help="matrix size n of the float32 n×n matmul (default 2048)")
+    pk.add_argument("--scratch-dir", default=None, help="where the scratch file goes (default: the output's folder)")
+    pk.add_argument("--read-path", default="auto", choices=READ_PATHS, help="bypass the page cache by O_DIRECT, fadvise, or auto (default)")
+    pk.add_argument("--seed", default="0", help="seed of the random read offsets (default 0)")
+    pk.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    pk.add_argument("--json", action="store_true", help="print one JSON object of every measurement instead of a table")
+    pk.set_defaults(func=_cmd_calibrate)
+
+    pb = sub.add_parser(
+        "bench",
+        help="measure decode steps of a synthetic MoE streamed from disk, coalesced and uncoalesced",
+        description=(
+            "Write a synthetic MoE stack (E experts × L layers of float32 d×f and f×d matrices) to a "
+            "scratch file and time decode steps of B agents: uncoalesced (each token reads and "
+            "applies its own K experts) and coalesced (the union read once per layer, one grouped "
+            "matmul per expert). Reads bypass the page cache as in `moeroof calibrate`."
+        ),
+    )
+    pb.add_argument("--experts", default=None, help="experts per layer E (default 32, or the trace's)")
+    pb.add_argument("--layers", default="4", help="MoE layers L (default 4)")
+    pb.add_argument("--top-k", default=None, help="experts per token K (default 4, or the trace's)")
+    pb.add_argument("--d-model", default="1024", help="hidden size d (default 1024)")
+    pb.add_argument("--d-ff", default="1024", help="expert width f (default 1024; expert bytes = 2·d·f·4)")
+    pb.add_argument("--batch", default="1,2,4,8,16,32", help="batch sizes, comma-separated (default 1,2,4,8,16,32)")
+    pb.add_argument("--mode", default="both", choices=("both", "uncoalesced", "coalesced"), help="which mode(s) to run (default both)")
+    pb.add_argument("--routing", default=None, help="routing model: uniform or zipf:S (default uniform)")
+    pb.add_argument("--trace", default=None, help="routing from a trace .npz/.npy instead of a model")
+    pb.add_argument("--steps", default="5", help="counted decode steps per (mode, B) (default 5)")
+    pb.add_argument("--warmup", default="1", help="uncounted warm-up steps per (mode, B) (default 1)")
+    pb.add_argument("--seed", default="0", help="seed of numpy.random.default_rng for routing, gates and weights (default 0)")
+    pb.add_argument("--scratch-dir", default=None, help="where the stack file goes (default: the system temp dir)")
+    pb.add_argument("--read-path", default="auto", choices=READ_PATHS, help="bypass the page cache by O_DIRECT, fadvise, or auto (default)")
+    pb.add_argument("--output", default=None, help="also write the JSON report to this file, atomically")
+    pb.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    pb.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    pb.set_defaults(func=_cmd_bench)
+
+
+def _interrupted() -> int:
+    print("error: interrupted (scratch files removed)", file=sys.stderr)
+    return 130
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from .calibrate import Progress, calibrate
+
+    file_mib = _positive_float(args.file_mib, "--file-mib")
+    seconds = _positive_float(args.seconds, "--seconds")
+    mem_mib = _positive_float(args.mem_mib, "--mem-mib")
+    matmul_n = _positive_int(args.matmul_n, "--matmul-n")
+    seed = _non_negative_int(args.seed, "--seed")
+    command = ["moeroof", "calibrate", "--output", args.output, "--file-mib", f"{file_mib:g}", "--seconds", f"{seconds:g}",
+               "--mem-mib", f"{mem_mib:g}", "--matmul-n", str(matmul_n), "--read-path", args.read_path, "--seed", str(seed)]
+    if args.scratch_dir is not None:
+        command += ["--scratch-dir", args.scratch_dir]
+    if args.name is not None:
+        command += ["--name", args.name]
+    import shlex
+
+    try:
+        cal = calibrate(
+            args.output, file_bytes=int(file_mib * 2**20), seconds=seconds, mem_bytes=int(mem_mib * 2**20),
+            matmul_n=matmul_n, scratch_dir=args.scratch_dir, read_path=args.read_path, name=args.name, seed=seed,
+            command=shlex.join(command), progress=Progress("calibrate", enabled=not args.quiet),
+        )
+    except KeyboardInterrupt:
+        return _interrupted()
+    except OSError as exc:
+        raise UsageError(f"calibrate: {exc}") from None
+    rep = _jsonable(cal.to_dict())
+    if args.json:
+        print(json.dumps(rep, indent=2, allow_nan=False))
+        return 0
+    print(f"calibrated {rep['name']} → {rep['output']}  ({rep['date']}, witnessed)")
+    print(f"read path: {rep['read_path']} ({rep['read_method']})")
+    rows = []
+    for i, size in enumerate(rep["ssd_random"]["read_size_bytes"]):
+        rows.append([f"{size / 2**10:g} KiB" if size < 2**20 else f"{size / 2**20:g} MiB",
+                     _fmt(rep["ssd_random"]["bytes_per_s"][i] / 1e9, 3), _fmt(rep["ssd_sequential"]["bytes_per_s"][i] / 1e9, 3)])
+    print(_table(["read size", "random GB/s", "sequential GB/s"], rows, ">>>"))
+    print(f"page-cached reads: {rep['page_cache_bytes_per_s'] / 1e9:.2f} GB/s at {rep['page_cache_read_size_bytes'] / 2**20:g} MiB")
+    print(f"memory copy: {rep['bw_mem_bytes_per_s'] / 1e9:.2f} GB/s (read + write)   float32 matmul: {rep['flops_per_s'] / 1e9:.1f} GFLOP/s")
+    print(f"RAM {rep['ram_bytes'] / 2**30:.2f} GiB, OS reserve {rep['os_reserve_bytes'] / 2**30:.2f} GiB; took {rep['wall_seconds']:.1f} s")
+    for note in rep["notes"]:
+        print(f"note: {note}")
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    import shlex
+
+    from .bench import MODES, StackShape, run_bench
+    from .calibrate import Progress, _atomic_write_text
+
+    batch = parse_batch(args.batch)
+    layers = _positive_int(args.layers, "--layers")
+    d_model = _positive_int(args.d_model, "--d-model")
+    d_ff = _positive_int(args.d_ff, "--d-ff")
+    steps = _positive_int(args.steps, "--steps")
+    warmup = _non_negative_int(args.warmup, "--warmup")
+    seed = _non_negative_int(args.seed, "--seed")
+    trace = None
+    trace_label = ""
+    if args.trace is not None:
+        if args.routing is not None:
+            raise UsageError("give either --routing or --trace, not both")
+        tr = _read_cache_trace(args.trace)
+        trace, trace_label = np.asarray(tr.topk), f"trace {tr.path.name}"
+        experts = tr.experts if args.experts is None else _positive_int(args.experts, "--experts")
+        top_k = tr.top_k if args.top_k is None else _positive_int(args.top_k, "--top-k")
+        if experts != tr.experts or top_k != tr.top_k:
+            raise UsageError(f"--experts/--top-k: the trace has E={tr.experts}, K={tr.top_k}")
+    else:
+        experts = 32 if args.experts is None else _positive_int(args.experts, "--experts")
+        top_k = 4 if args.top_k is None else _positive_int(args.top_k, "--top-k")
+    if top_k > experts:
+        raise UsageError(f"--top-k: K={top_k} exceeds --experts E={experts}")
+    routing = args.routing or "uniform"
+    modes = MODES if args.mode == "both" else (args.mode,)
+    command = ["moeroof", "bench", "--experts", str(experts), "--layers", str(layers), "--top-k", str(top_k),
+               "--d-model", str(d_model), "--d-ff", str(d_ff), "--batch", ",".join(map(str, batch)), "--mode", args.mode]
+    command += ["--trace", args.trace] if args.trace is not None else ["--routing", routing]
+    command += ["--steps", str(steps), "--warmup", str(warmup), "--seed", str(seed), "--read-path", args.read_path]
+    if args.scratch_dir is not None:
+        command += ["--scratch-dir", args.scratch_dir]
+    try:
+        rep = run_bench(
+            StackShape(experts, layers, d_model, d_ff), top_k, batch, modes=modes, routing=routing, trace=trace,
+            trace_label=trace_label, steps=steps, warmup_steps=warmup, seed=seed, scratch_dir=args.scratch_dir,
+            read_path=args.read_path, command=shlex.join(command), progress=Progress("bench", enabled=not args.quiet),
+        )
+    except KeyboardInterrupt:
+        return _interrupted()
+    except OSError as exc:
+        raise UsageError(f"bench: {exc}") from None
+    rep = _jsonable(rep)
+    text = json.dumps(rep, indent=2, allow_nan=False)
+    if args.output is not None:
+        _atomic_write_text(Path(args.output), text + "\n")
+    if args.json:
+        print(text)
+        return 0
+    print(f"bench — E={experts} L={layers} K={top_k} d={d_model} f={d_ff} (expert {rep['expert_bytes'] / 2**20:.3g} MiB), "
+          f"routing {rep['routing']}, {steps} steps (+{warmup} warm-up), witnessed")
+    print(f"read path: {rep['read_path']} ({rep['read_method']})")
+    rows = []
+    for i, b in enumerate(rep["batch"]):
+        rows.append([rep["mode"][i], str(b), _fmt(rep["step_seconds"][i], 4), _fmt(rep["net_tok_s"][i], 2),
+                     _fmt(rep["per_agent_tok_s"][i], 2), _fmt(rep["bytes_read_per_step"][i] / 1e6, 1),
+                     _fmt(rep["union_per_layer"][i], 2), _fmt(rep["coalescing_ratio"][i], 2)])
+    print(_table(["mode", "B", "step s", "net tok/s", "tok/s/agent", "MB read/step", "U/layer", "B·K/U"], rows, "<>>>>>>>"))
+    print("B·K/U is the measured coalescing ratio against the uncoalesced baseline")
+    if args.output is not None:
+        print(f"wrote {args.output}")
     return 0
 
 

@@ -1,0 +1,781 @@
+"""``moeroof calibrate``: measure the roofline's inputs on the machine at hand (issue 6, seed ticket B).
+
+The roofline (:mod:`moeroof.roofline`) needs four numbers of a box; this module measures each of
+them and writes them as a hardware TOML in the presets schema (:mod:`moeroof.presets`), every
+field ``witnessed = true`` with the date and the method in its ``source``:
+
+- ``bw_ssd_bytes_per_s`` at ``ssd_read_size_bytes`` (128 KiB … 16 MiB): random reads of a
+  scratch file in rounds that visit every read size in a shuffled order, one read at a time
+  (queue depth 1, as the bench reads), at page-aligned offsets,
+  **bypassing the page cache** — ``O_DIRECT`` into page-aligned anonymous-``mmap`` buffers with
+  ``os.preadv`` (path ``o_direct``), or, where the filesystem refuses ``O_DIRECT`` (tmpfs,
+  some network filesystems), buffered reads with ``posix_fadvise(POSIX_FADV_DONTNEED)`` on the
+  whole file before each measurement and on each range after it is read (path ``fadvise``).
+  ``bandwidth = Σ bytes / Σ seconds`` over the reads of one cell. Sequential reads (offsets
+  0, s, 2s, … wrapping at the end) are measured too and written in the file's header comment.
+- ``bw_mem_bytes_per_s``: ``numpy.copyto`` of one large float64 array into another; bytes =
+  2 × array bytes (each byte read once and written once, STREAM's "copy" convention); the
+  median over repeats after one warm-up.
+- ``flops_per_s``: dense ``n × n`` float32 matmul (the bench's precision, numpy's BLAS with its
+  default threads); FLOP = 2n³ per product; the median over repeats after one warm-up.
+- ``ram_bytes`` and ``os_reserve_bytes``: ``MemTotal`` and ``MemTotal − MemAvailable`` of
+  ``/proc/meminfo`` at calibration time (``os.sysconf`` where there is no /proc).
+
+The page-cached read bandwidth (the same file read twice through the page cache, the second
+pass timed) has no field in the schema; it is reported and written in the header comment.
+
+Size and time are bounded by flags (``file_bytes``, ``seconds``); bad sizes are refused before
+any work (:func:`check_disk`, :func:`check_memory`). Scratch files live in a fresh directory
+that :func:`scratch_space` removes on every exit, SIGINT and SIGTERM included. The TOML is
+written to a temp file beside the target, checked with :func:`moeroof.presets.load_hardware`,
+then moved over the target with ``os.replace`` (whole file or none).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import errno
+import json
+import mmap
+import os
+import platform
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from moeroof.units import GiB, KiB, MiB
+
+__all__ = [
+    "ALIGN",
+    "READ_SIZES_BYTES",
+    "READ_PATHS",
+    "ResourceError",
+    "DeviceFile",
+    "Progress",
+    "aligned_buffer",
+    "scratch_space",
+    "meminfo",
+    "check_disk",
+    "check_memory",
+    "machine_info",
+    "write_scratch_file",
+    "measure_reads",
+    "measure_page_cache",
+    "measure_memory",
+    "measure_matmul",
+    "Calibration",
+    "calibrate",
+    "hardware_toml",
+]
+
+#: O_DIRECT needs offsets, lengths and buffers aligned to the logical block size; 4 KiB covers
+#: 512-byte and 4 KiB devices alike
+ALIGN = 4096
+#: the read sizes of the SSD curve: 128 KiB · 2^i, i = 0…7 → 128 KiB … 16 MiB
+READ_SIZES_BYTES = tuple(int(128 * KiB) << i for i in range(8))
+READ_PATHS = ("auto", "o_direct", "fadvise")
+#: disk left free beside a scratch file, bytes
+DISK_MARGIN_BYTES = 256 * MiB
+#: share of MemAvailable a run may take
+MEMORY_SHARE = 0.5
+_CHUNK_BYTES = int(16 * MiB)
+
+
+class ResourceError(ValueError):
+    """A size that the disk or memory cannot hold; raised before any work starts."""
+
+
+# ----------------------------------------------------------------------------- resources
+
+
+def meminfo() -> dict[str, float]:
+    """``{"total": MemTotal, "available": MemAvailable}`` in bytes (/proc/meminfo, else sysconf)."""
+    out: dict[str, float] = {}
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                key, _, rest = line.partition(":")
+                if key in ("MemTotal", "MemAvailable"):
+                    out["total" if key == "MemTotal" else "available"] = float(rest.split()[0]) * 1024.0
+    except OSError:
+        pass
+    if "total" not in out:
+        page = os.sysconf("SC_PAGE_SIZE")
+        out["total"] = float(page * os.sysconf("SC_PHYS_PAGES"))
+        try:
+            out["available"] = float(page * os.sysconf("SC_AVPHYS_PAGES"))
+        except (ValueError, OSError):
+            out["available"] = out["total"]
+    out.setdefault("available", out["total"])
+    return out
+
+
+def _fmt_bytes(n: float) -> str:
+    return f"{n / GiB:.2f} GiB" if n >= GiB else f"{n / MiB:.1f} MiB"
+
+
+def check_disk(directory: str | os.PathLike[str], nbytes: float, what: str) -> None:
+    """Refuse ``nbytes`` of scratch in ``directory`` unless the disk keeps a margin free
+    (:data:`DISK_MARGIN_BYTES`); ``what`` names the flag in the message."""
+    free = shutil.disk_usage(directory).free
+    if nbytes + DISK_MARGIN_BYTES > free:
+        raise ResourceError(
+            f"{what}: needs {_fmt_bytes(nbytes)} of scratch in {directory} but the disk has "
+            f"{_fmt_bytes(free)} free (keeping {_fmt_bytes(DISK_MARGIN_BYTES)} spare); use a smaller size or --scratch-dir"
+        )
+
+
+def check_memory(nbytes: float, what: str) -> None:
+    """Refuse a run that would take more than :data:`MEMORY_SHARE` of ``MemAvailable``."""
+    avail = meminfo()["available"]
+    if nbytes > MEMORY_SHARE * avail:
+        raise ResourceError(
+            f"{what}: needs {_fmt_bytes(nbytes)} of memory but only {_fmt_bytes(avail)} is available "
+            f"(at most {MEMORY_SHARE:.0%} of it may be used); use a smaller size"
+        )
+
+
+def machine_info(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """What the measurement ran on: CPU model, logical cores, memory, kernel, Python, numpy, and
+    the filesystem holding ``path``. No host name."""
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    info: dict[str, Any] = {
+        "cpu": cpu,
+        "logical_cores": os.cpu_count(),
+        "ram_bytes": meminfo()["total"],
+        "system": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+    }
+    if path is not None:
+        info["filesystem"] = _filesystem(Path(path))
+    return info
+
+
+def _filesystem(path: Path) -> str:
+    """Type and device of the mount holding ``path`` (longest mount-point prefix in /proc/mounts)."""
+    best, fs = "", "unknown"
+    target = str(path.resolve())
+    with contextlib.suppress(OSError):
+        with open("/proc/mounts") as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) >= 3:
+                    mnt = parts[1]
+                    inside = target == mnt or target.startswith(mnt.rstrip("/") + "/")
+                    if inside and len(mnt) >= len(best):
+                        best, fs = mnt, f"{parts[2]} on {parts[0]} at {mnt}"
+    return fs
+
+
+# ----------------------------------------------------------------------------- scratch space
+
+
+_SIGNALS = tuple(s for s in (getattr(signal, "SIGINT", None), getattr(signal, "SIGTERM", None)) if s is not None)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+@contextlib.contextmanager
+def scratch_space(base: str | os.PathLike[str] | None = None) -> Iterator[Path]:
+    """A fresh directory for scratch files under ``base`` (default: the system temp dir), removed
+    with everything in it when the block exits — normally, on an exception, on Ctrl-C (SIGINT)
+    or on SIGTERM (turned into ``KeyboardInterrupt`` so ``finally`` runs). Signals are ignored
+    while the directory is removed, so a second Ctrl-C cannot leave half of it behind. Signal
+    handlers are only installed from the main thread (elsewhere Python forbids it)."""
+    parent = Path(base) if base is not None else Path(tempfile.gettempdir())
+    if not parent.is_dir():
+        raise ResourceError(f"--scratch-dir: {parent} is not a directory")
+    old: dict[int, Any] = {}
+    main = _main_thread()
+    if main:
+        for sig in _SIGNALS:
+            old[sig] = signal.signal(sig, _raise_interrupt)
+    path = Path(tempfile.mkdtemp(prefix=".moeroof-scratch-", dir=parent))
+    try:
+        yield path
+    finally:
+        if main:
+            for sig in _SIGNALS:
+                signal.signal(sig, signal.SIG_IGN)
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+        finally:
+            if main:
+                for sig, handler in old.items():
+                    signal.signal(sig, handler)
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+# ----------------------------------------------------------------------------- device reads
+
+
+def aligned_buffer(nbytes: int) -> mmap.mmap:
+    """A writable, page-aligned anonymous buffer of ``nbytes`` rounded up to :data:`ALIGN`
+    (anonymous ``mmap`` memory starts on a page boundary, which O_DIRECT requires)."""
+    n = max(ALIGN, -(-int(nbytes) // ALIGN) * ALIGN)
+    return mmap.mmap(-1, n)
+
+
+class DeviceFile:
+    """A file opened so that its reads reach the device, not the page cache.
+
+    ``read_path="auto"`` tries ``O_DIRECT`` (a test read of one aligned block) and falls back to
+    ``fadvise`` when the filesystem refuses it; ``"o_direct"`` or ``"fadvise"`` force one (a
+    forced ``o_direct`` that is refused raises :class:`ResourceError`). With ``fadvise`` every
+    :meth:`read_into` drops the range it read (``POSIX_FADV_DONTNEED``) so a later read of the
+    same range goes to the device again; :meth:`drop_cache` drops the whole file.
+    ``bytes_read`` and ``reads`` count what :meth:`read_into` returned.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], read_path: str = "auto") -> None:
+        if read_path not in READ_PATHS:
+            raise ValueError(f"read_path must be one of {READ_PATHS}, got {read_path!r}")
+        self.path = Path(path)
+        self.fd = -1
+        self.bytes_read = 0
+        self.reads = 0
+        self.read_path = ""
+        self.refused = ""
+        if read_path in ("auto", "o_direct"):
+            self._try_direct()
+            if not self.read_path and read_path == "o_direct":
+                raise ResourceError(f"--read-path o_direct: {self.path.parent} refuses O_DIRECT ({self.refused})")
+        if not self.read_path:
+            if not hasattr(os, "posix_fadvise"):
+                raise ResourceError("this system has neither O_DIRECT nor posix_fadvise: reads cannot bypass the page cache")
+            self.fd = os.open(self.path, os.O_RDONLY)
+            self.read_path = "fadvise"
+            self.drop_cache()
+
+    def _try_direct(self) -> None:
+        flag = getattr(os, "O_DIRECT", None)
+        if flag is None:
+            self.refused = "no O_DIRECT on this system"
+            return
+        try:
+            fd = os.open(self.path, os.O_RDONLY | flag)
+        except OSError as err:
+            self.refused = err.strerror or str(err)
+            return
+        buf = aligned_buffer(ALIGN)
+        try:
+            os.preadv(fd, [buf], 0)
+        except OSError as err:
+            os.close(fd)
+            self.refused = err.strerror or str(err)
+            return
+        finally:
+            buf.close()
+        self.fd, self.read_path = fd, "o_direct"
+
+    @property
+    def method(self) -> str:
+        """One line saying how reads bypass the page cache."""
+        if self.read_path == "o_direct":
+            return "O_DIRECT, page-aligned mmap buffers, os.preadv, one read at a time"
+        why = f" (O_DIRECT refused: {self.refused})" if self.refused else ""
+        return "buffered os.preadv with posix_fadvise DONTNEED before each measurement and after each read" + why
+
+    def read_into(self, buf: mmap.mmap | memoryview, offset: int, nbytes: int) -> int:
+        """Read ``nbytes`` at ``offset`` into the start of ``buf`` (both multiples of
+        :data:`ALIGN` on the ``o_direct`` path); short reads are continued; returns bytes read."""
+        done = 0
+        with memoryview(buf) as view:
+            while done < nbytes:
+                with view[done:nbytes] as part:
+                    n = os.preadv(self.fd, [part], offset + done)
+                if n == 0:
+                    break
+                done += n
+        if self.read_path == "fadvise":
+            os.posix_fadvise(self.fd, offset, nbytes, os.POSIX_FADV_DONTNEED)
+        self.bytes_read += done
+        self.reads += 1
+        return done
+
+    def drop_cache(self) -> None:
+        """Drop the file's cached pages (``fadvise`` path; a no-op under ``O_DIRECT``)."""
+        if self.read_path == "fadvise":
+            os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_DONTNEED)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> DeviceFile:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+# ----------------------------------------------------------------------------- progress
+
+
+class Progress:
+    """A plain-text progress bar on stderr: ``\\r``-redrawn on a terminal, one line per phase
+    otherwise (CI logs). ``advance`` takes the fraction of the whole run just completed."""
+
+    def __init__(self, title: str, *, stream: TextIO | None = None, enabled: bool = True) -> None:
+        self.title = title
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = enabled
+        self.done = 0.0
+        self.label = ""
+        self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.hooks: list[Callable[[str, float], None]] = []
+
+    def phase(self, label: str) -> None:
+        self.label = label
+        for hook in self.hooks:
+            hook(label, self.done)
+        if self.enabled and not self.tty:
+            print(f"{self.title}: {self.done:4.0%} {label}", file=self.stream, flush=True)
+        self._draw()
+
+    def status(self, label: str) -> None:
+        """A finer label within a phase: redrawn on a terminal, not logged line by line."""
+        self.label = label
+        self._draw()
+
+    def advance(self, fraction: float) -> None:
+        self.done = min(1.0, self.done + max(0.0, fraction))
+        self._draw()
+
+    def _draw(self) -> None:
+        if self.tty:
+            width = 30
+            fill = int(round(self.done * width))
+            bar = "#" * fill + "-" * (width - fill)
+            print(f"\r{self.title} [{bar}] {self.done:4.0%} {self.label[:40]:<40}", end="", file=self.stream, flush=True)
+
+    def finish(self) -> None:
+        self.done = 1.0
+        if self.tty:
+            self._draw()
+            print(file=self.stream, flush=True)
+        elif self.enabled:
+            print(f"{self.title}: done", file=self.stream, flush=True)
+
+
+# ----------------------------------------------------------------------------- measurements
+
+
+def write_scratch_file(path: Path, nbytes: int, rng: np.random.Generator, progress: Progress | None = None,
+                       share: float = 0.0) -> None:
+    """Write ``nbytes`` (a multiple of :data:`ALIGN`) of incompressible data and ``fsync`` it.
+
+    One random 16 MiB chunk is generated and written repeatedly with the first 8 bytes of each
+    4 KiB block stamped with the block's index, so no two blocks are equal (a deduplicating or
+    compressing layer below would otherwise flatter the reads)."""
+    chunk = np.frombuffer(bytearray(rng.bytes(_CHUNK_BYTES)), dtype=np.uint64).reshape(-1, ALIGN // 8)
+    blocks_per_chunk = chunk.shape[0]
+    written = 0
+    with open(path, "wb") as fh:
+        index = 0
+        while written < nbytes:
+            n = min(_CHUNK_BYTES, nbytes - written)
+            chunk[:, 0] = np.arange(index, index + blocks_per_chunk, dtype=np.uint64)
+            fh.write(memoryview(chunk).cast("B")[:n])
+            index += blocks_per_chunk
+            written += n
+            if progress is not None:
+                progress.advance(share * n / nbytes)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+@dataclass
+class ReadCell:
+    """One (pattern, read size) measurement: Σ bytes / Σ seconds over ``reads`` reads."""
+
+    pattern: str
+    read_size_bytes: int
+    reads: int
+    bytes: int
+    seconds: float
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.bytes / self.seconds if self.seconds > 0 else float("nan")
+
+
+def measure_reads(dev: DeviceFile, file_bytes: int, read_size: int, pattern: str, seconds: float,
+                  rng: np.random.Generator, *, min_reads: int = 2) -> ReadCell:
+    """Time reads of ``read_size`` bytes until ``seconds`` have passed (at least ``min_reads``,
+    at most four passes over the file's worth of bytes). ``pattern`` ``"random"``: offsets
+    uniform over the file at multiples of :data:`ALIGN`; ``"sequential"``: o, o + s, o + 2s, …
+    from a random aligned o, wrapping to 0 at the end of the file. Only the ``preadv`` calls
+    are timed."""
+    if pattern not in ("random", "sequential"):
+        raise ValueError(f"pattern must be 'random' or 'sequential', got {pattern!r}")
+    if read_size > file_bytes:
+        raise ValueError(f"read size {read_size} exceeds the file ({file_bytes} bytes)")
+    dev.drop_cache()
+    buf = aligned_buffer(read_size)
+    slots = (file_bytes - read_size) // ALIGN + 1
+    per_pass = max(1, file_bytes // read_size)
+    total = busy = 0.0
+    reads = nbytes = 0
+    next_seq = int(rng.integers(0, slots)) * ALIGN if pattern == "sequential" else 0
+    try:
+        while reads < min_reads or (busy < seconds and reads < 4 * per_pass):
+            if pattern == "random":
+                offset = int(rng.integers(0, slots)) * ALIGN
+            else:
+                if next_seq + read_size > file_bytes:
+                    next_seq = 0
+                offset = next_seq
+                next_seq += read_size
+            t0 = time.perf_counter()
+            nbytes += dev.read_into(buf, offset, read_size)
+            busy += time.perf_counter() - t0
+            reads += 1
+        total = busy
+    finally:
+        buf.close()
+    return ReadCell(pattern, read_size, reads, nbytes, total)
+
+
+def measure_page_cache(path: Path, nbytes: int, read_size: int, seconds: float) -> ReadCell:
+    """Page-cached read bandwidth: read the first ``nbytes`` of ``path`` once through the page
+    cache (untimed, to load it), then time repeated passes of ``read_size`` reads over it."""
+    buf = aligned_buffer(read_size)
+    fd = os.open(path, os.O_RDONLY)
+    view = memoryview(buf)[:read_size]
+    try:
+        for off in range(0, nbytes, read_size):
+            os.preadv(fd, [view], off)
+        reads = done = 0
+        busy = 0.0
+        while reads == 0 or busy < seconds:
+            for off in range(0, nbytes, read_size):
+                t0 = time.perf_counter()
+                done += os.preadv(fd, [view], off)
+                busy += time.perf_counter() - t0
+                reads += 1
+        return ReadCell("page-cache", read_size, reads, done, busy)
+    finally:
+        os.close(fd)
+        view.release()
+        buf.close()
+
+
+def _median_rate(work: float, run: Callable[[], None], seconds: float, min_repeats: int = 3) -> tuple[float, int]:
+    """``work / t`` for the median ``t`` of repeated ``run()`` calls after one untimed warm-up."""
+    run()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < min_repeats or time.perf_counter() - start < seconds:
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    return work / float(np.median(times)), len(times)
+
+
+def measure_memory(nbytes: int, seconds: float) -> tuple[float, int]:
+    """Memory bandwidth (bytes/s) of ``numpy.copyto`` between two float64 arrays of ``nbytes``
+    each; bytes moved per copy = 2 · nbytes. Returns (median rate, repeats)."""
+    n = max(1, int(nbytes) // 8)
+    src = np.ones(n)
+    dst = np.empty_like(src)
+    return _median_rate(2.0 * n * 8, lambda: np.copyto(dst, src), seconds)
+
+
+def measure_matmul(n: int, seconds: float, rng: np.random.Generator) -> tuple[float, int]:
+    """Dense float32 matmul FLOP/s of ``n × n`` by ``n × n`` (2n³ FLOP per product), numpy's BLAS
+    with its default threads. Returns (median rate, repeats)."""
+    a = rng.random((n, n), dtype=np.float32)
+    b = rng.random((n, n), dtype=np.float32)
+    out = np.empty((n, n), dtype=np.float32)
+    return _median_rate(2.0 * float(n) ** 3, lambda: np.matmul(a, b, out=out), seconds)
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+@dataclass
+class Calibration:
+    """What :func:`calibrate` measured (SI units) and where it wrote the TOML."""
+
+    date: str
+    command: str
+    read_path: str
+    read_method: str
+    machine: dict[str, Any]
+    ram_bytes: float
+    os_reserve_bytes: float
+    bw_mem_bytes_per_s: float
+    flops_per_s: float
+    random: list[ReadCell]
+    sequential: list[ReadCell]
+    page_cache: ReadCell
+    file_bytes: int
+    seconds_budget: float
+    wall_seconds: float
+    mem_bytes: int
+    matmul_n: int
+    output: Path | None = None
+    name: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def hardware(self):
+        """The calibration as a :class:`moeroof.presets.Hardware`, read back through the presets
+        loader from its TOML (a temp file, removed), so it is exactly what the file would give."""
+        from moeroof.presets import load_hardware
+
+        fd, tmp = tempfile.mkstemp(prefix="moeroof-calibration-", suffix=".toml")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(hardware_toml(self))
+            return replace(load_hardware(tmp), path=self.output)
+        finally:
+            os.unlink(tmp)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: SI numbers, the curves as lists, provenance ``witnessed``."""
+        def cells(cs: list[ReadCell]) -> dict[str, list]:
+            return {"read_size_bytes": [c.read_size_bytes for c in cs], "bytes_per_s": [c.bytes_per_s for c in cs],
+                    "reads": [c.reads for c in cs]}
+
+        return {
+            "what": "moeroof calibrate",
+            "provenance": "witnessed",
+            "date": self.date,
+            "command": self.command,
+            "machine": self.machine,
+            "name": self.name,
+            "output": str(self.output) if self.output else None,
+            "read_path": self.read_path,
+            "read_method": self.read_method,
+            "ram_bytes": self.ram_bytes,
+            "os_reserve_bytes": self.os_reserve_bytes,
+            "bw_mem_bytes_per_s": self.bw_mem_bytes_per_s,
+            "flops_per_s": self.flops_per_s,
+            "ssd_random": cells(self.random),
+            "ssd_sequential": cells(self.sequential),
+            "page_cache_bytes_per_s": self.page_cache.bytes_per_s,
+            "page_cache_read_size_bytes": self.page_cache.read_size_bytes,
+            "file_bytes": self.file_bytes,
+            "mem_bytes": self.mem_bytes,
+            "matmul_n": self.matmul_n,
+            "seconds_budget": self.seconds_budget,
+            "wall_seconds": self.wall_seconds,
+            "notes": list(self.notes),
+        }
+
+
+def _toml_str(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)  # a JSON string is a valid TOML basic string
+
+
+def _toml_num(x: float) -> str:
+    x = float(x)
+    return str(int(x)) if x.is_integer() and abs(x) < 2**53 else repr(x)
+
+
+def hardware_toml(cal: Calibration) -> str:
+    """The presets-schema TOML for a calibration: every field ``witnessed = true``, the date and
+    the method in its ``source``; the sequential curve and the page-cached bandwidth, which the
+    schema has no field for, in the header comment."""
+    d = cal.date
+    gbs = lambda x: f"{x / 1e9:.3f}"  # noqa: E731
+    sizes = [c.read_size_bytes for c in cal.random]
+    size_txt = ", ".join(f"{s / KiB:g} KiB" if s < MiB else f"{s / MiB:g} MiB" for s in sizes)
+    header = [
+        f"# Witnessed by `moeroof calibrate` on {d} (UTC). Re-run it to refresh; do not edit the numbers by hand.",
+        f"# command: {cal.command}",
+        "# machine: " + ", ".join(f"{k} {v}" for k, v in cal.machine.items()),
+        f"# read path: {cal.read_path} ({cal.read_method})",
+        f"# read sizes: {size_txt}",
+        "# random reads, GB/s (bw_ssd_bytes_per_s below): " + ", ".join(gbs(c.bytes_per_s) for c in cal.random),
+        "# sequential reads, GB/s (not in the schema):     " + ", ".join(gbs(c.bytes_per_s) for c in cal.sequential),
+        f"# page-cached reads at {cal.page_cache.read_size_bytes / MiB:g} MiB, GB/s (not in the schema): {gbs(cal.page_cache.bytes_per_s)}",
+    ] + [f"# note: {n}" for n in cal.notes]
+    src = f"moeroof calibrate {d}"
+    desc = f"measured by moeroof calibrate on {d}: {cal.machine.get('cpu')}, {cal.machine.get('logical_cores')} logical cores"
+
+    def entry(key: str, value: Any, unit: str, source: str) -> str:
+        val = "[" + ", ".join(_toml_num(v) for v in value) + "]" if isinstance(value, (list, tuple)) else _toml_num(value)
+        return f"{key} = {{ value = {val}, unit = {_toml_str(unit)}, source = {_toml_str(source)}, witnessed = true }}"
+
+    body = [
+        'kind = "hardware"',
+        f"name = {_toml_str(cal.name)}",
+        f"description = {_toml_str(desc)}",
+        entry("ram_bytes", cal.ram_bytes, "B", f"{src}: MemTotal of /proc/meminfo"),
+        entry("bw_mem_bytes_per_s", cal.bw_mem_bytes_per_s, "B/s",
+              f"{src}: numpy.copyto of {cal.mem_bytes / MiB:g} MiB float64 arrays, bytes = 2 x array (read + write), median of repeats"),
+        entry("flops_per_s", cal.flops_per_s, "FLOP/s",
+              f"{src}: float32 numpy matmul {cal.matmul_n}x{cal.matmul_n}, 2n^3 FLOP, default BLAS threads, median of repeats"),
+        entry("ssd_read_size_bytes", sizes, "B", f"{src}: read sizes of the random-read measurement"),
+        entry("bw_ssd_bytes_per_s", [c.bytes_per_s for c in cal.random], "B/s",
+              f"{src}: random {cal.read_path} reads of a {cal.file_bytes / MiB:g} MiB scratch file, queue depth 1, "
+              f"4 KiB-aligned offsets, sum bytes / sum seconds ({cal.read_method})"),
+        entry("os_reserve_bytes", cal.os_reserve_bytes, "B", f"{src}: MemTotal - MemAvailable of /proc/meminfo"),
+    ]
+    return "\n".join(header + body) + "\n"
+
+
+def _atomic_write_text(path: Path, text: str, check: Callable[[Path], Any] | None = None) -> None:
+    """Write ``text`` to a temp file beside ``path``, run ``check(temp)``, then ``os.replace``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if check is not None:
+            check(Path(tmp))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _utc_date() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).date().isoformat()
+
+
+def calibrate(
+    output: str | os.PathLike[str] | None,
+    *,
+    file_bytes: int = int(2 * GiB),
+    seconds: float = 30.0,
+    mem_bytes: int = int(256 * MiB),
+    matmul_n: int = 2048,
+    scratch_dir: str | os.PathLike[str] | None = None,
+    read_path: str = "auto",
+    name: str | None = None,
+    seed: int = 0,
+    rounds: int = 5,
+    command: str = "",
+    progress: Progress | None = None,
+) -> Calibration:
+    """Measure the box and write a witnessed hardware TOML to ``output`` (None: write nothing).
+
+    ``seconds`` is the budget of the timed measurements, shared as: 70 % the SSD cells (random
+    and sequential at each read size), 10 % page-cached reads, 10 % memory copy, 10 % matmul.
+    The SSD cells are visited in ``rounds`` rounds, each in a fresh random order, and each
+    cell's bandwidth is Σ bytes / Σ seconds over its visits: a shared device's slow spells then
+    fall on every read size alike instead of bending the curve at whichever size they hit;
+    writing the scratch file of ``file_bytes`` comes on top, bounded by its size. Read sizes
+    larger than the file are dropped (with a note). The scratch directory is a fresh folder
+    under ``scratch_dir`` (default: the output's folder, so the file sits on the filesystem the
+    user cares about; the system temp dir when there is no output), removed on every exit.
+    All sizes are checked against free disk and available memory before anything is written.
+    """
+    if not file_bytes >= 128 * KiB:
+        raise ValueError("--file-mib: the scratch file must hold at least one 128 KiB read")
+    if not seconds > 0:
+        raise ValueError("--seconds: must be > 0")
+    if mem_bytes < 1 or matmul_n < 1:
+        raise ValueError("--mem-mib and --matmul-n must be positive")
+    file_bytes = -(-int(file_bytes) // ALIGN) * ALIGN
+    out = Path(output) if output is not None else None
+    base = Path(scratch_dir) if scratch_dir is not None else (out.resolve().parent if out is not None else None)
+    if base is not None and not base.is_dir():
+        if scratch_dir is not None:
+            raise ResourceError(f"--scratch-dir: {base} is not a directory")
+        raise ResourceError(f"--output: the folder {base} does not exist")
+    check_disk(base if base is not None else tempfile.gettempdir(), file_bytes, "--file-mib")
+    page_bytes = min(file_bytes, int(256 * MiB))
+    check_memory(2 * mem_bytes + 3 * 4 * matmul_n**2 + page_bytes + READ_SIZES_BYTES[-1], "--mem-mib/--matmul-n")
+    sizes = [s for s in READ_SIZES_BYTES if s <= file_bytes]
+    notes = []
+    if len(sizes) < len(READ_SIZES_BYTES):
+        notes.append(f"read sizes above the {file_bytes / MiB:g} MiB scratch file were not measured")
+    rng = np.random.default_rng(seed)
+    prog = progress if progress is not None else Progress("calibrate", enabled=False)
+    t_start = time.perf_counter()
+    date = _utc_date()
+    mem = meminfo()
+    with scratch_space(base) as scratch:
+        path = scratch / "calibrate.bin"
+        prog.phase(f"writing a {file_bytes / MiB:g} MiB scratch file")
+        write_scratch_file(path, file_bytes, rng, prog, share=0.1)
+        cells = [(pattern, size) for size in sizes for pattern in ("random", "sequential")]
+        visit_s = 0.7 * seconds / (len(cells) * rounds)
+        acc: dict[tuple[str, int], ReadCell] = {c: ReadCell(c[0], c[1], 0, 0, 0.0) for c in cells}
+        with DeviceFile(path, read_path) as dev:
+            for r in range(rounds):
+                prog.phase(f"{dev.read_path} reads, round {r + 1}/{rounds}")
+                for j in rng.permutation(len(cells)):
+                    pattern, size = cells[j]
+                    label = f"{size / KiB:g} KiB" if size < MiB else f"{size / MiB:g} MiB"
+                    prog.status(f"{dev.read_path} reads, round {r + 1}/{rounds}: {pattern} {label}")
+                    got = measure_reads(dev, file_bytes, size, pattern, visit_s, rng, min_reads=1)
+                    cell = acc[pattern, size]
+                    cell.reads += got.reads
+                    cell.bytes += got.bytes
+                    cell.seconds += got.seconds
+                    prog.advance(0.6 / (len(cells) * rounds))
+            random_cells = [acc["random", size] for size in sizes]
+            seq_cells = [acc["sequential", size] for size in sizes]
+            path_name, method = dev.read_path, dev.method
+        prog.phase("page-cached reads")
+        page = measure_page_cache(path, page_bytes, min(int(MiB), file_bytes), 0.1 * seconds)
+        prog.advance(0.1)
+    prog.phase("memory copy")
+    bw_mem, _ = measure_memory(mem_bytes, 0.1 * seconds)
+    prog.advance(0.1)
+    prog.phase("float32 matmul")
+    flops, _ = measure_matmul(matmul_n, 0.1 * seconds, rng)
+    prog.advance(0.1)
+    if path_name == "fadvise":
+        notes.append("reads bypass the page cache by posix_fadvise DONTNEED, not O_DIRECT: " + method)
+    cal = Calibration(
+        date=date,
+        command=command or "moeroof calibrate (library call)",
+        read_path=path_name,
+        read_method=method,
+        machine=machine_info(base if base is not None else tempfile.gettempdir()),
+        ram_bytes=mem["total"],
+        os_reserve_bytes=max(0.0, mem["total"] - mem["available"]),
+        bw_mem_bytes_per_s=bw_mem,
+        flops_per_s=flops,
+        random=random_cells,
+        sequential=seq_cells,
+        page_cache=page,
+        file_bytes=file_bytes,
+        seconds_budget=seconds,
+        wall_seconds=time.perf_counter() - t_start,
+        mem_bytes=int(mem_bytes),
+        matmul_n=int(matmul_n),
+        output=out,
+        name=name or f"calibrated-{date}",
+        notes=notes,
+    )
+    if out is not None:
+        from moeroof.presets import load_hardware
+
+        _atomic_write_text(out, hardware_toml(cal), check=load_hardware)
+    prog.finish()
+    return cal

@@ -1,0 +1,261 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     formats: ipynb,py:percent
+#     notebook_metadata_filter: kernelspec,jupytext,-all
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Does the roofline predict a measured MoE decode step on the machine at hand?
+#
+# **Answer.** On this box the roofline predicts a real decode step of streamed experts well
+# at the default size, from the calibration alone. `moeroof calibrate` measures the disk
+# (bypassing the page cache), memory and float32 FLOP/s; `moeroof bench` times decode steps of a
+# synthetic MoE whose experts stream from that disk, coalesced and against the `uncoalesced`
+# baseline; the roofline predicts the same runs from the calibration taken just before, never
+# tuned on the bench. Every step is SSD-bound; `sum` (a serial read-then-compute loop) fits
+# better than `max`; the measured union and coalescing ratio follow the independent-token model;
+# and the default run's median error is well inside the 25 % aim, with its worst rows at the
+# smallest coalesced batches (per-read and Python overhead the model omits) and the largest
+# uncoalesced batch (the disk streams long runs of reads faster than the calibrated one-at-a-time
+# reads). The small live run rendered here, with tiny experts, is dominated by that per-read
+# overhead and is over-predicted by about 2×; the disk's bandwidth also drifts between the
+# calibrations before and after a run on this shared virtual disk. The lesson for other boxes:
+# calibrate at the engine's read size and queue depth, right before and after the run, and read
+# the drift between the two as the floor of any prediction's error. On an H200 streaming experts
+# from host memory (witnessed run below), the link-bound uncoalesced path is predicted closely
+# and the coalesced path over-predicted, since per-expert launches and indexing cost time the
+# roofline omits. Every number is in the printed tables; the replayed default-size run is the one
+# the README quotes.
+
+# %% tags=["parameters"]
+file_mib: int = 64  # scratch file of each calibrate run in MiB
+calibrate_seconds: float = 3.0  # time budget of each calibrate run in seconds
+calibrate_after: bool = True  # calibrate again after the bench to show how far the device drifts
+experts: int = 16  # experts per layer E of the live bench
+layers: int = 2  # MoE layers L of the live bench
+top_k: int = 2  # experts per token K of the live bench
+d_model: int = 512  # hidden size d; an expert is 2 x d x f float32
+d_ff: int = 512  # expert width f
+batch: str = "1,2,4,8,16"  # batch sizes of the live bench, comma-separated
+steps: int = 3  # counted decode steps per mode and batch size
+routing: str = "uniform"  # routing model of the live bench: uniform or zipf:S
+seed: int = 0  # seed of routing, gates and weights
+scratch_dir: str = ""  # folder for scratch files, empty for the system temp dir
+replay_bench: str = "measurements/bench-cpu-2026-11-29.json"  # a saved default-size bench run to predict too, empty for none
+replay_calibration: str = "measurements/calibrate-cpu-2026-11-29.toml"  # calibrate TOML measured just before that run
+replay_calibration_after: str = "measurements/calibrate-cpu-2026-11-29-after.toml"  # calibrate TOML measured just after it, empty for none
+
+# %%
+import json
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+import moeroof
+from moeroof.bench import StackShape, median_abs_error, predict_bench, run_bench
+from moeroof.calibrate import calibrate
+from moeroof.cli import parse_batch
+from moeroof.paths import resolve_data
+from moeroof.plots import label_with_baseline, provenance_label, save_figure, style
+from moeroof.validation import gpu_bench_check
+from moeroof.presets import load_hardware
+from moeroof.units import MiB
+
+batch_list = parse_batch(batch)
+scratch = scratch_dir or None
+OVERLAPS = ("sum", "max")
+
+# %% [markdown]
+# ## The live run: calibrate, bench, calibrate again
+# The calibration before the bench is the prediction's input; the one after only shows how far
+# the device moved while the bench ran. Both are witnessed; the bench never feeds the model.
+
+# %%
+cal_kw = dict(file_bytes=file_mib * 2**20, seconds=calibrate_seconds, mem_bytes=64 * 2**20, matmul_n=1024, scratch_dir=scratch)
+cal_before = calibrate(None, name="live-before", seed=seed, **cal_kw)
+live = run_bench(StackShape(experts, layers, d_model, d_ff), top_k, batch_list, routing=routing, steps=steps,
+                 warmup_steps=1, seed=seed, scratch_dir=scratch)
+cal_after = calibrate(None, name="live-after", seed=seed + 1, **cal_kw) if calibrate_after else None
+print(f"read path: calibrate {cal_before.read_path}, bench {live['read_path']}; expert {live['expert_bytes'] / MiB:g} MiB")
+runs = {"live": (live, cal_before.hardware(), cal_after.hardware() if cal_after is not None else None)}
+if replay_bench:
+    replay = json.loads(resolve_data(replay_bench).read_text())
+    runs["default"] = (replay, load_hardware(resolve_data(replay_calibration)),
+                       load_hardware(resolve_data(replay_calibration_after)) if replay_calibration_after else None)
+    print(f"replayed: {replay['command']} on {replay['date']} ({replay['machine']['cpu']}, read path {replay['read_path']})")
+
+# %% [markdown]
+# ## Predicted against measured, per mode and batch
+# For each run: the roofline from the calibration before the bench, with `sum` (serial) and
+# `max` (perfect overlap) combining the terms, and from the calibration after it (`sum`).
+# Relative error = predicted / measured − 1.
+
+# %%
+preds, tables = {}, []
+for name, (rep, hw, hw_after) in runs.items():
+    for overlap in OVERLAPS:
+        preds[name, overlap] = predict_bench(rep, hw, overlap=overlap)
+    if hw_after is not None:
+        preds[name, "sum, after"] = predict_bench(rep, hw_after, overlap="sum")
+    p = preds[name, "sum"]
+    tables.append(pd.DataFrame({
+        "run": name, "mode": rep["mode"], "B": rep["batch"], "measured net tok/s": rep["net_tok_s"],
+        "predicted (sum)": p["predicted_net_tok_s"], "error (sum)": p["relative_error"],
+        "error (max)": preds[name, "max"]["relative_error"],
+        **({"error (sum, after)": preds[name, "sum, after"]["relative_error"]} if hw_after is not None else {}),
+        "bound": p["bound"], "measured U": rep["union_per_layer"], "modelled U": p["predicted_union_per_layer"],
+        "MB read": np.asarray(rep["bytes_read_per_step"]) / 1e6,
+    }))
+table = pd.concat(tables, ignore_index=True)
+summary = pd.DataFrame([{"run": name, "prediction": key, **{f"median |error| {m}": v for m, v in median_abs_error(p).items()},
+                         "max |error|": float(np.max(np.abs(p["relative_error"])))}
+                        for (name, key), p in preds.items()])
+print(summary.round(3).to_string(index=False))
+for name, (rep, hw, hw_after) in runs.items():
+    modes_, b_ = np.asarray(rep["mode"]), np.asarray(rep["batch"])
+    for b in np.unique(b_):
+        sel = b_ == b
+        if set(modes_[sel]) == {"coalesced", "uncoalesced"}:
+            get = lambda key, m: np.asarray(key)[sel][modes_[sel] == m][0]  # noqa: E731
+            meas = get(rep["net_tok_s"], "coalesced") / get(rep["net_tok_s"], "uncoalesced")
+            pred = get(preds[name, "sum"]["predicted_net_tok_s"], "coalesced") / get(preds[name, "sum"]["predicted_net_tok_s"], "uncoalesced")
+            print(f"{name} B={b}: coalesced / uncoalesced net tok/s measured {meas:.2f}x, predicted (sum) {pred:.2f}x "
+                  f"(baseline: uncoalesced)")
+    e = rep["expert_bytes"]
+    drift = (hw_after.ssd_bandwidth(e) / hw.ssd_bandwidth(e) - 1) if hw_after is not None else float("nan")
+    print(f"{name}: calibrated read bandwidth at the expert size {e / MiB:g} MiB: before {hw.ssd_bandwidth(e) / 1e9:.3f} GB/s, "
+          f"after {hw_after.ssd_bandwidth(e) / 1e9 if hw_after is not None else float('nan'):.3f} GB/s, drift {drift:+.1%}")
+table.round(3)
+
+# %% [markdown]
+# ## Figure: measured against predicted net tok/s, the error per B, and the coalescing ratio
+# Markers are measured (witnessed); lines are the roofline from the calibration before the run
+# (a model on witnessed inputs). The shaded band spans the `sum` predictions from the
+# calibrations before and after the bench: the device's own drift.
+
+# %%
+def witness_figure(name: str) -> None:
+    rep = runs[name][0]
+    mode_arr = np.asarray(rep["mode"])
+    b_arr = np.asarray(rep["batch"])
+    colors = {"uncoalesced": "C3", "coalesced": "C0"}
+    with style():
+        fig, (ax_n, ax_e, ax_c) = plt.subplots(1, 3, figsize=(14, 4.3))
+        for mode in ("uncoalesced", "coalesced"):
+            sel = mode_arr == mode
+            if not sel.any():
+                continue
+            c = colors[mode]
+            label = mode if mode == "coalesced" else "baseline: uncoalesced"
+            ax_n.plot(b_arr[sel], np.asarray(rep["net_tok_s"])[sel], "o", color=c, label=f"{label}, measured")
+            for overlap, ls in (("sum", "-"), ("max", ":")):
+                ax_n.plot(b_arr[sel], np.asarray(preds[name, overlap]["predicted_net_tok_s"])[sel], ls, color=c,
+                          label=f"{label}, predicted ({overlap})")
+                ax_e.plot(b_arr[sel], 100 * np.asarray(preds[name, overlap]["relative_error"])[sel], ls, marker="o", color=c,
+                          label=f"{mode} ({overlap})")
+            if (name, "sum, after") in preds:
+                lo = np.asarray(preds[name, "sum"]["predicted_net_tok_s"])[sel]
+                hi = np.asarray(preds[name, "sum, after"]["predicted_net_tok_s"])[sel]
+                ax_n.fill_between(b_arr[sel], np.minimum(lo, hi), np.maximum(lo, hi), color=c, alpha=0.15, lw=0)
+        coal = mode_arr == "coalesced"
+        ax_c.plot(b_arr[coal], np.asarray(rep["coalescing_ratio"])[coal], "ko", label="measured B·K/U")
+        ax_c.plot(b_arr[coal], np.asarray(preds[name, "sum"]["predicted_coalescing_ratio"])[coal], "k-",
+                  label="modelled: independent tokens")
+        ax_e.axhspan(-25, 25, color="0.9", lw=0, label="±25 %")
+        ax_e.axhline(0, color="k", lw=0.8)
+        ax_n.set(xscale="log", yscale="log", xlabel="batch B (agents)", ylabel="net tok/s (all agents)")
+        ax_e.set(xscale="log", xlabel="batch B (agents)", ylabel="predicted / measured − 1 (%)")
+        ax_c.set(xscale="log", xlabel="batch B (agents)", ylabel=label_with_baseline("coalescing ratio B·K/U", "uncoalesced"))
+        for ax in (ax_n, ax_e, ax_c):
+            ax.legend(fontsize=6)
+        shape = f"E={rep['experts']} L={rep['layers']} K={rep['top_k']}, expert {rep['expert_bytes'] / MiB:g} MiB"
+        ax_n.set_title(f"{name} run: {shape}, {rep['read_path']} reads\nmarkers {provenance_label('witnessed')}; "
+                       f"lines {provenance_label('witnessed-inputs')}", fontsize=8)
+        ax_e.set_title(f"error of the roofline, {rep['date'][:10]}", fontsize=8)
+        ax_c.set_title(f"routing {rep['routing']}; baseline uncoalesced", fontsize=8)
+        fig.tight_layout()
+        if name != "live":
+            # the live run re-measures this box each render: it stays in the report, not in figures/
+            save_figure(fig, f"witness_{name}")
+        plt.show()
+
+
+for name in runs:
+    witness_figure(name)
+
+# %% [markdown]
+# ## The same lever on a GPU: experts streamed over PCIe to an H200
+# A witnessed run of `benchmarks/gpu_moe_bench.py` on the lab's H200 (data file
+# `data/measurements/gpu_moe_bench-h200-2026-11-29.json`, machine, date and command inside):
+# 64 experts × 8 layers of fp16 matrices in pinned host memory, Zipf routing, top-4; uncoalesced
+# copies every token's experts, coalesced copies the layer's union once. Predicted with the
+# `h200-pcie-offload` preset, whose link curve was measured on the same machine; nothing is
+# calibrated on the bench.
+
+# %%
+gpu = gpu_bench_check()
+with style():
+    fig, (ax_n, ax_u) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for mode, color in (("uncoalesced", "C3"), ("coalesced", "C0")):
+        label = mode if mode == "coalesced" else "baseline: uncoalesced"
+        ax_n.plot(gpu["batch"], gpu["modes"][mode]["measured"], "o", color=color, label=f"{label}, measured")
+        ax_n.plot(gpu["batch"], gpu["modes"][mode]["predicted"], "-", color=color, label=f"{label}, predicted")
+    ax_n.set(xscale="log", yscale="log", xlabel="batch B (tokens per step)", ylabel="net tok/s",
+             title=f"{gpu['gpu']}, {gpu['date']}: markers {provenance_label('witnessed')}\nlines {provenance_label('witnessed-inputs')}")
+    ax_u.plot(gpu["batch"], gpu["multiple_measured"], "ko", label="measured")
+    ax_u.plot(gpu["batch"], gpu["multiple_predicted"], "k-", label="roofline")
+    ax_u.set(xscale="log", xlabel="batch B (tokens per step)", ylabel=label_with_baseline("coalesced / uncoalesced net tok/s", "uncoalesced"),
+             title="what coalescing buys on the GPU")
+    ax_n.legend(fontsize=7)
+    ax_u.legend(fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, "witness_gpu_h200")
+    plt.show()
+print(f"H200 median |error| of predicted net tok/s: uncoalesced {gpu['modes']['uncoalesced']['median_abs_error']:.0%}, "
+      f"coalesced {gpu['modes']['coalesced']['median_abs_error']:.0%}; coalescing multiple at B = {gpu['batch'][-1]}: "
+      f"measured {gpu['multiple_measured'][-1]:.2f}x, predicted {gpu['multiple_predicted'][-1]:.2f}x (baseline uncoalesced); "
+      f"union per layer measured {gpu['union_measured'][-1]:.1f}, modelled {gpu['union_predicted'][-1]:.1f}")
+
+# %% [markdown]
+# ## Where the gap comes from
+# The step as the bench saw it, against the model's terms: the effective read bandwidth of the
+# step (bytes read ÷ step time, an upper bound on the time reading took) against the calibrated
+# bandwidth at the expert's read size, before and after; what the `sum` model leaves out shows
+# up as the measured step minus the predicted one.
+
+# %%
+rows = []
+for name, (rep, hw, hw_after) in runs.items():
+    e = rep["expert_bytes"]
+    for i, (b, mode) in enumerate(zip(rep["batch"], rep["mode"])):
+        p = preds[name, "sum"]
+        rows.append({
+            "run": name, "mode": mode, "B": b,
+            "step s": rep["step_seconds"][i], "step s median": rep.get("step_seconds_median", rep["step_seconds"])[i],
+            "predicted s": p["predicted_step_seconds"][i],
+            "unexplained s": rep["step_seconds"][i] - p["predicted_step_seconds"][i],
+            "effective GB/s": rep["bytes_read_per_step"][i] / rep["step_seconds"][i] / 1e9,
+            "calibrated GB/s before": hw.ssd_bandwidth(e) / 1e9,
+            "calibrated GB/s after": hw_after.ssd_bandwidth(e) / 1e9 if hw_after is not None else np.nan,
+            "step spread max/min": max(rep["step_seconds_each"][i]) / min(rep["step_seconds_each"][i]),
+        })
+gap = pd.DataFrame(rows)
+gap.round(3)
+
+# %% [markdown]
+# ## Versions and parameters
+
+# %%
+print(f"moeroof {moeroof.__version__}, numpy {np.__version__}, pandas {pd.__version__}")
+print({"file_mib": file_mib, "calibrate_seconds": calibrate_seconds, "calibrate_after": calibrate_after, "experts": experts,
+       "layers": layers, "top_k": top_k, "d_model": d_model, "d_ff": d_ff, "batch": batch, "steps": steps, "routing": routing,
+       "seed": seed, "scratch_dir": scratch_dir, "replay_bench": replay_bench, "replay_calibration": replay_calibration,
+       "replay_calibration_after": replay_calibration_after})
+print("machine:", live["machine"])

@@ -42,7 +42,7 @@ import pandas as pd
 
 import moeroof
 from moeroof.paths import DATA_DIR
-from moeroof.plots import label_with_baseline, provenance_label, save_figure, style
+from moeroof.plots import label_with_baseline, provenance_label, save_figure, shade_regimes, style
 from moeroof.presets import load_hardware, load_model
 from moeroof.roofline import Workload, multiple_thresholds, plan, routing_from_spec
 from moeroof.units import GiB, gib
@@ -72,16 +72,10 @@ for note in p.notes:
 # RAM (infeasible as modelled).
 
 # %%
-colors = {"ssd": "#d9ead3", "memory": "#cfe2f3", "compute": "#fce5cd", "fabric": "#ead1dc"}
 with style():
     fig, (ax_n, ax_a) = plt.subplots(1, 2, figsize=(12, 4.5))
     for ax in (ax_n, ax_a):
-        edges = np.r_[batch[0], np.sqrt(batch[1:] * batch[:-1]), batch[-1]]
-        for i, term in enumerate(p.bound):
-            ax.axvspan(edges[i], edges[i + 1], color=colors[term], lw=0)
-        bad = ~p.fits_in_memory
-        if bad.any():
-            ax.axvspan(edges[np.argmax(bad)], edges[-1], fill=False, hatch="//", lw=0, label="KV + dense exceed RAM")
+        regimes = shade_regimes(ax, batch, p.bound, p.fits_in_memory)
     ax_n.plot(batch, p.net_tok_s, "k-", lw=2, label="coalesced (this model)")
     ax_n.plot(batch, p.baselines["uncoalesced"]["net_tok_s"], "C3--", label="baseline: uncoalesced")
     ax_n.plot(batch, p.baselines["single"]["net_tok_s"], "C0:", label="baseline: single (B = 1)")
@@ -90,9 +84,7 @@ with style():
     for ax, ylabel in ((ax_n, "net tok/s (all agents)"), (ax_a, "tok/s per agent")):
         ax.set(xscale="log", yscale="log", xlabel="batch B (concurrent agents)", ylabel=ylabel)
         handles, labels = ax.get_legend_handles_labels()
-        handles += [plt.Rectangle((0, 0), 1, 1, color=colors[t]) for t in dict.fromkeys(p.bound)]
-        labels += [f"{t}-bound" for t in dict.fromkeys(p.bound)]
-        ax.legend(handles, labels, fontsize=7)
+        ax.legend(handles + [h for h, _ in regimes], labels + [lab for _, lab in regimes], fontsize=7)
     ax_n.set_title(f"{m.name} on {hw.name}, {r.label}, cache {cache_gib:g} GiB\n{prov}", fontsize=9)
     ax_a.set_title(f"context {context_tokens} tokens, overlap {overlap}", fontsize=9)
     fig.tight_layout()

@@ -53,7 +53,7 @@ import pandas as pd
 
 import moeroof
 from moeroof.cache import requests_from_trace, simulate
-from moeroof.plots import label_with_baseline, provenance_label, save_figure, style
+from moeroof.plots import label_with_baseline, provenance_label, save_figure, shade_regimes, style
 from moeroof.presets import list_presets, load_hardware, load_model
 from moeroof.roofline import Workload, plan, routing_from_spec
 from moeroof.routing import Zipf, sample_trace
@@ -63,7 +63,6 @@ from moeroof.units import GB, GiB, gb_per_s
 seed = sum(map(ord, seed_name))
 presets = list_presets()
 KEY_BATCHES = [1, 8, 16, 64, 128, 256, 1024]  # rows shown in the table
-COLORS = {"ssd": "#d9ead3", "memory": "#cfe2f3", "compute": "#fce5cd", "fabric": "#ead1dc"}
 
 
 # %% [markdown]
@@ -124,19 +123,12 @@ def draw(s):
     batch = p.batch
     with style():
         fig, (ax_n, ax_u, ax_c) = plt.subplots(1, 3, figsize=(15, 4.6))
-        edges = np.r_[batch[0], np.sqrt(batch[1:] * batch[:-1]), batch[-1]] if batch.size > 1 else np.r_[batch, batch + 1]
-        for i, term in enumerate(p.bound):
-            ax_n.axvspan(edges[i], edges[i + 1], color=COLORS[term], lw=0)
-        bad = ~p.fits_in_memory
-        if bad.any():
-            ax_n.axvspan(edges[np.argmax(bad)], edges[-1], fill=False, hatch="//", lw=0, label="KV + dense exceed RAM")
+        regimes = shade_regimes(ax_n, batch, p.bound, p.fits_in_memory)
         ax_n.plot(batch, p.net_tok_s, "k-", lw=2, label="coalesced (this model)")
         ax_n.plot(batch, p.baselines["uncoalesced"]["net_tok_s"], "C3--", label="baseline: uncoalesced")
         ax_n.plot(batch, p.baselines["single"]["net_tok_s"], "C0:", label="baseline: single (B = 1)")
         handles, labels = ax_n.get_legend_handles_labels()
-        handles += [plt.Rectangle((0, 0), 1, 1, color=COLORS[t]) for t in dict.fromkeys(p.bound)]
-        labels += [f"{t}-bound" for t in dict.fromkeys(p.bound)]
-        ax_n.legend(handles, labels, fontsize=7)
+        ax_n.legend(handles + [h for h, _ in regimes], labels + [lab for _, lab in regimes], fontsize=7)
         ax_n.set(xscale="log", yscale="log", xlabel="batch B (concurrent agents)", ylabel="net tok/s (all agents)")
         ax_n.yaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax_n.yaxis.set_minor_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))

@@ -89,3 +89,21 @@ def test_labels():
     assert plots.provenance_label("assumed").startswith("projected")
     with pytest.raises(ValueError):
         plots.provenance_label("guessed")
+
+
+def test_shade_regimes_marks_each_bound_and_infeasible_batches():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from moeroof.plots import REGIME_COLORS, shade_regimes
+
+    fig, ax = plt.subplots()
+    handles = shade_regimes(ax, [1, 2, 4, 8], ("ssd", "ssd", "memory", "compute"), [True, True, True, False])
+    assert [label for _, label in handles] == ["ssd-bound", "memory-bound", "compute-bound"]
+    spans = ax.patches
+    assert len(spans) == 5  # four regime intervals and one hatched infeasible span
+    assert spans[-1].get_hatch() == "//"
+    assert set(REGIME_COLORS) == {"ssd", "memory", "compute", "fabric"}
+    plt.close(fig)

@@ -217,6 +217,16 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) ->
     return "\n".join(lines)
 
 
+def _emit(rep: dict[str, Any], as_json: bool, printer) -> int:
+    """Print a report as one JSON object (NaN refused: the library reports missing values as
+    None) or as the command's readable table; exit status 0."""
+    if as_json:
+        print(json.dumps(rep, indent=2, allow_nan=False))
+    else:
+        printer(rep)
+    return 0
+
+
 # ----------------------------------------------------------------------------- union
 
 
@@ -323,11 +333,7 @@ def _print_union(rep: dict[str, Any]) -> None:
 
 def _cmd_union(args: argparse.Namespace) -> int:
     rep = union_report(args)
-    if args.json:
-        print(json.dumps(rep, indent=2, allow_nan=False))
-    else:
-        _print_union(rep)
-    return 0
+    return _emit(rep, args.json, _print_union)
 
 
 # ----------------------------------------------------------------------------- fit
@@ -349,11 +355,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     rep.setdefault("source", str(hist.path))
     rep.setdefault("provenance", hist.meta.get("provenance"))
     rep.setdefault("layers_summed", hist.layers_summed)
-    if args.json:
-        print(json.dumps(rep, indent=2, allow_nan=False))
-    else:
-        _print_fit(rep)
-    return 0
+    return _emit(rep, args.json, _print_fit)
 
 
 def _fmt_params(params: Any) -> str:
@@ -504,11 +506,7 @@ def _print_presets(rep: dict[str, Any]) -> None:
 
 def _cmd_presets(args: argparse.Namespace) -> int:
     rep = presets_report()
-    if args.json:
-        print(json.dumps(rep, indent=2, allow_nan=False))
-    else:
-        _print_presets(rep)
-    return 0
+    return _emit(rep, args.json, _print_presets)
 
 
 # ----------------------------------------------------------------------------- plan
@@ -577,11 +575,7 @@ def _print_plan(rep: dict[str, Any]) -> None:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     rep = plan_report(args)
-    if args.json:
-        print(json.dumps(rep, indent=2, allow_nan=False))
-    else:
-        _print_plan(rep)
-    return 0
+    return _emit(rep, args.json, _print_plan)
 
 
 # ----------------------------------------------------------------------------- cache and mrc
@@ -743,11 +737,7 @@ def _print_cache(rep: dict[str, Any]) -> None:
 
 def _cmd_cache(args: argparse.Namespace) -> int:
     rep = cache_report(args)
-    if args.json:
-        print(json.dumps(rep, indent=2, allow_nan=False))
-    else:
-        _print_cache(rep)
-    return 0
+    return _emit(rep, args.json, _print_cache)
 
 
 def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
@@ -804,11 +794,7 @@ def _print_mrc(rep: dict[str, Any]) -> None:
 
 def _cmd_mrc(args: argparse.Namespace) -> int:
     rep = mrc_report(args)
-    if args.json:
-        print(json.dumps(rep, indent=2, allow_nan=False))
-    else:
-        _print_mrc(rep)
-    return 0
+    return _emit(rep, args.json, _print_mrc)
 
 
 

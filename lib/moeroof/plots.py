@@ -120,3 +120,28 @@ def save_figure(fig: Figure, name: str, *, directory: str | os.PathLike[str] | N
             _atomic_savefig(fig, target, fmt)
             written.append(target)
     return written
+
+
+#: one colour per binding term of the roofline, shared by every figure that shades regimes
+REGIME_COLORS = {"ssd": "#d9ead3", "memory": "#cfe2f3", "compute": "#fce5cd", "fabric": "#ead1dc"}
+
+
+def shade_regimes(ax, batch, bound, fits_in_memory=None) -> list:
+    """Shade each batch interval by its binding term and hatch infeasible batches.
+
+    ``batch`` (n,) increasing, ``bound`` the term names per batch (a roofline Plan's ``bound``),
+    ``fits_in_memory`` optional booleans. Interval edges are geometric midpoints (log axes).
+    Returns (handle, label) pairs for the regimes present, to append to a legend.
+    """
+    import numpy as np
+    from matplotlib.patches import Rectangle
+
+    b = np.asarray(batch, dtype=float)
+    edges = np.r_[b[0], np.sqrt(b[1:] * b[:-1]), b[-1]] if b.size > 1 else np.r_[b, b + 1]
+    for i, term in enumerate(bound):
+        ax.axvspan(edges[i], edges[i + 1], color=REGIME_COLORS[term], lw=0)
+    if fits_in_memory is not None:
+        bad = ~np.asarray(fits_in_memory, dtype=bool)
+        if bad.any():
+            ax.axvspan(edges[np.argmax(bad)], edges[-1], fill=False, hatch="//", lw=0, label="KV + dense exceed RAM")
+    return [(Rectangle((0, 0), 1, 1, color=REGIME_COLORS[t]), f"{t}-bound") for t in dict.fromkeys(bound)]

@@ -37,6 +37,7 @@ from scipy.optimize import minimize_scalar
 from scipy.special import digamma, gammaln
 
 from moeroof import routing
+from moeroof.union import distinct_per_layer, power_sums
 
 __all__ = [
     "MODELS",
@@ -719,18 +720,17 @@ def fit_stickiness(
 
 def _plugin_table(pi: np.ndarray, bmax: int) -> np.ndarray:
     """Independent plug-in union ``Σ_i [1 − (1 − π_i)^b]`` for b = 0…bmax: (..., bmax+1)."""
-    b = np.arange(bmax + 1, dtype=float)
-    return (1.0 - (1.0 - np.clip(pi, 0.0, 1.0))[..., None] ** b).sum(axis=-2)
+    p = np.clip(pi, 0.0, 1.0)
+    out = np.zeros(p.shape[:-1] + (bmax + 1,))
+    if bmax >= 1:
+        out[..., 1:] = p.shape[-1] - power_sums(1.0 - p, np.arange(1, bmax + 1))
+    return out
 
 
 def _step_union(arr: np.ndarray, experts: int) -> tuple[np.ndarray, np.ndarray]:
     """Distinct experts U (steps, L) over the live streams of each step, and their number B."""
-    steps, streams, layers, _ = arr.shape
-    seen = np.zeros((steps, layers, experts), dtype=bool)
-    t, _, l, _ = np.nonzero(arr >= 0)
-    seen[t, l, arr[arr >= 0]] = True
     live = (arr >= 0).any(axis=-1).sum(axis=1)  # (steps, L)
-    return seen.sum(axis=-1), live
+    return distinct_per_layer(arr, experts), live
 
 
 def correlation_gap(topk: Any, experts: int) -> dict[str, Any]:

@@ -86,6 +86,7 @@ import numpy as np
 
 from moeroof import cache, paths
 from moeroof.routing import Dirichlet, Zipf, sample_trace
+from moeroof.union import distinct_per_layer
 from moeroof.units import GiB
 
 __all__ = [
@@ -336,14 +337,10 @@ class CaseResult:
 
 def _union_per_layer(topk: np.ndarray, experts: int, owner: np.ndarray | None = None, rank: int = 0) -> float:
     """Mean over steps and layers of the distinct experts a step requests (optionally one rank's)."""
-    s, m, l, k = topk.shape
-    flat = np.moveaxis(topk, 1, 2).reshape(s * l, m * k)
-    present = np.zeros((s * l, experts + 1), dtype=bool)
-    present[np.arange(s * l)[:, None], np.where(flat >= 0, flat, experts)] = True
-    present = present[:, :experts]
+    ids = np.asarray(topk)
     if owner is not None:
-        present &= owner[None, :] == rank
-    return float(present.sum(axis=1).mean())
+        ids = np.where((ids >= 0) & (owner[np.clip(ids, 0, None)] == rank), ids, -1)
+    return float(distinct_per_layer(ids, experts).mean())
 
 
 def _static_pin(req: cache.Requests, warm: int) -> np.ndarray:

@@ -49,6 +49,7 @@ __all__ = [
     "union_from_trace",
     "union_over_window",
     "union_correlated",
+    "distinct_per_layer",
 ]
 
 #: the baseline every coalescing ratio is measured against (SPEC §2 baseline (a))
@@ -361,8 +362,11 @@ def union_histogram(
     return _curve(b, point, low, high, mlow, mhigh, method_per_b, experts, top_k)
 
 
-def _distinct_per_layer(ids: np.ndarray, experts: int) -> np.ndarray:
-    """Distinct non-negative ids per layer: ids (n, B, L, K) → counts (n, L)."""
+def distinct_per_layer(ids: np.ndarray, experts: int) -> np.ndarray:
+    """Distinct non-negative ids per layer: ids (n, B, L, K) → counts (n, L); ``-1`` is padding.
+
+    The one counter of a measured union (traces, windows, fits, the seed-003 ladder).
+    """
     n, _, layers, _ = ids.shape
     seen = np.zeros((n, layers, experts + 1), dtype=bool)
     safe = np.where(ids >= 0, ids, experts)  # padding goes to a sink column
@@ -411,7 +415,7 @@ def union_from_trace(
             keys[~np.broadcast_to(live[ok, None, :], keys.shape)] = np.inf
             chosen = np.argsort(keys, axis=-1)[..., :bj]  # (n, draws, B)
             ids = block[ok[:, None, None], chosen]  # (n, draws, B, layers, K)
-            u = _distinct_per_layer(ids.reshape((-1,) + ids.shape[2:]), experts)
+            u = distinct_per_layer(ids.reshape((-1,) + ids.shape[2:]), experts)
             per_step[j].append(u.reshape(ok.size, draws, layers).mean(axis=1))
     point = np.full((layers, b.size), np.nan)
     low, high = point.copy(), point.copy()
@@ -457,7 +461,7 @@ def union_over_window(topk: np.ndarray, batch, *, experts: int) -> np.ndarray:
             win = np.lib.stride_tricks.sliding_window_view(seq, bj, axis=0)  # (nw, layers, K, B)
             win = np.moveaxis(win, -1, 1)  # (nw, B, layers, K)
             valid = (win >= 0).all(axis=(1, 3))  # (nw, layers)
-            u = _distinct_per_layer(win, experts)
+            u = distinct_per_layer(win, experts)
             sums += np.where(valid, u, 0).sum(axis=0)
             n += valid.sum(axis=0)
         out[:, j] = np.where(n > 0, sums / np.maximum(n, 1), np.nan)

@@ -1,7 +1,8 @@
 # moeroof: build, test and report. Every target that runs Python bootstraps .venv on first use,
 # so `make test` works on a clean checkout with only python3 (+ pip) installed.
 #
-#   make test     run the whole test suite (what CI runs, via .ci/run); installs chromium as root
+#   make test     ruff (lint + format check), then the whole test suite (what CI runs, via .ci/run)
+#   make check    the quick loop: ruff, then the tests not marked slow/notebook/browser (< 1 min)
 #   make report   execute notebooks/*.py with papermill into reports/ (.ipynb + .html + index.html)
 #   make lab      JupyterLab on notebooks/ (the .py notebooks open as notebooks; whatif has controls)
 #   make bench    performance benchmarks (benchmarks/run.py)
@@ -15,7 +16,7 @@ STAMP := $(VENV)/.installed
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: report test lab bench clean browser
+.PHONY: report test check lint lab bench clean browser
 
 # Some distributions split ensurepip out of python3 (Debian's python3-venv); then create the venv
 # without pip and install pip into it with the system pip, which needs no root-only packages.
@@ -46,11 +47,21 @@ browser:
 	    echo "make: no chromium on PATH; browser tests will skip (apt-get install chromium chromium-driver)" >&2; \
 	  fi; }
 
-test: $(STAMP) browser
+# Lint and format are part of the test: a tree that ruff rejects does not pass.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: $(STAMP) browser lint
 	$(PY) -m pytest -q
 
+# The quick loop (under a minute on 2 cores): lint, then every test not marked slow, notebook or
+# browser, in parallel-free order with the first failure stopping the run.
+check: $(STAMP) lint
+	$(PY) -m pytest -q -x -m "not slow and not notebook and not browser"
+
 report: $(STAMP)
-	$(PY) -m moeroof.report
+	$(PY) -m moeroof.present.report
 
 # Jupyter refuses to run as root unless told; containers often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)

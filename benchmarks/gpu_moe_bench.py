@@ -44,14 +44,18 @@ def main(argv=None) -> int:
     dev = torch.device("cuda")
     e, k, layers, d, f = args.experts, args.top_k, args.layers, args.d_model, args.d_ff
     gen = torch.Generator().manual_seed(args.seed)
-    w_in = [torch.randn(e, d, f, generator=gen, dtype=torch.float32).to(torch.float16).pin_memory() for _ in range(layers)]
-    w_out = [torch.randn(e, f, d, generator=gen, dtype=torch.float32).to(torch.float16).pin_memory() for _ in range(layers)]
+    w_in = [
+        torch.randn(e, d, f, generator=gen, dtype=torch.float32).to(torch.float16).pin_memory() for _ in range(layers)
+    ]
+    w_out = [
+        torch.randn(e, f, d, generator=gen, dtype=torch.float32).to(torch.float16).pin_memory() for _ in range(layers)
+    ]
     expert_bytes = 2 * d * f * 2
     buf_in = torch.empty(e, d, f, device=dev, dtype=torch.float16)
     buf_out = torch.empty(e, f, d, device=dev, dtype=torch.float16)
     rng = np.random.default_rng(args.seed)
     ranks = np.arange(1, e + 1, dtype=float)
-    popularity = ranks ** -args.zipf_s
+    popularity = ranks**-args.zipf_s
     popularity /= popularity.sum()
 
     def route(b):
@@ -104,13 +108,22 @@ def main(argv=None) -> int:
                 copies_list.append(copies)
                 unions.append(float(np.mean([np.unique(routes[layer]).size for layer in range(layers)])))
             t = statistics.median(times)
-            rows.append({
-                "batch": b, "mode": mode, "step_seconds": t, "net_tok_s": b / t,
-                "bytes_per_step": float(np.mean(copies_list)) * expert_bytes,
-                "union_per_layer": float(np.mean(unions)), "steps_timed": len(times),
-            })
-            print(f"B={b:4d} {mode:12s} step {t * 1e3:9.2f} ms  {b / t:9.1f} tok/s  "
-                  f"{rows[-1]['bytes_per_step'] / 1e9:7.2f} GB/step  U={rows[-1]['union_per_layer']:.1f}", flush=True)
+            rows.append(
+                {
+                    "batch": b,
+                    "mode": mode,
+                    "step_seconds": t,
+                    "net_tok_s": b / t,
+                    "bytes_per_step": float(np.mean(copies_list)) * expert_bytes,
+                    "union_per_layer": float(np.mean(unions)),
+                    "steps_timed": len(times),
+                }
+            )
+            print(
+                f"B={b:4d} {mode:12s} step {t * 1e3:9.2f} ms  {b / t:9.1f} tok/s  "
+                f"{rows[-1]['bytes_per_step'] / 1e9:7.2f} GB/step  U={rows[-1]['union_per_layer']:.1f}",
+                flush=True,
+            )
     result = {
         "what": "coalescing bench on a GPU, experts streamed from pinned host memory (benchmarks/gpu_moe_bench.py)",
         "provenance": "witnessed",
@@ -119,8 +132,17 @@ def main(argv=None) -> int:
         "python": platform.python_version(),
         "date": time.strftime("%Y-%m-%d"),
         "command": "python3 benchmarks/gpu_moe_bench.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "config": {"experts": e, "top_k": k, "layers": layers, "d_model": d, "d_ff": f, "dtype": "float16",
-                   "expert_bytes": expert_bytes, "zipf_s": args.zipf_s, "seed": args.seed},
+        "config": {
+            "experts": e,
+            "top_k": k,
+            "layers": layers,
+            "d_model": d,
+            "d_ff": f,
+            "dtype": "float16",
+            "expert_bytes": expert_bytes,
+            "zipf_s": args.zipf_s,
+            "seed": args.seed,
+        },
         "rows": rows,
     }
     with open(args.out, "w") as fh:

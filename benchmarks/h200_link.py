@@ -49,13 +49,13 @@ def main(argv=None) -> int:
             host.fill_(1)
             gpu = torch.empty(n, dtype=torch.uint8, device=dev)
             reps = args.repeats if n < 2**28 else max(5, args.repeats // 4)
-            t = timed(lambda: gpu.copy_(host, non_blocking=pinned), reps)
+            t = timed(lambda gpu=gpu, host=host, pinned=pinned: gpu.copy_(host, non_blocking=pinned), reps)
             h2d.append({"pinned": pinned, "bytes": n, "seconds": t, "bytes_per_s": n / t})
             del host, gpu
     n = 2**31
     a = torch.empty(n, dtype=torch.uint8, device=dev)
     b = torch.empty_like(a)
-    t = timed(lambda: b.copy_(a), 10)
+    t = timed(lambda a=a, b=b: b.copy_(a), 10)
     d2d = {"bytes": n, "seconds": t, "bytes_per_s_read_plus_write": 2 * n / t}
     del a, b
     m = 8192
@@ -76,7 +76,9 @@ def main(argv=None) -> int:
         json.dump(result, fh, indent=1)
     for row in h2d:
         print(f"h2d pinned={row['pinned']!s:5} {row['bytes']:>11} B  {row['bytes_per_s'] / 1e9:8.2f} GB/s")
-    print(f"d2d {d2d['bytes_per_s_read_plus_write'] / 1e12:.2f} TB/s (read+write); gemm bf16 {gemm['flop_per_s'] / 1e12:.0f} TFLOP/s")
+    print(
+        f"d2d {d2d['bytes_per_s_read_plus_write'] / 1e12:.2f} TB/s (read+write); gemm bf16 {gemm['flop_per_s'] / 1e12:.0f} TFLOP/s"
+    )
     return 0
 
 

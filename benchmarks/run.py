@@ -4,20 +4,20 @@
 Items (floors from SPEC §10; each measured as a ratio against a stated reference):
 
 1. plug-in U(B) for 80 layers x E=256, B = 1..4096 (every integer): floor 50 ms.
-   Library ``moeroof.union.union_plugin(pi, batch)``; reference the direct numpy expression
+   Library ``moeroof.models.union.union_plugin(pi, batch)``; reference the direct numpy expression
    ``(1 - (1 - pi[..., None]) ** b).sum(axis=1)``, chunked over layers.
    ``inclusion_probabilities`` (computing pi) is timed separately, with no floor.
 2. rarefaction U(B) with a 200-replicate bootstrap band, 80 layers, T = 5000 tokens,
    24 log-spaced batch sizes in 1..4096: floor 2 s.
-   Library ``moeroof.union.union_histogram(..., bootstrap=200, rng=rng)``; reference a
+   Library ``moeroof.models.union.union_histogram(..., bootstrap=200, rng=rng)``; reference a
    per-layer, per-replicate loop of gammaln rarefaction on the same bootstrap replicate counts
    (timed on a subset of replicates and scaled linearly; the full reference is also run once,
    untimed by the floor, to check the library's band).
 
 3. the roofline plan (issue 3): 1024 batch sizes x 80 layers, floor 100 ms.
-4. exact LRU miss-ratio curve (every capacity, one pass: ``moeroof.cache.lru_hit_curve``) of
+4. exact LRU miss-ratio curve (every capacity, one pass: ``moeroof.models.cache.lru_hit_curve``) of
    10^7 requests over 80 layers x 256 experts = 20 480 items: floor 3 s.
-5. LRU simulation at one capacity (``moeroof.cache.simulate``), same requests: floor
+5. LRU simulation at one capacity (``moeroof.models.cache.simulate``), same requests: floor
    5 million requests per second.
    Items 4 and 5 are compared with a C implementation of the same algorithm
    (``benchmarks/cache_ref.c``, compiled with ``cc -O2`` into a temp dir at run time and run on
@@ -60,7 +60,10 @@ import scipy  # noqa: E402
 from scipy.special import gammaln, ndtri  # noqa: E402
 
 import moeroof  # noqa: E402
-from moeroof import routing, union  # noqa: E402
+from moeroof.models import (
+    routing,
+    union,  # noqa: E402
+)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results.json"
@@ -138,7 +141,7 @@ def bench_plugin(layers: int, repeats: int, ref_repeats: int) -> tuple[dict, dic
 
     pi_row = {
         "item": "1b. inclusion_probabilities (pi; no floor)",
-        "what": f"moeroof.routing.inclusion_probabilities, {layers} layers x E={EXPERTS}, K={TOP_K}, Zipf s=1",
+        "what": f"moeroof.models.routing.inclusion_probabilities, {layers} layers x E={EXPERTS}, K={TOP_K}, Zipf s=1",
         "floor_s": None,
         "best_s": min(t_pi),
         "median_s": statistics.median(t_pi),
@@ -149,7 +152,7 @@ def bench_plugin(layers: int, repeats: int, ref_repeats: int) -> tuple[dict, dic
     }
     row = {
         "item": "1. plug-in U(B)",
-        "what": f"moeroof.union.union_plugin, {layers} layers x E={EXPERTS}, B = 1..4096 (every integer)",
+        "what": f"moeroof.models.union.union_plugin, {layers} layers x E={EXPERTS}, B = 1..4096 (every integer)",
         "floor_s": 0.050,
         "best_s": min(t_lib),
         "median_s": statistics.median(t_lib),
@@ -186,14 +189,18 @@ def reference_plan_net(model, hw, workload, pi: np.ndarray, batch: np.ndarray) -
     union = (1.0 - keep).sum(axis=1).mean(axis=0)
     misses = (1.0 - keep[:, c:, :]).sum(axis=1).mean(axis=0)
     ssd = model.moe_layers * misses * model.expert_bytes / hw.ssd_bandwidth(model.expert_bytes)
-    mem = (model.non_routed_bytes + model.moe_layers * union * model.expert_bytes
-           + b * workload.context_tokens * model.kv_bytes_per_token) / hw.bw_mem_bytes_per_s
+    mem = (
+        model.non_routed_bytes
+        + model.moe_layers * union * model.expert_bytes
+        + b * workload.context_tokens * model.kv_bytes_per_token
+    ) / hw.bw_mem_bytes_per_s
     flops = b * (model.flops_per_token + workload.context_tokens * model.attn_flops_per_context_token) / hw.flops_per_s
     return b / np.maximum(np.maximum(ssd, mem), flops)
 
 
 def bench_plan(layers: int, repeats: int, ref_repeats: int) -> dict:
-    from moeroof import presets, roofline
+    from moeroof.data import presets
+    from moeroof.models import plan as roofline
 
     rng = np.random.default_rng(SEED)
     model = presets.load_model("glm-5.2")
@@ -201,7 +208,9 @@ def bench_plan(layers: int, repeats: int, ref_repeats: int) -> dict:
     hw = dataclasses.replace(presets.load_hardware("nvme-gen4"), ram_bytes=2e12)
     # a whole number of cached experts per layer so the reference needs no interpolation
     workload = roofline.Workload(context_tokens=4096, cache_bytes=20 * model.moe_layers * model.expert_bytes)
-    pi = routing.inclusion_probabilities(routing.Zipf(model.experts, model.top_k, 0.8).popularity(layers, rng), model.top_k)
+    pi = routing.inclusion_probabilities(
+        routing.Zipf(model.experts, model.top_k, 0.8).popularity(layers, rng), model.top_k
+    )
     r = roofline.Routing(pi, "zipf 0.8", "assumed")
     batch = np.arange(1, 1025)
     t_lib, p = timeit(lambda: roofline.plan(model, hw, workload, r, batch), repeats)
@@ -209,7 +218,7 @@ def bench_plan(layers: int, repeats: int, ref_repeats: int) -> dict:
     max_abs, max_rel = rel_diff(p.net_tok_s, ref)
     row = {
         "item": "3. roofline plan",
-        "what": f"moeroof.roofline.plan (with its 3 baselines), glm-5.2 on nvme-gen4 (2 TB RAM), {layers} layer shapes x E=256, B = 1..1024",
+        "what": f"moeroof.models.plan.plan (with its 3 baselines), glm-5.2 on nvme-gen4 (2 TB RAM), {layers} layer shapes x E=256, B = 1..1024",
         "floor_s": 0.100,
         "best_s": min(t_lib),
         "median_s": statistics.median(t_lib),
@@ -333,7 +342,7 @@ def bench_rarefaction(layers: int, bootstrap: int, ref_subset: int, repeats: int
     row = {
         "item": "2. rarefaction U(B) + bootstrap band",
         "what": (
-            f"moeroof.union.union_histogram, {layers} layers x E={EXPERTS}, T={TOKENS}, "
+            f"moeroof.models.union.union_histogram, {layers} layers x E={EXPERTS}, T={TOKENS}, "
             f"{batch.size} log-spaced B in 1..4096, bootstrap={bootstrap}"
         ),
         "floor_s": 2.0,
@@ -376,7 +385,7 @@ CACHE_UNION = 64  # distinct experts a step requests per layer
 def cache_requests(n_requests: int, seed: int):
     """A request stream of ~n_requests: each step requests 64 of 256 experts per layer (80
     layers), drawn by Gumbel-top-64 on a Zipf(0.7) popularity permuted per layer."""
-    from moeroof import cache
+    from moeroof.models import cache
 
     rng = np.random.default_rng(seed)
     steps = max(1, n_requests // (CACHE_LAYERS * CACHE_UNION))
@@ -415,14 +424,16 @@ def run_c(exe: Path, args: list) -> list[str]:
 
 
 def bench_cache(n_requests: int, repeats: int) -> tuple[dict, dict]:
-    from moeroof import cache
+    from moeroof.models import cache
 
     req, build_s = cache_requests(n_requests, SEED + 3)
     items = req.items
     n = items.size
     n_items = req.n_items
     # numba compile time: the first call of each kernel on a tiny input
-    tiny = cache.Requests(items[:100].copy(), req.step[:100].copy(), req.layer[:100].copy(), req.steps, req.layers, req.experts)
+    tiny = cache.Requests(
+        items[:100].copy(), req.step[:100].copy(), req.layer[:100].copy(), req.steps, req.layers, req.experts
+    )
     t0 = time.perf_counter()
     cache.lru_hit_curve(tiny)
     compile_mrc = time.perf_counter() - t0
@@ -486,19 +497,25 @@ def bench_cache(n_requests: int, repeats: int) -> tuple[dict, dict]:
     mrc_diff = None if c_mrc is None else float(np.max(np.abs(c_mrc[1] - rate)))
     mrc_row = row(
         "4. exact LRU miss-ratio curve",
-        f"moeroof.cache.lru_hit_curve: {n:,} requests over {n_items:,} items, hit rate at every capacity 0..{caps[-1]}",
-        3.0 * n / 1e7, t_mrc, None if c_mrc is None else c_mrc[0],
+        f"moeroof.models.cache.lru_hit_curve: {n:,} requests over {n_items:,} items, hit rate at every capacity 0..{caps[-1]}",
+        3.0 * n / 1e7,
+        t_mrc,
+        None if c_mrc is None else c_mrc[0],
         f"C (benchmarks/cache_ref.c mrc, {c_note}): same Fenwick stack-distance algorithm on the relabelled items",
-        mrc_diff, compile_mrc,
+        mrc_diff,
+        compile_mrc,
     )
     lru_diff = None if c_lru is None else float(abs(c_lru[1] - lib_hits))
     lru_row = row(
         "5. LRU simulation, one capacity",
-        f"moeroof.cache.simulate(policy='lru', capacity={capacity} experts): {n:,} requests "
+        f"moeroof.models.cache.simulate(policy='lru', capacity={capacity} experts): {n:,} requests "
         f"(floor = 5 M requests/s); hits equal the curve's: {lib_hits == curve_hits}",
-        n / 5e6, t_sim, None if c_lru is None else c_lru[0],
+        n / 5e6,
+        t_sim,
+        None if c_lru is None else c_lru[0],
         f"C (benchmarks/cache_ref.c lru, {c_note}): same linked-list LRU, hit count only",
-        lru_diff, compile_lru,
+        lru_diff,
+        compile_lru,
     )
     lru_row["requests_per_s"] = n / min(t_sim)
     lru_row["kernel_best_s"] = min(t_kernel)
@@ -507,7 +524,6 @@ def bench_cache(n_requests: int, repeats: int) -> tuple[dict, dict]:
     if lib_hits != curve_hits:
         lru_row["agree"] = False
     return mrc_row, lru_row
-
 
 
 # --------------------------------------------------------------------------------------------
@@ -580,7 +596,9 @@ def table(rows: list[dict]) -> str:
         ref_s = "—" if ref is None else fmt_s(ref["best_s"]) + (" (scaled)" if ref.get("scaled") else "")
         ratio = "—" if r.get("ratio") is None else f"{r['ratio']:.1f}x"
         if "max_rel_diff" in r:
-            agree = f"max abs {r['max_abs_diff']:.1e}, rel {r['max_rel_diff']:.1e} ({'ok' if r['agree'] else 'DISAGREE'})"
+            agree = (
+                f"max abs {r['max_abs_diff']:.1e}, rel {r['max_rel_diff']:.1e} ({'ok' if r['agree'] else 'DISAGREE'})"
+            )
         else:
             agree = "—"
         ok = "—" if r.get("pass") is None else ("pass" if r["pass"] else "FAIL")
@@ -642,28 +660,38 @@ def main(argv=None) -> int:
     print(table(rows))
     print()
     print("Notes:")
-    print(f"- times are wall clock (time.perf_counter), best and median of N after one warm-up; N = {rep1} "
-          f"(plug-in), {plug_row['reference']['repeats']} (its reference), {rep2} (rarefaction and its reference).")
+    print(
+        f"- times are wall clock (time.perf_counter), best and median of N after one warm-up; N = {rep1} "
+        f"(plug-in), {plug_row['reference']['repeats']} (its reference), {rep2} (rarefaction and its reference)."
+    )
     print("- ratio = reference best / library best (higher is faster than the reference).")
     print(f"- plug-in reference: {plug_row['reference']['what']}.")
     ref2 = rare_row["reference"]
     print(f"- rarefaction reference: {ref2['what']}.")
     if ref2["full_single_run_s"] is not None:
-        print(f"  The full reference run once took {fmt_s(ref2['full_single_run_s'])} "
-              f"(scaled estimate {fmt_s(ref2['best_s'])}).")
+        print(
+            f"  The full reference run once took {fmt_s(ref2['full_single_run_s'])} "
+            f"(scaled estimate {fmt_s(ref2['best_s'])})."
+        )
     checks = ", ".join(f"{k} rel {v['max_rel_diff']:.1e}" for k, v in rare_row["checks"].items())
-    print("- rarefaction library time includes the bootstrap assemblage and the binomial draws; "
-          f"checks: {checks} ({rare_row['check_note']}).")
-    print(f"- tolerances: plug-in {TOL_PLUGIN:g} relative, rarefaction {TOL_RAREFACTION:g} relative "
-          "(elementwise, |reference| floored at 1 expert).")
-    print(f"- cache items 4-5: {mrc_row['requests']:,} requests over {mrc_row['items']:,} (layer, expert) items "
-          f"(requests_from_trace took {fmt_s(mrc_row['requests_from_trace_s'])}, untimed); floors scale with the "
-          f"request count (3 s per 10^7; 5 M requests/s). Curve {mrc_row['requests_per_s'] / 1e6:.1f} M requests/s, "
-          f"LRU simulation {lru_row['requests_per_s'] / 1e6:.1f} M requests/s (its numba kernel alone "
-          f"{fmt_s(lru_row['kernel_best_s'])}, C/kernel ratio "
-          f"{'—' if lru_row['kernel_ratio'] is None else format(lru_row['kernel_ratio'], '.2f')}x). numba compile time (first call, "
-          f"excluded): curve {fmt_s(mrc_row['numba_compile_s'])}, LRU {fmt_s(lru_row['numba_compile_s'])}. "
-          f"C reference: {mrc_row['c_note']}; ratio = C time / library time; agreement is exact (hit counts).")
+    print(
+        "- rarefaction library time includes the bootstrap assemblage and the binomial draws; "
+        f"checks: {checks} ({rare_row['check_note']})."
+    )
+    print(
+        f"- tolerances: plug-in {TOL_PLUGIN:g} relative, rarefaction {TOL_RAREFACTION:g} relative "
+        "(elementwise, |reference| floored at 1 expert)."
+    )
+    print(
+        f"- cache items 4-5: {mrc_row['requests']:,} requests over {mrc_row['items']:,} (layer, expert) items "
+        f"(requests_from_trace took {fmt_s(mrc_row['requests_from_trace_s'])}, untimed); floors scale with the "
+        f"request count (3 s per 10^7; 5 M requests/s). Curve {mrc_row['requests_per_s'] / 1e6:.1f} M requests/s, "
+        f"LRU simulation {lru_row['requests_per_s'] / 1e6:.1f} M requests/s (its numba kernel alone "
+        f"{fmt_s(lru_row['kernel_best_s'])}, C/kernel ratio "
+        f"{'—' if lru_row['kernel_ratio'] is None else format(lru_row['kernel_ratio'], '.2f')}x). numba compile time (first call, "
+        f"excluded): curve {fmt_s(mrc_row['numba_compile_s'])}, LRU {fmt_s(lru_row['numba_compile_s'])}. "
+        f"C reference: {mrc_row['c_note']}; ratio = C time / library time; agreement is exact (hit counts)."
+    )
 
     disagree = [r["item"] for r in rows if r.get("agree") is False]
     missed = [r["item"] for r in rows if r.get("pass") is False]

@@ -33,6 +33,7 @@
 # `reports/cache_ladder/predictions.csv`.
 
 # %% tags=["parameters"]
+# fmt: off
 layers: int = 75  # MoE layers simulated, assumed as in the glm-5-nvfp4 preset, GiB results do not depend on it
 seeds: int = 8  # seeds per prediction band, each a full 10-step experiment
 fit: bool = False  # re-run the knob search instead of using the knobs stored in moeroof.ladder
@@ -47,6 +48,7 @@ sensitivity: bool = True  # refit with Zipf layers and recount the history in st
 sensitivity_seeds: int = 2  # seeds per sensitivity band
 sensitivity_layers: int = 25  # layers per sensitivity run, fewer than layers only adds noise
 seed_name: str = "cache_ladder"  # the generator seed is derived from this name
+# fmt: on
 
 # %%
 from dataclasses import replace
@@ -54,11 +56,12 @@ from dataclasses import replace
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from IPython.display import display
 
 import moeroof
-from moeroof import ladder
-from moeroof.plots import provenance_label, save_figure, style
-from moeroof.routing import histogram_from_trace
+from moeroof.models.routing import histogram_from_trace
+from moeroof.present.plots import provenance_label, save_figure, style
+from moeroof.studies import ladder
 
 rng = np.random.default_rng(sum(map(ord, seed_name)))
 run_seeds = [int(s) for s in rng.integers(2**31, size=seeds)]
@@ -71,8 +74,13 @@ WIT = provenance_label("witnessed")
 if fit:
     fit_result = ladder.fit_knobs(ladder.CALIBRATION, seeds=range(fit_seeds), layers=fit_layers)
     knobs = fit_result.knobs
-    draws = (ladder.bootstrap_knobs(knobs, replicates=bootstrap_replicates, layers=layers, fit_seeds=range(fit_seeds),
-                                    fit_layers=fit_layers) if parameter_uncertainty else [knobs])
+    draws = (
+        ladder.bootstrap_knobs(
+            knobs, replicates=bootstrap_replicates, layers=layers, fit_seeds=range(fit_seeds), fit_layers=fit_layers
+        )
+        if parameter_uncertainty
+        else [knobs]
+    )
     for note in fit_result.notes:
         print("fit note:", note)
 else:
@@ -101,15 +109,30 @@ print("knobs:", knobs.label())
 # simulated 75-layer calibration runs) — how well one published run per point pins the knobs.
 
 # %%
-knob_table = pd.DataFrame({
-    "knob": [f"skew ({knobs.family} {knobs.skew_name})", "stickiness ρ", "history (tokens before the warm-up)", "cross-agent c"],
-    "fitted": [knobs.skew, knobs.rho, knobs.history_tokens, knobs.c],
-    "5 % (bootstrap)": [np.quantile([d.skew for d in draws], 0.05), np.quantile([d.rho for d in draws], 0.05),
-                        np.quantile([d.history_tokens for d in draws], 0.05), knobs.c],
-    "95 % (bootstrap)": [np.quantile([d.skew for d in draws], 0.95), np.quantile([d.rho for d in draws], 0.95),
-                         np.quantile([d.history_tokens for d in draws], 0.95), knobs.c],
-    "set by": ["union per layer at M=8", "20 GiB hit rate", "80 GiB hit rate", "fixed (off)"],
-})
+knob_table = pd.DataFrame(
+    {
+        "knob": [
+            f"skew ({knobs.family} {knobs.skew_name})",
+            "stickiness ρ",
+            "history (tokens before the warm-up)",
+            "cross-agent c",
+        ],
+        "fitted": [knobs.skew, knobs.rho, knobs.history_tokens, knobs.c],
+        "5 % (bootstrap)": [
+            np.quantile([d.skew for d in draws], 0.05),
+            np.quantile([d.rho for d in draws], 0.05),
+            np.quantile([d.history_tokens for d in draws], 0.05),
+            knobs.c,
+        ],
+        "95 % (bootstrap)": [
+            np.quantile([d.skew for d in draws], 0.95),
+            np.quantile([d.rho for d in draws], 0.95),
+            np.quantile([d.history_tokens for d in draws], 0.95),
+            knobs.c,
+        ],
+        "set by": ["union per layer at M=8", "20 GiB hit rate", "80 GiB hit rate", "fixed (off)"],
+    }
+)
 knob_table.round(4)
 
 # %%
@@ -117,9 +140,33 @@ if fit_result is not None:
     with style():
         fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
         for ax, x, y, target, xl, yl, logx in [
-            (axes[0], fit_result.skew_grid, fit_result.union_on_grid, fit_result.union_target, f"{knobs.family} skew", "union per layer, M=8", True),
-            (axes[1], fit_result.rho_grid, fit_result.hit20_on_grid, ladder.CALIBRATION[0].hit_rate, "stickiness ρ", "hit rate, 20 GiB", False),
-            (axes[2], fit_result.history_grid, fit_result.hit80_on_grid, ladder.CALIBRATION[1].hit_rate, "history, tokens", "hit rate, 80 GiB", True),
+            (
+                axes[0],
+                fit_result.skew_grid,
+                fit_result.union_on_grid,
+                fit_result.union_target,
+                f"{knobs.family} skew",
+                "union per layer, M=8",
+                True,
+            ),
+            (
+                axes[1],
+                fit_result.rho_grid,
+                fit_result.hit20_on_grid,
+                ladder.CALIBRATION[0].hit_rate,
+                "stickiness ρ",
+                "hit rate, 20 GiB",
+                False,
+            ),
+            (
+                axes[2],
+                fit_result.history_grid,
+                fit_result.hit80_on_grid,
+                ladder.CALIBRATION[1].hit_rate,
+                "history, tokens",
+                "hit rate, 80 GiB",
+                True,
+            ),
         ]:
             ax.plot(x, y, "o-", label=f"simulated, {fit_result.layers} layers × {len(fit_result.seeds)} seeds")
             ax.axhline(target, color="k", ls=":", label="target (seed 003, witnessed)")
@@ -143,19 +190,42 @@ cal_rows = []
 for t in ladder.CALIBRATION:
     b = by_name[t.case.name]
     cal_rows += [
-        {"point": t.case.name, "quantity": "hit rate %", "published (witnessed)": 100 * t.hit_rate, "model": 100 * b.hit_rate,
-         "5 %": 100 * b.hit_rate_lo, "95 %": 100 * b.hit_rate_hi, "error": 100 * (b.hit_rate - t.hit_rate)},
-        {"point": t.case.name, "quantity": "GiB streamed/step/rank", "published (witnessed)": t.gib_streamed_per_step,
-         "model": b.gib_streamed_per_step, "5 %": b.gib_lo, "95 %": b.gib_hi,
-         "error": b.gib_streamed_per_step - t.gib_streamed_per_step},
+        {
+            "point": t.case.name,
+            "quantity": "hit rate %",
+            "published (witnessed)": 100 * t.hit_rate,
+            "model": 100 * b.hit_rate,
+            "5 %": 100 * b.hit_rate_lo,
+            "95 %": 100 * b.hit_rate_hi,
+            "error": 100 * (b.hit_rate - t.hit_rate),
+        },
+        {
+            "point": t.case.name,
+            "quantity": "GiB streamed/step/rank",
+            "published (witnessed)": t.gib_streamed_per_step,
+            "model": b.gib_streamed_per_step,
+            "5 %": b.gib_lo,
+            "95 %": b.gib_hi,
+            "error": b.gib_streamed_per_step - t.gib_streamed_per_step,
+        },
     ]
 b8 = by_name["pair-m8-20"]
-cal_rows.append({"point": "pair M=8", "quantity": "union per layer (both ranks)", "published (witnessed)": ladder.UNION_PUBLISHED,
-                 "model": b8.union_per_layer, "5 %": b8.union_lo, "95 %": b8.union_hi,
-                 "error": b8.union_per_layer - ladder.UNION_PUBLISHED})
+cal_rows.append(
+    {
+        "point": "pair M=8",
+        "quantity": "union per layer (both ranks)",
+        "published (witnessed)": ladder.UNION_PUBLISHED,
+        "model": b8.union_per_layer,
+        "5 %": b8.union_lo,
+        "95 %": b8.union_hi,
+        "error": b8.union_per_layer - ladder.UNION_PUBLISHED,
+    }
+)
 calibration = pd.DataFrame(cal_rows)
-print("union implied by the published (hit, GiB) pairs, per rank:",
-      [round(ladder.implied_rank_union(t.hit_rate, t.gib_streamed_per_step), 2) for t in ladder.CALIBRATION])
+print(
+    "union implied by the published (hit, GiB) pairs, per rank:",
+    [round(ladder.implied_rank_union(t.hit_rate, t.gib_streamed_per_step), 2) for t in ladder.CALIBRATION],
+)
 calibration.round(3)
 
 # %% [markdown]
@@ -165,13 +235,28 @@ calibration.round(3)
 # are here).
 
 # %%
-pred = pd.DataFrame([{
-    "case": b.case.name, "arrangement": b.case.arrangement, "M": b.case.streams, "cache GiB/rank": b.case.cache_gib_per_rank,
-    "hit %": 100 * b.hit_rate, "hit 5 %": 100 * b.hit_rate_lo, "hit 95 %": 100 * b.hit_rate_hi,
-    "GiB/step/rank": b.gib_streamed_per_step, "GiB 5 %": b.gib_lo, "GiB 95 %": b.gib_hi,
-    "union/layer": b.union_per_layer, "working set GiB/rank": b.rank_union_per_layer * layers * item_gib,
-    "role": "calibration (witnessed)" if b.case.name in {t.case.name for t in ladder.CALIBRATION} else "prediction (projected)",
-} for b in bands])
+pred = pd.DataFrame(
+    [
+        {
+            "case": b.case.name,
+            "arrangement": b.case.arrangement,
+            "M": b.case.streams,
+            "cache GiB/rank": b.case.cache_gib_per_rank,
+            "hit %": 100 * b.hit_rate,
+            "hit 5 %": 100 * b.hit_rate_lo,
+            "hit 95 %": 100 * b.hit_rate_hi,
+            "GiB/step/rank": b.gib_streamed_per_step,
+            "GiB 5 %": b.gib_lo,
+            "GiB 95 %": b.gib_hi,
+            "union/layer": b.union_per_layer,
+            "working set GiB/rank": b.rank_union_per_layer * layers * item_gib,
+            "role": "calibration (witnessed)"
+            if b.case.name in {t.case.name for t in ladder.CALIBRATION}
+            else "prediction (projected)",
+        }
+        for b in bands
+    ]
+)
 written = ladder.write_predictions(bands)
 print("wrote", written.name, "in", written.parent.name)
 pred.round(3)
@@ -192,8 +277,11 @@ witnessed = [(t.case.cache_gib_per_rank, t.hit_rate, t.gib_streamed_per_step) fo
 
 with style():
     fig, (ax_h, ax_g) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for crv, name, color in [(curve_pair, "pair, id split, M=8", "C0"), (curve_boost, "one booster, M=8", "C3"),
-                             (curve_boost1, "one booster, M=1", "C2")]:
+    for crv, name, color in [
+        (curve_pair, "pair, id split, M=8", "C0"),
+        (curve_boost, "one booster, M=8", "C3"),
+        (curve_boost1, "one booster, M=1", "C2"),
+    ]:
         for ax, y in ((ax_h, 100 * crv.hit_rate), (ax_g, crv.gib_streamed_per_step)):
             lo, hi = np.quantile(y, [0.05, 0.95], axis=0)
             ax.plot(grid, y.mean(axis=0), color=color, label=f"{name} (LRU), {PROJ}")
@@ -202,17 +290,41 @@ with style():
     for b in bands:
         if b.case.name.startswith(("pair-m8", "booster-m8", "booster-m1")):
             color = "C0" if b.case.ranks == 2 else ("C3" if b.case.streams == 8 else "C2")
-            ax_h.errorbar(b.case.cache_gib_per_rank, 100 * b.hit_rate, yerr=[[100 * (b.hit_rate - b.hit_rate_lo)], [100 * (b.hit_rate_hi - b.hit_rate)]],
-                          fmt="s", color=color, mfc="white", ms=6)
-            ax_g.errorbar(b.case.cache_gib_per_rank, b.gib_streamed_per_step, yerr=[[b.gib_streamed_per_step - b.gib_lo], [b.gib_hi - b.gib_streamed_per_step]],
-                          fmt="s", color=color, mfc="white", ms=6)
-    ax_h.plot([w[0] for w in witnessed], [100 * w[1] for w in witnessed], "k*", ms=12, label=f"seed 003 pair, M=8: {WIT}")
+            ax_h.errorbar(
+                b.case.cache_gib_per_rank,
+                100 * b.hit_rate,
+                yerr=[[100 * (b.hit_rate - b.hit_rate_lo)], [100 * (b.hit_rate_hi - b.hit_rate)]],
+                fmt="s",
+                color=color,
+                mfc="white",
+                ms=6,
+            )
+            ax_g.errorbar(
+                b.case.cache_gib_per_rank,
+                b.gib_streamed_per_step,
+                yerr=[[b.gib_streamed_per_step - b.gib_lo], [b.gib_hi - b.gib_streamed_per_step]],
+                fmt="s",
+                color=color,
+                mfc="white",
+                ms=6,
+            )
+    ax_h.plot(
+        [w[0] for w in witnessed], [100 * w[1] for w in witnessed], "k*", ms=12, label=f"seed 003 pair, M=8: {WIT}"
+    )
     ax_g.plot([w[0] for w in witnessed], [w[2] for w in witnessed], "k*", ms=12, label=f"seed 003 pair, M=8: {WIT}")
     ax_h.axvline(91, color="k", lw=0.8, alpha=0.5, label="91 GiB: all of a pair rank's experts")
-    ax_h.set(xlabel="expert cache per rank, GiB", ylabel="cache hit rate, %", ylim=(-2, 102),
-             title=f"LRU hit rate (squares: simulated cases, dotted: per-step working set)\n{knobs.label()}")
-    ax_g.set(xlabel="expert cache per rank, GiB", ylabel="GiB streamed per step per rank", yscale="symlog",
-             title=f"GiB streamed per step per rank (LRU)\n{PROJ}")
+    ax_h.set(
+        xlabel="expert cache per rank, GiB",
+        ylabel="cache hit rate, %",
+        ylim=(-2, 102),
+        title=f"LRU hit rate (squares: simulated cases, dotted: per-step working set)\n{knobs.label()}",
+    )
+    ax_g.set(
+        xlabel="expert cache per rank, GiB",
+        ylabel="GiB streamed per step per rank",
+        yscale="symlog",
+        title=f"GiB streamed per step per rank (LRU)\n{PROJ}",
+    )
     ax_h.legend(fontsize=7, loc="lower right")
     ax_g.legend(fontsize=7)
     fig.tight_layout()
@@ -233,15 +345,24 @@ with style():
 # %%
 with style():
     fig, ax = plt.subplots(figsize=(7, 4.3))
-    for crv, name, color in [(curve_pair, "pair, M=8", "C0"), (curve_boost, "one booster, M=8", "C3"), (curve_boost1, "one booster, M=1", "C2")]:
+    for crv, name, color in [
+        (curve_pair, "pair, M=8", "C0"),
+        (curve_boost, "one booster, M=8", "C3"),
+        (curve_boost1, "one booster, M=1", "C2"),
+    ]:
         ws = crv.working_set_gib.mean()
         ax.plot(grid / ws, 100 * crv.hit_rate.mean(axis=0), color=color, label=f"{name}: working set {ws:.1f} GiB/rank")
     ax.axvline(1.0, color="k", ls=":", lw=1, label="cache = one step's working set")
     for t in ladder.CALIBRATION:
         ax.plot(t.case.cache_gib_per_rank / curve_pair.working_set_gib.mean(), 100 * t.hit_rate, "k*", ms=11)
     ax.plot([], [], "k*", label=f"seed 003 pair, M=8: {WIT}")
-    ax.set(xscale="log", xlim=(0.3, 30), xlabel="cache per rank / per-step working set per rank", ylabel="LRU hit rate, %",
-           title=f"the LRU cliff at one step's working set\n{PROJ}")
+    ax.set(
+        xscale="log",
+        xlim=(0.3, 30),
+        xlabel="cache per rank / per-step working set per rank",
+        ylabel="LRU hit rate, %",
+        title=f"the LRU cliff at one step's working set\n{PROJ}",
+    )
     ax.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, "cache_ladder_cliff")
@@ -258,8 +379,18 @@ with style():
 pol_cases = [ladder.Case(f"pair-m8-{int(g)}-{p}", 2, 8, g, p) for g in (20.0, 40.0, 60.0, 80.0) for p in policy_list]
 pol_cases += [ladder.Case(f"booster-m8-20-{p}", 1, 8, 20.0, p) for p in policy_list]
 pol_bands, _ = ladder.predict(draws, pol_cases, run_seeds[:policy_seeds], layers=layers)
-policy_table = pd.DataFrame([{"arrangement": b.case.arrangement, "cache GiB/rank": b.case.cache_gib_per_rank, "policy": b.case.policy,
-                              "hit %": 100 * b.hit_rate, "GiB/step/rank": b.gib_streamed_per_step} for b in pol_bands])
+policy_table = pd.DataFrame(
+    [
+        {
+            "arrangement": b.case.arrangement,
+            "cache GiB/rank": b.case.cache_gib_per_rank,
+            "policy": b.case.policy,
+            "hit %": 100 * b.hit_rate,
+            "GiB/step/rank": b.gib_streamed_per_step,
+        }
+        for b in pol_bands
+    ]
+)
 with style():
     fig, (ax_p, ax_b) = plt.subplots(1, 2, figsize=(12, 4.3), gridspec_kw={"width_ratios": [3, 1]})
     pair = policy_table[policy_table.arrangement.str.startswith("pair")]
@@ -269,10 +400,20 @@ with style():
         sub = pair[pair.policy == p].set_index("cache GiB/rank").loc[sizes]
         ax_p.bar(np.arange(len(sizes)) + (i - (len(policy_list) - 1) / 2) * width, sub["hit %"], width, label=p)
     lru_x = (policy_list.index("lru") - (len(policy_list) - 1) / 2) * width if "lru" in policy_list else 0.0
-    ax_p.plot([sizes.index(t.case.cache_gib_per_rank) + lru_x for t in ladder.CALIBRATION], [100 * t.hit_rate for t in ladder.CALIBRATION],
-              "k*", ms=12, label=f"seed 003, LRU engine: {WIT}")
-    ax_p.set(xticks=range(len(sizes)), xticklabels=[f"{s:g} GiB" for s in sizes], ylabel="hit rate, %", ylim=(0, 118),
-             title=f"pair, id split, M=8, cache per rank — {PROJ}")
+    ax_p.plot(
+        [sizes.index(t.case.cache_gib_per_rank) + lru_x for t in ladder.CALIBRATION],
+        [100 * t.hit_rate for t in ladder.CALIBRATION],
+        "k*",
+        ms=12,
+        label=f"seed 003, LRU engine: {WIT}",
+    )
+    ax_p.set(
+        xticks=range(len(sizes)),
+        xticklabels=[f"{s:g} GiB" for s in sizes],
+        ylabel="hit rate, %",
+        ylim=(0, 118),
+        title=f"pair, id split, M=8, cache per rank — {PROJ}",
+    )
     ax_p.legend(fontsize=7, ncol=3, loc="upper left")
     boost = policy_table[~policy_table.arrangement.str.startswith("pair")]
     bars = ax_b.bar(boost.policy, boost["hit %"], color=[f"C{i}" for i in range(len(boost))])
@@ -295,9 +436,21 @@ policy_table.pivot_table(index=["arrangement", "cache GiB/rank"], columns="polic
 # %%
 big_cases = [ladder.Case(f"pair-m8-{g:g}", 2, 8, g) for g in big_list]
 big_bands, _ = ladder.predict(draws, big_cases, run_seeds, layers=layers)
-pd.DataFrame([{"cache GiB/rank": b.case.cache_gib_per_rank, "share of a rank's experts %": 100 * min(1.0, b.case.cache_gib_per_rank / 91),
-               "hit %": 100 * b.hit_rate, "hit 5 %": 100 * b.hit_rate_lo, "hit 95 %": 100 * b.hit_rate_hi,
-               "GiB/step/rank": b.gib_streamed_per_step, "GiB 5 %": b.gib_lo, "GiB 95 %": b.gib_hi} for b in big_bands]).round(3)
+pd.DataFrame(
+    [
+        {
+            "cache GiB/rank": b.case.cache_gib_per_rank,
+            "share of a rank's experts %": 100 * min(1.0, b.case.cache_gib_per_rank / 91),
+            "hit %": 100 * b.hit_rate,
+            "hit 5 %": 100 * b.hit_rate_lo,
+            "hit 95 %": 100 * b.hit_rate_hi,
+            "GiB/step/rank": b.gib_streamed_per_step,
+            "GiB 5 %": b.gib_lo,
+            "GiB 95 %": b.gib_hi,
+        }
+        for b in big_bands
+    ]
+).round(3)
 
 # %% [markdown]
 # ## Model-choice sensitivity (not in the bands above)
@@ -312,15 +465,27 @@ pd.DataFrame([{"cache GiB/rank": b.case.cache_gib_per_rank, "share of a rank's e
 if sensitivity:
     sens_seeds = run_seeds[:sensitivity_seeds]
     zipf_fit = ladder.fit_knobs(ladder.CALIBRATION, family="zipf", seeds=range(2), layers=fit_layers)
-    variants = {f"Zipf layers ({zipf_fit.knobs.label()})": zipf_fit.knobs,
-                "history counted in steps": replace(knobs, history_unit="steps")}
+    variants = {
+        f"Zipf layers ({zipf_fit.knobs.label()})": zipf_fit.knobs,
+        "history counted in steps": replace(knobs, history_unit="steps"),
+    }
     for note in zipf_fit.notes:
         print("zipf fit:", note)
-    rows = [{"variant": "fitted (Dirichlet, history in tokens)", "case": b.case.name, "hit %": 100 * b.hit_rate,
-             "GiB/step/rank": b.gib_streamed_per_step} for b in bands]
+    rows = [
+        {
+            "variant": "fitted (Dirichlet, history in tokens)",
+            "case": b.case.name,
+            "hit %": 100 * b.hit_rate,
+            "GiB/step/rank": b.gib_streamed_per_step,
+        }
+        for b in bands
+    ]
     for name, kn in variants.items():
         vb, _ = ladder.predict(kn, ladder.PREDICTION_CASES, sens_seeds, layers=sensitivity_layers)
-        rows += [{"variant": name, "case": b.case.name, "hit %": 100 * b.hit_rate, "GiB/step/rank": b.gib_streamed_per_step} for b in vb]
+        rows += [
+            {"variant": name, "case": b.case.name, "hit %": 100 * b.hit_rate, "GiB/step/rank": b.gib_streamed_per_step}
+            for b in vb
+        ]
     sens = pd.DataFrame(rows)
     display(sens.pivot_table(index="case", columns="variant", values="hit %", sort=False).round(1))
     display(sens.pivot_table(index="case", columns="variant", values="GiB/step/rank", sort=False).round(3))
@@ -338,12 +503,31 @@ hist_rows = []
 for name, kn in [("fitted", knobs), ("uniform (α = 1e4)", replace(knobs, skew=1e4, rho=0.0))]:
     stats = []
     for s in run_seeds[:5]:
-        counts = histogram_from_trace(ladder.sample_ladder_trace(kn, 1, 127, layers, np.random.default_rng(s)), ladder.EXPERTS).sum(axis=0)
+        counts = histogram_from_trace(
+            ladder.sample_ladder_trace(kn, 1, 127, layers, np.random.default_rng(s)), ladder.EXPERTS
+        ).sum(axis=0)
         stats.append((counts.min(), np.median(counts), counts.max(), int((counts == 0).sum())))
     st = np.array(stats)
-    hist_rows.append({"model": name, "min": st[:, 0].mean(), "median": st[:, 1].mean(), "max": st[:, 2].mean(),
-                      "max range over seeds": f"{st[:, 2].min():.0f}–{st[:, 2].max():.0f}", "idle experts": st[:, 3].mean()})
-hist_rows.append({"model": "seed 003 parity decode (witnessed)", "min": 133, "median": 265, "max": 520, "max range over seeds": "", "idle experts": 0})
+    hist_rows.append(
+        {
+            "model": name,
+            "min": st[:, 0].mean(),
+            "median": st[:, 1].mean(),
+            "max": st[:, 2].mean(),
+            "max range over seeds": f"{st[:, 2].min():.0f}–{st[:, 2].max():.0f}",
+            "idle experts": st[:, 3].mean(),
+        }
+    )
+hist_rows.append(
+    {
+        "model": "seed 003 parity decode (witnessed)",
+        "min": 133,
+        "median": 265,
+        "max": 520,
+        "max range over seeds": "",
+        "idle experts": 0,
+    }
+)
 pd.DataFrame(hist_rows).round(1)
 
 # %% [markdown]
@@ -351,8 +535,22 @@ pd.DataFrame(hist_rows).round(1)
 
 # %%
 print(f"moeroof {moeroof.__version__}, numpy {np.__version__}, pandas {pd.__version__}")
-print({"layers": layers, "seeds": seeds, "fit": fit, "fit_seeds": fit_seeds, "fit_layers": fit_layers,
-       "parameter_uncertainty": parameter_uncertainty, "bootstrap_replicates": bootstrap_replicates, "policy_seeds": policy_seeds, "policies": policies,
-       "big_caches": big_caches, "sensitivity": sensitivity, "sensitivity_seeds": sensitivity_seeds,
-       "sensitivity_layers": sensitivity_layers, "seed_name": seed_name})
+print(
+    {
+        "layers": layers,
+        "seeds": seeds,
+        "fit": fit,
+        "fit_seeds": fit_seeds,
+        "fit_layers": fit_layers,
+        "parameter_uncertainty": parameter_uncertainty,
+        "bootstrap_replicates": bootstrap_replicates,
+        "policy_seeds": policy_seeds,
+        "policies": policies,
+        "big_caches": big_caches,
+        "sensitivity": sensitivity,
+        "sensitivity_seeds": sensitivity_seeds,
+        "sensitivity_layers": sensitivity_layers,
+        "seed_name": seed_name,
+    }
+)
 print("knobs:", knobs)

@@ -38,6 +38,7 @@
 # **projected** except seed 003's, which are witnessed.
 
 # %% tags=["parameters"]
+# fmt: off
 histogram: str = "histograms/glm5-seed003-summed.csv"  # layer-summed firing histogram, relative to data/, that the partitions balance
 per_layer_histogram: str = "histograms/glm5-seed003-per-layer.csv"  # the same counts per layer, for the per-layer step model
 model: str = "glm-5-nvfp4"  # model preset name or path to a model TOML
@@ -52,6 +53,7 @@ slowdown_max: float = 2.6  # largest head-node slowdown at identical work
 slowdown_points: int = 5  # evenly spaced slowdowns from 1, plus the seed's 1.3 and 2.6 where in range
 bytes_max_iter: int = 20  # improving moves per start in the bytes partition's local search
 curve_seeds: int = 2  # traces per arrangement for the LRU hit curves and the booster prediction
+# fmt: on
 
 # %%
 import matplotlib.pyplot as plt
@@ -59,23 +61,30 @@ import numpy as np
 import pandas as pd
 
 import moeroof
-from moeroof import ladder
-from moeroof.io import read_histogram
-from moeroof.partition import balanced_packing, contiguous_split, imbalance, inclusion_from_histogram, split_plan, split_report
-from moeroof.paths import resolve_data
-from moeroof.plots import label_with_baseline, provenance_label, save_figure, style
-from moeroof.presets import load_hardware, load_model
-from moeroof.split_analysis import (
+from moeroof.core.paths import resolve_data
+from moeroof.core.units import GiB
+from moeroof.data.io import read_histogram
+from moeroof.data.presets import load_hardware, load_model
+from moeroof.models.partition import (
+    balanced_packing,
+    contiguous_split,
+    imbalance,
+    inclusion_from_histogram,
+    split_plan,
+    split_report,
+)
+from moeroof.present.plots import label_with_baseline, provenance_label, save_figure, style
+from moeroof.studies import ladder
+from moeroof.studies.expert_split import (
     SEED003,
-    fluid_gain,
     firing_counts,
+    fluid_gain,
     max_over_min,
     pair_vs_booster,
     relabel_imbalance,
     slowdown_sweep,
     trace_split,
 )
-from moeroof.units import GiB
 
 rng = np.random.default_rng(sum(map(ord, "expert_split")))  # one generator, passed down in order
 mdl = load_model(model)
@@ -89,14 +98,24 @@ E = hist.experts
 knobs = ladder.FITTED
 warm = ladder.history_steps(knobs, streams) + ladder.WARMUP_STEPS
 seed_head = SEED003["head_slowdown"]
-slowdowns = np.unique(np.round(np.r_[np.linspace(1.0, slowdown_max, max(slowdown_points, 2)),
-                                     [s for s in seed_head if s <= slowdown_max]], 3))
+slowdowns = np.unique(
+    np.round(
+        np.r_[np.linspace(1.0, slowdown_max, max(slowdown_points, 2)), [s for s in seed_head if s <= slowdown_max]], 3
+    )
+)
 PROJ = provenance_label("projected")
 WIT = provenance_label("witnessed") + ", seed 003"
 colours = {"id": "C0", "lpt": "C1", "weighted": "C2", "bytes": "C3"}
-names = {"id": "id split 144/144", "lpt": "LPT, equal counts", "weighted": "weighted by speed", "bytes": "bytes-balanced"}
-print(f"histogram {hist.path.name}: E = {E}, K = {hist.top_k}, provenance {hist.provenance}; "
-      f"counts {load.min():.0f}–{load.max():.0f}, median {np.median(load):.0f} (seed 003: 133–520, median 265)")
+names = {
+    "id": "id split 144/144",
+    "lpt": "LPT, equal counts",
+    "weighted": "weighted by speed",
+    "bytes": "bytes-balanced",
+}
+print(
+    f"histogram {hist.path.name}: E = {E}, K = {hist.top_k}, provenance {hist.provenance}; "
+    f"counts {load.min():.0f}–{load.max():.0f}, median {np.median(load):.0f} (seed 003: 133–520, median 265)"
+)
 
 # %% [markdown]
 # ## (1) The published partition facts, and how much of the id split's imbalance is luck
@@ -109,18 +128,27 @@ print(f"histogram {hist.path.name}: E = {E}, K = {hist.top_k}, provenance {hist.
 # LPT sees only the sorted counts and lands at 1.000× for every relabeling.
 
 # %%
-rep = {m: split_report(resolve_data(histogram), 2, m, model=mdl, hardware=hw, batch=streams, cache_gib_per_rank=cache_gib)
-       for m in ("id", "lpt")}
+rep = {
+    m: split_report(resolve_data(histogram), 2, m, model=mdl, hardware=hw, batch=streams, cache_gib_per_rank=cache_gib)
+    for m in ("id", "lpt")
+}
 draws = relabel_imbalance(load, 2, relabel_draws, rng)
 id_mm = draws.id_imbalance("max_min")
 pct_published = draws.share_at_or_above(SEED003["id_imbalance"])
 ours_mm = {m: max_over_min(rep[m]["load_rows"]) for m in rep}
-pd.DataFrame({
-    "rows per rank": {m: " / ".join(f"{x:.0f}" for x in rep[m]["load_rows"]) for m in rep} | {"seed 003 id (witnessed)": "39408 / 38544", "seed 003 LPT (witnessed)": "38980 / 38972"},
-    "max/min, the seed's ×": ours_mm | {"seed 003 id (witnessed)": SEED003["id_imbalance"], "seed 003 LPT (witnessed)": SEED003["lpt_imbalance"]},
-    "max/mean ×": {m: rep[m]["imbalance"] for m in rep} | {"seed 003 id (witnessed)": imbalance(SEED003["id_rows"]),
-                                                             "seed 003 LPT (witnessed)": imbalance(SEED003["lpt_rows"])},
-}).round(4)
+pd.DataFrame(
+    {
+        "rows per rank": {m: " / ".join(f"{x:.0f}" for x in rep[m]["load_rows"]) for m in rep}
+        | {"seed 003 id (witnessed)": "39408 / 38544", "seed 003 LPT (witnessed)": "38980 / 38972"},
+        "max/min, the seed's ×": ours_mm
+        | {"seed 003 id (witnessed)": SEED003["id_imbalance"], "seed 003 LPT (witnessed)": SEED003["lpt_imbalance"]},
+        "max/mean ×": {m: rep[m]["imbalance"] for m in rep}
+        | {
+            "seed 003 id (witnessed)": imbalance(SEED003["id_rows"]),
+            "seed 003 LPT (witnessed)": imbalance(SEED003["lpt_rows"]),
+        },
+    }
+).round(4)
 
 # %%
 with style():
@@ -128,10 +156,18 @@ with style():
     ax.hist(id_mm, bins=60, color="C0", alpha=0.6, label=f"id split over {draws.draws} random relabelings — {PROJ}")
     ax.axvline(ours_mm["id"], color="C0", lw=2, label=f"id split of {hist.path.name}: {ours_mm['id']:.3f}×")
     ax.axvline(draws.lpt_imbalance(), color="C1", lw=2, label=f"LPT, any labels: {draws.lpt_imbalance():.4f}×")
-    ax.axvline(SEED003["id_imbalance"], color="k", ls="--", lw=1.5,
-               label=f"seed 003 id split {SEED003['id_imbalance']:.3f}× — {WIT}; {pct_published:.0%} of relabelings at or above")
-    ax.set(xlabel=label_with_baseline("token-load imbalance, max/min over the 2 ranks", "the lighter rank"),
-           ylabel="relabelings", title="Which ids are hot sets the id split's imbalance; LPT ignores labels")
+    ax.axvline(
+        SEED003["id_imbalance"],
+        color="k",
+        ls="--",
+        lw=1.5,
+        label=f"seed 003 id split {SEED003['id_imbalance']:.3f}× — {WIT}; {pct_published:.0%} of relabelings at or above",
+    )
+    ax.set(
+        xlabel=label_with_baseline("token-load imbalance, max/min over the 2 ranks", "the lighter rank"),
+        ylabel="relabelings",
+        title="Which ids are hot sets the id split's imbalance; LPT ignores labels",
+    )
     ax.legend(fontsize=7.5, loc="upper right")
     fig.tight_layout()
     save_figure(fig, "expert_split_relabel")
@@ -156,12 +192,27 @@ with style():
 #   them.
 
 # %%
-plans = {(src, m): split_plan(rep[m]["assignment"], pi[src], mdl, hw, batch=streams, cache_bytes_per_rank=cache_gib * GiB,
-                              load=load if src == "summed" else load_layers, method=m)
-         for src in pi for m in ("id", "lpt")}
-ladder_plans = {(src, m): split_plan(rep[m]["assignment"], pi[src], mdl, hw, batch=streams,
-                                     cache_bytes_per_rank=ladder_cache_gib * GiB, method=m)
-                for src in pi for m in ("id", "lpt")}
+plans = {
+    (src, m): split_plan(
+        rep[m]["assignment"],
+        pi[src],
+        mdl,
+        hw,
+        batch=streams,
+        cache_bytes_per_rank=cache_gib * GiB,
+        load=load if src == "summed" else load_layers,
+        method=m,
+    )
+    for src in pi
+    for m in ("id", "lpt")
+}
+ladder_plans = {
+    (src, m): split_plan(
+        rep[m]["assignment"], pi[src], mdl, hw, batch=streams, cache_bytes_per_rank=ladder_cache_gib * GiB, method=m
+    )
+    for src in pi
+    for m in ("id", "lpt")
+}
 traces, splits = [], {}
 for j in range(trace_seeds):
     topk = ladder.sample_ladder_trace(knobs, streams, warm + ladder.TIMED_STEPS, trace_layers, rng)
@@ -174,65 +225,142 @@ for m in ("id", "lpt"):
     for src in pi:
         p = plans[(src, m)]
         for r in range(2):
-            rows.append({"partition": names[m], "model": f"hot set, {src} histogram", "rank": r,
-                         "token load, share": p.load_rows[r] / p.load_rows.sum(), "union per layer": p.union_pairs[r] / mdl.moe_layers,
-                         "misses per layer": p.missed_pairs[r] / mdl.moe_layers, "hit rate": p.per_rank[r].cache_hit,
-                         "GiB streamed per step": p.streamed_bytes[r] / GiB})
+            rows.append(
+                {
+                    "partition": names[m],
+                    "model": f"hot set, {src} histogram",
+                    "rank": r,
+                    "token load, share": p.load_rows[r] / p.load_rows.sum(),
+                    "union per layer": p.union_pairs[r] / mdl.moe_layers,
+                    "misses per layer": p.missed_pairs[r] / mdl.moe_layers,
+                    "hit rate": p.per_rank[r].cache_hit,
+                    "GiB streamed per step": p.streamed_bytes[r] / GiB,
+                }
+            )
     for r in range(2):
         ts = [splits[(j, m, cache_gib)] for j in range(trace_seeds)]
-        rows.append({"partition": names[m], "model": f"LRU, {trace_seeds} traces, mean", "rank": r,
-                     "token load, share": np.mean([t.picks_per_step[r] / t.picks_per_step.sum() for t in ts]),
-                     "union per layer": np.mean([t.union_per_layer[r] for t in ts]),
-                     "misses per layer": np.mean([t.misses[r] / (t.timed_steps * t.layers) for t in ts]),
-                     "hit rate": np.mean([t.hit_rate[r] for t in ts]), "GiB streamed per step": np.mean([t.gib_per_step[r] for t in ts])})
+        rows.append(
+            {
+                "partition": names[m],
+                "model": f"LRU, {trace_seeds} traces, mean",
+                "rank": r,
+                "token load, share": np.mean([t.picks_per_step[r] / t.picks_per_step.sum() for t in ts]),
+                "union per layer": np.mean([t.union_per_layer[r] for t in ts]),
+                "misses per layer": np.mean([t.misses[r] / (t.timed_steps * t.layers) for t in ts]),
+                "hit rate": np.mean([t.hit_rate[r] for t in ts]),
+                "GiB streamed per step": np.mean([t.gib_per_step[r] for t in ts]),
+            }
+        )
 per_rank = pd.DataFrame(rows)
-print(f"cache {cache_gib:g} GiB per rank, M = {streams}; witnessed at 20 GiB (seed 003): id split 53.8 % hit, "
-      f"6.62 GiB/step; balanced 52.5 %, 7.02 GiB/step")
+print(
+    f"cache {cache_gib:g} GiB per rank, M = {streams}; witnessed at 20 GiB (seed 003): id split 53.8 % hit, "
+    f"6.62 GiB/step; balanced 52.5 %, 7.02 GiB/step"
+)
 per_rank.round(3)
 
 # %%
-models = [("hot set, summed histogram", "summed"), ("hot set, per-layer histogram", "per-layer"), ("LRU on traces", "trace")]
-imb = {m: pd.DataFrame([t.imbalance() | {"layer-sync penalty": t.paced_gib_per_step(sync="layer") / t.paced_gib_per_step()}
-                        for (j, mm, c), t in splits.items() if mm == m and c == cache_gib]) for m in ("id", "lpt")}
-share = {m: np.concatenate([t.layer_share(0) for (j, mm, c), t in splits.items() if mm == m and c == cache_gib]) for m in ("id", "lpt")}
+models = [
+    ("hot set, summed histogram", "summed"),
+    ("hot set, per-layer histogram", "per-layer"),
+    ("LRU on traces", "trace"),
+]
+imb = {
+    m: pd.DataFrame(
+        [
+            t.imbalance() | {"layer-sync penalty": t.paced_gib_per_step(sync="layer") / t.paced_gib_per_step()}
+            for (j, mm, c), t in splits.items()
+            if mm == m and c == cache_gib
+        ]
+    )
+    for m in ("id", "lpt")
+}
+share = {
+    m: np.concatenate([t.layer_share(0) for (j, mm, c), t in splits.items() if mm == m and c == cache_gib])
+    for m in ("id", "lpt")
+}
 with style():
     fig, (ax_g, ax_s, ax_l) = plt.subplots(1, 3, figsize=(15, 4.6))
     xs = np.arange(len(models))
     for k, m in enumerate(("id", "lpt")):
         for r in range(2):
-            vals = [plans[(src, m)].streamed_bytes[r] / GiB if src != "trace"
-                    else np.mean([splits[(j, m, cache_gib)].gib_per_step[r] for j in range(trace_seeds)]) for _, src in models]
-            ax_g.bar(xs + (2 * k + r - 1.5) * 0.19, vals, 0.18, color=colours[m], alpha=1.0 if r == 0 else 0.55,
-                     label=f"{names[m]}, rank {r}")
+            vals = [
+                plans[(src, m)].streamed_bytes[r] / GiB
+                if src != "trace"
+                else np.mean([splits[(j, m, cache_gib)].gib_per_step[r] for j in range(trace_seeds)])
+                for _, src in models
+            ]
+            ax_g.bar(
+                xs + (2 * k + r - 1.5) * 0.19,
+                vals,
+                0.18,
+                color=colours[m],
+                alpha=1.0 if r == 0 else 0.55,
+                label=f"{names[m]}, rank {r}",
+            )
     if cache_gib == 20.0:
-        ax_g.axhline(SEED003["pair_gib_streamed_per_step"], color="k", ls="--", lw=1, label="id split, 6.62 GiB — " + WIT)
+        ax_g.axhline(
+            SEED003["pair_gib_streamed_per_step"], color="k", ls="--", lw=1, label="id split, 6.62 GiB — " + WIT
+        )
         ax_g.axhline(7.02, color="k", ls=":", lw=1, label="balanced, 7.02 GiB — " + WIT)
     for x, (_, src) in zip(xs, models):
-        hit = (np.mean([r.cache_hit for r in plans[(src, "id")].per_rank]) if src != "trace"
-               else np.mean([splits[(j, "id", cache_gib)].hit_rate.mean() for j in range(trace_seeds)]))
-        top = max(plans[(src, "id")].streamed_bytes.max() / GiB if src != "trace"
-                  else max(splits[(j, "id", cache_gib)].gib_per_step.max() for j in range(trace_seeds)), 7.02)
+        hit = (
+            np.mean([r.cache_hit for r in plans[(src, "id")].per_rank])
+            if src != "trace"
+            else np.mean([splits[(j, "id", cache_gib)].hit_rate.mean() for j in range(trace_seeds)])
+        )
+        top = max(
+            plans[(src, "id")].streamed_bytes.max() / GiB
+            if src != "trace"
+            else max(splits[(j, "id", cache_gib)].gib_per_step.max() for j in range(trace_seeds)),
+            7.02,
+        )
         ax_g.annotate(f"hit {hit:.0%}", (x, top), xytext=(0, 4), textcoords="offset points", ha="center", fontsize=8)
     ax_g.set_xticks(xs, [lab.replace(", ", ",\n") for lab, _ in models], fontsize=8)
     ax_g.set_ylim(0, 1.12 * ax_g.get_ylim()[1])
-    ax_g.set(ylabel="GiB streamed per step, per rank", title=f"Per-rank bytes, {cache_gib:g} GiB cache per rank, M = {streams}\n{PROJ}")
+    ax_g.set(
+        ylabel="GiB streamed per step, per rank",
+        title=f"Per-rank bytes, {cache_gib:g} GiB cache per rank, M = {streams}\n{PROJ}",
+    )
     ax_g.legend(fontsize=6.5, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.17))
     for m in ("id", "lpt"):
-        ax_s.scatter(imb[m]["token_load"], imb[m]["streamed_gib"], color=colours[m], label=f"{names[m]}, one trace each")
-    lim = max(1.03, float(max(imb["id"][["token_load", "streamed_gib"]].max().max(), imb["lpt"][["token_load", "streamed_gib"]].max().max())) + 0.005)
+        ax_s.scatter(
+            imb[m]["token_load"], imb[m]["streamed_gib"], color=colours[m], label=f"{names[m]}, one trace each"
+        )
+    lim = max(
+        1.03,
+        float(
+            max(
+                imb["id"][["token_load", "streamed_gib"]].max().max(),
+                imb["lpt"][["token_load", "streamed_gib"]].max().max(),
+            )
+        )
+        + 0.005,
+    )
     ax_s.plot([1, lim], [1, lim], color="0.5", lw=0.8, label="streamed = token imbalance")
-    ax_s.set(xlim=(0.998, lim), ylim=(0.998, lim), xlabel=label_with_baseline("token-load imbalance max/mean", "mean rank"),
-             ylabel=label_with_baseline("streamed-GiB imbalance max/mean", "mean rank"),
-             title=f"LRU on {trace_seeds} traces: token balance ≠ byte balance\n{PROJ}")
+    ax_s.set(
+        xlim=(0.998, lim),
+        ylim=(0.998, lim),
+        xlabel=label_with_baseline("token-load imbalance max/mean", "mean rank"),
+        ylabel=label_with_baseline("streamed-GiB imbalance max/mean", "mean rank"),
+        title=f"LRU on {trace_seeds} traces: token balance ≠ byte balance\n{PROJ}",
+    )
     ax_s.legend(fontsize=7.5)
     bins = np.linspace(0.25, 0.75, 41)
     for m in ("id", "lpt"):
-        ax_l.hist(share[m][np.isfinite(share[m])], bins=bins, color=colours[m], alpha=0.5,
-                  label=f"{names[m]}: layer-sync penalty {imb[m]['layer-sync penalty'].mean():.2f}× (baseline: step sync)")
+        ax_l.hist(
+            share[m][np.isfinite(share[m])],
+            bins=bins,
+            color=colours[m],
+            alpha=0.5,
+            label=f"{names[m]}: layer-sync penalty {imb[m]['layer-sync penalty'].mean():.2f}× (baseline: step sync)",
+        )
     ax_l.axvline(0.5, color="k", lw=0.8)
     ax_l.set_ylim(0, 1.3 * ax_l.get_ylim()[1])
-    ax_l.set(xlabel="rank 0's share of a layer's streamed GiB", ylabel="layers × traces",
-             title=f"Per-layer skew the summed histogram hides\n{PROJ}")
+    ax_l.set(
+        xlabel="rank 0's share of a layer's streamed GiB",
+        ylabel="layers × traces",
+        title=f"Per-layer skew the summed histogram hides\n{PROJ}",
+    )
     ax_l.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, "expert_split_per_rank")
@@ -251,12 +379,17 @@ with style():
 
 # %%
 gain = {
-    "hot set, summed histogram": ladder_plans[("summed", "id")].step_seconds / ladder_plans[("summed", "lpt")].step_seconds,
-    "hot set, per-layer histogram": ladder_plans[("per-layer", "id")].step_seconds / ladder_plans[("per-layer", "lpt")].step_seconds,
+    "hot set, summed histogram": ladder_plans[("summed", "id")].step_seconds
+    / ladder_plans[("summed", "lpt")].step_seconds,
+    "hot set, per-layer histogram": ladder_plans[("per-layer", "id")].step_seconds
+    / ladder_plans[("per-layer", "lpt")].step_seconds,
 }
 for sync in ("step", "layer"):
-    g = [splits[(j, "id", ladder_cache_gib)].paced_gib_per_step(sync=sync) / splits[(j, "lpt", ladder_cache_gib)].paced_gib_per_step(sync=sync)
-         for j in range(trace_seeds)]
+    g = [
+        splits[(j, "id", ladder_cache_gib)].paced_gib_per_step(sync=sync)
+        / splits[(j, "lpt", ladder_cache_gib)].paced_gib_per_step(sync=sync)
+        for j in range(trace_seeds)
+    ]
     gain[f"LRU on traces, {sync} sync"] = float(np.mean(g))
     gain[f"LRU on traces, {sync} sync, lowest"] = float(np.min(g))
     gain[f"LRU on traces, {sync} sync, highest"] = float(np.max(g))
@@ -270,9 +403,20 @@ with style():
     fig, ax = plt.subplots(figsize=(8.5, 4.2))
     labs = [k for k in gain if not k.endswith(("lowest", "highest"))]
     vals = [gain[k] for k in labs]
-    err = [[gain[k] - gain.get(k + ", lowest", gain[k]) for k in labs], [gain.get(k + ", highest", gain[k]) - gain[k] for k in labs]]
+    err = [
+        [gain[k] - gain.get(k + ", lowest", gain[k]) for k in labs],
+        [gain.get(k + ", highest", gain[k]) - gain[k] for k in labs],
+    ]
     y = np.arange(len(labs))
-    ax.barh(y, np.array(vals) - 1, left=1, xerr=err, color="C1", alpha=0.7, label=f"model: LPT vs id split, {ladder_cache_gib:g} GiB — {PROJ}")
+    ax.barh(
+        y,
+        np.array(vals) - 1,
+        left=1,
+        xerr=err,
+        color="C1",
+        alpha=0.7,
+        label=f"model: LPT vs id split, {ladder_cache_gib:g} GiB — {PROJ}",
+    )
     wl = list(witnessed_gain)
     yw = np.arange(len(labs), len(labs) + len(wl))
     ax.barh(yw, np.array([witnessed_gain[k] for k in wl]) - 1, left=1, color="0.4", alpha=0.7, label=WIT)
@@ -282,8 +426,10 @@ with style():
     for yy, v, x in zip(np.r_[y, yw], vals + [witnessed_gain[k] for k in wl], right):
         ax.annotate(f"{v:.3f}×", (x, yy), xytext=(4, -3), textcoords="offset points", fontsize=8)
     ax.set_xlim(0.95, 2.15)
-    ax.set(xlabel=label_with_baseline("tok/s multiple", "id split for the model, each row's own for the witnessed"),
-           title="Balancing by firing counts: the model's gain against witnessed swings")
+    ax.set(
+        xlabel=label_with_baseline("tok/s multiple", "id split for the model, each row's own for the witnessed"),
+        title="Balancing by firing counts: the model's gain against witnessed swings",
+    )
     ax.legend(fontsize=7.5, loc="lower right")
     fig.tight_layout()
     save_figure(fig, "expert_split_balance_gain")
@@ -302,32 +448,66 @@ with style():
 # divisible work split by speed, (1+s)/2 against the equal split.
 
 # %%
-sweep = slowdown_sweep(pi["per-layer"], load_layers, mdl, hw, slowdowns, batch=streams, cache_gib_per_rank=cache_gib,
-                       bytes_max_iter=bytes_max_iter)
+sweep = slowdown_sweep(
+    pi["per-layer"],
+    load_layers,
+    mdl,
+    hw,
+    slowdowns,
+    batch=streams,
+    cache_gib_per_rank=cache_gib,
+    bytes_max_iter=bytes_max_iter,
+)
 for n in sweep.notes:
     print("note:", n)
 with style():
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12, 4.5))
     for ax in (ax_t, ax_m):
-        ax.axvspan(seed_head[0], seed_head[1], color="0.85", alpha=0.6, lw=0, label=f"head slowdown {seed_head[0]}–{seed_head[1]}× — {WIT}")
+        ax.axvspan(
+            seed_head[0],
+            seed_head[1],
+            color="0.85",
+            alpha=0.6,
+            lw=0,
+            label=f"head slowdown {seed_head[0]}–{seed_head[1]}× — {WIT}",
+        )
     for m in sweep.methods:
         ax_t.plot(sweep.slowdowns, sweep.step_seconds[m] * 1e3, "o-", ms=3, color=colours[m], label=names[m])
-        ax_m.plot(sweep.slowdowns, sweep.multiple(m), "o-", ms=3, color=colours[m], label=label_with_baseline(names[m], "LPT at the same slowdown"))
-    ax_m.plot(sweep.slowdowns, fluid_gain(sweep.slowdowns), ":", color="k", label="divisible work split by speed, (1+s)/2")
-    ax_t.set(xlabel="head-node slowdown s at identical work", ylabel="pair step, ms",
-             title=f"Pair step, {cache_gib:g} GiB per rank, M = {streams}, {hw.name}\n{PROJ}")
-    ax_m.set(xlabel="head-node slowdown s at identical work", ylabel=label_with_baseline("tok/s multiple", "LPT at the same slowdown"),
-             title=f"What a speed-aware partition buys\n{PROJ}")
+        ax_m.plot(
+            sweep.slowdowns,
+            sweep.multiple(m),
+            "o-",
+            ms=3,
+            color=colours[m],
+            label=label_with_baseline(names[m], "LPT at the same slowdown"),
+        )
+    ax_m.plot(
+        sweep.slowdowns, fluid_gain(sweep.slowdowns), ":", color="k", label="divisible work split by speed, (1+s)/2"
+    )
+    ax_t.set(
+        xlabel="head-node slowdown s at identical work",
+        ylabel="pair step, ms",
+        title=f"Pair step, {cache_gib:g} GiB per rank, M = {streams}, {hw.name}\n{PROJ}",
+    )
+    ax_m.set(
+        xlabel="head-node slowdown s at identical work",
+        ylabel=label_with_baseline("tok/s multiple", "LPT at the same slowdown"),
+        title=f"What a speed-aware partition buys\n{PROJ}",
+    )
     ax_t.legend(fontsize=7.5)
     ax_m.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, "expert_split_slowdown")
     plt.show()
-pd.DataFrame({"slowdown s": sweep.slowdowns,
-              **{f"{names[m]} step ms": sweep.step_seconds[m] * 1e3 for m in sweep.methods},
-              **{f"{names[m]}: head experts": sweep.head_experts[m] for m in ("weighted", "bytes")},
-              **{f"{names[m]} × vs LPT": sweep.multiple(m) for m in ("weighted", "bytes")},
-              "(1+s)/2": fluid_gain(sweep.slowdowns)}).round(3)
+pd.DataFrame(
+    {
+        "slowdown s": sweep.slowdowns,
+        **{f"{names[m]} step ms": sweep.step_seconds[m] * 1e3 for m in sweep.methods},
+        **{f"{names[m]}: head experts": sweep.head_experts[m] for m in ("weighted", "bytes")},
+        **{f"{names[m]} × vs LPT": sweep.multiple(m) for m in ("weighted", "bytes")},
+        "(1+s)/2": fluid_gain(sweep.slowdowns),
+    }
+).round(3)
 
 # %% [markdown]
 # ## (4) The pair against one booster: why 6.1×, not 2×
@@ -357,26 +537,48 @@ with style():
         ax_h.plot(grid, c.hit_rate.mean(axis=0) * 100, color=col, label=f"{arr_name[r]}, exact LRU")
         ax_g.plot(grid, c.gib_streamed_per_step.mean(axis=0), color=col, label=arr_name[r])
         for ax in (ax_h, ax_g):
-            ax.axvline(c.working_set_gib.mean(), color=col, ls="--", lw=1,
-                       label=f"working set per step {c.working_set_gib.mean():.1f} GiB")
+            ax.axvline(
+                c.working_set_gib.mean(),
+                color=col,
+                ls="--",
+                lw=1,
+                label=f"working set per step {c.working_set_gib.mean():.1f} GiB",
+            )
     for ax in (ax_h, ax_g):
         ax.axvline(cache_gib, color="k", lw=1.2, label=f"cache {cache_gib:g} GiB per node")
     if cache_gib == 20.0 and streams == 8:
         ax_h.plot([20], [SEED003["pair_hit_rate"] * 100], "k*", ms=11, label="pair, id split, 53.8 % — " + WIT)
         ax_g.plot([20], [SEED003["pair_gib_streamed_per_step"]], "k*", ms=11, label="pair, id split, 6.62 GiB — " + WIT)
-    ax_h.set(xlabel="cache per node, GiB", ylabel="hit rate, %",
-             title=f"LRU against the cache, M = {streams}, {len(seeds)} traces\n{PROJ}")
-    ax_g.set(xlabel="cache per node, GiB", ylabel="GiB streamed per step, per node",
-             title=(f"{label_with_baseline(f'pair {pb.ratio:.1f}× predicted', 'one booster')}\n"
-                    f"{PROJ}; 6.1× witnessed, seed 003"))
+    ax_h.set(
+        xlabel="cache per node, GiB",
+        ylabel="hit rate, %",
+        title=f"LRU against the cache, M = {streams}, {len(seeds)} traces\n{PROJ}",
+    )
+    ax_g.set(
+        xlabel="cache per node, GiB",
+        ylabel="GiB streamed per step, per node",
+        title=(
+            f"{label_with_baseline(f'pair {pb.ratio:.1f}× predicted', 'one booster')}\n{PROJ}; 6.1× witnessed, seed 003"
+        ),
+    )
     ax_h.legend(fontsize=7)
     ax_g.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, "expert_split_booster")
     plt.show()
-pd.DataFrame({a.name: {"hit rate": a.hit_rate, "GiB streamed per step": a.gib_per_step, "working set GiB per step": a.working_set_gib,
-                       **{f"{k} ms": v * 1e3 for k, v in a.terms_seconds.items()}, "step ms": a.step_seconds * 1e3, "binds": a.bound}
-              for a in (pb.booster, pb.pair)}).T
+pd.DataFrame(
+    {
+        a.name: {
+            "hit rate": a.hit_rate,
+            "GiB streamed per step": a.gib_per_step,
+            "working set GiB per step": a.working_set_gib,
+            **{f"{k} ms": v * 1e3 for k, v in a.terms_seconds.items()},
+            "step ms": a.step_seconds * 1e3,
+            "binds": a.bound,
+        }
+        for a in (pb.booster, pb.pair)
+    }
+).T
 
 # %% [markdown]
 # ## The answer's numbers, computed
@@ -386,47 +588,63 @@ pd.DataFrame({a.name: {"hit rate": a.hit_rate, "GiB streamed per step": a.gib_pe
 cap_per_layer = ladder.capacity_experts(cache_gib, trace_layers) / trace_layers
 i26 = int(np.argmin(np.abs(sweep.slowdowns - seed_head[1])))
 i13 = int(np.argmin(np.abs(sweep.slowdowns - seed_head[0])))
-print(f"(1) id split of the synthetic histogram: {' / '.join(f'{x:.0f}' for x in rep['id']['load_rows'])} rows, "
-      f"{ours_mm['id']:.3f}× max/min ({rep['id']['imbalance']:.3f}× max/mean); LPT {' / '.join(f'{x:.0f}' for x in rep['lpt']['load_rows'])}, "
-      f"{ours_mm['lpt']:.4f}× (seed 003, witnessed: id 1.022×, LPT 1.000×, both max/min). Over {draws.draws} relabelings the id split's "
-      f"max/min has median {np.median(id_mm):.3f}×, 5–95 % {np.quantile(id_mm, 0.05):.3f}–{np.quantile(id_mm, 0.95):.3f}×; "
-      f"{pct_published:.0%} are ≥ 1.022×; LPT {draws.lpt_imbalance():.4f}× for every relabeling")
+print(
+    f"(1) id split of the synthetic histogram: {' / '.join(f'{x:.0f}' for x in rep['id']['load_rows'])} rows, "
+    f"{ours_mm['id']:.3f}× max/min ({rep['id']['imbalance']:.3f}× max/mean); LPT {' / '.join(f'{x:.0f}' for x in rep['lpt']['load_rows'])}, "
+    f"{ours_mm['lpt']:.4f}× (seed 003, witnessed: id 1.022×, LPT 1.000×, both max/min). Over {draws.draws} relabelings the id split's "
+    f"max/min has median {np.median(id_mm):.3f}×, 5–95 % {np.quantile(id_mm, 0.05):.3f}–{np.quantile(id_mm, 0.95):.3f}×; "
+    f"{pct_published:.0%} are ≥ 1.022×; LPT {draws.lpt_imbalance():.4f}× for every relabeling"
+)
 for src in pi:
     p_id, p_lpt = plans[(src, "id")], plans[(src, "lpt")]
-    print(f"(2) hot set, {src} histogram, {cache_gib:g} GiB: union per rank and layer {p_id.union_pairs.mean() / mdl.moe_layers:.1f}, "
-          f"hit {np.mean([r.cache_hit for r in p_id.per_rank]):.1%}, {p_id.streamed_bytes.mean() / GiB:.2f} GiB/step per rank; "
-          f"id split token imbalance {p_id.imbalance['token_load']:.4f}×, streamed {p_id.imbalance['streamed_bytes']:.4f}×; "
-          f"LPT {p_lpt.imbalance['token_load']:.4f}× / {p_lpt.imbalance['streamed_bytes']:.4f}× (max/mean)")
+    print(
+        f"(2) hot set, {src} histogram, {cache_gib:g} GiB: union per rank and layer {p_id.union_pairs.mean() / mdl.moe_layers:.1f}, "
+        f"hit {np.mean([r.cache_hit for r in p_id.per_rank]):.1%}, {p_id.streamed_bytes.mean() / GiB:.2f} GiB/step per rank; "
+        f"id split token imbalance {p_id.imbalance['token_load']:.4f}×, streamed {p_id.imbalance['streamed_bytes']:.4f}×; "
+        f"LPT {p_lpt.imbalance['token_load']:.4f}× / {p_lpt.imbalance['streamed_bytes']:.4f}× (max/mean)"
+    )
 for m in ("id", "lpt"):
     d = imb[m]
     ts = [splits[(j, m, cache_gib)] for j in range(trace_seeds)]
-    print(f"(2) LRU on {trace_seeds} traces, {names[m]}, {cache_gib:g} GiB: hit {np.mean([t.hit_rate.mean() for t in ts]):.1%}, "
-          f"{np.mean([t.gib_per_step.mean() for t in ts]):.2f} GiB/step per rank, union {np.mean([t.union_per_layer.mean() for t in ts]):.1f} per rank and layer; "
-          f"token imbalance {d['token_load'].min():.4f}–{d['token_load'].max():.4f}×, streamed {d['streamed_gib'].min():.4f}–{d['streamed_gib'].max():.4f}× "
-          f"(max/mean); rank 0's share of a layer's bytes 5–95 % {np.nanquantile(share[m], 0.05):.2f}–{np.nanquantile(share[m], 0.95):.2f}; "
-          f"layer sync costs {d['layer-sync penalty'].mean():.3f}× the step-synced bytes (baseline: step sync)")
-print(f"(2b) LPT against the id split at {ladder_cache_gib:g} GiB (baseline: id split): "
-      + "; ".join(f"{k} {v:.3f}×" for k, v in gain.items()) + " — witnessed: "
-      + "; ".join(f"{k} {v:.3f}×" for k, v in witnessed_gain.items()))
-print(f"(3) slow head at s = {sweep.slowdowns[i13]:g} and {sweep.slowdowns[i26]:g}: LPT step {sweep.step_seconds['lpt'][i13] * 1e3:.0f} and "
-      f"{sweep.step_seconds['lpt'][i26] * 1e3:.0f} ms, {sweep.cost('lpt')[i13]:.2f}× and {sweep.cost('lpt')[i26]:.2f}× the equal-speed pair "
-      f"(baseline: LPT at s = 1, {sweep.step_seconds['lpt'][0] * 1e3:.0f} ms); id split {sweep.multiple('id')[i26]:.3f}× LPT. "
-      f"Weighted by speed: {sweep.multiple('weighted')[i13]:.2f}× and {sweep.multiple('weighted')[i26]:.2f}× LPT (baseline: LPT at the same s; "
-      f"head owns {sweep.head_experts['weighted'][i13]} and {sweep.head_experts['weighted'][i26]} experts); bytes-balanced "
-      f"{sweep.multiple('bytes')[i13]:.2f}× and {sweep.multiple('bytes')[i26]:.2f}× (head {sweep.head_experts['bytes'][i13]} and "
-      f"{sweep.head_experts['bytes'][i26]}); divisible work (1+s)/2 = {fluid_gain(sweep.slowdowns[i13]):.2f}× and {fluid_gain(sweep.slowdowns[i26]):.2f}×; "
-      f"bound: {set(b for v in sweep.bound.values() for b in v)}. At s = {sweep.slowdowns[i26]:g}, head / peer rank time: "
-      + "; ".join(f"{names[m]} {sweep.rank_seconds[m][i26][0] * 1e3:.0f} / {sweep.rank_seconds[m][i26][1] * 1e3:.0f} ms" for m in sweep.methods))
-print(f"(4) cache {cache_gib:g} GiB holds {cap_per_layer:.1f} experts per layer: {cap_per_layer / 144:.1%} of a rank's 144, "
-      f"{cap_per_layer / 288:.1%} of the booster's 288. Working set per step: booster {pb.booster.working_set_gib:.1f} GiB, "
-      f"a rank {pb.pair.working_set_gib:.1f} GiB. Predicted (not the seed's withheld rows): booster hit {pb.booster.hit_rate:.1%}, "
-      f"{pb.booster.gib_per_step:.1f} GiB/step; pair hit {pb.pair.hit_rate:.1%}, {pb.pair.gib_per_step:.2f} GiB/step per rank "
-      f"(witnessed: 53.8 %, 6.62). Step on {hw.name}: booster {pb.booster.step_seconds * 1e3:.0f} ms ({pb.booster.bound}), "
-      f"pair {pb.pair.step_seconds * 1e3:.0f} ms ({pb.pair.bound}) at {pb.ssd_bytes_per_s / 1e9:.2f} GB/s "
-      f"(witnessed 21684 and 3554 ms). Pair/booster ratio predicted {pb.ratio:.2f}× (seeds {pb.ratio_range[0]:.2f}–{pb.ratio_range[1]:.2f}×; "
-      f"bytes alone {pb.bytes_ratio:.2f}×; baseline: one booster) against the witnessed {pb.ratio_witnessed:.2f}×: error {pb.error:+.0%}. "
-      f"Unexplained factor {pb.ratio_witnessed / pb.ratio:.2f}×. At the pair's witnessed {pb.witnessed_pair_gib_per_s:.2f} GiB/s the booster's "
-      f"{pb.booster.gib_per_step:.1f} GiB would take {pb.booster_seconds_at_witnessed_rate * 1e3:.0f} ms")
+    print(
+        f"(2) LRU on {trace_seeds} traces, {names[m]}, {cache_gib:g} GiB: hit {np.mean([t.hit_rate.mean() for t in ts]):.1%}, "
+        f"{np.mean([t.gib_per_step.mean() for t in ts]):.2f} GiB/step per rank, union {np.mean([t.union_per_layer.mean() for t in ts]):.1f} per rank and layer; "
+        f"token imbalance {d['token_load'].min():.4f}–{d['token_load'].max():.4f}×, streamed {d['streamed_gib'].min():.4f}–{d['streamed_gib'].max():.4f}× "
+        f"(max/mean); rank 0's share of a layer's bytes 5–95 % {np.nanquantile(share[m], 0.05):.2f}–{np.nanquantile(share[m], 0.95):.2f}; "
+        f"layer sync costs {d['layer-sync penalty'].mean():.3f}× the step-synced bytes (baseline: step sync)"
+    )
+print(
+    f"(2b) LPT against the id split at {ladder_cache_gib:g} GiB (baseline: id split): "
+    + "; ".join(f"{k} {v:.3f}×" for k, v in gain.items())
+    + " — witnessed: "
+    + "; ".join(f"{k} {v:.3f}×" for k, v in witnessed_gain.items())
+)
+print(
+    f"(3) slow head at s = {sweep.slowdowns[i13]:g} and {sweep.slowdowns[i26]:g}: LPT step {sweep.step_seconds['lpt'][i13] * 1e3:.0f} and "
+    f"{sweep.step_seconds['lpt'][i26] * 1e3:.0f} ms, {sweep.cost('lpt')[i13]:.2f}× and {sweep.cost('lpt')[i26]:.2f}× the equal-speed pair "
+    f"(baseline: LPT at s = 1, {sweep.step_seconds['lpt'][0] * 1e3:.0f} ms); id split {sweep.multiple('id')[i26]:.3f}× LPT. "
+    f"Weighted by speed: {sweep.multiple('weighted')[i13]:.2f}× and {sweep.multiple('weighted')[i26]:.2f}× LPT (baseline: LPT at the same s; "
+    f"head owns {sweep.head_experts['weighted'][i13]} and {sweep.head_experts['weighted'][i26]} experts); bytes-balanced "
+    f"{sweep.multiple('bytes')[i13]:.2f}× and {sweep.multiple('bytes')[i26]:.2f}× (head {sweep.head_experts['bytes'][i13]} and "
+    f"{sweep.head_experts['bytes'][i26]}); divisible work (1+s)/2 = {fluid_gain(sweep.slowdowns[i13]):.2f}× and {fluid_gain(sweep.slowdowns[i26]):.2f}×; "
+    f"bound: {set(b for v in sweep.bound.values() for b in v)}. At s = {sweep.slowdowns[i26]:g}, head / peer rank time: "
+    + "; ".join(
+        f"{names[m]} {sweep.rank_seconds[m][i26][0] * 1e3:.0f} / {sweep.rank_seconds[m][i26][1] * 1e3:.0f} ms"
+        for m in sweep.methods
+    )
+)
+print(
+    f"(4) cache {cache_gib:g} GiB holds {cap_per_layer:.1f} experts per layer: {cap_per_layer / 144:.1%} of a rank's 144, "
+    f"{cap_per_layer / 288:.1%} of the booster's 288. Working set per step: booster {pb.booster.working_set_gib:.1f} GiB, "
+    f"a rank {pb.pair.working_set_gib:.1f} GiB. Predicted (not the seed's withheld rows): booster hit {pb.booster.hit_rate:.1%}, "
+    f"{pb.booster.gib_per_step:.1f} GiB/step; pair hit {pb.pair.hit_rate:.1%}, {pb.pair.gib_per_step:.2f} GiB/step per rank "
+    f"(witnessed: 53.8 %, 6.62). Step on {hw.name}: booster {pb.booster.step_seconds * 1e3:.0f} ms ({pb.booster.bound}), "
+    f"pair {pb.pair.step_seconds * 1e3:.0f} ms ({pb.pair.bound}) at {pb.ssd_bytes_per_s / 1e9:.2f} GB/s "
+    f"(witnessed 21684 and 3554 ms). Pair/booster ratio predicted {pb.ratio:.2f}× (seeds {pb.ratio_range[0]:.2f}–{pb.ratio_range[1]:.2f}×; "
+    f"bytes alone {pb.bytes_ratio:.2f}×; baseline: one booster) against the witnessed {pb.ratio_witnessed:.2f}×: error {pb.error:+.0%}. "
+    f"Unexplained factor {pb.ratio_witnessed / pb.ratio:.2f}×. At the pair's witnessed {pb.witnessed_pair_gib_per_s:.2f} GiB/s the booster's "
+    f"{pb.booster.gib_per_step:.1f} GiB would take {pb.booster_seconds_at_witnessed_rate * 1e3:.0f} ms"
+)
 print("assumed inputs of (4):", *pb.assumed, *pb.notes, sep="\n  ")
 
 # %% [markdown]
@@ -434,8 +652,24 @@ print("assumed inputs of (4):", *pb.assumed, *pb.notes, sep="\n  ")
 
 # %%
 print(f"moeroof {moeroof.__version__}, numpy {np.__version__}, pandas {pd.__version__}")
-print({"histogram": histogram, "per_layer_histogram": per_layer_histogram, "model": model, "hardware": hardware, "streams": streams,
-       "cache_gib": cache_gib, "ladder_cache_gib": ladder_cache_gib, "relabel_draws": relabel_draws, "trace_seeds": trace_seeds,
-       "trace_layers": trace_layers, "slowdown_max": slowdown_max, "slowdown_points": slowdown_points, "bytes_max_iter": bytes_max_iter,
-       "curve_seeds": curve_seeds})
-print(f"knobs: {knobs.label()}; split_report provenance: {rep['id'].get('provenance')}; histogram provenance: {hist.provenance}")
+print(
+    {
+        "histogram": histogram,
+        "per_layer_histogram": per_layer_histogram,
+        "model": model,
+        "hardware": hardware,
+        "streams": streams,
+        "cache_gib": cache_gib,
+        "ladder_cache_gib": ladder_cache_gib,
+        "relabel_draws": relabel_draws,
+        "trace_seeds": trace_seeds,
+        "trace_layers": trace_layers,
+        "slowdown_max": slowdown_max,
+        "slowdown_points": slowdown_points,
+        "bytes_max_iter": bytes_max_iter,
+        "curve_seeds": curve_seeds,
+    }
+)
+print(
+    f"knobs: {knobs.label()}; split_report provenance: {rep['id'].get('provenance')}; histogram provenance: {hist.provenance}"
+)

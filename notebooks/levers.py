@@ -32,6 +32,7 @@
 # memory and compute rates).
 
 # %% tags=["parameters"]
+# fmt: off
 model: str = "glm-5.2"  # model preset name or path to a model TOML
 hardware: str = "nvme-gen4"  # hardware preset name or path to a hardware TOML
 contrast_hardware: str = "epyc-server"  # a box with RAM for the experts, where the memory term can bind
@@ -45,6 +46,7 @@ agents: int = 16  # agents in one user's fan-out, the session batch
 overlap: str = "max"  # how the step terms combine, max for perfect overlap or sum for serial
 b_max: int = 256  # largest batch in the lever sweep
 users_max: int = 64  # most users sharing one machine batch
+# fmt: on
 
 # %%
 import matplotlib.pyplot as plt
@@ -54,29 +56,35 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
 import moeroof
-from moeroof.levers import composition, compounding, lever_factors
-from moeroof.paths import resolve_data
-from moeroof.plots import label_with_baseline, provenance_label, save_figure, style
-from moeroof.presets import load_hardware, load_model
-from moeroof.roofline import Workload, plan, routing_from_spec
-from moeroof.units import GiB
+from moeroof.core.paths import resolve_data
+from moeroof.core.units import GiB
+from moeroof.data.presets import load_hardware, load_model
+from moeroof.models.levers import composition, compounding, lever_factors
+from moeroof.models.plan import Workload, plan, routing_from_spec
+from moeroof.present.plots import label_with_baseline, provenance_label, save_figure, style
 
 key_batches = [1, 8, 16, 64, 128, 256, 1024]  # rows shown in the tables
-batch = np.unique(np.r_[np.round(np.logspace(0, np.log10(b_max), 40)), [b for b in key_batches if b <= b_max]].astype(int))
+batch = np.unique(
+    np.r_[np.round(np.logspace(0, np.log10(b_max), 40)), [b for b in key_batches if b <= b_max]].astype(int)
+)
 users = np.unique(np.r_[np.round(np.logspace(0, np.log10(users_max), 25)), [1, 2, 4, 8, 16, 32, 64]].astype(int))
 users = users[users <= users_max]
 term_colours = {"ssd": "#4C72B0", "memory": "#DD8452", "compute": "#55A868", "fabric": "#C44E52"}
 
 m = load_model(model)
 boxes = {"main": load_hardware(hardware), "contrast": load_hardware(contrast_hardware)}
-route = routing_from_spec(routing if routing == "uniform" or routing.startswith("zipf:") else str(resolve_data(routing)), m)
+route = routing_from_spec(
+    routing if routing == "uniform" or routing.startswith("zipf:") else str(resolve_data(routing)), m
+)
 work = {
     "main": Workload(context_tokens=context_tokens, cache_bytes=cache_gib * GiB, overlap=overlap),
     "contrast": Workload(context_tokens=context_tokens, cache_bytes=contrast_cache_gib * GiB, overlap=overlap),
 }
 plans = {k: plan(m, boxes[k], work[k], route, batch) for k in boxes}
 result = {k: p.provenance["result"] for k, p in plans.items()}
-prov = provenance_label("projected") + ("" if set(result.values()) == {"projected"} else "; some results from witnessed inputs only")
+prov = provenance_label("projected") + (
+    "" if set(result.values()) == {"projected"} else "; some results from witnessed inputs only"
+)
 for k, p in plans.items():
     for note in p.notes:
         print(f"{boxes[k].name}: {note}")
@@ -104,9 +112,11 @@ def box_label(k):
 
 # %%
 factors = {k: lever_factors(m, boxes[k], work[k], route, batch, prefix_tokens=prefix_tokens) for k in boxes}
-lever_names = {"l1_dense_amortization": "L1 dense once per step",
-               "l2_coalescing": "L2 expert coalescing",
-               "l3_prefix_decode": f"L3 shared {prefix_tokens}-token prefix, decode"}
+lever_names = {
+    "l1_dense_amortization": "L1 dense once per step",
+    "l2_coalescing": "L2 expert coalescing",
+    "l3_prefix_decode": f"L3 shared {prefix_tokens}-token prefix, decode",
+}
 
 
 def shade_regimes(ax, p):
@@ -123,12 +133,22 @@ with style():
         lf, p = factors[k], plans[k]
         shade_regimes(ax, p)
         for i, (attr, name) in enumerate(lever_names.items()):
-            ax.plot(lf.batch, getattr(lf, attr), color=f"C{i}", lw=4.5 - 1.2 * i, alpha=0.9,
-                    label=label_with_baseline(name, lf.baselines[attr]))
+            ax.plot(
+                lf.batch,
+                getattr(lf, attr),
+                color=f"C{i}",
+                lw=4.5 - 1.2 * i,
+                alpha=0.9,
+                label=label_with_baseline(name, lf.baselines[attr]),
+            )
         ax.axhline(1, color="k", lw=0.8)
-        ax.set(xscale="log", yscale="log", xlabel="batch B (agents per decode step)",
-               ylabel="factor: baseline step time / step time",
-               title=f"{box_label(k)}\nctx {context_tokens} tokens, {overlap} overlap — {prov}")
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="batch B (agents per decode step)",
+            ylabel="factor: baseline step time / step time",
+            title=f"{box_label(k)}\nctx {context_tokens} tokens, {overlap} overlap — {prov}",
+        )
         ax.title.set_fontsize(10)
         ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}×"))
         ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: f"{y:g}×" if f"{y:.0e}"[0] in "2356" else ""))
@@ -146,11 +166,18 @@ for k in boxes:
     lf, p = factors[k], plans[k]
     for i, b in enumerate(lf.batch):
         if b in key_batches:
-            rows.append({"box": boxes[k].name, "B": int(b), "binds": p.bound[i], "fits in RAM": bool(p.fits_in_memory[i]),
-                         "net tok/s": p.net_tok_s[i],
-                         f"L1 (vs {lf.baselines['l1_dense_amortization']})": lf.l1_dense_amortization[i],
-                         f"L2 (vs {lf.baselines['l2_coalescing']})": lf.l2_coalescing[i],
-                         f"L3 decode (vs {lf.baselines['l3_prefix_decode']})": lf.l3_prefix_decode[i]})
+            rows.append(
+                {
+                    "box": boxes[k].name,
+                    "B": int(b),
+                    "binds": p.bound[i],
+                    "fits in RAM": bool(p.fits_in_memory[i]),
+                    "net tok/s": p.net_tok_s[i],
+                    f"L1 (vs {lf.baselines['l1_dense_amortization']})": lf.l1_dense_amortization[i],
+                    f"L2 (vs {lf.baselines['l2_coalescing']})": lf.l2_coalescing[i],
+                    f"L3 decode (vs {lf.baselines['l3_prefix_decode']})": lf.l3_prefix_decode[i],
+                }
+            )
 pd.DataFrame(rows).round(3)
 
 # %% [markdown]
@@ -168,16 +195,24 @@ pd.DataFrame(rows).round(3)
 # %%
 comp = {k: compounding(m, boxes[k], work[k], route, agents, prefix_tokens, decode_tokens) for k in boxes}
 combos = ["neither", "L2", "L3", "L2+L3"]
-summary = pd.DataFrame({
-    boxes[k].name: {
-        **{f"session seconds, {c}": comp[k]["seconds"][c] for c in combos},
-        **{f"net tok/s, {c}": comp[k]["net_tok_s"][c] for c in combos},
-        "f2 (L2 alone)": comp[k]["f2"], "f3 (L3 alone)": comp[k]["f3"], "f23 (both)": comp[k]["f23"],
-        "f2·f3": comp[k]["product_f2_f3"], "compounding efficiency f23/(f2·f3)": comp[k]["compounding_efficiency"],
-    } for k in boxes
-})
-print(f"baseline of every factor: {comp['main']['baseline']}; {agents} agents, prefix {prefix_tokens}, "
-      f"decode {decode_tokens} tokens each")
+summary = pd.DataFrame(
+    {
+        boxes[k].name: {
+            **{f"session seconds, {c}": comp[k]["seconds"][c] for c in combos},
+            **{f"net tok/s, {c}": comp[k]["net_tok_s"][c] for c in combos},
+            "f2 (L2 alone)": comp[k]["f2"],
+            "f3 (L3 alone)": comp[k]["f3"],
+            "f23 (both)": comp[k]["f23"],
+            "f2·f3": comp[k]["product_f2_f3"],
+            "compounding efficiency f23/(f2·f3)": comp[k]["compounding_efficiency"],
+        }
+        for k in boxes
+    }
+)
+print(
+    f"baseline of every factor: {comp['main']['baseline']}; {agents} agents, prefix {prefix_tokens}, "
+    f"decode {decode_tokens} tokens each"
+)
 summary.round(3)
 
 # %%
@@ -189,10 +224,16 @@ with style():
         mult = [1.0, c["f2"], c["f3"], c["f23"]]
         bars = ax.bar(combos, vals, color=["0.6", "C1", "C2", "C3"])
         for bar, f in zip(bars, mult):
-            ax.annotate(f"×{f:.2f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=9)
-        ax.axhline(vals[0] * c["product_f2_f3"], color="k", ls=":", lw=1, label=f"neither × f2·f3 = ×{c['product_f2_f3']:.2f}")
-        ax.set(ylabel="session net tok/s, all agents",
-               title=f"{box_label(k)}\n{label_with_baseline('multiples', c['baseline'])}\n{prov}")
+            ax.annotate(
+                f"×{f:.2f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=9
+            )
+        ax.axhline(
+            vals[0] * c["product_f2_f3"], color="k", ls=":", lw=1, label=f"neither × f2·f3 = ×{c['product_f2_f3']:.2f}"
+        )
+        ax.set(
+            ylabel="session net tok/s, all agents",
+            title=f"{box_label(k)}\n{label_with_baseline('multiples', c['baseline'])}\n{prov}",
+        )
         ax.title.set_fontsize(9)
         ax.legend(fontsize=8, loc="upper left")
         ax.margins(y=0.15)
@@ -221,49 +262,107 @@ gb = np.array(g["machine_batch"])
 u_machine = gb * m.top_k / np.array(g["machine_coalescing_ratio"])  # U = B·K / ratio
 fits = np.array(g["fits_in_memory"])
 sat = users[u_machine >= 0.9 * m.experts]
-sat_text = (f"the union passes 90 % of E = {m.experts} at {sat[0]} users (B = {sat[0] * agents})"
-            if sat.size else f"the union stays below 90 % of E = {m.experts} up to {users_max} users "
-                             f"(U = {u_machine[-1]:.0f} at B = {gb[-1]})")
-infeasible_text = (f"from {users[~fits][0]} users (B = {users[~fits][0] * agents}) the KV of the machine batch exceeds RAM"
-                   if (~fits).any() else "every machine batch fits in RAM")
+sat_text = (
+    f"the union passes 90 % of E = {m.experts} at {sat[0]} users (B = {sat[0] * agents})"
+    if sat.size
+    else f"the union stays below 90 % of E = {m.experts} up to {users_max} users "
+    f"(U = {u_machine[-1]:.0f} at B = {gb[-1]})"
+)
+infeasible_text = (
+    f"from {users[~fits][0]} users (B = {users[~fits][0] * agents}) the KV of the machine batch exceeds RAM"
+    if (~fits).any()
+    else "every machine batch fits in RAM"
+)
 print(f"{sat_text}; {infeasible_text}")
 
 with style():
     fig, (ax_n, ax_r) = plt.subplots(1, 2, figsize=(11, 4.5))
     if (~fits).any():  # infeasibility grows with B: one span from the first infeasible user count
         for ax in (ax_n, ax_r):
-            ax.axvspan(np.sqrt(users[~fits][0] * users[fits][-1]), users[-1] * 1.1, facecolor="none", edgecolor="0.6",
-                       hatch="//", lw=0)
-    ax_n.plot(users[fits], np.array(g["net_tok_s"])[fits], "o-", ms=3, color="C3", label="machine batch, users·agents per step")
+            ax.axvspan(
+                np.sqrt(users[~fits][0] * users[fits][-1]),
+                users[-1] * 1.1,
+                facecolor="none",
+                edgecolor="0.6",
+                hatch="//",
+                lw=0,
+            )
+    ax_n.plot(
+        users[fits],
+        np.array(g["net_tok_s"])[fits],
+        "o-",
+        ms=3,
+        color="C3",
+        label="machine batch, users·agents per step",
+    )
     if (~fits).any():
-        ax_n.plot(users[~fits], np.array(g["net_tok_s"])[~fits], "o:", ms=3, color="0.6", label="hatched: infeasible, KV exceeds RAM")
+        ax_n.plot(
+            users[~fits],
+            np.array(g["net_tok_s"])[~fits],
+            "o:",
+            ms=3,
+            color="0.6",
+            label="hatched: infeasible, KV exceeds RAM",
+        )
     ax_n.axhline(g["net_tok_s_baseline"], color="k", ls="--", lw=1, label=g["baseline"])
-    ax_n.set(xscale="log", yscale="log", xlabel=f"users sharing the machine, {agents} agents each",
-             ylabel="machine net tok/s", title=f"{box_label('main')}\n{prov}")
-    ax_r.plot(users, np.full(users.size, g["per_user_coalescing_ratio"]), color="C0",
-              label=label_with_baseline(f"per-user B·K/U, B = {agents}", "uncoalesced"))
-    ax_r.plot(users, g["machine_coalescing_ratio"], color="C3", label=label_with_baseline("machine B·K/U", "uncoalesced"))
+    ax_n.set(
+        xscale="log",
+        yscale="log",
+        xlabel=f"users sharing the machine, {agents} agents each",
+        ylabel="machine net tok/s",
+        title=f"{box_label('main')}\n{prov}",
+    )
+    ax_r.plot(
+        users,
+        np.full(users.size, g["per_user_coalescing_ratio"]),
+        color="C0",
+        label=label_with_baseline(f"per-user B·K/U, B = {agents}", "uncoalesced"),
+    )
+    ax_r.plot(
+        users, g["machine_coalescing_ratio"], color="C3", label=label_with_baseline("machine B·K/U", "uncoalesced")
+    )
     ax_r.plot(users, g["cross_user_expert_gain"], color="C2", label="cross-user gain users·U(agents)/U(users·agents)")
-    ax_r.plot(users, g["multiple_vs_baseline"], color="C1", ls="--", label=label_with_baseline("net tok/s multiple", "per-user steps"))
+    ax_r.plot(
+        users,
+        g["multiple_vs_baseline"],
+        color="C1",
+        ls="--",
+        label=label_with_baseline("net tok/s multiple", "per-user steps"),
+    )
     if sat.size:
         ax_r.axvline(sat[0], color="k", ls=":", lw=1, label="union at 90 % of E")
-    ax_r.set(xscale="log", yscale="log", xlabel=f"users sharing the machine, {agents} agents each", ylabel="multiple",
-             title=f"what cross-user batching multiplies, {route.label} routing")
+    ax_r.set(
+        xscale="log",
+        yscale="log",
+        xlabel=f"users sharing the machine, {agents} agents each",
+        ylabel="multiple",
+        title=f"what cross-user batching multiplies, {route.label} routing",
+    )
     ax_n.legend(fontsize=8)
     ax_r.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, "levers_composition")
     plt.show()
 
-pd.DataFrame({"users": g["users"], "machine B": gb, "binds": g["bound"], "fits in RAM": fits,
-              "machine net tok/s": g["net_tok_s"], f"multiple (vs {g['baseline']})": g["multiple_vs_baseline"],
-              "U per layer": u_machine, "machine B·K/U (vs uncoalesced)": g["machine_coalescing_ratio"],
-              "cross-user expert gain": g["cross_user_expert_gain"]}).query("users in [1, 2, 4, 8, 16, 32, 64]").round(3)
+pd.DataFrame(
+    {
+        "users": g["users"],
+        "machine B": gb,
+        "binds": g["bound"],
+        "fits in RAM": fits,
+        "machine net tok/s": g["net_tok_s"],
+        f"multiple (vs {g['baseline']})": g["multiple_vs_baseline"],
+        "U per layer": u_machine,
+        "machine B·K/U (vs uncoalesced)": g["machine_coalescing_ratio"],
+        "cross-user expert gain": g["cross_user_expert_gain"],
+    }
+).query("users in [1, 2, 4, 8, 16, 32, 64]").round(3)
 
 # %% [markdown]
 # ## The answer's numbers, computed
 # Every number the answer above refers to, from the variables of this notebook (only feasible B
 # count: those where the dense band and the batch's KV fit in RAM).
+
 
 # %%
 def at_b(x, lf, b):
@@ -293,42 +392,72 @@ def lever_line(lf, attr):
     x, b = np.asarray(getattr(lf, attr))[ok], lf.batch[ok]
     j = int(np.argmax(x))
     at64 = at_b(getattr(lf, attr), lf, 64)
-    return (f"{short[attr]} against `{lf.baselines[attr]}`: max {x[j]:.2f}× at B = {b[j]}, "
-            + (f"{at64:.2f}× at B = 64, " if at64 is not None else "")
-            + f"{x[-1]:.2f}× at the largest feasible B = {b[-1]}")
+    return (
+        f"{short[attr]} against `{lf.baselines[attr]}`: max {x[j]:.2f}× at B = {b[j]}, "
+        + (f"{at64:.2f}× at B = 64, " if at64 is not None else "")
+        + f"{x[-1]:.2f}× at the largest feasible B = {b[-1]}"
+    )
 
 
 for k in boxes:
     lf, p = factors[k], plans[k]
     ok = p.fits_in_memory
-    print(f"{box_label(k)}: cache room for {p.cache_experts_per_layer[0]:.0f} experts per layer at B = {p.batch[0]} "
-          f"(E = {m.experts}); binds {regimes(p)}; best net tok/s {p.net_tok_s[ok].max():.2f} "
-          f"(at B = {p.batch[ok][np.argmax(p.net_tok_s[ok])]})")
+    print(
+        f"{box_label(k)}: cache room for {p.cache_experts_per_layer[0]:.0f} experts per layer at B = {p.batch[0]} "
+        f"(E = {m.experts}); binds {regimes(p)}; best net tok/s {p.net_tok_s[ok].max():.2f} "
+        f"(at B = {p.batch[ok][np.argmax(p.net_tok_s[ok])]})"
+    )
     for attr in lever_names:
         print(f"  {lever_line(lf, attr)}")
 for k in boxes:
     c = comp[k]
-    print(f"session on {boxes[k].name} ({agents} agents, {prefix_tokens}-token prefix, {decode_tokens} tokens each, "
-          f"against `{c['baseline']}`): f2 = {c['f2']:.2f}, f3 = {c['f3']:.2f}, f23 = {c['f23']:.2f} "
-          f"{'above' if c['f23'] > c['product_f2_f3'] else 'at or below'} f2·f3 = {c['product_f2_f3']:.2f} "
-          f"(efficiency {c['compounding_efficiency']:.3f})")
+    print(
+        f"session on {boxes[k].name} ({agents} agents, {prefix_tokens}-token prefix, {decode_tokens} tokens each, "
+        f"against `{c['baseline']}`): f2 = {c['f2']:.2f}, f3 = {c['f3']:.2f}, f23 = {c['f23']:.2f} "
+        f"{'above' if c['f23'] > c['product_f2_f3'] else 'at or below'} f2·f3 = {c['product_f2_f3']:.2f} "
+        f"(efficiency {c['compounding_efficiency']:.3f})"
+    )
 gain = np.array(g["cross_user_expert_gain"])
 last_ok = int(np.flatnonzero(fits)[-1])
 compute_users = users[np.array(g["bound"]) == "compute"]
-print(f"cross-user on {boxes['main'].name} (against `{g['baseline']}`): per-user B·K/U {g['per_user_coalescing_ratio']:.2f} "
-      f"for {agents} agents; cross-user gain {gain[last_ok]:.2f} and machine B·K/U {g['machine_coalescing_ratio'][last_ok]:.2f} "
-      f"at {users[last_ok]} users, the most that fit; {sat_text}; {infeasible_text}; "
-      f"feasible machine batches bind on {', '.join(sorted(set(np.array(g['bound'])[fits])))}; "
-      + (f"compute first binds at {compute_users[0]} users (B = {compute_users[0] * agents}, "
-         f"{'feasible' if fits[users == compute_users[0]][0] else 'infeasible'})" if compute_users.size
-         else f"compute never binds up to {users_max} users"))
+print(
+    f"cross-user on {boxes['main'].name} (against `{g['baseline']}`): per-user B·K/U {g['per_user_coalescing_ratio']:.2f} "
+    f"for {agents} agents; cross-user gain {gain[last_ok]:.2f} and machine B·K/U {g['machine_coalescing_ratio'][last_ok]:.2f} "
+    f"at {users[last_ok]} users, the most that fit; {sat_text}; {infeasible_text}; "
+    f"feasible machine batches bind on {', '.join(sorted(set(np.array(g['bound'])[fits])))}; "
+    + (
+        f"compute first binds at {compute_users[0]} users (B = {compute_users[0] * agents}, "
+        f"{'feasible' if fits[users == compute_users[0]][0] else 'infeasible'})"
+        if compute_users.size
+        else f"compute never binds up to {users_max} users"
+    )
+)
 
 # %% [markdown]
 # ## Versions and parameters
 
 # %%
 print(f"moeroof {moeroof.__version__}, numpy {np.__version__}")
-print({"model": model, "hardware": hardware, "contrast_hardware": contrast_hardware, "contrast_cache_gib": contrast_cache_gib,
-       "routing": routing, "cache_gib": cache_gib, "context_tokens": context_tokens, "prefix_tokens": prefix_tokens,
-       "decode_tokens": decode_tokens, "agents": agents, "overlap": overlap, "b_max": b_max, "users_max": users_max})
-print({k: {"result": p.provenance["result"], "non-witnessed inputs": p.provenance["non_witnessed"]} for k, p in plans.items()})
+print(
+    {
+        "model": model,
+        "hardware": hardware,
+        "contrast_hardware": contrast_hardware,
+        "contrast_cache_gib": contrast_cache_gib,
+        "routing": routing,
+        "cache_gib": cache_gib,
+        "context_tokens": context_tokens,
+        "prefix_tokens": prefix_tokens,
+        "decode_tokens": decode_tokens,
+        "agents": agents,
+        "overlap": overlap,
+        "b_max": b_max,
+        "users_max": users_max,
+    }
+)
+print(
+    {
+        k: {"result": p.provenance["result"], "non-witnessed inputs": p.provenance["non_witnessed"]}
+        for k, p in plans.items()
+    }
+)

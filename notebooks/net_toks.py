@@ -25,6 +25,7 @@
 # listed at the end).
 
 # %% tags=["parameters"]
+# fmt: off
 model: str = "glm-5.2"  # model preset name or a TOML path
 hardware: str = "nvme-gen4"  # hardware preset name or a TOML path
 routing: str = "histograms/deepseek-v3-like.csv"  # uniform, zipf:S, or a histogram/trace path
@@ -34,6 +35,7 @@ overlap: str = "max"  # max for perfect overlap, sum for serial terms
 b_max: int = 256  # largest batch
 claim_b_max: int = 1024  # largest batch for the 4-10x claim check
 validate: bool = True  # run the validation section against published measurements
+# fmt: on
 
 # %%
 import matplotlib.pyplot as plt
@@ -41,12 +43,12 @@ import numpy as np
 import pandas as pd
 
 import moeroof
-from moeroof.paths import DATA_DIR
-from moeroof.plots import label_with_baseline, provenance_label, save_figure, shade_regimes, style
-from moeroof.presets import load_hardware, load_model
-from moeroof.roofline import Workload, multiple_thresholds, plan, routing_from_spec
-from moeroof.units import GiB, gib
-from moeroof.validation import (
+from moeroof.core.paths import DATA_DIR
+from moeroof.core.units import GiB, gib
+from moeroof.data.presets import load_hardware, load_model
+from moeroof.models.plan import Workload, multiple_thresholds, plan, routing_from_spec
+from moeroof.present.plots import provenance_label, save_figure, shade_regimes, style
+from moeroof.studies.validation import (
     BIGRIG_SCALING,
     COLIBRI_COLD_TOKEN_BYTES,
     scaling_check,
@@ -54,7 +56,9 @@ from moeroof.validation import (
 )
 
 key_batches = [1, 8, 16, 64, 128, 256, 1024]  # rows shown in the tables
-batch = np.unique(np.r_[np.round(np.logspace(0, np.log10(b_max), 48)), [b for b in key_batches if b <= b_max]].astype(int))
+batch = np.unique(
+    np.r_[np.round(np.logspace(0, np.log10(b_max), 48)), [b for b in key_batches if b <= b_max]].astype(int)
+)
 m = load_model(model)
 hw = load_hardware(hardware)
 r = routing_from_spec(routing, m)
@@ -92,20 +96,22 @@ with style():
     plt.show()
 
 # %%
-rows = pd.DataFrame({
-    "B": p.batch,
-    "step s": p.step_seconds,
-    "per-agent tok/s": p.per_agent_tok_s,
-    "net tok/s": p.net_tok_s,
-    "bound": p.bound,
-    "SSD GiB per agent-token": gib(p.ssd_bytes_per_token),
-    "U per layer": p.union_per_layer,
-    "B·K/U (vs uncoalesced)": p.coalescing_ratio,
-    "× uncoalesced": p.baselines["uncoalesced"]["multiple"],
-    "× single": p.baselines["single"]["multiple"],
-    "× independent-boxes": p.baselines["independent-boxes"]["multiple"],
-    "fits in RAM": p.fits_in_memory,
-})
+rows = pd.DataFrame(
+    {
+        "B": p.batch,
+        "step s": p.step_seconds,
+        "per-agent tok/s": p.per_agent_tok_s,
+        "net tok/s": p.net_tok_s,
+        "bound": p.bound,
+        "SSD GiB per agent-token": gib(p.ssd_bytes_per_token),
+        "U per layer": p.union_per_layer,
+        "B·K/U (vs uncoalesced)": p.coalescing_ratio,
+        "× uncoalesced": p.baselines["uncoalesced"]["multiple"],
+        "× single": p.baselines["single"]["multiple"],
+        "× independent-boxes": p.baselines["independent-boxes"]["multiple"],
+        "fits in RAM": p.fits_in_memory,
+    }
+)
 print("regime transitions (B* = first batch of the new regime):", list(p.transitions) or "none in range")
 rows.query("B in @key_batches").round(3)
 
@@ -121,17 +127,26 @@ claim_batch = np.unique(np.round(np.logspace(0, np.log10(claim_b_max), 60)).asty
 claim_rows = []
 for spec in ["uniform", "zipf:0.5", "zipf:1.0", routing]:
     for cache in (0.0, cache_gib):
-        cp = plan(m, hw, Workload(context_tokens=context_tokens, cache_bytes=cache * GiB, overlap=overlap),
-                  routing_from_spec(spec, m), claim_batch)
+        cp = plan(
+            m,
+            hw,
+            Workload(context_tokens=context_tokens, cache_bytes=cache * GiB, overlap=overlap),
+            routing_from_spec(spec, m),
+            claim_batch,
+        )
         for row in multiple_thresholds(cp, (4.0, 10.0)):
             claim_rows.append({"routing": routing_from_spec(spec, m).label, "cache GiB": cache, **row})
 claim = pd.DataFrame(claim_rows)
 unc = claim[claim.baseline == "uncoalesced"]
 holds = unc[unc["first_batch_at_4x"].notna()]
-print(f"against uncoalesced: 4x first reached at B = {sorted(set(holds['first_batch_at_4x'].astype(int)))}; "
-      f"largest multiple {unc['max_multiple'].max():.2f} (feasible steps only)")
-print(f"4x against uncoalesced is reached in {len(holds)} of {len(claim) // 3} (routing, cache) cases "
-      f"within B <= {claim_b_max}; 10x in {int(claim[(claim.baseline == 'uncoalesced')]['first_batch_at_10x'].notna().sum())}.")
+print(
+    f"against uncoalesced: 4x first reached at B = {sorted(set(holds['first_batch_at_4x'].astype(int)))}; "
+    f"largest multiple {unc['max_multiple'].max():.2f} (feasible steps only)"
+)
+print(
+    f"4x against uncoalesced is reached in {len(holds)} of {len(claim) // 3} (routing, cache) cases "
+    f"within B <= {claim_b_max}; 10x in {int(claim[(claim.baseline == 'uncoalesced')]['first_batch_at_10x'].notna().sum())}."
+)
 claim.round(2)
 
 # %% [markdown]
@@ -143,11 +158,22 @@ claim.round(2)
 if validate:
     glm = load_model("glm-5.2")
     cold = glm.moe_layers * glm.top_k * glm.expert_bytes
-    print(f"GLM-5.2 cold-token bytes: model {cold / 1e9:.2f} GB vs published ~{COLIBRI_COLD_TOKEN_BYTES.value / 1e9:.0f} GB "
-          f"({COLIBRI_COLD_TOKEN_BYTES.source}); error {cold / COLIBRI_COLD_TOKEN_BYTES.value - 1:+.1%}")
+    print(
+        f"GLM-5.2 cold-token bytes: model {cold / 1e9:.2f} GB vs published ~{COLIBRI_COLD_TOKEN_BYTES.value / 1e9:.0f} GB "
+        f"({COLIBRI_COLD_TOKEN_BYTES.source}); error {cold / COLIBRI_COLD_TOKEN_BYTES.value - 1:+.1%}"
+    )
     single = pd.DataFrame(single_stream_predictions())
-    display_cols = ["setup", "hardware", "calibrated_on", "hit_rate_model", "tok_s_measured", "tok_s_predicted",
-                    "relative_error", "bound", "source"]
+    display_cols = [
+        "setup",
+        "hardware",
+        "calibrated_on",
+        "hit_rate_model",
+        "tok_s_measured",
+        "tok_s_predicted",
+        "relative_error",
+        "bound",
+        "source",
+    ]
     single_table = single[display_cols].round(3)
 else:
     single_table = "validation skipped"
@@ -166,25 +192,43 @@ if validate:
     qr = routing_from_spec(str(DATA_DIR / "traces" / "qwen3-30b-a3b-like.npz"), qm)
     ref = BIGRIG_SCALING.value
     checks = []
-    for label, cached, term in [("misses via mmap (SSD term)", ref["cached_experts"], "ssd"),
-                                ("all experts in RAM (memory term)", qm.experts, "memory")]:
+    for label, cached, term in [
+        ("misses via mmap (SSD term)", ref["cached_experts"], "ssd"),
+        ("all experts in RAM (memory term)", qm.experts, "memory"),
+    ]:
         wq = Workload(context_tokens=512, cache_bytes=cached * qm.moe_layers * qm.expert_bytes, overlap=overlap)
-        checks.append((label, scaling_check(qm, qhw, wq, qr, ref["batch"], ref["net_tok_s"], calibrate_at=1, term=term)))
+        checks.append(
+            (label, scaling_check(qm, qhw, wq, qr, ref["batch"], ref["net_tok_s"], calibrate_at=1, term=term))
+        )
     with style():
         fig, ax = plt.subplots(figsize=(6.5, 4.2))
         ax.plot(ref["batch"], ref["net_tok_s"], "ko", label="measured (bigrig, hobby project)")
         for i, (label, c) in enumerate(checks):
-            ax.plot(c["batch"], c["predicted"], f"C{i}-", label=f"{label}: calibrated ×{c['factor']:.2f} at B=1, "
-                    f"median held-out error {c['median_abs_error_held_out']:.0%}")
-        ax.set(xscale="log", xlabel="batch B", ylabel="aggregate tok/s",
-               title=f"Qwen3-30B-A3B 3-bit on Apple M4: calibrate at B=1, predict the rest\n{provenance_label('projected')}")
+            ax.plot(
+                c["batch"],
+                c["predicted"],
+                f"C{i}-",
+                label=f"{label}: calibrated ×{c['factor']:.2f} at B=1, "
+                f"median held-out error {c['median_abs_error_held_out']:.0%}",
+            )
+        ax.set(
+            xscale="log",
+            xlabel="batch B",
+            ylabel="aggregate tok/s",
+            title=f"Qwen3-30B-A3B 3-bit on Apple M4: calibrate at B=1, predict the rest\n{provenance_label('projected')}",
+        )
         ax.legend(fontsize=7)
         fig.tight_layout()
         save_figure(fig, "net_toks_validation_bigrig")
         plt.show()
-    bigrig_table = pd.DataFrame({"B": ref["batch"], "measured": ref["net_tok_s"],
-                                 **{f"{label}: predicted": c["predicted"] for label, c in checks},
-                                 **{f"{label}: error": c["relative_error"] for label, c in checks}}).round(3)
+    bigrig_table = pd.DataFrame(
+        {
+            "B": ref["batch"],
+            "measured": ref["net_tok_s"],
+            **{f"{label}: predicted": c["predicted"] for label, c in checks},
+            **{f"{label}: error": c["relative_error"] for label, c in checks},
+        }
+    ).round(3)
 else:
     bigrig_table = "validation skipped"
 bigrig_table
@@ -201,5 +245,16 @@ pd.Series(p.provenance["inputs"]).to_frame("tag")
 
 # %%
 print(f"moeroof {moeroof.__version__}, numpy {np.__version__}")
-print({"model": model, "hardware": hardware, "routing": routing, "cache_gib": cache_gib, "context_tokens": context_tokens,
-       "overlap": overlap, "b_max": b_max, "claim_b_max": claim_b_max, "validate": validate})
+print(
+    {
+        "model": model,
+        "hardware": hardware,
+        "routing": routing,
+        "cache_gib": cache_gib,
+        "context_tokens": context_tokens,
+        "overlap": overlap,
+        "b_max": b_max,
+        "claim_b_max": claim_b_max,
+        "validate": validate,
+    }
+)

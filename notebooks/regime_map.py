@@ -25,6 +25,7 @@
 # **projected** (assumed routing, KV size and FLOP per token).
 
 # %% tags=["parameters"]
+# fmt: off
 model: str = "glm-5.2"  # model preset name or path to a model TOML
 hardware: str = "nvme-gen4"  # hardware preset name or path to a hardware TOML
 contrast_hardware: str = "epyc-server"  # a second box drawn beside the first, empty string for none
@@ -35,6 +36,7 @@ b_max: int = 1024  # largest batch on the B axis
 n_batch: int = 48  # batch grid points, log-spaced integers from 1 to b_max, at least 2
 cache_gib_max: float = 0.0  # top of the cache axis in GiB, 0 for what RAM leaves beside the dense band
 n_cache: int = 41  # cache grid points from 0 to cache_gib_max, at least 2
+# fmt: on
 
 # %%
 import matplotlib.pyplot as plt
@@ -45,19 +47,23 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
 import moeroof
-from moeroof.maps import BOUND_CODES, regime_map
-from moeroof.paths import resolve_data
-from moeroof.plots import provenance_label, save_figure, style
-from moeroof.presets import load_hardware, load_model
-from moeroof.roofline import Workload, routing_from_spec
-from moeroof.units import GiB
+from moeroof.core.paths import resolve_data
+from moeroof.core.units import GiB
+from moeroof.data.presets import load_hardware, load_model
+from moeroof.models.plan import Workload, routing_from_spec
+from moeroof.present.plots import provenance_label, save_figure, style
+from moeroof.studies.regime_map import BOUND_CODES, regime_map
 
 key_batches = [1, 8, 16, 64, 128, 256, 1024]  # rows shown in the tables
-batch = np.unique(np.r_[np.round(np.logspace(0, np.log10(b_max), n_batch)), [b for b in key_batches if b <= b_max]].astype(int))
+batch = np.unique(
+    np.r_[np.round(np.logspace(0, np.log10(b_max), n_batch)), [b for b in key_batches if b <= b_max]].astype(int)
+)
 term_colours = {"ssd": "#4C72B0", "memory": "#DD8452", "compute": "#55A868", "fabric": "#C44E52"}
 
 m = load_model(model)
-route = routing_from_spec(routing if routing == "uniform" or routing.startswith("zipf:") else str(resolve_data(routing)), m)
+route = routing_from_spec(
+    routing if routing == "uniform" or routing.startswith("zipf:") else str(resolve_data(routing)), m
+)
 boxes = [load_hardware(hardware)] + ([load_hardware(contrast_hardware)] if contrast_hardware else [])
 
 
@@ -76,7 +82,9 @@ for hw in boxes:
 prov = provenance_label("projected")
 if any(r.provenance != "projected" for r in maps.values()):
     prov += "; some from witnessed inputs only"
-print(f"{m.name}: {m.routed_bytes / GiB:.0f} GiB of routed experts; routing {route.label}; context {context_tokens} tokens")
+print(
+    f"{m.name}: {m.routed_bytes / GiB:.0f} GiB of routed experts; routing {route.label}; context {context_tokens} tokens"
+)
 for hw in boxes:
     print(f"{hw.name}: cache axis 0 to {cache_axis_gib(hw):.1f} GiB; RAM {hw.ram_bytes / GiB:.1f} GiB")
 
@@ -93,9 +101,17 @@ def edges(x, log):
 
 def hatch_infeasible(ax, r):
     if not r.fits_in_memory.all():
-        ax.contourf(r.batch, r.cache_bytes / GiB, (~r.fits_in_memory).astype(float), levels=[0.5, 1.5],
-                    colors="none", hatches=["//"])
-        ax.contour(r.batch, r.cache_bytes / GiB, (~r.fits_in_memory).astype(float), levels=[0.5], colors="0.3", linewidths=1)
+        ax.contourf(
+            r.batch,
+            r.cache_bytes / GiB,
+            (~r.fits_in_memory).astype(float),
+            levels=[0.5, 1.5],
+            colors="none",
+            hatches=["//"],
+        )
+        ax.contour(
+            r.batch, r.cache_bytes / GiB, (~r.fits_in_memory).astype(float), levels=[0.5], colors="0.3", linewidths=1
+        )
 
 
 # %% [markdown]
@@ -117,16 +133,22 @@ with style():
     fig, axes = plt.subplots(1, len(boxes), figsize=(6.2 * len(boxes), 5.0), squeeze=False)
     for ax, hw in zip(axes[0], boxes):
         r = maps[hw.name, overlap]
-        ax.pcolormesh(edges(r.batch, True), edges(r.cache_bytes / GiB, False), r.bound_code, cmap=cmap, norm=norm, alpha=0.85)
+        ax.pcolormesh(
+            edges(r.batch, True), edges(r.cache_bytes / GiB, False), r.bound_code, cmap=cmap, norm=norm, alpha=0.85
+        )
         lo, hi = np.nanmin(r.net_tok_s), np.nanmax(r.net_tok_s)
         levels = [x for x in (0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if lo < x < hi]
         if levels:
             cs = ax.contour(r.batch, r.cache_bytes / GiB, r.net_tok_s, levels=levels, colors="k", linewidths=0.8)
             ax.clabel(cs, fmt=lambda v: f"{v:g} tok/s", fontsize=7)
         hatch_infeasible(ax, r)
-        ax.set(xscale="log", xlabel="batch B (agents per decode step)", ylabel="expert cache requested (GiB)",
-               title=f"{hw.name}: binding term, net tok/s contours ({overlap} overlap)\n{m.name}, {route.label}, "
-                     f"ctx {context_tokens} tokens — {prov}")
+        ax.set(
+            xscale="log",
+            xlabel="batch B (agents per decode step)",
+            ylabel="expert cache requested (GiB)",
+            title=f"{hw.name}: binding term, net tok/s contours ({overlap} overlap)\n{m.name}, {route.label}, "
+            f"ctx {context_tokens} tokens — {prov}",
+        )
         ax.title.set_fontsize(9)
     handles = [Patch(color=term_colours[t], label=f"{t} binds") for t in present]
     handles.append(Patch(facecolor="none", edgecolor="0.3", hatch="//", label="infeasible: dense band + KV exceed RAM"))
@@ -150,15 +172,24 @@ with style():
         lognorm = LogNorm(vmin=vals.min(), vmax=vals.max()) if vals.size else None
         for ax, r in zip(row, both):
             shown = np.ma.masked_where(~r.fits_in_memory, r.net_tok_s)
-            mesh = ax.pcolormesh(edges(r.batch, True), edges(r.cache_bytes / GiB, False), shown, cmap="viridis", norm=lognorm)
+            mesh = ax.pcolormesh(
+                edges(r.batch, True), edges(r.cache_bytes / GiB, False), shown, cmap="viridis", norm=lognorm
+            )
             hatch_infeasible(ax, r)
-            ax.set(xscale="log", xlabel="batch B (agents per decode step)", ylabel="expert cache requested (GiB)",
-                   title=f"{hw.name}, {r.overlap} overlap")
+            ax.set(
+                xscale="log",
+                xlabel="batch B (agents per decode step)",
+                ylabel="expert cache requested (GiB)",
+                title=f"{hw.name}, {r.overlap} overlap",
+            )
         cb = fig.colorbar(mesh, ax=row, label="net tok/s, all agents (log scale)")
         cb.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         cb.ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
-    fig.suptitle(f"net tok/s over batch and cache: {m.name}, {route.label}, ctx {context_tokens} tokens — {prov}\n"
-                 "hatched, blank: infeasible, the dense band and the batch's KV exceed RAM", fontsize=10)
+    fig.suptitle(
+        f"net tok/s over batch and cache: {m.name}, {route.label}, ctx {context_tokens} tokens — {prov}\n"
+        "hatched, blank: infeasible, the dense band and the batch's KV exceed RAM",
+        fontsize=10,
+    )
     save_figure(fig, "regime_map_net_tok_s")
     plt.show()
 
@@ -174,10 +205,14 @@ for hw in boxes:
     r = maps[hw.name, overlap]
     for i in np.unique(np.round(np.linspace(0, r.cache_bytes.size - 1, 5)).astype(int)):
         infeasible = r.batch[~r.fits_in_memory[i]]
-        row = {"box": hw.name, "cache GiB": r.cache_bytes[i] / GiB,
-               "bound at B=1": r.bound[i, 0],
-               "transitions (B*)": "; ".join(f"{t['from']}→{t['to']} at B={t['batch']}" for t in r.transitions[i]) or "none",
-               "infeasible from B": int(infeasible[0]) if infeasible.size else "—"}
+        row = {
+            "box": hw.name,
+            "cache GiB": r.cache_bytes[i] / GiB,
+            "bound at B=1": r.bound[i, 0],
+            "transitions (B*)": "; ".join(f"{t['from']}→{t['to']} at B={t['batch']}" for t in r.transitions[i])
+            or "none",
+            "infeasible from B": int(infeasible[0]) if infeasible.size else "—",
+        }
         for b in (1, 16, 64, 256):
             if b in r.batch:
                 j = int(np.flatnonzero(r.batch == b)[0])
@@ -192,10 +227,18 @@ for hw in boxes:
         r = maps[hw.name, ov]
         net = np.where(r.fits_in_memory, r.net_tok_s, -np.inf)
         i, j = np.unravel_index(np.argmax(net), net.shape)
-        best.append({"box": hw.name, "overlap": ov, "best net tok/s": net[i, j], "at B": int(r.batch[j]),
-                     "cache GiB requested": r.cache_bytes[i] / GiB, "cache GiB after RAM pressure": r.cache_effective_bytes[i, j] / GiB,
-                     "binds": r.bound[i, j],
-                     "share of feasible cells SSD-bound": float(np.mean(r.bound[r.fits_in_memory] == "ssd"))})
+        best.append(
+            {
+                "box": hw.name,
+                "overlap": ov,
+                "best net tok/s": net[i, j],
+                "at B": int(r.batch[j]),
+                "cache GiB requested": r.cache_bytes[i] / GiB,
+                "cache GiB after RAM pressure": r.cache_effective_bytes[i, j] / GiB,
+                "binds": r.bound[i, j],
+                "share of feasible cells SSD-bound": float(np.mean(r.bound[r.fits_in_memory] == "ssd")),
+            }
+        )
 pd.DataFrame(best).round(3)
 
 # %% [markdown]
@@ -203,6 +246,7 @@ pd.DataFrame(best).round(3)
 # Every number the answer above refers to, from the maps of this notebook (feasible cells only:
 # the dense band and the batch's KV fit in RAM). Net tok/s under the `overlap` parameter unless
 # a line names `sum`.
+
 
 # %%
 def feasible_net(r):
@@ -225,38 +269,57 @@ for hw in boxes:
     infeasible = r.batch[(~ok).any(axis=0)]
     compute_b = r.batch[(r.bound == "compute").any(axis=0)]
     largest_ok = r.batch[ok.any(axis=0)][-1]
-    print(f"{hw.name}, {overlap} overlap: feasible cells bind on {terms} ({ssd_share:.0%} SSD-bound); "
-          f"net tok/s never falls with B: {rises_b}, never falls with cache: {rises_c}; "
-          f"{net[0, 0]:.2f} at B = 1 with no cache, {net[-1, 0]:.2f} with the whole {r.cache_bytes[-1] / GiB:.1f} GiB cache axis")
+    print(
+        f"{hw.name}, {overlap} overlap: feasible cells bind on {terms} ({ssd_share:.0%} SSD-bound); "
+        f"net tok/s never falls with B: {rises_b}, never falls with cache: {rises_c}; "
+        f"{net[0, 0]:.2f} at B = 1 with no cache, {net[-1, 0]:.2f} with the whole {r.cache_bytes[-1] / GiB:.1f} GiB cache axis"
+    )
     print(f"  KV exhausts RAM from B = {infeasible[0]}" if infeasible.size else "  every cell fits in RAM", end="")
     print(f"; compute first binds at B = {compute_b[0]}" if compute_b.size else "; compute never binds", end="")
     print(f"; largest feasible B = {largest_ok}")
     mem = (r.bound == "memory") & ok
     if mem.any():
         c_lo = r.cache_bytes[mem.any(axis=1)][0]
-        print(f"  memory binds only with at least {c_lo / GiB:.0f} GiB cached ({c_lo / m.routed_bytes:.0%} of "
-              f"{m.routed_bytes / GiB:.0f} GiB of routed experts) and only up to B = {r.batch[mem.any(axis=0)][-1]}; "
-              f"with the whole cache axis B* = "
-              + "; ".join(f"{t['from']}→{t['to']} at B = {t['batch']}" for t in r.transitions[-1]))
+        print(
+            f"  memory binds only with at least {c_lo / GiB:.0f} GiB cached ({c_lo / m.routed_bytes:.0%} of "
+            f"{m.routed_bytes / GiB:.0f} GiB of routed experts) and only up to B = {r.batch[mem.any(axis=0)][-1]}; "
+            f"with the whole cache axis B* = "
+            + "; ".join(f"{t['from']}→{t['to']} at B = {t['batch']}" for t in r.transitions[-1])
+        )
     else:
         print("  memory binds in no feasible cell")
     if ok[:, -1].all():
-        print(f"  compute binds at the largest B = {r.batch[-1]} for every cache size: "
-              f"{bool((r.bound[:, -1] == 'compute').all())}; net tok/s there {net[:, -1].min():.2f}–{net[:, -1].max():.2f} "
-              f"across cache sizes (map maximum {np.nanmax(net):.2f})")
+        print(
+            f"  compute binds at the largest B = {r.batch[-1]} for every cache size: "
+            f"{bool((r.bound[:, -1] == 'compute').all())}; net tok/s there {net[:, -1].min():.2f}–{net[:, -1].max():.2f} "
+            f"across cache sizes (map maximum {np.nanmax(net):.2f})"
+        )
     else:
         print(f"  the largest B = {r.batch[-1]} is infeasible at {np.mean(~ok[:, -1]):.0%} of cache sizes")
     b_max_net, b_at, c_at = best_cell(r)
     s_net, s_at, s_c = best_cell(r_sum)
-    print(f"  best feasible cell: {b_max_net:.2f} tok/s at B = {b_at}, {c_at:.1f} GiB requested ({overlap}); "
-          f"{s_net:.2f} tok/s at B = {s_at}, {s_c:.1f} GiB requested (sum); binding term identical under max and sum "
-          f"in every cell: {bool(np.array_equal(maps[hw.name, 'max'].bound, r_sum.bound))}")
+    print(
+        f"  best feasible cell: {b_max_net:.2f} tok/s at B = {b_at}, {c_at:.1f} GiB requested ({overlap}); "
+        f"{s_net:.2f} tok/s at B = {s_at}, {s_c:.1f} GiB requested (sum); binding term identical under max and sum "
+        f"in every cell: {bool(np.array_equal(maps[hw.name, 'max'].bound, r_sum.bound))}"
+    )
 
 # %% [markdown]
 # ## Versions and parameters
 
 # %%
 print(f"moeroof {moeroof.__version__}, numpy {np.__version__}")
-print({"model": model, "hardware": hardware, "contrast_hardware": contrast_hardware, "routing": routing,
-       "context_tokens": context_tokens, "overlap": overlap, "b_max": b_max, "n_batch": n_batch,
-       "cache_gib_max": cache_gib_max, "n_cache": n_cache})
+print(
+    {
+        "model": model,
+        "hardware": hardware,
+        "contrast_hardware": contrast_hardware,
+        "routing": routing,
+        "context_tokens": context_tokens,
+        "overlap": overlap,
+        "b_max": b_max,
+        "n_batch": n_batch,
+        "cache_gib_max": cache_gib_max,
+        "n_cache": n_cache,
+    }
+)

@@ -26,6 +26,7 @@
 # `-p trace PATH`.
 
 # %% tags=["parameters"]
+# fmt: off
 histogram: str = "histograms/deepseek-v3-like.csv"  # histogram .csv, relative to data/ or absolute
 trace: str = "traces/qwen3-30b-a3b-like.npz"  # trace .npz or .npy, relative to data/ or absolute
 b_max: int = 1024  # largest batch size to extrapolate to
@@ -34,6 +35,7 @@ gof_sims: int = 49  # simulations for the goodness-of-fit p-values
 union_bootstrap: int = 200  # bootstrap replicates for union bands
 max_layers: int = 0  # fit only the first N layers, 0 for all
 seed_name: str = "skew_fit"  # the generator seed is derived from this name
+# fmt: on
 
 # %%
 import matplotlib.pyplot as plt
@@ -41,17 +43,25 @@ import numpy as np
 import pandas as pd
 
 import moeroof
-from moeroof.fit import correlation_gap, fit_correlation, fit_histogram, popularity_from_inclusion
-from moeroof.io import read_histogram, read_trace
-from moeroof.paths import resolve_data
-from moeroof.plots import label_with_baseline, provenance_label, save_figure, style
-from moeroof.routing import consecutive_overlap, histogram_from_trace, inclusion_probabilities, zipf_weights
-from moeroof.union import BASELINE, union_correlated, union_from_trace, union_histogram, union_plugin, union_uniform
+from moeroof.core.paths import resolve_data
+from moeroof.data.io import read_histogram, read_trace
+from moeroof.models.fit import correlation_gap, fit_correlation, fit_histogram, popularity_from_inclusion
+from moeroof.models.routing import consecutive_overlap, histogram_from_trace, inclusion_probabilities, zipf_weights
+from moeroof.models.union import (
+    BASELINE,
+    union_correlated,
+    union_from_trace,
+    union_histogram,
+    union_plugin,
+    union_uniform,
+)
+from moeroof.present.plots import provenance_label, save_figure, style
 
 rng = np.random.default_rng(sum(map(ord, seed_name)))
 key_batches = [1, 8, 16, 64, 128, 256, 1024]  # rows shown in the tables
-batch = np.unique(np.r_[np.round(np.logspace(0, np.log10(b_max), 40)), [b for b in key_batches if b <= b_max]].astype(int))
-
+batch = np.unique(
+    np.r_[np.round(np.logspace(0, np.log10(b_max), 40)), [b for b in key_batches if b <= b_max]].astype(int)
+)
 
 
 hist = read_histogram(resolve_data(histogram))
@@ -72,12 +82,23 @@ if hist.layers_summed:
 fit = fit_histogram(counts, hist.top_k, rng=rng, bootstrap=fit_bootstrap, gof_sims=gof_sims)
 best_aic = min(m.aic for m in fit.pooled.values())
 per_layer_aic = {name: sum(row[name].aic for row in fit.per_layer) for name in fit.pooled}
-pd.DataFrame([
-    {"model": name, "pooled params": m.params, "95% interval": m.ci, "log L": m.log_likelihood,
-     "AIC (pooled)": m.aic, "ΔAIC": m.aic - best_aic, "AIC (per-layer params)": per_layer_aic[name],
-     "GoF statistic": m.gof_statistic, "GoF p": m.gof_pvalue, "chosen": "✓" if name == fit.chosen else ""}
-    for name, m in fit.pooled.items()
-]).round(4)
+pd.DataFrame(
+    [
+        {
+            "model": name,
+            "pooled params": m.params,
+            "95% interval": m.ci,
+            "log L": m.log_likelihood,
+            "AIC (pooled)": m.aic,
+            "ΔAIC": m.aic - best_aic,
+            "AIC (per-layer params)": per_layer_aic[name],
+            "GoF statistic": m.gof_statistic,
+            "GoF p": m.gof_pvalue,
+            "chosen": "✓" if name == fit.chosen else "",
+        }
+        for name, m in fit.pooled.items()
+    ]
+).round(4)
 
 # %%
 s_layer = np.array([row["zipf"].params["s"] for row in fit.per_layer])
@@ -99,16 +120,23 @@ with style():
         ax_r.plot(ranks, obs, ".", ms=3, color=f"C{i}", label=f"layer {layer} observed")
         ax_r.plot(ranks, model, "-", lw=1, color=f"C{i}", label=f"layer {layer} Zipf s={s_layer[layer]:.2f}")
     ax_r.axhline(1 / hist.experts, color="k", ls=":", lw=1, label="uniform")
-    ax_r.set(xscale="log", yscale="log", xlabel="expert rank in layer", ylabel="share of the layer's picks",
-             title="flattest, median and steepest layer")
+    ax_r.set(
+        xscale="log",
+        yscale="log",
+        xlabel="expert rank in layer",
+        ylabel="share of the layer's picks",
+        title="flattest, median and steepest layer",
+    )
     ax_r.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, "skew_fit_histogram")
     plt.show()
 
 wins = pd.Series(best_layer).value_counts().to_dict()
-print(f"pooled choice by AIC: {fit.chosen}; per-layer winners: {wins} of {len(best_layer)} layers; "
-      f"per-layer Zipf s from {s_layer.min():.2f} to {s_layer.max():.2f} (pooled {fit.pooled['zipf'].params['s']:.3f})")
+print(
+    f"pooled choice by AIC: {fit.chosen}; per-layer winners: {wins} of {len(best_layer)} layers; "
+    f"per-layer Zipf s from {s_layer.min():.2f} to {s_layer.max():.2f} (pooled {fit.pooled['zipf'].params['s']:.3f})"
+)
 
 # %% [markdown]
 # ## A trace: stickiness, and the measured union against the independent plug-in
@@ -125,32 +153,43 @@ trace_label = f"{tr.meta.get('model', tr.path.name)}, data: {tr.provenance or 'u
 gap = correlation_gap(topk, tr.experts)
 corr = fit_correlation(topk, tr.experts, rng=rng, bootstrap=fit_bootstrap)
 overlap = consecutive_overlap(topk) / tr.top_k
-pd.Series({
-    "stickiness ρ": corr.rho, "ρ 95% interval": corr.rho_ci,
-    "heterogeneity c": corr.c, "c 95% interval": corr.c_ci,
-    "measured union per (step, layer)": corr.union_measured,
-    "independent plug-in": corr.union_plugin,
-    "measured / plug-in": corr.union_ratio,
-    "mean consecutive overlap (share of K)": float(np.nanmean(overlap)),
-    "uniform chance overlap (K/E)": tr.top_k / tr.experts,
-}).to_frame(trace_label)
+pd.Series(
+    {
+        "stickiness ρ": corr.rho,
+        "ρ 95% interval": corr.rho_ci,
+        "heterogeneity c": corr.c,
+        "c 95% interval": corr.c_ci,
+        "measured union per (step, layer)": corr.union_measured,
+        "independent plug-in": corr.union_plugin,
+        "measured / plug-in": corr.union_ratio,
+        "mean consecutive overlap (share of K)": float(np.nanmean(overlap)),
+        "uniform chance overlap (K/E)": tr.top_k / tr.experts,
+    }
+).to_frame(trace_label)
 
 # %%
-print(f"measured union is {corr.union_ratio:.3f} of the independent plug-in "
-      f"({corr.union_measured:.1f} vs {corr.union_plugin:.1f} distinct experts per step and layer, "
-      f"B ≈ {gap['mean_batch']:.0f}); fitted c = {corr.c:.3g} {corr.c_ci}, ρ = {corr.rho:.3f} {corr.rho_ci}")
+print(
+    f"measured union is {corr.union_ratio:.3f} of the independent plug-in "
+    f"({corr.union_measured:.1f} vs {corr.union_plugin:.1f} distinct experts per step and layer, "
+    f"B ≈ {gap['mean_batch']:.0f}); fitted c = {corr.c:.3g} {corr.c_ci}, ρ = {corr.rho:.3f} {corr.rho_ci}"
+)
 with style():
     fig, (ax_o, ax_g) = plt.subplots(1, 2, figsize=(11, 4.3))
     ax_o.plot(np.arange(len(overlap)), overlap, "o-", ms=3, label="measured")
     ax_o.axhline(tr.top_k / tr.experts, color="k", ls=":", lw=1, label="uniform chance K/E")
-    ax_o.set(xlabel="layer", ylabel="experts shared with the previous token (share of K)",
-             title=f"{trace_label}\nconsecutive-token overlap; fitted ρ = {corr.rho:.3f}")
+    ax_o.set(
+        xlabel="layer",
+        ylabel="experts shared with the previous token (share of K)",
+        title=f"{trace_label}\nconsecutive-token overlap; fitted ρ = {corr.rho:.3f}",
+    )
     ax_o.legend(fontsize=8)
     ax_g.plot(gap["per_layer"]["union_plugin"], label="independent plug-in (own frequencies)")
     ax_g.plot(gap["per_layer"]["union_measured"], label="measured on the trace")
-    ax_g.set(xlabel="layer", ylabel=f"distinct experts per step (B ≈ {gap['mean_batch']:.0f})",
-             title=f"cross-agent correlation: measured / plug-in = {corr.union_ratio:.3f}\n"
-                   f"{provenance_label('projected')}")
+    ax_g.set(
+        xlabel="layer",
+        ylabel=f"distinct experts per step (B ≈ {gap['mean_batch']:.0f})",
+        title=f"cross-agent correlation: measured / plug-in = {corr.union_ratio:.3f}\n{provenance_label('projected')}",
+    )
     ax_g.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, "skew_fit_trace")
@@ -164,8 +203,9 @@ with style():
 # model with the fitted c (band: Monte Carlo error), beside the independent plug-in.
 
 # %%
-h_curve = union_histogram(counts, tokens, batch, top_k=hist.top_k, experts=hist.experts,
-                          bootstrap=union_bootstrap, rng=rng)
+h_curve = union_histogram(
+    counts, tokens, batch, top_k=hist.top_k, experts=hist.experts, bootstrap=union_bootstrap, rng=rng
+)
 s_hat = fit.pooled["zipf"].params["s"]
 s_lo, s_hi = fit.pooled["zipf"].ci.get("s", (s_hat, s_hat))
 
@@ -180,7 +220,9 @@ measured = union_from_trace(topk, t_batch, experts=tr.experts, rng=rng, bootstra
 pi_hat = histogram_from_trace(topk, tr.experts) / np.maximum((topk >= 0).all(axis=-1).sum(axis=(0, 1)), 1)[:, None]
 w_hat = popularity_from_inclusion(pi_hat, tr.top_k, tol=1e-5)
 independent = union_plugin(inclusion_probabilities(w_hat, tr.top_k), batch, tr.top_k)
-correlated = union_correlated(w_hat, tr.top_k, batch, c=corr.c, rng=rng, draws=8) if np.isfinite(corr.c) else independent
+correlated = (
+    union_correlated(w_hat, tr.top_k, batch, c=corr.c, rng=rng, draws=8) if np.isfinite(corr.c) else independent
+)
 
 with style():
     fig, (ax_h, ax_t) = plt.subplots(1, 2, figsize=(11, 4.3))
@@ -189,8 +231,12 @@ with style():
     ax_h.plot(batch, z_mid.mean, color="C0", label=f"pooled Zipf s={s_hat:.3f}")
     ax_h.fill_between(batch, z_lo.mean, z_hi.mean, color="C0", alpha=0.3)
     ax_h.plot(batch, union_uniform(hist.experts, hist.top_k, batch).mean, "k--", lw=1, label="uniform")
-    ax_h.set(xscale="log", xlabel="batch B", ylabel="distinct experts per layer U(B)",
-             title=f"{hist_label}\n{provenance_label('projected')}")
+    ax_h.set(
+        xscale="log",
+        xlabel="batch B",
+        ylabel="distinct experts per layer U(B)",
+        title=f"{hist_label}\n{provenance_label('projected')}",
+    )
     ax_h.legend(fontsize=8)
     ax_t.plot(t_batch, measured.mean, "o", color="C2", label="measured on the trace")
     ax_t.fill_between(t_batch, measured.mean_ci_low, measured.mean_ci_high, color="C2", alpha=0.3)
@@ -198,8 +244,12 @@ with style():
     ax_t.fill_between(batch, correlated.mean_ci_low, correlated.mean_ci_high, color="C2", alpha=0.2)
     ax_t.plot(batch, independent.mean, color="C1", label="independent plug-in")
     ax_t.plot(batch, union_uniform(tr.experts, tr.top_k, batch).mean, "k--", lw=1, label="uniform")
-    ax_t.set(xscale="log", xlabel="batch B", ylabel="distinct experts per layer U(B)",
-             title=f"{trace_label}\n{provenance_label('projected')}")
+    ax_t.set(
+        xscale="log",
+        xlabel="batch B",
+        ylabel="distinct experts per layer U(B)",
+        title=f"{trace_label}\n{provenance_label('projected')}",
+    )
     ax_t.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, "skew_fit_extrapolation")
@@ -223,5 +273,15 @@ pd.DataFrame(rows).query("B in @key_batches").round(2)
 
 # %%
 print(f"moeroof {moeroof.__version__}, numpy {np.__version__}")
-print({"histogram": histogram, "trace": trace, "b_max": b_max, "fit_bootstrap": fit_bootstrap, "gof_sims": gof_sims,
-       "union_bootstrap": union_bootstrap, "max_layers": max_layers, "seed_name": seed_name})
+print(
+    {
+        "histogram": histogram,
+        "trace": trace,
+        "b_max": b_max,
+        "fit_bootstrap": fit_bootstrap,
+        "gof_sims": gof_sims,
+        "union_bootstrap": union_bootstrap,
+        "max_layers": max_layers,
+        "seed_name": seed_name,
+    }
+)

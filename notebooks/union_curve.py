@@ -23,6 +23,7 @@
 # here is **projected** (models and synthetic data), none is witnessed.
 
 # %% tags=["parameters"]
+# fmt: off
 experts: int = 256  # routed experts per MoE layer (E)
 top_k: int = 8  # experts per token (K)
 b_max: int = 1024  # largest batch in the sweep
@@ -33,6 +34,7 @@ histogram: str = "histograms/deepseek-v3-like.csv"  # histogram .csv, relative t
 per_layer_histogram: str = "histograms/glm5-seed003-per-layer.csv"  # per-layer histogram to sum
 bootstrap: int = 200  # bootstrap replicates for the histogram band
 seed_name: str = "union_curve"  # the generator seed is derived from this name
+# fmt: on
 
 # %%
 import matplotlib.pyplot as plt
@@ -40,16 +42,17 @@ import numpy as np
 import pandas as pd
 
 import moeroof
-from moeroof.io import read_histogram
-from moeroof.paths import resolve_data
-from moeroof.plots import label_with_baseline, provenance_label, save_figure, style
-from moeroof.routing import Dirichlet, Uniform, Zipf, inclusion_probabilities
-from moeroof.union import BASELINE, union_histogram, union_plugin, union_uniform
+from moeroof.core.paths import resolve_data
+from moeroof.data.io import read_histogram
+from moeroof.models.routing import Dirichlet, Zipf, inclusion_probabilities
+from moeroof.models.union import BASELINE, union_histogram, union_plugin, union_uniform
+from moeroof.present.plots import label_with_baseline, provenance_label, save_figure, style
 
 rng = np.random.default_rng(sum(map(ord, seed_name)))
 key_batches = [1, 8, 16, 64, 128, 256, 1024]  # rows shown in the tables
-batch = np.unique(np.r_[np.round(np.logspace(0, np.log10(b_max), 40)), [b for b in key_batches if b <= b_max]].astype(int))
-
+batch = np.unique(
+    np.r_[np.round(np.logspace(0, np.log10(b_max), 40)), [b for b in key_batches if b <= b_max]].astype(int)
+)
 
 
 # %% [markdown]
@@ -69,17 +72,29 @@ dir_lo, dir_hi = np.quantile(dirichlet.union_per_layer, [0.05, 0.95], axis=0)
 
 with style():
     fig, (ax_u, ax_r) = plt.subplots(1, 2, figsize=(11, 4.3))
-    for curve, name in [(uniform, "uniform (closed form)"), (zipf, f"Zipf s={zipf_s}"), (dirichlet, f"Dirichlet α={dirichlet_alpha}")]:
+    for curve, name in [
+        (uniform, "uniform (closed form)"),
+        (zipf, f"Zipf s={zipf_s}"),
+        (dirichlet, f"Dirichlet α={dirichlet_alpha}"),
+    ]:
         ax_u.plot(curve.batch, curve.mean, label=name)
         ax_r.plot(curve.batch, curve.coalescing_ratio, label=name)
     ax_u.fill_between(batch, dir_lo, dir_hi, alpha=0.25, color="C2", label="Dirichlet, 5–95 % over layers")
     ax_r.fill_between(batch, batch * top_k / dir_hi, batch * top_k / dir_lo, alpha=0.25, color="C2")
     ax_u.plot(batch, np.minimum(experts, batch * top_k), "k:", lw=1, label="min(E, B·K) bound")
-    ax_u.set(xscale="log", xlabel="batch B (agents per decode step)", ylabel="distinct experts per layer U(B)",
-             title=f"U(B), E={experts}, K={top_k} — {provenance_label('projected')}")
-    ax_r.set(xscale="log", yscale="log", xlabel="batch B (agents per decode step)",
-             ylabel=label_with_baseline("coalescing ratio B·K/U", BASELINE),
-             title=label_with_baseline("expert fetches saved", BASELINE))
+    ax_u.set(
+        xscale="log",
+        xlabel="batch B (agents per decode step)",
+        ylabel="distinct experts per layer U(B)",
+        title=f"U(B), E={experts}, K={top_k} — {provenance_label('projected')}",
+    )
+    ax_r.set(
+        xscale="log",
+        yscale="log",
+        xlabel="batch B (agents per decode step)",
+        ylabel=label_with_baseline("coalescing ratio B·K/U", BASELINE),
+        title=label_with_baseline("expert fetches saved", BASELINE),
+    )
     ax_u.legend(fontsize=8)
     ax_r.legend(fontsize=8)
     fig.tight_layout()
@@ -87,14 +102,16 @@ with style():
     plt.show()
 
 # %%
-table = pd.DataFrame({
-    "B": batch,
-    "U uniform": uniform.mean,
-    f"U Zipf s={zipf_s}": zipf.mean,
-    f"U Dirichlet α={dirichlet_alpha}": dirichlet.mean,
-    f"ratio uniform (vs {BASELINE})": uniform.coalescing_ratio,
-    f"ratio Zipf (vs {BASELINE})": zipf.coalescing_ratio,
-})
+table = pd.DataFrame(
+    {
+        "B": batch,
+        "U uniform": uniform.mean,
+        f"U Zipf s={zipf_s}": zipf.mean,
+        f"U Dirichlet α={dirichlet_alpha}": dirichlet.mean,
+        f"ratio uniform (vs {BASELINE})": uniform.coalescing_ratio,
+        f"ratio Zipf (vs {BASELINE})": zipf.coalescing_ratio,
+    }
+)
 table[table.B.isin([1, 8, 16, 64, 128, 256, 1024])].round(2)
 
 # %% [markdown]
@@ -105,8 +122,9 @@ table[table.B.isin([1, 8, 16, 64, 128, 256, 1024])].round(2)
 
 # %%
 hist = read_histogram(resolve_data(histogram))
-curve = union_histogram(hist.counts, hist.tokens, batch, top_k=hist.top_k, experts=hist.experts,
-                        bootstrap=bootstrap, rng=rng)
+curve = union_histogram(
+    hist.counts, hist.tokens, batch, top_k=hist.top_k, experts=hist.experts, bootstrap=bootstrap, rng=rng
+)
 uniform_h = union_uniform(hist.experts, hist.top_k, batch)
 label = f"{hist.meta.get('model', hist.path.name)}, data: {hist.provenance or 'unlabelled'}"
 
@@ -119,19 +137,36 @@ with style():
     ax_u.plot(batch, uniform_h.mean, "k--", lw=1, label="uniform routing (closed form)")
     ax_r.plot(batch, curve.coalescing_ratio, color="C3", label="histogram")
     ax_r.plot(batch, uniform_h.coalescing_ratio, "k--", lw=1, label="uniform")
-    ax_u.set(xscale="log", xlabel="batch B", ylabel="distinct experts per layer U(B)",
-             title=f"{label}\n{provenance_label('projected')}")
-    ax_r.set(xscale="log", yscale="log", xlabel="batch B", ylabel=label_with_baseline("B·K/U", BASELINE),
-             title=label_with_baseline("coalescing ratio", BASELINE))
+    ax_u.set(
+        xscale="log",
+        xlabel="batch B",
+        ylabel="distinct experts per layer U(B)",
+        title=f"{label}\n{provenance_label('projected')}",
+    )
+    ax_r.set(
+        xscale="log",
+        yscale="log",
+        xlabel="batch B",
+        ylabel=label_with_baseline("B·K/U", BASELINE),
+        title=label_with_baseline("coalescing ratio", BASELINE),
+    )
     ax_u.legend(fontsize=8)
     ax_r.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, "union_curve_histogram")
     plt.show()
 
-pd.DataFrame({"B": batch, "U per layer": curve.mean, "ci low": curve.mean_ci_low, "ci high": curve.mean_ci_high,
-              "U total (all layers)": curve.total, f"B·K/U (vs {BASELINE})": curve.coalescing_ratio,
-              "method": curve.method}).query("B in @key_batches").round(2)
+pd.DataFrame(
+    {
+        "B": batch,
+        "U per layer": curve.mean,
+        "ci low": curve.mean_ci_low,
+        "ci high": curve.mean_ci_high,
+        "U total (all layers)": curve.total,
+        f"B·K/U (vs {BASELINE})": curve.coalescing_ratio,
+        "method": curve.method,
+    }
+).query("B in @key_batches").round(2)
 
 # %% [markdown]
 # ## What summing a histogram over layers hides
@@ -143,8 +178,9 @@ pd.DataFrame({"B": batch, "U per layer": curve.mean, "ci low": curve.mean_ci_low
 
 # %%
 per_layer = read_histogram(resolve_data(per_layer_histogram))
-layered = union_histogram(per_layer.counts, per_layer.tokens, batch, top_k=per_layer.top_k,
-                          experts=per_layer.experts, bootstrap=0)
+layered = union_histogram(
+    per_layer.counts, per_layer.tokens, batch, top_k=per_layer.top_k, experts=per_layer.experts, bootstrap=0
+)
 summed_pi = per_layer.counts.sum(axis=0) / per_layer.tokens.sum()
 summed = union_plugin(summed_pi[None, :], batch, top_k=per_layer.top_k)
 uniform_p = union_uniform(per_layer.experts, per_layer.top_k, batch)
@@ -157,13 +193,22 @@ with style():
     ax_h.plot(ranks, np.median(-np.sort(-shares, axis=1), axis=0), label="per layer (median over layers)")
     ax_h.plot(ranks, -np.sort(-summed_shares), label="summed over layers")
     ax_h.axhline(1 / per_layer.experts, color="k", ls=":", lw=1, label="uniform 1/E")
-    ax_h.set(xscale="log", yscale="log", xlabel="expert rank", ylabel="share of the layer's picks",
-             title="summing flattens the histogram")
+    ax_h.set(
+        xscale="log",
+        yscale="log",
+        xlabel="expert rank",
+        ylabel="share of the layer's picks",
+        title="summing flattens the histogram",
+    )
     ax_u.plot(batch, layered.mean, label="per-layer rarefaction (what the cache sees)")
     ax_u.plot(batch, summed.mean, label="summed histogram read as one layer")
     ax_u.plot(batch, uniform_p.mean, "k--", lw=1, label="uniform")
-    ax_u.set(xscale="log", xlabel="batch B", ylabel="distinct experts per layer U(B)",
-             title=f"{per_layer.meta.get('model', '')}\n{provenance_label('projected')}")
+    ax_u.set(
+        xscale="log",
+        xlabel="batch B",
+        ylabel="distinct experts per layer U(B)",
+        title=f"{per_layer.meta.get('model', '')}\n{provenance_label('projected')}",
+    )
     ax_h.legend(fontsize=8)
     ax_u.legend(fontsize=8)
     fig.tight_layout()
@@ -171,15 +216,32 @@ with style():
     plt.show()
 
 b_show = batch[batch <= per_layer.tokens.min()]
-pd.DataFrame({"B": b_show, "per-layer U": layered.mean[: b_show.size], "summed-as-one-layer U": summed.mean[: b_show.size],
-              f"per-layer B·K/U (vs {BASELINE})": layered.coalescing_ratio[: b_show.size],
-              f"summed B·K/U (vs {BASELINE})": summed.coalescing_ratio[: b_show.size]}).query("B in @key_batches").round(2)
+pd.DataFrame(
+    {
+        "B": b_show,
+        "per-layer U": layered.mean[: b_show.size],
+        "summed-as-one-layer U": summed.mean[: b_show.size],
+        f"per-layer B·K/U (vs {BASELINE})": layered.coalescing_ratio[: b_show.size],
+        f"summed B·K/U (vs {BASELINE})": summed.coalescing_ratio[: b_show.size],
+    }
+).query("B in @key_batches").round(2)
 
 # %% [markdown]
 # ## Versions and parameters
 
 # %%
 print(f"moeroof {moeroof.__version__}, numpy {np.__version__}")
-print({"experts": experts, "top_k": top_k, "b_max": b_max, "zipf_s": zipf_s, "dirichlet_alpha": dirichlet_alpha,
-       "model_layers": model_layers, "histogram": histogram, "per_layer_histogram": per_layer_histogram,
-       "bootstrap": bootstrap, "seed_name": seed_name})
+print(
+    {
+        "experts": experts,
+        "top_k": top_k,
+        "b_max": b_max,
+        "zipf_s": zipf_s,
+        "dirichlet_alpha": dirichlet_alpha,
+        "model_layers": model_layers,
+        "histogram": histogram,
+        "per_layer_histogram": per_layer_histogram,
+        "bootstrap": bootstrap,
+        "seed_name": seed_name,
+    }
+)

@@ -22,10 +22,11 @@
 # over time, and LRU catches none (each step's union of about 55 experts flushes its 23 slots),
 # whatever the stickiness, until the cache is larger than a step's union.
 # Open this notebook in `make lab` and move the controls at the end: both figures are redrawn
-# from `moeroof.roofline.plan`, `moeroof.union` and the cache simulator on every change. Every
+# from `moeroof.models.plan.plan`, `moeroof.models.union` and the cache simulator on every change. Every
 # number is **projected** (presets with assumed inputs; overridden bandwidths count as assumed).
 
 # %% tags=["parameters"]
+# fmt: off
 model: str = "glm-5.2"  # model preset name or a TOML path
 hardware: str = "nvme-gen4"  # hardware preset name or a TOML path
 b_min: int = 1  # smallest batch in the sweep
@@ -41,6 +42,7 @@ trace_streams: int = 8  # agents in the simulated trace of the cache-over-time p
 trace_steps: int = 64  # decode steps in the simulated trace
 trace_layers: int = 8  # MoE layers drawn for the simulated trace
 seed_name: str = "whatif"  # the trace's generator seed is derived from this name
+# fmt: on
 
 # %%
 from dataclasses import replace
@@ -52,13 +54,13 @@ import numpy as np
 import pandas as pd
 
 import moeroof
-from moeroof.cache import requests_from_trace, simulate
-from moeroof.plots import label_with_baseline, provenance_label, save_figure, shade_regimes, style
-from moeroof.presets import list_presets, load_hardware, load_model
-from moeroof.roofline import Workload, plan, routing_from_spec
-from moeroof.routing import Zipf, sample_trace
-from moeroof.union import BASELINE, union_plugin, union_uniform
-from moeroof.units import GB, GiB, gb_per_s
+from moeroof.core.units import GB, GiB, gb_per_s
+from moeroof.data.presets import list_presets, load_hardware, load_model
+from moeroof.models.cache import requests_from_trace, simulate
+from moeroof.models.plan import Workload, plan, routing_from_spec
+from moeroof.models.routing import Zipf, sample_trace
+from moeroof.models.union import BASELINE, union_plugin, union_uniform
+from moeroof.present.plots import label_with_baseline, provenance_label, save_figure, shade_regimes, style
 
 seed = sum(map(ord, seed_name))
 presets = list_presets()
@@ -79,6 +81,7 @@ KEY_BATCHES = [1, 8, 16, 64, 128, 256, 1024]  # rows shown in the table
 # cache simulator measures; that hit rate is not fed back into `plan`. So the stickiness control
 # moves the third panel only, where the simulated LRU cache (same GiB, per layer) is set beside
 # the static hot set that `plan` assumes.
+
 
 # %%
 def whatif(model, hardware, b_range, cache_gib, skew, stickiness, ssd_gb_s, mem_gb_s, overlap):
@@ -106,15 +109,31 @@ def whatif(model, hardware, b_range, cache_gib, skew, stickiness, ssd_gb_s, mem_
     hit_rate = {}
     for rho in sorted({0.0, float(stickiness)}):
         # a fresh generator per state: the same controls always draw the same trace
-        topk = sample_trace(Zipf(m.experts, m.top_k, skew), trace_steps, trace_streams, trace_layers,
-                            np.random.default_rng(seed), rho=rho)
+        topk = sample_trace(
+            Zipf(m.experts, m.top_k, skew),
+            trace_steps,
+            trace_streams,
+            trace_layers,
+            np.random.default_rng(seed),
+            rho=rho,
+        )
         requests = requests_from_trace(topk, m.experts)
         for policy in ("lru", "lfu") if rho == stickiness else ("lru",):
             res = simulate(requests, cache_experts * trace_layers, policy=policy, scope="layer")
             hit_rate[policy, rho] = res.hits_per_step / np.maximum(res.hits_per_step + res.misses_per_step, 1)
     static_hit = 1.0 - at_streams.misses_per_layer[0] / at_streams.union_per_layer[0]
-    return {"model": m, "hardware": hw, "plan": p, "union": union, "uniform": uniform, "hit_rate": hit_rate,
-            "static_hit": static_hit, "cache_experts": cache_experts, "cache_gib": cache_gib, "skew": skew}
+    return {
+        "model": m,
+        "hardware": hw,
+        "plan": p,
+        "union": union,
+        "uniform": uniform,
+        "hit_rate": hit_rate,
+        "static_hit": static_hit,
+        "cache_experts": cache_experts,
+        "cache_gib": cache_gib,
+        "skew": skew,
+    }
 
 
 def draw(s):
@@ -132,18 +151,23 @@ def draw(s):
         ax_n.set(xscale="log", yscale="log", xlabel="batch B (concurrent agents)", ylabel="net tok/s (all agents)")
         ax_n.yaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax_n.yaxis.set_minor_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
-        ax_n.set_title(f"{m.name} on {hw.name}: SSD {gb_per_s(max(hw.bw_ssd_bytes_per_s)):.3g} GB/s, "
-                       f"memory {gb_per_s(hw.bw_mem_bytes_per_s):.3g} GB/s\n"
-                       f"{provenance_label(p.provenance['result'])}, overlap {p.overlap}", fontsize=9)
+        ax_n.set_title(
+            f"{m.name} on {hw.name}: SSD {gb_per_s(max(hw.bw_ssd_bytes_per_s)):.3g} GB/s, "
+            f"memory {gb_per_s(hw.bw_mem_bytes_per_s):.3g} GB/s\n"
+            f"{provenance_label(p.provenance['result'])}, overlap {p.overlap}",
+            fontsize=9,
+        )
 
         ax_u.plot(batch, s["union"].mean, "k-", lw=2, label=f"U(B), {p.routing}")
         ax_u.plot(batch, p.misses_per_layer, "C2-", label=f"misses after a {s['cache_gib']:g} GiB hot set")
         ax_u.plot(batch, s["uniform"].mean, "C3--", lw=1, label="U(B), uniform routing")
         ax_u.plot(batch, np.minimum(m.experts, batch * m.top_k), "k:", lw=1, label="min(E, B·K) bound")
         ax_u.set(xscale="log", xlabel="batch B", ylabel="distinct experts per layer")
-        ax_u.set_title(f"E={m.experts}, K={m.top_k}; "
-                       f"{label_with_baseline('B·K/U', BASELINE)} at B={batch[-1]}: {s['union'].coalescing_ratio[-1]:.2f}",
-                       fontsize=9)
+        ax_u.set_title(
+            f"E={m.experts}, K={m.top_k}; "
+            f"{label_with_baseline('B·K/U', BASELINE)} at B={batch[-1]}: {s['union'].coalescing_ratio[-1]:.2f}",
+            fontsize=9,
+        )
         ax_u.legend(fontsize=7)
 
         steps = np.arange(1, len(next(iter(s["hit_rate"].values()))) + 1)
@@ -151,8 +175,11 @@ def draw(s):
             ax_c.plot(steps, rate, f"C{i}-", lw=1.2, label=f"{policy.upper()} on a sampled trace, stickiness ρ={rho:g}")
         ax_c.axhline(s["static_hit"], color="k", ls=":", label="static hot set (what plan assumes)")
         ax_c.set(ylim=(0, 1), xlabel="decode step", ylabel="cache hit rate per step")
-        ax_c.set_title(f"cache over time: {s['cache_experts']:.0f} experts per layer, B={trace_streams}, "
-                       f"{trace_layers} layers\n{provenance_label('projected')}", fontsize=9)
+        ax_c.set_title(
+            f"cache over time: {s['cache_experts']:.0f} experts per layer, B={trace_streams}, "
+            f"{trace_layers} layers\n{provenance_label('projected')}",
+            fontsize=9,
+        )
         ax_c.legend(fontsize=7)
         fig.tight_layout()
     return fig
@@ -169,21 +196,24 @@ p = state["plan"]
 print("regime transitions (B* = first batch of the new regime):", list(p.transitions) or "none in range")
 for note in p.notes:
     print("note:", note)
-pd.DataFrame({
-    "B": p.batch,
-    "net tok/s": p.net_tok_s,
-    "bound": p.bound,
-    "× uncoalesced": p.baselines["uncoalesced"]["multiple"],
-    "U per layer": p.union_per_layer,
-    "misses per layer": p.misses_per_layer,
-    "fits in RAM": p.fits_in_memory,
-}).query("B in @KEY_BATCHES").round(3)
+pd.DataFrame(
+    {
+        "B": p.batch,
+        "net tok/s": p.net_tok_s,
+        "bound": p.bound,
+        "× uncoalesced": p.baselines["uncoalesced"]["multiple"],
+        "U per layer": p.union_per_layer,
+        "misses per layer": p.misses_per_layer,
+        "fits in RAM": p.fits_in_memory,
+    }
+).query("B in @KEY_BATCHES").round(3)
 
 # %% [markdown]
 # ## Controls
 # In JupyterLab (`make lab`) this cell shows the controls and, below them, the same three panels,
 # redrawn for each change (a slider redraws when it is released). The static report has no
 # kernel behind the page, so it shows the default state above only.
+
 
 # %%
 def _options(names, current):
@@ -193,19 +223,30 @@ def _options(names, current):
 batch_choices = [2**i for i in range(13)]
 controls = {
     "model": widgets.Dropdown(options=_options(presets["models"], model), value=model, description="model"),
-    "hardware": widgets.Dropdown(options=_options(presets["hardware"], hardware), value=hardware, description="hardware"),
+    "hardware": widgets.Dropdown(
+        options=_options(presets["hardware"], hardware), value=hardware, description="hardware"
+    ),
     "b_range": widgets.SelectionRangeSlider(
-        options=sorted(set(batch_choices) | {b_min, b_max}), value=(b_min, b_max), description="B range",
-        continuous_update=False),
-    "cache_gib": widgets.FloatSlider(value=cache_gib, min=0.0, max=512.0, step=1.0, description="cache GiB",
-                                     continuous_update=False),
-    "skew": widgets.FloatSlider(value=skew, min=0.0, max=2.0, step=0.05, description="Zipf skew s", continuous_update=False),
-    "stickiness": widgets.FloatSlider(value=stickiness, min=0.0, max=0.95, step=0.05, description="stickiness ρ",
-                                      continuous_update=False),
-    "ssd_gb_s": widgets.FloatSlider(value=ssd_gb_s, min=0.0, max=64.0, step=0.1, description="SSD GB/s",
-                                    continuous_update=False),
-    "mem_gb_s": widgets.FloatSlider(value=mem_gb_s, min=0.0, max=5000.0, step=1.0, description="memory GB/s",
-                                    continuous_update=False),
+        options=sorted(set(batch_choices) | {b_min, b_max}),
+        value=(b_min, b_max),
+        description="B range",
+        continuous_update=False,
+    ),
+    "cache_gib": widgets.FloatSlider(
+        value=cache_gib, min=0.0, max=512.0, step=1.0, description="cache GiB", continuous_update=False
+    ),
+    "skew": widgets.FloatSlider(
+        value=skew, min=0.0, max=2.0, step=0.05, description="Zipf skew s", continuous_update=False
+    ),
+    "stickiness": widgets.FloatSlider(
+        value=stickiness, min=0.0, max=0.95, step=0.05, description="stickiness ρ", continuous_update=False
+    ),
+    "ssd_gb_s": widgets.FloatSlider(
+        value=ssd_gb_s, min=0.0, max=64.0, step=0.1, description="SSD GB/s", continuous_update=False
+    ),
+    "mem_gb_s": widgets.FloatSlider(
+        value=mem_gb_s, min=0.0, max=5000.0, step=1.0, description="memory GB/s", continuous_update=False
+    ),
     "overlap": widgets.ToggleButtons(options=["max", "sum"], value=overlap, description="overlap"),
 }
 for c in controls.values():
@@ -219,17 +260,39 @@ def redraw(**values):
 
 
 figure_out = widgets.interactive_output(redraw, controls)
-help_text = widgets.HTML("SSD and memory GB/s at 0 keep the hardware preset's numbers; "
-                         "stickiness moves the right-hand panel only (see the text above).")
-widgets.VBox([widgets.HBox([widgets.VBox(list(controls.values())[:5]), widgets.VBox(list(controls.values())[5:])]),
-              help_text, figure_out])
+help_text = widgets.HTML(
+    "SSD and memory GB/s at 0 keep the hardware preset's numbers; "
+    "stickiness moves the right-hand panel only (see the text above)."
+)
+widgets.VBox(
+    [
+        widgets.HBox([widgets.VBox(list(controls.values())[:5]), widgets.VBox(list(controls.values())[5:])]),
+        help_text,
+        figure_out,
+    ]
+)
 
 # %% [markdown]
 # ## Versions and parameters
 
 # %%
 print(f"moeroof {moeroof.__version__}, numpy {np.__version__}, ipywidgets {widgets.__version__}")
-print({"model": model, "hardware": hardware, "b_min": b_min, "b_max": b_max, "cache_gib": cache_gib, "skew": skew,
-       "stickiness": stickiness, "ssd_gb_s": ssd_gb_s, "mem_gb_s": mem_gb_s, "overlap": overlap,
-       "context_tokens": context_tokens, "trace_streams": trace_streams, "trace_steps": trace_steps,
-       "trace_layers": trace_layers, "seed_name": seed_name})
+print(
+    {
+        "model": model,
+        "hardware": hardware,
+        "b_min": b_min,
+        "b_max": b_max,
+        "cache_gib": cache_gib,
+        "skew": skew,
+        "stickiness": stickiness,
+        "ssd_gb_s": ssd_gb_s,
+        "mem_gb_s": mem_gb_s,
+        "overlap": overlap,
+        "context_tokens": context_tokens,
+        "trace_streams": trace_streams,
+        "trace_steps": trace_steps,
+        "trace_layers": trace_layers,
+        "seed_name": seed_name,
+    }
+)

@@ -34,6 +34,7 @@
 # the README quotes.
 
 # %% tags=["parameters"]
+# fmt: off
 file_mib: int = 64  # scratch file of each calibrate run in MiB
 calibrate_seconds: float = 3.0  # time budget of each calibrate run in seconds
 calibrate_after: bool = True  # calibrate again after the bench to show how far the device drifts
@@ -50,6 +51,7 @@ scratch_dir: str = ""  # folder for scratch files, empty for the system temp dir
 replay_bench: str = "measurements/bench-cpu-2026-11-29.json"  # a saved default-size bench run to predict too, empty for none
 replay_calibration: str = "measurements/calibrate-cpu-2026-11-29.toml"  # calibrate TOML measured just before that run
 replay_calibration_after: str = "measurements/calibrate-cpu-2026-11-29-after.toml"  # calibrate TOML measured just after it, empty for none
+# fmt: on
 
 # %%
 import json
@@ -59,14 +61,14 @@ import numpy as np
 import pandas as pd
 
 import moeroof
-from moeroof.bench import StackShape, median_abs_error, predict_bench, run_bench
-from moeroof.calibrate import calibrate
 from moeroof.cli import parse_batch
-from moeroof.paths import resolve_data
-from moeroof.plots import label_with_baseline, provenance_label, save_figure, style
-from moeroof.validation import gpu_bench_check
-from moeroof.presets import load_hardware
-from moeroof.units import MiB
+from moeroof.core.paths import resolve_data
+from moeroof.core.units import MiB
+from moeroof.data.presets import load_hardware
+from moeroof.present.plots import label_with_baseline, provenance_label, save_figure, style
+from moeroof.studies.validation import gpu_bench_check
+from moeroof.witness.bench import StackShape, median_abs_error, predict_bench, run_bench
+from moeroof.witness.measure import calibrate
 
 batch_list = parse_batch(batch)
 scratch = scratch_dir or None
@@ -78,18 +80,35 @@ OVERLAPS = ("sum", "max")
 # the device moved while the bench ran. Both are witnessed; the bench never feeds the model.
 
 # %%
-cal_kw = dict(file_bytes=file_mib * 2**20, seconds=calibrate_seconds, mem_bytes=64 * 2**20, matmul_n=1024, scratch_dir=scratch)
+cal_kw = dict(
+    file_bytes=file_mib * 2**20, seconds=calibrate_seconds, mem_bytes=64 * 2**20, matmul_n=1024, scratch_dir=scratch
+)
 cal_before = calibrate(None, name="live-before", seed=seed, **cal_kw)
-live = run_bench(StackShape(experts, layers, d_model, d_ff), top_k, batch_list, routing=routing, steps=steps,
-                 warmup_steps=1, seed=seed, scratch_dir=scratch)
+live = run_bench(
+    StackShape(experts, layers, d_model, d_ff),
+    top_k,
+    batch_list,
+    routing=routing,
+    steps=steps,
+    warmup_steps=1,
+    seed=seed,
+    scratch_dir=scratch,
+)
 cal_after = calibrate(None, name="live-after", seed=seed + 1, **cal_kw) if calibrate_after else None
-print(f"read path: calibrate {cal_before.read_path}, bench {live['read_path']}; expert {live['expert_bytes'] / MiB:g} MiB")
+print(
+    f"read path: calibrate {cal_before.read_path}, bench {live['read_path']}; expert {live['expert_bytes'] / MiB:g} MiB"
+)
 runs = {"live": (live, cal_before.hardware(), cal_after.hardware() if cal_after is not None else None)}
 if replay_bench:
     replay = json.loads(resolve_data(replay_bench).read_text())
-    runs["default"] = (replay, load_hardware(resolve_data(replay_calibration)),
-                       load_hardware(resolve_data(replay_calibration_after)) if replay_calibration_after else None)
-    print(f"replayed: {replay['command']} on {replay['date']} ({replay['machine']['cpu']}, read path {replay['read_path']})")
+    runs["default"] = (
+        replay,
+        load_hardware(resolve_data(replay_calibration)),
+        load_hardware(resolve_data(replay_calibration_after)) if replay_calibration_after else None,
+    )
+    print(
+        f"replayed: {replay['command']} on {replay['date']} ({replay['machine']['cpu']}, read path {replay['read_path']})"
+    )
 
 # %% [markdown]
 # ## Predicted against measured, per mode and batch
@@ -105,33 +124,57 @@ for name, (rep, hw, hw_after) in runs.items():
     if hw_after is not None:
         preds[name, "sum, after"] = predict_bench(rep, hw_after, overlap="sum")
     p = preds[name, "sum"]
-    tables.append(pd.DataFrame({
-        "run": name, "mode": rep["mode"], "B": rep["batch"], "measured net tok/s": rep["net_tok_s"],
-        "predicted (sum)": p["predicted_net_tok_s"], "error (sum)": p["relative_error"],
-        "error (max)": preds[name, "max"]["relative_error"],
-        **({"error (sum, after)": preds[name, "sum, after"]["relative_error"]} if hw_after is not None else {}),
-        "bound": p["bound"], "measured U": rep["union_per_layer"], "modelled U": p["predicted_union_per_layer"],
-        "MB read": np.asarray(rep["bytes_read_per_step"]) / 1e6,
-    }))
+    tables.append(
+        pd.DataFrame(
+            {
+                "run": name,
+                "mode": rep["mode"],
+                "B": rep["batch"],
+                "measured net tok/s": rep["net_tok_s"],
+                "predicted (sum)": p["predicted_net_tok_s"],
+                "error (sum)": p["relative_error"],
+                "error (max)": preds[name, "max"]["relative_error"],
+                **({"error (sum, after)": preds[name, "sum, after"]["relative_error"]} if hw_after is not None else {}),
+                "bound": p["bound"],
+                "measured U": rep["union_per_layer"],
+                "modelled U": p["predicted_union_per_layer"],
+                "MB read": np.asarray(rep["bytes_read_per_step"]) / 1e6,
+            }
+        )
+    )
 table = pd.concat(tables, ignore_index=True)
-summary = pd.DataFrame([{"run": name, "prediction": key, **{f"median |error| {m}": v for m, v in median_abs_error(p).items()},
-                         "max |error|": float(np.max(np.abs(p["relative_error"])))}
-                        for (name, key), p in preds.items()])
+summary = pd.DataFrame(
+    [
+        {
+            "run": name,
+            "prediction": key,
+            **{f"median |error| {m}": v for m, v in median_abs_error(p).items()},
+            "max |error|": float(np.max(np.abs(p["relative_error"]))),
+        }
+        for (name, key), p in preds.items()
+    ]
+)
 print(summary.round(3).to_string(index=False))
 for name, (rep, hw, hw_after) in runs.items():
     modes_, b_ = np.asarray(rep["mode"]), np.asarray(rep["batch"])
     for b in np.unique(b_):
         sel = b_ == b
         if set(modes_[sel]) == {"coalesced", "uncoalesced"}:
-            get = lambda key, m: np.asarray(key)[sel][modes_[sel] == m][0]  # noqa: E731
+            get = lambda key, m, sel=sel, modes_=modes_: np.asarray(key)[sel][modes_[sel] == m][0]  # noqa: E731
             meas = get(rep["net_tok_s"], "coalesced") / get(rep["net_tok_s"], "uncoalesced")
-            pred = get(preds[name, "sum"]["predicted_net_tok_s"], "coalesced") / get(preds[name, "sum"]["predicted_net_tok_s"], "uncoalesced")
-            print(f"{name} B={b}: coalesced / uncoalesced net tok/s measured {meas:.2f}x, predicted (sum) {pred:.2f}x "
-                  f"(baseline: uncoalesced)")
+            pred = get(preds[name, "sum"]["predicted_net_tok_s"], "coalesced") / get(
+                preds[name, "sum"]["predicted_net_tok_s"], "uncoalesced"
+            )
+            print(
+                f"{name} B={b}: coalesced / uncoalesced net tok/s measured {meas:.2f}x, predicted (sum) {pred:.2f}x "
+                f"(baseline: uncoalesced)"
+            )
     e = rep["expert_bytes"]
     drift = (hw_after.ssd_bandwidth(e) / hw.ssd_bandwidth(e) - 1) if hw_after is not None else float("nan")
-    print(f"{name}: calibrated read bandwidth at the expert size {e / MiB:g} MiB: before {hw.ssd_bandwidth(e) / 1e9:.3f} GB/s, "
-          f"after {hw_after.ssd_bandwidth(e) / 1e9 if hw_after is not None else float('nan'):.3f} GB/s, drift {drift:+.1%}")
+    print(
+        f"{name}: calibrated read bandwidth at the expert size {e / MiB:g} MiB: before {hw.ssd_bandwidth(e) / 1e9:.3f} GB/s, "
+        f"after {hw_after.ssd_bandwidth(e) / 1e9 if hw_after is not None else float('nan'):.3f} GB/s, drift {drift:+.1%}"
+    )
 table.round(3)
 
 # %% [markdown]
@@ -139,6 +182,7 @@ table.round(3)
 # Markers are measured (witnessed); lines are the roofline from the calibration before the run
 # (a model on witnessed inputs). The shaded band spans the `sum` predictions from the
 # calibrations before and after the bench: the device's own drift.
+
 
 # %%
 def witness_figure(name: str) -> None:
@@ -156,28 +200,48 @@ def witness_figure(name: str) -> None:
             label = mode if mode == "coalesced" else "baseline: uncoalesced"
             ax_n.plot(b_arr[sel], np.asarray(rep["net_tok_s"])[sel], "o", color=c, label=f"{label}, measured")
             for overlap, ls in (("sum", "-"), ("max", ":")):
-                ax_n.plot(b_arr[sel], np.asarray(preds[name, overlap]["predicted_net_tok_s"])[sel], ls, color=c,
-                          label=f"{label}, predicted ({overlap})")
-                ax_e.plot(b_arr[sel], 100 * np.asarray(preds[name, overlap]["relative_error"])[sel], ls, marker="o", color=c,
-                          label=f"{mode} ({overlap})")
+                ax_n.plot(
+                    b_arr[sel],
+                    np.asarray(preds[name, overlap]["predicted_net_tok_s"])[sel],
+                    ls,
+                    color=c,
+                    label=f"{label}, predicted ({overlap})",
+                )
+                ax_e.plot(
+                    b_arr[sel],
+                    100 * np.asarray(preds[name, overlap]["relative_error"])[sel],
+                    ls,
+                    marker="o",
+                    color=c,
+                    label=f"{mode} ({overlap})",
+                )
             if (name, "sum, after") in preds:
                 lo = np.asarray(preds[name, "sum"]["predicted_net_tok_s"])[sel]
                 hi = np.asarray(preds[name, "sum, after"]["predicted_net_tok_s"])[sel]
                 ax_n.fill_between(b_arr[sel], np.minimum(lo, hi), np.maximum(lo, hi), color=c, alpha=0.15, lw=0)
         coal = mode_arr == "coalesced"
         ax_c.plot(b_arr[coal], np.asarray(rep["coalescing_ratio"])[coal], "ko", label="measured B·K/U")
-        ax_c.plot(b_arr[coal], np.asarray(preds[name, "sum"]["predicted_coalescing_ratio"])[coal], "k-",
-                  label="modelled: independent tokens")
+        ax_c.plot(
+            b_arr[coal],
+            np.asarray(preds[name, "sum"]["predicted_coalescing_ratio"])[coal],
+            "k-",
+            label="modelled: independent tokens",
+        )
         ax_e.axhspan(-25, 25, color="0.9", lw=0, label="±25 %")
         ax_e.axhline(0, color="k", lw=0.8)
         ax_n.set(xscale="log", yscale="log", xlabel="batch B (agents)", ylabel="net tok/s (all agents)")
         ax_e.set(xscale="log", xlabel="batch B (agents)", ylabel="predicted / measured − 1 (%)")
-        ax_c.set(xscale="log", xlabel="batch B (agents)", ylabel=label_with_baseline("coalescing ratio B·K/U", "uncoalesced"))
+        ax_c.set(
+            xscale="log", xlabel="batch B (agents)", ylabel=label_with_baseline("coalescing ratio B·K/U", "uncoalesced")
+        )
         for ax in (ax_n, ax_e, ax_c):
             ax.legend(fontsize=6)
         shape = f"E={rep['experts']} L={rep['layers']} K={rep['top_k']}, expert {rep['expert_bytes'] / MiB:g} MiB"
-        ax_n.set_title(f"{name} run: {shape}, {rep['read_path']} reads\nmarkers {provenance_label('witnessed')}; "
-                       f"lines {provenance_label('witnessed-inputs')}", fontsize=8)
+        ax_n.set_title(
+            f"{name} run: {shape}, {rep['read_path']} reads\nmarkers {provenance_label('witnessed')}; "
+            f"lines {provenance_label('witnessed-inputs')}",
+            fontsize=8,
+        )
         ax_e.set_title(f"error of the roofline, {rep['date'][:10]}", fontsize=8)
         ax_c.set_title(f"routing {rep['routing']}; baseline uncoalesced", fontsize=8)
         fig.tight_layout()
@@ -207,21 +271,32 @@ with style():
         label = mode if mode == "coalesced" else "baseline: uncoalesced"
         ax_n.plot(gpu["batch"], gpu["modes"][mode]["measured"], "o", color=color, label=f"{label}, measured")
         ax_n.plot(gpu["batch"], gpu["modes"][mode]["predicted"], "-", color=color, label=f"{label}, predicted")
-    ax_n.set(xscale="log", yscale="log", xlabel="batch B (tokens per step)", ylabel="net tok/s",
-             title=f"{gpu['gpu']}, {gpu['date']}: markers {provenance_label('witnessed')}\nlines {provenance_label('witnessed-inputs')}")
+    ax_n.set(
+        xscale="log",
+        yscale="log",
+        xlabel="batch B (tokens per step)",
+        ylabel="net tok/s",
+        title=f"{gpu['gpu']}, {gpu['date']}: markers {provenance_label('witnessed')}\nlines {provenance_label('witnessed-inputs')}",
+    )
     ax_u.plot(gpu["batch"], gpu["multiple_measured"], "ko", label="measured")
     ax_u.plot(gpu["batch"], gpu["multiple_predicted"], "k-", label="roofline")
-    ax_u.set(xscale="log", xlabel="batch B (tokens per step)", ylabel=label_with_baseline("coalesced / uncoalesced net tok/s", "uncoalesced"),
-             title="what coalescing buys on the GPU")
+    ax_u.set(
+        xscale="log",
+        xlabel="batch B (tokens per step)",
+        ylabel=label_with_baseline("coalesced / uncoalesced net tok/s", "uncoalesced"),
+        title="what coalescing buys on the GPU",
+    )
     ax_n.legend(fontsize=7)
     ax_u.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, "witness_gpu_h200")
     plt.show()
-print(f"H200 median |error| of predicted net tok/s: uncoalesced {gpu['modes']['uncoalesced']['median_abs_error']:.0%}, "
-      f"coalesced {gpu['modes']['coalesced']['median_abs_error']:.0%}; coalescing multiple at B = {gpu['batch'][-1]}: "
-      f"measured {gpu['multiple_measured'][-1]:.2f}x, predicted {gpu['multiple_predicted'][-1]:.2f}x (baseline uncoalesced); "
-      f"union per layer measured {gpu['union_measured'][-1]:.1f}, modelled {gpu['union_predicted'][-1]:.1f}")
+print(
+    f"H200 median |error| of predicted net tok/s: uncoalesced {gpu['modes']['uncoalesced']['median_abs_error']:.0%}, "
+    f"coalesced {gpu['modes']['coalesced']['median_abs_error']:.0%}; coalescing multiple at B = {gpu['batch'][-1]}: "
+    f"measured {gpu['multiple_measured'][-1]:.2f}x, predicted {gpu['multiple_predicted'][-1]:.2f}x (baseline uncoalesced); "
+    f"union per layer measured {gpu['union_measured'][-1]:.1f}, modelled {gpu['union_predicted'][-1]:.1f}"
+)
 
 # %% [markdown]
 # ## Where the gap comes from
@@ -236,16 +311,21 @@ for name, (rep, hw, hw_after) in runs.items():
     e = rep["expert_bytes"]
     for i, (b, mode) in enumerate(zip(rep["batch"], rep["mode"])):
         p = preds[name, "sum"]
-        rows.append({
-            "run": name, "mode": mode, "B": b,
-            "step s": rep["step_seconds"][i], "step s median": rep.get("step_seconds_median", rep["step_seconds"])[i],
-            "predicted s": p["predicted_step_seconds"][i],
-            "unexplained s": rep["step_seconds"][i] - p["predicted_step_seconds"][i],
-            "effective GB/s": rep["bytes_read_per_step"][i] / rep["step_seconds"][i] / 1e9,
-            "calibrated GB/s before": hw.ssd_bandwidth(e) / 1e9,
-            "calibrated GB/s after": hw_after.ssd_bandwidth(e) / 1e9 if hw_after is not None else np.nan,
-            "step spread max/min": max(rep["step_seconds_each"][i]) / min(rep["step_seconds_each"][i]),
-        })
+        rows.append(
+            {
+                "run": name,
+                "mode": mode,
+                "B": b,
+                "step s": rep["step_seconds"][i],
+                "step s median": rep.get("step_seconds_median", rep["step_seconds"])[i],
+                "predicted s": p["predicted_step_seconds"][i],
+                "unexplained s": rep["step_seconds"][i] - p["predicted_step_seconds"][i],
+                "effective GB/s": rep["bytes_read_per_step"][i] / rep["step_seconds"][i] / 1e9,
+                "calibrated GB/s before": hw.ssd_bandwidth(e) / 1e9,
+                "calibrated GB/s after": hw_after.ssd_bandwidth(e) / 1e9 if hw_after is not None else np.nan,
+                "step spread max/min": max(rep["step_seconds_each"][i]) / min(rep["step_seconds_each"][i]),
+            }
+        )
 gap = pd.DataFrame(rows)
 gap.round(3)
 
@@ -254,8 +334,24 @@ gap.round(3)
 
 # %%
 print(f"moeroof {moeroof.__version__}, numpy {np.__version__}, pandas {pd.__version__}")
-print({"file_mib": file_mib, "calibrate_seconds": calibrate_seconds, "calibrate_after": calibrate_after, "experts": experts,
-       "layers": layers, "top_k": top_k, "d_model": d_model, "d_ff": d_ff, "batch": batch, "steps": steps, "routing": routing,
-       "seed": seed, "scratch_dir": scratch_dir, "replay_bench": replay_bench, "replay_calibration": replay_calibration,
-       "replay_calibration_after": replay_calibration_after})
+print(
+    {
+        "file_mib": file_mib,
+        "calibrate_seconds": calibrate_seconds,
+        "calibrate_after": calibrate_after,
+        "experts": experts,
+        "layers": layers,
+        "top_k": top_k,
+        "d_model": d_model,
+        "d_ff": d_ff,
+        "batch": batch,
+        "steps": steps,
+        "routing": routing,
+        "seed": seed,
+        "scratch_dir": scratch_dir,
+        "replay_bench": replay_bench,
+        "replay_calibration": replay_calibration,
+        "replay_calibration_after": replay_calibration_after,
+    }
+)
 print("machine:", live["machine"])

@@ -1,6 +1,6 @@
 """Make the suite's embedded synthetic data in data/ from its own routing models.
 
-Every file is synthetic: drawn from :mod:`moeroof.routing` with a fixed seed, its generator
+Every file is synthetic: drawn from :mod:`moeroof.models.routing` with a fixed seed, its generator
 parameters matched to a published statistic, which the sidecar names. Real captured routing data
 stays in ../shared/data/external (no licence): nothing of it is copied here; where a parameter
 is matched to a figure derived from it, only that summary figure is quoted.
@@ -37,9 +37,9 @@ import sys
 import numpy as np
 from scipy.optimize import brentq
 
-from moeroof.io import write_histogram, write_trace
-from moeroof.paths import DATA_DIR
-from moeroof.routing import (
+from moeroof.core.paths import DATA_DIR
+from moeroof.data.io import write_histogram, write_trace
+from moeroof.models.routing import (
     Zipf,
     consecutive_overlap,
     histogram_from_trace,
@@ -48,7 +48,7 @@ from moeroof.routing import (
     sample_trace,
     zipf_weights,
 )
-from moeroof.union import union_plugin
+from moeroof.models.union import union_plugin
 
 SCRIPT = "scripts/make_data.py"
 
@@ -74,7 +74,9 @@ def deepseek_v3_like() -> dict:
         np.log(lo) + (np.log(med) - np.log(lo)) * q / 0.5,
         np.log(med) + (np.log(hi) - np.log(med)) * (q - 0.5) / 0.5,
     )
-    s_layers = np.array([brentq(lambda s: np.log(hottest_share(e, k, s)) - t, 0.0, 3.0, xtol=1e-6) for t in log_targets])
+    s_layers = np.array(
+        [brentq(lambda s, t=t: np.log(hottest_share(e, k, s)) - t, 0.0, 3.0, xtol=1e-6) for t in log_targets]
+    )
     rng = rng_for("deepseek-v3-like")
     order = rng.permutation(layers)  # the skew profile over depth is not published: shuffle it
     s_layers = s_layers[order]
@@ -160,8 +162,10 @@ def glm5_seed003() -> dict:
         "calibrated_on": "seed 003 layer-summed histogram: min 133, median 265, max 520",
         "check": check,
     }
-    source = (f"synthetic, {SCRIPT}; matched to seed 003's published 288-expert layer-summed "
-              "firing histogram (133-520, median 265)")
+    source = (
+        f"synthetic, {SCRIPT}; matched to seed 003's published 288-expert layer-summed "
+        "firing histogram (133-520, median 265)"
+    )
     write_histogram(
         DATA_DIR / "histograms" / "glm5-seed003-per-layer.csv",
         per_layer,
@@ -217,10 +221,12 @@ def qwen3_like() -> dict:
     # overlap as a function of ρ (permutation-invariant, so one layer's curve serves all)
     rho_grid = np.linspace(0.0, 0.95, 20)
     rng = rng_for("qwen3-like-calibration")
-    curve = np.array([
-        consecutive_overlap(sample_trace(Zipf(e, k, s), 200, 16, 1, rng, rho=r, popularity=w1))[0] / k
-        for r in rho_grid
-    ])
+    curve = np.array(
+        [
+            consecutive_overlap(sample_trace(Zipf(e, k, s), 200, 16, 1, rng, rho=r, popularity=w1))[0] / k
+            for r in rho_grid
+        ]
+    )
     targets = overlap_profile(layers)
     rho_layers = np.interp(targets, curve, rho_grid, left=0.0)
     # cross-agent correlation: union of the 16 streams against the independent plug-in
@@ -233,8 +239,9 @@ def qwen3_like() -> dict:
         sub = np.arange(0, layers, 6)
         u = []
         for layer in sub:
-            tr = sample_trace(Zipf(e, k, s), 40, streams, 1, r, c=c, scope="step", rho=float(rho_layers[layer]),
-                              popularity=w1)
+            tr = sample_trace(
+                Zipf(e, k, s), 40, streams, 1, r, c=c, scope="step", rho=float(rho_layers[layer]), popularity=w1
+            )
             u.append([np.unique(tr[t, :, 0]).size for t in range(tr.shape[0])])
         return float(np.mean(u) / plugin16)
 
@@ -246,8 +253,19 @@ def qwen3_like() -> dict:
     per_layer = []
     for layer in range(layers):
         # stickiness differs by layer: sample each layer with its own ρ
-        per_layer.append(sample_trace(Zipf(e, k, s), steps, streams, 1, rng, c=c, scope="step",
-                                      rho=float(rho_layers[layer]), popularity=popularity[layer : layer + 1]))
+        per_layer.append(
+            sample_trace(
+                Zipf(e, k, s),
+                steps,
+                streams,
+                1,
+                rng,
+                c=c,
+                scope="step",
+                rho=float(rho_layers[layer]),
+                popularity=popularity[layer : layer + 1],
+            )
+        )
     topk = np.concatenate(per_layer, axis=2).astype(np.int16)
     measured_overlap = consecutive_overlap(topk) / k
     u16 = np.mean([[np.unique(topk[t, :, l]).size for l in range(layers)] for t in range(steps)])
@@ -291,7 +309,11 @@ def qwen3_like() -> dict:
 
 
 def main() -> int:
-    for name, make in [("deepseek-v3-like", deepseek_v3_like), ("glm5-seed003", glm5_seed003), ("qwen3-30b-a3b-like", qwen3_like)]:
+    for name, make in [
+        ("deepseek-v3-like", deepseek_v3_like),
+        ("glm5-seed003", glm5_seed003),
+        ("qwen3-30b-a3b-like", qwen3_like),
+    ]:
         check = make()
         print(f"{name}:")
         for key, value in check.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from moeroof.paths import EXTERNAL_DIR
+from moeroof.core.paths import EXTERNAL_DIR
 
 
 def seeded(name: str) -> np.random.Generator:

@@ -11,8 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import moeroof.bench as bench_mod
-from moeroof.bench import (
+import moeroof.witness.bench as bench_mod
+from moeroof.cli import main
+from moeroof.core.paths import DATA_DIR
+from moeroof.models.plan import Workload, plan, routing_from_spec
+from moeroof.witness.bench import (
     StackShape,
     bench_model,
     decode_step,
@@ -21,27 +24,57 @@ from moeroof.bench import (
     moe_layer_serial,
     run_bench,
 )
-from moeroof.cli import main
-from moeroof.paths import DATA_DIR
-from moeroof.roofline import Workload, plan, routing_from_spec
 
 TINY = StackShape(experts=8, layers=2, d_model=32, d_ff=64)
-TINY_FLAGS = ["--experts", "8", "--layers", "2", "--top-k", "2", "--d-model", "32", "--d-ff", "64", "--steps", "1", "--quiet"]
-KEYS = {"batch", "mode", "step_seconds", "net_tok_s", "per_agent_tok_s", "bytes_read_per_step", "union_per_layer",
-        "coalescing_ratio", "read_path", "machine", "date", "command"}
+TINY_FLAGS = [
+    "--experts",
+    "8",
+    "--layers",
+    "2",
+    "--top-k",
+    "2",
+    "--d-model",
+    "32",
+    "--d-ff",
+    "64",
+    "--steps",
+    "1",
+    "--quiet",
+]
+KEYS = {
+    "batch",
+    "mode",
+    "step_seconds",
+    "net_tok_s",
+    "per_agent_tok_s",
+    "bytes_read_per_step",
+    "union_per_layer",
+    "coalescing_ratio",
+    "read_path",
+    "machine",
+    "date",
+    "command",
+}
 
 
 def _layer_inputs(rng, b, e, k, d, f, integer=False):
     if integer:
         # small integers: every product and partial sum is an integer below 2^24, exact in float32
         h = rng.integers(-3, 4, size=(b, d)).astype(np.float32)
-        weights = [(rng.integers(-2, 3, size=(d, f)).astype(np.float32), rng.integers(-2, 3, size=(f, d)).astype(np.float32))
-                   for _ in range(e)]
+        weights = [
+            (rng.integers(-2, 3, size=(d, f)).astype(np.float32), rng.integers(-2, 3, size=(f, d)).astype(np.float32))
+            for _ in range(e)
+        ]
         gates = rng.choice(np.float32([0.25, 0.5, 1.0]), size=(b, k))  # powers of two: exact products
     else:
         h = rng.standard_normal((b, d), dtype=np.float32)
-        weights = [(rng.standard_normal((d, f), dtype=np.float32) / np.sqrt(d), rng.standard_normal((f, d), dtype=np.float32) / np.sqrt(f))
-                   for _ in range(e)]
+        weights = [
+            (
+                rng.standard_normal((d, f), dtype=np.float32) / np.sqrt(d),
+                rng.standard_normal((f, d), dtype=np.float32) / np.sqrt(f),
+            )
+            for _ in range(e)
+        ]
         gates = rng.dirichlet(np.ones(k), size=b).astype(np.float32)
     topk = np.stack([rng.choice(e, size=k, replace=False) for _ in range(b)])
     return h, topk, gates, weights
@@ -50,7 +83,7 @@ def _layer_inputs(rng, b, e, k, d, f, integer=False):
 def _rowwise(x, w1, w2):
     """The same FFN computed one row at a time: each row's dot products are summed as in the
     one-row call of the serial path, whatever BLAS does for many rows."""
-    return np.concatenate([expert_ffn(x[i:i + 1], w1, w2) for i in range(x.shape[0])], axis=0)
+    return np.concatenate([expert_ffn(x[i : i + 1], w1, w2) for i in range(x.shape[0])], axis=0)
 
 
 @settings(max_examples=25, deadline=None)
@@ -63,8 +96,9 @@ def test_grouped_equals_serial_exactly_with_the_same_accumulation_order(b, e, k_
     rng = np.random.default_rng(seed)
     h, topk, gates, weights = _layer_inputs(rng, b, e, k, 8, 16)
     load = weights.__getitem__
-    np.testing.assert_array_equal(moe_layer_grouped(h, topk, gates, load, _rowwise),
-                                  moe_layer_serial(h, topk, gates, load, _rowwise))
+    np.testing.assert_array_equal(
+        moe_layer_grouped(h, topk, gates, load, _rowwise), moe_layer_serial(h, topk, gates, load, _rowwise)
+    )
 
 
 def test_grouped_blas_matches_serial_within_float32_rounding(rng):
@@ -138,12 +172,21 @@ def test_bench_tiny_counts_what_it_reads(tmp_path, read_path):
 
 
 def test_bench_from_a_trace(tmp_path):
-    from moeroof.io import read_trace
+    from moeroof.data.io import read_trace
 
     tr = read_trace(DATA_DIR / "traces" / "qwen3-30b-a3b-like.npz")
     shape = StackShape(tr.experts, 2, 16, 16)
-    rep = run_bench(shape, tr.top_k, [1, 4], modes=("coalesced",), trace=np.asarray(tr.topk), trace_label="qwen",
-                    steps=1, warmup_steps=0, scratch_dir=tmp_path)
+    rep = run_bench(
+        shape,
+        tr.top_k,
+        [1, 4],
+        modes=("coalesced",),
+        trace=np.asarray(tr.topk),
+        trace_label="qwen",
+        steps=1,
+        warmup_steps=0,
+        scratch_dir=tmp_path,
+    )
     assert rep["routing"] == "qwen" and rep["mode"] == ["coalesced", "coalesced"]
     assert _empty(tmp_path)
 
@@ -195,7 +238,21 @@ def test_cli_json_and_output_file(tmp_path, capsys):
     scratch = tmp_path / "s"
     scratch.mkdir()
     out = tmp_path / "rep.json"
-    rc = main(["bench", *TINY_FLAGS, "--batch", "1,4", "--routing", "zipf:1", "--json", "--scratch-dir", str(scratch), "--output", str(out)])
+    rc = main(
+        [
+            "bench",
+            *TINY_FLAGS,
+            "--batch",
+            "1,4",
+            "--routing",
+            "zipf:1",
+            "--json",
+            "--scratch-dir",
+            str(scratch),
+            "--output",
+            str(out),
+        ]
+    )
     assert rc == 0 and _empty(scratch)
     rep = json.loads(capsys.readouterr().out)
     assert KEYS <= set(rep) and rep == json.loads(out.read_text())
@@ -210,9 +267,15 @@ def test_bench_model_predicts_through_the_roofline(tmp_path):
     rep = run_bench(TINY, 2, [1, 4], steps=1, warmup_steps=0, scratch_dir=tmp_path)
     m = bench_model(rep)
     assert m.expert_bytes == TINY.expert_bytes and m.flops_per_token == TINY.layers * 2 * 4 * 32 * 64
-    from moeroof.presets import load_hardware
+    from moeroof.data.presets import load_hardware
 
-    p = plan(m, load_hardware("nvme-gen4"), Workload(context_tokens=0, overlap="sum"), routing_from_spec("uniform", m), [1, 4])
+    p = plan(
+        m,
+        load_hardware("nvme-gen4"),
+        Workload(context_tokens=0, overlap="sum"),
+        routing_from_spec("uniform", m),
+        [1, 4],
+    )
     assert np.all(p.net_tok_s > 0)
     # the model's union for uniform routing: E(1 − (1 − K/E)^B)
     np.testing.assert_allclose(p.union_per_layer, 8 * (1 - (1 - 2 / 8) ** np.array([1, 4])))

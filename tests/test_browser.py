@@ -30,15 +30,21 @@ from urllib.parse import unquote, urldefrag, urlparse
 
 import pytest
 
-from moeroof.paths import NOTEBOOKS_DIR
+from moeroof.core.paths import NOTEBOOKS_DIR
 
 pytestmark = pytest.mark.browser
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 #: the flags that work on a closed network as root (no sandbox, no background connections)
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 IN_CI = os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
 #: small parameters: each notebook renders in seconds
@@ -78,8 +84,8 @@ def browser():
 @pytest.fixture(scope="module")
 def small_site(tmp_path_factory):
     """reports/ and figures/ side by side in a temp dir, as `make report` lays them out."""
-    from moeroof.report import render
-    from moeroof.site import build_index
+    from moeroof.present.report import render
+    from moeroof.present.site import build_index
 
     root = tmp_path_factory.mktemp("site")
     reports, figures = root / "reports", root / "figures"
@@ -104,7 +110,8 @@ def _check_page(page, url: str) -> list[str]:
     page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url} ({r.failure})"))
     page.goto(url, wait_until="load", timeout=TIMEOUT_MS)
     images = page.eval_on_selector_all(
-        "img", "els => els.map(e => ({src: e.getAttribute('src').slice(0, 80), ok: e.complete && e.naturalWidth > 0}))")
+        "img", "els => els.map(e => ({src: e.getAttribute('src').slice(0, 80), ok: e.complete && e.naturalWidth > 0}))"
+    )
     broken = [i["src"] for i in images if not i["ok"]]
     assert not broken, f"{url}: images that did not load: {broken}"
     links = page.eval_on_selector_all("a[href]", "els => els.map(e => ({href: e.getAttribute('href'), abs: e.href}))")
@@ -181,9 +188,14 @@ def test_whatif_controls_redraw_in_jupyterlab(browser, tmp_path):
     overrides = _lab_settings_dir() / "overrides.json"
     viewers = {}
     if overrides.is_file():
-        viewers = json.loads(overrides.read_text()).get("@jupyterlab/docmanager-extension:plugin", {}).get("defaultViewers", {})
+        viewers = (
+            json.loads(overrides.read_text())
+            .get("@jupyterlab/docmanager-extension:plugin", {})
+            .get("defaultViewers", {})
+        )
     assert viewers.get("python") == "Jupytext Notebook", (
-        f"{overrides} does not open .py files as notebooks: run make (its bootstrap writes it)")
+        f"{overrides} does not open .py files as notebooks: run make (its bootstrap writes it)"
+    )
     root = tmp_path / "notebooks"
     root.mkdir()
     shutil.copy(NOTEBOOKS_DIR / "whatif.py", root / "whatif.py")  # lab may autosave: never into the repo
@@ -198,9 +210,20 @@ def test_whatif_controls_redraw_in_jupyterlab(browser, tmp_path):
         JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"),
         IPYTHONDIR=str(tmp_path / "ipython"),
     )
-    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-           "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-           "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyter",
+        "lab",
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+        "--LabApp.news_url=None",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+    ]
     if os.geteuid() == 0:
         cmd.append("--allow-root")
     log = (tmp_path / "lab.log").open("wb")

@@ -1,6 +1,6 @@
 """Expert cache simulation and miss-ratio curves (SPEC §5) against pure-Python references.
 
-References are written out here independently of moeroof.cache: an OrderedDict LRU, Belady's
+References are written out here independently of moeroof.models.cache: an OrderedDict LRU, Belady's
 MIN scanning the future for the farthest next use, a perfect LFU, S3-FIFO and ARC from their
 papers' pseudo-code. Random cases are seeded loops (small traces, many capacities).
 """
@@ -12,10 +12,9 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
-from moeroof import cache
-from moeroof.cache import Requests, requests_from_trace, simulate
-
 from conftest import seeded
+from moeroof.models import cache
+from moeroof.models.cache import Requests, requests_from_trace, simulate
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -250,7 +249,18 @@ def test_request_stream_of_a_hand_made_trace():
         ]
     )
     req = requests_from_trace(topk, experts=4)
-    expected = [(0, 0, 1), (0, 0, 3), (0, 1, 0), (0, 1, 2), (1, 0, 0), (1, 0, 1), (1, 0, 2), (1, 1, 1), (1, 1, 2), (1, 1, 3)]
+    expected = [
+        (0, 0, 1),
+        (0, 0, 3),
+        (0, 1, 0),
+        (0, 1, 2),
+        (1, 0, 0),
+        (1, 0, 1),
+        (1, 0, 2),
+        (1, 1, 1),
+        (1, 1, 2),
+        (1, 1, 3),
+    ]
     assert list(zip(req.step.tolist(), req.layer.tolist(), (req.items % 4).tolist())) == expected
     assert req.items.tolist() == [l * 4 + e for _, l, e in expected]
     assert req.items.dtype == np.int64 and req.step.dtype == np.int32 and req.layer.dtype == np.int32
@@ -260,7 +270,9 @@ def test_request_stream_of_a_hand_made_trace():
     assert first.items.tolist() == [1, 3, 4, 6, 0, 2, 5, 7]
     part = np.array([0, 0, 1, 1])
     r1 = requests_from_trace(topk, 4, partition=part, rank=1)
-    assert [(s, l, e) for s, l, e in expected if part[e] == 1] == list(zip(r1.step.tolist(), r1.layer.tolist(), (r1.items % 4).tolist()))
+    assert [(s, l, e) for s, l, e in expected if part[e] == 1] == list(
+        zip(r1.step.tolist(), r1.layer.tolist(), (r1.items % 4).tolist())
+    )
 
 
 def test_request_stream_matches_loops_on_random_traces():
@@ -302,7 +314,7 @@ def test_bad_arguments_raise():
 
 @pytest.mark.parametrize("scope", ["global", "layer"])
 def test_lru_lfu_belady_equal_references(scope):
-    for _, topk, req in cases(f"ref-{scope}", n=8):
+    for _, _topk, req in cases(f"ref-{scope}", n=8):
         items = req.items.tolist()
         size = unit_sizes(req.n_items)
         for cap in (0, 1, 2, 3, 5, 8, 13):
@@ -340,7 +352,7 @@ def test_bytes_capacity_with_unequal_sizes():
 
 
 def test_belady_bounds_every_policy_and_curves_are_monotone():
-    for _, topk, req in cases("bound", n=6, steps=30, experts=10, k=3):
+    for _, _topk, req in cases("bound", n=6, steps=30, experts=10, k=3):
         for scope in ("global", "layer"):
             prev = {}
             for cap in range(0, req.n_items + 2):

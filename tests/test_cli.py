@@ -11,20 +11,31 @@ import numpy as np
 import pytest
 
 from moeroof.cli import main, parse_batch
-from moeroof.io import sidecar_path, write_histogram, write_trace
-from moeroof.paths import EXTERNAL_DIR
+from moeroof.core.paths import EXTERNAL_DIR
+from moeroof.data.io import sidecar_path, write_histogram, write_trace
 
 SEED = sum(map(ord, "test_cli"))
 
 UNION_KEYS = {
-    "batch", "union_per_layer", "union_total", "ci_low", "ci_high", "coalescing_ratio",
-    "baseline", "method", "experts", "top_k", "layers", "provenance", "source",
+    "batch",
+    "union_per_layer",
+    "union_total",
+    "ci_low",
+    "ci_high",
+    "coalescing_ratio",
+    "baseline",
+    "method",
+    "experts",
+    "top_k",
+    "layers",
+    "provenance",
+    "source",
 }
 METHODS = {"closed-form", "rarefaction", "extrapolation", "trace", "none"}
 
 
 def uniform_union(e: int, k: int, b: int) -> float:
-    """E·(1 − (1 − K/E)^B), written out independently of moeroof.union (SPEC §3)."""
+    """E·(1 − (1 − K/E)^B), written out independently of moeroof.models.union (SPEC §3)."""
     return e * (1.0 - (1.0 - k / e) ** b)
 
 
@@ -72,8 +83,15 @@ def histogram(tmp_path) -> Path:
         g = np.log(w) + rng.gumbel(size=(t, e))
         np.add.at(counts[layer], np.argsort(-g, axis=1)[:, :k].ravel(), 1)
     return write_histogram(
-        tmp_path / "hist.csv", counts, tokens=t, experts=e, top_k=k, model="toy-zipf",
-        source="test_cli", provenance="synthetic", generator={"zipf_s": 1.1, "seed": SEED},
+        tmp_path / "hist.csv",
+        counts,
+        tokens=t,
+        experts=e,
+        top_k=k,
+        model="toy-zipf",
+        source="test_cli",
+        provenance="synthetic",
+        generator={"zipf_s": 1.1, "seed": SEED},
     )
 
 
@@ -133,8 +151,14 @@ def test_union_histogram_json(capsys, histogram):
 
 def test_union_histogram_table_mentions_summed_layers(capsys, tmp_path):
     path = write_histogram(
-        tmp_path / "summed.csv", np.array([[30, 20, 10, 0]]), tokens=30, experts=4, top_k=2,
-        model="m", source="s", layers_summed=True,
+        tmp_path / "summed.csv",
+        np.array([[30, 20, 10, 0]]),
+        tokens=30,
+        experts=4,
+        top_k=2,
+        model="m",
+        source="s",
+        layers_summed=True,
     )
     assert main(["union", str(path), "--batch", "1,2", "--bootstrap", "0"]) == 0
     out = capsys.readouterr().out
@@ -168,14 +192,20 @@ def test_installed_script_subprocess(tmp_path, trace):
     cmd = [str(script)] if script.exists() else [sys.executable, "-m", "moeroof.cli"]
     ok = subprocess.run(
         cmd + ["union", "--uniform", "8", "2", "--batch", "1,8,64", "--json"],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert ok.returncode == 0, ok.stderr
     rep = json.loads(ok.stdout)
     assert rep["union_per_layer"] == pytest.approx([uniform_union(8, 2, b) for b in (1, 8, 64)])
     bad = subprocess.run(
         [sys.executable, "-m", "moeroof.cli", "union", str(tmp_path / "missing.npz"), "--batch", "1"],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert bad.returncode == 2
     assert bad.stderr == f"error: {tmp_path / 'missing.npz'}:-: file: no such file\n"
@@ -200,7 +230,7 @@ def test_union_real_serving_trace(capsys):
 
 
 def test_fit_json_and_table(capsys, histogram):
-    pytest.importorskip("moeroof.fit", reason="fit.py not written yet")
+    pytest.importorskip("moeroof.models.fit", reason="fit.py not written yet")
     rep = run_json(capsys, ["fit", str(histogram), "--bootstrap", "5", "--gof-sims", "9"])
     assert {"experts", "top_k", "layers", "chosen", "models", "per_layer"} <= set(rep)
     assert (rep["experts"], rep["top_k"], rep["layers"]) == (16, 2, 3)
@@ -220,7 +250,9 @@ def _bad_hist(tmp_path: Path) -> Path:
     path = tmp_path / "bad.csv"
     path.write_text("layer,expert,count\n0,0,1\n0,9,1\n")
     sidecar_path(path).write_text(
-        json.dumps({"model": "m", "experts": 4, "top_k": 2, "layers": 1, "tokens": 3, "source": "s", "layers_summed": False})
+        json.dumps(
+            {"model": "m", "experts": 4, "top_k": 2, "layers": 1, "tokens": 3, "source": "s", "layers_summed": False}
+        )
     )
     return path
 
@@ -229,7 +261,9 @@ def _k_gt_e_hist(tmp_path: Path) -> Path:
     path = tmp_path / "kge.csv"
     path.write_text("layer,expert,count\n0,0,1\n")
     sidecar_path(path).write_text(
-        json.dumps({"model": "m", "experts": 2, "top_k": 3, "layers": 1, "tokens": 3, "source": "s", "layers_summed": False})
+        json.dumps(
+            {"model": "m", "experts": 2, "top_k": 3, "layers": 1, "tokens": 3, "source": "s", "layers_summed": False}
+        )
     )
     return path
 
@@ -250,18 +284,36 @@ def _float_trace(tmp_path: Path) -> Path:
         (["union", "--uniform", "8", "2", "--batch", ""], "error: --batch: expected comma-separated"),
         (["union", "--uniform", "2", "4", "--batch", "1"], "error: --uniform: top_k K=4 exceeds experts E=2"),
         (["union", "--uniform", "8", "two", "--batch", "1"], "error: --uniform K: 'two' is not a positive integer"),
-        (["union", "--uniform", "8", "2", "--batch", "1", "--layers", "0"], "error: --layers: '0' is not a positive integer"),
-        (["union", "--uniform", "8", "2", "--batch", "1", "--level", "2"], "error: --level: '2' is not a number in (0, 1)"),
-        (["union", "--uniform", "8", "2", "--batch", "1", "--seed", "-1"], "error: --seed: '-1' is not a non-negative integer"),
+        (
+            ["union", "--uniform", "8", "2", "--batch", "1", "--layers", "0"],
+            "error: --layers: '0' is not a positive integer",
+        ),
+        (
+            ["union", "--uniform", "8", "2", "--batch", "1", "--level", "2"],
+            "error: --level: '2' is not a number in (0, 1)",
+        ),
+        (
+            ["union", "--uniform", "8", "2", "--batch", "1", "--seed", "-1"],
+            "error: --seed: '-1' is not a non-negative integer",
+        ),
         (["union", "--batch", "1"], "error: give a histogram/trace PATH or --uniform E K"),
-        (["union", "{hist}", "--uniform", "8", "2", "--batch", "1"], "error: give either PATH or --uniform E K, not both"),
+        (
+            ["union", "{hist}", "--uniform", "8", "2", "--batch", "1"],
+            "error: give either PATH or --uniform E K, not both",
+        ),
         (["union", "{hist}", "--batch", "1", "--layers", "2"], "error: --layers applies to --uniform only"),
-        (["union", "{hist}", "--batch", "1", "--bootstrap", "many"], "error: --bootstrap: 'many' is not a non-negative integer"),
+        (
+            ["union", "{hist}", "--batch", "1", "--bootstrap", "many"],
+            "error: --bootstrap: 'many' is not a non-negative integer",
+        ),
         (["union", "{trace}", "--batch", "1", "--draws", "0"], "error: --draws: '0' is not a positive integer"),
         (["union", "{tmp}/missing.csv", "--batch", "1"], "error: {tmp}/missing.csv:-: file: no such file"),
         (["union", "{bad}", "--batch", "1"], "error: {tmp}/bad.csv:3: expert: expert 9 ≥ experts E=4"),
         (["union", "{kge}", "--batch", "1"], "error: {tmp}/kge.json:-: top_k: top_k K=3 exceeds experts E=2"),
-        (["union", "{float}", "--batch", "1"], "error: {tmp}/float.npz:-: topk: expected an integer dtype, got float64"),
+        (
+            ["union", "{float}", "--batch", "1"],
+            "error: {tmp}/float.npz:-: topk: expected an integer dtype, got float64",
+        ),
         (["union", "{tmp}/notes.txt", "--batch", "1"], "error: {tmp}/notes.txt:-: file: unknown suffix '.txt'"),
         (["fit", "{tmp}/missing.csv"], "error: {tmp}/missing.csv:-: file: no such file"),
         (["fit", "{bad}"], "error: {tmp}/bad.csv:3: expert: expert 9 ≥ experts E=4"),
@@ -272,8 +324,12 @@ def _float_trace(tmp_path: Path) -> Path:
 def test_error_paths_exit_2(capsys, tmp_path, histogram, trace, argv, message):
     (tmp_path / "notes.txt").write_text("hello")
     subs = {
-        "{hist}": str(histogram), "{trace}": str(trace), "{bad}": str(_bad_hist(tmp_path)),
-        "{kge}": str(_k_gt_e_hist(tmp_path)), "{float}": str(_float_trace(tmp_path)), "{tmp}": str(tmp_path),
+        "{hist}": str(histogram),
+        "{trace}": str(trace),
+        "{bad}": str(_bad_hist(tmp_path)),
+        "{kge}": str(_k_gt_e_hist(tmp_path)),
+        "{float}": str(_float_trace(tmp_path)),
+        "{tmp}": str(tmp_path),
     }
 
     def sub(s: str) -> str:
@@ -291,7 +347,14 @@ def test_error_paths_exit_2(capsys, tmp_path, histogram, trace, argv, message):
 
 @pytest.mark.parametrize(
     "argv",
-    [[], ["nope"], ["union"], ["union", "--uniform", "8", "--batch", "1"], ["fit"], ["union", "--batch", "1", "--frobnicate"]],
+    [
+        [],
+        ["nope"],
+        ["union"],
+        ["union", "--uniform", "8", "--batch", "1"],
+        ["fit"],
+        ["union", "--batch", "1", "--frobnicate"],
+    ],
 )
 def test_argparse_usage_errors_exit_2(capsys, argv):
     rc = main(argv)

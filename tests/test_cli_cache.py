@@ -9,14 +9,25 @@ import sys
 import numpy as np
 import pytest
 
-from moeroof import cache
 from moeroof.cli import main
-from moeroof.io import read_trace, write_histogram, write_trace
-from moeroof.paths import DATA_DIR
+from moeroof.core.paths import DATA_DIR
+from moeroof.data.io import read_trace, write_histogram, write_trace
+from moeroof.models import cache
 
 TRACE = DATA_DIR / "traces" / "qwen3-30b-a3b-like.npz"  # E=128, K=8, 48 layers, 96 steps
-CACHE_KEYS = {"requests", "hits", "misses", "hit_rate", "warmup_steps", "bytes_streamed_per_step", "unit",
-              "policy", "capacity_experts", "scope", "per_step"}
+CACHE_KEYS = {
+    "requests",
+    "hits",
+    "misses",
+    "hit_rate",
+    "warmup_steps",
+    "bytes_streamed_per_step",
+    "unit",
+    "policy",
+    "capacity_experts",
+    "scope",
+    "per_step",
+}
 
 
 def run_json(capsys, argv):
@@ -60,8 +71,10 @@ def test_cache_json_contract(capsys, requests, policy):
 
 def test_cache_in_gib_streams_bytes(capsys, requests):
     eb = 9 * 2**20
-    rep = run_json(capsys, ["cache", str(TRACE), "--policy", "lru", "--capacity-gib", "20", "--expert-bytes", str(eb),
-                            "--scope", "layer"])
+    rep = run_json(
+        capsys,
+        ["cache", str(TRACE), "--policy", "lru", "--capacity-gib", "20", "--expert-bytes", str(eb), "--scope", "layer"],
+    )
     assert rep["unit"] == "bytes" and rep["capacity_experts"] == int(20 * 2**30 // eb)
     assert rep["bytes_streamed_per_step"] == pytest.approx(eb * np.mean(rep["per_step"]["misses"]))
     same = cache.simulate(requests, rep["capacity_experts"] // 48 * 48, scope="layer")
@@ -71,7 +84,9 @@ def test_cache_in_gib_streams_bytes(capsys, requests):
 def test_static_from_a_histogram(capsys, tmp_path, requests):
     counts = cache.request_histogram(requests).reshape(48, 128)
     path = write_histogram(tmp_path / "h.csv", counts, tokens=96, experts=128, top_k=128, model="m", source="test")
-    rep = run_json(capsys, ["cache", str(TRACE), "--policy", "static", "--capacity-experts", "500", "--histogram", str(path)])
+    rep = run_json(
+        capsys, ["cache", str(TRACE), "--policy", "static", "--capacity-experts", "500", "--histogram", str(path)]
+    )
     assert not rep["oracle"]
     assert rep["hits"] == cache.simulate(requests, 500, policy="static").hits
 
@@ -141,6 +156,9 @@ def test_bad_traces(capsys, tmp_path):
 
 
 def test_cli_subprocess_exit_status():
-    proc = subprocess.run([sys.executable, "-m", "moeroof.cli", "cache", str(TRACE), "--policy", "nope",
-                           "--capacity-experts", "3"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "moeroof.cli", "cache", str(TRACE), "--policy", "nope", "--capacity-experts", "3"],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr

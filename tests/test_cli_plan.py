@@ -10,12 +10,21 @@ import numpy as np
 import pytest
 
 from moeroof.cli import main
-from moeroof.presets import list_presets
+from moeroof.data.presets import list_presets
 
 MODELS = sorted(list_presets()["models"])
 HARDWARE = sorted(list_presets()["hardware"])
-KEYS = {"batch", "step_seconds", "per_agent_tok_s", "net_tok_s", "bound", "ssd_bytes_per_token",
-        "union_per_layer", "baselines", "provenance"}
+KEYS = {
+    "batch",
+    "step_seconds",
+    "per_agent_tok_s",
+    "net_tok_s",
+    "bound",
+    "ssd_bytes_per_token",
+    "union_per_layer",
+    "baselines",
+    "provenance",
+}
 
 
 def run_json(capsys, *argv):
@@ -47,21 +56,45 @@ def test_every_model_preset_answers_the_contract(model, capsys):
 
 @pytest.mark.parametrize("hardware", HARDWARE)
 def test_every_hardware_preset_answers_the_contract(hardware, capsys):
-    rep = run_json(capsys, "--model", "deepseek-v3", "--hardware", hardware, "--batch", "1,16",
-                   "--context", "1024", "--overlap", "sum", "--routing", "zipf:0.9")
+    rep = run_json(
+        capsys,
+        "--model",
+        "deepseek-v3",
+        "--hardware",
+        hardware,
+        "--batch",
+        "1,16",
+        "--context",
+        "1024",
+        "--overlap",
+        "sum",
+        "--routing",
+        "zipf:0.9",
+    )
     check_contract(rep, [1, 16])
     assert rep["overlap"] == "sum"
 
 
 def test_routing_from_a_histogram_and_a_users_toml(capsys, tmp_path):
-    rep = run_json(capsys, "--model", "glm-5.2", "--hardware", "nvme-gen4", "--batch", "1,8",
-                   "--routing", "histograms/deepseek-v3-like.csv")
+    rep = run_json(
+        capsys,
+        "--model",
+        "glm-5.2",
+        "--hardware",
+        "nvme-gen4",
+        "--batch",
+        "1,8",
+        "--routing",
+        "histograms/deepseek-v3-like.csv",
+    )
     assert "DeepSeek-V3-like" in rep["routing"]
     assert "routing" in rep["provenance"]["non_witnessed"]  # synthetic data: projected
-    from moeroof.presets import PRESETS_DIR
+    from moeroof.data.presets import PRESETS_DIR
 
     own = tmp_path / "my-box.toml"
-    own.write_text((PRESETS_DIR / "hardware" / "nvme-gen4.toml").read_text().replace('name = "nvme-gen4"', 'name = "my-box"'))
+    own.write_text(
+        (PRESETS_DIR / "hardware" / "nvme-gen4.toml").read_text().replace('name = "nvme-gen4"', 'name = "my-box"')
+    )
     rep = run_json(capsys, "--model", "glm-5.2", "--hardware", str(own), "--batch", "4")
     assert rep["hardware"] == "my-box"
 
@@ -72,14 +105,29 @@ def test_table_output_names_baselines(capsys):
     assert "× uncoalesced" in out and "× single" in out and "result: projected" in out
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--model", "nope", "--hardware", "nvme-gen4", "--batch", "1"], "no such preset"),
-    (["--model", "glm-5.2", "--hardware", "nvme-gen4", "--batch", "0"], "--batch"),
-    (["--model", "glm-5.2", "--hardware", "nvme-gen4", "--batch", "1", "--cache-gib", "x"], "--cache-gib"),
-    (["--model", "glm-5.2", "--hardware", "nvme-gen4", "--batch", "1", "--routing", "zipf:q"], "zipf"),
-    (["--model", "glm-5.2", "--hardware", "nvme-gen4", "--batch", "1", "--routing", "traces/qwen3-30b-a3b-like.npz"], "do not match"),
-    (["--model", "glm-5.2", "--hardware", "/nonexistent/box.toml", "--batch", "1"], "no such file"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--model", "nope", "--hardware", "nvme-gen4", "--batch", "1"], "no such preset"),
+        (["--model", "glm-5.2", "--hardware", "nvme-gen4", "--batch", "0"], "--batch"),
+        (["--model", "glm-5.2", "--hardware", "nvme-gen4", "--batch", "1", "--cache-gib", "x"], "--cache-gib"),
+        (["--model", "glm-5.2", "--hardware", "nvme-gen4", "--batch", "1", "--routing", "zipf:q"], "zipf"),
+        (
+            [
+                "--model",
+                "glm-5.2",
+                "--hardware",
+                "nvme-gen4",
+                "--batch",
+                "1",
+                "--routing",
+                "traces/qwen3-30b-a3b-like.npz",
+            ],
+            "do not match",
+        ),
+        (["--model", "glm-5.2", "--hardware", "/nonexistent/box.toml", "--batch", "1"], "no such file"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(argv, needle, capsys):
     assert main(["plan", *argv]) == 2
     out, err = capsys.readouterr()
@@ -96,7 +144,23 @@ def test_bad_toml_names_file_and_key(capsys, tmp_path):
 
 
 def test_installed_script_runs_plan():
-    proc = subprocess.run([sys.executable, "-m", "moeroof.cli", "plan", "--model", "mixtral-8x7b", "--hardware", "gb10",
-                           "--batch", "1,4", "--json"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "moeroof.cli",
+            "plan",
+            "--model",
+            "mixtral-8x7b",
+            "--hardware",
+            "gb10",
+            "--batch",
+            "1,4",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     check_contract(json.loads(proc.stdout), [1, 4])

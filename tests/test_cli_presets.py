@@ -11,14 +11,20 @@ import sys
 
 import pytest
 
-import moeroof.presets as presets_mod
+import moeroof.data.presets as presets_mod
 from moeroof.cli import main
-from moeroof.presets import HARDWARE_FIELDS, MODEL_FIELDS, list_presets, load_hardware, load_model
+from moeroof.data.presets import HARDWARE_FIELDS, MODEL_FIELDS, list_presets, load_hardware, load_model
 
 #: every preset the issue lists
 ISSUE_MODELS = {
-    "glm-5.2", "glm-5-nvfp4", "deepseek-v3", "qwen3-235b-a22b", "qwen3-30b-a3b",
-    "mixtral-8x7b", "gpt-oss-120b", "kimi-k2",
+    "glm-5.2",
+    "glm-5-nvfp4",
+    "deepseek-v3",
+    "qwen3-235b-a22b",
+    "qwen3-30b-a3b",
+    "mixtral-8x7b",
+    "gpt-oss-120b",
+    "kimi-k2",
 }
 ISSUE_HARDWARE = {"nvme-gen4", "nvme-gen5", "ddr5-desktop", "epyc-server", "gb10", "apple-m4-max", "h200-pcie-offload"}
 TAGS = {"witnessed", "projected", "assumed"}
@@ -156,7 +162,11 @@ def _bad_presets_dir(tmp_path, monkeypatch, mutate):
 def test_broken_model_preset_is_exit_2(tmp_path, monkeypatch, capsys):
     def mutate(root):
         p = root / "models" / "glm-5.2.toml"
-        p.write_text(p.read_text().replace('expert_bytes = { value = 19, unit = "MB"', 'expert_bytes = { value = 19, unit = "GB/s"'))
+        p.write_text(
+            p.read_text().replace(
+                'expert_bytes = { value = 19, unit = "MB"', 'expert_bytes = { value = 19, unit = "GB/s"'
+            )
+        )
         return p
 
     broken = _bad_presets_dir(tmp_path, monkeypatch, mutate)
@@ -190,7 +200,9 @@ def test_usage_error_is_exit_2(capsys):
 def test_console_entry_point_subprocess():
     proc = subprocess.run(
         [sys.executable, "-m", "moeroof.cli", "presets", "--json"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     rep = json.loads(proc.stdout)

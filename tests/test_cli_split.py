@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from moeroof.cli import main
-from moeroof.io import read_histogram
-from moeroof.paths import DATA_DIR
+from moeroof.core.paths import DATA_DIR
+from moeroof.data.io import read_histogram
 
 HIST = DATA_DIR / "histograms" / "glm5-seed003-summed.csv"
 
@@ -52,13 +52,16 @@ def test_table_output(capsys):
     assert "imbalance (max/mean load rows)" in out and "predicted step" in out
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--ranks", "2", "--method", "weighted", "--rank-speed", "1"], "--rank-speed"),
-    (["--ranks", "2", "--method", "weighted", "--rank-speed", "1,-1"], "--rank-speed"),
-    (["--ranks", "2", "--method", "weighted", "--rank-speed", "1,x"], "--rank-speed"),
-    (["--ranks", "0", "--method", "lpt"], "--ranks"),
-    (["--ranks", "2", "--method", "lpt", "--cache-gib", "-1"], "--cache-gib"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--ranks", "2", "--method", "weighted", "--rank-speed", "1"], "--rank-speed"),
+        (["--ranks", "2", "--method", "weighted", "--rank-speed", "1,-1"], "--rank-speed"),
+        (["--ranks", "2", "--method", "weighted", "--rank-speed", "1,x"], "--rank-speed"),
+        (["--ranks", "0", "--method", "lpt"], "--ranks"),
+        (["--ranks", "2", "--method", "lpt", "--cache-gib", "-1"], "--cache-gib"),
+    ],
+)
 def test_bad_flags(argv, needle, capsys):
     assert main(["split", str(HIST), *argv]) == 2
     err = capsys.readouterr().err
@@ -68,8 +71,19 @@ def test_bad_flags(argv, needle, capsys):
 def test_bad_histogram(tmp_path, capsys):
     bad = tmp_path / "h.csv"
     bad.write_text("layer,expert,count\n0,0,-5\n")
-    (tmp_path / "h.json").write_text(json.dumps({"model": "x", "experts": 4, "top_k": 2, "layers": 1, "tokens": 10,
-                                                  "source": "test", "layers_summed": False}))
+    (tmp_path / "h.json").write_text(
+        json.dumps(
+            {
+                "model": "x",
+                "experts": 4,
+                "top_k": 2,
+                "layers": 1,
+                "tokens": 10,
+                "source": "test",
+                "layers_summed": False,
+            }
+        )
+    )
     assert main(["split", str(bad), "--ranks", "2", "--method", "lpt"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {bad}:2: count:")

@@ -9,17 +9,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from moeroof.io import load_any, read_histogram, read_trace
-from moeroof.paths import DATA_DIR
-from moeroof.routing import consecutive_overlap
+from moeroof.core.paths import DATA_DIR
+from moeroof.data.io import load_any, read_histogram, read_trace
+from moeroof.models.routing import consecutive_overlap
 
 FILES = sorted(p for p in DATA_DIR.rglob("*") if p.suffix in {".csv", ".npz", ".npy"})
 
 
 def test_data_folder_has_the_embedded_sets():
     names = {p.name for p in FILES}
-    assert {"deepseek-v3-like.csv", "glm5-seed003-per-layer.csv", "glm5-seed003-summed.csv",
-            "qwen3-30b-a3b-like.npz"} <= names
+    assert {
+        "deepseek-v3-like.csv",
+        "glm5-seed003-per-layer.csv",
+        "glm5-seed003-summed.csv",
+        "qwen3-30b-a3b-like.npz",
+    } <= names
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])

@@ -1,4 +1,4 @@
-"""Tests of moeroof.fit: fit → generate → fit round trips (STYLE.md), model choice, bad input,
+"""Tests of moeroof.models.fit: fit → generate → fit round trips (STYLE.md), model choice, bad input,
 and one calibration check on a real captured trace (VALIDATION.md, routing skew section)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from moeroof import fit, routing
-from moeroof.paths import EXTERNAL_DIR
+from moeroof.core.paths import EXTERNAL_DIR
+from moeroof.models import fit, routing
 
 MIXTRAL_TRACE = EXTERNAL_DIR / "mixtral8x7b-instruct-fp8-vllm-traces" / "trace_decode.npz"
 
@@ -166,8 +166,7 @@ def _het_trace(rng, c, experts=64, top_k=4, layers=4, streams=16, steps=200):
     with steps × layers 'layers' (q is drawn per layer) reshaped to (steps, streams, layers, K)."""
     m = routing.Zipf(experts, top_k, 0.8)
     w = m.popularity(layers, rng)
-    tr = routing.sample_trace(m, 1, streams, layers * steps, rng, c=c, groups=1,
-                              popularity=np.tile(w, (steps, 1)))[0]
+    tr = routing.sample_trace(m, 1, streams, layers * steps, rng, c=c, groups=1, popularity=np.tile(w, (steps, 1)))[0]
     return tr.reshape(streams, steps, layers, top_k).transpose(1, 0, 2, 3)
 
 

@@ -1,4 +1,4 @@
-"""moeroof.io: round trips, the real captured traces, and one test per kind of bad input."""
+"""moeroof.data.io: round trips, the real captured traces, and one test per kind of bad input."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from moeroof.io import (
+from moeroof.core.paths import EXTERNAL_DIR
+from moeroof.data.io import (
     Histogram,
     InputError,
     Trace,
@@ -21,7 +22,6 @@ from moeroof.io import (
     write_histogram,
     write_trace,
 )
-from moeroof.paths import EXTERNAL_DIR
 
 RNG_SEED = sum(map(ord, "test_io"))
 
@@ -62,8 +62,13 @@ META = {"model": "toy", "experts": 8, "top_k": 2, "source": "test_io", "provenan
 
 def _sidecar(**over):
     meta = {
-        "model": "toy", "experts": 4, "top_k": 2, "layers": 2, "tokens": 3,
-        "source": "hand-written", "layers_summed": False,
+        "model": "toy",
+        "experts": 4,
+        "top_k": 2,
+        "layers": 2,
+        "tokens": 3,
+        "source": "hand-written",
+        "layers_summed": False,
     }
     meta.update(over)
     return {k: v for k, v in meta.items() if v is not None}
@@ -94,8 +99,16 @@ def test_histogram_round_trip(tmp_path):
     counts, tokens = _hist_from_trace(topk, 8)
     rank = np.tile(np.arange(8) // 4, (3, 1))
     path = write_histogram(
-        tmp_path / "sub" / "h.csv", counts, tokens=tokens, experts=8, top_k=2, model="toy",
-        source="test", layer_ids=[0, 5, 7], provenance="synthetic", generator={"model": "uniform", "seed": 1},
+        tmp_path / "sub" / "h.csv",
+        counts,
+        tokens=tokens,
+        experts=8,
+        top_k=2,
+        model="toy",
+        source="test",
+        layer_ids=[0, 5, 7],
+        provenance="synthetic",
+        generator={"model": "uniform", "seed": 1},
         rank=rank,
     )
     assert path.exists() and sidecar_path(path).exists()
@@ -130,8 +143,14 @@ def test_histogram_missing_rows_are_zero_and_scalar_tokens(tmp_path):
 
 def test_histogram_layers_summed(tmp_path):
     path = write_histogram(
-        tmp_path / "sum.csv", np.array([[5, 3, 0, 2]]), tokens=5, experts=4, top_k=2,
-        model="toy", source="t", layers_summed=True,
+        tmp_path / "sum.csv",
+        np.array([[5, 3, 0, 2]]),
+        tokens=5,
+        experts=4,
+        top_k=2,
+        model="toy",
+        source="t",
+        layers_summed=True,
     )
     h = read_histogram(path)
     assert h.layers_summed and h.layers == 1
@@ -166,7 +185,7 @@ def test_trace_round_trip(tmp_path, suffix):
 
 def test_npy_validation_is_chunked(tmp_path, monkeypatch):
     """A bad id deep in a memory-mapped trace is found with chunks smaller than the array."""
-    import moeroof.io as mio
+    import moeroof.data.io as mio
 
     rng = np.random.default_rng(RNG_SEED)
     topk = _random_trace(rng, steps=50)
@@ -217,15 +236,29 @@ def test_real_traces(path, shape, experts, top_k):
         ("layer,expert,count\n0,0,-1\n", ":2: count: negative value -1"),
         ("layer,expert,count\n0,4,1\n", ":2: expert: expert 4 ≥ experts E=4"),
         ("layer,expert,count\n2,0,1\n", ":2: layer: layer 2 not among"),
-        ("layer,expert,count\n0,1,1\n1,1,1\n0,1,2\n", ":4: expert: duplicate row for layer 0, expert 1 (first at line 2)"),
+        (
+            "layer,expert,count\n0,1,1\n1,1,1\n0,1,2\n",
+            ":4: expert: duplicate row for layer 0, expert 1 (first at line 2)",
+        ),
         ("layer,expert,count\n0,1,4\n", ":2: count: count 4 > tokens T=3"),
         ("layer,expert,count\n0,0,3\n0,1,3\n0,2,1\n", ":4: count: counts of layer 0 sum to 7 > top_k·tokens"),
         ("layer,expert,count\n0,0\n", ":2: row: expected 3 fields, got 2"),
         ("layer,expert,count,rank\n0,0,1,r\n", ":2: rank: expected an integer"),
     ],
     ids=[
-        "bad-header", "missing-column", "empty", "non-integer", "not-a-number", "negative",
-        "expert>=E", "unknown-layer", "duplicate", "count>tokens", "sum>KT", "short-row", "bad-rank",
+        "bad-header",
+        "missing-column",
+        "empty",
+        "non-integer",
+        "not-a-number",
+        "negative",
+        "expert>=E",
+        "unknown-layer",
+        "duplicate",
+        "count>tokens",
+        "sum>KT",
+        "short-row",
+        "bad-rank",
     ],
 )
 def test_bad_histogram_csv(tmp_path, csv_text, prefix):
@@ -258,9 +291,23 @@ def test_bad_histogram_csv(tmp_path, csv_text, prefix):
         (_sidecar(generator=[1]), ":-: generator: expected a JSON object"),
     ],
     ids=[
-        "missing", "not-json", "not-object", "no-experts", "experts-str", "K>E", "K-bool",
-        "tokens-len", "tokens-str", "tokens-zero", "no-layers", "layers-mismatch", "summed-str",
-        "summed-many", "no-model", "source-int", "generator-list",
+        "missing",
+        "not-json",
+        "not-object",
+        "no-experts",
+        "experts-str",
+        "K>E",
+        "K-bool",
+        "tokens-len",
+        "tokens-str",
+        "tokens-zero",
+        "no-layers",
+        "layers-mismatch",
+        "summed-str",
+        "summed-many",
+        "no-model",
+        "source-int",
+        "generator-list",
     ],
 )
 def test_bad_histogram_sidecar(tmp_path, meta, prefix):

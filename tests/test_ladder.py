@@ -1,5 +1,5 @@
 """Seed 003's cache ladder: synthetic traces, ownership, calibration against the published
-points, the LRU cliff and predictions.csv (moeroof.ladder)."""
+points, the LRU cliff and predictions.csv (moeroof.studies.ladder)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from moeroof import cache, ladder, paths
-from moeroof.presets import load_model
-from moeroof.units import GiB
+from moeroof.core import paths
+from moeroof.core.units import GiB
+from moeroof.data.presets import load_model
+from moeroof.models import cache
+from moeroof.studies import ladder
 
 
 def test_trace_has_the_glm5_shape_and_distinct_ids():
@@ -75,7 +77,11 @@ def test_run_cases_ranks_and_accounting():
 def test_calibration_reproduces_the_published_points_at_small_size():
     # targets: seed 003 "Expert cache against the headroom", pair, M = 8. Tolerance at 15 layers
     # and 4 seeds: 2.5 pp hit, 8 % GiB, union 46.7 ± 2 (the published GiB and hits imply 46.7)
-    results = [r for s in range(4) for r in ladder.run_cases(ladder.FITTED, [t.case for t in ladder.CALIBRATION], seed=s, layers=15)]
+    results = [
+        r
+        for s in range(4)
+        for r in ladder.run_cases(ladder.FITTED, [t.case for t in ladder.CALIBRATION], seed=s, layers=15)
+    ]
     bands = {b.case.name: b for b in ladder.summarize(results)}
     for t in ladder.CALIBRATION:
         b = bands[t.case.name]
@@ -94,7 +100,9 @@ def test_fit_recovers_the_stored_knobs():
 
 def test_lru_falls_off_the_cliff_when_a_step_outgrows_the_cache():
     # one booster, M = 8, 20 GiB: a step's working set (~29 GiB) exceeds the cache
-    pair, boost = ladder.run_cases(ladder.FITTED, [ladder.Case("p", 2, 8, 20.0), ladder.Case("b", 1, 8, 20.0)], seed=1, layers=10)
+    pair, boost = ladder.run_cases(
+        ladder.FITTED, [ladder.Case("p", 2, 8, 20.0), ladder.Case("b", 1, 8, 20.0)], seed=1, layers=10
+    )
     assert boost.rank_union_per_layer * 91 / 144 > 20.0
     assert boost.hit_rate < 0.01
     assert pair.hit_rate > 0.4
@@ -120,10 +128,27 @@ def test_predictions_csv_has_the_exact_columns_and_cases(tmp_path, monkeypatch):
     assert written == target
     with open(written, newline="") as handle:
         rows = list(csv.reader(handle))
-    assert tuple(rows[0]) == ("case", "ranks", "streams", "cache_gib_per_rank", "policy", "hit_rate", "gib_streamed_per_step")
+    assert tuple(rows[0]) == (
+        "case",
+        "ranks",
+        "streams",
+        "cache_gib_per_rank",
+        "policy",
+        "hit_rate",
+        "gib_streamed_per_step",
+    )
     names = [r[0] for r in rows[1:]]
-    assert names == ["pair-m8-20", "pair-m8-40", "pair-m8-60", "pair-m8-80", "booster-m8-20", "booster-m1-20",
-                     "pair-m1-80", "pair-m16-80", "pair-m32-80"]
+    assert names == [
+        "pair-m8-20",
+        "pair-m8-40",
+        "pair-m8-60",
+        "pair-m8-80",
+        "booster-m8-20",
+        "booster-m1-20",
+        "pair-m1-80",
+        "pair-m16-80",
+        "pair-m32-80",
+    ]
     for r in rows[1:]:
         assert r[4] == "lru" and 0.0 <= float(r[5]) <= 1.0 and float(r[6]) >= 0.0
         assert int(r[1]) == (1 if r[0].startswith("booster") else 2)
@@ -142,8 +167,10 @@ def test_history_units():
     assert ladder.history_steps(ks, 1) == ladder.history_steps(ks, 32) == 32
 
 
-@pytest.mark.parametrize("kw", [{"family": "pareto"}, {"skew": 0.0}, {"rho": 1.5}, {"history_tokens": -1},
-                                {"c": 0.0}, {"history_unit": "days"}])
+@pytest.mark.parametrize(
+    "kw",
+    [{"family": "pareto"}, {"skew": 0.0}, {"rho": 1.5}, {"history_tokens": -1}, {"c": 0.0}, {"history_unit": "days"}],
+)
 def test_bad_knobs_are_rejected(kw):
     with pytest.raises(ValueError):
         replace(ladder.FITTED, **kw)

@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from moeroof.levers import composition, compounding, lever_factors, prefill_seconds, session_seconds
-from moeroof.roofline import Workload, plan
-
-from test_roofline import toy_hw, toy_model, zipf_routing
+from moeroof.models.levers import composition, compounding, lever_factors, prefill_seconds, session_seconds
+from moeroof.models.plan import Workload, plan
+from test_plan import toy_hw, toy_model, zipf_routing
 
 BATCH = np.array([1, 4, 16, 64])
 

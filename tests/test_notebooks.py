@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from moeroof.paths import NOTEBOOKS_DIR, REPO_ROOT
+from moeroof.core.paths import NOTEBOOKS_DIR, REPO_ROOT
 
 jupytext = pytest.importorskip("jupytext")
 pm = pytest.importorskip("papermill")
@@ -28,9 +28,26 @@ SMALL_PARAMETERS: dict[str, dict] = {
     "levers": {"b_max": 32, "users_max": 8, "agents": 8, "decode_tokens": 64, "prefix_tokens": 256},
     "regime_map": {"b_max": 64, "n_batch": 8, "n_cache": 5},
     "witness": {"file_mib": 32, "calibrate_seconds": 2.0, "steps": 2, "batch": "1,2,4,8"},
-    "cache_ladder": {"layers": 4, "seeds": 2, "fit": True, "fit_seeds": 1, "fit_layers": 4, "bootstrap_replicates": 2, "policy_seeds": 1, "sensitivity_seeds": 1, "sensitivity_layers": 4},
+    "cache_ladder": {
+        "layers": 4,
+        "seeds": 2,
+        "fit": True,
+        "fit_seeds": 1,
+        "fit_layers": 4,
+        "bootstrap_replicates": 2,
+        "policy_seeds": 1,
+        "sensitivity_seeds": 1,
+        "sensitivity_layers": 4,
+    },
     "whatif": {"b_max": 32, "trace_steps": 16, "trace_layers": 2},
-    "expert_split": {"relabel_draws": 200, "trace_seeds": 2, "trace_layers": 6, "slowdown_points": 2, "bytes_max_iter": 2, "curve_seeds": 1},
+    "expert_split": {
+        "relabel_draws": 200,
+        "trace_seeds": 2,
+        "trace_layers": 6,
+        "slowdown_points": 2,
+        "bytes_max_iter": 2,
+        "curve_seeds": 1,
+    },
 }
 
 
@@ -58,7 +75,7 @@ def test_notebook_runs_and_saves_a_figure(path, tmp_path, monkeypatch):
     )  # raises PapermillExecutionError on any cell error
     assert out.is_file()
     saved = sorted(p.name for p in figures.glob("*")) if figures.is_dir() else []
-    assert saved, f"{path.name} saved no figure through moeroof.plots.save_figure"
+    assert saved, f"{path.name} saved no figure through moeroof.present.plots.save_figure"
 
 
 def test_no_ipynb_tracked_in_notebooks():
@@ -109,4 +126,6 @@ def test_committed_figures_match_a_fresh_default_render(tmp_path, monkeypatch):
     for path in fresh:
         committed = REPO_ROOT / "figures" / path.name
         assert committed.is_file(), f"{path.name} is rendered but not committed in figures/"
-        assert committed.read_bytes() == path.read_bytes(), f"figures/{path.name} differs from a fresh render: run make report"
+        assert committed.read_bytes() == path.read_bytes(), (
+            f"figures/{path.name} differs from a fresh render: run make report"
+        )

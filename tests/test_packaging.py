@@ -12,7 +12,7 @@ import tomllib
 
 import pytest
 
-from moeroof.paths import REPO_ROOT
+from moeroof.core.paths import REPO_ROOT
 
 PYPROJECT = REPO_ROOT / "pyproject.toml"
 ENVIRONMENT = REPO_ROOT / "environment.yml"

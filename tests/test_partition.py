@@ -1,4 +1,4 @@
-"""Tests for moeroof.partition: EPLB-equivalent LPT, exhaustive optima, the seed 003 histogram,
+"""Tests for moeroof.models.partition: EPLB-equivalent LPT, exhaustive optima, the seed 003 histogram,
 the weighted and bytes partitions, the per-rank step model, and the split_report contract."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from conftest import seeded
-from moeroof import partition as P
-from moeroof.io import InputError, read_histogram
-from moeroof.paths import DATA_DIR
-from moeroof.presets import load_hardware, load_model
-from moeroof.roofline import Workload, plan, routing_from_spec
-from moeroof.units import GiB
+from moeroof.core.paths import DATA_DIR
+from moeroof.core.units import GiB
+from moeroof.data.io import InputError, read_histogram
+from moeroof.data.presets import load_hardware, load_model
+from moeroof.models import partition as P
+from moeroof.models.plan import Workload, plan, routing_from_spec
 
 SUMMED = DATA_DIR / "histograms" / "glm5-seed003-summed.csv"
 PER_LAYER = DATA_DIR / "histograms" / "glm5-seed003-per-layer.csv"
@@ -174,8 +174,10 @@ def test_weighted_gives_the_faster_rank_more_experts_and_beats_id():
     assert w["inputs"]["rank_speed"] == [1.0, 0.5]
 
 
-@pytest.mark.parametrize("ranks,speed,cache", [(2, None, 0.0), (2, None, 20.0), (2, None, 80.0),
-                                               (2, "1,0.5", 20.0), (3, "1,0.7,0.4", 40.0), (4, None, 10.0)])
+@pytest.mark.parametrize(
+    "ranks,speed,cache",
+    [(2, None, 0.0), (2, None, 20.0), (2, None, 80.0), (2, "1,0.5", 20.0), (3, "1,0.7,0.4", 40.0), (4, None, 10.0)],
+)
 def test_bytes_never_slower_than_lpt(ranks, speed, cache):
     b = P.split_report(SUMMED, ranks, "bytes", speed, cache_gib_per_rank=cache)
     lpt = P.split_report(SUMMED, ranks, "lpt", speed, cache_gib_per_rank=cache)
@@ -280,8 +282,19 @@ def test_fabric_term_and_overlap():
 
 def test_split_report_contract_is_json():
     r = P.split_report(SUMMED, 2, "bytes", [1, 0.5], batch=8, cache_gib_per_rank=20)
-    for key in ("assignment", "load_rows", "imbalance", "method", "ranks", "predicted_step_seconds",
-                "inputs", "notes", "imbalance_by", "step_seconds", "tok_s"):
+    for key in (
+        "assignment",
+        "load_rows",
+        "imbalance",
+        "method",
+        "ranks",
+        "predicted_step_seconds",
+        "inputs",
+        "notes",
+        "imbalance_by",
+        "step_seconds",
+        "tok_s",
+    ):
         assert key in r
     assert r["method"] == "bytes" and r["ranks"] == 2 and len(r["predicted_step_seconds"]) == 2
     assert r["imbalance"] == pytest.approx(max(r["load_rows"]) / np.mean(r["load_rows"]))
@@ -296,11 +309,20 @@ def test_split_report_contract_is_json():
         P.split_report(other, 4, "bytes")
 
 
-@pytest.mark.parametrize("speed,match", [
-    ("1", "2 ranks"), ([1.0, 2.0, 3.0], "3 speeds for 2 ranks"), ("1,0", "positive"),
-    ("1,-2", "positive"), ("1,fast", "not a number"), ([1.0, float("nan")], "positive"),
-    ([1.0, True], "not a number"), ("", "not a number"), (3.0, "comma-separated"),
-])
+@pytest.mark.parametrize(
+    "speed,match",
+    [
+        ("1", "2 ranks"),
+        ([1.0, 2.0, 3.0], "3 speeds for 2 ranks"),
+        ("1,0", "positive"),
+        ("1,-2", "positive"),
+        ("1,fast", "not a number"),
+        ([1.0, float("nan")], "positive"),
+        ([1.0, True], "not a number"),
+        ("", "not a number"),
+        (3.0, "comma-separated"),
+    ],
+)
 def test_bad_rank_speed(speed, match):
     with pytest.raises(ValueError, match="--rank-speed") as err:
         P.split_report(SUMMED, 2, "weighted", speed)
@@ -312,9 +334,19 @@ def test_bad_histogram_and_arguments(tmp_path):
         P.split_report(tmp_path / "missing.csv", 2, "lpt")
     bad = tmp_path / "bad.csv"
     bad.write_text("layer,expert,count\n0,0,5\n0,1,x\n")
-    bad.with_suffix(".json").write_text(json.dumps({
-        "model": "m", "experts": 2, "top_k": 1, "layers": 1, "tokens": 10, "source": "test",
-        "layers_summed": False}))
+    bad.with_suffix(".json").write_text(
+        json.dumps(
+            {
+                "model": "m",
+                "experts": 2,
+                "top_k": 1,
+                "layers": 1,
+                "tokens": 10,
+                "source": "test",
+                "layers_summed": False,
+            }
+        )
+    )
     with pytest.raises(InputError, match=r"bad\.csv:3: count"):
         P.split_report(bad, 2, "lpt")
     with pytest.raises(ValueError, match="--method"):

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from moeroof import plots
+from moeroof.present import plots
 
 
 @pytest.fixture
@@ -97,7 +97,7 @@ def test_shade_regimes_marks_each_bound_and_infeasible_batches():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from moeroof.plots import REGIME_COLORS, shade_regimes
+    from moeroof.present.plots import REGIME_COLORS, shade_regimes
 
     fig, ax = plt.subplots()
     handles = shade_regimes(ax, [1, 2, 4, 8], ("ssd", "ssd", "memory", "compute"), [True, True, True, False])

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moeroof.routing import (
+from moeroof.models.routing import (
     Dirichlet,
     Uniform,
     Zipf,

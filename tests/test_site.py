@@ -1,4 +1,4 @@
-"""The report index (moeroof.site) and the offline, byte-stable reports it links (issue 7)."""
+"""The report index (moeroof.present.site) and the offline, byte-stable reports it links (issue 7)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import nbformat
 import pytest
 
 import moeroof
-from moeroof import report, site
-from moeroof.paths import NOTEBOOKS_DIR
+from moeroof.core.paths import NOTEBOOKS_DIR
+from moeroof.present import report, site
 
 
 def _fake_report(reports, name, *, title, params_src, injected=None):
-    """A minimal executed notebook + HTML, as moeroof.report writes them."""
+    """A minimal executed notebook + HTML, as moeroof.present.report writes them."""
     nb = nbformat.v4.new_notebook()
     nb.cells = [
         nbformat.v4.new_markdown_cell(f"# {title}\n\n**Answer.** …"),
@@ -34,10 +34,19 @@ def _png(path):
 @pytest.fixture
 def layout(tmp_path):
     reports, figures = tmp_path / "reports", tmp_path / "figures"
-    _fake_report(reports, "union", title="Union <small>?", params_src="b_max: int = 1024  # largest batch\n",
-                 injected={"b_max": 64})
-    _fake_report(reports, "union_curve", title="Curve?",
-                 params_src='experts: int = 256  # routed experts (E)\nname: str = "a"  # a name\n')
+    _fake_report(
+        reports,
+        "union",
+        title="Union <small>?",
+        params_src="b_max: int = 1024  # largest batch\n",
+        injected={"b_max": 64},
+    )
+    _fake_report(
+        reports,
+        "union_curve",
+        title="Curve?",
+        params_src='experts: int = 256  # routed experts (E)\nname: str = "a"  # a name\n',
+    )
     for stem in ("union_alone", "union_curve_models", "union_curve_histogram", "orphan_figure"):
         _png(figures / f"{stem}.png")
         (figures / f"{stem}.svg").write_text(f"<svg>{stem}</svg>")
@@ -57,7 +66,14 @@ def test_parameters_merge_defaults_with_injected_values(layout):
     r = site.read_report(reports / "union.ipynb")
     assert r.title == "Union <small>?"
     (p,) = r.parameters
-    assert (p.name, p.type_name, p.default, p.value, p.help, p.overridden) == ("b_max", "int", "1024", "64", "largest batch", True)
+    assert (p.name, p.type_name, p.default, p.value, p.help, p.overridden) == (
+        "b_max",
+        "int",
+        "1024",
+        "64",
+        "largest batch",
+        True,
+    )
     names = [(p.name, p.value, p.overridden) for p in site.read_report(reports / "union_curve.ipynb").parameters]
     assert names == [("experts", "256", False), ("name", '"a"', False)]
 
@@ -97,7 +113,9 @@ def test_strip_widgets_drops_views_and_state():
     nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
     cell = nbformat.v4.new_code_cell("w")
     cell.outputs = [
-        nbformat.v4.new_output("display_data", data={report.WIDGET_VIEW_MIME: {"model_id": "abc"}, "text/plain": "VBox()"}),
+        nbformat.v4.new_output(
+            "display_data", data={report.WIDGET_VIEW_MIME: {"model_id": "abc"}, "text/plain": "VBox()"}
+        ),
         nbformat.v4.new_output("display_data", data={"text/plain": "kept"}),
     ]
     nb.cells = [cell]
@@ -108,11 +126,26 @@ def test_strip_widgets_drops_views_and_state():
 
 @pytest.mark.notebook
 def test_whatif_report_renders_offline_and_the_same_twice(tmp_path, monkeypatch):
-    """`python -m moeroof.report` twice: same report bytes, same index bytes, nothing from a CDN."""
+    """`python -m moeroof.present.report` twice: same report bytes, same index bytes, nothing from a CDN."""
     monkeypatch.setenv("MOEROOF_FIGURES_DIR", str(tmp_path / "figures"))
     out = tmp_path / "reports"
-    argv = ["--notebooks", "whatif", "--out", str(out), "--notebooks-dir", str(NOTEBOOKS_DIR),
-            "-p", "b_max", "32", "-p", "trace_steps", "16", "-p", "trace_layers", "2"]
+    argv = [
+        "--notebooks",
+        "whatif",
+        "--out",
+        str(out),
+        "--notebooks-dir",
+        str(NOTEBOOKS_DIR),
+        "-p",
+        "b_max",
+        "32",
+        "-p",
+        "trace_steps",
+        "16",
+        "-p",
+        "trace_layers",
+        "2",
+    ]
     assert report.main(argv) == 0
     first = {p.name: p.read_bytes() for p in out.glob("*.*")}
     assert set(first) == {"whatif.ipynb", "whatif.html", "index.html"}

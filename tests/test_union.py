@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import external
-from moeroof.routing import (
+from moeroof.models.routing import (
     Uniform,
     Zipf,
     histogram_from_trace,
@@ -19,13 +19,13 @@ from moeroof.routing import (
     sample_topk,
     sample_trace,
 )
-from moeroof.union import (
+from moeroof.models.union import (
     coalescing_ratio,
     power_sums,
     rarefaction,
+    union_correlated,
     union_from_trace,
     union_histogram,
-    union_correlated,
     union_over_window,
     union_plugin,
     union_uniform,
@@ -58,7 +58,7 @@ def test_plugin_against_monte_carlo_under_zipf(rng):
     batch = np.array([2, 8, 32, 128])
     draws = 300
     ids = sample_topk(w, 8, (draws, batch.max()), rng)
-    for j, b in enumerate(batch):
+    for b in batch:
         for layer in range(2):
             mc = np.mean([len(np.unique(ids[d, :b, layer])) for d in range(draws)])
             assert mc == pytest.approx(union_plugin(pi, [b]).union_per_layer[layer, 0], abs=1.0)
@@ -171,8 +171,13 @@ def test_union_invariants(e, k_frac, s, seed):
 
 
 @settings(max_examples=40, deadline=None)
-@given(e=st.integers(2, 200), k_frac=st.floats(0.0, 1.0), alpha=st.floats(0.01, 10.0),
-       seed=st.integers(0, 2**32 - 1), b=st.integers(1, 5000))
+@given(
+    e=st.integers(2, 200),
+    k_frac=st.floats(0.0, 1.0),
+    alpha=st.floats(0.01, 10.0),
+    seed=st.integers(0, 2**32 - 1),
+    b=st.integers(1, 5000),
+)
 def test_uniform_pi_maximizes_union_for_any_skew(e, k_frac, alpha, seed, b):
     k = max(1, min(e, int(round(k_frac * e))))
     w = np.random.default_rng(seed).dirichlet(np.full(e, alpha)) + 1e-300

@@ -1,12 +1,12 @@
-"""moeroof.units: the one conversion module (SPEC §2) — round trips, binary vs decimal, bad units."""
+"""moeroof.core.units: the one conversion module (SPEC §2) — round trips, binary vs decimal, bad units."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from moeroof import units
-from moeroof.units import DIMENSIONS, UNITS, dimension_of, from_si, to_si
+from moeroof.core import units
+from moeroof.core.units import DIMENSIONS, UNITS, dimension_of, from_si, to_si
 
 
 @pytest.mark.parametrize("unit", sorted(UNITS))

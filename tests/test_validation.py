@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from moeroof.paths import DATA_DIR
-from moeroof.presets import load_hardware, load_model
-from moeroof.roofline import Workload, plan, routing_from_spec
-from moeroof.validation import (
+from moeroof.core.paths import DATA_DIR
+from moeroof.data.presets import load_hardware, load_model
+from moeroof.models.plan import Workload, plan, routing_from_spec
+from moeroof.studies.validation import (
     BIGRIG_SCALING,
     COLIBRI_COLD_TOKEN_BYTES,
     calibrate_term,
@@ -63,9 +63,11 @@ def test_roofline_is_an_upper_bound_where_throughput_was_not_calibrated(single_r
 def test_hot_set_hit_rate_and_its_inverse():
     m = load_model("glm-5.2")
     s = zipf_for_hit_rate(m, 32.0, 0.5)
-    from moeroof.routing import inclusion_probabilities, zipf_weights
+    from moeroof.models.routing import inclusion_probabilities, zipf_weights
 
-    assert hot_set_hit_rate(inclusion_probabilities(zipf_weights(m.experts, s), m.top_k), 32.0) == pytest.approx(0.5, abs=1e-6)
+    assert hot_set_hit_rate(inclusion_probabilities(zipf_weights(m.experts, s), m.top_k), 32.0) == pytest.approx(
+        0.5, abs=1e-6
+    )
     assert hot_set_hit_rate(np.full(256, 8 / 256), 32.0) == pytest.approx(32 / 256)
     with pytest.raises(ValueError, match="Zipf"):
         zipf_for_hit_rate(m, 1.0, 0.999)
@@ -96,7 +98,7 @@ def test_calibration_refuses_a_term_that_cannot_bind():
 def test_gpu_coalescing_bench_against_the_roofline():
     # witnessed: benchmarks/gpu_moe_bench.py on the lab's H200, experts streamed from pinned host
     # memory (data/measurements/gpu_moe_bench-h200-2026-11-29.json); nothing calibrated.
-    from moeroof.validation import gpu_bench_check
+    from moeroof.studies.validation import gpu_bench_check
 
     c = gpu_bench_check()
     # the union of Zipf-routed tokens: the plug-in model within 3 % of the measured union

@@ -235,7 +235,7 @@ def requests_from_trace(topk, experts, *, partition=None, rank=None, streams=Non
         out_items.append(la.astype(np.int64) * experts + ex)
         out_step.append((st + s0).astype(np.int32))
         out_layer.append(la.astype(np.int32))
-    cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt))
+    cat = lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt)
     return Requests(
         items=cat(out_items, np.int64),
         step=cat(out_step, np.int32),
@@ -688,7 +688,9 @@ def _item_sizes(item_bytes, layers: int, experts: int) -> np.ndarray | None:
     elif b.shape == (layers, experts):
         b = b.ravel()
     elif b.shape != (n_items,):
-        raise ValueError(f"item_bytes must be a scalar or have shape ({experts},), ({layers}, {experts}) or ({n_items},), got {b.shape}")
+        raise ValueError(
+            f"item_bytes must be a scalar or have shape ({experts},), ({layers}, {experts}) or ({n_items},), got {b.shape}"
+        )
     if not np.all(np.isfinite(b)) or np.any(b <= 0):
         raise ValueError("item_bytes must be finite and > 0")
     return np.ascontiguousarray(b)
@@ -713,8 +715,10 @@ def _groups(scope: str, capacity: float, unit: str, layers: int, experts: int):
 def _pinned_mask(pinned, group, cap, occ, n_items) -> np.ndarray:
     """Greedy fill of each group's cache with the top-ranked items that fit."""
     p = np.asarray(pinned)
-    is_ranking = p.ndim == 1 and np.issubdtype(p.dtype, np.integer) and (
-        p.size < n_items or np.array_equal(np.sort(p), np.arange(n_items))
+    is_ranking = (
+        p.ndim == 1
+        and np.issubdtype(p.dtype, np.integer)
+        and (p.size < n_items or np.array_equal(np.sort(p), np.arange(n_items)))
     )
     if is_ranking:
         if p.size and (p.min() < 0 or p.max() >= n_items):
@@ -788,8 +792,10 @@ def simulate(
         hit = _heap_kernel(items, group, cap, occ, False, np.zeros(1, np.int64))
     elif policy == "belady":
         hit = _heap_kernel(items, group, cap, occ, True, next_use(items))
-        notes.append("belady: offline optimum (Belady's MIN with bypass); the bound on every policy"
-                     + ("" if np.all(occ == occ[0]) else " only for equal sizes — a heuristic here"))
+        notes.append(
+            "belady: offline optimum (Belady's MIN with bypass); the bound on every policy"
+            + ("" if np.all(occ == occ[0]) else " only for equal sizes — a heuristic here")
+        )
     elif policy == "s3fifo":
         hit = _s3fifo_kernel(items, group, cap, occ, S3FIFO_SMALL_FRACTION)
     elif policy == "arc":
@@ -922,11 +928,13 @@ def che_hit_curve(item_frequencies, capacities) -> np.ndarray:
     res[flat >= m] = 1.0
     inner = np.flatnonzero((flat > 0) & (flat < m))
     if inner.size:
+
         def occ(t):  # (nC,) → Σ mult (1 − e^{−λ T}), derivative w.r.t. log T, hit rate
             e = np.exp(-np.outer(t, lam))
             fill = (mult * -np.expm1(-np.outer(t, lam))).sum(axis=1)
             dlog = (mult * lam * e).sum(axis=1) * t
             return fill, dlog
+
         # start: the occupancy on a log grid of T, inverted by interpolation (occupancy ↑ in T)
         lo = np.log(max(flat[inner].min(), 1e-300))  # T ≥ C since 1 − e^{−x} ≤ x
         c_max = flat[inner].max()

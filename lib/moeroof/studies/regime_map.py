@@ -1,6 +1,6 @@
 """Two-dimensional regime maps: the step roofline over (expert-cache size, batch B) (SPEC §2, §8).
 
-Each cell is :func:`moeroof.roofline.plan` evaluated at one cache size and one batch size, so a
+Each cell is :func:`moeroof.models.plan.plan` evaluated at one cache size and one batch size, so a
 map says nothing the roofline does not::
 
     T_step(C, B) = combine( ssd_bytes(C, B) / BW_ssd, mem_bytes(B) / BW_mem, flops(B) / FLOPS [, fabric] )
@@ -21,13 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.presets import Hardware, MoEModel
-from moeroof.roofline import Routing, Workload, plan
-from moeroof.union import as_batch
+from moeroof.data.presets import Hardware, MoEModel
+from moeroof.models.plan import Routing, Workload, plan
+from moeroof.models.union import as_batch
 
 __all__ = ["RegimeMap", "regime_map", "BOUND_CODES"]
 
-#: integer code of each binding term, in :data:`moeroof.roofline.TERMS` order (for categorical colour maps)
+#: integer code of each binding term, in :data:`moeroof.models.plan.TERMS` order (for categorical colour maps)
 BOUND_CODES = {"ssd": 0, "memory": 1, "compute": 2, "fabric": 3}
 
 
@@ -66,7 +66,7 @@ def regime_map(
     batch,
     cache_bytes,
 ) -> RegimeMap:
-    """Evaluate :func:`moeroof.roofline.plan` at every (cache size, batch) cell (module docstring).
+    """Evaluate :func:`moeroof.models.plan.plan` at every (cache size, batch) cell (module docstring).
 
     ``workload`` supplies everything but the cache (its ``cache_bytes`` is replaced per row);
     ``cache_bytes`` is a 1-D sequence of requested cache sizes in bytes (≥ 0). The result's

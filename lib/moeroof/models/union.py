@@ -20,7 +20,7 @@ Estimators, each returning a :class:`UnionCurve` (per layer, with a band):
 - :func:`union_from_trace` — measured: at each step draw B of the live streams without
   replacement and count distinct experts per layer (``-1`` padding ignored); the band is a
   bootstrap over steps. The gap between this and the independent plug-in is the cross-agent
-  correlation (see :mod:`moeroof.fit`).
+  correlation (see :mod:`moeroof.models.fit`).
 
 The invariants ``K ≤ U(B) ≤ min(E, B·K)``, U increasing and concave in B, and "uniform π
 maximizes U for fixed Σπ = K" are checked in the tests.
@@ -34,7 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import betaln, ndtri
 
-from moeroof.routing import _softmax, inclusion_probabilities, log_dirichlet
+from moeroof.models.routing import _softmax, inclusion_probabilities, log_dirichlet
 
 __all__ = [
     "BASELINE",
@@ -203,10 +203,7 @@ def _log_ratio_unseen(t, y, b):
     ok = n >= b
     n_safe = np.where(ok, n, b)
     with np.errstate(invalid="ignore", divide="ignore"):
-        val = (
-            np.log1p(t) - np.log1p(n_safe)
-            + betaln(t - b + 1.0, b + 1.0) - betaln(n_safe - b + 1.0, b + 1.0)
-        )
+        val = np.log1p(t) - np.log1p(n_safe) + betaln(t - b + 1.0, b + 1.0) - betaln(n_safe - b + 1.0, b + 1.0)
     val = np.where(y == 0, 0.0, val)
     return np.where(ok, np.minimum(val, 0.0), -np.inf)
 
@@ -291,9 +288,7 @@ def _bootstrap_assemblage(y: np.ndarray, t: np.ndarray, experts: int | None):
     tt = t.astype(float)
     u = y.sum(axis=1).astype(float)
     with np.errstate(invalid="ignore", divide="ignore"):
-        cov = 1.0 - (q1 / u) * np.where(
-            q1 > 0, (tt - 1.0) * q1 / ((tt - 1.0) * q1 + 2.0 * q2), 0.0
-        )
+        cov = 1.0 - (q1 / u) * np.where(q1 > 0, (tt - 1.0) * q1 / ((tt - 1.0) * q1 + 2.0 * q2), 0.0)
     cov = np.where(u > 0, np.clip(cov, 0.0, 1.0), 0.0)
     freq = y / tt[:, None]
     decay = np.where(y > 0, (1.0 - freq) ** tt[:, None], 0.0)
@@ -481,7 +476,7 @@ def union_correlated(
     """U(B) when the B tokens of a step share a context ``q ~ Dirichlet(c·w)`` (SPEC §3).
 
     ``E_q[ Σ_i (1 − (1 − π_i(q))^B) ]`` with π(q) the Plackett–Luce inclusion of q: the model
-    of :func:`moeroof.routing.sample_trace` with ``scope="step"``, in expectation, so it
+    of :func:`moeroof.models.routing.sample_trace` with ``scope="step"``, in expectation, so it
     extrapolates a trace's measured union (and its fitted c) to batches larger than the
     trace's streams. ``c = inf`` is the independent plug-in. Monte Carlo over ``draws``
     contexts per layer; the band is the Monte Carlo standard error (normal, ``level``).
@@ -505,5 +500,6 @@ def union_correlated(
     se = u.std(axis=0, ddof=1) / np.sqrt(draws)
     mse = u.mean(axis=1).std(axis=0, ddof=1) / np.sqrt(draws)
     mean = point.mean(axis=0)
-    return _curve(b, point, point - z * se, point + z * se, mean - z * mse, mean + z * mse,
-                  "correlated-model", w.shape[1], top_k)
+    return _curve(
+        b, point, point - z * se, point + z * se, mean - z * mse, mean + z * mse, "correlated-model", w.shape[1], top_k
+    )

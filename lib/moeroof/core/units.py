@@ -98,14 +98,22 @@ def to_si(value, unit: str):
     factor = UNITS[unit][1] if unit in UNITS else None
     if factor is None:
         dimension_of(unit)
-    return np.asarray(value, dtype=float) * factor if isinstance(value, (list, tuple, np.ndarray)) else float(value) * factor
+    return (
+        np.asarray(value, dtype=float) * factor
+        if isinstance(value, (list, tuple, np.ndarray))
+        else float(value) * factor
+    )
 
 
 def from_si(value, unit: str):
     """SI ``value`` → ``unit`` (for plots and tables)."""
     dimension_of(unit)
     factor = UNITS[unit][1]
-    return np.asarray(value, dtype=float) / factor if isinstance(value, (list, tuple, np.ndarray)) else float(value) / factor
+    return (
+        np.asarray(value, dtype=float) / factor
+        if isinstance(value, (list, tuple, np.ndarray))
+        else float(value) / factor
+    )
 
 
 def gib(bytes_: float):

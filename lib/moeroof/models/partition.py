@@ -29,7 +29,7 @@ partitions (:data:`METHODS`):
 
 **Per-rank step model** (:func:`split_plan`), per decode step of B tokens, one per stream; the
 histogram's rows are layer shapes standing for the model's L MoE layers in equal shares
-(as in :mod:`moeroof.roofline`)::
+(as in :mod:`moeroof.models.plan`)::
 
     m_{ℓ,i}(B)   = 1 − (1 − π_{ℓ,i})^B                  P(expert i of layer ℓ is touched this step)
     U_r          = L · mean_ℓ Σ_{i ∈ r} m_{ℓ,i}           expected (layer, expert) pairs rank r reads
@@ -42,10 +42,10 @@ histogram's rows are layer shapes standing for the model's L MoE layers in equal
 
 ``hot_r(ℓ)`` is a static hot set: a cache of C bytes on rank r holds ``C / (L·e)`` experts per
 layer, the most popular of the rank's own experts (fractional counts interpolate) — the same
-model as ``roofline._hot_set_misses``, reached through :func:`moeroof.roofline.step_terms` on a
+model as ``roofline._hot_set_misses``, reached through :func:`moeroof.models.plan.step_terms` on a
 per-rank :class:`MoEModel` (``experts = |r|``) and a :class:`Routing` restricted to the rank's
 columns. ``misses_fn(pi_rank, cache_experts_per_layer, batch) -> (union (H,), misses (H,))``
-replaces the hot set (the cache simulator of ``moeroof.cache`` plugs in here). Assumptions: the
+replaces the hot set (the cache simulator of ``moeroof.models.cache`` plugs in here). Assumptions: the
 resident (non-expert) band is replicated on every rank (seed 003: "present on both nodes"), so
 each rank reads NR and the batch's KV once per step and its compute term is the whole model's
 FLOP per token (an upper bound; compute never binds on GB10 at these B); s_r is relative speed
@@ -75,10 +75,10 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.io import Histogram, read_histogram
-from moeroof.presets import Hardware, MoEModel, load_hardware, load_model
-from moeroof.roofline import Routing, Workload, step_terms
-from moeroof.units import GiB
+from moeroof.core.units import GiB
+from moeroof.data.io import Histogram, read_histogram
+from moeroof.data.presets import Hardware, MoEModel, load_hardware, load_model
+from moeroof.models.plan import Routing, Workload, step_terms
 
 __all__ = [
     "METHODS",
@@ -124,7 +124,11 @@ def parse_rank_speed(rank_speed, ranks: int) -> np.ndarray:
     if isinstance(rank_speed, str):
         parts = [p.strip() for p in rank_speed.split(",")]
     elif isinstance(rank_speed, (Sequence, np.ndarray)):
-        parts = list(np.asarray(rank_speed, dtype=object).ravel()) if isinstance(rank_speed, np.ndarray) else list(rank_speed)
+        parts = (
+            list(np.asarray(rank_speed, dtype=object).ravel())
+            if isinstance(rank_speed, np.ndarray)
+            else list(rank_speed)
+        )
     else:
         raise ValueError(f"--rank-speed: expected {ranks} comma-separated positive numbers, got {rank_speed!r}")
     out = []
@@ -268,7 +272,7 @@ def weighted_packing(weight, speeds, capacity=None) -> np.ndarray:
 
 def inclusion_from_histogram(hist: Histogram) -> np.ndarray:
     """π (H, E): ``count / tokens`` per row, rescaled so each row sums to K (as
-    :func:`moeroof.roofline.routing_from_spec`). A layer-summed histogram's ``tokens`` counts
+    :func:`moeroof.models.plan.routing_from_spec`). A layer-summed histogram's ``tokens`` counts
     (token, layer) pairs, so its single row is π averaged over layers."""
     pi = hist.counts / np.maximum(hist.tokens.astype(float), 1.0)[:, None]
     pi = pi * (hist.top_k / np.maximum(pi.sum(axis=1, keepdims=True), 1e-300))
@@ -290,7 +294,7 @@ class _StepConsts:
     overlap: str
 
     @classmethod
-    def build(cls, model: MoEModel, hardware: Hardware, workload: Workload, batch: int) -> "_StepConsts":
+    def build(cls, model: MoEModel, hardware: Hardware, workload: Workload, batch: int) -> _StepConsts:
         e = model.expert_bytes
         kv = batch * workload.context_tokens * model.kv_bytes_per_token
         available = hardware.ram_bytes - hardware.os_reserve_bytes - model.non_routed_bytes - kv
@@ -298,10 +302,14 @@ class _StepConsts:
         read = workload.read_size_bytes if workload.read_size_bytes is not None else e
         flops = batch * (model.flops_per_token + workload.context_tokens * model.attn_flops_per_context_token)
         return cls(
-            layers=model.moe_layers, expert_bytes=e, batch=batch,
+            layers=model.moe_layers,
+            expert_bytes=e,
+            batch=batch,
             cache_experts=cache_eff / (model.moe_layers * e),
-            bw_ssd=float(hardware.ssd_bandwidth(read)), bw_mem=hardware.bw_mem_bytes_per_s,
-            mem_base_bytes=model.non_routed_bytes + kv, compute_s=flops / hardware.flops_per_s,
+            bw_ssd=float(hardware.ssd_bandwidth(read)),
+            bw_mem=hardware.bw_mem_bytes_per_s,
+            mem_base_bytes=model.non_routed_bytes + kv,
+            compute_s=flops / hardware.flops_per_s,
             overlap=workload.overlap,
         )
 
@@ -369,14 +377,22 @@ class SplitPlan:
         out = []
         for r in range(self.ranks):
             u, m = float(self.union_pairs[r]), float(self.missed_pairs[r])
-            out.append(RankPlan(
-                rank=r, experts=tuple(int(i) for i in np.flatnonzero(self.assignment == r)),
-                speed=float(self.speed[r]), load_rows=float(self.load_rows[r]),
-                picks_per_token=float(self.picks_per_token[r]), union_pairs=u, missed_pairs=m,
-                streamed_bytes=float(self.streamed_bytes[r]), cache_hit=1.0 - m / u if u > 0 else 1.0,
-                terms_seconds={k: float(v[r]) for k, v in self.terms_seconds.items()},
-                seconds=float(self.rank_seconds[r]), bound=self.bound[r],
-            ))
+            out.append(
+                RankPlan(
+                    rank=r,
+                    experts=tuple(int(i) for i in np.flatnonzero(self.assignment == r)),
+                    speed=float(self.speed[r]),
+                    load_rows=float(self.load_rows[r]),
+                    picks_per_token=float(self.picks_per_token[r]),
+                    union_pairs=u,
+                    missed_pairs=m,
+                    streamed_bytes=float(self.streamed_bytes[r]),
+                    cache_hit=1.0 - m / u if u > 0 else 1.0,
+                    terms_seconds={k: float(v[r]) for k, v in self.terms_seconds.items()},
+                    seconds=float(self.rank_seconds[r]),
+                    bound=self.bound[r],
+                )
+            )
         return tuple(out)
 
     @property
@@ -413,7 +429,7 @@ def split_plan(
 
     ``pi`` (H, E) inclusion probabilities per layer shape; ``load`` (E,) firing counts for
     ``load_rows`` (default π summed over rows). Each rank's SSD / memory / compute terms come
-    from :func:`moeroof.roofline.step_terms` on ``dataclasses.replace(model, experts=|r|)`` with
+    from :func:`moeroof.models.plan.step_terms` on ``dataclasses.replace(model, experts=|r|)`` with
     the rank's columns of π and a ``Workload`` of one rank (the fabric is added here);
     ``misses_fn`` replaces the hot-set misses.
     """
@@ -433,8 +449,13 @@ def split_plan(
     if cache_bytes_per_rank < 0:
         raise ValueError("cache per rank must be >= 0")
     load = pi.sum(axis=0) if load is None else np.asarray(load, dtype=float)
-    workload = Workload(context_tokens=context_tokens, cache_bytes=float(cache_bytes_per_rank),
-                        overlap=overlap, read_size_bytes=read_size_bytes, ranks=1)
+    workload = Workload(
+        context_tokens=context_tokens,
+        cache_bytes=float(cache_bytes_per_rank),
+        overlap=overlap,
+        read_size_bytes=read_size_bytes,
+        ranks=1,
+    )
     consts = _StepConsts.build(model, hardware, workload, batch)
     L = model.moe_layers
     notes: list[str] = []
@@ -484,20 +505,38 @@ def split_plan(
     load_rows = np.bincount(a, weights=load, minlength=ranks)
     imb = {
         "token_load": imbalance(load_rows),
-        "load_per_speed": float((load_rows / speed).max() / (load_rows.sum() / speed.sum())) if load_rows.sum() > 0 else 1.0,
+        "load_per_speed": float((load_rows / speed).max() / (load_rows.sum() / speed.sum()))
+        if load_rows.sum() > 0
+        else 1.0,
         "union": imbalance(union),
         "streamed_bytes": imbalance(streamed),
         "predicted_seconds": imbalance(rank_s),
     }
     return SplitPlan(
-        method=method, ranks=ranks, batch=batch, assignment=a,
-        experts_per_rank=np.bincount(a, minlength=ranks), speed=speed, load_rows=load_rows,
-        picks_per_token=picks, union_pairs=union, missed_pairs=missed, streamed_bytes=streamed,
-        terms_seconds=terms, rank_seconds=rank_s, bound=bound,
-        cache_bytes_per_rank=float(cache_bytes_per_rank), cache_experts_per_layer=consts.cache_experts,
-        fabric_bytes=fabric_bytes, fabric_seconds=fabric_s, remote_share=remote,
-        fabric_overlapped=bool(fabric_overlapped), step_seconds=step, tok_s=batch / step,
-        imbalance=imb, notes=tuple(notes),
+        method=method,
+        ranks=ranks,
+        batch=batch,
+        assignment=a,
+        experts_per_rank=np.bincount(a, minlength=ranks),
+        speed=speed,
+        load_rows=load_rows,
+        picks_per_token=picks,
+        union_pairs=union,
+        missed_pairs=missed,
+        streamed_bytes=streamed,
+        terms_seconds=terms,
+        rank_seconds=rank_s,
+        bound=bound,
+        cache_bytes_per_rank=float(cache_bytes_per_rank),
+        cache_experts_per_layer=consts.cache_experts,
+        fabric_bytes=fabric_bytes,
+        fabric_seconds=fabric_s,
+        remote_share=remote,
+        fabric_overlapped=bool(fabric_overlapped),
+        step_seconds=step,
+        tok_s=batch / step,
+        imbalance=imb,
+        notes=tuple(notes),
     )
 
 
@@ -626,7 +665,9 @@ def _local_search(assign: np.ndarray, hs: _HotSet, ranks: int, max_iter: int) ->
                 t_r = hs.swap_T(vr, pr, m_r, m_s)
                 t_s = hs.swap_T(vs, ps, m_s, m_r).T
                 cand_t = np.maximum(np.maximum(hs.seconds(u_r, t_r, r), hs.seconds(u_s, t_s, s)), t_o)
-                cand_g = np.maximum(np.maximum(hs.streamed_per_speed(u_r, t_r, r), hs.streamed_per_speed(u_s, t_s, s)), g_o)
+                cand_g = np.maximum(
+                    np.maximum(hs.streamed_per_speed(u_r, t_r, r), hs.streamed_per_speed(u_s, t_s, s)), g_o
+                )
                 j = np.lexsort((cand_g.ravel(), cand_t.ravel()))[0]
                 ck = (float(cand_t.ravel()[j]), float(cand_g.ravel()[j]))
                 if _better(ck, best_key):
@@ -639,7 +680,9 @@ def _local_search(assign: np.ndarray, hs: _HotSet, ranks: int, max_iter: int) ->
                     t_r = hs.swap_T(vr, pr, m_r, None)
                     t_s = hs.add_T(vs, m_r)
                     cand_t = np.maximum(np.maximum(hs.seconds(u_r, t_r, r), hs.seconds(u_s, t_s, s)), t_o)
-                    cand_g = np.maximum(np.maximum(hs.streamed_per_speed(u_r, t_r, r), hs.streamed_per_speed(u_s, t_s, s)), g_o)
+                    cand_g = np.maximum(
+                        np.maximum(hs.streamed_per_speed(u_r, t_r, r), hs.streamed_per_speed(u_s, t_s, s)), g_o
+                    )
                     j = np.lexsort((cand_g, cand_t))[0]
                     ck = (float(cand_t[j]), float(cand_g[j]))
                     if _better(ck, best_key):
@@ -706,8 +749,13 @@ def bytes_partition(
     ranks = _check_ranks(e, ranks)
     speed = _normalised_speed(rank_speed, ranks)
     load = pi.sum(axis=0) if load is None else np.asarray(load, dtype=float)
-    workload = Workload(context_tokens=context_tokens, cache_bytes=float(cache_bytes_per_rank),
-                        overlap=overlap, read_size_bytes=read_size_bytes, ranks=1)
+    workload = Workload(
+        context_tokens=context_tokens,
+        cache_bytes=float(cache_bytes_per_rank),
+        overlap=overlap,
+        read_size_bytes=read_size_bytes,
+        ranks=1,
+    )
     consts = _StepConsts.build(model, hardware, workload, int(batch))
     with np.errstate(divide="ignore"):
         m = -np.expm1(int(batch) * np.log1p(-np.clip(pi, 0.0, 1.0)))
@@ -722,9 +770,17 @@ def bytes_partition(
         if name == "lpt" and "weighted" in starts:
             continue  # equal counts at unequal speeds: the weighted start is the better seed
         cands[name + "+search"] = _local_search(a0, hs, ranks, max_iter)
-    kw = dict(batch=batch, cache_bytes_per_rank=cache_bytes_per_rank, rank_speed=speed, load=load,
-              context_tokens=context_tokens, overlap=overlap, read_size_bytes=read_size_bytes,
-              misses_fn=misses_fn, **plan_kw)
+    kw = dict(
+        batch=batch,
+        cache_bytes_per_rank=cache_bytes_per_rank,
+        rank_speed=speed,
+        load=load,
+        context_tokens=context_tokens,
+        overlap=overlap,
+        read_size_bytes=read_size_bytes,
+        misses_fn=misses_fn,
+        **plan_kw,
+    )
     best_name, best_key = None, None
     for name, a in cands.items():  # insertion order: plain starts win ties
         k = _plan_key(split_plan(a, pi, model, hardware, **kw))
@@ -784,7 +840,7 @@ def split_report(
     (E, K) — ``predicted_step_seconds`` (per rank), ``step_seconds``, ``tok_s``, ``per_rank``,
     ``fabric``; ``inputs`` (everything used, with provenance), ``notes``. ``weighted`` and
     ``bytes`` need the model to match (ValueError otherwise). Histogram errors are
-    :class:`moeroof.io.InputError` (``FILE:ROW: FIELD: …``); a bad ``rank_speed`` is a ValueError
+    :class:`moeroof.data.io.InputError` (``FILE:ROW: FIELD: …``); a bad ``rank_speed`` is a ValueError
     naming ``--rank-speed``. The default context (512 tokens) is seed 003's cap.
     """
     if method not in METHODS:
@@ -806,28 +862,44 @@ def split_report(
     matches = mdl.experts == e and mdl.top_k == hist.top_k
     notes: list[str] = []
     if hist.layers_summed:
-        notes.append("the histogram is summed over layers: π per expert is count / (layers·T), the layer "
-                     "average; per-layer skew is hidden, so per-rank union and misses are those of the "
-                     "averaged layer and the partition balances the layer sum only")
+        notes.append(
+            "the histogram is summed over layers: π per expert is count / (layers·T), the layer "
+            "average; per-layer skew is hidden, so per-rank union and misses are those of the "
+            "averaged layer and the partition balances the layer sum only"
+        )
     if hist.layers > 1:
-        notes.append(f"one partition for all {hist.layers} layers (expert id → rank, as in seed 003); "
-                     "EPLB's balanced_packing would pack each layer separately")
+        notes.append(
+            f"one partition for all {hist.layers} layers (expert id → rank, as in seed 003); "
+            "EPLB's balanced_packing would pack each layer separately"
+        )
     if not matches and method in ("weighted", "bytes"):
-        raise ValueError(f"--model: {mdl.name} has E={mdl.experts}, K={mdl.top_k} but the histogram has "
-                         f"E={e}, K={hist.top_k}; method {method!r} needs the step model (pass a matching --model)")
+        raise ValueError(
+            f"--model: {mdl.name} has E={mdl.experts}, K={mdl.top_k} but the histogram has "
+            f"E={e}, K={hist.top_k}; method {method!r} needs the step model (pass a matching --model)"
+        )
     load = hist.counts.sum(axis=0).astype(float)
     pi = inclusion_from_histogram(hist)
     cache_bytes = cache_gib * GiB
     speed = np.ones(int(ranks)) if speeds_given is None else speeds_given
-    plan_kw = dict(batch=int(batch), cache_bytes_per_rank=cache_bytes, rank_speed=speed, load=load,
-                   context_tokens=int(context_tokens), overlap=overlap, read_size_bytes=read_size_bytes,
-                   misses_fn=misses_fn)
+    plan_kw = dict(
+        batch=int(batch),
+        cache_bytes_per_rank=cache_bytes,
+        rank_speed=speed,
+        load=load,
+        context_tokens=int(context_tokens),
+        overlap=overlap,
+        read_size_bytes=read_size_bytes,
+        misses_fn=misses_fn,
+    )
     won = None
     if method == "bytes":
-        assignment, won = bytes_partition(pi, mdl, hw, int(ranks), fabric_overlapped=fabric_overlapped,
-                                          hidden_size=hidden_size, **plan_kw)
-        notes.append(f"bytes: best candidate was {won!r} (starts lpt / weighted / greedy; '+search': "
-                     "improved by swaps and moves under the hot-set model)")
+        assignment, won = bytes_partition(
+            pi, mdl, hw, int(ranks), fabric_overlapped=fabric_overlapped, hidden_size=hidden_size, **plan_kw
+        )
+        notes.append(
+            f"bytes: best candidate was {won!r} (starts lpt / weighted / greedy; '+search': "
+            "improved by swaps and moves under the hot-set model)"
+        )
     else:
         assignment = partition(method, load, int(ranks), rank_speed=speed)
     if method == "weighted" and speeds_given is None:
@@ -852,8 +924,16 @@ def split_report(
         "rank_speed_normalised": [float(x) for x in speed / speed.max()],
     }
     if matches:
-        p = split_plan(assignment, pi, mdl, hw, fabric_overlapped=fabric_overlapped, hidden_size=hidden_size,
-                       method=method, **plan_kw)
+        p = split_plan(
+            assignment,
+            pi,
+            mdl,
+            hw,
+            fabric_overlapped=fabric_overlapped,
+            hidden_size=hidden_size,
+            method=method,
+            **plan_kw,
+        )
         notes.extend(p.notes)
         out["imbalance_by"] = dict(p.imbalance)
         out["predicted_step_seconds"] = [float(x) for x in p.rank_seconds]
@@ -870,8 +950,12 @@ def split_report(
             "terms_seconds": {k: [float(x) for x in v] for k, v in p.terms_seconds.items()},
             "bound": list(p.bound),
         }
-        out["fabric"] = {"bytes_per_step": p.fabric_bytes, "seconds": p.fabric_seconds,
-                         "remote_share": p.remote_share, "overlapped": p.fabric_overlapped}
+        out["fabric"] = {
+            "bytes_per_step": p.fabric_bytes,
+            "seconds": p.fabric_seconds,
+            "remote_share": p.remote_share,
+            "overlapped": p.fabric_overlapped,
+        }
         used_keys = ["moe_layers", "expert_bytes", "non_routed_bytes", "kv_bytes_per_token", "flops_per_token"]
         hw_keys = ["ram_bytes", "os_reserve_bytes", "bw_mem_bytes_per_s", "flops_per_s", "bw_ssd_bytes_per_s"]
         if p.fabric_bytes:
@@ -882,18 +966,28 @@ def split_report(
         prov["routing"] = "witnessed" if hist.provenance == "witnessed" else "projected"
         if speeds_given is None:
             prov["rank_speed"] = "assumed"
-        inputs.update({
-            "model": mdl.name, "hardware": hw.name, "batch": int(batch), "cache_gib_per_rank": cache_gib,
-            "cache_experts_per_layer": p.cache_experts_per_layer, "context_tokens": int(context_tokens),
-            "overlap": overlap, "fabric_overlapped": bool(fabric_overlapped),
-            "read_size_bytes": read_size_bytes, "misses": "hot set" if misses_fn is None else getattr(misses_fn, "__name__", "misses_fn"),
-            "provenance": prov,
-        })
+        inputs.update(
+            {
+                "model": mdl.name,
+                "hardware": hw.name,
+                "batch": int(batch),
+                "cache_gib_per_rank": cache_gib,
+                "cache_experts_per_layer": p.cache_experts_per_layer,
+                "context_tokens": int(context_tokens),
+                "overlap": overlap,
+                "fabric_overlapped": bool(fabric_overlapped),
+                "read_size_bytes": read_size_bytes,
+                "misses": "hot set" if misses_fn is None else getattr(misses_fn, "__name__", "misses_fn"),
+                "provenance": prov,
+            }
+        )
         out["provenance"] = "projected" if any(v != "witnessed" for v in prov.values()) else "witnessed-inputs"
     else:
         out["imbalance_by"] = {"token_load": imbalance(load_rows)}
-        notes.append(f"the histogram (E={e}, K={hist.top_k}) does not match model {mdl.name} "
-                     f"(E={mdl.experts}, K={mdl.top_k}): no step model, loads only")
+        notes.append(
+            f"the histogram (E={e}, K={hist.top_k}) does not match model {mdl.name} "
+            f"(E={mdl.experts}, K={mdl.top_k}): no step model, loads only"
+        )
     out["inputs"] = inputs
     if won is not None:
         out["bytes_candidate"] = won

@@ -11,7 +11,7 @@ and every quantity in GiB here (cache sizes, GiB streamed per step) is independe
 of C GiB holds ``C / 91 · 144`` experts per layer whatever L is. L changes only how many
 independent layers the statistics average over.
 
-Routing (:func:`sample_ladder_trace`, through :func:`moeroof.routing.sample_trace`): per layer a
+Routing (:func:`sample_ladder_trace`, through :func:`moeroof.models.routing.sample_trace`): per layer a
 popularity w (``dirichlet``: ``w ~ Dirichlet(α·1)`` drawn per layer — the default, see below;
 or ``zipf``: ``w ∝ rank^−s`` with a random rank permutation per layer); M streams, each decoding
 its own token sequence (the seed's distinct-token workload: stream i is fed token 100 + 997·i);
@@ -26,7 +26,7 @@ rate and bytes over the 10 timed steps. A *pair* is two ranks with the contiguou
 (experts 0–143 on rank 0, 144–287 on rank 1), a *booster* one rank owning all 288; each rank has
 its own cache of C GiB (LRU by default; capacity in bytes, one cache shared by all layers —
 global scope). A decode step requests, layer by layer in layer order, the union of the step's
-experts that the rank owns (:func:`moeroof.cache.requests_from_trace`). A hit is counted per
+experts that the rank owns (:func:`moeroof.models.cache.requests_from_trace`). A hit is counted per
 requested (layer, expert) item of that union, not per token-route.
 
 **Which "GiB streamed/step" the seed publishes: per rank.** With the hit rate counted over the
@@ -84,10 +84,11 @@ from pathlib import Path
 
 import numpy as np
 
-from moeroof import cache, paths
-from moeroof.routing import Dirichlet, Zipf, sample_trace
-from moeroof.union import distinct_per_layer
-from moeroof.units import GiB
+from moeroof.core import paths
+from moeroof.core.units import GiB
+from moeroof.models import cache
+from moeroof.models.routing import Dirichlet, Zipf, sample_trace
+from moeroof.models.union import distinct_per_layer
 
 __all__ = [
     "EXPERTS",
@@ -184,8 +185,9 @@ class Knobs:
 
     def label(self) -> str:
         c = "" if math.isinf(self.c) else f", c={self.c:g}"
-        return (f"{self.family} {self.skew_name}={self.skew:.3g}, ρ={self.rho:.3g}{c}, "
-                f"history {self.history_tokens} tokens")
+        return (
+            f"{self.family} {self.skew_name}={self.skew:.3g}, ρ={self.rho:.3g}{c}, history {self.history_tokens} tokens"
+        )
 
 
 #: knobs found by ``fit_knobs(CALIBRATION, seeds=range(8), layers=15)`` (5.7 s; the notebook
@@ -195,9 +197,18 @@ FITTED = Knobs(family="dirichlet", skew=0.3153, rho=0.1699, history_tokens=247)
 #: calibration runs — the parameter uncertainty one published run per point leaves
 FITTED_DRAWS: tuple[Knobs, ...] = tuple(
     Knobs(family="dirichlet", skew=a, rho=r, history_tokens=h)
-    for a, r, h in [(0.3253, 0.1732, 243), (0.3245, 0.1630, 241), (0.3083, 0.1770, 248), (0.3122, 0.1697, 235),
-                    (0.3181, 0.1723, 266), (0.3196, 0.1685, 232), (0.3228, 0.1645, 248), (0.3274, 0.1805, 252),
-                    (0.3249, 0.1812, 257), (0.3095, 0.1696, 249)]
+    for a, r, h in [
+        (0.3253, 0.1732, 243),
+        (0.3245, 0.1630, 241),
+        (0.3083, 0.1770, 248),
+        (0.3122, 0.1697, 235),
+        (0.3181, 0.1723, 266),
+        (0.3196, 0.1685, 232),
+        (0.3228, 0.1645, 248),
+        (0.3274, 0.1805, 252),
+        (0.3249, 0.1812, 257),
+        (0.3095, 0.1696, 249),
+    ]
 )
 
 
@@ -297,7 +308,7 @@ def history_steps(knobs: Knobs, streams: int) -> int:
 
 def sample_ladder_trace(knobs: Knobs, streams: int, steps: int, layers: int, rng: np.random.Generator) -> np.ndarray:
     """A synthetic GLM-5-NVFP4 trace (steps, M, layers, K): each stream decodes its own token
-    sequence under the knobs (:func:`moeroof.routing.sample_trace`, ``scope="step"``)."""
+    sequence under the knobs (:func:`moeroof.models.routing.sample_trace`, ``scope="step"``)."""
     model = Dirichlet(EXPERTS, TOP_K, knobs.skew) if knobs.family == "dirichlet" else Zipf(EXPERTS, TOP_K, knobs.skew)
     return sample_trace(model, steps, streams, layers, rng, c=knobs.c, rho=knobs.rho, groups=1, scope="step")
 
@@ -383,19 +394,34 @@ def run_cases(
                     requests[key] = cache.requests_from_trace(topk, EXPERTS, partition=owner, rank=r)
                 req = requests[key]
                 pinned = _static_pin(req, warm) if case.policy == "static" else None
-                results.append(cache.simulate(req, case.cache_gib_per_rank * GiB, policy=case.policy,
-                                              capacity_unit="bytes", item_bytes=item, scope="global",
-                                              warmup_steps=warm, pinned=pinned))
+                results.append(
+                    cache.simulate(
+                        req,
+                        case.cache_gib_per_rank * GiB,
+                        policy=case.policy,
+                        capacity_unit="bytes",
+                        item_bytes=item,
+                        scope="global",
+                        warmup_steps=warm,
+                        pinned=pinned,
+                    )
+                )
             hits = sum(r.hits for r in results)
             reqs = sum(r.requests for r in results)
             rank_gib = tuple(float(r.bytes_streamed_per_step[warm:].mean() / GiB) for r in results)
             rank_union = [_union_per_layer(timed, EXPERTS, owner, r) for r in range(case.ranks)]
             out[case.name] = CaseResult(
-                case=case, seed=int(seed), hit_rate=hits / reqs if reqs else float("nan"),
-                gib_streamed_per_step=float(np.mean(rank_gib)), union_per_layer=union,
+                case=case,
+                seed=int(seed),
+                hit_rate=hits / reqs if reqs else float("nan"),
+                gib_streamed_per_step=float(np.mean(rank_gib)),
+                union_per_layer=union,
                 rank_union_per_layer=float(np.mean(rank_union)),
                 rank_hit_rates=tuple(float(r.hit_rate) for r in results),
-                rank_gib_streamed_per_step=rank_gib, warmup_steps=warm, layers=int(layers))
+                rank_gib_streamed_per_step=rank_gib,
+                warmup_steps=warm,
+                layers=int(layers),
+            )
     return [out[c.name] for c in cases]
 
 
@@ -429,9 +455,22 @@ def summarize(results: Sequence[CaseResult], level: tuple[float, float] = (0.05,
         g = np.array([r.gib_streamed_per_step for r in rs])
         u = np.array([r.union_per_layer for r in rs])
         hq, gq, uq = (np.quantile(x, level) for x in (h, g, u))
-        bands.append(Band(rs[0].case, float(h.mean()), float(hq[0]), float(hq[1]), float(g.mean()),
-                          float(gq[0]), float(gq[1]), float(u.mean()), float(uq[0]), float(uq[1]),
-                          float(np.mean([r.rank_union_per_layer for r in rs])), len(rs)))
+        bands.append(
+            Band(
+                rs[0].case,
+                float(h.mean()),
+                float(hq[0]),
+                float(hq[1]),
+                float(g.mean()),
+                float(gq[0]),
+                float(gq[1]),
+                float(u.mean()),
+                float(uq[0]),
+                float(uq[1]),
+                float(np.mean([r.rank_union_per_layer for r in rs])),
+                len(rs),
+            )
+        )
     return bands
 
 
@@ -446,8 +485,9 @@ def predict(
     :data:`FITTED_DRAWS`): seed j then runs with ``knobs[j % n]``, so the band carries the
     parameter uncertainty of the fit as well as the run-to-run noise of a 10-step experiment."""
     draws = [knobs] if isinstance(knobs, Knobs) else list(knobs)
-    results = [r for j, s in enumerate(seeds)
-               for r in run_cases(draws[j % len(draws)], cases, seed=int(s), layers=layers)]
+    results = [
+        r for j, s in enumerate(seeds) for r in run_cases(draws[j % len(draws)], cases, seed=int(s), layers=layers)
+    ]
     return summarize(results), results
 
 
@@ -531,8 +571,12 @@ def fit_knobs(
     # (1) skew from the union: short traces, no history needed
     short = replace(start, history_tokens=0)
     skews = np.asarray(skew_grid, dtype=float)
-    unions = np.array([mean_over_seeds(replace(short, skew=float(s)), replace(t20.case, cache_gib_per_rank=0.0),
-                                       "union_per_layer") for s in skews])
+    unions = np.array(
+        [
+            mean_over_seeds(replace(short, skew=float(s)), replace(t20.case, cache_gib_per_rank=0.0), "union_per_layer")
+            for s in skews
+        ]
+    )
     skew, note = _interp_root(skews, unions, union_target, log_x=True)
     notes += [f"skew: {note}"] if note else []
     # (2) ρ from the 20 GiB hit rate (a 20 GiB cache turns over within two steps: little history needed)
@@ -543,12 +587,15 @@ def fit_knobs(
     notes += [f"rho: {note}"] if note else []
     # (3) history from the 80 GiB hit rate
     hist = np.asarray(history_grid, dtype=float)
-    hit80 = np.array([mean_over_seeds(replace(start, skew=skew, rho=rho, history_tokens=int(h)), t80.case, "hit_rate")
-                      for h in hist])
+    hit80 = np.array(
+        [mean_over_seeds(replace(start, skew=skew, rho=rho, history_tokens=int(h)), t80.case, "hit_rate") for h in hist]
+    )
     history, note = _interp_root(hist, hit80, t80.hit_rate, log_x=True)
     notes += [f"history: {note}"] if note else []
     knobs = replace(start, skew=round(skew, 4), rho=round(rho, 4), history_tokens=int(round(history)))
-    return FitResult(knobs, float(union_target), skews, unions, rhos, hit20, hist, hit80, seeds, int(layers), tuple(notes))
+    return FitResult(
+        knobs, float(union_target), skews, unions, rhos, hit20, hist, hit80, seeds, int(layers), tuple(notes)
+    )
 
 
 # ----------------------------------------------------------------------------- curves
@@ -557,7 +604,7 @@ def fit_knobs(
 def lru_curve(requests: cache.Requests, warmup_steps: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Exact LRU hit rate at every capacity (items, global scope) counting only the steps
     ≥ ``warmup_steps``: a request hits a cache of C items iff its stack distance is in 1…C
-    (Mattson et al. 1970, :func:`moeroof.cache.stack_distances` over the whole stream, so the
+    (Mattson et al. 1970, :func:`moeroof.models.cache.stack_distances` over the whole stream, so the
     warm-up still fills the stack). Returns (capacity_experts 0…D, hit_rate)."""
     dist = cache.stack_distances(requests.items)
     counted = dist[requests.step >= warmup_steps]
@@ -621,8 +668,9 @@ def ladder_curve(
         hits_out.append(hits / total)
         gib_out.append(miss_gib / ranks)
         ws_out.append(total / ranks / timed_steps * item / GiB)
-    return LadderCurve(ranks, streams, grid, np.array(hits_out), np.array(gib_out), np.array(ws_out),
-                       tuple(int(s) for s in seeds))
+    return LadderCurve(
+        ranks, streams, grid, np.array(hits_out), np.array(gib_out), np.array(ws_out), tuple(int(s) for s in seeds)
+    )
 
 
 # ----------------------------------------------------------------------------- output
@@ -649,8 +697,17 @@ def write_predictions(bands: Sequence[Band], path: str | os.PathLike[str] | None
             w.writerow(PREDICTIONS_COLUMNS)
             for b in bands:
                 c = b.case
-                w.writerow([c.name, c.ranks, c.streams, f"{c.cache_gib_per_rank:g}", c.policy,
-                            f"{b.hit_rate:.4f}", f"{b.gib_streamed_per_step:.4f}"])
+                w.writerow(
+                    [
+                        c.name,
+                        c.ranks,
+                        c.streams,
+                        f"{c.cache_gib_per_rank:g}",
+                        c.policy,
+                        f"{b.hit_rate:.4f}",
+                        f"{b.gib_streamed_per_step:.4f}",
+                    ]
+                )
         os.chmod(tmp, 0o644)
         os.replace(tmp, target)
     except BaseException:
@@ -676,6 +733,8 @@ def bootstrap_knobs(
     out = []
     for j in range(replicates):
         sim = run_cases(knobs, [t.case for t in targets], seed=seed + 1000 + j, layers=layers)
-        fake = [replace(t, hit_rate=r.hit_rate, gib_streamed_per_step=r.gib_streamed_per_step) for t, r in zip(targets, sim)]
+        fake = [
+            replace(t, hit_rate=r.hit_rate, gib_streamed_per_step=r.gib_streamed_per_step) for t, r in zip(targets, sim)
+        ]
         out.append(fit_knobs(fake, family=knobs.family, start=knobs, seeds=fit_seeds, layers=fit_layers).knobs)
     return out

@@ -18,9 +18,10 @@ from pathlib import Path
 import matplotlib as mpl
 from matplotlib.figure import Figure
 
-from moeroof import paths
+from moeroof.core import (
+    paths,  #: resolution of the PNG copy; fixed so the bytes do not depend on the user's rc settings
+)
 
-#: resolution of the PNG copy; fixed so the bytes do not depend on the user's rc settings
 DPI = 120
 #: matplotlib hashes this salt into SVG element ids; fixed salt → same ids on every run
 SVG_HASHSALT = "moeroof"
@@ -106,7 +107,7 @@ def _atomic_savefig(fig: Figure, target: Path, fmt: str) -> None:
 def save_figure(fig: Figure, name: str, *, directory: str | os.PathLike[str] | None = None) -> list[Path]:
     """Write ``name.svg`` and ``name.png`` for ``fig`` and return their paths.
 
-    ``directory`` defaults to :func:`moeroof.paths.figures_dir` (``MOEROOF_FIGURES_DIR``
+    ``directory`` defaults to :func:`moeroof.core.paths.figures_dir` (``MOEROOF_FIGURES_DIR``
     overrides it, which is how tests keep committed figures untouched). Saving the same figure
     twice gives identical bytes.
     """

@@ -7,10 +7,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from moeroof.maps import BOUND_CODES, regime_map
-from moeroof.presets import Hardware, load_hardware, load_model
-from moeroof.roofline import TERMS, Workload, plan, routing_from_spec
-from moeroof.units import GB, GiB, TB
+from moeroof.core.units import GB, TB, GiB
+from moeroof.data.presets import Hardware, load_hardware, load_model
+from moeroof.models.plan import TERMS, Workload, plan, routing_from_spec
+from moeroof.studies.regime_map import BOUND_CODES, regime_map
 
 MODEL = load_model("glm-5.2")
 BOX = load_hardware("nvme-gen4")
@@ -51,7 +51,9 @@ def test_net_tok_s_non_decreasing_in_cache_without_memory_pressure():
     # keep every requested cache below what RAM leaves at the largest B: no capping, no pressure
     w = Workload(context_tokens=1024)
     batch = np.array([1, 4, 16, 64, 200])
-    leftover = BOX.ram_bytes - BOX.os_reserve_bytes - MODEL.non_routed_bytes - batch.max() * 1024 * MODEL.kv_bytes_per_token
+    leftover = (
+        BOX.ram_bytes - BOX.os_reserve_bytes - MODEL.non_routed_bytes - batch.max() * 1024 * MODEL.kv_bytes_per_token
+    )
     caches = np.linspace(0, leftover, 9)
     m = regime_map(MODEL, BOX, w, ROUTING, batch, caches)
     assert m.fits_in_memory.all()

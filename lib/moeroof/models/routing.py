@@ -159,9 +159,7 @@ def _normalize(popularity: np.ndarray) -> np.ndarray:
     return w / total
 
 
-def inclusion_probabilities(
-    popularity: np.ndarray, top_k: int, nodes_per_efold: int | None = None
-) -> np.ndarray:
+def inclusion_probabilities(popularity: np.ndarray, top_k: int, nodes_per_efold: int | None = None) -> np.ndarray:
     """Inclusion probabilities ``π_i = P(i ∈ top-K)`` of a Plackett–Luce draw without replacement.
 
     Exact for uniform rows (``K/E``). Otherwise from the exponential-clock representation of

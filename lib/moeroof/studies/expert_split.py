@@ -1,21 +1,21 @@
 """Analyses of seed 003's expert split for the ``expert_split`` notebook (SPEC §6, issue 5).
 
 Four questions about splitting GLM-5's 288 routed experts over two GB10 nodes, each answered by
-one function built on :mod:`moeroof.partition`, :mod:`moeroof.cache` and :mod:`moeroof.ladder`:
+one function built on :mod:`moeroof.models.partition`, :mod:`moeroof.models.cache` and :mod:`moeroof.studies.ladder`:
 
 - :func:`relabel_imbalance` — how much of the id split's token-load imbalance is luck: the
   contiguous id split's ``max/mean`` load over random relabelings of the same firing counts
   (which ids happen to be hot), against greedy LPT with equal cardinality
-  (:func:`moeroof.partition.balanced_packing`), whose loads do not depend on the labels.
+  (:func:`moeroof.models.partition.balanced_packing`), whose loads do not depend on the labels.
 - :func:`trace_split` — what each rank of a partition does with its cache on a trace: token
   picks (the firing counts a partition balances), per-layer union, LRU hits and misses, GiB
   streamed per step, and the cost of synchronising the ranks at every MoE layer.
 - :func:`slowdown_sweep` — the pair's predicted step time when one rank (the head node) is
   ``s`` times slower at identical work, for each partition method, under the per-rank step
-  model of :func:`moeroof.partition.split_plan`; :func:`fluid_gain` is the divisible-work
+  model of :func:`moeroof.models.partition.split_plan`; :func:`fluid_gain` is the divisible-work
   reference.
 - :func:`pair_vs_booster` — the pair against one booster at the same M and cache per node:
-  simulated hit rate and streamed GiB (:func:`moeroof.ladder.run_cases`) turned into step times
+  simulated hit rate and streamed GiB (:func:`moeroof.studies.ladder.run_cases`) turned into step times
   by the roofline terms, and their ratio against the seed's witnessed 6.1×.
 
 Witnessed numbers of seed 003 (``shared/seeds/003_7b9fcd30c3f4d7af-excerpt.md``) are in
@@ -30,16 +30,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from moeroof import cache, ladder
-from moeroof.partition import (
+from moeroof.core.units import GiB
+from moeroof.data.presets import Hardware, MoEModel
+from moeroof.models import cache
+from moeroof.models.partition import (
     balanced_packing,
     contiguous_split,
     imbalance,
     partition,
     split_plan,
 )
-from moeroof.presets import Hardware, MoEModel
-from moeroof.units import GiB
+from moeroof.studies import ladder
 
 __all__ = [
     "SEED003",
@@ -128,8 +129,8 @@ def relabel_imbalance(load, ranks: int, draws: int, rng: np.random.Generator) ->
     """The id split's per-rank loads over ``draws`` random relabelings of the firing counts.
 
     Each draw permutes which expert id carries which count (``rng.permutation``) and splits the
-    ids contiguously (:func:`moeroof.partition.contiguous_split`). Equal-cardinality LPT
-    (:func:`moeroof.partition.balanced_packing`) sees only the sorted counts, so its loads do not
+    ids contiguously (:func:`moeroof.models.partition.contiguous_split`). Equal-cardinality LPT
+    (:func:`moeroof.models.partition.balanced_packing`) sees only the sorted counts, so its loads do not
     depend on the labels: one row serves every draw.
     """
     w = np.asarray(load, dtype=float)
@@ -183,8 +184,12 @@ class TraceSplit:
 
     def imbalance(self) -> dict[str, float]:
         """``max/mean`` over ranks of token picks, union, misses and streamed GiB."""
-        return {"token_load": imbalance(self.picks_per_step), "union": imbalance(self.union_per_layer),
-                "misses": imbalance(self.misses), "streamed_gib": imbalance(self.gib_per_step)}
+        return {
+            "token_load": imbalance(self.picks_per_step),
+            "union": imbalance(self.union_per_layer),
+            "misses": imbalance(self.misses),
+            "streamed_gib": imbalance(self.gib_per_step),
+        }
 
     def layer_share(self, rank: int = 0) -> np.ndarray:
         """Per layer, rank ``rank``'s share of the GiB streamed over the timed steps (NaN for a
@@ -225,12 +230,12 @@ def trace_split(
     """Per-rank LRU caches on a trace under an expert → rank ``assignment`` (E,).
 
     Rank r requests, layer by layer, the union of each step's experts it owns
-    (:func:`moeroof.cache.requests_from_trace`) and caches them in its own LRU cache of
+    (:func:`moeroof.models.cache.requests_from_trace`) and caches them in its own LRU cache of
     ``cache_gib_per_rank`` GiB shared by all layers (global scope). Items are equal-sized
-    (``item_bytes``, default :func:`moeroof.ladder.expert_bytes` at the trace's layer count),
+    (``item_bytes``, default :func:`moeroof.studies.ladder.expert_bytes` at the trace's layer count),
     so a cache holds ``⌊C/e⌋`` items and a request hits iff its LRU stack distance is in
-    ``1…⌊C/e⌋`` (Mattson et al. 1970; :func:`moeroof.cache.stack_distances`) — the same hits as
-    :func:`moeroof.cache.simulate` with ``policy="lru"``, kept per (step, layer) here.
+    ``1…⌊C/e⌋`` (Mattson et al. 1970; :func:`moeroof.models.cache.stack_distances`) — the same hits as
+    :func:`moeroof.models.cache.simulate` with ``policy="lru"``, kept per (step, layer) here.
     """
     arr = np.asarray(topk)
     steps, _, layers, _ = arr.shape
@@ -260,10 +265,19 @@ def trace_split(
         layer_miss[r] = np.bincount(cell[~hit[keep]], minlength=timed * layers).reshape(timed, layers) * e / GiB
     req_n = hits + misses
     return TraceSplit(
-        assignment=a, ranks=ranks, layers=int(layers), timed_steps=int(timed), cache_gib_per_rank=float(cache_gib_per_rank),
-        item_bytes=e, picks_per_step=picks, union_per_layer=union, hits=hits, misses=misses,
+        assignment=a,
+        ranks=ranks,
+        layers=int(layers),
+        timed_steps=int(timed),
+        cache_gib_per_rank=float(cache_gib_per_rank),
+        item_bytes=e,
+        picks_per_step=picks,
+        union_per_layer=union,
+        hits=hits,
+        misses=misses,
         hit_rate=np.where(req_n > 0, hits / np.maximum(req_n, 1), np.nan),
-        gib_per_step=misses * e / GiB / timed, layer_miss_gib=layer_miss,
+        gib_per_step=misses * e / GiB / timed,
+        layer_miss_gib=layer_miss,
     )
 
 
@@ -329,13 +343,13 @@ def slowdown_sweep(
     bytes_max_iter: int | None = 30,
     **plan_kw,
 ) -> SlowdownSweep:
-    """The pair's step (:func:`moeroof.partition.split_plan`) when rank ``head_rank`` runs
+    """The pair's step (:func:`moeroof.models.partition.split_plan`) when rank ``head_rank`` runs
     ``s`` times slower than the others at identical work (speed ``1/s``), for each method.
 
     ``id`` and ``lpt`` ignore the speeds (the same partition at every s); ``weighted`` gives the
     slow rank ``≈ E/(1+s)`` experts (two ranks) and packs the load to finish together;
     ``bytes`` searches for the partition that minimises the slowest rank's predicted time
-    (:func:`moeroof.partition.bytes_partition`, local search capped at ``bytes_max_iter``
+    (:func:`moeroof.models.partition.bytes_partition`, local search capped at ``bytes_max_iter``
     improving moves per start: the first few dozen moves give nearly all of the gain).
     """
     s_grid = np.asarray(slowdowns, dtype=float)
@@ -355,8 +369,19 @@ def slowdown_sweep(
         speed[head_rank] = 1.0 / s
         kw = dict(batch=batch, cache_bytes_per_rank=cache_bytes, rank_speed=speed, load=w, **plan_kw)
         for m in methods:
-            extra = dict(pi=pi, model=model, hardware=hardware, batch=batch, cache_bytes_per_rank=cache_bytes,
-                         max_iter=bytes_max_iter, **plan_kw) if m == "bytes" else {}
+            extra = (
+                dict(
+                    pi=pi,
+                    model=model,
+                    hardware=hardware,
+                    batch=batch,
+                    cache_bytes_per_rank=cache_bytes,
+                    max_iter=bytes_max_iter,
+                    **plan_kw,
+                )
+                if m == "bytes"
+                else {}
+            )
             a = partition(m, w, ranks, rank_speed=speed, **extra)
             p = split_plan(a, pi, model, hardware, method=m, **kw)
             steps[m][i] = p.step_seconds
@@ -367,8 +392,19 @@ def slowdown_sweep(
             for n in p.notes:
                 if n not in notes:
                     notes.append(n)
-    return SlowdownSweep(s_grid, int(head_rank), tuple(methods), steps, head, gib,
-                         {m: tuple(b) for m, b in bound.items()}, rank_s, float(cache_gib_per_rank), int(batch), tuple(notes))
+    return SlowdownSweep(
+        s_grid,
+        int(head_rank),
+        tuple(methods),
+        steps,
+        head,
+        gib,
+        {m: tuple(b) for m, b in bound.items()},
+        rank_s,
+        float(cache_gib_per_rank),
+        int(batch),
+        tuple(notes),
+    )
 
 
 # ----------------------------------------------------------------------------- pair vs booster
@@ -440,7 +476,7 @@ def pair_vs_booster(
 ) -> PairVsBooster:
     """Predict seed 003's pair/booster step-time ratio from the calibrated cache model.
 
-    Hit rate and GiB streamed per step per rank: :func:`moeroof.ladder.run_cases` (LRU, one
+    Hit rate and GiB streamed per step per rank: :func:`moeroof.studies.ladder.run_cases` (LRU, one
     cache of ``cache_gib`` per node, the seed's 3 + 10 step protocol, ``knobs`` fitted to the
     pair's 20 and 80 GiB rows only). Each rank's step (the per-rank roofline, max overlap)::
 
@@ -457,7 +493,10 @@ def pair_vs_booster(
     seeds = tuple(int(s) for s in seeds)
     if not seeds:
         raise ValueError("give at least one seed")
-    cases = [ladder.Case("booster", 1, int(streams), float(cache_gib)), ladder.Case("pair", 2, int(streams), float(cache_gib))]
+    cases = [
+        ladder.Case("booster", 1, int(streams), float(cache_gib)),
+        ladder.Case("pair", 2, int(streams), float(cache_gib)),
+    ]
     runs = [ladder.run_cases(knobs, cases, seed=s, layers=layers) for s in seeds]
     e_model = float(model.expert_bytes)
     read = e_model if read_size_bytes is None else float(read_size_bytes)
@@ -475,14 +514,25 @@ def pair_vs_booster(
             t = (g * GiB / bw_ssd, (mem_base + ws * GiB) / float(hardware.bw_mem_bytes_per_s), compute)
             per_seed_steps[name].append(max(t))
         g, ws = float(gib_seed.mean()), float(ws_seed.mean())
-        terms = {"ssd": g * GiB / bw_ssd, "memory": (mem_base + ws * GiB) / float(hardware.bw_mem_bytes_per_s),
-                 "compute": compute}
+        terms = {
+            "ssd": g * GiB / bw_ssd,
+            "memory": (mem_base + ws * GiB) / float(hardware.bw_mem_bytes_per_s),
+            "compute": compute,
+        }
         b = max(terms, key=terms.get)
-        arrs[name] = Arrangement(name="one booster, all 288 experts" if name == "booster" else "pair, id split 144/144",
-                                 ranks=cases[j].ranks, experts_per_rank=ladder.EXPERTS // cases[j].ranks,
-                                 hit_rate=float(hit_seed.mean()), hit_rate_range=(float(hit_seed.min()), float(hit_seed.max())),
-                                 gib_per_step=g, gib_range=(float(gib_seed.min()), float(gib_seed.max())),
-                                 working_set_gib=ws, terms_seconds=terms, step_seconds=terms[b], bound=b)
+        arrs[name] = Arrangement(
+            name="one booster, all 288 experts" if name == "booster" else "pair, id split 144/144",
+            ranks=cases[j].ranks,
+            experts_per_rank=ladder.EXPERTS // cases[j].ranks,
+            hit_rate=float(hit_seed.mean()),
+            hit_rate_range=(float(hit_seed.min()), float(hit_seed.max())),
+            gib_per_step=g,
+            gib_range=(float(gib_seed.min()), float(gib_seed.max())),
+            working_set_gib=ws,
+            terms_seconds=terms,
+            step_seconds=terms[b],
+            bound=b,
+        )
     per_seed_ratio = np.array(per_seed_steps["booster"]) / np.array(per_seed_steps["pair"])
     ratio = arrs["booster"].step_seconds / arrs["pair"].step_seconds
     witnessed = float(SEED003["booster_ms_per_step"]) / float(SEED003["pair_ms_per_step"])
@@ -494,11 +544,27 @@ def pair_vs_booster(
     )
     notes = ["equal node speeds: the seed's head node runs 1.3–2.6× slower; which node the booster ran on is not given"]
     if int(streams) != 8 or float(cache_gib) != 20.0:
-        notes.append(f"the witnessed ratio is seed 003's at M = 8 and 20 GiB, not at M = {streams} and {cache_gib:g} GiB")
+        notes.append(
+            f"the witnessed ratio is seed 003's at M = 8 and 20 GiB, not at M = {streams} and {cache_gib:g} GiB"
+        )
     notes = tuple(notes)
     rate = float(SEED003["pair_gib_streamed_per_step"]) / (float(SEED003["pair_ms_per_step"]) / 1e3)
-    return PairVsBooster(arrs["booster"], arrs["pair"], float(ratio), (float(per_seed_ratio.min()), float(per_seed_ratio.max())),
-                         arrs["booster"].gib_per_step / arrs["pair"].gib_per_step, witnessed, float(ratio / witnessed - 1.0),
-                         bw_ssd, read, int(streams), float(cache_gib), int(layers), seeds, assumed,
-                         witnessed_pair_gib_per_s=rate, booster_seconds_at_witnessed_rate=arrs["booster"].gib_per_step / rate,
-                         notes=notes)
+    return PairVsBooster(
+        arrs["booster"],
+        arrs["pair"],
+        float(ratio),
+        (float(per_seed_ratio.min()), float(per_seed_ratio.max())),
+        arrs["booster"].gib_per_step / arrs["pair"].gib_per_step,
+        witnessed,
+        float(ratio / witnessed - 1.0),
+        bw_ssd,
+        read,
+        int(streams),
+        float(cache_gib),
+        int(layers),
+        seeds,
+        assumed,
+        witnessed_pair_gib_per_s=rate,
+        booster_seconds_at_witnessed_rate=arrs["booster"].gib_per_step / rate,
+        notes=notes,
+    )

@@ -12,14 +12,14 @@ incidence data, Chao et al. 2014; the multinomial is the usual pick-level approx
 
 The multinomial coefficient is kept for every model, so log-likelihoods and AIC = 2k − 2 log L
 compare across models. Models: ``uniform`` (``π_i = K/E``, k = 0), ``zipf`` (popularity ∝
-rank^−s, π from :func:`moeroof.routing.inclusion_probabilities`, k = 1) and ``dirichlet``
+rank^−s, π from :func:`moeroof.models.routing.inclusion_probabilities`, k = 1) and ``dirichlet``
 (popularity ~ Dirichlet(α·1), a Dirichlet-multinomial approximation, k = 1). Goodness of fit is
 a parametric bootstrap on the sorted-share curve; parameter intervals are bootstrap percentiles.
 
 **Correlation fits** on a trace (steps, streams, layers, K): the stickiness ρ (consecutive
 same-stream overlap) and the heterogeneity concentration c (the cross-agent union at one step
 against the independent plug-in ``Σ_i [1 − (1 − π̂_i)^B]``, SPEC §3–4). Both invert a
-simulation of :func:`moeroof.routing.sample_trace` at a fixed seed.
+simulation of :func:`moeroof.models.routing.sample_trace` at a fixed seed.
 
 Every random draw takes an explicit :class:`numpy.random.Generator`; all quantities are counts,
 probabilities or pure numbers (no units).
@@ -36,8 +36,8 @@ from scipy.interpolate import CubicSpline
 from scipy.optimize import minimize_scalar
 from scipy.special import digamma, gammaln
 
-from moeroof import routing
-from moeroof.union import distinct_per_layer, power_sums
+from moeroof.models import routing
+from moeroof.models.union import distinct_per_layer, power_sums
 
 __all__ = [
     "MODELS",
@@ -276,9 +276,7 @@ def _zipf_polish(ysorted: np.ndarray, top_k: int, s0: float) -> float:
     h = fine[1] - fine[0]
     lo, hi = max(S_BOUNDS[0], s0 - h), min(S_BOUNDS[1], s0 + h)
     yf = ysorted.astype(float)
-    res = minimize_scalar(
-        lambda s: -float(yf @ spline(s)), bounds=(lo, hi), method="bounded", options={"xatol": 1e-7}
-    )
+    res = minimize_scalar(lambda s: -float(yf @ spline(s)), bounds=(lo, hi), method="bounded", options={"xatol": 1e-7})
     return float(res.x) if -res.fun >= float(yf @ spline(s0)) else float(s0)
 
 
@@ -293,12 +291,7 @@ def _dm_loglik(y: np.ndarray, alpha: np.ndarray) -> np.ndarray:
     e = y.shape[-1]
     a = np.asarray(alpha, dtype=float)
     n = y.sum(axis=-1)
-    return (
-        gammaln(e * a)
-        - gammaln(n + e * a)
-        + gammaln(y + a[..., None]).sum(axis=-1)
-        - e * gammaln(a)
-    )
+    return gammaln(e * a) - gammaln(n + e * a) + gammaln(y + a[..., None]).sum(axis=-1) - e * gammaln(a)
 
 
 def _dm_grad(y: np.ndarray, alpha: np.ndarray) -> np.ndarray:
@@ -365,8 +358,9 @@ def _sim_sorted_shares(p: np.ndarray, n: np.ndarray, rng: np.random.Generator) -
     return _sorted_desc(y) / n[:, None]
 
 
-def _model_pick_probs(model: str, experts: int, top_k: int, param: np.ndarray, sims: int,
-                      rng: np.random.Generator) -> np.ndarray:
+def _model_pick_probs(
+    model: str, experts: int, top_k: int, param: np.ndarray, sims: int, rng: np.random.Generator
+) -> np.ndarray:
     """(M, L, E) pick probabilities for simulation; ``param`` (L,) per-layer parameters."""
     layers = param.shape[0]
     if model == "uniform":
@@ -486,13 +480,19 @@ def fit_histogram(
         ci_layer = ci_pool = None
         if name is not None and bootstrap > 0:
             if model == "zipf":
-                ystar = rng.multinomial(np.broadcast_to(n, (bootstrap, layers)),
-                                        np.broadcast_to(y / n[:, None], (bootstrap, layers, experts)))
+                ystar = rng.multinomial(
+                    np.broadcast_to(n, (bootstrap, layers)),
+                    np.broadcast_to(y / n[:, None], (bootstrap, layers, experts)),
+                )
                 ys = _sorted_desc(ystar)
                 b_layer = _zipf_grid_mle(ys, k)
                 b_pool = _zipf_grid_mle(ys.sum(axis=1), k)
             else:
-                w_l = np.exp(routing.log_dirichlet(np.broadcast_to(p_layer[None, :, None], (bootstrap, layers, experts)).copy(), rng))
+                w_l = np.exp(
+                    routing.log_dirichlet(
+                        np.broadcast_to(p_layer[None, :, None], (bootstrap, layers, experts)).copy(), rng
+                    )
+                )
                 b_layer = _dirichlet_mle(rng.multinomial(np.broadcast_to(n, (bootstrap, layers)), w_l), pooled=False)
                 w_p = np.exp(routing.log_dirichlet(np.full((bootstrap, layers, experts), p_pool), rng))
                 b_pool = _dirichlet_mle(rng.multinomial(np.broadcast_to(n, (bootstrap, layers)), w_p), pooled=True)
@@ -507,7 +507,9 @@ def fit_histogram(
         # --- goodness of fit
         sims_l = _sim_sorted_shares(_model_pick_probs(model, experts, k, p_layer, gof_sims, rng), n, rng)
         d_l, pv_l, _, _ = _gof(obs_shares, sims_l)
-        sims_p = _sim_sorted_shares(_model_pick_probs(model, experts, k, np.full(layers, p_pool), gof_sims, rng), n, rng)
+        sims_p = _sim_sorted_shares(
+            _model_pick_probs(model, experts, k, np.full(layers, p_pool), gof_sims, rng), n, rng
+        )
         _, _, d_p, pv_p = _gof(obs_shares, sims_p)
 
         for l in range(layers):
@@ -532,8 +534,9 @@ def fit_histogram(
             n_params=kp,
         )
     chosen = min(pooled, key=lambda m: pooled[m].aic)
-    return HistogramFit(pooled=pooled, per_layer=per_layer, chosen=chosen, experts=experts,
-                        top_k=k, layers=layers, rank_order=order)
+    return HistogramFit(
+        pooled=pooled, per_layer=per_layer, chosen=chosen, experts=experts, top_k=k, layers=layers, rank_order=order
+    )
 
 
 def popularity_from_fit(
@@ -629,7 +632,7 @@ def popularity_from_inclusion(pi: np.ndarray, top_k: int, *, iters: int = 60, to
 
 def _pair_overlap(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per consecutive pair (steps−1, streams, layers): shared experts and validity — the
-    quantities :func:`moeroof.routing.consecutive_overlap` averages."""
+    quantities :func:`moeroof.models.routing.consecutive_overlap` averages."""
     prev, cur = arr[:-1], arr[1:]
     valid = (prev >= 0).all(axis=-1) & (cur >= 0).all(axis=-1)
     shared = (prev[..., :, None] == cur[..., None, :]).any(axis=-1).sum(axis=-1)
@@ -659,10 +662,10 @@ def fit_stickiness(
     sim_steps: int = 48,
     burn_in: int = 8,
 ) -> tuple[float, tuple[float, float]]:
-    """Fit the stickiness ρ of :func:`moeroof.routing.sample_trace` to a trace.
+    """Fit the stickiness ρ of :func:`moeroof.models.routing.sample_trace` to a trace.
 
     Measured: the mean number of experts a stream shares with its own previous token
-    (:func:`moeroof.routing.consecutive_overlap`, averaged over layers weighted by their
+    (:func:`moeroof.models.routing.consecutive_overlap`, averaged over layers weighted by their
     number of valid pairs). Model: each of the K previous experts is kept with probability ρ
     (m ~ Bin(K, ρ)), the other K − m are refilled by Plackett–Luce among the non-kept experts,
     with the per-layer popularity w that reproduces the trace's inclusion frequencies π̂
@@ -696,8 +699,15 @@ def fit_stickiness(
     seed = int(rng.integers(2**63))
     model = routing.Uniform(experts, k)
     for j in range(1, grid - 1):
-        tr = routing.sample_trace(model, sim_steps + burn_in, sim_streams, layers,
-                                  np.random.default_rng(seed), rho=float(rhos[j]), popularity=w)
+        tr = routing.sample_trace(
+            model,
+            sim_steps + burn_in,
+            sim_streams,
+            layers,
+            np.random.default_rng(seed),
+            rho=float(rhos[j]),
+            popularity=w,
+        )
         curve[j] = float(weights @ np.nan_to_num(routing.consecutive_overlap(tr[burn_in:])))
     curve = np.maximum.accumulate(curve)
     curve = curve + np.arange(grid) * 1e-12  # strictly increasing for interpolation
@@ -753,9 +763,15 @@ def correlation_gap(topk: Any, experts: int) -> dict[str, Any]:
     ncell = int(cell.sum())
     if ncell == 0:
         nan = float("nan")
-        return {"union_measured": nan, "union_plugin": nan, "ratio": nan, "difference": nan,
-                "cells": 0, "mean_batch": nan,
-                "per_layer": {"union_measured": [nan] * arr.shape[2], "union_plugin": [nan] * arr.shape[2]}}
+        return {
+            "union_measured": nan,
+            "union_plugin": nan,
+            "ratio": nan,
+            "difference": nan,
+            "cells": 0,
+            "mean_batch": nan,
+            "per_layer": {"union_measured": [nan] * arr.shape[2], "union_plugin": [nan] * arr.shape[2]},
+        }
     um, up = float(u[cell].mean()), float(plug[cell].mean())
     per_n = cell.sum(axis=0)
     with np.errstate(invalid="ignore"):
@@ -783,7 +799,7 @@ def fit_heterogeneity(
     c_grid: np.ndarray | None = None,
     replicates: int | None = None,
 ) -> tuple[float, tuple[float, float]]:
-    """Fit the heterogeneity concentration c of :func:`moeroof.routing.sample_trace`.
+    """Fit the heterogeneity concentration c of :func:`moeroof.models.routing.sample_trace`.
 
     Model: at each step the live streams share one popularity ``q ~ Dirichlet(c·w)`` per layer
     (``groups=1``; q redrawn every step) and route independently given q, so their union
@@ -823,8 +839,9 @@ def fit_heterogeneity(
     u_mod = np.zeros((cs.size, layers, bmax + 1))
     p_mod = np.zeros((cs.size, layers, bmax + 1))
     for j, c in enumerate(cs):
-        tr = routing.sample_trace(model, 1, bmax, layers * replicates, np.random.default_rng(seed),
-                                  c=float(c), groups=1, popularity=pop)[0]
+        tr = routing.sample_trace(
+            model, 1, bmax, layers * replicates, np.random.default_rng(seed), c=float(c), groups=1, popularity=pop
+        )[0]
         tr = tr.reshape(bmax, replicates, layers, k)
         onehot = np.zeros((bmax, replicates, layers, experts), dtype=bool)
         s_i, r_i, l_i, _ = np.indices(tr.shape).reshape(4, -1)
@@ -903,6 +920,12 @@ def fit_correlation(
         c, c_ci = fit_heterogeneity(topk, experts, rng=rng, bootstrap=bootstrap, level=level)
     else:
         c, c_ci = float("nan"), (float("nan"), float("nan"))
-    return CorrelationFit(rho=rho, rho_ci=rho_ci, c=c, c_ci=c_ci,
-                          union_measured=gap["union_measured"], union_plugin=gap["union_plugin"],
-                          gap=gap["difference"])
+    return CorrelationFit(
+        rho=rho,
+        rho_ci=rho_ci,
+        c=c,
+        c_ci=c_ci,
+        union_measured=gap["union_measured"],
+        union_plugin=gap["union_plugin"],
+        gap=gap["difference"],
+    )

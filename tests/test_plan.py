@@ -9,40 +9,65 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moeroof.presets import Hardware, MoEModel, load_hardware, load_model
-from moeroof.roofline import BASELINES, Routing, Workload, plan, routing_from_spec, transitions
-from moeroof.routing import inclusion_probabilities, zipf_weights
-from moeroof.units import GiB
-from moeroof.union import union_plugin
+from moeroof.data.presets import Hardware, MoEModel, load_hardware, load_model
+from moeroof.models.plan import BASELINES, Routing, Workload, plan, routing_from_spec, transitions
+from moeroof.models.routing import inclusion_probabilities, zipf_weights
+from moeroof.models.union import union_plugin
 
 BATCH = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256])
 
 
 def toy_model(**kw) -> MoEModel:
-    base = dict(name="toy", experts=64, top_k=4, moe_layers=10, expert_bytes=20e6, non_routed_bytes=2e9,
-                kv_bytes_per_token=50e3, flops_per_token=2e10)
+    base = dict(
+        name="toy",
+        experts=64,
+        top_k=4,
+        moe_layers=10,
+        expert_bytes=20e6,
+        non_routed_bytes=2e9,
+        kv_bytes_per_token=50e3,
+        flops_per_token=2e10,
+    )
     base.update(kw)
     return MoEModel(**base)
 
 
 def toy_hw(**kw) -> Hardware:
-    base = dict(name="toybox", ram_bytes=256e9, bw_mem_bytes_per_s=100e9, flops_per_s=2e12,
-                ssd_read_size_bytes=(4096.0, 8e6), bw_ssd_bytes_per_s=(0.05e9, 5e9))
+    base = dict(
+        name="toybox",
+        ram_bytes=256e9,
+        bw_mem_bytes_per_s=100e9,
+        flops_per_s=2e12,
+        ssd_read_size_bytes=(4096.0, 8e6),
+        bw_ssd_bytes_per_s=(0.05e9, 5e9),
+    )
     base.update(kw)
     return Hardware(**base)
 
 
 def zipf_routing(model: MoEModel, s: float) -> Routing:
-    return Routing(inclusion_probabilities(zipf_weights(model.experts, s), model.top_k)[None, :], f"zipf {s}", "assumed")
+    return Routing(
+        inclusion_probabilities(zipf_weights(model.experts, s), model.top_k)[None, :], f"zipf {s}", "assumed"
+    )
 
 
 def scaled(model: MoEModel, hw: Hardware, f: float):
     """Every byte and every bandwidth times f (FLOP and FLOP/s too)."""
-    m = replace(model, expert_bytes=model.expert_bytes * f, non_routed_bytes=model.non_routed_bytes * f,
-                kv_bytes_per_token=model.kv_bytes_per_token * f, flops_per_token=model.flops_per_token * f)
-    h = replace(hw, ram_bytes=hw.ram_bytes * f, bw_mem_bytes_per_s=hw.bw_mem_bytes_per_s * f, flops_per_s=hw.flops_per_s * f,
-                ssd_read_size_bytes=tuple(x * f for x in hw.ssd_read_size_bytes),
-                bw_ssd_bytes_per_s=tuple(x * f for x in hw.bw_ssd_bytes_per_s))
+    m = replace(
+        model,
+        expert_bytes=model.expert_bytes * f,
+        non_routed_bytes=model.non_routed_bytes * f,
+        kv_bytes_per_token=model.kv_bytes_per_token * f,
+        flops_per_token=model.flops_per_token * f,
+    )
+    h = replace(
+        hw,
+        ram_bytes=hw.ram_bytes * f,
+        bw_mem_bytes_per_s=hw.bw_mem_bytes_per_s * f,
+        flops_per_s=hw.flops_per_s * f,
+        ssd_read_size_bytes=tuple(x * f for x in hw.ssd_read_size_bytes),
+        bw_ssd_bytes_per_s=tuple(x * f for x in hw.bw_ssd_bytes_per_s),
+    )
     return m, h
 
 
@@ -178,14 +203,26 @@ def test_provenance_is_projected_when_any_input_is_not_witnessed():
 def boxes(draw):
     e = draw(st.integers(4, 300))
     k = draw(st.integers(1, min(e, 16)))
-    m = toy_model(experts=e, top_k=k, moe_layers=draw(st.integers(1, 80)),
-                  expert_bytes=draw(st.floats(1e5, 1e9)), non_routed_bytes=draw(st.floats(1e7, 5e10)),
-                  kv_bytes_per_token=draw(st.floats(1e3, 1e6)), flops_per_token=draw(st.floats(1e8, 1e12)))
-    h = toy_hw(ram_bytes=draw(st.floats(1e10, 2e12)), bw_mem_bytes_per_s=draw(st.floats(1e10, 5e12)),
-               flops_per_s=draw(st.floats(1e11, 1e15)),
-               bw_ssd_bytes_per_s=(draw(st.floats(1e7, 1e9)), draw(st.floats(1e9, 6e10))))
-    w = Workload(context_tokens=draw(st.integers(0, 32768)), cache_bytes=draw(st.floats(0, 5e11)),
-                 overlap=draw(st.sampled_from(["max", "sum"])))
+    m = toy_model(
+        experts=e,
+        top_k=k,
+        moe_layers=draw(st.integers(1, 80)),
+        expert_bytes=draw(st.floats(1e5, 1e9)),
+        non_routed_bytes=draw(st.floats(1e7, 5e10)),
+        kv_bytes_per_token=draw(st.floats(1e3, 1e6)),
+        flops_per_token=draw(st.floats(1e8, 1e12)),
+    )
+    h = toy_hw(
+        ram_bytes=draw(st.floats(1e10, 2e12)),
+        bw_mem_bytes_per_s=draw(st.floats(1e10, 5e12)),
+        flops_per_s=draw(st.floats(1e11, 1e15)),
+        bw_ssd_bytes_per_s=(draw(st.floats(1e7, 1e9)), draw(st.floats(1e9, 6e10))),
+    )
+    w = Workload(
+        context_tokens=draw(st.integers(0, 32768)),
+        cache_bytes=draw(st.floats(0, 5e11)),
+        overlap=draw(st.sampled_from(["max", "sum"])),
+    )
     s = draw(st.floats(0.0, 2.0))
     return m, h, w, s
 

@@ -11,7 +11,7 @@ A preset file names its kind and gives each quantity as an inline table::
     kv_bytes_per_token = { value = 70, unit = "KiB", assumed = true, note = "not published" }
 
 Each quantity has ``value`` (a number, or a list for curves), ``unit`` where it has a dimension
-(converted to SI through :mod:`moeroof.units`, and checked against the dimension the field
+(converted to SI through :mod:`moeroof.core.units`, and checked against the dimension the field
 needs), and exactly one of ``source = "…"`` or ``assumed = true``. ``witnessed = true`` (with
 a source) marks a measured number. The tag of each field:
 
@@ -21,22 +21,23 @@ a source) marks a measured number. The tag of each field:
 
 Results computed from any non-witnessed input are ``projected`` (SPEC §2). A user's own TOML
 works the same way as the shipped ones (``load_model(path)`` / ``load_hardware(path)``); a
-bad file gets ``FILE:-: KEY: what is wrong`` (:class:`moeroof.io.InputError`).
+bad file gets ``FILE:-: KEY: what is wrong`` (:class:`moeroof.data.io.InputError`).
 """
 
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
-from moeroof.io import InputError
-from moeroof.paths import DATA_DIR
-from moeroof.units import dimension_of, to_si
+from moeroof.core.paths import DATA_DIR
+from moeroof.core.units import dimension_of, to_si
+from moeroof.data.io import InputError
 
 __all__ = [
     "PRESETS_DIR",
@@ -178,7 +179,12 @@ def _field(path: Path, key: str, raw: Any, dimension: str) -> tuple[Any, str, st
         except ValueError as err:
             raise InputError(path, None, key, str(err)) from None
         if got != dimension:
-            raise InputError(path, None, key, f"unit {unit!r} measures {got.replace('_', ' ')}, expected {dimension.replace('_', ' ')}")
+            raise InputError(
+                path,
+                None,
+                key,
+                f"unit {unit!r} measures {got.replace('_', ' ')}, expected {dimension.replace('_', ' ')}",
+            )
         si = to_si(value, unit)
         si = [float(v) for v in si] if isinstance(value, list) else si
     has_source = isinstance(raw.get("source"), str) and raw["source"].strip() != ""
@@ -187,7 +193,7 @@ def _field(path: Path, key: str, raw: Any, dimension: str) -> tuple[Any, str, st
     if not isinstance(assumed, bool) or not isinstance(witnessed, bool):
         raise InputError(path, None, key, "'assumed' and 'witnessed' must be true or false")
     if has_source == bool(assumed):
-        raise InputError(path, None, key, "needs exactly one of source = \"…\" or assumed = true")
+        raise InputError(path, None, key, 'needs exactly one of source = "…" or assumed = true')
     if witnessed and not has_source:
         raise InputError(path, None, key, "witnessed = true needs a source")
     tag = "witnessed" if witnessed else ("assumed" if assumed else "projected")
@@ -205,7 +211,7 @@ def _load(path: str | Path, kind: str, fields: dict[str, tuple[str, bool]]) -> d
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise InputError(path, None, "toml", f"not valid TOML ({err})") from None
     if doc.get("kind") != kind:
-        raise InputError(path, None, "kind", f"must be \"{kind}\", got {doc.get('kind')!r}")
+        raise InputError(path, None, "kind", f'must be "{kind}", got {doc.get("kind")!r}')
     name = doc.get("name")
     if not isinstance(name, str) or not name:
         raise InputError(path, None, "name", "missing or not a string")
@@ -280,7 +286,9 @@ def load_hardware(name_or_path: str | Path) -> Hardware:
     sizes = sizes if isinstance(sizes, list) else [sizes]
     bws = bws if isinstance(bws, list) else [bws]
     if len(sizes) != len(bws):
-        raise InputError(path, None, "bw_ssd_bytes_per_s", f"has {len(bws)} points, ssd_read_size_bytes has {len(sizes)}")
+        raise InputError(
+            path, None, "bw_ssd_bytes_per_s", f"has {len(bws)} points, ssd_read_size_bytes has {len(sizes)}"
+        )
     if any(b <= 0 for b in bws) or any(s <= 0 for s in sizes):
         raise InputError(path, None, "bw_ssd_bytes_per_s", "read sizes and bandwidths must be positive")
     if any(b <= a for a, b in zip(sizes, sizes[1:])):

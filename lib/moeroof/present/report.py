@@ -1,11 +1,11 @@
-"""Render the notebooks into reports: ``python -m moeroof.report [--notebooks NAME ...] [--out DIR]``.
+"""Render the notebooks into reports: ``python -m moeroof.present.report [--notebooks NAME ...] [--out DIR]``.
 
 The ``.py`` percent notebooks are the source of truth (STYLE.md); papermill is the runner, the
 same way CI and ``papermill nb.ipynb out.ipynb -p ...`` run them, so a report is exactly what a
 user would get. For each notebook this writes ``DIR/NAME.ipynb`` (executed) and ``DIR/NAME.html``
 (outputs only, like ``nbconvert --no-input``, with no scripts from a CDN and no widget views,
 so it reads offline), then rebuilds ``DIR/index.html`` over every report there
-(:mod:`moeroof.site`: parameters, links, a gallery of the saved figures).
+(:mod:`moeroof.present.site`: parameters, links, a gallery of the saved figures).
 
 Reports are reproducible: papermill and nbclient stamp wall-clock times and random cell ids into
 the notebook, so those are removed or made deterministic before saving; rendering a deterministic
@@ -26,14 +26,15 @@ from pathlib import Path
 import jupytext
 import nbformat
 import papermill as pm
-from jupyter_client.kernelspec import NoSuchKernel
 from jinja2 import DictLoader
+from jupyter_client.kernelspec import NoSuchKernel
 from nbconvert import HTMLExporter
 from papermill.exceptions import PapermillExecutionError
 
-from moeroof import paths
+from moeroof.core import (
+    paths,  #: kernel pinned by name: the kernel of the interpreter running this (papermill swaps a bare
+)
 
-#: kernel pinned by name: the kernel of the interpreter running this (papermill swaps a bare
 #: ``python`` in the kernelspec for ``sys.executable``), so the report sees the installed suite
 KERNEL_NAME = "python3"
 #: papermill's per-notebook and per-cell wall-clock keys, and nbclient's per-cell timing block
@@ -53,7 +54,9 @@ def discover(notebooks_dir: Path, names: Sequence[str] | None = None) -> list[Pa
     missing = [n for n in names if n not in found]
     if missing:
         known = ", ".join(found) or "none"
-        raise SystemExit(f"moeroof.report: no notebook named {', '.join(missing)} in {notebooks_dir} (found: {known})")
+        raise SystemExit(
+            f"moeroof.present.report: no notebook named {', '.join(missing)} in {notebooks_dir} (found: {known})"
+        )
     return [found[n] for n in names]
 
 
@@ -165,7 +168,9 @@ def execute(path: Path, parameters: dict | None = None) -> nbformat.NotebookNode
     except PapermillExecutionError as err:
         raise NotebookFailed(f"{path.name}: cell [{err.exec_count}] raised {err.ename}: {err.evalue}") from None
     except NoSuchKernel as err:
-        raise NotebookFailed(f"{path.name}: no Jupyter kernel {err.name!r}; install ipykernel in this environment") from None
+        raise NotebookFailed(
+            f"{path.name}: no Jupyter kernel {err.name!r}; install ipykernel in this environment"
+        ) from None
 
 
 def render(path: Path, out_dir: Path, parameters: dict | None = None) -> tuple[Path, Path]:
@@ -183,16 +188,24 @@ def render(path: Path, out_dir: Path, parameters: dict | None = None) -> tuple[P
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m moeroof.report",
+        prog="python -m moeroof.present.report",
         description="Execute the percent notebooks with papermill and write .ipynb and .html reports.",
     )
     parser.add_argument("--notebooks", nargs="+", metavar="NAME", help="notebook stems to render (default: all)")
     parser.add_argument("--out", type=Path, default=paths.REPORTS_DIR, help="output directory (default: %(default)s)")
     parser.add_argument(
-        "--notebooks-dir", type=Path, default=paths.NOTEBOOKS_DIR, help="where the .py notebooks live (default: %(default)s)"
+        "--notebooks-dir",
+        type=Path,
+        default=paths.NOTEBOOKS_DIR,
+        help="where the .py notebooks live (default: %(default)s)",
     )
     parser.add_argument(
-        "-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+        "-p",
+        "--parameter",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("NAME", "VALUE"),
         help="override a notebook parameter, as papermill's -p (VALUE read as YAML-ish: 64 → int)",
     )
     return parser.parse_args(argv)
@@ -215,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
     notebooks = discover(args.notebooks_dir, args.notebooks)
     if not notebooks:
-        print(f"moeroof.report: no notebooks (*.py) in {args.notebooks_dir}", file=sys.stderr)
+        print(f"moeroof.present.report: no notebooks (*.py) in {args.notebooks_dir}", file=sys.stderr)
         return 2
     parameters = {name: _coerce(value) for name, value in args.parameter} or None
     if parameters:
@@ -233,11 +246,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         print(f"ok     {path.stem:<24} {time.perf_counter() - start:6.1f} s  -> {html_path}", flush=True)
     # the index lists every report in the directory (this run's and earlier ones), failed or not
-    from moeroof.site import build_index  # site imports this module
+    from moeroof.present.site import build_index  # site imports this module
 
     print(f"index  {'':<24} {'':>8}  -> {build_index(args.out, paths.figures_dir())}", flush=True)
     if failures:
-        print(f"moeroof.report: {len(failures)} of {len(notebooks)} notebooks failed", file=sys.stderr)
+        print(f"moeroof.present.report: {len(failures)} of {len(notebooks)} notebooks failed", file=sys.stderr)
         return 1
     return 0
 

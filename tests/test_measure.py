@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-import moeroof.calibrate as cal_mod
-from moeroof.calibrate import (
+import moeroof.witness.measure as cal_mod
+from moeroof.cli import main
+from moeroof.data.presets import HARDWARE_FIELDS, load_hardware
+from moeroof.witness.measure import (
     READ_SIZES_BYTES,
     DeviceFile,
     ResourceError,
@@ -24,8 +26,6 @@ from moeroof.calibrate import (
     scratch_space,
     write_scratch_file,
 )
-from moeroof.cli import main
-from moeroof.presets import HARDWARE_FIELDS, load_hardware
 
 TINY = dict(file_bytes=1 << 20, seconds=0.3, mem_bytes=4 << 20, matmul_n=64)
 
@@ -127,8 +127,24 @@ def test_calibrate_interrupted_mid_run_leaves_no_scratch_and_keeps_the_old_outpu
     assert _empty(scratch)
     assert out.read_text() == "old\n"
     # through the CLI: one error line, status 130, nothing left
-    rc = main(["calibrate", "--output", str(out), "--file-mib", "1", "--seconds", "0.2", "--mem-mib", "4",
-               "--matmul-n", "32", "--scratch-dir", str(scratch), "--quiet"])
+    rc = main(
+        [
+            "calibrate",
+            "--output",
+            str(out),
+            "--file-mib",
+            "1",
+            "--seconds",
+            "0.2",
+            "--mem-mib",
+            "4",
+            "--matmul-n",
+            "32",
+            "--scratch-dir",
+            str(scratch),
+            "--quiet",
+        ]
+    )
     assert rc == 130 and _empty(scratch) and out.read_text() == "old\n"
 
 
@@ -137,8 +153,24 @@ def test_a_signal_mid_run_removes_the_scratch_files(tmp_path, sig):
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     out = tmp_path / "hw.toml"
-    cmd = [sys.executable, "-m", "moeroof.cli", "calibrate", "--output", str(out), "--file-mib", "64",
-           "--seconds", "60", "--mem-mib", "4", "--matmul-n", "32", "--scratch-dir", str(scratch)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "moeroof.cli",
+        "calibrate",
+        "--output",
+        str(out),
+        "--file-mib",
+        "64",
+        "--seconds",
+        "60",
+        "--mem-mib",
+        "4",
+        "--matmul-n",
+        "32",
+        "--scratch-dir",
+        str(scratch),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30
@@ -191,7 +223,20 @@ def test_cli_json_and_table(tmp_path, capsys):
     import json
 
     out = tmp_path / "hw.toml"
-    base = ["calibrate", "--output", str(out), "--file-mib", "1", "--seconds", "0.2", "--mem-mib", "4", "--matmul-n", "32", "--quiet"]
+    base = [
+        "calibrate",
+        "--output",
+        str(out),
+        "--file-mib",
+        "1",
+        "--seconds",
+        "0.2",
+        "--mem-mib",
+        "4",
+        "--matmul-n",
+        "32",
+        "--quiet",
+    ]
     assert main(base + ["--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["provenance"] == "witnessed" and rep["read_path"] in ("o_direct", "fadvise")

@@ -1,7 +1,7 @@
 """``moeroof calibrate``: measure the roofline's inputs on the machine at hand (issue 6, seed ticket B).
 
-The roofline (:mod:`moeroof.roofline`) needs four numbers of a box; this module measures each of
-them and writes them as a hardware TOML in the presets schema (:mod:`moeroof.presets`), every
+The roofline (:mod:`moeroof.models.plan`) needs four numbers of a box; this module measures each of
+them and writes them as a hardware TOML in the presets schema (:mod:`moeroof.data.presets`), every
 field ``witnessed = true`` with the date and the method in its ``source``:
 
 - ``bw_ssd_bytes_per_s`` at ``ssd_read_size_bytes`` (128 KiB … 16 MiB): random reads of a
@@ -27,7 +27,7 @@ pass timed) has no field in the schema; it is reported and written in the header
 Size and time are bounded by flags (``file_bytes``, ``seconds``); bad sizes are refused before
 any work (:func:`check_disk`, :func:`check_memory`). Scratch files live in a fresh directory
 that :func:`scratch_space` removes on every exit, SIGINT and SIGTERM included. The TOML is
-written to a temp file beside the target, checked with :func:`moeroof.presets.load_hardware`,
+written to a temp file beside the target, checked with :func:`moeroof.data.presets.load_hardware`,
 then moved over the target with ``os.replace`` (whole file or none).
 """
 
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import errno
 import json
 import mmap
 import os
@@ -52,7 +51,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from moeroof.units import GiB, KiB, MiB
+from moeroof.core.units import GiB, KiB, MiB
 
 __all__ = [
     "ALIGN",
@@ -265,7 +264,9 @@ class DeviceFile:
                 raise ResourceError(f"--read-path o_direct: {self.path.parent} refuses O_DIRECT ({self.refused})")
         if not self.read_path:
             if not hasattr(os, "posix_fadvise"):
-                raise ResourceError("this system has neither O_DIRECT nor posix_fadvise: reads cannot bypass the page cache")
+                raise ResourceError(
+                    "this system has neither O_DIRECT nor posix_fadvise: reads cannot bypass the page cache"
+                )
             self.fd = os.open(self.path, os.O_RDONLY)
             self.read_path = "fadvise"
             self.drop_cache()
@@ -371,7 +372,9 @@ class Progress:
             width = 30
             fill = int(round(self.done * width))
             bar = "#" * fill + "-" * (width - fill)
-            print(f"\r{self.title} [{bar}] {self.done:4.0%} {self.label[:40]:<40}", end="", file=self.stream, flush=True)
+            print(
+                f"\r{self.title} [{bar}] {self.done:4.0%} {self.label[:40]:<40}", end="", file=self.stream, flush=True
+            )
 
     def finish(self) -> None:
         self.done = 1.0
@@ -385,8 +388,9 @@ class Progress:
 # ----------------------------------------------------------------------------- measurements
 
 
-def write_scratch_file(path: Path, nbytes: int, rng: np.random.Generator, progress: Progress | None = None,
-                       share: float = 0.0) -> None:
+def write_scratch_file(
+    path: Path, nbytes: int, rng: np.random.Generator, progress: Progress | None = None, share: float = 0.0
+) -> None:
     """Write ``nbytes`` (a multiple of :data:`ALIGN`) of incompressible data and ``fsync`` it.
 
     One random 16 MiB chunk is generated and written repeatedly with the first 8 bytes of each
@@ -424,8 +428,16 @@ class ReadCell:
         return self.bytes / self.seconds if self.seconds > 0 else float("nan")
 
 
-def measure_reads(dev: DeviceFile, file_bytes: int, read_size: int, pattern: str, seconds: float,
-                  rng: np.random.Generator, *, min_reads: int = 2) -> ReadCell:
+def measure_reads(
+    dev: DeviceFile,
+    file_bytes: int,
+    read_size: int,
+    pattern: str,
+    seconds: float,
+    rng: np.random.Generator,
+    *,
+    min_reads: int = 2,
+) -> ReadCell:
     """Time reads of ``read_size`` bytes until ``seconds`` have passed (at least ``min_reads``,
     at most four passes over the file's worth of bytes). ``pattern`` ``"random"``: offsets
     uniform over the file at multiples of :data:`ALIGN`; ``"sequential"``: o, o + s, o + 2s, …
@@ -544,9 +556,9 @@ class Calibration:
     notes: list[str] = field(default_factory=list)
 
     def hardware(self):
-        """The calibration as a :class:`moeroof.presets.Hardware`, read back through the presets
+        """The calibration as a :class:`moeroof.data.presets.Hardware`, read back through the presets
         loader from its TOML (a temp file, removed), so it is exactly what the file would give."""
-        from moeroof.presets import load_hardware
+        from moeroof.data.presets import load_hardware
 
         fd, tmp = tempfile.mkstemp(prefix="moeroof-calibration-", suffix=".toml")
         try:
@@ -558,9 +570,13 @@ class Calibration:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: SI numbers, the curves as lists, provenance ``witnessed``."""
+
         def cells(cs: list[ReadCell]) -> dict[str, list]:
-            return {"read_size_bytes": [c.read_size_bytes for c in cs], "bytes_per_s": [c.bytes_per_s for c in cs],
-                    "reads": [c.reads for c in cs]}
+            return {
+                "read_size_bytes": [c.read_size_bytes for c in cs],
+                "bytes_per_s": [c.bytes_per_s for c in cs],
+                "reads": [c.reads for c in cs],
+            }
 
         return {
             "what": "moeroof calibrate",
@@ -620,7 +636,9 @@ def hardware_toml(cal: Calibration) -> str:
     desc = f"measured by moeroof calibrate on {d}: {cal.machine.get('cpu')}, {cal.machine.get('logical_cores')} logical cores"
 
     def entry(key: str, value: Any, unit: str, source: str) -> str:
-        val = "[" + ", ".join(_toml_num(v) for v in value) + "]" if isinstance(value, (list, tuple)) else _toml_num(value)
+        val = (
+            "[" + ", ".join(_toml_num(v) for v in value) + "]" if isinstance(value, (list, tuple)) else _toml_num(value)
+        )
         return f"{key} = {{ value = {val}, unit = {_toml_str(unit)}, source = {_toml_str(source)}, witnessed = true }}"
 
     body = [
@@ -628,14 +646,26 @@ def hardware_toml(cal: Calibration) -> str:
         f"name = {_toml_str(cal.name)}",
         f"description = {_toml_str(desc)}",
         entry("ram_bytes", cal.ram_bytes, "B", f"{src}: MemTotal of /proc/meminfo"),
-        entry("bw_mem_bytes_per_s", cal.bw_mem_bytes_per_s, "B/s",
-              f"{src}: numpy.copyto of {cal.mem_bytes / MiB:g} MiB float64 arrays, bytes = 2 x array (read + write), median of repeats"),
-        entry("flops_per_s", cal.flops_per_s, "FLOP/s",
-              f"{src}: float32 numpy matmul {cal.matmul_n}x{cal.matmul_n}, 2n^3 FLOP, default BLAS threads, median of repeats"),
+        entry(
+            "bw_mem_bytes_per_s",
+            cal.bw_mem_bytes_per_s,
+            "B/s",
+            f"{src}: numpy.copyto of {cal.mem_bytes / MiB:g} MiB float64 arrays, bytes = 2 x array (read + write), median of repeats",
+        ),
+        entry(
+            "flops_per_s",
+            cal.flops_per_s,
+            "FLOP/s",
+            f"{src}: float32 numpy matmul {cal.matmul_n}x{cal.matmul_n}, 2n^3 FLOP, default BLAS threads, median of repeats",
+        ),
         entry("ssd_read_size_bytes", sizes, "B", f"{src}: read sizes of the random-read measurement"),
-        entry("bw_ssd_bytes_per_s", [c.bytes_per_s for c in cal.random], "B/s",
-              f"{src}: random {cal.read_path} reads of a {cal.file_bytes / MiB:g} MiB scratch file, queue depth 1, "
-              f"4 KiB-aligned offsets, sum bytes / sum seconds ({cal.read_method})"),
+        entry(
+            "bw_ssd_bytes_per_s",
+            [c.bytes_per_s for c in cal.random],
+            "B/s",
+            f"{src}: random {cal.read_path} reads of a {cal.file_bytes / MiB:g} MiB scratch file, queue depth 1, "
+            f"4 KiB-aligned offsets, sum bytes / sum seconds ({cal.read_method})",
+        ),
         entry("os_reserve_bytes", cal.os_reserve_bytes, "B", f"{src}: MemTotal - MemAvailable of /proc/meminfo"),
     ]
     return "\n".join(header + body) + "\n"
@@ -661,7 +691,7 @@ def _atomic_write_text(path: Path, text: str, check: Callable[[Path], Any] | Non
 
 
 def _utc_date() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).date().isoformat()
+    return _dt.datetime.now(_dt.UTC).date().isoformat()
 
 
 def calibrate(
@@ -774,7 +804,7 @@ def calibrate(
         notes=notes,
     )
     if out is not None:
-        from moeroof.presets import load_hardware
+        from moeroof.data.presets import load_hardware
 
         _atomic_write_text(out, hardware_toml(cal), check=load_hardware)
     prog.finish()

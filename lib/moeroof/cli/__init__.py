@@ -17,8 +17,8 @@
     moeroof bench [--experts 32 --layers 4 --top-k 4 --d-model 1024 --d-ff 1024] [--batch 1,2,4,8,16,32]
                   [--mode both|coalesced|uncoalesced] [--routing uniform|zipf:S | --trace PATH] [--json] [--output F]
 
-PATH is a histogram ``.csv`` (rarefaction / extrapolation, :func:`moeroof.union.union_histogram`)
-or a trace ``.npz`` / ``.npy`` (measured, :func:`moeroof.union.union_from_trace`). Every
+PATH is a histogram ``.csv`` (rarefaction / extrapolation, :func:`moeroof.models.union.union_histogram`)
+or a trace ``.npz`` / ``.npy`` (measured, :func:`moeroof.models.union.union_from_trace`). Every
 coalescing ratio is ``B·K / U(B)`` against the ``uncoalesced`` baseline. Random draws use
 ``numpy.random.default_rng(seed)`` (default seed 0), so outputs are reproducible.
 
@@ -39,8 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
-from .io import Histogram, InputError, Trace, load_any, read_histogram
+from moeroof import __version__
+from moeroof.data.io import Histogram, InputError, Trace, load_any, read_histogram
 
 __all__ = ["main", "build_parser", "union_report"]
 
@@ -93,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     pu.add_argument("path", nargs="?", metavar="PATH", help="histogram .csv or trace .npz/.npy")
-    pu.add_argument("--uniform", nargs=2, metavar=("E", "K"), help="closed form for uniform routing over E experts, top-K")
+    pu.add_argument(
+        "--uniform", nargs=2, metavar=("E", "K"), help="closed form for uniform routing over E experts, top-K"
+    )
     pu.add_argument("--batch", required=True, help="batch sizes, comma-separated (e.g. 1,8,64)")
     pu.add_argument("--layers", help="layers for --uniform (default 1)")
     pu.add_argument("--bootstrap", default="200", help="bootstrap replicates for the band (default 200; 0 = none)")
@@ -129,8 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--batch", required=True, help="batch sizes, comma-separated (e.g. 1,8,64)")
     pl.add_argument("--cache-gib", default="0", help="expert cache in GiB (default 0)")
     pl.add_argument("--context", default="4096", help="context tokens per agent (default 4096)")
-    pl.add_argument("--overlap", default="max", choices=("max", "sum"), help="combine the terms by max (overlap) or sum (serial)")
-    pl.add_argument("--routing", default="uniform", help="uniform, zipf:S, or a histogram .csv / trace .npz path (default uniform)")
+    pl.add_argument(
+        "--overlap", default="max", choices=("max", "sum"), help="combine the terms by max (overlap) or sum (serial)"
+    )
+    pl.add_argument(
+        "--routing", default="uniform", help="uniform, zipf:S, or a histogram .csv / trace .npz path (default uniform)"
+    )
     pl.add_argument("--read-size-kib", default=None, help="SSD read size in KiB (default: one expert per read)")
     pl.add_argument("--ranks", default="1", help="ranks the experts are split over (fabric term when > 1; default 1)")
     pl.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -144,7 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
             "readable units with each number's provenance (witnessed / projected / assumed)."
         ),
     )
-    pp.add_argument("--json", action="store_true", help="print one JSON object (SI units, provenance and sources per field)")
+    pp.add_argument(
+        "--json", action="store_true", help="print one JSON object (SI units, provenance and sources per field)"
+    )
     pp.set_defaults(func=_cmd_presets)
     _add_cache_parsers(sub)
     _add_witness_parsers(sub)
@@ -164,7 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("--rank-speed", default=None, help="relative speed per rank, comma-separated (e.g. 1,0.6)")
     ps.add_argument("--batch", default="8", help="concurrent streams M for the step model (default 8)")
     ps.add_argument("--cache-gib", default="0", help="expert cache per rank in GiB (default 0)")
-    ps.add_argument("--model", default="glm-5-nvfp4", help="model preset or TOML for the step model (default glm-5-nvfp4)")
+    ps.add_argument(
+        "--model", default="glm-5-nvfp4", help="model preset or TOML for the step model (default glm-5-nvfp4)"
+    )
     ps.add_argument("--hardware", default="gb10", help="hardware preset or TOML per rank (default gb10)")
     ps.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     ps.set_defaults(func=_cmd_split)
@@ -232,7 +242,7 @@ def _emit(rep: dict[str, Any], as_json: bool, printer) -> int:
 
 def union_report(args: argparse.Namespace) -> dict[str, Any]:
     """Compute the union curve the ``union`` subcommand prints, as a JSON-ready dict."""
-    from .union import union_from_trace, union_histogram, union_uniform
+    from moeroof.models.union import union_from_trace, union_histogram, union_uniform
 
     batch = parse_batch(args.batch)
     bootstrap = _non_negative_int(args.bootstrap, "--bootstrap")
@@ -267,8 +277,14 @@ def union_report(args: argparse.Namespace) -> dict[str, Any]:
         provenance = data.meta.get("provenance")
         if isinstance(data, Histogram):
             curve = union_histogram(
-                data.counts, data.tokens, batch, top_k=data.top_k, experts=data.experts,
-                bootstrap=bootstrap, rng=rng, level=level,
+                data.counts,
+                data.tokens,
+                batch,
+                top_k=data.top_k,
+                experts=data.experts,
+                bootstrap=bootstrap,
+                rng=rng,
+                level=level,
             )
             if data.layers_summed:
                 notes.append(
@@ -276,15 +292,24 @@ def union_report(args: argparse.Namespace) -> dict[str, Any]:
                     "overstates the per-layer union (SPEC §3); prefer per-layer data"
                 )
             if any(m == "extrapolation" for m in curve.method):
-                notes.append(f"batch sizes above the tokens counted (T = {int(data.tokens.min())}) are extrapolated (Chao)")
+                notes.append(
+                    f"batch sizes above the tokens counted (T = {int(data.tokens.min())}) are extrapolated (Chao)"
+                )
         else:
             assert isinstance(data, Trace)
             curve = union_from_trace(
-                data.topk, batch, experts=data.experts, rng=rng, draws=draws,
-                bootstrap=bootstrap, level=level,
+                data.topk,
+                batch,
+                experts=data.experts,
+                rng=rng,
+                draws=draws,
+                bootstrap=bootstrap,
+                level=level,
             )
             if any(m == "none" for m in curve.method):
-                notes.append(f"batch sizes above the live streams of every step (at most {data.streams}) have no estimate")
+                notes.append(
+                    f"batch sizes above the live streams of every step (at most {data.streams}) have no estimate"
+                )
     methods = list(curve.method)
     with warnings.catch_warnings():
         # a batch size no step of a trace can fill is all-NaN: reported as null, not a warning
@@ -324,7 +349,16 @@ def _print_union(rep: dict[str, Any]) -> None:
     for j, b in enumerate(rep["batch"]):
         lo, hi = rep["ci_low"][j], rep["ci_high"][j]
         ci = "-" if lo is None or hi is None else f"[{_fmt(lo)}, {_fmt(hi)}]"
-        rows.append([str(b), _fmt(rep["union_per_layer"][j]), ci, _fmt(rep["union_total"][j]), _fmt(rep["coalescing_ratio"][j]), methods[j]])
+        rows.append(
+            [
+                str(b),
+                _fmt(rep["union_per_layer"][j]),
+                ci,
+                _fmt(rep["union_total"][j]),
+                _fmt(rep["coalescing_ratio"][j]),
+                methods[j],
+            ]
+        )
     headers = ["B", "union/layer", f"{pct} CI", "union total", f"B·K/U vs {rep['baseline']}", "method"]
     print(_table(headers, rows, ">>>>><"))
     for note in rep["notes"]:
@@ -348,9 +382,11 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         data = load_any(path)  # a bad / missing file reports its own error first
         raise InputError(path, "-", "file", f"fit needs a histogram .csv, got a {type(data).__name__.lower()}")
     hist = read_histogram(path)
-    from .fit import fit_histogram  # lazily: the union command works without it
+    from moeroof.models.fit import fit_histogram  # lazily: the union command works without it
 
-    result = fit_histogram(hist.counts, hist.top_k, rng=np.random.default_rng(seed), bootstrap=bootstrap, gof_sims=gof_sims)
+    result = fit_histogram(
+        hist.counts, hist.top_k, rng=np.random.default_rng(seed), bootstrap=bootstrap, gof_sims=gof_sims
+    )
     rep = _jsonable(dict(result.to_dict()))
     rep.setdefault("source", str(hist.path))
     rep.setdefault("provenance", hist.meta.get("provenance"))
@@ -412,20 +448,25 @@ def _preset_entry(obj: Any, fields: Sequence[str]) -> dict[str, Any]:
 
 def presets_report() -> dict[str, Any]:
     """Every shipped preset, as the ``presets`` subcommand prints it with ``--json``."""
-    from .presets import HARDWARE_FIELDS, MODEL_FIELDS, list_presets, load_hardware, load_model
+    from moeroof.data.presets import HARDWARE_FIELDS, MODEL_FIELDS, list_presets, load_hardware, load_model
 
     shipped = list_presets()
     return _jsonable(
         {
-            "models": {name: _preset_entry(load_model(path), list(MODEL_FIELDS)) for name, path in shipped["models"].items()},
-            "hardware": {name: _preset_entry(load_hardware(path), list(HARDWARE_FIELDS)) for name, path in shipped["hardware"].items()},
+            "models": {
+                name: _preset_entry(load_model(path), list(MODEL_FIELDS)) for name, path in shipped["models"].items()
+            },
+            "hardware": {
+                name: _preset_entry(load_hardware(path), list(HARDWARE_FIELDS))
+                for name, path in shipped["hardware"].items()
+            },
         }
     )
 
 
 def _cell(value: Any, unit: str | None, tag: str | None, digits: int = 2) -> str:
-    """A table cell: the number in ``unit`` (SI → unit through moeroof.units) and its tag letter."""
-    from .units import from_si
+    """A table cell: the number in ``unit`` (SI → unit through moeroof.core.units) and its tag letter."""
+    from moeroof.core.units import from_si
 
     if value is None or tag is None:
         return "-"
@@ -438,7 +479,7 @@ def _ssd_cell(entry: dict[str, Any], read_size: float) -> str:
 
     The tag is the weaker of the curve's two fields; a value read between or beyond the measured
     points is at best ``projected``."""
-    from .units import from_si
+    from moeroof.core.units import from_si
 
     sizes, bws = entry["ssd_read_size_bytes"], entry["bw_ssd_bytes_per_s"]
     prov = entry["provenance"]
@@ -450,7 +491,7 @@ def _ssd_cell(entry: dict[str, Any], read_size: float) -> str:
 
 
 def _print_presets(rep: dict[str, Any]) -> None:
-    from .units import KiB, MiB
+    from moeroof.core.units import KiB, MiB
 
     def cell(entry: dict[str, Any], key: str, unit: str | None, digits: int = 2) -> str:
         return _cell(entry.get(key), unit, entry["provenance"].get(key), digits)
@@ -524,9 +565,9 @@ def _non_negative_float(text: str, flag: str) -> float:
 
 def plan_report(args: argparse.Namespace) -> dict[str, Any]:
     """The ``plan`` JSON object (issue 3's contract) for parsed arguments."""
-    from .presets import load_hardware, load_model
-    from .roofline import Workload, plan, routing_from_spec
-    from .units import to_si
+    from moeroof.core.units import to_si
+    from moeroof.data.presets import load_hardware, load_model
+    from moeroof.models.plan import Workload, plan, routing_from_spec
 
     batch = parse_batch(args.batch)
     cache = _non_negative_float(args.cache_gib, "--cache-gib")
@@ -546,25 +587,56 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
         ranks=ranks,
     )
     rep = plan(model, hardware, workload, routing, batch).to_dict()
-    rep["workload"] = {"context_tokens": context, "cache_bytes": to_si(cache, "GiB"), "overlap": args.overlap,
-                       "read_size_bytes": workload.read_size_bytes, "ranks": ranks}
+    rep["workload"] = {
+        "context_tokens": context,
+        "cache_bytes": to_si(cache, "GiB"),
+        "overlap": args.overlap,
+        "read_size_bytes": workload.read_size_bytes,
+        "ranks": ranks,
+    }
     return rep
 
 
 def _print_plan(rep: dict[str, Any]) -> None:
     prov = rep["provenance"]
     print(f"net tok/s — {rep['model']} on {rep['hardware']}, routing {rep['routing']}, overlap {rep['overlap']}")
-    print(f"result: {prov['result']}" + (f" (not witnessed: {', '.join(prov['non_witnessed'])})" if prov["non_witnessed"] else ""))
-    headers = ["B", "step s", "tok/s/agent", "net tok/s", "bound", "SSD GB/token", "U/layer", "B·K/U",
-               "× uncoalesced", "× single", "× indep-boxes", "fits RAM"]
+    print(
+        f"result: {prov['result']}"
+        + (f" (not witnessed: {', '.join(prov['non_witnessed'])})" if prov["non_witnessed"] else "")
+    )
+    headers = [
+        "B",
+        "step s",
+        "tok/s/agent",
+        "net tok/s",
+        "bound",
+        "SSD GB/token",
+        "U/layer",
+        "B·K/U",
+        "× uncoalesced",
+        "× single",
+        "× indep-boxes",
+        "fits RAM",
+    ]
     rows = []
     for i, b in enumerate(rep["batch"]):
         base = rep["baselines"]
-        rows.append([str(b), _fmt(rep["step_seconds"][i], 3), _fmt(rep["per_agent_tok_s"][i], 3), _fmt(rep["net_tok_s"][i], 3),
-                     rep["bound"][i], _fmt(rep["ssd_bytes_per_token"][i] / 1e9, 3), _fmt(rep["union_per_layer"][i], 1),
-                     _fmt(rep["coalescing_ratio"][i], 2), _fmt(base["uncoalesced"]["multiple"][i], 2),
-                     _fmt(base["single"]["multiple"][i], 2), _fmt(base["independent-boxes"]["multiple"][i], 3),
-                     "yes" if rep["fits_in_memory"][i] else "NO"])
+        rows.append(
+            [
+                str(b),
+                _fmt(rep["step_seconds"][i], 3),
+                _fmt(rep["per_agent_tok_s"][i], 3),
+                _fmt(rep["net_tok_s"][i], 3),
+                rep["bound"][i],
+                _fmt(rep["ssd_bytes_per_token"][i] / 1e9, 3),
+                _fmt(rep["union_per_layer"][i], 1),
+                _fmt(rep["coalescing_ratio"][i], 2),
+                _fmt(base["uncoalesced"]["multiple"][i], 2),
+                _fmt(base["single"]["multiple"][i], 2),
+                _fmt(base["independent-boxes"]["multiple"][i], 3),
+                "yes" if rep["fits_in_memory"][i] else "NO",
+            ]
+        )
     print(_table(headers, rows, ">>>><>>>>>><"))
     for t in rep["transitions"]:
         print(f"regime change: {t['from']} → {t['to']} at B* = {t['batch']}")
@@ -582,7 +654,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _add_cache_parsers(sub: Any) -> None:
-    from .cache import POLICIES
+    from moeroof.models.cache import POLICIES
 
     pc = sub.add_parser(
         "cache",
@@ -594,12 +666,21 @@ def _add_cache_parsers(sub: Any) -> None:
     )
     pc.add_argument("path", metavar="TRACE", help="trace .npz / .npy")
     pc.add_argument("--policy", required=True, choices=POLICIES, help="eviction policy (belady = offline optimum)")
-    pc.add_argument("--capacity-experts", default=None, help="cache capacity in experts (one (layer, expert) item each)")
+    pc.add_argument(
+        "--capacity-experts", default=None, help="cache capacity in experts (one (layer, expert) item each)"
+    )
     pc.add_argument("--capacity-gib", default=None, help="cache capacity in GiB (needs --expert-bytes)")
     pc.add_argument("--expert-bytes", default=None, help="bytes per expert (streamed per miss)")
-    pc.add_argument("--scope", default="global", choices=("global", "layer"), help="one shared cache or one per layer (default global)")
+    pc.add_argument(
+        "--scope",
+        default="global",
+        choices=("global", "layer"),
+        help="one shared cache or one per layer (default global)",
+    )
     pc.add_argument("--warmup", default="0", help="steps simulated but not counted (default 0)")
-    pc.add_argument("--histogram", default=None, help="histogram .csv to pin the static hot set from (default: the trace's own)")
+    pc.add_argument(
+        "--histogram", default=None, help="histogram .csv to pin the static hot set from (default: the trace's own)"
+    )
     pc.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
     pc.set_defaults(func=_cmd_cache)
 
@@ -620,7 +701,7 @@ def _add_cache_parsers(sub: Any) -> None:
 
 
 def _read_cache_trace(path_text: str) -> Any:
-    from .io import read_trace
+    from moeroof.data.io import read_trace
 
     path = Path(path_text)
     if path.suffix.lower() == ".csv":
@@ -637,8 +718,8 @@ def _positive_float(text: str, flag: str) -> float:
 
 def cache_report(args: argparse.Namespace) -> dict[str, Any]:
     """The ``cache`` JSON object for parsed arguments."""
-    from .cache import requests_from_trace, simulate
-    from .units import to_si
+    from moeroof.core.units import to_si
+    from moeroof.models.cache import requests_from_trace, simulate
 
     if (args.capacity_experts is None) == (args.capacity_gib is None):
         raise UsageError("give exactly one of --capacity-experts N or --capacity-gib X")
@@ -665,19 +746,29 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:
     if args.histogram is not None:
         hist = read_histogram(args.histogram)
         if hist.experts != trace.experts:
-            raise InputError(hist.path, "-", "experts", f"histogram has E={hist.experts} but the trace has E={trace.experts}")
+            raise InputError(
+                hist.path, "-", "experts", f"histogram has E={hist.experts} but the trace has E={trace.experts}"
+            )
         if hist.layers_summed or hist.layers == 1 and trace.layers > 1:
             pinned = np.tile(hist.counts[0], trace.layers).astype(float)
             notes.append("histogram summed over layers: the same experts are ranked hot in every layer")
         elif hist.layers != trace.layers:
-            raise InputError(hist.path, "-", "layers", f"histogram has {hist.layers} layers but the trace has {trace.layers}")
+            raise InputError(
+                hist.path, "-", "layers", f"histogram has {hist.layers} layers but the trace has {trace.layers}"
+            )
         else:
             pinned = hist.counts.astype(float).ravel()
         notes.append(f"static: hot set pinned from the histogram {hist.path}")
     requests = requests_from_trace(trace.topk, trace.experts)
     res = simulate(
-        requests, capacity, policy=args.policy, capacity_unit=unit, item_bytes=expert_bytes,
-        scope=args.scope, warmup_steps=warmup, pinned=pinned,
+        requests,
+        capacity,
+        policy=args.policy,
+        capacity_unit=unit,
+        item_bytes=expert_bytes,
+        scope=args.scope,
+        warmup_steps=warmup,
+        pinned=pinned,
     )
     notes.extend(res.notes)
     if args.scope == "layer":
@@ -727,9 +818,17 @@ def _print_cache(rep: dict[str, Any]) -> None:
         + (f" ({rep['capacity_bytes'] / 2**30:.3g} GiB)" if rep["capacity_bytes"] is not None else "")
         + f"  scope {rep['scope']}  warm-up {rep['warmup_steps']} of {rep['steps']} steps"
     )
-    rows = [[str(rep["requests"]), str(rep["hits"]), str(rep["misses"]), _fmt(rep["hit_rate"], 4),
-             _fmt(rep["bytes_streamed_per_step"], 1) + " experts" if rep["unit"] == "experts"
-             else f"{rep['bytes_streamed_per_step'] / 1e9:.3f} GB"]]
+    rows = [
+        [
+            str(rep["requests"]),
+            str(rep["hits"]),
+            str(rep["misses"]),
+            _fmt(rep["hit_rate"], 4),
+            _fmt(rep["bytes_streamed_per_step"], 1) + " experts"
+            if rep["unit"] == "experts"
+            else f"{rep['bytes_streamed_per_step'] / 1e9:.3f} GB",
+        ]
+    ]
     print(_table(["requests", "hits", "misses", "hit rate", "streamed/step"], rows, ">>>>>"))
     for note in rep["notes"]:
         print(f"note: {note}")
@@ -742,7 +841,13 @@ def _cmd_cache(args: argparse.Namespace) -> int:
 
 def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
     """The ``mrc`` JSON object for parsed arguments."""
-    from .cache import che_hit_curve, lru_hit_curve, request_histogram, requests_from_trace, shards_hit_curve
+    from moeroof.models.cache import (
+        che_hit_curve,
+        lru_hit_curve,
+        request_histogram,
+        requests_from_trace,
+        shards_hit_curve,
+    )
 
     rate = None if args.sample_rate is None else _positive_float(args.sample_rate, "--sample-rate")
     if rate is not None and rate > 1:
@@ -759,10 +864,14 @@ def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
     else:
         cap, hit = shards_hit_curve(requests, rate, seed=seed)
         method = "shards"
-        notes.append(f"SHARDS estimate at rate {rate:g}: capacities below {math.ceil(1 / rate)} experts are not resolved")
+        notes.append(
+            f"SHARDS estimate at rate {rate:g}: capacities below {math.ceil(1 / rate)} experts are not resolved"
+        )
     che = che_hit_curve(request_histogram(requests), cap)
-    notes.append("che: independent-reference approximation from the trace's request counts; "
-                 "it ignores the step order a trace has (an approximation, not a bound)")
+    notes.append(
+        "che: independent-reference approximation from the trace's request counts; "
+        "it ignores the step order a trace has (an approximation, not a bound)"
+    )
     return _jsonable(
         {
             "capacity_experts": cap,
@@ -797,12 +906,11 @@ def _cmd_mrc(args: argparse.Namespace) -> int:
     return _emit(rep, args.json, _print_mrc)
 
 
-
 # ----------------------------------------------------------------------------- split
 
 
 def _cmd_split(args: argparse.Namespace) -> int:
-    from .partition import split_report
+    from moeroof.models.partition import split_report
 
     rep = split_report(
         args.path,
@@ -833,7 +941,9 @@ def _cmd_split(args: argparse.Namespace) -> int:
     for key, value in rep.get("imbalance_by", {}).items():
         print(f"  imbalance by {key}: {value:.4f}×")
     if rep.get("tok_s") is not None:
-        print(f"predicted step {rep['step_seconds']:.3f} s, {rep['tok_s']:.3f} tok/s (the pair runs at its slowest rank)")
+        print(
+            f"predicted step {rep['step_seconds']:.3f} s, {rep['tok_s']:.3f} tok/s (the pair runs at its slowest rank)"
+        )
     for note in rep.get("notes", []):
         print(f"note: {note}")
     return 0
@@ -843,7 +953,7 @@ def _cmd_split(args: argparse.Namespace) -> int:
 
 
 def _add_witness_parsers(sub: Any) -> None:
-    from .calibrate import READ_PATHS
+    from moeroof.witness.measure import READ_PATHS
 
     pk = sub.add_parser(
         "calibrate",
@@ -855,14 +965,25 @@ def _add_witness_parsers(sub: Any) -> None:
             "hardware TOML (presets schema). Scratch files are removed on every exit."
         ),
     )
-    pk.add_argument("--output", default="calibrated.toml", help="hardware TOML to write, atomically (default calibrated.toml)")
+    pk.add_argument(
+        "--output", default="calibrated.toml", help="hardware TOML to write, atomically (default calibrated.toml)"
+    )
     pk.add_argument("--name", default=None, help="preset name in the TOML (default calibrated-DATE)")
     pk.add_argument("--file-mib", default="2048", help="scratch file size in MiB (default 2048)")
-    pk.add_argument("--seconds", default="30", help="time budget of the measurements in seconds (default 30; writing the file comes on top)")
+    pk.add_argument(
+        "--seconds",
+        default="30",
+        help="time budget of the measurements in seconds (default 30; writing the file comes on top)",
+    )
     pk.add_argument("--mem-mib", default="256", help="array size of the memory-copy measurement in MiB (default 256)")
     pk.add_argument("--matmul-n", default="2048", help="matrix size n of the float32 n×n matmul (default 2048)")
     pk.add_argument("--scratch-dir", default=None, help="where the scratch file goes (default: the output's folder)")
-    pk.add_argument("--read-path", default="auto", choices=READ_PATHS, help="bypass the page cache by O_DIRECT, fadvise, or auto (default)")
+    pk.add_argument(
+        "--read-path",
+        default="auto",
+        choices=READ_PATHS,
+        help="bypass the page cache by O_DIRECT, fadvise, or auto (default)",
+    )
     pk.add_argument("--seed", default="0", help="seed of the random read offsets (default 0)")
     pk.add_argument("--quiet", action="store_true", help="no progress on stderr")
     pk.add_argument("--json", action="store_true", help="print one JSON object of every measurement instead of a table")
@@ -884,14 +1005,26 @@ def _add_witness_parsers(sub: Any) -> None:
     pb.add_argument("--d-model", default="1024", help="hidden size d (default 1024)")
     pb.add_argument("--d-ff", default="1024", help="expert width f (default 1024; expert bytes = 2·d·f·4)")
     pb.add_argument("--batch", default="1,2,4,8,16,32", help="batch sizes, comma-separated (default 1,2,4,8,16,32)")
-    pb.add_argument("--mode", default="both", choices=("both", "uncoalesced", "coalesced"), help="which mode(s) to run (default both)")
+    pb.add_argument(
+        "--mode",
+        default="both",
+        choices=("both", "uncoalesced", "coalesced"),
+        help="which mode(s) to run (default both)",
+    )
     pb.add_argument("--routing", default=None, help="routing model: uniform or zipf:S (default uniform)")
     pb.add_argument("--trace", default=None, help="routing from a trace .npz/.npy instead of a model")
     pb.add_argument("--steps", default="5", help="counted decode steps per (mode, B) (default 5)")
     pb.add_argument("--warmup", default="1", help="uncounted warm-up steps per (mode, B) (default 1)")
-    pb.add_argument("--seed", default="0", help="seed of numpy.random.default_rng for routing, gates and weights (default 0)")
+    pb.add_argument(
+        "--seed", default="0", help="seed of numpy.random.default_rng for routing, gates and weights (default 0)"
+    )
     pb.add_argument("--scratch-dir", default=None, help="where the stack file goes (default: the system temp dir)")
-    pb.add_argument("--read-path", default="auto", choices=READ_PATHS, help="bypass the page cache by O_DIRECT, fadvise, or auto (default)")
+    pb.add_argument(
+        "--read-path",
+        default="auto",
+        choices=READ_PATHS,
+        help="bypass the page cache by O_DIRECT, fadvise, or auto (default)",
+    )
     pb.add_argument("--output", default=None, help="also write the JSON report to this file, atomically")
     pb.add_argument("--quiet", action="store_true", help="no progress on stderr")
     pb.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -904,15 +1037,31 @@ def _interrupted() -> int:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from .calibrate import Progress, calibrate
+    from moeroof.witness.measure import Progress, calibrate
 
     file_mib = _positive_float(args.file_mib, "--file-mib")
     seconds = _positive_float(args.seconds, "--seconds")
     mem_mib = _positive_float(args.mem_mib, "--mem-mib")
     matmul_n = _positive_int(args.matmul_n, "--matmul-n")
     seed = _non_negative_int(args.seed, "--seed")
-    command = ["moeroof", "calibrate", "--output", args.output, "--file-mib", f"{file_mib:g}", "--seconds", f"{seconds:g}",
-               "--mem-mib", f"{mem_mib:g}", "--matmul-n", str(matmul_n), "--read-path", args.read_path, "--seed", str(seed)]
+    command = [
+        "moeroof",
+        "calibrate",
+        "--output",
+        args.output,
+        "--file-mib",
+        f"{file_mib:g}",
+        "--seconds",
+        f"{seconds:g}",
+        "--mem-mib",
+        f"{mem_mib:g}",
+        "--matmul-n",
+        str(matmul_n),
+        "--read-path",
+        args.read_path,
+        "--seed",
+        str(seed),
+    ]
     if args.scratch_dir is not None:
         command += ["--scratch-dir", args.scratch_dir]
     if args.name is not None:
@@ -921,9 +1070,17 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
     try:
         cal = calibrate(
-            args.output, file_bytes=int(file_mib * 2**20), seconds=seconds, mem_bytes=int(mem_mib * 2**20),
-            matmul_n=matmul_n, scratch_dir=args.scratch_dir, read_path=args.read_path, name=args.name, seed=seed,
-            command=shlex.join(command), progress=Progress("calibrate", enabled=not args.quiet),
+            args.output,
+            file_bytes=int(file_mib * 2**20),
+            seconds=seconds,
+            mem_bytes=int(mem_mib * 2**20),
+            matmul_n=matmul_n,
+            scratch_dir=args.scratch_dir,
+            read_path=args.read_path,
+            name=args.name,
+            seed=seed,
+            command=shlex.join(command),
+            progress=Progress("calibrate", enabled=not args.quiet),
         )
     except KeyboardInterrupt:
         return _interrupted()
@@ -937,12 +1094,23 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     print(f"read path: {rep['read_path']} ({rep['read_method']})")
     rows = []
     for i, size in enumerate(rep["ssd_random"]["read_size_bytes"]):
-        rows.append([f"{size / 2**10:g} KiB" if size < 2**20 else f"{size / 2**20:g} MiB",
-                     _fmt(rep["ssd_random"]["bytes_per_s"][i] / 1e9, 3), _fmt(rep["ssd_sequential"]["bytes_per_s"][i] / 1e9, 3)])
+        rows.append(
+            [
+                f"{size / 2**10:g} KiB" if size < 2**20 else f"{size / 2**20:g} MiB",
+                _fmt(rep["ssd_random"]["bytes_per_s"][i] / 1e9, 3),
+                _fmt(rep["ssd_sequential"]["bytes_per_s"][i] / 1e9, 3),
+            ]
+        )
     print(_table(["read size", "random GB/s", "sequential GB/s"], rows, ">>>"))
-    print(f"page-cached reads: {rep['page_cache_bytes_per_s'] / 1e9:.2f} GB/s at {rep['page_cache_read_size_bytes'] / 2**20:g} MiB")
-    print(f"memory copy: {rep['bw_mem_bytes_per_s'] / 1e9:.2f} GB/s (read + write)   float32 matmul: {rep['flops_per_s'] / 1e9:.1f} GFLOP/s")
-    print(f"RAM {rep['ram_bytes'] / 2**30:.2f} GiB, OS reserve {rep['os_reserve_bytes'] / 2**30:.2f} GiB; took {rep['wall_seconds']:.1f} s")
+    print(
+        f"page-cached reads: {rep['page_cache_bytes_per_s'] / 1e9:.2f} GB/s at {rep['page_cache_read_size_bytes'] / 2**20:g} MiB"
+    )
+    print(
+        f"memory copy: {rep['bw_mem_bytes_per_s'] / 1e9:.2f} GB/s (read + write)   float32 matmul: {rep['flops_per_s'] / 1e9:.1f} GFLOP/s"
+    )
+    print(
+        f"RAM {rep['ram_bytes'] / 2**30:.2f} GiB, OS reserve {rep['os_reserve_bytes'] / 2**30:.2f} GiB; took {rep['wall_seconds']:.1f} s"
+    )
     for note in rep["notes"]:
         print(f"note: {note}")
     return 0
@@ -951,8 +1119,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     import shlex
 
-    from .bench import MODES, StackShape, run_bench
-    from .calibrate import Progress, _atomic_write_text
+    from moeroof.witness.bench import MODES, StackShape, run_bench
+    from moeroof.witness.measure import Progress, _atomic_write_text
 
     batch = parse_batch(args.batch)
     layers = _positive_int(args.layers, "--layers")
@@ -979,17 +1147,44 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         raise UsageError(f"--top-k: K={top_k} exceeds --experts E={experts}")
     routing = args.routing or "uniform"
     modes = MODES if args.mode == "both" else (args.mode,)
-    command = ["moeroof", "bench", "--experts", str(experts), "--layers", str(layers), "--top-k", str(top_k),
-               "--d-model", str(d_model), "--d-ff", str(d_ff), "--batch", ",".join(map(str, batch)), "--mode", args.mode]
+    command = [
+        "moeroof",
+        "bench",
+        "--experts",
+        str(experts),
+        "--layers",
+        str(layers),
+        "--top-k",
+        str(top_k),
+        "--d-model",
+        str(d_model),
+        "--d-ff",
+        str(d_ff),
+        "--batch",
+        ",".join(map(str, batch)),
+        "--mode",
+        args.mode,
+    ]
     command += ["--trace", args.trace] if args.trace is not None else ["--routing", routing]
     command += ["--steps", str(steps), "--warmup", str(warmup), "--seed", str(seed), "--read-path", args.read_path]
     if args.scratch_dir is not None:
         command += ["--scratch-dir", args.scratch_dir]
     try:
         rep = run_bench(
-            StackShape(experts, layers, d_model, d_ff), top_k, batch, modes=modes, routing=routing, trace=trace,
-            trace_label=trace_label, steps=steps, warmup_steps=warmup, seed=seed, scratch_dir=args.scratch_dir,
-            read_path=args.read_path, command=shlex.join(command), progress=Progress("bench", enabled=not args.quiet),
+            StackShape(experts, layers, d_model, d_ff),
+            top_k,
+            batch,
+            modes=modes,
+            routing=routing,
+            trace=trace,
+            trace_label=trace_label,
+            steps=steps,
+            warmup_steps=warmup,
+            seed=seed,
+            scratch_dir=args.scratch_dir,
+            read_path=args.read_path,
+            command=shlex.join(command),
+            progress=Progress("bench", enabled=not args.quiet),
         )
     except KeyboardInterrupt:
         return _interrupted()
@@ -1002,15 +1197,30 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.json:
         print(text)
         return 0
-    print(f"bench — E={experts} L={layers} K={top_k} d={d_model} f={d_ff} (expert {rep['expert_bytes'] / 2**20:.3g} MiB), "
-          f"routing {rep['routing']}, {steps} steps (+{warmup} warm-up), witnessed")
+    print(
+        f"bench — E={experts} L={layers} K={top_k} d={d_model} f={d_ff} (expert {rep['expert_bytes'] / 2**20:.3g} MiB), "
+        f"routing {rep['routing']}, {steps} steps (+{warmup} warm-up), witnessed"
+    )
     print(f"read path: {rep['read_path']} ({rep['read_method']})")
     rows = []
     for i, b in enumerate(rep["batch"]):
-        rows.append([rep["mode"][i], str(b), _fmt(rep["step_seconds"][i], 4), _fmt(rep["net_tok_s"][i], 2),
-                     _fmt(rep["per_agent_tok_s"][i], 2), _fmt(rep["bytes_read_per_step"][i] / 1e6, 1),
-                     _fmt(rep["union_per_layer"][i], 2), _fmt(rep["coalescing_ratio"][i], 2)])
-    print(_table(["mode", "B", "step s", "net tok/s", "tok/s/agent", "MB read/step", "U/layer", "B·K/U"], rows, "<>>>>>>>"))
+        rows.append(
+            [
+                rep["mode"][i],
+                str(b),
+                _fmt(rep["step_seconds"][i], 4),
+                _fmt(rep["net_tok_s"][i], 2),
+                _fmt(rep["per_agent_tok_s"][i], 2),
+                _fmt(rep["bytes_read_per_step"][i] / 1e6, 1),
+                _fmt(rep["union_per_layer"][i], 2),
+                _fmt(rep["coalescing_ratio"][i], 2),
+            ]
+        )
+    print(
+        _table(
+            ["mode", "B", "step s", "net tok/s", "tok/s/agent", "MB read/step", "U/layer", "B·K/U"], rows, "<>>>>>>>"
+        )
+    )
     print("B·K/U is the measured coalescing ratio against the uncoalesced baseline")
     if args.output is not None:
         print(f"wrote {args.output}")

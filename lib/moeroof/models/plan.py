@@ -14,7 +14,7 @@ for each of the B agents), and the per-token numbers are derived from it::
       combine      = max (perfect overlap) or sum (serial)
     per-agent tok/s = 1 / T_step,   net tok/s = B / T_step,   SSD bytes per agent-token = ssd_bytes / B
 
-``U_ℓ(B) = Σ_i [1 − (1 − π_i)^B]`` is the independent-token union (:mod:`moeroof.union`). The
+``U_ℓ(B) = Σ_i [1 − (1 − π_i)^B]`` is the independent-token union (:mod:`moeroof.models.union`). The
 expert cache is a static hot set per layer until the cache simulator lands: a cache of C
 experts per layer holds the C most popular, and ``misses_ℓ(B) = Σ_{i ∉ hot} [1 − (1 − π_i)^B]``
 (fractional C interpolates). Memory pressure: the cache gets what RAM leaves after the OS
@@ -33,15 +33,15 @@ Baselines (SPEC §2), each returned with its name:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from moeroof.presets import Hardware, MoEModel
-from moeroof.routing import inclusion_probabilities, zipf_weights
-from moeroof.union import as_batch, power_sums
+from moeroof.data.presets import Hardware, MoEModel
+from moeroof.models.routing import inclusion_probabilities, zipf_weights
+from moeroof.models.union import as_batch, power_sums
 
 __all__ = [
     "TERMS",
@@ -128,22 +128,24 @@ def routing_from_spec(spec: str, model: MoEModel) -> Routing:
             raise ValueError(f"routing {spec!r}: Zipf exponent must be >= 0")
         pi = inclusion_probabilities(zipf_weights(e, s), k)[None, :]
         return Routing(pi, f"Zipf s={s:g}", "assumed")
-    from moeroof.io import Histogram, load_any
-    from moeroof.routing import histogram_from_trace
-
-    from moeroof.paths import resolve_data
+    from moeroof.core.paths import resolve_data
+    from moeroof.data.io import Histogram, load_any
+    from moeroof.models.routing import histogram_from_trace
 
     path = resolve_data(spec)
     data = load_any(path)
     if data.experts != e or data.top_k != k:
-        raise ValueError(f"routing {path}: E={data.experts}, K={data.top_k} do not match model "
-                         f"{model.name} (E={e}, K={k})")
+        raise ValueError(
+            f"routing {path}: E={data.experts}, K={data.top_k} do not match model {model.name} (E={e}, K={k})"
+        )
     notes = []
     if isinstance(data, Histogram):
         counts, tokens = data.counts, data.tokens
         if data.layers_summed:
-            notes.append("the histogram is summed over layers: per-layer skew is averaged away and "
-                         "the union is overstated (see union_curve)")
+            notes.append(
+                "the histogram is summed over layers: per-layer skew is averaged away and "
+                "the union is overstated (see union_curve)"
+            )
             tokens = tokens  # summed incidence over layers·T: π̄ = count / (layers·T)
     else:
         arr = np.asarray(data.topk)
@@ -185,6 +187,7 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         """The CLI's JSON contract (issue 3): lists of floats, names for the bound terms."""
+
         def f(a):
             return [float(x) for x in np.asarray(a, dtype=float)]
 
@@ -221,7 +224,7 @@ def _hot_set_misses(pi: np.ndarray, cache_experts: np.ndarray, batch: np.ndarray
     ``pi`` (H, E); ``cache_experts`` (nB,) possibly fractional (linear between whole
     experts); ``batch`` (nB,). Returns (U (H, nB), misses (H, nB)) with
     ``misses = Σ_{rank ≥ C} [1 − (1 − π)^B]``. The tail power sums go through
-    :func:`moeroof.union.power_sums`, grouped by cache size (one group unless RAM pressure makes
+    :func:`moeroof.models.union.power_sums`, grouped by cache size (one group unless RAM pressure makes
     the cache shrink with B).
     """
     h, e = pi.shape
@@ -332,7 +335,15 @@ def transitions(batch: np.ndarray, bound: tuple[str, ...]) -> tuple[dict, ...]:
 
 
 def _provenance(model: MoEModel, hardware: Hardware, workload: Workload, routing: Routing, used_fabric: bool) -> dict:
-    model_keys = ["experts", "top_k", "moe_layers", "expert_bytes", "non_routed_bytes", "kv_bytes_per_token", "flops_per_token"]
+    model_keys = [
+        "experts",
+        "top_k",
+        "moe_layers",
+        "expert_bytes",
+        "non_routed_bytes",
+        "kv_bytes_per_token",
+        "flops_per_token",
+    ]
     if model.attn_flops_per_context_token:
         model_keys.append("attn_flops_per_context_token")
     hw_keys = ["ram_bytes", "bw_mem_bytes_per_s", "flops_per_s", "ssd_read_size_bytes", "bw_ssd_bytes_per_s"]
@@ -371,9 +382,13 @@ def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing: Routi
     notes = list(routing.notes)
     if not np.all(cur["fits"]):
         first = int(b[np.argmin(cur["fits"])])
-        notes.append(f"from B={first} the dense band and the batch's KV cache exceed RAM: those steps are infeasible as modelled")
+        notes.append(
+            f"from B={first} the dense band and the batch's KV cache exceed RAM: those steps are infeasible as modelled"
+        )
     if np.any(workload.cache_bytes > (hardware.ram_bytes - hardware.os_reserve_bytes - model.non_routed_bytes)):
-        notes.append("the requested expert cache does not fit beside the resident set: it was capped at what RAM leaves")
+        notes.append(
+            "the requested expert cache does not fit beside the resident set: it was capped at what RAM leaves"
+        )
     return Plan(
         batch=b,
         step_seconds=step,
@@ -407,8 +422,11 @@ def multiple_thresholds(p: Plan, thresholds=(4.0, 10.0)) -> list[dict[str, Any]]
     ok = np.asarray(p.fits_in_memory, dtype=bool)
     for name, d in p.baselines.items():
         mult = np.where(ok, d["multiple"], np.nan)
-        row = {"baseline": name, "max_multiple": float(np.nanmax(mult)) if ok.any() else float("nan"),
-               "at_batch": int(p.batch[int(np.nanargmax(mult))]) if ok.any() else None}
+        row = {
+            "baseline": name,
+            "max_multiple": float(np.nanmax(mult)) if ok.any() else float("nan"),
+            "at_batch": int(p.batch[int(np.nanargmax(mult))]) if ok.any() else None,
+        }
         for t in thresholds:
             hit = np.flatnonzero(mult >= t)
             row[f"first_batch_at_{t:g}x"] = int(p.batch[hit[0]]) if hit.size else None

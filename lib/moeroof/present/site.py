@@ -1,6 +1,6 @@
 """The report index: ``reports/index.html``, one page over every rendered notebook.
 
-``python -m moeroof.report`` calls :func:`build_index` after rendering; ``python -m moeroof.site
+``python -m moeroof.present.report`` calls :func:`build_index` after rendering; ``python -m moeroof.present.site
 [REPORTS_DIR] [--figures DIR]`` rebuilds it alone. For each report ``NAME.ipynb`` + ``NAME.html``
 in the reports directory the index shows:
 
@@ -9,7 +9,7 @@ in the reports directory the index shows:
 - the parameters it ran with: every parameter of the cell tagged ``parameters`` (name, type,
   help) with its default, replaced by the value papermill injected where one was given (read
   from the executed notebook's ``metadata.papermill.parameters``);
-- a gallery of its figures: the files ``FIGURES/NAME_*.png`` that ``moeroof.plots.save_figure``
+- a gallery of its figures: the files ``FIGURES/NAME_*.png`` that ``moeroof.present.plots.save_figure``
   wrote (a figure goes to the notebook with the longest stem that prefixes its name, so
   ``union_curve_models`` belongs to ``union_curve``, not to a notebook ``union``).
 
@@ -34,8 +34,8 @@ import nbformat
 from papermill.translators import PythonTranslator
 
 import moeroof
-from moeroof import paths
-from moeroof.report import write_atomic
+from moeroof.core import paths
+from moeroof.present.report import write_atomic
 
 __all__ = ["Parameter", "Report", "read_report", "figures_for", "build_index", "render_index", "main"]
 
@@ -174,12 +174,16 @@ def render_index(reports: Sequence[Report], *, version: str) -> str:
             f"source <code>notebooks/{e(r.name)}.py</code></p>",
         ]
         if r.parameters:
-            lines.append("<table><thead><tr><th>parameter</th><th>value</th><th>type</th><th>meaning</th></tr></thead><tbody>")
+            lines.append(
+                "<table><thead><tr><th>parameter</th><th>value</th><th>type</th><th>meaning</th></tr></thead><tbody>"
+            )
             for p in r.parameters:
                 value = e(p.value) + (f" <small>(default {e(p.default)})</small>" if p.overridden and p.default else "")
                 cls = ' class="over"' if p.overridden else ""
-                lines.append(f"<tr><td><code>{e(p.name)}</code></td><td{cls}><code>{value}</code></td>"
-                             f"<td>{e(p.type_name)}</td><td>{e(p.help)}</td></tr>")
+                lines.append(
+                    f"<tr><td><code>{e(p.name)}</code></td><td{cls}><code>{value}</code></td>"
+                    f"<td>{e(p.type_name)}</td><td>{e(p.help)}</td></tr>"
+                )
             lines.append("</tbody></table>")
         else:
             lines.append("<p>No parameters cell.</p>")
@@ -187,8 +191,10 @@ def render_index(reports: Sequence[Report], *, version: str) -> str:
             lines.append('<div class="gallery">')
             for stem in r.figures:
                 src = f"{FIGURES_SUBDIR}/{stem}"
-                lines.append(f'<figure><a href="{e(src)}.png"><img src="{e(src)}.png" alt="{e(stem)}"></a>'
-                             f"<figcaption>{e(stem)}</figcaption></figure>")
+                lines.append(
+                    f'<figure><a href="{e(src)}.png"><img src="{e(src)}.png" alt="{e(stem)}"></a>'
+                    f"<figcaption>{e(stem)}</figcaption></figure>"
+                )
             lines.append("</div>")
         else:
             lines.append("<p>No saved figures.</p>")
@@ -197,11 +203,12 @@ def render_index(reports: Sequence[Report], *, version: str) -> str:
     return "\n".join(lines)
 
 
-def build_index(reports_dir: str | os.PathLike[str] | None = None,
-                figures_dir: str | os.PathLike[str] | None = None) -> Path:
+def build_index(
+    reports_dir: str | os.PathLike[str] | None = None, figures_dir: str | os.PathLike[str] | None = None
+) -> Path:
     """Write ``reports_dir/index.html`` over every ``NAME.ipynb`` with its ``NAME.html``; return its path.
 
-    ``figures_dir`` defaults to :func:`moeroof.paths.figures_dir` (where the renders saved them).
+    ``figures_dir`` defaults to :func:`moeroof.core.paths.figures_dir` (where the renders saved them).
     """
     reports_dir = Path(reports_dir) if reports_dir is not None else paths.REPORTS_DIR
     figures_dir = Path(figures_dir) if figures_dir is not None else paths.figures_dir()
@@ -220,9 +227,11 @@ def build_index(reports_dir: str | os.PathLike[str] | None = None,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m moeroof.site", description="Rebuild reports/index.html.")
+    parser = argparse.ArgumentParser(prog="python -m moeroof.present.site", description="Rebuild reports/index.html.")
     parser.add_argument("reports_dir", nargs="?", type=Path, default=paths.REPORTS_DIR, help="default: %(default)s")
-    parser.add_argument("--figures", type=Path, default=None, help="figures directory (default: moeroof.paths.figures_dir())")
+    parser.add_argument(
+        "--figures", type=Path, default=None, help="figures directory (default: moeroof.core.paths.figures_dir())"
+    )
     args = parser.parse_args(argv)
     print(f"index  -> {build_index(args.reports_dir, args.figures)}")
     return 0

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-#: repository root when installed in editable mode from a checkout (lib/moeroof/paths.py → ../..)
-REPO_ROOT = Path(__file__).resolve().parents[2]
+#: repository root when installed in editable mode from a checkout (lib/moeroof/core/paths.py → ../..)
+REPO_ROOT = Path(__file__).resolve().parents[3]
 DATA_DIR = REPO_ROOT / "data"
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 REPORTS_DIR = REPO_ROOT / "reports"

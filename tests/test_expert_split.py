@@ -1,4 +1,4 @@
-"""Tests for moeroof.split_analysis: relabelings of the firing counts, per-rank LRU on a trace,
+"""Tests for moeroof.studies.expert_split: relabelings of the firing counts, per-rank LRU on a trace,
 the head-node slowdown sweep and the pair-against-booster prediction (seed 003)."""
 
 from __future__ import annotations
@@ -7,13 +7,14 @@ import numpy as np
 import pytest
 
 from conftest import seeded
-from moeroof import cache, ladder
-from moeroof import split_analysis as S
-from moeroof.io import read_histogram
-from moeroof.partition import balanced_packing, contiguous_split, imbalance, inclusion_from_histogram
-from moeroof.paths import DATA_DIR
-from moeroof.presets import load_hardware, load_model
-from moeroof.units import GiB
+from moeroof.core.paths import DATA_DIR
+from moeroof.core.units import GiB
+from moeroof.data.io import read_histogram
+from moeroof.data.presets import load_hardware, load_model
+from moeroof.models import cache
+from moeroof.models.partition import balanced_packing, contiguous_split, imbalance, inclusion_from_histogram
+from moeroof.studies import expert_split as S
+from moeroof.studies import ladder
 
 SUMMED = DATA_DIR / "histograms" / "glm5-seed003-summed.csv"
 PER_LAYER = DATA_DIR / "histograms" / "glm5-seed003-per-layer.csv"
@@ -62,8 +63,17 @@ def test_trace_split_equals_the_lru_simulator(cache_gib):
     layers = tr.shape[2]
     a = balanced_packing(S.firing_counts(tr, 288, stop_step=4), 2)
     ts = S.trace_split(tr, a, cache_gib_per_rank=cache_gib, warmup_steps=4)
-    ref = cache.simulate_ranks(tr, 288, a, cache_gib * GiB, policy="lru", capacity_unit="bytes",
-                               item_bytes=ladder.expert_bytes(layers), scope="global", warmup_steps=4)
+    ref = cache.simulate_ranks(
+        tr,
+        288,
+        a,
+        cache_gib * GiB,
+        policy="lru",
+        capacity_unit="bytes",
+        item_bytes=ladder.expert_bytes(layers),
+        scope="global",
+        warmup_steps=4,
+    )
     for r, res in enumerate(ref):
         assert ts.hits[r] == res.hits and ts.misses[r] == res.misses
         assert ts.gib_per_step[r] == pytest.approx(res.bytes_streamed_per_step[4:].mean() / GiB)
@@ -95,8 +105,15 @@ def test_fluid_gain():
 @pytest.fixture(scope="module")
 def sweep():
     hist = read_histogram(SUMMED)
-    return S.slowdown_sweep(inclusion_from_histogram(hist), hist.counts.sum(axis=0), load_model("glm-5-nvfp4"),
-                            load_hardware("gb10"), [1.0, 1.3, 2.6], cache_gib_per_rank=20.0, bytes_max_iter=10)
+    return S.slowdown_sweep(
+        inclusion_from_histogram(hist),
+        hist.counts.sum(axis=0),
+        load_model("glm-5-nvfp4"),
+        load_hardware("gb10"),
+        [1.0, 1.3, 2.6],
+        cache_gib_per_rank=20.0,
+        bytes_max_iter=10,
+    )
 
 
 def test_slowdown_sweep_equal_speeds_and_the_head_pace(sweep):

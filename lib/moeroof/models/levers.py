@@ -4,7 +4,7 @@
   once per step for all B agents instead of once per token. Factor: ``T_step(dense per token) /
   T_step`` at the same B — baseline ``per-token dense reads``.
 - **L2 cross-agent expert coalescing**: a step streams the union of the batch's experts.
-  Factor: ``net(B) / net_uncoalesced(B)`` — baseline ``uncoalesced`` (:mod:`moeroof.roofline`).
+  Factor: ``net(B) / net_uncoalesced(B)`` — baseline ``uncoalesced`` (:mod:`moeroof.models.plan`).
 - **L3 shared-prefix KV reuse**: a prefix of P tokens (system prompt, tool schemas, repo
   snapshot) is prefilled once for all B agents and, in decode, its KV is read once per step for
   the batch rather than once per agent. Factor on a session's time — baseline ``per-agent
@@ -39,9 +39,9 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.presets import Hardware, MoEModel
-from moeroof.roofline import Routing, Workload, _combine, plan, step_terms
-from moeroof.union import as_batch
+from moeroof.data.presets import Hardware, MoEModel
+from moeroof.models.plan import Routing, Workload, _combine, plan, step_terms
+from moeroof.models.union import as_batch
 
 __all__ = ["LeverFactors", "lever_factors", "prefill_seconds", "session_seconds", "compounding", "composition"]
 
@@ -78,11 +78,18 @@ def lever_factors(
     l2 = current.baselines["uncoalesced"]["multiple"]
     shared = replace(workload, shared_prefix_tokens=min(prefix_tokens, workload.context_tokens))
     l3 = base / _step(model, hardware, shared, routing, b)
-    return LeverFactors(b, l1, np.asarray(l2), l3, {
-        "l1_dense_amortization": "per-token dense reads",
-        "l2_coalescing": "uncoalesced",
-        "l3_prefix_decode": "per-agent prefix KV",
-    }, np.asarray(current.fits_in_memory))
+    return LeverFactors(
+        b,
+        l1,
+        np.asarray(l2),
+        l3,
+        {
+            "l1_dense_amortization": "per-token dense reads",
+            "l2_coalescing": "uncoalesced",
+            "l3_prefix_decode": "per-agent prefix KV",
+        },
+        np.asarray(current.fits_in_memory),
+    )
 
 
 def prefill_seconds(model: MoEModel, hardware: Hardware, workload: Workload, routing: Routing, tokens: int) -> float:
@@ -97,7 +104,9 @@ def prefill_seconds(model: MoEModel, hardware: Hardware, workload: Workload, rou
     w = replace(workload, context_tokens=0)
     out = step_terms(model, hardware, w, routing, [tokens])
     terms = dict(out["terms"])
-    terms["compute"] = terms["compute"] + tokens * (tokens / 2.0) * model.attn_flops_per_context_token / hardware.flops_per_s
+    terms["compute"] = (
+        terms["compute"] + tokens * (tokens / 2.0) * model.attn_flops_per_context_token / hardware.flops_per_s
+    )
     return float(_combine(terms, w)[0][0])
 
 
@@ -127,14 +136,21 @@ def session_seconds(
 
 
 def compounding(
-    model: MoEModel, hardware: Hardware, workload: Workload, routing: Routing,
-    agents: int, prefix_tokens: int, decode_tokens: int,
+    model: MoEModel,
+    hardware: Hardware,
+    workload: Workload,
+    routing: Routing,
+    agents: int,
+    prefix_tokens: int,
+    decode_tokens: int,
 ) -> dict[str, Any]:
     """Ticket E: L2 and L3 alone and together over one session, against the neither case."""
     t = {
-        (c, s): session_seconds(model, hardware, workload, routing, agents, prefix_tokens, decode_tokens,
-                                coalesced=c, shared_prefix=s)
-        for c in (False, True) for s in (False, True)
+        (c, s): session_seconds(
+            model, hardware, workload, routing, agents, prefix_tokens, decode_tokens, coalesced=c, shared_prefix=s
+        )
+        for c in (False, True)
+        for s in (False, True)
     }
     base = t[(False, False)]
     f2, f3, f23 = base / t[(True, False)], base / t[(False, True)], base / t[(True, True)]
@@ -146,13 +162,25 @@ def compounding(
         "f23": f23,
         "product_f2_f3": f2 * f3,
         "compounding_efficiency": f23 / (f2 * f3),
-        "net_tok_s": {k: agents * decode_tokens / v for k, v in
-                      {"neither": base, "L2": t[(True, False)], "L3": t[(False, True)], "L2+L3": t[(True, True)]}.items()},
+        "net_tok_s": {
+            k: agents * decode_tokens / v
+            for k, v in {
+                "neither": base,
+                "L2": t[(True, False)],
+                "L3": t[(False, True)],
+                "L2+L3": t[(True, True)],
+            }.items()
+        },
     }
 
 
 def composition(
-    model: MoEModel, hardware: Hardware, workload: Workload, routing: Routing, agents: int, users,
+    model: MoEModel,
+    hardware: Hardware,
+    workload: Workload,
+    routing: Routing,
+    agents: int,
+    users,
 ) -> dict[str, Any]:
     """Ticket G: one user's coalesced fan-out of ``agents`` inside a machine batch of ``users``.
 

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 from scipy.optimize import brentq
 
-from moeroof.presets import Hardware, MoEModel
-from moeroof.roofline import Routing, Workload, plan
-from moeroof.routing import inclusion_probabilities, zipf_weights
+from moeroof.data.presets import Hardware, MoEModel
+from moeroof.models.plan import Routing, Workload, plan
+from moeroof.models.routing import inclusion_probabilities, zipf_weights
 
 __all__ = [
     "Reference",
@@ -44,14 +44,24 @@ class Reference:
 
 
 #: GLM-5.2 int4: ~11 GB read per cold token (75 layers × 8 experts × ~19 MB)
-COLIBRI_COLD_TOKEN_BYTES = Reference("GLM-5.2 int4 bytes per cold token", 11e9, "colibri docs, JustVugg/colibri#220", hobby=True)
+COLIBRI_COLD_TOKEN_BYTES = Reference(
+    "GLM-5.2 int4 bytes per cold token", 11e9, "colibri docs, JustVugg/colibri#220", hobby=True
+)
 
 #: single-stream decode of GLM-5.2 with streamed experts (VALIDATION.md)
 SINGLE_STREAM = {
-    "seed-cpu-only": Reference("GLM-5.2, CPU-only server (box not described)", {"tok_s": 0.243}, "seed 000 (witnessed)"),
-    "colibri-1gbs": Reference("GLM-5.2 int4, ~1 GB/s disk, 25 GB RAM, cold", {"tok_s": (0.05, 0.1)}, "colibri docs", hobby=True),
-    "colibri-i5": Reference("GLM-5.2, i5-13600K 62 GB, PCIe4 5.90 GB/s", {"tok_s": 0.98, "hit": 0.547}, "colibri docs", hobby=True),
-    "colibri-epyc": Reference("GLM-5.2, EPYC 7443 430 GB RAM, 77.5 GB pinned", {"tok_s": 1.00, "hit": 0.98}, "colibri docs", hobby=True),
+    "seed-cpu-only": Reference(
+        "GLM-5.2, CPU-only server (box not described)", {"tok_s": 0.243}, "seed 000 (witnessed)"
+    ),
+    "colibri-1gbs": Reference(
+        "GLM-5.2 int4, ~1 GB/s disk, 25 GB RAM, cold", {"tok_s": (0.05, 0.1)}, "colibri docs", hobby=True
+    ),
+    "colibri-i5": Reference(
+        "GLM-5.2, i5-13600K 62 GB, PCIe4 5.90 GB/s", {"tok_s": 0.98, "hit": 0.547}, "colibri docs", hobby=True
+    ),
+    "colibri-epyc": Reference(
+        "GLM-5.2, EPYC 7443 430 GB RAM, 77.5 GB pinned", {"tok_s": 1.00, "hit": 0.98}, "colibri docs", hobby=True
+    ),
 }
 
 #: aggregate tok/s against concurrency, Qwen3-30B-A3B 3-bit with 44 of 128 experts cached
@@ -80,8 +90,13 @@ def scale_term(hardware: Hardware, term: str, factor: float) -> Hardware:
 
 
 def calibrate_term(
-    model: MoEModel, hardware: Hardware, workload: Workload, routing: Routing,
-    batch: int, measured_net_tok_s: float, term: str,
+    model: MoEModel,
+    hardware: Hardware,
+    workload: Workload,
+    routing: Routing,
+    batch: int,
+    measured_net_tok_s: float,
+    term: str,
 ) -> tuple[Hardware, float]:
     """Scale one term's bandwidth so that net tok/s at ``batch`` equals the measurement.
 
@@ -89,6 +104,7 @@ def calibrate_term(
     on log(factor). Raises ValueError when no factor in [1e-4, 1e4] reaches the measurement
     (the term cannot explain it: another term binds).
     """
+
     def gap(log_f: float) -> float:
         hw = scale_term(hardware, term, float(np.exp(log_f)))
         return float(np.log(plan(model, hw, workload, routing, [batch]).net_tok_s[0] / measured_net_tok_s))
@@ -113,19 +129,31 @@ def hot_set_hit_rate(pi_row: np.ndarray, cache_experts: float) -> float:
 
 def zipf_for_hit_rate(model: MoEModel, cache_experts: float, hit: float) -> float:
     """The Zipf exponent whose hot set of ``cache_experts`` per layer hits ``hit`` at B = 1."""
+
     def gap(s: float) -> float:
-        return hot_set_hit_rate(inclusion_probabilities(zipf_weights(model.experts, s), model.top_k), cache_experts) - hit
+        return (
+            hot_set_hit_rate(inclusion_probabilities(zipf_weights(model.experts, s), model.top_k), cache_experts) - hit
+        )
 
     if gap(0.0) >= 0:
         return 0.0
     if gap(4.0) < 0:
-        raise ValueError(f"no Zipf exponent up to 4 gives a {hit:.1%} hit rate with {cache_experts:.1f} experts cached per layer")
+        raise ValueError(
+            f"no Zipf exponent up to 4 gives a {hit:.1%} hit rate with {cache_experts:.1f} experts cached per layer"
+        )
     return float(brentq(gap, 0.0, 4.0, xtol=1e-8))
 
 
 def scaling_check(
-    model: MoEModel, hardware: Hardware, workload: Workload, routing: Routing,
-    batch, measured_net_tok_s, *, calibrate_at: int, term: str,
+    model: MoEModel,
+    hardware: Hardware,
+    workload: Workload,
+    routing: Routing,
+    batch,
+    measured_net_tok_s,
+    *,
+    calibrate_at: int,
+    term: str,
 ) -> dict[str, Any]:
     """Calibrate ``term`` at one batch size, predict the others, report relative errors."""
     b = np.asarray(batch, dtype=int)
@@ -160,15 +188,19 @@ def single_stream_predictions() -> list[dict[str, Any]]:
     - seed 000's CPU-only witness: the box is not described; assumed ``epyc-server`` streaming
       every expert from its NVMe (no cache), as the seed's "CPU-offload" suggests.
     """
-    from moeroof.presets import load_hardware, load_model
-    from moeroof.units import GB
+    from moeroof.core.units import GB
+    from moeroof.data.presets import load_hardware, load_model
 
     model = load_model("glm-5.2")
     rows = []
     per_expert_layer = model.moe_layers * model.expert_bytes
 
     def routing_for(s: float) -> Routing:
-        return Routing(inclusion_probabilities(zipf_weights(model.experts, s), model.top_k)[None, :], f"Zipf s={s:.3f}", "projected")
+        return Routing(
+            inclusion_probabilities(zipf_weights(model.experts, s), model.top_k)[None, :],
+            f"Zipf s={s:.3f}",
+            "projected",
+        )
 
     def row(key, hw, cache_bytes, s, calibrated_on):
         ref = SINGLE_STREAM[key]
@@ -193,8 +225,13 @@ def single_stream_predictions() -> list[dict[str, Any]]:
 
     gen4 = load_hardware("nvme-gen4")
     epyc = load_hardware("epyc-server")
-    slow = replace(gen4, name="nvme-gen4, 1 GB/s disk, 25 GB RAM", ram_bytes=25 * GB,
-                   ssd_read_size_bytes=(4096.0, 1e8), bw_ssd_bytes_per_s=(1 * GB, 1 * GB))
+    slow = replace(
+        gen4,
+        name="nvme-gen4, 1 GB/s disk, 25 GB RAM",
+        ram_bytes=25 * GB,
+        ssd_read_size_bytes=(4096.0, 1e8),
+        bw_ssd_bytes_per_s=(1 * GB, 1 * GB),
+    )
     rows.append(row("colibri-1gbs", slow, 0.0, 0.0, "nothing (cold: no cache)"))
     # the i5 box: cache = what its RAM leaves beside the dense band and the OS
     i5_cache = gen4.ram_bytes - gen4.os_reserve_bytes - model.non_routed_bytes - 512 * model.kv_bytes_per_token
@@ -203,7 +240,9 @@ def single_stream_predictions() -> list[dict[str, Any]]:
     s_epyc = zipf_for_hit_rate(model, 77.5 * GB / per_expert_layer, 0.98)
     rows.append(row("colibri-epyc", epyc, 77.5 * GB, s_epyc, "hit rate 98 % → Zipf s"))
     # "sub-1 tok/s CPU-offload": every expert streamed, none pinned
-    rows.append(row("seed-cpu-only", epyc, 0.0, s_i5, "nothing (box assumed: epyc-server streaming every expert, no cache)"))
+    rows.append(
+        row("seed-cpu-only", epyc, 0.0, s_i5, "nothing (box assumed: epyc-server streaming every expert, no cache)")
+    )
     return rows
 
 
@@ -221,19 +260,34 @@ def gpu_bench_check(path=None) -> dict[str, Any]:
     import json
     from pathlib import Path
 
-    from moeroof.paths import DATA_DIR
-    from moeroof.presets import MoEModel, load_hardware
-    from moeroof.roofline import routing_from_spec
+    from moeroof.core.paths import DATA_DIR
+    from moeroof.data.presets import MoEModel, load_hardware
+    from moeroof.models.plan import routing_from_spec
 
     path = Path(path) if path is not None else DATA_DIR / "measurements" / "gpu_moe_bench-h200-2026-11-29.json"
     data = json.loads(path.read_text())
     cfg = data["config"]
     model = MoEModel(
-        name="gpu-bench-moe", experts=cfg["experts"], top_k=cfg["top_k"], moe_layers=cfg["layers"],
-        expert_bytes=float(cfg["expert_bytes"]), non_routed_bytes=0.0, kv_bytes_per_token=0.0,
+        name="gpu-bench-moe",
+        experts=cfg["experts"],
+        top_k=cfg["top_k"],
+        moe_layers=cfg["layers"],
+        expert_bytes=float(cfg["expert_bytes"]),
+        non_routed_bytes=0.0,
+        kv_bytes_per_token=0.0,
         flops_per_token=float(2 * 2 * cfg["d_model"] * cfg["d_ff"] * cfg["top_k"] * cfg["layers"]),
-        provenance={k: "witnessed" for k in ("experts", "top_k", "moe_layers", "expert_bytes", "non_routed_bytes",
-                                             "kv_bytes_per_token", "flops_per_token")},
+        provenance={
+            k: "witnessed"
+            for k in (
+                "experts",
+                "top_k",
+                "moe_layers",
+                "expert_bytes",
+                "non_routed_bytes",
+                "kv_bytes_per_token",
+                "flops_per_token",
+            )
+        },
     )
     hw = load_hardware("h200-pcie-offload")
     routing = routing_from_spec(f"zipf:{cfg['zipf_s']}", model)
@@ -245,12 +299,17 @@ def gpu_bench_check(path=None) -> dict[str, Any]:
     for mode in ("uncoalesced", "coalesced"):
         meas = np.array([next(r["net_tok_s"] for r in rows if r["batch"] == b and r["mode"] == mode) for b in batch])
         pred = np.asarray(predicted[mode])
-        out["modes"][mode] = {"measured": meas.tolist(), "predicted": pred.tolist(),
-                              "relative_error": (pred / meas - 1).tolist(),
-                              "median_abs_error": float(np.median(np.abs(pred / meas - 1)))}
+        out["modes"][mode] = {
+            "measured": meas.tolist(),
+            "predicted": pred.tolist(),
+            "relative_error": (pred / meas - 1).tolist(),
+            "median_abs_error": float(np.median(np.abs(pred / meas - 1))),
+        }
     meas_mult = np.array(out["modes"]["coalesced"]["measured"]) / np.array(out["modes"]["uncoalesced"]["measured"])
     out["multiple_measured"] = meas_mult.tolist()
     out["multiple_predicted"] = np.asarray(p.baselines["uncoalesced"]["multiple"]).tolist()
-    out["union_measured"] = [next(r["union_per_layer"] for r in rows if r["batch"] == b and r["mode"] == "coalesced") for b in batch]
+    out["union_measured"] = [
+        next(r["union_per_layer"] for r in rows if r["batch"] == b and r["mode"] == "coalesced") for b in batch
+    ]
     out["union_predicted"] = p.union_per_layer.tolist()
     return out

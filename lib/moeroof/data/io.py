@@ -172,7 +172,9 @@ def _parse_json(text: str, path: Path, row: str, key: str) -> dict[str, Any]:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(path, row, key, f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+        raise InputError(
+            path, row, key, f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+        ) from None
     if not isinstance(obj, dict):
         raise InputError(path, row, key, f"expected a JSON object, got {type(obj).__name__}")
     return obj
@@ -218,7 +220,9 @@ def _validate_histogram_meta(meta: Mapping[str, Any], path: Path) -> tuple[int, 
     if "layer_ids" in meta:
         layer_ids = _check_layer_ids(meta["layer_ids"], path)
         if "layers" in meta and meta["layers"] != len(layer_ids):
-            raise InputError(path, "-", "layers", f"layers={meta['layers']!r} but layer_ids has {len(layer_ids)} entries")
+            raise InputError(
+                path, "-", "layers", f"layers={meta['layers']!r} but layer_ids has {len(layer_ids)} entries"
+            )
     elif "layers" in meta:
         layers = meta["layers"]
         if not _is_int(layers) or layers < 1:
@@ -242,14 +246,18 @@ def _validate_histogram_meta(meta: Mapping[str, Any], path: Path) -> tuple[int, 
     if not isinstance(summed, bool):
         raise InputError(path, "-", "layers_summed", f"expected true or false, got {summed!r}")
     if summed and n_layers != 1:
-        raise InputError(path, "-", "layers_summed", f"a histogram summed over layers has one pseudo-layer, got {n_layers}")
+        raise InputError(
+            path, "-", "layers_summed", f"a histogram summed over layers has one pseudo-layer, got {n_layers}"
+        )
     _check_optional_str(meta, "provenance", path)
     if "generator" in meta and not isinstance(meta["generator"], dict):
         raise InputError(path, "-", "generator", f"expected a JSON object, got {meta['generator']!r}")
     return experts, top_k, layer_ids, tokens_arr, summed
 
 
-def _validate_trace_meta(meta: Mapping[str, Any], n_layers: int, path: Path, row: str) -> tuple[int, int, tuple[int, ...]]:
+def _validate_trace_meta(
+    meta: Mapping[str, Any], n_layers: int, path: Path, row: str
+) -> tuple[int, int, tuple[int, ...]]:
     experts, top_k = _check_experts_top_k(meta, path, row)
     if "layer_ids" in meta:
         layer_ids = _check_layer_ids(meta["layer_ids"], path, row)
@@ -273,7 +281,9 @@ def _validate_trace_meta(meta: Mapping[str, Any], n_layers: int, path: Path, row
 def _validate_topk(topk: np.ndarray, experts: int, top_k: int, path: Path, meta_row: str) -> None:
     """Shape, dtype and ids of a trace; chunked over steps so a memmap is never loaded whole."""
     if topk.ndim != 4:
-        raise InputError(path, "-", "topk", f"expected 4 dims (steps, streams, layers, K), got {topk.ndim} with shape {topk.shape}")
+        raise InputError(
+            path, "-", "topk", f"expected 4 dims (steps, streams, layers, K), got {topk.ndim} with shape {topk.shape}"
+        )
     if not np.issubdtype(topk.dtype, np.integer):
         raise InputError(path, "-", "topk", f"expected an integer dtype, got {topk.dtype}")
     if topk.shape[3] != top_k:
@@ -283,7 +293,7 @@ def _validate_topk(topk: np.ndarray, experts: int, top_k: int, path: Path, meta_
     for s0 in range(0, topk.shape[0], chunk):
         block = np.asarray(topk[s0 : s0 + chunk]).astype(np.int64, copy=False)
 
-        def where(mask: np.ndarray) -> str:
+        def where(mask: np.ndarray, s0: int = s0) -> str:
             s, t, l, k = np.argwhere(mask)[0]
             return f"topk[{s + s0},{t},{l},{k}]"
 
@@ -291,13 +301,20 @@ def _validate_topk(topk: np.ndarray, experts: int, top_k: int, path: Path, meta_
         if bad.any():
             idx = where(bad)
             value = block[tuple(np.argwhere(bad)[0])]
-            raise InputError(path, idx, "topk", f"expert id {value} not in [-1, {experts}) (experts E={experts}; -1 = no token)")
+            raise InputError(
+                path, idx, "topk", f"expert id {value} not in [-1, {experts}) (experts E={experts}; -1 = no token)"
+            )
         pad = block == PAD
         partial = pad.any(axis=-1) & ~pad.all(axis=-1)
         if partial.any():
             s, t, l = np.argwhere(partial)[0]
             k = int(np.argmax(pad[s, t, l]))
-            raise InputError(path, f"topk[{s + s0},{t},{l},{k}]", "topk", "token is partly padding: a token has K expert ids or K times -1")
+            raise InputError(
+                path,
+                f"topk[{s + s0},{t},{l},{k}]",
+                "topk",
+                "token is partly padding: a token has K expert ids or K times -1",
+            )
         if top_k > 1:
             srt = np.sort(block, axis=-1)
             dup_tok = ((srt[..., 1:] == srt[..., :-1]) & (srt[..., 1:] != PAD)).any(axis=-1)
@@ -305,7 +322,12 @@ def _validate_topk(topk: np.ndarray, experts: int, top_k: int, path: Path, meta_
                 s, t, l = np.argwhere(dup_tok)[0]
                 row = block[s, t, l]
                 k = next(j for j in range(1, top_k) if row[j] in row[:j])
-                raise InputError(path, f"topk[{s + s0},{t},{l},{k}]", "topk", f"expert {row[k]} appears twice in one token (the K experts must be distinct)")
+                raise InputError(
+                    path,
+                    f"topk[{s + s0},{t},{l},{k}]",
+                    "topk",
+                    f"expert {row[k]} appears twice in one token (the K experts must be distinct)",
+                )
 
 
 def _check_readable(path: Path) -> None:
@@ -339,12 +361,13 @@ def read_histogram(path: str | os.PathLike[str]) -> Histogram:
                 raise InputError(path, 1, "header", f"empty file; expected header {','.join(HISTOGRAM_COLUMNS)}")
             names = [h.strip() for h in header]
             allowed = set(HISTOGRAM_COLUMNS) | set(_OPTIONAL_COLUMNS)
-            if (
-                len(set(names)) != len(names)
-                or not set(HISTOGRAM_COLUMNS) <= set(names)
-                or not set(names) <= allowed
-            ):
-                raise InputError(path, 1, "header", f"expected columns {','.join(HISTOGRAM_COLUMNS)} (optional: rank), got {','.join(header)!r}")
+            if len(set(names)) != len(names) or not set(HISTOGRAM_COLUMNS) <= set(names) or not set(names) <= allowed:
+                raise InputError(
+                    path,
+                    1,
+                    "header",
+                    f"expected columns {','.join(HISTOGRAM_COLUMNS)} (optional: rank), got {','.join(header)!r}",
+                )
             col = {name: j for j, name in enumerate(names)}
             if "rank" in col:
                 rank = np.full((n_layers, experts), -1, dtype=np.int64)
@@ -364,20 +387,34 @@ def read_histogram(path: str | os.PathLike[str]) -> Histogram:
                     vals[name] = v
                 layer, expert, count = vals["layer"], vals["expert"], vals["count"]
                 if layer not in layer_index:
-                    raise InputError(path, line_no, "layer", f"layer {layer} not among the sidecar's layer ids {_short(layer_ids)}")
+                    raise InputError(
+                        path, line_no, "layer", f"layer {layer} not among the sidecar's layer ids {_short(layer_ids)}"
+                    )
                 if expert >= experts:
                     raise InputError(path, line_no, "expert", f"expert {expert} ≥ experts E={experts}")
                 key = (layer, expert)
                 if key in first_line:
-                    raise InputError(path, line_no, "expert", f"duplicate row for layer {layer}, expert {expert} (first at line {first_line[key]})")
+                    raise InputError(
+                        path,
+                        line_no,
+                        "expert",
+                        f"duplicate row for layer {layer}, expert {expert} (first at line {first_line[key]})",
+                    )
                 first_line[key] = line_no
                 li = layer_index[layer]
                 if count > tokens[li]:
-                    raise InputError(path, line_no, "count", f"count {count} > tokens T={tokens[li]} of layer {layer} (a token counts an expert once)")
+                    raise InputError(
+                        path,
+                        line_no,
+                        "count",
+                        f"count {count} > tokens T={tokens[li]} of layer {layer} (a token counts an expert once)",
+                    )
                 running[li] += count
                 if running[li] > top_k * tokens[li]:
                     raise InputError(
-                        path, line_no, "count",
+                        path,
+                        line_no,
+                        "count",
                         f"counts of layer {layer} sum to {running[li]} > top_k·tokens = {top_k}·{tokens[li]} = {top_k * tokens[li]}",
                     )
                 counts[li, expert] = count
@@ -394,8 +431,15 @@ def read_histogram(path: str | os.PathLike[str]) -> Histogram:
     if rank is not None:
         rank.setflags(write=False)
     return Histogram(
-        counts=counts, tokens=tokens, experts=experts, top_k=top_k, layer_ids=layer_ids,
-        layers_summed=summed, meta=dict(meta), path=path, rank=rank,
+        counts=counts,
+        tokens=tokens,
+        experts=experts,
+        top_k=top_k,
+        layer_ids=layer_ids,
+        layers_summed=summed,
+        meta=dict(meta),
+        path=path,
+        rank=rank,
     )
 
 
@@ -428,7 +472,12 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
         except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
             raise InputError(path, "-", "file", f"not a readable .npz without pickles: {exc}") from None
         if meta_arr.ndim != 0 or meta_arr.dtype.kind not in "US":
-            raise InputError(path, "-", "meta", f"expected a JSON string (0-d str array), got dtype {meta_arr.dtype} shape {meta_arr.shape}")
+            raise InputError(
+                path,
+                "-",
+                "meta",
+                f"expected a JSON string (0-d str array), got dtype {meta_arr.dtype} shape {meta_arr.shape}",
+            )
         text = meta_arr.item()
         if isinstance(text, bytes):
             try:
@@ -448,7 +497,9 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
     else:
         raise InputError(path, "-", "file", f"unknown trace suffix {path.suffix!r}; expected .npz or .npy")
     if topk.ndim != 4:
-        raise InputError(path, "-", "topk", f"expected 4 dims (steps, streams, layers, K), got {topk.ndim} with shape {topk.shape}")
+        raise InputError(
+            path, "-", "topk", f"expected 4 dims (steps, streams, layers, K), got {topk.ndim} with shape {topk.shape}"
+        )
     experts, top_k, layer_ids = _validate_trace_meta(meta, topk.shape[2], meta_path, meta_row)
     if topk.shape[3] != top_k:
         raise InputError(meta_path, meta_row, "top_k", f"meta top_k={top_k} but topk has K={topk.shape[3]} columns")
@@ -462,7 +513,9 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
         topk.setflags(write=False)
     if weights is not None:
         weights.setflags(write=False)
-    return Trace(topk=topk, experts=experts, top_k=top_k, layer_ids=layer_ids, meta=dict(meta), path=path, weights=weights)
+    return Trace(
+        topk=topk, experts=experts, top_k=top_k, layer_ids=layer_ids, meta=dict(meta), path=path, weights=weights
+    )
 
 
 def load_any(path: str | os.PathLike[str]) -> Histogram | Trace:
@@ -474,14 +527,16 @@ def load_any(path: str | os.PathLike[str]) -> Histogram | Trace:
     if suffix in (".npz", ".npy"):
         return read_trace(path)
     _check_readable(path)
-    raise InputError(path, "-", "file", f"unknown suffix {path.suffix!r}; expected .csv (histogram), .npz or .npy (trace)")
+    raise InputError(
+        path, "-", "file", f"unknown suffix {path.suffix!r}; expected .csv (histogram), .npz or .npy (trace)"
+    )
 
 
 # ----------------------------------------------------------------------------- writers
 
 
 def _guard_target(path: Path, overwrite: bool) -> None:
-    from .paths import EXTERNAL_DIR
+    from moeroof.core.paths import EXTERNAL_DIR
 
     try:
         inside = path.resolve().is_relative_to(EXTERNAL_DIR.resolve())
@@ -624,7 +679,9 @@ def write_histogram(
     sums = counts.sum(axis=1)
     if (sums > k * tok).any():
         l = int(np.argmax(sums > k * tok))
-        raise InputError(path, "-", "count", f"counts of layer {lids[l]} sum to {sums[l]} > top_k·tokens = {k * tok[l]}")
+        raise InputError(
+            path, "-", "count", f"counts of layer {lids[l]} sum to {sums[l]} > top_k·tokens = {k * tok[l]}"
+        )
     if rank is not None:
         rank = np.asarray(rank).astype(np.int64)
         if rank.shape != counts.shape:
@@ -672,7 +729,9 @@ def write_trace(
     meta_d = _parse_json(meta, path, "-", "meta") if isinstance(meta, str) else dict(_plain(dict(meta)))
     topk = np.asarray(topk)
     if topk.ndim != 4:
-        raise InputError(path, "-", "topk", f"expected 4 dims (steps, streams, layers, K), got {topk.ndim} with shape {topk.shape}")
+        raise InputError(
+            path, "-", "topk", f"expected 4 dims (steps, streams, layers, K), got {topk.ndim} with shape {topk.shape}"
+        )
     meta_d.setdefault("layer_ids", list(range(topk.shape[2])))
     meta_d.setdefault("axes", list(TRACE_AXES))
     meta_d.setdefault("pad_value", PAD)
@@ -683,7 +742,9 @@ def write_trace(
             raise ValueError(f"{path}: weights need the .npz format")
         weights = np.asarray(weights)
         if weights.shape != topk.shape or not np.issubdtype(weights.dtype, np.floating):
-            raise InputError(path, "-", "weights", f"expected floats of shape {topk.shape}, got {weights.dtype} {weights.shape}")
+            raise InputError(
+                path, "-", "weights", f"expected floats of shape {topk.shape}, got {weights.dtype} {weights.shape}"
+            )
     _guard_target(path, overwrite)
     text = json.dumps(meta_d, ensure_ascii=False)
     if suffix == ".npz":

@@ -26,7 +26,7 @@ one-row one (gemv), which changes float32 rounding, not the result within
 ``~d·f·ε₃₂`` relative (the parity tests: exact with a row-wise kernel, within a tolerance with
 BLAS; exact again when every partial sum is an integer below 2²⁴).
 
-Reads go through :class:`moeroof.calibrate.DeviceFile`, the path ``calibrate`` measured:
+Reads go through :class:`moeroof.witness.measure.DeviceFile`, the path ``calibrate`` measured:
 ``O_DIRECT`` (every read reaches the device), or ``posix_fadvise DONTNEED`` on the whole file
 before each step and on each expert's range after it is read. The step is timed by wall clock
 around the whole loop: reads, matmuls and Python overhead, serial (no read overlaps compute).
@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.calibrate import (
+from moeroof.witness.measure import (
     ALIGN,
     DeviceFile,
     Progress,
@@ -136,8 +136,9 @@ def _check_layer_inputs(h: np.ndarray, topk: np.ndarray, gates: np.ndarray) -> N
         raise ValueError(f"expected h (B, d), topk and gates (B, K); got {h.shape}, {topk.shape}, {gates.shape}")
 
 
-def moe_layer_serial(h: np.ndarray, topk: np.ndarray, gates: np.ndarray, load: Load,
-                     apply: Apply = expert_ffn) -> np.ndarray:
+def moe_layer_serial(
+    h: np.ndarray, topk: np.ndarray, gates: np.ndarray, load: Load, apply: Apply = expert_ffn
+) -> np.ndarray:
     """Per-token serial MoE layer: ``out[b] = Σ_j g[b,j] · apply(h[b:b+1], W_{e_j})`` with the
     token's experts taken in ascending id. ``load(e)`` is called once per (token, expert):
     B·K loads — the ``uncoalesced`` baseline's reads."""
@@ -147,12 +148,13 @@ def moe_layer_serial(h: np.ndarray, topk: np.ndarray, gates: np.ndarray, load: L
         order = np.argsort(topk[b], kind="stable")
         for j in order:
             w1, w2 = load(int(topk[b, j]))
-            out[b] = out[b] + gates[b, j] * apply(h[b:b + 1], w1, w2)[0]
+            out[b] = out[b] + gates[b, j] * apply(h[b : b + 1], w1, w2)[0]
     return out
 
 
-def moe_layer_grouped(h: np.ndarray, topk: np.ndarray, gates: np.ndarray, load: Load,
-                      apply: Apply = expert_ffn) -> np.ndarray:
+def moe_layer_grouped(
+    h: np.ndarray, topk: np.ndarray, gates: np.ndarray, load: Load, apply: Apply = expert_ffn
+) -> np.ndarray:
     """Coalesced MoE layer (ticket D): for each expert of the union in ascending id, one
     ``load(e)`` and one grouped ``apply`` over the rows routed to it, scattered back with their
     gates. Each token's contributions therefore add up in ascending expert id, the order of
@@ -179,8 +181,14 @@ def _rms_normalize(x: np.ndarray) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=1, keepdims=True) + np.float32(1e-6))
 
 
-def decode_step(h0: np.ndarray, topk: np.ndarray, gates: np.ndarray, load_layer: Callable[[int], Load],
-                mode: str, apply: Apply = expert_ffn) -> np.ndarray:
+def decode_step(
+    h0: np.ndarray,
+    topk: np.ndarray,
+    gates: np.ndarray,
+    load_layer: Callable[[int], Load],
+    mode: str,
+    apply: Apply = expert_ffn,
+) -> np.ndarray:
     """One decode step through every layer: ``topk`` and ``gates`` (B, L, K), ``h0`` (B, d);
     ``load_layer(ℓ)`` returns the layer's ``load(e)``. Returns the last hidden state."""
     if mode not in MODES:
@@ -195,8 +203,9 @@ def decode_step(h0: np.ndarray, topk: np.ndarray, gates: np.ndarray, load_layer:
 # ----------------------------------------------------------------------------- the stack on disk
 
 
-def write_stack(path: Path, shape: StackShape, rng: np.random.Generator, progress: Progress | None = None,
-                share: float = 0.0) -> None:
+def write_stack(
+    path: Path, shape: StackShape, rng: np.random.Generator, progress: Progress | None = None, share: float = 0.0
+) -> None:
     """Write the E·L experts, each ``W1`` then ``W2`` (float32, C order) at its slot, and fsync.
 
     Weights are uniform with standard deviation ``1/sqrt(d)`` (W1) and ``1/sqrt(f)`` (W2), cut
@@ -208,10 +217,10 @@ def write_stack(path: Path, shape: StackShape, rng: np.random.Generator, progres
     pad = bytes(shape.slot_bytes - shape.expert_bytes)
     total = shape.experts * shape.layers
     with open(path, "wb") as fh:
-        for i in range(total):
+        for _ in range(total):
             o1, o2 = (int(x) for x in rng.integers(0, pool.size - n, size=2))
-            fh.write((pool[o1:o1 + n] * np.float32(1.0 / np.sqrt(d))).tobytes())
-            fh.write((pool[o2:o2 + n] * np.float32(1.0 / np.sqrt(f))).tobytes())
+            fh.write((pool[o1 : o1 + n] * np.float32(1.0 / np.sqrt(d))).tobytes())
+            fh.write((pool[o2 : o2 + n] * np.float32(1.0 / np.sqrt(f))).tobytes())
             if pad:
                 fh.write(pad)
             if progress is not None:
@@ -231,7 +240,7 @@ class StackReader:
         d, f = shape.d_model, shape.d_ff
         flat = np.frombuffer(self.buf, dtype=np.float32, count=2 * d * f)
         self.w1 = flat[: d * f].reshape(d, f)
-        self.w2 = flat[d * f:].reshape(f, d)
+        self.w2 = flat[d * f :].reshape(f, d)
 
     def load_layer(self, layer: int) -> Load:
         def load(expert: int) -> tuple[np.ndarray, np.ndarray]:
@@ -252,12 +261,13 @@ class StackReader:
 # ----------------------------------------------------------------------------- routing
 
 
-def routing_topk(spec: str, experts: int, top_k: int, layers: int, steps: int, streams: int,
-                 rng: np.random.Generator) -> np.ndarray:
+def routing_topk(
+    spec: str, experts: int, top_k: int, layers: int, steps: int, streams: int, rng: np.random.Generator
+) -> np.ndarray:
     """Top-K ids (steps, streams, layers, K) from a routing model: ``uniform`` or ``zipf:S``
     (popularity ∝ rank^−S, an independent permutation per layer), Gumbel-top-K draws
-    (:func:`moeroof.routing.sample_trace`) from ``rng``."""
-    from moeroof.routing import Uniform, Zipf, sample_trace
+    (:func:`moeroof.models.routing.sample_trace`) from ``rng``."""
+    from moeroof.models.routing import Uniform, Zipf, sample_trace
 
     if spec == "uniform":
         model: Any = Uniform(experts, top_k)
@@ -282,7 +292,9 @@ def topk_from_trace(topk: np.ndarray, layers: int, steps: int, streams: int) -> 
     live = (arr[:, :, :layers] >= 0).all(axis=(2, 3))  # (T, S)
     usable = np.flatnonzero(live.sum(axis=1) >= streams)
     if usable.size == 0:
-        raise ValueError(f"--batch: no step of the trace has {streams} live streams (at most {int(live.sum(axis=1).max())})")
+        raise ValueError(
+            f"--batch: no step of the trace has {streams} live streams (at most {int(live.sum(axis=1).max())})"
+        )
     out = np.empty((steps, streams, layers, arr.shape[3]), dtype=np.int64)
     for i in range(steps):
         t = usable[i % usable.size]
@@ -295,7 +307,7 @@ def topk_from_trace(topk: np.ndarray, layers: int, steps: int, streams: int) -> 
 
 
 def _utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
 
 
 def run_bench(
@@ -340,10 +352,16 @@ def run_bench(
         raise ResourceError(f"--scratch-dir: {base} is not a directory")
     import tempfile
 
-    check_disk(base if base is not None else tempfile.gettempdir(), shape.file_bytes, "stack size (--experts × --layers × expert bytes)")
+    check_disk(
+        base if base is not None else tempfile.gettempdir(),
+        shape.file_bytes,
+        "stack size (--experts × --layers × expert bytes)",
+    )
     d, f = shape.d_model, shape.d_ff
-    check_memory(shape.slot_bytes + 8 * bmax * (d + f) * 4 + (steps + warmup_steps) * bmax * (d + shape.layers * top_k * 3) * 8,
-                 "--batch/--d-model/--d-ff")
+    check_memory(
+        shape.slot_bytes + 8 * bmax * (d + f) * 4 + (steps + warmup_steps) * bmax * (d + shape.layers * top_k * 3) * 8,
+        "--batch/--d-model/--d-ff",
+    )
     rng = np.random.default_rng(seed)
     n_steps = warmup_steps + steps
     if trace is not None:
@@ -383,7 +401,9 @@ def run_bench(
                         dt = time.perf_counter() - t0
                         if t == 0:
                             finals[(mode, b)] = h
-                        prog.advance(0.9 * (b * top_k if mode == "uncoalesced" else min(b * top_k, shape.experts)) / total_work)
+                        prog.advance(
+                            0.9 * (b * top_k if mode == "uncoalesced" else min(b * top_k, shape.experts)) / total_work
+                        )
                         if t < warmup_steps:
                             continue
                         times.append(dt)
@@ -392,64 +412,97 @@ def run_bench(
                         unions.append(float(np.mean([np.unique(topk[:, layer]).size for layer in range(shape.layers)])))
                     step = float(np.mean(times))
                     union = float(np.mean(unions))
-                    rows.append({
-                        "batch": b, "mode": mode, "step_seconds": step, "step_seconds_median": float(np.median(times)),
-                        "net_tok_s": b / step, "per_agent_tok_s": 1.0 / step,
-                        "bytes_read_per_step": float(np.mean(nbytes)), "reads_per_step": float(np.mean(nreads)),
-                        "union_per_layer": union, "coalescing_ratio": b * top_k / union, "step_seconds_each": times,
-                    })
+                    rows.append(
+                        {
+                            "batch": b,
+                            "mode": mode,
+                            "step_seconds": step,
+                            "step_seconds_median": float(np.median(times)),
+                            "net_tok_s": b / step,
+                            "per_agent_tok_s": 1.0 / step,
+                            "bytes_read_per_step": float(np.mean(nbytes)),
+                            "reads_per_step": float(np.mean(nreads)),
+                            "union_per_layer": union,
+                            "coalescing_ratio": b * top_k / union,
+                            "step_seconds_each": times,
+                        }
+                    )
             read_path_used, read_method = reader.dev.read_path, reader.dev.method
         finally:
             reader.close()
-    parity = [float(np.max(np.abs(finals[("coalesced", b)] - finals[("uncoalesced", b)])))
-              for b in batch if ("coalesced", b) in finals and ("uncoalesced", b) in finals]
+    parity = [
+        float(np.max(np.abs(finals[("coalesced", b)] - finals[("uncoalesced", b)])))
+        for b in batch
+        if ("coalesced", b) in finals and ("uncoalesced", b) in finals
+    ]
     prog.finish()
-    cols = ["batch", "mode", "step_seconds", "step_seconds_median", "net_tok_s", "per_agent_tok_s", "bytes_read_per_step", "reads_per_step",
-            "union_per_layer", "coalescing_ratio", "step_seconds_each"]
+    cols = [
+        "batch",
+        "mode",
+        "step_seconds",
+        "step_seconds_median",
+        "net_tok_s",
+        "per_agent_tok_s",
+        "bytes_read_per_step",
+        "reads_per_step",
+        "union_per_layer",
+        "coalescing_ratio",
+        "step_seconds_each",
+    ]
     report: dict[str, Any] = {c: [r[c] for r in rows] for c in cols}
-    report.update({
-        "what": "moeroof bench: decode steps of a synthetic MoE stack streamed from disk",
-        "provenance": "witnessed",
-        "read_path": read_path_used,
-        "read_method": read_method,
-        "machine": machine_info(base if base is not None else tempfile.gettempdir()),
-        "date": _utc_now(),
-        "command": command or "moeroof bench (library call)",
-        "coalescing_baseline": "uncoalesced",
-        "shape": asdict(shape),
-        "experts": shape.experts,
-        "layers": shape.layers,
-        "top_k": int(top_k),
-        "d_model": d,
-        "d_ff": f,
-        "expert_bytes": shape.expert_bytes,
-        "slot_bytes": shape.slot_bytes,
-        "file_bytes": shape.file_bytes,
-        "flops_per_token": shape.layers * top_k * shape.flops_per_token_expert,
-        "routing": routing_label,
-        "seed": seed,
-        "steps": steps,
-        "warmup_steps": warmup_steps,
-        "wall_seconds": time.perf_counter() - t_start,
-        "mode_parity_max_abs_diff": max(parity) if parity else None,
-        "notes": [
-            "step_seconds: mean wall time of the counted steps (reads + matmuls + Python, serial, no overlap)",
-            "coalescing_ratio = batch·K / measured union per layer, against the uncoalesced baseline",
-            "mode_parity_max_abs_diff: largest |coalesced − uncoalesced| of the first step's final hidden state "
-            "(float32; BLAS sums gemm and gemv dot products in different orders)",
-        ],
-    })
+    report.update(
+        {
+            "what": "moeroof bench: decode steps of a synthetic MoE stack streamed from disk",
+            "provenance": "witnessed",
+            "read_path": read_path_used,
+            "read_method": read_method,
+            "machine": machine_info(base if base is not None else tempfile.gettempdir()),
+            "date": _utc_now(),
+            "command": command or "moeroof bench (library call)",
+            "coalescing_baseline": "uncoalesced",
+            "shape": asdict(shape),
+            "experts": shape.experts,
+            "layers": shape.layers,
+            "top_k": int(top_k),
+            "d_model": d,
+            "d_ff": f,
+            "expert_bytes": shape.expert_bytes,
+            "slot_bytes": shape.slot_bytes,
+            "file_bytes": shape.file_bytes,
+            "flops_per_token": shape.layers * top_k * shape.flops_per_token_expert,
+            "routing": routing_label,
+            "seed": seed,
+            "steps": steps,
+            "warmup_steps": warmup_steps,
+            "wall_seconds": time.perf_counter() - t_start,
+            "mode_parity_max_abs_diff": max(parity) if parity else None,
+            "notes": [
+                "step_seconds: mean wall time of the counted steps (reads + matmuls + Python, serial, no overlap)",
+                "coalescing_ratio = batch·K / measured union per layer, against the uncoalesced baseline",
+                "mode_parity_max_abs_diff: largest |coalesced − uncoalesced| of the first step's final hidden state "
+                "(float32; BLAS sums gemm and gemv dot products in different orders)",
+            ],
+        }
+    )
     return report
 
 
 def bench_model(report: dict[str, Any], name: str = "moeroof-bench"):
-    """The :class:`moeroof.presets.MoEModel` of a bench run, for :func:`moeroof.roofline.plan`:
+    """The :class:`moeroof.data.presets.MoEModel` of a bench run, for :func:`moeroof.models.plan.plan`:
     E, K, L and ``expert_bytes = 2·d·f·4`` from the report; ``flops_per_token = L·K·4·d·f``;
     no dense band (the bench has none: ``non_routed_bytes = 0``), no KV cache (no attention);
     every number ``witnessed`` (it is the bench's own size, not an estimate)."""
-    from moeroof.presets import MoEModel
+    from moeroof.data.presets import MoEModel
 
-    keys = ("experts", "top_k", "moe_layers", "expert_bytes", "non_routed_bytes", "kv_bytes_per_token", "flops_per_token")
+    keys = (
+        "experts",
+        "top_k",
+        "moe_layers",
+        "expert_bytes",
+        "non_routed_bytes",
+        "kv_bytes_per_token",
+        "flops_per_token",
+    )
     return MoEModel(
         name=name,
         experts=int(report["experts"]),
@@ -466,11 +519,13 @@ def bench_model(report: dict[str, Any], name: str = "moeroof-bench"):
     )
 
 
-def predict_bench(report: dict[str, Any], hardware, *, overlap: str = "sum", routing: str | None = None) -> dict[str, Any]:
+def predict_bench(
+    report: dict[str, Any], hardware, *, overlap: str = "sum", routing: str | None = None
+) -> dict[str, Any]:
     """The roofline's prediction of every (mode, B) row of a bench report, and its error.
 
     Model: :func:`bench_model` (E, K, L, ``e = 2·d·f·4``, ``F_token = L·K·4·d·f``, no dense
-    band, no KV); ``hardware`` a calibrated :class:`moeroof.presets.Hardware` (predict from
+    band, no KV); ``hardware`` a calibrated :class:`moeroof.data.presets.Hardware` (predict from
     ``calibrate``'s numbers only — never tuned on the bench); ``Workload(context_tokens=0,
     overlap=overlap)``, one read per expert (read size ``e``); routing ``routing`` (default: the
     report's ``uniform`` / ``zipf:S``; a trace-driven report needs the trace path here). Per row::
@@ -482,7 +537,7 @@ def predict_bench(report: dict[str, Any], hardware, *, overlap: str = "sum", rou
     with ``U(B) = Σ_i [1 − (1 − π_i)^B]``, the independent-token union. ``overlap="sum"`` adds
     the terms (a serial loop: read, then compute), ``"max"`` assumes perfect overlap.
     """
-    from moeroof.roofline import TERMS, Workload, routing_from_spec, step_terms
+    from moeroof.models.plan import TERMS, Workload, routing_from_spec, step_terms
 
     model = bench_model(report)
     spec = routing or str(report["routing"])
@@ -492,8 +547,18 @@ def predict_bench(report: dict[str, Any], hardware, *, overlap: str = "sum", rou
     w = Workload(context_tokens=0, overlap=overlap)
     batch = np.asarray(report["batch"], dtype=int)
     grid = np.unique(batch)
-    out: dict[str, list] = {k: [] for k in ("predicted_step_seconds", "predicted_net_tok_s", "predicted_bytes_read_per_step",
-                                              "predicted_union_per_layer", "predicted_coalescing_ratio", "bound", "relative_error")}
+    out: dict[str, list] = {
+        k: []
+        for k in (
+            "predicted_step_seconds",
+            "predicted_net_tok_s",
+            "predicted_bytes_read_per_step",
+            "predicted_union_per_layer",
+            "predicted_coalescing_ratio",
+            "bound",
+            "relative_error",
+        )
+    }
     terms_by_mode = {}
     terms_rows: dict[str, list[float]] = {}
     for mode in set(report["mode"]):
@@ -515,8 +580,17 @@ def predict_bench(report: dict[str, Any], hardware, *, overlap: str = "sum", rou
         out["relative_error"].append(float(net / measured - 1.0))
         for j, n in enumerate(names):
             terms_rows.setdefault(n, []).append(float(stack[j, i]))
-    out.update({"batch": batch.tolist(), "mode": list(report["mode"]), "measured_net_tok_s": list(report["net_tok_s"]),
-                "overlap": overlap, "hardware": hardware.name, "routing": r.label, "terms_seconds": terms_rows})
+    out.update(
+        {
+            "batch": batch.tolist(),
+            "mode": list(report["mode"]),
+            "measured_net_tok_s": list(report["net_tok_s"]),
+            "overlap": overlap,
+            "hardware": hardware.name,
+            "routing": r.label,
+            "terms_seconds": terms_rows,
+        }
+    )
     return out
 
 

@@ -1,0 +1,5 @@
+import sys
+
+from moeroof.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""moeroof.present"""

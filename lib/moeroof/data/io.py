@@ -24,7 +24,8 @@ string with ``experts``, ``top_k`` and optionally ``model``, ``layer_ids``, ``ax
 A token is either K distinct expert ids or K padding values.
 
 Writers (:func:`write_histogram`, :func:`write_trace`) validate first, then write a temp file in
-the destination folder and ``os.replace`` it, so a reader never sees half a file.
+the destination folder and ``os.replace`` it (:mod:`moeroof.core.atomic`), so a reader never sees
+half a file.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ import csv
 import json
 import os
 import re
-import tempfile
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -41,6 +41,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from moeroof.core import atomic
+from moeroof.core.masks import PAD, partial_tokens
 
 __all__ = [
     "InputError",
@@ -59,7 +62,6 @@ __all__ = [
 HISTOGRAM_COLUMNS = ("layer", "expert", "count")
 _OPTIONAL_COLUMNS = ("rank",)
 TRACE_AXES = ("step", "stream", "layer", "k")
-PAD = -1
 #: elements of ``topk`` validated per chunk of a memory-mapped trace (≈ 64 MiB of int64)
 _CHUNK_ELEMENTS = 8_000_000
 _INT_RE = re.compile(r"[+-]?[0-9]+\Z")
@@ -304,11 +306,10 @@ def _validate_topk(topk: np.ndarray, experts: int, top_k: int, path: Path, meta_
             raise InputError(
                 path, idx, "topk", f"expert id {value} not in [-1, {experts}) (experts E={experts}; -1 = no token)"
             )
-        pad = block == PAD
-        partial = pad.any(axis=-1) & ~pad.all(axis=-1)
+        partial = partial_tokens(block)
         if partial.any():
             s, t, l = np.argwhere(partial)[0]
-            k = int(np.argmax(pad[s, t, l]))
+            k = int(np.argmax(block[s, t, l] == PAD))
             raise InputError(
                 path,
                 f"topk[{s + s0},{t},{l},{k}]",
@@ -548,25 +549,6 @@ def _guard_target(path: Path, overwrite: bool) -> None:
         raise FileExistsError(f"{path}: exists (pass overwrite=True to replace it)")
 
 
-def _atomic_write(path: Path, write: Any, mode: str = "wb") -> None:
-    """Write through ``write(fh)`` to a temp file in ``path``'s folder, then ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, mode, **({"encoding": "utf-8", "newline": ""} if "b" not in mode else {})) as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def _json_text(meta: Mapping[str, Any]) -> str:
     return json.dumps(_plain(meta), indent=2, ensure_ascii=False) + "\n"
 
@@ -702,8 +684,8 @@ def write_histogram(
                 w.writerow(row)
 
     text = _json_text(meta)
-    _atomic_write(side, lambda fh: fh.write(text), mode="w")
-    _atomic_write(path, write_csv, mode="w")
+    atomic.write_text(side, text, newline="")
+    atomic.write_via(path, write_csv, binary=False, newline="")
     return path
 
 
@@ -761,10 +743,10 @@ def write_trace(
                     with zf.open(info, "w", force_zip64=True) as member:
                         np.lib.format.write_array(member, np.asarray(arr), allow_pickle=False)
 
-        _atomic_write(path, write_npz)
+        atomic.write_via(path, write_npz)
     else:
         side = sidecar_path(path)
         _guard_target(side, overwrite)
-        _atomic_write(side, lambda fh: fh.write(_json_text(meta_d)), mode="w")
-        _atomic_write(path, lambda fh: np.lib.format.write_array(fh, topk, allow_pickle=False))
+        atomic.write_text(side, _json_text(meta_d), newline="")
+        atomic.write_via(path, lambda fh: np.lib.format.write_array(fh, topk, allow_pickle=False))
     return path

@@ -3,14 +3,13 @@
 Design docs link the committed SVG/PNG files; a re-render that changes bytes without changing the
 picture makes noisy diffs and hides real changes. So the saver pins everything matplotlib would
 otherwise vary between runs: the SVG id hash salt, the date and creator metadata, the PNG
-software tag and the dpi. It writes each file atomically (temp file in the same directory, then
-``os.replace``) so a crash mid-render leaves the old figure or the new one, never half of one.
+software tag and the dpi. It writes each file atomically (:mod:`moeroof.core.atomic`: temp file in
+the same directory, then ``os.replace``) so a crash mid-render leaves the old figure or the new one, never half of one.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,10 +17,9 @@ from pathlib import Path
 import matplotlib as mpl
 from matplotlib.figure import Figure
 
-from moeroof.core import (
-    paths,  #: resolution of the PNG copy; fixed so the bytes do not depend on the user's rc settings
-)
+from moeroof.core import atomic, paths
 
+#: resolution of the PNG copy; fixed so the bytes do not depend on the user's rc settings
 DPI = 120
 #: matplotlib hashes this salt into SVG element ids; fixed salt → same ids on every run
 SVG_HASHSALT = "moeroof"
@@ -89,21 +87,6 @@ def _check_name(name: str) -> str:
     return name
 
 
-def _atomic_savefig(fig: Figure, target: Path, fmt: str) -> None:
-    """Render into a temp file beside ``target`` and rename it over; whole file or none."""
-    metadata = SVG_METADATA if fmt == "svg" else PNG_METADATA
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            fig.savefig(handle, format=fmt, dpi=DPI, metadata=metadata)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; figures are meant to be read by anyone
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def save_figure(fig: Figure, name: str, *, directory: str | os.PathLike[str] | None = None) -> list[Path]:
     """Write ``name.svg`` and ``name.png`` for ``fig`` and return their paths.
 
@@ -117,9 +100,11 @@ def save_figure(fig: Figure, name: str, *, directory: str | os.PathLike[str] | N
     written = []
     with mpl.rc_context({"svg.hashsalt": SVG_HASHSALT}):
         for fmt in FORMATS:
-            target = out_dir / f"{name}.{fmt}"
-            _atomic_savefig(fig, target, fmt)
-            written.append(target)
+            metadata = SVG_METADATA if fmt == "svg" else PNG_METADATA
+            save = lambda handle, fmt=fmt, metadata=metadata: fig.savefig(
+                handle, format=fmt, dpi=DPI, metadata=metadata
+            )
+            written.append(atomic.write_via(out_dir / f"{name}.{fmt}", save))
     return written
 
 

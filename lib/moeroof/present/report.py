@@ -10,7 +10,7 @@ so it reads offline), then rebuilds ``DIR/index.html`` over every report there
 Reports are reproducible: papermill and nbclient stamp wall-clock times and random cell ids into
 the notebook, so those are removed or made deterministic before saving; rendering a deterministic
 notebook twice gives the same bytes. Each file is written whole or not at all (temp file +
-``os.replace``), so an interrupted render never leaves a half report that looks finished.
+``os.replace``, :mod:`moeroof.core.atomic`), so an interrupted render never leaves a half report that looks finished.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,10 +30,10 @@ from jupyter_client.kernelspec import NoSuchKernel
 from nbconvert import HTMLExporter
 from papermill.exceptions import PapermillExecutionError
 
-from moeroof.core import (
-    paths,  #: kernel pinned by name: the kernel of the interpreter running this (papermill swaps a bare
-)
+from moeroof.core import atomic, paths
+from moeroof.present.site import build_index
 
+#: kernel pinned by name: the kernel of the interpreter running this (papermill swaps a bare
 #: ``python`` in the kernelspec for ``sys.executable``), so the report sees the installed suite
 KERNEL_NAME = "python3"
 #: papermill's per-notebook and per-cell wall-clock keys, and nbclient's per-cell timing block
@@ -133,21 +132,6 @@ def to_html(nb: nbformat.NotebookNode, name: str) -> str:
     return body
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temp file in the same directory and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def execute(path: Path, parameters: dict | None = None) -> nbformat.NotebookNode:
     """Run one percent notebook through papermill in its own directory; raise NotebookFailed on error.
 
@@ -181,8 +165,8 @@ def render(path: Path, out_dir: Path, parameters: dict | None = None) -> tuple[P
     nb = strip_volatile(nb, input_path=_display_path(path), output_path=_display_path(ipynb_path))
     nb = strip_widgets(nb)
     html = to_html(nb, name)
-    write_atomic(ipynb_path, nbformat.writes(nb) + "\n")
-    write_atomic(html_path, html)
+    atomic.write_text(ipynb_path, nbformat.writes(nb) + "\n")
+    atomic.write_text(html_path, html)
     return ipynb_path, html_path
 
 
@@ -246,8 +230,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         print(f"ok     {path.stem:<24} {time.perf_counter() - start:6.1f} s  -> {html_path}", flush=True)
     # the index lists every report in the directory (this run's and earlier ones), failed or not
-    from moeroof.present.site import build_index  # site imports this module
-
     print(f"index  {'':<24} {'':>8}  -> {build_index(args.out, paths.figures_dir())}", flush=True)
     if failures:
         print(f"moeroof.present.report: {len(failures)} of {len(notebooks)} notebooks failed", file=sys.stderr)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import html
 import os
-import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,8 +33,7 @@ import nbformat
 from papermill.translators import PythonTranslator
 
 import moeroof
-from moeroof.core import paths
-from moeroof.present.report import write_atomic
+from moeroof.core import atomic, paths
 
 __all__ = ["Parameter", "Report", "read_report", "figures_for", "build_index", "render_index", "main"]
 
@@ -125,8 +123,7 @@ def _copy_figures(stems: Sequence[str], src: Path, dst: Path) -> None:
                 continue
             if target.is_file() and target.read_bytes() == source.read_bytes():
                 continue
-            shutil.copyfile(source, target)
-            os.chmod(target, 0o644)
+            atomic.copy_file(source, target)
 
 
 _CSS = """
@@ -222,7 +219,7 @@ def build_index(
     reports = [Report(r.name, r.title, r.parameters, figs[r.name]) for r in reports]
     text = render_index(reports, version=moeroof.__version__)
     target = reports_dir / INDEX_NAME
-    write_atomic(target, text)
+    atomic.write_text(target, text)
     return target
 
 

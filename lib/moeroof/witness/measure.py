@@ -28,7 +28,7 @@ Size and time are bounded by flags (``file_bytes``, ``seconds``); bad sizes are 
 any work (:func:`check_disk`, :func:`check_memory`). Scratch files live in a fresh directory
 that :func:`scratch_space` removes on every exit, SIGINT and SIGTERM included. The TOML is
 written to a temp file beside the target, checked with :func:`moeroof.data.presets.load_hardware`,
-then moved over the target with ``os.replace`` (whole file or none).
+then moved over the target with ``os.replace`` (:mod:`moeroof.core.atomic`: whole file or none).
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from moeroof.core import atomic
+from moeroof.core.rng import generator
 from moeroof.core.units import GiB, KiB, MiB
 
 __all__ = [
@@ -671,23 +673,8 @@ def hardware_toml(cal: Calibration) -> str:
     return "\n".join(header + body) + "\n"
 
 
-def _atomic_write_text(path: Path, text: str, check: Callable[[Path], Any] | None = None) -> None:
-    """Write ``text`` to a temp file beside ``path``, run ``check(temp)``, then ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if check is not None:
-            check(Path(tmp))
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+#: moeroof.cli still imports this name; it goes when the CLI calls moeroof.core.atomic.write_text
+_atomic_write_text = atomic.write_text
 
 
 def _utc_date() -> str:
@@ -742,7 +729,7 @@ def calibrate(
     notes = []
     if len(sizes) < len(READ_SIZES_BYTES):
         notes.append(f"read sizes above the {file_bytes / MiB:g} MiB scratch file were not measured")
-    rng = np.random.default_rng(seed)
+    rng = generator(seed)
     prog = progress if progress is not None else Progress("calibrate", enabled=False)
     t_start = time.perf_counter()
     date = _utc_date()
@@ -806,6 +793,6 @@ def calibrate(
     if out is not None:
         from moeroof.data.presets import load_hardware
 
-        _atomic_write_text(out, hardware_toml(cal), check=load_hardware)
+        atomic.write_text(out, hardware_toml(cal), check=load_hardware)
     prog.finish()
     return cal

@@ -38,6 +38,7 @@ import numpy as np
 from scipy.optimize import brentq
 
 from moeroof.core.paths import DATA_DIR
+from moeroof.core.rng import generator as seeded_rng
 from moeroof.data.io import write_histogram, write_trace
 from moeroof.models.routing import (
     Zipf,
@@ -51,10 +52,6 @@ from moeroof.models.routing import (
 from moeroof.models.union import union_plugin
 
 SCRIPT = "scripts/make_data.py"
-
-
-def rng_for(name: str) -> np.random.Generator:
-    return np.random.default_rng(sum(map(ord, name)))
 
 
 # --- DeepSeek-V3-like -------------------------------------------------------------------------
@@ -77,7 +74,7 @@ def deepseek_v3_like() -> dict:
     s_layers = np.array(
         [brentq(lambda s, t=t: np.log(hottest_share(e, k, s)) - t, 0.0, 3.0, xtol=1e-6) for t in log_targets]
     )
-    rng = rng_for("deepseek-v3-like")
+    rng = seeded_rng("deepseek-v3-like")
     order = rng.permutation(layers)  # the skew profile over depth is not published: shuffle it
     s_layers = s_layers[order]
     popularity = np.stack([zipf_weights(e, s)[rng.permutation(e)] for s in s_layers])
@@ -123,7 +120,7 @@ def glm5_summed_stats(s: float, seeds: int = 12) -> np.ndarray:
     pi = inclusion_probabilities(zipf_weights(e, s), k)
     out = []
     for seed in range(seeds):
-        rng = np.random.default_rng(1000 + seed)
+        rng = seeded_rng(1000 + seed)
         # the summed count of an expert is a sum of binomials over layers (Gumbel-top-K would
         # agree in distribution per layer; binomials keep the calibration sweep fast)
         perm = np.argsort(rng.random((layers, e)), axis=1)
@@ -138,7 +135,7 @@ def glm5_seed003() -> dict:
     grid = np.round(np.arange(0.30, 1.61, 0.05), 2)
     loss = [float(np.sum(np.log(glm5_summed_stats(s) / target) ** 2)) for s in grid]
     s = float(grid[int(np.argmin(loss))])
-    rng = rng_for("glm5-seed003")
+    rng = seeded_rng("glm5-seed003")
     popularity = np.stack([zipf_weights(e, s)[rng.permutation(e)] for _ in range(layers)])
     per_layer = sample_histogram(popularity, k, tokens, rng)
     summed = per_layer.sum(axis=0, keepdims=True)
@@ -220,7 +217,7 @@ def qwen3_like() -> dict:
     w1 = zipf_weights(e, s)[None, :]
     # overlap as a function of ρ (permutation-invariant, so one layer's curve serves all)
     rho_grid = np.linspace(0.0, 0.95, 20)
-    rng = rng_for("qwen3-like-calibration")
+    rng = seeded_rng("qwen3-like-calibration")
     curve = np.array(
         [
             consecutive_overlap(sample_trace(Zipf(e, k, s), 200, 16, 1, rng, rho=r, popularity=w1))[0] / k
@@ -235,7 +232,7 @@ def qwen3_like() -> dict:
 
     def union_ratio(c: float) -> float:
         # calibrate with the stickiness the trace will have: kept experts dilute the context
-        r = np.random.default_rng(7)
+        r = seeded_rng(7)
         sub = np.arange(0, layers, 6)
         u = []
         for layer in sub:
@@ -248,7 +245,7 @@ def qwen3_like() -> dict:
     target_ratio = 44.27 / 48.49
     log_c = brentq(lambda x: union_ratio(float(np.exp(x))) - target_ratio, np.log(1.0), np.log(1e5), xtol=0.02)
     c = float(np.round(np.exp(log_c), 2))
-    rng = rng_for("qwen3-30b-a3b-like")
+    rng = seeded_rng("qwen3-30b-a3b-like")
     popularity = np.stack([zipf_weights(e, s)[rng.permutation(e)] for _ in range(layers)])
     per_layer = []
     for layer in range(layers):

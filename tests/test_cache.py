@@ -428,6 +428,16 @@ def test_one_pass_curve_equals_lru_at_every_capacity():
             assert rate[c] == pytest.approx(simulate(req, int(c)).hit_rate, abs=1e-15)
 
 
+def test_one_pass_curve_after_warmup_equals_lru_simulation():
+    # distances over the whole stream (the warm-up fills the stack), hits counted after it
+    for _, _, req in cases("mrc-warm", n=3, steps=30, experts=10, k=3):
+        cap, rate = cache.lru_hit_curve(req, warmup_steps=7)
+        for c in cap:
+            assert rate[c] == pytest.approx(simulate(req, int(c), warmup_steps=7).hit_rate, abs=1e-15)
+    with pytest.raises(ValueError, match="Requests"):
+        cache.lru_hit_curve(req.items, warmup_steps=7)
+
+
 def test_stack_distances_across_compactions():
     # many requests over few items: the Fenwick window is compacted many times
     rng = seeded("compaction")

@@ -113,7 +113,7 @@ def test_lru_falls_off_the_cliff_when_a_step_outgrows_the_cache():
 def test_lru_curve_equals_simulation_after_warmup():
     tr = ladder.sample_ladder_trace(ladder.FITTED, 8, 12, 5, np.random.default_rng(11))
     req = cache.requests_from_trace(tr, 288, partition=ladder.partition(2), rank=0)
-    cap, rate = ladder.lru_curve(req, warmup_steps=4)
+    cap, rate = cache.lru_hit_curve(req, warmup_steps=4)
     for c in (30, 80, 150, 400):
         sim = cache.simulate(req, c, policy="lru", warmup_steps=4)
         assert rate[min(c, cap[-1])] == pytest.approx(sim.hit_rate, abs=1e-12)

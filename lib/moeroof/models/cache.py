@@ -62,8 +62,11 @@ fixed-rate variant): keep the requests of items whose hash satisfies ``hash mod 
 (spatial sampling: every reference of a sampled item is kept), compute their stack distances
 exactly and scale each by ``1/R``. :func:`shards_error` states its error against the exact curve.
 
-Kernels are compiled by numba on first use (``cache=False``: nothing is written next to the
-package); the first call of each costs about a second.
+Kernels are compiled by numba on first use and cached on disk (``cache=True``), so only the first
+call after an install or an edit pays the compile (about a second per kernel) and a CLI call
+loads them. numba keeps the cache in ``__pycache__`` beside this file, falls back to a per-user
+cache directory when that folder is read-only (an installed package), and honours
+``NUMBA_CACHE_DIR``.
 """
 
 from __future__ import annotations
@@ -72,6 +75,8 @@ from dataclasses import dataclass, field
 
 import numba
 import numpy as np
+
+from moeroof.core.masks import ids_or
 
 __all__ = [
     "POLICIES",
@@ -227,7 +232,7 @@ def requests_from_trace(topk, experts, *, partition=None, rank=None, streams=Non
         present = np.zeros((ns, layers, experts + 1), dtype=bool)
         si = np.arange(ns)[:, None, None, None]
         li = np.arange(layers)[None, None, :, None]
-        present[si, li, np.where(block >= 0, block, experts)] = True
+        present[si, li, ids_or(block, experts)] = True
         present = present[:, :, :experts]
         if keep is not None:
             present &= keep[None]
@@ -273,7 +278,7 @@ def next_use(items: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------- kernels
 
 
-@numba.njit(cache=False)
+@numba.njit(cache=True)
 def _lru_kernel(items, group, cap, size):  # pragma: no cover - compiled
     """LRU with one doubly linked list per group (sentinel node n_items + g); hit flags."""
     n = items.size
@@ -319,7 +324,7 @@ def _lru_kernel(items, group, cap, size):  # pragma: no cover - compiled
     return hit
 
 
-@numba.njit(cache=False)
+@numba.njit(cache=True)
 def _sift(heap, hpos, key, base, size, i):  # pragma: no cover - compiled
     """Restore the min-heap order of heap[base : base + size] around local index i."""
     x = heap[base + i]
@@ -348,7 +353,7 @@ def _sift(heap, hpos, key, base, size, i):  # pragma: no cover - compiled
     hpos[x] = i
 
 
-@numba.njit(cache=False)
+@numba.njit(cache=True)
 def _heap_kernel(items, group, cap, size, belady, nexts):  # pragma: no cover - compiled
     """LFU (belady=False; key = freq·2^40 + time) or Belady MIN (key = −next use): evict min key."""
     n = items.size
@@ -407,7 +412,7 @@ def _heap_kernel(items, group, cap, size, belady, nexts):  # pragma: no cover - 
     return hit
 
 
-@numba.njit(cache=False)
+@numba.njit(cache=True)
 def _s3fifo_kernel(items, group, cap, size, small_fraction):  # pragma: no cover - compiled
     """S3-FIFO (Yang et al. 2023, original version); lists S, M, G per group; hit flags."""
     n = items.size
@@ -513,7 +518,7 @@ def _s3fifo_kernel(items, group, cap, size, small_fraction):  # pragma: no cover
     return hit
 
 
-@numba.njit(cache=False)
+@numba.njit(cache=True)
 def _arc_kernel(items, group, cap):  # pragma: no cover - compiled
     """ARC (Megiddo & Modha 2003, Fig. 4), unit sizes; lists T1, T2, B1, B2 per group."""
     n = items.size
@@ -614,7 +619,7 @@ def _arc_kernel(items, group, cap):  # pragma: no cover - compiled
     return hit
 
 
-@numba.njit(cache=False)
+@numba.njit(cache=True)
 def _stack_distance_kernel(items, n_items, window):  # pragma: no cover - compiled
     """LRU stack distances (0 = first reference) by a Fenwick tree over last-access positions.
 
@@ -884,23 +889,33 @@ def stack_distances(items: np.ndarray) -> np.ndarray:
     return _stack_distance_kernel(dense, d, int(2 * d + 64))
 
 
-def _curve_from_distances(dist: np.ndarray, max_capacity: int, n: int) -> np.ndarray:
-    hist = np.bincount(dist, minlength=max_capacity + 1)[: max_capacity + 1].astype(np.int64)
-    hist[0] = 0  # first references miss at every capacity
-    return np.cumsum(hist) / n if n else np.full(max_capacity + 1, np.nan)
+def _hits_by_distance(dist: np.ndarray, max_distance: int) -> np.ndarray:
+    """Requests per stack distance 0..max_distance, with distance 0 (a first reference, which
+    misses at every capacity) zeroed: its cumulative sum is the hit count at each capacity."""
+    hist = np.bincount(dist, minlength=max_distance + 1)[: max_distance + 1].astype(np.int64)
+    hist[0] = 0
+    return hist
 
 
-def lru_hit_curve(requests) -> tuple[np.ndarray, np.ndarray]:
+def lru_hit_curve(requests, *, warmup_steps: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Exact LRU hit rate at every capacity 0..D (D distinct items) in one pass.
 
-    Global scope, unit sizes, every request counted (no warm-up). ``requests`` is a
-    :class:`Requests` or an item-id array. Returns (capacity_experts int64, hit_rate).
+    A request hits a cache of C items iff its stack distance is in 1…C (Mattson et al. 1970).
+    Global scope, unit sizes. ``requests`` is a :class:`Requests` or an item-id array; with
+    ``warmup_steps`` (a :class:`Requests` only) the distances are taken over the whole stream,
+    so the warm-up still fills the stack, but only requests of steps ≥ ``warmup_steps`` are
+    counted. Returns (capacity_experts int64, hit_rate; NaN when nothing is counted).
     """
     items = requests.items if isinstance(requests, Requests) else np.asarray(requests)
     dist = stack_distances(items)
+    if warmup_steps:
+        if not isinstance(requests, Requests):
+            raise ValueError("warmup_steps needs a Requests stream (item ids carry no steps)")
+        dist = dist[requests.step >= warmup_steps]
     d = _dense(items)[1] if items.size else 0
     cap = np.arange(d + 1, dtype=np.int64)
-    return cap, _curve_from_distances(dist, d, items.size)
+    n = dist.size
+    return cap, (np.cumsum(_hits_by_distance(dist, d)) / n if n else np.full(d + 1, np.nan))
 
 
 def che_hit_curve(item_frequencies, capacities) -> np.ndarray:
@@ -988,8 +1003,7 @@ def shards_hit_curve(requests, rate, *, seed=0, adjust=False) -> tuple[np.ndarra
         return np.zeros(1, dtype=np.int64), np.full(1, np.nan)
     dist = stack_distances(sub)
     d_s = _dense(sub)[1]
-    hist = np.bincount(dist, minlength=d_s + 1).astype(float)
-    hist[0] = 0.0  # first references miss at every capacity
+    hist = _hits_by_distance(dist, d_s).astype(float)
     expected = items.size * rate
     if not adjust:
         expected = float(sub.size)

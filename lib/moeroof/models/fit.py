@@ -36,6 +36,9 @@ from scipy.interpolate import CubicSpline
 from scipy.optimize import minimize_scalar
 from scipy.special import digamma, gammaln
 
+from moeroof.core.masks import live_tokens, partial_tokens
+from moeroof.core.rng import generator
+from moeroof.core.stats import basic_interval, order_statistic_interval, percentile_interval
 from moeroof.models import routing
 from moeroof.models.union import distinct_per_layer, power_sums
 
@@ -190,11 +193,6 @@ def _multinomial_coef(y: np.ndarray) -> np.ndarray:
     """log N! − Σ log Y_i! along the last axis."""
     n = y.sum(axis=-1)
     return gammaln(n + 1.0) - gammaln(y + 1.0).sum(axis=-1)
-
-
-def _percentile_ci(samples: np.ndarray, level: float, axis: int = 0) -> np.ndarray:
-    q = 50.0 * (1.0 - level)
-    return np.nanpercentile(samples, [q, 100.0 - q], axis=axis)
 
 
 def _sorted_desc(y: np.ndarray) -> np.ndarray:
@@ -496,13 +494,14 @@ def fit_histogram(
                 b_layer = _dirichlet_mle(rng.multinomial(np.broadcast_to(n, (bootstrap, layers)), w_l), pooled=False)
                 w_p = np.exp(routing.log_dirichlet(np.full((bootstrap, layers, experts), p_pool), rng))
                 b_pool = _dirichlet_mle(rng.multinomial(np.broadcast_to(n, (bootstrap, layers)), w_p), pooled=True)
-            ci_layer = _percentile_ci(b_layer, level, axis=0)  # (2, L)
-            ci_pool = _percentile_ci(b_pool, level, axis=0)  # (2,)
             if model == "zipf":
                 # basic (reverse-percentile) interval: re-sorting resampled counts adds the
                 # sorting bias a second time, so percentiles sit above ŝ (and miss the truth)
-                ci_layer = np.clip(2.0 * p_layer[None, :] - ci_layer[::-1], *S_BOUNDS)
-                ci_pool = np.clip(2.0 * p_pool - ci_pool[::-1], *S_BOUNDS)
+                ci_layer = np.clip(basic_interval(p_layer, b_layer, level, ignore_nan=True), *S_BOUNDS)  # (2, L)
+                ci_pool = np.clip(basic_interval(p_pool, b_pool, level, ignore_nan=True), *S_BOUNDS)  # (2,)
+            else:
+                ci_layer = percentile_interval(b_layer, level, ignore_nan=True)  # (2, L)
+                ci_pool = percentile_interval(b_pool, level, ignore_nan=True)  # (2,)
 
         # --- goodness of fit
         sims_l = _sim_sorted_shares(_model_pick_probs(model, experts, k, p_layer, gof_sims, rng), n, rng)
@@ -596,13 +595,15 @@ def _check_trace(topk: Any, experts: int) -> np.ndarray:
         raise ValueError(f"top_k={arr.shape[-1]} must be in [1, experts={experts}]")
     if arr.size and (arr.min() < -1 or arr.max() >= experts):
         raise ValueError(f"trace ids must be in [-1, {experts - 1}] (-1 = padding)")
+    if partial_tokens(arr).any():
+        raise ValueError("a token is partly padding: a token has K expert ids or K times -1")
     return arr.astype(np.int64)
 
 
 def _inclusion_hat(arr: np.ndarray, experts: int) -> np.ndarray:
-    """π̂ (L, E): incidence counts over live tokens (a token with any id ≥ 0) per layer."""
+    """π̂ (L, E): incidence counts over live tokens per layer."""
     counts = routing.histogram_from_trace(arr, experts).astype(float)
-    tokens = (arr >= 0).any(axis=-1).sum(axis=(0, 1)).astype(float)  # (L,)
+    tokens = live_tokens(arr).sum(axis=(0, 1)).astype(float)  # (L,)
     return counts / np.maximum(tokens, 1.0)[:, None]
 
 
@@ -628,15 +629,6 @@ def popularity_from_inclusion(pi: np.ndarray, top_k: int, *, iters: int = 60, to
         w = w * target / np.maximum(cur, 1e-300)
         w /= w.sum(axis=1, keepdims=True)
     return w
-
-
-def _pair_overlap(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per consecutive pair (steps−1, streams, layers): shared experts and validity — the
-    quantities :func:`moeroof.models.routing.consecutive_overlap` averages."""
-    prev, cur = arr[:-1], arr[1:]
-    valid = (prev >= 0).all(axis=-1) & (cur >= 0).all(axis=-1)
-    shared = (prev[..., :, None] == cur[..., None, :]).any(axis=-1).sum(axis=-1)
-    return np.where(valid, shared, 0), valid
 
 
 def _block_sums(x: np.ndarray, block: int) -> np.ndarray:
@@ -683,7 +675,7 @@ def fit_stickiness(
     steps, streams, layers, k = arr.shape
     if steps < 2:
         raise ValueError("a stickiness fit needs at least two steps")
-    shared, valid = _pair_overlap(arr)
+    shared, valid = routing.pair_overlap(arr)
     pairs = valid.sum(axis=(0, 1)).astype(float)  # (L,)
     if pairs.sum() == 0:
         raise ValueError("the trace has no consecutive pair of live tokens")
@@ -704,7 +696,7 @@ def fit_stickiness(
             sim_steps + burn_in,
             sim_streams,
             layers,
-            np.random.default_rng(seed),
+            generator(seed),
             rho=float(rhos[j]),
             popularity=w,
         )
@@ -724,7 +716,7 @@ def fit_stickiness(
     num_b, den_b = num_b[keep].sum(axis=1), den_b[keep].sum(axis=1)
     idx = rng.integers(0, num_b.size, size=(bootstrap, num_b.size))
     o_star = num_b[idx].sum(axis=1) / np.maximum(den_b[idx].sum(axis=1), 1.0)
-    lo, hi = _percentile_ci(invert(o_star), level)
+    lo, hi = percentile_interval(invert(o_star), level, ignore_nan=True)
     return rho, (float(lo), float(hi))
 
 
@@ -739,7 +731,7 @@ def _plugin_table(pi: np.ndarray, bmax: int) -> np.ndarray:
 
 def _step_union(arr: np.ndarray, experts: int) -> tuple[np.ndarray, np.ndarray]:
     """Distinct experts U (steps, L) over the live streams of each step, and their number B."""
-    live = (arr >= 0).any(axis=-1).sum(axis=1)  # (steps, L)
+    live = live_tokens(arr).sum(axis=1)  # (steps, L)
     return distinct_per_layer(arr, experts), live
 
 
@@ -840,7 +832,7 @@ def fit_heterogeneity(
     p_mod = np.zeros((cs.size, layers, bmax + 1))
     for j, c in enumerate(cs):
         tr = routing.sample_trace(
-            model, 1, bmax, layers * replicates, np.random.default_rng(seed), c=float(c), groups=1, popularity=pop
+            model, 1, bmax, layers * replicates, generator(seed), c=float(c), groups=1, popularity=pop
         )[0]
         tr = tr.reshape(bmax, replicates, layers, k)
         onehot = np.zeros((bmax, replicates, layers, experts), dtype=bool)
@@ -853,7 +845,7 @@ def fit_heterogeneity(
     counts_all = np.zeros((steps, layers, experts))
     t_i, _, l_i, _ = np.nonzero(arr >= 0)
     np.add.at(counts_all, (t_i, l_i, arr[arr >= 0]), 1.0)
-    tokens = (arr >= 0).any(axis=-1).sum(axis=1).astype(float)  # (steps, L)
+    tokens = live_tokens(arr).sum(axis=1).astype(float)  # (steps, L)
     onehot_b = np.zeros((steps, layers, bmax + 1))
     tt, ll = np.nonzero(cell)
     onehot_b[tt, ll, b[cell]] = 1.0  # cell mix n[l, b]
@@ -895,13 +887,7 @@ def fit_heterogeneity(
         sel = (pick[:, None] + np.arange(block)[None, :]).ravel()
         sel = sel[sel < steps]
         reps[r] = invert(*ratio_parts(sel))
-    srt = np.sort(reps[~np.isnan(reps)])  # inf sorts last; order statistics avoid inf − inf
-    if srt.size == 0:
-        return c_hat, (float("nan"), float("nan"))
-    q = 0.5 * (1.0 - level)
-    lo = srt[int(np.floor(q * (srt.size - 1)))]
-    hi = srt[int(np.ceil((1.0 - q) * (srt.size - 1)))]
-    return c_hat, (float(lo), float(hi))
+    return c_hat, order_statistic_interval(reps, level)  # c may be inf: no interpolation
 
 
 def fit_correlation(

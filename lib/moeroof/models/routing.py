@@ -33,6 +33,8 @@ from typing import Protocol
 
 import numpy as np
 
+from moeroof.core.masks import live_tokens
+
 __all__ = [
     "Uniform",
     "Zipf",
@@ -45,6 +47,8 @@ __all__ = [
     "histogram_from_trace",
     "sample_histogram",
     "log_dirichlet",
+    "softmax",
+    "pair_overlap",
     "consecutive_overlap",
 ]
 
@@ -127,10 +131,11 @@ class Dirichlet:
         if rng is None:
             raise ValueError("Dirichlet popularity is random: pass a numpy Generator as rng")
         logw = log_dirichlet(np.full((layers, self.experts), float(self.alpha)), rng)
-        return _softmax(logw)
+        return softmax(logw)
 
 
-def _softmax(logw: np.ndarray) -> np.ndarray:
+def softmax(logw: np.ndarray) -> np.ndarray:
+    """Normalized weights ``exp(logw)`` along the last axis, shifted by the row max first."""
     z = logw - logw.max(axis=-1, keepdims=True)
     w = np.exp(z)
     return w / w.sum(axis=-1, keepdims=True)
@@ -364,19 +369,26 @@ def sample_histogram(
     return counts
 
 
-def consecutive_overlap(topk: np.ndarray) -> np.ndarray:
-    """Mean number of experts a stream shares with its own previous token, per layer.
-
-    ``topk`` is (steps, streams, layers, K); pairs where either token is padding are skipped.
-    Returns an array (layers,) with NaN where no pair exists.
-    """
+def pair_overlap(topk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per consecutive pair of a stream's tokens (steps−1, streams, layers): the experts the two
+    share (0 where the pair is not valid) and whether both tokens are live."""
     arr = np.asarray(topk)
     if arr.ndim != 4:
         raise ValueError("trace must have shape (steps, streams, layers, K)")
     prev, cur = arr[:-1], arr[1:]
-    valid = (prev >= 0).all(axis=-1) & (cur >= 0).all(axis=-1)  # (steps-1, streams, layers)
+    valid = live_tokens(prev) & live_tokens(cur)  # (steps-1, streams, layers)
     shared = (prev[..., :, None] == cur[..., None, :]).any(axis=-1).sum(axis=-1)
-    num = np.where(valid, shared, 0).sum(axis=(0, 1)).astype(float)
+    return np.where(valid, shared, 0), valid
+
+
+def consecutive_overlap(topk: np.ndarray) -> np.ndarray:
+    """Mean number of experts a stream shares with its own previous token, per layer.
+
+    ``topk`` is (steps, streams, layers, K); pairs where either token is padding are skipped
+    (:func:`pair_overlap`). Returns an array (layers,) with NaN where no pair exists.
+    """
+    shared, valid = pair_overlap(topk)
+    num = shared.sum(axis=(0, 1)).astype(float)
     den = valid.sum(axis=(0, 1))
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(den > 0, num / np.maximum(den, 1), np.nan)

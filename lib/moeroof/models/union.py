@@ -34,7 +34,9 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import betaln, ndtri
 
-from moeroof.models.routing import _softmax, inclusion_probabilities, log_dirichlet
+from moeroof.core.masks import ids_or, live_streams, live_tokens
+from moeroof.core.stats import percentile_interval
+from moeroof.models.routing import inclusion_probabilities, log_dirichlet, softmax
 
 __all__ = [
     "BASELINE",
@@ -364,7 +366,7 @@ def distinct_per_layer(ids: np.ndarray, experts: int) -> np.ndarray:
     """
     n, _, layers, _ = ids.shape
     seen = np.zeros((n, layers, experts + 1), dtype=bool)
-    safe = np.where(ids >= 0, ids, experts)  # padding goes to a sink column
+    safe = ids_or(ids, experts)  # padding goes to a sink column
     rows = np.broadcast_to(np.arange(n)[:, None, None, None], ids.shape)
     lay = np.broadcast_to(np.arange(layers)[None, None, :, None], ids.shape)
     seen[rows, lay, safe] = True
@@ -400,7 +402,7 @@ def union_from_trace(
         block = np.asarray(topk[start : start + chunk_steps])
         # a stream counts at a step only with a token in every layer: captures that dropped a
         # token in one layer would otherwise put fewer than K experts into that layer's union
-        live = (block >= 0).all(axis=(2, 3))  # (s, streams)
+        live = live_streams(block)  # (s, streams)
         n_live = live.sum(axis=1)
         for j, bj in enumerate(b):
             ok = np.flatnonzero(n_live >= bj)
@@ -416,7 +418,6 @@ def union_from_trace(
     low, high = point.copy(), point.copy()
     mlow, mhigh = np.full(b.size, np.nan), np.full(b.size, np.nan)
     methods = []
-    alpha = (1.0 - level) / 2.0
     for j in range(b.size):
         if not per_step[j]:
             methods.append("none")
@@ -427,8 +428,8 @@ def union_from_trace(
         if bootstrap > 0 and u.shape[0] > 1:
             idx = rng.integers(0, u.shape[0], size=(bootstrap, u.shape[0]))
             boot = u[idx].mean(axis=1)  # (R, layers)
-            low[:, j], high[:, j] = np.quantile(boot, [alpha, 1.0 - alpha], axis=0)
-            mlow[j], mhigh[j] = np.quantile(boot.mean(axis=1), [alpha, 1.0 - alpha])
+            low[:, j], high[:, j] = percentile_interval(boot, level)
+            mlow[j], mhigh[j] = percentile_interval(boot.mean(axis=1), level)
         else:
             low[:, j] = high[:, j] = point[:, j]
             mlow[j] = mhigh[j] = point[:, j].mean()
@@ -455,7 +456,7 @@ def union_over_window(topk: np.ndarray, batch, *, experts: int) -> np.ndarray:
             seq = arr[:, s]  # (steps, layers, K)
             win = np.lib.stride_tricks.sliding_window_view(seq, bj, axis=0)  # (nw, layers, K, B)
             win = np.moveaxis(win, -1, 1)  # (nw, B, layers, K)
-            valid = (win >= 0).all(axis=(1, 3))  # (nw, layers)
+            valid = live_tokens(win).all(axis=1)  # (nw, layers)
             u = distinct_per_layer(win, experts)
             sums += np.where(valid, u, 0).sum(axis=0)
             n += valid.sum(axis=0)
@@ -493,7 +494,7 @@ def union_correlated(
     conc = np.maximum(c * w, 1e-300)
     logq = log_dirichlet(np.broadcast_to(conc, (draws,) + w.shape), rng)
     logq = np.where(w > 0, logq, -np.inf)
-    pi = inclusion_probabilities(_softmax(logq), top_k)  # (draws, layers, E)
+    pi = inclusion_probabilities(softmax(logq), top_k)  # (draws, layers, E)
     u = pi.shape[-1] - power_sums(1.0 - pi, b)  # (draws, layers, nB)
     point = u.mean(axis=0)
     z = float(ndtri(0.5 + level / 2.0))

@@ -68,7 +68,7 @@ covers the model's structural choices (popularity family, what the history means
 notebook shows those as sensitivities beside the bands.
 
 Sources: seed 003 (``shared/seeds/003_7b9fcd30c3f4d7af-excerpt.md``) for every witnessed number;
-Mattson et al. 1970 for the stack distances behind :func:`lru_curve`.
+Mattson et al. 1970 for the stack distances behind :func:`moeroof.models.cache.lru_hit_curve`.
 """
 
 from __future__ import annotations
@@ -77,14 +77,15 @@ import csv
 import functools
 import math
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
-from moeroof.core import paths
+from moeroof.core import atomic, paths
+from moeroof.core.masks import ids_or
+from moeroof.core.rng import generator
 from moeroof.core.units import GiB
 from moeroof.models import cache
 from moeroof.models.routing import Dirichlet, Zipf, sample_trace
@@ -121,7 +122,6 @@ __all__ = [
     "predict",
     "fit_knobs",
     "bootstrap_knobs",
-    "lru_curve",
     "LadderCurve",
     "ladder_curve",
     "predictions_path",
@@ -317,7 +317,7 @@ def sample_ladder_trace(knobs: Knobs, streams: int, steps: int, layers: int, rng
 def _trace(knobs: Knobs, streams: int, steps: int, layers: int, seed: int) -> np.ndarray:
     """The trace of one (knobs, M, seed), drawn from ``default_rng([seed, M])`` and kept (read
     only) so the cases, curves and policies of a notebook share it instead of redrawing it."""
-    topk = sample_ladder_trace(knobs, streams, steps, layers, np.random.default_rng([int(seed), int(streams)]))
+    topk = sample_ladder_trace(knobs, streams, steps, layers, generator(int(seed), int(streams)))
     topk.setflags(write=False)
     return topk
 
@@ -350,7 +350,7 @@ def _union_per_layer(topk: np.ndarray, experts: int, owner: np.ndarray | None = 
     """Mean over steps and layers of the distinct experts a step requests (optionally one rank's)."""
     ids = np.asarray(topk)
     if owner is not None:
-        ids = np.where((ids >= 0) & (owner[np.clip(ids, 0, None)] == rank), ids, -1)
+        ids = np.where(owner[ids_or(ids, 0)] == rank, ids, -1)
     return float(distinct_per_layer(ids, experts).mean())
 
 
@@ -601,20 +601,6 @@ def fit_knobs(
 # ----------------------------------------------------------------------------- curves
 
 
-def lru_curve(requests: cache.Requests, warmup_steps: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Exact LRU hit rate at every capacity (items, global scope) counting only the steps
-    ≥ ``warmup_steps``: a request hits a cache of C items iff its stack distance is in 1…C
-    (Mattson et al. 1970, :func:`moeroof.models.cache.stack_distances` over the whole stream, so the
-    warm-up still fills the stack). Returns (capacity_experts 0…D, hit_rate)."""
-    dist = cache.stack_distances(requests.items)
-    counted = dist[requests.step >= warmup_steps]
-    d = int(np.unique(requests.items).size)
-    hist = np.bincount(counted, minlength=d + 1)[: d + 1].astype(float)
-    hist[0] = 0.0
-    n = counted.size
-    return np.arange(d + 1), (np.cumsum(hist) / n if n else np.full(d + 1, np.nan))
-
-
 @dataclass(frozen=True)
 class LadderCurve:
     """Exact LRU hit rate and GiB streamed per step per rank against the cache size per rank
@@ -641,7 +627,8 @@ def ladder_curve(
     timed_steps: int = TIMED_STEPS,
     warmup_steps: int = WARMUP_STEPS,
 ) -> LadderCurve:
-    """LRU hit rate at every cache size in one pass per rank (:func:`lru_curve`; exact, equal
+    """LRU hit rate at every cache size in one pass per rank (:func:`moeroof.models.cache.lru_hit_curve`
+    after the warm-up; exact, equal
     item sizes so a byte capacity is ``⌊C / e⌋`` items), pooled over the ranks, on the same
     traces as :func:`run_cases` (same seed → same trace)."""
     draws = [knobs] if isinstance(knobs, Knobs) else list(knobs)
@@ -659,7 +646,7 @@ def ladder_curve(
         miss_gib = np.zeros(grid.size)
         for r in range(ranks):
             req = cache.requests_from_trace(topk, EXPERTS, partition=owner, rank=r)
-            cap, rate = lru_curve(req, warm)
+            cap, rate = cache.lru_hit_curve(req, warmup_steps=warm)
             n = int((req.step >= warm).sum())
             h = rate[np.minimum(cap_items, cap[-1])]
             hits += h * n
@@ -686,34 +673,27 @@ def predictions_path() -> Path:
 
 def write_predictions(bands: Sequence[Band], path: str | os.PathLike[str] | None = None) -> Path:
     """Write one row per case with :data:`PREDICTIONS_COLUMNS` (hit rate a fraction, GiB per
-    step per rank; the means over seeds), atomically: temp file beside the target, then
-    ``os.replace``."""
+    step per rank; the means over seeds), atomically (:func:`moeroof.core.atomic.write_via`)."""
     target = Path(path) if path is not None else predictions_path()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline="") as handle:
-            w = csv.writer(handle, lineterminator="\n")
-            w.writerow(PREDICTIONS_COLUMNS)
-            for b in bands:
-                c = b.case
-                w.writerow(
-                    [
-                        c.name,
-                        c.ranks,
-                        c.streams,
-                        f"{c.cache_gib_per_rank:g}",
-                        c.policy,
-                        f"{b.hit_rate:.4f}",
-                        f"{b.gib_streamed_per_step:.4f}",
-                    ]
-                )
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+
+    def write(handle) -> None:
+        w = csv.writer(handle, lineterminator="\n")
+        w.writerow(PREDICTIONS_COLUMNS)
+        for b in bands:
+            c = b.case
+            w.writerow(
+                [
+                    c.name,
+                    c.ranks,
+                    c.streams,
+                    f"{c.cache_gib_per_rank:g}",
+                    c.policy,
+                    f"{b.hit_rate:.4f}",
+                    f"{b.gib_streamed_per_step:.4f}",
+                ]
+            )
+
+    return atomic.write_via(target, write, binary=False, newline="")
 
 
 def bootstrap_knobs(

@@ -50,6 +50,8 @@ from typing import Any
 
 import numpy as np
 
+from moeroof.core.masks import live_streams
+from moeroof.core.rng import generator
 from moeroof.witness.measure import (
     ALIGN,
     DeviceFile,
@@ -289,7 +291,7 @@ def topk_from_trace(topk: np.ndarray, layers: int, steps: int, streams: int) -> 
     arr = np.asarray(topk)
     if arr.shape[2] < layers:
         raise ValueError(f"--layers {layers}: the trace has only {arr.shape[2]} layers")
-    live = (arr[:, :, :layers] >= 0).all(axis=(2, 3))  # (T, S)
+    live = live_streams(arr[:, :, :layers])  # (T, S)
     usable = np.flatnonzero(live.sum(axis=1) >= streams)
     if usable.size == 0:
         raise ValueError(
@@ -362,7 +364,7 @@ def run_bench(
         shape.slot_bytes + 8 * bmax * (d + f) * 4 + (steps + warmup_steps) * bmax * (d + shape.layers * top_k * 3) * 8,
         "--batch/--d-model/--d-ff",
     )
-    rng = np.random.default_rng(seed)
+    rng = generator(seed)
     n_steps = warmup_steps + steps
     if trace is not None:
         if trace.shape[-1] != top_k:

@@ -195,7 +195,7 @@ def test_a_signal_mid_run_removes_the_scratch_files(tmp_path, sig):
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--file-mib", "100000000"], "--file-mib: needs"),
+        (["--file-mib", "100000000"], "of scratch in"),
         (["--mem-mib", "100000000"], "of memory but only"),
         (["--matmul-n", "10000000"], "of memory but only"),
         (["--seconds", "0"], "--seconds"),

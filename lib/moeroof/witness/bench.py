@@ -277,10 +277,10 @@ def routing_topk(
         try:
             s = float(spec.split(":", 1)[1])
         except ValueError:
-            raise ValueError(f"--routing {spec!r}: expected zipf:S with a number S") from None
+            raise ValueError(f"routing {spec!r}: expected zipf:S with a number S") from None
         model = Zipf(experts, top_k, s)
     else:
-        raise ValueError(f"--routing {spec!r}: expected uniform or zipf:S (a trace goes in --trace PATH)")
+        raise ValueError(f"routing {spec!r}: expected uniform or zipf:S (a captured trace is passed as trace)")
     return sample_trace(model, steps, streams, layers, rng)
 
 
@@ -290,12 +290,12 @@ def topk_from_trace(topk: np.ndarray, layers: int, steps: int, streams: int) -> 
     first ``streams`` live ones, the first ``layers`` layers."""
     arr = np.asarray(topk)
     if arr.shape[2] < layers:
-        raise ValueError(f"--layers {layers}: the trace has only {arr.shape[2]} layers")
+        raise ValueError(f"layers={layers}: the trace has only {arr.shape[2]} layers")
     live = live_streams(arr[:, :, :layers])  # (T, S)
     usable = np.flatnonzero(live.sum(axis=1) >= streams)
     if usable.size == 0:
         raise ValueError(
-            f"--batch: no step of the trace has {streams} live streams (at most {int(live.sum(axis=1).max())})"
+            f"batch: no step of the trace has {streams} live streams (at most {int(live.sum(axis=1).max())})"
         )
     out = np.empty((steps, streams, layers, arr.shape[3]), dtype=np.int64)
     for i in range(steps):
@@ -340,37 +340,37 @@ def run_bench(
     """
     batch = sorted({int(b) for b in batch})
     if not batch or batch[0] < 1:
-        raise ValueError("--batch: batch sizes must be positive integers")
+        raise ValueError("batch: batch sizes must be positive integers")
     if int(top_k) != top_k or not 1 <= top_k <= shape.experts:
-        raise ValueError(f"--top-k: K={top_k} must be in [1, E={shape.experts}]")
+        raise ValueError(f"top_k: K={top_k} must be in [1, E={shape.experts}]")
     if steps < 1 or warmup_steps < 0:
-        raise ValueError("--steps must be >= 1 and --warmup >= 0")
+        raise ValueError("steps must be >= 1 and warmup_steps >= 0")
     for m in modes:
         if m not in MODES:
-            raise ValueError(f"--mode: {m!r} is not one of {MODES}")
+            raise ValueError(f"modes: {m!r} is not one of {MODES}")
     bmax = batch[-1]
     base = Path(scratch_dir) if scratch_dir is not None else None
     if base is not None and not base.is_dir():
-        raise ResourceError(f"--scratch-dir: {base} is not a directory")
+        raise ResourceError(f"scratch_dir: {base} is not a directory")
     import tempfile
 
     check_disk(
         base if base is not None else tempfile.gettempdir(),
         shape.file_bytes,
-        "stack size (--experts × --layers × expert bytes)",
+        "stack size (experts × layers × expert bytes)",
     )
     d, f = shape.d_model, shape.d_ff
     check_memory(
         shape.slot_bytes + 8 * bmax * (d + f) * 4 + (steps + warmup_steps) * bmax * (d + shape.layers * top_k * 3) * 8,
-        "--batch/--d-model/--d-ff",
+        "batch/d_model/d_ff",
     )
     rng = generator(seed)
     n_steps = warmup_steps + steps
     if trace is not None:
         if trace.shape[-1] != top_k:
-            raise ValueError(f"--top-k: K={top_k} does not match the trace's K={trace.shape[-1]}")
+            raise ValueError(f"top_k: K={top_k} does not match the trace's K={trace.shape[-1]}")
         if int(np.max(trace)) >= shape.experts:
-            raise ValueError(f"--experts: E={shape.experts} but the trace names expert {int(np.max(trace))}")
+            raise ValueError(f"experts: E={shape.experts} but the trace names expert {int(np.max(trace))}")
         topk_all = topk_from_trace(trace, shape.layers, n_steps, bmax)
         routing_label = trace_label or "trace"
     else:

@@ -126,12 +126,12 @@ def _fmt_bytes(n: float) -> str:
 
 def check_disk(directory: str | os.PathLike[str], nbytes: float, what: str) -> None:
     """Refuse ``nbytes`` of scratch in ``directory`` unless the disk keeps a margin free
-    (:data:`DISK_MARGIN_BYTES`); ``what`` names the flag in the message."""
+    (:data:`DISK_MARGIN_BYTES`); ``what`` names the parameter in the message."""
     free = shutil.disk_usage(directory).free
     if nbytes + DISK_MARGIN_BYTES > free:
         raise ResourceError(
             f"{what}: needs {_fmt_bytes(nbytes)} of scratch in {directory} but the disk has "
-            f"{_fmt_bytes(free)} free (keeping {_fmt_bytes(DISK_MARGIN_BYTES)} spare); use a smaller size or --scratch-dir"
+            f"{_fmt_bytes(free)} free (keeping {_fmt_bytes(DISK_MARGIN_BYTES)} spare); use a smaller size or another scratch directory"
         )
 
 
@@ -203,7 +203,7 @@ def scratch_space(base: str | os.PathLike[str] | None = None) -> Iterator[Path]:
     handlers are only installed from the main thread (elsewhere Python forbids it)."""
     parent = Path(base) if base is not None else Path(tempfile.gettempdir())
     if not parent.is_dir():
-        raise ResourceError(f"--scratch-dir: {parent} is not a directory")
+        raise ResourceError(f"scratch_dir: {parent} is not a directory")
     old: dict[int, Any] = {}
     main = _main_thread()
     if main:
@@ -263,7 +263,7 @@ class DeviceFile:
         if read_path in ("auto", "o_direct"):
             self._try_direct()
             if not self.read_path and read_path == "o_direct":
-                raise ResourceError(f"--read-path o_direct: {self.path.parent} refuses O_DIRECT ({self.refused})")
+                raise ResourceError(f"read_path o_direct: {self.path.parent} refuses O_DIRECT ({self.refused})")
         if not self.read_path:
             if not hasattr(os, "posix_fadvise"):
                 raise ResourceError(
@@ -710,21 +710,21 @@ def calibrate(
     All sizes are checked against free disk and available memory before anything is written.
     """
     if not file_bytes >= 128 * KiB:
-        raise ValueError("--file-mib: the scratch file must hold at least one 128 KiB read")
+        raise ValueError("file_bytes: the scratch file must hold at least one 128 KiB read")
     if not seconds > 0:
-        raise ValueError("--seconds: must be > 0")
+        raise ValueError("seconds: must be > 0")
     if mem_bytes < 1 or matmul_n < 1:
-        raise ValueError("--mem-mib and --matmul-n must be positive")
+        raise ValueError("mem_bytes and matmul_n must be positive")
     file_bytes = -(-int(file_bytes) // ALIGN) * ALIGN
     out = Path(output) if output is not None else None
     base = Path(scratch_dir) if scratch_dir is not None else (out.resolve().parent if out is not None else None)
     if base is not None and not base.is_dir():
         if scratch_dir is not None:
-            raise ResourceError(f"--scratch-dir: {base} is not a directory")
-        raise ResourceError(f"--output: the folder {base} does not exist")
-    check_disk(base if base is not None else tempfile.gettempdir(), file_bytes, "--file-mib")
+            raise ResourceError(f"scratch_dir: {base} is not a directory")
+        raise ResourceError(f"output: the folder {base} does not exist")
+    check_disk(base if base is not None else tempfile.gettempdir(), file_bytes, "file_bytes")
     page_bytes = min(file_bytes, int(256 * MiB))
-    check_memory(2 * mem_bytes + 3 * 4 * matmul_n**2 + page_bytes + READ_SIZES_BYTES[-1], "--mem-mib/--matmul-n")
+    check_memory(2 * mem_bytes + 3 * 4 * matmul_n**2 + page_bytes + READ_SIZES_BYTES[-1], "mem_bytes/matmul_n")
     sizes = [s for s in READ_SIZES_BYTES if s <= file_bytes]
     notes = []
     if len(sizes) < len(READ_SIZES_BYTES):

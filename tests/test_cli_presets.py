@@ -141,12 +141,12 @@ def test_tables(capsys):
 def test_ssd_cell_interpolates_like_the_library():
     """The table's SSD column agrees with Hardware.ssd_bandwidth at 128 KiB and 8 MiB."""
     rep = _run_json()
-    from moeroof.cli import _ssd_cell
+    from moeroof.cli.presets import ssd_cell
 
     for name, entry in rep["hardware"].items():
         h = load_hardware(name)
         for size in (128 * 1024, 8 * 1024**2):
-            shown = float(_ssd_cell(entry, size).split()[0])
+            shown = float(ssd_cell(entry, size).split()[0])
             assert shown == pytest.approx(h.ssd_bandwidth(size) / 1e9, abs=0.006), (name, size)
 
 

@@ -1,0 +1,196 @@
+"""``moeroof bench``: time decode steps of a synthetic MoE stack streamed from disk, coalesced
+(the batch's union of experts read once per layer) and uncoalesced (each token its own K).
+
+::
+
+    moeroof bench [--experts 32 --layers 4 --top-k 4 --d-model 1024 --d-ff 1024] [--batch 1,2,4,8,16,32]
+                  [--mode both|coalesced|uncoalesced] [--routing uniform|zipf:S | --trace PATH]
+                  [--json] [--output F]
+
+The measurement is :func:`moeroof.witness.bench.run_bench`; reads bypass the page cache as in
+``moeroof calibrate``, and an interrupted run ends with one ``error: interrupted`` line and
+status 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from moeroof.cli.common import (
+    READ_PATHS,
+    UsageError,
+    emit,
+    fmt,
+    interrupted,
+    jsonable,
+    non_negative_int,
+    parse_batch,
+    positive_int,
+    read_trace_arg,
+    table,
+)
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "bench",
+        help="measure decode steps of a synthetic MoE streamed from disk, coalesced and uncoalesced",
+        description=(
+            "Write a synthetic MoE stack (E experts × L layers of float32 d×f and f×d matrices) to a "
+            "scratch file and time decode steps of B agents: uncoalesced (each token reads and "
+            "applies its own K experts) and coalesced (the union read once per layer, one grouped "
+            "matmul per expert). Reads bypass the page cache as in `moeroof calibrate`."
+        ),
+    )
+    p.add_argument("--experts", default=None, help="experts per layer E (default 32, or the trace's)")
+    p.add_argument("--layers", default="4", help="MoE layers L (default 4)")
+    p.add_argument("--top-k", default=None, help="experts per token K (default 4, or the trace's)")
+    p.add_argument("--d-model", default="1024", help="hidden size d (default 1024)")
+    p.add_argument("--d-ff", default="1024", help="expert width f (default 1024; expert bytes = 2·d·f·4)")
+    p.add_argument("--batch", default="1,2,4,8,16,32", help="batch sizes, comma-separated (default 1,2,4,8,16,32)")
+    p.add_argument(
+        "--mode",
+        default="both",
+        choices=("both", "uncoalesced", "coalesced"),
+        help="which mode(s) to run (default both)",
+    )
+    p.add_argument("--routing", default=None, help="routing model: uniform or zipf:S (default uniform)")
+    p.add_argument("--trace", default=None, help="routing from a trace .npz/.npy instead of a model")
+    p.add_argument("--steps", default="5", help="counted decode steps per (mode, B) (default 5)")
+    p.add_argument("--warmup", default="1", help="uncounted warm-up steps per (mode, B) (default 1)")
+    p.add_argument(
+        "--seed", default="0", help="seed of numpy.random.default_rng for routing, gates and weights (default 0)"
+    )
+    p.add_argument("--scratch-dir", default=None, help="where the stack file goes (default: the system temp dir)")
+    p.add_argument(
+        "--read-path",
+        default="auto",
+        choices=READ_PATHS,
+        help="bypass the page cache by O_DIRECT, fadvise, or auto (default)",
+    )
+    p.add_argument("--output", default=None, help="also write the JSON report to this file, atomically")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.set_defaults(func=run)
+
+
+def bench_report(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the benchmark for parsed arguments and return its JSON object."""
+    from moeroof.witness.bench import MODES, StackShape, run_bench
+    from moeroof.witness.measure import Progress
+
+    batch = parse_batch(args.batch)
+    layers = positive_int(args.layers, "--layers")
+    d_model = positive_int(args.d_model, "--d-model")
+    d_ff = positive_int(args.d_ff, "--d-ff")
+    steps = positive_int(args.steps, "--steps")
+    warmup = non_negative_int(args.warmup, "--warmup")
+    seed = non_negative_int(args.seed, "--seed")
+    trace = None
+    trace_label = ""
+    if args.trace is not None:
+        if args.routing is not None:
+            raise UsageError("give either --routing or --trace, not both")
+        tr = read_trace_arg(args.trace)
+        trace, trace_label = np.asarray(tr.topk), f"trace {tr.path.name}"
+        experts = tr.experts if args.experts is None else positive_int(args.experts, "--experts")
+        top_k = tr.top_k if args.top_k is None else positive_int(args.top_k, "--top-k")
+        if experts != tr.experts or top_k != tr.top_k:
+            raise UsageError(f"--experts/--top-k: the trace has E={tr.experts}, K={tr.top_k}")
+    else:
+        experts = 32 if args.experts is None else positive_int(args.experts, "--experts")
+        top_k = 4 if args.top_k is None else positive_int(args.top_k, "--top-k")
+    if top_k > experts:
+        raise UsageError(f"--top-k: K={top_k} exceeds --experts E={experts}")
+    routing = args.routing or "uniform"
+    modes = MODES if args.mode == "both" else (args.mode,)
+    command = [
+        "moeroof",
+        "bench",
+        "--experts",
+        str(experts),
+        "--layers",
+        str(layers),
+        "--top-k",
+        str(top_k),
+        "--d-model",
+        str(d_model),
+        "--d-ff",
+        str(d_ff),
+        "--batch",
+        ",".join(map(str, batch)),
+        "--mode",
+        args.mode,
+    ]
+    command += ["--trace", args.trace] if args.trace is not None else ["--routing", routing]
+    command += ["--steps", str(steps), "--warmup", str(warmup), "--seed", str(seed), "--read-path", args.read_path]
+    if args.scratch_dir is not None:
+        command += ["--scratch-dir", args.scratch_dir]
+    try:
+        rep = run_bench(
+            StackShape(experts, layers, d_model, d_ff),
+            top_k,
+            batch,
+            modes=modes,
+            routing=routing,
+            trace=trace,
+            trace_label=trace_label,
+            steps=steps,
+            warmup_steps=warmup,
+            seed=seed,
+            scratch_dir=args.scratch_dir,
+            read_path=args.read_path,
+            command=shlex.join(command),
+            progress=Progress("bench", enabled=not args.quiet),
+        )
+    except OSError as exc:
+        raise UsageError(f"bench: {exc}") from None
+    return jsonable(rep)
+
+
+def print_bench(rep: dict[str, Any]) -> None:
+    print(
+        f"bench — E={rep['experts']} L={rep['layers']} K={rep['top_k']} d={rep['d_model']} f={rep['d_ff']} "
+        f"(expert {rep['expert_bytes'] / 2**20:.3g} MiB), "
+        f"routing {rep['routing']}, {rep['steps']} steps (+{rep['warmup_steps']} warm-up), witnessed"
+    )
+    print(f"read path: {rep['read_path']} ({rep['read_method']})")
+    rows = []
+    for i, b in enumerate(rep["batch"]):
+        rows.append(
+            [
+                rep["mode"][i],
+                str(b),
+                fmt(rep["step_seconds"][i], 4),
+                fmt(rep["net_tok_s"][i], 2),
+                fmt(rep["per_agent_tok_s"][i], 2),
+                fmt(rep["bytes_read_per_step"][i] / 1e6, 1),
+                fmt(rep["union_per_layer"][i], 2),
+                fmt(rep["coalescing_ratio"][i], 2),
+            ]
+        )
+    print(
+        table(["mode", "B", "step s", "net tok/s", "tok/s/agent", "MB read/step", "U/layer", "B·K/U"], rows, "<>>>>>>>")
+    )
+    print("B·K/U is the measured coalescing ratio against the uncoalesced baseline")
+
+
+def run(args: argparse.Namespace) -> int:
+    from moeroof.witness.measure import _atomic_write_text
+
+    try:
+        rep = bench_report(args)
+    except KeyboardInterrupt:
+        return interrupted()
+    if args.output is not None:
+        _atomic_write_text(Path(args.output), json.dumps(rep, indent=2, allow_nan=False) + "\n")
+    emit(rep, args.json, print_bench)
+    if args.output is not None and not args.json:
+        print(f"wrote {args.output}")
+    return 0

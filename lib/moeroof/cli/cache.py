@@ -1,0 +1,189 @@
+"""``moeroof cache``: replay a trace's expert requests through one cache policy (SPEC §5):
+hits, misses, hit rate and bytes streamed per step.
+
+::
+
+    moeroof cache TRACE --policy lru|lfu|static|belady|s3fifo|arc
+                  (--capacity-experts N | --capacity-gib X --expert-bytes N) [--scope global|layer]
+                  [--warmup S] [--histogram PATH] [--json]
+
+The simulator (:mod:`moeroof.models.cache`, numba-compiled) is imported only when the command
+runs; the parser reads the policy and scope names from the constants below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+import numpy as np
+
+from moeroof.cli.common import (
+    UsageError,
+    emit,
+    fmt,
+    jsonable,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    read_trace_arg,
+    table,
+)
+from moeroof.data.io import InputError, read_histogram
+
+# moeroof.models.cache.POLICIES and .SCOPES, spelled out so that building the parser does not
+# import (and compile) the simulator; tests/test_cli_cache.py checks that they agree.
+POLICIES = ("lru", "lfu", "static", "belady", "s3fifo", "arc")
+SCOPES = ("global", "layer")
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "cache",
+        help="simulate an expert cache policy on a trace: hits, misses, bytes streamed per step",
+        description=(
+            "Replay a trace's request stream (each step requests the batch's union of experts "
+            "layer by layer, ascending id within a layer) through one cache policy (SPEC §5)."
+        ),
+    )
+    p.add_argument("path", metavar="TRACE", help="trace .npz / .npy")
+    p.add_argument("--policy", required=True, choices=POLICIES, help="eviction policy (belady = offline optimum)")
+    p.add_argument("--capacity-experts", default=None, help="cache capacity in experts (one (layer, expert) item each)")
+    p.add_argument("--capacity-gib", default=None, help="cache capacity in GiB (needs --expert-bytes)")
+    p.add_argument("--expert-bytes", default=None, help="bytes per expert (streamed per miss)")
+    p.add_argument(
+        "--scope",
+        default="global",
+        choices=SCOPES,
+        help="one shared cache or one per layer (default global)",
+    )
+    p.add_argument("--warmup", default="0", help="steps simulated but not counted (default 0)")
+    p.add_argument(
+        "--histogram", default=None, help="histogram .csv to pin the static hot set from (default: the trace's own)"
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+    p.set_defaults(func=run)
+
+
+def cache_report(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``cache`` JSON object for parsed arguments."""
+    from moeroof.core.units import to_si
+    from moeroof.models.cache import requests_from_trace, simulate
+
+    if (args.capacity_experts is None) == (args.capacity_gib is None):
+        raise UsageError("give exactly one of --capacity-experts N or --capacity-gib X")
+    expert_bytes = None if args.expert_bytes is None else positive_float(args.expert_bytes, "--expert-bytes")
+    if args.capacity_gib is not None and expert_bytes is None:
+        raise UsageError("--capacity-gib needs --expert-bytes (bytes per expert)")
+    warmup = non_negative_int(args.warmup, "--warmup")
+    if args.histogram is not None and args.policy != "static":
+        raise UsageError("--histogram applies to --policy static only")
+    trace = read_trace_arg(args.path)
+    if warmup >= trace.steps:
+        raise UsageError(f"--warmup: {warmup} leaves no counted step (the trace has {trace.steps} steps)")
+    notes: list[str] = []
+    if args.capacity_experts is not None:
+        cap_experts = non_negative_int(args.capacity_experts, "--capacity-experts")
+        capacity, unit, cap_bytes = float(cap_experts), "experts", None
+        if expert_bytes is not None:
+            cap_bytes = cap_experts * expert_bytes
+    else:
+        cap_bytes = to_si(non_negative_float(args.capacity_gib, "--capacity-gib"), "GiB")
+        capacity, unit = cap_bytes, "bytes"
+        cap_experts = int(math.floor(cap_bytes / expert_bytes + 1e-9))
+    pinned = None
+    if args.histogram is not None:
+        hist = read_histogram(args.histogram)
+        if hist.experts != trace.experts:
+            raise InputError(
+                hist.path, "-", "experts", f"histogram has E={hist.experts} but the trace has E={trace.experts}"
+            )
+        if hist.layers_summed or hist.layers == 1 and trace.layers > 1:
+            pinned = np.tile(hist.counts[0], trace.layers).astype(float)
+            notes.append("histogram summed over layers: the same experts are ranked hot in every layer")
+        elif hist.layers != trace.layers:
+            raise InputError(
+                hist.path, "-", "layers", f"histogram has {hist.layers} layers but the trace has {trace.layers}"
+            )
+        else:
+            pinned = hist.counts.astype(float).ravel()
+        notes.append(f"static: hot set pinned from the histogram {hist.path}")
+    requests = requests_from_trace(trace.topk, trace.experts)
+    res = simulate(
+        requests,
+        capacity,
+        policy=args.policy,
+        capacity_unit=unit,
+        item_bytes=expert_bytes,
+        scope=args.scope,
+        warmup_steps=warmup,
+        pinned=pinned,
+    )
+    notes.extend(res.notes)
+    if args.scope == "layer":
+        per = math.floor(cap_experts / trace.layers + 1e-9) if unit == "experts" else None
+        notes.append(
+            f"scope layer: one cache per layer with capacity / {trace.layers} each"
+            + (f" ({per} experts; the remainder is unused)" if per is not None else "")
+        )
+    if warmup:
+        notes.append(f"the first {warmup} steps are simulated but not counted (warm-up)")
+    bytes_unit = res.bytes_unit
+    if bytes_unit == "experts":
+        notes.append("no --expert-bytes: streamed volume counted in experts, not bytes")
+    rep: dict[str, Any] = {
+        "policy": args.policy,
+        "capacity_experts": cap_experts,
+        "capacity_bytes": cap_bytes,
+        "scope": args.scope,
+        "warmup_steps": warmup,
+        "requests": res.requests,
+        "hits": res.hits,
+        "misses": res.misses,
+        "hit_rate": res.hit_rate,
+        "bytes_streamed_per_step": res.mean_bytes_streamed_per_step,
+        "unit": bytes_unit,
+        "oracle": args.policy == "belady" or (args.policy == "static" and pinned is None),
+        "per_step": {
+            "hits": res.hits_per_step,
+            "misses": res.misses_per_step,
+            "bytes_streamed": res.bytes_streamed_per_step,
+        },
+        "steps": trace.steps,
+        "streams": trace.streams,
+        "layers": trace.layers,
+        "experts": trace.experts,
+        "source": str(trace.path),
+        "provenance": trace.meta.get("provenance"),
+        "notes": notes,
+    }
+    return jsonable(rep)
+
+
+def print_cache(rep: dict[str, Any]) -> None:
+    print(f"expert cache — {rep['source']} (provenance: {rep['provenance'] or 'unknown'})")
+    print(
+        f"policy {rep['policy']}  capacity {rep['capacity_experts']} experts"
+        + (f" ({rep['capacity_bytes'] / 2**30:.3g} GiB)" if rep["capacity_bytes"] is not None else "")
+        + f"  scope {rep['scope']}  warm-up {rep['warmup_steps']} of {rep['steps']} steps"
+    )
+    rows = [
+        [
+            str(rep["requests"]),
+            str(rep["hits"]),
+            str(rep["misses"]),
+            fmt(rep["hit_rate"], 4),
+            fmt(rep["bytes_streamed_per_step"], 1) + " experts"
+            if rep["unit"] == "experts"
+            else f"{rep['bytes_streamed_per_step'] / 1e9:.3f} GB",
+        ]
+    ]
+    print(table(["requests", "hits", "misses", "hit rate", "streamed/step"], rows, ">>>>>"))
+    for note in rep["notes"]:
+        print(f"note: {note}")
+
+
+def run(args: argparse.Namespace) -> int:
+    rep = cache_report(args)
+    return emit(rep, args.json, print_cache)

@@ -1,0 +1,149 @@
+"""``moeroof calibrate``: measure this box (disk reads bypassing the page cache, page-cached
+reads, memory copy, float32 FLOP/s) into a witnessed hardware TOML in the presets schema.
+
+::
+
+    moeroof calibrate [--output calibrated.toml] [--file-mib 2048] [--seconds 30] [--scratch-dir D] [--json]
+
+The measurements are :func:`moeroof.witness.measure.calibrate`; scratch files are removed on
+every exit, and an interrupted run ends with one ``error: interrupted`` line and status 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from typing import Any
+
+from moeroof.cli.common import (
+    READ_PATHS,
+    UsageError,
+    emit,
+    fmt,
+    interrupted,
+    jsonable,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    table,
+)
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "calibrate",
+        help="measure this box (disk reads bypassing the page cache, memory, float32 FLOP/s) into a hardware TOML",
+        description=(
+            "Measure random and sequential read bandwidth of a scratch file at 128 KiB to 16 MiB "
+            "reads (O_DIRECT, or posix_fadvise DONTNEED where O_DIRECT is refused), page-cached "
+            "reads, memory copy bandwidth and float32 matmul FLOP/s; write them as a witnessed "
+            "hardware TOML (presets schema). Scratch files are removed on every exit."
+        ),
+    )
+    p.add_argument(
+        "--output", default="calibrated.toml", help="hardware TOML to write, atomically (default calibrated.toml)"
+    )
+    p.add_argument("--name", default=None, help="preset name in the TOML (default calibrated-DATE)")
+    p.add_argument("--file-mib", default="2048", help="scratch file size in MiB (default 2048)")
+    p.add_argument(
+        "--seconds",
+        default="30",
+        help="time budget of the measurements in seconds (default 30; writing the file comes on top)",
+    )
+    p.add_argument("--mem-mib", default="256", help="array size of the memory-copy measurement in MiB (default 256)")
+    p.add_argument("--matmul-n", default="2048", help="matrix size n of the float32 n×n matmul (default 2048)")
+    p.add_argument("--scratch-dir", default=None, help="where the scratch file goes (default: the output's folder)")
+    p.add_argument(
+        "--read-path",
+        default="auto",
+        choices=READ_PATHS,
+        help="bypass the page cache by O_DIRECT, fadvise, or auto (default)",
+    )
+    p.add_argument("--seed", default="0", help="seed of the random read offsets (default 0)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--json", action="store_true", help="print one JSON object of every measurement instead of a table")
+    p.set_defaults(func=run)
+
+
+def calibrate_report(args: argparse.Namespace) -> dict[str, Any]:
+    """Measure, write the hardware TOML (``--output``) and return every measurement as JSON."""
+    from moeroof.witness.measure import Progress, calibrate
+
+    file_mib = positive_float(args.file_mib, "--file-mib")
+    seconds = positive_float(args.seconds, "--seconds")
+    mem_mib = positive_float(args.mem_mib, "--mem-mib")
+    matmul_n = positive_int(args.matmul_n, "--matmul-n")
+    seed = non_negative_int(args.seed, "--seed")
+    command = [
+        "moeroof",
+        "calibrate",
+        "--output",
+        args.output,
+        "--file-mib",
+        f"{file_mib:g}",
+        "--seconds",
+        f"{seconds:g}",
+        "--mem-mib",
+        f"{mem_mib:g}",
+        "--matmul-n",
+        str(matmul_n),
+        "--read-path",
+        args.read_path,
+        "--seed",
+        str(seed),
+    ]
+    if args.scratch_dir is not None:
+        command += ["--scratch-dir", args.scratch_dir]
+    if args.name is not None:
+        command += ["--name", args.name]
+    try:
+        cal = calibrate(
+            args.output,
+            file_bytes=int(file_mib * 2**20),
+            seconds=seconds,
+            mem_bytes=int(mem_mib * 2**20),
+            matmul_n=matmul_n,
+            scratch_dir=args.scratch_dir,
+            read_path=args.read_path,
+            name=args.name,
+            seed=seed,
+            command=shlex.join(command),
+            progress=Progress("calibrate", enabled=not args.quiet),
+        )
+    except OSError as exc:
+        raise UsageError(f"calibrate: {exc}") from None
+    return jsonable(cal.to_dict())
+
+
+def print_calibrate(rep: dict[str, Any]) -> None:
+    print(f"calibrated {rep['name']} → {rep['output']}  ({rep['date']}, witnessed)")
+    print(f"read path: {rep['read_path']} ({rep['read_method']})")
+    rows = []
+    for i, size in enumerate(rep["ssd_random"]["read_size_bytes"]):
+        rows.append(
+            [
+                f"{size / 2**10:g} KiB" if size < 2**20 else f"{size / 2**20:g} MiB",
+                fmt(rep["ssd_random"]["bytes_per_s"][i] / 1e9, 3),
+                fmt(rep["ssd_sequential"]["bytes_per_s"][i] / 1e9, 3),
+            ]
+        )
+    print(table(["read size", "random GB/s", "sequential GB/s"], rows, ">>>"))
+    print(
+        f"page-cached reads: {rep['page_cache_bytes_per_s'] / 1e9:.2f} GB/s at {rep['page_cache_read_size_bytes'] / 2**20:g} MiB"
+    )
+    print(
+        f"memory copy: {rep['bw_mem_bytes_per_s'] / 1e9:.2f} GB/s (read + write)   float32 matmul: {rep['flops_per_s'] / 1e9:.1f} GFLOP/s"
+    )
+    print(
+        f"RAM {rep['ram_bytes'] / 2**30:.2f} GiB, OS reserve {rep['os_reserve_bytes'] / 2**30:.2f} GiB; took {rep['wall_seconds']:.1f} s"
+    )
+    for note in rep["notes"]:
+        print(f"note: {note}")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        rep = calibrate_report(args)
+    except KeyboardInterrupt:
+        return interrupted()
+    return emit(rep, args.json, print_calibrate)

@@ -1,0 +1,164 @@
+"""Shared pieces of the ``moeroof`` subcommands: the usage error, flag-value parsers, and the
+JSON / table emitters.
+
+Every flag value arrives as text and is parsed here, so that a bad value reads
+``error: --flag: what is wrong`` (:class:`UsageError`, exit 2 in :mod:`moeroof.cli.app`).
+This module imports only numpy and :mod:`moeroof.data.io`; a subcommand imports its library
+modules inside its own functions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from moeroof.data.io import InputError, Trace
+
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "READ_PATHS",
+    "UsageError",
+    "emit",
+    "fmt",
+    "interrupted",
+    "jsonable",
+    "non_negative_float",
+    "non_negative_int",
+    "parse_batch",
+    "positive_float",
+    "positive_int",
+    "read_trace_arg",
+    "table",
+]
+
+EXIT_INTERRUPTED = 130
+
+# How `calibrate` and `bench` bypass the page cache: moeroof.witness.measure.READ_PATHS, spelled
+# out here so that building the parser imports no measurement code (tests check they agree).
+READ_PATHS = ("auto", "o_direct", "fadvise")
+
+
+class UsageError(ValueError):
+    """A bad flag value; printed as ``error: <message>``."""
+
+
+# ----------------------------------------------------------------------------- flag values
+
+
+def positive_int(text: str, flag: str) -> int:
+    t = text.strip()
+    if not t.lstrip("+").isdigit() or int(t) < 1:
+        raise UsageError(f"{flag}: {text!r} is not a positive integer")
+    return int(t)
+
+
+def non_negative_int(text: str, flag: str) -> int:
+    t = text.strip()
+    if not t.lstrip("+").isdigit():
+        raise UsageError(f"{flag}: {text!r} is not a non-negative integer")
+    return int(t)
+
+
+def non_negative_float(text: str, flag: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{flag}: expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise UsageError(f"{flag}: must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def positive_float(text: str, flag: str) -> float:
+    value = non_negative_float(text, flag)
+    if value <= 0:
+        raise UsageError(f"{flag}: must be > 0, got {text!r}")
+    return value
+
+
+def parse_batch(text: str) -> list[int]:
+    """``"1,8,64"`` → ``[1, 8, 64]`` (sorted, duplicates dropped); positive integers only."""
+    parts = [p for p in text.split(",")]
+    if not text.strip() or any(not p.strip() for p in parts):
+        raise UsageError(f"--batch: expected comma-separated positive integers like 1,8,64, got {text!r}")
+    return sorted({positive_int(p, "--batch") for p in parts})
+
+
+def read_trace_arg(path_text: str) -> Trace:
+    """A TRACE argument: a histogram ``.csv`` is refused by name before anything is read."""
+    from moeroof.data.io import read_trace
+
+    path = Path(path_text)
+    if path.suffix.lower() == ".csv":
+        raise InputError(path, "-", "file", "expected a trace .npz / .npy, got a histogram .csv")
+    return read_trace(path)
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def _num(x: Any) -> Any:
+    """JSON-safe number: NaN / inf → None, numpy scalars → Python."""
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        x = float(x)
+        return x if math.isfinite(x) else None
+    return x
+
+
+def jsonable(obj: Any) -> Any:
+    """JSON-ready copy: numpy arrays and scalars to Python, NaN / inf to None, paths to text."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return jsonable(obj.tolist())
+    if isinstance(obj, (np.bool_,)):
+        return bool(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    return _num(obj)
+
+
+def fmt(x: Any, digits: int = 2) -> str:
+    """A table cell: ``-`` for a missing value, integers as is, others with ``digits`` decimals."""
+    if x is None:
+        return "-"
+    if isinstance(x, float) and not math.isfinite(x):
+        return "-"
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
+    return f"{float(x):.{digits}f}"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> str:
+    """Fixed-width table; ``align`` has one of ``<`` / ``>`` per column."""
+    widths = [max(len(h), *(len(r[j]) for r in rows)) if rows else len(h) for j, h in enumerate(headers)]
+    lines = ["  ".join(f"{h:{a}{w}}" for h, a, w in zip(headers, align, widths)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(f"{c:{a}{w}}" for c, a, w in zip(r, align, widths)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def emit(rep: dict[str, Any], as_json: bool, printer: Callable[[dict[str, Any]], None]) -> int:
+    """Print a report as one JSON object (NaN refused: the library reports missing values as
+    None) or as the command's readable table; exit status 0."""
+    if as_json:
+        print(json.dumps(rep, indent=2, allow_nan=False))
+    else:
+        printer(rep)
+    return 0
+
+
+def interrupted() -> int:
+    """A measurement stopped by Ctrl-C or a signal: one line on stderr, exit status 130."""
+    print("error: interrupted (scratch files removed)", file=sys.stderr)
+    return EXIT_INTERRUPTED

@@ -1,0 +1,155 @@
+"""``moeroof presets``: the shipped model and hardware presets (``data/presets/``), key numbers
+in readable units with each number's provenance (w = witnessed, p = projected, a = assumed).
+
+::
+
+    moeroof presets [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from moeroof.cli.common import emit, fmt, jsonable, table
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "presets",
+        help="list the model and hardware presets with their key numbers and sources",
+        description=(
+            "List the shipped model and hardware presets (data/presets/): key numbers in "
+            "readable units with each number's provenance (witnessed / projected / assumed)."
+        ),
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON object (SI units, provenance and sources per field)"
+    )
+    p.set_defaults(func=run)
+
+
+_TAG_LETTER = {"witnessed": "w", "projected": "p", "assumed": "a"}
+_TAG_RANK = {"witnessed": 0, "projected": 1, "assumed": 2}
+
+
+def _preset_entry(obj: Any, fields: Sequence[str]) -> dict[str, Any]:
+    """One preset as JSON: description, the fields its file sets (SI), provenance, sources, path."""
+    entry: dict[str, Any] = {"description": obj.description}
+    if getattr(obj, "precision", ""):
+        entry["precision"] = obj.precision
+    for key in fields:
+        if key in obj.provenance:
+            entry[key] = getattr(obj, key)
+    entry["provenance"] = dict(obj.provenance)
+    entry["sources"] = dict(obj.sources)
+    entry["path"] = obj.path
+    return entry
+
+
+def presets_report() -> dict[str, Any]:
+    """Every shipped preset, as the ``presets`` subcommand prints it with ``--json``."""
+    from moeroof.data.presets import HARDWARE_FIELDS, MODEL_FIELDS, list_presets, load_hardware, load_model
+
+    shipped = list_presets()
+    return jsonable(
+        {
+            "models": {
+                name: _preset_entry(load_model(path), list(MODEL_FIELDS)) for name, path in shipped["models"].items()
+            },
+            "hardware": {
+                name: _preset_entry(load_hardware(path), list(HARDWARE_FIELDS))
+                for name, path in shipped["hardware"].items()
+            },
+        }
+    )
+
+
+def _cell(value: Any, unit: str | None, tag: str | None, digits: int = 2) -> str:
+    """A table cell: the number in ``unit`` (SI → unit through moeroof.core.units) and its tag letter."""
+    from moeroof.core.units import from_si
+
+    if value is None or tag is None:
+        return "-"
+    shown = value if unit is None else from_si(value, unit)
+    return f"{fmt(shown, digits)} {_TAG_LETTER[tag]}"
+
+
+def ssd_cell(entry: dict[str, Any], read_size: float) -> str:
+    """SSD bandwidth at one read size (log-log interpolation of the curve, clamped at its ends).
+
+    The tag is the weaker of the curve's two fields; a value read between or beyond the measured
+    points is at best ``projected``."""
+    from moeroof.core.units import from_si
+
+    sizes, bws = entry["ssd_read_size_bytes"], entry["bw_ssd_bytes_per_s"]
+    prov = entry["provenance"]
+    tag = max(prov["ssd_read_size_bytes"], prov["bw_ssd_bytes_per_s"], key=_TAG_RANK.__getitem__)
+    if tag == "witnessed" and not any(math.isclose(s, read_size) for s in sizes):
+        tag = "projected"
+    bw = float(np.exp(np.interp(np.log(read_size), np.log(sizes), np.log(bws))))
+    return f"{fmt(from_si(bw, 'GB/s'))} {_TAG_LETTER[tag]}"
+
+
+def print_presets(rep: dict[str, Any]) -> None:
+    from moeroof.core.units import KiB, MiB
+
+    def cell(entry: dict[str, Any], key: str, unit: str | None, digits: int = 2) -> str:
+        return _cell(entry.get(key), unit, entry["provenance"].get(key), digits)
+
+    rows = []
+    for name, m in rep["models"].items():
+        rows.append(
+            [
+                name,
+                cell(m, "experts", None),
+                cell(m, "top_k", None),
+                cell(m, "moe_layers", None),
+                cell(m, "expert_bytes", "MB", 1),
+                cell(m, "non_routed_bytes", "GB", 1),
+                cell(m, "kv_bytes_per_token", "KiB", 1),
+                cell(m, "flops_per_token", "GFLOP", 1),
+            ]
+        )
+    print("models (data/presets/models)")
+    headers = ["model", "E", "K", "layers", "expert MB", "non-routed GB", "KV KiB/token", "GFLOP/token"]
+    print(table(headers, rows, "<>>>>>>>"))
+    print()
+    rows = []
+    for name, h in rep["hardware"].items():
+        rows.append(
+            [
+                name,
+                cell(h, "ram_bytes", "GiB", 1),
+                cell(h, "bw_mem_bytes_per_s", "GB/s", 1),
+                cell(h, "flops_per_s", "TFLOP/s", 1),
+                ssd_cell(h, 128 * KiB),
+                ssd_cell(h, 8 * MiB),
+                cell(h, "bw_link_bytes_per_s", "GB/s", 1),
+            ]
+        )
+    print("hardware (data/presets/hardware)")
+    headers = ["hardware", "RAM GiB", "mem GB/s", "TFLOP/s", "SSD GB/s @128KiB", "SSD GB/s @8MiB", "link GB/s"]
+    print(table(headers, rows, "<>>>>>>"))
+    print()
+    counts = {tag: 0 for tag in _TAG_LETTER}
+    for kind in ("models", "hardware"):
+        for entry in rep[kind].values():
+            for tag in entry["provenance"].values():
+                counts[tag] += 1
+    print(
+        "provenance: w = witnessed (measured or read off a model card, with source), "
+        "p = projected (derived from sourced inputs), a = assumed; "
+        + ", ".join(f"{counts[t]} {t}" for t in _TAG_LETTER)
+        + " numbers in all"
+    )
+    print("results derived from any p or a input are projected (SPEC §2); sources: moeroof presets --json")
+
+
+def run(args: argparse.Namespace) -> int:
+    rep = presets_report()
+    return emit(rep, args.json, print_presets)

@@ -1,0 +1,89 @@
+"""``moeroof split``: partition a firing histogram's experts over ranks and predict each rank's
+decode step.
+
+::
+
+    moeroof split HISTOGRAM --ranks R --method id|lpt|weighted|bytes [--rank-speed 1,0.6]
+                  [--batch M] [--cache-gib X] [--model PRESET|FILE] [--hardware PRESET|FILE] [--json]
+
+The partition, the per-rank load and the step model are :func:`moeroof.models.partition.split_report`;
+this module parses the flags and prints its result.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from moeroof.cli.common import emit, fmt, non_negative_float, positive_int, table
+
+METHODS = ("id", "lpt", "weighted", "bytes")
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "split",
+        help="partition experts over ranks (id, lpt, weighted, bytes) and predict each rank's step",
+        description=(
+            "Split a firing histogram's experts over ranks: contiguous ids, equal-cardinality LPT "
+            "(DeepSeek EPLB's balanced_packing), weighted by per-rank speed, or balancing expected "
+            "streamed bytes; reports per-rank load, imbalance and the predicted per-rank step."
+        ),
+    )
+    p.add_argument("path", metavar="HISTOGRAM", help="histogram .csv with its sidecar .json")
+    p.add_argument("--ranks", required=True, help="number of ranks")
+    p.add_argument("--method", required=True, choices=METHODS, help="partition method")
+    p.add_argument("--rank-speed", default=None, help="relative speed per rank, comma-separated (e.g. 1,0.6)")
+    p.add_argument("--batch", default="8", help="concurrent streams M for the step model (default 8)")
+    p.add_argument("--cache-gib", default="0", help="expert cache per rank in GiB (default 0)")
+    p.add_argument(
+        "--model", default="glm-5-nvfp4", help="model preset or TOML for the step model (default glm-5-nvfp4)"
+    )
+    p.add_argument("--hardware", default="gb10", help="hardware preset or TOML per rank (default gb10)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.set_defaults(func=run)
+
+
+def split_report(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``split`` JSON object for parsed arguments (the library builds it)."""
+    from moeroof.models import partition
+
+    return partition.split_report(
+        args.path,
+        positive_int(args.ranks, "--ranks"),
+        args.method,
+        args.rank_speed,
+        batch=positive_int(args.batch, "--batch"),
+        cache_gib_per_rank=non_negative_float(args.cache_gib, "--cache-gib"),
+        model=args.model,
+        hardware=args.hardware,
+    )
+
+
+def print_split(rep: dict[str, Any], source: str) -> None:
+    print(f"expert split — {source}, {rep['ranks']} ranks, method {rep['method']}")
+    headers = ["rank", "experts", "load rows"]
+    pred = rep.get("predicted_step_seconds")
+    if pred is not None:
+        headers.append("predicted step s")
+    rows = []
+    for r in range(rep["ranks"]):
+        row = [str(r), str(rep["experts_per_rank"][r]), str(rep["load_rows"][r])]
+        if pred is not None:
+            row.append(fmt(pred[r], 3))
+        rows.append(row)
+    print(table(headers, rows, ">" * len(headers)))
+    print(f"imbalance (max/mean load rows): {rep['imbalance']:.4f}×")
+    for key, value in rep.get("imbalance_by", {}).items():
+        print(f"  imbalance by {key}: {value:.4f}×")
+    if rep.get("tok_s") is not None:
+        print(
+            f"predicted step {rep['step_seconds']:.3f} s, {rep['tok_s']:.3f} tok/s (the pair runs at its slowest rank)"
+        )
+    for note in rep.get("notes", []):
+        print(f"note: {note}")
+
+
+def run(args: argparse.Namespace) -> int:
+    rep = split_report(args)
+    return emit(rep, args.json, lambda r: print_split(r, args.path))

@@ -1,0 +1,175 @@
+"""``moeroof union``: expected distinct experts per layer U(B) and the coalescing ratio B·K/U.
+
+::
+
+    moeroof union --uniform E K --batch 1,8,64 [--layers L] [--json]
+    moeroof union PATH --batch 1,8,64 [--bootstrap 200] [--seed 0] [--draws 4] [--level 0.95] [--json]
+
+PATH is a histogram ``.csv`` (rarefaction / extrapolation, :func:`moeroof.models.union.union_histogram`)
+or a trace ``.npz`` / ``.npy`` (measured, :func:`moeroof.models.union.union_from_trace`). Every
+coalescing ratio is ``B·K / U(B)`` against the ``uncoalesced`` baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+from typing import Any
+
+import numpy as np
+
+from moeroof.cli.common import UsageError, emit, fmt, jsonable, non_negative_int, parse_batch, positive_int, table
+from moeroof.data.io import Histogram, Trace, load_any
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "union",
+        help="expected distinct experts U(B) per layer and the coalescing ratio B·K/U",
+        description=(
+            "Expected distinct experts per layer U(B) for batches of B tokens, from the uniform "
+            "closed form, a histogram (rarefaction/extrapolation) or a trace (measured)."
+        ),
+    )
+    p.add_argument("path", nargs="?", metavar="PATH", help="histogram .csv or trace .npz/.npy")
+    p.add_argument(
+        "--uniform", nargs=2, metavar=("E", "K"), help="closed form for uniform routing over E experts, top-K"
+    )
+    p.add_argument("--batch", required=True, help="batch sizes, comma-separated (e.g. 1,8,64)")
+    p.add_argument("--layers", help="layers for --uniform (default 1)")
+    p.add_argument("--bootstrap", default="200", help="bootstrap replicates for the band (default 200; 0 = none)")
+    p.add_argument("--draws", default="4", help="random stream subsets per step for a trace (default 4)")
+    p.add_argument("--level", default="0.95", help="confidence level of the band (default 0.95)")
+    p.add_argument("--seed", default="0", help="seed of numpy.random.default_rng (default 0)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.set_defaults(func=run)
+
+
+def union_report(args: argparse.Namespace) -> dict[str, Any]:
+    """Compute the union curve the ``union`` subcommand prints, as a JSON-ready dict."""
+    from moeroof.models.union import union_from_trace, union_histogram, union_uniform
+
+    batch = parse_batch(args.batch)
+    bootstrap = non_negative_int(args.bootstrap, "--bootstrap")
+    draws = positive_int(args.draws, "--draws")
+    seed = non_negative_int(args.seed, "--seed")
+    try:
+        level = float(args.level)
+    except ValueError:
+        level = float("nan")
+    if not 0.0 < level < 1.0:
+        raise UsageError(f"--level: {args.level!r} is not a number in (0, 1)")
+    rng = np.random.default_rng(seed)
+    notes: list[str] = []
+
+    if args.uniform is not None:
+        if args.path is not None:
+            raise UsageError("give either PATH or --uniform E K, not both")
+        experts = positive_int(args.uniform[0], "--uniform E")
+        top_k = positive_int(args.uniform[1], "--uniform K")
+        if top_k > experts:
+            raise UsageError(f"--uniform: top_k K={top_k} exceeds experts E={experts}")
+        layers = 1 if args.layers is None else positive_int(args.layers, "--layers")
+        curve = union_uniform(experts, top_k, batch, layers=layers)
+        provenance, source = "model", f"uniform routing (E={experts}, K={top_k})"
+    else:
+        if args.path is None:
+            raise UsageError("give a histogram/trace PATH or --uniform E K")
+        if args.layers is not None:
+            raise UsageError("--layers applies to --uniform only (a file carries its own layers)")
+        data = load_any(args.path)
+        source = str(data.path)
+        provenance = data.meta.get("provenance")
+        if isinstance(data, Histogram):
+            curve = union_histogram(
+                data.counts,
+                data.tokens,
+                batch,
+                top_k=data.top_k,
+                experts=data.experts,
+                bootstrap=bootstrap,
+                rng=rng,
+                level=level,
+            )
+            if data.layers_summed:
+                notes.append(
+                    "histogram summed over layers: per-layer skew averages out, so this union "
+                    "overstates the per-layer union (SPEC §3); prefer per-layer data"
+                )
+            if any(m == "extrapolation" for m in curve.method):
+                notes.append(
+                    f"batch sizes above the tokens counted (T = {int(data.tokens.min())}) are extrapolated (Chao)"
+                )
+        else:
+            assert isinstance(data, Trace)
+            curve = union_from_trace(
+                data.topk,
+                batch,
+                experts=data.experts,
+                rng=rng,
+                draws=draws,
+                bootstrap=bootstrap,
+                level=level,
+            )
+            if any(m == "none" for m in curve.method):
+                notes.append(
+                    f"batch sizes above the live streams of every step (at most {data.streams}) have no estimate"
+                )
+    methods = list(curve.method)
+    with warnings.catch_warnings():
+        # a batch size no step of a trace can fill is all-NaN: reported as null, not a warning
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = curve.mean
+        ratio = curve.coalescing_ratio
+    return jsonable(
+        {
+            "batch": [int(b) for b in curve.batch],
+            "union_per_layer": mean,
+            "union_total": curve.total,
+            "ci_low": curve.mean_ci_low,
+            "ci_high": curve.mean_ci_high,
+            "level": level,
+            "coalescing_ratio": ratio,
+            "baseline": curve.baseline,
+            "method": methods[0] if len(set(methods)) == 1 else methods,
+            "experts": curve.experts,
+            "top_k": curve.top_k,
+            "layers": curve.layers,
+            "provenance": provenance,
+            "source": source,
+            "notes": notes,
+        }
+    )
+
+
+def print_union(rep: dict[str, Any]) -> None:
+    methods = rep["method"] if isinstance(rep["method"], list) else [rep["method"]] * len(rep["batch"])
+    pct = f"{rep['level'] * 100:g}%"
+    print(f"U(B): distinct experts per layer — {rep['source']}")
+    print(
+        f"experts E={rep['experts']}  top_k K={rep['top_k']}  layers={rep['layers']}  "
+        f"provenance: {rep['provenance'] or 'unknown'}  baseline: {rep['baseline']}"
+    )
+    rows = []
+    for j, b in enumerate(rep["batch"]):
+        lo, hi = rep["ci_low"][j], rep["ci_high"][j]
+        ci = "-" if lo is None or hi is None else f"[{fmt(lo)}, {fmt(hi)}]"
+        rows.append(
+            [
+                str(b),
+                fmt(rep["union_per_layer"][j]),
+                ci,
+                fmt(rep["union_total"][j]),
+                fmt(rep["coalescing_ratio"][j]),
+                methods[j],
+            ]
+        )
+    headers = ["B", "union/layer", f"{pct} CI", "union total", f"B·K/U vs {rep['baseline']}", "method"]
+    print(table(headers, rows, ">>>>><"))
+    for note in rep["notes"]:
+        print(f"note: {note}")
+
+
+def run(args: argparse.Namespace) -> int:
+    rep = union_report(args)
+    return emit(rep, args.json, print_union)

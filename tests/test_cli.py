@@ -384,3 +384,80 @@ def test_cli_does_not_modify_inputs(capsys, histogram, trace):
     assert main(["union", str(trace), "--batch", "1,4", "--bootstrap", "5"]) == 0
     capsys.readouterr()
     assert {f: (f.read_bytes(), f.stat().st_mtime_ns) for f in files} == before
+
+
+# ----------------------------------------------------------------------------- layout of moeroof.cli
+
+SUBCOMMANDS = ("union", "fit", "plan", "presets", "cache", "mrc", "calibrate", "bench", "split")
+
+
+def test_top_level_help_lists_every_subcommand(capsys):
+    from moeroof.cli.app import COMMANDS
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert [c.__name__.rsplit(".", 1)[1] for c in COMMANDS] == list(SUBCOMMANDS)
+    listed = [line.split()[0] for line in out.splitlines() if line.startswith("    ") and line[4] != " "]
+    assert listed == list(SUBCOMMANDS)
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_every_subcommand_help_exits_0(capsys, command):
+    assert main([command, "--help"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(f"usage: moeroof {command} ") and "--json" in out
+    assert err == ""
+
+
+def test_importing_the_cli_and_building_its_parser_import_no_numba():
+    """`import moeroof.cli` and the parser of every subcommand stay cheap: the numba-compiled cache
+    simulator (and any subcommand's library code) is imported only when that subcommand runs."""
+    code = (
+        "import json, sys\n"
+        "import moeroof.cli\n"
+        "after_import = sorted(sys.modules)\n"
+        "moeroof.cli.build_parser()\n"
+        "print(json.dumps([after_import, sorted(sys.modules)]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    after_import, after_parser = (set(m) for m in json.loads(done.stdout))
+    assert "numba" not in after_import
+    assert "numba" not in after_parser
+    assert not {m for m in after_parser if m.startswith(("moeroof.models", "moeroof.witness", "moeroof.studies"))}
+
+
+def test_parser_name_lists_match_the_library():
+    """The choices the parsers spell out (so as not to import the library) are the library's."""
+    from moeroof.cli import cache as cli_cache
+    from moeroof.cli import split as cli_split
+    from moeroof.cli.common import READ_PATHS
+    from moeroof.models import cache, partition
+    from moeroof.witness import measure
+
+    assert cli_cache.POLICIES == cache.POLICIES
+    assert cli_cache.SCOPES == cache.SCOPES
+    assert cli_split.METHODS == partition.METHODS
+    assert READ_PATHS == measure.READ_PATHS
+
+
+def test_keyboard_interrupt_exits_130_quietly(capsys, monkeypatch):
+    import moeroof.cli.union as cli_union
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_union, "union_report", interrupted)
+    assert main(["union", "--uniform", "8", "2", "--batch", "1"]) == 130
+    assert capsys.readouterr() == ("", "")
+
+
+def test_a_library_value_error_is_one_line_exit_2(capsys, monkeypatch):
+    import moeroof.cli.union as cli_union
+
+    def refused(args):
+        raise ValueError("--batch: refused by the library")
+
+    monkeypatch.setattr(cli_union, "union_report", refused)
+    assert main(["union", "--uniform", "8", "2", "--batch", "1"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == "error: --batch: refused by the library\n"

@@ -7,7 +7,9 @@ papers' pseudo-code. Random cases are seeded loops (small traces, many capacitie
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -503,3 +505,61 @@ def test_s3fifo_sanity_on_a_skewed_stream():
         assert 0.0 <= s3.hit_rate <= bound.hit_rate
         if cap >= 64:
             assert s3.hit_rate > 0.0
+
+
+# ----------------------------------------------------------------------------- compiled kernels
+
+_RUN_KERNELS = (
+    "import numpy as np; from moeroof.models import cache; "
+    "r = cache.requests_from_trace(np.array([[[[0, 1]]], [[[1, 2]]]]), 4); "
+    "cache.lru_hit_curve(r); [cache.simulate(r, 2, policy=p) for p in cache.POLICIES]"
+)
+
+
+def _run(env: dict[str, str], pythonpath: str | None = None) -> None:
+    import subprocess
+    import sys
+
+    full = {**os.environ, **env}
+    if pythonpath is not None:
+        full["PYTHONPATH"] = pythonpath
+    subprocess.run([sys.executable, "-c", _RUN_KERNELS], env=full, check=True, timeout=300)
+
+
+def _snapshot(folder) -> dict[str, int]:
+    return {str(p): p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.slow
+def test_kernels_are_cached_on_disk_and_loaded_by_the_next_process(tmp_path):
+    # NUMBA_CACHE_DIR is honoured: the first process compiles and writes the cache, the second
+    # loads it (a cache miss would rewrite the index files)
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    _run(env)
+    first = _snapshot(tmp_path / "numba")
+    assert any(name.endswith(".nbi") for name in first) and any(name.endswith(".nbc") for name in first)
+    _run(env)
+    assert _snapshot(tmp_path / "numba") == first
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders, so they cannot be tested")
+def test_kernels_run_from_a_read_only_install(tmp_path):
+    # an installed package's folder is read-only: numba falls back to the per-user cache
+    import shutil
+
+    import moeroof
+
+    site = tmp_path / "site"
+    shutil.copytree(Path(moeroof.__file__).parent, site / "moeroof", ignore=shutil.ignore_patterns("__pycache__"))
+    for p in sorted(site.rglob("*"), reverse=True):
+        p.chmod(0o555 if p.is_dir() else 0o444)
+    site.chmod(0o555)
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), "HOME": str(tmp_path), "NUMBA_CACHE_DIR": ""}
+    try:
+        _run(env, pythonpath=str(site))
+        assert not list(site.rglob("__pycache__/*.nbi"))
+        assert list((tmp_path / "xdg").rglob("*.nbi"))
+    finally:
+        for p in [site, *site.rglob("*")]:
+            p.chmod(0o755)

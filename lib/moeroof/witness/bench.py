@@ -494,17 +494,9 @@ def bench_model(report: dict[str, Any], name: str = "moeroof-bench"):
     E, K, L and ``expert_bytes = 2·d·f·4`` from the report; ``flops_per_token = L·K·4·d·f``;
     no dense band (the bench has none: ``non_routed_bytes = 0``), no KV cache (no attention);
     every number ``witnessed`` (it is the bench's own size, not an estimate)."""
-    from moeroof.data.presets import MoEModel
+    from moeroof.data.presets import MODEL_FIELDS, MoEModel
 
-    keys = (
-        "experts",
-        "top_k",
-        "moe_layers",
-        "expert_bytes",
-        "non_routed_bytes",
-        "kv_bytes_per_token",
-        "flops_per_token",
-    )
+    keys = tuple(k for k, (_, required) in MODEL_FIELDS.items() if required)
     return MoEModel(
         name=name,
         experts=int(report["experts"]),

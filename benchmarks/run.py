@@ -211,7 +211,7 @@ def bench_plan(layers: int, repeats: int, ref_repeats: int) -> dict:
     pi = routing.inclusion_probabilities(
         routing.Zipf(model.experts, model.top_k, 0.8).popularity(layers, rng), model.top_k
     )
-    r = roofline.Routing(pi, "zipf 0.8", "assumed")
+    r = roofline.RoutingProbabilities(pi, "zipf 0.8", "assumed")
     batch = np.arange(1, 1025)
     t_lib, p = timeit(lambda: roofline.plan(model, hw, workload, r, batch), repeats)
     t_ref, ref = timeit(lambda: reference_plan_net(model, hw, workload, pi, batch), ref_repeats)

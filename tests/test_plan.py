@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moeroof.data.presets import Hardware, MoEModel, load_hardware, load_model
-from moeroof.models.plan import BASELINES, Routing, Workload, plan, routing_from_spec, transitions
+from moeroof.models.plan import BASELINES, RoutingProbabilities, Workload, plan, routing_from_spec, transitions
 from moeroof.models.routing import inclusion_probabilities, zipf_weights
 from moeroof.models.union import union_plugin
 
@@ -45,8 +45,8 @@ def toy_hw(**kw) -> Hardware:
     return Hardware(**base)
 
 
-def zipf_routing(model: MoEModel, s: float) -> Routing:
-    return Routing(
+def zipf_routing(model: MoEModel, s: float) -> RoutingProbabilities:
+    return RoutingProbabilities(
         inclusion_probabilities(zipf_weights(model.experts, s), model.top_k)[None, :], f"zipf {s}", "assumed"
     )
 
@@ -129,7 +129,8 @@ def test_hot_set_cache_misses_match_direct_sum():
     m = toy_model()
     r = zipf_routing(m, 1.0)
     c = 10  # whole experts per layer
-    p = plan(m, toy_hw(), Workload(context_tokens=0, cache_bytes=c * m.moe_layers * m.expert_bytes), r, [1, 8, 64])
+    w = Workload(context_tokens=0, cache_bytes=c * m.moe_layers * m.expert_bytes, cache_policy="static")
+    p = plan(m, toy_hw(), w, r, [1, 8, 64])
     pi = np.sort(r.pi[0])[::-1]
     direct = [np.sum(1 - (1 - pi[c:]) ** b) for b in (1, 8, 64)]
     np.testing.assert_allclose(p.misses_per_layer, direct, rtol=1e-10)
@@ -195,7 +196,7 @@ def test_provenance_is_projected_when_any_input_is_not_witnessed():
     assert "model.kv_bytes_per_token" in p.provenance["non_witnessed"]
     witnessed = replace(m, provenance={k: "witnessed" for k in m.provenance})
     hw = replace(h, provenance={k: "witnessed" for k in h.provenance})
-    r = Routing(routing_from_spec("uniform", m).pi, "measured", "witnessed")
+    r = RoutingProbabilities(routing_from_spec("uniform", m).pi, "measured", "witnessed")
     assert plan(witnessed, hw, Workload(), r, [1]).provenance["result"] == "witnessed-inputs"
 
 

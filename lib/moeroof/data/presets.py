@@ -76,6 +76,8 @@ HARDWARE_FIELDS: dict[str, tuple[str, bool]] = {
     "bw_ssd_bytes_per_s": ("bytes_per_s", True),
     "bw_link_bytes_per_s": ("bytes_per_s", False),
     "os_reserve_bytes": ("bytes", False),
+    "engine_seconds_per_step": ("seconds", False),
+    "engine_seconds_per_agent_token": ("seconds", False),
 }
 
 _CURVE_FIELDS = ("ssd_read_size_bytes", "bw_ssd_bytes_per_s")
@@ -126,6 +128,12 @@ class Hardware:
     ``ssd_read_size_bytes`` / ``bw_ssd_bytes_per_s`` is a curve (moe-fit's lesson: 4.13 GB/s at
     8 MiB reads but 0.028 GB/s at 4 KiB); :meth:`ssd_bandwidth` interpolates it log-log and
     clamps at its ends. For a GPU offloading to host memory the "SSD" is the host link.
+
+    Engine terms (:mod:`moeroof.models.step`): ``engine_seconds_per_step`` is what the serving
+    engine spends once per decode step whatever the batch (kernel launches, scheduling, the
+    framework's Python), ``engine_seconds_per_agent_token`` what it spends per token of each agent
+    (sampling, detokenising, per-sequence bookkeeping). Absent from a preset they are 0 and
+    tagged ``assumed`` in provenance; ``moeroof calibrate`` measures them on the box at hand.
     """
 
     name: str
@@ -136,6 +144,8 @@ class Hardware:
     bw_ssd_bytes_per_s: tuple[float, ...]
     bw_link_bytes_per_s: float | None = None
     os_reserve_bytes: float = 0.0
+    engine_seconds_per_step: float = 0.0
+    engine_seconds_per_agent_token: float = 0.0
     description: str = ""
     provenance: Mapping[str, str] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)

@@ -71,7 +71,7 @@ cache directory when that folder is read-only (an installed package), and honour
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numba
 import numpy as np
@@ -153,6 +153,8 @@ class CacheResult:
     bytes_streamed_per_step: np.ndarray
     bytes_unit: str = "bytes"
     notes: tuple[str, ...] = field(default=())
+    #: per request, whether it hit (only with ``simulate(..., return_hits=True)``)
+    request_hits: np.ndarray | None = None
 
     @property
     def miss_rate(self) -> float:
@@ -753,6 +755,7 @@ def simulate(
     scope: str = "global",
     warmup_steps: int = 0,
     pinned=None,
+    return_hits: bool = False,
 ) -> CacheResult:
     """Simulate one cache policy on a request stream (see the module docstring for policies).
 
@@ -812,7 +815,8 @@ def simulate(
         hit = _pinned_mask(pinned, group, cap, occ, n_items)[items]
         if items.size:  # cold start like every other policy: a pinned item loads on first use
             hit[np.unique(items, return_index=True)[1]] = False
-    return _result(requests, hit, sizes, policy, capacity, capacity_unit, scope, warmup_steps, tuple(notes))
+    res = _result(requests, hit, sizes, policy, capacity, capacity_unit, scope, warmup_steps, tuple(notes))
+    return replace(res, request_hits=np.asarray(hit, dtype=bool)) if return_hits else res
 
 
 def _result(requests, hit, sizes, policy, capacity, unit, scope, warmup_steps, notes) -> CacheResult:

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from moeroof.data.presets import Hardware, MoEModel
-from moeroof.models.plan import Routing, Workload, _combine, plan, step_terms
+from moeroof.models.plan import RoutingProbabilities, Workload, plan, step_breakdown
 from moeroof.models.union import as_batch
 
 __all__ = ["LeverFactors", "lever_factors", "prefill_seconds", "session_seconds", "compounding", "composition"]
@@ -59,11 +59,16 @@ class LeverFactors:
 
 
 def _step(model, hardware, workload, routing, batch, **kw) -> np.ndarray:
-    return _combine(step_terms(model, hardware, workload, routing, batch, **kw)["terms"], workload)[0]
+    return step_breakdown(model, hardware, workload, routing, batch, **kw).step.step_seconds
 
 
 def lever_factors(
-    model: MoEModel, hardware: Hardware, workload: Workload, routing: Routing, batch, prefix_tokens: int = 0
+    model: MoEModel,
+    hardware: Hardware,
+    workload: Workload,
+    routing: RoutingProbabilities,
+    batch,
+    prefix_tokens: int = 0,
 ) -> LeverFactors:
     """L1, L2 and the decode part of L3 as separate factors (each > 1 means faster).
 
@@ -92,7 +97,9 @@ def lever_factors(
     )
 
 
-def prefill_seconds(model: MoEModel, hardware: Hardware, workload: Workload, routing: Routing, tokens: int) -> float:
+def prefill_seconds(
+    model: MoEModel, hardware: Hardware, workload: Workload, routing: RoutingProbabilities, tokens: int
+) -> float:
     """One prompt of ``tokens`` tokens prefilled as a single step of that many tokens.
 
     The step's union is over all prompt tokens (it saturates quickly), its FLOP are
@@ -102,19 +109,15 @@ def prefill_seconds(model: MoEModel, hardware: Hardware, workload: Workload, rou
     if tokens <= 0:
         return 0.0
     w = replace(workload, context_tokens=0)
-    out = step_terms(model, hardware, w, routing, [tokens])
-    terms = dict(out["terms"])
-    terms["compute"] = (
-        terms["compute"] + tokens * (tokens / 2.0) * model.attn_flops_per_context_token / hardware.flops_per_s
-    )
-    return float(_combine(terms, w)[0][0])
+    attention = tokens * (tokens / 2.0) * model.attn_flops_per_context_token
+    return float(_step(model, hardware, w, routing, [tokens], extra_flops=attention)[0])
 
 
 def session_seconds(
     model: MoEModel,
     hardware: Hardware,
     workload: Workload,
-    routing: Routing,
+    routing: RoutingProbabilities,
     agents: int,
     prefix_tokens: int,
     decode_tokens: int,
@@ -139,7 +142,7 @@ def compounding(
     model: MoEModel,
     hardware: Hardware,
     workload: Workload,
-    routing: Routing,
+    routing: RoutingProbabilities,
     agents: int,
     prefix_tokens: int,
     decode_tokens: int,
@@ -178,7 +181,7 @@ def composition(
     model: MoEModel,
     hardware: Hardware,
     workload: Workload,
-    routing: Routing,
+    routing: RoutingProbabilities,
     agents: int,
     users,
 ) -> dict[str, Any]:

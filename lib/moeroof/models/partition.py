@@ -27,36 +27,15 @@ partitions (:data:`METHODS`):
   term binds, the seed 003 regime); the result is never worse than ``lpt`` / ``weighted``
   under the step model below, which are among its candidates.
 
-**Per-rank step model** (:func:`split_plan`), per decode step of B tokens, one per stream; the
-histogram's rows are layer shapes standing for the model's L MoE layers in equal shares
-(as in :mod:`moeroof.models.plan`)::
-
-    m_{ℓ,i}(B)   = 1 − (1 − π_{ℓ,i})^B                  P(expert i of layer ℓ is touched this step)
-    U_r          = L · mean_ℓ Σ_{i ∈ r} m_{ℓ,i}           expected (layer, expert) pairs rank r reads
-    misses_r     = L · mean_ℓ Σ_{i ∈ r, i ∉ hot_r(ℓ)} m_{ℓ,i}
-    streamed_r   = misses_r · e                          bytes rank r streams from its SSD
-    t_r          = combine(streamed_r / BW_ssd, (NR + U_r·e + B·ctx·kv) / BW_mem, FLOP / FLOPS) / s_r
-    fabric_bytes = 2 · B · L · hidden · activation_bytes · f_remote
-    step         = max(max_r t_r, fabric_s)   (overlapped)   or   max_r t_r + fabric_s   (not)
-    tok/s        = B / step
-
-``hot_r(ℓ)`` is a static hot set: a cache of C bytes on rank r holds ``C / (L·e)`` experts per
-layer, the most popular of the rank's own experts (fractional counts interpolate) — the same
-model as ``roofline._hot_set_misses``, reached through :func:`moeroof.models.plan.step_terms` on a
-per-rank :class:`MoEModel` (``experts = |r|``) and a :class:`Routing` restricted to the rank's
-columns. ``misses_fn(pi_rank, cache_experts_per_layer, batch) -> (union (H,), misses (H,))``
-replaces the hot set (the cache simulator of ``moeroof.models.cache`` plugs in here). Assumptions: the
-resident (non-expert) band is replicated on every rank (seed 003: "present on both nodes"), so
-each rank reads NR and the batch's KV once per step and its compute term is the whole model's
-FLOP per token (an upper bound; compute never binds on GB10 at these B); s_r is relative speed
-normalised to the fastest rank = 1 (the preset hardware), so a rank half as fast takes twice the
-time at identical work (seed 003: the head node is 1.3× to 2.6× slower). Tokens are homed
-evenly on the ranks and each remote pick ships the hidden state there and back, so
-``f_remote = Σ_h (1/R)(1 − K_h/K) = (R−1)/R`` whatever the partition (Σ_h K_h = K; K_h = the
-rank's expected picks per token) — the fabric term sizes the step but does not rank partitions.
-"Overlapped" hides the exchange under the slowest rank's work (seed 003 overlaps it with the
-shared-expert FFN only: an upper bound on the overlap). A model without ``hidden_size`` gets no
-fabric term, with a note.
+**Step model.** A partition is judged by the one step model of :mod:`moeroof.models.plan`
+(:func:`moeroof.models.plan.split_plan` evaluates a given assignment rank by rank; ``moeroof
+plan --ranks R --partition …`` and ``moeroof split --method …`` run the same function). The
+``bytes`` partition searches under the closed-form hot-set cache (:class:`_HotSet`, the model of
+:func:`moeroof.models.expert_cache.hot_set_misses`), turning a rank's expected union U_r and
+misses into seconds with :func:`moeroof.models.step.rank_terms` — the same arithmetic as the
+plan. Tokens are homed evenly on the ranks and each remote pick ships the hidden state there and
+back, so ``f_remote = (R−1)/R`` whatever the partition: the fabric term sizes the step but does
+not rank partitions.
 
 Imbalance is ``max / mean`` over ranks of: token load (firing counts, the seed's measure), load
 per unit speed (``max_r (load_r/s_r) / (Σ load / Σ s)``), expected union, expected streamed bytes
@@ -65,11 +44,10 @@ and predicted rank time.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import numbers
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,12 +56,10 @@ import numpy as np
 from moeroof.core.units import GiB
 from moeroof.data.io import Histogram, read_histogram
 from moeroof.data.presets import Hardware, MoEModel, load_hardware, load_model
-from moeroof.models.plan import Routing, Workload, step_terms
+from moeroof.models import step
 
 __all__ = [
     "METHODS",
-    "RankPlan",
-    "SplitPlan",
     "capacities",
     "contiguous_split",
     "balanced_packing",
@@ -93,14 +69,10 @@ __all__ = [
     "imbalance",
     "parse_rank_speed",
     "inclusion_from_histogram",
-    "split_plan",
     "split_report",
 ]
 
 METHODS = ("id", "lpt", "weighted", "bytes")
-
-#: misses_fn(pi_rank (H, n), cache_experts_per_layer, batch) -> (union (H,), misses (H,))
-MissesFn = Callable[[np.ndarray, float, int], tuple[np.ndarray, np.ndarray]]
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -281,123 +253,60 @@ def inclusion_from_histogram(hist: Histogram) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _StepConsts:
-    """Everything of the step model that does not depend on the partition."""
+    """Everything of one rank's step that does not depend on the partition (one batch size)."""
 
+    hardware: Hardware
     layers: int
     expert_bytes: float
     batch: int
     cache_experts: float  # per layer, per rank (after RAM capping)
-    bw_ssd: float
-    bw_mem: float
+    read_size_bytes: float
     mem_base_bytes: float  # NR + B·ctx·kv
-    compute_s: float
+    flops: float
     overlap: str
 
     @classmethod
-    def build(cls, model: MoEModel, hardware: Hardware, workload: Workload, batch: int) -> _StepConsts:
+    def build(
+        cls,
+        model: MoEModel,
+        hardware: Hardware,
+        *,
+        batch: int,
+        cache_bytes: float,
+        context_tokens: int,
+        overlap: str,
+        read_size_bytes: float | None,
+    ) -> _StepConsts:
         e = model.expert_bytes
-        kv = batch * workload.context_tokens * model.kv_bytes_per_token
+        kv = batch * context_tokens * model.kv_bytes_per_token
         available = hardware.ram_bytes - hardware.os_reserve_bytes - model.non_routed_bytes - kv
-        cache_eff = max(min(workload.cache_bytes, available), 0.0)
-        read = workload.read_size_bytes if workload.read_size_bytes is not None else e
-        flops = batch * (model.flops_per_token + workload.context_tokens * model.attn_flops_per_context_token)
+        cache_eff = max(min(cache_bytes, available), 0.0)
+        flops = batch * (model.flops_per_token + context_tokens * model.attn_flops_per_context_token)
         return cls(
+            hardware=hardware,
             layers=model.moe_layers,
             expert_bytes=e,
             batch=batch,
             cache_experts=cache_eff / (model.moe_layers * e),
-            bw_ssd=float(hardware.ssd_bandwidth(read)),
-            bw_mem=hardware.bw_mem_bytes_per_s,
+            read_size_bytes=e if read_size_bytes is None else float(read_size_bytes),
             mem_base_bytes=model.non_routed_bytes + kv,
-            compute_s=flops / hardware.flops_per_s,
-            overlap=workload.overlap,
+            flops=flops,
+            overlap=overlap,
         )
 
     def rank_seconds(self, union, misses, speed):
-        """t_r from expected pairs touched and missed (model-layer totals); arrays broadcast."""
-        ssd = misses * self.expert_bytes / self.bw_ssd
-        mem = (self.mem_base_bytes + union * self.expert_bytes) / self.bw_mem
-        if self.overlap == "max":
-            t = np.maximum(np.maximum(ssd, mem), self.compute_s)
-        else:
-            t = ssd + mem + self.compute_s
-        return t / speed
-
-
-@dataclass(frozen=True, eq=False)
-class RankPlan:
-    """One rank of a :class:`SplitPlan` (per step; bytes and seconds)."""
-
-    rank: int
-    experts: tuple[int, ...]
-    speed: float
-    load_rows: float
-    picks_per_token: float  # K_r: expected routed picks per token on this rank
-    union_pairs: float  # expected (layer, expert) pairs touched per step, all model layers
-    missed_pairs: float
-    streamed_bytes: float
-    cache_hit: float  # 1 − misses / union
-    terms_seconds: dict[str, float]  # ssd / memory / compute at full speed
-    seconds: float  # combine(terms) / speed
-    bound: str
-
-
-@dataclass(frozen=True, eq=False)
-class SplitPlan:
-    """A partition evaluated by the per-rank step model (module docstring). Per-rank arrays
-    have shape (R,); ``assignment`` (E,) is the rank of each expert."""
-
-    method: str
-    ranks: int
-    batch: int
-    assignment: np.ndarray
-    experts_per_rank: np.ndarray
-    speed: np.ndarray  # normalised: fastest = 1
-    load_rows: np.ndarray
-    picks_per_token: np.ndarray
-    union_pairs: np.ndarray
-    missed_pairs: np.ndarray
-    streamed_bytes: np.ndarray
-    terms_seconds: dict[str, np.ndarray]
-    rank_seconds: np.ndarray
-    bound: tuple[str, ...]
-    cache_bytes_per_rank: float
-    cache_experts_per_layer: float
-    fabric_bytes: float
-    fabric_seconds: float
-    remote_share: float
-    fabric_overlapped: bool
-    step_seconds: float
-    tok_s: float
-    imbalance: dict[str, float]
-    notes: tuple[str, ...] = ()
-
-    @property
-    def per_rank(self) -> tuple[RankPlan, ...]:
-        out = []
-        for r in range(self.ranks):
-            u, m = float(self.union_pairs[r]), float(self.missed_pairs[r])
-            out.append(
-                RankPlan(
-                    rank=r,
-                    experts=tuple(int(i) for i in np.flatnonzero(self.assignment == r)),
-                    speed=float(self.speed[r]),
-                    load_rows=float(self.load_rows[r]),
-                    picks_per_token=float(self.picks_per_token[r]),
-                    union_pairs=u,
-                    missed_pairs=m,
-                    streamed_bytes=float(self.streamed_bytes[r]),
-                    cache_hit=1.0 - m / u if u > 0 else 1.0,
-                    terms_seconds={k: float(v[r]) for k, v in self.terms_seconds.items()},
-                    seconds=float(self.rank_seconds[r]),
-                    bound=self.bound[r],
-                )
-            )
-        return tuple(out)
-
-    @property
-    def slowest_rank(self) -> int:
-        return int(np.argmax(self.rank_seconds))
+        """A rank's seconds from expected pairs touched and missed (model-layer totals), through
+        :func:`moeroof.models.step.rank_terms`; arrays broadcast."""
+        u, m = np.broadcast_arrays(np.asarray(union, dtype=float), np.asarray(misses, dtype=float))
+        work = step.RankWork(
+            ssd_bytes=m.ravel() * self.expert_bytes,
+            mem_bytes=self.mem_base_bytes + u.ravel() * self.expert_bytes,
+            flops=np.full(u.size, self.flops),
+            agent_tokens=np.full(u.size, float(self.batch)),
+            read_size_bytes=self.read_size_bytes,
+        )
+        seconds, _ = step.combine(step.rank_terms(self.hardware, work), self.overlap)
+        return (seconds / speed).reshape(u.shape) if u.ndim else float(seconds[0] / speed)
 
 
 def _normalised_speed(speeds, ranks: int) -> np.ndarray:
@@ -405,143 +314,6 @@ def _normalised_speed(speeds, ranks: int) -> np.ndarray:
     if s.shape != (ranks,) or np.any(~np.isfinite(s)) or np.any(s <= 0):
         raise ValueError(f"speeds must be {ranks} positive finite numbers, got {speeds!r}")
     return s / s.max()
-
-
-def split_plan(
-    assignment,
-    pi: np.ndarray,
-    model: MoEModel,
-    hardware: Hardware,
-    *,
-    batch: int = 8,
-    cache_bytes_per_rank: float = 0.0,
-    rank_speed=None,
-    load=None,
-    context_tokens: int = 512,
-    overlap: str = "max",
-    fabric_overlapped: bool = True,
-    read_size_bytes: float | None = None,
-    hidden_size: int | None = None,
-    misses_fn: MissesFn | None = None,
-    method: str = "",
-) -> SplitPlan:
-    """Evaluate a partition with the per-rank step model (module docstring).
-
-    ``pi`` (H, E) inclusion probabilities per layer shape; ``load`` (E,) firing counts for
-    ``load_rows`` (default π summed over rows). Each rank's SSD / memory / compute terms come
-    from :func:`moeroof.models.plan.step_terms` on ``dataclasses.replace(model, experts=|r|)`` with
-    the rank's columns of π and a ``Workload`` of one rank (the fabric is added here);
-    ``misses_fn`` replaces the hot-set misses.
-    """
-    pi = np.atleast_2d(np.asarray(pi, dtype=float))
-    a = np.asarray(assignment, dtype=np.int64)
-    if a.shape != (pi.shape[1],):
-        raise ValueError(f"assignment has shape {a.shape}, expected ({pi.shape[1]},)")
-    ranks = int(a.max()) + 1 if a.size else 0
-    if a.min() < 0:
-        raise ValueError("assignment: every expert needs a rank >= 0")
-    if rank_speed is not None:
-        ranks = max(ranks, len(rank_speed))
-    speed = _normalised_speed(rank_speed, ranks)
-    batch = int(batch)
-    if batch < 1:
-        raise ValueError(f"batch must be a positive integer, got {batch!r}")
-    if cache_bytes_per_rank < 0:
-        raise ValueError("cache per rank must be >= 0")
-    load = pi.sum(axis=0) if load is None else np.asarray(load, dtype=float)
-    workload = Workload(
-        context_tokens=context_tokens,
-        cache_bytes=float(cache_bytes_per_rank),
-        overlap=overlap,
-        read_size_bytes=read_size_bytes,
-        ranks=1,
-    )
-    consts = _StepConsts.build(model, hardware, workload, batch)
-    L = model.moe_layers
-    notes: list[str] = []
-
-    union = np.zeros(ranks)
-    missed = np.zeros(ranks)
-    picks = np.zeros(ranks)
-    terms = {n: np.zeros(ranks) for n in ("ssd", "memory", "compute")}
-    for r in range(ranks):
-        idx = np.flatnonzero(a == r)
-        picks[r] = pi[:, idx].sum(axis=1).mean()
-        if idx.size == 0:
-            terms["memory"][r] = consts.mem_base_bytes / consts.bw_mem
-            terms["compute"][r] = consts.compute_s
-            continue
-        rmodel = dataclasses.replace(model, experts=int(idx.size), top_k=min(model.top_k, int(idx.size)))
-        routing = Routing(pi[:, idx], f"rank {r}", "projected")
-        st = step_terms(rmodel, hardware, workload, routing, [batch])
-        union[r] = L * float(st["union"][0])
-        missed[r] = L * float(st["misses"][0])
-        for n in terms:
-            terms[n][r] = float(st["terms"][n][0])
-        if misses_fn is not None:
-            u_h, m_h = misses_fn(pi[:, idx], float(st["cache_experts"][0]), batch)
-            missed[r] = L * float(np.mean(m_h))
-            terms["ssd"][r] = missed[r] * consts.expert_bytes / consts.bw_ssd
-    streamed = missed * model.expert_bytes
-    stack = np.stack([terms[n] for n in ("ssd", "memory", "compute")])
-    full = stack.max(axis=0) if overlap == "max" else stack.sum(axis=0)
-    rank_s = full / speed
-    bound = tuple(("ssd", "memory", "compute")[i] for i in stack.argmax(axis=0))
-
-    k = float(model.top_k)
-    remote = float(np.sum((1.0 / ranks) * (1.0 - picks / k))) if ranks > 1 else 0.0
-    hidden = hidden_size if hidden_size is not None else model.hidden_size
-    fabric_bytes = fabric_s = 0.0
-    if ranks > 1:
-        if not hidden:
-            notes.append(f"model {model.name} has no hidden_size: the fabric (exchange) term is left out")
-        elif not hardware.bw_link_bytes_per_s:
-            notes.append(f"hardware {hardware.name} has no bw_link_bytes_per_s: the fabric term is left out")
-        else:
-            fabric_bytes = 2.0 * batch * L * hidden * model.activation_bytes * remote
-            fabric_s = fabric_bytes / hardware.bw_link_bytes_per_s
-    slowest = float(rank_s.max())
-    step = max(slowest, fabric_s) if fabric_overlapped else slowest + fabric_s
-    load_rows = np.bincount(a, weights=load, minlength=ranks)
-    imb = {
-        "token_load": imbalance(load_rows),
-        "load_per_speed": float((load_rows / speed).max() / (load_rows.sum() / speed.sum()))
-        if load_rows.sum() > 0
-        else 1.0,
-        "union": imbalance(union),
-        "streamed_bytes": imbalance(streamed),
-        "predicted_seconds": imbalance(rank_s),
-    }
-    return SplitPlan(
-        method=method,
-        ranks=ranks,
-        batch=batch,
-        assignment=a,
-        experts_per_rank=np.bincount(a, minlength=ranks),
-        speed=speed,
-        load_rows=load_rows,
-        picks_per_token=picks,
-        union_pairs=union,
-        missed_pairs=missed,
-        streamed_bytes=streamed,
-        terms_seconds=terms,
-        rank_seconds=rank_s,
-        bound=bound,
-        cache_bytes_per_rank=float(cache_bytes_per_rank),
-        cache_experts_per_layer=consts.cache_experts,
-        fabric_bytes=fabric_bytes,
-        fabric_seconds=fabric_s,
-        remote_share=remote,
-        fabric_overlapped=bool(fabric_overlapped),
-        step_seconds=step,
-        tok_s=batch / step,
-        imbalance=imb,
-        notes=tuple(notes),
-    )
-
-
-def _plan_key(p: SplitPlan) -> tuple[float, float]:
-    return float(p.rank_seconds.max()), float((p.streamed_bytes / p.speed).max())
 
 
 # ----------------------------------------------------------------------------- bytes partition
@@ -624,6 +396,16 @@ class _HotSet:
 
     def streamed_per_speed(self, u, t, r):
         return (u - t) * self.consts.expert_bytes / self.speed[r]
+
+
+def _hot_set_key(assign: np.ndarray, hs: _HotSet, ranks: int) -> tuple[float, float]:
+    """(max_r t_r, max_r streamed_r / s_r) of an assignment under the hot-set model."""
+    t, g = [], []
+    for r in range(ranks):
+        u, tt, _, _ = hs.rank_state(np.flatnonzero(assign == r))
+        t.append(hs.seconds(u, tt, r))
+        g.append(hs.streamed_per_speed(u, tt, r))
+    return float(max(t)), float(max(g))
 
 
 def _better(a: tuple[float, float], b: tuple[float, float], rtol: float = 1e-12) -> bool:
@@ -729,9 +511,7 @@ def bytes_partition(
     context_tokens: int = 512,
     overlap: str = "max",
     read_size_bytes: float | None = None,
-    misses_fn: MissesFn | None = None,
     max_iter: int | None = None,
-    **plan_kw: Any,
 ) -> tuple[np.ndarray, str]:
     """Partition balancing expected streamed bytes per rank; returns (assignment, which start won).
 
@@ -740,23 +520,24 @@ def bytes_partition(
     ``C/(L·e)`` experts per layer on each rank). Starts: ``lpt`` on the load; ``weighted`` when
     speeds differ; a greedy by expected touches with cardinality ∝ speed. Each start (``lpt``
     only at equal speeds) is improved by :func:`_local_search` (swaps and single moves, hot-set model);
-    the candidates — improved or not — are then evaluated with :func:`split_plan` (with
-    ``misses_fn`` if given) and the best key wins, so the result is never worse than ``lpt`` or
-    ``weighted`` under that model. A heuristic: no optimality claim.
+    the candidates — improved or not — are then ranked by the same key and the best wins, so the
+    result is never worse than ``lpt`` or ``weighted`` under the hot-set model. A heuristic: no
+    optimality claim; under a simulated cache policy the plan evaluates the winner as it is.
     """
     pi = np.atleast_2d(np.asarray(pi, dtype=float))
     e = pi.shape[1]
     ranks = _check_ranks(e, ranks)
     speed = _normalised_speed(rank_speed, ranks)
     load = pi.sum(axis=0) if load is None else np.asarray(load, dtype=float)
-    workload = Workload(
-        context_tokens=context_tokens,
+    consts = _StepConsts.build(
+        model,
+        hardware,
+        batch=int(batch),
         cache_bytes=float(cache_bytes_per_rank),
+        context_tokens=context_tokens,
         overlap=overlap,
         read_size_bytes=read_size_bytes,
-        ranks=1,
     )
-    consts = _StepConsts.build(model, hardware, workload, int(batch))
     with np.errstate(divide="ignore"):
         m = -np.expm1(int(batch) * np.log1p(-np.clip(pi, 0.0, 1.0)))
     hs = _HotSet(m, consts, speed)
@@ -770,20 +551,9 @@ def bytes_partition(
         if name == "lpt" and "weighted" in starts:
             continue  # equal counts at unequal speeds: the weighted start is the better seed
         cands[name + "+search"] = _local_search(a0, hs, ranks, max_iter)
-    kw = dict(
-        batch=batch,
-        cache_bytes_per_rank=cache_bytes_per_rank,
-        rank_speed=speed,
-        load=load,
-        context_tokens=context_tokens,
-        overlap=overlap,
-        read_size_bytes=read_size_bytes,
-        misses_fn=misses_fn,
-        **plan_kw,
-    )
     best_name, best_key = None, None
     for name, a in cands.items():  # insertion order: plain starts win ties
-        k = _plan_key(split_plan(a, pi, model, hardware, **kw))
+        k = _hot_set_key(a, hs, ranks)
         if best_key is None or _better(k, best_key):
             best_name, best_key = name, k
     return cands[best_name], best_name
@@ -829,7 +599,7 @@ def split_report(
     fabric_overlapped: bool = True,
     read_size_bytes: float | None = None,
     hidden_size: int | None = None,
-    misses_fn: MissesFn | None = None,
+    cache_policy: str = "lru",
 ) -> dict[str, Any]:
     """The ``moeroof split`` contract: a partition of a histogram's experts and its step model.
 
@@ -889,13 +659,10 @@ def split_report(
         context_tokens=int(context_tokens),
         overlap=overlap,
         read_size_bytes=read_size_bytes,
-        misses_fn=misses_fn,
     )
     won = None
     if method == "bytes":
-        assignment, won = bytes_partition(
-            pi, mdl, hw, int(ranks), fabric_overlapped=fabric_overlapped, hidden_size=hidden_size, **plan_kw
-        )
+        assignment, won = bytes_partition(pi, mdl, hw, int(ranks), **plan_kw)
         notes.append(
             f"bytes: best candidate was {won!r} (starts lpt / weighted / greedy; '+search': "
             "improved by swaps and moves under the hot-set model)"
@@ -924,6 +691,8 @@ def split_report(
         "rank_speed_normalised": [float(x) for x in speed / speed.max()],
     }
     if matches:
+        from moeroof.models.plan import split_plan
+
         p = split_plan(
             assignment,
             pi,
@@ -932,6 +701,7 @@ def split_report(
             fabric_overlapped=fabric_overlapped,
             hidden_size=hidden_size,
             method=method,
+            cache_policy=cache_policy,
             **plan_kw,
         )
         notes.extend(p.notes)
@@ -977,7 +747,7 @@ def split_report(
                 "overlap": overlap,
                 "fabric_overlapped": bool(fabric_overlapped),
                 "read_size_bytes": read_size_bytes,
-                "misses": "hot set" if misses_fn is None else getattr(misses_fn, "__name__", "misses_fn"),
+                "cache_policy": cache_policy,
                 "provenance": prov,
             }
         )

@@ -1,77 +1,96 @@
-"""The decode-step roofline: net tokens/sec of B agents on a box that streams MoE experts (SPEC §2).
+"""The decode-step plan: net tokens/sec of B agents on boxes that stream MoE experts (SPEC §2).
 
-Seed 000 writes ``t_agent(B) = max(SSD_term, RAM_term, FLOP_term)`` but divides only its SSD
-term by B, mixing per-step and per-token quantities. Here everything is per *step* (one token
-for each of the B agents), and the per-token numbers are derived from it::
+Everything is per *step* (one token for each of the B agents); per-token numbers derive from it.
+This module builds what each rank does in a step — bytes streamed, bytes read, FLOP, tokens —
+and :mod:`moeroof.models.step` (the only place where bytes and FLOP become seconds) turns it
+into the step time. Per rank r of R (a rank is a box: its own RAM, SSD, expert cache and share
+S_r of the experts, by :data:`PARTITIONS`; one rank owns them all), with H layer shapes (rows
+of the routing probabilities π) standing for the model's L MoE layers in equal shares::
 
-    T_step(B) = combine( ssd_bytes(B) / BW_ssd(read size),
-                         mem_bytes(B) / BW_mem,
-                         flops(B)     / FLOPS,
-                         [fabric_bytes(B) / BW_link   for split engines] )
-      ssd_bytes(B) = Σ_ℓ misses_ℓ(B) · e               experts streamed this step, after the cache
-      mem_bytes(B) = NR + Σ_ℓ U_ℓ(B) · e + B · ctx · kv  dense band once (L1), touched experts, KV
-      flops(B)     = B · (F_token + ctx · F_attn)
-      combine      = max (perfect overlap) or sum (serial)
-    per-agent tok/s = 1 / T_step,   net tok/s = B / T_step,   SSD bytes per agent-token = ssd_bytes / B
+    U_r(B)      = L · mean_ℓ Σ_{i ∈ S_r} [1 − (1 − π_ℓi)^B]     (layer, expert) pairs touched
+    misses_r(B) = what the cache lets through (moeroof.models.expert_cache: a simulated policy
+                  in steady state, default LRU, or a pinned hot set)
+    ssd_bytes_r = misses_r · e
+    mem_bytes_r = NR + U_r · e + (P + B·(ctx − P)) · kv       dense band once (L1), experts, KV
+    flops       = B · (F_token + ctx · F_attn)
+    engine      = c_step + c_token · B
+    fabric      = 2 · B · L · hidden · act_bytes · (R − 1)/R / BW_link     (R > 1)
+    T_step      = max(max_r combine(...)_r / s_r, fabric)  (or + fabric when not overlapped)
 
-``U_ℓ(B) = Σ_i [1 − (1 − π_i)^B]`` is the independent-token union (:mod:`moeroof.models.union`). The
-expert cache is a static hot set per layer until the cache simulator lands: a cache of C
-experts per layer holds the C most popular, and ``misses_ℓ(B) = Σ_{i ∉ hot} [1 − (1 − π_i)^B]``
-(fractional C interpolates). Memory pressure: the cache gets what RAM leaves after the OS
-reserve, the dense band and the batch's KV cache; a step whose resident set does not fit is
-flagged, and an optional ``pressure_penalty`` slows the SSD when the requested cache does not
-fit (mlx-lm#1438: a cache that starves the page cache makes decode slower).
+The resident band and the batch's KV are on every rank (seed 003: "present on both nodes"), so
+each rank reads them once per step and its compute term is the whole model's FLOP per token (an
+upper bound). The cache gets what RAM leaves after the OS reserve, the dense band and the KV; a
+step whose resident set does not fit is flagged infeasible, and ``pressure_penalty`` slows the
+SSD when the requested cache does not fit (mlx-lm#1438).
 
 Baselines (SPEC §2), each returned with its name:
 
-- ``uncoalesced`` — same box and batch, dense band batched, but every token fetches its own
-  routed experts: SSD bytes ``B · Σ_ℓ misses_ℓ(1) · e`` (with no cache, ``B·K·e`` per layer) and
-  expert reads ``B · K · e`` per layer. The multiple against it is the coalescing lever L2.
-- ``single`` — the same box serving one agent (B = 1).
-- ``independent-boxes`` — B boxes each serving one agent: ``B × net(1)`` (B times the hardware).
+- ``uncoalesced`` — same boxes, batch and cache, dense band batched, but every token fetches its
+  own routed experts: a missed expert is streamed once per token that routes to it (with the
+  pinned hot set, ``B · misses_r(1)``; with a simulated policy, the union times the picks on
+  missed experts per distinct request in the same steady state) and ``B · K_r`` experts are read. The multiple
+  against it is the coalescing lever L2.
+- ``single`` — the same boxes serving one agent (B = 1).
+- ``independent-boxes`` — B copies of the boxes each serving one agent: ``B × net(1)``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from moeroof.data.presets import Hardware, MoEModel
+from moeroof.models import expert_cache, step
+from moeroof.models.partition import balanced_packing, bytes_partition, contiguous_split, weighted_packing
 from moeroof.models.routing import inclusion_probabilities, zipf_weights
-from moeroof.models.union import as_batch, power_sums
+from moeroof.models.union import as_batch
 
 __all__ = [
     "TERMS",
     "BASELINES",
+    "PARTITIONS",
+    "CACHE_POLICIES",
     "Workload",
-    "Routing",
+    "RoutingProbabilities",
+    "StepBreakdown",
     "Plan",
+    "SplitPlan",
     "routing_from_spec",
-    "plan",
+    "assign_experts",
+    "step_breakdown",
     "step_terms",
+    "plan",
+    "split_plan",
     "transitions",
     "multiple_thresholds",
+    "admission",
 ]
 
-TERMS = ("ssd", "memory", "compute", "fabric")
+TERMS = step.TERMS
 BASELINES = ("uncoalesced", "single", "independent-boxes")
+PARTITIONS = ("id", "lpt", "weighted", "bytes")
+CACHE_POLICIES = expert_cache.POLICIES
 
 
 @dataclass(frozen=True)
 class Workload:
-    """What the user runs: context per agent, expert cache, overlap and engine choices (SI).
+    """What the user runs: context per agent, expert cache, overlap, ranks and engine choices (SI).
 
-    ``read_size_bytes``: the SSD read granularity (None: one expert per read; an engine that
-    faults pages reads at the page size — moe-fit's 20× lesson). ``ranks > 1`` splits the
-    experts evenly over ranks joined by ``Hardware.bw_link_bytes_per_s``; each token's hidden
-    state goes to the remote ranks and back every MoE layer; ``fabric_overlapped`` puts that
-    term under the ``combine`` or adds it after. ``shared_prefix_tokens`` (lever L3): the first
-    P tokens of every agent's context are one shared prefix whose KV is stored and read once per
-    step for the whole batch — KV bytes ``(P + B·(ctx − P))·kv`` instead of ``B·ctx·kv``;
-    attention FLOP are unchanged (every agent still attends over the whole prefix).
+    ``cache_bytes``: the expert cache of each rank; ``cache_policy``: :data:`CACHE_POLICIES`
+    (``lru`` simulated in steady state by default; ``static`` is a hot set pinned from the true
+    routing probabilities, an oracle); ``cache_scope``: ``global`` (one cache shared by the
+    layers) or ``layer``; ``seed`` fixes the simulated traces. ``read_size_bytes``: the SSD read
+    granularity (None: one expert per read; an engine that faults pages reads at the page size —
+    moe-fit's 20× lesson). ``ranks > 1``: the experts are split over ranks by ``partition``
+    (:data:`PARTITIONS`, default ``lpt``; ``weighted`` uses ``rank_speed``, ``bytes`` is
+    computed at the largest batch of the grid), joined by ``Hardware.bw_link_bytes_per_s``;
+    ``rank_speed``: relative speeds (None: equal); ``fabric_overlapped`` puts the exchange under
+    the slowest rank or adds it after. ``shared_prefix_tokens`` (lever L3): the first P tokens of
+    every agent's context are one shared prefix whose KV is read once per step — KV bytes
+    ``(P + B·(ctx − P))·kv`` instead of ``B·ctx·kv``; attention FLOP are unchanged.
     """
 
     context_tokens: int = 4096
@@ -80,11 +99,16 @@ class Workload:
     overlap: str = "max"
     read_size_bytes: float | None = None
     ranks: int = 1
+    partition: str = "lpt"
+    rank_speed: tuple[float, ...] | None = None
     fabric_overlapped: bool = True
     pressure_penalty: float = 1.0
+    cache_policy: str = "lru"
+    cache_scope: str = "global"
+    seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.overlap not in ("max", "sum"):
+        if self.overlap not in step.OVERLAPS:
             raise ValueError(f"overlap must be 'max' or 'sum', got {self.overlap!r}")
         if self.context_tokens < 0 or self.cache_bytes < 0:
             raise ValueError("context_tokens and cache_bytes must be >= 0")
@@ -94,31 +118,54 @@ class Workload:
             raise ValueError("read_size_bytes must be > 0")
         if int(self.ranks) != self.ranks or self.ranks < 1:
             raise ValueError("ranks must be a positive integer")
+        if self.partition not in PARTITIONS:
+            raise ValueError(f"partition must be one of {', '.join(PARTITIONS)}, got {self.partition!r}")
+        if self.rank_speed is not None:
+            s = np.asarray(self.rank_speed, dtype=float)
+            if s.shape != (self.ranks,) or np.any(~np.isfinite(s)) or np.any(s <= 0):
+                raise ValueError(f"rank_speed must be {self.ranks} positive finite numbers, got {self.rank_speed!r}")
         if not self.pressure_penalty >= 1.0:
             raise ValueError("pressure_penalty must be >= 1 (1: none)")
+        if self.cache_policy not in CACHE_POLICIES:
+            raise ValueError(f"cache_policy must be one of {', '.join(CACHE_POLICIES)}, got {self.cache_policy!r}")
+        if self.cache_scope not in expert_cache.SCOPES:
+            raise ValueError(f"cache_scope must be 'global' or 'layer', got {self.cache_scope!r}")
+
+    @property
+    def speeds(self) -> np.ndarray:
+        """Relative rank speeds, fastest = 1."""
+        s = np.ones(self.ranks) if self.rank_speed is None else np.asarray(self.rank_speed, dtype=float)
+        return s / s.max()
 
 
 @dataclass(frozen=True)
-class Routing:
-    """Inclusion probabilities per layer shape, (layers, E), Σ_i π_i = K in each row.
+class RoutingProbabilities:
+    """Inclusion probabilities π per layer shape, (H, E), Σ_i π_i = K in each row.
 
     The rows stand for the model's MoE layers in equal shares (a histogram with fewer layers
     than the model is read as a sample of layer shapes). ``provenance`` is the routing input's
-    tag: uniform and Zipf are assumptions; a histogram or trace carries its own.
+    tag: uniform and Zipf are assumptions; a histogram or trace carries its own. ``load`` (E,):
+    firing counts per expert summed over layers when the input had them (what a partition
+    balances; default Σ_ℓ π).
     """
 
     pi: np.ndarray
     label: str
     provenance: str
     notes: tuple[str, ...] = ()
+    load: np.ndarray | None = None
+
+    @property
+    def expert_load(self) -> np.ndarray:
+        return self.pi.sum(axis=0) if self.load is None else np.asarray(self.load, dtype=float)
 
 
-def routing_from_spec(spec: str, model: MoEModel) -> Routing:
+def routing_from_spec(spec: str, model: MoEModel) -> RoutingProbabilities:
     """``uniform``, ``zipf:S`` or a path to a histogram ``.csv`` / trace ``.npz``/``.npy``
     (absolute, relative to the working directory, or relative to ``data/``)."""
     e, k = model.experts, model.top_k
     if spec == "uniform":
-        return Routing(np.full((1, e), k / e), "uniform", "assumed")
+        return RoutingProbabilities(np.full((1, e), k / e), "uniform", "assumed")
     if spec.startswith("zipf:"):
         try:
             s = float(spec.split(":", 1)[1])
@@ -127,7 +174,7 @@ def routing_from_spec(spec: str, model: MoEModel) -> Routing:
         if not np.isfinite(s) or s < 0:
             raise ValueError(f"routing {spec!r}: Zipf exponent must be >= 0")
         pi = inclusion_probabilities(zipf_weights(e, s), k)[None, :]
-        return Routing(pi, f"Zipf s={s:g}", "assumed")
+        return RoutingProbabilities(pi, f"Zipf s={s:g}", "assumed")
     from moeroof.core.paths import resolve_data
     from moeroof.data.io import Histogram, load_any
     from moeroof.models.routing import histogram_from_trace
@@ -155,12 +202,221 @@ def routing_from_spec(spec: str, model: MoEModel) -> Routing:
     pi = pi * (k / np.maximum(pi.sum(axis=1, keepdims=True), 1e-300))
     prov = data.meta.get("provenance", "projected")
     prov = "witnessed" if prov == "witnessed" else "projected"
-    return Routing(np.clip(pi, 0.0, 1.0), f"{data.meta.get('model', path.name)} ({path.name})", prov, tuple(notes))
+    label = f"{data.meta.get('model', path.name)} ({path.name})"
+    load = np.asarray(counts, dtype=float).sum(axis=0)
+    return RoutingProbabilities(np.clip(pi, 0.0, 1.0), label, prov, tuple(notes), load=load)
+
+
+def assign_experts(
+    model: MoEModel, hardware: Hardware, workload: Workload, routing: RoutingProbabilities, batch
+) -> np.ndarray:
+    """Rank of each expert (E,) for ``workload.partition`` over ``workload.ranks`` ranks.
+
+    ``id``: contiguous ids; ``lpt``: DeepSeek EPLB's equal-cardinality LPT on the firing load;
+    ``weighted``: LPT for ranks of unequal speed (cardinality ∝ speed); ``bytes``: balances the
+    expected streamed bytes under the hot-set model at the largest batch of ``batch``
+    (:func:`moeroof.models.partition.bytes_partition`). One rank: all zeros.
+    """
+    e = routing.pi.shape[1]
+    r = workload.ranks
+    if r == 1:
+        return np.zeros(e, dtype=np.int64)
+    if r > e:
+        raise ValueError(f"ranks={r} exceeds the {e} experts to split")
+    load = routing.expert_load
+    if workload.partition == "id":
+        return contiguous_split(e, r)
+    if workload.partition == "lpt":
+        return balanced_packing(load, r)
+    if workload.partition == "weighted":
+        return weighted_packing(load, workload.speeds)
+    b = int(np.max(as_batch(batch)))
+    return bytes_partition(
+        routing.pi,
+        model,
+        hardware,
+        r,
+        batch=b,
+        cache_bytes_per_rank=workload.cache_bytes,
+        rank_speed=workload.speeds,
+        load=load,
+        context_tokens=workload.context_tokens,
+        overlap=workload.overlap,
+        read_size_bytes=workload.read_size_bytes,
+    )[0]
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """One step per batch size, rank by rank: the inputs of :func:`moeroof.models.step.evaluate`
+    and its result. Per-rank arrays (R, nB); ``union_pairs`` / ``missed_pairs`` count
+    (layer, expert) pairs over all L MoE layers."""
+
+    batch: np.ndarray
+    step: step.Step
+    assignment: np.ndarray
+    speed: np.ndarray
+    union_pairs: np.ndarray
+    missed_pairs: np.ndarray
+    expert_reads: np.ndarray
+    picks_per_token: np.ndarray
+    ssd_bytes: np.ndarray
+    mem_bytes: np.ndarray
+    flops: np.ndarray
+    fabric_bytes: np.ndarray
+    cache_bytes: np.ndarray
+    cache_experts_per_layer: np.ndarray
+    fits: np.ndarray
+    pressured: np.ndarray
+    cache_policy: str
+
+    @property
+    def ranks(self) -> int:
+        return int(self.assignment.max()) + 1 if self.assignment.size else 1
+
+    @property
+    def cache_hit_rate(self) -> np.ndarray:
+        """Per rank (R, nB): ``1 − misses / union``."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.union_pairs > 0, 1.0 - self.missed_pairs / self.union_pairs, 1.0)
+
+    @property
+    def pooled_hit_rate(self) -> np.ndarray:
+        """Over all ranks (nB,)."""
+        u = self.union_pairs.sum(axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(u > 0, 1.0 - self.missed_pairs.sum(axis=0) / u, 1.0)
+
+
+def step_breakdown(
+    model: MoEModel,
+    hardware: Hardware,
+    workload: Workload,
+    routing: RoutingProbabilities,
+    batch,
+    *,
+    assignment=None,
+    coalesced: bool = True,
+    dense_once: bool = True,
+    extra_flops=0.0,
+) -> StepBreakdown:
+    """Build every rank's work at each B and evaluate the step (module docstring).
+
+    ``coalesced=False`` is the ``uncoalesced`` baseline (every token fetches its own experts);
+    ``dense_once=False`` reads the dense band once per token instead of once per step (the
+    baseline of lever L1); ``assignment`` overrides the partition; ``extra_flops`` (nB,) adds
+    work to the compute term (prefill's attention over the prompt).
+    """
+    b = as_batch(batch)
+    bf = b.astype(float)
+    pi = np.atleast_2d(np.asarray(routing.pi, dtype=float))
+    if pi.shape[1] != model.experts:
+        raise ValueError(f"routing has E={pi.shape[1]} experts, model {model.name} has {model.experts}")
+    a = assign_experts(model, hardware, workload, routing, b) if assignment is None else np.asarray(assignment)
+    a = a.astype(np.int64)
+    if a.shape != (model.experts,) or a.min() < 0:
+        raise ValueError(f"assignment must give a rank >= 0 to each of the {model.experts} experts")
+    ranks = max(int(a.max()) + 1, workload.ranks)
+    speed = workload.speeds if ranks == workload.ranks else np.ones(ranks)
+    e_bytes = model.expert_bytes
+    layers = model.moe_layers
+    p = workload.shared_prefix_tokens
+    kv_step = (p + bf * (workload.context_tokens - p)) * model.kv_bytes_per_token
+    dense = model.non_routed_bytes * (1.0 if dense_once else bf)
+    available = hardware.ram_bytes - hardware.os_reserve_bytes - model.non_routed_bytes - kv_step
+    cache_eff = np.clip(np.minimum(workload.cache_bytes, available), 0.0, None)
+    pressured = workload.cache_bytes > available
+    fits = available >= 0
+    cache_experts = cache_eff / (layers * e_bytes)
+    kw = dict(policy=workload.cache_policy, scope=workload.cache_scope, seed=workload.seed)
+    rc = expert_cache.rank_cache(pi, b, cache_experts, a, **kw)
+    union, misses = rc.union_per_layer, rc.misses_per_layer
+    reads = union
+    if not coalesced:
+        misses = rc.token_misses_per_layer
+        reads = rc.picks_per_token[:, None] * bf
+    union_pairs = layers * union
+    missed_pairs = layers * misses
+    ssd_bytes = missed_pairs * e_bytes
+    mem_bytes = dense + layers * reads * e_bytes + kv_step
+    flops = bf * (model.flops_per_token + workload.context_tokens * model.attn_flops_per_context_token)
+    flops = flops + np.asarray(extra_flops, dtype=float)
+    read_size = workload.read_size_bytes if workload.read_size_bytes is not None else e_bytes
+    slowdown = np.where(pressured, workload.pressure_penalty, 1.0)
+    works = [
+        step.RankWork(ssd_bytes[r], mem_bytes[r], flops, bf, read_size, slowdown, float(speed[r])) for r in range(ranks)
+    ]
+    fabric = step.fabric_bytes_per_step(model, bf, ranks)
+    st = step.evaluate(
+        hardware, works, overlap=workload.overlap, fabric_bytes=fabric, fabric_overlapped=workload.fabric_overlapped
+    )
+    return StepBreakdown(
+        batch=b,
+        step=st,
+        assignment=a,
+        speed=speed,
+        union_pairs=union_pairs,
+        missed_pairs=missed_pairs,
+        expert_reads=layers * reads,
+        picks_per_token=rc.picks_per_token,
+        ssd_bytes=ssd_bytes,
+        mem_bytes=mem_bytes,
+        flops=flops,
+        fabric_bytes=fabric,
+        cache_bytes=cache_eff,
+        cache_experts_per_layer=np.minimum(cache_experts, model.experts),
+        fits=fits,
+        pressured=pressured,
+        cache_policy=workload.cache_policy,
+    )
+
+
+def step_terms(
+    model: MoEModel,
+    hardware: Hardware,
+    workload: Workload,
+    routing: RoutingProbabilities,
+    batch,
+    *,
+    coalesced: bool = True,
+    dense_once: bool = True,
+) -> dict[str, Any]:
+    """The step at each B as plain arrays (for the levers, the bench and notebooks).
+
+    ``terms``: the slowest rank's terms at its speed, plus ``fabric`` with R > 1; ``step_seconds``
+    and ``bound`` as :class:`moeroof.models.step.Step`; bytes summed over ranks; ``union`` and
+    ``misses`` per layer, summed over ranks.
+    """
+    br = step_breakdown(model, hardware, workload, routing, batch, coalesced=coalesced, dense_once=dense_once)
+    return _as_arrays(br, model)
+
+
+def _as_arrays(br: StepBreakdown, model: MoEModel) -> dict[str, Any]:
+    st = br.step
+    slow = st.slowest_rank
+    cols = np.arange(br.batch.size)
+    terms = {k: v[slow, cols] / br.speed[slow] for k, v in st.terms.items()}
+    if br.ranks > 1:
+        terms["fabric"] = st.fabric_seconds
+    return {
+        "batch": br.batch,
+        "terms": terms,
+        "step_seconds": st.step_seconds,
+        "bound": st.bound,
+        "ssd_bytes": br.ssd_bytes.sum(axis=0),
+        "mem_bytes": br.mem_bytes[slow, cols],
+        "union": br.union_pairs.sum(axis=0) / model.moe_layers,
+        "misses": br.missed_pairs.sum(axis=0) / model.moe_layers,
+        "cache_experts": br.cache_experts_per_layer,
+        "fits": br.fits,
+        "breakdown": br,
+    }
 
 
 @dataclass(frozen=True)
 class Plan:
-    """The roofline evaluated at each batch size. Arrays have shape (len(batch),)."""
+    """The step model evaluated at each batch size. Arrays have shape (len(batch),); per-rank
+    arrays (R, nB)."""
 
     batch: np.ndarray
     step_seconds: np.ndarray
@@ -184,24 +440,44 @@ class Plan:
     hardware: str
     routing: str
     notes: tuple[str, ...] = ()
+    ranks: int = 1
+    partition: str = "lpt"
+    cache_policy: str = "lru"
+    cache_label: str = ""
+    cache_hit_rate: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    per_rank_step_seconds: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    per_rank_cache_hit_rate: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    per_rank_ssd_bytes_per_step: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    fabric_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    assignment: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def to_dict(self) -> dict[str, Any]:
-        """The CLI's JSON contract (issue 3): lists of floats, names for the bound terms."""
+        """The CLI's JSON contract: lists of floats, names for the bound terms; with R > 1,
+        ``cache_hit_rate`` and ``gib_streamed_per_step`` are per rank (R lists over B)."""
 
         def f(a):
             return [float(x) for x in np.asarray(a, dtype=float)]
 
+        gib = self.per_rank_ssd_bytes_per_step / 2**30
+        per_rank = self.ranks > 1
         return {
             "model": self.model,
             "hardware": self.hardware,
             "routing": self.routing,
             "overlap": self.overlap,
+            "ranks": self.ranks,
+            "partition": self.partition if per_rank else None,
+            "cache_policy": self.cache_policy,
+            "cache": self.cache_label,
             "batch": [int(b) for b in self.batch],
             "step_seconds": f(self.step_seconds),
             "per_agent_tok_s": f(self.per_agent_tok_s),
             "net_tok_s": f(self.net_tok_s),
             "bound": list(self.bound),
             "terms_seconds": {name: f(v) for name, v in self.terms.items()},
+            "per_rank_step_seconds": [f(r) for r in self.per_rank_step_seconds],
+            "cache_hit_rate": [f(r) for r in self.per_rank_cache_hit_rate] if per_rank else f(self.cache_hit_rate),
+            "gib_streamed_per_step": [f(r) for r in gib] if per_rank else f(gib[0]),
             "ssd_bytes_per_step": f(self.ssd_bytes_per_step),
             "ssd_bytes_per_token": f(self.ssd_bytes_per_token),
             "mem_bytes_per_step": f(self.mem_bytes_per_step),
@@ -218,112 +494,6 @@ class Plan:
         }
 
 
-def _hot_set_misses(pi: np.ndarray, cache_experts: np.ndarray, batch: np.ndarray):
-    """Union and misses per layer shape for a static hot set of ``cache_experts`` per layer.
-
-    ``pi`` (H, E); ``cache_experts`` (nB,) possibly fractional (linear between whole
-    experts); ``batch`` (nB,). Returns (U (H, nB), misses (H, nB)) with
-    ``misses = Σ_{rank ≥ C} [1 − (1 − π)^B]``. The tail power sums go through
-    :func:`moeroof.models.union.power_sums`, grouped by cache size (one group unless RAM pressure makes
-    the cache shrink with B).
-    """
-    h, e = pi.shape
-    x = 1.0 - (-np.sort(-pi, axis=1))  # hottest expert first
-    union = e - power_sums(x, batch)
-    c = np.clip(np.asarray(cache_experts, dtype=float), 0.0, e)
-    lo = np.floor(c).astype(int)
-    frac = c - lo
-
-    def misses_from(start: np.ndarray) -> np.ndarray:
-        out = np.zeros((h, batch.size))
-        for s in np.unique(start):
-            sel = start == s
-            if s < e:
-                out[:, sel] = (e - s) - power_sums(x[:, s:], batch[sel])
-        return out
-
-    misses = misses_from(lo)
-    if np.any(frac > 0):
-        hi = np.minimum(lo + 1, e)
-        misses = (1 - frac) * misses + frac * misses_from(hi)
-    return union, misses
-
-
-def step_terms(
-    model: MoEModel,
-    hardware: Hardware,
-    workload: Workload,
-    routing: Routing,
-    batch,
-    *,
-    coalesced: bool = True,
-    dense_once: bool = True,
-) -> dict[str, np.ndarray]:
-    """Per-step bytes, FLOP and the four time terms at each B (the body of :func:`plan`).
-
-    ``coalesced=False`` is the ``uncoalesced`` baseline (every token fetches its own experts);
-    ``dense_once=False`` reads the dense band once per token instead of once per step (the
-    baseline of lever L1).
-    """
-    b = as_batch(batch)
-    bf = b.astype(float)
-    e_bytes = model.expert_bytes
-    layers = model.moe_layers
-    p = workload.shared_prefix_tokens
-    kv_step = (p + bf * (workload.context_tokens - p)) * model.kv_bytes_per_token
-    dense = model.non_routed_bytes * (1.0 if dense_once else bf)
-    available = hardware.ram_bytes - hardware.os_reserve_bytes - model.non_routed_bytes - kv_step
-    cache_eff = np.clip(np.minimum(workload.cache_bytes, available), 0.0, None)
-    pressured = workload.cache_bytes > available
-    fits = available >= 0
-    cache_experts = np.minimum(cache_eff / (layers * e_bytes), model.experts)
-    union, misses = _hot_set_misses(routing.pi, cache_experts, b)
-    union, misses = union.mean(axis=0), misses.mean(axis=0)
-    expert_reads = union
-    if not coalesced:
-        # each token fetches its own misses: B × misses(1) with the same cache
-        misses = _hot_set_misses(routing.pi, cache_experts, np.ones_like(b))[1].mean(axis=0) * bf
-        expert_reads = model.top_k * bf
-    read_size = workload.read_size_bytes if workload.read_size_bytes is not None else e_bytes
-    bw_ssd = hardware.ssd_bandwidth(read_size)
-    ssd_bytes = layers * misses * e_bytes
-    mem_bytes = dense + layers * expert_reads * e_bytes + kv_step
-    flops = bf * (model.flops_per_token + workload.context_tokens * model.attn_flops_per_context_token)
-    ssd_s = ssd_bytes / bw_ssd * np.where(pressured, workload.pressure_penalty, 1.0)
-    terms = {
-        "ssd": ssd_s,
-        "memory": mem_bytes / hardware.bw_mem_bytes_per_s,
-        "compute": flops / hardware.flops_per_s,
-    }
-    if workload.ranks > 1 and hardware.bw_link_bytes_per_s:
-        hidden = model.hidden_size or 0
-        remote = (workload.ranks - 1) / workload.ranks
-        fabric_bytes = 2.0 * bf * layers * hidden * model.activation_bytes * remote
-        terms["fabric"] = fabric_bytes / hardware.bw_link_bytes_per_s
-    return {
-        "batch": b,
-        "terms": terms,
-        "ssd_bytes": ssd_bytes,
-        "mem_bytes": mem_bytes,
-        "union": union,
-        "misses": misses,
-        "cache_experts": cache_experts,
-        "fits": fits,
-    }
-
-
-def _combine(terms: Mapping[str, np.ndarray], workload: Workload) -> tuple[np.ndarray, tuple[str, ...]]:
-    names = [n for n in TERMS if n in terms]
-    inner = [n for n in names if not (n == "fabric" and not workload.fabric_overlapped)]
-    stack = np.stack([terms[n] for n in inner])
-    step = stack.max(axis=0) if workload.overlap == "max" else stack.sum(axis=0)
-    if "fabric" in terms and not workload.fabric_overlapped:
-        step = step + terms["fabric"]
-    all_stack = np.stack([terms[n] for n in names])
-    bound = tuple(names[i] for i in all_stack.argmax(axis=0))
-    return step, bound
-
-
 def transitions(batch: np.ndarray, bound: tuple[str, ...]) -> tuple[dict, ...]:
     """Where the binding term changes along the batch grid: ``{from, to, batch}`` with
     ``batch`` the first B of the new regime (B*)."""
@@ -334,7 +504,9 @@ def transitions(batch: np.ndarray, bound: tuple[str, ...]) -> tuple[dict, ...]:
     return tuple(out)
 
 
-def _provenance(model: MoEModel, hardware: Hardware, workload: Workload, routing: Routing, used_fabric: bool) -> dict:
+def _provenance(
+    model: MoEModel, hardware: Hardware, workload: Workload, routing: RoutingProbabilities, ranks: int
+) -> dict:
     model_keys = [
         "experts",
         "top_k",
@@ -346,15 +518,25 @@ def _provenance(model: MoEModel, hardware: Hardware, workload: Workload, routing
     ]
     if model.attn_flops_per_context_token:
         model_keys.append("attn_flops_per_context_token")
-    hw_keys = ["ram_bytes", "bw_mem_bytes_per_s", "flops_per_s", "ssd_read_size_bytes", "bw_ssd_bytes_per_s"]
+    hw_keys = [
+        "ram_bytes",
+        "bw_mem_bytes_per_s",
+        "flops_per_s",
+        "ssd_read_size_bytes",
+        "bw_ssd_bytes_per_s",
+        "engine_seconds_per_step",
+        "engine_seconds_per_agent_token",
+    ]
     if hardware.os_reserve_bytes:
         hw_keys.append("os_reserve_bytes")
-    if used_fabric:
+    if ranks > 1:
         hw_keys.append("bw_link_bytes_per_s")
         model_keys.append("hidden_size")
     inputs = {f"model.{k}": model.provenance.get(k, "assumed") for k in model_keys}
     inputs.update({f"hardware.{k}": hardware.provenance.get(k, "assumed") for k in hw_keys})
     inputs["routing"] = routing.provenance
+    if ranks > 1 and workload.partition == "weighted" and workload.rank_speed is None:
+        inputs["rank_speed"] = "assumed"
     non_witnessed = sorted(k for k, v in inputs.items() if v != "witnessed")
     return {
         "result": "projected" if non_witnessed else "witnessed-inputs",
@@ -363,38 +545,45 @@ def _provenance(model: MoEModel, hardware: Hardware, workload: Workload, routing
     }
 
 
-def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing: Routing, batch) -> Plan:
-    """Evaluate the step roofline and every named baseline at each batch size (module docstring)."""
+def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing: RoutingProbabilities, batch) -> Plan:
+    """Evaluate the step model and every named baseline at each batch size (module docstring)."""
     b = as_batch(batch)
-    cur = step_terms(model, hardware, workload, routing, b)
-    step, bound = _combine(cur["terms"], workload)
-    net = b / step
-    unc = step_terms(model, hardware, workload, routing, b, coalesced=False)
-    unc_step, _ = _combine(unc["terms"], workload)
-    one = step_terms(model, hardware, workload, routing, [1])
-    one_step, _ = _combine(one["terms"], workload)
-    net_single = np.full(b.size, 1.0 / one_step[0])
+    a = assign_experts(model, hardware, workload, routing, b)
+    cur = _as_arrays(step_breakdown(model, hardware, workload, routing, b, assignment=a), model)
+    step_s = cur["step_seconds"]
+    net = b / step_s
+    unc = step_breakdown(model, hardware, workload, routing, b, assignment=a, coalesced=False)
+    one = step_breakdown(model, hardware, workload, routing, [1], assignment=a)
+    net_single = np.full(b.size, 1.0 / one.step.step_seconds[0])
+    unc_net = b / unc.step.step_seconds
     baselines = {
-        "uncoalesced": {"net_tok_s": b / unc_step, "multiple": net / (b / unc_step)},
+        "uncoalesced": {"net_tok_s": unc_net, "multiple": net / unc_net},
         "single": {"net_tok_s": net_single, "multiple": net / net_single},
         "independent-boxes": {"net_tok_s": b * net_single, "multiple": net / (b * net_single)},
     }
+    br: StepBreakdown = cur["breakdown"]
     notes = list(routing.notes)
-    if not np.all(cur["fits"]):
-        first = int(b[np.argmin(cur["fits"])])
+    if not np.all(br.fits):
+        first = int(b[np.argmin(br.fits)])
         notes.append(
             f"from B={first} the dense band and the batch's KV cache exceed RAM: those steps are infeasible as modelled"
         )
-    if np.any(workload.cache_bytes > (hardware.ram_bytes - hardware.os_reserve_bytes - model.non_routed_bytes)):
+    if np.any(br.pressured):
         notes.append(
             "the requested expert cache does not fit beside the resident set: it was capped at what RAM leaves"
         )
+    if workload.cache_policy == "static":
+        notes.append(
+            "cache: a hot set pinned from the true routing probabilities — an oracle no engine has; "
+            "a simulated policy (lru, s3fifo, …) is what an engine sees"
+        )
+    st = br.step
     return Plan(
         batch=b,
-        step_seconds=step,
+        step_seconds=step_s,
         terms=cur["terms"],
-        bound=bound,
-        per_agent_tok_s=1.0 / step,
+        bound=st.bound,
+        per_agent_tok_s=1.0 / step_s,
         net_tok_s=net,
         ssd_bytes_per_step=cur["ssd_bytes"],
         ssd_bytes_per_token=cur["ssd_bytes"] / b,
@@ -402,16 +591,26 @@ def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing: Routi
         union_per_layer=cur["union"],
         misses_per_layer=cur["misses"],
         coalescing_ratio=b * model.top_k / cur["union"],
-        cache_experts_per_layer=cur["cache_experts"],
-        fits_in_memory=cur["fits"],
+        cache_experts_per_layer=br.cache_experts_per_layer,
+        fits_in_memory=br.fits,
         baselines=baselines,
-        transitions=transitions(b, bound),
-        provenance=_provenance(model, hardware, workload, routing, "fabric" in cur["terms"]),
+        transitions=transitions(b, st.bound),
+        provenance=_provenance(model, hardware, workload, routing, br.ranks),
         overlap=workload.overlap,
         model=model.name,
         hardware=hardware.name,
         routing=routing.label,
         notes=tuple(notes),
+        ranks=br.ranks,
+        partition=workload.partition,
+        cache_policy=workload.cache_policy,
+        cache_label=expert_cache.policy_label(workload.cache_policy),
+        cache_hit_rate=br.pooled_hit_rate,
+        per_rank_step_seconds=st.rank_seconds,
+        per_rank_cache_hit_rate=br.cache_hit_rate,
+        per_rank_ssd_bytes_per_step=br.ssd_bytes,
+        fabric_seconds=st.fabric_seconds,
+        assignment=br.assignment,
     )
 
 
@@ -432,3 +631,215 @@ def multiple_thresholds(p: Plan, thresholds=(4.0, 10.0)) -> list[dict[str, Any]]
             row[f"first_batch_at_{t:g}x"] = int(p.batch[hit[0]]) if hit.size else None
         rows.append(row)
     return rows
+
+
+def admission(p: Plan, min_per_agent_tok_s: float) -> dict[str, Any]:
+    """Admission control (seed 000 ticket C): the largest B of the grid whose per-agent tok/s is
+    at least ``min_per_agent_tok_s`` and whose resident set fits in RAM.
+
+    Returns ``admit_batch`` (None when no B qualifies) with its per-agent and net tok/s, its
+    coalescing ratio (against ``uncoalesced``) and SSD bytes per agent-token.
+    """
+    x = float(min_per_agent_tok_s)
+    if not np.isfinite(x) or x < 0:
+        raise ValueError(f"the per-agent tok/s floor must be a finite number >= 0, got {min_per_agent_tok_s!r}")
+    ok = np.flatnonzero((p.per_agent_tok_s >= x) & np.asarray(p.fits_in_memory, dtype=bool))
+    out: dict[str, Any] = {"min_per_agent_tok_s": x, "admit_batch": None}
+    if ok.size:
+        i = int(ok[np.argmax(p.batch[ok])])
+        out.update(
+            admit_batch=int(p.batch[i]),
+            per_agent_tok_s=float(p.per_agent_tok_s[i]),
+            net_tok_s=float(p.net_tok_s[i]),
+            coalescing_ratio=float(p.coalescing_ratio[i]),
+            coalescing_baseline="uncoalesced",
+            ssd_bytes_per_token=float(p.ssd_bytes_per_token[i]),
+        )
+    return out
+
+
+# ----------------------------------------------------------------------------- one batch, rank by rank
+
+
+@dataclass(frozen=True, eq=False)
+class RankPlan:
+    """One rank of a :class:`SplitPlan` (per step; bytes and seconds)."""
+
+    rank: int
+    experts: tuple[int, ...]
+    speed: float
+    load_rows: float
+    picks_per_token: float  # K_r: expected routed picks per token on this rank
+    union_pairs: float  # expected (layer, expert) pairs touched per step, all model layers
+    missed_pairs: float
+    streamed_bytes: float
+    cache_hit: float  # 1 − misses / union
+    terms_seconds: dict[str, float]  # ssd / memory / compute / engine at full speed
+    seconds: float  # combine(terms) / speed
+    bound: str
+
+
+@dataclass(frozen=True, eq=False)
+class SplitPlan:
+    """A partition evaluated by the per-rank step model (module docstring). Per-rank arrays
+    have shape (R,); ``assignment`` (E,) is the rank of each expert."""
+
+    method: str
+    ranks: int
+    batch: int
+    assignment: np.ndarray
+    experts_per_rank: np.ndarray
+    speed: np.ndarray  # normalised: fastest = 1
+    load_rows: np.ndarray
+    picks_per_token: np.ndarray
+    union_pairs: np.ndarray
+    missed_pairs: np.ndarray
+    streamed_bytes: np.ndarray
+    terms_seconds: dict[str, np.ndarray]
+    rank_seconds: np.ndarray
+    bound: tuple[str, ...]
+    cache_bytes_per_rank: float
+    cache_experts_per_layer: float
+    fabric_bytes: float
+    fabric_seconds: float
+    remote_share: float
+    fabric_overlapped: bool
+    step_seconds: float
+    tok_s: float
+    imbalance: dict[str, float]
+    notes: tuple[str, ...] = ()
+    cache_policy: str = "lru"
+
+    @property
+    def per_rank(self) -> tuple[RankPlan, ...]:
+        out = []
+        for r in range(self.ranks):
+            u, m = float(self.union_pairs[r]), float(self.missed_pairs[r])
+            out.append(
+                RankPlan(
+                    rank=r,
+                    experts=tuple(int(i) for i in np.flatnonzero(self.assignment == r)),
+                    speed=float(self.speed[r]),
+                    load_rows=float(self.load_rows[r]),
+                    picks_per_token=float(self.picks_per_token[r]),
+                    union_pairs=u,
+                    missed_pairs=m,
+                    streamed_bytes=float(self.streamed_bytes[r]),
+                    cache_hit=1.0 - m / u if u > 0 else 1.0,
+                    terms_seconds={k: float(v[r]) for k, v in self.terms_seconds.items()},
+                    seconds=float(self.rank_seconds[r]),
+                    bound=self.bound[r],
+                )
+            )
+        return tuple(out)
+
+    @property
+    def slowest_rank(self) -> int:
+        return int(np.argmax(self.rank_seconds))
+
+
+def _imbalance(values) -> float:
+    v = np.asarray(values, dtype=float)
+    mean = float(v.mean())
+    return 1.0 if mean <= 0.0 else float(v.max() / mean)
+
+
+def split_plan(
+    assignment,
+    pi: np.ndarray,
+    model: MoEModel,
+    hardware: Hardware,
+    *,
+    batch: int = 8,
+    cache_bytes_per_rank: float = 0.0,
+    rank_speed=None,
+    load=None,
+    context_tokens: int = 512,
+    overlap: str = "max",
+    fabric_overlapped: bool = True,
+    read_size_bytes: float | None = None,
+    hidden_size: int | None = None,
+    cache_policy: str = "lru",
+    cache_scope: str = "global",
+    seed: int = 0,
+    method: str = "",
+) -> SplitPlan:
+    """A given partition at one batch size, rank by rank: :func:`step_breakdown` (the same model
+    ``plan`` uses) with ``assignment``, reported per rank. ``pi`` (H, E); ``load`` (E,) firing
+    counts for ``load_rows`` (default π summed over rows); ``hidden_size`` overrides the model's.
+    The default context (512 tokens) is seed 003's cap.
+    """
+    pi = np.atleast_2d(np.asarray(pi, dtype=float))
+    a = np.asarray(assignment, dtype=np.int64)
+    if a.shape != (pi.shape[1],):
+        raise ValueError(f"assignment has shape {a.shape}, expected ({pi.shape[1]},)")
+    if a.min() < 0:
+        raise ValueError("assignment: every expert needs a rank >= 0")
+    ranks = int(a.max()) + 1
+    if rank_speed is not None:
+        ranks = max(ranks, len(rank_speed))
+    batch = int(batch)
+    if batch < 1:
+        raise ValueError(f"batch must be a positive integer, got {batch!r}")
+    if cache_bytes_per_rank < 0:
+        raise ValueError("cache per rank must be >= 0")
+    if hidden_size is not None:
+        model = replace(model, hidden_size=int(hidden_size))
+    load = pi.sum(axis=0) if load is None else np.asarray(load, dtype=float)
+    workload = Workload(
+        context_tokens=context_tokens,
+        cache_bytes=float(cache_bytes_per_rank),
+        overlap=overlap,
+        read_size_bytes=read_size_bytes,
+        ranks=ranks,
+        rank_speed=None if rank_speed is None else tuple(float(x) for x in rank_speed),
+        fabric_overlapped=fabric_overlapped,
+        cache_policy=cache_policy,
+        cache_scope=cache_scope,
+        seed=seed,
+    )
+    routing = RoutingProbabilities(pi, "split", "projected", load=load)
+    br = step_breakdown(model, hardware, workload, routing, [batch], assignment=a)
+    st = br.step
+    speed = br.speed
+    union, missed = br.union_pairs[:, 0], br.missed_pairs[:, 0]
+    streamed = br.ssd_bytes[:, 0]
+    rank_s = st.rank_seconds[:, 0]
+    terms = {k: v[:, 0] for k, v in st.terms.items()}
+    load_rows = np.bincount(a, weights=load, minlength=ranks)
+    imb = {
+        "token_load": _imbalance(load_rows),
+        "load_per_speed": float((load_rows / speed).max() / (load_rows.sum() / speed.sum()))
+        if load_rows.sum() > 0
+        else 1.0,
+        "union": _imbalance(union),
+        "streamed_bytes": _imbalance(streamed),
+        "predicted_seconds": _imbalance(rank_s),
+    }
+    fabric_bytes = float(br.fabric_bytes[0])
+    return SplitPlan(
+        method=method,
+        ranks=ranks,
+        batch=batch,
+        assignment=a,
+        experts_per_rank=np.bincount(a, minlength=ranks),
+        speed=speed,
+        load_rows=load_rows,
+        picks_per_token=br.picks_per_token,
+        union_pairs=union,
+        missed_pairs=missed,
+        streamed_bytes=streamed,
+        terms_seconds=terms,
+        rank_seconds=rank_s,
+        bound=tuple(row[0] for row in st.rank_bound),
+        cache_bytes_per_rank=float(cache_bytes_per_rank),
+        cache_experts_per_layer=float(br.cache_experts_per_layer[0]),
+        fabric_bytes=fabric_bytes,
+        fabric_seconds=float(st.fabric_seconds[0]),
+        remote_share=(ranks - 1) / ranks if ranks > 1 else 0.0,
+        fabric_overlapped=bool(fabric_overlapped),
+        step_seconds=float(st.step_seconds[0]),
+        tok_s=batch / float(st.step_seconds[0]),
+        imbalance=imb,
+        cache_policy=cache_policy,
+    )

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from moeroof.data.presets import Hardware, MoEModel
-from moeroof.models.plan import Routing, Workload, plan
+from moeroof.models.plan import RoutingProbabilities, Workload, plan
 from moeroof.models.union import as_batch
 
 __all__ = ["RegimeMap", "regime_map", "BOUND_CODES"]
@@ -62,7 +62,7 @@ def regime_map(
     model: MoEModel,
     hardware: Hardware,
     workload: Workload,
-    routing: Routing,
+    routing: RoutingProbabilities,
     batch,
     cache_bytes,
 ) -> RegimeMap:

@@ -15,7 +15,7 @@ import numpy as np
 from scipy.optimize import brentq
 
 from moeroof.data.presets import Hardware, MoEModel
-from moeroof.models.plan import Routing, Workload, plan
+from moeroof.models.plan import RoutingProbabilities, Workload, plan
 from moeroof.models.routing import inclusion_probabilities, zipf_weights
 
 __all__ = [
@@ -93,7 +93,7 @@ def calibrate_term(
     model: MoEModel,
     hardware: Hardware,
     workload: Workload,
-    routing: Routing,
+    routing: RoutingProbabilities,
     batch: int,
     measured_net_tok_s: float,
     term: str,
@@ -148,7 +148,7 @@ def scaling_check(
     model: MoEModel,
     hardware: Hardware,
     workload: Workload,
-    routing: Routing,
+    routing: RoutingProbabilities,
     batch,
     measured_net_tok_s,
     *,
@@ -195,8 +195,8 @@ def single_stream_predictions() -> list[dict[str, Any]]:
     rows = []
     per_expert_layer = model.moe_layers * model.expert_bytes
 
-    def routing_for(s: float) -> Routing:
-        return Routing(
+    def routing_for(s: float) -> RoutingProbabilities:
+        return RoutingProbabilities(
             inclusion_probabilities(zipf_weights(model.experts, s), model.top_k)[None, :],
             f"Zipf s={s:.3f}",
             "projected",

@@ -1,0 +1,331 @@
+"""The expert cache a decode step sees: a pinned hot set in closed form, or a simulated policy.
+
+Each rank holds a cache of ``c`` experts per MoE layer (its cache bytes over ``L · e``) and
+caches only the experts it owns. Per layer shape ℓ (a row of the routing probabilities π, which
+stand for the model's layers in equal shares) and batch B, expert i is touched by the step with
+probability ``m_ℓi(B) = 1 − (1 − π_ℓi)^B`` (independent tokens), so the expected union is
+``U_ℓ(B) = Σ_i m_ℓi(B)`` (:mod:`moeroof.models.union`). What the cache turns into misses:
+
+- ``static`` — a hot set pinned from the routing probabilities themselves: the ``c`` most
+  popular experts of the rank in each layer, never evicted; ``misses = Σ_{i ∉ hot} m_ℓi(B)``
+  (fractional c interpolates between whole experts). Pinned from the true probabilities it is an
+  **oracle**: it knows the popularity no engine has measured, and it is the upper bound of a
+  static cache. This was the only cache of the roofline before the simulator fed it.
+- ``lru``, ``lfu``, ``s3fifo``, ``arc``, ``belady`` — :func:`moeroof.models.cache.simulate` run
+  in steady state on a trace drawn from π at B streams, with the request order of
+  ``moeroof cache`` (per step, per layer, the distinct experts in ascending id), one cache per
+  rank of ``c · H`` experts over the H simulated layer shapes (scope ``global``: one cache shared
+  by the layers, as engines keep it and as seed 003 measured it; ``layer``: ``c`` per layer).
+  The simulated miss ratio multiplies the closed-form union: ``misses = U · (misses / requests)``,
+  so the union and the memory term stay exact and smooth in B and only the cache is simulated.
+
+The trace is drawn by systematic sampling (Madow 1949): per step and layer the experts are put
+in a random order and each token takes the K experts whose intervals of length π_i on [0, K)
+contain ``u, u + 1, …, u + K − 1`` for its own uniform u. Every token then holds K distinct
+experts with inclusion probability exactly π_i — the marginals the closed forms use — for any
+order, so tokens are independent given the order and the union's expectation is exact. (A
+Plackett–Luce draw would need the weights inverted from π first, which costs seconds per
+histogram; the cache sees only which experts each step requests.) At most
+:data:`MAX_SIMULATED_LAYERS` layer shapes are simulated (evenly spaced rows).
+
+Steady state: ``W`` warm-up steps are simulated and not counted, W twice the steps after which
+the expected distinct experts seen per layer reach ``min(c, 0.9 · reachable)`` (the cache has
+filled), at least 4 and at most :data:`MAX_WARMUP_STEPS`; then at least :data:`MIN_REQUESTS`
+requests are counted. Results are memoised (same π, B, capacity, partition, policy and seed: same
+answer, no second simulation), so an interactive redraw does not re-simulate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from moeroof.models import cache as cache_sim
+from moeroof.models.union import power_sums
+
+__all__ = [
+    "POLICIES",
+    "SIMULATED",
+    "SCOPES",
+    "MAX_SIMULATED_LAYERS",
+    "MAX_WARMUP_STEPS",
+    "MIN_REQUESTS",
+    "hot_set_misses",
+    "systematic_topk",
+    "steady_state_miss_ratio",
+    "RankCache",
+    "rank_cache",
+    "policy_label",
+    "clear_memo",
+]
+
+POLICIES = ("lru", "lfu", "s3fifo", "arc", "belady", "static")
+SIMULATED = ("lru", "lfu", "s3fifo", "arc", "belady")
+SCOPES = ("global", "layer")
+MAX_SIMULATED_LAYERS = 16
+MAX_WARMUP_STEPS = 2000
+MIN_REQUESTS = 20_000
+MIN_COUNTED_STEPS = 8
+_MEMO_SIZE = 4096
+_memo: OrderedDict = OrderedDict()
+
+
+def clear_memo() -> None:
+    """Forget every memoised simulation (for benchmarks that time a cold start)."""
+    _memo.clear()
+
+
+def policy_label(policy: str) -> str:
+    """How a policy is named in reports: the static set says it is pinned from the truth."""
+    if policy == "static":
+        return "pinned hot set (oracle: pinned from the true routing probabilities)"
+    if policy == "belady":
+        return "belady (offline optimum, simulated)"
+    return f"{policy} (simulated, steady state)"
+
+
+def hot_set_misses(pi: np.ndarray, cache_experts, batch) -> tuple[np.ndarray, np.ndarray]:
+    """Union and misses per layer shape for a static hot set of ``cache_experts`` per layer.
+
+    ``pi`` (H, E); ``cache_experts`` (nB,) possibly fractional (linear between whole experts);
+    ``batch`` (nB,). Returns (U (H, nB), misses (H, nB)) with ``misses = Σ_{rank ≥ c} m(B)``.
+    The power sums go through :func:`moeroof.models.union.power_sums`, grouped by cache size.
+    """
+    pi = np.atleast_2d(np.asarray(pi, dtype=float))
+    b = np.atleast_1d(np.asarray(batch))
+    h, e = pi.shape
+    x = 1.0 - (-np.sort(-pi, axis=1))  # hottest expert first
+    union = e - power_sums(x, b)
+    c = np.broadcast_to(np.clip(np.asarray(cache_experts, dtype=float), 0.0, e), b.shape)
+    lo = np.floor(c).astype(int)
+    frac = c - lo
+
+    def misses_from(start: np.ndarray) -> np.ndarray:
+        out = np.zeros((h, b.size))
+        for s in np.unique(start):
+            sel = start == s
+            if s < e:
+                out[:, sel] = (e - s) - power_sums(x[:, s:], b[sel])
+        return out
+
+    misses = misses_from(lo)
+    if np.any(frac > 0):
+        misses = (1 - frac) * misses + frac * misses_from(np.minimum(lo + 1, e))
+    return union, misses
+
+
+def systematic_topk(pi: np.ndarray, steps: int, streams: int, rng: np.random.Generator) -> np.ndarray:
+    """A trace (steps, streams, H, K) whose tokens include expert i with probability π_i exactly.
+
+    Systematic sampling (Madow 1949) in a random expert order per (step, layer) (module
+    docstring). ``pi`` (H, E) with rows summing to an integer K and entries in [0, 1].
+    """
+    pi = np.atleast_2d(np.asarray(pi, dtype=float))
+    h, e = pi.shape
+    k = int(round(float(pi[0].sum())))
+    if k < 1 or np.any(pi < 0) or np.any(pi > 1 + 1e-9) or not np.allclose(pi.sum(axis=1), k, atol=0.05):
+        raise ValueError("pi rows must lie in [0, 1] and sum to the same integer K >= 1")
+    order = np.argsort(rng.random((steps, h, e)), axis=-1)
+    p = np.take_along_axis(np.broadcast_to(pi, (steps, h, e)), order, axis=-1)
+    cs = np.cumsum(p, axis=-1)
+    cs *= k / cs[..., -1:]
+    rows = steps * h
+    flat = (cs + (np.arange(rows).reshape(steps, h, 1) * (k + 1.0))).ravel()
+    u = rng.random((steps, streams, h, 1)) + np.arange(k)  # (steps, streams, h, K)
+    pts = u + (np.arange(rows).reshape(steps, 1, h, 1) * (k + 1.0))
+    idx = np.searchsorted(flat, pts.ravel(), side="right").reshape(steps, streams, h, k)
+    row_start = (np.arange(rows).reshape(steps, 1, h, 1)) * e
+    pos = np.minimum(idx - row_start, e - 1)
+    return np.take_along_axis(
+        np.broadcast_to(order[:, None], (steps, streams, h, e)), pos.astype(np.int64), axis=-1
+    ).astype(np.int32)
+
+
+def _digest(*arrays: np.ndarray) -> str:
+    hsh = hashlib.blake2b(digest_size=16)
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        hsh.update(str((a.dtype.str, a.shape)).encode())
+        hsh.update(a.tobytes())
+    return hsh.hexdigest()
+
+
+def _layer_rows(h: int) -> np.ndarray:
+    if h <= MAX_SIMULATED_LAYERS:
+        return np.arange(h)
+    return np.unique(np.round(np.linspace(0, h - 1, MAX_SIMULATED_LAYERS)).astype(int))
+
+
+def _fill_steps(q: np.ndarray, target: float) -> int:
+    """Smallest n with ``mean_ℓ Σ_i [1 − (1 − q_ℓi)^n] ≥ target`` (doubling, then bisection)."""
+
+    def seen(n: int) -> float:
+        return float(np.mean(np.sum(1.0 - (1.0 - q) ** n, axis=1)))
+
+    if target <= 0:
+        return 1
+    hi = 1
+    while seen(hi) < target:
+        hi *= 2
+        if hi >= MAX_WARMUP_STEPS:
+            return MAX_WARMUP_STEPS
+    lo = hi // 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if seen(mid) < target else (lo, mid)
+    return hi
+
+
+def steady_state_miss_ratio(
+    pi: np.ndarray,
+    batch: int,
+    cache_experts_per_layer: float,
+    *,
+    policy: str = "lru",
+    scope: str = "global",
+    assignment: np.ndarray | None = None,
+    rank: int = 0,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Misses per request of a simulated policy in steady state (module docstring), memoised.
+
+    ``pi`` (H, E) the full routing probabilities; ``assignment`` (E,) ranks of the experts (None:
+    one rank owns all); the cache holds ``cache_experts_per_layer`` of the rank's experts per
+    layer. Returns ``(misses, token misses)`` per distinct request: the share of the step's
+    distinct requests that miss, and the tokens' picks that land on a missed expert per distinct
+    request (≥ the first: an uncoalesced engine streams a missed expert once per token that
+    routes to it). Both multiply the closed-form union.
+    """
+    if policy not in SIMULATED:
+        raise ValueError(f"policy must be one of {', '.join(SIMULATED)}, got {policy!r}")
+    if scope not in SCOPES:
+        raise ValueError(f"scope must be 'global' or 'layer', got {scope!r}")
+    pi = np.atleast_2d(np.asarray(pi, dtype=float))
+    e = pi.shape[1]
+    own = np.ones(e, dtype=bool) if assignment is None else np.asarray(assignment) == rank
+    n_own = int(own.sum())
+    c = float(cache_experts_per_layer)
+    if n_own == 0 or batch < 1:
+        return 0.0, 0.0
+    if c < 1.0:
+        return 1.0, 1.0
+    if c >= n_own:
+        return 0.0, 0.0  # every owned expert fits: after the cold start nothing misses
+    rows = _layer_rows(pi.shape[0])
+    sub = pi[rows]
+    key = (
+        _digest(sub, own.astype(np.int8)),
+        int(batch),
+        int(math.floor(c)),
+        policy,
+        scope,
+        int(seed),
+    )
+    if key in _memo:
+        _memo.move_to_end(key)
+        return _memo[key]
+    h = rows.size
+    q = 1.0 - (1.0 - sub[:, own]) ** int(batch)
+    reachable = float(np.mean(np.sum(q > 1e-12, axis=1)))
+    warm = min(MAX_WARMUP_STEPS, max(4, 2 * _fill_steps(q, min(c, 0.9 * reachable))))
+    per_step = max(float(np.mean(q.sum(axis=1))) * h, 1e-9)
+    counted = int(min(500, max(MIN_COUNTED_STEPS, math.ceil(MIN_REQUESTS / per_step))))
+    rng = np.random.default_rng([int(seed), int(batch), int(math.floor(c)), warm])
+    topk = systematic_topk(sub, warm + counted, int(batch), rng)
+    part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
+    req = cache_sim.requests_from_trace(topk, e, partition=part, rank=None if part is None else rank)
+    capacity = math.floor(c) * h  # scope "layer" splits it back into c per layer
+    res = cache_sim.simulate(req, capacity, policy=policy, scope=scope, warmup_steps=warm, return_hits=True)
+    counted_req = req.step >= warm
+    # tokens per request: how many of the step's tokens routed to the (layer, expert); the keys
+    # (step, layer, expert) sort in request order, so the counts line up with the requests
+    mine = own[np.clip(topk, 0, None)] & (topk >= 0)
+    keys = (np.arange(topk.shape[0])[:, None, None, None] * (h * e) + np.arange(h)[None, None, :, None] * e + topk)[
+        mine
+    ]
+    _, mult = np.unique(keys, return_counts=True)
+    hit = res.request_hits[counted_req]
+    mult = mult[counted_req]
+    req_ratio = float(1.0 - hit.mean()) if hit.size else 0.0
+    token_ratio = float(mult[~hit].sum() / hit.size) if hit.size else 0.0
+    out = (req_ratio, token_ratio)
+    _memo[key] = out
+    if len(_memo) > _MEMO_SIZE:
+        _memo.popitem(last=False)
+    return out
+
+
+@dataclass(frozen=True)
+class RankCache:
+    """Per rank and batch size (R, nB): expected union and misses per layer shape (mean over
+    the rows of π), and the hit rate ``1 − misses / union``. For the pinned hot set the token
+    misses are ``B · Σ_{i ∉ hot} π_i`` (= B × the misses of one token); for a simulated policy
+    the union times the simulated picks on missed experts per distinct request, in the same
+    steady state (so token misses ≥ misses, as for the hot set)."""
+
+    union_per_layer: np.ndarray
+    misses_per_layer: np.ndarray
+    picks_per_token: np.ndarray  # (R,): expected routed picks per token on the rank, K_r
+    #: (R, nB): picks per layer that land on a missed expert, summed over the B tokens — what an
+    #: uncoalesced engine streams (a missed expert once per token that routes to it)
+    token_misses_per_layer: np.ndarray
+    policy: str
+    scope: str
+
+    @property
+    def hit_rate(self) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.union_per_layer > 0, 1.0 - self.misses_per_layer / self.union_per_layer, 1.0)
+
+
+def rank_cache(
+    pi: np.ndarray,
+    batch,
+    cache_experts_per_layer,
+    assignment: np.ndarray,
+    *,
+    policy: str = "lru",
+    scope: str = "global",
+    seed: int = 0,
+) -> RankCache:
+    """Union and misses of every rank at every batch size (module docstring).
+
+    ``cache_experts_per_layer`` (nB,) or scalar: each rank's cache in experts per layer (the same
+    on every rank: identical boxes); ``assignment`` (E,) rank of each expert.
+    """
+    if policy not in POLICIES:
+        raise ValueError(f"cache policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+    pi = np.atleast_2d(np.asarray(pi, dtype=float))
+    b = np.atleast_1d(np.asarray(batch, dtype=np.int64))
+    a = np.asarray(assignment, dtype=np.int64)
+    ranks = int(a.max()) + 1
+    c = np.broadcast_to(np.asarray(cache_experts_per_layer, dtype=float), b.shape)
+    union = np.zeros((ranks, b.size))
+    misses = np.zeros((ranks, b.size))
+    token_misses = np.zeros((ranks, b.size))
+    picks = np.zeros(ranks)
+    for r in range(ranks):
+        idx = np.flatnonzero(a == r)
+        if idx.size == 0:
+            continue
+        picks[r] = float(pi[:, idx].sum(axis=1).mean())
+        c_r = np.minimum(c, idx.size)
+        u, m = hot_set_misses(pi[:, idx], c_r, b)
+        union[r] = u.mean(axis=0)
+        if policy == "static":
+            misses[r] = m.mean(axis=0)
+            token_misses[r] = b * hot_set_misses(pi[:, idx], c_r, np.ones_like(b))[1].mean(axis=0)
+        else:
+            for j, (bb, cc) in enumerate(zip(b, c_r)):
+                if cc < 1.0:  # no whole expert fits: every pick misses
+                    misses[r, j], token_misses[r, j] = union[r, j], bb * picks[r]
+                elif cc < idx.size:
+                    req, tok = steady_state_miss_ratio(
+                        pi, int(bb), float(cc), policy=policy, scope=scope, assignment=a, rank=r, seed=seed
+                    )
+                    misses[r, j], token_misses[r, j] = union[r, j] * req, union[r, j] * tok
+    return RankCache(union, misses, picks, token_misses, policy, scope)

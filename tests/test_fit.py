@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from moeroof.core.paths import EXTERNAL_DIR
+from moeroof.core.rng import generator
 from moeroof.models import fit, routing
 
 MIXTRAL_TRACE = EXTERNAL_DIR / "mixtral8x7b-instruct-fp8-vllm-traces" / "trace_decode.npz"
 
 
-def _rng(name: str) -> np.random.Generator:
-    return np.random.default_rng(sum(map(ord, name)))
+_rng = generator  # one named stream per test
 
 
 def _zipf_counts(rng, s, experts=64, top_k=4, layers=4, tokens=20_000):

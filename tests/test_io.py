@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from moeroof.core.paths import EXTERNAL_DIR
+from moeroof.core.rng import seed_of
 from moeroof.data.io import (
     Histogram,
     InputError,
@@ -23,7 +24,7 @@ from moeroof.data.io import (
     write_trace,
 )
 
-RNG_SEED = sum(map(ord, "test_io"))
+RNG_SEED = seed_of("test_io")
 
 MIXTRAL = EXTERNAL_DIR / "mixtral8x7b-instruct-fp8-vllm-traces" / "trace_decode.npz"
 QWEN = EXTERNAL_DIR / "qwen15moe-a27b-gptq-vllm-layer0" / "trace_decode_layer0.npz"

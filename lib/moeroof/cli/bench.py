@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,6 +34,7 @@ from moeroof.cli.common import (
     read_trace_arg,
     table,
 )
+from moeroof.core import atomic
 
 
 def add_parser(subparsers: Any) -> None:
@@ -182,14 +182,12 @@ def print_bench(rep: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from moeroof.witness.measure import _atomic_write_text
-
     try:
         rep = bench_report(args)
     except KeyboardInterrupt:
         return interrupted()
     if args.output is not None:
-        _atomic_write_text(Path(args.output), json.dumps(rep, indent=2, allow_nan=False) + "\n")
+        atomic.write_text(args.output, json.dumps(rep, indent=2, allow_nan=False) + "\n")
     emit(rep, args.json, print_bench)
     if args.output is not None and not args.json:
         print(f"wrote {args.output}")

@@ -35,8 +35,6 @@ LAYERS = ("core", "data", "models", "studies", "witness", "present", "cli")
 #: (importing module or package, imported module, private name) that other owners still have
 #: to fix; a package covers its submodules
 KNOWN_PRIVATE = {
-    # moeroof.cli should call moeroof.core.atomic.write_text (measure keeps the alias until then)
-    ("moeroof.cli", "moeroof.witness.measure", "_atomic_write_text"),
     # test_partition should test _StepConsts/_HotSet through public names (or partition export them)
     ("tests.test_partition", "moeroof.models.partition", "_StepConsts"),
     ("tests.test_partition", "moeroof.models.partition", "_HotSet"),
@@ -44,14 +42,10 @@ KNOWN_PRIVATE = {
 
 #: (module, flag) raised by a library module; the library should name its parameter and
 #: moeroof.cli translate it into the flag
-KNOWN_FLAG_RAISES = {
-    ("moeroof.models.partition", flag)
-    for flag in ("--rank-speed", "--method", "--ranks", "--batch", "--cache-gib", "--model")
-}
+KNOWN_FLAG_RAISES: set[tuple[str, str]] = set()
 
-#: import edges (importer, imported) left out of the cycle check until their owners break the
-#: cycle: partition imports plan.split_plan lazily while plan imports partition
-KNOWN_CYCLE_EDGES = {("moeroof.models.partition", "moeroof.models.plan")}
+#: import edges (importer, imported) left out of the cycle check until their owners break the cycle
+KNOWN_CYCLE_EDGES: set[tuple[str, str]] = set()
 
 FLAG_RE = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 

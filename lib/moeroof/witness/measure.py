@@ -673,10 +673,6 @@ def hardware_toml(cal: Calibration) -> str:
     return "\n".join(header + body) + "\n"
 
 
-#: moeroof.cli still imports this name; it goes when the CLI calls moeroof.core.atomic.write_text
-_atomic_write_text = atomic.write_text
-
-
 def _utc_date() -> str:
     return _dt.datetime.now(_dt.UTC).date().isoformat()
 

@@ -33,7 +33,7 @@ from moeroof.cli.common import (
 from moeroof.data.io import InputError, read_histogram
 
 # moeroof.models.cache.POLICIES and .SCOPES, spelled out so that building the parser does not
-# import (and compile) the simulator; tests/test_cli_cache.py checks that they agree.
+# import (and compile) the simulator; tests/test_cli.py checks that they agree.
 POLICIES = ("lru", "lfu", "static", "belady", "s3fifo", "arc")
 SCOPES = ("global", "layer")
 

@@ -184,3 +184,35 @@ def test_bad_cases_are_rejected(kw):
 
 def test_expert_bytes_units():
     assert ladder.expert_bytes(1) * ladder.RANK_EXPERTS == pytest.approx(91 * GiB)
+
+
+def test_stored_knobs_come_from_the_data_file_with_their_provenance():
+    # data/fits/ladder-knobs.toml holds the numbers; ladder.FITTED / FITTED_DRAWS are read from it
+    import tomllib
+
+    doc = tomllib.loads(ladder.FITS_PATH.read_text(encoding="utf-8"))
+    assert doc["provenance"] == "projected" and "20 GiB" in doc["fitted_on"] and "80 GiB" in doc["fitted_on"]
+    assert doc["fitted"]["function"].endswith("fit_knobs") and doc["fitted"]["seeds"] == list(range(8))
+    assert ladder.FITTED == ladder.Knobs(
+        family=doc["fitted"]["family"],
+        skew=doc["fitted"]["skew"],
+        rho=doc["fitted"]["rho"],
+        history_tokens=doc["fitted"]["history_tokens"],
+    )
+    assert len(ladder.FITTED_DRAWS) == doc["draws"]["replicates"] == len(doc["draws"]["rows"])
+    assert all(k.family == "dirichlet" for k in ladder.FITTED_DRAWS)
+
+
+@pytest.mark.slow
+def test_a_fresh_fit_at_the_stored_seeds_reproduces_the_stored_knobs():
+    # the exact call data/fits/ladder-knobs.toml names (about 6 s); tolerance stored beside the knobs
+    import tomllib
+
+    doc = tomllib.loads(ladder.FITS_PATH.read_text(encoding="utf-8"))["fitted"]
+    tol = doc["tolerance"]
+    fit = ladder.fit_knobs(ladder.CALIBRATION, seeds=doc["seeds"], layers=doc["layers"])
+    assert not fit.notes
+    assert fit.knobs.family == ladder.FITTED.family
+    assert fit.knobs.skew == pytest.approx(ladder.FITTED.skew, abs=tol["skew"])
+    assert fit.knobs.rho == pytest.approx(ladder.FITTED.rho, abs=tol["rho"])
+    assert abs(fit.knobs.history_tokens - ladder.FITTED.history_tokens) <= tol["history_tokens"]

@@ -70,9 +70,8 @@ from moeroof.models.partition import (
     contiguous_split,
     imbalance,
     inclusion_from_histogram,
-    split_plan,
-    split_report,
 )
+from moeroof.models.split import split_plan, split_report
 from moeroof.present.plots import label_with_baseline, provenance_label, save_figure, style
 from moeroof.studies import ladder
 from moeroof.studies.expert_split import (

@@ -34,11 +34,7 @@ LAYERS = ("core", "data", "models", "studies", "witness", "present", "cli")
 
 #: (importing module or package, imported module, private name) that other owners still have
 #: to fix; a package covers its submodules
-KNOWN_PRIVATE = {
-    # test_partition should test _StepConsts/_HotSet through public names (or partition export them)
-    ("tests.test_partition", "moeroof.models.partition", "_StepConsts"),
-    ("tests.test_partition", "moeroof.models.partition", "_HotSet"),
-}
+KNOWN_PRIVATE: set[tuple[str, str, str]] = set()
 
 #: (module, flag) raised by a library module; the library should name its parameter and
 #: moeroof.cli translate it into the flag

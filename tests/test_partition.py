@@ -11,12 +11,14 @@ import numpy as np
 import pytest
 
 from conftest import seeded
+from moeroof.core.errors import ParameterError
 from moeroof.core.paths import DATA_DIR
 from moeroof.core.units import GiB
 from moeroof.data.io import InputError, read_histogram
 from moeroof.data.presets import load_hardware, load_model
 from moeroof.models import partition as P
-from moeroof.models.plan import Workload, plan, routing_from_spec, split_plan
+from moeroof.models.plan import Workload, plan, routing_from_spec
+from moeroof.models.split import split_plan, split_report
 from moeroof.models.step import MissingField
 
 SUMMED = DATA_DIR / "histograms" / "glm5-seed003-summed.csv"
@@ -153,8 +155,8 @@ def test_seed003_histogram_lpt_vs_id_split():
     39408 / 38544 (1.022×). Our synthetic seed-003-matched histogram: LPT 38915 / 38909
     (1.00008×), id split 39182 / 38642 (1.0069×) — the id split is more even here than in the
     seed (the synthetic per-layer permutations decorrelate id from popularity)."""
-    lpt = P.split_report(SUMMED, 2, "lpt")
-    ids = P.split_report(SUMMED, 2, "id")
+    lpt = split_report(SUMMED, 2, "lpt")
+    ids = split_report(SUMMED, 2, "id")
     assert lpt["experts_per_rank"] == [144, 144]
     assert lpt["imbalance"] <= 1.001
     assert ids["imbalance"] > lpt["imbalance"]
@@ -167,8 +169,8 @@ def test_seed003_histogram_lpt_vs_id_split():
 def test_weighted_gives_the_faster_rank_more_experts_and_beats_id():
     # seed 003: the head node is 1.3x to 2.6x slower at identical work; rank 1 at half speed
     kw = dict(cache_gib_per_rank=20.0)
-    w = P.split_report(SUMMED, 2, "weighted", "1,0.5", **kw)
-    i = P.split_report(SUMMED, 2, "id", "1,0.5", **kw)
+    w = split_report(SUMMED, 2, "weighted", "1,0.5", **kw)
+    i = split_report(SUMMED, 2, "id", "1,0.5", **kw)
     assert w["experts_per_rank"][0] > w["experts_per_rank"][1]
     assert w["imbalance_by"]["predicted_seconds"] < i["imbalance_by"]["predicted_seconds"]
     assert max(w["predicted_step_seconds"]) < max(i["predicted_step_seconds"])
@@ -181,8 +183,8 @@ def test_weighted_gives_the_faster_rank_more_experts_and_beats_id():
 )
 def test_bytes_never_slower_than_lpt(ranks, speed, cache):
     # the bytes partition searches under the pinned hot set: it is never slower there
-    b = P.split_report(SUMMED, ranks, "bytes", speed, cache_gib_per_rank=cache, cache_policy="static")
-    lpt = P.split_report(SUMMED, ranks, "lpt", speed, cache_gib_per_rank=cache, cache_policy="static")
+    b = split_report(SUMMED, ranks, "bytes", speed, cache_gib_per_rank=cache, cache_policy="static")
+    lpt = split_report(SUMMED, ranks, "lpt", speed, cache_gib_per_rank=cache, cache_policy="static")
     assert max(b["predicted_step_seconds"]) <= max(lpt["predicted_step_seconds"]) * (1 + 1e-12)
     assert b["step_seconds"] <= lpt["step_seconds"] * (1 + 1e-12)
     assert len(b["assignment"]) == 288 and set(b["assignment"]) == set(range(ranks))
@@ -224,6 +226,7 @@ def test_one_rank_matches_roofline_plan():
                 batch=8,
                 cache_bytes_per_rank=cache,
                 cache_policy=policy,
+                context_tokens=512,
             )
             assert p.step_seconds == pytest.approx(float(ref.step_seconds[0]), rel=1e-12)
             assert p.streamed_bytes[0] == pytest.approx(float(ref.ssd_bytes_per_step[0]), rel=1e-12)
@@ -241,13 +244,23 @@ def test_hot_set_fast_path_agrees_with_step_terms():
     for cache_experts in (0.0, 3.4, 7.0, 25.0):
         cache = cache_experts * model.moe_layers * model.expert_bytes
         speed = np.array([1.0, 0.7])
-        consts = P._StepConsts.build(
+        consts = P.RankConstants.build(
             model, hw, batch=8, cache_bytes=cache, context_tokens=512, overlap="max", read_size_bytes=None
         )
         m = 1 - (1 - pi) ** 8
-        hs = P._HotSet(m, consts, speed)
+        hs = P.HotSetSearch(m, consts, speed)
         a = rng.permutation(np.repeat([0, 1], 20))
-        ref = split_plan(a, pi, model, hw, batch=8, cache_bytes_per_rank=cache, rank_speed=speed, cache_policy="static")
+        ref = split_plan(
+            a,
+            pi,
+            model,
+            hw,
+            batch=8,
+            cache_bytes_per_rank=cache,
+            rank_speed=speed,
+            cache_policy="static",
+            context_tokens=512,
+        )
         idx = [np.flatnonzero(a == r) for r in (0, 1)]
         st = [hs.rank_state(i) for i in idx]
         for r in (0, 1):
@@ -292,7 +305,7 @@ def test_fabric_term_and_overlap():
 
 
 def test_split_report_contract_is_json():
-    r = P.split_report(SUMMED, 2, "bytes", [1, 0.5], batch=8, cache_gib_per_rank=20)
+    r = split_report(SUMMED, 2, "bytes", [1, 0.5], batch=8, cache_gib_per_rank=20)
     for key in (
         "assignment",
         "load_rows",
@@ -314,10 +327,11 @@ def test_split_report_contract_is_json():
     json.dumps(r, allow_nan=False)
     # a histogram of another model: id / lpt still partition, weighted / bytes need the model
     other = DATA_DIR / "histograms" / "deepseek-v3-like.csv"
-    r = P.split_report(other, 4, "lpt")
+    r = split_report(other, 4, "lpt")
     assert r["imbalance"] < 1.001 and "predicted_step_seconds" not in r
-    with pytest.raises(ValueError, match="--model"):
-        P.split_report(other, 4, "bytes")
+    with pytest.raises(ParameterError, match="^model: ") as err:
+        split_report(other, 4, "bytes")
+    assert err.value.parameter == "model"
 
 
 @pytest.mark.parametrize(
@@ -335,14 +349,15 @@ def test_split_report_contract_is_json():
     ],
 )
 def test_bad_rank_speed(speed, match):
-    with pytest.raises(ValueError, match="--rank-speed") as err:
-        P.split_report(SUMMED, 2, "weighted", speed)
-    assert err.match(match)
+    # the library names its parameter; the CLI turns it into --rank-speed (tests/test_cli_split.py)
+    with pytest.raises(ParameterError, match="^rank_speed: ") as err:
+        split_report(SUMMED, 2, "weighted", speed)
+    assert err.match(match) and err.value.parameter == "rank_speed"
 
 
 def test_bad_histogram_and_arguments(tmp_path):
     with pytest.raises(InputError, match="no such file"):
-        P.split_report(tmp_path / "missing.csv", 2, "lpt")
+        split_report(tmp_path / "missing.csv", 2, "lpt")
     bad = tmp_path / "bad.csv"
     bad.write_text("layer,expert,count\n0,0,5\n0,1,x\n")
     bad.with_suffix(".json").write_text(
@@ -359,10 +374,10 @@ def test_bad_histogram_and_arguments(tmp_path):
         )
     )
     with pytest.raises(InputError, match=r"bad\.csv:3: count"):
-        P.split_report(bad, 2, "lpt")
-    with pytest.raises(ValueError, match="--method"):
-        P.split_report(SUMMED, 2, "random")
-    with pytest.raises(ValueError, match="--ranks"):
-        P.split_report(SUMMED, 0, "lpt")
-    with pytest.raises(ValueError, match="--ranks"):
-        P.split_report(SUMMED, 289, "lpt")
+        split_report(bad, 2, "lpt")
+    with pytest.raises(ParameterError, match="^method: "):
+        split_report(SUMMED, 2, "random")
+    with pytest.raises(ParameterError, match="^ranks: "):
+        split_report(SUMMED, 0, "lpt")
+    with pytest.raises(ParameterError, match="^ranks: "):
+        split_report(SUMMED, 289, "lpt")

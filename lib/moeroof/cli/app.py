@@ -4,6 +4,8 @@
 ``run(args) -> int``); :func:`main` runs the chosen one and maps what it raises to an exit
 status:
 
+- a library :class:`moeroof.core.errors.ParameterError`: ``error: --flag: what is wrong``, the
+  flag the subcommand maps the parameter to (``parameter_flags``), status 2;
 - a library :class:`ValueError` (:class:`moeroof.data.io.InputError`, ``FILE:ROW: FIELD: what is
   wrong``) or a bad flag value (:class:`moeroof.cli.common.UsageError`): one ``error: <message>``
   line on stderr, status 2, never a traceback;
@@ -25,6 +27,7 @@ from collections.abc import Sequence
 from moeroof import __version__
 from moeroof.cli import bench, cache, calibrate, fit, mrc, plan, presets, split, union
 from moeroof.cli.common import EXIT_INTERRUPTED
+from moeroof.core.errors import ParameterError
 
 __all__ = ["COMMANDS", "EXIT_USAGE", "build_parser", "main"]
 
@@ -55,6 +58,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
     try:
         return args.func(args)
+    except ParameterError as exc:  # a library parameter: say which flag carried it
+        flags = getattr(args, "parameter_flags", {})
+        flag = flags.get(exc.parameter, "--" + exc.parameter.replace("_", "-"))
+        print(f"error: {flag}: {exc.detail}", file=sys.stderr)
+        return EXIT_USAGE
     except ValueError as exc:  # UsageError, InputError, or a library check on the inputs (K > E, ...)
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -21,8 +21,12 @@ import numpy as np
 from moeroof.data.io import InputError, Trace
 
 __all__ = [
+    "CACHE_POLICIES",
     "EXIT_INTERRUPTED",
+    "PARTITIONS",
     "READ_PATHS",
+    "add_step_arguments",
+    "step_options",
     "UsageError",
     "emit",
     "fmt",
@@ -33,6 +37,7 @@ __all__ = [
     "parse_batch",
     "positive_float",
     "positive_int",
+    "parse_rank_speed",
     "read_trace_arg",
     "table",
 ]
@@ -42,6 +47,12 @@ EXIT_INTERRUPTED = 130
 # How `calibrate` and `bench` bypass the page cache: moeroof.witness.measure.READ_PATHS, spelled
 # out here so that building the parser imports no measurement code (tests check they agree).
 READ_PATHS = ("auto", "o_direct", "fadvise")
+
+
+# The step model's choices (moeroof.models.expert_cache.POLICIES, moeroof.models.plan.PARTITIONS),
+# spelled out so that building the parser imports no model code (tests check they agree).
+CACHE_POLICIES = ("lru", "lfu", "s3fifo", "arc", "belady", "static")
+PARTITIONS = ("id", "lpt", "weighted", "bytes")
 
 
 class UsageError(ValueError):
@@ -88,6 +99,66 @@ def parse_batch(text: str) -> list[int]:
     if not text.strip() or any(not p.strip() for p in parts):
         raise UsageError(f"--batch: expected comma-separated positive integers like 1,8,64, got {text!r}")
     return sorted({positive_int(p, "--batch") for p in parts})
+
+
+def add_step_arguments(p: Any) -> None:
+    """The flags of the one step model that ``plan`` and ``split`` share, with the same defaults,
+    so that the two commands given the same model, box, routing, cache and batch agree."""
+    p.add_argument("--cache-gib", default="0", help="expert cache per rank (box) in GiB (default 0)")
+    p.add_argument(
+        "--cache-policy",
+        default="lru",
+        choices=CACHE_POLICIES,
+        help="the cache the step sees: a policy simulated in steady state on a trace drawn from the routing "
+        "(default lru), or static: a hot set pinned from the true routing probabilities (an oracle)",
+    )
+    p.add_argument(
+        "--cache-scope",
+        default="global",
+        choices=("global", "layer"),
+        help="one cache shared by the layers (default) or one per layer",
+    )
+    p.add_argument("--context", default="4096", help="context tokens per agent (default 4096)")
+    p.add_argument(
+        "--overlap", default="max", choices=("max", "sum"), help="combine the terms by max (overlap) or sum (serial)"
+    )
+    p.add_argument("--read-size-kib", default=None, help="SSD read size in KiB (default: one expert per read)")
+    p.add_argument(
+        "--exchange",
+        default="overlapped",
+        choices=("overlapped", "serial"),
+        help="with several ranks: the expert exchange hidden under the slowest rank (default) or added after it",
+    )
+    p.add_argument("--seed", default="0", help="seed of the simulated cache traces (default 0)")
+
+
+def step_options(args: Any) -> dict[str, Any]:
+    """The shared step flags as :class:`moeroof.models.plan.Workload` keywords (SI units)."""
+    cache_gib = non_negative_float(args.cache_gib, "--cache-gib")
+    read_kib = None if args.read_size_kib is None else positive_float(args.read_size_kib, "--read-size-kib")
+    return {
+        "cache_bytes": cache_gib * 2**30,
+        "cache_policy": args.cache_policy,
+        "cache_scope": args.cache_scope,
+        "context_tokens": non_negative_int(args.context, "--context"),
+        "overlap": args.overlap,
+        "read_size_bytes": None if read_kib is None else read_kib * 2**10,
+        "fabric_overlapped": args.exchange == "overlapped",
+        "seed": non_negative_int(args.seed, "--seed"),
+    }
+
+
+def parse_rank_speed(text: str | None, ranks: int) -> tuple[float, ...] | None:
+    """``--rank-speed 1,0.6``: one positive number per rank (None when not given)."""
+    if text is None:
+        return None
+    from moeroof.core.errors import ParameterError
+    from moeroof.models.partition import parse_rank_speed as parse
+
+    try:
+        return tuple(float(x) for x in parse(text, ranks))
+    except ParameterError as err:
+        raise UsageError(f"--rank-speed: {err.detail}") from None
 
 
 def read_trace_arg(path_text: str) -> Trace:

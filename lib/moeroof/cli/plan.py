@@ -1,11 +1,14 @@
-"""``moeroof plan``: net tok/s of B agents from the decode-step roofline (SSD, memory, compute,
-fabric), what binds at each batch size, and multiples against named baselines.
+"""``moeroof plan``: net tok/s of B agents from the one step model (SSD, memory, compute, engine,
+fabric) fed by the cache simulator, what binds at each batch size, and multiples against named
+baselines.
 
 ::
 
     moeroof plan --model PRESET|FILE --hardware PRESET|FILE --batch 1,8,64 [--cache-gib X]
-                 [--context N] [--overlap max|sum] [--routing uniform|zipf:S|PATH]
-                 [--read-size-kib X] [--ranks R] [--json]
+                 [--cache-policy lru|lfu|s3fifo|arc|belady|static] [--context N]
+                 [--overlap max|sum] [--routing uniform|zipf:S|PATH] [--read-size-kib X]
+                 [--ranks R [--partition id|lpt|weighted|bytes] [--rank-speed 1,0.6]]
+                 [--min-per-agent-tok-s X] [--json]
 
 The numbers come from :func:`moeroof.models.plan.plan`; this module parses the flags into a
 :class:`~moeroof.models.plan.Workload` and prints the result.
@@ -17,13 +20,15 @@ import argparse
 from typing import Any
 
 from moeroof.cli.common import (
-    UsageError,
+    PARTITIONS,
+    add_step_arguments,
     emit,
     fmt,
     non_negative_float,
-    non_negative_int,
     parse_batch,
+    parse_rank_speed,
     positive_int,
+    step_options,
     table,
 )
 
@@ -41,57 +46,61 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--model", required=True, help="model preset name (see `moeroof presets`) or a TOML path")
     p.add_argument("--hardware", required=True, help="hardware preset name or a TOML path")
     p.add_argument("--batch", required=True, help="batch sizes, comma-separated (e.g. 1,8,64)")
-    p.add_argument("--cache-gib", default="0", help="expert cache in GiB (default 0)")
-    p.add_argument("--context", default="4096", help="context tokens per agent (default 4096)")
-    p.add_argument(
-        "--overlap", default="max", choices=("max", "sum"), help="combine the terms by max (overlap) or sum (serial)"
-    )
+    add_step_arguments(p)
     p.add_argument(
         "--routing", default="uniform", help="uniform, zipf:S, or a histogram .csv / trace .npz path (default uniform)"
     )
-    p.add_argument("--read-size-kib", default=None, help="SSD read size in KiB (default: one expert per read)")
-    p.add_argument("--ranks", default="1", help="ranks the experts are split over (fabric term when > 1; default 1)")
+    p.add_argument("--ranks", default="1", help="boxes the experts are split over (default 1)")
+    p.add_argument(
+        "--partition",
+        default="lpt",
+        choices=PARTITIONS,
+        help="how the experts are split over ranks (default lpt: DeepSeek EPLB's equal-count LPT)",
+    )
+    p.add_argument("--rank-speed", default=None, help="relative speed per rank, comma-separated (e.g. 1,0.6)")
+    p.add_argument(
+        "--min-per-agent-tok-s",
+        default=None,
+        help="admission: report admit_batch, the largest B of the grid with at least this per-agent tok/s that fits in RAM",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, parameter_flags={"rank_speed": "--rank-speed"})
 
 
 def plan_report(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``plan`` JSON object (issue 3's contract) for parsed arguments."""
-    from moeroof.core.units import to_si
+    """The ``plan`` JSON object for parsed arguments."""
     from moeroof.data.presets import load_hardware, load_model
-    from moeroof.models.plan import Workload, plan, routing_from_spec
+    from moeroof.models.plan import Workload, admission, plan, routing_from_spec
 
     batch = parse_batch(args.batch)
-    cache = non_negative_float(args.cache_gib, "--cache-gib")
-    context = non_negative_int(args.context, "--context")
-    read_kib = None if args.read_size_kib is None else non_negative_float(args.read_size_kib, "--read-size-kib")
-    if read_kib == 0:
-        raise UsageError("--read-size-kib: must be > 0")
     ranks = positive_int(args.ranks, "--ranks")
+    options = step_options(args)
+    speed = parse_rank_speed(args.rank_speed, ranks)
+    floor = (
+        None
+        if args.min_per_agent_tok_s is None
+        else non_negative_float(args.min_per_agent_tok_s, "--min-per-agent-tok-s")
+    )
     model = load_model(args.model)
     hardware = load_hardware(args.hardware)
     routing = routing_from_spec(args.routing, model)
-    workload = Workload(
-        context_tokens=context,
-        cache_bytes=to_si(cache, "GiB"),
-        overlap=args.overlap,
-        read_size_bytes=None if read_kib is None else to_si(read_kib, "KiB"),
-        ranks=ranks,
-    )
-    rep = plan(model, hardware, workload, routing, batch).to_dict()
-    rep["workload"] = {
-        "context_tokens": context,
-        "cache_bytes": to_si(cache, "GiB"),
-        "overlap": args.overlap,
-        "read_size_bytes": workload.read_size_bytes,
-        "ranks": ranks,
-    }
+    workload = Workload(ranks=ranks, partition=args.partition, rank_speed=speed, **options)
+    result = plan(model, hardware, workload, routing, batch)
+    rep = result.to_dict()
+    if floor is not None:
+        adm = admission(result, floor)
+        rep["admit_batch"] = adm["admit_batch"]
+        rep["admission"] = adm
+    rep["workload"] = {**options, "ranks": ranks, "partition": args.partition, "rank_speed": speed}
     return rep
 
 
 def print_plan(rep: dict[str, Any]) -> None:
     prov = rep["provenance"]
-    print(f"net tok/s — {rep['model']} on {rep['hardware']}, routing {rep['routing']}, overlap {rep['overlap']}")
+    ranks = rep["ranks"]
+    boxes = f"{ranks} × {rep['hardware']} ({rep['partition']} partition)" if ranks > 1 else rep["hardware"]
+    print(f"net tok/s — {rep['model']} on {boxes}, routing {rep['routing']}, overlap {rep['overlap']}")
+    print(f"expert cache: {rep['cache']}")
     print(
         f"result: {prov['result']}"
         + (f" (not witnessed: {', '.join(prov['non_witnessed'])})" if prov["non_witnessed"] else "")
@@ -104,6 +113,8 @@ def print_plan(rep: dict[str, Any]) -> None:
         "bound",
         "SSD GB/token",
         "U/layer",
+        "hit %",
+        "GiB/step",
         "B·K/U",
         "× uncoalesced",
         "× single",
@@ -122,6 +133,8 @@ def print_plan(rep: dict[str, Any]) -> None:
                 rep["bound"][i],
                 fmt(rep["ssd_bytes_per_token"][i] / 1e9, 3),
                 fmt(rep["union_per_layer"][i], 1),
+                fmt(100 * _pooled(rep["cache_hit_rate"], i), 1),
+                fmt(rep["ssd_bytes_per_step"][i] / 2**30, 2),
                 fmt(rep["coalescing_ratio"][i], 2),
                 fmt(base["uncoalesced"]["multiple"][i], 2),
                 fmt(base["single"]["multiple"][i], 2),
@@ -129,12 +142,33 @@ def print_plan(rep: dict[str, Any]) -> None:
                 "yes" if rep["fits_in_memory"][i] else "NO",
             ]
         )
-    print(table(headers, rows, ">>>><>>>>>><"))
+    print(table(headers, rows, ">>>><>>>>>>>><"))
+    if ranks > 1:
+        per = rep["per_rank_step_seconds"]
+        cells = ", ".join(
+            f"B={b}: " + " / ".join(fmt(per[r][i], 3) for r in range(ranks)) for i, b in enumerate(rep["batch"])
+        )
+        print(f"per-rank step s: {cells}")
+    if "admission" in rep:
+        adm = rep["admission"]
+        if adm["admit_batch"] is None:
+            print(f"admission: no B of the grid gives {adm['min_per_agent_tok_s']:g} tok/s per agent and fits in RAM")
+        else:
+            print(
+                f"admission: admit_batch = {adm['admit_batch']} (≥ {adm['min_per_agent_tok_s']:g} tok/s per agent: "
+                f"{adm['per_agent_tok_s']:.3g}; B·K/U = {adm['coalescing_ratio']:.2f}× against uncoalesced; "
+                f"{adm['ssd_bytes_per_token'] / 1e9:.3g} GB SSD per token)"
+            )
     for t in rep["transitions"]:
         print(f"regime change: {t['from']} → {t['to']} at B* = {t['batch']}")
     for note in rep["notes"]:
         print(f"note: {note}")
     print("multiples: net tok/s against each named baseline; B·K/U is against uncoalesced")
+
+
+def _pooled(hit: list, i: int) -> float:
+    """The hit rate at batch index i; per-rank lists (R > 1) are shown as their mean."""
+    return float(hit[i]) if not isinstance(hit[0], list) else sum(r[i] for r in hit) / len(hit)
 
 
 def run(args: argparse.Namespace) -> int:

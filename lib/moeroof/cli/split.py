@@ -4,10 +4,13 @@ decode step.
 ::
 
     moeroof split HISTOGRAM --ranks R --method id|lpt|weighted|bytes [--rank-speed 1,0.6]
-                  [--batch M] [--cache-gib X] [--model PRESET|FILE] [--hardware PRESET|FILE] [--json]
+                  [--batch M] [--cache-gib X] [--cache-policy lru|…|static] [--context N]
+                  [--model PRESET|FILE] [--hardware PRESET|FILE] [--json]
 
-The partition, the per-rank load and the step model are :func:`moeroof.models.partition.split_report`;
-this module parses the flags and prints its result.
+The partition, the per-rank load and the step model are :func:`moeroof.models.split.split_report`
+— the step model of ``moeroof plan``, with the same defaults for the flags they share, so
+``plan --ranks R --partition M`` and ``split --method M`` agree; this module parses the flags
+and prints its result.
 """
 
 from __future__ import annotations
@@ -15,9 +18,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from moeroof.cli.common import emit, fmt, non_negative_float, positive_int, table
+from moeroof.cli.common import PARTITIONS, add_step_arguments, emit, fmt, positive_int, step_options, table
 
-METHODS = ("id", "lpt", "weighted", "bytes")
+METHODS = PARTITIONS
 
 
 def add_parser(subparsers: Any) -> None:
@@ -35,33 +38,53 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--method", required=True, choices=METHODS, help="partition method")
     p.add_argument("--rank-speed", default=None, help="relative speed per rank, comma-separated (e.g. 1,0.6)")
     p.add_argument("--batch", default="8", help="concurrent streams M for the step model (default 8)")
-    p.add_argument("--cache-gib", default="0", help="expert cache per rank in GiB (default 0)")
+    add_step_arguments(p)
     p.add_argument(
         "--model", default="glm-5-nvfp4", help="model preset or TOML for the step model (default glm-5-nvfp4)"
     )
     p.add_argument("--hardware", default="gb10", help="hardware preset or TOML per rank (default gb10)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.set_defaults(func=run)
+    p.set_defaults(
+        func=run,
+        parameter_flags={
+            "rank_speed": "--rank-speed",
+            "ranks": "--ranks",
+            "method": "--method",
+            "batch": "--batch",
+            "cache_gib_per_rank": "--cache-gib",
+            "model": "--model",
+        },
+    )
 
 
 def split_report(args: argparse.Namespace) -> dict[str, Any]:
     """The ``split`` JSON object for parsed arguments (the library builds it)."""
-    from moeroof.models import partition
+    from moeroof.models.split import split_report as build
 
-    return partition.split_report(
+    options = step_options(args)
+    return build(
         args.path,
         positive_int(args.ranks, "--ranks"),
         args.method,
         args.rank_speed,
         batch=positive_int(args.batch, "--batch"),
-        cache_gib_per_rank=non_negative_float(args.cache_gib, "--cache-gib"),
+        cache_gib_per_rank=options["cache_bytes"] / 2**30,
         model=args.model,
         hardware=args.hardware,
+        context_tokens=options["context_tokens"],
+        overlap=options["overlap"],
+        fabric_overlapped=options["fabric_overlapped"],
+        read_size_bytes=options["read_size_bytes"],
+        cache_policy=options["cache_policy"],
+        cache_scope=options["cache_scope"],
+        seed=options["seed"],
     )
 
 
 def print_split(rep: dict[str, Any], source: str) -> None:
     print(f"expert split — {source}, {rep['ranks']} ranks, method {rep['method']}")
+    if "cache_policy" in rep.get("inputs", {}):
+        print(f"expert cache: {rep['inputs']['cache']}")
     headers = ["rank", "experts", "load rows"]
     pred = rep.get("predicted_step_seconds")
     if pred is not None:

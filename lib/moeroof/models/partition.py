@@ -30,7 +30,7 @@ partitions (:data:`METHODS`):
 **Step model.** A partition is judged by the one step model of :mod:`moeroof.models.plan`
 (:func:`moeroof.models.plan.split_plan` evaluates a given assignment rank by rank; ``moeroof
 plan --ranks R --partition …`` and ``moeroof split --method …`` run the same function). The
-``bytes`` partition searches under the closed-form hot-set cache (:class:`_HotSet`, the model of
+``bytes`` partition searches under the closed-form hot-set cache (:class:`HotSetSearch`, the model of
 :func:`moeroof.models.expert_cache.hot_set_misses`), turning a rank's expected union U_r and
 misses into seconds with :func:`moeroof.models.step.rank_terms` — the same arithmetic as the
 plan. Tokens are homed evenly on the ranks and each remote pick ships the hidden state there and
@@ -46,16 +46,15 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from moeroof.core.units import GiB
-from moeroof.data.io import Histogram, read_histogram
-from moeroof.data.presets import Hardware, MoEModel, load_hardware, load_model
+from moeroof.core.errors import ParameterError
+from moeroof.data.io import Histogram
+from moeroof.data.presets import Hardware, MoEModel
 from moeroof.models import step
 
 __all__ = [
@@ -69,7 +68,8 @@ __all__ = [
     "imbalance",
     "parse_rank_speed",
     "inclusion_from_histogram",
-    "split_report",
+    "RankConstants",
+    "HotSetSearch",
 ]
 
 METHODS = ("id", "lpt", "weighted", "bytes")
@@ -90,8 +90,8 @@ def imbalance(values) -> float:
 def parse_rank_speed(rank_speed, ranks: int) -> np.ndarray:
     """Validate ``--rank-speed``: ``"1,0.5"`` or a sequence of R positive finite numbers.
 
-    Raises ValueError naming ``--rank-speed`` (wrong length, non-numeric, non-positive, not
-    finite). Returns the speeds as given (float array), not normalised.
+    Raises :class:`moeroof.core.errors.ParameterError` for ``rank_speed`` (wrong length,
+    non-numeric, non-positive, not finite). Returns the speeds as given (float array), not normalised.
     """
     if isinstance(rank_speed, str):
         parts = [p.strip() for p in rank_speed.split(",")]
@@ -102,25 +102,25 @@ def parse_rank_speed(rank_speed, ranks: int) -> np.ndarray:
             else list(rank_speed)
         )
     else:
-        raise ValueError(f"--rank-speed: expected {ranks} comma-separated positive numbers, got {rank_speed!r}")
+        raise ParameterError("rank_speed", f"expected {ranks} comma-separated positive numbers, got {rank_speed!r}")
     out = []
     for j, p in enumerate(parts):
         if isinstance(p, (bool, np.bool_)):
-            raise ValueError(f"--rank-speed: entry {j} ({p!r}) is not a number")
+            raise ParameterError("rank_speed", f"entry {j} ({p!r}) is not a number")
         if isinstance(p, str):
             try:
                 x = float(p)
             except ValueError:
-                raise ValueError(f"--rank-speed: entry {j} ({p!r}) is not a number") from None
+                raise ParameterError("rank_speed", f"entry {j} ({p!r}) is not a number") from None
         elif isinstance(p, numbers.Real):
             x = float(p)
         else:
-            raise ValueError(f"--rank-speed: entry {j} ({p!r}) is not a number")
+            raise ParameterError("rank_speed", f"entry {j} ({p!r}) is not a number")
         if not math.isfinite(x) or x <= 0.0:
-            raise ValueError(f"--rank-speed: entry {j} is {p!r}; speeds must be positive finite numbers")
+            raise ParameterError("rank_speed", f"entry {j} is {p!r}; speeds must be positive finite numbers")
         out.append(x)
     if len(out) != ranks:
-        raise ValueError(f"--rank-speed: got {len(out)} speeds for {ranks} ranks (give one per rank, e.g. 1,0.5)")
+        raise ParameterError("rank_speed", f"got {len(out)} speeds for {ranks} ranks (give one per rank, e.g. 1,0.5)")
     return np.asarray(out, dtype=float)
 
 
@@ -252,7 +252,7 @@ def inclusion_from_histogram(hist: Histogram) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class _StepConsts:
+class RankConstants:
     """Everything of one rank's step that does not depend on the partition (one batch size)."""
 
     hardware: Hardware
@@ -276,7 +276,7 @@ class _StepConsts:
         context_tokens: int,
         overlap: str,
         read_size_bytes: float | None,
-    ) -> _StepConsts:
+    ) -> RankConstants:
         e = model.expert_bytes
         kv = batch * context_tokens * model.kv_bytes_per_token
         available = hardware.ram_bytes - hardware.os_reserve_bytes - model.non_routed_bytes - kv
@@ -319,7 +319,7 @@ def _normalised_speed(speeds, ranks: int) -> np.ndarray:
 # ----------------------------------------------------------------------------- bytes partition
 
 
-class _HotSet:
+class HotSetSearch:
     """Fast hot-set evaluation for the local search (same model as ``_hot_set_misses``).
 
     Per rank: ``U = L·mean_ℓ Σ m`` and ``T = L·mean_ℓ (sum of the c largest m)``, c interpolated
@@ -328,7 +328,7 @@ class _HotSet:
     (H, n_r, n_s) array expression.
     """
 
-    def __init__(self, m: np.ndarray, consts: _StepConsts, speed: np.ndarray):
+    def __init__(self, m: np.ndarray, consts: RankConstants, speed: np.ndarray):
         self.m = m  # (H, E)
         self.scale = consts.layers / m.shape[0]
         self.tot = self.scale * m.sum(axis=0)  # (E,)
@@ -398,7 +398,7 @@ class _HotSet:
         return (u - t) * self.consts.expert_bytes / self.speed[r]
 
 
-def _hot_set_key(assign: np.ndarray, hs: _HotSet, ranks: int) -> tuple[float, float]:
+def _hot_set_key(assign: np.ndarray, hs: HotSetSearch, ranks: int) -> tuple[float, float]:
     """(max_r t_r, max_r streamed_r / s_r) of an assignment under the hot-set model."""
     t, g = [], []
     for r in range(ranks):
@@ -417,7 +417,7 @@ def _better(a: tuple[float, float], b: tuple[float, float], rtol: float = 1e-12)
     return False
 
 
-def _local_search(assign: np.ndarray, hs: _HotSet, ranks: int, max_iter: int) -> np.ndarray:
+def _local_search(assign: np.ndarray, hs: HotSetSearch, ranks: int, max_iter: int) -> np.ndarray:
     """Steepest descent over swaps (a ∈ r, b ∈ s) and moves (a: r → s) from the bottleneck
     ranks (argmax t_r and argmax streamed_r/s_r); key = (max_r t_r, max_r streamed_r/s_r)."""
     a = assign.copy()
@@ -478,7 +478,7 @@ def _local_search(assign: np.ndarray, hs: _HotSet, ranks: int, max_iter: int) ->
     return a
 
 
-def _greedy_bytes(hs: _HotSet, cap: np.ndarray) -> np.ndarray:
+def _greedy_bytes(hs: HotSetSearch, cap: np.ndarray) -> np.ndarray:
     """Experts in descending expected-touch order, each to the rank with room whose predicted
     time after taking it is smallest (then streamed/speed, then the lowest rank)."""
     ranks = cap.size
@@ -529,7 +529,7 @@ def bytes_partition(
     ranks = _check_ranks(e, ranks)
     speed = _normalised_speed(rank_speed, ranks)
     load = pi.sum(axis=0) if load is None else np.asarray(load, dtype=float)
-    consts = _StepConsts.build(
+    consts = RankConstants.build(
         model,
         hardware,
         batch=int(batch),
@@ -540,7 +540,7 @@ def bytes_partition(
     )
     with np.errstate(divide="ignore"):
         m = -np.expm1(int(batch) * np.log1p(-np.clip(pi, 0.0, 1.0)))
-    hs = _HotSet(m, consts, speed)
+    hs = HotSetSearch(m, consts, speed)
     max_iter = 4 * e if max_iter is None else int(max_iter)
     starts = {"lpt": balanced_packing(load, ranks)}
     if not np.all(speed == speed[0]):
@@ -571,7 +571,7 @@ def partition(method: str, load, ranks: int, rank_speed=None, **bytes_kw: Any) -
         speed = np.ones(ranks) if rank_speed is None else np.asarray(rank_speed, dtype=float)
         _check_ranks(load.size, ranks)
         if speed.shape != (ranks,):
-            raise ValueError(f"--rank-speed: got {speed.size} speeds for {ranks} ranks")
+            raise ParameterError("rank_speed", f"got {speed.size} speeds for {ranks} ranks")
         return weighted_packing(load, speed)
     if method == "bytes":
         pi = bytes_kw.pop("pi")
@@ -579,187 +579,3 @@ def partition(method: str, load, ranks: int, rank_speed=None, **bytes_kw: Any) -
         hardware = bytes_kw.pop("hardware")
         return bytes_partition(pi, model, hardware, ranks, rank_speed=rank_speed, load=load, **bytes_kw)[0]
     raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-
-
-# ----------------------------------------------------------------------------- CLI contract
-
-
-def split_report(
-    histogram_path: str | os.PathLike[str],
-    ranks: int,
-    method: str,
-    rank_speed=None,
-    *,
-    batch: int = 8,
-    cache_gib_per_rank: float = 0.0,
-    model: str | MoEModel = "glm-5-nvfp4",
-    hardware: str | Hardware = "gb10",
-    context_tokens: int = 512,
-    overlap: str = "max",
-    fabric_overlapped: bool = True,
-    read_size_bytes: float | None = None,
-    hidden_size: int | None = None,
-    cache_policy: str = "lru",
-) -> dict[str, Any]:
-    """The ``moeroof split`` contract: a partition of a histogram's experts and its step model.
-
-    Keys: ``method``, ``ranks``, ``experts``, ``assignment`` (rank of each expert, in expert
-    order), ``experts_per_rank``, ``load_rows`` (per rank, Σ firing counts over layers),
-    ``imbalance`` (max/mean of ``load_rows``), ``imbalance_by`` (token_load, load_per_speed,
-    union, streamed_bytes, predicted_seconds), and — when the histogram matches the model
-    (E, K) — ``predicted_step_seconds`` (per rank), ``step_seconds``, ``tok_s``, ``per_rank``,
-    ``fabric``; ``inputs`` (everything used, with provenance), ``notes``. ``weighted`` and
-    ``bytes`` need the model to match (ValueError otherwise). Histogram errors are
-    :class:`moeroof.data.io.InputError` (``FILE:ROW: FIELD: …``); a bad ``rank_speed`` is a ValueError
-    naming ``--rank-speed``. The default context (512 tokens) is seed 003's cap.
-    """
-    if method not in METHODS:
-        raise ValueError(f"--method: expected one of {', '.join(METHODS)}, got {method!r}")
-    hist = read_histogram(histogram_path)
-    e = hist.experts
-    if isinstance(ranks, (bool, np.bool_)) or not isinstance(ranks, numbers.Integral) or ranks < 1:
-        raise ValueError(f"--ranks: expected a positive integer, got {ranks!r}")
-    if ranks > e:
-        raise ValueError(f"--ranks: {ranks} ranks for {e} experts (at most one rank per expert)")
-    speeds_given = None if rank_speed is None else parse_rank_speed(rank_speed, int(ranks))
-    if isinstance(batch, (bool, np.bool_)) or not isinstance(batch, numbers.Integral) or batch < 1:
-        raise ValueError(f"--batch: expected a positive integer, got {batch!r}")
-    cache_gib = float(cache_gib_per_rank)
-    if not math.isfinite(cache_gib) or cache_gib < 0:
-        raise ValueError(f"--cache-gib: expected a non-negative number, got {cache_gib_per_rank!r}")
-    mdl = model if isinstance(model, MoEModel) else load_model(model)
-    hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
-    matches = mdl.experts == e and mdl.top_k == hist.top_k
-    notes: list[str] = []
-    if hist.layers_summed:
-        notes.append(
-            "the histogram is summed over layers: π per expert is count / (layers·T), the layer "
-            "average; per-layer skew is hidden, so per-rank union and misses are those of the "
-            "averaged layer and the partition balances the layer sum only"
-        )
-    if hist.layers > 1:
-        notes.append(
-            f"one partition for all {hist.layers} layers (expert id → rank, as in seed 003); "
-            "EPLB's balanced_packing would pack each layer separately"
-        )
-    if not matches and method in ("weighted", "bytes"):
-        raise ValueError(
-            f"--model: {mdl.name} has E={mdl.experts}, K={mdl.top_k} but the histogram has "
-            f"E={e}, K={hist.top_k}; method {method!r} needs the step model (pass a matching --model)"
-        )
-    load = hist.counts.sum(axis=0).astype(float)
-    pi = inclusion_from_histogram(hist)
-    cache_bytes = cache_gib * GiB
-    speed = np.ones(int(ranks)) if speeds_given is None else speeds_given
-    plan_kw = dict(
-        batch=int(batch),
-        cache_bytes_per_rank=cache_bytes,
-        rank_speed=speed,
-        load=load,
-        context_tokens=int(context_tokens),
-        overlap=overlap,
-        read_size_bytes=read_size_bytes,
-    )
-    won = None
-    if method == "bytes":
-        assignment, won = bytes_partition(pi, mdl, hw, int(ranks), **plan_kw)
-        notes.append(
-            f"bytes: best candidate was {won!r} (starts lpt / weighted / greedy; '+search': "
-            "improved by swaps and moves under the hot-set model)"
-        )
-    else:
-        assignment = partition(method, load, int(ranks), rank_speed=speed)
-    if method == "weighted" and speeds_given is None:
-        notes.append("weighted without --rank-speed: equal speeds, the same partition as lpt")
-    if method in ("id", "lpt") and speeds_given is not None and not np.all(speed == speed[0]):
-        notes.append(f"{method} ignores --rank-speed when partitioning; the speeds enter the predicted times only")
-    load_rows = np.bincount(assignment, weights=load, minlength=int(ranks))
-    out: dict[str, Any] = {
-        "method": method,
-        "ranks": int(ranks),
-        "experts": e,
-        "assignment": [int(x) for x in assignment],
-        "experts_per_rank": [int(x) for x in np.bincount(assignment, minlength=int(ranks))],
-        "load_rows": [int(x) if float(x).is_integer() else float(x) for x in load_rows],
-        "imbalance": imbalance(load_rows),
-    }
-    inputs: dict[str, Any] = {
-        "histogram": str(hist.path),
-        "histogram_provenance": hist.provenance or "unknown",
-        "layers_summed": bool(hist.layers_summed),
-        "rank_speed": None if speeds_given is None else [float(x) for x in speeds_given],
-        "rank_speed_normalised": [float(x) for x in speed / speed.max()],
-    }
-    if matches:
-        from moeroof.models.plan import split_plan
-
-        p = split_plan(
-            assignment,
-            pi,
-            mdl,
-            hw,
-            fabric_overlapped=fabric_overlapped,
-            hidden_size=hidden_size,
-            method=method,
-            cache_policy=cache_policy,
-            **plan_kw,
-        )
-        notes.extend(p.notes)
-        out["imbalance_by"] = dict(p.imbalance)
-        out["predicted_step_seconds"] = [float(x) for x in p.rank_seconds]
-        out["step_seconds"] = float(p.step_seconds)
-        out["tok_s"] = float(p.tok_s)
-        out["slowest_rank"] = p.slowest_rank
-        out["per_rank"] = {
-            "union_pairs": [float(x) for x in p.union_pairs],
-            "missed_pairs": [float(x) for x in p.missed_pairs],
-            "streamed_bytes": [float(x) for x in p.streamed_bytes],
-            "streamed_gib": [float(x / GiB) for x in p.streamed_bytes],
-            "cache_hit": [rp.cache_hit for rp in p.per_rank],
-            "picks_per_token": [float(x) for x in p.picks_per_token],
-            "terms_seconds": {k: [float(x) for x in v] for k, v in p.terms_seconds.items()},
-            "bound": list(p.bound),
-        }
-        out["fabric"] = {
-            "bytes_per_step": p.fabric_bytes,
-            "seconds": p.fabric_seconds,
-            "remote_share": p.remote_share,
-            "overlapped": p.fabric_overlapped,
-        }
-        used_keys = ["moe_layers", "expert_bytes", "non_routed_bytes", "kv_bytes_per_token", "flops_per_token"]
-        hw_keys = ["ram_bytes", "os_reserve_bytes", "bw_mem_bytes_per_s", "flops_per_s", "bw_ssd_bytes_per_s"]
-        if p.fabric_bytes:
-            used_keys += ["hidden_size"]
-            hw_keys += ["bw_link_bytes_per_s"]
-        prov = {f"model.{k}": mdl.provenance.get(k, "assumed") for k in used_keys}
-        prov.update({f"hardware.{k}": hw.provenance.get(k, "assumed") for k in hw_keys})
-        prov["routing"] = "witnessed" if hist.provenance == "witnessed" else "projected"
-        if speeds_given is None:
-            prov["rank_speed"] = "assumed"
-        inputs.update(
-            {
-                "model": mdl.name,
-                "hardware": hw.name,
-                "batch": int(batch),
-                "cache_gib_per_rank": cache_gib,
-                "cache_experts_per_layer": p.cache_experts_per_layer,
-                "context_tokens": int(context_tokens),
-                "overlap": overlap,
-                "fabric_overlapped": bool(fabric_overlapped),
-                "read_size_bytes": read_size_bytes,
-                "cache_policy": cache_policy,
-                "provenance": prov,
-            }
-        )
-        out["provenance"] = "projected" if any(v != "witnessed" for v in prov.values()) else "witnessed-inputs"
-    else:
-        out["imbalance_by"] = {"token_load": imbalance(load_rows)}
-        notes.append(
-            f"the histogram (E={e}, K={hist.top_k}) does not match model {mdl.name} "
-            f"(E={mdl.experts}, K={mdl.top_k}): no step model, loads only"
-        )
-    out["inputs"] = inputs
-    if won is not None:
-        out["bytes_candidate"] = won
-    out["notes"] = notes
-    return out

@@ -37,7 +37,7 @@ Baselines (SPEC §2), each returned with its name:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -57,13 +57,11 @@ __all__ = [
     "RoutingProbabilities",
     "StepBreakdown",
     "Plan",
-    "SplitPlan",
     "routing_from_spec",
     "assign_experts",
     "step_breakdown",
     "step_terms",
     "plan",
-    "split_plan",
     "transitions",
     "multiple_thresholds",
     "admission",
@@ -656,190 +654,3 @@ def admission(p: Plan, min_per_agent_tok_s: float) -> dict[str, Any]:
             ssd_bytes_per_token=float(p.ssd_bytes_per_token[i]),
         )
     return out
-
-
-# ----------------------------------------------------------------------------- one batch, rank by rank
-
-
-@dataclass(frozen=True, eq=False)
-class RankPlan:
-    """One rank of a :class:`SplitPlan` (per step; bytes and seconds)."""
-
-    rank: int
-    experts: tuple[int, ...]
-    speed: float
-    load_rows: float
-    picks_per_token: float  # K_r: expected routed picks per token on this rank
-    union_pairs: float  # expected (layer, expert) pairs touched per step, all model layers
-    missed_pairs: float
-    streamed_bytes: float
-    cache_hit: float  # 1 − misses / union
-    terms_seconds: dict[str, float]  # ssd / memory / compute / engine at full speed
-    seconds: float  # combine(terms) / speed
-    bound: str
-
-
-@dataclass(frozen=True, eq=False)
-class SplitPlan:
-    """A partition evaluated by the per-rank step model (module docstring). Per-rank arrays
-    have shape (R,); ``assignment`` (E,) is the rank of each expert."""
-
-    method: str
-    ranks: int
-    batch: int
-    assignment: np.ndarray
-    experts_per_rank: np.ndarray
-    speed: np.ndarray  # normalised: fastest = 1
-    load_rows: np.ndarray
-    picks_per_token: np.ndarray
-    union_pairs: np.ndarray
-    missed_pairs: np.ndarray
-    streamed_bytes: np.ndarray
-    terms_seconds: dict[str, np.ndarray]
-    rank_seconds: np.ndarray
-    bound: tuple[str, ...]
-    cache_bytes_per_rank: float
-    cache_experts_per_layer: float
-    fabric_bytes: float
-    fabric_seconds: float
-    remote_share: float
-    fabric_overlapped: bool
-    step_seconds: float
-    tok_s: float
-    imbalance: dict[str, float]
-    notes: tuple[str, ...] = ()
-    cache_policy: str = "lru"
-
-    @property
-    def per_rank(self) -> tuple[RankPlan, ...]:
-        out = []
-        for r in range(self.ranks):
-            u, m = float(self.union_pairs[r]), float(self.missed_pairs[r])
-            out.append(
-                RankPlan(
-                    rank=r,
-                    experts=tuple(int(i) for i in np.flatnonzero(self.assignment == r)),
-                    speed=float(self.speed[r]),
-                    load_rows=float(self.load_rows[r]),
-                    picks_per_token=float(self.picks_per_token[r]),
-                    union_pairs=u,
-                    missed_pairs=m,
-                    streamed_bytes=float(self.streamed_bytes[r]),
-                    cache_hit=1.0 - m / u if u > 0 else 1.0,
-                    terms_seconds={k: float(v[r]) for k, v in self.terms_seconds.items()},
-                    seconds=float(self.rank_seconds[r]),
-                    bound=self.bound[r],
-                )
-            )
-        return tuple(out)
-
-    @property
-    def slowest_rank(self) -> int:
-        return int(np.argmax(self.rank_seconds))
-
-
-def _imbalance(values) -> float:
-    v = np.asarray(values, dtype=float)
-    mean = float(v.mean())
-    return 1.0 if mean <= 0.0 else float(v.max() / mean)
-
-
-def split_plan(
-    assignment,
-    pi: np.ndarray,
-    model: MoEModel,
-    hardware: Hardware,
-    *,
-    batch: int = 8,
-    cache_bytes_per_rank: float = 0.0,
-    rank_speed=None,
-    load=None,
-    context_tokens: int = 512,
-    overlap: str = "max",
-    fabric_overlapped: bool = True,
-    read_size_bytes: float | None = None,
-    hidden_size: int | None = None,
-    cache_policy: str = "lru",
-    cache_scope: str = "global",
-    seed: int = 0,
-    method: str = "",
-) -> SplitPlan:
-    """A given partition at one batch size, rank by rank: :func:`step_breakdown` (the same model
-    ``plan`` uses) with ``assignment``, reported per rank. ``pi`` (H, E); ``load`` (E,) firing
-    counts for ``load_rows`` (default π summed over rows); ``hidden_size`` overrides the model's.
-    The default context (512 tokens) is seed 003's cap.
-    """
-    pi = np.atleast_2d(np.asarray(pi, dtype=float))
-    a = np.asarray(assignment, dtype=np.int64)
-    if a.shape != (pi.shape[1],):
-        raise ValueError(f"assignment has shape {a.shape}, expected ({pi.shape[1]},)")
-    if a.min() < 0:
-        raise ValueError("assignment: every expert needs a rank >= 0")
-    ranks = int(a.max()) + 1
-    if rank_speed is not None:
-        ranks = max(ranks, len(rank_speed))
-    batch = int(batch)
-    if batch < 1:
-        raise ValueError(f"batch must be a positive integer, got {batch!r}")
-    if cache_bytes_per_rank < 0:
-        raise ValueError("cache per rank must be >= 0")
-    if hidden_size is not None:
-        model = replace(model, hidden_size=int(hidden_size))
-    load = pi.sum(axis=0) if load is None else np.asarray(load, dtype=float)
-    workload = Workload(
-        context_tokens=context_tokens,
-        cache_bytes=float(cache_bytes_per_rank),
-        overlap=overlap,
-        read_size_bytes=read_size_bytes,
-        ranks=ranks,
-        rank_speed=None if rank_speed is None else tuple(float(x) for x in rank_speed),
-        fabric_overlapped=fabric_overlapped,
-        cache_policy=cache_policy,
-        cache_scope=cache_scope,
-        seed=seed,
-    )
-    routing = RoutingProbabilities(pi, "split", "projected", load=load)
-    br = step_breakdown(model, hardware, workload, routing, [batch], assignment=a)
-    st = br.step
-    speed = br.speed
-    union, missed = br.union_pairs[:, 0], br.missed_pairs[:, 0]
-    streamed = br.ssd_bytes[:, 0]
-    rank_s = st.rank_seconds[:, 0]
-    terms = {k: v[:, 0] for k, v in st.terms.items()}
-    load_rows = np.bincount(a, weights=load, minlength=ranks)
-    imb = {
-        "token_load": _imbalance(load_rows),
-        "load_per_speed": float((load_rows / speed).max() / (load_rows.sum() / speed.sum()))
-        if load_rows.sum() > 0
-        else 1.0,
-        "union": _imbalance(union),
-        "streamed_bytes": _imbalance(streamed),
-        "predicted_seconds": _imbalance(rank_s),
-    }
-    fabric_bytes = float(br.fabric_bytes[0])
-    return SplitPlan(
-        method=method,
-        ranks=ranks,
-        batch=batch,
-        assignment=a,
-        experts_per_rank=np.bincount(a, minlength=ranks),
-        speed=speed,
-        load_rows=load_rows,
-        picks_per_token=br.picks_per_token,
-        union_pairs=union,
-        missed_pairs=missed,
-        streamed_bytes=streamed,
-        terms_seconds=terms,
-        rank_seconds=rank_s,
-        bound=tuple(row[0] for row in st.rank_bound),
-        cache_bytes_per_rank=float(cache_bytes_per_rank),
-        cache_experts_per_layer=float(br.cache_experts_per_layer[0]),
-        fabric_bytes=fabric_bytes,
-        fabric_seconds=float(st.fabric_seconds[0]),
-        remote_share=(ranks - 1) / ranks if ranks > 1 else 0.0,
-        fabric_overlapped=bool(fabric_overlapped),
-        step_seconds=float(st.step_seconds[0]),
-        tok_s=batch / float(st.step_seconds[0]),
-        imbalance=imb,
-        cache_policy=cache_policy,
-    )

@@ -12,7 +12,7 @@ one function built on :mod:`moeroof.models.partition`, :mod:`moeroof.models.cach
   streamed per step, and the cost of synchronising the ranks at every MoE layer.
 - :func:`slowdown_sweep` — the pair's predicted step time when one rank (the head node) is
   ``s`` times slower at identical work, for each partition method, under the per-rank step
-  model of :func:`moeroof.models.partition.split_plan`; :func:`fluid_gain` is the divisible-work
+  model of :func:`moeroof.models.split.split_plan`; :func:`fluid_gain` is the divisible-work
   reference.
 - :func:`pair_vs_booster` — the pair against one booster at the same M and cache per node:
   simulated hit rate and streamed GiB (:func:`moeroof.studies.ladder.run_cases`) turned into step times
@@ -32,14 +32,14 @@ import numpy as np
 
 from moeroof.core.units import GiB
 from moeroof.data.presets import Hardware, MoEModel
-from moeroof.models import cache
+from moeroof.models import cache, step
 from moeroof.models.partition import (
     balanced_packing,
     contiguous_split,
     imbalance,
     partition,
-    split_plan,
 )
+from moeroof.models.split import split_plan
 from moeroof.studies import ladder
 
 __all__ = [
@@ -343,15 +343,18 @@ def slowdown_sweep(
     bytes_max_iter: int | None = 30,
     **plan_kw,
 ) -> SlowdownSweep:
-    """The pair's step (:func:`moeroof.models.partition.split_plan`) when rank ``head_rank`` runs
+    """The pair's step (:func:`moeroof.models.split.split_plan`) when rank ``head_rank`` runs
     ``s`` times slower than the others at identical work (speed ``1/s``), for each method.
 
     ``id`` and ``lpt`` ignore the speeds (the same partition at every s); ``weighted`` gives the
     slow rank ``≈ E/(1+s)`` experts (two ranks) and packs the load to finish together;
     ``bytes`` searches for the partition that minimises the slowest rank's predicted time
     (:func:`moeroof.models.partition.bytes_partition`, local search capped at ``bytes_max_iter``
-    improving moves per start: the first few dozen moves give nearly all of the gain).
+    improving moves per start: the first few dozen moves give nearly all of the gain). The cache
+    is the pinned hot set (``cache_policy="static"``, the model the ``bytes`` search optimises)
+    unless ``plan_kw`` names another policy.
     """
+    plan_kw = {"cache_policy": "static", **plan_kw}
     s_grid = np.asarray(slowdowns, dtype=float)
     if np.any(~np.isfinite(s_grid)) or np.any(s_grid < 1.0):
         raise ValueError("slowdowns must be finite and >= 1")
@@ -377,7 +380,7 @@ def slowdown_sweep(
                     batch=batch,
                     cache_bytes_per_rank=cache_bytes,
                     max_iter=bytes_max_iter,
-                    **plan_kw,
+                    **{k: v for k, v in plan_kw.items() if k in ("context_tokens", "overlap", "read_size_bytes")},
                 )
                 if m == "bytes"
                 else {}
@@ -478,7 +481,8 @@ def pair_vs_booster(
 
     Hit rate and GiB streamed per step per rank: :func:`moeroof.studies.ladder.run_cases` (LRU, one
     cache of ``cache_gib`` per node, the seed's 3 + 10 step protocol, ``knobs`` fitted to the
-    pair's 20 and 80 GiB rows only). Each rank's step (the per-rank roofline, max overlap)::
+    pair's 20 and 80 GiB rows only). Each rank's step goes through the one step model
+    (:func:`moeroof.models.step.evaluate`, max overlap)::
 
         ssd     = streamed_bytes / BW_ssd(read size)          (read size: one expert, e, by default)
         memory  = (NR + U_rank·L·e + M·ctx·kv) / BW_mem
@@ -502,7 +506,19 @@ def pair_vs_booster(
     read = e_model if read_size_bytes is None else float(read_size_bytes)
     bw_ssd = float(hardware.ssd_bandwidth(read))
     mem_base = float(model.non_routed_bytes) + streams * context_tokens * float(model.kv_bytes_per_token)
-    compute = streams * float(model.flops_per_token) / float(hardware.flops_per_s)
+    flops = streams * float(model.flops_per_token)
+
+    def rank_step(gib: np.ndarray, ws_gib: np.ndarray) -> step.Step:
+        """One rank's step through the one step model, for each (streamed, working set) pair."""
+        work = step.RankWork(
+            ssd_bytes=np.asarray(gib) * GiB,
+            mem_bytes=mem_base + np.asarray(ws_gib) * GiB,
+            flops=np.full(np.size(gib), flops),
+            agent_tokens=np.full(np.size(gib), float(streams)),
+            read_size_bytes=read,
+        )
+        return step.evaluate(hardware, [work], overlap="max")
+
     per_seed_steps: dict[str, list[float]] = {"booster": [], "pair": []}
     arrs = {}
     for j, name in enumerate(("booster", "pair")):
@@ -510,16 +526,11 @@ def pair_vs_booster(
         gib_seed = np.array([max(x.rank_gib_streamed_per_step) for x in res])
         hit_seed = np.array([x.hit_rate for x in res])
         ws_seed = np.array([x.rank_union_per_layer * layers * ladder.expert_bytes(layers) / GiB for x in res])
-        for g, ws in zip(gib_seed, ws_seed):
-            t = (g * GiB / bw_ssd, (mem_base + ws * GiB) / float(hardware.bw_mem_bytes_per_s), compute)
-            per_seed_steps[name].append(max(t))
+        per_seed_steps[name] = list(rank_step(gib_seed, ws_seed).step_seconds)
         g, ws = float(gib_seed.mean()), float(ws_seed.mean())
-        terms = {
-            "ssd": g * GiB / bw_ssd,
-            "memory": (mem_base + ws * GiB) / float(hardware.bw_mem_bytes_per_s),
-            "compute": compute,
-        }
-        b = max(terms, key=terms.get)
+        st = rank_step(np.array([g]), np.array([ws]))
+        terms = {k: float(v[0, 0]) for k, v in st.terms.items()}
+        b = st.bound[0]
         arrs[name] = Arrangement(
             name="one booster, all 288 experts" if name == "booster" else "pair, id split 144/144",
             ranks=cases[j].ranks,
@@ -530,7 +541,7 @@ def pair_vs_booster(
             gib_range=(float(gib_seed.min()), float(gib_seed.max())),
             working_set_gib=ws,
             terms_seconds=terms,
-            step_seconds=terms[b],
+            step_seconds=float(st.step_seconds[0]),
             bound=b,
         )
     per_seed_ratio = np.array(per_seed_steps["booster"]) / np.array(per_seed_steps["pair"])

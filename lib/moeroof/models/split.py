@@ -1,0 +1,413 @@
+"""A partition evaluated rank by rank at one batch size: ``moeroof split`` (SPEC §6, seed 003).
+
+:func:`split_plan` runs :func:`moeroof.models.plan.step_breakdown` — the same step model and
+cache as ``moeroof plan`` — on a given assignment of experts to ranks and reports each rank: its
+experts, token load, expected union and misses, streamed bytes, terms and seconds, and the
+imbalance by each measure (``max / mean`` over ranks of token load, load per unit speed, union,
+streamed bytes and predicted seconds). ``moeroof plan --ranks R --partition M`` and
+``moeroof split --method M`` with the same model, box, histogram, cache and batch therefore
+report the same per-rank step seconds. :func:`split_report` is the ``split`` command's JSON
+object built from a histogram file.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from moeroof.core.errors import ParameterError
+from moeroof.core.units import GiB
+from moeroof.data.io import read_histogram
+from moeroof.data.presets import Hardware, MoEModel, load_hardware, load_model
+from moeroof.models.expert_cache import policy_label
+from moeroof.models.partition import (
+    METHODS,
+    bytes_partition,
+    imbalance,
+    inclusion_from_histogram,
+    parse_rank_speed,
+    partition,
+)
+from moeroof.models.plan import RoutingProbabilities, Workload, step_breakdown
+
+__all__ = ["RankPlan", "SplitPlan", "split_plan", "split_report"]
+
+
+@dataclass(frozen=True, eq=False)
+class RankPlan:
+    """One rank of a :class:`SplitPlan` (per step; bytes and seconds)."""
+
+    rank: int
+    experts: tuple[int, ...]
+    speed: float
+    load_rows: float
+    picks_per_token: float  # K_r: expected routed picks per token on this rank
+    union_pairs: float  # expected (layer, expert) pairs touched per step, all model layers
+    missed_pairs: float
+    streamed_bytes: float
+    cache_hit: float  # 1 − misses / union
+    terms_seconds: dict[str, float]  # ssd / memory / compute / engine at full speed
+    seconds: float  # combine(terms) / speed
+    bound: str
+
+
+@dataclass(frozen=True, eq=False)
+class SplitPlan:
+    """A partition evaluated by the per-rank step model (module docstring). Per-rank arrays
+    have shape (R,); ``assignment`` (E,) is the rank of each expert."""
+
+    method: str
+    ranks: int
+    batch: int
+    assignment: np.ndarray
+    experts_per_rank: np.ndarray
+    speed: np.ndarray  # normalised: fastest = 1
+    load_rows: np.ndarray
+    picks_per_token: np.ndarray
+    union_pairs: np.ndarray
+    missed_pairs: np.ndarray
+    streamed_bytes: np.ndarray
+    terms_seconds: dict[str, np.ndarray]
+    rank_seconds: np.ndarray
+    bound: tuple[str, ...]
+    cache_bytes_per_rank: float
+    cache_experts_per_layer: float
+    fabric_bytes: float
+    fabric_seconds: float
+    remote_share: float
+    fabric_overlapped: bool
+    step_seconds: float
+    tok_s: float
+    imbalance: dict[str, float]
+    notes: tuple[str, ...] = ()
+    cache_policy: str = "lru"
+
+    @property
+    def per_rank(self) -> tuple[RankPlan, ...]:
+        out = []
+        for r in range(self.ranks):
+            u, m = float(self.union_pairs[r]), float(self.missed_pairs[r])
+            out.append(
+                RankPlan(
+                    rank=r,
+                    experts=tuple(int(i) for i in np.flatnonzero(self.assignment == r)),
+                    speed=float(self.speed[r]),
+                    load_rows=float(self.load_rows[r]),
+                    picks_per_token=float(self.picks_per_token[r]),
+                    union_pairs=u,
+                    missed_pairs=m,
+                    streamed_bytes=float(self.streamed_bytes[r]),
+                    cache_hit=1.0 - m / u if u > 0 else 1.0,
+                    terms_seconds={k: float(v[r]) for k, v in self.terms_seconds.items()},
+                    seconds=float(self.rank_seconds[r]),
+                    bound=self.bound[r],
+                )
+            )
+        return tuple(out)
+
+    @property
+    def slowest_rank(self) -> int:
+        return int(np.argmax(self.rank_seconds))
+
+
+def _imbalance(values) -> float:
+    v = np.asarray(values, dtype=float)
+    mean = float(v.mean())
+    return 1.0 if mean <= 0.0 else float(v.max() / mean)
+
+
+def split_plan(
+    assignment,
+    pi: np.ndarray,
+    model: MoEModel,
+    hardware: Hardware,
+    *,
+    batch: int = 8,
+    cache_bytes_per_rank: float = 0.0,
+    rank_speed=None,
+    load=None,
+    context_tokens: int = 4096,
+    overlap: str = "max",
+    fabric_overlapped: bool = True,
+    read_size_bytes: float | None = None,
+    hidden_size: int | None = None,
+    cache_policy: str = "lru",
+    cache_scope: str = "global",
+    seed: int = 0,
+    method: str = "",
+) -> SplitPlan:
+    """A given partition at one batch size, rank by rank: :func:`step_breakdown` (the same model
+    ``plan`` uses) with ``assignment``, reported per rank. ``pi`` (H, E); ``load`` (E,) firing
+    counts for ``load_rows`` (default π summed over rows); ``hidden_size`` overrides the model's.
+    The default context (4096 tokens) is ``moeroof plan``'s; seed 003 capped it at 512.
+    """
+    pi = np.atleast_2d(np.asarray(pi, dtype=float))
+    a = np.asarray(assignment, dtype=np.int64)
+    if a.shape != (pi.shape[1],):
+        raise ValueError(f"assignment has shape {a.shape}, expected ({pi.shape[1]},)")
+    if a.min() < 0:
+        raise ValueError("assignment: every expert needs a rank >= 0")
+    ranks = int(a.max()) + 1
+    if rank_speed is not None:
+        ranks = max(ranks, len(rank_speed))
+    batch = int(batch)
+    if batch < 1:
+        raise ValueError(f"batch must be a positive integer, got {batch!r}")
+    if cache_bytes_per_rank < 0:
+        raise ValueError("cache per rank must be >= 0")
+    if hidden_size is not None:
+        model = replace(model, hidden_size=int(hidden_size))
+    load = pi.sum(axis=0) if load is None else np.asarray(load, dtype=float)
+    workload = Workload(
+        context_tokens=context_tokens,
+        cache_bytes=float(cache_bytes_per_rank),
+        overlap=overlap,
+        read_size_bytes=read_size_bytes,
+        ranks=ranks,
+        rank_speed=None if rank_speed is None else tuple(float(x) for x in rank_speed),
+        fabric_overlapped=fabric_overlapped,
+        cache_policy=cache_policy,
+        cache_scope=cache_scope,
+        seed=seed,
+    )
+    routing = RoutingProbabilities(pi, "split", "projected", load=load)
+    br = step_breakdown(model, hardware, workload, routing, [batch], assignment=a)
+    st = br.step
+    speed = br.speed
+    union, missed = br.union_pairs[:, 0], br.missed_pairs[:, 0]
+    streamed = br.ssd_bytes[:, 0]
+    rank_s = st.rank_seconds[:, 0]
+    terms = {k: v[:, 0] for k, v in st.terms.items()}
+    load_rows = np.bincount(a, weights=load, minlength=ranks)
+    imb = {
+        "token_load": _imbalance(load_rows),
+        "load_per_speed": float((load_rows / speed).max() / (load_rows.sum() / speed.sum()))
+        if load_rows.sum() > 0
+        else 1.0,
+        "union": _imbalance(union),
+        "streamed_bytes": _imbalance(streamed),
+        "predicted_seconds": _imbalance(rank_s),
+    }
+    fabric_bytes = float(br.fabric_bytes[0])
+    return SplitPlan(
+        method=method,
+        ranks=ranks,
+        batch=batch,
+        assignment=a,
+        experts_per_rank=np.bincount(a, minlength=ranks),
+        speed=speed,
+        load_rows=load_rows,
+        picks_per_token=br.picks_per_token,
+        union_pairs=union,
+        missed_pairs=missed,
+        streamed_bytes=streamed,
+        terms_seconds=terms,
+        rank_seconds=rank_s,
+        bound=tuple(row[0] for row in st.rank_bound),
+        cache_bytes_per_rank=float(cache_bytes_per_rank),
+        cache_experts_per_layer=float(br.cache_experts_per_layer[0]),
+        fabric_bytes=fabric_bytes,
+        fabric_seconds=float(st.fabric_seconds[0]),
+        remote_share=(ranks - 1) / ranks if ranks > 1 else 0.0,
+        fabric_overlapped=bool(fabric_overlapped),
+        step_seconds=float(st.step_seconds[0]),
+        tok_s=batch / float(st.step_seconds[0]),
+        imbalance=imb,
+        cache_policy=cache_policy,
+    )
+
+
+# ----------------------------------------------------------------------------- the split report
+
+
+def split_report(
+    histogram_path: str | os.PathLike[str],
+    ranks: int,
+    method: str,
+    rank_speed=None,
+    *,
+    batch: int = 8,
+    cache_gib_per_rank: float = 0.0,
+    model: str | MoEModel = "glm-5-nvfp4",
+    hardware: str | Hardware = "gb10",
+    context_tokens: int = 4096,
+    overlap: str = "max",
+    fabric_overlapped: bool = True,
+    read_size_bytes: float | None = None,
+    hidden_size: int | None = None,
+    cache_policy: str = "lru",
+    cache_scope: str = "global",
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The ``moeroof split`` contract: a partition of a histogram's experts and its step model.
+
+    Keys: ``method``, ``ranks``, ``experts``, ``assignment`` (rank of each expert, in expert
+    order), ``experts_per_rank``, ``load_rows`` (per rank, Σ firing counts over layers),
+    ``imbalance`` (max/mean of ``load_rows``), ``imbalance_by`` (token_load, load_per_speed,
+    union, streamed_bytes, predicted_seconds), and — when the histogram matches the model
+    (E, K) — ``predicted_step_seconds`` (per rank), ``step_seconds``, ``tok_s``, ``per_rank``,
+    ``fabric``; ``inputs`` (everything used, with provenance), ``notes``. ``weighted`` and
+    ``bytes`` need the model to match. Histogram errors are :class:`moeroof.data.io.InputError`
+    (``FILE:ROW: FIELD: …``); a bad parameter is a :class:`moeroof.core.errors.ParameterError`
+    naming it. The defaults (context 4096 tokens, max overlap, LRU cache) are ``moeroof plan``'s,
+    so the two commands agree; seed 003 capped its context at 512 tokens.
+    """
+    if method not in METHODS:
+        raise ParameterError("method", f"expected one of {', '.join(METHODS)}, got {method!r}")
+    hist = read_histogram(histogram_path)
+    e = hist.experts
+    if isinstance(ranks, (bool, np.bool_)) or not isinstance(ranks, numbers.Integral) or ranks < 1:
+        raise ParameterError("ranks", f"expected a positive integer, got {ranks!r}")
+    if ranks > e:
+        raise ParameterError("ranks", f"{ranks} ranks for {e} experts (at most one rank per expert)")
+    speeds_given = None if rank_speed is None else parse_rank_speed(rank_speed, int(ranks))
+    if isinstance(batch, (bool, np.bool_)) or not isinstance(batch, numbers.Integral) or batch < 1:
+        raise ParameterError("batch", f"expected a positive integer, got {batch!r}")
+    cache_gib = float(cache_gib_per_rank)
+    if not math.isfinite(cache_gib) or cache_gib < 0:
+        raise ParameterError("cache_gib_per_rank", f"expected a non-negative number, got {cache_gib_per_rank!r}")
+    mdl = model if isinstance(model, MoEModel) else load_model(model)
+    hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
+    matches = mdl.experts == e and mdl.top_k == hist.top_k
+    notes: list[str] = []
+    if hist.layers_summed:
+        notes.append(
+            "the histogram is summed over layers: π per expert is count / (layers·T), the layer "
+            "average; per-layer skew is hidden, so per-rank union and misses are those of the "
+            "averaged layer and the partition balances the layer sum only"
+        )
+    if hist.layers > 1:
+        notes.append(
+            f"one partition for all {hist.layers} layers (expert id → rank, as in seed 003); "
+            "EPLB's balanced_packing would pack each layer separately"
+        )
+    if not matches and method in ("weighted", "bytes"):
+        raise ParameterError(
+            "model",
+            f"{mdl.name} has E={mdl.experts}, K={mdl.top_k} but the histogram has "
+            f"E={e}, K={hist.top_k}; method {method!r} needs the step model (give a matching model)",
+        )
+    load = hist.counts.sum(axis=0).astype(float)
+    pi = inclusion_from_histogram(hist)
+    cache_bytes = cache_gib * GiB
+    speed = np.ones(int(ranks)) if speeds_given is None else speeds_given
+    plan_kw = dict(
+        batch=int(batch),
+        cache_bytes_per_rank=cache_bytes,
+        rank_speed=speed,
+        load=load,
+        context_tokens=int(context_tokens),
+        overlap=overlap,
+        read_size_bytes=read_size_bytes,
+    )
+    won = None
+    if method == "bytes":
+        assignment, won = bytes_partition(pi, mdl, hw, int(ranks), **plan_kw)
+        notes.append(
+            f"bytes: best candidate was {won!r} (starts lpt / weighted / greedy; '+search': "
+            "improved by swaps and moves under the hot-set model)"
+        )
+    else:
+        assignment = partition(method, load, int(ranks), rank_speed=speed)
+    if method == "weighted" and speeds_given is None:
+        notes.append("weighted without --rank-speed: equal speeds, the same partition as lpt")
+    if method in ("id", "lpt") and speeds_given is not None and not np.all(speed == speed[0]):
+        notes.append(f"{method} ignores --rank-speed when partitioning; the speeds enter the predicted times only")
+    load_rows = np.bincount(assignment, weights=load, minlength=int(ranks))
+    out: dict[str, Any] = {
+        "method": method,
+        "ranks": int(ranks),
+        "experts": e,
+        "assignment": [int(x) for x in assignment],
+        "experts_per_rank": [int(x) for x in np.bincount(assignment, minlength=int(ranks))],
+        "load_rows": [int(x) if float(x).is_integer() else float(x) for x in load_rows],
+        "imbalance": imbalance(load_rows),
+    }
+    inputs: dict[str, Any] = {
+        "histogram": str(hist.path),
+        "histogram_provenance": hist.provenance or "unknown",
+        "layers_summed": bool(hist.layers_summed),
+        "rank_speed": None if speeds_given is None else [float(x) for x in speeds_given],
+        "rank_speed_normalised": [float(x) for x in speed / speed.max()],
+    }
+    if matches:
+        p = split_plan(
+            assignment,
+            pi,
+            mdl,
+            hw,
+            fabric_overlapped=fabric_overlapped,
+            hidden_size=hidden_size,
+            method=method,
+            cache_policy=cache_policy,
+            cache_scope=cache_scope,
+            seed=seed,
+            **plan_kw,
+        )
+        notes.extend(p.notes)
+        out["imbalance_by"] = dict(p.imbalance)
+        out["predicted_step_seconds"] = [float(x) for x in p.rank_seconds]
+        out["step_seconds"] = float(p.step_seconds)
+        out["tok_s"] = float(p.tok_s)
+        out["slowest_rank"] = p.slowest_rank
+        out["per_rank"] = {
+            "union_pairs": [float(x) for x in p.union_pairs],
+            "missed_pairs": [float(x) for x in p.missed_pairs],
+            "streamed_bytes": [float(x) for x in p.streamed_bytes],
+            "streamed_gib": [float(x / GiB) for x in p.streamed_bytes],
+            "cache_hit": [rp.cache_hit for rp in p.per_rank],
+            "picks_per_token": [float(x) for x in p.picks_per_token],
+            "terms_seconds": {k: [float(x) for x in v] for k, v in p.terms_seconds.items()},
+            "bound": list(p.bound),
+        }
+        out["fabric"] = {
+            "bytes_per_step": p.fabric_bytes,
+            "seconds": p.fabric_seconds,
+            "remote_share": p.remote_share,
+            "overlapped": p.fabric_overlapped,
+        }
+        used_keys = ["moe_layers", "expert_bytes", "non_routed_bytes", "kv_bytes_per_token", "flops_per_token"]
+        hw_keys = ["ram_bytes", "os_reserve_bytes", "bw_mem_bytes_per_s", "flops_per_s", "bw_ssd_bytes_per_s"]
+        if p.fabric_bytes:
+            used_keys += ["hidden_size"]
+            hw_keys += ["bw_link_bytes_per_s"]
+        prov = {f"model.{k}": mdl.provenance.get(k, "assumed") for k in used_keys}
+        prov.update({f"hardware.{k}": hw.provenance.get(k, "assumed") for k in hw_keys})
+        prov["routing"] = "witnessed" if hist.provenance == "witnessed" else "projected"
+        if speeds_given is None:
+            prov["rank_speed"] = "assumed"
+        inputs.update(
+            {
+                "model": mdl.name,
+                "hardware": hw.name,
+                "batch": int(batch),
+                "cache_gib_per_rank": cache_gib,
+                "cache_experts_per_layer": p.cache_experts_per_layer,
+                "context_tokens": int(context_tokens),
+                "overlap": overlap,
+                "fabric_overlapped": bool(fabric_overlapped),
+                "read_size_bytes": read_size_bytes,
+                "cache_policy": cache_policy,
+                "cache_scope": cache_scope,
+                "cache": policy_label(cache_policy),
+                "seed": int(seed),
+                "provenance": prov,
+            }
+        )
+        out["provenance"] = "projected" if any(v != "witnessed" for v in prov.values()) else "witnessed-inputs"
+    else:
+        out["imbalance_by"] = {"token_load": imbalance(load_rows)}
+        notes.append(
+            f"the histogram (E={e}, K={hist.top_k}) does not match model {mdl.name} "
+            f"(E={mdl.experts}, K={mdl.top_k}): no step model, loads only"
+        )
+    out["inputs"] = inputs
+    if won is not None:
+        out["bytes_candidate"] = won
+    out["notes"] = notes
+    return out

@@ -43,15 +43,15 @@ import numpy as np
 import pandas as pd
 
 import moeroof
-from moeroof.core.paths import DATA_DIR
 from moeroof.core.units import GiB, gib
 from moeroof.data.presets import load_hardware, load_model
 from moeroof.models.plan import Workload, multiple_thresholds, plan, routing_from_spec
 from moeroof.present.plots import provenance_label, save_figure, shade_regimes, style
 from moeroof.studies.validation import (
     BIGRIG_SCALING,
-    COLIBRI_COLD_TOKEN_BYTES,
-    scaling_check,
+    bigrig_engine_fit,
+    bigrig_roofline_check,
+    comparisons,
     single_stream_predictions,
 )
 
@@ -151,72 +151,99 @@ claim.round(2)
 
 # %% [markdown]
 # ## Validation against published measurements
-# Each row names what it calibrates on (one quantity at most) and what it predicts. Sources:
-# VALIDATION.md (colibri and bigrig are hobby projects). Errors are shown as they are.
+# Every comparison of VALIDATION.md the model is held against (`moeroof.studies.validation.comparisons`,
+# the same rows the tests pin in bands). Each names what it calibrates on; a **consistency** row
+# only reproduces its own calibration point, a **prediction** row used none of its measured
+# values, and its error is shown whatever it is. The cache follows each source's engine:
+# colibri's i5 runs one LRU per layer (simulated); colibri's EPYC "77.5 GB pinned" and bigrig's
+# "44 of 128 experts cached" are pinned sets, which the model pins from the true routing
+# probabilities (an oracle); the cold rows, seed 000 and the H200 bench cache nothing. colibri
+# and bigrig are hobby projects; seed 000 and the H200 bench are witnessed.
 
 # %%
 if validate:
-    glm = load_model("glm-5.2")
-    cold = glm.moe_layers * glm.top_k * glm.expert_bytes
-    print(
-        f"GLM-5.2 cold-token bytes: model {cold / 1e9:.2f} GB vs published ~{COLIBRI_COLD_TOKEN_BYTES.value / 1e9:.0f} GB "
-        f"({COLIBRI_COLD_TOKEN_BYTES.source}); error {cold / COLIBRI_COLD_TOKEN_BYTES.value - 1:+.1%}"
+    from IPython.display import Markdown, display
+
+    comps = comparisons()
+    val = pd.DataFrame([row for c in comps for row in c.rows()])
+    pred = val[val.role == "prediction"]
+    single = {r["key"]: r for r in single_stream_predictions()}
+    fit16, fit2 = (bigrig_engine_fit(cal)[1] for cal in ((1, 16), (1, 2)))
+    roof = {term: bigrig_roofline_check(h, term) for h, term in (("pinned-44", "ssd"), ("resident", "memory"))}
+    worst = pred.loc[pred.relative_error.abs().idxmax()]
+    held16 = [(b, e) for b, e, r in zip(fit16["batch"], fit16["relative_error"], fit16["role"]) if r == "prediction"]
+    summary = (
+        f"**Validation in short.** {len(pred)} predicted points from "
+        f"{pred.key.nunique()} comparisons with published measurements: median |error| {pred.relative_error.abs().median():.0%}, "
+        f"{int((pred.relative_error.abs() <= 0.25).sum())} within ±25 %. "
+        f"Single stream (GLM-5.2): colibri's i5 {single['colibri-i5']['tok_s_predicted']:.2f} tok/s predicted "
+        f"against 0.98 measured ({single['colibri-i5']['relative_error']:+.0%}), seed 000's CPU box "
+        f"{single['seed-cpu-only']['tok_s_predicted']:.2f} against 0.243 "
+        f"({single['seed-cpu-only']['relative_error']:+.0%}); the largest miss is {worst.key} at B={int(worst.B)} "
+        f"({worst.relative_error:+.0%}: {worst.predicted:.3g} predicted against {worst.measured:.3g}). "
+        f"bigrig's curve: engine terms fitted on B=1 and 16 (c0 = {fit16['c0'] * 1e3:.1f} ms per step, "
+        f"c1 = {fit16['c1'] * 1e3:.2f} ms per agent-token, the engine term binding at every B) predict "
+        + ", ".join(f"B={b} {e:+.0%}" for b, e in held16)
+        + f"; fitted on B=1 and 2 they extrapolate B=16 at {fit2['relative_error'][-1]:+.0%}; the roofline alone "
+        f"(one bandwidth fitted at B=1) misses by up to {min(min(c['relative_error']) for c in roof.values()):+.0%}. "
+        f"The witnessed H200 bench: union within "
+        f"{val[val.key == 'h200-union'].relative_error.abs().max():.0%}, uncoalesced within "
+        f"{val[val.key == 'h200-uncoalesced'].relative_error.abs().max():.0%}, coalesced over-predicted by "
+        f"{val[val.key == 'h200-coalesced'].relative_error.min():.0%}–{val[val.key == 'h200-coalesced'].relative_error.max():.0%}."
     )
-    single = pd.DataFrame(single_stream_predictions())
-    display_cols = [
-        "setup",
-        "hardware",
-        "calibrated_on",
-        "hit_rate_model",
-        "tok_s_measured",
-        "tok_s_predicted",
-        "relative_error",
-        "bound",
-        "source",
-    ]
-    single_table = single[display_cols].round(3)
+    display(Markdown(summary))
+    val_table = val[["key", "role", "B", "measured", "predicted", "relative_error", "calibrated_on", "cache", "source"]]
 else:
-    single_table = "validation skipped"
-single_table
+    val_table = "validation skipped"
+val_table
 
 # %% [markdown]
-# The bigrig curve (Qwen3-30B-A3B 3-bit on an Apple M4, 44 of 128 experts cached): calibrate
-# one term's bandwidth at B = 1, predict B = 2…16. Two hypotheses: the experts that miss the
-# hot set page-fault in through mmap (the SSD term), or every expert is RAM-resident and the
-# memory term binds. Routing: the embedded Qwen3-30B-A3B-like trace.
+# The bigrig curve (Qwen3-30B-A3B 3-bit on an Apple M4): aggregate tok/s rises with concurrency.
+# With the presets as they are, 44 pinned experts and the misses page-faulted at the preset's
+# 0.70 GB/s give 2.5 tok/s at B = 1 against the measured 17.17: no engine term can fit that (it
+# only adds time), so the experts must be served from memory (the 3-bit model's 12.7 GB fit the
+# box: 44 pinned, the rest in the page cache). On that box the engine terms c0 + c1·B are fitted
+# on two points and the other three predicted; beside them the roofline alone, one bandwidth
+# fitted at B = 1. Open markers: the points each fit used. Routing: the embedded
+# Qwen3-30B-A3B-like trace (synthetic).
 
 # %%
 if validate:
-    qm = load_model("qwen3-30b-a3b-3bit")
-    qhw = load_hardware("apple-m4")
-    qr = routing_from_spec(str(DATA_DIR / "traces" / "qwen3-30b-a3b-like.npz"), qm)
     ref = BIGRIG_SCALING.value
-    checks = []
-    for label, cached, term in [
-        ("misses via mmap (SSD term)", ref["cached_experts"], "ssd"),
-        ("all experts in RAM (memory term)", qm.experts, "memory"),
-    ]:
-        wq = Workload(context_tokens=512, cache_bytes=cached * qm.moe_layers * qm.expert_bytes, overlap=overlap)
-        checks.append(
-            (label, scaling_check(qm, qhw, wq, qr, ref["batch"], ref["net_tok_s"], calibrate_at=1, term=term))
-        )
+    curves = [  # (short name for the table, legend, result, style)
+        ("engine B=1,16", "roofline + engine terms fitted on B=1, 16 (every expert in memory)", fit16, "C0-"),
+        ("engine B=1,2", "roofline + engine terms fitted on B=1, 2 (same box)", fit2, "C1--"),
+        ("roofline ssd", f"roofline alone, SSD ×{roof['ssd']['factor']:.2f} at B=1 (44 pinned)", roof["ssd"], "C3:"),
+        (
+            "roofline memory",
+            f"roofline alone, memory ×{roof['memory']['factor']:.2f} at B=1 (all resident)",
+            roof["memory"],
+            "C2-.",
+        ),
+    ]
     with style():
-        fig, ax = plt.subplots(figsize=(6.5, 4.2))
-        ax.plot(ref["batch"], ref["net_tok_s"], "ko", label="measured (bigrig, hobby project)")
-        for i, (label, c) in enumerate(checks):
+        fig, ax = plt.subplots(figsize=(7, 4.4))
+        ax.plot(ref["batch"], ref["net_tok_s"], "ko", label="measured (bigrig batch.py, hobby project)")
+        for _, label, c, fmt in curves:
+            ax.plot(c["batch"], c["predicted"], fmt, label=label)
+            cal_b = c.get("calibrate_on", [c.get("calibrate_at")])
             ax.plot(
-                c["batch"],
-                c["predicted"],
-                f"C{i}-",
-                label=f"{label}: calibrated ×{c['factor']:.2f} at B=1, "
-                f"median held-out error {c['median_abs_error_held_out']:.0%}",
+                cal_b,
+                [c["predicted"][c["batch"].index(b)] for b in cal_b],
+                "s",
+                mfc="none",
+                color=ax.lines[-1].get_color(),
             )
         ax.set(
             xscale="log",
-            xlabel="batch B",
+            xlabel="batch B (concurrent agents)",
             ylabel="aggregate tok/s",
-            title=f"Qwen3-30B-A3B 3-bit on Apple M4: calibrate at B=1, predict the rest\n{provenance_label('projected')}",
+            title="bigrig, Qwen3-30B-A3B 3-bit on Apple M4: fitted on the open squares, the rest predicted\n"
+            f"baseline: the measurement; {provenance_label('projected')}",
         )
+        ax.title.set_fontsize(9)
+        ax.set_xticks(ref["batch"], [str(b) for b in ref["batch"]])
+        ax.minorticks_off()
         ax.legend(fontsize=7)
         fig.tight_layout()
         save_figure(fig, "net_toks_validation_bigrig")
@@ -225,8 +252,9 @@ if validate:
         {
             "B": ref["batch"],
             "measured": ref["net_tok_s"],
-            **{f"{label}: predicted": c["predicted"] for label, c in checks},
-            **{f"{label}: error": c["relative_error"] for label, c in checks},
+            **{f"{name}: role": c["role"] for name, _, c, _ in curves[:2]},
+            **{f"{name}: predicted": c["predicted"] for name, _, c, _ in curves},
+            **{f"{name}: error": c["relative_error"] for name, _, c, _ in curves},
         }
     ).round(3)
 else:

@@ -23,7 +23,7 @@ NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.py"))
 #: test_every_notebook_has_small_parameters, so adding a notebook means adding its entry here.
 SMALL_PARAMETERS: dict[str, dict] = {
     "union_curve": {"b_max": 64, "model_layers": 4, "bootstrap": 10},
-    "net_toks": {"b_max": 32, "claim_b_max": 64, "validate": False},
+    "net_toks": {"b_max": 32, "claim_b_max": 64, "validate": True},
     "skew_fit": {"b_max": 64, "fit_bootstrap": 5, "gof_sims": 5, "union_bootstrap": 10, "max_layers": 3},
     "levers": {"b_max": 32, "users_max": 8, "agents": 8, "decode_tokens": 64, "prefix_tokens": 256},
     "regime_map": {"b_max": 64, "n_batch": 8, "n_cache": 5},

@@ -97,6 +97,7 @@ def test_shade_regimes_marks_each_bound_and_infeasible_batches():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from moeroof.models.step import TERMS
     from moeroof.present.plots import REGIME_COLORS, shade_regimes
 
     fig, ax = plt.subplots()
@@ -105,5 +106,5 @@ def test_shade_regimes_marks_each_bound_and_infeasible_batches():
     spans = ax.patches
     assert len(spans) == 5  # four regime intervals and one hatched infeasible span
     assert spans[-1].get_hatch() == "//"
-    assert set(REGIME_COLORS) == {"ssd", "memory", "compute", "fabric"}
+    assert set(REGIME_COLORS) == set(TERMS)
     plt.close(fig)

@@ -109,7 +109,13 @@ def save_figure(fig: Figure, name: str, *, directory: str | os.PathLike[str] | N
 
 
 #: one colour per binding term of the roofline, shared by every figure that shades regimes
-REGIME_COLORS = {"ssd": "#d9ead3", "memory": "#cfe2f3", "compute": "#fce5cd", "fabric": "#ead1dc"}
+REGIME_COLORS = {
+    "ssd": "#d9ead3",
+    "memory": "#cfe2f3",
+    "compute": "#fce5cd",
+    "engine": "#fff2cc",
+    "fabric": "#ead1dc",
+}
 
 
 def shade_regimes(ax, batch, bound, fits_in_memory=None) -> list:

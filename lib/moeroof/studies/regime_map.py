@@ -22,13 +22,13 @@ from typing import Any
 import numpy as np
 
 from moeroof.data.presets import Hardware, MoEModel
-from moeroof.models.plan import RoutingProbabilities, Workload, plan
+from moeroof.models.plan import TERMS, RoutingProbabilities, Workload, plan
 from moeroof.models.union import as_batch
 
 __all__ = ["RegimeMap", "regime_map", "BOUND_CODES"]
 
 #: integer code of each binding term, in :data:`moeroof.models.plan.TERMS` order (for categorical colour maps)
-BOUND_CODES = {"ssd": 0, "memory": 1, "compute": 2, "fabric": 3}
+BOUND_CODES = {term: i for i, term in enumerate(TERMS)}
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ probability ``m_ℓi(B) = 1 − (1 − π_ℓi)^B`` (independent tokens), so the
   by the layers, as engines keep it and as seed 003 measured it; ``layer``: ``c`` per layer).
   The simulated miss ratio multiplies the closed-form union: ``misses = U · (misses / requests)``,
   so the union and the memory term stay exact and smooth in B and only the cache is simulated.
+  A fractional cache of c experts per layer interpolates between ⌊c⌋ and ⌊c⌋ + 1, as the hot
+  set does.
 
 The trace is drawn by systematic sampling (Madow 1949): per step and layer the experts are put
 in a random order and each token takes the K experts whose intervals of length π_i on [0, K)
@@ -324,8 +326,16 @@ def rank_cache(
                 if cc < 1.0:  # no whole expert fits: every pick misses
                     misses[r, j], token_misses[r, j] = union[r, j], bb * picks[r]
                 elif cc < idx.size:
+                    # whole experts per layer, interpolated like the hot set's fractional cache
+                    lo = math.floor(cc)
+                    frac = cc - lo
                     req, tok = steady_state_miss_ratio(
-                        pi, int(bb), float(cc), policy=policy, scope=scope, assignment=a, rank=r, seed=seed
+                        pi, int(bb), float(lo), policy=policy, scope=scope, assignment=a, rank=r, seed=seed
                     )
+                    if frac > 0:
+                        req_hi, tok_hi = steady_state_miss_ratio(
+                            pi, int(bb), float(lo + 1), policy=policy, scope=scope, assignment=a, rank=r, seed=seed
+                        )
+                        req, tok = (1 - frac) * req + frac * req_hi, (1 - frac) * tok + frac * tok_hi
                     misses[r, j], token_misses[r, j] = union[r, j] * req, union[r, j] * tok
     return RankCache(union, misses, picks, token_misses, policy, scope)

@@ -1,0 +1,314 @@
+"""The cache a decode step sees (moeroof.models.expert_cache) against independent derivations:
+Monte Carlo of the systematic sampler against its exact marginals and the union's closed form,
+the hot set against a direct sum, the steady-state simulation against a per-layer LRU
+re-computed here from stack distances, Belady as a lower bound, and the memo."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from conftest import seeded
+from moeroof.models import cache as cache_mod
+from moeroof.models import expert_cache
+from moeroof.models.expert_cache import (
+    SIMULATED,
+    clear_memo,
+    hot_set_misses,
+    rank_cache,
+    steady_state_miss_ratio,
+    systematic_topk,
+)
+from moeroof.models.routing import inclusion_probabilities, zipf_weights
+from moeroof.models.union import union_plugin
+
+
+def zipf_pi(experts: int, k: int, skews, rng=None) -> np.ndarray:
+    """(H, E) inclusion probabilities, one Zipf skew per row, each row's ids permuted."""
+    rows = []
+    for s in skews:
+        row = inclusion_probabilities(zipf_weights(experts, s), k)
+        rows.append(row if rng is None else row[rng.permutation(experts)])
+    pi = np.array(rows)
+    return pi * (k / pi.sum(axis=1, keepdims=True))
+
+
+# ----------------------------------------------------------------------------- systematic_topk
+
+
+@pytest.mark.parametrize(
+    "experts,k,skews",
+    [
+        (16, 1, (0.0, 1.2)),
+        (32, 4, (0.0, 0.8, 1.5)),
+        (64, 8, (0.5, 1.1)),
+        (12, 6, (2.0,)),  # half the experts picked, some π close to 1
+    ],
+)
+def test_systematic_topk_k_distinct_and_marginals_match_pi(experts, k, skews):
+    rng = seeded(f"marginals-{experts}-{k}-{skews}")
+    pi = zipf_pi(experts, k, skews, rng)
+    steps, streams = 400, 25
+    topk = systematic_topk(pi, steps, streams, rng)
+    h = pi.shape[0]
+    assert topk.shape == (steps, streams, h, k)
+    assert topk.min() >= 0 and topk.max() < experts
+    srt = np.sort(topk, axis=-1)
+    assert np.all(np.diff(srt, axis=-1) > 0), "a token picked an expert twice"
+    n = steps * streams
+    for layer in range(h):
+        freq = np.bincount(topk[:, :, layer].ravel(), minlength=experts) / n
+        se = np.sqrt(pi[layer] * (1 - pi[layer]) / n)
+        sure = se < 1e-9  # π = 0 or 1: the frequency must be exact
+        np.testing.assert_allclose(freq[sure], pi[layer][sure], atol=1e-12)
+        z = (freq[~sure] - pi[layer][~sure]) / se[~sure]
+        assert np.max(np.abs(z)) < 5.0, (layer, z)
+        # the z-scores behave like standard normals (a biased sampler shifts their mean square)
+        assert np.mean(z**2) < 2.0
+
+
+def test_systematic_topk_expert_zero_is_not_favoured_by_the_order():
+    """A skew concentrated on the last ids: the random order must still give π exactly."""
+    rng = seeded("order")
+    pi = zipf_pi(20, 3, (1.3,))[:, ::-1].copy()
+    topk = systematic_topk(pi, 2000, 10, rng)
+    n = topk.shape[0] * topk.shape[1]
+    freq = np.bincount(topk[:, :, 0].ravel(), minlength=20) / n
+    se = np.sqrt(pi[0] * (1 - pi[0]) / n)
+    assert np.max(np.abs(freq - pi[0]) / se) < 5.0
+
+
+@pytest.mark.parametrize("batch", [1, 4, 16, 64])
+def test_union_on_the_trace_matches_the_plugin_closed_form(batch):
+    rng = seeded(f"union-{batch}")
+    experts, k = 48, 6
+    pi = zipf_pi(experts, k, (0.0, 0.9, 1.4), rng)
+    steps = 600
+    topk = systematic_topk(pi, steps, batch, rng)
+    closed = union_plugin(pi, [batch]).union_per_layer[:, 0]
+    for layer in range(pi.shape[0]):
+        onehot = np.zeros((steps, experts), dtype=bool)
+        np.put_along_axis(onehot, topk[:, :, layer, :].reshape(steps, -1), True, axis=1)
+        per_step = onehot.sum(axis=1)
+        se = per_step.std(ddof=1) / math.sqrt(steps)
+        assert abs(per_step.mean() - closed[layer]) <= 4 * se + 1e-9, (layer, per_step.mean(), closed[layer], se)
+
+
+def test_systematic_topk_rejects_bad_rows():
+    rng = seeded("bad")
+    with pytest.raises(ValueError):
+        systematic_topk(np.array([[0.5, 0.5, 0.5]]), 2, 2, rng)  # sums to 1.5
+    with pytest.raises(ValueError):
+        systematic_topk(np.array([[1.5, 0.5, 0.0]]), 2, 2, rng)  # π > 1
+    with pytest.raises(ValueError):
+        systematic_topk(np.array([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]]), 2, 2, rng)  # K differs
+
+
+# ----------------------------------------------------------------------------- hot_set_misses
+
+
+def direct_hot_set(pi_row: np.ndarray, c: float, b: int) -> tuple[float, float]:
+    """Union and misses of a pinned hot set of the c hottest experts by a plain loop: the
+    expert at position floor(c) of the ranking is cached for the fraction c − floor(c)."""
+    order = sorted(range(pi_row.size), key=lambda i: -pi_row[i])
+    union = misses = 0.0
+    for pos, i in enumerate(order):
+        m = 1.0 - (1.0 - pi_row[i]) ** b
+        union += m
+        cached = 1.0 if pos + 1 <= c else max(0.0, c - pos)
+        misses += (1.0 - min(cached, 1.0)) * m
+    return union, misses
+
+
+@pytest.mark.parametrize("cache", [0, 1, 3, 2.5, 7.25, 15.9, 16, 40])
+def test_hot_set_misses_against_a_direct_sum(cache):
+    rng = seeded(f"hot-{cache}")
+    pi = zipf_pi(16, 3, (0.0, 0.7, 1.6), rng)
+    batch = np.array([1, 2, 5, 17, 64])
+    u, m = hot_set_misses(pi, np.full(batch.shape, float(cache)), batch)
+    assert u.shape == m.shape == (3, batch.size)
+    for layer in range(3):
+        for j, b in enumerate(batch):
+            du, dm = direct_hot_set(pi[layer], float(cache), int(b))
+            assert u[layer, j] == pytest.approx(du, rel=1e-10)
+            assert m[layer, j] == pytest.approx(dm, rel=1e-10, abs=1e-12)
+    if cache == 0:
+        np.testing.assert_allclose(m, u)
+    if cache >= 16:
+        np.testing.assert_allclose(m, 0.0, atol=1e-12)
+
+
+def test_hot_set_misses_with_a_cache_per_batch_size():
+    pi = zipf_pi(10, 2, (1.0,))
+    batch = np.array([1, 4, 4, 9])
+    caches = np.array([0.0, 2.0, 3.5, 9.0])
+    _, m = hot_set_misses(pi, caches, batch)
+    for j in range(batch.size):
+        assert m[0, j] == pytest.approx(direct_hot_set(pi[0], caches[j], int(batch[j]))[1], rel=1e-10, abs=1e-12)
+
+
+# ----------------------------------------------------------------------------- steady state
+
+
+def test_everything_cached_misses_nothing_and_less_than_one_expert_misses_all():
+    pi = zipf_pi(24, 4, (0.8, 1.2))
+    for policy in SIMULATED:
+        assert steady_state_miss_ratio(pi, 4, 24.0, policy=policy) == (0.0, 0.0)
+        assert steady_state_miss_ratio(pi, 4, 0.5, policy=policy) == (1.0, 1.0)
+    # with a partition: rank 1 owns 8 experts, a cache of 8 holds them all
+    a = (np.arange(24) % 3 == 0).astype(np.int64)
+    assert steady_state_miss_ratio(pi, 4, 8.0, assignment=a, rank=1) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("policy", ["lru", "belady"])
+def test_rank_cache_below_one_expert_streams_every_pick(policy):
+    pi = zipf_pi(24, 4, (0.8, 1.2))
+    batch = np.array([1, 3, 8])
+    a = np.zeros(24, dtype=np.int64)
+    rc = rank_cache(pi, batch, np.full(3, 0.6), a, policy=policy)
+    np.testing.assert_allclose(rc.misses_per_layer, rc.union_per_layer)
+    np.testing.assert_allclose(rc.hit_rate, 0.0, atol=1e-12)
+    np.testing.assert_allclose(rc.picks_per_token, [4.0])
+    np.testing.assert_allclose(rc.token_misses_per_layer, batch[None, :] * 4.0)
+    # the whole model fits: nothing misses
+    full = rank_cache(pi, batch, np.full(3, 24.0), a, policy=policy)
+    np.testing.assert_allclose(full.misses_per_layer, 0.0)
+    np.testing.assert_allclose(full.union_per_layer, union_plugin(pi, batch).mean[None, :])
+
+
+SMALL_PI = zipf_pi(32, 4, (0.4, 1.0, 1.5), seeded("small-pi"))
+
+
+@pytest.mark.parametrize("batch,cache", [(1, 6.0), (4, 6.0), (4, 12.0), (16, 9.0)])
+def test_belady_bounds_every_policy_and_token_misses_bound_misses(batch, cache):
+    res = {p: steady_state_miss_ratio(SMALL_PI, batch, cache, policy=p, seed=3) for p in SIMULATED}
+    for p, (req, tok) in res.items():
+        assert 0.0 <= req <= 1.0
+        assert tok >= req - 1e-12, p
+        assert res["belady"][0] <= req + 1e-12, (p, res)
+    if batch == 1:  # one token per step: each distinct request is one pick
+        for req, tok in res.values():
+            assert tok == pytest.approx(req, abs=1e-12)
+
+
+def test_belady_bounds_every_policy_on_a_rank_of_a_partition():
+    a = np.arange(32) % 2
+    for rank in (0, 1):
+        res = {
+            p: steady_state_miss_ratio(SMALL_PI, 8, 5.0, policy=p, assignment=a, rank=rank, seed=1) for p in SIMULATED
+        }
+        best = res["belady"][0]
+        assert all(best <= r + 1e-12 for r, _ in res.values()), res
+
+
+def fill_steps(q: np.ndarray, target: float) -> int:
+    """Smallest n ≥ 1 whose expected distinct experts per layer reach ``target`` (linear scan)."""
+    n = 1
+    while np.mean(np.sum(1.0 - (1.0 - q) ** n, axis=1)) < target and n < expert_cache.MAX_WARMUP_STEPS:
+        n += 1
+    return n
+
+
+def per_layer_lru(pi: np.ndarray, batch: int, c: float, seed: int) -> tuple[float, float]:
+    """What steady_state_miss_ratio(scope="layer", policy="lru") computes, re-derived: the same
+    trace (seeded as the module documents), then per layer an LRU of floor(c) experts whose hits
+    are the requests at stack distance 1..floor(c) (Mattson et al.), counting the steps after
+    the warm-up only; token misses weight each missed request by the tokens that picked it."""
+    h, e = pi.shape
+    assert h <= expert_cache.MAX_SIMULATED_LAYERS
+    q = 1.0 - (1.0 - pi) ** batch
+    reachable = float(np.mean(np.sum(q > 1e-12, axis=1)))
+    warm = min(expert_cache.MAX_WARMUP_STEPS, max(4, 2 * fill_steps(q, min(c, 0.9 * reachable))))
+    per_step = float(np.mean(q.sum(axis=1))) * h
+    counted = int(min(500, max(expert_cache.MIN_COUNTED_STEPS, math.ceil(expert_cache.MIN_REQUESTS / per_step))))
+    rng = np.random.default_rng([seed, batch, math.floor(c), warm])
+    topk = systematic_topk(pi, warm + counted, batch, rng)
+    cap = math.floor(c)
+    hits = requests = token_misses = 0
+    for layer in range(h):
+        items, steps, mult = [], [], []
+        for s in range(topk.shape[0]):
+            ids, counts = np.unique(topk[s, :, layer, :], return_counts=True)  # ascending ids
+            items.append(ids)
+            steps.append(np.full(ids.size, s))
+            mult.append(counts)
+        items, steps, mult = np.concatenate(items), np.concatenate(steps), np.concatenate(mult)
+        dist = cache_mod.stack_distances(items)
+        hit = (dist >= 1) & (dist <= cap)
+        keep = steps >= warm
+        hits += int(hit[keep].sum())
+        requests += int(keep.sum())
+        token_misses += int(mult[keep & ~hit].sum())
+    return 1.0 - hits / requests, token_misses / requests
+
+
+@pytest.mark.parametrize("batch,cache", [(1, 5.0), (4, 7.0), (8, 10.6)])
+def test_layer_scoped_lru_equals_a_per_layer_lru_recomputed_here(batch, cache):
+    seed = 11
+    got = steady_state_miss_ratio(SMALL_PI, batch, cache, policy="lru", scope="layer", seed=seed)
+    want = per_layer_lru(SMALL_PI, batch, cache, seed)
+    assert got[0] == pytest.approx(want[0], abs=1e-12)
+    assert got[1] == pytest.approx(want[1], abs=1e-12)
+
+
+def test_layer_scoped_lru_against_lru_hit_curve_per_layer():
+    """The same per-layer figure from lru_hit_curve (one pass, every capacity) on each layer's
+    request stream built by requests_from_trace."""
+    batch, c, seed = 4, 7.0, 5
+    h = SMALL_PI.shape[0]
+    q = 1.0 - (1.0 - SMALL_PI) ** batch
+    reachable = float(np.mean(np.sum(q > 1e-12, axis=1)))
+    warm = min(expert_cache.MAX_WARMUP_STEPS, max(4, 2 * fill_steps(q, min(c, 0.9 * reachable))))
+    counted = int(min(500, max(8, math.ceil(expert_cache.MIN_REQUESTS / (float(np.mean(q.sum(axis=1))) * h)))))
+    topk = systematic_topk(SMALL_PI, warm + counted, batch, np.random.default_rng([seed, batch, 7, warm]))
+    hits = total = 0.0
+    for layer in range(h):
+        req = cache_mod.requests_from_trace(topk[:, :, [layer], :], SMALL_PI.shape[1])
+        cap, rate = cache_mod.lru_hit_curve(req, warmup_steps=warm)
+        n = int((req.step >= warm).sum())
+        hits += rate[min(7, cap[-1])] * n
+        total += n
+    got = steady_state_miss_ratio(SMALL_PI, batch, c, policy="lru", scope="layer", seed=seed)[0]
+    assert got == pytest.approx(1.0 - hits / total, abs=1e-12)
+
+
+# ----------------------------------------------------------------------------- the memo
+
+
+def test_memo_returns_the_same_value_without_simulating_again(monkeypatch):
+    calls = []
+    real = expert_cache.cache_sim.simulate
+
+    def counting(*args, **kw):
+        calls.append(1)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(expert_cache.cache_sim, "simulate", counting)
+    clear_memo()
+    args = (SMALL_PI, 4, 6.0)
+    first = steady_state_miss_ratio(*args, policy="s3fifo", seed=21)
+    assert len(calls) == 1
+    again = steady_state_miss_ratio(*args, policy="s3fifo", seed=21)
+    assert again == first and len(calls) == 1
+    # a fractional capacity with the same whole experts is the same simulation
+    assert steady_state_miss_ratio(SMALL_PI, 4, 6.7, policy="s3fifo", seed=21) == first and len(calls) == 1
+    # another seed, policy or batch simulates
+    steady_state_miss_ratio(*args, policy="s3fifo", seed=22)
+    steady_state_miss_ratio(*args, policy="lru", seed=21)
+    steady_state_miss_ratio(SMALL_PI, 5, 6.0, policy="s3fifo", seed=21)
+    assert len(calls) == 4
+    clear_memo()
+    fresh = steady_state_miss_ratio(*args, policy="s3fifo", seed=21)
+    assert len(calls) == 5
+    assert fresh == first  # the simulation is deterministic in its seed
+
+
+def test_steady_state_rejects_unknown_policy_and_scope():
+    with pytest.raises(ValueError, match="policy"):
+        steady_state_miss_ratio(SMALL_PI, 4, 6.0, policy="static")
+    with pytest.raises(ValueError, match="scope"):
+        steady_state_miss_ratio(SMALL_PI, 4, 6.0, scope="rank")
+    with pytest.raises(ValueError, match="policy"):
+        rank_cache(SMALL_PI, [1], 4.0, np.zeros(32, dtype=np.int64), policy="fifo")

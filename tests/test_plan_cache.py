@@ -334,12 +334,6 @@ def test_engine_terms_are_assumed_on_every_shipped_box(hardware):
 # ----------------------------------------------------------------------------- a known defect
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="expert_cache memo key holds floor(c) but the warm-up (and the trace's seed) depend on "
-    "the fractional c: a result depends on which capacity was asked first",
-)
 def test_steady_state_does_not_depend_on_call_history():
     pi = np.array([inclusion_probabilities(zipf_weights(128, s), 4) for s in (1.0, 1.3)])
     kw = dict(policy="lru", scope="layer")
@@ -352,12 +346,6 @@ def test_steady_state_does_not_depend_on_call_history():
     assert warm == cold
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="split_report's provenance lists a fixed set of hardware keys without the engine terms "
-    "(and ssd_read_size_bytes) that its step model uses; plan's lists them",
-)
 def test_split_provenance_names_the_engine_terms_its_step_uses(capsys):
     rep = run_json(capsys, "split", str(HIST), "--ranks", "2", "--method", "lpt", "--cache-policy", "static")
     prov = rep["inputs"]["provenance"]

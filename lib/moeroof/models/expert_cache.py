@@ -217,6 +217,7 @@ def steady_state_miss_ratio(
         return 1.0, 1.0
     if c >= n_own:
         return 0.0, 0.0  # every owned expert fits: after the cold start nothing misses
+    c = float(math.floor(c))  # whole experts: the memo key, the warm-up and the trace's seed agree
     rows = _layer_rows(pi.shape[0])
     sub = pi[rows]
     key = (

@@ -58,6 +58,7 @@ __all__ = [
     "StepBreakdown",
     "Plan",
     "routing_from_spec",
+    "input_provenance",
     "assign_experts",
     "step_breakdown",
     "step_terms",
@@ -502,9 +503,13 @@ def transitions(batch: np.ndarray, bound: tuple[str, ...]) -> tuple[dict, ...]:
     return tuple(out)
 
 
-def _provenance(
-    model: MoEModel, hardware: Hardware, workload: Workload, routing: RoutingProbabilities, ranks: int
+def input_provenance(
+    model: MoEModel, hardware: Hardware, routing_provenance: str, ranks: int, *, attention: bool | None = None
 ) -> dict:
+    """The provenance of every preset field and input the step model uses: ``inputs`` (name →
+    ``witnessed``/``projected``/``assumed``), ``non_witnessed`` and ``result`` (``projected`` when
+    any input is not witnessed). ``attention``: include the attention FLOP field (default: when
+    the model has it)."""
     model_keys = [
         "experts",
         "top_k",
@@ -514,7 +519,7 @@ def _provenance(
         "kv_bytes_per_token",
         "flops_per_token",
     ]
-    if model.attn_flops_per_context_token:
+    if model.attn_flops_per_context_token if attention is None else attention and model.attn_flops_per_context_token:
         model_keys.append("attn_flops_per_context_token")
     hw_keys = [
         "ram_bytes",
@@ -532,15 +537,24 @@ def _provenance(
         model_keys.append("hidden_size")
     inputs = {f"model.{k}": model.provenance.get(k, "assumed") for k in model_keys}
     inputs.update({f"hardware.{k}": hardware.provenance.get(k, "assumed") for k in hw_keys})
-    inputs["routing"] = routing.provenance
-    if ranks > 1 and workload.partition == "weighted" and workload.rank_speed is None:
-        inputs["rank_speed"] = "assumed"
+    inputs["routing"] = routing_provenance
     non_witnessed = sorted(k for k, v in inputs.items() if v != "witnessed")
     return {
         "result": "projected" if non_witnessed else "witnessed-inputs",
         "non_witnessed": non_witnessed,
         "inputs": inputs,
     }
+
+
+def _provenance(
+    model: MoEModel, hardware: Hardware, workload: Workload, routing: RoutingProbabilities, ranks: int
+) -> dict:
+    out = input_provenance(model, hardware, routing.provenance, ranks)
+    if ranks > 1 and workload.partition == "weighted" and workload.rank_speed is None:
+        out["inputs"]["rank_speed"] = "assumed"
+        out["non_witnessed"] = sorted(k for k, v in out["inputs"].items() if v != "witnessed")
+        out["result"] = "projected"
+    return out
 
 
 def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing: RoutingProbabilities, batch) -> Plan:

@@ -33,7 +33,7 @@ from moeroof.models.partition import (
     parse_rank_speed,
     partition,
 )
-from moeroof.models.plan import RoutingProbabilities, Workload, step_breakdown
+from moeroof.models.plan import RoutingProbabilities, Workload, input_provenance, step_breakdown
 
 __all__ = ["RankPlan", "SplitPlan", "split_plan", "split_report"]
 
@@ -371,14 +371,8 @@ def split_report(
             "remote_share": p.remote_share,
             "overlapped": p.fabric_overlapped,
         }
-        used_keys = ["moe_layers", "expert_bytes", "non_routed_bytes", "kv_bytes_per_token", "flops_per_token"]
-        hw_keys = ["ram_bytes", "os_reserve_bytes", "bw_mem_bytes_per_s", "flops_per_s", "bw_ssd_bytes_per_s"]
-        if p.fabric_bytes:
-            used_keys += ["hidden_size"]
-            hw_keys += ["bw_link_bytes_per_s"]
-        prov = {f"model.{k}": mdl.provenance.get(k, "assumed") for k in used_keys}
-        prov.update({f"hardware.{k}": hw.provenance.get(k, "assumed") for k in hw_keys})
-        prov["routing"] = "witnessed" if hist.provenance == "witnessed" else "projected"
+        routing_tag = "witnessed" if hist.provenance == "witnessed" else "projected"
+        prov = dict(input_provenance(mdl, hw, routing_tag, int(ranks), attention=True)["inputs"])
         if speeds_given is None:
             prov["rank_speed"] = "assumed"
         inputs.update(

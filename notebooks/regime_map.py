@@ -58,7 +58,7 @@ key_batches = [1, 8, 16, 64, 128, 256, 1024]  # rows shown in the tables
 batch = np.unique(
     np.r_[np.round(np.logspace(0, np.log10(b_max), n_batch)), [b for b in key_batches if b <= b_max]].astype(int)
 )
-term_colours = {"ssd": "#4C72B0", "memory": "#DD8452", "compute": "#55A868", "fabric": "#C44E52"}
+term_colours = {"ssd": "#4C72B0", "memory": "#DD8452", "compute": "#55A868", "engine": "#8172B3", "fabric": "#C44E52"}
 
 m = load_model(model)
 route = routing_from_spec(

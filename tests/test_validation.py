@@ -26,7 +26,7 @@ from moeroof.studies.validation import (
     BIGRIG_SCALING,
     bigrig_engine_fit,
     bigrig_setup,
-    calibrate_term,
+    fit_term,
     comparisons,
     fit_engine_terms,
     hot_set_hit_rate,
@@ -210,7 +210,7 @@ def test_calibration_refuses_a_term_that_cannot_bind():
     r = routing_from_spec("uniform", m)
     w = Workload(context_tokens=512, cache_bytes=44 * m.moe_layers * m.expert_bytes, cache_policy="static")
     with pytest.raises(ValueError, match="cannot reach"):
-        calibrate_term(m, hw, w, r, 1, 17.17, "compute")
+        fit_term(m, hw, w, r, 1, 17.17, "compute")
 
 
 # ---------------------------------------------------------------- the witnessed H200 bench

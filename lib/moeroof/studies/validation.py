@@ -45,7 +45,7 @@ __all__ = [
     "BIGRIG_SCALING",
     "BIGRIG_HYPOTHESES",
     "scale_term",
-    "calibrate_term",
+    "fit_term",
     "zipf_hit_rate",
     "zipf_for_hit_rate",
     "hot_set_hit_rate",
@@ -168,7 +168,7 @@ def scale_term(hardware: Hardware, term: str, factor: float) -> Hardware:
     return replace(hardware, **{name: getattr(hardware, name) * factor})
 
 
-def calibrate_term(
+def fit_term(
     model: MoEModel,
     hardware: Hardware,
     workload: Workload,
@@ -261,7 +261,7 @@ def scaling_check(
     b = np.asarray(batch, dtype=int)
     measured = np.asarray(measured_net_tok_s, dtype=float)
     i_cal = int(np.flatnonzero(b == calibrate_at)[0])
-    hw, factor = calibrate_term(model, hardware, workload, routing, calibrate_at, float(measured[i_cal]), term)
+    hw, factor = fit_term(model, hardware, workload, routing, calibrate_at, float(measured[i_cal]), term)
     p = plan(model, hw, workload, routing, b)
     err = p.net_tok_s / measured - 1.0
     held_out = b != calibrate_at

@@ -30,7 +30,11 @@
 # over seeds and the fit's bootstrap; the structural choices (popularity family, what the warm
 # history means) move some rows far more and are shown as sensitivities. Every model number is
 # **projected**; the calibration points are **witnessed** (seed 003). The nine rows go to
-# `reports/cache_ladder/predictions.csv`.
+# `reports/cache_ladder/predictions.csv`. What changed with the one step model (issue 10): the
+# knobs now live in `data/fits/ladder-knobs.toml` (same values), and `moeroof plan`'s own cache is
+# this simulator run in steady state on traces drawn from a histogram's probabilities —
+# independent tokens, without the stickiness and warm history fitted here, so it predicts fewer
+# hits for the pair than these calibrated traces do (see `expert_split`, section 5).
 
 # %% tags=["parameters"]
 # fmt: off

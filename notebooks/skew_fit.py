@@ -23,7 +23,9 @@
 # last figure extrapolates U(B) and the coalescing ratio (against the `uncoalesced` baseline)
 # to B = 1024. All inputs are synthetic, so every number is **projected**; the printed summary
 # under each fit gives the numbers. Run it on a captured file with `-p histogram PATH` or
-# `-p trace PATH`.
+# `-p trace PATH`. Unchanged by the one step model (issue 10): the fits feed it (a fitted
+# histogram or skew is what `moeroof plan --routing` draws its cache traces from) but nothing
+# here passes through it.
 
 # %% tags=["parameters"]
 # fmt: off

@@ -20,7 +20,9 @@
 # the DeepSeek-V3-like synthetic histogram below). The histogram's curve is a rarefaction
 # estimate with a bootstrap band. A histogram *summed over layers* hides per-layer skew: it
 # looks almost uniform and overstates U(B), understating what coalescing saves. Every number
-# here is **projected** (models and synthetic data), none is witnessed.
+# here is **projected** (models and synthetic data), none is witnessed. Unchanged by the one step
+# model (issue 10): nothing here passes through it; `moeroof plan` takes this U(B) as the union
+# a step touches and lets its cache decide how much of it streams.
 
 # %% tags=["parameters"]
 # fmt: off

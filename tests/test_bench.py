@@ -279,3 +279,133 @@ def test_bench_model_predicts_through_the_roofline(tmp_path):
     assert np.all(p.net_tok_s > 0)
     # the model's union for uniform routing: E(1 − (1 − K/E)^B)
     np.testing.assert_allclose(p.union_per_layer, 8 * (1 - (1 - 2 / 8) ** np.array([1, 4])))
+
+
+# ----------------------------------------------------------------------------- engine terms
+
+
+def _report(batch=(1, 2, 4, 8, 16, 32), routing="uniform"):
+    """A bench report with only the keys predict_bench reads (the default stack's sizes)."""
+    rows = [(b, m) for b in batch for m in ("uncoalesced", "coalesced")]
+    shape = StackShape(experts=32, layers=4, d_model=1024, d_ff=1024)
+    return {
+        "experts": 32,
+        "top_k": 4,
+        "layers": 4,
+        "expert_bytes": shape.expert_bytes,
+        "flops_per_token": 4 * 4 * shape.flops_per_token_expert,
+        "routing": routing,
+        "batch": [b for b, _ in rows],
+        "mode": [m for _, m in rows],
+        "net_tok_s": [10.0 * b for b, _ in rows],
+    }
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    c0=st.floats(0, 1.0),
+    c1=st.floats(0, 0.1),
+    overlap=st.sampled_from(["sum", "max"]),
+    routing=st.sampled_from(["uniform", "zipf:1.2"]),
+)
+def test_a_prediction_with_engine_terms_is_never_faster(c0, c1, overlap, routing):
+    from dataclasses import replace
+
+    from moeroof.data.presets import load_hardware
+
+    hw = load_hardware("nvme-gen4")
+    rep = _report(routing=routing)
+    bare = bench_mod.predict_bench(rep, hw, overlap=overlap)
+    eng = bench_mod.predict_bench(
+        rep, replace(hw, engine_seconds_per_step=c0, engine_seconds_per_agent_token=c1), overlap=overlap
+    )
+    assert np.all(np.asarray(eng["predicted_net_tok_s"]) <= np.asarray(bare["predicted_net_tok_s"]) * (1 + 1e-12))
+    assert np.all(np.asarray(eng["predicted_step_seconds"]) >= np.asarray(bare["predicted_step_seconds"]))
+    # the engine term reported per row is c0 + c1·B, and the engine terms used are named
+    np.testing.assert_allclose(eng["terms_seconds"]["engine"], c0 + c1 * np.asarray(rep["batch"]), rtol=1e-12)
+    assert eng["engine"]["engine_seconds_per_step"] == c0 and eng["engine"]["engine_seconds_per_agent_token"] == c1
+    assert bare["engine"]["provenance"]["engine_seconds_per_step"] == "assumed"
+
+
+def test_a_per_step_engine_cost_makes_predicted_tok_s_rise_with_batch():
+    from dataclasses import replace
+
+    from moeroof.data.presets import load_hardware
+
+    # a box whose disk and memory are effectively free: the step is the engine term alone
+    hw = replace(
+        load_hardware("nvme-gen4"),
+        bw_ssd_bytes_per_s=(1e30,) * 4,
+        bw_mem_bytes_per_s=1e30,
+        flops_per_s=1e30,
+        engine_seconds_per_step=1e-3,
+        engine_seconds_per_agent_token=1e-4,
+    )
+    p = bench_mod.predict_bench(_report(), hw)
+    b = np.asarray(p["batch"])
+    np.testing.assert_allclose(p["predicted_net_tok_s"], b / (1e-3 + 1e-4 * b), rtol=1e-9)
+    assert set(p["bound"]) == {"engine"}
+    for mode in ("uncoalesced", "coalesced"):
+        net = np.asarray(p["predicted_net_tok_s"])[np.asarray(p["mode"]) == mode]
+        assert np.all(np.diff(net) > 0)
+
+
+def test_predict_bench_matches_the_step_model(tmp_path):
+    from moeroof.data.presets import load_hardware
+    from moeroof.models.plan import step_terms
+
+    hw = load_hardware("nvme-gen4")
+    rep = _report(batch=(1, 4, 16))
+    for overlap in ("sum", "max"):
+        p = bench_mod.predict_bench(rep, hw, overlap=overlap)
+        model = bench_model(rep)
+        for mode in ("uncoalesced", "coalesced"):
+            t = step_terms(
+                model,
+                hw,
+                Workload(context_tokens=0, overlap=overlap),
+                routing_from_spec("uniform", model),
+                [1, 4, 16],
+                coalesced=mode == "coalesced",
+            )
+            rows = np.asarray(p["mode"]) == mode
+            np.testing.assert_allclose(np.asarray(p["predicted_step_seconds"])[rows], t["step_seconds"], rtol=1e-12)
+            assert list(np.asarray(p["bound"])[rows]) == list(t["bound"])
+
+
+def test_measure_engine_times_the_bench_loop_at_each_batch():
+    from moeroof.witness.bench import ENGINE_BATCH, measure_engine
+
+    e = measure_engine(repeats=2, layers=2, top_k=2, experts=8)
+    assert e.batch == list(ENGINE_BATCH) and len(e.step_seconds) == len(ENGINE_BATCH)
+    assert e.seconds_per_step >= 0 and e.seconds_per_agent_token > 0 and e.rms_residual_seconds >= 0
+    assert all(t > 0 for t in e.step_seconds) and e.wall_seconds < 10
+    assert "L = 2 layers, K = 2, E = 8" in e.source and "this box" in e.source
+    assert set(e.extra["other_modes"]) == {"coalesced"}
+    with pytest.raises(ValueError, match="mode"):
+        measure_engine(mode="fused")
+
+
+def test_cli_bench_predicts_from_a_calibration_and_names_the_engine_terms(tmp_path, capsys):
+    preset = (DATA_DIR / "presets" / "hardware" / "nvme-gen4.toml").read_text()
+    lines = [ln for ln in preset.splitlines() if not ln.startswith("engine_seconds")]
+    lines += [
+        'engine_seconds_per_step = { value = 30, unit = "us", source = "a test", witnessed = true }',
+        'engine_seconds_per_agent_token = { value = 60, unit = "us", source = "a test", witnessed = true }',
+    ]
+    cal = tmp_path / "cal.toml"
+    cal.write_text("\n".join(lines) + "\n")
+    scratch = tmp_path / "s"
+    scratch.mkdir()
+    flags = ["bench", *TINY_FLAGS, "--batch", "1,4", "--scratch-dir", str(scratch), "--calibration", str(cal)]
+    assert main([*flags, "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    pred = rep["prediction"]
+    assert pred["engine"]["engine_seconds_per_step"] == pytest.approx(30e-6)
+    assert pred["engine"]["provenance"]["engine_seconds_per_agent_token"] == "witnessed"
+    assert len(pred["predicted_net_tok_s"]) == len(rep["batch"]) and "--calibration" in rep["command"]
+    assert main(flags) == 0
+    text = capsys.readouterr().out
+    assert "predicted net tok/s" in text and "engine terms used: 30.0 us per step + 60.0 us per agent-token" in text
+    # a calibration that does not load is refused before any work
+    assert main([*flags[:-1], str(tmp_path / "nope.toml")]) == 2 and _empty(scratch)

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import moeroof.witness.measure as cal_mod
@@ -22,6 +23,7 @@ from moeroof.witness.measure import (
     ResourceError,
     aligned_buffer,
     calibrate,
+    fit_engine_line,
     measure_reads,
     scratch_space,
     write_scratch_file,
@@ -246,3 +248,95 @@ def test_cli_json_and_table(tmp_path, capsys):
     assert main(base) == 0
     text = capsys.readouterr().out
     assert "read path:" in text and "random GB/s" in text and "float32 matmul" in text
+
+
+# ----------------------------------------------------------------------------- engine terms
+
+
+def test_fit_engine_line_recovers_known_c0_and_c1_from_a_noisy_line(rng):
+    # t(B) = c0 + c1·B with known values plus 1 µs noise (about the residual seen on a quiet box)
+    c0, c1 = 30e-6, 65e-6
+    b = np.repeat([1, 2, 4, 8, 16, 32], 5)
+    t = c0 + c1 * b + rng.normal(0.0, 1e-6, size=b.size)
+    f0, f1, rms = fit_engine_line(b, t)
+    # independent check: the textbook closed form of ordinary least squares
+    slope = np.sum((b - b.mean()) * (t - t.mean())) / np.sum((b - b.mean()) ** 2)
+    assert f1 == pytest.approx(slope, rel=1e-9) and f0 == pytest.approx(t.mean() - slope * b.mean(), rel=1e-9)
+    # and the truth, within a few standard errors (σ_c1 ≈ 1e-6 / sqrt(Σ(b − b̄)²) ≈ 1.8e-8)
+    assert f1 == pytest.approx(c1, abs=1e-7) and f0 == pytest.approx(c0, abs=1.5e-6)
+    assert 0.5e-6 < rms < 1.5e-6
+    # noise-free: exact
+    e0, e1, erms = fit_engine_line([1, 4, 16], [c0 + c1 * x for x in (1, 4, 16)])
+    assert (e0, e1) == (pytest.approx(c0, rel=1e-12), pytest.approx(c1, rel=1e-12)) and erms < 1e-15
+
+
+def test_fit_engine_line_keeps_both_terms_non_negative():
+    # a line through a negative intercept: the best fit with c0 = 0 instead
+    b = np.array([1.0, 2.0, 4.0, 8.0])
+    c0, c1, _ = fit_engine_line(b, 2.0 * b - 1.0)
+    assert c0 == 0.0 and c1 == pytest.approx(float(b @ (2 * b - 1) / (b @ b)))
+    # a falling line: constant
+    c0, c1, _ = fit_engine_line(b, 10.0 - b)
+    assert c1 == 0.0 and c0 == pytest.approx(np.mean(10.0 - b))
+    with pytest.raises(ValueError, match="two different batch sizes"):
+        fit_engine_line([4, 4], [1.0, 2.0])
+
+
+def _tiny_engine():
+    from moeroof.witness.bench import measure_engine
+
+    return measure_engine(repeats=3)
+
+
+def test_calibrate_writes_the_engine_terms_witnessed(tmp_path):
+    out = tmp_path / "hw.toml"
+    c = calibrate(out, engine=_tiny_engine, **TINY)
+    hw = load_hardware(out)
+    for key, value in (
+        ("engine_seconds_per_step", c.engine.seconds_per_step),
+        ("engine_seconds_per_agent_token", c.engine.seconds_per_agent_token),
+    ):
+        assert hw.provenance[key] == "witnessed", key
+        assert getattr(hw, key) == pytest.approx(value, rel=1e-12) and value >= 0
+        src = hw.sources[key]
+        assert c.date in src and "numpy decode loop" in src and "t = c0 + c1*B" in src and "this box" in src
+    assert hw.engine_seconds_per_agent_token > 0  # every agent-token costs the loop K·L expert applications
+    assert c.hardware().engine_seconds_per_step == hw.engine_seconds_per_step
+    assert "engine fit: t = " in out.read_text()
+    d = c.to_dict()["engine"]
+    assert d["batch"] == [1, 2, 4, 8, 16, 32] and len(d["step_seconds"]) == 6 and "coalesced" in d["other_modes"]
+    # without the engine callable the fields are left out: 0, not witnessed
+    plain = load_hardware(calibrate(tmp_path / "plain.toml", **TINY).output)
+    assert plain.engine_seconds_per_step == 0.0 and plain.provenance.get("engine_seconds_per_step") != "witnessed"
+
+
+def test_calibrate_interrupted_while_timing_the_engine_keeps_the_old_output(tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    out = tmp_path / "hw.toml"
+    out.write_text("old\n")
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        calibrate(out, scratch_dir=scratch, engine=interrupted, **TINY)
+    assert _empty(scratch) and out.read_text() == "old\n"
+
+
+def test_cli_measures_the_engine_unless_told_not_to(tmp_path, capsys):
+    import json
+
+    out = tmp_path / "hw.toml"
+    base = ["calibrate", "--output", str(out), "--file-mib", "1", "--seconds", "0.2", "--mem-mib", "4"]
+    base += ["--matmul-n", "32", "--quiet", "--json"]
+    assert main(base) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["engine"]["engine_seconds_per_agent_token"] > 0 and rep["engine"]["mode"] == "uncoalesced"
+    assert load_hardware(out).provenance["engine_seconds_per_step"] == "witnessed"
+    assert main(base + ["--no-engine"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["engine"] is None and rep["command"].endswith("--no-engine")
+    assert load_hardware(out).engine_seconds_per_step == 0.0
+    assert main(base[:-1]) == 0
+    assert "us per agent-token" in capsys.readouterr().out

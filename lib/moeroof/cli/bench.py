@@ -5,11 +5,12 @@
 
     moeroof bench [--experts 32 --layers 4 --top-k 4 --d-model 1024 --d-ff 1024] [--batch 1,2,4,8,16,32]
                   [--mode both|coalesced|uncoalesced] [--routing uniform|zipf:S | --trace PATH]
-                  [--json] [--output F]
+                  [--calibration calibrated.toml] [--json] [--output F]
 
 The measurement is :func:`moeroof.witness.bench.run_bench`; reads bypass the page cache as in
 ``moeroof calibrate``, and an interrupted run ends with one ``error: interrupted`` line and
-status 130.
+status 130. With ``--calibration`` every row is also predicted from that hardware TOML
+(:func:`moeroof.witness.bench.predict_bench`, engine terms included) under ``prediction``.
 """
 
 from __future__ import annotations
@@ -74,6 +75,18 @@ def add_parser(subparsers: Any) -> None:
         choices=READ_PATHS,
         help="bypass the page cache by O_DIRECT, fadvise, or auto (default)",
     )
+    p.add_argument(
+        "--calibration",
+        default=None,
+        help="hardware TOML written by `moeroof calibrate` (or a preset name): also predict every row from it, "
+        "engine terms included, and report the prediction and the engine terms used",
+    )
+    p.add_argument(
+        "--overlap",
+        default="sum",
+        choices=("sum", "max"),
+        help="how --calibration's prediction combines the terms: sum (serial loop, default) or max",
+    )
     p.add_argument("--output", default=None, help="also write the JSON report to this file, atomically")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -82,7 +95,7 @@ def add_parser(subparsers: Any) -> None:
 
 def bench_report(args: argparse.Namespace) -> dict[str, Any]:
     """Run the benchmark for parsed arguments and return its JSON object."""
-    from moeroof.witness.bench import MODES, StackShape, run_bench
+    from moeroof.witness.bench import MODES, StackShape, predict_bench, run_bench
     from moeroof.witness.measure import Progress
 
     batch = parse_batch(args.batch)
@@ -110,6 +123,11 @@ def bench_report(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"--top-k: K={top_k} exceeds --experts E={experts}")
     routing = args.routing or "uniform"
     modes = MODES if args.mode == "both" else (args.mode,)
+    hardware = None
+    if args.calibration is not None:
+        from moeroof.data.presets import load_hardware
+
+        hardware = load_hardware(args.calibration)  # a bad file is refused before any work
     command = [
         "moeroof",
         "bench",
@@ -132,6 +150,8 @@ def bench_report(args: argparse.Namespace) -> dict[str, Any]:
     command += ["--steps", str(steps), "--warmup", str(warmup), "--seed", str(seed), "--read-path", args.read_path]
     if args.scratch_dir is not None:
         command += ["--scratch-dir", args.scratch_dir]
+    if args.calibration is not None:
+        command += ["--calibration", args.calibration, "--overlap", args.overlap]
     try:
         rep = run_bench(
             StackShape(experts, layers, d_model, d_ff),
@@ -151,6 +171,11 @@ def bench_report(args: argparse.Namespace) -> dict[str, Any]:
         )
     except OSError as exc:
         raise UsageError(f"bench: {exc}") from None
+    if hardware is not None:
+        rep["prediction"] = predict_bench(
+            rep, hardware, overlap=args.overlap, routing=args.trace if args.trace is not None else None
+        )
+        rep["prediction"]["calibration"] = args.calibration
     return jsonable(rep)
 
 
@@ -161,6 +186,7 @@ def print_bench(rep: dict[str, Any]) -> None:
         f"routing {rep['routing']}, {rep['steps']} steps (+{rep['warmup_steps']} warm-up), witnessed"
     )
     print(f"read path: {rep['read_path']} ({rep['read_method']})")
+    pred = rep.get("prediction")
     rows = []
     for i, b in enumerate(rep["batch"]):
         rows.append(
@@ -174,11 +200,23 @@ def print_bench(rep: dict[str, Any]) -> None:
                 fmt(rep["union_per_layer"][i], 2),
                 fmt(rep["coalescing_ratio"][i], 2),
             ]
+            + ([fmt(pred["predicted_net_tok_s"][i], 2), f"{pred['relative_error'][i]:+.1%}"] if pred else [])
         )
-    print(
-        table(["mode", "B", "step s", "net tok/s", "tok/s/agent", "MB read/step", "U/layer", "B·K/U"], rows, "<>>>>>>>")
-    )
+    headers = ["mode", "B", "step s", "net tok/s", "tok/s/agent", "MB read/step", "U/layer", "B·K/U"]
+    if pred:
+        headers += ["predicted net tok/s", "error"]
+    print(table(headers, rows, "<" + ">" * (len(headers) - 1)))
     print("B·K/U is the measured coalescing ratio against the uncoalesced baseline")
+    if pred:
+        eng = pred["engine"]
+        tags = set(eng["provenance"].values())
+        print(
+            f"predicted from {pred['calibration']} ({pred['hardware']}, overlap {pred['overlap']}); error = predicted / measured - 1"
+        )
+        print(
+            f"engine terms used: {eng['engine_seconds_per_step'] * 1e6:.1f} us per step + "
+            f"{eng['engine_seconds_per_agent_token'] * 1e6:.1f} us per agent-token ({', '.join(sorted(tags))})"
+        )
 
 
 def run(args: argparse.Namespace) -> int:

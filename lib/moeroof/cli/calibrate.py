@@ -1,9 +1,11 @@
 """``moeroof calibrate``: measure this box (disk reads bypassing the page cache, page-cached
-reads, memory copy, float32 FLOP/s) into a witnessed hardware TOML in the presets schema.
+reads, memory copy, float32 FLOP/s, and the engine overhead of the suite's own numpy decode
+loop) into a witnessed hardware TOML in the presets schema.
 
 ::
 
-    moeroof calibrate [--output calibrated.toml] [--file-mib 2048] [--seconds 30] [--scratch-dir D] [--json]
+    moeroof calibrate [--output calibrated.toml] [--file-mib 2048] [--seconds 30] [--scratch-dir D]
+                      [--no-engine] [--json]
 
 The measurements are :func:`moeroof.witness.measure.calibrate`; scratch files are removed on
 every exit, and an interrupted run ends with one ``error: interrupted`` line and status 130.
@@ -36,8 +38,10 @@ def add_parser(subparsers: Any) -> None:
         description=(
             "Measure random and sequential read bandwidth of a scratch file at 128 KiB to 16 MiB "
             "reads (O_DIRECT, or posix_fadvise DONTNEED where O_DIRECT is refused), page-cached "
-            "reads, memory copy bandwidth and float32 matmul FLOP/s; write them as a witnessed "
-            "hardware TOML (presets schema). Scratch files are removed on every exit."
+            "reads, memory copy bandwidth, float32 matmul FLOP/s, and the per-step and "
+            "per-agent-token overhead of moeroof bench's own numpy decode loop (the engine terms); "
+            "write them as a witnessed hardware TOML (presets schema). Scratch files are removed "
+            "on every exit."
         ),
     )
     p.add_argument(
@@ -60,6 +64,12 @@ def add_parser(subparsers: Any) -> None:
         help="bypass the page cache by O_DIRECT, fadvise, or auto (default)",
     )
     p.add_argument("--seed", default="0", help="seed of the random read offsets (default 0)")
+    p.add_argument(
+        "--no-engine",
+        action="store_true",
+        help="do not time the bench's decode loop (engine_seconds_per_step/per_agent_token are then left out: "
+        "assumed 0); the timing takes a fraction of a second",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--json", action="store_true", help="print one JSON object of every measurement instead of a table")
     p.set_defaults(func=run)
@@ -67,6 +77,7 @@ def add_parser(subparsers: Any) -> None:
 
 def calibrate_report(args: argparse.Namespace) -> dict[str, Any]:
     """Measure, write the hardware TOML (``--output``) and return every measurement as JSON."""
+    from moeroof.witness.bench import measure_engine
     from moeroof.witness.measure import Progress, calibrate
 
     file_mib = positive_float(args.file_mib, "--file-mib")
@@ -96,6 +107,8 @@ def calibrate_report(args: argparse.Namespace) -> dict[str, Any]:
         command += ["--scratch-dir", args.scratch_dir]
     if args.name is not None:
         command += ["--name", args.name]
+    if args.no_engine:
+        command += ["--no-engine"]
     try:
         cal = calibrate(
             args.output,
@@ -107,6 +120,7 @@ def calibrate_report(args: argparse.Namespace) -> dict[str, Any]:
             read_path=args.read_path,
             name=args.name,
             seed=seed,
+            engine=None if args.no_engine else lambda: measure_engine(seed=seed),
             command=shlex.join(command),
             progress=Progress("calibrate", enabled=not args.quiet),
         )
@@ -137,6 +151,18 @@ def print_calibrate(rep: dict[str, Any]) -> None:
     print(
         f"RAM {rep['ram_bytes'] / 2**30:.2f} GiB, OS reserve {rep['os_reserve_bytes'] / 2**30:.2f} GiB; took {rep['wall_seconds']:.1f} s"
     )
+    eng = rep.get("engine")
+    if eng is not None:
+        print(
+            f"engine (moeroof bench's numpy decode loop, {eng['mode']}, this box): "
+            f"{eng['engine_seconds_per_step'] * 1e6:.1f} us per step + {eng['engine_seconds_per_agent_token'] * 1e6:.1f} us "
+            f"per agent-token (least squares over B = {', '.join(map(str, eng['batch']))}, "
+            f"rms residual {eng['rms_residual_seconds'] * 1e6:.1f} us)"
+        )
+        for note in eng["notes"]:
+            print(f"engine note: {note}")
+    else:
+        print("engine terms not measured (--no-engine): left out of the TOML, assumed 0")
     for note in rep["notes"]:
         print(f"note: {note}")
 

@@ -55,11 +55,13 @@ from moeroof.core.rng import generator
 from moeroof.witness.measure import (
     ALIGN,
     DeviceFile,
+    EngineFit,
     Progress,
     ResourceError,
     aligned_buffer,
     check_disk,
     check_memory,
+    fit_engine_line,
     machine_info,
     scratch_space,
 )
@@ -75,6 +77,8 @@ __all__ = [
     "routing_topk",
     "topk_from_trace",
     "decode_step",
+    "ENGINE_BATCH",
+    "measure_engine",
     "run_bench",
     "bench_model",
     "predict_bench",
@@ -200,6 +204,124 @@ def decode_step(
     for layer in range(topk.shape[1]):
         h = _rms_normalize(h + layer_fn(h, topk[:, layer], gates[:, layer], load_layer(layer), apply))
     return h
+
+
+# ----------------------------------------------------------------------------- engine overhead
+
+#: batch sizes at which :func:`measure_engine` times the decode loop
+ENGINE_BATCH = (1, 2, 4, 8, 16, 32)
+
+
+def measure_engine(
+    *,
+    experts: int = 32,
+    layers: int = 4,
+    top_k: int = 4,
+    batch: Sequence[int] = ENGINE_BATCH,
+    mode: str = "uncoalesced",
+    width: int = 8,
+    repeats: int = 15,
+    seed: int = 0,
+) -> EngineFit:
+    """The engine terms of this suite's own decode loop on this box: :func:`decode_step`'s
+    per-step and per-agent-token overhead (Python, numpy call and dispatch costs), with
+    everything the roofline counts made negligible.
+
+    The stack is tiny and in memory (``d = f = width``, float32; E, L, K as ``moeroof bench``
+    uses by default), so a step reads no disk, touches a few KiB and does a few thousand FLOP;
+    ``load`` is a closure over the in-memory weights, as :class:`StackReader`'s is over its
+    reads. Routing is uniform and gates Dirichlet(1) from ``numpy.random.default_rng(seed)``,
+    B taking the first B streams (as :func:`run_bench`). One untimed pass, then ``repeats``
+    rounds, each timing one step of every (mode, B) in a fresh random order (slow spells of a
+    shared box fall on every cell alike); per cell the median. Both modes are timed;
+    :func:`moeroof.witness.measure.fit_engine_line` fits ``t(B) = c0 + c1·B`` to each and the fit
+    of ``mode`` is returned (the other's goes in ``extra["other_modes"]``).
+
+    Default ``uncoalesced``: its work per step is exactly per-step plus per-token (each token
+    applies its own K experts in each of the L layers), the form of the step model's engine
+    term. The coalesced loop's overhead follows the union U(B) (one grouped apply per distinct
+    expert), which no term of the step model counts; its line is reported with its residual.
+    """
+    batch = sorted({int(b) for b in batch})
+    if len(batch) < 2 or batch[0] < 1:
+        raise ValueError("batch: measure_engine needs at least two positive batch sizes")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if int(top_k) != top_k or not 1 <= top_k <= experts or layers < 1 or width < 1 or repeats < 1:
+        raise ValueError("measure_engine: need 1 <= K <= E, layers >= 1, width >= 1, repeats >= 1")
+    rng = generator(seed)
+    t_start = time.perf_counter()
+    d = f = int(width)
+    weights = [
+        [
+            (rng.standard_normal((d, f), dtype=np.float32), rng.standard_normal((f, d), dtype=np.float32))
+            for _ in range(experts)
+        ]
+        for _ in range(layers)
+    ]
+
+    def load_layer(layer: int) -> Load:
+        experts_of_layer = weights[layer]
+
+        def load(expert: int) -> tuple[np.ndarray, np.ndarray]:
+            return experts_of_layer[expert]
+
+        return load
+
+    bmax = batch[-1]
+    topk_all = routing_topk("uniform", experts, top_k, layers, repeats + 1, bmax, rng).astype(np.int64)
+    gates_all = rng.dirichlet(np.ones(top_k), size=(repeats + 1, bmax, layers)).astype(np.float32)
+    h_all = rng.standard_normal((repeats + 1, bmax, d), dtype=np.float32)
+    cells = [(m, b) for m in MODES for b in batch]
+    times: dict[tuple[str, int], list[float]] = {c: [] for c in cells}
+    for r in range(repeats + 1):
+        for j in rng.permutation(len(cells)):
+            m, b = cells[j]
+            t0 = time.perf_counter()
+            decode_step(h_all[r, :b], topk_all[r, :b], gates_all[r, :b], load_layer, m)
+            dt = time.perf_counter() - t0
+            if r > 0:  # the first pass warms caches and numpy's dispatch
+                times[m, b].append(dt)
+    fits = {}
+    for m in MODES:
+        med = [float(np.median(times[m, b])) for b in batch]
+        c0, c1, rms = fit_engine_line(batch, med)
+        fits[m] = {
+            "engine_seconds_per_step": c0,
+            "engine_seconds_per_agent_token": c1,
+            "rms_residual_seconds": rms,
+            "step_seconds": med,
+        }
+    chosen = fits[mode]
+    other = {m: v for m, v in fits.items() if m != mode}
+    us = lambda x: f"{x * 1e6:.1f}"  # noqa: E731
+    source = (
+        f"moeroof bench's numpy decode loop ({mode}): L = {layers} layers, K = {top_k}, E = {experts}, "
+        f"d = f = {width} float32 experts in memory (no reads), B = {', '.join(map(str, batch))}, "
+        f"median of {repeats} steps each; least-squares t = c0 + c1*B (rms residual {us(chosen['rms_residual_seconds'])} us); "
+        "the engine overhead of this suite's bench engine on this box, not of another serving engine"
+    )
+    notes = [
+        f"{m} loop: t = {us(v['engine_seconds_per_step'])} us + {us(v['engine_seconds_per_agent_token'])} us x B, "
+        f"rms residual {us(v['rms_residual_seconds'])} us (reported, not written: its overhead follows the union U(B))"
+        for m, v in other.items()
+    ]
+    return EngineFit(
+        seconds_per_step=chosen["engine_seconds_per_step"],
+        seconds_per_agent_token=chosen["engine_seconds_per_agent_token"],
+        rms_residual_seconds=chosen["rms_residual_seconds"],
+        batch=list(batch),
+        step_seconds=chosen["step_seconds"],
+        source=source,
+        repeats=int(repeats),
+        wall_seconds=time.perf_counter() - t_start,
+        notes=notes,
+        extra={
+            "mode": mode,
+            "shape": {"experts": experts, "layers": layers, "top_k": int(top_k), "d_model": d, "d_ff": f},
+            "other_modes": other,
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- the stack on disk
@@ -524,14 +646,19 @@ def predict_bench(
     overlap=overlap)``, one read per expert (read size ``e``); routing ``routing`` (default: the
     report's ``uniform`` / ``zipf:S``; a trace-driven report needs the trace path here). Per row::
 
-        coalesced:    T = combine(L·U(B)·e / BW_ssd(e),  L·U(B)·e / BW_mem,  B·F_token / FLOPS)
-        uncoalesced:  T = combine(L·B·K·e / BW_ssd(e),   L·B·K·e / BW_mem,   B·F_token / FLOPS)
+        coalesced:    T = combine(L·U(B)·e / BW_ssd(e),  L·U(B)·e / BW_mem,  B·F_token / FLOPS,  c0 + c1·B)
+        uncoalesced:  T = combine(L·B·K·e / BW_ssd(e),   L·B·K·e / BW_mem,   B·F_token / FLOPS,  c0 + c1·B)
         net tok/s = B / T;   relative error = predicted / measured − 1
 
-    with ``U(B) = Σ_i [1 − (1 − π_i)^B]``, the independent-token union. ``overlap="sum"`` adds
-    the terms (a serial loop: read, then compute), ``"max"`` assumes perfect overlap.
+    with ``U(B) = Σ_i [1 − (1 − π_i)^B]``, the independent-token union, and the engine term
+    ``c0 + c1·B`` from the hardware's ``engine_seconds_per_step`` and
+    ``engine_seconds_per_agent_token`` (``moeroof calibrate`` measures them for this suite's
+    numpy decode loop; 0 where the calibration did not). ``overlap="sum"`` adds the terms (a
+    serial loop: read, then compute), ``"max"`` assumes perfect overlap. The step seconds and the
+    binding term are :func:`moeroof.models.plan.step_terms`'s (the one step model). The
+    engine terms used and their provenance are reported (``engine``).
     """
-    from moeroof.models.plan import TERMS, Workload, routing_from_spec, step_terms
+    from moeroof.models.plan import Workload, routing_from_spec, step_terms
 
     model = bench_model(report)
     spec = routing or str(report["routing"])
@@ -553,27 +680,28 @@ def predict_bench(
             "relative_error",
         )
     }
-    terms_by_mode = {}
+    by_mode = {
+        mode: step_terms(model, hardware, w, r, grid, coalesced=(mode == "coalesced")) for mode in set(report["mode"])
+    }
     terms_rows: dict[str, list[float]] = {}
-    for mode in set(report["mode"]):
-        t = step_terms(model, hardware, w, r, grid, coalesced=(mode == "coalesced"))
-        names = [n for n in TERMS if n in t["terms"]]
-        stack = np.stack([t["terms"][n] for n in names])
-        step = stack.sum(axis=0) if overlap == "sum" else stack.max(axis=0)
-        terms_by_mode[mode] = (t, names, stack, step)
     for b, mode, measured in zip(batch, report["mode"], report["net_tok_s"]):
-        t, names, stack, step = terms_by_mode[mode]
+        t = by_mode[mode]
         i = int(np.flatnonzero(grid == b)[0])
-        net = b / step[i]
-        out["predicted_step_seconds"].append(float(step[i]))
+        step = float(t["step_seconds"][i])
+        net = b / step
+        out["predicted_step_seconds"].append(step)
         out["predicted_net_tok_s"].append(float(net))
         out["predicted_bytes_read_per_step"].append(float(t["ssd_bytes"][i]))
         out["predicted_union_per_layer"].append(float(t["union"][i]))
         out["predicted_coalescing_ratio"].append(float(b * model.top_k / t["union"][i]))
-        out["bound"].append(names[int(np.argmax(stack[:, i]))])
+        out["bound"].append(str(t["bound"][i]))
         out["relative_error"].append(float(net / measured - 1.0))
-        for j, n in enumerate(names):
-            terms_rows.setdefault(n, []).append(float(stack[j, i]))
+        for n, v in t["terms"].items():
+            terms_rows.setdefault(n, []).append(float(v[i]))
+    keys = ("engine_seconds_per_step", "engine_seconds_per_agent_token")
+    engine = {k: float(getattr(hardware, k)) for k in keys}
+    engine["provenance"] = {k: hardware.provenance.get(k, "assumed") for k in keys}
+    engine["source"] = {k: hardware.sources.get(k, "") for k in keys}
     out.update(
         {
             "batch": batch.tolist(),
@@ -583,6 +711,7 @@ def predict_bench(
             "hardware": hardware.name,
             "routing": r.label,
             "terms_seconds": terms_rows,
+            "engine": engine,
         }
     )
     return out

@@ -21,6 +21,15 @@ field ``witnessed = true`` with the date and the method in its ``source``:
 - ``ram_bytes`` and ``os_reserve_bytes``: ``MemTotal`` and ``MemTotal − MemAvailable`` of
   ``/proc/meminfo`` at calibration time (``os.sysconf`` where there is no /proc).
 
+- ``engine_seconds_per_step`` and ``engine_seconds_per_agent_token`` (the step model's engine
+  term ``c0 + c1·B``, :mod:`moeroof.models.step`): the overhead of *this suite's own numpy decode
+  loop* (``moeroof bench``'s) on this box — not of any other serving engine. ``calibrate`` takes
+  the measurement as a callable (``engine=``; the CLI passes
+  :func:`moeroof.witness.bench.measure_engine`, which times the bench's decode step on a tiny
+  in-memory stack at B = 1 … 32 so that reads, bytes and FLOP are negligible) and
+  :func:`fit_engine_line` fits ``t(B) = c0 + c1·B`` by least squares; ``engine=None`` leaves
+  the two fields out (they load as ``assumed`` 0).
+
 The page-cached read bandwidth (the same file read twice through the page cache, the second
 pass timed) has no field in the schema; it is reported and written in the header comment.
 
@@ -73,6 +82,8 @@ __all__ = [
     "measure_page_cache",
     "measure_memory",
     "measure_matmul",
+    "EngineFit",
+    "fit_engine_line",
     "Calibration",
     "calibrate",
     "hardware_toml",
@@ -529,6 +540,65 @@ def measure_matmul(n: int, seconds: float, rng: np.random.Generator) -> tuple[fl
     return _median_rate(2.0 * float(n) ** 3, lambda: np.matmul(a, b, out=out), seconds)
 
 
+def fit_engine_line(batch, seconds) -> tuple[float, float, float]:
+    """Least-squares line ``t(B) = c0 + c1·B`` through measured step seconds; returns
+    ``(c0, c1, rms_residual)`` in seconds.
+
+    Both coefficients are kept ≥ 0 (a preset's value may not be negative, and an engine never
+    gives time back): when the unconstrained fit (``numpy.linalg.lstsq``) has a negative one,
+    the better of the two one-parameter fits (``c0 = 0`` or ``c1 = 0``) is taken — the
+    non-negative least-squares solution of a two-column problem."""
+    b = np.asarray(batch, dtype=float)
+    t = np.asarray(seconds, dtype=float)
+    if b.ndim != 1 or b.shape != t.shape or b.size < 2 or np.unique(b).size < 2:
+        raise ValueError("fit_engine_line needs at least two different batch sizes, one time each")
+    if not (np.all(np.isfinite(t)) and np.all(np.isfinite(b))):
+        raise ValueError("fit_engine_line: batch sizes and seconds must be finite")
+    design = np.column_stack([np.ones_like(b), b])
+    (c0, c1), *_ = np.linalg.lstsq(design, t, rcond=None)
+    if c0 < 0 or c1 < 0:
+        candidates = [(max(0.0, float(np.mean(t))), 0.0), (0.0, max(0.0, float(b @ t / (b @ b))))]
+        c0, c1 = min(candidates, key=lambda c: float(np.sum((c[0] + c[1] * b - t) ** 2)))
+    rms = float(np.sqrt(np.mean((c0 + c1 * b - t) ** 2)))
+    return float(c0), float(c1), rms
+
+
+@dataclass
+class EngineFit:
+    """The engine terms of a decode loop timed at several batch sizes (:func:`fit_engine_line`).
+
+    ``batch`` and ``step_seconds``: the B grid and the median step seconds at each;
+    ``seconds_per_step`` (c0) and ``seconds_per_agent_token`` (c1) the fit, with its
+    ``rms_residual_seconds``; ``source``: what was timed (written into the TOML); ``extra``:
+    JSON-ready side measurements (e.g. another mode's fit), reported but not written as fields.
+    """
+
+    seconds_per_step: float
+    seconds_per_agent_token: float
+    rms_residual_seconds: float
+    batch: list[int]
+    step_seconds: list[float]
+    source: str
+    repeats: int
+    wall_seconds: float
+    notes: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "engine_seconds_per_step": self.seconds_per_step,
+            "engine_seconds_per_agent_token": self.seconds_per_agent_token,
+            "rms_residual_seconds": self.rms_residual_seconds,
+            "batch": list(self.batch),
+            "step_seconds": list(self.step_seconds),
+            "source": self.source,
+            "repeats": self.repeats,
+            "wall_seconds": self.wall_seconds,
+            "notes": list(self.notes),
+            **self.extra,
+        }
+
+
 # ----------------------------------------------------------------------------- the run
 
 
@@ -556,6 +626,7 @@ class Calibration:
     output: Path | None = None
     name: str = ""
     notes: list[str] = field(default_factory=list)
+    engine: EngineFit | None = None
 
     def hardware(self):
         """The calibration as a :class:`moeroof.data.presets.Hardware`, read back through the presets
@@ -603,6 +674,7 @@ class Calibration:
             "matmul_n": self.matmul_n,
             "seconds_budget": self.seconds_budget,
             "wall_seconds": self.wall_seconds,
+            "engine": self.engine.to_dict() if self.engine is not None else None,
             "notes": list(self.notes),
         }
 
@@ -633,7 +705,18 @@ def hardware_toml(cal: Calibration) -> str:
         "# random reads, GB/s (bw_ssd_bytes_per_s below): " + ", ".join(gbs(c.bytes_per_s) for c in cal.random),
         "# sequential reads, GB/s (not in the schema):     " + ", ".join(gbs(c.bytes_per_s) for c in cal.sequential),
         f"# page-cached reads at {cal.page_cache.read_size_bytes / MiB:g} MiB, GB/s (not in the schema): {gbs(cal.page_cache.bytes_per_s)}",
-    ] + [f"# note: {n}" for n in cal.notes]
+    ]
+    eng = cal.engine
+    if eng is not None:
+        us = lambda x: f"{x * 1e6:.1f}"  # noqa: E731
+        header += [
+            "# engine terms (engine_seconds_per_* below): the overhead of this suite's own numpy bench engine on this box",
+            f"# engine step seconds at B = {', '.join(map(str, eng.batch))}, us: "
+            + ", ".join(map(us, eng.step_seconds)),
+            f"# engine fit: t = {us(eng.seconds_per_step)} us + {us(eng.seconds_per_agent_token)} us x B, "
+            f"rms residual {us(eng.rms_residual_seconds)} us",
+        ] + [f"# engine note: {n}" for n in eng.notes]
+    header += [f"# note: {n}" for n in cal.notes]
     src = f"moeroof calibrate {d}"
     desc = f"measured by moeroof calibrate on {d}: {cal.machine.get('cpu')}, {cal.machine.get('logical_cores')} logical cores"
 
@@ -670,6 +753,11 @@ def hardware_toml(cal: Calibration) -> str:
         ),
         entry("os_reserve_bytes", cal.os_reserve_bytes, "B", f"{src}: MemTotal - MemAvailable of /proc/meminfo"),
     ]
+    if eng is not None:
+        body += [
+            entry("engine_seconds_per_step", eng.seconds_per_step, "s", f"{src}: c0 of {eng.source}"),
+            entry("engine_seconds_per_agent_token", eng.seconds_per_agent_token, "s", f"{src}: c1 of {eng.source}"),
+        ]
     return "\n".join(header + body) + "\n"
 
 
@@ -689,6 +777,7 @@ def calibrate(
     name: str | None = None,
     seed: int = 0,
     rounds: int = 5,
+    engine: Callable[[], EngineFit] | None = None,
     command: str = "",
     progress: Progress | None = None,
 ) -> Calibration:
@@ -704,6 +793,12 @@ def calibrate(
     under ``scratch_dir`` (default: the output's folder, so the file sits on the filesystem the
     user cares about; the system temp dir when there is no output), removed on every exit.
     All sizes are checked against free disk and available memory before anything is written.
+
+    ``engine``: a callable that times a decode loop and returns its :class:`EngineFit` (the CLI
+    passes :func:`moeroof.witness.bench.measure_engine`; this module cannot import the bench,
+    which imports it), run last, outside the time budget (it takes a fraction of a second);
+    its c0 and c1 are written as ``engine_seconds_per_step`` and
+    ``engine_seconds_per_agent_token``, witnessed. ``None``: not measured, not written.
     """
     if not file_bytes >= 128 * KiB:
         raise ValueError("file_bytes: the scratch file must hold at least one 128 KiB read")
@@ -762,6 +857,10 @@ def calibrate(
     prog.phase("float32 matmul")
     flops, _ = measure_matmul(matmul_n, 0.1 * seconds, rng)
     prog.advance(0.1)
+    engine_fit = None
+    if engine is not None:
+        prog.phase("engine overhead (the bench's decode loop, tiny in-memory stack)")
+        engine_fit = engine()
     if path_name == "fadvise":
         notes.append("reads bypass the page cache by posix_fadvise DONTNEED, not O_DIRECT: " + method)
     cal = Calibration(
@@ -785,6 +884,7 @@ def calibrate(
         output=out,
         name=name or f"calibrated-{date}",
         notes=notes,
+        engine=engine_fit,
     )
     if out is not None:
         from moeroof.data.presets import load_hardware

@@ -77,6 +77,7 @@ import numba
 import numpy as np
 
 from moeroof.core.masks import ids_or
+from moeroof.core.results import Result
 
 __all__ = [
     "POLICIES",
@@ -132,7 +133,7 @@ class Requests:
 
 
 @dataclass(frozen=True)
-class CacheResult:
+class CacheResult(Result):
     """Outcome of one simulation; totals count the steps after warm-up only.
 
     ``hits_per_step``, ``misses_per_step`` and ``bytes_streamed_per_step`` cover every step,

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from moeroof.core.results import Result
 from moeroof.models import cache as cache_sim
 from moeroof.models.union import power_sums
 
@@ -263,7 +264,7 @@ def steady_state_miss_ratio(
 
 
 @dataclass(frozen=True)
-class RankCache:
+class RankCache(Result):
     """Per rank and batch size (R, nB): expected union and misses per layer shape (mean over
     the rows of π), and the hit rate ``1 − misses / union``. For the pinned hot set the token
     misses are ``B · Σ_{i ∉ hot} π_i`` (= B × the misses of one token); for a simulated policy

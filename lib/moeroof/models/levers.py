@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from moeroof.core.results import Result
 from moeroof.data.presets import Hardware, MoEModel
 from moeroof.models.plan import RoutingProbabilities, Workload, plan, step_breakdown
 from moeroof.models.union import as_batch
@@ -47,7 +48,7 @@ __all__ = ["LeverFactors", "lever_factors", "prefill_seconds", "session_seconds"
 
 
 @dataclass(frozen=True)
-class LeverFactors:
+class LeverFactors(Result):
     """Each lever's factor at each B, against its named baseline."""
 
     batch: np.ndarray

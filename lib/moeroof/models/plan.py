@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from moeroof.core.results import Result
 from moeroof.data.presets import Hardware, MoEModel
 from moeroof.models import expert_cache, step
 from moeroof.models.partition import balanced_packing, bytes_partition, contiguous_split, weighted_packing
@@ -246,7 +247,7 @@ def assign_experts(
 
 
 @dataclass(frozen=True)
-class StepBreakdown:
+class StepBreakdown(Result):
     """One step per batch size, rank by rank: the inputs of :func:`moeroof.models.step.evaluate`
     and its result. Per-rank arrays (R, nB); ``union_pairs`` / ``missed_pairs`` count
     (layer, expert) pairs over all L MoE layers."""

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from moeroof.core.errors import ParameterError
+from moeroof.core.results import Result
 from moeroof.core.units import GiB
 from moeroof.data.io import read_histogram
 from moeroof.data.presets import Hardware, MoEModel, load_hardware, load_model
@@ -39,7 +40,7 @@ __all__ = ["RankPlan", "SplitPlan", "split_plan", "split_report"]
 
 
 @dataclass(frozen=True, eq=False)
-class RankPlan:
+class RankPlan(Result):
     """One rank of a :class:`SplitPlan` (per step; bytes and seconds)."""
 
     rank: int
@@ -57,7 +58,7 @@ class RankPlan:
 
 
 @dataclass(frozen=True, eq=False)
-class SplitPlan:
+class SplitPlan(Result):
     """A partition evaluated by the per-rank step model (module docstring). Per-rank arrays
     have shape (R,); ``assignment`` (E,) is the rank of each expert."""
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from moeroof.core.results import Result
 from moeroof.data.presets import Hardware, MoEModel
 
 __all__ = [
@@ -125,7 +126,7 @@ def fabric_bytes_per_step(model: MoEModel, batch, ranks: int, remote_share: floa
 
 
 @dataclass(frozen=True)
-class Step:
+class Step(Result):
     """A step evaluated at each batch size; per-rank arrays have shape (R, nB).
 
     ``bound`` names, per B, the binding term of the step: the slowest rank's largest term, or

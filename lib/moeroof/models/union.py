@@ -35,6 +35,7 @@ import scipy.sparse as sp
 from scipy.special import betaln, ndtri
 
 from moeroof.core.masks import ids_or, live_streams, live_tokens
+from moeroof.core.results import Result
 from moeroof.core.stats import percentile_interval
 from moeroof.models.routing import inclusion_probabilities, log_dirichlet, softmax
 
@@ -59,7 +60,7 @@ BASELINE = "uncoalesced"
 
 
 @dataclass(frozen=True)
-class UnionCurve:
+class UnionCurve(Result):
     """Expected distinct experts per layer for each batch size, with a band.
 
     ``union_per_layer``, ``ci_low`` and ``ci_high`` have shape (layers, len(batch));

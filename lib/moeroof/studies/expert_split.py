@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from moeroof.core.results import Result
 from moeroof.core.units import GiB
 from moeroof.data.presets import Hardware, MoEModel
 from moeroof.models import cache, step
@@ -101,7 +102,7 @@ MEASURES = {"max_mean": imbalance, "max_min": max_over_min}
 
 
 @dataclass(frozen=True)
-class RelabelDraws:
+class RelabelDraws(Result):
     """Per-rank token loads of the id split, one row per random relabeling of the experts
     (``id_loads`` (draws, R)), and of LPT (``lpt_loads`` (R,), the same for every relabeling)."""
 
@@ -159,7 +160,7 @@ def firing_counts(topk, experts: int, *, start_step: int = 0, stop_step: int | N
 
 
 @dataclass(frozen=True)
-class TraceSplit:
+class TraceSplit(Result):
     """One partition on one trace, counted over the timed steps (after ``warmup_steps``).
 
     Per rank (arrays of length R): ``picks_per_step`` token-routes to the rank's experts (its
@@ -295,7 +296,7 @@ def fluid_gain(slowdown) -> np.ndarray | float:
 
 
 @dataclass(frozen=True)
-class SlowdownSweep:
+class SlowdownSweep(Result):
     """Predicted pair step time per partition method against the head node's slowdown.
 
     ``step_seconds[method]`` (n,), ``head_experts[method]`` (n,) experts the slow rank owns,
@@ -414,7 +415,7 @@ def slowdown_sweep(
 
 
 @dataclass(frozen=True)
-class Arrangement:
+class Arrangement(Result):
     """One arrangement's simulated cache behaviour and predicted step (means over seeds).
 
     ``gib_per_step``: GiB the slowest-streaming rank streams per step (the booster's only rank);
@@ -436,7 +437,7 @@ class Arrangement:
 
 
 @dataclass(frozen=True)
-class PairVsBooster:
+class PairVsBooster(Result):
     """The pair (id split) against one booster at the same M and cache GiB per node.
 
     ``ratio``: predicted ``step(booster) / step(pair)`` (baseline: one booster; > 1 means the

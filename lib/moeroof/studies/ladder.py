@@ -85,6 +85,7 @@ import numpy as np
 
 from moeroof.core import atomic, paths
 from moeroof.core.masks import ids_or
+from moeroof.core.results import Result
 from moeroof.core.rng import generator
 from moeroof.core.units import GiB
 from moeroof.models import cache
@@ -336,7 +337,7 @@ def _trace(knobs: Knobs, streams: int, steps: int, layers: int, seed: int) -> np
 
 
 @dataclass(frozen=True)
-class CaseResult:
+class CaseResult(Result):
     """One simulated run of a case at one seed, counted over the 10 timed steps.
 
     ``hit_rate``: hits / requests pooled over the ranks; ``gib_streamed_per_step``: mean over
@@ -439,7 +440,7 @@ def run_cases(
 
 
 @dataclass(frozen=True)
-class Band:
+class Band(Result):
     """A case's prediction over seeds: mean and the 5–95 % band of the hit rate and the GiB
     streamed per step per rank, and of the per-layer union (both ranks)."""
 
@@ -508,7 +509,7 @@ def predict(
 
 
 @dataclass(frozen=True)
-class FitResult:
+class FitResult(Result):
     """Fitted knobs, the grids each step searched and what they gave (for plots and checks)."""
 
     knobs: Knobs
@@ -615,7 +616,7 @@ def fit_knobs(
 
 
 @dataclass(frozen=True)
-class LadderCurve:
+class LadderCurve(Result):
     """Exact LRU hit rate and GiB streamed per step per rank against the cache size per rank
     (global scope), one row per seed; ``working_set_gib``: a rank's per-step working set
     (``U_rank · L · e``, the union it requests in one step), one per seed."""

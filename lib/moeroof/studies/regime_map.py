@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from moeroof.core.results import Result
 from moeroof.data.presets import Hardware, MoEModel
 from moeroof.models.plan import TERMS, RoutingProbabilities, Workload, plan
 from moeroof.models.union import as_batch
@@ -32,7 +33,7 @@ BOUND_CODES = {term: i for i, term in enumerate(TERMS)}
 
 
 @dataclass(frozen=True)
-class RegimeMap:
+class RegimeMap(Result):
     """The roofline on a (cache, batch) grid. 2-D arrays have shape (len(cache_bytes), len(batch)).
 
     ``bound`` holds the binding term's name per cell (``bound_code`` the same as

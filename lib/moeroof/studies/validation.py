@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import brentq, least_squares
 
+from moeroof.core.results import Result
 from moeroof.data.presets import Hardware, MoEModel
 from moeroof.models import expert_cache
 from moeroof.models.plan import RoutingProbabilities, Workload, plan
@@ -72,7 +73,7 @@ class Reference:
 
 
 @dataclass(frozen=True)
-class Comparison:
+class Comparison(Result):
     """One published comparison: what the model predicts (or reproduces) against what was measured.
 
     ``role``: ``prediction`` (the measured values were not used to set any input) or

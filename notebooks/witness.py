@@ -67,7 +67,7 @@ from moeroof.core.units import MiB
 from moeroof.data.presets import load_hardware
 from moeroof.present.plots import label_with_baseline, provenance_label, save_figure, style
 from moeroof.studies.validation import gpu_bench_check
-from moeroof.witness.bench import StackShape, median_abs_error, predict_bench, run_bench
+from moeroof.witness.bench import StackShape, measure_engine, median_abs_error, predict_bench, run_bench
 from moeroof.witness.measure import calibrate
 
 batch_list = parse_batch(batch)
@@ -83,7 +83,10 @@ OVERLAPS = ("sum", "max")
 cal_kw = dict(
     file_bytes=file_mib * 2**20, seconds=calibrate_seconds, mem_bytes=64 * 2**20, matmul_n=1024, scratch_dir=scratch
 )
-cal_before = calibrate(None, name="live-before", seed=seed, **cal_kw)
+# the engine terms (per step, per agent-token) of the bench's own numpy loop, timed on this box
+cal_before = calibrate(
+    None, name="live-before", seed=seed, engine=lambda: measure_engine(layers=layers, top_k=top_k), **cal_kw
+)
 live = run_bench(
     StackShape(experts, layers, d_model, d_ff),
     top_k,
@@ -109,6 +112,28 @@ if replay_bench:
     print(
         f"replayed: {replay['command']} on {replay['date']} ({replay['machine']['cpu']}, read path {replay['read_path']})"
     )
+
+# %%
+from dataclasses import replace  # noqa: E402
+
+from IPython.display import Markdown, display  # noqa: E402
+
+hw_live = cal_before.hardware()
+no_engine = replace(hw_live, engine_seconds_per_step=0.0, engine_seconds_per_agent_token=0.0)
+err_with = median_abs_error(predict_bench(live, hw_live, overlap="sum"))
+err_without = median_abs_error(predict_bench(live, no_engine, overlap="sum"))
+display(
+    Markdown(
+        f"**What changed (issue 10).** The prediction now goes through the one step model, whose new engine "
+        f"term is measured here by `moeroof calibrate`: {hw_live.engine_seconds_per_step * 1e6:.1f} µs per step "
+        f"and {hw_live.engine_seconds_per_agent_token * 1e6:.1f} µs per agent-token for the bench's numpy loop "
+        f"(L = {layers}, K = {top_k}). On this live run the median |error| of net tok/s (`sum`) is "
+        + ", ".join(
+            f"{m} {100 * err_with[m]:.1f} % with it against {100 * err_without[m]:.1f} % without" for m in err_with
+        )
+        + ". The replayed default-size run was calibrated before the engine terms existed: it predicts with 0."
+    )
+)
 
 # %% [markdown]
 # ## Predicted against measured, per mode and batch

@@ -312,3 +312,30 @@ def test_steady_state_rejects_unknown_policy_and_scope():
         steady_state_miss_ratio(SMALL_PI, 4, 6.0, scope="rank")
     with pytest.raises(ValueError, match="policy"):
         rank_cache(SMALL_PI, [1], 4.0, np.zeros(32, dtype=np.int64), policy="fifo")
+
+
+# ----------------------------------------------------------------------------- the user's own trace
+
+
+def test_a_trace_routing_simulates_on_the_trace_itself():
+    """With routing from a trace, a simulated cache runs on the trace's own first B streams (its
+    union measured there, independent of the closed form) and on drawn traces beyond its streams."""
+    from moeroof.core.paths import DATA_DIR
+    from moeroof.data.presets import load_hardware, load_model
+    from moeroof.models.plan import Workload, plan, routing_from_spec
+
+    m, hw = load_model("qwen3-30b-a3b"), load_hardware("apple-m4")
+    r = routing_from_spec(str(DATA_DIR / "traces" / "qwen3-30b-a3b-like.npz"), m)
+    assert r.trace is not None and r.trace_key
+    steps, streams, layers, _ = r.trace.shape
+    b = 4
+    p = plan(m, hw, Workload(context_tokens=1024, cache_bytes=4 * 2**30), r, [b, streams + 1])
+    # the union at B = 4: distinct experts per (step, layer) over the counted half, on the
+    # layers the simulation keeps, recomputed here directly from the array
+    rows = np.unique(np.round(np.linspace(0, layers - 1, expert_cache.MAX_SIMULATED_LAYERS)).astype(int))
+    sub = np.asarray(r.trace)[steps // 2 :, :b][:, :, rows]
+    distinct = [len(set(sub[s, :, j].ravel()) - {-1}) for s in range(sub.shape[0]) for j in range(rows.size)]
+    assert p.union_per_layer[0] == pytest.approx(np.mean(distinct), rel=1e-12)
+    assert any("trace's own streams" in n for n in p.notes)
+    # beyond the trace's streams: the closed-form union of the trace's histogram
+    assert p.union_per_layer[1] == pytest.approx(float(union_plugin(r.pi, [streams + 1]).mean[0]), rel=1e-9)

@@ -60,6 +60,7 @@ __all__ = [
     "hot_set_misses",
     "systematic_topk",
     "steady_state_miss_ratio",
+    "trace_miss_ratio",
     "RankCache",
     "rank_cache",
     "policy_label",
@@ -183,6 +184,80 @@ def _fill_steps(q: np.ndarray, target: float) -> int:
     return hi
 
 
+def _simulate_ratios(
+    topk: np.ndarray,
+    experts: int,
+    own: np.ndarray,
+    assignment: np.ndarray | None,
+    rank: int,
+    c: float,
+    policy: str,
+    scope: str,
+    warm: int,
+) -> tuple[float, float, float]:
+    """Simulate one rank's cache on ``topk`` (steps, streams, H, K): (misses per request, token
+    misses per request, distinct requests per layer and step), counted after ``warm`` steps."""
+    h, e = topk.shape[2], int(experts)
+    part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
+    req = cache_sim.requests_from_trace(topk, e, partition=part, rank=None if part is None else rank)
+    capacity = math.floor(c) * h  # scope "layer" splits it back into c per layer
+    res = cache_sim.simulate(req, capacity, policy=policy, scope=scope, warmup_steps=warm, return_hits=True)
+    counted_req = req.step >= warm
+    # tokens per request: how many of the step's tokens routed to the (layer, expert); the keys
+    # (step, layer, expert) sort in request order, so the counts line up with the requests
+    mine = own[np.clip(topk, 0, None)] & (topk >= 0)
+    keys = (np.arange(topk.shape[0])[:, None, None, None] * (h * e) + np.arange(h)[None, None, :, None] * e + topk)[
+        mine
+    ]
+    _, mult = np.unique(keys, return_counts=True)
+    hit = res.request_hits[counted_req]
+    mult = mult[counted_req]
+    req_ratio = float(1.0 - hit.mean()) if hit.size else 0.0
+    token_ratio = float(mult[~hit].sum() / hit.size) if hit.size else 0.0
+    counted_steps = max(topk.shape[0] - warm, 1)
+    return req_ratio, token_ratio, float(hit.size / (counted_steps * h))
+
+
+def trace_miss_ratio(
+    trace: np.ndarray,
+    trace_key: str,
+    batch: int,
+    cache_experts_per_layer: float,
+    *,
+    policy: str = "lru",
+    scope: str = "global",
+    assignment: np.ndarray | None = None,
+    rank: int = 0,
+) -> tuple[float, float, float]:
+    """A simulated policy on the user's own trace (its first ``batch`` streams), memoised by
+    ``trace_key``: ``(misses, token misses)`` per distinct request and the distinct requests per
+    layer and step (the measured union of the rank), counted over the second half of the trace's
+    steps after the first half warmed the cache. The trace's own correlations (shared context,
+    stickiness) stay in; at most :data:`MAX_SIMULATED_LAYERS` layers (evenly spaced) are used."""
+    if policy not in SIMULATED:
+        raise ValueError(f"policy must be one of {', '.join(SIMULATED)}, got {policy!r}")
+    steps, streams, layers, _ = trace.shape
+    if not 1 <= batch <= streams:
+        raise ValueError(f"batch {batch} outside the trace's 1..{streams} streams")
+    e = len(assignment) if assignment is not None else int(np.max(trace)) + 1
+    own = np.ones(e, dtype=bool) if assignment is None else np.asarray(assignment) == rank
+    c = float(math.floor(cache_experts_per_layer))
+    key = ("trace", trace_key, int(batch), int(c), policy, scope, _digest(own.astype(np.int8)))
+    if key in _memo:
+        _memo.move_to_end(key)
+        return _memo[key]
+    rows = _layer_rows(layers)
+    topk = np.asarray(trace[:, :batch][:, :, rows])
+    warm = max(1, steps // 2)
+    if c < 1.0:
+        c = 0.0
+    out = _simulate_ratios(topk, e, own, assignment, rank, c, policy, scope, warm)
+    _memo[key] = out
+    if len(_memo) > _MEMO_SIZE:
+        _memo.popitem(last=False)
+    return out
+
+
 def steady_state_miss_ratio(
     pi: np.ndarray,
     batch: int,
@@ -240,22 +315,7 @@ def steady_state_miss_ratio(
     counted = int(min(500, max(MIN_COUNTED_STEPS, math.ceil(MIN_REQUESTS / per_step))))
     rng = np.random.default_rng([int(seed), int(batch), int(math.floor(c)), warm])
     topk = systematic_topk(sub, warm + counted, int(batch), rng)
-    part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
-    req = cache_sim.requests_from_trace(topk, e, partition=part, rank=None if part is None else rank)
-    capacity = math.floor(c) * h  # scope "layer" splits it back into c per layer
-    res = cache_sim.simulate(req, capacity, policy=policy, scope=scope, warmup_steps=warm, return_hits=True)
-    counted_req = req.step >= warm
-    # tokens per request: how many of the step's tokens routed to the (layer, expert); the keys
-    # (step, layer, expert) sort in request order, so the counts line up with the requests
-    mine = own[np.clip(topk, 0, None)] & (topk >= 0)
-    keys = (np.arange(topk.shape[0])[:, None, None, None] * (h * e) + np.arange(h)[None, None, :, None] * e + topk)[
-        mine
-    ]
-    _, mult = np.unique(keys, return_counts=True)
-    hit = res.request_hits[counted_req]
-    mult = mult[counted_req]
-    req_ratio = float(1.0 - hit.mean()) if hit.size else 0.0
-    token_ratio = float(mult[~hit].sum() / hit.size) if hit.size else 0.0
+    req_ratio, token_ratio, _ = _simulate_ratios(topk, e, own, assignment, rank, c, policy, scope, warm)
     out = (req_ratio, token_ratio)
     _memo[key] = out
     if len(_memo) > _MEMO_SIZE:
@@ -295,11 +355,16 @@ def rank_cache(
     policy: str = "lru",
     scope: str = "global",
     seed: int = 0,
+    trace: np.ndarray | None = None,
+    trace_key: str | None = None,
 ) -> RankCache:
     """Union and misses of every rank at every batch size (module docstring).
 
     ``cache_experts_per_layer`` (nB,) or scalar: each rank's cache in experts per layer (the same
-    on every rank: identical boxes); ``assignment`` (E,) rank of each expert.
+    on every rank: identical boxes); ``assignment`` (E,) rank of each expert. ``trace`` (steps,
+    streams, H, K) with a ``trace_key``: a simulated policy runs on the user's own trace (its first
+    B streams; :func:`trace_miss_ratio`) wherever B fits in it, and the union is the one measured
+    there; beyond, traces are drawn from π.
     """
     if policy not in POLICIES:
         raise ValueError(f"cache policy must be one of {', '.join(POLICIES)}, got {policy!r}")
@@ -325,7 +390,13 @@ def rank_cache(
             token_misses[r] = b * hot_set_misses(pi[:, idx], c_r, np.ones_like(b))[1].mean(axis=0)
         else:
             for j, (bb, cc) in enumerate(zip(b, c_r)):
-                if cc < 1.0:  # no whole expert fits: every pick misses
+                if trace is not None and bb <= trace.shape[1]:
+                    req, tok, u_trace = trace_miss_ratio(
+                        trace, str(trace_key), int(bb), float(cc), policy=policy, scope=scope, assignment=a, rank=r
+                    )
+                    union[r, j] = u_trace
+                    misses[r, j], token_misses[r, j] = u_trace * req, u_trace * tok
+                elif cc < 1.0:  # no whole expert fits: every pick misses
                     misses[r, j], token_misses[r, j] = union[r, j], bb * picks[r]
                 elif cc < idx.size:
                     # whole experts per layer, interpolated like the hot set's fractional cache

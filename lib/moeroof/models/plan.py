@@ -146,7 +146,8 @@ class RoutingProbabilities:
     than the model is read as a sample of layer shapes). ``provenance`` is the routing input's
     tag: uniform and Zipf are assumptions; a histogram or trace carries its own. ``load`` (E,):
     firing counts per expert summed over layers when the input had them (what a partition
-    balances; default Σ_ℓ π).
+    balances; default Σ_ℓ π). From a trace, a simulated cache runs on the trace itself wherever
+    the batch fits in its streams.
     """
 
     pi: np.ndarray
@@ -154,6 +155,10 @@ class RoutingProbabilities:
     provenance: str
     notes: tuple[str, ...] = ()
     load: np.ndarray | None = None
+    #: the user's trace (steps, streams, layers, K) when the routing came from one, and a key
+    #: that names it for the simulations' memo (path, size, modification time)
+    trace: np.ndarray | None = None
+    trace_key: str | None = None
 
     @property
     def expert_load(self) -> np.ndarray:
@@ -204,7 +209,14 @@ def routing_from_spec(spec: str, model: MoEModel) -> RoutingProbabilities:
     prov = "witnessed" if prov == "witnessed" else "projected"
     label = f"{data.meta.get('model', path.name)} ({path.name})"
     load = np.asarray(counts, dtype=float).sum(axis=0)
-    return RoutingProbabilities(np.clip(pi, 0.0, 1.0), label, prov, tuple(notes), load=load)
+    trace = trace_key = None
+    if not isinstance(data, Histogram):
+        trace = data.topk
+        st = path.stat()
+        trace_key = f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}"
+    return RoutingProbabilities(
+        np.clip(pi, 0.0, 1.0), label, prov, tuple(notes), load=load, trace=trace, trace_key=trace_key
+    )
 
 
 def assign_experts(
@@ -328,7 +340,13 @@ def step_breakdown(
     pressured = workload.cache_bytes > available
     fits = available >= 0
     cache_experts = cache_eff / (layers * e_bytes)
-    kw = dict(policy=workload.cache_policy, scope=workload.cache_scope, seed=workload.seed)
+    kw = dict(
+        policy=workload.cache_policy,
+        scope=workload.cache_scope,
+        seed=workload.seed,
+        trace=routing.trace,
+        trace_key=routing.trace_key,
+    )
     rc = expert_cache.rank_cache(pi, b, cache_experts, a, **kw)
     union, misses = rc.union_per_layer, rc.misses_per_layer
     reads = union
@@ -584,6 +602,13 @@ def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing: Routi
     if np.any(br.pressured):
         notes.append(
             "the requested expert cache does not fit beside the resident set: it was capped at what RAM leaves"
+        )
+    if routing.trace is not None and workload.cache_policy != "static":
+        s = routing.trace.shape[1]
+        notes.append(
+            f"cache simulated on the trace's own streams for B ≤ {s} (its correlations included, the union "
+            "measured there)"
+            + ("; beyond, on traces drawn from its histogram (independent tokens)" if b.max() > s else "")
         )
     if workload.cache_policy == "static":
         notes.append(

@@ -507,7 +507,7 @@ def pair_vs_booster(
     read = e_model if read_size_bytes is None else float(read_size_bytes)
     bw_ssd = float(hardware.ssd_bandwidth(read))
     mem_base = float(model.non_routed_bytes) + streams * context_tokens * float(model.kv_bytes_per_token)
-    flops = streams * float(model.flops_per_token)
+    flops = streams * (float(model.flops_per_token) + context_tokens * float(model.attn_flops_per_context_token))
 
     def rank_step(gib: np.ndarray, ws_gib: np.ndarray) -> step.Step:
         """One rank's step through the one step model, for each (streamed, working set) pair."""

@@ -13,23 +13,23 @@
 # %% [markdown]
 # # L1, L2 and L3: what each buys alone, against which baseline, and do they compound?
 #
-# **Answer.** Each lever buys time only where the term it shrinks binds. On GLM-5.2 streaming from
-# a Gen4 NVMe (`nvme-gen4` with its default hot-set cache, Zipf routing, 4096-token context) the
-# SSD binds at every feasible B, so only L2 pays per step, the more the larger the batch, against
-# `uncoalesced`; L1 (against `per-token dense reads`) buys nothing and decode-side L3 (against
-# `per-agent prefix KV`) barely anything, and that only near the RAM limit. On `epyc-server`,
-# whose RAM can hold every routed expert, memory binds only at the smallest batches and compute
-# beyond: L1 pays most at that boundary and fades as compute takes over, L2 pays little anywhere,
-# and decode-side L3 pays almost nothing: sharing the prefix's KV saves memory reads, not the
-# attention compute over the prefix that every agent still does. Over one user's fan-out session
-# (against `uncoalesced decode, per-agent prefix prefill`) L2 and L3 compound above the product
-# f2·f3 on both boxes, because they shorten different parts of the session. On `nvme-gen4`,
-# cross-user batching (against `per-user steps`) multiplies the per-user coalescing ratio by a
-# cross-user gain that grows as the machine batch's expert union approaches E = 256, and it is
-# ended not by compute but by RAM: the machine batch's KV overflows RAM just after the union
-# passes 90 % of E, while the SSD still binds. Every number, printed under "The answer's numbers,
-# computed", is **projected** (assumed routing, assumed KV size and FLOP per token, unmeasured
-# memory and compute rates).
+# **Answer.** Each lever buys time only where the term it shrinks binds: L1 (against `per-token
+# dense reads`) where memory binds, L2 (against `uncoalesced`) where the SSD binds, decode-side L3
+# (against `per-agent prefix KV`) where the batch's KV reads bind or its KV crowds the expert cache
+# out of RAM; sharing the prefix's KV saves memory reads, not the attention compute over the prefix
+# that every agent still does. Over one user's fan-out session (against `uncoalesced decode,
+# per-agent prefix prefill`) L2 and L3 compound at least multiplicatively when they shorten
+# different parts of the session (L3 the prefill, L2 the decode steps), and fall below the product
+# only when they relieve the same binding term. Cross-user batching (against `per-user steps`)
+# multiplies the per-user coalescing ratio by a cross-user gain that grows as the machine batch's
+# expert union approaches E, until another term binds or the machine batch's KV overflows RAM.
+# Which term binds on the two boxes (`nvme-gen4` with a small expert cache, `epyc-server` whose RAM
+# can hold the routed experts), each factor, and where RAM ends cross-user batching are printed
+# under "The answer's numbers, computed"; the paragraph below the setup cell says, from this run,
+# what the one step model of issue 10 changed: the expert cache the step sees is a simulated LRU
+# in steady state by default, no longer a hot set pinned from the true routing probabilities (an
+# oracle). Every number is **projected** (assumed routing, assumed KV size and FLOP per token,
+# unmeasured memory and compute rates).
 
 # %% tags=["parameters"]
 # fmt: off
@@ -38,7 +38,7 @@ hardware: str = "nvme-gen4"  # hardware preset name or path to a hardware TOML
 contrast_hardware: str = "epyc-server"  # a box with RAM for the experts, where the memory term can bind
 contrast_cache_gib: float = 400.0  # expert cache on the contrast box in GiB, capped at what RAM leaves
 routing: str = "zipf:0.8"  # uniform, zipf:S, or a histogram or trace path relative to data/
-cache_gib: float = 16.0  # expert cache in GiB on the main box, a static hot set per layer
+cache_gib: float = 16.0  # expert cache in GiB on the main box, simulated LRU by default
 context_tokens: int = 4096  # context per agent in tokens for the per-B lever curves
 prefix_tokens: int = 2048  # shared prefix in tokens: system prompt, tool schemas, repo snapshot
 decode_tokens: int = 1024  # tokens each agent decodes in one session
@@ -49,9 +49,12 @@ users_max: int = 64  # most users sharing one machine batch
 # fmt: on
 
 # %%
+from dataclasses import replace
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from IPython.display import Markdown, display
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
@@ -62,6 +65,7 @@ from moeroof.data.presets import load_hardware, load_model
 from moeroof.models.levers import composition, compounding, lever_factors
 from moeroof.models.plan import Workload, plan, routing_from_spec
 from moeroof.present.plots import label_with_baseline, provenance_label, save_figure, style
+from moeroof.studies import what_changed
 
 key_batches = [1, 8, 16, 64, 128, 256, 1024]  # rows shown in the tables
 batch = np.unique(
@@ -69,7 +73,7 @@ batch = np.unique(
 )
 users = np.unique(np.r_[np.round(np.logspace(0, np.log10(users_max), 25)), [1, 2, 4, 8, 16, 32, 64]].astype(int))
 users = users[users <= users_max]
-term_colours = {"ssd": "#4C72B0", "memory": "#DD8452", "compute": "#55A868", "fabric": "#C44E52"}
+term_colours = {"ssd": "#4C72B0", "memory": "#DD8452", "compute": "#55A868", "engine": "#8172B3", "fabric": "#C44E52"}
 
 m = load_model(model)
 boxes = {"main": load_hardware(hardware), "contrast": load_hardware(contrast_hardware)}
@@ -96,6 +100,47 @@ def box_label(k):
 
 
 # %% [markdown]
+# ## What changed with the one step model (issue 10)
+# The same plans and lever factors with the cache the step used to see, a hot set pinned from the
+# true routing probabilities (`cache_policy="static"`, an oracle), against this notebook's own
+# (`lru` unless changed), at the feasible B where net tok/s differs most and at the largest
+# feasible B.
+
+# %%
+oracle = what_changed.ORACLE_POLICY
+changed = {
+    k: what_changed.compare_plans(
+        {
+            work[k].cache_policy: plans[k],
+            oracle: plan(m, boxes[k], replace(work[k], cache_policy=oracle), route, batch),
+        },
+        work[k].cache_policy,
+        oracle,
+    )
+    for k in boxes
+}
+lever_policies = {
+    k: {
+        pol: lever_factors(m, boxes[k], replace(work[k], cache_policy=pol), route, batch, prefix_tokens=prefix_tokens)
+        for pol in (work[k].cache_policy, oracle)
+    }
+    for k in boxes
+}
+paragraph = []
+for n, k in enumerate(boxes):
+    c = changed[k]
+    paragraph.append(what_changed.plan_paragraph(c, cache_gib=work[k].cache_bytes / GiB, lead=n == 0, l2=False))
+    paragraph.append(
+        "Levers "
+        + "; ".join(
+            what_changed.lever_lines(lever_policies[k], i, policy=c.policy, reference=c.reference) for i in c.points()
+        )
+        + "."
+    )
+display(Markdown(" ".join(paragraph)))
+
+
+# %% [markdown]
 # ## (a) Each lever alone, at each B, against its own baseline
 # - **L1** dense-band amortization: the step reads the non-routed band (attention, shared
 #   experts, LM head) once for all B agents. Baseline `per-token dense reads`: the same step with
@@ -111,7 +156,7 @@ def box_label(k):
 # step; hatched B are infeasible (the dense band and the batch's KV exceed RAM).
 
 # %%
-factors = {k: lever_factors(m, boxes[k], work[k], route, batch, prefix_tokens=prefix_tokens) for k in boxes}
+factors = {k: lever_policies[k][work[k].cache_policy] for k in boxes}  # computed for the paragraph above
 lever_names = {
     "l1_dense_amortization": "L1 dense once per step",
     "l2_coalescing": "L2 expert coalescing",
@@ -404,7 +449,7 @@ for k in boxes:
     ok = p.fits_in_memory
     print(
         f"{box_label(k)}: cache room for {p.cache_experts_per_layer[0]:.0f} experts per layer at B = {p.batch[0]} "
-        f"(E = {m.experts}); binds {regimes(p)}; best net tok/s {p.net_tok_s[ok].max():.2f} "
+        f"(E = {m.experts}), {p.cache_label}, hit {p.cache_hit_rate[0]:.1%} there; binds {regimes(p)}; best net tok/s {p.net_tok_s[ok].max():.2f} "
         f"(at B = {p.batch[ok][np.argmax(p.net_tok_s[ok])]})"
     )
     for attr in lever_names:

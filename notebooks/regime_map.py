@@ -13,16 +13,20 @@
 # %% [markdown]
 # # Across batch B and expert-cache size, which resource binds and what net tok/s results?
 #
-# **Answer.** On GLM-5.2 streaming from a Gen4 NVMe (`nvme-gen4`, Zipf routing, 4096-token
-# context, `max` overlap) the SSD binds in every feasible cell: a bigger hot-set cache and a
-# bigger batch both raise net tok/s, but the batch's KV cache exhausts RAM well before compute
-# would take over, so the best feasible cell sits at the largest batch that fits. On `epyc-server`
-# the SSD binds unless the great majority of the routed experts is cached; only then does memory
-# bind, and only at the smallest batches, while compute binds at large batch for every cache size
-# and sets one ceiling on net tok/s that is reached with or without a cache, and no cell runs out
-# of RAM. Serial terms (`sum` against `max`) lower net tok/s, the best cells included, but never
-# change which term binds. Every number, printed under "The answer's numbers, computed", is
-# **projected** (assumed routing, KV size and FLOP per token).
+# **Answer.** Each cell is one decode step of the one step model: the binding term is the largest
+# of the SSD, memory, compute and engine terms, and net tok/s is B over the step time. Where the SSD
+# binds a bigger batch raises net tok/s (its experts are shared by more tokens), until the batch's
+# KV cache leaves too little RAM for the expert cache or for itself (hatched cells are infeasible:
+# the dense band and the KV exceed RAM); memory binds only when most of the routed experts are
+# cached, and compute caps net tok/s at large batch on a box whose RAM holds the experts. What a
+# bigger cache buys depends on the policy: the expert cache the step sees is a simulated LRU in
+# steady state by default (`cache_policy`), which catches little while a step's union of experts
+# is larger than the cache, where the old hot set pinned from the true routing probabilities (an
+# oracle) always kept the most popular experts. Serial terms (`sum` against `max`) lower net
+# tok/s but never change which term binds (it is the largest term either way). The paragraph
+# below the setup cell says, from this run, what the one step model (issue 10) changed on
+# `nvme-gen4` and `epyc-server`; every number is printed under "The answer's numbers, computed"
+# and is **projected** (assumed routing, KV size and FLOP per token).
 
 # %% tags=["parameters"]
 # fmt: off
@@ -36,12 +40,14 @@ b_max: int = 1024  # largest batch on the B axis
 n_batch: int = 48  # batch grid points, log-spaced integers from 1 to b_max, at least 2
 cache_gib_max: float = 0.0  # top of the cache axis in GiB, 0 for what RAM leaves beside the dense band
 n_cache: int = 41  # cache grid points from 0 to cache_gib_max, at least 2
+cache_policy: str = "lru"  # the expert cache the step sees: lru (simulated, default), lfu, s3fifo, arc, belady, or static (pinned oracle)
 # fmt: on
 
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from IPython.display import Markdown, display
 from matplotlib.colors import BoundaryNorm, ListedColormap, LogNorm
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
@@ -50,8 +56,10 @@ import moeroof
 from moeroof.core.paths import resolve_data
 from moeroof.core.units import GiB
 from moeroof.data.presets import load_hardware, load_model
+from moeroof.models.expert_cache import policy_label
 from moeroof.models.plan import Workload, routing_from_spec
 from moeroof.present.plots import provenance_label, save_figure, style
+from moeroof.studies import what_changed
 from moeroof.studies.regime_map import BOUND_CODES, regime_map
 
 key_batches = [1, 8, 16, 64, 128, 256, 1024]  # rows shown in the tables
@@ -78,15 +86,48 @@ maps = {}
 for hw in boxes:
     cache = np.linspace(0.0, cache_axis_gib(hw), n_cache) * GiB
     for ov in ("max", "sum"):
-        maps[hw.name, ov] = regime_map(m, hw, Workload(context_tokens=context_tokens, overlap=ov), route, batch, cache)
+        work = Workload(context_tokens=context_tokens, overlap=ov, cache_policy=cache_policy)
+        maps[hw.name, ov] = regime_map(m, hw, work, route, batch, cache)
 prov = provenance_label("projected")
 if any(r.provenance != "projected" for r in maps.values()):
     prov += "; some from witnessed inputs only"
 print(
     f"{m.name}: {m.routed_bytes / GiB:.0f} GiB of routed experts; routing {route.label}; context {context_tokens} tokens"
 )
+print(f"expert cache: {policy_label(cache_policy)}")
 for hw in boxes:
     print(f"{hw.name}: cache axis 0 to {cache_axis_gib(hw):.1f} GiB; RAM {hw.ram_bytes / GiB:.1f} GiB")
+
+
+# %% [markdown]
+# ## What changed with the one step model (issue 10)
+# The same maps (`overlap` parameter) with the cache the step used to see, a hot set pinned from
+# the true routing probabilities (`cache_policy="static"`, an oracle), against this notebook's
+# `cache_policy`: the best feasible cell, how many cells change their binding term, and where
+# the bound changes along B at the largest cache.
+
+# %%
+oracle = what_changed.ORACLE_POLICY
+map_changes = {}
+for hw in boxes:
+    r = maps[hw.name, overlap]
+    pinned = regime_map(
+        m,
+        hw,
+        Workload(context_tokens=context_tokens, overlap=overlap, cache_policy=oracle),
+        route,
+        batch,
+        r.cache_bytes,
+    )
+    map_changes[hw.name] = what_changed.compare_maps({cache_policy: r, oracle: pinned}, cache_policy, oracle)
+display(
+    Markdown(
+        " ".join(
+            [what_changed.INTRO, f"{m.name}, {route.label} routing, ctx {context_tokens} tokens, {overlap} overlap."]
+            + [what_changed.map_paragraph(c, box=name, gib=GiB) for name, c in map_changes.items()]
+        )
+    )
+)
 
 
 def edges(x, log):
@@ -116,9 +157,9 @@ def hatch_infeasible(ax, r):
 
 # %% [markdown]
 # ## Which term binds
-# Each cell is `roofline.plan` at one requested cache size (a static hot set per layer, filled
-# with the most popular experts) and one B: T_step = combine(SSD, memory, compute) and the
-# binding term is the largest of them. The binding term is the same under `max` and `sum`
+# Each cell is `moeroof.models.plan.plan` at one requested cache size (the expert cache, a
+# simulated LRU in steady state by default: the `cache_policy` parameter) and one B: T_step =
+# combine(SSD, memory, compute, engine) and the binding term is the largest of them. The binding term is the same under `max` and `sum`
 # overlap (it is the largest term either way); the contours are net tok/s under the `overlap`
 # parameter. Hatched cells are infeasible as modelled: the dense band plus the batch's KV cache
 # exceed RAM (the cache gets only what RAM leaves, so at large B a requested cache is capped and
@@ -321,5 +362,6 @@ print(
         "n_batch": n_batch,
         "cache_gib_max": cache_gib_max,
         "n_cache": n_cache,
+        "cache_policy": cache_policy,
     }
 )

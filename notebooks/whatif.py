@@ -13,17 +13,19 @@
 # %% [markdown]
 # # What if the box, the cache or the routing were different: how do net tok/s and U(B) move?
 #
-# **Answer.** In the default state (GLM-5.2 int4 on the Gen4-NVMe desktop, a 30 GiB expert cache,
-# Zipf s = 0.5 routing) every step is SSD-bound: net tok/s climbs from 0.67 at B = 1 to about 4
-# at B = 256 only because the batch's union U(B) grows far slower than B·K (8× fewer expert
-# fetches than the `uncoalesced` baseline at B = 256), and from B ≈ 167 the batch's KV cache no
-# longer fits in RAM. The cache holds 23 of 256 experts per layer: as the static hot set that
-# `plan` assumes it catches about a fifth of a step's experts at B = 8, LFU comes close to that
-# over time, and LRU catches none (each step's union of about 55 experts flushes its 23 slots),
-# whatever the stickiness, until the cache is larger than a step's union.
-# Open this notebook in `make lab` and move the controls at the end: both figures are redrawn
-# from `moeroof.models.plan.plan`, `moeroof.models.union` and the cache simulator on every change. Every
-# number is **projected** (presets with assumed inputs; overridden bandwidths count as assumed).
+# **Answer.** Where the SSD binds, net tok/s grows with the batch only because the batch's union
+# U(B) of experts grows far slower than B·K (the `uncoalesced` baseline fetches B·K), until the
+# batch's KV cache no longer fits in RAM or another term binds. The expert cache the step sees is
+# a simulated LRU in steady state by default (the `cache policy` control; `static` is the old hot
+# set pinned from the true routing probabilities, an oracle): LRU catches little while a step's
+# union is larger than the cache, because each step's experts flush what the last step left,
+# whatever the stickiness; the pinned oracle always keeps the most popular experts. The paragraph
+# under "What changed" says, for the state drawn, what the one step model (issue 10) changed;
+# the table under the figure gives net tok/s, the binding term and the hit rate at each B.
+# Open this notebook in `make lab` and move the controls at the end: the figure and the paragraph
+# are redrawn from `moeroof.models.plan.plan`, `moeroof.models.union` and the cache simulator on
+# every change. Every number is **projected** (presets with assumed inputs; overridden bandwidths
+# count as assumed).
 
 # %% tags=["parameters"]
 # fmt: off
@@ -38,6 +40,7 @@ ssd_gb_s: float = 0.0  # peak SSD read bandwidth in GB/s, 0 keeps the preset's c
 mem_gb_s: float = 0.0  # memory bandwidth in GB/s, 0 keeps the preset's
 overlap: str = "max"  # max for perfect overlap, sum for serial terms
 context_tokens: int = 4096  # context per agent in tokens
+cache_policy: str = "lru"  # the expert cache plan simulates: lru (default), lfu, s3fifo, arc, belady, or static (pinned oracle)
 trace_streams: int = 8  # agents in the simulated trace of the cache-over-time panel
 trace_steps: int = 64  # decode steps in the simulated trace
 trace_layers: int = 8  # MoE layers drawn for the simulated trace
@@ -52,15 +55,17 @@ import matplotlib.pyplot as plt
 import matplotlib.ticker as mticker
 import numpy as np
 import pandas as pd
+from IPython.display import Markdown, display
 
 import moeroof
 from moeroof.core.units import GB, GiB, gb_per_s
 from moeroof.data.presets import list_presets, load_hardware, load_model
 from moeroof.models.cache import requests_from_trace, simulate
-from moeroof.models.plan import Workload, plan, routing_from_spec
+from moeroof.models.plan import CACHE_POLICIES, Workload, plan, routing_from_spec
 from moeroof.models.routing import Zipf, sample_trace
 from moeroof.models.union import BASELINE, union_plugin, union_uniform
 from moeroof.present.plots import label_with_baseline, provenance_label, save_figure, shade_regimes, style
+from moeroof.studies import what_changed
 
 seed = sum(map(ord, seed_name))
 presets = list_presets()
@@ -71,20 +76,22 @@ KEY_BATCHES = [1, 8, 16, 64, 128, 256, 1024]  # rows shown in the table
 # ## One state of the controls, drawn
 # `whatif` evaluates one state: it loads the presets, overrides the bandwidths when asked (a
 # configuration change, so those inputs become `assumed`), and calls the library:
-# `roofline.plan` for net tok/s, its regimes and the `uncoalesced` and `single` baselines;
-# `union.union_plugin` for U(B) under Zipf routing; `routing.sample_trace` and
+# `moeroof.models.plan.plan` for net tok/s, its regimes, the cache hit rate and the `uncoalesced`
+# and `single` baselines, under the chosen cache policy and under the pinned oracle (`static`) for
+# the comparison; `union.union_plugin` for U(B) under Zipf routing; `routing.sample_trace` and
 # `cache.simulate` for the cache hit rate over time. `draw` only plots what comes back.
 #
-# **Stickiness** does not enter the roofline: `plan` takes the one-step, independent-token union
-# and a static hot-set cache, and neither depends on what the previous step picked. The library
-# models stickiness only in sampled traces (`routing.sample_trace(rho=…)`), whose hit rate the
-# cache simulator measures; that hit rate is not fed back into `plan`. So the stickiness control
-# moves the third panel only, where the simulated LRU cache (same GiB, per layer) is set beside
-# the static hot set that `plan` assumes.
+# **Stickiness** does not enter `plan`: its cache is simulated in steady state on traces drawn
+# from the routing probabilities with independent tokens (or pinned from them), and neither
+# depends on what the previous step picked. The library models stickiness only in sampled traces
+# (`routing.sample_trace(rho=…)`), whose hit rate the cache simulator measures; that hit rate is
+# not fed back into `plan`. So the stickiness control moves the third panel only, where LRU and
+# LFU on the sticky trace (same GiB, per layer) are set beside the hit rate `plan` sees at the
+# same B under the chosen policy and under the pinned oracle.
 
 
 # %%
-def whatif(model, hardware, b_range, cache_gib, skew, stickiness, ssd_gb_s, mem_gb_s, overlap):
+def whatif(model, hardware, b_range, cache_gib, skew, stickiness, ssd_gb_s, mem_gb_s, overlap, cache_policy):
     """Library results for one state of the controls (no model logic here: loads and calls)."""
     m = load_model(model)
     hw = load_hardware(hardware)
@@ -100,12 +107,18 @@ def whatif(model, hardware, b_range, cache_gib, skew, stickiness, ssd_gb_s, mem_
     grid = np.round(np.logspace(np.log10(lo), np.log10(max(hi, lo)), 40))
     batch = np.unique(np.r_[grid, [b for b in KEY_BATCHES if lo <= b <= hi]].astype(int))
     routing = routing_from_spec("uniform" if skew == 0 else f"zipf:{skew}", m)
-    workload = Workload(context_tokens=context_tokens, cache_bytes=cache_gib * GiB, overlap=overlap)
-    p = plan(m, hw, workload, routing, batch)
+    workload = Workload(
+        context_tokens=context_tokens, cache_bytes=cache_gib * GiB, overlap=overlap, cache_policy=cache_policy
+    )
+    comparison = what_changed.compare_policies(m, hw, workload, routing, batch)
+    p = comparison.plans[cache_policy]
     union = union_plugin(routing.pi, batch)
     uniform = union_uniform(m.experts, m.top_k, batch)
-    at_streams = plan(m, hw, workload, routing, [trace_streams])
-    cache_experts = float(at_streams.cache_experts_per_layer[0])
+    at_streams = {
+        pol: plan(m, hw, replace(workload, cache_policy=pol), routing, [trace_streams])
+        for pol in dict.fromkeys((cache_policy, what_changed.ORACLE_POLICY))
+    }
+    cache_experts = float(at_streams[cache_policy].cache_experts_per_layer[0])
     hit_rate = {}
     for rho in sorted({0.0, float(stickiness)}):
         # a fresh generator per state: the same controls always draw the same trace
@@ -121,7 +134,6 @@ def whatif(model, hardware, b_range, cache_gib, skew, stickiness, ssd_gb_s, mem_
         for policy in ("lru", "lfu") if rho == stickiness else ("lru",):
             res = simulate(requests, cache_experts * trace_layers, policy=policy, scope="layer")
             hit_rate[policy, rho] = res.hits_per_step / np.maximum(res.hits_per_step + res.misses_per_step, 1)
-    static_hit = 1.0 - at_streams.misses_per_layer[0] / at_streams.union_per_layer[0]
     return {
         "model": m,
         "hardware": hw,
@@ -129,7 +141,8 @@ def whatif(model, hardware, b_range, cache_gib, skew, stickiness, ssd_gb_s, mem_
         "union": union,
         "uniform": uniform,
         "hit_rate": hit_rate,
-        "static_hit": static_hit,
+        "plan_hit": {pol: float(q.cache_hit_rate[0]) for pol, q in at_streams.items()},
+        "changed": comparison,
         "cache_experts": cache_experts,
         "cache_gib": cache_gib,
         "skew": skew,
@@ -159,7 +172,12 @@ def draw(s):
         )
 
         ax_u.plot(batch, s["union"].mean, "k-", lw=2, label=f"U(B), {p.routing}")
-        ax_u.plot(batch, p.misses_per_layer, "C2-", label=f"misses after a {s['cache_gib']:g} GiB hot set")
+        ax_u.plot(
+            batch,
+            p.misses_per_layer,
+            "C2-",
+            label=f"misses after a {s['cache_gib']:g} GiB cache, {what_changed.short_label(p.cache_policy)}",
+        )
         ax_u.plot(batch, s["uniform"].mean, "C3--", lw=1, label="U(B), uniform routing")
         ax_u.plot(batch, np.minimum(m.experts, batch * m.top_k), "k:", lw=1, label="min(E, B·K) bound")
         ax_u.set(xscale="log", xlabel="batch B", ylabel="distinct experts per layer")
@@ -173,7 +191,13 @@ def draw(s):
         steps = np.arange(1, len(next(iter(s["hit_rate"].values()))) + 1)
         for i, ((policy, rho), rate) in enumerate(sorted(s["hit_rate"].items())):
             ax_c.plot(steps, rate, f"C{i}-", lw=1.2, label=f"{policy.upper()} on a sampled trace, stickiness ρ={rho:g}")
-        ax_c.axhline(s["static_hit"], color="k", ls=":", label="static hot set (what plan assumes)")
+        for pol, hit in s["plan_hit"].items():
+            ax_c.axhline(
+                hit,
+                color="k" if pol == p.cache_policy else "0.55",
+                ls=":" if pol == p.cache_policy else "--",
+                label=f"what plan sees: {what_changed.short_label(pol)}, hit {hit:.1%}",
+            )
         ax_c.set(ylim=(0, 1), xlabel="decode step", ylabel="cache hit rate per step")
         ax_c.set_title(
             f"cache over time: {s['cache_experts']:.0f} experts per layer, B={trace_streams}, "
@@ -185,8 +209,17 @@ def draw(s):
     return fig
 
 
+# %% [markdown]
+# ## What changed with the one step model (issue 10)
+# The state of the controls under the chosen cache policy against the pinned oracle
+# (`cache_policy="static"`), at the feasible B where net tok/s differs most and at the largest
+# feasible B.
+
 # %%
-state = whatif(model, hardware, (b_min, b_max), cache_gib, skew, stickiness, ssd_gb_s, mem_gb_s, overlap)
+state = whatif(model, hardware, (b_min, b_max), cache_gib, skew, stickiness, ssd_gb_s, mem_gb_s, overlap, cache_policy)
+display(Markdown(what_changed.plan_paragraph(state["changed"], cache_gib=cache_gib)))
+
+# %%
 fig = draw(state)
 save_figure(fig, "whatif_state")
 plt.show()
@@ -204,6 +237,7 @@ pd.DataFrame(
         "× uncoalesced": p.baselines["uncoalesced"]["multiple"],
         "U per layer": p.union_per_layer,
         "misses per layer": p.misses_per_layer,
+        f"hit rate, {p.cache_policy}": p.cache_hit_rate,
         "fits in RAM": p.fits_in_memory,
     }
 ).query("B in @KEY_BATCHES").round(3)
@@ -248,21 +282,25 @@ controls = {
         value=mem_gb_s, min=0.0, max=5000.0, step=1.0, description="memory GB/s", continuous_update=False
     ),
     "overlap": widgets.ToggleButtons(options=["max", "sum"], value=overlap, description="overlap"),
+    "cache_policy": widgets.Dropdown(options=list(CACHE_POLICIES), value=cache_policy, description="cache policy"),
 }
 for c in controls.values():
     c.style.description_width = "90px"
 
 
 def redraw(**values):
-    """The widget callback: library calls through `whatif`, then the figure."""
-    draw(whatif(**values))
+    """The widget callback: library calls through `whatif`, then the paragraph and the figure."""
+    s = whatif(**values)
+    display(Markdown(what_changed.plan_paragraph(s["changed"], cache_gib=values["cache_gib"])))
+    draw(s)
     plt.show()
 
 
 figure_out = widgets.interactive_output(redraw, controls)
 help_text = widgets.HTML(
     "SSD and memory GB/s at 0 keep the hardware preset's numbers; "
-    "stickiness moves the right-hand panel only (see the text above)."
+    "stickiness moves the right-hand panel only (see the text above); "
+    "cache policy static is the pinned oracle, the others are simulated in steady state."
 )
 widgets.VBox(
     [
@@ -290,6 +328,7 @@ print(
         "mem_gb_s": mem_gb_s,
         "overlap": overlap,
         "context_tokens": context_tokens,
+        "cache_policy": cache_policy,
         "trace_streams": trace_streams,
         "trace_steps": trace_steps,
         "trace_layers": trace_layers,

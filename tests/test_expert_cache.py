@@ -220,10 +220,12 @@ def per_layer_lru(pi: np.ndarray, batch: int, c: float, seed: int) -> tuple[floa
     assert h <= expert_cache.MAX_SIMULATED_LAYERS
     q = 1.0 - (1.0 - pi) ** batch
     reachable = float(np.mean(np.sum(q > 1e-12, axis=1)))
-    warm = min(expert_cache.MAX_WARMUP_STEPS, max(4, 2 * fill_steps(q, min(c, 0.9 * reachable))))
+    # the trace does not depend on the capacity (common random numbers): warm-up to 0.9 of the
+    # reachable experts, seeded by (seed, B, steps)
+    warm = min(expert_cache.MAX_WARMUP_STEPS, max(4, 2 * fill_steps(q, 0.9 * reachable)))
     per_step = float(np.mean(q.sum(axis=1))) * h
     counted = int(min(500, max(expert_cache.MIN_COUNTED_STEPS, math.ceil(expert_cache.MIN_REQUESTS / per_step))))
-    rng = np.random.default_rng([seed, batch, math.floor(c), warm])
+    rng = np.random.default_rng([seed, batch, warm + counted])
     topk = systematic_topk(pi, warm + counted, batch, rng)
     cap = math.floor(c)
     hits = requests = token_misses = 0
@@ -260,9 +262,10 @@ def test_layer_scoped_lru_against_lru_hit_curve_per_layer():
     h = SMALL_PI.shape[0]
     q = 1.0 - (1.0 - SMALL_PI) ** batch
     reachable = float(np.mean(np.sum(q > 1e-12, axis=1)))
-    warm = min(expert_cache.MAX_WARMUP_STEPS, max(4, 2 * fill_steps(q, min(c, 0.9 * reachable))))
+    warm = min(expert_cache.MAX_WARMUP_STEPS, max(4, 2 * fill_steps(q, 0.9 * reachable)))
     counted = int(min(500, max(8, math.ceil(expert_cache.MIN_REQUESTS / (float(np.mean(q.sum(axis=1))) * h)))))
-    topk = systematic_topk(SMALL_PI, warm + counted, batch, np.random.default_rng([seed, batch, 7, warm]))
+    steps = warm + counted
+    topk = systematic_topk(SMALL_PI, steps, batch, np.random.default_rng([seed, batch, steps]))
     hits = total = 0.0
     for layer in range(h):
         req = cache_mod.requests_from_trace(topk[:, :, [layer], :], SMALL_PI.shape[1])
@@ -272,6 +275,14 @@ def test_layer_scoped_lru_against_lru_hit_curve_per_layer():
         total += n
     got = steady_state_miss_ratio(SMALL_PI, batch, c, policy="lru", scope="layer", seed=seed)[0]
     assert got == pytest.approx(1.0 - hits / total, abs=1e-12)
+
+
+def test_lru_hit_rate_never_falls_as_the_cache_grows():
+    """One trace per (π, B, seed) for every capacity: LRU's inclusion property (Mattson et al.)
+    then holds across the plan's cache sizes, exactly."""
+    for batch in (1, 4, 16):
+        miss = [steady_state_miss_ratio(SMALL_PI, batch, float(c), policy="lru", seed=3)[0] for c in range(1, 12)]
+        assert np.all(np.diff(miss) <= 1e-15), (batch, miss)
 
 
 # ----------------------------------------------------------------------------- the memo

@@ -130,6 +130,12 @@ def add_step_arguments(p: Any) -> None:
         help="with several ranks: the expert exchange hidden under the slowest rank (default) or added after it",
     )
     p.add_argument("--seed", default="0", help="seed of the simulated cache traces (default 0)")
+    p.add_argument(
+        "--page-cache",
+        action="store_true",
+        help="experts are read through the OS page cache (buffered reads, mmap), which gets what RAM leaves "
+        "after the expert cache: a larger expert cache can then make a step slower (default: O_DIRECT reads)",
+    )
 
 
 def step_options(args: Any) -> dict[str, Any]:
@@ -145,6 +151,7 @@ def step_options(args: Any) -> dict[str, Any]:
         "read_size_bytes": None if read_kib is None else read_kib * 2**10,
         "fabric_overlapped": args.exchange == "overlapped",
         "seed": non_negative_int(args.seed, "--seed"),
+        "page_cache": bool(args.page_cache),
     }
 
 

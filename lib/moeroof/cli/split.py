@@ -78,6 +78,7 @@ def split_report(args: argparse.Namespace) -> dict[str, Any]:
         cache_policy=options["cache_policy"],
         cache_scope=options["cache_scope"],
         seed=options["seed"],
+        page_cache=options["page_cache"],
     )
 
 

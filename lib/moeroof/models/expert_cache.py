@@ -62,6 +62,7 @@ __all__ = [
     "systematic_topk",
     "steady_state_miss_ratio",
     "trace_miss_ratio",
+    "page_cache_hit_ratio",
     "RankCache",
     "rank_cache",
     "policy_label",
@@ -238,6 +239,101 @@ def _simulate_ratios(
     return req_ratio, token_ratio, float(hit.size / (counted_steps * h))
 
 
+def _page_cache_hits(
+    topk: np.ndarray,
+    experts: int,
+    own: np.ndarray,
+    assignment: np.ndarray | None,
+    rank: int,
+    c: float,
+    page: float,
+    policy: str,
+    scope: str,
+    warm: int,
+    pinned: np.ndarray | None,
+) -> float:
+    """Page-cache hits per distinct request: the OS page cache of the streamed files, an LRU of
+    ``page`` experts per layer (one cache over all layers, as the kernel keeps it) fed by the
+    expert cache's misses — the reads that reach the file — counted after ``warm`` steps."""
+    h, e = topk.shape[2], int(experts)
+    part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
+    req = cache_sim.requests_from_trace(topk, e, partition=part, rank=None if part is None else rank)
+    capacity = math.floor(c) * h
+    if policy == "static":
+        res = cache_sim.simulate(req, capacity, policy="static", scope="layer", pinned=pinned, return_hits=True)
+    else:
+        res = cache_sim.simulate(req, capacity, policy=policy, scope=scope, warmup_steps=warm, return_hits=True)
+    miss = ~res.request_hits
+    below = cache_sim.Requests(
+        items=req.items[miss], step=req.step[miss], layer=req.layer[miss], steps=req.steps, layers=h, experts=e
+    )
+    counted = int((req.step >= warm).sum())
+    if counted == 0 or len(below) == 0:
+        return 0.0
+    page_res = cache_sim.simulate(below, math.floor(page) * h, policy="lru", scope="global", warmup_steps=warm)
+    return float(page_res.hits / counted)
+
+
+def page_cache_hit_ratio(
+    pi: np.ndarray,
+    batch: int,
+    cache_experts_per_layer: float,
+    page_cache_experts_per_layer: float,
+    *,
+    policy: str = "lru",
+    scope: str = "global",
+    assignment: np.ndarray | None = None,
+    rank: int = 0,
+    seed: int = 0,
+    trace: np.ndarray | None = None,
+    trace_key: str | None = None,
+) -> float:
+    """Reads served by the OS page cache per distinct request, in the same steady state as
+    :func:`steady_state_miss_ratio` (or on the user's ``trace``), memoised.
+
+    The page cache holds what RAM leaves after the resident band, the KV cache, the expert cache
+    and the OS reserve; it sees only the expert cache's misses (an expert the engine holds is
+    not re-read, so its pages age out of the page cache), and it is taken as one LRU over the
+    layers (the kernel's active/inactive lists are an LRU approximation). With a pinned hot set
+    (``static``) the expert cache holds each layer's ``c`` most popular experts of π."""
+    pi = np.atleast_2d(np.asarray(pi, dtype=float))
+    e = pi.shape[1]
+    own = np.ones(e, dtype=bool) if assignment is None else np.asarray(assignment) == rank
+    n_own = int(own.sum())
+    c = float(math.floor(max(cache_experts_per_layer, 0.0)))
+    page = float(math.floor(max(page_cache_experts_per_layer, 0.0)))
+    if n_own == 0 or batch < 1 or page < 1 or c >= n_own:
+        return 0.0
+    if trace is not None and batch <= trace.shape[1]:
+        rows = _layer_rows(trace.shape[2])
+        topk = np.asarray(trace[:, :batch][:, :, rows])
+        warm = max(1, trace.shape[0] // 2)
+        source = ("trace", str(trace_key))
+        sub = pi[rows] if pi.shape[0] == trace.shape[2] else pi[_layer_rows(pi.shape[0])]
+    else:
+        rows = _layer_rows(pi.shape[0])
+        sub = pi[rows]
+        q = 1.0 - (1.0 - sub[:, own]) ** int(batch)
+        reachable = float(np.mean(np.sum(q > 1e-12, axis=1)))
+        warm = min(MAX_WARMUP_STEPS, max(4, 2 * _fill_steps(q, 0.9 * reachable)))
+        per_step = max(float(np.mean(q.sum(axis=1))) * rows.size, 1e-9)
+        counted = int(min(500, max(MIN_COUNTED_STEPS, math.ceil(MIN_REQUESTS / per_step))))
+        topk = _drawn_trace(sub, int(batch), warm + counted, int(seed))
+        source = ("drawn", _digest(sub), int(seed))
+    key = ("page", source, int(batch), int(c), int(page), policy, scope, _digest(own.astype(np.int8)))
+    if key in _memo:
+        _memo.move_to_end(key)
+        return _memo[key]
+    pinned = None
+    if policy == "static":
+        pinned = np.where(own[None, :], sub, -1.0).ravel() if sub.shape[0] == topk.shape[2] else None
+    out = _page_cache_hits(topk, e, own, assignment, rank, c, page, policy, scope, warm, pinned)
+    _memo[key] = out
+    if len(_memo) > _MEMO_SIZE:
+        _memo.popitem(last=False)
+    return out
+
+
 def trace_miss_ratio(
     trace: np.ndarray,
     trace_key: str,
@@ -361,6 +457,8 @@ class RankCache(Result):
     token_misses_per_layer: np.ndarray
     policy: str
     scope: str
+    #: (R, nB): of the misses, the reads the OS page cache serves (0 without a page cache)
+    page_hits_per_layer: np.ndarray | None = None
 
     @property
     def hit_rate(self) -> np.ndarray:
@@ -379,6 +477,7 @@ def rank_cache(
     seed: int = 0,
     trace: np.ndarray | None = None,
     trace_key: str | None = None,
+    page_cache_experts_per_layer=None,
 ) -> RankCache:
     """Union and misses of every rank at every batch size (module docstring).
 
@@ -386,7 +485,9 @@ def rank_cache(
     on every rank: identical boxes); ``assignment`` (E,) rank of each expert. ``trace`` (steps,
     streams, H, K) with a ``trace_key``: a simulated policy runs on the user's own trace (its first
     B streams; :func:`trace_miss_ratio`) wherever B fits in it, and the union is the one measured
-    there; beyond, traces are drawn from π.
+    there; beyond, traces are drawn from π. ``page_cache_experts_per_layer`` (nB,) or scalar:
+    the OS page cache beside the expert cache (:func:`page_cache_hit_ratio`), whose hits
+    come back as ``page_hits_per_layer``.
     """
     if policy not in POLICIES:
         raise ValueError(f"cache policy must be one of {', '.join(POLICIES)}, got {policy!r}")
@@ -433,4 +534,26 @@ def rank_cache(
                         )
                         req, tok = (1 - frac) * req + frac * req_hi, (1 - frac) * tok + frac * tok_hi
                     misses[r, j], token_misses[r, j] = union[r, j] * req, union[r, j] * tok
-    return RankCache(union, misses, picks, token_misses, policy, scope)
+    page_hits = np.zeros((ranks, b.size))
+    if page_cache_experts_per_layer is not None:
+        pg = np.broadcast_to(np.asarray(page_cache_experts_per_layer, dtype=float), b.shape)
+        for r in range(ranks):
+            idx = np.flatnonzero(a == r)
+            for j, (bb, cc, pp) in enumerate(zip(b, np.minimum(c, max(idx.size, 1)), pg)):
+                if idx.size == 0 or pp < 1.0 or misses[r, j] <= 0:
+                    continue
+                ratio = page_cache_hit_ratio(
+                    pi,
+                    int(bb),
+                    float(cc),
+                    float(pp),
+                    policy=policy,
+                    scope=scope,
+                    assignment=a,
+                    rank=r,
+                    seed=seed,
+                    trace=trace,
+                    trace_key=trace_key,
+                )
+                page_hits[r, j] = min(union[r, j] * ratio, misses[r, j])
+    return RankCache(union, misses, picks, token_misses, policy, scope, page_hits)

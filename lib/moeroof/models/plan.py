@@ -91,6 +91,13 @@ class Workload:
     the slowest rank or adds it after. ``shared_prefix_tokens`` (lever L3): the first P tokens of
     every agent's context are one shared prefix whose KV is read once per step — KV bytes
     ``(P + B·(ctx − P))·kv`` instead of ``B·ctx·kv``; attention FLOP are unchanged.
+    ``page_cache``: the experts are read through the OS page cache (buffered reads, mmap) rather
+    than around it (O_DIRECT): the page cache gets what RAM leaves after the OS reserve, the
+    resident band, the KV and the expert cache, serves the expert cache's misses it still holds
+    (:func:`moeroof.models.expert_cache.page_cache_hit_ratio`) at the cost of a copy through
+    memory, and so a larger expert cache can make a step slower (mlx-lm#1438) — memory pressure
+    as a model; ``pressure_penalty`` remains as a manual slowdown of the SSD when the requested
+    cache does not fit.
     """
 
     context_tokens: int = 4096
@@ -106,6 +113,7 @@ class Workload:
     cache_policy: str = "lru"
     cache_scope: str = "global"
     seed: int = 0
+    page_cache: bool = False
 
     def __post_init__(self) -> None:
         if self.overlap not in step.OVERLAPS:
@@ -281,6 +289,8 @@ class StepBreakdown(Result):
     fits: np.ndarray
     pressured: np.ndarray
     cache_policy: str
+    page_cache_bytes: np.ndarray | None = None  # (nB,) the OS page cache of each rank
+    page_hit_pairs: np.ndarray | None = None  # (R, nB) misses served from the page cache
 
     @property
     def ranks(self) -> int:
@@ -347,16 +357,28 @@ def step_breakdown(
         trace=routing.trace,
         trace_key=routing.trace_key,
     )
-    rc = expert_cache.rank_cache(pi, b, cache_experts, a, **kw)
+    # the OS page cache of the streamed files gets what RAM leaves after everything else
+    page_bytes = np.clip(available - cache_eff, 0.0, None) if workload.page_cache else np.zeros_like(bf)
+    page_experts = page_bytes / (layers * e_bytes)
+    rc = expert_cache.rank_cache(
+        pi, b, cache_experts, a, page_cache_experts_per_layer=page_experts if workload.page_cache else None, **kw
+    )
     union, misses = rc.union_per_layer, rc.misses_per_layer
+    page_hits = rc.page_hits_per_layer if rc.page_hits_per_layer is not None else np.zeros_like(misses)
     reads = union
     if not coalesced:
+        # each token's miss goes to the page cache as the step's misses do
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = np.where(misses > 0, page_hits / misses, 0.0)
         misses = rc.token_misses_per_layer
+        page_hits = misses * share
         reads = rc.picks_per_token[:, None] * bf
     union_pairs = layers * union
     missed_pairs = layers * misses
-    ssd_bytes = missed_pairs * e_bytes
-    mem_bytes = dense + layers * reads * e_bytes + kv_step
+    page_pairs = layers * page_hits
+    ssd_bytes = (missed_pairs - page_pairs) * e_bytes
+    # a page-cache hit is a copy out of the page cache: read and write through memory
+    mem_bytes = dense + layers * reads * e_bytes + kv_step + 2.0 * page_pairs * e_bytes
     flops = bf * (model.flops_per_token + workload.context_tokens * model.attn_flops_per_context_token)
     flops = flops + np.asarray(extra_flops, dtype=float)
     read_size = workload.read_size_bytes if workload.read_size_bytes is not None else e_bytes
@@ -386,6 +408,8 @@ def step_breakdown(
         fits=fits,
         pressured=pressured,
         cache_policy=workload.cache_policy,
+        page_cache_bytes=page_bytes,
+        page_hit_pairs=page_pairs,
     )
 
 
@@ -468,6 +492,8 @@ class Plan:
     per_rank_ssd_bytes_per_step: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     fabric_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))
     assignment: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    page_cache_bytes: np.ndarray | None = None
+    page_cache_hit_share: np.ndarray | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The CLI's JSON contract: lists of floats, names for the bound terms; with R > 1,
@@ -507,6 +533,8 @@ class Plan:
             "fits_in_memory": [bool(x) for x in self.fits_in_memory],
             "baselines": {name: {k: f(v) for k, v in d.items()} for name, d in self.baselines.items()},
             "transitions": [dict(t) for t in self.transitions],
+            "page_cache_gib": None if self.page_cache_bytes is None else f(self.page_cache_bytes / 2**30),
+            "page_cache_hit_share": None if self.page_cache_hit_share is None else f(self.page_cache_hit_share),
             "provenance": dict(self.provenance),
             "notes": list(self.notes),
         }
@@ -610,6 +638,11 @@ def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing: Routi
             "measured there)"
             + ("; beyond, on traces drawn from its histogram (independent tokens)" if b.max() > s else "")
         )
+    if workload.page_cache:
+        notes.append(
+            "experts read through the OS page cache: it gets what RAM leaves after the reserve, the resident band, "
+            "the KV and the expert cache, and serves the misses it still holds (a copy through memory)"
+        )
     if workload.cache_policy == "static":
         notes.append(
             "cache: a hot set pinned from the true routing probabilities — an oracle no engine has; "
@@ -649,7 +682,16 @@ def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing: Routi
         per_rank_ssd_bytes_per_step=br.ssd_bytes,
         fabric_seconds=st.fabric_seconds,
         assignment=br.assignment,
+        page_cache_bytes=br.page_cache_bytes if workload.page_cache else None,
+        page_cache_hit_share=_page_share(br) if workload.page_cache else None,
     )
+
+
+def _page_share(br: StepBreakdown) -> np.ndarray:
+    """Of the expert cache's misses (all ranks), the share the OS page cache served."""
+    missed = br.missed_pairs.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(missed > 0, br.page_hit_pairs.sum(axis=0) / missed, 0.0)
 
 
 def multiple_thresholds(p: Plan, thresholds=(4.0, 10.0)) -> list[dict[str, Any]]:

@@ -140,6 +140,7 @@ def split_plan(
     cache_policy: str = "lru",
     cache_scope: str = "global",
     seed: int = 0,
+    page_cache: bool = False,
     method: str = "",
 ) -> SplitPlan:
     """A given partition at one batch size, rank by rank: :func:`step_breakdown` (the same model
@@ -175,6 +176,7 @@ def split_plan(
         cache_policy=cache_policy,
         cache_scope=cache_scope,
         seed=seed,
+        page_cache=page_cache,
     )
     routing = RoutingProbabilities(pi, "split", "projected", load=load)
     br = step_breakdown(model, hardware, workload, routing, [batch], assignment=a)
@@ -244,6 +246,7 @@ def split_report(
     cache_policy: str = "lru",
     cache_scope: str = "global",
     seed: int = 0,
+    page_cache: bool = False,
 ) -> dict[str, Any]:
     """The ``moeroof split`` contract: a partition of a histogram's experts and its step model.
 
@@ -348,6 +351,7 @@ def split_report(
             cache_policy=cache_policy,
             cache_scope=cache_scope,
             seed=seed,
+            page_cache=page_cache,
             **plan_kw,
         )
         notes.extend(p.notes)
@@ -391,6 +395,7 @@ def split_report(
                 "cache_scope": cache_scope,
                 "cache": policy_label(cache_policy),
                 "seed": int(seed),
+                "page_cache": bool(page_cache),
                 "provenance": prov,
             }
         )

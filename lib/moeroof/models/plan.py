@@ -96,8 +96,9 @@ class Workload:
     resident band, the KV and the expert cache, serves the expert cache's misses it still holds
     (:func:`moeroof.models.expert_cache.page_cache_hit_ratio`) at the cost of a copy through
     memory, and so a larger expert cache can make a step slower (mlx-lm#1438) — memory pressure
-    as a model; ``pressure_penalty`` remains as a manual slowdown of the SSD when the requested
-    cache does not fit.
+    as a model; ``page_cache_share`` is the share of that leftover RAM the page cache keeps (1:
+    all of it; a knob ``moeroof fit-plan`` can fit); ``pressure_penalty`` remains as a manual
+    slowdown of the SSD when the requested cache does not fit.
     """
 
     context_tokens: int = 4096
@@ -114,6 +115,7 @@ class Workload:
     cache_scope: str = "global"
     seed: int = 0
     page_cache: bool = False
+    page_cache_share: float = 1.0
 
     def __post_init__(self) -> None:
         if self.overlap not in step.OVERLAPS:
@@ -136,6 +138,8 @@ class Workload:
             raise ValueError("pressure_penalty must be >= 1 (1: none)")
         if self.cache_policy not in CACHE_POLICIES:
             raise ValueError(f"cache_policy must be one of {', '.join(CACHE_POLICIES)}, got {self.cache_policy!r}")
+        if not 0.0 <= self.page_cache_share <= 1.0:
+            raise ValueError(f"page_cache_share must be in [0, 1], got {self.page_cache_share!r}")
         if self.cache_scope not in expert_cache.SCOPES:
             raise ValueError(f"cache_scope must be 'global' or 'layer', got {self.cache_scope!r}")
 
@@ -358,7 +362,11 @@ def step_breakdown(
         trace_key=routing.trace_key,
     )
     # the OS page cache of the streamed files gets what RAM leaves after everything else
-    page_bytes = np.clip(available - cache_eff, 0.0, None) if workload.page_cache else np.zeros_like(bf)
+    page_bytes = (
+        workload.page_cache_share * np.clip(available - cache_eff, 0.0, None)
+        if workload.page_cache
+        else np.zeros_like(bf)
+    )
     page_experts = page_bytes / (layers * e_bytes)
     rc = expert_cache.rank_cache(
         pi, b, cache_experts, a, page_cache_experts_per_layer=page_experts if workload.page_cache else None, **kw

@@ -1,0 +1,162 @@
+"""``moeroof fit-plan``: fit the step model's knobs to a box's measured points, predict the rest.
+
+::
+
+    moeroof fit-plan POINTS.csv --model PRESET|FILE --hardware PRESET|FILE [--routing SPEC]
+                     [--routing-knobs FILE] [--fit engine,ssd-scale,pressure,skew,rho]
+                     [--context N] [--page-cache] [--json]
+
+POINTS columns: ``batch``, ``cache_gib``, ``ranks``, ``policy``, ``net_tok_s``, ``hit_rate``
+(empty: predict); see :mod:`moeroof.data.plan_points`. The fit is
+:func:`moeroof.models.fit_plan.fit_plan`; this module parses the flags and prints its result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from moeroof.cli.common import UsageError, emit, fmt, non_negative_int, table
+
+KNOBS = ("engine", "ssd-scale", "pressure", "skew", "rho")
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "fit-plan",
+        help="fit the step model's knobs (engine terms, SSD scale, page-cache share, skew, stickiness) to measured points",
+        description=(
+            "Calibrate on the rows of POINTS.csv that carry a measured net_tok_s or hit_rate, predict the rows "
+            "that do not, with 5-95 %% bands; every prediction is `moeroof plan` with the fitted knobs."
+        ),
+    )
+    p.add_argument("path", metavar="POINTS", help="CSV: batch, cache_gib, ranks, policy, net_tok_s, hit_rate")
+    p.add_argument("--model", required=True, help="model preset name or TOML path")
+    p.add_argument("--hardware", required=True, help="hardware preset name or TOML path")
+    p.add_argument(
+        "--routing", default="zipf:0.8", help="uniform, zipf:S (the start of a skew fit) or a histogram/trace path"
+    )
+    p.add_argument(
+        "--routing-knobs",
+        default=None,
+        help="a `moeroof fit-routing --json` result: the cache runs on a trace sampled from its knobs",
+    )
+    p.add_argument(
+        "--fit",
+        default=None,
+        help=f"knobs to fit, comma-separated from {','.join(KNOBS)} (default: what the rows identify)",
+    )
+    p.add_argument("--context", default="4096", help="context tokens per agent (default 4096)")
+    p.add_argument("--page-cache", action="store_true", help="experts read through the OS page cache (see plan)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.set_defaults(func=run, parameter_flags={"fit": "--fit", "family": "--routing-knobs"})
+
+
+def _knob_list(text: str | None) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    parts = [t.strip() for t in text.split(",")]
+    bad = [t for t in parts if t not in KNOBS]
+    if not text.strip() or bad:
+        raise UsageError(f"--fit: expected knobs from {','.join(KNOBS)}, got {text!r}")
+    return tuple(dict.fromkeys(parts))
+
+
+def _routing_knobs(path_text: str, model, streams: int):
+    from moeroof.models.fit_plan import routing_from_knobs
+
+    path = Path(path_text)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"--routing-knobs: {path}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UsageError(f"--routing-knobs: {path}: not a JSON file ({err})") from None
+
+    def value(name: str, default: float) -> float:
+        v = (doc.get("knobs") or {}).get(name, default)
+        v = v.get("value", default) if isinstance(v, dict) else v
+        try:
+            x = float(v if v is not None else default)
+        except (TypeError, ValueError):
+            raise UsageError(f"--routing-knobs: {path}: knob {name!r} is not a number") from None
+        return x
+
+    family = doc.get("family")
+    if family not in ("zipf", "dirichlet"):
+        raise UsageError(f"--routing-knobs: {path}: family must be zipf or dirichlet, got {family!r}")
+    c = value("c", math.inf)
+    return routing_from_knobs(
+        model, family, value("skew", 0.8), value("rho", 0.0), c if c > 0 else math.inf, streams=streams
+    )
+
+
+def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
+    from moeroof.data.plan_points import read_plan_points
+    from moeroof.data.presets import load_hardware, load_model
+    from moeroof.models.fit_plan import fit_plan
+    from moeroof.models.plan import routing_from_spec
+
+    fit = _knob_list(args.fit)
+    context = non_negative_int(args.context, "--context")
+    points = read_plan_points(args.path)
+    model = load_model(args.model)
+    hardware = load_hardware(args.hardware)
+    if args.routing_knobs is not None:
+        routing = _routing_knobs(args.routing_knobs, model, max(p.batch for p in points))
+        is_spec = False
+    else:
+        routing = routing_from_spec(args.routing, model)
+        is_spec = args.routing.startswith("zipf:") or args.routing == "uniform"
+    res = fit_plan(
+        points,
+        model,
+        hardware,
+        routing,
+        fit=fit,
+        context_tokens=context,
+        page_cache=args.page_cache,
+        routing_is_spec=is_spec,
+    )
+    rep = res.to_dict()
+    rep.update(model=model.name, hardware=hardware.name, routing=routing.label, points=str(args.path))
+    return rep
+
+
+def print_fit_plan(rep: dict[str, Any]) -> None:
+    print(
+        f"fit-plan — {rep['model']} on {rep['hardware']}, routing {rep['routing']}; fitted: {', '.join(rep['fitted'])}"
+    )
+    for name, k in rep["knobs"].items():
+        if k.get("fitted"):
+            band = "" if "low" not in k else f"  [{fmt(k['low'], 4)}, {fmt(k['high'], 4)}]"
+            ident = "" if k.get("identified", True) else "  (not identified by these rows)"
+            print(f"  {name} = {fmt(k['value'], 4)} {k.get('unit', '')}{band}{ident}")
+    headers = ["row", "B", "cache GiB", "ranks", "policy", "role", "measured", "predicted", "5 %", "95 %", "hit % pred"]
+    rows = [
+        [
+            str(r["row"]),
+            str(r["batch"]),
+            fmt(r["cache_gib"], 1),
+            str(r["ranks"]),
+            r["policy"],
+            r["role"],
+            fmt(r["measured"], 3),
+            fmt(r["predicted"], 3),
+            fmt(r["low"], 3),
+            fmt(r["high"], 3),
+            fmt(100 * r["predicted_hit_rate"], 1),
+        ]
+        for r in rep["rows"]
+    ]
+    print(table(headers, rows, ">>>>><>>>>>"))
+    for note in rep["notes"]:
+        print(f"note: {note}")
+    print("net tok/s; bands 5-95 % over the fitted knobs' covariance and the simulation seeds")
+
+
+def run(args: argparse.Namespace) -> int:
+    return emit(fit_plan_report(args), args.json, print_fit_plan)

@@ -1,0 +1,127 @@
+"""Measured points of a box for ``moeroof fit-plan``: a CSV, one row per (batch, cache, ranks,
+policy), with the measured net tok/s and hit rate where known (empty: predict it).
+
+Columns (header required, order free): ``batch`` (concurrent agents, integer ≥ 1), ``cache_gib``
+(expert cache per box in GiB, ≥ 0), ``ranks`` (boxes, integer ≥ 1; default 1 when the column is
+absent), ``policy`` (``lru``, ``lfu``, ``s3fifo``, ``arc``, ``belady`` or ``static``; default
+``lru``), ``net_tok_s`` (> 0, or empty), ``hit_rate`` (a fraction in [0, 1], or empty). Lines
+starting with ``#`` are comments. A bad file raises :class:`moeroof.data.io.InputError` naming
+the file, the row (1-based, header = 1) and the field; nothing is modified.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from moeroof.data.io import InputError
+
+__all__ = ["PLAN_COLUMNS", "POLICIES", "PlanPoint", "read_plan_points"]
+
+PLAN_COLUMNS = ("batch", "cache_gib", "ranks", "policy", "net_tok_s", "hit_rate")
+REQUIRED = ("batch", "cache_gib", "net_tok_s")
+POLICIES = ("lru", "lfu", "s3fifo", "arc", "belady", "static")
+MAX_ROWS = 10_000
+
+
+@dataclass(frozen=True)
+class PlanPoint:
+    """One measured (or to-be-predicted) configuration; ``None`` values are predicted."""
+
+    row: int
+    batch: int
+    cache_gib: float
+    ranks: int
+    policy: str
+    net_tok_s: float | None
+    hit_rate: float | None
+
+    @property
+    def calibrates(self) -> bool:
+        return self.net_tok_s is not None or self.hit_rate is not None
+
+
+def _number(text: str, path: Path, row: int, field: str) -> float | None:
+    t = text.strip()
+    if t == "":
+        return None
+    try:
+        x = float(t)
+    except ValueError:
+        raise InputError(path, row, field, f"expected a number, got {text!r}") from None
+    if not math.isfinite(x):
+        raise InputError(path, row, field, f"must be finite, got {text!r}")
+    return x
+
+
+def _integer(text: str, path: Path, row: int, field: str, default: int | None) -> int:
+    x = _number(text, path, row, field)
+    if x is None:
+        if default is None:
+            raise InputError(path, row, field, "missing")
+        return default
+    if x != int(x) or x < 1:
+        raise InputError(path, row, field, f"must be a positive integer, got {text!r}")
+    return int(x)
+
+
+def read_plan_points(path: str | os.PathLike[str]) -> list[PlanPoint]:
+    """Read a fit-plan POINTS file (module docstring), rows in file order."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(p, None, "file", "no such file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError(p, None, "file", "not UTF-8 text") from None
+    lines = [(i + 1, line) for i, line in enumerate(text.splitlines()) if line.strip() and not line.startswith("#")]
+    if not lines:
+        raise InputError(p, None, "file", "empty: expected a header and at least one row")
+    header_row, header = lines[0]
+    columns = [c.strip() for c in next(csv.reader([header]))]
+    unknown = [c for c in columns if c not in PLAN_COLUMNS]
+    if unknown:
+        raise InputError(p, header_row, unknown[0], f"unknown column (known: {', '.join(PLAN_COLUMNS)})")
+    missing = [c for c in REQUIRED if c not in columns]
+    if missing:
+        raise InputError(p, header_row, missing[0], "missing column")
+    if len(set(columns)) != len(columns):
+        raise InputError(p, header_row, "header", "a column appears twice")
+    if len(lines) == 1:
+        raise InputError(p, None, "file", "no rows after the header")
+    if len(lines) - 1 > MAX_ROWS:
+        raise InputError(p, None, "file", f"more than {MAX_ROWS} rows")
+    points: list[PlanPoint] = []
+    seen: dict[tuple, int] = {}
+    for row, line in lines[1:]:
+        cells = next(csv.reader([line]))
+        if len(cells) != len(columns):
+            raise InputError(p, row, "row", f"has {len(cells)} fields, the header has {len(columns)}")
+        rec = dict(zip(columns, cells))
+        batch = _integer(rec["batch"], p, row, "batch", None)
+        cache = _number(rec["cache_gib"], p, row, "cache_gib")
+        if cache is None or cache < 0:
+            raise InputError(p, row, "cache_gib", f"must be a number >= 0, got {rec['cache_gib']!r}")
+        ranks = _integer(rec.get("ranks", ""), p, row, "ranks", 1)
+        policy = rec.get("policy", "").strip() or "lru"
+        if policy not in POLICIES:
+            raise InputError(p, row, "policy", f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
+        net = _number(rec["net_tok_s"], p, row, "net_tok_s")
+        if net is not None and net <= 0:
+            raise InputError(p, row, "net_tok_s", f"must be > 0, got {rec['net_tok_s']!r}")
+        hit = _number(rec.get("hit_rate", ""), p, row, "hit_rate")
+        if hit is not None and not 0.0 <= hit <= 1.0:
+            raise InputError(p, row, "hit_rate", f"is a fraction in [0, 1], got {rec['hit_rate']!r}")
+        key = (batch, cache, ranks, policy)
+        if key in seen:
+            raise InputError(
+                p, row, "row", f"repeats the conditions of row {seen[key]} (batch, cache_gib, ranks, policy)"
+            )
+        seen[key] = row
+        points.append(PlanPoint(row, batch, float(cache), ranks, policy, net, hit))
+    if not any(pt.calibrates for pt in points):
+        raise InputError(p, None, "net_tok_s", "no row has a measured net_tok_s or hit_rate to calibrate on")
+    return points

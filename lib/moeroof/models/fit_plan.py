@@ -1,0 +1,451 @@
+"""Fit the one step model's knobs to a box's measured points, predict the rest (``moeroof fit-plan``).
+
+A user has measured a few configurations of a box — net tok/s (and perhaps the cache hit rate)
+at some batch sizes, cache sizes, rank counts and cache policies — and wants the others.
+Every prediction is :func:`moeroof.models.plan.plan` with the presets as given except the
+fitted knobs (:data:`KNOBS`):
+
+- ``engine``: the two engine terms, c0 = ``engine_seconds_per_step`` and c1 =
+  ``engine_seconds_per_agent_token`` (:mod:`moeroof.models.step`), both ≥ 0;
+- ``ssd-scale``: a factor on the box's whole SSD bandwidth curve;
+- ``pressure``: the share of the RAM left beside the expert cache that the OS page cache keeps
+  (``Workload.page_cache_share``; fitting it turns the page cache on);
+- ``skew``: the Zipf exponent s of the routing (``zipf:s``, replacing ``--routing``);
+- ``rho``: the stickiness ρ of each stream (the cache is then simulated on a trace sampled with
+  :func:`moeroof.models.routing.sample_trace` at the fitted skew and ρ).
+
+**Fit.** Rows with a measured value calibrate, rows without are predicted. The residuals are
+``log(predicted / measured net tok/s) / σ_net`` and ``(predicted − measured hit rate) / σ_hit``
+with σ_net = :data:`SIGMA_NET` (5 %) and σ_hit = :data:`SIGMA_HIT` (2 points), the noise a
+measurement is assumed to carry. The knobs that shape the cache (skew, ρ, pressure) are
+searched by Nelder–Mead (the cache simulations are piecewise constant in them, at fixed seeds);
+for each candidate the smooth knobs (engine, ssd-scale) are solved by bounded least squares
+(``scipy.optimize.least_squares``) — a variable projection. By default the fit takes what the
+rows can identify (:func:`default_knobs`): with hit rates, the skew; with one net tok/s row the
+SSD scale, with two the engine terms, with three or more both.
+
+**Bands** (5–95 %): the smooth knobs' covariance ``(JᵀJ)⁻¹`` from the weighted residuals at the
+solution (scaled by the residual variance when rows outnumber knobs) is sampled
+(:data:`BAND_DRAWS` draws, clipped to the bounds) and every row is predicted at each draw and at
+:data:`BAND_SEEDS` simulation seeds; the band is the spread of those predictions. The cache
+knobs' own uncertainty is not propagated (stated in the result's notes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares, minimize
+
+from moeroof.core.errors import ParameterError
+from moeroof.core.results import Result
+from moeroof.core.units import GiB
+from moeroof.data.plan_points import PlanPoint
+from moeroof.data.presets import Hardware, MoEModel
+from moeroof.models.plan import RoutingProbabilities, Workload, plan, routing_from_spec
+from moeroof.models.routing import Dirichlet, Zipf, histogram_from_trace, sample_trace
+
+__all__ = [
+    "KNOBS",
+    "SIGMA_NET",
+    "SIGMA_HIT",
+    "BAND_DRAWS",
+    "BAND_SEEDS",
+    "PlanKnobs",
+    "PlanFit",
+    "default_knobs",
+    "predict_points",
+    "routing_from_knobs",
+    "fit_plan",
+]
+
+KNOBS = ("engine", "ssd-scale", "pressure", "skew", "rho")
+SIGMA_NET = 0.05
+SIGMA_HIT = 0.02
+BAND_DRAWS = 200
+BAND_SEEDS = (0, 1, 2)
+_SMOOTH = ("engine", "ssd-scale")
+_CACHE = ("skew", "rho", "pressure")
+_TRACE_STEPS = 96
+_TRACE_LAYERS = 8
+
+
+@dataclass(frozen=True)
+class PlanKnobs(Result):
+    """The knobs a fit may move; None: as the presets and routing have it."""
+
+    engine_seconds_per_step: float | None = None
+    engine_seconds_per_agent_token: float | None = None
+    ssd_scale: float = 1.0
+    page_cache_share: float | None = None
+    skew: float | None = None
+    rho: float = 0.0
+
+
+def default_knobs(points: Sequence[PlanPoint]) -> tuple[str, ...]:
+    """What the calibration rows can identify (module docstring)."""
+    n_net = sum(p.net_tok_s is not None for p in points)
+    n_hit = sum(p.hit_rate is not None for p in points)
+    knobs: list[str] = []
+    if n_hit:
+        knobs.append("skew")
+    if n_net == 1:
+        knobs.append("ssd-scale")
+    elif n_net == 2:
+        knobs.append("engine")
+    elif n_net >= 3:
+        knobs += ["engine", "ssd-scale"]
+    return tuple(knobs)
+
+
+def routing_from_knobs(
+    model: MoEModel, family: str, skew: float, rho: float = 0.0, c: float = math.inf, *, streams: int, seed: int = 0
+) -> RoutingProbabilities:
+    """A routing whose cache runs on a trace sampled from knobs (family Zipf s or Dirichlet α,
+    stickiness ρ, per-stream locality c): :data:`_TRACE_STEPS` steps, ``streams`` streams,
+    :data:`_TRACE_LAYERS` layers; π is the trace's own histogram."""
+    if family == "zipf":
+        pop = Zipf(model.experts, model.top_k, float(skew))
+    elif family == "dirichlet":
+        pop = Dirichlet(model.experts, model.top_k, float(skew))
+    else:
+        raise ParameterError("family", f"expected zipf or dirichlet, got {family!r}")
+    rng = np.random.default_rng([int(seed), int(streams), int(round(1e4 * skew)), int(round(1e4 * rho))])
+    groups = streams if math.isfinite(c) else 1
+    topk = sample_trace(
+        pop, _TRACE_STEPS, int(streams), _TRACE_LAYERS, rng, c=c, rho=float(rho), groups=groups, scope="trace"
+    )
+    counts = histogram_from_trace(topk, model.experts).astype(float)
+    tokens = float(_TRACE_STEPS * streams)
+    pi = np.clip(counts / tokens, 0.0, 1.0)
+    pi = pi * (model.top_k / np.maximum(pi.sum(axis=1, keepdims=True), 1e-300))
+    key = f"knobs:{family}:{skew:.6g}:{rho:.6g}:{c:.6g}:{streams}:{seed}"
+    label = f"{family} {skew:.3g}, ρ={rho:.3g}" + ("" if math.isinf(c) else f", c={c:.3g}")
+    return RoutingProbabilities(np.clip(pi, 0.0, 1.0), label, "projected", trace=topk, trace_key=key)
+
+
+def _box(hardware: Hardware, knobs: PlanKnobs) -> Hardware:
+    hw = replace(hardware, bw_ssd_bytes_per_s=tuple(b * knobs.ssd_scale for b in hardware.bw_ssd_bytes_per_s))
+    if knobs.engine_seconds_per_step is not None:
+        hw = replace(
+            hw,
+            engine_seconds_per_step=float(knobs.engine_seconds_per_step),
+            engine_seconds_per_agent_token=float(knobs.engine_seconds_per_agent_token or 0.0),
+        )
+    return hw
+
+
+def _routing(model: MoEModel, base: RoutingProbabilities, knobs: PlanKnobs, streams: int, seed: int):
+    if knobs.skew is None and knobs.rho == 0.0:
+        return base
+    s = 0.8 if knobs.skew is None else float(knobs.skew)
+    if knobs.rho > 0.0:
+        return routing_from_knobs(model, "zipf", s, knobs.rho, streams=streams, seed=seed)
+    return routing_from_spec(f"zipf:{s:.10g}", model)
+
+
+def predict_points(
+    points: Sequence[PlanPoint],
+    model: MoEModel,
+    hardware: Hardware,
+    routing: RoutingProbabilities,
+    knobs: PlanKnobs,
+    *,
+    context_tokens: int = 4096,
+    page_cache: bool = False,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Predicted net tok/s and hit rate of every point (in order), through :func:`plan`."""
+    hw = _box(hardware, knobs)
+    streams = max(p.batch for p in points)
+    route = _routing(model, routing, knobs, streams, seed)
+    share = 1.0 if knobs.page_cache_share is None else float(knobs.page_cache_share)
+    pc = page_cache or knobs.page_cache_share is not None
+    net = np.empty(len(points))
+    hit = np.empty(len(points))
+    groups: dict[tuple, list[int]] = {}
+    for i, p in enumerate(points):
+        groups.setdefault((p.cache_gib, p.ranks, p.policy), []).append(i)
+    for (cache, ranks, policy), idx in groups.items():
+        w = Workload(
+            context_tokens=context_tokens,
+            cache_bytes=cache * GiB,
+            ranks=ranks,
+            cache_policy=policy,
+            page_cache=pc,
+            page_cache_share=share,
+            seed=seed,
+        )
+        batch = sorted({points[i].batch for i in idx})
+        res = plan(model, hw, w, route, batch)
+        where = {b: j for j, b in enumerate(res.batch)}
+        for i in idx:
+            j = where[points[i].batch]
+            net[i] = res.net_tok_s[j]
+            hit[i] = res.cache_hit_rate[j]
+    return net, hit
+
+
+@dataclass(frozen=True)
+class PlanFit(Result):
+    """``knobs``: name → value, low, high, fitted, unit; ``rows``: one per input point in input
+    order (role, measured, predicted, low, high, measured and predicted hit rate)."""
+
+    knobs: dict[str, dict[str, Any]]
+    rows: list[dict[str, Any]]
+    fitted: tuple[str, ...]
+    cost: float
+    notes: tuple[str, ...] = field(default=())
+
+
+_BOUNDS = {
+    "c0": (0.0, 10.0),
+    "c1": (0.0, 10.0),
+    "ssd_scale": (1e-3, 1e3),
+    "skew": (0.0, 3.0),
+    "rho": (0.0, 0.95),
+    "share": (0.0, 1.0),
+}
+
+
+def fit_plan(
+    points: Sequence[PlanPoint],
+    model: MoEModel,
+    hardware: Hardware,
+    routing: RoutingProbabilities,
+    *,
+    fit: Sequence[str] | None = None,
+    context_tokens: int = 4096,
+    page_cache: bool = False,
+    routing_is_spec: bool = True,
+    max_evaluations: int = 40,
+) -> PlanFit:
+    """Fit the named knobs on the calibration rows, predict every row with bands (module
+    docstring). Raises :class:`ParameterError` for an unknown knob, a knob the rows cannot
+    identify (more smooth parameters than measured net tok/s rows), or ``skew`` with a routing
+    that is not Zipf."""
+    pts = list(points)
+    names = tuple(default_knobs(pts) if fit is None else fit)
+    for k in names:
+        if k not in KNOBS:
+            raise ParameterError("fit", f"unknown knob {k!r} (known: {', '.join(KNOBS)})")
+    n_net = sum(p.net_tok_s is not None for p in pts)
+    n_hit = sum(p.hit_rate is not None for p in pts)
+    n_smooth = 2 * ("engine" in names) + ("ssd-scale" in names)
+    if n_smooth > n_net:
+        raise ParameterError(
+            "fit",
+            f"{', '.join(k for k in names if k in _SMOOTH)} need {n_smooth} measured net tok/s rows, the file has {n_net}",
+        )
+    cache_knobs = [k for k in names if k in _CACHE]
+    if len(cache_knobs) > n_hit + max(n_net - n_smooth, 0):
+        raise ParameterError("fit", f"{', '.join(cache_knobs)} need more calibration rows than the file has")
+    if "skew" in names and not routing_is_spec:
+        raise ParameterError("fit", "skew fits a Zipf routing: give --routing zipf:S (the start), not a file")
+    if not names:
+        raise ParameterError("fit", "nothing to fit: the rows identify no knob")
+    cal_net = np.array([p.net_tok_s is not None for p in pts])
+    cal_hit = np.array([p.hit_rate is not None for p in pts])
+    meas_net = np.array([p.net_tok_s if p.net_tok_s is not None else np.nan for p in pts])
+    meas_hit = np.array([p.hit_rate if p.hit_rate is not None else np.nan for p in pts])
+    s0 = 0.8
+    if routing.label.startswith("Zipf s="):
+        s0 = float(routing.label.split("=", 1)[1])
+
+    def knobs_of(outer: dict[str, float], inner: np.ndarray) -> PlanKnobs:
+        k = PlanKnobs()
+        j = 0
+        if "engine" in names:
+            k = replace(k, engine_seconds_per_step=float(inner[j]), engine_seconds_per_agent_token=float(inner[j + 1]))
+            j += 2
+        if "ssd-scale" in names:
+            k = replace(k, ssd_scale=float(inner[j]))
+        if "skew" in outer:
+            k = replace(k, skew=outer["skew"])
+        if "rho" in outer:
+            k = replace(k, rho=outer["rho"])
+        if "pressure" in outer:
+            k = replace(k, page_cache_share=outer["pressure"])
+        return k
+
+    def residuals(k: PlanKnobs, seed: int = 0) -> np.ndarray:
+        net, hit = predict_points(
+            pts, model, hardware, routing, k, context_tokens=context_tokens, page_cache=page_cache, seed=seed
+        )
+        r_net = np.log(net[cal_net] / meas_net[cal_net]) / SIGMA_NET
+        r_hit = (hit[cal_hit] - meas_hit[cal_hit]) / SIGMA_HIT
+        return np.concatenate([r_net, r_hit])
+
+    inner_lo = [*_BOUNDS["c0"][:1], *_BOUNDS["c1"][:1]] if "engine" in names else []
+    inner_hi = [*_BOUNDS["c0"][1:], *_BOUNDS["c1"][1:]] if "engine" in names else []
+    x0: list[float] = []
+    if "engine" in names:
+        # start on the line T = c0 + c1·B through the measured step times: under ``max`` overlap
+        # an engine term below the roofline has no gradient, so it must start where it binds
+        bs = np.array([p.batch for p in pts if p.net_tok_s is not None], dtype=float)
+        ts = bs / np.array([p.net_tok_s for p in pts if p.net_tok_s is not None])
+        if np.unique(bs).size >= 2:
+            c1, c0 = np.polyfit(bs, ts, 1)
+        else:
+            c0, c1 = float(ts[0]), 0.0
+        x0 += [float(np.clip(c0, 1e-6, _BOUNDS["c0"][1])), float(np.clip(c1, 1e-7, _BOUNDS["c1"][1]))]
+    if "ssd-scale" in names:
+        inner_lo.append(_BOUNDS["ssd_scale"][0])
+        inner_hi.append(_BOUNDS["ssd_scale"][1])
+        x0.append(1.0)
+
+    def solve_inner(outer: dict[str, float]):
+        if not x0:
+            r = residuals(knobs_of(outer, np.zeros(0)))
+            return np.zeros(0), float(r @ r), None
+        sol = least_squares(
+            lambda x: residuals(knobs_of(outer, x)),
+            np.array(x0),
+            bounds=(np.array(inner_lo), np.array(inner_hi)),
+            x_scale="jac",
+        )
+        return sol.x, float(2.0 * sol.cost), sol
+
+    outer_names = [k for k in ("skew", "rho", "pressure") if k in names]
+    starts = {"skew": s0, "rho": 0.2, "pressure": 0.5}
+    bounds = {"skew": _BOUNDS["skew"], "rho": _BOUNDS["rho"], "pressure": _BOUNDS["share"]}
+    notes: list[str] = []
+
+    def outer_of(z: np.ndarray) -> dict[str, float]:
+        return {n: float(np.clip(v, *bounds[n])) for n, v in zip(outer_names, z)}
+
+    if outer_names:
+        best: dict[str, Any] = {}
+
+        def cost(z: np.ndarray) -> float:
+            o = outer_of(z)
+            x, c, sol = solve_inner(o)
+            if not best or c < best["cost"]:
+                best.update(cost=c, outer=o, x=x, sol=sol)
+            return c
+
+        z0 = np.array([starts[n] for n in outer_names])
+        minimize(cost, z0, method="Nelder-Mead", options={"maxfev": int(max_evaluations), "xatol": 1e-3, "fatol": 1e-3})
+        outer, x, total, sol = best["outer"], best["x"], best["cost"], best["sol"]
+        notes.append(
+            f"cache knobs ({', '.join(outer_names)}) searched by Nelder–Mead, at most {max_evaluations} evaluations; "
+            "their uncertainty is not in the bands"
+        )
+    else:
+        outer = {}
+        x, total, sol = solve_inner(outer)
+    best_knobs = knobs_of(outer, x)
+    # bands: sample the smooth knobs' covariance, predict at several seeds
+    rng = np.random.default_rng(12345)
+    draws = [x]
+    cov = None
+    if sol is not None and x.size:
+        jac = np.asarray(sol.jac, dtype=float)
+        n_res = jac.shape[0]
+        dof = n_res - x.size
+        scale = max(total / dof, 1.0) if dof > 0 else 1.0
+        try:
+            cov = np.linalg.pinv(jac.T @ jac) * scale
+            draws += list(rng.multivariate_normal(x, cov, size=BAND_DRAWS, method="eigh"))
+        except np.linalg.LinAlgError:
+            notes.append("the smooth knobs' covariance is singular: bands from the simulation seeds only")
+    lo_b, hi_b = np.array(inner_lo, dtype=float), np.array(inner_hi, dtype=float)
+    preds_net, preds_hit = [], []
+    for sd in BAND_SEEDS:
+        for d in draws:
+            d = np.clip(d, lo_b, hi_b) if x.size else d
+            net, hit = predict_points(
+                pts,
+                model,
+                hardware,
+                routing,
+                knobs_of(outer, d),
+                context_tokens=context_tokens,
+                page_cache=page_cache,
+                seed=sd,
+            )
+            preds_net.append(net)
+            preds_hit.append(hit)
+    preds_net = np.array(preds_net)
+    preds_hit = np.array(preds_hit)
+    net0, hit0 = predict_points(
+        pts, model, hardware, routing, best_knobs, context_tokens=context_tokens, page_cache=page_cache
+    )
+    low = np.quantile(preds_net, 0.05, axis=0)
+    high = np.quantile(preds_net, 0.95, axis=0)
+    hit_low = np.quantile(preds_hit, 0.05, axis=0)
+    hit_high = np.quantile(preds_hit, 0.95, axis=0)
+    rows = []
+    for i, p in enumerate(pts):
+        rows.append(
+            {
+                "row": p.row,
+                "batch": p.batch,
+                "cache_gib": p.cache_gib,
+                "ranks": p.ranks,
+                "policy": p.policy,
+                "role": "calibration" if p.calibrates else "prediction",
+                "measured": p.net_tok_s,
+                "predicted": float(net0[i]),
+                "low": float(min(low[i], net0[i])),
+                "high": float(max(high[i], net0[i])),
+                "relative_error": None if p.net_tok_s is None else float(net0[i] / p.net_tok_s - 1.0),
+                "measured_hit_rate": p.hit_rate,
+                "predicted_hit_rate": float(hit0[i]),
+                "hit_rate_low": float(min(hit_low[i], hit0[i])),
+                "hit_rate_high": float(max(hit_high[i], hit0[i])),
+            }
+        )
+    identified = np.ones(x.size, dtype=bool)
+    if sol is not None and x.size:
+        identified = np.linalg.norm(np.asarray(sol.jac, dtype=float), axis=0) > 1e-9
+        labels = (("c0", "c1") if "engine" in names else ()) + (("ssd-scale",) if "ssd-scale" in names else ())
+        for name, ok in zip(labels, identified):
+            if not ok:
+                notes.append(f"{name} is not identified by these rows (another term binds at every calibration row)")
+    knobs = _knob_table(names, best_knobs, x, cov, outer, hardware, routing, identified)
+    return PlanFit(knobs=knobs, rows=rows, fitted=names, cost=float(total), notes=tuple(notes))
+
+
+def _knob_table(
+    names, k: PlanKnobs, x, cov, outer, hardware: Hardware, routing: RoutingProbabilities, identified
+) -> dict:
+    sd = np.sqrt(np.clip(np.diag(cov), 0.0, None)) if cov is not None else np.full(x.size, np.nan)
+    z = 1.6448536269514722  # the 5–95 % interval of a normal
+    bounds = [_BOUNDS["c0"], _BOUNDS["c1"]] if "engine" in names else []
+    if "ssd-scale" in names:
+        bounds.append(_BOUNDS["ssd_scale"])
+
+    def entry(j: int, unit: str) -> dict[str, Any]:
+        lo, hi = bounds[j]
+        if not identified[j]:  # the rows do not move this knob: any value in its bounds fits
+            return {"value": float(x[j]), "low": lo, "high": hi, "fitted": True, "identified": False, "unit": unit}
+        return {
+            "value": float(x[j]),
+            "low": max(float(x[j] - z * sd[j]), lo),
+            "high": min(float(x[j] + z * sd[j]), hi),
+            "fitted": True,
+            "identified": True,
+            "unit": unit,
+        }
+
+    out: dict[str, dict[str, Any]] = {}
+    j = 0
+    if "engine" in names:
+        for key in ("engine_seconds_per_step", "engine_seconds_per_agent_token"):
+            out[key] = entry(j, "s")
+            j += 1
+    else:
+        for key in ("engine_seconds_per_step", "engine_seconds_per_agent_token"):
+            out[key] = {"value": float(getattr(hardware, key)), "fitted": False, "unit": "s"}
+    out["ssd_scale"] = entry(j, "×") if "ssd-scale" in names else {"value": 1.0, "fitted": False, "unit": "×"}
+    for name, key, unit in (("skew", "skew", "Zipf s"), ("rho", "rho", "ρ"), ("pressure", "page_cache_share", "share")):
+        if name in outer:
+            out[key] = {"value": float(outer[name]), "fitted": True, "unit": unit}
+    if "skew" not in outer:
+        out["routing"] = {"value": routing.label, "fitted": False}
+    return out

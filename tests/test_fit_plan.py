@@ -1,0 +1,154 @@
+"""fit-plan: the step model's knobs fitted on measured rows, the other rows predicted with bands.
+
+Round trips: points simulated from known knobs (with noise on the calibration rows) are fitted
+back; the knobs come back inside their stated intervals and the held-out rows inside their
+bands. Errors: malformed POINTS files name file, row and field."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from moeroof.cli import main
+from moeroof.core.errors import ParameterError
+from moeroof.data.io import InputError
+from moeroof.data.plan_points import PlanPoint, read_plan_points
+from moeroof.data.presets import load_hardware, load_model
+from moeroof.models.fit_plan import PlanKnobs, default_knobs, fit_plan, predict_points
+from moeroof.models.plan import routing_from_spec
+
+
+@pytest.fixture(scope="module")
+def engine_box():
+    m, hw = load_model("qwen3-30b-a3b-3bit"), load_hardware("apple-m4")
+    return m, hw, routing_from_spec("zipf:0.8", m)
+
+
+def points(spec, policy="lru"):
+    return [PlanPoint(i + 2, b, c, 1, policy, None, None) for i, (b, c) in enumerate(spec)]
+
+
+def with_measured(pts, net, cal, noise=None):
+    noise = np.ones(len(pts)) if noise is None else noise
+    return [dataclasses.replace(p, net_tok_s=float(net[i] * noise[i]) if i in cal else None) for i, p in enumerate(pts)]
+
+
+def test_engine_terms_round_trip(engine_box):
+    m, hw, r = engine_box
+    truth = PlanKnobs(engine_seconds_per_step=0.045, engine_seconds_per_agent_token=0.013)
+    pts = points([(b, 20.0) for b in (1, 2, 4, 8, 16)])
+    net, _ = predict_points(pts, m, hw, r, truth)
+    # the engine binds: T = c0 + c1·B exactly (an independent check of the truth points)
+    np.testing.assert_allclose(np.array([1, 2, 4, 8, 16]) / net, 0.045 + 0.013 * np.array([1, 2, 4, 8, 16]))
+    fit = fit_plan(with_measured(pts, net, {0, 4}, np.array([1.02, 1, 1, 1, 0.99])), m, hw, r)
+    assert fit.fitted == ("engine",)
+    for key, true in (("engine_seconds_per_step", 0.045), ("engine_seconds_per_agent_token", 0.013)):
+        k = fit.knobs[key]
+        assert k["identified"] and k["low"] <= true <= k["high"], (key, k)
+    for i, row in enumerate(fit.rows):
+        assert row["row"] == pts[i].row  # input order
+        if row["role"] == "prediction":
+            assert row["low"] <= net[i] <= row["high"]
+
+
+def test_ssd_scale_round_trip_on_an_ssd_bound_box():
+    m, hw = load_model("glm-5.2"), load_hardware("nvme-gen4")
+    r = routing_from_spec("zipf:0.8", m)
+    pts = points([(1, 20.0), (2, 20.0), (8, 20.0), (1, 40.0)])
+    net, _ = predict_points(pts, m, hw, r, PlanKnobs(ssd_scale=0.6))
+    fit = fit_plan(with_measured(pts, net, {0}), m, hw, r)
+    assert fit.fitted == ("ssd-scale",)
+    k = fit.knobs["ssd_scale"]
+    assert k["value"] == pytest.approx(0.6, rel=1e-6) and k["low"] <= 0.6 <= k["high"]
+    np.testing.assert_allclose([row["predicted"] for row in fit.rows], net, rtol=1e-6)
+
+
+def test_a_knob_the_rows_cannot_move_is_reported_not_identified(engine_box):
+    m, hw, r = engine_box
+    pts = points([(1, 20.0), (4, 20.0), (16, 20.0)])
+    truth = PlanKnobs(engine_seconds_per_step=0.045, engine_seconds_per_agent_token=0.013)
+    net, _ = predict_points(pts, m, hw, r, truth)
+    fit = fit_plan(with_measured(pts, net, {0, 1, 2}), m, hw, r, fit=("engine", "ssd-scale"))
+    # the engine binds at every row: the SSD term has no gradient there, so its scale is not
+    # identified and its interval is its whole range; the engine terms are
+    assert fit.knobs["ssd_scale"]["identified"] is False
+    assert (fit.knobs["ssd_scale"]["low"], fit.knobs["ssd_scale"]["high"]) == (1e-3, 1e3)
+    assert fit.knobs["engine_seconds_per_step"]["identified"] is True
+    assert any("ssd-scale is not identified" in n for n in fit.notes)
+
+
+def test_skew_round_trip_from_hit_rates():
+    m, hw = load_model("glm-5.2"), load_hardware("nvme-gen4")
+    pts = [PlanPoint(i + 2, 1, c, 1, "static", None, None) for i, c in enumerate((10.0, 40.0, 80.0, 160.0))]
+    _, hit = predict_points(pts, m, hw, routing_from_spec("zipf:1.1", m), PlanKnobs())
+    cal = [dataclasses.replace(p, hit_rate=float(hit[i]) if i in (0, 2) else None) for i, p in enumerate(pts)]
+    fit = fit_plan(cal, m, hw, routing_from_spec("zipf:0.8", m), fit=("skew",))
+    assert fit.knobs["skew"]["value"] == pytest.approx(1.1, abs=0.03)
+    for i in (1, 3):
+        assert fit.rows[i]["predicted_hit_rate"] == pytest.approx(hit[i], abs=0.02)
+
+
+def test_default_knobs_follow_what_the_rows_identify():
+    one = [PlanPoint(2, 1, 0, 1, "lru", 1.0, None)]
+    two = one + [PlanPoint(3, 8, 0, 1, "lru", 2.0, None)]
+    three = two + [PlanPoint(4, 16, 0, 1, "lru", 3.0, None)]
+    assert default_knobs(one) == ("ssd-scale",)
+    assert default_knobs(two) == ("engine",)
+    assert default_knobs(three) == ("engine", "ssd-scale")
+    assert default_knobs([PlanPoint(2, 1, 0, 1, "lru", None, 0.5)]) == ("skew",)
+
+
+def test_more_knobs_than_rows_is_refused(engine_box):
+    m, hw, r = engine_box
+    with pytest.raises(ParameterError, match="need 3 measured"):
+        fit_plan([PlanPoint(2, 1, 0, 1, "lru", 10.0, None)], m, hw, r, fit=("engine", "ssd-scale"))
+    with pytest.raises(ParameterError, match="unknown knob"):
+        fit_plan([PlanPoint(2, 1, 0, 1, "lru", 10.0, None)], m, hw, r, fit=("speed",))
+
+
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        ("", "file"),
+        ("batch,cache_gib,net_tok_s\n", "file"),
+        ("batch,cache_gib,net_tok_s\n1,20,\n", "net_tok_s"),
+        ("batch,cache_gib,net_tok_s,hit_rate\n1,20,5,1.5\n", "hit_rate"),
+        ("batch,cache_gib,net_tok_s\n0,20,5\n", "batch"),
+        ("batch,cache_gib,net_tok_s\n1,-1,5\n", "cache_gib"),
+        ("batch,cache_gib,net_tok_s,policy\n1,20,5,fifo\n", "policy"),
+        ("batch,cache_gib,net_tok_s\n1,20,5\n1,20,6\n", "row"),
+        ("batch,cache_gib,speed\n1,20,5\n", "speed"),
+        ("batch,net_tok_s\n1,5\n", "cache_gib"),
+        ("batch,cache_gib,net_tok_s\n1,20\n", "row"),
+    ],
+)
+def test_bad_points_files_name_the_field(tmp_path, body, field):
+    p = tmp_path / "points.csv"
+    p.write_text(body)
+    with pytest.raises(InputError) as err:
+        read_plan_points(p)
+    assert err.value.field == field and str(p) in str(err.value)
+
+
+def test_cli_contract_and_errors(tmp_path, capsys):
+    p = tmp_path / "p.csv"
+    p.write_text(
+        "# bigrig-like\nbatch,cache_gib,ranks,policy,net_tok_s,hit_rate\n1,20,1,lru,17.17,\n4,20,1,lru,,\n16,20,1,lru,63.24,\n"
+    )
+    args = ["fit-plan", str(p), "--model", "qwen3-30b-a3b-3bit", "--hardware", "apple-m4", "--json"]
+    assert main(args) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert [r["batch"] for r in rep["rows"]] == [1, 4, 16]
+    assert rep["rows"][1]["role"] == "prediction" and rep["rows"][1]["measured"] is None
+    assert rep["rows"][1]["low"] <= rep["rows"][1]["predicted"] <= rep["rows"][1]["high"]
+    assert set(rep["knobs"]) >= {"engine_seconds_per_step", "engine_seconds_per_agent_token", "ssd_scale"}
+    assert main([*args[:-1], "--fit", "speed"]) == 2
+    assert capsys.readouterr().err.strip().startswith("error: --fit")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("batch,cache_gib,net_tok_s\n1,20,x\n")
+    assert main(["fit-plan", str(bad), "--model", "glm-5.2", "--hardware", "nvme-gen4"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bad.csv:2: net_tok_s" in err

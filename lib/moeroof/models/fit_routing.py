@@ -540,7 +540,16 @@ def fit_family(
         return float(np.sum(np.where(np.isfinite(z), z, 1e3) ** 2))
 
     x0 = np.array([min(max(_to_x(base, n, experts), b[0]), b[1]) for n, b in zip(names, boxes)])
-    x_hat, s = _search(objective, x0, boxes, rounds, grid) if names else (x0, objective(x0))
+    x_hat, s = x0, objective(x0)
+    if names:
+        # two starts: the defaults, and a sticky, warm one (the middle of the ρ and history boxes);
+        # a coordinate search alone can settle in a cold-cache valley
+        alt = x0.copy()
+        for j, n in enumerate(names):
+            if n in ("rho", "history"):
+                alt[j] = 0.5 * (boxes[j][0] + boxes[j][1])
+        starts = [x0] + ([alt] if len(names) > 2 and not np.array_equal(alt, x0) else [])
+        x_hat, s = min((_search(objective, x, boxes, rounds, grid) for x in starts), key=lambda t: t[1])
     if len(names) > 1 and polish > 0:
         x_hat, s = _polish(objective, x_hat, s, boxes, polish)
     knobs = _knobs_at(base, names, x_hat, experts, boxes)

@@ -48,6 +48,10 @@ and knob, a grid of :data:`GRID` points across the current span, then the vertex
 through the best grid point and its neighbours (a 1-D interpolation, as
 :func:`moeroof.studies.ladder.fit_knobs` does per knob); the span shrinks 2.5× a round
 (:data:`ROUNDS` rounds). A family *fits* when every calibration row is met within its tolerance
+With three knobs or more the search runs from two starts (the defaults, and ρ and history at
+the middle of their boxes: one search alone can settle in a cold-cache valley) and the better
+end is polished by Nelder–Mead (:func:`scipy.optimize.minimize`, simplex steps a tenth of each
+box, 40 evaluations). A family *fits* when every calibration row is met within its tolerance
 (``max |z_i| ≤ 1``, ``z_i = (ȳ_i − m_i)/τ_i``); the family with the least S is chosen.
 
 **Which knobs are fitted.** No more knobs than distinct calibration conditions, in the order

@@ -5,7 +5,7 @@ hits, misses, hit rate and bytes streamed per step.
 
     moeroof cache TRACE --policy lru|lfu|static|belady|s3fifo|arc
                   (--capacity-experts N | --capacity-gib X --expert-bytes N) [--scope global|layer]
-                  [--warmup S] [--histogram PATH] [--json]
+                  [--warmup S] [--histogram PATH] [--streams I,J,…] [--json]
 
 The simulator (:mod:`moeroof.models.cache`, numba-compiled) is imported only when the command
 runs; the parser reads the policy and scope names from the constants below.
@@ -62,8 +62,30 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--histogram", default=None, help="histogram .csv to pin the static hot set from (default: the trace's own)"
     )
+    p.add_argument(
+        "--streams",
+        default=None,
+        help="replay only these streams of the trace, comma-separated indices from 0 (default: all)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
     p.set_defaults(func=run)
+
+
+def parse_streams(text: str, n_streams: int) -> list[int]:
+    """``--streams 0,3`` → ``[0, 3]``: distinct stream indices of a trace of ``n_streams``, in
+    the order given."""
+    parts = text.split(",")
+    if not text.strip() or any(not q.strip() for q in parts):
+        raise UsageError(f"--streams: expected comma-separated stream indices like 0,3, got {text!r}")
+    ids = [non_negative_int(q, "--streams") for q in parts]
+    if len(set(ids)) != len(ids):
+        raise UsageError(f"--streams: a stream is listed twice in {text!r}")
+    bad = [i for i in ids if i >= n_streams]
+    if bad:
+        raise UsageError(
+            f"--streams: stream {bad[0]} is outside 0..{n_streams - 1} (the trace has {n_streams} streams)"
+        )
+    return ids
 
 
 def cache_report(args: argparse.Namespace) -> dict[str, Any]:
@@ -80,6 +102,7 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:
     if args.histogram is not None and args.policy != "static":
         raise UsageError("--histogram applies to --policy static only")
     trace = read_trace_arg(args.path)
+    stream_ids = list(range(trace.streams)) if args.streams is None else parse_streams(args.streams, trace.streams)
     if warmup >= trace.steps:
         raise UsageError(f"--warmup: {warmup} leaves no counted step (the trace has {trace.steps} steps)")
     notes: list[str] = []
@@ -109,7 +132,16 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:
         else:
             pinned = hist.counts.astype(float).ravel()
         notes.append(f"static: hot set pinned from the histogram {hist.path}")
-    requests = requests_from_trace(trace.topk, trace.experts)
+    prompt_steps = trace.meta.get("prompt_steps")
+    if isinstance(prompt_steps, int) and prompt_steps > warmup:
+        notes.append(
+            f"the trace's first {prompt_steps} steps are a prompt (cold start); --warmup {prompt_steps} skips them"
+        )
+    if args.streams is not None:
+        notes.append(f"streams {','.join(map(str, stream_ids))} of the trace's {trace.streams} replayed")
+    requests = requests_from_trace(
+        trace.topk, trace.experts, streams=None if args.streams is None else np.asarray(stream_ids, dtype=np.int64)
+    )
     res = simulate(
         requests,
         capacity,
@@ -151,7 +183,9 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:
             "bytes_streamed": res.bytes_streamed_per_step,
         },
         "steps": trace.steps,
-        "streams": trace.streams,
+        "streams": len(stream_ids),
+        "stream_ids": stream_ids,
+        "trace_streams": trace.streams,
         "layers": trace.layers,
         "experts": trace.experts,
         "source": str(trace.path),

@@ -23,6 +23,10 @@ Two correlation knobs that real fleets have (SPEC §3):
   with probability ρ, independently; the remaining slots are refilled by Plackett–Luce over the
   experts not kept. ``ρ`` drives cache hits and the union over time, not the one-step union.
 
+Both may be given per layer (a stickiness profile over depth); ``c`` with ``groups = streams``
+and ``scope="trace"`` is a per-stream hot set, and ``prompt_tokens`` prepends a cold-started
+prompt (:func:`sample_trace`).
+
 Every random draw takes an explicit :class:`numpy.random.Generator`.
 """
 

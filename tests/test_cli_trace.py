@@ -1,0 +1,206 @@
+"""``moeroof trace`` (a routing trace sampled from knobs) and ``moeroof cache --streams`` (issue 11)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from moeroof.cli import main
+from moeroof.data.io import read_trace
+from moeroof.models import cache
+from moeroof.models.routing import Dirichlet, consecutive_overlap, sample_trace
+
+
+def run_json(capsys, argv: list[str]) -> dict:
+    rc = main(argv + ["--json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    return json.loads(out)
+
+
+def run_error(capsys, argv: list[str], flag: str) -> str:
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    assert rc == 2, (out, err)
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert flag in err, err
+    assert "Traceback" not in err
+    return err
+
+
+SMALL = ["--streams", "4", "--steps", "30", "--experts", "32", "--top-k", "4", "--layers", "3"]
+
+
+def test_trace_writes_a_readable_trace_with_its_knobs(capsys, tmp_path):
+    out = tmp_path / "t.npz"
+    argv = ["trace", "--family", "dirichlet:0.4", "--rho", "0.35", *SMALL, "--seed", "5", "-o", str(out)]
+    rep = run_json(capsys, argv)
+    t = read_trace(out)
+    assert t.topk.shape == (30, 4, 3, 4) and rep["shape"] == [30, 4, 3, 4]
+    assert (t.experts, t.top_k, t.layer_ids) == (32, 4, (0, 1, 2))
+    assert t.meta["model"] == "synthetic" and t.meta["provenance"] == "projected"
+    knobs = t.meta["knobs"]
+    assert knobs["family"] == "dirichlet" and knobs["skew"] == 0.4 and knobs["rho"] == 0.35
+    assert (knobs["streams"], knobs["steps"], knobs["seed"], knobs["prompt_tokens"]) == (4, 30, 5, 0)
+    assert knobs["locality_c"] is None and knobs["step_context_c"] is None
+    assert "--family dirichlet:0.4" in t.meta["source"] and "--rho 0.35" in t.meta["source"]
+    # the library draw with the same knobs and seed
+    expected = sample_trace(Dirichlet(32, 4, 0.4), 30, 4, 3, np.random.default_rng(5), rho=0.35)
+    np.testing.assert_array_equal(t.topk, expected)
+    np.testing.assert_allclose(rep["consecutive_overlap"], consecutive_overlap(expected))
+
+
+def test_trace_defaults_and_same_seed_same_bytes(capsys, tmp_path):
+    a, b, c = tmp_path / "a.npz", tmp_path / "b.npz", tmp_path / "c.npz"
+    argv = ["trace", "--family", "zipf:0.9", "--streams", "2", "--steps", "5"]
+    run_json(capsys, argv + ["-o", str(a)])
+    run_json(capsys, argv + ["-o", str(b)])
+    run_json(capsys, argv + ["--seed", "1", "-o", str(c)])
+    assert a.read_bytes() == b.read_bytes()
+    assert a.read_bytes() != c.read_bytes()
+    t = read_trace(a)
+    assert t.topk.shape == (5, 2, 8, 8) and t.experts == 256  # defaults: 256 experts, top-8, 8 layers
+
+
+def test_trace_refuses_to_overwrite_without_force(capsys, tmp_path):
+    out = tmp_path / "t.npz"
+    argv = ["trace", "--family", "uniform", *SMALL, "-o", str(out)]
+    run_json(capsys, argv)
+    before = out.read_bytes()
+    run_error(capsys, argv + ["--seed", "3"], "-o")
+    assert out.read_bytes() == before
+    run_json(capsys, argv + ["--seed", "3", "--force"])
+    assert out.read_bytes() != before
+
+
+def test_trace_profile_locality_and_prompt(capsys, tmp_path):
+    out = tmp_path / "t.npz"
+    rep = run_json(
+        capsys,
+        [
+            "trace",
+            "--family",
+            "dirichlet:0.4",
+            "--rho-profile",
+            "0.05,0.6",
+            "--locality",
+            "2",
+            "--prompt-tokens",
+            "16",
+            "--streams",
+            "4",
+            "--steps",
+            "200",
+            "--experts",
+            "64",
+            "--top-k",
+            "4",
+            "-o",
+            str(out),
+        ],
+    )
+    t = read_trace(out)
+    assert t.topk.shape == (216, 4, 2, 4)  # --layers from the profile; the prompt comes first
+    assert t.meta["prompt_steps"] == 16 and t.meta["knobs"]["rho"] == [0.05, 0.6]
+    assert t.meta["knobs"]["locality_c"] == 2.0
+    expected = sample_trace(
+        Dirichlet(64, 4, 0.4),
+        200,
+        4,
+        2,
+        np.random.default_rng(0),
+        rho=np.array([0.05, 0.6]),
+        c=2.0,
+        groups=4,
+        scope="trace",
+        prompt_tokens=16,
+    )
+    np.testing.assert_array_equal(t.topk, expected)
+    overlap = rep["consecutive_overlap"]
+    assert overlap[1] > overlap[0]  # ρ 0.6 against 0.05 (the hot sets of C = 2 share much by chance)
+
+
+@pytest.mark.parametrize(
+    "extra, flag",
+    [
+        (["--family", "zipf"], "--family"),
+        (["--family", "dirichlet:0"], "--family"),
+        (["--family", "pareto:1"], "--family"),
+        (["--family", "uniform", "--rho", "1.5"], "--rho"),
+        (["--family", "uniform", "--rho", "nan"], "--rho"),
+        (["--family", "uniform", "--rho-profile", "0.1,0.2"], "--rho-profile"),  # 3 layers given
+        (["--family", "uniform", "--rho-profile", "0.1,,0.2"], "--rho-profile"),
+        (["--family", "uniform", "--rho", "0.1", "--rho-profile", "0.1,0.2,0.3"], "--rho-profile"),
+        (["--family", "uniform", "--locality", "0"], "--locality"),
+        (["--family", "uniform", "--locality", "1", "--step-context", "1"], "--step-context"),
+        (["--family", "uniform", "--prompt-tokens", "-1"], "--prompt-tokens"),
+        (["--family", "uniform", "--top-k", "40"], "--top-k"),
+        (["--family", "uniform", "--seed", "x"], "--seed"),
+    ],
+)
+def test_trace_bad_flags(capsys, tmp_path, extra, flag):
+    argv = ["trace", "--streams", "2", "--steps", "3", "--experts", "32", "--top-k", "4", "--layers", "3"]
+    # later flags win in argparse, so an override of --top-k follows the defaults above
+    run_error(capsys, argv + extra + ["-o", str(tmp_path / "t.npz")], flag)
+    assert not (tmp_path / "t.npz").exists()
+
+
+def test_trace_bad_output_suffix_and_count(capsys, tmp_path):
+    run_error(capsys, ["trace", "--family", "uniform", *SMALL, "-o", str(tmp_path / "t.csv")], "-o")
+    run_error(
+        capsys,
+        ["trace", "--family", "uniform", "--streams", "0", "--steps", "3", "-o", str(tmp_path / "t.npz")],
+        "--streams",
+    )
+    big = ["trace", "--family", "uniform", "--streams", "100000", "--steps", "100000", "-o", str(tmp_path / "t.npz")]
+    run_error(capsys, big, "--steps")
+
+
+def test_trace_is_a_subcommand(capsys):
+    from moeroof.cli.app import COMMANDS
+
+    assert "trace" in [c.__name__.rsplit(".", 1)[1] for c in COMMANDS]
+    assert main(["trace", "--help"]) == 0
+    assert capsys.readouterr().out.startswith("usage: moeroof trace ")
+
+
+# ----------------------------------------------------------------------------- cache --streams
+
+
+@pytest.fixture
+def sampled(capsys, tmp_path):
+    out = tmp_path / "t.npz"
+    argv = ["trace", "--family", "dirichlet:0.4", "--rho", "0.5", "--locality", "3", "--streams", "6"]
+    run_json(capsys, argv + ["--steps", "60", "--experts", "64", "--top-k", "4", "--layers", "4", "-o", str(out)])
+    return out
+
+
+@pytest.mark.parametrize("policy", ["lru", "belady"])
+def test_cache_streams_replays_the_chosen_streams(capsys, sampled, policy):
+    rep = run_json(
+        capsys,
+        ["cache", str(sampled), "--policy", policy, "--capacity-experts", "60", "--warmup", "5", "--streams", "0,3"],
+    )
+    t = read_trace(sampled)
+    requests = cache.requests_from_trace(np.ascontiguousarray(t.topk[:, [0, 3]]), t.experts)
+    res = cache.simulate(requests, 60.0, policy=policy, capacity_unit="experts", warmup_steps=5)
+    assert (rep["hits"], rep["misses"], rep["requests"]) == (res.hits, res.misses, res.requests)
+    assert rep["hit_rate"] == pytest.approx(res.hit_rate)
+    assert rep["per_step"]["misses"] == list(res.misses_per_step)
+    assert rep["stream_ids"] == [0, 3] and rep["streams"] == 2 and rep["trace_streams"] == 6
+    everything = run_json(
+        capsys, ["cache", str(sampled), "--policy", policy, "--capacity-experts", "60", "--warmup", "5"]
+    )
+    assert everything["stream_ids"] == list(range(6)) and everything["streams"] == 6
+    assert everything["requests"] > rep["requests"]
+
+
+@pytest.mark.parametrize("value", ["6", "0,0", "0,,1", "a", "-1", ""])
+def test_cache_bad_streams(capsys, sampled, value):
+    err = run_error(
+        capsys, ["cache", str(sampled), "--policy", "lru", "--capacity-experts", "60", "--streams", value], "--streams"
+    )
+    if value == "6":
+        assert "6 streams" in err

@@ -25,7 +25,7 @@ def add_parser(subparsers: Any) -> None:
         help="fit routing knobs to measured hit rates, GiB/step, unions and overlaps; predict the rest with bands",
         description="Fit the routing knobs (family, skew, stickiness rho, per-stream locality c, warm history) "
         "jointly to the rows of a POINTS file that carry a value, by least squares over simulated points at "
-        "fixed seeds, and predict every row with a 5-95 %% band (over the families that fit and the "
+        "fixed seeds, and predict every row with a 5-95 % band (over the families that fit and the "
         "bootstrap draws of the knobs).",
     )
     p.add_argument("path", metavar="POINTS", help="POINTS .csv (kind,batch,capacity_experts|capacity_gib,...,value)")

@@ -388,7 +388,20 @@ def test_cli_does_not_modify_inputs(capsys, histogram, trace):
 
 # ----------------------------------------------------------------------------- layout of moeroof.cli
 
-SUBCOMMANDS = ("union", "fit", "plan", "presets", "cache", "mrc", "calibrate", "bench", "split")
+SUBCOMMANDS = (
+    "union",
+    "fit",
+    "fit-routing",
+    "plan",
+    "fit-plan",
+    "presets",
+    "trace",
+    "cache",
+    "mrc",
+    "calibrate",
+    "bench",
+    "split",
+)
 
 
 def test_top_level_help_lists_every_subcommand(capsys):
@@ -396,7 +409,7 @@ def test_top_level_help_lists_every_subcommand(capsys):
 
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    assert [c.__name__.rsplit(".", 1)[1] for c in COMMANDS] == list(SUBCOMMANDS)
+    assert [c.__name__.rsplit(".", 1)[1].replace("_", "-") for c in COMMANDS] == list(SUBCOMMANDS)
     listed = [line.split()[0] for line in out.splitlines() if line.startswith("    ") and line[4] != " "]
     assert listed == list(SUBCOMMANDS)
 

@@ -10,7 +10,7 @@ fitted knobs (:data:`KNOBS`):
 - ``ssd-scale``: a factor on the box's whole SSD bandwidth curve;
 - ``pressure``: the share of the RAM left beside the expert cache that the OS page cache keeps
   (``Workload.page_cache_share``; fitting it turns the page cache on);
-- ``skew``: the Zipf exponent s of the routing (``zipf:s``, replacing ``--routing``);
+- ``skew``: the Zipf exponent s of the routing (``zipf:s``, replacing the routing given);
 - ``rho``: the stickiness ρ of each stream (the cache is then simulated on a trace sampled with
   :func:`moeroof.models.routing.sample_trace` at the fitted skew and ρ).
 
@@ -245,7 +245,7 @@ def fit_plan(
     if len(cache_knobs) > n_hit + max(n_net - n_smooth, 0):
         raise ParameterError("fit", f"{', '.join(cache_knobs)} need more calibration rows than the file has")
     if "skew" in names and not routing_is_spec:
-        raise ParameterError("fit", "skew fits a Zipf routing: give --routing zipf:S (the start), not a file")
+        raise ParameterError("fit", "skew fits a Zipf routing: start from a zipf:S routing, not a file")
     if not names:
         raise ParameterError("fit", "nothing to fit: the rows identify no knob")
     cal_net = np.array([p.net_tok_s is not None for p in pts])

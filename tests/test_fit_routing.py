@@ -46,6 +46,7 @@ def round_trip():
     return fit_routing(given, E, K, L, seeds=(0, 1), bootstrap=8, max_history=1024), measured
 
 
+@pytest.mark.slow  # the shared round-trip fit takes ~13 s; `make test` runs it
 def test_round_trip_recovers_the_knobs_within_their_intervals(round_trip):
     fit, _ = round_trip
     d = fit.to_dict()
@@ -63,6 +64,7 @@ def test_round_trip_recovers_the_knobs_within_their_intervals(round_trip):
     assert abs(k["skew"]["value"] - TRUTH.skew) < 0.1 and abs(k["rho"]["value"] - TRUTH.rho) < 0.08
 
 
+@pytest.mark.slow  # the shared round-trip fit takes ~13 s; `make test` runs it
 def test_round_trip_predicts_held_out_rows_within_the_bands(round_trip):
     fit, measured = round_trip
     rows = fit.to_dict()["rows"]
@@ -74,6 +76,7 @@ def test_round_trip_predicts_held_out_rows_within_the_bands(round_trip):
             assert r["measured"] is None and abs(r["predicted"] - m) < 0.06
 
 
+@pytest.mark.slow  # the shared round-trip fit takes ~13 s; `make test` runs it
 def test_a_family_that_cannot_fit_says_so(round_trip):
     fit, _ = round_trip
     d = fit.to_dict()

@@ -152,3 +152,27 @@ def test_cli_contract_and_errors(tmp_path, capsys):
     assert main(["fit-plan", str(bad), "--model", "glm-5.2", "--hardware", "nvme-gen4"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "bad.csv:2: net_tok_s" in err
+
+
+def test_routing_knobs_from_a_fit_routing_result(tmp_path, capsys):
+    """--routing-knobs reads fit-routing's JSON (family, knobs with values; locality off = null)
+    and runs the cache on a trace sampled from them; a bad file is one error line naming the flag."""
+    knobs = tmp_path / "knobs.json"
+    knobs.write_text(
+        json.dumps(
+            {
+                "family": "dirichlet",
+                "knobs": {"skew": {"value": 0.4}, "rho": {"value": 0.3}, "locality_c": {"value": None}},
+            }
+        )
+    )
+    pts = tmp_path / "p.csv"
+    pts.write_text("batch,cache_gib,net_tok_s,hit_rate\n1,4,0.5,\n4,4,,\n")
+    args = ["fit-plan", str(pts), "--model", "glm-5.2", "--hardware", "nvme-gen4", "--routing-knobs", str(knobs)]
+    assert main([*args, "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["routing"].startswith("dirichlet 0.4, ρ=0.3") and "c=" not in rep["routing"]
+    assert rep["rows"][0]["predicted"] == pytest.approx(0.5, rel=1e-6)  # its one calibration row
+    knobs.write_text(json.dumps({"family": "pareto", "knobs": {}}))
+    assert main(args) == 2
+    assert capsys.readouterr().err.startswith("error: --routing-knobs")

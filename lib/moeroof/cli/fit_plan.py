@@ -88,7 +88,7 @@ def _routing_knobs(path_text: str, model, streams: int):
     family = doc.get("family")
     if family not in ("zipf", "dirichlet"):
         raise UsageError(f"--routing-knobs: {path}: family must be zipf or dirichlet, got {family!r}")
-    c = value("c", math.inf)
+    c = value("locality_c", value("c", math.inf))
     return routing_from_knobs(
         model, family, value("skew", 0.8), value("rho", 0.0), c if c > 0 else math.inf, streams=streams
     )

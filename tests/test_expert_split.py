@@ -146,3 +146,47 @@ def test_pair_vs_booster_small():
     assert pb.ratio_witnessed == pytest.approx(21683.9 / 3553.8)
     assert pb.error == pytest.approx(pb.ratio / pb.ratio_witnessed - 1.0)
     assert pb.booster_seconds_at_witnessed_rate == pytest.approx(pb.booster.gib_per_step / (6.62 / 3.5538))
+
+
+# ----------------------------------------------------------------------------- the tok/s sweep through fit-plan (issue 11)
+
+
+def test_tok_s_points_calibrate_on_public_rows_only():
+    pts = S.tok_s_points()
+    cal = [(p, r) for p, r in zip(pts, S.TOK_S_ROWS) if p.calibrates]
+    assert cal and all(r.role == "calibration" for _, r in cal)
+    assert sorted(p.net_tok_s for p, _ in cal) == [2.47, 5.21, 5.60, 5.67]
+    assert all(p.batch == 8 and p.ranks == 2 for p, _ in cal)
+    # held-out published and withheld rows reach fit-plan without a value
+    for p, r in zip(pts, S.TOK_S_ROWS):
+        if r.role != "calibration":
+            assert p.net_tok_s is None and p.hit_rate is None
+    assert {r.role for r in S.TOK_S_ROWS} == {"calibration", "held-out published", "withheld"}
+    assert all(r.witnessed_tok_s is None for r in S.TOK_S_ROWS if r.role == "withheld")
+
+
+@pytest.mark.slow
+def test_tok_s_sweep_predicts_withheld_rows_with_bands(monkeypatch):
+    import moeroof.models.fit_plan as FP
+
+    seen = []
+    real = FP.fit_plan
+
+    def spy(points, *args, **kwargs):
+        seen.extend(points)
+        return real(points, *args, **kwargs)
+
+    monkeypatch.setattr(FP, "fit_plan", spy)
+    sw = S.tok_s_sweep(load_model("glm-5-nvfp4"), load_hardware("gb10"), "dirichlet", 0.4, 0.2, max_evaluations=4)
+    assert sorted(p.net_tok_s for p in seen if p.net_tok_s is not None) == [2.47, 5.21, 5.60, 5.67]
+    for r in sw.rows:
+        assert r["low"] <= r["predicted"] <= r["high"]
+        assert (
+            r["low"] <= min(r["per_token_engine"], r["additive"])
+            and max(r["per_token_engine"], r["additive"]) <= r["high"]
+        )
+        if r["role"] == "withheld":
+            assert r["witnessed"] is None and r["error"] is None
+        else:
+            assert r["error"] == pytest.approx(r["predicted"] / r["witnessed"] - 1.0)
+    assert {r["name"] for r in sw.held_out()} == {r.name for r in S.TOK_S_ROWS if r.role == "held-out published"}

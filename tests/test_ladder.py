@@ -216,3 +216,64 @@ def test_a_fresh_fit_at_the_stored_seeds_reproduces_the_stored_knobs():
     assert fit.knobs.skew == pytest.approx(ladder.FITTED.skew, abs=tol["skew"])
     assert fit.knobs.rho == pytest.approx(ladder.FITTED.rho, abs=tol["rho"])
     assert abs(fit.knobs.history_tokens - ladder.FITTED.history_tokens) <= tol["history_tokens"]
+
+
+# ----------------------------------------------------------------------------- fit-routing on the public rows (issue 11)
+
+
+def _public_values() -> set[float]:
+    vals = {ladder.UNION_PUBLISHED}
+    for t in ladder.CALIBRATION:
+        vals |= {t.hit_rate, t.gib_streamed_per_step}
+    return vals
+
+
+def test_public_points_calibrate_on_public_rows_only():
+    pts = ladder.public_points()
+    cal = [p for p in pts if p.calibrates]
+    assert {p.value for p in cal} == _public_values()
+    assert len(cal) == 5 and all(p.ranks == 2 and p.partition == "id" and p.batch == 8 for p in cal)
+    # every withheld case comes as a hit-rate and a GiB row with no value
+    empty = [p for p in pts if not p.calibrates]
+    assert len(empty) == 2 * len(ladder.WITHHELD_CASES)
+    assert {(p.batch, p.capacity_gib, p.ranks) for p in empty} == {
+        (c.streams, c.cache_gib_per_rank, c.ranks) for c in ladder.WITHHELD_CASES
+    }
+    # no held-out published value (53.8 %, 6.62 GiB) reaches the points
+    assert not {t.hit_rate for t in ladder.HELD_OUT} & {p.value for p in pts}
+    assert not {t.gib_streamed_per_step for t in ladder.HELD_OUT} & {p.value for p in pts}
+
+
+def test_fit_routing_predictions_bands_every_withheld_case(monkeypatch):
+    seen = []
+    real = ladder.fit_routing
+
+    def spy(points, *args, **kwargs):
+        seen.extend(points)
+        return real(points, *args, **kwargs)
+
+    monkeypatch.setattr(ladder, "fit_routing", spy)
+    pred = ladder.fit_routing_predictions(seeds=(0,), bootstrap=2, max_sim_layers=2, families=("dirichlet",))
+    assert {p.value for p in seen if p.calibrates} == _public_values()
+    rows = {r["case"]: r for r in pred.rows}
+    for c in ladder.WITHHELD_CASES:
+        r = rows[c.name]
+        assert r["role"] == "withheld" and r["witnessed_hit_rate"] is None
+        assert r["hit_rate_low"] <= r["hit_rate"] <= r["hit_rate_high"]
+        assert r["gib_low"] <= r["gib_streamed_per_step"] <= r["gib_high"]
+    assert {r["role"] for r in pred.rows} == {"calibration", "withheld", "held-out published"}
+    assert [h["case"] for h in pred.held_out_errors()] == [t.case.name for t in ladder.HELD_OUT]
+
+
+def test_fit_routing_predictions_csv_adds_band_columns(tmp_path, monkeypatch):
+    monkeypatch.setenv("MOEROOF_FIGURES_DIR", str(tmp_path / "figures"))
+    pred = ladder.fit_routing_predictions(seeds=(0,), bootstrap=0, max_sim_layers=2, families=("dirichlet",))
+    out = ladder.write_fit_routing_predictions(pred)
+    assert out == tmp_path / "cache_ladder" / "predictions-fit-routing.csv"
+    with out.open() as f:
+        rows = list(csv.DictReader(f))
+    assert tuple(rows[0]) == ladder.FIT_ROUTING_COLUMNS
+    assert ladder.FIT_ROUTING_COLUMNS[: len(ladder.PREDICTIONS_COLUMNS)] == ladder.PREDICTIONS_COLUMNS
+    assert [r["case"] for r in rows] == [c.name for c in ladder.PREDICTION_CASES] + [
+        t.case.name for t in ladder.HELD_OUT
+    ]

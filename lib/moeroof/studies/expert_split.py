@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -58,6 +59,11 @@ __all__ = [
     "Arrangement",
     "PairVsBooster",
     "pair_vs_booster",
+    "TokRow",
+    "TOK_S_ROWS",
+    "tok_s_points",
+    "TokSweep",
+    "tok_s_sweep",
 ]
 
 #: witnessed numbers of seed 003 used by the expert_split notebook (each with its table)
@@ -580,3 +586,207 @@ def pair_vs_booster(
         booster_seconds_at_witnessed_rate=arrs["booster"].gib_per_step / rate,
         notes=notes,
     )
+
+
+# ----------------------------------------------------------------------------- the M sweep's tok/s (issue 11)
+
+
+@dataclass(frozen=True)
+class TokRow:
+    """One row of seed 003's tok/s: a configuration (``batch`` M, ``cache_gib`` per rank,
+    ``ranks``: 2 the pair, 1 one booster), its ``role`` (``calibration``: public and fitted;
+    ``held-out published``: public, never fitted, its error is stated; ``withheld``: not in the
+    excerpt, predicted) and, for public rows, the witnessed tok/s (and hit rate where given)."""
+
+    name: str
+    batch: int
+    cache_gib: float
+    ranks: int
+    role: str
+    witnessed_tok_s: float | None = None
+    witnessed_hit_rate: float | None = None
+    source: str = ""
+
+
+#: seed 003's tok/s rows (shared/seeds/003…-excerpt.md). Calibration: the table "Expert cache
+#: against the headroom" (balanced partition, overlap on, M = 8) — the configuration of the
+#: withheld 40/60 GiB rows and of the M sweep — at 20 GiB and the three 80 GiB runs. Held out:
+#: the booster table (one booster 0.37, the pair with the id split as recorded 2.25) and the
+#: ladder's four 40 GiB rows (each one engine change apart; row 3, balanced + overlapped, is the
+#: headroom table's configuration). Withheld: 40 and 60 GiB at M = 8 and the M sweep at 80 GiB.
+TOK_S_ROWS: tuple[TokRow, ...] = (
+    TokRow("pair-m8-20", 8, 20.0, 2, "calibration", 2.47, 0.525, "headroom table: 20 GiB, 2.47 tok/s, 52.5 %"),
+    TokRow("pair-m8-80-run1", 8, 80.0, 2, "calibration", 5.21, None, "three runs at 80 GiB: 5.21"),
+    TokRow("pair-m8-80", 8, 80.0, 2, "calibration", 5.60, 0.983, "headroom table: 80 GiB, 5.60 tok/s, 98.3 %"),
+    TokRow("pair-m8-80-run3", 8, 80.0, 2, "calibration", 5.67, None, "three runs at 80 GiB: 5.67"),
+    TokRow("booster-m8-20", 8, 20.0, 1, "held-out published", 0.37, None, "booster table: one booster, 0.37"),
+    TokRow("pair-m8-20-id", 8, 20.0, 2, "held-out published", 2.25, 0.538, "booster table: pair, id split, 2.25"),
+    TokRow("ladder0-id-40", 8, 40.0, 2, "held-out published", 2.49, None, "ladder row 0: id split, 2.49"),
+    TokRow("ladder1-compact-40", 8, 40.0, 2, "held-out published", 2.32, None, "ladder row 1: compact rows, 2.32"),
+    TokRow("ladder2-balanced-40", 8, 40.0, 2, "held-out published", 2.73, None, "ladder row 2: balanced, 2.73"),
+    TokRow("ladder3-overlap-40", 8, 40.0, 2, "held-out published", 2.98, None, "ladder row 3: overlapped, 2.98"),
+    TokRow("pair-m8-40", 8, 40.0, 2, "withheld", source="headroom table: 40 GiB (withheld)"),
+    TokRow("pair-m8-60", 8, 60.0, 2, "withheld", source="headroom table: 60 GiB (withheld)"),
+    TokRow("pair-m1-80", 1, 80.0, 2, "withheld", source="M sweep at 80 GiB: M = 1 (withheld)"),
+    TokRow("pair-m16-80", 16, 80.0, 2, "withheld", source="M sweep at 80 GiB: M = 16 (withheld)"),
+    TokRow("pair-m32-80", 32, 80.0, 2, "withheld", source="M sweep at 80 GiB: M = 32 (withheld)"),
+)
+
+
+def tok_s_points(rows: Sequence[TokRow] = TOK_S_ROWS) -> list:
+    """``fit-plan`` points (:class:`moeroof.data.plan_points.PlanPoint`, LRU): the calibration rows
+    carry their witnessed tok/s and hit rate; every other row — held-out published or withheld —
+    is empty (predicted). ``row`` is the index in ``rows`` + 2 (as a file with a header)."""
+    from moeroof.data.plan_points import PlanPoint
+
+    return [
+        PlanPoint(
+            i + 2,
+            int(r.batch),
+            float(r.cache_gib),
+            int(r.ranks),
+            "lru",
+            r.witnessed_tok_s if r.role == "calibration" else None,
+            r.witnessed_hit_rate if r.role == "calibration" else None,
+        )
+        for i, r in enumerate(rows)
+    ]
+
+
+@dataclass(frozen=True)
+class TokSweep(Result):
+    """:func:`tok_s_sweep`: the ``fit-plan`` result, the routing knobs it ran on, and one dict per
+    row (``name``, ``batch``, ``cache_gib``, ``ranks``, ``role``, ``witnessed``, ``predicted``,
+    ``low``, ``high`` — the band widened by the structural alternative — ``fit_plan_low``,
+    ``fit_plan_high``, ``per_token_engine`` (tok/s with the fitted engine time charged per
+    agent token instead of per step), ``additive`` (tok/s of the additive step, engine time +
+    streamed GiB / rate, fitted on the same rows: :func:`_additive_tok_s`; ``additive`` on the
+    result holds its two constants), ``predicted_hit_rate``, ``error`` (predicted/witnessed − 1,
+    public rows) and ``covered``)."""
+
+    fit: Any
+    routing: dict
+    rows: list[dict]
+    seconds: float
+    additive: dict = field(default_factory=dict)
+
+    def held_out(self) -> list[dict]:
+        return [r for r in self.rows if r["role"] == "held-out published"]
+
+
+def tok_s_sweep(
+    model: MoEModel,
+    hardware: Hardware,
+    family: str,
+    skew: float,
+    rho: float,
+    c: float = math.inf,
+    *,
+    rows: Sequence[TokRow] = TOK_S_ROWS,
+    context_tokens: int = 512,
+    max_evaluations: int = 40,
+) -> TokSweep:
+    """Seed 003's tok/s through ``moeroof fit-plan``: calibrate the one step model on the public
+    calibration rows of :data:`TOK_S_ROWS` only, predict every other row with bands.
+
+    The routing is :func:`moeroof.models.fit_plan.routing_from_knobs` at the routing knobs
+    ``family``, ``skew``, ``rho``, ``c`` (those ``fit-routing`` found on the public cache rows;
+    the plan's LRU runs in steady state on a trace sampled from them, so it has no warm-history
+    knob). Fitted: the engine terms (c0 per step, c1 per agent token) and the SSD scale — three
+    smooth knobs, four calibration tok/s rows. Every public tok/s is at M = 8, so c0 and c1 are
+    not told apart (c0 + 8·c1 is); the fit settles on the per-step end. The other end — the same
+    engine time at M = 8 charged per agent token (c0 = 0, c1 = (c0 + 8·c1)/8) — is predicted too
+    (:func:`moeroof.models.fit_plan.predict_points`) and widens the band: that is the structural
+    uncertainty of the M sweep, which no public row can resolve. ``fit-plan``'s step is the
+    largest of its terms (overlap ``max``; it has no other mode), so wherever the stream is
+    shorter than the engine term a cache change moves nothing; the seed's step times add
+    (3243 ms at 20 GiB, 1429 ms at 80 GiB for 7.02 against 0.25 GiB streamed), so the additive
+    step fitted on the same rows (:func:`_additive_tok_s`) is the second structural alternative
+    in the band.
+    """
+    import time
+
+    from moeroof.models.fit_plan import PlanKnobs, fit_plan, predict_points, routing_from_knobs
+
+    rows = list(rows)
+    pts = tok_s_points(rows)
+    streams = max(r.batch for r in rows)
+    route = routing_from_knobs(model, family, float(skew), float(rho), float(c), streams=streams)
+    t0 = time.perf_counter()
+    fit = fit_plan(
+        pts,
+        model,
+        hardware,
+        route,
+        fit=("engine", "ssd-scale"),
+        context_tokens=context_tokens,
+        routing_is_spec=False,
+        max_evaluations=max_evaluations,
+    )
+    seconds = time.perf_counter() - t0
+    k = fit.knobs
+    c0 = float(k["engine_seconds_per_step"]["value"])
+    c1 = float(k["engine_seconds_per_agent_token"]["value"])
+    ref = 8
+    alt = PlanKnobs(
+        engine_seconds_per_step=0.0,
+        engine_seconds_per_agent_token=(c0 + ref * c1) / ref,
+        ssd_scale=float(k["ssd_scale"]["value"]),
+    )
+    alt_net, _ = predict_points(pts, model, hardware, route, alt, context_tokens=context_tokens)
+    add_net, add_coef = _additive_tok_s(pts, model, hardware, route, context_tokens)
+    out = []
+    for r, fr, a, d in zip(rows, fit.rows, alt_net, add_net):
+        lo, hi = min(fr["low"], float(a), float(d)), max(fr["high"], float(a), float(d))
+        w = r.witnessed_tok_s
+        out.append(
+            {
+                "name": r.name,
+                "batch": r.batch,
+                "cache_gib": r.cache_gib,
+                "ranks": r.ranks,
+                "role": r.role,
+                "witnessed": w,
+                "predicted": fr["predicted"],
+                "low": lo,
+                "high": hi,
+                "fit_plan_low": fr["low"],
+                "fit_plan_high": fr["high"],
+                "per_token_engine": float(a),
+                "additive": float(d),
+                "predicted_hit_rate": fr["predicted_hit_rate"],
+                "error": None if w is None else fr["predicted"] / w - 1.0,
+                "covered": None if w is None else bool(lo <= w <= hi),
+                "source": r.source,
+            }
+        )
+    routing = {"family": family, "skew": float(skew), "rho": float(rho), "c": float(c), "streams": streams}
+    return TokSweep(fit, routing, out, float(seconds), add_coef)
+
+
+def _additive_tok_s(pts, model: MoEModel, hardware: Hardware, route, context_tokens: int):
+    """The additive reading of a step (no overlap between the engine and the stream):
+    ``T = t0 + G / r`` with G the slowest rank's streamed GiB per step that ``plan``'s cache
+    predicts for the row, t0 and r solved by least squares on the calibration rows' step times
+    ``B / tok/s``. Returns every row's tok/s and ``{"engine_seconds": t0, "gib_per_s": r}``."""
+    from moeroof.models.plan import Workload, plan
+
+    gib = np.empty(len(pts))
+    groups: dict[tuple, list[int]] = {}
+    for i, p in enumerate(pts):
+        groups.setdefault((p.cache_gib, p.ranks), []).append(i)
+    for (cache_gib, ranks), idx in groups.items():
+        w = Workload(context_tokens=context_tokens, cache_bytes=cache_gib * GiB, ranks=ranks, cache_policy="lru")
+        batch = sorted({pts[i].batch for i in idx})
+        res = plan(model, hardware, w, route, batch)
+        per_rank = np.atleast_2d(res.per_rank_ssd_bytes_per_step).max(axis=0) / GiB
+        for i in idx:
+            gib[i] = per_rank[batch.index(pts[i].batch)]
+    cal = [i for i, p in enumerate(pts) if p.net_tok_s is not None]
+    t = np.array([pts[i].batch / pts[i].net_tok_s for i in cal])
+    a = np.column_stack([np.ones(len(cal)), gib[cal]])
+    (t0, inv_r), *_ = np.linalg.lstsq(a, t, rcond=None)
+    t0, inv_r = max(float(t0), 0.0), max(float(inv_r), 1e-9)
+    step_s = t0 + gib * inv_r
+    batch = np.array([p.batch for p in pts], dtype=float)
+    return batch / step_s, {"engine_seconds": t0, "gib_per_s": 1.0 / inv_r}

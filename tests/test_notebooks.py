@@ -38,6 +38,9 @@ SMALL_PARAMETERS: dict[str, dict] = {
         "policy_seeds": 1,
         "sensitivity_seeds": 1,
         "sensitivity_layers": 4,
+        "routing_fit_seeds": 1,
+        "routing_fit_bootstrap": 2,
+        "routing_fit_layers": 2,
     },
     "whatif": {"b_max": 32, "trace_steps": 16, "trace_layers": 2},
     "expert_split": {
@@ -47,6 +50,9 @@ SMALL_PARAMETERS: dict[str, dict] = {
         "slowdown_points": 2,
         "bytes_max_iter": 2,
         "curve_seeds": 1,
+        "routing_fit_seeds": 1,
+        "routing_fit_layers": 2,
+        "plan_evaluations": 6,
     },
 }
 

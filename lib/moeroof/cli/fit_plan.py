@@ -51,6 +51,13 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--context", default="4096", help="context tokens per agent (default 4096)")
     p.add_argument("--page-cache", action="store_true", help="experts read through the OS page cache (see plan)")
+    p.add_argument(
+        "--overlap",
+        default=None,
+        choices=("max", "sum"),
+        help="how the step's terms combine; default: fit both, keep the better, and widen the bands by the other "
+        "when it meets the calibration rows too",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(func=run, parameter_flags={"fit": "--fit", "family": "--routing-knobs"})
 
@@ -120,6 +127,7 @@ def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
         context_tokens=context,
         page_cache=args.page_cache,
         routing_is_spec=is_spec,
+        overlap=args.overlap,
     )
     rep = res.to_dict()
     rep.update(model=model.name, hardware=hardware.name, routing=routing.label, points=str(args.path))

@@ -158,6 +158,7 @@ def predict_points(
     context_tokens: int = 4096,
     page_cache: bool = False,
     seed: int = 0,
+    overlap: str = "max",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Predicted net tok/s and hit rate of every point (in order), through :func:`plan`."""
     hw = _box(hardware, knobs)
@@ -179,6 +180,7 @@ def predict_points(
             page_cache=pc,
             page_cache_share=share,
             seed=seed,
+            overlap=overlap,
         )
         batch = sorted({points[i].batch for i in idx})
         res = plan(model, hw, w, route, batch)
@@ -200,6 +202,8 @@ class PlanFit(Result):
     fitted: tuple[str, ...]
     cost: float
     notes: tuple[str, ...] = field(default=())
+    overlap: str = "max"
+    overlaps: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 _BOUNDS = {
@@ -212,7 +216,7 @@ _BOUNDS = {
 }
 
 
-def fit_plan(
+def _fit_one(
     points: Sequence[PlanPoint],
     model: MoEModel,
     hardware: Hardware,
@@ -223,6 +227,7 @@ def fit_plan(
     page_cache: bool = False,
     routing_is_spec: bool = True,
     max_evaluations: int = 40,
+    overlap: str = "max",
 ) -> PlanFit:
     """Fit the named knobs on the calibration rows, predict every row with bands (module
     docstring). Raises :class:`ParameterError` for an unknown knob, a knob the rows cannot
@@ -274,7 +279,15 @@ def fit_plan(
 
     def residuals(k: PlanKnobs, seed: int = 0) -> np.ndarray:
         net, hit = predict_points(
-            pts, model, hardware, routing, k, context_tokens=context_tokens, page_cache=page_cache, seed=seed
+            pts,
+            model,
+            hardware,
+            routing,
+            k,
+            context_tokens=context_tokens,
+            page_cache=page_cache,
+            seed=seed,
+            overlap=overlap,
         )
         r_net = np.log(net[cal_net] / meas_net[cal_net]) / SIGMA_NET
         r_hit = (hit[cal_hit] - meas_hit[cal_hit]) / SIGMA_HIT
@@ -367,14 +380,20 @@ def fit_plan(
                 context_tokens=context_tokens,
                 page_cache=page_cache,
                 seed=sd,
+                overlap=overlap,
             )
             preds_net.append(net)
             preds_hit.append(hit)
     preds_net = np.array(preds_net)
     preds_hit = np.array(preds_hit)
     net0, hit0 = predict_points(
-        pts, model, hardware, routing, best_knobs, context_tokens=context_tokens, page_cache=page_cache
+        pts, model, hardware, routing, best_knobs, context_tokens=context_tokens, page_cache=page_cache, overlap=overlap
     )
+    # a band is where a new measurement falls: the knobs' spread times the measurement noise,
+    # the larger of σ_net and the calibration rows' own scatter about the fit
+    r_net = np.log(net0[cal_net] / meas_net[cal_net]) if cal_net.any() else np.zeros(0)
+    noise = max(SIGMA_NET, float(np.sqrt(np.mean(r_net**2))) if r_net.size else 0.0)
+    preds_net = preds_net * np.exp(rng.normal(0.0, noise, size=preds_net.shape))
     low = np.quantile(preds_net, 0.05, axis=0)
     high = np.quantile(preds_net, 0.95, axis=0)
     hit_low = np.quantile(preds_hit, 0.05, axis=0)
@@ -402,13 +421,87 @@ def fit_plan(
         )
     identified = np.ones(x.size, dtype=bool)
     if sol is not None and x.size:
-        identified = np.linalg.norm(np.asarray(sol.jac, dtype=float), axis=0) > 1e-9
+        # a knob is identified unless it has a component along a direction the rows do not
+        # constrain: a zero column, or collinear columns (c0 and c1 at one batch size)
+        jac = np.asarray(sol.jac, dtype=float) * np.maximum(np.abs(x), 1e-12)  # relative sensitivities
+        _, sing, vt = np.linalg.svd(jac, full_matrices=True)
+        sing = np.concatenate([sing, np.zeros(vt.shape[0] - sing.size)])
+        null = vt[sing <= 1e-6 * max(float(sing.max()), 1e-300)]
+        identified = ~(np.abs(null) > 0.1).any(axis=0) if null.size else identified
         labels = (("c0", "c1") if "engine" in names else ()) + (("ssd-scale",) if "ssd-scale" in names else ())
         for name, ok in zip(labels, identified):
             if not ok:
-                notes.append(f"{name} is not identified by these rows (another term binds at every calibration row)")
+                notes.append(
+                    f"{name} is not identified by these rows (another term binds at every calibration row, or the "
+                    "rows cannot tell it from another knob, e.g. per-step and per-token engine cost at one batch size)"
+                )
     knobs = _knob_table(names, best_knobs, x, cov, outer, hardware, routing, identified)
-    return PlanFit(knobs=knobs, rows=rows, fitted=names, cost=float(total), notes=tuple(notes))
+    notes.append(f"bands: 5–95 % of a new measurement (the knobs' spread × a measurement noise of {noise:.1%})")
+    max_z = float(np.max(np.abs(residuals(best_knobs)))) if (cal_net.any() or cal_hit.any()) else 0.0
+    return PlanFit(
+        knobs=knobs,
+        rows=rows,
+        fitted=names,
+        cost=float(total),
+        notes=tuple(notes),
+        overlap=overlap,
+        overlaps={overlap: {"cost": float(total), "max_abs_z": max_z}},
+    )
+
+
+def fit_plan(
+    points: Sequence[PlanPoint],
+    model: MoEModel,
+    hardware: Hardware,
+    routing: RoutingProbabilities,
+    *,
+    fit: Sequence[str] | None = None,
+    context_tokens: int = 4096,
+    page_cache: bool = False,
+    routing_is_spec: bool = True,
+    max_evaluations: int = 40,
+    overlap: str | None = None,
+) -> PlanFit:
+    """Fit the named knobs on the calibration rows, predict every row with bands (module
+    docstring). ``overlap``: ``max`` or ``sum``; None fits both and keeps the better (lower
+    cost), and the other widens the bands when it too meets every calibration row within
+    2 σ — how the terms combine is a structural choice the rows may not decide. Raises
+    :class:`ParameterError` for an unknown knob, a knob the rows cannot identify (more smooth
+    parameters than measured net tok/s rows), or ``skew`` with a routing that is not Zipf."""
+    kw = dict(
+        fit=fit,
+        context_tokens=context_tokens,
+        page_cache=page_cache,
+        routing_is_spec=routing_is_spec,
+        max_evaluations=max_evaluations,
+    )
+    if overlap is not None:
+        if overlap not in ("max", "sum"):
+            raise ParameterError("overlap", f"expected max or sum, got {overlap!r}")
+        return _fit_one(points, model, hardware, routing, overlap=overlap, **kw)
+    fits = {ov: _fit_one(points, model, hardware, routing, overlap=ov, **kw) for ov in ("max", "sum")}
+    best = min(fits.values(), key=lambda f: f.cost)
+    other = fits["sum" if best.overlap == "max" else "max"]
+    overlaps = {ov: f.overlaps[ov] for ov, f in fits.items()}
+    for ov in overlaps:
+        overlaps[ov]["chosen"] = ov == best.overlap
+    notes = list(best.notes) + [
+        f"overlap: {best.overlap} fits better (cost {best.cost:.3g} against {other.cost:.3g} for {other.overlap})"
+    ]
+    rows = best.rows
+    if other.overlaps[other.overlap]["max_abs_z"] <= 2.0:
+        rows = [
+            {
+                **r,
+                "low": min(r["low"], o["low"]),
+                "high": max(r["high"], o["high"]),
+                "hit_rate_low": min(r["hit_rate_low"], o["hit_rate_low"]),
+                "hit_rate_high": max(r["hit_rate_high"], o["hit_rate_high"]),
+            }
+            for r, o in zip(best.rows, other.rows)
+        ]
+        notes.append(f"{other.overlap} overlap also meets the calibration rows: the bands include its predictions")
+    return replace(best, rows=rows, notes=tuple(notes), overlaps=overlaps)
 
 
 def _knob_table(

@@ -43,7 +43,13 @@ def test_engine_terms_round_trip(engine_box):
     net, _ = predict_points(pts, m, hw, r, truth)
     # the engine binds: T = c0 + c1·B exactly (an independent check of the truth points)
     np.testing.assert_allclose(np.array([1, 2, 4, 8, 16]) / net, 0.045 + 0.013 * np.array([1, 2, 4, 8, 16]))
-    fit = fit_plan(with_measured(pts, net, {0, 4}, np.array([1.02, 1, 1, 1, 0.99])), m, hw, r)
+    measured = with_measured(pts, net, {0, 4}, np.array([1.02, 1, 1, 1, 0.99]))
+    # overlap left open: two rows cannot tell max from sum, so both fit and the bands hold both
+    both = fit_plan(measured, m, hw, r)
+    assert set(both.overlaps) == {"max", "sum"}
+    for i, row in enumerate(both.rows):
+        assert row["low"] <= net[i] <= row["high"]
+    fit = fit_plan(measured, m, hw, r, overlap="max")  # the truth's structure: the knobs come back
     assert fit.fitted == ("engine",)
     for key, true in (("engine_seconds_per_step", 0.045), ("engine_seconds_per_agent_token", 0.013)):
         k = fit.knobs[key]

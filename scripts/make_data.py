@@ -31,7 +31,11 @@ Outputs (each with a JSON sidecar holding ``provenance: synthetic`` and ``genera
   :func:`qwen3_like`), G to the cross-agent correlation — the union of the 16 streams 0.913 of
   the independent plug-in, the ratio measured on the real Qwen1.5-MoE layer-0 decode batch
   (44.3 against 48.5 at B = 25; another model and one layer, so this knob is an assumption
-  borrowed across models).
+  borrowed across models). Matched against the plug-in of the true popularity only: against the
+  plug-in of the trace's own frequencies the union is *above* 1 (lasting group hot sets cannot
+  make the streams of a step overlap more than their own mixture; the step-shared context that
+  could, ``scope="step"``, cannot be combined with a lasting per-stream hot set in one
+  :func:`moeroof.models.routing.sample_trace` call).
 """
 
 from __future__ import annotations

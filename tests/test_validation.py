@@ -41,13 +41,34 @@ from moeroof.studies.validation import (
 #: the pinned bands, one table per comparison key (re-pin there, not here)
 BANDS_PATH = Path(__file__).with_name("validation_bands.toml")
 BANDS: dict[str, dict] = tomllib.loads(BANDS_PATH.read_text(encoding="utf-8"))
-PREDICTIONS = sorted(k for k, v in BANDS.items() if v["role"] == "prediction")
-CONSISTENCY = sorted(k for k, v in BANDS.items() if v["role"] == "consistency")
+#: the cache comparisons run fit-routing (about 10 s): `make test` checks them, `make check` does not
+SLOW_PREFIX = "qwen3-single-stream-"
+
+
+def _keys(role: str) -> list:
+    return [
+        pytest.param(k, marks=pytest.mark.slow) if k.startswith(SLOW_PREFIX) else k
+        for k in sorted(k for k, v in BANDS.items() if v["role"] == role)
+    ]
+
+
+PREDICTIONS = _keys("prediction")
+CONSISTENCY = _keys("consistency")
+
+
+class _Comparisons(dict):
+    """The comparisons by key; the slow cache comparisons are computed on first use only."""
+
+    def __missing__(self, key):
+        if key.startswith(SLOW_PREFIX) and not any(k.startswith(SLOW_PREFIX) for k in self):
+            self.update({c.key: c for c in cache_comparisons()})
+            return self[key]
+        raise KeyError(key)
 
 
 @pytest.fixture(scope="module")
 def by_key():
-    return {c.key: c for c in comparisons() + cache_comparisons()}
+    return _Comparisons({c.key: c for c in comparisons()})
 
 
 def _table(c, band) -> str:
@@ -75,7 +96,9 @@ def _check_band(c, band) -> None:
     )
 
 
+@pytest.mark.slow
 def test_every_published_comparison_is_pinned_once(by_key):
+    by_key.update({c.key: c for c in cache_comparisons()})
     assert set(by_key) == set(BANDS), (
         f"comparisons without a band: {sorted(set(by_key) - set(BANDS))}; "
         f"bands without a comparison: {sorted(set(BANDS) - set(by_key))}"
@@ -233,6 +256,7 @@ def test_validation_h200_measured_coalescing_pays_at_large_batch(by_key):
 # ---------------------------------------------------------------- single-stream per-layer caches
 
 
+@pytest.mark.slow  # fit-routing / a replay of the whole trace; `make test` runs it
 def test_single_stream_cache_fit_holds_out_two_sizes_and_projects_the_other_policies():
     # gajsanders/moe-trace finding 007 (hobby project): fitted on LRU at 8 and 32 experts per
     # layer only; 16 and 64 are predictions (pinned above), the other policies projections
@@ -253,6 +277,7 @@ def test_single_stream_cache_fit_holds_out_two_sizes_and_projects_the_other_poli
         assert all(by[("belady", cap)] >= by[(p, cap)] - 1e-9 for p in ("lru", "lfu", "s3fifo", "arc"))
 
 
+@pytest.mark.slow  # fit-routing / a replay of the whole trace; `make test` runs it
 def test_zero_fit_single_stream_column_from_the_embedded_trace():
     """The embedded Qwen3-30B-A3B-like trace, replayed as is (each stream alone, one LRU per
     layer, the first 8 steps not counted), against the published single-stream column

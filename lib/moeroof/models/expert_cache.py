@@ -179,6 +179,19 @@ def _drawn_trace(sub: np.ndarray, batch: int, steps: int, seed: int) -> np.ndarr
     return topk
 
 
+def _steady_trace(sub: np.ndarray, own: np.ndarray, batch: int, seed: int) -> tuple[np.ndarray, int]:
+    """The drawn trace of a steady-state simulation and its warm-up (module docstring): one trace
+    per (π, B, seed) whatever the capacity (common random numbers: LRU's inclusion property then
+    makes its hit rate non-decreasing in the cache size), the warm-up long enough to fill the
+    largest cache that matters, then at least :data:`MIN_REQUESTS` counted requests."""
+    q = 1.0 - (1.0 - sub[:, own]) ** batch
+    reachable = float(np.mean(np.sum(q > 1e-12, axis=1)))
+    warm = min(MAX_WARMUP_STEPS, max(4, 2 * _fill_steps(q, 0.9 * reachable)))
+    per_step = max(float(np.mean(q.sum(axis=1))) * sub.shape[0], 1e-9)
+    counted = int(min(500, max(MIN_COUNTED_STEPS, math.ceil(MIN_REQUESTS / per_step))))
+    return _drawn_trace(sub, batch, warm + counted, seed), warm
+
+
 def _layer_rows(h: int) -> np.ndarray:
     if h <= MAX_SIMULATED_LAYERS:
         return np.arange(h)
@@ -311,14 +324,8 @@ def page_cache_hit_ratio(
         source = ("trace", str(trace_key))
         sub = pi[rows] if pi.shape[0] == trace.shape[2] else pi[_layer_rows(pi.shape[0])]
     else:
-        rows = _layer_rows(pi.shape[0])
-        sub = pi[rows]
-        q = 1.0 - (1.0 - sub[:, own]) ** int(batch)
-        reachable = float(np.mean(np.sum(q > 1e-12, axis=1)))
-        warm = min(MAX_WARMUP_STEPS, max(4, 2 * _fill_steps(q, 0.9 * reachable)))
-        per_step = max(float(np.mean(q.sum(axis=1))) * rows.size, 1e-9)
-        counted = int(min(500, max(MIN_COUNTED_STEPS, math.ceil(MIN_REQUESTS / per_step))))
-        topk = _drawn_trace(sub, int(batch), warm + counted, int(seed))
+        sub = pi[_layer_rows(pi.shape[0])]
+        topk, warm = _steady_trace(sub, own, int(batch), int(seed))
         source = ("drawn", _digest(sub), int(seed))
     key = ("page", source, int(batch), int(c), int(page), policy, scope, _digest(own.astype(np.int8)))
     if key in _memo:
@@ -423,16 +430,7 @@ def steady_state_miss_ratio(
     if key in _memo:
         _memo.move_to_end(key)
         return _memo[key]
-    h = rows.size
-    q = 1.0 - (1.0 - sub[:, own]) ** int(batch)
-    reachable = float(np.mean(np.sum(q > 1e-12, axis=1)))
-    # one trace per (π, B, seed) whatever the capacity (common random numbers): LRU's inclusion
-    # property then makes its hit rate non-decreasing in the cache size, and the warm-up is long
-    # enough to fill the largest cache that matters
-    warm = min(MAX_WARMUP_STEPS, max(4, 2 * _fill_steps(q, 0.9 * reachable)))
-    per_step = max(float(np.mean(q.sum(axis=1))) * h, 1e-9)
-    counted = int(min(500, max(MIN_COUNTED_STEPS, math.ceil(MIN_REQUESTS / per_step))))
-    topk = _drawn_trace(sub, int(batch), warm + counted, int(seed))
+    topk, warm = _steady_trace(sub, own, int(batch), int(seed))
     req_ratio, token_ratio, _ = _simulate_ratios(topk, e, own, assignment, rank, c, policy, scope, warm)
     out = (req_ratio, token_ratio)
     _memo[key] = out

@@ -28,14 +28,17 @@ simulated layers (the hit rate, union and overlap do not depend on L; GiB per st
 - ``gib_per_step``: misses per counted step per rank, mean over ranks, × ``L / simulated`` ×
   ``expert_bytes`` / GiB;
 - ``union``: distinct experts per layer and counted step across the batch;
-- ``overlap``: experts a stream's token shares with its previous token, / K (all steps).
+- ``overlap``: experts a stream's token shares with its previous token, / K (counted steps).
 
 **Common random numbers.** Every knob set is simulated on the same seeds. The popularity is
 drawn by inversion — ``log g = log P⁻¹(α + 1, u₁) + log(u₂) / α`` with fixed uniforms (the
 ``Gamma(α) = Gamma(α+1)·U^{1/α}`` identity of :func:`moeroof.models.routing.log_dirichlet`, P⁻¹
 the inverse regularised incomplete gamma), Zipf ranks ordered by the same ``u₁`` — so it moves
 smoothly with the skew; the routing's Gumbel and stickiness draws come from
-``default_rng([seed, M, …])`` in a fixed order.
+``default_rng([seed, M, …])`` in a fixed order, and each trace is generated backwards in time so
+that its counted steps are the generator's first ones and stay put when the history's length
+changes (a reversed trace has the same reuse intervals, each with the same distinct items, so
+the same LRU hits; overlaps are symmetric).
 
 **The fit** (:func:`fit_routing`), per family: minimise the scaled least squares
 
@@ -296,7 +299,10 @@ def simulate_points(
         w = layer_popularity(knobs, experts, sim_layers, int(seed))
         for m in sorted({p.batch for p in points}):
             warm = history_steps(knobs.history_tokens, m)
-            trace = sample_knob_trace(knobs, w, top_k, m, warm + timed_steps, int(seed))
+            # generated backwards in time: the counted steps are the generator's first ones, so they
+            # do not move when the history's length does (common random numbers in the history
+            # too); reversing keeps every reuse interval and its distinct items, hence LRU's hits
+            trace = sample_knob_trace(knobs, w, top_k, m, warm + timed_steps, int(seed))[::-1]
             req_memo: dict[tuple, cache.Requests] = {}
             for i, p in enumerate(points):
                 if p.batch != m:
@@ -304,7 +310,7 @@ def simulate_points(
                 if p.kind == "union":
                     out[j, i] = float(distinct_per_layer(trace[warm:], experts).mean())
                 elif p.kind == "overlap":
-                    out[j, i] = float(np.nanmean(consecutive_overlap(trace))) / top_k
+                    out[j, i] = float(np.nanmean(consecutive_overlap(trace[warm:]))) / top_k
                 else:
                     out[j, i] = _cache_row(p, trace, w, warm, layers, expert_bytes, req_memo, timed_steps)
     return out

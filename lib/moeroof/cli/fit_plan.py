@@ -136,7 +136,8 @@ def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
 
 def print_fit_plan(rep: dict[str, Any]) -> None:
     print(
-        f"fit-plan — {rep['model']} on {rep['hardware']}, routing {rep['routing']}; fitted: {', '.join(rep['fitted'])}"
+        f"fit-plan — {rep['model']} on {rep['hardware']}, routing {rep['routing']}, overlap {rep['overlap']}; "
+        f"fitted: {', '.join(rep['fitted'])}"
     )
     for name, k in rep["knobs"].items():
         if k.get("fitted"):
@@ -163,7 +164,7 @@ def print_fit_plan(rep: dict[str, Any]) -> None:
     print(table(headers, rows, ">>>>><>>>>>"))
     for note in rep["notes"]:
         print(f"note: {note}")
-    print("net tok/s; bands 5-95 % over the fitted knobs' covariance and the simulation seeds")
+    print("net tok/s; bands: 5-95 % of a new measurement (the fitted knobs' spread, the seeds, the measurement noise)")
 
 
 def run(args: argparse.Namespace) -> int:

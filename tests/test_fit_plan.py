@@ -182,3 +182,18 @@ def test_routing_knobs_from_a_fit_routing_result(tmp_path, capsys):
     knobs.write_text(json.dumps({"family": "pareto", "knobs": {}}))
     assert main(args) == 2
     assert capsys.readouterr().err.startswith("error: --routing-knobs")
+
+
+def test_plan_takes_routing_knobs_and_stickiness_raises_its_hits(tmp_path, capsys):
+    """`plan --routing-knobs` runs the cache on a trace sampled from fit-routing's knobs: with the
+    same skew, a stickier stream re-uses its experts and the LRU cache hits more."""
+    hits = {}
+    for rho in (0.0, 0.5):
+        f = tmp_path / f"k{rho}.json"
+        f.write_text(json.dumps({"family": "dirichlet", "knobs": {"skew": {"value": 0.4}, "rho": {"value": rho}}}))
+        args = ["plan", "--model", "glm-5-nvfp4", "--hardware", "gb10", "--routing-knobs", str(f)]
+        assert main([*args, "--batch", "1", "--cache-gib", "20", "--context", "512", "--json"]) == 0
+        rep = json.loads(capsys.readouterr().out)
+        assert rep["routing"].startswith("dirichlet 0.4")
+        hits[rho] = rep["cache_hit_rate"][0]
+    assert hits[0.5] > hits[0.0] + 0.05, hits

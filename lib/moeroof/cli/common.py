@@ -39,6 +39,7 @@ __all__ = [
     "positive_int",
     "parse_rank_speed",
     "read_trace_arg",
+    "routing_knobs_arg",
     "table",
 ]
 
@@ -166,6 +167,37 @@ def parse_rank_speed(text: str | None, ranks: int) -> tuple[float, ...] | None:
         return tuple(float(x) for x in parse(text, ranks))
     except ParameterError as err:
         raise UsageError(f"--rank-speed: {err.detail}") from None
+
+
+def routing_knobs_arg(path_text: str, model: Any, streams: int) -> Any:
+    """``--routing-knobs FILE``: a ``moeroof fit-routing --json`` result (``family`` and ``knobs``);
+    the routing whose cache runs on a trace sampled from those knobs."""
+    from moeroof.models.fit_plan import routing_from_knobs
+
+    path = Path(path_text)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"--routing-knobs: {path}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UsageError(f"--routing-knobs: {path}: not a JSON file ({err})") from None
+
+    def value(name: str, default: float) -> float:
+        v = (doc.get("knobs") or {}).get(name, default)
+        v = v.get("value", default) if isinstance(v, dict) else v
+        try:
+            x = float(v if v is not None else default)
+        except (TypeError, ValueError):
+            raise UsageError(f"--routing-knobs: {path}: knob {name!r} is not a number") from None
+        return x
+
+    family = doc.get("family")
+    if family not in ("zipf", "dirichlet"):
+        raise UsageError(f"--routing-knobs: {path}: family must be zipf or dirichlet, got {family!r}")
+    c = value("locality_c", value("c", math.inf))
+    return routing_from_knobs(
+        model, family, value("skew", 0.8), value("rho", 0.0), c if c > 0 else math.inf, streams=streams
+    )
 
 
 def read_trace_arg(path_text: str) -> Trace:

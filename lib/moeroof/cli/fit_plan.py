@@ -14,12 +14,9 @@ POINTS columns: ``batch``, ``cache_gib``, ``ranks``, ``policy``, ``net_tok_s``, 
 from __future__ import annotations
 
 import argparse
-import json
-import math
-from pathlib import Path
 from typing import Any
 
-from moeroof.cli.common import UsageError, emit, fmt, non_negative_int, table
+from moeroof.cli.common import UsageError, emit, fmt, non_negative_int, routing_knobs_arg, table
 
 KNOBS = ("engine", "ssd-scale", "pressure", "skew", "rho")
 
@@ -72,35 +69,6 @@ def _knob_list(text: str | None) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys(parts))
 
 
-def _routing_knobs(path_text: str, model, streams: int):
-    from moeroof.models.fit_plan import routing_from_knobs
-
-    path = Path(path_text)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"--routing-knobs: {path}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UsageError(f"--routing-knobs: {path}: not a JSON file ({err})") from None
-
-    def value(name: str, default: float) -> float:
-        v = (doc.get("knobs") or {}).get(name, default)
-        v = v.get("value", default) if isinstance(v, dict) else v
-        try:
-            x = float(v if v is not None else default)
-        except (TypeError, ValueError):
-            raise UsageError(f"--routing-knobs: {path}: knob {name!r} is not a number") from None
-        return x
-
-    family = doc.get("family")
-    if family not in ("zipf", "dirichlet"):
-        raise UsageError(f"--routing-knobs: {path}: family must be zipf or dirichlet, got {family!r}")
-    c = value("locality_c", value("c", math.inf))
-    return routing_from_knobs(
-        model, family, value("skew", 0.8), value("rho", 0.0), c if c > 0 else math.inf, streams=streams
-    )
-
-
 def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
     from moeroof.data.plan_points import read_plan_points
     from moeroof.data.presets import load_hardware, load_model
@@ -113,7 +81,7 @@ def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
     model = load_model(args.model)
     hardware = load_hardware(args.hardware)
     if args.routing_knobs is not None:
-        routing = _routing_knobs(args.routing_knobs, model, max(p.batch for p in points))
+        routing = routing_knobs_arg(args.routing_knobs, model, max(p.batch for p in points))
         is_spec = False
     else:
         routing = routing_from_spec(args.routing, model)

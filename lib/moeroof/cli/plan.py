@@ -28,6 +28,7 @@ from moeroof.cli.common import (
     parse_batch,
     parse_rank_speed,
     positive_int,
+    routing_knobs_arg,
     step_options,
     table,
 )
@@ -49,6 +50,12 @@ def add_parser(subparsers: Any) -> None:
     add_step_arguments(p)
     p.add_argument(
         "--routing", default="uniform", help="uniform, zipf:S, or a histogram .csv / trace .npz path (default uniform)"
+    )
+    p.add_argument(
+        "--routing-knobs",
+        default=None,
+        help="a `moeroof fit-routing --json` result: the cache runs on a trace sampled from its knobs "
+        "(family, skew, stickiness, locality), instead of --routing",
     )
     p.add_argument("--ranks", default="1", help="boxes the experts are split over (default 1)")
     p.add_argument(
@@ -83,7 +90,10 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
     )
     model = load_model(args.model)
     hardware = load_hardware(args.hardware)
-    routing = routing_from_spec(args.routing, model)
+    if args.routing_knobs is not None:
+        routing = routing_knobs_arg(args.routing_knobs, model, max(batch))
+    else:
+        routing = routing_from_spec(args.routing, model)
     workload = Workload(ranks=ranks, partition=args.partition, rank_speed=speed, **options)
     result = plan(model, hardware, workload, routing, batch)
     rep = result.to_dict()

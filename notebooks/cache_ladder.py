@@ -33,8 +33,8 @@
 # `reports/cache_ladder/predictions.csv`. What changed with the one step model (issue 10): the
 # knobs now live in `data/fits/ladder-knobs.toml` (same values), and `moeroof plan`'s own cache is
 # this simulator run in steady state on traces drawn from a histogram's probabilities —
-# independent tokens, without the stickiness and warm history fitted here, so it predicts fewer
-# hits for the pair than these calibrated traces do (see `expert_split`, section 5). The last
+# independent tokens, without the stickiness and warm history fitted here (`expert_split`,
+# section 5, puts the two side by side). The last
 # section redoes the calibration with the general `moeroof fit-routing` (issue 11) on the public
 # rows only — the two pair points' hit rates and GiB/step and the union of about 50 — predicts
 # every withheld row with 5–95 % bands into `reports/cache_ladder/predictions-fit-routing.csv`,

@@ -131,7 +131,18 @@ display(
         + ", ".join(
             f"{m} {100 * err_with[m]:.1f} % with it against {100 * err_without[m]:.1f} % without" for m in err_with
         )
-        + ". The replayed default-size run was calibrated before the engine terms existed: it predicts with 0."
+        + "."
+        + "".join(
+            f" The replayed run {name!r} predicts with "
+            + (
+                "engine terms of 0: its calibration has none (they are assumed)."
+                if hw.provenance.get("engine_seconds_per_step", "assumed") == "assumed"
+                else f"its calibration's engine terms, {hw.engine_seconds_per_step * 1e6:.1f} µs per step and "
+                f"{hw.engine_seconds_per_agent_token * 1e6:.1f} µs per agent-token."
+            )
+            for name, (_, hw, _) in runs.items()
+            if name != "live"
+        )
     )
 )
 

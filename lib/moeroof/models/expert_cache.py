@@ -86,6 +86,20 @@ def clear_memo() -> None:
     _trace_memo.clear()
 
 
+def _memoised(key: tuple, compute, memo: OrderedDict | None = None, size: int = _MEMO_SIZE):
+    """``compute()`` once per key, kept in ``memo`` (default the simulations') as an LRU of
+    ``size`` results."""
+    memo = _memo if memo is None else memo
+    if key in memo:
+        memo.move_to_end(key)
+        return memo[key]
+    out = compute()
+    memo[key] = out
+    if len(memo) > size:
+        memo.popitem(last=False)
+    return out
+
+
 def policy_label(policy: str) -> str:
     """How a policy is named in reports: the static set says it is pinned from the truth."""
     if policy == "static":
@@ -167,16 +181,13 @@ _TRACE_MEMO_SIZE = 4
 
 def _drawn_trace(sub: np.ndarray, batch: int, steps: int, seed: int) -> np.ndarray:
     """The drawn trace of (π rows, B, seed), kept for the next capacity or rank (read only)."""
-    key = (_digest(sub), batch, steps, seed)
-    if key in _trace_memo:
-        _trace_memo.move_to_end(key)
-        return _trace_memo[key]
-    topk = systematic_topk(sub, steps, batch, np.random.default_rng([seed, batch, steps]))
-    topk.setflags(write=False)
-    _trace_memo[key] = topk
-    if len(_trace_memo) > _TRACE_MEMO_SIZE:
-        _trace_memo.popitem(last=False)
-    return topk
+
+    def draw() -> np.ndarray:
+        topk = systematic_topk(sub, steps, batch, np.random.default_rng([seed, batch, steps]))
+        topk.setflags(write=False)
+        return topk
+
+    return _memoised((_digest(sub), batch, steps, seed), draw, _trace_memo, _TRACE_MEMO_SIZE)
 
 
 def _steady_trace(sub: np.ndarray, own: np.ndarray, batch: int, seed: int) -> tuple[np.ndarray, int]:
@@ -228,14 +239,22 @@ def _simulate_ratios(
     policy: str,
     scope: str,
     warm: int,
-) -> tuple[float, float, float]:
-    """Simulate one rank's cache on ``topk`` (steps, streams, H, K): (misses per request, token
-    misses per request, distinct requests per layer and step), counted after ``warm`` steps."""
+    page: float = 0.0,
+    pinned: np.ndarray | None = None,
+) -> tuple[float, float, float, float]:
+    """Simulate one rank's cache on ``topk`` (steps, streams, H, K), counted after ``warm`` steps:
+    (misses per request, token misses per request, distinct requests per layer and step, page-cache
+    hits per request). With ``page`` ≥ 1 the OS page cache — an LRU of ``page`` experts per layer,
+    one over all layers as the kernel keeps it — is fed the expert cache's misses (the reads that
+    reach the file). ``static`` pins ``pinned`` (a popularity over the H·E items) per layer."""
     h, e = topk.shape[2], int(experts)
     part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
     req = cache_sim.requests_from_trace(topk, e, partition=part, rank=None if part is None else rank)
     capacity = math.floor(c) * h  # scope "layer" splits it back into c per layer
-    res = cache_sim.simulate(req, capacity, policy=policy, scope=scope, warmup_steps=warm, return_hits=True)
+    if policy == "static":
+        res = cache_sim.simulate(req, capacity, policy="static", scope="layer", pinned=pinned, return_hits=True)
+    else:
+        res = cache_sim.simulate(req, capacity, policy=policy, scope=scope, warmup_steps=warm, return_hits=True)
     counted_req = req.step >= warm
     # tokens per request: how many of the step's tokens routed to the (layer, expert); the keys
     # (step, layer, expert) sort in request order, so the counts line up with the requests
@@ -246,45 +265,19 @@ def _simulate_ratios(
     _, mult = np.unique(keys, return_counts=True)
     hit = res.request_hits[counted_req]
     mult = mult[counted_req]
-    req_ratio = float(1.0 - hit.mean()) if hit.size else 0.0
-    token_ratio = float(mult[~hit].sum() / hit.size) if hit.size else 0.0
-    counted_steps = max(topk.shape[0] - warm, 1)
-    return req_ratio, token_ratio, float(hit.size / (counted_steps * h))
-
-
-def _page_cache_hits(
-    topk: np.ndarray,
-    experts: int,
-    own: np.ndarray,
-    assignment: np.ndarray | None,
-    rank: int,
-    c: float,
-    page: float,
-    policy: str,
-    scope: str,
-    warm: int,
-    pinned: np.ndarray | None,
-) -> float:
-    """Page-cache hits per distinct request: the OS page cache of the streamed files, an LRU of
-    ``page`` experts per layer (one cache over all layers, as the kernel keeps it) fed by the
-    expert cache's misses — the reads that reach the file — counted after ``warm`` steps."""
-    h, e = topk.shape[2], int(experts)
-    part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
-    req = cache_sim.requests_from_trace(topk, e, partition=part, rank=None if part is None else rank)
-    capacity = math.floor(c) * h
-    if policy == "static":
-        res = cache_sim.simulate(req, capacity, policy="static", scope="layer", pinned=pinned, return_hits=True)
-    else:
-        res = cache_sim.simulate(req, capacity, policy=policy, scope=scope, warmup_steps=warm, return_hits=True)
+    n = hit.size
+    req_ratio = float(1.0 - hit.mean()) if n else 0.0
+    token_ratio = float(mult[~hit].sum() / n) if n else 0.0
+    page_ratio = 0.0
     miss = ~res.request_hits
-    below = cache_sim.Requests(
-        items=req.items[miss], step=req.step[miss], layer=req.layer[miss], steps=req.steps, layers=h, experts=e
-    )
-    counted = int((req.step >= warm).sum())
-    if counted == 0 or len(below) == 0:
-        return 0.0
-    page_res = cache_sim.simulate(below, math.floor(page) * h, policy="lru", scope="global", warmup_steps=warm)
-    return float(page_res.hits / counted)
+    if page >= 1 and n and miss.any():
+        below = cache_sim.Requests(
+            items=req.items[miss], step=req.step[miss], layer=req.layer[miss], steps=req.steps, layers=h, experts=e
+        )
+        page_res = cache_sim.simulate(below, math.floor(page) * h, policy="lru", scope="global", warmup_steps=warm)
+        page_ratio = float(page_res.hits / n)
+    counted_steps = max(topk.shape[0] - warm, 1)
+    return req_ratio, token_ratio, float(n / (counted_steps * h)), page_ratio
 
 
 def page_cache_hit_ratio(
@@ -328,17 +321,12 @@ def page_cache_hit_ratio(
         topk, warm = _steady_trace(sub, own, int(batch), int(seed))
         source = ("drawn", _digest(sub), int(seed))
     key = ("page", source, int(batch), int(c), int(page), policy, scope, _digest(own.astype(np.int8)))
-    if key in _memo:
-        _memo.move_to_end(key)
-        return _memo[key]
     pinned = None
-    if policy == "static":
-        pinned = np.where(own[None, :], sub, -1.0).ravel() if sub.shape[0] == topk.shape[2] else None
-    out = _page_cache_hits(topk, e, own, assignment, rank, c, page, policy, scope, warm, pinned)
-    _memo[key] = out
-    if len(_memo) > _MEMO_SIZE:
-        _memo.popitem(last=False)
-    return out
+    if policy == "static" and sub.shape[0] == topk.shape[2]:
+        pinned = np.where(own[None, :], sub, -1.0).ravel()
+    return _memoised(
+        key, lambda: _simulate_ratios(topk, e, own, assignment, rank, c, policy, scope, warm, page, pinned)[3]
+    )
 
 
 def trace_miss_ratio(
@@ -347,6 +335,7 @@ def trace_miss_ratio(
     batch: int,
     cache_experts_per_layer: float,
     *,
+    experts: int,
     policy: str = "lru",
     scope: str = "global",
     assignment: np.ndarray | None = None,
@@ -362,23 +351,15 @@ def trace_miss_ratio(
     steps, streams, layers, _ = trace.shape
     if not 1 <= batch <= streams:
         raise ValueError(f"batch {batch} outside the trace's 1..{streams} streams")
-    e = len(assignment) if assignment is not None else int(np.max(trace)) + 1
-    own = np.ones(e, dtype=bool) if assignment is None else np.asarray(assignment) == rank
+    own = np.ones(int(experts), dtype=bool) if assignment is None else np.asarray(assignment) == rank
     c = float(math.floor(cache_experts_per_layer))
     key = ("trace", trace_key, int(batch), int(c), policy, scope, _digest(own.astype(np.int8)))
-    if key in _memo:
-        _memo.move_to_end(key)
-        return _memo[key]
-    rows = _layer_rows(layers)
-    topk = np.asarray(trace[:, :batch][:, :, rows])
-    warm = max(1, steps // 2)
-    if c < 1.0:
-        c = 0.0
-    out = _simulate_ratios(topk, e, own, assignment, rank, c, policy, scope, warm)
-    _memo[key] = out
-    if len(_memo) > _MEMO_SIZE:
-        _memo.popitem(last=False)
-    return out
+
+    def compute() -> tuple[float, float, float]:
+        topk = np.asarray(trace[:, :batch][:, :, _layer_rows(layers)])
+        return _simulate_ratios(topk, experts, own, assignment, rank, c, policy, scope, max(1, steps // 2))[:3]
+
+    return _memoised(key, compute)
 
 
 def steady_state_miss_ratio(
@@ -427,16 +408,12 @@ def steady_state_miss_ratio(
         scope,
         int(seed),
     )
-    if key in _memo:
-        _memo.move_to_end(key)
-        return _memo[key]
-    topk, warm = _steady_trace(sub, own, int(batch), int(seed))
-    req_ratio, token_ratio, _ = _simulate_ratios(topk, e, own, assignment, rank, c, policy, scope, warm)
-    out = (req_ratio, token_ratio)
-    _memo[key] = out
-    if len(_memo) > _MEMO_SIZE:
-        _memo.popitem(last=False)
-    return out
+
+    def compute() -> tuple[float, float]:
+        topk, warm = _steady_trace(sub, own, int(batch), int(seed))
+        return _simulate_ratios(topk, e, own, assignment, rank, c, policy, scope, warm)[:2]
+
+    return _memoised(key, compute)
 
 
 @dataclass(frozen=True)
@@ -513,7 +490,15 @@ def rank_cache(
             for j, (bb, cc) in enumerate(zip(b, c_r)):
                 if trace is not None and bb <= trace.shape[1]:
                     req, tok, u_trace = trace_miss_ratio(
-                        trace, str(trace_key), int(bb), float(cc), policy=policy, scope=scope, assignment=a, rank=r
+                        trace,
+                        str(trace_key),
+                        int(bb),
+                        float(cc),
+                        experts=pi.shape[1],
+                        policy=policy,
+                        scope=scope,
+                        assignment=a,
+                        rank=r,
                     )
                     union[r, j] = u_trace
                     misses[r, j], token_misses[r, j] = u_trace * req, u_trace * tok

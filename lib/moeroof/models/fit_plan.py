@@ -46,8 +46,9 @@ from moeroof.core.results import Result
 from moeroof.core.units import GiB
 from moeroof.data.plan_points import PlanPoint
 from moeroof.data.presets import Hardware, MoEModel
+from moeroof.models.fit_routing import RoutingKnobs, layer_popularity, sample_knob_trace
 from moeroof.models.plan import RoutingProbabilities, Workload, plan, routing_from_spec
-from moeroof.models.routing import Dirichlet, Zipf, histogram_from_trace, sample_trace
+from moeroof.models.routing import histogram_from_trace
 
 __all__ = [
     "KNOBS",
@@ -105,23 +106,18 @@ def default_knobs(points: Sequence[PlanPoint]) -> tuple[str, ...]:
 def routing_from_knobs(
     model: MoEModel, family: str, skew: float, rho: float = 0.0, c: float = math.inf, *, streams: int, seed: int = 0
 ) -> RoutingProbabilities:
-    """A routing whose cache runs on a trace sampled from knobs (family Zipf s or Dirichlet α,
+    """A routing whose cache runs on a trace sampled from knobs, as ``moeroof fit-routing``
+    samples them (:func:`moeroof.models.fit_routing.layer_popularity` and
+    :func:`~moeroof.models.fit_routing.sample_knob_trace`: family Zipf s or Dirichlet α,
     stickiness ρ, per-stream locality c): :data:`_TRACE_STEPS` steps, ``streams`` streams,
     :data:`_TRACE_LAYERS` layers; π is the trace's own histogram."""
-    if family == "zipf":
-        pop = Zipf(model.experts, model.top_k, float(skew))
-    elif family == "dirichlet":
-        pop = Dirichlet(model.experts, model.top_k, float(skew))
-    else:
+    if family not in ("zipf", "dirichlet"):
         raise ParameterError("family", f"expected zipf or dirichlet, got {family!r}")
-    rng = np.random.default_rng([int(seed), int(streams), int(round(1e4 * skew)), int(round(1e4 * rho))])
-    groups = streams if math.isfinite(c) else 1
-    topk = sample_trace(
-        pop, _TRACE_STEPS, int(streams), _TRACE_LAYERS, rng, c=c, rho=float(rho), groups=groups, scope="trace"
-    )
+    knobs = RoutingKnobs(family=family, skew=float(skew), rho=float(rho), c=float(c))
+    popularity = layer_popularity(knobs, model.experts, _TRACE_LAYERS, int(seed))
+    topk = sample_knob_trace(knobs, popularity, model.top_k, int(streams), _TRACE_STEPS, int(seed))
     counts = histogram_from_trace(topk, model.experts).astype(float)
-    tokens = float(_TRACE_STEPS * streams)
-    pi = np.clip(counts / tokens, 0.0, 1.0)
+    pi = counts / float(_TRACE_STEPS * streams)
     pi = pi * (model.top_k / np.maximum(pi.sum(axis=1, keepdims=True), 1e-300))
     key = f"knobs:{family}:{skew:.6g}:{rho:.6g}:{c:.6g}:{streams}:{seed}"
     label = f"{family} {skew:.3g}, ρ={rho:.3g}" + ("" if math.isinf(c) else f", c={c:.3g}")

@@ -499,13 +499,15 @@ def bench_cache(n_requests: int, repeats: int) -> tuple[dict, dict]:
     cache.simulate(tiny, 10)
     compile_lru = time.perf_counter() - t0
 
-    t_mrc, (caps, rate) = timeit(lambda: cache.lru_hit_curve(req), repeats)
+    # request-by-request lookup: the order the C reference (and libCacheSim) replays
+    t_mrc, (caps, rate) = timeit(lambda: cache.lru_hit_curve(req, lookup="request"), repeats)
     capacity = int(0.25 * n_items)
-    t_sim, res = timeit(lambda: cache.simulate(req, capacity, policy="lru"), repeats)
+    t_sim, res = timeit(lambda: cache.simulate(req, capacity, policy="lru", lookup="request"), repeats)
     lib_hits = int(res.hits_per_step.sum())
     # the kernel alone (simulate adds per-step bincounts and the result record)
     group, cap = cache._groups("global", capacity, "experts", req.layers, req.experts)
-    t_kernel, _ = timeit(lambda: cache._lru_kernel(items, group, cap, np.ones(n_items)), repeats)
+    every = np.ones(n, dtype=bool)
+    t_kernel, _ = timeit(lambda: cache._lru_kernel(items, group, cap, np.ones(n_items), every), repeats)
     curve_hits = int(round(rate[capacity] * n))
 
     with tempfile.TemporaryDirectory() as tmpd:

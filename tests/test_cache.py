@@ -54,19 +54,42 @@ def groups_of(req: Requests, scope, capacity, layers):
     return (lambda x: x // req.experts), {g: per for g in range(layers)}
 
 
-def ref_lru(items, cap_of, group_of, size):
+def ref_lookup_starts(req: Requests, lookup):
+    """First request of each lookup: every request, or the first of each (step, layer) run."""
+    keys = list(zip(req.step.tolist(), req.layer.tolist()))
+    if lookup == "request":
+        return [True] * len(keys)
+    return [t == 0 or keys[t] != keys[t - 1] for t in range(len(keys))]
+
+
+def judged(items, starts, t, member, pre):
+    """Hit flag of request t: its item's membership now, or as its lookup began (``starts``)."""
+    if starts is None:
+        return member(items[t])
+    if starts[t]:
+        pre.clear()
+        u = t
+        while True:
+            pre[u] = member(items[u])
+            u += 1
+            if u >= len(items) or starts[u]:
+                break
+    return pre[t]
+
+
+def ref_lru(items, cap_of, group_of, size, starts=None):
     caches = {}
     used = {}
     hits = []
-    for x in items:
+    pre = {}
+    for t, x in enumerate(items):
         g = group_of(x)
         c = caches.setdefault(g, OrderedDict())
         used.setdefault(g, 0.0)
+        hits.append(judged(items, starts, t, lambda y: y in caches.get(group_of(y), ()), pre))
         if x in c:
             c.move_to_end(x)
-            hits.append(True)
             continue
-        hits.append(False)
         if size[x] > cap_of[g]:
             continue
         while used[g] + size[x] > cap_of[g]:
@@ -87,19 +110,18 @@ def ref_next_uses(items):
     return nxt
 
 
-def ref_belady(items, cap_of, group_of, size):
+def ref_belady(items, cap_of, group_of, size, starts=None):
     """MIN with bypass: evict the cached item used farthest in the future unless x is farther."""
     nxt = ref_next_uses(items)
-    caches, used, hits = {}, {}, []
+    caches, used, hits, pre = {}, {}, [], {}
     for t, x in enumerate(items):
         g = group_of(x)
         c = caches.setdefault(g, {})  # item -> its next use
         used.setdefault(g, 0.0)
+        hits.append(judged(items, starts, t, lambda y: y in caches.get(group_of(y), ()), pre))
         if x in c:
             c[x] = nxt[t]
-            hits.append(True)
             continue
-        hits.append(False)
         if size[x] > cap_of[g]:
             continue
         while used[g] + size[x] > cap_of[g]:
@@ -114,20 +136,19 @@ def ref_belady(items, cap_of, group_of, size):
     return np.array(hits, dtype=bool)
 
 
-def ref_lfu(items, cap_of, group_of, size):
+def ref_lfu(items, cap_of, group_of, size, starts=None):
     """Perfect LFU (counts survive eviction), ties to the least recently used."""
     freq, last = {}, {}
-    caches, used, hits = {}, {}, []
+    caches, used, hits, pre = {}, {}, [], {}
     for t, x in enumerate(items):
         g = group_of(x)
         c = caches.setdefault(g, set())
         used.setdefault(g, 0.0)
         freq[x] = freq.get(x, 0) + 1
         last[x] = t
+        hits.append(judged(items, starts, t, lambda y: y in caches.get(group_of(y), ()), pre))
         if x in c:
-            hits.append(True)
             continue
-        hits.append(False)
         if size[x] > cap_of[g]:
             continue
         while used[g] + size[x] > cap_of[g]:
@@ -139,17 +160,16 @@ def ref_lfu(items, cap_of, group_of, size):
     return np.array(hits, dtype=bool)
 
 
-def ref_s3fifo(items, cap):
+def ref_s3fifo(items, cap, starts=None):
     """S3-FIFO of Yang et al. (SOSP 2023), unit sizes, one cache; OrderedDicts as FIFOs."""
     small_cap = 0.1 * cap
     S, M, G = OrderedDict(), OrderedDict(), OrderedDict()  # first = tail (oldest)
-    freq, hits = {}, []
-    for x in items:
+    freq, hits, pre = {}, [], {}
+    for t, x in enumerate(items):
+        hits.append(judged(items, starts, t, lambda y: y in S or y in M, pre))
         if x in S or x in M:
             freq[x] = min(freq[x] + 1, 3)
-            hits.append(True)
             continue
-        hits.append(False)
         if cap < 1:
             continue
         ghost = G.pop(x, None) is not None
@@ -178,11 +198,11 @@ def ref_s3fifo(items, cap):
     return np.array(hits, dtype=bool)
 
 
-def ref_arc(items, c):
+def ref_arc(items, c, starts=None):
     """ARC, Megiddo & Modha (FAST 2003) Fig. 4, cases I–IV; OrderedDict first = LRU end."""
     T1, T2, B1, B2 = OrderedDict(), OrderedDict(), OrderedDict(), OrderedDict()
     p = 0.0
-    hits = []
+    hits, pre = [], {}
 
     def replace(in_b2):
         if T1 and (len(T1) > p or (in_b2 and len(T1) == p)):
@@ -192,16 +212,15 @@ def ref_arc(items, c):
             v, _ = T2.popitem(last=False)
             B2[v] = True
 
-    for x in items:
+    for t, x in enumerate(items):
         if c < 1:
             hits.append(False)
             continue
+        hits.append(judged(items, starts, t, lambda y: y in T1 or y in T2, pre))
         if x in T1 or x in T2:
-            hits.append(True)
             (T1 if x in T1 else T2).pop(x)
             T2[x] = True
             continue
-        hits.append(False)
         if x in B1:
             p = min(p + max(len(B2) / len(B1), 1.0), c)
             B1.pop(x)
@@ -314,26 +333,32 @@ def test_bad_arguments_raise():
 # ----------------------------------------------------------------------------- policies vs references
 
 
+@pytest.mark.parametrize("lookup", cache.LOOKUPS)
 @pytest.mark.parametrize("scope", ["global", "layer"])
-def test_lru_lfu_belady_equal_references(scope):
+def test_lru_lfu_belady_equal_references(scope, lookup):
     for _, _topk, req in cases(f"ref-{scope}", n=8):
         items = req.items.tolist()
+        starts = ref_lookup_starts(req, lookup)
         size = unit_sizes(req.n_items)
         for cap in (0, 1, 2, 3, 5, 8, 13):
             group_of, cap_of = groups_of(req, scope, cap, req.layers)
             for policy, ref in (("lru", ref_lru), ("lfu", ref_lfu), ("belady", ref_belady)):
-                res = simulate(req, cap, policy=policy, scope=scope)
-                want = ref(items, cap_of, group_of, size)
+                res = simulate(req, cap, policy=policy, scope=scope, lookup=lookup)
+                want = ref(items, cap_of, group_of, size, starts)
                 assert hits_of(res) == int(want.sum()), (policy, cap)
                 assert res.hits_per_step.tolist() == np.bincount(req.step[want], minlength=req.steps).tolist()
 
 
-def test_s3fifo_and_arc_equal_references():
+@pytest.mark.parametrize("lookup", cache.LOOKUPS)
+def test_s3fifo_and_arc_equal_references(lookup):
     for _, _, req in cases("s3fifo-arc", n=8, experts=10, layers=2):
         items = req.items.tolist()
+        st = ref_lookup_starts(req, lookup)
         for cap in (0, 1, 2, 4, 7, 11, 16):
-            assert hits_of(simulate(req, cap, policy="s3fifo")) == int(ref_s3fifo(items, cap).sum()), cap
-            assert hits_of(simulate(req, cap, policy="arc")) == int(ref_arc(items, cap).sum()), cap
+            got = simulate(req, cap, policy="s3fifo", lookup=lookup, return_hits=True).request_hits
+            assert got.tolist() == ref_s3fifo(items, cap, st).tolist(), cap
+            got = simulate(req, cap, policy="arc", lookup=lookup, return_hits=True).request_hits
+            assert got.tolist() == ref_arc(items, cap, st).tolist(), cap
 
 
 def test_bytes_capacity_with_unequal_sizes():
@@ -341,12 +366,13 @@ def test_bytes_capacity_with_unequal_sizes():
         size = rng.integers(1, 6, size=req.experts).astype(float)  # bytes per expert
         per_item = np.tile(size, req.layers)
         items = req.items.tolist()
+        starts = ref_lookup_starts(req, "layer")
         for cap in (0.0, 3.0, 7.0, 12.0, 20.0, 40.0):
             for scope in ("global", "layer"):
                 group_of, cap_of = groups_of(req, scope, cap, req.layers)
                 for policy, ref in (("lru", ref_lru), ("belady", ref_belady), ("lfu", ref_lfu)):
                     res = simulate(req, cap, policy=policy, capacity_unit="bytes", item_bytes=size, scope=scope)
-                    want = ref(items, cap_of, group_of, per_item)
+                    want = ref(items, cap_of, group_of, per_item, starts)
                     assert hits_of(res) == int(want.sum()), (policy, scope, cap)
                     streamed = np.bincount(req.step[~want], weights=per_item[req.items[~want]], minlength=req.steps)
                     np.testing.assert_allclose(res.bytes_streamed_per_step, streamed)
@@ -399,7 +425,9 @@ def test_per_rank_partition_is_the_union_of_separate_simulations():
                 mine = part[req.items % 8] == r
                 sub = req.items[mine].tolist()
                 ref = ref_lru if policy == "lru" else ref_belady
-                want = ref(sub, {0: 4}, lambda x: 0, unit_sizes(req.n_items))
+                sub_req = Requests(req.items[mine], req.step[mine], req.layer[mine], req.steps, req.layers, 8)
+                starts = ref_lookup_starts(sub_req, "layer")
+                want = ref(sub, {0: 4}, lambda x: 0, unit_sizes(req.n_items), starts)
                 counted = req.step[mine] >= 2
                 assert res.hits == int(want[counted].sum()), (policy, r)
 
@@ -422,12 +450,37 @@ def test_warmup_is_excluded_and_reported():
 # ----------------------------------------------------------------------------- curves
 
 
-def test_one_pass_curve_equals_lru_at_every_capacity():
+@pytest.mark.parametrize("lookup", cache.LOOKUPS)
+def test_one_pass_curve_equals_lru_at_every_capacity(lookup):
     for _, _, req in cases("mrc", n=5, steps=40, experts=10, k=3):
-        cap, rate = cache.lru_hit_curve(req)
+        cap, rate = cache.lru_hit_curve(req, lookup=lookup)
         assert cap.tolist() == list(range(np.unique(req.items).size + 1))
         for c in cap:
-            assert rate[c] == pytest.approx(simulate(req, int(c)).hit_rate, abs=1e-15)
+            assert rate[c] == pytest.approx(simulate(req, int(c), lookup=lookup).hit_rate, abs=1e-15)
+
+
+def test_layer_lookup_never_does_worse_than_request_lookup_for_lru():
+    # the contents evolve alike; a request judged at its lookup's start can only have been
+    # resident longer (no miss of its own layer has evicted it yet)
+    for _, _, req in cases("lookup-dominates", n=6, steps=30, experts=10, k=4):
+        for c in range(0, 14):
+            layer = simulate(req, c, lookup="layer", return_hits=True).request_hits
+            request = simulate(req, c, lookup="request", return_hits=True).request_hits
+            assert np.all(layer >= request), c
+
+
+def test_layer_lookup_cache_of_k_hits_the_consecutive_overlap():
+    # one stream, one layer, K = 4 of 12 experts, a cache of exactly K: under the layer lookup
+    # the cache always holds the previous token's K experts, so the hits are the overlap of
+    # consecutive selections, counted here directly from the trace
+    rng = seeded("overlap-k")
+    topk = random_trace(rng, steps=200, streams=1, layers=1, experts=12, k=4, pad=0.0, skew=1.2)
+    req = requests_from_trace(topk, 12)
+    sets = [set(topk[s, 0, 0].tolist()) for s in range(topk.shape[0])]
+    overlap = sum(len(sets[s] & sets[s - 1]) for s in range(1, len(sets)))
+    layer = simulate(req, 4, lookup="layer")
+    assert layer.hits == overlap
+    assert simulate(req, 4, lookup="request").hits < overlap  # misses evict later hits
 
 
 def test_one_pass_curve_after_warmup_equals_lru_simulation():
@@ -438,6 +491,18 @@ def test_one_pass_curve_after_warmup_equals_lru_simulation():
             assert rate[c] == pytest.approx(simulate(req, int(c), warmup_steps=7).hit_rate, abs=1e-15)
     with pytest.raises(ValueError, match="Requests"):
         cache.lru_hit_curve(req.items, warmup_steps=7)
+
+
+def test_stack_distances_judged_at_lookup_start():
+    # a hand-made stream: lookups [0, 1], [1, 2], [0, 2]
+    items = np.array([0, 1, 1, 2, 0, 2])
+    starts = np.array([True, False, True, False, True, False])
+    # request by request: 0,0 first refs; 1 at distance 1 (itself); 2 first; 0 has {1,2,0}=3; 2 has {0,2}=2
+    assert cache.stack_distances(items).tolist() == [0, 0, 1, 0, 3, 2]
+    # at the start of [0, 2] the stack is 2,1,0: 0 at depth 3, 2 at depth 1
+    assert cache.stack_distances(items, starts).tolist() == [0, 0, 1, 0, 3, 1]
+    with pytest.raises(ValueError, match="one flag per request"):
+        cache.stack_distances(items, starts[:3])
 
 
 def test_stack_distances_across_compactions():

@@ -449,6 +449,7 @@ def test_parser_name_lists_match_the_library():
 
     assert cli_cache.POLICIES == cache.POLICIES
     assert cli_cache.SCOPES == cache.SCOPES
+    assert cli_cache.LOOKUPS == cache.LOOKUPS
     assert cli_split.METHODS == partition.METHODS
     assert READ_PATHS == measure.READ_PATHS
 

@@ -214,7 +214,8 @@ def fill_steps(q: np.ndarray, target: float) -> int:
 def per_layer_lru(pi: np.ndarray, batch: int, c: float, seed: int) -> tuple[float, float]:
     """What steady_state_miss_ratio(scope="layer", policy="lru") computes, re-derived: the same
     trace (seeded as the module documents), then per layer an LRU of floor(c) experts whose hits
-    are the requests at stack distance 1..floor(c) (Mattson et al.), counting the steps after
+    are the requests at stack distance 1..floor(c) as each step's lookup of the layer starts
+    (Mattson et al.), counting the steps after
     the warm-up only; token misses weight each missed request by the tokens that picked it."""
     h, e = pi.shape
     assert h <= expert_cache.MAX_SIMULATED_LAYERS
@@ -237,7 +238,8 @@ def per_layer_lru(pi: np.ndarray, batch: int, c: float, seed: int) -> tuple[floa
             steps.append(np.full(ids.size, s))
             mult.append(counts)
         items, steps, mult = np.concatenate(items), np.concatenate(steps), np.concatenate(mult)
-        dist = cache_mod.stack_distances(items)
+        # a layer's experts of one step are looked up together (moeroof.models.cache's default)
+        dist = cache_mod.stack_distances(items, np.r_[True, steps[1:] != steps[:-1]])
         hit = (dist >= 1) & (dist <= cap)
         keep = steps >= warm
         hits += int(hit[keep].sum())

@@ -91,7 +91,7 @@ def test_calibration_reproduces_the_published_points_at_small_size():
 
 
 def test_fit_recovers_the_stored_knobs():
-    fit = ladder.fit_knobs(seeds=(0, 1), layers=10)
+    fit = ladder.fit_knobs(seeds=(0, 1), layers=15)  # fewer layers coarsen the global LRU's cycle
     assert not fit.notes
     assert fit.knobs.skew == pytest.approx(ladder.FITTED.skew, abs=0.04)
     assert fit.knobs.rho == pytest.approx(ladder.FITTED.rho, abs=0.05)

@@ -5,7 +5,7 @@ hits, misses, hit rate and bytes streamed per step.
 
     moeroof cache TRACE --policy lru|lfu|static|belady|s3fifo|arc
                   (--capacity-experts N | --capacity-gib X --expert-bytes N) [--scope global|layer]
-                  [--warmup S] [--histogram PATH] [--streams I,J,…] [--json]
+                  [--warmup S] [--histogram PATH] [--streams I,J,…] [--lookup layer|request] [--json]
 
 The simulator (:mod:`moeroof.models.cache`, numba-compiled) is imported only when the command
 runs; the parser reads the policy and scope names from the constants below.
@@ -36,6 +36,12 @@ from moeroof.data.io import InputError, read_histogram
 # import (and compile) the simulator; tests/test_cli.py checks that they agree.
 POLICIES = ("lru", "lfu", "static", "belady", "s3fifo", "arc")
 SCOPES = ("global", "layer")
+LOOKUPS = ("layer", "request")
+LOOKUP_HELP = (
+    "when a request is judged a hit: 'layer' (default) as its (step, layer) starts, as an engine "
+    "that serves a layer's cached experts before fetching its misses; 'request' in its own turn, "
+    "as libCacheSim replays the same order (a miss may evict an expert the layer needs next)"
+)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -67,6 +73,7 @@ def add_parser(subparsers: Any) -> None:
         default=None,
         help="replay only these streams of the trace, comma-separated indices from 0 (default: all)",
     )
+    p.add_argument("--lookup", default="layer", choices=LOOKUPS, help=LOOKUP_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
     p.set_defaults(func=run)
 
@@ -151,8 +158,14 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:
         scope=args.scope,
         warmup_steps=warmup,
         pinned=pinned,
+        lookup=args.lookup,
     )
     notes.extend(res.notes)
+    notes.append(
+        "hits judged as each (step, layer) lookup starts (an engine serves the cached experts first)"
+        if args.lookup == "layer"
+        else "hits judged request by request in ascending expert id (libCacheSim's view of the same order)"
+    )
     if args.scope == "layer":
         per = math.floor(cap_experts / trace.layers + 1e-9) if unit == "experts" else None
         notes.append(
@@ -169,6 +182,7 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:
         "capacity_experts": cap_experts,
         "capacity_bytes": cap_bytes,
         "scope": args.scope,
+        "lookup": args.lookup,
         "warmup_steps": warmup,
         "requests": res.requests,
         "hits": res.hits,
@@ -200,7 +214,7 @@ def print_cache(rep: dict[str, Any]) -> None:
     print(
         f"policy {rep['policy']}  capacity {rep['capacity_experts']} experts"
         + (f" ({rep['capacity_bytes'] / 2**30:.3g} GiB)" if rep["capacity_bytes"] is not None else "")
-        + f"  scope {rep['scope']}  warm-up {rep['warmup_steps']} of {rep['steps']} steps"
+        + f"  scope {rep['scope']}  lookup {rep['lookup']}  warm-up {rep['warmup_steps']} of {rep['steps']} steps"
     )
     rows = [
         [

@@ -3,7 +3,7 @@ stack distances), or the SHARDS sampling estimate, with the Che approximation be
 
 ::
 
-    moeroof mrc TRACE [--sample-rate R] [--seed 0] [--json]
+    moeroof mrc TRACE [--sample-rate R] [--seed 0] [--lookup layer|request] [--json]
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from moeroof.cli.cache import LOOKUP_HELP, LOOKUPS
 from moeroof.cli.common import UsageError, emit, fmt, jsonable, non_negative_int, positive_float, read_trace_arg, table
 from moeroof.data.io import InputError
 
@@ -31,6 +32,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("path", metavar="TRACE", help="trace .npz / .npy")
     p.add_argument("--sample-rate", default=None, help="SHARDS sampling rate R in (0, 1] (default: exact)")
     p.add_argument("--seed", default="0", help="seed of the SHARDS hash (default 0)")
+    p.add_argument("--lookup", default="layer", choices=LOOKUPS, help=LOOKUP_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(func=run)
 
@@ -53,12 +55,17 @@ def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
     requests = requests_from_trace(trace.topk, trace.experts)
     if len(requests) == 0:
         raise InputError(trace.path, "-", "topk", "the trace requests no expert (all padding)")
-    notes = ["one LRU cache shared by all layers, unit sizes, every request counted (no warm-up)"]
+    notes = [
+        "one LRU cache shared by all layers, unit sizes, every request counted (no warm-up)",
+        "hits judged as each (step, layer) lookup starts"
+        if args.lookup == "layer"
+        else "hits judged request by request in ascending expert id",
+    ]
     if rate is None:
-        cap, hit = lru_hit_curve(requests)
+        cap, hit = lru_hit_curve(requests, lookup=args.lookup)
         method = "exact-lru (Mattson stack distances)"
     else:
-        cap, hit = shards_hit_curve(requests, rate, seed=seed)
+        cap, hit = shards_hit_curve(requests, rate, seed=seed, lookup=args.lookup)
         method = "shards"
         notes.append(
             f"SHARDS estimate at rate {rate:g}: capacities below {math.ceil(1 / rate)} experts are not resolved"
@@ -74,6 +81,7 @@ def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
             "hit_rate": hit,
             "che_hit_rate": che,
             "method": method,
+            "lookup": args.lookup,
             "sample_rate": rate,
             "requests": len(requests),
             "distinct_items": int(np.unique(requests.items).size),

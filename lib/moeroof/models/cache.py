@@ -7,7 +7,14 @@ every layer in layer order, the distinct experts in ascending id. An *item* is o
 (layer, expert) pair, ``item = layer_index · E + expert``; a step never requests an item twice.
 
 **Simulation** (:func:`simulate`): every request is a hit if the item is cached, else a miss
-that streams the item's bytes. Capacity counts experts (each item one slot) or bytes (items may
+that streams the item's bytes. *When* it is judged is the ``lookup``: by default as its
+(step, layer) starts — an engine looks up all of a layer's experts, computes with the cached
+ones and fetches the misses, so a miss never evicts an expert the same layer still needs (with
+K = 8 and a per-layer cache of 8 experts, the hit rate is then the consecutive-token overlap
+of the layer's selections); ``lookup="request"`` judges each request in its own turn, the way a
+trace-driven simulator such as libCacheSim replays the same request order (a miss can then
+evict an expert requested later in the same layer, which caps a cache of K experts near 0.7 ×
+the overlap). Either way the contents evolve request by request in the order below. Capacity counts experts (each item one slot) or bytes (items may
 differ in size); scope ``"global"`` is one cache shared by all layers, ``"layer"`` one cache per
 layer with ``capacity / layers`` each (floored to whole experts for an expert capacity). An item
 larger than its cache is streamed and never cached. Per-rank ownership
@@ -50,7 +57,9 @@ Distances come from a Fenwick (binary indexed) tree over the positions of each i
 access (Bennett & Kruskal 1975; Almási, Caşcaval & Padua 2002): the distance is the number of
 marks after the item's previous position. Positions are compacted whenever the tree fills, so it
 holds about two slots per distinct item and stays in cache: O(n log D) for n requests over D
-items. Exact: equal to LRU simulation at every capacity (global scope, unit sizes).
+items. Exact: equal to LRU simulation at every capacity (global scope, unit sizes), for either
+lookup (with ``lookup="layer"`` a request's distance is read as its lookup starts: the cache of C
+items is the top C of the stack, so it hits iff that distance is ≤ C).
 
 **Che approximation** (:func:`che_hit_curve`; Che, Tung & Wang 2002, IEEE JSAC 20(7)): under the
 independent reference model with per-request probabilities λ_i, an LRU cache of C items behaves
@@ -87,6 +96,8 @@ __all__ = [
     "request_histogram",
     "hot_set_ranking",
     "next_use",
+    "LOOKUPS",
+    "lookup_starts",
     "simulate",
     "simulate_ranks",
     "stack_distances",
@@ -98,6 +109,8 @@ __all__ = [
 
 POLICIES = ("lru", "lfu", "static", "belady", "s3fifo", "arc")
 SCOPES = ("global", "layer")
+#: when a request is judged a hit: as its (step, layer) lookup starts, or in its own turn
+LOOKUPS = ("layer", "request")
 UNITS = ("experts", "bytes")
 #: share of the capacity given to S3-FIFO's small queue (Yang et al. 2023, §4)
 S3FIFO_SMALL_FRACTION = 0.1
@@ -266,6 +279,28 @@ def hot_set_ranking(popularity) -> np.ndarray:
     return np.argsort(-pop, kind="stable").astype(np.int64)
 
 
+def lookup_starts(requests: Requests, lookup: str = "layer", keep: np.ndarray | None = None) -> np.ndarray:
+    """Bool (n,): which requests begin a lookup (of the stream restricted to ``keep``, if given).
+
+    ``lookup="layer"``: one lookup per (step, layer) — an engine resolves a layer's experts
+    together, serving the cached ones and fetching the misses, so a miss never evicts an expert
+    the same layer is about to use. ``"request"``: every request is its own lookup (the order a
+    trace-driven cache simulator such as libCacheSim sees).
+    """
+    if lookup not in LOOKUPS:
+        raise ValueError(f"lookup must be one of {', '.join(LOOKUPS)}, got {lookup!r}")
+    step, layer = requests.step, requests.layer
+    if keep is not None:
+        step, layer = step[keep], layer[keep]
+    n = step.size
+    if lookup == "request":
+        return np.ones(n, dtype=bool)
+    out = np.ones(n, dtype=bool)
+    if n > 1:
+        out[1:] = (step[1:] != step[:-1]) | (layer[1:] != layer[:-1])
+    return out
+
+
 def next_use(items: np.ndarray) -> np.ndarray:
     """Index of each request's next reference to the same item; ``len(items)`` when none."""
     items = np.asarray(items)
@@ -282,8 +317,12 @@ def next_use(items: np.ndarray) -> np.ndarray:
 
 
 @numba.njit(cache=True)
-def _lru_kernel(items, group, cap, size):  # pragma: no cover - compiled
-    """LRU with one doubly linked list per group (sentinel node n_items + g); hit flags."""
+def _lru_kernel(items, group, cap, size, start):  # pragma: no cover - compiled
+    """LRU with one doubly linked list per group (sentinel node n_items + g); hit flags.
+
+    A request hits when its item is cached as its lookup starts (``start`` marks the first
+    request of each lookup, see :func:`lookup_starts`); the list then evolves request by request.
+    """
     n = items.size
     n_items = group.size
     n_groups = cap.size
@@ -297,11 +336,17 @@ def _lru_kernel(items, group, cap, size):  # pragma: no cover - compiled
     used = np.zeros(n_groups)
     hit = np.zeros(n, np.bool_)
     for t in range(n):
+        if start[t]:
+            u = t
+            while True:
+                hit[u] = cached[items[u]]
+                u += 1
+                if u >= n or start[u]:
+                    break
         x = items[t]
         g = group[x]
         s = n_items + g
         if cached[x]:
-            hit[t] = True
             p = prv[x]
             q = nxt[x]
             nxt[p] = q
@@ -357,8 +402,11 @@ def _sift(heap, hpos, key, base, size, i):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
-def _heap_kernel(items, group, cap, size, belady, nexts):  # pragma: no cover - compiled
-    """LFU (belady=False; key = freq·2^40 + time) or Belady MIN (key = −next use): evict min key."""
+def _heap_kernel(items, group, cap, size, belady, nexts, start):  # pragma: no cover - compiled
+    """LFU (belady=False; key = freq·2^40 + time) or Belady MIN (key = −next use): evict min key.
+
+    Hits are judged as each lookup starts (``start``), as in :func:`_lru_kernel`.
+    """
     n = items.size
     n_items = group.size
     n_groups = cap.size
@@ -375,6 +423,13 @@ def _heap_kernel(items, group, cap, size, belady, nexts):  # pragma: no cover - 
     used = np.zeros(n_groups)
     hit = np.zeros(n, np.bool_)
     for t in range(n):
+        if start[t]:
+            u = t
+            while True:
+                hit[u] = hpos[items[u]] >= 0
+                u += 1
+                if u >= n or start[u]:
+                    break
         x = items[t]
         g = group[x]
         base = off[g]
@@ -384,7 +439,6 @@ def _heap_kernel(items, group, cap, size, belady, nexts):  # pragma: no cover - 
             freq[x] += 1
             k = (freq[x] << 40) | t
         if hpos[x] >= 0:
-            hit[t] = True
             key[x] = k
             _sift(heap, hpos, key, base, hsize[g], hpos[x])
             continue
@@ -416,8 +470,9 @@ def _heap_kernel(items, group, cap, size, belady, nexts):  # pragma: no cover - 
 
 
 @numba.njit(cache=True)
-def _s3fifo_kernel(items, group, cap, size, small_fraction):  # pragma: no cover - compiled
-    """S3-FIFO (Yang et al. 2023, original version); lists S, M, G per group; hit flags."""
+def _s3fifo_kernel(items, group, cap, size, small_fraction, start):  # pragma: no cover - compiled
+    """S3-FIFO (Yang et al. 2023, original version); lists S, M, G per group; hit flags judged
+    as each lookup starts (``start``), as in :func:`_lru_kernel`."""
     n = items.size
     n_items = group.size
     n_groups = cap.size
@@ -434,11 +489,18 @@ def _s3fifo_kernel(items, group, cap, size, small_fraction):  # pragma: no cover
     gb = np.zeros(n_groups)
     hit = np.zeros(n, np.bool_)
     for t in range(n):
+        if start[t]:
+            u = t
+            while True:
+                wu = where[items[u]]
+                hit[u] = wu == 1 or wu == 2
+                u += 1
+                if u >= n or start[u]:
+                    break
         x = items[t]
         g = group[x]
         w = where[x]
         if w == 1 or w == 2:
-            hit[t] = True
             if freq[x] < 3:
                 freq[x] += 1
             continue
@@ -522,8 +584,9 @@ def _s3fifo_kernel(items, group, cap, size, small_fraction):  # pragma: no cover
 
 
 @numba.njit(cache=True)
-def _arc_kernel(items, group, cap):  # pragma: no cover - compiled
-    """ARC (Megiddo & Modha 2003, Fig. 4), unit sizes; lists T1, T2, B1, B2 per group."""
+def _arc_kernel(items, group, cap, start):  # pragma: no cover - compiled
+    """ARC (Megiddo & Modha 2003, Fig. 4), unit sizes; lists T1, T2, B1, B2 per group; hits
+    judged as each lookup starts (``start``), as in :func:`_lru_kernel`."""
     n = items.size
     n_items = group.size
     n_groups = cap.size
@@ -538,6 +601,14 @@ def _arc_kernel(items, group, cap):  # pragma: no cover - compiled
     p_target = np.zeros(n_groups)
     hit = np.zeros(n, np.bool_)
     for t in range(n):
+        if start[t]:
+            u = t
+            while True:
+                wu = where[items[u]]
+                hit[u] = (wu == 1 or wu == 2) and cap[group[items[u]]] >= 1
+                u += 1
+                if u >= n or start[u]:
+                    break
         x = items[t]
         g = group[x]
         c = int(cap[g])
@@ -545,9 +616,7 @@ def _arc_kernel(items, group, cap):  # pragma: no cover - compiled
             continue
         h0 = n_items + 4 * g  # T1, T2, B1, B2 sentinels at h0 + 0..3
         w = where[x]
-        if w == 1 or w == 2:
-            hit[t] = True
-        elif w == 3:
+        if w == 3:
             d = max(1.0, length[4 * g + 3] / max(length[4 * g + 2], 1))
             p_target[g] = min(p_target[g] + d, float(c))
         elif w == 4:
@@ -623,8 +692,11 @@ def _arc_kernel(items, group, cap):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
-def _stack_distance_kernel(items, n_items, window):  # pragma: no cover - compiled
+def _stack_distance_kernel(items, n_items, window, start):  # pragma: no cover - compiled
     """LRU stack distances (0 = first reference) by a Fenwick tree over last-access positions.
+
+    A request's distance is taken as its lookup starts (``start``): the distinct items
+    referenced since its previous reference and before that lookup, itself included.
 
     Position slots are compacted (live marks renumbered 0..D−1, tree rebuilt in O(window))
     whenever the clock reaches ``window`` (> distinct items), so the tree stays small.
@@ -655,17 +727,26 @@ def _stack_distance_kernel(items, n_items, window):  # pragma: no cover - compil
                 if j <= window:
                     tree[j] += tree[i]
             pos = k
+        if start[t]:
+            u = t
+            while True:
+                pu = last[items[u]]
+                if pu < 0:
+                    out[u] = 0
+                else:
+                    s = 0
+                    i = pu + 1
+                    while i > 0:
+                        s += tree[i]
+                        i -= i & -i
+                    out[u] = live - s + 1
+                u += 1
+                if u >= n or start[u]:
+                    break
         p = last[x]
         if p < 0:
-            out[t] = 0
             live += 1
         else:
-            s = 0
-            i = p + 1
-            while i > 0:
-                s += tree[i]
-                i -= i & -i
-            out[t] = live - s + 1
             i = p + 1
             while i <= window:
                 tree[i] -= 1
@@ -757,6 +838,7 @@ def simulate(
     warmup_steps: int = 0,
     pinned=None,
     return_hits: bool = False,
+    lookup: str = "layer",
 ) -> CacheResult:
     """Simulate one cache policy on a request stream (see the module docstring for policies).
 
@@ -767,6 +849,10 @@ def simulate(
     ``scope="layer"``: one cache per layer with ``capacity / layers`` each. ``pinned`` (static
     only): a ranking (item ids, most popular first) or a popularity array (layers·experts,)
     or (layers, experts); default the stream's own request counts (an oracle hot set).
+    ``lookup``: ``"layer"`` (default) judges a request a hit if its item is cached when its
+    (step, layer) lookup starts, as an engine that serves a layer's cached experts and fetches
+    its misses does; ``"request"`` judges each request in its own turn, as libCacheSim does
+    (see :func:`lookup_starts`). The cache contents evolve request by request either way.
     """
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
@@ -794,21 +880,22 @@ def simulate(
     items = np.ascontiguousarray(requests.items, dtype=np.int64)
     if items.size and (items.min() < 0 or items.max() >= n_items):
         raise ValueError(f"request item ids must lie in [0, {n_items})")
+    start = lookup_starts(requests, lookup)
     notes: list[str] = []
     if policy == "lru":
-        hit = _lru_kernel(items, group, cap, occ)
+        hit = _lru_kernel(items, group, cap, occ, start)
     elif policy == "lfu":
-        hit = _heap_kernel(items, group, cap, occ, False, np.zeros(1, np.int64))
+        hit = _heap_kernel(items, group, cap, occ, False, np.zeros(1, np.int64), start)
     elif policy == "belady":
-        hit = _heap_kernel(items, group, cap, occ, True, next_use(items))
+        hit = _heap_kernel(items, group, cap, occ, True, next_use(items), start)
         notes.append(
             "belady: offline optimum (Belady's MIN with bypass); the bound on every policy"
             + ("" if np.all(occ == occ[0]) else " only for equal sizes — a heuristic here")
         )
     elif policy == "s3fifo":
-        hit = _s3fifo_kernel(items, group, cap, occ, S3FIFO_SMALL_FRACTION)
+        hit = _s3fifo_kernel(items, group, cap, occ, S3FIFO_SMALL_FRACTION, start)
     elif policy == "arc":
-        hit = _arc_kernel(items, group, cap)
+        hit = _arc_kernel(items, group, cap, start)
     else:
         if pinned is None:
             pinned = request_histogram(requests)
@@ -885,13 +972,21 @@ def _dense(items: np.ndarray) -> tuple[np.ndarray, int]:
     return np.ascontiguousarray(inv.ravel(), dtype=np.int64), int(uniq.size)
 
 
-def stack_distances(items: np.ndarray) -> np.ndarray:
-    """LRU stack distance of every request (Mattson et al. 1970); 0 marks a first reference."""
+def stack_distances(items: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
+    """LRU stack distance of every request (Mattson et al. 1970); 0 marks a first reference.
+
+    ``start`` (bool per request, :func:`lookup_starts`): distances are taken as each lookup
+    starts, so a request of a lookup does not count the lookup's earlier requests; default
+    every request its own lookup.
+    """
     items = np.asarray(items)
     if items.size == 0:
         return np.zeros(0, dtype=np.int64)
+    start = np.ones(items.size, dtype=bool) if start is None else np.ascontiguousarray(start, dtype=bool)
+    if start.shape != items.shape:
+        raise ValueError(f"start must have one flag per request, shape {items.shape}, got {start.shape}")
     dense, d = _dense(items)
-    return _stack_distance_kernel(dense, d, int(2 * d + 64))
+    return _stack_distance_kernel(dense, d, int(2 * d + 64), start)
 
 
 def _hits_by_distance(dist: np.ndarray, max_distance: int) -> np.ndarray:
@@ -902,17 +997,22 @@ def _hits_by_distance(dist: np.ndarray, max_distance: int) -> np.ndarray:
     return hist
 
 
-def lru_hit_curve(requests, *, warmup_steps: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def lru_hit_curve(requests, *, warmup_steps: int = 0, lookup: str = "layer") -> tuple[np.ndarray, np.ndarray]:
     """Exact LRU hit rate at every capacity 0..D (D distinct items) in one pass.
 
     A request hits a cache of C items iff its stack distance is in 1…C (Mattson et al. 1970).
+    With ``lookup="layer"`` the distance is taken as the request's (step, layer) lookup starts:
+    an LRU cache of C items holds the top C of the stack, so a request hits iff its item is
+    among them when its lookup starts — the same hits as :func:`simulate` with that lookup, at
+    every capacity. An item-id array carries no steps: each request is its own lookup.
     Global scope, unit sizes. ``requests`` is a :class:`Requests` or an item-id array; with
     ``warmup_steps`` (a :class:`Requests` only) the distances are taken over the whole stream,
     so the warm-up still fills the stack, but only requests of steps ≥ ``warmup_steps`` are
     counted. Returns (capacity_experts int64, hit_rate; NaN when nothing is counted).
     """
     items = requests.items if isinstance(requests, Requests) else np.asarray(requests)
-    dist = stack_distances(items)
+    start = lookup_starts(requests, lookup) if isinstance(requests, Requests) else None
+    dist = stack_distances(items, start)
     if warmup_steps:
         if not isinstance(requests, Requests):
             raise ValueError("warmup_steps needs a Requests stream (item ids carry no steps)")
@@ -985,7 +1085,7 @@ def _hash_unit(items: np.ndarray, seed: int) -> np.ndarray:
     return (z >> np.uint64(11)).astype(np.float64) / float(2**53)
 
 
-def shards_hit_curve(requests, rate, *, seed=0, adjust=False) -> tuple[np.ndarray, np.ndarray]:
+def shards_hit_curve(requests, rate, *, seed=0, adjust=False, lookup: str = "layer") -> tuple[np.ndarray, np.ndarray]:
     """SHARDS estimate of the LRU hit-rate curve (Waldspurger et al. 2015, fixed rate R).
 
     Keeps every request of the items with ``hash(item) < R`` (hash uniform on [0, 1), seeded),
@@ -997,6 +1097,8 @@ def shards_hit_curve(requests, rate, *, seed=0, adjust=False) -> tuple[np.ndarra
     Zipf 0.7 per layer) it was not more accurate in our checks. Integer capacities in between
     are interpolated linearly (from 0 at capacity 0). Capacities below 1/R are not resolved.
     Returns (capacity_experts 0..⌈D_s/R⌉, hit_rate), D_s the distinct sampled items.
+    ``lookup`` as in :func:`lru_hit_curve` (a lookup of the sub-stream is what its sampled
+    requests of one (step, layer) form).
     """
     rate = float(rate)
     if not 0.0 < rate <= 1.0:
@@ -1006,7 +1108,8 @@ def shards_hit_curve(requests, rate, *, seed=0, adjust=False) -> tuple[np.ndarra
     sub = items[keep]
     if sub.size == 0:
         return np.zeros(1, dtype=np.int64), np.full(1, np.nan)
-    dist = stack_distances(sub)
+    start = lookup_starts(requests, lookup, keep) if isinstance(requests, Requests) else None
+    dist = stack_distances(sub, start)
     d_s = _dense(sub)[1]
     hist = _hits_by_distance(dist, d_s).astype(float)
     expected = items.size * rate
@@ -1021,13 +1124,13 @@ def shards_hit_curve(requests, rate, *, seed=0, adjust=False) -> tuple[np.ndarra
     return cap, np.clip(est, 0.0, 1.0)
 
 
-def shards_error(requests, rate, *, seed=0, adjust=False) -> float:
+def shards_error(requests, rate, *, seed=0, adjust=False, lookup: str = "layer") -> float:
     """Max absolute hit-rate error of :func:`shards_hit_curve` against :func:`lru_hit_curve`.
 
     Over capacities 0..D of the exact curve; the estimate is held at its last value beyond
     its own range.
     """
-    cap, exact = lru_hit_curve(requests)
-    scap, est = shards_hit_curve(requests, rate, seed=seed, adjust=adjust)
+    cap, exact = lru_hit_curve(requests, lookup=lookup)
+    scap, est = shards_hit_curve(requests, rate, seed=seed, adjust=adjust, lookup=lookup)
     e = est[np.minimum(cap, scap[-1])]
     return float(np.max(np.abs(e - exact)))

@@ -60,6 +60,9 @@ seed_name: str = "cache_ladder"  # the generator seed is derived from this name
 routing_fit_seeds: int = 2  # fit-routing section: seeds averaged per evaluated knob set
 routing_fit_bootstrap: int = 6  # fit-routing section: bootstrap draws per family for the bands
 routing_fit_layers: int = 12  # fit-routing section: layers simulated (results do not depend on L)
+transfer_captures: str = "mixtral,qwen15"  # real captures for the one-knob-set check, comma separated ("" = skip)
+transfer_bootstrap: int = 6  # one-knob-set check: bootstrap draws per family for the bands
+external_dir: str = ""  # folder of the real captures ("" = ../shared/data/external beside the repository)
 # fmt: on
 
 # %%
@@ -711,6 +714,84 @@ display(
 )
 
 # %% [markdown]
+# ## One knob set from one stream to many, on real captures (issue 11)
+# Does a knob set fitted on what *one* stream's cache does carry to a batch? On each real capture
+# in `../shared/data/external` (read from there, never copied: no license), the points are
+# measured by replaying the trace (`moeroof.studies.knob_transfer`: LRU per layer, the layer's
+# experts looked up together, the first 8 steps not counted; batches are consecutive streams,
+# cut to the steps where all are live). `fit-routing` sees only the single stream's hit rate at
+# two cache sizes, its consecutive overlap and the largest batch's union; every other row — the
+# single stream at other sizes, every batch cache, the smaller batches' unions — is predicted
+# with 5–95 % bands and compared with the replay. The captures are witnessed; the predictions
+# projected.
+
+# %%
+from moeroof.studies import knob_transfer  # noqa: E402
+
+transfer = {}
+for name in [c.strip() for c in transfer_captures.split(",") if c.strip()]:
+    try:
+        transfer[name] = knob_transfer.run_capture(name, external_dir or None, bootstrap=transfer_bootstrap)
+    except FileNotFoundError as err:
+        print("skipped:", err)
+for name, res in transfer.items():
+    spec = knob_transfer.CAPTURES[name]
+    fitted = "; ".join(
+        f"{k} {v['value']:.3g} [{v['low']:.3g}, {v['high']:.3g}]" for k, v in res.knobs.items() if v.get("fitted")
+    )
+    print(f"{spec['title']}: {res.source}\n  family {res.family}; {fitted}")
+    for note in res.notes:
+        print("  note:", note)
+    display(
+        pd.DataFrame(
+            [
+                {
+                    "row": r.label,
+                    "role": r.role,
+                    "measured": r.measured,
+                    "predicted": r.predicted,
+                    "5 %": r.low,
+                    "95 %": r.high,
+                    "error (points; experts for a union)": r.error,
+                    "inside": r.inside,
+                }
+                for r in res.rows
+            ]
+        ).round(3)
+    )
+
+# %%
+if transfer:
+    parts = []
+    for name, res in transfer.items():
+        held = [r for r in res.held_out() if r.kind == "hit_rate"]
+        worst = max(held, key=lambda r: abs(r.error))
+        unions = [r for r in res.held_out() if r.kind == "union" and r.batch > 1]
+        inside = sum(r.inside for r in res.held_out())
+        parts.append(
+            f"**{knob_transfer.CAPTURES[name]['title']}**: {len(held)} withheld hit rates, errors "
+            f"{min(r.error for r in held):+.1f} to {max(r.error for r in held):+.1f} points (largest: "
+            f"{worst.label}, {worst.error:+.1f})"
+            + (
+                "; "
+                + ", ".join(f"union at M = {r.batch} {100 * (r.predicted / r.measured - 1):+.1f} %" for r in unions)
+                if unions
+                else ""
+            )
+            + f"; {inside} of {len(res.held_out())} withheld rows inside their bands ({res.family} family)"
+        )
+    display(
+        Markdown(
+            "**One knob set, one stream to many.** "
+            + ". ".join(parts)
+            + ". Calibrated on the single stream and the largest batch's union only; projected predictions "
+            "against witnessed replays."
+        )
+    )
+else:
+    print("no real capture available: the check did not run")
+
+# %% [markdown]
 # ## Versions and parameters
 
 # %%
@@ -734,6 +815,9 @@ print(
         "routing_fit_seeds": routing_fit_seeds,
         "routing_fit_bootstrap": routing_fit_bootstrap,
         "routing_fit_layers": routing_fit_layers,
+        "transfer_captures": transfer_captures,
+        "transfer_bootstrap": transfer_bootstrap,
+        "external_dir": external_dir,
     }
 )
 print("knobs:", knobs)

@@ -41,6 +41,8 @@ SMALL_PARAMETERS: dict[str, dict] = {
         "routing_fit_seeds": 1,
         "routing_fit_bootstrap": 2,
         "routing_fit_layers": 2,
+        "transfer_captures": "mixtral",
+        "transfer_bootstrap": 2,
     },
     "whatif": {"b_max": 32, "trace_steps": 16, "trace_layers": 2},
     "expert_split": {

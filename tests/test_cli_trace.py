@@ -10,7 +10,7 @@ import pytest
 from moeroof.cli import main
 from moeroof.data.io import read_trace
 from moeroof.models import cache
-from moeroof.models.routing import Dirichlet, consecutive_overlap, sample_trace
+from moeroof.models.routing import Dirichlet, Zipf, consecutive_overlap, sample_trace
 
 
 def run_json(capsys, argv: list[str]) -> dict:
@@ -122,6 +122,26 @@ def test_trace_profile_locality_and_prompt(capsys, tmp_path):
     assert overlap[1] > overlap[0]  # ρ 0.6 against 0.05 (the hot sets of C = 2 share much by chance)
 
 
+def test_trace_locality_with_step_context(capsys, tmp_path):
+    """--locality C and --step-context CS together: each stream's lasting hot set and the step's
+    shared context (sample_trace's c and c_step); --step-context alone is c_step only."""
+    both, alone = tmp_path / "both.npz", tmp_path / "alone.npz"
+    common = ["trace", "--family", "zipf:0.8", "--rho", "0.2", *SMALL, "--seed", "4"]
+    run_json(capsys, common + ["--locality", "20", "--step-context", "30", "-o", str(both)])
+    run_json(capsys, common + ["--step-context", "30", "-o", str(alone)])
+    t = read_trace(both)
+    assert t.meta["knobs"]["locality_c"] == 20.0 and t.meta["knobs"]["step_context_c"] == 30.0
+    assert "--locality 20 --step-context 30" in t.meta["source"]
+    model = Zipf(32, 4, 0.8)
+    expected = sample_trace(
+        model, 30, 4, 3, np.random.default_rng(4), rho=0.2, c=20.0, c_step=30.0, groups=4, scope="trace"
+    )
+    np.testing.assert_array_equal(t.topk, expected)
+    expected_alone = sample_trace(model, 30, 4, 3, np.random.default_rng(4), rho=0.2, c_step=30.0)
+    np.testing.assert_array_equal(read_trace(alone).topk, expected_alone)
+    assert read_trace(alone).meta["knobs"]["locality_c"] is None
+
+
 @pytest.mark.parametrize(
     "extra, flag",
     [
@@ -134,7 +154,8 @@ def test_trace_profile_locality_and_prompt(capsys, tmp_path):
         (["--family", "uniform", "--rho-profile", "0.1,,0.2"], "--rho-profile"),
         (["--family", "uniform", "--rho", "0.1", "--rho-profile", "0.1,0.2,0.3"], "--rho-profile"),
         (["--family", "uniform", "--locality", "0"], "--locality"),
-        (["--family", "uniform", "--locality", "1", "--step-context", "1"], "--step-context"),
+        (["--family", "uniform", "--step-context", "0"], "--step-context"),
+        (["--family", "uniform", "--locality", "1", "--step-context", "-2"], "--step-context"),
         (["--family", "uniform", "--prompt-tokens", "-1"], "--prompt-tokens"),
         (["--family", "uniform", "--top-k", "40"], "--top-k"),
         (["--family", "uniform", "--seed", "x"], "--seed"),

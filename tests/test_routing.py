@@ -142,11 +142,14 @@ def test_sample_trace_bad_arguments(rng):
 # sha256 of (dtype, shape, bytes) of sample_trace calls that predate the per-layer knobs and the
 # prompt, computed from the code before they were added (seed 20261201): committed figures and
 # tests depend on this random stream, so knobs left off must not draw anything of their own.
+# The two calls with a finite c ("dirichlet_groups", "zipf_step") were re-pinned when the hot
+# sets moved to Gamma draws by inversion from a child stream (common random numbers across c):
+# their old digests were 58c48977… and f2a062eb…; the c = inf calls did not change.
 OLD_CALL_DIGESTS = {
     "uniform": "5a20d31c60c7c60062fe97ab2e692e1f8f8cae26cad050cc7a37a7e13a1984c0",
     "zipf_rho": "8e7907a1b06bdd4be0d94be70e2d6faaf5070fa25bb11665c60bcd01884fcaad",
-    "dirichlet_groups": "58c48977ebbf95c768e1c11e0c9f1936cda6ac987be96f9d959f1660a1cb44f0",
-    "zipf_step": "f2a062eb1d6751c5d9271a538ae82c14f0f70abbef7dcb456448d2bcc20eed46",
+    "dirichlet_groups": "bf971cd04734ddb7b218e6a63c062a047c03204c6a28b292fce7850aa695aa7e",
+    "zipf_step": "06bf2afc6bb4cf165148d463b5c97efefa34e2deb91810ded43444d05435c11f",
     "popularity": "d53a35f28d13d56729b9726be48b9482b3a017b7926c567d7aae4d2d8b52b0d6",
 }
 OLD_CALLS = {
@@ -253,6 +256,10 @@ def test_per_layer_knob_errors(rng):
         sample_trace(Uniform(8, 2), 2, 2, 2, rng, c=[1.0, 0.0])
     with pytest.raises(ValueError, match="prompt_tokens"):
         sample_trace(Uniform(8, 2), 2, 2, 2, rng, prompt_tokens=-1)
+    with pytest.raises(ValueError, match="c_step"):
+        sample_trace(Uniform(8, 2), 2, 2, 2, rng, c_step=0.0)
+    with pytest.raises(ValueError, match="c_step"):
+        sample_trace(Uniform(8, 2), 2, 2, 2, rng, c_step=[1.0, 2.0, 3.0])
 
 
 def test_per_layer_heterogeneity_inf_layer_routes_by_w(rng):
@@ -263,3 +270,286 @@ def test_per_layer_heterogeneity_inf_layer_routes_by_w(rng):
     touched = [np.unique(trace[:, s, 1]).size for s in range(4)]
     assert np.unique(trace[:, :, 0]).size == e
     assert max(touched) < e / 2
+
+
+# ----------------------------------------------------------------------------- common random numbers in c
+
+
+@pytest.mark.parametrize("a", [1e-4, 0.05, 0.7, 3.0, 400.0])
+def test_log_gamma_from_uniforms_is_gamma_distributed(a):
+    """KS test of the inversion sampler against the Gamma(a) CDF from scipy. For a < 1 the CDF
+    is taken in log space, ``P(log G <= y) = e^{a·y} / Γ(a+1) · ₁F₁(a; a+1; −e^y)`` (the series
+    of the lower incomplete gamma), since most draws at a = 1e-4 are below e^-1000."""
+    from scipy import stats
+    from scipy.special import gammainc, gammaln, hyp1f1
+
+    from moeroof.models.routing import log_gamma_from_uniforms
+
+    n = 20_000
+    u = np.random.default_rng(41).random((2, n))
+    log_g = log_gamma_from_uniforms(np.full(n, a), u)
+    assert np.all(np.isfinite(log_g))
+    if a < 1:
+        x = np.exp(log_g)
+        # ₁F₁ to first order where x is tiny (scipy's hyp1f1 returns inf at x = 1e-300)
+        series = np.where(x < 1e-8, 1.0 - a / (a + 1.0) * x, hyp1f1(a, a + 1.0, -np.maximum(x, 1e-8)))
+        cdf = np.exp(a * log_g - gammaln(a + 1.0)) * series
+    else:
+        cdf = gammainc(a, np.exp(log_g))
+    assert stats.kstest(cdf, "uniform").pvalue > 1e-3
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    log10_a=st.floats(-300.0, 12.0),
+    rel=st.floats(1e-9, 1.0),
+    u0=st.floats(0.0, 1.0, exclude_max=True),
+    u1=st.floats(0.0, 1.0, exclude_max=True),
+)
+def test_log_gamma_from_uniforms_is_finite_and_monotone_in_the_shape(log10_a, rel, u0, u1):
+    """The coupling behind common random numbers: at fixed uniforms ``log G`` is finite (shapes
+    down to the 1e-300 floor, uniforms down to an exact 0) and non-decreasing in the shape."""
+    from moeroof.models.routing import log_gamma_from_uniforms
+
+    a = 10.0**log10_a
+    u = np.array([[u0, u0], [u1, u1]])
+    lo, hi = log_gamma_from_uniforms(np.array([a, a * (1 + rel)]), u)
+    assert np.isfinite(lo) and np.isfinite(hi)
+    assert hi >= lo - 1e-12 * max(1.0, abs(lo))
+
+
+def hot_set_trace(c, seed=7, **kw):
+    model = Zipf(128, 8, 0.8)
+    w = model.popularity(2, np.random.default_rng(99))
+    kw.setdefault("groups", 8)
+    return sample_trace(model, 150, 8, 2, np.random.default_rng(seed), c=c, scope="trace", popularity=w, **kw)
+
+
+def single_stream_lru_hit_rate(trace, capacity=32, warmup=40):
+    """Each stream alone, one LRU of ``capacity`` experts per layer; hits pooled over streams."""
+    from moeroof.models import cache
+
+    steps, streams, layers, _ = trace.shape
+    hits = reqs = 0
+    for s in range(streams):
+        req = cache.requests_from_trace(np.ascontiguousarray(trace[:, [s]]), 128)
+        res = cache.simulate(req, capacity * layers, scope="layer", warmup_steps=warmup)
+        hits, reqs = hits + res.hits, reqs + res.requests
+    return hits / reqs
+
+
+def test_finite_c_draws_nothing_from_the_generator():
+    """The hot sets come from a child stream: rng ends where a c = inf call leaves it."""
+    model = Zipf(32, 4, 0.7)
+    ends = []
+    for kw in ({}, {"c": 3.0, "groups": 2}, {"c": 3.0, "scope": "step"}, {"c_step": 2.0}, {"c": 1.0, "c_step": 2.0}):
+        rng = np.random.default_rng(5)
+        sample_trace(model, 12, 4, 2, rng, rho=0.3, **kw)
+        ends.append(rng.random())
+    assert len(set(ends)) == 1
+
+
+@pytest.mark.parametrize("bit_generator", [np.random.PCG64, np.random.MT19937, np.random.Philox, np.random.SFC64])
+def test_hot_sets_follow_the_generator_state(bit_generator):
+    """The child streams are seeded by the generator's state: a restored state gives the same
+    trace, and one more draw before the call gives other hot sets (with c = 0.05 the hot sets
+    decide which experts a stream touches at all)."""
+    model = Uniform(64, 2)
+    rng = np.random.Generator(bit_generator(11))
+    state = rng.bit_generator.state
+    a = sample_trace(model, 30, 4, 2, rng, c=0.05, groups=4, c_step=1.0)
+    rng.bit_generator.state = state
+    np.testing.assert_array_equal(a, sample_trace(model, 30, 4, 2, rng, c=0.05, groups=4, c_step=1.0))
+    rng.bit_generator.state = state
+    rng.random()
+    b = sample_trace(model, 30, 4, 2, rng, c=0.05, groups=4, c_step=1.0)
+    assert not np.array_equal(np.unique(a[:, 0, 0]), np.unique(b[:, 0, 0]))
+
+
+def test_nearby_c_changes_few_entries_and_large_c_tends_to_inf():
+    base = hot_set_trace(20.0)
+    assert np.mean(hot_set_trace(20.0 * (1 + 1e-3)) != base) < 0.01
+    assert np.mean(hot_set_trace(21.0) != base) < 0.2
+    assert np.mean(hot_set_trace(1e12) != hot_set_trace(np.inf)) < 1e-3
+
+
+def test_hit_rate_is_smooth_and_monotone_in_c():
+    """Smaller c, hotter private hot sets, more single-stream hits. At a fixed seed, along a grid
+    of c in steps of 2.5 %, every step changes few trace entries and lowers the hit rate (with
+    the rejection sampler some steps redrew every Gumbel (97 % of the entries changed) and the
+    hit rate rose at c = 27: 0.8925 → 0.8941)."""
+    grid = np.arange(20.0, 30.01, 0.5)
+    traces = [hot_set_trace(c) for c in grid]
+    changed = [np.mean(a != b) for a, b in zip(traces[:-1], traces[1:])]
+    assert max(changed) < 0.15, changed
+    hits = np.array([single_stream_lru_hit_rate(t) for t in traces])
+    steps = np.diff(hits)
+    assert np.all(steps < 0), steps
+    assert np.max(-steps) < 3 * (hits[0] - hits[-1]) / steps.size
+
+
+# ----------------------------------------------------------------------------- step context c_step
+
+
+def test_c_step_inf_is_the_draw_without_it():
+    model = Dirichlet(32, 4, 0.4)
+    for kw in ({}, {"c": 3.0, "groups": 4}, {"c": 5.0, "scope": "step"}, {"c": np.array([np.inf, 2.0])}):
+        plain = sample_trace(model, 15, 4, 2, np.random.default_rng(3), rho=0.3, **kw)
+        for c_step in (np.inf, np.array([np.inf, np.inf])):
+            with_inf = sample_trace(model, 15, 4, 2, np.random.default_rng(3), rho=0.3, c_step=c_step, **kw)
+            np.testing.assert_array_equal(plain, with_inf)
+
+
+def test_part_concentrations_split_the_harmonic_total():
+    from moeroof.models.routing import part_concentrations
+
+    c = np.array([4.0, np.inf, 7.0, np.inf, 1e-3])
+    cs = np.array([np.inf, 2.0, 3.0, np.inf, 1e5])
+    a_g, a_t = part_concentrations(c, cs)
+    np.testing.assert_array_equal(a_g[[0, 1, 3]], [4.0, 0.0, 0.0])
+    np.testing.assert_array_equal(a_t[[0, 1, 3]], [0.0, 2.0, 0.0])
+    total = 1.0 / (1.0 / c[[2, 4]] + 1.0 / cs[[2, 4]])
+    np.testing.assert_allclose(a_g[[2, 4]] + a_t[[2, 4]], total, rtol=1e-12)
+    np.testing.assert_allclose(a_g[[2, 4]], total**2 / c[[2, 4]], rtol=1e-12)
+
+
+def _collisions(trace):
+    """K = 1 traces: the rate at which one stream repeats its expert at the next step, and at
+    which two streams pick the same expert at one step (streams s and s + 1)."""
+    ids = trace[..., 0]  # (steps, streams, layers)
+    return float(np.mean(ids[1:] == ids[:-1])), float(np.mean(ids[:, 1:] == ids[:, :-1]))
+
+
+@pytest.mark.parametrize("c, c_step", [(3.0, np.inf), (np.inf, 2.0), (3.0, 2.0), (0.5, 8.0)])
+def test_c_step_mean_and_second_moments(c, c_step):
+    """K = 1, ρ = 0: a token picks expert i with probability q_s,t,i, so over independent traces
+
+    - the pick frequency estimates E[q] (= w for every c, c_step),
+    - a stream's repeat rate at the next step estimates Σ_i E[q_s,t,i · q_s,t+1,i] (lasting part),
+    - two streams' same-step collision rate estimates Σ_i E[q_s,t,i · q_s',t,i] (step context).
+
+    The second moments are derived independently: closed forms for one part alone (Dirichlet:
+    E[q_i²] = w_i(α w_i + 1)/(α + 1), independent parts multiply to w_i²) and otherwise a Monte
+    Carlo of the docstring's construction with numpy's own gamma sampler,
+    q = (G + H)/Σ(G + H), G ~ Gamma(a_g w), H ~ Gamma(a_t w), 1/A = 1/c + 1/c_step, a_g = A²/c."""
+    e = 8
+    w = zipf_weights(e, 1.0)[np.random.default_rng(2).permutation(e)]
+    reps, streams, steps = 60, 40, 40
+    freq, lag, cross = [], [], []
+    for seed in range(reps):
+        tr = sample_trace(
+            Uniform(e, 1),
+            steps,
+            streams,
+            1,
+            np.random.default_rng(seed),
+            c=c,
+            c_step=c_step,
+            groups=streams,
+            popularity=w[None],
+        )
+        freq.append(np.bincount(tr.ravel(), minlength=e) / tr.size)
+        lag_r, cross_r = _collisions(tr)
+        lag.append(lag_r)
+        cross.append(cross_r)
+    freq, lag, cross = np.array(freq), np.array(lag), np.array(cross)
+
+    def second(alpha):
+        return float(np.sum(w * (alpha * w + 1) / (alpha + 1))) if np.isfinite(alpha) else float(np.sum(w * w))
+
+    if np.isinf(c_step):
+        want_lag, want_cross = second(c), float(np.sum(w * w))
+    elif np.isinf(c):
+        want_lag, want_cross = float(np.sum(w * w)), second(c_step)
+    else:
+        A = 1.0 / (1.0 / c + 1.0 / c_step)
+        a_g, a_t = A * A / c, A * A / c_step
+        r = np.random.default_rng(123)
+        n = 400_000
+        g, g2 = r.standard_gamma(a_g * w, size=(2, n, e))
+        h, h2 = r.standard_gamma(a_t * w, size=(2, n, e))
+
+        def q(x, y):
+            return (x + y) / (x + y).sum(axis=1, keepdims=True)
+
+        want_lag = float(np.mean(np.sum(q(g, h) * q(g, h2), axis=1)))
+        want_cross = float(np.mean(np.sum(q(g, h) * q(g2, h), axis=1)))
+    se = freq.std(axis=0, ddof=1) / np.sqrt(reps)
+    assert np.all(np.abs(freq.mean(axis=0) - w) < 5 * se + 1e-3), (freq.mean(axis=0), w)
+    for got, want, name in ((lag, want_lag, "lag"), (cross, want_cross, "cross")):
+        tol = 5 * got.std(ddof=1) / np.sqrt(reps) + 2e-3
+        assert abs(got.mean() - want) < tol, (name, got.mean(), want, tol)
+
+
+def test_step_context_alone_is_the_shared_step_draw():
+    """c = inf, c_step = C routes every step by one Dirichlet(C·w) shared by all streams: the
+    same law as c = C, groups = 1, scope = "step" (another random stream): one-step unions agree."""
+    from moeroof.models.union import distinct_per_layer
+
+    model = Zipf(128, 8, 0.7)
+    w = model.popularity(2, np.random.default_rng(1))
+    a = sample_trace(model, 300, 8, 2, np.random.default_rng(2), c_step=6.0, popularity=w)
+    b = sample_trace(model, 300, 8, 2, np.random.default_rng(3), c=6.0, groups=1, scope="step", popularity=w)
+    ua, ub = distinct_per_layer(a, 128), distinct_per_layer(b, 128)
+    se = np.hypot(ua.std(), ub.std()) / np.sqrt(ua.shape[0])
+    np.testing.assert_allclose(ua.mean(axis=0), ub.mean(axis=0), atol=5 * se)
+
+
+def _marginal_plugin(w, k, alpha, b):
+    """Plug-in one-step union of b independent tokens at the marginal inclusion E[π(q)],
+    q ~ Dirichlet(α·w) (numpy's sampler; α = inf: q = w)."""
+    from moeroof.models.union import union_plugin
+
+    if np.isinf(alpha):
+        pi = inclusion_probabilities(w, k)
+    else:
+        r = np.random.default_rng(17)
+        q = np.stack([r.dirichlet(alpha * row, size=150) for row in w], axis=1)
+        pi = inclusion_probabilities(q, k).mean(axis=0)
+    return union_plugin(pi, b, k).union_per_layer[:, 0]
+
+
+def test_c_step_with_lasting_hot_sets_gives_both_effects():
+    """c finite and c_step finite (groups = streams, scope = "trace"): a single stream's LRU hits
+    more than with c = inf (its lasting hot set), and the B streams of a step touch fewer
+    experts than the plug-in at the marginal inclusion (the shared context). Each effect
+    vanishes with its knob at inf: with c = inf a single stream hits as often as one routed by
+    a fresh Dirichlet(c_step·w) every step (numpy's sampler, Gumbel-top-K by hand), and with
+    c_step = inf the one-step union is the plug-in."""
+    from moeroof.models.union import distinct_per_layer
+
+    e, k, layers, streams, steps, b = 128, 8, 1, 32, 250, 8
+    c, c_step = 20.0, 30.0
+    model = Zipf(e, k, 0.8)
+    w = model.popularity(layers, np.random.default_rng(99))
+
+    def trace(cc, cs):
+        return sample_trace(
+            model, steps, streams, layers, np.random.default_rng(3), c=cc, c_step=cs, groups=streams, popularity=w
+        )
+
+    def union_ratio(tr, cc, cs):
+        alpha = np.inf if np.isinf(cc) and np.isinf(cs) else 1.0 / (1.0 / cc + 1.0 / cs)
+        measured = distinct_per_layer(tr.reshape(-1, b, layers, k), e).mean(axis=0)
+        return float(np.mean(measured / _marginal_plugin(w, k, alpha, b)))
+
+    both, no_c, no_step = trace(c, c_step), trace(np.inf, c_step), trace(c, np.inf)
+    hit_both, hit_no_c = single_stream_lru_hit_rate(both), single_stream_lru_hit_rate(no_c)
+    assert hit_both > hit_no_c + 0.1, (hit_both, hit_no_c)
+    assert single_stream_lru_hit_rate(no_step) > hit_both  # the step context dilutes the hot set
+
+    r = np.random.default_rng(8)
+    g = r.standard_gamma(c_step * w, size=(steps, streams, layers, e))
+    scores = np.log(g / g.sum(axis=-1, keepdims=True)) + r.gumbel(size=g.shape)
+    fresh = np.argsort(-scores, axis=-1)[..., :k].astype(np.int32)
+    assert hit_no_c == pytest.approx(single_stream_lru_hit_rate(fresh), abs=0.01)
+
+    assert union_ratio(both, c, c_step) < 0.9
+    assert union_ratio(no_c, np.inf, c_step) < 0.8
+    assert union_ratio(no_step, c, np.inf) == pytest.approx(1.0, abs=0.025)
+
+
+def test_nearby_c_step_changes_few_entries():
+    base = hot_set_trace(20.0, c_step=30.0)
+    assert np.mean(hot_set_trace(20.0, c_step=30.0 * (1 + 1e-3)) != base) < 0.01
+    assert np.mean(hot_set_trace(20.0 * (1 + 1e-3), c_step=30.0) != base) < 0.01

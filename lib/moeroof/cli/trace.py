@@ -3,17 +3,19 @@
 ::
 
     moeroof trace --family dirichlet:A|zipf:S|uniform --streams M --steps T -o OUT.npz
-                  [--rho R | --rho-profile R0,R1,…] [--locality C | --step-context C]
+                  [--rho R | --rho-profile R0,R1,…] [--locality C] [--step-context C]
                   [--prompt-tokens P] [--experts E] [--top-k K] [--layers L] [--seed S]
                   [--force] [--json]
 
 The knobs are those of :func:`moeroof.models.routing.sample_trace`: the popularity family per
 layer, the stickiness ρ (one value, or one per layer with ``--rho-profile``), the per-stream hot
 set ``--locality C`` (each stream routes by its own ``q_s ~ Dirichlet(C·w)``, drawn once:
-``c=C, groups=streams, scope="trace"``) or the shared step context ``--step-context C`` (the
-streams of a step share ``q ~ Dirichlet(C·w)``, redrawn every step: ``c=C, groups=1,
-scope="step"``), and a prompt of P tokens routed before the T decode steps (the trace has P + T
-steps; the first P are the prompt). The trace is written with
+``c=C, groups=streams, scope="trace"``), the shared step context ``--step-context CS`` (the
+streams of a step share a context ``r_t ~ Dirichlet(CS·w)``, redrawn every step:
+``c_step=CS``) or both (each stream's lasting hot set and the step's shared context, split as
+the ``c``/``c_step`` construction of ``sample_trace`` says: every stream and step routes by a
+``Dirichlet(A·w)`` draw, ``1/A = 1/C + 1/CS``), and a prompt of P tokens routed before the T
+decode steps (the trace has P + T steps; the first P are the prompt). The trace is written with
 :func:`moeroof.data.io.write_trace` (atomic, byte-stable: the same knobs and seed give the same
 bytes) with meta ``model`` ``synthetic``, ``provenance`` ``projected``, ``source`` (the knobs as
 a command line) and ``knobs`` (the same as JSON). An existing file is replaced only with
@@ -66,7 +68,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--step-context",
         default=None,
-        help="shared step context: the streams of a step share q ~ Dirichlet(C·w), redrawn every step",
+        help="shared step context: the streams of a step share r ~ Dirichlet(C·w), redrawn every step; with "
+        "--locality, on top of each stream's lasting hot set",
     )
     p.add_argument(
         "--prompt-tokens",
@@ -81,7 +84,12 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
     p.set_defaults(
         func=run,
-        parameter_flags={"prompt_tokens": "--prompt-tokens", "groups": "--streams", "scope": "--step-context"},
+        parameter_flags={
+            "prompt_tokens": "--prompt-tokens",
+            "groups": "--streams",
+            "scope": "--step-context",
+            "c_step": "--step-context",
+        },
     )
 
 
@@ -141,8 +149,6 @@ def trace_knobs(args: argparse.Namespace) -> dict[str, Any]:
     rho: float | list[float] = (
         profile if profile is not None else (0.0 if args.rho is None else unit_interval(args.rho, "--rho"))
     )
-    if args.locality is not None and args.step_context is not None:
-        raise UsageError("--step-context: give --locality (per-stream hot set) or --step-context, not both")
     locality = None if args.locality is None else positive_float(args.locality, "--locality")
     context = None if args.step_context is None else positive_float(args.step_context, "--step-context")
     prompt = non_negative_int(args.prompt_tokens, "--prompt-tokens")
@@ -208,9 +214,9 @@ def sample_from_knobs(k: dict[str, Any]) -> Any:
         model = Dirichlet(k["experts"], k["top_k"], k["skew"])
     extra: dict[str, Any] = {}
     if k["locality_c"] is not None:
-        extra = {"c": k["locality_c"], "groups": k["streams"], "scope": "trace"}
-    elif k["step_context_c"] is not None:
-        extra = {"c": k["step_context_c"], "groups": 1, "scope": "step"}
+        extra.update(c=k["locality_c"], groups=k["streams"], scope="trace")
+    if k["step_context_c"] is not None:
+        extra.update(c_step=k["step_context_c"])
     rho = np.asarray(k["rho"], dtype=float) if isinstance(k["rho"], list) else k["rho"]
     rng = np.random.default_rng(k["seed"])
     return sample_trace(

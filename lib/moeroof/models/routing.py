@@ -24,10 +24,15 @@ Two correlation knobs that real fleets have (SPEC §3):
   experts not kept. ``ρ`` drives cache hits and the union over time, not the one-step union.
 
 Both may be given per layer (a stickiness profile over depth); ``c`` with ``groups = streams``
-and ``scope="trace"`` is a per-stream hot set, and ``prompt_tokens`` prepends a cold-started
-prompt (:func:`sample_trace`).
+and ``scope="trace"`` is a per-stream hot set, ``c_step`` adds a context that the streams of a
+step share on top of it (a lasting per-stream bias and a cross-agent correlation in one trace),
+and ``prompt_tokens`` prepends a cold-started prompt (:func:`sample_trace`).
 
-Every random draw takes an explicit :class:`numpy.random.Generator`.
+Every random draw takes an explicit :class:`numpy.random.Generator`. :func:`sample_trace`
+draws its popularities by inversion (:func:`log_gamma_from_uniforms`) from child streams that
+leave the generator's own stream alone: at one seed a trace moves smoothly with ``c`` and
+``c_step`` (common random numbers for fits over them); :func:`log_dirichlet` (numpy's
+rejection sampler) serves the other callers.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+from scipy.special import gammaincinv
 
 from moeroof.core.errors import ParameterError
 from moeroof.core.masks import live_tokens
@@ -52,6 +58,8 @@ __all__ = [
     "histogram_from_trace",
     "sample_histogram",
     "log_dirichlet",
+    "log_gamma_from_uniforms",
+    "part_concentrations",
     "softmax",
     "pair_overlap",
     "consecutive_overlap",
@@ -155,6 +163,57 @@ def log_dirichlet(concentration: np.ndarray, rng: np.random.Generator) -> np.nda
     a = np.asarray(concentration, dtype=float)
     log_g = np.log(rng.standard_gamma(a + 1.0)) + np.log(rng.random(a.shape)) / a
     return log_g - np.logaddexp.reduce(log_g, axis=-1, keepdims=True)
+
+
+#: smallest uniform fed to the inversion (``rng.random`` can return an exact 0)
+_U_FLOOR = 2.0**-60
+#: floor of a Gamma shape: ``log(u)/a`` stays finite (|log u| <= 42, so >= -4.2e301)
+_SHAPE_FLOOR = 1e-300
+
+
+def log_gamma_from_uniforms(shape: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """``log G``, ``G ~ Gamma(shape, 1)``, by inversion from two uniforms per element.
+
+    ``u`` has shape ``(2, *shape.shape)``; ``log G = log P⁻¹(a + 1, u₀) + log(u₁) / a`` with
+    ``P⁻¹`` the inverse regularised lower incomplete gamma
+    (:func:`scipy.special.gammaincinv`) and ``Gamma(a) =d Gamma(a+1)·U^(1/a)`` (as
+    :func:`log_dirichlet`, without its rejection sampler). A fixed number of uniforms per
+    element, and ``log G`` is continuous and non-decreasing in ``a`` and in each uniform, so a
+    draw at ``a`` and at ``a(1 + ε)`` from the same uniforms differ by O(ε): common random
+    numbers across a concentration. Shapes are floored at 1e-300 (``log G`` stays finite,
+    about ``-1e300·|log u₁|``); large shapes are fine (``P⁻¹`` is accurate past 1e12).
+    """
+    a = np.maximum(np.asarray(shape, dtype=float), _SHAPE_FLOOR)
+    u = np.maximum(np.asarray(u, dtype=float), _U_FLOOR)
+    if u.shape != (2,) + a.shape:
+        raise ValueError(f"u must have shape {(2,) + a.shape}, got {u.shape}")
+    g1 = np.maximum(gammaincinv(a + 1.0, u[0]), 1e-300)
+    return np.log(g1) + np.log(u[1]) / a
+
+
+def _state_words(state) -> list[int]:
+    """A bit generator's state (nested dict of ints, arrays, strings) as non-negative ints."""
+    if isinstance(state, dict):
+        return [w for key in sorted(state) for w in (*_state_words(key), *_state_words(state[key]))]
+    if isinstance(state, str):
+        return [int.from_bytes(state.encode(), "little")]
+    if isinstance(state, np.ndarray):
+        return [w for x in state.ravel().tolist() for w in _state_words(x)]
+    if isinstance(state, float):
+        return [int.from_bytes(np.float64(state).tobytes(), "little")]
+    value = int(state)
+    return [2 * value if value >= 0 else -2 * value - 1]
+
+
+#: spawn keys of the child streams of :func:`sample_trace`
+_GROUP_STREAM, _STEP_STREAM = 1, 2
+
+
+def _child_generator(rng: np.random.Generator, key: int) -> np.random.Generator:
+    """A generator seeded by ``rng``'s current state and ``key``, drawing nothing from ``rng``:
+    the same state gives the same child, and ``rng``'s own stream does not move."""
+    seq = np.random.SeedSequence(_state_words(rng.bit_generator.state), spawn_key=(key,))
+    return np.random.Generator(np.random.PCG64(seq))
 
 
 def _normalize(popularity: np.ndarray) -> np.ndarray:
@@ -291,6 +350,20 @@ def _per_layer(value, layers: int, name: str) -> np.ndarray:
     return arr
 
 
+def part_concentrations(c: np.ndarray, c_step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer, the concentrations ``(a_group, a_step)`` of :func:`sample_trace`'s lasting
+    and step parts: ``1/A = 1/c + 1/c_step``, ``a_group = A²/c = c·(c_step/(c + c_step))²``,
+    ``a_step = A²/c_step``, so ``a_group + a_step = A``; ``c = inf`` → ``(0, c_step)``,
+    ``c_step = inf`` → ``(c, 0)`` exactly, both inf → ``(0, 0)`` (route by w)."""
+    fin_c, fin_s = np.isfinite(c), np.isfinite(c_step)
+    cc = np.where(fin_c, c, 1.0)
+    ss = np.where(fin_s, c_step, 1.0)
+    both = fin_c & fin_s
+    a_group = np.where(both, cc / (1.0 + cc / ss) ** 2, np.where(fin_c, cc, 0.0))
+    a_step = np.where(both, ss / (1.0 + ss / cc) ** 2, np.where(fin_s, ss, 0.0))
+    return a_group, a_step
+
+
 def sample_trace(
     model: PopularityModel,
     steps: int,
@@ -299,6 +372,7 @@ def sample_trace(
     rng: np.random.Generator,
     *,
     c: float | np.ndarray = np.inf,
+    c_step: float | np.ndarray = np.inf,
     rho: float | np.ndarray = 0.0,
     groups: int = 1,
     scope: str = "trace",
@@ -334,6 +408,40 @@ def sample_trace(
     so a single stream's cache hits more, and the experts a batch touches over a window of
     steps stay below the plug-in of as many independent tokens.
 
+    Step context on top of lasting hot sets: ``c_step`` (scalar or per layer; ``inf``, the
+    default, is none) adds a context that the streams of one step share, redrawn every step,
+    while each group keeps its own part. Per layer, with independent Gamma vectors
+
+        G_g,i ~ Gamma(a_g·w_i)   (group g's part: drawn once, or every step with scope="step")
+        H_t,i ~ Gamma(a_t·w_i)   (step t's context: shared by every stream of step t)
+        q_s,t = (G_g + H_t) / Σ_i (G_g,i + H_t,i),     g = s * groups // streams,
+        1/A = 1/c + 1/c_step,   a_g = A²/c = c·(c_step/(c + c_step))²,   a_t = A²/c_step,
+
+    so ``a_g + a_t = A`` and, by gamma additivity, every stream and step routes marginally by
+    ``q_s,t ~ Dirichlet(A·w)``: ``E[q_s,t] = w`` exactly, ``Var q_s,t,i = w_i(1 − w_i)/(A + 1)``.
+    Equivalently ``q_s,t = λ·q_g + (1 − λ)·r_t`` with ``q_g ~ Dirichlet(a_g·w)`` (the lasting
+    hot set), ``r_t ~ Dirichlet(a_t·w)`` (the step context) and ``λ ~ Beta(a_g, a_t)``
+    independent of both; a share ``a_g/A = c_step/(c + c_step)`` of that variance persists in a
+    stream over time and ``a_t/A = c/(c + c_step)`` is shared by the streams of a step (which
+    then overlap more than the plug-in at the marginal ``E[π(q)]``). Each knob keeps roughly
+    its meaning alone: the covariance of a stream with itself at two steps is about
+    ``w_i(1 − w_i)/(c + 1)`` and of two streams (other groups) at one step about
+    ``w_i(1 − w_i)/(c_step + 1)`` (Monte Carlo: within 20 % for c, c_step >= 10, exact as both
+    grow; lower when the other knob is much smaller). The step context is fresh variation in
+    every token, so at a fixed c a finite c_step lowers a single stream's cache hit rate, and
+    at a fixed c_step a finite c raises the one-step union: fit the two together. ``c_step = inf`` is exactly
+    the group part alone (``a_g = c``: the traces are the same, byte for byte); ``c = inf`` with
+    finite ``c_step`` is the step context alone, ``Dirichlet(c_step·w)`` shared by all streams
+    (what ``c=c_step, groups=1, scope="step"`` draws, from another child stream).
+
+    Common random numbers: the popularity parts are Gamma draws by inversion from two uniforms
+    each (:func:`log_gamma_from_uniforms`: continuous and monotone in the shape) taken from
+    child streams of ``rng`` that are seeded by its state and draw nothing from it (one for the
+    group parts, one for the step contexts), so the Gumbel and stickiness draws are the same at
+    every ``c`` and ``c_step``, and at the same seed a small change of ``c`` or ``c_step``
+    changes few entries of the trace (a cache hit rate moves smoothly, and as ``c → inf`` the
+    trace tends to the ``c = inf`` trace of the same seed).
+
     Prompt cold start: ``prompt_tokens = P`` makes every stream route P prompt tokens first
     (one per step, nothing carried into the first; stickiness along the prompt as along the
     decode) and the returned trace begins with those P steps: rows ``[:P]`` are the prompt,
@@ -360,31 +468,56 @@ def sample_trace(
         raise ValueError(f"popularity must have shape {(layers, model.experts)}, got {w.shape}")
     if scope not in ("trace", "step"):
         raise ParameterError("scope", f"scope must be 'trace' or 'step', got {scope!r}")
-    no_het = np.isinf(c_l)
-    # a scalar c keeps the scalar arithmetic (byte-identical draws); finite stand-in on inf layers
-    c_col = float(c_l[0]) if np.ndim(c) == 0 else np.where(no_het, 1.0, c_l)[:, None]
-    rho_keep = float(rho_l[0]) if np.ndim(rho) == 0 else rho_l[:, None]
+    cs_l = _per_layer(c_step, layers, "c_step")
+    if not np.all(cs_l > 0):
+        raise ParameterError("c_step", f"step-context concentration must be > 0 (inf for none), got {c_step!r}")
     with np.errstate(divide="ignore"):
         logw = np.log(w)
+    a_group, a_step = part_concentrations(c_l, cs_l)
+    has_group, has_step = a_group > 0, a_step > 0
+    neither = ~(has_group | has_step)
+    group_of = np.arange(streams) * groups // streams
+    # the popularity parts draw from child streams of rng (nothing drawn from rng itself), so the
+    # Gumbel and stickiness draws below are the same at every c and c_step (common random numbers)
+    child_group = _child_generator(rng, _GROUP_STREAM) if np.any(has_group) else None
+    child_step = _child_generator(rng, _STEP_STREAM) if np.any(has_step) else None
+    # stand-in shapes on layers without the part: drawn (a fixed count of uniforms), then masked
+    shape_group = np.where(has_group, a_group, 1.0)[:, None] * w
+    shape_step = np.where(has_step, a_step, 1.0)[:, None] * w
+    log_group = None
 
-    def draw_logq() -> np.ndarray:
-        if np.all(no_het):
+    def draw_log_group() -> np.ndarray:
+        u = child_group.random((2, groups) + w.shape)
+        lg = log_gamma_from_uniforms(np.broadcast_to(shape_group, (groups,) + w.shape), u)
+        return np.where(has_group[:, None], lg, -np.inf)
+
+    def draw_logq(redraw_group: bool) -> np.ndarray:
+        nonlocal log_group
+        if not (np.any(has_group) or np.any(has_step)):
             return np.broadcast_to(logw, (streams,) + w.shape)
-        # experts with zero popularity stay unreachable; the others get concentration c·w
-        conc = np.maximum(c_col * w, 1e-300)
-        group_logq = log_dirichlet(np.broadcast_to(conc, (groups,) + w.shape), rng)
-        group_logq = np.where(w > 0, group_logq, -np.inf)
-        if np.any(no_het):
-            group_logq = np.where(no_het[:, None], logw, group_logq)
-        return group_logq[np.arange(streams) * groups // streams]
+        if child_group is not None and (log_group is None or redraw_group):
+            log_group = draw_log_group()
+        mass = None if log_group is None else log_group[group_of]
+        if child_step is not None:
+            lh = log_gamma_from_uniforms(shape_step, child_step.random((2,) + w.shape))
+            lh = np.where(has_step[:, None], lh, -np.inf)
+            if mass is None:
+                mass = np.broadcast_to(lh, (streams,) + w.shape)
+            else:  # log(G + H), as np.logaddexp but twice as fast; NaN only where both are -inf
+                with np.errstate(invalid="ignore"):
+                    mass = np.maximum(mass, lh) + np.log1p(np.exp(-np.abs(mass - lh)))
+        # experts with zero popularity stay unreachable; layers with neither part route by w. The
+        # log mass is log q up to a constant per row, which the Gumbel top-K does not see.
+        return np.where(neither[:, None], logw, np.where(w > 0, mass, -np.inf))
 
+    rho_keep = float(rho_l[0]) if np.ndim(rho) == 0 else rho_l[:, None]
     total = int(prompt_tokens) + steps
-    logq = draw_logq()
+    logq = draw_logq(True)
     out = np.empty((total, streams, layers, k), dtype=np.int32)
     out[0] = _top_k_of_scores(logq + rng.gumbel(size=logq.shape), k)
     for step in range(1, total):
-        if scope == "step":
-            logq = draw_logq()
+        if scope == "step" or child_step is not None:
+            logq = draw_logq(scope == "step")
         scores = logq + rng.gumbel(size=logq.shape)
         if np.any(rho_l > 0):
             keep = rng.random(out[step - 1].shape) < rho_keep

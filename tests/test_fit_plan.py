@@ -17,7 +17,7 @@ from moeroof.core.errors import ParameterError
 from moeroof.data.io import InputError
 from moeroof.data.plan_points import PlanPoint, read_plan_points
 from moeroof.data.presets import load_hardware, load_model
-from moeroof.models.fit_plan import PlanKnobs, default_knobs, fit_plan, predict_points
+from moeroof.models.fit_plan import SIGMA_HIT, SIGMA_NET, PlanKnobs, default_knobs, fit_plan, predict_points
 from moeroof.models.plan import routing_from_spec
 
 
@@ -197,3 +197,82 @@ def test_plan_takes_routing_knobs_and_stickiness_raises_its_hits(tmp_path, capsy
         assert rep["routing"].startswith("dirichlet 0.4")
         hits[rho] = rep["cache_hit_rate"][0]
     assert hits[0.5] > hits[0.0] + 0.05, hits
+
+
+# ----------------------------------------------------------------------------- cache knobs' uncertainty in the bands
+def _glm_box():
+    m, hw = load_model("glm-5.2"), load_hardware("nvme-gen4")
+    return m, hw
+
+
+def _noisy(pts, net, hit, cal, seed, with_hit=True, scale=0.5):
+    """Calibration rows ``cal`` measured with ``scale`` times the noise the fit assumes (σ_net on
+    log tok/s, σ_hit on the hit rate); the others left empty. Half the assumed noise keeps a 5–95 %
+    interval's miss rate well below one in ten, so a round trip that misses says the interval is
+    too narrow, not that the draw was unlucky."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, p in enumerate(pts):
+        if i not in cal:
+            out.append(p)
+            continue
+        n = float(net[i] * np.exp(rng.normal(0.0, scale * SIGMA_NET)))
+        h = float(np.clip(hit[i] + rng.normal(0.0, scale * SIGMA_HIT), 0.0, 1.0)) if with_hit else None
+        out.append(dataclasses.replace(p, net_tok_s=n, hit_rate=h))
+    return out
+
+
+@pytest.mark.parametrize(
+    "knob,truth,start,cells,cal",
+    [
+        # skew from hit rates and tok/s, with the SSD scale beside it
+        ("skew", {"skew": 1.1}, "zipf:0.8", [(1, 5), (1, 10), (4, 10), (1, 20), (4, 20), (8, 20), (1, 40), (4, 40)],
+         {0, 3, 5, 6}),
+        # the page-cache share from tok/s alone (small caches feel it, large ones pin the SSD scale)
+        ("pressure", {"page_cache_share": 0.5}, "zipf:1.0",
+         [(1, 2), (1, 5), (2, 5), (1, 10), (2, 10), (4, 10), (1, 20), (1, 30)], {0, 2, 3, 6, 7}),
+    ],
+)  # fmt: skip
+def test_cache_knob_round_trip_bands_and_interval_cover_the_truth(knob, truth, start, cells, cal):
+    m, hw = _glm_box()
+    pts = points(cells)
+    true_knobs = PlanKnobs(ssd_scale=0.8, **truth)
+    # the truth's routing: a skew knob is Zipf s; a pressure truth runs on the routing given
+    route = routing_from_spec(start, m)
+    net, hit = predict_points(pts, m, hw, route, true_knobs)
+    measured = _noisy(pts, net, hit, cal, seed=11, with_hit=knob == "skew")
+    fit = fit_plan(measured, m, hw, route, fit=(knob, "ssd-scale"), overlap="max")
+    assert fit.fitted == (knob, "ssd-scale")
+    key, value = next(iter(truth.items()))
+    k = fit.knobs[key]
+    assert k["fitted"] and k["identified"], k
+    assert k["low"] <= value <= k["high"], (key, k)
+    assert k["low"] < k["high"], k  # an interval, not a point
+    s = fit.knobs["ssd_scale"]
+    assert s["low"] <= 0.8 <= s["high"], s
+    for i, row in enumerate(fit.rows):
+        assert row["row"] == pts[i].row
+        if row["role"] == "prediction":
+            assert row["low"] <= net[i] <= row["high"], (i, row, net[i])
+            assert row["hit_rate_low"] <= hit[i] <= row["hit_rate_high"], (i, row, hit[i])
+
+
+def test_a_fitted_cache_knob_widens_the_band_over_the_same_fit_with_it_held():
+    """The skew fitted, then held at its fitted value (the routing zipf:ŝ, only the SSD scale
+    fitted): the same knobs and predictions, but the fitted skew's uncertainty widens every
+    predicted row's band and contains the held fit's band."""
+    m, hw = _glm_box()
+    pts = points([(1, 5), (1, 10), (4, 10), (1, 20), (4, 20), (8, 20), (1, 40), (4, 40)])
+    net, hit = predict_points(pts, m, hw, routing_from_spec("zipf:1.1", m), PlanKnobs(ssd_scale=0.8))
+    measured = _noisy(pts, net, hit, {0, 3, 5, 6}, seed=5)
+    free = fit_plan(measured, m, hw, routing_from_spec("zipf:0.8", m), fit=("skew", "ssd-scale"), overlap="max")
+    s_hat = free.knobs["skew"]["value"]
+    held = fit_plan(measured, m, hw, routing_from_spec(f"zipf:{s_hat!r}", m), fit=("ssd-scale",), overlap="max")
+    assert "skew" not in held.knobs
+    assert held.knobs["ssd_scale"]["value"] == pytest.approx(free.knobs["ssd_scale"]["value"], rel=1e-6)
+    for f, h in zip(free.rows, held.rows):
+        assert f["predicted"] == pytest.approx(h["predicted"], rel=1e-6)
+        assert f["low"] <= h["low"] * (1 + 1e-9) and f["high"] >= h["high"] * (1 - 1e-9), (f, h)
+        if f["role"] == "prediction":
+            assert f["high"] - f["low"] > 1.02 * (h["high"] - h["low"]), (f, h)
+            assert f["hit_rate_high"] - f["hit_rate_low"] > h["hit_rate_high"] - h["hit_rate_low"], (f, h)

@@ -12,7 +12,7 @@ fitted knobs (:data:`KNOBS`):
   (``Workload.page_cache_share``; fitting it turns the page cache on);
 - ``skew``: the Zipf exponent s of the routing (``zipf:s``, replacing the routing given);
 - ``rho``: the stickiness ρ of each stream (the cache is then simulated on a trace sampled with
-  :func:`moeroof.models.routing.sample_trace` at the fitted skew and ρ).
+  :func:`routing_from_knobs` at the fitted skew and ρ).
 
 **Fit.** Rows with a measured value calibrate, rows without are predicted. The residuals are
 ``log(predicted / measured net tok/s) / σ_net`` and ``(predicted − measured hit rate) / σ_hit``
@@ -24,11 +24,43 @@ for each candidate the smooth knobs (engine, ssd-scale) are solved by bounded le
 rows can identify (:func:`default_knobs`): with hit rates, the skew; with one net tok/s row the
 SSD scale, with two the engine terms, with three or more both.
 
-**Bands** (5–95 %): the smooth knobs' covariance ``(JᵀJ)⁻¹`` from the weighted residuals at the
-solution (scaled by the residual variance when rows outnumber knobs) is sampled
-(:data:`BAND_DRAWS` draws, clipped to the bounds) and every row is predicted at each draw and at
-:data:`BAND_SEEDS` simulation seeds; the band is the spread of those predictions. The cache
-knobs' own uncertainty is not propagated (stated in the result's notes).
+**Bands** (5–95 % of a new measurement), from two parts.
+
+*Smooth knobs.* Their covariance ``(JᵀJ)⁻¹`` from the weighted residuals at the solution (at
+the best cache knobs θ̂; scaled by the residual variance when rows outnumber knobs) is sampled
+(:data:`BAND_DRAWS` draws, clipped to the bounds); every row is predicted at each draw and at
+:data:`BAND_SEEDS` simulation seeds, times a lognormal measurement noise (the larger of σ_net
+and the calibration rows' own scatter): the 5 and 95 % quantiles L_i, H_i around the best
+prediction ŷ_i(θ̂).
+
+*Cache knobs θ* (skew, ρ, pressure; when fitted), by profile likelihood. With
+S(θ) = min over the smooth knobs of Σ r² (the variable projection's cost, the smooth knobs
+re-solved at each θ) and n, p_x, p_θ the numbers of measured values (tok/s and hit rates),
+smooth knobs and cache knobs, the retained set is
+
+    R = {θ : S(θ) ≤ S(θ̂) + χ²₁(0.90) · max(S(θ̂) / (n − p_x − p_θ), 1)},  χ²₁(0.90) = 1.645² = 2.71
+
+(:data:`PROFILE_CHI2`; the scale as for the smooth knobs' covariance). A cache knob's 5–95 %
+interval is its range over R — the profile-likelihood interval (Venzon & Moolgavkar 1988,
+Appl. Statist. 37:87; Bates & Watts 1988, *Nonlinear Regression Analysis and Its
+Applications*, ch. 6) — and a row's prediction over R is its prediction profile interval
+(Kreutz, Raue & Timmer 2012, BMC Syst. Biol. 6:120). The band of row i is the smooth part's
+band moved to every retained set and united:
+
+    low_i = min_{θ∈R} ŷ_i(θ) · L_i / ŷ_i(θ̂),   high_i = max_{θ∈R} ŷ_i(θ) · H_i / ŷ_i(θ̂)
+
+(hit rates: the same with the smooth part's hit-rate quantiles added as differences, not
+ratios, clipped to [0, 1]); a smooth knob's interval, x̂ ± 1.645 sd from the covariance, is
+likewise united over the values x̂(θ) it is re-solved to on R. Adding the two parts' widths
+rather than combining them is conservative. R is known at the evaluated points only: the
+Nelder–Mead evaluations, then lines walked out from θ̂ (both ways along each knob's axis, each
+pair's diagonals and the principal axes of the points found inside) until S crosses the
+threshold, the crossing bisected (:func:`_explore_profile`). S is piecewise constant in θ (the
+simulations run at fixed seeds), so a crossing is located to a fraction of a step, and a region
+in several pieces counts only where a line reaches it. Where a walk finds a lower cost than
+Nelder–Mead did, the fit moves there and the profile is walked again around it (at most
+:data:`PROFILE_RESTARTS` times; then the fit still moves to the lowest cost, the profile is what
+has been evaluated). Without cache knobs the bands are the smooth part's alone.
 """
 
 from __future__ import annotations
@@ -56,6 +88,7 @@ __all__ = [
     "SIGMA_HIT",
     "BAND_DRAWS",
     "BAND_SEEDS",
+    "PROFILE_CHI2",
     "PlanKnobs",
     "PlanFit",
     "default_knobs",
@@ -69,6 +102,10 @@ SIGMA_NET = 0.05
 SIGMA_HIT = 0.02
 BAND_DRAWS = 200
 BAND_SEEDS = (0, 1, 2)
+PROFILE_CHI2 = 1.6448536269514722**2  # χ²₁ at 0.90 = z₀.₉₅²: a two-sided 5–95 % profile interval
+PROFILE_STEP = 0.01
+PROFILE_BISECTIONS = 4
+PROFILE_RESTARTS = 2
 _SMOOTH = ("engine", "ssd-scale")
 _CACHE = ("skew", "rho", "pressure")
 _TRACE_STEPS = 96
@@ -135,13 +172,22 @@ def _box(hardware: Hardware, knobs: PlanKnobs) -> Hardware:
     return hw
 
 
-def _routing(model: MoEModel, base: RoutingProbabilities, knobs: PlanKnobs, streams: int, seed: int):
+def _routing(
+    model: MoEModel, base: RoutingProbabilities, knobs: PlanKnobs, streams: int, seed: int, routes: dict | None = None
+):
     if knobs.skew is None and knobs.rho == 0.0:
         return base
     s = 0.8 if knobs.skew is None else float(knobs.skew)
+    key = (s, float(knobs.rho), streams, seed if knobs.rho > 0.0 else 0)
+    if routes is not None and key in routes:
+        return routes[key]
     if knobs.rho > 0.0:
-        return routing_from_knobs(model, "zipf", s, knobs.rho, streams=streams, seed=seed)
-    return routing_from_spec(f"zipf:{s:.10g}", model)
+        route = routing_from_knobs(model, "zipf", s, knobs.rho, streams=streams, seed=seed)
+    else:
+        route = routing_from_spec(f"zipf:{s:.10g}", model)
+    if routes is not None:  # one fit asks for the same routing many times (draws, seeds, rows)
+        routes[key] = route
+    return route
 
 
 def predict_points(
@@ -157,9 +203,37 @@ def predict_points(
     overlap: str = "max",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Predicted net tok/s and hit rate of every point (in order), through :func:`plan`."""
+    return _predict(
+        points,
+        model,
+        hardware,
+        routing,
+        knobs,
+        context_tokens=context_tokens,
+        page_cache=page_cache,
+        seed=seed,
+        overlap=overlap,
+    )
+
+
+def _predict(
+    points: Sequence[PlanPoint],
+    model: MoEModel,
+    hardware: Hardware,
+    routing: RoutingProbabilities,
+    knobs: PlanKnobs,
+    *,
+    context_tokens: int = 4096,
+    page_cache: bool = False,
+    seed: int = 0,
+    overlap: str = "max",
+    routes: dict | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`predict_points`; ``routes``: a memo of the routings sampled or computed from the
+    knobs (skew, ρ, streams, seed), kept by the caller for one fit."""
     hw = _box(hardware, knobs)
     streams = max(p.batch for p in points)
-    route = _routing(model, routing, knobs, streams, seed)
+    route = _routing(model, routing, knobs, streams, seed, routes)
     share = 1.0 if knobs.page_cache_share is None else float(knobs.page_cache_share)
     pc = page_cache or knobs.page_cache_share is not None
     net = np.empty(len(points))
@@ -186,6 +260,49 @@ def predict_points(
             net[i] = res.net_tok_s[j]
             hit[i] = res.cache_hit_rate[j]
     return net, hit
+
+
+def _explore_profile(inside, kept, z_hat: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
+    """Walk out from the best cache knobs ``z_hat`` along lines until ``inside(z)`` (the profile
+    test, which records the evaluation) fails, then bisect the crossing (:data:`PROFILE_BISECTIONS`
+    times): first both ways along every knob's axis and, with two or more knobs, every pair's
+    diagonals, in units of each knob's range (first step :data:`PROFILE_STEP`, doubling); then both
+    ways along the principal axes of the sets ``kept()`` has found inside so far, so that a region
+    stretched along no axis is still walked to its ends."""
+    p = z_hat.size
+    span = hi - lo
+
+    def walk(u: np.ndarray) -> None:
+        t_in, t_out, t, prev = 0.0, None, PROFILE_STEP, z_hat
+        while t_out is None:
+            z = np.clip(z_hat + t * u * span, lo, hi)
+            if np.array_equal(z, prev):  # the line has left the box: inside up to its bounds
+                return
+            prev = z
+            if inside(z):
+                t_in, t = t, 2.0 * t
+            else:
+                t_out = t
+        for _ in range(PROFILE_BISECTIONS):
+            t = 0.5 * (t_in + t_out)
+            if inside(np.clip(z_hat + t * u * span, lo, hi)):
+                t_in = t
+            else:
+                t_out = t
+
+    eye = np.eye(p)
+    lines = [eye[i] for i in range(p)]
+    lines += [eye[i] + sgn * eye[j] for i in range(p) for j in range(i + 1, p) for sgn in (1.0, -1.0)]
+    for u in lines:
+        for sgn in (1.0, -1.0):
+            walk(sgn * u)
+    inner = np.array(kept(), dtype=float).reshape(-1, p)
+    if p >= 2 and len(inner) > p:
+        d = (inner - z_hat) / span
+        _, vecs = np.linalg.eigh(d.T @ d)
+        for v in vecs.T:
+            for sgn in (1.0, -1.0):
+                walk(sgn * v / np.max(np.abs(v)))
 
 
 @dataclass(frozen=True)
@@ -273,8 +390,10 @@ def _fit_one(
             k = replace(k, page_cache_share=outer["pressure"])
         return k
 
-    def residuals(k: PlanKnobs, seed: int = 0) -> np.ndarray:
-        net, hit = predict_points(
+    routes: dict = {}
+
+    def predict(k: PlanKnobs, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        return _predict(
             pts,
             model,
             hardware,
@@ -284,7 +403,11 @@ def _fit_one(
             page_cache=page_cache,
             seed=seed,
             overlap=overlap,
+            routes=routes,
         )
+
+    def residuals(k: PlanKnobs, seed: int = 0) -> np.ndarray:
+        net, hit = predict(k, seed)
         r_net = np.log(net[cal_net] / meas_net[cal_net]) / SIGMA_NET
         r_hit = (hit[cal_hit] - meas_hit[cal_hit]) / SIGMA_HIT
         return np.concatenate([r_net, r_hit])
@@ -327,22 +450,57 @@ def _fit_one(
     def outer_of(z: np.ndarray) -> dict[str, float]:
         return {n: float(np.clip(v, *bounds[n])) for n, v in zip(outer_names, z)}
 
+    n_res = int(cal_net.sum() + cal_hit.sum())
+    profile: list[dict[str, Any]] = []  # the retained cache-knob sets (module docstring, Bands)
     if outer_names:
-        best: dict[str, Any] = {}
+        evaluated: dict[tuple[float, ...], dict[str, Any]] = {}
 
-        def cost(z: np.ndarray) -> float:
-            o = outer_of(z)
-            x, c, sol = solve_inner(o)
-            if not best or c < best["cost"]:
-                best.update(cost=c, outer=o, x=x, sol=sol)
-            return c
+        def evaluate(o: dict[str, float]) -> dict[str, Any]:
+            key = tuple(o[n] for n in outer_names)
+            if key not in evaluated:
+                xo, c, so = solve_inner(o)
+                evaluated[key] = {"outer": o, "x": xo, "cost": c, "sol": so}
+            return evaluated[key]
 
         z0 = np.array([starts[n] for n in outer_names])
-        minimize(cost, z0, method="Nelder-Mead", options={"maxfev": int(max_evaluations), "xatol": 1e-3, "fatol": 1e-3})
-        outer, x, total, sol = best["outer"], best["x"], best["cost"], best["sol"]
+        minimize(
+            lambda z: evaluate(outer_of(z))["cost"],
+            z0,
+            method="Nelder-Mead",
+            options={"maxfev": int(max_evaluations), "xatol": 1e-3, "fatol": 1e-3},
+        )
+        n_search = len(evaluated)
+        best = min(evaluated.values(), key=lambda e: e["cost"])
+        moved = 0
+        while True:
+            outer, x, total, sol = best["outer"], best["x"], best["cost"], best["sol"]
+            dof_all = n_res - x.size - len(outer_names)
+            s2 = max(total / dof_all, 1.0) if dof_all > 0 else 1.0
+            threshold = total + PROFILE_CHI2 * s2
+            if moved > PROFILE_RESTARTS:  # no more walks: the profile is what has been evaluated
+                break
+            _explore_profile(
+                lambda z, t=threshold: evaluate(outer_of(z))["cost"] <= t,
+                lambda t=threshold: [k for k, e in evaluated.items() if e["cost"] <= t],
+                np.array([outer[n] for n in outer_names]),
+                np.array([bounds[n][0] for n in outer_names], dtype=float),
+                np.array([bounds[n][1] for n in outer_names], dtype=float),
+            )
+            lower = min(evaluated.values(), key=lambda e: e["cost"])
+            if lower["cost"] >= total:
+                break
+            best, moved = lower, moved + 1  # the walk found a better fit: centre the profile there
+        profile = [e for e in evaluated.values() if e["cost"] <= threshold]
         notes.append(
-            f"cache knobs ({', '.join(outer_names)}) searched by Nelder–Mead, at most {max_evaluations} evaluations; "
-            "their uncertainty is not in the bands"
+            f"cache knobs ({', '.join(outer_names)}) searched by Nelder–Mead ({n_search} evaluations, at most "
+            f"{max_evaluations}); their profile — every evaluated set whose cost, the engine and SSD terms re-solved, "
+            f"is within {PROFILE_CHI2:.2f} × {s2:.3g} of the best ({len(evaluated) - n_search} more evaluations, "
+            f"{len(profile)} sets kept) — gives their intervals and widens the bands"
+            + (
+                f"; the profile's walk found a better fit than Nelder–Mead's {moved} time(s) and moved there"
+                if moved
+                else ""
+            )
         )
     else:
         outer = {}
@@ -367,24 +525,12 @@ def _fit_one(
     for sd in BAND_SEEDS:
         for d in draws:
             d = np.clip(d, lo_b, hi_b) if x.size else d
-            net, hit = predict_points(
-                pts,
-                model,
-                hardware,
-                routing,
-                knobs_of(outer, d),
-                context_tokens=context_tokens,
-                page_cache=page_cache,
-                seed=sd,
-                overlap=overlap,
-            )
+            net, hit = predict(knobs_of(outer, d), sd)
             preds_net.append(net)
             preds_hit.append(hit)
     preds_net = np.array(preds_net)
     preds_hit = np.array(preds_hit)
-    net0, hit0 = predict_points(
-        pts, model, hardware, routing, best_knobs, context_tokens=context_tokens, page_cache=page_cache, overlap=overlap
-    )
+    net0, hit0 = predict(best_knobs)
     # a band is where a new measurement falls: the knobs' spread times the measurement noise,
     # the larger of σ_net and the calibration rows' own scatter about the fit
     r_net = np.log(net0[cal_net] / meas_net[cal_net]) if cal_net.any() else np.zeros(0)
@@ -394,6 +540,22 @@ def _fit_one(
     high = np.quantile(preds_net, 0.95, axis=0)
     hit_low = np.quantile(preds_hit, 0.05, axis=0)
     hit_high = np.quantile(preds_hit, 0.95, axis=0)
+    low, high = np.minimum(low, net0), np.maximum(high, net0)
+    hit_low, hit_high = np.minimum(hit_low, hit0), np.maximum(hit_high, hit0)
+    cache_intervals: dict[str, tuple[float, float]] = {}
+    if profile:
+        # the band at the best knobs moved to each retained cache-knob set's prediction (its
+        # engine and SSD terms re-solved), and the union taken
+        at = [predict(knobs_of(e["outer"], e["x"])) for e in profile]
+        nets = np.array([a[0] for a in at])
+        hits = np.array([a[1] for a in at])
+        low = nets.min(axis=0) * (low / net0)
+        high = nets.max(axis=0) * (high / net0)
+        hit_low = np.clip(hits.min(axis=0) - (hit0 - hit_low), 0.0, 1.0)
+        hit_high = np.clip(hits.max(axis=0) + (hit_high - hit0), 0.0, 1.0)
+        for n in outer_names:
+            vals = [e["outer"][n] for e in profile]
+            cache_intervals[n] = (float(min(vals)), float(max(vals)))
     rows = []
     for i, p in enumerate(pts):
         rows.append(
@@ -406,13 +568,13 @@ def _fit_one(
                 "role": "calibration" if p.calibrates else "prediction",
                 "measured": p.net_tok_s,
                 "predicted": float(net0[i]),
-                "low": float(min(low[i], net0[i])),
-                "high": float(max(high[i], net0[i])),
+                "low": float(low[i]),
+                "high": float(high[i]),
                 "relative_error": None if p.net_tok_s is None else float(net0[i] / p.net_tok_s - 1.0),
                 "measured_hit_rate": p.hit_rate,
                 "predicted_hit_rate": float(hit0[i]),
-                "hit_rate_low": float(min(hit_low[i], hit0[i])),
-                "hit_rate_high": float(max(hit_high[i], hit0[i])),
+                "hit_rate_low": float(hit_low[i]),
+                "hit_rate_high": float(hit_high[i]),
             }
         )
     identified = np.ones(x.size, dtype=bool)
@@ -431,7 +593,11 @@ def _fit_one(
                     f"{name} is not identified by these rows (another term binds at every calibration row, or the "
                     "rows cannot tell it from another knob, e.g. per-step and per-token engine cost at one batch size)"
                 )
-    knobs = _knob_table(names, best_knobs, x, cov, outer, hardware, routing, identified)
+    xs = np.array([e["x"] for e in profile]) if profile and x.size else x[None, :]
+    knobs = _knob_table(names, best_knobs, x, xs, cov, outer, hardware, routing, identified, cache_intervals)
+    for n, (lo, hi) in cache_intervals.items():
+        if (lo, hi) == tuple(float(b) for b in bounds[n]):
+            notes.append(f"{n} is not identified by these rows: its profile spans its whole range")
     notes.append(f"bands: 5–95 % of a new measurement (the knobs' spread × a measurement noise of {noise:.1%})")
     max_z = float(np.max(np.abs(residuals(best_knobs)))) if (cal_net.any() or cal_hit.any()) else 0.0
     return PlanFit(
@@ -501,7 +667,16 @@ def fit_plan(
 
 
 def _knob_table(
-    names, k: PlanKnobs, x, cov, outer, hardware: Hardware, routing: RoutingProbabilities, identified
+    names,
+    k: PlanKnobs,
+    x,
+    xs,
+    cov,
+    outer,
+    hardware: Hardware,
+    routing: RoutingProbabilities,
+    identified,
+    cache_intervals: dict[str, tuple[float, float]],
 ) -> dict:
     sd = np.sqrt(np.clip(np.diag(cov), 0.0, None)) if cov is not None else np.full(x.size, np.nan)
     z = 1.6448536269514722  # the 5–95 % interval of a normal
@@ -513,10 +688,10 @@ def _knob_table(
         lo, hi = bounds[j]
         if not identified[j]:  # the rows do not move this knob: any value in its bounds fits
             return {"value": float(x[j]), "low": lo, "high": hi, "fitted": True, "identified": False, "unit": unit}
-        return {
+        return {  # the ± z·sd interval at each retained cache-knob set's re-solved value, united
             "value": float(x[j]),
-            "low": max(float(x[j] - z * sd[j]), lo),
-            "high": min(float(x[j] + z * sd[j]), hi),
+            "low": max(float(xs[:, j].min() - z * sd[j]), lo),
+            "high": min(float(xs[:, j].max() + z * sd[j]), hi),
             "fitted": True,
             "identified": True,
             "unit": unit,
@@ -532,9 +707,18 @@ def _knob_table(
         for key in ("engine_seconds_per_step", "engine_seconds_per_agent_token"):
             out[key] = {"value": float(getattr(hardware, key)), "fitted": False, "unit": "s"}
     out["ssd_scale"] = entry(j, "×") if "ssd-scale" in names else {"value": 1.0, "fitted": False, "unit": "×"}
+    cache_bounds = {"skew": _BOUNDS["skew"], "rho": _BOUNDS["rho"], "pressure": _BOUNDS["share"]}
     for name, key, unit in (("skew", "skew", "Zipf s"), ("rho", "rho", "ρ"), ("pressure", "page_cache_share", "share")):
         if name in outer:
-            out[key] = {"value": float(outer[name]), "fitted": True, "unit": unit}
+            lo, hi = cache_intervals[name]
+            out[key] = {
+                "value": float(outer[name]),
+                "low": lo,
+                "high": hi,
+                "fitted": True,
+                "identified": (lo, hi) != tuple(float(b) for b in cache_bounds[name]),
+                "unit": unit,
+            }
     if "skew" not in outer:
         out["routing"] = {"value": routing.label, "fitted": False}
     return out

@@ -21,9 +21,8 @@
 # trace's own frequencies: a union below it is cross-agent correlation, fitted as a
 # heterogeneity c beside the stickiness ρ of consecutive tokens; the paragraph computed under
 # the correlation table says which way the trace at hand goes (the embedded Qwen3-30B-A3B-like
-# trace was re-matched in issue 11 to the published single-stream cache column: its streams
-# keep lasting per-task hot sets, which lower the union over a window of steps, not within one
-# step, so its one-step union is no longer below the plug-in). The
+# trace gives each stream a lasting hot set and lets the streams of a step share a context,
+# scripts/make_data.py; the table says what its union does against the plug-in). The
 # last figure extrapolates U(B) and the coalescing ratio (against the `uncoalesced` baseline)
 # to B = 1024. All inputs are synthetic, so every number is **projected**; the printed summary
 # under each fit gives the numbers. Run it on a captured file with `-p histogram PATH` or

@@ -1,6 +1,7 @@
-"""fit-routing: a round trip (knobs → simulated points at other seeds → fit → the knobs back
-within their intervals, the held-out rows within their bands), a family that cannot fit says
-so, only identifiable knobs are fitted, and the CLI's JSON contract."""
+"""fit-routing: a round trip at the default settings (knobs → one simulated measurement at a
+seed no fit uses → fit → every identified knob back within its interval, the held-out rows
+within their bands), the intervals' coverage over independent measurement runs, a family that
+cannot fit says so, only identifiable knobs are fitted, and the CLI's JSON contract."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from moeroof.cli import main
 from moeroof.models.fit_routing import (
+    DEFAULT_HISTORY,
     Point,
     RoutingKnobs,
     fit_routing,
@@ -35,36 +37,57 @@ HELD_OUT = [
     Point("hit_rate", 2, capacity_experts=12, row=8),
     Point("hit_rate", 8, capacity_experts=32, policy="lfu", row=9),
 ]
+#: the one measured run of the round trip: a seed that neither the fit nor its bootstrap uses
+MEASUREMENT_SEED = 100
+#: the CLI's defaults: ``--seeds 4 --bootstrap 8`` (and fit_routing's history box of 2048 tokens)
+CLI_SEEDS, CLI_BOOTSTRAP = tuple(range(4)), 8
+
+
+def _measure(truth, points, experts, top_k, layers, seed, **sim):
+    """One measured run of ``points`` at ``seed``: the calibration rows carry its values."""
+    measured = simulate_points(truth, points, experts, top_k, layers, seeds=(seed,), **sim)[0]
+    return [replace(p, value=float(v)) if p.calibrates else p for p, v in zip(points, measured)], measured
 
 
 @pytest.fixture(scope="module")
 def round_trip():
-    """Measured = mean of two runs at seeds the fit never uses; the fit runs at seeds 0, 1."""
-    points = CAL + HELD_OUT
-    measured = simulate_points(TRUTH, points, E, K, L, seeds=(100, 101)).mean(axis=0)
-    given = [replace(p, value=float(v)) if p.calibrates else p for p, v in zip(points, measured)]
-    return fit_routing(given, E, K, L, seeds=(0, 1), bootstrap=8, max_history=1024), measured
+    """One measured run at MEASUREMENT_SEED, fitted at the CLI's defaults."""
+    given, measured = _measure(TRUTH, CAL + HELD_OUT, E, K, L, MEASUREMENT_SEED)
+    return fit_routing(given, E, K, L, seeds=CLI_SEEDS, bootstrap=CLI_BOOTSTRAP), measured
 
 
-@pytest.mark.slow  # the shared round-trip fit takes ~13 s; `make test` runs it
+def _contains(entry: dict, true: float) -> bool:
+    """The interval of a knob entry (None = infinite: locality off) contains ``true``."""
+    low = math.inf if entry["low"] is None else entry["low"]
+    high = math.inf if entry["high"] is None else entry["high"]
+    return low <= true <= high
+
+
+@pytest.mark.slow  # the shared round-trip fit takes ~35 s; `make test` runs it
 def test_round_trip_recovers_the_knobs_within_their_intervals(round_trip):
     fit, _ = round_trip
     d = fit.to_dict()
     assert d["family"] == "dirichlet"
     assert d["fitted"] == ["skew", "rho", "history", "locality"]
+    assert d["bootstrap"] == CLI_BOOTSTRAP and MEASUREMENT_SEED not in d["seeds"]
     k = d["knobs"]
     assert k["skew"]["parameter"] == "alpha"
-    for key, true in (("skew", TRUTH.skew), ("rho", TRUTH.rho), ("history_tokens", TRUTH.history_tokens)):
-        assert k[key]["low"] <= true <= k[key]["high"], (key, k[key])
-        assert k[key]["low"] <= k[key]["value"] <= k[key]["high"]
-    # locality is off in the truth: the interval reaches c >= 10·E (each stream's Dirichlet(c·w)
-    # then has a concentration of 10 per expert: barely local) or off (None, infinite c)
-    high = k["locality_c"]["high"]
-    assert high is None or high >= 10 * E
+    truth = {"skew": TRUTH.skew, "rho": TRUTH.rho, "history_tokens": TRUTH.history_tokens, "locality_c": TRUTH.c}
+    for key, true in truth.items():
+        entry = k[key]
+        assert entry["fitted"] is True
+        value = math.inf if entry["value"] is None else entry["value"]
+        assert _contains(entry, value), (key, entry)  # the interval holds the fitted value
+        assert _contains(entry, true), (key, entry)  # and the truth (identified or not)
+    # skew and stickiness are identified here and their intervals say something (their boxes are
+    # α 0.01-20 and ρ 0-0.95)
+    assert "unidentified" not in k["skew"] and "unidentified" not in k["rho"]
+    assert k["skew"]["value"] / 2 < k["skew"]["low"] and k["skew"]["high"] < 2 * k["skew"]["value"], k["skew"]
+    assert k["rho"]["high"] - k["rho"]["low"] < 0.3, k["rho"]
     assert abs(k["skew"]["value"] - TRUTH.skew) < 0.1 and abs(k["rho"]["value"] - TRUTH.rho) < 0.08
 
 
-@pytest.mark.slow  # the shared round-trip fit takes ~13 s; `make test` runs it
+@pytest.mark.slow  # the shared round-trip fit takes ~35 s; `make test` runs it
 def test_round_trip_predicts_held_out_rows_within_the_bands(round_trip):
     fit, measured = round_trip
     rows = fit.to_dict()["rows"]
@@ -74,9 +97,10 @@ def test_round_trip_predicts_held_out_rows_within_the_bands(round_trip):
         assert r["low"] <= m <= r["high"], r
         if not r["calibrates"]:
             assert r["measured"] is None and abs(r["predicted"] - m) < 0.06
+            assert r["high"] > r["low"]  # the knobs' uncertainty and the run's noise widen it
 
 
-@pytest.mark.slow  # the shared round-trip fit takes ~13 s; `make test` runs it
+@pytest.mark.slow  # the shared round-trip fit takes ~35 s; `make test` runs it
 def test_a_family_that_cannot_fit_says_so(round_trip):
     fit, _ = round_trip
     d = fit.to_dict()
@@ -85,6 +109,68 @@ def test_a_family_that_cannot_fit_says_so(round_trip):
     assert zipf["fits"] is False and zipf["max_abs_z"] > 1 and zipf["contributes_to_bands"] is False
     assert zipf["residual"] > d["families"]["dirichlet"]["residual"]
     assert any(n.startswith("zipf cannot fit") for n in d["notes"])
+
+
+# a small, fast configuration for the coverage checks: a union and an overlap identify the skew
+# and the stickiness (history and locality held; the truth holds them at their defaults)
+SMALL = dict(experts=16, top_k=2, layers=4)
+SMALL_SIM = dict(timed_steps=8)
+SMALL_TRUTH = RoutingKnobs("dirichlet", skew=0.3, rho=0.3, history_tokens=DEFAULT_HISTORY)
+SMALL_POINTS = [
+    Point("union", 4, value=0.0),
+    Point("overlap", 4, value=0.0),
+    Point("hit_rate", 2, capacity_experts=6),
+    Point("hit_rate", 4, capacity_experts=8),
+]
+#: the fit's scale for each knob (its intervals are symmetric there)
+_SCALE = {"skew": math.log, "rho": float}
+
+
+def _coverage(measurement_seeds) -> dict[str, int]:
+    """Over one fit per measurement run: how many intervals (skew and rho pooled) hold the truth,
+    how many would at half their size about the fitted value (on the fit's scale), how many
+    held-out rows fall in their bands, and the counts' denominators."""
+    out = {"runs": 0, "knobs": 0, "covered": 0, "half_covered": 0, "rows": 0, "in_band": 0}
+    for seed in measurement_seeds:
+        given, measured = _measure(SMALL_TRUTH, SMALL_POINTS, seed=seed, **SMALL, **SMALL_SIM)
+        fit = fit_routing(given, **SMALL, families=("dirichlet",), seeds=(0, 1), bootstrap=8, **SMALL_SIM)
+        d = fit.to_dict()
+        assert d["fitted"] == ["skew", "rho"] and seed not in d["seeds"]
+        out["runs"] += 1
+        for key, scale in _SCALE.items():
+            k = d["knobs"][key]
+            lo, value, hi, true = (scale(v) for v in (k["low"], k["value"], k["high"], getattr(SMALL_TRUTH, key)))
+            out["knobs"] += 1
+            out["covered"] += lo <= true <= hi
+            out["half_covered"] += value - (value - lo) / 2 <= true <= value + (hi - value) / 2
+        for r, m in zip(d["rows"], measured):
+            if not r["calibrates"]:
+                out["rows"] += 1
+                out["in_band"] += r["low"] <= m <= r["high"]
+    return out
+
+
+def test_intervals_cover_the_truth_over_independent_runs():
+    """Eight measurement runs (the fit's seeds fixed at 0, 1), 16 intervals at 90 %: honest ones
+    miss about 1.6; at least 13 must hold the truth (observed: 15; the linearised bootstrap this
+    replaced held 11 on these runs), fewer at half their size (observed: 9: they are not wider
+    than the noise needs), and at least 13 of the 16 held-out rows fall in their bands (16)."""
+    c = _coverage(range(300, 308))
+    assert c["knobs"] == 16 and c["covered"] >= 13, c
+    assert c["half_covered"] < c["covered"], c
+    assert c["in_band"] >= 13, c  # 16 held-out rows in 90 % bands
+
+
+@pytest.mark.slow  # 30 fits, ~25 s
+def test_intervals_cover_the_truth_over_many_independent_runs():
+    """Thirty runs, 60 intervals at 90 %: at least 50 must hold the truth (observed: 56, skew and
+    rho 28 each; the linearised bootstrap held 43, about 72 %), at most 85 % of them at half their
+    size (observed: 36, 60 %, as a normal spread gives), and at least 50 of the 60 held-out rows
+    fall in their bands (observed: 58; the linearised bootstrap's: 49)."""
+    c = _coverage(range(300, 330))
+    assert c["knobs"] == 60 and c["covered"] >= 50, c
+    assert c["half_covered"] <= 0.85 * c["knobs"], c
+    assert c["in_band"] >= 50, c
 
 
 def test_only_identifiable_knobs_are_fitted():

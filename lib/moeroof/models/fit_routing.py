@@ -50,12 +50,14 @@ bounded, transformed box (``log α`` or s, ρ, ``log10(E/c)``, ``log2(1 + histor
 and knob, a grid of :data:`GRID` points across the current span, then the vertex of the parabola
 through the best grid point and its neighbours (a 1-D interpolation, as
 :func:`moeroof.studies.ladder.fit_knobs` does per knob); the span shrinks 2.5× a round
-(:data:`ROUNDS` rounds). A family *fits* when every calibration row is met within its tolerance
-With three knobs or more the search runs from two starts (the defaults, and ρ and history at
-the middle of their boxes: one search alone can settle in a cold-cache valley) and the better
-end is polished by Nelder–Mead (:func:`scipy.optimize.minimize`, simplex steps a tenth of each
-box, 40 evaluations). A family *fits* when every calibration row is met within its tolerance
-(``max |z_i| ≤ 1``, ``z_i = (ȳ_i − m_i)/τ_i``); the family with the least S is chosen.
+(:data:`ROUNDS` rounds). With three knobs or more the search runs from two starts (the defaults,
+and ρ and history at the middle of their boxes: one search alone can settle in a cold-cache
+valley) and the better end is polished by Nelder–Mead (:func:`scipy.optimize.minimize`, simplex
+steps a tenth of each box, 40 evaluations), then by at most :data:`REFIT_EVALS` steps of
+Levenberg–Marquardt (the Jacobian J of ``ȳ/τ`` by differences over a tenth of each box at θ̂,
+kept up to date by Broyden's rank-one updates; the bootstrap's refits end with the same polish).
+A family *fits* when every calibration row is met within its tolerance (``max |z_i| ≤ 1``,
+``z_i = (ȳ_i − m_i)/τ_i``); the family with the least S is chosen.
 
 **Which knobs are fitted.** No more knobs than distinct calibration conditions, in the order
 skew (every row moves it), ρ (needs a hit-rate, GiB or overlap row), history (needs a cache
@@ -63,19 +65,50 @@ row), locality (needs cache or overlap rows at two batch sizes or more: per-stre
 told from stickiness only by how the cache sees one stream against many); the others are held at
 their defaults (ρ 0, locality off, history :data:`DEFAULT_HISTORY` tokens) and the result says why.
 
-**Intervals** (5–95 %): a parametric bootstrap, linearised. At the fitted θ̂, B replicate
-experiments ``y*_b`` (one seed each, never a fit seed) stand for re-measurements; each moves the
-knobs by one Gauss–Newton step, ``δ_b = √(1 + 1/n_seeds) · J⁺ (y*_b − ȳ*) / τ`` (J the Jacobian
-of ``ȳ/τ`` by finite differences at the fit seeds; the factor adds the fit seeds' own noise);
-``θ_b = θ̂ + δ_b`` clipped to the box. A knob the rows do not move (its column of J below
-:data:`MIN_SENSITIVITY`) gets its whole box as interval, and a note.
+**Intervals** (5–95 %): a refit parametric bootstrap. *What they cover*: the error of the
+fitted knobs that comes from the noise of the measurement — one measured run of the calibration
+rows, with the routing model's own run-to-run spread — and from the fit's own seeds (a mean over
+n = ``len(seeds)`` simulated runs), at the stated seeds and settings; they assume the model is
+right. The structural uncertainty (another family, a routing the knobs cannot express) is not in
+them: it goes into the bands, through every family that fits. *How*: B = ``bootstrap``
+replicate measurements at the fitted θ̂,
 
-**Bands** (5–95 %): every family that fits within tolerance contributes (the structural
-uncertainty, the family choice): for each such family, each bootstrap draw θ_b simulated at its
-own replicate seed — so a band holds the parameter uncertainty, the run-to-run noise of one
-measurement and the family choice. ``predicted`` is the chosen family's mean over the fit seeds
-at θ̂; the band is widened to contain it. When no family fits, the best one alone gives the
-band, and a note says so.
+    m*_b = ȳ(θ̂) + y(θ̂; s_b) − ȳ(θ̂; F_b),
+
+one run at a seed s_b no fit uses, with the fit seeds' own error swapped for that of n fresh
+seeds F_b (so a replicate carries both noises and is refitted at the fit's own seeds, whose
+simulated rows it shares; this takes the fit seeds' error as nearly constant over the
+interval, which is what common random numbers are for). Each replicate is *refitted* —
+the same least squares, τ from its own values — from the best of every knob set the fit
+evaluated (the search's grids reach the other valleys: a per-stream locality against none, a
+cold cache against a warm one), then by the fit's Levenberg–Marquardt polish; so the draws θ*_b
+follow the estimator's nonlinearity and its jumps between valleys, which a linearised step
+(one Gauss–Newton step per replicate, the method before) does not, and it was too narrow. The
+interval, on the transformed scale, is ``x̂ + t_B(q) · rms_b(x*_b − x̂)`` at q = 5 % and 95 %,
+clipped to the box and mapped back to the knob's units (Student's t with B degrees of freedom,
+for the spread estimated from B draws: 1.86 at B = 8, not the normal 1.64; the percentiles of
+eight draws would reach only about 80 %). A *null value* at the lower end of a box
+(:data:`NULL_KNOBS`: ρ = 0, no stickiness; locality off) is where the estimator piles up when
+it is the truth, and there the spread at θ̂ says little (the bootstrap at a boundary): the null
+joins the interval when its profile — the other knobs refitted by the polish with it held —
+rises above S(θ̂) by no more than the interval's own end would on the quadratic model,
+``t_B² · max(rms², (J⁺ Σ J⁺ᵀ)_jj) / (JᵀJ)⁻¹_jj`` (so the two agree where S is quadratic; Σ the
+covariance of the replicates' noise in τ units: the refits' spread at θ̂ understates how far the
+estimator strays towards a bound, so the linear spread is the floor there). A knob the rows do not
+move at θ̂ (its column of J, over a tenth of its box, below :data:`MIN_SENSITIVITY`) is held at
+its fitted value in the refits and gets its whole box as interval, and a note. The coverage
+over independent measurement runs is checked by ``tests/test_fit_routing.py``.
+
+**Bands** (5–95 %): for every family that fits within tolerance (the structural uncertainty,
+the family choice), each bootstrap draw θ*_b simulated at its own seed (a run no fit uses)
+gives a deviation from that family's prediction; the family's band is its prediction
+``+ t_B(q) · rms_b(deviation)`` — the parameter uncertainty and the run-to-run noise of one
+measurement of the row. The band is the envelope of the families' bands and of ``predicted``
+(the chosen family's mean over the fit seeds at θ̂), hit rates and overlaps clipped to
+[0, 1]. The draw's knob error and its row's run noise are independent here, while in a real
+measurement the run that moved the fit also moved the rows: the bands are on the wide side
+(more than 90 % of measured rows inside, in the coverage runs of the tests). When no family
+fits, the best one alone gives the band, and a note says so.
 """
 
 from __future__ import annotations
@@ -87,6 +120,7 @@ from typing import Any
 
 import numpy as np
 from scipy.special import gammaincinv
+from scipy.stats import t as student_t
 
 from moeroof.core.results import Result
 from moeroof.core.rng import generator
@@ -104,6 +138,8 @@ __all__ = [
     "GRID",
     "ROUNDS",
     "MIN_SENSITIVITY",
+    "REFIT_EVALS",
+    "NULL_KNOBS",
     "RoutingKnobs",
     "Point",
     "RoutingFit",
@@ -129,6 +165,10 @@ GRID = 5
 ROUNDS = 3
 #: a knob whose move over 10 % of its box changes no scaled residual by this much is not identified
 MIN_SENSITIVITY = 0.05
+#: knobs whose lower bound is a null value (ρ 0: no stickiness; locality off): intervals test it
+NULL_KNOBS = ("rho", "locality")
+#: Levenberg–Marquardt evaluations of the polish that ends the fit and of each bootstrap refit
+REFIT_EVALS = 8
 _DEFAULT_SKEW = {"dirichlet": 0.5, "zipf": 0.8}
 #: tolerance floors where a relative tolerance would vanish (union: experts; GiB per step)
 _FLOOR = {"hit_rate": 0.03, "overlap": 0.05, "union": 0.25, "gib_per_step": 0.005}
@@ -394,7 +434,8 @@ def _knobs_at(base: RoutingKnobs, names, x, experts, boxes) -> RoutingKnobs:
 @dataclass(frozen=True)
 class FamilyFit(Result):
     """One family's fit: knobs, scaled residual S, largest |z|, whether every calibration row is
-    met within tolerance, and its knob draws (the linearised bootstrap)."""
+    met within tolerance, and its knob draws and intervals (the refit parametric bootstrap;
+    empty when not drawn)."""
 
     family: str
     knobs: RoutingKnobs
@@ -405,6 +446,10 @@ class FamilyFit(Result):
     draws: tuple[RoutingKnobs, ...]
     unidentified: tuple[str, ...]
     evaluations: int
+    #: 5–95 % interval of each fitted knob in its own units (``history``: tokens; ``locality``: c)
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: simulated evaluations spent by the bootstrap's refits (each at ``len(seeds)`` seeds)
+    refit_evaluations: int = 0
 
 
 @dataclass(frozen=True)
@@ -504,6 +549,123 @@ def _polish(
     return (x, fx) if fx < f0 else (x0, f0)
 
 
+def _levenberg_marquardt(
+    resid, x0: np.ndarray, r0: np.ndarray, jac: np.ndarray, free: np.ndarray, boxes, max_evals: int
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Levenberg–Marquardt on the ``free`` coordinates from ``x0``, its Jacobian (``jac`` at the
+    start) kept up to date by Broyden's rank-one updates instead of new differences: the step
+    ``−(JᵀJ + λ·diag JᵀJ)⁻¹ Jᵀ r`` (a coordinate at a bound that the step pushes out is dropped
+    from it), clipped to the box; λ /3 after a step that lowers S, ×4 after one that does not.
+    Stops when the step is below 10⁻³ of every box or after ``max_evals`` residuals. Returns x,
+    r(x) and the residuals evaluated."""
+    lo = np.array([b[0] for b in boxes])
+    hi = np.array([b[1] for b in boxes])
+    x, r = np.array(x0, dtype=float), np.array(r0, dtype=float)
+    s = _sum_sq(r)
+    jac = np.array(jac, dtype=float)
+    lam = 1e-2
+    used = 0
+    while used < max_evals:
+        act = np.array(free, dtype=bool)
+        step = np.zeros_like(x)
+        for _ in range(2):
+            step[:] = 0.0
+            if act.any():
+                ja = jac[:, act]
+                a = ja.T @ ja
+                g = ja.T @ _finite(r)
+                step[act] = -np.linalg.solve(a + lam * np.diag(np.diag(a) + 1e-9), g)
+            out = act & (((x <= lo) & (step < 0)) | ((x >= hi) & (step > 0)))
+            if not out.any():
+                break
+            act &= ~out
+        xn = np.clip(x + np.where(act, step, 0.0), lo, hi)
+        dx = xn - x
+        if not np.all(np.isfinite(dx)) or np.all(np.abs(dx) < 1e-3 * (hi - lo)):
+            break
+        rn = resid(xn)
+        used += 1
+        if np.all(np.isfinite(rn)):  # Broyden: the secant along the step just taken
+            jac += np.outer(rn - _finite(r) - jac @ dx, dx) / float(dx @ dx)
+        if _sum_sq(rn) < s:
+            x, r, s = xn, rn, _sum_sq(rn)
+            lam /= 3.0
+        else:
+            lam *= 4.0
+    return x, r, used
+
+
+def _finite(z: np.ndarray) -> np.ndarray:
+    return np.where(np.isfinite(z), z, 0.0)
+
+
+def _sum_sq(z: np.ndarray) -> float:
+    return float(np.sum(np.where(np.isfinite(z), z, 1e3) ** 2))
+
+
+class _Problem:
+    """One family's least squares on the calibration rows: the mean simulated rows at x (the
+    transformed knobs) and seeds, memoised."""
+
+    def __init__(self, family, points, experts, top_k, layers, expert_bytes, fitted, start, max_history, sim):
+        self.points = list(points)
+        self.cal = [p for p in self.points if p.calibrates]
+        self.m = np.array([p.value for p in self.cal], dtype=float)
+        self.tau = np.array([tolerance(p.kind, p.value) for p in self.cal])
+        base = start if start is not None else RoutingKnobs(family=family, skew=_DEFAULT_SKEW[family])
+        self.base = replace(base, family=family) if base.family != family else base
+        self.family = family
+        self.names = tuple(fitted)
+        self.boxes = [_box(n, family, experts, max_history) for n in self.names]
+        self.lo = np.array([b[0] for b in self.boxes])
+        self.hi = np.array([b[1] for b in self.boxes])
+        self.model = (experts, top_k, layers, expert_bytes)
+        self.sim = sim
+        self.memo: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+
+    def knobs(self, x) -> RoutingKnobs:
+        return _knobs_at(self.base, self.names, x, self.model[0], self.boxes)
+
+    def mean(self, x, seeds, rows=None) -> np.ndarray:
+        k = self.knobs(x)
+        if rows is not None:
+            return simulate_points(k, rows, *self.model, seeds, **self.sim).mean(axis=0)
+        key = (tuple(seeds), k.skew, k.rho, k.c, k.history_tokens)
+        if key not in self.memo:
+            y = simulate_points(k, self.cal, *self.model, seeds, **self.sim).mean(axis=0)
+            self.memo[key] = (np.array(x, dtype=float), y)
+        return self.memo[key][1]
+
+    def explored(self, seeds) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Every (x, mean calibration rows) evaluated at ``seeds`` so far."""
+        return [v for key, v in self.memo.items() if key[0] == tuple(seeds)]
+
+    def x_of(self, k: RoutingKnobs) -> np.ndarray:
+        return np.array([min(max(_to_x(k, n, self.model[0]), b[0]), b[1]) for n, b in zip(self.names, self.boxes)])
+
+
+def _jacobian(prob: _Problem, x: np.ndarray, seeds, tau: np.ndarray) -> np.ndarray:
+    """d(ȳ/τ)/dx at x by one-sided differences of 10 % of each box (inwards at a bound)."""
+    y0 = prob.mean(x, seeds)
+    jac = np.zeros((len(prob.cal), len(prob.names)))
+    for j in range(len(prob.names)):
+        h = 0.1 * (prob.hi[j] - prob.lo[j])
+        step = h if x[j] + h <= prob.hi[j] else -h
+        y = x.copy()
+        y[j] += step
+        jac[:, j] = (prob.mean(y, seeds) - y0) / tau / step
+    return np.nan_to_num(jac)
+
+
+def _to_units(prob: _Problem, name: str, lo_x: float, hi_x: float) -> tuple[float, float]:
+    """A knob's interval [lo_x, hi_x] on the transformed scale, in the knob's own units."""
+    if name == "history":  # whole tokens, outwards
+        return float(math.floor(2.0**lo_x - 1 + 1e-9)), float(math.ceil(2.0**hi_x - 1 - 1e-9))
+    j = prob.names.index(name)
+    a, b = (_knob_value(_set(prob.base, name, x, prob.model[0], prob.lo[j]), name) for x in (lo_x, hi_x))
+    return (min(a, b), max(a, b))  # locality: a larger x is a smaller c (the box's lower end: off)
+
+
 def fit_family(
     family: str,
     points: Sequence[Point],
@@ -522,34 +684,65 @@ def fit_family(
     rounds: int = ROUNDS,
     grid: int = GRID,
     polish: int = 40,
+    refit: int = REFIT_EVALS,
+    level: tuple[float, float] = (0.05, 0.95),
 ) -> FamilyFit:
     """Fit the ``fitted`` knobs of one family to the calibration points (module docstring) and
-    draw B = ``bootstrap`` knob sets by the linearised parametric bootstrap; ``predicted`` is
-    every point (calibration or not) at the fitted knobs, mean over ``seeds``."""
-    points = list(points)
-    cal = [p for p in points if p.calibrates]
-    m = np.array([p.value for p in cal], dtype=float)
-    tau = np.array([tolerance(p.kind, p.value) for p in cal])
-    base = start if start is not None else RoutingKnobs(family=family, skew=_DEFAULT_SKEW[family])
-    base = replace(base, family=family) if base.family != family else base
-    names = tuple(fitted)
-    boxes = [_box(n, family, experts, max_history) for n in names]
+    draw B = ``bootstrap`` knob sets by the refit parametric bootstrap (the fit's polish and
+    each refit at most ``refit`` Levenberg–Marquardt evaluations) with ``level`` intervals;
+    ``predicted`` is every point (calibration or not) at the fitted knobs, mean over ``seeds``."""
+    prob, ff = _fit_family(
+        family,
+        points,
+        experts,
+        top_k,
+        layers,
+        expert_bytes,
+        fitted=fitted,
+        start=start,
+        seeds=seeds,
+        timed_steps=timed_steps,
+        max_sim_layers=max_sim_layers,
+        max_history=max_history,
+        rounds=rounds,
+        grid=grid,
+        polish=polish,
+        refit=refit,
+    )
+    return _bootstrap(prob, ff, seeds, bootstrap, refit, level)
+
+
+def _fit_family(
+    family,
+    points,
+    experts,
+    top_k,
+    layers,
+    expert_bytes,
+    *,
+    fitted,
+    start,
+    seeds,
+    timed_steps,
+    max_sim_layers,
+    max_history,
+    rounds,
+    grid,
+    polish,
+    refit,
+) -> tuple[_Problem, FamilyFit]:
     sim = dict(timed_steps=timed_steps, max_sim_layers=max_sim_layers)
-    memo: dict[tuple, np.ndarray] = {}
+    prob = _Problem(family, points, experts, top_k, layers, expert_bytes, fitted, start, max_history, sim)
+    seeds = tuple(int(s) for s in seeds)
+    names, boxes, m, tau = prob.names, prob.boxes, prob.m, prob.tau
 
     def mean_z(x: np.ndarray) -> np.ndarray:
-        k = _knobs_at(base, names, x, experts, boxes)
-        key = (k.skew, k.rho, k.c, k.history_tokens)
-        if key not in memo:
-            y = simulate_points(k, cal, experts, top_k, layers, expert_bytes, seeds, **sim).mean(axis=0)
-            memo[key] = (y - m) / tau
-        return memo[key]
+        return (prob.mean(x, seeds) - m) / tau
 
     def objective(x: np.ndarray) -> float:
-        z = mean_z(x)
-        return float(np.sum(np.where(np.isfinite(z), z, 1e3) ** 2))
+        return _sum_sq(mean_z(x))
 
-    x0 = np.array([min(max(_to_x(base, n, experts), b[0]), b[1]) for n, b in zip(names, boxes)])
+    x0 = prob.x_of(prob.base)
     x_hat, s = x0, objective(x0)
     if names:
         # two starts: the defaults, and a sticky, warm one (the middle of the ρ and history boxes);
@@ -562,49 +755,120 @@ def fit_family(
         x_hat, s = min((_search(objective, x, boxes, rounds, grid) for x in starts), key=lambda t: t[1])
     if len(names) > 1 and polish > 0:
         x_hat, s = _polish(objective, x_hat, s, boxes, polish)
-    knobs = _knobs_at(base, names, x_hat, experts, boxes)
+    if names and refit > 0:
+        # the Levenberg–Marquardt polish the bootstrap's refits end with: the estimator they replay
+        jac = _jacobian(prob, x_hat, seeds, tau)
+        x_hat, _, _ = _levenberg_marquardt(mean_z, x_hat, mean_z(x_hat), jac, _identified(prob, jac), boxes, refit)
+        s = objective(x_hat)
+    knobs = prob.knobs(x_hat)
     z = mean_z(x_hat)
-    evaluations = len(memo)
-    predicted = simulate_points(knobs, points, experts, top_k, layers, expert_bytes, seeds, **sim).mean(axis=0)
-
-    # linearised parametric bootstrap
-    draws: list[RoutingKnobs] = []
-    unidentified: list[str] = []
-    if names and bootstrap > 0:
-        jac = np.zeros((len(cal), len(names)))
-        for j, (lo, hi) in enumerate(boxes):
-            h = 0.1 * (hi - lo)
-            step = h if x_hat[j] + h <= hi else -h
-            y = x_hat.copy()
-            y[j] += step
-            jac[:, j] = (mean_z(y) - z) / step
-        sens = np.abs(jac).max(axis=0) * 0.1 * np.array([hi - lo for lo, hi in boxes])
-        ok = sens >= MIN_SENSITIVITY
-        unidentified = [n for n, good in zip(names, ok) if not good]
-        rep_seeds = [10_000 + 97 * b for b in range(bootstrap)]
-        reps = simulate_points(knobs, cal, experts, top_k, layers, expert_bytes, rep_seeds, **sim)
-        zr = (reps - reps.mean(axis=0)) / tau
-        pinv = np.linalg.pinv(jac[:, ok]) if ok.any() else np.zeros((0, len(cal)))
-        scale = math.sqrt(1.0 + 1.0 / len(seeds))
-        rng = generator(int(seeds[0]), "bootstrap")
-        for b in range(bootstrap):
-            xb = x_hat.copy()
-            xb[ok] += scale * (pinv @ np.nan_to_num(zr[b]))
-            for j in np.flatnonzero(~ok):  # not identified: anywhere in its box
-                xb[j] = rng.uniform(*boxes[j])
-            xb = np.clip(xb, [b_[0] for b_ in boxes], [b_[1] for b_ in boxes])
-            draws.append(_knobs_at(base, names, xb, experts, boxes))
+    evaluations = len(prob.memo)
+    predicted = prob.mean(x_hat, seeds, rows=prob.points)
     max_abs_z = float(np.max(np.abs(z))) if z.size else 0.0
-    return FamilyFit(
+    ff = FamilyFit(
         family,
         knobs,
         float(s),
         max_abs_z,
         bool(np.all(np.isfinite(z)) and max_abs_z <= 1.0),
         predicted,
-        tuple(draws),
-        tuple(unidentified),
+        (),
+        (),
         evaluations,
+    )
+    return prob, ff
+
+
+def _identified(prob: _Problem, jac: np.ndarray) -> np.ndarray:
+    """Knobs whose move over 10 % of their box changes some scaled residual by MIN_SENSITIVITY."""
+    sens = np.abs(jac).max(axis=0) * 0.1 * (prob.hi - prob.lo) if jac.size else np.zeros(len(prob.names))
+    return sens >= MIN_SENSITIVITY
+
+
+def _bootstrap(
+    prob: _Problem, ff: FamilyFit, seeds, bootstrap: int, refit: int, level: tuple[float, float]
+) -> FamilyFit:
+    """The refit parametric bootstrap (module docstring): B knob draws and the intervals."""
+    names = prob.names
+    if not names or bootstrap <= 0:
+        return ff
+    seeds = tuple(int(s) for s in seeds)
+    n = len(seeds)
+    x_hat = prob.x_of(ff.knobs)
+    jac = _jacobian(prob, x_hat, seeds, prob.tau)
+    ok = _identified(prob, jac)
+    y_hat = prob.mean(x_hat, seeds)
+    explored = prob.explored(seeds)  # the fit's own evaluations: the refits start from the best
+    before = len(prob.memo)
+    xs = np.empty((bootstrap, len(names)))
+    noise = np.empty((bootstrap, len(prob.cal)))
+    for b in range(bootstrap):
+        # a replicate measurement at θ̂ (a seed no fit uses), with the fit seeds' own error
+        # swapped for that of n fresh seeds: ȳ(θ̂) + y(θ̂; s_b) − ȳ(θ̂; fresh seeds)
+        y_b = simulate_points(ff.knobs, prob.cal, *prob.model, [10_000 + 97 * b], **prob.sim)[0]
+        fresh = [50_000 + 1_000 * b + i for i in range(n)]
+        y_f = simulate_points(ff.knobs, prob.cal, *prob.model, fresh, **prob.sim).mean(axis=0)
+        m_b = y_hat + y_b - y_f
+        noise[b] = _finite((y_b - y_f) / prob.tau)
+        tau_b = np.array([tolerance(p.kind, v) if np.isfinite(v) else t for p, v, t in zip(prob.cal, m_b, prob.tau)])
+
+        def resid(x: np.ndarray, m_b=m_b, tau_b=tau_b) -> np.ndarray:
+            return (prob.mean(x, seeds) - m_b) / tau_b
+
+        # refit: from the best of every knob set the fit evaluated (they hold the other valleys),
+        # then the Levenberg–Marquardt polish
+        x0, y0 = min(explored, key=lambda v: _sum_sq((v[1] - m_b) / tau_b))
+        jac_b = jac * (prob.tau / tau_b)[:, None]
+        xs[b], _, _ = _levenberg_marquardt(resid, x0, (y0 - m_b) / tau_b, jac_b, ok, prob.boxes, refit)
+    refit_evaluations = len(prob.memo) - before
+
+    # intervals: x̂ + t_B(level) · (root mean square of x*_b − x̂) on the transformed scale, clipped
+    t_lo, t_hi = (float(v) for v in student_t.ppf(level, bootstrap))
+    sd = np.sqrt(np.mean((xs - x_hat) ** 2, axis=0))
+    lo_x = np.where(ok, np.clip(x_hat + t_lo * sd, prob.lo, prob.hi), prob.lo)
+    hi_x = np.where(ok, np.clip(x_hat + t_hi * sd, prob.lo, prob.hi), prob.hi)
+    # a null value (no stickiness, no per-stream locality) is a bound of the box, where the
+    # estimator piles up and the refits' spread at θ̂ understates how far it strays: the null
+    # joins the interval when its profile (the other knobs refitted with it held) rises above
+    # S(θ̂) by no more than the interval's end would on the quadratic model, (t · sd)² / (JᵀJ)⁻¹_jj,
+    # sd the larger of the refits' and the linear one, J⁺ Σ J⁺ᵀ (Σ the replicates' noise, /τ)
+    cov = np.zeros((len(names), len(names)))
+    lin = np.zeros((len(names), len(names)))
+    if ok.any():
+        pinv = np.linalg.pinv(jac[:, ok])
+        cov[np.ix_(ok, ok)] = pinv @ pinv.T
+        lin[np.ix_(ok, ok)] = pinv @ (noise.T @ noise / bootstrap) @ pinv.T
+
+    def real(x: np.ndarray) -> np.ndarray:
+        return (prob.mean(x, seeds) - prob.m) / prob.tau
+
+    s_hat = _sum_sq(real(x_hat))
+    for j, name in enumerate(names):
+        if name not in NULL_KNOBS or not ok[j] or lo_x[j] <= prob.lo[j] or cov[j, j] <= 0:
+            continue
+        at_null = x_hat.copy()
+        at_null[j] = prob.lo[j]
+        starts = [x for x, _ in prob.explored(seeds) if x[j] <= prob.lo[j]] + [at_null]
+        x0 = min(starts, key=lambda x: _sum_sq(real(x)))
+        free = ok.copy()
+        free[j] = False
+        _, r_null, _ = _levenberg_marquardt(real, x0, real(x0), jac, free, prob.boxes, refit)
+        if _sum_sq(r_null) - s_hat <= t_lo**2 * max(sd[j] ** 2, lin[j, j]) / cov[j, j]:
+            lo_x[j] = prob.lo[j]
+    intervals = {name: _to_units(prob, name, float(lo_x[j]), float(hi_x[j])) for j, name in enumerate(names)}
+    rng = generator(int(seeds[0]), "bootstrap")
+    draws = []
+    for b in range(bootstrap):
+        xb = xs[b].copy()
+        for j in np.flatnonzero(~ok):  # not identified: anywhere in its box
+            xb[j] = rng.uniform(prob.lo[j], prob.hi[j])
+        draws.append(prob.knobs(xb))
+    return replace(
+        ff,
+        draws=tuple(draws),
+        unidentified=tuple(n_ for n_, good in zip(names, ok) if not good),
+        intervals=intervals,
+        refit_evaluations=refit_evaluations,
     )
 
 
@@ -613,6 +877,35 @@ def _knob_value(k: RoutingKnobs, name: str) -> float:
 
 
 _KNOB_KEYS = {"skew": "skew", "rho": "rho", "locality": "locality_c", "history": "history_tokens"}
+
+
+def _bands(contributing, best, points, experts, top_k, layers, expert_bytes, level, timed_steps, max_sim_layers):
+    """Bands (module docstring): per family, its prediction ± t_B × the root mean square of
+    (a draw's simulated row − the prediction); the envelope over the families and the chosen
+    prediction; hit rates and overlaps clipped to [0, 1], the others to ≥ 0."""
+    sim = dict(timed_steps=timed_steps, max_sim_layers=max_sim_layers)
+    low = np.array(best.predicted, dtype=float)
+    high = low.copy()
+    for f in contributing:
+        lo_f = hi_f = np.array(f.predicted, dtype=float)
+        if f.draws:
+            ys = np.concatenate(
+                [
+                    simulate_points(kb, points, experts, top_k, layers, expert_bytes, [20_000 + 89 * b], **sim)
+                    for b, kb in enumerate(f.draws)
+                ]
+            )
+            ok = np.isfinite(ys)
+            dev2 = np.where(ok, ys - f.predicted, 0.0) ** 2
+            rms = np.sqrt(dev2.sum(axis=0) / np.maximum(ok.sum(axis=0), 1))
+            t_lo, t_hi = student_t.ppf(level, len(f.draws))
+            lo_f, hi_f = f.predicted + t_lo * rms, f.predicted + t_hi * rms
+        low = np.fmin(low, lo_f)
+        high = np.fmax(high, hi_f)
+    unit = np.array([p.kind in ("hit_rate", "overlap") for p in points])
+    low = np.maximum(low, 0.0)
+    high = np.where(unit, np.minimum(high, 1.0), high)
+    return low, high
 
 
 def fit_routing(
@@ -636,50 +929,53 @@ def fit_routing(
     if not points or not any(p.calibrates for p in points):
         raise ValueError("no calibration point: at least one point needs a value")
     fitted, held = identifiable(points)
+    seeds = tuple(int(s) for s in seeds)
     kw = dict(
-        seeds=tuple(int(s) for s in seeds),
-        bootstrap=int(bootstrap),
+        fitted=fitted,
+        start=None,
+        seeds=seeds,
         timed_steps=timed_steps,
         max_sim_layers=max_sim_layers,
         max_history=max_history,
+        rounds=ROUNDS,
+        grid=GRID,
+        polish=40,
+        refit=REFIT_EVALS,
     )
-    fits = [fit_family(f, points, experts, top_k, layers, expert_bytes, fitted=fitted, **kw) for f in families]
-    best = min(fits, key=lambda f: f.residual)
+    problems = [_fit_family(f, points, experts, top_k, layers, expert_bytes, **kw) for f in families]
+    best_i = min(range(len(problems)), key=lambda i: problems[i][1].residual)
     notes: list[str] = []
-    contributing = [f for f in fits if f.fits]
-    if not contributing:
-        contributing = [best]
+    chosen = [i for i, (_, f) in enumerate(problems) if f.fits]
+    if not chosen:
+        chosen = [best_i]
         notes.append(
-            f"no family meets every calibration row within tolerance; the bands come from the best ({best.family}) alone"
+            f"no family meets every calibration row within tolerance; the bands come from the best "
+            f"({problems[best_i][1].family}) alone"
         )
+    # the bootstrap only where its draws are used: the families of the bands and the chosen one
+    fits = [
+        _bootstrap(prob, f, seeds, int(bootstrap), REFIT_EVALS, level) if i in chosen or i == best_i else f
+        for i, (prob, f) in enumerate(problems)
+    ]
+    best = fits[best_i]
+    contributing = [fits[i] for i in chosen]
     for f in fits:
         if not f.fits:
             notes.append(
                 f"{f.family} cannot fit the calibration rows: its best miss is {f.max_abs_z:.2g} tolerances "
                 f"(residual {f.residual:.3g})"
             )
-    sim = dict(timed_steps=timed_steps, max_sim_layers=max_sim_layers)
-    pool = [f.predicted[None, :] for f in contributing]
-    for f in contributing:
-        for b, kb in enumerate(f.draws):
-            pool.append(simulate_points(kb, points, experts, top_k, layers, expert_bytes, [20_000 + 89 * b], **sim))
-    pool_arr = np.concatenate(pool, axis=0)
-    low, high = np.nanquantile(pool_arr, level, axis=0)
-    low = np.minimum(low, best.predicted)
-    high = np.maximum(high, best.predicted)
+    low, high = _bands(
+        contributing, best, points, experts, top_k, layers, expert_bytes, level, timed_steps, max_sim_layers
+    )
 
     # knobs of the chosen family with intervals
     knobs: dict[str, Any] = {}
     for name in KNOBS:
         value = _knob_value(best.knobs, name)
         entry: dict[str, Any] = {"value": value, "fitted": name in fitted}
-        if name in fitted and best.draws:
-            vals = np.array([_knob_value(k, name) for k in best.draws] + [value])
-            if name == "locality":  # quantiles of 1/c (0 = off), then back: a larger c is less local
-                inv = np.quantile(1.0 / vals, level)
-                hi_v, lo_v = (math.inf if v <= 0 else 1.0 / v for v in inv)
-            else:
-                lo_v, hi_v = np.quantile(vals, level)
+        if name in best.intervals:
+            lo_v, hi_v = best.intervals[name]
             entry.update(low=float(lo_v), high=float(hi_v))
         else:
             entry.update(low=value, high=value)
@@ -707,7 +1003,7 @@ def fit_routing(
                 "history_tokens": f.knobs.history_tokens,
             },
             "label": f.knobs.label(),
-            "contributes_to_bands": f in contributing,
+            "contributes_to_bands": any(f is c for c in contributing),
             "evaluations": f.evaluations,
         }
         for f in fits
@@ -732,16 +1028,21 @@ def fit_routing(
                 "high": float(high[i]),
             }
         )
+    pct = f"{100 * level[0]:g}-{100 * level[1]:g} %"
     method = {
         "fit": "least squares S = sum(((mean over seeds of simulated row - measured) / tolerance)^2) by a "
-        "coordinate search (grid + parabolic step per knob, span shrinking 2.5x per round) at fixed seeds "
-        "(common random numbers); one fit per family, the least S chosen",
+        "coordinate search (grid + parabolic step per knob, span shrinking 2.5x per round), Nelder-Mead and a "
+        "Levenberg-Marquardt polish at fixed seeds (common random numbers); one fit per family, the least S chosen",
         "tolerance": "hit_rate 0.03, overlap 0.05, union 5 % (>= 0.25), gib_per_step 10 % (>= 0.005 GiB); "
         "a family fits when every calibration row is within its tolerance",
-        "intervals": "5-95 % of a linearised parametric bootstrap: replicate experiments at the fitted knobs "
-        "(one seed each), one Gauss-Newton step per replicate",
-        "bands": "5-95 % over every family that fits x its bootstrap knob draws, each simulated at its own seed "
-        "(parameter + run-to-run + family uncertainty)",
+        "intervals": f"{pct} of a refit parametric bootstrap ({int(bootstrap)} replicates): replicate "
+        "measurements at the fitted knobs (one run at a seed no fit uses, plus the fit seeds' own noise), each "
+        "refitted (best evaluated knob set, then the same polish); fitted value + Student t quantile x root mean "
+        "square of the refits' deviations on the fit's scale (log skew, rho, log2(1 + history), log10(E/c)). "
+        "Covers the measurement noise of one run and of the fit seeds at these seeds, not the family choice",
+        "bands": f"{pct}: per family that fits, its prediction + Student t quantile x root mean square deviation "
+        "of its bootstrap draws, each simulated at its own seed (parameter + run-to-run noise); the envelope "
+        "over the families (family uncertainty)",
     }
     return RoutingFit(
         family=best.family,

@@ -25,7 +25,7 @@
 # layers ≈ 29.5 GiB) is larger than the cache, so LRU evicts each expert just before the next
 # step needs it (LFU, a static hot set or Belady would hit 40–60 %); at M = 1 the booster hits
 # about 45 % (2.8 GiB/step). The pair at 80 GiB stays near 98 % at M = 1, 16 and 32 (0.04, 0.40,
-# 0.55 GiB/step per rank). The published "GiB streamed/step" is per rank: it and the hit rate
+# 0.56 GiB/step per rank). The published "GiB streamed/step" is per rank: it and the hit rate
 # imply 23.4 distinct experts per layer per rank, half the seed's "about 50". Bands are 5–95 %
 # over seeds and the fit's bootstrap; the structural choices (popularity family, what the warm
 # history means) move some rows far more and are shown as sensitivities. Every model number is
@@ -60,9 +60,9 @@ seed_name: str = "cache_ladder"  # the generator seed is derived from this name
 routing_fit_seeds: int = 2  # fit-routing section: seeds averaged per evaluated knob set
 routing_fit_bootstrap: int = 6  # fit-routing section: bootstrap draws per family for the bands
 routing_fit_layers: int = 12  # fit-routing section: layers simulated (results do not depend on L)
-transfer_captures: str = "mixtral,qwen15"  # real captures for the one-knob-set check, comma separated ("" = skip)
+transfer_captures: str = "mixtral,qwen15"  # real captures for the one-knob-set check, comma separated (empty: skip)
 transfer_bootstrap: int = 6  # one-knob-set check: bootstrap draws per family for the bands
-external_dir: str = ""  # folder of the real captures ("" = ../shared/data/external beside the repository)
+external_dir: str = ""  # folder of the real captures (empty: ../shared/data/external beside the repository)
 # fmt: on
 
 # %%

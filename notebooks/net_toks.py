@@ -328,9 +328,8 @@ if validate:
                 for c, p, e in zip(zero_fit["capacity_experts"], zero_fit["predicted"], zero_fit["error_points"])
             )
             + f"; within 5 points at {sum(abs(e) <= 5 for e in zero_fit['error_points'])} of the 4 sizes. "
-            "The 8-expert cache holds only the previous token's experts and the simulator requests a token's "
-            "experts one at a time, so a miss can evict one the same token needs next: it stays near 0.7 × the "
-            "consecutive overlap."
+            "A cache of K = 8 experts holds only the previous token's experts, so its hit rate is the "
+            "consecutive overlap (a layer's experts are looked up together before its misses load)."
         )
     )
     cache_table = pd.DataFrame(cache_check["rows"]).assign(

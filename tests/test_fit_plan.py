@@ -276,3 +276,21 @@ def test_a_fitted_cache_knob_widens_the_band_over_the_same_fit_with_it_held():
         if f["role"] == "prediction":
             assert f["high"] - f["low"] > 1.02 * (h["high"] - h["low"]), (f, h)
             assert f["hit_rate_high"] - f["hit_rate_low"] > h["hit_rate_high"] - h["hit_rate_low"], (f, h)
+
+
+def test_shipped_bigrig_example_predicts_the_withheld_measurements(capsys):
+    """data/points/bigrig.plan-points calibrates on bigrig's B = 1 and 16 only; the measured
+    26.0 / 41.1 / 54.2 tok/s at B = 2, 4, 8 (VALIDATION.md, left empty in the file) must fall
+    inside the predicted 5–95 % bands and within 10 % of the prediction."""
+    from moeroof.core.paths import DATA_DIR
+
+    path = DATA_DIR / "points" / "bigrig.plan-points"
+    args = ["fit-plan", str(path), "--model", "qwen3-30b-a3b-3bit", "--hardware", "apple-m4", "--json"]
+    assert main(args) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    withheld = {r["batch"]: r for r in rows if r["measured"] is None}
+    assert sorted(withheld) == [2, 4, 8]
+    for batch, measured in ((2, 26.0), (4, 41.1), (8, 54.2)):
+        r = withheld[batch]
+        assert r["low"] <= measured <= r["high"], r
+        assert abs(r["predicted"] / measured - 1) <= 0.10, r

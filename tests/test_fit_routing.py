@@ -241,3 +241,27 @@ def test_knobs_validate():
     with pytest.raises(ValueError, match="rho"):
         RoutingKnobs(rho=1.5)
     assert "off" in RoutingKnobs(c=math.inf).label()
+
+
+def test_table_says_off_for_an_infinite_locality_bound(capsys):
+    # the JSON holds an infinite c as null; the table must not print it as a bare "-"
+    from moeroof.cli.fit_routing import print_fit_routing
+
+    rep = {
+        "source": "x.points",
+        "experts": 8,
+        "top_k": 2,
+        "layers": 1,
+        "families": {"dirichlet": {"residual": 0.1, "fits": True}},
+        "family": "dirichlet",
+        "knobs": {
+            "skew": {"value": 0.3, "fitted": True, "low": 0.2, "high": 0.4},
+            "locality_c": {"value": None, "off": True, "fitted": True, "low": 40.0, "high": None},
+        },
+        "rows": [],
+        "notes": [],
+    }
+    print_fit_routing(rep)
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("locality_c"))
+    assert "off" in line.split("fitted")[0] and line.rstrip().endswith("[40.000, off]"), line

@@ -64,8 +64,12 @@ def fit_routing_report(args: argparse.Namespace) -> dict[str, Any]:
     return rep
 
 
-def _interval(k: dict[str, Any]) -> str:
-    return f"[{fmt(k.get('low'), 3)}, {fmt(k.get('high'), 3)}]"
+def _interval(k: dict[str, Any], name: str = "") -> str:
+    # an infinite locality c (null in the JSON) is "off": no per-stream hot set
+    def end(v: Any) -> str:
+        return "off" if v is None and name == "locality_c" else fmt(v, 3)
+
+    return f"[{end(k.get('low'))}, {end(k.get('high'))}]"
 
 
 def print_fit_routing(rep: dict[str, Any]) -> None:
@@ -80,7 +84,7 @@ def print_fit_routing(rep: dict[str, Any]) -> None:
     print(f"chosen: {rep['family']}")
     for name, k in rep["knobs"].items():
         value = "off" if name == "locality_c" and k.get("off") else fmt(k.get("value"), 3)
-        how = "fitted " + _interval(k) if k.get("fitted") else f"held ({k.get('held', 'default')})"
+        how = "fitted " + _interval(k, name) if k.get("fitted") else f"held ({k.get('held', 'default')})"
         print(f"  {name:<15} {value:>10}  {how}")
     rows = [
         [

@@ -396,6 +396,7 @@ SUBCOMMANDS = (
     "fit-plan",
     "presets",
     "trace",
+    "histogram",
     "cache",
     "mrc",
     "calibrate",

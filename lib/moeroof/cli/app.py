@@ -25,7 +25,21 @@ import sys
 from collections.abc import Sequence
 
 from moeroof import __version__
-from moeroof.cli import bench, cache, calibrate, fit, fit_plan, fit_routing, mrc, plan, presets, split, trace, union
+from moeroof.cli import (
+    bench,
+    cache,
+    calibrate,
+    fit,
+    fit_plan,
+    fit_routing,
+    histogram,
+    mrc,
+    plan,
+    presets,
+    split,
+    trace,
+    union,
+)
 from moeroof.cli.common import EXIT_INTERRUPTED
 from moeroof.core.errors import ParameterError
 
@@ -34,7 +48,7 @@ __all__ = ["COMMANDS", "EXIT_USAGE", "build_parser", "main"]
 EXIT_USAGE = 2
 
 # In `moeroof --help` order.
-COMMANDS = (union, fit, fit_routing, plan, fit_plan, presets, trace, cache, mrc, calibrate, bench, split)
+COMMANDS = (union, fit, fit_routing, plan, fit_plan, presets, trace, histogram, cache, mrc, calibrate, bench, split)
 
 
 def build_parser() -> argparse.ArgumentParser:

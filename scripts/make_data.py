@@ -45,10 +45,10 @@ from scipy.optimize import brentq
 from moeroof.core.paths import DATA_DIR
 from moeroof.core.rng import generator as seeded_rng
 from moeroof.data.io import write_histogram, write_trace
+from moeroof.models.fit import correlation_gap
 from moeroof.models.routing import (
     Zipf,
     consecutive_overlap,
-    histogram_from_trace,
     inclusion_probabilities,
     sample_histogram,
     sample_trace,
@@ -308,13 +308,11 @@ def qwen3_sample(e, k, s, c, c_step, rho_layers, steps, streams, seed_name) -> n
     return topk.astype(np.int16)
 
 
-def own_union_ratio(topk: np.ndarray, e: int, k: int) -> float:
+def own_union_ratio(topk: np.ndarray, e: int) -> float:
     """Distinct experts per (step, layer) over all streams, against the independent plug-in of
-    the trace's own per-layer frequencies (what ``skew_fit`` measures)."""
-    steps, streams, layers, _ = topk.shape
-    measured = float(np.mean([[np.unique(topk[t, :, l]).size for l in range(layers)] for t in range(steps)]))
-    pi_hat = histogram_from_trace(topk, e) / (steps * streams)
-    return measured / float(union_plugin(pi_hat, [streams], top_k=k).mean[0])
+    the trace's own per-layer frequencies (what ``skew_fit`` measures:
+    :func:`moeroof.models.fit.correlation_gap`)."""
+    return float(correlation_gap(topk, e)["ratio"])
 
 
 def qwen3_like() -> dict:
@@ -349,7 +347,7 @@ def qwen3_like() -> dict:
     ratios = {}
     for cs in CONTEXT_GRID:
         rho_g, c_l = qwen3_knobs(e, k, s, c_mid, cs, layers)
-        ratios[cs] = own_union_ratio(qwen3_sample(e, k, s, c_l, cs, rho_g, steps, streams, "qwen3-like-context"), e, k)
+        ratios[cs] = own_union_ratio(qwen3_sample(e, k, s, c_l, cs, rho_g, steps, streams, "qwen3-like-context"), e)
     c_step = min(ratios, key=lambda cs: abs(ratios[cs] - UNION_RATIO_TARGET))
     # 3. per-stream locality: the c of the grid whose trace (the stored draw) misses the column least
     scan = []
@@ -360,19 +358,18 @@ def qwen3_like() -> dict:
         scan.append((float(np.max(np.abs(hits - published)[matched])), c, rho_c, c_l, tr))
     _, c, rho_layers, c_layers, topk = min(scan, key=lambda t: t[0])
     measured_overlap = consecutive_overlap(topk) / k
-    pi_hat = histogram_from_trace(topk, e) / (steps * streams)
     plugin16 = float(union_plugin(inclusion_probabilities(w1, k), [streams]).mean[0])
     hits = replay(topk)
-    union16 = float(np.mean([[np.unique(topk[t, :, l]).size for l in range(layers)] for t in range(steps)]))
+    gap = correlation_gap(topk, e)
     check = {
         "overlap_layer0": float(measured_overlap[0]),
         "overlap_layer7": float(measured_overlap[7]),
         "overlap_mean": float(measured_overlap.mean()),
         "overlap_published": {"layer0": 0.079, "layer7": 0.597, "mean": 0.427},
-        "union16_measured": union16,
+        "union16_measured": gap["union_measured"],
         "union16_plugin_true_popularity": plugin16,
-        "union16_plugin_own_histogram": float(union_plugin(pi_hat, [streams], top_k=k).mean[0]),
-        "union_ratio_own_histogram": own_union_ratio(topk, e, k),
+        "union16_plugin_own_histogram": gap["union_plugin"],
+        "union_ratio_own_histogram": gap["ratio"],
         "union_ratio_target": UNION_RATIO_TARGET,
         "union_ratio_by_c_step": {str(cs): round(r, 4) for cs, r in ratios.items()},
         "single_stream_lru_capacity_experts": caps,

@@ -130,7 +130,7 @@ needs_external = pytest.mark.skipif(
 @pytest.mark.parametrize("name, max_points", [("mixtral", 7.0), ("qwen15", 6.0)])
 def test_real_captures_one_knob_set_predicts_the_withheld_rows(name, max_points):
     """Pinned as today (2026-11-30): on Mixtral 8x7B the largest held-out hit-rate error was
-    +5.1 points (the pair's cache at 4 experts), on Qwen1.5 layer 0 +3.4 (5 streams, 16);
+    +5.0 points (the pair's cache at 4 experts), on Qwen1.5 layer 0 +3.4 (5 streams, 16);
     unions within 3 %. A change that makes either worse than the bound must say why."""
     res = kt.run_capture(name, bootstrap=4)
     held = res.held_out()

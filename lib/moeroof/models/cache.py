@@ -13,8 +13,9 @@ ones and fetches the misses, so a miss never evicts an expert the same layer sti
 K = 8 and a per-layer cache of 8 experts, the hit rate is then the consecutive-token overlap
 of the layer's selections); ``lookup="request"`` judges each request in its own turn, the way a
 trace-driven simulator such as libCacheSim replays the same request order (a miss can then
-evict an expert requested later in the same layer, which caps a cache of K experts near 0.7 ×
-the overlap). Either way the contents evolve request by request in the order below. Capacity counts experts (each item one slot) or bytes (items may
+evict an expert requested later in the same layer, so a cache of K experts hits less than the
+overlap). Either way the contents evolve request by request in the order below. Capacity
+counts experts (each item one slot) or bytes (items may
 differ in size); scope ``"global"`` is one cache shared by all layers, ``"layer"`` one cache per
 layer with ``capacity / layers`` each (floored to whole experts for an expert capacity). An item
 larger than its cache is streamed and never cached. Per-rank ownership

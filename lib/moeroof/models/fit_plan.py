@@ -201,36 +201,11 @@ def predict_points(
     page_cache: bool = False,
     seed: int = 0,
     overlap: str = "max",
-) -> tuple[np.ndarray, np.ndarray]:
-    """Predicted net tok/s and hit rate of every point (in order), through :func:`plan`."""
-    return _predict(
-        points,
-        model,
-        hardware,
-        routing,
-        knobs,
-        context_tokens=context_tokens,
-        page_cache=page_cache,
-        seed=seed,
-        overlap=overlap,
-    )
-
-
-def _predict(
-    points: Sequence[PlanPoint],
-    model: MoEModel,
-    hardware: Hardware,
-    routing: RoutingProbabilities,
-    knobs: PlanKnobs,
-    *,
-    context_tokens: int = 4096,
-    page_cache: bool = False,
-    seed: int = 0,
-    overlap: str = "max",
     routes: dict | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`predict_points`; ``routes``: a memo of the routings sampled or computed from the
-    knobs (skew, ρ, streams, seed), kept by the caller for one fit."""
+    """Predicted net tok/s and hit rate of every point (in order), through :func:`plan`.
+    ``routes``: a memo of the routings sampled or computed from the knobs (skew, ρ, streams,
+    seed), kept by the caller for one fit."""
     hw = _box(hardware, knobs)
     streams = max(p.batch for p in points)
     route = _routing(model, routing, knobs, streams, seed, routes)
@@ -393,7 +368,7 @@ def _fit_one(
     routes: dict = {}
 
     def predict(k: PlanKnobs, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-        return _predict(
+        return predict_points(
             pts,
             model,
             hardware,

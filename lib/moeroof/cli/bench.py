@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from moeroof.cli.common import (
+    BATCH_HELP,
     READ_PATHS,
     UsageError,
     emit,
@@ -54,7 +55,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--top-k", default=None, help="experts per token K (default 4, or the trace's)")
     p.add_argument("--d-model", default="1024", help="hidden size d (default 1024)")
     p.add_argument("--d-ff", default="1024", help="expert width f (default 1024; expert bytes = 2·d·f·4)")
-    p.add_argument("--batch", default="1,2,4,8,16,32", help="batch sizes, comma-separated (default 1,2,4,8,16,32)")
+    p.add_argument("--batch", default="1,2,4,8,16,32", help=BATCH_HELP + " (default 1,2,4,8,16,32)")
     p.add_argument(
         "--mode",
         default="both",

@@ -23,6 +23,7 @@ from moeroof.cli.common import (
     UsageError,
     emit,
     fmt,
+    input_path,
     jsonable,
     non_negative_float,
     non_negative_int,
@@ -124,7 +125,7 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:
         cap_experts = int(math.floor(cap_bytes / expert_bytes + 1e-9))
     pinned = None
     if args.histogram is not None:
-        hist = read_histogram(args.histogram)
+        hist = read_histogram(input_path(args.histogram))
         if hist.experts != trace.experts:
             raise InputError(
                 hist.path, "-", "experts", f"histogram has E={hist.experts} but the trace has E={trace.experts}"

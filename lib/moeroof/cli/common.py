@@ -21,7 +21,9 @@ import numpy as np
 from moeroof.data.io import InputError, Trace
 
 __all__ = [
+    "BATCH_HELP",
     "CACHE_POLICIES",
+    "input_path",
     "EXIT_INTERRUPTED",
     "PARTITIONS",
     "READ_PATHS",
@@ -94,12 +96,82 @@ def positive_float(text: str, flag: str) -> float:
     return value
 
 
+#: the most batch sizes one --batch may expand to
+MAX_BATCH_SIZES = 10_000
+
+BATCH_HELP = (
+    "batch sizes: a list (1,8,64), a doubling span LO-HI (1-64 = 1,2,4,…,64: the powers of two between, "
+    "LO and HI included; 3-20 = 3,4,8,16,20), a geometric range LO:HI:xF (1:256:x2 = 1,2,4,…,256) or an "
+    "arithmetic one LO:HI:+D (1:64:+8 = 1,9,…,57); HI is included when the steps reach it; items mix (1,2,8:64:x2)"
+)
+
+
+def _batch_item(item: str) -> list[int]:
+    """One comma item of ``--batch`` (see :data:`BATCH_HELP`)."""
+    text = item.strip()
+    if ":" in text:
+        parts = text.split(":")
+        if len(parts) != 3:
+            raise UsageError(f"--batch: {item!r}: a range is LO:HI:xF (geometric) or LO:HI:+D (arithmetic)")
+        lo = positive_int(parts[0], "--batch")
+        hi = positive_int(parts[1], "--batch")
+        if hi < lo:
+            raise UsageError(f"--batch: {item!r}: HI = {hi} is below LO = {lo}")
+        step = parts[2].strip()
+        if step[:1] in ("x", "*", "×"):
+            try:
+                factor = float(step[1:])
+            except ValueError:
+                raise UsageError(
+                    f"--batch: {item!r}: the factor after 'x' must be a number, got {step[1:]!r}"
+                ) from None
+            if not math.isfinite(factor) or factor <= 1:
+                raise UsageError(f"--batch: {item!r}: the factor must be > 1, got {step[1:]!r}")
+            out, x = [], float(lo)
+            while round(x) <= hi:
+                out.append(int(round(x)))
+                if len(out) > MAX_BATCH_SIZES:
+                    break
+                x *= factor
+            return out
+        if step[:1] == "+":
+            d = positive_int(step[1:], "--batch (the step after '+')")
+            count = (hi - lo) // d + 1
+            if count > MAX_BATCH_SIZES:
+                raise UsageError(f"--batch: {item!r} expands to {count} sizes (at most {MAX_BATCH_SIZES})")
+            return list(range(lo, hi + 1, d))
+        raise UsageError(
+            f"--batch: {item!r}: the step must be xF (geometric, e.g. x2) or +D (arithmetic, e.g. +8), got {step!r}"
+        )
+    if "-" in text[1:]:
+        lo_text, _, hi_text = text.partition("-")
+        lo = positive_int(lo_text, "--batch")
+        hi = positive_int(hi_text, "--batch")
+        if hi < lo:
+            raise UsageError(f"--batch: {item!r}: HI = {hi} is below LO = {lo}")
+        out = {lo, hi}
+        p = 1
+        while p < hi:
+            if p > lo:
+                out.add(p)
+            p *= 2
+        return sorted(out)
+    return [positive_int(text, "--batch")]
+
+
 def parse_batch(text: str) -> list[int]:
-    """``"1,8,64"`` → ``[1, 8, 64]`` (sorted, duplicates dropped); positive integers only."""
-    parts = [p for p in text.split(",")]
+    """``--batch``: ``"1,8,64"`` → ``[1, 8, 64]``; ``"1-64"`` → powers of two from 1 to 64 (the
+    ends included); ``"1:256:x2"`` geometric, ``"1:64:+8"`` arithmetic (:data:`BATCH_HELP`).
+    Sorted, duplicates dropped; positive integers only."""
+    parts = text.split(",")
     if not text.strip() or any(not p.strip() for p in parts):
-        raise UsageError(f"--batch: expected comma-separated positive integers like 1,8,64, got {text!r}")
-    return sorted({positive_int(p, "--batch") for p in parts})
+        raise UsageError(f"--batch: expected comma-separated batch sizes like 1,8,64, 1-64 or 1:256:x2, got {text!r}")
+    sizes: set[int] = set()
+    for part in parts:
+        sizes.update(_batch_item(part))
+        if len(sizes) > MAX_BATCH_SIZES:
+            raise UsageError(f"--batch: {text!r} expands to more than {MAX_BATCH_SIZES} sizes")
+    return sorted(sizes)
 
 
 def add_step_arguments(p: Any) -> None:
@@ -174,7 +246,7 @@ def routing_knobs_arg(path_text: str, model: Any, streams: int) -> Any:
     the routing whose cache runs on a trace sampled from those knobs."""
     from moeroof.models.fit_plan import routing_from_knobs
 
-    path = Path(path_text)
+    path = input_path(path_text)
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -200,11 +272,22 @@ def routing_knobs_arg(path_text: str, model: Any, streams: int) -> Any:
     )
 
 
+def input_path(path_text: str) -> Path:
+    """A user's input file: from the working directory when it is there, else under the suite's
+    ``data/`` (embedded names such as ``histograms/deepseek-v3-like.csv``); a file in neither is
+    an error naming both places (:func:`moeroof.core.paths.resolve_data`)."""
+    from moeroof.core.paths import resolve_data
+
+    return resolve_data(path_text)
+
+
 def read_trace_arg(path_text: str) -> Trace:
     """A TRACE argument: a histogram ``.csv`` is refused by name before anything is read."""
     from moeroof.data.io import read_trace
 
     path = Path(path_text)
+    if path.suffix.lower() != ".csv":
+        path = input_path(path_text)
     if path.suffix.lower() == ".csv":
         raise InputError(path, "-", "file", "expected a trace .npz / .npy, got a histogram .csv")
     return read_trace(path)

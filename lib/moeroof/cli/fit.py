@@ -9,12 +9,11 @@ maximum likelihood, compared by AIC, with a goodness-of-fit p-value.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from moeroof.cli.common import emit, fmt, jsonable, non_negative_int, table
+from moeroof.cli.common import emit, fmt, input_path, jsonable, non_negative_int, table
 from moeroof.data.io import InputError, load_any, read_histogram
 
 
@@ -37,7 +36,7 @@ def fit_report(args: argparse.Namespace) -> dict[str, Any]:
     bootstrap = non_negative_int(args.bootstrap, "--bootstrap")
     gof_sims = non_negative_int(args.gof_sims, "--gof-sims")
     seed = non_negative_int(args.seed, "--seed")
-    path = Path(args.path)
+    path = input_path(args.path)
     if path.suffix.lower() != ".csv":
         data = load_any(path)  # a bad / missing file reports its own error first
         raise InputError(path, "-", "file", f"fit needs a histogram .csv, got a {type(data).__name__.lower()}")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from moeroof.cli.common import UsageError, emit, fmt, non_negative_int, routing_knobs_arg, table
+from moeroof.cli.common import UsageError, emit, fmt, input_path, non_negative_int, routing_knobs_arg, table
 
 KNOBS = ("engine", "ssd-scale", "pressure", "skew", "rho")
 
@@ -77,7 +77,7 @@ def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
 
     fit = _knob_list(args.fit)
     context = non_negative_int(args.context, "--context")
-    points = read_plan_points(args.path)
+    points = read_plan_points(input_path(args.path))
     model = load_model(args.model)
     hardware = load_hardware(args.hardware)
     if args.routing_knobs is not None:

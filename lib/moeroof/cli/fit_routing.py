@@ -16,7 +16,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from moeroof.cli.common import UsageError, emit, fmt, jsonable, non_negative_int, positive_float, positive_int, table
+from moeroof.cli.common import (
+    UsageError,
+    emit,
+    fmt,
+    input_path,
+    jsonable,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    table,
+)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -54,7 +64,7 @@ def fit_routing_report(args: argparse.Namespace) -> dict[str, Any]:
     from moeroof.data.points import read_points
     from moeroof.models.fit_routing import fit_routing
 
-    points = read_points(args.path, experts=experts, expert_bytes=expert_bytes)
+    points = read_points(input_path(args.path), experts=experts, expert_bytes=expert_bytes)
     result = fit_routing(
         points, experts, top_k, layers, expert_bytes, seeds=range(seeds), bootstrap=bootstrap, timed_steps=timed
     )

@@ -20,6 +20,7 @@ import argparse
 from typing import Any
 
 from moeroof.cli.common import (
+    BATCH_HELP,
     PARTITIONS,
     add_step_arguments,
     emit,
@@ -46,7 +47,7 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--model", required=True, help="model preset name (see `moeroof presets`) or a TOML path")
     p.add_argument("--hardware", required=True, help="hardware preset name or a TOML path")
-    p.add_argument("--batch", required=True, help="batch sizes, comma-separated (e.g. 1,8,64)")
+    p.add_argument("--batch", required=True, help=BATCH_HELP)
     add_step_arguments(p)
     p.add_argument(
         "--routing", default="uniform", help="uniform, zipf:S, or a histogram .csv / trace .npz path (default uniform)"

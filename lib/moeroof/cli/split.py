@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from moeroof.cli.common import PARTITIONS, add_step_arguments, emit, fmt, positive_int, step_options, table
+from moeroof.cli.common import PARTITIONS, add_step_arguments, emit, fmt, input_path, positive_int, step_options, table
 
 METHODS = PARTITIONS
 
@@ -63,7 +63,7 @@ def split_report(args: argparse.Namespace) -> dict[str, Any]:
 
     options = step_options(args)
     return build(
-        args.path,
+        input_path(args.path),
         positive_int(args.ranks, "--ranks"),
         args.method,
         args.rank_speed,

@@ -18,7 +18,18 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.common import UsageError, emit, fmt, jsonable, non_negative_int, parse_batch, positive_int, table
+from moeroof.cli.common import (
+    BATCH_HELP,
+    UsageError,
+    emit,
+    fmt,
+    input_path,
+    jsonable,
+    non_negative_int,
+    parse_batch,
+    positive_int,
+    table,
+)
 from moeroof.data.io import Histogram, Trace, load_any
 
 
@@ -35,7 +46,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--uniform", nargs=2, metavar=("E", "K"), help="closed form for uniform routing over E experts, top-K"
     )
-    p.add_argument("--batch", required=True, help="batch sizes, comma-separated (e.g. 1,8,64)")
+    p.add_argument("--batch", required=True, help=BATCH_HELP)
     p.add_argument("--layers", help="layers for --uniform (default 1)")
     p.add_argument("--bootstrap", default="200", help="bootstrap replicates for the band (default 200; 0 = none)")
     p.add_argument("--draws", default="4", help="random stream subsets per step for a trace (default 4)")
@@ -77,7 +88,7 @@ def union_report(args: argparse.Namespace) -> dict[str, Any]:
             raise UsageError("give a histogram/trace PATH or --uniform E K")
         if args.layers is not None:
             raise UsageError("--layers applies to --uniform only (a file carries its own layers)")
-        data = load_any(args.path)
+        data = load_any(input_path(args.path))
         source = str(data.path)
         provenance = data.meta.get("provenance")
         if isinstance(data, Histogram):

@@ -1,4 +1,5 @@
-"""Where the suite's files live, resolved from the package (not from the working directory)."""
+"""Where the suite's files live (resolved from the package), and how a user's data path is found:
+from the working directory first, then under the suite's ``data/`` (:func:`resolve_data`)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,30 @@ def figures_dir() -> Path:
     return Path(os.environ.get("MOEROOF_FIGURES_DIR", REPO_ROOT / "figures"))
 
 
-def resolve_data(path: str | os.PathLike[str]) -> Path:
-    """A user-given data path: absolute as given, otherwise relative to ``data/``.
+class DataPathError(FileNotFoundError, ValueError):
+    """A data path that is in none of the places looked in; ``str(err)`` names each of them.
 
-    Notebook parameters name embedded files as ``histograms/x.csv``; a user's own file is
-    passed as an absolute path (or relative to the current directory when it exists there).
+    Both a :class:`FileNotFoundError` (for code that catches ``OSError``) and a
+    :class:`ValueError` (bad input: the command line prints ``error: …`` and exits 2)."""
+
+
+def resolve_data(path: str | os.PathLike[str]) -> Path:
+    """A user-given data path, as the user means it.
+
+    - absolute (or ``~/…``): as given (its reader says when it is missing);
+    - relative and present from the current working directory: that file (the user's own
+      ``histograms/x.csv`` wins over the suite's);
+    - otherwise relative to the suite's ``data/`` (the embedded names notebooks and examples
+      use: ``histograms/deepseek-v3-like.csv``, ``traces/qwen3-30b-a3b-like.npz``).
+
+    A relative path found in neither place raises :class:`DataPathError` naming every place tried.
     """
-    p = Path(path)
+    p = Path(path).expanduser()
     if p.is_absolute():
-        return p
-    return p.resolve() if p.exists() and not (DATA_DIR / p).exists() else DATA_DIR / p
+        return p  # the reader says when it is missing
+    if p.exists():
+        return p.resolve()
+    embedded = DATA_DIR / p
+    if embedded.exists():
+        return embedded
+    raise DataPathError(f"{path}:-: file: no such file (looked in {Path.cwd() / p} and in the suite's {embedded})")

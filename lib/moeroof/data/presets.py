@@ -259,8 +259,9 @@ def _int_fields(path: Path, out: dict[str, Any], keys: tuple[str, ...]) -> None:
 
 
 def _resolve(name_or_path: str | Path, sub: str) -> Path:
-    p = Path(name_or_path)
-    if p.suffix == ".toml" or p.exists():
+    """A path to a TOML (from the working directory when relative), else a shipped preset's name."""
+    p = Path(name_or_path).expanduser()
+    if p.suffix == ".toml" or p.is_file():
         return p
     return PRESETS_DIR / sub / f"{name_or_path}.toml"
 

@@ -179,10 +179,13 @@ class RoutingProbabilities:
 
 def routing_from_spec(spec: str, model: MoEModel) -> RoutingProbabilities:
     """``uniform``, ``zipf:S`` or a path to a histogram ``.csv`` / trace ``.npz``/``.npy``
-    (absolute, relative to the working directory, or relative to ``data/``)."""
+    (absolute, relative to the working directory where it exists there, else relative to
+    ``data/``: :func:`moeroof.core.paths.resolve_data`)."""
     e, k = model.experts, model.top_k
     if spec == "uniform":
         return RoutingProbabilities(np.full((1, e), k / e), "uniform", "assumed")
+    if spec.strip().lower() in ("zipf", "zipf:"):
+        raise ValueError(f"routing {spec!r}: give the Zipf exponent as zipf:S (e.g. zipf:0.9)")
     if spec.startswith("zipf:"):
         try:
             s = float(spec.split(":", 1)[1])

@@ -21,6 +21,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # Some distributions split ensurepip out of python3 (Debian's python3-venv); then create the venv
 # without pip and install pip into it with the system pip, which needs no root-only packages.
 $(STAMP): pyproject.toml
+	@echo "make: setting up $(VENV): pip installs moeroof and its dependencies (quiet; a few minutes on a first run)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || { \
 	  rm -rf $(VENV) && $(PYTHON) -m venv --without-pip $(VENV) && \
 	  $(PYTHON) -m pip --python $(PY) install -q pip; }
@@ -29,6 +30,7 @@ $(STAMP): pyproject.toml
 	@mkdir -p $(LAB_SETTINGS_DIR)
 	@printf '%s\n' '$(LAB_OVERRIDES)' > $(LAB_SETTINGS_DIR)/overrides.json
 	@touch $@
+	@echo "make: $(VENV) ready; the moeroof command is $(VENV)/bin/moeroof (or: source $(VENV)/bin/activate)"
 
 # JupyterLab opens a .py file in the text editor unless told otherwise: this venv's lab opens
 # Python files with jupytext's notebook view, so `make lab` shows notebooks/*.py as notebooks

@@ -402,6 +402,7 @@ SUBCOMMANDS = (
     "calibrate",
     "bench",
     "split",
+    "report",
 )
 
 

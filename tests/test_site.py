@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import html
 import re
 
 import nbformat
 import pytest
 
 import moeroof
-from moeroof.core.paths import NOTEBOOKS_DIR
+from moeroof.cli.app import main as cli_main
+from moeroof.core import paths
+from moeroof.core.paths import NOTEBOOKS_DIR, REPO_ROOT
 from moeroof.present import report, site
+from moeroof.present.glossary import GLOSSARY
 
 
 def _fake_report(reports, name, *, title, params_src, injected=None):
@@ -108,6 +112,105 @@ def test_index_over_figures_already_inside_reports(tmp_path):
     assert 'src="figures/nb_one.png"' in text
 
 
+def test_index_lists_runs_in_their_own_folders_with_their_parameters(layout):
+    reports, figures = layout
+    run = reports / "union" / "0123456789ab"
+    _fake_report(
+        run, "union", title="Union <small>?", params_src="b_max: int = 1024  # largest batch\n", injected={"b_max": 8}
+    )
+    _png(run / "figures" / "union_alone.png")
+    # a folder that is not NAME/<hash>/NAME.ipynb is not a run
+    _fake_report(reports / "other" / "x", "union", title="stray", params_src="")
+    text = site.build_index(reports, figures).read_text()
+    assert 'href="union/0123456789ab/union.html"' in text and 'href="union/0123456789ab/union.ipynb"' in text
+    assert 'src="union/0123456789ab/figures/union_alone.png"' in text
+    assert "union (run 0123456789ab: b_max=8)" in text
+    assert 'id="union-0123456789ab"' in text and 'id="union"' in text
+    assert "stray" not in text
+    # the default render is still there with its own parameters
+    assert re.search(r'class="over"><code>64 <small>\(default 1024\)</small>', text)
+
+
+def test_index_ends_with_the_glossary(layout):
+    reports, figures = layout
+    text = site.build_index(reports, figures).read_text()
+    assert '<section id="glossary">' in text
+    for term, _ in GLOSSARY:
+        assert f"<dt><b>{html.escape(term)}</b></dt>" in text
+
+
+def test_readme_glossary_names_every_term():
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert "## Glossary" in readme
+    section = readme.split("## Glossary", 1)[1].split("\n## ", 1)[0]
+    missing = [term for term, _ in GLOSSARY if f"**{term}**" not in section]
+    assert not missing, f"README's glossary lacks {missing} (moeroof.present.glossary is the list)"
+
+
+def test_parameters_hash_is_stable_and_separates_runs():
+    a = report.parameters_hash({"model": "qwen3-30b-a3b", "cache_gib": 8})
+    assert a == report.parameters_hash({"cache_gib": 8, "model": "qwen3-30b-a3b"}), "key order must not matter"
+    assert re.fullmatch(r"[0-9a-f]{12}", a)
+    assert a != report.parameters_hash({"model": "qwen3-30b-a3b", "cache_gib": 8.5})
+    assert a != report.parameters_hash({"model": "qwen3-30b-a3b", "cache_gib": "8"}), "8 and '8' are different runs"
+
+
+def test_where_a_render_goes(tmp_path):
+    reports = tmp_path / "reports"
+    default = report.target_for("net_toks", None, None, reports)
+    assert default == report.Target(reports, None), "the default render writes reports/ and the figures env/figures/"
+    run = report.target_for("net_toks", {"cache_gib": 8}, None, reports)
+    assert run.out_dir.parent == reports / "net_toks" and run.figures_dir == run.out_dir / "figures"
+    assert run.out_dir.name == report.parameters_hash({"cache_gib": 8})
+    out = report.target_for("net_toks", {"cache_gib": 8}, tmp_path / "mine", reports)
+    assert out == report.Target(tmp_path / "mine", tmp_path / "mine" / "figures")
+    assert report.target_for("net_toks", None, tmp_path / "mine", reports).figures_dir == tmp_path / "mine" / "figures"
+
+
+def test_parameter_paths_resolve_against_the_working_directory(tmp_path):
+    (tmp_path / "mine.csv").write_text("layer,expert,count\n")
+    (tmp_path / "sub").mkdir()
+    given = {
+        "histogram": "mine.csv",
+        "trace": "sub/../mine.csv",
+        "routing": "zipf:1.2",
+        "b_max": 64,
+        "embedded": "histograms/deepseek-v3-like.csv",
+        "absolute": "/nowhere/x.csv",
+    }
+    got = report.absolute_paths(given, tmp_path)
+    assert got["histogram"] == str((tmp_path / "mine.csv").resolve())
+    assert got["trace"] == str((tmp_path / "mine.csv").resolve())
+    for name in ("routing", "b_max", "embedded", "absolute"):
+        assert got[name] == given[name]
+
+
+def test_parameters_file(tmp_path):
+    good = tmp_path / "p.yaml"
+    good.write_text("model: qwen3-30b-a3b\ncache_gib: 8\nvalidate: false\n")
+    assert report.read_parameters_file(good) == {"model": "qwen3-30b-a3b", "cache_gib": 8, "validate": False}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: a\ncache_gib: [8\n")
+    with pytest.raises(ValueError, match=r"bad\.yaml:\d+: not valid YAML"):
+        report.read_parameters_file(bad)
+    listy = tmp_path / "list.yaml"
+    listy.write_text("- 1\n- 2\n")
+    with pytest.raises(ValueError, match="a parameters file is a mapping"):
+        report.read_parameters_file(listy)
+    with pytest.raises(ValueError, match="cannot read the parameters file"):
+        report.read_parameters_file(tmp_path / "absent.yaml")
+
+
+def test_report_command_refuses_a_bad_parameters_file(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("[")
+    assert cli_main(["report", "--notebooks", "whatif", "-f", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "bad.yaml" in err and "Traceback" not in err
+    assert cli_main(["report", "--notebooks", "no_such_notebook"]) == 2
+    assert "no notebook named no_such_notebook" in capsys.readouterr().err
+
+
 def test_strip_widgets_drops_views_and_state():
     nb = nbformat.v4.new_notebook()
     nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
@@ -125,35 +228,29 @@ def test_strip_widgets_drops_views_and_state():
 
 
 @pytest.mark.notebook
-def test_whatif_report_renders_offline_and_the_same_twice(tmp_path, monkeypatch):
-    """`python -m moeroof.present.report` twice: same report bytes, same index bytes, nothing from a CDN."""
-    monkeypatch.setenv("MOEROOF_FIGURES_DIR", str(tmp_path / "figures"))
-    out = tmp_path / "reports"
-    argv = [
-        "--notebooks",
-        "whatif",
-        "--out",
-        str(out),
-        "--notebooks-dir",
-        str(NOTEBOOKS_DIR),
-        "-p",
-        "b_max",
-        "32",
-        "-p",
-        "trace_steps",
-        "16",
-        "-p",
-        "trace_layers",
-        "2",
-    ]
-    assert report.main(argv) == 0
-    first = {p.name: p.read_bytes() for p in out.glob("*.*")}
-    assert set(first) == {"whatif.ipynb", "whatif.html", "index.html"}
-    assert report.main(argv) == 0
-    assert {p.name: p.read_bytes() for p in out.glob("*.*")} == first
-    html = first["whatif.html"].decode()
-    assert not re.search(r'<script[^>]+src="https?:', html), "a report must not load scripts from the network"
+def test_whatif_report_renders_offline_in_its_own_folder_and_the_same_twice(tmp_path, monkeypatch):
+    """`moeroof report -p ...` twice: its own folder, same bytes, figures beside it, nothing from a CDN."""
+    committed = tmp_path / "committed-figures"
+    monkeypatch.setenv("MOEROOF_FIGURES_DIR", str(committed))  # stands for figures/: must stay untouched
+    reports = tmp_path / "reports"
+    monkeypatch.setattr(paths, "REPORTS_DIR", reports)
+    argv = ["report", "--notebooks", "whatif", "-p", "b_max", "32", "-p", "trace_steps", "16"]
+    argv += ["-p", "trace_layers", "2", "--notebooks-dir", str(NOTEBOOKS_DIR)]
+    assert cli_main(argv) == 0
+    run = reports / "whatif" / report.parameters_hash({"b_max": 32, "trace_steps": 16, "trace_layers": 2})
+    first = {p.name: p.read_bytes() for p in run.glob("*.*")}
+    assert set(first) == {"whatif.ipynb", "whatif.html"}
+    assert (run / "figures" / "whatif_state.png").is_file(), "a run's figures go to its own folder"
+    assert not committed.exists(), "a run with parameters must not write the default figures"
+    index_first = (reports / "index.html").read_bytes()
+    assert cli_main(argv) == 0
+    assert {p.name: p.read_bytes() for p in run.glob("*.*")} == first
+    assert (reports / "index.html").read_bytes() == index_first
+    html_text = first["whatif.html"].decode()
+    assert not re.search(r'<script[^>]+src="https?:', html_text), "a report must not load scripts from the network"
     assert report.WIDGET_VIEW_MIME not in first["whatif.ipynb"].decode()
-    index = first["index.html"].decode()
-    assert 'src="figures/whatif_state.png"' in index and "<code>32 <small>(default 256)</small>" in index
-    assert (out / "figures" / "whatif_state.png").is_file()
+    index = index_first.decode()
+    assert (
+        f'src="whatif/{run.name}/figures/whatif_state.png"' in index
+        and "<code>32 <small>(default 256)</small>" in index
+    )

@@ -36,6 +36,7 @@ from moeroof.cli import (
     mrc,
     plan,
     presets,
+    report,
     split,
     trace,
     union,
@@ -48,7 +49,22 @@ __all__ = ["COMMANDS", "EXIT_USAGE", "build_parser", "main"]
 EXIT_USAGE = 2
 
 # In `moeroof --help` order.
-COMMANDS = (union, fit, fit_routing, plan, fit_plan, presets, trace, histogram, cache, mrc, calibrate, bench, split)
+COMMANDS = (
+    union,
+    fit,
+    fit_routing,
+    plan,
+    fit_plan,
+    presets,
+    trace,
+    histogram,
+    cache,
+    mrc,
+    calibrate,
+    bench,
+    split,
+    report,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

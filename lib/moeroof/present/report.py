@@ -1,11 +1,27 @@
-"""Render the notebooks into reports: ``python -m moeroof.present.report [--notebooks NAME ...] [--out DIR]``.
+"""Render the notebooks into reports: ``moeroof report [--notebooks NAME ...] [-p NAME VALUE] [-f PARAMS.yaml] [--out DIR]``.
+
+(also ``python -m moeroof.present.report``, which ``make report`` runs.)
 
 The ``.py`` percent notebooks are the source of truth (STYLE.md); papermill is the runner, the
 same way CI and ``papermill nb.ipynb out.ipynb -p ...`` run them, so a report is exactly what a
-user would get. For each notebook this writes ``DIR/NAME.ipynb`` (executed) and ``DIR/NAME.html``
-(outputs only, like ``nbconvert --no-input``, with no scripts from a CDN and no widget views,
-so it reads offline), then rebuilds ``DIR/index.html`` over every report there
-(:mod:`moeroof.present.site`: parameters, links, a gallery of the saved figures).
+user would get. For each notebook this writes ``NAME.ipynb`` (executed), ``NAME.html`` (outputs
+only, like ``nbconvert --no-input``, with no scripts from a CDN and no widget views, so it reads
+offline) and the figures the notebook saves, then rebuilds ``reports/index.html`` over every
+report there (:mod:`moeroof.present.site`: parameters, links, a gallery of the saved figures).
+
+Where a run writes (one output folder per run, so runs never overwrite each other or the
+committed figures):
+
+- the default render (no ``-p``, no ``-f``, no ``--out``; ``make report``): ``reports/NAME.*``
+  and the committed ``figures/`` (``MOEROOF_FIGURES_DIR`` overrides the figures folder);
+- a run with parameters: ``reports/NAME/<params-hash>/`` holds ``NAME.ipynb``, ``NAME.html`` and
+  ``figures/``; the hash is of the parameters as injected, so the same parameters land in the
+  same folder and different ones never collide;
+- ``--out DIR``: ``DIR/NAME.*`` and ``DIR/figures/``, whatever the parameters.
+
+A parameter value that names an existing file or folder relative to the working directory is
+made absolute before it is injected, because the notebook runs in ``notebooks/``: ``-p trace
+../mine.npz`` means the file the user sees, not one beside the notebooks.
 
 Reports are reproducible: papermill and nbclient stamp wall-clock times and random cell ids into
 the notebook, so those are removed or made deterministic before saving; rendering a deterministic
@@ -16,22 +32,21 @@ notebook twice gives the same bytes. Each file is written whole or not at all (t
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-
-import jupytext
-import nbformat
-import papermill as pm
-from jinja2 import DictLoader
-from jupyter_client.kernelspec import NoSuchKernel
-from nbconvert import HTMLExporter
-from papermill.exceptions import PapermillExecutionError
+from typing import TYPE_CHECKING
 
 from moeroof.core import atomic, paths
-from moeroof.present.site import build_index
+
+if TYPE_CHECKING:  # the Jupyter stack loads when a render starts, not when `moeroof` builds its parser
+    import nbformat
 
 #: kernel pinned by name: the kernel of the interpreter running this (papermill swaps a bare
 #: ``python`` in the kernelspec for ``sys.executable``), so the report sees the installed suite
@@ -39,6 +54,8 @@ KERNEL_NAME = "python3"
 #: papermill's per-notebook and per-cell wall-clock keys, and nbclient's per-cell timing block
 _PAPERMILL_TIME_KEYS = ("start_time", "end_time", "duration")
 _CELL_TIMING_KEY = "execution"
+#: the variable save_figure reads for its folder (moeroof.core.paths.figures_dir)
+FIGURES_ENV = "MOEROOF_FIGURES_DIR"
 
 
 class NotebookFailed(RuntimeError):
@@ -121,6 +138,9 @@ _OFFLINE_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 
 def to_html(nb: nbformat.NotebookNode, name: str) -> str:
     """HTML of the outputs only (inputs and prompts hidden, as ``nbconvert --no-input``), offline."""
+    from jinja2 import DictLoader
+    from nbconvert import HTMLExporter
+
     exporter = HTMLExporter(
         exclude_input=True,
         exclude_input_prompt=True,
@@ -138,6 +158,11 @@ def execute(path: Path, parameters: dict | None = None) -> nbformat.NotebookNode
     ``output_path=None`` keeps papermill from saving after every cell: the caller writes the
     finished notebook once, whole.
     """
+    import jupytext
+    import papermill as pm
+    from jupyter_client.kernelspec import NoSuchKernel
+    from papermill.exceptions import PapermillExecutionError
+
     nb = jupytext.read(path)
     try:
         return pm.execute_notebook(
@@ -157,26 +182,131 @@ def execute(path: Path, parameters: dict | None = None) -> nbformat.NotebookNode
         ) from None
 
 
-def render(path: Path, out_dir: Path, parameters: dict | None = None) -> tuple[Path, Path]:
-    """Execute ``path`` and write ``out_dir/NAME.ipynb`` and ``out_dir/NAME.html``; return both paths."""
+def render(
+    path: Path, out_dir: Path, parameters: dict | None = None, *, figures_dir: Path | None = None
+) -> tuple[Path, Path]:
+    """Execute ``path`` and write ``out_dir/NAME.ipynb`` and ``out_dir/NAME.html``; return both paths.
+
+    ``figures_dir``, when given, is where the notebook's figures go (the kernel inherits
+    ``MOEROOF_FIGURES_DIR`` for the length of this render); otherwise the environment decides.
+    """
     name = path.stem
     ipynb_path, html_path = out_dir / f"{name}.ipynb", out_dir / f"{name}.html"
-    nb = execute(path, parameters)
+    with _figures_env(figures_dir):
+        nb = execute(path, parameters)
     nb = strip_volatile(nb, input_path=_display_path(path), output_path=_display_path(ipynb_path))
     nb = strip_widgets(nb)
     html = to_html(nb, name)
+    import nbformat
+
     atomic.write_text(ipynb_path, nbformat.writes(nb) + "\n")
     atomic.write_text(html_path, html)
     return ipynb_path, html_path
 
 
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+@contextmanager
+def _figures_env(figures_dir: Path | None) -> Iterator[None]:
+    """Point ``MOEROOF_FIGURES_DIR`` at ``figures_dir`` while a kernel starts, then restore it."""
+    if figures_dir is None:
+        yield
+        return
+    before = os.environ.get(FIGURES_ENV)
+    os.environ[FIGURES_ENV] = str(figures_dir)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(FIGURES_ENV, None)
+        else:
+            os.environ[FIGURES_ENV] = before
+
+
+def parameters_hash(parameters: dict) -> str:
+    """Twelve hex digits of SHA-256 over the parameters as canonical JSON (sorted keys).
+
+    The folder name of a run with parameters: equal parameters give the same folder (a re-run
+    replaces its own report), different ones never share one.
+    """
+    text = json.dumps(parameters, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def absolute_paths(parameters: dict, cwd: Path) -> dict:
+    """String values naming an existing path relative to ``cwd`` made absolute; the rest as given.
+
+    Notebooks run with ``notebooks/`` as their working directory, so a relative path the user
+    typed would otherwise resolve there (or under ``data/``) instead of where the user is.
+    Values that exist nowhere (``zipf:1.2``, an embedded ``histograms/x.csv``) are left alone.
+    """
+    out = {}
+    for name, value in parameters.items():
+        if isinstance(value, str) and value and not Path(value).is_absolute() and (cwd / value).exists():
+            value = str((cwd / value).resolve())
+        out[name] = value
+    return out
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one notebook's render goes: the report folder and the figures folder (None = environment's)."""
+
+    out_dir: Path
+    figures_dir: Path | None
+
+
+def target_for(name: str, parameters: dict | None, out: Path | None, reports_dir: Path) -> Target:
+    """The folders of one render, by the rules in the module docstring."""
+    if out is not None:
+        return Target(out, out / "figures")
+    if parameters:
+        run = reports_dir / name / parameters_hash(parameters)
+        return Target(run, run / "figures")
+    return Target(reports_dir, None)
+
+
+def read_parameters_file(path: Path) -> dict:
+    """A YAML (or JSON) mapping of parameter names to values, as papermill's ``-f``."""
+    import yaml
+
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ValueError(f"{path}: cannot read the parameters file: {err.strerror or err}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        row = f"{mark.line + 1}" if mark is not None else "-"
+        raise ValueError(f"{path}:{row}: not valid YAML ({getattr(err, 'problem', err)})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise ValueError(f"{path}: a parameters file is a mapping of names to values, got {type(data).__name__}")
+    return data
+
+
+def build_parser(prog: str = "python -m moeroof.present.report") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m moeroof.present.report",
-        description="Execute the percent notebooks with papermill and write .ipynb and .html reports.",
+        prog=prog,
+        description=(
+            "Execute the notebooks with papermill and write .ipynb and .html reports. Without parameters "
+            "(make report) they go to reports/ and figures/; with -p/-f each notebook's run goes to its "
+            "own folder reports/NAME/<params-hash>/ (report, executed notebook, figures)."
+        ),
     )
+    add_arguments(parser)
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The report options, shared by ``python -m moeroof.present.report`` and ``moeroof report``."""
     parser.add_argument("--notebooks", nargs="+", metavar="NAME", help="notebook stems to render (default: all)")
-    parser.add_argument("--out", type=Path, default=paths.REPORTS_DIR, help="output directory (default: %(default)s)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="write NAME.ipynb, NAME.html and figures/ under DIR (default: reports/, or reports/NAME/<hash>/ with parameters)",
+    )
     parser.add_argument(
         "--notebooks-dir",
         type=Path,
@@ -192,7 +322,20 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar=("NAME", "VALUE"),
         help="override a notebook parameter, as papermill's -p (VALUE read as YAML-ish: 64 → int)",
     )
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "-f",
+        "--parameters-file",
+        type=Path,
+        default=None,
+        metavar="PARAMS.yaml",
+        help="parameters from a YAML file, as papermill's -f (-p values win)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (each notebook's report, executed notebook, figures folder, seconds, error) "
+        "instead of lines; progress goes to stderr",
+    )
 
 
 def _coerce(value: str):
@@ -207,34 +350,62 @@ def _coerce(value: str):
     return value
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Render every selected notebook, one line each with its wall time; non-zero if any failed."""
-    args = _parse_args(argv)
-    notebooks = discover(args.notebooks_dir, args.notebooks)
-    if not notebooks:
-        print(f"moeroof.present.report: no notebooks (*.py) in {args.notebooks_dir}", file=sys.stderr)
+def run(args: argparse.Namespace, *, prog: str = "moeroof.present.report") -> int:
+    """Render every selected notebook, one line as each starts and one as it ends; non-zero if any failed."""
+    try:
+        notebooks = discover(args.notebooks_dir, args.notebooks)
+    except SystemExit as err:
+        print(err, file=sys.stderr)
         return 2
-    parameters = {name: _coerce(value) for name, value in args.parameter} or None
-    if parameters:
-        # figures/ holds the default renders that design docs link; a what-if run must not
-        # overwrite them, so its figures go beside its report (the kernel inherits the env)
-        os.environ.setdefault("MOEROOF_FIGURES_DIR", str(args.out / "figures"))
-    failures = []
-    for path in notebooks:
+    if not notebooks:
+        print(f"{prog}: no notebooks (*.py) in {args.notebooks_dir}", file=sys.stderr)
+        return 2
+    try:
+        parameters = read_parameters_file(args.parameters_file) if args.parameters_file else {}
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    parameters.update({name: _coerce(value) for name, value in args.parameter})
+    parameters = absolute_paths(parameters, Path.cwd()) or None
+    as_json = getattr(args, "json", False)
+    say = sys.stderr if as_json else sys.stdout  # with --json stdout carries the JSON alone
+    failures, runs = [], []
+    for n, path in enumerate(notebooks, 1):
+        target = target_for(path.stem, parameters, args.out, paths.REPORTS_DIR)
+        print(f"[{n}/{len(notebooks)}] {path.stem} ...", file=say, flush=True)
         start = time.perf_counter()
+        entry = {"notebook": path.stem, "folder": str(target.out_dir)}
+        entry["figures"] = str(target.figures_dir if target.figures_dir is not None else paths.figures_dir())
         try:
-            _, html_path = render(path, args.out, parameters)
+            ipynb_path, html_path = render(path, target.out_dir, parameters, figures_dir=target.figures_dir)
         except NotebookFailed as err:
             failures.append(str(err))
+            runs.append({**entry, "ok": False, "error": str(err), "seconds": round(time.perf_counter() - start, 1)})
             print(f"FAILED {path.stem:<24} {time.perf_counter() - start:6.1f} s  {err}", file=sys.stderr, flush=True)
             continue
-        print(f"ok     {path.stem:<24} {time.perf_counter() - start:6.1f} s  -> {html_path}", flush=True)
-    # the index lists every report in the directory (this run's and earlier ones), failed or not
-    print(f"index  {'':<24} {'':>8}  -> {build_index(args.out, paths.figures_dir())}", flush=True)
+        seconds = time.perf_counter() - start
+        runs.append(
+            {**entry, "ok": True, "html": str(html_path), "ipynb": str(ipynb_path), "seconds": round(seconds, 1)}
+        )
+        print(f"ok     {path.stem:<24} {seconds:6.1f} s  -> {html_path}", file=say, flush=True)
+    # the index lists every report under its folder (this run's and earlier ones, runs with
+    # parameters included), failed or not
+    from moeroof.present.site import build_index
+
+    root = args.out if args.out is not None else paths.REPORTS_DIR
+    figures = args.out / "figures" if args.out is not None else paths.figures_dir()
+    index = build_index(root, figures)
+    print(f"index  {'':<24} {'':>8}  -> {index}", file=say, flush=True)
+    if as_json:
+        print(json.dumps({"parameters": parameters or {}, "runs": runs, "index": str(index)}, indent=1))
     if failures:
-        print(f"moeroof.present.report: {len(failures)} of {len(notebooks)} notebooks failed", file=sys.stderr)
+        print(f"{prog}: {len(failures)} of {len(notebooks)} notebooks failed", file=sys.stderr)
         return 1
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

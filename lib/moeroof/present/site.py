@@ -13,6 +13,11 @@ in the reports directory the index shows:
   wrote (a figure goes to the notebook with the longest stem that prefixes its name, so
   ``union_curve_models`` belongs to ``union_curve``, not to a notebook ``union``).
 
+Runs with parameters live in their own folders (``REPORTS_DIR/NAME/<hash>/``: report, executed
+notebook, ``figures/``); the index lists each after the default renders, headed by the
+parameters it was given, with its figures linked in place. The page ends with the glossary
+(:mod:`moeroof.present.glossary`).
+
 Figures are copied into ``REPORTS_DIR/figures/`` (unless they are already inside the reports
 directory) and linked relatively, so the directory reads from ``file://`` without a server and
 can be moved or archived whole. The page holds no timestamps and no absolute paths, so it is
@@ -34,6 +39,7 @@ from papermill.translators import PythonTranslator
 
 import moeroof
 from moeroof.core import atomic, paths
+from moeroof.present.glossary import GLOSSARY
 
 __all__ = ["Parameter", "Report", "read_report", "figures_for", "build_index", "render_index", "main"]
 
@@ -62,6 +68,14 @@ class Report:
     title: str
     parameters: tuple[Parameter, ...]
     figures: tuple[str, ...] = ()
+    #: folder of a run with parameters relative to the reports directory (``NAME/<hash>/``), or
+    #: ``""`` for the default render at the top level
+    folder: str = ""
+
+    @property
+    def anchor(self) -> str:
+        """The section id: the stem, plus the run's hash for a run in its own folder."""
+        return self.name if not self.folder else f"{self.name}-{self.folder.rstrip('/').rsplit('/', 1)[-1]}"
 
 
 def _title(nb: nbformat.NotebookNode, name: str) -> str:
@@ -139,6 +153,15 @@ nav li { margin: 0.2em 0; }
 """.strip()
 
 
+def _heading(r: Report) -> str:
+    """``name`` for the default render; ``name (run hash: a=1, b=2)`` for a run with parameters."""
+    if not r.folder:
+        return r.name
+    given = ", ".join(f"{p.name}={p.value}" for p in r.parameters if p.overridden)
+    run = r.folder.rstrip("/").rsplit("/", 1)[-1]
+    return f"{r.name} (run {run}: {given})" if given else f"{r.name} (run {run})"
+
+
 def render_index(reports: Sequence[Report], *, version: str) -> str:
     """The index page; a pure function of its arguments (no clock, no paths beyond relative links)."""
     e = html.escape
@@ -160,15 +183,18 @@ def render_index(reports: Sequence[Report], *, version: str) -> str:
         "<nav><ul>",
     ]
     for r in reports:
-        lines.append(f'<li><a href="#{e(r.name)}">{e(r.name)}</a>: {e(r.title)}</li>')
+        lines.append(f'<li><a href="#{e(r.anchor)}">{e(_heading(r))}</a>: {e(r.title)}</li>')
+    lines.append('<li><a href="#glossary">glossary</a></li>')
     lines.append("</ul></nav>")
     for r in reports:
         lines += [
-            f'<section id="{e(r.name)}">',
-            f"<h2>{e(r.name)}: {e(r.title)}</h2>",
-            f'<p><a href="{e(r.name)}.html">report (HTML)</a> · '
-            f'<a href="{e(r.name)}.ipynb">executed notebook (.ipynb)</a> · '
-            f"source <code>notebooks/{e(r.name)}.py</code></p>",
+            f'<section id="{e(r.anchor)}">',
+            f"<h2>{e(_heading(r))}: {e(r.title)}</h2>",
+            f'<p><a href="{e(r.folder)}{e(r.name)}.html">report (HTML)</a> · '
+            f'<a href="{e(r.folder)}{e(r.name)}.ipynb">executed notebook (.ipynb)</a> · '
+            f"source <code>notebooks/{e(r.name)}.py</code>"
+            + (f" · folder <code>{e(r.folder)}</code>" if r.folder else "")
+            + "</p>",
         ]
         if r.parameters:
             lines.append(
@@ -187,7 +213,7 @@ def render_index(reports: Sequence[Report], *, version: str) -> str:
         if r.figures:
             lines.append('<div class="gallery">')
             for stem in r.figures:
-                src = f"{FIGURES_SUBDIR}/{stem}"
+                src = f"{r.folder}{FIGURES_SUBDIR}/{stem}"
                 lines.append(
                     f'<figure><a href="{e(src)}.png"><img src="{e(src)}.png" alt="{e(stem)}"></a>'
                     f"<figcaption>{e(stem)}</figcaption></figure>"
@@ -196,7 +222,10 @@ def render_index(reports: Sequence[Report], *, version: str) -> str:
         else:
             lines.append("<p>No saved figures.</p>")
         lines.append("</section>")
-    lines += ["</body>", "</html>", ""]
+    lines += ['<section id="glossary">', "<h2>Glossary</h2>", "<dl>"]
+    for term, meaning in GLOSSARY:
+        lines.append(f"<dt><b>{e(term)}</b></dt><dd>{e(meaning)}</dd>")
+    lines += ["</dl>", "</section>", "</body>", "</html>", ""]
     return "\n".join(lines)
 
 
@@ -204,6 +233,10 @@ def build_index(
     reports_dir: str | os.PathLike[str] | None = None, figures_dir: str | os.PathLike[str] | None = None
 ) -> Path:
     """Write ``reports_dir/index.html`` over every ``NAME.ipynb`` with its ``NAME.html``; return its path.
+
+    Runs with parameters in their own folders (``NAME/<hash>/NAME.ipynb``, as
+    :mod:`moeroof.present.report` writes them) are listed after the default renders, each with
+    the parameters it was given and the figures in its folder.
 
     ``figures_dir`` defaults to :func:`moeroof.core.paths.figures_dir` (where the renders saved them).
     """
@@ -217,6 +250,14 @@ def build_index(
     if all_stems and figures_dir.resolve() != local.resolve():
         _copy_figures(all_stems, figures_dir, local)
     reports = [Report(r.name, r.title, r.parameters, figs[r.name]) for r in reports]
+    # runs with parameters: reports_dir/NAME/<hash>/NAME.ipynb with their figures beside them
+    for ipynb in sorted(reports_dir.glob("*/*/*.ipynb")):
+        if ipynb.parent.parent.name != ipynb.stem or not ipynb.with_suffix(".html").is_file():
+            continue
+        r = read_report(ipynb)
+        run_figs = figures_for([r.name], ipynb.parent / FIGURES_SUBDIR)[r.name]
+        folder = ipynb.parent.relative_to(reports_dir).as_posix() + "/"
+        reports.append(Report(r.name, r.title, r.parameters, run_figs, folder))
     text = render_index(reports, version=moeroof.__version__)
     target = reports_dir / INDEX_NAME
     atomic.write_text(target, text)

@@ -7,12 +7,15 @@ the committed figures are never touched by a test run (the kernel inherits the e
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
+import sys
 
 import pytest
 
-from moeroof.core.paths import NOTEBOOKS_DIR, REPO_ROOT
+from moeroof.core.paths import EXTERNAL_DIR, NOTEBOOKS_DIR, REPO_ROOT
+from moeroof.present.answers import ANSWER_TAG
 
 jupytext = pytest.importorskip("jupytext")
 pm = pytest.importorskip("papermill")
@@ -23,7 +26,15 @@ NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.py"))
 #: test_every_notebook_has_small_parameters, so adding a notebook means adding its entry here.
 SMALL_PARAMETERS: dict[str, dict] = {
     "union_curve": {"b_max": 64, "model_layers": 4, "bootstrap": 10},
-    "net_toks": {"b_max": 32, "claim_b_max": 64, "validate": True},
+    # non-default model, cache and routing: the answer must name them (ANSWER_CHECKS)
+    "net_toks": {
+        "b_max": 32,
+        "claim_b_max": 64,
+        "validate": True,
+        "model": "qwen3-30b-a3b",
+        "cache_gib": 8.0,
+        "routing": "traces/qwen3-30b-a3b-like.npz",
+    },
     "skew_fit": {"b_max": 64, "fit_bootstrap": 5, "gof_sims": 5, "union_bootstrap": 10, "max_layers": 3},
     "levers": {"b_max": 32, "users_max": 8, "agents": 8, "decode_tokens": 64, "prefix_tokens": 256},
     "regime_map": {"b_max": 64, "n_batch": 8, "n_cache": 5},
@@ -59,6 +70,43 @@ SMALL_PARAMETERS: dict[str, dict] = {
 }
 
 
+#: the witnessed Mixtral capture (read in place, never copied); skew_fit runs on it when present
+MIXTRAL_TRACE = EXTERNAL_DIR / "mixtral8x7b-instruct-fp8-vllm-traces" / "trace_decode.npz"
+
+#: what each notebook's answer must say for its SMALL_PARAMETERS run: ``names`` appear in it;
+#: ``synthetic`` / ``projected`` say whether those words must appear (True) or must not (False)
+ANSWER_CHECKS: dict[str, dict] = {
+    "net_toks": {
+        "names": ["qwen3-30b-a3b", "nvme-gen4", "8 GiB", "B = 1…32", "seed 000", "4×", "tokens a minute"],
+        "synthetic": True,
+        "projected": True,
+    },
+}
+
+
+def answer_text(ipynb) -> str:
+    """The Markdown the executed notebook displayed in its cell tagged ``answer`` (exactly one)."""
+    nb = json.loads(ipynb.read_text(encoding="utf-8"))
+    cells = [c for c in nb["cells"] if ANSWER_TAG in c.get("metadata", {}).get("tags", [])]
+    assert len(cells) == 1, f"{ipynb.name}: {len(cells)} cells tagged {ANSWER_TAG!r}, expected one"
+    texts = [
+        "".join(o["data"]["text/markdown"]) for o in cells[0].get("outputs", []) if "text/markdown" in o.get("data", {})
+    ]
+    assert texts, f"{ipynb.name}: the answer cell displayed no Markdown"
+    return "\n".join(texts)
+
+
+def check_answer(stem: str, text: str, checks: dict) -> None:
+    assert text.startswith("**Answer"), f"{stem}: answer does not open with **Answer: {text[:80]!r}"
+    for name in checks.get("names", []):
+        assert name in text, f"{stem}: the answer does not name {name!r}: {text}"
+    for word in ("synthetic", "projected"):
+        if word in checks:
+            assert (word in text) == checks[word], (
+                f"{stem}: {word!r} {'missing from' if checks[word] else 'in'}: {text}"
+            )
+
+
 def test_every_notebook_has_small_parameters():
     missing = [p.stem for p in NOTEBOOKS if p.stem not in SMALL_PARAMETERS]
     assert not missing, f"add SMALL_PARAMETERS entries in {__file__} for: {missing}"
@@ -69,7 +117,18 @@ def test_every_notebook_has_small_parameters():
 def test_notebook_runs_and_saves_a_figure(path, tmp_path, monkeypatch):
     figures = tmp_path / "figures"
     monkeypatch.setenv("MOEROOF_FIGURES_DIR", str(figures))
-    parameters = SMALL_PARAMETERS.get(path.stem, {})
+    parameters = dict(SMALL_PARAMETERS.get(path.stem, {}))
+    checks = dict(ANSWER_CHECKS.get(path.stem, {}))
+    if path.stem == "skew_fit" and MIXTRAL_TRACE.is_file():
+        # the witnessed capture as trace and (counted by moeroof histogram) as histogram: nothing synthetic
+        hist = tmp_path / "mixtral-decode.csv"
+        subprocess.run(
+            [sys.executable, "-m", "moeroof.cli", "histogram", str(MIXTRAL_TRACE), "-o", str(hist)],
+            check=True,
+            capture_output=True,
+        )
+        parameters.update(trace=str(MIXTRAL_TRACE), histogram=str(hist))
+        checks.update(names=["trace_decode.npz", "mixtral-decode.csv"], synthetic=False, projected=False)
     nb = jupytext.read(path)
     out = tmp_path / f"{path.stem}.ipynb"
     pm.execute_notebook(
@@ -84,6 +143,8 @@ def test_notebook_runs_and_saves_a_figure(path, tmp_path, monkeypatch):
     assert out.is_file()
     saved = sorted(p.name for p in figures.glob("*")) if figures.is_dir() else []
     assert saved, f"{path.name} saved no figure through moeroof.present.plots.save_figure"
+    if path.stem in ANSWER_CHECKS:
+        check_answer(path.stem, answer_text(out), checks)
 
 
 def test_no_ipynb_tracked_in_notebooks():

@@ -108,3 +108,43 @@ def test_shade_regimes_marks_each_bound_and_infeasible_batches():
     assert spans[-1].get_hatch() == "//"
     assert set(REGIME_COLORS) == set(TERMS)
     plt.close(fig)
+
+
+def test_plain_log_ticks_labels_in_plain_numbers():
+    fig, ax = plt.subplots()
+    ax.plot([1, 300], [0.01, 20])
+    ax.set(xscale="log", yscale="log")
+    plots.plain_log_ticks(ax)
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    ylabels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert {"1", "2", "5", "10", "100"} <= set(labels), labels
+    assert {"0.01", "0.1", "1", "10"} <= set(ylabels), ylabels
+    assert not any("10^" in x or "times" in x or "×" in x for x in labels + ylabels)
+    plt.close(fig)
+
+
+def test_plain_log_ticks_leaves_a_linear_axis_alone():
+    fig, ax = plt.subplots()
+    ax.plot([1, 300], [0, 20])
+    ax.set_xscale("log")
+    before = type(ax.yaxis.get_major_formatter())
+    plots.plain_log_ticks(ax)
+    assert type(ax.yaxis.get_major_formatter()) is before
+    plt.close(fig)
+
+
+def test_pvalue_text_names_the_simulation_floor():
+    assert plots.pvalue_text(1 / 50, 49) == "p ≤ 0.02 (the simulation floor)"
+    assert plots.pvalue_text(0.3, 49) == "0.3"
+    assert plots.pvalue_text(float("nan"), 49) == "n/a"
+
+
+def test_show_table_hides_the_index_and_writes_percentages():
+    import pandas as pd
+
+    html = plots.show_table(
+        pd.DataFrame({"B": [1, 8], "hit rate": [0.5, 0.123], "x": [1.23456, float("nan")]}), percent=["hit rate"]
+    ).to_html()
+    assert "50.0 %" in html and "12.3 %" in html and "1.23" in html
+    assert 'class="row_heading' not in html  # no index column

@@ -9,12 +9,14 @@ the same directory, then ``os.replace``) so a crash mid-render leaves the old fi
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import matplotlib as mpl
+import numpy as np
 from matplotlib.figure import Figure
 
 from moeroof.core import atomic, paths
@@ -137,3 +139,69 @@ def shade_regimes(ax, batch, bound, fits_in_memory=None) -> list:
         if bad.any():
             ax.axvspan(edges[np.argmax(bad)], edges[-1], fill=False, hatch="//", lw=0, label="KV + dense exceed RAM")
     return [(Rectangle((0, 0), 1, 1, color=REGIME_COLORS[t]), f"{t}-bound") for t in dict.fromkeys(bound)]
+
+
+def plain_log_ticks(ax, axis: str = "both") -> None:
+    """Label a log axis in plain numbers (1, 2, 5, 10, 100 …), never ``2×10⁰``.
+
+    Major ticks at 1, 2, 5 per decade get plain labels (``ScalarFormatter`` without an offset or
+    scientific notation; small values keep their decimals), minor labels are switched off.
+    ``axis`` is ``"x"``, ``"y"`` or ``"both"``; a linear axis is left alone.
+    """
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    def plain(value, _pos=None):
+        if value <= 0:
+            return ""
+        if value >= 1:
+            return f"{value:,.0f}" if value >= 1e4 else f"{value:g}"
+        return f"{value:.6g}"
+
+    axes = {"x": (ax.xaxis, ax.get_xscale), "y": (ax.yaxis, ax.get_yscale)}
+    for name in ("x", "y") if axis == "both" else (axis,):
+        which, scale = axes[name]
+        if scale() != "log":
+            continue
+        lo, hi = sorted(ax.get_xlim() if name == "x" else ax.get_ylim())
+        decades = math.log10(hi / lo) if lo > 0 else 10
+        subs = (1.0, 2.0, 5.0) if decades <= 4 else (1.0,)
+        which.set_major_locator(LogLocator(base=10, subs=subs))
+        which.set_major_formatter(FuncFormatter(plain))
+        which.set_minor_formatter(NullFormatter())
+
+
+def pvalue_text(p: float, sims: int) -> str:
+    """A goodness-of-fit p-value from ``sims`` simulations, saying when it sits at the floor.
+
+    The smallest p a parametric bootstrap of ``sims`` draws can give is 1/(sims+1); a p there means
+    no simulated statistic was as extreme, so it is written ``p ≤ floor (the simulation floor)``.
+    """
+    floor = 1.0 / (int(sims) + 1)
+    if p is None or not np.isfinite(p):
+        return "n/a"
+    if p <= floor * (1 + 1e-9):
+        return f"p ≤ {floor:.3g} (the simulation floor)"
+    return f"{p:.3g}"
+
+
+def show_table(df, *, percent=(), digits: int = 3):
+    """A DataFrame for display: no index column, columns in ``percent`` (shares in [0, 1]) as %,
+    floats to ``digits`` significant figures; returns a pandas Styler (renders as HTML)."""
+    import pandas as pd
+
+    percent = [c for c in percent if c in df.columns]
+
+    def number(x):
+        if isinstance(x, bool | np.bool_) or x is None:
+            return "" if x is None else ("yes" if x else "no")
+        if isinstance(x, float | np.floating):
+            if not np.isfinite(x):
+                return "–" if np.isnan(x) else ("∞" if x > 0 else "−∞")
+            if x != 0 and (abs(x) >= 1e6 or abs(x) < 1e-3):
+                return f"{x:.{digits - 1}e}"
+            return f"{x:.{digits}g}"
+        return str(x)
+
+    formats = {c: number for c in df.columns}
+    formats.update({c: (lambda x: "–" if pd.isna(x) else f"{100 * x:.1f} %") for c in percent})
+    return df.style.format(formats).hide(axis="index")

@@ -1,0 +1,153 @@
+"""The answer builders of moeroof.present.answers on made-up inputs: names and numbers in, the
+words follow them, and "synthetic"/"projected" appear only when true."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from moeroof.present import answers
+
+WITNESSED = {"model.expert_bytes": "witnessed", "hardware.bw_ssd": "witnessed", "routing": "witnessed"}
+MIXED = {"model.expert_bytes": "witnessed", "hardware.bw_ssd": "assumed", "routing": "projected"}
+
+
+def words(text: str, *present: str, absent: tuple[str, ...] = ()) -> None:
+    for w in present:
+        assert w in text, f"{w!r} missing from: {text}"
+    for w in absent:
+        assert w not in text, f"{w!r} should not be in: {text}"
+
+
+def test_provenance_sentence_says_projected_and_synthetic_only_when_true():
+    all_w = answers.provenance_sentence(WITNESSED)
+    words(all_w, "witnessed", absent=("projected", "synthetic"))
+    mixed = answers.provenance_sentence(MIXED)
+    words(mixed, "projected", "hardware.bw_ssd", "routing", absent=("synthetic", "model.expert_bytes"))
+    synth = answers.provenance_sentence(MIXED, synthetic=["the histogram `x.csv`"])
+    words(synth, "synthetic", "x.csv", "projected")
+    many = answers.provenance_sentence({f"in{i}": "assumed" for i in range(9)}, limit=3)
+    words(many, "in0", "in2", "6 more", absent=("in3",))
+
+
+def test_is_synthetic_reads_the_tag():
+    assert answers.is_synthetic("synthetic")
+    assert not answers.is_synthetic("witnessed")
+    assert not answers.is_synthetic("projected")
+    assert not answers.is_synthetic(None)
+
+
+def test_fmt_and_pct():
+    assert answers.fmt(0.1234) == "0.123"
+    assert answers.fmt(1234.6) == "1235"
+    assert answers.fmt(12.345) == "12.3"
+    assert answers.fmt(float("nan")) == "n/a"
+    assert answers.fmt(math.inf) == "∞"
+    assert answers.pct(0.523) == "52 %"
+    assert answers.pct(0.523, 1) == "52.3 %"
+
+
+def net_toks_kwargs(**over):
+    kw = dict(
+        model="toy-moe",
+        hardware="toy-box",
+        routing="zipf:0.7",
+        cache_gib=12.0,
+        context_tokens=2048,
+        batch=[1, 2, 4, 8, 16],
+        bound=["ssd", "ssd", "ssd", "memory", "memory"],
+        fits=[True, True, True, True, False],
+        best_net_tok_s=9.5,
+        best_batch=8,
+        per_agent_first=2.5,
+        per_agent_last=1.2,
+        last_feasible_batch=8,
+        max_multiple=5.1,
+        max_multiple_batch=90,
+        claim_b_max=128,
+        batch_at_4x=64,
+        per_agent_at_4x=0.02,
+        batch_at_10x=None,
+        seed_per_agent_last=3.3,
+        inputs=MIXED,
+        synthetic=(),
+    )
+    kw.update(over)
+    return kw
+
+
+def test_net_toks_names_its_parameters_and_the_seed_correction():
+    text = answers.net_toks(**net_toks_kwargs())
+    words(
+        text,
+        "**Answer.**",
+        "toy-moe",
+        "toy-box",
+        "12 GiB",
+        "2048-token",
+        "zipf:0.7",
+        "B = 1…16",
+        "**ssd** → **memory**",
+        "from B = 16",
+        "B = 64",
+        "0.02 tok/s",
+        "1.2 tokens a minute",
+        "seed 000 (the design note",
+        "divides only the SSD term by B",
+        "3.3 tok/s per agent at B = 8",
+        "10× is not reached",
+        "projected",
+        absent=("synthetic", "GLM"),
+    )
+
+
+def test_net_toks_when_4x_is_never_reached_and_all_inputs_witnessed():
+    text = answers.net_toks(
+        **net_toks_kwargs(batch_at_4x=None, per_agent_at_4x=None, max_multiple=2.2, inputs=WITNESSED)
+    )
+    words(text, "never reaches 4×", "2.2×", "at B = 90", "nowhere in this range", absent=("projected", "synthetic"))
+    one = answers.net_toks(**net_toks_kwargs(bound=["ssd"] * 5, synthetic=["the routing data `h.csv`"]))
+    words(one, "every feasible step is **ssd-bound**", "synthetic", "h.csv")
+
+
+SKEW = dict(
+    histogram="mine.csv",
+    layers=4,
+    pooled_choice="dirichlet",
+    layer_winners={"zipf": 3, "dirichlet": 1},
+    zipf_s=0.61234,
+    zipf_s_range=(0.4, 0.8),
+    trace="mine.npz",
+    streams=6,
+    rho=0.31,
+    c=12.0,
+    union_ratio=0.9,
+    union_measured=45.0,
+    union_plugin=50.0,
+    batch_max=512,
+    union_at_max=200.0,
+    ratio_at_max=20.5,
+)
+
+
+@pytest.mark.parametrize(
+    ("hist_prov", "trace_prov", "synthetic", "projected"),
+    [
+        ("witnessed", "witnessed", False, False),
+        ("synthetic", "witnessed", True, True),
+        ("witnessed", "projected", False, True),
+    ],
+)
+def test_skew_fit_provenance_follows_the_files(hist_prov, trace_prov, synthetic, projected):
+    text = answers.skew_fit(**SKEW, histogram_provenance=hist_prov, trace_provenance=trace_prov)
+    words(text, "mine.csv", "mine.npz", "**dirichlet**", "zipf in 3", "c = 12", "ρ = 0.31", "B = 512", "20.5×")
+    assert ("synthetic" in text) == synthetic
+    assert ("projected" in text) == projected
+
+
+def test_skew_fit_uncorrelated_trace():
+    text = answers.skew_fit(
+        **{**SKEW, "union_ratio": 1.0, "c": math.inf}, histogram_provenance="witnessed", trace_provenance="witnessed"
+    )
+    words(text, "no cross-agent correlation", "off (infinite)")

@@ -41,6 +41,7 @@ __all__ = [
     "positive_int",
     "parse_rank_speed",
     "read_trace_arg",
+    "resolve_auto_cache",
     "routing_knobs_arg",
     "table",
 ]
@@ -177,7 +178,12 @@ def parse_batch(text: str) -> list[int]:
 def add_step_arguments(p: Any) -> None:
     """The flags of the one step model that ``plan`` and ``split`` share, with the same defaults,
     so that the two commands given the same model, box, routing, cache and batch agree."""
-    p.add_argument("--cache-gib", default="0", help="expert cache per rank (box) in GiB (default 0)")
+    p.add_argument(
+        "--cache-gib",
+        default="auto",
+        help="expert cache per rank (box) in GiB, or auto (the default): what RAM leaves after the OS reserve, "
+        "the dense band and the KV cache of the largest batch",
+    )
     p.add_argument(
         "--cache-policy",
         default="lru",
@@ -212,11 +218,13 @@ def add_step_arguments(p: Any) -> None:
 
 
 def step_options(args: Any) -> dict[str, Any]:
-    """The shared step flags as :class:`moeroof.models.plan.Workload` keywords (SI units)."""
-    cache_gib = non_negative_float(args.cache_gib, "--cache-gib")
+    """The shared step flags as :class:`moeroof.models.plan.Workload` keywords (SI units);
+    ``cache_bytes`` is None for ``--cache-gib auto`` (:func:`resolve_auto_cache` fills it in)."""
+    auto = str(args.cache_gib).strip().lower() == "auto"
+    cache_gib = None if auto else non_negative_float(args.cache_gib, "--cache-gib")
     read_kib = None if args.read_size_kib is None else positive_float(args.read_size_kib, "--read-size-kib")
     return {
-        "cache_bytes": cache_gib * 2**30,
+        "cache_bytes": None if cache_gib is None else cache_gib * 2**30,
         "cache_policy": args.cache_policy,
         "cache_scope": args.cache_scope,
         "context_tokens": non_negative_int(args.context, "--context"),
@@ -226,6 +234,19 @@ def step_options(args: Any) -> dict[str, Any]:
         "seed": non_negative_int(args.seed, "--seed"),
         "page_cache": bool(args.page_cache),
     }
+
+
+def resolve_auto_cache(options: dict[str, Any], model: Any, hardware: Any, batch: Any) -> dict[str, Any] | None:
+    """Fill in ``--cache-gib auto`` (``options["cache_bytes"] is None``) from
+    :func:`moeroof.models.plan.auto_cache` at the largest batch; returns what it chose and why
+    (``note`` says it in words), or None when the user gave a number."""
+    if options["cache_bytes"] is not None:
+        return None
+    from moeroof.models.plan import auto_cache, auto_cache_note
+
+    auto = auto_cache(model, hardware, batch, context_tokens=options["context_tokens"])
+    options["cache_bytes"] = auto["cache_bytes"]
+    return {**auto, "cache_gib": auto["cache_bytes"] / 2**30, "note": auto_cache_note(auto)}
 
 
 def parse_rank_speed(text: str | None, ranks: int) -> tuple[float, ...] | None:

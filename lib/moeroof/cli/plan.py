@@ -29,6 +29,7 @@ from moeroof.cli.common import (
     parse_batch,
     parse_rank_speed,
     positive_int,
+    resolve_auto_cache,
     routing_knobs_arg,
     step_options,
     table,
@@ -95,9 +96,14 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
         routing = routing_knobs_arg(args.routing_knobs, model, max(batch))
     else:
         routing = routing_from_spec(args.routing, model)
+    auto = resolve_auto_cache(options, model, hardware, batch)
     workload = Workload(ranks=ranks, partition=args.partition, rank_speed=speed, **options)
     result = plan(model, hardware, workload, routing, batch)
     rep = result.to_dict()
+    rep["cache_gib"] = options["cache_bytes"] / 2**30
+    rep["cache_auto"] = auto
+    if auto is not None:
+        rep["notes"] = [auto["note"], *rep["notes"]]
     if floor is not None:
         adm = admission(result, floor)
         rep["admit_batch"] = adm["admit_batch"]
@@ -111,18 +117,21 @@ def print_plan(rep: dict[str, Any]) -> None:
     ranks = rep["ranks"]
     boxes = f"{ranks} × {rep['hardware']} ({rep['partition']} partition)" if ranks > 1 else rep["hardware"]
     print(f"net tok/s — {rep['model']} on {boxes}, routing {rep['routing']}, overlap {rep['overlap']}")
-    print(f"expert cache: {rep['cache']}")
+    chosen = " (auto)" if rep.get("cache_auto") else ""
+    print(f"expert cache: {fmt(rep['cache_gib'], 1)} GiB per box{chosen}, {rep['cache']}")
     print(
         f"result: {prov['result']}"
         + (f" (not witnessed: {', '.join(prov['non_witnessed'])})" if prov["non_witnessed"] else "")
     )
+    link = rep.get("link_name", "ssd")
+    link = "SSD" if link == "ssd" else link
     headers = [
         "B",
         "step s",
         "tok/s/agent",
         "net tok/s",
         "bound",
-        "SSD GB/token",
+        f"{link} GB/token",
         "U/layer",
         "hit %",
         "GiB/step",
@@ -141,7 +150,7 @@ def print_plan(rep: dict[str, Any]) -> None:
                 fmt(rep["step_seconds"][i], 3),
                 fmt(rep["per_agent_tok_s"][i], 3),
                 fmt(rep["net_tok_s"][i], 3),
-                rep["bound"][i],
+                rep["bound"][i] if rep["bound"][i] != "ssd" else rep.get("link_name", "ssd"),
                 fmt(rep["ssd_bytes_per_token"][i] / 1e9, 3),
                 fmt(rep["union_per_layer"][i], 1),
                 fmt(100 * _pooled(rep["cache_hit_rate"], i), 1),
@@ -174,7 +183,12 @@ def print_plan(rep: dict[str, Any]) -> None:
         print(f"regime change: {t['from']} → {t['to']} at B* = {t['batch']}")
     for note in rep["notes"]:
         print(f"note: {note}")
-    print("multiples: net tok/s against each named baseline; B·K/U is against uncoalesced")
+    for b, why in zip(rep["batch"], rep.get("infeasible_reason") or []):
+        if why:
+            print(f"infeasible at B={b}: {why} (no multiple)")
+    print(
+        "multiples: net tok/s against each named baseline (- where the step does not fit); B·K/U is against uncoalesced"
+    )
 
 
 def _pooled(hit: list, i: int) -> float:

@@ -18,7 +18,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from moeroof.cli.common import PARTITIONS, add_step_arguments, emit, fmt, input_path, positive_int, step_options, table
+from moeroof.cli.common import (
+    PARTITIONS,
+    add_step_arguments,
+    emit,
+    fmt,
+    input_path,
+    positive_int,
+    resolve_auto_cache,
+    step_options,
+    table,
+)
 
 METHODS = PARTITIONS
 
@@ -62,12 +72,18 @@ def split_report(args: argparse.Namespace) -> dict[str, Any]:
     from moeroof.models.split import split_report as build
 
     options = step_options(args)
-    return build(
+    batch = positive_int(args.batch, "--batch")
+    auto = None
+    if options["cache_bytes"] is None:
+        from moeroof.data.presets import load_hardware, load_model
+
+        auto = resolve_auto_cache(options, load_model(args.model), load_hardware(args.hardware), [batch])
+    rep = build(
         input_path(args.path),
         positive_int(args.ranks, "--ranks"),
         args.method,
         args.rank_speed,
-        batch=positive_int(args.batch, "--batch"),
+        batch=batch,
         cache_gib_per_rank=options["cache_bytes"] / 2**30,
         model=args.model,
         hardware=args.hardware,
@@ -80,6 +96,11 @@ def split_report(args: argparse.Namespace) -> dict[str, Any]:
         seed=options["seed"],
         page_cache=options["page_cache"],
     )
+    rep["cache_gib"] = options["cache_bytes"] / 2**30
+    rep["cache_auto"] = auto
+    if auto is not None:
+        rep["notes"] = [auto["note"], *rep.get("notes", [])]
+    return rep
 
 
 def print_split(rep: dict[str, Any], source: str) -> None:

@@ -48,6 +48,7 @@ __all__ = [
     "list_presets",
     "MODEL_FIELDS",
     "HARDWARE_FIELDS",
+    "LINK_NAMES",
 ]
 
 PRESETS_DIR = DATA_DIR / "presets"
@@ -79,6 +80,10 @@ HARDWARE_FIELDS: dict[str, tuple[str, bool]] = {
     "engine_seconds_per_step": ("seconds", False),
     "engine_seconds_per_agent_token": ("seconds", False),
 }
+
+#: what a hardware preset's streaming tier is (``link = "pcie"``): the step model's ``ssd`` term
+#: is this tier's transfer, named for what it is in tables and notes (JSON keeps ``bound == "ssd"``)
+LINK_NAMES = ("ssd", "pcie", "host-link", "page-cache")
 
 _CURVE_FIELDS = ("ssd_read_size_bytes", "bw_ssd_bytes_per_s")
 _TAGS = ("witnessed", "projected", "assumed")
@@ -127,7 +132,10 @@ class Hardware:
 
     ``ssd_read_size_bytes`` / ``bw_ssd_bytes_per_s`` is a curve (moe-fit's lesson: 4.13 GB/s at
     8 MiB reads but 0.028 GB/s at 4 KiB); :meth:`ssd_bandwidth` interpolates it log-log and
-    clamps at its ends. For a GPU offloading to host memory the "SSD" is the host link.
+    clamps at its ends. For a GPU offloading to host memory the "SSD" is the host link: ``link``
+    (:data:`LINK_NAMES`, default ``ssd``; ``link = "pcie"`` in the TOML) names what the
+    streaming tier is, so that tables and notes say ``pcie``-bound where the model's term is
+    ``ssd``.
 
     Engine terms (:mod:`moeroof.models.step`): ``engine_seconds_per_step`` is what the serving
     engine spends once per decode step whatever the batch (kernel launches, scheduling, the
@@ -150,6 +158,7 @@ class Hardware:
     provenance: Mapping[str, str] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)
     path: Path | None = None
+    link: str = "ssd"
 
     def ssd_bandwidth(self, read_size_bytes) -> np.ndarray | float:
         """SSD bandwidth (bytes/s) at a read size, log-log interpolation of the device curve."""
@@ -211,7 +220,9 @@ def _field(path: Path, key: str, raw: Any, dimension: str) -> tuple[Any, str, st
     return si, tag, text
 
 
-def _load(path: str | Path, kind: str, fields: dict[str, tuple[str, bool]]) -> dict[str, Any]:
+def _load(
+    path: str | Path, kind: str, fields: dict[str, tuple[str, bool]], texts: tuple[str, ...] = ()
+) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise InputError(path, None, "file", "no such file")
@@ -225,7 +236,7 @@ def _load(path: str | Path, kind: str, fields: dict[str, tuple[str, bool]]) -> d
     name = doc.get("name")
     if not isinstance(name, str) or not name:
         raise InputError(path, None, "name", "missing or not a string")
-    known = set(fields) | {"kind", "name", "description", "precision"}
+    known = set(fields) | {"kind", "name", "description", "precision", *texts}
     unknown = sorted(set(doc) - known)
     if unknown:
         raise InputError(path, None, unknown[0], f"unknown key (known: {', '.join(sorted(fields))})")
@@ -246,6 +257,11 @@ def _load(path: str | Path, kind: str, fields: dict[str, tuple[str, bool]]) -> d
     out["sources"] = MappingProxyType(sources)
     if "precision" in doc:
         out["precision"] = str(doc["precision"])
+    for key in texts:
+        if key in doc:
+            if not isinstance(doc[key], str):
+                raise InputError(path, None, key, f"must be a string, got {doc[key]!r}")
+            out[key] = doc[key]
     return out
 
 
@@ -288,7 +304,9 @@ def load_hardware(name_or_path: str | Path) -> Hardware:
     if not path.exists() and path != Path(name_or_path):  # a name, not a path (names may hold dots: glm-5.2)
         known = ", ".join(sorted(list_presets()["hardware"]))
         raise InputError(name_or_path, None, "hardware", f"no such preset (known: {known})")
-    out = _load(path, "hardware", HARDWARE_FIELDS)
+    out = _load(path, "hardware", HARDWARE_FIELDS, texts=("link",))
+    if out.get("link", "ssd") not in LINK_NAMES:
+        raise InputError(path, None, "link", f"must be one of {', '.join(LINK_NAMES)}, got {out['link']!r}")
     for key in ("ram_bytes", "bw_mem_bytes_per_s", "flops_per_s", "bw_link_bytes_per_s"):
         if key in out and out[key] <= 0:
             raise InputError(path, None, key, "must be positive")

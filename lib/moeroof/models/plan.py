@@ -67,6 +67,7 @@ __all__ = [
     "transitions",
     "multiple_thresholds",
     "admission",
+    "auto_cache",
 ]
 
 TERMS = step.TERMS
@@ -232,6 +233,73 @@ def routing_from_spec(spec: str, model: MoEModel) -> RoutingProbabilities:
     return RoutingProbabilities(
         np.clip(pi, 0.0, 1.0), label, prov, tuple(notes), load=load, trace=trace, trace_key=trace_key
     )
+
+
+def auto_cache(
+    model: MoEModel, hardware: Hardware, batch, *, context_tokens: int = 4096, shared_prefix_tokens: int = 0
+) -> dict[str, Any]:
+    """The expert cache ``--cache-gib auto`` gives each rank: what RAM leaves after the OS
+    reserve, the dense (non-routed) band and the KV cache of the largest batch of ``batch`` whose
+    resident set fits (so that every feasible step has the cache; the steps that do not fit are
+    infeasible whatever the cache), capped at the whole routed set (a larger cache holds nothing
+    more) and at 0 below.
+
+    Returns ``cache_bytes`` and its parts (``ram_bytes``, ``os_reserve_bytes``,
+    ``dense_bytes``, ``kv_bytes``, ``batch`` — the batch it was sized for — ``routed_bytes``,
+    ``too_large``: the larger batches of the grid that do not fit) and ``limited_by``: ``ram``
+    (the leftover RAM), ``routed`` (every expert fits) or ``none-left`` (nothing is left).
+    """
+    grid = sorted(int(x) for x in as_batch(batch))
+    p = int(shared_prefix_tokens)
+
+    def leftover(b: int) -> tuple[float, float]:
+        kv = (p + b * (int(context_tokens) - p)) * model.kv_bytes_per_token
+        return hardware.ram_bytes - hardware.os_reserve_bytes - model.non_routed_bytes - kv, kv
+
+    fitting = [b for b in grid if leftover(b)[0] >= 0]
+    b = fitting[-1] if fitting else grid[0]
+    too_large = [x for x in grid if x > b]
+    left, kv = leftover(b)
+    routed = model.routed_bytes
+    if left <= 0:
+        cache, limited = 0.0, "none-left"
+    elif left >= routed:
+        cache, limited = float(routed), "routed"
+    else:
+        cache, limited = float(left), "ram"
+    return {
+        "cache_bytes": cache,
+        "limited_by": limited,
+        "ram_bytes": float(hardware.ram_bytes),
+        "os_reserve_bytes": float(hardware.os_reserve_bytes),
+        "dense_bytes": float(model.non_routed_bytes),
+        "kv_bytes": float(kv),
+        "batch": b,
+        "too_large": too_large,
+        "context_tokens": int(context_tokens),
+        "routed_bytes": float(routed),
+    }
+
+
+def auto_cache_note(auto: Mapping[str, Any]) -> str:
+    """One sentence saying what ``auto`` chose and why, from :func:`auto_cache`'s numbers."""
+    g = 2.0**30
+    parts = (
+        f"RAM {auto['ram_bytes'] / g:.1f} GiB − OS reserve {auto['os_reserve_bytes'] / g:.1f} − dense band "
+        f"{auto['dense_bytes'] / g:.1f} − KV of B={auto['batch']} at {auto['context_tokens']} tokens "
+        f"{auto['kv_bytes'] / g:.1f}"
+    )
+    if auto.get("too_large"):
+        parts += f"; B={', '.join(map(str, auto['too_large']))} do not fit whatever the cache"
+    if auto["limited_by"] == "none-left":
+        return f"expert cache auto: 0 GiB — nothing is left ({parts} ≤ 0)"
+    if auto["limited_by"] == "routed":
+        return (
+            f"expert cache auto: {auto['cache_bytes'] / g:.1f} GiB, every routed expert ({parts} leaves "
+            f"{(auto['ram_bytes'] - auto['os_reserve_bytes'] - auto['dense_bytes'] - auto['kv_bytes']) / g:.1f} GiB, "
+            "more than the routed set)"
+        )
+    return f"expert cache auto: {auto['cache_bytes'] / g:.1f} GiB = {parts}"
 
 
 def assign_experts(
@@ -505,13 +573,26 @@ class Plan:
     assignment: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     page_cache_bytes: np.ndarray | None = None
     page_cache_hit_share: np.ndarray | None = None
+    link_name: str = "ssd"
+    infeasible_reason: tuple[str | None, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The CLI's JSON contract: lists of floats, names for the bound terms; with R > 1,
-        ``cache_hit_rate`` and ``gib_streamed_per_step`` are per rank (R lists over B)."""
+        ``cache_hit_rate`` and ``gib_streamed_per_step`` are per rank (R lists over B).
+
+        ``bound`` keeps the step model's term names (``ssd`` for the streaming tier);
+        ``link_name`` says what that tier is on this box (``ssd``, ``pcie``, ``host-link``,
+        ``page-cache``). A step whose resident set does not fit in RAM has no multiple
+        (``null`` in ``baselines``) and its reason in ``infeasible_reason`` (null when it fits).
+        """
 
         def f(a):
             return [float(x) for x in np.asarray(a, dtype=float)]
+
+        ok = [bool(x) for x in self.fits_in_memory]
+
+        def mult(a):
+            return [float(x) if fit else None for x, fit in zip(np.asarray(a, dtype=float), ok)]
 
         gib = self.per_rank_ssd_bytes_per_step / 2**30
         per_rank = self.ranks > 1
@@ -529,6 +610,7 @@ class Plan:
             "per_agent_tok_s": f(self.per_agent_tok_s),
             "net_tok_s": f(self.net_tok_s),
             "bound": list(self.bound),
+            "link_name": self.link_name,
             "terms_seconds": {name: f(v) for name, v in self.terms.items()},
             "per_rank_step_seconds": [f(r) for r in self.per_rank_step_seconds],
             "cache_hit_rate": [f(r) for r in self.per_rank_cache_hit_rate] if per_rank else f(self.cache_hit_rate),
@@ -542,7 +624,11 @@ class Plan:
             "coalescing_baseline": "uncoalesced",
             "cache_experts_per_layer": f(self.cache_experts_per_layer),
             "fits_in_memory": [bool(x) for x in self.fits_in_memory],
-            "baselines": {name: {k: f(v) for k, v in d.items()} for name, d in self.baselines.items()},
+            "baselines": {
+                name: {k: mult(v) if k == "multiple" else f(v) for k, v in d.items()}
+                for name, d in self.baselines.items()
+            },
+            "infeasible_reason": list(self.infeasible_reason) or [None] * len(ok),
             "transitions": [dict(t) for t in self.transitions],
             "page_cache_gib": None if self.page_cache_bytes is None else f(self.page_cache_bytes / 2**30),
             "page_cache_hit_share": None if self.page_cache_hit_share is None else f(self.page_cache_hit_share),
@@ -633,12 +719,32 @@ def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing: Routi
     }
     br: StepBreakdown = cur["breakdown"]
     notes = list(routing.notes)
+    g = 2.0**30
+    left = hardware.ram_bytes - hardware.os_reserve_bytes
+    reasons: list[str | None] = []
+    for i, bi in enumerate(b):
+        if br.fits[i]:
+            reasons.append(None)
+            continue
+        p = workload.shared_prefix_tokens
+        kv = (p + float(bi) * (workload.context_tokens - p)) * model.kv_bytes_per_token
+        reasons.append(
+            f"dense band {model.non_routed_bytes / g:.1f} GiB + KV of B={int(bi)} {kv / g:.1f} GiB exceed the "
+            f"{left / g:.1f} GiB RAM leaves after the OS reserve"
+        )
     if not np.all(br.fits):
         first = int(b[np.argmin(br.fits)])
         notes.append(
-            f"from B={first} the dense band and the batch's KV cache exceed RAM: those steps are infeasible as modelled"
+            f"from B={first} the dense band and the batch's KV cache exceed RAM: those steps are infeasible as "
+            "modelled and get no multiple"
         )
-    if np.any(br.pressured):
+    link = getattr(hardware, "link", "ssd")
+    if link != "ssd":
+        notes.append(
+            f"on {hardware.name} the streaming tier is {link}: the 'ssd' term (bound 'ssd' in JSON) is the "
+            f"{link} transfer"
+        )
+    if np.any(br.pressured & br.fits):
         notes.append(
             "the requested expert cache does not fit beside the resident set: it was capped at what RAM leaves"
         )
@@ -695,6 +801,8 @@ def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing: Routi
         assignment=br.assignment,
         page_cache_bytes=br.page_cache_bytes if workload.page_cache else None,
         page_cache_hit_share=_page_share(br) if workload.page_cache else None,
+        link_name=link,
+        infeasible_reason=tuple(reasons),
     )
 
 

@@ -1,0 +1,232 @@
+"""``moeroof import FORMAT SRC -o OUT``: someone else's routing capture as the suite's trace or
+histogram, with a sidecar recording the source, the import command and ``provenance: witnessed``.
+
+::
+
+    moeroof import table SRC -o OUT.npz --columns stream=COL[+COL],step=COL[,layer=COL]
+        (--expert-cols COL,COL,… | --expert-col COL --slot-col COL) [--filter COL=VALUE …]
+        --experts E --top-k K [--model NAME]
+    moeroof import matrix SRC -o OUT.csv (--layer-col COL --expert-prefix PREFIX | SRC.npy)
+        [--filter COL=VALUE …] --top-k K [--tokens T | T,T,…] [--kind auto|counts|frequency]
+        [--shares] [--experts E] [--model NAME]
+    moeroof import sglang SRC -o OUT.csv|OUT.npz --top-k K [--experts E] [--model NAME]
+    moeroof import hf-router-logits SRC -o OUT.npz|OUT.csv --top-k K [--batch B] [--model NAME]
+
+Every format takes ``--force`` (replace OUT) and ``--json``. The formats, what each reads and
+where the formats were looked up: :mod:`moeroof.data.importers`. The source is only read; OUT
+is written whole or not at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+from typing import Any
+
+from moeroof.cli.common import UsageError, emit, positive_int
+
+FORMATS = ("table", "matrix", "sglang", "hf-router-logits")
+
+# library parameter → the flag that carries it (moeroof.cli.app prints ParameterErrors with it)
+PARAMETER_FLAGS = {
+    "columns": "--columns",
+    "filters": "--filter",
+    "expert_cols": "--expert-cols",
+    "expert_col": "--expert-col",
+    "slot_col": "--slot-col",
+    "experts": "--experts",
+    "top_k": "--top-k",
+    "tokens": "--tokens",
+    "kind": "--kind",
+    "shares": "--shares",
+    "layer_col": "--layer-col",
+    "expert_prefix": "--expert-prefix",
+    "batch": "--batch",
+    "out": "-o",
+}
+
+
+def _common(p: argparse.ArgumentParser, out_help: str) -> None:
+    p.add_argument("src", metavar="SRC", help="the capture to import (only read)")
+    p.add_argument("-o", "--output", required=True, help=out_help)
+    p.add_argument("--model", default=None, help="model name for the meta (e.g. Mixtral-8x7B)")
+    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "import",
+        help="import a routing capture (CSV/Parquet table, count or frequency matrix, SGLang, HF router logits)",
+        description=(
+            "Turn another tool's routing capture into the suite's trace (.npz) or histogram (.csv + .json "
+            "sidecar), recording the source, the import command and provenance: witnessed. Every FORMAT takes "
+            "-o OUT, --force (replace OUT) and --json (one JSON object); `moeroof import FORMAT --help` lists the rest."
+        ),
+    )
+    sub = p.add_subparsers(dest="format", metavar="FORMAT", required=True)
+
+    t = sub.add_parser(
+        "table",
+        help="one row per token (wide) or per routed slot (long), CSV or Parquet → trace",
+        description=(
+            "Per-token routing table → trace. Streams and steps are relabelled 0..n-1 in sorted key order "
+            "(the original keys are kept in the meta); a missing (step, stream) is -1 padding; no layer "
+            "column means one layer. Writing .csv gives the histogram of the imported trace instead."
+        ),
+    )
+    _common(t, "trace to write (.npz or .npy; .csv writes its histogram)")
+    t.add_argument(
+        "--columns",
+        required=True,
+        help="stream=COL[+COL…],step=COL[+COL…][,layer=COL]; A+B joins columns into one key (stream=dataset+problem_id)",
+    )
+    ids = t.add_mutually_exclusive_group(required=True)
+    ids.add_argument("--expert-cols", help="wide table: the K expert-id columns of a token, comma-separated")
+    ids.add_argument("--expert-col", help="long table: the expert-id column (one row per slot; needs --slot-col)")
+    t.add_argument("--slot-col", help="long table: the slot column, 0..K-1")
+    t.add_argument(
+        "--filter", action="append", metavar="COL=VALUE", help="keep rows where COL equals VALUE (repeatable)"
+    )
+    t.add_argument("--experts", required=True, help="routed experts E of the model")
+    t.add_argument("--top-k", required=True, help="experts per token K")
+
+    p.set_defaults(func=run, parameter_flags=PARAMETER_FLAGS)
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The import as a command line, rebuilt from the parsed flags (what the sidecar records)."""
+    argv = ["moeroof", "import", args.format, args.src, "-o", args.output]
+    for flag in (
+        "columns",
+        "expert_cols",
+        "expert_col",
+        "slot_col",
+        "layer_col",
+        "expert_prefix",
+        "experts",
+        "top_k",
+        "tokens",
+        "kind",
+        "batch",
+        "model",
+    ):
+        value = getattr(args, flag, None)
+        if value is not None:
+            argv += ["--" + flag.replace("_", "-"), str(value)]
+    for item in getattr(args, "filter", None) or ():
+        argv += ["--filter", item]
+    for flag in ("shares", "force"):
+        if getattr(args, flag, False):
+            argv.append("--" + flag)
+    return shlex.join(argv)
+
+
+def _check_output(args: argparse.Namespace, suffixes: tuple[str, ...]) -> Path:
+    out = Path(args.output)
+    if out.suffix.lower() not in suffixes:
+        raise UsageError(f"-o: expected a {' or '.join(suffixes)} path, got {args.output!r}")
+    if not args.force and out.exists():
+        raise UsageError(f"-o: {out} exists (pass --force to replace it)")
+    src = Path(args.src)
+    if src.exists() and out.exists() and out.resolve() == src.resolve():
+        raise UsageError("-o: the output would overwrite the file it is imported from")
+    return out
+
+
+def _import_table(args: argparse.Namespace, command: str) -> Any:
+    from moeroof.data.importers import import_table, parse_columns, parse_filters
+
+    if args.expert_col is not None and args.slot_col is None:
+        raise UsageError("--expert-col: a long table needs --slot-col too (the slot 0..K-1 of each row)")
+    if args.expert_cols is not None and args.slot_col is not None:
+        raise UsageError("--slot-col: only with --expert-col (a long table); --expert-cols is a wide one")
+    expert_cols = None
+    if args.expert_cols is not None:
+        expert_cols = [c.strip() for c in args.expert_cols.split(",")]
+        if not all(expert_cols):
+            raise UsageError(f"--expert-cols: empty column name in {args.expert_cols!r}")
+    return import_table(
+        args.src,
+        columns=parse_columns(args.columns),
+        experts=positive_int(args.experts, "--experts"),
+        top_k=positive_int(args.top_k, "--top-k"),
+        expert_cols=expert_cols,
+        expert_col=args.expert_col,
+        slot_col=args.slot_col,
+        filters=parse_filters(args.filter),
+        model=args.model,
+        command=command,
+    )
+
+
+IMPORTERS = {"table": (_import_table, (".npz", ".npy", ".csv"))}
+
+
+def import_report(args: argparse.Namespace) -> dict[str, Any]:
+    """Import ``args.src`` as ``args.format`` into ``args.output``; the report as a dict."""
+    from moeroof.data.importers import ImportedTrace, write_imported
+
+    importer, suffixes = IMPORTERS[args.format]
+    out = _check_output(args, suffixes)
+    command = command_line(args)
+    data = importer(args, command)
+    try:
+        write_imported(out, data, overwrite=bool(args.force))
+    except FileExistsError:  # created between the check and the write
+        raise UsageError(f"-o: {out} exists (pass --force to replace it)") from None
+    rep: dict[str, Any] = {"path": str(out), "source": str(Path(args.src)), "format": args.format}
+    if isinstance(data, ImportedTrace) and out.suffix.lower() != ".csv":
+        steps, streams, layers, k = (int(n) for n in data.topk.shape)
+        rep.update(
+            {
+                "kind": "trace",
+                "steps": steps,
+                "streams": streams,
+                "layers": layers,
+                "experts": int(data.meta["experts"]),
+                "top_k": k,
+                "tokens": int((data.topk[..., 0] >= 0).sum()),
+            }
+        )
+    else:
+        from moeroof.data.io import read_histogram
+
+        h = read_histogram(out)
+        rep.update(
+            {
+                "kind": "histogram",
+                "layers": h.layers,
+                "experts": h.experts,
+                "top_k": h.top_k,
+                "tokens_per_layer": [int(t) for t in h.tokens],
+                "tokens_user_given": bool(h.meta.get("tokens_user_given", False)),
+            }
+        )
+    rep["provenance"] = "witnessed"
+    rep["command"] = command
+    rep["notes"] = list(data.notes)
+    return rep
+
+
+def print_import(rep: dict[str, Any]) -> None:
+    if rep["kind"] == "trace":
+        print(
+            f"wrote {rep['path']}: trace of {rep['steps']} steps × {rep['streams']} streams × {rep['layers']} layers, "
+            f"K = {rep['top_k']} of E = {rep['experts']}, {rep['tokens']} tokens (provenance: witnessed)"
+        )
+    else:
+        toks = rep["tokens_per_layer"]
+        span = f"{min(toks)}" if min(toks) == max(toks) else f"{min(toks)}–{max(toks)}"
+        print(
+            f"wrote {rep['path']}: histogram of {rep['layers']} layers × {rep['experts']} experts, K = {rep['top_k']}, "
+            f"{span} tokens per layer{' (user-given)' if rep['tokens_user_given'] else ''} (provenance: witnessed)"
+        )
+    for note in rep["notes"]:
+        print(f"  {note}")
+
+
+def run(args: argparse.Namespace) -> int:
+    rep = import_report(args)
+    return emit(rep, args.json, print_import)

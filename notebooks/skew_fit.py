@@ -13,22 +13,13 @@
 # %% [markdown]
 # # Which skew model fits captured routing, how correlated are the agents, and what is U(B) out to B = 1024?
 #
-# **Answer.** Fit per layer: on the embedded DeepSeek-V3-like histogram (made from per-layer Zipf
-# exponents) Zipf wins the per-layer AIC in every layer and uniform routing loses by a wide
-# margin, but a single pooled exponent cannot cover the spread across layers, so the pooled
-# comparison prefers the Dirichlet-multinomial — pooled fits hide what per-layer fits show. On a
-# trace, the union the streams of a step touch is held against independent routing with the
-# trace's own frequencies: a union below it is cross-agent correlation, fitted as a
-# heterogeneity c beside the stickiness ρ of consecutive tokens; the paragraph computed under
-# the correlation table says which way the trace at hand goes (the embedded Qwen3-30B-A3B-like
-# trace gives each stream a lasting hot set and lets the streams of a step share a context,
-# scripts/make_data.py; the table says what its union does against the plug-in). The
-# last figure extrapolates U(B) and the coalescing ratio (against the `uncoalesced` baseline)
-# to B = 1024. All inputs are synthetic, so every number is **projected**; the printed summary
-# under each fit gives the numbers. Run it on a captured file with `-p histogram PATH` or
-# `-p trace PATH`. Unchanged by the one step model (issue 10): the fits feed it (a fitted
-# histogram or skew is what `moeroof plan --routing` draws its cache traces from) but nothing
-# here passes through it.
+# Fits uniform, Zipf and Dirichlet routing to a histogram (pooled and per layer, by AIC), measures
+# on a trace how far the union of a step's streams falls below independent routing (the
+# cross-agent correlation c) and the stickiness ρ of consecutive tokens, and extrapolates U(B)
+# with bands. The answer, computed from this run's files, follows the extrapolation. Run it on a
+# captured file with `-p histogram PATH` or `-p trace PATH`. Unchanged by the one step model
+# (issue 10): a fitted histogram or skew is what `moeroof plan --routing` draws its cache traces
+# from, but nothing here passes through it.
 
 # %% tags=["parameters"]
 # fmt: off
@@ -60,7 +51,8 @@ from moeroof.models.union import (
     union_plugin,
     union_uniform,
 )
-from moeroof.present.plots import provenance_label, save_figure, style
+from moeroof.present import answers
+from moeroof.present.plots import plain_log_ticks, provenance_label, pvalue_text, save_figure, show_table, style
 
 rng = np.random.default_rng(sum(map(ord, seed_name)))
 key_batches = [1, 8, 16, 64, 128, 256, 1024]  # rows shown in the tables
@@ -73,6 +65,7 @@ hist = read_histogram(resolve_data(histogram))
 counts = hist.counts if max_layers <= 0 else hist.counts[:max_layers]
 tokens = hist.tokens if max_layers <= 0 else hist.tokens[:max_layers]
 hist_label = f"{hist.meta.get('model', hist.path.name)}, data: {hist.provenance or 'unlabelled'}"
+hist_prov = provenance_label("witnessed-inputs" if hist.provenance == "witnessed" else "projected")
 if hist.layers_summed:
     print("warning: this histogram is summed over layers; per-layer skew is averaged away (see union_curve)")
 
@@ -87,23 +80,36 @@ if hist.layers_summed:
 fit = fit_histogram(counts, hist.top_k, rng=rng, bootstrap=fit_bootstrap, gof_sims=gof_sims)
 best_aic = min(m.aic for m in fit.pooled.values())
 per_layer_aic = {name: sum(row[name].aic for row in fit.per_layer) for name in fit.pooled}
-pd.DataFrame(
-    [
-        {
-            "model": name,
-            "pooled params": m.params,
-            "95% interval": m.ci,
-            "log L": m.log_likelihood,
-            "AIC (pooled)": m.aic,
-            "ΔAIC": m.aic - best_aic,
-            "AIC (per-layer params)": per_layer_aic[name],
-            "GoF statistic": m.gof_statistic,
-            "GoF p": m.gof_pvalue,
-            "chosen": "✓" if name == fit.chosen else "",
-        }
-        for name, m in fit.pooled.items()
-    ]
-).round(4)
+
+
+def param_text(params):
+    return ", ".join(f"{k} = {v:.4g}" for k, v in params.items()) or "–"
+
+
+def ci_text(ci):
+    return "; ".join(f"{k} [{lo:.4g}, {hi:.4g}]" for k, (lo, hi) in ci.items()) or "–"
+
+
+show_table(
+    pd.DataFrame(
+        [
+            {
+                "model": name,
+                "pooled parameters": param_text(m.params),
+                "95 % interval": ci_text(m.ci),
+                "log L": m.log_likelihood,
+                "AIC (pooled)": m.aic,
+                "ΔAIC": m.aic - best_aic,
+                "AIC (per-layer parameters)": per_layer_aic[name],
+                "GoF statistic": m.gof_statistic,
+                f"GoF p ({gof_sims} simulations)": pvalue_text(m.gof_pvalue, gof_sims),
+                "chosen": "✓" if name == fit.chosen else "",
+            }
+            for name, m in fit.pooled.items()
+        ]
+    ),
+    digits=5,
+)
 
 # %%
 s_layer = np.array([row["zipf"].params["s"] for row in fit.per_layer])
@@ -116,13 +122,13 @@ with style():
     fig, (ax_s, ax_r) = plt.subplots(1, 2, figsize=(11, 4.3))
     ax_s.plot(np.arange(len(s_layer)), s_layer, "o-", ms=3, label="Zipf s per layer")
     ax_s.axhline(fit.pooled["zipf"].params["s"], color="C0", ls="--", lw=1, label="pooled s")
-    ax_s.set(xlabel="layer", ylabel="fitted Zipf exponent s", title=f"{hist_label}\n{provenance_label('projected')}")
+    ax_s.set(xlabel="layer", ylabel="fitted Zipf exponent s", title=f"{hist_label}\n{hist_prov}")
     ax_s.legend(fontsize=8)
     ranks = np.arange(1, hist.experts + 1)
     for i, layer in enumerate(picks):
         obs = -np.sort(-shares[layer])
         model = inclusion_probabilities(zipf_weights(hist.experts, s_layer[layer]), hist.top_k) / hist.top_k
-        ax_r.plot(ranks, obs, ".", ms=3, color=f"C{i}", label=f"layer {layer} observed")
+        ax_r.plot(ranks, obs, ".", ms=3, color=f"C{i}", label=f"layer {layer} observed (in the histogram)")
         ax_r.plot(ranks, model, "-", lw=1, color=f"C{i}", label=f"layer {layer} Zipf s={s_layer[layer]:.2f}")
     ax_r.axhline(1 / hist.experts, color="k", ls=":", lw=1, label="uniform")
     ax_r.set(
@@ -132,6 +138,7 @@ with style():
         ylabel="share of the layer's picks",
         title="flattest, median and steepest layer",
     )
+    plain_log_ticks(ax_r)
     ax_r.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, "skew_fit_histogram")
@@ -139,7 +146,8 @@ with style():
 
 wins = pd.Series(best_layer).value_counts().to_dict()
 print(
-    f"pooled choice by AIC: {fit.chosen}; per-layer winners: {wins} of {len(best_layer)} layers; "
+    f"pooled choice by AIC: {fit.chosen}; per-layer winners: "
+    f"{', '.join(f'{k} in {v}' for k, v in wins.items())} of {len(best_layer)} layers; "
     f"per-layer Zipf s from {s_layer.min():.2f} to {s_layer.max():.2f} (pooled {fit.pooled['zipf'].params['s']:.3f})"
 )
 
@@ -158,19 +166,37 @@ trace_label = f"{tr.meta.get('model', tr.path.name)}, data: {tr.provenance or 'u
 gap = correlation_gap(topk, tr.experts)
 corr = fit_correlation(topk, tr.experts, rng=rng, bootstrap=fit_bootstrap)
 overlap = consecutive_overlap(topk) / tr.top_k
-pd.Series(
-    {
-        "stickiness ρ": corr.rho,
-        "ρ 95% interval": corr.rho_ci,
-        "heterogeneity c": corr.c,
-        "c 95% interval": corr.c_ci,
-        "measured union per (step, layer)": corr.union_measured,
-        "independent plug-in": corr.union_plugin,
-        "measured / plug-in": corr.union_ratio,
-        "mean consecutive overlap (share of K)": float(np.nanmean(overlap)),
-        "uniform chance overlap (K/E)": tr.top_k / tr.experts,
-    }
-).to_frame(trace_label)
+trace_prov = provenance_label("witnessed-inputs" if tr.provenance == "witnessed" else "projected")
+
+
+def interval(ci):
+    return f"[{ci[0]:.3g}, {ci[1]:.3g}]"
+
+
+show_table(
+    pd.DataFrame(
+        {
+            "quantity": [
+                "stickiness ρ",
+                "heterogeneity c (∞: no correlation)",
+                "measured union per (step, layer)",
+                "independent plug-in",
+                "measured / plug-in",
+                "mean consecutive overlap (share of K)",
+                "uniform chance overlap (K/E)",
+            ],
+            trace_label: [
+                f"{corr.rho:.3f} {interval(corr.rho_ci)}",
+                f"{corr.c:.3g} {interval(corr.c_ci)}",
+                f"{corr.union_measured:.1f}",
+                f"{corr.union_plugin:.1f}",
+                f"{corr.union_ratio:.3f}",
+                f"{float(np.nanmean(overlap)):.1%}",
+                f"{tr.top_k / tr.experts:.1%}",
+            ],
+        }
+    )
+)
 
 # %%
 from IPython.display import Markdown, display  # noqa: E402
@@ -192,11 +218,12 @@ display(
 print(
     f"measured union is {corr.union_ratio:.3f} of the independent plug-in "
     f"({corr.union_measured:.1f} vs {corr.union_plugin:.1f} distinct experts per step and layer, "
-    f"B ≈ {gap['mean_batch']:.0f}); fitted c = {corr.c:.3g} {corr.c_ci}, ρ = {corr.rho:.3f} {corr.rho_ci}"
+    f"B ≈ {gap['mean_batch']:.0f}); fitted c = {corr.c:.3g} {interval(corr.c_ci)}, "
+    f"ρ = {corr.rho:.3f} {interval(corr.rho_ci)}"
 )
 with style():
     fig, (ax_o, ax_g) = plt.subplots(1, 2, figsize=(11, 4.3))
-    ax_o.plot(np.arange(len(overlap)), overlap, "o-", ms=3, label="measured")
+    ax_o.plot(np.arange(len(overlap)), overlap, "o-", ms=3, label="measured on the trace")
     ax_o.axhline(tr.top_k / tr.experts, color="k", ls=":", lw=1, label="uniform chance K/E")
     ax_o.set(
         xlabel="layer",
@@ -209,7 +236,7 @@ with style():
     ax_g.set(
         xlabel="layer",
         ylabel=f"distinct experts per step (B ≈ {gap['mean_batch']:.0f})",
-        title=f"cross-agent correlation: measured / plug-in = {corr.union_ratio:.3f}\n{provenance_label('projected')}",
+        title=f"cross-agent correlation: measured / plug-in = {corr.union_ratio:.3f}\nplug-in: {trace_prov}",
     )
     ax_g.legend(fontsize=8)
     fig.tight_layout()
@@ -256,7 +283,7 @@ with style():
         xscale="log",
         xlabel="batch B",
         ylabel="distinct experts per layer U(B)",
-        title=f"{hist_label}\n{provenance_label('projected')}",
+        title=f"{hist_label}\n{hist_prov}",
     )
     ax_h.legend(fontsize=8)
     ax_t.plot(t_batch, measured.mean, "o", color="C2", label="measured on the trace")
@@ -269,9 +296,11 @@ with style():
         xscale="log",
         xlabel="batch B",
         ylabel="distinct experts per layer U(B)",
-        title=f"{trace_label}\n{provenance_label('projected')}",
+        title=f"{trace_label}\nmeasured points; curves: {trace_prov}",
     )
     ax_t.legend(fontsize=8)
+    for ax in (ax_h, ax_t):
+        plain_log_ticks(ax)
     fig.tight_layout()
     save_figure(fig, "skew_fit_extrapolation")
     plt.show()
@@ -287,22 +316,47 @@ rows = {
     f"trace: correlated B·K/U (vs {BASELINE})": correlated.coalescing_ratio,
     "method (histogram)": h_curve.method,
 }
-pd.DataFrame(rows).query("B in @key_batches").round(2)
+show_table(pd.DataFrame(rows).query("B in @key_batches"))
+
+# %% tags=["answer"]
+display(
+    Markdown(
+        answers.skew_fit(
+            histogram=histogram,
+            histogram_provenance=hist.provenance,
+            layers=len(fit.per_layer),
+            pooled_choice=fit.chosen,
+            layer_winners=wins,
+            zipf_s=s_hat,
+            zipf_s_range=(float(s_layer.min()), float(s_layer.max())),
+            trace=trace,
+            trace_provenance=tr.provenance,
+            streams=tr.streams,
+            rho=corr.rho,
+            c=corr.c,
+            union_ratio=corr.union_ratio,
+            union_measured=corr.union_measured,
+            union_plugin=corr.union_plugin,
+            batch_max=int(batch[-1]),
+            union_at_max=float(h_curve.mean[-1]),
+            ratio_at_max=float(h_curve.coalescing_ratio[-1]),
+        )
+    )
+)
 
 # %% [markdown]
 # ## Versions and parameters
 
 # %%
 print(f"moeroof {moeroof.__version__}, numpy {np.__version__}")
-print(
-    {
-        "histogram": histogram,
-        "trace": trace,
-        "b_max": b_max,
-        "fit_bootstrap": fit_bootstrap,
-        "gof_sims": gof_sims,
-        "union_bootstrap": union_bootstrap,
-        "max_layers": max_layers,
-        "seed_name": seed_name,
-    }
-)
+for name, value in {
+    "histogram": histogram,
+    "trace": trace,
+    "b_max": b_max,
+    "fit_bootstrap": fit_bootstrap,
+    "gof_sims": gof_sims,
+    "union_bootstrap": union_bootstrap,
+    "max_layers": max_layers,
+    "seed_name": seed_name,
+}.items():
+    print(f"{name} = {value}")

@@ -143,11 +143,12 @@ def union_curve(
         f"Summing `{summed_histogram}` over layers {direction} the union: read as one layer it gives "
         f"{fmt(summed_union)} at B = {b} against {fmt(per_layer_union)} from the per-layer counts. "
     )
-    inputs = {"closed-form routing models": "projected", histogram: histogram_provenance}
-    inputs[summed_histogram] = summed_provenance
-    synth = [
-        n for n, t in ((histogram, histogram_provenance), (summed_histogram, summed_provenance)) if is_synthetic(t)
-    ]
+    inputs = {
+        "the closed-form routing models": "projected",
+        f"the histogram `{histogram}`": histogram_provenance,
+        f"the per-layer histogram `{summed_histogram}`": summed_provenance,
+    }
+    synth = [n for n, t in list(inputs.items())[1:] if is_synthetic(t)]
     return text + provenance_sentence(inputs, synthetic=synth)
 
 

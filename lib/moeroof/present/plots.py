@@ -197,8 +197,10 @@ def show_table(df, *, percent=(), digits: int = 3):
         if isinstance(x, float | np.floating):
             if not np.isfinite(x):
                 return "–" if np.isnan(x) else ("∞" if x > 0 else "−∞")
-            if x != 0 and (abs(x) >= 1e6 or abs(x) < 1e-3):
+            if x != 0 and abs(x) < 1e-3:
                 return f"{x:.{digits - 1}e}"
+            if abs(x) >= 10**digits:
+                return f"{x:.0f}"
             return f"{x:.{digits}g}"
         return str(x)
 

@@ -13,15 +13,10 @@
 # %% [markdown]
 # # How many distinct experts does a batch of B agents touch, and how much does coalescing save?
 #
-# **Answer.** A decode step of B agents streams the *union* U(B) of their selected experts, not
-# B·K. Under uniform routing (DeepSeek-V3 shape: E = 256, K = 8) U(64) ≈ 222 of 256, a
-# coalescing ratio of about 2.3× against the `uncoalesced` baseline (B independent streams each
-# fetching its own K experts); skew lowers U further and raises the ratio (Zipf, Dirichlet, and
-# the DeepSeek-V3-like synthetic histogram below). The histogram's curve is a rarefaction
-# estimate with a bootstrap band. A histogram *summed over layers* hides per-layer skew: it
-# looks almost uniform and overstates U(B), understating what coalescing saves. Every number
-# here is **projected** (models and synthetic data), none is witnessed. Unchanged by the one step
-# model (issue 10): nothing here passes through it; `moeroof plan` takes this U(B) as the union
+# A decode step of B agents streams the *union* U(B) of their selected experts, not B·K: this
+# notebook computes U(B) under uniform, Zipf and Dirichlet routing and from a histogram, and shows
+# what a histogram summed over layers hides. The answer, computed from this run, follows the last
+# section. Unchanged by the one step model (issue 10): `moeroof plan` takes this U(B) as the union
 # a step touches and lets its cache decide how much of it streams.
 
 # %% tags=["parameters"]
@@ -48,7 +43,8 @@ from moeroof.core.paths import resolve_data
 from moeroof.data.io import read_histogram
 from moeroof.models.routing import Dirichlet, Zipf, inclusion_probabilities
 from moeroof.models.union import BASELINE, union_histogram, union_plugin, union_uniform
-from moeroof.present.plots import label_with_baseline, provenance_label, save_figure, style
+from moeroof.present import answers
+from moeroof.present.plots import label_with_baseline, plain_log_ticks, provenance_label, save_figure, show_table, style
 
 rng = np.random.default_rng(sum(map(ord, seed_name)))
 key_batches = [1, 8, 16, 64, 128, 256, 1024]  # rows shown in the tables
@@ -99,6 +95,8 @@ with style():
     )
     ax_u.legend(fontsize=8)
     ax_r.legend(fontsize=8)
+    for ax in (ax_u, ax_r):
+        plain_log_ticks(ax)
     fig.tight_layout()
     save_figure(fig, "union_curve_models")
     plt.show()
@@ -114,10 +112,10 @@ table = pd.DataFrame(
         f"ratio Zipf (vs {BASELINE})": zipf.coalescing_ratio,
     }
 )
-table[table.B.isin([1, 8, 16, 64, 128, 256, 1024])].round(2)
+show_table(table[table.B.isin(key_batches)])
 
 # %% [markdown]
-# ## From a captured (here: synthetic) histogram, with a bootstrap band
+# ## From a histogram (by default the embedded synthetic one), with a bootstrap band
 # Rarefaction Σ_i [1 − C(T − Y_i, B)/C(T, B)] is exact for B ≤ T tokens; beyond T the curve is
 # Chao's extrapolation. The band is the iNEXT bootstrap (estimate ± 1.96·sd). Point `histogram`
 # at your own file to redo this on your data.
@@ -143,7 +141,7 @@ with style():
         xscale="log",
         xlabel="batch B",
         ylabel="distinct experts per layer U(B)",
-        title=f"{label}\n{provenance_label('projected')}",
+        title=f"{label}\n{provenance_label('witnessed-inputs' if hist.provenance == 'witnessed' else 'projected')}",
     )
     ax_r.set(
         xscale="log",
@@ -154,25 +152,29 @@ with style():
     )
     ax_u.legend(fontsize=8)
     ax_r.legend(fontsize=8)
+    for ax in (ax_u, ax_r):
+        plain_log_ticks(ax)
     fig.tight_layout()
     save_figure(fig, "union_curve_histogram")
     plt.show()
 
-pd.DataFrame(
-    {
-        "B": batch,
-        "U per layer": curve.mean,
-        "ci low": curve.mean_ci_low,
-        "ci high": curve.mean_ci_high,
-        "U total (all layers)": curve.total,
-        f"B·K/U (vs {BASELINE})": curve.coalescing_ratio,
-        "method": curve.method,
-    }
-).query("B in @key_batches").round(2)
+show_table(
+    pd.DataFrame(
+        {
+            "B": batch,
+            "U per layer": curve.mean,
+            "ci low": curve.mean_ci_low,
+            "ci high": curve.mean_ci_high,
+            "U total (all layers)": curve.total,
+            f"B·K/U (vs {BASELINE})": curve.coalescing_ratio,
+            "method": curve.method,
+        }
+    ).query("B in @key_batches")
+)
 
 # %% [markdown]
 # ## What summing a histogram over layers hides
-# Seed 003 published only a histogram summed over all layers (288 experts, counts 133–520). Each
+# Seed 003 (a lab report on a two-node GB10 run of a GLM-5 MoE engine) published only a histogram summed over all layers (288 experts, counts 133–520). Each
 # layer here is strongly skewed, but each layer's hot experts are different ones, so the sum looks
 # nearly flat. Treating the summed shares as one layer's routing (the plug-in with
 # π̄_i = summed_i / T) overstates U(B): per-layer skew is averaged away before the concave map
@@ -209,41 +211,74 @@ with style():
         xscale="log",
         xlabel="batch B",
         ylabel="distinct experts per layer U(B)",
-        title=f"{per_layer.meta.get('model', '')}\n{provenance_label('projected')}",
+        title=f"{per_layer.meta.get('model', '')}\n"
+        f"{provenance_label('witnessed-inputs' if per_layer.provenance == 'witnessed' else 'projected')}",
     )
     ax_h.legend(fontsize=8)
     ax_u.legend(fontsize=8)
+    for ax in (ax_h, ax_u):
+        plain_log_ticks(ax)
     fig.tight_layout()
     save_figure(fig, "union_curve_summed_hides_skew")
     plt.show()
 
 b_show = batch[batch <= per_layer.tokens.min()]
-pd.DataFrame(
-    {
-        "B": b_show,
-        "per-layer U": layered.mean[: b_show.size],
-        "summed-as-one-layer U": summed.mean[: b_show.size],
-        f"per-layer B·K/U (vs {BASELINE})": layered.coalescing_ratio[: b_show.size],
-        f"summed B·K/U (vs {BASELINE})": summed.coalescing_ratio[: b_show.size],
-    }
-).query("B in @key_batches").round(2)
+show_table(
+    pd.DataFrame(
+        {
+            "B": b_show,
+            "per-layer U": layered.mean[: b_show.size],
+            "summed-as-one-layer U": summed.mean[: b_show.size],
+            f"per-layer B·K/U (vs {BASELINE})": layered.coalescing_ratio[: b_show.size],
+            f"summed B·K/U (vs {BASELINE})": summed.coalescing_ratio[: b_show.size],
+        }
+    ).query("B in @key_batches")
+)
+
+# %% tags=["answer"]
+from IPython.display import Markdown, display  # noqa: E402
+
+probe = int(batch[np.searchsorted(batch, min(64, b_max))])
+i = int(np.searchsorted(batch, probe))
+display(
+    Markdown(
+        answers.union_curve(
+            experts=experts,
+            top_k=top_k,
+            batch_max=int(batch[-1]),
+            probe_batch=probe,
+            uniform_union=float(uniform.mean[i]),
+            zipf_s=zipf_s,
+            zipf_union=float(zipf.mean[i]),
+            dirichlet_alpha=dirichlet_alpha,
+            dirichlet_union=float(dirichlet.mean[i]),
+            histogram=histogram,
+            histogram_union=float(curve.mean[i]),
+            histogram_ratio=float(curve.coalescing_ratio[i]),
+            histogram_provenance=hist.provenance,
+            summed_histogram=per_layer_histogram,
+            summed_union=float(summed.mean[i]),
+            per_layer_union=float(layered.mean[i]),
+            summed_provenance=per_layer.provenance,
+        )
+    )
+)
 
 # %% [markdown]
 # ## Versions and parameters
 
 # %%
 print(f"moeroof {moeroof.__version__}, numpy {np.__version__}")
-print(
-    {
-        "experts": experts,
-        "top_k": top_k,
-        "b_max": b_max,
-        "zipf_s": zipf_s,
-        "dirichlet_alpha": dirichlet_alpha,
-        "model_layers": model_layers,
-        "histogram": histogram,
-        "per_layer_histogram": per_layer_histogram,
-        "bootstrap": bootstrap,
-        "seed_name": seed_name,
-    }
-)
+for name, value in {
+    "experts": experts,
+    "top_k": top_k,
+    "b_max": b_max,
+    "zipf_s": zipf_s,
+    "dirichlet_alpha": dirichlet_alpha,
+    "model_layers": model_layers,
+    "histogram": histogram,
+    "per_layer_histogram": per_layer_histogram,
+    "bootstrap": bootstrap,
+    "seed_name": seed_name,
+}.items():
+    print(f"{name} = {value}")

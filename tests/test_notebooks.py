@@ -25,7 +25,7 @@ NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.py"))
 #: small parameters per notebook so each runs in seconds; a notebook without an entry fails
 #: test_every_notebook_has_small_parameters, so adding a notebook means adding its entry here.
 SMALL_PARAMETERS: dict[str, dict] = {
-    "union_curve": {"b_max": 64, "model_layers": 4, "bootstrap": 10},
+    "union_curve": {"b_max": 64, "model_layers": 4, "bootstrap": 10, "experts": 128, "top_k": 4},
     # non-default model, cache and routing: the answer must name them (ANSWER_CHECKS)
     "net_toks": {
         "b_max": 32,
@@ -78,6 +78,11 @@ MIXTRAL_TRACE = EXTERNAL_DIR / "mixtral8x7b-instruct-fp8-vllm-traces" / "trace_d
 ANSWER_CHECKS: dict[str, dict] = {
     "net_toks": {
         "names": ["qwen3-30b-a3b", "nvme-gen4", "8 GiB", "B = 1…32", "seed 000", "4×", "tokens a minute"],
+        "synthetic": True,
+        "projected": True,
+    },
+    "union_curve": {
+        "names": ["E = 128", "K = 4", "B = 64", "deepseek-v3-like.csv", "glm5-seed003-per-layer.csv"],
         "synthetic": True,
         "projected": True,
     },

@@ -123,6 +123,75 @@ def test_qwen15_table_import_matches_the_authors_trace_and_runs_downstream(tmp_p
     downstream(capsys, hist, "1,8,25", trace=False)
 
 
+QWEN3_ACT = QWEN3_DIR / "gsm_en_he_500_20250921_115824_avg_activation.csv"
+QWEN3_ARGS = ["--layer-col", "Layer", "--expert-prefix", "Expert_", "--filter", "Language=English", "--top-k", "8"]
+
+
+@needs_external
+def test_qwen3_frequency_matrix_imports_and_runs_downstream(tmp_path, capsys):
+    out = tmp_path / "qwen3.csv"
+    # without a token count the import refuses and says what T would set
+    assert main(["import", "matrix", str(QWEN3_ACT), "-o", str(out), *QWEN3_ARGS]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --tokens: ") and "bootstrap band" in err and not out.exists()
+    # the author's mean router probabilities are not incidence: refused, saying why
+    dist = QWEN3_DIR / "gsm_en_he_500_20250921_115824_avg_dist.csv"
+    assert main(["import", "matrix", str(dist), "-o", str(out), *QWEN3_ARGS, "--tokens", "94200"]) == 2
+    assert "mean router probabilities" in capsys.readouterr().err and not out.exists()
+
+    rep = run_json(capsys, ["import", "matrix", str(QWEN3_ACT), "-o", str(out), *QWEN3_ARGS, "--tokens", "94200"])
+    assert rep["kind"] == "histogram" and rep["tokens_user_given"] is True
+    assert (rep["layers"], rep["experts"], rep["top_k"]) == (48, 128, 8)
+    assert any("sample size" in n for n in rep["notes"])
+    h = read_histogram(out)
+    assert h.meta["tokens_user_given"] is True and h.provenance == "witnessed"
+    # independently: the English row of layer 5 read with the csv module, × T, against the counts
+    import csv
+
+    with open(QWEN3_ACT, encoding="utf-8", newline="") as fh:
+        row = next(r for r in csv.DictReader(fh) if r["Layer"] == "5" and r["Language"] == "English")
+    freq = np.array([float(row[f"Expert_{i}"]) for i in range(128)])
+    assert np.abs(h.counts[5] - freq * 94200).max() <= 0.001 * 94200  # bf16 row sums 7.995–8.005
+    assert h.counts[5].sum() <= 8 * 94200 and int(np.argmax(h.counts[5])) == int(np.argmax(freq))
+    union = run_json(capsys, ["union", str(out), "--batch", "1,8"])
+    assert union["union_per_layer"][0] == pytest.approx(8.0, abs=0.01)
+    fit = run_json(capsys, ["fit", str(out)])
+    alpha = fit["models"]["dirichlet"]["params"]["alpha"]
+    # no token order in a frequency matrix: a cache run needs a trace, drawn from the fitted skew
+    # (projected), with the hot set pinned from the imported histogram
+    trace = tmp_path / "drawn.npz"
+    args = ["--experts", "128", "--top-k", "8", "--layers", "48", "--streams", "2", "--steps", "20"]
+    assert main(["trace", "--family", f"dirichlet:{alpha}", *args, "-o", str(trace)]) == 0
+    capsys.readouterr()
+    cache = run_json(
+        capsys, ["cache", str(trace), "--policy", "static", "--histogram", str(out), "--capacity-experts", "960"]
+    )
+    assert 0.0 < cache["hit_rate"] < 1.0
+
+
+def test_sglang_and_hf_files_through_the_command(tmp_path, capsys):
+    src = tmp_path / "expert_distribution_rank0_timestamp1.csv"
+    src.write_text("layer_id,expert_id,count\n0,2,3\n0,0,1\n0,1,2\n", encoding="utf-8")
+    out = tmp_path / "s.csv"
+    rep = run_json(capsys, ["import", "sglang", str(src), "-o", str(out), "--top-k", "2", "--experts", "4"])
+    assert rep["tokens_per_layer"] == [3] and read_histogram(out).counts.tolist() == [[1, 2, 3, 0]]
+    run_json(capsys, ["union", str(out), "--batch", "1,2"])
+    logits = np.zeros((2, 6, 4), dtype=np.float32)  # (layers, tokens, E): token t prefers t % 4, then (t+1) % 4
+    for t in range(6):
+        logits[:, t, t % 4] = 2.0
+        logits[:, t, (t + 1) % 4] = 1.0
+    np.save(tmp_path / "rl.npy", logits)
+    trace = tmp_path / "rl.npz"
+    rep = run_json(
+        capsys,
+        ["import", "hf-router-logits", str(tmp_path / "rl.npy"), "-o", str(trace), "--top-k", "2", "--batch", "2"],
+    )
+    assert (rep["steps"], rep["streams"], rep["layers"]) == (3, 2, 2)
+    t = read_trace(trace)
+    assert np.asarray(t.topk)[:, 1, 0].tolist() == [[3, 0], [0, 1], [1, 2]]  # sequence 1 = tokens 3, 4, 5
+    run_json(capsys, ["cache", str(trace), "--policy", "lru", "--capacity-experts", "2"])
+
+
 # ----------------------------------------------------------------------------- refusals
 
 

@@ -14,9 +14,13 @@ import pytest
 from moeroof.core.errors import ParameterError
 from moeroof.data.importers import (
     ImportedTrace,
+    import_hf_router_logits,
+    import_matrix,
+    import_sglang,
     import_table,
     parse_columns,
     parse_filters,
+    sglang_from_object,
     trace_counts,
     write_imported,
 )
@@ -274,3 +278,187 @@ def test_trace_counts_by_hand():
     topk[0, 0, 0] = [0, 1]
     counts, tokens = trace_counts(topk, 3)
     assert counts.tolist() == [[1, 1, 0], [0, 0, 0]] and tokens.tolist() == [1, 0]
+
+
+# ----------------------------------------------------------------------------- matrix
+
+FREQ = """\
+Layer,Language,Expert_0,Expert_1,Expert_2,Expert_3
+1,English,0.5,0.25,0.75,0.5
+1,Hebrew,1.0,0.0,0.5,0.5
+0,English,0.125,0.875,0.5,0.5
+"""
+
+
+def test_frequency_matrix_by_hand(tmp_path):
+    src = write(tmp_path / "f.csv", FREQ)
+    got = import_matrix(
+        src, layer_col="Layer", expert_prefix="Expert_", filters=[("Language", "English")], top_k=2, tokens=8
+    )
+    # rows sum to 2 = K: inclusion frequencies; × T = 8 → exact counts, layers sorted
+    assert got.layer_ids == [0, 1]
+    assert got.counts.tolist() == [[1, 7, 4, 4], [4, 2, 6, 4]]
+    assert got.tokens == [8, 8] and got.experts == 4 and got.top_k == 2
+    assert got.extra["tokens_user_given"] is True and "sample size" in got.extra["tokens_note"]
+    assert got.extra["provenance"] == "witnessed" and got.source == str(src.resolve())
+    assert any("user-given" in n for n in got.notes)
+    h = read_histogram(write_imported(tmp_path / "h.csv", got))
+    assert h.counts.tolist() == [[1, 7, 4, 4], [4, 2, 6, 4]] and h.meta["tokens_user_given"] is True
+
+
+def test_frequency_rounding_keeps_a_valid_histogram(tmp_path):
+    # bf16-like row summing to 2.006 > K: scaled to K, then largest remainder; T = 3
+    src = write(tmp_path / "f.csv", "L,E0,E1,E2\n0,1.0,0.503,0.503\n")
+    got = import_matrix(src, layer_col="L", expert_prefix="E", top_k=2, tokens=3)
+    c = got.counts[0]
+    assert c.sum() == 6 and c.max() <= 3 and c[0] == 3  # 3 + 1.5 + 1.5 → 3 + 2 + 1 (ties to the lower id)
+    assert c.tolist() == [3, 2, 1]
+
+
+def test_frequency_needs_tokens_and_avg_dist_is_refused(tmp_path):
+    src = write(tmp_path / "f.csv", FREQ)
+    with pytest.raises(ParameterError) as err:
+        import_matrix(src, layer_col="Layer", expert_prefix="Expert_", filters=[("Language", "English")], top_k=2)
+    assert err.value.parameter == "tokens" and "bootstrap band" in str(err.value)
+    dist = write(tmp_path / "d.csv", "Layer,Expert_0,Expert_1,Expert_2\n0,0.5,0.25,0.25\n1,0.2,0.3,0.5\n")
+    with pytest.raises(ParameterError) as err:
+        import_matrix(dist, layer_col="Layer", expert_prefix="Expert_", top_k=2, tokens=4)
+    assert err.value.parameter == "shares" and "mean router probabilities" in str(err.value)
+    # the same rows read as shares of K·T picks: count = share × K × T
+    got = import_matrix(dist, layer_col="Layer", expert_prefix="Expert_", top_k=2, tokens=4, shares=True)
+    assert got.counts.tolist() == [[4, 2, 2], [2, 2, 4]]  # 0.5·8, 0.25·8, …; 0.2·8 = 1.6 → 2, 0.3·8 = 2.4 → 2
+
+
+def test_count_matrix_npy_and_csv(tmp_path):
+    arr = np.array([[3, 1, 2, 0], [1, 1, 2, 2]])
+    np.save(tmp_path / "c.npy", arr)
+    got = import_matrix(tmp_path / "c.npy", top_k=2)
+    # counts (integers, row sums 6 ≠ K, ≠ 1): tokens = 6 / 2 = 3 per layer
+    assert got.counts.tolist() == arr.tolist() and got.tokens == [3, 3] and got.layer_ids == [0, 1]
+    assert "tokens_inferred" in got.extra
+    got = import_matrix(tmp_path / "c.npy", top_k=2, tokens=[3, 5])
+    assert got.tokens == [3, 5] and got.extra["tokens_user_given"] is True
+    src = write(tmp_path / "c.csv", "layer,x,e0,e1,e3\n4,a,5,1,0\n")
+    got = import_matrix(src, layer_col="layer", expert_prefix="e", top_k=1)
+    assert got.counts.tolist() == [[5, 1, 0, 0]] and got.layer_ids == [4] and got.tokens == [6]
+    assert got.extra["experts_without_column"] == [2]
+
+
+@pytest.mark.parametrize(
+    ("body", "where", "words"),
+    [
+        ("L,E0,E1\n0,1,x\n", ":2: E1: ", "expected a number"),
+        ("L,E0,E1\n0,1,2\n0,2,1\n", ":3: L: ", "layer 0 twice (first at 2)"),
+        ("L,E0,E1\n0,1,-2\n", ":2: E1: ", "expected a number ≥ 0"),
+        ("L,E0,E1\n0,0.9,1.7\n", ":layer 0: value: ", "an inclusion frequency is at most 1"),
+    ],
+)
+def test_matrix_errors(tmp_path, body, where, words):
+    src = write(tmp_path / "m.csv", body)
+    with pytest.raises(InputError) as err:
+        import_matrix(src, layer_col="L", expert_prefix="E", top_k=2, tokens=10)
+    assert str(err.value).startswith(f"{src}{where}") and words in str(err.value)
+
+
+# ----------------------------------------------------------------------------- SGLang
+
+
+def test_sglang_v04_csv_by_hand(tmp_path):
+    # as the v0.4 recorder writes it: rows only for experts that fired, layer by layer
+    src = write(
+        tmp_path / "expert_distribution_rank0_timestamp1.csv", "layer_id,expert_id,count\n0,2,3\n0,0,1\n1,1,2\n1,3,2\n"
+    )
+    got = import_sglang(src, top_k=2, experts=5)
+    assert got.counts.tolist() == [[1, 0, 3, 0, 0], [0, 2, 0, 2, 0]]
+    assert got.tokens == [2, 2] and got.layer_ids == [0, 1] and got.experts == 5
+    bad = write(tmp_path / "b.csv", "layer_id,expert_id,count\n0,2,3\n")
+    with pytest.raises(InputError, match="counts sum to 3, not a multiple of K=2"):
+        import_sglang(bad, top_k=2)
+    dup = write(tmp_path / "d.csv", "layer_id,expert_id,count\n0,2,3\n0,1,1\n0,2,1\n")
+    with pytest.raises(InputError, match=r"d.csv:4: expert_id: a second row"):
+        import_sglang(dup, top_k=2)
+
+
+def test_sglang_stat_dump_by_hand(tmp_path):
+    # stat mode: logical_count (passes, layers, experts); layer 0 is a dense layer (never counted)
+    logical = np.zeros((3, 3, 4), dtype=np.int32)
+    logical[0, 1] = [1, 1, 0, 0]
+    logical[2, 1] = [0, 2, 1, 1]
+    logical[1, 2] = [2, 0, 0, 2]
+    got = sglang_from_object({"rank": 0, "logical_count": logical}, tmp_path / "x.pt", top_k=2)
+    assert got.layer_ids == [1, 2] and got.counts.tolist() == [[1, 3, 1, 1], [2, 0, 0, 2]]
+    assert got.tokens == [3, 2] and any("dropped 1 layers" in n for n in got.notes)
+
+
+def test_sglang_per_token_dump_by_hand(tmp_path):
+    # per_token mode: physical ids (-1 padded to 8 columns), mapped to logical ids per layer
+    p2l = np.array([[0, 1, 2, 3, 0], [3, 2, 1, 0, 3]])  # physical 4 replicates logical 0 / 3
+
+    def rec(pass_id, ids):
+        full = np.full((2, len(ids[0]), 8), -1)
+        full[:, :, :2] = ids
+        return {"forward_pass_id": pass_id, "rank": 0, "topk_ids_of_layer": full, "forward_mode": 2}
+
+    records = [
+        rec(7, [[[1, 4]], [[1, 4]]]),  # later pass first in the list
+        rec(3, [[[0, 2], [3, 1]], [[0, 2], [3, 1]]]),
+    ]
+    got = sglang_from_object({"records": records, "last_physical_to_logical_map": p2l}, tmp_path / "x.pt", top_k=2)
+    want = np.full((2, 2, 2, 2), -1)
+    want[0, 0] = [[0, 2], [3, 1]]  # pass 3, token 0: layer 0 as is; layer 1: 0→3, 2→1
+    want[0, 1] = [[3, 1], [0, 2]]
+    want[1, 0] = [[1, 0], [2, 3]]  # pass 7: physical 4 → logical 0 (layer 0), 3 (layer 1)
+    assert np.array_equal(got.topk, want) and got.meta["experts"] == 4
+    bad = [rec(1, [[[1, 2]], [[1, 2]]])]
+    bad[0]["topk_ids_of_layer"][0, 0, 2] = 3
+    with pytest.raises(InputError, match=r"records\[0\]: topk_ids_of_layer: tokens with more than K=2 ids"):
+        sglang_from_object({"records": bad}, tmp_path / "x.pt", top_k=2)
+
+
+def test_sglang_pt_without_torch_says_so(tmp_path, monkeypatch):
+    import sys
+
+    src = write(tmp_path / "expert_distribution_recorder_1.pt", "x")
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(InputError, match="needs torch"):
+        import_sglang(src, top_k=2)
+
+
+# ----------------------------------------------------------------------------- HF router logits
+
+
+def test_hf_router_logits_npz_per_layer_by_hand(tmp_path):
+    # np.savez(f, *router_logits): arr_0, arr_1, … one (batch·seq, E) array per layer; batch 2, seq 2
+    l0 = np.array([[0.1, 2.0, 1.0], [3.0, -1.0, 0.5], [0.0, 0.0, 1.0], [5.0, 4.0, 4.5]], dtype=np.float32)
+    l1 = np.array([[1.0, 1.0, 0.0], [0.0, 1.0, 2.0], [2.0, 1.0, 0.0], [0.0, 9.0, 8.0]], dtype=np.float32)
+    arrs = [l0, l1] + [l1] * 9  # 11 layers: arr_10 must come after arr_9
+    arrs[10] = l0
+    np.savez(tmp_path / "rl.npz", *arrs, attention_mask=np.array([[1, 1], [1, 0]]))
+    got = import_hf_router_logits(tmp_path / "rl.npz", top_k=2, batch=2)
+    t = got.topk  # (seq, batch, layers, K)
+    assert t.shape == (2, 2, 11, 2)
+    assert t[0, 0, 0].tolist() == [1, 2] and t[1, 0, 0].tolist() == [0, 2]  # row 0, row 1
+    assert t[0, 1, 0].tolist() == [2, 0]  # row 2: tie 0.0/0.0 → lower id 0
+    assert t[1, 1].tolist() == [[-1, -1]] * 11  # masked position
+    assert t[0, 0, 1].tolist() == [0, 1]  # tie 1.0/1.0 → ids 0, 1
+    assert t[0, 0, 10].tolist() == [1, 2]  # arr_10 is l0 again
+    assert got.meta["experts"] == 3 and "logits" in got.meta["selection"]
+    with pytest.raises(ParameterError) as err:
+        import_hf_router_logits(tmp_path / "rl.npz", top_k=2, batch=3)
+    assert err.value.parameter == "batch"
+
+
+def test_hf_router_logits_npy_stacked(tmp_path):
+    logits = np.zeros((2, 1, 3, 4))  # (layers, batch, seq, E)
+    logits[0, 0, :, 3] = 1.0
+    logits[1, 0, :, 2] = 1.0
+    logits[..., 1] += 0.5
+    np.save(tmp_path / "rl.npy", logits)
+    got = import_hf_router_logits(tmp_path / "rl.npy", top_k=2)
+    assert got.topk.shape == (3, 1, 2, 2)
+    assert got.topk[:, 0, 0].tolist() == [[3, 1]] * 3 and got.topk[:, 0, 1].tolist() == [[2, 1]] * 3
+    bad = logits.copy()
+    bad[1, 0, 2, 0] = np.nan
+    np.save(tmp_path / "bad.npy", bad)
+    with pytest.raises(InputError, match="layer 1: router_logits: NaN"):
+        import_hf_router_logits(tmp_path / "bad.npy", top_k=2)

@@ -92,6 +92,62 @@ def add_parser(subparsers: Any) -> None:
     t.add_argument("--experts", required=True, help="routed experts E of the model")
     t.add_argument("--top-k", required=True, help="experts per token K")
 
+    m = sub.add_parser(
+        "matrix",
+        help="per-layer count or frequency matrix (wide CSV, or .npy layers × experts) → histogram",
+        description=(
+            "Per-layer count or frequency matrix → histogram. Integer values are counts (tokens = row sum / K "
+            "unless --tokens); non-integer values, or rows summing to ≈ K, are inclusion frequencies and need "
+            "--tokens T: counts = round(frequency × T), and T, the histogram's sample size, sets the width of "
+            "union's and fit's bootstrap bands. Rows summing to 1 are refused unless --shares: mean router "
+            "probabilities (like *_avg_dist.csv) are not incidence."
+        ),
+    )
+    _common(m, "histogram to write (.csv; its .json sidecar beside it)")
+    m.add_argument("--layer-col", help="CSV: the layer-id column")
+    m.add_argument(
+        "--expert-prefix", help="CSV: expert columns are PREFIX<id> (e.g. Expert_ for Expert_0, Expert_1, …)"
+    )
+    m.add_argument(
+        "--filter", action="append", metavar="COL=VALUE", help="keep rows where COL equals VALUE (repeatable)"
+    )
+    m.add_argument("--top-k", required=True, help="experts per token K")
+    m.add_argument(
+        "--tokens",
+        help="tokens T behind the matrix: one number or one per layer (T,T,…); required for frequencies",
+    )
+    m.add_argument(
+        "--kind", choices=("auto", "counts", "frequency"), default="auto", help="what the values are (default: detect)"
+    )
+    m.add_argument("--shares", action="store_true", help="rows summing to 1 are each expert's share of the K·T picks")
+    m.add_argument("--experts", help="routed experts E (default: the expert columns / array width)")
+
+    g = sub.add_parser(
+        "sglang",
+        help="SGLang's expert-distribution recorder dump (.csv of v0.4, or .pt: stat → histogram, per_token → trace)",
+        description=(
+            "SGLang's expert-distribution recorder output: the v0.4 CSV (layer_id,expert_id,count) or a .pt "
+            "dump (torch needed to read it): stat mode (logical_count) gives a histogram, per_token mode "
+            "(records) a trace with a step per forward pass (or its histogram with -o .csv)."
+        ),
+    )
+    _common(g, "histogram (.csv) or, for a per_token dump, trace (.npz/.npy)")
+    g.add_argument("--top-k", required=True, help="experts per token K")
+    g.add_argument("--experts", help="routed experts E (default: from the dump, or the largest id + 1)")
+
+    h = sub.add_parser(
+        "hf-router-logits",
+        help="saved Hugging Face output_router_logits (.npy, .npz, torch .pt) → trace of each token's top-K",
+        description=(
+            "Hugging Face router logits (output_router_logits=True: one (batch·seq, E) or (batch, seq, E) tensor "
+            "per layer), saved as .npy (layers stacked first), .npz (one stacked array, or one array per layer, "
+            "optional attention_mask) or torch .pt (needs torch). Each token's top-K is its K largest logits."
+        ),
+    )
+    _common(h, "trace to write (.npz or .npy; .csv writes its histogram)")
+    h.add_argument("--top-k", required=True, help="experts per token K")
+    h.add_argument("--batch", help="sequences B in flattened (B·S, E) logits (row b·S + s); default 1")
+
     p.set_defaults(func=run, parameter_flags=PARAMETER_FLAGS)
 
 
@@ -113,7 +169,7 @@ def command_line(args: argparse.Namespace) -> str:
         "model",
     ):
         value = getattr(args, flag, None)
-        if value is not None:
+        if value is not None and not (flag == "kind" and value == "auto"):
             argv += ["--" + flag.replace("_", "-"), str(value)]
     for item in getattr(args, "filter", None) or ():
         argv += ["--filter", item]
@@ -161,7 +217,61 @@ def _import_table(args: argparse.Namespace, command: str) -> Any:
     )
 
 
-IMPORTERS = {"table": (_import_table, (".npz", ".npy", ".csv"))}
+def _parse_tokens(text: str | None) -> int | list[int] | None:
+    if text is None:
+        return None
+    parts = [positive_int(t, "--tokens") for t in text.split(",")]
+    return parts[0] if len(parts) == 1 else parts
+
+
+def _import_matrix(args: argparse.Namespace, command: str) -> Any:
+    from moeroof.data.importers import import_matrix, parse_filters
+
+    return import_matrix(
+        args.src,
+        top_k=positive_int(args.top_k, "--top-k"),
+        layer_col=args.layer_col,
+        expert_prefix=args.expert_prefix,
+        filters=parse_filters(args.filter),
+        tokens=_parse_tokens(args.tokens),
+        kind=args.kind,
+        shares=bool(args.shares),
+        experts=None if args.experts is None else positive_int(args.experts, "--experts"),
+        model=args.model,
+        command=command,
+    )
+
+
+def _import_sglang(args: argparse.Namespace, command: str) -> Any:
+    from moeroof.data.importers import import_sglang
+
+    return import_sglang(
+        args.src,
+        top_k=positive_int(args.top_k, "--top-k"),
+        experts=None if args.experts is None else positive_int(args.experts, "--experts"),
+        model=args.model,
+        command=command,
+    )
+
+
+def _import_hf(args: argparse.Namespace, command: str) -> Any:
+    from moeroof.data.importers import import_hf_router_logits
+
+    return import_hf_router_logits(
+        args.src,
+        top_k=positive_int(args.top_k, "--top-k"),
+        batch=None if args.batch is None else positive_int(args.batch, "--batch"),
+        model=args.model,
+        command=command,
+    )
+
+
+IMPORTERS = {
+    "table": (_import_table, (".npz", ".npy", ".csv")),
+    "matrix": (_import_matrix, (".csv",)),
+    "sglang": (_import_sglang, (".csv", ".npz", ".npy")),
+    "hf-router-logits": (_import_hf, (".npz", ".npy", ".csv")),
+}
 
 
 def import_report(args: argparse.Namespace) -> dict[str, Any]:

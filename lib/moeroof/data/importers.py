@@ -89,6 +89,11 @@ __all__ = [
     "parse_columns",
     "parse_filters",
     "import_table",
+    "import_matrix",
+    "import_sglang",
+    "sglang_from_object",
+    "import_hf_router_logits",
+    "hf_router_logits_from_arrays",
     "trace_counts",
     "write_imported",
 ]
@@ -518,6 +523,627 @@ def import_table(
     if not layer_cols:
         notes.append("no layer column: one layer (id 0)")
     return ImportedTrace(topk=topk, meta=meta, notes=notes)
+
+
+# ----------------------------------------------------------------------------- matrix
+
+
+def _tokens_per_layer(tokens: int | Sequence[int], n_layers: int) -> np.ndarray:
+    arr = np.atleast_1d(np.asarray(tokens, dtype=np.int64))
+    if arr.size == 1:
+        arr = np.full(n_layers, int(arr[0]), dtype=np.int64)
+    if arr.size != n_layers:
+        raise ParameterError("tokens", f"{arr.size} token counts for {n_layers} layers (give one, or one per layer)")
+    if (arr < 1).any():
+        raise ParameterError("tokens", f"token counts must be ≥ 1, got {arr.tolist()}")
+    return arr
+
+
+def _round_to_counts(incl: np.ndarray, tokens: np.ndarray, top_k: int) -> np.ndarray:
+    """Inclusion frequencies π (L, E) × T → integer counts by largest remainder per layer.
+
+    A row summing to more than K (bf16-averaged rows reach K + 0.005) is first scaled down to
+    sum to K, so a layer's counts total round(Σπ·T) ≤ K·T and each count is at most T: a valid
+    incidence histogram.
+    """
+    sums = incl.sum(axis=1, keepdims=True)
+    incl = np.where(sums > top_k, incl * (top_k / np.where(sums > 0, sums, 1.0)), incl)
+    want = incl * tokens[:, None]
+    counts = np.minimum(np.floor(want).astype(np.int64), tokens[:, None])
+    for l in range(incl.shape[0]):
+        target = min(int(round(float(want[l].sum()))), top_k * int(tokens[l]))
+        short = target - int(counts[l].sum())  # ≥ 0: the floors never exceed the rounded total
+        if short > 0:
+            rem = np.where(counts[l] < tokens[l], want[l] - counts[l], -np.inf)
+            counts[l, np.argsort(-rem, kind="stable")[:short]] += 1
+    return counts
+
+
+def _read_matrix(
+    src: Path, layer_col: str | None, expert_prefix: str | None, filters: Sequence[tuple[str, str]], experts: int | None
+) -> tuple[np.ndarray, list[int], dict[str, Any]]:
+    """(values (L, E) float, layer ids, extra meta) of a wide CSV or a 2-D .npy."""
+    if src.suffix.lower() == ".npy":
+        if layer_col or expert_prefix or filters:
+            raise ParameterError(
+                "layer_col", "a .npy matrix is layers × experts already: no layer column, prefix or filter"
+            )
+        try:
+            vals = np.load(src, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            raise InputError(src, "-", "file", f"not a readable .npy without pickles: {exc}") from None
+        if vals.ndim != 2 or not np.issubdtype(vals.dtype, np.number):
+            raise InputError(
+                src, "-", "array", f"expected a 2-D numeric array (layers × experts), got {vals.dtype} {vals.shape}"
+            )
+        vals = vals.astype(np.float64)
+        bad = ~np.isfinite(vals) | (vals < 0)
+        if bad.any():
+            l, i = np.argwhere(bad)[0]
+            raise InputError(src, f"[{l},{i}]", "value", f"expected a finite value ≥ 0, got {vals[l, i]}")
+        if experts is not None and experts != vals.shape[1]:
+            raise InputError(
+                src, "-", "experts", f"the array has {vals.shape[1]} expert columns but experts E={experts}"
+            )
+        return vals, list(range(vals.shape[0])), {}
+    if not layer_col or not expert_prefix:
+        raise ParameterError("layer_col", "a CSV matrix needs its layer column and the expert columns' name prefix")
+    import csv
+
+    import pandas as pd
+
+    try:
+        with open(src, encoding="utf-8", newline="") as fh:  # read-only
+            header = [h.strip() for h in next(csv.reader([fh.readline()]), [])]
+    except UnicodeDecodeError as exc:
+        raise InputError(src, 1, "header", f"not UTF-8 text: {exc}") from None
+    ids = {}
+    for name in header:
+        rest = name[len(expert_prefix) :] if name.startswith(expert_prefix) else ""
+        if rest.isdigit():
+            ids[name] = int(rest)
+    if not ids:
+        raise InputError(src, 1, "header", f"no column named {expert_prefix}<id> (header: {', '.join(header[:8])}…)")
+    for col in [layer_col, *(c for c, _ in filters)]:
+        if col not in header:
+            raise InputError(src, 1, col, f"no such column (header has: {', '.join(header[:8])}…)")
+    frame, kind = _read_frame(src, [layer_col, *(c for c, _ in filters), *ids])
+    n_read = len(frame)
+    for col, value in filters:
+        frame = frame[frame[col].astype(str).str.strip() == value]
+    if frame.empty:
+        what = f" after the filter {' '.join(f'{c}={v}' for c, v in filters)}" if filters else ""
+        raise InputError(src, "-", "file", f"no data rows{what} ({n_read} rows read)")
+    lay = _as_int(frame[layer_col], src, kind, layer_col)
+    order = np.argsort(lay, kind="stable")
+    dup = lay[order][1:] == lay[order][:-1]
+    if dup.any():
+        j = int(np.argmax(dup))
+        a, b = sorted((int(frame.index[order[j]]), int(frame.index[order[j + 1]])))
+        others = [c for c in header if c != layer_col and c not in ids]
+        raise InputError(
+            src,
+            _row_label(kind, b),
+            layer_col,
+            f"layer {lay[order[j]]} twice (first at {_row_label(kind, a)}): one row per layer is needed; "
+            f"keep one with a filter on {', '.join(others) or 'another column'}",
+        )
+    if (lay < 0).any():
+        i = int(np.argmax(lay < 0))
+        raise InputError(src, _row_label(kind, int(frame.index[i])), layer_col, f"negative layer id {lay[i]}")
+    n_exp = max(ids.values()) + 1
+    if experts is not None:
+        if experts < n_exp:
+            raise InputError(src, 1, "header", f"column {expert_prefix}{n_exp - 1} but experts E={experts}")
+        n_exp = experts
+    vals = np.zeros((len(frame), n_exp))
+    for name, e in ids.items():
+        num = pd.to_numeric(frame[name].astype(str).str.strip(), errors="coerce")
+        bad = num.isna() | ~np.isfinite(num) | (num < 0)
+        if bad.any():
+            i = int(np.argmax(bad.to_numpy()))
+            raise InputError(
+                src, _row_label(kind, int(frame.index[i])), name, f"expected a number ≥ 0, got {frame[name].iloc[i]!r}"
+            )
+        vals[:, e] = num.to_numpy(dtype=np.float64)
+    extra: dict[str, Any] = {"layer_column": layer_col, "expert_prefix": expert_prefix, "filters": dict(filters)}
+    if len(ids) < n_exp:
+        extra["experts_without_column"] = sorted(set(range(n_exp)) - set(ids.values()))
+    return vals[order], [int(x) for x in lay[order]], extra
+
+
+def import_matrix(
+    src: str | os.PathLike[str],
+    *,
+    top_k: int,
+    layer_col: str | None = None,
+    expert_prefix: str | None = None,
+    filters: Sequence[tuple[str, str]] = (),
+    tokens: int | Sequence[int] | None = None,
+    kind: str = "auto",
+    shares: bool = False,
+    experts: int | None = None,
+    model: str | None = None,
+    command: str | None = None,
+) -> ImportedHistogram:
+    """A per-layer count or frequency matrix → histogram (see the module docstring).
+
+    ``kind``: ``auto`` (counts when every value is an integer and the row sums are neither ≈ K
+    nor ≈ 1), ``counts`` or ``frequency``. Frequencies need ``tokens`` (one T, or one per
+    layer); ``shares=True`` reads rows summing to 1 as shares of the K·T picks.
+    """
+    src = Path(src)
+    _check_src(src)
+    _check_experts_top_k(experts, top_k, src)
+    if kind not in ("auto", "counts", "frequency"):
+        raise ParameterError("kind", f"expected auto, counts or frequency, got {kind!r}")
+    vals, layer_ids, extra = _read_matrix(src, layer_col, expert_prefix, filters, experts)
+    n_layers, n_exp = vals.shape
+    _check_experts_top_k(n_exp, top_k, src)
+    sums = vals.sum(axis=1)
+    integer = bool(np.all(vals == np.round(vals)))
+    near_k, near_1 = _isclose_all(sums, top_k), _isclose_all(sums, 1.0)
+    if kind == "auto":
+        kind = "frequency" if (not integer or near_k or near_1) else "counts"
+    meta = _base_meta(src, "matrix", command, None)
+    meta.update(extra)
+    notes: list[str] = []
+    if kind == "counts":
+        if not integer:
+            l, i = np.argwhere(vals != np.round(vals))[0]
+            raise InputError(src, f"layer {layer_ids[l]}", f"expert {i}", f"counts must be integers, got {vals[l, i]}")
+        counts = vals.astype(np.int64)
+        if tokens is None:
+            # every token adds 1 to each of its K experts, so a layer's tokens are its sum / K
+            tok = np.ceil(counts.sum(axis=1) / top_k).astype(np.int64)
+            if (tok < 1).any():
+                l = int(np.argmin(tok))
+                raise InputError(src, f"layer {layer_ids[l]}", "count", "a layer with no counts at all")
+            over = counts.max(axis=1) > tok
+            if over.any():
+                l = int(np.argmax(over))
+                raise InputError(
+                    src,
+                    f"layer {layer_ids[l]}",
+                    "count",
+                    f"an expert counted {counts[l].max()} times but the layer's counts sum to only "
+                    f"{counts[l].sum()} = K × {counts[l].sum() / top_k:g} tokens: are these incidence counts, and is K right?",
+                )
+            meta["tokens_inferred"] = "row sum / top_k (each token counts each of its K experts once)"
+            notes.append(f"tokens per layer = row sum / K ({_fmt_tokens(tok.tolist())}); give them if they differ")
+        else:
+            tok = _tokens_per_layer(tokens, n_layers)
+            meta["tokens_user_given"] = True
+        meta["quantity"] = "incidence counts"
+    else:
+        if near_1 and not near_k:
+            if not shares:
+                raise ParameterError(
+                    "shares",
+                    f"the rows of {src} sum to 1, not K={top_k}: mean router probabilities (softmax averages over "
+                    "all experts, like *_avg_dist.csv) say how much weight an expert got, not which K experts a token "
+                    "selected, so they are not incidence counts and are refused; if these are instead each expert's "
+                    "share of the K·T picks (counts / (K·T)), pass this flag",
+                )
+            incl = vals * top_k
+            meta["quantity"] = "shares of the K·T picks (rows sum to 1), read as inclusion = share × K"
+        else:
+            if shares:
+                raise ParameterError("shares", f"rows sum to ≈{np.median(sums):.3g}, not 1: not shares of picks")
+            incl = vals
+            meta["quantity"] = "inclusion frequency: fraction of tokens whose top-K holds the expert (rows sum to ≈ K)"
+        if (
+            incl.max() > 1 + SUM_TOLERANCE
+            or (sums > 0).any()
+            and (incl.sum(axis=1) > top_k * (1 + SUM_TOLERANCE)).any()
+        ):
+            l = int(np.argmax(incl.sum(axis=1)))
+            raise InputError(
+                src,
+                f"layer {layer_ids[l]}",
+                "value",
+                f"frequencies up to {incl.max():.4g}, row sum {incl[l].sum():.4g}: an inclusion frequency is at most 1 "
+                f"and a row sums to at most K={top_k}; are these counts, or is K wrong?",
+            )
+        if tokens is None:
+            raise ParameterError(
+                "tokens",
+                f"{src} holds frequencies (rows sum to ≈{np.median(incl.sum(axis=1)):.4g}), not counts: give the number "
+                "of tokens T they were averaged over (one, or one per layer). T becomes the histogram's sample size, "
+                "so it sets the width of every bootstrap band computed from it",
+            )
+        tok = _tokens_per_layer(tokens, n_layers)
+        counts = _round_to_counts(np.clip(incl, 0.0, 1.0), tok, top_k)
+        dev = np.abs(counts - incl * tok[:, None]).max()
+        meta["tokens_user_given"] = True
+        meta["tokens_note"] = (
+            "T is not in the source: it was given at import. counts = round(frequency × T); T is the histogram's "
+            "sample size and sets the width of the bootstrap bands of union and fit (they narrow as 1/√T: 4× T halves them)"
+        )
+        meta["frequency_row_sums"] = [float(incl.sum(axis=1).min()), float(incl.sum(axis=1).max())]
+        meta["rounding_max_abs_count"] = float(dev)
+        notes.append(
+            f"frequencies × T = counts with T = {_fmt_tokens(tok.tolist())} tokens per layer, user-given: T is the "
+            "sample size, so it sets the bootstrap band width of union and fit (4× T → bands half as wide)"
+        )
+    meta["kind_detected"] = kind
+    return ImportedHistogram(
+        counts=counts,
+        tokens=[int(t) for t in tok],
+        experts=int(n_exp),
+        top_k=int(top_k),
+        layer_ids=layer_ids,
+        model=model,
+        source=meta.pop("source"),
+        extra=meta,
+        notes=notes,
+    )
+
+
+# ----------------------------------------------------------------------------- SGLang
+
+
+def _load_torch(src: Path) -> Any:
+    """``torch.load`` of a ``.pt`` file, weights only; torch is imported only here."""
+    try:
+        import torch
+    except ImportError:
+        raise InputError(
+            src,
+            "-",
+            "file",
+            "a .pt file needs torch to read (pip install torch), or save the arrays with numpy instead",
+        ) from None
+    try:
+        return torch.load(src, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many kinds for a bad or unsafe file
+        raise InputError(src, "-", "file", f"not a readable torch file (weights only): {exc}") from None
+
+
+def _np(x: Any) -> np.ndarray:
+    """A tensor or array as numpy (torch tensors via .numpy(); bf16 widened to float32)."""
+    if hasattr(x, "detach"):
+        x = x.detach().cpu()
+        if str(getattr(x, "dtype", "")) == "torch.bfloat16":
+            x = x.float()
+        return x.numpy()
+    return np.asarray(x)
+
+
+def _histogram_from_counts(
+    counts: np.ndarray,
+    layer_ids: list[int],
+    top_k: int,
+    src: Path,
+    meta: dict[str, Any],
+    model: str | None,
+    notes: list[str],
+) -> ImportedHistogram:
+    """Per-layer incidence counts whose tokens are sum / K; layers that never fired are dropped."""
+    sums = counts.sum(axis=1)
+    keep = sums > 0
+    if not keep.any():
+        raise InputError(src, "-", "count", "every count is 0: nothing was recorded")
+    if not keep.all():
+        notes.append(f"dropped {int((~keep).sum())} layers with no counts (dense layers, or not recorded)")
+    counts, sums = counts[keep], sums[keep]
+    layer_ids = [lid for lid, k in zip(layer_ids, keep) if k]
+    bad = sums % top_k != 0
+    if bad.any():
+        l = int(np.argmax(bad))
+        raise InputError(
+            src, f"layer {layer_ids[l]}", "count", f"counts sum to {sums[l]}, not a multiple of K={top_k}: is K right?"
+        )
+    meta["tokens_inferred"] = "counts' sum / top_k (the recorder adds 1 per selected expert)"
+    return ImportedHistogram(
+        counts=counts.astype(np.int64),
+        tokens=[int(s // top_k) for s in sums],
+        experts=int(counts.shape[1]),
+        top_k=int(top_k),
+        layer_ids=layer_ids,
+        model=model,
+        source=meta.pop("source"),
+        extra=meta,
+        notes=notes,
+    )
+
+
+def sglang_from_object(
+    obj: Any,
+    src: str | os.PathLike[str],
+    *,
+    top_k: int,
+    experts: int | None = None,
+    model: str | None = None,
+    command: str | None = None,
+) -> ImportedHistogram | ImportedTrace:
+    """What SGLang's recorder dumped (the object ``torch.load`` returns, tensors or arrays)."""
+    src = Path(src)
+    meta = _base_meta(src, "sglang", command, None)
+    notes: list[str] = []
+    if not isinstance(obj, Mapping):
+        raise InputError(src, "-", "file", f"expected the recorder's dict, got {type(obj).__name__}")
+    if "logical_count" in obj:
+        arr = _np(obj["logical_count"])
+        if arr.ndim == 2:
+            arr = arr[None]
+        if arr.ndim != 3:
+            raise InputError(src, "-", "logical_count", f"expected (passes, layers, experts), got shape {arr.shape}")
+        if experts is not None and experts != arr.shape[2]:
+            raise InputError(src, "-", "logical_count", f"{arr.shape[2]} logical experts but experts E={experts}")
+        _check_experts_top_k(arr.shape[2], top_k, src)
+        meta["sglang_mode"] = "stat"
+        meta["forward_passes_buffered"] = int(arr.shape[0])
+        counts = arr.sum(axis=0).astype(np.int64)
+        return _histogram_from_counts(counts, list(range(counts.shape[0])), top_k, src, meta, model, notes)
+    if "records" in obj:
+        records = list(obj["records"])
+        if not records:
+            raise InputError(src, "-", "records", "no forward pass recorded")
+        p2l = (
+            _np(obj["last_physical_to_logical_map"]).astype(np.int64) if "last_physical_to_logical_map" in obj else None
+        )
+        per_pass = []
+        for i, rec in enumerate(records):
+            if "topk_ids_of_layer" not in rec:
+                raise InputError(
+                    src, f"records[{i}]", "topk_ids_of_layer", "missing (a per_token or per_pass dump has it)"
+                )
+            ids = _np(rec["topk_ids_of_layer"]).astype(np.int64)
+            if ids.ndim != 3 or ids.shape[2] < top_k:
+                raise InputError(
+                    src, f"records[{i}]", "topk_ids_of_layer", f"expected (layers, tokens, ≥K), got {ids.shape}"
+                )
+            if (ids[:, :, top_k:] != -1).any():
+                raise InputError(
+                    src, f"records[{i}]", "topk_ids_of_layer", f"tokens with more than K={top_k} ids: is K right?"
+                )
+            ids = ids[:, :, :top_k]
+            if p2l is not None:
+                if p2l.shape[0] != ids.shape[0]:
+                    raise InputError(
+                        src, "-", "last_physical_to_logical_map", f"{p2l.shape[0]} layers, records have {ids.shape[0]}"
+                    )
+                live = ids >= 0
+                if (ids >= p2l.shape[1]).any():
+                    raise InputError(src, f"records[{i}]", "topk_ids_of_layer", f"physical id ≥ {p2l.shape[1]}")
+                ids = np.where(
+                    live,
+                    np.take_along_axis(p2l, np.where(live, ids, 0).reshape(ids.shape[0], -1), axis=1).reshape(
+                        ids.shape
+                    ),
+                    -1,
+                )
+            per_pass.append((int(rec.get("forward_pass_id", i)), i, ids, rec.get("forward_mode")))
+        per_pass.sort(key=lambda r: (r[0], r[1]))
+        n_layers = per_pass[0][2].shape[0]
+        width = max(r[2].shape[1] for r in per_pass)
+        n_exp = experts if experts is not None else int(max(r[2].max() for r in per_pass)) + 1
+        _check_experts_top_k(n_exp, top_k, src)
+        topk = np.full((len(per_pass), width, n_layers, top_k), -1, dtype=_id_dtype(n_exp))
+        for s, (_, i, ids, _) in enumerate(per_pass):
+            if ids.shape[0] != n_layers:
+                raise InputError(
+                    src, f"records[{i}]", "topk_ids_of_layer", f"{ids.shape[0]} layers, the first had {n_layers}"
+                )
+            if ids.max() >= n_exp:
+                raise InputError(
+                    src, f"records[{i}]", "topk_ids_of_layer", f"expert id {ids.max()} ≥ experts E={n_exp}"
+                )
+            topk[s, : ids.shape[1]] = ids.transpose(1, 0, 2)
+        live_layer = (topk[..., 0] >= 0).any(axis=(0, 1))
+        if not live_layer.any():
+            raise InputError(src, "-", "topk_ids_of_layer", "every id is -1: nothing was recorded")
+        layer_ids = [int(l) for l in np.flatnonzero(live_layer)]
+        if not live_layer.all():
+            notes.append(f"dropped {int((~live_layer).sum())} layers without any routed token (dense layers)")
+            topk = topk[:, :, live_layer]
+        meta.update(
+            {
+                "experts": int(n_exp),
+                "top_k": int(top_k),
+                "layer_ids": layer_ids,
+                "sglang_mode": "per_token",
+                "axes_meaning": "step = forward pass (in forward_pass_id order), stream = token row of the pass",
+                "physical_to_logical": p2l is not None,
+            }
+        )
+        if model:
+            meta["model"] = model
+        modes = [r[3] for r in per_pass]
+        if all(isinstance(m, (int, str)) for m in modes) and len(modes) <= MAX_KEYS_IN_META:
+            meta["forward_modes"] = modes
+        notes.append(
+            f"{len(per_pass)} forward passes → steps; token rows → up to {width} streams (a row is not a request: "
+            "SGLang's dump does not name requests)"
+        )
+        return ImportedTrace(topk=topk, meta=meta, notes=notes)
+    raise InputError(
+        src, "-", "file", f"neither a stat dump (logical_count) nor a per-token dump (records); keys: {sorted(obj)[:8]}"
+    )
+
+
+def import_sglang(
+    src: str | os.PathLike[str],
+    *,
+    top_k: int,
+    experts: int | None = None,
+    model: str | None = None,
+    command: str | None = None,
+) -> ImportedHistogram | ImportedTrace:
+    """SGLang's expert-distribution recorder output (``.csv`` of v0.4, ``.pt`` of the current one)."""
+    src = Path(src)
+    _check_src(src)
+    _check_experts_top_k(experts, top_k, src)
+    if src.suffix.lower() == ".pt":
+        return sglang_from_object(_load_torch(src), src, top_k=top_k, experts=experts, model=model, command=command)
+    if src.suffix.lower() != ".csv":
+        raise InputError(
+            src, "-", "file", f"unknown suffix {src.suffix!r}: SGLang's recorder writes .csv (v0.4) or .pt"
+        )
+    frame, kind = _read_frame(src, ["layer_id", "expert_id", "count"])
+    if frame.empty:
+        raise InputError(src, "-", "file", "no data rows")
+    lay = _as_int(frame["layer_id"], src, kind, "layer_id")
+    eid = _as_int(frame["expert_id"], src, kind, "expert_id")
+    cnt = _as_int(frame["count"], src, kind, "count")
+    for name, arr in (("layer_id", lay), ("expert_id", eid), ("count", cnt)):
+        if (arr < 0).any():
+            i = int(np.argmax(arr < 0))
+            raise InputError(src, _row_label(kind, int(frame.index[i])), name, f"negative value {arr[i]}")
+    n_exp = experts if experts is not None else int(eid.max()) + 1
+    if (eid >= n_exp).any():
+        i = int(np.argmax(eid >= n_exp))
+        raise InputError(
+            src, _row_label(kind, int(frame.index[i])), "expert_id", f"expert {eid[i]} ≥ experts E={n_exp}"
+        )
+    _check_experts_top_k(n_exp, top_k, src)
+    layer_ids, li = np.unique(lay, return_inverse=True)
+    key = li * n_exp + eid
+    order = np.argsort(key, kind="stable")
+    dup = key[order][1:] == key[order][:-1]
+    if dup.any():
+        j = int(np.argmax(dup))
+        a, b = sorted((int(frame.index[order[j]]), int(frame.index[order[j + 1]])))
+        raise InputError(
+            src,
+            _row_label(kind, b),
+            "expert_id",
+            f"a second row for this (layer, expert) (first at {_row_label(kind, a)})",
+        )
+    counts = np.zeros((len(layer_ids), n_exp), dtype=np.int64)
+    counts[li, eid] = cnt
+    meta = _base_meta(src, "sglang", command, None)
+    meta["sglang_mode"] = "v0.4 csv (layer_id,expert_id,count)"
+    notes = (
+        [] if experts is not None else [f"experts E = {n_exp} = the largest id + 1 (give E if higher ids never fired)"]
+    )
+    return _histogram_from_counts(counts, [int(x) for x in layer_ids], top_k, src, meta, model, notes)
+
+
+# ----------------------------------------------------------------------------- Hugging Face router logits
+
+
+def hf_router_logits_from_arrays(
+    layers: Sequence[Any],
+    src: str | os.PathLike[str],
+    *,
+    top_k: int,
+    batch: int | None = None,
+    attention_mask: Any = None,
+    model: str | None = None,
+    command: str | None = None,
+) -> ImportedTrace:
+    """Per-layer router logits, each (tokens, E) or (batch, seq, E) → trace of each token's top-K."""
+    src = Path(src)
+    arrs = [_np(a) for a in layers]
+    if not arrs:
+        raise InputError(src, "-", "router_logits", "no layer")
+    shape = arrs[0].shape
+    for l, a in enumerate(arrs):
+        if a.shape != shape:
+            raise InputError(src, f"layer {l}", "router_logits", f"shape {a.shape} differs from layer 0's {shape}")
+        if a.ndim not in (2, 3) or not np.issubdtype(a.dtype, np.floating):
+            raise InputError(
+                src,
+                f"layer {l}",
+                "router_logits",
+                f"expected float (tokens, E) or (batch, seq, E), got {a.dtype} {a.shape}",
+            )
+        if not np.isfinite(a).all():
+            raise InputError(src, f"layer {l}", "router_logits", "NaN or infinite logit")
+    n_exp = shape[-1]
+    _check_experts_top_k(n_exp, top_k, src)
+    if len(shape) == 2:
+        n_tok = shape[0]
+        b = 1 if batch is None else batch
+        if b < 1 or n_tok % b:
+            raise ParameterError("batch", f"{n_tok} token rows do not split into {b} sequences of equal length")
+        arrs = [a.reshape(b, n_tok // b, n_exp) for a in arrs]
+    elif batch is not None and batch != shape[0]:
+        raise ParameterError("batch", f"the logits are (batch={shape[0]}, seq, E) already, not batch {batch}")
+    bsz, seq = arrs[0].shape[:2]
+    topk = np.empty((seq, bsz, len(arrs), top_k), dtype=_id_dtype(n_exp))
+    for l, a in enumerate(arrs):
+        # stable sort of the negated logits: the K largest, ties to the lower expert id
+        idx = np.argsort(-a.astype(np.float64), axis=-1, kind="stable")[..., :top_k]
+        topk[:, :, l, :] = idx.transpose(1, 0, 2)
+    notes = []
+    if attention_mask is not None:
+        mask = _np(attention_mask)
+        if mask.shape != (bsz, seq):
+            raise InputError(src, "-", "attention_mask", f"shape {mask.shape}, expected (batch, seq) = {(bsz, seq)}")
+        topk[(mask == 0).T] = -1
+        notes.append(f"{int((mask == 0).sum())} padded positions (attention_mask 0) → -1")
+    meta = _base_meta(src, "hf-router-logits", command, model)
+    meta.update(
+        {
+            "experts": int(n_exp),
+            "top_k": int(top_k),
+            "layer_ids": list(range(len(arrs))),
+            "selection": "top-K of the router logits (= of the softmax); models with a routing bias or group limit select differently",
+            "axes_meaning": "step = sequence position, stream = sequence of the batch",
+        }
+    )
+    notes.insert(0, f"{len(arrs)} layers × {bsz} sequences × {seq} positions; each token's K largest logits")
+    return ImportedTrace(topk=topk, meta=meta, notes=notes)
+
+
+def import_hf_router_logits(
+    src: str | os.PathLike[str],
+    *,
+    top_k: int,
+    batch: int | None = None,
+    model: str | None = None,
+    command: str | None = None,
+) -> ImportedTrace:
+    """Saved ``output_router_logits`` (``.npy``, ``.npz`` or torch ``.pt``) → trace (module docstring)."""
+    src = Path(src)
+    _check_src(src)
+    suffix = src.suffix.lower()
+    mask = None
+    if suffix in (".pt", ".pth"):
+        obj = _load_torch(src)
+        if isinstance(obj, Mapping):
+            if "router_logits" not in obj:
+                raise InputError(src, "-", "router_logits", f"missing (keys: {sorted(obj)[:8]})")
+            mask = obj.get("attention_mask")
+            obj = obj["router_logits"]
+        layers = list(obj) if isinstance(obj, (list, tuple)) else list(_np(obj))
+    elif suffix == ".npy":
+        try:
+            arr = np.load(src, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            raise InputError(src, "-", "file", f"not a readable .npy without pickles: {exc}") from None
+        if arr.ndim not in (3, 4):
+            raise InputError(
+                src, "-", "router_logits", f"expected (layers, tokens, E) or (layers, batch, seq, E), got {arr.shape}"
+            )
+        layers = list(arr)
+    elif suffix == ".npz":
+        try:
+            with np.load(src, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+        except (ValueError, OSError, EOFError) as exc:
+            raise InputError(src, "-", "file", f"not a readable .npz without pickles: {exc}") from None
+        mask = arrays.pop("attention_mask", None)
+        keys = sorted(arrays, key=_nat_key)
+        if not keys:
+            raise InputError(src, "-", "router_logits", "no array in the file")
+        if len(keys) == 1:  # one array: the layers stacked first, (L, tokens, E) or (L, batch, seq, E)
+            arr = arrays[keys[0]]
+            if arr.ndim not in (3, 4):
+                raise InputError(
+                    src, "-", keys[0], f"one array must stack the layers first (3 or 4 dims), got {arr.shape}"
+                )
+            layers = list(arr)
+        else:
+            layers = [arrays[k] for k in keys]
+    else:
+        raise InputError(src, "-", "file", f"unknown suffix {src.suffix!r}: expected .npy, .npz or .pt")
+    return hf_router_logits_from_arrays(
+        layers, src, top_k=top_k, batch=batch, attention_mask=mask, model=model, command=command
+    )
 
 
 # ----------------------------------------------------------------------------- writing

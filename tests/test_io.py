@@ -523,3 +523,63 @@ def test_readers_do_not_modify_inputs(tmp_path):
         load_any(bad)
     assert {f: _fingerprint(f) for f in files} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f.name for f in files)
+
+
+# ----------------------------------------------------------------------------- tokens per layer, meta without a sidecar
+
+
+def test_tokens_per_layer_differ(tmp_path):
+    # layer 0 saw 3 tokens, layer 9 saw 5: each bounded by its own T (a count of 4 fits only layer 9)
+    counts = np.array([[3, 2, 1], [4, 4, 2]])
+    path = write_histogram(
+        tmp_path / "h.csv", counts, tokens=[3, 5], experts=3, top_k=2, model="m", source="s", layer_ids=[0, 9]
+    )
+    assert json.loads(sidecar_path(path).read_text())["tokens"] == [3, 5]
+    h = read_histogram(path)
+    assert h.tokens.tolist() == [3, 5]
+    np.testing.assert_allclose(h.inclusion, [[1, 2 / 3, 1 / 3], [0.8, 0.8, 0.4]])
+    with pytest.raises(InputError, match="count 4 of layer 0, expert 0 > tokens T=3"):
+        write_histogram(tmp_path / "x.csv", counts[::-1], tokens=[3, 5], experts=3, top_k=2, model="m", source="s")
+    meta = json.loads(sidecar_path(path).read_text())
+    meta["tokens"] = [3, 3]
+    sidecar_path(path).write_text(json.dumps(meta))
+    with pytest.raises(InputError) as ei:
+        read_histogram(path)
+    assert str(ei.value).startswith(f"{path}:5: count: count 4 > tokens T=3 of layer 9")  # header, 3 rows of layer 0
+
+
+def test_histogram_meta_given_instead_of_a_sidecar(tmp_path):
+    path = tmp_path / "h.csv"
+    path.write_text("layer,expert,count\n0,1,2\n0,0,1\n", encoding="utf-8")
+    with pytest.raises(InputError) as ei:
+        read_histogram(path)
+    msg = str(ei.value)
+    assert msg.startswith(f"{tmp_path / 'h.json'}:-: file: missing sidecar JSON")
+    assert "moeroof import matrix" in msg and "moeroof histogram" in msg and "meta=" in msg
+    meta = {"model": "m", "experts": 3, "top_k": 1, "layers": 1, "tokens": 3, "source": "x", "layers_summed": False}
+    h = read_histogram(path, meta=meta)
+    assert h.counts.tolist() == [[1, 2, 0]] and h.tokens.tolist() == [3] and h.meta["model"] == "m"
+    assert not sidecar_path(path).exists()
+    with pytest.raises(InputError) as ei:
+        read_histogram(path, meta={**meta, "tokens": 1})
+    assert str(ei.value).startswith(f"{path}:2: count: count 2 > tokens T=1")
+    with pytest.raises(InputError, match=r"h.csv:-: experts: missing"):
+        read_histogram(path, meta={k: v for k, v in meta.items() if k != "experts"})
+
+
+def test_trace_meta_given_instead_of_sidecar_or_array(tmp_path):
+    topk = np.array([[[[0, 2]], [[1, 0]]]], dtype=np.int16)  # (1 step, 2 streams, 1 layer, K 2)
+    np.save(tmp_path / "t.npy", topk)
+    with pytest.raises(InputError) as ei:
+        read_trace(tmp_path / "t.npy")
+    assert "missing sidecar JSON" in str(ei.value) and "moeroof import table" in str(ei.value)
+    t = read_trace(tmp_path / "t.npy", meta={"experts": 3, "top_k": 2, "provenance": "witnessed"})
+    assert np.asarray(t.topk).tolist() == topk.tolist() and t.provenance == "witnessed" and t.layer_ids == (0,)
+    np.savez(tmp_path / "bare.npz", topk=topk)  # a capture's own npz without the suite's meta
+    with pytest.raises(InputError) as ei:
+        read_trace(tmp_path / "bare.npz")
+    assert str(ei.value).startswith(f"{tmp_path / 'bare.npz'}:-: meta: missing array") and "meta=" in str(ei.value)
+    t = read_trace(tmp_path / "bare.npz", meta={"experts": 3, "top_k": 2})
+    assert t.experts == 3 and t.meta == {"experts": 3, "top_k": 2}
+    with pytest.raises(InputError, match=r"bare.npz:-: top_k: top_k K=4 exceeds experts E=3"):
+        read_trace(tmp_path / "bare.npz", meta={"experts": 3, "top_k": 4})

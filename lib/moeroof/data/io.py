@@ -23,6 +23,11 @@ string with ``experts``, ``top_k`` and optionally ``model``, ``layer_ids``, ``ax
 ``source``, ``provenance``. Or ``foo.npy`` (memory-mapped on read) with the meta in ``foo.json``.
 A token is either K distinct expert ids or K padding values.
 
+A caller that has the meta but no sidecar (a capture's own file, flags on a command line)
+passes it: ``read_histogram(path, meta={...})`` / ``read_trace(path, meta={...})`` use it
+instead of the sidecar or the ``.npz``'s ``meta`` array, validated the same way. A missing
+sidecar's error names the commands that write one (``moeroof import …``, ``moeroof histogram``).
+
 Writers (:func:`write_histogram`, :func:`write_trace`) validate first, then write a temp file in
 the destination folder and ``os.replace`` it (:mod:`moeroof.core.atomic`), so a reader never sees
 half a file.
@@ -56,6 +61,8 @@ __all__ = [
     "write_trace",
     "sidecar_path",
     "HISTOGRAM_COLUMNS",
+    "HISTOGRAM_META_HINT",
+    "TRACE_META_HINT",
     "TRACE_AXES",
 ]
 
@@ -159,12 +166,27 @@ def _is_int(x: Any) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
-def _read_json(path: Path, what: str) -> dict[str, Any]:
+#: what a missing meta names: the commands that write the file with it, and the library's way
+#: to supply it (the CLI flags are each command's own business, listed in its --help)
+HISTOGRAM_META_HINT = (
+    "`moeroof import matrix|sglang|table …` writes a capture as a histogram with its sidecar, "
+    "`moeroof histogram TRACE` one from a trace; in Python pass meta={…} to read_histogram"
+)
+TRACE_META_HINT = (
+    "`moeroof import table|hf-router-logits|sglang …` writes a capture as a trace with its meta; "
+    "in Python pass meta={…} to read_trace"
+)
+
+
+def _read_json(path: Path, what: str, hint: str = "") -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as fh:  # read-only
             text = fh.read()
     except FileNotFoundError:
-        raise InputError(path, "-", "file", f"missing {what} (expected next to the data file, same stem)") from None
+        extra = f"; {hint}" if hint else ""
+        raise InputError(
+            path, "-", "file", f"missing {what} (expected next to the data file, same stem){extra}"
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(path, "-", "file", f"cannot read {what}: {exc}") from None
     return _parse_json(text, path, "-", "file")
@@ -341,12 +363,19 @@ def _check_readable(path: Path) -> None:
 # ----------------------------------------------------------------------------- readers
 
 
-def read_histogram(path: str | os.PathLike[str]) -> Histogram:
-    """Read ``foo.csv`` and its sidecar ``foo.json``; validate both (see module docstring)."""
+def read_histogram(path: str | os.PathLike[str], meta: Mapping[str, Any] | None = None) -> Histogram:
+    """Read ``foo.csv`` and its sidecar ``foo.json``; validate both (see module docstring).
+
+    ``meta``: the sidecar's content supplied by the caller (a dict with the same keys), used
+    instead of ``foo.json`` — which then need not exist; errors in it name ``foo.csv``.
+    """
     path = Path(path)
     _check_readable(path)
-    side = sidecar_path(path)
-    meta = _read_json(side, "sidecar JSON")
+    if meta is None:
+        side = sidecar_path(path)
+        meta = _read_json(side, "sidecar JSON", HISTOGRAM_META_HINT)
+    else:
+        side, meta = path, dict(_plain(dict(meta)))
     experts, top_k, layer_ids, tokens, summed = _validate_histogram_meta(meta, side)
     n_layers = len(layer_ids)
     layer_index = {lid: i for i, lid in enumerate(layer_ids)}
@@ -451,45 +480,56 @@ def _short(ids: Sequence[int]) -> str:
     return str(ids)
 
 
-def read_trace(path: str | os.PathLike[str]) -> Trace:
-    """Read a ``.npz`` trace, or a ``.npy`` trace (memory-mapped) with its sidecar ``.json``."""
+def read_trace(path: str | os.PathLike[str], meta: Mapping[str, Any] | None = None) -> Trace:
+    """Read a ``.npz`` trace, or a ``.npy`` trace (memory-mapped) with its sidecar ``.json``.
+
+    ``meta``: the trace's meta supplied by the caller (``experts``, ``top_k``, …), used instead
+    of the ``.npz``'s ``meta`` array or the ``.npy``'s sidecar — which then need not exist.
+    """
     path = Path(path)
     _check_readable(path)
+    given = None if meta is None else dict(_plain(dict(meta)))
     suffix = path.suffix.lower()
     weights = None
     if suffix == ".npz":
         try:
             with np.load(path, allow_pickle=False) as npz:
                 files = set(npz.files)
-                for key in ("topk", "meta"):
+                for key in ("topk",) if given is not None else ("topk", "meta"):
                     if key not in files:
-                        raise InputError(path, "-", key, f"missing array (has: {', '.join(sorted(files)) or 'none'})")
+                        hint = f"; {TRACE_META_HINT}" if key == "meta" else ""
+                        raise InputError(
+                            path, "-", key, f"missing array (has: {', '.join(sorted(files)) or 'none'}){hint}"
+                        )
                 topk = npz["topk"]
-                meta_arr = npz["meta"]
+                meta_arr = npz["meta"] if given is None else None
                 if "weights" in files:
                     weights = npz["weights"]
         except InputError:
             raise
         except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
             raise InputError(path, "-", "file", f"not a readable .npz without pickles: {exc}") from None
-        if meta_arr.ndim != 0 or meta_arr.dtype.kind not in "US":
-            raise InputError(
-                path,
-                "-",
-                "meta",
-                f"expected a JSON string (0-d str array), got dtype {meta_arr.dtype} shape {meta_arr.shape}",
-            )
-        text = meta_arr.item()
-        if isinstance(text, bytes):
-            try:
-                text = text.decode("utf-8")
-            except UnicodeDecodeError:
-                raise InputError(path, "-", "meta", "not UTF-8") from None
-        meta = _parse_json(text, path, "-", "meta")
-        meta_path, meta_row = path, "-"
+        if given is not None:
+            meta, meta_path, meta_row = given, path, "-"
+        else:
+            if meta_arr.ndim != 0 or meta_arr.dtype.kind not in "US":
+                raise InputError(
+                    path,
+                    "-",
+                    "meta",
+                    f"expected a JSON string (0-d str array), got dtype {meta_arr.dtype} shape {meta_arr.shape}",
+                )
+            text = meta_arr.item()
+            if isinstance(text, bytes):
+                try:
+                    text = text.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise InputError(path, "-", "meta", "not UTF-8") from None
+            meta = _parse_json(text, path, "-", "meta")
+            meta_path, meta_row = path, "-"
     elif suffix == ".npy":
-        side = sidecar_path(path)
-        meta = _read_json(side, "sidecar JSON")
+        side = sidecar_path(path) if given is None else path
+        meta = _read_json(side, "sidecar JSON", TRACE_META_HINT) if given is None else given
         try:
             topk = np.load(path, mmap_mode="r", allow_pickle=False)
         except (ValueError, OSError, EOFError) as exc:

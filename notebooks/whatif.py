@@ -13,19 +13,11 @@
 # %% [markdown]
 # # What if the box, the cache or the routing were different: how do net tok/s and U(B) move?
 #
-# **Answer.** Where the SSD binds, net tok/s grows with the batch only because the batch's union
-# U(B) of experts grows far slower than B·K (the `uncoalesced` baseline fetches B·K), until the
-# batch's KV cache no longer fits in RAM or another term binds. The expert cache the step sees is
-# a simulated LRU in steady state by default (the `cache policy` control; `static` is the old hot
-# set pinned from the true routing probabilities, an oracle): LRU catches little while a step's
-# union is larger than the cache, because each step's experts flush what the last step left,
-# whatever the stickiness; the pinned oracle always keeps the most popular experts. The paragraph
-# under "What changed" says, for the state drawn, what the one step model (issue 10) changed;
-# the table under the figure gives net tok/s, the binding term and the hit rate at each B.
-# Open this notebook in `make lab` and move the controls at the end: the figure and the paragraph
-# are redrawn from `moeroof.models.plan.plan`, `moeroof.models.union` and the cache simulator on
-# every change. Every number is **projected** (presets with assumed inputs; overridden bandwidths
-# count as assumed).
+# Open this notebook in `make lab` and move the controls at the end: net tok/s with its regimes
+# and baselines, U(B) and the cache hit rate are redrawn from `moeroof.models.plan.plan`,
+# `moeroof.models.union` and the cache simulator on every change. The report shows the state the
+# parameters set; its answer, computed from that state, follows the setup cell. Routing is the
+# Zipf `skew` control, or a histogram or trace file given as `routing` (like net_toks' `routing`).
 
 # %% tags=["parameters"]
 # fmt: off
@@ -34,7 +26,8 @@ hardware: str = "nvme-gen4"  # hardware preset name or a TOML path
 b_min: int = 1  # smallest batch in the sweep
 b_max: int = 256  # largest batch in the sweep
 cache_gib: float = 30.0  # expert cache in GiB
-skew: float = 0.5  # Zipf exponent s of expert popularity, 0 for uniform routing
+skew: float = 0.5  # Zipf exponent s of expert popularity, 0 for uniform routing (when routing is empty)
+routing: str = ""  # histogram or trace path (or uniform, zipf:S) for the routing, empty for the skew control
 stickiness: float = 0.3  # chance that an expert of the last step is picked again (simulated cache only)
 ssd_gb_s: float = 0.0  # peak SSD read bandwidth in GB/s, 0 keeps the preset's curve
 mem_gb_s: float = 0.0  # memory bandwidth in GB/s, 0 keeps the preset's
@@ -52,19 +45,30 @@ from dataclasses import replace
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
-import matplotlib.ticker as mticker
 import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
 import moeroof
+from moeroof.core.paths import resolve_data
 from moeroof.core.units import GB, GiB, gb_per_s
+from moeroof.data.io import load_any
 from moeroof.data.presets import list_presets, load_hardware, load_model
 from moeroof.models.cache import requests_from_trace, simulate
+from moeroof.models.fit import popularity_from_inclusion
 from moeroof.models.plan import CACHE_POLICIES, Workload, plan, routing_from_spec
 from moeroof.models.routing import Zipf, sample_trace
 from moeroof.models.union import BASELINE, union_plugin, union_uniform
-from moeroof.present.plots import label_with_baseline, provenance_label, save_figure, shade_regimes, style
+from moeroof.present import answers
+from moeroof.present.plots import (
+    label_with_baseline,
+    plain_log_ticks,
+    provenance_label,
+    save_figure,
+    shade_regimes,
+    show_table,
+    style,
+)
 from moeroof.studies import what_changed
 
 seed = sum(map(ord, seed_name))
@@ -91,7 +95,9 @@ KEY_BATCHES = [1, 8, 16, 64, 128, 256, 1024]  # rows shown in the table
 
 
 # %%
-def whatif(model, hardware, b_range, cache_gib, skew, stickiness, ssd_gb_s, mem_gb_s, overlap, cache_policy):
+def whatif(
+    model, hardware, b_range, cache_gib, skew, stickiness, ssd_gb_s, mem_gb_s, overlap, cache_policy, routing=""
+):
     """Library results for one state of the controls (no model logic here: loads and calls)."""
     m = load_model(model)
     hw = load_hardware(hardware)
@@ -106,7 +112,15 @@ def whatif(model, hardware, b_range, cache_gib, skew, stickiness, ssd_gb_s, mem_
     lo, hi = sorted(int(b) for b in b_range)
     grid = np.round(np.logspace(np.log10(lo), np.log10(max(hi, lo)), 40))
     batch = np.unique(np.r_[grid, [b for b in KEY_BATCHES if lo <= b <= hi]].astype(int))
-    routing = routing_from_spec("uniform" if skew == 0 else f"zipf:{skew}", m)
+    spec = routing.strip() or ("uniform" if skew == 0 else f"zipf:{skew}")
+    routing = routing_from_spec(spec, m)
+    # a routing file's layers (cycled) drive the sampled trace; otherwise the Zipf skew does
+    from_file = spec != "uniform" and not spec.startswith("zipf")
+    popularity = (
+        popularity_from_inclusion(routing.pi, m.top_k, tol=1e-5)[np.arange(trace_layers) % routing.pi.shape[0]]
+        if from_file
+        else None
+    )
     workload = Workload(
         context_tokens=context_tokens, cache_bytes=cache_gib * GiB, overlap=overlap, cache_policy=cache_policy
     )
@@ -129,6 +143,7 @@ def whatif(model, hardware, b_range, cache_gib, skew, stickiness, ssd_gb_s, mem_
             trace_layers,
             np.random.default_rng(seed),
             rho=rho,
+            popularity=popularity,
         )
         requests = requests_from_trace(topk, m.experts)
         for policy in ("lru", "lfu") if rho == stickiness else ("lru",):
@@ -146,6 +161,8 @@ def whatif(model, hardware, b_range, cache_gib, skew, stickiness, ssd_gb_s, mem_
         "cache_experts": cache_experts,
         "cache_gib": cache_gib,
         "skew": skew,
+        "routing_spec": spec,
+        "routing_data_provenance": load_any(resolve_data(spec)).provenance if from_file else None,
     }
 
 
@@ -162,8 +179,7 @@ def draw(s):
         handles, labels = ax_n.get_legend_handles_labels()
         ax_n.legend(handles + [h for h, _ in regimes], labels + [lab for _, lab in regimes], fontsize=7)
         ax_n.set(xscale="log", yscale="log", xlabel="batch B (concurrent agents)", ylabel="net tok/s (all agents)")
-        ax_n.yaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
-        ax_n.yaxis.set_minor_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
+        plain_log_ticks(ax_n)
         ax_n.set_title(
             f"{m.name} on {hw.name}: SSD {gb_per_s(max(hw.bw_ssd_bytes_per_s)):.3g} GB/s, "
             f"memory {gb_per_s(hw.bw_mem_bytes_per_s):.3g} GB/s\n"
@@ -181,6 +197,7 @@ def draw(s):
         ax_u.plot(batch, s["uniform"].mean, "C3--", lw=1, label="U(B), uniform routing")
         ax_u.plot(batch, np.minimum(m.experts, batch * m.top_k), "k:", lw=1, label="min(E, B·K) bound")
         ax_u.set(xscale="log", xlabel="batch B", ylabel="distinct experts per layer")
+        plain_log_ticks(ax_u)
         ax_u.set_title(
             f"E={m.experts}, K={m.top_k}; "
             f"{label_with_baseline('B·K/U', BASELINE)} at B={batch[-1]}: {s['union'].coalescing_ratio[-1]:.2f}",
@@ -190,7 +207,14 @@ def draw(s):
 
         steps = np.arange(1, len(next(iter(s["hit_rate"].values()))) + 1)
         for i, ((policy, rho), rate) in enumerate(sorted(s["hit_rate"].items())):
-            ax_c.plot(steps, rate, f"C{i}-", lw=1.2, label=f"{policy.upper()} on a sampled trace, stickiness ρ={rho:g}")
+            ax_c.plot(
+                steps,
+                rate,
+                f"C{i}-",
+                lw=1.2,
+                clip_on=False,
+                label=f"{policy.upper()} on a sampled trace, stickiness ρ={rho:g}",
+            )
         for pol, hit in s["plan_hit"].items():
             ax_c.axhline(
                 hit,
@@ -216,7 +240,39 @@ def draw(s):
 # feasible B.
 
 # %%
-state = whatif(model, hardware, (b_min, b_max), cache_gib, skew, stickiness, ssd_gb_s, mem_gb_s, overlap, cache_policy)
+state = whatif(
+    model, hardware, (b_min, b_max), cache_gib, skew, stickiness, ssd_gb_s, mem_gb_s, overlap, cache_policy, routing
+)
+
+
+def answer(s):
+    """The answer for one state, from moeroof.present.answers."""
+    q = s["plan"]
+    ok = np.asarray(q.fits_in_memory, dtype=bool)
+    i = int(np.nanargmax(np.where(ok, q.net_tok_s, np.nan))) if ok.any() else 0
+    return answers.whatif(
+        model=s["model"].name,
+        hardware=s["hardware"].name,
+        routing=s["routing_spec"],
+        cache_gib=s["cache_gib"],
+        batch_min=int(q.batch[0]),
+        batch_max=int(q.batch[-1]),
+        best_net_tok_s=float(q.net_tok_s[i]),
+        best_batch=int(q.batch[i]),
+        bound_at_best=q.bound[i],
+        hit_rate_at_best=float(q.cache_hit_rate[i]),
+        union_at_max=float(s["union"].mean[-1]),
+        inputs=q.provenance["inputs"],
+        synthetic=[f"the routing data `{s['routing_spec']}`"]
+        if answers.is_synthetic(s["routing_data_provenance"])
+        else [],
+    )
+
+
+# %% tags=["answer"]
+display(Markdown(answer(state)))
+
+# %%
 display(Markdown(what_changed.plan_paragraph(state["changed"], cache_gib=cache_gib)))
 
 # %%
@@ -226,21 +282,27 @@ plt.show()
 
 # %%
 p = state["plan"]
-print("regime transitions (B* = first batch of the new regime):", list(p.transitions) or "none in range")
+print(
+    "regime transitions (B* = first batch of the new regime):",
+    "; ".join(f"{t['from']} → {t['to']} at B = {t['batch']}" for t in p.transitions) or "none in range",
+)
 for note in p.notes:
     print("note:", note)
-pd.DataFrame(
-    {
-        "B": p.batch,
-        "net tok/s": p.net_tok_s,
-        "bound": p.bound,
-        "× uncoalesced": p.baselines["uncoalesced"]["multiple"],
-        "U per layer": p.union_per_layer,
-        "misses per layer": p.misses_per_layer,
-        f"hit rate, {p.cache_policy}": p.cache_hit_rate,
-        "fits in RAM": p.fits_in_memory,
-    }
-).query("B in @KEY_BATCHES").round(3)
+show_table(
+    pd.DataFrame(
+        {
+            "B": p.batch,
+            "net tok/s": p.net_tok_s,
+            "bound": p.bound,
+            "× uncoalesced": p.baselines["uncoalesced"]["multiple"],
+            "U per layer": p.union_per_layer,
+            "misses per layer": p.misses_per_layer,
+            f"hit rate, {p.cache_policy}": p.cache_hit_rate,
+            "fits in RAM": p.fits_in_memory,
+        }
+    ).query("B in @KEY_BATCHES"),
+    percent=[f"hit rate, {p.cache_policy}"],
+)
 
 # %% [markdown]
 # ## Controls
@@ -283,6 +345,7 @@ controls = {
     ),
     "overlap": widgets.ToggleButtons(options=["max", "sum"], value=overlap, description="overlap"),
     "cache_policy": widgets.Dropdown(options=list(CACHE_POLICIES), value=cache_policy, description="cache policy"),
+    "routing": widgets.Text(value=routing, description="routing file", placeholder="empty: the Zipf skew"),
 }
 for c in controls.values():
     c.style.description_width = "90px"
@@ -291,6 +354,7 @@ for c in controls.values():
 def redraw(**values):
     """The widget callback: library calls through `whatif`, then the paragraph and the figure."""
     s = whatif(**values)
+    display(Markdown(answer(s)))
     display(Markdown(what_changed.plan_paragraph(s["changed"], cache_gib=values["cache_gib"])))
     draw(s)
     plt.show()
@@ -315,23 +379,23 @@ widgets.VBox(
 
 # %%
 print(f"moeroof {moeroof.__version__}, numpy {np.__version__}, ipywidgets {widgets.__version__}")
-print(
-    {
-        "model": model,
-        "hardware": hardware,
-        "b_min": b_min,
-        "b_max": b_max,
-        "cache_gib": cache_gib,
-        "skew": skew,
-        "stickiness": stickiness,
-        "ssd_gb_s": ssd_gb_s,
-        "mem_gb_s": mem_gb_s,
-        "overlap": overlap,
-        "context_tokens": context_tokens,
-        "cache_policy": cache_policy,
-        "trace_streams": trace_streams,
-        "trace_steps": trace_steps,
-        "trace_layers": trace_layers,
-        "seed_name": seed_name,
-    }
-)
+for name, value in {
+    "model": model,
+    "hardware": hardware,
+    "b_min": b_min,
+    "b_max": b_max,
+    "cache_gib": cache_gib,
+    "skew": skew,
+    "stickiness": stickiness,
+    "ssd_gb_s": ssd_gb_s,
+    "mem_gb_s": mem_gb_s,
+    "overlap": overlap,
+    "context_tokens": context_tokens,
+    "cache_policy": cache_policy,
+    "trace_streams": trace_streams,
+    "trace_steps": trace_steps,
+    "trace_layers": trace_layers,
+    "seed_name": seed_name,
+    "routing": routing,
+}.items():
+    print(f"{name} = {value}")

@@ -55,7 +55,13 @@ SMALL_PARAMETERS: dict[str, dict] = {
         "transfer_captures": "mixtral",
         "transfer_bootstrap": 2,
     },
-    "whatif": {"b_max": 32, "trace_steps": 16, "trace_layers": 2},
+    "whatif": {
+        "b_max": 32,
+        "trace_steps": 16,
+        "trace_layers": 2,
+        "cache_gib": 12.0,
+        "routing": "histograms/deepseek-v3-like.csv",
+    },
     "expert_split": {
         "relabel_draws": 200,
         "trace_seeds": 2,
@@ -83,6 +89,11 @@ ANSWER_CHECKS: dict[str, dict] = {
     },
     "union_curve": {
         "names": ["E = 128", "K = 4", "B = 64", "deepseek-v3-like.csv", "glm5-seed003-per-layer.csv"],
+        "synthetic": True,
+        "projected": True,
+    },
+    "whatif": {
+        "names": ["glm-5.2", "nvme-gen4", "deepseek-v3-like.csv", "12 GiB", "B = 1…32"],
         "synthetic": True,
         "projected": True,
     },

@@ -460,6 +460,7 @@ def whatif(
     hardware: str,
     routing: str,
     cache_gib: float,
+    batch_min: int,
     batch_max: int,
     best_net_tok_s: float,
     best_batch: int,
@@ -472,7 +473,7 @@ def whatif(
     """whatif: the state the controls start in (the report shows that state)."""
     return (
         f"**Answer (this state).** **{model}** on **{hardware}**, routing `{routing}`, a {fmt(cache_gib)} GiB "
-        f"expert cache: the best feasible net tok/s over B = 1…{batch_max} is {fmt(best_net_tok_s)} at "
+        f"expert cache: the best feasible net tok/s over B = {batch_min}…{batch_max} is {fmt(best_net_tok_s)} at "
         f"B = {best_batch} ({bound_at_best}-bound, cache hit rate {pct(hit_rate_at_best)}); U({batch_max}) is "
         f"{fmt(union_at_max)} experts per layer. Move the controls (`make lab`) to redraw. "
         + provenance_sentence(inputs, synthetic=synthetic)

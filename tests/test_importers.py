@@ -226,6 +226,7 @@ def test_long_table_errors(tmp_path, body, line, words):
 def test_table_parquet(tmp_path):
     pd = pytest.importorskip("pandas")
     import pyarrow  # noqa: F401  (a dependency: the Parquet path must run, not skip)
+
     src = tmp_path / "w.parquet"
     pd.DataFrame({"s": [0, 0, 1], "t": [0, 1, 0], "e0": [1, 2, 3], "e1": [0, 3, 5]}).to_parquet(src)
     with pytest.raises(InputError) as err:

@@ -13,20 +13,10 @@
 # %% [markdown]
 # # Across batch B and expert-cache size, which resource binds and what net tok/s results?
 #
-# **Answer.** Each cell is one decode step of the one step model: the binding term is the largest
-# of the SSD, memory, compute and engine terms, and net tok/s is B over the step time. Where the SSD
-# binds a bigger batch raises net tok/s (its experts are shared by more tokens), until the batch's
-# KV cache leaves too little RAM for the expert cache or for itself (hatched cells are infeasible:
-# the dense band and the KV exceed RAM); memory binds only when most of the routed experts are
-# cached, and compute caps net tok/s at large batch on a box whose RAM holds the experts. What a
-# bigger cache buys depends on the policy: the expert cache the step sees is a simulated LRU in
-# steady state by default (`cache_policy`), which catches little while a step's union of experts
-# is larger than the cache, where the old hot set pinned from the true routing probabilities (an
-# oracle) always kept the most popular experts. Serial terms (`sum` against `max`) lower net
-# tok/s but never change which term binds (it is the largest term either way). The paragraph
-# below the setup cell says, from this run, what the one step model (issue 10) changed on
-# `nvme-gen4` and `epyc-server`; every number is printed under "The answer's numbers, computed"
-# and is **projected** (assumed routing, KV size and FLOP per token).
+# Each cell is one decode step of the one step model: the binding term is the largest of the
+# SSD, memory, compute and engine terms, and net tok/s is B over the step time; hatched cells are
+# infeasible (the dense band and the batch's KV exceed RAM). The answer, computed from this run's
+# maps, follows the setup cell; every number it uses is printed under "The answer's numbers".
 
 # %% tags=["parameters"]
 # fmt: off
@@ -55,10 +45,12 @@ from matplotlib.ticker import FuncFormatter
 import moeroof
 from moeroof.core.paths import resolve_data
 from moeroof.core.units import GiB
+from moeroof.data.io import load_any
 from moeroof.data.presets import load_hardware, load_model
 from moeroof.models.expert_cache import policy_label
-from moeroof.models.plan import Workload, routing_from_spec
-from moeroof.present.plots import provenance_label, save_figure, style
+from moeroof.models.plan import Workload, input_provenance, routing_from_spec
+from moeroof.present import answers
+from moeroof.present.plots import plain_log_ticks, provenance_label, save_figure, show_table, style
 from moeroof.studies import what_changed
 from moeroof.studies.regime_map import BOUND_CODES, regime_map
 
@@ -97,6 +89,43 @@ print(
 print(f"expert cache: {policy_label(cache_policy)}")
 for hw in boxes:
     print(f"{hw.name}: cache axis 0 to {cache_axis_gib(hw):.1f} GiB; RAM {hw.ram_bytes / GiB:.1f} GiB")
+
+# %% tags=["answer"]
+answer_boxes = {}
+for hw in boxes:
+    r = maps[hw.name, overlap]
+    ok = r.fits_in_memory
+    net = np.where(ok, r.net_tok_s, -np.inf)
+    i, j = np.unravel_index(np.argmax(net), net.shape)
+    answer_boxes[hw.name] = {
+        "terms": [t for t in BOUND_CODES if (r.bound[ok] == t).any()],
+        "best": float(net[i, j]),
+        "best_batch": int(r.batch[j]),
+        "best_cache_gib": float(r.cache_bytes[i] / GiB),
+        "cache_gib_max": float(r.cache_bytes[-1] / GiB),
+        "infeasible_share": float(np.mean(~ok)),
+    }
+answer_inputs = {}
+for hw in boxes:  # an input counts as witnessed only if it is witnessed on every box
+    for k, tag in input_provenance(m, hw, route.provenance, 1)["inputs"].items():
+        answer_inputs[k] = tag if answer_inputs.get(k, "witnessed") == "witnessed" else answer_inputs[k]
+display(
+    Markdown(
+        answers.regime_map(
+            model=m.name,
+            routing=route.label,
+            overlap=overlap,
+            cache_policy=policy_label(cache_policy),
+            boxes=answer_boxes,
+            batch_max=int(batch[-1]),
+            inputs=answer_inputs,
+            synthetic=[f"the routing data `{routing}`"]
+            if not (routing == "uniform" or routing.startswith("zipf:"))
+            and answers.is_synthetic(load_any(resolve_data(routing)).provenance)
+            else [],
+        )
+    )
+)
 
 
 # %% [markdown]
@@ -180,7 +209,9 @@ with style():
         lo, hi = np.nanmin(r.net_tok_s), np.nanmax(r.net_tok_s)
         levels = [x for x in (0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if lo < x < hi]
         if levels:
-            cs = ax.contour(r.batch, r.cache_bytes / GiB, r.net_tok_s, levels=levels, colors="k", linewidths=0.8)
+            # contours only over feasible cells: they stop at the hatched region instead of running into it
+            feasible = np.ma.masked_where(~r.fits_in_memory, r.net_tok_s)
+            cs = ax.contour(r.batch, r.cache_bytes / GiB, feasible, levels=levels, colors="k", linewidths=0.8)
             ax.clabel(cs, fmt=lambda v: f"{v:g} tok/s", fontsize=7)
         hatch_infeasible(ax, r)
         ax.set(
@@ -190,6 +221,7 @@ with style():
             title=f"{hw.name}: binding term, net tok/s contours ({overlap} overlap)\n{m.name}, {route.label}, "
             f"ctx {context_tokens} tokens — {prov}",
         )
+        plain_log_ticks(ax, "x")
         ax.title.set_fontsize(9)
     handles = [Patch(color=term_colours[t], label=f"{t} binds") for t in present]
     handles.append(Patch(facecolor="none", edgecolor="0.3", hatch="//", label="infeasible: dense band + KV exceed RAM"))
@@ -223,6 +255,7 @@ with style():
                 ylabel="expert cache requested (GiB)",
                 title=f"{hw.name}, {r.overlap} overlap",
             )
+            plain_log_ticks(ax, "x")
         cb = fig.colorbar(mesh, ax=row, label="net tok/s, all agents (log scale)")
         cb.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         cb.ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
@@ -259,7 +292,7 @@ for hw in boxes:
                 j = int(np.flatnonzero(r.batch == b)[0])
                 row[f"net tok/s B={b}"] = r.net_tok_s[i, j] if r.fits_in_memory[i, j] else np.nan
         rows.append(row)
-pd.DataFrame(rows).round(2)
+show_table(pd.DataFrame(rows))
 
 # %%
 best = []
@@ -280,11 +313,11 @@ for hw in boxes:
                 "share of feasible cells SSD-bound": float(np.mean(r.bound[r.fits_in_memory] == "ssd")),
             }
         )
-pd.DataFrame(best).round(3)
+show_table(pd.DataFrame(best), percent=["share of feasible cells SSD-bound"])
 
 # %% [markdown]
 # ## The answer's numbers, computed
-# Every number the answer above refers to, from the maps of this notebook (feasible cells only:
+# Every number behind the answer above, from the maps of this notebook (feasible cells only:
 # the dense band and the batch's KV fit in RAM). Net tok/s under the `overlap` parameter unless
 # a line names `sum`.
 
@@ -350,18 +383,17 @@ for hw in boxes:
 
 # %%
 print(f"moeroof {moeroof.__version__}, numpy {np.__version__}")
-print(
-    {
-        "model": model,
-        "hardware": hardware,
-        "contrast_hardware": contrast_hardware,
-        "routing": routing,
-        "context_tokens": context_tokens,
-        "overlap": overlap,
-        "b_max": b_max,
-        "n_batch": n_batch,
-        "cache_gib_max": cache_gib_max,
-        "n_cache": n_cache,
-        "cache_policy": cache_policy,
-    }
-)
+for name, value in {
+    "model": model,
+    "hardware": hardware,
+    "contrast_hardware": contrast_hardware,
+    "routing": routing,
+    "context_tokens": context_tokens,
+    "overlap": overlap,
+    "b_max": b_max,
+    "n_batch": n_batch,
+    "cache_gib_max": cache_gib_max,
+    "n_cache": n_cache,
+    "cache_policy": cache_policy,
+}.items():
+    print(f"{name} = {value}")

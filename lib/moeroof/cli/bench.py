@@ -26,11 +26,13 @@ from moeroof.cli.common import (
     BATCH_HELP,
     READ_PATHS,
     UsageError,
+    add_output_arguments,
     emit,
     fmt,
     interrupted,
     jsonable,
     non_negative_int,
+    output_format,
     parse_batch,
     positive_int,
     read_trace_arg,
@@ -90,7 +92,7 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--output", default=None, help="also write the JSON report to this file, atomically")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    add_output_arguments(p, output=False)
     p.set_defaults(func=run)
 
 
@@ -227,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
         return interrupted()
     if args.output is not None:
         atomic.write_text(args.output, json.dumps(rep, indent=2, allow_nan=False) + "\n")
-    emit(rep, args.json, print_bench)
-    if args.output is not None and not args.json:
+    emit(rep, args, print_bench)
+    if args.output is not None and output_format(args) != "json":
         print(f"wrote {args.output}")
     return 0

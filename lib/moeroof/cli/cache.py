@@ -21,6 +21,7 @@ import numpy as np
 
 from moeroof.cli.common import (
     UsageError,
+    add_output_arguments,
     emit,
     fmt,
     input_path,
@@ -75,7 +76,7 @@ def add_parser(subparsers: Any) -> None:
         help="replay only these streams of the trace, comma-separated indices from 0 (default: all)",
     )
     p.add_argument("--lookup", default="layer", choices=LOOKUPS, help=LOOKUP_HELP)
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+    add_output_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -235,4 +236,4 @@ def print_cache(rep: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     rep = cache_report(args)
-    return emit(rep, args.json, print_cache)
+    return emit(rep, args, print_cache)

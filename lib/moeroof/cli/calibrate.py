@@ -20,6 +20,7 @@ from typing import Any
 from moeroof.cli.common import (
     READ_PATHS,
     UsageError,
+    add_output_arguments,
     emit,
     fmt,
     interrupted,
@@ -71,7 +72,7 @@ def add_parser(subparsers: Any) -> None:
         "assumed 0); the timing takes a fraction of a second",
     )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    p.add_argument("--json", action="store_true", help="print one JSON object of every measurement instead of a table")
+    add_output_arguments(p, output=False)
     p.set_defaults(func=run)
 
 
@@ -172,4 +173,4 @@ def run(args: argparse.Namespace) -> int:
         rep = calibrate_report(args)
     except KeyboardInterrupt:
         return interrupted()
-    return emit(rep, args.json, print_calibrate)
+    return emit(rep, args, print_calibrate)

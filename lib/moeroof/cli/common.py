@@ -21,6 +21,11 @@ import numpy as np
 from moeroof.data.io import InputError, Trace
 
 __all__ = [
+    "FORMATS",
+    "add_output_arguments",
+    "csv_columns",
+    "dumps",
+    "output_format",
     "BATCH_HELP",
     "CACHE_POLICIES",
     "input_path",
@@ -362,13 +367,149 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> 
     return "\n".join(lines)
 
 
-def emit(rep: dict[str, Any], as_json: bool, printer: Callable[[dict[str, Any]], None]) -> int:
-    """Print a report as one JSON object (NaN refused: the library reports missing values as
-    None) or as the command's readable table; exit status 0."""
-    if as_json:
-        print(json.dumps(rep, indent=2, allow_nan=False))
+FORMATS = ("table", "json", "csv")
+
+
+def add_output_arguments(p: Any, *, output: bool = True) -> None:
+    """``--format table|json|csv`` (``--json`` = ``--format json``) and, unless the command's own
+    ``-o/--output`` names the data it writes, ``--output FILE`` (the report written to FILE
+    atomically instead of stdout); ``--progress`` shows a progress bar even when stderr is not
+    a terminal."""
+    p.add_argument("--format", default=None, choices=FORMATS, help="output format (default table)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (the same as --format json)")
+    if output:
+        p.add_argument(
+            "--output",
+            default=None,
+            metavar="FILE",
+            help="write the report to FILE (atomically; never one of the command's inputs) instead of stdout",
+        )
+        p.set_defaults(report_output=True)
+    p.add_argument("--progress", action="store_true", help="show progress on stderr even when it is not a terminal")
+
+
+def output_format(args: Any) -> str:
+    """The chosen format: ``--json`` and ``--format`` must agree."""
+    chosen = getattr(args, "format", None)
+    if getattr(args, "json", False):
+        if chosen not in (None, "json"):
+            raise UsageError(f"--json and --format {chosen} disagree: give one")
+        return "json"
+    return chosen or "table"
+
+
+def dumps(obj: Any) -> str:
+    """JSON with objects indented and every list of numbers or strings on one line (``mrc``'s
+    curve is two lines, not 18,000); NaN refused (the library reports missing values as None)."""
+
+    def flat(v: Any) -> bool:
+        return not isinstance(v, (dict, list))
+
+    def render(v: Any, ind: int) -> str:
+        pad = "  " * (ind + 1)
+        if isinstance(v, dict):
+            if not v:
+                return "{}"
+            items = [f"{pad}{json.dumps(str(k))}: {render(x, ind + 1)}" for k, x in v.items()]
+            return "{\n" + ",\n".join(items) + "\n" + "  " * ind + "}"
+        if isinstance(v, list):
+            if all(flat(x) for x in v):
+                return json.dumps(v, allow_nan=False, ensure_ascii=False)
+            return "[\n" + ",\n".join(pad + render(x, ind + 1) for x in v) + "\n" + "  " * ind + "]"
+        return json.dumps(v, allow_nan=False, ensure_ascii=False)
+
+    return render(obj, 0)
+
+
+def csv_columns(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """A report as one CSV table: the top-level lists of numbers / strings of the most common
+    length (one row per entry: per batch size, per capacity, …); a report without such lists
+    is ``key,value`` rows of its top-level numbers and strings."""
+    lists = {
+        k: v for k, v in rep.items() if isinstance(v, list) and v and all(not isinstance(x, (dict, list)) for x in v)
+    }
+    if lists:
+        lengths = [len(v) for v in lists.values()]
+        n = max(set(lengths), key=lambda m: (lengths.count(m), m))
+        cols = [k for k, v in lists.items() if len(v) == n]
+        return cols, [[lists[c][i] for c in cols] for i in range(n)]
+    return ["key", "value"], [[k, v] for k, v in rep.items() if not isinstance(v, (dict, list))]
+
+
+def _csv_text(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(headers)
+    for r in rows:
+        w.writerow(["" if x is None else x for x in r])
+    return buf.getvalue()
+
+
+def _input_files(args: Any) -> list[Path]:
+    """Every existing file a flag or argument of this run names (what ``--output`` must not be)."""
+    out = []
+    for key, value in vars(args).items():
+        if key in ("output", "func") or not isinstance(value, str) or not value:
+            continue
+        for text in value.split(","):
+            p = Path(text).expanduser()
+            if p.is_file():
+                out.append(p.resolve())
+                side = p.with_suffix(".json")
+                if side.is_file():
+                    out.append(side.resolve())
+    return out
+
+
+def emit(
+    rep: dict[str, Any],
+    args: Any,
+    printer: Callable[[dict[str, Any]], None],
+    csv_table: Callable[[dict[str, Any]], tuple[list[str], list[list[Any]]]] | None = None,
+) -> int:
+    """Print (or with ``--output FILE`` write, atomically) a report as JSON (:func:`dumps`), CSV
+    (``csv_table`` or :func:`csv_columns`) or the command's readable table; exit status 0.
+
+    ``args`` is the parsed namespace (``--format``, ``--json``, ``--output``), or a bool for
+    callers that only choose JSON."""
+    if isinstance(args, bool):
+        fmt_name, target = ("json" if args else "table"), None
     else:
-        printer(rep)
+        # --output is the report's file only where add_output_arguments added it (trace,
+        # histogram and bench have their own -o/--output for the data they write)
+        fmt_name = output_format(args)
+        target = getattr(args, "output", None) if getattr(args, "report_output", False) else None
+    if fmt_name == "json":
+        text = dumps(rep) + "\n"
+    elif fmt_name == "csv":
+        headers, rows = (csv_table or csv_columns)(rep)
+        text = _csv_text(headers, rows)
+    else:
+        import contextlib
+        import io
+
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            printer(rep)
+        text = buf.getvalue()
+    if target is None:
+        sys.stdout.write(text)
+        return 0
+    from moeroof.core import atomic
+
+    path = Path(target).expanduser()
+    if path.resolve() in _input_files(args):
+        raise UsageError(f"--output: {target} is one of this command's inputs; refusing to overwrite it")
+    if path.is_dir():
+        raise UsageError(f"--output: {target} is a folder")
+    try:
+        atomic.write_text(path, text)
+    except OSError as err:
+        raise UsageError(f"--output: cannot write {target} ({err.strerror or err})") from None
+    print(f"wrote {target}", file=sys.stderr)
     return 0
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.common import emit, fmt, input_path, jsonable, non_negative_int, table
+from moeroof.cli.common import add_output_arguments, emit, fmt, input_path, jsonable, non_negative_int, table
 from moeroof.data.io import InputError, load_any, read_histogram
 
 
@@ -27,7 +27,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--bootstrap", default="100", help="bootstrap replicates for parameter CIs (default 100)")
     p.add_argument("--gof-sims", default="99", help="simulations for the goodness-of-fit p-value (default 99)")
     p.add_argument("--seed", default="0", help="seed of numpy.random.default_rng (default 0)")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    add_output_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -50,15 +50,44 @@ def fit_report(args: argparse.Namespace) -> dict[str, Any]:
     rep.setdefault("source", str(hist.path))
     rep.setdefault("provenance", hist.meta.get("provenance"))
     rep.setdefault("layers_summed", hist.layers_summed)
+    rep["bootstrap"] = bootstrap
+    rep["gof_sims"] = gof_sims
+    floor = 1.0 / (gof_sims + 1) if gof_sims else None
+    rep["gof_pvalue_floor"] = floor
+    notes = []
+    at_floor = [
+        m
+        for m, f in rep["models"].items()
+        if floor is not None and f.get("gof_pvalue") is not None and f["gof_pvalue"] <= floor + 1e-12
+    ]
+    if at_floor:
+        notes.append(
+            f"GoF p-value of {', '.join(at_floor)} is the floor 1/(sims+1) = {floor:.3g} with {gof_sims} simulations: "
+            f"no simulated histogram was as far from the model as the data (p ≤ {floor:.3g}; more --gof-sims resolve it)"
+        )
+    if bootstrap and "zipf" in rep["models"]:
+        z = rep["models"]["zipf"]
+        notes.append(
+            f"Zipf s = {z['params']['s']:.4f} is bias-corrected (the ML fit of sorted counts gives "
+            f"{z['ml_params']['s']:.4f}: noise looks like skew); its {bootstrap}-replicate 95 % interval is "
+            f"[{z['ci']['s'][0]:.4f}, {z['ci']['s'][1]:.4f}]"
+        )
+    rep["notes"] = notes
     return rep
 
 
 def _fmt_params(params: Any) -> str:
     if isinstance(params, dict):
-        return ", ".join(f"{k}={fmt(v, 3)}" for k, v in params.items()) or "-"
+        return ", ".join(f"{k}={fmt(v, 4)}" for k, v in params.items()) or "-"
     if isinstance(params, (list, tuple)):
         return ", ".join(fmt(v, 3) for v in params) or "-"
     return fmt(params, 3)
+
+
+def _fmt_ci(ci: Any) -> str:
+    if not isinstance(ci, dict) or not ci:
+        return "-"
+    return ", ".join(f"[{fmt(v[0], 4)}, {fmt(v[1], 4)}]" for v in ci.values())
 
 
 def print_fit(rep: dict[str, Any]) -> None:
@@ -74,17 +103,20 @@ def print_fit(rep: dict[str, Any]) -> None:
             [
                 ("* " if name == chosen else "  ") + str(name),
                 _fmt_params(m.get("params")),
+                _fmt_ci(m.get("ci")),
                 fmt(m.get("log_likelihood"), 1),
                 fmt(m.get("aic"), 1),
                 fmt(m.get("gof_pvalue"), 3),
             ]
         )
-    print(table(["model", "params", "logL", "AIC", "GoF p"], rows, "<<>>>"))
+    print(table(["model", "params", "95% CI", "logL", "AIC", "GoF p"], rows, "<<<>>>"))
     print(f"* chosen: {chosen} (lowest AIC)" if chosen else "no model chosen")
+    for note in rep.get("notes", []):
+        print(f"note: {note}")
     if rep.get("layers_summed"):
         print("note: histogram summed over layers: per-layer skew averages out (SPEC §3)")
 
 
 def run(args: argparse.Namespace) -> int:
     rep = fit_report(args)
-    return emit(rep, args.json, print_fit)
+    return emit(rep, args, print_fit)

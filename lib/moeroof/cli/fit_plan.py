@@ -16,7 +16,16 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from moeroof.cli.common import UsageError, emit, fmt, input_path, non_negative_int, routing_knobs_arg, table
+from moeroof.cli.common import (
+    UsageError,
+    add_output_arguments,
+    emit,
+    fmt,
+    input_path,
+    non_negative_int,
+    routing_knobs_arg,
+    table,
+)
 
 KNOBS = ("engine", "ssd-scale", "pressure", "skew", "rho")
 
@@ -55,7 +64,7 @@ def add_parser(subparsers: Any) -> None:
         help="how the step's terms combine; default: fit both, keep the better, and widen the bands by the other "
         "when it meets the calibration rows too",
     )
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    add_output_arguments(p)
     p.set_defaults(func=run, parameter_flags={"fit": "--fit", "family": "--routing-knobs"})
 
 
@@ -136,4 +145,4 @@ def print_fit_plan(rep: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return emit(fit_plan_report(args), args.json, print_fit_plan)
+    return emit(fit_plan_report(args), args, print_fit_plan)

@@ -18,6 +18,7 @@ from typing import Any
 
 from moeroof.cli.common import (
     UsageError,
+    add_output_arguments,
     emit,
     fmt,
     input_path,
@@ -46,7 +47,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--seeds", default="4", help="fit seeds, common random numbers (default 4)")
     p.add_argument("--bootstrap", default="8", help="bootstrap replicates for intervals and bands (default 8)")
     p.add_argument("--timed-steps", default="16", help="counted decode steps per simulated run (default 16)")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    add_output_arguments(p)
     p.set_defaults(func=run, parameter_flags={"expert_bytes": "--expert-bytes"})
 
 
@@ -121,4 +122,4 @@ def print_fit_routing(rep: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     rep = fit_routing_report(args)
-    return emit(rep, args.json, print_fit_routing)
+    return emit(rep, args, print_fit_routing)

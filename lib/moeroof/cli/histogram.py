@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.common import UsageError, emit, read_trace_arg
+from moeroof.cli.common import UsageError, add_output_arguments, emit, read_trace_arg
 
 
 def add_parser(subparsers: Any) -> None:
@@ -34,7 +34,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("path", metavar="TRACE", help="trace .npz / .npy")
     p.add_argument("-o", "--output", required=True, help="histogram to write (.csv; its .json sidecar beside it)")
     p.add_argument("--force", action="store_true", help="replace the output file if it exists")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+    add_output_arguments(p, output=False)
     p.set_defaults(func=run)
 
 
@@ -98,4 +98,4 @@ def print_histogram(rep: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     rep = histogram_report(args)
-    return emit(rep, args.json, print_histogram)
+    return emit(rep, args, print_histogram)

@@ -15,7 +15,17 @@ from typing import Any
 import numpy as np
 
 from moeroof.cli.cache import LOOKUP_HELP, LOOKUPS
-from moeroof.cli.common import UsageError, emit, fmt, jsonable, non_negative_int, positive_float, read_trace_arg, table
+from moeroof.cli.common import (
+    UsageError,
+    add_output_arguments,
+    emit,
+    fmt,
+    jsonable,
+    non_negative_int,
+    positive_float,
+    read_trace_arg,
+    table,
+)
 from moeroof.data.io import InputError
 
 
@@ -33,7 +43,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--sample-rate", default=None, help="SHARDS sampling rate R in (0, 1] (default: exact)")
     p.add_argument("--seed", default="0", help="seed of the SHARDS hash (default 0)")
     p.add_argument("--lookup", default="layer", choices=LOOKUPS, help=LOOKUP_HELP)
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    add_output_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -107,4 +117,10 @@ def print_mrc(rep: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     rep = mrc_report(args)
-    return emit(rep, args.json, print_mrc)
+    return emit(rep, args, print_mrc, csv_table=mrc_csv)
+
+
+def mrc_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """``--format csv``: one row per capacity (the whole curve)."""
+    cols = ["capacity_experts", "hit_rate", "che_hit_rate"]
+    return cols, [list(row) for row in zip(*(rep[c] for c in cols))]

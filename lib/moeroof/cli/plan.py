@@ -22,6 +22,7 @@ from typing import Any
 from moeroof.cli.common import (
     BATCH_HELP,
     PARTITIONS,
+    add_output_arguments,
     add_step_arguments,
     emit,
     fmt,
@@ -72,7 +73,7 @@ def add_parser(subparsers: Any) -> None:
         default=None,
         help="admission: report admit_batch, the largest B of the grid with at least this per-agent tok/s that fits in RAM",
     )
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    add_output_arguments(p)
     p.set_defaults(func=run, parameter_flags={"rank_speed": "--rank-speed"})
 
 
@@ -198,4 +199,4 @@ def _pooled(hit: list, i: int) -> float:
 
 def run(args: argparse.Namespace) -> int:
     rep = plan_report(args)
-    return emit(rep, args.json, print_plan)
+    return emit(rep, args, print_plan)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.common import emit, fmt, jsonable, table
+from moeroof.cli.common import add_output_arguments, emit, fmt, jsonable, table
 
 
 def add_parser(subparsers: Any) -> None:
@@ -27,9 +27,7 @@ def add_parser(subparsers: Any) -> None:
             "readable units with each number's provenance (witnessed / projected / assumed)."
         ),
     )
-    p.add_argument(
-        "--json", action="store_true", help="print one JSON object (SI units, provenance and sources per field)"
-    )
+    add_output_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -152,4 +150,4 @@ def print_presets(rep: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     rep = presets_report()
-    return emit(rep, args.json, print_presets)
+    return emit(rep, args, print_presets)

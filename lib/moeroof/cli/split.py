@@ -20,6 +20,7 @@ from typing import Any
 
 from moeroof.cli.common import (
     PARTITIONS,
+    add_output_arguments,
     add_step_arguments,
     emit,
     fmt,
@@ -53,7 +54,7 @@ def add_parser(subparsers: Any) -> None:
         "--model", default="glm-5-nvfp4", help="model preset or TOML for the step model (default glm-5-nvfp4)"
     )
     p.add_argument("--hardware", default="gb10", help="hardware preset or TOML per rank (default gb10)")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    add_output_arguments(p)
     p.set_defaults(
         func=run,
         parameter_flags={
@@ -131,4 +132,4 @@ def print_split(rep: dict[str, Any], source: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     rep = split_report(args)
-    return emit(rep, args.json, lambda r: print_split(r, args.path))
+    return emit(rep, args, lambda r: print_split(r, args.path))

@@ -32,7 +32,17 @@ import math
 from pathlib import Path
 from typing import Any
 
-from moeroof.cli.common import UsageError, emit, fmt, jsonable, non_negative_int, positive_float, positive_int, table
+from moeroof.cli.common import (
+    UsageError,
+    add_output_arguments,
+    emit,
+    fmt,
+    jsonable,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    table,
+)
 
 FAMILIES = ("uniform", "zipf:S", "dirichlet:ALPHA")
 # a guard against a typo in --steps or --streams filling the disk: 2^31 ids are 8 GiB of int32
@@ -81,7 +91,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--layers", default=None, help="MoE layers L (default 8, or the length of --rho-profile)")
     p.add_argument("--seed", default="0", help="seed of the draw (default 0)")
     p.add_argument("--force", action="store_true", help="replace the output file if it exists")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+    add_output_arguments(p, output=False)
     p.set_defaults(
         func=run,
         parameter_flags={
@@ -286,4 +296,4 @@ def print_trace(rep: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return emit(jsonable(trace_report(args)), args.json, print_trace)
+    return emit(jsonable(trace_report(args)), args, print_trace)

@@ -21,6 +21,7 @@ import numpy as np
 from moeroof.cli.common import (
     BATCH_HELP,
     UsageError,
+    add_output_arguments,
     emit,
     fmt,
     input_path,
@@ -52,7 +53,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--draws", default="4", help="random stream subsets per step for a trace (default 4)")
     p.add_argument("--level", default="0.95", help="confidence level of the band (default 0.95)")
     p.add_argument("--seed", default="0", help="seed of numpy.random.default_rng (default 0)")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    add_output_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -183,4 +184,4 @@ def print_union(rep: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     rep = union_report(args)
-    return emit(rep, args.json, print_union)
+    return emit(rep, args, print_union)

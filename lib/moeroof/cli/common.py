@@ -373,8 +373,7 @@ FORMATS = ("table", "json", "csv")
 def add_output_arguments(p: Any, *, output: bool = True) -> None:
     """``--format table|json|csv`` (``--json`` = ``--format json``) and, unless the command's own
     ``-o/--output`` names the data it writes, ``--output FILE`` (the report written to FILE
-    atomically instead of stdout); ``--progress`` shows a progress bar even when stderr is not
-    a terminal."""
+    atomically instead of stdout)."""
     p.add_argument("--format", default=None, choices=FORMATS, help="output format (default table)")
     p.add_argument("--json", action="store_true", help="print one JSON object (the same as --format json)")
     if output:
@@ -385,7 +384,6 @@ def add_output_arguments(p: Any, *, output: bool = True) -> None:
             help="write the report to FILE (atomically; never one of the command's inputs) instead of stdout",
         )
         p.set_defaults(report_output=True)
-    p.add_argument("--progress", action="store_true", help="show progress on stderr even when it is not a terminal")
 
 
 def output_format(args: Any) -> str:

@@ -13,23 +13,10 @@
 # %% [markdown]
 # # L1, L2 and L3: what each buys alone, against which baseline, and do they compound?
 #
-# **Answer.** Each lever buys time only where the term it shrinks binds: L1 (against `per-token
-# dense reads`) where memory binds, L2 (against `uncoalesced`) where the SSD binds, decode-side L3
-# (against `per-agent prefix KV`) where the batch's KV reads bind or its KV crowds the expert cache
-# out of RAM; sharing the prefix's KV saves memory reads, not the attention compute over the prefix
-# that every agent still does. Over one user's fan-out session (against `uncoalesced decode,
-# per-agent prefix prefill`) L2 and L3 compound at least multiplicatively when they shorten
-# different parts of the session (L3 the prefill, L2 the decode steps), and fall below the product
-# only when they relieve the same binding term. Cross-user batching (against `per-user steps`)
-# multiplies the per-user coalescing ratio by a cross-user gain that grows as the machine batch's
-# expert union approaches E, until another term binds or the machine batch's KV overflows RAM.
-# Which term binds on the two boxes (`nvme-gen4` with a small expert cache, `epyc-server` whose RAM
-# can hold the routed experts), each factor, and where RAM ends cross-user batching are printed
-# under "The answer's numbers, computed"; the paragraph below the setup cell says, from this run,
-# what the one step model of issue 10 changed: the expert cache the step sees is a simulated LRU
-# in steady state by default, no longer a hot set pinned from the true routing probabilities (an
-# oracle). Every number is **projected** (assumed routing, assumed KV size and FLOP per token,
-# unmeasured memory and compute rates).
+# L1 (the dense band read once per step), L2 (expert coalescing across agents) and L3 (a shared
+# prefix's KV cache) each shrink one term of the step; this notebook computes what each buys on
+# two boxes, whether L2 and L3 compound over one user's session, and what cross-user batching
+# adds. The answer, computed from this run, follows "The answer's numbers, computed".
 
 # %% tags=["parameters"]
 # fmt: off
@@ -61,9 +48,11 @@ from matplotlib.ticker import FuncFormatter
 import moeroof
 from moeroof.core.paths import resolve_data
 from moeroof.core.units import GiB
+from moeroof.data.io import load_any
 from moeroof.data.presets import load_hardware, load_model
 from moeroof.models.levers import composition, compounding, lever_factors
 from moeroof.models.plan import Workload, plan, routing_from_spec
+from moeroof.present import answers
 from moeroof.present.plots import label_with_baseline, provenance_label, save_figure, style
 from moeroof.studies import what_changed
 
@@ -475,6 +464,42 @@ print(
         f"{'feasible' if fits[users == compute_users[0]][0] else 'infeasible'})"
         if compute_users.size
         else f"compute never binds up to {users_max} users"
+    )
+)
+
+# %% tags=["answer"]
+probe_b = int(batch[np.searchsorted(batch, min(64, b_max))])
+display(
+    Markdown(
+        answers.levers(
+            model=m.name,
+            hardware=boxes["main"].name,
+            contrast_hardware=boxes["contrast"].name,
+            routing=route.label,
+            cache_gib=cache_gib,
+            contrast_cache_gib=contrast_cache_gib,
+            batch_max=int(batch[-1]),
+            factors={
+                boxes[k].name: {
+                    short[a]: v
+                    for a in lever_names
+                    if (v := at_b(getattr(factors[k], a), factors[k], probe_b)) is not None
+                }
+                for k in boxes
+            },
+            probe_batch=probe_b,
+            binds={boxes[k].name: plans[k].bound[int(np.flatnonzero(plans[k].batch == probe_b)[0])] for k in boxes},
+            agents=agents,
+            session_product=comp["main"]["product_f2_f3"],
+            session_combined=comp["main"]["f23"],
+            cross_user_gain=float(gain[last_ok]),
+            users_max=int(users[last_ok]),
+            inputs={k: v for p in plans.values() for k, v in p.provenance["inputs"].items()},
+            synthetic=[f"the routing data `{routing}`"]
+            if not (routing == "uniform" or routing.startswith("zipf:"))
+            and answers.is_synthetic(load_any(resolve_data(routing)).provenance)
+            else [],
+        )
     )
 )
 

@@ -151,3 +151,32 @@ def test_skew_fit_uncorrelated_trace():
         **{**SKEW, "union_ratio": 1.0, "c": math.inf}, histogram_provenance="witnessed", trace_provenance="witnessed"
     )
     words(text, "no cross-agent correlation", "off (infinite)")
+
+
+def test_union_curve_regime_map_levers_and_whatif_name_their_inputs():
+    u = answers.union_curve(
+        experts=64, top_k=4, batch_max=256, probe_batch=32, uniform_union=55.0, zipf_s=0.9, zipf_union=40.0,
+        dirichlet_alpha=0.3, dirichlet_union=35.0, histogram="h.csv", histogram_union=45.0, histogram_ratio=2.8,
+        histogram_provenance="witnessed", summed_histogram="s.csv", summed_union=50.0, per_layer_union=30.0,
+        summed_provenance="witnessed",
+    )  # fmt: skip
+    words(u, "E = 64", "K = 4", "B = 32", "h.csv", "s.csv", "overstates", "projected", absent=("synthetic",))
+    r = answers.regime_map(
+        model="toy", routing="zipf:0.8", overlap="sum", cache_policy="LRU", batch_max=512, inputs=WITNESSED,
+        boxes={"boxA": {"terms": ["ssd", "compute"], "best": 7.5, "best_batch": 128, "best_cache_gib": 40.0,
+                        "cache_gib_max": 80.0, "infeasible_share": 0.25}},
+    )  # fmt: skip
+    words(r, "toy", "boxA", "ssd and compute", "7.5", "B = 128", "25 %", "`sum`", absent=("projected", "synthetic"))
+    lv = answers.levers(
+        model="toy", hardware="boxA", contrast_hardware="boxB", routing="r.csv", cache_gib=4.0,
+        contrast_cache_gib=99.0, batch_max=64, factors={"boxA": {"L1": 1.5, "L2": 3.0}}, probe_batch=64,
+        binds={"boxA": "ssd"}, agents=8, session_product=2.0, session_combined=2.5, cross_user_gain=1.7,
+        users_max=16, inputs=MIXED, synthetic=["the routing data `r.csv`"],
+    )  # fmt: skip
+    words(lv, "boxA", "boxB", "99 GiB", "L2 3×", "8 agents", "at least multiplicatively", "synthetic", "projected")
+    w = answers.whatif(
+        model="toy", hardware="boxA", routing="t.npz", cache_gib=2.0, batch_min=2, batch_max=64,
+        best_net_tok_s=3.0, best_batch=32, bound_at_best="ssd", hit_rate_at_best=0.25, union_at_max=60.0,
+        inputs=WITNESSED,
+    )  # fmt: skip
+    words(w, "toy", "t.npz", "2 GiB", "B = 2…64", "25 %", absent=("projected", "synthetic"))

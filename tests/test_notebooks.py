@@ -97,6 +97,7 @@ ANSWER_CHECKS: dict[str, dict] = {
         "synthetic": True,
         "projected": True,
     },
+    "levers": {"names": ["glm-5.2", "nvme-gen4", "epyc-server", "8 agents"], "synthetic": False, "projected": True},
     "regime_map": {"names": ["glm-5.2", "nvme-gen4", "epyc-server", "B = 1…64"], "synthetic": False, "projected": True},
     # on the embedded files; on the witnessed Mixtral capture when present (see the test)
     "skew_fit": {"names": ["deepseek-v3-like.csv", "qwen3-30b-a3b-like.npz"], "synthetic": True, "projected": True},

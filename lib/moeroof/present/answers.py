@@ -321,7 +321,7 @@ def levers(
         f"against `per-agent prefix KV`: " + "; ".join(rows) + ". "
         f"Over one user's fan-out session of {agents} agents, L2 and L3 together give {fmt(session_combined)}× "
         f"against {fmt(session_product)}× for the product of each alone: they compound {compound}. Cross-user "
-        f"batching of up to {users_max} users multiplies the per-user coalescing by {fmt(cross_user_gain)}× "
+        f"batching at {users_max} users (the most that fit in RAM) multiplies the per-user coalescing by {fmt(cross_user_gain)}× "
         "(against `per-user steps`). " + provenance_sentence(inputs, synthetic=synthetic)
     )
 

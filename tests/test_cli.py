@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from moeroof.cli import main, parse_batch
@@ -243,6 +244,37 @@ def test_fit_json_and_table(capsys, histogram):
     assert "AIC" in out and f"* {rep['chosen']}" in out
 
 
+def test_fit_takes_a_trace_through_its_histogram(capsys, trace, tmp_path):
+    """`fit TRACE` fits the counts a hand count of the trace gives, the same as fitting the
+    histogram `moeroof histogram` writes from it (same seed, same draws)."""
+    topk = np.asarray(np.load(trace)["topk"])
+    by_hand = np.zeros((topk.shape[2], 8), dtype=int)
+    for step, stream, layer, slot in np.ndindex(topk.shape):
+        if topk[step, stream, layer, slot] >= 0:
+            by_hand[layer, topk[step, stream, layer, slot]] += 1
+    assert main(["histogram", str(trace), "-o", str(tmp_path / "h.csv")]) == 0
+    capsys.readouterr()
+    argv = ["--bootstrap", "5", "--gof-sims", "9"]
+    direct = run_json(capsys, ["fit", str(trace), *argv])
+    via_csv = run_json(capsys, ["fit", str(tmp_path / "h.csv"), *argv])
+    assert direct["models"] == via_csv["models"] and direct["per_layer"] == via_csv["per_layer"]
+    assert direct["source"] == str(trace) and direct["provenance"] == "synthetic"
+    assert any("trace's histogram" in note for note in direct["notes"])
+    counts = pd.read_csv(tmp_path / "h.csv").pivot(index="layer", columns="expert", values="count").to_numpy()
+    assert np.array_equal(counts, by_hand)
+
+
+def test_fit_progress_goes_to_stderr_only_when_asked(capsys, histogram, monkeypatch):
+    monkeypatch.setenv("MOEROOF_PROGRESS", "1")
+    assert main(["fit", str(histogram), "--bootstrap", "5", "--gof-sims", "9", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["chosen"] in ("uniform", "zipf", "dirichlet")  # stdout is still the JSON alone
+    assert "fit [" in err and "9/9 done" in err and "zipf: bootstrap (5)" in err
+    monkeypatch.setenv("MOEROOF_PROGRESS", "0")
+    assert main(["fit", str(histogram), "--bootstrap", "5", "--gof-sims", "9", "--json"]) == 0
+    assert "fit [" not in capsys.readouterr().err
+
+
 # ----------------------------------------------------------------------------- errors
 
 
@@ -317,7 +349,6 @@ def _float_trace(tmp_path: Path) -> Path:
         (["union", "{tmp}/notes.txt", "--batch", "1"], "error: {tmp}/notes.txt:-: file: unknown suffix '.txt'"),
         (["fit", "{tmp}/missing.csv"], "error: {tmp}/missing.csv:-: file: no such file"),
         (["fit", "{bad}"], "error: {tmp}/bad.csv:3: expert: expert 9 ≥ experts E=4"),
-        (["fit", "{trace}"], "error: {tmp}/trace.npz:-: file: fit needs a histogram .csv, got a trace"),
         (["fit", "{hist}", "--bootstrap", "-3"], "error: --bootstrap: '-3' is not a non-negative integer"),
     ],
 )

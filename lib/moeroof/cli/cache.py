@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from moeroof.cli.common import (
+    Progress,
     UsageError,
     add_output_arguments,
     emit,
@@ -148,20 +149,28 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:
         )
     if args.streams is not None:
         notes.append(f"streams {','.join(map(str, stream_ids))} of the trace's {trace.streams} replayed")
-    requests = requests_from_trace(
-        trace.topk, trace.experts, streams=None if args.streams is None else np.asarray(stream_ids, dtype=np.int64)
-    )
-    res = simulate(
-        requests,
-        capacity,
-        policy=args.policy,
-        capacity_unit=unit,
-        item_bytes=expert_bytes,
-        scope=args.scope,
-        warmup_steps=warmup,
-        pinned=pinned,
-        lookup=args.lookup,
-    )
+    progress = Progress("cache")
+    try:
+        progress(0, 2, f"building the requests of {trace.steps} steps")
+        requests = requests_from_trace(
+            trace.topk,
+            trace.experts,
+            streams=None if args.streams is None else np.asarray(stream_ids, dtype=np.int64),
+        )
+        progress(1, 2, f"simulating {args.policy} on {len(requests.items):,} requests")
+        res = simulate(
+            requests,
+            capacity,
+            policy=args.policy,
+            capacity_unit=unit,
+            item_bytes=expert_bytes,
+            scope=args.scope,
+            warmup_steps=warmup,
+            pinned=pinned,
+            lookup=args.lookup,
+        )
+    finally:
+        progress.close()
     notes.extend(res.notes)
     notes.append(
         "hits judged as each (step, layer) lookup starts (an engine serves the cached experts first)"

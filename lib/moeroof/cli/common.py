@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,6 +22,7 @@ import numpy as np
 from moeroof.data.io import InputError, Trace
 
 __all__ = [
+    "Progress",
     "FORMATS",
     "add_output_arguments",
     "csv_columns",
@@ -509,6 +511,42 @@ def emit(
         raise UsageError(f"--output: cannot write {target} ({err.strerror or err})") from None
     print(f"wrote {target}", file=sys.stderr)
     return 0
+
+
+class Progress:
+    """One self-rewriting stderr line while a long command works: ``fit [#####·····] 4/9 zipf: bootstrap``.
+
+    Shown only when stderr is a terminal, so pipes, logs and tests see the command's output
+    alone; ``MOEROOF_PROGRESS=1`` forces it on, ``0`` off. Never written to stdout. Call it as
+    ``progress(done, total, what)`` (the library's progress callbacks), then :meth:`close`.
+    """
+
+    WIDTH = 20
+
+    def __init__(self, label: str, stream: Any = None, enabled: bool | None = None) -> None:
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        if enabled is None:
+            forced = os.environ.get("MOEROOF_PROGRESS", "").strip()
+            enabled = forced == "1" if forced in ("0", "1") else bool(getattr(self.stream, "isatty", lambda: False)())
+        self.enabled = enabled
+        self.shown = False
+
+    def __call__(self, done: int, total: int, what: str = "") -> None:
+        if not self.enabled or total <= 0:
+            return
+        filled = min(self.WIDTH, max(0, round(self.WIDTH * done / total)))
+        bar = "#" * filled + "·" * (self.WIDTH - filled)
+        self.stream.write(f"\r{self.label} [{bar}] {done}/{total} {what}\x1b[K")
+        self.stream.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        """Clear the line (the command's own output follows on a clean line)."""
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.shown = False
 
 
 def interrupted() -> int:

@@ -3,7 +3,10 @@ maximum likelihood, compared by AIC, with a goodness-of-fit p-value.
 
 ::
 
-    moeroof fit HISTOGRAM [--bootstrap 100] [--gof-sims 99] [--seed 0] [--json]
+    moeroof fit HISTOGRAM|TRACE [--bootstrap 100] [--gof-sims 99] [--seed 0] [--format json]
+
+A trace is fitted through its histogram (its live tokens counted per (layer, expert), as
+``moeroof histogram`` writes it). A progress line on stderr when stderr is a terminal.
 """
 
 from __future__ import annotations
@@ -13,8 +16,17 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.common import add_output_arguments, emit, fmt, input_path, jsonable, non_negative_int, table
-from moeroof.data.io import InputError, load_any, read_histogram
+from moeroof.cli.common import (
+    Progress,
+    add_output_arguments,
+    emit,
+    fmt,
+    input_path,
+    jsonable,
+    non_negative_int,
+    table,
+)
+from moeroof.data.io import Histogram, load_any
 
 
 def add_parser(subparsers: Any) -> None:
@@ -23,7 +35,11 @@ def add_parser(subparsers: Any) -> None:
         help="fit Zipf / Dirichlet skew models to a histogram (MLE, AIC, goodness of fit)",
         description="Fit routing-skew models to a per-layer histogram by maximum likelihood.",
     )
-    p.add_argument("path", metavar="HISTOGRAM", help="histogram .csv with its sidecar .json")
+    p.add_argument(
+        "path",
+        metavar="HISTOGRAM|TRACE",
+        help="histogram .csv with its sidecar .json, or a trace .npz/.npy (fitted through its histogram)",
+    )
     p.add_argument("--bootstrap", default="100", help="bootstrap replicates for parameter CIs (default 100)")
     p.add_argument("--gof-sims", default="99", help="simulations for the goodness-of-fit p-value (default 99)")
     p.add_argument("--seed", default="0", help="seed of numpy.random.default_rng (default 0)")
@@ -36,25 +52,40 @@ def fit_report(args: argparse.Namespace) -> dict[str, Any]:
     bootstrap = non_negative_int(args.bootstrap, "--bootstrap")
     gof_sims = non_negative_int(args.gof_sims, "--gof-sims")
     seed = non_negative_int(args.seed, "--seed")
-    path = input_path(args.path)
-    if path.suffix.lower() != ".csv":
-        data = load_any(path)  # a bad / missing file reports its own error first
-        raise InputError(path, "-", "file", f"fit needs a histogram .csv, got a {type(data).__name__.lower()}")
-    hist = read_histogram(path)
+    data = load_any(input_path(args.path))
     from moeroof.models.fit import fit_histogram  # lazily: the union command works without it
 
-    result = fit_histogram(
-        hist.counts, hist.top_k, rng=np.random.default_rng(seed), bootstrap=bootstrap, gof_sims=gof_sims
-    )
+    notes = []
+    if isinstance(data, Histogram):
+        counts, layers_summed = data.counts, data.layers_summed
+    else:
+        from moeroof.models.routing import histogram_from_trace
+
+        counts, layers_summed = histogram_from_trace(np.asarray(data.topk), data.experts), False
+        notes.append(
+            f"fitted to the trace's histogram: its live tokens counted per (layer, expert) over "
+            f"{counts.shape[0]} layers, as `moeroof histogram` writes it"
+        )
+    progress = Progress("fit")
+    try:
+        result = fit_histogram(
+            counts,
+            data.top_k,
+            rng=np.random.default_rng(seed),
+            bootstrap=bootstrap,
+            gof_sims=gof_sims,
+            progress=progress,
+        )
+    finally:
+        progress.close()
     rep = jsonable(dict(result.to_dict()))
-    rep.setdefault("source", str(hist.path))
-    rep.setdefault("provenance", hist.meta.get("provenance"))
-    rep.setdefault("layers_summed", hist.layers_summed)
+    rep.setdefault("source", str(data.path))
+    rep.setdefault("provenance", data.meta.get("provenance"))
+    rep.setdefault("layers_summed", layers_summed)
     rep["bootstrap"] = bootstrap
     rep["gof_sims"] = gof_sims
     floor = 1.0 / (gof_sims + 1) if gof_sims else None
     rep["gof_pvalue_floor"] = floor
-    notes = []
     at_floor = [
         m
         for m, f in rep["models"].items()

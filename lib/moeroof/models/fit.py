@@ -27,6 +27,7 @@ probabilities or pure numbers (no units).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -390,8 +391,12 @@ def fit_histogram(
     models: tuple[str, ...] = MODELS,
     level: float = 0.95,
     crossfit_splits: int = 8,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> HistogramFit:
     """Fit uniform, Zipf and Dirichlet popularity models to per-layer incidence counts.
+
+    ``progress(done, total, what)``, when given, is called as each stage (a model's estimate,
+    bootstrap, goodness of fit) starts and once at the end; it changes no result.
 
     ``counts`` (L, E): incidence counts (each routed token adds 1 to each of its K experts).
     Likelihood: the N = Σ Y picks of a layer are multinomial with probabilities π_i/K,
@@ -461,10 +466,20 @@ def fit_histogram(
     splits = [_thin(y, rng) for _ in range(crossfit_splits)] if "zipf" in models else []
     per_layer: list[dict[str, ModelFit]] = [{} for _ in range(layers)]
     pooled: dict[str, ModelFit] = {}
+    stages = 3 * len([m for m in MODELS if m in models])
+    stage = 0
+
+    def report(what: str) -> None:
+        nonlocal stage
+        if progress is not None:
+            progress(stage, stages, what)
+        stage += 1
+
     for model in MODELS:
         if model not in models:
             continue
         kp = _N_PARAMS[model]
+        report(f"{model}: estimate")
         # --- point estimates and log-likelihoods (per layer (L,), pooled scalar)
         if model == "uniform":
             p_layer = np.zeros(layers)
@@ -489,6 +504,7 @@ def fit_histogram(
             name = "alpha"
 
         # --- bootstrap intervals
+        report(f"{model}: bootstrap ({bootstrap})")
         ci_layer = ci_pool = None
         est_layer, est_pool = p_layer, p_pool
         if name is not None and bootstrap > 0:
@@ -532,6 +548,7 @@ def fit_histogram(
                 ci_pool = percentile_interval(b_pool, level, ignore_nan=True)  # (2,)
 
         # --- goodness of fit
+        report(f"{model}: goodness of fit ({gof_sims} simulations)")
         sims_l = _sim_sorted_shares(_model_pick_probs(model, experts, k, p_layer, gof_sims, rng), n, rng)
         d_l, pv_l, _, _ = _gof(obs_shares, sims_l)
         sims_p = _sim_sorted_shares(
@@ -562,6 +579,7 @@ def fit_histogram(
             gof_pvalue=pv_p,
             n_params=kp,
         )
+    report("done")
     chosen = min(pooled, key=lambda m: pooled[m].aic)
     return HistogramFit(
         pooled=pooled, per_layer=per_layer, chosen=chosen, experts=experts, top_k=k, layers=layers, rank_order=order

@@ -13,25 +13,12 @@
 # %% [markdown]
 # # Does the roofline predict a measured MoE decode step on the machine at hand?
 #
-# **Answer.** On this box the roofline predicts a real decode step of streamed experts well
-# at the default size, from the calibration alone. `moeroof calibrate` measures the disk
-# (bypassing the page cache), memory and float32 FLOP/s; `moeroof bench` times decode steps of a
-# synthetic MoE whose experts stream from that disk, coalesced and against the `uncoalesced`
-# baseline; the roofline predicts the same runs from the calibration taken just before, never
-# tuned on the bench. Every step is SSD-bound; `sum` (a serial read-then-compute loop) fits
-# better than `max`; the measured union and coalescing ratio follow the independent-token model;
-# and the default run's median error is well inside the 25 % aim, with its worst rows at the
-# smallest coalesced batches (per-read and Python overhead the model omits) and the largest
-# uncoalesced batch (the disk streams long runs of reads faster than the calibrated one-at-a-time
-# reads). The small live run rendered here, with tiny experts, is dominated by that per-read
-# overhead and is over-predicted by about 2×; the disk's bandwidth also drifts between the
-# calibrations before and after a run on this shared virtual disk. The lesson for other boxes:
-# calibrate at the engine's read size and queue depth, right before and after the run, and read
-# the drift between the two as the floor of any prediction's error. On an H200 streaming experts
-# from host memory (witnessed run below), the link-bound uncoalesced path is predicted closely
-# and the coalesced path over-predicted, since per-expert launches and indexing cost time the
-# roofline omits. Every number is in the printed tables; the replayed default-size run is the one
-# the README quotes.
+# `moeroof calibrate` measures this machine's disk (bypassing the page cache), memory and
+# float32 FLOP/s; `moeroof bench` times decode steps of a small MoE whose experts stream from that
+# disk, coalesced and against the `uncoalesced` baseline (every token reading its own experts);
+# the roofline predicts the same steps from the calibration alone. A committed default-size run
+# and a run on an H200 GPU are predicted the same way. The answer, computed from this run, follows
+# the H200 section.
 
 # %% tags=["parameters"]
 # fmt: off
@@ -65,7 +52,15 @@ from moeroof.cli import parse_batch
 from moeroof.core.paths import resolve_data
 from moeroof.core.units import MiB
 from moeroof.data.presets import load_hardware
-from moeroof.present.plots import label_with_baseline, provenance_label, save_figure, style
+from moeroof.present import answers
+from moeroof.present.plots import (
+    label_with_baseline,
+    plain_log_ticks,
+    provenance_label,
+    save_figure,
+    show_table,
+    style,
+)
 from moeroof.studies.validation import gpu_bench_check
 from moeroof.witness.bench import StackShape, measure_engine, median_abs_error, predict_bench, run_bench
 from moeroof.witness.measure import calibrate
@@ -190,7 +185,7 @@ summary = pd.DataFrame(
         for (name, key), p in preds.items()
     ]
 )
-print(summary.round(3).to_string(index=False))
+display(show_table(summary, percent=[c for c in summary.columns if "error" in c]))
 for name, (rep, hw, hw_after) in runs.items():
     modes_, b_ = np.asarray(rep["mode"]), np.asarray(rep["batch"])
     for b in np.unique(b_):
@@ -211,7 +206,7 @@ for name, (rep, hw, hw_after) in runs.items():
         f"{name}: calibrated read bandwidth at the expert size {e / MiB:g} MiB: before {hw.ssd_bandwidth(e) / 1e9:.3f} GB/s, "
         f"after {hw_after.ssd_bandwidth(e) / 1e9 if hw_after is not None else float('nan'):.3f} GB/s, drift {drift:+.1%}"
     )
-table.round(3)
+show_table(table, percent=[c for c in table.columns if c.startswith("error")])
 
 # %% [markdown]
 # ## Figure: measured against predicted net tok/s, the error per B, and the coalescing ratio
@@ -271,6 +266,7 @@ def witness_figure(name: str) -> None:
             xscale="log", xlabel="batch B (agents)", ylabel=label_with_baseline("coalescing ratio B·K/U", "uncoalesced")
         )
         for ax in (ax_n, ax_e, ax_c):
+            plain_log_ticks(ax)
             ax.legend(fontsize=6)
         shape = f"E={rep['experts']} L={rep['layers']} K={rep['top_k']}, expert {rep['expert_bytes'] / MiB:g} MiB"
         ax_n.set_title(
@@ -322,8 +318,9 @@ with style():
         ylabel=label_with_baseline("coalesced / uncoalesced net tok/s", "uncoalesced"),
         title="what coalescing buys on the GPU",
     )
-    ax_n.legend(fontsize=7)
-    ax_u.legend(fontsize=7)
+    for ax in (ax_n, ax_u):
+        plain_log_ticks(ax)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, "witness_gpu_h200")
     plt.show()
@@ -332,6 +329,68 @@ print(
     f"coalesced {gpu['modes']['coalesced']['median_abs_error']:.0%}; coalescing multiple at B = {gpu['batch'][-1]}: "
     f"measured {gpu['multiple_measured'][-1]:.2f}x, predicted {gpu['multiple_predicted'][-1]:.2f}x (baseline uncoalesced); "
     f"union per layer measured {gpu['union_measured'][-1]:.1f}, modelled {gpu['union_predicted'][-1]:.1f}"
+)
+
+# %% tags=["answer"]
+ENGINE_KEYS = ("engine_seconds_per_step", "engine_seconds_per_agent_token")
+PREDICTION_KEYS = ("bw_ssd_bytes_per_s", "ssd_read_size_bytes", "bw_mem_bytes_per_s", "flops_per_s", *ENGINE_KEYS)
+
+
+def errors_by_mode(pred: dict) -> dict[str, list[float]]:
+    modes_ = np.asarray(pred["mode"])
+    err = np.asarray(pred["relative_error"])
+    return {m: err[modes_ == m].tolist() for m in ("coalesced", "uncoalesced") if np.any(modes_ == m)}
+
+
+e_live = live["expert_bytes"]
+answer_inputs = {}
+for name, (rep, hw, _) in runs.items():
+    answer_inputs[f"the {name} bench"] = rep.get("provenance", "witnessed")
+    for key in PREDICTION_KEYS:
+        answer_inputs[f"{key} of the {name} run's calibration"] = hw.provenance.get(key, "assumed")
+gpu_hw = load_hardware("h200-pcie-offload")
+for key in PREDICTION_KEYS:
+    answer_inputs[f"{key} of the `h200-pcie-offload` preset"] = gpu_hw.provenance.get(key, "assumed")
+display(
+    Markdown(
+        answers.witness(
+            machine=f"{live['machine']['cpu']}, {live['machine']['logical_cores']} logical cores",
+            read_path=live["read_path"],
+            shape=(
+                f"E = {live['experts']} experts, L = {live['layers']} layers, K = {live['top_k']}, "
+                f"expert {live['expert_bytes'] / MiB:g} MiB"
+            ),
+            routing=str(live["routing"]),
+            batch=batch_list,
+            steps=steps,
+            file_mib=file_mib,
+            calibration={
+                "read bandwidth": f"{hw_live.ssd_bandwidth(e_live) / 1e9:.3g} GB/s at the expert size",
+                "memory": f"{hw_live.bw_mem_bytes_per_s / 1e9:.3g} GB/s",
+                "compute": f"{hw_live.flops_per_s / 1e9:.3g} GFLOP/s",
+                "engine terms": (
+                    f"{hw_live.engine_seconds_per_step * 1e6:.1f} µs per step and "
+                    f"{hw_live.engine_seconds_per_agent_token * 1e6:.1f} µs per agent-token"
+                ),
+            },
+            bound=preds["live", "sum"]["bound"],
+            errors={overlap: errors_by_mode(preds["live", overlap]) for overlap in OVERLAPS},
+            drift=(cal_after.hardware().ssd_bandwidth(e_live) / hw_live.ssd_bandwidth(e_live) - 1)
+            if cal_after is not None
+            else None,
+            replay=replay_bench or None,
+            replay_errors=errors_by_mode(preds["default", "sum"]) if "default" in runs else None,
+            gpu={
+                "name": gpu["gpu"],
+                "date": gpu["date"],
+                "median_abs_error": {m: gpu["modes"][m]["median_abs_error"] for m in ("coalesced", "uncoalesced")},
+                "batch": gpu["batch"][-1],
+                "multiple_measured": gpu["multiple_measured"][-1],
+                "multiple_predicted": gpu["multiple_predicted"][-1],
+            },
+            inputs=answer_inputs,
+        )
+    )
 )
 
 # %% [markdown]
@@ -363,7 +422,7 @@ for name, (rep, hw, hw_after) in runs.items():
             }
         )
 gap = pd.DataFrame(rows)
-gap.round(3)
+show_table(gap)
 
 # %% [markdown]
 # ## Versions and parameters

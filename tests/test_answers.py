@@ -180,3 +180,64 @@ def test_union_curve_regime_map_levers_and_whatif_name_their_inputs():
         inputs=WITNESSED,
     )  # fmt: skip
     words(w, "toy", "t.npz", "2 GiB", "B = 2…64", "25 %", absent=("projected", "synthetic"))
+
+
+WITNESS = dict(
+    machine="toy-cpu, 4 logical cores",
+    read_path="o_direct",
+    shape="E = 16 experts, L = 2 layers, K = 2, expert 2 MiB",
+    routing="zipf:0.9",
+    batch=[2, 4, 32],
+    steps=5,
+    file_mib=48,
+    calibration={"read bandwidth": "1.5 GB/s at the expert size", "memory": "30 GB/s"},
+    bound=["ssd", "ssd", "compute"],
+    errors={
+        "sum": {"coalesced": [0.1, -0.3, 0.05], "uncoalesced": [0.02, 0.04, -0.06]},
+        "max": {"coalesced": [0.5, 0.6, 0.7]},
+    },
+    drift=-0.12,
+)
+
+
+def test_witness_names_its_run_and_calls_projected_only_what_rests_on_unwitnessed_inputs():
+    text = answers.witness(
+        **WITNESS, inputs={"the live bench": "witnessed", "bw_ssd of the live calibration": "witnessed"}
+    )
+    words(
+        text,
+        "**Answer.**",
+        "toy-cpu",
+        "o_direct",
+        "48 MiB",
+        "1.5 GB/s",
+        "`zipf:0.9`",
+        "5 counted steps",
+        "B = 2…32",
+        "ssd and compute",
+        "coalesced median |error| 10.0 %, worst 30.0 %",
+        "uncoalesced median |error| 4.0 %, worst 6.0 %",
+        "(`max`): coalesced median |error| 60.0 %",
+        "-12.0 %",
+        "witnessed",
+        absent=("projected", "synthetic", "replays", "H200"),
+    )
+    full = answers.witness(
+        **{**WITNESS, "drift": None, "bound": ["ssd"]},
+        replay="runs/old.json",
+        replay_errors={"coalesced": [0.2, 0.4]},
+        gpu={"name": "GPU-X", "date": "2026-01-02", "median_abs_error": {"coalesced": 0.25}, "batch": 64,
+             "multiple_measured": 5.0, "multiple_predicted": 6.5},
+        inputs={"the live bench": "witnessed", "engine terms of the old calibration": "assumed"},
+    )  # fmt: skip
+    words(
+        full,
+        "every step is predicted **ssd-bound**",
+        "runs/old.json",
+        "coalesced median |error| 30.0 %, worst 40.0 %",
+        "GPU-X",
+        "B = 64",
+        "5× measured against 6.5× predicted",
+        "engine terms of the old calibration (not witnessed) are **projected**",
+        absent=("synthetic", "moved"),
+    )

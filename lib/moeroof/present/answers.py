@@ -426,31 +426,89 @@ def expert_split(
     return text + ". " + provenance_sentence(inputs, synthetic=synthetic)
 
 
+def _arm_errors(errors: Mapping[str, Sequence[float]]) -> str:
+    """``coalesced median 3 %, worst 9 %; uncoalesced …`` from relative errors per arm."""
+    parts = []
+    for arm, errs in errors.items():
+        e = sorted(abs(float(x)) for x in errs)
+        if e:
+            n = len(e)
+            median = e[n // 2] if n % 2 else (e[n // 2 - 1] + e[n // 2]) / 2
+            parts.append(f"{arm} median |error| {pct(median, 1)}, worst {pct(e[-1], 1)}")
+    return "; ".join(parts) or "no rows"
+
+
 def witness(
     *,
     machine: str,
-    calibrated: Mapping[str, float],
+    read_path: str,
+    shape: str,
+    routing: str,
     batch: Sequence[int],
-    errors: Mapping[str, Sequence[float]],
-    replay: str,
-    replay_error: float | None,
+    steps: int,
+    file_mib: float,
+    calibration: Mapping[str, str],
+    bound: Iterable[str],
+    errors: Mapping[str, Mapping[str, Sequence[float]]],
+    drift: float | None,
+    replay: str | None = None,
+    replay_errors: Mapping[str, Sequence[float]] | None = None,
+    gpu: Mapping[str, object] | None = None,
+    inputs: Mapping[str, str],
 ) -> str:
     """witness: how well the roofline, calibrated on this machine, predicts its own measured steps.
 
-    ``errors[arm]`` are relative errors (predicted/measured − 1) per batch for the ``coalesced``
-    and ``uncoalesced`` arms measured here.
+    ``errors[overlap][arm]`` are the live run's relative errors of net tok/s (predicted / measured
+    − 1) per batch, for ``overlap`` ``sum`` and ``max`` and the ``coalesced`` and ``uncoalesced``
+    arms; ``calibration`` the calibrated rates as text (name → value with unit); ``drift`` the
+    change of the calibrated read bandwidth at the expert size from before to after the bench
+    (None when not re-calibrated); ``replay_errors`` the same (``sum``) for the replayed run
+    ``replay``; ``gpu`` the witnessed GPU run (``name``, ``date``, ``median_abs_error`` per arm,
+    ``batch``, ``multiple_measured``, ``multiple_predicted``). ``inputs`` maps every input the
+    predictions rest on to its provenance tag: the measurements are witnessed; a prediction is
+    called **projected** only when some input behind it is not.
     """
-    cal = ", ".join(f"{k} {fmt(v)}" for k, v in calibrated.items())
-    arms = "; ".join(
-        f"{arm} within {pct(max(abs(e) for e in errs))} (worst)" for arm, errs in errors.items() if len(errs)
+    cal = ", ".join(f"{k} {v}" for k, v in calibration.items())
+    terms = list(dict.fromkeys(bound))
+    binds = (
+        f"every step is predicted **{terms[0]}-bound**"
+        if len(terms) == 1
+        else "the predicted binding term is " + _join(terms)
     )
     text = (
-        f"**Answer.** On **{machine}**, calibrated from this run alone ({cal}), the roofline predicts the MoE "
-        f"decode steps measured here at {_batch_range(batch)}: {arms}. These measurements are **witnessed** on "
-        "this machine; the predictions are the model on them."
+        f"**Answer.** On **{machine}** ({read_path} reads), `moeroof calibrate` (a {fmt(file_mib)} MiB scratch "
+        f"file) measured {cal}. From that calibration alone — never tuned on the bench — the roofline predicts "
+        f"the decode steps of a bench MoE ({shape}, `{routing}` routing, {steps} counted steps) measured here at "
+        f"{_batch_range(batch)}, coalesced and against the `uncoalesced` baseline; {binds}. "
+        f"With the terms added (`sum`, a serial read-then-compute loop): {_arm_errors(errors.get('sum', {}))}"
     )
-    if replay_error is not None:
-        text += f" The committed run `{replay}` replays with a worst error of {pct(abs(replay_error))}."
+    if "max" in errors:
+        text += f"; with perfect overlap (`max`): {_arm_errors(errors['max'])}"
+    text += ". "
+    if drift is not None and math.isfinite(drift):
+        text += (
+            f"The calibrated read bandwidth at the expert size moved {100 * drift:+.1f} % between the calibrations "
+            "before and after the bench: the floor of any prediction's error on this disk. "
+        )
+    if replay and replay_errors:
+        text += f"The committed run `{replay}` predicts from its own calibration with {_arm_errors(replay_errors)}. "
+    if gpu:
+        med = gpu["median_abs_error"]
+        text += (
+            f"On the witnessed {gpu['name']} run ({gpu['date']}, experts streamed from host memory over PCIe) "
+            + "; ".join(f"{arm} median |error| {pct(e, 1)}" for arm, e in med.items())
+            + f"; at B = {gpu['batch']} coalescing buys {fmt(gpu['multiple_measured'])}× measured against "
+            f"{fmt(gpu['multiple_predicted'])}× predicted (baseline `uncoalesced`). "
+        )
+    not_witnessed = [name for name, tag in inputs.items() if str(tag) != "witnessed"]
+    if not_witnessed:
+        text += (
+            "The measurements are **witnessed**; the predictions resting on "
+            + _join(not_witnessed[:6] + ([f"{len(not_witnessed) - 6} more"] if len(not_witnessed) > 6 else []))
+            + " (not witnessed) are **projected**, the others are the model on witnessed inputs."
+        )
+    else:
+        text += "The measurements are **witnessed**; every prediction is the model on witnessed inputs."
     return text
 
 

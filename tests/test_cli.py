@@ -510,3 +510,67 @@ def test_a_library_value_error_is_one_line_exit_2(capsys, monkeypatch):
     assert main(["union", "--uniform", "8", "2", "--batch", "1"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err == "error: --batch: refused by the library\n"
+
+
+# ----------------------------------------------------------------------------- inputs without a sidecar
+
+
+def test_a_histogram_without_sidecar_takes_its_meta_from_the_flags(capsys, histogram, tmp_path):
+    """The flags stand in for the sidecar: same union as with it; tokens default to count sum / K."""
+    bare = tmp_path / "bare.csv"
+    bare.write_bytes(histogram.read_bytes())  # the counts alone, no .json beside them
+    side = json.loads(sidecar_path(histogram).read_text())
+    assert main(["union", str(bare), "--batch", "1,4"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {bare}: no sidecar JSON") and "--experts E --top-k K" in err
+    argv = ["--batch", "1,4,8", "--bootstrap", "20"]
+    with_sidecar = run_json(capsys, ["union", str(histogram), *argv])
+    flags = ["--experts", str(side["experts"]), "--top-k", str(side["top_k"]), "--tokens", str(side["tokens"])]
+    bare_rep = run_json(capsys, ["union", str(bare), *argv, *flags])
+    for key in ("union_per_layer", "ci_low", "ci_high"):
+        assert bare_rep[key] == with_sidecar[key]
+    assert bare_rep["provenance"] is None
+    # without --tokens: a layer's incidence counts sum to K per token
+    frame = pd.read_csv(histogram)
+    by_hand = (frame.groupby("layer")["count"].sum() // side["top_k"]).tolist()
+    rep = run_json(
+        capsys,
+        [
+            "fit",
+            str(bare),
+            "--experts",
+            str(side["experts"]),
+            "--top-k",
+            str(side["top_k"]),
+            "--bootstrap",
+            "3",
+            "--gof-sims",
+            "3",
+            "--provenance",
+            "witnessed",
+        ],
+    )
+    assert rep["provenance"] == "witnessed" and rep["layers"] == frame["layer"].nunique()
+    from moeroof.cli.common import load_input
+
+    class Args:
+        experts, top_k, tokens, provenance = str(side["experts"]), str(side["top_k"]), None, None
+
+    assert load_input(str(bare), Args()).tokens.tolist() == by_hand
+
+
+def test_a_trace_without_meta_and_flags_that_contradict_a_sidecar(capsys, trace, tmp_path):
+    bare = tmp_path / "bare.npz"
+    np.savez(bare, topk=np.load(trace)["topk"])
+    before = bare.read_bytes()
+    assert main(["cache", str(bare), "--policy", "lru", "--capacity-experts", "4"]) == 2
+    assert "no meta array inside it" in capsys.readouterr().err
+    argv = ["--policy", "lru", "--capacity-experts", "4"]
+    want = run_json(capsys, ["cache", str(trace), *argv])
+    got = run_json(capsys, ["cache", str(bare), *argv, "--experts", "8", "--top-k", "2"])
+    assert (got["hits"], got["misses"]) == (want["hits"], want["misses"])
+    assert bare.read_bytes() == before, "the input is only read"
+    assert main(["cache", str(trace), *argv, "--experts", "9"]) == 2
+    assert "--experts 9 disagrees with" in capsys.readouterr().err
+    assert main(["cache", str(bare), *argv, "--experts", "8"]) == 2
+    assert "give at least --experts and --top-k" in capsys.readouterr().err

@@ -22,6 +22,7 @@ import numpy as np
 from moeroof.cli.common import (
     Progress,
     UsageError,
+    add_meta_arguments,
     add_output_arguments,
     emit,
     fmt,
@@ -77,6 +78,7 @@ def add_parser(subparsers: Any) -> None:
         help="replay only these streams of the trace, comma-separated indices from 0 (default: all)",
     )
     p.add_argument("--lookup", default="layer", choices=LOOKUPS, help=LOOKUP_HELP)
+    add_meta_arguments(p)
     add_output_arguments(p)
     p.set_defaults(func=run)
 
@@ -111,7 +113,7 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:
     warmup = non_negative_int(args.warmup, "--warmup")
     if args.histogram is not None and args.policy != "static":
         raise UsageError("--histogram applies to --policy static only")
-    trace = read_trace_arg(args.path)
+    trace = read_trace_arg(args.path, args)
     stream_ids = list(range(trace.streams)) if args.streams is None else parse_streams(args.streams, trace.streams)
     if warmup >= trace.steps:
         raise UsageError(f"--warmup: {warmup} leaves no counted step (the trace has {trace.steps} steps)")

@@ -18,15 +18,16 @@ import numpy as np
 
 from moeroof.cli.common import (
     Progress,
+    add_meta_arguments,
     add_output_arguments,
     emit,
     fmt,
-    input_path,
     jsonable,
+    load_input,
     non_negative_int,
     table,
 )
-from moeroof.data.io import Histogram, load_any
+from moeroof.data.io import Histogram
 
 
 def add_parser(subparsers: Any) -> None:
@@ -43,6 +44,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--bootstrap", default="100", help="bootstrap replicates for parameter CIs (default 100)")
     p.add_argument("--gof-sims", default="99", help="simulations for the goodness-of-fit p-value (default 99)")
     p.add_argument("--seed", default="0", help="seed of numpy.random.default_rng (default 0)")
+    add_meta_arguments(p)
     add_output_arguments(p)
     p.set_defaults(func=run)
 
@@ -52,7 +54,7 @@ def fit_report(args: argparse.Namespace) -> dict[str, Any]:
     bootstrap = non_negative_int(args.bootstrap, "--bootstrap")
     gof_sims = non_negative_int(args.gof_sims, "--gof-sims")
     seed = non_negative_int(args.seed, "--seed")
-    data = load_any(input_path(args.path))
+    data = load_input(args.path, args)
     from moeroof.models.fit import fit_histogram  # lazily: the union command works without it
 
     notes = []

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.common import UsageError, add_output_arguments, emit, read_trace_arg
+from moeroof.cli.common import UsageError, add_meta_arguments, add_output_arguments, emit, read_trace_arg
 
 
 def add_parser(subparsers: Any) -> None:
@@ -34,6 +34,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("path", metavar="TRACE", help="trace .npz / .npy")
     p.add_argument("-o", "--output", required=True, help="histogram to write (.csv; its .json sidecar beside it)")
     p.add_argument("--force", action="store_true", help="replace the output file if it exists")
+    add_meta_arguments(p)
     add_output_arguments(p, output=False)
     p.set_defaults(func=run)
 
@@ -48,7 +49,7 @@ def histogram_report(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"-o: expected a .csv path, got {args.output!r}")
     if not args.force and out.exists():
         raise UsageError(f"-o: {out} exists (pass --force to replace it)")
-    trace = read_trace_arg(args.path)
+    trace = read_trace_arg(args.path, args)
     if out.resolve() == Path(trace.path).resolve():
         raise UsageError("-o: the output would overwrite the trace it is made from")
     topk = np.asarray(trace.topk)

@@ -17,6 +17,7 @@ import numpy as np
 from moeroof.cli.cache import LOOKUP_HELP, LOOKUPS
 from moeroof.cli.common import (
     UsageError,
+    add_meta_arguments,
     add_output_arguments,
     emit,
     fmt,
@@ -43,6 +44,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--sample-rate", default=None, help="SHARDS sampling rate R in (0, 1] (default: exact)")
     p.add_argument("--seed", default="0", help="seed of the SHARDS hash (default 0)")
     p.add_argument("--lookup", default="layer", choices=LOOKUPS, help=LOOKUP_HELP)
+    add_meta_arguments(p)
     add_output_arguments(p)
     p.set_defaults(func=run)
 
@@ -61,7 +63,7 @@ def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
     if rate is not None and rate > 1:
         raise UsageError(f"--sample-rate: must lie in (0, 1], got {args.sample_rate!r}")
     seed = non_negative_int(args.seed, "--seed")
-    trace = read_trace_arg(args.path)
+    trace = read_trace_arg(args.path, args)
     requests = requests_from_trace(trace.topk, trace.experts)
     if len(requests) == 0:
         raise InputError(trace.path, "-", "topk", "the trace requests no expert (all padding)")

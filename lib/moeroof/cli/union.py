@@ -21,17 +21,18 @@ import numpy as np
 from moeroof.cli.common import (
     BATCH_HELP,
     UsageError,
+    add_meta_arguments,
     add_output_arguments,
     emit,
     fmt,
-    input_path,
     jsonable,
+    load_input,
     non_negative_int,
     parse_batch,
     positive_int,
     table,
 )
-from moeroof.data.io import Histogram, Trace, load_any
+from moeroof.data.io import Histogram, Trace
 
 
 def add_parser(subparsers: Any) -> None:
@@ -53,6 +54,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--draws", default="4", help="random stream subsets per step for a trace (default 4)")
     p.add_argument("--level", default="0.95", help="confidence level of the band (default 0.95)")
     p.add_argument("--seed", default="0", help="seed of numpy.random.default_rng (default 0)")
+    add_meta_arguments(p)
     add_output_arguments(p)
     p.set_defaults(func=run)
 
@@ -89,7 +91,7 @@ def union_report(args: argparse.Namespace) -> dict[str, Any]:
             raise UsageError("give a histogram/trace PATH or --uniform E K")
         if args.layers is not None:
             raise UsageError("--layers applies to --uniform only (a file carries its own layers)")
-        data = load_any(input_path(args.path))
+        data = load_input(args.path, args)
         source = str(data.path)
         provenance = data.meta.get("provenance")
         if isinstance(data, Histogram):

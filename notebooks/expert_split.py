@@ -11,37 +11,15 @@
 # ---
 
 # %% [markdown]
-# # 288 experts over two boxes: which partition, why did balancing by firing counts buy 17.7 %, and what does the slow head node cost?
+# # Experts over two boxes: which partition, why did balancing by firing counts speed up seed 003's pair, and what does a slow head node cost?
 #
-# **Answer.** Split by the bytes each rank will stream, and when one node is slower, by its
-# measured speed with the caches in the model — not by firing counts. Firing-count LPT
-# reproduces the seed's 1.000× against the id split, but the id split's imbalance is the luck of
-# which ids are hot (the seed's 1.022× sits mid-distribution over random relabelings of the same
-# counts), and a token imbalance that small moves the bytes a rank streams by a couple of percent
-# at most (less than it moves the tokens, except in the layer-summed model): every model here
-# gives LPT at most a few percent over the id split. So the +17.7 % was not the partition; it
-# sits among swings the seed itself shows (row 2 beats row 0 by about half as much, three
-# repeats at 80 GiB spread about as far as that, and the head's witnessed slowdown range spans
-# 2×). The
-# layer-summed histogram also hides each layer's skew: it predicts about half the cache hits the
-# per-layer histogram and the LRU traces give, and the per-layer imbalance no single id → rank
-# map can remove costs more again if the ranks meet at every layer. With the SSD binding, a head
-# node s times slower makes the id and LPT pairs s times slower; a partition weighted by speed
-# (the seed's proposal, expert counts in proportion to speed) buys part of it but over-corrects,
-# because the fast rank's fixed-size cache then covers a smaller share of its larger expert set;
-# the bytes-balanced partition gets close to the divisible-work bound (1+s)/2, both against LPT
-# at the same slowdown. The pair's 6.1× over one booster is LRU's cliff: the booster's per-step
-# working set exceeds its 20 GiB cache, so the layer-ordered sweep evicts every expert before the
-# next step asks for it and it hits almost never, while a rank's working set fits; the streamed
-# bytes alone predict a large multiple but fall short of 6.1× (error below), and the rest is not
-# explained by the model — it is within the head node's witnessed slowdown range. `moeroof plan`
-# now asks the same question with its cache simulated (section 5, "What changed"): the booster's
-# cliff shows in its tok/s, which the old pinned hot set (an oracle) could not show. Section 6
-# asks `moeroof fit-plan` for seed 003's tok/s: calibrated on the public tok/s rows only, with
-# routing knobs from `fit-routing` on the public cache rows, it predicts the withheld 40 and
-# 60 GiB rows and the M sweep at 80 GiB with bands and states its error on every published row it
-# did not see (computed there). Every number is **projected** except seed 003's, which are
-# witnessed.
+# Seed 003 is a lab report on a two-GB10 run of a GLM-5 MoE engine (288 experts, top-8): the
+# pair (two nodes, each a rank holding half the experts), its expert-cache ladder and its
+# partitions, with some rows withheld to test predictions. This notebook asks which partition of
+# the experts over the two ranks to use (contiguous ids, LPT on firing counts, weighted by speed,
+# balanced by streamed bytes), why balancing firing counts is not balancing streamed bytes, what
+# a slower head node costs, and why the pair beats one booster (one GB10 machine holding every
+# expert) by more than two. The answer, computed from this run, follows section 6.
 
 # %% tags=["parameters"]
 # fmt: off
@@ -81,7 +59,15 @@ from moeroof.models.partition import (
     inclusion_from_histogram,
 )
 from moeroof.models.split import split_plan, split_report
-from moeroof.present.plots import label_with_baseline, provenance_label, save_figure, style
+from moeroof.present import answers
+from moeroof.present.plots import (
+    label_with_baseline,
+    plain_log_ticks,
+    provenance_label,
+    save_figure,
+    show_table,
+    style,
+)
 from moeroof.studies import ladder
 from moeroof.studies.expert_split import (
     SEED003,
@@ -155,7 +141,7 @@ draws = relabel_imbalance(load, 2, relabel_draws, rng)
 id_mm = draws.id_imbalance("max_min")
 pct_published = draws.share_at_or_above(SEED003["id_imbalance"])
 ours_mm = {m: max_over_min(rep[m]["load_rows"]) for m in rep}
-pd.DataFrame(
+partition_table = pd.DataFrame(
     {
         "rows per rank": {m: " / ".join(f"{x:.0f}" for x in rep[m]["load_rows"]) for m in rep}
         | {"seed 003 id (witnessed)": "39408 / 38544", "seed 003 LPT (witnessed)": "38980 / 38972"},
@@ -167,7 +153,8 @@ pd.DataFrame(
             "seed 003 LPT (witnessed)": imbalance(SEED003["lpt_rows"]),
         },
     }
-).round(4)
+)
+show_table(partition_table.rename_axis("partition").reset_index(), digits=5)
 
 # %%
 with style():
@@ -286,7 +273,7 @@ print(
     f"cache {cache_gib:g} GiB per rank, M = {streams}; witnessed at 20 GiB (seed 003): id split 53.8 % hit, "
     f"6.62 GiB/step; balanced 52.5 %, 7.02 GiB/step"
 )
-per_rank.round(3)
+show_table(per_rank, percent=["token load, share", "hit rate"])
 
 # %%
 models = [
@@ -530,7 +517,7 @@ with style():
     fig.tight_layout()
     save_figure(fig, "expert_split_slowdown")
     plt.show()
-pd.DataFrame(
+slowdown_table = pd.DataFrame(
     {
         "slowdown s": sweep.slowdowns,
         **{f"{names[m]} step ms": sweep.step_seconds[m] * 1e3 for m in sweep.methods},
@@ -538,7 +525,8 @@ pd.DataFrame(
         **{f"{names[m]} × vs LPT": sweep.multiple(m) for m in ("weighted", "bytes")},
         "(1+s)/2": fluid_gain(sweep.slowdowns),
     }
-).round(3)
+)
+show_table(slowdown_table)
 
 # %% [markdown]
 # ## (4) The pair against one booster: why 6.1×, not 2×
@@ -597,7 +585,7 @@ with style():
     fig.tight_layout()
     save_figure(fig, "expert_split_booster")
     plt.show()
-pd.DataFrame(
+booster_table = pd.DataFrame(
     {
         a.name: {
             "hit rate": a.hit_rate,
@@ -610,6 +598,7 @@ pd.DataFrame(
         for a in (pb.booster, pb.pair)
     }
 ).T
+show_table(booster_table.rename_axis("arrangement").reset_index(), percent=["hit rate"])
 
 # %% [markdown]
 # ## (5) The same question through `moeroof plan`: one step model, the cache simulated
@@ -640,7 +629,7 @@ for policy in ("lru", "static"):
 one_model_ratio = {
     pol: float(one_model[pol, 2].net_tok_s[0] / one_model[pol, 1].net_tok_s[0]) for pol in ("lru", "static")
 }
-display(
+plan_table = (
     pd.DataFrame(
         {
             f"{'booster' if r == 1 else 'pair'}, {pol}": {
@@ -651,8 +640,11 @@ display(
             }
             for (pol, r), p in one_model.items()
         }
-    ).T
+    )
+    .T.rename_axis("arrangement, cache policy")
+    .reset_index()
 )
+display(show_table(plan_table, percent=["hit rate"]))
 display(
     Markdown(
         f"**What changed (issue 10).** `plan`'s expert cache used to be a hot set pinned from the true "
@@ -720,7 +712,7 @@ tok_table = pd.DataFrame(
         for r in sweep_tok.rows
     ]
 )
-display(tok_table.round(3))
+display(show_table(tok_table, percent=["hit rate (plan)", "error"]))
 with style():
     fig, ax = plt.subplots(figsize=(11, 4.6))
     xs = np.arange(len(sweep_tok.rows))
@@ -745,6 +737,7 @@ with style():
     ax.plot([], [], "k*", label=WIT)
     ax.set_xticks(xs, [r["name"] for r in sweep_tok.rows], rotation=60, ha="right", fontsize=7)
     ax.set(ylabel="net tok/s", yscale="log", title=f"seed 003's tok/s, calibrated on public rows only\n{PROJ}")
+    plain_log_ticks(ax, "y")
     ax.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, "expert_split_fit_plan")
@@ -772,6 +765,62 @@ display(
         + "; ".join(f"{r['name']} {r['predicted']:.2f} ({r['low']:.2f}–{r['high']:.2f}) tok/s" for r in wh_tok)
         + ". The M sweep's band spans the per-step and per-agent-token engine readings, which no public "
         "row (all at M = 8) separates. All projected; the witnessed rows are seed 003's."
+    )
+)
+
+# %% tags=["answer"]
+i_head = int(np.argmin(np.abs(sweep.slowdowns - seed_head[1])))
+answer_inputs = {f"model.{k}": v for k, v in mdl.provenance.items()}
+answer_inputs.update({f"hardware.{k}": v for k, v in hw.provenance.items()})
+answer_inputs.update(
+    {
+        f"the histogram `{histogram}`": hist.provenance,
+        f"the per-layer histogram `{per_layer_histogram}`": hist_layers.provenance,
+        "the routing knobs of the sampled traces (fitted to seed 003's cache rows)": "projected",
+    }
+)
+display(
+    Markdown(
+        answers.expert_split(
+            model=mdl.name,
+            hardware=hw.name,
+            histogram=hist.path.name,
+            per_layer_histogram=hist_layers.path.name,
+            streams=streams,
+            cache_gib=cache_gib,
+            ladder_cache_gib=ladder_cache_gib,
+            relabel_draws=draws.draws,
+            trace_seeds=trace_seeds,
+            trace_layers=trace_layers,
+            id_imbalance=ours_mm["id"],
+            seed_id_imbalance=SEED003["id_imbalance"],
+            relabel_share=pct_published,
+            lpt_gains={k: v for k, v in gain.items() if not k.endswith(("lowest", "highest"))},
+            witnessed_gain=witnessed_gain["row 2 vs row 1 (witnessed)"],
+            slowdown=float(sweep.slowdowns[i_head]),
+            slowdown_cost=float(sweep.cost("lpt")[i_head]),
+            weighted_gain=float(sweep.multiple("weighted")[i_head]),
+            bytes_gain=float(sweep.multiple("bytes")[i_head]),
+            bound_gain=float(fluid_gain(sweep.slowdowns[i_head])),
+            booster_hit=pb.booster.hit_rate,
+            pair_hit=pb.pair.hit_rate,
+            booster_multiple=pb.ratio,
+            plan_multiple=one_model_ratio["lru"],
+            booster_witnessed=pb.ratio_witnessed,
+            fit_plan={
+                "held": len(held_tok),
+                "median_error": float(np.median([abs(r["error"]) for r in held_tok])),
+                "covered": sum(bool(r["covered"]) for r in held_tok),
+            }
+            if held_tok
+            else None,
+            inputs=answer_inputs,
+            synthetic=[
+                name
+                for name, h in ((f"`{hist.path.name}`", hist), (f"`{hist_layers.path.name}`", hist_layers))
+                if answers.is_synthetic(h.provenance)
+            ],
+        )
     )
 )
 

@@ -241,3 +241,78 @@ def test_witness_names_its_run_and_calls_projected_only_what_rests_on_unwitnesse
         "engine terms of the old calibration (not witnessed) are **projected**",
         absent=("synthetic", "moved"),
     )
+
+
+SPLIT = dict(
+    model="toy-moe",
+    hardware="toy-node",
+    histogram="sum.csv",
+    per_layer_histogram="layers.csv",
+    streams=12,
+    cache_gib=16.0,
+    ladder_cache_gib=48.0,
+    relabel_draws=300,
+    trace_seeds=3,
+    trace_layers=9,
+    id_imbalance=1.0123,
+    seed_id_imbalance=1.022,
+    relabel_share=0.4,
+    lpt_gains={"hot set": 1.004, "LRU": 1.021},
+    witnessed_gain=1.177,
+    slowdown=2.0,
+    slowdown_cost=1.9,
+    weighted_gain=1.3,
+    bytes_gain=1.45,
+    bound_gain=1.5,
+    booster_hit=0.01,
+    pair_hit=0.5,
+    booster_multiple=4.0,
+    plan_multiple=3.0,
+    booster_witnessed=6.1,
+)
+
+
+def test_expert_split_names_its_run_and_follows_the_inputs():
+    text = answers.expert_split(**SPLIT, inputs=MIXED, synthetic=["`sum.csv`"])
+    words(
+        text,
+        "**Answer.**",
+        "toy-moe",
+        "toy-node",
+        "M = 12",
+        "sum.csv",
+        "layers.csv",
+        "48 GiB",
+        "16 GiB",
+        "300 random relabelings",
+        "40 %",
+        "3 sampled traces of 9 layers",
+        "1.004–1.021×",
+        "1.177×",
+        "2× slower",
+        "1.3×",
+        "1.45×",
+        "1.5×",
+        "booster (one GB10 machine",
+        "seed 003 (a lab report",
+        "4× faster",
+        "3× by `moeroof plan`",
+        "witnessed 6.1×",
+        "1.0 %",
+        "synthetic",
+        "projected",
+        absent=("fit-plan",),
+    )
+    plain = answers.expert_split(
+        **{**SPLIT, "plan_multiple": None, "booster_witnessed": None},
+        fit_plan={"held": 6, "median_error": 0.12, "covered": 5},
+        inputs=WITNESSED,
+    )
+    words(
+        plain,
+        "6 held-out",
+        "12 %",
+        "5 inside",
+        "(baseline: one booster)",
+        absent=("synthetic", "projected", "moeroof plan`"),
+    )

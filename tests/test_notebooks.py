@@ -99,6 +99,25 @@ ANSWER_CHECKS: dict[str, dict] = {
     },
     "levers": {"names": ["glm-5.2", "nvme-gen4", "epyc-server", "8 agents"], "synthetic": False, "projected": True},
     "regime_map": {"names": ["glm-5.2", "nvme-gen4", "epyc-server", "B = 1…64"], "synthetic": False, "projected": True},
+    # relabel_draws, trace_seeds and trace_layers are the small run's own; the histograms are synthetic
+    "expert_split": {
+        "names": [
+            "glm-5-nvfp4",
+            "gb10",
+            "M = 8",
+            "20 GiB",
+            "40 GiB",
+            "glm5-seed003-summed.csv",
+            "glm5-seed003-per-layer.csv",
+            "200 random relabelings",
+            "2 sampled traces of 6 layers",
+            "seed 003 (",
+            "booster (one GB10",
+            "baseline: one booster",
+        ],
+        "synthetic": True,
+        "projected": True,
+    },  # fmt: skip
     # the live bench is witnessed; the replayed run's calibration and the H200 preset have assumed engine terms
     "witness": {
         "names": ["B = 1…8", "32 MiB", "2 counted steps", "`uniform`", "`sum`", "`max`", "`uncoalesced`", "H200"],

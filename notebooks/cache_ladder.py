@@ -13,33 +13,15 @@
 # %% [markdown]
 # # What do seed 003's withheld cache rows look like, and where does an LRU expert cache fall off a cliff?
 #
-# **Answer.** Calibrated to the two published pair points at M = 8 (20 GiB: 52.5 % hit,
-# 7.02 GiB/step; 80 GiB: 98.3 %, 0.25 GiB/step), a synthetic GLM-5-NVFP4 trace with strongly
-# skewed layers (Dirichlet α ≈ 0.32), mild stickiness (ρ ≈ 0.17) and a cache that arrives warm
-# (≈ 250 earlier tokens) predicts for the pair at M = 8 **about 89 % at 40 GiB (1.7 GiB/step)
-# and 98 % at 60 GiB (0.26 GiB/step)** per rank: past ~60 GiB a rank already holds every
-# expert the workload has touched, and the last 1.7 % are first touches that no LRU cache,
-# however large, avoids — so taking the cache past 80 GiB (the seed's FP8 plan) buys nothing
-# here. **One booster with all 288 experts and 20 GiB at M = 8 falls off the LRU cliff: ~0 %
-# hit, ~29.5 GiB streamed per step**, because one step's layer-ordered sweep (~47 experts × 75
-# layers ≈ 29.5 GiB) is larger than the cache, so LRU evicts each expert just before the next
-# step needs it (LFU, a static hot set or Belady would hit 40–60 %); at M = 1 the booster hits
-# about 45 % (2.8 GiB/step). The pair at 80 GiB stays near 98 % at M = 1, 16 and 32 (0.04, 0.40,
-# 0.56 GiB/step per rank). The published "GiB streamed/step" is per rank: it and the hit rate
-# imply 23.4 distinct experts per layer per rank, half the seed's "about 50". Bands are 5–95 %
-# over seeds and the fit's bootstrap; the structural choices (popularity family, what the warm
-# history means) move some rows far more and are shown as sensitivities. Every model number is
-# **projected**; the calibration points are **witnessed** (seed 003). The nine rows go to
-# `reports/cache_ladder/predictions.csv`. What changed with the one step model (issue 10): the
-# knobs now live in `data/fits/ladder-knobs.toml` (same values), and `moeroof plan`'s own cache is
-# this simulator run in steady state on traces drawn from a histogram's probabilities —
-# independent tokens, without the stickiness and warm history fitted here (`expert_split`,
-# section 5, puts the two side by side). The last
-# section redoes the calibration with the general `moeroof fit-routing` (issue 11) on the public
-# rows only — the two pair points' hit rates and GiB/step and the union of about 50 — predicts
-# every withheld row with 5–95 % bands into `reports/cache_ladder/predictions-fit-routing.csv`,
-# and sets its predictions beside the ones above: how far the two calibrations disagree is a
-# structural uncertainty neither band holds; its numbers are computed there.
+# Seed 003 is a lab report on a two-GB10 run of a GLM-5 MoE engine (288 experts, top-8): the
+# pair (two nodes, each a rank holding half the experts, with an LRU expert cache of C GiB) and
+# one booster (one GB10 machine holding every expert). It publishes two of the pair's cache
+# points at M = 8 streams and withholds the other rows of its ladder. Calibrated on the published
+# points, what hit rate and GiB streamed per step does each withheld row see — under LRU, LFU, a
+# pinned hot set, S3-FIFO or the offline optimum (Belady) — and where does LRU fall off a cliff?
+# The last sections recalibrate with the general `moeroof fit-routing` and ask whether one knob
+# set fitted on a single stream carries to a batch, on real captures. The answer, computed from
+# this run, follows the section on caches past 80 GiB.
 
 # %% tags=["parameters"]
 # fmt: off
@@ -71,11 +53,12 @@ from dataclasses import replace
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from IPython.display import display
+from IPython.display import Markdown, display
 
 import moeroof
 from moeroof.models.routing import histogram_from_trace
-from moeroof.present.plots import provenance_label, save_figure, style
+from moeroof.present import answers
+from moeroof.present.plots import plain_log_ticks, provenance_label, save_figure, show_table, style
 from moeroof.studies import ladder
 
 rng = np.random.default_rng(sum(map(ord, seed_name)))
@@ -148,7 +131,7 @@ knob_table = pd.DataFrame(
         "set by": ["union per layer at M=8", "20 GiB hit rate", "80 GiB hit rate", "fixed (off)"],
     }
 )
-knob_table.round(4)
+show_table(knob_table, digits=4)
 
 # %%
 if fit_result is not None:
@@ -186,6 +169,7 @@ if fit_result is not None:
             ax.plot(x, y, "o-", label=f"simulated, {fit_result.layers} layers × {len(fit_result.seeds)} seeds")
             ax.axhline(target, color="k", ls=":", label="target (seed 003, witnessed)")
             ax.set(xlabel=xl, ylabel=yl, xscale="log" if logx else "linear")
+            plain_log_ticks(ax)
             ax.legend(fontsize=7)
         fig.suptitle(f"knob search, pair at M=8 — {PROJ}", fontsize=9)
         fig.tight_layout()
@@ -241,7 +225,7 @@ print(
     "union implied by the published (hit, GiB) pairs, per rank:",
     [round(ladder.implied_rank_union(t.hit_rate, t.gib_streamed_per_step), 2) for t in ladder.CALIBRATION],
 )
-calibration.round(3)
+show_table(calibration)
 
 # %% [markdown]
 # ## Predictions of the withheld rows
@@ -274,7 +258,7 @@ pred = pd.DataFrame(
 )
 written = ladder.write_predictions(bands)
 print("wrote", written.name, "in", written.parent.name)
-pred.round(3)
+show_table(pred)
 
 # %% [markdown]
 # ## The ladder: hit rate and GiB per step against the cache, pair and booster at M = 8
@@ -340,6 +324,7 @@ with style():
         yscale="symlog",
         title=f"GiB streamed per step per rank (LRU)\n{PROJ}",
     )
+    plain_log_ticks(ax_g, "y")
     ax_h.legend(fontsize=7, loc="lower right")
     ax_g.legend(fontsize=7)
     fig.tight_layout()
@@ -378,6 +363,7 @@ with style():
         ylabel="LRU hit rate, %",
         title=f"the LRU cliff at one step's working set\n{PROJ}",
     )
+    plain_log_ticks(ax, "x")
     ax.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, "cache_ladder_cliff")
@@ -438,7 +424,10 @@ with style():
     fig.tight_layout()
     save_figure(fig, "cache_ladder_policies")
     plt.show()
-policy_table.pivot_table(index=["arrangement", "cache GiB/rank"], columns="policy", values="hit %").round(1)
+show_table(
+    policy_table.pivot_table(index=["arrangement", "cache GiB/rank"], columns="policy", values="hit %").reset_index(),
+    digits=3,
+)
 
 # %% [markdown]
 # ## What a cache past 80 GiB would buy (the seed's FP8 plan)
@@ -451,7 +440,7 @@ policy_table.pivot_table(index=["arrangement", "cache GiB/rank"], columns="polic
 # %%
 big_cases = [ladder.Case(f"pair-m8-{g:g}", 2, 8, g) for g in big_list]
 big_bands, _ = ladder.predict(draws, big_cases, run_seeds, layers=layers)
-pd.DataFrame(
+big_table = pd.DataFrame(
     [
         {
             "cache GiB/rank": b.case.cache_gib_per_rank,
@@ -465,7 +454,71 @@ pd.DataFrame(
         }
         for b in big_bands
     ]
-).round(3)
+)
+show_table(big_table)
+
+# %% tags=["answer"]
+calibrated_cases = {t.case.name for t in ladder.CALIBRATION}
+
+
+def working_set_gib(b) -> float:
+    return float(b.rank_union_per_layer * layers * item_gib)
+
+
+over = [b for b in bands if b.case.policy == "lru" and working_set_gib(b) > b.case.cache_gib_per_rank]
+cliff_band = min(over, key=lambda b: b.hit_rate) if over else None
+display(
+    Markdown(
+        answers.cache_ladder(
+            model="GLM-5-NVFP4",
+            layers=layers,
+            seeds=len(run_seeds),
+            knobs=knobs.label(),
+            refitted=fit,
+            calibration=[(t.case.name, t.hit_rate, t.gib_streamed_per_step) for t in ladder.CALIBRATION],
+            predictions=[
+                {
+                    "case": b.case.name,
+                    "hit": b.hit_rate,
+                    "hit_lo": b.hit_rate_lo,
+                    "hit_hi": b.hit_rate_hi,
+                    "gib": b.gib_streamed_per_step,
+                    "gib_lo": b.gib_lo,
+                    "gib_hi": b.gib_hi,
+                }
+                for b in bands
+                if b.case.name not in calibrated_cases
+            ],
+            cliff=None
+            if cliff_band is None
+            else {
+                "case": cliff_band.case.name,
+                "hit": cliff_band.hit_rate,
+                "gib": cliff_band.gib_streamed_per_step,
+                "working_set_gib": working_set_gib(cliff_band),
+                "cache_gib": cliff_band.case.cache_gib_per_rank,
+                "policies": {
+                    pb.case.policy: pb.hit_rate
+                    for pb in pol_bands
+                    if pb.case.name.startswith(cliff_band.case.name + "-") and pb.case.policy != "lru"
+                },
+            },
+            big_cache=(
+                big_bands[-1].case.cache_gib_per_rank,
+                big_bands[-1].hit_rate,
+                big_bands[-1].gib_streamed_per_step,
+            )
+            if big_bands
+            else None,
+            predictions_file=f"{written.parent.name}/{written.name}",
+            inputs={
+                "seed 003's published pair points": "witnessed",
+                "the routing knobs fitted to them and the traces sampled from them": "projected",
+                f"L = {layers} MoE layers": "assumed",
+            },
+        )
+    )
+)
 
 # %% [markdown]
 # ## Model-choice sensitivity (not in the bands above)
@@ -502,8 +555,14 @@ if sensitivity:
             for b in vb
         ]
     sens = pd.DataFrame(rows)
-    display(sens.pivot_table(index="case", columns="variant", values="hit %", sort=False).round(1))
-    display(sens.pivot_table(index="case", columns="variant", values="GiB/step/rank", sort=False).round(3))
+    for value in ("hit %", "GiB/step/rank"):
+        display(
+            show_table(
+                sens.pivot_table(index="case", columns="variant", values=value, sort=False)
+                .rename_axis(columns=None)
+                .reset_index()
+            )
+        )
 
 # %% [markdown]
 # ## An out-of-sample check: the summed firing histogram
@@ -543,7 +602,7 @@ hist_rows.append(
         "idle experts": 0,
     }
 )
-pd.DataFrame(hist_rows).round(1)
+show_table(pd.DataFrame(hist_rows))
 
 # %% [markdown]
 # ## Calibrated by `moeroof fit-routing` on the public rows only (issue 11)
@@ -564,8 +623,6 @@ pd.DataFrame(hist_rows).round(1)
 # rows only) and the `fit_knobs` means.
 
 # %%
-from IPython.display import Markdown  # noqa: E402
-
 rfit = ladder.fit_routing_predictions(
     seeds=range(routing_fit_seeds),
     bootstrap=routing_fit_bootstrap,
@@ -581,34 +638,39 @@ print(
 for note in rfit.fit.notes:
     print("note:", note)
 display(
-    pd.DataFrame(
-        [
-            {
-                "family": fam,
-                "fits": d["fits"],
-                "largest miss (tolerances)": d["max_abs_z"],
-                "residual S": d["residual"],
-                "knobs": d["label"],
-                "in the bands": d["contributes_to_bands"],
-            }
-            for fam, d in rfit.fit.families.items()
-        ]
-    ).round(3)
+    show_table(
+        pd.DataFrame(
+            [
+                {
+                    "family": fam,
+                    "fits": d["fits"],
+                    "largest miss (tolerances)": d["max_abs_z"],
+                    "residual S": d["residual"],
+                    "knobs": d["label"],
+                    "in the bands": d["contributes_to_bands"],
+                }
+                for fam, d in rfit.fit.families.items()
+            ]
+        )
+    )
 )
 display(
-    pd.DataFrame(
-        [
-            {
-                "calibration row": p.label(),
-                "measured": r["measured"],
-                "predicted": r["predicted"],
-                "5 %": r["low"],
-                "95 %": r["high"],
-            }
-            for p, r in zip(rfit.points, rfit.fit.rows)
-            if p.calibrates
-        ]
-    ).round(4)
+    show_table(
+        pd.DataFrame(
+            [
+                {
+                    "calibration row": p.label(),
+                    "measured": r["measured"],
+                    "predicted": r["predicted"],
+                    "5 %": r["low"],
+                    "95 %": r["high"],
+                }
+                for p, r in zip(rfit.points, rfit.fit.rows)
+                if p.calibrates
+            ]
+        ),
+        digits=4,
+    )
 )
 fr_table = pd.DataFrame(
     [
@@ -629,7 +691,7 @@ fr_table = pd.DataFrame(
 )
 fr_written = ladder.write_fit_routing_predictions(rfit)
 print("wrote", fr_written.name, "in", fr_written.parent.name)
-display(fr_table.round(2))
+display(show_table(fr_table))
 
 with style():
     fig, (ax_h, ax_g) = plt.subplots(1, 2, figsize=(12, 4.6))
@@ -743,21 +805,23 @@ for name, res in transfer.items():
     for note in res.notes:
         print("  note:", note)
     display(
-        pd.DataFrame(
-            [
-                {
-                    "row": r.label,
-                    "role": r.role,
-                    "measured": r.measured,
-                    "predicted": r.predicted,
-                    "5 %": r.low,
-                    "95 %": r.high,
-                    "error (points; experts for a union)": r.error,
-                    "inside": r.inside,
-                }
-                for r in res.rows
-            ]
-        ).round(3)
+        show_table(
+            pd.DataFrame(
+                [
+                    {
+                        "row": r.label,
+                        "role": r.role,
+                        "measured": r.measured,
+                        "predicted": r.predicted,
+                        "5 %": r.low,
+                        "95 %": r.high,
+                        "error (points; experts for a union)": r.error,
+                        "inside": r.inside,
+                    }
+                    for r in res.rows
+                ]
+            )
+        )
     )
 
 # %%

@@ -316,3 +316,47 @@ def test_expert_split_names_its_run_and_follows_the_inputs():
         "(baseline: one booster)",
         absent=("synthetic", "projected", "moeroof plan`"),
     )
+
+
+LADDER = dict(
+    model="toy-moe",
+    layers=6,
+    seeds=3,
+    knobs="dirichlet α=0.5",
+    refitted=False,
+    calibration=[("pair-a", 0.5, 7.0), ("pair-b", 0.98, 0.3)],
+    predictions=[
+        {"case": "pair-c", "hit": 0.9, "hit_lo": 0.88, "hit_hi": 0.92, "gib": 1.5, "gib_lo": 1.2, "gib_hi": 1.8}
+    ],
+    big_cache=(120.0, 0.983, 0.24),
+    predictions_file="run/predictions.csv",
+)
+
+
+def test_cache_ladder_names_its_run_the_rows_and_the_cliff():
+    cliff = {"case": "box-x", "hit": 0.001, "gib": 28.5, "working_set_gib": 29.0, "cache_gib": 20.0,
+             "policies": {"belady": 0.6}}  # fmt: skip
+    text = answers.cache_ladder(**LADDER, cliff=cliff, inputs={"points": "witnessed", "knobs": "projected"})
+    words(
+        text,
+        "**Answer.**",
+        "toy-moe",
+        "seed 003 (a lab report",
+        "pair-a (50.0 % hit, 7 GiB/step)",
+        "dirichlet α=0.5",
+        "stored from the fit",
+        "L = 6 layers",
+        "over 3 seeds",
+        "pair-c 90.0 % hit (88.0 %–92.0 %), 1.5 GiB/step (1.2–1.8)",
+        "run/predictions.csv",
+        "cliff at box-x",
+        "29 GiB",
+        "belady 60 %",
+        "120 GiB",
+        "projected",
+        absent=("synthetic",),
+    )
+    none = answers.cache_ladder(
+        **{**LADDER, "refitted": True, "big_cache": None}, cliff=None, inputs={"points": "witnessed"}
+    )
+    words(none, "refitted in this run", "No predicted row falls off", absent=("projected", "synthetic", "120 GiB"))

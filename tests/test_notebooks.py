@@ -99,6 +99,21 @@ ANSWER_CHECKS: dict[str, dict] = {
     },
     "levers": {"names": ["glm-5.2", "nvme-gen4", "epyc-server", "8 agents"], "synthetic": False, "projected": True},
     "regime_map": {"names": ["glm-5.2", "nvme-gen4", "epyc-server", "B = 1…64"], "synthetic": False, "projected": True},
+    # layers, seeds and fit are the small run's own; the traces are sampled by the suite, not a data file
+    "cache_ladder": {
+        "names": [
+            "L = 4 layers",
+            "over 2 seeds",
+            "refitted in this run",
+            "pair-m8-40",
+            "booster-m8-20",
+            "predictions.csv",
+            "seed 003 (",
+            "LRU falls off its cliff",
+        ],
+        "synthetic": False,
+        "projected": True,
+    },  # fmt: skip
     # relabel_draws, trace_seeds and trace_layers are the small run's own; the histograms are synthetic
     "expert_split": {
         "names": [
@@ -152,6 +167,26 @@ def check_answer(stem: str, text: str, checks: dict) -> None:
             )
 
 
+def test_every_notebook_has_an_answer_cell_and_answer_checks():
+    """Every notebook displays its answer from one cell tagged ``answer``, and the small-parameter
+    run checks it (ANSWER_CHECKS): a notebook without either fails here, without running it."""
+    no_cell, several = [], []
+    for path in NOTEBOOKS:
+        tagged = [c for c in jupytext.read(path).cells if ANSWER_TAG in c.get("metadata", {}).get("tags", [])]
+        if not tagged:
+            no_cell.append(path.stem)
+        elif len(tagged) > 1 or tagged[0].cell_type != "code":
+            several.append(path.stem)
+    assert not no_cell, f"no cell tagged {ANSWER_TAG!r} in: {no_cell}"
+    assert not several, f"expected exactly one code cell tagged {ANSWER_TAG!r} in: {several}"
+    unchecked = [p.stem for p in NOTEBOOKS if p.stem not in ANSWER_CHECKS]
+    assert not unchecked, f"add ANSWER_CHECKS entries in {__file__} for: {unchecked}"
+    for stem, checks in ANSWER_CHECKS.items():
+        assert checks.get("names") and {"synthetic", "projected"} <= set(checks), (
+            f"ANSWER_CHECKS[{stem!r}] must name parameters and say whether 'synthetic' and 'projected' appear"
+        )
+
+
 def test_every_notebook_has_small_parameters():
     missing = [p.stem for p in NOTEBOOKS if p.stem not in SMALL_PARAMETERS]
     assert not missing, f"add SMALL_PARAMETERS entries in {__file__} for: {missing}"
@@ -188,8 +223,7 @@ def test_notebook_runs_and_saves_a_figure(path, tmp_path, monkeypatch):
     assert out.is_file()
     saved = sorted(p.name for p in figures.glob("*")) if figures.is_dir() else []
     assert saved, f"{path.name} saved no figure through moeroof.present.plots.save_figure"
-    if path.stem in ANSWER_CHECKS:
-        check_answer(path.stem, answer_text(out), checks)
+    check_answer(path.stem, answer_text(out), checks)
 
 
 def test_no_ipynb_tracked_in_notebooks():

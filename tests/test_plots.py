@@ -148,3 +148,15 @@ def test_show_table_hides_the_index_and_writes_percentages():
     ).to_html()
     assert "50.0 %" in html and "12.3 %" in html and "1.23" in html
     assert 'class="row_heading' not in html  # no index column
+
+
+def test_plain_log_ticks_labels_a_symlog_axis_plainly():
+    fig, ax = plt.subplots()
+    ax.plot([0, 100], [0, 30])
+    ax.set_yscale("symlog")
+    plots.plain_log_ticks(ax, "y")
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert {"0", "1", "10"} <= set(labels), labels
+    assert not any("10^" in x or "×" in x or "$" in x for x in labels)
+    plt.close(fig)

@@ -362,33 +362,60 @@ def regime_map(
 def cache_ladder(
     *,
     model: str,
-    streams: int,
-    calibration: str,
-    predictions: Sequence[tuple[str, float, float]],
-    cliff: tuple[str, float, float] | None,
+    layers: int,
+    seeds: int,
     knobs: str,
-    trace_provenance: str,
-    calibration_provenance: str,
+    refitted: bool,
+    calibration: Sequence[tuple[str, float, float]],
+    predictions: Sequence[Mapping[str, object]],
+    cliff: Mapping[str, object] | None,
+    big_cache: tuple[float, float, float] | None,
+    predictions_file: str,
+    inputs: Mapping[str, str],
+    synthetic: Iterable[str] = (),
 ) -> str:
-    """cache_ladder: predicted hit rate and GiB streamed per step for each withheld row.
+    """cache_ladder: predicted hit rate and GiB streamed per step for each withheld row, and the LRU cliff.
 
-    ``predictions`` are (row label, hit rate, GiB per step) at ``streams`` streams; ``cliff`` the
-    LRU cliff row, if any, as the same triple.
+    ``calibration`` are the witnessed points (case, hit rate, GiB per step per rank) the knobs
+    were fitted to; ``predictions`` one mapping per withheld case with ``case``, ``hit``,
+    ``hit_lo``, ``hit_hi`` (shares), ``gib``, ``gib_lo``, ``gib_hi``; ``cliff`` the case where
+    LRU falls off its cliff (``case``, ``hit``, ``gib``, ``working_set_gib``, ``cache_gib`` and
+    ``policies``, other policies' hit rates there), or None when no case does; ``big_cache``
+    (largest cache GiB per rank, hit rate, GiB per step) past the calibrated range.
     """
-    rows = "; ".join(f"{label}: {pct(h)} hit, {fmt(g)} GiB/step" for label, h, g in predictions)
+    cal = _join([f"{case} ({pct(h, 1)} hit, {fmt(g)} GiB/step)" for case, h, g in calibration])
+    rows = "; ".join(
+        f"{p['case']} {pct(p['hit'], 1)} hit ({pct(p['hit_lo'], 1)}–{pct(p['hit_hi'], 1)}), {fmt(p['gib'])} GiB/step "
+        f"({fmt(p['gib_lo'])}–{fmt(p['gib_hi'])})"
+        for p in predictions
+    )
+    how = "refitted in this run" if refitted else "stored from the fit"
     text = (
-        f"**Answer.** Calibrated on {calibration} (knobs {knobs}), synthetic {model} traces predict for M = "
-        f"{streams} streams: {rows}. "
+        f"**Answer.** Calibrated on the points seed 003 (a lab report on a two-GB10 run of a {model} engine: "
+        f"its pair of nodes, each with an LRU expert cache) published — {cal} — the routing knobs ({knobs}; "
+        f"{how}) drive traces of L = {layers} layers whose exact LRU simulation predicts each withheld row, per "
+        f"rank, as the mean over {seeds} seeds with its 5–95 % band: {rows}. These rows are written to "
+        f"`{predictions_file}`. "
     )
     if cliff is not None:
-        label, h, g = cliff
-        text += (
-            f"LRU falls off its cliff at {label}: {pct(h)} hit, {fmt(g)} GiB streamed per step, because one step's "
-            "layer-ordered sweep is larger than the cache. "
+        others = cliff.get("policies") or {}
+        alt = (
+            " (the other policies there: " + ", ".join(f"{k} {pct(v)}" for k, v in others.items()) + ")"
+            if others
+            else ""
         )
-    inputs = {"calibration points": calibration_provenance, "traces": trace_provenance}
-    synth = ["the traces"] if is_synthetic(trace_provenance) else []
-    return text + provenance_sentence(inputs, synthetic=synth)
+        text += (
+            f"LRU falls off its cliff at {cliff['case']}: {pct(cliff['hit'], 1)} hit and {fmt(cliff['gib'])} GiB "
+            f"streamed per step, because one step's layer-ordered sweep ({fmt(cliff['working_set_gib'])} GiB) is larger "
+            f"than the {fmt(cliff['cache_gib'])} GiB cache, so LRU evicts each expert just before the next step needs "
+            f"it{alt}. "
+        )
+    else:
+        text += "No predicted row falls off LRU's cliff (every per-step working set fits its cache). "
+    if big_cache is not None:
+        g, h, gib = big_cache
+        text += f"At {fmt(g)} GiB per rank the pair hits {pct(h, 1)} ({fmt(gib)} GiB/step). "
+    return text + provenance_sentence(inputs, synthetic=synthetic)
 
 
 def expert_split(

@@ -146,7 +146,8 @@ def plain_log_ticks(ax, axis: str = "both") -> None:
 
     Major ticks at 1, 2, 5 per decade get plain labels (``ScalarFormatter`` without an offset or
     scientific notation; small values keep their decimals), minor labels are switched off.
-    ``axis`` is ``"x"``, ``"y"`` or ``"both"``; a linear axis is left alone.
+    ``axis`` is ``"x"``, ``"y"`` or ``"both"``; a ``symlog`` axis keeps its ticks and gets the
+    same plain labels (0 included); a linear axis is left alone.
     """
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
@@ -157,9 +158,17 @@ def plain_log_ticks(ax, axis: str = "both") -> None:
             return f"{value:,.0f}" if value >= 1e4 else f"{value:g}"
         return f"{value:.6g}"
 
+    def signed(value, _pos=None):
+        return "0" if value == 0 else ("−" if value < 0 else "") + plain(abs(value))
+
     axes = {"x": (ax.xaxis, ax.get_xscale), "y": (ax.yaxis, ax.get_yscale)}
     for name in ("x", "y") if axis == "both" else (axis,):
         which, scale = axes[name]
+        if scale() == "symlog":
+            # keep matplotlib's symlog ticks (0, ±1, ±10 …), label them plainly, 0 included
+            which.set_major_formatter(FuncFormatter(signed))
+            which.set_minor_formatter(NullFormatter())
+            continue
         if scale() != "log":
             continue
         lo, hi = sorted(ax.get_xlim() if name == "x" else ax.get_ylim())

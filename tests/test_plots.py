@@ -160,3 +160,16 @@ def test_plain_log_ticks_labels_a_symlog_axis_plainly():
     assert {"0", "1", "10"} <= set(labels), labels
     assert not any("10^" in x or "×" in x or "$" in x for x in labels)
     plt.close(fig)
+
+
+def test_show_table_html_is_the_same_on_every_render():
+    """pandas gives each Styler a random table id; a report rendered twice must not differ by it."""
+    import pandas as pd
+
+    from moeroof.present.plots import show_table
+
+    df = pd.DataFrame({"B": [1, 8], "hit": [0.25, 0.5]})
+    first, second = show_table(df, percent=["hit"]).to_html(), show_table(df.copy(), percent=["hit"]).to_html()
+    assert first == second
+    other = show_table(pd.DataFrame({"B": [1, 8], "hit": [0.25, 0.75]}), percent=["hit"]).to_html()
+    assert other != first

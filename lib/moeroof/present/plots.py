@@ -9,6 +9,7 @@ the same directory, then ``os.replace``) so a crash mid-render leaves the old fi
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from collections.abc import Iterator
@@ -215,4 +216,6 @@ def show_table(df, *, percent=(), digits: int = 3):
 
     formats = {c: number for c in df.columns}
     formats.update({c: (lambda x: "–" if pd.isna(x) else f"{100 * x:.1f} %") for c in percent})
-    return df.style.format(formats).hide(axis="index")
+    # pandas gives every Styler a random table id; a content hash keeps reports byte-stable
+    uuid = hashlib.sha256(df.to_csv().encode()).hexdigest()[:10]
+    return df.style.set_uuid(uuid).format(formats).hide(axis="index")

@@ -173,3 +173,12 @@ def test_show_table_html_is_the_same_on_every_render():
     assert first == second
     other = show_table(pd.DataFrame({"B": [1, 8], "hit": [0.25, 0.75]}), percent=["hit"]).to_html()
     assert other != first
+
+
+def test_show_table_text_form_has_no_memory_address():
+    import pandas as pd
+
+    from moeroof.present.plots import show_table
+
+    t = show_table(pd.DataFrame({"B": [1, 8], "hit": [0.25, 0.5]}), percent=["hit"])
+    assert " at 0x" not in repr(t) and "25.0 %" in repr(t) and "B" in repr(t)

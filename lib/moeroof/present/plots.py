@@ -194,9 +194,30 @@ def pvalue_text(p: float, sims: int) -> str:
     return f"{p:.3g}"
 
 
-def show_table(df, *, percent=(), digits: int = 3):
+class Table:
+    """A formatted table for a notebook: HTML from a pandas Styler, plain text without the index.
+
+    Not the Styler itself, because a Styler's text form carries its memory address, which
+    would make every render of a report differ.
+    """
+
+    def __init__(self, styler, text: str) -> None:
+        self.styler = styler
+        self.text = text
+
+    def to_html(self) -> str:
+        return self.styler.to_html()
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def show_table(df, *, percent=(), digits: int = 3) -> Table:
     """A DataFrame for display: no index column, columns in ``percent`` (shares in [0, 1]) as %,
-    floats to ``digits`` significant figures; returns a pandas Styler (renders as HTML)."""
+    floats to ``digits`` significant figures; returns a :class:`Table` (renders as HTML)."""
     import pandas as pd
 
     percent = [c for c in percent if c in df.columns]
@@ -218,4 +239,6 @@ def show_table(df, *, percent=(), digits: int = 3):
     formats.update({c: (lambda x: "–" if pd.isna(x) else f"{100 * x:.1f} %") for c in percent})
     # pandas gives every Styler a random table id; a content hash keeps reports byte-stable
     uuid = hashlib.sha256(df.to_csv().encode()).hexdigest()[:10]
-    return df.style.set_uuid(uuid).format(formats).hide(axis="index")
+    styler = df.style.set_uuid(uuid).format(formats).hide(axis="index")
+    text = df.to_string(index=False, formatters=formats)
+    return Table(styler, text)

@@ -54,7 +54,7 @@ def add_parser(subparsers: Any) -> None:
         help="simulate an expert cache policy on a trace: hits, misses, bytes streamed per step",
         description=(
             "Replay a trace's request stream (each step requests the batch's union of experts "
-            "layer by layer, ascending id within a layer) through one cache policy (SPEC §5)."
+            "layer by layer, ascending id within a layer) through one cache policy (the design document, SPEC.md §5: caches)."
         ),
     )
     p.add_argument("path", metavar="TRACE", help="trace .npz / .npy")

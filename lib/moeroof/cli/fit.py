@@ -147,7 +147,7 @@ def print_fit(rep: dict[str, Any]) -> None:
     for note in rep.get("notes", []):
         print(f"note: {note}")
     if rep.get("layers_summed"):
-        print("note: histogram summed over layers: per-layer skew averages out (SPEC §3)")
+        print("note: histogram summed over layers: per-layer skew averages out, so the fit understates it")
 
 
 def run(args: argparse.Namespace) -> int:

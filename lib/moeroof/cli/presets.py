@@ -145,7 +145,9 @@ def print_presets(rep: dict[str, Any]) -> None:
         + ", ".join(f"{counts[t]} {t}" for t in _TAG_LETTER)
         + " numbers in all"
     )
-    print("results derived from any p or a input are projected (SPEC §2); sources: moeroof presets --json")
+    print(
+        "results derived from any p or a input are projected (never served as measurements); sources: moeroof presets --json"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

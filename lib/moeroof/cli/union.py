@@ -108,7 +108,7 @@ def union_report(args: argparse.Namespace) -> dict[str, Any]:
             if data.layers_summed:
                 notes.append(
                     "histogram summed over layers: per-layer skew averages out, so this union "
-                    "overstates the per-layer union (SPEC §3); prefer per-layer data"
+                    "overstates the per-layer union (one pseudo-layer mixes every layer's hot set); prefer per-layer data"
                 )
             if any(m == "extrapolation" for m in curve.method):
                 notes.append(

@@ -287,7 +287,7 @@ def split_report(
         )
     if hist.layers > 1:
         notes.append(
-            f"one partition for all {hist.layers} layers (expert id → rank, as in seed 003); "
+            f"one partition for all {hist.layers} layers (expert id → rank, as in seed 003, the two-GB10 lab report); "
             "EPLB's balanced_packing would pack each layer separately"
         )
     if not matches and method in ("weighted", "bytes"):

@@ -111,7 +111,15 @@ def test_tables(capsys):
     for col in ("E", "K", "layers", "expert MB", "non-routed GB", "KV KiB/token", "GFLOP/token"):
         assert col in head_m
     head_h = next(ln for ln in lines if ln.startswith("hardware ") and "RAM GiB" in ln)
-    for col in ("RAM GiB", "mem GB/s", "TFLOP/s", "SSD GB/s @128KiB", "SSD GB/s @8MiB", "link GB/s"):
+    for col in (
+        "RAM GiB",
+        "mem GB/s",
+        "TFLOP/s",
+        "experts from",
+        "stream GB/s @128KiB",
+        "stream GB/s @8MiB",
+        "fabric GB/s",
+    ):
         assert col in head_h
     for name in ISSUE_MODELS | ISSUE_HARDWARE:
         assert any(ln.split()[:1] == [name] for ln in lines), name
@@ -122,13 +130,15 @@ def test_tables(capsys):
     assert glm[7:9] == ["19.0", "w"]
     # nvme-gen4: 4.13 GB/s at 8 MiB (moe-fit), 0.85 at 128 KiB (interpolated → projected)
     gen4 = next(ln.split() for ln in lines if ln.startswith("nvme-gen4 "))
-    assert gen4[7:11] == ["0.85", "p", "4.13", "p"]
-    assert gen4[-1] == "-"  # no link
+    assert gen4[7:12] == ["ssd", "0.85", "p", "4.13", "p"]
+    h200 = next(ln.split() for ln in lines if ln.startswith("h200-pcie-offload "))
+    assert h200[7] == "pcie", "the H200 preset streams its experts over PCIe, not from an SSD"
+    assert gen4[-1] == "-"  # no fabric
     # measured host→device curve read between its measured points: interpolated → projected
     h200 = next(ln.split() for ln in lines if ln.startswith("h200-pcie-offload "))
     hw = load_hardware("h200-pcie-offload")
     expected = [f"{hw.ssd_bandwidth(128 * 1024) / 1e9:.2f}", "p", f"{hw.ssd_bandwidth(8 * 1024**2) / 1e9:.2f}", "p"]
-    assert h200[7:11] == expected
+    assert h200[8:12] == expected
     # the counts in the legend add up to every tagged number
     rep = _run_json()
     total = sum(len(e["provenance"]) for kind in rep.values() for e in kind.values())

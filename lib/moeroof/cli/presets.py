@@ -60,8 +60,8 @@ def presets_report() -> dict[str, Any]:
                 name: _preset_entry(load_model(path), list(MODEL_FIELDS)) for name, path in shipped["models"].items()
             },
             "hardware": {
-                name: _preset_entry(load_hardware(path), list(HARDWARE_FIELDS))
-                for name, path in shipped["hardware"].items()
+                name: {**_preset_entry(hw, list(HARDWARE_FIELDS)), "link": hw.link}
+                for name, hw in ((n, load_hardware(p)) for n, p in shipped["hardware"].items())
             },
         }
     )
@@ -125,14 +125,28 @@ def print_presets(rep: dict[str, Any]) -> None:
                 cell(h, "ram_bytes", "GiB", 1),
                 cell(h, "bw_mem_bytes_per_s", "GB/s", 1),
                 cell(h, "flops_per_s", "TFLOP/s", 1),
+                h.get("link", "ssd"),
                 ssd_cell(h, 128 * KiB),
                 ssd_cell(h, 8 * MiB),
                 cell(h, "bw_link_bytes_per_s", "GB/s", 1),
             ]
         )
     print("hardware (data/presets/hardware)")
-    headers = ["hardware", "RAM GiB", "mem GB/s", "TFLOP/s", "SSD GB/s @128KiB", "SSD GB/s @8MiB", "link GB/s"]
-    print(table(headers, rows, "<>>>>>>"))
+    headers = [
+        "hardware",
+        "RAM GiB",
+        "mem GB/s",
+        "TFLOP/s",
+        "experts from",
+        "stream GB/s @128KiB",
+        "stream GB/s @8MiB",
+        "fabric GB/s",
+    ]
+    print(table(headers, rows, "<>>><>>>"))
+    print(
+        "experts from: what the step model's streaming term reads through (ssd, pcie, host-link, page-cache); "
+        "fabric: the link between boxes of a multi-node run"
+    )
     print()
     counts = {tag: 0 for tag in _TAG_LETTER}
     for kind in ("models", "hardware"):

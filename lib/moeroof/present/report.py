@@ -173,6 +173,10 @@ def execute(path: Path, parameters: dict | None = None) -> nbformat.NotebookNode
             language="python",  # a percent notebook may carry no kernelspec; injecting parameters needs it
             cwd=str(path.parent),
             progress_bar=False,
+            # the kernel's own log (a TCP-transport warning on every start, an interrupt at
+            # shutdown) is noise between the progress lines; a cell's error still ends the
+            # render through papermill, with its cell and message
+            extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
         )
     except PapermillExecutionError as err:
         raise NotebookFailed(f"{path.name}: cell [{err.exec_count}] raised {err.ename}: {err.evalue}") from None

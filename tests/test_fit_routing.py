@@ -265,3 +265,19 @@ def test_table_says_off_for_an_infinite_locality_bound(capsys):
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.strip().startswith("locality_c"))
     assert "off" in line.split("fitted")[0] and line.rstrip().endswith("[40.000, off]"), line
+
+
+def test_fit_routing_progress_counts_its_stages():
+    """The progress callback sees every stage in order and ends at its total; it changes no result."""
+    from moeroof.data.points import Point
+    from moeroof.models.fit_routing import fit_routing
+
+    points = [Point(kind="union", batch=4, value=9.0), Point(kind="union", batch=1, value=None)]
+    seen = []
+    kw = dict(seeds=(0,), bootstrap=2, timed_steps=4, max_sim_layers=2)
+    with_progress = fit_routing(points, 16, 4, 2, progress=lambda d, t, w: seen.append((d, t, w)), **kw)
+    without = fit_routing(points, 16, 4, 2, **kw)
+    assert with_progress.to_dict() == without.to_dict()
+    done = [d for d, _, _ in seen]
+    assert done == sorted(done) and seen[-1][0] == seen[-1][1] and seen[-1][2] == "done"
+    assert any(w.endswith(": fit") for _, _, w in seen) and any(w == "bands" for _, _, w in seen)

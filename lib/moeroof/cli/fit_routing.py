@@ -17,6 +17,7 @@ import argparse
 from typing import Any
 
 from moeroof.cli.common import (
+    Progress,
     UsageError,
     add_output_arguments,
     emit,
@@ -66,9 +67,21 @@ def fit_routing_report(args: argparse.Namespace) -> dict[str, Any]:
     from moeroof.models.fit_routing import fit_routing
 
     points = read_points(input_path(args.path), experts=experts, expert_bytes=expert_bytes)
-    result = fit_routing(
-        points, experts, top_k, layers, expert_bytes, seeds=range(seeds), bootstrap=bootstrap, timed_steps=timed
-    )
+    progress = Progress("fit-routing")
+    try:
+        result = fit_routing(
+            points,
+            experts,
+            top_k,
+            layers,
+            expert_bytes,
+            seeds=range(seeds),
+            bootstrap=bootstrap,
+            timed_steps=timed,
+            progress=progress,
+        )
+    finally:
+        progress.close()
     rep = jsonable(result.to_dict())
     rep["source"] = str(args.path)
     rep["provenance"] = "projected"

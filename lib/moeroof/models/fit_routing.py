@@ -114,7 +114,7 @@ fits, the best one alone gives the band, and a note says so.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -922,9 +922,22 @@ def fit_routing(
     max_sim_layers: int = 16,
     max_history: int = 2048,
     level: tuple[float, float] = (0.05, 0.95),
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> RoutingFit:
     """Fit the routing knobs jointly to the calibration points (rows with a value), one fit per
-    family, and predict every point with 5–95 % bands (module docstring for the method)."""
+    family, and predict every point with 5–95 % bands (module docstring for the method).
+
+    ``progress(done, total, what)``, when given, is called as each stage starts (a family's fit,
+    its bootstrap, the bands) and at the end; it changes no result."""
+    stages = 2 * len(families) + 1
+    stage = 0
+
+    def report(what: str) -> None:
+        nonlocal stage
+        if progress is not None:
+            progress(min(stage, stages), stages, what)
+        stage += 1
+
     points = list(points)
     if not points or not any(p.calibrates for p in points):
         raise ValueError("no calibration point: at least one point needs a value")
@@ -942,7 +955,10 @@ def fit_routing(
         polish=40,
         refit=REFIT_EVALS,
     )
-    problems = [_fit_family(f, points, experts, top_k, layers, expert_bytes, **kw) for f in families]
+    problems = []
+    for f in families:
+        report(f"{f}: fit")
+        problems.append(_fit_family(f, points, experts, top_k, layers, expert_bytes, **kw))
     best_i = min(range(len(problems)), key=lambda i: problems[i][1].residual)
     notes: list[str] = []
     chosen = [i for i, (_, f) in enumerate(problems) if f.fits]
@@ -953,10 +969,11 @@ def fit_routing(
             f"({problems[best_i][1].family}) alone"
         )
     # the bootstrap only where its draws are used: the families of the bands and the chosen one
-    fits = [
-        _bootstrap(prob, f, seeds, int(bootstrap), REFIT_EVALS, level) if i in chosen or i == best_i else f
-        for i, (prob, f) in enumerate(problems)
-    ]
+    fits = []
+    for i, (prob, f) in enumerate(problems):
+        report(f"{f.family}: bootstrap ({bootstrap})" if i in chosen or i == best_i else f"{f.family}: no bootstrap")
+        fits.append(_bootstrap(prob, f, seeds, int(bootstrap), REFIT_EVALS, level) if i in chosen or i == best_i else f)
+    report("bands")
     best = fits[best_i]
     contributing = [fits[i] for i in chosen]
     for f in fits:
@@ -1044,6 +1061,7 @@ def fit_routing(
         "of its bootstrap draws, each simulated at its own seed (parameter + run-to-run noise); the envelope "
         "over the families (family uncertainty)",
     }
+    report("done")
     return RoutingFit(
         family=best.family,
         knobs=knobs,

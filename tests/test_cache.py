@@ -361,6 +361,33 @@ def test_s3fifo_and_arc_equal_references(lookup):
             assert got.tolist() == ref_arc(items, cap, st).tolist(), cap
 
 
+@pytest.mark.parametrize("policy", cache.POLICIES)
+@pytest.mark.parametrize("scope", ["global", "layer"])
+def test_a_huge_capacity_hits_as_a_cache_of_every_distinct_item(policy, scope):
+    # issue 13: ARC at 2**63 experts overflowed its integer capacity and hit nothing
+    for _, _, req in cases(f"huge-{policy}-{scope}", n=4, experts=10, layers=2):
+        distinct = int(np.unique(req.items).size)
+        if scope == "layer":  # every layer's cache holds the most distinct items any layer has
+            distinct = req.layers * max(int(np.unique(req.items[req.layer == l]).size) for l in range(req.layers))
+        full = simulate(req, distinct, policy=policy, scope=scope, return_hits=True)
+        for huge in (distinct + 1, 10**6, 2**53, 2**63, 1e300):
+            res = simulate(req, huge, policy=policy, scope=scope, return_hits=True)
+            assert res.request_hits.tolist() == full.request_hits.tolist(), huge
+            assert res.hits == full.hits > 0
+        lru = simulate(req, 2**63, policy="lru", scope=scope)
+        assert full.hits == lru.hits or policy == "static"  # nothing is evicted: every re-reference hits
+
+
+def test_a_huge_capacity_in_bytes_never_evicts():
+    for _, _, req in cases("huge-bytes", n=3):
+        sizes = np.linspace(1.0, 3.7, req.n_items)
+        want = simulate(req, 2**63, policy="lru").hits
+        for policy in ("lru", "lfu", "belady", "s3fifo", "static"):
+            for cap in (2.0 * float(sizes.sum()), 1e300):
+                res = simulate(req, cap, policy=policy, capacity_unit="bytes", item_bytes=sizes)
+                assert res.hits == want, (policy, cap)
+
+
 def test_bytes_capacity_with_unequal_sizes():
     for rng, _, req in cases("bytes", n=8):
         size = rng.integers(1, 6, size=req.experts).astype(float)  # bytes per expert

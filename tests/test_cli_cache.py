@@ -69,6 +69,15 @@ def test_cache_json_contract(capsys, requests, policy):
         assert rep["oracle"] and any("oracle" in n for n in rep["notes"])
 
 
+@pytest.mark.parametrize("policy", cache.POLICIES)
+def test_cache_a_capacity_of_2_to_the_63_experts_holds_everything(capsys, policy):
+    # issue 13: arc gave hit rate 0.0 here (its integer capacity overflowed), every other ~0.98
+    big = run_json(capsys, ["cache", str(TRACE), "--policy", policy, "--capacity-experts", str(2**63)])
+    full = run_json(capsys, ["cache", str(TRACE), "--policy", policy, "--capacity-experts", str(48 * 128)])
+    assert big["capacity_experts"] == 2**63
+    assert big["hits"] == full["hits"] and big["hit_rate"] > 0.9
+
+
 def test_cache_in_gib_streams_bytes(capsys, requests):
     eb = 9 * 2**20
     rep = run_json(

@@ -802,6 +802,22 @@ def _groups(scope: str, capacity: float, unit: str, layers: int, experts: int):
     return group, cap
 
 
+def _clamp_capacity(cap, group, occ, items, n_items, unit, *, everything=False) -> np.ndarray:
+    """Each group's capacity, capped at what its distinct requested items occupy (every item of
+    the group with ``everything``: a pinned hot set may rank items the stream never requests).
+
+    A cache that holds every item it will ever see never evicts, so any larger capacity gives
+    the same hits; the cap keeps the kernels' integer arithmetic in range (a capacity of 2^63
+    experts overflowed ARC's list lengths and it hit nothing). In bytes the cap is twice the
+    total, so that float rounding in the kernels' running sums can never make it bind.
+    """
+    present = np.ones(n_items, dtype=bool) if everything else np.bincount(items, minlength=n_items) > 0
+    need = np.bincount(group[present], weights=occ[present], minlength=cap.size)[: cap.size]
+    if unit == "bytes":
+        need = 2.0 * need
+    return np.minimum(cap, need)
+
+
 def _pinned_mask(pinned, group, cap, occ, n_items) -> np.ndarray:
     """Greedy fill of each group's cache with the top-ranked items that fit."""
     p = np.asarray(pinned)
@@ -881,6 +897,7 @@ def simulate(
     items = np.ascontiguousarray(requests.items, dtype=np.int64)
     if items.size and (items.min() < 0 or items.max() >= n_items):
         raise ValueError(f"request item ids must lie in [0, {n_items})")
+    cap = _clamp_capacity(cap, group, occ, items, n_items, capacity_unit, everything=policy == "static")
     start = lookup_starts(requests, lookup)
     notes: list[str] = []
     if policy == "lru":

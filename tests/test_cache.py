@@ -655,3 +655,161 @@ def test_kernels_run_from_a_read_only_install(tmp_path):
     finally:
         for p in [site, *site.rglob("*")]:
             p.chmod(0o755)
+
+
+# ----------------------------------------------------------------------------- the embedded trace
+
+# Every policy, scope and lookup on the embedded trace (242 037 requests) against pure-Python
+# references: the request stream, the hit flags, the per-step counts and the LRU curve must stay
+# exactly what these loops give whatever the simulator does to save memory (issue 13.5).
+EMBEDDED = Path(__file__).resolve().parents[1] / "data" / "traces" / "qwen3-30b-a3b-like.npz"
+EMBEDDED_CAP = {"global": 1000, "layer": 12}  # items per cache: both evict on every step
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    from moeroof.data.io import read_trace
+
+    t = read_trace(EMBEDDED)
+    return t, requests_from_trace(t.topk, t.experts)
+
+
+def heap_ref_lfu(items, cap, starts):
+    """Perfect LFU, ties to the least recently used: ref_lfu with a lazy heap (same choices)."""
+    import heapq
+
+    freq, last, cached, heap, hits, pre = {}, {}, set(), [], [], {}
+    for t, x in enumerate(items):
+        freq[x] = freq.get(x, 0) + 1
+        last[x] = t
+        hits.append(judged(items, starts, t, lambda y: y in cached, pre))
+        if x not in cached and cap >= 1:
+            while len(cached) + 1 > cap:
+                f, tl, v = heapq.heappop(heap)
+                if v in cached and (f, tl) == (freq[v], last[v]):
+                    cached.remove(v)
+            cached.add(x)
+        if x in cached:
+            heapq.heappush(heap, (freq[x], t, x))
+    return np.array(hits, dtype=bool)
+
+
+def heap_ref_belady(items, cap, starts):
+    """MIN with bypass: ref_belady with next uses by a backward scan and a lazy max-heap."""
+    import heapq
+
+    n = len(items)
+    nxt, seen = [n] * n, {}
+    for t in range(n - 1, -1, -1):
+        nxt[t] = seen.get(items[t], n)
+        seen[items[t]] = t
+    c, heap, hits, pre = {}, [], [], {}
+    for t, x in enumerate(items):
+        hits.append(judged(items, starts, t, lambda y: y in c, pre))
+        if x not in c:
+            if cap < 1:
+                continue
+            while len(c) + 1 > cap:
+                while c.get(heap[0][1]) != -heap[0][0]:
+                    heapq.heappop(heap)  # stale entry
+                if -heap[0][0] <= nxt[t]:
+                    break
+                del c[heapq.heappop(heap)[1]]
+            if len(c) + 1 > cap:
+                continue
+        c[x] = nxt[t]
+        heapq.heappush(heap, (-nxt[t], x))
+    return np.array(hits, dtype=bool)
+
+
+def ref_static(items, cap, starts):
+    """The ``cap`` most requested items (ties: lower id) pinned, each loaded on first use."""
+    counts = {}
+    for x in items:
+        counts[x] = counts.get(x, 0) + 1
+    hot = set(sorted(counts, key=lambda x: (-counts[x], x))[: int(cap)])
+    seen, hits = set(), []
+    for x in items:
+        hits.append(x in hot and x in seen)
+        seen.add(x)
+    return np.array(hits, dtype=bool)
+
+
+EMBEDDED_REFS = {
+    "lru": lambda items, cap, st: ref_lru(items, {0: cap}, lambda x: 0, unit_sizes(max(items) + 1), st),
+    "lfu": heap_ref_lfu,
+    "belady": heap_ref_belady,
+    "s3fifo": ref_s3fifo,
+    "arc": ref_arc,
+    "static": ref_static,
+}
+
+
+def test_heap_references_equal_the_plain_ones():
+    for _, _, req in cases("heap-refs", n=6):
+        items = req.items.tolist()
+        size = unit_sizes(req.n_items)
+        for lookup in cache.LOOKUPS:
+            st = ref_lookup_starts(req, lookup)
+            for cap in (0, 1, 3, 8):
+                group_of, cap_of = groups_of(req, "global", cap, req.layers)
+                assert heap_ref_lfu(items, cap, st).tolist() == ref_lfu(items, cap_of, group_of, size, st).tolist()
+                assert (
+                    heap_ref_belady(items, cap, st).tolist() == ref_belady(items, cap_of, group_of, size, st).tolist()
+                )
+
+
+def embedded_ref_hits(req, policy, scope, lookup) -> np.ndarray:
+    """Reference hit flags: one cache, or one per layer run on that layer's sub-stream (a lookup
+    never spans two layers, so its sub-stream's lookups are the same)."""
+    items = req.items.tolist()
+    st = ref_lookup_starts(req, lookup)
+    ref = EMBEDDED_REFS[policy]
+    if scope == "global":
+        return ref(items, EMBEDDED_CAP["global"], st)
+    hits = np.zeros(len(items), dtype=bool)
+    for layer in range(req.layers):
+        idx = np.flatnonzero(req.layer == layer)
+        hits[idx] = ref([items[i] for i in idx], EMBEDDED_CAP["layer"], [st[i] for i in idx])
+    return hits
+
+
+def test_embedded_request_stream_equals_the_loops(embedded):
+    t, req = embedded
+    want = np.array(ref_stream(np.asarray(t.topk), t.experts), dtype=np.int64)
+    assert req.step.tolist() == want[:, 0].tolist()
+    assert req.layer.tolist() == want[:, 1].tolist()
+    assert req.items.tolist() == (want[:, 1] * t.experts + want[:, 2]).tolist()
+
+
+@pytest.mark.parametrize("lookup", cache.LOOKUPS)
+@pytest.mark.parametrize("scope", ["global", "layer"])
+@pytest.mark.parametrize("policy", cache.POLICIES)
+def test_embedded_trace_hits_equal_the_references(embedded, policy, scope, lookup):
+    _, req = embedded
+    cap = EMBEDDED_CAP[scope] * (req.layers if scope == "layer" else 1)
+    want = embedded_ref_hits(req, policy, scope, lookup)
+    res = simulate(req, cap, policy=policy, scope=scope, lookup=lookup, warmup_steps=5, return_hits=True)
+    assert res.request_hits.tolist() == want.tolist()
+    assert res.hits_per_step.tolist() == np.bincount(req.step[want], minlength=req.steps).tolist()
+    assert res.misses_per_step.tolist() == np.bincount(req.step[~want], minlength=req.steps).tolist()
+    assert res.hits == int(want[req.step >= 5].sum()) and res.requests == int((req.step >= 5).sum())
+    if policy == "lru" and scope == "global":  # the one-pass curve, at that capacity and after warm-up
+        curve = cache.lru_hit_curve(req, lookup=lookup, warmup_steps=5)[1]
+        assert curve[cap] == res.hits / res.requests
+        assert cache.lru_hit_curve(req, lookup=lookup)[1][cap] == int(want.sum()) / len(req)
+
+
+def test_embedded_trace_bytes_streamed_equal_the_reference(embedded):
+    _, req = embedded
+    sizes = 1.0 + (np.arange(req.n_items) % 7) / 3.0  # unequal, not exactly representable sums
+    items = req.items.tolist()
+    st = ref_lookup_starts(req, "layer")
+    cap = 1500.0
+    want = ref_lru(items, {0: cap}, lambda x: 0, sizes, st)
+    res = simulate(req, cap, policy="lru", capacity_unit="bytes", item_bytes=sizes, return_hits=True)
+    assert res.request_hits.tolist() == want.tolist()
+    per_step = [0.0] * req.steps
+    for t in np.flatnonzero(~want).tolist():  # summed in request order, as the simulator does
+        per_step[int(req.step[t])] += float(sizes[items[t]])
+    assert res.bytes_streamed_per_step.tolist() == per_step

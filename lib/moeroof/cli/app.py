@@ -8,11 +8,22 @@ status:
   flag the subcommand maps the parameter to (``parameter_flags``), status 2;
 - a library :class:`ValueError` (:class:`moeroof.data.io.InputError`, ``FILE:ROW: FIELD: what is
   wrong``) or a bad flag value (:class:`moeroof.cli.common.UsageError`): one ``error: <message>``
-  line on stderr, status 2, never a traceback;
+  line on stderr, status 2, never a traceback (the few numpy messages that would say nothing to
+  a user — "zero-size array to reduction operation", … — are said in the user's terms,
+  :func:`user_message`);
+- what the machine refuses: :class:`OSError` (a read-only folder, a full disk, a folder given as
+  a file, permission denied; the file named), :class:`MemoryError`, :class:`OverflowError`,
+  :class:`RecursionError`: one ``error:`` line, status 2;
 - argparse usage errors: argparse's own message, status 2; ``--help`` / ``--version``: status 0;
 - Ctrl-C: status 130, quietly (``calibrate`` and ``bench`` say first that their scratch files
-  are gone);
-- a closed stdout (``moeroof ... | head``): status 0.
+  are gone, and treat SIGTERM and SIGHUP alike);
+- a closed stdout (``moeroof ... | head``): status 0;
+- anything else is a bug: ``error: internal error: <type>: <message> (please report)``, status
+  70 (``EX_SOFTWARE``). With ``MOEROOF_DEBUG=1`` in the environment every unexpected exception
+  (and the machine's, above) is re-raised with its traceback, for developers.
+
+numpy's floating-point RuntimeWarnings ("divide by zero encountered in …") are not shown unless
+``MOEROOF_DEBUG=1``: a result that is not finite is printed as ``-`` / ``null``.
 
 Building the parser imports no subcommand's library code (the numba-compiled cache simulator
 included): each ``run`` imports what it needs.
@@ -21,7 +32,10 @@ included): each ``run`` imports what it needs.
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import sys
+import warnings
 from collections.abc import Sequence
 
 from moeroof import __version__
@@ -45,9 +59,11 @@ from moeroof.cli import (
 from moeroof.cli.common import EXIT_INTERRUPTED
 from moeroof.core.errors import ParameterError
 
-__all__ = ["COMMANDS", "EXIT_USAGE", "build_parser", "main"]
+__all__ = ["COMMANDS", "EXIT_INTERNAL", "EXIT_USAGE", "build_parser", "debug_enabled", "main", "user_message"]
 
 EXIT_USAGE = 2
+#: an unexpected exception: a bug in moeroof (sysexits' EX_SOFTWARE)
+EXIT_INTERNAL = 70
 
 # In `moeroof --help` order.
 COMMANDS = (
@@ -73,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="moeroof",
         description="MoE inference analysis: expert union U(B), routing-skew fits, the net tok/s roofline and presets.",
+        epilog="Exit status: 0 ok, 2 bad input or usage (one 'error:' line), 70 internal error (a bug: please "
+        "report it; MOEROOF_DEBUG=1 shows its traceback), 130 interrupted.",
     )
     parser.add_argument("--version", action="version", version=f"moeroof {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -81,13 +99,88 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: numpy messages that say nothing to a user, and what they mean on a moeroof input
+_NUMPY_MESSAGES = (
+    (
+        "zero-size array to reduction operation",
+        "an input holds no data (an empty file, a header only, or a zero-length trace)",
+    ),
+    ("cannot reshape array of size 0", "an input holds no data (an empty file, a header only, or a zero-length trace)"),
+    (
+        "Maximum allowed dimension exceeded",
+        "an input asks for an array larger than this machine can address; check its sizes (experts, layers, tokens, steps)",
+    ),
+    (
+        "array is too big",
+        "an input asks for an array larger than this machine can address; check its sizes (experts, layers, tokens, steps)",
+    ),
+    ("negative dimensions are not allowed", "an input gives a negative size"),
+    (
+        "Out of range float values are not JSON compliant",
+        "a result is not a finite number (an input value is out of range)",
+    ),
+)
+
+#: OSError numbers in words
+_OS_WORDS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.EISDIR: "is a folder, not a file",
+    errno.ENOTDIR: "a part of the path is not a folder",
+    errno.ENOENT: "no such file or folder",
+    errno.ENAMETOOLONG: "the name is too long",
+    errno.ELOOP: "too many symbolic links",
+    errno.EFBIG: "the file is too large",
+    errno.EIO: "input/output error",
+}
+
+
+def debug_enabled() -> bool:
+    """``MOEROOF_DEBUG=1``: unexpected exceptions keep their traceback."""
+    return os.environ.get("MOEROOF_DEBUG", "").strip() not in ("", "0")
+
+
+def user_message(exc: BaseException) -> str:
+    """The one line (after ``error: ``) that says what went wrong, in the user's terms."""
+    if isinstance(exc, OSError):
+        what = _OS_WORDS.get(exc.errno) or exc.strerror or str(exc) or type(exc).__name__
+        names = [str(n) for n in (exc.filename, exc.filename2) if n is not None]
+        return f"{' → '.join(names)}: {what}" if names else what
+    if isinstance(exc, MemoryError):
+        detail = str(exc).strip()
+        return "out of memory" + (f" ({detail})" if detail else "") + ": use a smaller input, batch or sample count"
+    if isinstance(exc, RecursionError):
+        return "an input is nested too deeply to read"
+    if isinstance(exc, OverflowError):
+        return f"a number is too large to compute with ({exc}); check the sizes and values given"
+    text = str(exc)
+    for needle, words in _NUMPY_MESSAGES:
+        if needle in text:
+            return words
+    return text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (0 ok, 2 bad input or usage, 130 interrupted)."""
-    parser = build_parser()
+    """Run the CLI; returns the exit status (0 ok, 2 bad input or usage, 70 a bug, 130 interrupted)."""
+    debug = debug_enabled()
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse usage error (2) or --help / --version (0)
-        return int(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # argparse usage error (2) or --help / --version (0)
+            return int(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
+        with warnings.catch_warnings():
+            if not debug:  # numpy's "divide by zero encountered in …": the result says it (- / null)
+                warnings.filterwarnings("ignore", category=RuntimeWarning, message=".*encountered in")
+            return _run(args, debug)
+    except KeyboardInterrupt:  # Ctrl-C outside a measurement (one in it says so itself)
+        return EXIT_INTERRUPTED
+
+
+def _run(args: argparse.Namespace, debug: bool) -> int:
     try:
         return args.func(args)
     except ParameterError as exc:  # a library parameter: say which flag carried it
@@ -96,10 +189,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {flag}: {exc.detail}", file=sys.stderr)
         return EXIT_USAGE
     except ValueError as exc:  # UsageError, InputError, or a library check on the inputs (K > E, ...)
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {user_message(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `moeroof ... | head`
-        sys.stderr.close()
+        _quiet_stdout()
         return 0
+    except (OSError, MemoryError, OverflowError, RecursionError) as exc:  # what the machine refuses
+        if debug:
+            raise
+        print(f"error: {user_message(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # a bug: one line, not a traceback
+        if debug:
+            raise
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "(no message)"
+        print(
+            f"error: internal error: {type(exc).__name__}: {detail} (please report)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
+
+
+def _quiet_stdout() -> None:
+    """After a closed pipe: point stdout at /dev/null so the interpreter's final flush is silent."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    try:
+        sys.stderr.close()
+    except OSError:
+        pass

@@ -506,7 +506,8 @@ def output_format(args: Any) -> str:
 
 def dumps(obj: Any) -> str:
     """JSON with objects indented and every list of numbers or strings on one line (``mrc``'s
-    curve is two lines, not 18,000); NaN refused (the library reports missing values as None)."""
+    curve is two lines, not 18,000); NaN and ±inf become null (:func:`jsonable`), so no report
+    ever fails to print for an out-of-range number."""
 
     def flat(v: Any) -> bool:
         return not isinstance(v, (dict, list))
@@ -524,7 +525,7 @@ def dumps(obj: Any) -> str:
             return "[\n" + ",\n".join(pad + render(x, ind + 1) for x in v) + "\n" + "  " * ind + "]"
         return json.dumps(v, allow_nan=False, ensure_ascii=False)
 
-    return render(obj, 0)
+    return render(jsonable(obj), 0)
 
 
 def csv_columns(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:

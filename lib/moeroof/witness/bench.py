@@ -411,6 +411,8 @@ def topk_from_trace(topk: np.ndarray, layers: int, steps: int, streams: int) -> 
     order (cycling) that have at least ``streams`` live streams (no ``-1`` in any layer), the
     first ``streams`` live ones, the first ``layers`` layers."""
     arr = np.asarray(topk)
+    if arr.ndim != 4 or arr.size == 0:
+        raise ValueError(f"trace: holds no token (shape {tuple(arr.shape)}: steps × streams × layers × K)")
     if arr.shape[2] < layers:
         raise ValueError(f"layers={layers}: the trace has only {arr.shape[2]} layers")
     live = live_streams(arr[:, :, :layers])  # (T, S)
@@ -489,6 +491,8 @@ def run_bench(
     rng = generator(seed)
     n_steps = warmup_steps + steps
     if trace is not None:
+        if trace.ndim != 4 or trace.size == 0:
+            raise ValueError(f"trace: holds no token (shape {tuple(trace.shape)}: steps × streams × layers × K)")
         if trace.shape[-1] != top_k:
             raise ValueError(f"top_k: K={top_k} does not match the trace's K={trace.shape[-1]}")
         if int(np.max(trace)) >= shape.experts:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +29,7 @@ from moeroof.cli.common import (
     READ_PATHS,
     UsageError,
     add_output_arguments,
+    dumps,
     emit,
     fmt,
     interrupted,
@@ -39,6 +42,8 @@ from moeroof.cli.common import (
     table,
 )
 from moeroof.core import atomic
+
+EXIT_USAGE = 2
 
 
 def add_parser(subparsers: Any) -> None:
@@ -96,11 +101,42 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+def check_output(args: argparse.Namespace) -> None:
+    """Refuse an ``--output`` that cannot take the report before anything is measured: one of the
+    inputs (``--trace`` and its sidecar, ``--calibration``), a folder, a file in a folder that
+    does not exist or cannot be written."""
+    if args.output is None:
+        return
+    from moeroof.data.io import sidecar_path
+
+    out = Path(args.output).expanduser()
+    inputs = []
+    for given in (args.trace, args.calibration):
+        if given is not None and Path(given).expanduser().exists():
+            inputs += [Path(given).expanduser(), sidecar_path(Path(given).expanduser())]
+    for inp in inputs:
+        if atomic.same_file(out, inp):
+            raise UsageError(
+                f"--output: {args.output} is one of this command's inputs ({inp}); refusing to overwrite it"
+            )
+    if out.is_dir():
+        raise UsageError(f"--output: {args.output} is a folder; give a file name")
+    try:
+        atomic.check_writable_folder(out)
+    except FileNotFoundError:
+        raise UsageError(f"--output: the folder {out.resolve().parent} does not exist") from None
+    except OSError as exc:
+        raise UsageError(
+            f"--output: cannot write in {exc.filename or out.resolve().parent} ({exc.strerror or exc})"
+        ) from None
+
+
 def bench_report(args: argparse.Namespace) -> dict[str, Any]:
     """Run the benchmark for parsed arguments and return its JSON object."""
     from moeroof.witness.bench import MODES, StackShape, predict_bench, run_bench
     from moeroof.witness.measure import Progress
 
+    check_output(args)
     batch = parse_batch(args.batch)
     layers = positive_int(args.layers, "--layers")
     d_model = positive_int(args.d_model, "--d-model")
@@ -114,6 +150,8 @@ def bench_report(args: argparse.Namespace) -> dict[str, Any]:
         if args.routing is not None:
             raise UsageError("give either --routing or --trace, not both")
         tr = read_trace_arg(args.trace)
+        if tr.topk.size == 0:
+            raise UsageError(f"--trace: {tr.path}: holds no token (shape {tuple(tr.topk.shape)})")
         trace, trace_label = np.asarray(tr.topk), f"trace {tr.path.name}"
         experts = tr.experts if args.experts is None else positive_int(args.experts, "--experts")
         top_k = tr.top_k if args.top_k is None else positive_int(args.top_k, "--top-k")
@@ -227,9 +265,20 @@ def run(args: argparse.Namespace) -> int:
         rep = bench_report(args)
     except KeyboardInterrupt:
         return interrupted()
+    failed = None
     if args.output is not None:
-        atomic.write_text(args.output, json.dumps(rep, indent=2, allow_nan=False) + "\n")
+        try:
+            atomic.write_text(args.output, json.dumps(rep, indent=2, allow_nan=False) + "\n")
+        except OSError as exc:  # the measurement is not lost: the JSON goes to stdout below
+            failed = f"{exc.filename or args.output}: {exc.strerror or exc}"
     emit(rep, args, print_bench)
+    if failed is not None:
+        if output_format(args) != "json":
+            print(f"the report as JSON (--output {args.output} could not be written):")
+            print(dumps(rep))
+        sys.stdout.flush()
+        print(f"error: --output: cannot write {args.output} ({failed}); the report is on stdout", file=sys.stderr)
+        return EXIT_USAGE
     if args.output is not None and output_format(args) != "json":
         print(f"wrote {args.output}")
     return 0

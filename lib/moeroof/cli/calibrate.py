@@ -31,6 +31,9 @@ from moeroof.cli.common import (
     table,
 )
 
+#: the time budget ``--seconds`` may ask for (an hour at most: the run is not meant to soak)
+SECONDS_RANGE = (0.1, 3600.0)
+
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -53,7 +56,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--seconds",
         default="30",
-        help="time budget of the measurements in seconds (default 30; writing the file comes on top)",
+        help="time budget of the measurements in seconds, 0.1 to 3600 (default 30; writing the file comes on top)",
     )
     p.add_argument("--mem-mib", default="256", help="array size of the memory-copy measurement in MiB (default 256)")
     p.add_argument("--matmul-n", default="2048", help="matrix size n of the float32 n×n matmul (default 2048)")
@@ -76,6 +79,35 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+def check_output(args: argparse.Namespace) -> None:
+    """Refuse an ``--output`` that cannot take the TOML before anything is measured: a folder, a
+    file in a folder that does not exist or cannot be written; and a ``--scratch-dir`` that
+    cannot be written."""
+    from pathlib import Path
+
+    from moeroof.core import atomic
+
+    out = Path(args.output).expanduser()
+    if out.is_dir():
+        raise UsageError(f"--output: {args.output} is a folder; give a file name")
+    try:
+        atomic.check_writable_folder(out)
+    except FileNotFoundError:
+        raise UsageError(f"--output: the folder {out.resolve().parent} does not exist") from None
+    except OSError as exc:
+        raise UsageError(
+            f"--output: cannot write in {exc.filename or out.resolve().parent} ({exc.strerror or exc})"
+        ) from None
+    if args.scratch_dir is not None:
+        scratch = Path(args.scratch_dir).expanduser()
+        if not scratch.is_dir():
+            raise UsageError(f"--scratch-dir: {args.scratch_dir} is not a directory")
+        try:
+            atomic.check_writable_folder(scratch / "scratch")
+        except OSError as exc:
+            raise UsageError(f"--scratch-dir: cannot write in {args.scratch_dir} ({exc.strerror or exc})") from None
+
+
 def calibrate_report(args: argparse.Namespace) -> dict[str, Any]:
     """Measure, write the hardware TOML (``--output``) and return every measurement as JSON."""
     from moeroof.witness.bench import measure_engine
@@ -83,6 +115,11 @@ def calibrate_report(args: argparse.Namespace) -> dict[str, Any]:
 
     file_mib = positive_float(args.file_mib, "--file-mib")
     seconds = positive_float(args.seconds, "--seconds")
+    if not SECONDS_RANGE[0] <= seconds <= SECONDS_RANGE[1]:
+        raise UsageError(
+            f"--seconds: must be between {SECONDS_RANGE[0]:g} and {SECONDS_RANGE[1]:g} (an hour), got {args.seconds!r}"
+        )
+    check_output(args)
     mem_mib = positive_float(args.mem_mib, "--mem-mib")
     matmul_n = positive_int(args.matmul_n, "--matmul-n")
     seed = non_negative_int(args.seed, "--seed")

@@ -50,8 +50,13 @@ def histogram_report(args: argparse.Namespace) -> dict[str, Any]:
     if not args.force and out.exists():
         raise UsageError(f"-o: {out} exists (pass --force to replace it)")
     trace = read_trace_arg(args.path, args)
-    if out.resolve() == Path(trace.path).resolve():
-        raise UsageError("-o: the output would overwrite the trace it is made from")
+    from moeroof.core import atomic
+    from moeroof.data.io import sidecar_path
+
+    inputs = [Path(trace.path), sidecar_path(Path(trace.path))]
+    for path in (out, sidecar_path(out)):  # the histogram and its sidecar
+        if any(atomic.same_file(path, inp) for inp in inputs):
+            raise UsageError(f"-o: writing {path} would overwrite the trace it is made from (or its sidecar)")
     topk = np.asarray(trace.topk)
     counts = histogram_from_trace(topk, trace.experts)
     live = topk[..., 0] >= 0  # (steps, streams, layers): a token in that layer

@@ -185,9 +185,14 @@ def _check_output(args: argparse.Namespace, suffixes: tuple[str, ...]) -> Path:
         raise UsageError(f"-o: expected a {' or '.join(suffixes)} path, got {args.output!r}")
     if not args.force and out.exists():
         raise UsageError(f"-o: {out} exists (pass --force to replace it)")
-    src = Path(args.src)
-    if src.exists() and out.exists() and out.resolve() == src.resolve():
-        raise UsageError("-o: the output would overwrite the file it is imported from")
+    from moeroof.core import atomic
+    from moeroof.data.io import sidecar_path
+
+    src = Path(args.src).expanduser()
+    written = [out] + ([sidecar_path(out)] if out.suffix.lower() in (".csv", ".npy") else [])
+    for path in written:  # the data file, or the sidecar beside it
+        if atomic.same_file(path, src):
+            raise UsageError(f"-o: writing {path} would overwrite the file it is imported from")
     return out
 
 

@@ -4,19 +4,23 @@ Every writer goes through :func:`write_via`: the content is written to a temp fi
 target's own directory (so the final rename never crosses a filesystem), flushed and fsynced,
 optionally checked, given the mode of an ordinary new file (``0o644``) and moved over the target
 with :func:`os.replace`. A reader sees the old file or the new one, never half of one; on any
-error (a failed check included) the temp file is removed and the target is left as it was.
+error (a failed check included) the temp file is removed and the target is left as it was, and
+an :class:`OSError` names the target (not the temp file). A target that is a device or a pipe
+(``/dev/null``, ``/dev/stdout``, a FIFO) is written into directly, never replaced.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["FILE_MODE", "write_via", "write_bytes", "write_text", "copy_file"]
+__all__ = ["FILE_MODE", "write_via", "write_bytes", "write_text", "copy_file", "same_file", "check_writable_folder"]
 
 #: mode of every written file (``mkstemp`` makes 0600; outputs are meant to be read by anyone)
 FILE_MODE = 0o644
@@ -37,10 +41,31 @@ def write_via(
     file before the rename and vetoes it by raising. Parent directories are created.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    text_args = {} if binary else {"encoding": "utf-8", "newline": newline}
     try:
-        text_args = {} if binary else {"encoding": "utf-8", "newline": newline}
+        mode = os.stat(target).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        # a device or a pipe (/dev/null, /dev/stdout, a FIFO): written into, never replaced
+        try:
+            with open(target, "wb" if binary else "w", **text_args) as handle:
+                write(handle)
+                handle.flush()
+        except OSError as exc:
+            raise _named(exc, target) from None
+        return target
+    for folder in (target.parent, *target.parent.parents):
+        if folder.exists():
+            if not folder.is_dir():  # a path under a file
+                raise NotADirectoryError(errno.ENOTDIR, "not a folder", str(folder))
+            break
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise _named(exc, target) from None
+    try:
         with os.fdopen(fd, "wb" if binary else "w", **text_args) as handle:
             write(handle)
             handle.flush()
@@ -49,11 +74,20 @@ def write_via(
             check(Path(tmp))
         os.chmod(tmp, FILE_MODE)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):  # name the target, not the temp file
+            raise _named(exc, target) from None
         raise
     return target
+
+
+def _named(exc: OSError, target: Path) -> OSError:
+    """``exc`` again, naming ``target`` (a full disk, a read-only folder, a folder as the target)."""
+    if exc.errno is None:
+        return exc
+    return type(exc)(exc.errno, exc.strerror, str(target))
 
 
 def write_bytes(path: str | os.PathLike[str], data: bytes, *, check: Callable[[Path], Any] | None = None) -> Path:
@@ -76,3 +110,38 @@ def write_text(
 def copy_file(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> Path:
     """Copy the bytes of ``source`` to ``target`` atomically (mode :data:`FILE_MODE`)."""
     return write_bytes(target, Path(source).read_bytes())
+
+
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether ``a`` and ``b`` name one file: the same resolved path (symbolic links followed),
+    or, both existing, the same inode (a hard link)."""
+    pa, pb = Path(a).expanduser(), Path(b).expanduser()
+    if pa.resolve() == pb.resolve():
+        return True
+    try:
+        return os.path.samefile(pa, pb)
+    except OSError:
+        return False
+
+
+def check_writable_folder(path: str | os.PathLike[str]) -> Path:
+    """The folder ``path`` will be written into, checked by creating and removing a file there
+    (permission bits alone would let root past a read-only mount); :class:`FileNotFoundError`
+    when the folder does not exist, :class:`NotADirectoryError` when it is a file, the
+    :class:`OSError` of the probe when it cannot be written."""
+    target = Path(path).expanduser()
+    folder = target.resolve().parent
+    with contextlib.suppress(OSError):
+        if not stat.S_ISREG(os.stat(target).st_mode) and not target.is_dir():
+            return folder  # a device or pipe is written into, not replaced (write_via)
+    if not folder.exists():
+        raise FileNotFoundError(2, "no such folder", str(folder))
+    if not folder.is_dir():
+        raise NotADirectoryError(20, "not a folder", str(folder))
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{Path(path).name}.", suffix=".probe", dir=folder)
+    except OSError as exc:  # name the folder, not the probe's random name
+        raise type(exc)(exc.errno, exc.strerror, str(folder)) from None
+    os.close(fd)
+    os.unlink(probe)
+    return folder

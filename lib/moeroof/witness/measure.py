@@ -35,7 +35,8 @@ pass timed) has no field in the schema; it is reported and written in the header
 
 Size and time are bounded by flags (``file_bytes``, ``seconds``); bad sizes are refused before
 any work (:func:`check_disk`, :func:`check_memory`). Scratch files live in a fresh directory
-that :func:`scratch_space` removes on every exit, SIGINT and SIGTERM included. The TOML is
+that :func:`scratch_space` removes on every exit, SIGINT, SIGTERM and SIGHUP included (and
+that the next run sweeps away after a SIGKILL, :func:`sweep_stale_scratch`). The TOML is
 written to a temp file beside the target, checked with :func:`moeroof.data.presets.load_hardware`,
 then moved over the target with ``os.replace`` (:mod:`moeroof.core.atomic`: whole file or none).
 """
@@ -48,6 +49,7 @@ import json
 import mmap
 import os
 import platform
+import re
 import shutil
 import signal
 import sys
@@ -57,6 +59,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no scratch locks, so no sweeping either
+    fcntl = None  # type: ignore[assignment]
 
 import numpy as np
 
@@ -73,6 +80,10 @@ __all__ = [
     "Progress",
     "aligned_buffer",
     "scratch_space",
+    "sweep_stale_scratch",
+    "process_start_time",
+    "SCRATCH_PREFIX",
+    "SCRATCH_LOCK",
     "meminfo",
     "check_disk",
     "check_memory",
@@ -198,7 +209,74 @@ def _filesystem(path: Path) -> str:
 # ----------------------------------------------------------------------------- scratch space
 
 
-_SIGNALS = tuple(s for s in (getattr(signal, "SIGINT", None), getattr(signal, "SIGTERM", None)) if s is not None)
+#: the signals that end a measurement cleanly (scratch removed, exit 130): Ctrl-C, a kill, and a
+#: closed terminal or ssh session (SIGHUP), all alike
+_SIGNALS = tuple(s for s in (getattr(signal, n, None) for n in ("SIGINT", "SIGTERM", "SIGHUP")) if s is not None)
+
+#: a scratch folder is ``SCRATCH_PREFIX`` + mkdtemp's 8 random characters; nothing else is swept
+SCRATCH_PREFIX = ".moeroof-scratch-"
+_SCRATCH_NAME = re.compile(re.escape(SCRATCH_PREFIX) + r"[a-z0-9_]{8}")
+#: the file inside a scratch folder that its run holds an exclusive lock on while it lives
+SCRATCH_LOCK = ".owner.lock"
+_IMPORTED_AT = time.time()
+
+
+def process_start_time() -> float:
+    """When this process started (wall clock, from /proc; else when this module was imported)."""
+    try:
+        with open("/proc/self/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        with open("/proc/stat") as fh:
+            boot = next(int(line.split()[1]) for line in fh if line.startswith("btime"))
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime in ticks
+    except (OSError, ValueError, IndexError, StopIteration):
+        return _IMPORTED_AT
+
+
+def _lock_free(folder: Path) -> bool:
+    """Whether no live run holds ``folder``'s lock (a missing lock file: its run died before
+    taking it, or predates locks)."""
+    try:
+        fd = os.open(folder / SCRATCH_LOCK, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def sweep_stale_scratch(parent: str | os.PathLike[str]) -> list[Path]:
+    """Remove the scratch folders a killed run (SIGKILL, power loss) left in ``parent``; returns
+    them. Only folders named exactly ``.moeroof-scratch-XXXXXXXX`` (not links), last changed
+    before this process started, whose run no longer holds their lock, are removed; nothing
+    else in ``parent`` is touched. A no-op where file locks are not available."""
+    if fcntl is None:
+        return []
+    start = process_start_time() - 2.0  # /proc's boot time has 1 s resolution
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not _SCRATCH_NAME.fullmatch(entry.name):
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_mtime >= start:
+                continue
+        except OSError:
+            continue
+        folder = Path(entry.path)
+        if _lock_free(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
@@ -208,8 +286,10 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 @contextlib.contextmanager
 def scratch_space(base: str | os.PathLike[str] | None = None) -> Iterator[Path]:
     """A fresh directory for scratch files under ``base`` (default: the system temp dir), removed
-    with everything in it when the block exits — normally, on an exception, on Ctrl-C (SIGINT)
-    or on SIGTERM (turned into ``KeyboardInterrupt`` so ``finally`` runs). Signals are ignored
+    with everything in it when the block exits — normally, on an exception, on Ctrl-C (SIGINT),
+    SIGTERM or SIGHUP (turned into ``KeyboardInterrupt`` so ``finally`` runs). The run holds a
+    lock on the folder while it lives; stale folders of killed runs in ``base`` are swept first
+    (:func:`sweep_stale_scratch`). Signals are ignored
     while the directory is removed, so a second Ctrl-C cannot leave half of it behind. Signal
     handlers are only installed from the main thread (elsewhere Python forbids it)."""
     parent = Path(base) if base is not None else Path(tempfile.gettempdir())
@@ -220,14 +300,21 @@ def scratch_space(base: str | os.PathLike[str] | None = None) -> Iterator[Path]:
     if main:
         for sig in _SIGNALS:
             old[sig] = signal.signal(sig, _raise_interrupt)
-    path = Path(tempfile.mkdtemp(prefix=".moeroof-scratch-", dir=parent))
+    sweep_stale_scratch(parent)
+    path = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=parent))
+    lock = None
     try:
+        if fcntl is not None:
+            lock = os.open(path / SCRATCH_LOCK, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            fcntl.flock(lock, fcntl.LOCK_EX)  # held until the folder goes: a later run leaves it be
         yield path
     finally:
         if main:
             for sig in _SIGNALS:
                 signal.signal(sig, signal.SIG_IGN)
         try:
+            if lock is not None:
+                os.close(lock)
             shutil.rmtree(path, ignore_errors=True)
         finally:
             if main:

@@ -172,7 +172,8 @@ def test_trace_round_trip(tmp_path, suffix):
     assert {k: tr.meta[k] for k in META} == META
     assert tr.meta["axes"] == ["step", "stream", "layer", "k"]
     if suffix == ".npy":
-        assert isinstance(tr.topk, np.memmap), "a .npy trace is memory-mapped"
+        # read into memory (a file truncated later cannot SIGBUS); only a large one is mapped
+        assert not isinstance(tr.topk, np.memmap)
         assert not tr.topk.flags.writeable
         assert tr.weights is None
         assert sidecar_path(path).exists()

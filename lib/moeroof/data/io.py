@@ -531,7 +531,9 @@ def read_trace(path: str | os.PathLike[str], meta: Mapping[str, Any] | None = No
         side = sidecar_path(path) if given is None else path
         meta = _read_json(side, "sidecar JSON", TRACE_META_HINT) if given is None else given
         try:
-            topk = np.load(path, mmap_mode="r", allow_pickle=False)
+            from moeroof.data.safe_read import load_npy  # truncated: an error, never SIGBUS
+
+            topk = load_npy(path)
         except (ValueError, OSError, EOFError) as exc:
             raise InputError(path, "-", "file", f"not a readable .npy without pickles: {exc}") from None
         meta_path, meta_row = side, "-"

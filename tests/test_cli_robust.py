@@ -1,0 +1,543 @@
+"""The CLI under hostile input and interruption (issue 13, deliverables 1 and 4): one ``error:``
+line and exit 2 for whatever the machine refuses, exit 70 for a bug, 130 quietly on Ctrl-C,
+SIGHUP like SIGTERM, outputs that never overwrite an input, bench's report never lost, stale
+scratch swept, a truncated ``.npy`` an error rather than SIGBUS — and no traceback anywhere."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moeroof.cli import app
+from moeroof.cli import union as union_cmd
+from moeroof.cli.common import dumps
+from moeroof.data.io import write_trace
+from moeroof.data.safe_read import load_npy
+from moeroof.witness import measure
+
+ROOT = Path(__file__).resolve().parents[1]
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+META = {"model": "m", "experts": 8, "top_k": 2, "layer_ids": [0], "source": "test", "provenance": "witnessed"}
+TINY_BENCH = ["--experts", "4", "--layers", "1", "--top-k", "2", "--d-model", "8", "--d-ff", "8"]
+TINY_BENCH += ["--batch", "1,2", "--steps", "1", "--warmup", "0", "--quiet"]
+
+
+def digest(*paths: Path) -> dict[str, str]:
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in paths if p.is_file()}
+
+
+def one_error(err: str) -> str:
+    """The single ``error:`` line of a failed run (and nothing else on stderr)."""
+    assert "Traceback" not in err, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def run_main(capsys, argv: list[str]) -> tuple[int, str, str]:
+    rc = app.main(argv)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def small_trace(path: Path) -> Path:
+    topk = np.array([[[[0, 1]], [[2, 3]]], [[[1, 4]], [[5, 6]]], [[[0, 7]], [[2, 5]]]], dtype=np.int64)
+    return write_trace(path, topk, META)
+
+
+# ----------------------------------------------------------------------------- deliverable 1: app.main
+
+
+@pytest.mark.parametrize(
+    "exc, expected",
+    [
+        (MemoryError(), "error: out of memory: use a smaller input, batch or sample count"),
+        (
+            OverflowError("int too large to convert to float"),
+            "error: a number is too large to compute with (int too large to convert to float); check the sizes and values given",
+        ),
+        (RecursionError("maximum recursion depth exceeded"), "error: an input is nested too deeply to read"),
+        (
+            OSError(errno.ENOSPC, "No space left on device", "/dev/full"),
+            "error: /dev/full: no space left on the device",
+        ),
+        (PermissionError(errno.EACCES, "Permission denied", "/x/y.csv"), "error: /x/y.csv: permission denied"),
+        (
+            OSError(errno.EROFS, "Read-only file system", "/ro/out.json"),
+            "error: /ro/out.json: the file system is read-only",
+        ),
+        (IsADirectoryError(errno.EISDIR, "Is a directory", "data"), "error: data: is a folder, not a file"),
+        (ValueError("zero-size array to reduction operation maximum which has no identity"), None),
+        (ValueError("cannot reshape array of size 0 into shape (0,newaxis)"), None),
+        (ValueError("Maximum allowed dimension exceeded"), None),
+        (ValueError("Out of range float values are not JSON compliant: inf"), None),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else None,
+)
+def test_what_the_machine_refuses_is_one_error_line_and_exit_2(monkeypatch, capsys, exc, expected):
+    def boom(args):
+        raise exc
+
+    monkeypatch.setattr(union_cmd, "run", boom)
+    monkeypatch.delenv("MOEROOF_DEBUG", raising=False)
+    rc, out, err = run_main(capsys, ["union", "--uniform", "8", "2", "--batch", "1"])
+    line = one_error(err)
+    assert rc == 2 and out == ""
+    if expected is not None:
+        assert line == expected
+    else:  # numpy's words never reach the user
+        for needle in ("zero-size array", "reshape", "Maximum allowed dimension", "JSON compliant"):
+            assert needle not in line, line
+    print(f"{type(exc).__name__}: {line}", file=sys.__stdout__)
+
+
+def test_an_unexpected_exception_is_an_internal_error_with_exit_70(monkeypatch, capsys):
+    def boom(args):
+        raise RuntimeError("something broke\nsecond line")
+
+    monkeypatch.setattr(union_cmd, "run", boom)
+    monkeypatch.delenv("MOEROOF_DEBUG", raising=False)
+    rc, out, err = run_main(capsys, ["union", "--uniform", "8", "2", "--batch", "1"])
+    assert rc == app.EXIT_INTERNAL == 70
+    assert one_error(err) == "error: internal error: RuntimeError: something broke (please report)"
+
+
+@pytest.mark.parametrize("exc", [RuntimeError("x"), OSError(errno.ENOSPC, "No space left on device", "f")])
+def test_moeroof_debug_re_raises_for_developers(monkeypatch, exc):
+    def boom(args):
+        raise exc
+
+    monkeypatch.setattr(union_cmd, "run", boom)
+    monkeypatch.setenv("MOEROOF_DEBUG", "1")
+    with pytest.raises(type(exc)):
+        app.main(["union", "--uniform", "8", "2", "--batch", "1"])
+
+
+def test_keyboard_interrupt_exits_130_quietly(monkeypatch, capsys):
+    def boom(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(union_cmd, "run", boom)
+    rc, out, err = run_main(capsys, ["union", "--uniform", "8", "2", "--batch", "1"])
+    assert rc == 130 and out == "" and err == ""
+
+
+def test_numpy_floating_point_warnings_are_not_shown(monkeypatch, capsys):
+    def noisy(args):
+        np.float64(1.0) / np.float64(0.0)  # RuntimeWarning: divide by zero encountered in scalar divide
+        return 0
+
+    monkeypatch.setattr(union_cmd, "run", noisy)
+    monkeypatch.delenv("MOEROOF_DEBUG", raising=False)
+    rc, _, err = run_main(capsys, ["union", "--uniform", "8", "2", "--batch", "1"])
+    assert rc == 0 and err == ""
+
+
+def test_dumps_turns_inf_and_nan_into_null():
+    assert json.loads(dumps({"a": float("inf"), "b": [1.0, float("nan"), -np.inf], "c": {"d": np.float64("inf")}})) == {
+        "a": None,
+        "b": [1.0, None, None],
+        "c": {"d": None},
+    }
+
+
+def test_an_infinite_result_prints_null_not_a_json_error(tmp_path, capsys):
+    # a box with absurdly fast links: the step takes 0 s and tok/s is infinite
+    text = (ROOT / "data/presets/hardware/nvme-gen4.toml").read_text()
+    text = text.replace("value = [0.028, 0.85, 4.13, 5.7]", "value = [1e300, 1e300, 1e300, 1e300]")
+    text = text.replace("bw_mem_bytes_per_s = { value = 60,", "bw_mem_bytes_per_s = { value = 1e300,")
+    text = text.replace("flops_per_s = { value = 1.0,", "flops_per_s = { value = 1e300,")
+    hw = tmp_path / "fast.toml"
+    hw.write_text(text)
+    rc, out, err = run_main(capsys, ["plan", "--model", "glm-5.2", "--hardware", str(hw), "--batch", "1", "--json"])
+    assert rc == 0, err
+    assert "Traceback" not in err and "RuntimeWarning" not in err and "JSON compliant" not in err
+    json.loads(out)
+
+
+def test_bench_on_a_zero_length_trace_says_so(tmp_path, capsys):
+    path = write_trace(tmp_path / "empty.npz", np.zeros((0, 1, 1, 2), dtype=np.int64), META)
+    before = digest(path)
+    rc, _, err = run_main(capsys, ["bench", "--trace", str(path), "--batch", "1", "--steps", "1", "--quiet"])
+    line = one_error(err)
+    assert rc == 2 and "holds no token" in line and str(path) in line
+    assert digest(path) == before
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["union", "{d}", "--batch", "1"],
+        ["fit", "{d}"],
+        ["cache", "{d}", "--policy", "lru", "--capacity-experts", "4"],
+        ["histogram", "{d}", "-o", "{d}/h.csv"],
+    ],
+)
+def test_a_folder_given_as_a_file_is_one_error_line(tmp_path, capsys, argv):
+    rc, _, err = run_main(capsys, [a.format(d=tmp_path) for a in argv])
+    assert rc == 2 and str(tmp_path) in one_error(err)
+
+
+def test_an_unreadable_input_is_one_error_line(tmp_path, capsys):
+    if IS_ROOT:
+        pytest.skip("root reads a mode-000 file anyway (permissions do not bind root)")
+    path = small_trace(tmp_path / "t.npz")
+    path.chmod(0)
+    try:
+        rc, _, err = run_main(capsys, ["histogram", str(path), "-o", str(tmp_path / "h.csv")])
+    finally:
+        path.chmod(0o644)
+    assert rc == 2 and str(path) in one_error(err)
+
+
+# ----------------------------------------------------------------------------- --output that cannot be written
+
+
+def test_output_to_dev_full_is_one_error_line_and_dev_full_stays_a_device(capsys):
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this system")
+    rc, _, err = run_main(capsys, ["union", "--uniform", "8", "2", "--batch", "1", "--output", "/dev/full"])
+    line = one_error(err)
+    assert rc == 2 and "/dev/full" in line
+    import stat
+
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode), "the device was replaced by a file"
+
+
+def test_output_to_dev_null_is_written_into_not_replaced(capsys):
+    rc, _, err = run_main(capsys, ["union", "--uniform", "8", "2", "--batch", "1", "--output", "/dev/null"])
+    assert rc == 0, err
+    import stat
+
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_output_under_a_file_is_one_error_line(tmp_path, capsys):
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    rc, _, err = run_main(
+        capsys,
+        ["trace", "--family", "uniform", "--experts", "8", "--top-k", "2", "--layers", "1"]
+        + ["--streams", "1", "--steps", "2", "-o", str(blocker / "t.npz")],
+    )
+    line = one_error(err)
+    assert rc == 2 and str(blocker) in line and "not a folder" in line
+    assert blocker.read_text() == "x"
+
+
+def test_output_in_a_read_only_folder_is_one_error_line(tmp_path, capsys):
+    if IS_ROOT:
+        pytest.skip("root writes into a mode-0500 folder anyway (the path-under-a-file case covers the refusal)")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        rc, _, err = run_main(capsys, ["union", "--uniform", "8", "2", "--batch", "1", "--output", str(ro / "u.json")])
+    finally:
+        ro.chmod(0o700)
+    assert rc == 2 and str(ro) in one_error(err)
+
+
+# ----------------------------------------------------------------------------- deliverable 4: outputs
+
+
+def test_bench_refuses_to_overwrite_its_trace(tmp_path, capsys):
+    for name in ("t.npz", "t.npy"):
+        trace = small_trace(tmp_path / name)
+        inputs = [trace, trace.with_suffix(".json")]
+        before = digest(*inputs)
+        for target in inputs:
+            if not target.exists():
+                continue
+            rc, _, err = run_main(capsys, ["bench", "--trace", str(trace), "--output", str(target), *TINY_BENCH[6:]])
+            line = one_error(err)
+            assert rc == 2 and "one of this command's inputs" in line, line
+        assert digest(*inputs) == before
+
+
+def test_bench_refuses_to_overwrite_its_calibration(tmp_path, capsys):
+    cal = tmp_path / "hw.toml"
+    cal.write_text((ROOT / "data/presets/hardware/nvme-gen4.toml").read_text())
+    before = digest(cal)
+    rc, _, err = run_main(capsys, ["bench", "--calibration", str(cal), "--output", str(cal), *TINY_BENCH])
+    assert rc == 2 and "one of this command's inputs" in one_error(err)
+    assert digest(cal) == before
+
+
+def test_bench_refuses_a_missing_or_unwritable_output_folder_before_measuring(tmp_path, capsys):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    for target, words in (
+        (tmp_path / "nope" / "r.json", "does not exist"),
+        (blocker / "r.json", "not a folder"),
+        (tmp_path, "is a folder"),
+    ):
+        t0 = time.perf_counter()
+        rc, out, err = run_main(capsys, ["bench", "--output", str(target), "--scratch-dir", str(scratch), *TINY_BENCH])
+        line = one_error(err)
+        assert rc == 2 and words in line, line
+        assert out == "" and list(scratch.iterdir()) == []  # nothing measured
+        assert time.perf_counter() - t0 < 5
+    assert not (tmp_path / "nope").exists()
+
+
+def test_bench_still_prints_the_json_when_the_write_fails(tmp_path, monkeypatch, capsys):
+    from moeroof.core import atomic
+
+    def full(path, text, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(atomic, "write_text", full)
+    target = tmp_path / "r.json"
+    rc, out, err = run_main(capsys, ["bench", "--output", str(target), "--json", *TINY_BENCH])
+    line = one_error(err)
+    assert rc == 2 and str(target) in line and "No space left" in line
+    rep = json.loads(out)
+    assert rep["experts"] == 4 and set(rep["batch"]) == {1, 2}
+    assert not target.exists()
+    # as a table: the table, then the JSON, so the measurement is not lost
+    rc, out, err = run_main(capsys, ["bench", "--output", str(target), *TINY_BENCH])
+    assert rc == 2 and "could not be written" in out
+    json.loads(out.split("could not be written):\n", 1)[1])
+    one_error(err)
+
+
+def test_bench_to_dev_full_measures_and_prints_the_json(capsys):
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this system")
+    rc, out, err = run_main(capsys, ["bench", "--output", "/dev/full", "--json", *TINY_BENCH])
+    line = one_error(err)
+    assert rc == 2 and "/dev/full" in line
+    assert json.loads(out)["experts"] == 4
+
+
+def test_histogram_refuses_to_overwrite_its_traces_sidecar(tmp_path, capsys):
+    trace = small_trace(tmp_path / "t.npy")
+    side = trace.with_suffix(".json")
+    before = digest(trace, side)
+    rc, _, err = run_main(capsys, ["histogram", str(trace), "-o", str(tmp_path / "t.csv"), "--force"])
+    assert rc == 2 and "would overwrite the trace" in one_error(err)
+    assert digest(trace, side) == before and not (tmp_path / "t.csv").exists()
+
+
+def test_import_refuses_to_overwrite_its_source_through_a_hard_link(tmp_path, capsys):
+    src = tmp_path / "src.csv"
+    src.write_text("Layer,Expert_0,Expert_1\n0,3,5\n")
+    link = tmp_path / "link.csv"
+    os.link(src, link)
+    before = digest(src)
+    argv = ["import", "matrix", str(src), "-o", str(link), "--force", "--layer-col", "Layer"]
+    rc, _, err = run_main(capsys, argv + ["--expert-prefix", "Expert_", "--top-k", "1"])
+    assert rc == 2 and "overwrite the file it is imported from" in one_error(err)
+    assert digest(src) == before
+
+
+@pytest.mark.parametrize("seconds", ["3601", "1e9", "0.01", "inf", "nan"])
+def test_calibrate_seconds_is_bounded(tmp_path, capsys, seconds):
+    rc, _, err = run_main(capsys, ["calibrate", "--output", str(tmp_path / "hw.toml"), "--seconds", seconds, "--quiet"])
+    assert rc == 2 and "--seconds" in one_error(err)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_calibrate_refuses_an_output_it_cannot_write_before_measuring(tmp_path, capsys):
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    for target, words in ((tmp_path, "is a folder"), (blocker / "hw.toml", "not a folder")):
+        rc, _, err = run_main(capsys, ["calibrate", "--output", str(target), "--quiet"])
+        assert rc == 2 and words in one_error(err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+# ----------------------------------------------------------------------------- stale scratch
+
+
+def _stale(parent: Path, name: str, age_s: float = 3600.0) -> Path:
+    d = parent / name
+    d.mkdir()
+    (d / "stack.bin").write_bytes(b"\0" * 16)
+    t = time.time() - age_s
+    os.utime(d, (t, t))
+    return d
+
+
+def test_sweep_removes_only_stale_unlocked_scratch_folders(tmp_path):
+    import fcntl
+
+    stale = _stale(tmp_path, ".moeroof-scratch-abcd1234")
+    held = _stale(tmp_path, ".moeroof-scratch-held_567")
+    lock = os.open(held / measure.SCRATCH_LOCK, os.O_WRONLY | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # a live run (this process) still owns it
+    os.utime(held, (time.time() - 3600,) * 2)
+    fresh = _stale(tmp_path, ".moeroof-scratch-fresh999", age_s=-60)  # newer than this process
+    other = _stale(tmp_path, ".moeroof-scratch-toolongname")  # not mkdtemp's 8 characters
+    mine = _stale(tmp_path, "moeroof-scratch-abcd1234")  # no leading dot
+    plain = tmp_path / ".moeroof-scratch-file0000"
+    plain.write_text("a file, not a folder")
+    os.utime(plain, (time.time() - 3600,) * 2)
+    try:
+        removed = measure.sweep_stale_scratch(tmp_path)
+    finally:
+        os.close(lock)
+    assert removed == [stale] and not stale.exists()
+    assert held.exists() and fresh.exists() and other.exists() and mine.exists() and plain.exists()
+
+
+def test_a_run_sweeps_the_scratch_a_killed_run_left(tmp_path, capsys):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    stale = _stale(scratch, ".moeroof-scratch-killed00")
+    keep = scratch / "mine.bin"
+    keep.write_bytes(b"1")
+    rc, _, err = run_main(capsys, ["bench", "--scratch-dir", str(scratch), "--json", *TINY_BENCH])
+    assert rc == 0, err
+    assert not stale.exists() and keep.read_bytes() == b"1"
+    assert sorted(p.name for p in scratch.iterdir()) == ["mine.bin"]
+
+
+def test_a_live_run_holds_its_scratch_lock(tmp_path):
+    with measure.scratch_space(tmp_path) as path:
+        os.utime(path, (time.time() - 3600,) * 2)
+        assert measure.sweep_stale_scratch(tmp_path) == [] and path.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- signals (subprocesses)
+
+
+def _popen(args: list[str], **env: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "moeroof.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+        cwd=ROOT,
+    )
+
+
+def test_sighup_mid_calibrate_is_handled_like_sigterm(tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    out = tmp_path / "hw.toml"
+    proc = _popen(
+        ["calibrate", "--output", str(out), "--file-mib", "64", "--seconds", "60", "--mem-mib", "4"]
+        + ["--matmul-n", "32", "--scratch-dir", str(scratch), "--quiet"]
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not any(d.glob("*.bin") for d in scratch.iterdir()):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the scratch file never appeared"
+            time.sleep(0.02)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGHUP)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert one_error(err) == "error: interrupted (scratch files removed)"
+    assert list(scratch.iterdir()) == [] and not out.exists()
+
+
+def test_ctrl_c_in_an_ordinary_command_exits_130_without_a_traceback(tmp_path):
+    # fit-routing's example takes ~30 s; the progress line (forced on) says it is under way
+    proc = _popen(
+        ["fit-routing", "data/points/example.points", "--experts", "64", "--top-k", "4", "--layers", "8"]
+        + ["--expert-bytes", "4194304", "--json"],
+        MOEROOF_PROGRESS="1",
+    )
+    try:
+        assert proc.stderr.read(1) != "", proc.communicate()  # blocks until the first progress byte
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "error:" not in err and out == ""
+
+
+# ----------------------------------------------------------------------------- truncated .npy
+
+
+def test_a_truncated_npy_trace_is_an_error_not_sigbus(tmp_path):
+    trace = small_trace(tmp_path / "t.npy")
+    with open(trace, "r+b") as fh:
+        fh.truncate(trace.stat().st_size - 5)
+    proc = subprocess.run(
+        [sys.executable, "-m", "moeroof.cli", "cache", str(trace), "--policy", "lru", "--capacity-experts", "4"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "truncated" in one_error(proc.stderr) and str(trace) in proc.stderr
+
+
+def test_a_trace_truncated_after_it_was_read_cannot_kill_the_process(tmp_path):
+    trace = small_trace(tmp_path / "t.npy")
+    code = (
+        "import os, sys\n"
+        "from moeroof.data.io import read_trace\n"
+        "tr = read_trace(sys.argv[1])\n"
+        "os.truncate(sys.argv[1], 0)\n"
+        "print(int(tr.topk.sum()))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(trace)], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)  # -7 would be SIGBUS
+    assert int(proc.stdout) == 36
+
+
+def test_load_npy_maps_only_above_its_copy_limit(tmp_path):
+    a = np.arange(24, dtype=np.int32).reshape(2, 3, 4)
+    np.save(tmp_path / "a.npy", a)
+    small = load_npy(tmp_path / "a.npy")
+    big = load_npy(tmp_path / "a.npy", copy_limit=0)
+    assert not isinstance(small, np.memmap) and isinstance(big, np.memmap)
+    np.testing.assert_array_equal(small, a)
+    np.testing.assert_array_equal(big, a)
+    np.save(tmp_path / "f.npy", np.asfortranarray(a))
+    np.testing.assert_array_equal(load_npy(tmp_path / "f.npy"), a)
+    np.save(tmp_path / "o.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match="objects"):
+        load_npy(tmp_path / "o.npy")
+
+
+# ----------------------------------------------------------------------------- report --out
+
+
+def test_report_out_sends_the_figures_under_the_out_folder(tmp_path, monkeypatch, capsys):
+    import nbformat
+
+    from moeroof.present import report
+
+    seen = {}
+
+    def fake_execute(path, parameters=None):
+        seen["figures"] = os.environ.get(report.FIGURES_ENV)
+        return nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# x")])
+
+    monkeypatch.setattr(report, "execute", fake_execute)
+    out = tmp_path / "my-run"
+    rc, stdout, err = run_main(capsys, ["report", "--notebooks", "union_curve", "--out", str(out), "--json"])
+    assert rc == 0, err
+    rep = json.loads(stdout)
+    assert seen["figures"] == str(out / "figures")
+    assert rep["runs"][0]["figures"] == str(out / "figures")
+    assert (out / "union_curve.html").is_file()

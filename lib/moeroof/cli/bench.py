@@ -270,14 +270,14 @@ def run(args: argparse.Namespace) -> int:
         try:
             atomic.write_text(args.output, json.dumps(rep, indent=2, allow_nan=False) + "\n")
         except OSError as exc:  # the measurement is not lost: the JSON goes to stdout below
-            failed = f"{exc.filename or args.output}: {exc.strerror or exc}"
+            failed = f"{exc.filename or args.output} ({exc.strerror or exc})"
     emit(rep, args, print_bench)
     if failed is not None:
         if output_format(args) != "json":
             print(f"the report as JSON (--output {args.output} could not be written):")
             print(dumps(rep))
         sys.stdout.flush()
-        print(f"error: --output: cannot write {args.output} ({failed}); the report is on stdout", file=sys.stderr)
+        print(f"error: --output: cannot write {failed}; the report is on stdout", file=sys.stderr)
         return EXIT_USAGE
     if args.output is not None and output_format(args) != "json":
         print(f"wrote {args.output}")

@@ -284,7 +284,7 @@ def test_request_stream_of_a_hand_made_trace():
     ]
     assert list(zip(req.step.tolist(), req.layer.tolist(), (req.items % 4).tolist())) == expected
     assert req.items.tolist() == [l * 4 + e for _, l, e in expected]
-    assert req.items.dtype == np.int64 and req.step.dtype == np.int32 and req.layer.dtype == np.int32
+    assert req.items.dtype == np.int32 and req.step.dtype == np.int32 and req.layer.dtype == np.int16  # compact
     assert (req.steps, req.layers, req.experts) == (2, 2, 4)
     # a batch of the first stream only, and a rank's share of the experts
     first = requests_from_trace(topk, 4, streams=np.array([0]))

@@ -82,7 +82,10 @@ def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
         notes.append(
             f"SHARDS estimate at rate {rate:g}: capacities below {math.ceil(1 / rate)} experts are not resolved"
         )
-    che = che_hit_curve(request_histogram(requests), cap)
+    counts = request_histogram(requests)  # requests per item: Che's rates and the distinct count
+    n_requests = len(requests)
+    del requests  # its arrays are as long as the trace; only the curve and the counts remain
+    che = che_hit_curve(counts, cap)
     notes.append(
         "che: independent-reference approximation from the trace's request counts; "
         "it ignores the step order a trace has (an approximation, not a bound)"
@@ -95,8 +98,8 @@ def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
             "method": method,
             "lookup": args.lookup,
             "sample_rate": rate,
-            "requests": len(requests),
-            "distinct_items": int(np.unique(requests.items).size),
+            "requests": n_requests,
+            "distinct_items": int(np.count_nonzero(counts)),
             "steps": trace.steps,
             "layers": trace.layers,
             "experts": trace.experts,

@@ -117,6 +117,8 @@ UNITS = ("experts", "bytes")
 S3FIFO_SMALL_FRACTION = 0.1
 #: elements of the (steps, layers, E) presence array built per chunk in requests_from_trace
 _CHUNK_ELEMENTS = 16_000_000
+#: requests hashed at a time by shards_hit_curve
+_HASH_CHUNK = 1 << 22
 
 
 # ----------------------------------------------------------------------------- data classes
@@ -126,8 +128,10 @@ _CHUNK_ELEMENTS = 16_000_000
 class Requests:
     """The request stream of a trace: one entry per (step, layer, distinct expert).
 
-    ``items`` int64 (n,) with ``item = layer · experts + expert``, in request order (step, then
-    layer, then ascending expert); ``step`` and ``layer`` int32 (n,).
+    ``items`` (n,) with ``item = layer · experts + expert``, in request order (step, then
+    layer, then ascending expert); ``step`` (n,) and ``layer`` (n,). Compact integer dtypes from
+    :func:`requests_from_trace`: items int32 (int64 when layers · experts ≥ 2^31), step int32,
+    layer int16 (int32 from 2^15 layers) — 10 bytes a request instead of 16.
     """
 
     items: np.ndarray
@@ -235,7 +239,10 @@ def requests_from_trace(topk, experts, *, partition=None, rank=None, streams=Non
         keep = _as_partition(partition, layers, experts) == int(rank)
     per_step = max(1, layers * (experts + 1))
     chunk = max(1, _CHUNK_ELEMENTS // per_step)
-    out_items, out_step, out_layer = [], [], []
+    item_dt = np.int32 if layers * experts < 2**31 else np.int64
+    layer_dt = np.int16 if layers < 2**15 else np.int32
+    out_items = []
+    per_cell = np.zeros(steps * layers, dtype=np.int64)  # requests per (step, layer)
     for s0 in range(0, steps, chunk):
         block = np.asarray(arr[s0 : s0 + chunk])
         if sel is not None:
@@ -253,19 +260,19 @@ def requests_from_trace(topk, experts, *, partition=None, rank=None, streams=Non
         present = present[:, :, :experts]
         if keep is not None:
             present &= keep[None]
-        st, la, ex = np.nonzero(present)  # C order: step, layer, ascending expert
-        out_items.append(la.astype(np.int64) * experts + ex)
-        out_step.append((st + s0).astype(np.int32))
-        out_layer.append(la.astype(np.int32))
-    cat = lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt)
-    return Requests(
-        items=cat(out_items, np.int64),
-        step=cat(out_step, np.int32),
-        layer=cat(out_layer, np.int32),
-        steps=int(steps),
-        layers=int(layers),
-        experts=experts,
-    )
+        per_cell[s0 * layers : (s0 + ns) * layers] = present.sum(axis=2, dtype=np.int64).ravel()
+        flat = np.flatnonzero(present)  # C order: step, layer, ascending expert
+        del present
+        # flat = (st · layers + la) · experts + ex, and item = la · experts + ex
+        out_items.append((flat % (layers * experts)).astype(item_dt))
+        del flat
+    items = np.concatenate(out_items) if out_items else np.zeros(0, item_dt)
+    del out_items
+    # step and layer of each request from the per-(step, layer) counts: no per-chunk copies
+    per_step_counts = per_cell.reshape(steps, layers).sum(axis=1) if steps else np.zeros(0, np.int64)
+    step = np.repeat(np.arange(steps, dtype=np.int32), per_step_counts)
+    layer = np.repeat(np.tile(np.arange(layers, dtype=layer_dt), steps), per_cell)
+    return Requests(items=items, step=step, layer=layer, steps=int(steps), layers=int(layers), experts=experts)
 
 
 def request_histogram(requests: Requests, *, from_step: int = 0) -> np.ndarray:
@@ -296,25 +303,82 @@ def lookup_starts(requests: Requests, lookup: str = "layer", keep: np.ndarray | 
     n = step.size
     if lookup == "request":
         return np.ones(n, dtype=bool)
-    out = np.ones(n, dtype=bool)
-    if n > 1:
-        out[1:] = (step[1:] != step[:-1]) | (layer[1:] != layer[:-1])
-    return out
+    return _starts_kernel(np.ascontiguousarray(step), np.ascontiguousarray(layer))
 
 
-def next_use(items: np.ndarray) -> np.ndarray:
-    """Index of each request's next reference to the same item; ``len(items)`` when none."""
+def next_use(items: np.ndarray, dtype=np.int64) -> np.ndarray:
+    """Index of each request's next reference to the same item; ``len(items)`` when none.
+
+    One backward pass (no sort); ``dtype`` of the result (int32 when ``len(items) < 2^31``
+    halves what Belady keeps per request)."""
     items = np.asarray(items)
     n = items.size
-    out = np.full(n, n, dtype=np.int64)
-    if n > 1:
-        order = np.argsort(items, kind="stable")
-        same = items[order[:-1]] == items[order[1:]]
-        out[order[:-1][same]] = order[1:][same]
+    if np.dtype(dtype) == np.int32 and n >= 2**31 - 1:
+        dtype = np.int64
+    out = np.empty(n, dtype=dtype)
+    if n == 0:
+        return out
+    if items.min() < 0:
+        raise ValueError("item ids must be >= 0")
+    _next_use_kernel(np.ascontiguousarray(items), int(items.max()) + 1, out)
     return out
 
 
 # ----------------------------------------------------------------------------- kernels
+
+
+@numba.njit(cache=True)
+def _starts_kernel(step, layer):  # pragma: no cover - compiled
+    """First request of each (step, layer) run: bool (n,), without the temporaries of a
+    vectorised comparison (three arrays as long as the trace)."""
+    n = step.size
+    out = np.empty(n, np.bool_)
+    for t in range(n):
+        out[t] = t == 0 or step[t] != step[t - 1] or layer[t] != layer[t - 1]
+    return out
+
+
+@numba.njit(cache=True)
+def _next_use_kernel(items, n_items, out):  # pragma: no cover - compiled
+    """out[t] = index of the next request of items[t], ``n`` when none (a backward pass)."""
+    n = items.size
+    last = np.empty(n_items, np.int64)
+    last[:] = n
+    for t in range(n - 1, -1, -1):
+        x = items[t]
+        out[t] = last[x]
+        last[x] = t
+
+
+@numba.njit(cache=True)
+def _first_uses_kernel(items, n_items, hit):  # pragma: no cover - compiled
+    """Clear ``hit`` at each item's first request (a cold start); in place."""
+    seen = np.zeros(n_items, np.bool_)
+    for t in range(items.size):
+        x = items[t]
+        if not seen[x]:
+            seen[x] = True
+            hit[t] = False
+
+
+@numba.njit(cache=True)
+def _per_step_kernel(step, hit, items, sizes, steps, weighted):  # pragma: no cover - compiled
+    """Hits, misses and streamed bytes per step, summed in request order (as ``np.bincount``
+    with weights sums: the same floats), without index arrays as long as the trace."""
+    hits = np.zeros(steps, np.int64)
+    misses = np.zeros(steps, np.int64)
+    streamed = np.zeros(steps, np.float64)
+    for t in range(step.size):
+        s = step[t]
+        if s < 0 or s >= steps:
+            continue
+        if hit[t]:
+            hits[s] += 1
+        else:
+            misses[s] += 1
+            if weighted:
+                streamed[s] += sizes[items[t]]
+    return hits, misses, streamed
 
 
 @numba.njit(cache=True)
@@ -693,24 +757,29 @@ def _arc_kernel(items, group, cap, start):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
-def _stack_distance_kernel(items, n_items, window, start):  # pragma: no cover - compiled
+def _stack_kernel(items, label, n_items, window, start, step, warm, out, hist):  # pragma: no cover - compiled
     """LRU stack distances (0 = first reference) by a Fenwick tree over last-access positions.
 
-    A request's distance is taken as its lookup starts (``start``): the distinct items
-    referenced since its previous reference and before that lookup, itself included.
+    Items are relabelled on the fly (``label[item]`` in 0..n_items−1: no dense copy of the
+    stream). A request's distance is taken as its lookup starts (``start``): the distinct items
+    referenced since its previous reference and before that lookup, itself included. Written
+    to ``out`` (one per request) when it is not empty, and counted in ``hist`` (by distance,
+    requests with ``step ≥ warm`` only when ``warm > 0``) when that is not empty — the curve
+    needs the histogram only, not an array as long as the trace.
 
     Position slots are compacted (live marks renumbered 0..D−1, tree rebuilt in O(window))
     whenever the clock reaches ``window`` (> distinct items), so the tree stays small.
     """
     n = items.size
+    keep_out = out.size > 0
+    keep_hist = hist.size > 0
     last = np.full(n_items, -1, np.int64)
     owner = np.full(window, -1, np.int64)
     tree = np.zeros(window + 1, np.int32)
-    out = np.empty(n, np.int64)
     pos = 0
     live = 0
     for t in range(n):
-        x = items[t]
+        x = label[items[t]]
         if pos == window:
             k = 0
             for q in range(window):
@@ -731,16 +800,19 @@ def _stack_distance_kernel(items, n_items, window, start):  # pragma: no cover -
         if start[t]:
             u = t
             while True:
-                pu = last[items[u]]
-                if pu < 0:
-                    out[u] = 0
-                else:
+                pu = last[label[items[u]]]
+                dist = 0
+                if pu >= 0:
                     s = 0
                     i = pu + 1
                     while i > 0:
                         s += tree[i]
                         i -= i & -i
-                    out[u] = live - s + 1
+                    dist = live - s + 1
+                if keep_out:
+                    out[u] = dist
+                if keep_hist and (warm <= 0 or step[u] >= warm):
+                    hist[dist] += 1
                 u += 1
                 if u >= n or start[u]:
                     break
@@ -760,7 +832,6 @@ def _stack_distance_kernel(items, n_items, window, start):  # pragma: no cover -
         owner[pos] = x
         last[x] = pos
         pos += 1
-    return out
 
 
 # ----------------------------------------------------------------------------- simulation
@@ -894,7 +965,9 @@ def simulate(
     if policy != "static" and pinned is not None:
         raise ValueError("pinned applies to policy='static' only")
     group, cap = _groups(scope, capacity, capacity_unit, layers, experts)
-    items = np.ascontiguousarray(requests.items, dtype=np.int64)
+    items = np.ascontiguousarray(requests.items)
+    if items.dtype not in (np.int32, np.int64):
+        items = items.astype(np.int64)
     if items.size and (items.min() < 0 or items.max() >= n_items):
         raise ValueError(f"request item ids must lie in [0, {n_items})")
     cap = _clamp_capacity(cap, group, occ, items, n_items, capacity_unit, everything=policy == "static")
@@ -905,7 +978,7 @@ def simulate(
     elif policy == "lfu":
         hit = _heap_kernel(items, group, cap, occ, False, np.zeros(1, np.int64), start)
     elif policy == "belady":
-        hit = _heap_kernel(items, group, cap, occ, True, next_use(items), start)
+        hit = _heap_kernel(items, group, cap, occ, True, next_use(items, np.int32), start)
         notes.append(
             "belady: offline optimum (Belady's MIN with bypass); the bound on every policy"
             + ("" if np.all(occ == occ[0]) else " only for equal sizes — a heuristic here")
@@ -920,21 +993,25 @@ def simulate(
             notes.append("static: hot set pinned from the trace's own request histogram — an oracle hot set")
         hit = _pinned_mask(pinned, group, cap, occ, n_items)[items]
         if items.size:  # cold start like every other policy: a pinned item loads on first use
-            hit[np.unique(items, return_index=True)[1]] = False
+            _first_uses_kernel(items, n_items, hit)
     res = _result(requests, hit, sizes, policy, capacity, capacity_unit, scope, warmup_steps, tuple(notes))
     return replace(res, request_hits=np.asarray(hit, dtype=bool)) if return_hits else res
 
 
 def _result(requests, hit, sizes, policy, capacity, unit, scope, warmup_steps, notes) -> CacheResult:
     steps = requests.steps
-    step = requests.step
-    miss = ~hit
-    hits_ps = np.bincount(step[hit], minlength=steps)[:steps].astype(np.int64)
-    miss_ps = np.bincount(step[miss], minlength=steps)[:steps].astype(np.int64)
-    if sizes is None:
+    step = np.ascontiguousarray(requests.step)
+    weighted = sizes is not None
+    hits_ps, miss_ps, bytes_ps = _per_step_kernel(
+        step,
+        np.ascontiguousarray(hit),
+        np.ascontiguousarray(requests.items),
+        sizes if weighted else np.zeros(1),
+        int(steps),
+        weighted,
+    )
+    if not weighted:
         bytes_ps = miss_ps.astype(float)
-    else:
-        bytes_ps = np.bincount(step[miss], weights=sizes[requests.items[miss]], minlength=steps)[:steps]
     w = min(warmup_steps, steps)
     hits = int(hits_ps[w:].sum())
     misses = int(miss_ps[w:].sum())
@@ -979,15 +1056,28 @@ def simulate_ranks(topk, experts, partition, capacity_per_rank, **kw) -> list[Ca
 # ----------------------------------------------------------------------------- curves
 
 
-def _dense(items: np.ndarray) -> tuple[np.ndarray, int]:
-    """Relabel item ids to 0..D−1 (order kept); O(n) by bincount when ids are small."""
+def _labels(items: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """(ids, label, D): ``label[ids]`` relabels the item ids to 0..D−1 (order kept). O(n) by
+    bincount when ids are small (``ids`` is then ``items`` itself, not a copy); else by sorting."""
     items = np.asarray(items)
     if items.size and items.min() >= 0 and items.max() < 4 * items.size + 2**20:
         present = np.bincount(items) > 0
-        label = np.cumsum(present) - 1
-        return np.ascontiguousarray(label[items], dtype=np.int64), int(present.sum())
+        label = np.cumsum(present, dtype=np.int64) - 1
+        ids = items if items.dtype in (np.int32, np.int64) else items.astype(np.int64)
+        return np.ascontiguousarray(ids), label, int(present.sum())
     uniq, inv = np.unique(items, return_inverse=True)
-    return np.ascontiguousarray(inv.ravel(), dtype=np.int64), int(uniq.size)
+    return np.ascontiguousarray(inv.ravel(), dtype=np.int64), np.arange(uniq.size, dtype=np.int64), int(uniq.size)
+
+
+def _stack_pass(items, start, *, step=None, warm: int = 0, distances: bool = False):
+    """Run the stack kernel: (distances or None, histogram by distance 0..D, D)."""
+    ids, label, d = _labels(items)
+    n = ids.size
+    out = np.empty(n if distances else 0, dtype=np.int64)
+    hist = np.zeros(0 if distances else d + 1, dtype=np.int64)
+    step = np.zeros(1, np.int32) if step is None else np.ascontiguousarray(step)
+    _stack_kernel(ids, label, d, int(2 * d + 64), start, step, int(warm), out, hist)
+    return (out if distances else None), hist, d
 
 
 def stack_distances(items: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
@@ -1003,16 +1093,7 @@ def stack_distances(items: np.ndarray, start: np.ndarray | None = None) -> np.nd
     start = np.ones(items.size, dtype=bool) if start is None else np.ascontiguousarray(start, dtype=bool)
     if start.shape != items.shape:
         raise ValueError(f"start must have one flag per request, shape {items.shape}, got {start.shape}")
-    dense, d = _dense(items)
-    return _stack_distance_kernel(dense, d, int(2 * d + 64), start)
-
-
-def _hits_by_distance(dist: np.ndarray, max_distance: int) -> np.ndarray:
-    """Requests per stack distance 0..max_distance, with distance 0 (a first reference, which
-    misses at every capacity) zeroed: its cumulative sum is the hit count at each capacity."""
-    hist = np.bincount(dist, minlength=max_distance + 1)[: max_distance + 1].astype(np.int64)
-    hist[0] = 0
-    return hist
+    return _stack_pass(items, start, distances=True)[0]
 
 
 def lru_hit_curve(requests, *, warmup_steps: int = 0, lookup: str = "layer") -> tuple[np.ndarray, np.ndarray]:
@@ -1028,17 +1109,20 @@ def lru_hit_curve(requests, *, warmup_steps: int = 0, lookup: str = "layer") -> 
     so the warm-up still fills the stack, but only requests of steps ≥ ``warmup_steps`` are
     counted. Returns (capacity_experts int64, hit_rate; NaN when nothing is counted).
     """
-    items = requests.items if isinstance(requests, Requests) else np.asarray(requests)
-    start = lookup_starts(requests, lookup) if isinstance(requests, Requests) else None
-    dist = stack_distances(items, start)
-    if warmup_steps:
-        if not isinstance(requests, Requests):
-            raise ValueError("warmup_steps needs a Requests stream (item ids carry no steps)")
-        dist = dist[requests.step >= warmup_steps]
-    d = _dense(items)[1] if items.size else 0
+    is_req = isinstance(requests, Requests)
+    items = requests.items if is_req else np.asarray(requests)
+    if warmup_steps and not is_req:
+        raise ValueError("warmup_steps needs a Requests stream (item ids carry no steps)")
+    if items.size == 0:
+        return np.zeros(1, dtype=np.int64), np.full(1, np.nan)
+    start = lookup_starts(requests, lookup) if is_req else np.ones(items.size, dtype=bool)
+    warm = max(int(warmup_steps), 0)
+    # the histogram of stack distances straight from the kernel: no array as long as the trace
+    _, hist, d = _stack_pass(items, start, step=requests.step if warm else None, warm=warm)
+    n = int(hist.sum())
+    hist[0] = 0  # a first reference misses at every capacity
     cap = np.arange(d + 1, dtype=np.int64)
-    n = dist.size
-    return cap, (np.cumsum(_hits_by_distance(dist, d)) / n if n else np.full(d + 1, np.nan))
+    return cap, (np.cumsum(hist) / n if n else np.full(d + 1, np.nan))
 
 
 def che_hit_curve(item_frequencies, capacities) -> np.ndarray:
@@ -1122,14 +1206,17 @@ def shards_hit_curve(requests, rate, *, seed=0, adjust=False, lookup: str = "lay
     if not 0.0 < rate <= 1.0:
         raise ValueError(f"sample rate must lie in (0, 1], got {rate!r}")
     items = requests.items if isinstance(requests, Requests) else np.asarray(requests)
-    keep = _hash_unit(items, seed) < rate
+    keep = np.empty(items.size, dtype=bool)
+    for i in range(0, items.size, _HASH_CHUNK):  # the hash's uint64 temporaries, chunk by chunk
+        keep[i : i + _HASH_CHUNK] = _hash_unit(items[i : i + _HASH_CHUNK], seed) < rate
     sub = items[keep]
     if sub.size == 0:
         return np.zeros(1, dtype=np.int64), np.full(1, np.nan)
-    start = lookup_starts(requests, lookup, keep) if isinstance(requests, Requests) else None
-    dist = stack_distances(sub, start)
-    d_s = _dense(sub)[1]
-    hist = _hits_by_distance(dist, d_s).astype(float)
+    start = lookup_starts(requests, lookup, keep) if isinstance(requests, Requests) else np.ones(sub.size, bool)
+    del keep
+    _, hist, d_s = _stack_pass(sub, start)
+    hist[0] = 0
+    hist = hist.astype(float)
     expected = items.size * rate
     if not adjust:
         expected = float(sub.size)

@@ -18,6 +18,7 @@ from moeroof.models.routing import (
     inclusion_probabilities,
     sample_topk,
     sample_trace,
+    zipf_log_weights,
     zipf_weights,
 )
 
@@ -553,3 +554,71 @@ def test_nearby_c_step_changes_few_entries():
     base = hot_set_trace(20.0, c_step=30.0)
     assert np.mean(hot_set_trace(20.0, c_step=30.0 * (1 + 1e-3)) != base) < 0.01
     assert np.mean(hot_set_trace(20.0 * (1 + 1e-3), c_step=30.0) != base) < 0.01
+
+
+def exact_inclusion_fractions(w, k: int) -> list[float]:
+    """Plackett–Luce inclusion in exact rationals (weights as Fractions, any dynamic range)."""
+    from fractions import Fraction
+
+    w = [Fraction(x) for x in w]
+    total = sum(w)
+    pi = [Fraction(0)] * len(w)
+    for order in itertools.permutations(range(len(w)), k):
+        prob, left = Fraction(1), total
+        for j in order:
+            prob *= w[j] / left
+            left -= w[j]
+        for j in order:
+            pi[j] += prob
+    return [float(x) for x in pi]
+
+
+@pytest.mark.parametrize("s", [2, 200, 400, 1000])
+def test_zipf_inclusion_in_log_space_matches_exact_rationals(s):
+    # issue 13: r^-s underflows from s ≈ 300 (E = 256), and the integral then lost the top-K
+    from fractions import Fraction
+
+    e, k = 7, 3
+    exact = exact_inclusion_fractions([Fraction(1, r**s) for r in range(1, e + 1)], k)
+    got = inclusion_probabilities(zipf_log_weights(e, s), k, log=True)
+    np.testing.assert_allclose(got, exact, atol=1e-9)
+
+
+@pytest.mark.parametrize("k", [3, 4])
+def test_tiered_inclusion_straddling_tier_matches_exact_rationals(k):
+    # two experts far above the rest, then a tier of three of comparable weight, then one far below
+    from fractions import Fraction
+
+    exps = [0, 1, 1000, 1001, 1002, 3000]
+    exact = exact_inclusion_fractions([Fraction(1, 2**x) for x in exps], k)
+    got = inclusion_probabilities(-np.log(2.0) * np.array(exps, dtype=float), k, log=True)
+    np.testing.assert_allclose(got, exact, atol=1e-9)
+    assert got.sum() == pytest.approx(k, abs=1e-12)
+
+
+@pytest.mark.parametrize("s", [400, 1000, 10_000, 1e6])
+def test_zipf_large_s_includes_exactly_the_top_k(s):
+    # as s → ∞ every token picks ranks 1…K: π = 1 there, 0 elsewhere, U(B) = K for every B
+    pi = inclusion_probabilities(zipf_log_weights(256, s), 8, log=True)
+    np.testing.assert_allclose(pi[:8], 1.0, atol=1e-12)
+    np.testing.assert_allclose(pi[8:], 0.0, atol=1e-12)
+    assert np.isfinite(zipf_log_weights(256, s)).all()
+
+
+def test_zipf_weights_unchanged_where_they_are_representable():
+    w = zipf_weights(64, 1.3)
+    r = np.arange(1, 65, dtype=float)
+    np.testing.assert_allclose(w, r**-1.3 / np.sum(r**-1.3), rtol=1e-13)
+
+
+def test_zero_weights_come_after_every_positive_one():
+    # fewer positive weights than K: the positive ones are always in, the zeros share the rest
+    pi = inclusion_probabilities(np.array([0.5, 0.5, 0.0, 0.0, 0.0, 0.0]), 3)
+    np.testing.assert_allclose(pi, [1, 1, 0.25, 0.25, 0.25, 0.25], atol=1e-12)
+
+
+def test_zipf_trace_at_large_s_routes_the_top_k_ranks():
+    rng = np.random.default_rng(5)
+    tr = sample_trace(Zipf(32, 4, 5000.0), 6, 3, 2, rng)
+    for layer in range(2):
+        assert len(np.unique(tr[:, :, layer, :])) == 4

@@ -52,6 +52,7 @@ __all__ = [
     "Dirichlet",
     "PopularityModel",
     "zipf_weights",
+    "zipf_log_weights",
     "inclusion_probabilities",
     "sample_topk",
     "sample_trace",
@@ -94,11 +95,21 @@ class Uniform:
         return np.full((layers, self.experts), 1.0 / self.experts)
 
 
+def zipf_log_weights(experts: int, s: float) -> np.ndarray:
+    """log of the Zipf popularity in rank order, ``log w_r = −s·log r − log Σ_j j^-s``, computed
+    in log space: finite for every finite s (``r^-s`` underflows to 0 from s ≈ 700/log r)."""
+    log_r = np.log(np.arange(1, experts + 1, dtype=float))
+    a = -float(s) * log_r
+    return a - np.logaddexp.reduce(a)
+
+
 def zipf_weights(experts: int, s: float) -> np.ndarray:
-    """Zipf popularity in rank order: ``w_r = r^-s / Σ_j j^-s`` for ranks r = 1…E."""
-    ranks = np.arange(1, experts + 1, dtype=float)
-    w = ranks ** (-float(s))
-    return w / w.sum()
+    """Zipf popularity in rank order: ``w_r = r^-s / Σ_j j^-s`` for ranks r = 1…E.
+
+    Computed in log space (:func:`zipf_log_weights`); at a large s the tail underflows to 0, so
+    pass the log weights to :func:`inclusion_probabilities` (``log=True``) there.
+    """
+    return np.exp(zipf_log_weights(experts, s))
 
 
 @dataclass(frozen=True)
@@ -118,10 +129,15 @@ class Zipf:
             raise ValueError(f"Zipf exponent s must be finite and >= 0, got {self.s!r}")
 
     def popularity(self, layers: int = 1, rng: np.random.Generator | None = None) -> np.ndarray:
-        w = zipf_weights(self.experts, self.s)
+        return np.exp(self.log_popularity(layers, rng))
+
+    def log_popularity(self, layers: int = 1, rng: np.random.Generator | None = None) -> np.ndarray:
+        """log of :meth:`popularity` (the same permutations from the same ``rng``), finite at
+        every s where the weights themselves underflow."""
+        a = zipf_log_weights(self.experts, self.s)
         if rng is None:
-            return np.tile(w, (layers, 1))
-        return np.stack([w[rng.permutation(self.experts)] for _ in range(layers)])
+            return np.tile(a, (layers, 1))
+        return np.stack([a[rng.permutation(self.experts)] for _ in range(layers)])
 
 
 @dataclass(frozen=True)
@@ -228,7 +244,9 @@ def _normalize(popularity: np.ndarray) -> np.ndarray:
     return w / total
 
 
-def inclusion_probabilities(popularity: np.ndarray, top_k: int, nodes_per_efold: int | None = None) -> np.ndarray:
+def inclusion_probabilities(
+    popularity: np.ndarray, top_k: int, nodes_per_efold: int | None = None, *, log: bool = False
+) -> np.ndarray:
     """Inclusion probabilities ``π_i = P(i ∈ top-K)`` of a Plackett–Luce draw without replacement.
 
     Exact for uniform rows (``K/E``). Otherwise from the exponential-clock representation of
@@ -244,12 +262,38 @@ def inclusion_probabilities(popularity: np.ndarray, top_k: int, nodes_per_efold:
     step of P(N < K) sharpens like 1/sqrt(K)) between ``1e-10/w_max`` and
     ``80/w_(K+1)`` (below: closed form; above: nothing left). Σ π = K to about 1e-9 even when the
     weights span hundreds of orders of magnitude. ``popularity`` has shape (..., E).
+
+    ``log=True``: ``popularity`` holds log weights (``-inf`` = weight 0), for weights too skewed
+    to hold as floats (Zipf at s ≳ 300: :func:`zipf_log_weights`). A row whose (K+1)-th weight
+    is below 1e-250 of its largest is split into tiers at gaps where everything ranked below an
+    expert weighs less than 1e-16 of it: such an expert is drawn before any of those below with
+    probability ``1 − O(E·1e-16)``, so a tier that fits in the K slots left is included with
+    probability 1, the tier that straddles them gets the remaining slots by the integral above
+    (Plackett–Luce restricted to it), and the tiers after it 0. As s → ∞ a Zipf row's top K
+    ranks are then included with probability 1 (every token picks them). Experts of weight
+    exactly 0 come after every positive one (chosen uniformly among themselves when fewer than
+    K weights are positive), so Σ π = K in every row.
     """
-    w = _normalize(popularity)
+    if log:
+        a = np.asarray(popularity, dtype=float)
+        if a.ndim < 1 or a.shape[-1] < 1:
+            raise ValueError("popularity must have an expert axis")
+        if np.any(np.isnan(a)) or np.any(a == np.inf):
+            raise ValueError("log popularity must be finite or -inf")
+        top = a.max(axis=-1, keepdims=True)
+        if np.any(top == -np.inf):
+            raise ValueError("popularity must have a positive sum in every layer")
+        a = a - top
+        w = _normalize(np.exp(a))
+    else:
+        w = _normalize(popularity)
+        with np.errstate(divide="ignore"):
+            a = np.log(w)
     shape = w.shape
     e = shape[-1]
     _check_experts_top_k(e, top_k)
     w2 = w.reshape(-1, e)
+    a2 = a.reshape(-1, e)
     out = np.empty_like(w2)
     if top_k == e:
         out[:] = 1.0
@@ -257,18 +301,39 @@ def inclusion_probabilities(popularity: np.ndarray, top_k: int, nodes_per_efold:
     uniform_rows = np.all(np.isclose(w2, 1.0 / e, rtol=1e-12, atol=0), axis=1)
     out[uniform_rows] = top_k / e
     rows = np.flatnonzero(~uniform_rows)
+    if nodes_per_efold is None:
+        nodes_per_efold = max(10, int(np.ceil(3.0 * np.sqrt(top_k))))
+    wsorted = -np.sort(-w2[rows], axis=1)
+    # the (K+1)-th weight against the largest: below the floor the integral's range is lost
     if top_k == 1:
         out[rows] = w2[rows]
         return out.reshape(shape)
+    steep = wsorted[:, top_k] < _REGULAR_FLOOR * wsorted[:, 0]
+    for r in rows[steep]:
+        out[r] = _inclusion_tiered(a2[r], top_k, nodes_per_efold)
+    rows = rows[~steep]
+    if rows.size:
+        out[rows] = _inclusion_regular(w2[rows], top_k, nodes_per_efold)
+    return out.reshape(shape)
+
+
+#: a row whose (K+1)-th weight is below this share of its largest goes to the tiers
+_REGULAR_FLOOR = 1e-250
+#: a tier ends at an expert whose lower-ranked experts together weigh less than this share of it
+_TIER_GAP = 1e-16
+
+
+def _inclusion_regular(w2: np.ndarray, top_k: int, nodes_per_efold: int) -> np.ndarray:
+    """The exponential-clock integral for rows (m, E) of normalized weights."""
+    e = w2.shape[1]
+    out = np.empty_like(w2)
     wsorted = -np.sort(-w2, axis=1)
     lo_all = np.log(1e-10 / wsorted[:, 0])
     # the (K+1)-th largest weight sets when K others have surely arrived
     hi_all = np.log(80.0 / np.maximum(wsorted[:, top_k], 1e-300))
-    if nodes_per_efold is None:
-        nodes_per_efold = max(10, int(np.ceil(3.0 * np.sqrt(top_k))))
     x_gl, wt_gl = np.polynomial.legendre.leggauss(nodes_per_efold)
     # rows with similar log-t ranges share a chunk, so panel counts stay tight
-    rows = rows[np.argsort(hi_all[rows] - lo_all[rows])]
+    rows = np.argsort(hi_all - lo_all)
     start = 0
     while start < rows.size:
         panels = int(np.ceil(hi_all[rows[start]] - lo_all[rows[start]]))
@@ -277,7 +342,48 @@ def inclusion_probabilities(popularity: np.ndarray, top_k: int, nodes_per_efold:
         panels = int(np.ceil(np.max(hi_all[idx] - lo_all[idx])))
         out[idx] = _inclusion_rows(w2[idx], top_k, lo_all[idx], hi_all[idx], panels, x_gl, wt_gl)
         start += chunk
-    return out.reshape(shape)
+    return out
+
+
+def _inclusion_tiered(a: np.ndarray, k: int, nodes_per_efold: int) -> np.ndarray:
+    """One row of log weights ``a`` (E,) split into tiers (see :func:`inclusion_probabilities`)."""
+    e = a.size
+    out = np.zeros(e)
+    finite = np.isfinite(a)
+    n = int(finite.sum())
+    if n <= k:
+        out[finite] = 1.0
+        if n < k:
+            out[~finite] = (k - n) / (e - n)
+        return out
+    idx = np.flatnonzero(finite)
+    order = idx[np.argsort(-a[idx], kind="stable")]
+    s = a[order]
+    # below[i] = log Σ_{j>i} exp(s_j): the weight ranked below expert i
+    below = np.full(n, -np.inf)
+    below[:-1] = np.logaddexp.accumulate(s[::-1])[::-1][1:]
+    cut = below - s < np.log(_TIER_GAP)
+    start, left = 0, k
+    while left > 0:
+        end = start + int(np.argmax(cut[start:]))  # cut[n - 1] is True: always found
+        size = end - start + 1
+        members = order[start : end + 1]
+        if size <= left:
+            out[members] = 1.0
+            left -= size
+            start = end + 1
+            continue
+        block = np.exp(s[start : end + 1] - s[start])[None, :]
+        if left == 1:
+            pi = block[0] / block.sum()
+        else:
+            pi = _inclusion_regular(block / block.sum(), left, nodes_per_efold)[0]
+            # within a tier the weights span at most ~(1e-16/E)^(K+1), so the integral's range
+            # holds; what the 1e-300 floor could lose in a pathological tier is put back in scale
+            pi = pi * (left / pi.sum())
+        out[members] = np.clip(pi, 0.0, 1.0)
+        break
+    return out
 
 
 def _inclusion_rows(w, k, lo, hi, panels, x_gl, wt_gl) -> np.ndarray:
@@ -463,7 +569,15 @@ def sample_trace(
     if not 1 <= groups <= streams:
         raise ParameterError("groups", f"groups must be in [1, streams={streams}], got {groups!r}")
     k = model.top_k
-    w = model.popularity(layers, rng) if popularity is None else _normalize(popularity)
+    logw = None
+    if popularity is not None:
+        w = _normalize(popularity)
+    elif hasattr(model, "log_popularity"):
+        # Zipf at a large s: the weights underflow, their logs (what the Gumbel top-K sees) do not
+        logw = model.log_popularity(layers, rng)
+        w = np.exp(logw)
+    else:
+        w = model.popularity(layers, rng)
     if w.shape != (layers, model.experts):
         raise ValueError(f"popularity must have shape {(layers, model.experts)}, got {w.shape}")
     if scope not in ("trace", "step"):
@@ -471,8 +585,9 @@ def sample_trace(
     cs_l = _per_layer(c_step, layers, "c_step")
     if not np.all(cs_l > 0):
         raise ParameterError("c_step", f"step-context concentration must be > 0 (inf for none), got {c_step!r}")
-    with np.errstate(divide="ignore"):
-        logw = np.log(w)
+    if logw is None:
+        with np.errstate(divide="ignore"):
+            logw = np.log(w)
     a_group, a_step = part_concentrations(c_l, cs_l)
     has_group, has_step = a_group > 0, a_step > 0
     neither = ~(has_group | has_step)

@@ -574,3 +574,47 @@ def test_a_trace_without_meta_and_flags_that_contradict_a_sidecar(capsys, trace,
     assert "--experts 9 disagrees with" in capsys.readouterr().err
     assert main(["cache", str(bare), *argv, "--experts", "8"]) == 2
     assert "give at least --experts and --top-k" in capsys.readouterr().err
+
+
+def _undercounted_histogram(tmp_path: Path, name: str, rows: list[str]) -> Path:
+    path = tmp_path / f"{name}.csv"
+    path.write_text("layer,expert,count\n" + "".join(r + "\n" for r in rows))
+    side = {"model": "x", "experts": 256, "top_k": 8, "layers": 1, "tokens": 20000, "source": "t"}
+    side.update(layers_summed=False, provenance="witnessed")
+    sidecar_path(path).write_text(json.dumps(side))
+    return path
+
+
+@pytest.mark.parametrize("name,rows", [("one-row", ["0,0,1"]), ("header-only", []), ("all-zeros", ["0,0,0", "0,1,0"])])
+@pytest.mark.parametrize("command", ["union", "split", "plan"])
+def test_histograms_summing_far_below_k_t_are_refused(capsys, tmp_path, name, rows, command):
+    # issue 13: union gave U(1) = 5e-05 (one row) or 0 (header only, all zeros) with exit 0
+    path = _undercounted_histogram(tmp_path, name, rows)
+    argv = {
+        "union": ["union", str(path), "--batch", "1,8"],
+        "split": [
+            "split",
+            str(path),
+            "--ranks",
+            "2",
+            "--method",
+            "lpt",
+            "--model",
+            "deepseek-v3",
+            "--hardware",
+            "nvme-gen4",
+        ],
+        "plan": ["plan", "--routing", str(path), "--model", "deepseek-v3", "--hardware", "nvme-gen4", "--batch", "1"],
+    }[command]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {path}:-: count: counts of layer 0 sum to")
+    assert "instead of K = 8" in err[0]
+
+
+def test_a_histogram_a_little_below_k_t_gets_a_note(capsys, tmp_path):
+    # 90 % of K·T: read, with a note that the union is that much too low
+    path = _undercounted_histogram(tmp_path, "short", [f"0,{i},{9000}" for i in range(16)])
+    rep = run_json(capsys, ["union", str(path), "--batch", "1", "--bootstrap", "0"])
+    assert rep["union_per_layer"][0] == pytest.approx(16 * 9000 / 20000)
+    assert any("90 % of top_k·tokens" in n for n in rep["notes"])

@@ -16,6 +16,7 @@ from moeroof.data.io import (
     Histogram,
     InputError,
     Trace,
+    check_incidence_sums,
     load_any,
     read_histogram,
     read_trace,
@@ -584,3 +585,30 @@ def test_trace_meta_given_instead_of_sidecar_or_array(tmp_path):
     assert t.experts == 3 and t.meta == {"experts": 3, "top_k": 2}
     with pytest.raises(InputError, match=r"bare.npz:-: top_k: top_k K=4 exceeds experts E=3"):
         read_trace(tmp_path / "bare.npz", meta={"experts": 3, "top_k": 4})
+
+
+def _hist_meta(tokens) -> dict:
+    return {
+        "model": "x",
+        "experts": 4,
+        "top_k": 2,
+        "layers": 2,
+        "tokens": tokens,
+        "source": "t",
+        "layers_summed": False,
+    }
+
+
+def test_incidence_sums_complete_partial_and_far_below(tmp_path):
+    path = tmp_path / "h.csv"
+    path.write_text("layer,expert,count\n0,0,10\n0,1,10\n1,0,10\n1,1,10\n")
+    complete = read_histogram(path, meta=_hist_meta(10))
+    assert check_incidence_sums(complete) == []
+    short = read_histogram(path, meta=_hist_meta([10, 11]))  # layer 1: 20 of 22 = 90.9 %
+    (note,) = check_incidence_sums(short)
+    assert note.startswith("counts of layer 1 sum to 90.9 % of top_k·tokens")
+    far = read_histogram(path, meta=_hist_meta([10, 100]))  # layer 1: 20 of 200
+    with pytest.raises(
+        InputError, match=r"h.csv:-: count: counts of layer 1 sum to 20, 10 % of top_k·tokens = 2·100 = 200"
+    ):
+        check_incidence_sums(far)

@@ -269,3 +269,15 @@ def test_bad_workload_and_routing_specs():
         routing_from_spec("zipf:x", m)
     with pytest.raises(ValueError, match="positive integers"):
         plan(m, toy_hw(), Workload(), zipf_routing(m, 1), [0])
+
+
+@pytest.mark.parametrize("s", [400, 1000, 10_000])
+def test_plan_zipf_large_s_union_is_k(s):
+    # issue 13: zipf:1000 gave U(1) = 2 (net tok/s 8x too high at s = 10000): the top-K ranks
+    # are picked by every token, so U(B) = K at every B
+    model = load_model("glm-5.2")
+    routing = routing_from_spec(f"zipf:{s}", model)
+    assert routing.pi.sum() == pytest.approx(model.top_k, abs=1e-9)
+    for b in (1, 8, 64):
+        u = union_plugin(routing.pi, [b], model.top_k).union_per_layer
+        np.testing.assert_allclose(u, model.top_k, atol=1e-9)

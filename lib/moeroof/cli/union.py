@@ -32,7 +32,7 @@ from moeroof.cli.common import (
     positive_int,
     table,
 )
-from moeroof.data.io import Histogram, Trace
+from moeroof.data.io import Histogram, Trace, check_incidence_sums
 
 
 def add_parser(subparsers: Any) -> None:
@@ -95,6 +95,7 @@ def union_report(args: argparse.Namespace) -> dict[str, Any]:
         source = str(data.path)
         provenance = data.meta.get("provenance")
         if isinstance(data, Histogram):
+            notes.extend(check_incidence_sums(data))
             curve = union_histogram(
                 data.counts,
                 data.tokens,

@@ -57,6 +57,8 @@ __all__ = [
     "read_histogram",
     "read_trace",
     "load_any",
+    "check_incidence_sums",
+    "INCIDENCE_SHARE_MIN",
     "write_histogram",
     "write_trace",
     "sidecar_path",
@@ -559,6 +561,50 @@ def read_trace(path: str | os.PathLike[str], meta: Mapping[str, Any] | None = No
     return Trace(
         topk=topk, experts=experts, top_k=top_k, layer_ids=layer_ids, meta=dict(meta), path=path, weights=weights
     )
+
+
+#: a layer whose counts sum below this share of K·T is refused where the counts are read as
+#: inclusion frequencies (union, split, plan --routing): U(1) would come out as Σ count / T, not K
+INCIDENCE_SHARE_MIN = 0.5
+#: below this share (but above the minimum) the result carries a note
+INCIDENCE_SHARE_NOTE = 0.99
+
+
+def check_incidence_sums(hist: Histogram, min_share: float = INCIDENCE_SHARE_MIN) -> list[str]:
+    """Refuse a histogram whose counts sum far below ``K·T`` in some layer; notes for the rest.
+
+    Incidence counts of T tokens sum to K·T in each layer (every token counts its K experts).
+    A sum far below it — a histogram with only some rows, a header alone, all zeros, or a
+    sidecar ``tokens`` far too large — makes every inclusion frequency ``count / T`` too small
+    and the union at B = 1 ``Σ count / T`` instead of K. Raises :class:`InputError` when a
+    layer's sum is below ``min_share · K·T``; returns a note for layers between that and 99 %.
+    (``fit`` normalizes by the counts themselves and only needs one count per layer.)
+    """
+    counts = np.asarray(hist.counts)
+    sums = [int(x) for x in counts.sum(axis=1)]
+    tokens = [int(x) for x in np.asarray(hist.tokens)]
+    k = int(hist.top_k)
+    lids = list(hist.layer_ids)
+    shares = [s / (k * t) if t > 0 else 1.0 for s, t in zip(sums, tokens)]
+    worst = int(np.argmin(shares)) if shares else 0
+    if shares and shares[worst] < min_share:
+        low = sum(1 for x in shares if x < min_share)
+        what = f"layer {lids[worst]}" + (f" (and {low - 1} more layers)" if low > 1 else "")
+        raise InputError(
+            hist.path,
+            "-",
+            "count",
+            f"counts of {what} sum to {sums[worst]}, {100 * shares[worst]:.3g} % of top_k·tokens = "
+            f"{k}·{tokens[worst]} = {k * tokens[worst]}: each of the T tokens counts its K experts, so "
+            f"the union at B = 1 would come out as {sums[worst] / max(tokens[worst], 1):.4g} instead of K = {k}; "
+            "the histogram is missing rows, or the sidecar's tokens is too large",
+        )
+    if shares and shares[worst] < INCIDENCE_SHARE_NOTE:
+        return [
+            f"counts of layer {lids[worst]} sum to {100 * shares[worst]:.3g} % of top_k·tokens (incomplete "
+            "incidence counts): the inclusion frequencies count / T, and the union, are that much too low"
+        ]
+    return []
 
 
 def load_any(path: str | os.PathLike[str]) -> Histogram | Trace:

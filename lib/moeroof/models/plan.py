@@ -46,7 +46,7 @@ from moeroof.core.results import Result
 from moeroof.data.presets import Hardware, MoEModel
 from moeroof.models import expert_cache, step
 from moeroof.models.partition import balanced_packing, bytes_partition, contiguous_split, weighted_packing
-from moeroof.models.routing import inclusion_probabilities, zipf_weights
+from moeroof.models.routing import inclusion_probabilities, zipf_log_weights
 from moeroof.models.union import as_batch
 
 __all__ = [
@@ -194,10 +194,10 @@ def routing_from_spec(spec: str, model: MoEModel) -> RoutingProbabilities:
             raise ValueError(f"routing {spec!r}: expected zipf:S with a number S") from None
         if not np.isfinite(s) or s < 0:
             raise ValueError(f"routing {spec!r}: Zipf exponent must be >= 0")
-        pi = inclusion_probabilities(zipf_weights(e, s), k)[None, :]
+        pi = inclusion_probabilities(zipf_log_weights(e, s), k, log=True)[None, :]
         return RoutingProbabilities(pi, f"Zipf s={s:g}", "assumed")
     from moeroof.core.paths import resolve_data
-    from moeroof.data.io import Histogram, load_any
+    from moeroof.data.io import Histogram, check_incidence_sums, load_any
     from moeroof.models.routing import histogram_from_trace
 
     path = resolve_data(spec)
@@ -208,6 +208,7 @@ def routing_from_spec(spec: str, model: MoEModel) -> RoutingProbabilities:
         )
     notes = []
     if isinstance(data, Histogram):
+        notes.extend(check_incidence_sums(data))
         counts, tokens = data.counts, data.tokens
         if data.layers_summed:
             notes.append(

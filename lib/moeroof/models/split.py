@@ -23,7 +23,7 @@ import numpy as np
 from moeroof.core.errors import ParameterError
 from moeroof.core.results import Result
 from moeroof.core.units import GiB
-from moeroof.data.io import read_histogram
+from moeroof.data.io import check_incidence_sums, read_histogram
 from moeroof.data.presets import Hardware, MoEModel, load_hardware, load_model
 from moeroof.models.expert_cache import policy_label
 from moeroof.models.partition import (
@@ -278,7 +278,7 @@ def split_report(
     mdl = model if isinstance(model, MoEModel) else load_model(model)
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
     matches = mdl.experts == e and mdl.top_k == hist.top_k
-    notes: list[str] = []
+    notes: list[str] = check_incidence_sums(hist)
     if hist.layers_summed:
         notes.append(
             "the histogram is summed over layers: π per expert is count / (layers·T), the layer "

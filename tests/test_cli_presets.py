@@ -183,9 +183,12 @@ def test_broken_model_preset_is_exit_2(tmp_path, monkeypatch, capsys):
     for argv in (["presets"], ["presets", "--json"]):
         assert main(argv) == 2
         out, err = capsys.readouterr()
-        assert out == ""
+        # issue 13: the other presets are still listed; the broken one is named with its error
+        assert "deepseek-v3" in out and "nvme-gen4" in out
         assert err.startswith(f"error: {broken}:-: expert_bytes: ")
         assert "Traceback" not in err and err.count("\n") == 1
+    rep = json.loads(out)
+    assert "glm-5.2" not in rep["models"] and rep["broken"]["models/glm-5.2"].startswith(f"{broken}:-: expert_bytes")
 
 
 def test_broken_hardware_preset_is_exit_2(tmp_path, monkeypatch, capsys):
@@ -197,6 +200,7 @@ def test_broken_hardware_preset_is_exit_2(tmp_path, monkeypatch, capsys):
     broken = _bad_presets_dir(tmp_path, monkeypatch, mutate)
     assert main(["presets"]) == 2
     out, err = capsys.readouterr()
+    assert "glm-5.2" in out and "nvme-gen4" in out  # the others still listed (issue 13)
     assert err.startswith(f"error: {broken}:-: toml: not valid TOML")
     assert "Traceback" not in err
 

@@ -106,6 +106,44 @@ def positive_float(text: str, flag: str) -> float:
     return value
 
 
+def replicates(text: str, flag: str) -> int:
+    """A count of replicates, draws or simulations: an integer in 0 … MAX_REPLICATES."""
+    from moeroof.core.limits import MAX_REPLICATES
+
+    n = non_negative_int(text, flag)
+    if n > MAX_REPLICATES:
+        raise UsageError(f"{flag}: {n} is more than the {MAX_REPLICATES} allowed")
+    return n
+
+
+def check_replicate_memory(flag: str, count: int, per_replicate: int, what: str) -> None:
+    """Refuse ``flag``'s ``count`` replicates of ``per_replicate`` 8-byte entries (``what``
+    names one replicate in the user's terms) when they would not fit in available memory."""
+    from moeroof.core.limits import check_allocation
+
+    try:
+        check_allocation(int(count) * int(per_replicate), 8, f"{count} × {what}", limit=None)
+    except ValueError as err:
+        raise UsageError(f"{flag}: {err}") from None
+
+
+def byte_size(text: str, flag: str) -> float:
+    """A size in bytes: finite and at least 1 (``1e-300`` bytes per expert would make a
+    capacity of 1 GiB hold 10^309 experts)."""
+    value = non_negative_float(text, flag)
+    if value < 1:
+        raise UsageError(f"{flag}: a size in bytes must be at least 1, got {text!r}")
+    return value
+
+
+def scaled(value: float, factor: float, flag: str, unit: str) -> float:
+    """``value × factor`` (a unit conversion of a flag's value), refused when it overflows."""
+    out = value * factor
+    if not math.isfinite(out):
+        raise UsageError(f"{flag}: {value:g} {unit} is too large to compute with")
+    return out
+
+
 #: the most batch sizes one --batch may expand to
 MAX_BATCH_SIZES = 10_000
 
@@ -232,8 +270,10 @@ def step_options(args: Any) -> dict[str, Any]:
     auto = str(args.cache_gib).strip().lower() == "auto"
     cache_gib = None if auto else non_negative_float(args.cache_gib, "--cache-gib")
     read_kib = None if args.read_size_kib is None else positive_float(args.read_size_kib, "--read-size-kib")
+    if read_kib is not None and read_kib * 2**10 < 1:
+        raise UsageError(f"--read-size-kib: a read of {read_kib:g} KiB is less than one byte")
     return {
-        "cache_bytes": None if cache_gib is None else cache_gib * 2**30,
+        "cache_bytes": None if cache_gib is None else scaled(cache_gib, 2**30, "--cache-gib", "GiB"),
         "cache_policy": args.cache_policy,
         "cache_scope": args.cache_scope,
         "context_tokens": non_negative_int(args.context, "--context"),

@@ -20,11 +20,13 @@ from moeroof.cli.common import (
     Progress,
     add_meta_arguments,
     add_output_arguments,
+    check_replicate_memory,
     emit,
     fmt,
     jsonable,
     load_input,
     non_negative_int,
+    replicates,
     table,
 )
 from moeroof.data.io import Histogram
@@ -51,10 +53,14 @@ def add_parser(subparsers: Any) -> None:
 
 def fit_report(args: argparse.Namespace) -> dict[str, Any]:
     """The ``fit`` JSON object for parsed arguments."""
-    bootstrap = non_negative_int(args.bootstrap, "--bootstrap")
-    gof_sims = non_negative_int(args.gof_sims, "--gof-sims")
+    bootstrap = replicates(args.bootstrap, "--bootstrap")
+    gof_sims = replicates(args.gof_sims, "--gof-sims")
     seed = non_negative_int(args.seed, "--seed")
     data = load_input(args.path, args)
+    # each replicate or simulation draws a (layers × experts) histogram, with temporaries
+    per = 4 * len(data.layer_ids) * data.experts
+    check_replicate_memory("--bootstrap", bootstrap, per, "layers × experts × 4")
+    check_replicate_memory("--gof-sims", gof_sims, per, "layers × experts × 4")
     from moeroof.models.fit import fit_histogram  # lazily: the union command works without it
 
     notes = []

@@ -20,15 +20,16 @@ from moeroof.cli.common import (
     Progress,
     UsageError,
     add_output_arguments,
+    byte_size,
     emit,
     fmt,
     input_path,
     jsonable,
-    non_negative_int,
-    positive_float,
     positive_int,
+    replicates,
     table,
 )
+from moeroof.core.limits import MAX_EXPERTS, MAX_LAYERS
 
 
 def add_parser(subparsers: Any) -> None:
@@ -59,9 +60,13 @@ def fit_routing_report(args: argparse.Namespace) -> dict[str, Any]:
     if top_k > experts:
         raise UsageError(f"--top-k: K={top_k} exceeds --experts E={experts}")
     layers = positive_int(args.layers, "--layers")
-    expert_bytes = None if args.expert_bytes is None else positive_float(args.expert_bytes, "--expert-bytes")
+    if experts > MAX_EXPERTS:
+        raise UsageError(f"--experts: {experts} is more than the {MAX_EXPERTS} allowed")
+    if layers > MAX_LAYERS:
+        raise UsageError(f"--layers: {layers} is more than the {MAX_LAYERS} allowed")
+    expert_bytes = None if args.expert_bytes is None else byte_size(args.expert_bytes, "--expert-bytes")
     seeds = positive_int(args.seeds, "--seeds")
-    bootstrap = non_negative_int(args.bootstrap, "--bootstrap")
+    bootstrap = replicates(args.bootstrap, "--bootstrap")
     timed = positive_int(args.timed_steps, "--timed-steps")
     from moeroof.data.points import read_points
     from moeroof.models.fit_routing import fit_routing

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,20 +52,28 @@ def _preset_entry(obj: Any, fields: Sequence[str]) -> dict[str, Any]:
 
 def presets_report() -> dict[str, Any]:
     """Every shipped preset, as the ``presets`` subcommand prints it with ``--json``."""
+    from moeroof.data.io import InputError
     from moeroof.data.presets import HARDWARE_FIELDS, MODEL_FIELDS, list_presets, load_hardware, load_model
 
     shipped = list_presets()
-    return jsonable(
-        {
-            "models": {
-                name: _preset_entry(load_model(path), list(MODEL_FIELDS)) for name, path in shipped["models"].items()
-            },
-            "hardware": {
-                name: {**_preset_entry(hw, list(HARDWARE_FIELDS)), "link": hw.link}
-                for name, hw in ((n, load_hardware(p)) for n, p in shipped["hardware"].items())
-            },
-        }
-    )
+    rep: dict[str, Any] = {"models": {}, "hardware": {}}
+    broken: dict[str, str] = {}
+    # one broken TOML dropped into data/presets is listed with its error; the others still load
+    for name, path in shipped["models"].items():
+        try:
+            rep["models"][name] = _preset_entry(load_model(path), list(MODEL_FIELDS))
+        except InputError as err:
+            broken[f"models/{name}"] = str(err)
+    for name, path in shipped["hardware"].items():
+        try:
+            hw = load_hardware(path)
+        except InputError as err:
+            broken[f"hardware/{name}"] = str(err)
+            continue
+        rep["hardware"][name] = {**_preset_entry(hw, list(HARDWARE_FIELDS)), "link": hw.link}
+    if broken:
+        rep["broken"] = broken
+    return jsonable(rep)
 
 
 def _cell(value: Any, unit: str | None, tag: str | None, digits: int = 2) -> str:
@@ -166,4 +175,9 @@ def print_presets(rep: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     rep = presets_report()
-    return emit(rep, args, print_presets)
+    rc = emit(rep, args, print_presets)
+    # a broken preset: the others are listed (its error under "broken" in the JSON), then one
+    # error line each on stderr and exit 2
+    for err in rep.get("broken", {}).values():
+        print(f"error: {err}", file=sys.stderr)
+    return 2 if rep.get("broken") and rc == 0 else rc

@@ -23,6 +23,7 @@ from moeroof.cli.common import (
     UsageError,
     add_meta_arguments,
     add_output_arguments,
+    check_replicate_memory,
     emit,
     fmt,
     jsonable,
@@ -30,6 +31,7 @@ from moeroof.cli.common import (
     non_negative_int,
     parse_batch,
     positive_int,
+    replicates,
     table,
 )
 from moeroof.data.io import Histogram, Trace, check_incidence_sums
@@ -64,8 +66,10 @@ def union_report(args: argparse.Namespace) -> dict[str, Any]:
     from moeroof.models.union import union_from_trace, union_histogram, union_uniform
 
     batch = parse_batch(args.batch)
-    bootstrap = non_negative_int(args.bootstrap, "--bootstrap")
-    draws = positive_int(args.draws, "--draws")
+    bootstrap = replicates(args.bootstrap, "--bootstrap")
+    draws = replicates(args.draws, "--draws")
+    if draws < 1:
+        raise UsageError(f"--draws: {args.draws!r} is not a positive integer")
     seed = non_negative_int(args.seed, "--seed")
     try:
         level = float(args.level)
@@ -96,6 +100,8 @@ def union_report(args: argparse.Namespace) -> dict[str, Any]:
         provenance = data.meta.get("provenance")
         if isinstance(data, Histogram):
             notes.extend(check_incidence_sums(data))
+            per = data.layers * data.experts * max(len(batch), 1)
+            check_replicate_memory("--bootstrap", bootstrap, per, "layers × experts × batch sizes")
             curve = union_histogram(
                 data.counts,
                 data.tokens,
@@ -117,6 +123,11 @@ def union_report(args: argparse.Namespace) -> dict[str, Any]:
                 )
         else:
             assert isinstance(data, Trace)
+            # one chunk of steps: (steps, draws, B, layers, K) ids; the band: (bootstrap, steps, layers)
+            b_max = min(max(batch), data.streams)
+            per = min(data.steps, 256) * b_max * data.layers * data.top_k
+            check_replicate_memory("--draws", draws, per, "steps (≤ 256) × streams × layers × K")
+            check_replicate_memory("--bootstrap", bootstrap, data.steps * data.layers, "steps × layers")
             curve = union_from_trace(
                 data.topk,
                 batch,

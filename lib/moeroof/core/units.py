@@ -10,6 +10,8 @@ is a 7 % error at G and 10 % at T.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 __all__ = [
@@ -94,15 +96,27 @@ def dimension_of(unit: str) -> str:
 
 
 def to_si(value, unit: str):
-    """``value`` in ``unit`` → SI (numbers or arrays)."""
+    """``value`` in ``unit`` → SI (numbers or arrays).
+
+    A finite value whose SI form is not (``1e300 GiB`` is 1.07e309 bytes: inf) raises a
+    ValueError naming the value and unit, so no overflowed infinity reaches a model.
+    """
     factor = UNITS[unit][1] if unit in UNITS else None
     if factor is None:
         dimension_of(unit)
-    return (
-        np.asarray(value, dtype=float) * factor
-        if isinstance(value, (list, tuple, np.ndarray))
-        else float(value) * factor
-    )
+    if isinstance(value, (list, tuple, np.ndarray)):
+        given = np.asarray(value, dtype=float)
+        with np.errstate(over="ignore"):
+            out = given * factor
+        bad = np.isfinite(given) & ~np.isfinite(out)
+        if np.any(bad):
+            raise ValueError(f"{given[bad].flat[0]:g} {unit} overflows: too large to compute with in SI units")
+        return out
+    given = float(value)
+    out = given * factor
+    if math.isfinite(given) and not math.isfinite(out):
+        raise ValueError(f"{given:g} {unit} overflows: too large to compute with in SI units")
+    return out
 
 
 def from_si(value, unit: str):

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import re
 import zipfile
@@ -48,6 +49,15 @@ from typing import Any
 import numpy as np
 
 from moeroof.core import atomic
+from moeroof.core.limits import (
+    MAX_EXPERTS,
+    MAX_JSON_BYTES,
+    MAX_LAYERS,
+    MAX_TOKENS,
+    check_allocation,
+    check_document,
+    human_bytes,
+)
 from moeroof.core.masks import PAD, partial_tokens
 
 __all__ = [
@@ -183,7 +193,7 @@ TRACE_META_HINT = (
 def _read_json(path: Path, what: str, hint: str = "") -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as fh:  # read-only
-            text = fh.read()
+            text = fh.read(MAX_JSON_BYTES + 1)  # a bounded read: the size check below refuses more
     except FileNotFoundError:
         extra = f"; {hint}" if hint else ""
         raise InputError(
@@ -195,6 +205,10 @@ def _read_json(path: Path, what: str, hint: str = "") -> dict[str, Any]:
 
 
 def _parse_json(text: str, path: Path, row: str, key: str) -> dict[str, Any]:
+    try:
+        check_document(text, "the JSON", max_bytes=MAX_JSON_BYTES)
+    except ValueError as exc:
+        raise InputError(path, row, key, str(exc)) from None
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -221,6 +235,8 @@ def _check_experts_top_k(meta: Mapping[str, Any], path: Path, row: str = "-") ->
         raise InputError(path, row, "top_k", f"expected a positive integer, got {top_k!r}")
     if top_k > experts:
         raise InputError(path, row, "top_k", f"top_k K={top_k} exceeds experts E={experts}")
+    if experts > MAX_EXPERTS:
+        raise InputError(path, row, "experts", f"experts E={experts} is more than the {MAX_EXPERTS} this reader allows")
     return int(experts), int(top_k)
 
 
@@ -253,21 +269,35 @@ def _validate_histogram_meta(meta: Mapping[str, Any], path: Path) -> tuple[int, 
         layers = meta["layers"]
         if not _is_int(layers) or layers < 1:
             raise InputError(path, "-", "layers", f"expected a positive integer, got {layers!r}")
+        if layers > MAX_LAYERS:
+            raise InputError(path, "-", "layers", f"layers={layers} is more than the {MAX_LAYERS} this reader allows")
         layer_ids = tuple(range(int(layers)))
     else:
         raise InputError(path, "-", "layers", "missing (give layers or layer_ids)")
     n_layers = len(layer_ids)
+    if n_layers > MAX_LAYERS:
+        raise InputError(path, "-", "layer_ids", f"{n_layers} layers is more than the {MAX_LAYERS} this reader allows")
+    try:
+        check_allocation(n_layers * experts, 8, "experts × layers")
+    except ValueError as exc:
+        raise InputError(path, "-", "experts", str(exc)) from None
     tokens = _need(meta, "tokens", path)
+    # bounds in Python ints, before any int64 array (K·T of tokens = 2**62 overflows int64)
     if _is_int(tokens):
-        tokens_arr = np.full(n_layers, int(tokens), dtype=np.int64)
+        token_list = [int(tokens)] * n_layers
     elif isinstance(tokens, list) and all(_is_int(t) for t in tokens):
         if len(tokens) != n_layers:
             raise InputError(path, "-", "tokens", f"expected {n_layers} entries (one per layer), got {len(tokens)}")
-        tokens_arr = np.asarray(tokens, dtype=np.int64).reshape(n_layers)
+        token_list = [int(t) for t in tokens]
     else:
-        raise InputError(path, "-", "tokens", f"expected an integer or a list of integers, got {tokens!r}")
-    if (tokens_arr < 1).any():
-        raise InputError(path, "-", "tokens", f"routed tokens must be ≥ 1, got {tokens!r}")
+        raise InputError(path, "-", "tokens", f"expected an integer or a list of integers, got {tokens!r:.80}")
+    if any(t < 1 for t in token_list):
+        raise InputError(path, "-", "tokens", f"routed tokens must be ≥ 1, got {tokens!r:.80}")
+    if any(t > MAX_TOKENS for t in token_list):
+        raise InputError(
+            path, "-", "tokens", f"routed tokens per layer must be at most 2^40 = {MAX_TOKENS}, got {max(token_list)}"
+        )
+    tokens_arr = np.asarray(token_list, dtype=np.int64).reshape(n_layers)
     summed = _need(meta, "layers_summed", path)
     if not isinstance(summed, bool):
         raise InputError(path, "-", "layers_summed", f"expected true or false, got {summed!r}")
@@ -482,6 +512,67 @@ def _short(ids: Sequence[int]) -> str:
     return str(ids)
 
 
+#: a ``.npz`` member that inflates to more than this many times its stored size (and past
+#: :data:`_BOMB_FLOOR` bytes) is refused (the embedded trace: 1.8; a 4.7 MB zip bomb: ~1000)
+MAX_COMPRESSION_RATIO = 100
+_BOMB_FLOOR = 64 << 20
+
+
+def _check_npz_members(path: Path) -> None:
+    """Before anything is loaded: each ``.npy`` member's header (read from the zip stream, its
+    data left compressed) must declare exactly the bytes the member holds, inflate at most
+    :data:`MAX_COMPRESSION_RATIO` times its stored size, and fit in the memory available."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                if not info.filename.endswith(".npy"):
+                    continue
+                key = info.filename[: -len(".npy")]
+                with zf.open(info) as fh:
+                    version = np.lib.format.read_magic(fh)
+                    if version == (1, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+                    elif version in ((2, 0), (3, 0)):
+                        shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
+                    else:
+                        raise ValueError(f"unknown .npy format version {version}")
+                    header_len = fh.tell()
+                count = math.prod(int(n) for n in shape)  # Python ints: no overflow
+                need = count * dtype.itemsize
+                held = info.file_size - header_len
+                if dtype.hasobject:
+                    raise InputError(
+                        path, "-", "file", f"not a readable .npz without pickles: {key} holds Python objects"
+                    )
+                if held != need:
+                    raise InputError(
+                        path,
+                        "-",
+                        key,
+                        f"the header declares shape {tuple(shape)} of {dtype} ({human_bytes(need)}) but the "
+                        f"archive member holds {human_bytes(max(held, 0))}",
+                    )
+                if need > _BOMB_FLOOR and need > MAX_COMPRESSION_RATIO * max(info.compress_size, 1):
+                    raise InputError(
+                        path,
+                        "-",
+                        key,
+                        f"inflates from {human_bytes(info.compress_size)} to {human_bytes(need)}, more than "
+                        f"{MAX_COMPRESSION_RATIO}× (refused as a zip bomb)",
+                    )
+                if key == "meta" and need > 4 * MAX_JSON_BYTES:
+                    raise InputError(path, "-", key, f"{human_bytes(need)} of meta is more than a JSON meta can be")
+                dims = " × ".join(str(int(n)) for n in shape) or "1"
+                try:
+                    check_allocation(count, dtype.itemsize, f"{key} ({dims})", limit=None)
+                except ValueError as exc:
+                    raise InputError(path, "-", key, str(exc)) from None
+    except InputError:
+        raise
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError, RuntimeError) as exc:
+        raise InputError(path, "-", "file", f"not a readable .npz without pickles: {exc}") from None
+
+
 def read_trace(path: str | os.PathLike[str], meta: Mapping[str, Any] | None = None) -> Trace:
     """Read a ``.npz`` trace, or a ``.npy`` trace (memory-mapped) with its sidecar ``.json``.
 
@@ -494,6 +585,7 @@ def read_trace(path: str | os.PathLike[str], meta: Mapping[str, Any] | None = No
     suffix = path.suffix.lower()
     weights = None
     if suffix == ".npz":
+        _check_npz_members(path)
         try:
             with np.load(path, allow_pickle=False) as npz:
                 files = set(npz.files)

@@ -26,6 +26,7 @@ bad file gets ``FILE:-: KEY: what is wrong`` (:class:`moeroof.data.io.InputError
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from moeroof.core.limits import MAX_EXPERTS, MAX_LAYERS, MAX_TOML_BYTES, check_allocation, check_document
 from moeroof.core.paths import DATA_DIR
 from moeroof.core.units import dimension_of, to_si
 from moeroof.data.io import InputError
@@ -181,8 +183,12 @@ def _field(path: Path, key: str, raw: Any, dimension: str) -> tuple[Any, str, st
     values = value if isinstance(value, list) else [value]
     if not values or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
         raise InputError(path, None, key, f"value must be a number (or a list of numbers), got {value!r}")
-    if not all(np.isfinite(v) for v in values):
-        raise InputError(path, None, key, "value must be finite")
+    try:
+        finite = all(math.isfinite(float(v)) for v in values)
+    except OverflowError:  # an integer past 1.8e308
+        finite = False
+    if not finite:
+        raise InputError(path, None, key, "value must be finite (and below 1.8e308)")
     if any(v < 0 for v in values):
         raise InputError(path, None, key, f"value must not be negative, got {value!r}")
     unit = raw.get("unit")
@@ -204,8 +210,13 @@ def _field(path: Path, key: str, raw: Any, dimension: str) -> tuple[Any, str, st
                 key,
                 f"unit {unit!r} measures {got.replace('_', ' ')}, expected {dimension.replace('_', ' ')}",
             )
-        si = to_si(value, unit)
+        try:
+            si = to_si(value, unit)
+        except ValueError as err:
+            raise InputError(path, None, key, str(err)) from None
         si = [float(v) for v in si] if isinstance(value, list) else si
+        if dimension == "bytes" and any(0 < v < 1 for v in (si if isinstance(si, list) else [si])):
+            raise InputError(path, None, key, f"{value!r} {unit} is less than one byte (give 0 or at least 1 B)")
     has_source = isinstance(raw.get("source"), str) and raw["source"].strip() != ""
     assumed = raw.get("assumed", False)
     witnessed = raw.get("witnessed", False)
@@ -228,9 +239,16 @@ def _load(
         raise InputError(path, None, "file", "no such file")
     try:
         with path.open("rb") as fh:
-            doc = tomllib.load(fh)
+            raw = fh.read(MAX_TOML_BYTES + 1)  # bounded: check_document refuses a longer file
+        text = raw.decode("utf-8")
+        check_document(text, "the TOML", max_bytes=MAX_TOML_BYTES, toml=True)
+        doc = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise InputError(path, None, "toml", f"not valid TOML ({err})") from None
+    except ValueError as err:
+        raise InputError(path, None, "toml", str(err)) from None
+    except OSError as err:
+        raise InputError(path, None, "file", f"cannot read: {err}") from None
     if doc.get("kind") != kind:
         raise InputError(path, None, "kind", f'must be "{kind}", got {doc.get("kind")!r}')
     name = doc.get("name")
@@ -272,6 +290,9 @@ def _int_fields(path: Path, out: dict[str, Any], keys: tuple[str, ...]) -> None:
             if float(v) != int(v) or int(v) < 1:
                 raise InputError(path, None, key, f"must be a positive integer, got {v!r}")
             out[key] = int(v)
+            limit = {"experts": MAX_EXPERTS, "moe_layers": MAX_LAYERS}.get(key)
+            if limit is not None and out[key] > limit:
+                raise InputError(path, None, key, f"{out[key]} is more than the {limit} allowed")
 
 
 def _resolve(name_or_path: str | Path, sub: str) -> Path:
@@ -292,6 +313,10 @@ def load_model(name_or_path: str | Path) -> MoEModel:
     _int_fields(path, out, ("experts", "top_k", "moe_layers", "hidden_size"))
     if out["top_k"] > out["experts"]:
         raise InputError(path, None, "top_k", f"K={out['top_k']} exceeds experts E={out['experts']}")
+    try:
+        check_allocation(out["experts"] * out["moe_layers"], 8, "experts × moe_layers")
+    except ValueError as err:
+        raise InputError(path, None, "experts", str(err)) from None
     for key in ("expert_bytes", "flops_per_token"):
         if out[key] <= 0:
             raise InputError(path, None, key, "must be positive")

@@ -1,0 +1,213 @@
+"""Bounds checked before an array is made: sane sizes as named constants, and the memory this
+machine has available (issue 13: a sidecar asking for 10^12 experts, or a flag asking for 10^9
+bootstrap replicates, must get one clear error, not a ``MemoryError`` deep inside numpy).
+
+Every product here is a Python int (no int64 overflow: ``tokens = 2**62`` times K is exact).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+
+from moeroof.core.errors import ParameterError
+
+__all__ = [
+    "MAX_EXPERTS",
+    "MAX_LAYERS",
+    "MAX_TOKENS",
+    "MAX_CELLS",
+    "MAX_REPLICATES",
+    "MAX_JSON_BYTES",
+    "MAX_TOML_BYTES",
+    "MAX_NESTING",
+    "FALLBACK_AVAILABLE_BYTES",
+    "available_memory",
+    "check_allocation",
+    "check_count",
+    "human_bytes",
+    "nesting_depth",
+    "check_document",
+]
+
+#: routed experts per MoE layer (published models: 8 … 384)
+MAX_EXPERTS = 1 << 20
+#: MoE layers (published models: 24 … 94)
+MAX_LAYERS = 1 << 16
+#: routed tokens per layer of a histogram; ``E·T`` then stays below 2^60 (int64 sums are exact)
+MAX_TOKENS = 1 << 40
+#: entries of one (layers × experts) or (tokens × K) array
+MAX_CELLS = 1 << 32
+#: bootstrap replicates, draws, goodness-of-fit simulations
+MAX_REPLICATES = 1_000_000
+#: a JSON sidecar or meta string (the embedded ones are < 2 KiB)
+MAX_JSON_BYTES = 16 << 20
+#: a preset TOML (the embedded ones are < 4 KiB)
+MAX_TOML_BYTES = 1 << 20
+#: arrays and objects nested in a JSON or TOML document (the embedded ones: 3)
+MAX_NESTING = 32
+#: what :func:`available_memory` assumes when the system does not say
+FALLBACK_AVAILABLE_BYTES = 4 << 30
+
+
+def _num(n: int) -> str:
+    """An int for a message: as is below 10^6, else 3 significant digits (``1e+12``)."""
+    if abs(n) < 10**6:
+        return str(n)
+    if abs(n).bit_length() > 1000:
+        return f"about 2^{abs(n).bit_length() - 1}"
+    return f"{n:.3g}"
+
+
+def human_bytes(n: int | float) -> str:
+    """``8 TiB``, ``4.47 GiB``, ``512 B``: binary units, three significant digits."""
+    if isinstance(n, int) and n.bit_length() > 1000:
+        return f"about 2^{n.bit_length() - 1} B"
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if abs(n) < 1024 or unit == "EiB":
+            return f"{n:.3g} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def _meminfo_available() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _sysconf_available() -> int | None:
+    try:
+        pages, size = os.sysconf("SC_AVPHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+    return pages * size if pages > 0 and size > 0 else None
+
+
+def _address_space_left() -> int | None:
+    """What ``RLIMIT_AS`` (``ulimit -v``) leaves this process, where one is set."""
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    except (OSError, ValueError):
+        return None
+    if soft == resource.RLIM_INFINITY:
+        return None
+    used = 0
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmSize:"):
+                    used = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return max(0, soft - used)
+
+
+def available_memory() -> int:
+    """Bytes this process could allocate now: ``MemAvailable`` of /proc/meminfo, else
+    ``SC_AVPHYS_PAGES × SC_PAGE_SIZE``, else :data:`FALLBACK_AVAILABLE_BYTES`; lowered to what an
+    address-space limit (``RLIMIT_AS``) leaves."""
+    avail = _meminfo_available()
+    if avail is None:
+        avail = _sysconf_available()
+    if avail is None:
+        avail = FALLBACK_AVAILABLE_BYTES
+    left = _address_space_left()
+    return avail if left is None else min(avail, left)
+
+
+def _fail(message: str, parameter: str | None) -> None:
+    if parameter is None:
+        raise ValueError(message)
+    raise ParameterError(parameter, message)
+
+
+def check_count(value, limit: int, what: str, *, parameter: str | None = None) -> int:
+    """``value`` as an int in [0, limit], else a ValueError (ParameterError with ``parameter``)."""
+    n = int(value)
+    if n < 0 or n > limit:
+        _fail(f"{what} = {_num(n)} is outside the sane range 0 … {_num(limit)}", parameter)
+    return n
+
+
+def check_allocation(
+    n_items, itemsize: int, what: str, *, parameter: str | None = None, limit: int | None = MAX_CELLS
+) -> int:
+    """Refuse, before numpy is asked, an array of ``n_items`` entries of ``itemsize`` bytes that
+    exceeds ``limit`` entries or the memory available now (:func:`available_memory`).
+
+    ``what`` names the product in the user's terms (``"experts × layers"``); the error reads
+    e.g. ``experts × layers = 1e+12 entries would need 7.28 TiB; this machine has 3.1 GiB
+    available`` — a :class:`ValueError`, or a :class:`ParameterError` naming ``parameter``.
+    Products are Python ints, so nothing overflows. Returns the bytes.
+    """
+    n = int(n_items)
+    need = n * int(itemsize)
+    if n < 0:
+        _fail(f"{what} = {n} entries is negative", parameter)
+    if limit is not None and n > limit:
+        _fail(
+            f"{what} = {_num(n)} entries would need {human_bytes(need)}; at most {_num(limit)} entries are allowed",
+            parameter,
+        )
+    avail = available_memory()
+    if need > avail:
+        _fail(
+            f"{what} = {_num(n)} entries would need {human_bytes(need)}; this machine has "
+            f"{human_bytes(avail)} available",
+            parameter,
+        )
+    return need
+
+
+def nesting_depth(text: str, *, toml: bool = False) -> int:
+    """The deepest nesting of ``[`` and ``{`` outside strings (and, for TOML, comments): a linear
+    scan, no recursion, so a 10^6-deep list is measured before a parser recurses into it.
+
+    JSON strings are ``"…"`` with backslash escapes; TOML adds ``'…'`` literal strings and ``#``
+    comments. Multi-line TOML strings toggle three times per delimiter and so come out right.
+    """
+    depth = deepest = 0
+    quote = ""
+    escaped = False
+    comment = False
+    for ch in text:
+        if comment:
+            if ch == "\n":
+                comment = False
+            continue
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\" and quote == '"':
+                escaped = True
+            elif ch == quote:
+                quote = ""
+            continue
+        if ch == '"' or (toml and ch == "'"):
+            quote = ch
+        elif toml and ch == "#":
+            comment = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+    return deepest
+
+
+def check_document(text: str, what: str, *, max_bytes: int, toml: bool = False) -> None:
+    """Refuse a JSON or TOML text longer than ``max_bytes`` characters or nested deeper than
+    :data:`MAX_NESTING` (``json.loads`` of a 10^6-deep list raises RecursionError), before it is
+    parsed. Raises ValueError in the user's terms."""
+    if len(text) > max_bytes:
+        raise ValueError(f"{what} is {human_bytes(len(text))}, more than the {human_bytes(max_bytes)} allowed")
+    depth = nesting_depth(text, toml=toml)
+    if depth > MAX_NESTING:
+        raise ValueError(f"{what} nests arrays or tables {depth} deep, more than the {MAX_NESTING} allowed")

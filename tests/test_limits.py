@@ -1,0 +1,293 @@
+"""Bounds checked before allocating (issue 13): named limits, available memory, archive members'
+declared sizes, replicate counts, JSON/TOML nesting, overflowing unit conversions."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import moeroof.core.limits as limits
+from moeroof.cli import main
+from moeroof.core.errors import ParameterError
+from moeroof.core.units import to_si
+from moeroof.data.io import InputError, read_histogram, read_trace, sidecar_path
+
+TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "qwen3-30b-a3b-like.npz"
+HIST = Path(__file__).resolve().parents[1] / "data" / "histograms" / "deepseek-v3-like.csv"
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+# ------------------------------------------------------------------ check_allocation
+
+
+def test_check_allocation_names_the_product_and_its_size():
+    with pytest.raises(ValueError, match=r"experts × layers = 1e\+12 entries would need 7.28 TiB; at most"):
+        limits.check_allocation(10**12, 8, "experts × layers")
+    with pytest.raises(ParameterError) as info:
+        limits.check_allocation(10**12, 8, "replicates", parameter="bootstrap")
+    assert info.value.parameter == "bootstrap"
+    # products are Python ints: nothing overflows, however large
+    with pytest.raises(ValueError, match="about 2"):
+        limits.check_allocation(2**2000, 8, "x")
+    assert limits.check_allocation(1000, 8, "small") == 8000
+
+
+def test_check_allocation_against_available_memory(monkeypatch):
+    monkeypatch.setattr(limits, "available_memory", lambda: 1 << 20)
+    limits.check_allocation(1 << 17, 8, "fits")  # exactly 1 MiB
+    with pytest.raises(ValueError, match=r"tokens × K = 131073 entries would need 1 MiB; this machine has 1 MiB"):
+        limits.check_allocation((1 << 17) + 1, 8, "tokens × K")
+
+
+def test_available_memory_is_positive_and_sees_meminfo():
+    avail = limits.available_memory()
+    assert avail > 0
+    meminfo = Path("/proc/meminfo")
+    if meminfo.exists():
+        line = next(x for x in meminfo.read_text().splitlines() if x.startswith("MemAvailable:"))
+        # within a factor of two of the kernel's figure read here (memory moves between reads)
+        assert avail <= 2 * int(line.split()[1]) * 1024
+
+
+def test_human_bytes():
+    assert limits.human_bytes(512) == "512 B"
+    assert limits.human_bytes(8 * 2**40) == "8 TiB"
+    assert limits.human_bytes(4.47 * 2**30) == "4.47 GiB"
+
+
+# ------------------------------------------------------------------ sidecars
+
+
+def _histogram(tmp_path: Path, side: dict, rows: str = "layer,expert,count\n0,0,4\n") -> Path:
+    path = tmp_path / "h.csv"
+    path.write_text(rows)
+    meta = {"model": "x", "source": "t", "layers_summed": False}
+    meta.update(side)
+    sidecar_path(path).write_text(json.dumps(meta))
+    return path
+
+
+def test_tokens_2_62_is_bounded_in_python_ints(tmp_path, capsys):
+    # issue 13: rejected with an overflowed K·T product (and a numpy overflow warning)
+    path = _histogram(tmp_path, {"experts": 8, "top_k": 2, "layers": 1, "tokens": 2**62})
+    with pytest.raises(
+        InputError,
+        match=r"tokens: routed tokens per layer must be at most 2\^40 = 1099511627776, got 4611686018427387904",
+    ):
+        read_histogram(path)
+    assert main(["union", str(path), "--batch", "1"]) == 2
+    assert "overflow" not in capsys.readouterr().err
+
+
+def test_experts_and_layers_bounded_before_allocating(tmp_path):
+    path = _histogram(tmp_path, {"experts": 10**12, "top_k": 2, "layers": 10**6, "tokens": 4})
+    with pytest.raises(InputError, match="experts E=1000000000000 is more than the 1048576"):
+        read_histogram(path)
+    path = _histogram(tmp_path, {"experts": 2**20, "top_k": 2, "layers": 60000, "tokens": 4})
+    with pytest.raises(InputError, match=r"experts: experts × layers = 6.29e\+10 entries would need 469 GiB"):
+        read_histogram(path)
+
+
+def test_deeply_nested_sidecar_is_refused_before_parsing(tmp_path, capsys):
+    # json.loads on a 10^6-deep list raises RecursionError
+    path = tmp_path / "h.csv"
+    path.write_text("layer,expert,count\n")
+    sidecar_path(path).write_text("[" * 1_000_000 + "]" * 1_000_000)
+    with pytest.raises(InputError, match="nests arrays or tables 1000000 deep, more than the 32 allowed"):
+        read_histogram(path)
+    assert main(["union", str(path), "--batch", "1"]) == 2
+    assert "nests arrays" in one_error_line(capsys)
+
+
+def test_oversized_sidecar_is_refused(tmp_path):
+    path = tmp_path / "h.csv"
+    path.write_text("layer,expert,count\n")
+    sidecar_path(path).write_text('{"pad": "' + "x" * (limits.MAX_JSON_BYTES + 10) + '"}')
+    with pytest.raises(InputError, match="more than the 16 MiB allowed"):
+        read_histogram(path)
+
+
+def test_nesting_depth_ignores_strings_and_comments():
+    assert limits.nesting_depth('{"a": "[[[[[", "b": [1, [2]]}') == 3
+    assert limits.nesting_depth('"\\"[[["') == 0
+    assert limits.nesting_depth("a = [1] # [[[[\nb = '[[['\n[t]\n", toml=True) == 1
+
+
+# ------------------------------------------------------------------ .npz members
+
+
+def _write_member(zf: zipfile.ZipFile, name: str, header_shape: tuple, dtype: str, data_chunks) -> None:
+    with zf.open(name, "w", force_zip64=True) as fh:
+        np.lib.format.write_array_header_1_0(
+            fh, {"descr": np.dtype(dtype).str, "fortran_order": False, "shape": header_shape}
+        )
+        for chunk in data_chunks:
+            fh.write(chunk)
+
+
+def _meta_member(zf: zipfile.ZipFile) -> None:
+    meta = np.array(json.dumps({"experts": 8, "top_k": 2, "model": "x", "source": "t"}))
+    with zf.open("meta.npy", "w") as fh:
+        np.lib.format.write_array(fh, meta)
+
+
+def test_npz_member_header_larger_than_its_data_is_refused(tmp_path, capsys):
+    # a crafted header asking for 512 TiB over 64 bytes of data
+    path = tmp_path / "crafted.npz"
+    with zipfile.ZipFile(path, "w") as zf:
+        _write_member(zf, "topk.npy", (2**20, 2**20, 64, 8), "|i1", [bytes(64)])
+        _meta_member(zf)
+    with pytest.raises(
+        InputError,
+        match=r"topk: the header declares shape \(1048576, 1048576, 64, 8\) of int8 \(512 TiB\) but the archive member holds 64 B",
+    ):
+        read_trace(path)
+    assert main(["union", str(path), "--batch", "1"]) == 2
+    assert "512 TiB" in one_error_line(capsys)
+
+
+def test_npz_zip_bomb_is_refused_before_inflating(tmp_path):
+    # 80 MiB of zeros deflate to ~80 KB: a ratio near 1000
+    path = tmp_path / "bomb.npz"
+    n = 80 << 20
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        _write_member(zf, "topk.npy", (n // 16, 1, 1, 2), "<i8", (bytes(1 << 20) for _ in range(80)))
+        _meta_member(zf)
+    assert path.stat().st_size < 1 << 20
+    with pytest.raises(InputError, match=r"topk: inflates from .* to 80 MiB, more than 100× \(refused as a zip bomb\)"):
+        read_trace(path)
+
+
+def test_npz_member_larger_than_memory_is_refused(monkeypatch):
+    monkeypatch.setattr(limits, "available_memory", lambda: 1 << 20)
+    with pytest.raises(
+        InputError,
+        match=r"topk: topk \(96 × 16 × 48 × 8\) = 589824 entries would need 1.12 MiB; this machine has 1 MiB",
+    ):
+        read_trace(TRACE)
+
+
+def test_embedded_trace_still_reads():
+    tr = read_trace(TRACE)
+    assert tr.topk.shape == (96, 16, 48, 8)
+
+
+# ------------------------------------------------------------------ replicate flags
+
+
+@pytest.mark.parametrize(
+    "argv,flag",
+    [
+        (["union", str(HIST), "--batch", "1", "--bootstrap", "900000"], "--bootstrap"),
+        (["union", str(TRACE), "--batch", "1,8", "--draws", "900000"], "--draws"),
+        (["union", str(TRACE), "--batch", "1", "--bootstrap", "1000001"], "--bootstrap"),
+        (["fit", str(HIST), "--gof-sims", "1000000"], "--gof-sims"),
+        (["fit", str(HIST), "--bootstrap", "1000000"], "--bootstrap"),
+    ],
+)
+def test_replicate_flags_go_through_the_memory_check(capsys, monkeypatch, argv, flag):
+    monkeypatch.setattr(limits, "available_memory", lambda: 1 << 30)
+    assert main(argv) == 2
+    line = one_error_line(capsys)
+    assert line.startswith(f"error: {flag}: ")
+    assert "would need" in line or "more than the 1000000 allowed" in line
+
+
+# ------------------------------------------------------------------ units
+
+
+def test_to_si_refuses_an_overflowing_conversion():
+    with pytest.raises(ValueError, match=r"1e\+300 GiB overflows"):
+        to_si(1e300, "GiB")
+    with pytest.raises(ValueError, match=r"1e\+300 GiB overflows"):
+        to_si([1.0, 1e300], "GiB")
+    assert to_si(1e300, "B") == 1e300
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (
+            ["plan", "--model", "glm-5.2", "--hardware", "nvme-gen4", "--batch", "1", "--cache-gib", "1e300"],
+            "--cache-gib: 1e+300 GiB is too large",
+        ),
+        (
+            ["plan", "--model", "glm-5.2", "--hardware", "nvme-gen4", "--batch", "1", "--read-size-kib", "1e-320"],
+            "--read-size-kib: a read of",
+        ),
+        (
+            ["cache", str(TRACE), "--policy", "lru", "--capacity-gib", "1e300", "--expert-bytes", "1"],
+            "1e+300 GiB overflows",
+        ),
+        (
+            ["fit-routing", "x.points", "--experts", "64", "--top-k", "4", "--layers", "8", "--expert-bytes", "1e-300"],
+            "--expert-bytes: a size in bytes must be at least 1",
+        ),
+    ],
+)
+def test_overflowing_sizes_on_the_command_line(capsys, argv, message):
+    # issue 13: --cache-gib 1e300 planned with an infinite cache (exit 0)
+    assert main(argv) == 2
+    assert message in one_error_line(capsys)
+
+
+# ------------------------------------------------------------------ presets
+
+
+def _copy_presets(tmp_path: Path, monkeypatch) -> Path:
+    import moeroof.data.presets as presets
+
+    root = tmp_path / "presets"
+    shutil.copytree(presets.PRESETS_DIR, root)
+    monkeypatch.setattr(presets, "PRESETS_DIR", root)
+    return root
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("kind = [", "not valid TOML"),
+        ('kind = "model"\nx = ' + "[" * 5000 + "]" * 5000 + "\n", "nests arrays or tables 5000 deep"),
+        ("", 'kind: must be "model"'),
+    ],
+)
+def test_a_broken_preset_does_not_break_the_others(tmp_path, monkeypatch, capsys, text, message):
+    from moeroof.cli.presets import presets_report
+    from moeroof.data.presets import list_presets
+
+    root = _copy_presets(tmp_path, monkeypatch)
+    (root / "models" / "broken.toml").write_text(text)
+    assert "broken" in list_presets()["models"] and "glm-5.2" in list_presets()["models"]
+    rep = presets_report()
+    assert "glm-5.2" in rep["models"] and "broken" not in rep["models"]
+    assert message in rep["broken"]["models/broken"]
+    assert main(["presets"]) == 2
+    out, err = capsys.readouterr()
+    assert "glm-5.2" in out and "broken" not in out
+    assert err.startswith(f"error: {root / 'models' / 'broken.toml'}:-: ") and message in err
+
+
+def test_preset_with_huge_numbers_is_refused(tmp_path):
+    from moeroof.data.presets import load_model
+
+    src = Path(__file__).resolve().parents[1] / "data" / "presets" / "models" / "glm-5.2.toml"
+    text = src.read_text()
+    path = tmp_path / "m.toml"
+    import re
+
+    path.write_text(re.sub(r"experts = \{ value = 256", "experts = { value = " + "9" * 400, text, count=1))
+    with pytest.raises(InputError, match="experts: value must be finite"):
+        load_model(path)
+    path.write_text(re.sub(r"experts = \{ value = 256", "experts = { value = 2000000", text, count=1))
+    with pytest.raises(InputError, match="experts: 2000000 is more than the 1048576 allowed"):
+        load_model(path)

@@ -291,3 +291,14 @@ def test_preset_with_huge_numbers_is_refused(tmp_path):
     path.write_text(re.sub(r"experts = \{ value = 256", "experts = { value = 2000000", text, count=1))
     with pytest.raises(InputError, match="experts: 2000000 is more than the 1048576 allowed"):
         load_model(path)
+
+
+def test_union_uniform_and_trace_sizes_are_bounded(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(limits, "available_memory", lambda: 1 << 30)
+    assert main(["union", "--uniform", "256", "8", "--batch", "1", "--layers", "100000000000"]) == 2
+    assert one_error_line(capsys).startswith("error: --layers: 100000000000 × batch sizes × 4")
+    out = tmp_path / "t.npz"
+    argv = ["trace", "--family", "zipf:0.9", "--streams", "4", "--steps", "2", "--top-k", "2", "--layers", "8"]
+    assert main([*argv, "--experts", "1000000000", "-o", str(out)]) == 2
+    assert one_error_line(capsys).startswith("error: --experts: 1000000000 × 4 × streams × layers")
+    assert not out.exists()

@@ -35,6 +35,7 @@ from typing import Any
 from moeroof.cli.common import (
     UsageError,
     add_output_arguments,
+    check_replicate_memory,
     emit,
     fmt,
     jsonable,
@@ -163,6 +164,8 @@ def trace_knobs(args: argparse.Namespace) -> dict[str, Any]:
     context = None if args.step_context is None else positive_float(args.step_context, "--step-context")
     prompt = non_negative_int(args.prompt_tokens, "--prompt-tokens")
     seed = non_negative_int(args.seed, "--seed")
+    # one step's Gumbel scores and popularity parts: a few (streams × layers × experts) arrays
+    check_replicate_memory("--experts", experts, 4 * streams * layers, "4 × streams × layers")
     ids = (prompt + steps) * streams * layers * top_k
     if ids > MAX_IDS:
         raise UsageError(

@@ -88,6 +88,8 @@ def union_report(args: argparse.Namespace) -> dict[str, Any]:
         if top_k > experts:
             raise UsageError(f"--uniform: top_k K={top_k} exceeds experts E={experts}")
         layers = 1 if args.layers is None else positive_int(args.layers, "--layers")
+        # the closed form holds (layers × batch sizes) arrays: bounded before they are made
+        check_replicate_memory("--layers", layers, 4 * len(batch), "batch sizes × 4 (the curve and its band)")
         curve = union_uniform(experts, top_k, batch, layers=layers)
         provenance, source = "model", f"uniform routing (E={experts}, K={top_k})"
     else:

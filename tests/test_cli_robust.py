@@ -151,8 +151,8 @@ def test_dumps_turns_inf_and_nan_into_null():
     }
 
 
-def test_an_infinite_result_prints_null_not_a_json_error(tmp_path, capsys):
-    # a box with absurdly fast links: the step takes 0 s and tok/s is infinite
+def test_an_absurd_box_is_refused_and_infinite_results_print_null(tmp_path, capsys):
+    # a box whose rates overflow in SI units is refused by the preset reader (one error line) ...
     text = (ROOT / "data/presets/hardware/nvme-gen4.toml").read_text()
     text = text.replace("value = [0.028, 0.85, 4.13, 5.7]", "value = [1e300, 1e300, 1e300, 1e300]")
     text = text.replace("bw_mem_bytes_per_s = { value = 60,", "bw_mem_bytes_per_s = { value = 1e300,")
@@ -160,9 +160,11 @@ def test_an_infinite_result_prints_null_not_a_json_error(tmp_path, capsys):
     hw = tmp_path / "fast.toml"
     hw.write_text(text)
     rc, out, err = run_main(capsys, ["plan", "--model", "glm-5.2", "--hardware", str(hw), "--batch", "1", "--json"])
-    assert rc == 0, err
+    assert rc == 2 and "overflows" in one_error(err) and "fast.toml" in err
     assert "Traceback" not in err and "RuntimeWarning" not in err and "JSON compliant" not in err
-    json.loads(out)
+    # ... and a result that is not finite still prints as strict JSON (null), never a JSON error
+    text = dumps({"net_tok_s": [float("inf"), 1.5, float("nan")], "bound": ["ssd"]})
+    assert json.loads(text) == {"net_tok_s": [None, 1.5, None], "bound": ["ssd"]}
 
 
 def test_bench_on_a_zero_length_trace_says_so(tmp_path, capsys):
@@ -541,3 +543,15 @@ def test_report_out_sends_the_figures_under_the_out_folder(tmp_path, monkeypatch
     assert seen["figures"] == str(out / "figures")
     assert rep["runs"][0]["figures"] == str(out / "figures")
     assert (out / "union_curve.html").is_file()
+
+
+def test_an_npy_longer_than_its_header_declares_is_refused(tmp_path, capsys):
+    from moeroof.cli.app import main
+
+    path = tmp_path / "t.npy"
+    np.save(path, np.zeros((2, 1, 1, 2), dtype=np.int16))
+    path.write_bytes(path.read_bytes() + bytes(16))
+    (tmp_path / "t.json").write_text(json.dumps({"model": "m", "experts": 4, "top_k": 2, "source": "s"}))
+    assert main(["cache", str(path), "--policy", "lru", "--capacity-experts", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "16 bytes more than its header says" in err

@@ -24,13 +24,13 @@ from moeroof.cli.common import (
     UsageError,
     add_meta_arguments,
     add_output_arguments,
+    byte_size,
     emit,
     fmt,
     input_path,
     jsonable,
     non_negative_float,
     non_negative_int,
-    positive_float,
     read_trace_arg,
     table,
 )
@@ -107,7 +107,7 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:
 
     if (args.capacity_experts is None) == (args.capacity_gib is None):
         raise UsageError("give exactly one of --capacity-experts N or --capacity-gib X")
-    expert_bytes = None if args.expert_bytes is None else positive_float(args.expert_bytes, "--expert-bytes")
+    expert_bytes = None if args.expert_bytes is None else byte_size(args.expert_bytes, "--expert-bytes")
     if args.capacity_gib is not None and expert_bytes is None:
         raise UsageError("--capacity-gib needs --expert-bytes (bytes per expert)")
     warmup = non_negative_int(args.warmup, "--warmup")

@@ -34,7 +34,7 @@ class TruncatedError(ValueError):
 
 def npy_layout(path: str | os.PathLike[str]) -> tuple[tuple[int, ...], np.dtype, bool, int]:
     """``(shape, dtype, fortran_order, data_offset)`` from a ``.npy`` header; :class:`ValueError`
-    for a file that is not a ``.npy``, holds objects, or is shorter than its header declares."""
+    for a file that is not a ``.npy``, holds objects, or holds other than the bytes its header declares."""
     with open(path, "rb") as fh:
         version = np.lib.format.read_magic(fh)
         if version == (1, 0):
@@ -55,6 +55,12 @@ def npy_layout(path: str | os.PathLike[str]) -> tuple[tuple[int, ...], np.dtype,
         raise TruncatedError(
             f"truncated: the header declares shape {tuple(shape)} of {dtype} ({need} bytes of data) "
             f"but the file holds {max(0, size - offset)}"
+        )
+    if size - offset > need:
+        # np.save and open_memmap write exactly the declared bytes: more is a different file
+        raise ValueError(
+            f"the header declares shape {tuple(shape)} of {dtype} ({need} bytes of data) but the file "
+            f"holds {size - offset}: {size - offset - need} bytes more than its header says"
         )
     return tuple(int(n) for n in shape), dtype, bool(fortran), offset
 

@@ -519,7 +519,9 @@ def bench_cache(n_requests: int, repeats: int) -> tuple[dict, dict]:
         c_mrc = c_lru = None
         if exe is not None:
             path = tmp / "items.bin"
-            dense, d = cache._dense(items)
+            # the C reference takes items relabelled 0..d-1 (any labelling: LRU distances ignore it)
+            uniq, dense = np.unique(items, return_inverse=True)
+            d = int(uniq.size)
             dense.astype("<i8").tofile(path)
             out = run_c(exe, ["mrc", path, d, 2 * d + 64, repeats])
             c_mrc_s = float(out[0])

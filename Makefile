@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || { \
 	  rm -rf $(VENV) && $(PYTHON) -m venv --without-pip $(VENV) && \
 	  $(PYTHON) -m pip --python $(PY) install -q pip; }
-	$(PY) -m pip install -q -e '.[notebooks,test]'
+	$(PY) -m pip install -q -e '.[notebooks,test,capture]'
 	$(PY) -m ipykernel install --sys-prefix --name moeroof --display-name "moeroof (.venv)" >/dev/null
 	@mkdir -p $(LAB_SETTINGS_DIR)
 	@printf '%s\n' '$(LAB_OVERRIDES)' > $(LAB_SETTINGS_DIR)/overrides.json

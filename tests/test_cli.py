@@ -426,6 +426,7 @@ SUBCOMMANDS = (
     "plan",
     "fit-plan",
     "presets",
+    "preset-from-hf",
     "trace",
     "histogram",
     "import",

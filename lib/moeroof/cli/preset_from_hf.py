@@ -1,0 +1,104 @@
+"""``moeroof preset-from-hf``: a model preset from a Hugging Face checkpoint's own files (issue 14).
+
+::
+
+    moeroof preset-from-hf MODEL_DIR -o model.toml [--quant BITS] [--name NAME] [--force] [--json]
+
+Reads ``config.json`` and the safetensors headers (``model.safetensors``, or the shards named by
+``model.safetensors.index.json``) — never a weight — and writes a preset that ``moeroof plan
+--model model.toml`` takes: experts, K, MoE layers, bytes per routed expert at the stored dtype
+(or at ``--quant BITS`` per parameter), the non-routed bytes, KV bytes per token (MLA latent
+cache for DeepSeek-V3, 2 × KV heads × head_dim for GQA), FLOP per token and per context token.
+Each number names ``config.json`` or the header/index it came from
+(:mod:`moeroof.data.hf_config`). Needs neither torch nor transformers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+from typing import Any
+
+from moeroof.cli.common import UsageError, add_output_arguments, emit, positive_float
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "preset-from-hf",
+        help="write a model preset (.toml) from a Hugging Face checkpoint's config.json and safetensors headers",
+        description=(
+            "Write a model preset from a local Hugging Face MoE checkpoint (Mixtral, Qwen2-MoE, Qwen3-MoE, "
+            "DeepSeek-V3, OLMoE, GPT-OSS, GLM-4-MoE): config.json and the safetensors headers only, no weights. "
+            "Every number names its source."
+        ),
+    )
+    p.add_argument("model_dir", metavar="MODEL_DIR", help="the checkpoint folder (config.json + safetensors)")
+    p.add_argument("-o", "--output", required=True, help="preset to write (.toml)")
+    p.add_argument(
+        "--quant",
+        default=None,
+        metavar="BITS",
+        help="routed experts at BITS bits per parameter (4, 4.25, 8, …) instead of the stored dtype",
+    )
+    p.add_argument("--name", default=None, help="the preset's name (default: the checkpoint's)")
+    p.add_argument("--force", action="store_true", help="replace the output file if it exists")
+    add_output_arguments(p, output=False)
+    p.set_defaults(func=run)
+
+
+def preset_report(args: argparse.Namespace) -> dict[str, Any]:
+    from moeroof.core import atomic
+    from moeroof.data.hf_config import preset_fields, preset_toml
+    from moeroof.data.presets import load_model
+
+    out = Path(args.output)
+    if out.suffix.lower() != ".toml":
+        raise UsageError(f"-o: expected a .toml path, got {args.output!r}")
+    if not args.force and out.exists():
+        raise UsageError(f"-o: {out} exists (pass --force to replace it)")
+    if out.is_dir():
+        raise UsageError(f"-o: {out} is a folder")
+    bits = None if args.quant is None else positive_float(args.quant, "--quant")
+    if bits is not None and bits > 64:
+        raise UsageError(f"--quant: {args.quant} bits per parameter is more than 64")
+    preset = preset_fields(args.model_dir, quant_bits=bits, name=args.name)
+    command = f"moeroof preset-from-hf {shlex.quote(str(args.model_dir))} -o {shlex.quote(str(out))}"
+    command += f" --quant {bits:g}" if bits is not None else ""
+    text = preset_toml(preset, command)
+    atomic.write_text(out, text)
+    model = load_model(out)  # what plan will read: refuse to leave a preset that does not load
+    fields = preset["fields"]
+    return {
+        "path": str(out),
+        "name": model.name,
+        "family": preset["layout"].family,
+        "experts": model.experts,
+        "top_k": model.top_k,
+        "moe_layers": model.moe_layers,
+        "moe_layer_ids": list(preset["layout"].moe_layer_ids),
+        "dense_layer_ids": list(preset["layout"].dense_layer_ids),
+        "shared_experts": preset["layout"].shared_experts,
+        "expert_bytes": model.expert_bytes,
+        "non_routed_bytes": model.non_routed_bytes,
+        "kv_bytes_per_token": model.kv_bytes_per_token,
+        "flops_per_token": model.flops_per_token,
+        "precision": preset["precision"],
+        "sources": {k: v.get("source", "assumed") for k, v in fields.items()},
+    }
+
+
+def print_preset(rep: dict[str, Any]) -> None:
+    print(
+        f"wrote {rep['path']}: {rep['name']} ({rep['family']}), {rep['experts']} experts, top-{rep['top_k']}, "
+        f"{rep['moe_layers']} MoE layers ({len(rep['dense_layer_ids'])} dense), {rep['shared_experts']} shared"
+    )
+    print(
+        f"  expert {rep['expert_bytes']:,.0f} B, non-routed {rep['non_routed_bytes']:,.0f} B, "
+        f"KV {rep['kv_bytes_per_token']:,.0f} B/token, {rep['flops_per_token'] / 1e9:.3g} GFLOP/token "
+        f"({rep['precision']})"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    return emit(preset_report(args), args, print_preset)

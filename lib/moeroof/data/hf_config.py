@@ -1,0 +1,617 @@
+"""A Hugging Face checkpoint's own files → a model preset's numbers, with their sources.
+
+Reads ``config.json`` and the safetensors *headers* (``model.safetensors``, or the shards named
+by ``model.safetensors.index.json``): the 8-byte length and the JSON table of tensor names,
+dtypes and shapes at the front of each file. No weight is ever read, and nothing is imported
+beyond the standard library and numpy, so this works on a machine without torch.
+
+Families (``config.json``'s ``model_type``) and the keys read for each:
+
+============  =====================  ====================  =========================================
+family        routed experts         experts per token     MoE layers
+============  =====================  ====================  =========================================
+mixtral       num_local_experts      num_experts_per_tok   every layer
+qwen2_moe     num_experts            num_experts_per_tok   (i+1) % decoder_sparse_step == 0, not in
+                                                           mlp_only_layers; + one shared expert of
+                                                           shared_expert_intermediate_size
+qwen3_moe     num_experts            num_experts_per_tok   as qwen2_moe, no shared expert
+deepseek_v3   n_routed_experts       num_experts_per_tok   i >= first_k_dense_replace (and
+                                                           i % moe_layer_freq == 0); n_shared_experts;
+                                                           MLA attention
+olmoe         num_experts            num_experts_per_tok   every layer
+gpt_oss       num_local_experts      num_experts_per_tok   every layer (experts with biases)
+glm4_moe      n_routed_experts       num_experts_per_tok   as deepseek_v3, GQA attention
+============  =====================  ====================  =========================================
+
+Bytes come from the headers when every file is present (the sum of each tensor's elements ×
+its dtype's size; routed experts are the tensors under ``.experts.``, not ``shared_expert``),
+else from ``config.json``'s shapes × its ``dtype`` (an index without its shards: the index's
+``total_size`` then gives the non-routed rest). Layers past ``num_hidden_layers`` (DeepSeek's
+multi-token-prediction module) are not part of a decode step and are left out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from moeroof.data.io import InputError
+
+__all__ = [
+    "FAMILIES",
+    "CONFIG_NAME",
+    "INDEX_NAME",
+    "SINGLE_NAME",
+    "DTYPE_BYTES",
+    "MoELayout",
+    "TensorTable",
+    "read_config",
+    "moe_layout",
+    "read_tensor_table",
+    "checkpoint_hash",
+    "preset_fields",
+    "preset_toml",
+]
+
+CONFIG_NAME = "config.json"
+INDEX_NAME = "model.safetensors.index.json"
+SINGLE_NAME = "model.safetensors"
+
+#: model_type → (routed-experts keys, the first present wins; family's readable name). Hub configs
+#: spell the count as the family's own key; transformers 5 may save it under the alias it maps.
+FAMILIES: dict[str, tuple[tuple[str, ...], str]] = {
+    "mixtral": (("num_local_experts", "num_experts"), "Mixtral"),
+    "qwen2_moe": (("num_experts", "num_local_experts"), "Qwen2-MoE"),
+    "qwen3_moe": (("num_experts", "num_local_experts"), "Qwen3-MoE"),
+    "deepseek_v3": (("n_routed_experts", "num_local_experts"), "DeepSeek-V3"),
+    "olmoe": (("num_experts", "num_local_experts"), "OLMoE"),
+    "gpt_oss": (("num_local_experts", "num_experts"), "GPT-OSS"),
+    "glm4_moe": (("n_routed_experts", "num_local_experts"), "GLM-4-MoE"),
+}
+#: experts per token (gpt-oss's released config also says experts_per_token)
+TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token")
+
+#: safetensors dtype → bytes per element
+DTYPE_BYTES: dict[str, float] = {
+    "F64": 8,
+    "I64": 8,
+    "U64": 8,
+    "F32": 4,
+    "I32": 4,
+    "U32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I16": 2,
+    "U16": 2,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "F8_E8M0": 1,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+}
+
+#: config.json's dtype names → bytes per element
+_CONFIG_DTYPES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float64": 8}
+
+#: the most bytes a safetensors header may hold (the format's own limit is 100 MB)
+MAX_HEADER_BYTES = 100_000_000
+
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+_PER_EXPERT = re.compile(r"\.experts\.(\d+)\.")
+_FUSED_EXPERTS = re.compile(r"\.experts\.[A-Za-z0-9_]+$")
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def read_config(model_dir: str | Path) -> dict[str, Any]:
+    """``MODEL_DIR/config.json`` as a dict; an :class:`InputError` when it is missing or not JSON."""
+    path = Path(model_dir) / CONFIG_NAME
+    if not Path(model_dir).is_dir():
+        raise InputError(model_dir, None, "folder", "no such folder (a local Hugging Face checkpoint is a folder)")
+    if not path.is_file():
+        raise InputError(path, None, "file", "no config.json in the checkpoint folder")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(path, None, "file", f"not valid JSON ({err})") from None
+    if not isinstance(doc, dict):
+        raise InputError(path, None, "file", "expected a JSON object")
+    return doc
+
+
+def _int(config: dict[str, Any], key: str, path: Path, default: int | None = None) -> int:
+    value = config.get(key, default)
+    if value is None or isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InputError(path, None, key, f"expected a non-negative integer, got {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class MoELayout:
+    """What ``config.json`` says about a model's layers and experts."""
+
+    family: str  # model_type
+    experts: int
+    top_k: int
+    layers: int
+    moe_layer_ids: tuple[int, ...]
+    hidden_size: int
+    expert_intermediate: int
+    dense_intermediate: int
+    shared_experts: int  # shared experts per MoE layer
+    shared_intermediate: int  # width of all shared experts of a layer together
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def dense_layer_ids(self) -> tuple[int, ...]:
+        return tuple(i for i in range(self.layers) if i not in set(self.moe_layer_ids))
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of one routed expert (gate, up and down projections; GPT-OSS adds biases)."""
+        h, i = self.hidden_size, self.expert_intermediate
+        return 3 * h * i + ((2 * i + h) if self.family == "gpt_oss" else 0)
+
+
+def moe_layout(config: dict[str, Any], path: str | Path = CONFIG_NAME) -> MoELayout:
+    """The MoE layout of a known family; an :class:`InputError` names an unknown family or a
+    config without routed experts."""
+    path = Path(path)
+    model_type = config.get("model_type")
+    if model_type not in FAMILIES:
+        known = ", ".join(f"{name} ({t})" for t, (_, name) in FAMILIES.items())
+        raise InputError(path, None, "model_type", f"unknown MoE family {model_type!r} (known: {known})")
+    keys, name = FAMILIES[model_type]
+    experts_key = next((k for k in keys if k in config), keys[0])
+    experts = config.get(experts_key) or 0
+    if not isinstance(experts, int) or isinstance(experts, bool) or experts < 1:
+        raise InputError(path, None, experts_key, f"not an MoE model: {experts_key} is {experts!r}")
+    k_key = next((k for k in TOP_K_KEYS if k in config), TOP_K_KEYS[0])
+    top_k = _int(config, k_key, path)
+    if not 1 <= top_k <= experts:
+        raise InputError(path, None, k_key, f"{top_k} is not between 1 and {experts}")
+    layers = _int(config, "num_hidden_layers", path)
+    hidden = _int(config, "hidden_size", path)
+    sources = {
+        "experts": f"config.json: {experts_key} {experts}",
+        "top_k": f"config.json: {k_key} {top_k}",
+    }
+    shared, shared_width = 0, 0
+    dense_width = int(config.get("intermediate_size") or 0)
+    if model_type in ("mixtral", "olmoe", "gpt_oss"):
+        moe_ids = tuple(range(layers))
+        expert_width = _int(config, "intermediate_size", path)
+        rule = "every layer MoE"
+    elif model_type in ("qwen2_moe", "qwen3_moe"):
+        step = _int(config, "decoder_sparse_step", path, 1) or 1
+        only = config.get("mlp_only_layers") or []
+        moe_ids = tuple(i for i in range(layers) if i not in only and (i + 1) % step == 0)
+        expert_width = _int(config, "moe_intermediate_size", path)
+        rule = f"decoder_sparse_step {step}, mlp_only_layers {list(only)}"
+        if model_type == "qwen2_moe":
+            shared_width = int(config.get("shared_expert_intermediate_size") or 0)
+            shared = 1 if shared_width else 0
+    else:  # deepseek_v3, glm4_moe
+        first = _int(config, "first_k_dense_replace", path, 0)
+        freq = _int(config, "moe_layer_freq", path, 1) or 1
+        moe_ids = tuple(i for i in range(layers) if i >= first and i % freq == 0)
+        expert_width = _int(config, "moe_intermediate_size", path)
+        shared = _int(config, "n_shared_experts", path, 0)
+        shared_width = shared * expert_width
+        rule = f"first_k_dense_replace {first}" + (f", moe_layer_freq {freq}" if freq != 1 else "")
+    if not moe_ids:
+        raise InputError(path, None, "num_hidden_layers", "not an MoE model: no layer has routed experts")
+    sources["moe_layers"] = f"config.json: num_hidden_layers {layers}, {rule} -> {len(moe_ids)} MoE layers"
+    return MoELayout(
+        family=model_type,
+        experts=experts,
+        top_k=top_k,
+        layers=layers,
+        moe_layer_ids=moe_ids,
+        hidden_size=hidden,
+        expert_intermediate=expert_width,
+        dense_intermediate=dense_width,
+        shared_experts=shared,
+        shared_intermediate=shared_width,
+        sources=sources,
+    )
+
+
+# ----------------------------------------------------------------------------- safetensors headers
+
+
+@dataclass(frozen=True)
+class TensorTable:
+    """Tensor name → (dtype, shape), from the safetensors headers; ``files`` the headers read."""
+
+    tensors: dict[str, tuple[str, tuple[int, ...]]]
+    files: tuple[Path, ...]
+    index_total_size: int | None = None
+
+    def nbytes(self, name: str) -> int:
+        dtype, shape = self.tensors[name]
+        return int(math.prod(shape) * DTYPE_BYTES[dtype])
+
+
+def _read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """The JSON header of one safetensors file (8-byte little-endian length, then JSON)."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(8)
+            if len(head) != 8:
+                raise InputError(path, None, "header", "shorter than a safetensors header")
+            (length,) = struct.unpack("<Q", head)
+            if length > MAX_HEADER_BYTES:
+                raise InputError(path, None, "header", f"claims a {length}-byte header (more than 100 MB)")
+            raw = fh.read(length)
+    except OSError as err:
+        raise InputError(path, None, "file", f"cannot read: {err.strerror or err}") from None
+    if len(raw) != length:
+        raise InputError(path, None, "header", "truncated safetensors header")
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(path, None, "header", f"not a safetensors JSON header ({err})") from None
+    out = {}
+    for name, info in doc.items():
+        if name == "__metadata__":
+            continue
+        if (
+            not isinstance(info, dict)
+            or info.get("dtype") not in DTYPE_BYTES
+            or not isinstance(info.get("shape"), list)
+        ):
+            raise InputError(path, None, name, f"unknown tensor entry {info!r}")
+        out[name] = (info["dtype"], tuple(int(d) for d in info["shape"]))
+    return out
+
+
+def read_tensor_table(model_dir: str | Path) -> TensorTable | None:
+    """Every tensor's dtype and shape from the headers, or None when the shards an index names are
+    not all present (then only the index's ``total_size`` is known: :func:`index_total_size`).
+    An :class:`InputError` when the folder has neither a single file nor an index."""
+    folder = Path(model_dir)
+    single, index = folder / SINGLE_NAME, folder / INDEX_NAME
+    if index.is_file():
+        doc = _read_index(index)
+        shards = sorted(set(doc["weight_map"].values()))
+        paths = [folder / s for s in shards]
+        total = (doc.get("metadata") or {}).get("total_size")
+        if not all(p.is_file() for p in paths):
+            return None
+        tensors: dict[str, tuple[str, tuple[int, ...]]] = {}
+        for p in paths:
+            tensors.update(_read_header(p))
+        return TensorTable(tensors, tuple(paths), int(total) if isinstance(total, int) else None)
+    if single.is_file():
+        return TensorTable(_read_header(single), (single,))
+    raise InputError(
+        folder, None, "weights", f"no {SINGLE_NAME} or {INDEX_NAME} (only safetensors checkpoints are read)"
+    )
+
+
+def _read_index(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(path, None, "file", f"not a readable JSON index ({err})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("weight_map"), dict):
+        raise InputError(path, None, "weight_map", "missing: not a safetensors index")
+    return doc
+
+
+def index_total_size(model_dir: str | Path) -> int | None:
+    """The index's ``metadata.total_size`` (bytes of every tensor), or None."""
+    path = Path(model_dir) / INDEX_NAME
+    if not path.is_file():
+        return None
+    total = (_read_index(path).get("metadata") or {}).get("total_size")
+    return int(total) if isinstance(total, int) and not isinstance(total, bool) else None
+
+
+def checkpoint_hash(model_dir: str | Path) -> str:
+    """sha256 over ``config.json`` and the index (or the single file's header): names the
+    checkpoint without reading its weights."""
+    folder = Path(model_dir)
+    h = hashlib.sha256()
+    h.update((folder / CONFIG_NAME).read_bytes())
+    index, single = folder / INDEX_NAME, folder / SINGLE_NAME
+    if index.is_file():
+        h.update(index.read_bytes())
+    elif single.is_file():
+        with single.open("rb") as fh:
+            head = fh.read(8)
+            (length,) = struct.unpack("<Q", head) if len(head) == 8 else (0,)
+            h.update(head + fh.read(min(length, MAX_HEADER_BYTES)))
+    return "sha256:" + h.hexdigest()
+
+
+def is_routed_expert(name: str) -> bool:
+    """A routed expert's tensor: ``….experts.<i>.…`` or a fused ``….experts.<proj>`` (GPT-OSS),
+    never a shared expert's."""
+    if "shared_expert" in name:
+        return False
+    return bool(_PER_EXPERT.search(name) or _FUSED_EXPERTS.search(name))
+
+
+def layer_of(name: str) -> int | None:
+    m = _LAYER.search(name)
+    return int(m.group(1)) if m else None
+
+
+# ----------------------------------------------------------------------------- the preset
+
+
+def _dtype_bytes(config: dict[str, Any], path: Path) -> tuple[int, str]:
+    name = config.get("torch_dtype") or config.get("dtype")
+    if isinstance(name, str) and name.replace("torch.", "") in _CONFIG_DTYPES:
+        name = name.replace("torch.", "")
+        return _CONFIG_DTYPES[name], name
+    raise InputError(path, None, "dtype", f"config.json gives no known dtype (got {name!r})")
+
+
+def _attention(config: dict[str, Any], layout: MoELayout) -> dict[str, Any]:
+    """Attention parameters per layer, KV values per token per layer, attention FLOP per context
+    token per layer, and the number of layers whose KV grows with the context."""
+    h = layout.hidden_size
+    heads = int(config.get("num_attention_heads") or 0)
+    if layout.family == "deepseek_v3":
+        rope, nope = int(config["qk_rope_head_dim"]), int(config["qk_nope_head_dim"])
+        v_dim, kv_rank = int(config["v_head_dim"]), int(config["kv_lora_rank"])
+        q_rank = config.get("q_lora_rank")
+        q = h * q_rank + q_rank * heads * (rope + nope) if q_rank else h * heads * (rope + nope)
+        params = q + h * (kv_rank + rope) + kv_rank * heads * (nope + v_dim) + heads * v_dim * h
+        kv_values = kv_rank + rope
+        what = f"MLA latent cache (kv_lora_rank {kv_rank} + qk_rope_head_dim {rope})"
+        flop = 2 * heads * ((kv_rank + rope) + kv_rank)
+        flop_what = f"absorbed-MLA decode: 2 x {heads} heads x ({kv_rank + rope} score + {kv_rank} value)"
+        full = layout.layers
+    else:
+        kv_heads = int(config.get("num_key_value_heads") or heads)
+        head_dim = int(config.get("head_dim") or h // heads)
+        params = 2 * h * heads * head_dim + 2 * h * kv_heads * head_dim
+        kv_values = 2 * kv_heads * head_dim
+        what = f"{kv_heads} KV heads x {head_dim} head_dim x 2 (K, V)"
+        flop = 4 * heads * head_dim
+        flop_what = f"4 x {heads} heads x {head_dim} head_dim (QK and AV)"
+        types = config.get("layer_types")
+        full = layout.layers
+        if layout.family == "gpt_oss" and isinstance(types, list) and len(types) == layout.layers:
+            full = sum(1 for t in types if t == "full_attention")
+            what += f", {full} full-attention layers of {layout.layers} (sliding-window layers keep a bounded cache, left out)"
+    return {
+        "params": params,
+        "kv_values": kv_values,
+        "kv_what": what,
+        "flop": flop,
+        "flop_what": flop_what,
+        "full_layers": full,
+    }
+
+
+def _mlp_params(h: int, width: int) -> int:
+    return 3 * h * width
+
+
+def _field(value: float, source: str | None = None, *, unit: str | None = None, note: str | None = None) -> dict:
+    out: dict[str, Any] = {"value": value}
+    if unit is not None:
+        out["unit"] = unit
+    if source is None:
+        out["assumed"] = True
+        if note:
+            out["note"] = note
+    else:
+        out["source"] = source
+    return out
+
+
+def preset_fields(model_dir: str | Path, *, quant_bits: float | None = None, name: str | None = None) -> dict[str, Any]:
+    """The preset of the checkpoint in ``model_dir``: ``{"name", "description", "precision",
+    "fields": {field: {value, unit?, source | assumed, note?}}, "layout": MoELayout}``.
+
+    ``quant_bits``: routed experts at that many bits per parameter instead of the stored dtype
+    (the rest stays as stored)."""
+    folder = Path(model_dir)
+    config = read_config(folder)
+    cpath = folder / CONFIG_NAME
+    layout = moe_layout(config, cpath)
+    table = read_tensor_table(folder)
+    fam = FAMILIES[layout.family][1]
+    h, experts, k, n_moe = layout.hidden_size, layout.experts, layout.top_k, len(layout.moe_layer_ids)
+    vocab = _int(config, "vocab_size", cpath)
+    tied = bool(config.get("tie_word_embeddings", False))
+    attn = _attention(config, layout)
+    fields: dict[str, Any] = {
+        "experts": _field(experts, layout.sources["experts"]),
+        "top_k": _field(k, layout.sources["top_k"]),
+        "moe_layers": _field(n_moe, layout.sources["moe_layers"]),
+        "hidden_size": _field(h, f"config.json: hidden_size {h}"),
+    }
+    act_bytes, act_dtype = _dtype_bytes(config, cpath)
+    e_params = layout.expert_params
+
+    # routed and non-routed bytes: from the headers when present
+    if table is not None:
+        where = (
+            f"{SINGLE_NAME} header"
+            if len(table.files) == 1 and table.files[0].name == SINGLE_NAME
+            else f"{INDEX_NAME} and the headers of its {len(table.files)} shards"
+        )
+        routed = {lay: 0 for lay in layout.moe_layer_ids}
+        non_routed, skipped, stored = 0, 0, set()
+        for tname in table.tensors:
+            lay = layer_of(tname)
+            size = table.nbytes(tname)
+            if lay is not None and lay >= layout.layers:
+                skipped += size  # e.g. DeepSeek's multi-token-prediction layer: not in a decode step
+                continue
+            if is_routed_expert(tname):
+                if lay not in routed:
+                    raise InputError(
+                        table.files[0], None, tname, f"a routed expert in layer {lay}, which config.json makes dense"
+                    )
+                routed[lay] += size
+                stored.add(table.tensors[tname][0])
+            else:
+                non_routed += size
+        per_layer = set(routed.values())
+        if len(per_layer) != 1 or 0 in per_layer:
+            raise InputError(
+                table.files[0], None, "experts", f"routed-expert bytes differ between MoE layers: {sorted(per_layer)}"
+            )
+        layer_bytes = per_layer.pop()
+        if layer_bytes % experts:
+            raise InputError(
+                table.files[0],
+                None,
+                "experts",
+                f"{layer_bytes} B of routed experts per layer do not divide by {experts}",
+            )
+        stored_bytes = layer_bytes // experts
+        dtypes = "/".join(sorted(stored))
+        expert_source = (
+            f"{where}: routed-expert tensors of {n_moe} MoE layers, {layer_bytes} B per layer / {experts} experts "
+            f"= {stored_bytes} B ({dtypes}; config.json: {e_params} params per expert)"
+        )
+        skip_note = f"; {skipped} B in layers past num_hidden_layers {layout.layers} left out" if skipped else ""
+        nonrouted_source = (
+            f"{where}: every tensor not a routed expert (attention, dense and shared MLPs, routers, norms, "
+            f"embedding{'' if tied else ' and LM head'}) = {non_routed} B{skip_note}"
+        )
+        precision = dtypes if len(stored) == 1 else f"experts {dtypes}"
+    else:
+        total = index_total_size(folder)
+        bpp, qnote = _config_bits(config, act_bytes)
+        stored_bytes = int(round(e_params * bpp))
+        expert_source = (
+            f"config.json: 3 x {h} x {layout.expert_intermediate} params (hidden_size x "
+            f"{'intermediate_size' if layout.family in ('mixtral', 'olmoe', 'gpt_oss') else 'moe_intermediate_size'}"
+            f"{', plus biases' if layout.family == 'gpt_oss' else ''}) = {e_params} x {bpp:g} B ({qnote}); "
+            f"the shards named by {INDEX_NAME} are not here to read their headers"
+        )
+        if total is None:
+            raise InputError(folder, None, "weights", f"{INDEX_NAME} has no metadata.total_size and no shard is here")
+        non_routed = total - stored_bytes * experts * n_moe
+        nonrouted_source = (
+            f"{INDEX_NAME}: total_size {total} B minus {experts} x {n_moe} routed experts x {stored_bytes} B "
+            "(config.json); any multi-token-prediction layer is included"
+        )
+        precision = qnote
+        if non_routed <= 0:
+            raise InputError(
+                folder / INDEX_NAME, None, "total_size", f"{total} B is less than the routed experts alone"
+            )
+    if quant_bits is not None:
+        q_bytes = int(math.ceil(e_params * quant_bits / 8))
+        fields["expert_bytes"] = _field(
+            q_bytes,
+            f"config.json: {e_params} params per expert x {quant_bits:g} bits / 8 = {q_bytes} B "
+            f"(the bit width asked for; stored: {stored_bytes} B)",
+            unit="B",
+        )
+        precision = f"{quant_bits:g}-bit experts, {precision} resident"
+    else:
+        fields["expert_bytes"] = _field(stored_bytes, expert_source, unit="B")
+    fields["non_routed_bytes"] = _field(non_routed, nonrouted_source, unit="B")
+
+    kv = attn["kv_values"] * attn["full_layers"] * act_bytes
+    fields["kv_bytes_per_token"] = _field(
+        kv,
+        f"config.json: {attn['kv_what']} x {attn['full_layers']} layers x {act_bytes} B ({act_dtype}) = {kv} B",
+        unit="B",
+    )
+
+    # FLOP per token: 2 x the parameters a token multiplies by (the embedding is a lookup)
+    dense = len(layout.dense_layer_ids)
+    router = experts * h + (experts if layout.family == "gpt_oss" else 0)
+    shared = _mlp_params(h, layout.shared_intermediate) + (
+        h if layout.family == "qwen2_moe" and layout.shared_experts else 0
+    )
+    active = (
+        layout.layers * attn["params"]
+        + dense * _mlp_params(h, layout.dense_intermediate)
+        + n_moe * (router + shared + k * e_params)
+        + vocab * h
+    )
+    fields["flops_per_token"] = _field(
+        2 * active,
+        f"config.json: 2 x {active} params per token (attention of {layout.layers} layers, {dense} dense MLPs, "
+        f"{n_moe} x (router + {layout.shared_experts} shared + {k} routed experts), LM head; norms left out)",
+        unit="FLOP",
+    )
+    attn_flop = attn["flop"] * attn["full_layers"]
+    fields["attn_flops_per_context_token"] = _field(
+        attn_flop, f"config.json: {attn['flop_what']} x {attn['full_layers']} layers = {attn_flop} FLOP", unit="FLOP"
+    )
+    fields["activation_bytes"] = _field(act_bytes, f"config.json: dtype {act_dtype}", unit="B")
+    label = name or str(config.get("_name_or_path") or folder.resolve().name).rstrip("/").split("/")[-1] or "model"
+    shared_text = f" + {layout.shared_experts} shared" if layout.shared_experts else ""
+    description = (
+        f"{fam}: {experts} routed{shared_text} experts, top-{k}, {n_moe} MoE layers of {layout.layers} "
+        f"({dense} dense), from {folder.name}'s config.json and safetensors headers"
+    )
+    return {
+        "name": label,
+        "description": description,
+        "precision": precision,
+        "fields": fields,
+        "layout": layout,
+        "stored_expert_bytes": stored_bytes,
+    }
+
+
+def _config_bits(config: dict[str, Any], act_bytes: int) -> tuple[float, str]:
+    """Bytes per expert parameter from config.json alone: its quantization_config, else its dtype."""
+    q = config.get("quantization_config")
+    if isinstance(q, dict):
+        method = str(q.get("quant_method", "")).lower()
+        if method == "fp8":
+            block = q.get("weight_block_size") or [128, 128]
+            scale = 4 / (int(block[0]) * int(block[1]))
+            return 1 + scale, f"FP8 with a float32 scale per {block[0]}x{block[1]} block (quantization_config)"
+        if method == "mxfp4":
+            return 4.25 / 8, "MXFP4: 4-bit codes + an 8-bit scale per 32 (quantization_config)"
+        raise InputError(
+            CONFIG_NAME, None, "quantization_config", f"quant_method {method!r}: its size needs the shards' headers"
+        )
+    return float(act_bytes), f"{act_bytes} B per parameter (config.json dtype)"
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    return json.dumps(str(v), ensure_ascii=False)
+
+
+def preset_toml(preset: dict[str, Any], command: str = "") -> str:
+    """The TOML text of a :func:`preset_fields` result (loads with ``load_model``)."""
+    layout: MoELayout = preset["layout"]
+    lines = [
+        f"# {preset['description']}",
+        f"# MoE layers {list(layout.moe_layer_ids)}; dense layers {list(layout.dense_layer_ids)}; "
+        f"shared experts per MoE layer: {layout.shared_experts}",
+    ]
+    if command:
+        lines.append(f"# written by: {command}")
+    lines += [
+        'kind = "model"',
+        f"name = {_toml_value(preset['name'])}",
+        f"description = {_toml_value(preset['description'])}",
+        f"precision = {_toml_value(preset['precision'])}",
+        "",
+    ]
+    for key, entry in preset["fields"].items():
+        inner = ", ".join(f"{k} = {_toml_value(v)}" for k, v in entry.items())
+        lines.append(f"{key} = {{ {inner} }}")
+    return "\n".join(lines) + "\n"

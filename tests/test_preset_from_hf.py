@@ -1,0 +1,226 @@
+"""``moeroof preset-from-hf`` on tiny random checkpoints of every family (issue 14, deliverable 2).
+
+Each checkpoint is built here from transformers' own config class (2 layers, 8 experts, tiny
+widths) and saved with ``save_pretrained``; nothing is downloaded. The preset's byte counts are
+checked against the saved tensors, summed here from the safetensors header independently of
+:mod:`moeroof.data.hf_config`. The builders are shared with ``tests/test_capture.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from moeroof.cli import main
+
+torch = pytest.importorskip("torch", reason="needs the capture extra: pip install 'moeroof[capture]'")
+transformers = pytest.importorskip("transformers", reason="needs the capture extra: pip install 'moeroof[capture]'")
+
+COMMON = dict(vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+
+#: family → (config class name, family keys); 8 experts, K = 2, 2 layers
+TINY = {
+    "mixtral": ("MixtralConfig", dict(num_local_experts=8, num_experts_per_tok=2, intermediate_size=16)),
+    "qwen2_moe": (
+        "Qwen2MoeConfig",
+        dict(
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=16,
+            shared_expert_intermediate_size=24,
+            intermediate_size=40,
+        ),
+    ),
+    "qwen3_moe": (
+        "Qwen3MoeConfig",
+        dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=16, intermediate_size=40, head_dim=8),
+    ),
+    "deepseek_v3": (
+        "DeepseekV3Config",
+        dict(
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=16,
+            intermediate_size=40,
+            first_k_dense_replace=1,
+            n_group=4,
+            topk_group=1,
+            n_shared_experts=1,
+            kv_lora_rank=16,
+            q_lora_rank=24,
+            qk_rope_head_dim=8,
+            qk_nope_head_dim=8,
+            v_head_dim=8,
+            num_key_value_heads=4,  # MLA: one latent cache shared by every head
+        ),
+    ),
+    "olmoe": ("OlmoeConfig", dict(num_experts=8, num_experts_per_tok=2, intermediate_size=16, eos_token_id=1)),
+    "gpt_oss": (
+        "GptOssConfig",
+        dict(num_local_experts=8, num_experts_per_tok=2, intermediate_size=16, head_dim=8, sliding_window=4),
+    ),
+    "glm4_moe": (
+        "Glm4MoeConfig",
+        dict(
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=16,
+            intermediate_size=40,
+            first_k_dense_replace=1,
+            n_group=4,
+            topk_group=1,
+            n_shared_experts=1,
+            head_dim=8,
+        ),
+    ),
+}
+
+FAMILIES = list(TINY)
+
+
+def config_class(family: str):
+    """transformers' config class of a family, or a skip naming what this version lacks."""
+    name = TINY[family][0]
+    cls = getattr(transformers, name, None)
+    if cls is None:
+        pytest.skip(f"transformers {transformers.__version__} has no {name} ({family})")
+    return cls
+
+
+def save_tiny(family: str, folder: Path, *, seed: int = 0, **save_kwargs) -> Path:
+    """A random-initialised tiny checkpoint of ``family`` saved (safetensors) into ``folder``."""
+    cls = config_class(family)
+    config = cls(**{**COMMON, **TINY[family][1]})
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():  # the group-limited routers: a correction bias that changes the choice
+        for module in model.modules():
+            bias = getattr(module, "e_score_correction_bias", None)
+            if isinstance(bias, torch.Tensor):
+                bias.copy_(torch.randn_like(bias) * 0.1)
+    model.save_pretrained(folder, **save_kwargs)
+    return folder
+
+
+def header_tensors(folder: Path) -> dict[str, tuple[str, list[int]]]:
+    """Every tensor of every safetensors file in ``folder``: name → (dtype, shape), read here."""
+    out = {}
+    for path in sorted(folder.glob("*.safetensors")):
+        raw = path.read_bytes()
+        (n,) = struct.unpack("<Q", raw[:8])
+        for name, info in json.loads(raw[8 : 8 + n]).items():
+            if name != "__metadata__":
+                out[name] = (info["dtype"], info["shape"])
+    return out
+
+
+SIZES = {"F32": 4, "BF16": 2, "F16": 2}
+
+
+def nbytes(dtype: str, shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n * SIZES[dtype]
+
+
+def routed(name: str) -> bool:
+    return ".experts." in name and "shared_expert" not in name
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("hf")
+    return {f: save_tiny(f, root / f) for f in FAMILIES if getattr(transformers, TINY[f][0], None) is not None}
+
+
+def _preset(tmp_path: Path, folder: Path, *extra: str) -> tuple[dict, dict]:
+    out = tmp_path / "model.toml"
+    assert main(["preset-from-hf", str(folder), "-o", str(out), "--json", *extra]) == 0
+    return tomllib.loads(out.read_text(encoding="utf-8")), out
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_preset_bytes_equal_the_saved_tensors(family, checkpoints, tmp_path, capsys):
+    config_class(family)
+    folder = checkpoints[family]
+    doc, out = _preset(tmp_path, folder)
+    rep = json.loads(capsys.readouterr().out)
+    config = json.loads((folder / "config.json").read_text())
+    tensors = header_tensors(folder)
+    routed_total = sum(nbytes(*v) for k, v in tensors.items() if routed(k))
+    rest = sum(nbytes(*v) for k, v in tensors.items() if not routed(k))
+    moe_layers = {int(k.split("layers.")[1].split(".")[0]) for k in tensors if routed(k)}
+    assert doc["experts"]["value"] == 8 and doc["top_k"]["value"] == 2
+    assert doc["moe_layers"]["value"] == len(moe_layers)
+    assert doc["expert_bytes"]["value"] * 8 * len(moe_layers) == routed_total
+    assert doc["non_routed_bytes"]["value"] == rest
+    assert doc["expert_bytes"]["unit"] == "B" and "model.safetensors header" in doc["expert_bytes"]["source"]
+    for key in ("experts", "top_k", "moe_layers", "kv_bytes_per_token", "flops_per_token"):
+        assert doc[key]["source"].startswith("config.json"), key
+    # the layout the capture hooks rely on: first_k_dense_replace makes layer 0 dense
+    dense = 1 if family in ("deepseek_v3", "glm4_moe") else 0
+    assert rep["dense_layer_ids"] == list(range(dense))
+    assert rep["shared_experts"] == (1 if family in ("qwen2_moe", "deepseek_v3", "glm4_moe") else 0)
+    # KV per token: MLA latent (kv_lora_rank + rope) or 2 x KV heads x head_dim, float32 here
+    if family == "deepseek_v3":
+        kv = (config["kv_lora_rank"] + config["qk_rope_head_dim"]) * 2 * 4
+    else:
+        layers = 2
+        if family == "gpt_oss":
+            layers = sum(t == "full_attention" for t in config["layer_types"])
+        kv = 2 * 2 * 8 * layers * 4
+    assert doc["kv_bytes_per_token"]["value"] == kv
+    # the preset loads and plans
+    from moeroof.data.presets import load_model
+
+    model = load_model(out)
+    assert model.expert_bytes == doc["expert_bytes"]["value"]
+    assert main(["plan", "--model", str(out), "--hardware", "nvme-gen4", "--batch", "1,4", "--json"]) == 0
+    assert capsys.readouterr().out.strip().startswith("{")
+
+
+def test_quant_bits_scale_the_experts_only(checkpoints, tmp_path):
+    folder = checkpoints["mixtral"]
+    doc, _ = _preset(tmp_path, folder, "--quant", "4")
+    # 3 x hidden 32 x intermediate 16 params x 4 bits / 8
+    assert doc["expert_bytes"]["value"] == 3 * 32 * 16 * 4 // 8
+    tensors = header_tensors(folder)
+    assert doc["non_routed_bytes"]["value"] == sum(nbytes(*v) for k, v in tensors.items() if not routed(k))
+
+
+def test_sharded_checkpoint_and_index_without_shards(tmp_path):
+    folder = save_tiny("qwen3_moe", tmp_path / "sharded", max_shard_size="20KB")
+    assert (folder / "model.safetensors.index.json").is_file()
+    assert len(list(folder.glob("*.safetensors"))) > 1
+    doc, _ = _preset(tmp_path, folder)
+    tensors = header_tensors(folder)
+    assert doc["non_routed_bytes"]["value"] == sum(nbytes(*v) for k, v in tensors.items() if not routed(k))
+    assert "shards" in doc["expert_bytes"]["source"]
+    # the index alone (shards not downloaded): config.json's shapes x dtype, the rest from total_size
+    for shard in folder.glob("*.safetensors"):
+        shard.unlink()
+    (tmp_path / "index-only").mkdir()
+    doc2, _ = _preset(tmp_path / "index-only", folder)
+    assert doc2["expert_bytes"]["value"] == doc["expert_bytes"]["value"]
+    assert doc2["non_routed_bytes"]["value"] == doc["non_routed_bytes"]["value"]
+    assert doc2["expert_bytes"]["source"].startswith("config.json")
+
+
+def test_errors_are_one_line(tmp_path, capsys):
+    assert main(["preset-from-hf", str(tmp_path / "nope"), "-o", str(tmp_path / "m.toml")]) == 2
+    assert "no such folder" in capsys.readouterr().err
+    (tmp_path / "dense").mkdir()
+    (tmp_path / "dense" / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 2}))
+    assert main(["preset-from-hf", str(tmp_path / "dense"), "-o", str(tmp_path / "m.toml")]) == 2
+    assert "unknown MoE family 'llama'" in capsys.readouterr().err
+    (tmp_path / "zero").mkdir()
+    (tmp_path / "zero" / "config.json").write_text(
+        json.dumps({"model_type": "qwen2_moe", "num_experts": 0, "num_experts_per_tok": 2, "num_hidden_layers": 2})
+    )
+    assert main(["preset-from-hf", str(tmp_path / "zero"), "-o", str(tmp_path / "m.toml")]) == 2
+    assert "not an MoE model" in capsys.readouterr().err

@@ -430,6 +430,7 @@ SUBCOMMANDS = (
     "trace",
     "histogram",
     "import",
+    "capture",
     "cache",
     "mrc",
     "calibrate",

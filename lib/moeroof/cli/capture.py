@@ -1,0 +1,181 @@
+"""``moeroof capture``: routing witnessed on a local Hugging Face MoE checkpoint (issue 14).
+
+::
+
+    moeroof capture MODEL_DIR --prompts FILE --streams B --max-new-tokens N -o OUT.npz
+                    [--histogram OUT.csv] [--dtype auto|float32|bfloat16|float16] [--device auto|cpu|cuda[:i]]
+                    [--ignore-eos] [--force] [--json]
+
+Loads the checkpoint (never downloaded), decodes the first B prompts of FILE together (left
+padding, greedy) for N new tokens each, and records every token's top-K expert ids per MoE
+layer from the model's router modules (:mod:`moeroof.witness.capture`). Writes the trace (the
+N − 1 decode steps; ``-1`` where a stream has emitted its EOS) and a histogram of the prefill
+and decode tokens together (``OUT.csv`` beside the trace unless ``--histogram``), both
+``provenance: witnessed`` with the model, checkpoint hash, dtype, prompt file hash, device and
+date. Needs the ``capture`` extra (``pip install 'moeroof[capture]'``); the parser imports none
+of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+from typing import Any
+
+from moeroof.cli.common import Progress, UsageError, add_output_arguments, emit, positive_int
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")  # moeroof.witness.capture.DTYPES, without importing it
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "capture",
+        help="record top-K expert routing of B concurrent prompts on a local Hugging Face MoE checkpoint",
+        description=(
+            "Decode B distinct prompts together on a local Hugging Face MoE checkpoint (Mixtral, Qwen2-MoE, "
+            "Qwen3-MoE, DeepSeek-V3, OLMoE, GPT-OSS, GLM-4-MoE; never downloaded) and record every token's "
+            "top-K expert ids per MoE layer from the router modules: a witnessed trace of the decode steps "
+            "plus a histogram of prefill and decode. Needs: pip install 'moeroof[capture]'."
+        ),
+    )
+    p.add_argument("model_dir", metavar="MODEL_DIR", help="the checkpoint folder (config.json + safetensors)")
+    p.add_argument(
+        "--prompts",
+        required=True,
+        metavar="FILE",
+        help="prompts: a text file (one a line; needs a tokenizer in MODEL_DIR) or a .jsonl "
+        "(one a line: a list of token ids, a string, or {input_ids | prompt | text})",
+    )
+    p.add_argument("--streams", required=True, metavar="B", help="concurrent streams: the first B prompts (distinct)")
+    p.add_argument("--max-new-tokens", required=True, metavar="N", help="new tokens per stream (>= 2)")
+    p.add_argument("-o", "--output", required=True, help="trace to write (.npz, or .npy + .json)")
+    p.add_argument("--histogram", default=None, help="histogram to write (.csv; default: the trace's path as .csv)")
+    p.add_argument("--dtype", default="auto", choices=DTYPES, help="weights' dtype (default auto: as stored)")
+    p.add_argument("--device", default="auto", help="auto (cuda when available, else cpu), cpu, cuda or cuda:i")
+    p.add_argument("--ignore-eos", action="store_true", help="decode N tokens in every stream, through EOS")
+    p.add_argument("--force", action="store_true", help="replace the output files if they exist")
+    add_output_arguments(p, output=False)
+    p.set_defaults(func=run)
+
+
+def capture_report(args: argparse.Namespace) -> dict[str, Any]:
+    streams = positive_int(args.streams, "--streams")
+    new_tokens = positive_int(args.max_new_tokens, "--max-new-tokens")
+    if new_tokens < 2:
+        raise UsageError(
+            "--max-new-tokens: at least 2 (the first token comes from the prefill, the rest are decode steps)"
+        )
+    out = Path(args.output)
+    if out.suffix.lower() not in (".npz", ".npy"):
+        raise UsageError(f"-o: expected a .npz or .npy path, got {args.output!r}")
+    hist = Path(args.histogram) if args.histogram else out.with_suffix(".csv")
+    if hist.suffix.lower() != ".csv":
+        raise UsageError(f"--histogram: expected a .csv path, got {args.histogram!r}")
+    from moeroof.core import atomic
+    from moeroof.data.io import sidecar_path
+
+    targets = [out, hist, sidecar_path(hist)] + ([sidecar_path(out)] if out.suffix.lower() == ".npy" else [])
+    if len({t.resolve() for t in targets}) != len(targets):
+        raise UsageError(f"-o {out} and --histogram {hist} would write the same file (their .json sidecars included)")
+    if not args.force:
+        for t in targets:
+            if t.exists():
+                raise UsageError(f"{t} exists (pass --force to replace it)")
+    prompts_path = Path(args.prompts)
+    for t in targets:
+        if prompts_path.exists() and atomic.same_file(t, prompts_path):
+            raise UsageError(f"writing {t} would overwrite the prompt file")
+
+    from moeroof.witness.capture import (
+        capture_meta,
+        capture_routing,
+        load_checkpoint,
+        read_prompts,
+        require_capture_packages,
+        tokenize_prompts,
+        write_capture,
+    )
+
+    prompts = read_prompts(prompts_path)
+    if len(prompts) < streams:
+        raise UsageError(f"--streams: {streams} streams need {streams} prompts; {prompts_path} holds {len(prompts)}")
+    prompts = prompts[:streams]
+    torch, _ = require_capture_packages()
+    device = args.device.strip()
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif not (device == "cpu" or device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
+        raise UsageError(f"--device: expected auto, cpu, cuda or cuda:i, got {args.device!r}")
+    elif device.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError(f"--device: {device} asked for, but torch sees no CUDA device")
+    progress = Progress("capture")
+    try:
+        progress(0, new_tokens, "loading the checkpoint")
+        model, layout = load_checkpoint(args.model_dir, dtype=args.dtype, device=device)
+        ids = tokenize_prompts(prompts, args.model_dir, int(model.config.vocab_size))
+        seen: dict[tuple[int, ...], int] = {}
+        for i, p in enumerate(ids):
+            if tuple(p) in seen:
+                raise UsageError(
+                    f"{prompts_path}: prompts {seen[tuple(p)] + 1} and {i + 1} are the same tokens; the streams must be distinct"
+                )
+            seen[tuple(p)] = i
+        result = capture_routing(
+            model,
+            layout,
+            ids,
+            max_new_tokens=new_tokens,
+            eos_token_ids=[] if args.ignore_eos else None,
+            progress=progress,
+        )
+    finally:
+        progress.close()
+    if result.topk.shape[0] == 0:
+        raise UsageError("every stream ended at its first token (EOS): no decode step to record; try --ignore-eos")
+    stored = str(next(model.parameters()).dtype).replace("torch.", "")
+    source = (
+        f"moeroof capture {shlex.quote(str(args.model_dir))} --prompts {shlex.quote(str(prompts_path))} "
+        f"--streams {streams} --max-new-tokens {new_tokens}" + (" --ignore-eos" if args.ignore_eos else "")
+    )
+    meta = capture_meta(
+        result, model_dir=args.model_dir, prompts_path=prompts_path, dtype=stored, device=device, source=source
+    )
+    write_capture(result, meta, out, hist, overwrite=bool(args.force))
+    counts, tokens = result.histogram()
+    return {
+        "trace": str(out),
+        "histogram": str(hist),
+        "model": meta["model"],
+        "family": meta["family"],
+        "experts": result.experts,
+        "top_k": result.top_k,
+        "layer_ids": list(result.layer_ids),
+        "streams": streams,
+        "decode_steps": int(result.topk.shape[0]),
+        "prompt_tokens": meta["prompt_tokens"],
+        "generated_tokens": meta["generated_tokens"],
+        "prefill_tokens_per_layer": meta["prefill_tokens_per_layer"],
+        "decode_tokens_per_layer": [int(t) for t in result.decode_tokens],
+        "dtype": stored,
+        "device": device,
+        "checkpoint_hash": meta["checkpoint_hash"],
+        "prompts_sha256": meta["prompts_sha256"],
+        "provenance": "witnessed",
+    }
+
+
+def print_capture(rep: dict[str, Any]) -> None:
+    print(
+        f"wrote {rep['trace']}: {rep['decode_steps']} decode steps × {rep['streams']} streams × "
+        f"{len(rep['layer_ids'])} MoE layers × K = {rep['top_k']} of {rep['experts']} experts "
+        f"({rep['model']}, {rep['family']}, {rep['dtype']} on {rep['device']}; provenance: witnessed)"
+    )
+    print(
+        f"wrote {rep['histogram']}: prefill {sum(rep['prompt_tokens'])} prompt tokens + decode "
+        f"{max(rep['decode_tokens_per_layer'])} live tokens per layer; generated {rep['generated_tokens']}"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    return emit(capture_report(args), args, print_capture)

@@ -1,0 +1,208 @@
+"""``moeroof capture`` on tiny random checkpoints of every family (issue 14, deliverables 1 and 3).
+
+Each checkpoint is built from transformers' own config class (``tests/test_preset_from_hf.py``:
+2 layers, 8 experts, K = 2) and saved to a temporary folder; nothing is downloaded. A second
+forward hook, set here on the same router modules, keeps each call's router logits; the ids the
+capture recorded must equal the top-K recomputed here from those logits — softmax / plain top-K
+for Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and GPT-OSS, the group-limited choice (sigmoid + score
+correction bias, best ``topk_group`` of ``n_group`` groups) for DeepSeek-V3 and GLM-4-MoE,
+where a plain top-K of the logits is shown to differ.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moeroof.cli import main
+from test_preset_from_hf import FAMILIES, TINY, config_class, save_tiny
+
+torch = pytest.importorskip("torch", reason="needs the capture extra: pip install 'moeroof[capture]'")
+transformers = pytest.importorskip("transformers", reason="needs the capture extra: pip install 'moeroof[capture]'")
+
+from moeroof.witness.capture import capture_routing, load_checkpoint  # noqa: E402
+
+PROMPTS = [[5, 9, 13, 21, 34], [7, 3, 60], [11, 12, 13, 14, 15, 16, 17], [40, 2]]
+NEW_TOKENS = 8
+GROUP_LIMITED = ("deepseek_v3", "glm4_moe")
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("hf")
+    return {f: save_tiny(f, root / f) for f in FAMILIES if getattr(transformers, TINY[f][0], None) is not None}
+
+
+@pytest.fixture(scope="module")
+def prompt_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("prompts") / "prompts.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS), encoding="utf-8")
+    return path
+
+
+def routers_of(model) -> dict[int, torch.nn.Module]:
+    """The router module of each layer, found here by class name."""
+    out = {}
+    for name, module in model.named_modules():
+        if type(module).__name__.lower().endswith("topkrouter"):
+            out[int(name.split("layers.")[1].split(".")[0])] = module
+    return out
+
+
+def expected_ids(family: str, logits: np.ndarray, router, k: int) -> np.ndarray:
+    """Each row's K chosen experts (sorted), recomputed from the router logits."""
+    if family in GROUP_LIMITED:
+        scores = 1 / (1 + np.exp(-logits.astype(np.float64)))
+        choice = scores + router.e_score_correction_bias.detach().double().numpy()
+        groups, keep = router.num_group, router.topk_group
+        per = choice.reshape(len(choice), groups, -1)
+        group_score = np.sort(per, axis=-1)[..., -2:].sum(-1)
+        best = np.argsort(-group_score, axis=-1)[:, :keep]
+        masked = np.full_like(per, -np.inf)
+        rows = np.arange(len(choice))[:, None]
+        masked[rows, best] = per[rows, best]
+        choice = masked.reshape(len(choice), -1)
+        return np.sort(np.argsort(-choice, axis=-1)[:, :k], axis=-1)
+    return np.sort(np.argsort(-logits, axis=-1)[:, :k], axis=-1)
+
+
+def plain_ids(logits: np.ndarray, k: int) -> np.ndarray:
+    return np.sort(np.argsort(-logits, axis=-1)[:, :k], axis=-1)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_captured_ids_are_the_routers_choice(family, checkpoints, prompt_file, tmp_path, capsys):
+    config_class(family)
+    folder = checkpoints[family]
+    model, layout = load_checkpoint(folder, device="cpu")
+    routers = routers_of(model)
+    seen: dict[int, list[np.ndarray]] = {lay: [] for lay in routers}
+    hooks = [
+        r.register_forward_hook(lambda m, i, o, lay=lay: seen[lay].append(o[0].detach().float().numpy().copy()))
+        for lay, r in routers.items()
+    ]
+    try:
+        result = capture_routing(model, layout, PROMPTS, max_new_tokens=NEW_TOKENS, eos_token_ids=[])
+    finally:
+        for h in hooks:
+            h.remove()
+    k, streams = layout.top_k, len(PROMPTS)
+    assert result.layer_ids == sorted(routers) == list(layout.moe_layer_ids)
+    assert result.topk.shape == (NEW_TOKENS - 1, streams, len(routers), k)
+    length = max(map(len, PROMPTS))
+    mask = np.zeros((streams, length), bool)
+    for s, p in enumerate(PROMPTS):
+        mask[s, length - len(p) :] = True
+    differs = 0
+    for pos, lay in enumerate(result.layer_ids):
+        calls = seen[lay]
+        assert len(calls) == NEW_TOKENS  # one prefill, then N - 1 decode steps
+        # prefill: the counts of the real prompt tokens (padding left out)
+        pre = calls[0].reshape(streams, length, -1)[mask]
+        want = expected_ids(family, pre, routers[lay], k)
+        assert np.array_equal(result.prefill_counts[pos], np.bincount(want.ravel(), minlength=8))
+        assert result.prefill_tokens[pos] == mask.sum()
+        differs += int((plain_ids(pre, k) != want).any(axis=1).sum())
+        for t, logits in enumerate(calls[1:]):
+            want = expected_ids(family, logits, routers[lay], k)
+            got = np.sort(result.topk[t, :, pos, :].astype(np.int64), axis=-1)
+            assert np.array_equal(got, want), (family, lay, t)
+            differs += int((plain_ids(logits, k) != want).any(axis=1).sum())
+    if family in GROUP_LIMITED:
+        assert differs > 0, "group-limited routing never differed from a plain top-K: the test would not bite"
+    # distinct prompts, distinct routings: no two streams share a decode routing
+    per_stream = {result.topk[:, s].tobytes() for s in range(streams)}
+    assert len(per_stream) == streams
+
+    # the command: trace + histogram with the witnessed meta
+    from moeroof.data.io import read_histogram, read_trace
+
+    out = tmp_path / "cap.npz"
+    args = ["capture", str(folder), "--prompts", str(prompt_file), "--streams", "4", "--max-new-tokens"]
+    assert main([*args, str(NEW_TOKENS), "-o", str(out), "--ignore-eos", "--device", "cpu", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    trace = read_trace(out)
+    assert np.array_equal(np.asarray(trace.topk), result.topk)  # greedy: the same routing again
+    meta = trace.meta
+    assert meta["provenance"] == "witnessed" and meta["phase"] == "decode" and meta["family"] == family
+    assert meta["checkpoint_hash"].startswith("sha256:") and meta["prompts_sha256"].startswith("sha256:")
+    for key in ("model", "dtype", "device", "date"):
+        assert meta[key]
+    hist = read_histogram(out.with_suffix(".csv"))
+    counts, tokens = result.histogram()
+    assert np.array_equal(np.asarray(hist.counts), counts)
+    assert list(hist.tokens) == [int(mask.sum()) + (NEW_TOKENS - 1) * streams] * len(routers)
+    assert hist.meta["provenance"] == "witnessed"
+    assert rep["decode_steps"] == NEW_TOKENS - 1
+
+
+def test_finished_streams_pad_with_minus_one_and_padding_changes_nothing(checkpoints):
+    model, layout = load_checkpoint(checkpoints["qwen3_moe"])
+    free = capture_routing(model, layout, PROMPTS, max_new_tokens=6, eos_token_ids=[])
+    eos = free.generated[1][1]  # stream 1's second token becomes the EOS
+    stopped = capture_routing(model, layout, PROMPTS, max_new_tokens=6, eos_token_ids=[eos])
+    for s, row in enumerate(free.generated):
+        end = next((i for i, t in enumerate(row) if t == eos), None)
+        live = stopped.topk.shape[0] if end is None else min(end, stopped.topk.shape[0])
+        assert np.array_equal(stopped.topk[:live, s], free.topk[:live, s])
+        assert (stopped.topk[live:, s] == -1).all()
+    assert (stopped.topk[1:, 1] == -1).all() and (stopped.topk[:1, 1] >= 0).all()
+    # a stream decoded alone routes as it does in the left-padded batch
+    alone = capture_routing(model, layout, [PROMPTS[1]], max_new_tokens=6, eos_token_ids=[])
+    assert np.array_equal(alone.topk[:, 0], free.topk[:, 1])
+
+
+def test_text_prompts_through_a_tokenizer_in_the_folder(checkpoints, tmp_path, capsys):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    folder = checkpoints["mixtral"]
+    words = ["[PAD]", "[UNK]", "the", "cat", "sat", "on", "a", "mat", "dog", "ran", "far", "away"]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]")
+    with_tok = tmp_path / "with-tokenizer"
+    with_tok.mkdir()
+    for f in folder.iterdir():
+        (with_tok / f.name).write_bytes(f.read_bytes())
+    fast.save_pretrained(with_tok)
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("the cat sat on a mat\n\nthe dog ran far away\na cat ran\n", encoding="utf-8")
+    out = tmp_path / "text.npz"
+    assert main(["capture", str(with_tok), "--prompts", str(prompts), "--streams", "3", "--max-new-tokens", "3"]
+                + ["-o", str(out), "--ignore-eos", "--json"]) == 0  # fmt: skip
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["prompt_tokens"] == [6, 5, 3] and rep["decode_steps"] == 2
+    # without a tokenizer, text prompts are refused with what to do instead
+    assert main(["capture", str(folder), "--prompts", str(prompts), "--streams", "2", "--max-new-tokens", "3"]
+                + ["-o", str(tmp_path / "x.npz")]) == 2  # fmt: skip
+    assert "tokenizer" in capsys.readouterr().err
+
+
+def test_clear_errors(checkpoints, prompt_file, tmp_path, capsys, monkeypatch):
+    folder = checkpoints["olmoe"]
+    base = ["--prompts", str(prompt_file), "--max-new-tokens", "3", "-o", str(tmp_path / "o.npz")]
+
+    def err(*args: str) -> str:
+        assert main(["capture", *args]) == 2
+        text = capsys.readouterr().err
+        assert text.startswith("error: ") and text.count("\n") == 1, text
+        return text
+
+    assert "holds 4" in err(str(folder), "--streams", "5", *base)
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text("[1, 2]\n[3]\n[1, 2]\n", encoding="utf-8")
+    assert "distinct" in err(str(folder), "--streams", "3", *base[:0], "--prompts", str(dup), *base[2:])
+    assert "no config.json" in err(str(tmp_path), "--streams", "2", *base)
+    dense = tmp_path / "dense"
+    dense.mkdir()
+    (dense / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 2}))
+    assert "unknown MoE family" in err(str(dense), "--streams", "2", *base)
+    shards = save_tiny("olmoe", tmp_path / "sharded", max_shard_size="20KB")
+    next(iter(sorted(shards.glob("*.safetensors")))).unlink()
+    assert "not in the folder" in err(str(shards), "--streams", "2", *base)
+    monkeypatch.setitem(sys.modules, "torch", None)  # as if the capture extra were not installed
+    assert "pip install 'moeroof[capture]'" in err(str(folder), "--streams", "2", *base)

@@ -302,3 +302,35 @@ def test_union_uniform_and_trace_sizes_are_bounded(capsys, monkeypatch, tmp_path
     assert main([*argv, "--experts", "1000000000", "-o", str(out)]) == 2
     assert one_error_line(capsys).startswith("error: --experts: 1000000000 × 4 × streams × layers")
     assert not out.exists()
+
+
+def test_points_files_are_bounded(tmp_path, capsys):
+    """A POINTS file is simulated row by row: more rows than MAX_POINTS_ROWS, or a file larger than
+    MAX_POINTS_BYTES, is refused before anything runs (fit-routing and fit-plan readers alike)."""
+    from moeroof.data.plan_points import read_plan_points
+    from moeroof.data.points import read_points
+
+    many = tmp_path / "many.points"
+    many.write_text("kind,batch,value\n" + "union,1,8\n" * (limits.MAX_POINTS_ROWS + 1))
+    with pytest.raises(InputError, match=f"{limits.MAX_POINTS_ROWS + 1} rows, more than"):
+        read_points(many, experts=64)
+    plan = tmp_path / "many.csv"
+    plan.write_text("batch,cache_gib,net_tok_s\n" + "1,4,0.5\n" * (limits.MAX_POINTS_ROWS + 1))
+    with pytest.raises(InputError, match="rows, more than"):
+        read_plan_points(plan)
+    big = tmp_path / "big.points"
+    big.write_text("# " + "x" * limits.MAX_POINTS_BYTES + "\nkind,batch,value\nunion,1,8\n")
+    with pytest.raises(InputError, match="MiB a POINTS file may be"):
+        read_points(big, experts=64)
+
+
+def test_routing_knobs_json_is_bounded_and_an_object(tmp_path, capsys):
+    pts = tmp_path / "p.csv"
+    pts.write_text("batch,cache_gib,net_tok_s\n1,4,0.5\n")
+    knobs = tmp_path / "knobs.json"
+    args = ["fit-plan", str(pts), "--model", "glm-5.2", "--hardware", "nvme-gen4", "--routing-knobs", str(knobs)]
+    for text, words in (("[" * 100_000 + "]" * 100_000, "deep"), ("[1, 2]", "expected a JSON object")):
+        knobs.write_text(text)
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert err.count("error:") == 1 and words in err and "Traceback" not in err

@@ -317,12 +317,20 @@ def routing_knobs_arg(path_text: str, model: Any, streams: int) -> Any:
     from moeroof.models.fit_plan import routing_from_knobs
 
     path = input_path(path_text)
+    from moeroof.core.limits import MAX_JSON_BYTES, check_document
+
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        check_document(text, f"--routing-knobs: {path}", max_bytes=MAX_JSON_BYTES)
+        doc = json.loads(text)
     except FileNotFoundError:
         raise UsageError(f"--routing-knobs: {path}: no such file") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UsageError(f"--routing-knobs: {path}: not a JSON file ({err})") from None
+    if not isinstance(doc, dict):
+        raise UsageError(
+            f"--routing-knobs: {path}: expected a JSON object (moeroof fit-routing --json), got {type(doc).__name__}"
+        )
 
     def value(name: str, default: float) -> float:
         v = (doc.get("knobs") or {}).get(name, default)

@@ -46,6 +46,9 @@ MAX_JSON_BYTES = 16 << 20
 MAX_TOML_BYTES = 1 << 20
 #: arrays and objects nested in a JSON or TOML document (the embedded ones: 3)
 MAX_NESTING = 32
+#: a POINTS file (fit-routing, fit-plan): every row is simulated or predicted, so its size is bounded
+MAX_POINTS_BYTES = 4 << 20
+MAX_POINTS_ROWS = 10_000
 #: what :func:`available_memory` assumes when the system does not say
 FALLBACK_AVAILABLE_BYTES = 4 << 30
 

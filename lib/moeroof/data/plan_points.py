@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from moeroof.core.limits import MAX_POINTS_BYTES, MAX_POINTS_ROWS
 from moeroof.data.io import InputError
 
 __all__ = ["PLAN_COLUMNS", "POLICIES", "PlanPoint", "read_plan_points"]
@@ -73,11 +74,17 @@ def read_plan_points(path: str | os.PathLike[str]) -> list[PlanPoint]:
     p = Path(path)
     if not p.is_file():
         raise InputError(p, None, "file", "no such file")
+    if p.stat().st_size > MAX_POINTS_BYTES:
+        raise InputError(p, None, "file", f"larger than the {MAX_POINTS_BYTES >> 20} MiB a POINTS file may be")
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise InputError(p, None, "file", "not UTF-8 text") from None
     lines = [(i + 1, line) for i, line in enumerate(text.splitlines()) if line.strip() and not line.startswith("#")]
+    if len(lines) > MAX_POINTS_ROWS + 1:
+        raise InputError(
+            p, None, "file", f"{len(lines) - 1} rows, more than the {MAX_POINTS_ROWS} a POINTS file may hold"
+        )
     if not lines:
         raise InputError(p, None, "file", "empty: expected a header and at least one row")
     header_row, header = lines[0]

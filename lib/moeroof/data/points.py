@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from moeroof.core.limits import MAX_POINTS_BYTES, MAX_POINTS_ROWS
 from moeroof.data.io import InputError
 
 __all__ = [
@@ -252,7 +253,12 @@ def read_points(
     path = Path(path)
     try:
         with open(path, encoding="utf-8", newline="") as fh:  # read-only
-            lines = fh.read().splitlines()
+            text = fh.read(MAX_POINTS_BYTES + 1)
+            if len(text) > MAX_POINTS_BYTES:
+                raise InputError(
+                    path, "-", "file", f"larger than the {MAX_POINTS_BYTES >> 20} MiB a POINTS file may be"
+                )
+            lines = text.splitlines()
     except FileNotFoundError:
         raise InputError(path, "-", "file", "no such file") from None
     except IsADirectoryError:
@@ -260,6 +266,10 @@ def read_points(
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(path, "-", "file", f"cannot read: {exc}") from None
     content = [(i, line) for i, line in enumerate(lines, start=1) if line.strip() and not line.lstrip().startswith("#")]
+    if len(content) > MAX_POINTS_ROWS + 1:
+        raise InputError(
+            path, "-", "file", f"{len(content) - 1} rows, more than the {MAX_POINTS_ROWS} a POINTS file may hold"
+        )
     if not content:
         raise InputError(path, 1, "header", f"empty file; expected a header with {', '.join(REQUIRED)}")
     header_row, header_line = content[0]

@@ -555,3 +555,22 @@ def test_an_npy_longer_than_its_header_declares_is_refused(tmp_path, capsys):
     assert main(["cache", str(path), "--policy", "lru", "--capacity-experts", "2"]) == 2
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and "16 bytes more than its header says" in err
+
+
+def test_ctrl_c_while_the_suite_is_loading_exits_130_quietly():
+    """The console script's main imports the suite itself, so a Ctrl-C during that import is
+    caught too (simulated: the import of moeroof.cli.app raises KeyboardInterrupt)."""
+    code = (
+        "import builtins, sys\n"
+        "import moeroof.cli\n"
+        "assert 'moeroof.cli.app' not in sys.modules, 'the console entry must not load the suite up front'\n"
+        "real = builtins.__import__\n"
+        "def imp(name, *a, **k):\n"
+        "    if name == 'moeroof.cli.app':\n"
+        "        raise KeyboardInterrupt\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = imp\n"
+        "sys.exit(moeroof.cli.main(['--version']))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 130 and proc.stderr == ""

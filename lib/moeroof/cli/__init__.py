@@ -31,7 +31,30 @@ its ``print_*`` table.
 
 from __future__ import annotations
 
-from moeroof.cli.app import build_parser, main
-from moeroof.cli.common import parse_batch
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["build_parser", "main", "parse_batch"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``moeroof`` console script: :func:`moeroof.cli.app.main`, imported here so that a
+    Ctrl-C while the suite (numpy, the subcommands) is still loading exits 130 quietly too."""
+    try:
+        from moeroof.cli.app import main as run
+    except KeyboardInterrupt:
+        return 130
+    return run(argv)
+
+
+def __getattr__(name: str) -> Any:
+    # the parser and its helpers load on first use, not when the console script starts
+    if name == "build_parser":
+        from moeroof.cli.app import build_parser
+
+        return build_parser
+    if name == "parse_batch":
+        from moeroof.cli.common import parse_batch
+
+        return parse_batch
+    raise AttributeError(f"module 'moeroof.cli' has no attribute {name!r}")

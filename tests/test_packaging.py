@@ -16,8 +16,13 @@ from moeroof.core.paths import REPO_ROOT
 
 PYPROJECT = REPO_ROOT / "pyproject.toml"
 ENVIRONMENT = REPO_ROOT / "environment.yml"
-#: extras the suite installs (`pip install -e '.[notebooks,test]'`, as the Makefile does)
-EXTRAS = ("notebooks", "test")
+#: extras the suite installs (`pip install -e '.[notebooks,test,capture]'`, as the Makefile does)
+EXTRAS = ("notebooks", "test", "capture")
+
+
+def test_the_makefile_installs_every_extra():
+    makefile = (PYPROJECT.parent / "Makefile").read_text(encoding="utf-8")
+    assert f"-e '.[{','.join(EXTRAS)}]'" in makefile
 
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 

@@ -24,6 +24,7 @@ def test_the_makefile_installs_every_extra():
     makefile = (PYPROJECT.parent / "Makefile").read_text(encoding="utf-8")
     assert f"-e '.[{','.join(EXTRAS)}]'" in makefile
 
+
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 

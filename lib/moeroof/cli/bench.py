@@ -29,6 +29,7 @@ from moeroof.cli.common import (
     READ_PATHS,
     UsageError,
     add_output_arguments,
+    check_output_file,
     dumps,
     emit,
     fmt,
@@ -119,16 +120,7 @@ def check_output(args: argparse.Namespace) -> None:
             raise UsageError(
                 f"--output: {args.output} is one of this command's inputs ({inp}); refusing to overwrite it"
             )
-    if out.is_dir():
-        raise UsageError(f"--output: {args.output} is a folder; give a file name")
-    try:
-        atomic.check_writable_folder(out)
-    except FileNotFoundError:
-        raise UsageError(f"--output: the folder {out.resolve().parent} does not exist") from None
-    except OSError as exc:
-        raise UsageError(
-            f"--output: cannot write in {exc.filename or out.resolve().parent} ({exc.strerror or exc})"
-        ) from None
+    check_output_file(args.output)
 
 
 def bench_report(args: argparse.Namespace) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from moeroof.cli.common import (
     READ_PATHS,
     UsageError,
     add_output_arguments,
+    check_output_file,
     emit,
     fmt,
     interrupted,
@@ -87,17 +88,7 @@ def check_output(args: argparse.Namespace) -> None:
 
     from moeroof.core import atomic
 
-    out = Path(args.output).expanduser()
-    if out.is_dir():
-        raise UsageError(f"--output: {args.output} is a folder; give a file name")
-    try:
-        atomic.check_writable_folder(out)
-    except FileNotFoundError:
-        raise UsageError(f"--output: the folder {out.resolve().parent} does not exist") from None
-    except OSError as exc:
-        raise UsageError(
-            f"--output: cannot write in {exc.filename or out.resolve().parent} ({exc.strerror or exc})"
-        ) from None
+    check_output_file(args.output)
     if args.scratch_dir is not None:
         scratch = Path(args.scratch_dir).expanduser()
         if not scratch.is_dir():

@@ -22,6 +22,7 @@ import numpy as np
 from moeroof.data.io import InputError, Trace
 
 __all__ = [
+    "check_output_file",
     "add_meta_arguments",
     "load_input",
     "Progress",
@@ -666,6 +667,25 @@ def emit(
         raise UsageError(f"--output: cannot write {target} ({err.strerror or err})") from None
     print(f"wrote {target}", file=sys.stderr)
     return 0
+
+
+def check_output_file(text: str, flag: str = "--output") -> Path:
+    """An output file that a command will write after it has measured: refused now if it is a
+    folder, or its folder does not exist or cannot be written (so no measurement is wasted)."""
+    from moeroof.core import atomic
+
+    out = Path(text).expanduser()
+    if out.is_dir():
+        raise UsageError(f"{flag}: {text} is a folder; give a file name")
+    try:
+        atomic.check_writable_folder(out)
+    except FileNotFoundError:
+        raise UsageError(f"{flag}: the folder {out.resolve().parent} does not exist") from None
+    except OSError as exc:
+        raise UsageError(
+            f"{flag}: cannot write in {exc.filename or out.resolve().parent} ({exc.strerror or exc})"
+        ) from None
+    return out
 
 
 class Progress:

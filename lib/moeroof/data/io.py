@@ -522,6 +522,8 @@ def _check_npz_members(path: Path) -> None:
     """Before anything is loaded: each ``.npy`` member's header (read from the zip stream, its
     data left compressed) must declare exactly the bytes the member holds, inflate at most
     :data:`MAX_COMPRESSION_RATIO` times its stored size, and fit in the memory available."""
+    from moeroof.data.safe_read import read_npy_header
+
     try:
         with zipfile.ZipFile(path) as zf:
             for info in zf.infolist():
@@ -529,13 +531,7 @@ def _check_npz_members(path: Path) -> None:
                     continue
                 key = info.filename[: -len(".npy")]
                 with zf.open(info) as fh:
-                    version = np.lib.format.read_magic(fh)
-                    if version == (1, 0):
-                        shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
-                    elif version in ((2, 0), (3, 0)):
-                        shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
-                    else:
-                        raise ValueError(f"unknown .npy format version {version}")
+                    shape, _, dtype = read_npy_header(fh)
                     header_len = fh.tell()
                 count = math.prod(int(n) for n in shape)  # Python ints: no overflow
                 need = count * dtype.itemsize

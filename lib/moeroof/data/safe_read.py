@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -32,17 +33,22 @@ class TruncatedError(ValueError):
     """The file holds fewer bytes than its header declares."""
 
 
+def read_npy_header(fh: Any) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """``(shape, fortran_order, dtype)`` from the ``.npy`` header at ``fh``'s position, leaving
+    ``fh`` at the first data byte; reads the header only (a file, or a zip member's stream)."""
+    version = np.lib.format.read_magic(fh)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(fh)
+    if version in ((2, 0), (3, 0)):
+        return np.lib.format.read_array_header_2_0(fh)
+    raise ValueError(f"unsupported .npy format version {version}")
+
+
 def npy_layout(path: str | os.PathLike[str]) -> tuple[tuple[int, ...], np.dtype, bool, int]:
     """``(shape, dtype, fortran_order, data_offset)`` from a ``.npy`` header; :class:`ValueError`
     for a file that is not a ``.npy``, holds objects, or holds other than the bytes its header declares."""
     with open(path, "rb") as fh:
-        version = np.lib.format.read_magic(fh)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
-        elif version in ((2, 0), (3, 0)):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
-        else:
-            raise ValueError(f"unsupported .npy format version {version}")
+        shape, fortran, dtype = read_npy_header(fh)
         offset = fh.tell()
         size = os.fstat(fh.fileno()).st_size
     if dtype.hasobject:

@@ -360,3 +360,93 @@ def test_cache_ladder_names_its_run_the_rows_and_the_cliff():
         **{**LADDER, "refitted": True, "big_cache": None}, cliff=None, inputs={"points": "witnessed"}
     )
     words(none, "refitted in this run", "No predicted row falls off", absent=("projected", "synthetic", "120 GiB"))
+
+
+CAPTURE_SOURCE = {
+    "name": "tiny random Qwen3-MoE",
+    "note": "",
+    "provenance": "witnessed",
+    "batch": 4,
+    "union_measured": 9.0,
+    "union_plugin": 10.0,
+    "ratio_layers": (0.85, 0.95),
+    "fit_choice": "zipf",
+    "zipf_s": 0.7,
+    "lru_hit": 0.0,
+    "che_hit": 0.5,
+    "step_items": 300.0,
+    "capacity": 128.0,
+}
+CAPTURE = dict(
+    model="tiny random Qwen3-MoE",
+    family="Qwen3-MoE",
+    tiny=True,
+    seed=7,
+    experts=16,
+    top_k=2,
+    layers=2,
+    streams=4,
+    decode_steps=7,
+    prompts="generated distinct token-id prompts, seed 7",
+    cache_share=0.5,
+)
+
+
+def test_capture_answer_names_the_run_and_says_witnessed_of_a_model_nobody_serves():
+    histogram_only = {
+        **{k: None for k in CAPTURE_SOURCE},
+        "name": "Qwen3-30B-A3B GSM8K English",
+        "note": "a histogram only",
+        "provenance": "witnessed",
+        "fit_choice": "dirichlet",
+        "zipf_s": 0.95,
+    }
+    spread = {**CAPTURE_SOURCE, "name": "Mixtral 8x7B", "note": "not a serving batch", "union_measured": 10.5,
+              "ratio_layers": (1.0, 1.1), "lru_hit": 0.45, "step_items": 50.0}  # fmt: skip
+    text = answers.capture_answer(**CAPTURE, sources=[CAPTURE_SOURCE, spread, histogram_only])
+    words(
+        text,
+        "**Answer.**",
+        "witnessed routing of a random-initialised tiny Qwen3-MoE model that nobody serves",
+        "E = 16, K = 2, 2 MoE layers, weights from seed 7",
+        "4 streams (generated distinct token-id prompts, seed 7)",
+        "7 decode steps",
+        "at B = 4 a step touches 9 distinct experts per layer against 10 for the independent plug-in",
+        "(0.9×, per layer 0.85–0.95×), 10.0 % below independent routing: the streams of a step share experts",
+        "**zipf** (Zipf s = 0.7)",
+        "an exact LRU cache of 50 % of the (layer, expert) pairs hits 0 % of the requests, against 50 %",
+        "LRU's cliff: a step asks for 300 pairs, more than the 128 it holds",
+        "not how a trained model routes",
+        "**Mixtral 8x7B** (not a serving batch): at B = 4",
+        "5.0 % above independent routing",
+        "hits 45 % of the requests",
+        "**Qwen3-30B-A3B GSM8K English** (a histogram only): the pooled AIC chooses **dirichlet** (Zipf s = 0.95)",
+        "every input is **witnessed**".capitalize(),
+        absent=("projected", "synthetic", "Skipped"),
+    )
+    assert text.count("LRU's cliff") == 1  # Mixtral: 45 % is not far below 50 %, and 50 pairs fit
+    assert (
+        "**Qwen3-30B-A3B GSM8K English** (a histogram only): the pooled AIC chooses **dirichlet** (Zipf s = 0.95)."
+        in text
+    )
+
+
+def test_capture_answer_on_a_real_checkpoint_with_skipped_captures():
+    as_independent = {**CAPTURE_SOURCE, "union_measured": 9.9, "ratio_layers": (0.99, 0.99), "lru_hit": 0.48}
+    text = answers.capture_answer(
+        **{**CAPTURE, "tiny": False, "model": "Qwen3-30B-A3B"},
+        sources=[as_independent],
+        skipped={"Mixtral 8x7B": "/x/decode_routing.csv is absent"},
+    )
+    words(
+        text,
+        "witnessed routing of the Qwen3-MoE checkpoint `Qwen3-30B-A3B`",
+        "as independent routing would",
+        "Skipped Mixtral 8x7B: /x/decode_routing.csv is absent.",
+        "witnessed",
+        absent=("nobody serves", "random", "×, per layer", "cliff", "projected", "synthetic"),
+    )
+    with pytest.raises(ValueError):
+        answers.capture_answer(**CAPTURE, sources=[])
+    # an unlabelled capture is not served as witnessed
+    assert "projected" in answers.capture_answer(**CAPTURE, sources=[{**CAPTURE_SOURCE, "provenance": "unknown"}])

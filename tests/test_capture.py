@@ -1,6 +1,7 @@
 """``moeroof capture`` on tiny random checkpoints of every family (issue 14, deliverables 1 and 3).
 
-Each checkpoint is built from transformers' own config class (``tests/test_preset_from_hf.py``:
+Each checkpoint is built from transformers' own config class by
+:func:`moeroof.witness.tiny_models.tiny_checkpoint` (the configs of ``tests/test_preset_from_hf.py``:
 2 layers, 8 experts, K = 2) and saved to a temporary folder; nothing is downloaded. A second
 forward hook, set here on the same router modules, keeps each call's router logits; the ids the
 capture recorded must equal the top-K recomputed here from those logits — softmax / plain top-K
@@ -19,12 +20,13 @@ import numpy as np
 import pytest
 
 from moeroof.cli import main
-from test_preset_from_hf import FAMILIES, TINY, config_class, save_tiny
+from test_preset_from_hf import FAMILIES, TINY, config_class
 
 torch = pytest.importorskip("torch", reason="needs the capture extra: pip install 'moeroof[capture]'")
 transformers = pytest.importorskip("transformers", reason="needs the capture extra: pip install 'moeroof[capture]'")
 
 from moeroof.witness.capture import capture_routing, load_checkpoint  # noqa: E402
+from moeroof.witness.tiny_models import tiny_checkpoint  # noqa: E402
 
 PROMPTS = [[5, 9, 13, 21, 34], [7, 3, 60], [11, 12, 13, 14, 15, 16, 17], [40, 2]]
 NEW_TOKENS = 8
@@ -34,7 +36,7 @@ GROUP_LIMITED = ("deepseek_v3", "glm4_moe")
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("hf")
-    return {f: save_tiny(f, root / f) for f in FAMILIES if getattr(transformers, TINY[f][0], None) is not None}
+    return {f: tiny_checkpoint(f, root / f) for f in FAMILIES if getattr(transformers, TINY[f][0], None) is not None}
 
 
 @pytest.fixture(scope="module")
@@ -201,8 +203,23 @@ def test_clear_errors(checkpoints, prompt_file, tmp_path, capsys, monkeypatch):
     dense.mkdir()
     (dense / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 2}))
     assert "unknown MoE family" in err(str(dense), "--streams", "2", *base)
-    shards = save_tiny("olmoe", tmp_path / "sharded", max_shard_size="20KB")
+    shards = tiny_checkpoint("olmoe", tmp_path / "sharded", max_shard_size="20KB")
     next(iter(sorted(shards.glob("*.safetensors")))).unlink()
     assert "not in the folder" in err(str(shards), "--streams", "2", *base)
     monkeypatch.setitem(sys.modules, "torch", None)  # as if the capture extra were not installed
     assert "pip install 'moeroof[capture]'" in err(str(folder), "--streams", "2", *base)
+
+
+def test_the_library_builder_makes_the_preset_tests_configs():
+    """tiny_checkpoint (which the capture notebook uses) builds what tests/test_preset_from_hf.py checks."""
+    from moeroof.witness.tiny_models import tiny_config
+    from test_preset_from_hf import COMMON
+
+    for family in FAMILIES:
+        cls = config_class(family)
+        assert tiny_config(family).to_dict() == cls(**{**COMMON, **TINY[family][1]}).to_dict(), family
+    wide = tiny_config("qwen3_moe", experts=64, top_k=8, layers=4, hidden=64)
+    assert (wide.num_experts, wide.num_experts_per_tok, wide.num_hidden_layers, wide.head_dim) == (64, 8, 4, 16)
+    for bad in (dict(family="llama"), dict(family="glm4_moe", experts=10), dict(family="mixtral", top_k=9)):
+        with pytest.raises(ValueError):
+            tiny_config(**bad)

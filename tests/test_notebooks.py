@@ -73,6 +73,19 @@ SMALL_PARAMETERS: dict[str, dict] = {
         "routing_fit_layers": 2,
         "plan_evaluations": 6,
     },
+    # a tiny random checkpoint (2 layers, 8 experts, K = 2), 4 streams × 8 new tokens; one external capture
+    "capture": {
+        "streams": 4,
+        "max_new_tokens": 8,
+        "prompt_len": 8,
+        "tiny_layers": 2,
+        "tiny_experts": 8,
+        "tiny_top_k": 2,
+        "fit_bootstrap": 3,
+        "gof_sims": 3,
+        "union_bootstrap": 5,
+        "external": "qwen15",
+    },
 }
 
 
@@ -141,6 +154,12 @@ ANSWER_CHECKS: dict[str, dict] = {
     },
     # on the embedded files; on the witnessed Mixtral capture when present (see the test)
     "skew_fit": {"names": ["deepseek-v3-like.csv", "qwen3-30b-a3b-like.npz"], "synthetic": True, "projected": True},
+    # a random-initialised tiny model: witnessed routing of a model nobody serves, never projected
+    "capture": {
+        "names": ["Qwen3-MoE", "4 streams", "E = 8, K = 2, 2 MoE layers", "witnessed", "nobody serves", "Qwen1.5-MoE"],
+        "synthetic": False,
+        "projected": False,
+    },
 }
 
 

@@ -32,6 +32,7 @@ __all__ = [
     "expert_split",
     "witness",
     "whatif",
+    "capture_answer",
 ]
 
 #: the cell tag that marks the answer's output in every notebook
@@ -612,3 +613,98 @@ def whatif(
         f"{fmt(union_at_max)} experts per layer. Move the controls (`make lab`) to redraw. "
         + provenance_sentence(inputs, synthetic=synthetic)
     )
+
+
+def _capture_source(src: Mapping[str, object], cache_share: float, *, first: bool) -> str:
+    """One capture's union, fit and cache numbers as a sentence (see :func:`capture_answer`)."""
+    parts = []
+    if src.get("union_measured") is not None:
+        b, um, up = int(src["batch"]), float(src["union_measured"]), float(src["union_plugin"])
+        ratio = um / up
+        if ratio < 0.98:
+            how = f"{pct(1 - ratio, 1)} below independent routing: the streams of a step share experts"
+        elif ratio > 1.02:
+            how = f"{pct(ratio - 1, 1)} above independent routing: the streams of a step spread wider"
+        else:
+            how = "as independent routing would"
+        lo_hi = src.get("ratio_layers")
+        per_layer = f", per layer {fmt(lo_hi[0])}–{fmt(lo_hi[1])}×" if lo_hi and lo_hi[0] != lo_hi[1] else ""
+        plugin = "the independent plug-in Σ_i [1 − (1 − π̂_i)^B] with its own frequencies" if first else "the plug-in"
+        parts.append(
+            f"at B = {b} a step touches {fmt(um)} distinct experts per layer against {fmt(up)} for {plugin} "
+            f"({fmt(ratio)}×{per_layer}), {how}"
+        )
+    parts.append(f"the pooled AIC chooses **{src['fit_choice']}** (Zipf s = {fmt(float(src['zipf_s']))})")
+    if src.get("lru_hit") is not None:
+        parts.append(
+            f"an exact LRU cache of {pct(cache_share)} of the (layer, expert) pairs hits {pct(float(src['lru_hit']))} "
+            f"of the requests, against {pct(float(src['che_hit']))} for independent references with the same "
+            "frequencies (Che)"
+        )
+        step, cap = src.get("step_items"), src.get("capacity")
+        if (
+            step is not None
+            and cap is not None
+            and float(step) > float(cap)
+            and float(src["lru_hit"]) < 0.8 * float(src["che_hit"])
+        ):
+            parts[-1] += (
+                f" — LRU's cliff: a step asks for {fmt(float(step))} pairs, more than the {fmt(float(cap))} it holds, so "
+                "LRU evicts each pair before the next step asks again"
+            )
+    return "; ".join(parts)
+
+
+def capture_answer(
+    *,
+    model: str,
+    family: str,
+    tiny: bool,
+    seed: int,
+    experts: int,
+    top_k: int,
+    layers: int,
+    streams: int,
+    decode_steps: int,
+    prompts: str,
+    cache_share: float,
+    sources: Sequence[Mapping[str, object]],
+    skipped: Mapping[str, str] | None = None,
+) -> str:
+    """capture: the pipeline end to end — capture, union against the independent plug-in, skew
+    fit, cache curve — on the capture (``sources[0]``) and the external captures after it.
+
+    Each source: ``name``, ``note`` (may be empty), ``provenance``, ``fit_choice``, ``zipf_s``,
+    and for a trace ``batch``, ``union_measured``, ``union_plugin``, ``ratio_layers`` (lowest,
+    highest per-layer measured / plug-in), ``lru_hit``, ``che_hit`` (None for a histogram only).
+    A tiny random model's routing is witnessed routing of a model nobody serves: said so.
+    """
+    if not sources:
+        raise ValueError("sources: the capture itself comes first")
+    what = (
+        f"witnessed routing of a random-initialised tiny {family} model that nobody serves (E = {experts}, "
+        f"K = {top_k}, {layers} MoE layers, weights from seed {seed})"
+        if tiny
+        else f"witnessed routing of the {family} checkpoint `{model}` (E = {experts}, K = {top_k}, {layers} MoE layers)"
+    )
+    text = (
+        f"**Answer.** Captured at the routers: {what}, {streams} streams ({prompts}) decoded together for "
+        f"{decode_steps} decode steps. On it, {_capture_source(sources[0], cache_share, first=True)}. "
+    )
+    if tiny:
+        text += (
+            "Random weights: this shows the pipeline works end to end, not how a trained model routes — the "
+            "real captures below are the evidence. "
+        )
+    ext = list(sources[1:])
+    if ext:
+        items = []
+        for s in ext:
+            note = f" ({s['note']})" if s.get("note") else ""
+            items.append(f"**{s['name']}**{note}: {_capture_source(s, cache_share, first=False)}")
+        text += "The same analyses on the external real captures: " + "; ".join(items) + ". "
+    for name, reason in (skipped or {}).items():
+        text += f"Skipped {name}: {reason}. "
+    inputs = {f"the capture of {model}": str(sources[0].get("provenance"))}
+    inputs.update({str(s["name"]): str(s.get("provenance")) for s in ext})
+    return text + provenance_sentence(inputs)

@@ -1,0 +1,160 @@
+"""Tiny random-initialised Hugging Face MoE checkpoints, built from transformers' own config
+classes and saved to a folder — the capture pipeline's stand-in for a real model (issue 14).
+
+The routing :func:`moeroof.witness.capture.capture_routing` records on such a checkpoint is
+witnessed routing — really computed by the model's router modules — of a model nobody serves:
+random weights, so it says nothing about how a trained model routes. Nothing is downloaded.
+
+The widths follow the tests' tiny configs (``tests/test_preset_from_hf.py``): hidden size 32,
+4 attention heads (2 KV heads), a vocabulary of 96, 2 layers, 8 experts, K = 2 unless asked
+otherwise. The group-limited families (DeepSeek-V3, GLM-4-MoE) get ``n_group`` = 4 groups,
+``topk_group`` = 1, one dense first layer and a random score-correction bias (scale 0.1) so the
+group-limited choice differs from a plain top-K. Seeded: the same arguments give the same
+weights (``torch.manual_seed``).
+
+torch and transformers are imported inside the functions: importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+__all__ = ["TINY_FAMILIES", "tiny_config", "tiny_checkpoint"]
+
+#: family (``model_type``) → transformers' config class name
+TINY_FAMILIES: dict[str, str] = {
+    "mixtral": "MixtralConfig",
+    "qwen2_moe": "Qwen2MoeConfig",
+    "qwen3_moe": "Qwen3MoeConfig",
+    "deepseek_v3": "DeepseekV3Config",
+    "olmoe": "OlmoeConfig",
+    "gpt_oss": "GptOssConfig",
+    "glm4_moe": "Glm4MoeConfig",
+}
+
+
+def _family_keys(family: str, experts: int, top_k: int, moe_width: int, head_dim: int) -> dict[str, Any]:
+    """The config keys of ``family`` for E experts, K per token and expert width ``moe_width``."""
+    group_limited = dict(
+        n_routed_experts=experts,
+        num_experts_per_tok=top_k,
+        moe_intermediate_size=moe_width,
+        intermediate_size=40,
+        first_k_dense_replace=1,
+        n_group=4,
+        topk_group=1,
+        n_shared_experts=1,
+    )
+    keys: dict[str, dict[str, Any]] = {
+        "mixtral": dict(num_local_experts=experts, num_experts_per_tok=top_k, intermediate_size=moe_width),
+        "qwen2_moe": dict(
+            num_experts=experts,
+            num_experts_per_tok=top_k,
+            moe_intermediate_size=moe_width,
+            shared_expert_intermediate_size=24,
+            intermediate_size=40,
+        ),
+        "qwen3_moe": dict(
+            num_experts=experts,
+            num_experts_per_tok=top_k,
+            moe_intermediate_size=moe_width,
+            intermediate_size=40,
+            head_dim=head_dim,
+        ),
+        "deepseek_v3": dict(
+            group_limited,
+            kv_lora_rank=16,
+            q_lora_rank=24,
+            qk_rope_head_dim=head_dim,
+            qk_nope_head_dim=head_dim,
+            v_head_dim=head_dim,
+            num_key_value_heads=4,  # MLA: one latent cache shared by every head
+        ),
+        "olmoe": dict(num_experts=experts, num_experts_per_tok=top_k, intermediate_size=moe_width, eos_token_id=1),
+        "gpt_oss": dict(
+            num_local_experts=experts,
+            num_experts_per_tok=top_k,
+            intermediate_size=moe_width,
+            head_dim=head_dim,
+            sliding_window=4,
+        ),
+        "glm4_moe": dict(group_limited, head_dim=head_dim),
+    }
+    return keys[family]
+
+
+def tiny_config(
+    family: str,
+    *,
+    experts: int = 8,
+    top_k: int = 2,
+    layers: int = 2,
+    hidden: int = 32,
+    vocab: int = 96,
+    moe_width: int = 16,
+) -> Any:
+    """transformers' config of a tiny ``family`` model (see the module text for the widths)."""
+    from moeroof.witness.capture import require_capture_packages
+
+    if family not in TINY_FAMILIES:
+        raise ValueError(f"family must be one of {', '.join(TINY_FAMILIES)}, got {family!r}")
+    for name, value, low in (("experts", experts, 2), ("top_k", top_k, 1), ("layers", layers, 1)):
+        if int(value) < low:
+            raise ValueError(f"{name} must be at least {low}, got {value}")
+    if top_k > experts:
+        raise ValueError(f"top_k ({top_k}) must not exceed experts ({experts})")
+    if family in ("deepseek_v3", "glm4_moe"):
+        if experts % 4 or top_k > experts // 4:
+            raise ValueError(
+                f"{family}: 4 expert groups, one kept: experts must be a multiple of 4 and top_k at most "
+                f"experts/4, got {experts} and {top_k}"
+            )
+        if layers < 2:
+            raise ValueError(f"{family}: the first layer is dense, so layers must be at least 2, got {layers}")
+    _, transformers = require_capture_packages()
+    cls = getattr(transformers, TINY_FAMILIES[family], None)
+    if cls is None:
+        raise ValueError(f"transformers {transformers.__version__} has no {TINY_FAMILIES[family]} ({family})")
+    common = dict(
+        vocab_size=int(vocab),
+        hidden_size=int(hidden),
+        num_hidden_layers=int(layers),
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    return cls(**{**common, **_family_keys(family, int(experts), int(top_k), int(moe_width), max(int(hidden) // 4, 8))})
+
+
+def tiny_checkpoint(
+    family: str,
+    folder: str | Path,
+    seed: int = 0,
+    *,
+    experts: int = 8,
+    top_k: int = 2,
+    layers: int = 2,
+    hidden: int = 32,
+    vocab: int = 96,
+    moe_width: int = 16,
+    **save_kwargs: Any,
+) -> Path:
+    """A random-initialised tiny checkpoint of ``family`` saved (safetensors, float32) into
+    ``folder``; returns the folder. ``save_kwargs`` go to ``save_pretrained`` (e.g.
+    ``max_shard_size``)."""
+    from moeroof.witness.capture import require_capture_packages
+
+    config = tiny_config(
+        family, experts=experts, top_k=top_k, layers=layers, hidden=hidden, vocab=vocab, moe_width=moe_width
+    )
+    torch, transformers = require_capture_packages()
+    torch.manual_seed(int(seed))
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():  # the group-limited routers: a correction bias that changes the choice
+        for module in model.modules():
+            bias = getattr(module, "e_score_correction_bias", None)
+            if isinstance(bias, torch.Tensor):
+                bias.copy_(torch.randn_like(bias) * 0.1)
+    folder = Path(folder)
+    model.save_pretrained(folder, **save_kwargs)
+    return folder

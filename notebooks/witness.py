@@ -63,6 +63,7 @@ from moeroof.present.plots import (
 )
 from moeroof.studies.validation import gpu_bench_check
 from moeroof.witness.bench import StackShape, measure_engine, median_abs_error, predict_bench, run_bench
+from moeroof.witness.hf_block import hf_block_check
 from moeroof.witness.measure import calibrate
 
 batch_list = parse_batch(batch)
@@ -331,6 +332,100 @@ print(
     f"union per layer measured {gpu['union_measured'][-1]:.1f}, modelled {gpu['union_predicted'][-1]:.1f}"
 )
 
+# %% [markdown]
+# ## The real block: transformers' Qwen3-MoE block on the H200
+# A witnessed run of `benchmarks/hf_moe_block.py` on the lab's H200 (data file
+# `data/measurements/hf-moe-block-h200-2026-11-30.json`, machine, date and command inside):
+# transformers' own `Qwen3MoeSparseMoeBlock`, random-initialised, 128 experts, top-8, hidden 2048,
+# moe_intermediate 768 (Qwen3-30B-A3B's widths), bf16, its experts in pinned host memory and copied
+# to the GPU every step. `uncoalesced` copies each token's 8 experts and runs the block's experts
+# forward on that token alone; `coalesced` copies the batch's union once and runs the block's own
+# (eager, one expert at a time) experts forward; `coalesced-grouped_mm` makes the same copies and
+# runs the block's `grouped_mm` implementation. Routers: the random-init one (near-uniform; the
+# model takes `uniform`) and a skewed one (gate rows scaled by 2 … 1; the model takes its measured
+# picks). Lines: the roofline with the `h200-pcie-offload` preset, nothing calibrated; dashed: the
+# same plus one overhead per expert application taken from each arm's B = 1 row alone.
+
+# %%
+hf = hf_block_check()
+HF_COLORS = {"uncoalesced": "C3", "coalesced": "C0", "coalesced-grouped_mm": "C2"}
+with style():
+    fig, axes = plt.subplots(1, len(hf["routers"]), figsize=(11, 4.2), sharey=True, squeeze=False)
+    for ax, (router, rr) in zip(axes[0], hf["routers"].items()):
+        for arm, a in rr["arms"].items():
+            label = arm if arm != "uncoalesced" else "baseline: uncoalesced"
+            color = HF_COLORS[arm]
+            ax.plot(rr["batch"], np.array(a["measured"]) * 1e3, "o", color=color, label=f"{label}, measured")
+            if arm != "coalesced-grouped_mm":  # its roofline line is the coalesced one
+                ax.plot(
+                    rr["batch"],
+                    np.array(a["predicted"]) * 1e3,
+                    "-",
+                    color=color,
+                    label=f"{a['roofline_arm']}, roofline",
+                )
+            ax.plot(
+                rr["batch"],
+                np.array(a["calibrated"]) * 1e3,
+                "--",
+                color=color,
+                lw=1,
+                label=f"{label}, + overhead from B = 1",
+            )
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="batch B (tokens per step)",
+            ylabel="step ms (one MoE block)",
+            title=f"{router} router (model routing: {rr['routing']})",
+        )
+        plain_log_ticks(ax)
+        ax.legend(fontsize=6)
+    fig.suptitle(
+        f"transformers Qwen3MoeSparseMoeBlock on {hf['gpu']}, {hf['date']}: markers {provenance_label('witnessed')}, "
+        f"lines {provenance_label('witnessed-inputs')}",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    save_figure(fig, "witness_hf_block")
+    plt.show()
+
+hf_rows = []
+for router, rr in hf["routers"].items():
+    for arm, a in rr["arms"].items():
+        for i, b in enumerate(rr["batch"]):
+            hf_rows.append(
+                {
+                    "router": router,
+                    "arm": arm,
+                    "B": b,
+                    "step ms": a["measured"][i] * 1e3,
+                    "roofline ms": a["predicted"][i] * 1e3,
+                    "error": a["relative_error"][i],
+                    "+ overhead ms": a["calibrated"][i] * 1e3,
+                    "error, + overhead": a["calibrated_relative_error"][i] if b != rr["batch"][0] else np.nan,
+                    "union": a["union_measured"][i],
+                    "union modelled": rr["union_predicted"][i],
+                    "GB copied": a["bytes_per_step"][i] / 1e9,
+                    "copy-only error": a["copy_relative_error"][i],
+                    "net tok/s": a["net_tok_s"][i],
+                }
+            )
+show_table(pd.DataFrame(hf_rows), percent=("error", "error, + overhead", "copy-only error"))
+hf_u = hf["routers"]["uniform"]["arms"]
+hf_multiple = max(hf_u[a]["net_tok_s"][-1] for a in hf_u if a != "uncoalesced") / hf_u["uncoalesced"]["net_tok_s"][-1]
+print(
+    "median |error| of the roofline's step seconds (uniform router): "
+    + "; ".join(
+        f"{arm} {a['median_abs_error']:.0%} (with the B = 1 overhead {a['calibrated_median_abs_error']:.0%}, "
+        f"{a['overhead_per_application_s'] * 1e3:.3f} ms per expert application)"
+        for arm, a in hf_u.items()
+    )
+    + f"; copy-only times from the link curve within {max(a['copy_median_abs_error'] for a in hf_u.values()):.0%} (median); "
+    f"parity (worst relative L2 against the block's own forward): "
+    + ", ".join(f"{arm} {p['rel_l2_error']:.1e}" for arm, p in hf["parity"].items())
+)
+
 # %% tags=["answer"]
 ENGINE_KEYS = ("engine_seconds_per_step", "engine_seconds_per_agent_token")
 PREDICTION_KEYS = ("bw_ssd_bytes_per_s", "ssd_read_size_bytes", "bw_mem_bytes_per_s", "flops_per_s", *ENGINE_KEYS)
@@ -351,6 +446,9 @@ for name, (rep, hw, _) in runs.items():
 gpu_hw = load_hardware("h200-pcie-offload")
 for key in PREDICTION_KEYS:
     answer_inputs[f"{key} of the `h200-pcie-offload` preset"] = gpu_hw.provenance.get(key, "assumed")
+answer_inputs["the routing of the HF block's random-init router (modelled `uniform`)"] = hf["routers"]["uniform"][
+    "routing_provenance"
+]
 display(
     Markdown(
         answers.witness(
@@ -387,6 +485,18 @@ display(
                 "batch": gpu["batch"][-1],
                 "multiple_measured": gpu["multiple_measured"][-1],
                 "multiple_predicted": gpu["multiple_predicted"][-1],
+            },
+            hf_block={
+                "name": hf["gpu"],
+                "date": hf["date"],
+                "block": "Qwen3MoeSparseMoeBlock",
+                "median_abs_error": {arm: a["median_abs_error"] for arm, a in hf_u.items()},
+                "calibrated_median_abs_error": {
+                    arm: a["calibrated_median_abs_error"] for arm, a in hf_u.items() if arm != "coalesced-grouped_mm"
+                },
+                "batch": hf["routers"]["uniform"]["batch"][-1],
+                "multiple_measured": hf_multiple,
+                "parity": {arm: p["rel_l2_error"] for arm, p in hf["parity"].items()},
             },
             inputs=answer_inputs,
         )

@@ -243,6 +243,35 @@ def test_witness_names_its_run_and_calls_projected_only_what_rests_on_unwitnesse
     )
 
 
+def test_witness_reports_the_hf_block_run_its_errors_calibration_and_parity():
+    hf = {
+        "name": "GPU-Y",
+        "date": "2026-03-04",
+        "block": "Qwen3MoeSparseMoeBlock",
+        "median_abs_error": {"uncoalesced": 0.615, "coalesced-grouped_mm": 0.011},
+        "calibrated_median_abs_error": {"uncoalesced": 0.067},
+        "batch": 128,
+        "multiple_measured": 18.4,
+        "parity": {"uncoalesced": 0.0, "coalesced-grouped_mm": 0.0044},
+    }
+    text = answers.witness(**WITNESS, hf_block=hf, inputs={"the live bench": "witnessed", "routing": "assumed"})
+    words(
+        text,
+        "GPU-Y",
+        "`Qwen3MoeSparseMoeBlock`",
+        "2026-03-04",
+        "uncoalesced median |error| 61.5 % (6.7 % with an overhead per expert application from B = 1)",
+        "coalesced-grouped_mm median |error| 1.1 %;",
+        "at B = 128 coalescing buys 18.4× measured",
+        "uncoalesced equal",
+        "coalesced-grouped_mm within 0.44 % relative L2",
+        "routing (not witnessed) are **projected**",
+    )
+    # the grouped arm has no calibrated figure, so none is claimed for it
+    assert "1.1 % (" not in text
+    assert "Qwen3MoeSparseMoeBlock" not in answers.witness(**WITNESS, inputs={"the live bench": "witnessed"})
+
+
 SPLIT = dict(
     model="toy-moe",
     hardware="toy-node",

@@ -531,6 +531,7 @@ def witness(
     replay: str | None = None,
     replay_errors: Mapping[str, Sequence[float]] | None = None,
     gpu: Mapping[str, object] | None = None,
+    hf_block: Mapping[str, object] | None = None,
     inputs: Mapping[str, str],
 ) -> str:
     """witness: how well the roofline, calibrated on this machine, predicts its own measured steps.
@@ -541,8 +542,12 @@ def witness(
     change of the calibrated read bandwidth at the expert size from before to after the bench
     (None when not re-calibrated); ``replay_errors`` the same (``sum``) for the replayed run
     ``replay``; ``gpu`` the witnessed GPU run (``name``, ``date``, ``median_abs_error`` per arm,
-    ``batch``, ``multiple_measured``, ``multiple_predicted``). ``inputs`` maps every input the
-    predictions rest on to its provenance tag: the measurements are witnessed; a prediction is
+    ``batch``, ``multiple_measured``, ``multiple_predicted``); ``hf_block`` the witnessed
+    transformers MoE block run (``name``, ``date``, ``block``, ``median_abs_error`` and
+    ``calibrated_median_abs_error`` per arm (the roofline's step seconds; calibrated: one
+    overhead per expert application taken from B = 1 alone), ``batch``, ``multiple_measured``
+    (best coalesced arm against ``uncoalesced``), ``parity`` (worst relative L2 error per arm,
+    0 for equal outputs)). ``inputs`` maps every input the predictions rest on to its provenance tag: the measurements are witnessed; a prediction is
     called **projected** only when some input behind it is not.
     """
     cal = ", ".join(f"{k} {v}" for k, v in calibration.items())
@@ -576,6 +581,24 @@ def witness(
             + "; ".join(f"{arm} median |error| {pct(e, 1)}" for arm, e in med.items())
             + f"; at B = {gpu['batch']} coalescing buys {fmt(gpu['multiple_measured'])}× measured against "
             f"{fmt(gpu['multiple_predicted'])}× predicted (baseline `uncoalesced`). "
+        )
+    if hf_block:
+        med, cal = hf_block["median_abs_error"], hf_block.get("calibrated_median_abs_error", {})
+        text += (
+            f"On the witnessed {hf_block['name']} run of transformers' own `{hf_block['block']}` ({hf_block['date']}, "
+            "experts streamed from pinned host memory) the roofline's step seconds miss by "
+            + "; ".join(
+                f"{arm} median |error| {pct(e, 1)}"
+                + (f" ({pct(cal[arm], 1)} with an overhead per expert application from B = 1)" if arm in cal else "")
+                for arm, e in med.items()
+            )
+            + f"; at B = {hf_block['batch']} coalescing buys {fmt(hf_block['multiple_measured'])}× measured "
+            "(baseline `uncoalesced`); outputs against the block's own forward: "
+            + ", ".join(
+                f"{arm} {'within ' + pct(v, 2) + ' relative L2' if v else 'equal'}"
+                for arm, v in hf_block["parity"].items()
+            )
+            + ". "
         )
     not_witnessed = [name for name, tag in inputs.items() if str(tag) != "witnessed"]
     if not_witnessed:

@@ -436,6 +436,7 @@ SUBCOMMANDS = (
     "calibrate",
     "bench",
     "split",
+    "sweep",
     "report",
 )
 

@@ -55,6 +55,7 @@ from moeroof.cli import (
     presets,
     report,
     split,
+    sweep,
     trace,
     union,
 )
@@ -85,6 +86,7 @@ COMMANDS = (
     calibrate,
     bench,
     split,
+    sweep,
     report,
 )
 

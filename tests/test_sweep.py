@@ -1,0 +1,173 @@
+"""moeroof.studies.sweep and `moeroof sweep`: grids, point ids, serial and dask.distributed runs,
+failed points, resuming, the Parquet output and the CLI's errors."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from moeroof.cli import main
+from moeroof.core.paths import REPO_ROOT
+from moeroof.studies import sweep
+
+EXAMPLE = REPO_ROOT / "data" / "sweeps" / "example-plan.toml"
+
+SMALL = {
+    "command": "plan",
+    "model": ["qwen3-30b-a3b", "deepseek-v3"],
+    "cache_gib": {"start": 0, "stop": 20, "step": 20},
+    "batch": [1, 8],
+    "fixed": {"hardware": "nvme-gen4", "routing": "zipf:0.9"},
+}
+
+
+def outputs(rows):
+    """Rows without the wall time (the only column that differs between runs)."""
+    return [{k: v for k, v in r.items() if k != "elapsed_s"} for r in rows]
+
+
+def test_ranges_include_stop_and_keep_integers():
+    assert sweep.expand_range({"start": 0, "stop": 40, "step": 20}) == [0, 20, 40]
+    assert sweep.expand_range({"start": 0, "stop": 50, "step": 20}) == [0, 20, 40]
+    assert sweep.expand_range({"start": 0.5, "stop": 1.0, "step": 0.25}) == [0.5, 0.75, 1.0]
+    with pytest.raises(sweep.GridError, match="step must be > 0"):
+        sweep.expand_range({"start": 0, "stop": 1, "step": 0}, key="cache_gib")
+
+
+def test_example_grid_expands_to_36_points_with_stable_distinct_ids():
+    grid = sweep.read_grid(EXAMPLE)
+    assert grid.command == "plan" and grid.size == 36
+    points = sweep.expand(grid)
+    ids = [p["point_id"] for p in points]
+    assert len(set(ids)) == 36
+    assert ids == [p["point_id"] for p in sweep.expand(sweep.read_grid(EXAMPLE))]
+    # the id is the point's inputs, not their order in the file, nor int vs float
+    p = points[0]
+    assert sweep.point_id("plan", dict(reversed(list(p["inputs"].items())))) == p["point_id"]
+    floats = {k: float(v) if isinstance(v, int) and not isinstance(v, bool) else v for k, v in p["inputs"].items()}
+    assert sweep.point_id("plan", floats) == p["point_id"]
+    assert sweep.point_id("union", p["inputs"]) != p["point_id"]
+
+
+@pytest.mark.parametrize(
+    ("doc", "key"),
+    [
+        ({"command": "fit", "batch": [1]}, "command"),
+        ({"command": "plan", "model": ["glm-5.2"], "hardware": "nvme-gen4", "batch": [1], "colour": [1]}, "colour"),
+        ({"command": "plan", "model": "glm-5.2", "hardware": "nvme-gen4"}, "batch"),
+        ({"command": "plan", "model": "glm-5.2", "hardware": "x", "batch": [1], "fixed": {"batch": 2}}, "batch"),
+        ({"command": "union", "batch": {"start": 1, "stop": 8}}, "batch"),
+        ({"command": "union", "batch": [1, 1]}, "batch"),
+    ],
+)
+def test_bad_grids_name_the_key(doc, key):
+    with pytest.raises(sweep.GridError) as err:
+        sweep.grid_from_dict(doc, "g.toml")
+    assert err.value.key == key and str(err.value).startswith(f"g.toml: {key}: ")
+
+
+def test_serial_run_equals_evaluating_each_point(tmp_path):
+    grid = sweep.grid_from_dict(SMALL)
+    out = tmp_path / "out.parquet"
+    rep = sweep.run_sweep(grid, out)
+    assert rep["points"] == rep["evaluated"] == 8 and rep["failed"] == 0 and rep["where"] == "serial"
+    rows = pq.read_table(out).to_pylist()
+    assert outputs(rows) == outputs([sweep.evaluate_point(p) for p in sweep.expand(grid)])
+    assert all(r["error"] is None and r["net_tok_s"] > 0 and r["moeroof_version"] for r in rows)
+
+
+def test_union_and_cache_points(tmp_path):
+    grid = sweep.grid_from_dict({"command": "union", "experts": [64, 128], "top_k": 8, "batch": [1, 8]})
+    rows = [sweep.evaluate_point(p) for p in sweep.expand(grid)]
+    assert [r["error"] for r in rows] == [None] * 4
+    assert rows[0]["union_per_layer"] == pytest.approx(8.0) and rows[0]["coalescing_ratio"] == pytest.approx(1.0)
+    hist = sweep.grid_from_dict({"command": "union", "histogram": "histograms/deepseek-v3-like.csv", "batch": 8})
+    (row,) = [sweep.evaluate_point(p) for p in sweep.expand(hist)]
+    assert row["error"] is None and 8 <= row["union_per_layer"] <= 64
+    cache = sweep.grid_from_dict(
+        {"command": "cache", "trace": "traces/qwen3-30b-a3b-like.npz", "capacity": [0, 3000], "policy": "lru"}
+    )
+    zero, big = (sweep.evaluate_point(p) for p in sweep.expand(cache))
+    assert zero["error"] is None and big["error"] is None
+    assert zero["hit_rate"] == 0.0 and big["hit_rate"] > 0.0
+
+
+def test_a_failed_point_records_its_error_and_the_others_complete(tmp_path):
+    grid = sweep.grid_from_dict({**SMALL, "model": ["qwen3-30b-a3b", "no-such-model"]})
+    out = tmp_path / "out.parquet"
+    rep = sweep.run_sweep(grid, out)
+    assert rep["evaluated"] == 8 and rep["failed"] == 4
+    rows = pq.read_table(out).to_pylist()
+    bad = [r for r in rows if r["model"] == "no-such-model"]
+    good = [r for r in rows if r["model"] != "no-such-model"]
+    assert all("no such preset" in r["error"] and r["net_tok_s"] is None for r in bad)
+    assert all(r["error"] is None and r["net_tok_s"] > 0 for r in good)
+
+
+def test_resume_skips_done_points_and_retries_failed_ones(tmp_path):
+    grid = sweep.grid_from_dict(SMALL)
+    out = tmp_path / "out.parquet"
+    calls = []
+
+    def counting(point):
+        calls.append(point["point_id"])
+        row = sweep.evaluate_point(point)
+        if len(calls) == 3:  # one point fails the first time
+            row["error"] = "RuntimeError: worker lost"
+        return row
+
+    sweep.run_sweep(sweep.grid_from_dict({**SMALL, "batch": [1]}), out, evaluate=counting)
+    assert len(calls) == 4
+    rep = sweep.run_sweep(grid, out, evaluate=counting)
+    assert rep["skipped"] == 3 and rep["evaluated"] == 5 and len(calls) == 9
+    rows = pq.read_table(out).to_pylist()
+    assert [r["point_id"] for r in rows] == [p["point_id"] for p in sweep.expand(grid)]
+    assert all(r["error"] is None for r in rows)
+    rep = sweep.run_sweep(grid, out, evaluate=counting)
+    assert rep["evaluated"] == 0 and len(calls) == 9
+
+
+def test_a_local_cluster_of_two_processes_equals_the_serial_run(tmp_path):
+    """Two worker processes over loopback TCP give the serial rows point for point."""
+    distributed = pytest.importorskip("distributed")
+    grid = sweep.read_grid(EXAMPLE)
+    serial = tmp_path / "serial.parquet"
+    sweep.run_sweep(grid, serial)
+    cluster = distributed.LocalCluster(
+        n_workers=2, processes=True, threads_per_worker=1, host="127.0.0.1", protocol="tcp", dashboard_address=None
+    )
+    try:
+        with distributed.Client(cluster) as client:
+            assert len(client.scheduler_info()["workers"]) == 2
+            assert client.scheduler.address.startswith("tcp://127.0.0.1:")
+            rep = sweep.run_sweep(grid, tmp_path / "cluster.parquet", client=client)
+    finally:
+        cluster.close()
+    assert rep["evaluated"] == 36 and rep["failed"] == 0 and rep["where"].startswith("scheduler tcp://")
+    assert outputs(pq.read_table(tmp_path / "cluster.parquet").to_pylist()) == outputs(
+        pq.read_table(serial).to_pylist()
+    )
+
+
+def test_cli_writes_the_parquet_and_resumes(tmp_path, capsys):
+    grid = tmp_path / "grid.toml"
+    grid.write_text('command = "union"\nexperts = [64, 256]\ntop_k = 8\nbatch = {start = 1, stop = 65, step = 16}\n')
+    out = tmp_path / "u.parquet"
+    assert main(["sweep", str(grid), "-o", str(out), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["points"] == rep["evaluated"] == 10
+    assert pq.read_table(out).num_rows == 10
+    assert main(["sweep", str(grid), "-o", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["skipped"] == 10
+
+
+def test_cli_refuses_a_bad_grid_with_one_error_line(tmp_path, capsys):
+    grid = tmp_path / "bad.toml"
+    grid.write_text('command = "plan"\nmodel = "glm-5.2"\nhardware = "nvme-gen4"\nbatch = [1]\ncolour = ["red"]\n')
+    assert main(["sweep", str(grid), "-o", str(tmp_path / "o.parquet")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1
+    assert err.startswith("error: ") and str(grid) in err and "colour" in err
+    assert not (tmp_path / "o.parquet").exists()

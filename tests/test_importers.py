@@ -463,3 +463,27 @@ def test_hf_router_logits_npy_stacked(tmp_path):
     np.save(tmp_path / "bad.npy", bad)
     with pytest.raises(InputError, match="layer 1: router_logits: NaN"):
         import_hf_router_logits(tmp_path / "bad.npy", top_k=2)
+
+
+def test_torch_pt_files_equal_the_same_objects_in_memory(tmp_path):
+    """The .pt paths (torch.load, the capture extra installs torch): an SGLang dump and a tuple
+    of Hugging Face router logits saved with torch.save import exactly as the same objects do."""
+    torch = pytest.importorskip("torch", reason="the capture extra (torch) is not installed")
+    logical = np.zeros((2, 2, 4), dtype=np.int32)
+    logical[0, 0] = [1, 1, 0, 0]
+    logical[1, 1] = [0, 2, 1, 1]
+    obj = {"rank": 0, "logical_count": torch.from_numpy(logical)}
+    pt = tmp_path / "expert_distribution_recorder_1.pt"
+    torch.save(obj, pt)
+    from_file = import_sglang(pt, top_k=2)
+    in_memory = sglang_from_object({"rank": 0, "logical_count": logical}, pt, top_k=2)
+    assert from_file.counts.tolist() == in_memory.counts.tolist() and from_file.tokens == in_memory.tokens
+    rng = np.random.default_rng(3)
+    layers = [rng.normal(size=(6, 5)).astype(np.float32) for _ in range(3)]
+    torch.save(tuple(torch.from_numpy(a) for a in layers), tmp_path / "rl.pt")
+    np.savez(tmp_path / "rl.npz", *layers)
+    got = import_hf_router_logits(tmp_path / "rl.pt", top_k=2, batch=2)
+    want = import_hf_router_logits(tmp_path / "rl.npz", top_k=2, batch=2)
+    assert np.array_equal(got.topk, want.topk)
+    by_hand = np.argsort(-layers[1][0], kind="stable")[:2]
+    assert sorted(got.topk[0, 0, 1].tolist()) == sorted(by_hand.tolist())

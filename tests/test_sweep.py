@@ -171,3 +171,60 @@ def test_cli_refuses_a_bad_grid_with_one_error_line(tmp_path, capsys):
     assert out == "" and len(err.strip().splitlines()) == 1
     assert err.startswith("error: ") and str(grid) in err and "colour" in err
     assert not (tmp_path / "o.parquet").exists()
+
+
+@pytest.mark.parametrize("how", ["kill", "restart"])
+def test_killing_a_worker_mid_sweep_loses_no_point_after_resume(tmp_path, how):
+    """A worker process killed (SIGKILL) or the cluster restarted partway through a 40-point
+    sweep on 2 worker processes: the run still finishes (dask reschedules the dead worker's
+    tasks, or records the cancelled points as errors), and a resume leaves every point once,
+    in grid order, equal to the serial run."""
+    import os
+    import signal
+    import time
+
+    distributed = pytest.importorskip("distributed")
+    grid = sweep.grid_from_dict(
+        {"command": "union", "experts": [64, 128, 256, 512], "top_k": 8, "batch": {"start": 1, "stop": 10, "step": 1}}
+    )
+    points = sweep.expand(grid)
+    assert len(points) == 40
+    serial = tmp_path / "serial.parquet"
+    sweep.run_sweep(grid, serial)
+
+    def slow(point):  # a local function: cloudpickle ships it by value to the workers
+        time.sleep(0.1)
+        return sweep.evaluate_point(point)
+
+    out = tmp_path / "cluster.parquet"
+    cluster = distributed.LocalCluster(
+        n_workers=2, processes=True, threads_per_worker=1, host="127.0.0.1", protocol="tcp", dashboard_address=None
+    )
+    try:
+        with distributed.Client(cluster) as client:
+            fired = []
+
+            def strike(done, total, _pid):
+                if done == 8 and not fired:
+                    fired.append(done)
+                    if how == "kill":
+                        pids = client.run(os.getpid)
+                        os.kill(next(iter(pids.values())), signal.SIGKILL)
+                    else:
+                        client.restart()
+
+            first = sweep.run_sweep(grid, out, client=client, evaluate=slow, progress=strike)
+            assert fired and first["evaluated"] == 40
+            rows = pq.read_table(out).to_pylist()
+            assert sorted(r["point_id"] for r in rows) == sorted(p["point_id"] for p in points)
+            lost = [r for r in rows if r["error"] is not None]
+            if how == "restart":  # the restart cancels the queued tasks: their points are error rows
+                assert lost and all("Cancelled" in r["error"] or "Killed" in r["error"] for r in lost)
+            client.wait_for_workers(2)
+            again = sweep.run_sweep(grid, out, client=client, evaluate=slow)
+    finally:
+        cluster.close()
+    assert again["skipped"] == 40 - len(lost) and again["evaluated"] == len(lost) and again["failed"] == 0
+    rows = pq.read_table(out).to_pylist()
+    assert [r["point_id"] for r in rows] == [p["point_id"] for p in points]
+    assert outputs(rows) == outputs(pq.read_table(serial).to_pylist())

@@ -397,13 +397,40 @@ def _serial(points: Iterable[Mapping[str, Any]], evaluate: Callable) -> Iterable
         yield evaluate(p)
 
 
+def _lost_row(point: Mapping[str, Any], exc: BaseException) -> dict[str, Any]:
+    """The row of a point whose task never returned (its worker died too often, or the cluster
+    restarted and cancelled it): the error, so a resumed run evaluates it again."""
+    from moeroof import __version__
+
+    text = str(exc) or "the task was lost"
+    return {
+        "point_id": point["point_id"],
+        "command": point["command"],
+        **point["inputs"],
+        "error": f"{type(exc).__name__}: {text}",
+        "moeroof_version": __version__,
+        "elapsed_s": 0.0,
+    }
+
+
 def _distributed(points: list[dict[str, Any]], evaluate: Callable, client: Any) -> Iterable[dict[str, Any]]:
+    import asyncio
+    import concurrent.futures
+
     from distributed import as_completed
 
-    futures = [client.submit(evaluate, p, key=f"sweep-{p['point_id']}", pure=False) for p in points]
+    by_key = {f"sweep-{p['point_id']}": p for p in points}
+    futures = [client.submit(evaluate, p, key=key, pure=False) for key, p in by_key.items()]
     try:
         for future in as_completed(futures):
-            yield future.result()
+            try:
+                row = future.result()
+            except (Exception, asyncio.CancelledError, concurrent.futures.CancelledError) as exc:
+                # KilledWorker (the task's workers died), a cancel by client.restart(): the
+                # evaluation itself never raises (evaluate_point catches), so this is the
+                # cluster losing the task; the point becomes an error row and is retried on resume
+                row = _lost_row(by_key[future.key], exc)
+            yield row
     finally:
         client.cancel([f for f in futures if not f.done()])
 

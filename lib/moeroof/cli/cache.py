@@ -5,7 +5,11 @@ hits, misses, hit rate and bytes streamed per step.
 
     moeroof cache TRACE --policy lru|lfu|static|belady|s3fifo|arc
                   (--capacity-experts N | --capacity-gib X --expert-bytes N) [--scope global|layer]
-                  [--warmup S] [--histogram PATH] [--streams I,J,…] [--lookup layer|request] [--json]
+                  [--warmup S] [--histogram PATH] [--streams I,J,…] [--lookup layer|request]
+                  [--scheduler ADDRESS | --workers N] [--json]
+
+With ``--scheduler`` or ``--workers`` (scope layer only) the layers are sharded over
+dask.distributed workers (:mod:`moeroof.studies.shard`); the answer is the same, exactly.
 
 The simulator (:mod:`moeroof.models.cache`, numba-compiled) is imported only when the command
 runs; the parser reads the policy and scope names from the constants below.
@@ -78,6 +82,17 @@ def add_parser(subparsers: Any) -> None:
         help="replay only these streams of the trace, comma-separated indices from 0 (default: all)",
     )
     p.add_argument("--lookup", default="layer", choices=LOOKUPS, help=LOOKUP_HELP)
+    p.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="shard the layers over the dask.distributed cluster at ADDRESS (scope layer only; exact)",
+    )
+    p.add_argument(
+        "--workers",
+        default=None,
+        help="shard the layers over a local cluster of N worker processes (scope layer only; exact)",
+    )
     add_meta_arguments(p)
     add_output_arguments(p)
     p.set_defaults(func=run)
@@ -113,6 +128,18 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:
     warmup = non_negative_int(args.warmup, "--warmup")
     if args.histogram is not None and args.policy != "static":
         raise UsageError("--histogram applies to --policy static only")
+    workers = 1 if args.workers is None else non_negative_int(args.workers, "--workers")
+    if args.workers is not None and workers < 1:
+        raise UsageError("--workers: must be >= 1")
+    sharded = args.scheduler is not None or workers > 1
+    if args.scheduler is not None and args.workers is not None:
+        raise UsageError("give --scheduler ADDRESS or --workers N, not both")
+    if sharded and args.scope != "layer":
+        raise UsageError(
+            "--scheduler/--workers shard per-layer caches by layer: they need --scope layer; one cache "
+            "shared by all layers (scope global) does not split by layer — its route to large traces is "
+            "SHARDS sampling (moeroof mrc --sample-rate R)"
+        )
     trace = read_trace_arg(args.path, args)
     stream_ids = list(range(trace.streams)) if args.streams is None else parse_streams(args.streams, trace.streams)
     if warmup >= trace.steps:
@@ -151,6 +178,19 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:
         )
     if args.streams is not None:
         notes.append(f"streams {','.join(map(str, stream_ids))} of the trace's {trace.streams} replayed")
+    if sharded:
+        return _sharded_report(
+            args,
+            trace,
+            stream_ids,
+            (capacity, cap_experts, cap_bytes),
+            unit,
+            expert_bytes,
+            warmup,
+            pinned,
+            workers,
+            notes,
+        )
     progress = Progress("cache")
     try:
         progress(0, 2, f"building the requests of {trace.steps} steps")
@@ -173,6 +213,33 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:
         )
     finally:
         progress.close()
+    return _report(args, trace, stream_ids, res, cap_experts, cap_bytes, unit, warmup, pinned, notes)
+
+
+def _sharded_report(args, trace, stream_ids, caps, unit, expert_bytes, warmup, pinned, workers, notes):
+    """``cache_report`` with the layers sharded by :func:`moeroof.studies.shard.simulate_by_layer`."""
+    capacity, cap_experts, cap_bytes = caps
+    from moeroof.studies.shard import simulate_by_layer
+
+    res = simulate_by_layer(
+        trace,
+        capacity,
+        args.policy,
+        capacity_unit=unit,
+        item_bytes=expert_bytes,
+        warmup_steps=warmup,
+        pinned=pinned,
+        lookup=args.lookup,
+        streams=None if args.streams is None else np.asarray(stream_ids, dtype=np.int64),
+        scheduler=args.scheduler,
+        workers=workers,
+    )
+    where = f"the scheduler {args.scheduler}" if args.scheduler else f"a local cluster of {workers} worker processes"
+    notes.append(f"layers sharded over {where} (exact: per-layer caches are independent)")
+    return _report(args, trace, stream_ids, res, cap_experts, cap_bytes, unit, warmup, pinned, notes)
+
+
+def _report(args, trace, stream_ids, res, cap_experts, cap_bytes, unit, warmup, pinned, notes):
     notes.extend(res.notes)
     notes.append(
         "hits judged as each (step, layer) lookup starts (an engine serves the cached experts first)"

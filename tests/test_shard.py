@@ -1,0 +1,159 @@
+"""moeroof.studies.shard: per-layer cache simulation and the per-layer LRU curve sharded by layer
+equal their one-process answers exactly — serially in one group or several, and on a LocalCluster
+of 2 worker processes over loopback TCP — and ``moeroof cache --workers / --scheduler``."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from moeroof.cli import main
+from moeroof.core.paths import DATA_DIR
+from moeroof.data.io import read_trace, write_trace
+from moeroof.models import cache
+from moeroof.studies import shard
+
+TRACE = DATA_DIR / "traces" / "qwen3-30b-a3b-like.npz"  # E=128, K=8, 48 layers, 96 steps
+POLICIES = ("lru", "lfu", "s3fifo", "arc", "belady")
+CAPACITY = 10 * 48 + 7  # 10 experts per layer; the remainder unused
+WARMUP = 4
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return read_trace(TRACE)
+
+
+@pytest.fixture(scope="module")
+def serial(trace):
+    req = cache.requests_from_trace(trace.topk, trace.experts)
+    return {p: cache.simulate(req, CAPACITY, policy=p, scope="layer", warmup_steps=WARMUP) for p in POLICIES}
+
+
+@pytest.fixture(scope="module")
+def client():
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(
+        n_workers=2, processes=True, threads_per_worker=1, host="127.0.0.1", protocol="tcp", dashboard_address=None
+    )
+    try:
+        with distributed.Client(cluster) as c:
+            assert len(c.scheduler_info()["workers"]) == 2
+            assert c.scheduler.address.startswith("tcp://127.0.0.1:")
+            yield c
+    finally:
+        cluster.close()
+
+
+def same(a, b):
+    assert (a.hits, a.misses, a.requests, a.hit_rate) == (b.hits, b.misses, b.requests, b.hit_rate)
+    np.testing.assert_array_equal(a.hits_per_step, b.hits_per_step)
+    np.testing.assert_array_equal(a.misses_per_step, b.misses_per_step)
+    np.testing.assert_array_equal(a.bytes_streamed_per_step, b.bytes_streamed_per_step)
+    assert (a.scope, a.policy, a.capacity, a.bytes_unit, a.notes) == (
+        b.scope,
+        b.policy,
+        b.capacity,
+        b.bytes_unit,
+        b.notes,
+    )
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("per_task", [48, 1, 7])
+def test_serial_groups_equal_one_process(trace, serial, policy, per_task):
+    # a path (each task reads its layers) and an in-memory Trace (each task gets its columns)
+    src = TRACE if per_task == 7 else trace
+    got = shard.simulate_by_layer(src, CAPACITY, policy, warmup_steps=WARMUP, layers_per_task=per_task)
+    same(got, serial[policy])
+
+
+def test_two_worker_cluster_equals_one_process(trace, serial, client):
+    for policy in POLICIES:
+        for src in (TRACE, trace):
+            same(shard.simulate_by_layer(src, CAPACITY, policy, warmup_steps=WARMUP, client=client), serial[policy])
+
+
+def test_bytes_capacity_and_memmapped_npy(trace, tmp_path, monkeypatch):
+    """Unequal expert sizes in bytes (float capacity split per layer exactly), a memory-mapped
+    .npy trace (re-opened by path in each task)."""
+    from moeroof.data import safe_read
+
+    monkeypatch.setattr(safe_read, "COPY_LIMIT_BYTES", 0)  # map even this small trace
+    sizes = np.random.default_rng(0).integers(1, 5, size=(trace.layers, trace.experts)) * 1_000_003
+    cap = float(sizes.sum()) * 0.137
+    npy = tmp_path / "t.npy"
+    write_trace(npy, trace.topk, trace.meta)
+    mm = read_trace(npy)
+    assert isinstance(mm.topk, np.memmap)
+    req = cache.requests_from_trace(trace.topk, trace.experts)
+    for policy in ("lru", "s3fifo"):
+        ref = cache.simulate(req, cap, policy=policy, scope="layer", capacity_unit="bytes", item_bytes=sizes)
+        got = shard.simulate_by_layer(mm, cap, policy, capacity_unit="bytes", item_bytes=sizes, layers_per_task=5)
+        same(got, ref)
+
+
+def test_static_with_a_popularity_and_streams(trace):
+    pop = np.random.default_rng(1).random(trace.layers * trace.experts)
+    req = cache.requests_from_trace(trace.topk, trace.experts, streams=np.array([0, 3, 5]))
+    ref = cache.simulate(req, CAPACITY, policy="static", scope="layer", pinned=pop)
+    got = shard.simulate_by_layer(trace, CAPACITY, "static", pinned=pop, streams=np.array([0, 3, 5]), layers_per_task=5)
+    same(got, ref)
+
+
+def test_layer_curve_equals_simulation_at_every_capacity(trace, client):
+    one = shard.lru_curve_by_layer(trace, warmup_steps=WARMUP, layers_per_task=trace.layers)
+    assert one.tasks == 1 and one.capacity_per_layer.tolist() == list(range(trace.experts + 1))
+    for got in (
+        shard.lru_curve_by_layer(TRACE, warmup_steps=WARMUP, layers_per_task=5),
+        shard.lru_curve_by_layer(trace, warmup_steps=WARMUP, client=client),
+    ):
+        np.testing.assert_array_equal(got.hits, one.hits)
+        np.testing.assert_array_equal(got.hit_rate, one.hit_rate)
+        assert got.requests == one.requests
+    req = cache.requests_from_trace(trace.topk, trace.experts)
+    for c in (0, 1, 2, 8, 16, 40, 128):
+        ref = cache.simulate(req, c * trace.layers, policy="lru", scope="layer", warmup_steps=WARMUP)
+        assert (int(one.hits[c]), one.requests) == (ref.hits, ref.requests)
+
+
+def test_bad_arguments(trace):
+    with pytest.raises(ValueError, match="layers_per_task"):
+        shard.simulate_by_layer(trace, 10, "lru", layers_per_task=0)
+    with pytest.raises(ValueError, match="policy"):
+        shard.simulate_by_layer(trace, 10, "nope")
+    with pytest.raises(TypeError, match="path or"):
+        shard.simulate_by_layer(trace.topk, 10, "lru")
+
+
+# ----------------------------------------------------------------------------- moeroof cache
+
+
+def run_json(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_cli_cache_scheduler_equals_serial(capsys, client):
+    base = ["cache", str(TRACE), "--policy", "s3fifo", "--capacity-experts", "480", "--scope", "layer", "--json"]
+    a = run_json(capsys, base)
+    b = run_json(capsys, [*base, "--scheduler", client.scheduler.address])
+    extra = [n for n in b["notes"] if n not in a["notes"]]
+    assert len(extra) == 1 and "sharded" in extra[0]
+    assert {k: v for k, v in a.items() if k != "notes"} == {k: v for k, v in b.items() if k != "notes"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--workers", "2"], "SHARDS sampling"),
+        (["--scope", "layer", "--workers", "2", "--scheduler", "tcp://127.0.0.1:1"], "not both"),
+        (["--scope", "layer", "--workers", "0"], ">= 1"),
+        (["--scope", "layer", "--workers", "x"], "--workers"),
+    ],
+)
+def test_cli_cache_shard_errors(capsys, extra, message):
+    assert main(["cache", str(TRACE), "--policy", "lru", "--capacity-experts", "480", *extra]) == 2
+    assert message in capsys.readouterr().err

@@ -254,3 +254,24 @@ def test_whatif_report_renders_offline_in_its_own_folder_and_the_same_twice(tmp_
         f'src="whatif/{run.name}/figures/whatif_state.png"' in index
         and "<code>32 <small>(default 256)</small>" in index
     )
+
+
+@pytest.mark.notebook
+def test_parallel_render_writes_the_same_bytes_as_the_serial_one(tmp_path, capfd):
+    """`--jobs 2` renders two notebooks at once (a process and a kernel each) into the same
+    bytes as `--jobs 1`, with a start line and an end line per notebook."""
+    small = ["-p", "b_max", "32", "-p", "trace_steps", "16", "-p", "trace_layers", "2"]
+    small += ["-p", "model_layers", "4", "-p", "bootstrap", "10"]
+    got = {}
+    for jobs in (1, 2):
+        out = tmp_path / f"jobs{jobs}"
+        argv = ["--notebooks", "whatif", "union_curve", "--notebooks-dir", str(NOTEBOOKS_DIR), *small]
+        assert report.main([*argv, "--out", str(out), "--jobs", str(jobs)]) == 0
+        lines = capfd.readouterr().out.splitlines()  # fd level: the pool's processes print too
+        assert sorted(line.split()[1] for line in lines if line.startswith("[")) == ["union_curve", "whatif"]
+        assert sorted(line.split()[1] for line in lines if line.startswith("ok ")) == ["union_curve", "whatif"]
+        got[jobs] = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert {"whatif.ipynb", "whatif.html", "union_curve.ipynb", "union_curve.html"} <= set(got[1])
+    assert got[2].keys() == got[1].keys()
+    differ = sorted(name for name in got[1] if got[1][name] != got[2][name] and name.endswith((".ipynb", ".html")))
+    assert not differ, f"--jobs 2 wrote other bytes than --jobs 1: {differ}"

@@ -335,6 +335,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="parameters from a YAML file, as papermill's -f (-p values win)",
     )
     parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="render up to N notebooks at once, each in its own process and kernel "
+        "(default: the number of cores; 1 renders one after another)",
+    )
+    parser.add_argument(
         "--json",
         action="store_true",
         help="print one JSON object (each notebook's report, executed notebook, figures folder, seconds, error) "
@@ -352,6 +360,44 @@ def _coerce(value: str):
     if value in ("True", "False"):
         return value == "True"
     return value
+
+
+def _render_job(
+    n: int,
+    total: int,
+    path: Path,
+    out_dir: Path,
+    parameters: dict | None,
+    figures_dir: Path | None,
+    to_stderr: bool,
+) -> tuple[Path | None, Path | None, str | None, float]:
+    """One notebook's render, in this process or a pool's: the start line, then (ipynb, html,
+    error text or None, seconds). The start line is printed where the render runs, so with
+    ``--jobs N`` it appears when the notebook really starts."""
+    print(f"[{n}/{total}] {path.stem} ...", file=sys.stderr if to_stderr else sys.stdout, flush=True)
+    start = time.perf_counter()
+    try:
+        ipynb_path, html_path = render(path, out_dir, parameters, figures_dir=figures_dir)
+    except NotebookFailed as err:
+        return None, None, str(err), time.perf_counter() - start
+    return ipynb_path, html_path, None, time.perf_counter() - start
+
+
+def _render_parallel(jobs_args: list[tuple], jobs: int) -> Iterator[tuple[int, tuple]]:
+    """Render in ``jobs`` worker processes (spawned: a fresh interpreter each, nothing inherited
+    from this one's threads); yield (index, outcome) as each notebook finishes. Each render
+    starts its own kernel, as the serial loop does, so the files are the same bytes."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(_render_job, *job): i for i, job in enumerate(jobs_args)}
+        try:
+            for future in as_completed(futures):
+                yield futures[future], future.result()
+        finally:
+            for future in futures:
+                future.cancel()
 
 
 def run(args: argparse.Namespace, *, prog: str = "moeroof.present.report") -> int:
@@ -373,25 +419,41 @@ def run(args: argparse.Namespace, *, prog: str = "moeroof.present.report") -> in
     parameters = absolute_paths(parameters, Path.cwd()) or None
     as_json = getattr(args, "json", False)
     say = sys.stderr if as_json else sys.stdout  # with --json stdout carries the JSON alone
-    failures, runs = [], []
-    for n, path in enumerate(notebooks, 1):
-        target = target_for(path.stem, parameters, args.out, paths.REPORTS_DIR)
-        print(f"[{n}/{len(notebooks)}] {path.stem} ...", file=say, flush=True)
-        start = time.perf_counter()
+    jobs = getattr(args, "jobs", None) or os.cpu_count() or 1
+    if jobs < 1:
+        print(f"{prog}: --jobs must be at least 1, got {jobs}", file=sys.stderr)
+        return 2
+    jobs = min(jobs, len(notebooks))
+    failures: list[str] = []
+    targets = [target_for(path.stem, parameters, args.out, paths.REPORTS_DIR) for path in notebooks]
+    jobs_args = [
+        (n, len(notebooks), path, target.out_dir, parameters, target.figures_dir, as_json)
+        for n, (path, target) in enumerate(zip(notebooks, targets), 1)
+    ]
+    if jobs == 1:
+        outcomes = (_render_job(*job) for job in jobs_args)
+        finished = zip(range(len(notebooks)), outcomes)
+    else:
+        finished = _render_parallel(jobs_args, jobs)
+    results: dict[int, dict] = {}
+    for i, (ipynb_path, html_path, error, seconds) in finished:
+        path, target = notebooks[i], targets[i]
         entry = {"notebook": path.stem, "folder": str(target.out_dir)}
         entry["figures"] = str(target.figures_dir if target.figures_dir is not None else paths.figures_dir())
-        try:
-            ipynb_path, html_path = render(path, target.out_dir, parameters, figures_dir=target.figures_dir)
-        except NotebookFailed as err:
-            failures.append(str(err))
-            runs.append({**entry, "ok": False, "error": str(err), "seconds": round(time.perf_counter() - start, 1)})
-            print(f"FAILED {path.stem:<24} {time.perf_counter() - start:6.1f} s  {err}", file=sys.stderr, flush=True)
+        if error is not None:
+            failures.append(error)
+            results[i] = {**entry, "ok": False, "error": error, "seconds": round(seconds, 1)}
+            print(f"FAILED {path.stem:<24} {seconds:6.1f} s  {error}", file=sys.stderr, flush=True)
             continue
-        seconds = time.perf_counter() - start
-        runs.append(
-            {**entry, "ok": True, "html": str(html_path), "ipynb": str(ipynb_path), "seconds": round(seconds, 1)}
-        )
+        results[i] = {
+            **entry,
+            "ok": True,
+            "html": str(html_path),
+            "ipynb": str(ipynb_path),
+            "seconds": round(seconds, 1),
+        }
         print(f"ok     {path.stem:<24} {seconds:6.1f} s  -> {html_path}", file=say, flush=True)
+    runs = [results[i] for i in sorted(results)]
     # the index lists every report under its folder (this run's and earlier ones, runs with
     # parameters included), failed or not
     from moeroof.present.site import build_index

@@ -143,12 +143,23 @@ def test_a_local_cluster_of_two_processes_equals_the_serial_run(tmp_path):
             assert len(client.scheduler_info()["workers"]) == 2
             assert client.scheduler.address.startswith("tcp://127.0.0.1:")
             rep = sweep.run_sweep(grid, tmp_path / "cluster.parquet", client=client)
+            # several points per task: the same rows (the scheduler's cost paid once per chunk)
+            chunked = sweep.run_sweep(grid, tmp_path / "chunked.parquet", client=client, chunk=5)
     finally:
         cluster.close()
+    assert chunked["evaluated"] == 36 and outputs(pq.read_table(tmp_path / "chunked.parquet").to_pylist()) == outputs(
+        pq.read_table(serial).to_pylist()
+    )
     assert rep["evaluated"] == 36 and rep["failed"] == 0 and rep["where"].startswith("scheduler tcp://")
     assert outputs(pq.read_table(tmp_path / "cluster.parquet").to_pylist()) == outputs(
         pq.read_table(serial).to_pylist()
     )
+
+
+def test_chunk_size_spreads_the_scheduler_cost():
+    assert sweep.chunk_size(36, 2) == 1  # small grids: one point per task
+    assert sweep.chunk_size(10_000, 2) == 312 and sweep.chunk_size(10_000, 64) == 9
+    assert sweep.chunk_size(5, 0) == 1
 
 
 def test_cli_writes_the_parquet_and_resumes(tmp_path, capsys):

@@ -47,6 +47,7 @@ __all__ = [
     "Hardware",
     "load_model",
     "load_hardware",
+    "bench_model",
     "list_presets",
     "MODEL_FIELDS",
     "HARDWARE_FIELDS",
@@ -126,6 +127,24 @@ class MoEModel:
     def routed_bytes(self) -> float:
         """All routed experts of all MoE layers, bytes."""
         return self.experts * self.moe_layers * self.expert_bytes
+
+
+def bench_model(
+    name: str, *, experts: int, top_k: int, moe_layers: int, expert_bytes: float, flops_per_token: float
+) -> MoEModel:
+    """A measured bench's MoE as the suite's model: routed experts only (no dense band, no KV),
+    every constant read from the bench's own config and so tagged ``witnessed``."""
+    return MoEModel(
+        name=name,
+        experts=int(experts),
+        top_k=int(top_k),
+        moe_layers=int(moe_layers),
+        expert_bytes=float(expert_bytes),
+        non_routed_bytes=0.0,
+        kv_bytes_per_token=0.0,
+        flops_per_token=float(flops_per_token),
+        provenance={k: "witnessed" for k, (_, required) in MODEL_FIELDS.items() if required},
+    )
 
 
 @dataclass(frozen=True)

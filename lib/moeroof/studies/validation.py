@@ -609,33 +609,19 @@ def gpu_bench_check(path=None) -> dict[str, Any]:
     from pathlib import Path
 
     from moeroof.core.paths import DATA_DIR
-    from moeroof.data.presets import MoEModel, load_hardware
+    from moeroof.data.presets import bench_model, load_hardware
     from moeroof.models.plan import routing_from_spec
 
     path = Path(path) if path is not None else DATA_DIR / "measurements" / "gpu_moe_bench-h200-2026-11-29.json"
     data = json.loads(path.read_text())
     cfg = data["config"]
-    model = MoEModel(
-        name="gpu-bench-moe",
+    model = bench_model(
+        "gpu-bench-moe",
         experts=cfg["experts"],
         top_k=cfg["top_k"],
         moe_layers=cfg["layers"],
-        expert_bytes=float(cfg["expert_bytes"]),
-        non_routed_bytes=0.0,
-        kv_bytes_per_token=0.0,
-        flops_per_token=float(2 * 2 * cfg["d_model"] * cfg["d_ff"] * cfg["top_k"] * cfg["layers"]),
-        provenance={
-            k: "witnessed"
-            for k in (
-                "experts",
-                "top_k",
-                "moe_layers",
-                "expert_bytes",
-                "non_routed_bytes",
-                "kv_bytes_per_token",
-                "flops_per_token",
-            )
-        },
+        expert_bytes=cfg["expert_bytes"],
+        flops_per_token=2 * 2 * cfg["d_model"] * cfg["d_ff"] * cfg["top_k"] * cfg["layers"],
     )
     hw = load_hardware("h200-pcie-offload")
     routing = routing_from_spec(f"zipf:{cfg['zipf_s']}", model)

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from moeroof.core.paths import DATA_DIR
-from moeroof.data.presets import Hardware, MoEModel, load_hardware
+from moeroof.data.presets import Hardware, MoEModel, bench_model, load_hardware
 from moeroof.models.plan import RoutingProbabilities, Workload, plan, routing_from_spec
 
 DEFAULT_PATH = DATA_DIR / "measurements" / "hf-moe-block-h200-2026-11-30.json"
@@ -75,27 +75,13 @@ def load(path=None) -> dict[str, Any]:
 
 def block_model(cfg: dict[str, Any]) -> MoEModel:
     """One MoE layer of the bench's block as the suite's model (every number from the config)."""
-    return MoEModel(
-        name="hf-qwen3-moe-block",
-        experts=int(cfg["experts"]),
-        top_k=int(cfg["top_k"]),
+    return bench_model(
+        "hf-qwen3-moe-block",
+        experts=cfg["experts"],
+        top_k=cfg["top_k"],
         moe_layers=1,
-        expert_bytes=float(cfg["expert_bytes"]),
-        non_routed_bytes=0.0,
-        kv_bytes_per_token=0.0,
-        flops_per_token=float(cfg["flops_per_token"]),
-        provenance={
-            k: "witnessed"
-            for k in (
-                "experts",
-                "top_k",
-                "moe_layers",
-                "expert_bytes",
-                "non_routed_bytes",
-                "kv_bytes_per_token",
-                "flops_per_token",
-            )
-        },
+        expert_bytes=cfg["expert_bytes"],
+        flops_per_token=cfg["flops_per_token"],
     )
 
 

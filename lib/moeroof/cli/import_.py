@@ -196,6 +196,15 @@ def _check_output(args: argparse.Namespace, suffixes: tuple[str, ...]) -> Path:
     return out
 
 
+def _optional_int(value: str | None, flag: str) -> int | None:
+    return None if value is None else positive_int(value, flag)
+
+
+def _shared(args: argparse.Namespace, command: str) -> dict[str, Any]:
+    """What every importer takes: K, the model name for the sidecar and the command line."""
+    return {"top_k": positive_int(args.top_k, "--top-k"), "model": args.model, "command": command}
+
+
 def _import_table(args: argparse.Namespace, command: str) -> Any:
     from moeroof.data.importers import import_table, parse_columns, parse_filters
 
@@ -212,13 +221,11 @@ def _import_table(args: argparse.Namespace, command: str) -> Any:
         args.src,
         columns=parse_columns(args.columns),
         experts=positive_int(args.experts, "--experts"),
-        top_k=positive_int(args.top_k, "--top-k"),
         expert_cols=expert_cols,
         expert_col=args.expert_col,
         slot_col=args.slot_col,
         filters=parse_filters(args.filter),
-        model=args.model,
-        command=command,
+        **_shared(args, command),
     )
 
 
@@ -234,41 +241,27 @@ def _import_matrix(args: argparse.Namespace, command: str) -> Any:
 
     return import_matrix(
         args.src,
-        top_k=positive_int(args.top_k, "--top-k"),
         layer_col=args.layer_col,
         expert_prefix=args.expert_prefix,
         filters=parse_filters(args.filter),
         tokens=_parse_tokens(args.tokens),
         kind=args.kind,
         shares=bool(args.shares),
-        experts=None if args.experts is None else positive_int(args.experts, "--experts"),
-        model=args.model,
-        command=command,
+        experts=_optional_int(args.experts, "--experts"),
+        **_shared(args, command),
     )
 
 
 def _import_sglang(args: argparse.Namespace, command: str) -> Any:
     from moeroof.data.importers import import_sglang
 
-    return import_sglang(
-        args.src,
-        top_k=positive_int(args.top_k, "--top-k"),
-        experts=None if args.experts is None else positive_int(args.experts, "--experts"),
-        model=args.model,
-        command=command,
-    )
+    return import_sglang(args.src, experts=_optional_int(args.experts, "--experts"), **_shared(args, command))
 
 
 def _import_hf(args: argparse.Namespace, command: str) -> Any:
     from moeroof.data.importers import import_hf_router_logits
 
-    return import_hf_router_logits(
-        args.src,
-        top_k=positive_int(args.top_k, "--top-k"),
-        batch=None if args.batch is None else positive_int(args.batch, "--batch"),
-        model=args.model,
-        command=command,
-    )
+    return import_hf_router_logits(args.src, batch=_optional_int(args.batch, "--batch"), **_shared(args, command))
 
 
 IMPORTERS = {

@@ -51,12 +51,12 @@ from matplotlib.ticker import MaxNLocator
 import moeroof
 from moeroof.core.paths import EXTERNAL_DIR
 from moeroof.data.hf_config import FAMILIES
-from moeroof.data.importers import import_matrix, import_table, trace_counts, write_imported
+from moeroof.data.importers import import_matrix, import_table, write_imported
 from moeroof.data.io import read_histogram, read_trace
 from moeroof.models.cache import che_hit_curve, lru_hit_curve, request_histogram, requests_from_trace
 from moeroof.models.fit import fit_histogram
 from moeroof.models.routing import inclusion_probabilities, zipf_weights
-from moeroof.models.union import union_from_trace, union_plugin
+from moeroof.models.union import trace_against_plugin
 from moeroof.present import answers
 from moeroof.present.plots import plain_log_ticks, provenance_label, pvalue_text, save_figure, show_table, style
 from moeroof.witness.capture import (
@@ -280,28 +280,14 @@ for key in [k.strip() for k in external.split(",") if k.strip()]:
 # %%
 for i, s in enumerate(sources):
     tr = s["trace"]
-    if tr is None:
-        continue
-    topk = np.asarray(tr.topk)
-    b_max = int(tr.streams)
-    batch = np.unique(np.r_[np.round(np.logspace(0, np.log10(b_max), 12)), [b_max]].astype(int))
-    measured = union_from_trace(
-        topk, batch, experts=tr.experts, rng=np.random.default_rng([seed, 2, i]), bootstrap=union_bootstrap
-    )
-    counts, tokens = trace_counts(topk, tr.experts)
-    plugin = union_plugin(counts / np.maximum(tokens, 1)[:, None], batch, tr.top_k)
-    ok = ~np.isnan(measured.mean)
-    j = int(np.flatnonzero(ok)[-1])  # the largest B some step fills
-    ratio_layer = measured.union_per_layer[:, j] / plugin.union_per_layer[:, j]
-    s.update(
-        batch=batch,
-        measured=measured,
-        plugin=plugin,
-        b_top=int(batch[j]),
-        union_measured=float(measured.mean[j]),
-        union_plugin=float(plugin.mean[j]),
-        ratio_layer=ratio_layer,
-    )
+    if tr is not None:
+        s["union"] = trace_against_plugin(
+            np.asarray(tr.topk),
+            experts=tr.experts,
+            top_k=tr.top_k,
+            rng=np.random.default_rng([seed, 2, i]),
+            bootstrap=union_bootstrap,
+        )
 
 trace_sources = [s for s in sources if s["trace"] is not None]
 display(
@@ -312,12 +298,12 @@ display(
                     "capture": s["name"],
                     "streams × steps × layers": f"{s['trace'].streams} × {s['trace'].steps} × {s['trace'].layers}",
                     "E, K": f"{s['trace'].experts}, {s['trace'].top_k}",
-                    "B": s["b_top"],
-                    "measured U(B)": s["union_measured"],
-                    "plug-in U(B)": s["union_plugin"],
-                    "measured / plug-in": s["union_measured"] / s["union_plugin"],
-                    "per layer: lowest": float(np.nanmin(s["ratio_layer"])),
-                    "per layer: highest": float(np.nanmax(s["ratio_layer"])),
+                    "B": s["union"].b_top,
+                    "measured U(B)": s["union"].union_measured,
+                    "plug-in U(B)": s["union"].union_plugin,
+                    "measured / plug-in": s["union"].union_measured / s["union"].union_plugin,
+                    "per layer: lowest": float(np.nanmin(s["union"].ratio_per_layer)),
+                    "per layer: highest": float(np.nanmax(s["union"].ratio_per_layer)),
                     "provenance": s["trace"].provenance,
                 }
                 for s in trace_sources
@@ -331,11 +317,12 @@ with style():
     fig, axes = plt.subplots(2, n, figsize=(4.2 * n, 7.2), squeeze=False)
     for col, s in enumerate(trace_sources):
         ax_u, ax_l = axes[0, col], axes[1, col]
-        m, p = s["measured"], s["plugin"]
+        u = s["union"]
+        m, p = u.measured, u.plugin
         ok = ~np.isnan(m.mean)
-        ax_u.plot(s["batch"][ok], m.mean[ok], "o", color="C2", ms=4, label="measured (mean over layers)")
-        ax_u.fill_between(s["batch"][ok], m.mean_ci_low[ok], m.mean_ci_high[ok], color="C2", alpha=0.3)
-        ax_u.plot(s["batch"], p.mean, color="C1", label="independent plug-in, own π̂")
+        ax_u.plot(u.batch[ok], m.mean[ok], "o", color="C2", ms=4, label="measured (mean over layers)")
+        ax_u.fill_between(u.batch[ok], m.mean_ci_low[ok], m.mean_ci_high[ok], color="C2", alpha=0.3)
+        ax_u.plot(u.batch, p.mean, color="C1", label="independent plug-in, own π̂")
         ax_u.set(
             xscale="log",
             yscale="log",
@@ -345,13 +332,13 @@ with style():
         )
         plain_log_ticks(ax_u)
         ax_u.legend(fontsize=7)
-        layers = np.arange(len(s["ratio_layer"]))
-        ax_l.plot(layers, s["ratio_layer"], "o-", ms=3, color="C2")
+        layers = np.arange(len(u.ratio_per_layer))
+        ax_l.plot(layers, u.ratio_per_layer, "o-", ms=3, color="C2")
         ax_l.axhline(1.0, color="k", ls=":", lw=1, label="independent routing")
         ax_l.set(
             xlabel="MoE layer (position)",
-            ylabel=f"measured / plug-in at B = {s['b_top']}",
-            title=f"per layer, B = {s['b_top']}",
+            ylabel=f"measured / plug-in at B = {u.b_top}",
+            title=f"per layer, B = {u.b_top}",
         )
         ax_l.set_xlim(-0.5, len(layers) - 0.5)
         ax_l.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -513,12 +500,19 @@ display(
                     "name": s["name"],
                     "note": s["note"],
                     "provenance": (s["trace"] if s["trace"] is not None else s["hist"]).provenance,
-                    "batch": s.get("b_top"),
-                    "union_measured": s.get("union_measured"),
-                    "union_plugin": s.get("union_plugin"),
-                    "ratio_layers": (float(np.nanmin(s["ratio_layer"])), float(np.nanmax(s["ratio_layer"])))
-                    if "ratio_layer" in s
-                    else None,
+                    **(
+                        {
+                            "batch": s["union"].b_top,
+                            "union_measured": s["union"].union_measured,
+                            "union_plugin": s["union"].union_plugin,
+                            "ratio_layers": (
+                                float(np.nanmin(s["union"].ratio_per_layer)),
+                                float(np.nanmax(s["union"].ratio_per_layer)),
+                            ),
+                        }
+                        if "union" in s
+                        else {"batch": None, "union_measured": None, "union_plugin": None, "ratio_layers": None}
+                    ),
                     "fit_choice": s["fit"].chosen,
                     "zipf_s": s["fit"].pooled["zipf"].params["s"],
                     "lru_hit": s.get("lru_hit"),

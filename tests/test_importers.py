@@ -21,7 +21,6 @@ from moeroof.data.importers import (
     parse_columns,
     parse_filters,
     sglang_from_object,
-    trace_counts,
     write_imported,
 )
 from moeroof.data.io import InputError, read_histogram, read_trace
@@ -272,13 +271,6 @@ def test_write_trace_and_its_histogram(tmp_path):
     assert side["source"] == "/x.csv" and "counted_from" in side
     with pytest.raises(ParameterError):
         write_imported(tmp_path / "t.txt", data)
-
-
-def test_trace_counts_by_hand():
-    topk = np.full((1, 1, 2, 2), -1)  # one step, one stream, two layers; layer 1 has no token
-    topk[0, 0, 0] = [0, 1]
-    counts, tokens = trace_counts(topk, 3)
-    assert counts.tolist() == [[1, 1, 0], [0, 0, 0]] and tokens.tolist() == [1, 0]
 
 
 # ----------------------------------------------------------------------------- matrix

@@ -23,6 +23,7 @@ from moeroof.models.union import (
     coalescing_ratio,
     power_sums,
     rarefaction,
+    trace_against_plugin,
     union_correlated,
     union_from_trace,
     union_histogram,
@@ -303,3 +304,35 @@ def test_correlated_model_matches_step_scoped_simulation(rng):
     indep = union_plugin(inclusion_probabilities(w, k), [streams])
     assert model.mean[-1] < indep.mean[0] - 1.0
     assert union_correlated(w, k, [streams], c=np.inf, rng=rng).mean[0] == pytest.approx(indep.mean[0])
+
+
+def test_trace_against_plugin_independent_streams_match_the_closed_form():
+    # uniform K-subsets drawn independently per token: the plug-in is E(1 − (1 − K/E)^B) up to
+    # the sampling error of π̂, and the measured union agrees with it within a few per cent
+    rng = np.random.default_rng(11)
+    e, k, steps, streams, layers = 32, 4, 400, 16, 2
+    topk = np.argsort(rng.random((steps, streams, layers, e)), axis=-1)[..., :k]
+    got = trace_against_plugin(topk, experts=e, top_k=k, rng=np.random.default_rng(1), bootstrap=0, points=5)
+    assert got.b_top == streams and got.batch[0] == 1 and got.batch[-1] == streams
+    exact = e * (1 - (1 - k / e) ** streams)
+    assert got.union_plugin == pytest.approx(exact, rel=0.01)
+    assert got.union_measured == pytest.approx(exact, rel=0.02)
+    assert np.all(np.abs(got.ratio_per_layer - 1) < 0.03)
+
+
+def test_trace_against_plugin_sees_streams_that_share_their_experts():
+    # every stream of a step routes like stream 0: B streams touch K experts, the plug-in
+    # (which only sees the frequencies) expects many more
+    rng = np.random.default_rng(12)
+    e, k, steps, streams = 16, 2, 300, 8
+    one = np.argsort(rng.random((steps, 1, 1, e)), axis=-1)[..., :k]
+    topk = np.repeat(one, streams, axis=1)
+    topk[0, 5:] = -1  # a step with only 5 live streams: B = 8 is still filled by the others
+    got = trace_against_plugin(topk, experts=e, top_k=k, rng=np.random.default_rng(2), bootstrap=0)
+    assert got.b_top == streams and got.union_measured == k
+    assert got.union_plugin > 3 * k and got.ratio_per_layer[0] == pytest.approx(k / got.union_plugin)
+
+
+def test_trace_against_plugin_refuses_a_trace_without_a_live_stream():
+    with pytest.raises(ValueError, match="no step"):
+        trace_against_plugin(np.full((2, 3, 1, 2), -1), experts=4, top_k=2, rng=np.random.default_rng(0))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["PAD", "live_tokens", "live_streams", "partial_tokens", "ids_or"]
+__all__ = ["PAD", "live_tokens", "live_streams", "partial_tokens", "ids_or", "trace_counts"]
 
 #: the padding id: "no token here"
 PAD = -1
@@ -39,3 +39,21 @@ def ids_or(topk, fill: int) -> np.ndarray:
     column ``E`` that scatter-based counters then drop."""
     arr = np.asarray(topk)
     return np.where(arr >= 0, arr, fill)
+
+
+def trace_counts(topk, experts: int) -> tuple[np.ndarray, np.ndarray]:
+    """(counts (L, E), tokens (L,)) of a (steps, streams, layers, K) id array, padding skipped.
+
+    A token counts each of its K distinct experts once (incidence); tokens per layer are the
+    (step, stream) cells with a live token in that layer. Reads a layer at a time, so a
+    memory-mapped trace is never loaded whole.
+    """
+    n_layers = topk.shape[2]
+    counts = np.zeros((n_layers, experts), dtype=np.int64)
+    tokens = np.zeros(n_layers, dtype=np.int64)
+    for l in range(n_layers):
+        ids = np.asarray(topk[:, :, l, :])
+        live = live_tokens(ids)
+        tokens[l] = int(live.sum())
+        counts[l] = np.bincount(ids[live].ravel().astype(np.int64), minlength=experts)[:experts]
+    return counts, tokens

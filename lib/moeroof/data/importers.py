@@ -79,6 +79,7 @@ from typing import Any
 import numpy as np
 
 from moeroof.core.errors import ParameterError
+from moeroof.core.masks import trace_counts
 from moeroof.data.io import InputError, write_histogram, write_trace
 
 __all__ = [
@@ -94,7 +95,6 @@ __all__ = [
     "sglang_from_object",
     "import_hf_router_logits",
     "hf_router_logits_from_arrays",
-    "trace_counts",
     "write_imported",
 ]
 
@@ -166,24 +166,6 @@ def _check_experts_top_k(experts: int | None, top_k: int, src: Path) -> None:
 
 def _id_dtype(experts: int) -> np.dtype:
     return np.dtype(np.int16) if experts <= np.iinfo(np.int16).max else np.dtype(np.int32)
-
-
-def trace_counts(topk: np.ndarray, experts: int) -> tuple[np.ndarray, np.ndarray]:
-    """(counts (L, E), tokens (L,)) of a (steps, streams, layers, K) id array; ``-1`` skipped.
-
-    A token counts each of its K distinct experts once (incidence); tokens per layer are the
-    (step, stream) cells with a live token in that layer.
-    """
-    n_layers = topk.shape[2]
-    counts = np.zeros((n_layers, experts), dtype=np.int64)
-    tokens = np.zeros(n_layers, dtype=np.int64)
-    for l in range(n_layers):
-        ids = np.asarray(topk[:, :, l, :])
-        live = ids[..., 0] >= 0
-        tokens[l] = int(live.sum())
-        flat = ids[live].ravel().astype(np.int64)
-        counts[l] = np.bincount(flat, minlength=experts)[:experts]
-    return counts, tokens
 
 
 def _keys_for_meta(keys: Sequence[Any]) -> dict[str, Any]:

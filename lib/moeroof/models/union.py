@@ -34,7 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import betaln, ndtri
 
-from moeroof.core.masks import ids_or, live_streams, live_tokens
+from moeroof.core.masks import ids_or, live_streams, live_tokens, trace_counts
 from moeroof.core.results import Result
 from moeroof.core.stats import percentile_interval
 from moeroof.models.routing import inclusion_probabilities, log_dirichlet, softmax
@@ -50,6 +50,8 @@ __all__ = [
     "rarefaction",
     "union_histogram",
     "union_from_trace",
+    "TraceAgainstPlugin",
+    "trace_against_plugin",
     "union_over_window",
     "union_correlated",
     "distinct_per_layer",
@@ -435,6 +437,58 @@ def union_from_trace(
             low[:, j] = high[:, j] = point[:, j]
             mlow[j] = mhigh[j] = point[:, j].mean()
     return _curve(b, point, low, high, mlow, mhigh, tuple(methods), experts, k)
+
+
+@dataclass(frozen=True)
+class TraceAgainstPlugin:
+    """A trace's measured U(B) beside the independent plug-in with its own frequencies.
+
+    ``b_top`` is the largest B some step fills; ``union_measured`` / ``union_plugin`` the mean
+    over layers there, ``ratio_per_layer`` measured / plug-in per layer at ``b_top``.
+    """
+
+    batch: np.ndarray
+    measured: UnionCurve
+    plugin: UnionCurve
+    b_top: int
+    union_measured: float
+    union_plugin: float
+    ratio_per_layer: np.ndarray
+
+
+def trace_against_plugin(
+    topk: np.ndarray,
+    *,
+    experts: int,
+    top_k: int,
+    rng: np.random.Generator,
+    bootstrap: int = 200,
+    points: int = 12,
+) -> TraceAgainstPlugin:
+    """Measured U(B) (:func:`union_from_trace`) at ``points`` log-spaced B up to the trace's
+    streams, against ``Σ_i [1 − (1 − π̂_i)^B]`` with π̂ the trace's own inclusion frequencies per
+    layer (:func:`union_plugin`). Measured below the plug-in: the streams of a step share experts
+    more than independent routing would (the cross-agent correlation of SPEC §4)."""
+    if topk.ndim != 4:
+        raise ValueError("trace must have shape (steps, streams, layers, K)")
+    b_max = int(topk.shape[1])
+    batch = np.unique(np.r_[np.round(np.logspace(0, np.log10(b_max), points)), [b_max]].astype(int))
+    measured = union_from_trace(topk, batch, experts=experts, rng=rng, bootstrap=bootstrap)
+    filled = np.flatnonzero(~np.isnan(measured.mean))
+    if filled.size == 0:
+        raise ValueError("no step of the trace has a live stream: nothing to measure")
+    counts, tokens = trace_counts(topk, experts)
+    plugin = union_plugin(counts / np.maximum(tokens, 1)[:, None], batch, top_k)
+    j = int(filled[-1])
+    return TraceAgainstPlugin(
+        batch=batch,
+        measured=measured,
+        plugin=plugin,
+        b_top=int(batch[j]),
+        union_measured=float(measured.mean[j]),
+        union_plugin=float(plugin.mean[j]),
+        ratio_per_layer=measured.union_per_layer[:, j] / plugin.union_per_layer[:, j],
+    )
 
 
 def union_over_window(topk: np.ndarray, batch, *, experts: int) -> np.ndarray:

@@ -278,3 +278,45 @@ def test_parallel_render_writes_the_same_bytes_as_the_serial_one(tmp_path, capfd
     assert got[2].keys() == got[1].keys()
     differ = sorted(name for name in got[1] if got[1][name] != got[2][name] and name.endswith((".ipynb", ".html")))
     assert not differ, f"--jobs 2 wrote other bytes than --jobs 1: {differ}"
+
+
+STALLS_ONCE = """\
+# %% tags=["parameters"]
+marker = ""
+stall_s = 60.0
+
+# %%
+import time
+from pathlib import Path
+
+first = not Path(marker).exists()
+Path(marker).write_text("ran")
+if first or stall_s < 0:
+    time.sleep(abs(stall_s))
+print("finished")
+"""
+
+
+@pytest.mark.notebook
+def test_a_cell_past_the_timeout_is_retried_once_in_a_fresh_kernel(tmp_path, capfd):
+    """A kernel stuck in one cell ends that attempt; the second attempt (fresh kernel) finishes.
+    A cell stuck every time fails the notebook with one line naming the timeout."""
+    nb_dir = tmp_path / "nbs"
+    nb_dir.mkdir()
+    (nb_dir / "stall.py").write_text(STALLS_ONCE)
+    marker = tmp_path / "marker"
+    argv = ["--notebooks", "stall", "--notebooks-dir", str(nb_dir), "--cell-timeout", "4", "--jobs", "1"]
+    assert report.main([*argv, "-p", "marker", str(marker), "--out", str(tmp_path / "once")]) == 0
+    said = capfd.readouterr()
+    assert re.search(r"retry +stall .*ran past 4 s", said.err), said.err
+    assert "finished" in (tmp_path / "once" / "stall.ipynb").read_text()
+    marker.unlink()
+    stuck = ["-p", "marker", str(marker), "-p", "stall_s", "-60", "--out", str(tmp_path / "stuck")]
+    assert report.main([*argv, *stuck]) == 1
+    err = capfd.readouterr().err
+    assert re.search(r"FAILED stall .*ran past 4 s twice", err) and "Traceback" not in err, err
+
+
+def test_report_refuses_a_timeout_that_is_not_positive(capsys):
+    assert report.main(["--notebooks", "whatif", "--cell-timeout", "0"]) == 2
+    assert "--cell-timeout must be a positive number of seconds" in capsys.readouterr().err

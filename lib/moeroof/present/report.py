@@ -56,10 +56,18 @@ _PAPERMILL_TIME_KEYS = ("start_time", "end_time", "duration")
 _CELL_TIMING_KEY = "execution"
 #: the variable save_figure reads for its folder (moeroof.core.paths.figures_dir)
 FIGURES_ENV = "MOEROOF_FIGURES_DIR"
+#: the longest a cell may run before its render is abandoned and retried once: far above any
+#: default cell (the slowest takes about a minute), so only a stuck kernel reaches it; a stuck
+#: kernel (a lost reply: the kernel idle, the client waiting) would otherwise hang the run
+CELL_TIMEOUT_S = 1200.0
 
 
 class NotebookFailed(RuntimeError):
     """A notebook raised while executing; the message names the cell and the error, no traceback."""
+
+
+class CellTimedOut(NotebookFailed):
+    """A cell ran past the timeout (a stuck kernel, or parameters far heavier than the defaults)."""
 
 
 def discover(notebooks_dir: Path, names: Sequence[str] | None = None) -> list[Path]:
@@ -152,8 +160,11 @@ def to_html(nb: nbformat.NotebookNode, name: str) -> str:
     return body
 
 
-def execute(path: Path, parameters: dict | None = None) -> nbformat.NotebookNode:
-    """Run one percent notebook through papermill in its own directory; raise NotebookFailed on error.
+def execute(
+    path: Path, parameters: dict | None = None, *, cell_timeout_s: float = CELL_TIMEOUT_S
+) -> nbformat.NotebookNode:
+    """Run one percent notebook through papermill in its own directory; raise NotebookFailed on
+    error and CellTimedOut when a cell runs past ``cell_timeout_s`` seconds.
 
     ``output_path=None`` keeps papermill from saving after every cell: the caller writes the
     finished notebook once, whole.
@@ -161,6 +172,7 @@ def execute(path: Path, parameters: dict | None = None) -> nbformat.NotebookNode
     import jupytext
     import papermill as pm
     from jupyter_client.kernelspec import NoSuchKernel
+    from nbclient.exceptions import CellTimeoutError
     from papermill.exceptions import PapermillExecutionError
 
     nb = jupytext.read(path)
@@ -173,6 +185,7 @@ def execute(path: Path, parameters: dict | None = None) -> nbformat.NotebookNode
             language="python",  # a percent notebook may carry no kernelspec; injecting parameters needs it
             cwd=str(path.parent),
             progress_bar=False,
+            execution_timeout=cell_timeout_s,
             # the kernel's own log (a TCP-transport warning on every start, an interrupt at
             # shutdown) is noise between the progress lines; a cell's error still ends the
             # render through papermill, with its cell and message
@@ -180,6 +193,8 @@ def execute(path: Path, parameters: dict | None = None) -> nbformat.NotebookNode
         )
     except PapermillExecutionError as err:
         raise NotebookFailed(f"{path.name}: cell [{err.exec_count}] raised {err.ename}: {err.evalue}") from None
+    except CellTimeoutError:
+        raise CellTimedOut(f"{path.name}: a cell ran past {cell_timeout_s:g} s") from None
     except NoSuchKernel as err:
         raise NotebookFailed(
             f"{path.name}: no Jupyter kernel {err.name!r}; install ipykernel in this environment"
@@ -187,17 +202,33 @@ def execute(path: Path, parameters: dict | None = None) -> nbformat.NotebookNode
 
 
 def render(
-    path: Path, out_dir: Path, parameters: dict | None = None, *, figures_dir: Path | None = None
+    path: Path,
+    out_dir: Path,
+    parameters: dict | None = None,
+    *,
+    figures_dir: Path | None = None,
+    cell_timeout_s: float = CELL_TIMEOUT_S,
 ) -> tuple[Path, Path]:
     """Execute ``path`` and write ``out_dir/NAME.ipynb`` and ``out_dir/NAME.html``; return both paths.
 
     ``figures_dir``, when given, is where the notebook's figures go (the kernel inherits
     ``MOEROOF_FIGURES_DIR`` for the length of this render); otherwise the environment decides.
+    A cell that runs past ``cell_timeout_s`` ends the attempt; the notebook is run once more in a
+    fresh kernel (a stuck kernel is rare and does not repeat), and a second timeout fails it.
     """
     name = path.stem
     ipynb_path, html_path = out_dir / f"{name}.ipynb", out_dir / f"{name}.html"
     with _figures_env(figures_dir):
-        nb = execute(path, parameters)
+        try:
+            nb = execute(path, parameters, cell_timeout_s=cell_timeout_s)
+        except CellTimedOut as err:
+            print(f"retry  {name:<24} {err}; once more in a fresh kernel", file=sys.stderr, flush=True)
+            try:
+                nb = execute(path, parameters, cell_timeout_s=cell_timeout_s)
+            except CellTimedOut as again:
+                raise CellTimedOut(
+                    f"{again} twice (each in a fresh kernel); raise --cell-timeout for heavy parameters"
+                ) from None
     nb = strip_volatile(nb, input_path=_display_path(path), output_path=_display_path(ipynb_path))
     nb = strip_widgets(nb)
     html = to_html(nb, name)
@@ -343,6 +374,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: the number of cores; 1 renders one after another)",
     )
     parser.add_argument(
+        "--cell-timeout",
+        type=float,
+        default=CELL_TIMEOUT_S,
+        metavar="SECONDS",
+        help="abandon a render whose cell runs longer and retry it once in a fresh kernel "
+        "(default: %(default)g; raise it for parameters far heavier than the defaults)",
+    )
+    parser.add_argument(
         "--json",
         action="store_true",
         help="print one JSON object (each notebook's report, executed notebook, figures folder, seconds, error) "
@@ -370,6 +409,7 @@ def _render_job(
     parameters: dict | None,
     figures_dir: Path | None,
     to_stderr: bool,
+    cell_timeout_s: float = CELL_TIMEOUT_S,
 ) -> tuple[Path | None, Path | None, str | None, float]:
     """One notebook's render, in this process or a pool's: the start line, then (ipynb, html,
     error text or None, seconds). The start line is printed where the render runs, so with
@@ -377,7 +417,9 @@ def _render_job(
     print(f"[{n}/{total}] {path.stem} ...", file=sys.stderr if to_stderr else sys.stdout, flush=True)
     start = time.perf_counter()
     try:
-        ipynb_path, html_path = render(path, out_dir, parameters, figures_dir=figures_dir)
+        ipynb_path, html_path = render(
+            path, out_dir, parameters, figures_dir=figures_dir, cell_timeout_s=cell_timeout_s
+        )
     except NotebookFailed as err:
         return None, None, str(err), time.perf_counter() - start
     return ipynb_path, html_path, None, time.perf_counter() - start
@@ -424,10 +466,14 @@ def run(args: argparse.Namespace, *, prog: str = "moeroof.present.report") -> in
         print(f"{prog}: --jobs must be at least 1, got {jobs}", file=sys.stderr)
         return 2
     jobs = min(jobs, len(notebooks))
+    cell_timeout_s = getattr(args, "cell_timeout", CELL_TIMEOUT_S)
+    if not 0 < cell_timeout_s < float("inf"):
+        print(f"{prog}: --cell-timeout must be a positive number of seconds, got {cell_timeout_s}", file=sys.stderr)
+        return 2
     failures: list[str] = []
     targets = [target_for(path.stem, parameters, args.out, paths.REPORTS_DIR) for path in notebooks]
     jobs_args = [
-        (n, len(notebooks), path, target.out_dir, parameters, target.figures_dir, as_json)
+        (n, len(notebooks), path, target.out_dir, parameters, target.figures_dir, as_json, cell_timeout_s)
         for n, (path, target) in enumerate(zip(notebooks, targets), 1)
     ]
     if jobs == 1:

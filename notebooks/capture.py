@@ -27,6 +27,7 @@ prompt_len: int = 24  # longest generated prompt in tokens (lengths drawn from h
 ignore_eos: bool = True  # decode every stream to max_new_tokens, through its EOS
 dtype: str = "auto"  # weights' dtype: auto (as stored), float32, bfloat16 or float16
 device: str = "cpu"  # cpu, cuda or cuda:i
+torch_threads: int = 1  # torch's CPU threads (0: torch's default, one per core); 1 keeps reports rendered side by side from oversubscribing the cores
 save_dir: str = ""  # keep the capture's trace + histogram in this folder; empty: a temp folder, removed at the end
 external: str = "mixtral,qwen15,qwen3-gsm-en"  # external real captures to analyse too, comma separated (empty: none)
 cache_share: float = 0.5  # the LRU cache size the answer quotes, as a share of all (layer, expert) pairs
@@ -71,6 +72,8 @@ from moeroof.witness.capture import (
 from moeroof.witness.tiny_models import tiny_checkpoint
 
 torch, transformers = require_capture_packages()
+if torch_threads > 0:
+    torch.set_num_threads(torch_threads)
 torch.manual_seed(seed)
 torch.use_deterministic_algorithms(True, warn_only=True)
 transformers.utils.logging.disable_progress_bar()

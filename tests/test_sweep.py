@@ -1,9 +1,12 @@
 """moeroof.studies.sweep and `moeroof sweep`: grids, point ids, serial and dask.distributed runs,
-failed points, resuming, the Parquet output and the CLI's errors."""
+failed points, resuming, the Parquet output and the CLI's errors; synthetic-trace cache points and
+fit-routing points against the library called directly; the example grids."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 
 import pyarrow.parquet as pq
 import pytest
@@ -13,6 +16,17 @@ from moeroof.core.paths import REPO_ROOT
 from moeroof.studies import sweep
 
 EXAMPLE = REPO_ROOT / "data" / "sweeps" / "example-plan.toml"
+EXAMPLES = ("example-plan.toml", "example-cache-policy.toml", "example-fit-routing.toml")
+
+#: a synthetic-trace cache grid small enough for the quick loop (2 × 2 × 3 × 2 = 24 points)
+SYNTH = {
+    "command": "cache",
+    "routing": ["uniform", "zipf:0.9"],
+    "seed": [0, 1],
+    "policy": ["lru", "s3fifo", "belady"],
+    "capacity": [48, 160],
+    "fixed": {"experts": 32, "top_k": 4, "layers": 4, "steps": 48, "streams": 4, "rho": 0.2, "warmup_steps": 8},
+}
 
 SMALL = {
     "command": "plan",
@@ -60,6 +74,31 @@ def test_example_grid_expands_to_36_points_with_stable_distinct_ids():
         ({"command": "plan", "model": "glm-5.2", "hardware": "x", "batch": [1], "fixed": {"batch": 2}}, "batch"),
         ({"command": "union", "batch": {"start": 1, "stop": 8}}, "batch"),
         ({"command": "union", "batch": [1, 1]}, "batch"),
+        # a cache point reads a trace file or samples one: not both, not neither, not half a spec
+        (
+            {"command": "cache", "trace": "traces/qwen3-30b-a3b-like.npz", "routing": "uniform", "capacity": 8},
+            "routing",
+        ),
+        ({"command": "cache", "capacity": [8, 16], "policy": "lru"}, "trace"),
+        (
+            {
+                "command": "cache",
+                "routing": "zipf:0.9",
+                "experts": 8,
+                "top_k": 2,
+                "layers": 2,
+                "steps": 4,
+                "streams": 2,
+                "capacity": 4,
+            },
+            "seed",
+        ),
+        ({"command": "cache", "trace": "t.npz", "capacity": 4, "colour": "red"}, "colour"),
+        ({"command": "fit-routing", "experts": 64, "top_k": 4, "layers": 8}, "points"),
+        (
+            {"command": "fit-routing", "points": "p.csv", "experts": 64, "top_k": 4, "layers": 8, "capacity": 1},
+            "capacity",
+        ),
     ],
 )
 def test_bad_grids_name_the_key(doc, key):
@@ -239,3 +278,152 @@ def test_killing_a_worker_mid_sweep_loses_no_point_after_resume(tmp_path, how):
     rows = pq.read_table(out).to_pylist()
     assert [r["point_id"] for r in rows] == [p["point_id"] for p in points]
     assert outputs(rows) == outputs(pq.read_table(serial).to_pylist())
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_example_grids_parse_and_expand_to_their_stated_counts(name):
+    """Each example starts with the command that runs it and states its point count; the count
+    holds, and every point has a distinct id."""
+    path = REPO_ROOT / "data" / "sweeps" / name
+    lines = path.read_text().splitlines()
+    assert lines[0].startswith(f"# moeroof sweep data/sweeps/{name} -o ")
+    stated = re.search(r"= (\d+) [\w-]+ points", lines[1])
+    assert stated, f"{name}: line 2 should state '= N <command> points', got {lines[1]!r}"
+    grid = sweep.read_grid(path)
+    points = sweep.expand(grid)
+    assert grid.size == len(points) == int(stated.group(1))
+    assert len({p["point_id"] for p in points}) == len(points)
+    assert f"{int(stated.group(1))} {grid.command} points" in lines[1]
+
+
+def _simulate_directly(topk, experts, inputs):
+    from moeroof.models.cache import requests_from_trace, simulate
+
+    return simulate(
+        requests_from_trace(topk, experts),
+        float(inputs["capacity"]),
+        policy=inputs["policy"],
+        warmup_steps=inputs["warmup_steps"],
+    )
+
+
+def test_a_synthetic_cache_point_equals_simulating_the_trace_sampled_with_its_seed(tmp_path):
+    """Two paths the sweep does not take: the routing library's sampler called here with
+    default_rng(seed), and `moeroof trace` writing the trace to a file that a trace-file cache
+    point replays."""
+    import numpy as np
+
+    from moeroof.models.routing import Zipf, sample_trace
+
+    grid = sweep.grid_from_dict({**SYNTH, "routing": "zipf:0.9", "seed": 7, "policy": ["lru", "belady"]})
+    for point in sweep.expand(grid):
+        row = sweep.evaluate_point(point)
+        inputs = point["inputs"]
+        topk = sample_trace(Zipf(32, 4, 0.9), 48, 4, 4, np.random.default_rng(7), rho=0.2)
+        direct = _simulate_directly(topk, 32, inputs)
+        assert row["error"] is None
+        assert (row["requests"], row["hits"], row["misses"]) == (direct.requests, direct.hits, direct.misses)
+        assert row["hit_rate"] == direct.hit_rate and 0 < row["hit_rate"] < 1
+        assert (row["trace_steps"], row["trace_streams"], row["trace_layers"], row["trace_top_k"]) == (48, 4, 4, 4)
+        assert row["trace_experts"] == 32
+    # the same trace written by `moeroof trace`, replayed as a file
+    path = tmp_path / "t.npz"
+    argv = "trace --family zipf:0.9 --rho 0.2 --streams 4 --steps 48 --experts 32 --top-k 4 --layers 4 --seed 7"
+    assert main([*argv.split(), "-o", str(path), "--json"]) == 0
+    synth = sweep.evaluate_point(sweep.expand(grid)[0])
+    fixed = {"trace": str(path), "capacity": 48, "policy": "lru", "warmup_steps": 8}
+    (from_file,) = [sweep.evaluate_point(p) for p in sweep.expand(sweep.grid_from_dict({"command": "cache", **fixed}))]
+    for key in ("requests", "hits", "misses", "hit_rate", "experts_streamed_per_step", "trace_steps", "trace_streams"):
+        assert from_file[key] == synth[key], key
+
+
+def test_same_seed_same_row_other_seed_other_trace():
+    one = {**SYNTH, "routing": "zipf:0.9", "policy": "lru", "capacity": 48, "seed": 3}
+    (first,) = [sweep.evaluate_point(p) for p in sweep.expand(sweep.grid_from_dict(one))]
+    (again,) = [sweep.evaluate_point(p) for p in sweep.expand(sweep.grid_from_dict(one))]
+    assert outputs([first]) == outputs([again]) and first["error"] is None
+    a = sweep.synthetic_trace("zipf:0.9", 32, 4, 4, 48, 4, 3, 0.2)
+    b = sweep.synthetic_trace("zipf:0.9", 32, 4, 4, 48, 4, 4, 0.2)
+    assert a.shape == b.shape == (48, 4, 4, 4)
+    assert (a != b).mean() > 0.5  # another seed: mostly other ids, not a shifted copy
+    other = [sweep.evaluate_point(p) for p in sweep.expand(sweep.grid_from_dict({**one, "seed": [4, 5]}))]
+    assert len({first["point_id"], *(r["point_id"] for r in other)}) == 3
+    assert len({(r["hits"], r["experts_streamed_per_step"]) for r in [first, *other]}) > 1
+
+
+def test_a_bad_synthetic_spec_is_an_error_row_not_a_crash():
+    bad = {**SYNTH, "routing": ["zipf:-1", "pareto:2"], "seed": 0, "policy": "lru", "capacity": 48}
+    rows = [sweep.evaluate_point(p) for p in sweep.expand(sweep.grid_from_dict(bad))]
+    assert len(rows) == 2
+    assert all(r["error"].startswith("ValueError: routing:") and "hit_rate" not in r for r in rows)
+
+
+FIT = {
+    "command": "fit-routing",
+    "points": "points/example.points",
+    "experts": 64,
+    "top_k": 4,
+    "layers": 8,
+    "expert_bytes": 4194304,
+    "seeds": 1,
+    "seed": 3,
+    "bootstrap": 2,
+    "timed_steps": 8,
+    "max_sim_layers": 4,
+    "calibrate": "9,10",
+}
+
+
+def test_a_fit_routing_point_equals_the_library_called_directly():
+    from moeroof.core.paths import resolve_data
+    from moeroof.data.points import read_points
+    from moeroof.models.fit_routing import fit_routing
+
+    (point,) = sweep.expand(sweep.grid_from_dict(FIT))
+    row = sweep.evaluate_point(point)
+    assert row["error"] is None, row["error"]
+    points = read_points(resolve_data("points/example.points"), experts=64, expert_bytes=4194304)
+    measured = {p.row: p.value for p in points if p.value is not None}
+    kept = [p if p.row in (9, 10) else dataclasses.replace(p, value=None) for p in points]
+    fit = fit_routing(kept, 64, 4, 8, 4194304, seeds=[3], bootstrap=2, timed_steps=8, max_sim_layers=4)
+    assert row["family"] == fit.family and row["fitted"] == ",".join(fit.fitted)
+    for name in ("skew", "rho", "locality_c", "history_tokens"):
+        k = fit.knobs[name]
+        assert (row[name], row[f"{name}_low"], row[f"{name}_high"]) == (k["value"], k["low"], k["high"]), name
+    assert row["residual"] == fit.families[fit.family]["residual"]
+    assert row["max_abs_z"] == fit.families[fit.family]["max_abs_z"]
+    rows = json.loads(row["rows_json"])
+    assert [r["predicted"] for r in rows] == [r["predicted"] for r in fit.rows]
+    assert [r["row"] for r in rows] == [p.row for p in points]
+    # the measured rows left out of calibrate are held out: scored against their value
+    held = sorted(set(measured) - {9, 10})
+    assert row["calibration_rows"] == 2 and row["holdout_rows"] == len(held) > 0
+    assert [r["row"] for r in rows if r["held_out"]] == held
+    assert all(r["measured"] == measured[r["row"]] for r in rows if r["held_out"])
+    assert 0 <= row["holdout_inside_band"] <= len(held) and row["holdout_max_abs_z"] >= 0
+
+
+def test_a_bad_calibrate_names_the_line():
+    (point,) = sweep.expand(sweep.grid_from_dict({**FIT, "calibrate": "9,99"}))
+    row = sweep.evaluate_point(point)
+    assert row["error"].startswith("ValueError: calibrate: line 99 ") and row.get("family") is None
+
+
+def test_a_synthetic_cache_grid_on_two_worker_processes_equals_the_serial_run(tmp_path):
+    """Each point samples its own trace from its seed: a worker process gives the serial row."""
+    distributed = pytest.importorskip("distributed")
+    grid = sweep.grid_from_dict(SYNTH)
+    serial = tmp_path / "serial.parquet"
+    assert sweep.run_sweep(grid, serial)["failed"] == 0
+    cluster = distributed.LocalCluster(
+        n_workers=2, processes=True, threads_per_worker=1, host="127.0.0.1", protocol="tcp", dashboard_address=None
+    )
+    try:
+        with distributed.Client(cluster) as client:
+            rep = sweep.run_sweep(grid, tmp_path / "cluster.parquet", client=client, chunk=5)
+    finally:
+        cluster.close()
+    assert rep["evaluated"] == 24 and rep["failed"] == 0
+    rows = pq.read_table(tmp_path / "cluster.parquet").to_pylist()
+    assert outputs(rows) == outputs(pq.read_table(serial).to_pylist())
+    assert len({r["hit_rate"] for r in rows}) > 12  # the points differ: not one trace replayed

@@ -1,12 +1,13 @@
-"""``moeroof sweep``: a grid of ``plan`` / ``cache`` / ``union`` points evaluated serially or as
-tasks on dask.distributed, one Parquet row per point.
+"""``moeroof sweep``: a grid of ``plan`` / ``cache`` / ``union`` / ``fit-routing`` points evaluated
+serially or as tasks on dask.distributed, one Parquet row per point.
 
 ::
 
     moeroof sweep GRID.toml -o OUT.parquet [--workers N] [--scheduler ADDRESS] [--json]
 
-The grid format, the point ids, resuming and the row schema are
-:mod:`moeroof.studies.sweep`'s. Building this parser imports no dask: :func:`run` does.
+The grid format, the commands and their keys (:data:`moeroof.studies.sweep.KEYS`), the point
+ids, resuming and the row schema are :mod:`moeroof.studies.sweep`'s; the help's epilog lists the
+keys. Building this parser imports no dask: :func:`run` does.
 """
 
 from __future__ import annotations
@@ -26,17 +27,40 @@ from moeroof.cli.common import (
     positive_int,
 )
 
+EPILOG = """\
+grid keys per command (* required; paths are read from the working directory, else data/):
+  plan         model*, hardware*, batch*, cache_gib (GiB or "auto"), cache_policy, cache_scope,
+               context, overlap, routing, read_size_kib, ranks, partition, seed, page_cache
+  union        batch*; histogram (a path), or experts, top_k, layers (the uniform closed form)
+  cache        capacity* (experts), policy, scope, warmup_steps, streams (B), and either
+               trace (a file; streams takes its first B) or a synthetic trace sampled per point:
+               routing (uniform | zipf:S | dirichlet:ALPHA), experts, top_k, layers, steps, streams,
+               seed (all required with routing), rho (stickiness, default 0) -- the trace
+               `moeroof trace` writes for the same knobs and seed
+  fit-routing  points* (a POINTS .csv), experts*, top_k*, layers*, expert_bytes, seeds (fit seeds,
+               default 4), seed (the first, default 0), bootstrap (8), timed_steps (16), families
+               (default "dirichlet,zipf"), max_sim_layers (16), max_history (2048), calibrate
+               ("all", or the POINTS line numbers that calibrate, e.g. "8,10"; the other measured
+               rows are held out and scored)
+
+examples: data/sweeps/example-plan.toml (36 points), example-cache-policy.toml (360),
+example-fit-routing.toml (12)
+"""
+
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "sweep",
-        help="a grid of plan / cache / union points, serially or on dask.distributed, to Parquet",
-        description=(
-            "Evaluate every point of a grid TOML (axes as lists or {start, stop, step} ranges, a "
-            "command = plan | cache | union, fixed inputs in [fixed]) and write one Parquet row per point "
-            "(inputs, outputs, provenance; a failed point keeps its error in the error column). A run on "
-            "an existing OUT skips the points it already holds (failed points are tried again)."
+        help="a grid of plan / cache / union / fit-routing points, serially or on dask.distributed, to Parquet",
+        description=(  # line breaks kept (the epilog's table needs the raw formatter)
+            "Evaluate every point of a grid TOML (axes as lists or {start, stop, step} ranges,\n"
+            "command = plan | cache | union | fit-routing, fixed inputs in [fixed]) and write one\n"
+            "Parquet row per point (inputs, outputs, provenance; a failed point keeps its error in\n"
+            "the error column). A run on an existing OUT skips the points it already holds (failed\n"
+            "points are tried again)."
         ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("grid", metavar="GRID.toml", help="the grid file (examples in data/sweeps/)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.parquet", help="the Parquet file to write (resumed)")

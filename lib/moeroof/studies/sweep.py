@@ -1,8 +1,9 @@
-"""Sweeps: a grid of ``plan`` / ``cache`` / ``union`` evaluations, serially or on dask.distributed.
+"""Sweeps: a grid of ``plan`` / ``cache`` / ``union`` / ``fit-routing`` evaluations, serially or on
+dask.distributed.
 
 A grid is a TOML file (:func:`read_grid`)::
 
-    command = "plan"                           # plan | cache | union
+    command = "plan"                           # plan | cache | union | fit-routing
     model = ["glm-5.2", "deepseek-v3"]         # an axis: a list of values
     cache_gib = {start = 0, stop = 40, step = 20}   # an axis: a range, stop included
     batch = [1, 8, 64]
@@ -14,6 +15,35 @@ Every top-level key but ``command`` and ``fixed`` is an axis; a scalar is an axi
 :func:`expand` gives the points (the Cartesian product of the axes, in the file's axis order,
 each with the fixed inputs); :func:`point_id` names a point by a hash of its command and inputs,
 so the id does not depend on the axis order or on which file the point came from.
+
+The commands and their inputs (:data:`KEYS`; a key no command takes is an error naming it):
+
+- ``plan`` (what ``moeroof plan`` computes, one batch size a point): ``model``, ``hardware``,
+  ``batch`` (required); ``cache_gib`` (a number or ``"auto"``), ``cache_policy``,
+  ``cache_scope``, ``context``, ``overlap``, ``routing``, ``read_size_kib``, ``ranks``,
+  ``partition``, ``seed``, ``page_cache``.
+- ``union`` (``moeroof union``): ``batch`` (required); ``histogram`` (a path), or ``experts``,
+  ``top_k`` and ``layers`` (the uniform closed form).
+- ``cache`` (``moeroof cache``): ``capacity`` (experts, required), ``policy``, ``scope``,
+  ``warmup_steps``, ``streams`` (the batch B), and the trace: a file, ``trace`` (``streams``
+  then takes its first B streams), or a synthetic trace sampled in the point (:func:`synthetic_trace`:
+  exactly what ``moeroof trace`` writes for the same knobs): ``routing`` (``uniform``,
+  ``zipf:S`` or ``dirichlet:ALPHA``), ``experts``, ``top_k``, ``layers``, ``steps``, ``streams``
+  and ``seed`` (all required with ``routing``), ``rho`` (stickiness, default 0). One or the
+  other, never both (:data:`SYNTHETIC_KEYS`). The rows add the trace's shape.
+- ``fit-routing`` (``moeroof fit-routing``, :func:`moeroof.models.fit_routing.fit_routing`):
+  ``points`` (a POINTS .csv), ``experts``, ``top_k``, ``layers`` (required); ``expert_bytes``,
+  ``seeds`` (how many fit seeds, default 4), ``seed`` (the first of them, default 0),
+  ``bootstrap`` (default 8), ``timed_steps`` (default 16), ``families`` (comma-separated,
+  default both), ``max_sim_layers`` (default 16), ``max_history`` (default 2048) and
+  ``calibrate``: ``"all"`` (default: every row with a value calibrates) or the POINTS line
+  numbers of the rows that calibrate, comma-separated; the other rows with a value are held
+  out — predicted, and scored against their measured value (``holdout_*`` columns). The rows
+  give the chosen family, each knob with its 5–95 % interval, the scaled residual and the
+  largest miss in tolerances, and every predicted row as JSON text (``rows_json``).
+
+Paths (``trace``, ``histogram``, ``points``) are read as every command reads them
+(:func:`moeroof.core.paths.resolve_data`: the working directory, else the suite's ``data/``).
 
 :func:`evaluate_point` evaluates one point with the library (a pure function: the same inputs
 give the same outputs, on any worker) and returns one flat row: the inputs, the outputs and
@@ -29,6 +59,7 @@ address), and writes every row to Parquet atomically — after the last point, e
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -45,6 +76,8 @@ __all__ = [
     "COMMANDS",
     "KEYS",
     "MAX_POINTS",
+    "MAX_SYNTHETIC_IDS",
+    "SYNTHETIC_KEYS",
     "Grid",
     "GridError",
     "evaluate_point",
@@ -55,10 +88,16 @@ __all__ = [
     "read_grid",
     "rows_table",
     "run_sweep",
+    "synthetic_trace",
 ]
 
 #: the evaluations a grid may sweep
-COMMANDS = ("plan", "cache", "union")
+COMMANDS = ("plan", "cache", "union", "fit-routing")
+
+#: a cache point's synthetic trace: these keys, all of them (``rho`` optional), instead of ``trace``
+SYNTHETIC_KEYS = ("routing", "experts", "top_k", "layers", "steps", "streams", "seed")
+#: keys that only a synthetic trace takes (``streams`` also picks a trace file's first streams)
+_SYNTHETIC_ONLY = ("routing", "experts", "top_k", "layers", "steps", "seed", "rho")
 
 #: the inputs each command takes (grid keys), and which of them every point must have
 KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -82,11 +121,35 @@ KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("model", "hardware", "batch"),
     ),
     "union": (("batch", "experts", "top_k", "layers", "histogram"), ("batch",)),
-    "cache": (("trace", "capacity", "policy", "scope", "warmup_steps", "streams"), ("trace", "capacity")),
+    "cache": (
+        ("trace", "capacity", "policy", "scope", "warmup_steps", "streams", *_SYNTHETIC_ONLY),
+        ("capacity",),  # and trace, or every key of SYNTHETIC_KEYS (_check_cache_source)
+    ),
+    "fit-routing": (
+        (
+            "points",
+            "experts",
+            "top_k",
+            "layers",
+            "expert_bytes",
+            "seeds",
+            "seed",
+            "bootstrap",
+            "timed_steps",
+            "families",
+            "max_sim_layers",
+            "max_history",
+            "calibrate",
+        ),
+        ("points", "experts", "top_k", "layers"),
+    ),
 }
 
 #: the most points one grid may expand to
 MAX_POINTS = 1_000_000
+
+#: the most expert ids (steps · streams · layers · K) one synthetic trace may hold (1 GiB of int32)
+MAX_SYNTHETIC_IDS = 2**28
 
 #: how often a running sweep rewrites its Parquet file with the rows done so far
 CHECKPOINT_SECONDS = 30.0
@@ -190,10 +253,31 @@ def grid_from_dict(doc: Mapping[str, Any], path: Any = "<grid>") -> Grid:
     missing = [k for k in required if k not in axes and k not in fixed]
     if missing:
         raise GridError(path, missing[0], f"{command} needs it (an axis or in [fixed])")
+    if command == "cache":
+        _check_cache_source(path, [*axes, *fixed])
     grid = Grid(command, axes, fixed, str(path))
     if grid.size > MAX_POINTS:
         raise GridError(path, None, f"the grid has {grid.size} points (at most {MAX_POINTS})")
     return grid
+
+
+def _check_cache_source(path: Any, keys: list[str]) -> None:
+    """A cache grid reads a trace file (``trace``) or samples one (every key of
+    :data:`SYNTHETIC_KEYS`), not both and not neither."""
+    synthetic = [k for k in keys if k in _SYNTHETIC_ONLY]
+    needs = f"a synthetic trace needs {', '.join(SYNTHETIC_KEYS)} (rho optional)"
+    if "trace" in keys and synthetic:
+        raise GridError(
+            path,
+            synthetic[0],
+            "is an input of a synthetic trace, but the grid also reads a trace file (trace); give one or the other",
+        )
+    if "trace" not in keys and not synthetic:
+        raise GridError(path, "trace", f"cache needs a trace file (trace) or a synthetic trace: {needs}")
+    if synthetic:
+        missing = [k for k in SYNTHETIC_KEYS if k not in keys]
+        if missing:
+            raise GridError(path, missing[0], f"{needs} (an axis or in [fixed])")
 
 
 def point_id(command: str, inputs: Mapping[str, Any]) -> str:
@@ -294,14 +378,113 @@ def _union_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _family(spec: str) -> tuple[str, float | None]:
+    """``uniform`` → ("uniform", None); ``zipf:S`` (S >= 0) and ``dirichlet:ALPHA`` (ALPHA > 0)."""
+    text = str(spec).strip().lower()
+    if text == "uniform":
+        return "uniform", None
+    name, sep, value = text.partition(":")
+    try:
+        skew = float(value) if sep and name in ("zipf", "dirichlet") else math.nan
+    except ValueError:
+        skew = math.nan
+    if not math.isfinite(skew) or skew < 0 or (name == "dirichlet" and skew == 0):
+        raise ValueError(f"routing: expected uniform, zipf:S (S >= 0) or dirichlet:ALPHA (ALPHA > 0), got {spec!r}")
+    return name, skew
+
+
+def _sampled(
+    family: str,
+    skew: float | None,
+    experts: int,
+    top_k: int,
+    layers: int,
+    steps: int,
+    streams: int,
+    seed: int,
+    rho: float,
+) -> Any:
+    import numpy as np
+
+    from moeroof.models.routing import Dirichlet, Uniform, Zipf, sample_trace
+
+    if family == "uniform":
+        model: Any = Uniform(experts, top_k)
+    elif family == "zipf":
+        model = Zipf(experts, top_k, skew)
+    else:
+        model = Dirichlet(experts, top_k, skew)
+    topk = sample_trace(model, steps, streams, layers, np.random.default_rng(seed), rho=rho)
+    topk.setflags(write=False)  # the memo's copy is shared by the points that sample the same trace
+    return topk
+
+
+#: the last few small traces, per process: the points of a policy × capacity sweep share them
+_sampled_memo = functools.lru_cache(maxsize=4)(_sampled)
+#: traces up to this many ids (64 MiB of int32) are kept in the memo
+_MEMO_IDS = 2**24
+
+
+def synthetic_trace(
+    routing: str, experts: int, top_k: int, layers: int, steps: int, streams: int, seed: int, rho: float = 0.0
+) -> Any:
+    """The trace (steps, streams, layers, K) of a synthetic cache point: the ``routing`` family's
+    popularity per layer (``uniform``, ``zipf:S``, ``dirichlet:ALPHA``), stickiness ``rho``,
+    sampled by :func:`moeroof.models.routing.sample_trace` from ``numpy.random.default_rng(seed)``
+    — the trace ``moeroof trace --family ROUTING --rho RHO --streams B --steps T --experts E
+    --top-k K --layers L --seed S`` writes. Pure: the same inputs give the same ids on any worker
+    (the last few small traces are kept per process, read-only)."""
+    family, skew = _family(routing)
+    sizes = {"experts": experts, "top_k": top_k, "layers": layers, "steps": steps, "streams": streams}
+    for name, v in sizes.items():
+        if isinstance(v, bool) or int(v) != v or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    if isinstance(seed, bool) or int(seed) != seed or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    if not 0.0 <= float(rho) <= 1.0:
+        raise ValueError(f"rho must be in [0, 1], got {rho!r}")
+    ids = math.prod(int(v) for k, v in sizes.items() if k != "experts")
+    if ids > MAX_SYNTHETIC_IDS:
+        raise ValueError(f"steps · streams · layers · top_k = {ids} expert ids, more than {MAX_SYNTHETIC_IDS}")
+    sample = _sampled_memo if ids <= _MEMO_IDS else _sampled
+    return sample(
+        family,
+        skew,
+        int(experts),
+        int(top_k),
+        int(layers),
+        int(steps),
+        int(streams),
+        int(seed),
+        float(rho),
+    )
+
+
 def _cache_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
-    from moeroof.core.paths import resolve_data
-    from moeroof.data.io import read_trace
     from moeroof.models.cache import requests_from_trace, simulate
 
-    trace = read_trace(resolve_data(str(inputs["trace"])))
     streams = inputs.get("streams")
-    requests = requests_from_trace(trace.topk, trace.experts, streams=None if streams is None else int(streams))
+    if "trace" in inputs:
+        from moeroof.core.paths import resolve_data
+        from moeroof.data.io import read_trace
+
+        trace = read_trace(resolve_data(str(inputs["trace"])))
+        topk, experts = trace.topk, trace.experts
+        selected = None if streams is None else int(streams)
+    else:
+        experts = int(inputs["experts"])
+        topk = synthetic_trace(
+            str(inputs["routing"]),
+            inputs["experts"],
+            inputs["top_k"],
+            inputs["layers"],
+            inputs["steps"],
+            inputs["streams"],
+            inputs["seed"],
+            float(inputs.get("rho", 0.0)),
+        )
+        selected = None  # the trace has exactly the B streams asked for
+    requests = requests_from_trace(topk, experts, streams=selected)
     res = simulate(
         requests,
         float(inputs["capacity"]),
@@ -309,19 +492,111 @@ def _cache_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
         scope=str(inputs.get("scope", "global")),
         warmup_steps=int(inputs.get("warmup_steps", 0)),
     )
+    steps, trace_streams, layers, top_k = (int(n) for n in topk.shape)
     return {
         "requests": int(res.requests),
         "hits": int(res.hits),
         "misses": int(res.misses),
         "hit_rate": float(res.hit_rate),
         "experts_streamed_per_step": res.mean_bytes_streamed_per_step,
+        "trace_steps": steps,
+        "trace_streams": trace_streams,
+        "trace_layers": layers,
+        "trace_top_k": top_k,
+        "trace_experts": int(experts),
     }
+
+
+def _calibrating_rows(spec: Any, rows: list[int]) -> set[int] | None:
+    """``calibrate``: None for ``"all"``; else the set of POINTS line numbers (an int, or text
+    ``"8,10"``), each a row of the file."""
+    if isinstance(spec, str) and spec.strip().lower() == "all":
+        return None
+    if isinstance(spec, bool) or not isinstance(spec, (int, str)):
+        raise ValueError(f"calibrate: expected 'all' or POINTS line numbers like '8,10', got {spec!r}")
+    parts = [spec] if isinstance(spec, int) else [t.strip() for t in spec.split(",")]
+    try:
+        chosen = {int(t) for t in parts}
+    except ValueError:
+        raise ValueError(f"calibrate: expected 'all' or POINTS line numbers like '8,10', got {spec!r}") from None
+    unknown = sorted(chosen - set(rows))
+    if unknown:
+        raise ValueError(f"calibrate: line {unknown[0]} is not a row of the POINTS file (rows: {rows})")
+    return chosen
+
+
+def _fit_routing_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    import dataclasses
+
+    from moeroof.core.paths import resolve_data
+    from moeroof.data.points import read_points
+    from moeroof.models.fit_routing import FAMILIES, fit_routing, tolerance
+
+    experts, top_k, layers = int(inputs["experts"]), int(inputs["top_k"]), int(inputs["layers"])
+    expert_bytes = inputs.get("expert_bytes")
+    expert_bytes = None if expert_bytes is None else float(expert_bytes)
+    n_seeds, first = int(inputs.get("seeds", 4)), int(inputs.get("seed", 0))
+    if n_seeds < 1 or first < 0:
+        raise ValueError(f"seeds must be >= 1 and seed >= 0, got seeds={n_seeds}, seed={first}")
+    families = tuple(f.strip() for f in str(inputs.get("families", ",".join(FAMILIES))).split(","))
+    points = read_points(resolve_data(str(inputs["points"])), experts=experts, expert_bytes=expert_bytes)
+    chosen = _calibrating_rows(inputs.get("calibrate", "all"), [p.row for p in points])
+    held_out = [] if chosen is None else [p for p in points if p.calibrates and p.row not in chosen]
+    if chosen is not None:
+        if not any(p.calibrates and p.row in chosen for p in points):
+            raise ValueError(f"calibrate: none of lines {sorted(chosen)} has a value to calibrate with")
+        points = [p if p.row in chosen else dataclasses.replace(p, value=None) for p in points]
+    fit = fit_routing(
+        points,
+        experts,
+        top_k,
+        layers,
+        expert_bytes,
+        families=families,
+        seeds=range(first, first + n_seeds),
+        bootstrap=int(inputs.get("bootstrap", 8)),
+        timed_steps=int(inputs.get("timed_steps", 16)),
+        max_sim_layers=int(inputs.get("max_sim_layers", 16)),
+        max_history=int(inputs.get("max_history", 2048)),
+    )
+    chosen_fit = fit.families[fit.family]
+    out: dict[str, Any] = {"family": fit.family, "skew_parameter": fit.knobs["skew"]["parameter"]}
+    for name in ("skew", "rho", "locality_c", "history_tokens"):
+        k = fit.knobs[name]
+        out.update({name: float(k["value"]), f"{name}_low": float(k["low"]), f"{name}_high": float(k["high"])})
+    out["locality_off"] = bool(fit.knobs["locality_c"]["off"])
+    out["fitted"] = ",".join(fit.fitted)
+    out["residual"] = float(chosen_fit["residual"])
+    out["max_abs_z"] = float(chosen_fit["max_abs_z"])
+    out["fits"] = bool(chosen_fit["fits"])
+    for name, f in fit.families.items():
+        out[f"residual_{name}"] = float(f["residual"])
+        out[f"fits_{name}"] = bool(f["fits"])
+    rows = [dict(r) for r in fit.rows]
+    measured_out = {p.row: p.value for p in held_out}
+    z, inside = [], 0
+    for r in rows:
+        r["held_out"] = r["row"] in measured_out
+        if r["held_out"]:
+            r["measured"] = measured_out[r["row"]]
+            z.append((r["predicted"] - r["measured"]) / tolerance(r["kind"], r["measured"]))
+            inside += r["low"] <= r["measured"] <= r["high"]
+    out["calibration_rows"] = sum(r["calibrates"] for r in rows)
+    out["predicted_rows"] = sum(not r["calibrates"] for r in rows)
+    out["holdout_rows"] = len(z)
+    out["holdout_max_abs_z"] = max((abs(v) for v in z), default=None)
+    out["holdout_inside_band"] = inside if z else None
+    out["notes"] = " | ".join(fit.notes)
+    finite = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()} for r in rows]
+    out["rows_json"] = json.dumps(finite, separators=(",", ":"), allow_nan=False)
+    return out
 
 
 _EVALUATORS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
     "plan": _plan_outputs,
     "union": _union_outputs,
     "cache": _cache_outputs,
+    "fit-routing": _fit_routing_outputs,
 }
 
 

@@ -227,7 +227,7 @@ def render(
                 nb = execute(path, parameters, cell_timeout_s=cell_timeout_s)
             except CellTimedOut as again:
                 raise CellTimedOut(
-                    f"{again} twice (each in a fresh kernel); raise --cell-timeout for heavy parameters"
+                    f"{again} twice (each in a fresh kernel); allow cells longer for heavy parameters"
                 ) from None
     nb = strip_volatile(nb, input_path=_display_path(path), output_path=_display_path(ipynb_path))
     nb = strip_widgets(nb)
@@ -420,6 +420,8 @@ def _render_job(
         ipynb_path, html_path = render(
             path, out_dir, parameters, figures_dir=figures_dir, cell_timeout_s=cell_timeout_s
         )
+    except CellTimedOut as err:
+        return None, None, f"{err} (--cell-timeout SECONDS)", time.perf_counter() - start
     except NotebookFailed as err:
         return None, None, str(err), time.perf_counter() - start
     return ipynb_path, html_path, None, time.perf_counter() - start

@@ -171,3 +171,52 @@ def test_cli_subprocess_exit_status():
         text=True,
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_mrc_layer_scope_is_the_per_layer_simulation(capsys, requests):
+    rep = run_json(capsys, ["mrc", str(TRACE), "--scope", "layer"])
+    assert rep["scope"] == "layer" and rep["capacity_unit"] == "experts per layer"
+    assert rep["capacity_experts"] == list(range(129)) and rep["sample_rate"] is None
+    assert rep["hit_rate_stderr"] is None and rep["requests"] == len(requests)
+    for c in (1, 8, 32, 100):
+        assert rep["hit_rate"][c] == cache.simulate(requests, c * 48, policy="lru", scope="layer").hit_rate
+    assert rep["che_hit_rate"][0] == 0 and rep["che_hit_rate"][-1] == pytest.approx(1.0)
+    assert main(["mrc", str(TRACE), "--scope", "layer", "--format", "csv"]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head == "capacity_experts_per_layer,hit_rate,che_hit_rate"
+    assert main(["mrc", str(TRACE), "--scope", "layer"]) == 0
+    assert "capacity (experts per layer)" in capsys.readouterr().out
+
+
+def test_mrc_slices_state_the_error(capsys):
+    rep = run_json(capsys, ["mrc", str(TRACE), "--sample-rate", "0.5", "--slices", "3"])
+    assert rep["scope"] == "global" and rep["capacity_unit"] == "experts" and rep["slices"] == 3
+    n = len(rep["capacity_experts"])
+    assert len(rep["hit_rate_stderr"]) == len(rep["hit_rate_lower"]) == len(rep["hit_rate_upper"]) == n
+    assert all(lo <= h <= hi for lo, h, hi in zip(rep["hit_rate_lower"], rep["hit_rate"], rep["hit_rate_upper"]))
+    assert any("error stated" in note for note in rep["notes"])
+    assert main(["mrc", str(TRACE), "--sample-rate", "0.5", "--slices", "3", "--format", "csv"]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head.split(",")[3:] == ["hit_rate_stderr", "hit_rate_lower", "hit_rate_upper"]
+    assert main(["mrc", str(TRACE), "--sample-rate", "0.5", "--slices", "3"]) == 0
+    assert "± stderr" in capsys.readouterr().out
+    one = run_json(capsys, ["mrc", str(TRACE), "--sample-rate", "0.5", "--slices", "1"])
+    plain = run_json(capsys, ["mrc", str(TRACE), "--sample-rate", "0.5"])
+    assert one["hit_rate"] == plain["hit_rate"] and one["che_hit_rate"] == plain["che_hit_rate"]
+    assert one["hit_rate_stderr"] == [None] * len(one["hit_rate"])  # one slice: no spread to state
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["--scope", "layer", "--sample-rate", "0.5"], "--sample-rate applies to --scope global"),
+        (["--scope", "layer", "--slices", "2"], "--slices"),
+        (["--workers", "2"], "need --sample-rate"),
+        (["--slices", "2"], "need --sample-rate"),
+        (["--sample-rate", "0.5", "--workers", "2", "--scheduler", "tcp://127.0.0.1:1"], "not both"),
+        (["--sample-rate", "0.5", "--slices", "0"], "--slices"),
+        (["--scope", "layer", "--workers", "0"], "--workers"),
+    ],
+)
+def test_mrc_shard_flag_errors(capsys, argv, match):
+    assert match in run_error(capsys, ["mrc", str(TRACE), *argv])

@@ -3,7 +3,16 @@ stack distances), or the SHARDS sampling estimate, with the Che approximation be
 
 ::
 
-    moeroof mrc TRACE [--sample-rate R] [--seed 0] [--lookup layer|request] [--json]
+    moeroof mrc TRACE [--scope global|layer] [--sample-rate R [--slices S]] [--seed 0]
+                [--lookup layer|request] [--scheduler ADDRESS | --workers N] [--json]
+
+Scope global (default): one LRU cache shared by all layers, capacity in experts. The exact
+curve is one pass in one process (a request's stack distance counts every layer's items, so it
+does not split); ``--sample-rate R`` estimates it by SHARDS, and with ``--slices S``,
+``--workers N`` or ``--scheduler`` the sampled hash range is cut into S disjoint slices, one
+task each, whose spread states the error (:func:`moeroof.studies.shard.shards_curve_sharded`).
+Scope layer: one LRU cache per layer, capacity in experts per layer; exact, its layers sharded
+over the workers (:func:`moeroof.studies.shard.lru_curve_by_layer`).
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.cache import LOOKUP_HELP, LOOKUPS
+from moeroof.cli.cache import LOOKUP_HELP, LOOKUPS, SCOPES
 from moeroof.cli.common import (
     UsageError,
     add_meta_arguments,
@@ -24,10 +33,14 @@ from moeroof.cli.common import (
     jsonable,
     non_negative_int,
     positive_float,
+    positive_int,
     read_trace_arg,
     table,
 )
 from moeroof.data.io import InputError
+
+#: trace cells (step, layer, expert) turned into requests at a time when counting per item
+_COUNT_CHUNK_CELLS = 1 << 22
 
 
 def add_parser(subparsers: Any) -> None:
@@ -36,17 +49,106 @@ def add_parser(subparsers: Any) -> None:
         help="LRU hit rate at every capacity in one pass (stack distances), or a SHARDS estimate",
         description=(
             "Exact LRU hit-rate curve for every capacity in experts (Mattson stack distances; one "
-            "cache shared by all layers, every request counted), or with --sample-rate the SHARDS "
-            "spatial-sampling estimate; the Che approximation from the trace's request counts beside it."
+            "cache shared by all layers, or with --scope layer one per layer; every request counted), "
+            "or with --sample-rate the SHARDS spatial-sampling estimate (scope global), its error "
+            "stated from --slices S disjoint hash slices; the Che approximation from the trace's "
+            "request counts beside it."
         ),
     )
     p.add_argument("path", metavar="TRACE", help="trace .npz / .npy")
+    p.add_argument(
+        "--scope",
+        default="global",
+        choices=SCOPES,
+        help="one cache shared by all layers (capacity in experts), or one per layer (capacity in "
+        "experts per layer; exact, no sampling) (default global)",
+    )
     p.add_argument("--sample-rate", default=None, help="SHARDS sampling rate R in (0, 1] (default: exact)")
+    p.add_argument(
+        "--slices",
+        default=None,
+        help="SHARDS: cut the sampled hash range into S disjoint slices, one task each; the "
+        "estimate and its stated error come from their spread (default: the workers)",
+    )
     p.add_argument("--seed", default="0", help="seed of the SHARDS hash (default 0)")
     p.add_argument("--lookup", default="layer", choices=LOOKUPS, help=LOOKUP_HELP)
+    p.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="run the tasks (layers for --scope layer, SHARDS slices for --sample-rate) on the "
+        "dask.distributed cluster at ADDRESS",
+    )
+    p.add_argument(
+        "--workers",
+        default=None,
+        help="run the tasks (layers for --scope layer, SHARDS slices for --sample-rate) on a local "
+        "cluster of N worker processes",
+    )
     add_meta_arguments(p)
     add_output_arguments(p)
     p.set_defaults(func=run)
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    """Flag values checked against each other: rate, seed, slices, workers, sharded."""
+    rate = None if args.sample_rate is None else positive_float(args.sample_rate, "--sample-rate")
+    if rate is not None and rate > 1:
+        raise UsageError(f"--sample-rate: must lie in (0, 1], got {args.sample_rate!r}")
+    seed = non_negative_int(args.seed, "--seed")
+    slices = None if args.slices is None else positive_int(args.slices, "--slices")
+    workers = 1 if args.workers is None else positive_int(args.workers, "--workers")
+    if args.scheduler is not None and args.workers is not None:
+        raise UsageError("give --scheduler ADDRESS or --workers N, not both")
+    sharded = args.scheduler is not None or workers > 1
+    if args.scope == "layer":
+        if rate is not None:
+            raise UsageError(
+                "--sample-rate applies to --scope global: the per-layer curve is exact and its layers "
+                "shard over --workers/--scheduler without sampling"
+            )
+        if slices is not None:
+            raise UsageError("--slices cuts a SHARDS sample: it needs --sample-rate R (scope global)")
+    elif rate is None and (sharded or slices is not None):
+        raise UsageError(
+            "--workers/--scheduler/--slices with --scope global need --sample-rate R: the exact curve of "
+            "one cache shared by all layers is one pass that does not split (every request's stack "
+            "distance counts every layer); SHARDS sampling splits into hash slices, with its error "
+            "stated — or give --scope layer (one cache per layer, exact, sharded by layer)"
+        )
+    return {"rate": rate, "seed": seed, "slices": slices, "workers": workers, "sharded": sharded}
+
+
+def _where(args: argparse.Namespace, workers: int) -> str:
+    if args.scheduler is not None:
+        return f"the scheduler {args.scheduler}"
+    return f"a local cluster of {workers} worker processes" if workers > 1 else "one process, serially"
+
+
+def _item_counts(trace: Any) -> np.ndarray:
+    """Requests per item (layers·experts,) of a trace, chunk by chunk over steps."""
+    from moeroof.models.cache import requests_from_trace
+
+    n_items = trace.layers * trace.experts
+    counts = np.zeros(n_items, np.int64)
+    chunk = max(1, _COUNT_CHUNK_CELLS // max(1, n_items))
+    for s0 in range(0, trace.steps, chunk):
+        req = requests_from_trace(trace.topk[s0 : s0 + chunk], trace.experts)
+        counts += np.bincount(req.items, minlength=n_items)
+    return counts
+
+
+def _che_per_layer(counts: np.ndarray, layers: int, cap: np.ndarray) -> np.ndarray:
+    """Che's hit rate with one cache of each capacity per layer, weighted by the layers' requests."""
+    from moeroof.models.cache import che_hit_curve
+
+    per = counts.reshape(layers, -1)
+    total = per.sum()
+    out = np.zeros(cap.shape)
+    for row in per:
+        if row.sum():
+            out += row.sum() / total * che_hit_curve(row, cap)
+    return out
 
 
 def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
@@ -59,19 +161,26 @@ def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
         shards_hit_curve,
     )
 
-    rate = None if args.sample_rate is None else positive_float(args.sample_rate, "--sample-rate")
-    if rate is not None and rate > 1:
-        raise UsageError(f"--sample-rate: must lie in (0, 1], got {args.sample_rate!r}")
-    seed = non_negative_int(args.seed, "--seed")
+    opt = _options(args)
+    rate, seed = opt["rate"], opt["seed"]
     trace = read_trace_arg(args.path, args)
+    lookup_note = (
+        "hits judged as each (step, layer) lookup starts"
+        if args.lookup == "layer"
+        else "hits judged request by request in ascending expert id"
+    )
+    extra: dict[str, Any] = {"hit_rate_stderr": None, "hit_rate_lower": None, "hit_rate_upper": None}
+    if args.scope == "layer":
+        return _layer_report(args, trace, opt, lookup_note)
+    if rate is not None and (opt["sharded"] or opt["slices"] is not None):
+        return _sharded_shards_report(args, trace, opt, lookup_note)
     requests = requests_from_trace(trace.topk, trace.experts)
     if len(requests) == 0:
         raise InputError(trace.path, "-", "topk", "the trace requests no expert (all padding)")
     notes = [
-        "one LRU cache shared by all layers, unit sizes, every request counted (no warm-up)",
-        "hits judged as each (step, layer) lookup starts"
-        if args.lookup == "layer"
-        else "hits judged request by request in ascending expert id",
+        "one LRU cache shared by all layers (scope global), capacity in experts, unit sizes, every "
+        "request counted (no warm-up)",
+        lookup_note,
     ]
     if rate is None:
         cap, hit = lru_hit_curve(requests, lookup=args.lookup)
@@ -80,12 +189,86 @@ def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
         cap, hit = shards_hit_curve(requests, rate, seed=seed, lookup=args.lookup)
         method = "shards"
         notes.append(
-            f"SHARDS estimate at rate {rate:g}: capacities below {math.ceil(1 / rate)} experts are not resolved"
+            f"SHARDS estimate at rate {rate:g}: capacities below {math.ceil(1 / rate)} experts are not resolved; "
+            "no error stated (--slices S states one from S disjoint hash slices)"
         )
     counts = request_histogram(requests)  # requests per item: Che's rates and the distinct count
     n_requests = len(requests)
     del requests  # its arrays are as long as the trace; only the curve and the counts remain
     che = che_hit_curve(counts, cap)
+    return _finish(args, trace, cap, hit, che, method, rate, n_requests, counts, notes, extra)
+
+
+def _layer_report(args, trace, opt, lookup_note) -> dict[str, Any]:
+    """``--scope layer``: the exact per-layer curve, layers sharded over the tasks."""
+    from moeroof.studies.shard import lru_curve_by_layer
+
+    counts = _item_counts(trace)
+    if not counts.any():
+        raise InputError(trace.path, "-", "topk", "the trace requests no expert (all padding)")
+    res = lru_curve_by_layer(trace, lookup=args.lookup, scheduler=args.scheduler, workers=opt["workers"])
+    cap = res.capacity_per_layer
+    notes = [
+        f"one LRU cache per layer (scope layer): capacity in experts per layer, the same in each of the "
+        f"{trace.layers} layers (C experts per layer is {trace.layers}·C in all); unit sizes, every request counted "
+        "(no warm-up)",
+        lookup_note,
+        f"exact per layer; {res.tasks} task(s) of layers on {_where(args, opt['workers'])} "
+        "(per-layer caches are independent: the same curve however sharded)",
+        "che: per layer from the layer's request counts, weighted by its requests",
+    ]
+    che = _che_per_layer(counts, trace.layers, cap)
+    method = "exact-lru per layer (Mattson stack distances)"
+    extra = {"hit_rate_stderr": None, "hit_rate_lower": None, "hit_rate_upper": None}
+    return _finish(args, trace, cap, res.hit_rate, che, method, None, res.requests, counts, notes, extra)
+
+
+def _sharded_shards_report(args, trace, opt, lookup_note) -> dict[str, Any]:
+    """``--sample-rate R`` with ``--slices``/``--workers``/``--scheduler``: SHARDS over hash slices."""
+    from moeroof.models.cache import che_hit_curve
+    from moeroof.studies.shard import BAND_SIGMAS, shards_curve_sharded
+
+    rate = opt["rate"]
+    res = shards_curve_sharded(
+        trace,
+        rate,
+        slices=opt["slices"],
+        seed=opt["seed"],
+        lookup=args.lookup,
+        scheduler=args.scheduler,
+        workers=opt["workers"],
+    )
+    if res.requests == 0:
+        raise InputError(trace.path, "-", "topk", "the trace requests no expert (all padding)")
+    s = res.slices
+    k = f"{BAND_SIGMAS:g}"
+    notes = [
+        "one LRU cache shared by all layers (scope global), capacity in experts, unit sizes, every "
+        "request counted (no warm-up)",
+        lookup_note,
+        f"SHARDS estimate at rate {rate:g} from {s} disjoint hash slices (each a rate {rate / s:g} sample, "
+        f"one task each, on {_where(args, opt['workers'])}); the estimate depends on the slices, not on "
+        f"the workers; capacities below {math.ceil(res.resolution)} experts (S/R) are not resolved",
+        "error stated: hit_rate_stderr is the sampling standard error from the spread of the slices' "
+        "curves (ratio estimator; none with one slice); it misses the estimate's blur at steep parts "
+        f"of the curve, so the band hit_rate_lower..hit_rate_upper reads the estimate {k}σ(c) + S/R "
+        f"experts either side of c (σ(c) = sqrt(c·(1−p)/p), p = R/S) and widens it by {k} stderr",
+    ]
+    extra = {"hit_rate_stderr": res.stderr, "hit_rate_lower": res.lower, "hit_rate_upper": res.upper}
+    extra.update(
+        slices=s,
+        seed=opt["seed"],
+        resolution_experts=res.resolution,
+        slice_requests=res.slice_requests,
+    )
+    che = che_hit_curve(res.item_requests, res.capacity)
+    method = f"shards over {s} hash slices"
+    return _finish(
+        args, trace, res.capacity, res.hit_rate, che, method, rate, res.requests, res.item_requests, notes, extra
+    )
+
+
+def _finish(args, trace, cap, hit, che, method, rate, n_requests, counts, notes, extra) -> dict[str, Any]:
     notes.append(
         "che: independent-reference approximation from the trace's request counts; "
         "it ignores the step order a trace has (an approximation, not a bound)"
@@ -93,8 +276,11 @@ def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
     return jsonable(
         {
             "capacity_experts": cap,
+            "capacity_unit": "experts per layer" if args.scope == "layer" else "experts",
+            "scope": args.scope,
             "hit_rate": hit,
             "che_hit_rate": che,
+            **extra,
             "method": method,
             "lookup": args.lookup,
             "sample_rate": rate,
@@ -111,11 +297,26 @@ def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def print_mrc(rep: dict[str, Any]) -> None:
-    print(f"LRU hit rate by capacity — {rep['source']} ({rep['method']})")
+    unit = rep.get("capacity_unit", "experts")
+    print(f"LRU hit rate by capacity — {rep['source']} ({rep['method']}, scope {rep.get('scope', 'global')})")
     cap = rep["capacity_experts"]
     picks = sorted({int(round(q * (len(cap) - 1))) for q in np.linspace(0, 1, 11)})
-    rows = [[str(cap[i]), fmt(rep["hit_rate"][i], 4), fmt(rep["che_hit_rate"][i], 4)] for i in picks]
-    print(table(["capacity (experts)", "hit rate", "che"], rows, ">>>"))
+    se, lo, hi = rep.get("hit_rate_stderr"), rep.get("hit_rate_lower"), rep.get("hit_rate_upper")
+    if se is None:
+        rows = [[str(cap[i]), fmt(rep["hit_rate"][i], 4), fmt(rep["che_hit_rate"][i], 4)] for i in picks]
+        print(table([f"capacity ({unit})", "hit rate", "che"], rows, ">>>"))
+    else:
+        rows = [
+            [
+                str(cap[i]),
+                fmt(rep["hit_rate"][i], 4),
+                fmt(se[i], 4),
+                f"{fmt(lo[i], 4)}–{fmt(hi[i], 4)}",
+                fmt(rep["che_hit_rate"][i], 4),
+            ]
+            for i in picks
+        ]
+        print(table([f"capacity ({unit})", "hit rate", "± stderr", "band", "che"], rows, ">>>>>"))
     for note in rep["notes"]:
         print(f"note: {note}")
 
@@ -126,6 +327,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def mrc_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
-    """``--format csv``: one row per capacity (the whole curve)."""
+    """``--format csv``: one row per capacity (the whole curve); the capacity column says its unit."""
     cols = ["capacity_experts", "hit_rate", "che_hit_rate"]
-    return cols, [list(row) for row in zip(*(rep[c] for c in cols))]
+    if rep.get("hit_rate_stderr") is not None:
+        cols += ["hit_rate_stderr", "hit_rate_lower", "hit_rate_upper"]
+    header = list(cols)
+    if rep.get("scope") == "layer":
+        header[0] = "capacity_experts_per_layer"
+    return header, [list(row) for row in zip(*(rep[c] for c in cols))]

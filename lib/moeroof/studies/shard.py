@@ -18,7 +18,9 @@ What a task reads: for a trace given as a path, the path and its layer slice —
 is memory-mapped (beyond the reader's copy limit), so a worker reads only the columns of its layers, chunk by chunk over steps (a
 ``.npz`` member is decompressed whole by each worker); for a trace in memory, the sliced array.
 The global scope does not shard this way (one cache shared by all layers): its route to large
-traces is SHARDS sampling (:func:`moeroof.models.cache.shards_hit_curve`), with its error stated.
+traces is SHARDS sampling (:func:`moeroof.models.cache.shards_hit_curve`), and
+:func:`shards_curve_sharded` shards *that* over disjoint slices of the sampled hash range, one task
+each, whose spread states its error (an estimate, not exact: see :class:`ShardsCurve`).
 """
 
 from __future__ import annotations
@@ -320,4 +322,225 @@ def lru_curve_by_layer(
     rate = hits / counted if counted else np.full(experts + 1, np.nan)
     return LayerCurve(
         capacity_per_layer=cap, hits=hits, requests=counted, hit_rate=rate, layers=layers, tasks=len(groups)
+    )
+
+
+# ----------------------------------------------------------------------------- SHARDS over slices
+#
+# The global scope (one cache shared by all layers) does not split by layer: a request's stack
+# distance counts every layer's items. Its route to large traces is SHARDS spatial sampling
+# (Waldspurger et al. 2015), and sampling does split: the hash range [0, R) of the sampled items
+# is cut into S disjoint slices [j·R/S, (j+1)·R/S), each a SHARDS sample at rate R/S on its own.
+# A task reads the trace itself, keeps only its slice's requests (chunk by chunk over steps, so
+# it never holds the whole request stream) and returns the histogram of its stack distances.
+
+
+@dataclass(frozen=True)
+class ShardsCurve(Result):
+    """SHARDS estimate of the global LRU curve from ``slices`` disjoint hash slices, with its error.
+
+    ``capacity`` (C+1,) experts 0..C; ``hit_rate`` the estimate: every sampled request's stack
+    distance is estimated from its own slice (the distance within the slice scaled by S/R) and
+    the hit rate at capacity c is the share of all sampled requests with an estimated distance
+    ≤ c — the mean of the slices' curves weighted by their sampled requests (the ratio estimator,
+    as SHARDS takes the share of the sampled requests). ``stderr`` its sampling error per
+    capacity, from the spread of the S slice curves (the ratio estimator's cluster variance,
+    ``sqrt(S/(S−1) · Σ_j w_j² (h_j − h)²)`` with ``w_j`` the slices' shares of the sampled
+    requests; ``std/√S`` when the slices are equally large); NaN with one slice.
+
+    The stderr does not cover the estimate's *bias*: a slice estimates a distance d by X·S/R,
+    X the distinct sampled items among the d (about Binomial(d, p), p = R/S), so the estimate
+    is the true curve blurred over capacities c ± σ(c), ``σ(c) = sqrt(c·(1−p)/p)`` — small where
+    the curve is straight, as large as the jump at a cliff (the global scope of a decode trace
+    has one where a step's working set fits). ``lower``/``upper`` widen it into the stated
+    band: ``hit_rate`` read 3σ(c) + 1/p below and above c (one grid step S/R for the
+    interpolation), minus/plus 3 stderr there (0 for one slice). ``resolution`` = S/R experts:
+    below it a slice's curve is interpolated from 0, not measured.
+    ``slice_hit_rate`` (S, C+1) each slice's own curve (held at its last value beyond its range),
+    ``slice_requests`` (S,) their sampled requests, ``requests`` the requests of the stream and
+    ``item_requests`` (layers·experts,) requests per item (item = layer·experts + expert).
+    """
+
+    capacity: np.ndarray
+    hit_rate: np.ndarray
+    stderr: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    rate: float
+    slices: int
+    seed: int
+    resolution: float
+    slice_hit_rate: np.ndarray
+    slice_requests: np.ndarray
+    requests: int
+    item_requests: np.ndarray
+    tasks: int
+
+
+#: half-width of the stated band in σ(c) of the distance estimate, and in stderr
+BAND_SIGMAS = 3.0
+
+#: requests_from_trace is called on this many (step, layer, expert) cells at a time per task
+_SLICE_CHUNK_CELLS = 1 << 22
+
+
+def item_hash(items: np.ndarray, seed: int) -> np.ndarray:
+    """The SHARDS hash of :func:`moeroof.models.cache.shards_hit_curve`: splitmix64 of
+    (item, seed) → uniform in [0, 1). A copy of that function's own hash (the sharded estimate
+    with one slice equals it exactly; tests/test_shard.py checks that they agree)."""
+    z = np.asarray(items).astype(np.uint64) + np.uint64((0x9E3779B97F4A7C15 * (int(seed) + 1)) % 2**64)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) / float(2**53)
+
+
+def _slice_edges(rate: float, slices: int) -> list[float]:
+    """Hash-range edges 0 = e_0 < … < e_S = R of the slices (the last edge is R itself)."""
+    return [j * rate / slices for j in range(slices)] + [rate]
+
+
+def _shards_task(payload, meta, layers, experts, lo, hi, seed, lookup, streams, want_counts):
+    """One slice: (distance histogram 0..D_j, D_j, sampled requests, requests, item counts or None)."""
+    topk = _slice(payload, meta, 0, layers) if isinstance(payload, str) else payload
+    steps = int(topk.shape[0])
+    chunk = max(1, _SLICE_CHUNK_CELLS // max(1, layers * experts))
+    items, step, layer = [], [], []
+    counts = np.zeros(layers * experts, np.int64) if want_counts else None
+    total = 0
+    for s0 in range(0, steps, chunk):
+        req = cache.requests_from_trace(topk[s0 : s0 + chunk], experts, streams=streams)
+        total += len(req)
+        if counts is not None:
+            counts += np.bincount(req.items, minlength=layers * experts)
+        h = item_hash(req.items, seed)
+        keep = (h >= lo) & (h < hi)
+        items.append(req.items[keep])
+        step.append(req.step[keep] + np.int32(s0))
+        layer.append(req.layer[keep])
+    sub = cache.Requests(
+        items=np.concatenate(items) if items else np.zeros(0, np.int32),
+        step=np.concatenate(step) if step else np.zeros(0, np.int32),
+        layer=np.concatenate(layer) if layer else np.zeros(0, np.int16),
+        steps=steps,
+        layers=layers,
+        experts=experts,
+    )
+    del items, step, layer
+    if len(sub) == 0:
+        return np.zeros(1, np.int64), 0, 0, total, counts
+    d = int(np.count_nonzero(np.bincount(sub.items)))
+    dist = cache.stack_distances(sub.items, cache.lookup_starts(sub, lookup))
+    return np.bincount(dist, minlength=d + 1).astype(np.int64), d, len(sub), total, counts
+
+
+def _slice_curve(hist: np.ndarray, d: int, n: int, rate: float) -> np.ndarray:
+    """A slice's curve on capacities 0..⌈D/rate⌉, computed as shards_hit_curve computes it."""
+    if n == 0:
+        return np.full(1, np.nan)
+    hist = hist.copy()
+    hist[0] = 0  # a first reference misses at every capacity
+    points = np.maximum(np.cumsum(hist.astype(float)) / float(n), 0.0)  # at capacities k/rate
+    cap = np.arange(int(np.ceil(d / rate - 1e-9)) + 1, dtype=np.int64)
+    return np.clip(np.interp(cap, np.arange(d + 1) / rate, points), 0.0, 1.0)
+
+
+def _band(hit: np.ndarray, err: np.ndarray, p: float) -> tuple[np.ndarray, np.ndarray]:
+    """The stated band: the estimate read BAND_SIGMAS·σ(c) + 1/p either side, ± BAND_SIGMAS stderr."""
+    cap = np.arange(hit.size, dtype=float)
+    w = BAND_SIGMAS * np.sqrt(cap * (1.0 - p) / p) + 1.0 / p
+    lo = np.clip(np.floor(cap - w), 0, hit.size - 1).astype(np.int64)
+    hi = np.clip(np.ceil(cap + w), 0, hit.size - 1).astype(np.int64)
+    se = np.nan_to_num(err, nan=0.0)
+    with np.errstate(invalid="ignore"):
+        lower = np.clip(hit[lo] - BAND_SIGMAS * se[lo], 0.0, 1.0)
+        upper = np.clip(hit[hi] + BAND_SIGMAS * se[hi], 0.0, 1.0)
+    return lower, upper
+
+
+def shards_curve_sharded(
+    trace: Any,
+    rate: float,
+    *,
+    slices: int | None = None,
+    seed: int = 0,
+    lookup: str = "layer",
+    streams: Any = None,
+    client: Any = None,
+    scheduler: str | None = None,
+    workers: int = 1,
+) -> ShardsCurve:
+    """SHARDS estimate of the global-scope LRU curve from ``slices`` disjoint hash slices, one task each.
+
+    Item i is sampled iff ``hash(i) < rate`` (the hash of
+    :func:`moeroof.models.cache.shards_hit_curve`, same ``seed``), and belongs to slice j iff
+    its hash lies in ``[j·rate/S, (j+1)·rate/S)``: every slice is a SHARDS sample at rate R/S
+    and together they are the rate-R sample. A task reads the trace (a path: as
+    :func:`simulate_by_layer`'s tasks do; a :class:`~moeroof.data.io.Trace` in memory: sent
+    once per worker), keeps its slice's requests chunk by chunk over steps and returns the
+    histogram of their stack distances; no task holds the whole request stream or the other
+    slices' samples. The combined curve and its standard error are described in
+    :class:`ShardsCurve`. With one slice the curve equals ``shards_hit_curve(…, rate,
+    seed=seed)`` exactly. The answer depends on ``slices``, never on how the tasks are run:
+    serially unless ``client``, ``scheduler`` (an address) or ``workers > 1`` (a LocalCluster of
+    that many processes) is given; ``slices`` defaults to the workers (the cluster's workers for
+    a client or scheduler). Every slice resolves capacities ≥ S/R experts only (the stack
+    distance within a slice counts a share R/S of the items), so more slices buy an error bar
+    and parallelism at the cost of resolution.
+    """
+    rate = float(rate)
+    if not 0.0 < rate <= 1.0:
+        raise ValueError(f"sample rate must lie in (0, 1], got {rate!r}")
+    if lookup not in cache.LOOKUPS:
+        raise ValueError(f"lookup must be one of {', '.join(cache.LOOKUPS)}, got {lookup!r}")
+    if slices is not None and int(slices) < 1:
+        raise ValueError(f"slices must be >= 1, got {slices}")
+    source, layers, experts, meta = _source(trace)
+    with _client(client, scheduler, workers) as c:
+        if slices is None:
+            slices = workers if c is None else max(1, len(c.scheduler_info().get("workers", {})))
+        s = int(slices)
+        edges = _slice_edges(rate, s)
+        payload = source
+        if c is not None and not isinstance(source, str):
+            payload = c.scatter(source, broadcast=True, hash=False)  # once per worker, not per task
+        tasks = [
+            (payload, meta, layers, experts, edges[j], edges[j + 1], int(seed), lookup, streams, j == 0)
+            for j in range(s)
+        ]
+        parts = _run(_shards_task, tasks, c)
+    sub_rate = rate / s
+    curves = [_slice_curve(h, d, n, sub_rate) for h, d, n, _, _ in parts]
+    size = max(cv.size for cv in curves)
+    cap = np.arange(size, dtype=np.int64)
+    per = np.array([cv[np.minimum(cap, cv.size - 1)] for cv in curves])  # held at the last value
+    n_j = np.array([n for _, _, n, _, _ in parts], dtype=np.int64)
+    total = int(n_j.sum())
+    if total == 0:
+        hit = np.full(size, np.nan)
+        err = np.full(size, np.nan)
+    else:
+        w = n_j / total  # exactly 1.0 for one slice: the curve is then shards_hit_curve's
+        filled = np.where(n_j[:, None] > 0, per, 0.0)
+        hit = np.sum(w[:, None] * filled, axis=0)
+        if s == 1:
+            err = np.full(size, np.nan)
+        else:
+            err = np.sqrt(s / (s - 1) * np.sum((w[:, None] * (filled - hit)) ** 2, axis=0))
+    lower, upper = _band(hit, err, sub_rate)
+    return ShardsCurve(
+        capacity=cap,
+        hit_rate=hit,
+        stderr=err,
+        lower=lower,
+        upper=upper,
+        rate=rate,
+        slices=s,
+        seed=int(seed),
+        resolution=s / rate,
+        slice_hit_rate=per,
+        slice_requests=n_j,
+        requests=int(parts[0][3]),
+        item_requests=parts[0][4],
+        tasks=len(tasks),
     )

@@ -170,7 +170,7 @@ def requests(trace):
 @pytest.mark.parametrize(("rate", "seed", "lookup"), [(1.0, 0, "layer"), (0.5, 3, "layer"), (0.1, 1, "request")])
 def test_shards_one_slice_equals_shards_hit_curve(trace, requests, rate, seed, lookup):
     """One slice is the rate-R sample itself: the same curve as shards_hit_curve, bit for bit
-    (so shard.item_hash is cache.shards_hit_curve's hash)."""
+    (the slices hash as cache.shards_hit_curve does)."""
     cap, hit = cache.shards_hit_curve(requests, rate, seed=seed, lookup=lookup)
     got = shard.shards_curve_sharded(TRACE, rate, slices=1, seed=seed, lookup=lookup)
     np.testing.assert_array_equal(got.capacity, cap)
@@ -184,7 +184,7 @@ def test_shards_one_slice_equals_shards_hit_curve(trace, requests, rate, seed, l
 def test_shards_slices_partition_the_sample(trace, requests):
     """The slices' sampled requests add up to the rate-R sample, whatever their number."""
     rate = 0.3
-    sampled = int((shard.item_hash(requests.items, 5) < rate).sum())
+    sampled = int((cache.item_hash(requests.items, 5) < rate).sum())
     for s in (1, 2, 7):
         got = shard.shards_curve_sharded(trace, rate, slices=s, seed=5)
         assert got.slices == s == got.slice_requests.size == got.slice_hit_rate.shape[0] == got.tasks

@@ -105,6 +105,7 @@ __all__ = [
     "lru_hit_curve",
     "che_hit_curve",
     "shards_hit_curve",
+    "item_hash",
     "shards_error",
 ]
 
@@ -1178,9 +1179,9 @@ def che_hit_curve(item_frequencies, capacities) -> np.ndarray:
     return res.reshape(caps.shape)
 
 
-def _hash_unit(items: np.ndarray, seed: int) -> np.ndarray:
-    """splitmix64 of (item, seed) → uniform in [0, 1); numpy uint64 arithmetic wraps."""
-    z = items.astype(np.uint64) + np.uint64((0x9E3779B97F4A7C15 * (int(seed) + 1)) % 2**64)
+def item_hash(items: np.ndarray, seed: int) -> np.ndarray:
+    """The SHARDS hash: splitmix64 of (item, seed) → uniform in [0, 1); numpy uint64 arithmetic wraps."""
+    z = np.asarray(items).astype(np.uint64) + np.uint64((0x9E3779B97F4A7C15 * (int(seed) + 1)) % 2**64)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     z = z ^ (z >> np.uint64(31))
@@ -1208,7 +1209,7 @@ def shards_hit_curve(requests, rate, *, seed=0, adjust=False, lookup: str = "lay
     items = requests.items if isinstance(requests, Requests) else np.asarray(requests)
     keep = np.empty(items.size, dtype=bool)
     for i in range(0, items.size, _HASH_CHUNK):  # the hash's uint64 temporaries, chunk by chunk
-        keep[i : i + _HASH_CHUNK] = _hash_unit(items[i : i + _HASH_CHUNK], seed) < rate
+        keep[i : i + _HASH_CHUNK] = item_hash(items[i : i + _HASH_CHUNK], seed) < rate
     sub = items[keep]
     if sub.size == 0:
         return np.zeros(1, dtype=np.int64), np.full(1, np.nan)

@@ -384,17 +384,6 @@ BAND_SIGMAS = 3.0
 _SLICE_CHUNK_CELLS = 1 << 22
 
 
-def item_hash(items: np.ndarray, seed: int) -> np.ndarray:
-    """The SHARDS hash of :func:`moeroof.models.cache.shards_hit_curve`: splitmix64 of
-    (item, seed) → uniform in [0, 1). A copy of that function's own hash (the sharded estimate
-    with one slice equals it exactly; tests/test_shard.py checks that they agree)."""
-    z = np.asarray(items).astype(np.uint64) + np.uint64((0x9E3779B97F4A7C15 * (int(seed) + 1)) % 2**64)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    z = z ^ (z >> np.uint64(31))
-    return (z >> np.uint64(11)).astype(np.float64) / float(2**53)
-
-
 def _slice_edges(rate: float, slices: int) -> list[float]:
     """Hash-range edges 0 = e_0 < … < e_S = R of the slices (the last edge is R itself)."""
     return [j * rate / slices for j in range(slices)] + [rate]
@@ -413,7 +402,7 @@ def _shards_task(payload, meta, layers, experts, lo, hi, seed, lookup, streams, 
         total += len(req)
         if counts is not None:
             counts += np.bincount(req.items, minlength=layers * experts)
-        h = item_hash(req.items, seed)
+        h = cache.item_hash(req.items, seed)
         keep = (h >= lo) & (h < hi)
         items.append(req.items[keep])
         step.append(req.step[keep] + np.int32(s0))

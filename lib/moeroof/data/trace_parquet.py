@@ -1,0 +1,631 @@
+"""Routing traces as Parquet, read row group by row group (issue 15: no worker holds the whole trace).
+
+**Format** — one row per *live* token (padding tokens are not written), columns::
+
+    step, stream, layer, e0, e1, …, e{K-1}
+
+``step``/``stream``/``layer`` are 0-based indices into the dense (steps, streams, layers, K)
+array (``layer`` indexes ``layer_ids``; it is not the model's layer id); ``e0…e{K-1}`` are the
+token's K distinct expert ids in [0, E), in the order of the dense array's K axis. The writer uses
+the smallest unsigned integer type that fits each column (uint8 ids for E ≤ 256). Rows are
+sorted by ``step`` (within a step: stream, then layer) and cut into row groups of whole step
+ranges (``steps_per_row_group``). The trace's meta — ``experts``, ``top_k``, ``steps``,
+``streams``, ``layers``, ``layer_ids``, ``axes``, ``pad_value`` and whatever else the trace
+carried (``model``, ``source``, ``provenance``, …) — is a JSON object in the Parquet schema
+metadata under the key ``moeroof.trace``, so no sidecar is needed and :func:`parquet_trace_info`
+reads the shape without touching the data.
+
+**Reading** — :func:`read_parquet_trace_layers` builds the dense ``(steps, streams, l1 - l0, K)``
+array of layers ``l0 … l1-1`` only, and :func:`iter_parquet_trace_steps` yields dense chunks of
+steps; both iterate ``ParquetFile.iter_batches`` one row group at a time with only the columns
+they need, so the memory held is about one batch plus the output (checked against the memory
+available, :func:`moeroof.core.limits.check_allocation`, before the output is made). Every
+row that is read is validated; errors are :class:`~moeroof.data.io.InputError` reading
+``FILE:ROW: FIELD: what is wrong``, with ROW ``row N (row group G)`` (N counted from 0 over the
+whole file) or ``-``, and FIELD the column or meta key. Refused: a missing or non-integer column,
+a null, a step / stream / layer outside the meta's shape, rows out of step order, two rows for
+one (step, stream, layer), an id outside [0, E), a token partly padding (a row of K times ``-1``
+is read as padding), an expert twice in one token. Extra columns are ignored.
+
+A row holds ``3 + K`` small integers, so this file is about as large as the dense ``.npy`` of a
+trace without padding; its gain is that any reader — a worker, another language — reads a layer
+range or a step range with bounded memory and without a memory map.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from moeroof.core import atomic
+from moeroof.core.errors import ParameterError
+from moeroof.core.limits import (
+    MAX_EXPERTS,
+    MAX_JSON_BYTES,
+    MAX_LAYERS,
+    check_allocation,
+    check_document,
+    human_bytes,
+)
+from moeroof.core.masks import PAD
+from moeroof.data.io import TRACE_AXES, InputError, Trace
+
+__all__ = [
+    "META_KEY",
+    "FORMAT",
+    "ROWS_PER_GROUP",
+    "BATCH_ROWS",
+    "ParquetTraceInfo",
+    "write_parquet_trace",
+    "parquet_trace_info",
+    "read_parquet_trace_layers",
+    "read_parquet_trace",
+    "iter_parquet_trace_steps",
+]
+
+#: the schema-metadata key holding the trace's meta (JSON)
+META_KEY = b"moeroof.trace"
+#: the value of the meta's ``format`` key this module writes
+FORMAT = "moeroof-trace-parquet/1"
+#: live rows per row group the writer aims at when ``steps_per_row_group`` is not given
+ROWS_PER_GROUP = 1 << 20
+#: rows per batch the readers decode at a time (a foreign file's row group may be larger)
+BATCH_ROWS = 1 << 20
+_INDEX_COLUMNS = ("step", "stream", "layer")
+
+
+@dataclass(frozen=True, eq=False)
+class ParquetTraceInfo:
+    """What a Parquet trace holds, read from its footer alone (no data page is read)."""
+
+    path: Path
+    steps: int
+    streams: int
+    layers: int
+    top_k: int
+    experts: int
+    layer_ids: tuple[int, ...]
+    meta: dict[str, Any]
+    rows: int  # live tokens written
+    row_groups: int
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        """The dense trace's shape (steps, streams, layers, K)."""
+        return (self.steps, self.streams, self.layers, self.top_k)
+
+    @property
+    def id_columns(self) -> tuple[str, ...]:
+        return tuple(f"e{k}" for k in range(self.top_k))
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The dense array's dtype: int16 when the ids and ``-1`` fit, else int32."""
+        return np.dtype(np.int16) if self.experts <= np.iinfo(np.int16).max else np.dtype(np.int32)
+
+
+# ----------------------------------------------------------------------------- meta
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, (Path, os.PathLike)):
+        return os.fspath(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+
+
+def _int_key(meta: Mapping[str, Any], key: str, path: Path, lo: int, hi: int) -> int:
+    if key not in meta:
+        raise InputError(path, "-", key, "missing from the trace meta")
+    v = meta[key]
+    if not _is_int(v) or not lo <= v <= hi:
+        raise InputError(path, "-", key, f"expected an integer in {lo} … {hi}, got {v!r:.80}")
+    return int(v)
+
+
+def _check_meta(meta: Mapping[str, Any], path: Path) -> tuple[int, int, int, int, int, tuple[int, ...]]:
+    """(steps, streams, layers, experts, top_k, layer_ids) of a complete meta, validated."""
+    experts = _int_key(meta, "experts", path, 1, MAX_EXPERTS)
+    top_k = _int_key(meta, "top_k", path, 1, experts)
+    layers = _int_key(meta, "layers", path, 1, MAX_LAYERS)
+    steps = _int_key(meta, "steps", path, 0, 2**40)
+    streams = _int_key(meta, "streams", path, 1, 2**40)
+    ids = meta.get("layer_ids", list(range(layers)))
+    if not isinstance(ids, list) or not all(_is_int(v) and v >= 0 for v in ids):
+        raise InputError(path, "-", "layer_ids", f"expected a list of non-negative integers, got {ids!r:.80}")
+    if len(ids) != layers:
+        raise InputError(path, "-", "layer_ids", f"{len(ids)} layer ids but layers={layers}")
+    if len(set(ids)) != len(ids):
+        raise InputError(path, "-", "layer_ids", "duplicate layer id")
+    if "pad_value" in meta and meta["pad_value"] != PAD:
+        raise InputError(path, "-", "pad_value", f"only {PAD} is supported, got {meta['pad_value']!r}")
+    for key in ("model", "source", "provenance"):
+        if key in meta and not isinstance(meta[key], str):
+            raise InputError(path, "-", key, f"expected a string, got {meta[key]!r:.80}")
+    return steps, streams, layers, experts, top_k, tuple(int(v) for v in ids)
+
+
+def _uint_for(n: int) -> np.dtype:
+    """The smallest unsigned dtype holding 0 … n."""
+    for dt in (np.uint8, np.uint16, np.uint32):
+        if n <= np.iinfo(dt).max:
+            return np.dtype(dt)
+    return np.dtype(np.uint64)
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def _check_tokens(ids: np.ndarray, experts: int, where, field, *, pad_rows: bool) -> np.ndarray:
+    """Validate an (n, K) integer id matrix; return the live-row mask (n,).
+
+    ``where(i, k)`` is the ROW text of row ``i``, id column ``k`` for an error, ``field(k)`` the
+    FIELD of id column ``k``; errors name ``where.path``. A row of K padding values is padding (allowed when
+    ``pad_rows``), a row partly padding is refused, ids must be in [0, E) and distinct in a row.
+    """
+    k_cols = ids.shape[1]
+    pad = ids == PAD
+    bad = (ids < PAD) | (ids >= experts)
+    if bad.any():
+        i, k = np.argwhere(bad)[0]
+        raise InputError(
+            where.path, where(i, k), field(k), f"expert id {ids[i, k]} not in [0, {experts}) (experts E={experts})"
+        )
+    any_pad = pad.any(axis=1)
+    if any_pad.any():
+        partial = any_pad & ~pad.all(axis=1)
+        if partial.any():
+            i = int(np.argmax(partial))
+            k = int(np.argmax(pad[i]))
+            raise InputError(
+                where.path,
+                where(i, k),
+                field(k),
+                "token is partly padding: a token has K expert ids or K times -1",
+            )
+        if not pad_rows:
+            i = int(np.argmax(any_pad))
+            raise InputError(where.path, where(i, 0), field(0), "padding (-1) where a live token is expected")
+    if k_cols > 1:
+        dup = np.zeros(ids.shape[0], dtype=bool)
+        for k in range(1, k_cols):  # K(K-1)/2 column compares: cheaper than a sort for small K
+            col = ids[:, k]
+            for j in range(k):
+                dup |= col == ids[:, j]
+        dup &= ~any_pad
+        if dup.any():
+            i = int(np.argmax(dup))
+            row = ids[i]
+            k = next(j for j in range(1, k_cols) if row[j] in row[:j])
+            raise InputError(
+                where.path,
+                where(i),
+                field(k),
+                f"expert {row[k]} appears twice in one token (the K experts must be distinct)",
+            )
+    return ~any_pad
+
+
+class _FileRows:
+    """ROW text for a row of a Parquet file: ``row N (row group G)``, N counted over the file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.base = 0
+        self.group = 0
+
+    def __call__(self, i: int, k: int = 0) -> str:
+        return f"row {self.base + int(i)} (row group {self.group})"
+
+
+class _ArrayCells:
+    """ROW text for a token of a dense array: ``topk[s,t,l,k]``; the field is ``topk``."""
+
+    def __init__(self, path: Path, shape: tuple[int, ...], s0: int):
+        self.path, self.shape, self.s0 = path, shape, s0
+
+    def __call__(self, i: int, k: int = 0) -> str:
+        s, t, l = np.unravel_index(int(i), self.shape)
+        return f"topk[{s + self.s0},{t},{l},{k}]"
+
+
+# ----------------------------------------------------------------------------- writer
+
+
+def _guard_target(path: Path, overwrite: bool) -> None:
+    from moeroof.core.paths import EXTERNAL_DIR
+
+    try:
+        inside = path.resolve().is_relative_to(EXTERNAL_DIR.resolve())
+    except OSError:
+        inside = False
+    if inside:
+        raise ValueError(f"{path}: refusing to write into the external data folder {EXTERNAL_DIR} (read-only inputs)")
+    if not overwrite and path.exists():
+        raise FileExistsError(f"{path}: exists (pass overwrite=True to replace it)")
+
+
+def write_parquet_trace(
+    path: str | os.PathLike[str],
+    topk: Any,
+    meta: Mapping[str, Any] | str,
+    *,
+    steps_per_row_group: int | None = None,
+    compression: str = "zstd",
+    overwrite: bool = True,
+) -> Path:
+    """Write a trace ``topk`` (steps, streams, layers, K), ``-1`` padding, as Parquet (module docstring).
+
+    ``topk`` may be a memory map: it is read ``steps_per_row_group`` steps at a time (default: as
+    many as make about :data:`ROWS_PER_GROUP` rows), each written as one row group of its live
+    tokens. ``meta`` needs ``experts`` and ``top_k`` (a :class:`~moeroof.data.io.Trace`'s meta
+    will do); ``steps``, ``streams``, ``layers``, ``layer_ids`` (default ``range(layers)``),
+    ``axes`` and ``pad_value`` are set from the array. The ids are validated as
+    :func:`~moeroof.data.io.read_trace` would (InputError naming ``topk[s,t,l,k]``) before the
+    row group holding them is written; the file is written atomically. Returns ``path``.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    if path.suffix.lower() != ".parquet":
+        raise ValueError(f"{path}: a Parquet trace is written as .parquet")
+    if isinstance(meta, str):
+        try:
+            check_document(meta, "the meta", max_bytes=MAX_JSON_BYTES)
+            meta = json.loads(meta)
+        except (ValueError, RecursionError) as exc:
+            raise InputError(path, "-", "meta", f"not a valid JSON object: {exc}") from None
+        if not isinstance(meta, dict):
+            raise InputError(path, "-", "meta", f"expected a JSON object, got {type(meta).__name__}")
+    if getattr(topk, "ndim", None) != 4:
+        topk = np.asarray(topk)
+    if topk.ndim != 4:
+        raise InputError(path, "-", "topk", f"expected 4 dims (steps, streams, layers, K), got shape {topk.shape}")
+    if not np.issubdtype(topk.dtype, np.integer):
+        raise InputError(path, "-", "topk", f"expected an integer dtype, got {topk.dtype}")
+    steps, streams, layers, k_cols = (int(n) for n in topk.shape)
+    full = json.loads(json.dumps(dict(meta), default=_jsonable))
+    full.setdefault("layer_ids", list(range(layers)))
+    full.setdefault("axes", list(TRACE_AXES))
+    full.setdefault("pad_value", PAD)
+    for key, value in (("steps", steps), ("streams", streams), ("layers", layers)):
+        if key in full and full[key] != value:
+            raise InputError(path, "-", key, f"meta says {key}={full[key]!r} but topk has {value}")
+        full[key] = value
+    full["format"] = FORMAT
+    if streams < 1:
+        raise InputError(path, "-", "topk", "a trace needs at least one stream")
+    _, _, _, experts, top_k, _ = _check_meta(full, path)
+    if k_cols != top_k:
+        raise InputError(path, "-", "top_k", f"meta top_k={top_k} but topk has K={k_cols} columns")
+    per_step = streams * layers
+    if steps_per_row_group is None:
+        steps_per_row_group = max(1, ROWS_PER_GROUP // max(1, per_step))
+    if not _is_int(steps_per_row_group) or steps_per_row_group < 1:
+        raise ParameterError("steps_per_row_group", f"expected a positive integer, got {steps_per_row_group!r}")
+    steps_per_row_group = int(steps_per_row_group)
+    try:
+        check_allocation(steps_per_row_group * per_step * top_k, 8, "a row group's steps × streams × layers × K")
+    except ValueError as exc:
+        raise ParameterError("steps_per_row_group", str(exc)) from None
+    step_t, stream_t, layer_t, id_t = (
+        _uint_for(max(steps - 1, 0)),
+        _uint_for(streams - 1),
+        _uint_for(layers - 1),
+        _uint_for(experts - 1),
+    )
+    text = json.dumps(full, ensure_ascii=False)
+    names = [*_INDEX_COLUMNS, *(f"e{k}" for k in range(top_k))]
+    types = [step_t, stream_t, layer_t, *([id_t] * top_k)]
+    schema = pa.schema([pa.field(n, pa.from_numpy_dtype(t), nullable=False) for n, t in zip(names, types)])
+    schema = schema.with_metadata({META_KEY: text.encode("utf-8")})
+    _guard_target(path, overwrite)
+
+    def write(fh: Any) -> None:
+        with pq.ParquetWriter(fh, schema, compression=compression) as writer:
+            for s0 in range(0, steps, steps_per_row_group):
+                block = np.asarray(topk[s0 : s0 + steps_per_row_group])
+                cells = block.reshape(-1, top_k)
+                where = _ArrayCells(path, block.shape[:3], s0)
+                live = _check_tokens(cells, experts, where, lambda k: "topk", pad_rows=True)
+                idx = np.flatnonzero(live)
+                s, t, l = np.unravel_index(idx, block.shape[:3])
+                ids = cells[idx]
+                cols = [(s + s0).astype(step_t), t.astype(stream_t), l.astype(layer_t)]
+                cols += [np.ascontiguousarray(ids[:, k]).astype(id_t) for k in range(top_k)]
+                if idx.size:
+                    table = pa.Table.from_arrays([pa.array(c) for c in cols], schema=schema)
+                    writer.write_table(table, row_group_size=idx.size)
+
+    atomic.write_via(path, write)
+    return path
+
+
+# ----------------------------------------------------------------------------- readers
+
+
+def _open(path: Path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not path.exists():
+        raise InputError(path, "-", "file", "no such file")
+    if not path.is_file():
+        raise InputError(path, "-", "file", "not a regular file")
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise InputError(path, "-", "file", f"not a readable Parquet file: {exc}") from None
+
+
+def _info(path: Path, pf: Any) -> ParquetTraceInfo:
+    import pyarrow as pa
+
+    raw = (pf.schema_arrow.metadata or {}).get(META_KEY)
+    if raw is None:
+        raise InputError(
+            path,
+            "-",
+            "meta",
+            f"no trace meta (schema metadata key {META_KEY.decode()!r}); write_parquet_trace writes it",
+        )
+    try:
+        text = raw.decode("utf-8")
+        check_document(text, "the trace meta", max_bytes=MAX_JSON_BYTES)
+        meta = json.loads(text)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise InputError(path, "-", "meta", f"not a valid JSON object: {exc}") from None
+    if not isinstance(meta, dict):
+        raise InputError(path, "-", "meta", f"expected a JSON object, got {type(meta).__name__}")
+    steps, streams, layers, experts, top_k, layer_ids = _check_meta(meta, path)
+    schema = pf.schema_arrow
+    have = set(schema.names)
+    for name in (*_INDEX_COLUMNS, *(f"e{k}" for k in range(top_k))):
+        if name not in have:
+            raise InputError(path, "-", name, f"missing column (has: {', '.join(schema.names) or 'none'})")
+        typ = schema.field(name).type
+        if not pa.types.is_integer(typ):
+            raise InputError(path, "-", name, f"expected an integer column, got {typ}")
+    md = pf.metadata
+    return ParquetTraceInfo(
+        path=path,
+        steps=steps,
+        streams=streams,
+        layers=layers,
+        top_k=top_k,
+        experts=experts,
+        layer_ids=layer_ids,
+        meta=meta,
+        rows=int(md.num_rows),
+        row_groups=int(md.num_row_groups),
+    )
+
+
+def parquet_trace_info(path: str | os.PathLike[str]) -> ParquetTraceInfo:
+    """Shape, meta, rows and row groups of a Parquet trace, from its footer (no data read)."""
+    path = Path(path)
+    return _info(path, _open(path))
+
+
+def _dense(info: ParquetTraceInfo, steps: int, layers: int, what: str, max_bytes: int | None) -> np.ndarray:
+    n = steps * info.streams * layers * info.top_k
+    try:
+        need = check_allocation(n, info.dtype.itemsize + 1, what)
+    except ValueError as exc:
+        raise ParameterError("max_bytes", f"{info.path}: {exc}") from None
+    if max_bytes is not None and need > max_bytes:
+        raise ParameterError(
+            "max_bytes",
+            f"{info.path}: {what} = {n} entries would need {human_bytes(need)}, more than {human_bytes(max_bytes)}",
+        )
+    return np.full((steps, info.streams, layers, info.top_k), PAD, dtype=info.dtype)
+
+
+def _batches(pf: Any, info: ParquetTraceInfo, where: _FileRows) -> Iterator[tuple[np.ndarray, ...]]:
+    """(step, stream, layer) int64 and the K id columns (as stored) of every batch in file order,
+    the index columns checked (no nulls, in range, steps non-decreasing); ``where`` tracks the rows."""
+    cols = [*_INDEX_COLUMNS, *info.id_columns]
+    limits = {"step": info.steps, "stream": info.streams, "layer": info.layers}
+    last = -1
+    base = 0
+    for g in range(info.row_groups):
+        where.group = g
+        try:
+            batches = pf.iter_batches(batch_size=BATCH_ROWS, row_groups=[g], columns=cols, use_threads=False)
+            for batch in batches:
+                where.base = base
+                n = batch.num_rows
+                arrays = {}
+                for name in cols:
+                    col = batch.column(name)
+                    if col.null_count:
+                        i = int(np.argmax(np.asarray(col.is_null())))
+                        raise InputError(info.path, where(i), name, "missing value (null)")
+                    a = col.to_numpy(zero_copy_only=False)
+                    arrays[name] = a.astype(np.int64, copy=False) if name in limits else a  # ids: as stored
+                for name, hi in limits.items():
+                    a = arrays[name]
+                    out = (a < 0) | (a >= hi)
+                    if out.any():
+                        i = int(np.argmax(out))
+                        raise InputError(
+                            info.path, where(i), name, f"{name} {a[i]} outside 0 … {hi - 1} (the meta's {name}s={hi})"
+                        )
+                step = arrays["step"]
+                if n:
+                    prev = np.concatenate(([last], step[:-1]))
+                    back = step < prev
+                    if back.any():
+                        i = int(np.argmax(back))
+                        raise InputError(
+                            info.path, where(i), "step", f"rows out of step order (step {step[i]} after step {prev[i]})"
+                        )
+                    last = int(step[-1])
+                yield step, arrays["stream"], arrays["layer"], [arrays[name] for name in info.id_columns]
+                base += n
+        except InputError:
+            raise
+        except (OSError, ValueError, TypeError) as exc:  # pyarrow's errors are ValueError / OSError
+            raise InputError(info.path, f"row group {g}", "file", f"cannot read: {exc}") from None
+
+
+def _place(out: np.ndarray, seen: np.ndarray, cell: np.ndarray, ids: np.ndarray, rows: Any, where, index) -> None:
+    """Write ``ids`` into the flat cells ``cell`` of ``out`` (padding rows write ``-1`` but still
+    take their cell); refuse a cell written before. ``rows[i]`` is the batch row of entry ``i``
+    and ``index`` the batch's (step, stream, layer) arrays, for the error."""
+    if cell.size == 0:
+        return
+    flat_seen = seen.reshape(-1)
+    dup_before = flat_seen[cell]
+    dup_i = int(np.argmax(dup_before)) if dup_before.any() else None
+    if cell.size > 1 and not (cell[1:] > cell[:-1]).all():
+        order = np.argsort(cell, kind="stable")
+        srt = cell[order]
+        same = np.flatnonzero(srt[1:] == srt[:-1])
+        if same.size:
+            i = int(order[1:][same].min())
+            dup_i = i if dup_i is None else min(dup_i, i)
+    if dup_i is not None:
+        r = int(rows[dup_i])
+        s, t, l = (int(a[r]) for a in index)
+        raise InputError(where.path, where(r), "layer", f"a second row for step {s}, stream {t}, layer {l}")
+    flat_seen[cell] = True
+    out.reshape(-1, out.shape[3])[cell] = ids
+
+
+def read_parquet_trace_layers(
+    path: str | os.PathLike[str], l0: int, l1: int, *, max_bytes: int | None = None
+) -> np.ndarray:
+    """The dense ``(steps, streams, l1 - l0, K)`` ids of layers ``l0 … l1-1`` (layer indices, not
+    ids), ``-1`` where no token was written; reads the file batch by batch, keeping the rows of
+    those layers, so the memory held is about one batch plus the output. ``max_bytes``: refuse
+    (ParameterError) an output (plus its one-byte-per-token bookkeeping) larger than this;
+    the memory available now is always checked. Every row read is checked (module docstring);
+    ids of other layers' rows are not."""
+    path = Path(path)
+    pf = _open(path)
+    info = _info(path, pf)
+    if not (_is_int(l0) and _is_int(l1) and 0 <= l0 < l1 <= info.layers):
+        raise ParameterError("l0", f"need 0 <= l0 < l1 <= layers={info.layers}, got l0={l0!r}, l1={l1!r}")
+    l0, l1 = int(l0), int(l1)
+    nl = l1 - l0
+    out = _dense(info, info.steps, nl, f"steps × streams × {nl} layers × K", max_bytes)
+    seen = np.zeros(out.shape[:3], dtype=bool)
+    where = _FileRows(path)
+    every = (l0, l1) == (0, info.layers)
+    for step, stream, layer, cols in _batches(pf, info, where):
+        if every:
+            rows = np.arange(step.size)
+            s, t, l, e = step, stream, layer, _id_matrix(cols, None, info.experts)
+        else:
+            rows = np.flatnonzero((layer >= l0) & (layer < l1))
+            s, t, l, e = step[rows], stream[rows], layer[rows], _id_matrix(cols, rows, info.experts)
+        _check_tokens(e, info.experts, _RowsOf(where, rows), _id_field, pad_rows=True)
+        cell = (s * info.streams + t) * nl + (l - l0)
+        _place(out, seen, cell, e, rows, where, (step, stream, layer))
+    return out
+
+
+def _id_field(k: int) -> str:
+    return f"e{k}"
+
+
+def _id_matrix(cols: list[np.ndarray], rows: np.ndarray | None, experts: int) -> np.ndarray:
+    """The (n, K) ids of the batch rows ``rows`` (all when None) in one integer dtype."""
+    sel = [c if rows is None else c[rows] for c in cols]
+    sel = [np.minimum(c, experts) if c.dtype == np.uint64 else c for c in sel]  # no wrap to -1 below
+    dt = np.result_type(*sel)
+    if not np.issubdtype(dt, np.integer):
+        dt = np.dtype(np.int64)
+    out = np.empty((sel[0].size, len(sel)), dtype=dt)
+    for k, c in enumerate(sel):
+        out[:, k] = c
+    return out
+
+
+class _RowsOf:
+    """ROW text of the i-th selected row (``rows[i]`` of the batch)."""
+
+    def __init__(self, where: _FileRows, rows: np.ndarray):
+        self.path, self.where, self.rows = where.path, where, rows
+
+    def __call__(self, i: int, k: int = 0) -> str:
+        return self.where(self.rows[int(i)])
+
+
+def read_parquet_trace(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Trace:
+    """The whole trace as a :class:`~moeroof.data.io.Trace` (dense, in memory, read-only)."""
+    path = Path(path)
+    info = parquet_trace_info(path)
+    topk = read_parquet_trace_layers(path, 0, info.layers, max_bytes=max_bytes)
+    topk.setflags(write=False)
+    return Trace(
+        topk=topk, experts=info.experts, top_k=info.top_k, layer_ids=info.layer_ids, meta=dict(info.meta), path=path
+    )
+
+
+def iter_parquet_trace_steps(
+    path: str | os.PathLike[str], steps_per_chunk: int, *, max_bytes: int | None = None
+) -> Iterator[np.ndarray]:
+    """Dense chunks ``(n, streams, layers, K)`` of steps ``[i·steps_per_chunk, …)``, in order,
+    ``-1`` where no token was written; the last chunk may be shorter. One pass over the file
+    (its rows are sorted by step), holding one batch and one chunk; ``max_bytes`` bounds a chunk."""
+    path = Path(path)
+    pf = _open(path)
+    info = _info(path, pf)
+    if not _is_int(steps_per_chunk) or steps_per_chunk < 1:
+        raise ParameterError("steps_per_chunk", f"expected a positive integer, got {steps_per_chunk!r}")
+    n = int(steps_per_chunk)
+    n_chunks = math.ceil(info.steps / n)
+    if n_chunks == 0:
+        return
+    where = _FileRows(path)
+    per_step = info.streams * info.layers
+
+    def fresh(c: int) -> tuple[np.ndarray, np.ndarray]:
+        m = min(n, info.steps - c * n)
+        out = _dense(info, m, info.layers, f"{m} steps × streams × layers × K", max_bytes)
+        return out, np.zeros(out.shape[:3], dtype=bool)
+
+    c = 0
+    out, seen = fresh(c)
+    for step, stream, layer, cols in _batches(pf, info, where):
+        ids = _id_matrix(cols, None, info.experts)
+        _check_tokens(ids, info.experts, where, _id_field, pad_rows=True)
+        chunk_of = step // n  # non-decreasing: _batches refuses rows out of step order
+        i = 0
+        while i < step.size:
+            cj = int(chunk_of[i])
+            while c < cj:
+                yield out
+                c += 1
+                out, seen = fresh(c)
+            j = int(np.searchsorted(chunk_of, cj, side="right"))
+            cell = (step[i:j] - c * n) * per_step + stream[i:j] * info.layers + layer[i:j]
+            _place(out, seen, cell, ids[i:j], np.arange(i, j), where, (step, stream, layer))
+            i = j
+    while True:
+        yield out
+        c += 1
+        if c >= n_chunks:
+            return
+        out, seen = fresh(c)

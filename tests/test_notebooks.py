@@ -86,6 +86,18 @@ SMALL_PARAMETERS: dict[str, dict] = {
         "union_bootstrap": 5,
         "external": "qwen15",
     },
+    # a non-default model, box and routing (the answer must name them), 3 cache sizes × 3 B × 6 policies,
+    # serially in the kernel; the test writes the Parquet into its temp dir and checks the answer against it
+    "sweep": {
+        "model": "qwen3-30b-a3b",
+        "hardware": "apple-m4-max",
+        "routing": "traces/qwen3-30b-a3b-like.npz",
+        "cache_gib_max": 16.0,
+        "cache_gib_step": 8.0,
+        "batch": "1,8,64",
+        "tie_tolerance": 0.001,
+        "workers": 1,
+    },
 }
 
 
@@ -160,7 +172,49 @@ ANSWER_CHECKS: dict[str, dict] = {
         "synthetic": False,
         "projected": False,
     },
+    # the winning policy and "projected" are also checked against the run's own Parquet rows (sweep_checks)
+    "sweep": {
+        "names": [
+            "qwen3-30b-a3b",
+            "apple-m4-max",
+            "`traces/qwen3-30b-a3b-like.npz`",
+            "54 points",
+            "cache 0–16 GiB × B = 1…64",
+            "one process, serially",
+            "against lru at the same cache and B",
+        ],
+        "synthetic": True,
+        "projected": True,
+    },
 }
+
+
+def sweep_checks(parquet, parameters: dict, checks: dict) -> dict:
+    """ANSWER_CHECKS for the sweep notebook, completed from the Parquet file its run wrote: the
+    answer names in bold the policy that wins the most cells there (every policy evaluated and
+    fitting in RAM, the best at least ``tie_tolerance`` over the runner-up) and the model, box
+    and routing of the rows; "projected" exactly when a row rests on a non-witnessed input."""
+    import pandas as pd
+
+    rows = pd.read_parquet(parquet)
+    ok = rows[rows["error"].isna()]
+    net = ok.pivot(index=["cache_gib", "batch"], columns="cache_policy", values="net_tok_s")
+    fits = ok.pivot(index=["cache_gib", "batch"], columns="cache_policy", values="fits_in_memory").eq(True)
+    cells = net[net.notna().all(axis=1) & fits.all(axis=1)]
+    wins: dict[str, int] = {}
+    for _, row in cells.iterrows():
+        best, second = row.sort_values(ascending=False, kind="stable").iloc[:2]
+        if best >= second * (1 + parameters["tie_tolerance"]):
+            winner = row.idxmax()
+            wins[winner] = wins.get(winner, 0) + 1
+    assert wins, f"{parquet}: no cell with a winner to check the answer against"
+    most = max(wins.values())
+    winners = [p for p, n in wins.items() if n == most]
+    projected = bool((ok["result"] == "projected").any() or (ok["non_witnessed"].fillna("") != "").any())
+    assert projected == checks["projected"], f"the Parquet rows say projected={projected}; fix ANSWER_CHECKS"
+    names = [*checks["names"], *(f"**{v}**" for col in ("model", "hardware") for v in ok[col].unique())]
+    names += [f"`{v}`" for v in ok["routing"].unique()]
+    return {**checks, "names": names, "winners": [f"**{p}** gives the most net tok/s in {most} of" for p in winners]}
 
 
 def answer_text(ipynb) -> str:
@@ -179,6 +233,10 @@ def check_answer(stem: str, text: str, checks: dict) -> None:
     assert text.startswith("**Answer"), f"{stem}: answer does not open with **Answer: {text[:80]!r}"
     for name in checks.get("names", []):
         assert name in text, f"{stem}: the answer does not name {name!r}: {text}"
+    if "winners" in checks:  # one of these (the policies tied for the most cells won) must be named
+        assert any(w in text for w in checks["winners"]), (
+            f"{stem}: the answer names none of {checks['winners']}: {text}"
+        )
     for word in ("synthetic", "projected"):
         if word in checks:
             assert (word in text) == checks[word], (
@@ -228,6 +286,8 @@ def test_notebook_runs_and_saves_a_figure(path, tmp_path, monkeypatch):
         )
         parameters.update(trace=str(MIXTRAL_TRACE), histogram=str(hist))
         checks.update(names=["trace_decode.npz", "mixtral-decode.csv"], synthetic=False, projected=False)
+    if path.stem == "sweep":
+        parameters["out"] = str(tmp_path / "sweep.parquet")
     nb = jupytext.read(path)
     out = tmp_path / f"{path.stem}.ipynb"
     pm.execute_notebook(
@@ -242,6 +302,8 @@ def test_notebook_runs_and_saves_a_figure(path, tmp_path, monkeypatch):
     assert out.is_file()
     saved = sorted(p.name for p in figures.glob("*")) if figures.is_dir() else []
     assert saved, f"{path.name} saved no figure through moeroof.present.plots.save_figure"
+    if path.stem == "sweep":
+        checks = sweep_checks(tmp_path / "sweep.parquet", parameters, checks)
     check_answer(path.stem, answer_text(out), checks)
 
 

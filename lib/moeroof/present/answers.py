@@ -33,6 +33,7 @@ __all__ = [
     "witness",
     "whatif",
     "capture_answer",
+    "sweep",
 ]
 
 #: the cell tag that marks the answer's output in every notebook
@@ -731,3 +732,99 @@ def capture_answer(
     inputs = {f"the capture of {model}": str(sources[0].get("provenance"))}
     inputs.update({str(s["name"]): str(s.get("provenance")) for s in ext})
     return text + provenance_sentence(inputs)
+
+
+def _cell(cache_gib: float, batch: int) -> str:
+    return f"{fmt(cache_gib)} GiB, B = {int(batch)}"
+
+
+def _wins(wins: Mapping[str, int], of: str) -> str:
+    """``**lfu** gives the most net tok/s in 40 of OF (then arc in 8, …)`` from win counts (the
+    first of equal counts in ``wins``' order wins)."""
+    ranked = sorted(((n, i, p) for i, (p, n) in enumerate(wins.items()) if n > 0), key=lambda t: (-t[0], t[1]))
+    top_n, _, top = ranked[0]
+    rest = ", ".join(f"{p} in {n}" for n, _, p in ranked[1:])
+    return f"**{top}** gives the most net tok/s in {top_n} of {of}" + (f" (then {rest})" if rest else "")
+
+
+def sweep(
+    *,
+    model: str,
+    hardware: str,
+    routing: str,
+    context_tokens: int,
+    points: int,
+    failed: int,
+    where: str,
+    policies: Sequence[str],
+    cache_gib: tuple[float, float],
+    batch: tuple[int, int],
+    cells: int,
+    compared: int,
+    wins: Mapping[str, int],
+    ties: int,
+    tie_tolerance: float,
+    online: Sequence[str] = (),
+    online_wins: Mapping[str, int] | None = None,
+    baseline: str | None = None,
+    best_gain: Mapping[str, object] | None = None,
+    online_gain: Mapping[str, object] | None = None,
+    inputs: Mapping[str, str],
+    synthetic: Iterable[str] = (),
+) -> str:
+    """sweep: which cache policy gives the most net tok/s over a swept (cache GiB × B) grid.
+
+    Every number comes from the sweep's Parquet rows: ``points`` rows (``failed`` of them with
+    an error) over ``cells`` (cache, B) cells of ``cache_gib`` (lowest, highest) × ``batch``
+    (lowest, highest), one row per cell and policy; ``compared`` cells have every policy
+    evaluated and fit in RAM. ``wins[policy]`` counts the compared cells a policy wins by at
+    least ``tie_tolerance`` (a share) over the runner-up, ``ties`` the rest. ``online`` are the
+    policies an engine can run (the others are oracles), ``online_wins`` their wins among
+    themselves. ``best_gain`` / ``online_gain``: the largest net tok/s multiple of any (online)
+    policy over ``baseline`` at the same cell — ``policy``, ``multiple``, ``cache_gib``,
+    ``batch``. ``inputs`` maps the inputs the rows rest on to their provenance tags (the rows'
+    ``non_witnessed`` column): "projected" only when one is not witnessed.
+    """
+    lo, hi = cache_gib
+    b_lo, b_hi = batch
+    failed_text = f", {failed} of them failed (error rows)" if failed else ", none failed"
+    text = (
+        f"**Answer.** For **{model}** on **{hardware}** with routing `{routing}` and {context_tokens}-token "
+        f"contexts, across {points} points ({len(policies)} cache policies × {cells} cells of cache "
+        f"{fmt(lo)}–{fmt(hi)} GiB × B = {b_lo}…{b_hi}, swept on {where}{failed_text}), "
+    )
+    tol = pct(tie_tolerance, 1)
+    if compared == 0:
+        text += "no cell has every policy evaluated and fitting in RAM, so no policy can be ranked. "
+        return text + provenance_sentence(inputs, synthetic=synthetic)
+    skipped = cells - compared
+    scope = f"{compared} cells where every policy ran and the batch fits in RAM" if skipped else f"{compared} cells"
+    if any(n > 0 for n in wins.values()):
+        text += _wins(wins, f"the {scope}")
+        text += f"; {ties} cells are ties (best within {tol} of the runner-up). "
+    else:
+        text += f"no policy beats the runner-up by {tol} or more in any of the {scope}. "
+    if online_wins is not None and len(online) > 1 and len(online) < len(policies):
+        oracles = [p for p in policies if p not in online]
+        text += f"Among the policies an engine can run online ({_join(online)}; {_join(oracles)} are oracles), "
+        if any(n > 0 for n in online_wins.values()):
+            text += _wins(online_wins, f"the {compared} cells") + ". "
+        else:
+            text += f"none beats another by {tol} or more in any cell. "
+    if baseline and best_gain is not None:
+        g = best_gain
+        if float(g["multiple"]) > 1 + tie_tolerance:
+            text += (
+                f"The largest gain over {baseline} is {fmt(float(g['multiple']))}× ({g['policy']}, against "
+                f"{baseline} at the same cache and B) at {_cell(float(g['cache_gib']), int(g['batch']))}"
+            )
+            o = online_gain
+            if o is not None and o["policy"] != g["policy"] and float(o["multiple"]) > 1 + tie_tolerance:
+                text += (
+                    f"; of the online policies {o['policy']} gains most, {fmt(float(o['multiple']))}× against "
+                    f"{baseline} at {_cell(float(o['cache_gib']), int(o['batch']))}"
+                )
+            text += ". "
+        else:
+            text += f"No policy beats {baseline} by {tol} or more in any cell. "
+    return text + provenance_sentence(inputs, synthetic=synthetic)

@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmp)
         serial = run_sweep(grid, tmp / "serial.parquet")
         t0 = time.perf_counter()
-        cluster = LocalCluster(n_workers=args.workers, processes=True, threads_per_worker=1, dashboard_address=None)
+        cluster = LocalCluster(n_workers=args.workers, processes=True, threads_per_worker=1, dashboard_address=":0")
         client = Client(cluster)
         startup = time.perf_counter() - t0
         try:

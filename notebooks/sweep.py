@@ -40,7 +40,6 @@ out: str = ""  # Parquet file the sweep writes and resumes from (absolute path),
 
 # %%
 import tempfile
-import warnings
 from pathlib import Path
 
 import dask
@@ -79,9 +78,6 @@ grid = grid_from_dict(
     },
     "sweep notebook",
 )
-# the scheduler of a local cluster serves HTTP on 8787 or, when that port is taken, on another one, saying so
-# in a warning whose port number changes from run to run; where it listens has no bearing on the rows
-warnings.filterwarnings("ignore", message="Port 8787 is already in use", category=UserWarning)
 temporary = None if out else tempfile.TemporaryDirectory(prefix="moeroof-sweep-")
 parquet = Path(out) if out else Path(temporary.name) / "sweep.parquet"
 summary = run_sweep(grid, parquet, workers=workers, scheduler=scheduler or None)

@@ -175,7 +175,7 @@ def test_a_local_cluster_of_two_processes_equals_the_serial_run(tmp_path):
     serial = tmp_path / "serial.parquet"
     sweep.run_sweep(grid, serial)
     cluster = distributed.LocalCluster(
-        n_workers=2, processes=True, threads_per_worker=1, host="127.0.0.1", protocol="tcp", dashboard_address=None
+        n_workers=2, processes=True, threads_per_worker=1, host="127.0.0.1", protocol="tcp", dashboard_address=":0"
     )
     try:
         with distributed.Client(cluster) as client:
@@ -248,7 +248,7 @@ def test_killing_a_worker_mid_sweep_loses_no_point_after_resume(tmp_path, how):
 
     out = tmp_path / "cluster.parquet"
     cluster = distributed.LocalCluster(
-        n_workers=2, processes=True, threads_per_worker=1, host="127.0.0.1", protocol="tcp", dashboard_address=None
+        n_workers=2, processes=True, threads_per_worker=1, host="127.0.0.1", protocol="tcp", dashboard_address=":0"
     )
     try:
         with distributed.Client(cluster) as client:
@@ -416,7 +416,7 @@ def test_a_synthetic_cache_grid_on_two_worker_processes_equals_the_serial_run(tm
     serial = tmp_path / "serial.parquet"
     assert sweep.run_sweep(grid, serial)["failed"] == 0
     cluster = distributed.LocalCluster(
-        n_workers=2, processes=True, threads_per_worker=1, host="127.0.0.1", protocol="tcp", dashboard_address=None
+        n_workers=2, processes=True, threads_per_worker=1, host="127.0.0.1", protocol="tcp", dashboard_address=":0"
     )
     try:
         with distributed.Client(cluster) as client:

@@ -171,13 +171,15 @@ def _client(client: Any, scheduler: str | None, workers: int) -> Iterator[Any]:
     if scheduler is None and workers <= 1:
         yield None
         return
-    from distributed import Client, LocalCluster
+    from distributed import Client
+
+    from moeroof.studies.cluster import local_cluster
 
     if scheduler is not None:
         with Client(scheduler) as c:
             yield c
         return
-    cluster = LocalCluster(n_workers=workers, processes=True, threads_per_worker=1, dashboard_address=None)
+    cluster = local_cluster(workers)
     try:
         with Client(cluster) as c:
             yield c

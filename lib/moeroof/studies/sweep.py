@@ -769,14 +769,16 @@ def run_sweep(
     where = "serial"
     try:
         if todo and (client is not None or scheduler is not None or workers > 1):
-            from distributed import Client, LocalCluster
+            from distributed import Client
+
+            from moeroof.studies.cluster import local_cluster
 
             if client is None and scheduler is not None:
                 client = Client(scheduler)
                 owned.append(client)
                 where = f"scheduler {scheduler}"
             elif client is None:
-                cluster = LocalCluster(n_workers=workers, processes=True, threads_per_worker=1, dashboard_address=None)
+                cluster = local_cluster(workers)
                 client = Client(cluster)
                 owned += [client, cluster]
                 where = f"LocalCluster of {workers} worker processes"

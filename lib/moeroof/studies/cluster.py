@@ -1,0 +1,20 @@
+"""The one way the suite starts a local dask.distributed cluster.
+
+Worker processes with one thread each (the kernels are single-threaded numpy/numba, so
+processes, not threads, give parallelism), and the scheduler's dashboard on a free port
+(``":0"``): the default 8787 warns with a different port number whenever it is taken, which
+would put run-dependent text into reports.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["local_cluster"]
+
+
+def local_cluster(workers: int) -> Any:
+    """A ``distributed.LocalCluster`` of ``workers`` processes, one thread each."""
+    from distributed import LocalCluster
+
+    return LocalCluster(n_workers=int(workers), processes=True, threads_per_worker=1, dashboard_address=":0")

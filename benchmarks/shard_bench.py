@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
 
         # ---- a cluster of W workers, started apart
         t0 = time.perf_counter()
-        cluster = LocalCluster(n_workers=args.workers, processes=True, threads_per_worker=1, dashboard_address=None)
+        cluster = LocalCluster(n_workers=args.workers, processes=True, threads_per_worker=1, dashboard_address=":0")
         client = Client(cluster)
         t_start = time.perf_counter() - t0
         try:

@@ -264,3 +264,23 @@ def test_cli_mrc_workers_start_a_local_cluster(capsys):
     ref = shard.shards_curve_sharded(TRACE, 0.25, slices=2)
     assert rep["slices"] == 2 and rep["hit_rate"] == ref.hit_rate.tolist()
     assert any("local cluster of 2 worker processes" in n for n in rep["notes"])
+
+
+def test_a_parquet_trace_shards_to_the_same_answers(trace, serial, client, tmp_path):
+    """A Parquet trace (each task reads its layers' rows, row group by row group; SHARDS slices
+    read it in one pass of step chunks) gives what the in-memory trace gives, on two workers too."""
+    from moeroof.data.trace_parquet import write_parquet_trace
+
+    path = tmp_path / "t.parquet"
+    write_parquet_trace(path, trace.topk, dict(trace.meta), steps_per_row_group=8)
+    for policy in ("lru", "belady"):
+        same(shard.simulate_by_layer(path, CAPACITY, policy, warmup_steps=WARMUP, layers_per_task=5), serial[policy])
+    same(shard.simulate_by_layer(path, CAPACITY, "arc", warmup_steps=WARMUP, client=client), serial["arc"])
+    want = shard.lru_curve_by_layer(trace, layers_per_task=48)
+    got = shard.lru_curve_by_layer(path, layers_per_task=7)
+    np.testing.assert_array_equal(got.hits, want.hits)
+    assert got.requests == want.requests
+    a = shard.shards_curve_sharded(trace, 0.5, slices=2, seed=1)
+    b = shard.shards_curve_sharded(path, 0.5, slices=2, seed=1, client=client)
+    np.testing.assert_array_equal(a.hit_rate, b.hit_rate)
+    np.testing.assert_array_equal(a.slice_requests, b.slice_requests)

@@ -14,9 +14,12 @@ capacity axis: a request hits a per-layer LRU cache of C experts iff its stack d
 its layer* (Mattson et al. 1970, taken as its (step, layer) lookup starts) is in 1…C. Each task
 returns integer hit counts per capacity for its layers; their sum is the curve.
 
-What a task reads: for a trace given as a path, the path and its layer slice — a ``.npy`` trace
-is memory-mapped (beyond the reader's copy limit), so a worker reads only the columns of its layers, chunk by chunk over steps (a
-``.npz`` member is decompressed whole by each worker); for a trace in memory, the sliced array.
+What a task reads: for a trace given as a path, the path and its layer slice. The trace is
+checked whole once, where the run starts; a task then memory-maps a ``.npy`` trace whatever its
+size (a worker reads only its layers' columns, chunk by chunk over steps, and holds no copy), reads
+a Parquet trace (:mod:`moeroof.data.trace_parquet`) row group by row group keeping its layers'
+rows (each task checks the rows it reads), and decompresses an ``.npz`` member whole. For a trace
+in memory, a task gets the sliced array.
 The global scope does not shard this way (one cache shared by all layers): its route to large
 traces is SHARDS sampling (:func:`moeroof.models.cache.shards_hit_curve`), and
 :func:`shards_curve_sharded` shards *that* over disjoint slices of the sampled hash range, one task
@@ -37,6 +40,8 @@ import numpy as np
 
 from moeroof.core.results import Result
 from moeroof.data.io import Trace, read_trace
+from moeroof.data.safe_read import load_npy
+from moeroof.data.trace_parquet import iter_parquet_trace_steps, parquet_trace_info, read_parquet_trace_layers
 from moeroof.models import cache
 
 
@@ -62,7 +67,10 @@ class LayerCurve(Result):
 def _source(trace: Any) -> tuple[Any, int, int, dict[str, Any] | None]:
     """(source, layers, experts, meta): source a path when workers can read it, else the array."""
     if isinstance(trace, (str, os.PathLike)):
-        t = read_trace(trace)
+        if _is_parquet(trace):  # footer only: each task checks the rows it reads
+            info = parquet_trace_info(trace)
+            return str(Path(trace)), info.layers, info.experts, None
+        t = read_trace(trace)  # checked whole, once, here: the tasks trust it
         return str(Path(trace)), t.layers, t.experts, None
     if isinstance(trace, Trace):
         if isinstance(trace.topk, np.memmap) and trace.path is not None:
@@ -71,10 +79,34 @@ def _source(trace: Any) -> tuple[Any, int, int, dict[str, Any] | None]:
     raise TypeError(f"trace must be a path or a moeroof.data.io.Trace, got {type(trace).__name__}")
 
 
+def _is_parquet(path: Any) -> bool:
+    return str(path).lower().endswith(".parquet")
+
+
 def _slice(source: Any, meta: dict[str, Any] | None, l0: int, l1: int) -> np.ndarray:
+    """Layers l0..l1 of the trace as a task reads them: a Parquet trace row group by row group
+    (only those layers' rows kept), a ``.npy`` memory-mapped whatever its size (already checked
+    where the run started, so a task reads only its layers' columns), an ``.npz`` decompressed."""
     if isinstance(source, str):
-        return read_trace(source, meta).topk[:, :, l0:l1]  # a view: a memmap stays on disk
+        if _is_parquet(source):
+            return read_parquet_trace_layers(source, l0, l1)
+        if source.lower().endswith(".npy"):
+            return load_npy(source, copy_limit=0)[:, :, l0:l1]
+        return read_trace(source, meta).topk[:, :, l0:l1]
     return source[:, :, l0:l1]
+
+
+def _step_chunks(payload: Any, meta: dict[str, Any] | None, layers: int, steps_per_chunk: int):
+    """(first step, dense chunk) over the whole trace; a Parquet trace in one pass over its rows."""
+    if isinstance(payload, str) and _is_parquet(payload):
+        s0 = 0
+        for block in iter_parquet_trace_steps(payload, steps_per_chunk):
+            yield s0, block
+            s0 += block.shape[0]
+        return
+    topk = _slice(payload, meta, 0, layers) if isinstance(payload, str) else payload
+    for s0 in range(0, int(topk.shape[0]), steps_per_chunk):
+        yield s0, topk[s0 : s0 + steps_per_chunk]
 
 
 def _payload(source: Any, l0: int, l1: int) -> Any:
@@ -393,14 +425,13 @@ def _slice_edges(rate: float, slices: int) -> list[float]:
 
 def _shards_task(payload, meta, layers, experts, lo, hi, seed, lookup, streams, want_counts):
     """One slice: (distance histogram 0..D_j, D_j, sampled requests, requests, item counts or None)."""
-    topk = _slice(payload, meta, 0, layers) if isinstance(payload, str) else payload
-    steps = int(topk.shape[0])
     chunk = max(1, _SLICE_CHUNK_CELLS // max(1, layers * experts))
     items, step, layer = [], [], []
     counts = np.zeros(layers * experts, np.int64) if want_counts else None
-    total = 0
-    for s0 in range(0, steps, chunk):
-        req = cache.requests_from_trace(topk[s0 : s0 + chunk], experts, streams=streams)
+    total = steps = 0
+    for s0, block in _step_chunks(payload, meta, layers, chunk):
+        steps = s0 + int(block.shape[0])
+        req = cache.requests_from_trace(block, experts, streams=streams)
         total += len(req)
         if counts is not None:
             counts += np.bincount(req.items, minlength=layers * experts)

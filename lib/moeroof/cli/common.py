@@ -369,7 +369,11 @@ def read_trace_arg(path_text: str, args: Any = None) -> Trace:
     if path.suffix.lower() != ".csv":
         path = input_path(path_text)
     if path.suffix.lower() == ".csv":
-        raise InputError(path, "-", "file", "expected a trace .npz / .npy, got a histogram .csv")
+        raise InputError(path, "-", "file", "expected a trace .npz / .npy / .parquet, got a histogram .csv")
+    if path.suffix.lower() == ".parquet":  # its meta is in its schema: no sidecar, no flags
+        from moeroof.data.trace_parquet import read_parquet_trace
+
+        return read_parquet_trace(path)
     return read_trace(path, meta=_meta_from_flags(path, args))
 
 
@@ -393,6 +397,8 @@ def load_input(path_text: str, args: Any = None) -> Any:
     from moeroof.data.io import load_any, read_histogram, read_trace
 
     path = input_path(path_text)
+    if path.suffix.lower() == ".parquet":
+        return read_trace_arg(path_text, args)
     meta = _meta_from_flags(path, args)
     if meta is None:
         return load_any(path)

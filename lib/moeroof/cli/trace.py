@@ -63,7 +63,12 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--family", required=True, help="popularity per layer: uniform, zipf:S or dirichlet:ALPHA")
     p.add_argument("--streams", required=True, help="concurrent streams M")
     p.add_argument("--steps", required=True, help="decode steps T (after the prompt)")
-    p.add_argument("-o", "--output", required=True, help="trace to write (.npz, or .npy with a .json sidecar)")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="trace to write (.npz, .npy with a .json sidecar, or .parquet: one row per token, read in row groups)",
+    )
     p.add_argument("--rho", default=None, help="stickiness in [0, 1]: each previous expert kept with probability ρ")
     p.add_argument(
         "--rho-profile",
@@ -251,8 +256,8 @@ def trace_report(args: argparse.Namespace) -> dict[str, Any]:
 
     knobs = trace_knobs(args)
     out = Path(args.output)
-    if out.suffix.lower() not in (".npz", ".npy"):
-        raise UsageError(f"-o: expected a .npz or .npy path, got {args.output!r}")
+    if out.suffix.lower() not in (".npz", ".npy", ".parquet"):
+        raise UsageError(f"-o: expected a .npz, .npy or .parquet path, got {args.output!r}")
     if not args.force and out.exists():
         raise UsageError(f"-o: {out} exists (pass --force to replace it)")
     topk = sample_from_knobs(knobs)
@@ -268,7 +273,12 @@ def trace_report(args: argparse.Namespace) -> dict[str, Any]:
         "prompt_steps": knobs["prompt_tokens"],
     }
     try:
-        write_trace(out, topk, meta, overwrite=bool(args.force))
+        if out.suffix.lower() == ".parquet":  # one row per live token, row groups by steps
+            from moeroof.data.trace_parquet import write_parquet_trace
+
+            write_parquet_trace(out, topk, meta, overwrite=bool(args.force))
+        else:
+            write_trace(out, topk, meta, overwrite=bool(args.force))
     except FileExistsError:  # created between the check and the write
         raise UsageError(f"-o: {out} exists (pass --force to replace it)") from None
     overlap = consecutive_overlap(topk[knobs["prompt_tokens"] :]) if knobs["steps"] > 1 else None

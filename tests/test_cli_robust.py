@@ -531,7 +531,7 @@ def test_report_out_sends_the_figures_under_the_out_folder(tmp_path, monkeypatch
 
     seen = {}
 
-    def fake_execute(path, parameters=None):
+    def fake_execute(path, parameters=None, **_):
         seen["figures"] = os.environ.get(report.FIGURES_ENV)
         return nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# x")])
 

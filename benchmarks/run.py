@@ -485,7 +485,7 @@ def run_c(exe: Path, args: list) -> list[str]:
 
 
 def bench_cache(n_requests: int, repeats: int) -> tuple[dict, dict]:
-    from moeroof.models import cache
+    from moeroof.models import cache, cache_kernels
 
     req, build_s = cache_requests(n_requests, SEED + 3)
     items = req.items
@@ -510,7 +510,7 @@ def bench_cache(n_requests: int, repeats: int) -> tuple[dict, dict]:
     # the kernel alone (simulate adds per-step bincounts and the result record)
     group, cap = cache._groups("global", capacity, "experts", req.layers, req.experts)
     every = np.ones(n, dtype=bool)
-    t_kernel, _ = timeit(lambda: cache._lru_kernel(items, group, cap, np.ones(n_items), every), repeats)
+    t_kernel, _ = timeit(lambda: cache_kernels.lru_kernel(items, group, cap, np.ones(n_items), every), repeats)
     curve_hits = int(round(rate[capacity] * n))
 
     with tempfile.TemporaryDirectory() as tmpd:

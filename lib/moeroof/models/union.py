@@ -31,8 +31,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.special import betaln, ndtri
 
 from moeroof.core.masks import ids_or, live_streams, live_tokens, trace_counts
 from moeroof.core.results import Result
@@ -201,6 +199,8 @@ def _log_ratio_unseen(t, y, b):
     ``C(n, B) = 1 / ((n + 1)·Beta(n − B + 1, B + 1))``; scipy's betaln keeps precision when one
     argument is large, where differences of gammaln lose about log10(T) digits.
     """
+    from scipy.special import betaln
+
     t = np.asarray(t, dtype=float)
     y = np.asarray(y, dtype=float)
     b = np.asarray(b, dtype=float)
@@ -238,6 +238,8 @@ def rarefaction(counts: np.ndarray, tokens, batch, experts: int | None = None):
     ``tokens`` broadcasts to the leading axes. Returns (U of shape (..., len(batch)),
     a boolean array telling where extrapolation was used).
     """
+    import scipy.sparse as sp
+
     y = np.asarray(counts)
     if y.dtype.kind not in "iu":
         if not np.all(y == np.round(y)):
@@ -331,6 +333,8 @@ def union_histogram(
     ``Y*_i ~ Binomial(T, π̃_i)`` drawn from the bootstrap assemblage; the band of the mean over
     layers takes the sd of the replicates' layer means.
     """
+    from scipy.special import ndtri
+
     y = np.atleast_2d(np.asarray(counts))
     layers, e = y.shape
     if experts is None:
@@ -537,6 +541,8 @@ def union_correlated(
     trace's streams. ``c = inf`` is the independent plug-in. Monte Carlo over ``draws``
     contexts per layer; the band is the Monte Carlo standard error (normal, ``level``).
     """
+    from scipy.special import ndtri
+
     w = np.atleast_2d(np.asarray(popularity, dtype=float))
     b = as_batch(batch)
     if not c > 0:

@@ -220,6 +220,7 @@ def bench_plan_redraw(layers: int, repeats: int) -> dict:
     )
     r = roofline.RoutingProbabilities(pi, "zipf 0.8", "assumed")
     batch = np.unique(np.round(np.geomspace(1, 256, 16)).astype(int))
+    os.environ["MOEROOF_CACHE_DIR"] = ""  # a cold start: no results kept on disk by earlier runs
     expert_cache.clear_memo()
     t0 = time.perf_counter()
     cold = roofline.plan(model, hw, workload, r, batch)

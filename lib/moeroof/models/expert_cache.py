@@ -81,19 +81,45 @@ _memo: OrderedDict = OrderedDict()
 
 
 def clear_memo() -> None:
-    """Forget every memoised simulation and trace (for benchmarks that time a cold start)."""
+    """Forget every memoised simulation and trace in this process, and read the disk memo's
+    setting again (``MOEROOF_CACHE_DIR=""`` before this call: a truly cold start)."""
     _memo.clear()
     _trace_memo.clear()
+    _disk.clear()
 
 
-def _memoised(key: tuple, compute, memo: OrderedDict | None = None, size: int = _MEMO_SIZE):
+_disk: list = []  # the DiskMemo of steady-state results, made on first use
+
+
+def _disk_memo():
+    """Steady-state results on disk (:mod:`moeroof.core.disk_memo`), salted with the simulator's
+    own source (this module, the cache model and its kernels) and numpy's version, which draws
+    the traces: any edit or upgrade misses rather than serving an old number."""
+    if not _disk:
+        from pathlib import Path
+
+        from moeroof.core.disk_memo import DiskMemo, source_salt
+
+        kernels = Path(cache_sim.__file__).with_name("cache_kernels.py")  # not imported: that loads numba
+        salt = source_salt([__file__, cache_sim.__file__, kernels], np.__version__)
+        _disk.append(DiskMemo("steady-state", salt))
+    return _disk[0]
+
+
+def _memoised(key: tuple, compute, memo: OrderedDict | None = None, size: int = _MEMO_SIZE, *, disk: bool = False):
     """``compute()`` once per key, kept in ``memo`` (default the simulations') as an LRU of
-    ``size`` results."""
+    ``size`` results; with ``disk`` also on disk between runs (a tuple of floats)."""
     memo = _memo if memo is None else memo
     if key in memo:
         memo.move_to_end(key)
         return memo[key]
-    out = compute()
+    stored = _disk_memo().get(key) if disk else None
+    if isinstance(stored, list) and all(isinstance(x, (int, float)) for x in stored):
+        out = tuple(float(x) for x in stored)
+    else:
+        out = compute()
+        if disk:
+            _disk_memo().put(key, [float(x) for x in out])
     memo[key] = out
     if len(memo) > size:
         memo.popitem(last=False)
@@ -413,7 +439,7 @@ def steady_state_miss_ratio(
         topk, warm = _steady_trace(sub, own, int(batch), int(seed))
         return _simulate_ratios(topk, e, own, assignment, rank, c, policy, scope, warm)[:2]
 
-    return _memoised(key, compute)
+    return _memoised(key, compute, disk=True)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,88 @@
+"""Results kept on disk between runs, for pure computations that are slow to repeat.
+
+The step model simulates the expert cache in steady state (:mod:`moeroof.models.expert_cache`):
+deterministic in its inputs, a few tenths of a second each, and it needs numba, whose import
+alone is most of a command's start-up. Kept on disk, a second ``moeroof plan`` with the same
+model, routing, batch and cache reads its numbers back and never loads numba.
+
+A result is stored under a *salt*: a hash of the source files of the code that computes it and
+of the numpy version (its random streams draw the traces), so an edit or an upgrade can never
+serve a stale number — it simply misses. Each entry is one small JSON file holding its key as
+text, checked on read (a hash collision or a file damaged in any way is a miss, then
+overwritten), written whole or not at all (:mod:`moeroof.core.atomic`).
+
+Where: ``$MOEROOF_CACHE_DIR`` when set (an empty value turns the disk memo off), else
+``$XDG_CACHE_HOME/moeroof``, else ``~/.cache/moeroof``. A folder that cannot be written turns
+it off for the run, silently: it only ever saves time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ENV", "DiskMemo", "memo_root", "source_salt"]
+
+#: the environment variable naming the folder ("" turns the disk memo off)
+ENV = "MOEROOF_CACHE_DIR"
+
+
+def memo_root() -> Path | None:
+    """The folder entries go under, or None when the disk memo is off."""
+    given = os.environ.get(ENV)
+    if given is not None:
+        return Path(given).expanduser() if given.strip() else None
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "moeroof"
+
+
+def source_salt(files: Iterable[str | os.PathLike[str]], *extra: str) -> str:
+    """A hash of the files' bytes and the ``extra`` strings (versions): what a result depends on."""
+    h = hashlib.blake2b(digest_size=12)
+    for f in files:
+        h.update(Path(f).read_bytes())
+    for text in extra:
+        h.update(text.encode())
+    return h.hexdigest()
+
+
+class DiskMemo:
+    """``get(key)`` / ``put(key, value)`` for JSON-able values under ``memo_root()/name/salt``.
+
+    ``key`` is any value whose ``repr`` is stable across runs (tuples of str, int, float)."""
+
+    def __init__(self, name: str, salt: str) -> None:
+        self.name, self.salt = name, salt
+        root = memo_root()
+        self.folder = None if root is None else root / name / salt
+
+    def _path(self, text: str) -> Path:
+        return self.folder / f"{hashlib.blake2b(text.encode(), digest_size=16).hexdigest()}.json"
+
+    def get(self, key: Any) -> Any | None:
+        if self.folder is None:
+            return None
+        text = repr(key)
+        try:
+            entry = json.loads(self._path(text).read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(entry, dict) or entry.get("key") != text or "value" not in entry:
+            return None
+        return entry["value"]
+
+    def put(self, key: Any, value: Any) -> None:
+        if self.folder is None:
+            return
+        from moeroof.core import atomic
+
+        text = repr(key)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            atomic.write_text(self._path(text), json.dumps({"key": text, "value": value}))
+        except (OSError, ValueError, TypeError):
+            self.folder = None  # cannot write here: stop trying for this run

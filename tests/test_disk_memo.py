@@ -1,0 +1,82 @@
+"""core.disk_memo: results kept between runs, salted by the source that computes them; and the
+step model reading its steady-state simulations back without loading numba."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from moeroof.core import disk_memo
+from moeroof.core.disk_memo import DiskMemo, source_salt
+
+
+@pytest.fixture
+def root(tmp_path, monkeypatch):
+    monkeypatch.setenv(disk_memo.ENV, str(tmp_path / "memo"))
+    return tmp_path / "memo"
+
+
+def test_round_trip_and_misses(root, tmp_path):
+    memo = DiskMemo("t", "salt1")
+    assert memo.get(("a", 1, 2.5)) is None
+    memo.put(("a", 1, 2.5), [0.25, 0.5])
+    assert DiskMemo("t", "salt1").get(("a", 1, 2.5)) == [0.25, 0.5]  # another instance: from disk
+    assert DiskMemo("t", "salt2").get(("a", 1, 2.5)) is None  # another salt: the code changed
+    assert memo.get(("a", 1, 2.6)) is None
+    (entry,) = list((root / "t" / "salt1").glob("*.json"))
+    assert json.loads(entry.read_text())["key"] == repr(("a", 1, 2.5))
+    entry.write_text('{"key": "something else", "value": [1]}')  # a collision reads as a miss
+    assert memo.get(("a", 1, 2.5)) is None
+    entry.write_text("{not json")  # so does a damaged file
+    assert memo.get(("a", 1, 2.5)) is None
+    memo.put(("a", 1, 2.5), [0.75])
+    assert memo.get(("a", 1, 2.5)) == [0.75]
+
+
+def test_empty_setting_turns_it_off_and_an_unwritable_folder_is_silent(tmp_path, monkeypatch):
+    monkeypatch.setenv(disk_memo.ENV, "")
+    memo = DiskMemo("t", "s")
+    memo.put("k", [1.0])
+    assert memo.get("k") is None and disk_memo.memo_root() is None
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setenv(disk_memo.ENV, str(blocker / "below-a-file"))
+    memo = DiskMemo("t", "s")
+    memo.put("k", [1.0])  # cannot create the folder: no error, nothing kept
+    assert memo.get("k") is None
+
+
+def test_salt_follows_the_source_bytes(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("x = 1\n")
+    a = source_salt([f], "numpy 2")
+    assert source_salt([f], "numpy 2") == a and source_salt([f], "numpy 3") != a
+    f.write_text("x = 2\n")
+    assert source_salt([f], "numpy 2") != a
+
+
+RUN = """
+import json, sys
+from moeroof.models.expert_cache import steady_state_miss_ratio
+from moeroof.models.routing import inclusion_probabilities, zipf_weights
+pi = inclusion_probabilities(zipf_weights(64, 0.9), 4)[None, :]
+out = [steady_state_miss_ratio(pi, b, 12.0, policy=p) for b in (1, 8) for p in ("lru", "arc")]
+print(json.dumps({"out": out, "numba": "numba" in sys.modules}))
+"""
+
+
+def test_a_second_process_reads_the_simulation_back_without_numba(root):
+    env = {**os.environ, disk_memo.ENV: str(root)}
+
+    def run() -> dict:
+        done = subprocess.run([sys.executable, "-c", RUN], env=env, capture_output=True, text=True, check=True)
+        return json.loads(done.stdout)
+
+    first, second = run(), run()
+    assert first["numba"] and not second["numba"]
+    assert first["out"] == second["out"]
+    assert len(list(root.glob("steady-state/*/*.json"))) == 4

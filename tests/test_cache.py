@@ -1,8 +1,10 @@
 """Expert cache simulation and miss-ratio curves (SPEC §5) against pure-Python references.
 
 References are written out here independently of moeroof.models.cache: an OrderedDict LRU, Belady's
-MIN scanning the future for the farthest next use, a perfect LFU, S3-FIFO and ARC from their
-papers' pseudo-code. Random cases are seeded loops (small traces, many capacities).
+MIN scanning the future for the farthest next use (with and without bypass), in-cache and perfect
+LFU, S3-FIFO (as libCacheSim's S3FIFOv0 runs it) and ARC from its paper's pseudo-code. Random
+cases are seeded loops (small traces, many capacities). tests/test_cache_libcachesim.py checks
+the same policies against libCacheSim itself.
 """
 
 from __future__ import annotations
@@ -110,8 +112,9 @@ def ref_next_uses(items):
     return nxt
 
 
-def ref_belady(items, cap_of, group_of, size, starts=None):
-    """MIN with bypass: evict the cached item used farthest in the future unless x is farther."""
+def ref_belady(items, cap_of, group_of, size, starts=None, bypass=True):
+    """MIN: evict the cached item used farthest in the future — unless x is farther still
+    (``bypass``: x is not cached) — until x fits."""
     nxt = ref_next_uses(items)
     caches, used, hits, pre = {}, {}, [], {}
     for t, x in enumerate(items):
@@ -126,7 +129,7 @@ def ref_belady(items, cap_of, group_of, size, starts=None):
             continue
         while used[g] + size[x] > cap_of[g]:
             far = max(c, key=lambda v: (c[v], -v)) if c else None
-            if far is None or c[far] <= nxt[t]:
+            if far is None or (bypass and c[far] <= nxt[t]):
                 break
             used[g] -= size[far]
             del c[far]
@@ -136,15 +139,21 @@ def ref_belady(items, cap_of, group_of, size, starts=None):
     return np.array(hits, dtype=bool)
 
 
-def ref_lfu(items, cap_of, group_of, size, starts=None):
-    """Perfect LFU (counts survive eviction), ties to the least recently used."""
+def ref_belady_insert(items, cap_of, group_of, size, starts=None):
+    """MIN inserting every miss (libCacheSim's Belady)."""
+    return ref_belady(items, cap_of, group_of, size, starts, bypass=False)
+
+
+def ref_lfu(items, cap_of, group_of, size, starts=None, perfect=False):
+    """In-cache LFU (an evicted item's count is forgotten; ``perfect``: counts survive eviction),
+    ties to the least recently used."""
     freq, last = {}, {}
     caches, used, hits, pre = {}, {}, [], {}
     for t, x in enumerate(items):
         g = group_of(x)
         c = caches.setdefault(g, set())
         used.setdefault(g, 0.0)
-        freq[x] = freq.get(x, 0) + 1
+        freq[x] = freq.get(x, 0) + 1 if perfect or x in c else 1
         last[x] = t
         hits.append(judged(items, starts, t, lambda y: y in caches.get(group_of(y), ()), pre))
         if x in c:
@@ -155,43 +164,53 @@ def ref_lfu(items, cap_of, group_of, size, starts=None):
             v = min(c, key=lambda y: (freq[y], last[y]))
             c.remove(v)
             used[g] -= size[v]
+            if not perfect:
+                del freq[v]
         c.add(x)
         used[g] += size[x]
     return np.array(hits, dtype=bool)
 
 
-def ref_s3fifo(items, cap, starts=None):
-    """S3-FIFO of Yang et al. (SOSP 2023), unit sizes, one cache; OrderedDicts as FIFOs."""
-    small_cap = 0.1 * cap
+def ref_lfu_perfect(items, cap_of, group_of, size, starts=None):
+    """Perfect LFU: counts over the whole stream survive eviction, ties to the least recently used."""
+    return ref_lfu(items, cap_of, group_of, size, starts, perfect=True)
+
+
+def ref_s3fifo(items, cap, starts=None, threshold=1):
+    """S3-FIFO of Yang et al. (SOSP 2023) as libCacheSim's S3FIFOv0 runs it, unit sizes, one
+    cache; OrderedDicts as FIFOs. S holds int(0.1 · cap), G int(0.9 · cap) ids; hits are counted
+    without a cap; an item leaves S for M after ``threshold`` hits, M reinserts with
+    min(count, 3) − 1."""
+    main_cap = cap - int(0.1 * cap)
     S, M, G = OrderedDict(), OrderedDict(), OrderedDict()  # first = tail (oldest)
     freq, hits, pre = {}, [], {}
     for t, x in enumerate(items):
         hits.append(judged(items, starts, t, lambda y: y in S or y in M, pre))
         if x in S or x in M:
-            freq[x] = min(freq[x] + 1, 3)
+            freq[x] += 1
             continue
         if cap < 1:
             continue
         ghost = G.pop(x, None) is not None
         while len(S) + len(M) + 1 > cap:
-            if S and (len(S) >= small_cap or not M):
+            if len(M) > main_cap or not S:
+                while True:
+                    v, _ = M.popitem(last=False)
+                    if freq[v] > 0:
+                        freq[v] = min(freq[v], 3) - 1
+                        M[v] = True
+                    else:
+                        break
+            else:
                 while S:
                     v, _ = S.popitem(last=False)
-                    if freq[v] >= 1:
+                    if freq[v] >= threshold:
                         freq[v] = 0
                         M[v] = True
                     else:
                         G[v] = True
-                        while len(G) > cap - small_cap:
+                        while len(G) > int(0.9 * cap):
                             G.popitem(last=False)
-                        break
-            else:
-                while True:
-                    v, _ = M.popitem(last=False)
-                    if freq[v] > 0:
-                        freq[v] -= 1
-                        M[v] = True
-                    else:
                         break
         (M if ghost else S)[x] = True
         freq[x] = 0
@@ -335,14 +354,20 @@ def test_bad_arguments_raise():
 
 @pytest.mark.parametrize("lookup", cache.LOOKUPS)
 @pytest.mark.parametrize("scope", ["global", "layer"])
-def test_lru_lfu_belady_equal_references(scope, lookup):
+def test_lru_lfu_belady_and_variants_equal_references(scope, lookup):
     for _, _topk, req in cases(f"ref-{scope}", n=8):
         items = req.items.tolist()
         starts = ref_lookup_starts(req, lookup)
         size = unit_sizes(req.n_items)
         for cap in (0, 1, 2, 3, 5, 8, 13):
             group_of, cap_of = groups_of(req, scope, cap, req.layers)
-            for policy, ref in (("lru", ref_lru), ("lfu", ref_lfu), ("belady", ref_belady)):
+            for policy, ref in (
+                ("lru", ref_lru),
+                ("lfu", ref_lfu),
+                ("lfu-perfect", ref_lfu_perfect),
+                ("belady", ref_belady),
+                ("belady-insert", ref_belady_insert),
+            ):
                 res = simulate(req, cap, policy=policy, scope=scope, lookup=lookup)
                 want = ref(items, cap_of, group_of, size, starts)
                 assert hits_of(res) == int(want.sum()), (policy, cap)
@@ -354,9 +379,10 @@ def test_s3fifo_and_arc_equal_references(lookup):
     for _, _, req in cases("s3fifo-arc", n=8, experts=10, layers=2):
         items = req.items.tolist()
         st = ref_lookup_starts(req, lookup)
-        for cap in (0, 1, 2, 4, 7, 11, 16):
-            got = simulate(req, cap, policy="s3fifo", lookup=lookup, return_hits=True).request_hits
-            assert got.tolist() == ref_s3fifo(items, cap, st).tolist(), cap
+        for cap in (0, 1, 2, 4, 7, 11, 16, 23, 35):
+            for th in (1, 2, 3, 5):
+                res = simulate(req, cap, policy="s3fifo", lookup=lookup, return_hits=True, s3fifo_threshold=th)
+                assert res.request_hits.tolist() == ref_s3fifo(items, cap, st, th).tolist(), (cap, th)
             got = simulate(req, cap, policy="arc", lookup=lookup, return_hits=True).request_hits
             assert got.tolist() == ref_arc(items, cap, st).tolist(), cap
 
@@ -382,7 +408,7 @@ def test_a_huge_capacity_in_bytes_never_evicts():
     for _, _, req in cases("huge-bytes", n=3):
         sizes = np.linspace(1.0, 3.7, req.n_items)
         want = simulate(req, 2**63, policy="lru").hits
-        for policy in ("lru", "lfu", "belady", "s3fifo", "static"):
+        for policy in ("lru", "lfu", "lfu-perfect", "belady", "belady-insert", "s3fifo", "static"):
             for cap in (2.0 * float(sizes.sum()), 1e300):
                 res = simulate(req, cap, policy=policy, capacity_unit="bytes", item_bytes=sizes)
                 assert res.hits == want, (policy, cap)
@@ -397,7 +423,13 @@ def test_bytes_capacity_with_unequal_sizes():
         for cap in (0.0, 3.0, 7.0, 12.0, 20.0, 40.0):
             for scope in ("global", "layer"):
                 group_of, cap_of = groups_of(req, scope, cap, req.layers)
-                for policy, ref in (("lru", ref_lru), ("belady", ref_belady), ("lfu", ref_lfu)):
+                for policy, ref in (
+                    ("lru", ref_lru),
+                    ("belady", ref_belady),
+                    ("belady-insert", ref_belady_insert),
+                    ("lfu", ref_lfu),
+                    ("lfu-perfect", ref_lfu_perfect),
+                ):
                     res = simulate(req, cap, policy=policy, capacity_unit="bytes", item_bytes=size, scope=scope)
                     want = ref(items, cap_of, group_of, per_item, starts)
                     assert hits_of(res) == int(want.sum()), (policy, scope, cap)
@@ -674,13 +706,14 @@ def embedded():
     return t, requests_from_trace(t.topk, t.experts)
 
 
-def heap_ref_lfu(items, cap, starts):
-    """Perfect LFU, ties to the least recently used: ref_lfu with a lazy heap (same choices)."""
+def heap_ref_lfu(items, cap, starts, perfect=False):
+    """In-cache (or ``perfect``) LFU, ties to the least recently used: ref_lfu with a lazy heap
+    (same choices)."""
     import heapq
 
     freq, last, cached, heap, hits, pre = {}, {}, set(), [], [], {}
     for t, x in enumerate(items):
-        freq[x] = freq.get(x, 0) + 1
+        freq[x] = freq.get(x, 0) + 1 if perfect or x in cached else 1
         last[x] = t
         hits.append(judged(items, starts, t, lambda y: y in cached, pre))
         if x not in cached and cap >= 1:
@@ -694,8 +727,9 @@ def heap_ref_lfu(items, cap, starts):
     return np.array(hits, dtype=bool)
 
 
-def heap_ref_belady(items, cap, starts):
-    """MIN with bypass: ref_belady with next uses by a backward scan and a lazy max-heap."""
+def heap_ref_belady(items, cap, starts, bypass=True):
+    """MIN with bypass (or without): ref_belady with next uses by a backward scan and a lazy
+    max-heap."""
     import heapq
 
     n = len(items)
@@ -712,7 +746,7 @@ def heap_ref_belady(items, cap, starts):
             while len(c) + 1 > cap:
                 while c.get(heap[0][1]) != -heap[0][0]:
                     heapq.heappop(heap)  # stale entry
-                if -heap[0][0] <= nxt[t]:
+                if bypass and -heap[0][0] <= nxt[t]:
                     break
                 del c[heapq.heappop(heap)[1]]
             if len(c) + 1 > cap:
@@ -738,7 +772,9 @@ def ref_static(items, cap, starts):
 EMBEDDED_REFS = {
     "lru": lambda items, cap, st: ref_lru(items, {0: cap}, lambda x: 0, unit_sizes(max(items) + 1), st),
     "lfu": heap_ref_lfu,
+    "lfu-perfect": lambda items, cap, st: heap_ref_lfu(items, cap, st, perfect=True),
     "belady": heap_ref_belady,
+    "belady-insert": lambda items, cap, st: heap_ref_belady(items, cap, st, bypass=False),
     "s3fifo": ref_s3fifo,
     "arc": ref_arc,
     "static": ref_static,
@@ -753,10 +789,12 @@ def test_heap_references_equal_the_plain_ones():
             st = ref_lookup_starts(req, lookup)
             for cap in (0, 1, 3, 8):
                 group_of, cap_of = groups_of(req, "global", cap, req.layers)
-                assert heap_ref_lfu(items, cap, st).tolist() == ref_lfu(items, cap_of, group_of, size, st).tolist()
-                assert (
-                    heap_ref_belady(items, cap, st).tolist() == ref_belady(items, cap_of, group_of, size, st).tolist()
-                )
+                for perfect in (False, True):
+                    want = ref_lfu(items, cap_of, group_of, size, st, perfect=perfect)
+                    assert heap_ref_lfu(items, cap, st, perfect=perfect).tolist() == want.tolist()
+                for bypass in (False, True):
+                    want = ref_belady(items, cap_of, group_of, size, st, bypass=bypass)
+                    assert heap_ref_belady(items, cap, st, bypass=bypass).tolist() == want.tolist()
 
 
 def embedded_ref_hits(req, policy, scope, lookup) -> np.ndarray:
@@ -813,3 +851,53 @@ def test_embedded_trace_bytes_streamed_equal_the_reference(embedded):
     for t in np.flatnonzero(~want).tolist():  # summed in request order, as the simulator does
         per_step[int(req.step[t])] += float(sizes[items[t]])
     assert res.bytes_streamed_per_step.tolist() == per_step
+
+
+# ----------------------------------------------------------------------------- policy variants (issue 16)
+
+
+def test_belady_insert_is_the_optimum_of_demand_paging():
+    # judged request by request, MIN inserting every miss hits at least as often as any policy
+    # that inserts every miss (unit sizes), and at most as often as MIN with bypass
+    demand = ("lru", "lfu", "lfu-perfect", "s3fifo", "arc")
+    for _, _, req in cases("demand-paging", n=6, steps=30, experts=10, k=3):
+        for cap in range(0, req.n_items + 2):
+            rates = {p: simulate(req, cap, policy=p, lookup="request").hits for p in (*demand, "belady-insert")}
+            bound = simulate(req, cap, policy="belady", lookup="request").hits
+            assert all(rates[p] <= rates["belady-insert"] for p in demand), (cap, rates)
+            assert rates["belady-insert"] <= bound
+
+
+def test_in_cache_lfu_forgets_an_evicted_items_count():
+    # cache of 2; item 0 is requested three times, then 1, 2, 1, 2, ... alternate. In-cache LFU
+    # forgets the count of the one of 1, 2 it evicts, so each returns with count 1 and evicts
+    # the other; perfect LFU remembers, so 1 and 2 climb past 0's count and displace it
+    items = np.array([0, 0, 0] + [1, 2] * 6, dtype=np.int64)
+    req = Requests(items, np.arange(items.size, dtype=np.int32), np.zeros(items.size, np.int16), items.size, 1, 3)
+    perfect = simulate(req, 2, policy="lfu-perfect", lookup="request", return_hits=True).request_hits
+    in_cache = simulate(req, 2, policy="lfu", lookup="request", return_hits=True).request_hits
+    size = unit_sizes(3)
+    for perfect_flag, got in ((True, perfect), (False, in_cache)):
+        want = ref_lfu(items.tolist(), {0: 2}, lambda x: 0, size, None, perfect=perfect_flag)
+        assert got.tolist() == want.tolist()
+    # in-cache LFU: 1 enters with count 1 beside 0 (count 3); 2 evicts 1 (count 1, the lowest),
+    # 1 evicts 2, ...: only 0's two repeats hit
+    assert int(in_cache.sum()) == 2
+    # perfect LFU: 1 and 2 climb to count 3 each while evicting each other, then 0 (count 3,
+    # least recently used) goes and both stay: the last requests hit
+    assert int(perfect.sum()) > int(in_cache.sum())
+
+
+def test_s3fifo_threshold_argument():
+    _, _, req = next(cases("s3fifo-threshold", n=1, steps=30, experts=10))
+    default = simulate(req, 11, policy="s3fifo", return_hits=True)
+    one = simulate(req, 11, policy="s3fifo", s3fifo_threshold=1, return_hits=True)
+    assert default.request_hits.tolist() == one.request_hits.tolist() and not default.notes
+    two = simulate(req, 11, policy="s3fifo", s3fifo_threshold=cache.LIBCACHESIM_S3FIFO_THRESHOLD)
+    assert any("after 2 hits" in n for n in two.notes)
+    assert cache.S3FIFO_MOVE_TO_MAIN_THRESHOLD == 1 and cache.LIBCACHESIM_S3FIFO_THRESHOLD == 2
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="s3fifo_threshold must be an integer"):
+            simulate(req, 11, policy="s3fifo", s3fifo_threshold=bad)
+    with pytest.raises(ValueError, match="policy='s3fifo' only"):
+        simulate(req, 11, policy="lru", s3fifo_threshold=2)

@@ -3,10 +3,16 @@ hits, misses, hit rate and bytes streamed per step.
 
 ::
 
-    moeroof cache TRACE --policy lru|lfu|static|belady|s3fifo|arc
+    moeroof cache TRACE --policy lru|lfu|lfu-perfect|static|belady|belady-insert|s3fifo|arc
                   (--capacity-experts N | --capacity-gib X --expert-bytes N) [--scope global|layer]
                   [--warmup S] [--histogram PATH] [--streams I,J,…] [--lookup layer|request]
-                  [--scheduler ADDRESS | --workers N] [--json]
+                  [--s3fifo-threshold N] [--scheduler ADDRESS | --workers N] [--json]
+
+The policies are documented in :mod:`moeroof.models.cache`: ``lfu`` is in-cache LFU (libCacheSim's
+LFU: an evicted expert's count is forgotten), ``lfu-perfect`` keeps every count; ``belady`` is the
+offline optimum (it may decline to cache an expert), ``belady-insert`` caches every miss
+(libCacheSim's Belady); ``--s3fifo-threshold`` is S3-FIFO's move-to-main threshold (default 1;
+libCacheSim's S3FIFOv0 uses 2).
 
 With ``--scheduler`` or ``--workers`` (scope layer only) the layers are sharded over
 dask.distributed workers (:mod:`moeroof.studies.shard`); the answer is the same, exactly.
@@ -42,7 +48,14 @@ from moeroof.data.io import InputError, read_histogram
 
 # moeroof.models.cache.POLICIES and .SCOPES, spelled out so that building the parser does not
 # import (and compile) the simulator; tests/test_cli.py checks that they agree.
-POLICIES = ("lru", "lfu", "static", "belady", "s3fifo", "arc")
+POLICIES = ("lru", "lfu", "lfu-perfect", "static", "belady", "belady-insert", "s3fifo", "arc")
+#: moeroof.models.cache.S3FIFO_MOVE_TO_MAIN_THRESHOLD, spelled out for the same reason
+S3FIFO_THRESHOLD = 1
+POLICY_HELP = (
+    "eviction policy: lru; lfu (in-cache, as libCacheSim) or lfu-perfect (counts survive eviction); "
+    "static (pinned hot set); belady (offline optimum, may bypass) or belady-insert (offline, caches "
+    "every miss, as libCacheSim); s3fifo; arc"
+)
 SCOPES = ("global", "layer")
 LOOKUPS = ("layer", "request")
 LOOKUP_HELP = (
@@ -62,7 +75,7 @@ def add_parser(subparsers: Any) -> None:
         ),
     )
     p.add_argument("path", metavar="TRACE", help="trace .npz / .npy")
-    p.add_argument("--policy", required=True, choices=POLICIES, help="eviction policy (belady = offline optimum)")
+    p.add_argument("--policy", required=True, choices=POLICIES, help=POLICY_HELP)
     p.add_argument("--capacity-experts", default=None, help="cache capacity in experts (one (layer, expert) item each)")
     p.add_argument("--capacity-gib", default=None, help="cache capacity in GiB (needs --expert-bytes)")
     p.add_argument("--expert-bytes", default=None, help="bytes per expert (streamed per miss)")
@@ -82,6 +95,15 @@ def add_parser(subparsers: Any) -> None:
         help="replay only these streams of the trace, comma-separated indices from 0 (default: all)",
     )
     p.add_argument("--lookup", default="layer", choices=LOOKUPS, help=LOOKUP_HELP)
+    p.add_argument(
+        "--s3fifo-threshold",
+        default=None,
+        metavar="N",
+        help=(
+            f"--policy s3fifo: hits in the small queue that move an expert to the main queue "
+            f"(default {S3FIFO_THRESHOLD}; libCacheSim's S3FIFOv0 uses 2)"
+        ),
+    )
     p.add_argument(
         "--scheduler",
         default=None,
@@ -128,12 +150,19 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:
     warmup = non_negative_int(args.warmup, "--warmup")
     if args.histogram is not None and args.policy != "static":
         raise UsageError("--histogram applies to --policy static only")
+    if args.s3fifo_threshold is not None and args.policy != "s3fifo":
+        raise UsageError("--s3fifo-threshold applies to --policy s3fifo only")
+    threshold = S3FIFO_THRESHOLD if args.s3fifo_threshold is None else _threshold(args.s3fifo_threshold)
     workers = 1 if args.workers is None else non_negative_int(args.workers, "--workers")
     if args.workers is not None and workers < 1:
         raise UsageError("--workers: must be >= 1")
     sharded = args.scheduler is not None or workers > 1
     if args.scheduler is not None and args.workers is not None:
         raise UsageError("give --scheduler ADDRESS or --workers N, not both")
+    if sharded and threshold != S3FIFO_THRESHOLD:
+        raise UsageError(
+            f"--s3fifo-threshold other than {S3FIFO_THRESHOLD} runs in one process: drop --scheduler/--workers"
+        )
     if sharded and args.scope != "layer":
         raise UsageError(
             "--scheduler/--workers shard per-layer caches by layer: they need --scope layer; one cache "
@@ -210,10 +239,18 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:
             warmup_steps=warmup,
             pinned=pinned,
             lookup=args.lookup,
+            s3fifo_threshold=threshold,
         )
     finally:
         progress.close()
     return _report(args, trace, stream_ids, res, cap_experts, cap_bytes, unit, warmup, pinned, notes)
+
+
+def _threshold(text: str) -> int:
+    n = non_negative_int(text, "--s3fifo-threshold")
+    if n < 1:
+        raise UsageError(f"--s3fifo-threshold: must be >= 1, got {text!r}")
+    return n
 
 
 def _sharded_report(args, trace, stream_ids, caps, unit, expert_bytes, warmup, pinned, workers, notes):
@@ -270,7 +307,12 @@ def _report(args, trace, stream_ids, res, cap_experts, cap_bytes, unit, warmup, 
         "hit_rate": res.hit_rate,
         "bytes_streamed_per_step": res.mean_bytes_streamed_per_step,
         "unit": bytes_unit,
-        "oracle": args.policy == "belady" or (args.policy == "static" and pinned is None),
+        "s3fifo_threshold": (
+            (S3FIFO_THRESHOLD if args.s3fifo_threshold is None else int(args.s3fifo_threshold))
+            if args.policy == "s3fifo"
+            else None
+        ),
+        "oracle": args.policy in ("belady", "belady-insert") or (args.policy == "static" and pinned is None),
         "per_step": {
             "hits": res.hits_per_step,
             "misses": res.misses_per_step,
@@ -295,6 +337,7 @@ def print_cache(rep: dict[str, Any]) -> None:
         f"policy {rep['policy']}  capacity {rep['capacity_experts']} experts"
         + (f" ({rep['capacity_bytes'] / 2**30:.3g} GiB)" if rep["capacity_bytes"] is not None else "")
         + f"  scope {rep['scope']}  lookup {rep['lookup']}  warm-up {rep['warmup_steps']} of {rep['steps']} steps"
+        + (f"  move-to-main threshold {rep['s3fifo_threshold']}" if rep.get("s3fifo_threshold") is not None else "")
     )
     rows = [
         [

@@ -23,29 +23,60 @@ larger than its cache is streamed and never cached. Per-rank ownership
 experts in its own cache. Policies:
 
 - ``"lru"`` — evict the least recently used item (demand paging: every miss is inserted).
-- ``"lfu"`` — evict the least frequently used item; frequencies count every request since the
-  start of the trace (the item's history survives its eviction, "perfect LFU"); ties go to the
-  least recently used.
+- ``"lfu"`` — *in-cache* LFU, as libCacheSim's ``LFU`` (``cache/eviction/LFU.c``) and most
+  engines keep it: evict the cached item with the fewest requests since it entered the cache; an
+  evicted item's count is forgotten, so it comes back with a count of 1. Ties go to the item
+  that reached its count earliest — the least recently used among equal counts, which is
+  libCacheSim's order (a FIFO list per count: an item joins the tail of its new count's list
+  on every request and the head of the lowest count's list is evicted).
+- ``"lfu-perfect"`` — *perfect* LFU: counts run over every request since the start of the trace,
+  an evicted item's history survives its eviction (Breslau et al. 1999, "Web caching and
+  Zipf-like distributions", INFOCOM, name the two variants); ties as ``"lfu"``. Under the
+  independent reference model it converges to the static hot set; on a stream that cycles
+  through more items than fit, it keeps the items that were popular, where in-cache LFU keeps
+  recycling the newest arrivals (our ``moeroof cache`` ``lfu`` before issue 16).
 - ``"static"`` — a hot set pinned from a histogram (most popular items that fit, greedily in
   rank order, per cache), loaded on first use (a miss: every policy starts cold) and never
   evicted; other items bypass the cache. With no histogram the
   trace's own request counts are used: an *oracle* hot set (it has seen the future).
-- ``"belady"`` — Belady's MIN (Belady 1966): on a miss with a full cache, evict the cached item
-  whose next use is farthest in the future — or bypass the incoming item when its own next use is
-  farther still (the stream is computed from a scratch buffer, as a static hot set does). With
-  unit sizes this is the offline optimum over every policy, bypassing or not, so it bounds all
-  the others. With unequal sizes optimal caching is NP-hard; the same rule (evict farthest first
-  until the item fits, never an item needed sooner than it) is then a heuristic, not a bound.
+- ``"belady"`` — Belady's MIN (Belady 1966) with bypass: on a miss with a full cache, evict the
+  cached item whose next use is farthest in the future — or bypass the incoming item when its
+  own next use is farther still (the stream is computed from a scratch buffer, as a static hot
+  set does). With unit sizes this is the offline optimum over every policy, bypassing or not,
+  so it bounds all the others. With unequal sizes optimal caching is NP-hard; the same rule
+  (evict farthest first until the item fits, never an item needed sooner than it) is then a
+  heuristic, not a bound.
+- ``"belady-insert"`` — Belady's MIN as demand paging, libCacheSim's ``Belady``
+  (``cache/eviction/Belady.c``): every miss is inserted, evicting the cached items used farthest
+  in the future until it fits. With unit sizes it is the optimum among policies that insert
+  every miss (Belady 1966; Mattson et al. 1970 prove it), at most ``"belady"``'s hits: an item that is never requested
+  again still displaces one that is.
 - ``"s3fifo"`` — S3-FIFO (Yang et al. 2023, "FIFO queues are all you need for cache eviction",
-  SOSP; the original algorithm, libCacheSim ``S3FIFOv0``): a small FIFO S (10 % of the
-  capacity), a main FIFO M (the rest) and a ghost FIFO G of ids (as large as M). New items enter
-  S, items found in G enter M. A 2-bit counter (capped at 3) counts hits. Evicting from S (when S
-  holds ≥ 10 % or M is empty): the tail moves to M with its counter cleared if it was hit at
-  least once, else it leaves for G. Evicting from M: the tail is reinserted with its counter
-  decremented while the counter is > 0, else evicted.
+  SOSP; the original algorithm, libCacheSim ``S3FIFOv0``, ``cache/eviction/S3FIFOv0.c``): a small
+  FIFO S of ``floor(0.1 · capacity)`` (libCacheSim's integer share), a main FIFO M (the rest)
+  and a ghost FIFO G of ids (``floor(0.9 · capacity)``). New items enter S, items found in G
+  enter M. A counter counts hits. Evicting from S (while M holds no more than its share and S
+  is not empty): the tail moves to M with its counter cleared if it was hit at least
+  ``s3fifo_threshold`` times (the *move-to-main threshold*), else it leaves for G. Evicting
+  from M: the tail is reinserted with its counter ``min(counter, 3) − 1`` (a 2-bit clock) while
+  the counter is > 0, else evicted. The threshold defaults to
+  :data:`S3FIFO_MOVE_TO_MAIN_THRESHOLD` = 1 — an item is promoted if it was reused while in S,
+  as the algorithm's authors describe it, and this simulator's behaviour before the parameter
+  existed; libCacheSim's ``S3FIFOv0`` defaults to
+  :data:`LIBCACHESIM_S3FIFO_THRESHOLD` = 2 (``move-to-main-threshold=2``). (libCacheSim's
+  ``S3FIFO``, without ``v0``, is a later variant and differs.)
 - ``"arc"`` — Adaptive Replacement Cache (Megiddo & Modha 2003, FAST, Fig. 4): recency list
   T1, frequency list T2 and their ghosts B1, B2; the target size p of T1 adapts on ghost hits.
   Unit sizes only (capacity in experts).
+
+**Against libCacheSim** (``tests/test_cache_libcachesim.py``): with ``lookup="request"``, unit
+sizes and one cache, the hit counts of ``lru``, ``lfu``, ``arc``, ``s3fifo`` (threshold 1 and 2)
+and ``belady-insert`` equal libCacheSim's ``LRU``, ``LFU``, ``ARC``, ``S3FIFOv0`` (same
+``move-to-main-threshold``) and ``Belady`` on the embedded trace and synthetic streams, at
+several capacities (committed counts from ``benchmarks/libcachesim_counts.py``, and live when
+the ``libcachesim`` package is installed). ``lfu-perfect`` and ``belady`` have no libCacheSim
+counterpart. libCacheSim's S3FIFOv0 refuses a cache of fewer than 10 objects and admits
+nothing into a small queue of one object; the comparison starts at 20 experts.
 
 Warm-up steps are simulated but excluded from the counted hits and misses; per-step arrays
 cover every step so callers can see the warm-up.
@@ -106,13 +137,17 @@ __all__ = [
     "shards_error",
 ]
 
-POLICIES = ("lru", "lfu", "static", "belady", "s3fifo", "arc")
+POLICIES = ("lru", "lfu", "lfu-perfect", "static", "belady", "belady-insert", "s3fifo", "arc")
 SCOPES = ("global", "layer")
 #: when a request is judged a hit: as its (step, layer) lookup starts, or in its own turn
 LOOKUPS = ("layer", "request")
 UNITS = ("experts", "bytes")
 #: share of the capacity given to S3-FIFO's small queue (Yang et al. 2023, §4)
 S3FIFO_SMALL_FRACTION = 0.1
+#: S3-FIFO's default move-to-main threshold: hits in the small queue that move an item to main
+S3FIFO_MOVE_TO_MAIN_THRESHOLD = 1
+#: libCacheSim S3FIFOv0's default move-to-main threshold (``move-to-main-threshold=2``)
+LIBCACHESIM_S3FIFO_THRESHOLD = 2
 #: elements of the (steps, layers, E) presence array built per chunk in requests_from_trace
 _CHUNK_ELEMENTS = 16_000_000
 #: requests hashed at a time by shards_hit_curve
@@ -419,6 +454,7 @@ def simulate(
     pinned=None,
     return_hits: bool = False,
     lookup: str = "layer",
+    s3fifo_threshold: int = S3FIFO_MOVE_TO_MAIN_THRESHOLD,
 ) -> CacheResult:
     """Simulate one cache policy on a request stream (see the module docstring for policies).
 
@@ -433,6 +469,8 @@ def simulate(
     (step, layer) lookup starts, as an engine that serves a layer's cached experts and fetches
     its misses does; ``"request"`` judges each request in its own turn, as libCacheSim does
     (see :func:`lookup_starts`). The cache contents evolve request by request either way.
+    ``s3fifo_threshold`` (``policy="s3fifo"`` only): hits in S3-FIFO's small queue that move an
+    item to the main queue, an integer ≥ 1 (default 1; libCacheSim's S3FIFOv0 uses 2).
     """
     from moeroof.models import cache_kernels  # numba loads only when a kernel runs
 
@@ -458,6 +496,11 @@ def simulate(
         raise ValueError("arc is implemented for unit sizes only: give the capacity in experts")
     if policy != "static" and pinned is not None:
         raise ValueError("pinned applies to policy='static' only")
+    if isinstance(s3fifo_threshold, bool) or int(s3fifo_threshold) != s3fifo_threshold or s3fifo_threshold < 1:
+        raise ValueError(f"s3fifo_threshold must be an integer >= 1, got {s3fifo_threshold!r}")
+    s3fifo_threshold = int(s3fifo_threshold)
+    if policy != "s3fifo" and s3fifo_threshold != S3FIFO_MOVE_TO_MAIN_THRESHOLD:
+        raise ValueError("s3fifo_threshold applies to policy='s3fifo' only")
     group, cap = _groups(scope, capacity, capacity_unit, layers, experts)
     items = np.ascontiguousarray(requests.items)
     if items.dtype not in (np.int32, np.int64):
@@ -469,16 +512,29 @@ def simulate(
     notes: list[str] = []
     if policy == "lru":
         hit = cache_kernels.lru_kernel(items, group, cap, occ, start)
-    elif policy == "lfu":
-        hit = cache_kernels.heap_kernel(items, group, cap, occ, False, np.zeros(1, np.int64), start)
+    elif policy in ("lfu", "lfu-perfect"):
+        mode = cache_kernels.HEAP_LFU if policy == "lfu" else cache_kernels.HEAP_LFU_PERFECT
+        hit = cache_kernels.heap_kernel(items, group, cap, occ, mode, np.zeros(1, np.int64), start)
     elif policy == "belady":
-        hit = cache_kernels.heap_kernel(items, group, cap, occ, True, next_use(items, np.int32), start)
+        hit = cache_kernels.heap_kernel(
+            items, group, cap, occ, cache_kernels.HEAP_BELADY, next_use(items, np.int32), start
+        )
         notes.append(
             "belady: offline optimum (Belady's MIN with bypass); the bound on every policy"
             + ("" if np.all(occ == occ[0]) else " only for equal sizes — a heuristic here")
         )
+    elif policy == "belady-insert":
+        hit = cache_kernels.heap_kernel(
+            items, group, cap, occ, cache_kernels.HEAP_BELADY_INSERT, next_use(items, np.int32), start
+        )
+        notes.append(
+            "belady-insert: offline (Belady's MIN inserting every miss, libCacheSim's Belady); "
+            "the optimum of demand paging, at most belady's hits"
+        )
     elif policy == "s3fifo":
-        hit = cache_kernels.s3fifo_kernel(items, group, cap, occ, S3FIFO_SMALL_FRACTION, start)
+        hit = cache_kernels.s3fifo_kernel(items, group, cap, occ, S3FIFO_SMALL_FRACTION, s3fifo_threshold, start)
+        if s3fifo_threshold != S3FIFO_MOVE_TO_MAIN_THRESHOLD:
+            notes.append(f"s3fifo: an item moves from the small queue to main after {s3fifo_threshold} hits")
     elif policy == "arc":
         hit = cache_kernels.arc_kernel(items, group, cap, start)
     else:

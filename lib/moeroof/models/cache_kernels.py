@@ -13,6 +13,8 @@ folder is read-only (an installed package), and honours ``NUMBA_CACHE_DIR``.
 
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 
@@ -23,6 +25,10 @@ __all__ = [
     "per_step_kernel",
     "lru_kernel",
     "sift",
+    "HEAP_LFU",
+    "HEAP_LFU_PERFECT",
+    "HEAP_BELADY",
+    "HEAP_BELADY_INSERT",
     "heap_kernel",
     "arc_kernel",
     "stack_kernel",
@@ -169,9 +175,20 @@ def sift(heap, hpos, key, base, size, i):  # pragma: no cover - compiled
     hpos[x] = i
 
 
+#: ``heap_kernel`` modes: the policy each one runs (:mod:`moeroof.models.cache` documents them)
+HEAP_LFU = 0  # in-cache LFU: an evicted item's count is forgotten (libCacheSim LFU)
+HEAP_LFU_PERFECT = 1  # perfect LFU: counts run over the whole stream, evicted or not
+HEAP_BELADY = 2  # Belady MIN that may bypass the incoming item
+HEAP_BELADY_INSERT = 3  # Belady MIN that inserts every miss (libCacheSim Belady)
+
+
 @numba.njit(cache=True)
-def heap_kernel(items, group, cap, size, belady, nexts, start):  # pragma: no cover - compiled
-    """LFU (belady=False; key = freq·2^40 + time) or Belady MIN (key = −next use): evict min key.
+def heap_kernel(items, group, cap, size, mode, nexts, start):  # pragma: no cover - compiled
+    """One min-heap of keys per group; evict the minimum. ``mode`` (the ``HEAP_*`` constants):
+    LFU (key = count·2^40 + time of the last request: fewest requests first, ties to the least
+    recently used) with counts forgotten on eviction (``HEAP_LFU``) or kept (``HEAP_LFU_PERFECT``);
+    Belady MIN (key = −next use: farthest next use first) bypassing the incoming item when its own
+    next use is farther still (``HEAP_BELADY``) or inserting it always (``HEAP_BELADY_INSERT``).
 
     Hits are judged as each lookup starts (``start``), as in :func:`lru_kernel`.
     """
@@ -189,6 +206,9 @@ def heap_kernel(items, group, cap, size, belady, nexts, start):  # pragma: no co
     key = np.zeros(n_items, np.int64)
     freq = np.zeros(n_items, np.int64)
     used = np.zeros(n_groups)
+    belady = mode >= HEAP_BELADY
+    bypass = mode == HEAP_BELADY
+    forget = mode == HEAP_LFU
     hit = np.zeros(n, np.bool_)
     for t in range(n):
         if start[t]:
@@ -215,12 +235,14 @@ def heap_kernel(items, group, cap, size, belady, nexts, start):  # pragma: no co
             continue
         while used[g] + sz > cap[g]:
             top = heap[base]
-            if belady and key[top] >= k:
+            if bypass and key[top] >= k:
                 break  # every cached item is needed no later than x: bypass x
             hsize[g] -= 1
             last = heap[base + hsize[g]]
             hpos[top] = -1
             used[g] -= size[top]
+            if forget:
+                freq[top] = 0  # in-cache LFU: the item comes back with a count of 1
             if last != top:
                 heap[base] = last
                 hpos[last] = 0
@@ -238,9 +260,14 @@ def heap_kernel(items, group, cap, size, belady, nexts, start):  # pragma: no co
 
 
 @numba.njit(cache=True)
-def s3fifo_kernel(items, group, cap, size, small_fraction, start):  # pragma: no cover - compiled
-    """S3-FIFO (Yang et al. 2023, original version); lists S, M, G per group; hit flags judged
-    as each lookup starts (``start``), as in :func:`lru_kernel`."""
+def s3fifo_kernel(items, group, cap, size, small_fraction, threshold, start):  # pragma: no cover - compiled
+    """S3-FIFO (Yang et al. 2023, original version: libCacheSim ``S3FIFOv0``); lists S, M, G per
+    group; hit flags judged as each lookup starts (``start``), as in :func:`lru_kernel`.
+
+    The small queue's share is ``floor(small_fraction · capacity)`` as libCacheSim sizes it;
+    S is evicted from unless M holds more than the rest or S is empty. An item leaves S for M
+    after ``threshold`` hits in S; hits are counted up to ``max(3, threshold)`` and an item
+    reinserted into M keeps ``min(count, 3) − 1`` (the 2-bit clock)."""
     n = items.size
     n_items = group.size
     n_groups = cap.size
@@ -255,6 +282,7 @@ def s3fifo_kernel(items, group, cap, size, small_fraction, start):  # pragma: no
     sb = np.zeros(n_groups)
     mb = np.zeros(n_groups)
     gb = np.zeros(n_groups)
+    fmax = max(3, threshold)
     hit = np.zeros(n, np.bool_)
     for t in range(n):
         if start[t]:
@@ -269,7 +297,7 @@ def s3fifo_kernel(items, group, cap, size, small_fraction, start):  # pragma: no
         g = group[x]
         w = where[x]
         if w == 1 or w == 2:
-            if freq[x] < 3:
+            if freq[x] < fmax:
                 freq[x] += 1
             continue
         sz = size[x]
@@ -286,8 +314,9 @@ def s3fifo_kernel(items, group, cap, size, small_fraction, start):  # pragma: no
             prv[q] = p
             gb[g] -= size[x]
             where[x] = 0
+        main_cap = c - math.floor(small_fraction * c)  # libCacheSim: (int64_t)(size · ratio)
         while sb[g] + mb[g] + sz > c:
-            if sb[g] > 0 and (sb[g] >= small_fraction * c or mb[g] == 0):
+            if sb[g] > 0 and mb[g] <= main_cap:
                 evicted = False
                 while not evicted and sb[g] > 0:
                     v = prv[hs]
@@ -295,7 +324,7 @@ def s3fifo_kernel(items, group, cap, size, small_fraction, start):  # pragma: no
                     nxt[p] = hs
                     prv[hs] = p
                     sb[g] -= size[v]
-                    if freq[v] >= 1:
+                    if freq[v] >= threshold:
                         dest = hm
                         where[v] = 2
                         freq[v] = 0
@@ -324,8 +353,9 @@ def s3fifo_kernel(items, group, cap, size, small_fraction, start):  # pragma: no
                     p = prv[v]
                     nxt[p] = hm
                     prv[hm] = p
-                    if freq[v] > 0:
-                        freq[v] -= 1
+                    f = freq[v]
+                    if f > 0:
+                        freq[v] = min(f, 3) - 1
                         q = nxt[hm]
                         nxt[hm] = v
                         prv[v] = hm

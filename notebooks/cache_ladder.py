@@ -371,7 +371,7 @@ with style():
 
 # %% [markdown]
 # ## Policies side by side (pair, M = 8)
-# LRU; LFU (frequencies over the whole trace); a static hot set pinned from the firing
+# LRU; LFU (in-cache: an evicted expert's count is forgotten, as libCacheSim's); a static hot set pinned from the firing
 # histogram of the steps before timing (history + warm-up: what an engine could have recorded,
 # not an oracle); Belady's MIN (offline optimum, the bound); S3-FIFO. Same traces for every
 # policy. Plus the booster at 20 GiB, where LRU sits at the cliff.

@@ -65,7 +65,7 @@ READ_PATHS = ("auto", "o_direct", "fadvise")
 
 # The step model's choices (moeroof.models.expert_cache.POLICIES, moeroof.models.plan.PARTITIONS),
 # spelled out so that building the parser imports no model code (tests check they agree).
-CACHE_POLICIES = ("lru", "lfu", "s3fifo", "arc", "belady", "static")
+CACHE_POLICIES = ("lru", "lfu", "lfu-perfect", "s3fifo", "arc", "belady", "belady-insert", "static")
 PARTITIONS = ("id", "lpt", "weighted", "bytes")
 
 

@@ -24,7 +24,7 @@ __all__ = ["PLAN_COLUMNS", "POLICIES", "PlanPoint", "read_plan_points"]
 
 PLAN_COLUMNS = ("batch", "cache_gib", "ranks", "policy", "net_tok_s", "hit_rate")
 REQUIRED = ("batch", "cache_gib", "net_tok_s")
-POLICIES = ("lru", "lfu", "s3fifo", "arc", "belady", "static")
+POLICIES = ("lru", "lfu", "lfu-perfect", "s3fifo", "arc", "belady", "belady-insert", "static")
 MAX_ROWS = 10_000
 
 

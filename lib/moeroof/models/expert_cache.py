@@ -69,8 +69,8 @@ __all__ = [
     "clear_memo",
 ]
 
-POLICIES = ("lru", "lfu", "s3fifo", "arc", "belady", "static")
-SIMULATED = ("lru", "lfu", "s3fifo", "arc", "belady")
+POLICIES = ("lru", "lfu", "lfu-perfect", "s3fifo", "arc", "belady", "belady-insert", "static")
+SIMULATED = ("lru", "lfu", "lfu-perfect", "s3fifo", "arc", "belady", "belady-insert")
 SCOPES = ("global", "layer")
 MAX_SIMULATED_LAYERS = 16
 MAX_WARMUP_STEPS = 2000
@@ -132,6 +132,8 @@ def policy_label(policy: str) -> str:
         return "pinned hot set (oracle: pinned from the true routing probabilities)"
     if policy == "belady":
         return "belady (offline optimum, simulated)"
+    if policy == "belady-insert":
+        return "belady-insert (offline, caches every miss, simulated)"
     return f"{policy} (simulated, steady state)"
 
 

@@ -65,6 +65,10 @@ def short_label(policy: str) -> str:
         return "pinned oracle"
     if policy == "belady":
         return "Belády (offline optimum)"
+    if policy == "belady-insert":
+        return "Belády, caching every miss (offline)"
+    if policy == "lfu-perfect":
+        return "perfect LFU"
     return policy.upper() if policy in ("lru", "lfu", "arc") else policy
 
 

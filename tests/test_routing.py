@@ -16,6 +16,8 @@ from moeroof.models.routing import (
     consecutive_overlap,
     histogram_from_trace,
     inclusion_probabilities,
+    log_gamma_from_uniforms,
+    part_concentrations,
     sample_topk,
     sample_trace,
     zipf_log_weights,
@@ -622,3 +624,207 @@ def test_zipf_trace_at_large_s_routes_the_top_k_ranks():
     tr = sample_trace(Zipf(32, 4, 5000.0), 6, 3, 2, rng)
     for layer in range(2):
         assert len(np.unique(tr[:, :, layer, :])) == 4
+
+
+# ----------------------------------------------------------------------------- issue 16: compiled kernels
+#
+# The compiled inclusion programme and trace sampler must give the numbers the numpy code gave,
+# bit for bit (committed figures depend on them): each is checked against a reference copy of
+# the numpy implementation it replaced.
+
+
+def _sample_trace_reference(model, steps, streams, layers, rng, *, c=np.inf, c_step=np.inf, rho=0.0,
+                            groups=1, scope="trace", popularity=None, prompt_tokens=0):  # fmt: skip
+    """sample_trace as it was in numpy before the kernel (issue 16), argument checks left out;
+    self-contained but for the public log_gamma_from_uniforms and part_concentrations."""
+
+    def per_layer(value):
+        arr = np.asarray(value, dtype=float)
+        return np.full(layers, float(arr)) if arr.ndim == 0 else arr
+
+    def child_generator(key):  # a generator seeded by rng's state and key, drawing nothing from it
+        def words(state):
+            if isinstance(state, dict):
+                return [w for key in sorted(state) for w in (*words(key), *words(state[key]))]
+            if isinstance(state, str):
+                return [int.from_bytes(state.encode(), "little")]
+            if isinstance(state, np.ndarray):
+                return [w for x in state.ravel().tolist() for w in words(x)]
+            if isinstance(state, float):
+                return [int.from_bytes(np.float64(state).tobytes(), "little")]
+            value = int(state)
+            return [2 * value if value >= 0 else -2 * value - 1]
+
+        seq = np.random.SeedSequence(words(rng.bit_generator.state), spawn_key=(key,))
+        return np.random.Generator(np.random.PCG64(seq))
+
+    def top_k_of_scores(scores, k):
+        part = np.argpartition(-scores, k - 1, axis=-1)[..., :k]
+        order = np.argsort(-np.take_along_axis(scores, part, axis=-1), axis=-1)
+        return np.take_along_axis(part, order, axis=-1).astype(np.int32)
+
+    rho_l = per_layer(rho)
+    c_l = per_layer(c)
+    k = model.top_k
+    logw = None
+    if popularity is not None:
+        w = np.asarray(popularity, dtype=float)
+        w = w / w.sum(axis=-1, keepdims=True)
+    elif hasattr(model, "log_popularity"):
+        logw = model.log_popularity(layers, rng)
+        w = np.exp(logw)
+    else:
+        w = model.popularity(layers, rng)
+    cs_l = per_layer(c_step)
+    if logw is None:
+        with np.errstate(divide="ignore"):
+            logw = np.log(w)
+    a_group, a_step = part_concentrations(c_l, cs_l)
+    has_group, has_step = a_group > 0, a_step > 0
+    neither = ~(has_group | has_step)
+    group_of = np.arange(streams) * groups // streams
+    child_group = child_generator(1) if np.any(has_group) else None
+    child_step = child_generator(2) if np.any(has_step) else None
+    shape_group = np.where(has_group, a_group, 1.0)[:, None] * w
+    shape_step = np.where(has_step, a_step, 1.0)[:, None] * w
+    log_group = None
+
+    def draw_logq(redraw_group):
+        nonlocal log_group
+        if not (np.any(has_group) or np.any(has_step)):
+            return np.broadcast_to(logw, (streams,) + w.shape)
+        if child_group is not None and (log_group is None or redraw_group):
+            u = child_group.random((2, groups) + w.shape)
+            lg = log_gamma_from_uniforms(np.broadcast_to(shape_group, (groups,) + w.shape), u)
+            log_group = np.where(has_group[:, None], lg, -np.inf)
+        mass = None if log_group is None else log_group[group_of]
+        if child_step is not None:
+            lh = log_gamma_from_uniforms(shape_step, child_step.random((2,) + w.shape))
+            lh = np.where(has_step[:, None], lh, -np.inf)
+            if mass is None:
+                mass = np.broadcast_to(lh, (streams,) + w.shape)
+            else:
+                with np.errstate(invalid="ignore"):
+                    mass = np.maximum(mass, lh) + np.log1p(np.exp(-np.abs(mass - lh)))
+        return np.where(neither[:, None], logw, np.where(w > 0, mass, -np.inf))
+
+    rho_keep = float(rho_l[0]) if np.ndim(rho) == 0 else rho_l[:, None]
+    total = int(prompt_tokens) + steps
+    logq = draw_logq(True)
+    out = np.empty((total, streams, layers, k), dtype=np.int32)
+    out[0] = top_k_of_scores(logq + rng.gumbel(size=logq.shape), k)
+    for step in range(1, total):
+        if scope == "step" or child_step is not None:
+            logq = draw_logq(scope == "step")
+        scores = logq + rng.gumbel(size=logq.shape)
+        if np.any(rho_l > 0):
+            keep = rng.random(out[step - 1].shape) < rho_keep
+            kept_ids = np.where(keep, out[step - 1], -1)
+            boost = np.zeros(logq.shape, dtype=bool)
+            s_idx, l_idx, _ = np.nonzero(keep)
+            boost[s_idx, l_idx, kept_ids[keep]] = True
+            scores = np.where(boost, np.inf, scores)
+        out[step] = top_k_of_scores(scores, k)
+    return out
+
+
+_TRACE_CASES = [
+    # (model, steps, streams, layers, knobs): the notebooks' shapes and every branch of the kernel
+    (Uniform(288, 8), 6, 8, 12, {}),
+    (Uniform(288, 8), 6, 8, 12, {"rho": 0.05}),
+    (Uniform(288, 8), 6, 8, 12, {"rho": 0.71, "groups": 8}),
+    (Zipf(64, 8, 1.2), 8, 4, 3, {"rho": 0.3, "c": 2.0, "groups": 4}),
+    (Zipf(64, 8, 400.0), 5, 3, 2, {"rho": 0.2}),  # weights far below 1e-300: never screened
+    (Dirichlet(288, 8, 0.3), 6, 4, 5, {"rho": 0.17, "scope": "step"}),
+    (Dirichlet(32, 4, 0.4), 8, 6, 2, {"c": 3.0, "c_step": 1.5, "groups": 2, "rho": 0.3}),
+    (Dirichlet(16, 3, 0.05), 8, 3, 2, {"c": 0.05, "scope": "step", "rho": 1.0}),
+    (Uniform(8, 2), 12, 2, 4, {"rho": np.linspace(0.0, 0.9, 4), "prompt_tokens": 3}),
+    (Uniform(6, 6), 5, 2, 2, {"rho": 0.5}),  # K = E: no boundary
+    (Uniform(5, 1), 5, 2, 2, {"rho": 0.5}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(_TRACE_CASES)))
+@pytest.mark.parametrize("seed", [0, 1, 20261201])
+def test_sample_trace_matches_the_numpy_reference_bit_for_bit(case, seed):
+    model, steps, streams, layers, knobs = _TRACE_CASES[case]
+    r_new, r_ref = np.random.default_rng(seed), np.random.default_rng(seed)
+    new = sample_trace(model, steps, streams, layers, r_new, **knobs)
+    ref = _sample_trace_reference(model, steps, streams, layers, r_ref, **knobs)
+    assert new.dtype == ref.dtype == np.int32
+    assert np.array_equal(new, ref)
+    assert r_new.bit_generator.state == r_ref.bit_generator.state  # the same draws, no more
+
+
+def test_sample_trace_zero_popularity_and_too_few_positive_match_the_reference():
+    for seed in range(4):
+        pop = np.random.default_rng(seed).random((3, 20))
+        pop[:, :12] = 0.0  # zero weights: -inf scores, never screened
+        few = np.zeros((3, 20))
+        few[:, :2] = 1.0  # fewer positive weights than K: ties at -inf, left to numpy
+        for popularity, c in ((pop, np.inf), (pop, 1.0), (few, np.inf)):
+            knobs = {"rho": 0.3, "c": c, "groups": 3, "popularity": popularity}
+            r_new, r_ref = np.random.default_rng(seed), np.random.default_rng(seed)
+            new = sample_trace(Uniform(20, 4), 15, 3, 3, r_new, **knobs)
+            ref = _sample_trace_reference(Uniform(20, 4), 15, 3, 3, r_ref, **knobs)
+            assert np.array_equal(new, ref)
+
+
+@pytest.mark.parametrize("bit_generator", [np.random.PCG64, np.random.MT19937, np.random.Philox])
+def test_gumbel_from_uniforms_is_generator_gumbel_bit_for_bit(bit_generator):
+    from moeroof.models import routing_kernels
+    from moeroof.models.routing import gumbel_uniforms
+
+    a, b = np.random.Generator(bit_generator(7)), np.random.Generator(bit_generator(7))
+    g = a.gumbel(size=(200, 301))
+    u = gumbel_uniforms(b, (200, 301))
+    assert np.array_equal(g.ravel().view(np.int64), routing_kernels.gumbel_from_uniforms(u.ravel()).view(np.int64))
+    assert np.array_equal(a.random(8), b.random(8))  # both generators end in the same state
+
+
+@pytest.mark.parametrize("n", list(range(0, 129)))
+def test_pairwise_sum_is_numpys_sum(n):
+    from moeroof.models import routing_kernels
+
+    x = np.random.default_rng(n).random((3, n)) * 10.0 ** np.random.default_rng(n + 1).integers(-8, 8, (3, n))
+    want = np.sum(x, axis=-1)
+    got = np.array([routing_kernels.pairwise_sum(np.ascontiguousarray(row), n) for row in x])
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("e,k", [(128, 8), (16, 3), (40, 12), (60, 4), (30, 17), (10, 9)])
+@pytest.mark.parametrize("alpha", [0.05, 1.0])
+def test_inclusion_kernel_matches_the_numpy_programme_bit_for_bit(e, k, alpha, monkeypatch):
+    from moeroof.models import routing as R
+
+    w = np.random.default_rng(e * k).dirichlet(np.full(e, alpha), size=4)
+    compiled = inclusion_probabilities(w, k)
+    monkeypatch.setattr(R, "_KERNEL_MAX_K", 0)  # the numpy programme (kept for K > 128)
+    assert np.array_equal(compiled, inclusion_probabilities(w, k))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    e=st.integers(2, 7),
+    k_frac=st.floats(0.01, 1.0),
+    alpha=st.floats(0.05, 20.0),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_inclusion_kernel_matches_enumeration_and_invariants(e, k_frac, alpha, seed):
+    k = max(1, min(e, int(round(k_frac * e))))
+    w = np.random.default_rng(seed).dirichlet(np.full(e, alpha)) + 1e-12
+    pi = inclusion_probabilities(w, k)
+    assert np.allclose(pi, exact_inclusion(w, k), rtol=1e-7, atol=1e-9)
+    assert abs(pi.sum() - k) < 1e-6
+    assert np.all((pi >= 0) & (pi <= 1))
+    order = np.argsort(w, kind="stable")
+    assert np.all(np.diff(pi[order]) >= -1e-9)
+
+
+def test_importing_routing_does_not_import_numba():
+    import subprocess
+    import sys
+
+    code = "import sys, moeroof.models.routing; print('numba' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -56,6 +56,7 @@ __all__ = [
     "inclusion_probabilities",
     "sample_topk",
     "sample_trace",
+    "gumbel_uniforms",
     "histogram_from_trace",
     "sample_histogram",
     "log_dirichlet",
@@ -394,7 +395,28 @@ def _inclusion_rows(w, k, lo, hi, panels, x_gl, wt_gl) -> np.ndarray:
     t = np.exp(log_t)  # (m, n)
     quad_w = np.tile(0.5 * width[:, None] * wt_gl[None, :], (1, panels)) * t  # dt = t dx
     p = -np.expm1(-w[:, :, None] * t[:, None, :])  # (m, e, n): P(expert j arrived by t)
-    n = t.shape[1]
+    if k <= _KERNEL_MAX_K:
+        from moeroof.models import routing_kernels  # numba loads only when a kernel runs
+
+        # the programmes below, compiled: the same operations in the same order, bit for bit
+        below_k = routing_kernels.inclusion_below_k(p, k)
+    else:
+        below_k = _below_k_numpy(p, k)
+    integrand = w[:, :, None] * np.exp(-w[:, :, None] * t[:, None, :]) * below_k
+    # below t_min nothing else has arrived: that piece is 1 − e^{−w_i t_min}
+    head = -np.expm1(-w * np.exp(lo)[:, None])
+    return np.clip(head + np.einsum("men,mn->me", integrand, quad_w), 0.0, 1.0)
+
+
+#: the largest K :func:`moeroof.models.routing_kernels.inclusion_below_k` takes (numpy sums K
+#: products pairwise, in one block up to 128 terms; the kernel copies that block)
+_KERNEL_MAX_K = 128
+
+
+def _below_k_numpy(p: np.ndarray, k: int) -> np.ndarray:
+    """``P(N_{-j}(t) < K)`` (m, e, n) from ``p`` (m, e, n) by the prefix/suffix programmes in
+    numpy (what the kernel computes; kept for K above 128)."""
+    m, e, n = p.shape
     # prefix[j] = distribution of arrivals among experts < j, counts 0..k-1
     prefix = np.zeros((e + 1, m, n, k))
     prefix[0, :, :, 0] = 1.0
@@ -415,10 +437,7 @@ def _inclusion_rows(w, k, lo, hi, panels, x_gl, wt_gl) -> np.ndarray:
         nxt = suffix * (1.0 - pj)
         nxt[:, :, 1:] += suffix[:, :, :-1] * pj
         suffix = nxt
-    integrand = w[:, :, None] * np.exp(-w[:, :, None] * t[:, None, :]) * below_k
-    # below t_min nothing else has arrived: that piece is 1 − e^{−w_i t_min}
-    head = -np.expm1(-w * np.exp(lo)[:, None])
-    return np.clip(head + np.einsum("men,mn->me", integrand, quad_w), 0.0, 1.0)
+    return below_k
 
 
 def sample_topk(
@@ -606,10 +625,12 @@ def sample_trace(
         lg = log_gamma_from_uniforms(np.broadcast_to(shape_group, (groups,) + w.shape), u)
         return np.where(has_group[:, None], lg, -np.inf)
 
+    logw_streams = np.broadcast_to(logw, (streams,) + w.shape)
+
     def draw_logq(redraw_group: bool) -> np.ndarray:
         nonlocal log_group
         if not (np.any(has_group) or np.any(has_step)):
-            return np.broadcast_to(logw, (streams,) + w.shape)
+            return logw_streams  # the same object every step: prepared once below
         if child_group is not None and (log_group is None or redraw_group):
             log_group = draw_log_group()
         mass = None if log_group is None else log_group[group_of]
@@ -625,25 +646,56 @@ def sample_trace(
         # log mass is log q up to a constant per row, which the Gumbel top-K does not see.
         return np.where(neither[:, None], logw, np.where(w > 0, mass, -np.inf))
 
-    rho_keep = float(rho_l[0]) if np.ndim(rho) == 0 else rho_l[:, None]
+    from moeroof.models import routing_kernels  # numba loads only when a trace is drawn
+
+    # Each step draws, from rng, the Gumbel noise of every (stream, layer, expert) and then, with
+    # stickiness, one uniform per previous pick (kept when below ρ of its layer): kept experts
+    # outrank every fresh draw, non-kept slots fall back to the draw, and the K largest scores
+    # are the step's picks in descending order. The kernel (routing_kernels.top_k_step) takes
+    # the noise as the uniforms Generator.gumbel turns into it (gumbel_uniforms) and computes
+    # only the scores that can reach the top K, the same numbers numpy computes; rows whose
+    # order is not unique (ties: two kept experts) go to numpy's argpartition/argsort as before.
+    rows, e = streams * layers, w.shape[-1]
+    rho_row = np.ascontiguousarray(np.broadcast_to(rho_l, (streams, layers)).reshape(rows))
+    sticky = bool(np.any(rho_l > 0))
+    no_keep = np.empty((rows, 0))
     total = int(prompt_tokens) + steps
-    logq = draw_logq(True)
     out = np.empty((total, streams, layers, k), dtype=np.int32)
-    out[0] = _top_k_of_scores(logq + rng.gumbel(size=logq.shape), k)
-    for step in range(1, total):
-        if scope == "step" or child_step is not None:
+    first_prev = np.zeros((rows, k), dtype=np.int32)
+    scores = np.empty((rows, e))
+    fallback = np.empty(rows, dtype=bool)
+    logq = draw_logq(True)
+    prepared = None
+    for step in range(total):
+        if step and (scope == "step" or child_step is not None):
             logq = draw_logq(scope == "step")
-        scores = logq + rng.gumbel(size=logq.shape)
-        if np.any(rho_l > 0):
-            keep = rng.random(out[step - 1].shape) < rho_keep
-            kept_ids = np.where(keep, out[step - 1], -1)
-            # kept experts outrank every fresh draw; non-kept slots fall back to the draw
-            boost = np.zeros(logq.shape, dtype=bool)
-            s_idx, l_idx, _ = np.nonzero(keep)
-            boost[s_idx, l_idx, kept_ids[keep]] = True
-            scores = np.where(boost, np.inf, scores)
-        out[step] = _top_k_of_scores(scores, k)
+        if prepared is None or prepared[0] is not logq:
+            lq = np.ascontiguousarray(np.broadcast_to(logq, (streams, layers, e)), dtype=float).reshape(rows, e)
+            prepared = (logq, lq, *routing_kernels.log_weight_rows(lq))
+        _, lq, top, rel = prepared
+        u = gumbel_uniforms(rng, (rows, e))
+        keep_u = rng.random((rows, k)) if step and sticky else no_keep
+        prev = out[step - 1].reshape(rows, k) if step else first_prev
+        cur = out[step].reshape(rows, k)
+        routing_kernels.top_k_step(lq, top, rel, u, keep_u, rho_row, prev, k, cur, scores, fallback)
+        if fallback.any():
+            idx = np.flatnonzero(fallback)
+            cur[idx] = _top_k_of_scores(scores[idx], k)
     return out
+
+
+def gumbel_uniforms(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """The doubles ``rng.gumbel(size=shape)`` consumes, in its order: one ``rng.random()`` per
+    draw, a draw of exactly 0 skipped (numpy's Gumbel rejects ``U = 1 - 0``), so the noise is
+    ``routing_kernels.gumbel_from_uniforms`` of these and rng ends in the same state."""
+    n = int(np.prod(shape))
+    u = rng.random(n)
+    if not u.all():
+        u = u[u != 0.0]
+        while u.size < n:
+            more = rng.random(n - u.size)
+            u = np.concatenate([u, more[more != 0.0]])
+    return u.reshape(shape)
 
 
 def histogram_from_trace(topk: np.ndarray, experts: int) -> np.ndarray:

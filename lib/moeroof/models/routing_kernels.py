@@ -1,0 +1,318 @@
+"""The compiled kernels behind :mod:`moeroof.models.routing` (numba, cached on disk).
+
+Kept apart so that importing the routing models does not import numba:
+:mod:`moeroof.models.routing` imports this module inside the functions that run a kernel, as
+:mod:`moeroof.models.cache` does with :mod:`moeroof.models.cache_kernels`. The algorithms are
+documented there; each kernel here is the inner loop of one of them, written to give the same
+floating-point results as the numpy code it replaces, bit for bit: the same operations in the
+same order (numba does not contract ``a*b + c*d`` into fused multiply-adds without fastmath),
+numpy's pairwise summation where numpy sums, and the transcendental functions either left to
+numpy (its SIMD ``exp``/``expm1`` are not libm's) or, where libm is what numpy calls (the
+Gumbel draw of ``Generator.gumbel``), called from here as libm.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+__all__ = ["pairwise_sum", "inclusion_below_k", "gumbel_from_uniforms", "top_k_step"]
+
+#: numpy's pairwise summation block (``PW_BLOCKSIZE`` in its loops): the largest K the
+#: inclusion kernel takes
+PW_BLOCK = 128
+
+
+@numba.njit(cache=True)
+def pairwise_sum(a, n):  # pragma: no cover - compiled
+    """``np.add.reduce`` of ``a[:n]``, ``n <= 128``, as numpy sums a contiguous axis: below 8
+    terms a plain loop from 0.0; up to 128 (``PW_BLOCKSIZE``) eight accumulators combined as
+    ((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7)), then the rest in order. (Above 128 numpy splits the
+    axis in halves; callers keep such sums in numpy: a recursive kernel does not survive
+    numba's disk cache.)"""
+    if n < 8:
+        res = 0.0
+        for i in range(n):
+            res += a[i]
+        return res
+    r0 = a[0]
+    r1 = a[1]
+    r2 = a[2]
+    r3 = a[3]
+    r4 = a[4]
+    r5 = a[5]
+    r6 = a[6]
+    r7 = a[7]
+    i = 8
+    stop = n - (n % 8)
+    while i < stop:
+        r0 += a[i]
+        r1 += a[i + 1]
+        r2 += a[i + 2]
+        r3 += a[i + 3]
+        r4 += a[i + 4]
+        r5 += a[i + 5]
+        r6 += a[i + 6]
+        r7 += a[i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[i]
+        i += 1
+    return res
+
+
+#: nodes processed together by :func:`inclusion_below_k` (the innermost loops, which the
+#: compiler vectorises: every node's arithmetic is the same, in the same order, so SIMD across
+#: nodes changes no result)
+_NODE_BLOCK = 32
+
+
+@numba.njit(cache=True)
+def inclusion_below_k(p, k):  # pragma: no cover - compiled
+    """``P(N_{-j}(t) < K)`` for every row r, expert j and node t of ``p`` (m, e, n), where
+    ``p[r, j, t] = P(expert j arrived by t)``: the prefix/suffix Poisson-binomial programmes of
+    :func:`moeroof.models.routing._inclusion_rows` with the same operations in the same order
+    for each (row, node), in blocks of nodes side by side; ``k <= 128``."""
+    m, e, n = p.shape
+    nb = _NODE_BLOCK
+    npad = (n + nb - 1) // nb * nb
+    pp = np.zeros((m, e, npad))
+    pp[:, :, :n] = p
+    out = np.empty((m, e, npad))
+    pref = np.zeros((e + 1, k, nb))
+    suf = np.zeros((k, nb))
+    nxt = np.zeros((k, nb))
+    cum = np.zeros((k, nb))
+    prod = np.zeros((k, nb))
+    acc = np.zeros((8, nb))
+    res = np.zeros(nb)
+    pj = np.zeros(nb)
+    q = np.zeros(nb)
+    for r in range(m):
+        for t0 in range(0, npad, nb):
+            # prefix[j] = distribution of arrivals among experts < j, counts 0..k-1
+            pref[0, :, :] = 0.0
+            pref[0, 0, :] = 1.0
+            for j in range(e):
+                a = pref[j]
+                b = pref[j + 1]
+                for tt in range(nb):
+                    pj[tt] = pp[r, j, t0 + tt]
+                    q[tt] = 1.0 - pj[tt]
+                for tt in range(nb):
+                    b[0, tt] = a[0, tt] * q[tt]
+                for c in range(1, k):
+                    for tt in range(nb):
+                        b[c, tt] = a[c, tt] * q[tt] + a[c - 1, tt] * pj[tt]
+            suf[:, :] = 0.0
+            suf[0, :] = 1.0
+            for j in range(e - 1, -1, -1):
+                # P(N_{-j} < K) = sum_{a+b<K} prefix_j[a] * suffix_{j+1}[b]: np.cumsum, then
+                # the products summed as np.sum sums them (see pairwise_sum)
+                a = pref[j]
+                for tt in range(nb):
+                    cum[0, tt] = suf[0, tt]
+                for c in range(1, k):
+                    for tt in range(nb):
+                        cum[c, tt] = cum[c - 1, tt] + suf[c, tt]
+                for c in range(k):
+                    for tt in range(nb):
+                        prod[c, tt] = a[c, tt] * cum[k - 1 - c, tt]
+                if k < 8:
+                    for tt in range(nb):
+                        res[tt] = 0.0
+                    for c in range(k):
+                        for tt in range(nb):
+                            res[tt] = res[tt] + prod[c, tt]
+                else:
+                    for c in range(8):
+                        for tt in range(nb):
+                            acc[c, tt] = prod[c, tt]
+                    i = 8
+                    stop = k - (k % 8)
+                    while i < stop:
+                        for c in range(8):
+                            for tt in range(nb):
+                                acc[c, tt] = acc[c, tt] + prod[i + c, tt]
+                        i += 8
+                    for tt in range(nb):
+                        res[tt] = ((acc[0, tt] + acc[1, tt]) + (acc[2, tt] + acc[3, tt])) + (
+                            (acc[4, tt] + acc[5, tt]) + (acc[6, tt] + acc[7, tt])
+                        )
+                    while i < k:
+                        for tt in range(nb):
+                            res[tt] = res[tt] + prod[i, tt]
+                        i += 1
+                for tt in range(nb):
+                    out[r, j, t0 + tt] = res[tt]
+                    pj[tt] = pp[r, j, t0 + tt]
+                    q[tt] = 1.0 - pj[tt]
+                for tt in range(nb):
+                    nxt[0, tt] = suf[0, tt] * q[tt]
+                for c in range(1, k):
+                    for tt in range(nb):
+                        nxt[c, tt] = suf[c, tt] * q[tt] + suf[c - 1, tt] * pj[tt]
+                suf[:, :] = nxt
+    return out[:, :, :n]
+
+
+@numba.njit(cache=True)
+def gumbel_from_uniforms(u):  # pragma: no cover - compiled
+    """``Generator.gumbel()`` from the doubles it would draw: numpy computes
+    ``loc - scale * log(-log(1 - U))`` with libm's ``log`` (a draw of exactly 0 is redrawn, which
+    the caller handles), and so does this, bit for bit."""
+    out = np.empty(u.size)
+    for i in range(u.size):
+        out[i] = 0.0 - 1.0 * math.log(-math.log(1.0 - u[i]))
+    return out
+
+
+@numba.njit(cache=True)
+def log_weight_rows(logq):  # pragma: no cover - compiled
+    """Per row of log weights (rows, E): the largest finite entry (``-inf`` when none) and
+    ``exp(logq - max)``, the relative weights the top-K screen of :func:`top_k_step` uses."""
+    rows, e = logq.shape
+    top = np.full(rows, -np.inf)
+    rel = np.zeros((rows, e))
+    for r in range(rows):
+        m = -np.inf
+        for i in range(e):
+            if logq[r, i] > m:
+                m = logq[r, i]
+        top[r] = m
+        if m > -np.inf:
+            for i in range(e):
+                rel[r, i] = math.exp(logq[r, i] - m)
+    return top, rel
+
+
+#: relative weights below this are never screened out (an underflowed or subnormal weight)
+_REL_FLOOR = 1e-300
+
+
+@numba.njit(cache=True)
+def _exact_row(logq, u, r, keep_ids, n_keep, scores):  # pragma: no cover - compiled
+    """The full score row of :func:`top_k_step`'s fallback: ``logq + gumbel``, kept experts +inf."""
+    e = logq.shape[1]
+    for i in range(e):
+        scores[r, i] = logq[r, i] + (0.0 - 1.0 * math.log(-math.log(1.0 - u[r, i])))
+    for q in range(n_keep):
+        scores[r, keep_ids[q]] = np.inf
+
+
+@numba.njit(cache=True)
+def top_k_step(logq, top, rel, u, keep_u, rho, prev, k, out, scores, fallback):  # pragma: no cover
+    """One step of :func:`moeroof.models.routing.sample_trace` on rows (streams·layers) of E.
+
+    Each row's scores are ``logq + gumbel(u)`` with the experts kept from ``prev`` (slot q kept
+    when ``keep_u[r, q] < rho[r]``; ``keep_u`` has no columns at the first step) at +inf, and
+    its K ids are the K largest scores in descending order: what ``_top_k_of_scores`` returns
+    whenever that order is unique. A row whose order is not unique (two or more kept experts,
+    which tie at +inf, or any exact tie or NaN among the scores that decide it) is left to
+    numpy: its full score row is written to ``scores`` and ``fallback[r]`` set, and the caller
+    runs ``_top_k_of_scores`` on those rows (numpy's order among ties is its sort's).
+
+    Otherwise only the scores that can reach the top K+1 are computed: with
+    ``G(u) = -log(-log(1 - u)) <= -log(u)``, expert i scores below the current (K+1)-th best T
+    when ``u_i > exp(logq_i - T)``, a product and a comparison (``rel``, ``top`` from
+    :func:`log_weight_rows`, with a slack far above rounding); the rest are computed exactly,
+    as numpy computes them.
+    """
+    rows, e = logq.shape
+    n_keep_cols = keep_u.shape[1]
+    keep_ids = np.empty(max(n_keep_cols, 1), np.int64)
+    is_kept = np.zeros(e, np.bool_)
+    vals = np.empty(k + 1)
+    lb_num = np.empty(k + 1)
+    lb_den = np.empty(k + 1)
+    ids = np.empty(k + 1, np.int64)
+    for r in range(rows):
+        fallback[r] = False
+        n_keep = 0
+        for q in range(n_keep_cols):
+            if keep_u[r, q] < rho[r]:
+                keep_ids[n_keep] = prev[r, q]
+                n_keep += 1
+        if n_keep >= 2:
+            _exact_row(logq, u, r, keep_ids, n_keep, scores)
+            fallback[r] = True
+            continue
+        for q in range(n_keep):
+            is_kept[keep_ids[q]] = True
+        nbuf = min(k + 1 - n_keep, e - n_keep)
+        # screen: with G(u) = -log(-log(1 - u)) and u <= -log(1 - u) <= u / (1 - u),
+        # rel_i (1 - u_i) / u_i <= exp(s_i - top) <= rel_i / u_i. The (K+1)-th largest lower
+        # bound bounds the (K+1)-th best score from below, so expert i can be in the top K only
+        # if rel_i / u_i reaches it (less a slack far above rounding): a product and a
+        # comparison per expert, no logarithm. Experts of tiny or zero weight are never screened.
+        # the lower bounds kept as fractions rel (1 - u) / u, compared by cross-multiplying
+        n_lb = 0
+        for i in range(e):
+            if is_kept[i] or rel[r, i] < _REL_FLOOR:
+                continue
+            num = rel[r, i] * (1.0 - u[r, i])
+            den = u[r, i]
+            if n_lb < nbuf:
+                pos = n_lb
+                n_lb += 1
+            elif num * lb_den[nbuf - 1] > lb_num[nbuf - 1] * den:
+                pos = nbuf - 1
+            else:
+                continue
+            while pos > 0 and lb_num[pos - 1] * den < num * lb_den[pos - 1]:
+                lb_num[pos] = lb_num[pos - 1]
+                lb_den[pos] = lb_den[pos - 1]
+                pos -= 1
+            lb_num[pos] = num
+            lb_den[pos] = den
+        cut = 0.0
+        if n_lb == nbuf and lb_num[nbuf - 1] > 0.0:
+            low = lb_num[nbuf - 1] / lb_den[nbuf - 1]
+            slack = 1e-9 + 1e-14 * (abs(top[r]) + abs(math.log(low)) + 50.0)
+            cut = low * math.exp(-2.0 * slack)
+        filled = 0
+        tie = False
+        for i in range(e):
+            if is_kept[i]:
+                continue
+            if rel[r, i] >= _REL_FLOOR and rel[r, i] < cut * u[r, i]:
+                continue
+            if logq[r, i] == -np.inf:
+                s = -np.inf  # -inf + any Gumbel draw
+            else:
+                s = logq[r, i] + (0.0 - 1.0 * math.log(-math.log(1.0 - u[r, i])))
+            if s != s:
+                tie = True
+                break
+            if filled == nbuf:
+                # at or below the (K+1)-th best: out of the top K whatever ties it has there
+                if not s > vals[nbuf - 1]:
+                    continue
+                pos = nbuf - 1
+            else:
+                pos = filled
+                filled += 1
+            while pos > 0 and vals[pos - 1] < s:
+                vals[pos] = vals[pos - 1]
+                ids[pos] = ids[pos - 1]
+                pos -= 1
+            vals[pos] = s
+            ids[pos] = i
+        # the order is unique when the buffer (the top K-kept and the (K+1)-th) strictly falls
+        if not tie:
+            for x in range(filled - 1):
+                if not vals[x] > vals[x + 1]:
+                    tie = True
+        for q in range(n_keep):
+            is_kept[keep_ids[q]] = False
+        if tie:
+            _exact_row(logq, u, r, keep_ids, n_keep, scores)
+            fallback[r] = True
+            continue
+        for q in range(n_keep):
+            out[r, q] = keep_ids[q]
+        for x in range(k - n_keep):
+            out[r, n_keep + x] = ids[x]

@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-from scipy.special import gammaincinv
 
 from moeroof.core.errors import ParameterError
 from moeroof.core.masks import live_tokens
@@ -200,6 +199,8 @@ def log_gamma_from_uniforms(shape: np.ndarray, u: np.ndarray) -> np.ndarray:
     numbers across a concentration. Shapes are floored at 1e-300 (``log G`` stays finite,
     about ``-1e300·|log u₁|``); large shapes are fine (``P⁻¹`` is accurate past 1e12).
     """
+    from scipy.special import gammaincinv  # scipy loads only for the Dirichlet draw
+
     a = np.maximum(np.asarray(shape, dtype=float), _SHAPE_FLOOR)
     u = np.maximum(np.asarray(u, dtype=float), _U_FLOOR)
     if u.shape != (2,) + a.shape:

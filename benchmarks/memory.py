@@ -31,7 +31,7 @@ sys.path.insert(0, str(HERE))
 
 import make_big_trace  # noqa: E402
 
-POLICIES = ("lru", "lfu", "static", "belady", "s3fifo", "arc")
+POLICIES = ("lru", "lfu", "lfu-perfect", "static", "belady", "belady-insert", "s3fifo", "arc")
 CAPACITY = 8192  # experts, of 20 480 items: every policy evicts
 LIMIT_MIB = 4096
 

@@ -901,3 +901,145 @@ def test_s3fifo_threshold_argument():
             simulate(req, 11, policy="s3fifo", s3fifo_threshold=bad)
     with pytest.raises(ValueError, match="policy='s3fifo' only"):
         simulate(req, 11, policy="lru", s3fifo_threshold=2)
+
+
+# ----------------------------------------------------------------------------- the compiled request pass
+
+
+def test_compact_requests_equal_the_stream_given_per_request():
+    # requests_from_trace keeps items and per-(step, layer) counts; step, layer and the lookups
+    # made from them equal those of the same stream given per request, and every policy counts
+    # the same per step either way
+    for _, topk, req in cases("compact", n=4, steps=30, streams=3, layers=3, experts=8, k=2):
+        assert req.cells is not None and req.cells.shape == (req.steps * req.layers,)
+        want = np.array(ref_stream(topk, 8), dtype=np.int64).reshape(-1, 3)
+        assert req.step.tolist() == want[:, 0].tolist() and req.layer.tolist() == want[:, 1].tolist()
+        loose = Requests(req.items, req.step, req.layer, req.steps, req.layers, req.experts)
+        assert loose.cells is None
+        off, cstep = req.lookups()
+        off2, cstep2 = loose.lookups()
+        nonempty = np.diff(off) > 0  # the per-request form has no empty lookups
+        assert off[:-1][nonempty].tolist() == off2[:-1].tolist() and cstep[nonempty].tolist() == cstep2.tolist()
+        for lookup in cache.LOOKUPS:
+            assert cache.lookup_starts(req, lookup).tolist() == ref_lookup_starts(req, lookup)
+            assert cache.lookup_starts(loose, lookup).tolist() == ref_lookup_starts(req, lookup)
+            for policy in cache.POLICIES:
+                a = simulate(req, 5, policy=policy, lookup=lookup, warmup_steps=3, return_hits=True)
+                b = simulate(loose, 5, policy=policy, lookup=lookup, warmup_steps=3, return_hits=True)
+                assert a.hits_per_step.tolist() == b.hits_per_step.tolist()
+                assert a.misses_per_step.tolist() == b.misses_per_step.tolist()
+                assert a.request_hits.tolist() == b.request_hits.tolist()
+                # the per-step counts the kernels keep are the per-request flags summed by step
+                assert a.hits_per_step.tolist() == np.bincount(req.step[a.request_hits], minlength=req.steps).tolist()
+            np.testing.assert_array_equal(
+                cache.lru_hit_curve(req, lookup=lookup)[1], cache.lru_hit_curve(loose, lookup=lookup)[1]
+            )
+            np.testing.assert_array_equal(
+                cache.shards_hit_curve(req, 0.5, lookup=lookup)[1], cache.shards_hit_curve(loose, 0.5, lookup=lookup)[1]
+            )
+        for s in (0, 4, 29, 40):
+            assert (
+                cache.request_histogram(req, from_step=s).tolist()
+                == cache.request_histogram(loose, from_step=s).tolist()
+            )
+        with pytest.raises(AttributeError, match="read-only"):
+            req.items = req.items[:1]
+
+
+def test_lru_kernel_keeps_its_flags_interface():
+    # benchmarks/run.py times lru_kernel(items, group, cap, size, start) -> hit flags
+    from moeroof.models import cache_kernels
+
+    _, _, req = next(cases("lru-kernel", n=1))
+    group, cap = np.zeros(req.n_items, dtype=np.int64), np.array([6.0])  # one cache of 6 items
+    for lookup in cache.LOOKUPS:
+        st = cache.lookup_starts(req, lookup)
+        hit = cache_kernels.lru_kernel(req.items, group, cap, np.ones(req.n_items), st)
+        want = simulate(req, 6, lookup=lookup, return_hits=True).request_hits
+        assert hit.tolist() == want.tolist()
+
+
+def _io_error(tmp_path, topk, experts=8):
+    """read_trace's words for a trace's first bad id ('topk[s,t,l,k]: topk: reason'), or None."""
+    from moeroof.data.io import InputError, read_trace
+
+    path = tmp_path / "t.npy"
+    np.save(path, topk)
+    (tmp_path / "t.json").write_text(f'{{"experts": {experts}, "top_k": {topk.shape[3]}}}')
+    try:
+        read_trace(path)
+    except InputError as err:
+        return str(err).split(":", 1)[1]
+    return None
+
+
+@pytest.mark.parametrize("chunk", [None, 3 * 2 * 2 * 2, 3 * 3 * 2 * 2 * 2])
+def test_validating_pass_names_the_first_error_as_read_trace(tmp_path, monkeypatch, chunk):
+    # bad ids of each kind, alone and together in one chunk or in different chunks: the compiled
+    # pass names the same first error as read_trace, in its words, whatever the chunks
+    import moeroof.data.io as mio
+
+    if chunk is not None:
+        monkeypatch.setattr(mio, "TOPK_CHUNK_ELEMENTS", chunk)
+    rng = seeded("validate-pass")
+    errors = 0
+    for trial in range(40):
+        topk = random_trace(rng, steps=9, streams=3, layers=2, experts=8, k=2)
+        for _ in range(int(rng.integers(1, 4))):
+            s, t, l = (int(rng.integers(0, n)) for n in topk.shape[:3])
+            kind = int(rng.integers(0, 4))
+            if kind == 0:
+                topk[s, t, l, int(rng.integers(0, 2))] = rng.choice([8, 9, -2, 100])
+            elif kind == 1:
+                topk[s, t, l] = [3, -1] if rng.random() < 0.5 else [-1, 3]
+            elif kind == 2:
+                topk[s, t, l] = [5, 5]
+        want = _io_error(tmp_path, topk)
+        for dtype in (np.int64, np.int16, np.dtype(">i4")):
+            arr = topk.astype(dtype)
+            if want is None:
+                strict = requests_from_trace(arr, 8, validate=True)
+                assert strict.items.tolist() == requests_from_trace(topk, 8).items.tolist()
+                continue
+            with pytest.raises(cache.TraceIdError) as ei:
+                requests_from_trace(arr, 8, validate=True)
+            assert f"{ei.value.index}: topk: {ei.value.reason}" == want, (trial, dtype)
+            errors += 1
+    assert errors > 60  # most trials hold a bad id
+
+
+def test_the_lenient_pass_checks_the_selected_streams_range_only():
+    topk = np.zeros((3, 2, 1, 2), dtype=np.int64)
+    topk[..., 1] = 1
+    topk[1, 0, 0] = [4, 4]  # an expert twice: not this pass's business
+    topk[2, 1, 0] = [2, -1]  # partly padding: ditto
+    req = requests_from_trace(topk, 8)
+    assert req.items.tolist() == [0, 1, 0, 1, 4, 0, 1, 2]
+    topk[2, 1, 0, 0] = 9
+    with pytest.raises(cache.TraceIdError, match=r"topk\[2,1,0,0\]: expert id 9 not in \[-1, 8\)"):
+        requests_from_trace(topk, 8)
+    assert requests_from_trace(topk, 8, streams=np.array([0])).items.tolist() == [0, 1, 4, 0, 1]
+    with pytest.raises(ValueError, match="appears twice"):
+        requests_from_trace(topk[:2], 8, validate=True)
+
+
+def test_request_pass_reads_memory_maps_and_odd_dtypes(tmp_path):
+    rng = seeded("odd-dtypes")
+    topk = random_trace(rng, steps=20, streams=4, layers=3, experts=40, k=3)
+    want = requests_from_trace(topk, 40)
+    np.save(tmp_path / "t.npy", topk.astype(np.int16))
+    mm = np.load(tmp_path / "t.npy", mmap_mode="r")
+    for arr in (mm, mm[:, :, 1:], topk.astype(">i8"), topk.astype(np.int32), np.asfortranarray(topk)):
+        got = requests_from_trace(arr, 40)
+        ref = requests_from_trace(np.ascontiguousarray(arr).astype(np.int64), 40)
+        assert got.items.tolist() == ref.items.tolist() and got.cells.tolist() == ref.cells.tolist()
+    assert requests_from_trace(mm, 40).items.tolist() == want.items.tolist()
+    # many experts per (step, layer): the sweep of the layer's ids instead of the sort
+    wide = random_trace(rng, steps=6, streams=30, layers=2, experts=12, k=4)
+    assert list(
+        zip(
+            requests_from_trace(wide, 12).step.tolist(),
+            requests_from_trace(wide, 12).layer.tolist(),
+            (requests_from_trace(wide, 12).items % 12).tolist(),
+        )
+    ) == ref_stream(wide, 12)

@@ -220,3 +220,75 @@ def test_mrc_slices_state_the_error(capsys):
 )
 def test_mrc_shard_flag_errors(capsys, argv, match):
     assert match in run_error(capsys, ["mrc", str(TRACE), *argv])
+
+
+def _bad_ids(kind: str) -> np.ndarray:
+    """A (6, 3, 2, 2) trace over 8 experts with one bad id of ``kind``."""
+    rng = np.random.default_rng(7)
+    topk = np.argsort(rng.random((6, 3, 2, 8)), axis=-1)[..., :2].astype(np.int64)
+    if kind == "range":
+        topk[4, 2, 1, 1] = 8
+    elif kind == "partial":
+        topk[2, 1, 0, 1] = -1
+    elif kind == "duplicate":
+        topk[3, 0, 1] = [5, 5]
+    return topk
+
+
+BAD_ID_COMMANDS = [
+    *(["cache", "--policy", p, "--capacity-experts", "4"] for p in cache.POLICIES),
+    ["cache", "--policy", "lru", "--capacity-experts", "4", "--scope", "layer", "--streams", "0"],
+    ["cache", "--policy", "belady", "--capacity-gib", "1", "--expert-bytes", "1e8", "--warmup", "1"],
+    ["mrc"],
+    ["mrc", "--lookup", "request", "--che", "all"],
+    ["mrc", "--sample-rate", "0.5"],
+    ["mrc", "--scope", "layer"],
+    ["mrc", "--sample-rate", "0.5", "--slices", "2"],
+    ["union", "--batch", "1,2"],
+]
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".npz"])
+@pytest.mark.parametrize("kind", ["range", "partial", "duplicate"])
+def test_a_bad_id_errors_through_every_command(capsys, tmp_path, kind, suffix):
+    # cache and mrc read the trace without read_trace's pass over its ids and check them in the
+    # compiled pass that builds the requests: every command still refuses the trace, in
+    # read_trace's words (file, topk[s,t,l,k], reason)
+    topk = _bad_ids(kind)
+    meta = {"experts": 8, "top_k": 2}
+    path = tmp_path / f"bad{suffix}"
+    if suffix == ".npy":
+        np.save(path, topk)
+        (tmp_path / "bad.json").write_text(json.dumps(meta))
+    else:
+        np.savez(path, topk=topk, meta=np.array(json.dumps(meta)))
+    with pytest.raises(Exception) as ei:
+        read_trace(path)
+    want = str(ei.value)
+    assert "topk[" in want
+    # the one-process paths of cache and mrc read it without the id pass: theirs finds the id
+    from argparse import Namespace
+
+    from moeroof.cli.cache import read_trace_for_requests
+
+    assert not read_trace_for_requests(str(path), Namespace()).ids_checked
+    for argv in BAD_ID_COMMANDS:
+        err = run_error(capsys, [argv[0], str(path), *argv[1:]])
+        assert err == f"error: {want}\n", argv
+
+
+def test_mrc_che_grid_and_all(capsys, requests):
+    # the embedded trace's curve has thousands of capacities: Che is solved on a grid and
+    # interpolated, or at every capacity with --che all (then exactly che_hit_curve)
+    grid = run_json(capsys, ["mrc", str(TRACE)])
+    every = run_json(capsys, ["mrc", str(TRACE), "--che", "all"])
+    cap = np.array(every["capacity_experts"])
+    assert cap.size > 1000 and grid["capacity_experts"] == every["capacity_experts"]
+    assert grid["hit_rate"] == every["hit_rate"]
+    want = cache.che_hit_curve(cache.request_histogram(requests), cap)
+    np.testing.assert_allclose(every["che_hit_rate"], want, rtol=0, atol=1e-15)
+    g = np.array(grid["che_hit_rate"])
+    assert np.max(np.abs(g - want)) < 1e-3
+    np.testing.assert_allclose(g[:257], want[:257], rtol=1e-9, atol=0)  # solved, not interpolated, up to 256
+    assert any("log-spaced" in note for note in grid["notes"])
+    assert any("every capacity" in note for note in every["notes"])

@@ -197,7 +197,7 @@ def test_npy_validation_is_chunked(tmp_path, monkeypatch):
     raw[41, 1, 1, 1] = 8
     raw.flush()
     del raw
-    monkeypatch.setattr(mio, "_CHUNK_ELEMENTS", 3 * 2 * 2)  # 1 step per chunk
+    monkeypatch.setattr(mio, "TOPK_CHUNK_ELEMENTS", 3 * 2 * 2)  # 1 step per chunk
     with pytest.raises(InputError) as ei:
         read_trace(path)
     _expect(ei, f"{path}:topk[41,1,1,1]: topk: expert id 8 not in [-1, 8)")
@@ -612,3 +612,28 @@ def test_incidence_sums_complete_partial_and_far_below(tmp_path):
         InputError, match=r"h.csv:-: count: counts of layer 1 sum to 20, 10 % of top_k·tokens = 2·100 = 200"
     ):
         check_incidence_sums(far)
+
+
+def test_read_trace_without_the_id_pass(tmp_path):
+    """``validate=False`` leaves the ids to the caller's compiled pass (moeroof cache / mrc) and
+    says so (``ids_checked``); file, meta, shape and dtype are checked all the same."""
+    topk = _good_topk()
+    topk[3, 0, 1, 0] = 8  # a bad id
+    path = tmp_path / "t.npy"
+    np.save(path, topk)
+    sidecar_path(path).write_text(json.dumps(META))
+    with pytest.raises(InputError, match="expert id 8"):
+        read_trace(path)
+    t = read_trace(path, validate=False)
+    assert not t.ids_checked and t.topk.shape == topk.shape
+    assert read_trace(write_trace(tmp_path / "ok.npy", _good_topk(), META)).ids_checked
+    sidecar_path(path).write_text(json.dumps({**META, "top_k": 4}))
+    with pytest.raises(InputError, match="top_k=4"):
+        read_trace(path, validate=False)
+    sidecar_path(path).write_text(json.dumps(META))
+    np.save(path, topk.astype(np.float32))
+    with pytest.raises(InputError, match="integer dtype"):
+        read_trace(path, validate=False)
+    np.save(path, topk[..., 0])
+    with pytest.raises(InputError, match="4 dims"):
+        read_trace(path, validate=False)

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,7 +46,7 @@ from moeroof.cli.common import (
     read_trace_arg,
     table,
 )
-from moeroof.data.io import InputError, read_histogram
+from moeroof.data.io import InputError, Trace, read_histogram
 
 # moeroof.models.cache.POLICIES and .SCOPES, spelled out so that building the parser does not
 # import (and compile) the simulator; tests/test_cli.py checks that they agree.
@@ -137,10 +139,68 @@ def parse_streams(text: str, n_streams: int) -> list[int]:
     return ids
 
 
+_META_FLAGS = ("experts", "top_k", "tokens", "provenance")
+
+
+def read_trace_for_requests(path_text: str, args: Any = None) -> Trace:
+    """A TRACE argument for a command that builds its requests with :func:`trace_requests`:
+    :func:`moeroof.cli.common.read_trace_arg`, except that a ``.npy`` / ``.npz`` that carries its
+    own meta (and no meta flag is given) is read without the pass over its ids
+    (``read_trace(validate=False)``, ``Trace.ids_checked`` False) — the compiled pass of
+    :func:`trace_requests` checks every id as ``read_trace`` would and raises the same errors."""
+    from moeroof.data.io import read_trace, sidecar_path
+
+    path = Path(path_text)
+    if path.suffix.lower() in (".npy", ".npz") and all(getattr(args, f, None) is None for f in _META_FLAGS):
+        path = input_path(path_text)
+        suffix = path.suffix.lower()
+        if suffix == ".npy" and sidecar_path(path).is_file() or suffix == ".npz" and _npz_has_meta(path):
+            return read_trace(path, validate=False)
+    return read_trace_arg(path_text, args)
+
+
+def _npz_has_meta(path: Path) -> bool:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return "meta" in z.files
+    except (OSError, ValueError, EOFError):
+        return False  # read_trace_arg reports it in its own words
+
+
+def trace_requests(trace: Trace, **kw: Any):
+    """``requests_from_trace(trace.topk, trace.experts, **kw)``, checking every id when the trace
+    was read without (``Trace.ids_checked`` False); a bad id is an :class:`InputError` worded as
+    ``read_trace``'s (``FILE:topk[s,t,l,k]: topk: …``)."""
+    from moeroof.models.cache import TraceIdError, requests_from_trace
+
+    try:
+        return requests_from_trace(trace.topk, trace.experts, validate=not trace.ids_checked, **kw)
+    except TraceIdError as err:
+        raise InputError(trace.path, err.index, "topk", err.reason) from None
+
+
+@dataclass(frozen=True)
+class TraceInfo:
+    """What a report says of a trace once its requests are built: its ids are let go (a trace
+    read into memory holds them: 340 MB at 10^8 requests, as much as the requests' items)."""
+
+    path: Path
+    meta: dict
+    experts: int
+    top_k: int
+    steps: int
+    streams: int
+    layers: int
+
+    @classmethod
+    def of(cls, trace: Trace) -> TraceInfo:
+        return cls(trace.path, trace.meta, trace.experts, trace.top_k, trace.steps, trace.streams, trace.layers)
+
+
 def cache_report(args: argparse.Namespace) -> dict[str, Any]:
     """The ``cache`` JSON object for parsed arguments."""
     from moeroof.core.units import to_si
-    from moeroof.models.cache import requests_from_trace, simulate
+    from moeroof.models.cache import simulate
 
     if (args.capacity_experts is None) == (args.capacity_gib is None):
         raise UsageError("give exactly one of --capacity-experts N or --capacity-gib X")
@@ -169,7 +229,9 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:
             "shared by all layers (scope global) does not split by layer — its route to large traces is "
             "SHARDS sampling (moeroof mrc --sample-rate R)"
         )
-    trace = read_trace_arg(args.path, args)
+    # sharded, the workers read the trace as read_trace checked it; in one process the request
+    # pass checks the ids itself
+    trace = read_trace_arg(args.path, args) if sharded else read_trace_for_requests(args.path, args)
     stream_ids = list(range(trace.streams)) if args.streams is None else parse_streams(args.streams, trace.streams)
     if warmup >= trace.steps:
         raise UsageError(f"--warmup: {warmup} leaves no counted step (the trace has {trace.steps} steps)")
@@ -223,11 +285,10 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:
     progress = Progress("cache")
     try:
         progress(0, 2, f"building the requests of {trace.steps} steps")
-        requests = requests_from_trace(
-            trace.topk,
-            trace.experts,
-            streams=None if args.streams is None else np.asarray(stream_ids, dtype=np.int64),
+        requests = trace_requests(
+            trace, streams=None if args.streams is None else np.asarray(stream_ids, dtype=np.int64)
         )
+        trace = TraceInfo.of(trace)  # the ids are in the requests now
         progress(1, 2, f"simulating {args.policy} on {len(requests.items):,} requests")
         res = simulate(
             requests,

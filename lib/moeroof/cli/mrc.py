@@ -4,7 +4,7 @@ stack distances), or the SHARDS sampling estimate, with the Che approximation be
 ::
 
     moeroof mrc TRACE [--scope global|layer] [--sample-rate R [--slices S]] [--seed 0]
-                [--lookup layer|request] [--scheduler ADDRESS | --workers N] [--json]
+                [--lookup layer|request] [--che grid|all] [--scheduler ADDRESS | --workers N] [--json]
 
 Scope global (default): one LRU cache shared by all layers, capacity in experts. The exact
 curve is one pass in one process (a request's stack distance counts every layer's items, so it
@@ -13,6 +13,11 @@ does not split); ``--sample-rate R`` estimates it by SHARDS, and with ``--slices
 task each, whose spread states the error (:func:`moeroof.studies.shard.shards_curve_sharded`).
 Scope layer: one LRU cache per layer, capacity in experts per layer; exact, its layers sharded
 over the workers (:func:`moeroof.studies.shard.lru_curve_by_layer`).
+
+The Che approximation beside the curve is solved at every capacity up to 256 and at 200
+log-spaced capacities above, linearly interpolated between (``--che all``: at every capacity,
+20 481 solves on an 80 × 256 trace). The trace's ids are checked by the compiled pass that builds
+the requests (:func:`moeroof.cli.cache.trace_requests`) and let go once it has.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.cache import LOOKUP_HELP, LOOKUPS, SCOPES
+from moeroof.cli.cache import LOOKUP_HELP, LOOKUPS, SCOPES, TraceInfo, read_trace_for_requests, trace_requests
 from moeroof.cli.common import (
     UsageError,
     add_meta_arguments,
@@ -41,6 +46,11 @@ from moeroof.data.io import InputError
 
 #: trace cells (step, layer, expert) turned into requests at a time when counting per item
 _COUNT_CHUNK_CELLS = 1 << 22
+#: Che's curve: exact at every capacity up to this, then at CHE_LOG_POINTS log-spaced
+#: capacities up to the largest, linearly interpolated between (``--che all``: every capacity)
+CHE_EXACT_UP_TO = 256
+CHE_LOG_POINTS = 200
+CHE_MODES = ("grid", "all")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -71,6 +81,13 @@ def add_parser(subparsers: Any) -> None:
         "estimate and its stated error come from their spread (default: the workers)",
     )
     p.add_argument("--seed", default="0", help="seed of the SHARDS hash (default 0)")
+    p.add_argument(
+        "--che",
+        default="grid",
+        choices=CHE_MODES,
+        help=f"the Che approximation at every capacity up to {CHE_EXACT_UP_TO} and {CHE_LOG_POINTS} log-spaced "
+        "ones above, interpolated between ('grid', default), or solved at every capacity ('all')",
+    )
     p.add_argument("--lookup", default="layer", choices=LOOKUPS, help=LOOKUP_HELP)
     p.add_argument(
         "--scheduler",
@@ -138,6 +155,38 @@ def _item_counts(trace: Any) -> np.ndarray:
     return counts
 
 
+def che_grid(cap: np.ndarray) -> np.ndarray:
+    """The capacities Che is solved at for a curve over ``cap`` (ascending): every one up to
+    :data:`CHE_EXACT_UP_TO`, :data:`CHE_LOG_POINTS` log-spaced above, and the largest."""
+    cap = np.asarray(cap)
+    if cap.size == 0:
+        return cap
+    lo, hi = float(cap[0]), float(cap[-1])
+    dense = cap[cap <= CHE_EXACT_UP_TO]
+    logs = np.geomspace(max(CHE_EXACT_UP_TO, lo, 1.0), max(hi, 1.0), CHE_LOG_POINTS) if hi > CHE_EXACT_UP_TO else []
+    return np.unique(np.concatenate([dense, np.round(logs), [lo, hi]]).astype(cap.dtype))
+
+
+def che_curve(fn: Any, cap: np.ndarray, mode: str) -> np.ndarray:
+    """``fn(capacities)`` (a Che curve) at every capacity of ``cap`` (``mode="all"``), or at
+    :func:`che_grid`'s and linearly interpolated between (``"grid"``: a few hundred solves
+    instead of one per capacity, 20 481 on an 80 × 256 trace)."""
+    cap = np.asarray(cap)
+    if mode == "all" or cap.size <= CHE_EXACT_UP_TO + CHE_LOG_POINTS:
+        return fn(cap)
+    grid = che_grid(cap)
+    return np.interp(cap, grid, fn(grid))
+
+
+def _che_note(cap: np.ndarray, mode: str) -> str:
+    if mode == "all" or np.asarray(cap).size <= CHE_EXACT_UP_TO + CHE_LOG_POINTS:
+        return "che solved at every capacity"
+    return (
+        f"che solved at every capacity up to {CHE_EXACT_UP_TO} and at {CHE_LOG_POINTS} log-spaced capacities "
+        "above, linearly interpolated between (--che all solves it at every capacity)"
+    )
+
+
 def _che_per_layer(counts: np.ndarray, layers: int, cap: np.ndarray) -> np.ndarray:
     """Che's hit rate with one cache of each capacity per layer, weighted by the layers' requests."""
     from moeroof.models.cache import che_hit_curve
@@ -153,17 +202,13 @@ def _che_per_layer(counts: np.ndarray, layers: int, cap: np.ndarray) -> np.ndarr
 
 def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
     """The ``mrc`` JSON object for parsed arguments."""
-    from moeroof.models.cache import (
-        che_hit_curve,
-        lru_hit_curve,
-        request_histogram,
-        requests_from_trace,
-        shards_hit_curve,
-    )
+    from moeroof.models.cache import che_hit_curve, lru_hit_curve, request_histogram, shards_hit_curve
 
     opt = _options(args)
     rate, seed = opt["rate"], opt["seed"]
-    trace = read_trace_arg(args.path, args)
+    one_pass = args.scope != "layer" and not (rate is not None and (opt["sharded"] or opt["slices"] is not None))
+    # one pass here: the request pass checks the ids itself; sharded, the tasks read what read_trace checked
+    trace = read_trace_for_requests(args.path, args) if one_pass else read_trace_arg(args.path, args)
     lookup_note = (
         "hits judged as each (step, layer) lookup starts"
         if args.lookup == "layer"
@@ -174,7 +219,8 @@ def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
         return _layer_report(args, trace, opt, lookup_note)
     if rate is not None and (opt["sharded"] or opt["slices"] is not None):
         return _sharded_shards_report(args, trace, opt, lookup_note)
-    requests = requests_from_trace(trace.topk, trace.experts)
+    requests = trace_requests(trace)
+    trace = TraceInfo.of(trace)  # the ids are in the requests now
     if len(requests) == 0:
         raise InputError(trace.path, "-", "topk", "the trace requests no expert (all padding)")
     notes = [
@@ -194,8 +240,9 @@ def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
         )
     counts = request_histogram(requests)  # requests per item: Che's rates and the distinct count
     n_requests = len(requests)
-    del requests  # its arrays are as long as the trace; only the curve and the counts remain
-    che = che_hit_curve(counts, cap)
+    del requests  # its items are as long as the trace; only the curve and the counts remain
+    che = che_curve(lambda c: che_hit_curve(counts, c), cap, args.che)
+    notes.append(_che_note(cap, args.che))
     return _finish(args, trace, cap, hit, che, method, rate, n_requests, counts, notes, extra)
 
 
@@ -217,7 +264,8 @@ def _layer_report(args, trace, opt, lookup_note) -> dict[str, Any]:
         "(per-layer caches are independent: the same curve however sharded)",
         "che: per layer from the layer's request counts, weighted by its requests",
     ]
-    che = _che_per_layer(counts, trace.layers, cap)
+    che = che_curve(lambda c: _che_per_layer(counts, trace.layers, c), cap, args.che)
+    notes.append(_che_note(cap, args.che))
     method = "exact-lru per layer (Mattson stack distances)"
     extra = {"hit_rate_stderr": None, "hit_rate_lower": None, "hit_rate_upper": None}
     return _finish(args, trace, cap, res.hit_rate, che, method, None, res.requests, counts, notes, extra)
@@ -261,7 +309,8 @@ def _sharded_shards_report(args, trace, opt, lookup_note) -> dict[str, Any]:
         resolution_experts=res.resolution,
         slice_requests=res.slice_requests,
     )
-    che = che_hit_curve(res.item_requests, res.capacity)
+    che = che_curve(lambda c: che_hit_curve(res.item_requests, c), res.capacity, args.che)
+    notes.append(_che_note(res.capacity, args.che))
     method = f"shards over {s} hash slices"
     return _finish(
         args, trace, res.capacity, res.hit_rate, che, method, rate, res.requests, res.item_requests, notes, extra

@@ -76,13 +76,19 @@ __all__ = [
     "HISTOGRAM_META_HINT",
     "TRACE_META_HINT",
     "TRACE_AXES",
+    "TOPK_RANGE",
+    "TOPK_PARTIAL",
+    "TOPK_DUPLICATE",
+    "TOPK_CHUNK_ELEMENTS",
 ]
 
 HISTOGRAM_COLUMNS = ("layer", "expert", "count")
 _OPTIONAL_COLUMNS = ("rank",)
 TRACE_AXES = ("step", "stream", "layer", "k")
-#: elements of ``topk`` validated per chunk of a memory-mapped trace (≈ 64 MiB of int64)
-_CHUNK_ELEMENTS = 8_000_000
+#: elements of ``topk`` validated per chunk of a memory-mapped trace (≈ 64 MiB of int64); the
+#: compiled pass of ``moeroof.models.cache.requests_from_trace`` checks the same chunks, so both
+#: name the same first error
+TOPK_CHUNK_ELEMENTS = 8_000_000
 _INT_RE = re.compile(r"[+-]?[0-9]+\Z")
 
 
@@ -148,6 +154,8 @@ class Trace:
     meta: dict[str, Any]
     path: Path
     weights: np.ndarray | None = None
+    #: False for ``read_trace(..., validate=False)``: the ids are for its caller's compiled pass to check
+    ids_checked: bool = True
 
     @property
     def steps(self) -> int:
@@ -334,8 +342,16 @@ def _validate_trace_meta(
     return experts, top_k, layer_ids
 
 
-def _validate_topk(topk: np.ndarray, experts: int, top_k: int, path: Path, meta_row: str) -> None:
-    """Shape, dtype and ids of a trace; chunked over steps so a memmap is never loaded whole."""
+#: what is wrong with a trace's ids, as :func:`_validate_topk` and the compiled pass of
+#: :func:`moeroof.models.cache.requests_from_trace` (``validate=True``) both say it
+TOPK_RANGE = "expert id {value} not in [-1, {experts}) (experts E={experts}; -1 = no token)"
+TOPK_PARTIAL = "token is partly padding: a token has K expert ids or K times -1"
+TOPK_DUPLICATE = "expert {value} appears twice in one token (the K experts must be distinct)"
+
+
+def _validate_topk(topk: np.ndarray, experts: int, top_k: int, path: Path, meta_row: str, *, ids: bool = True) -> None:
+    """Shape, dtype and (with ``ids``) ids of a trace; chunked over steps so a memmap is never
+    loaded whole."""
     if topk.ndim != 4:
         raise InputError(
             path, "-", "topk", f"expected 4 dims (steps, streams, layers, K), got {topk.ndim} with shape {topk.shape}"
@@ -344,8 +360,10 @@ def _validate_topk(topk: np.ndarray, experts: int, top_k: int, path: Path, meta_
         raise InputError(path, "-", "topk", f"expected an integer dtype, got {topk.dtype}")
     if topk.shape[3] != top_k:
         raise InputError(path, meta_row, "top_k", f"meta top_k={top_k} but topk has K={topk.shape[3]} columns")
+    if not ids:
+        return
     per_step = max(1, int(np.prod(topk.shape[1:])))
-    chunk = max(1, _CHUNK_ELEMENTS // per_step)
+    chunk = max(1, TOPK_CHUNK_ELEMENTS // per_step)
     for s0 in range(0, topk.shape[0], chunk):
         block = np.asarray(topk[s0 : s0 + chunk]).astype(np.int64, copy=False)
 
@@ -357,9 +375,7 @@ def _validate_topk(topk: np.ndarray, experts: int, top_k: int, path: Path, meta_
         if bad.any():
             idx = where(bad)
             value = block[tuple(np.argwhere(bad)[0])]
-            raise InputError(
-                path, idx, "topk", f"expert id {value} not in [-1, {experts}) (experts E={experts}; -1 = no token)"
-            )
+            raise InputError(path, idx, "topk", TOPK_RANGE.format(value=value, experts=experts))
         partial = partial_tokens(block)
         if partial.any():
             s, t, l = np.argwhere(partial)[0]
@@ -368,7 +384,7 @@ def _validate_topk(topk: np.ndarray, experts: int, top_k: int, path: Path, meta_
                 path,
                 f"topk[{s + s0},{t},{l},{k}]",
                 "topk",
-                "token is partly padding: a token has K expert ids or K times -1",
+                TOPK_PARTIAL,
             )
         if top_k > 1:
             srt = np.sort(block, axis=-1)
@@ -381,7 +397,7 @@ def _validate_topk(topk: np.ndarray, experts: int, top_k: int, path: Path, meta_
                     path,
                     f"topk[{s + s0},{t},{l},{k}]",
                     "topk",
-                    f"expert {row[k]} appears twice in one token (the K experts must be distinct)",
+                    TOPK_DUPLICATE.format(value=row[k]),
                 )
 
 
@@ -569,11 +585,17 @@ def _check_npz_members(path: Path) -> None:
         raise InputError(path, "-", "file", f"not a readable .npz without pickles: {exc}") from None
 
 
-def read_trace(path: str | os.PathLike[str], meta: Mapping[str, Any] | None = None) -> Trace:
+def read_trace(path: str | os.PathLike[str], meta: Mapping[str, Any] | None = None, *, validate: bool = True) -> Trace:
     """Read a ``.npz`` trace, or a ``.npy`` trace (memory-mapped) with its sidecar ``.json``.
 
     ``meta``: the trace's meta supplied by the caller (``experts``, ``top_k``, …), used instead
     of the ``.npz``'s ``meta`` array or the ``.npy``'s sidecar — which then need not exist.
+
+    ``validate=False`` checks the file, the meta, the shape and the dtype but not the ids (a
+    pass over the whole array): only for a caller that builds its requests with
+    ``moeroof.models.cache.requests_from_trace(..., validate=True)``, whose compiled pass checks
+    every id as this would and raises the same errors (``moeroof cache`` and ``moeroof mrc``).
+    The trace says so: ``Trace.ids_checked`` is False.
     """
     path = Path(path)
     _check_readable(path)
@@ -636,7 +658,7 @@ def read_trace(path: str | os.PathLike[str], meta: Mapping[str, Any] | None = No
     experts, top_k, layer_ids = _validate_trace_meta(meta, topk.shape[2], meta_path, meta_row)
     if topk.shape[3] != top_k:
         raise InputError(meta_path, meta_row, "top_k", f"meta top_k={top_k} but topk has K={topk.shape[3]} columns")
-    _validate_topk(topk, experts, top_k, path, meta_row)
+    _validate_topk(topk, experts, top_k, path, meta_row, ids=validate)
     if weights is not None:
         if weights.shape != topk.shape:
             raise InputError(path, "-", "weights", f"shape {weights.shape} differs from topk shape {topk.shape}")
@@ -647,7 +669,14 @@ def read_trace(path: str | os.PathLike[str], meta: Mapping[str, Any] | None = No
     if weights is not None:
         weights.setflags(write=False)
     return Trace(
-        topk=topk, experts=experts, top_k=top_k, layer_ids=layer_ids, meta=dict(meta), path=path, weights=weights
+        topk=topk,
+        experts=experts,
+        top_k=top_k,
+        layer_ids=layer_ids,
+        meta=dict(meta),
+        path=path,
+        weights=weights,
+        ids_checked=bool(validate),
     )
 
 

@@ -114,7 +114,6 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from moeroof.core.masks import ids_or
 from moeroof.core.results import Result
 
 __all__ = [
@@ -148,8 +147,6 @@ S3FIFO_SMALL_FRACTION = 0.1
 S3FIFO_MOVE_TO_MAIN_THRESHOLD = 1
 #: libCacheSim S3FIFOv0's default move-to-main threshold (``move-to-main-threshold=2``)
 LIBCACHESIM_S3FIFO_THRESHOLD = 2
-#: elements of the (steps, layers, E) presence array built per chunk in requests_from_trace
-_CHUNK_ELEMENTS = 16_000_000
 #: requests hashed at a time by shards_hit_curve
 _HASH_CHUNK = 1 << 22
 
@@ -157,30 +154,102 @@ _HASH_CHUNK = 1 << 22
 # ----------------------------------------------------------------------------- data classes
 
 
-@dataclass(frozen=True)
 class Requests:
     """The request stream of a trace: one entry per (step, layer, distinct expert).
 
     ``items`` (n,) with ``item = layer · experts + expert``, in request order (step, then
-    layer, then ascending expert); ``step`` (n,) and ``layer`` (n,). Compact integer dtypes from
-    :func:`requests_from_trace`: items int32 (int64 when layers · experts ≥ 2^31), step int32,
-    layer int16 (int32 from 2^15 layers) — 10 bytes a request instead of 16.
+    layer, then ascending expert); ``step`` (n,) and ``layer`` (n,). :func:`requests_from_trace`
+    keeps only the items (int32; int64 when layers · experts ≥ 2^31) and ``cells``, the requests
+    of each (step, layer) (steps · layers,), 4 bytes a request: ``step`` (int32) and ``layer``
+    (int16; int32 from 2^15 layers) are then made when first read (and kept), and the
+    simulators never read them. ``Requests(items, step, layer, steps, layers, experts)`` takes
+    them given per request instead.
     """
 
-    items: np.ndarray
-    step: np.ndarray
-    layer: np.ndarray
-    steps: int
-    layers: int
-    experts: int
+    __slots__ = ("items", "steps", "layers", "experts", "_step", "_layer", "_cells", "_lookups")
+
+    def __init__(self, items, step, layer, steps, layers, experts, *, cells=None):
+        set_ = object.__setattr__
+        set_(self, "items", items)
+        set_(self, "steps", int(steps))
+        set_(self, "layers", int(layers))
+        set_(self, "experts", int(experts))
+        if cells is None:
+            if step is None or layer is None:
+                raise ValueError("give step and layer per request, or cells")
+        else:
+            cells = np.asarray(cells)
+            if cells.shape != (self.steps * self.layers,):
+                raise ValueError(f"cells must have one count per (step, layer), shape ({self.steps * self.layers},)")
+            if int(cells.sum(dtype=np.int64)) != np.asarray(items).size:
+                raise ValueError("cells must sum to the number of requests")
+        set_(self, "_step", step)
+        set_(self, "_layer", layer)
+        set_(self, "_cells", cells)
+        set_(self, "_lookups", None)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"Requests is read-only: cannot set {name!r}")
+
+    def __repr__(self) -> str:
+        return f"Requests(n={len(self)}, steps={self.steps}, layers={self.layers}, experts={self.experts})"
 
     @property
     def n_items(self) -> int:
         """Size of the item id space, ``layers · experts``."""
         return int(self.layers * self.experts)
 
+    @property
+    def cells(self) -> np.ndarray | None:
+        """Requests per (step, layer), C order (steps · layers,); None for a stream given per request."""
+        return self._cells
+
+    @property
+    def step(self) -> np.ndarray:
+        """Step of each request (int32), made from ``cells`` when first read."""
+        if self._step is None:
+            per_step = self._cells.reshape(self.steps, self.layers).sum(axis=1)
+            object.__setattr__(self, "_step", np.repeat(np.arange(self.steps, dtype=np.int32), per_step))
+        return self._step
+
+    @property
+    def layer(self) -> np.ndarray:
+        """Layer of each request (int16; int32 from 2^15 layers), made from ``cells`` when first read."""
+        if self._layer is None:
+            dt = np.int16 if self.layers < 2**15 else np.int32
+            lay = np.repeat(np.tile(np.arange(self.layers, dtype=dt), self.steps), self._cells)
+            object.__setattr__(self, "_layer", lay)
+        return self._layer
+
+    def lookups(self) -> tuple[np.ndarray, np.ndarray]:
+        """(off, cstep): requests ``off[c]`` to ``off[c + 1]`` form the c-th (step, layer) lookup,
+        of step ``cstep[c]`` (int64 each, one per cell: no array as long as the stream)."""
+        if self._lookups is None:
+            if self._cells is not None:
+                off = np.zeros(self._cells.size + 1, np.int64)
+                np.cumsum(self._cells, out=off[1:])
+                cstep = np.repeat(np.arange(self.steps, dtype=np.int64), self.layers)
+            else:
+                from moeroof.models import cache_kernels  # numba loads only when a kernel runs
+
+                off, cstep = cache_kernels.runs_kernel(
+                    np.ascontiguousarray(self._step), np.ascontiguousarray(self._layer)
+                )
+            object.__setattr__(self, "_lookups", (off, cstep))
+        return self._lookups
+
     def __len__(self) -> int:
         return int(self.items.size)
+
+
+class TraceIdError(ValueError):
+    """A bad id in a trace (:func:`requests_from_trace`): ``index`` names it (``topk[s,t,l,k]``),
+    ``reason`` says what is wrong in :func:`moeroof.data.io.read_trace`'s words."""
+
+    def __init__(self, index: str, reason: str):
+        super().__init__(f"{index}: {reason}")
+        self.index = index
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -233,13 +302,21 @@ def _as_partition(partition, layers: int, experts: int) -> np.ndarray:
     return np.broadcast_to(part.astype(np.int64), (layers, experts))
 
 
-def requests_from_trace(topk, experts, *, partition=None, rank=None, streams=None) -> Requests:
+def requests_from_trace(topk, experts, *, partition=None, rank=None, streams=None, validate: bool = False) -> Requests:
     """The SPEC §5 request stream of a trace ``topk`` (steps, streams, layers, K), ``-1`` padding.
 
     ``streams``: optional index array selecting the streams that form the batch (an int M means
     the first M). ``partition``: int array (experts,) or (layers, experts) mapping experts to
     ranks; with ``rank`` given only that rank's experts are kept (item ids stay global).
-    Works chunk by chunk over steps, so a memory-mapped trace is never loaded whole.
+    One compiled pass over the trace, chunk by chunk over steps (a memory-mapped trace is never
+    loaded whole), counts the requests of every (step, layer) and checks the ids; a second
+    writes the items into an array of the final size. The stream keeps 4 bytes a request (the
+    items; see :class:`Requests`).
+
+    Ids outside ``[-1, experts)`` of the selected streams raise :class:`TraceIdError` (a
+    ValueError). ``validate=True`` checks every stream as :func:`moeroof.data.io.read_trace`
+    does, with its words and chunks (the same first error): ids in range, no token partly
+    padding, no expert twice in a token — for a trace read with ``read_trace(validate=False)``.
     """
     experts = int(experts)
     if experts < 1:
@@ -270,48 +347,84 @@ def requests_from_trace(topk, experts, *, partition=None, rank=None, streams=Non
         if partition is None or rank is None:
             raise ValueError("give both partition and rank (or neither)")
         keep = _as_partition(partition, layers, experts) == int(rank)
-    per_step = max(1, layers * (experts + 1))
-    chunk = max(1, _CHUNK_ELEMENTS // per_step)
+    if sel is None:
+        sel = np.arange(n_streams, dtype=np.int64)
+    else:
+        sel = np.where(sel < 0, sel + n_streams, sel).astype(np.int64)
+    use_keep = keep is not None
+    keep = np.ascontiguousarray(keep) if use_keep else np.ones((1, 1), dtype=bool)
+    from moeroof.data.io import TOPK_CHUNK_ELEMENTS  # read_trace's chunks: the same first error
+    from moeroof.models import cache_kernels  # numba loads only when a kernel runs
+
+    chunk = max(1, TOPK_CHUNK_ELEMENTS // max(1, int(np.prod(arr.shape[1:]))))
     item_dt = np.int32 if layers * experts < 2**31 else np.int64
-    layer_dt = np.int16 if layers < 2**15 else np.int32
-    out_items = []
-    per_cell = np.zeros(steps * layers, dtype=np.int64)  # requests per (step, layer)
+    cells = np.zeros(steps * layers, dtype=np.int32 if experts < 2**31 else np.int64)
+    mark = np.zeros(max(experts, 1), np.int64)
+    tmark = np.zeros(max(experts, 1), np.int64)
+    ctr = np.zeros(1, np.int64)
+    err = np.zeros(15, np.int64)
     for s0 in range(0, steps, chunk):
-        block = np.asarray(arr[s0 : s0 + chunk])
-        if sel is not None:
-            block = block[:, sel]
-        block = block.astype(np.int64, copy=False)
-        bad = (block < -1) | (block >= experts)
-        if bad.any():
-            s, t, l, k = np.argwhere(bad)[0]
-            raise ValueError(f"topk[{s + s0},{t},{l},{k}]: expert id {block[s, t, l, k]} not in [-1, {experts})")
-        ns = block.shape[0]
-        present = np.zeros((ns, layers, experts + 1), dtype=bool)
-        si = np.arange(ns)[:, None, None, None]
-        li = np.arange(layers)[None, None, :, None]
-        present[si, li, ids_or(block, experts)] = True
-        present = present[:, :, :experts]
-        if keep is not None:
-            present &= keep[None]
-        per_cell[s0 * layers : (s0 + ns) * layers] = present.sum(axis=2, dtype=np.int64).ravel()
-        flat = np.flatnonzero(present)  # C order: step, layer, ascending expert
-        del present
-        # flat = (st · layers + la) · experts + ex, and item = la · experts + ex
-        out_items.append((flat % (layers * experts)).astype(item_dt))
-        del flat
-    items = np.concatenate(out_items) if out_items else np.zeros(0, item_dt)
-    del out_items
-    # step and layer of each request from the per-(step, layer) counts: no per-chunk copies
-    per_step_counts = per_cell.reshape(steps, layers).sum(axis=1) if steps else np.zeros(0, np.int64)
-    step = np.repeat(np.arange(steps, dtype=np.int32), per_step_counts)
-    layer = np.repeat(np.tile(np.arange(layers, dtype=layer_dt), steps), per_cell)
-    return Requests(items=items, step=step, layer=layer, steps=int(steps), layers=int(layers), experts=experts)
+        block = _native_block(arr, s0, chunk)
+        kind = cache_kernels.scan_block(
+            block, experts, sel, keep, use_keep, bool(validate), mark, tmark, ctr, cells, s0 * layers, err
+        )
+        if kind != cache_kernels.ID_OK:
+            _raise_id_error(kind, err, s0, experts)
+    items = np.empty(int(cells.sum(dtype=np.int64)), dtype=item_dt)
+    mark[:] = 0
+    pos = 0
+    for s0 in range(0, steps, chunk):
+        pos = cache_kernels.emit_block(
+            _native_block(arr, s0, chunk), experts, sel, keep, use_keep, mark, s0 * layers, items, pos
+        )
+    return Requests(items, None, None, int(steps), int(layers), experts, cells=cells)
+
+
+def _native_block(arr, s0: int, chunk: int) -> np.ndarray:
+    """Steps s0… of a trace as a plain array the kernels take: a view where it can be (a
+    memory map's pages), else a copy of the chunk (byte-swapped or unsigned 64-bit ids)."""
+    block = np.asarray(arr[s0 : s0 + chunk])
+    if not block.dtype.isnative:
+        block = block.astype(block.dtype.newbyteorder("="))
+    if block.dtype == np.uint64:
+        block = block.astype(np.int64)  # as read_trace's checks read it
+    return block
+
+
+def _raise_id_error(kind: int, err: np.ndarray, s0: int, experts: int) -> None:
+    from moeroof.data.io import TOPK_DUPLICATE, TOPK_PARTIAL, TOPK_RANGE
+    from moeroof.models import cache_kernels
+
+    s, t, l, k, v = (int(x) for x in err[:5])
+    index = f"topk[{s + s0},{t},{l},{k}]"
+    if kind == cache_kernels.ID_RANGE:
+        raise TraceIdError(index, TOPK_RANGE.format(value=v, experts=experts))
+    if kind == cache_kernels.ID_PARTIAL:
+        raise TraceIdError(index, TOPK_PARTIAL)
+    raise TraceIdError(index, TOPK_DUPLICATE.format(value=v))
 
 
 def request_histogram(requests: Requests, *, from_step: int = 0) -> np.ndarray:
     """Requests per item (layers·experts,) over the steps ≥ ``from_step``."""
-    items = requests.items if from_step <= 0 else requests.items[requests.step >= from_step]
-    return np.bincount(items, minlength=requests.n_items).astype(np.int64)
+    items = requests.items
+    if from_step > 0:
+        if requests.cells is not None:  # the stream is in step order: the steps ≥ from_step are its tail
+            first = int(requests.cells[: min(from_step, requests.steps) * requests.layers].sum(dtype=np.int64))
+            items = items[first:]
+        else:
+            items = items[requests.step >= from_step]
+    return _bincount(items, requests.n_items)
+
+
+def _bincount(items, minlength: int = 0) -> np.ndarray:
+    """``np.bincount(items, minlength=minlength)`` (int64) of integer ids, counted by a kernel:
+    ``np.bincount`` first copies the ids to int64, 8 bytes a request (800 MB at 10^8)."""
+    items = np.asarray(items)
+    if items.size == 0 or items.dtype.kind not in "iu" or int(items.min()) < 0:
+        return np.bincount(items, minlength=minlength).astype(np.int64)  # its errors, its result
+    from moeroof.models import cache_kernels  # numba loads only when a kernel runs
+
+    return cache_kernels.count_items(np.ascontiguousarray(items), max(int(minlength), int(items.max()) + 1))
 
 
 def hot_set_ranking(popularity) -> np.ndarray:
@@ -326,19 +439,24 @@ def lookup_starts(requests: Requests, lookup: str = "layer", keep: np.ndarray | 
     ``lookup="layer"``: one lookup per (step, layer) — an engine resolves a layer's experts
     together, serving the cached ones and fetching the misses, so a miss never evicts an expert
     the same layer is about to use. ``"request"``: every request is its own lookup (the order a
-    trace-driven cache simulator such as libCacheSim sees).
+    trace-driven cache simulator such as libCacheSim sees). The simulators take the lookups as
+    :meth:`Requests.lookups` (one offset per lookup); this array is for callers that want flags.
     """
     from moeroof.models import cache_kernels  # numba loads only when a kernel runs
 
-    if lookup not in LOOKUPS:
-        raise ValueError(f"lookup must be one of {', '.join(LOOKUPS)}, got {lookup!r}")
-    step, layer = requests.step, requests.layer
-    if keep is not None:
-        step, layer = step[keep], layer[keep]
-    n = step.size
+    _check_lookup(lookup)
+    n = len(requests) if keep is None else int(np.count_nonzero(keep))
     if lookup == "request":
         return np.ones(n, dtype=bool)
-    return cache_kernels.starts_kernel(np.ascontiguousarray(step), np.ascontiguousarray(layer))
+    off, _ = requests.lookups()
+    if keep is not None:
+        off = cache_kernels.subset_offsets(off, np.ascontiguousarray(keep, dtype=bool))
+    return cache_kernels.starts_from_offsets(off, n)
+
+
+def _check_lookup(lookup: str) -> None:
+    if lookup not in LOOKUPS:
+        raise ValueError(f"lookup must be one of {', '.join(LOOKUPS)}, got {lookup!r}")
 
 
 def next_use(items: np.ndarray, dtype=np.int64) -> np.ndarray:
@@ -409,7 +527,7 @@ def _clamp_capacity(cap, group, occ, items, n_items, unit, *, everything=False) 
     experts overflowed ARC's list lengths and it hit nothing). In bytes the cap is twice the
     total, so that float rounding in the kernels' running sums can never make it bind.
     """
-    present = np.ones(n_items, dtype=bool) if everything else np.bincount(items, minlength=n_items) > 0
+    present = np.ones(n_items, dtype=bool) if everything else _bincount(items, n_items) > 0
     need = np.bincount(group[present], weights=occ[present], minlength=cap.size)[: cap.size]
     if unit == "bytes":
         need = 2.0 * need
@@ -508,61 +626,62 @@ def simulate(
     if items.size and (items.min() < 0 or items.max() >= n_items):
         raise ValueError(f"request item ids must lie in [0, {n_items})")
     cap = _clamp_capacity(cap, group, occ, items, n_items, capacity_unit, everything=policy == "static")
-    start = lookup_starts(requests, lookup)
+    _check_lookup(lookup)
+    off, cstep = requests.lookups()
+    steps = int(requests.steps)
+    weighted = sizes is not None
+    # the kernels count hits, misses and streamed bytes per step; flags per request only on demand
+    tail = (
+        off,
+        cstep,
+        lookup == "request",
+        steps,
+        sizes if weighted else np.zeros(1),
+        weighted,
+        np.zeros(items.size if return_hits else 0, dtype=bool),
+    )
     notes: list[str] = []
     if policy == "lru":
-        hit = cache_kernels.lru_kernel(items, group, cap, occ, start)
+        counts = cache_kernels.lru_pass(items, group, cap, occ, *tail)
     elif policy in ("lfu", "lfu-perfect"):
         mode = cache_kernels.HEAP_LFU if policy == "lfu" else cache_kernels.HEAP_LFU_PERFECT
-        hit = cache_kernels.heap_kernel(items, group, cap, occ, mode, np.zeros(1, np.int64), start)
+        counts = cache_kernels.heap_pass(items, group, cap, occ, mode, np.zeros(1, np.int64), *tail)
     elif policy == "belady":
-        hit = cache_kernels.heap_kernel(
-            items, group, cap, occ, cache_kernels.HEAP_BELADY, next_use(items, np.int32), start
+        counts = cache_kernels.heap_pass(
+            items, group, cap, occ, cache_kernels.HEAP_BELADY, next_use(items, np.int32), *tail
         )
         notes.append(
             "belady: offline optimum (Belady's MIN with bypass); the bound on every policy"
             + ("" if np.all(occ == occ[0]) else " only for equal sizes — a heuristic here")
         )
     elif policy == "belady-insert":
-        hit = cache_kernels.heap_kernel(
-            items, group, cap, occ, cache_kernels.HEAP_BELADY_INSERT, next_use(items, np.int32), start
+        counts = cache_kernels.heap_pass(
+            items, group, cap, occ, cache_kernels.HEAP_BELADY_INSERT, next_use(items, np.int32), *tail
         )
         notes.append(
             "belady-insert: offline (Belady's MIN inserting every miss, libCacheSim's Belady); "
             "the optimum of demand paging, at most belady's hits"
         )
     elif policy == "s3fifo":
-        hit = cache_kernels.s3fifo_kernel(items, group, cap, occ, S3FIFO_SMALL_FRACTION, s3fifo_threshold, start)
+        counts = cache_kernels.s3fifo_pass(items, group, cap, occ, S3FIFO_SMALL_FRACTION, s3fifo_threshold, *tail)
         if s3fifo_threshold != S3FIFO_MOVE_TO_MAIN_THRESHOLD:
             notes.append(f"s3fifo: an item moves from the small queue to main after {s3fifo_threshold} hits")
     elif policy == "arc":
-        hit = cache_kernels.arc_kernel(items, group, cap, start)
+        counts = cache_kernels.arc_pass(items, group, cap, *tail)
     else:
         if pinned is None:
             pinned = request_histogram(requests)
             notes.append("static: hot set pinned from the trace's own request histogram — an oracle hot set")
-        hit = _pinned_mask(pinned, group, cap, occ, n_items)[items]
-        if items.size:  # cold start like every other policy: a pinned item loads on first use
-            cache_kernels.first_uses_kernel(items, n_items, hit)
-    res = _result(requests, hit, sizes, policy, capacity, capacity_unit, scope, warmup_steps, tuple(notes))
-    return replace(res, request_hits=np.asarray(hit, dtype=bool)) if return_hits else res
+        # cold start like every other policy: a pinned item loads on first use
+        mask = _pinned_mask(pinned, group, cap, occ, n_items)
+        counts = cache_kernels.static_pass(items, mask, off, cstep, *tail[3:])
+    res = _result(counts, steps, sizes, policy, capacity, capacity_unit, scope, warmup_steps, tuple(notes))
+    return replace(res, request_hits=tail[-1]) if return_hits else res
 
 
-def _result(requests, hit, sizes, policy, capacity, unit, scope, warmup_steps, notes) -> CacheResult:
-    from moeroof.models import cache_kernels  # numba loads only when a kernel runs
-
-    steps = requests.steps
-    step = np.ascontiguousarray(requests.step)
-    weighted = sizes is not None
-    hits_ps, miss_ps, bytes_ps = cache_kernels.per_step_kernel(
-        step,
-        np.ascontiguousarray(hit),
-        np.ascontiguousarray(requests.items),
-        sizes if weighted else np.zeros(1),
-        int(steps),
-        weighted,
-    )
-    if not weighted:
+def _result(counts, steps, sizes, policy, capacity, unit, scope, warmup_steps, notes) -> CacheResult:
+    hits_ps, miss_ps, bytes_ps = counts
+    if sizes is None:
         bytes_ps = miss_ps.astype(float)
     w = min(warmup_steps, steps)
     hits = int(hits_ps[w:].sum())
@@ -613,7 +732,7 @@ def _labels(items: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     bincount when ids are small (``ids`` is then ``items`` itself, not a copy); else by sorting."""
     items = np.asarray(items)
     if items.size and items.min() >= 0 and items.max() < 4 * items.size + 2**20:
-        present = np.bincount(items) > 0
+        present = _bincount(items) > 0
         label = np.cumsum(present, dtype=np.int64) - 1
         ids = items if items.dtype in (np.int32, np.int64) else items.astype(np.int64)
         return np.ascontiguousarray(ids), label, int(present.sum())
@@ -621,17 +740,21 @@ def _labels(items: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     return np.ascontiguousarray(inv.ravel(), dtype=np.int64), np.arange(uniq.size, dtype=np.int64), int(uniq.size)
 
 
-def _stack_pass(items, start, *, step=None, warm: int = 0, distances: bool = False):
-    """Run the stack kernel: (distances or None, histogram by distance 0..D, D)."""
+def _stack_pass(items, off, cstep, per_request: bool, *, warm: int = 0, distances: bool = False):
+    """Run the stack kernel over the lookups ``off``: (distances or None, histogram by distance 0..D, D)."""
     from moeroof.models import cache_kernels  # numba loads only when a kernel runs
 
     ids, label, d = _labels(items)
     n = ids.size
     out = np.empty(n if distances else 0, dtype=np.int64)
     hist = np.zeros(0 if distances else d + 1, dtype=np.int64)
-    step = np.zeros(1, np.int32) if step is None else np.ascontiguousarray(step)
-    cache_kernels.stack_kernel(ids, label, d, int(2 * d + 64), start, step, int(warm), out, hist)
+    cache_kernels.stack_kernel(ids, label, d, int(2 * d + 64), off, cstep, bool(per_request), int(warm), out, hist)
     return (out if distances else None), hist, d
+
+
+def _one_lookup(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The lookups of a stream without steps: one span (each request then its own lookup)."""
+    return np.array([0, n], dtype=np.int64), np.zeros(1, dtype=np.int64)
 
 
 def stack_distances(items: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
@@ -641,13 +764,19 @@ def stack_distances(items: np.ndarray, start: np.ndarray | None = None) -> np.nd
     starts, so a request of a lookup does not count the lookup's earlier requests; default
     every request its own lookup.
     """
+    from moeroof.models import cache_kernels  # numba loads only when a kernel runs
+
     items = np.asarray(items)
     if items.size == 0:
         return np.zeros(0, dtype=np.int64)
-    start = np.ones(items.size, dtype=bool) if start is None else np.ascontiguousarray(start, dtype=bool)
+    if start is None:
+        off, cstep = _one_lookup(items.size)
+        return _stack_pass(items, off, cstep, True, distances=True)[0]
+    start = np.ascontiguousarray(start, dtype=bool)
     if start.shape != items.shape:
         raise ValueError(f"start must have one flag per request, shape {items.shape}, got {start.shape}")
-    return _stack_pass(items, start, distances=True)[0]
+    off = cache_kernels.offsets_from_starts(start)
+    return _stack_pass(items, off, np.zeros(off.size - 1, np.int64), False, distances=True)[0]
 
 
 def lru_hit_curve(requests, *, warmup_steps: int = 0, lookup: str = "layer") -> tuple[np.ndarray, np.ndarray]:
@@ -667,12 +796,13 @@ def lru_hit_curve(requests, *, warmup_steps: int = 0, lookup: str = "layer") -> 
     items = requests.items if is_req else np.asarray(requests)
     if warmup_steps and not is_req:
         raise ValueError("warmup_steps needs a Requests stream (item ids carry no steps)")
+    _check_lookup(lookup)
     if items.size == 0:
         return np.zeros(1, dtype=np.int64), np.full(1, np.nan)
-    start = lookup_starts(requests, lookup) if is_req else np.ones(items.size, dtype=bool)
+    off, cstep = requests.lookups() if is_req else _one_lookup(items.size)
     warm = max(int(warmup_steps), 0)
     # the histogram of stack distances straight from the kernel: no array as long as the trace
-    _, hist, d = _stack_pass(items, start, step=requests.step if warm else None, warm=warm)
+    _, hist, d = _stack_pass(items, off, cstep, lookup == "request" or not is_req, warm=warm)
     n = int(hist.sum())
     hist[0] = 0  # a first reference misses at every capacity
     cap = np.arange(d + 1, dtype=np.int64)
@@ -759,16 +889,28 @@ def shards_hit_curve(requests, rate, *, seed=0, adjust=False, lookup: str = "lay
     rate = float(rate)
     if not 0.0 < rate <= 1.0:
         raise ValueError(f"sample rate must lie in (0, 1], got {rate!r}")
-    items = requests.items if isinstance(requests, Requests) else np.asarray(requests)
-    keep = np.empty(items.size, dtype=bool)
-    for i in range(0, items.size, _HASH_CHUNK):  # the hash's uint64 temporaries, chunk by chunk
-        keep[i : i + _HASH_CHUNK] = item_hash(items[i : i + _HASH_CHUNK], seed) < rate
+    _check_lookup(lookup)
+    is_req = isinstance(requests, Requests)
+    items = requests.items if is_req else np.asarray(requests)
+    table = is_req and (items.size == 0 or (items.min() >= 0 and items.max() < requests.n_items))
+    if table:  # the hash of each item id once, then a table look-up per request
+        keep = (item_hash(np.arange(requests.n_items), seed) < rate)[items]
+    else:
+        keep = np.empty(items.size, dtype=bool)
+        for i in range(0, items.size, _HASH_CHUNK):  # the hash's uint64 temporaries, chunk by chunk
+            keep[i : i + _HASH_CHUNK] = item_hash(items[i : i + _HASH_CHUNK], seed) < rate
     sub = items[keep]
     if sub.size == 0:
         return np.zeros(1, dtype=np.int64), np.full(1, np.nan)
-    start = lookup_starts(requests, lookup, keep) if isinstance(requests, Requests) else np.ones(sub.size, bool)
+    if is_req:
+        from moeroof.models import cache_kernels  # numba loads only when a kernel runs
+
+        off, cstep = requests.lookups()
+        off = cache_kernels.subset_offsets(off, keep)
+    else:
+        off, cstep = _one_lookup(sub.size)
     del keep
-    _, hist, d_s = _stack_pass(sub, start)
+    _, hist, d_s = _stack_pass(sub, off, cstep, lookup == "request" or not is_req)
     hist[0] = 0
     hist = hist.astype(float)
     expected = items.size * rate

@@ -292,3 +292,23 @@ def test_mrc_che_grid_and_all(capsys, requests):
     np.testing.assert_allclose(g[:257], want[:257], rtol=1e-9, atol=0)  # solved, not interpolated, up to 256
     assert any("log-spaced" in note for note in grid["notes"])
     assert any("every capacity" in note for note in every["notes"])
+
+
+def test_commands_agree_on_npy_and_npz(capsys, tmp_path):
+    # a .npy is read a block of steps at a time (read_trace(lazy=True)), a .npz whole: the
+    # commands' answers are the same
+    t = read_trace(TRACE)
+    npy = write_trace(tmp_path / "t.npy", np.asarray(t.topk), t.meta)
+    for argv in (
+        ["cache", "--policy", "belady", "--capacity-experts", "2000", "--warmup", "4"],
+        ["cache", "--policy", "s3fifo", "--capacity-experts", "2000", "--streams", "1,3"],
+        ["mrc"],
+        ["mrc", "--sample-rate", "0.3"],
+        ["union", "--batch", "1,4,16", "--bootstrap", "20"],
+    ):
+        a = run_json(capsys, [argv[0], str(TRACE), *argv[1:]])
+        b = run_json(capsys, [argv[0], str(npy), *argv[1:]])
+        for key in ("source", "path"):
+            a.pop(key, None)
+            b.pop(key, None)
+        assert a == b, argv

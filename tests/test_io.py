@@ -637,3 +637,33 @@ def test_read_trace_without_the_id_pass(tmp_path):
     np.save(path, topk[..., 0])
     with pytest.raises(InputError, match="4 dims"):
         read_trace(path, validate=False)
+
+
+def test_lazy_npy_reads_blocks_of_steps(tmp_path):
+    """``read_trace(lazy=True)``: a .npy's ids come from the file per block of steps, equal to
+    the array wherever it is indexed; a .npz (or a Fortran-order .npy) is read as without."""
+    from moeroof.data.io import NpySteps
+
+    topk = _random_trace(np.random.default_rng(RNG_SEED), steps=9)
+    path = write_trace(tmp_path / "t.npy", topk, META)
+    t = read_trace(path, lazy=True)
+    assert isinstance(t.topk, NpySteps) and t.ids_checked
+    assert (t.steps, t.streams, t.layers, t.topk.dtype, len(t.topk)) == (9, 3, 2, topk.dtype, 9)
+    ids = t.topk
+    for key in (slice(2, 5), slice(None), slice(7, 20), slice(-3, None), slice(4, 2), 3, -1, (slice(1, 4), 0, 1)):
+        np.testing.assert_array_equal(ids[key], topk[key])
+    np.testing.assert_array_equal(np.asarray(ids), topk)
+    np.testing.assert_array_equal(ids[::2], topk[::2])
+    assert not ids[0:2].flags.writeable
+    with pytest.raises(IndexError):
+        ids[9]
+    # cut short after it was opened: an error, not a signal
+    with open(path, "r+b") as fh:
+        fh.truncate(path.stat().st_size - 5)
+    with pytest.raises(ValueError, match="truncated"):
+        ids[7:9]
+    assert not isinstance(read_trace(write_trace(tmp_path / "t.npz", topk, META), lazy=True).topk, NpySteps)
+    fpath = tmp_path / "f.npy"
+    np.save(fpath, np.asfortranarray(topk))
+    sidecar_path(fpath).write_text(json.dumps(META))
+    assert isinstance(read_trace(fpath, lazy=True).topk, np.ndarray)

@@ -142,12 +142,14 @@ def parse_streams(text: str, n_streams: int) -> list[int]:
 _META_FLAGS = ("experts", "top_k", "tokens", "provenance")
 
 
-def read_trace_for_requests(path_text: str, args: Any = None) -> Trace:
-    """A TRACE argument for a command that builds its requests with :func:`trace_requests`:
-    :func:`moeroof.cli.common.read_trace_arg`, except that a ``.npy`` / ``.npz`` that carries its
-    own meta (and no meta flag is given) is read without the pass over its ids
-    (``read_trace(validate=False)``, ``Trace.ids_checked`` False) — the compiled pass of
-    :func:`trace_requests` checks every id as ``read_trace`` would and raises the same errors."""
+def read_trace_lazily(path_text: str, args: Any = None, *, check_ids: bool = True) -> Trace:
+    """A TRACE argument as :func:`moeroof.cli.common.read_trace_arg` reads it, except that a
+    ``.npy`` / ``.npz`` that carries its own meta (no meta flag given) is read with
+    ``read_trace(lazy=True)``: a ``.npy``'s ids are read from the file a block of steps at a
+    time, never held whole (the cache, mrc and union models go through a trace by blocks of
+    steps). ``check_ids=False`` also leaves out read_trace's pass over the ids
+    (``Trace.ids_checked`` False): for a command that builds its requests with
+    :func:`trace_requests`, whose compiled pass checks every id as ``read_trace`` would."""
     from moeroof.data.io import read_trace, sidecar_path
 
     path = Path(path_text)
@@ -155,8 +157,13 @@ def read_trace_for_requests(path_text: str, args: Any = None) -> Trace:
         path = input_path(path_text)
         suffix = path.suffix.lower()
         if suffix == ".npy" and sidecar_path(path).is_file() or suffix == ".npz" and _npz_has_meta(path):
-            return read_trace(path, validate=False)
+            return read_trace(path, validate=check_ids, lazy=True)
     return read_trace_arg(path_text, args)
+
+
+def read_trace_for_requests(path_text: str, args: Any = None) -> Trace:
+    """:func:`read_trace_lazily` without read_trace's pass over the ids, for :func:`trace_requests`."""
+    return read_trace_lazily(path_text, args, check_ids=False)
 
 
 def _npz_has_meta(path: Path) -> bool:

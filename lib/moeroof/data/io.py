@@ -80,6 +80,7 @@ __all__ = [
     "TOPK_PARTIAL",
     "TOPK_DUPLICATE",
     "TOPK_CHUNK_ELEMENTS",
+    "NpySteps",
 ]
 
 HISTOGRAM_COLUMNS = ("layer", "expert", "count")
@@ -143,7 +144,8 @@ class Histogram:
 class Trace:
     """Top-K expert ids per (step, stream, layer); ``-1`` where a stream has no token.
 
-    ``topk`` may be a read-only ``np.memmap`` (``.npy`` input): index it by steps rather than
+    ``topk`` may be a read-only ``np.memmap`` (``.npy`` input), or with ``read_trace(lazy=True)``
+    an :class:`NpySteps` that reads the file per block of steps: index it by steps rather than
     converting it whole.
     """
 
@@ -401,6 +403,64 @@ def _validate_topk(topk: np.ndarray, experts: int, top_k: int, path: Path, meta_
                 )
 
 
+class NpySteps:
+    """A C-order ``.npy`` trace's ids, read from its file a block of steps at a time: indexing
+    the steps (``ids[s0:s1]``, ``ids[s]``, with any index of the other axes after) reads those
+    steps with ordinary reads into a new array; nothing is mapped or held, so the ids a command
+    has gone through count in the OS's file cache, not in its resident memory (a memory map's
+    pages do; at 10^8 requests the ids are 340 MB). ``np.asarray`` reads them all. A file cut
+    short while it is read is a :class:`ValueError`, never a signal. From ``read_trace(lazy=True)``.
+    """
+
+    def __init__(self, path: Path, shape: tuple[int, ...], dtype: np.dtype, offset: int):
+        self.path = Path(path)
+        self.shape = tuple(int(n) for n in shape)
+        self.dtype = np.dtype(dtype)
+        self.offset = int(offset)
+        self.ndim = len(self.shape)
+        self.size = int(np.prod(self.shape))
+        self.itemsize = self.dtype.itemsize
+        self.nbytes = self.size * self.itemsize
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"NpySteps({str(self.path)!r}, shape={self.shape}, dtype={self.dtype})"
+
+    def _read(self, s0: int, s1: int) -> np.ndarray:
+        out = np.empty((max(s1 - s0, 0),) + self.shape[1:], dtype=self.dtype)
+        if out.size:
+            view = memoryview(out.reshape(-1).view(np.uint8))
+            got = 0
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset + s0 * (out.nbytes // out.shape[0]))
+                while got < out.nbytes:
+                    n = fh.readinto(view[got:])
+                    if not n:
+                        raise ValueError(f"{self.path}: truncated while being read (steps {s0}..{s1 - 1})")
+                    got += n
+        out.setflags(write=False)
+        return out
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        first, rest = (key[0], key[1:]) if isinstance(key, tuple) and key else (key, ())
+        if isinstance(first, slice) and first.step in (None, 1):
+            s0, s1, _ = first.indices(self.shape[0])
+            block = self._read(s0, max(s0, s1))
+            return block[(slice(None), *rest)] if rest else block
+        if isinstance(first, (int, np.integer)) and not isinstance(first, bool):
+            i = int(first) + (self.shape[0] if first < 0 else 0)
+            if not 0 <= i < self.shape[0]:
+                raise IndexError(f"step {int(first)} out of range for {self.shape[0]} steps")
+            return self._read(i, i + 1)[(0, *rest)]
+        return np.asarray(self)[key]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self._read(0, self.shape[0])
+        return out if dtype is None else out.astype(dtype)
+
+
 def _check_readable(path: Path) -> None:
     if not path.exists():
         raise InputError(path, "-", "file", "no such file")
@@ -585,7 +645,13 @@ def _check_npz_members(path: Path) -> None:
         raise InputError(path, "-", "file", f"not a readable .npz without pickles: {exc}") from None
 
 
-def read_trace(path: str | os.PathLike[str], meta: Mapping[str, Any] | None = None, *, validate: bool = True) -> Trace:
+def read_trace(
+    path: str | os.PathLike[str],
+    meta: Mapping[str, Any] | None = None,
+    *,
+    validate: bool = True,
+    lazy: bool = False,
+) -> Trace:
     """Read a ``.npz`` trace, or a ``.npy`` trace (memory-mapped) with its sidecar ``.json``.
 
     ``meta``: the trace's meta supplied by the caller (``experts``, ``top_k``, …), used instead
@@ -596,6 +662,10 @@ def read_trace(path: str | os.PathLike[str], meta: Mapping[str, Any] | None = No
     ``moeroof.models.cache.requests_from_trace(..., validate=True)``, whose compiled pass checks
     every id as this would and raises the same errors (``moeroof cache`` and ``moeroof mrc``).
     The trace says so: ``Trace.ids_checked`` is False.
+
+    ``lazy=True``: a C-order ``.npy``'s ``topk`` is an :class:`NpySteps`, its ids read from the
+    file a block of steps at a time when indexed by steps (for callers that go through the
+    trace by blocks of steps, as the cache, mrc and union models do); otherwise as without.
     """
     path = Path(path)
     _check_readable(path)
@@ -643,9 +713,13 @@ def read_trace(path: str | os.PathLike[str], meta: Mapping[str, Any] | None = No
         side = sidecar_path(path) if given is None else path
         meta = _read_json(side, "sidecar JSON", TRACE_META_HINT) if given is None else given
         try:
-            from moeroof.data.safe_read import load_npy  # truncated: an error, never SIGBUS
+            from moeroof.data.safe_read import load_npy, npy_layout  # truncated: an error, never SIGBUS
 
-            topk = load_npy(path)
+            layout = npy_layout(path) if lazy else None
+            if layout is not None and not layout[2] and len(layout[0]) >= 1:
+                topk = NpySteps(path, layout[0], layout[1], layout[3])
+            else:
+                topk = load_npy(path)
         except (ValueError, OSError, EOFError) as exc:
             raise InputError(path, "-", "file", f"not a readable .npy without pickles: {exc}") from None
         meta_path, meta_row = side, "-"
@@ -664,7 +738,7 @@ def read_trace(path: str | os.PathLike[str], meta: Mapping[str, Any] | None = No
             raise InputError(path, "-", "weights", f"shape {weights.shape} differs from topk shape {topk.shape}")
         if not np.issubdtype(weights.dtype, np.floating):
             raise InputError(path, "-", "weights", f"expected a float dtype, got {weights.dtype}")
-    if not isinstance(topk, np.memmap):
+    if isinstance(topk, np.ndarray) and not isinstance(topk, np.memmap):
         topk.setflags(write=False)
     if weights is not None:
         weights.setflags(write=False)

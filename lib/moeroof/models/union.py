@@ -434,7 +434,9 @@ def union_from_trace(
         point[:, j] = u.mean(axis=0)
         if bootstrap > 0 and u.shape[0] > 1:
             idx = rng.integers(0, u.shape[0], size=(bootstrap, u.shape[0]))
-            boot = u[idx].mean(axis=1)  # (R, layers)
+            # a few replicates at a time: u[idx] whole is R × steps × layers floats (1 GB at
+            # 10^8 requests); each replicate's mean is the same either way
+            boot = np.concatenate([u[idx[i : i + 16]].mean(axis=1) for i in range(0, bootstrap, 16)])  # (R, layers)
             low[:, j], high[:, j] = percentile_interval(boot, level)
             mlow[j], mhigh[j] = percentile_interval(boot.mean(axis=1), level)
         else:

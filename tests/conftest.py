@@ -14,6 +14,9 @@ from moeroof.core.paths import EXTERNAL_DIR
 # the step model keeps its simulations on disk between runs (core.disk_memo): the suite's own
 # runs keep theirs in a folder of this run's (kernels and workers inherit it), never the user's
 os.environ[DISK_MEMO_ENV] = tempfile.mkdtemp(prefix="moeroof-test-memo-")
+# a notebook cell in a test runs seconds: past 5 minutes its kernel has stopped answering (seen
+# with ipykernel 7: idle kernel, waiting client), and the render is retried once in a fresh kernel
+os.environ.setdefault("MOEROOF_CELL_TIMEOUT_S", "300")
 
 
 def seeded(name: str) -> np.random.Generator:

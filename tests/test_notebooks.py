@@ -19,6 +19,8 @@ from moeroof.present.answers import ANSWER_TAG
 
 jupytext = pytest.importorskip("jupytext")
 pm = pytest.importorskip("papermill")
+nbformat = pytest.importorskip("nbformat")
+from moeroof.present import report  # noqa: E402  (after the notebook stack is known to be there)
 
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.py"))
 
@@ -288,17 +290,10 @@ def test_notebook_runs_and_saves_a_figure(path, tmp_path, monkeypatch):
         checks.update(names=["trace_decode.npz", "mixtral-decode.csv"], synthetic=False, projected=False)
     if path.stem == "sweep":
         parameters["out"] = str(tmp_path / "sweep.parquet")
-    nb = jupytext.read(path)
     out = tmp_path / f"{path.stem}.ipynb"
-    pm.execute_notebook(
-        nb,
-        str(out),
-        parameters=parameters,
-        kernel_name="python3",
-        language="python",  # percent notebooks may carry no kernelspec; papermill needs it to inject parameters
-        cwd=str(NOTEBOOKS_DIR),
-        progress_bar=False,
-    )  # raises PapermillExecutionError on any cell error
+    # as make report runs it (papermill, the notebook's folder, a cell timeout with one retry in a
+    # fresh kernel); raises NotebookFailed on any cell error
+    nbformat.write(report.execute(path, parameters), str(out))
     assert out.is_file()
     saved = sorted(p.name for p in figures.glob("*")) if figures.is_dir() else []
     assert saved, f"{path.name} saved no figure through moeroof.present.plots.save_figure"
@@ -342,14 +337,7 @@ def test_committed_figures_match_a_fresh_default_render(tmp_path, monkeypatch):
     """
     figures = tmp_path / "figures"
     monkeypatch.setenv("MOEROOF_FIGURES_DIR", str(figures))
-    pm.execute_notebook(
-        jupytext.read(NOTEBOOKS_DIR / "union_curve.py"),
-        str(tmp_path / "union_curve.ipynb"),
-        kernel_name="python3",
-        language="python",
-        cwd=str(NOTEBOOKS_DIR),
-        progress_bar=False,
-    )
+    nbformat.write(report.execute(NOTEBOOKS_DIR / "union_curve.py"), str(tmp_path / "union_curve.ipynb"))
     fresh = sorted(figures.glob("*"))
     assert fresh
     for path in fresh:

@@ -60,6 +60,8 @@ FIGURES_ENV = "MOEROOF_FIGURES_DIR"
 #: default cell (the slowest takes about a minute), so only a stuck kernel reaches it; a stuck
 #: kernel (a lost reply: the kernel idle, the client waiting) would otherwise hang the run
 CELL_TIMEOUT_S = 1200.0
+#: the environment variable that overrides it (the tests set a short one)
+CELL_TIMEOUT_ENV = "MOEROOF_CELL_TIMEOUT_S"
 
 
 class NotebookFailed(RuntimeError):
@@ -160,15 +162,17 @@ def to_html(nb: nbformat.NotebookNode, name: str) -> str:
     return body
 
 
-def execute(
-    path: Path, parameters: dict | None = None, *, cell_timeout_s: float = CELL_TIMEOUT_S
-) -> nbformat.NotebookNode:
-    """Run one percent notebook through papermill in its own directory; raise NotebookFailed on
-    error and CellTimedOut when a cell runs past ``cell_timeout_s`` seconds.
+def cell_timeout() -> float:
+    """The cell timeout in force: ``$MOEROOF_CELL_TIMEOUT_S`` when it is a positive number (the
+    tests set a short one), else :data:`CELL_TIMEOUT_S`."""
+    try:
+        value = float(os.environ.get(CELL_TIMEOUT_ENV, ""))
+    except ValueError:
+        return CELL_TIMEOUT_S
+    return value if 0 < value < float("inf") else CELL_TIMEOUT_S
 
-    ``output_path=None`` keeps papermill from saving after every cell: the caller writes the
-    finished notebook once, whole.
-    """
+
+def _execute_once(path: Path, parameters: dict | None, cell_timeout_s: float) -> nbformat.NotebookNode:
     import jupytext
     import papermill as pm
     from jupyter_client.kernelspec import NoSuchKernel
@@ -201,34 +205,48 @@ def execute(
         ) from None
 
 
+def execute(
+    path: Path, parameters: dict | None = None, *, cell_timeout_s: float | None = None
+) -> nbformat.NotebookNode:
+    """Run one percent notebook through papermill in its own directory; raise NotebookFailed on
+    error. A cell that runs past ``cell_timeout_s`` (default :func:`cell_timeout`) ends the
+    attempt and the notebook runs once more in a fresh kernel (a kernel that stops answering —
+    idle, its reply lost — is rare and does not repeat); a second timeout raises CellTimedOut.
+
+    ``output_path=None`` keeps papermill from saving after every cell: the caller writes the
+    finished notebook once, whole.
+    """
+    timeout = cell_timeout() if cell_timeout_s is None else float(cell_timeout_s)
+    try:
+        return _execute_once(path, parameters, timeout)
+    except CellTimedOut as err:
+        print(f"retry  {path.stem:<24} {err}; once more in a fresh kernel", file=sys.stderr, flush=True)
+        try:
+            return _execute_once(path, parameters, timeout)
+        except CellTimedOut as again:
+            raise CellTimedOut(
+                f"{again} twice (each in a fresh kernel); allow cells longer for heavy parameters"
+            ) from None
+
+
 def render(
     path: Path,
     out_dir: Path,
     parameters: dict | None = None,
     *,
     figures_dir: Path | None = None,
-    cell_timeout_s: float = CELL_TIMEOUT_S,
+    cell_timeout_s: float | None = None,
 ) -> tuple[Path, Path]:
     """Execute ``path`` and write ``out_dir/NAME.ipynb`` and ``out_dir/NAME.html``; return both paths.
 
     ``figures_dir``, when given, is where the notebook's figures go (the kernel inherits
     ``MOEROOF_FIGURES_DIR`` for the length of this render); otherwise the environment decides.
-    A cell that runs past ``cell_timeout_s`` ends the attempt; the notebook is run once more in a
-    fresh kernel (a stuck kernel is rare and does not repeat), and a second timeout fails it.
+    ``cell_timeout_s`` as for :func:`execute` (a stuck cell: one retry in a fresh kernel).
     """
     name = path.stem
     ipynb_path, html_path = out_dir / f"{name}.ipynb", out_dir / f"{name}.html"
     with _figures_env(figures_dir):
-        try:
-            nb = execute(path, parameters, cell_timeout_s=cell_timeout_s)
-        except CellTimedOut as err:
-            print(f"retry  {name:<24} {err}; once more in a fresh kernel", file=sys.stderr, flush=True)
-            try:
-                nb = execute(path, parameters, cell_timeout_s=cell_timeout_s)
-            except CellTimedOut as again:
-                raise CellTimedOut(
-                    f"{again} twice (each in a fresh kernel); allow cells longer for heavy parameters"
-                ) from None
+        nb = execute(path, parameters, cell_timeout_s=cell_timeout_s)
     nb = strip_volatile(nb, input_path=_display_path(path), output_path=_display_path(ipynb_path))
     nb = strip_widgets(nb)
     html = to_html(nb, name)
@@ -376,10 +394,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cell-timeout",
         type=float,
-        default=CELL_TIMEOUT_S,
+        default=None,
         metavar="SECONDS",
         help="abandon a render whose cell runs longer and retry it once in a fresh kernel "
-        "(default: %(default)g; raise it for parameters far heavier than the defaults)",
+        f"(default: ${CELL_TIMEOUT_ENV} or {CELL_TIMEOUT_S:g}; raise it for parameters far heavier than the defaults)",
     )
     parser.add_argument(
         "--json",
@@ -409,7 +427,7 @@ def _render_job(
     parameters: dict | None,
     figures_dir: Path | None,
     to_stderr: bool,
-    cell_timeout_s: float = CELL_TIMEOUT_S,
+    cell_timeout_s: float | None = None,
 ) -> tuple[Path | None, Path | None, str | None, float]:
     """One notebook's render, in this process or a pool's: the start line, then (ipynb, html,
     error text or None, seconds). The start line is printed where the render runs, so with
@@ -468,7 +486,9 @@ def run(args: argparse.Namespace, *, prog: str = "moeroof.present.report") -> in
         print(f"{prog}: --jobs must be at least 1, got {jobs}", file=sys.stderr)
         return 2
     jobs = min(jobs, len(notebooks))
-    cell_timeout_s = getattr(args, "cell_timeout", CELL_TIMEOUT_S)
+    cell_timeout_s = getattr(args, "cell_timeout", None)
+    if cell_timeout_s is None:
+        cell_timeout_s = cell_timeout()
     if not 0 < cell_timeout_s < float("inf"):
         print(f"{prog}: --cell-timeout must be a positive number of seconds, got {cell_timeout_s}", file=sys.stderr)
         return 2

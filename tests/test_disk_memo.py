@@ -61,9 +61,10 @@ def test_salt_follows_the_source_bytes(tmp_path):
 
 RUN = """
 import json, sys
+import numpy as np
 from moeroof.models.expert_cache import steady_state_miss_ratio
-from moeroof.models.routing import inclusion_probabilities, zipf_weights
-pi = inclusion_probabilities(zipf_weights(64, 0.9), 4)[None, :]
+w = np.arange(1, 65) ** -0.5
+pi = (4 * w / w.sum())[None, :]  # inclusion probabilities summing to K = 4, all below 1
 out = [steady_state_miss_ratio(pi, b, 12.0, policy=p) for b in (1, 8) for p in ("lru", "arc")]
 print(json.dumps({"out": out, "numba": "numba" in sys.modules}))
 """

@@ -24,3 +24,19 @@ def test_benchmark_quick_runs_and_agrees():
     assert "2. rarefaction U(B) + bootstrap band" in proc.stdout, out
     assert "| item | floor | best | median |" in proc.stdout, out
     assert "DISAGREE" not in proc.stdout, out
+
+
+def test_whole_command_comparison_runs_and_every_count_agrees():
+    """benchmarks/vs_libcachesim.py at 10^5 requests: moeroof's hit counts equal the C reference's
+    (and libCacheSim's where it is installed); exit 3 would mean a disagreement."""
+    script = SCRIPT.with_name("vs_libcachesim.py")
+    proc = subprocess.run(
+        [sys.executable, str(script), "--sizes", "1e5", "--repeats", "1", "--no-write"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"exit {proc.returncode}:\n{out}"
+    assert "DISAGREE" not in out and "every hit count agrees" in out, out
+    assert "moeroof cache --policy belady-insert" in out and "moeroof mrc" in out, out

@@ -123,11 +123,12 @@ def parquet_task(path: str, l0: int, l1: int, experts: int, capacity: float, war
 
 
 def main(argv: list[str] | None = None) -> int:
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     from moeroof.data.io import read_trace
     from moeroof.data.trace_parquet import read_parquet_trace_layers, write_parquet_trace
     from moeroof.models import cache
+    from moeroof.studies.cluster import local_cluster
     from moeroof.studies.shard import simulate_by_layer
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -208,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
 
         # ---- a cluster of W workers, started apart
         t0 = time.perf_counter()
-        cluster = LocalCluster(n_workers=args.workers, processes=True, threads_per_worker=1, dashboard_address=":0")
+        cluster = local_cluster(args.workers)
         client = Client(cluster)
         t_start = time.perf_counter() - t0
         try:

@@ -53,8 +53,9 @@ def noop(x: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
+    from moeroof.studies.cluster import local_cluster
     from moeroof.studies.sweep import chunk_size, expand, grid_from_dict, run_sweep
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmp)
         serial = run_sweep(grid, tmp / "serial.parquet")
         t0 = time.perf_counter()
-        cluster = LocalCluster(n_workers=args.workers, processes=True, threads_per_worker=1, dashboard_address=":0")
+        cluster = local_cluster(args.workers)
         client = Client(cluster)
         startup = time.perf_counter() - t0
         try:

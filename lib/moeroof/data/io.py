@@ -62,6 +62,7 @@ from moeroof.core.masks import PAD, partial_tokens
 
 __all__ = [
     "InputError",
+    "guard_target",
     "Histogram",
     "Trace",
     "read_histogram",
@@ -815,7 +816,9 @@ def load_any(path: str | os.PathLike[str]) -> Histogram | Trace:
 # ----------------------------------------------------------------------------- writers
 
 
-def _guard_target(path: Path, overwrite: bool) -> None:
+def guard_target(path: Path, overwrite: bool) -> None:
+    """Refuse a write into the external (read-only) data folder, or onto an existing file unless
+    ``overwrite``: every writer of the data layer checks its target with this first."""
     from moeroof.core.paths import EXTERNAL_DIR
 
     try:
@@ -949,8 +952,8 @@ def write_histogram(
             raise InputError(path, "-", "rank", f"rank shape {rank.shape} differs from counts shape {counts.shape}")
         if (rank < 0).any():
             raise InputError(path, "-", "rank", "negative rank (every row written needs one)")
-    _guard_target(path, overwrite)
-    _guard_target(side, overwrite)
+    guard_target(path, overwrite)
+    guard_target(side, overwrite)
 
     def write_csv(fh: Any) -> None:
         w = csv.writer(fh, lineterminator="\n")
@@ -1006,7 +1009,7 @@ def write_trace(
             raise InputError(
                 path, "-", "weights", f"expected floats of shape {topk.shape}, got {weights.dtype} {weights.shape}"
             )
-    _guard_target(path, overwrite)
+    guard_target(path, overwrite)
     text = json.dumps(meta_d, ensure_ascii=False)
     if suffix == ".npz":
         arrays = {"topk": topk, "meta": np.array(text)}
@@ -1025,7 +1028,7 @@ def write_trace(
         atomic.write_via(path, write_npz)
     else:
         side = sidecar_path(path)
-        _guard_target(side, overwrite)
+        guard_target(side, overwrite)
         atomic.write_text(side, _json_text(meta_d), newline="")
         atomic.write_via(path, lambda fh: np.lib.format.write_array(fh, topk, allow_pickle=False))
     return path

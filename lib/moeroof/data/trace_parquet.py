@@ -55,7 +55,7 @@ from moeroof.core.limits import (
     human_bytes,
 )
 from moeroof.core.masks import PAD
-from moeroof.data.io import TRACE_AXES, InputError, Trace
+from moeroof.data.io import TRACE_AXES, InputError, Trace, guard_target
 
 __all__ = [
     "META_KEY",
@@ -250,19 +250,6 @@ class _ArrayCells:
 # ----------------------------------------------------------------------------- writer
 
 
-def _guard_target(path: Path, overwrite: bool) -> None:
-    from moeroof.core.paths import EXTERNAL_DIR
-
-    try:
-        inside = path.resolve().is_relative_to(EXTERNAL_DIR.resolve())
-    except OSError:
-        inside = False
-    if inside:
-        raise ValueError(f"{path}: refusing to write into the external data folder {EXTERNAL_DIR} (read-only inputs)")
-    if not overwrite and path.exists():
-        raise FileExistsError(f"{path}: exists (pass overwrite=True to replace it)")
-
-
 def write_parquet_trace(
     path: str | os.PathLike[str],
     topk: Any,
@@ -338,7 +325,7 @@ def write_parquet_trace(
     types = [step_t, stream_t, layer_t, *([id_t] * top_k)]
     schema = pa.schema([pa.field(n, pa.from_numpy_dtype(t), nullable=False) for n, t in zip(names, types)])
     schema = schema.with_metadata({META_KEY: text.encode("utf-8")})
-    _guard_target(path, overwrite)
+    guard_target(path, overwrite)
 
     def write(fh: Any) -> None:
         with pq.ParquetWriter(fh, schema, compression=compression) as writer:

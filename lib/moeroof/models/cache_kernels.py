@@ -301,6 +301,23 @@ def longest(off):  # pragma: no cover - compiled
     return m
 
 
+@numba.njit(cache=True, inline="always")
+def tally(
+    h, x, t, st, counted, keep_hits, hit_out, hits, misses, weighted, wsize, streamed
+):  # pragma: no cover - compiled
+    """One request's outcome: its hit flag (when kept) and, in a counted step, a hit or a miss
+    with the bytes the miss streams. Every policy kernel accounts through this one helper."""
+    if keep_hits:
+        hit_out[t] = h
+    if counted:
+        if h:
+            hits[st] += 1
+        else:
+            misses[st] += 1
+            if weighted:
+                streamed[st] += wsize[x]
+
+
 @numba.njit(cache=True)
 def lru_pass(
     items, group, cap, size, off, cstep, per_request, steps, wsize, weighted, hit_out
@@ -336,15 +353,7 @@ def lru_pass(
         for t in range(a, b):
             x = items[t]
             h = (cached[x]) if per_request else hbuf[t - a]
-            if keep_hits:
-                hit_out[t] = h
-            if counted:
-                if h:
-                    hits[st] += 1
-                else:
-                    misses[st] += 1
-                    if weighted:
-                        streamed[st] += wsize[x]
+            tally(h, x, t, st, counted, keep_hits, hit_out, hits, misses, weighted, wsize, streamed)
             g = group[x]
             h0 = n_items + g
             if cached[x]:
@@ -400,15 +409,7 @@ def static_pass(items, mask, off, cstep, steps, wsize, weighted, hit_out):  # pr
             x = items[t]
             h = mask[x] and seen[x]
             seen[x] = True
-            if keep_hits:
-                hit_out[t] = h
-            if counted:
-                if h:
-                    hits[st] += 1
-                else:
-                    misses[st] += 1
-                    if weighted:
-                        streamed[st] += wsize[x]
+            tally(h, x, t, st, counted, keep_hits, hit_out, hits, misses, weighted, wsize, streamed)
     return hits, misses, streamed
 
 
@@ -492,15 +493,7 @@ def heap_pass(
         for t in range(a, b):
             x = items[t]
             h = (hpos[x] >= 0) if per_request else hbuf[t - a]
-            if keep_hits:
-                hit_out[t] = h
-            if counted:
-                if h:
-                    hits[st] += 1
-                else:
-                    misses[st] += 1
-                    if weighted:
-                        streamed[st] += wsize[x]
+            tally(h, x, t, st, counted, keep_hits, hit_out, hits, misses, weighted, wsize, streamed)
             g = group[x]
             base = hoff[g]
             if belady:
@@ -582,15 +575,7 @@ def s3fifo_pass(
         for t in range(a, b):
             x = items[t]
             h = (where[x] == 1 or where[x] == 2) if per_request else hbuf[t - a]
-            if keep_hits:
-                hit_out[t] = h
-            if counted:
-                if h:
-                    hits[st] += 1
-                else:
-                    misses[st] += 1
-                    if weighted:
-                        streamed[st] += wsize[x]
+            tally(h, x, t, st, counted, keep_hits, hit_out, hits, misses, weighted, wsize, streamed)
             g = group[x]
             w = where[x]
             if w == 1 or w == 2:
@@ -711,15 +696,7 @@ def arc_pass(
         for t in range(a, b):
             x = items[t]
             h = ((where[x] == 1 or where[x] == 2) and cap[group[x]] >= 1) if per_request else hbuf[t - a]
-            if keep_hits:
-                hit_out[t] = h
-            if counted:
-                if h:
-                    hits[st] += 1
-                else:
-                    misses[st] += 1
-                    if weighted:
-                        streamed[st] += wsize[x]
+            tally(h, x, t, st, counted, keep_hits, hit_out, hits, misses, weighted, wsize, streamed)
             g = group[x]
             c = int(cap[g])
             if c <= 0:

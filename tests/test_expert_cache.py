@@ -353,3 +353,34 @@ def test_a_trace_routing_simulates_on_the_trace_itself():
     assert any("trace's own streams" in n for n in p.notes)
     # beyond the trace's streams: the closed-form union of the trace's histogram
     assert p.union_per_layer[1] == pytest.approx(float(union_plugin(r.pi, [streams + 1]).mean[0]), rel=1e-9)
+
+
+def test_a_finished_streams_padding_does_not_dilute_the_traces_union():
+    """A capture pads a finished stream with −1. The union at B is counted over the steps where
+    the first B streams are all live: one live stream routes exactly K distinct experts per layer,
+    whatever share of the trace it is live for (the padded steps gave U(1) = 0.6 at K = 2 on a
+    real capture)."""
+    from moeroof.models.expert_cache import live_steps, trace_miss_ratio, usable_trace_batch
+
+    rng = np.random.default_rng(7)
+    steps, streams, layers, k, e = 40, 3, 2, 2, 8
+    trace = np.stack([rng.permutation(e)[:k] for _ in range(steps * streams * layers)]).reshape(
+        steps, streams, layers, k
+    )
+    trace[10:, 0] = -1  # stream 0 finishes after 10 steps
+    trace[30:, 1] = -1  # stream 1 after 30
+    assert live_steps(trace, 1).sum() == 10 and live_steps(trace, 2).sum() == 10
+    assert live_steps(trace, 3)[:10].all() and not live_steps(trace, 3)[10:].any()
+    _, _, u1 = trace_miss_ratio(trace, "pad-test", 1, 2.0, experts=e)
+    assert u1 == pytest.approx(k)
+    # B = 2 over steps 5..9 (the second half of the 10 live steps), recounted by hand
+    _, _, u2 = trace_miss_ratio(trace, "pad-test", 2, 2.0, experts=e)
+    by_hand = [len(set(trace[s, :2, j].ravel())) for s in range(5, 10) for j in range(layers)]
+    assert u2 == pytest.approx(np.mean(by_hand))
+    # a stream never live alongside the others: no usable step, and trace_miss_ratio says so
+    short = trace.copy()
+    short[1:, 0] = -1
+    short[:1, 1] = -1
+    assert not usable_trace_batch(short, 2)
+    with pytest.raises(ValueError, match="all live"):
+        trace_miss_ratio(short, "pad-short", 2, 2.0, experts=e)

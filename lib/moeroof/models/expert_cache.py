@@ -62,6 +62,8 @@ __all__ = [
     "systematic_topk",
     "steady_state_miss_ratio",
     "trace_miss_ratio",
+    "live_steps",
+    "usable_trace_batch",
     "page_cache_hit_ratio",
     "RankCache",
     "rank_cache",
@@ -269,12 +271,16 @@ def _simulate_ratios(
     warm: int,
     page: float = 0.0,
     pinned: np.ndarray | None = None,
+    counted_steps: np.ndarray | None = None,
 ) -> tuple[float, float, float, float]:
     """Simulate one rank's cache on ``topk`` (steps, streams, H, K), counted after ``warm`` steps:
     (misses per request, token misses per request, distinct requests per layer and step, page-cache
     hits per request). With ``page`` ≥ 1 the OS page cache — an LRU of ``page`` experts per layer,
     one over all layers as the kernel keeps it — is fed the expert cache's misses (the reads that
-    reach the file). ``static`` pins ``pinned`` (a popularity over the H·E items) per layer."""
+    reach the file). ``static`` pins ``pinned`` (a popularity over the H·E items) per layer.
+    ``counted_steps`` (bool per step) narrows the counted steps further: a user's trace counts only
+    the steps where all its streams are live, so a finished stream's padding does not dilute the
+    union or the miss ratios."""
     h, e = topk.shape[2], int(experts)
     part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
     req = cache_sim.requests_from_trace(topk, e, partition=part, rank=None if part is None else rank)
@@ -284,6 +290,8 @@ def _simulate_ratios(
     else:
         res = cache_sim.simulate(req, capacity, policy=policy, scope=scope, warmup_steps=warm, return_hits=True)
     counted_req = req.step >= warm
+    if counted_steps is not None:
+        counted_req &= np.asarray(counted_steps, dtype=bool)[req.step]
     # tokens per request: how many of the step's tokens routed to the (layer, expert); the keys
     # (step, layer, expert) sort in request order, so the counts line up with the requests
     mine = own[np.clip(topk, 0, None)] & (topk >= 0)
@@ -304,8 +312,11 @@ def _simulate_ratios(
         )
         page_res = cache_sim.simulate(below, math.floor(page) * h, policy="lru", scope="global", warmup_steps=warm)
         page_ratio = float(page_res.hits / n)
-    counted_steps = max(topk.shape[0] - warm, 1)
-    return req_ratio, token_ratio, float(n / (counted_steps * h)), page_ratio
+    steps_counted = np.arange(topk.shape[0]) >= warm
+    if counted_steps is not None:
+        steps_counted &= np.asarray(counted_steps, dtype=bool)
+    n_steps = max(int(steps_counted.sum()), 1)
+    return req_ratio, token_ratio, float(n / (n_steps * h)), page_ratio
 
 
 def page_cache_hit_ratio(
@@ -357,6 +368,23 @@ def page_cache_hit_ratio(
     )
 
 
+MIN_LIVE_STEPS = 2
+
+
+def live_steps(trace: np.ndarray, batch: int) -> np.ndarray:
+    """Bool per step: the trace's first ``batch`` streams all route a token there (no −1 in any
+    of their slots, in any layer). A capture pads a finished stream with −1; a step where one of
+    the B streams is done is a step of fewer than B agents."""
+    sub = np.asarray(trace[:, :batch])
+    return (sub >= 0).reshape(sub.shape[0], -1).all(axis=1)
+
+
+def usable_trace_batch(trace: np.ndarray, batch: int) -> bool:
+    """Whether :func:`trace_miss_ratio` can run at ``batch``: the trace has that many streams and at
+    least :data:`MIN_LIVE_STEPS` steps where they are all live."""
+    return 1 <= batch <= trace.shape[1] and int(live_steps(trace, batch).sum()) >= MIN_LIVE_STEPS
+
+
 def trace_miss_ratio(
     trace: np.ndarray,
     trace_key: str,
@@ -371,21 +399,31 @@ def trace_miss_ratio(
 ) -> tuple[float, float, float]:
     """A simulated policy on the user's own trace (its first ``batch`` streams), memoised by
     ``trace_key``: ``(misses, token misses)`` per distinct request and the distinct requests per
-    layer and step (the measured union of the rank), counted over the second half of the trace's
-    steps after the first half warmed the cache. The trace's own correlations (shared context,
-    stickiness) stay in; at most :data:`MAX_SIMULATED_LAYERS` layers (evenly spaced) are used."""
+    layer and step (the measured union of the rank). Counted over the steps where all ``batch``
+    streams are live (:func:`live_steps`: a finished stream pads with −1 and would dilute the
+    union), the second half of them, after every step before warmed the cache. The trace's own
+    correlations (shared context, stickiness) stay in; at most :data:`MAX_SIMULATED_LAYERS` layers
+    (evenly spaced) are used."""
     if policy not in SIMULATED:
         raise ValueError(f"policy must be one of {', '.join(SIMULATED)}, got {policy!r}")
     steps, streams, layers, _ = trace.shape
     if not 1 <= batch <= streams:
         raise ValueError(f"batch {batch} outside the trace's 1..{streams} streams")
+    full = live_steps(trace, batch)
+    idx = np.flatnonzero(full)
+    if idx.size < MIN_LIVE_STEPS:
+        raise ValueError(
+            f"the trace has {idx.size} steps with its first {batch} streams all live; "
+            f"at least {MIN_LIVE_STEPS} are needed to simulate a cache at that batch"
+        )
+    warm = int(idx[idx.size // 2])
     own = np.ones(int(experts), dtype=bool) if assignment is None else np.asarray(assignment) == rank
     c = float(math.floor(cache_experts_per_layer))
     key = ("trace", trace_key, int(batch), int(c), policy, scope, _digest(own.astype(np.int8)))
 
     def compute() -> tuple[float, float, float]:
         topk = np.asarray(trace[:, :batch][:, :, _layer_rows(layers)])
-        return _simulate_ratios(topk, experts, own, assignment, rank, c, policy, scope, max(1, steps // 2))[:3]
+        return _simulate_ratios(topk, experts, own, assignment, rank, c, policy, scope, warm, counted_steps=full)[:3]
 
     return _memoised(key, compute)
 
@@ -516,7 +554,7 @@ def rank_cache(
             token_misses[r] = b * hot_set_misses(pi[:, idx], c_r, np.ones_like(b))[1].mean(axis=0)
         else:
             for j, (bb, cc) in enumerate(zip(b, c_r)):
-                if trace is not None and bb <= trace.shape[1]:
+                if trace is not None and usable_trace_batch(trace, int(bb)):
                     req, tok, u_trace = trace_miss_ratio(
                         trace,
                         str(trace_key),

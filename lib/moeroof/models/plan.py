@@ -750,12 +750,19 @@ def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing: Routi
             "the requested expert cache does not fit beside the resident set: it was capped at what RAM leaves"
         )
     if routing.trace is not None and workload.cache_policy != "static":
-        s = routing.trace.shape[1]
-        notes.append(
-            f"cache simulated on the trace's own streams for B ≤ {s} (its correlations included, the union "
-            "measured there)"
-            + ("; beyond, on traces drawn from its histogram (independent tokens)" if b.max() > s else "")
-        )
+        on_trace = np.array([expert_cache.usable_trace_batch(routing.trace, int(bb)) for bb in b])
+        if on_trace.any():
+            shown = ", ".join(str(int(bb)) for bb in b[on_trace])
+            notes.append(
+                f"cache simulated on the trace's own streams at B = {shown} (over the steps where its first B "
+                "streams are all live; its correlations included, the union measured there)"
+                + ("; elsewhere on traces drawn from its histogram (independent tokens)" if not on_trace.all() else "")
+            )
+        else:
+            notes.append(
+                "the trace has too few steps with B streams live together at every B asked: the cache ran on "
+                "traces drawn from its histogram (independent tokens)"
+            )
     if workload.page_cache:
         notes.append(
             "experts read through the OS page cache: it gets what RAM leaves after the reserve, the resident band, "

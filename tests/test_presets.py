@@ -631,3 +631,25 @@ def test_presets_are_frozen():
         m.experts = 1  # type: ignore[misc]
     with pytest.raises(TypeError):
         m.provenance["experts"] = "assumed"  # type: ignore[index]
+
+
+def test_preset_sources_say_what_a_seed_or_engine_is():
+    """A source, note or description that cites seed 000 / seed 003 or colibri says what it is
+    in the same string: `presets --json` shows each field alone, to readers who never saw the seeds."""
+    import tomllib
+
+    explain = {"seed 003": "lab report", "seed 000": "design note", "colibri": "JustVugg/colibri"}
+    bad = []
+
+    def walk(node, where):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{where}.{key}")
+        elif isinstance(node, str):
+            for term, words in explain.items():
+                if term in node.lower() and words not in node:
+                    bad.append(f"{where}: {term!r} without {words!r}: {node}")
+
+    for path in sorted(PRESETS_DIR.rglob("*.toml")):
+        walk(tomllib.loads(path.read_text()), path.name)
+    assert not bad, "\n".join(bad)

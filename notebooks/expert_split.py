@@ -23,8 +23,8 @@
 
 # %% tags=["parameters"]
 # fmt: off
-histogram: str = "histograms/glm5-seed003-summed.csv"  # layer-summed firing histogram, relative to data/, that the partitions balance
-per_layer_histogram: str = "histograms/glm5-seed003-per-layer.csv"  # the same counts per layer, for the per-layer step model
+histogram: str = "histograms/glm5-seed003-summed.csv"  # layer-summed firing histogram that the partitions balance: your file (from the working directory, or absolute) or an embedded name under data/
+per_layer_histogram: str = "histograms/glm5-seed003-per-layer.csv"  # the same counts per layer, for the per-layer step model: your file (from the working directory, or absolute) or an embedded name under data/
 model: str = "glm-5-nvfp4"  # model preset name or path to a model TOML
 hardware: str = "gb10"  # hardware preset name or path to a hardware TOML, one rank of the pair
 streams: int = 8  # concurrent streams M, one token each per decode step

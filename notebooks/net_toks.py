@@ -21,7 +21,7 @@
 # fmt: off
 model: str = "glm-5.2"  # model preset name or a TOML path
 hardware: str = "nvme-gen4"  # hardware preset name or a TOML path
-routing: str = "histograms/deepseek-v3-like.csv"  # uniform, zipf:S, or a histogram/trace path
+routing: str = "histograms/deepseek-v3-like.csv"  # uniform, zipf:S, or a histogram or trace: your file (from the working directory, or absolute) or an embedded name under data/
 cache_gib: float = 30.0  # expert cache in GiB
 context_tokens: int = 4096  # context per agent in tokens
 overlap: str = "max"  # max for perfect overlap, sum for serial terms

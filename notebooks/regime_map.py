@@ -23,7 +23,7 @@
 model: str = "glm-5.2"  # model preset name or path to a model TOML
 hardware: str = "nvme-gen4"  # hardware preset name or path to a hardware TOML
 contrast_hardware: str = "epyc-server"  # a second box drawn beside the first, empty string for none
-routing: str = "zipf:0.8"  # uniform, zipf:S, or a histogram or trace path relative to data/
+routing: str = "zipf:0.8"  # uniform, zipf:S, or a histogram or trace: your file (from the working directory, or absolute) or an embedded name under data/
 context_tokens: int = 4096  # context per agent in tokens
 overlap: str = "max"  # combine for the bound map contours, max for perfect overlap or sum for serial
 b_max: int = 1024  # largest batch on the B axis

@@ -23,8 +23,8 @@
 
 # %% tags=["parameters"]
 # fmt: off
-histogram: str = "histograms/deepseek-v3-like.csv"  # histogram .csv, relative to data/ or absolute
-trace: str = "traces/qwen3-30b-a3b-like.npz"  # trace .npz or .npy, relative to data/ or absolute
+histogram: str = "histograms/deepseek-v3-like.csv"  # histogram .csv: your file (from the working directory, or absolute) or an embedded name under data/
+trace: str = "traces/qwen3-30b-a3b-like.npz"  # trace .npz or .npy: your file (from the working directory, or absolute) or an embedded name under data/
 b_max: int = 1024  # largest batch size to extrapolate to
 fit_bootstrap: int = 50  # bootstrap replicates for the parameter intervals
 gof_sims: int = 49  # simulations for the goodness-of-fit p-values

@@ -24,7 +24,7 @@
 # fmt: off
 model: str = "glm-5.2"  # model preset name or path to a model TOML
 hardware: str = "nvme-gen4"  # hardware preset name or path to a hardware TOML
-routing: str = "zipf:0.9"  # uniform, zipf:S, or a histogram or trace path relative to data/, the same for every point
+routing: str = "zipf:0.9"  # uniform, zipf:S, or a histogram or trace (your file (from the working directory, or absolute) or an embedded name under data/), the same for every point
 context_tokens: int = 4096  # context per agent in tokens, the same for every point
 cache_gib_max: float = 40.0  # top of the expert-cache axis in GiB, the axis runs from 0 with the stop included
 cache_gib_step: float = 8.0  # step of the expert-cache axis in GiB

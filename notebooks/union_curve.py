@@ -27,8 +27,8 @@ b_max: int = 1024  # largest batch in the sweep
 zipf_s: float = 1.0  # Zipf exponent for the skewed model curve
 dirichlet_alpha: float = 0.5  # Dirichlet concentration, smaller means more skew
 model_layers: int = 58  # layers drawn for the Dirichlet band
-histogram: str = "histograms/deepseek-v3-like.csv"  # histogram .csv, relative to data/ or absolute
-per_layer_histogram: str = "histograms/glm5-seed003-per-layer.csv"  # per-layer histogram to sum
+histogram: str = "histograms/deepseek-v3-like.csv"  # histogram .csv: your file (from the working directory, or absolute) or an embedded name under data/
+per_layer_histogram: str = "histograms/glm5-seed003-per-layer.csv"  # per-layer histogram to sum: your file (from the working directory, or absolute) or an embedded name under data/
 bootstrap: int = 200  # bootstrap replicates for the histogram band
 seed_name: str = "union_curve"  # the generator seed is derived from this name
 # fmt: on

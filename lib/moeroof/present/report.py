@@ -23,6 +23,15 @@ A parameter value that names an existing file or folder relative to the working 
 made absolute before it is injected, because the notebook runs in ``notebooks/``: ``-p trace
 ../mine.npz`` means the file the user sees, not one beside the notebooks.
 
+Each ``-p`` value is read as the type the notebook declares for it (``-p cache_gib 8`` is the
+float 8.0, ``-p batch 8`` the text "8" where ``batch`` is text). What can be checked before a
+kernel starts is: an unknown notebook or parameter, a value not of the declared type, an
+``--out`` that is a file, ``--jobs`` below 1, a ``--cell-timeout`` that is not a positive number
+each raise :class:`ReportError`, one ``error:`` line and exit 2 in the CLI, before anything
+renders. A notebook that fails prints ``error: NAME failed: cell [N] raised TYPE: message`` (one
+line) and is saved, traceback and all, as ``NAME.failed.ipynb`` in its run folder; the others
+still render, and the run exits 2.
+
 Reports are reproducible: papermill and nbclient stamp wall-clock times and random cell ids into
 the notebook, so those are removed or made deterministic before saving; rendering a deterministic
 notebook twice gives the same bytes. Each file is written whole or not at all (temp file +
@@ -34,6 +43,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import sys
 import time
@@ -64,8 +74,15 @@ CELL_TIMEOUT_S = 1200.0
 CELL_TIMEOUT_ENV = "MOEROOF_CELL_TIMEOUT_S"
 
 
+class ReportError(ValueError):
+    """A report that cannot start: an unknown notebook, a parameter the notebooks do not take or
+    of the wrong type, an output folder that is a file. Raised before anything renders; the CLI
+    prints it as one ``error:`` line (exit 2)."""
+
+
 class NotebookFailed(RuntimeError):
-    """A notebook raised while executing; the message names the cell and the error, no traceback."""
+    """A notebook raised while executing; the message (one line) names the notebook, the cell and
+    its exception, and where the executed notebook with the traceback was saved, if it was."""
 
 
 class CellTimedOut(NotebookFailed):
@@ -80,9 +97,7 @@ def discover(notebooks_dir: Path, names: Sequence[str] | None = None) -> list[Pa
     missing = [n for n in names if n not in found]
     if missing:
         known = ", ".join(found) or "none"
-        raise SystemExit(
-            f"moeroof.present.report: no notebook named {', '.join(missing)} in {notebooks_dir} (found: {known})"
-        )
+        raise ReportError(f"--notebooks: no notebook named {', '.join(missing)} in {notebooks_dir} (found: {known})")
     return [found[n] for n in names]
 
 
@@ -172,7 +187,16 @@ def cell_timeout() -> float:
     return value if 0 < value < float("inf") else CELL_TIMEOUT_S
 
 
-def _execute_once(path: Path, parameters: dict | None, cell_timeout_s: float) -> nbformat.NotebookNode:
+def _one_line(text: str) -> str:
+    """An exception message on one line: colour codes dropped, every run of whitespace one space."""
+    import re
+
+    return " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(text)).split())
+
+
+def _execute_once(
+    path: Path, parameters: dict | None, cell_timeout_s: float, failed_path: Path | None = None
+) -> nbformat.NotebookNode:
     import jupytext
     import papermill as pm
     from jupyter_client.kernelspec import NoSuchKernel
@@ -180,10 +204,14 @@ def _execute_once(path: Path, parameters: dict | None, cell_timeout_s: float) ->
     from papermill.exceptions import PapermillExecutionError
 
     nb = jupytext.read(path)
+    # papermill saves the executed notebook (the failing cell's traceback in it) before raising;
+    # it writes to a temp file beside failed_path, renamed to failed_path only on an error
+    partial = failed_path.with_name(f".{failed_path.stem}.{os.getpid()}.tmp.ipynb") if failed_path else None
     try:
         return pm.execute_notebook(
             nb,
-            None,
+            str(partial) if partial is not None else None,
+            request_save_on_cell_execute=False,
             parameters=parameters or {},
             kernel_name=KERNEL_NAME,
             language="python",  # a percent notebook may carry no kernelspec; injecting parameters needs it
@@ -196,36 +224,50 @@ def _execute_once(path: Path, parameters: dict | None, cell_timeout_s: float) ->
             extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
         )
     except PapermillExecutionError as err:
-        raise NotebookFailed(f"{path.name}: cell [{err.exec_count}] raised {err.ename}: {err.evalue}") from None
+        where = ""
+        if partial is not None and partial.is_file():
+            os.replace(partial, failed_path)
+            where = f"; the executed notebook, with its traceback: {failed_path}"
+        raise NotebookFailed(
+            f"{path.stem} failed: cell [{err.exec_count}] raised {err.ename}: {_one_line(err.evalue)}{where}"
+        ) from None
     except CellTimeoutError:
-        raise CellTimedOut(f"{path.name}: a cell ran past {cell_timeout_s:g} s") from None
+        raise CellTimedOut(f"{path.stem} failed: a cell ran past {cell_timeout_s:g} s") from None
     except NoSuchKernel as err:
         raise NotebookFailed(
-            f"{path.name}: no Jupyter kernel {err.name!r}; install ipykernel in this environment"
+            f"{path.stem} failed: no Jupyter kernel {err.name!r}; install ipykernel in this environment"
         ) from None
+    finally:
+        if partial is not None:
+            partial.unlink(missing_ok=True)
 
 
 def execute(
-    path: Path, parameters: dict | None = None, *, cell_timeout_s: float | None = None
+    path: Path,
+    parameters: dict | None = None,
+    *,
+    cell_timeout_s: float | None = None,
+    failed_path: Path | None = None,
 ) -> nbformat.NotebookNode:
     """Run one percent notebook through papermill in its own directory; raise NotebookFailed on
     error. A cell that runs past ``cell_timeout_s`` (default :func:`cell_timeout`) ends the
     attempt and the notebook runs once more in a fresh kernel (a kernel that stops answering —
     idle, its reply lost — is rare and does not repeat); a second timeout raises CellTimedOut.
 
-    ``output_path=None`` keeps papermill from saving after every cell: the caller writes the
-    finished notebook once, whole.
+    Papermill does not save after every cell: the caller writes the finished notebook once,
+    whole. A notebook that fails is saved to ``failed_path`` when given (its folder must
+    exist), the failing cell's traceback in it, and the error names that file.
     """
     timeout = cell_timeout() if cell_timeout_s is None else float(cell_timeout_s)
     try:
-        return _execute_once(path, parameters, timeout)
+        return _execute_once(path, parameters, timeout, failed_path)
     except CellTimedOut as err:
         print(f"retry  {path.stem:<24} {err}; once more in a fresh kernel", file=sys.stderr, flush=True)
         try:
-            return _execute_once(path, parameters, timeout)
+            return _execute_once(path, parameters, timeout, failed_path)
         except CellTimedOut as again:
             raise CellTimedOut(
-                f"{again} twice (each in a fresh kernel); allow cells longer for heavy parameters"
+                f"{again} twice (each in a fresh kernel); allow cells longer with --cell-timeout SECONDS"
             ) from None
 
 
@@ -245,8 +287,10 @@ def render(
     """
     name = path.stem
     ipynb_path, html_path = out_dir / f"{name}.ipynb", out_dir / f"{name}.html"
+    failed_path = out_dir / f"{name}.failed.ipynb"
+    out_dir.mkdir(parents=True, exist_ok=True)
     with _figures_env(figures_dir):
-        nb = execute(path, parameters, cell_timeout_s=cell_timeout_s)
+        nb = execute(path, parameters, cell_timeout_s=cell_timeout_s, failed_path=failed_path)
     nb = strip_volatile(nb, input_path=_display_path(path), output_path=_display_path(ipynb_path))
     nb = strip_widgets(nb)
     html = to_html(nb, name)
@@ -254,6 +298,7 @@ def render(
 
     atomic.write_text(ipynb_path, nbformat.writes(nb) + "\n")
     atomic.write_text(html_path, html)
+    failed_path.unlink(missing_ok=True)  # an earlier failed run's notebook no longer says anything true
     return ipynb_path, html_path
 
 
@@ -408,7 +453,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _coerce(value: str):
-    """papermill's -p convention: numbers become numbers, everything else stays a string."""
+    """papermill's -p convention: numbers become numbers, everything else stays a string (for a
+    parameter no notebook declares a type for; :func:`typed_parameters` does the rest)."""
     for cast in (int, float):
         try:
             return cast(value)
@@ -417,6 +463,101 @@ def _coerce(value: str):
     if value in ("True", "False"):
         return value == "True"
     return value
+
+
+@dataclass(frozen=True)
+class Declared:
+    """One parameter as a notebook declares it (``name: type = default  # help``)."""
+
+    name: str
+    type_name: str
+    default: str
+
+
+def declared_parameters(path: Path) -> dict[str, Declared]:
+    """The parameters ``path`` declares in its cell tagged ``parameters``, as papermill reads them."""
+    import jupytext
+    from papermill.translators import PythonTranslator
+
+    cells = [c for c in jupytext.read(path).cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if not cells:
+        return {}
+    return {p.name: Declared(p.name, p.inferred_type_name, p.default) for p in PythonTranslator.inspect(cells[0])}
+
+
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def _as_type(name: str, value, declared: Declared, notebook: str):
+    """``value`` (text from ``-p`` or a value from ``-f``) as the type ``notebook`` declares for
+    ``name``; ReportError when it is not one."""
+    kind = declared.type_name
+    wrong = f"-p {name}: {notebook} takes {kind} {name} (default {declared.default}), got {value!r}"
+    if kind == "str":
+        if isinstance(value, (dict, list)):
+            raise ReportError(wrong)
+        return value if isinstance(value, str) else str(value)
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _TRUE or text in _FALSE:
+            return text in _TRUE
+        raise ReportError(wrong + " (true or false)")
+    if kind in ("int", "float"):
+        if isinstance(value, bool):
+            raise ReportError(wrong)
+        try:
+            number = float(value) if kind == "float" else int(str(value).strip())
+        except (TypeError, ValueError):
+            raise ReportError(wrong) from None
+        if kind == "float" and not math.isfinite(number):
+            raise ReportError(wrong + " (a finite number)")
+        return number
+    return _coerce(value) if isinstance(value, str) else value
+
+
+def typed_parameters(given: dict, text_values: set[str], notebooks: Sequence[Path]) -> list[dict]:
+    """Each notebook's parameters: ``given`` values read as the type that notebook declares
+    (``-p cache_gib 8`` is the float 8.0, ``-p batch 8`` the text "8" where batch is text);
+    values in ``text_values`` (from ``-p``) that no notebook types read as papermill's -p
+    would. A name that no selected notebook declares, or a value that is not of the declared
+    type, raises ReportError before anything runs."""
+    declared = {path.stem: declared_parameters(path) for path in notebooks}
+    unknown = [n for n in given if not any(n in d for d in declared.values())]
+    if unknown:
+        names = ", ".join(unknown)
+        if len(notebooks) == 1:
+            stem = notebooks[0].stem
+            known = ", ".join(declared[stem]) or "none"
+            raise ReportError(f"-p {names}: {stem} has no such parameter (its parameters: {known})")
+        raise ReportError(f"-p {names}: none of the selected notebooks has such a parameter")
+    out = []
+    for path in notebooks:
+        mine = declared[path.stem]
+        params = {}
+        for name, value in given.items():
+            if name in mine:
+                params[name] = _as_type(name, value, mine[name], path.stem)
+            else:
+                params[name] = _coerce(value) if name in text_values else value
+        out.append(params)
+    return out
+
+
+def check_out_dir(out: Path) -> None:
+    """``--out`` must be a folder, or a path one can be made at: refused before anything renders."""
+    if out.exists() and not out.is_dir():
+        raise ReportError(f"--out: {out} is a file, not a folder")
+    for parent in out.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ReportError(f"--out: {parent} is a file, so {out} cannot be a folder")
+            if not out.exists() and not os.access(parent, os.W_OK | os.X_OK):
+                raise ReportError(f"--out: cannot make {out}: {parent} is not writable")
+            break
+    if out.is_dir() and not os.access(out, os.W_OK | os.X_OK):
+        raise ReportError(f"--out: {out} is not writable")
 
 
 def _render_job(
@@ -438,10 +579,16 @@ def _render_job(
         ipynb_path, html_path = render(
             path, out_dir, parameters, figures_dir=figures_dir, cell_timeout_s=cell_timeout_s
         )
-    except CellTimedOut as err:
-        return None, None, f"{err} (--cell-timeout SECONDS)", time.perf_counter() - start
-    except NotebookFailed as err:
+    except NotebookFailed as err:  # a cell raised or ran past the timeout twice
         return None, None, str(err), time.perf_counter() - start
+    except OSError as err:  # the report folder refused a write (full disk, permissions)
+        where = err.filename or out_dir
+        return (
+            None,
+            None,
+            f"{path.stem} failed: cannot write {where}: {err.strerror or err}",
+            time.perf_counter() - start,
+        )
     return ipynb_path, html_path, None, time.perf_counter() - start
 
 
@@ -463,40 +610,45 @@ def _render_parallel(jobs_args: list[tuple], jobs: int) -> Iterator[tuple[int, t
 
 
 def run(args: argparse.Namespace, *, prog: str = "moeroof.present.report") -> int:
-    """Render every selected notebook, one line as each starts and one as it ends; non-zero if any failed."""
-    try:
-        notebooks = discover(args.notebooks_dir, args.notebooks)
-    except SystemExit as err:
-        print(err, file=sys.stderr)
-        return 2
+    """Render every selected notebook, one line as each starts and one as it ends.
+
+    Everything that can be checked first is (the notebooks, each parameter's name and type, the
+    output folder, ``--jobs``, ``--cell-timeout``) and raises ReportError before anything runs.
+    A notebook that fails prints one ``error: NAME failed: …`` line (its cell, the exception, the
+    executed notebook saved with the traceback) and the run returns 2 once the others are done.
+    """
+    notebooks = discover(args.notebooks_dir, args.notebooks)
     if not notebooks:
-        print(f"{prog}: no notebooks (*.py) in {args.notebooks_dir}", file=sys.stderr)
-        return 2
+        raise ReportError(f"--notebooks-dir: no notebooks (*.py) in {args.notebooks_dir}")
     try:
-        parameters = read_parameters_file(args.parameters_file) if args.parameters_file else {}
+        given = read_parameters_file(args.parameters_file) if args.parameters_file else {}
     except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    parameters.update({name: _coerce(value) for name, value in args.parameter})
-    parameters = absolute_paths(parameters, Path.cwd()) or None
-    as_json = getattr(args, "json", False)
-    say = sys.stderr if as_json else sys.stdout  # with --json stdout carries the JSON alone
-    jobs = getattr(args, "jobs", None) or os.cpu_count() or 1
+        raise ReportError(str(err)) from None
+    given.update(dict(args.parameter))
+    per_notebook = typed_parameters(given, {name for name, _ in args.parameter}, notebooks)
+    per_notebook = [absolute_paths(p, Path.cwd()) or None for p in per_notebook]
+    if args.out is not None:
+        check_out_dir(args.out)
+    jobs = getattr(args, "jobs", None)
+    if jobs is None:
+        jobs = os.cpu_count() or 1
     if jobs < 1:
-        print(f"{prog}: --jobs must be at least 1, got {jobs}", file=sys.stderr)
-        return 2
+        raise ReportError(f"--jobs: must be at least 1, got {jobs}")
     jobs = min(jobs, len(notebooks))
     cell_timeout_s = getattr(args, "cell_timeout", None)
     if cell_timeout_s is None:
         cell_timeout_s = cell_timeout()
     if not 0 < cell_timeout_s < float("inf"):
-        print(f"{prog}: --cell-timeout must be a positive number of seconds, got {cell_timeout_s}", file=sys.stderr)
-        return 2
+        raise ReportError(f"--cell-timeout: must be a positive number of seconds, got {cell_timeout_s}")
+    as_json = getattr(args, "json", False)
+    say = sys.stderr if as_json else sys.stdout  # with --json stdout carries the JSON alone
     failures: list[str] = []
-    targets = [target_for(path.stem, parameters, args.out, paths.REPORTS_DIR) for path in notebooks]
+    targets = [
+        target_for(path.stem, params, args.out, paths.REPORTS_DIR) for path, params in zip(notebooks, per_notebook)
+    ]
     jobs_args = [
-        (n, len(notebooks), path, target.out_dir, parameters, target.figures_dir, as_json, cell_timeout_s)
-        for n, (path, target) in enumerate(zip(notebooks, targets), 1)
+        (n, len(notebooks), path, target.out_dir, params, target.figures_dir, as_json, cell_timeout_s)
+        for n, (path, target, params) in enumerate(zip(notebooks, targets, per_notebook), 1)
     ]
     if jobs == 1:
         outcomes = (_render_job(*job) for job in jobs_args)
@@ -506,12 +658,12 @@ def run(args: argparse.Namespace, *, prog: str = "moeroof.present.report") -> in
     results: dict[int, dict] = {}
     for i, (ipynb_path, html_path, error, seconds) in finished:
         path, target = notebooks[i], targets[i]
-        entry = {"notebook": path.stem, "folder": str(target.out_dir)}
+        entry = {"notebook": path.stem, "folder": str(target.out_dir), "parameters": per_notebook[i] or {}}
         entry["figures"] = str(target.figures_dir if target.figures_dir is not None else paths.figures_dir())
         if error is not None:
             failures.append(error)
             results[i] = {**entry, "ok": False, "error": error, "seconds": round(seconds, 1)}
-            print(f"FAILED {path.stem:<24} {seconds:6.1f} s  {error}", file=sys.stderr, flush=True)
+            print(f"error: {error}", file=sys.stderr, flush=True)
             continue
         results[i] = {
             **entry,
@@ -531,15 +683,18 @@ def run(args: argparse.Namespace, *, prog: str = "moeroof.present.report") -> in
     index = build_index(root, figures)
     print(f"index  {'':<24} {'':>8}  -> {index}", file=say, flush=True)
     if as_json:
-        print(json.dumps({"parameters": parameters or {}, "runs": runs, "index": str(index)}, indent=1))
-    if failures:
-        print(f"{prog}: {len(failures)} of {len(notebooks)} notebooks failed", file=sys.stderr)
-        return 1
-    return 0
+        print(json.dumps({"parameters": given, "runs": runs, "index": str(index)}, indent=1, default=str))
+    return 2 if failures else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run(build_parser().parse_args(argv))
+    """``python -m moeroof.present.report`` (``make report``): a bad request is one ``error:`` line, exit 2."""
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except ReportError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

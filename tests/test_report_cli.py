@@ -1,0 +1,127 @@
+"""`moeroof report` keeps the CLI contract: every failure is one ``error:`` line and exit 2, no
+traceback; what can be checked before a kernel starts (notebook names, parameter names and
+types, the output folder, --jobs, --cell-timeout) is refused before anything renders.
+
+A tiny notebook stands in for the real ones, so each kernel run takes a few seconds.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from moeroof.cli.app import main as cli_main
+from moeroof.present import report
+
+pytest.importorskip("papermill")
+pytest.importorskip("jupytext")
+
+TINY = """\
+# %% tags=["parameters"]
+count: int = 3  # how many
+scale: float = 1.0  # a factor
+label: str = "x"  # a text
+loud: bool = False  # a switch
+
+# %%
+if count < 0:
+    raise ValueError(f"count must be >= 0,\\n got {count}")
+print(label * count, scale, loud)
+"""
+
+
+@pytest.fixture
+def tiny(tmp_path, monkeypatch):
+    """A folder holding the tiny notebook; the renders stay under tmp_path."""
+    nb_dir = tmp_path / "nbs"
+    nb_dir.mkdir()
+    (nb_dir / "tiny.py").write_text(TINY)
+    monkeypatch.setattr(report.paths, "REPORTS_DIR", tmp_path / "reports")
+    return nb_dir
+
+
+def _no_render(monkeypatch):
+    def refuse(*_, **__):
+        raise AssertionError("a notebook ran although the request was refused before rendering")
+
+    monkeypatch.setattr(report, "execute", refuse)
+
+
+def one_error_line(err: str) -> str:
+    """The one ``error:`` line in ``err``; the rest may only be progress ([1/1] …, index …)."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert len(errors) == 1, err
+    assert all(line == errors[0] or line.startswith(("[", "index ")) for line in lines), err
+    assert "Traceback" not in err
+    return errors[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--notebooks", "../../etc/passwd"], "error: --notebooks: no notebook named ../../etc/passwd"),
+        (["--notebooks", "tiny", "--cell-timeout", "nan"], "error: --cell-timeout: must be a positive number"),
+        (["--notebooks", "tiny", "--cell-timeout", "0"], "error: --cell-timeout: must be a positive number"),
+        (["--notebooks", "tiny", "--jobs", "0"], "error: --jobs: must be at least 1, got 0"),
+        (["--notebooks", "tiny", "-p", "count", "abc"], "error: -p count: tiny takes int count (default 3), got 'abc'"),
+        (["--notebooks", "tiny", "-p", "scale", "nan"], "error: -p scale: tiny takes float scale"),
+        (["--notebooks", "tiny", "-p", "loud", "maybe"], "error: -p loud: tiny takes bool loud"),
+        (
+            ["--notebooks", "tiny", "-p", "nope", "1"],
+            "error: -p nope: tiny has no such parameter (its parameters: count",
+        ),
+    ],
+)
+def test_a_bad_request_is_one_error_line_before_anything_runs(tiny, monkeypatch, capsys, argv, said):
+    _no_render(monkeypatch)
+    assert cli_main(["report", "--notebooks-dir", str(tiny), *argv]) == 2
+    assert one_error_line(capsys.readouterr().err).startswith(said)
+
+
+def test_out_naming_a_file_is_refused_before_rendering(tiny, tmp_path, monkeypatch, capsys):
+    _no_render(monkeypatch)
+    file = tmp_path / "a-file"
+    file.write_text("keep me")
+    for out, said in ((file, "is a file, not a folder"), (file / "sub", "is a file, so")):
+        assert cli_main(["report", "--notebooks-dir", str(tiny), "--notebooks", "tiny", "--out", str(out)]) == 2
+        line = one_error_line(capsys.readouterr().err)
+        assert line.startswith("error: --out: ") and said in line
+    assert file.read_text() == "keep me"
+
+
+def test_parameters_take_the_type_each_notebook_declares(tiny):
+    path = tiny / "tiny.py"
+    (typed,) = report.typed_parameters(
+        {"count": "4", "scale": "8", "label": "8", "loud": "true"}, {"count", "scale", "label", "loud"}, [path]
+    )
+    assert typed == {"count": 4, "scale": 8.0, "label": "8", "loud": True}
+    assert type(typed["scale"]) is float and type(typed["label"]) is str
+    # a -f value keeps its YAML type where it fits the declared one
+    (from_file,) = report.typed_parameters({"count": 2, "label": 12}, set(), [path])
+    assert from_file == {"count": 2, "label": "12"}
+    with pytest.raises(report.ReportError, match="takes int count"):
+        report.typed_parameters({"count": 2.5}, set(), [path])
+
+
+@pytest.mark.notebook
+def test_a_failing_notebook_is_one_error_line_naming_its_exception_and_saved_notebook(tiny, tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["report", "--notebooks-dir", str(tiny), "--notebooks", "tiny", "-p", "count", "-1", "--out", str(out)]
+    assert cli_main([*argv, "--json"]) == 2
+    said = capsys.readouterr()
+    line = one_error_line(said.err)
+    failed = out / "tiny.failed.ipynb"
+    assert line.startswith("error: tiny failed: cell [") and "raised ValueError: count must be >= 0, got -1" in line
+    assert line.endswith(str(failed)) and failed.is_file()
+    saved = json.loads(failed.read_text())
+    outputs = [o for c in saved["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert outputs and outputs[0]["ename"] == "ValueError" and outputs[0]["traceback"]
+    assert not (out / "tiny.html").exists() and not list(out.glob(".*tmp*"))
+    runs = json.loads(said.out)["runs"]
+    assert runs[0]["ok"] is False and runs[0]["error"] == line.removeprefix("error: ")
+    # the same folder rendered fine drops the stale failed notebook
+    assert cli_main([*argv[:-5], "-p", "count", "2", "--out", str(out)]) == 0
+    assert (out / "tiny.html").is_file() and not failed.exists()
+    assert "xx 1.0 False" in (out / "tiny.ipynb").read_text()

@@ -199,13 +199,23 @@ def test_clear_errors(checkpoints, prompt_file, tmp_path, capsys, monkeypatch):
     dup.write_text("[1, 2]\n[3]\n[1, 2]\n", encoding="utf-8")
     assert "distinct" in err(str(folder), "--streams", "3", *base[:0], "--prompts", str(dup), *base[2:])
     assert "no config.json" in err(str(tmp_path), "--streams", "2", *base)
+    # a real dense checkpoint (transformers' LlamaConfig, tiny): named as not MoE, not as unknown
     dense = tmp_path / "dense"
-    dense.mkdir()
-    (dense / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 2}))
-    assert "unknown MoE family" in err(str(dense), "--streams", "2", *base)
+    llama = transformers.LlamaConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4
+    )
+    transformers.AutoModelForCausalLM.from_config(llama).save_pretrained(dense)
+    text = err(str(dense), "--streams", "2", *base)
+    assert "not a Mixture-of-Experts model (model_type 'llama' has no routed experts)" in text
+    unknown = tmp_path / "unknown"
+    unknown.mkdir()
+    (unknown / "config.json").write_text(json.dumps({"model_type": "jamba2", "num_hidden_layers": 2}))
+    assert "unknown MoE family 'jamba2'" in err(str(unknown), "--streams", "2", *base)
     shards = tiny_checkpoint("olmoe", tmp_path / "sharded", max_shard_size="20KB")
-    next(iter(sorted(shards.glob("*.safetensors")))).unlink()
-    assert "not in the folder" in err(str(shards), "--streams", "2", *base)
+    gone = sorted(shards.glob("*.safetensors"))[0]
+    gone.unlink()
+    text = err(str(shards), "--streams", "2", *base)
+    assert gone.name in text and "not in the folder" in text
     monkeypatch.setitem(sys.modules, "torch", None)  # as if the capture extra were not installed
     assert "pip install 'moeroof[capture]'" in err(str(folder), "--streams", "2", *base)
 

@@ -160,8 +160,11 @@ def test_preset_bytes_equal_the_saved_tensors(family, checkpoints, tmp_path, cap
     assert doc["expert_bytes"]["value"] * 8 * len(moe_layers) == routed_total
     assert doc["non_routed_bytes"]["value"] == rest
     assert doc["expert_bytes"]["unit"] == "B" and "model.safetensors header" in doc["expert_bytes"]["source"]
-    for key in ("experts", "top_k", "moe_layers", "kv_bytes_per_token", "flops_per_token"):
-        assert doc[key]["source"].startswith("config.json"), key
+    for key in ("experts", "top_k", "moe_layers", "flops_per_token", "attn_flops_per_context_token"):
+        assert doc[key]["source"].startswith("config.json"), key  # the saved config.json has every key
+    # the KV cache's dtype is never in config.json: always assumed, the derivation in the note
+    assert doc["kv_bytes_per_token"]["assumed"] is True and "source" not in doc["kv_bytes_per_token"]
+    assert "KV cache's dtype" in doc["kv_bytes_per_token"]["note"]
     # the layout the capture hooks rely on: first_k_dense_replace makes layer 0 dense
     dense = 1 if family in ("deepseek_v3", "glm4_moe") else 0
     assert rep["dense_layer_ids"] == list(range(dense))
@@ -217,7 +220,10 @@ def test_errors_are_one_line(tmp_path, capsys):
     (tmp_path / "dense").mkdir()
     (tmp_path / "dense" / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 2}))
     assert main(["preset-from-hf", str(tmp_path / "dense"), "-o", str(tmp_path / "m.toml")]) == 2
-    assert "unknown MoE family 'llama'" in capsys.readouterr().err
+    assert "not a Mixture-of-Experts model (model_type 'llama' has no routed experts)" in capsys.readouterr().err
+    (tmp_path / "dense" / "config.json").write_text(json.dumps({"model_type": "jamba2", "num_hidden_layers": 2}))
+    assert main(["preset-from-hf", str(tmp_path / "dense"), "-o", str(tmp_path / "m.toml")]) == 2
+    assert "unknown MoE family 'jamba2'" in capsys.readouterr().err
     (tmp_path / "zero").mkdir()
     (tmp_path / "zero" / "config.json").write_text(
         json.dumps({"model_type": "qwen2_moe", "num_experts": 0, "num_experts_per_tok": 2, "num_hidden_layers": 2})

@@ -4,15 +4,19 @@
 
     moeroof capture MODEL_DIR --prompts FILE --streams B --max-new-tokens N -o OUT.npz
                     [--histogram OUT.csv] [--dtype auto|float32|bfloat16|float16] [--device auto|cpu|cuda[:i]]
-                    [--ignore-eos] [--force] [--json]
+                    [--checkpoint-hash full|headers] [--ignore-eos] [--force] [--json]
 
 Loads the checkpoint (never downloaded), decodes the first B prompts of FILE together (left
 padding, greedy) for N new tokens each, and records every token's top-K expert ids per MoE
 layer from the model's router modules (:mod:`moeroof.witness.capture`). Writes the trace (the
-N − 1 decode steps; ``-1`` where a stream has emitted its EOS) and a histogram of the prefill
-and decode tokens together (``OUT.csv`` beside the trace unless ``--histogram``), both
-``provenance: witnessed`` with the model, checkpoint hash, dtype, prompt file hash, device and
-date. Needs the ``capture`` extra (``pip install 'moeroof[capture]'``); the parser imports none
+N − 1 decode steps in ``topk``, ``-1`` where a stream has emitted its EOS; every prompt token's
+ids in ``prefill``, streams × longest prompt × layers × K, ``-1`` on the left padding — inside
+the ``.npz``, or ``OUT.prefill.npy`` beside a ``.npy``) and a histogram of the prefill and decode
+tokens together (``OUT.csv`` beside the trace unless ``--histogram``), both ``provenance:
+witnessed`` with the model, the checkpoint's hash (``--checkpoint-hash full``, the default:
+sha256 of config.json and every byte of every safetensors file; ``headers``: their headers only,
+a weaker id for a checkpoint too large to read twice — the meta says which), dtype, prompt file
+hash, device, date and the full command line. Needs the ``capture`` extra (``pip install 'moeroof[capture]'``); the parser imports none
 of it.
 """
 
@@ -36,7 +40,8 @@ def add_parser(subparsers: Any) -> None:
             "Decode B distinct prompts together on a local Hugging Face MoE checkpoint (Mixtral, Qwen2-MoE, "
             "Qwen3-MoE, DeepSeek-V3, OLMoE, GPT-OSS, GLM-4-MoE; never downloaded) and record every token's "
             "top-K expert ids per MoE layer from the router modules: a witnessed trace of the decode steps "
-            "plus a histogram of prefill and decode. Needs: pip install 'moeroof[capture]'."
+            "(the prompts' own ids in a separate prefill array) plus a histogram of prefill and decode. "
+            "Needs: pip install 'moeroof[capture]'."
         ),
     )
     p.add_argument("model_dir", metavar="MODEL_DIR", help="the checkpoint folder (config.json + safetensors)")
@@ -53,6 +58,13 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--histogram", default=None, help="histogram to write (.csv; default: the trace's path as .csv)")
     p.add_argument("--dtype", default="auto", choices=DTYPES, help="weights' dtype (default auto: as stored)")
     p.add_argument("--device", default="auto", help="auto (cuda when available, else cpu), cpu, cuda or cuda:i")
+    p.add_argument(
+        "--checkpoint-hash",
+        default="full",
+        choices=("full", "headers"),
+        help="what the recorded checkpoint hash covers: full (default; config.json and every weight byte) or "
+        "headers (config.json and the safetensors headers only: names, dtypes, shapes — not the weights)",
+    )
     p.add_argument("--ignore-eos", action="store_true", help="decode N tokens in every stream, through EOS")
     p.add_argument("--force", action="store_true", help="replace the output files if they exist")
     add_output_arguments(p, output=False)
@@ -74,8 +86,11 @@ def capture_report(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"--histogram: expected a .csv path, got {args.histogram!r}")
     from moeroof.core import atomic
     from moeroof.data.io import sidecar_path
+    from moeroof.witness.capture import prefill_path
 
-    targets = [out, hist, sidecar_path(hist)] + ([sidecar_path(out)] if out.suffix.lower() == ".npy" else [])
+    targets = [out, hist, sidecar_path(hist)]
+    if out.suffix.lower() == ".npy":
+        targets += [sidecar_path(out), prefill_path(out)]
     if len({t.resolve() for t in targets}) != len(targets):
         raise UsageError(f"-o {out} and --histogram {hist} would write the same file (their .json sidecars included)")
     if not args.force:
@@ -134,13 +149,21 @@ def capture_report(args: argparse.Namespace) -> dict[str, Any]:
     if result.topk.shape[0] == 0:
         raise UsageError("every stream ended at its first token (EOS): no decode step to record; try --ignore-eos")
     stored = str(next(model.parameters()).dtype).replace("torch.", "")
-    source = (
-        f"moeroof capture {shlex.quote(str(args.model_dir))} --prompts {shlex.quote(str(prompts_path))} "
-        f"--streams {streams} --max-new-tokens {new_tokens}" + (" --ignore-eos" if args.ignore_eos else "")
-    )
-    meta = capture_meta(
-        result, model_dir=args.model_dir, prompts_path=prompts_path, dtype=stored, device=device, source=source
-    )
+    source = shlex.join(command_line(args))
+    hashing = Progress("checkpoint hash")
+    try:
+        meta = capture_meta(
+            result,
+            model_dir=args.model_dir,
+            prompts_path=prompts_path,
+            dtype=stored,
+            device=device,
+            source=source,
+            hash_mode=args.checkpoint_hash,
+            hash_progress=lambda done, total, name: hashing(done >> 20, max(total >> 20, 1), f"MiB ({name})"),
+        )
+    finally:
+        hashing.close()
     write_capture(result, meta, out, hist, overwrite=bool(args.force))
     counts, tokens = result.histogram()
     return {
@@ -160,9 +183,29 @@ def capture_report(args: argparse.Namespace) -> dict[str, Any]:
         "dtype": stored,
         "device": device,
         "checkpoint_hash": meta["checkpoint_hash"],
+        "checkpoint_hash_mode": meta["checkpoint_hash_mode"],
+        "checkpoint_hash_covers": meta["checkpoint_hash_covers"],
+        "prefill_shape": meta["prefill"]["shape"],
+        "source": source,
         "prompts_sha256": meta["prompts_sha256"],
         "provenance": "witnessed",
     }
+
+
+def command_line(args: argparse.Namespace) -> list[str]:
+    """The command as given, every option spelled out (defaults included): the trace's ``source``."""
+    words = ["moeroof", "capture", str(args.model_dir), "--prompts", str(args.prompts)]
+    words += ["--streams", str(args.streams), "--max-new-tokens", str(args.max_new_tokens), "-o", str(args.output)]
+    if args.histogram:
+        words += ["--histogram", str(args.histogram)]
+    words += ["--dtype", args.dtype, "--device", args.device, "--checkpoint-hash", args.checkpoint_hash]
+    words += ["--ignore-eos"] * bool(args.ignore_eos) + ["--force"] * bool(args.force)
+    words += ["--json"] * bool(getattr(args, "json", False))
+    if getattr(args, "format", None):
+        words += ["--format", args.format]
+    if getattr(args, "report_output", None):
+        words += ["--report-output", str(args.report_output)]
+    return words
 
 
 def print_capture(rep: dict[str, Any]) -> None:

@@ -10,7 +10,10 @@ Reads ``config.json`` and the safetensors headers (``model.safetensors``, or the
 (or at ``--quant BITS`` per parameter), the non-routed bytes, KV bytes per token (MLA latent
 cache for DeepSeek-V3, 2 × KV heads × head_dim for GQA), FLOP per token and per context token.
 Each number names ``config.json`` or the header/index it came from
-(:mod:`moeroof.data.hf_config`). Needs neither torch nor transformers.
+(:mod:`moeroof.data.hf_config`); a number resting on a key the file leaves out takes
+transformers' default for the family and is written ``assumed = true`` with a note saying which
+key and why (the KV cache's dtype is never in config.json, so ``kv_bytes_per_token`` always is).
+Needs neither torch nor transformers.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ def add_parser(subparsers: Any) -> None:
         description=(
             "Write a model preset from a local Hugging Face MoE checkpoint (Mixtral, Qwen2-MoE, Qwen3-MoE, "
             "DeepSeek-V3, OLMoE, GPT-OSS, GLM-4-MoE): config.json and the safetensors headers only, no weights. "
-            "Every number names its source."
+            "Every number names its source; one resting on a key config.json leaves out takes transformers' "
+            "default and is marked assumed (so are KV bytes: the KV cache's dtype is not in config.json)."
         ),
     )
     p.add_argument("model_dir", metavar="MODEL_DIR", help="the checkpoint folder (config.json + safetensors)")
@@ -65,6 +69,7 @@ def preset_report(args: argparse.Namespace) -> dict[str, Any]:
     preset = preset_fields(args.model_dir, quant_bits=bits, name=args.name)
     command = f"moeroof preset-from-hf {shlex.quote(str(args.model_dir))} -o {shlex.quote(str(out))}"
     command += f" --quant {bits:g}" if bits is not None else ""
+    command += f" --name {shlex.quote(args.name)}" if args.name else ""
     text = preset_toml(preset, command)
     atomic.write_text(out, text)
     model = load_model(out)  # what plan will read: refuse to leave a preset that does not load
@@ -84,7 +89,8 @@ def preset_report(args: argparse.Namespace) -> dict[str, Any]:
         "kv_bytes_per_token": model.kv_bytes_per_token,
         "flops_per_token": model.flops_per_token,
         "precision": preset["precision"],
-        "sources": {k: v.get("source", "assumed") for k, v in fields.items()},
+        "sources": {k: v.get("source") or f"assumed: {v.get('note', '')}" for k, v in fields.items()},
+        "assumed": sorted(k for k, v in fields.items() if v.get("assumed")),
     }
 
 
@@ -98,6 +104,8 @@ def print_preset(rep: dict[str, Any]) -> None:
         f"KV {rep['kv_bytes_per_token']:,.0f} B/token, {rep['flops_per_token'] / 1e9:.3g} GFLOP/token "
         f"({rep['precision']})"
     )
+    if rep["assumed"]:
+        print(f"  assumed (not in config.json or the headers; see each field's note): {', '.join(rep['assumed'])}")
 
 
 def run(args: argparse.Namespace) -> int:

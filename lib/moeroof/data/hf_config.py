@@ -15,8 +15,9 @@ qwen2_moe     num_experts            num_experts_per_tok   (i+1) % decoder_spars
                                                            mlp_only_layers; + one shared expert of
                                                            shared_expert_intermediate_size
 qwen3_moe     num_experts            num_experts_per_tok   as qwen2_moe, no shared expert
-deepseek_v3   n_routed_experts       num_experts_per_tok   i >= first_k_dense_replace (and
-                                                           i % moe_layer_freq == 0); n_shared_experts;
+deepseek_v3   n_routed_experts       num_experts_per_tok   i >= first_k_dense_replace
+                                                           (moe_layer_freq is ignored, as transformers'
+                                                           DeepseekV3DecoderLayer does); n_shared_experts;
                                                            MLA attention
 olmoe         num_experts            num_experts_per_tok   every layer
 gpt_oss       num_local_experts      num_experts_per_tok   every layer (experts with biases)
@@ -28,6 +29,18 @@ its dtype's size; routed experts are the tensors under ``.experts.``, not ``shar
 else from ``config.json``'s shapes × its ``dtype`` (an index without its shards: the index's
 ``total_size`` then gives the non-routed rest). Layers past ``num_hidden_layers`` (DeepSeek's
 multi-token-prediction module) are not part of a decode step and are left out.
+
+What the file does not say is *assumed*, never silently filled in. A key a real ``config.json``
+may leave out (``num_key_value_heads``, ``head_dim``, ``decoder_sparse_step``,
+``mlp_only_layers``, ``first_k_dense_replace``, ``n_shared_experts``, the MLA ranks, GPT-OSS's
+``layer_types``, …) takes the default of transformers' own config class for the family
+(:data:`TRANSFORMERS_DEFAULTS`, read from ``models/<family>/configuration_<family>.py`` of
+transformers 5), so the preset describes the model transformers would build from that file, and
+every field it feeds is written ``assumed = true`` with a ``note`` naming the key and the
+default. The KV cache's dtype is never in ``config.json``: ``kv_bytes_per_token`` takes the
+activations' dtype (transformers' ``DynamicCache`` keeps K and V in it) and is always assumed.
+A config without ``torch_dtype``/``dtype`` takes the stored dtype from the safetensors headers.
+Every header entry's shape must agree with its ``data_offsets`` and lie inside its file.
 """
 
 from __future__ import annotations
@@ -55,6 +68,12 @@ __all__ = [
     "moe_layout",
     "read_tensor_table",
     "checkpoint_hash",
+    "HASH_MODES",
+    "weight_files",
+    "missing_shards",
+    "config_value",
+    "TRANSFORMERS_DEFAULTS",
+    "DENSE_MODEL_TYPES",
     "preset_fields",
     "preset_toml",
 ]
@@ -134,9 +153,86 @@ def _int(config: dict[str, Any], key: str, path: Path, default: int | None = Non
     return int(value)
 
 
+#: a default computed from the file: num_attention_heads, or hidden_size // num_attention_heads
+PER_HEAD, HEADS, ALTERNATING = "hidden_size // num_attention_heads", "num_attention_heads", "alternating"
+
+#: transformers' defaults (the config classes of transformers 5,
+#: ``models/<family>/configuration_<family>.py``; ``head_dim``: the modeling files'
+#: ``getattr(config, "head_dim", None) or hidden_size // num_attention_heads``) for the keys a
+#: preset reads that a real config.json may leave out. A key taken from here is *assumed*.
+#: Qwen2-MoE's and OLMoE's configs have no ``head_dim`` at all (their attention is always
+#: hidden_size // num_attention_heads wide), so its absence there is the file's own.
+TRANSFORMERS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "mixtral": {"num_key_value_heads": 8, "head_dim": PER_HEAD},
+    "qwen2_moe": {
+        "num_key_value_heads": 16,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "shared_expert_intermediate_size": 5632,
+    },
+    "qwen3_moe": {"num_key_value_heads": 4, "head_dim": PER_HEAD, "decoder_sparse_step": 1, "mlp_only_layers": []},
+    "deepseek_v3": {
+        "first_k_dense_replace": 3,
+        "n_shared_experts": 1,
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "v_head_dim": 128,
+    },
+    "olmoe": {"num_key_value_heads": HEADS},
+    "gpt_oss": {"num_key_value_heads": 8, "head_dim": 64, "layer_types": ALTERNATING},
+    "glm4_moe": {"num_key_value_heads": 8, "head_dim": PER_HEAD, "first_k_dense_replace": 1, "n_shared_experts": 1},
+}
+_CONFIG_CLASS = {
+    "mixtral": "MixtralConfig",
+    "qwen2_moe": "Qwen2MoeConfig",
+    "qwen3_moe": "Qwen3MoeConfig",
+    "deepseek_v3": "DeepseekV3Config",
+    "olmoe": "OlmoeConfig",
+    "gpt_oss": "GptOssConfig",
+    "glm4_moe": "Glm4MoeConfig",
+}
+
+#: model types transformers builds without routed experts: refused as "not a Mixture-of-Experts model"
+DENSE_MODEL_TYPES = frozenset(
+    "llama mistral mistral3 ministral qwen2 qwen3 gemma gemma2 gemma3 gemma3_text phi phi3 gpt2 gpt_neox gptj "
+    "falcon olmo olmo2 olmo3 glm glm4 starcoder2 cohere cohere2 granite opt bloom stablelm mpt exaone4 "
+    "smollm3 internlm2".split()
+)
+
+
+def config_value(config: dict[str, Any], key: str, family: str) -> tuple[Any, str | None]:
+    """``config[key]``, or transformers' default for ``family`` when the file leaves it out:
+    ``(value, None)`` from the file, ``(value, note)`` assumed, the note saying what and why.
+    A key present as ``null`` is the file's own (transformers reads null as "derive it")."""
+    if key in config:
+        return config[key], None
+    default = TRANSFORMERS_DEFAULTS.get(family, {}).get(key)
+    if default is None:
+        return None, None
+    cls = _CONFIG_CLASS.get(family, family)
+    if default == PER_HEAD:
+        heads = config.get("num_attention_heads")
+        hidden = config.get("hidden_size")
+        if not (isinstance(heads, int) and isinstance(hidden, int) and heads > 0):
+            return None, None
+        return (
+            hidden // heads,
+            f"{key} is not in config.json: taken as hidden_size // num_attention_heads = {hidden // heads}, as transformers' modeling code does",
+        )
+    if default == HEADS:
+        heads = config.get("num_attention_heads")
+        return heads, f"{key} is not in config.json: taken as num_attention_heads = {heads} ({cls}'s default)"
+    if default == ALTERNATING:
+        return None, f"{key} is not in config.json: {cls}'s default, sliding and full attention alternating"
+    return default, f"{key} is not in config.json: {cls}'s default {default!r} (transformers 5)"
+
+
 @dataclass(frozen=True)
 class MoELayout:
-    """What ``config.json`` says about a model's layers and experts."""
+    """What ``config.json`` says about a model's layers and experts. ``assumed``: field →
+    notes on the defaults it rests on (keys the file leaves out; see :func:`config_value`)."""
 
     family: str  # model_type
     experts: int
@@ -149,6 +245,7 @@ class MoELayout:
     shared_experts: int  # shared experts per MoE layer
     shared_intermediate: int  # width of all shared experts of a layer together
     sources: dict[str, str] = field(default_factory=dict)
+    assumed: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def dense_layer_ids(self) -> tuple[int, ...]:
@@ -161,12 +258,37 @@ class MoELayout:
         return 3 * h * i + ((2 * i + h) if self.family == "gpt_oss" else 0)
 
 
+def _defaulted_int(
+    config: dict[str, Any], key: str, family: str, path: Path, notes: list[str], *, null: int = 0
+) -> int:
+    """An integer key, from the file or transformers' default (its note appended to ``notes``);
+    ``null``: what an explicit null means."""
+    value, note = config_value(config, key, family)
+    if note:
+        notes.append(note)
+    if value is None:
+        return null
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InputError(path, None, key, f"expected a non-negative integer, got {value!r}")
+    return int(value)
+
+
 def moe_layout(config: dict[str, Any], path: str | Path = CONFIG_NAME) -> MoELayout:
-    """The MoE layout of a known family; an :class:`InputError` names an unknown family or a
-    config without routed experts."""
+    """The MoE layout of a known family; an :class:`InputError` names a dense model type, an
+    unknown family or a config without routed experts. MoE layers follow transformers' decoder
+    layers (``modeling_<family>.py``): Qwen's ``(i + 1) % decoder_sparse_step == 0`` and not in
+    ``mlp_only_layers``; DeepSeek-V3's and GLM-4-MoE's ``i >= first_k_dense_replace`` (their
+    ``moe_layer_freq`` is not read by transformers, so not here either)."""
     path = Path(path)
     model_type = config.get("model_type")
     if model_type not in FAMILIES:
+        if model_type in DENSE_MODEL_TYPES:
+            raise InputError(
+                path,
+                None,
+                "model_type",
+                f"not a Mixture-of-Experts model (model_type {model_type!r} has no routed experts)",
+            )
         known = ", ".join(f"{name} ({t})" for t, (_, name) in FAMILIES.items())
         raise InputError(path, None, "model_type", f"unknown MoE family {model_type!r} (known: {known})")
     keys, name = FAMILIES[model_type]
@@ -184,6 +306,8 @@ def moe_layout(config: dict[str, Any], path: str | Path = CONFIG_NAME) -> MoELay
         "experts": f"config.json: {experts_key} {experts}",
         "top_k": f"config.json: {k_key} {top_k}",
     }
+    layer_notes: list[str] = []
+    shared_notes: list[str] = []
     shared, shared_width = 0, 0
     dense_width = int(config.get("intermediate_size") or 0)
     if model_type in ("mixtral", "olmoe", "gpt_oss"):
@@ -191,25 +315,34 @@ def moe_layout(config: dict[str, Any], path: str | Path = CONFIG_NAME) -> MoELay
         expert_width = _int(config, "intermediate_size", path)
         rule = "every layer MoE"
     elif model_type in ("qwen2_moe", "qwen3_moe"):
-        step = _int(config, "decoder_sparse_step", path, 1) or 1
-        only = config.get("mlp_only_layers") or []
+        step = _defaulted_int(config, "decoder_sparse_step", model_type, path, layer_notes) or 1
+        only, note = config_value(config, "mlp_only_layers", model_type)
+        only = only or []
+        if note:
+            layer_notes.append(note)
+        if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+            raise InputError(path, None, "mlp_only_layers", f"expected a list of layer indices, got {only!r}")
         moe_ids = tuple(i for i in range(layers) if i not in only and (i + 1) % step == 0)
         expert_width = _int(config, "moe_intermediate_size", path)
         rule = f"decoder_sparse_step {step}, mlp_only_layers {list(only)}"
         if model_type == "qwen2_moe":
-            shared_width = int(config.get("shared_expert_intermediate_size") or 0)
+            shared_width = _defaulted_int(config, "shared_expert_intermediate_size", model_type, path, shared_notes)
             shared = 1 if shared_width else 0
     else:  # deepseek_v3, glm4_moe
-        first = _int(config, "first_k_dense_replace", path, 0)
-        freq = _int(config, "moe_layer_freq", path, 1) or 1
-        moe_ids = tuple(i for i in range(layers) if i >= first and i % freq == 0)
+        first = _defaulted_int(config, "first_k_dense_replace", model_type, path, layer_notes)
+        moe_ids = tuple(i for i in range(layers) if i >= first)
         expert_width = _int(config, "moe_intermediate_size", path)
-        shared = _int(config, "n_shared_experts", path, 0)
+        shared = _defaulted_int(config, "n_shared_experts", model_type, path, shared_notes)
         shared_width = shared * expert_width
-        rule = f"first_k_dense_replace {first}" + (f", moe_layer_freq {freq}" if freq != 1 else "")
+        rule = f"first_k_dense_replace {first}"
+        freq = config.get("moe_layer_freq")
+        if freq not in (None, 1):
+            rule += f" (moe_layer_freq {freq!r} ignored, as transformers ignores it)"
     if not moe_ids:
-        raise InputError(path, None, "num_hidden_layers", "not an MoE model: no layer has routed experts")
+        because = f" ({'; '.join(layer_notes)})" if layer_notes else ""
+        raise InputError(path, None, "num_hidden_layers", f"not an MoE model: no layer has routed experts{because}")
     sources["moe_layers"] = f"config.json: num_hidden_layers {layers}, {rule} -> {len(moe_ids)} MoE layers"
+    assumed = {k: v for k, v in (("moe_layers", layer_notes), ("shared", shared_notes)) if v}
     return MoELayout(
         family=model_type,
         experts=experts,
@@ -222,6 +355,7 @@ def moe_layout(config: dict[str, Any], path: str | Path = CONFIG_NAME) -> MoELay
         shared_experts=shared,
         shared_intermediate=shared_width,
         sources=sources,
+        assumed=assumed,
     )
 
 
@@ -242,8 +376,11 @@ class TensorTable:
 
 
 def _read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """The JSON header of one safetensors file (8-byte little-endian length, then JSON)."""
+    """The JSON header of one safetensors file (8-byte little-endian length, then JSON). Each
+    tensor's ``data_offsets`` must span exactly its shape × dtype and lie inside the file (the
+    format's own rule): a header that declares more than its file holds is refused."""
     try:
+        size = path.stat().st_size
         with path.open("rb") as fh:
             head = fh.read(8)
             if len(head) != 8:
@@ -260,6 +397,9 @@ def _read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
         doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise InputError(path, None, "header", f"not a safetensors JSON header ({err})") from None
+    if not isinstance(doc, dict):
+        raise InputError(path, None, "header", "not a safetensors JSON header (expected an object)")
+    data_bytes = size - 8 - length
     out = {}
     for name, info in doc.items():
         if name == "__metadata__":
@@ -268,10 +408,41 @@ def _read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
             not isinstance(info, dict)
             or info.get("dtype") not in DTYPE_BYTES
             or not isinstance(info.get("shape"), list)
+            or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in info["shape"])
         ):
             raise InputError(path, None, name, f"unknown tensor entry {info!r}")
-        out[name] = (info["dtype"], tuple(int(d) for d in info["shape"]))
+        shape = tuple(int(d) for d in info["shape"])
+        offsets = info.get("data_offsets")
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+            or not 0 <= offsets[0] <= offsets[1] <= data_bytes
+        ):
+            raise InputError(
+                path, None, name, f"data_offsets {offsets!r} do not lie inside the file's {data_bytes} data bytes"
+            )
+        want = math.prod(shape) * DTYPE_BYTES[info["dtype"]]
+        if offsets[1] - offsets[0] != want:
+            raise InputError(
+                path,
+                None,
+                name,
+                f"shape {list(shape)} of {info['dtype']} is {want:g} B but its data_offsets span "
+                f"{offsets[1] - offsets[0]} B",
+            )
+        out[name] = (info["dtype"], shape)
     return out
+
+
+def missing_shards(model_dir: str | Path) -> list[str]:
+    """The shards ``model.safetensors.index.json`` names that are not in the folder (empty
+    without an index)."""
+    folder = Path(model_dir)
+    index = folder / INDEX_NAME
+    if not index.is_file():
+        return []
+    return [s for s in sorted(set(_read_index(index)["weight_map"].values())) if not (folder / s).is_file()]
 
 
 def read_tensor_table(model_dir: str | Path) -> TensorTable | None:
@@ -317,21 +488,80 @@ def index_total_size(model_dir: str | Path) -> int | None:
     return int(total) if isinstance(total, int) and not isinstance(total, bool) else None
 
 
-def checkpoint_hash(model_dir: str | Path) -> str:
-    """sha256 over ``config.json`` and the index (or the single file's header): names the
-    checkpoint without reading its weights."""
+#: what :func:`checkpoint_hash` reads: every byte of the weights, or only their headers
+HASH_MODES = ("full", "headers")
+
+
+def weight_files(model_dir: str | Path) -> list[Path]:
+    """The safetensors files of a checkpoint: the shards its index names, else ``model.safetensors``;
+    an :class:`InputError` names the first shard missing."""
     folder = Path(model_dir)
-    h = hashlib.sha256()
-    h.update((folder / CONFIG_NAME).read_bytes())
     index, single = folder / INDEX_NAME, folder / SINGLE_NAME
     if index.is_file():
-        h.update(index.read_bytes())
-    elif single.is_file():
-        with single.open("rb") as fh:
-            head = fh.read(8)
-            (length,) = struct.unpack("<Q", head) if len(head) == 8 else (0,)
-            h.update(head + fh.read(min(length, MAX_HEADER_BYTES)))
-    return "sha256:" + h.hexdigest()
+        missing = missing_shards(folder)
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise InputError(
+                folder, None, "weights", f"{INDEX_NAME} names {missing[0]}{more}, which is not in the folder"
+            )
+        return [folder / s for s in sorted(set(_read_index(index)["weight_map"].values()))]
+    if single.is_file():
+        return [single]
+    raise InputError(
+        folder, None, "weights", f"no {SINGLE_NAME} or {INDEX_NAME} (only safetensors checkpoints are read)"
+    )
+
+
+def checkpoint_hash(
+    model_dir: str | Path, *, mode: str = "full", progress: Any = None, chunk: int = 1 << 24
+) -> dict[str, Any]:
+    """An identity of the checkpoint: ``{"hash": "sha256:…", "mode", "covers", "bytes"}``.
+
+    One sha256 over ``config.json``, the index if any, then each safetensors file in name order,
+    each entered as ``name NUL size NUL`` followed by its bytes. ``mode="full"`` hashes every
+    byte of every file (the weights themselves: two checkpoints differing in one weight differ),
+    streamed ``chunk`` bytes at a time with ``progress(done_bytes, total_bytes, file_name)``
+    after each; ``mode="headers"`` hashes only each safetensors file's 8-byte length and JSON
+    header (names, dtypes, shapes and offsets, not the values: a weaker id for a checkpoint too
+    large to read, which two checkpoints of the same shapes share)."""
+    if mode not in HASH_MODES:
+        raise ValueError(f"mode must be one of {', '.join(HASH_MODES)}, got {mode!r}")
+    folder = Path(model_dir)
+    weights = weight_files(folder)
+    meta_files = [folder / CONFIG_NAME] + ([folder / INDEX_NAME] if (folder / INDEX_NAME).is_file() else [])
+    h = hashlib.sha256()
+    for path in meta_files:
+        raw = path.read_bytes()
+        h.update(f"{path.name}\0{len(raw)}\0".encode())
+        h.update(raw)
+    sizes = [p.stat().st_size for p in weights]
+    total = sum(sizes) if mode == "full" else 0
+    done = 0
+    for path, size in zip(weights, sizes):
+        with path.open("rb") as fh:
+            if mode == "full":
+                h.update(f"{path.name}\0{size}\0".encode())
+                for block in iter(lambda fh=fh: fh.read(chunk), b""):
+                    h.update(block)
+                    done += len(block)
+                    if progress is not None:
+                        progress(done, total, path.name)
+            else:
+                head = fh.read(8)
+                (length,) = struct.unpack("<Q", head) if len(head) == 8 else (0,)
+                raw = head + fh.read(min(length, MAX_HEADER_BYTES))
+                h.update(f"{path.name}\0{len(raw)}\0".encode())
+                h.update(raw)
+                done += len(raw)
+    names = ", ".join(p.name for p in meta_files)
+    if mode == "full":
+        covers = f"{names} and every byte of {len(weights)} safetensors file(s), {total} B (the weights)"
+    else:
+        covers = (
+            f"{names} and the headers of {len(weights)} safetensors file(s) only: names, dtypes and shapes, "
+            "not the weights' values"
+        )
+    return {"hash": "sha256:" + h.hexdigest(), "mode": mode, "covers": covers, "bytes": done}
 
 
 def is_routed_expert(name: str) -> bool:
@@ -350,23 +580,60 @@ def layer_of(name: str) -> int | None:
 # ----------------------------------------------------------------------------- the preset
 
 
-def _dtype_bytes(config: dict[str, Any], path: Path) -> tuple[int, str]:
-    name = config.get("torch_dtype") or config.get("dtype")
+_HEADER_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+
+
+def _dtype_bytes(config: dict[str, Any], path: Path, table: TensorTable | None, where: str) -> tuple[int, str, str]:
+    """(bytes per activation, dtype name, source): config.json's ``torch_dtype``/``dtype``, else
+    the floating dtype holding most of the non-routed tensors' bytes in the headers."""
+    key = "torch_dtype" if config.get("torch_dtype") else "dtype"
+    name = config.get(key)
     if isinstance(name, str) and name.replace("torch.", "") in _CONFIG_DTYPES:
         name = name.replace("torch.", "")
-        return _CONFIG_DTYPES[name], name
-    raise InputError(path, None, "dtype", f"config.json gives no known dtype (got {name!r})")
+        return _CONFIG_DTYPES[name], name, f"config.json: {key} {name}"
+    if name is None and table is not None:
+        by_dtype: dict[str, int] = {}
+        for tname, (dt, _) in table.tensors.items():
+            if dt in _HEADER_DTYPES and not is_routed_expert(tname):
+                by_dtype[dt] = by_dtype.get(dt, 0) + table.nbytes(tname)
+        if by_dtype:
+            dt = max(by_dtype, key=lambda d: by_dtype[d])
+            total = sum(by_dtype.values())
+            return (
+                int(DTYPE_BYTES[dt]),
+                _HEADER_DTYPES[dt],
+                f"{where}: config.json gives no dtype; {by_dtype[dt]} of the {total} B of floating "
+                f"non-routed tensors are stored as {dt}",
+            )
+    raise InputError(
+        path, None, "dtype", f"config.json gives no known dtype (got {name!r}) and no safetensors header says one"
+    )
 
 
-def _attention(config: dict[str, Any], layout: MoELayout) -> dict[str, Any]:
+def _attention(config: dict[str, Any], layout: MoELayout, path: Path) -> dict[str, Any]:
     """Attention parameters per layer, KV values per token per layer, attention FLOP per context
-    token per layer, and the number of layers whose KV grows with the context."""
-    h = layout.hidden_size
-    heads = int(config.get("num_attention_heads") or 0)
-    if layout.family == "deepseek_v3":
-        rope, nope = int(config["qk_rope_head_dim"]), int(config["qk_nope_head_dim"])
-        v_dim, kv_rank = int(config["v_head_dim"]), int(config["kv_lora_rank"])
-        q_rank = config.get("q_lora_rank")
+    token per layer, the number of layers whose KV grows with the context, and ``notes``: key →
+    what was assumed for a key config.json leaves out (:func:`config_value`)."""
+    h, fam = layout.hidden_size, layout.family
+    heads = _int(config, "num_attention_heads", path)
+    if heads < 1:
+        raise InputError(path, None, "num_attention_heads", "must be at least 1")
+    notes: dict[str, str] = {}
+
+    def get(key: str, null: Any) -> Any:
+        value, note = config_value(config, key, fam)
+        if note:
+            notes[key] = note
+        if value is None:
+            return null
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InputError(path, None, key, f"expected a non-negative integer, got {value!r}")
+        return int(value)
+
+    if fam == "deepseek_v3":
+        rope, nope = get("qk_rope_head_dim", 0), get("qk_nope_head_dim", 0)
+        v_dim, kv_rank = get("v_head_dim", 0), get("kv_lora_rank", 0)
+        q_rank = get("q_lora_rank", None)  # null: queries without a low-rank compression
         q = h * q_rank + q_rank * heads * (rope + nope) if q_rank else h * heads * (rope + nope)
         params = q + h * (kv_rank + rope) + kv_rank * heads * (nope + v_dim) + heads * v_dim * h
         kv_values = kv_rank + rope
@@ -374,19 +641,28 @@ def _attention(config: dict[str, Any], layout: MoELayout) -> dict[str, Any]:
         flop = 2 * heads * ((kv_rank + rope) + kv_rank)
         flop_what = f"absorbed-MLA decode: 2 x {heads} heads x ({kv_rank + rope} score + {kv_rank} value)"
         full = layout.layers
+        kv_keys = flop_keys = ("kv_lora_rank", "qk_rope_head_dim")
     else:
-        kv_heads = int(config.get("num_key_value_heads") or heads)
-        head_dim = int(config.get("head_dim") or h // heads)
+        kv_heads = get("num_key_value_heads", heads)
+        head_dim = get("head_dim", h // heads)
         params = 2 * h * heads * head_dim + 2 * h * kv_heads * head_dim
         kv_values = 2 * kv_heads * head_dim
         what = f"{kv_heads} KV heads x {head_dim} head_dim x 2 (K, V)"
         flop = 4 * heads * head_dim
         flop_what = f"4 x {heads} heads x {head_dim} head_dim (QK and AV)"
-        types = config.get("layer_types")
         full = layout.layers
-        if layout.family == "gpt_oss" and isinstance(types, list) and len(types) == layout.layers:
-            full = sum(1 for t in types if t == "full_attention")
-            what += f", {full} full-attention layers of {layout.layers} (sliding-window layers keep a bounded cache, left out)"
+        kv_keys, flop_keys = ("num_key_value_heads", "head_dim", "layer_types"), ("head_dim", "layer_types")
+        if fam == "gpt_oss":
+            types, note = config_value(config, "layer_types", fam)
+            if note:  # GptOssConfig: sliding on even i, full on odd i
+                notes["layer_types"] = note
+                types = ["full_attention" if (i + 1) % 2 == 0 else "sliding_attention" for i in range(layout.layers)]
+            if isinstance(types, list) and len(types) == layout.layers:
+                full = sum(1 for t in types if t == "full_attention")
+                what += (
+                    f", {full} full-attention layers of {layout.layers} "
+                    "(sliding-window layers keep a bounded cache, left out)"
+                )
     return {
         "params": params,
         "kv_values": kv_values,
@@ -394,6 +670,9 @@ def _attention(config: dict[str, Any], layout: MoELayout) -> dict[str, Any]:
         "flop": flop,
         "flop_what": flop_what,
         "full_layers": full,
+        "notes": notes,
+        "kv_notes": [notes[k] for k in kv_keys if k in notes],
+        "flop_notes": [notes[k] for k in flop_keys if k in notes],
     }
 
 
@@ -414,12 +693,22 @@ def _field(value: float, source: str | None = None, *, unit: str | None = None, 
     return out
 
 
+def _derived(value: float, text: str, notes: list[str], *, unit: str | None = None) -> dict:
+    """A field derived as ``text`` says: sourced, or — when it rests on anything config.json
+    leaves out (``notes``) — ``assumed = true`` with the derivation and the assumptions as its note."""
+    notes = list(dict.fromkeys(notes))  # each once, in order
+    if not notes:
+        return _field(value, text, unit=unit)
+    return _field(value, None, unit=unit, note=f"{'; '.join(notes)} [{text}]")
+
+
 def preset_fields(model_dir: str | Path, *, quant_bits: float | None = None, name: str | None = None) -> dict[str, Any]:
     """The preset of the checkpoint in ``model_dir``: ``{"name", "description", "precision",
-    "fields": {field: {value, unit?, source | assumed, note?}}, "layout": MoELayout}``.
+    "fields": {field: {value, unit?, source | assumed + note}}, "layout": MoELayout}``.
 
     ``quant_bits``: routed experts at that many bits per parameter instead of the stored dtype
-    (the rest stays as stored)."""
+    (the rest stays as stored). A field resting on a key config.json leaves out is ``assumed``
+    (module text)."""
     folder = Path(model_dir)
     config = read_config(folder)
     cpath = folder / CONFIG_NAME
@@ -429,23 +718,28 @@ def preset_fields(model_dir: str | Path, *, quant_bits: float | None = None, nam
     h, experts, k, n_moe = layout.hidden_size, layout.experts, layout.top_k, len(layout.moe_layer_ids)
     vocab = _int(config, "vocab_size", cpath)
     tied = bool(config.get("tie_word_embeddings", False))
-    attn = _attention(config, layout)
+    attn = _attention(config, layout, cpath)
+    layer_notes = layout.assumed.get("moe_layers", [])
+    shared_notes = layout.assumed.get("shared", [])
     fields: dict[str, Any] = {
         "experts": _field(experts, layout.sources["experts"]),
         "top_k": _field(k, layout.sources["top_k"]),
-        "moe_layers": _field(n_moe, layout.sources["moe_layers"]),
+        "moe_layers": _derived(n_moe, layout.sources["moe_layers"], layer_notes),
         "hidden_size": _field(h, f"config.json: hidden_size {h}"),
     }
-    act_bytes, act_dtype = _dtype_bytes(config, cpath)
     e_params = layout.expert_params
-
-    # routed and non-routed bytes: from the headers when present
+    where = ""
     if table is not None:
         where = (
             f"{SINGLE_NAME} header"
             if len(table.files) == 1 and table.files[0].name == SINGLE_NAME
             else f"{INDEX_NAME} and the headers of its {len(table.files)} shards"
         )
+    act_bytes, act_dtype, act_source = _dtype_bytes(config, cpath, table, where)
+    nonrouted_notes: list[str] = []
+
+    # routed and non-routed bytes: from the headers when present
+    if table is not None:
         routed = {lay: 0 for lay in layout.moe_layer_ids}
         non_routed, skipped, stored = 0, 0, set()
         for tname in table.tensors:
@@ -456,8 +750,12 @@ def preset_fields(model_dir: str | Path, *, quant_bits: float | None = None, nam
                 continue
             if is_routed_expert(tname):
                 if lay not in routed:
+                    because = f" ({'; '.join(layer_notes)})" if layer_notes else ""
                     raise InputError(
-                        table.files[0], None, tname, f"a routed expert in layer {lay}, which config.json makes dense"
+                        table.files[0],
+                        None,
+                        tname,
+                        f"a routed expert in layer {lay}, which config.json makes dense{because}",
                     )
                 routed[lay] += size
                 stored.add(table.tensors[tname][0])
@@ -488,15 +786,18 @@ def preset_fields(model_dir: str | Path, *, quant_bits: float | None = None, nam
             f"embedding{'' if tied else ' and LM head'}) = {non_routed} B{skip_note}"
         )
         precision = dtypes if len(stored) == 1 else f"experts {dtypes}"
+        if layer_notes:  # the headers hold routed experts in exactly the layers assumed
+            fields["moe_layers"]["note"] += f"; the {where} hold routed experts in exactly these layers"
     else:
         total = index_total_size(folder)
         bpp, qnote = _config_bits(config, act_bytes)
         stored_bytes = int(round(e_params * bpp))
+        missing = missing_shards(folder)
         expert_source = (
             f"config.json: 3 x {h} x {layout.expert_intermediate} params (hidden_size x "
             f"{'intermediate_size' if layout.family in ('mixtral', 'olmoe', 'gpt_oss') else 'moe_intermediate_size'}"
             f"{', plus biases' if layout.family == 'gpt_oss' else ''}) = {e_params} x {bpp:g} B ({qnote}); "
-            f"the shards named by {INDEX_NAME} are not here to read their headers"
+            f"{len(missing)} of the shards named by {INDEX_NAME} are not here to read their headers"
         )
         if total is None:
             raise InputError(folder, None, "weights", f"{INDEX_NAME} has no metadata.total_size and no shard is here")
@@ -505,6 +806,7 @@ def preset_fields(model_dir: str | Path, *, quant_bits: float | None = None, nam
             f"{INDEX_NAME}: total_size {total} B minus {experts} x {n_moe} routed experts x {stored_bytes} B "
             "(config.json); any multi-token-prediction layer is included"
         )
+        nonrouted_notes = list(layer_notes)
         precision = qnote
         if non_routed <= 0:
             raise InputError(
@@ -521,12 +823,19 @@ def preset_fields(model_dir: str | Path, *, quant_bits: float | None = None, nam
         precision = f"{quant_bits:g}-bit experts, {precision} resident"
     else:
         fields["expert_bytes"] = _field(stored_bytes, expert_source, unit="B")
-    fields["non_routed_bytes"] = _field(non_routed, nonrouted_source, unit="B")
+    fields["non_routed_bytes"] = _derived(non_routed, nonrouted_source, nonrouted_notes, unit="B")
 
+    # the KV cache's dtype is not in config.json: transformers' DynamicCache stores K and V as the
+    # attention computes them, in the activations' dtype
     kv = attn["kv_values"] * attn["full_layers"] * act_bytes
-    fields["kv_bytes_per_token"] = _field(
+    kv_dtype_note = (
+        f"the KV cache's dtype is not in config.json: taken as the activations' {act_dtype} ({act_bytes} B), "
+        "as transformers' DynamicCache keeps it (an engine may store it in FP8)"
+    )
+    fields["kv_bytes_per_token"] = _derived(
         kv,
         f"config.json: {attn['kv_what']} x {attn['full_layers']} layers x {act_bytes} B ({act_dtype}) = {kv} B",
+        [*attn["kv_notes"], kv_dtype_note],
         unit="B",
     )
 
@@ -542,17 +851,21 @@ def preset_fields(model_dir: str | Path, *, quant_bits: float | None = None, nam
         + n_moe * (router + shared + k * e_params)
         + vocab * h
     )
-    fields["flops_per_token"] = _field(
+    fields["flops_per_token"] = _derived(
         2 * active,
         f"config.json: 2 x {active} params per token (attention of {layout.layers} layers, {dense} dense MLPs, "
         f"{n_moe} x (router + {layout.shared_experts} shared + {k} routed experts), LM head; norms left out)",
+        [*layer_notes, *shared_notes, *(v for key, v in attn["notes"].items() if key != "layer_types")],
         unit="FLOP",
     )
     attn_flop = attn["flop"] * attn["full_layers"]
-    fields["attn_flops_per_context_token"] = _field(
-        attn_flop, f"config.json: {attn['flop_what']} x {attn['full_layers']} layers = {attn_flop} FLOP", unit="FLOP"
+    fields["attn_flops_per_context_token"] = _derived(
+        attn_flop,
+        f"config.json: {attn['flop_what']} x {attn['full_layers']} layers = {attn_flop} FLOP",
+        attn["flop_notes"],
+        unit="FLOP",
     )
-    fields["activation_bytes"] = _field(act_bytes, f"config.json: dtype {act_dtype}", unit="B")
+    fields["activation_bytes"] = _field(act_bytes, act_source, unit="B")
     label = name or str(config.get("_name_or_path") or folder.resolve().name).rstrip("/").split("/")[-1] or "model"
     shared_text = f" + {layout.shared_experts} shared" if layout.shared_experts else ""
     description = (
@@ -566,6 +879,7 @@ def preset_fields(model_dir: str | Path, *, quant_bits: float | None = None, nam
         "fields": fields,
         "layout": layout,
         "stored_expert_bytes": stored_bytes,
+        "assumed": {k: v["note"] for k, v in fields.items() if v.get("assumed")},
     }
 
 

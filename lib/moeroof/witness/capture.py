@@ -14,14 +14,18 @@ module's name; the routers found must be exactly the MoE layers ``config.json`` 
 
 Phases. ``generate`` runs one prefill forward over the left-padded prompts, then one decode
 forward per new token: N new tokens are 1 prefill and N − 1 decode steps, decode step t feeding
-the stream's t-th generated token. The trace (steps × streams × layers × K) holds the decode
-steps only (``meta["phase"] = "decode"``); a stream whose EOS came out at or before step t has
-``-1`` there (it would have left the batch). The prefill is not a step of the decode loop, so
-it is counted into the histogram alone: the histogram holds every routed prompt token (padding
-excluded) and every live decode token, with the split in its sidecar's ``phases``.
+the stream's t-th generated token. The trace's ``topk`` (steps × streams × layers × K) holds the
+decode steps only (``meta["phase"] = "decode"``); a stream whose EOS came out at or before step
+t has ``-1`` there (it would have left the batch). The prefill is not a step of the decode loop:
+its ids are stored apart, as the ``prefill`` array of the ``.npz`` (streams × the longest
+prompt × layers × K, left-aligned as the prompts were padded: stream s's prompt token j sits at
+position ``L − len_s + j``, ``-1`` on the padding; described by ``meta["prefill"]``), and
+counted into the histogram, which holds every routed prompt token (padding excluded) and every
+live decode token, with the split in its sidecar's ``phases``.
 
 Memory: the decode ids live in one preallocated (N − 1) × B × layers × K int16 array (int32
-past 32,767 experts); the prefill is summed into a layers × experts count table as it goes.
+past 32,767 experts), the prefill ids in one B × L × layers × K array, both sized through
+:func:`moeroof.core.limits.check_allocation` before the model runs.
 Decoding is greedy (deterministic: the same checkpoint, prompts and dtype give the same trace).
 
 torch and transformers are imported inside the functions: importing this module costs nothing.
@@ -46,6 +50,7 @@ from moeroof.data.hf_config import (
     MoELayout,
     checkpoint_hash,
     layer_of,
+    missing_shards,
     moe_layout,
     read_config,
     read_tensor_table,
@@ -64,6 +69,7 @@ __all__ = [
     "capture_routing",
     "capture_meta",
     "write_capture",
+    "prefill_path",
 ]
 
 INSTALL_HINT = "pip install 'moeroof[capture]'"
@@ -183,8 +189,13 @@ def load_checkpoint(model_dir: str | Path, *, dtype: str = "auto", device: str =
     folder = Path(model_dir)
     config = read_config(folder)
     layout = moe_layout(config, folder / "config.json")
-    if read_tensor_table(folder) is None:
-        raise InputError(folder, None, "weights", "the safetensors index names shards that are not in the folder")
+    missing = missing_shards(folder)
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise InputError(
+            folder, None, "weights", f"the safetensors index names {missing[0]}{more}, which is not in the folder"
+        )
+    read_tensor_table(folder)  # every header readable, its shapes within its data
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     torch, transformers = require_capture_packages()
@@ -225,10 +236,12 @@ def find_routers(model: Any, layout: MoELayout) -> dict[int, Any]:
 
 @dataclass
 class CaptureResult:
-    """Decode ids (steps × streams × layers × K, -1 where a stream is done), the prefill's
-    counts per (layer, expert), tokens per phase, and what was generated."""
+    """Decode ids (steps × streams × layers × K, -1 where a stream is done), the prefill's ids
+    (streams × longest prompt × layers × K, left-padded with -1) and counts per (layer, expert),
+    tokens per phase, and what was generated."""
 
     topk: np.ndarray
+    prefill: np.ndarray
     layer_ids: list[int]
     experts: int
     top_k: int
@@ -270,10 +283,14 @@ class _Recorder:
         self.pos = {lay: i for i, lay in enumerate(self.layer_ids)}
         n_layers = len(self.layer_ids)
         dtype = np.int16 if experts <= np.iinfo(np.int16).max else np.int32
+        length = mask.shape[1]
         check_allocation(
-            max(steps, 1) * streams * n_layers * top_k, np.dtype(dtype).itemsize, "steps × streams × layers × K"
+            (max(steps, 1) + length) * streams * n_layers * top_k,
+            np.dtype(dtype).itemsize,
+            "(decode steps + prompt length) × streams × layers × K",
         )
         self.topk = np.full((steps, streams, n_layers, top_k), -1, dtype=dtype)
+        self.prefill = np.full((streams, length, n_layers, top_k), -1, dtype=dtype)
         self.prefill_counts = np.zeros((n_layers, experts), dtype=np.int64)
         self.prefill_tokens = np.zeros(n_layers, dtype=np.int64)
         self.calls = np.zeros(n_layers, dtype=np.int64)
@@ -303,6 +320,7 @@ class _Recorder:
                         f"prefill of layer {lay} saw {rows.shape[1]} positions, not {self.mask.shape[1]}"
                     )
                 live = rows[self.mask]
+                self.prefill[:, :, pos, :][self.mask] = live
                 self.prefill_counts[pos] += np.bincount(live.ravel().astype(np.int64), minlength=self.experts)
                 self.prefill_tokens[pos] += live.shape[0]
                 return
@@ -400,6 +418,7 @@ def capture_routing(
         generated.append(row)
     return CaptureResult(
         topk=topk,
+        prefill=recorder.prefill,
         layer_ids=recorder.layer_ids,
         experts=layout.experts,
         top_k=layout.top_k,
@@ -420,12 +439,17 @@ def capture_meta(
     dtype: str,
     device: str,
     source: str,
+    hash_mode: str = "full",
+    hash_progress: Callable[[int, int, str], None] | None = None,
 ) -> dict[str, Any]:
-    """The trace's meta: model, checkpoint hash, dtype, prompt file hash, device, date, versions."""
+    """The trace's meta: model, checkpoint hash (what it covers: ``hash_mode`` of
+    :func:`moeroof.data.hf_config.checkpoint_hash`, ``full`` reads every weight byte), dtype,
+    prompt file hash, device, date, versions, and where the prefill ids are."""
     torch, transformers = require_capture_packages()
     folder = Path(model_dir)
     config = read_config(folder)
     name = str(config.get("_name_or_path") or folder.resolve().name).rstrip("/").split("/")[-1]
+    ident = checkpoint_hash(folder, mode=hash_mode, progress=hash_progress)
     return {
         "model": name,
         "family": config.get("model_type"),
@@ -435,8 +459,17 @@ def capture_meta(
         "source": source,
         "provenance": "witnessed",
         "phase": "decode",
+        "prefill": {
+            "array": "prefill",
+            "shape": list(result.prefill.shape),
+            "axes": ["stream", "position", "layer", "k"],
+            "layout": "left-padded as decoded: stream s's prompt token j at position L - prompt_tokens[s] + j; "
+            "-1 on the padding; ids ordered by routing weight, largest first",
+        },
         "checkpoint": str(folder),
-        "checkpoint_hash": checkpoint_hash(folder),
+        "checkpoint_hash": ident["hash"],
+        "checkpoint_hash_mode": ident["mode"],
+        "checkpoint_hash_covers": ident["covers"],
         "dtype": dtype,
         "device": device,
         "prompts": str(prompts_path),
@@ -452,19 +485,76 @@ def capture_meta(
     }
 
 
+def prefill_path(trace_path: str | Path) -> Path:
+    """Where a ``.npy`` trace's prefill ids go (``OUT.prefill.npy``); a ``.npz`` holds them inside."""
+    trace_path = Path(trace_path)
+    return trace_path.with_name(trace_path.stem + ".prefill.npy")
+
+
+def _add_npz_member(path: Path, name: str, array: np.ndarray) -> None:
+    """Rewrite the ``.npz`` at ``path`` (atomically, members and their zip settings kept as
+    :func:`moeroof.data.io.write_trace` wrote them) with one more array."""
+    import io as _io
+    import zipfile
+
+    from moeroof.core import atomic
+
+    with zipfile.ZipFile(path) as zf:
+        members = [(info, zf.read(info)) for info in zf.infolist()]
+
+    def write(fh: Any) -> None:
+        with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as out:
+            for info, data in members:
+                out.writestr(info, data)
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            buf = _io.BytesIO()
+            np.lib.format.write_array(buf, np.ascontiguousarray(array), allow_pickle=False)
+            out.writestr(info, buf.getvalue())
+
+    atomic.write_via(path, write)
+
+
 def write_capture(
     result: CaptureResult, meta: dict[str, Any], trace_path: str | Path, histogram_path: str | Path, *, overwrite: bool
 ) -> tuple[Path, Path]:
-    """The trace (decode steps) and the histogram (prefill + decode) with their meta."""
-    from moeroof.data.io import write_histogram, write_trace
+    """The trace (decode steps in ``topk``, the prefill ids in ``prefill``: a member of the
+    ``.npz``, or ``OUT.prefill.npy`` beside a ``.npy``) and the histogram (prefill + decode)
+    with their meta."""
+    from moeroof.data.io import guard_target, write_histogram, write_trace
 
     trace_path, histogram_path = Path(trace_path), Path(histogram_path)
     counts, tokens = result.histogram()
     trace_meta = {**meta, "histogram": str(histogram_path)}
+    npy = trace_path.suffix.lower() == ".npy"
+    if npy:
+        trace_meta["prefill"] = {**meta["prefill"], "array": str(prefill_path(trace_path))}
+        guard_target(prefill_path(trace_path), overwrite)
     write_trace(trace_path, result.topk, trace_meta, overwrite=overwrite)
+    if npy:
+        from moeroof.core import atomic
+
+        atomic.write_via(
+            prefill_path(trace_path),
+            lambda fh: np.lib.format.write_array(fh, np.ascontiguousarray(result.prefill), allow_pickle=False),
+        )
+    else:
+        _add_npz_member(trace_path, "prefill", result.prefill)
     extra = {
         k: meta[k]
-        for k in ("family", "checkpoint", "checkpoint_hash", "dtype", "device", "prompts", "prompts_sha256", "date")
+        for k in (
+            "family",
+            "checkpoint",
+            "checkpoint_hash",
+            "checkpoint_hash_mode",
+            "checkpoint_hash_covers",
+            "dtype",
+            "device",
+            "prompts",
+            "prompts_sha256",
+            "date",
+        )
     }
     extra["phases"] = {
         "prefill": [int(t) for t in result.prefill_tokens],

@@ -321,3 +321,88 @@ def test_a_cell_past_the_timeout_is_retried_once_in_a_fresh_kernel(tmp_path, cap
 def test_report_refuses_a_timeout_that_is_not_positive(capsys):
     assert report.main(["--notebooks", "whatif", "--cell-timeout", "0"]) == 2
     assert capsys.readouterr().err.startswith("error: --cell-timeout: must be a positive number of seconds")
+
+
+def first_text(page: str) -> str:
+    """The first visible words of an HTML page's body (no style, script or head)."""
+    from html.parser import HTMLParser
+
+    class Text(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.words, self.skip, self.body = [], 0, False
+
+        def handle_starttag(self, tag, attrs):
+            self.body |= tag == "body"
+            self.skip += tag in ("style", "script", "head")
+
+        def handle_endtag(self, tag):
+            self.skip -= tag in ("style", "script", "head")
+
+        def handle_data(self, data):
+            if self.body and not self.skip:
+                self.words += data.split()
+
+    parser = Text()
+    parser.feed(page)
+    return " ".join(parser.words)[:400]
+
+
+def _answered(reports, name, answer, *, lifted):
+    """An executed notebook whose answer is lifted (a Markdown cell tagged answer first) or not
+    (displayed by a code cell tagged answer, as papermill leaves it)."""
+    nb = nbformat.v4.new_notebook()
+    title = nbformat.v4.new_markdown_cell(f"# Question of {name}?")
+    if lifted:
+        nb.cells = [nbformat.v4.new_markdown_cell(answer, metadata={"tags": ["answer"]}), title]
+    else:
+        cell = nbformat.v4.new_code_cell("display(Markdown(a))", metadata={"tags": ["answer"]})
+        cell.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": answer})]
+        nb.cells = [title, cell]
+    reports.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, reports / f"{name}.ipynb")
+    (reports / f"{name}.html").write_text("<html><body>report</body></html>")
+
+
+def test_index_says_what_each_run_s_numbers_are_from_its_answer(tmp_path):
+    reports = tmp_path / "reports"
+    _answered(reports, "a", "**Answer.** x. Every model number is **projected**: not witnessed here: y.", lifted=True)
+    _answered(reports, "b", "**Answer.** x. Every input is **witnessed**; numbers measured …", lifted=False)
+    _answered(reports / "b" / "0123456789ab", "b", "**Answer.** Every input is **witnessed**.", lifted=True)
+    r = site.read_report(reports / "a.ipynb")
+    assert r.title == "Question of a?" and r.provenance == "projected"
+    assert site.read_report(reports / "b.ipynb").provenance == "witnessed"
+    text = site.build_index(reports, tmp_path / "figures").read_text()
+    assert "Every number is projected unless" not in text
+    assert (
+        "Of the 3 reports listed, 1 projected (some input is not witnessed): a; 2 on witnessed inputs only: b, b (run 0123456789ab)."
+        in text
+    )
+    assert text.count("Numbers: witnessed: every input") == 2 and text.count("Numbers: projected:") == 1
+    # all projected: the header says so, and names no witnessed run
+    only = tmp_path / "only"
+    _answered(only, "a", "**Answer.** … **projected** …", lifted=True)
+    text = site.build_index(only, tmp_path / "figures").read_text()
+    assert "Of the 1 report listed, 1 projected (some input is not witnessed): a." in text
+    assert "witnessed inputs only" not in text
+
+
+def test_lift_answer_opens_the_notebook_with_the_answer():
+    nb = nbformat.v4.new_notebook()
+    answer = nbformat.v4.new_code_cell("display(...)", metadata={"tags": ["answer"]})
+    answer.outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="note\n"),
+        nbformat.v4.new_output("display_data", data={"text/markdown": "**Answer.** 42."}),
+    ]
+    nb.cells = [nbformat.v4.new_markdown_cell("# Q?"), nbformat.v4.new_code_cell("x = 1"), answer]
+    out = report.lift_answer(nb)
+    assert [c.cell_type for c in out.cells] == ["markdown", "markdown", "code", "code"]
+    assert out.cells[0].source == "**Answer.** 42." and out.cells[0].metadata["tags"] == ["answer"]
+    assert out.cells[1].source == "# Q?"
+    assert out.cells[3].metadata["tags"] == ["answer-source"] and [o.output_type for o in out.cells[3].outputs] == [
+        "stream"
+    ]
+    assert first_text(report.to_html(out, "q")).startswith("Answer. 42. Q?")
+    # nothing tagged, or no Markdown displayed: left as it is
+    plain = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Q?")])
+    assert report.lift_answer(plain).cells[0].source == "# Q?"

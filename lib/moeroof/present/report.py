@@ -4,8 +4,8 @@
 
 The ``.py`` percent notebooks are the source of truth (STYLE.md); papermill is the runner, the
 same way CI and ``papermill nb.ipynb out.ipynb -p ...`` run them, so a report is exactly what a
-user would get. For each notebook this writes ``NAME.ipynb`` (executed), ``NAME.html`` (outputs
-only, like ``nbconvert --no-input``, with no scripts from a CDN and no widget views, so it reads
+user would get. For each notebook this writes ``NAME.ipynb`` (executed, the answer its cell tagged
+``answer`` displayed lifted to the top: :func:`lift_answer`), ``NAME.html`` (outputs only, like ``nbconvert --no-input``, with no scripts from a CDN and no widget views, so it reads
 offline) and the figures the notebook saves, then rebuilds ``reports/index.html`` over every
 report there (:mod:`moeroof.present.site`: parameters, links, a gallery of the saved figures).
 
@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from moeroof.core import atomic, paths
+from moeroof.present.answers import ANSWER_TAG
 
 if TYPE_CHECKING:  # the Jupyter stack loads when a render starts, not when `moeroof` builds its parser
     import nbformat
@@ -150,6 +151,43 @@ def strip_widgets(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     for cell in nb.cells:
         if cell.get("outputs"):
             cell.outputs = [o for o in cell.outputs if WIDGET_VIEW_MIME not in o.get("data", {})]
+    return nb
+
+
+#: the tag the answer's source cell keeps once its answer is lifted to the top
+ANSWER_SOURCE_TAG = "answer-source"
+
+
+def lift_answer(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Open the report with the run's answer: the Markdown the cell tagged ``answer`` displayed
+    becomes the first cell (a Markdown cell tagged ``answer``), before the notebook's fixed title
+    and question; the source cell keeps its other outputs and is tagged ``answer-source``.
+
+    A notebook computes its answer after the cells that yield the numbers, so executed as
+    written the answer would sit deep in the report under fixed prose; lifted, the first words
+    a reader sees are the run's own (model, box, cache, provenance, numbers). A notebook whose
+    answer cell displayed no Markdown (or has none) is left as it is.
+    """
+    import nbformat
+
+    tagged = [c for c in nb.cells if ANSWER_TAG in c.get("metadata", {}).get("tags", [])]
+    if len(tagged) != 1 or tagged[0].cell_type != "code":
+        return nb
+    cell = tagged[0]
+    texts, kept = [], []
+    for out in cell.get("outputs", []):
+        data = out.get("data", {})
+        if out.get("output_type") in ("display_data", "execute_result") and "text/markdown" in data:
+            md = data["text/markdown"]
+            texts.append("".join(md) if isinstance(md, list) else str(md))
+        else:
+            kept.append(out)
+    if not texts:
+        return nb
+    cell.outputs = kept
+    cell.metadata["tags"] = [ANSWER_SOURCE_TAG if t == ANSWER_TAG else t for t in cell.metadata["tags"]]
+    lifted = nbformat.v4.new_markdown_cell("\n\n".join(t.strip() for t in texts), metadata={"tags": [ANSWER_TAG]})
+    nb.cells.insert(0, lifted)
     return nb
 
 
@@ -291,6 +329,7 @@ def render(
     out_dir.mkdir(parents=True, exist_ok=True)
     with _figures_env(figures_dir):
         nb = execute(path, parameters, cell_timeout_s=cell_timeout_s, failed_path=failed_path)
+    nb = lift_answer(nb)
     nb = strip_volatile(nb, input_path=_display_path(path), output_path=_display_path(ipynb_path))
     nb = strip_widgets(nb)
     html = to_html(nb, name)

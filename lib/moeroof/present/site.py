@@ -6,6 +6,9 @@ in the reports directory the index shows:
 
 - the notebook's question (its first markdown heading) and links to the HTML report (outputs
   only) and the executed notebook;
+- what its numbers are, read from the answer the run computed (the cell tagged ``answer``):
+  **projected** when the answer says some input is not witnessed, **witnessed** when it says
+  every input is; the page's header counts them over the runs listed;
 - the parameters it ran with: every parameter of the cell tagged ``parameters`` (name, type,
   help) with its default, replaced by the value papermill injected where one was given (read
   from the executed notebook's ``metadata.papermill.parameters``);
@@ -27,6 +30,7 @@ byte-stable: two builds from the same reports give the same bytes.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import html
 import os
 import sys
@@ -39,6 +43,7 @@ from papermill.translators import PythonTranslator
 
 import moeroof
 from moeroof.core import atomic, paths
+from moeroof.present.answers import ANSWER_TAG
 from moeroof.present.glossary import GLOSSARY
 
 __all__ = ["Parameter", "Report", "read_report", "figures_for", "build_index", "render_index", "main"]
@@ -71,6 +76,18 @@ class Report:
     #: folder of a run with parameters relative to the reports directory (``NAME/<hash>/``), or
     #: ``""`` for the default render at the top level
     folder: str = ""
+    #: the answer the run computed (Markdown), ``""`` when the notebook displayed none
+    answer: str = ""
+
+    @property
+    def provenance(self) -> str:
+        """What the run's numbers are, from its answer: ``projected`` (the answer says some input
+        is not witnessed), ``witnessed`` (it says every input is) or ``""`` (no answer)."""
+        if "projected" in self.answer:
+            return "projected"
+        if "witnessed" in self.answer:
+            return "witnessed"
+        return ""
 
     @property
     def anchor(self) -> str:
@@ -78,10 +95,31 @@ class Report:
         return self.name if not self.folder else f"{self.name}-{self.folder.rstrip('/').rsplit('/', 1)[-1]}"
 
 
+def _is_answer(cell: nbformat.NotebookNode) -> bool:
+    return ANSWER_TAG in cell.get("metadata", {}).get("tags", [])
+
+
+def _answer(nb: nbformat.NotebookNode) -> str:
+    """The run's answer: the Markdown cell tagged ``answer`` the report lifted to the top, or the
+    Markdown a code cell tagged ``answer`` displayed (a notebook rendered before the lift)."""
+    for cell in nb.cells:
+        if not _is_answer(cell):
+            continue
+        if cell.cell_type == "markdown":
+            return cell.source
+        texts = []
+        for out in cell.get("outputs", []):
+            md = out.get("data", {}).get("text/markdown")
+            if md is not None:
+                texts.append("".join(md) if isinstance(md, list) else str(md))
+        return "\n\n".join(texts)
+    return ""
+
+
 def _title(nb: nbformat.NotebookNode, name: str) -> str:
     """The first markdown heading (the notebook's question), else the stem."""
     for cell in nb.cells:
-        if cell.cell_type != "markdown":
+        if cell.cell_type != "markdown" or _is_answer(cell):
             continue
         for line in cell.source.splitlines():
             if line.startswith("#"):
@@ -110,7 +148,7 @@ def _parameters(nb: nbformat.NotebookNode) -> tuple[Parameter, ...]:
 def read_report(ipynb: Path) -> Report:
     """Title and parameters of one executed notebook (figures are filled in by :func:`figures_for`)."""
     nb = nbformat.read(ipynb, as_version=4)
-    return Report(name=ipynb.stem, title=_title(nb, ipynb.stem), parameters=_parameters(nb))
+    return Report(name=ipynb.stem, title=_title(nb, ipynb.stem), parameters=_parameters(nb), answer=_answer(nb))
 
 
 def figures_for(names: Sequence[str], figures_dir: Path) -> dict[str, tuple[str, ...]]:
@@ -162,6 +200,38 @@ def _heading(r: Report) -> str:
     return f"{r.name} (run {run}: {given})" if given else f"{r.name} (run {run})"
 
 
+#: what each provenance means, as the index says it per report
+_PROVENANCE_WORDS = {
+    "projected": "projected: the answer names inputs that are not witnessed (a model, an assumed preset value "
+    "or synthetic data), so its numbers are the model's",
+    "witnessed": "witnessed: every input the answer rests on is witnessed",
+    "": "not stated: the run displayed no answer",
+}
+
+
+def provenance_summary(reports: Sequence[Report]) -> str:
+    """The index's sentence on what the numbers are, counted over the runs listed."""
+    if not reports:
+        return "No reports yet."
+    groups: dict[str, list[str]] = {}
+    for r in reports:
+        groups.setdefault(r.provenance, []).append(_heading(r))
+    parts = []
+    for key, words in (
+        ("projected", "projected (some input is not witnessed)"),
+        ("witnessed", "on witnessed inputs only"),
+        ("", "without an answer"),
+    ):
+        names = groups.get(key, [])
+        if names:
+            parts.append(f"{len(names)} {words}: {', '.join(names)}")
+    n = len(reports)
+    return (
+        f"Each report opens with its answer, computed from the run, which says what its numbers are. "
+        f"Of the {n} report{'s' if n != 1 else ''} listed, " + "; ".join(parts) + "."
+    )
+
+
 def render_index(reports: Sequence[Report], *, version: str) -> str:
     """The index page; a pure function of its arguments (no clock, no paths beyond relative links)."""
     e = html.escape
@@ -178,8 +248,8 @@ def render_index(reports: Sequence[Report], *, version: str) -> str:
         "<h1>moeroof reports</h1>",
         f"<p>Rendered with moeroof {e(version)} by <code>make report</code> (papermill). Each report is the "
         "notebook's outputs without code; the parameters are those it ran with (bold: given on the "
-        "command line, the rest are the notebook's defaults). Every number is projected unless a "
-        "figure says witnessed.</p>",
+        "command line, the rest are the notebook's defaults).</p>",
+        f"<p>{e(provenance_summary(reports))}</p>",
         "<nav><ul>",
     ]
     for r in reports:
@@ -195,6 +265,7 @@ def render_index(reports: Sequence[Report], *, version: str) -> str:
             f"source <code>notebooks/{e(r.name)}.py</code>"
             + (f" · folder <code>{e(r.folder)}</code>" if r.folder else "")
             + "</p>",
+            f'<p class="provenance">Numbers: {e(_PROVENANCE_WORDS[r.provenance])}.</p>',
         ]
         if r.parameters:
             lines.append(
@@ -249,7 +320,7 @@ def build_index(
     all_stems = [s for r in reports for s in figs[r.name]]
     if all_stems and figures_dir.resolve() != local.resolve():
         _copy_figures(all_stems, figures_dir, local)
-    reports = [Report(r.name, r.title, r.parameters, figs[r.name]) for r in reports]
+    reports = [dataclasses.replace(r, figures=figs[r.name]) for r in reports]
     # runs with parameters: reports_dir/NAME/<hash>/NAME.ipynb with their figures beside them
     for ipynb in sorted(reports_dir.glob("*/*/*.ipynb")):
         if ipynb.parent.parent.name != ipynb.stem or not ipynb.with_suffix(".html").is_file():
@@ -257,7 +328,7 @@ def build_index(
         r = read_report(ipynb)
         run_figs = figures_for([r.name], ipynb.parent / FIGURES_SUBDIR)[r.name]
         folder = ipynb.parent.relative_to(reports_dir).as_posix() + "/"
-        reports.append(Report(r.name, r.title, r.parameters, run_figs, folder))
+        reports.append(dataclasses.replace(r, figures=run_figs, folder=folder))
     text = render_index(reports, version=moeroof.__version__)
     target = reports_dir / INDEX_NAME
     atomic.write_text(target, text)

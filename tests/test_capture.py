@@ -2,7 +2,8 @@
 
 Each checkpoint is built from transformers' own config class by
 :func:`moeroof.witness.tiny_models.tiny_checkpoint` (the configs of ``tests/test_preset_from_hf.py``:
-2 layers, 8 experts, K = 2) and saved to a temporary folder; nothing is downloaded. A second
+2 layers, 8 experts, K = 2; DeepSeek-V3 and GLM-4-MoE 16 experts in 4 groups, 2 kept, K = 4) and
+saved to a temporary folder; nothing is downloaded. A second
 forward hook, set here on the same router modules, keeps each call's router logits; the ids the
 capture recorded must equal the top-K recomputed here from those logits — softmax / plain top-K
 for Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and GPT-OSS, the group-limited choice (sigmoid + score
@@ -106,7 +107,11 @@ def test_captured_ids_are_the_routers_choice(family, checkpoints, prompt_file, t
         # prefill: the counts of the real prompt tokens (padding left out)
         pre = calls[0].reshape(streams, length, -1)[mask]
         want = expected_ids(family, pre, routers[lay], k)
-        assert np.array_equal(result.prefill_counts[pos], np.bincount(want.ravel(), minlength=8))
+        assert np.array_equal(result.prefill_counts[pos], np.bincount(want.ravel(), minlength=layout.experts))
+        # the prefill ids themselves: each real prompt token's K ids, -1 on the left padding
+        got = result.prefill[:, :, pos, :]
+        assert np.array_equal(np.sort(got[mask].astype(np.int64), axis=-1), want)
+        assert (got[~mask] == -1).all()
         assert result.prefill_tokens[pos] == mask.sum()
         differs += int((plain_ids(pre, k) != want).any(axis=1).sum())
         for t, logits in enumerate(calls[1:]):
@@ -116,9 +121,18 @@ def test_captured_ids_are_the_routers_choice(family, checkpoints, prompt_file, t
             differs += int((plain_ids(logits, k) != want).any(axis=1).sum())
     if family in GROUP_LIMITED:
         assert differs > 0, "group-limited routing never differed from a plain top-K: the test would not bite"
-    # distinct prompts, distinct routings: no two streams share a decode routing
-    per_stream = {result.topk[:, s].tobytes() for s in range(streams)}
+
+    # distinct prompts, distinct routings, compared as sets of expert ids per (token, layer) so
+    # that an order of the same experts does not count: no two streams share a decode routing,
+    # and the sets vary across tokens (a router that picks one expert set for every token fails)
+    def sets(ids: np.ndarray) -> tuple[frozenset, ...]:
+        return tuple(frozenset(row.tolist()) for row in ids.reshape(-1, k))
+
+    per_stream = {sets(result.topk[:, s]) for s in range(streams)}
     assert len(per_stream) == streams
+    for pos in range(len(result.layer_ids)):
+        distinct = {frozenset(r.tolist()) for r in result.topk[:, :, pos, :].reshape(-1, k)}
+        assert len(distinct) > 2, (family, pos, distinct)
 
     # the command: trace + histogram with the witnessed meta
     from moeroof.data.io import read_histogram, read_trace
@@ -132,6 +146,14 @@ def test_captured_ids_are_the_routers_choice(family, checkpoints, prompt_file, t
     meta = trace.meta
     assert meta["provenance"] == "witnessed" and meta["phase"] == "decode" and meta["family"] == family
     assert meta["checkpoint_hash"].startswith("sha256:") and meta["prompts_sha256"].startswith("sha256:")
+    assert meta["checkpoint_hash_mode"] == "full" and "every byte" in meta["checkpoint_hash_covers"]
+    # the source is the whole command line, every option spelled out
+    for word in ("-o", str(out), "--dtype auto", "--device cpu", "--checkpoint-hash full", "--ignore-eos"):
+        assert word in meta["source"], word
+    # the prefill ids are in the .npz beside topk, as the meta says
+    with np.load(out) as npz:
+        assert np.array_equal(npz["prefill"], result.prefill)
+    assert meta["prefill"]["array"] == "prefill" and meta["prefill"]["shape"] == list(result.prefill.shape)
     for key in ("model", "dtype", "device", "date"):
         assert meta[key]
     hist = read_histogram(out.with_suffix(".csv"))
@@ -233,3 +255,63 @@ def test_the_library_builder_makes_the_preset_tests_configs():
     for bad in (dict(family="llama"), dict(family="glm4_moe", experts=10), dict(family="mixtral", top_k=9)):
         with pytest.raises(ValueError):
             tiny_config(**bad)
+
+
+def test_checkpoint_hash_identifies_the_weights(tmp_path):
+    """Seeds 0 and 1 give the same shapes, different weights: the full hash tells them apart,
+    the headers-only hash (the weaker id --checkpoint-hash headers asks for) does not."""
+    import hashlib
+
+    from moeroof.data.hf_config import checkpoint_hash
+
+    a = tiny_checkpoint("mixtral", tmp_path / "a", seed=0)
+    b = tiny_checkpoint("mixtral", tmp_path / "b", seed=1)
+    a2 = tiny_checkpoint("mixtral", tmp_path / "a2", seed=0)  # the same files written again
+    assert (a / "model.safetensors").read_bytes() != (b / "model.safetensors").read_bytes()
+    full = {k: checkpoint_hash(f)["hash"] for k, f in (("a", a), ("b", b), ("a2", a2))}
+    assert full["a"] != full["b"] and full["a"] == full["a2"]
+    heads = {k: checkpoint_hash(f, mode="headers")["hash"] for k, f in (("a", a), ("b", b))}
+    assert heads["a"] == heads["b"] != full["a"]
+    # recomputed here: config.json, then the weights file, each as name NUL size NUL bytes
+    h = hashlib.sha256()
+    for path in (a / "config.json", a / "model.safetensors"):
+        raw = path.read_bytes()
+        h.update(f"{path.name}\0{len(raw)}\0".encode() + raw)
+    assert full["a"] == "sha256:" + h.hexdigest()
+    # streamed in chunks with progress, the same hash
+    seen = []
+    info = checkpoint_hash(a, chunk=4096, progress=lambda done, total, name: seen.append((done, total)))
+    assert info["hash"] == full["a"] and len(seen) > 2 and seen[-1][0] == seen[-1][1] == info["bytes"]
+    # sharded: every shard's bytes count
+    s = tiny_checkpoint("mixtral", tmp_path / "s", seed=0, max_shard_size="20KB")
+    before = checkpoint_hash(s)["hash"]
+    shard = sorted(s.glob("*.safetensors"))[-1]
+    raw = bytearray(shard.read_bytes())
+    raw[-1] ^= 1  # one bit of one weight of the last shard
+    shard.write_bytes(bytes(raw))
+    assert checkpoint_hash(s)["hash"] != before
+    assert checkpoint_hash(s, mode="headers")["hash"] == checkpoint_hash(s, mode="headers")["hash"]
+
+
+def test_npy_output_keeps_the_prefill_beside_it_and_headers_hash_is_recorded(
+    checkpoints, prompt_file, tmp_path, capsys
+):
+    from moeroof.data.io import read_trace
+    from moeroof.witness.capture import prefill_path
+
+    out = tmp_path / "cap.npy"
+    args = ["capture", str(checkpoints["olmoe"]), "--prompts", str(prompt_file), "--streams", "3"]
+    args += ["--max-new-tokens", "4", "-o", str(out), "--ignore-eos", "--checkpoint-hash", "headers", "--json"]
+    assert main(args) == 0
+    rep = json.loads(capsys.readouterr().out)
+    meta = read_trace(out).meta
+    assert meta["checkpoint_hash_mode"] == rep["checkpoint_hash_mode"] == "headers"
+    assert "not the weights" in meta["checkpoint_hash_covers"]
+    pre = np.load(prefill_path(out))
+    lengths = [len(p) for p in PROMPTS[:3]]
+    assert pre.shape[:2] == (3, max(lengths)) and meta["prefill"]["array"] == str(prefill_path(out))
+    for s, n in enumerate(lengths):  # left padding: -1 before the prompt, ids on it
+        assert (pre[s, : max(lengths) - n] == -1).all() and (pre[s, max(lengths) - n :] >= 0).all()
+    # a second run refuses to overwrite the prefill file too
+    assert main(args[:-1]) == 2
+    assert "exists" in capsys.readouterr().err

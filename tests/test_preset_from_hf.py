@@ -22,7 +22,8 @@ transformers = pytest.importorskip("transformers", reason="needs the capture ext
 
 COMMON = dict(vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
 
-#: family → (config class name, family keys); 8 experts, K = 2, 2 layers
+#: family → (config class name, family keys); 8 experts, K = 2, 2 layers; the group-limited
+#: families 16 experts in 4 groups, 2 groups kept, K = 4 (so that the group choice matters)
 TINY = {
     "mixtral": ("MixtralConfig", dict(num_local_experts=8, num_experts_per_tok=2, intermediate_size=16)),
     "qwen2_moe": (
@@ -42,13 +43,13 @@ TINY = {
     "deepseek_v3": (
         "DeepseekV3Config",
         dict(
-            n_routed_experts=8,
-            num_experts_per_tok=2,
+            n_routed_experts=16,
+            num_experts_per_tok=4,
             moe_intermediate_size=16,
             intermediate_size=40,
             first_k_dense_replace=1,
             n_group=4,
-            topk_group=1,
+            topk_group=2,
             n_shared_experts=1,
             kv_lora_rank=16,
             q_lora_rank=24,
@@ -66,13 +67,13 @@ TINY = {
     "glm4_moe": (
         "Glm4MoeConfig",
         dict(
-            n_routed_experts=8,
-            num_experts_per_tok=2,
+            n_routed_experts=16,
+            num_experts_per_tok=4,
             moe_intermediate_size=16,
             intermediate_size=40,
             first_k_dense_replace=1,
             n_group=4,
-            topk_group=1,
+            topk_group=2,
             n_shared_experts=1,
             head_dim=8,
         ),
@@ -155,9 +156,11 @@ def test_preset_bytes_equal_the_saved_tensors(family, checkpoints, tmp_path, cap
     routed_total = sum(nbytes(*v) for k, v in tensors.items() if routed(k))
     rest = sum(nbytes(*v) for k, v in tensors.items() if not routed(k))
     moe_layers = {int(k.split("layers.")[1].split(".")[0]) for k in tensors if routed(k)}
-    assert doc["experts"]["value"] == 8 and doc["top_k"]["value"] == 2
+    keys = TINY[family][1]
+    experts = next(keys[k] for k in ("num_local_experts", "num_experts", "n_routed_experts") if k in keys)
+    assert doc["experts"]["value"] == experts and doc["top_k"]["value"] == TINY[family][1]["num_experts_per_tok"]
     assert doc["moe_layers"]["value"] == len(moe_layers)
-    assert doc["expert_bytes"]["value"] * 8 * len(moe_layers) == routed_total
+    assert doc["expert_bytes"]["value"] * experts * len(moe_layers) == routed_total
     assert doc["non_routed_bytes"]["value"] == rest
     assert doc["expert_bytes"]["unit"] == "B" and "model.safetensors header" in doc["expert_bytes"]["source"]
     for key in ("experts", "top_k", "moe_layers", "flops_per_token", "attn_flops_per_context_token"):

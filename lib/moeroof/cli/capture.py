@@ -12,7 +12,8 @@ layer from the model's router modules (:mod:`moeroof.witness.capture`). Writes t
 N − 1 decode steps in ``topk``, ``-1`` where a stream has emitted its EOS; every prompt token's
 ids in ``prefill``, streams × longest prompt × layers × K, ``-1`` on the left padding — inside
 the ``.npz``, or ``OUT.prefill.npy`` beside a ``.npy``) and a histogram of the prefill and decode
-tokens together (``OUT.csv`` beside the trace unless ``--histogram``), both ``provenance:
+tokens together (``OUT.csv`` beside a ``.npz`` trace, ``OUT.histogram.csv`` beside a ``.npy``
+one, whose ``OUT.json`` sidecar the histogram's would be, unless ``--histogram``), both ``provenance:
 witnessed`` with the model, the checkpoint's hash (``--checkpoint-hash full``, the default:
 sha256 of config.json and every byte of every safetensors file; ``headers``: their headers only,
 a weaker id for a checkpoint too large to read twice — the meta says which), dtype, prompt file
@@ -55,7 +56,11 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--streams", required=True, metavar="B", help="concurrent streams: the first B prompts (distinct)")
     p.add_argument("--max-new-tokens", required=True, metavar="N", help="new tokens per stream (>= 2)")
     p.add_argument("-o", "--output", required=True, help="trace to write (.npz, or .npy + .json)")
-    p.add_argument("--histogram", default=None, help="histogram to write (.csv; default: the trace's path as .csv)")
+    p.add_argument(
+        "--histogram",
+        default=None,
+        help="histogram to write (.csv; default: the trace's path as .csv, OUT.histogram.csv beside a .npy trace)",
+    )
     p.add_argument("--dtype", default="auto", choices=DTYPES, help="weights' dtype (default auto: as stored)")
     p.add_argument("--device", default="auto", help="auto (cuda when available, else cpu), cpu, cuda or cuda:i")
     p.add_argument(
@@ -81,7 +86,11 @@ def capture_report(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.output)
     if out.suffix.lower() not in (".npz", ".npy"):
         raise UsageError(f"-o: expected a .npz or .npy path, got {args.output!r}")
-    hist = Path(args.histogram) if args.histogram else out.with_suffix(".csv")
+    # a .npy trace's sidecar is OUT.json, which OUT.csv's would be too: its histogram is OUT.histogram.csv
+    default_hist = (
+        out.with_suffix(".csv") if out.suffix.lower() == ".npz" else out.with_name(f"{out.stem}.histogram.csv")
+    )
+    hist = Path(args.histogram) if args.histogram else default_hist
     if hist.suffix.lower() != ".csv":
         raise UsageError(f"--histogram: expected a .csv path, got {args.histogram!r}")
     from moeroof.core import atomic

@@ -7,9 +7,14 @@ random weights, so it says nothing about how a trained model routes. Nothing is 
 
 The widths follow the tests' tiny configs (``tests/test_preset_from_hf.py``): hidden size 32,
 4 attention heads (2 KV heads), a vocabulary of 96, 2 layers, 8 experts, K = 2 unless asked
-otherwise. The group-limited families (DeepSeek-V3, GLM-4-MoE) get ``n_group`` = 4 groups,
-``topk_group`` = 1, one dense first layer and a random score-correction bias (scale 0.1) so the
-group-limited choice differs from a plain top-K. Seeded: the same arguments give the same
+otherwise. The group-limited families (DeepSeek-V3, GLM-4-MoE) get 16 experts in ``n_group`` = 4
+groups of 4, ``topk_group`` = 2 groups kept and K = 4, one dense first layer and a random
+score-correction bias (scale 0.1), so the group-limited choice is a real choice: K is smaller
+than the 8 experts of the kept groups, the kept groups vary from token to token, and the choice
+differs from a plain top-K. transformers' router (``DeepseekV3TopkRouter`` /
+``Glm4MoeTopkRouter``, ``modeling_deepseek_v3.py`` / ``modeling_glm4_moe.py``) scores a group by
+its top 2 experts, so a group must hold at least 2, and K must not exceed the experts of the
+``topk_group`` kept groups. Seeded: the same arguments give the same
 weights (``torch.manual_seed``).
 
 torch and transformers are imported inside the functions: importing this module costs nothing.
@@ -34,6 +39,11 @@ TINY_FAMILIES: dict[str, str] = {
 }
 
 
+#: the group-limited families: their defaults (E, K) and groups (n_group, topk_group)
+GROUP_LIMITED = ("deepseek_v3", "glm4_moe")
+GROUP_DEFAULTS = {"experts": 16, "top_k": 4, "n_group": 4, "topk_group": 2}
+
+
 def _family_keys(family: str, experts: int, top_k: int, moe_width: int, head_dim: int) -> dict[str, Any]:
     """The config keys of ``family`` for E experts, K per token and expert width ``moe_width``."""
     group_limited = dict(
@@ -42,8 +52,8 @@ def _family_keys(family: str, experts: int, top_k: int, moe_width: int, head_dim
         moe_intermediate_size=moe_width,
         intermediate_size=40,
         first_k_dense_replace=1,
-        n_group=4,
-        topk_group=1,
+        n_group=GROUP_DEFAULTS["n_group"],
+        topk_group=GROUP_DEFAULTS["topk_group"],
         n_shared_experts=1,
     )
     keys: dict[str, dict[str, Any]] = {
@@ -87,28 +97,34 @@ def _family_keys(family: str, experts: int, top_k: int, moe_width: int, head_dim
 def tiny_config(
     family: str,
     *,
-    experts: int = 8,
-    top_k: int = 2,
+    experts: int | None = None,
+    top_k: int | None = None,
     layers: int = 2,
     hidden: int = 32,
     vocab: int = 96,
     moe_width: int = 16,
 ) -> Any:
-    """transformers' config of a tiny ``family`` model (see the module text for the widths)."""
+    """transformers' config of a tiny ``family`` model (see the module text for the widths;
+    ``experts``/``top_k`` default to 8/2, or 16/4 for the group-limited families)."""
     from moeroof.witness.capture import require_capture_packages
 
     if family not in TINY_FAMILIES:
         raise ValueError(f"family must be one of {', '.join(TINY_FAMILIES)}, got {family!r}")
+    grouped = family in GROUP_LIMITED
+    experts = (GROUP_DEFAULTS["experts"] if grouped else 8) if experts is None else experts
+    top_k = (GROUP_DEFAULTS["top_k"] if grouped else 2) if top_k is None else top_k
     for name, value, low in (("experts", experts, 2), ("top_k", top_k, 1), ("layers", layers, 1)):
         if int(value) < low:
             raise ValueError(f"{name} must be at least {low}, got {value}")
     if top_k > experts:
         raise ValueError(f"top_k ({top_k}) must not exceed experts ({experts})")
-    if family in ("deepseek_v3", "glm4_moe"):
-        if experts % 4 or top_k > experts // 4:
+    if grouped:
+        groups, kept = GROUP_DEFAULTS["n_group"], GROUP_DEFAULTS["topk_group"]
+        if experts % groups or experts // groups < 2 or top_k > kept * (experts // groups):
             raise ValueError(
-                f"{family}: 4 expert groups, one kept: experts must be a multiple of 4 and top_k at most "
-                f"experts/4, got {experts} and {top_k}"
+                f"{family}: {groups} expert groups scored by their top 2, {kept} kept: experts must be a multiple "
+                f"of {groups}, at least {2 * groups}, and top_k at most {kept} x experts/{groups}; "
+                f"got {experts} and {top_k}"
             )
         if layers < 2:
             raise ValueError(f"{family}: the first layer is dense, so layers must be at least 2, got {layers}")
@@ -131,8 +147,8 @@ def tiny_checkpoint(
     folder: str | Path,
     seed: int = 0,
     *,
-    experts: int = 8,
-    top_k: int = 2,
+    experts: int | None = None,
+    top_k: int | None = None,
     layers: int = 2,
     hidden: int = 32,
     vocab: int = 96,

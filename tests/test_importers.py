@@ -479,3 +479,28 @@ def test_torch_pt_files_equal_the_same_objects_in_memory(tmp_path):
     assert np.array_equal(got.topk, want.topk)
     by_hand = np.argsort(-layers[1][0], kind="stable")[:2]
     assert sorted(got.topk[0, 0, 1].tolist()) == sorted(by_hand.tolist())
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "why"),
+    [
+        ("garbage.pt", b"\x80\x02\xa4" + bytes(range(200)), "Unsupported operand"),
+        ("zipless.pt", b"PK\x03\x04garbage", "not a ZIP archive"),
+        ("unsafe.pt", None, "Unsupported global"),
+    ],
+)
+def test_an_unreadable_pt_file_is_one_error_line(name, content, why, tmp_path, capsys):
+    """torch's weights-only refusal is several paragraphs; the command says one line, the reason kept."""
+    torch = pytest.importorskip("torch", reason="the capture extra (torch) is not installed")
+    from moeroof.cli import main
+
+    src = tmp_path / name
+    if content is None:  # a pickle that calls a global: what weights_only=True exists to refuse
+        torch.save({"f": print}, src)
+    else:
+        src.write_bytes(content)
+    assert main(["import", "sglang", str(src), "-o", str(tmp_path / "o.npz"), "--top-k", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: "), err
+    assert "not a torch file moeroof can read safely (weights_only load failed: " in err and why in err
+    assert "weights_only` set to `False`" not in err  # torch's advice to load it unsafely is not repeated

@@ -779,7 +779,25 @@ def _load_torch(src: Path) -> Any:
     try:
         return torch.load(src, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many kinds for a bad or unsafe file
-        raise InputError(src, "-", "file", f"not a readable torch file (weights only): {exc}") from None
+        raise InputError(
+            src, "-", "file", f"not a torch file moeroof can read safely (weights_only load failed: {_torch_why(exc)})"
+        ) from None
+
+
+def _torch_why(exc: BaseException) -> str:
+    """The one line of a ``torch.load`` error that says what is wrong. A weights-only refusal is
+    several paragraphs (torch/_weights_only_unpickler.py's advice to retry unsafely among them):
+    keep the unpickler's own reason, the first non-empty line after ``WeightsUnpickler error:``;
+    otherwise the error's first line. Either cut at its first sentence (torch goes on with advice)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    reason = lines[0] if lines else type(exc).__name__
+    for i, line in enumerate(lines):
+        if "WeightsUnpickler error:" in line:
+            rest = line.split("WeightsUnpickler error:", 1)[1].strip()
+            reason = rest or (lines[i + 1] if i + 1 < len(lines) else reason)
+            break
+    reason = reason.split(". ", 1)[0].rstrip(".")
+    return reason[:200]
 
 
 def _np(x: Any) -> np.ndarray:

@@ -21,7 +21,7 @@
 # pinned hot set, S3-FIFO or the offline optimum (Belady) — and where does LRU fall off a cliff?
 # The last sections recalibrate with the general `moeroof fit-routing` and ask whether one knob
 # set fitted on a single stream carries to a batch, on real captures. The answer, computed from
-# this run, follows the section on caches past 80 GiB.
+# this run, opens the report (in the notebook it follows the section on caches past 80 GiB).
 
 # %% tags=["parameters"]
 # fmt: off

@@ -19,7 +19,8 @@
 # the experts over the two ranks to use (contiguous ids, LPT on firing counts, weighted by speed,
 # balanced by streamed bytes), why balancing firing counts is not balancing streamed bytes, what
 # a slower head node costs, and why the pair beats one booster (one GB10 machine holding every
-# expert) by more than two. The answer, computed from this run, follows section 6.
+# expert) by more than two. The answer, computed from this run, opens the report
+# (in the notebook it follows section 6).
 
 # %% tags=["parameters"]
 # fmt: off

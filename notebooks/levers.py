@@ -16,7 +16,8 @@
 # L1 (the dense band read once per step), L2 (expert coalescing across agents) and L3 (a shared
 # prefix's KV cache) each shrink one term of the step; this notebook computes what each buys on
 # two boxes, whether L2 and L3 compound over one user's session, and what cross-user batching
-# adds. The answer, computed from this run, follows "The answer's numbers, computed".
+# adds. The answer, computed from this run, opens the report (in the notebook it follows "The
+# answer's numbers, computed").
 
 # %% tags=["parameters"]
 # fmt: off
@@ -503,6 +504,7 @@ display(
             cross_user_gain=float(gain[last_ok]),
             users_max=int(users[last_ok]),
             inputs={k: v for p in plans.values() for k, v in p.provenance["inputs"].items()},
+            links={boxes[k].name: plans[k].link_name for k in boxes},
             synthetic=[f"the routing data `{routing}`"]
             if not (routing == "uniform" or routing.startswith("zipf:"))
             and answers.is_synthetic(load_any(resolve_data(routing)).provenance)

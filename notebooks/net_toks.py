@@ -11,9 +11,9 @@
 # ---
 
 # %% [markdown]
-# # What net tok/s does a batch of B agents get when the experts stream from SSD, what binds, and what is coalescing worth?
+# # What net tok/s does a batch of B agents get when the experts stream in from outside RAM (an SSD, or a PCIe or host link), what binds, and what is coalescing worth?
 #
-# The answer below the setup cell is computed from this run: the model, box, cache and routing
+# The answer that opens the report (below the setup cell in the notebook) is computed from this run: the model, box, cache and routing
 # it was given, the batch range, and where the suite corrects seed 000 (the design note this
 # suite exists for: a roofline that promises "4–10×+" from coalescing experts across agents).
 
@@ -107,6 +107,7 @@ display(
             batch_at_10x=unc_row["first_batch_at_10x"],
             seed_per_agent_last=1 / seed_t[last],
             inputs=p.provenance["inputs"],
+            link=p.link_name,
             synthetic=[f"the routing data `{routing}`"] if answers.is_synthetic(routing_data_provenance) else [],
         )
     )

@@ -16,7 +16,7 @@
 # Each cell is one decode step of the one step model: the binding term is the largest of the
 # SSD, memory, compute and engine terms, and net tok/s is B over the step time; hatched cells are
 # infeasible (the dense band and the batch's KV exceed RAM). The answer, computed from this run's
-# maps, follows the setup cell; every number it uses is printed under "The answer's numbers".
+# maps, opens the report (in the notebook it follows the setup cell); every number it uses is printed under "The answer's numbers".
 
 # %% tags=["parameters"]
 # fmt: off
@@ -104,6 +104,7 @@ for hw in boxes:
         "best_cache_gib": float(r.cache_bytes[i] / GiB),
         "cache_gib_max": float(r.cache_bytes[-1] / GiB),
         "infeasible_share": float(np.mean(~ok)),
+        "link": hw.link,
     }
 answer_inputs = {}
 for hw in boxes:  # an input counts as witnessed only if it is witnessed on every box

@@ -18,7 +18,8 @@
 # optimum) and a hot set pinned from the true routing probabilities (an oracle) — as a grid of
 # `moeroof plan` points swept on Dask (`moeroof.studies.sweep`, the engine behind `moeroof
 # sweep`). The sweep writes one Parquet row per point; everything below is read back from that
-# file. The answer, computed from those rows, follows the cell that reads them.
+# file. The answer, computed from those rows, opens the report (in the notebook it
+# follows the cell that reads them).
 
 # %% tags=["parameters"]
 # fmt: off

@@ -263,6 +263,7 @@ def answer(s):
         hit_rate_at_best=float(q.cache_hit_rate[i]),
         union_at_max=float(s["union"].mean[-1]),
         inputs=q.provenance["inputs"],
+        link=q.link_name,
         synthetic=[f"the routing data `{s['routing_spec']}`"]
         if answers.is_synthetic(s["routing_data_provenance"])
         else [],

@@ -17,8 +17,8 @@
 # float32 FLOP/s; `moeroof bench` times decode steps of a small MoE whose experts stream from that
 # disk, coalesced and against the `uncoalesced` baseline (every token reading its own experts);
 # the roofline predicts the same steps from the calibration alone. A committed default-size run
-# and a run on an H200 GPU are predicted the same way. The answer, computed from this run, follows
-# the H200 section.
+# and a run on an H200 GPU are predicted the same way. The answer, computed from this run, opens
+# the report (in the notebook it follows the H200 section).
 
 # %% tags=["parameters"]
 # fmt: off

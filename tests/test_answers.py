@@ -479,3 +479,36 @@ def test_capture_answer_on_a_real_checkpoint_with_skipped_captures():
         answers.capture_answer(**CAPTURE, sources=[])
     # an unlabelled capture is not served as witnessed
     assert "projected" in answers.capture_answer(**CAPTURE, sources=[{**CAPTURE_SOURCE, "provenance": "unknown"}])
+
+
+def test_answers_name_the_link_a_box_streams_over():
+    """The step model's ``ssd`` term is what the box streams experts over: an H200 (``pcie``)
+    answer never says SSD, except where it quotes seed 000's own SSD term."""
+    pcie = answers.net_toks(**net_toks_kwargs(link="pcie"))
+    words(pcie, "experts streamed over the PCIe link", "**pcie** → **memory**", "streaming term (here the PCIe link")
+    assert "SSD" not in pcie.replace("seed 000's SSD term", ""), pcie
+    ssd = answers.net_toks(**net_toks_kwargs())
+    words(ssd, "experts streamed from SSD", "**ssd** → **memory**", absent=("PCIe",))
+    r = answers.regime_map(
+        model="toy", routing="zipf:0.8", overlap="max", cache_policy="LRU", batch_max=64, inputs=WITNESSED,
+        boxes={"h200": {"terms": ["ssd", "compute"], "best": 7.5, "best_batch": 16, "best_cache_gib": 40.0,
+                        "cache_gib_max": 80.0, "infeasible_share": 0.0, "link": "host-link"}},
+    )  # fmt: skip
+    words(r, "host-link and compute bind", "where the host link binds", absent=("SSD", "ssd"))
+    lv = answers.levers(
+        model="toy", hardware="h200", contrast_hardware="desk", routing="r.csv", cache_gib=4.0,
+        contrast_cache_gib=9.0, batch_max=64, factors={"h200": {"L2": 3.0}, "desk": {"L2": 2.0}}, probe_batch=64,
+        binds={"h200": "ssd", "desk": "ssd"}, agents=8, session_product=2.0, session_combined=2.5,
+        cross_user_gain=1.7, users_max=16, inputs=WITNESSED, links={"h200": "pcie"},
+    )  # fmt: skip
+    words(
+        lv,
+        "**h200** (experts streamed over the PCIe link; pcie-bound",
+        "**desk** (experts streamed from SSD; ssd-bound",
+    )
+    w = answers.whatif(
+        model="toy", hardware="mac", routing="t.npz", cache_gib=2.0, batch_min=2, batch_max=64,
+        best_net_tok_s=3.0, best_batch=32, bound_at_best="ssd", hit_rate_at_best=0.25, union_at_max=60.0,
+        inputs=WITNESSED, link="page-cache",
+    )  # fmt: skip
+    words(w, "experts streamed from the page cache", "(page-cache-bound", absent=("SSD", "ssd-bound"))

@@ -20,6 +20,9 @@ from collections.abc import Iterable, Mapping, Sequence
 __all__ = [
     "ANSWER_TAG",
     "is_synthetic",
+    "LINK_WORDS",
+    "stream_source",
+    "term_name",
     "provenance_sentence",
     "fmt",
     "pct",
@@ -41,6 +44,25 @@ ANSWER_TAG = "answer"
 
 #: data-provenance tags that mean "made by the suite's own models, not captured"
 SYNTHETIC_TAGS = frozenset({"synthetic"})
+
+
+#: how an answer names a box's streaming tier (a hardware preset's ``link``, a plan's
+#: ``link_name``): the step model calls that term ``ssd`` whatever it is on the box
+LINK_WORDS = {"ssd": "SSD", "pcie": "PCIe link", "host-link": "host link", "page-cache": "page cache"}
+
+
+def stream_source(link: str = "ssd") -> str:
+    """Where the experts come from on a box whose streaming tier is ``link``: ``from SSD``,
+    ``over the PCIe link``, ``over the host link``, ``from the page cache``."""
+    words = LINK_WORDS.get(link, link)
+    return (
+        f"from {words}" if link in ("ssd",) else (f"from the {words}" if link == "page-cache" else f"over the {words}")
+    )
+
+
+def term_name(term: str, link: str = "ssd") -> str:
+    """A binding term as the box knows it: the step model's ``ssd`` is the box's ``link``."""
+    return link if term == "ssd" else term
 
 
 def is_synthetic(provenance: str | None) -> bool:
@@ -229,14 +251,16 @@ def net_toks(
     seed_per_agent_last: float,
     inputs: Mapping[str, str],
     synthetic: Iterable[str] = (),
+    link: str = "ssd",
 ) -> str:
     """net_toks: net and per-agent tok/s over B, what binds, and where the seed's 4–10× holds.
 
     ``batch``, ``bound`` and ``fits`` are the plotted grid; the multiples are against
     ``uncoalesced`` over the claim grid up to ``claim_b_max``; ``seed_per_agent_last`` is seed
-    000's formula (only the SSD term divided by B) at ``last_feasible_batch``.
+    000's formula (only the SSD term divided by B) at ``last_feasible_batch``. ``link`` is what
+    the box streams experts over (the plan's ``link_name``): the ``ssd`` term is named for it.
     """
-    feasible = [t for t, ok in zip(bound, fits, strict=True) if ok]
+    feasible = [term_name(t, link) for t, ok in zip(bound, fits, strict=True) if ok]
     terms = list(dict.fromkeys(feasible))
     if not terms:
         binds = "no batch of the range fits in RAM (the KV cache and dense band exceed it)"
@@ -247,7 +271,8 @@ def net_toks(
     infeasible = [int(b) for b, ok in zip(batch, fits, strict=True) if not ok]
     ram = f"; from B = {infeasible[0]} the batch's KV cache and dense band exceed RAM" if infeasible else ""
     text = (
-        f"**Answer.** For **{model}** on **{hardware}** with **{fmt(cache_gib)} GiB** of expert cache, "
+        f"**Answer.** For **{model}** on **{hardware}** (experts streamed {stream_source(link)}) with "
+        f"**{fmt(cache_gib)} GiB** of expert cache, "
         f"{context_tokens}-token contexts and routing from `{routing}`, over {_batch_range(batch)} {binds}{ram}. "
         f"Net tok/s peaks at {fmt(best_net_tok_s)} at B = {best_batch}; per-agent tok/s falls from "
         f"{fmt(per_agent_first)} at B = {min(int(b) for b in batch)} to {fmt(per_agent_last)} at B = "
@@ -268,9 +293,12 @@ def net_toks(
             f"Against the `uncoalesced` baseline (same box, every token fetching its own experts) the multiple "
             f"never reaches 4× among feasible steps within B ≤ {claim_b_max} (largest {fmt(max_multiple)}×{at}). "
         )
+    stream_term = (
+        "SSD term" if link == "ssd" else f"streaming term (here the {LINK_WORDS.get(link, link)}; seed 000's SSD term)"
+    )
     seed = (
         "Where this corrects seed 000 (the design note this suite exists for): its formula divides only the "
-        "SSD term by B, so the batch's other costs are charged as if a step served one token, and "
+        f"{stream_term} by B, so the batch's other costs are charged as if a step served one token, and "
         "per-agent tok/s holds up as B grows — by that formula "
         f"{fmt(seed_per_agent_last)} tok/s per agent at B = {last_feasible_batch}. Here one step serves all B "
         f"agents and every term is paid once per step, so per-agent tok/s falls ({fmt(per_agent_first)} → "
@@ -305,16 +333,23 @@ def levers(
     users_max: int,
     inputs: Mapping[str, str],
     synthetic: Iterable[str] = (),
+    links: Mapping[str, str] | None = None,
 ) -> str:
     """levers: what L1, L2 and L3 each buy at one batch on each box, and whether L2 and L3 compound.
 
     ``factors[box][lever]`` is each lever's factor at ``probe_batch`` against its baseline;
-    ``binds[box]`` the binding term there.
+    ``binds[box]`` the binding term there; ``links[box]`` what the box streams experts over
+    (default ``ssd``), which names its ``ssd`` term.
     """
+    links = dict(links or {})
     rows = []
     for box, f in factors.items():
         named = ", ".join(f"{lever} {fmt(v)}×" for lever, v in f.items())
-        rows.append(f"on **{box}** ({binds.get(box, '?')}-bound at B = {probe_batch}) {named}")
+        link = links.get(box, "ssd")
+        bound = term_name(binds.get(box, "?"), link)
+        rows.append(
+            f"on **{box}** (experts streamed {stream_source(link)}; {bound}-bound at B = {probe_batch}) {named}"
+        )
     compound = "at least multiplicatively" if session_combined >= session_product * 0.999 else "below the product"
     return (
         f"**Answer.** For **{model}** with routing `{routing}` (a {fmt(cache_gib)} GiB expert cache on {hardware}, "
@@ -343,11 +378,15 @@ def regime_map(
 
     ``boxes[name]`` holds ``terms`` (binding terms that occur on feasible cells), ``best``
     (net tok/s), ``best_batch``, ``best_cache_gib``, ``cache_gib_max`` and
-    ``infeasible_share`` (share of cells where KV + dense band exceed RAM).
+    ``infeasible_share`` (share of cells where KV + dense band exceed RAM), and optionally
+    ``link``, what the box streams experts over (default ``ssd``), which names its ``ssd`` term.
     """
     rows = []
+    links = []
     for name, d in boxes.items():
-        terms = _join([f"{t}" for t in d["terms"]]) or "none"
+        link = str(d.get("link", "ssd"))
+        links.append(link)
+        terms = _join([term_name(str(t), link) for t in d["terms"]]) or "none"
         rows.append(
             f"on **{name}** (cache 0–{fmt(d['cache_gib_max'])} GiB) {terms} bind on feasible cells; the best "
             f"feasible cell gives {fmt(d['best'])} net tok/s at B = {d['best_batch']} with "
@@ -356,8 +395,9 @@ def regime_map(
     return (
         f"**Answer.** For **{model}** with routing `{routing}` over B = 1…{batch_max}, a {cache_policy} expert "
         f"cache and `{overlap}` overlap of the step terms: " + "; ".join(rows) + ". "
-        "A bigger batch raises net tok/s where the SSD binds, until the batch's KV cache crowds out the "
-        "expert cache or RAM. " + provenance_sentence(inputs, synthetic=synthetic)
+        f"A bigger batch raises net tok/s where the {_join([LINK_WORDS.get(x, x) for x in dict.fromkeys(links)])} "
+        "binds, until the batch's KV cache crowds out the expert cache or RAM. "
+        + provenance_sentence(inputs, synthetic=synthetic)
     )
 
 
@@ -628,12 +668,15 @@ def whatif(
     union_at_max: float,
     inputs: Mapping[str, str],
     synthetic: Iterable[str] = (),
+    link: str = "ssd",
 ) -> str:
-    """whatif: the state the controls start in (the report shows that state)."""
+    """whatif: the state the controls start in (the report shows that state); ``link`` is what
+    the box streams experts over, which names the ``ssd`` term."""
     return (
-        f"**Answer (this state).** **{model}** on **{hardware}**, routing `{routing}`, a {fmt(cache_gib)} GiB "
+        f"**Answer (this state).** **{model}** on **{hardware}** (experts streamed {stream_source(link)}), routing "
+        f"`{routing}`, a {fmt(cache_gib)} GiB "
         f"expert cache: the best feasible net tok/s over B = {batch_min}…{batch_max} is {fmt(best_net_tok_s)} at "
-        f"B = {best_batch} ({bound_at_best}-bound, cache hit rate {pct(hit_rate_at_best)}); U({batch_max}) is "
+        f"B = {best_batch} ({term_name(bound_at_best, link)}-bound, cache hit rate {pct(hit_rate_at_best)}); U({batch_max}) is "
         f"{fmt(union_at_max)} experts per layer. Move the controls (`make lab`) to redraw. "
         + provenance_sentence(inputs, synthetic=synthetic)
     )

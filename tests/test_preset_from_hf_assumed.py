@@ -206,3 +206,17 @@ def test_header_shapes_must_match_their_data_offsets(checkpoints, tmp_path, caps
     _header_file(folder / "model.safetensors", header, raw[8 + n :])
     assert main(["preset-from-hf", str(folder), "-o", str(tmp_path / "m.toml")]) == 2
     assert "inside the file" in capsys.readouterr().err
+
+
+def test_moe_layer_freq_is_ignored_as_transformers_ignores_it(checkpoints, tmp_path, capsys):
+    """DeepSeek-V3's config.json carries moe_layer_freq (1 in released checkpoints); transformers'
+    decoder layers read only first_k_dense_replace, so the preset's MoE layers must be the routers
+    transformers builds whatever the key says (a freq of 2 once made layer 1 dense here)."""
+    folder = tmp_path / "ckpt"
+    shutil.copytree(checkpoints["deepseek_v3"], folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["moe_layer_freq"] = 2
+    (folder / "config.json").write_text(json.dumps(config))
+    doc = preset(folder, tmp_path / "m.toml", capsys)
+    assert doc["moe_layers"]["value"] == moe_layer_count(folder) == 1
+    assert "moe_layer_freq 2 ignored" in doc["moe_layers"]["source"]

@@ -55,7 +55,12 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--streams", required=True, metavar="B", help="concurrent streams: the first B prompts (distinct)")
     p.add_argument("--max-new-tokens", required=True, metavar="N", help="new tokens per stream (>= 2)")
-    p.add_argument("-o", "--output", required=True, help="trace to write (.npz, or .npy + .json)")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="trace to write: .npz (topk = decode steps, prefill = prompt tokens), or .npy + .json + .prefill.npy",
+    )
     p.add_argument(
         "--histogram",
         default=None,

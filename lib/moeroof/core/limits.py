@@ -21,6 +21,11 @@ __all__ = [
     "MAX_JSON_BYTES",
     "MAX_TOML_BYTES",
     "MAX_NESTING",
+    "MAX_DRAWN_KEYS",
+    "MAX_FIT_SEEDS",
+    "MAX_SIMULATED_STEPS",
+    "MAX_FIT_EXPERT_CELLS",
+    "MAX_GIB",
     "FALLBACK_AVAILABLE_BYTES",
     "available_memory",
     "check_allocation",
@@ -49,6 +54,20 @@ MAX_NESTING = 32
 #: a POINTS file (fit-routing, fit-plan): every row is simulated or predicted, so its size is bounded
 MAX_POINTS_BYTES = 4 << 20
 MAX_POINTS_ROWS = 10_000
+#: random-order keys a drawn cache trace sorts (steps × layer shapes × experts): 2^27 sort in
+#: about 10 s; a 256-expert model at 16 layer shapes and 2500 steps draws 10^7
+MAX_DRAWN_KEYS = 1 << 27
+#: fit seeds of ``fit-routing`` (every seed simulates every row at every evaluated knob set)
+MAX_FIT_SEEDS = 1024
+#: steps of one simulated run (history plus counted steps) in ``fit-routing``
+MAX_SIMULATED_STEPS = 1 << 20
+#: experts × simulated layers of ``fit-routing``'s popularity (redrawn at every evaluation of a
+#: fit that evaluates hundreds of knob sets): 2^16 is 4096 experts at 16 layers (published
+#: models: 8 … 384), whose fit already runs for minutes
+MAX_FIT_EXPERT_CELLS = 1 << 16
+#: a cache or memory size in GiB (2^40 GiB = 1 ZiB): a larger one is a typo, and 1e300 GiB
+#: overflows to infinity in bytes
+MAX_GIB = float(1 << 40)
 #: what :func:`available_memory` assumes when the system does not say
 FALLBACK_AVAILABLE_BYTES = 4 << 30
 

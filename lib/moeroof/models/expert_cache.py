@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from moeroof.core.limits import MAX_DRAWN_KEYS, check_allocation
 from moeroof.core.results import Result
 from moeroof.models import cache as cache_sim
 from moeroof.models.union import power_sums
@@ -78,6 +79,11 @@ MAX_SIMULATED_LAYERS = 16
 MAX_WARMUP_STEPS = 2000
 MIN_REQUESTS = 20_000
 MIN_COUNTED_STEPS = 8
+#: order keys or token picks drawn at once by :func:`systematic_topk` (about 40 B each at work)
+ORDER_CHUNK_ENTRIES = 1 << 22
+#: bytes per pick of a drawn trace over a simulation: the int32 trace, its requests (item, step
+#: and layer ids), the per-pick keys and multiplicities of :func:`_simulate_ratios` and their sort
+BYTES_PER_PICK = 48
 _MEMO_SIZE = 4096
 _memo: OrderedDict = OrderedDict()
 
@@ -169,31 +175,75 @@ def hot_set_misses(pi: np.ndarray, cache_experts, batch) -> tuple[np.ndarray, np
     return union, misses
 
 
+def _order_chunk_steps(steps: int, streams: int, h: int, e: int, k: int) -> int:
+    """Steps drawn at once: at most :data:`ORDER_CHUNK_ENTRIES` order keys and token picks per
+    chunk (at least one step), so the working memory of a draw is bounded whatever its length."""
+    per_step = max(h * e, streams * h * k, 1)
+    return max(1, min(steps, ORDER_CHUNK_ENTRIES // per_step))
+
+
 def systematic_topk(pi: np.ndarray, steps: int, streams: int, rng: np.random.Generator) -> np.ndarray:
     """A trace (steps, streams, H, K) whose tokens include expert i with probability π_i exactly.
 
     Systematic sampling (Madow 1949) in a random expert order per (step, layer) (module
     docstring). ``pi`` (H, E) with rows summing to an integer K and entries in [0, 1].
+
+    Bounded before anything is drawn (issue 13): the random orders are ``steps · H · E`` keys to
+    sort — at most :data:`moeroof.core.limits.MAX_DRAWN_KEYS` (about 10 s) — and the trace with
+    its per-pick working arrays (:data:`BYTES_PER_PICK` per pick) must fit in the available
+    memory; else a :class:`ValueError` naming the sizes. The draw runs
+    in chunks of steps (:func:`_order_chunk_steps`); with a PCG64 generator the token uniforms
+    come from a copy advanced past every order key, so the chunks consume the stream exactly as
+    one draw of all keys then all uniforms would — the trace is the same, byte for byte, at any
+    chunk size — and ``rng`` ends where that draw leaves it.
     """
     pi = np.atleast_2d(np.asarray(pi, dtype=float))
     h, e = pi.shape
     k = int(round(float(pi[0].sum())))
     if k < 1 or np.any(pi < 0) or np.any(pi > 1 + 1e-9) or not np.allclose(pi.sum(axis=1), k, atol=0.05):
         raise ValueError("pi rows must lie in [0, 1] and sum to the same integer K >= 1")
-    order = np.argsort(rng.random((steps, h, e)), axis=-1)
-    p = np.take_along_axis(np.broadcast_to(pi, (steps, h, e)), order, axis=-1)
-    cs = np.cumsum(p, axis=-1)
-    cs *= k / cs[..., -1:]
-    rows = steps * h
-    flat = (cs + (np.arange(rows).reshape(steps, h, 1) * (k + 1.0))).ravel()
-    u = rng.random((steps, streams, h, 1)) + np.arange(k)  # (steps, streams, h, K)
-    pts = u + (np.arange(rows).reshape(steps, 1, h, 1) * (k + 1.0))
-    idx = np.searchsorted(flat, pts.ravel(), side="right").reshape(steps, streams, h, k)
-    row_start = (np.arange(rows).reshape(steps, 1, h, 1)) * e
-    pos = np.minimum(idx - row_start, e - 1)
-    return np.take_along_axis(
-        np.broadcast_to(order[:, None], (steps, streams, h, e)), pos.astype(np.int64), axis=-1
-    ).astype(np.int32)
+    steps, streams = int(steps), int(streams)
+    keys = steps * h * e  # Python ints: no overflow
+    if keys > MAX_DRAWN_KEYS:
+        raise ValueError(
+            f"simulating the cache would draw {steps} steps × {h} layer shapes × {e} experts = "
+            f"{keys:.3g} random-order keys, more than the {MAX_DRAWN_KEYS:.3g} allowed (about 10 s of "
+            "sorting); use the pinned hot set (policy static), which is in closed form, or fewer experts",
+        )
+    # the callers name no flag: the batch, the model's sizes or a POINTS row may be what is too big
+    check_allocation(steps * streams * h * k, BYTES_PER_PICK, "a drawn cache trace's steps × batch × layers × K")
+    chunk = _order_chunk_steps(steps, streams, h, e, k)
+    check_allocation(chunk * max(h * e, streams * h * k), 48, "one chunk of a drawn cache trace")
+    bg = rng.bit_generator
+    if isinstance(bg, np.random.PCG64):
+        u_bg = np.random.PCG64()
+        u_bg.state = bg.state
+        u_bg.advance(keys)  # one 64-bit output per double: past every order key
+        u_rng = np.random.Generator(u_bg)
+    else:  # no way to skip ahead: one chunk, the order keys first (as the chunked draw consumes them)
+        chunk, u_rng = steps, rng
+    out = np.empty((steps, streams, h, k), dtype=np.int32)
+    for s0 in range(0, steps, chunk):
+        n = min(chunk, steps - s0)
+        order = np.argsort(rng.random((n, h, e)), axis=-1)
+        p = np.take_along_axis(np.broadcast_to(pi, (n, h, e)), order, axis=-1)
+        cs = np.cumsum(p, axis=-1)
+        cs *= k / cs[..., -1:]
+        # global row offsets (step · H + layer), as one draw of the whole trace adds them: the
+        # same floating-point sums, hence the same picks
+        rows = (s0 + np.arange(n)).reshape(n, 1) * h + np.arange(h)
+        flat = (cs + rows[..., None] * (k + 1.0)).ravel()
+        u = u_rng.random((n, streams, h, 1)) + np.arange(k)  # (n, streams, h, K)
+        pts = u + rows.reshape(n, 1, h, 1) * (k + 1.0)
+        idx = np.searchsorted(flat, pts.ravel(), side="right").reshape(n, streams, h, k)
+        row_start = np.arange(n * h).reshape(n, 1, h, 1) * e
+        pos = np.minimum(idx - row_start, e - 1)
+        out[s0 : s0 + n] = np.take_along_axis(
+            np.broadcast_to(order[:, None], (n, streams, h, e)), pos.astype(np.int64), axis=-1
+        )
+    if u_rng is not rng:
+        bg.state = u_bg.state
+    return out
 
 
 def _digest(*arrays: np.ndarray) -> str:

@@ -122,6 +122,13 @@ import numpy as np
 from scipy.special import gammaincinv
 from scipy.stats import t as student_t
 
+from moeroof.core.errors import ParameterError
+from moeroof.core.limits import (
+    MAX_FIT_EXPERT_CELLS,
+    MAX_FIT_SEEDS,
+    MAX_SIMULATED_STEPS,
+    check_allocation,
+)
 from moeroof.core.results import Result
 from moeroof.core.rng import generator
 from moeroof.core.units import GiB
@@ -315,6 +322,66 @@ def _cache_row(point, trace, popularity, warm, layers, expert_bytes, req_memo, t
     return hits / reqs if reqs else float("nan")
 
 
+#: bytes per pick of a simulated run: the int32 trace, its cache requests (item, step and layer
+#: ids) and the simulator's per-request state
+BYTES_PER_PICK = 48
+#: bytes per (stream, layer, expert) of one step of :func:`moeroof.models.routing.sample_trace`
+#: (log weights, uniforms, scores and the kernel's rows, float64 each)
+BYTES_PER_SCORE = 40
+
+
+def check_sizes(
+    points: Sequence[Point],
+    experts: int,
+    top_k: int,
+    layers: int,
+    *,
+    seeds: int,
+    timed_steps: int,
+    max_sim_layers: int = 16,
+    max_history: int = 2048,
+) -> None:
+    """Refuse, before anything is simulated, a fit whose runs cannot be held or finished (issue 13):
+    more than :data:`~moeroof.core.limits.MAX_FIT_SEEDS` seeds, more than
+    :data:`~moeroof.core.limits.MAX_SIMULATED_STEPS` steps per run, a popularity of more than
+    :data:`~moeroof.core.limits.MAX_FIT_EXPERT_CELLS` experts × simulated layers (redrawn at every
+    one of the hundreds of evaluations), and a row whose run — ``ceil(max_history / M) +
+    timed_steps`` steps of M streams × min(L, max_sim_layers) layers × K picks
+    (:data:`BYTES_PER_PICK` each), and one step's scores over the E experts
+    (:data:`BYTES_PER_SCORE` each) — does not fit in the available memory. Sizes are Python ints
+    (nothing overflows); the error names the parameter, or the POINTS row."""
+    if not 1 <= seeds <= MAX_FIT_SEEDS:
+        raise ParameterError("seeds", f"{seeds} fit seeds is outside the sane range 1 … {MAX_FIT_SEEDS}")
+    if not 1 <= timed_steps <= MAX_SIMULATED_STEPS:
+        raise ParameterError(
+            "timed_steps", f"{timed_steps} counted steps per run is outside the sane range 1 … {MAX_SIMULATED_STEPS}"
+        )
+    sim_layers = int(min(layers, max_sim_layers))
+    if experts * sim_layers > MAX_FIT_EXPERT_CELLS:
+        raise ParameterError(
+            "experts",
+            f"{experts} experts × {sim_layers} simulated layers = {experts * sim_layers} popularity entries, "
+            f"more than the {MAX_FIT_EXPERT_CELLS} a fit can redraw at each of its hundreds of evaluations",
+        )
+    done: set[int] = set()
+    for p in points:
+        m = int(p.batch)
+        if m in done:
+            continue
+        done.add(m)
+        steps = -(-int(max_history) // m) + int(timed_steps)
+        where = f"row {p.row} ({p.label()})" if p.row else p.label()
+        if steps > MAX_SIMULATED_STEPS:
+            raise ParameterError(
+                "timed_steps", f"{where}: {steps} steps per run, more than the {MAX_SIMULATED_STEPS} allowed"
+            )
+        try:
+            check_allocation(steps * m * sim_layers * top_k, BYTES_PER_PICK, "steps × batch × layers × K of a run")
+            check_allocation(m * sim_layers * experts, BYTES_PER_SCORE, "batch × layers × experts of a step")
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+
+
 def simulate_points(
     knobs: RoutingKnobs,
     points: Sequence[Point],
@@ -333,6 +400,16 @@ def simulate_points(
     ``min(L, max_sim_layers)`` are simulated; ``timed_steps`` counted steps after the history.
     """
     points = list(points)
+    check_sizes(
+        points,
+        experts,
+        top_k,
+        layers,
+        seeds=max(1, len(seeds)),
+        timed_steps=int(timed_steps),
+        max_sim_layers=max_sim_layers,
+        max_history=int(knobs.history_tokens),
+    )
     sim_layers = int(min(layers, max_sim_layers))
     out = np.full((len(seeds), len(points)), np.nan)
     for j, seed in enumerate(seeds):
@@ -941,6 +1018,16 @@ def fit_routing(
     points = list(points)
     if not points or not any(p.calibrates for p in points):
         raise ValueError("no calibration point: at least one point needs a value")
+    check_sizes(
+        points,
+        int(experts),
+        int(top_k),
+        int(layers),
+        seeds=len(seeds),  # before the seeds are listed: a range of 10^9 is not made a tuple
+        timed_steps=int(timed_steps),
+        max_sim_layers=max_sim_layers,
+        max_history=max_history,
+    )
     fitted, held = identifiable(points)
     seeds = tuple(int(s) for s in seeds)
     kw = dict(

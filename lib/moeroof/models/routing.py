@@ -43,6 +43,7 @@ from typing import Protocol
 import numpy as np
 
 from moeroof.core.errors import ParameterError
+from moeroof.core.limits import check_allocation
 from moeroof.core.masks import live_tokens
 
 __all__ = [
@@ -657,10 +658,13 @@ def sample_trace(
     # only the scores that can reach the top K, the same numbers numpy computes; rows whose
     # order is not unique (ties: two kept experts) go to numpy's argpartition/argsort as before.
     rows, e = streams * layers, w.shape[-1]
+    total = int(prompt_tokens) + steps
+    # bounded before the trace and a step's scores are made (issue 13); Python ints, no overflow
+    check_allocation(total * streams * layers * k, 4, "trace steps × streams × layers × K")
+    check_allocation(rows * e, 40, "one step's scores, streams × layers × experts")
     rho_row = np.ascontiguousarray(np.broadcast_to(rho_l, (streams, layers)).reshape(rows))
     sticky = bool(np.any(rho_l > 0))
     no_keep = np.empty((rows, 0))
-    total = int(prompt_tokens) + steps
     out = np.empty((total, streams, layers, k), dtype=np.int32)
     first_prev = np.zeros((rows, k), dtype=np.int32)
     scores = np.empty((rows, e))
@@ -725,16 +729,52 @@ def sample_histogram(
     return counts
 
 
+#: (token, slot, slot) comparisons of :func:`pair_overlap` made at once (16 MiB of booleans)
+OVERLAP_CHUNK = 1 << 24
+#: above this K a pair's shared experts are counted by sorting (K log K) rather than comparing
+#: every slot with every slot (K²: 4.3 · 10^9 comparisons per pair at K = 65536)
+OVERLAP_SORT_K = 64
+
+
+def _shared_by_sorting(prev: np.ndarray, cur: np.ndarray) -> np.ndarray:
+    """Rows (n, K) each: how many entries of ``prev``'s row occur in ``cur``'s row (with ``prev``'s
+    multiplicity), by dense ids and one sorted membership test over the chunk."""
+    n, k = prev.shape
+    both = np.concatenate([prev.ravel(), cur.ravel()]).astype(np.int64)
+    _, dense = np.unique(both, return_inverse=True)  # ids < 2nK: row · 2nK + id cannot overflow
+    span = 2 * n * k
+    rows = np.repeat(np.arange(n, dtype=np.int64), k) * span
+    p_keys = rows + dense[: n * k]
+    c_keys = rows + dense[n * k :]
+    return np.isin(p_keys, c_keys).reshape(n, k).sum(axis=1)
+
+
 def pair_overlap(topk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per consecutive pair of a stream's tokens (steps−1, streams, layers): the experts the two
-    share (0 where the pair is not valid) and whether both tokens are live."""
+    share (0 where the pair is not valid) and whether both tokens are live.
+
+    Shared = the previous token's picks found among the current token's. Counted in chunks of
+    pairs with at most :data:`OVERLAP_CHUNK` slot comparisons at once (K ≤
+    :data:`OVERLAP_SORT_K`), or by sorting for a larger K, so the memory is bounded by the trace
+    whatever K is (issue 13: K = 65536 asked for a 32 GiB K × K array)."""
     arr = np.asarray(topk)
     if arr.ndim != 4:
         raise ValueError("trace must have shape (steps, streams, layers, K)")
     prev, cur = arr[:-1], arr[1:]
     valid = live_tokens(prev) & live_tokens(cur)  # (steps-1, streams, layers)
-    shared = (prev[..., :, None] == cur[..., None, :]).any(axis=-1).sum(axis=-1)
-    return np.where(valid, shared, 0), valid
+    k = arr.shape[-1]
+    p2, c2 = prev.reshape(-1, k), cur.reshape(-1, k)
+    shared = np.zeros(p2.shape[0], dtype=np.int64)
+    if k <= OVERLAP_SORT_K:
+        step = max(1, OVERLAP_CHUNK // max(k * k, 1))
+        for a in range(0, p2.shape[0], step):
+            pc, cc = p2[a : a + step], c2[a : a + step]
+            shared[a : a + step] = (pc[:, :, None] == cc[:, None, :]).any(axis=-1).sum(axis=-1)
+    else:
+        step = max(1, OVERLAP_CHUNK // (16 * k))  # about 16 int64 working copies per slot
+        for a in range(0, p2.shape[0], step):
+            shared[a : a + step] = _shared_by_sorting(p2[a : a + step], c2[a : a + step])
+    return np.where(valid, shared.reshape(valid.shape), 0), valid
 
 
 def consecutive_overlap(topk: np.ndarray) -> np.ndarray:

@@ -1,0 +1,160 @@
+"""Bounds inside the models (issue 13 audit): the drawn cache traces of ``plan``, the simulated
+runs of ``fit-routing``, a trace's consecutive overlap at a huge K — each refused or drawn in
+bounded memory before numpy is asked for the array, never an OOM kill."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moeroof.cli import main
+from moeroof.core.errors import ParameterError
+from moeroof.core.limits import MAX_DRAWN_KEYS
+from moeroof.models import expert_cache, routing
+from moeroof.models.routing import inclusion_probabilities
+
+ROOT = Path(__file__).resolve().parents[1]
+POINTS = ROOT / "data" / "points" / "example.points"
+
+
+def capped(argv: list[str], cap_mib: int, cwd: Path) -> subprocess.CompletedProcess:
+    """The CLI in a child process whose address space is capped at ``cap_mib`` MiB."""
+    code = (
+        "import resource, sys\n"
+        f"resource.setrlimit(resource.RLIMIT_AS, ({cap_mib} << 20, {cap_mib} << 20))\n"
+        "from moeroof.cli.app import main\n"
+        f"sys.exit(main({argv!r}))\n"
+    )
+    env = dict(os.environ)
+    env.setdefault("NUMBA_CACHE_DIR", "/tmp/moeroof-numba-bounds")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
+
+
+def one_error(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+# ----------------------------------------------------------------------------- drawn cache traces
+
+
+def _pi(h: int, e: int, k: int, seed: int = 1) -> np.ndarray:
+    w = np.random.default_rng(seed).dirichlet(np.full(e, 0.3), size=h)
+    return inclusion_probabilities(w, k)
+
+
+@pytest.mark.parametrize("h, e, k, steps, streams", [(1, 256, 8, 300, 1), (4, 64, 4, 60, 8), (3, 500, 2, 20, 40)])
+def test_systematic_topk_is_the_same_trace_at_any_chunk_size(monkeypatch, h, e, k, steps, streams):
+    pi = _pi(h, e, k)
+    whole_rng = np.random.default_rng([3, 4])
+    whole = expert_cache.systematic_topk(pi, steps, streams, whole_rng)
+    for chunk in (1, 1000):
+        monkeypatch.setattr(expert_cache, "ORDER_CHUNK_ENTRIES", chunk)
+        rng = np.random.default_rng([3, 4])
+        assert np.array_equal(expert_cache.systematic_topk(pi, steps, streams, rng), whole)
+        assert rng.bit_generator.state == whole_rng.bit_generator.state  # rng ends where one draw leaves it
+
+
+def test_systematic_topk_refuses_an_unsortable_order_before_drawing():
+    e = 1 << 20
+    pi = np.full((1, e), 8.0 / e)
+    steps = MAX_DRAWN_KEYS // e + 1
+    with pytest.raises(ValueError, match=r"random-order keys, more than the .* allowed.*policy static"):
+        expert_cache.systematic_topk(pi, steps, 1, np.random.default_rng(0))
+
+
+def test_plan_with_a_million_experts_exits_2_under_a_memory_cap(tmp_path):
+    """The audit's OOM kill at 24 GB: glm-5.2 with experts = 1048576 (within the preset limits)."""
+    text = (ROOT / "data" / "presets" / "models" / "glm-5.2.toml").read_text()
+    model = tmp_path / "m.toml"
+    model.write_text(re.sub(r"^experts = \{ value = 256", "experts = { value = 1048576", text, flags=re.M))
+    assert "1048576" in model.read_text()
+    proc = capped(["plan", "--model", str(model), "--hardware", "nvme-gen4", "--batch", "1,8"], 1500, tmp_path)
+    assert "random-order keys" in one_error(proc)
+
+
+# ----------------------------------------------------------------------------- consecutive overlap
+
+
+def _overlap_by_broadcast(t: np.ndarray) -> np.ndarray:
+    prev, cur = t[:-1], t[1:]
+    return (prev[..., :, None] == cur[..., None, :]).any(axis=-1).sum(axis=-1)
+
+
+@pytest.mark.parametrize("k", [1, 4, 64, 65, 200])
+def test_pair_overlap_chunked_and_sorted_agree_with_every_slot_compared(monkeypatch, k):
+    t = np.random.default_rng(k).integers(-1, 3 * k, size=(6, 3, 2, k))
+    shared, valid = routing.pair_overlap(t)
+    want = _overlap_by_broadcast(t)
+    assert np.array_equal(shared, np.where(valid, want, 0))
+    monkeypatch.setattr(routing, "OVERLAP_CHUNK", 7)
+    assert np.array_equal(routing.pair_overlap(t)[0], shared)
+    monkeypatch.setattr(routing, "OVERLAP_SORT_K", 0)
+    assert np.array_equal(routing.pair_overlap(t)[0], shared)
+
+
+def test_pair_overlap_at_k_65536_needs_no_k_squared_array():
+    k = 1 << 16  # a K × K bool array would be 4 GiB per pair
+    t = np.broadcast_to(np.arange(k, dtype=np.int32), (3, 1, 1, k))
+    shared, valid = routing.pair_overlap(t)
+    assert valid.all() and (shared == k).all()
+
+
+# ----------------------------------------------------------------------------- fit-routing
+
+
+def _ok_points(tmp_path: Path) -> Path:
+    path = tmp_path / "ok.points"
+    path.write_text("".join(line for line in POINTS.read_text().splitlines(True) if ",,0.5," not in line))
+    return path
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--seeds", "1000000000"], r"^error: --seeds: 1000000000 fit seeds is outside the sane range"),
+        (["--timed-steps", "1000000000000"], r"^error: --timed-steps: .* outside the sane range"),
+    ],
+)
+def test_fit_routing_refuses_absurd_seeds_and_steps(tmp_path, capsys, extra, message):
+    argv = ["fit-routing", str(_ok_points(tmp_path)), "--experts", "64", "--top-k", "4", "--layers", "8", *extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.search(message, err[0]), err
+
+
+def test_fit_routing_refuses_a_million_experts_at_once(tmp_path, capsys):
+    argv = ["fit-routing", str(_ok_points(tmp_path)), "--experts", "1048576", "--top-k", "8", "--layers", "8"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --experts: 1048576 experts × 8 simulated layers"), err
+
+
+def test_fit_routing_names_the_row_whose_batch_cannot_be_simulated(tmp_path, capsys):
+    path = tmp_path / "big.points"
+    path.write_text("kind,batch,capacity_experts,value\nhit_rate,4,8,0.5\nhit_rate,300000000,8,0.5\n")
+    assert main(["fit-routing", str(path), "--experts", "64", "--top-k", "4", "--layers", "8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "row 3 (hit_rate M=300000000" in err[0] and "entries would need" in err[0], err
+
+
+def test_check_sizes_in_the_library():
+    from moeroof.data.points import Point
+    from moeroof.models.fit_routing import check_sizes
+
+    pts = [Point("union", 4, value=3.0)]
+    check_sizes(pts, 64, 4, 8, seeds=4, timed_steps=16)
+    with pytest.raises(ParameterError) as info:
+        check_sizes(pts, 64, 4, 8, seeds=0, timed_steps=16)
+    assert info.value.parameter == "seeds"
+    with pytest.raises(ParameterError) as info:
+        check_sizes(pts, 64, 4, 8, seeds=1, timed_steps=2**40)
+    assert info.value.parameter == "timed_steps"

@@ -172,6 +172,13 @@ def test_preset_bytes_equal_the_saved_tensors(family, checkpoints, tmp_path, cap
     dense = 1 if family in ("deepseek_v3", "glm4_moe") else 0
     assert rep["dense_layer_ids"] == list(range(dense))
     assert rep["shared_experts"] == (1 if family in ("qwen2_moe", "deepseek_v3", "glm4_moe") else 0)
+    # ... and as preset fields with their source: the saved layers without a routed expert tensor
+    all_layers = {int(k.split("layers.")[1].split(".")[0]) for k in tensors if "layers." in k}
+    assert doc["dense_layers"]["value"] == len(all_layers - moe_layers) == dense
+    assert doc["dense_layers"]["source"].startswith("config.json")
+    shared_saved = any("shared_expert" in k for k in tensors)
+    assert (doc["shared_experts"]["value"] > 0) == shared_saved
+    assert doc["shared_experts"]["source"].startswith("config.json")
     # KV per token: MLA latent (kv_lora_rank + rope) or 2 x KV heads x head_dim, float32 here
     if family == "deepseek_v3":
         kv = (config["kv_lora_rank"] + config["qk_rope_head_dim"]) * 2 * 4
@@ -186,6 +193,7 @@ def test_preset_bytes_equal_the_saved_tensors(family, checkpoints, tmp_path, cap
 
     model = load_model(out)
     assert model.expert_bytes == doc["expert_bytes"]["value"]
+    assert (model.dense_layers, model.shared_experts) == (dense, doc["shared_experts"]["value"])
     assert main(["plan", "--model", str(out), "--hardware", "nvme-gen4", "--batch", "1,4", "--json"]) == 0
     assert capsys.readouterr().out.strip().startswith("{")
 

@@ -726,6 +726,18 @@ def preset_fields(model_dir: str | Path, *, quant_bits: float | None = None, nam
         "top_k": _field(k, layout.sources["top_k"]),
         "moe_layers": _derived(n_moe, layout.sources["moe_layers"], layer_notes),
         "hidden_size": _field(h, f"config.json: hidden_size {h}"),
+        "dense_layers": _derived(
+            layout.layers - n_moe,
+            f"config.json: num_hidden_layers {layout.layers} - {n_moe} MoE layers "
+            f"= layers {list(layout.dense_layer_ids)} without routed experts",
+            layer_notes,
+        ),
+        "shared_experts": _derived(
+            layout.shared_experts,
+            f"config.json: model_type {layout.family}: {layout.shared_experts} shared expert(s) per MoE layer"
+            + (f", {layout.shared_intermediate} wide" if layout.shared_experts else ""),
+            shared_notes,
+        ),
     }
     e_params = layout.expert_params
     where = ""

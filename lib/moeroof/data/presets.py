@@ -70,6 +70,8 @@ MODEL_FIELDS: dict[str, tuple[str, bool]] = {
     "activation_bytes": ("bytes", False),
     "total_params": ("count", False),
     "active_params": ("count", False),
+    "dense_layers": ("count", False),
+    "shared_experts": ("count", False),
 }
 
 HARDWARE_FIELDS: dict[str, tuple[str, bool]] = {
@@ -101,7 +103,9 @@ class MoEModel:
     norms, the LM head — what L1 amortizes); ``kv_bytes_per_token``: KV cache per context token,
     all layers; ``flops_per_token``: forward FLOP per token without attention over the context
     (≈ 2 × active parameters); ``attn_flops_per_context_token``: extra FLOP per generated token
-    per token of context.
+    per token of context. ``dense_layers`` (decoder layers without routed experts) and
+    ``shared_experts`` (always-active experts per MoE layer) describe the layout: their bytes are
+    already in ``non_routed_bytes``.
     """
 
     name: str
@@ -117,6 +121,8 @@ class MoEModel:
     activation_bytes: float = 2.0
     total_params: float | None = None
     active_params: float | None = None
+    dense_layers: int | None = None
+    shared_experts: int | None = None
     precision: str = ""
     description: str = ""
     provenance: Mapping[str, str] = field(default_factory=dict)
@@ -302,12 +308,13 @@ def _load(
     return out
 
 
-def _int_fields(path: Path, out: dict[str, Any], keys: tuple[str, ...]) -> None:
+def _int_fields(path: Path, out: dict[str, Any], keys: tuple[str, ...], minimum: int = 1) -> None:
     for key in keys:
         if key in out:
             v = out[key]
-            if float(v) != int(v) or int(v) < 1:
-                raise InputError(path, None, key, f"must be a positive integer, got {v!r}")
+            if float(v) != int(v) or int(v) < minimum:
+                what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+                raise InputError(path, None, key, f"must be {what}, got {v!r}")
             out[key] = int(v)
             limit = {"experts": MAX_EXPERTS, "moe_layers": MAX_LAYERS}.get(key)
             if limit is not None and out[key] > limit:
@@ -330,6 +337,7 @@ def load_model(name_or_path: str | Path) -> MoEModel:
         raise InputError(name_or_path, None, "model", f"no such preset (known: {known})")
     out = _load(path, "model", MODEL_FIELDS)
     _int_fields(path, out, ("experts", "top_k", "moe_layers", "hidden_size"))
+    _int_fields(path, out, ("dense_layers", "shared_experts"), minimum=0)
     if out["top_k"] > out["experts"]:
         raise InputError(path, None, "top_k", f"K={out['top_k']} exceeds experts E={out['experts']}")
     try:

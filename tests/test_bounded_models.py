@@ -140,10 +140,10 @@ def test_fit_routing_refuses_a_million_experts_at_once(tmp_path, capsys):
 
 def test_fit_routing_names_the_row_whose_batch_cannot_be_simulated(tmp_path, capsys):
     path = tmp_path / "big.points"
-    path.write_text("kind,batch,capacity_experts,value\nhit_rate,4,8,0.5\nhit_rate,300000000,8,0.5\n")
+    path.write_text("kind,batch,capacity_experts,value\nhit_rate,4,8,0.5\nhit_rate,10000000,8,0.5\n")
     assert main(["fit-routing", str(path), "--experts", "64", "--top-k", "4", "--layers", "8"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "row 3 (hit_rate M=300000000" in err[0] and "entries would need" in err[0], err
+    assert len(err) == 1 and "row 3 (hit_rate M=10000000" in err[0] and "entries would need" in err[0], err
 
 
 def test_check_sizes_in_the_library():
@@ -158,3 +158,93 @@ def test_check_sizes_in_the_library():
     with pytest.raises(ParameterError) as info:
         check_sizes(pts, 64, 4, 8, seeds=1, timed_steps=2**40)
     assert info.value.parameter == "timed_steps"
+
+
+# ----------------------------------------------------------------------------- sizes in files
+
+
+@pytest.mark.parametrize(
+    "text, field",
+    [
+        ("batch,cache_gib,net_tok_s\n1,20,5\n1,1e300,1\n", "cache_gib"),  # 2^30 · 1e300 = inf bytes
+        ("batch,cache_gib,net_tok_s\n1e300,20,1\n", "batch"),
+    ],
+)
+def test_plan_points_sizes_are_finite_in_bytes(tmp_path, text, field):
+    from moeroof.data.io import InputError
+    from moeroof.data.plan_points import read_plan_points
+
+    path = tmp_path / "p.csv"
+    path.write_text(text)
+    with pytest.raises(InputError, match=rf"p.csv:\d: {field}: .* is more than the"):
+        read_plan_points(path)
+
+
+def test_fit_plan_refuses_1e300_gib_with_file_row_and_field(tmp_path, capsys):
+    path = tmp_path / "p.csv"
+    path.write_text("batch,cache_gib,net_tok_s\n1,1e300,1\n")
+    assert main(["fit-plan", str(path), "--model", "glm-5.2", "--hardware", "nvme-gen4"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {path}:2: cache_gib: "), err
+
+
+@pytest.mark.parametrize(
+    "row, field", [("hit_rate,4,,1e300,0.5", "capacity_gib"), ("hit_rate,400000000,8,,0.5", "batch")]
+)
+def test_points_sizes_name_file_row_and_field(tmp_path, capsys, row, field):
+    path = tmp_path / "g.points"
+    path.write_text(f"kind,batch,capacity_experts,capacity_gib,value\n{row}\n")
+    argv = ["fit-routing", str(path), "--experts", "64", "--top-k", "4", "--layers", "8", "--expert-bytes", "1000"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {path}:2: {field}: ") and "more than the" in err[0], err
+
+
+@pytest.mark.parametrize(
+    "line, key",
+    [
+        ("cache_gib = [20, 1e300]", "cache_gib"),
+        ("cache_gib = -1", "cache_gib"),
+        ('cache_gib = "lots"', "cache_gib"),
+        ("read_size_kib = 1e300", "read_size_kib"),
+    ],
+)
+def test_sweep_grid_sizes_are_finite_in_bytes(tmp_path, line, key):
+    from moeroof.studies.sweep import GridError, read_grid
+
+    grid = tmp_path / "g.toml"
+    grid.write_text(f'command = "plan"\nmodel = "glm-5.2"\nhardware = "nvme-gen4"\nbatch = 1\n{line}\n')
+    with pytest.raises(GridError, match=rf"g.toml: {key}: "):
+        read_grid(grid)
+
+
+def test_sweep_grid_auto_and_sane_sizes_still_read(tmp_path):
+    from moeroof.studies.sweep import read_grid
+
+    grid = tmp_path / "g.toml"
+    grid.write_text(
+        'command = "plan"\nmodel = "glm-5.2"\nhardware = "nvme-gen4"\nbatch = 1\ncache_gib = ["auto", 0, 40]\n'
+    )
+    assert read_grid(grid).axes["cache_gib"] == ("auto", 0, 40)
+
+
+def test_sweep_refuses_1e300_gib_with_one_error_line(tmp_path, capsys):
+    grid = tmp_path / "g.toml"
+    grid.write_text('command = "plan"\nmodel = "glm-5.2"\nhardware = "nvme-gen4"\nbatch = 1\ncache_gib = [1e300]\n')
+    assert main(["sweep", str(grid), "-o", str(tmp_path / "s.parquet")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {grid}: cache_gib: "), err
+    assert not (tmp_path / "s.parquet").exists()
+
+
+def test_sweep_grid_nesting_is_bounded_before_parsing(tmp_path):
+    from moeroof.studies.sweep import GridError, read_grid
+
+    grid = tmp_path / "deep.toml"
+    grid.write_text('command = "plan"\nbatch = ' + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(GridError, match=r"deep.toml: the grid nests arrays or tables 100000 deep, more than the 32"):
+        read_grid(grid)
+    big = tmp_path / "big.toml"
+    big.write_text('command = "plan"\n' + "# padding\n" * 200_000)
+    with pytest.raises(GridError, match=r"big.toml: the grid is .* more than the 1 MiB allowed"):
+        read_grid(big)

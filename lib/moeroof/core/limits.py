@@ -26,6 +26,7 @@ __all__ = [
     "MAX_SIMULATED_STEPS",
     "MAX_FIT_EXPERT_CELLS",
     "MAX_GIB",
+    "MAX_BATCH",
     "FALLBACK_AVAILABLE_BYTES",
     "available_memory",
     "check_allocation",
@@ -68,6 +69,8 @@ MAX_FIT_EXPERT_CELLS = 1 << 16
 #: a cache or memory size in GiB (2^40 GiB = 1 ZiB): a larger one is a typo, and 1e300 GiB
 #: overflows to infinity in bytes
 MAX_GIB = float(1 << 40)
+#: concurrent streams of a POINTS row (published serving batches: 1 … 10^4)
+MAX_BATCH = 1 << 24
 #: what :func:`available_memory` assumes when the system does not say
 FALLBACK_AVAILABLE_BYTES = 4 << 30
 

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from moeroof.core.limits import MAX_POINTS_BYTES, MAX_POINTS_ROWS
+from moeroof.core.limits import MAX_BATCH, MAX_GIB, MAX_POINTS_BYTES, MAX_POINTS_ROWS
 from moeroof.data.io import InputError
 
 __all__ = ["PLAN_COLUMNS", "POLICIES", "PlanPoint", "read_plan_points"]
@@ -109,9 +109,19 @@ def read_plan_points(path: str | os.PathLike[str]) -> list[PlanPoint]:
             raise InputError(p, row, "row", f"has {len(cells)} fields, the header has {len(columns)}")
         rec = dict(zip(columns, cells))
         batch = _integer(rec["batch"], p, row, "batch", None)
+        if batch > MAX_BATCH:
+            raise InputError(
+                p, row, "batch", f"{rec['batch'].strip()!r} is more than the {MAX_BATCH} streams a batch may be"
+            )
         cache = _number(rec["cache_gib"], p, row, "cache_gib")
         if cache is None or cache < 0:
             raise InputError(p, row, "cache_gib", f"must be a number >= 0, got {rec['cache_gib']!r}")
+        # finite in bytes too: 1e300 GiB is finite but 2^30 times it is not (it printed a
+        # 300-digit cache and predicted 100 % hits)
+        if not math.isfinite(cache * 2**30) or cache > MAX_GIB:
+            raise InputError(
+                p, row, "cache_gib", f"{rec['cache_gib'].strip()!r} is more than the {MAX_GIB:.4g} GiB a cache may be"
+            )
         ranks = _integer(rec.get("ranks", ""), p, row, "ranks", 1)
         policy = rec.get("policy", "").strip() or "lru"
         if policy not in POLICIES:

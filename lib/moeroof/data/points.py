@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from moeroof.core.limits import MAX_POINTS_BYTES, MAX_POINTS_ROWS
+from moeroof.core.limits import MAX_BATCH, MAX_GIB, MAX_POINTS_BYTES, MAX_POINTS_ROWS
 from moeroof.data.io import InputError
 
 __all__ = [
@@ -164,6 +164,8 @@ def _parse_row(cells: dict[str, str], path: Path, row: int, experts: int | None)
     if not batch_text:
         raise InputError(path, row, "batch", "missing; expected the number of concurrent streams")
     batch = _positive_int(batch_text, path, row, "batch")
+    if batch > MAX_BATCH:
+        raise InputError(path, row, "batch", f"{batch_text!r} is more than the {MAX_BATCH} streams a batch may be")
     cap_e_text = cells.get("capacity_experts", "").strip()
     cap_g_text = cells.get("capacity_gib", "").strip()
     sees_cache = kind in ("hit_rate", "gib_per_step")
@@ -184,6 +186,11 @@ def _parse_row(cells: dict[str, str], path: Path, row: int, experts: int | None)
             cap_g = _number(cap_g_text, path, row, "capacity_gib")
             if cap_g < 0:
                 raise InputError(path, row, "capacity_gib", f"must be >= 0, got {cap_g_text!r}")
+            # finite in bytes too: 1e300 GiB is finite, 2^30 times it is not
+            if not math.isfinite(cap_g * 2**30) or cap_g > MAX_GIB:
+                raise InputError(
+                    path, row, "capacity_gib", f"{cap_g_text!r} is more than the {MAX_GIB:.4g} GiB a cache may be"
+                )
     elif cap_e_text or cap_g_text:
         name = "capacity_experts" if cap_e_text else "capacity_gib"
         raise InputError(path, row, name, f"a {kind} row sees no cache: leave the capacity empty")
@@ -200,8 +207,8 @@ def _parse_row(cells: dict[str, str], path: Path, row: int, experts: int | None)
         value = _number(value_text, path, row, "value")
         if kind in ("hit_rate", "overlap") and not 0.0 <= value <= 1.0:
             raise InputError(path, row, "value", f"a {kind} is a fraction in 0–1, got {value_text!r}")
-        if kind == "gib_per_step" and value < 0:
-            raise InputError(path, row, "value", f"GiB per step must be >= 0, got {value_text!r}")
+        if kind == "gib_per_step" and not 0 <= value <= MAX_GIB:
+            raise InputError(path, row, "value", f"GiB per step must be in 0 … {MAX_GIB:.4g}, got {value_text!r}")
         if kind == "union" and (value < 0 or (experts is not None and value > experts)):
             bound = f" and <= experts ({experts})" if experts is not None else ""
             raise InputError(path, row, "value", f"a union (distinct experts per layer) must be >= 0{bound}")

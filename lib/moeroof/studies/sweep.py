@@ -71,6 +71,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from moeroof.core.limits import MAX_GIB, MAX_TOML_BYTES, check_document
+
 __all__ = [
     "CHECKPOINT_SECONDS",
     "COMMANDS",
@@ -209,14 +211,57 @@ def _check_value(path: Any, key: str, value: Any) -> Any:
     return value
 
 
+#: grid keys that are sizes, with their unit in bytes: finite and at most :data:`MAX_GIB` GiB once
+#: converted (``cache_gib = 1e300`` is finite, but 2^30 times it is inf bytes: a sweep of it
+#: returned ``cache_gib_used = inf`` with status 0)
+_SIZE_KEYS = {"cache_gib": 2**30, "read_size_kib": 2**10, "expert_bytes": 1}
+
+
+def _check_size(path: Any, key: str, value: Any) -> None:
+    """A size key's value (:data:`_SIZE_KEYS`): a number (``cache_gib`` may be ``"auto"``) whose
+    bytes are finite, ≥ 0 (> 0, and ≥ 1 B for ``expert_bytes``) and at most :data:`MAX_GIB` GiB."""
+    name = key.removeprefix("fixed.")
+    unit = _SIZE_KEYS.get(name)
+    if unit is None or (name == "cache_gib" and isinstance(value, str) and value.strip().lower() == "auto"):
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        kinds = 'a number or "auto"' if name == "cache_gib" else "a number"
+        raise GridError(path, key, f"must be {kinds}, got {value!r}")
+    try:
+        nbytes = float(value) * unit
+    except OverflowError:  # an int beyond a double (TOML ints are 64-bit, a dict's are not)
+        nbytes = math.inf
+    if not math.isfinite(nbytes) or nbytes > MAX_GIB * 2**30:
+        raise GridError(path, key, f"{value!r} is more than the {MAX_GIB:.4g} GiB a size may be")
+    if nbytes < 0 or (name != "cache_gib" and nbytes <= 0):
+        raise GridError(path, key, f"must be {'>= 0' if name == 'cache_gib' else '> 0'}, got {value!r}")
+    if name == "expert_bytes" and nbytes < 1:
+        raise GridError(path, key, f"an expert of less than one byte ({value!r}) is not a size")
+
+
 def read_grid(path: str | Path) -> Grid:
-    """Read and check a grid TOML file (see the module docstring); errors name the file and key."""
+    """Read and check a grid TOML file (see the module docstring); errors name the file and key.
+
+    The text is bounded before it is parsed (:func:`moeroof.core.limits.check_document`: at most
+    :data:`~moeroof.core.limits.MAX_TOML_BYTES` and :data:`~moeroof.core.limits.MAX_NESTING` deep;
+    tomllib recurses into nested arrays)."""
     path = Path(path)
     try:
         with open(path, "rb") as handle:
-            doc = tomllib.load(handle)
+            raw = handle.read(MAX_TOML_BYTES + 1)
+    except IsADirectoryError:
+        raise GridError(path, None, "is a directory, expected a grid .toml") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise GridError(path, None, "not UTF-8 text, expected a grid .toml") from None
+    try:
+        check_document(text, "the grid", max_bytes=MAX_TOML_BYTES, toml=True)
+        doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise GridError(path, None, f"not a TOML file ({err})") from None
+    except ValueError as err:
+        raise GridError(path, None, str(err)) from None
     return grid_from_dict(doc, path)
 
 
@@ -238,6 +283,8 @@ def grid_from_dict(doc: Mapping[str, Any], path: Any = "<grid>") -> Grid:
             values = [_check_value(path, key, v) for v in value]
         else:
             values = [_check_value(path, key, value)]
+        for v in values:
+            _check_size(path, key, v)
         if not values:
             raise GridError(path, key, "an axis needs at least one value")
         if len(set(map(json.dumps, values))) != len(values):
@@ -245,6 +292,7 @@ def grid_from_dict(doc: Mapping[str, Any], path: Any = "<grid>") -> Grid:
         axes[key] = tuple(values)
     for key, value in fixed.items():
         _check_value(path, f"fixed.{key}", value)
+        _check_size(path, f"fixed.{key}", value)
         if key in axes:
             raise GridError(path, key, "is both an axis and in [fixed]; give it once")
     for key in [*axes, *fixed]:

@@ -58,7 +58,15 @@ from IPython.display import Markdown, display
 import moeroof
 from moeroof.models.routing import histogram_from_trace
 from moeroof.present import answers
-from moeroof.present.plots import plain_log_ticks, provenance_label, save_figure, show_table, style
+from moeroof.present.plots import (
+    plain_log_ticks,
+    plain_value,
+    provenance_label,
+    save_figure,
+    show_table,
+    show_values,
+    style,
+)
 from moeroof.studies import ladder
 
 rng = np.random.default_rng(sum(map(ord, seed_name)))
@@ -860,28 +868,30 @@ else:
 
 # %%
 print(f"moeroof {moeroof.__version__}, numpy {np.__version__}, pandas {pd.__version__}")
-print(
-    {
-        "layers": layers,
-        "seeds": seeds,
-        "fit": fit,
-        "fit_seeds": fit_seeds,
-        "fit_layers": fit_layers,
-        "parameter_uncertainty": parameter_uncertainty,
-        "bootstrap_replicates": bootstrap_replicates,
-        "policy_seeds": policy_seeds,
-        "policies": policies,
-        "big_caches": big_caches,
-        "sensitivity": sensitivity,
-        "sensitivity_seeds": sensitivity_seeds,
-        "sensitivity_layers": sensitivity_layers,
-        "seed_name": seed_name,
-        "routing_fit_seeds": routing_fit_seeds,
-        "routing_fit_bootstrap": routing_fit_bootstrap,
-        "routing_fit_layers": routing_fit_layers,
-        "transfer_captures": transfer_captures,
-        "transfer_bootstrap": transfer_bootstrap,
-        "external_dir": external_dir,
-    }
+display(
+    show_values(
+        {
+            "layers": layers,
+            "seeds": seeds,
+            "fit": fit,
+            "fit_seeds": fit_seeds,
+            "fit_layers": fit_layers,
+            "parameter_uncertainty": parameter_uncertainty,
+            "bootstrap_replicates": bootstrap_replicates,
+            "policy_seeds": policy_seeds,
+            "policies": policies,
+            "big_caches": big_caches,
+            "sensitivity": sensitivity,
+            "sensitivity_seeds": sensitivity_seeds,
+            "sensitivity_layers": sensitivity_layers,
+            "seed_name": seed_name,
+            "routing_fit_seeds": routing_fit_seeds,
+            "routing_fit_bootstrap": routing_fit_bootstrap,
+            "routing_fit_layers": routing_fit_layers,
+            "transfer_captures": transfer_captures,
+            "transfer_bootstrap": transfer_bootstrap,
+            "external_dir": external_dir,
+        }
+    )
 )
-print("knobs:", knobs)
+print("knobs:", knobs.label() if hasattr(knobs, "label") else plain_value(knobs))

@@ -64,9 +64,11 @@ from moeroof.present import answers
 from moeroof.present.plots import (
     label_with_baseline,
     plain_log_ticks,
+    plain_value,
     provenance_label,
     save_figure,
     show_table,
+    show_values,
     style,
 )
 from moeroof.studies import ladder
@@ -876,7 +878,7 @@ print(
     f"head owns {sweep.head_experts['weighted'][i13]} and {sweep.head_experts['weighted'][i26]} experts); bytes-balanced "
     f"{sweep.multiple('bytes')[i13]:.2f}× and {sweep.multiple('bytes')[i26]:.2f}× (head {sweep.head_experts['bytes'][i13]} and "
     f"{sweep.head_experts['bytes'][i26]}); divisible work (1+s)/2 = {fluid_gain(sweep.slowdowns[i13]):.2f}× and {fluid_gain(sweep.slowdowns[i26]):.2f}×; "
-    f"bound: {set(b for v in sweep.bound.values() for b in v)}. At s = {sweep.slowdowns[i26]:g}, head / peer rank time: "
+    f"bound: {plain_value(set(b for v in sweep.bound.values() for b in v))}. At s = {sweep.slowdowns[i26]:g}, head / peer rank time: "
     + "; ".join(
         f"{names[m]} {sweep.rank_seconds[m][i26][0] * 1e3:.0f} / {sweep.rank_seconds[m][i26][1] * 1e3:.0f} ms"
         for m in sweep.methods
@@ -901,27 +903,30 @@ print("assumed inputs of (4):", *pb.assumed, *pb.notes, sep="\n  ")
 
 # %%
 print(f"moeroof {moeroof.__version__}, numpy {np.__version__}, pandas {pd.__version__}")
-print(
-    {
-        "histogram": histogram,
-        "per_layer_histogram": per_layer_histogram,
-        "model": model,
-        "hardware": hardware,
-        "streams": streams,
-        "cache_gib": cache_gib,
-        "ladder_cache_gib": ladder_cache_gib,
-        "relabel_draws": relabel_draws,
-        "trace_seeds": trace_seeds,
-        "trace_layers": trace_layers,
-        "slowdown_max": slowdown_max,
-        "slowdown_points": slowdown_points,
-        "bytes_max_iter": bytes_max_iter,
-        "curve_seeds": curve_seeds,
-        "routing_fit_seeds": routing_fit_seeds,
-        "routing_fit_layers": routing_fit_layers,
-        "plan_evaluations": plan_evaluations,
-    }
+display(
+    show_values(
+        {
+            "histogram": histogram,
+            "per_layer_histogram": per_layer_histogram,
+            "model": model,
+            "hardware": hardware,
+            "streams": streams,
+            "cache_gib": cache_gib,
+            "ladder_cache_gib": ladder_cache_gib,
+            "relabel_draws": relabel_draws,
+            "trace_seeds": trace_seeds,
+            "trace_layers": trace_layers,
+            "slowdown_max": slowdown_max,
+            "slowdown_points": slowdown_points,
+            "bytes_max_iter": bytes_max_iter,
+            "curve_seeds": curve_seeds,
+            "routing_fit_seeds": routing_fit_seeds,
+            "routing_fit_layers": routing_fit_layers,
+            "plan_evaluations": plan_evaluations,
+        }
+    )
 )
 print(
-    f"knobs: {knobs.label()}; split_report provenance: {rep['id'].get('provenance')}; histogram provenance: {hist.provenance}"
+    f"knobs: {knobs.label()}; split_report provenance: {plain_value(rep['id'].get('provenance'))}; "
+    f"histogram provenance: {hist.provenance}"
 )

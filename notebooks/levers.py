@@ -54,7 +54,15 @@ from moeroof.data.presets import load_hardware, load_model
 from moeroof.models.levers import composition, compounding, lever_factors
 from moeroof.models.plan import Workload, plan, routing_from_spec
 from moeroof.present import answers
-from moeroof.present.plots import label_with_baseline, plain_log_ticks, provenance_label, save_figure, show_table, style
+from moeroof.present.plots import (
+    label_with_baseline,
+    plain_log_ticks,
+    provenance_label,
+    save_figure,
+    show_table,
+    show_values,
+    style,
+)
 from moeroof.studies import what_changed
 
 key_batches = [1, 8, 16, 64, 128, 256, 1024]  # rows shown in the tables
@@ -518,26 +526,32 @@ display(
 
 # %%
 print(f"moeroof {moeroof.__version__}, numpy {np.__version__}")
-print(
-    {
-        "model": model,
-        "hardware": hardware,
-        "contrast_hardware": contrast_hardware,
-        "contrast_cache_gib": contrast_cache_gib,
-        "routing": routing,
-        "cache_gib": cache_gib,
-        "context_tokens": context_tokens,
-        "prefix_tokens": prefix_tokens,
-        "decode_tokens": decode_tokens,
-        "agents": agents,
-        "overlap": overlap,
-        "b_max": b_max,
-        "users_max": users_max,
-    }
+display(
+    show_values(
+        {
+            "model": model,
+            "hardware": hardware,
+            "contrast_hardware": contrast_hardware,
+            "contrast_cache_gib": contrast_cache_gib,
+            "routing": routing,
+            "cache_gib": cache_gib,
+            "context_tokens": context_tokens,
+            "prefix_tokens": prefix_tokens,
+            "decode_tokens": decode_tokens,
+            "agents": agents,
+            "overlap": overlap,
+            "b_max": b_max,
+            "users_max": users_max,
+        }
+    )
 )
-print(
-    {
-        k: {"result": p.provenance["result"], "non-witnessed inputs": p.provenance["non_witnessed"]}
-        for k, p in plans.items()
-    }
+display(
+    show_values(
+        {
+            f"provenance of the {k} plan ({p.hardware})": f"{p.provenance['result']}; not witnessed: "
+            + (", ".join(p.provenance["non_witnessed"]) or "none")
+            for k, p in plans.items()
+        },
+        name="result",
+    )
 )

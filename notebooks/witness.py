@@ -59,6 +59,7 @@ from moeroof.present.plots import (
     provenance_label,
     save_figure,
     show_table,
+    show_values,
     style,
 )
 from moeroof.studies.validation import gpu_bench_check
@@ -539,24 +540,26 @@ show_table(gap)
 
 # %%
 print(f"moeroof {moeroof.__version__}, numpy {np.__version__}, pandas {pd.__version__}")
-print(
-    {
-        "file_mib": file_mib,
-        "calibrate_seconds": calibrate_seconds,
-        "calibrate_after": calibrate_after,
-        "experts": experts,
-        "layers": layers,
-        "top_k": top_k,
-        "d_model": d_model,
-        "d_ff": d_ff,
-        "batch": batch,
-        "steps": steps,
-        "routing": routing,
-        "seed": seed,
-        "scratch_dir": scratch_dir,
-        "replay_bench": replay_bench,
-        "replay_calibration": replay_calibration,
-        "replay_calibration_after": replay_calibration_after,
-    }
+display(
+    show_values(
+        {
+            "file_mib": file_mib,
+            "calibrate_seconds": calibrate_seconds,
+            "calibrate_after": calibrate_after,
+            "experts": experts,
+            "layers": layers,
+            "top_k": top_k,
+            "d_model": d_model,
+            "d_ff": d_ff,
+            "batch": batch,
+            "steps": steps,
+            "routing": routing,
+            "seed": seed,
+            "scratch_dir": scratch_dir,
+            "replay_bench": replay_bench,
+            "replay_calibration": replay_calibration,
+            "replay_calibration_after": replay_calibration_after,
+        }
+    )
 )
-print("machine:", live["machine"])
+display(show_values(live["machine"], name="machine", value=""))

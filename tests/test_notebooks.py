@@ -8,6 +8,7 @@ the committed figures are never touched by a test run (the kernel inherits the e
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import sys
 import pytest
 
 from moeroof.core.paths import EXTERNAL_DIR, NOTEBOOKS_DIR, REPO_ROOT
+from moeroof.data.presets import PRESETS_DIR
 from moeroof.present.answers import ANSWER_TAG
 
 jupytext = pytest.importorskip("jupytext")
@@ -38,8 +40,33 @@ SMALL_PARAMETERS: dict[str, dict] = {
         "routing": "traces/qwen3-30b-a3b-like.npz",
     },
     "skew_fit": {"b_max": 64, "fit_bootstrap": 5, "gof_sims": 5, "union_bootstrap": 10, "max_layers": 3},
-    "levers": {"b_max": 32, "users_max": 8, "agents": 8, "decode_tokens": 64, "prefix_tokens": 256},
-    "regime_map": {"b_max": 64, "n_batch": 8, "n_cache": 5},
+    # non-default model, boxes (the contrast box streams over PCIe), caches and a synthetic trace as routing
+    "levers": {
+        "b_max": 32,
+        "users_max": 8,
+        "agents": 8,
+        "decode_tokens": 64,
+        "prefix_tokens": 256,
+        "model": "qwen3-30b-a3b",
+        "hardware": "apple-m4-max",
+        "contrast_hardware": "h200-pcie-offload",
+        "cache_gib": 8.0,
+        "contrast_cache_gib": 64.0,
+        "routing": "traces/qwen3-30b-a3b-like.npz",
+    },
+    # non-default model, boxes (the first streams over PCIe, the second from the page cache), routing,
+    # overlap and cache policy
+    "regime_map": {
+        "b_max": 64,
+        "n_batch": 8,
+        "n_cache": 5,
+        "model": "qwen3-30b-a3b",
+        "hardware": "h200-pcie-offload",
+        "contrast_hardware": "ddr5-desktop",
+        "routing": "zipf:0.6",
+        "overlap": "sum",
+        "cache_policy": "lfu",
+    },
     "witness": {"file_mib": 32, "calibrate_seconds": 2.0, "steps": 2, "batch": "1,2,4,8"},
     "cache_ladder": {
         "layers": 4,
@@ -56,6 +83,7 @@ SMALL_PARAMETERS: dict[str, dict] = {
         "routing_fit_layers": 2,
         "transfer_captures": "mixtral",
         "transfer_bootstrap": 2,
+        "big_caches": "84,96",  # not the default 80…120: the answer quotes the largest
     },
     "whatif": {
         "b_max": 32,
@@ -63,8 +91,15 @@ SMALL_PARAMETERS: dict[str, dict] = {
         "trace_layers": 2,
         "cache_gib": 12.0,
         "routing": "histograms/deepseek-v3-like.csv",
+        "model": "deepseek-v3",
+        "hardware": "ddr5-desktop",
     },
+    # non-default box (the test writes my-gb10.toml, a renamed GB10: only a GB10 preset has the link
+    # between two ranks), streams and caches; the model stays seed 003's (its histograms are GLM-5's)
     "expert_split": {
+        "streams": 6,
+        "cache_gib": 24.0,
+        "ladder_cache_gib": 32.0,
         "relabel_draws": 200,
         "trace_seeds": 2,
         "trace_layers": 6,
@@ -120,12 +155,40 @@ ANSWER_CHECKS: dict[str, dict] = {
         "projected": True,
     },
     "whatif": {
-        "names": ["glm-5.2", "nvme-gen4", "deepseek-v3-like.csv", "12 GiB", "B = 1…32"],
+        "names": ["deepseek-v3", "ddr5-desktop", "from the page cache", "deepseek-v3-like.csv", "12 GiB", "B = 1…32"],
+        "absent": ["glm-5.2", "nvme-gen4", "SSD"],
         "synthetic": True,
         "projected": True,
     },
-    "levers": {"names": ["glm-5.2", "nvme-gen4", "epyc-server", "8 agents"], "synthetic": False, "projected": True},
-    "regime_map": {"names": ["glm-5.2", "nvme-gen4", "epyc-server", "B = 1…64"], "synthetic": False, "projected": True},
+    "levers": {
+        "names": [
+            "qwen3-30b-a3b",
+            "apple-m4-max",
+            "h200-pcie-offload",
+            "8 GiB expert cache",
+            "64 GiB on h200-pcie-offload",
+            "qwen3-30b-a3b-like.npz",
+            "experts streamed over the PCIe link",
+            "8 agents",
+        ],
+        "synthetic": True,
+        "projected": True,
+    },
+    "regime_map": {
+        "names": [
+            "qwen3-30b-a3b",
+            "h200-pcie-offload",
+            "ddr5-desktop",
+            "Zipf s=0.6",
+            "`sum`",
+            "B = 1…64",
+            "PCIe link",
+            "page cache",
+        ],
+        "absent": ["glm-5.2", "nvme-gen4", "epyc-server", "SSD"],
+        "synthetic": False,
+        "projected": True,
+    },
     # layers, seeds and fit are the small run's own; the traces are sampled by the suite, not a data file
     "cache_ladder": {
         "names": [
@@ -137,6 +200,7 @@ ANSWER_CHECKS: dict[str, dict] = {
             "predictions.csv",
             "seed 003 (",
             "LRU falls off its cliff",
+            "At 96 GiB per rank",
         ],
         "synthetic": False,
         "projected": True,
@@ -145,10 +209,10 @@ ANSWER_CHECKS: dict[str, dict] = {
     "expert_split": {
         "names": [
             "glm-5-nvfp4",
-            "gb10",
-            "M = 8",
-            "20 GiB",
-            "40 GiB",
+            "my-gb10",
+            "M = 6",
+            "24 GiB",
+            "32 GiB",
             "glm5-seed003-summed.csv",
             "glm5-seed003-per-layer.csv",
             "200 random relabelings",
@@ -219,6 +283,31 @@ def sweep_checks(parquet, parameters: dict, checks: dict) -> dict:
     return {**checks, "names": names, "winners": [f"**{p}** gives the most net tok/s in {most} of" for p in winners]}
 
 
+def first_text(page: str) -> str:
+    """The first visible words of an HTML page's body (no head, style or script), at most 400 characters."""
+    from html.parser import HTMLParser
+
+    class Text(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.parts, self.skip, self.body = [], 0, False
+
+        def handle_starttag(self, tag, attrs):
+            self.body |= tag == "body"
+            self.skip += tag in ("style", "script", "head")
+
+        def handle_endtag(self, tag):
+            self.skip -= tag in ("style", "script", "head")
+
+        def handle_data(self, data):
+            if self.body and not self.skip:
+                self.parts.append(data)
+
+    parser = Text()
+    parser.feed(page)
+    return " ".join("".join(parser.parts).split())[:400]
+
+
 def answer_text(ipynb) -> str:
     """The Markdown the executed notebook displayed in its cell tagged ``answer`` (exactly one)."""
     nb = json.loads(ipynb.read_text(encoding="utf-8"))
@@ -235,6 +324,8 @@ def check_answer(stem: str, text: str, checks: dict) -> None:
     assert text.startswith("**Answer"), f"{stem}: answer does not open with **Answer: {text[:80]!r}"
     for name in checks.get("names", []):
         assert name in text, f"{stem}: the answer does not name {name!r}: {text}"
+    for name in checks.get("absent", []):  # a default this run replaced, or a word that is not true of it
+        assert name not in text, f"{stem}: the answer names {name!r}, which this run does not use: {text}"
     if "winners" in checks:  # one of these (the policies tied for the most cells won) must be named
         assert any(w in text for w in checks["winners"]), (
             f"{stem}: the answer names none of {checks['winners']}: {text}"
@@ -290,16 +381,34 @@ def test_notebook_runs_and_saves_a_figure(path, tmp_path, monkeypatch):
         checks.update(names=["trace_decode.npz", "mixtral-decode.csv"], synthetic=False, projected=False)
     if path.stem == "sweep":
         parameters["out"] = str(tmp_path / "sweep.parquet")
+    if path.stem == "expert_split":  # a box of the user's own, given as a TOML path
+        box = tmp_path / "my-gb10.toml"
+        box.write_text(
+            (PRESETS_DIR / "hardware" / "gb10.toml").read_text().replace('name = "gb10"', 'name = "my-gb10"')
+        )
+        parameters["hardware"] = str(box)
     out = tmp_path / f"{path.stem}.ipynb"
     # as make report runs it (papermill, the notebook's folder, a cell timeout with one retry in a
     # fresh kernel); raises NotebookFailed on any cell error
-    nbformat.write(report.execute(path, parameters), str(out))
+    nb = report.execute(path, parameters)
+    nbformat.write(nb, str(out))
     assert out.is_file()
     saved = sorted(p.name for p in figures.glob("*")) if figures.is_dir() else []
     assert saved, f"{path.name} saved no figure through moeroof.present.plots.save_figure"
     if path.stem == "sweep":
         checks = sweep_checks(tmp_path / "sweep.parquet", parameters, checks)
-    check_answer(path.stem, answer_text(out), checks)
+    answer = answer_text(out)
+    check_answer(path.stem, answer, checks)
+    # the report opens with that answer: the first words of its HTML are the answer's, then the question
+    page = report.to_html(report.lift_answer(nb), path.stem)
+    opening = first_text(page)
+    plain = " ".join(re.sub(r"[*`]", "", answer).split())
+    assert opening.startswith(plain[:120]), f"{path.stem}: the report opens with {opening[:160]!r}, not its answer"
+    # no raw Python literals in a report: tables and sentences, never a printed dict
+    for raw in ("{'", "{&#39;", "': {", "&#39;: "):
+        assert raw not in page, (
+            f"{path.stem}: a raw dict in the report: ...{page[page.index(raw) - 80 : page.index(raw) + 80]}..."
+        )
 
 
 def test_no_ipynb_tracked_in_notebooks():

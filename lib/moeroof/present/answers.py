@@ -396,7 +396,8 @@ def regime_map(
         f"**Answer.** For **{model}** with routing `{routing}` over B = 1…{batch_max}, a {cache_policy} expert "
         f"cache and `{overlap}` overlap of the step terms: " + "; ".join(rows) + ". "
         f"A bigger batch raises net tok/s where the {_join([LINK_WORDS.get(x, x) for x in dict.fromkeys(links)])} "
-        "binds, until the batch's KV cache crowds out the expert cache or RAM. "
+        + ("binds" if len(set(links)) <= 1 else "bind")
+        + ", until the batch's KV cache crowds out the expert cache or RAM. "
         + provenance_sentence(inputs, synthetic=synthetic)
     )
 

@@ -215,6 +215,36 @@ class Table:
         return self.text
 
 
+def plain_value(value, digits: int = 4) -> str:
+    """A value as a reader would write it, never a Python literal: a mapping as ``k: v; k: v``,
+    a list, tuple or array as ``a, b, c``, a bool as yes/no, an empty text as ``(empty)``."""
+    from collections.abc import Mapping
+
+    if isinstance(value, Mapping):
+        return "; ".join(f"{k}: {plain_value(v, digits)}" for k, v in value.items()) or "(none)"
+    if isinstance(value, list | tuple | set | frozenset | np.ndarray):
+        items = sorted(value, key=str) if isinstance(value, set | frozenset) else list(value)
+        return ", ".join(plain_value(v, digits) for v in items) or "(none)"
+    if isinstance(value, bool | np.bool_):
+        return "yes" if value else "no"
+    if value is None:
+        return "(none)"
+    if isinstance(value, float | np.floating):
+        return f"{float(value):.{digits}g}"
+    if isinstance(value, str):
+        return value if value else "(empty)"
+    return str(value)
+
+
+def show_values(values, *, name: str = "parameter", value: str = "value") -> Table:
+    """A mapping as a two-column table (``name``, ``value``), each value in plain words
+    (:func:`plain_value`): what a notebook shows instead of printing a dict."""
+    import pandas as pd
+
+    df = pd.DataFrame({name: [str(k) for k in values], value: [plain_value(v) for v in values.values()]})
+    return show_table(df)
+
+
 def show_table(df, *, percent=(), digits: int = 3) -> Table:
     """A DataFrame for display: no index column, columns in ``percent`` (shares in [0, 1]) as %,
     floats to ``digits`` significant figures; returns a :class:`Table` (renders as HTML)."""

@@ -1043,3 +1043,24 @@ def test_request_pass_reads_memory_maps_and_odd_dtypes(tmp_path):
             (requests_from_trace(wide, 12).items % 12).tolist(),
         )
     ) == ref_stream(wide, 12)
+
+
+# ----------------------------------------------------------------------------- empty streams (issue 13 audit)
+
+
+@pytest.mark.parametrize("shape", [(3, 1, 0, 2), (0, 1, 2, 2), (3, 0, 2, 2), (3, 1, 2, 2)])
+@pytest.mark.parametrize("policy", cache.POLICIES)
+@pytest.mark.parametrize("scope", ["global", "layer"])
+def test_every_policy_on_an_empty_request_stream(shape, policy, scope):
+    """Zero layers, zero steps, zero streams or all padding: no request, no hit, no crash (belady
+    read ``occ[0]`` of an empty size array; scope layer divided the capacity by zero layers)."""
+    trace = np.zeros(shape, dtype=np.int32) if shape != (3, 1, 2, 2) else -np.ones(shape, dtype=np.int32)
+    req = requests_from_trace(trace, 4)
+    assert req.items.size == 0
+    if scope == "layer" and shape[2] == 0:
+        with pytest.raises(ValueError, match="0 layers"):
+            simulate(req, 2, policy=policy, scope=scope)
+        return
+    res = simulate(req, 2, policy=policy, scope=scope, return_hits=True)
+    assert (res.requests, res.hits, res.misses) == (0, 0, 0)
+    assert np.isnan(res.hit_rate) and res.request_hits.size == 0

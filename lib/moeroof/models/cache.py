@@ -509,7 +509,7 @@ def _groups(scope: str, capacity: float, unit: str, layers: int, experts: int):
         cap = np.array([float(capacity)])
     else:
         group = np.repeat(np.arange(layers, dtype=np.int64), experts)
-        per = capacity / layers
+        per = capacity / layers if layers else 0.0  # a trace of zero layers: no group, nothing to split
         if unit == "experts":
             per = np.floor(per + 1e-9)
         cap = np.full(layers, float(per))
@@ -605,6 +605,9 @@ def simulate(
     if warmup_steps < 0:
         raise ValueError("warmup_steps must be >= 0")
     layers, experts = requests.layers, requests.experts
+    if scope == "layer" and layers < 1:
+        # a cache per layer of a trace with no layer: there is no cache to split the capacity over
+        raise ValueError("the trace has 0 layers: a per-layer cache (scope layer) needs at least one")
     n_items = layers * experts
     sizes = _item_sizes(item_bytes, layers, experts)
     if capacity_unit == "bytes" and sizes is None:
@@ -652,7 +655,7 @@ def simulate(
         )
         notes.append(
             "belady: offline optimum (Belady's MIN with bypass); the bound on every policy"
-            + ("" if np.all(occ == occ[0]) else " only for equal sizes — a heuristic here")
+            + ("" if occ.size == 0 or np.all(occ == occ[0]) else " only for equal sizes — a heuristic here")
         )
     elif policy == "belady-insert":
         counts = cache_kernels.heap_pass(

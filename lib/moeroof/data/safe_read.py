@@ -6,11 +6,15 @@ raises SIGBUS and the interpreter dies without a message. :func:`load_npy` inste
 
 - checks the header's declared size against the file's size before anything is read (a file
   already cut short is an error naming both sizes);
-- reads a file of at most :data:`COPY_LIMIT_BYTES` (or a quarter of the available memory,
-  whichever is smaller) into memory with ordinary reads, checking every byte arrived — a file
-  truncated during the read is then a :class:`ValueError`, never a signal;
-- memory-maps (read-only) only a larger file, where copying it is not an option; such a file
-  must not be rewritten while a command reads it.
+- reads the file into memory with ordinary reads, checking every byte arrived — a file
+  truncated during the read is then a :class:`ValueError`, never a signal — when its data is at
+  most :data:`COPY_LIMIT_BYTES`, or at most :data:`COPY_MEMORY_SHARE` of the available memory
+  (:func:`moeroof.core.limits.available_memory`; issue 13 audit: ``histogram`` and ``fit`` on a
+  600 MB trace truncated a second into the run died of SIGBUS through the map);
+- memory-maps (read-only) only a file larger than both, where copying it is not an option
+  (``COPY_LIMIT_BYTES = 0`` maps every file: the shard workers and their tests); such a file
+  must not be rewritten while a command reads it, and :func:`checked_blocks` reads a map a
+  block at a time, checking the file still holds each block before touching it.
 
 Object arrays are refused (no pickles are ever loaded).
 """
@@ -23,10 +27,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["COPY_LIMIT_BYTES", "TruncatedError", "load_npy", "npy_layout"]
+__all__ = ["COPY_LIMIT_BYTES", "COPY_MEMORY_SHARE", "TruncatedError", "checked_blocks", "load_npy", "npy_layout"]
 
 #: a ``.npy`` whose data is at most this size is read into memory rather than mapped
 COPY_LIMIT_BYTES = 512 * 2**20
+#: a larger one too while its data is at most this share of the available memory
+COPY_MEMORY_SHARE = 0.5
 
 
 class TruncatedError(ValueError):
@@ -71,21 +77,19 @@ def npy_layout(path: str | os.PathLike[str]) -> tuple[tuple[int, ...], np.dtype,
     return tuple(int(n) for n in shape), dtype, bool(fortran), offset
 
 
-def _memory_available() -> float:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return float(line.split()[1]) * 1024.0
-    except OSError:
-        pass
-    return float("inf")
+def _copy_limit() -> float:
+    """Bytes of data :func:`load_npy` reads into memory by default (module docstring)."""
+    if COPY_LIMIT_BYTES <= 0:
+        return 0.0
+    from moeroof.core.limits import available_memory
+
+    return max(float(COPY_LIMIT_BYTES), COPY_MEMORY_SHARE * available_memory())
 
 
 def load_npy(path: str | os.PathLike[str], copy_limit: int | None = None) -> np.ndarray:
     """The array in a ``.npy`` file, read so that truncation is a :class:`ValueError` (see the
-    module docstring): in memory up to ``copy_limit`` bytes of data (default the smaller of
-    :data:`COPY_LIMIT_BYTES` and a quarter of the available memory), a read-only
+    module docstring): in memory up to ``copy_limit`` bytes of data (default: the larger of
+    :data:`COPY_LIMIT_BYTES` and :data:`COPY_MEMORY_SHARE` of the available memory), a read-only
     :class:`numpy.memmap` beyond."""
     path = Path(path)
     shape, dtype, fortran, offset = npy_layout(path)
@@ -93,7 +97,7 @@ def load_npy(path: str | os.PathLike[str], copy_limit: int | None = None) -> np.
     for n in shape:
         count *= n
     nbytes = count * dtype.itemsize
-    limit = copy_limit if copy_limit is not None else min(COPY_LIMIT_BYTES, _memory_available() / 4)
+    limit = copy_limit if copy_limit is not None else _copy_limit()
     order = "F" if fortran else "C"
     if nbytes > limit:
         return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order=order)
@@ -108,3 +112,36 @@ def load_npy(path: str | os.PathLike[str], copy_limit: int | None = None) -> np.
                 raise TruncatedError(f"truncated while being read: got {got} of {nbytes} bytes of data")
             got += n
     return out.reshape(shape, order=order)
+
+
+#: bytes of a memory map :func:`checked_blocks` copies at once
+BLOCK_BYTES = 64 << 20
+
+
+def checked_blocks(arr: Any, block_bytes: int | None = None):
+    """``(start, block)`` over the first axis of ``arr``, each block an in-memory array of at most
+    about ``block_bytes`` (default :data:`BLOCK_BYTES`; at least one row).
+
+    A C-order :class:`numpy.memmap` is checked before each block is touched: the file must still
+    hold the block's bytes, else :class:`TruncatedError` — the window in which a truncation can
+    still raise SIGBUS shrinks from the whole run to the copy of one block. Other arrays (and
+    lazy readers that index by steps, such as :class:`moeroof.data.io.NpySteps`, which check
+    their own reads) are sliced as they are."""
+    n = int(arr.shape[0]) if getattr(arr, "ndim", 0) else 0
+    row_bytes = max(1, int(np.prod(arr.shape[1:], dtype=np.int64)) * np.dtype(arr.dtype).itemsize) if n else 1
+    step = max(1, int(block_bytes or BLOCK_BYTES) // row_bytes)
+    mapped = isinstance(arr, np.memmap) and arr.filename is not None and arr.flags.c_contiguous
+    base = int(arr.offset) if mapped else 0
+    for s0 in range(0, n, step):
+        s1 = min(n, s0 + step)
+        if mapped:
+            need = base + s1 * row_bytes
+            size = os.stat(arr.filename).st_size
+            if size < need:
+                raise TruncatedError(
+                    f"{arr.filename}: truncated while being read: the file holds {size} bytes, rows "
+                    f"{s0}..{s1 - 1} need {need}"
+                )
+            yield s0, np.array(arr[s0:s1])
+        else:
+            yield s0, np.asarray(arr[s0:s1])

@@ -704,15 +704,23 @@ def gumbel_uniforms(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndar
 
 
 def histogram_from_trace(topk: np.ndarray, experts: int) -> np.ndarray:
-    """Incidence counts per (layer, expert) from a trace (..., layers, K); ``-1`` is padding."""
-    arr = np.asarray(topk)
+    """Incidence counts per (layer, expert) from a trace (..., layers, K); ``-1`` is padding.
+
+    Counted a block of the first axis at a time through
+    :func:`moeroof.data.safe_read.checked_blocks`: a memory-mapped trace cut short while it is
+    counted is a :class:`ValueError`, not SIGBUS, and a map is never held resident whole."""
+    from moeroof.data.safe_read import checked_blocks
+
+    arr = topk if hasattr(topk, "shape") and hasattr(topk, "dtype") else np.asarray(topk)
     layers = arr.shape[-2]
-    flat = arr.reshape(-1, layers, arr.shape[-1])
     counts = np.zeros((layers, experts), dtype=np.int64)
-    for layer in range(layers):
-        ids = flat[:, layer, :].ravel()
-        ids = ids[ids >= 0]
-        counts[layer] = np.bincount(ids, minlength=experts)[:experts]
+    blocks = checked_blocks(arr) if len(arr.shape) > 2 else [(0, np.asarray(arr))]
+    for _, block in blocks:
+        flat = block.reshape(-1, layers, block.shape[-1])
+        for layer in range(layers):
+            ids = flat[:, layer, :].ravel()
+            ids = ids[ids >= 0]
+            counts[layer] += np.bincount(ids, minlength=experts)[:experts]
     return counts
 
 

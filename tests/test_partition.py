@@ -63,6 +63,27 @@ def test_lpt_matches_eplb_reference(n, m):
         assert np.all(np.bincount(got, minlength=m) == n // m)
 
 
+def test_lpt_with_capacities_matches_a_first_minimum_scan():
+    """Unequal capacities (some full early, some zero) and tied weights: each item goes to the
+    first rank, in rank order, with room and the least load — scanned here item by item."""
+    rng = seeded("lpt-capacity")
+    for trial in range(40):
+        m = int(rng.integers(2, 6))
+        n = int(rng.integers(m, 40))
+        cap = rng.multinomial(n, np.ones(m) / m) + rng.integers(0, 2, size=m)
+        cap[rng.integers(m)] = 0 if trial % 3 == 0 and cap.sum() - cap.max() >= n else cap[0]
+        if cap.sum() < n:
+            cap[0] += n - cap.sum()
+        w = rng.integers(0, 6, size=n).astype(float) if trial % 2 else rng.random(n)
+        loads, room, want = [0.0] * m, list(cap), [-1] * n
+        for i in sorted(range(n), key=lambda j: (-w[j], j)):
+            p = min((q for q in range(m) if room[q] > 0), key=lambda q: (loads[q], q))
+            want[i] = p
+            loads[p] += w[i]
+            room[p] -= 1
+        assert P.balanced_packing(w, m, capacity=cap).tolist() == want
+
+
 def test_lpt_pack_loads_do_not_depend_on_tie_order():
     # EPLB's torch sort may order equal weights differently; the loads must not change
     w = np.array([5, 5, 5, 3, 3, 2, 2, 2, 1, 1, 1, 1], dtype=float)

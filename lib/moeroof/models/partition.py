@@ -44,6 +44,7 @@ and predicted rank time.
 
 from __future__ import annotations
 
+import heapq
 import math
 import numbers
 from collections.abc import Sequence
@@ -201,15 +202,20 @@ def balanced_packing(weight, ranks: int, capacity=None) -> np.ndarray:
         raise ValueError(f"capacity must be {r} non-negative counts summing to at least {w.size}, got {cap}")
     if capacity is None and w.size == r:
         return np.arange(r)
-    out = np.full(w.size, -1, dtype=np.int64)
-    loads = np.zeros(r)
-    counts = np.zeros(r, dtype=np.int64)
-    for i in _order(w):
-        p = int(np.argmin(np.where(counts < cap, loads, np.inf)))  # first minimum: lowest rank
+    # The rank with room and the smallest load, ties to the lowest rank, is the heap's least
+    # (load, rank): the same choice as a first-minimum argmin over the ranks with room, with the
+    # same float sums, in O(E log R) Python steps (this runs thousands of times per fit).
+    heap = [(0.0, p) for p in range(r) if cap[p] > 0]
+    room = cap.tolist()
+    wl = w.tolist()
+    out = [-1] * w.size
+    for i in _order(w).tolist():
+        load, p = heapq.heappop(heap)
         out[i] = p
-        loads[p] += w[i]
-        counts[p] += 1
-    return out
+        room[p] -= 1
+        if room[p] > 0:
+            heapq.heappush(heap, (load + wl[i], p))
+    return np.asarray(out, dtype=np.int64)
 
 
 def weighted_packing(weight, speeds, capacity=None) -> np.ndarray:

@@ -188,11 +188,148 @@ def test_traces_through_every_command(tmp_path_factory, topk, meta, as_npy):
         ["union", str(path), "--batch", "1,2", "--json"],
         ["cache", str(path), "--policy", "lru", "--capacity-experts", "3", "--json"],
         ["cache", str(path), "--policy", "belady", "--capacity-experts", "2", "--scope", "layer", "--json"],
+        ["cache", str(path), "--policy", "belady", "--capacity-experts", "2", "--json"],  # the default scope
         ["mrc", str(path), "--json"],
         ["fit", str(path), "--bootstrap", "2", "--gof-sims", "2", "--json"],
         ["histogram", str(path), "-o", str(d / "out.csv"), "--force", "--json"],
     ):
         check_promise(argv, inputs)
+
+
+# ----------------------------------------------------------------------------- POINTS, grids, tables
+
+#: a fit or a sweep runs a simulation per valid case: fewer examples, same promise
+FUZZ_SLOW = settings(FUZZ, max_examples=max(1, FUZZ.max_examples // 6))
+
+_points_cell = st.one_of(
+    st.sampled_from(["hit_rate", "gib_per_step", "union", "overlap", "lru", "belady", "layer", "id", "lpt"]),
+    st.sampled_from(["", "0", "1", "2", "0.5", "-1", "1e300", "nan", "inf", "300000000", "2**62", "x"]),
+    st.integers(min_value=-2, max_value=9).map(str),
+)
+
+
+@st.composite
+def points_csv(draw) -> str:
+    """A fit-routing POINTS file: a plausible header, rows of plausible or hostile cells."""
+    header = draw(
+        st.sampled_from(
+            [
+                "kind,batch,capacity_experts,value",
+                "kind,batch,capacity_gib,policy,value",
+                "kind,batch,capacity_experts,capacity_gib,policy,scope,ranks,partition,value,note",
+                "kind,batch",
+                "",
+            ]
+        )
+    )
+    width = max(1, header.count(",") + 1)
+    rows = draw(st.lists(st.lists(_points_cell, min_size=width, max_size=width), max_size=4))
+    rows.insert(0, ["hit_rate", "2", "2", "0.5"][:width] + [""] * max(0, width - 4))  # often one valid row
+    return header + "\n" + "\n".join(",".join(r) for r in rows) + "\n"
+
+
+@FUZZ_SLOW
+@given(text=points_csv())
+def test_points_through_fit_routing(tmp_path_factory, text):
+    d = tmp_path_factory.mktemp("p")
+    path = d / "p.points"
+    path.write_text(text)
+    small = ["--experts", "8", "--top-k", "2", "--layers", "1", "--seeds", "1", "--bootstrap", "1"]
+    check_promise(["fit-routing", str(path), *small, "--timed-steps", "2", "--expert-bytes", "1000", "--json"], [path])
+
+
+_plan_cell = st.one_of(
+    st.sampled_from(["", "1", "2", "20", "0", "-1", "1e300", "nan", "inf", "0.5", "lru", "static", "x", "1e-300"]),
+    st.integers(min_value=-1, max_value=64).map(str),
+)
+
+
+@FUZZ_SLOW
+@given(
+    header=st.sampled_from(
+        ["batch,cache_gib,net_tok_s", "batch,cache_gib,ranks,policy,net_tok_s,hit_rate", "batch,net_tok_s", ""]
+    ),
+    rows=st.lists(st.lists(_plan_cell, min_size=3, max_size=6), max_size=3),
+)
+def test_plan_points_through_fit_plan(tmp_path_factory, header, rows):
+    d = tmp_path_factory.mktemp("pp")
+    path = d / "p.csv"
+    width = max(1, header.count(",") + 1)
+    body = [(r + [""] * width)[:width] for r in rows]
+    path.write_text(header + "\n" + "\n".join(",".join(r) for r in body) + "\n")
+    check_promise(["fit-plan", str(path), "--model", "glm-5.2", "--hardware", "nvme-gen4", "--json"], [path])
+
+
+_toml_value = st.one_of(
+    st.sampled_from(["1", "2", "0", "-1", "1e300", "nan", "inf", '"auto"', '"x"', "[1, 2]", "[]", "[1, 1]"]),
+    st.sampled_from(["{start = 1, stop = 3, step = 1}", "{start = 0, stop = 1e9, step = 1e-9}", "[[1]]", "true"]),
+)
+
+
+@FUZZ_SLOW
+@given(
+    command=st.sampled_from(['"union"', '"plan"', '"cache"', '"x"', "1"]),
+    keys=st.dictionaries(
+        st.sampled_from(["batch", "experts", "top_k", "layers", "cache_gib", "read_size_kib", "capacity", "z"]),
+        _toml_value,
+        max_size=4,
+    ),
+)
+def test_grids_through_sweep(tmp_path_factory, command, keys):
+    d = tmp_path_factory.mktemp("g")
+    grid = d / "g.toml"
+    lines = [f"command = {command}"]
+    if command == '"plan"':
+        lines += ['model = "glm-5.2"', 'hardware = "nvme-gen4"']
+    lines += [f"{k} = {v}" for k, v in keys.items()]
+    grid.write_text("\n".join(lines) + "\n")
+    check_promise(["sweep", str(grid), "-o", str(d / "out.parquet"), "--json"], [grid])
+
+
+@FUZZ
+@given(
+    family=st.sampled_from(["uniform", "zipf:1", "zipf:1000", "dirichlet:0.3", "zipf:", "zipf:-1", "x", "zipf:nan"]),
+    experts=st.sampled_from(["1", "4", "16", "0", "-1", "65536", "1e9", "x"]),
+    top_k=st.sampled_from(["1", "2", "4", "17", "0", "65536"]),
+    sizes=st.tuples(st.sampled_from(["1", "2", "0", "1e12"]), st.sampled_from(["1", "3", "0", "-2"])),
+    rho=st.sampled_from(["0", "0.5", "1", "1.5", "nan"]),
+)
+def test_trace_flags(tmp_path_factory, family, experts, top_k, sizes, rho):
+    d = tmp_path_factory.mktemp("tr")
+    streams, steps = sizes
+    argv = ["trace", "--family", family, "--experts", experts, "--top-k", top_k, "--layers", "2"]
+    argv += ["--streams", streams, "--steps", steps, "--rho", rho, "-o", str(d / "t.npz"), "--force", "--json"]
+    check_promise(argv, [])
+
+
+@FUZZ
+@given(
+    header=st.sampled_from(["layer,e0,e1,e2,e3", "layer,e0,e1", "e0,e1,e2,e3", "", "layer"]),
+    rows=st.lists(st.lists(_cell, min_size=1, max_size=5), max_size=4),
+    top_k=st.sampled_from(["1", "2", "0", "9", "x"]),
+)
+def test_matrices_through_import(tmp_path_factory, header, rows, top_k):
+    d = tmp_path_factory.mktemp("m")
+    src = d / "m.csv"
+    src.write_text(header + "\n" + "\n".join(",".join(r) for r in rows) + "\n")
+    argv = ["import", "matrix", str(src), "-o", str(d / "h.csv"), "--top-k", top_k, "--force", "--json"]
+    check_promise(argv, [src])
+
+
+@FUZZ
+@given(rows=st.lists(st.lists(_cell, min_size=4, max_size=4), max_size=6), top_k=st.sampled_from(["1", "2", "0"]))
+def test_tables_through_import(tmp_path_factory, rows, top_k):
+    d = tmp_path_factory.mktemp("tb")
+    src = d / "t.csv"
+    src.write_text("stream,step,e0,e1\n" + "\n".join(",".join(r) for r in rows) + "\n")
+    argv = ["import", "table", str(src), "-o", str(d / "t.npz"), "--columns", "stream=stream,step=step"]
+    argv += ["--expert-cols", "e0,e1", "--experts", "12", "--top-k", top_k, "--force", "--json"]
+    check_promise(argv, [src])
+
+
+def test_presets_keep_the_promise():
+    rc, _ = check_promise(["presets", "--json"], [])
+    assert rc == 0
 
 
 # ----------------------------------------------------------------------------- flag values

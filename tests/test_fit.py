@@ -266,3 +266,24 @@ def test_per_layer_zipf_intervals_cover_the_generator_exponents():
     assert ((ci[:, 0] <= truth) & (truth <= ci[:, 1])).sum() >= 50
     pooled = res.pooled["zipf"]
     assert pooled.ci["s"][0] <= pooled.params["s"] <= pooled.ci["s"][1]
+
+
+def test_a_mapped_trace_cut_short_is_an_error_not_sigbus(tmp_path):
+    """The correlation fits copy a memory-mapped trace through checked block reads: a file
+    truncated after it was mapped is a TruncatedError naming it (touching the map would be
+    SIGBUS); the same file whole fits as the in-memory array does."""
+    import os
+
+    from moeroof.data.safe_read import TruncatedError
+    from moeroof.models.fit import correlation_gap
+
+    rng = np.random.default_rng(3)
+    trace = np.stack([rng.permutation(16)[:2] for _ in range(64 * 4 * 2)]).reshape(64, 4, 2, 2).astype(np.int16)
+    path = tmp_path / "t.npy"
+    np.save(path, trace)
+    mapped = np.load(path, mmap_mode="r")
+    assert correlation_gap(mapped, 16) == correlation_gap(trace, 16)
+    mapped = np.load(path, mmap_mode="r")
+    os.truncate(path, os.path.getsize(path) // 2)
+    with pytest.raises(TruncatedError, match="truncated while being read"):
+        correlation_gap(mapped, 16)

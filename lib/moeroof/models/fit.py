@@ -37,9 +37,11 @@ from scipy.interpolate import CubicSpline
 from scipy.optimize import minimize_scalar
 from scipy.special import digamma, gammaln
 
+from moeroof.core.limits import check_allocation
 from moeroof.core.masks import live_tokens, partial_tokens
 from moeroof.core.rng import generator
 from moeroof.core.stats import basic_interval, order_statistic_interval, percentile_interval
+from moeroof.data.safe_read import checked_blocks
 from moeroof.models import routing
 from moeroof.models.union import distinct_per_layer, power_sums
 
@@ -631,8 +633,22 @@ def popularity_from_fit(
 # correlation fits on traces
 
 
+def _in_memory(topk: Any) -> np.ndarray:
+    """The trace as an in-memory int64 array. A memory-mapped trace is copied a block of steps at
+    a time through :func:`moeroof.data.safe_read.checked_blocks`, so a file cut short while it is
+    read is an error, not SIGBUS (the fits touch every id several times; the int64 copy they work
+    on is made anyway)."""
+    if not isinstance(topk, np.memmap) or topk.ndim != 4:
+        return np.asarray(topk)
+    check_allocation(topk.size, 8, "the trace's ids")
+    out = np.empty(topk.shape, dtype=np.int64)
+    for s0, block in checked_blocks(topk):
+        out[s0 : s0 + block.shape[0]] = block
+    return out
+
+
 def _check_trace(topk: Any, experts: int) -> np.ndarray:
-    arr = np.asarray(topk)
+    arr = _in_memory(topk)
     if arr.ndim != 4:
         raise ValueError(f"trace must have shape (steps, streams, layers, K), got shape {arr.shape}")
     if arr.dtype.kind not in "iu":

@@ -574,3 +574,103 @@ def test_ctrl_c_while_the_suite_is_loading_exits_130_quietly():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 130 and proc.stderr == ""
+
+
+# ----------------------------------------------------------------------------- --output is an input (issue 12 audit, issue 13)
+
+
+def _copy_inputs(tmp_path: Path) -> dict[str, Path]:
+    """Copies of a histogram (+ sidecar), a trace, a model and a hardware preset, a POINTS file
+    and a sweep grid: the inputs an --output must never overwrite."""
+    data = ROOT / "data"
+    out = {
+        "hist": tmp_path / "h.csv",
+        "side": tmp_path / "h.json",
+        "trace": tmp_path / "t.npz",
+        "model": tmp_path / "m.toml",
+        "hardware": tmp_path / "hw.toml",
+        "points": tmp_path / "p.csv",
+        "grid": tmp_path / "g.toml",
+    }
+    out["hist"].write_bytes((data / "histograms" / "glm5-seed003-per-layer.csv").read_bytes())
+    out["side"].write_bytes((data / "histograms" / "glm5-seed003-per-layer.json").read_bytes())
+    out["trace"].write_bytes((data / "traces" / "qwen3-30b-a3b-like.npz").read_bytes())
+    out["model"].write_bytes((data / "presets" / "models" / "glm-5-nvfp4.toml").read_bytes())
+    out["hardware"].write_bytes((data / "presets" / "hardware" / "gb10.toml").read_bytes())
+    out["points"].write_text("batch,cache_gib,ranks,policy,net_tok_s,hit_rate\n1,20,1,lru,17.17,\n4,20,1,lru,,\n")
+    out["grid"].write_text('command = "union"\nexperts = [8]\ntop_k = 2\nbatch = [1, 2]\n')
+    return out
+
+
+def _refused(capsys, argv: list[str], protected: list[Path]) -> str:
+    before = digest(*protected)
+    rc, out, err = run_main(capsys, argv)
+    line = one_error(err)
+    assert rc == 2, (argv, out, err)
+    assert digest(*protected) == before, argv
+    return line
+
+
+def test_output_that_is_an_input_is_refused_by_every_command(tmp_path, capsys):
+    f = _copy_inputs(tmp_path)
+    everything = list(f.values())
+    cases = [
+        (["union", str(f["hist"]), "--batch", "1", "--bootstrap", "0"], [f["hist"], f["side"]]),
+        (["fit", str(f["hist"]), "--bootstrap", "0", "--gof-sims", "0"], [f["hist"], f["side"]]),
+        (["fit", str(f["trace"]), "--bootstrap", "0", "--gof-sims", "0"], [f["trace"]]),
+        (
+            ["split", str(f["hist"]), "--ranks", "2", "--method", "lpt", "--model", str(f["model"])]
+            + ["--hardware", str(f["hardware"])],
+            [f["hist"], f["side"], f["model"], f["hardware"]],
+        ),
+        (["cache", str(f["trace"]), "--policy", "lru", "--capacity-experts", "64"], [f["trace"]]),
+        (
+            ["cache", str(f["trace"]), "--policy", "static", "--capacity-experts", "64", "--histogram", str(f["hist"])],
+            [f["trace"], f["hist"], f["side"]],
+        ),
+        (["mrc", str(f["trace"])], [f["trace"]]),
+        (
+            ["plan", "--model", str(f["model"]), "--hardware", str(f["hardware"]), "--batch", "1"]
+            + ["--routing", str(f["hist"])],
+            [f["model"], f["hardware"], f["hist"], f["side"]],
+        ),
+        (
+            ["fit-plan", str(f["points"]), "--model", str(f["model"]), "--hardware", str(f["hardware"])],
+            [f["points"], f["model"], f["hardware"]],
+        ),
+    ]
+    for argv, inputs in cases:
+        for target in inputs:
+            line = _refused(capsys, [*argv, "--output", str(target)], everything)
+            assert line.startswith("error: --output:") and "one of this command's inputs" in line, (argv, line)
+    # sweep: its -o is the Parquet data, --report-output the printed summary; neither may be the grid
+    line = _refused(capsys, ["sweep", str(f["grid"]), "-o", str(f["grid"])], everything)
+    assert "grid file" in line
+    out = tmp_path / "o.parquet"
+    line = _refused(capsys, ["sweep", str(f["grid"]), "-o", str(out), "--report-output", str(f["grid"])], everything)
+    assert line.startswith("error: --report-output:") and not out.exists()
+
+
+def test_output_onto_a_shipped_preset_is_refused(capsys):
+    """Issue 13: `moeroof presets --output data/presets/models/glm-5.2.toml` overwrote the preset.
+    Every command refuses a report file in the presets folder, and a preset it reads by name."""
+    presets = ROOT / "data" / "presets"
+    glm = presets / "models" / "glm-5.2.toml"
+    box = presets / "hardware" / "nvme-gen4.toml"
+    saved = {p: p.read_bytes() for p in (glm, box)}
+    try:
+        for argv, target in [
+            (["presets"], glm),
+            (["presets", "--format", "csv"], box),
+            (["presets", "--json"], presets / "models" / "new.toml"),  # any file there, not only a preset
+            (["plan", "--model", "glm-5.2", "--hardware", "nvme-gen4", "--batch", "1"], glm),
+            (["plan", "--model", "glm-5.2", "--hardware", "nvme-gen4", "--batch", "1"], box),
+        ]:
+            line = _refused(capsys, [*argv, "--output", str(target)], list(saved))
+            assert line.startswith("error: --output:"), line
+        assert not (presets / "models" / "new.toml").exists()
+    finally:  # a regression must not leave the shipped presets broken
+        for p, b in saved.items():
+            if p.read_bytes() != b:
+                p.write_bytes(b)
+        (presets / "models" / "new.toml").unlink(missing_ok=True)

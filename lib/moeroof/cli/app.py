@@ -188,6 +188,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace, debug: bool) -> int:
     try:
+        target = getattr(args, "report_output", None)
+        if isinstance(target, str):  # refused before any work (a fit, a measurement, a file written)
+            from moeroof.cli.common import check_report_target
+
+            check_report_target(target, args)
         return args.func(args)
     except ParameterError as exc:  # a library parameter: say which flag carried it
         flags = getattr(args, "parameter_flags", {})

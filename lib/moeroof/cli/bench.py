@@ -96,9 +96,13 @@ def add_parser(subparsers: Any) -> None:
         choices=("sum", "max"),
         help="how --calibration's prediction combines the terms: sum (serial loop, default) or max",
     )
-    p.add_argument("--output", default=None, help="also write the JSON report to this file, atomically")
+    p.add_argument(
+        "--output",
+        default=None,
+        help="also write the report to this file as JSON, atomically (whatever --format prints on stdout)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    add_output_arguments(p, output=False)
+    add_output_arguments(p, output=False, report_output=False)
     p.set_defaults(func=run)
 
 
@@ -252,6 +256,35 @@ def print_bench(rep: dict[str, Any]) -> None:
         )
 
 
+#: ``--format csv``: one row per (mode, batch)
+CSV_COLUMNS = (
+    "mode",
+    "batch",
+    "step_seconds",
+    "net_tok_s",
+    "per_agent_tok_s",
+    "bytes_read_per_step",
+    "union_per_layer",
+    "coalescing_ratio",
+    "predicted_net_tok_s",
+    "relative_error",
+)
+
+
+def bench_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """``--format csv``: one row per measured (mode, B); the prediction's columns empty without
+    ``--calibration`` (relative_error a fraction: predicted / measured − 1)."""
+    pred = rep.get("prediction") or {}
+    rows = []
+    for i in range(len(rep["batch"])):
+        row = [rep[c][i] for c in CSV_COLUMNS[:8]]
+        for c in CSV_COLUMNS[8:]:
+            values = pred.get(c)
+            row.append(values[i] if isinstance(values, list) and i < len(values) else None)
+        rows.append(row)
+    return list(CSV_COLUMNS), rows
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         rep = bench_report(args)
@@ -263,14 +296,14 @@ def run(args: argparse.Namespace) -> int:
             atomic.write_text(args.output, json.dumps(rep, indent=2, allow_nan=False) + "\n")
         except OSError as exc:  # the measurement is not lost: the JSON goes to stdout below
             failed = f"{exc.filename or args.output} ({exc.strerror or exc})"
-    emit(rep, args, print_bench)
+    emit(rep, args, print_bench, csv_table=bench_csv)
     if failed is not None:
-        if output_format(args) != "json":
+        if output_format(args) == "table":
             print(f"the report as JSON (--output {args.output} could not be written):")
             print(dumps(rep))
         sys.stdout.flush()
         print(f"error: --output: cannot write {failed}; the report is on stdout", file=sys.stderr)
         return EXIT_USAGE
-    if args.output is not None and output_format(args) != "json":
-        print(f"wrote {args.output}")
+    if args.output is not None:  # on stderr, as every command says it: stdout is the report alone
+        print(f"wrote {args.output}", file=sys.stderr)
     return 0

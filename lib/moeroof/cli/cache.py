@@ -6,7 +6,8 @@ hits, misses, hit rate and bytes streamed per step.
     moeroof cache TRACE --policy lru|lfu|lfu-perfect|static|belady|belady-insert|s3fifo|arc
                   (--capacity-experts N | --capacity-gib X --expert-bytes N) [--scope global|layer]
                   [--warmup S] [--histogram PATH] [--streams I,J,…] [--lookup layer|request]
-                  [--s3fifo-threshold N] [--scheduler ADDRESS | --workers N] [--json]
+                  [--s3fifo-threshold N] [--scheduler ADDRESS | --workers N]
+                  [--format table|json|csv] [--output FILE]
 
 The policies are documented in :mod:`moeroof.models.cache`: ``lfu`` is in-cache LFU (libCacheSim's
 LFU: an evicted expert's count is forgotten), ``lfu-perfect`` keeps every count; ``belady`` is the
@@ -76,7 +77,12 @@ def add_parser(subparsers: Any) -> None:
             "layer by layer, ascending id within a layer) through one cache policy (the design document, SPEC.md §5: caches)."
         ),
     )
-    p.add_argument("path", metavar="TRACE", help="trace .npz / .npy")
+    p.add_argument(
+        "path",
+        metavar="TRACE",
+        help="trace .npz / .npy / .parquet (a histogram has no token order: `moeroof trace --routing HIST.csv` "
+        "draws a trace from it)",
+    )
     p.add_argument("--policy", required=True, choices=POLICIES, help=POLICY_HELP)
     p.add_argument("--capacity-experts", default=None, help="cache capacity in experts (one (layer, expert) item each)")
     p.add_argument("--capacity-gib", default=None, help="cache capacity in GiB (needs --expert-bytes)")
@@ -412,17 +418,53 @@ def print_cache(rep: dict[str, Any]) -> None:
             str(rep["requests"]),
             str(rep["hits"]),
             str(rep["misses"]),
-            fmt(rep["hit_rate"], 4),
+            _percent(rep["hit_rate"]),
             fmt(rep["bytes_streamed_per_step"], 1) + " experts"
             if rep["unit"] == "experts"
             else f"{rep['bytes_streamed_per_step'] / 1e9:.3f} GB",
         ]
     ]
-    print(table(["requests", "hits", "misses", "hit rate", "streamed/step"], rows, ">>>>>"))
+    print(table(["requests", "hits", "misses", "hit rate %", "streamed/step"], rows, ">>>>>"))
     for note in rep["notes"]:
         print(f"note: {note}")
 
 
+def _percent(x: Any, digits: int = 2) -> str:
+    """A hit rate (a fraction, as the JSON keeps it) as a table's percentage."""
+    return "-" if x is None else fmt(100.0 * float(x), digits)
+
+
+#: ``--format csv``: the columns of the one row (hit_rate a fraction, as in the JSON)
+CSV_COLUMNS = (
+    "policy",
+    "capacity_experts",
+    "capacity_bytes",
+    "scope",
+    "lookup",
+    "warmup_steps",
+    "requests",
+    "hits",
+    "misses",
+    "hit_rate",
+    "bytes_streamed_per_step",
+    "unit",
+    "s3fifo_threshold",
+    "oracle",
+    "steps",
+    "streams",
+    "layers",
+    "experts",
+    "source",
+    "provenance",
+)
+
+
+def cache_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """``--format csv``: one row for the policy and capacity simulated (the per-step series
+    stay in the JSON)."""
+    return list(CSV_COLUMNS), [[rep.get(c) for c in CSV_COLUMNS]]
+
+
 def run(args: argparse.Namespace) -> int:
     rep = cache_report(args)
-    return emit(rep, args, print_cache)
+    return emit(rep, args, print_cache, csv_table=cache_csv)

@@ -5,10 +5,12 @@ loop) into a witnessed hardware TOML in the presets schema.
 ::
 
     moeroof calibrate [--output calibrated.toml] [--file-mib 2048] [--seconds 30] [--scratch-dir D]
-                      [--no-engine] [--json]
+                      [--no-engine] [--format table|json|csv] [--report-output FILE]
 
 The measurements are :func:`moeroof.witness.measure.calibrate`; scratch files are removed on
 every exit, and an interrupted run ends with one ``error: interrupted`` line and status 130.
+``--output`` is the TOML; the printed report goes to stdout or ``--report-output FILE``
+(``--format csv``: one row per measured quantity, SI units).
 """
 
 from __future__ import annotations
@@ -50,7 +52,10 @@ def add_parser(subparsers: Any) -> None:
         ),
     )
     p.add_argument(
-        "--output", default="calibrated.toml", help="hardware TOML to write, atomically (default calibrated.toml)"
+        "-o",
+        "--output",
+        default="calibrated.toml",
+        help="hardware TOML to write, atomically (default calibrated.toml); the printed report goes to --report-output",
     )
     p.add_argument("--name", default=None, help="preset name in the TOML (default calibrated-DATE)")
     p.add_argument("--file-mib", default="2048", help="scratch file size in MiB (default 2048)")
@@ -196,9 +201,29 @@ def print_calibrate(rep: dict[str, Any]) -> None:
         print(f"note: {note}")
 
 
+def calibrate_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """``--format csv``: one row per measured quantity (``read_size_bytes`` for the read curves),
+    SI units named in the ``unit`` column."""
+    rows: list[list[Any]] = []
+    for kind in ("ssd_random", "ssd_sequential"):
+        curve = rep[kind]
+        for size, bw in zip(curve["read_size_bytes"], curve["bytes_per_s"]):
+            rows.append([kind, size, bw, "bytes/s"])
+    rows.append(["page_cache", rep["page_cache_read_size_bytes"], rep["page_cache_bytes_per_s"], "bytes/s"])
+    rows.append(["bw_mem", None, rep["bw_mem_bytes_per_s"], "bytes/s"])
+    rows.append(["flops", None, rep["flops_per_s"], "FLOP/s"])
+    rows.append(["ram", None, rep["ram_bytes"], "bytes"])
+    rows.append(["os_reserve", None, rep["os_reserve_bytes"], "bytes"])
+    eng = rep.get("engine")
+    if eng is not None:
+        rows.append(["engine_per_step", None, eng["engine_seconds_per_step"], "s"])
+        rows.append(["engine_per_agent_token", None, eng["engine_seconds_per_agent_token"], "s"])
+    return ["quantity", "read_size_bytes", "value", "unit"], rows
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         rep = calibrate_report(args)
     except KeyboardInterrupt:
         return interrupted()
-    return emit(rep, args, print_calibrate)
+    return emit(rep, args, print_calibrate, csv_table=calibrate_csv)

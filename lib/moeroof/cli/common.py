@@ -23,6 +23,8 @@ from moeroof.data.io import InputError, Trace
 
 __all__ = [
     "check_output_file",
+    "check_report_target",
+    "REPORT_OUTPUT_HELP",
     "add_meta_arguments",
     "load_input",
     "Progress",
@@ -369,7 +371,15 @@ def read_trace_arg(path_text: str, args: Any = None) -> Trace:
     if path.suffix.lower() != ".csv":
         path = input_path(path_text)
     if path.suffix.lower() == ".csv":
-        raise InputError(path, "-", "file", "expected a trace .npz / .npy / .parquet, got a histogram .csv")
+        if getattr(args, "command", None) == "histogram":
+            why = "it is a histogram already (union, fit, split and plan --routing read it as it is)"
+        else:
+            why = (
+                "a histogram holds each layer's expert counts but no token order; to replay its popularity, "
+                f"draw a trace from it: moeroof trace --routing {path_text} --streams M --steps T -o OUT.npz "
+                "(independent tokens unless --rho/--locality/--step-context), then pass OUT.npz"
+            )
+        raise InputError(path, "-", "file", f"expected a trace .npz / .npy / .parquet, got a histogram .csv: {why}")
     if path.suffix.lower() == ".parquet":  # its meta is in its schema: no sidecar, no flags
         from moeroof.data.trace_parquet import read_parquet_trace
 
@@ -533,20 +543,32 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> 
 FORMATS = ("table", "json", "csv")
 
 
-def add_output_arguments(p: Any, *, output: bool = True) -> None:
-    """``--format table|json|csv`` (``--json`` = ``--format json``) and, unless the command's own
-    ``-o/--output`` names the data it writes, ``--output FILE`` (the report written to FILE
-    atomically instead of stdout)."""
+#: what ``--report-output`` says in the --help of a command whose own ``-o/--output`` is its data file
+REPORT_OUTPUT_HELP = (
+    "write the printed report (in the --format chosen) to FILE, atomically, instead of stdout; "
+    "-o/--output is the data file the command writes, never the report"
+)
+
+
+def add_output_arguments(p: Any, *, output: bool = True, report_output: bool = True) -> None:
+    """``--format table|json|csv`` (``--json`` = ``--format json``) and the file the printed
+    report goes to instead of stdout (atomically; never one of the command's inputs):
+    ``--output FILE``, or ``--report-output FILE`` where the command's own ``-o/--output`` names
+    the data it writes (``output=False``: trace, histogram, import, calibrate, sweep, …).
+    ``report_output=False`` (with ``output=False``) adds no report file flag (``bench``, whose
+    ``--output`` is its JSON report already)."""
     p.add_argument("--format", default=None, choices=FORMATS, help="output format (default table)")
     p.add_argument("--json", action="store_true", help="print one JSON object (the same as --format json)")
     if output:
         p.add_argument(
             "--output",
+            dest="report_output",
             default=None,
             metavar="FILE",
             help="write the report to FILE (atomically; never one of the command's inputs) instead of stdout",
         )
-        p.set_defaults(report_output=True)
+    elif report_output:
+        p.add_argument("--report-output", dest="report_output", default=None, metavar="FILE", help=REPORT_OUTPUT_HELP)
 
 
 def output_format(args: Any) -> str:
@@ -610,20 +632,86 @@ def _csv_text(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return buf.getvalue()
 
 
+#: flags whose value names a preset by name as well as by path (the preset file is an input)
+_PRESET_FLAGS = {"model": "models", "hardware": "hardware"}
+#: flags that are never input files (what a command writes, and argparse's own)
+_NOT_INPUTS = ("output", "report_output", "func", "parameter_flags", "command", "format", "import_format")
+
+
+def _candidates(key: str, text: str) -> list[Path]:
+    """The files a flag value may name: the path from the working directory, the suite's
+    ``data/`` file of that name (where commands resolve embedded names), and for ``--model`` /
+    ``--hardware`` the shipped preset of that name."""
+    p = Path(text).expanduser()
+    out = [p]
+    if not p.is_absolute():
+        out.append(_data_dir() / p)
+    sub = _PRESET_FLAGS.get(key)
+    if sub is not None and p.suffix.lower() != ".toml":
+        out.append(_data_dir() / "presets" / sub / f"{text}.toml")
+    return out
+
+
+def _data_dir() -> Path:
+    from moeroof.core.paths import DATA_DIR
+
+    return DATA_DIR
+
+
 def _input_files(args: Any) -> list[Path]:
-    """Every existing file a flag or argument of this run names (what ``--output`` must not be)."""
+    """Every existing file a flag or argument of this run names, with the sidecar beside it
+    (what a report file must not be): paths as given, embedded ``data/`` names, preset names."""
     out = []
     for key, value in vars(args).items():
-        if key in ("output", "func") or not isinstance(value, str) or not value:
+        if key in _NOT_INPUTS or not isinstance(value, (str, list)) or not value:
             continue
-        for text in value.split(","):
-            p = Path(text).expanduser()
-            if p.is_file():
-                out.append(p.resolve())
-                side = p.with_suffix(".json")
-                if side.is_file():
-                    out.append(side.resolve())
+        texts = [value] if isinstance(value, str) else [v for v in value if isinstance(v, str)]
+        for whole in texts:
+            for text in [whole, *whole.split(",")] if "," in whole else [whole]:
+                if not text.strip():
+                    continue
+                for p in _candidates(key, text.strip()):
+                    try:
+                        if p.is_file():
+                            out.append(p.resolve())
+                            side = p.with_suffix(".json")
+                            if side.is_file():
+                                out.append(side.resolve())
+                    except (OSError, ValueError):  # a name too long or holding NUL: not a file
+                        continue
     return out
+
+
+def _written_files(args: Any) -> list[Path]:
+    """The data files a command writes with its own ``-o/--output`` (and their sidecars): a
+    report file must not be one of them either."""
+    if not isinstance(getattr(args, "output", None), str):
+        return []
+    p = Path(args.output).expanduser()
+    return [p.resolve(), p.with_suffix(".json").resolve()]
+
+
+def check_report_target(target: str, args: Any, inputs: Sequence[str | os.PathLike[str]] = ()) -> Path:
+    """The report file ``target`` (``--output`` / ``--report-output``), refused when it is one of
+    the command's inputs or their sidecars (``inputs`` adds files the arguments do not name, such
+    as the preset files ``presets`` reads), a data file the command writes with ``-o``, anything
+    in the shipped presets folder, or a folder."""
+    from moeroof.core import atomic
+
+    flag = _report_flag(args)
+    path = Path(target).expanduser()
+    named = [Path(x).expanduser() for x in inputs]
+    named += [x.with_suffix(".json") for x in named]
+    if any(atomic.same_file(path, x) for x in [*_input_files(args), *named]):
+        raise UsageError(f"{flag}: {target} is one of this command's inputs; refusing to overwrite it")
+    if any(atomic.same_file(path, x) for x in _written_files(args)):
+        raise UsageError(f"{flag}: {target} is the data file this command writes with -o; give the report another name")
+    presets = (_data_dir() / "presets").resolve()
+    resolved = path.resolve()
+    if resolved == presets or presets in resolved.parents:
+        raise UsageError(f"{flag}: {target} is in the shipped presets folder ({presets}); refusing to write there")
+    # a folder, or a folder that is not there or cannot be written: said now, before the work
+    return check_output_file(target, flag)
 
 
 def emit(
@@ -631,19 +719,24 @@ def emit(
     args: Any,
     printer: Callable[[dict[str, Any]], None],
     csv_table: Callable[[dict[str, Any]], tuple[list[str], list[list[Any]]]] | None = None,
+    *,
+    inputs: Sequence[str | os.PathLike[str]] = (),
 ) -> int:
-    """Print (or with ``--output FILE`` write, atomically) a report as JSON (:func:`dumps`), CSV
-    (``csv_table`` or :func:`csv_columns`) or the command's readable table; exit status 0.
+    """Print (or with ``--output FILE`` / ``--report-output FILE`` write, atomically) a report as
+    JSON (:func:`dumps`), CSV (``csv_table``, the command's own table, or :func:`csv_columns`)
+    or the command's readable table; exit status 0.
 
-    ``args`` is the parsed namespace (``--format``, ``--json``, ``--output``), or a bool for
-    callers that only choose JSON."""
+    ``args`` is the parsed namespace (``--format``, ``--json``, the report file), or a bool for
+    callers that only choose JSON. ``inputs``: files the command read that its arguments do not
+    name (the report file must not be one of them either: :func:`check_report_target`)."""
     if isinstance(args, bool):
         fmt_name, target = ("json" if args else "table"), None
     else:
-        # --output is the report's file only where add_output_arguments added it (trace,
-        # histogram and bench have their own -o/--output for the data they write)
         fmt_name = output_format(args)
-        target = getattr(args, "output", None) if getattr(args, "report_output", False) else None
+        target = getattr(args, "report_output", None)
+        target = target if isinstance(target, str) else None
+    if target is not None:
+        path = check_report_target(target, args, inputs)
     if fmt_name == "json":
         text = dumps(rep) + "\n"
     elif fmt_name == "csv":
@@ -662,17 +755,16 @@ def emit(
         return 0
     from moeroof.core import atomic
 
-    path = Path(target).expanduser()
-    if path.resolve() in _input_files(args):
-        raise UsageError(f"--output: {target} is one of this command's inputs; refusing to overwrite it")
-    if path.is_dir():
-        raise UsageError(f"--output: {target} is a folder")
     try:
         atomic.write_text(path, text)
     except OSError as err:
-        raise UsageError(f"--output: cannot write {target} ({err.strerror or err})") from None
+        raise UsageError(f"{_report_flag(args)}: cannot write {target} ({err.strerror or err})") from None
     print(f"wrote {target}", file=sys.stderr)
     return 0
+
+
+def _report_flag(args: Any) -> str:
+    return "--report-output" if isinstance(getattr(args, "output", None), str) else "--output"
 
 
 def check_output_file(text: str, flag: str = "--output") -> Path:

@@ -3,10 +3,13 @@ maximum likelihood, compared by AIC, with a goodness-of-fit p-value.
 
 ::
 
-    moeroof fit HISTOGRAM|TRACE [--bootstrap 100] [--gof-sims 99] [--seed 0] [--format json]
+    moeroof fit HISTOGRAM|TRACE [--bootstrap 100] [--gof-sims 99] [--seed 0]
+                [--format table|json|csv] [--output FILE]
 
 A trace is fitted through its histogram (its live tokens counted per (layer, expert), as
 ``moeroof histogram`` writes it). A progress line on stderr when stderr is a terminal.
+``--format csv``: one row per (layer, model) — the pooled fit first (layer ``pooled``), then
+each layer by its id — with the estimate, its bootstrap interval, logL, AIC and the GoF p-value.
 """
 
 from __future__ import annotations
@@ -90,6 +93,7 @@ def fit_report(args: argparse.Namespace) -> dict[str, Any]:
     rep.setdefault("source", str(data.path))
     rep.setdefault("provenance", data.meta.get("provenance"))
     rep.setdefault("layers_summed", layers_summed)
+    rep["layer_ids"] = [int(x) for x in data.layer_ids] if not layers_summed else ["all (summed)"]
     rep["bootstrap"] = bootstrap
     rep["gof_sims"] = gof_sims
     floor = 1.0 / (gof_sims + 1) if gof_sims else None
@@ -156,6 +160,68 @@ def print_fit(rep: dict[str, Any]) -> None:
         print("note: histogram summed over layers: per-layer skew averages out, so the fit understates it")
 
 
+#: ``--format csv``: one row per (layer, model)
+CSV_COLUMNS = (
+    "layer",
+    "model",
+    "chosen",
+    "parameter",
+    "estimate",
+    "ci_low",
+    "ci_high",
+    "ml_estimate",
+    "log_likelihood",
+    "aic",
+    "gof_statistic",
+    "gof_pvalue",
+    "gof_pvalue_floor",
+)
+
+
+def _csv_rows(layer: Any, fits: dict[str, Any], chosen: str | None, floor: Any) -> list[list[Any]]:
+    rows = []
+    for name, m in fits.items():
+        params = m.get("params") or {}
+        key = next(iter(params), None)
+        ci = (m.get("ci") or {}).get(key) if key is not None else None
+        rows.append(
+            [
+                layer,
+                name,
+                name == chosen,
+                key,
+                None if key is None else params[key],
+                None if not ci else ci[0],
+                None if not ci else ci[1],
+                None if key is None else (m.get("ml_params") or {}).get(key),
+                m.get("log_likelihood"),
+                m.get("aic"),
+                m.get("gof_statistic"),
+                m.get("gof_pvalue"),
+                floor,
+            ]
+        )
+    return rows
+
+
+def _lowest_aic(fits: dict[str, Any]) -> str | None:
+    scored = [(m["aic"], name) for name, m in fits.items() if m.get("aic") is not None]
+    return min(scored)[1] if scored else None
+
+
+def fit_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """``--format csv``: the pooled fit (layer ``pooled``, chosen = the report's choice), then
+    each layer (chosen = that layer's lowest AIC); one row per model, its one parameter (s for
+    Zipf, alpha for Dirichlet, none for uniform) with the bootstrap interval."""
+    floor = rep.get("gof_pvalue_floor")
+    rows = _csv_rows("pooled", rep.get("models") or {}, rep.get("chosen"), floor)
+    ids = rep.get("layer_ids") or []
+    for i, fits in enumerate(rep.get("per_layer") or []):
+        layer = ids[i] if i < len(ids) else i
+        rows += _csv_rows(layer, fits, _lowest_aic(fits), floor)
+    return list(CSV_COLUMNS), rows
+
+
 def run(args: argparse.Namespace) -> int:
     rep = fit_report(args)
-    return emit(rep, args, print_fit)
+    return emit(rep, args, print_fit, csv_table=fit_csv)

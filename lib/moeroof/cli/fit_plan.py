@@ -4,7 +4,7 @@
 
     moeroof fit-plan POINTS.csv --model PRESET|FILE --hardware PRESET|FILE [--routing SPEC]
                      [--routing-knobs FILE] [--fit engine,ssd-scale,pressure,skew,rho]
-                     [--context N] [--page-cache] [--json]
+                     [--context N] [--page-cache] [--format table|json|csv] [--output FILE]
 
 POINTS columns: ``batch``, ``cache_gib``, ``ranks``, ``policy``, ``net_tok_s``, ``hit_rate``
 (empty: predict); see :mod:`moeroof.data.plan_points`. The fit is
@@ -144,5 +144,26 @@ def print_fit_plan(rep: dict[str, Any]) -> None:
     print("net tok/s; bands: 5-95 % of a new measurement (the fitted knobs' spread, the seeds, the measurement noise)")
 
 
+#: ``--format csv``: one row per POINTS row (predicted_hit_rate a fraction)
+CSV_COLUMNS = (
+    "row",
+    "batch",
+    "cache_gib",
+    "ranks",
+    "policy",
+    "role",
+    "measured",
+    "predicted",
+    "low",
+    "high",
+    "predicted_hit_rate",
+)
+
+
+def fit_plan_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """``--format csv``: one row per POINTS row, measured against predicted net tok/s with the band."""
+    return list(CSV_COLUMNS), [[r.get(c) for c in CSV_COLUMNS] for r in rep["rows"]]
+
+
 def run(args: argparse.Namespace) -> int:
-    return emit(fit_plan_report(args), args, print_fit_plan)
+    return emit(fit_plan_report(args), args, print_fit_plan, csv_table=fit_plan_csv)

@@ -4,7 +4,7 @@ history) to measured cache and routing points, and predict the rows left empty w
 ::
 
     moeroof fit-routing POINTS.csv --experts E --top-k K --layers L [--expert-bytes N]
-                        [--seeds 4] [--bootstrap 8] [--timed-steps 16] [--json]
+                        [--seeds 4] [--bootstrap 8] [--timed-steps 16] [--format table|json|csv] [--output FILE]
 
 POINTS (:mod:`moeroof.data.points`): ``kind,batch,capacity_experts|capacity_gib,policy,scope,
 ranks,partition,value``; rows with a value calibrate, rows without are predicted. The method is
@@ -138,6 +138,33 @@ def print_fit_routing(rep: dict[str, Any]) -> None:
         print(f"note: {note}")
 
 
+#: ``--format csv``: one row per POINTS row
+CSV_COLUMNS = (
+    "row",
+    "kind",
+    "batch",
+    "capacity_experts",
+    "capacity_gib",
+    "policy",
+    "measured",
+    "predicted",
+    "low",
+    "high",
+)
+
+
+def fit_routing_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """``--format csv``: one row per POINTS row, measured against predicted with the 5-95 % band
+    (the fitted knobs are in the JSON); the policy only on the rows a cache policy makes."""
+    rows = []
+    for r in rep["rows"]:
+        row = {c: r.get(c) for c in CSV_COLUMNS}
+        if r.get("kind") not in ("hit_rate", "gib_per_step"):
+            row["policy"] = None
+        rows.append([row[c] for c in CSV_COLUMNS])
+    return list(CSV_COLUMNS), rows
+
+
 def run(args: argparse.Namespace) -> int:
     rep = fit_routing_report(args)
-    return emit(rep, args, print_fit_routing)
+    return emit(rep, args, print_fit_routing, csv_table=fit_routing_csv)

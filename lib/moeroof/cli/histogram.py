@@ -3,12 +3,14 @@ suite's histogram (CSV + JSON sidecar) for ``union``, ``fit``, ``split`` and ``p
 
 ::
 
-    moeroof histogram TRACE -o OUT.csv [--force] [--json]
+    moeroof histogram TRACE -o OUT.csv [--force] [--format table|json|csv] [--report-output FILE]
 
 Counts every live slot (``-1`` padding skipped); ``tokens`` is per layer (the (step, stream)
 pairs with a live token in that layer), so a layer that saw fewer tokens is not diluted. The
-sidecar carries the trace's model, top-K, layer ids and provenance (a histogram of a witnessed
-trace is witnessed) and names the trace it was made from. The trace is only read.
+sidecar carries the trace's model (a trace without one — an import not given ``--model`` —
+gives the importer's wording, "unknown (not given at import)"), top-K, layer ids and provenance
+(a histogram of a witnessed trace is witnessed) and names the trace it was made from. The trace
+is only read. ``--format csv`` prints one row per layer.
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ import numpy as np
 
 from moeroof.cli.common import UsageError, add_meta_arguments, add_output_arguments, emit, read_trace_arg
 
+#: the model a histogram's sidecar names when the trace's meta has none and it was not imported
+#: (an import without --model gives moeroof.data.importers.UNKNOWN_MODEL)
+UNKNOWN_MODEL_NOT_IMPORTED = "unknown (not in the trace's meta)"
+
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -32,7 +38,12 @@ def add_parser(subparsers: Any) -> None:
         ),
     )
     p.add_argument("path", metavar="TRACE", help="trace .npz / .npy")
-    p.add_argument("-o", "--output", required=True, help="histogram to write (.csv; its .json sidecar beside it)")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="histogram to write (.csv; its .json sidecar beside it); the printed report goes to --report-output",
+    )
     p.add_argument("--force", action="store_true", help="replace the output file if it exists")
     add_meta_arguments(p)
     add_output_arguments(p, output=False)
@@ -53,7 +64,11 @@ def histogram_report(args: argparse.Namespace) -> dict[str, Any]:
     from moeroof.core import atomic
     from moeroof.data.io import sidecar_path
 
-    inputs = [Path(trace.path), sidecar_path(Path(trace.path))]
+    # the trace, and its sidecar where its meta is there (a .npy's; an .npz holds its own, a
+    # .parquet its schema: a .json beside those is not read, and mixtral.npz → mixtral.csv is fine)
+    inputs = [Path(trace.path)]
+    if Path(trace.path).suffix.lower() == ".npy":
+        inputs.append(sidecar_path(Path(trace.path)))
     for path in (out, sidecar_path(out)):  # the histogram and its sidecar
         if any(atomic.same_file(path, inp) for inp in inputs):
             raise UsageError(f"-o: writing {path} would overwrite the trace it is made from (or its sidecar)")
@@ -64,6 +79,11 @@ def histogram_report(args: argparse.Namespace) -> dict[str, Any]:
     if not tokens.any():
         raise UsageError(f"{trace.path}: the trace holds no live token (all padding)")
     provenance = trace.meta.get("provenance")
+    model = trace.meta.get("model")
+    if not isinstance(model, str) or not model.strip():
+        from moeroof.data.importers import UNKNOWN_MODEL
+
+        model = UNKNOWN_MODEL if trace.meta.get("imported_from") else UNKNOWN_MODEL_NOT_IMPORTED
     try:
         write_histogram(
             out,
@@ -71,7 +91,7 @@ def histogram_report(args: argparse.Namespace) -> dict[str, Any]:
             tokens=[int(t) for t in tokens],
             experts=trace.experts,
             top_k=trace.top_k,
-            model=trace.meta.get("model"),
+            model=model,
             source=f"moeroof histogram {trace.path}",
             layer_ids=list(trace.layer_ids),
             provenance=provenance,
@@ -86,7 +106,11 @@ def histogram_report(args: argparse.Namespace) -> dict[str, Any]:
         "layers": int(counts.shape[0]),
         "experts": int(trace.experts),
         "top_k": int(trace.top_k),
+        "model": model,
+        "layer_ids": [int(x) for x in trace.layer_ids],
         "tokens_per_layer": [int(t) for t in tokens],
+        "picks_per_layer": [int(x) for x in counts.sum(axis=1)],
+        "experts_fired_per_layer": [int(x) for x in np.count_nonzero(counts, axis=1)],
         "picks": int(counts.sum()),
         "provenance": provenance,
     }
@@ -102,6 +126,18 @@ def print_histogram(rep: dict[str, Any]) -> None:
     )
 
 
+def histogram_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """``--format csv``: one row per layer of the histogram written."""
+    headers = ["layer", "tokens", "picks", "experts_fired", "experts", "top_k", "provenance", "path"]
+    rows = [
+        [layer, tokens, picks, fired, rep["experts"], rep["top_k"], rep["provenance"], rep["path"]]
+        for layer, tokens, picks, fired in zip(
+            rep["layer_ids"], rep["tokens_per_layer"], rep["picks_per_layer"], rep["experts_fired_per_layer"]
+        )
+    ]
+    return headers, rows
+
+
 def run(args: argparse.Namespace) -> int:
     rep = histogram_report(args)
-    return emit(rep, args, print_histogram)
+    return emit(rep, args, print_histogram, csv_table=histogram_csv)

@@ -12,9 +12,11 @@ histogram, with a sidecar recording the source, the import command and ``provena
     moeroof import sglang SRC -o OUT.csv|OUT.npz --top-k K [--experts E] [--model NAME]
     moeroof import hf-router-logits SRC -o OUT.npz|OUT.csv --top-k K [--batch B] [--model NAME]
 
-Every format takes ``--force`` (replace OUT) and ``--json``. The formats, what each reads and
-where the formats were looked up: :mod:`moeroof.data.importers`. The source is only read; OUT
-is written whole or not at all.
+Every format takes ``--force`` (replace OUT), ``--format table|json|csv`` (``--json``) and
+``--report-output FILE`` (the printed report to FILE; ``-o`` is the data written). Without
+``--model`` the meta's model reads "unknown (not given at import)" (every format alike, so a
+trace's histogram names it too). The formats, what each reads and where the formats were looked
+up: :mod:`moeroof.data.importers`. The source is only read; OUT is written whole or not at all.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from moeroof.cli.common import UsageError, emit, positive_int
+from moeroof.cli.common import UsageError, add_output_arguments, emit, positive_int
 
 FORMATS = ("table", "matrix", "sglang", "hf-router-logits")
 
@@ -49,10 +51,14 @@ PARAMETER_FLAGS = {
 
 def _common(p: argparse.ArgumentParser, out_help: str) -> None:
     p.add_argument("src", metavar="SRC", help="the capture to import (only read)")
-    p.add_argument("-o", "--output", required=True, help=out_help)
-    p.add_argument("--model", default=None, help="model name for the meta (e.g. Mixtral-8x7B)")
+    p.add_argument("-o", "--output", required=True, help=out_help + "; the printed report goes to --report-output")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="model name for the meta (e.g. Mixtral-8x7B; default: 'unknown (not given at import)')",
+    )
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+    add_output_arguments(p, output=False)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -62,10 +68,11 @@ def add_parser(subparsers: Any) -> None:
         description=(
             "Turn another tool's routing capture into the suite's trace (.npz) or histogram (.csv + .json "
             "sidecar), recording the source, the import command and provenance: witnessed. Every FORMAT takes "
-            "-o OUT, --force (replace OUT) and --json (one JSON object); `moeroof import FORMAT --help` lists the rest."
+            "-o OUT, --force (replace OUT), --format table|json|csv (--json) and --report-output FILE (the printed "
+            "report to FILE); `moeroof import FORMAT --help` lists the rest."
         ),
     )
-    sub = p.add_subparsers(dest="format", metavar="FORMAT", required=True)
+    sub = p.add_subparsers(dest="import_format", metavar="FORMAT", required=True)
 
     t = sub.add_parser(
         "table",
@@ -153,7 +160,7 @@ def add_parser(subparsers: Any) -> None:
 
 def command_line(args: argparse.Namespace) -> str:
     """The import as a command line, rebuilt from the parsed flags (what the sidecar records)."""
-    argv = ["moeroof", "import", args.format, args.src, "-o", args.output]
+    argv = ["moeroof", "import", args.import_format, args.src, "-o", args.output]
     for flag in (
         "columns",
         "expert_cols",
@@ -201,8 +208,12 @@ def _optional_int(value: str | None, flag: str) -> int | None:
 
 
 def _shared(args: argparse.Namespace, command: str) -> dict[str, Any]:
-    """What every importer takes: K, the model name for the sidecar and the command line."""
-    return {"top_k": positive_int(args.top_k, "--top-k"), "model": args.model, "command": command}
+    """What every importer takes: K, the model name for the meta (the importers' own wording
+    when not given, so that every format writes a model key) and the command line."""
+    from moeroof.data.importers import UNKNOWN_MODEL
+
+    model = args.model if args.model is not None and args.model.strip() else UNKNOWN_MODEL
+    return {"top_k": positive_int(args.top_k, "--top-k"), "model": model, "command": command}
 
 
 def _import_table(args: argparse.Namespace, command: str) -> Any:
@@ -273,10 +284,10 @@ IMPORTERS = {
 
 
 def import_report(args: argparse.Namespace) -> dict[str, Any]:
-    """Import ``args.src`` as ``args.format`` into ``args.output``; the report as a dict."""
+    """Import ``args.src`` as ``args.import_format`` into ``args.output``; the report as a dict."""
     from moeroof.data.importers import ImportedTrace, write_imported
 
-    importer, suffixes = IMPORTERS[args.format]
+    importer, suffixes = IMPORTERS[args.import_format]
     out = _check_output(args, suffixes)
     command = command_line(args)
     data = importer(args, command)
@@ -284,7 +295,7 @@ def import_report(args: argparse.Namespace) -> dict[str, Any]:
         write_imported(out, data, overwrite=bool(args.force))
     except FileExistsError:  # created between the check and the write
         raise UsageError(f"-o: {out} exists (pass --force to replace it)") from None
-    rep: dict[str, Any] = {"path": str(out), "source": str(Path(args.src)), "format": args.format}
+    rep: dict[str, Any] = {"path": str(out), "source": str(Path(args.src)), "format": args.import_format}
     if isinstance(data, ImportedTrace) and out.suffix.lower() != ".csv":
         steps, streams, layers, k = (int(n) for n in data.topk.shape)
         rep.update(
@@ -312,6 +323,7 @@ def import_report(args: argparse.Namespace) -> dict[str, Any]:
                 "tokens_user_given": bool(h.meta.get("tokens_user_given", False)),
             }
         )
+    rep["model"] = _shared(args, command)["model"]
     rep["provenance"] = "witnessed"
     rep["command"] = command
     rep["notes"] = list(data.notes)
@@ -335,6 +347,35 @@ def print_import(rep: dict[str, Any]) -> None:
         print(f"  {note}")
 
 
+#: ``--format csv``: the columns of the one row (a trace's or a histogram's; "" where not one's)
+CSV_COLUMNS = (
+    "path",
+    "kind",
+    "format",
+    "model",
+    "layers",
+    "experts",
+    "top_k",
+    "steps",
+    "streams",
+    "tokens",
+    "tokens_per_layer_min",
+    "tokens_per_layer_max",
+    "tokens_user_given",
+    "provenance",
+    "source",
+)
+
+
+def import_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """``--format csv``: one row, the file written (a trace's shape or a histogram's tokens)."""
+    row = dict(rep)
+    toks = rep.get("tokens_per_layer")
+    if toks:
+        row.update(tokens_per_layer_min=min(toks), tokens_per_layer_max=max(toks))
+    return list(CSV_COLUMNS), [[row.get(c) for c in CSV_COLUMNS]]
+
+
 def run(args: argparse.Namespace) -> int:
     rep = import_report(args)
-    return emit(rep, args.json, print_import)
+    return emit(rep, args, print_import, csv_table=import_csv)

@@ -4,7 +4,10 @@ stack distances), or the SHARDS sampling estimate, with the Che approximation be
 ::
 
     moeroof mrc TRACE [--scope global|layer] [--sample-rate R [--slices S]] [--seed 0]
-                [--lookup layer|request] [--che grid|all] [--scheduler ADDRESS | --workers N] [--json]
+                [--lookup layer|request] [--che grid|all] [--scheduler ADDRESS | --workers N]
+                [--format table|json|csv] [--output FILE]
+
+The table prints hit rates in % (the JSON and the CSV keep fractions).
 
 Scope global (default): one LRU cache shared by all layers, capacity in experts. The exact
 curve is one pass in one process (a request's stack distance counts every layer's items, so it
@@ -65,7 +68,12 @@ def add_parser(subparsers: Any) -> None:
             "request counts beside it."
         ),
     )
-    p.add_argument("path", metavar="TRACE", help="trace .npz / .npy")
+    p.add_argument(
+        "path",
+        metavar="TRACE",
+        help="trace .npz / .npy / .parquet (a histogram has no token order: `moeroof trace --routing HIST.csv` "
+        "draws a trace from it)",
+    )
     p.add_argument(
         "--scope",
         default="global",
@@ -352,22 +360,27 @@ def print_mrc(rep: dict[str, Any]) -> None:
     picks = sorted({int(round(q * (len(cap) - 1))) for q in np.linspace(0, 1, 11)})
     se, lo, hi = rep.get("hit_rate_stderr"), rep.get("hit_rate_lower"), rep.get("hit_rate_upper")
     if se is None:
-        rows = [[str(cap[i]), fmt(rep["hit_rate"][i], 4), fmt(rep["che_hit_rate"][i], 4)] for i in picks]
-        print(table([f"capacity ({unit})", "hit rate", "che"], rows, ">>>"))
+        rows = [[str(cap[i]), _pct(rep["hit_rate"][i]), _pct(rep["che_hit_rate"][i])] for i in picks]
+        print(table([f"capacity ({unit})", "hit rate %", "che %"], rows, ">>>"))
     else:
         rows = [
             [
                 str(cap[i]),
-                fmt(rep["hit_rate"][i], 4),
-                fmt(se[i], 4),
-                f"{fmt(lo[i], 4)}–{fmt(hi[i], 4)}",
-                fmt(rep["che_hit_rate"][i], 4),
+                _pct(rep["hit_rate"][i]),
+                _pct(se[i]),
+                f"{_pct(lo[i])}–{_pct(hi[i])}",
+                _pct(rep["che_hit_rate"][i]),
             ]
             for i in picks
         ]
-        print(table([f"capacity ({unit})", "hit rate", "± stderr", "band", "che"], rows, ">>>>>"))
+        print(table([f"capacity ({unit})", "hit rate %", "± stderr (pp)", "band %", "che %"], rows, ">>>>>"))
     for note in rep["notes"]:
         print(f"note: {note}")
+
+
+def _pct(x: Any) -> str:
+    """A hit rate (a fraction, as the JSON and CSV keep it) as a table's percentage."""
+    return "-" if x is None else fmt(100.0 * float(x), 2)
 
 
 def run(args: argparse.Namespace) -> int:

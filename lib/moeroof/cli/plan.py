@@ -8,16 +8,21 @@ baselines.
                  [--cache-policy lru|lfu|s3fifo|arc|belady|static] [--context N]
                  [--overlap max|sum] [--routing uniform|zipf:S|PATH] [--read-size-kib X]
                  [--ranks R [--partition id|lpt|weighted|bytes] [--rank-speed 1,0.6]]
-                 [--min-per-agent-tok-s X] [--json]
+                 [--min-per-agent-tok-s X] [--format table|json|csv] [--output FILE]
 
 The numbers come from :func:`moeroof.models.plan.plan`; this module parses the flags into a
-:class:`~moeroof.models.plan.Workload` and prints the result.
+:class:`~moeroof.models.plan.Workload` and prints the result. A batch whose step does not fit
+in RAM (the dense band and its KV cache exceed what the OS leaves) gets no multiple — neither
+B·K/U nor any baseline's (``-`` in the table and the CSV, null in the JSON) — and the regime
+changes are found among the feasible batches only. ``--format csv``: one row per batch.
 """
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
+
+import numpy as np
 
 from moeroof.cli.common import (
     BATCH_HELP,
@@ -101,6 +106,7 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
     workload = Workload(ranks=ranks, partition=args.partition, rank_speed=speed, **options)
     result = plan(model, hardware, workload, routing, batch)
     rep = result.to_dict()
+    _feasible_only(rep)
     rep["cache_gib"] = options["cache_bytes"] / 2**30
     rep["cache_auto"] = auto
     if auto is not None:
@@ -111,6 +117,25 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
         rep["admission"] = adm
     rep["workload"] = {**options, "ranks": ranks, "partition": args.partition, "rank_speed": speed}
     return rep
+
+
+def _feasible_only(rep: dict[str, Any]) -> None:
+    """No multiple on a batch that does not fit in RAM (B·K/U included: the baselines' are null
+    already), and regime changes among the feasible batches only (a change "at B* = 1024" where
+    1024 does not fit is no regime of this box)."""
+    from moeroof.models.plan import transitions
+
+    fits = [bool(x) for x in rep["fits_in_memory"]]
+    rep["coalescing_ratio"] = [r if ok else None for r, ok in zip(rep["coalescing_ratio"], fits)]
+    keep = [i for i, ok in enumerate(fits) if ok]
+    rep["transitions"] = [
+        dict(t)
+        for t in transitions(
+            np.array([rep["batch"][i] for i in keep], dtype=np.int64), tuple(rep["bound"][i] for i in keep)
+        )
+    ]
+    if len(keep) < len(fits):
+        rep["transitions_among"] = "feasible batches only"
 
 
 def print_plan(rep: dict[str, Any]) -> None:
@@ -145,6 +170,7 @@ def print_plan(rep: dict[str, Any]) -> None:
     rows = []
     for i, b in enumerate(rep["batch"]):
         base = rep["baselines"]
+        fits = bool(rep["fits_in_memory"][i])
         rows.append(
             [
                 str(b),
@@ -156,10 +182,10 @@ def print_plan(rep: dict[str, Any]) -> None:
                 fmt(rep["union_per_layer"][i], 1),
                 fmt(100 * _pooled(rep["cache_hit_rate"], i), 1),
                 fmt(rep["ssd_bytes_per_step"][i] / 2**30, 2),
-                fmt(rep["coalescing_ratio"][i], 2),
-                fmt(base["uncoalesced"]["multiple"][i], 2),
-                fmt(base["single"]["multiple"][i], 2),
-                fmt(base["independent-boxes"]["multiple"][i], 3),
+                fmt(rep["coalescing_ratio"][i] if fits else None, 2),
+                fmt(base["uncoalesced"]["multiple"][i] if fits else None, 2),
+                fmt(base["single"]["multiple"][i] if fits else None, 2),
+                fmt(base["independent-boxes"]["multiple"][i] if fits else None, 3),
                 "yes" if rep["fits_in_memory"][i] else "NO",
             ]
         )
@@ -180,8 +206,9 @@ def print_plan(rep: dict[str, Any]) -> None:
                 f"{adm['per_agent_tok_s']:.3g}; B·K/U = {adm['coalescing_ratio']:.2f}× against uncoalesced; "
                 f"{adm['ssd_bytes_per_token'] / 1e9:.3g} GB SSD per token)"
             )
+    among = " (among the batches that fit in RAM)" if rep.get("transitions_among") else ""
     for t in rep["transitions"]:
-        print(f"regime change: {t['from']} → {t['to']} at B* = {t['batch']}")
+        print(f"regime change: {t['from']} → {t['to']} at B* = {t['batch']}{among}")
     for note in rep["notes"]:
         print(f"note: {note}")
     for b, why in zip(rep["batch"], rep.get("infeasible_reason") or []):
@@ -192,6 +219,55 @@ def print_plan(rep: dict[str, Any]) -> None:
     )
 
 
+#: ``--format csv``: one row per batch size (hit_rate a fraction: the mean over ranks with R > 1)
+CSV_COLUMNS = (
+    "batch",
+    "step_seconds",
+    "per_agent_tok_s",
+    "net_tok_s",
+    "bound",
+    "link_bytes_per_token",
+    "union_per_layer",
+    "cache_hit_rate",
+    "gib_streamed_per_step",
+    "coalescing_ratio",
+    "multiple_vs_uncoalesced",
+    "multiple_vs_single",
+    "multiple_vs_independent_boxes",
+    "fits_in_memory",
+    "infeasible_reason",
+)
+
+
+def plan_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """``--format csv``: one row per batch; multiples empty where the step does not fit."""
+    base = rep["baselines"]
+    reasons = rep.get("infeasible_reason") or [None] * len(rep["batch"])
+    rows = []
+    for i, b in enumerate(rep["batch"]):
+        fits = bool(rep["fits_in_memory"][i])
+        rows.append(
+            [
+                b,
+                rep["step_seconds"][i],
+                rep["per_agent_tok_s"][i],
+                rep["net_tok_s"][i],
+                rep["bound"][i] if rep["bound"][i] != "ssd" else rep.get("link_name", "ssd"),
+                rep["ssd_bytes_per_token"][i],
+                rep["union_per_layer"][i],
+                _pooled(rep["cache_hit_rate"], i),
+                rep["ssd_bytes_per_step"][i] / 2**30,
+                rep["coalescing_ratio"][i] if fits else None,
+                base["uncoalesced"]["multiple"][i] if fits else None,
+                base["single"]["multiple"][i] if fits else None,
+                base["independent-boxes"]["multiple"][i] if fits else None,
+                fits,
+                reasons[i] or None,
+            ]
+        )
+    return list(CSV_COLUMNS), rows
+
+
 def _pooled(hit: list, i: int) -> float:
     """The hit rate at batch index i; per-rank lists (R > 1) are shown as their mean."""
     return float(hit[i]) if not isinstance(hit[0], list) else sum(r[i] for r in hit) / len(hit)
@@ -199,4 +275,4 @@ def _pooled(hit: list, i: int) -> float:
 
 def run(args: argparse.Namespace) -> int:
     rep = plan_report(args)
-    return emit(rep, args, print_plan)
+    return emit(rep, args, print_plan, csv_table=plan_csv)

@@ -3,7 +3,11 @@ in readable units with each number's provenance (w = witnessed, p = projected, a
 
 ::
 
-    moeroof presets [--json]
+    moeroof presets [--format table|json|csv] [--output FILE]
+
+``--format csv`` is one row per preset (models, then hardware) with its key numbers in SI units
+and the fields that are not witnessed. ``--output`` never writes into the presets folder (it
+refuses every file the command reads, issue 13).
 """
 
 from __future__ import annotations
@@ -173,9 +177,68 @@ def print_presets(rep: dict[str, Any]) -> None:
     )
 
 
+#: ``--format csv``: one row per preset; numbers in SI units (bytes, bytes/s, FLOP, FLOP/s)
+CSV_COLUMNS = (
+    "kind",
+    "name",
+    "description",
+    "precision",
+    "experts",
+    "top_k",
+    "moe_layers",
+    "expert_bytes",
+    "non_routed_bytes",
+    "kv_bytes_per_token",
+    "flops_per_token",
+    "ram_bytes",
+    "bw_mem_bytes_per_s",
+    "flops_per_s",
+    "link",
+    "stream_bytes_per_s_at_128KiB",
+    "stream_bytes_per_s_at_8MiB",
+    "bw_link_bytes_per_s",
+    "not_witnessed",
+    "path",
+)
+
+
+def _stream_bw(entry: dict[str, Any], read_size: float) -> float | None:
+    """The streaming bandwidth at one read size (log-log interpolation, as the table's cell)."""
+    sizes, bws = entry.get("ssd_read_size_bytes"), entry.get("bw_ssd_bytes_per_s")
+    if sizes is None or bws is None:
+        return None
+    sizes = sizes if isinstance(sizes, list) else [sizes]
+    bws = bws if isinstance(bws, list) else [bws]
+    bw = float(np.exp(np.interp(np.log(read_size), np.log(sizes), np.log(bws))))
+    return float(f"{bw:.6g}")  # the interpolation's round-off (1.51e9 read back as 1510000000.0000021)
+
+
+def presets_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """``--format csv``: one row per preset, models first; ``not_witnessed`` lists the fields
+    tagged projected or assumed (``field=tag`` separated by ``;``)."""
+    from moeroof.core.units import KiB, MiB
+
+    rows = []
+    for kind in ("models", "hardware"):
+        for name, entry in rep[kind].items():
+            row: dict[str, Any] = {c: entry.get(c) for c in CSV_COLUMNS}
+            row.update(kind="model" if kind == "models" else "hardware", name=name)
+            if kind == "hardware":
+                row["stream_bytes_per_s_at_128KiB"] = _stream_bw(entry, 128 * KiB)
+                row["stream_bytes_per_s_at_8MiB"] = _stream_bw(entry, 8 * MiB)
+            prov = entry.get("provenance") or {}
+            row["not_witnessed"] = ";".join(f"{k}={t}" for k, t in prov.items() if t != "witnessed")
+            rows.append([row[c] for c in CSV_COLUMNS])
+    return list(CSV_COLUMNS), rows
+
+
 def run(args: argparse.Namespace) -> int:
+    from moeroof.data.presets import list_presets
+
     rep = presets_report()
-    rc = emit(rep, args, print_presets)
+    # every file this command read is an input (issue 13: --output glm-5.2.toml overwrote it)
+    read = [path for kind in list_presets().values() for path in kind.values()]
+    rc = emit(rep, args, print_presets, csv_table=presets_csv, inputs=read)
     # a broken preset: the others are listed (its error under "broken" in the JSON), then one
     # error line each on stderr and exit 2
     for err in rep.get("broken", {}).values():

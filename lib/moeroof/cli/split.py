@@ -5,7 +5,7 @@ decode step.
 
     moeroof split HISTOGRAM --ranks R --method id|lpt|weighted|bytes [--rank-speed 1,0.6]
                   [--batch M] [--cache-gib X] [--cache-policy lru|…|static] [--context N]
-                  [--model PRESET|FILE] [--hardware PRESET|FILE] [--json]
+                  [--model PRESET|FILE] [--hardware PRESET|FILE] [--format table|json|csv] [--output FILE]
 
 The partition, the per-rank load and the step model are :func:`moeroof.models.split.split_report`
 — the step model of ``moeroof plan``, with the same defaults for the flags they share, so
@@ -130,6 +130,45 @@ def print_split(rep: dict[str, Any], source: str) -> None:
         print(f"note: {note}")
 
 
+#: ``--format csv``: one row per rank
+CSV_COLUMNS = (
+    "rank",
+    "experts",
+    "load_rows",
+    "predicted_step_seconds",
+    "streamed_gib_per_step",
+    "cache_hit_rate",
+    "bound",
+    "method",
+    "imbalance",
+)
+
+
+def split_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """``--format csv``: one row per rank (experts, load, predicted step, streamed GiB, hit rate)."""
+    per = rep.get("per_rank") or {}
+    pred = rep.get("predicted_step_seconds")
+
+    def at(values: Any, r: int) -> Any:
+        return values[r] if isinstance(values, list) and r < len(values) else None
+
+    rows = [
+        [
+            r,
+            rep["experts_per_rank"][r],
+            rep["load_rows"][r],
+            at(pred, r),
+            at(per.get("streamed_gib"), r),
+            at(per.get("cache_hit"), r),
+            at(per.get("bound"), r),
+            rep["method"],
+            rep["imbalance"],
+        ]
+        for r in range(rep["ranks"])
+    ]
+    return list(CSV_COLUMNS), rows
+
+
 def run(args: argparse.Namespace) -> int:
     rep = split_report(args)
-    return emit(rep, args, lambda r: print_split(r, args.path))
+    return emit(rep, args, lambda r: print_split(r, args.path), csv_table=split_csv)

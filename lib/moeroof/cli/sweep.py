@@ -3,7 +3,11 @@ serially or as tasks on dask.distributed, one Parquet row per point.
 
 ::
 
-    moeroof sweep GRID.toml -o OUT.parquet [--workers N] [--scheduler ADDRESS] [--json]
+    moeroof sweep GRID.toml -o OUT.parquet [--workers N] [--scheduler ADDRESS]
+                  [--format table|json|csv] [--report-output FILE]
+
+``-o`` is the Parquet file of the rows; the printed summary (``--format csv``: one row) goes to
+stdout or ``--report-output FILE``.
 
 The grid format, the commands and their keys (:data:`moeroof.studies.sweep.KEYS`), the point
 ids, resuming and the row schema are :mod:`moeroof.studies.sweep`'s; the help's epilog lists the
@@ -63,7 +67,13 @@ def add_parser(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("grid", metavar="GRID.toml", help="the grid file (examples in data/sweeps/)")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.parquet", help="the Parquet file to write (resumed)")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="OUT.parquet",
+        help="the Parquet file to write (resumed); the printed summary goes to --report-output",
+    )
     p.add_argument(
         "--workers",
         default="1",
@@ -89,13 +99,23 @@ def print_summary(rep: dict[str, Any]) -> None:
         print("failed points keep their error in the 'error' column; run again to retry them")
 
 
+#: ``--format csv``: the one row of the summary
+CSV_COLUMNS = ("grid", "command", "output", "points", "skipped", "evaluated", "failed", "seconds", "where")
+
+
+def sweep_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """``--format csv``: one row, the sweep's summary (the points themselves are the Parquet rows)."""
+    return list(CSV_COLUMNS), [[rep.get(c) for c in CSV_COLUMNS]]
+
+
 def run(args: argparse.Namespace) -> int:
+    from moeroof.core import atomic
     from moeroof.studies.sweep import read_grid, run_sweep
 
     workers = positive_int(args.workers, "--workers")
     grid_path = input_path(args.grid)
     out = check_output_file(args.output, "--output")
-    if out.resolve() == grid_path.resolve():
+    if atomic.same_file(out, grid_path):
         raise UsageError(f"--output: {args.output} is the grid file; refusing to overwrite it")
     grid = read_grid(grid_path)
     progress = Progress("sweep")
@@ -104,4 +124,4 @@ def run(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     print(f"wrote {out}", file=sys.stderr)
-    return emit(rep, args, print_summary)
+    return emit(rep, args, print_summary, csv_table=sweep_csv)

@@ -2,10 +2,10 @@
 
 ::
 
-    moeroof trace --family dirichlet:A|zipf:S|uniform --streams M --steps T -o OUT.npz
-                  [--rho R | --rho-profile R0,R1,…] [--locality C] [--step-context C]
+    moeroof trace (--family dirichlet:A|zipf:S|uniform | --routing HIST.csv) --streams M --steps T
+                  -o OUT.npz [--rho R | --rho-profile R0,R1,…] [--locality C] [--step-context C]
                   [--prompt-tokens P] [--experts E] [--top-k K] [--layers L] [--seed S]
-                  [--force] [--json]
+                  [--force] [--format table|json|csv] [--report-output FILE]
 
 The knobs are those of :func:`moeroof.models.routing.sample_trace`: the popularity family per
 layer, the stickiness ρ (one value, or one per layer with ``--rho-profile``), the per-stream hot
@@ -21,6 +21,20 @@ bytes) with meta ``model`` ``synthetic``, ``provenance`` ``projected``, ``source
 a command line) and ``knobs`` (the same as JSON). An existing file is replaced only with
 ``--force``.
 
+``--routing HIST.csv`` (instead of ``--family``) draws the tokens from a histogram's own
+per-layer popularity — the way to replay a histogram-only capture (a frequency matrix has no
+token order) through ``cache`` and ``mrc``. The histogram's inclusion probabilities π per layer
+are :func:`moeroof.models.plan.routing_from_spec`'s (what ``plan --routing`` uses); the
+Plackett–Luce weights whose top-K inclusion probabilities are π (:func:`inclusion_weights`,
+a fixed point of :func:`moeroof.models.routing.inclusion_probabilities`) are the ``popularity``
+of :func:`moeroof.models.routing.sample_trace`, so with no other knob the tokens are independent
+and each includes expert i of layer l with probability π_li; ``--rho``, ``--locality`` and
+``--step-context`` add stickiness and hot sets around the same weights as for a family. E, K and
+the layers (and their ids) are the histogram's. The trace's meta says where it came from:
+``derived_from`` (the histogram), ``provenance: projected`` with ``provenance_detail`` "witnessed
+popularity, synthetic order" when the histogram is witnessed, the histogram's model. A trace
+path works too (its counts are the histogram).
+
 The parser imports no library code beyond :mod:`moeroof.cli.common`; ``run`` imports the
 sampler.
 """
@@ -29,15 +43,21 @@ from __future__ import annotations
 
 import argparse
 import math
+import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from moeroof.cli.common import (
+    Progress,
     UsageError,
     add_output_arguments,
     check_replicate_memory,
     emit,
     fmt,
+    input_path,
     jsonable,
     non_negative_int,
     positive_float,
@@ -56,18 +76,28 @@ def add_parser(subparsers: Any) -> None:
         help="sample a routing trace from knobs (family, stickiness, per-stream locality, prompt) and write it",
         description=(
             "Sample a synthetic routing trace (steps × streams × layers × K expert ids) from routing knobs "
-            "and write it as .npz (or .npy + .json sidecar), provenance 'projected'. Replay it with "
-            "`moeroof cache`, measure its union with `moeroof union`."
+            "(--family), or from a histogram's own per-layer popularity (--routing HIST.csv: a histogram-only "
+            "capture's way to `cache` and `mrc`), and write it as .npz (or .npy + .json sidecar), provenance "
+            "'projected'. Replay it with `moeroof cache`, measure its union with `moeroof union`."
         ),
     )
-    p.add_argument("--family", required=True, help="popularity per layer: uniform, zipf:S or dirichlet:ALPHA")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--family", help="popularity per layer: uniform, zipf:S or dirichlet:ALPHA")
+    source.add_argument(
+        "--routing",
+        metavar="HIST.csv",
+        help="draw from a histogram's own per-layer popularity (its E, K and layers): each token includes "
+        "expert i of layer l with the histogram's frequency π_li, independently unless --rho/--locality/"
+        "--step-context; how to replay a histogram-only capture through cache and mrc",
+    )
     p.add_argument("--streams", required=True, help="concurrent streams M")
     p.add_argument("--steps", required=True, help="decode steps T (after the prompt)")
     p.add_argument(
         "-o",
         "--output",
         required=True,
-        help="trace to write (.npz, .npy with a .json sidecar, or .parquet: one row per token, read in row groups)",
+        help="trace to write (.npz, .npy with a .json sidecar, or .parquet: one row per token, read in row groups); "
+        "the printed report goes to --report-output",
     )
     p.add_argument("--rho", default=None, help="stickiness in [0, 1]: each previous expert kept with probability ρ")
     p.add_argument(
@@ -92,9 +122,15 @@ def add_parser(subparsers: Any) -> None:
         default="0",
         help="prompt tokens P routed before the decode steps; the trace has P + T steps, the first P the prompt",
     )
-    p.add_argument("--experts", default="256", help="routed experts per layer E (default 256)")
-    p.add_argument("--top-k", default="8", help="experts per token K (default 8)")
-    p.add_argument("--layers", default=None, help="MoE layers L (default 8, or the length of --rho-profile)")
+    p.add_argument(
+        "--experts", default=None, help="routed experts per layer E (default 256; --routing: the histogram's)"
+    )
+    p.add_argument("--top-k", default=None, help="experts per token K (default 8; --routing: the histogram's)")
+    p.add_argument(
+        "--layers",
+        default=None,
+        help="MoE layers L (default 8, or the length of --rho-profile; --routing: the histogram's)",
+    )
     p.add_argument("--seed", default="0", help="seed of the draw (default 0)")
     p.add_argument("--force", action="store_true", help="replace the output file if it exists")
     add_output_arguments(p, output=False)
@@ -144,24 +180,139 @@ def parse_profile(text: str) -> list[float]:
     return [unit_interval(q, "--rho-profile") for q in parts]
 
 
-def trace_knobs(args: argparse.Namespace) -> dict[str, Any]:
-    """The parsed knobs (plain JSON values), every flag checked before anything is sampled."""
-    family, skew = parse_family(args.family)
+@dataclass(frozen=True)
+class HistogramRouting:
+    """``--routing PATH``: the histogram (or trace) read, and its inclusion probabilities per layer."""
+
+    path: Path
+    experts: int
+    top_k: int
+    layer_ids: tuple[int, ...]
+    pi: np.ndarray  # (layers, E), rows summing to K: routing_from_spec's
+    meta: dict[str, Any]
+    notes: tuple[str, ...]
+
+    @property
+    def layers(self) -> int:
+        return int(self.pi.shape[0])
+
+    @property
+    def provenance(self) -> str:
+        return str(self.meta.get("provenance") or "unknown")
+
+
+def load_routing(path_text: str) -> HistogramRouting:
+    """Read ``--routing``'s histogram (or trace) and its per-layer π as ``plan --routing`` does."""
+    from moeroof.data.io import load_any
+    from moeroof.data.presets import MoEModel
+    from moeroof.models.plan import routing_from_spec
+
+    if path_text.strip().lower() in ("uniform",) or path_text.strip().lower().startswith(("zipf", "dirichlet")):
+        raise UsageError(f"--routing: takes a histogram .csv (or a trace); for {path_text!r} give --family {path_text}")
+    path = input_path(path_text)
+    if path.suffix.lower() == ".parquet":
+        raise UsageError(f"--routing: {path}: a Parquet trace is already a trace; give a histogram .csv (or .npz/.npy)")
+    data = load_any(path)
+    # routing_from_spec checks E and K against a model: one with the file's own (only E, K and
+    # the name are read)
+    name = str(data.meta.get("model") or path.stem)
+    stand_in = MoEModel(
+        name=name,
+        experts=data.experts,
+        top_k=data.top_k,
+        moe_layers=len(data.layer_ids),
+        expert_bytes=1.0,
+        non_routed_bytes=0.0,
+        kv_bytes_per_token=0.0,
+        flops_per_token=1.0,
+    )
+    routing = routing_from_spec(str(path), stand_in)
+    pi = np.asarray(routing.pi, dtype=float)
+    ids = tuple(int(x) for x in data.layer_ids)
+    if len(ids) != pi.shape[0]:  # a histogram summed over layers: one row for all
+        ids = tuple(range(pi.shape[0]))
+    notes = list(routing.notes)
+    if getattr(data, "layers_summed", False):
+        notes.append("the histogram is summed over layers: the trace has one layer drawn from the pooled popularity")
+    return HistogramRouting(path, int(data.experts), int(data.top_k), ids, pi, dict(data.meta), tuple(notes))
+
+
+def inclusion_weights(
+    pi: np.ndarray, top_k: int, *, tol: float = 1e-9, max_iter: int = 300
+) -> tuple[np.ndarray, float]:
+    """Plackett–Luce weights ``w`` (rows sum to 1) whose top-K inclusion probabilities
+    (:func:`moeroof.models.routing.inclusion_probabilities`) are ``pi`` (rows summing to K,
+    entries in [0, 1]), and the largest ``|π(w) − π|`` reached.
+
+    A damped fixed point in log weights, ``log w ← log w + d·(logit π − logit π(w))``, row by
+    row until ``tol``: π(w) increases in each w_i, so an expert drawn too rarely gains weight
+    (the logit moves an expert near π = 1 as fast as a rare one; ``d`` starts at 0.7 and halves
+    in a row whose error grew). An expert with π = 0 gets weight 0 (never drawn); one with
+    π = 1 ends far above the rest (drawn by every token up to ``tol``)."""
+    from moeroof.models.routing import inclusion_probabilities
+
+    pi = np.clip(np.atleast_2d(np.asarray(pi, dtype=float)), 0.0, 1.0)
+    p = np.minimum(pi, 1.0 - 1e-13)
+    with np.errstate(divide="ignore"):
+        a = np.log(p)
+    target = a - np.log1p(-p)
+    err = np.full(pi.shape[0], np.inf)
+    damp = np.full(pi.shape[0], 0.7)
+    active = np.arange(pi.shape[0])
+    for _ in range(max_iter):
+        got = inclusion_probabilities(a[active], top_k, log=True)
+        new = np.max(np.abs(got - pi[active]), axis=1)
+        damp[active] = np.where(new > err[active], np.maximum(damp[active] / 2, 0.02), damp[active])
+        err[active] = new
+        done = new <= tol
+        if done.all():
+            break
+        rows = active[~done]
+        g = np.clip(got[~done], 1e-300, 1.0 - 1e-16)
+        step = target[rows] - (np.log(g) - np.log1p(-g))
+        a[rows] = np.where(pi[rows] > 0, a[rows] + damp[rows, None] * step, -np.inf)
+        a[rows] -= a[rows].max(axis=1, keepdims=True)
+        active = rows
+    w = np.exp(a - a.max(axis=1, keepdims=True))
+    return w / w.sum(axis=1, keepdims=True), float(err.max())
+
+
+def trace_knobs(args: argparse.Namespace, routing: HistogramRouting | None = None) -> dict[str, Any]:
+    """The parsed knobs (plain JSON values), every flag checked before anything is sampled;
+    ``routing``: the ``--routing`` histogram (E, K and the layers are its own)."""
+    if routing is None:
+        family, skew = parse_family(args.family)
+        experts = positive_int("256" if args.experts is None else args.experts, "--experts")
+        top_k = positive_int("8" if args.top_k is None else args.top_k, "--top-k")
+    else:
+        family, skew = "histogram", None
+        experts, top_k = routing.experts, routing.top_k
+        for flag, given, own in (
+            ("--experts", args.experts, experts),
+            ("--top-k", args.top_k, top_k),
+            ("--layers", args.layers, routing.layers),
+        ):
+            if given is not None and positive_int(given, flag) != own:
+                raise UsageError(
+                    f"{flag}: {given} disagrees with --routing {routing.path} ({own}): --routing takes E, K and "
+                    "the layers from the histogram; leave the flag out"
+                )
     streams = positive_int(args.streams, "--streams")
     steps = positive_int(args.steps, "--steps")
-    experts = positive_int(args.experts, "--experts")
-    top_k = positive_int(args.top_k, "--top-k")
     if top_k > experts:
         raise UsageError(f"--top-k: {top_k} exceeds --experts {experts}")
     if args.rho is not None and args.rho_profile is not None:
         raise UsageError("--rho-profile: give --rho (one value) or --rho-profile (one per layer), not both")
     profile = None if args.rho_profile is None else parse_profile(args.rho_profile)
-    if args.layers is not None:
+    if routing is not None:
+        layers = routing.layers
+    elif args.layers is not None:
         layers = positive_int(args.layers, "--layers")
     else:
         layers = 8 if profile is None else len(profile)
     if profile is not None and len(profile) != layers:
-        raise UsageError(f"--rho-profile: {len(profile)} values but --layers is {layers} (one value per layer)")
+        what = f"the histogram has {layers} layers" if routing is not None else f"--layers is {layers}"
+        raise UsageError(f"--rho-profile: {len(profile)} values but {what} (one value per layer)")
     rho: float | list[float] = (
         profile if profile is not None else (0.0 if args.rho is None else unit_interval(args.rho, "--rho"))
     )
@@ -177,7 +328,7 @@ def trace_knobs(args: argparse.Namespace) -> dict[str, Any]:
             f"--steps: (P + T)·M·L·K = {ids} expert ids ({ids * 4 / 2**30:.1f} GiB) is more than this command "
             f"writes ({MAX_IDS}); fewer steps, streams or layers"
         )
-    return {
+    knobs = {
         "family": family,
         "skew": skew,
         "rho": rho,
@@ -191,12 +342,18 @@ def trace_knobs(args: argparse.Namespace) -> dict[str, Any]:
         "layers": layers,
         "seed": seed,
     }
+    if routing is not None:  # only then: a family's knobs (and its trace's bytes) are as they were
+        knobs["routing"] = str(routing.path)
+    return knobs
 
 
 def knobs_command_line(k: dict[str, Any]) -> str:
     """The knobs as the command line that reproduces them (output path left out)."""
-    fam = k["family"] if k["skew"] is None else f"{k['family']}:{k['skew']:g}"
-    parts = ["moeroof trace", f"--family {fam}"]
+    parts = ["moeroof trace"]
+    if k.get("routing") is not None:
+        parts.append(f"--routing {shlex.quote(k['routing'])}")
+    else:
+        parts.append("--family " + (k["family"] if k["skew"] is None else f"{k['family']}:{k['skew']:g}"))
     if isinstance(k["rho"], list):
         parts.append("--rho-profile " + ",".join(f"{r:g}" for r in k["rho"]))
     else:
@@ -207,25 +364,20 @@ def knobs_command_line(k: dict[str, Any]) -> str:
         parts.append(f"--step-context {k['step_context_c']:g}")
     if k["prompt_tokens"]:
         parts.append(f"--prompt-tokens {k['prompt_tokens']}")
-    parts += [
-        f"--streams {k['streams']}",
-        f"--steps {k['steps']}",
-        f"--experts {k['experts']}",
-        f"--top-k {k['top_k']}",
-        f"--layers {k['layers']}",
-        f"--seed {k['seed']}",
-    ]
+    parts += [f"--streams {k['streams']}", f"--steps {k['steps']}"]
+    if k.get("routing") is None:  # --routing: the histogram's
+        parts += [f"--experts {k['experts']}", f"--top-k {k['top_k']}", f"--layers {k['layers']}"]
+    parts.append(f"--seed {k['seed']}")
     return " ".join(parts)
 
 
-def sample_from_knobs(k: dict[str, Any]) -> Any:
-    """The trace (prompt_tokens + steps, streams, layers, K) the knobs describe."""
-    import numpy as np
-
+def sample_from_knobs(k: dict[str, Any], popularity: np.ndarray | None = None) -> Any:
+    """The trace (prompt_tokens + steps, streams, layers, K) the knobs describe; ``popularity``
+    (layers, E): the Plackett–Luce weights of ``--routing`` (:func:`inclusion_weights`)."""
     from moeroof.models.routing import Dirichlet, Uniform, Zipf, sample_trace
 
-    if k["family"] == "uniform":
-        model: Any = Uniform(k["experts"], k["top_k"])
+    if popularity is not None or k["family"] == "uniform":
+        model: Any = Uniform(k["experts"], k["top_k"])  # with popularity: only E and K are read
     elif k["family"] == "zipf":
         model = Zipf(k["experts"], k["top_k"], k["skew"])
     else:
@@ -235,6 +387,8 @@ def sample_from_knobs(k: dict[str, Any]) -> Any:
         extra.update(c=k["locality_c"], groups=k["streams"], scope="trace")
     if k["step_context_c"] is not None:
         extra.update(c_step=k["step_context_c"])
+    if popularity is not None:
+        extra.update(popularity=popularity)
     rho = np.asarray(k["rho"], dtype=float) if isinstance(k["rho"], list) else k["rho"]
     rng = np.random.default_rng(k["seed"])
     return sample_trace(
@@ -254,15 +408,27 @@ def trace_report(args: argparse.Namespace) -> dict[str, Any]:
     from moeroof.data.io import write_trace
     from moeroof.models.routing import consecutive_overlap
 
-    knobs = trace_knobs(args)
     out = Path(args.output)
     if out.suffix.lower() not in (".npz", ".npy", ".parquet"):
         raise UsageError(f"-o: expected a .npz, .npy or .parquet path, got {args.output!r}")
     if not args.force and out.exists():
         raise UsageError(f"-o: {out} exists (pass --force to replace it)")
-    topk = sample_from_knobs(knobs)
+    routing = None if args.routing is None else load_routing(args.routing)
+    if routing is not None:
+        _refuse_overwriting(out, routing.path)
+    knobs = trace_knobs(args, routing)
+    popularity, weights_error = (None, None)
+    progress = Progress("trace")
+    try:
+        if routing is not None:
+            progress(0, 2, f"the weights of {routing.layers} layers")
+            popularity, weights_error = inclusion_weights(routing.pi, routing.top_k)
+            progress(1, 2, "drawing the tokens")
+        topk = sample_from_knobs(knobs, popularity)
+    finally:
+        progress.close()
     source = knobs_command_line(knobs)
-    meta = {
+    meta: dict[str, Any] = {
         "model": "synthetic",
         "experts": knobs["experts"],
         "top_k": knobs["top_k"],
@@ -272,6 +438,38 @@ def trace_report(args: argparse.Namespace) -> dict[str, Any]:
         "knobs": knobs,
         "prompt_steps": knobs["prompt_tokens"],
     }
+    notes: list[str] = []
+    frequencies: dict[str, Any] = {}
+    if routing is not None:
+        detail = (
+            f"{routing.provenance} popularity (the per-layer expert frequencies of {routing.path}), synthetic order"
+        )
+        meta.update(
+            model=str(routing.meta.get("model") or routing.path.stem),
+            layer_ids=list(routing.layer_ids),
+            derived_from=str(routing.path),
+            routing_source=routing.meta.get("source"),
+            routing_provenance=routing.provenance,
+            provenance_detail=detail,
+        )
+        notes.extend(routing.notes)
+        independent = not _knobs_order_tokens(knobs)
+        notes.append(
+            f"drawn from {routing.path}: {detail} — "
+            + (
+                "independent tokens, each including expert i of layer l with the histogram's frequency π_li"
+                if independent
+                else "stickiness / hot sets (--rho, --locality, --step-context) around the histogram's popularity: "
+                "the frequencies follow the knobs, not π exactly"
+            )
+        )
+        frequencies = _frequency_check(topk, routing, knobs["experts"])
+        frequencies["weights_max_error"] = weights_error
+        if weights_error > 1e-6:
+            notes.append(
+                f"the weights reach the histogram's frequencies within {weights_error:.2g} only (a layer whose "
+                "popularity is nearly degenerate); the draw is that close to π"
+            )
     try:
         if out.suffix.lower() == ".parquet":  # one row per live token, row groups by steps
             from moeroof.data.trace_parquet import write_parquet_trace
@@ -282,7 +480,7 @@ def trace_report(args: argparse.Namespace) -> dict[str, Any]:
     except FileExistsError:  # created between the check and the write
         raise UsageError(f"-o: {out} exists (pass --force to replace it)") from None
     overlap = consecutive_overlap(topk[knobs["prompt_tokens"] :]) if knobs["steps"] > 1 else None
-    return {
+    rep = {
         "path": str(out),
         "shape": list(topk.shape),
         "steps": int(topk.shape[0]),
@@ -291,22 +489,108 @@ def trace_report(args: argparse.Namespace) -> dict[str, Any]:
         "layers": knobs["layers"],
         "experts": knobs["experts"],
         "top_k": knobs["top_k"],
+        "model": meta["model"],
         "knobs": knobs,
         "source": source,
         "provenance": "projected",
+        "derived_from": meta.get("derived_from"),
+        "provenance_detail": meta.get("provenance_detail"),
         "consecutive_overlap": None if overlap is None else [float(x) for x in overlap],
+        "notes": notes,
     }
+    if frequencies:
+        rep["frequencies"] = frequencies
+    return rep
+
+
+def _knobs_order_tokens(k: dict[str, Any]) -> bool:
+    """Whether a knob gives the tokens an order beyond independent draws (stickiness, hot sets)."""
+    rho = k["rho"] if isinstance(k["rho"], list) else [k["rho"]]
+    return any(r > 0 for r in rho) or k["locality_c"] is not None or k["step_context_c"] is not None
+
+
+def _frequency_check(topk: np.ndarray, routing: HistogramRouting, experts: int) -> dict[str, Any]:
+    """The drawn trace's per-layer inclusion frequencies against the histogram's π: the largest
+    gap and the largest binomial standard error sqrt(π(1 − π)/T) at the T tokens drawn."""
+    from moeroof.models.routing import histogram_from_trace
+
+    counts = histogram_from_trace(topk, experts).astype(float)
+    tokens = float(topk.shape[0] * topk.shape[1])
+    freq = counts / tokens
+    gap = np.abs(freq - routing.pi)
+    se = np.sqrt(routing.pi * (1.0 - routing.pi) / tokens)
+    return {
+        "tokens_per_layer": int(tokens),
+        "max_abs_deviation": float(gap.max()),
+        "max_binomial_stderr": float(se.max()),
+    }
+
+
+def _refuse_overwriting(out: Path, source: Path) -> None:
+    from moeroof.core import atomic
+    from moeroof.data.io import sidecar_path
+
+    written = [out] + ([sidecar_path(out)] if out.suffix.lower() == ".npy" else [])
+    inputs = [source, sidecar_path(source)]
+    if any(atomic.same_file(w, i) for w in written for i in inputs):
+        raise UsageError(f"-o: writing {out} would overwrite --routing {source} (or its sidecar)")
 
 
 def print_trace(rep: dict[str, Any]) -> None:
     print(f"wrote {rep['path']}: {' × '.join(map(str, rep['shape']))} (steps × streams × layers × K), projected")
+    if rep.get("provenance_detail"):
+        print(f"provenance: projected — {rep['provenance_detail']}")
     print(f"knobs: {rep['source']}")
+    freq = rep.get("frequencies")
+    if freq:
+        print(
+            f"drawn frequencies against the histogram's: largest gap {fmt(freq['max_abs_deviation'], 4)} over "
+            f"{freq['tokens_per_layer']} tokens per layer (binomial standard error up to "
+            f"{fmt(freq['max_binomial_stderr'], 4)})"
+        )
     if rep["prompt_steps"]:
         print(f"the first {rep['prompt_steps']} steps are the prompt (cache --warmup {rep['prompt_steps']} skips them)")
     if rep["consecutive_overlap"] is not None:
         rows = [[str(i), fmt(v, 3)] for i, v in enumerate(rep["consecutive_overlap"])]
         print(table(["layer", "shared with the previous token (decode)"], rows, ">>"))
+    for note in rep.get("notes", []):
+        print(f"note: {note}")
+
+
+#: ``--format csv``: the one row's columns (the written trace's shape and knobs)
+CSV_COLUMNS = (
+    "path",
+    "steps",
+    "prompt_steps",
+    "streams",
+    "layers",
+    "experts",
+    "top_k",
+    "family",
+    "skew",
+    "routing",
+    "rho",
+    "locality_c",
+    "step_context_c",
+    "seed",
+    "mean_consecutive_overlap",
+    "model",
+    "provenance",
+)
+
+
+def trace_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """``--format csv``: one row, the written trace's shape and knobs (a ρ profile as R0;R1;…)."""
+    k = rep["knobs"]
+    overlap = rep.get("consecutive_overlap")
+    row = {
+        **{c: rep.get(c) for c in CSV_COLUMNS},
+        **{c: k.get(c) for c in ("family", "skew", "routing", "locality_c", "step_context_c", "seed")},
+        "rho": ";".join(f"{r:g}" for r in k["rho"]) if isinstance(k["rho"], list) else k["rho"],
+        "mean_consecutive_overlap": None if not overlap else float(np.mean(overlap)),
+    }
+    return list(CSV_COLUMNS), [[row[c] for c in CSV_COLUMNS]]
 
 
 def run(args: argparse.Namespace) -> int:
-    return emit(jsonable(trace_report(args)), args, print_trace)
+    return emit(jsonable(trace_report(args)), args, print_trace, csv_table=trace_csv)

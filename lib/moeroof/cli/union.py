@@ -206,6 +206,18 @@ def print_union(rep: dict[str, Any]) -> None:
         print(f"note: {note}")
 
 
+#: ``--format csv``: one row per batch size
+CSV_COLUMNS = ("batch", "union_per_layer", "ci_low", "ci_high", "union_total", "coalescing_ratio", "method")
+
+
+def union_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """``--format csv``: one row per batch size (the band at ``level``; B·K/U against ``baseline``)."""
+    n = len(rep["batch"])
+    methods = rep["method"] if isinstance(rep["method"], list) else [rep["method"]] * n
+    cols = [rep[c] for c in CSV_COLUMNS[:-1]] + [methods]
+    return list(CSV_COLUMNS), [[col[i] for col in cols] for i in range(n)]
+
+
 def run(args: argparse.Namespace) -> int:
     rep = union_report(args)
-    return emit(rep, args, print_union)
+    return emit(rep, args, print_union, csv_table=union_csv)

@@ -268,7 +268,8 @@ def _validate_histogram_meta(meta: Mapping[str, Any], path: Path) -> tuple[int, 
     """Check a histogram sidecar; return (E, K, layer_ids, tokens (L,), layers_summed)."""
     for key in ("model", "source"):
         if not isinstance(_need(meta, key, path), str):
-            raise InputError(path, "-", key, f"expected a string, got {meta[key]!r}")
+            what = "the model's name, or words saying it is unknown" if key == "model" else "where the counts came from"
+            raise InputError(path, "-", key, f"expected a string ({what}), got {meta[key]!r}")
     experts, top_k = _check_experts_top_k(meta, path)
     if "layer_ids" in meta:
         layer_ids = _check_layer_ids(meta["layer_ids"], path)

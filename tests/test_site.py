@@ -330,7 +330,7 @@ def first_text(page: str) -> str:
     class Text(HTMLParser):
         def __init__(self):
             super().__init__()
-            self.words, self.skip, self.body = [], 0, False
+            self.parts, self.skip, self.body = [], 0, False
 
         def handle_starttag(self, tag, attrs):
             self.body |= tag == "body"
@@ -341,11 +341,11 @@ def first_text(page: str) -> str:
 
         def handle_data(self, data):
             if self.body and not self.skip:
-                self.words += data.split()
+                self.parts.append(data)
 
     parser = Text()
     parser.feed(page)
-    return " ".join(parser.words)[:400]
+    return " ".join("".join(parser.parts).split())[:400]
 
 
 def _answered(reports, name, answer, *, lifted):

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from moeroof.core import atomic, paths
+from moeroof.core.errors import ParameterError
 from moeroof.present.answers import ANSWER_TAG
 
 if TYPE_CHECKING:  # the Jupyter stack loads when a render starts, not when `moeroof` builds its parser
@@ -81,6 +82,11 @@ class ReportError(ValueError):
     prints it as one ``error:`` line (exit 2)."""
 
 
+class ReportParameterError(ReportError, ParameterError):
+    """A bad value of one of :func:`run`'s parameters (``notebooks``, ``out``, ``jobs``,
+    ``cell_timeout``, ``notebooks_dir``): the command line names the flag that carried it."""
+
+
 class NotebookFailed(RuntimeError):
     """A notebook raised while executing; the message (one line) names the notebook, the cell and
     its exception, and where the executed notebook with the traceback was saved, if it was."""
@@ -98,7 +104,9 @@ def discover(notebooks_dir: Path, names: Sequence[str] | None = None) -> list[Pa
     missing = [n for n in names if n not in found]
     if missing:
         known = ", ".join(found) or "none"
-        raise ReportError(f"--notebooks: no notebook named {', '.join(missing)} in {notebooks_dir} (found: {known})")
+        raise ReportParameterError(
+            "notebooks", f"no notebook named {', '.join(missing)} in {notebooks_dir} (found: {known})"
+        )
     return [found[n] for n in names]
 
 
@@ -304,9 +312,7 @@ def execute(
         try:
             return _execute_once(path, parameters, timeout, failed_path)
         except CellTimedOut as again:
-            raise CellTimedOut(
-                f"{again} twice (each in a fresh kernel); allow cells longer with --cell-timeout SECONDS"
-            ) from None
+            raise CellTimedOut(f"{again} twice (each in a fresh kernel)") from None
 
 
 def render(
@@ -587,16 +593,16 @@ def typed_parameters(given: dict, text_values: set[str], notebooks: Sequence[Pat
 def check_out_dir(out: Path) -> None:
     """``--out`` must be a folder, or a path one can be made at: refused before anything renders."""
     if out.exists() and not out.is_dir():
-        raise ReportError(f"--out: {out} is a file, not a folder")
+        raise ReportParameterError("out", f"{out} is a file, not a folder")
     for parent in out.absolute().parents:
         if parent.exists():
             if not parent.is_dir():
-                raise ReportError(f"--out: {parent} is a file, so {out} cannot be a folder")
+                raise ReportParameterError("out", f"{parent} is a file, so {out} cannot be a folder")
             if not out.exists() and not os.access(parent, os.W_OK | os.X_OK):
-                raise ReportError(f"--out: cannot make {out}: {parent} is not writable")
+                raise ReportParameterError("out", f"cannot make {out}: {parent} is not writable")
             break
     if out.is_dir() and not os.access(out, os.W_OK | os.X_OK):
-        raise ReportError(f"--out: {out} is not writable")
+        raise ReportParameterError("out", f"{out} is not writable")
 
 
 def _render_job(
@@ -619,7 +625,8 @@ def _render_job(
             path, out_dir, parameters, figures_dir=figures_dir, cell_timeout_s=cell_timeout_s
         )
     except NotebookFailed as err:  # a cell raised or ran past the timeout twice
-        return None, None, str(err), time.perf_counter() - start
+        hint = " (--cell-timeout SECONDS allows cells longer)" if isinstance(err, CellTimedOut) else ""
+        return None, None, f"{err}{hint}", time.perf_counter() - start
     except OSError as err:  # the report folder refused a write (full disk, permissions)
         where = err.filename or out_dir
         return (
@@ -658,7 +665,7 @@ def run(args: argparse.Namespace, *, prog: str = "moeroof.present.report") -> in
     """
     notebooks = discover(args.notebooks_dir, args.notebooks)
     if not notebooks:
-        raise ReportError(f"--notebooks-dir: no notebooks (*.py) in {args.notebooks_dir}")
+        raise ReportParameterError("notebooks_dir", f"no notebooks (*.py) in {args.notebooks_dir}")
     try:
         given = read_parameters_file(args.parameters_file) if args.parameters_file else {}
     except ValueError as err:
@@ -672,13 +679,13 @@ def run(args: argparse.Namespace, *, prog: str = "moeroof.present.report") -> in
     if jobs is None:
         jobs = os.cpu_count() or 1
     if jobs < 1:
-        raise ReportError(f"--jobs: must be at least 1, got {jobs}")
+        raise ReportParameterError("jobs", f"must be at least 1, got {jobs}")
     jobs = min(jobs, len(notebooks))
     cell_timeout_s = getattr(args, "cell_timeout", None)
     if cell_timeout_s is None:
         cell_timeout_s = cell_timeout()
     if not 0 < cell_timeout_s < float("inf"):
-        raise ReportError(f"--cell-timeout: must be a positive number of seconds, got {cell_timeout_s}")
+        raise ReportParameterError("cell_timeout", f"must be a positive number of seconds, got {cell_timeout_s}")
     as_json = getattr(args, "json", False)
     say = sys.stderr if as_json else sys.stdout  # with --json stdout carries the JSON alone
     failures: list[str] = []
@@ -732,7 +739,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(args)
     except ReportError as err:
-        print(f"error: {err}", file=sys.stderr)
+        if isinstance(err, ParameterError):  # the flag that carried the value, as the CLI says it
+            print(f"error: --{err.parameter.replace('_', '-')}: {err.detail}", file=sys.stderr)
+        else:
+            print(f"error: {err}", file=sys.stderr)
         return 2
 
 

@@ -828,3 +828,24 @@ def test_importing_routing_does_not_import_numba():
     code = "import sys, moeroof.models.routing; print('numba' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_weights_from_inclusion_reproduce_the_inclusion_probabilities():
+    """The weights' own top-K inclusion probabilities (recomputed by inclusion_probabilities) are
+    the targets: a skewed row, a row with experts never chosen (weight 0) and one with an expert
+    every token takes (π = 1)."""
+    from moeroof.models.routing import inclusion_probabilities, weights_from_inclusion
+
+    rng = np.random.default_rng(11)
+    k, e = 4, 24
+    base = rng.dirichlet(np.full(e, 0.3), size=3)
+    base[1, :5] = 0.0
+    base[1] /= base[1].sum()
+    pi = inclusion_probabilities(base, k)
+    pi[2] = np.r_[1.0, inclusion_probabilities(base[2:3, 1:] / base[2, 1:].sum(), k - 1)[0]]
+    assert np.all(pi <= 1.0) and np.allclose(pi.sum(axis=1), k)
+    w, err = weights_from_inclusion(pi, k)
+    assert err <= 1e-9
+    assert np.allclose(w.sum(axis=1), 1.0)
+    assert np.all(w[1, :5] == 0.0)
+    assert np.max(np.abs(inclusion_probabilities(w, k) - pi)) <= 1e-8

@@ -25,7 +25,7 @@ a command line) and ``knobs`` (the same as JSON). An existing file is replaced o
 per-layer popularity — the way to replay a histogram-only capture (a frequency matrix has no
 token order) through ``cache`` and ``mrc``. The histogram's inclusion probabilities π per layer
 are :func:`moeroof.models.plan.routing_from_spec`'s (what ``plan --routing`` uses); the
-Plackett–Luce weights whose top-K inclusion probabilities are π (:func:`inclusion_weights`,
+Plackett–Luce weights whose top-K inclusion probabilities are π (:func:`moeroof.models.routing.weights_from_inclusion`,
 a fixed point of :func:`moeroof.models.routing.inclusion_probabilities`) are the ``popularity``
 of :func:`moeroof.models.routing.sample_trace`, so with no other knob the tokens are independent
 and each includes expert i of layer l with probability π_li; ``--rho``, ``--locality`` and
@@ -237,46 +237,6 @@ def load_routing(path_text: str) -> HistogramRouting:
     return HistogramRouting(path, int(data.experts), int(data.top_k), ids, pi, dict(data.meta), tuple(notes))
 
 
-def inclusion_weights(
-    pi: np.ndarray, top_k: int, *, tol: float = 1e-9, max_iter: int = 300
-) -> tuple[np.ndarray, float]:
-    """Plackett–Luce weights ``w`` (rows sum to 1) whose top-K inclusion probabilities
-    (:func:`moeroof.models.routing.inclusion_probabilities`) are ``pi`` (rows summing to K,
-    entries in [0, 1]), and the largest ``|π(w) − π|`` reached.
-
-    A damped fixed point in log weights, ``log w ← log w + d·(logit π − logit π(w))``, row by
-    row until ``tol``: π(w) increases in each w_i, so an expert drawn too rarely gains weight
-    (the logit moves an expert near π = 1 as fast as a rare one; ``d`` starts at 0.7 and halves
-    in a row whose error grew). An expert with π = 0 gets weight 0 (never drawn); one with
-    π = 1 ends far above the rest (drawn by every token up to ``tol``)."""
-    from moeroof.models.routing import inclusion_probabilities
-
-    pi = np.clip(np.atleast_2d(np.asarray(pi, dtype=float)), 0.0, 1.0)
-    p = np.minimum(pi, 1.0 - 1e-13)
-    with np.errstate(divide="ignore"):
-        a = np.log(p)
-    target = a - np.log1p(-p)
-    err = np.full(pi.shape[0], np.inf)
-    damp = np.full(pi.shape[0], 0.7)
-    active = np.arange(pi.shape[0])
-    for _ in range(max_iter):
-        got = inclusion_probabilities(a[active], top_k, log=True)
-        new = np.max(np.abs(got - pi[active]), axis=1)
-        damp[active] = np.where(new > err[active], np.maximum(damp[active] / 2, 0.02), damp[active])
-        err[active] = new
-        done = new <= tol
-        if done.all():
-            break
-        rows = active[~done]
-        g = np.clip(got[~done], 1e-300, 1.0 - 1e-16)
-        step = target[rows] - (np.log(g) - np.log1p(-g))
-        a[rows] = np.where(pi[rows] > 0, a[rows] + damp[rows, None] * step, -np.inf)
-        a[rows] -= a[rows].max(axis=1, keepdims=True)
-        active = rows
-    w = np.exp(a - a.max(axis=1, keepdims=True))
-    return w / w.sum(axis=1, keepdims=True), float(err.max())
-
-
 def trace_knobs(args: argparse.Namespace, routing: HistogramRouting | None = None) -> dict[str, Any]:
     """The parsed knobs (plain JSON values), every flag checked before anything is sampled;
     ``routing``: the ``--routing`` histogram (E, K and the layers are its own)."""
@@ -373,7 +333,7 @@ def knobs_command_line(k: dict[str, Any]) -> str:
 
 def sample_from_knobs(k: dict[str, Any], popularity: np.ndarray | None = None) -> Any:
     """The trace (prompt_tokens + steps, streams, layers, K) the knobs describe; ``popularity``
-    (layers, E): the Plackett–Luce weights of ``--routing`` (:func:`inclusion_weights`)."""
+    (layers, E): the Plackett–Luce weights of ``--routing`` (:func:`moeroof.models.routing.weights_from_inclusion`)."""
     from moeroof.models.routing import Dirichlet, Uniform, Zipf, sample_trace
 
     if popularity is not None or k["family"] == "uniform":
@@ -422,7 +382,9 @@ def trace_report(args: argparse.Namespace) -> dict[str, Any]:
     try:
         if routing is not None:
             progress(0, 2, f"the weights of {routing.layers} layers")
-            popularity, weights_error = inclusion_weights(routing.pi, routing.top_k)
+            from moeroof.models.routing import weights_from_inclusion
+
+            popularity, weights_error = weights_from_inclusion(routing.pi, routing.top_k)
             progress(1, 2, "drawing the tokens")
         topk = sample_from_knobs(knobs, popularity)
     finally:

@@ -47,6 +47,7 @@ from moeroof.core.limits import check_allocation
 from moeroof.core.masks import live_tokens
 
 __all__ = [
+    "weights_from_inclusion",
     "Uniform",
     "Zipf",
     "Dirichlet",
@@ -796,3 +797,43 @@ def consecutive_overlap(topk: np.ndarray) -> np.ndarray:
     den = valid.sum(axis=(0, 1))
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(den > 0, num / np.maximum(den, 1), np.nan)
+
+
+def weights_from_inclusion(
+    pi: np.ndarray, top_k: int, *, tol: float = 1e-9, max_iter: int = 300
+) -> tuple[np.ndarray, float]:
+    """Plackett–Luce weights ``w`` (rows sum to 1) whose top-K inclusion probabilities
+    (:func:`moeroof.models.routing.inclusion_probabilities`) are ``pi`` (rows summing to K,
+    entries in [0, 1]), and the largest ``|π(w) − π|`` reached.
+
+    A damped fixed point in log weights, ``log w ← log w + d·(logit π − logit π(w))``, row by
+    row until ``tol``: π(w) increases in each w_i, so an expert drawn too rarely gains weight
+    (the logit moves an expert near π = 1 as fast as a rare one; ``d`` starts at 0.7 and halves
+    in a row whose error grew). An expert with π = 0 gets weight 0 (never drawn); one with
+    π = 1 ends far above the rest (drawn by every token up to ``tol``). ``moeroof trace --routing
+    HIST`` draws from these weights; :func:`moeroof.models.fit.popularity_from_inclusion` is the
+    fit's own older inversion (targets clipped into (0, 1), a multiplicative fixed point)."""
+    pi = np.clip(np.atleast_2d(np.asarray(pi, dtype=float)), 0.0, 1.0)
+    p = np.minimum(pi, 1.0 - 1e-13)
+    with np.errstate(divide="ignore"):
+        a = np.log(p)
+    target = a - np.log1p(-p)
+    err = np.full(pi.shape[0], np.inf)
+    damp = np.full(pi.shape[0], 0.7)
+    active = np.arange(pi.shape[0])
+    for _ in range(max_iter):
+        got = inclusion_probabilities(a[active], top_k, log=True)
+        new = np.max(np.abs(got - pi[active]), axis=1)
+        damp[active] = np.where(new > err[active], np.maximum(damp[active] / 2, 0.02), damp[active])
+        err[active] = new
+        done = new <= tol
+        if done.all():
+            break
+        rows = active[~done]
+        g = np.clip(got[~done], 1e-300, 1.0 - 1e-16)
+        step = target[rows] - (np.log(g) - np.log1p(-g))
+        a[rows] = np.where(pi[rows] > 0, a[rows] + damp[rows, None] * step, -np.inf)
+        a[rows] -= a[rows].max(axis=1, keepdims=True)
+        active = rows
+    w = np.exp(a - a.max(axis=1, keepdims=True))
+    return w / w.sum(axis=1, keepdims=True), float(err.max())

@@ -61,3 +61,32 @@ def test_refuses_to_overwrite_and_bad_targets(tmp_path, capsys):
     assert main(["histogram", str(tmp_path / "missing.npz"), "-o", str(tmp_path / "m.csv")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and "Traceback" not in err
+
+
+def test_a_mapped_trace_cut_short_after_counting_is_one_error_line(tmp_path, monkeypatch, capsys):
+    """Every file mapped (COPY_LIMIT_BYTES = 0, as a trace larger than memory would be); the file
+    is truncated right after the counts, while the tokens per layer are still to be read: one
+    error line naming the file, exit 2 — touching the map there would have been SIGBUS."""
+    import os
+
+    import moeroof.models.routing as routing
+    from moeroof.data import safe_read
+
+    rng = np.random.default_rng(5)
+    topk = np.stack([rng.permutation(8)[:2] for _ in range(40 * 3 * 2)]).reshape(40, 3, 2, 2).astype(np.int16)
+    path = tmp_path / "t.npy"
+    np.save(path, topk)
+    (tmp_path / "t.json").write_text(json.dumps({"model": "m", "experts": 8, "top_k": 2, "provenance": "synthetic"}))
+    monkeypatch.setattr(safe_read, "COPY_LIMIT_BYTES", 0)
+    counted = routing.histogram_from_trace
+
+    def count_then_truncate(arr, experts):
+        out = counted(arr, experts)
+        os.truncate(path, os.path.getsize(path) // 2)
+        return out
+
+    monkeypatch.setattr(routing, "histogram_from_trace", count_then_truncate)
+    assert main(["histogram", str(path), "-o", str(tmp_path / "h.csv")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "truncated while being read" in err[0], err
+    assert not (tmp_path / "h.csv").exists()

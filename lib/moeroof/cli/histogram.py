@@ -72,10 +72,13 @@ def histogram_report(args: argparse.Namespace) -> dict[str, Any]:
     for path in (out, sidecar_path(out)):  # the histogram and its sidecar
         if any(atomic.same_file(path, inp) for inp in inputs):
             raise UsageError(f"-o: writing {path} would overwrite the trace it is made from (or its sidecar)")
-    topk = np.asarray(trace.topk)
+    from moeroof.data.safe_read import checked_blocks
+
+    topk = trace.topk  # a memory-mapped file is read a block at a time, each block checked first
     counts = histogram_from_trace(topk, trace.experts)
-    live = topk[..., 0] >= 0  # (steps, streams, layers): a token in that layer
-    tokens = live.sum(axis=(0, 1)).astype(np.int64)
+    tokens = np.zeros(topk.shape[2], dtype=np.int64)
+    for _, block in checked_blocks(topk):
+        tokens += (block[..., 0] >= 0).sum(axis=(0, 1))  # a live token of a stream in that layer
     if not tokens.any():
         raise UsageError(f"{trace.path}: the trace holds no live token (all padding)")
     provenance = trace.meta.get("provenance")

@@ -125,3 +125,25 @@ def test_a_failing_notebook_is_one_error_line_naming_its_exception_and_saved_not
     assert cli_main([*argv[:-5], "-p", "count", "2", "--out", str(out)]) == 0
     assert (out / "tiny.html").is_file() and not failed.exists()
     assert "xx 1.0 False" in (out / "tiny.ipynb").read_text()
+
+
+@pytest.mark.notebook
+def test_the_summary_as_csv_and_into_a_report_file(tiny, tmp_path, capsys):
+    """--format csv prints one row per run (progress on stderr); --report-output writes the same
+    summary to a file instead, and JSON agrees with it."""
+    import csv
+    import io
+
+    out = tmp_path / "run"
+    base = ["report", "--notebooks-dir", str(tiny), "--notebooks", "tiny", "--out", str(out), "-p", "count", "2"]
+    assert cli_main([*base, "--format", "csv"]) == 0
+    said = capsys.readouterr()
+    rows = list(csv.DictReader(io.StringIO(said.out)))
+    assert [r["notebook"] for r in rows] == ["tiny"] and rows[0]["ok"] == "True"
+    assert rows[0]["html"] == str(out / "tiny.html") and float(rows[0]["seconds"]) > 0
+    assert "[1/1] tiny" in said.err
+    target = tmp_path / "summary.json"
+    assert cli_main([*base, "--json", "--report-output", str(target)]) == 0
+    assert capsys.readouterr().out == ""
+    summary = json.loads(target.read_text())
+    assert summary["runs"][0]["html"] == rows[0]["html"] and summary["index"].endswith("index.html")

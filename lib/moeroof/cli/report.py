@@ -3,6 +3,7 @@
 ::
 
     moeroof report [--notebooks NAME ...] [-p NAME VALUE ...] [-f PARAMS.yaml] [--out DIR]
+                   [--format table|json|csv] [--report-output FILE]
 
 The same renderer as ``make report`` (:mod:`moeroof.present.report`, which documents where each
 run writes): without parameters ``reports/NAME.html`` and the committed ``figures/``; with
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from moeroof.cli.common import FORMATS, REPORT_OUTPUT_HELP, emit, output_format
 from moeroof.present import report
 
 
@@ -31,8 +33,41 @@ def add_parser(subparsers: Any) -> None:
         ),
     )
     report.add_arguments(p)
+    p.add_argument(
+        "--format",
+        default=None,
+        choices=FORMATS,
+        help="the summary at the end: table (default; the lines as each notebook renders), json or csv "
+        "(one row per run); with json or csv the progress lines go to stderr",
+    )
+    p.add_argument("--report-output", dest="report_output", default=None, metavar="FILE", help=REPORT_OUTPUT_HELP)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    return report.run(args, prog="moeroof report")
+    fmt = output_format(args)
+    args.json = fmt != "table"  # the renderer's lines go to stderr, stdout is the summary's
+    code, summary = report.render_all(args)
+    args.format, args.json = fmt, False
+    emit(summary, args, _print_summary, _csv_rows)
+    return code
+
+
+RUN_COLUMNS = ("notebook", "ok", "seconds", "folder", "html", "error")
+
+
+def _csv_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """One row per run: the notebook, whether it rendered, its seconds, its folder, the HTML
+    report or the error."""
+    rows = [[run.get(c, "") for c in RUN_COLUMNS] for run in summary["runs"]]
+    return list(RUN_COLUMNS), rows
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    runs = summary["runs"]
+    failed = [r["notebook"] for r in runs if not r.get("ok")]
+    print(
+        f"{len(runs)} report(s) rendered"
+        + (f", {len(failed)} failed ({', '.join(failed)})" if failed else "")
+        + f"; index: {summary['index']}"
+    )

@@ -656,12 +656,24 @@ def _render_parallel(jobs_args: list[tuple], jobs: int) -> Iterator[tuple[int, t
 
 
 def run(args: argparse.Namespace, *, prog: str = "moeroof.present.report") -> int:
+    """:func:`render_all`, and with ``--json`` its summary printed as one JSON object; the exit
+    status (2 when a notebook failed)."""
+    code, summary = render_all(args)
+    if getattr(args, "json", False):
+        print(json.dumps(summary, indent=1, default=str))
+    return code
+
+
+def render_all(args: argparse.Namespace) -> tuple[int, dict]:
     """Render every selected notebook, one line as each starts and one as it ends.
 
     Everything that can be checked first is (the notebooks, each parameter's name and type, the
     output folder, ``--jobs``, ``--cell-timeout``) and raises ReportError before anything runs.
     A notebook that fails prints one ``error: NAME failed: …`` line (its cell, the exception, the
     executed notebook saved with the traceback) and the run returns 2 once the others are done.
+    Returns the exit status and the summary: the parameters given, one entry per run (notebook,
+    folder, figures, ok, html/ipynb or error, seconds) and the index written. With ``args.json``
+    the lines go to stderr (stdout is left to the summary).
     """
     notebooks = discover(args.notebooks_dir, args.notebooks)
     if not notebooks:
@@ -728,9 +740,7 @@ def run(args: argparse.Namespace, *, prog: str = "moeroof.present.report") -> in
     figures = args.out / "figures" if args.out is not None else paths.figures_dir()
     index = build_index(root, figures)
     print(f"index  {'':<24} {'':>8}  -> {index}", file=say, flush=True)
-    if as_json:
-        print(json.dumps({"parameters": given, "runs": runs, "index": str(index)}, indent=1, default=str))
-    return 2 if failures else 0
+    return (2 if failures else 0), {"parameters": given, "runs": runs, "index": str(index)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -315,3 +315,31 @@ def test_npy_output_keeps_the_prefill_beside_it_and_headers_hash_is_recorded(
     # a second run refuses to overwrite the prefill file too
     assert main(args[:-1]) == 2
     assert "exists" in capsys.readouterr().err
+
+
+def test_csv_reports_of_capture_and_preset_from_hf(checkpoints, prompt_file, tmp_path, capsys):
+    """--format csv: capture prints one row per stream, preset-from-hf one row per preset field;
+    each row agrees with the JSON of the same run (capture) or the TOML written (preset)."""
+    import csv
+    import io
+    import tomllib
+
+    folder = checkpoints["qwen3_moe"]
+    base = ["capture", str(folder), "--prompts", str(prompt_file), "--streams", "4", "--max-new-tokens", "4"]
+    assert main([*base, "-o", str(tmp_path / "a.npz"), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert main([*base, "-o", str(tmp_path / "b.npz"), "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [int(r["stream"]) for r in rows] == list(range(4))
+    assert [int(r["prompt_tokens"]) for r in rows] == rep["prompt_tokens"] == [len(p) for p in PROMPTS]
+    assert [int(r["generated_tokens"]) for r in rows] == rep["generated_tokens"]
+    assert {r["checkpoint_hash"] for r in rows} == {rep["checkpoint_hash"]}
+    out = tmp_path / "m.toml"
+    assert main(["preset-from-hf", str(folder), "-o", str(out), "--format", "csv"]) == 0
+    rows = {r["field"]: r for r in csv.DictReader(io.StringIO(capsys.readouterr().out))}
+    doc = tomllib.loads(out.read_text())
+    fields = {k: v for k, v in doc.items() if isinstance(v, dict)}
+    assert set(rows) == set(fields)
+    for name, entry in fields.items():
+        assert float(rows[name]["value"]) == entry["value"]
+        assert rows[name]["assumed"] == str(bool(entry.get("assumed", False)))

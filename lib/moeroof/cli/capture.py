@@ -235,4 +235,15 @@ def print_capture(rep: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return emit(capture_report(args), args, print_capture)
+    return emit(capture_report(args), args, print_capture, capture_csv)
+
+
+def capture_csv(rep: dict) -> tuple[list[str], list[list]]:
+    """One row per stream: its prompt tokens and generated tokens, with the files written, the
+    model and the checkpoint hash on every row (a CSV has no header block)."""
+    rows = [
+        [s, p, g, rep["trace"], rep["histogram"], rep["model"], rep["checkpoint_hash"], rep["provenance"]]
+        for s, (p, g) in enumerate(zip(rep["prompt_tokens"], rep["generated_tokens"]))
+    ]
+    headers = ["stream", "prompt_tokens", "generated_tokens", "trace", "histogram", "model", "checkpoint_hash"]
+    return [*headers, "provenance"], rows

@@ -109,4 +109,20 @@ def print_preset(rep: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return emit(preset_report(args), args, print_preset)
+    return emit(preset_report(args), args, print_preset, preset_csv)
+
+
+def preset_csv(rep: dict) -> tuple[list[str], list[list]]:
+    """One row per field of the preset written: its value and unit, whether it is assumed, and
+    its source or the assumption (read back from the TOML, so the rows are what was written)."""
+    import tomllib
+
+    with open(rep["path"], "rb") as fh:
+        doc = tomllib.load(fh)
+    rows = [
+        [name, entry.get("value", ""), entry.get("unit", ""), bool(entry.get("assumed", False)),
+         entry.get("source", entry.get("note", ""))]
+        for name, entry in doc.items()
+        if isinstance(entry, dict)
+    ]  # fmt: skip
+    return ["field", "value", "unit", "assumed", "source"], rows

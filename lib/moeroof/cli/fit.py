@@ -72,10 +72,12 @@ def fit_report(args: argparse.Namespace) -> dict[str, Any]:
     else:
         from moeroof.models.routing import histogram_from_trace
 
-        counts, layers_summed = histogram_from_trace(np.asarray(data.topk), data.experts), False
+        # the trace as read (a memory-mapped one is counted a checked block at a time)
+        counts, layers_summed = histogram_from_trace(data.topk, data.experts), False
+        n = counts.shape[0]
         notes.append(
             f"fitted to the trace's histogram: its live tokens counted per (layer, expert) over "
-            f"{counts.shape[0]} layers, as `moeroof histogram` writes it"
+            f"{n} layer{'s' if n != 1 else ''}, as `moeroof histogram` writes it"
         )
     progress = Progress("fit")
     try:

@@ -224,7 +224,10 @@ def routing_from_spec(spec: str, model: MoEModel) -> RoutingProbabilities:
     pi = pi * (k / np.maximum(pi.sum(axis=1, keepdims=True), 1e-300))
     prov = data.meta.get("provenance", "projected")
     prov = "witnessed" if prov == "witnessed" else "projected"
-    label = f"{data.meta.get('model', path.name)} ({path.name})"
+    model = data.meta.get("model")
+    # an import without --model records "unknown (...)": the file name alone says more
+    named = isinstance(model, str) and model.strip() and not model.startswith("unknown")
+    label = f"{model} ({path.name})" if named else path.name
     load = np.asarray(counts, dtype=float).sum(axis=0)
     trace = trace_key = None
     if not isinstance(data, Histogram):

@@ -29,6 +29,7 @@ from moeroof.cli.common import (
     replicates,
     table,
 )
+from moeroof.core.errors import ParameterError
 from moeroof.core.limits import MAX_EXPERTS, MAX_LAYERS
 
 
@@ -85,6 +86,12 @@ def fit_routing_report(args: argparse.Namespace) -> dict[str, Any]:
             timed_steps=timed,
             progress=progress,
         )
+    except ParameterError:
+        raise
+    except ValueError as exc:
+        if str(exc).startswith("row "):  # the library knows the row, the command line the file
+            raise ValueError(f"{args.path}:{str(exc)[4:]}") from None
+        raise
     finally:
         progress.close()
     rep = jsonable(result.to_dict())

@@ -18,6 +18,7 @@ import pytest
 from moeroof.core.paths import EXTERNAL_DIR, NOTEBOOKS_DIR, REPO_ROOT
 from moeroof.data.presets import PRESETS_DIR
 from moeroof.present.answers import ANSWER_TAG
+from test_site import first_text  # the first visible words of a rendered report
 
 jupytext = pytest.importorskip("jupytext")
 pm = pytest.importorskip("papermill")
@@ -281,31 +282,6 @@ def sweep_checks(parquet, parameters: dict, checks: dict) -> dict:
     names = [*checks["names"], *(f"**{v}**" for col in ("model", "hardware") for v in ok[col].unique())]
     names += [f"`{v}`" for v in ok["routing"].unique()]
     return {**checks, "names": names, "winners": [f"**{p}** gives the most net tok/s in {most} of" for p in winners]}
-
-
-def first_text(page: str) -> str:
-    """The first visible words of an HTML page's body (no head, style or script), at most 400 characters."""
-    from html.parser import HTMLParser
-
-    class Text(HTMLParser):
-        def __init__(self):
-            super().__init__()
-            self.parts, self.skip, self.body = [], 0, False
-
-        def handle_starttag(self, tag, attrs):
-            self.body |= tag == "body"
-            self.skip += tag in ("style", "script", "head")
-
-        def handle_endtag(self, tag):
-            self.skip -= tag in ("style", "script", "head")
-
-        def handle_data(self, data):
-            if self.body and not self.skip:
-                self.parts.append(data)
-
-    parser = Text()
-    parser.feed(page)
-    return " ".join("".join(parser.parts).split())[:400]
 
 
 def answer_text(ipynb) -> str:

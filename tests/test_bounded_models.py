@@ -143,7 +143,9 @@ def test_fit_routing_names_the_row_whose_batch_cannot_be_simulated(tmp_path, cap
     path.write_text("kind,batch,capacity_experts,value\nhit_rate,4,8,0.5\nhit_rate,10000000,8,0.5\n")
     assert main(["fit-routing", str(path), "--experts", "64", "--top-k", "4", "--layers", "8"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "row 3 (hit_rate M=10000000" in err[0] and "entries would need" in err[0], err
+    # the library knows the row, the command line adds the file: FILE:ROW as every reader says it
+    assert len(err) == 1 and err[0].startswith(f"error: {path}:3 (hit_rate M=10000000"), err
+    assert "entries would need" in err[0] and path.read_text().count("\n") == 3
 
 
 def test_check_sizes_in_the_library():

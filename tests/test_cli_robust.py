@@ -674,17 +674,3 @@ def test_output_onto_a_shipped_preset_is_refused(capsys):
             if p.read_bytes() != b:
                 p.write_bytes(b)
         (presets / "models" / "new.toml").unlink(missing_ok=True)
-
-
-def test_a_points_row_too_big_to_simulate_names_the_file_and_row(tmp_path, capsys):
-    """fit-routing's size check knows the row; the error line names the POINTS file too."""
-    points = tmp_path / "big.points"
-    points.write_text(
-        "kind,batch,capacity_experts,capacity_gib,policy,scope,ranks,partition,value,note\n"
-        "hit_rate,16000000,8,,lru,layer,1,,0.5,\n"
-    )
-    before = points.read_bytes()
-    code, _, err = run_main(capsys, ["fit-routing", str(points), "--experts", "64", "--top-k", "4", "--layers", "8"])
-    line = one_error(err)
-    assert code == 2 and line.startswith(f"error: {points}:2 (hit_rate M=16000000") and "would need" in line
-    assert points.read_bytes() == before

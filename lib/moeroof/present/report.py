@@ -41,7 +41,6 @@ notebook twice gives the same bytes. Each file is written whole or not at all (t
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -55,7 +54,6 @@ from typing import TYPE_CHECKING
 
 from moeroof.core import atomic, paths
 from moeroof.core.errors import ParameterError
-from moeroof.present.answers import ANSWER_TAG
 
 if TYPE_CHECKING:  # the Jupyter stack loads when a render starts, not when `moeroof` builds its parser
     import nbformat
@@ -177,6 +175,8 @@ def lift_answer(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     answer cell displayed no Markdown (or has none) is left as it is.
     """
     import nbformat
+
+    from moeroof.present.answers import ANSWER_TAG
 
     tagged = [c for c in nb.cells if ANSWER_TAG in c.get("metadata", {}).get("tags", [])]
     if len(tagged) != 1 or tagged[0].cell_type != "code":
@@ -370,6 +370,8 @@ def parameters_hash(parameters: dict) -> str:
     The folder name of a run with parameters: equal parameters give the same folder (a re-run
     replaces its own report), different ones never share one.
     """
+    import hashlib
+
     text = json.dumps(parameters, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 

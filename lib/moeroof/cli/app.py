@@ -100,7 +100,8 @@ class _Version(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         from moeroof import __version__
 
-        parser.exit(message=f"moeroof {__version__}\n")
+        print(f"moeroof {__version__}")  # on stdout, as argparse's own version action
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -147,3 +147,17 @@ def test_the_summary_as_csv_and_into_a_report_file(tiny, tmp_path, capsys):
     assert capsys.readouterr().out == ""
     summary = json.loads(target.read_text())
     assert summary["runs"][0]["html"] == rows[0]["html"] and summary["index"].endswith("index.html")
+
+
+def test_longest_first_orders_by_the_last_render_and_the_timings_round_trip(tmp_path):
+    """A pool starts the notebooks whose last render took longest first (LPT); notebooks never
+    timed keep their given order after them; the timings file merges runs and a broken file is
+    only a lost hint."""
+    stems = ["a", "b", "c", "d"]
+    assert report.longest_first(stems, {}) == [0, 1, 2, 3]
+    assert report.longest_first(stems, {"c": 30.0, "a": 2.0, "d": 40.0}) == [3, 2, 0, 1]
+    report._record_timings(tmp_path, [{"notebook": "a", "ok": True, "seconds": 3.5}])
+    report._record_timings(tmp_path, [{"notebook": "b", "ok": True, "seconds": 9.0}, {"notebook": "c", "ok": False}])
+    assert report.read_timings(tmp_path) == {"a": 3.5, "b": 9.0}
+    (tmp_path / report.TIMINGS_NAME).write_text("{not json")
+    assert report.read_timings(tmp_path) == {}

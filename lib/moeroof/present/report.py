@@ -640,21 +640,58 @@ def _render_job(
     return ipynb_path, html_path, None, time.perf_counter() - start
 
 
-def _render_parallel(jobs_args: list[tuple], jobs: int) -> Iterator[tuple[int, tuple]]:
+#: seconds each notebook's last render took, kept in the reports folder to order the next run
+TIMINGS_NAME = ".render-seconds.json"
+
+
+def read_timings(root: Path) -> dict[str, float]:
+    """The last render's seconds per notebook under ``root`` (empty when none or unreadable:
+    they only order the work)."""
+    try:
+        raw = json.loads((Path(root) / TIMINGS_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): float(v) for k, v in raw.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+
+
+def longest_first(stems: Sequence[str], timings: dict[str, float]) -> list[int]:
+    """Indices of ``stems`` in the order a pool should start them: the longest last render first
+    (LPT, Graham 1969: the two longest notebooks no longer share one worker at the end), those
+    never timed after, in their given order."""
+    return sorted(range(len(stems)), key=lambda i: (-timings.get(stems[i], -1.0), i))
+
+
+def _render_parallel(jobs_args: list[tuple], jobs: int, order: Sequence[int]) -> Iterator[tuple[int, tuple]]:
     """Render in ``jobs`` worker processes (spawned: a fresh interpreter each, nothing inherited
-    from this one's threads); yield (index, outcome) as each notebook finishes. Each render
-    starts its own kernel, as the serial loop does, so the files are the same bytes."""
+    from this one's threads), started in ``order``; yield (index, outcome) as each notebook
+    finishes. Each render starts its own kernel, as the serial loop does, so the files are the
+    same bytes whatever the order."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(_render_job, *job): i for i, job in enumerate(jobs_args)}
+        futures = {pool.submit(_render_job, *jobs_args[i]): i for i in order}
         try:
             for future in as_completed(futures):
                 yield futures[future], future.result()
         finally:
             for future in futures:
                 future.cancel()
+
+
+def _record_timings(root: Path, runs: list[dict]) -> None:
+    """Merge this run's seconds into the timings file (written whole; a folder that refuses the
+    write only loses the ordering hint)."""
+    done = {r["notebook"]: r["seconds"] for r in runs if r.get("ok")}
+    if not done:
+        return
+    timings = {**read_timings(root), **done}
+    try:
+        atomic.write_text(Path(root) / TIMINGS_NAME, json.dumps(timings, indent=1, sort_keys=True) + "\n")
+    except OSError:
+        pass
 
 
 def run(args: argparse.Namespace, *, prog: str = "moeroof.present.report") -> int:
@@ -714,7 +751,9 @@ def render_all(args: argparse.Namespace) -> tuple[int, dict]:
         outcomes = (_render_job(*job) for job in jobs_args)
         finished = zip(range(len(notebooks)), outcomes)
     else:
-        finished = _render_parallel(jobs_args, jobs)
+        root = args.out if args.out is not None else paths.REPORTS_DIR
+        order = longest_first([p.stem for p in notebooks], read_timings(root))
+        finished = _render_parallel(jobs_args, jobs, order)
     results: dict[int, dict] = {}
     for i, (ipynb_path, html_path, error, seconds) in finished:
         path, target = notebooks[i], targets[i]
@@ -734,6 +773,7 @@ def render_all(args: argparse.Namespace) -> tuple[int, dict]:
         }
         print(f"ok     {path.stem:<24} {seconds:6.1f} s  -> {html_path}", file=say, flush=True)
     runs = [results[i] for i in sorted(results)]
+    _record_timings(args.out if args.out is not None else paths.REPORTS_DIR, runs)
     # the index lists every report under its folder (this run's and earlier ones, runs with
     # parameters included), failed or not
     from moeroof.present.site import build_index

@@ -466,5 +466,8 @@ def cache_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from moeroof.core.numba_start import skip_blas_probe
+
+    skip_blas_probe()  # this command's compiled work is the suite's own kernels (no BLAS)
     rep = cache_report(args)
     return emit(rep, args, print_cache, csv_table=cache_csv)

@@ -384,6 +384,9 @@ def _pct(x: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from moeroof.core.numba_start import skip_blas_probe
+
+    skip_blas_probe()  # this command's compiled work is the suite's own kernels (no BLAS)
     rep = mrc_report(args)
     return emit(rep, args, print_mrc, csv_table=mrc_csv)
 

@@ -16,7 +16,7 @@ STAMP := $(VENV)/.installed
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: report test check lint lab bench clean browser
+.PHONY: report test check lint lab bench clean browser bytecode
 
 # Some distributions split ensurepip out of python3 (Debian's python3-venv); then create the venv
 # without pip and install pip into it with the system pip, which needs no root-only packages.
@@ -49,20 +49,26 @@ browser:
 	    echo "make: no chromium on PATH; browser tests will skip (apt-get install chromium chromium-driver)" >&2; \
 	  fi; }
 
+# The suite's own bytecode, compiled ahead (a no-op when up to date): the editable install leaves
+# lib/ uncompiled, and with PYTHONDONTWRITEBYTECODE set (as on some boxes) every command would
+# compile its modules from source at each start (~30-40 ms of a quick command's 0.13-0.2 s).
+bytecode: $(STAMP)
+	@$(PY) -m compileall -q lib/moeroof
+
 # Lint and format are part of the test: a tree that ruff rejects does not pass.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: $(STAMP) browser lint
+test: $(STAMP) bytecode browser lint
 	$(PY) -m pytest -q
 
 # The quick loop (under a minute on 2 cores): lint, then every test not marked slow, notebook or
 # browser, in parallel-free order with the first failure stopping the run.
-check: $(STAMP) lint
+check: $(STAMP) bytecode lint
 	$(PY) -m pytest -q -x -m "not slow and not notebook and not browser"
 
-report: $(STAMP)
+report: $(STAMP) bytecode
 	$(PY) -m moeroof.present.report
 
 # Jupyter refuses to run as root unless told; containers often are root.
@@ -74,7 +80,7 @@ lab: $(STAMP)
 # benchmarks/run.py, then whole commands against libCacheSim (skipped, with the reason, when it does not
 # import) and the C reference (skipped when no C compiler) at 10^6 and 10^7 requests: the second runs
 # even when the first misses a floor, and make fails if either does.
-bench: $(STAMP)
+bench: $(STAMP) bytecode
 	status=0; $(PY) benchmarks/run.py || status=$$?; \
 	$(PY) benchmarks/vs_libcachesim.py || status=$$?; \
 	exit $$status

@@ -93,6 +93,7 @@ def clear_memo() -> None:
     setting again (``MOEROOF_CACHE_DIR=""`` before this call: a truly cold start)."""
     _memo.clear()
     _trace_memo.clear()
+    _rank_memo.clear()
     _disk.clear()
 
 
@@ -109,7 +110,8 @@ def _disk_memo():
         from moeroof.core.disk_memo import DiskMemo, source_salt
 
         kernels = Path(cache_sim.__file__).with_name("cache_kernels.py")  # not imported: that loads numba
-        salt = source_salt([__file__, cache_sim.__file__, kernels], np.__version__)
+        draws = Path(__file__).with_name("plan_kernels.py")  # systematic_topk's picks
+        salt = source_salt([__file__, cache_sim.__file__, kernels, draws], np.__version__)
         _disk.append(DiskMemo("steady-state", salt))
     return _disk[0]
 
@@ -212,6 +214,8 @@ def systematic_topk(pi: np.ndarray, steps: int, streams: int, rng: np.random.Gen
         )
     # the callers name no flag: the batch, the model's sizes or a POINTS row may be what is too big
     check_allocation(steps * streams * h * k, BYTES_PER_PICK, "a drawn cache trace's steps × batch × layers × K")
+    from moeroof.models import plan_kernels  # numba loads only when a trace is drawn
+
     chunk = _order_chunk_steps(steps, streams, h, e, k)
     check_allocation(chunk * max(h * e, streams * h * k), 48, "one chunk of a drawn cache trace")
     bg = rng.bit_generator
@@ -233,14 +237,10 @@ def systematic_topk(pi: np.ndarray, steps: int, streams: int, rng: np.random.Gen
         # same floating-point sums, hence the same picks
         rows = (s0 + np.arange(n)).reshape(n, 1) * h + np.arange(h)
         flat = (cs + rows[..., None] * (k + 1.0)).ravel()
-        u = u_rng.random((n, streams, h, 1)) + np.arange(k)  # (n, streams, h, K)
-        pts = u + rows.reshape(n, 1, h, 1) * (k + 1.0)
-        idx = np.searchsorted(flat, pts.ravel(), side="right").reshape(n, streams, h, k)
-        row_start = np.arange(n * h).reshape(n, 1, h, 1) * e
-        pos = np.minimum(idx - row_start, e - 1)
-        out[s0 : s0 + n] = np.take_along_axis(
-            np.broadcast_to(order[:, None], (n, streams, h, e)), pos.astype(np.int64), axis=-1
-        )
+        u = u_rng.random((n, streams, h, 1))
+        # each point (u + j) + row·(K + 1) searched in flat (side right), relative to its row,
+        # clamped to E − 1, names an expert of the row's order: compiled, the same numbers
+        out[s0 : s0 + n] = plan_kernels.systematic_picks(flat, u[..., 0], order, s0 * h, k)
     if u_rng is not rng:
         bg.state = u_bg.state
     return out
@@ -579,14 +579,64 @@ def rank_cache(
     there; beyond, traces are drawn from π. ``page_cache_experts_per_layer`` (nB,) or scalar:
     the OS page cache beside the expert cache (:func:`page_cache_hit_ratio`), whose hits
     come back as ``page_hits_per_layer``.
+
+    Memoised exactly: the same inputs (π, B, cache, assignment and page cache by an exact
+    digest of their bytes; policy, scope, seed and the trace's key) give the stored result, as
+    fresh arrays. A fit evaluates the plan hundreds of times at knobs that move only the
+    hardware's speeds, so the cache — which does not depend on them — repeats.
     """
     if policy not in POLICIES:
         raise ValueError(f"cache policy must be one of {', '.join(POLICIES)}, got {policy!r}")
     pi = np.atleast_2d(np.asarray(pi, dtype=float))
     b = np.atleast_1d(np.asarray(batch, dtype=np.int64))
     a = np.asarray(assignment, dtype=np.int64)
-    ranks = int(a.max()) + 1
     c = np.broadcast_to(np.asarray(cache_experts_per_layer, dtype=float), b.shape)
+    pg = (
+        None
+        if page_cache_experts_per_layer is None
+        else np.broadcast_to(np.asarray(page_cache_experts_per_layer, dtype=float), b.shape)
+    )
+    if trace is not None and trace_key is None:  # a trace with no name: nothing to key it by
+        return _rank_cache(pi, b, c, a, policy, scope, seed, trace, trace_key, pg)
+    key = (
+        _digest(pi, b, c, a, np.zeros(0) if pg is None else pg),
+        pg is None,
+        policy,
+        scope,
+        int(seed),
+        None if trace is None else str(trace_key),
+    )
+    out = _memoised(
+        key, lambda: _rank_cache(pi, b, c, a, policy, scope, seed, trace, trace_key, pg), _rank_memo, _MEMO_SIZE
+    )
+    return RankCache(
+        out.union_per_layer.copy(),
+        out.misses_per_layer.copy(),
+        out.picks_per_token.copy(),
+        out.token_misses_per_layer.copy(),
+        out.policy,
+        out.scope,
+        None if out.page_hits_per_layer is None else out.page_hits_per_layer.copy(),
+    )
+
+
+_rank_memo: OrderedDict = OrderedDict()
+
+
+def _rank_cache(
+    pi: np.ndarray,
+    b: np.ndarray,
+    c: np.ndarray,
+    a: np.ndarray,
+    policy: str,
+    scope: str,
+    seed: int,
+    trace: np.ndarray | None,
+    trace_key: str | None,
+    pg: np.ndarray | None,
+) -> RankCache:
+    """:func:`rank_cache` itself, on its normalised inputs (``c`` and ``pg`` broadcast to B)."""
+    ranks = int(a.max()) + 1
     union = np.zeros((ranks, b.size))
     misses = np.zeros((ranks, b.size))
     token_misses = np.zeros((ranks, b.size))
@@ -634,8 +684,7 @@ def rank_cache(
                         req, tok = (1 - frac) * req + frac * req_hi, (1 - frac) * tok + frac * tok_hi
                     misses[r, j], token_misses[r, j] = union[r, j] * req, union[r, j] * tok
     page_hits = np.zeros((ranks, b.size))
-    if page_cache_experts_per_layer is not None:
-        pg = np.broadcast_to(np.asarray(page_cache_experts_per_layer, dtype=float), b.shape)
+    if pg is not None:
         for r in range(ranks):
             idx = np.flatnonzero(a == r)
             for j, (bb, cc, pp) in enumerate(zip(b, np.minimum(c, max(idx.size, 1)), pg)):

@@ -79,7 +79,7 @@ from moeroof.core.units import GiB
 from moeroof.data.plan_points import PlanPoint
 from moeroof.data.presets import Hardware, MoEModel
 from moeroof.models.fit_routing import RoutingKnobs, layer_popularity, sample_knob_trace
-from moeroof.models.plan import RoutingProbabilities, Workload, plan, routing_from_spec
+from moeroof.models.plan import RoutingProbabilities, Workload, plan_rates, routing_from_spec
 from moeroof.models.routing import histogram_from_trace
 
 __all__ = [
@@ -228,12 +228,12 @@ def predict_points(
             overlap=overlap,
         )
         batch = sorted({points[i].batch for i in idx})
-        res = plan(model, hw, w, route, batch)
-        where = {b: j for j, b in enumerate(res.batch)}
+        b, net_b, hit_b = plan_rates(model, hw, w, route, batch)  # plan's numbers, without its baselines
+        where = {bb: j for j, bb in enumerate(b)}
         for i in idx:
             j = where[points[i].batch]
-            net[i] = res.net_tok_s[j]
-            hit[i] = res.cache_hit_rate[j]
+            net[i] = net_b[j]
+            hit[i] = hit_b[j]
     return net, hit
 
 

@@ -369,6 +369,8 @@ class HotSetSearch:
     def swap_T(self, v, pos, m_out, m_in):
         """Top-c sums after removing each out-item (columns of m_out, (H, n_out), positions
         ``pos``) and adding each in-item (H, n_in): (n_out, n_in). ``m_in=None``: removal only (n_out,)."""
+        from moeroof.models import plan_kernels  # numba loads only when a bytes partition runs
+
         n_out = m_out.shape[1]
         total = np.zeros(n_out) if m_in is None else np.zeros((n_out, m_in.shape[1]))
         for c, wt in self._cs():
@@ -381,8 +383,9 @@ class HotSetSearch:
                 total = total + wt * t_rem.sum(axis=0)
                 continue
             w = np.where(top, vc1[:, None], vc[:, None])  # c-th largest after the removal
-            gain = np.maximum(m_in[:, None, :] - w[:, :, None], 0.0)  # (H, n_out, n_in)
-            total = total + wt * (t_rem.sum(axis=0)[:, None] + gain.sum(axis=0))
+            # Σ_ℓ max(m_in − w, 0) over (H, n_out, n_in), compiled: no temporary, the same sums
+            gain = plan_kernels.gain_sums(np.ascontiguousarray(m_in, dtype=float), np.ascontiguousarray(w, dtype=float))
+            total = total + wt * (t_rem.sum(axis=0)[:, None] + gain)
         return self.scale * total
 
     def add_T(self, v, m_in):

@@ -64,6 +64,7 @@ __all__ = [
     "step_breakdown",
     "step_terms",
     "plan",
+    "plan_rates",
     "transitions",
     "multiple_thresholds",
     "admission",
@@ -306,6 +307,10 @@ def auto_cache_note(auto: Mapping[str, Any]) -> str:
     return f"expert cache auto: {auto['cache_bytes'] / g:.1f} GiB = {parts}"
 
 
+_packings: dict = {}  # (partition, ranks, digest of load and speeds) -> assignment, oldest first
+_PACKINGS_SIZE = 256
+
+
 def assign_experts(
     model: MoEModel, hardware: Hardware, workload: Workload, routing: RoutingProbabilities, batch
 ) -> np.ndarray:
@@ -325,10 +330,16 @@ def assign_experts(
     load = routing.expert_load
     if workload.partition == "id":
         return contiguous_split(e, r)
-    if workload.partition == "lpt":
-        return balanced_packing(load, r)
-    if workload.partition == "weighted":
-        return weighted_packing(load, workload.speeds)
+    if workload.partition in ("lpt", "weighted"):
+        # a fit asks for the same packing at every evaluation: memoised on the load's exact bytes
+        speeds = workload.speeds if workload.partition == "weighted" else np.ones(0)
+        key = (workload.partition, r, expert_cache._digest(np.asarray(load, dtype=float), speeds))
+        if key not in _packings:
+            packed = balanced_packing(load, r) if workload.partition == "lpt" else weighted_packing(load, speeds)
+            if len(_packings) >= _PACKINGS_SIZE:
+                _packings.pop(next(iter(_packings)))
+            _packings[key] = packed
+        return _packings[key].copy()
     b = int(np.max(as_batch(batch)))
     return bytes_partition(
         routing.pi,
@@ -703,6 +714,18 @@ def _provenance(
         out["non_witnessed"] = sorted(k for k, v in out["inputs"].items() if v != "witnessed")
         out["result"] = "projected"
     return out
+
+
+def plan_rates(
+    model: MoEModel, hardware: Hardware, workload: Workload, routing: RoutingProbabilities, batch
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(batch, net_tok_s, cache_hit_rate)`` of :func:`plan` alone: the same step, computed the
+    same way, without the baselines, notes and provenance (two more steps per call) — what a fit
+    asks of the plan hundreds of times."""
+    b = as_batch(batch)
+    a = assign_experts(model, hardware, workload, routing, b)
+    br = step_breakdown(model, hardware, workload, routing, b, assignment=a)
+    return b, b / br.step.step_seconds, br.pooled_hit_rate
 
 
 def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing: RoutingProbabilities, batch) -> Plan:

@@ -1,0 +1,90 @@
+"""Compiled kernels behind :mod:`moeroof.models.partition` and :mod:`moeroof.models.expert_cache`
+(numba, cached on disk).
+
+Kept apart so that importing the plan (or the command line's parsers) does not import numba:
+the callers import this module inside the function that runs a kernel. Each kernel replaces a
+numpy expression and returns the same bits: the same floating-point operations, in the same
+order — the sums along an outer axis accumulate sequentially, as numpy's reduction over an
+outer axis does (tests/test_plan_kernels.py checks each against the numpy it replaced).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+__all__ = ["gain_sums", "systematic_picks"]
+
+
+@numba.njit(cache=True)
+def gain_sums(m_in: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``np.maximum(m_in[:, None, :] - w[:, :, None], 0.0).sum(axis=0)``: (n_out, n_in) from
+    ``m_in`` (H, n_in) and ``w`` (H, n_out), without the (H, n_out, n_in) temporary. The sum over
+    H runs from the first layer shape to the last, as numpy reduces the outer axis; ``maximum``
+    keeps its own first argument on ties and NaN, as numpy's does."""
+    h, n_in = m_in.shape
+    n_out = w.shape[1]
+    out = np.zeros((n_out, n_in))
+    for k in range(h):
+        for i in range(n_out):
+            wi = w[k, i]
+            for j in range(n_in):
+                d = m_in[k, j] - wi
+                g = d if (d >= 0.0 or d != d) else 0.0
+                if k == 0:
+                    out[i, j] = g
+                else:
+                    out[i, j] += g
+    return out
+
+
+@numba.njit(cache=True)
+def _search_right(a: np.ndarray, lo: int, hi: int, v: float) -> int:
+    """First index in ``[lo, hi)`` whose value is > ``v`` (``hi`` if none): ``side="right"``."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] <= v:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=True)
+def systematic_picks(flat: np.ndarray, u: np.ndarray, order: np.ndarray, row0: int, k: int) -> np.ndarray:
+    """One chunk of :func:`moeroof.models.expert_cache.systematic_topk`'s picks.
+
+    ``flat`` (n·H·E,): the chunk's cumulative sums, each row offset by its global row index ×
+    (K + 1), sorted; ``u`` (n, streams, H) the uniforms; ``order`` (n, H, E) the random expert
+    orders; ``row0`` the global index of the chunk's first row. For pick j of stream s at (step t,
+    layer ℓ), the point ``(u + j) + row · (K + 1)`` is searched in ``flat`` (``side="right"``),
+    made relative to its row and clamped to E − 1, and names ``order[t, ℓ, pos]``. The search runs
+    within the point's own row once the rows on either side are seen to lie below and above it
+    (always, for a sorted ``flat``), else over the whole array — the index numpy's search over
+    ``flat`` returns either way. Returns (n, streams, H, K) int32.
+    """
+    n, streams, h = u.shape
+    e = order.shape[2]
+    size = flat.size
+    out = np.empty((n, streams, h, k), dtype=np.int32)
+    step = k + 1.0
+    for t in range(n):
+        for s in range(streams):
+            for layer in range(h):
+                local = t * h + layer
+                off = float(row0 + local) * step
+                start = local * e
+                stop = start + e
+                for j in range(k):
+                    pt = (u[t, s, layer] + float(j)) + off
+                    if (start == 0 or flat[start - 1] <= pt) and (stop == size or flat[stop] > pt):
+                        idx = _search_right(flat, start, stop, pt)
+                    else:
+                        idx = _search_right(flat, 0, size, pt)
+                    pos = min(idx - start, e - 1)
+                    if pos < 0:  # numpy's take_along_axis counts a negative index from the end
+                        pos += e
+                    if pos < 0:
+                        raise IndexError("systematic_picks: index out of the row")
+                    out[t, s, layer, j] = order[t, layer, pos]
+    return out

@@ -1,0 +1,233 @@
+"""The compiled kernels of moeroof.models.plan_kernels and the exact memos of the plan, each
+checked bit for bit against the numpy code it replaced (reference copies kept here)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from moeroof.core.units import GiB
+from moeroof.data.presets import load_hardware, load_model
+from moeroof.models import expert_cache, plan_kernels
+from moeroof.models import partition as P
+from moeroof.models.fit_plan import PlanKnobs, predict_points, routing_from_knobs
+from moeroof.models.plan import Workload, assign_experts, plan, plan_rates, routing_from_spec
+
+# ----------------------------------------------------------------------------- references
+
+
+def systematic_topk_reference(pi, steps, streams, rng, chunk=None):
+    """expert_cache.systematic_topk before the compiled picks (validation dropped)."""
+    pi = np.atleast_2d(np.asarray(pi, dtype=float))
+    h, e = pi.shape
+    k = int(round(float(pi[0].sum())))
+    keys = steps * h * e
+    if chunk is None:
+        chunk = expert_cache._order_chunk_steps(steps, streams, h, e, k)
+    bg = rng.bit_generator
+    if isinstance(bg, np.random.PCG64):
+        u_bg = np.random.PCG64()
+        u_bg.state = bg.state
+        u_bg.advance(keys)
+        u_rng = np.random.Generator(u_bg)
+    else:
+        chunk, u_rng = steps, rng
+    out = np.empty((steps, streams, h, k), dtype=np.int32)
+    for s0 in range(0, steps, chunk):
+        n = min(chunk, steps - s0)
+        order = np.argsort(rng.random((n, h, e)), axis=-1)
+        p = np.take_along_axis(np.broadcast_to(pi, (n, h, e)), order, axis=-1)
+        cs = np.cumsum(p, axis=-1)
+        cs *= k / cs[..., -1:]
+        rows = (s0 + np.arange(n)).reshape(n, 1) * h + np.arange(h)
+        flat = (cs + rows[..., None] * (k + 1.0)).ravel()
+        u = u_rng.random((n, streams, h, 1)) + np.arange(k)
+        pts = u + rows.reshape(n, 1, h, 1) * (k + 1.0)
+        idx = np.searchsorted(flat, pts.ravel(), side="right").reshape(n, streams, h, k)
+        row_start = np.arange(n * h).reshape(n, 1, h, 1) * e
+        pos = np.minimum(idx - row_start, e - 1)
+        out[s0 : s0 + n] = np.take_along_axis(
+            np.broadcast_to(order[:, None], (n, streams, h, e)), pos.astype(np.int64), axis=-1
+        )
+    if u_rng is not rng:
+        bg.state = u_bg.state
+    return out
+
+
+def swap_T_reference(hs, v, pos, m_out, m_in):
+    """partition.HotSetSearch.swap_T before the compiled gain sums."""
+    n_out = m_out.shape[1]
+    total = np.zeros(n_out) if m_in is None else np.zeros((n_out, m_in.shape[1]))
+    for c, wt in hs._cs():
+        if c == 0:
+            continue
+        vc, vc1, tc = hs._edges(v, c)
+        top = pos < c
+        t_rem = tc[:, None] - np.where(top, m_out - vc1[:, None], 0.0)
+        if m_in is None:
+            total = total + wt * t_rem.sum(axis=0)
+            continue
+        w = np.where(top, vc1[:, None], vc[:, None])
+        gain = np.maximum(m_in[:, None, :] - w[:, :, None], 0.0)
+        total = total + wt * (t_rem.sum(axis=0)[:, None] + gain.sum(axis=0))
+    return hs.scale * total
+
+
+def _pi(rng, h, e, k, skew):
+    w = rng.dirichlet(np.full(e, skew), size=h)
+    from moeroof.models.routing import inclusion_probabilities
+
+    return np.stack([inclusion_probabilities(np.log(row + 1e-300), k, log=True) for row in w])
+
+
+# ----------------------------------------------------------------------------- kernels
+
+
+@pytest.mark.parametrize("h,n_out,n_in", [(1, 3, 4), (7, 144, 144), (75, 20, 31), (92, 1, 9), (16, 144, 143)])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_gain_sums_equals_numpy_bit_for_bit(h, n_out, n_in, seed):
+    rng = np.random.default_rng(seed)
+    m_in = rng.random((h, n_in)) ** 3
+    w = rng.random((h, n_out)) ** 3
+    w[:, ::3] = 0.0  # ties with m_in = 0 and zero edges, as past the end of a rank's sort
+    m_in[:, ::5] = 0.0
+    ref = np.maximum(m_in[:, None, :] - w[:, :, None], 0.0).sum(axis=0)
+    got = plan_kernels.gain_sums(m_in, w)
+    assert got.shape == ref.shape
+    assert got.tobytes() == ref.tobytes()
+
+
+@pytest.mark.parametrize("cache", [0.0, 3.0, 10.5, 200.0])
+@pytest.mark.parametrize("seed", [3, 4])
+def test_swap_T_equals_the_numpy_reference(cache, seed):
+    rng = np.random.default_rng(seed)
+    h, e = 12, 64
+    m = -np.expm1(8 * np.log1p(-np.clip(_pi(rng, h, e, 4, 0.3), 0.0, 1.0)))
+
+    class Consts:
+        layers = 75
+        cache_experts = cache
+
+    hs = P.HotSetSearch(m, Consts(), np.ones(2))
+    a = rng.permutation(np.arange(e) % 2)
+    ir, js = np.flatnonzero(a == 0), np.flatnonzero(a == 1)
+    _, _, vr, pr = hs.rank_state(ir)
+    for m_in in (m[:, js], None):
+        ref = swap_T_reference(hs, vr, pr, m[:, ir], m_in)
+        got = hs.swap_T(vr, pr, m[:, ir], m_in)
+        assert got.tobytes() == ref.tobytes()
+
+
+@pytest.mark.parametrize(
+    "h,e,k,steps,streams,skew",
+    [
+        (1, 16, 2, 5, 3, 0.5),
+        (4, 64, 8, 40, 8, 0.2),
+        (16, 288, 8, 30, 8, 0.4),
+        (3, 9, 9, 4, 2, 1.0),
+        (2, 50, 1, 60, 1, 0.1),
+    ],
+)
+@pytest.mark.parametrize("seed", [0, 7, 11])
+def test_systematic_topk_equals_the_numpy_reference(h, e, k, steps, streams, skew, seed):
+    pi = _pi(np.random.default_rng(seed + 100), h, e, k, skew)
+    r1, r2 = np.random.default_rng([seed, 5]), np.random.default_rng([seed, 5])
+    got = expert_cache.systematic_topk(pi, steps, streams, r1)
+    ref = systematic_topk_reference(pi, steps, streams, r2)
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    assert np.array_equal(got, ref)
+    assert r1.bit_generator.state == r2.bit_generator.state  # the stream ends where it did
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_systematic_topk_in_chunks_and_with_another_generator_equals_the_reference(monkeypatch, seed):
+    pi = _pi(np.random.default_rng(seed), 5, 40, 6, 0.3)
+    monkeypatch.setattr(expert_cache, "ORDER_CHUNK_ENTRIES", 5 * 40 * 3)  # 3 steps a chunk
+    got = expert_cache.systematic_topk(pi, 20, 4, np.random.default_rng(seed))
+    ref = systematic_topk_reference(pi, 20, 4, np.random.default_rng(seed), chunk=3)
+    assert np.array_equal(got, ref)
+    got = expert_cache.systematic_topk(pi, 20, 4, np.random.Generator(np.random.MT19937(seed)))
+    ref = systematic_topk_reference(pi, 20, 4, np.random.Generator(np.random.MT19937(seed)))
+    assert np.array_equal(got, ref)
+
+
+def test_systematic_picks_searches_the_whole_array_when_a_row_is_out_of_order():
+    # a point outside its own row (never so for a sorted flat): the whole-array search answers
+    flat = np.array([0.0, 0.5, 2.0, 3.0, 3.5, 5.0])  # two rows of E = 3, K = 2, (K + 1) = 3 apart
+    order = np.array([[[2, 0, 1], [1, 2, 0]]])
+    u = np.array([[[0.7, 0.2]]])
+    got = plan_kernels.systematic_picks(flat, u, order, 0, 2)
+    pts = (u[..., None] + np.arange(2)) + (np.arange(2) * 3.0)[None, None, :, None]
+    idx = np.searchsorted(flat, pts.ravel(), side="right").reshape(1, 1, 2, 2)
+    pos = np.minimum(idx - (np.arange(2) * 3).reshape(1, 1, 2, 1), 2)
+    ref = np.take_along_axis(np.broadcast_to(order[:, None], (1, 1, 2, 3)), pos, axis=-1)
+    assert np.array_equal(got, ref)
+
+
+# ----------------------------------------------------------------------------- memos
+
+
+@pytest.fixture
+def glm():
+    return load_model("glm-5-nvfp4"), load_hardware("gb10")
+
+
+def test_rank_cache_memo_gives_the_computed_result_as_fresh_arrays(glm):
+    mdl, _ = glm
+    pi = routing_from_spec("zipf:0.9", mdl).pi
+    a = P.balanced_packing(pi.sum(axis=0), 2)
+    args = (pi, np.array([1, 8]), np.array([20.5, 7.0]), a)
+    expert_cache.clear_memo()
+    fresh = expert_cache._rank_cache(np.atleast_2d(pi), args[1], args[2], a, "lru", "global", 0, None, None, None)
+    first = expert_cache.rank_cache(*args, policy="lru")
+    first.misses_per_layer[:] = -1.0  # a caller writing into its copy changes nothing stored
+    again = expert_cache.rank_cache(*args, policy="lru")
+    for f in ("union_per_layer", "misses_per_layer", "token_misses_per_layer", "picks_per_token"):
+        assert getattr(again, f).tobytes() == getattr(fresh, f).tobytes()
+    other = expert_cache.rank_cache(pi, np.array([1, 8]), np.array([20.5, 7.0]), a, policy="lru", seed=1)
+    assert not np.array_equal(other.misses_per_layer, again.misses_per_layer)  # the seed is in the key
+    static = expert_cache.rank_cache(*args, policy="static")
+    assert not np.array_equal(static.misses_per_layer, again.misses_per_layer)
+
+
+def test_assign_experts_memo_returns_the_packing_each_time(glm):
+    mdl, hw = glm
+    route = routing_from_spec("zipf:1.1", mdl)
+    for part, speed in (("lpt", None), ("weighted", (1.0, 0.6))):
+        w = Workload(ranks=2, partition=part, rank_speed=speed)
+        ref = (
+            P.balanced_packing(route.expert_load, 2)
+            if part == "lpt"
+            else P.weighted_packing(route.expert_load, w.speeds)
+        )
+        a1 = assign_experts(mdl, hw, w, route, [8])
+        a1[:] = 0
+        assert np.array_equal(assign_experts(mdl, hw, w, route, [8]), ref)
+
+
+@pytest.mark.parametrize("ranks,policy,cache", [(1, "lru", 20.0), (2, "lru", 40.0), (2, "static", 20.0)])
+def test_plan_rates_are_plans_numbers(glm, ranks, policy, cache):
+    mdl, hw = glm
+    route = routing_from_knobs(mdl, "dirichlet", 0.3, 0.2, streams=16)
+    w = Workload(context_tokens=512, cache_bytes=cache * GiB, ranks=ranks, cache_policy=policy)
+    p = plan(mdl, hw, w, route, [1, 8, 16, 32])
+    b, net, hit = plan_rates(mdl, hw, w, route, [1, 8, 16, 32])
+    assert np.array_equal(b, p.batch)
+    assert net.tobytes() == p.net_tok_s.tobytes()
+    assert hit.tobytes() == p.cache_hit_rate.tobytes()
+
+
+def test_predict_points_matches_plan_row_by_row(glm):
+    from moeroof.studies.expert_split import tok_s_points
+
+    mdl, hw = glm
+    route = routing_from_knobs(mdl, "dirichlet", 0.3, 0.2, streams=32)
+    pts = tok_s_points()
+    k = PlanKnobs(engine_seconds_per_step=0.2, engine_seconds_per_agent_token=0.01, ssd_scale=0.7)
+    net, hit = predict_points(pts, mdl, hw, route, k, context_tokens=512)
+    from moeroof.models.fit_plan import _box
+
+    for i, p in enumerate(pts):
+        w = Workload(context_tokens=512, cache_bytes=p.cache_gib * GiB, ranks=p.ranks, cache_policy=p.policy)
+        res = plan(mdl, _box(hw, k), w, route, [p.batch])
+        assert net[i] == res.net_tok_s[0] and hit[i] == res.cache_hit_rate[0]

@@ -281,3 +281,30 @@ def test_fit_routing_progress_counts_its_stages():
     done = [d for d, _, _ in seen]
     assert done == sorted(done) and seen[-1][0] == seen[-1][1] and seen[-1][2] == "done"
     assert any(w.endswith(": fit") for _, _, w in seen) and any(w == "bands" for _, _, w in seen)
+
+
+def test_simulate_points_memo_returns_the_simulated_numbers_bit_for_bit(tmp_path, monkeypatch):
+    from moeroof.models import fit_routing as fr
+
+    monkeypatch.setenv("MOEROOF_CACHE_DIR", str(tmp_path / "memo"))
+    fr.clear_memo()
+    pts = [Point("union", 4), Point("hit_rate", 4, capacity_experts=20), Point("overlap", 2)]
+    args = (E, K, L, None, (3, 4), 8, 16)
+    direct = fr._simulate_points(TRUTH, pts, *args)
+    first = simulate_points(TRUTH, pts, E, K, L, seeds=(3, 4), timed_steps=8)
+    assert np.array_equal(first, direct)
+    assert len(list((tmp_path / "memo").rglob("*.json"))) == 1
+    first[:] = -1.0  # a caller's edit does not reach the memo
+    again = simulate_points(TRUTH, pts, E, K, L, seeds=(3, 4), timed_steps=8)
+    assert np.array_equal(again, direct)
+    fr.clear_memo()  # a fresh process: the disk's entry, read back exactly
+    from_disk = simulate_points(TRUTH, pts, E, K, L, seeds=(3, 4), timed_steps=8)
+    assert np.array_equal(from_disk, direct) and from_disk.dtype == np.float64
+    # any argument the rows depend on is in the key: another skew, seed or row misses
+    other = simulate_points(replace(TRUTH, skew=0.31), pts, E, K, L, seeds=(3, 4), timed_steps=8)
+    assert np.array_equal(other, fr._simulate_points(replace(TRUTH, skew=0.31), pts, *args))
+    assert not np.array_equal(other, direct)
+    swapped = simulate_points(TRUTH, pts, E, K, L, seeds=(4, 3), timed_steps=8)
+    assert np.array_equal(swapped, direct[::-1])
+    assert len(list((tmp_path / "memo").rglob("*.json"))) == 3
+    fr.clear_memo()

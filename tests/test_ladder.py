@@ -277,3 +277,27 @@ def test_fit_routing_predictions_csv_adds_band_columns(tmp_path, monkeypatch):
     assert [r["case"] for r in rows] == [c.name for c in ladder.PREDICTION_CASES] + [
         t.case.name for t in ladder.HELD_OUT
     ]
+
+
+def test_run_cases_memo_returns_the_simulated_results_bit_for_bit(tmp_path, monkeypatch):
+    from moeroof.studies.ladder import _CASES_MEMO, _run_cases
+
+    monkeypatch.setenv("MOEROOF_CACHE_DIR", str(tmp_path / "memo"))
+    _CASES_MEMO.clear()
+    cases = [ladder.PREDICTION_CASES[0], ladder.PREDICTION_CASES[4], ladder.PREDICTION_CASES[5]]
+    kw = dict(seed=3, layers=4, timed_steps=6, warmup_steps=2)
+    direct = _run_cases(ladder.FITTED, cases, **kw)
+    first = ladder.run_cases(ladder.FITTED, cases, **kw)
+    assert first == direct
+    assert len(list((tmp_path / "memo").rglob("*.json"))) == 1
+    _CASES_MEMO.clear()  # a fresh process: the disk's entry
+    again = ladder.run_cases(ladder.FITTED, cases, **kw)
+    assert again == direct and all(a.case is c for a, c in zip(again, cases))
+    for a, d in zip(again, direct):
+        for name in ("hit_rate", "gib_streamed_per_step", "union_per_layer", "rank_union_per_layer"):
+            assert type(getattr(a, name)) is type(getattr(d, name)) and getattr(a, name) == getattr(d, name)
+    # another seed or knob misses, and is simulated
+    other = ladder.run_cases(replace(ladder.FITTED, rho=0.5), cases, **kw)
+    assert other == _run_cases(replace(ladder.FITTED, rho=0.5), cases, **kw) and other != direct
+    assert len(list((tmp_path / "memo").rglob("*.json"))) == 2
+    _CASES_MEMO.clear()

@@ -136,6 +136,7 @@ from moeroof.data.points import Point, noise
 from moeroof.models import cache
 from moeroof.models.partition import balanced_packing, contiguous_split
 from moeroof.models.routing import Uniform, consecutive_overlap, sample_trace, zipf_weights
+from moeroof.models.sim_memo import SourceMemo
 from moeroof.models.union import distinct_per_layer
 
 __all__ = [
@@ -398,6 +399,10 @@ def simulate_points(
 
     ``layers`` L of the model (GiB per step and ``capacity_gib`` scale with it), of which
     ``min(L, max_sim_layers)`` are simulated; ``timed_steps`` counted steps after the history.
+
+    Memoised exactly: the rows depend on nothing but the arguments (the seeds fix every draw), so
+    a call repeated in this process, or in another run with the same sources and versions
+    (:data:`_MEMO`), returns the numbers simulated before, bit for bit.
     """
     points = list(points)
     check_sizes(
@@ -410,6 +415,76 @@ def simulate_points(
         max_sim_layers=max_sim_layers,
         max_history=int(knobs.history_tokens),
     )
+    key = _points_key(knobs, points, experts, top_k, layers, expert_bytes, seeds, timed_steps, max_sim_layers)
+    stored = _memo_get(key, (len(seeds), len(points)))
+    if stored is not None:
+        return stored
+    out = _simulate_points(knobs, points, experts, top_k, layers, expert_bytes, seeds, timed_steps, max_sim_layers)
+    _memo_put(key, out)
+    return out
+
+
+#: the source files :func:`simulate_points` runs (relative to the package): the disk memo's salt
+_SOURCES = (
+    "models/fit_routing.py",
+    "models/routing.py",
+    "models/routing_kernels.py",
+    "models/cache.py",
+    "models/cache_kernels.py",
+    "models/partition.py",
+    "models/union.py",
+    "core/rng.py",
+    "core/masks.py",
+    "core/limits.py",
+    "core/units.py",
+    "data/points.py",
+    "data/io.py",
+)
+#: simulated rows kept in this process and on disk between runs (:mod:`moeroof.models.sim_memo`)
+_MEMO = SourceMemo("fit-routing-points", _SOURCES)
+
+
+def clear_memo() -> None:
+    """Forget every simulated row kept in this process, and read the disk memo's setting again."""
+    _MEMO.clear()
+
+
+def _points_key(knobs, points, experts, top_k, layers, expert_bytes, seeds, timed_steps, max_sim_layers) -> tuple:
+    """Everything :func:`simulate_points` reads, as plain values (floats by ``repr``: exact)."""
+    return (
+        (knobs.family, float(knobs.skew), float(knobs.rho), float(knobs.c), int(knobs.history_tokens)),
+        tuple(
+            (p.kind, int(p.batch), _opt(p.capacity_experts), _opt(p.capacity_gib), p.policy, p.scope)
+            + (int(p.ranks), p.partition)
+            for p in points
+        ),
+        (int(experts), int(top_k), int(layers), _opt(expert_bytes)),
+        tuple(int(s) for s in seeds),
+        (int(timed_steps), int(max_sim_layers)),
+    )
+
+
+def _opt(x) -> float | None:
+    return None if x is None else float(x)
+
+
+def _memo_get(key: tuple, shape: tuple[int, int]) -> np.ndarray | None:
+    stored = _MEMO.get(key)
+    if not isinstance(stored, list):
+        return None
+    try:
+        out = np.array(stored, dtype=float)
+    except (TypeError, ValueError):
+        return None
+    return out if out.shape == shape else None
+
+
+def _memo_put(key: tuple, out: np.ndarray) -> None:
+    _MEMO.put(key, out.tolist())  # json keeps every float exactly (repr), NaN included
+
+
+def _simulate_points(knobs, points, experts, top_k, layers, expert_bytes, seeds, timed_steps, max_sim_layers):
+    """:func:`simulate_points`' computation, not memoised."""
     sim_layers = int(min(layers, max_sim_layers))
     out = np.full((len(seeds), len(points)), np.nan)
     for j, seed in enumerate(seeds):

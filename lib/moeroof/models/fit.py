@@ -27,6 +27,7 @@ probabilities or pure numbers (no units).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -43,6 +44,7 @@ from moeroof.core.rng import generator
 from moeroof.core.stats import basic_interval, order_statistic_interval, percentile_interval
 from moeroof.data.safe_read import checked_blocks
 from moeroof.models import routing
+from moeroof.models.sim_memo import SourceMemo
 from moeroof.models.union import distinct_per_layer, power_sums
 
 __all__ = [
@@ -677,9 +679,32 @@ def popularity_from_inclusion(pi: np.ndarray, top_k: int, *, iters: int = 60, to
     Fixed point ``w ← w · π̂ / π(w)`` from ``w = π̂/K`` (exact for K = 1 and for uniform rows).
     Targets are clipped to [1e-9, 1 − 1e-6] and renormalised to Σ = K (an expert never seen
     stays reachable with negligible weight). Stops when max |π(w) − π̂| < ``tol``.
+
+    Memoised exactly (:mod:`moeroof.models.sim_memo`, keyed on a digest of ``pi``'s bytes): the
+    stickiness and heterogeneity fits of one trace invert the same inclusion, and a later run
+    with the same sources reads the weights back, bit for bit.
     """
-    pi = np.atleast_2d(np.asarray(pi, dtype=float))
+    pi = np.ascontiguousarray(np.atleast_2d(np.asarray(pi, dtype=float)))
     k = int(top_k)
+    key = (hashlib.blake2b(pi.tobytes(), digest_size=20).hexdigest(), pi.shape, k, int(iters), float(tol))
+    stored = _INVERSION_MEMO.get(key)
+    if isinstance(stored, list):
+        w = np.array(stored, dtype=float)
+        if w.shape == pi.shape:
+            return w
+    w = _popularity_from_inclusion(pi, k, iters, tol)
+    _INVERSION_MEMO.put(key, w.tolist())  # json keeps every float exactly (repr)
+    return w
+
+
+#: the source files :func:`popularity_from_inclusion` runs (the disk memo's salt)
+_INVERSION_MEMO = SourceMemo(
+    "popularity-from-inclusion", ("models/fit.py", "models/routing.py", "models/routing_kernels.py")
+)
+
+
+def _popularity_from_inclusion(pi: np.ndarray, k: int, iters: int, tol: float) -> np.ndarray:
+    """:func:`popularity_from_inclusion`'s computation, not memoised."""
     target = np.clip(pi, 1e-9, 1.0 - 1e-6)
     target *= k / target.sum(axis=1, keepdims=True)
     target = np.minimum(target, 1.0 - 1e-6)

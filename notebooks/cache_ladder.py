@@ -763,7 +763,8 @@ display(
         f"(hit rate and GiB/step at 20 and 80 GiB, union {ladder.UNION_PUBLISHED:g}), the {rfit.fit.family} family "
         f"fits (α or s = {rk['skew']['value']:.3g}, ρ = {rk['rho']['value']:.3g}, history "
         f"{rk['history_tokens']['value']:.0f} tokens; {', '.join(f for f, d in rfit.fit.families.items() if not d['fits']) or 'no family'} "
-        f"cannot fit within tolerance) in {rfit.seconds:.0f} s. Predicted hit % (5–95 %) and GiB/step per rank: "
+        f"cannot fit within tolerance) in {rfit.seconds:.0f} s of wall time (simulations already in the disk memo "
+        "are read back, not rerun). Predicted hit % (5–95 %) and GiB/step per rank: "
         + "; ".join(
             f"{r['case']} {_band(r)} %, {_band(r, 'gib_streamed_per_step', 'gib_low', 'gib_high', pct=False)} GiB"
             for r in withheld_rows

@@ -151,17 +151,32 @@ def test_systematic_topk_in_chunks_and_with_another_generator_equals_the_referen
     assert np.array_equal(got, ref)
 
 
-def test_systematic_picks_searches_the_whole_array_when_a_row_is_out_of_order():
-    # a point outside its own row (never so for a sorted flat): the whole-array search answers
-    flat = np.array([0.0, 0.5, 2.0, 3.0, 3.5, 5.0])  # two rows of E = 3, K = 2, (K + 1) = 3 apart
-    order = np.array([[[2, 0, 1], [1, 2, 0]]])
-    u = np.array([[[0.7, 0.2]]])
-    got = plan_kernels.systematic_picks(flat, u, order, 0, 2)
-    pts = (u[..., None] + np.arange(2)) + (np.arange(2) * 3.0)[None, None, :, None]
-    idx = np.searchsorted(flat, pts.ravel(), side="right").reshape(1, 1, 2, 2)
-    pos = np.minimum(idx - (np.arange(2) * 3).reshape(1, 1, 2, 1), 2)
-    ref = np.take_along_axis(np.broadcast_to(order[:, None], (1, 1, 2, 3)), pos, axis=-1)
-    assert np.array_equal(got, ref)
+def _picks_reference(flat, u, order, row0, k):
+    n, streams, h = u.shape
+    e = order.shape[2]
+    rows = (row0 + np.arange(n * h)).reshape(n, h)
+    pts = (u[..., None] + np.arange(k)) + rows.reshape(n, 1, h, 1) * (k + 1.0)
+    idx = np.searchsorted(flat, pts.ravel(), side="right").reshape(n, streams, h, k)
+    pos = np.minimum(idx - np.arange(n * h).reshape(n, 1, h, 1) * e, e - 1)
+    return np.take_along_axis(np.broadcast_to(order[:, None], (n, streams, h, e)), pos, axis=-1)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_systematic_picks_off_the_row_and_out_of_order_equal_numpy(seed):
+    # points beyond their own row (u > 1, u < 0) and a row's points out of order: the kernel's
+    # fall-backs (the whole-array search, a fresh search in the row) give numpy's index too
+    rng = np.random.default_rng(seed)
+    n, streams, h, e, k = 3, 5, 2, 7, 3
+    cs = np.cumsum(rng.random((n, h, e)), axis=-1)
+    cs *= k / cs[..., -1:]
+    row0 = int(rng.integers(0, 50))
+    rows = row0 + np.arange(n * h).reshape(n, h)
+    flat = (cs + rows[..., None] * (k + 1.0)).ravel()
+    u = rng.uniform(-0.9, 2.5, size=(n, streams, h))
+    u[0] = rng.random((streams, h))  # one step of ordinary uniforms
+    order = np.stack([np.stack([rng.permutation(e) for _ in range(h)]) for _ in range(n)])
+    got = plan_kernels.systematic_picks(flat, u, order, row0, k)
+    assert np.array_equal(got, _picks_reference(flat, u, order, row0, k))
 
 
 # ----------------------------------------------------------------------------- memos

@@ -58,29 +58,47 @@ def systematic_picks(flat: np.ndarray, u: np.ndarray, order: np.ndarray, row0: i
     (K + 1), sorted; ``u`` (n, streams, H) the uniforms; ``order`` (n, H, E) the random expert
     orders; ``row0`` the global index of the chunk's first row. For pick j of stream s at (step t,
     layer ℓ), the point ``(u + j) + row · (K + 1)`` is searched in ``flat`` (``side="right"``),
-    made relative to its row and clamped to E − 1, and names ``order[t, ℓ, pos]``. The search runs
-    within the point's own row once the rows on either side are seen to lie below and above it
-    (always, for a sorted ``flat``), else over the whole array — the index numpy's search over
-    ``flat`` returns either way. Returns (n, streams, H, K) int32.
+    made relative to its row and clamped to E − 1, and names ``order[t, ℓ, pos]``.
+
+    A row's points, taken by j and then by u, never decrease (u < 1), so one walk along the row
+    counts the entries ≤ each point — once the rows on either side are seen to lie below its
+    smallest point and above its largest (always, for a sorted ``flat``); else each point is
+    searched over the whole array. Either way the index is the one numpy's search over ``flat``
+    returns. Returns (n, streams, H, K) int32.
     """
     n, streams, h = u.shape
     e = order.shape[2]
     size = flat.size
     out = np.empty((n, streams, h, k), dtype=np.int32)
     step = k + 1.0
+    ub = np.empty(streams)
     for t in range(n):
-        for s in range(streams):
-            for layer in range(h):
-                local = t * h + layer
-                off = float(row0 + local) * step
-                start = local * e
-                stop = start + e
-                for j in range(k):
+        for layer in range(h):
+            local = t * h + layer
+            off = float(row0 + local) * step
+            start = local * e
+            stop = start + e
+            for s in range(streams):
+                ub[s] = u[t, s, layer]
+            by_u = np.argsort(ub)
+            lowest = (ub[by_u[0]] + 0.0) + off
+            highest = (ub[by_u[streams - 1]] + float(k - 1)) + off
+            inside = (start == 0 or flat[start - 1] <= lowest) and (stop == size or flat[stop] > highest)
+            p = start
+            prev = -np.inf
+            for j in range(k):
+                for q in range(streams):
+                    s = by_u[q]
                     pt = (u[t, s, layer] + float(j)) + off
-                    if (start == 0 or flat[start - 1] <= pt) and (stop == size or flat[stop] > pt):
-                        idx = _search_right(flat, start, stop, pt)
-                    else:
+                    if not inside:
                         idx = _search_right(flat, 0, size, pt)
+                    else:
+                        if not pt >= prev:  # out of order (never for uniforms in [0, 1)): search again
+                            p = _search_right(flat, start, stop, pt)
+                        while p < stop and flat[p] <= pt:
+                            p += 1
+                        idx = p
+                        prev = pt
                     pos = min(idx - start, e - 1)
                     if pos < 0:  # numpy's take_along_axis counts a negative index from the end
                         pos += e

@@ -246,3 +246,24 @@ def test_predict_points_matches_plan_row_by_row(glm):
         w = Workload(context_tokens=512, cache_bytes=p.cache_gib * GiB, ranks=p.ranks, cache_policy=p.policy)
         res = plan(mdl, _box(hw, k), w, route, [p.batch])
         assert net[i] == res.net_tok_s[0] and hit[i] == res.cache_hit_rate[0]
+
+
+@pytest.mark.parametrize("n_keys,size", [(50, 400), (3_000_000, 40), (1 << 21, 1_500_000), (10, 0)])
+def test_key_counts_are_uniques_counts(n_keys, size):
+    keys = np.random.default_rng(n_keys).integers(0, n_keys, size=size)
+    got = expert_cache._key_counts(keys, n_keys)
+    ref = np.unique(keys, return_counts=True)[1]
+    assert got.dtype == ref.dtype and np.array_equal(got, ref)
+
+
+@pytest.mark.parametrize("batch,cache", [(1, 5.0), (16, 20.0), (64, 100.0)])
+def test_simulate_ratios_as_with_np_unique(monkeypatch, batch, cache):
+    mdl = load_model("glm-5-nvfp4")
+    pi = routing_from_spec("zipf:0.8", mdl).pi
+    a = P.balanced_packing(pi.sum(axis=0), 2)
+    own = a == 1
+    topk = expert_cache.systematic_topk(pi, 40, batch, np.random.default_rng(batch))
+    args = (topk, pi.shape[1], own, a, 1, cache, "lru", "global", 10)
+    got = expert_cache._simulate_ratios(*args)
+    monkeypatch.setattr(expert_cache, "_key_counts", lambda k, n: np.unique(k, return_counts=True)[1])
+    assert got == expert_cache._simulate_ratios(*args)

@@ -309,6 +309,16 @@ def _fill_steps(q: np.ndarray, target: float) -> int:
     return hi
 
 
+def _key_counts(keys: np.ndarray, n_keys: int) -> np.ndarray:
+    """``np.unique(keys, return_counts=True)[1]`` for keys in ``[0, n_keys)``: where the key range
+    is at most twice the keys (or small), counted by ``bincount`` — the same counts in the same
+    (sorted key) order, without sorting the picks."""
+    if n_keys <= max(2 * keys.size, 1 << 20):
+        counts = np.bincount(keys, minlength=n_keys)
+        return counts[counts > 0]
+    return np.unique(keys, return_counts=True)[1]
+
+
 def _simulate_ratios(
     topk: np.ndarray,
     experts: int,
@@ -348,7 +358,7 @@ def _simulate_ratios(
     keys = (np.arange(topk.shape[0])[:, None, None, None] * (h * e) + np.arange(h)[None, None, :, None] * e + topk)[
         mine
     ]
-    _, mult = np.unique(keys, return_counts=True)
+    mult = _key_counts(keys, topk.shape[0] * h * e)
     hit = res.request_hits[counted_req]
     mult = mult[counted_req]
     n = hit.size

@@ -294,20 +294,20 @@ def test_popularity_from_inclusion_memo_returns_the_inverted_weights_bit_for_bit
     from moeroof.models.routing import inclusion_probabilities
 
     monkeypatch.setenv("MOEROOF_CACHE_DIR", str(tmp_path / "memo"))
-    fit_mod._INVERSION_MEMO.clear()
+    fit_mod.INVERSION_MEMO.clear()
     rng = np.random.default_rng(7)
     for layers, e, k in ((3, 16, 4), (2, 32, 8)):
         pi = inclusion_probabilities(rng.dirichlet(np.full(e, 0.4), size=layers), k)
-        direct = fit_mod._popularity_from_inclusion(np.atleast_2d(pi), k, 60, 1e-7)
+        direct = fit_mod.invert_inclusion(np.atleast_2d(pi), k, 60, 1e-7)
         first = fit_mod.popularity_from_inclusion(pi, k)
         assert np.array_equal(first, direct)
-        fit_mod._INVERSION_MEMO.clear()  # a fresh process: the disk's entry
+        fit_mod.INVERSION_MEMO.clear()  # a fresh process: the disk's entry
         again = fit_mod.popularity_from_inclusion(pi.copy(), k)
         assert np.array_equal(again, direct) and again.shape == direct.shape
         nudged = pi.copy()
         nudged[0, 0] = np.nextafter(nudged[0, 0], 1.0)  # one ulp off: another key
         assert np.array_equal(
-            fit_mod.popularity_from_inclusion(nudged, k), fit_mod._popularity_from_inclusion(nudged, k, 60, 1e-7)
+            fit_mod.popularity_from_inclusion(nudged, k), fit_mod.invert_inclusion(nudged, k, 60, 1e-7)
         )
     assert len(list((tmp_path / "memo").rglob("*.json"))) == 4
-    fit_mod._INVERSION_MEMO.clear()
+    fit_mod.INVERSION_MEMO.clear()

@@ -290,7 +290,7 @@ def test_simulate_points_memo_returns_the_simulated_numbers_bit_for_bit(tmp_path
     fr.clear_memo()
     pts = [Point("union", 4), Point("hit_rate", 4, capacity_experts=20), Point("overlap", 2)]
     args = (E, K, L, None, (3, 4), 8, 16)
-    direct = fr._simulate_points(TRUTH, pts, *args)
+    direct = fr.simulate_points_uncached(TRUTH, pts, *args)
     first = simulate_points(TRUTH, pts, E, K, L, seeds=(3, 4), timed_steps=8)
     assert np.array_equal(first, direct)
     assert len(list((tmp_path / "memo").rglob("*.json"))) == 1
@@ -302,9 +302,27 @@ def test_simulate_points_memo_returns_the_simulated_numbers_bit_for_bit(tmp_path
     assert np.array_equal(from_disk, direct) and from_disk.dtype == np.float64
     # any argument the rows depend on is in the key: another skew, seed or row misses
     other = simulate_points(replace(TRUTH, skew=0.31), pts, E, K, L, seeds=(3, 4), timed_steps=8)
-    assert np.array_equal(other, fr._simulate_points(replace(TRUTH, skew=0.31), pts, *args))
+    assert np.array_equal(other, fr.simulate_points_uncached(replace(TRUTH, skew=0.31), pts, *args))
     assert not np.array_equal(other, direct)
     swapped = simulate_points(TRUTH, pts, E, K, L, seeds=(4, 3), timed_steps=8)
     assert np.array_equal(swapped, direct[::-1])
     assert len(list((tmp_path / "memo").rglob("*.json"))) == 3
     fr.clear_memo()
+
+
+def test_the_simulation_memo_is_salted_by_every_module_it_can_reach():
+    """A folder in a memo's sources stands for every module below it: an edit of any model,
+    core or data module (routing, the cache kernels, the seeded generators, the POINTS reader)
+    misses instead of serving an old number."""
+    from moeroof.models import fit_routing
+    from moeroof.models.sim_memo import source_files
+
+    names = {p.relative_to(p.parents[1]).as_posix() for p in source_files(fit_routing.MEMO_SOURCES)}
+    for module in (
+        "models/routing.py",
+        "models/cache_kernels.py",
+        "models/fit_routing.py",
+        "core/rng.py",
+        "data/points.py",
+    ):
+        assert module in names, module

@@ -280,17 +280,17 @@ def test_fit_routing_predictions_csv_adds_band_columns(tmp_path, monkeypatch):
 
 
 def test_run_cases_memo_returns_the_simulated_results_bit_for_bit(tmp_path, monkeypatch):
-    from moeroof.studies.ladder import _CASES_MEMO, _run_cases
+    from moeroof.studies.ladder import CASES_MEMO, run_cases_uncached
 
     monkeypatch.setenv("MOEROOF_CACHE_DIR", str(tmp_path / "memo"))
-    _CASES_MEMO.clear()
+    CASES_MEMO.clear()
     cases = [ladder.PREDICTION_CASES[0], ladder.PREDICTION_CASES[4], ladder.PREDICTION_CASES[5]]
     kw = dict(seed=3, layers=4, timed_steps=6, warmup_steps=2)
-    direct = _run_cases(ladder.FITTED, cases, **kw)
+    direct = run_cases_uncached(ladder.FITTED, cases, **kw)
     first = ladder.run_cases(ladder.FITTED, cases, **kw)
     assert first == direct
     assert len(list((tmp_path / "memo").rglob("*.json"))) == 1
-    _CASES_MEMO.clear()  # a fresh process: the disk's entry
+    CASES_MEMO.clear()  # a fresh process: the disk's entry
     again = ladder.run_cases(ladder.FITTED, cases, **kw)
     assert again == direct and all(a.case is c for a, c in zip(again, cases))
     for a, d in zip(again, direct):
@@ -298,6 +298,6 @@ def test_run_cases_memo_returns_the_simulated_results_bit_for_bit(tmp_path, monk
             assert type(getattr(a, name)) is type(getattr(d, name)) and getattr(a, name) == getattr(d, name)
     # another seed or knob misses, and is simulated
     other = ladder.run_cases(replace(ladder.FITTED, rho=0.5), cases, **kw)
-    assert other == _run_cases(replace(ladder.FITTED, rho=0.5), cases, **kw) and other != direct
+    assert other == run_cases_uncached(replace(ladder.FITTED, rho=0.5), cases, **kw) and other != direct
     assert len(list((tmp_path / "memo").rglob("*.json"))) == 2
-    _CASES_MEMO.clear()
+    CASES_MEMO.clear()

@@ -156,8 +156,8 @@ def test_longest_first_orders_by_the_last_render_and_the_timings_round_trip(tmp_
     stems = ["a", "b", "c", "d"]
     assert report.longest_first(stems, {}) == [0, 1, 2, 3]
     assert report.longest_first(stems, {"c": 30.0, "a": 2.0, "d": 40.0}) == [3, 2, 0, 1]
-    report._record_timings(tmp_path, [{"notebook": "a", "ok": True, "seconds": 3.5}])
-    report._record_timings(tmp_path, [{"notebook": "b", "ok": True, "seconds": 9.0}, {"notebook": "c", "ok": False}])
+    report.record_timings(tmp_path, [{"notebook": "a", "ok": True, "seconds": 3.5}])
+    report.record_timings(tmp_path, [{"notebook": "b", "ok": True, "seconds": 9.0}, {"notebook": "c", "ok": False}])
     assert report.read_timings(tmp_path) == {"a": 3.5, "b": 9.0}
     (tmp_path / report.TIMINGS_NAME).write_text("{not json")
     assert report.read_timings(tmp_path) == {}

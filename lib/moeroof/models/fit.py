@@ -48,6 +48,8 @@ from moeroof.models.sim_memo import SourceMemo
 from moeroof.models.union import distinct_per_layer, power_sums
 
 __all__ = [
+    "INVERSION_MEMO",
+    "invert_inclusion",
     "MODELS",
     "ModelFit",
     "HistogramFit",
@@ -687,23 +689,21 @@ def popularity_from_inclusion(pi: np.ndarray, top_k: int, *, iters: int = 60, to
     pi = np.ascontiguousarray(np.atleast_2d(np.asarray(pi, dtype=float)))
     k = int(top_k)
     key = (hashlib.blake2b(pi.tobytes(), digest_size=20).hexdigest(), pi.shape, k, int(iters), float(tol))
-    stored = _INVERSION_MEMO.get(key)
+    stored = INVERSION_MEMO.get(key)
     if isinstance(stored, list):
         w = np.array(stored, dtype=float)
         if w.shape == pi.shape:
             return w
-    w = _popularity_from_inclusion(pi, k, iters, tol)
-    _INVERSION_MEMO.put(key, w.tolist())  # json keeps every float exactly (repr)
+    w = invert_inclusion(pi, k, iters, tol)
+    INVERSION_MEMO.put(key, w.tolist())  # json keeps every float exactly (repr)
     return w
 
 
 #: the source files :func:`popularity_from_inclusion` runs (the disk memo's salt)
-_INVERSION_MEMO = SourceMemo(
-    "popularity-from-inclusion", ("models/fit.py", "models/routing.py", "models/routing_kernels.py")
-)
+INVERSION_MEMO = SourceMemo("popularity-from-inclusion", ("models/", "core/"))
 
 
-def _popularity_from_inclusion(pi: np.ndarray, k: int, iters: int, tol: float) -> np.ndarray:
+def invert_inclusion(pi: np.ndarray, k: int, iters: int, tol: float) -> np.ndarray:
     """:func:`popularity_from_inclusion`'s computation, not memoised."""
     target = np.clip(pi, 1e-9, 1.0 - 1e-6)
     target *= k / target.sum(axis=1, keepdims=True)

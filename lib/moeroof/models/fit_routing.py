@@ -140,6 +140,8 @@ from moeroof.models.sim_memo import SourceMemo
 from moeroof.models.union import distinct_per_layer
 
 __all__ = [
+    "simulate_points_uncached",
+    "MEMO_SOURCES",
     "FAMILIES",
     "KNOBS",
     "DEFAULT_HISTORY",
@@ -419,29 +421,17 @@ def simulate_points(
     stored = _memo_get(key, (len(seeds), len(points)))
     if stored is not None:
         return stored
-    out = _simulate_points(knobs, points, experts, top_k, layers, expert_bytes, seeds, timed_steps, max_sim_layers)
+    out = simulate_points_uncached(
+        knobs, points, experts, top_k, layers, expert_bytes, seeds, timed_steps, max_sim_layers
+    )
     _memo_put(key, out)
     return out
 
 
 #: the source files :func:`simulate_points` runs (relative to the package): the disk memo's salt
-_SOURCES = (
-    "models/fit_routing.py",
-    "models/routing.py",
-    "models/routing_kernels.py",
-    "models/cache.py",
-    "models/cache_kernels.py",
-    "models/partition.py",
-    "models/union.py",
-    "core/rng.py",
-    "core/masks.py",
-    "core/limits.py",
-    "core/units.py",
-    "data/points.py",
-    "data/io.py",
-)
+MEMO_SOURCES = ("models/", "core/", "data/")  # every module a simulated row can reach
 #: simulated rows kept in this process and on disk between runs (:mod:`moeroof.models.sim_memo`)
-_MEMO = SourceMemo("fit-routing-points", _SOURCES)
+_MEMO = SourceMemo("fit-routing-points", MEMO_SOURCES)
 
 
 def clear_memo() -> None:
@@ -483,7 +473,7 @@ def _memo_put(key: tuple, out: np.ndarray) -> None:
     _MEMO.put(key, out.tolist())  # json keeps every float exactly (repr), NaN included
 
 
-def _simulate_points(knobs, points, experts, top_k, layers, expert_bytes, seeds, timed_steps, max_sim_layers):
+def simulate_points_uncached(knobs, points, experts, top_k, layers, expert_bytes, seeds, timed_steps, max_sim_layers):
     """:func:`simulate_points`' computation, not memoised."""
     sim_layers = int(min(layers, max_sim_layers))
     out = np.full((len(seeds), len(points)), np.nan)

@@ -17,10 +17,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SourceMemo"]
+__all__ = ["SourceMemo", "source_files"]
 
 #: the package root the source paths are relative to (``moeroof/``)
 _ROOT = Path(__file__).resolve().parent.parent
+
+
+def source_files(sources: Sequence[str]) -> list[Path]:
+    """The files ``sources`` names, relative to the package: a name ending in ``/`` is every
+    ``.py`` file below that folder (sorted), so a module the computation reaches through an
+    import nobody listed still salts the memo."""
+    out: list[Path] = []
+    for entry in sources:
+        if entry.endswith("/"):
+            out += sorted((_ROOT / entry).rglob("*.py"))
+        else:
+            out.append(_ROOT / entry)
+    return out
 
 
 class SourceMemo:
@@ -50,7 +63,7 @@ class SourceMemo:
                 numba_version = version("numba")  # not imported: that loads numba
             except PackageNotFoundError:
                 numba_version = "none"
-            files = [_ROOT / f for f in self.sources]
+            files = source_files(self.sources)
             self._disk.append(DiskMemo(self.name, source_salt(files, np.__version__, scipy.__version__, numba_version)))
         return self._disk[0]
 

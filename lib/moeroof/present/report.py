@@ -681,7 +681,7 @@ def _render_parallel(jobs_args: list[tuple], jobs: int, order: Sequence[int]) ->
                 future.cancel()
 
 
-def _record_timings(root: Path, runs: list[dict]) -> None:
+def record_timings(root: Path, runs: list[dict]) -> None:
     """Merge this run's seconds into the timings file (written whole; a folder that refuses the
     write only loses the ordering hint)."""
     done = {r["notebook"]: r["seconds"] for r in runs if r.get("ok")}
@@ -773,7 +773,7 @@ def render_all(args: argparse.Namespace) -> tuple[int, dict]:
         }
         print(f"ok     {path.stem:<24} {seconds:6.1f} s  -> {html_path}", file=say, flush=True)
     runs = [results[i] for i in sorted(results)]
-    _record_timings(args.out if args.out is not None else paths.REPORTS_DIR, runs)
+    record_timings(args.out if args.out is not None else paths.REPORTS_DIR, runs)
     # the index lists every report under its folder (this run's and earlier ones, runs with
     # parameters included), failed or not
     from moeroof.present.site import build_index

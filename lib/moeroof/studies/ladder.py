@@ -104,6 +104,9 @@ from moeroof.models.sim_memo import SourceMemo
 from moeroof.models.union import distinct_per_layer
 
 __all__ = [
+    "CASES_MEMO",
+    "CASES_SOURCES",
+    "run_cases_uncached",
     "EXPERTS",
     "TOP_K",
     "RANK_EXPERTS",
@@ -420,29 +423,19 @@ def run_cases(
         tuple((c.name, int(c.ranks), int(c.streams), float(c.cache_gib_per_rank), c.policy) for c in cases),
         (int(seed), int(layers), int(timed_steps), int(warmup_steps)),
     )
-    stored = _CASES_MEMO.get(key)
+    stored = CASES_MEMO.get(key)
     if isinstance(stored, list) and len(stored) == len(cases):
         return [_case_result(case, int(seed), v) for case, v in zip(cases, stored)]
-    results = _run_cases(knobs, cases, seed=seed, layers=layers, timed_steps=timed_steps, warmup_steps=warmup_steps)
-    _CASES_MEMO.put(key, [_case_values(r) for r in results])
+    results = run_cases_uncached(
+        knobs, cases, seed=seed, layers=layers, timed_steps=timed_steps, warmup_steps=warmup_steps
+    )
+    CASES_MEMO.put(key, [_case_values(r) for r in results])
     return results
 
 
 #: the source files :func:`run_cases` runs (relative to the package): the disk memo's salt
-_CASES_SOURCES = (
-    "studies/ladder.py",
-    "models/routing.py",
-    "models/routing_kernels.py",
-    "models/cache.py",
-    "models/cache_kernels.py",
-    "models/union.py",
-    "core/rng.py",
-    "core/masks.py",
-    "core/limits.py",
-    "core/units.py",
-    "data/io.py",
-)
-_CASES_MEMO = SourceMemo("ladder-cases", _CASES_SOURCES)
+CASES_SOURCES = ("studies/ladder.py", "models/", "core/", "data/")  # every module a case can reach
+CASES_MEMO = SourceMemo("ladder-cases", CASES_SOURCES)
 
 
 def _case_values(r: CaseResult) -> list:
@@ -474,7 +467,7 @@ def _case_result(case: Case, seed: int, v: list) -> CaseResult:
     )
 
 
-def _run_cases(knobs: Knobs, cases: list[Case], *, seed, layers, timed_steps, warmup_steps) -> list[CaseResult]:
+def run_cases_uncached(knobs: Knobs, cases: list[Case], *, seed, layers, timed_steps, warmup_steps) -> list[CaseResult]:
     """:func:`run_cases`' computation, not memoised."""
     item = expert_bytes(layers)
     out: dict[str, CaseResult] = {}

@@ -248,16 +248,43 @@ def test_predict_points_matches_plan_row_by_row(glm):
         assert net[i] == res.net_tok_s[0] and hit[i] == res.cache_hit_rate[0]
 
 
-@pytest.mark.parametrize("n_keys,size", [(50, 400), (3_000_000, 40), (1 << 21, 1_500_000), (10, 0)])
-def test_key_counts_are_uniques_counts(n_keys, size):
-    keys = np.random.default_rng(n_keys).integers(0, n_keys, size=size)
-    got = expert_cache._key_counts(keys, n_keys)
-    ref = np.unique(keys, return_counts=True)[1]
-    assert got.dtype == ref.dtype and np.array_equal(got, ref)
+def _pick_counts_reference(topk, own):
+    """_simulate_ratios' counts before the kernel: np.unique over the owned picks' keys."""
+    h, e = topk.shape[2], own.size
+    mine = own[np.clip(topk, 0, None)] & (topk >= 0)
+    keys = (np.arange(topk.shape[0])[:, None, None, None] * (h * e) + np.arange(h)[None, None, :, None] * e + topk)[
+        mine
+    ]
+    return np.unique(keys, return_counts=True)[1]
+
+
+@pytest.mark.parametrize("shape,e", [((30, 8, 4, 3), 40), ((5, 1, 1, 1), 3), ((12, 64, 16, 8), 288), ((3, 2, 2, 2), 5)])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.int16])
+def test_pick_counts_are_uniques_counts(shape, e, dtype):
+    rng = np.random.default_rng(e)
+    topk = rng.integers(-1, e, size=shape).astype(dtype)  # -1: a finished stream's padding
+    for own in (np.ones(e, dtype=bool), rng.random(e) < 0.5, np.zeros(e, dtype=bool)):
+        got = plan_kernels.pick_counts(topk, own)
+        ref = _pick_counts_reference(topk, own)
+        assert got.dtype == ref.dtype and np.array_equal(got, ref)
+
+
+def test_systematic_flat_is_the_numpy_expression():
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        h, e, k, n, row0 = 3 + seed, 20 + 7 * seed, 1 + seed, 5, 13 * seed
+        pi = _pi(rng, h, e, k, 0.3)
+        order = np.argsort(rng.random((n, h, e)), axis=-1)
+        p = np.take_along_axis(np.broadcast_to(pi, (n, h, e)), order, axis=-1)
+        cs = np.cumsum(p, axis=-1)
+        cs *= k / cs[..., -1:]
+        rows = row0 + np.arange(n * h).reshape(n, h)
+        ref = (cs + rows[..., None] * (k + 1.0)).ravel()
+        assert plan_kernels.systematic_flat(pi, order, row0, k).tobytes() == ref.tobytes()
 
 
 @pytest.mark.parametrize("batch,cache", [(1, 5.0), (16, 20.0), (64, 100.0)])
-def test_simulate_ratios_as_with_np_unique(monkeypatch, batch, cache):
+def test_simulate_ratios_as_with_the_numpy_counts(monkeypatch, batch, cache):
     mdl = load_model("glm-5-nvfp4")
     pi = routing_from_spec("zipf:0.8", mdl).pi
     a = P.balanced_packing(pi.sum(axis=0), 2)
@@ -265,5 +292,5 @@ def test_simulate_ratios_as_with_np_unique(monkeypatch, batch, cache):
     topk = expert_cache.systematic_topk(pi, 40, batch, np.random.default_rng(batch))
     args = (topk, pi.shape[1], own, a, 1, cache, "lru", "global", 10)
     got = expert_cache._simulate_ratios(*args)
-    monkeypatch.setattr(expert_cache, "_key_counts", lambda k, n: np.unique(k, return_counts=True)[1])
+    monkeypatch.setattr(plan_kernels, "pick_counts", _pick_counts_reference)
     assert got == expert_cache._simulate_ratios(*args)

@@ -216,6 +216,7 @@ def systematic_topk(pi: np.ndarray, steps: int, streams: int, rng: np.random.Gen
     check_allocation(steps * streams * h * k, BYTES_PER_PICK, "a drawn cache trace's steps × batch × layers × K")
     from moeroof.models import plan_kernels  # numba loads only when a trace is drawn
 
+    pi_c = np.ascontiguousarray(pi)
     chunk = _order_chunk_steps(steps, streams, h, e, k)
     check_allocation(chunk * max(h * e, streams * h * k), 48, "one chunk of a drawn cache trace")
     bg = rng.bit_generator
@@ -230,13 +231,10 @@ def systematic_topk(pi: np.ndarray, steps: int, streams: int, rng: np.random.Gen
     for s0 in range(0, steps, chunk):
         n = min(chunk, steps - s0)
         order = np.argsort(rng.random((n, h, e)), axis=-1)
-        p = np.take_along_axis(np.broadcast_to(pi, (n, h, e)), order, axis=-1)
-        cs = np.cumsum(p, axis=-1)
-        cs *= k / cs[..., -1:]
-        # global row offsets (step · H + layer), as one draw of the whole trace adds them: the
-        # same floating-point sums, hence the same picks
-        rows = (s0 + np.arange(n)).reshape(n, 1) * h + np.arange(h)
-        flat = (cs + rows[..., None] * (k + 1.0)).ravel()
+        # π in each row's order, summed, scaled to K and offset by the global row (step · H +
+        # layer) × (K + 1), as one draw of the whole trace adds them: the same floating-point
+        # sums, hence the same picks (compiled: the numpy expressions in its docstring)
+        flat = plan_kernels.systematic_flat(pi_c, order, s0 * h, k)
         u = u_rng.random((n, streams, h, 1))
         # each point (u + j) + row·(K + 1) searched in flat (side right), relative to its row,
         # clamped to E − 1, names an expert of the row's order: compiled, the same numbers
@@ -309,16 +307,6 @@ def _fill_steps(q: np.ndarray, target: float) -> int:
     return hi
 
 
-def _key_counts(keys: np.ndarray, n_keys: int) -> np.ndarray:
-    """``np.unique(keys, return_counts=True)[1]`` for keys in ``[0, n_keys)``: where the key range
-    is at most twice the keys (or small), counted by ``bincount`` — the same counts in the same
-    (sorted key) order, without sorting the picks."""
-    if n_keys <= max(2 * keys.size, 1 << 20):
-        counts = np.bincount(keys, minlength=n_keys)
-        return counts[counts > 0]
-    return np.unique(keys, return_counts=True)[1]
-
-
 def _simulate_ratios(
     topk: np.ndarray,
     experts: int,
@@ -352,13 +340,11 @@ def _simulate_ratios(
     counted_req = req.step >= warm
     if counted_steps is not None:
         counted_req &= np.asarray(counted_steps, dtype=bool)[req.step]
-    # tokens per request: how many of the step's tokens routed to the (layer, expert); the keys
-    # (step, layer, expert) sort in request order, so the counts line up with the requests
-    mine = own[np.clip(topk, 0, None)] & (topk >= 0)
-    keys = (np.arange(topk.shape[0])[:, None, None, None] * (h * e) + np.arange(h)[None, None, :, None] * e + topk)[
-        mine
-    ]
-    mult = _key_counts(keys, topk.shape[0] * h * e)
+    # tokens per request: how many of the step's tokens routed to the (layer, expert), counted
+    # in (step, layer, expert) order — request order, so the counts line up with the requests
+    from moeroof.models import plan_kernels  # numba loads only when a cache is simulated
+
+    mult = plan_kernels.pick_counts(np.ascontiguousarray(topk), np.asarray(own, dtype=bool))
     hit = res.request_hits[counted_req]
     mult = mult[counted_req]
     n = hit.size

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["gain_sums", "systematic_picks"]
+__all__ = ["gain_sums", "systematic_flat", "systematic_picks", "pick_counts"]
 
 
 @numba.njit(cache=True)
@@ -106,3 +106,60 @@ def systematic_picks(flat: np.ndarray, u: np.ndarray, order: np.ndarray, row0: i
                         raise IndexError("systematic_picks: index out of the row")
                     out[t, s, layer, j] = order[t, layer, pos]
     return out
+
+
+@numba.njit(cache=True)
+def systematic_flat(pi: np.ndarray, order: np.ndarray, row0: int, k: int) -> np.ndarray:
+    """The sorted array :func:`systematic_picks` searches, as
+    :func:`moeroof.models.expert_cache.systematic_topk` built it in numpy::
+
+        p = take_along_axis(broadcast_to(pi, (n, H, E)), order, axis=-1)
+        cs = cumsum(p, axis=-1); cs *= K / cs[..., -1:]
+        flat = (cs + row · (K + 1)).ravel()          row = row0 + t·H + ℓ
+
+    ``pi`` (H, E), ``order`` (n, H, E): the running sum in the order's sequence (numpy's cumsum
+    accumulates one by one), scaled by ``K / last``, then offset — the same operations."""
+    n, h, e = order.shape
+    flat = np.empty(n * h * e)
+    step = k + 1.0
+    for t in range(n):
+        for layer in range(h):
+            start = (t * h + layer) * e
+            c = 0.0
+            for i in range(e):
+                v = pi[layer, order[t, layer, i]]
+                c = v if i == 0 else c + v
+                flat[start + i] = c
+            scale = k / flat[start + e - 1]
+            off = float(row0 + t * h + layer) * step
+            for i in range(e):
+                flat[start + i] = flat[start + i] * scale + off
+    return flat
+
+
+@numba.njit(cache=True)
+def pick_counts(topk: np.ndarray, own: np.ndarray) -> np.ndarray:
+    """Tokens per distinct request of one rank: for each (step, layer) in order, the number of
+    the step's picks of each owned expert that any token picked, by expert id — ``np.unique``'s
+    counts of the keys ``step·H·E + layer·E + expert`` over the owned picks (``-1`` padding
+    skipped), in the same sorted order. ``topk`` (steps, streams, H, K), ``own`` (E,) bool."""
+    steps, streams, h, k = topk.shape
+    e = own.size
+    out = np.empty(steps * streams * h * k, dtype=np.int64)
+    seen = np.zeros(e, dtype=np.int64)
+    n = 0
+    for t in range(steps):
+        for layer in range(h):
+            for s in range(streams):
+                for j in range(k):
+                    x = topk[t, s, layer, j]
+                    if x >= e:
+                        raise IndexError("pick_counts: an expert id beyond E")
+                    if x >= 0 and own[x]:
+                        seen[x] += 1
+            for i in range(e):
+                if seen[i] > 0:
+                    out[n] = seen[i]
+                    n += 1
+                    seen[i] = 0
+    return out[:n].copy()

@@ -249,8 +249,14 @@ def test_properties_over_random_boxes(box):
     r = zipf_routing(m, s)
     p = plan(m, h, w, r, BATCH)
     assert np.all(np.isfinite(p.step_seconds)) and np.all(p.step_seconds > 0)
-    # a larger batch never takes a shorter step (every term is non-decreasing in B)
-    assert np.all(np.diff(p.step_seconds) >= -1e-12 * p.step_seconds[1:])
+    # a larger batch never takes a shorter step when the cache is in closed form (every term is
+    # non-decreasing in B); the simulated LRU (the default) may dip a little: LRU's misses are
+    # not monotone in the request stream, and each B is simulated on its own drawn trace
+    # (hypothesis found E = 5, K = 2, 57 layers, where the union is nearly saturated and the
+    # step at B = 64 came out 2.8e-5 shorter than at B = 32)
+    pinned = plan(m, h, replace(w, cache_policy="static"), r, BATCH)
+    assert np.all(np.diff(pinned.step_seconds) >= -1e-12 * pinned.step_seconds[1:])
+    assert np.all(np.diff(p.step_seconds) >= -1e-3 * p.step_seconds[1:])
     # coalescing never streams more than the uncoalesced baseline
     assert np.all(p.baselines["uncoalesced"]["multiple"] >= 1 - 1e-9)
     # union and misses respect their bounds

@@ -23,7 +23,7 @@ def systematic_topk_reference(pi, steps, streams, rng, chunk=None):
     k = int(round(float(pi[0].sum())))
     keys = steps * h * e
     if chunk is None:
-        chunk = expert_cache._order_chunk_steps(steps, streams, h, e, k)
+        chunk = expert_cache.order_chunk_steps(steps, streams, h, e, k)
     bg = rng.bit_generator
     if isinstance(bg, np.random.PCG64):
         u_bg = np.random.PCG64()
@@ -193,7 +193,9 @@ def test_rank_cache_memo_gives_the_computed_result_as_fresh_arrays(glm):
     a = P.balanced_packing(pi.sum(axis=0), 2)
     args = (pi, np.array([1, 8]), np.array([20.5, 7.0]), a)
     expert_cache.clear_memo()
-    fresh = expert_cache._rank_cache(np.atleast_2d(pi), args[1], args[2], a, "lru", "global", 0, None, None, None)
+    fresh = expert_cache.rank_cache_uncached(
+        np.atleast_2d(pi), args[1], args[2], a, "lru", "global", 0, None, None, None
+    )
     first = expert_cache.rank_cache(*args, policy="lru")
     first.misses_per_layer[:] = -1.0  # a caller writing into its copy changes nothing stored
     again = expert_cache.rank_cache(*args, policy="lru")
@@ -240,16 +242,16 @@ def test_predict_points_matches_plan_row_by_row(glm):
     pts = tok_s_points()
     k = PlanKnobs(engine_seconds_per_step=0.2, engine_seconds_per_agent_token=0.01, ssd_scale=0.7)
     net, hit = predict_points(pts, mdl, hw, route, k, context_tokens=512)
-    from moeroof.models.fit_plan import _box
+    from moeroof.models.fit_plan import box_with_knobs
 
     for i, p in enumerate(pts):
         w = Workload(context_tokens=512, cache_bytes=p.cache_gib * GiB, ranks=p.ranks, cache_policy=p.policy)
-        res = plan(mdl, _box(hw, k), w, route, [p.batch])
+        res = plan(mdl, box_with_knobs(hw, k), w, route, [p.batch])
         assert net[i] == res.net_tok_s[0] and hit[i] == res.cache_hit_rate[0]
 
 
 def _pick_counts_reference(topk, own):
-    """_simulate_ratios' counts before the kernel: np.unique over the owned picks' keys."""
+    """simulate_ratios' counts before the kernel: np.unique over the owned picks' keys."""
     h, e = topk.shape[2], own.size
     mine = own[np.clip(topk, 0, None)] & (topk >= 0)
     keys = (np.arange(topk.shape[0])[:, None, None, None] * (h * e) + np.arange(h)[None, None, :, None] * e + topk)[
@@ -291,6 +293,6 @@ def test_simulate_ratios_as_with_the_numpy_counts(monkeypatch, batch, cache):
     own = a == 1
     topk = expert_cache.systematic_topk(pi, 40, batch, np.random.default_rng(batch))
     args = (topk, pi.shape[1], own, a, 1, cache, "lru", "global", 10)
-    got = expert_cache._simulate_ratios(*args)
+    got = expert_cache.simulate_ratios(*args)
     monkeypatch.setattr(plan_kernels, "pick_counts", _pick_counts_reference)
-    assert got == expert_cache._simulate_ratios(*args)
+    assert got == expert_cache.simulate_ratios(*args)

@@ -53,6 +53,10 @@ from moeroof.models import cache as cache_sim
 from moeroof.models.union import power_sums
 
 __all__ = [
+    "digest",
+    "order_chunk_steps",
+    "simulate_ratios",
+    "rank_cache_uncached",
     "POLICIES",
     "SIMULATED",
     "SCOPES",
@@ -82,7 +86,7 @@ MIN_COUNTED_STEPS = 8
 #: order keys or token picks drawn at once by :func:`systematic_topk` (about 40 B each at work)
 ORDER_CHUNK_ENTRIES = 1 << 22
 #: bytes per pick of a drawn trace over a simulation: the int32 trace, its requests (item, step
-#: and layer ids), the per-pick keys and multiplicities of :func:`_simulate_ratios` and their sort
+#: and layer ids), the per-pick keys and multiplicities of :func:`simulate_ratios` and their sort
 BYTES_PER_PICK = 48
 _MEMO_SIZE = 4096
 _memo: OrderedDict = OrderedDict()
@@ -177,7 +181,7 @@ def hot_set_misses(pi: np.ndarray, cache_experts, batch) -> tuple[np.ndarray, np
     return union, misses
 
 
-def _order_chunk_steps(steps: int, streams: int, h: int, e: int, k: int) -> int:
+def order_chunk_steps(steps: int, streams: int, h: int, e: int, k: int) -> int:
     """Steps drawn at once: at most :data:`ORDER_CHUNK_ENTRIES` order keys and token picks per
     chunk (at least one step), so the working memory of a draw is bounded whatever its length."""
     per_step = max(h * e, streams * h * k, 1)
@@ -194,7 +198,7 @@ def systematic_topk(pi: np.ndarray, steps: int, streams: int, rng: np.random.Gen
     sort — at most :data:`moeroof.core.limits.MAX_DRAWN_KEYS` (about 10 s) — and the trace with
     its per-pick working arrays (:data:`BYTES_PER_PICK` per pick) must fit in the available
     memory; else a :class:`ValueError` naming the sizes. The draw runs
-    in chunks of steps (:func:`_order_chunk_steps`); with a PCG64 generator the token uniforms
+    in chunks of steps (:func:`order_chunk_steps`); with a PCG64 generator the token uniforms
     come from a copy advanced past every order key, so the chunks consume the stream exactly as
     one draw of all keys then all uniforms would — the trace is the same, byte for byte, at any
     chunk size — and ``rng`` ends where that draw leaves it.
@@ -217,7 +221,7 @@ def systematic_topk(pi: np.ndarray, steps: int, streams: int, rng: np.random.Gen
     from moeroof.models import plan_kernels  # numba loads only when a trace is drawn
 
     pi_c = np.ascontiguousarray(pi)
-    chunk = _order_chunk_steps(steps, streams, h, e, k)
+    chunk = order_chunk_steps(steps, streams, h, e, k)
     check_allocation(chunk * max(h * e, streams * h * k), 48, "one chunk of a drawn cache trace")
     bg = rng.bit_generator
     if isinstance(bg, np.random.PCG64):
@@ -244,7 +248,8 @@ def systematic_topk(pi: np.ndarray, steps: int, streams: int, rng: np.random.Gen
     return out
 
 
-def _digest(*arrays: np.ndarray) -> str:
+def digest(*arrays: np.ndarray) -> str:
+    """An exact key of arrays: BLAKE2b over each one's dtype, shape and bytes (the memo keys)."""
     hsh = hashlib.blake2b(digest_size=16)
     for a in arrays:
         a = np.ascontiguousarray(a)
@@ -265,7 +270,7 @@ def _drawn_trace(sub: np.ndarray, batch: int, steps: int, seed: int) -> np.ndarr
         topk.setflags(write=False)
         return topk
 
-    return _memoised((_digest(sub), batch, steps, seed), draw, _trace_memo, _TRACE_MEMO_SIZE)
+    return _memoised((digest(sub), batch, steps, seed), draw, _trace_memo, _TRACE_MEMO_SIZE)
 
 
 def _steady_trace(sub: np.ndarray, own: np.ndarray, batch: int, seed: int) -> tuple[np.ndarray, int]:
@@ -307,7 +312,7 @@ def _fill_steps(q: np.ndarray, target: float) -> int:
     return hi
 
 
-def _simulate_ratios(
+def simulate_ratios(
     topk: np.ndarray,
     experts: int,
     own: np.ndarray,
@@ -404,13 +409,13 @@ def page_cache_hit_ratio(
     else:
         sub = pi[_layer_rows(pi.shape[0])]
         topk, warm = _steady_trace(sub, own, int(batch), int(seed))
-        source = ("drawn", _digest(sub), int(seed))
-    key = ("page", source, int(batch), int(c), int(page), policy, scope, _digest(own.astype(np.int8)))
+        source = ("drawn", digest(sub), int(seed))
+    key = ("page", source, int(batch), int(c), int(page), policy, scope, digest(own.astype(np.int8)))
     pinned = None
     if policy == "static" and sub.shape[0] == topk.shape[2]:
         pinned = np.where(own[None, :], sub, -1.0).ravel()
     return _memoised(
-        key, lambda: _simulate_ratios(topk, e, own, assignment, rank, c, policy, scope, warm, page, pinned)[3]
+        key, lambda: simulate_ratios(topk, e, own, assignment, rank, c, policy, scope, warm, page, pinned)[3]
     )
 
 
@@ -465,11 +470,11 @@ def trace_miss_ratio(
     warm = int(idx[idx.size // 2])
     own = np.ones(int(experts), dtype=bool) if assignment is None else np.asarray(assignment) == rank
     c = float(math.floor(cache_experts_per_layer))
-    key = ("trace", trace_key, int(batch), int(c), policy, scope, _digest(own.astype(np.int8)))
+    key = ("trace", trace_key, int(batch), int(c), policy, scope, digest(own.astype(np.int8)))
 
     def compute() -> tuple[float, float, float]:
         topk = np.asarray(trace[:, :batch][:, :, _layer_rows(layers)])
-        return _simulate_ratios(topk, experts, own, assignment, rank, c, policy, scope, warm, counted_steps=full)[:3]
+        return simulate_ratios(topk, experts, own, assignment, rank, c, policy, scope, warm, counted_steps=full)[:3]
 
     return _memoised(key, compute)
 
@@ -513,7 +518,7 @@ def steady_state_miss_ratio(
     rows = _layer_rows(pi.shape[0])
     sub = pi[rows]
     key = (
-        _digest(sub, own.astype(np.int8)),
+        digest(sub, own.astype(np.int8)),
         int(batch),
         int(math.floor(c)),
         policy,
@@ -523,7 +528,7 @@ def steady_state_miss_ratio(
 
     def compute() -> tuple[float, float]:
         topk, warm = _steady_trace(sub, own, int(batch), int(seed))
-        return _simulate_ratios(topk, e, own, assignment, rank, c, policy, scope, warm)[:2]
+        return simulate_ratios(topk, e, own, assignment, rank, c, policy, scope, warm)[:2]
 
     return _memoised(key, compute, disk=True)
 
@@ -593,9 +598,9 @@ def rank_cache(
         else np.broadcast_to(np.asarray(page_cache_experts_per_layer, dtype=float), b.shape)
     )
     if trace is not None and trace_key is None:  # a trace with no name: nothing to key it by
-        return _rank_cache(pi, b, c, a, policy, scope, seed, trace, trace_key, pg)
+        return rank_cache_uncached(pi, b, c, a, policy, scope, seed, trace, trace_key, pg)
     key = (
-        _digest(pi, b, c, a, np.zeros(0) if pg is None else pg),
+        digest(pi, b, c, a, np.zeros(0) if pg is None else pg),
         pg is None,
         policy,
         scope,
@@ -603,7 +608,7 @@ def rank_cache(
         None if trace is None else str(trace_key),
     )
     out = _memoised(
-        key, lambda: _rank_cache(pi, b, c, a, policy, scope, seed, trace, trace_key, pg), _rank_memo, _MEMO_SIZE
+        key, lambda: rank_cache_uncached(pi, b, c, a, policy, scope, seed, trace, trace_key, pg), _rank_memo, _MEMO_SIZE
     )
     return RankCache(
         out.union_per_layer.copy(),
@@ -619,7 +624,7 @@ def rank_cache(
 _rank_memo: OrderedDict = OrderedDict()
 
 
-def _rank_cache(
+def rank_cache_uncached(
     pi: np.ndarray,
     b: np.ndarray,
     c: np.ndarray,

@@ -83,6 +83,7 @@ from moeroof.models.plan import RoutingProbabilities, Workload, plan_rates, rout
 from moeroof.models.routing import histogram_from_trace
 
 __all__ = [
+    "box_with_knobs",
     "KNOBS",
     "SIGMA_NET",
     "SIGMA_HIT",
@@ -161,7 +162,8 @@ def routing_from_knobs(
     return RoutingProbabilities(np.clip(pi, 0.0, 1.0), label, "projected", trace=topk, trace_key=key)
 
 
-def _box(hardware: Hardware, knobs: PlanKnobs) -> Hardware:
+def box_with_knobs(hardware: Hardware, knobs: PlanKnobs) -> Hardware:
+    """The box as the knobs make it: SSD bandwidth scaled, engine terms set where fitted."""
     hw = replace(hardware, bw_ssd_bytes_per_s=tuple(b * knobs.ssd_scale for b in hardware.bw_ssd_bytes_per_s))
     if knobs.engine_seconds_per_step is not None:
         hw = replace(
@@ -206,7 +208,7 @@ def predict_points(
     """Predicted net tok/s and hit rate of every point (in order), through :func:`plan`.
     ``routes``: a memo of the routings sampled or computed from the knobs (skew, ρ, streams,
     seed), kept by the caller for one fit."""
-    hw = _box(hardware, knobs)
+    hw = box_with_knobs(hardware, knobs)
     streams = max(p.batch for p in points)
     route = _routing(model, routing, knobs, streams, seed, routes)
     share = 1.0 if knobs.page_cache_share is None else float(knobs.page_cache_share)

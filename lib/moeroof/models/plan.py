@@ -333,7 +333,7 @@ def assign_experts(
     if workload.partition in ("lpt", "weighted"):
         # a fit asks for the same packing at every evaluation: memoised on the load's exact bytes
         speeds = workload.speeds if workload.partition == "weighted" else np.ones(0)
-        key = (workload.partition, r, expert_cache._digest(np.asarray(load, dtype=float), speeds))
+        key = (workload.partition, r, expert_cache.digest(np.asarray(load, dtype=float), speeds))
         if key not in _packings:
             packed = balanced_packing(load, r) if workload.partition == "lpt" else weighted_packing(load, speeds)
             if len(_packings) >= _PACKINGS_SIZE:

@@ -674,3 +674,20 @@ def test_output_onto_a_shipped_preset_is_refused(capsys):
             if p.read_bytes() != b:
                 p.write_bytes(b)
         (presets / "models" / "new.toml").unlink(missing_ok=True)
+
+
+def test_ctrl_c_inside_a_compiled_kernel_exits_130_quietly(monkeypatch, capsys):
+    """A Ctrl-C that lands while a numba kernel runs comes back as a SystemError whose cause is
+    the KeyboardInterrupt (CPython's 'returned a result with an exception set'): exit 130 and
+    nothing on stderr, as for a Ctrl-C anywhere else (it was exit 70, 'internal error')."""
+    from moeroof.cli import presets as presets_cmd
+
+    def interrupted_in_a_kernel(args):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as ki:
+            raise SystemError("CPUDispatcher(<function lru_pass>) returned a result with an exception set") from ki
+
+    monkeypatch.setattr(presets_cmd, "run", interrupted_in_a_kernel)
+    code, out, err = run_main(capsys, ["presets"])
+    assert code == 130 and err == "" and out == ""

@@ -226,6 +226,8 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
         print(f"error: {user_message(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:  # a bug: one line, not a traceback
+        if _interrupted(exc):  # Ctrl-C inside a compiled kernel comes back as a SystemError
+            return EXIT_INTERRUPTED
         if debug:
             raise
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "(no message)"
@@ -234,6 +236,19 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERNAL
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` wraps a KeyboardInterrupt: a Ctrl-C that lands while a numba kernel runs
+    surfaces as ``SystemError: CPUDispatcher(...) returned a result with an exception set``, the
+    interrupt as its cause."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _quiet_stdout() -> None:

@@ -18,6 +18,18 @@ os.environ[DISK_MEMO_ENV] = tempfile.mkdtemp(prefix="moeroof-test-memo-")
 # with ipykernel 7: idle kernel, waiting client), and the render is retried once in a fresh kernel
 os.environ.setdefault("MOEROOF_CELL_TIMEOUT_S", "300")
 
+# hypothesis draws the same examples on every run (fixed seeds, as the suite's other randomness):
+# a CI run can only fail on a change, never on a new draw. MOEROOF_HYPOTHESIS_RANDOM=1 explores
+# fresh examples (and the local example database replays what it finds).
+try:
+    from hypothesis import settings as _hypothesis_settings
+except ImportError:  # pragma: no cover - hypothesis is in the test extra
+    pass
+else:
+    _explore = os.environ.get("MOEROOF_HYPOTHESIS_RANDOM") == "1"
+    _hypothesis_settings.register_profile("moeroof", derandomize=not _explore)
+    _hypothesis_settings.load_profile("moeroof")
+
 
 def seeded(name: str) -> np.random.Generator:
     """A generator derived from a name, so each test's randomness is fixed and independent."""

@@ -81,3 +81,25 @@ def test_a_second_process_reads_the_simulation_back_without_numba(root):
     assert first["numba"] and not second["numba"]
     assert first["out"] == second["out"]
     assert len(list(root.glob("steady-state/*/*.json"))) == 4
+
+
+def test_a_new_salt_keeps_only_the_newest_folders(root):
+    """Each edit or upgrade makes a new salt folder; opening one deletes all but the
+    KEEP_SALTS - 1 most recently written others, so the memo does not grow without end."""
+    import time
+
+    old = [disk_memo.DiskMemo("m", f"salt{i}") for i in range(6)]
+    for i, memo in enumerate(old):
+        memo.put(("k",), i)
+        stamp = time.time() - 1000 + 100 * i  # salt5 written last
+        os.utime(memo.folder, (stamp, stamp))
+    new = disk_memo.DiskMemo("m", "fresh")
+    new.put(("k",), 99)
+    kept = sorted(p.name for p in new.folder.parent.iterdir())
+    newest = [f"salt{i}" for i in range(6)][-(disk_memo.KEEP_SALTS - 1) :]
+    assert kept == sorted(["fresh", *newest])
+    assert new.get(("k",)) == 99 and disk_memo.DiskMemo("m", "salt5").get(("k",)) == 5
+    assert disk_memo.DiskMemo("m", "salt0").get(("k",)) is None  # deleted: a miss, not an error
+    other = disk_memo.DiskMemo("other", "x")  # another memo's folders are its own
+    other.put(("k",), 1)
+    assert sorted(p.name for p in new.folder.parent.iterdir()) == sorted(["fresh", *newest])

@@ -25,7 +25,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ENV", "DiskMemo", "memo_root", "source_salt"]
+__all__ = ["ENV", "KEEP_SALTS", "DiskMemo", "memo_root", "source_salt"]
+
+#: salt folders kept per memo (the newest written): older code's entries are deleted
+KEEP_SALTS = 4
 
 #: the environment variable naming the folder ("" turns the disk memo off)
 ENV = "MOEROOF_CACHE_DIR"
@@ -63,6 +66,27 @@ class DiskMemo:
     def _path(self, text: str) -> Path:
         return self.folder / f"{hashlib.blake2b(text.encode(), digest_size=16).hexdigest()}.json"
 
+    def _prune(self) -> None:
+        """Keep this memo's :data:`KEEP_SALTS` most recently written salt folders (this one
+        included) and delete the rest: every edit of the simulator or upgrade makes a new salt,
+        and the old ones are never read again. A folder's time moves with each entry written, so
+        a salt another checkout still uses stays; one deleted under it only misses, and is made
+        again at its next write."""
+        import shutil
+
+        def written(p: Path) -> float:
+            try:
+                return p.stat().st_mtime
+            except OSError:
+                return 0.0
+
+        try:
+            others = [p for p in self.folder.parent.iterdir() if p.is_dir() and p != self.folder]
+        except OSError:
+            return
+        for old in sorted(others, key=written, reverse=True)[KEEP_SALTS - 1 :]:
+            shutil.rmtree(old, ignore_errors=True)
+
     def get(self, key: Any) -> Any | None:
         if self.folder is None:
             return None
@@ -82,7 +106,9 @@ class DiskMemo:
 
         text = repr(key)
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            if not self.folder.is_dir():
+                self.folder.mkdir(parents=True, exist_ok=True)
+                self._prune()
             atomic.write_text(self._path(text), json.dumps({"key": text, "value": value}))
         except (OSError, ValueError, TypeError):
             self.folder = None  # cannot write here: stop trying for this run

@@ -743,16 +743,19 @@ def render_all(args: argparse.Namespace) -> tuple[int, dict]:
     targets = [
         target_for(path.stem, params, args.out, paths.REPORTS_DIR) for path, params in zip(notebooks, per_notebook)
     ]
+    order = list(range(len(notebooks)))
+    if jobs > 1:
+        root = args.out if args.out is not None else paths.REPORTS_DIR
+        order = longest_first([p.stem for p in notebooks], read_timings(root))
+    starts = {i: n for n, i in enumerate(order, 1)}  # "[n/N]" counts in the order renders start
     jobs_args = [
-        (n, len(notebooks), path, target.out_dir, params, target.figures_dir, as_json, cell_timeout_s)
-        for n, (path, target, params) in enumerate(zip(notebooks, targets, per_notebook), 1)
+        (starts[i], len(notebooks), path, target.out_dir, params, target.figures_dir, as_json, cell_timeout_s)
+        for i, (path, target, params) in enumerate(zip(notebooks, targets, per_notebook))
     ]
     if jobs == 1:
         outcomes = (_render_job(*job) for job in jobs_args)
         finished = zip(range(len(notebooks)), outcomes)
     else:
-        root = args.out if args.out is not None else paths.REPORTS_DIR
-        order = longest_first([p.stem for p in notebooks], read_timings(root))
         finished = _render_parallel(jobs_args, jobs, order)
     results: dict[int, dict] = {}
     for i, (ipynb_path, html_path, error, seconds) in finished:

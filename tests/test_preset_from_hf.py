@@ -241,3 +241,14 @@ def test_errors_are_one_line(tmp_path, capsys):
     )
     assert main(["preset-from-hf", str(tmp_path / "zero"), "-o", str(tmp_path / "m.toml")]) == 2
     assert "not an MoE model" in capsys.readouterr().err
+
+
+def test_a_config_json_nested_too_deep_is_one_error_line(tmp_path, capsys):
+    """config.json is bounded in size and nesting before json.loads (a 100,000-deep list was a
+    RecursionError caught only by the CLI's last resort, without the file's name)."""
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "mixtral", "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    assert main(["preset-from-hf", str(folder), "-o", str(tmp_path / "m.toml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "config.json" in err[0] and "deep" in err[0], err

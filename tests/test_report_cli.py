@@ -161,3 +161,17 @@ def test_longest_first_orders_by_the_last_render_and_the_timings_round_trip(tmp_
     assert report.read_timings(tmp_path) == {"a": 3.5, "b": 9.0}
     (tmp_path / report.TIMINGS_NAME).write_text("{not json")
     assert report.read_timings(tmp_path) == {}
+
+
+def test_a_parameters_file_nested_or_too_big_is_one_error_line_naming_it(tiny, tmp_path, monkeypatch, capsys):
+    """-f FILE is bounded before the (recursive) YAML parser sees it: a 100,000-deep flow list
+    and a file over 1 MiB are one error line naming the file, before anything renders."""
+    _no_render(monkeypatch)
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("count: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    big = tmp_path / "big.yaml"
+    big.write_text("label: " + "x" * (1 << 20) + "\n")
+    for path, said in ((deep, "deep"), (big, "more than")):
+        assert cli_main(["report", "--notebooks-dir", str(tiny), "--notebooks", "tiny", "-f", str(path)]) == 2
+        line = one_error_line(capsys.readouterr().err)
+        assert str(path) in line and said in line, line

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from moeroof.core.limits import MAX_JSON_BYTES, check_document
 from moeroof.data.io import InputError
 
 __all__ = [
@@ -138,9 +139,15 @@ def read_config(model_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise InputError(path, None, "file", "no config.json in the checkpoint folder")
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_JSON_BYTES + 1)  # bounded: check_document refuses a longer file
+        text = raw.decode("utf-8")
+        check_document(text, "config.json", max_bytes=MAX_JSON_BYTES)  # size and nesting, before parsing
+        doc = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise InputError(path, None, "file", f"not valid JSON ({err})") from None
+    except ValueError as err:
+        raise InputError(path, None, "file", str(err)) from None
     if not isinstance(doc, dict):
         raise InputError(path, None, "file", "expected a JSON object")
     return doc

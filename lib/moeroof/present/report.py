@@ -413,12 +413,25 @@ def read_parameters_file(path: Path) -> dict:
     """A YAML (or JSON) mapping of parameter names to values, as papermill's ``-f``."""
     import yaml
 
+    from moeroof.core.limits import MAX_TOML_BYTES, check_document
+
     try:
-        text = path.read_text()
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_TOML_BYTES + 1)  # bounded: check_document refuses a longer file
+        text = raw.decode("utf-8")
     except OSError as err:
         raise ValueError(f"{path}: cannot read the parameters file: {err.strerror or err}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: the parameters file is not UTF-8 text") from None
+    try:
+        # size and flow-style nesting ([[[…]]], {{…}}) before the recursive YAML parser sees it
+        check_document(text, "the parameters file", max_bytes=MAX_TOML_BYTES)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
     try:
         data = yaml.safe_load(text)
+    except RecursionError:  # block-style nesting by indentation, deeper than the parser recurses
+        raise ValueError(f"{path}: the parameters file nests too deeply to read") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         row = f"{mark.line + 1}" if mark is not None else "-"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -288,8 +290,6 @@ def test_log_gamma_from_uniforms_is_gamma_distributed(a):
     from scipy import stats
     from scipy.special import gammainc, gammaln, hyp1f1
 
-    from moeroof.models.routing import log_gamma_from_uniforms
-
     n = 20_000
     u = np.random.default_rng(41).random((2, n))
     log_g = log_gamma_from_uniforms(np.full(n, a), u)
@@ -314,7 +314,6 @@ def test_log_gamma_from_uniforms_is_gamma_distributed(a):
 def test_log_gamma_from_uniforms_is_finite_and_monotone_in_the_shape(log10_a, rel, u0, u1):
     """The coupling behind common random numbers: at fixed uniforms ``log G`` is finite (shapes
     down to the 1e-300 floor, uniforms down to an exact 0) and non-decreasing in the shape."""
-    from moeroof.models.routing import log_gamma_from_uniforms
 
     a = 10.0**log10_a
     u = np.array([[u0, u0], [u1, u1]])
@@ -406,7 +405,6 @@ def test_c_step_inf_is_the_draw_without_it():
 
 
 def test_part_concentrations_split_the_harmonic_total():
-    from moeroof.models.routing import part_concentrations
 
     c = np.array([4.0, np.inf, 7.0, np.inf, 1e-3])
     cs = np.array([np.inf, 2.0, 3.0, np.inf, 1e5])
@@ -635,100 +633,9 @@ def test_zipf_trace_at_large_s_routes_the_top_k_ranks():
 # the numpy implementation it replaced.
 
 
-def _sample_trace_reference(model, steps, streams, layers, rng, *, c=np.inf, c_step=np.inf, rho=0.0,
-                            groups=1, scope="trace", popularity=None, prompt_tokens=0):  # fmt: skip
-    """sample_trace as it was in numpy before the kernel (issue 16), argument checks left out;
-    self-contained but for the public log_gamma_from_uniforms and part_concentrations."""
-
-    def per_layer(value):
-        arr = np.asarray(value, dtype=float)
-        return np.full(layers, float(arr)) if arr.ndim == 0 else arr
-
-    def child_generator(key):  # a generator seeded by rng's state and key, drawing nothing from it
-        def words(state):
-            if isinstance(state, dict):
-                return [w for key in sorted(state) for w in (*words(key), *words(state[key]))]
-            if isinstance(state, str):
-                return [int.from_bytes(state.encode(), "little")]
-            if isinstance(state, np.ndarray):
-                return [w for x in state.ravel().tolist() for w in words(x)]
-            if isinstance(state, float):
-                return [int.from_bytes(np.float64(state).tobytes(), "little")]
-            value = int(state)
-            return [2 * value if value >= 0 else -2 * value - 1]
-
-        seq = np.random.SeedSequence(words(rng.bit_generator.state), spawn_key=(key,))
-        return np.random.Generator(np.random.PCG64(seq))
-
-    def top_k_of_scores(scores, k):
-        part = np.argpartition(-scores, k - 1, axis=-1)[..., :k]
-        order = np.argsort(-np.take_along_axis(scores, part, axis=-1), axis=-1)
-        return np.take_along_axis(part, order, axis=-1).astype(np.int32)
-
-    rho_l = per_layer(rho)
-    c_l = per_layer(c)
-    k = model.top_k
-    logw = None
-    if popularity is not None:
-        w = np.asarray(popularity, dtype=float)
-        w = w / w.sum(axis=-1, keepdims=True)
-    elif hasattr(model, "log_popularity"):
-        logw = model.log_popularity(layers, rng)
-        w = np.exp(logw)
-    else:
-        w = model.popularity(layers, rng)
-    cs_l = per_layer(c_step)
-    if logw is None:
-        with np.errstate(divide="ignore"):
-            logw = np.log(w)
-    a_group, a_step = part_concentrations(c_l, cs_l)
-    has_group, has_step = a_group > 0, a_step > 0
-    neither = ~(has_group | has_step)
-    group_of = np.arange(streams) * groups // streams
-    child_group = child_generator(1) if np.any(has_group) else None
-    child_step = child_generator(2) if np.any(has_step) else None
-    shape_group = np.where(has_group, a_group, 1.0)[:, None] * w
-    shape_step = np.where(has_step, a_step, 1.0)[:, None] * w
-    log_group = None
-
-    def draw_logq(redraw_group):
-        nonlocal log_group
-        if not (np.any(has_group) or np.any(has_step)):
-            return np.broadcast_to(logw, (streams,) + w.shape)
-        if child_group is not None and (log_group is None or redraw_group):
-            u = child_group.random((2, groups) + w.shape)
-            lg = log_gamma_from_uniforms(np.broadcast_to(shape_group, (groups,) + w.shape), u)
-            log_group = np.where(has_group[:, None], lg, -np.inf)
-        mass = None if log_group is None else log_group[group_of]
-        if child_step is not None:
-            lh = log_gamma_from_uniforms(shape_step, child_step.random((2,) + w.shape))
-            lh = np.where(has_step[:, None], lh, -np.inf)
-            if mass is None:
-                mass = np.broadcast_to(lh, (streams,) + w.shape)
-            else:
-                with np.errstate(invalid="ignore"):
-                    mass = np.maximum(mass, lh) + np.log1p(np.exp(-np.abs(mass - lh)))
-        return np.where(neither[:, None], logw, np.where(w > 0, mass, -np.inf))
-
-    rho_keep = float(rho_l[0]) if np.ndim(rho) == 0 else rho_l[:, None]
-    total = int(prompt_tokens) + steps
-    logq = draw_logq(True)
-    out = np.empty((total, streams, layers, k), dtype=np.int32)
-    out[0] = top_k_of_scores(logq + rng.gumbel(size=logq.shape), k)
-    for step in range(1, total):
-        if scope == "step" or child_step is not None:
-            logq = draw_logq(scope == "step")
-        scores = logq + rng.gumbel(size=logq.shape)
-        if np.any(rho_l > 0):
-            keep = rng.random(out[step - 1].shape) < rho_keep
-            kept_ids = np.where(keep, out[step - 1], -1)
-            boost = np.zeros(logq.shape, dtype=bool)
-            s_idx, l_idx, _ = np.nonzero(keep)
-            boost[s_idx, l_idx, kept_ids[keep]] = True
-            scores = np.where(boost, np.inf, scores)
-        out[step] = top_k_of_scores(scores, k)
-    return out
-
+# the numpy sample_trace the kernel replaced: one copy, kept with the benchmark that times it
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from report_hotspots import sample_trace_reference as _sample_trace_reference  # noqa: E402
 
 _TRACE_CASES = [
     # (model, steps, streams, layers, knobs): the notebooks' shapes and every branch of the kernel

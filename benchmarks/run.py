@@ -676,16 +676,10 @@ def table(rows: list[dict]) -> str:
 
 
 def write_json(path: Path, payload: dict) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".results.", suffix=".json", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(payload, fh, indent=2)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """The results, written whole (:func:`moeroof.core.atomic.write_text`)."""
+    from moeroof.core import atomic
+
+    atomic.write_text(path, json.dumps(payload, indent=2) + "\n")
 
 
 def main(argv=None) -> int:

@@ -162,16 +162,11 @@ def write_oracle_general(items: np.ndarray, path: Path, chunk: int = 1 << 22) ->
 
 
 def compile_c(tmp: Path) -> tuple[Path | None, str]:
-    """``benchmarks/cache_ref.c`` built with ``cc -O2`` (as benchmarks/run.py); (binary, note)."""
-    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
-        return None, "no C compiler found (cc, gcc, clang): the C reference rows are skipped"
-    exe = tmp / "cache_ref"
-    p = subprocess.run([cc, "-O2", "-o", str(exe), str(HERE / "cache_ref.c")], capture_output=True, text=True)
-    if p.returncode != 0:
-        return None, f"C compile failed ({cc}): {p.stderr.strip()[:200]}; the C reference rows are skipped"
-    v = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.splitlines()
-    return exe, f"{cc} -O2 ({v[0] if v else 'unknown version'})"
+    """``benchmarks/cache_ref.c`` built with ``cc -O2`` by :func:`run.compile_c_reference`;
+    (binary, note)."""
+    from run import compile_c_reference
+
+    return compile_c_reference(tmp)
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -439,17 +434,11 @@ def table(sizes: list[dict], marg: dict) -> str:
 
 
 def write_json(path: Path, payload: dict) -> None:
+    """The results, written whole (:func:`moeroof.core.atomic.write_text`)."""
+    from moeroof.core import atomic
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".vs_libcachesim.", suffix=".json", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(payload, fh, indent=1)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic.write_text(path, json.dumps(payload, indent=1) + "\n")
 
 
 def main(argv=None) -> int:

@@ -56,6 +56,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 import moeroof
+from moeroof.core.disk_memo import memo_root
 from moeroof.models.routing import histogram_from_trace
 from moeroof.present import answers
 from moeroof.present.plots import (
@@ -763,8 +764,9 @@ display(
         f"(hit rate and GiB/step at 20 and 80 GiB, union {ladder.UNION_PUBLISHED:g}), the {rfit.fit.family} family "
         f"fits (α or s = {rk['skew']['value']:.3g}, ρ = {rk['rho']['value']:.3g}, history "
         f"{rk['history_tokens']['value']:.0f} tokens; {', '.join(f for f, d in rfit.fit.families.items() if not d['fits']) or 'no family'} "
-        f"cannot fit within tolerance) in {rfit.seconds:.0f} s of wall time (simulations already in the disk memo "
-        "are read back, not rerun). Predicted hit % (5–95 %) and GiB/step per rank: "
+        f"cannot fit within tolerance) in {rfit.seconds:.0f} s of wall time"
+        + (" (simulations kept on disk by an earlier run are read back, not rerun)" if memo_root() else "")
+        + ". Predicted hit % (5–95 %) and GiB/step per rank: "
         + "; ".join(
             f"{r['case']} {_band(r)} %, {_band(r, 'gib_streamed_per_step', 'gib_low', 'gib_high', pct=False)} GiB"
             for r in withheld_rows

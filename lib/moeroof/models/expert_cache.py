@@ -642,6 +642,8 @@ def rank_cache_uncached(
     misses = np.zeros((ranks, b.size))
     token_misses = np.zeros((ranks, b.size))
     picks = np.zeros(ranks)
+    # which B run on the user's trace: one scan of its streams per B, not one per rank
+    on_trace = [trace is not None and policy != "static" and usable_trace_batch(trace, int(bb)) for bb in b]
     for r in range(ranks):
         idx = np.flatnonzero(a == r)
         if idx.size == 0:
@@ -655,7 +657,7 @@ def rank_cache_uncached(
             token_misses[r] = b * hot_set_misses(pi[:, idx], c_r, np.ones_like(b))[1].mean(axis=0)
         else:
             for j, (bb, cc) in enumerate(zip(b, c_r)):
-                if trace is not None and usable_trace_batch(trace, int(bb)):
+                if on_trace[j]:
                     req, tok, u_trace = trace_miss_ratio(
                         trace,
                         str(trace_key),

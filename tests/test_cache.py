@@ -658,7 +658,7 @@ def _snapshot(folder) -> dict[str, int]:
 def test_kernels_are_cached_on_disk_and_loaded_by_the_next_process(tmp_path):
     # NUMBA_CACHE_DIR is honoured: the first process compiles and writes the cache, the second
     # loads it (a cache miss would rewrite the index files)
-    env = {"NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "numba"), "MOEROOF_NATIVE": "0"}  # the numba kernels
     _run(env)
     first = _snapshot(tmp_path / "numba")
     assert any(name.endswith(".nbi") for name in first) and any(name.endswith(".nbc") for name in first)
@@ -679,7 +679,7 @@ def test_kernels_run_from_a_read_only_install(tmp_path):
     for p in sorted(site.rglob("*"), reverse=True):
         p.chmod(0o555 if p.is_dir() else 0o444)
     site.chmod(0o555)
-    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), "HOME": str(tmp_path), "NUMBA_CACHE_DIR": ""}
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), "HOME": str(tmp_path), "NUMBA_CACHE_DIR": "", "MOEROOF_NATIVE": "0"}
     try:
         _run(env, pythonpath=str(site))
         assert not list(site.rglob("__pycache__/*.nbi"))

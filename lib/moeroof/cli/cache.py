@@ -466,8 +466,11 @@ def cache_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from moeroof.core.numba_start import skip_blas_probe
+    from moeroof.models import cache_native
 
-    skip_blas_probe()  # this command's compiled work is the suite's own kernels (no BLAS)
+    if cache_native.library() is None:  # no C kernels here: numba's, started without its BLAS probe
+        from moeroof.core.numba_start import skip_blas_probe
+
+        skip_blas_probe()  # this command's compiled work is the suite's own kernels (no BLAS)
     rep = cache_report(args)
     return emit(rep, args, print_cache, csv_table=cache_csv)

@@ -230,11 +230,9 @@ class Requests:
                 np.cumsum(self._cells, out=off[1:])
                 cstep = np.repeat(np.arange(self.steps, dtype=np.int64), self.layers)
             else:
-                from moeroof.models import cache_kernels  # numba loads only when a kernel runs
+                from moeroof.models import cache_native as kernels  # C; numba only as its fallback
 
-                off, cstep = cache_kernels.runs_kernel(
-                    np.ascontiguousarray(self._step), np.ascontiguousarray(self._layer)
-                )
+                off, cstep = kernels.runs_kernel(np.ascontiguousarray(self._step), np.ascontiguousarray(self._layer))
             object.__setattr__(self, "_lookups", (off, cstep))
         return self._lookups
 
@@ -354,7 +352,7 @@ def requests_from_trace(topk, experts, *, partition=None, rank=None, streams=Non
     use_keep = keep is not None
     keep = np.ascontiguousarray(keep) if use_keep else np.ones((1, 1), dtype=bool)
     from moeroof.data.io import TOPK_CHUNK_ELEMENTS  # read_trace's chunks: the same first error
-    from moeroof.models import cache_kernels  # numba loads only when a kernel runs
+    from moeroof.models import cache_native as kernels  # C; numba only as its fallback
 
     chunk = max(1, TOPK_CHUNK_ELEMENTS // max(1, int(np.prod(arr.shape[1:]))))
     item_dt = np.int32 if layers * experts < 2**31 else np.int64
@@ -365,16 +363,16 @@ def requests_from_trace(topk, experts, *, partition=None, rank=None, streams=Non
     err = np.zeros(15, np.int64)
     for s0 in range(0, steps, chunk):
         block = _native_block(arr, s0, chunk)
-        kind = cache_kernels.scan_block(
+        kind = kernels.scan_block(
             block, experts, sel, keep, use_keep, bool(validate), mark, tmark, ctr, cells, s0 * layers, err
         )
-        if kind != cache_kernels.ID_OK:
+        if kind != kernels.ID_OK:
             _raise_id_error(kind, err, s0, experts)
     items = np.empty(int(cells.sum(dtype=np.int64)), dtype=item_dt)
     mark[:] = 0
     pos = 0
     for s0 in range(0, steps, chunk):
-        pos = cache_kernels.emit_block(
+        pos = kernels.emit_block(
             _native_block(arr, s0, chunk), experts, sel, keep, use_keep, mark, s0 * layers, items, pos
         )
     return Requests(items, None, None, int(steps), int(layers), experts, cells=cells)
@@ -393,13 +391,13 @@ def _native_block(arr, s0: int, chunk: int) -> np.ndarray:
 
 def _raise_id_error(kind: int, err: np.ndarray, s0: int, experts: int) -> None:
     from moeroof.data.io import TOPK_DUPLICATE, TOPK_PARTIAL, TOPK_RANGE
-    from moeroof.models import cache_kernels
+    from moeroof.models import cache_native as kernels
 
     s, t, l, k, v = (int(x) for x in err[:5])
     index = f"topk[{s + s0},{t},{l},{k}]"
-    if kind == cache_kernels.ID_RANGE:
+    if kind == kernels.ID_RANGE:
         raise TraceIdError(index, TOPK_RANGE.format(value=v, experts=experts))
-    if kind == cache_kernels.ID_PARTIAL:
+    if kind == kernels.ID_PARTIAL:
         raise TraceIdError(index, TOPK_PARTIAL)
     raise TraceIdError(index, TOPK_DUPLICATE.format(value=v))
 
@@ -422,9 +420,9 @@ def _bincount(items, minlength: int = 0) -> np.ndarray:
     items = np.asarray(items)
     if items.size == 0 or items.dtype.kind not in "iu" or int(items.min()) < 0:
         return np.bincount(items, minlength=minlength).astype(np.int64)  # its errors, its result
-    from moeroof.models import cache_kernels  # numba loads only when a kernel runs
+    from moeroof.models import cache_native as kernels  # C; numba only as its fallback
 
-    return cache_kernels.count_items(np.ascontiguousarray(items), max(int(minlength), int(items.max()) + 1))
+    return kernels.count_items(np.ascontiguousarray(items), max(int(minlength), int(items.max()) + 1))
 
 
 def hot_set_ranking(popularity) -> np.ndarray:
@@ -442,7 +440,7 @@ def lookup_starts(requests: Requests, lookup: str = "layer", keep: np.ndarray | 
     trace-driven cache simulator such as libCacheSim sees). The simulators take the lookups as
     :meth:`Requests.lookups` (one offset per lookup); this array is for callers that want flags.
     """
-    from moeroof.models import cache_kernels  # numba loads only when a kernel runs
+    from moeroof.models import cache_native as kernels  # C; numba only as its fallback
 
     _check_lookup(lookup)
     n = len(requests) if keep is None else int(np.count_nonzero(keep))
@@ -450,8 +448,8 @@ def lookup_starts(requests: Requests, lookup: str = "layer", keep: np.ndarray | 
         return np.ones(n, dtype=bool)
     off, _ = requests.lookups()
     if keep is not None:
-        off = cache_kernels.subset_offsets(off, np.ascontiguousarray(keep, dtype=bool))
-    return cache_kernels.starts_from_offsets(off, n)
+        off = kernels.subset_offsets(off, np.ascontiguousarray(keep, dtype=bool))
+    return kernels.starts_from_offsets(off, n)
 
 
 def _check_lookup(lookup: str) -> None:
@@ -464,7 +462,7 @@ def next_use(items: np.ndarray, dtype=np.int64) -> np.ndarray:
 
     One backward pass (no sort); ``dtype`` of the result (int32 when ``len(items) < 2^31``
     halves what Belady keeps per request)."""
-    from moeroof.models import cache_kernels  # numba loads only when a kernel runs
+    from moeroof.models import cache_native as kernels  # C; numba only as its fallback
 
     items = np.asarray(items)
     n = items.size
@@ -475,7 +473,7 @@ def next_use(items: np.ndarray, dtype=np.int64) -> np.ndarray:
         return out
     if items.min() < 0:
         raise ValueError("item ids must be >= 0")
-    cache_kernels.next_use_kernel(np.ascontiguousarray(items), int(items.max()) + 1, out)
+    kernels.next_use_kernel(np.ascontiguousarray(items), int(items.max()) + 1, out)
     return out
 
 
@@ -590,7 +588,7 @@ def simulate(
     ``s3fifo_threshold`` (``policy="s3fifo"`` only): hits in S3-FIFO's small queue that move an
     item to the main queue, an integer ≥ 1 (default 1; libCacheSim's S3FIFOv0 uses 2).
     """
-    from moeroof.models import cache_kernels  # numba loads only when a kernel runs
+    from moeroof.models import cache_native as kernels  # C; numba only as its fallback
 
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
@@ -624,8 +622,8 @@ def simulate(
         raise ValueError("s3fifo_threshold applies to policy='s3fifo' only")
     group, cap = _groups(scope, capacity, capacity_unit, layers, experts)
     items = np.ascontiguousarray(requests.items)
-    if items.dtype not in (np.int32, np.int64):
-        items = items.astype(np.int64)
+    if items.dtype not in (np.int32, np.int64) or (items.dtype == np.int64 and n_items < 2**31):
+        items = items.astype(np.int32 if n_items < 2**31 else np.int64)  # the C kernels read int32 ids
     if items.size and (items.min() < 0 or items.max() >= n_items):
         raise ValueError(f"request item ids must lie in [0, {n_items})")
     cap = _clamp_capacity(cap, group, occ, items, n_items, capacity_unit, everything=policy == "static")
@@ -645,39 +643,35 @@ def simulate(
     )
     notes: list[str] = []
     if policy == "lru":
-        counts = cache_kernels.lru_pass(items, group, cap, occ, *tail)
+        counts = kernels.lru_pass(items, group, cap, occ, *tail)
     elif policy in ("lfu", "lfu-perfect"):
-        mode = cache_kernels.HEAP_LFU if policy == "lfu" else cache_kernels.HEAP_LFU_PERFECT
-        counts = cache_kernels.heap_pass(items, group, cap, occ, mode, np.zeros(1, np.int64), *tail)
+        mode = kernels.HEAP_LFU if policy == "lfu" else kernels.HEAP_LFU_PERFECT
+        counts = kernels.heap_pass(items, group, cap, occ, mode, np.zeros(1, np.int64), *tail)
     elif policy == "belady":
-        counts = cache_kernels.heap_pass(
-            items, group, cap, occ, cache_kernels.HEAP_BELADY, next_use(items, np.int32), *tail
-        )
+        counts = kernels.heap_pass(items, group, cap, occ, kernels.HEAP_BELADY, next_use(items, np.int32), *tail)
         notes.append(
             "belady: offline optimum (Belady's MIN with bypass); the bound on every policy"
             + ("" if occ.size == 0 or np.all(occ == occ[0]) else " only for equal sizes — a heuristic here")
         )
     elif policy == "belady-insert":
-        counts = cache_kernels.heap_pass(
-            items, group, cap, occ, cache_kernels.HEAP_BELADY_INSERT, next_use(items, np.int32), *tail
-        )
+        counts = kernels.heap_pass(items, group, cap, occ, kernels.HEAP_BELADY_INSERT, next_use(items, np.int32), *tail)
         notes.append(
             "belady-insert: offline (Belady's MIN inserting every miss, libCacheSim's Belady); "
             "the optimum of demand paging, at most belady's hits"
         )
     elif policy == "s3fifo":
-        counts = cache_kernels.s3fifo_pass(items, group, cap, occ, S3FIFO_SMALL_FRACTION, s3fifo_threshold, *tail)
+        counts = kernels.s3fifo_pass(items, group, cap, occ, S3FIFO_SMALL_FRACTION, s3fifo_threshold, *tail)
         if s3fifo_threshold != S3FIFO_MOVE_TO_MAIN_THRESHOLD:
             notes.append(f"s3fifo: an item moves from the small queue to main after {s3fifo_threshold} hits")
     elif policy == "arc":
-        counts = cache_kernels.arc_pass(items, group, cap, *tail)
+        counts = kernels.arc_pass(items, group, cap, *tail)
     else:
         if pinned is None:
             pinned = request_histogram(requests)
             notes.append("static: hot set pinned from the trace's own request histogram — an oracle hot set")
         # cold start like every other policy: a pinned item loads on first use
         mask = _pinned_mask(pinned, group, cap, occ, n_items)
-        counts = cache_kernels.static_pass(items, mask, off, cstep, *tail[3:])
+        counts = kernels.static_pass(items, mask, off, cstep, *tail[3:])
     res = _result(counts, steps, sizes, policy, capacity, capacity_unit, scope, warmup_steps, tuple(notes))
     return replace(res, request_hits=tail[-1]) if return_hits else res
 
@@ -745,13 +739,13 @@ def _labels(items: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
 
 def _stack_pass(items, off, cstep, per_request: bool, *, warm: int = 0, distances: bool = False):
     """Run the stack kernel over the lookups ``off``: (distances or None, histogram by distance 0..D, D)."""
-    from moeroof.models import cache_kernels  # numba loads only when a kernel runs
+    from moeroof.models import cache_native as kernels  # C; numba only as its fallback
 
     ids, label, d = _labels(items)
     n = ids.size
     out = np.empty(n if distances else 0, dtype=np.int64)
     hist = np.zeros(0 if distances else d + 1, dtype=np.int64)
-    cache_kernels.stack_kernel(ids, label, d, int(2 * d + 64), off, cstep, bool(per_request), int(warm), out, hist)
+    kernels.stack_kernel(ids, label, d, int(2 * d + 64), off, cstep, bool(per_request), int(warm), out, hist)
     return (out if distances else None), hist, d
 
 
@@ -767,7 +761,7 @@ def stack_distances(items: np.ndarray, start: np.ndarray | None = None) -> np.nd
     starts, so a request of a lookup does not count the lookup's earlier requests; default
     every request its own lookup.
     """
-    from moeroof.models import cache_kernels  # numba loads only when a kernel runs
+    from moeroof.models import cache_native as kernels  # C; numba only as its fallback
 
     items = np.asarray(items)
     if items.size == 0:
@@ -778,7 +772,7 @@ def stack_distances(items: np.ndarray, start: np.ndarray | None = None) -> np.nd
     start = np.ascontiguousarray(start, dtype=bool)
     if start.shape != items.shape:
         raise ValueError(f"start must have one flag per request, shape {items.shape}, got {start.shape}")
-    off = cache_kernels.offsets_from_starts(start)
+    off = kernels.offsets_from_starts(start)
     return _stack_pass(items, off, np.zeros(off.size - 1, np.int64), False, distances=True)[0]
 
 
@@ -906,10 +900,10 @@ def shards_hit_curve(requests, rate, *, seed=0, adjust=False, lookup: str = "lay
     if sub.size == 0:
         return np.zeros(1, dtype=np.int64), np.full(1, np.nan)
     if is_req:
-        from moeroof.models import cache_kernels  # numba loads only when a kernel runs
+        from moeroof.models import cache_native as kernels  # C; numba only as its fallback
 
         off, cstep = requests.lookups()
-        off = cache_kernels.subset_offsets(off, keep)
+        off = kernels.subset_offsets(off, keep)
     else:
         off, cstep = _one_lookup(sub.size)
     del keep

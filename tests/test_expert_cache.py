@@ -287,6 +287,43 @@ def test_lru_hit_rate_never_falls_as_the_cache_grows():
         assert np.all(np.diff(miss) <= 1e-15), (batch, miss)
 
 
+@pytest.mark.parametrize("ranks", [1, 3])
+@pytest.mark.parametrize("batch", [1, 5, 16])
+def test_lru_ratio_curve_is_simulate_ratios_at_every_capacity(ranks, batch):
+    """The global LRU's ratios at every whole cache from one stack-distance pass are the very
+    floats one simulation per capacity gives (what steady_state_miss_ratio returned before)."""
+    pi = inclusion_probabilities(seeded(f"lru-curve-{batch}").dirichlet(np.full(40, 0.3), size=6), 4)
+    assignment = None if ranks == 1 else seeded("lru-curve-ranks").permutation(np.arange(40) % ranks)
+    for rank in range(ranks):
+        own = np.ones(40, dtype=bool) if assignment is None else assignment == rank
+        n_own = int(own.sum())
+        topk, warm = expert_cache._steady_trace(pi, own, batch, 11)
+        curve = expert_cache.lru_ratio_curve(topk, 40, own, assignment, rank, warm, n_own - 1)
+        assert len(curve) == 2 * (n_own - 1)
+        for c in range(1, n_own):
+            ref = expert_cache.simulate_ratios(topk, 40, own, assignment, rank, float(c), "lru", "global", warm)
+            assert (curve[c - 1], curve[n_own - 1 + c - 1]) == ref[:2], (rank, c)
+
+
+def test_steady_state_lru_reads_its_curve_and_matches_a_simulation(monkeypatch):
+    """steady_state_miss_ratio's global LRU (served from the curve) against simulate_ratios on
+    the same steady-state trace, at every capacity, with no simulate call at all."""
+    monkeypatch.setenv("MOEROOF_CACHE_DIR", "")
+    clear_memo()
+    calls = []
+    real = expert_cache.cache_sim.simulate
+    monkeypatch.setattr(expert_cache.cache_sim, "simulate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    got = [steady_state_miss_ratio(SMALL_PI, 4, float(c), policy="lru", seed=5) for c in range(1, SMALL_PI.shape[1])]
+    assert not calls
+    monkeypatch.setattr(expert_cache.cache_sim, "simulate", real)
+    own = np.ones(SMALL_PI.shape[1], dtype=bool)
+    sub = SMALL_PI[expert_cache._layer_rows(SMALL_PI.shape[0])]
+    topk, warm = expert_cache._steady_trace(sub, own, 4, 5)
+    for c, pair in enumerate(got, start=1):
+        ref = expert_cache.simulate_ratios(topk, SMALL_PI.shape[1], own, None, 0, float(c), "lru", "global", warm)
+        assert pair == ref[:2], c
+
+
 # ----------------------------------------------------------------------------- the memo
 
 
@@ -310,7 +347,7 @@ def test_memo_returns_the_same_value_without_simulating_again(monkeypatch):
     assert steady_state_miss_ratio(SMALL_PI, 4, 6.7, policy="s3fifo", seed=21) == first and len(calls) == 1
     # another seed, policy or batch simulates
     steady_state_miss_ratio(*args, policy="s3fifo", seed=22)
-    steady_state_miss_ratio(*args, policy="lru", seed=21)
+    steady_state_miss_ratio(*args, policy="lfu", seed=21)
     steady_state_miss_ratio(SMALL_PI, 5, 6.0, policy="s3fifo", seed=21)
     assert len(calls) == 4
     clear_memo()

@@ -526,11 +526,77 @@ def steady_state_miss_ratio(
         int(seed),
     )
 
+    if policy == "lru" and scope == "global":
+        # every capacity of the rank from one stack-distance pass, memoised as one curve
+        curve = _lru_curve(sub, own, assignment, rank, e, int(batch), int(seed))
+        i = int(c) - 1
+        return curve[i], curve[n_own - 1 + i]
+
     def compute() -> tuple[float, float]:
         topk, warm = _steady_trace(sub, own, int(batch), int(seed))
         return simulate_ratios(topk, e, own, assignment, rank, c, policy, scope, warm)[:2]
 
     return _memoised(key, compute, disk=True)
+
+
+def _lru_curve(sub, own, assignment, rank, e: int, batch: int, seed: int) -> tuple[float, ...]:
+    """:func:`steady_state_miss_ratio`'s (misses, token misses) of a global LRU at every whole
+    cache c = 1 … n_own − 1 experts per layer (the misses first, then the token misses), on the
+    steady-state trace of (π, B, seed), which does not depend on c; memoised in memory and on
+    disk as one entry."""
+    n_own = int(own.sum())
+    key = ("lru-curve", digest(sub, own.astype(np.int8)), batch, seed)
+
+    def compute() -> tuple[float, ...]:
+        topk, warm = _steady_trace(sub, own, batch, seed)
+        return lru_ratio_curve(topk, e, own, assignment, rank, warm, n_own - 1)
+
+    return _memoised(key, compute, disk=True)
+
+
+def lru_ratio_curve(
+    topk: np.ndarray,
+    experts: int,
+    own: np.ndarray,
+    assignment: np.ndarray | None,
+    rank: int,
+    warm: int,
+    max_c: int,
+) -> tuple[float, ...]:
+    """:func:`simulate_ratios`' first two numbers for ``policy="lru", scope="global"`` at every
+    cache c = 1 … ``max_c`` experts per layer at once (the ``max_c`` miss ratios, then the
+    ``max_c`` token-miss ratios), the same floats.
+
+    A request hits an LRU cache of C items iff its stack distance, taken as its (step, layer)
+    lookup starts, is in 1 … C (Mattson et al. 1970; :func:`moeroof.models.cache.lru_hit_curve`),
+    so with the cache of ``c · H`` items the counted hits are the counted requests of distance
+    1 … c·H: integer counts, divided by the requests counted as :func:`simulate_ratios` divides
+    them (``1 − hits / n`` and ``missed picks / n``, each a correctly rounded quotient)."""
+    h, e = topk.shape[2], int(experts)
+    part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
+    req = cache_sim.requests_from_trace(topk, e, partition=part, rank=None if part is None else rank)
+    dist = cache_sim.stack_distances(req.items, cache_sim.lookup_starts(req, "layer"))
+    counted = req.step >= warm
+    from moeroof.models import plan_kernels  # numba loads only when a cache is simulated
+
+    mult = plan_kernels.pick_counts(np.ascontiguousarray(topk), np.asarray(own, dtype=bool))[counted]
+    d = dist[counted]
+    n = int(d.size)
+    if n == 0:
+        return (0.0,) * (2 * max_c)
+    caps = np.arange(1, max_c + 1, dtype=np.int64) * h
+    size = max(int(d.max()), int(caps[-1])) + 1
+    # hits at capacity C: requests of distance 1 … C (distance 0 is a first reference, a miss)
+    count = np.bincount(d, minlength=size).astype(np.int64)
+    # integer sums as floats below 2^53 (a trace's picks are far fewer): exact
+    picks = np.bincount(d, weights=mult, minlength=size).astype(np.int64)
+    count[0] = picks[0] = 0
+    hits = np.cumsum(count)[caps]
+    hit_picks = np.cumsum(picks)[caps]
+    total_picks = int(mult.astype(np.int64).sum())
+    req_ratio = [float(1.0 - int(x) / n) for x in hits]
+    token_ratio = [float((total_picks - int(x)) / n) for x in hit_picks]
+    return tuple(req_ratio + token_ratio)
 
 
 @dataclass(frozen=True)

@@ -691,6 +691,41 @@ def test_gumbel_from_uniforms_is_generator_gumbel_bit_for_bit(bit_generator):
     assert np.array_equal(a.random(8), b.random(8))  # both generators end in the same state
 
 
+class _ZerosGenerator:
+    """A stand-in generator whose doubles are a fixed sequence with exact zeros in it (a real
+    stream returns 0 with probability 2^-53): ``random(n)`` and ``random(out=...)`` read it on."""
+
+    def __init__(self, seq):
+        self.seq, self.pos = np.asarray(seq, dtype=float), 0
+
+    def random(self, size=None, out=None):
+        n = out.size if out is not None else int(np.prod(size))
+        vals = self.seq[self.pos : self.pos + n]
+        self.pos += n
+        if out is None:
+            return vals.copy().reshape(size)
+        out.reshape(n)[:] = vals
+        return out
+
+
+@pytest.mark.parametrize("into", [False, True])
+def test_gumbel_uniforms_skip_exact_zeros_with_and_without_a_buffer(into):
+    from moeroof.models.routing import gumbel_uniforms
+
+    seq = np.random.default_rng(3).random(40)
+    seq[[2, 5, 11, 13]] = 0.0  # zeros in the first draw and in the redraws
+    want = seq[seq != 0.0][:12].reshape(3, 4)
+    fake = _ZerosGenerator(seq)
+    buf = np.full((3, 4), -1.0)
+    got = gumbel_uniforms(fake, (3, 4), out=buf if into else None)
+    assert np.array_equal(got, want)
+    assert (got is buf) == into
+    # the draws consumed, as Generator.gumbel consumes them: up to the 12th nonzero one, no more
+    assert fake.pos == int(np.flatnonzero(seq != 0.0)[11]) + 1 == 16
+    with pytest.raises(ValueError, match="C-contiguous"):
+        gumbel_uniforms(_ZerosGenerator(seq), (3, 4), out=np.empty((4, 3)).T)
+
+
 @pytest.mark.parametrize("n", list(range(0, 129)))
 def test_pairwise_sum_is_numpys_sum(n):
     from moeroof.models import routing_kernels

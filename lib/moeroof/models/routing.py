@@ -37,6 +37,7 @@ rejection sampler) serves the other callers.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -670,6 +671,9 @@ def sample_trace(
     first_prev = np.zeros((rows, k), dtype=np.int32)
     scores = np.empty((rows, e))
     fallback = np.empty(rows, dtype=bool)
+    # the step's uniforms drawn into buffers made once (the same doubles, no array per step)
+    u = np.empty((rows, e))
+    keep_buf = np.empty((rows, k)) if sticky else no_keep
     logq = draw_logq(True)
     prepared = None
     for step in range(total):
@@ -679,8 +683,8 @@ def sample_trace(
             lq = np.ascontiguousarray(np.broadcast_to(logq, (streams, layers, e)), dtype=float).reshape(rows, e)
             prepared = (logq, lq, *routing_kernels.log_weight_rows(lq))
         _, lq, top, rel = prepared
-        u = gumbel_uniforms(rng, (rows, e))
-        keep_u = rng.random((rows, k)) if step and sticky else no_keep
+        gumbel_uniforms(rng, (rows, e), out=u)
+        keep_u = rng.random(out=keep_buf) if step and sticky else no_keep
         prev = out[step - 1].reshape(rows, k) if step else first_prev
         cur = out[step].reshape(rows, k)
         routing_kernels.top_k_step(lq, top, rel, u, keep_u, rho_row, prev, k, cur, scores, fallback)
@@ -690,18 +694,25 @@ def sample_trace(
     return out
 
 
-def gumbel_uniforms(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+def gumbel_uniforms(rng: np.random.Generator, shape: tuple[int, ...], *, out: np.ndarray | None = None) -> np.ndarray:
     """The doubles ``rng.gumbel(size=shape)`` consumes, in its order: one ``rng.random()`` per
     draw, a draw of exactly 0 skipped (numpy's Gumbel rejects ``U = 1 - 0``), so the noise is
-    ``routing_kernels.gumbel_from_uniforms`` of these and rng ends in the same state."""
-    n = int(np.prod(shape))
-    u = rng.random(n)
-    if not u.all():
-        u = u[u != 0.0]
+    ``routing_kernels.gumbel_from_uniforms`` of these and rng ends in the same state. ``out``: a
+    C-contiguous float64 array of ``shape`` to draw into (returned), else a new array."""
+    n = math.prod(shape)
+    if out is None:
+        out = np.empty(shape)
+    elif out.shape != tuple(shape) or out.dtype != np.float64 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous float64 array of shape {tuple(shape)}")
+    flat = out.reshape(n)  # a view: out is contiguous
+    rng.random(out=flat)
+    if not flat.all():
+        u = flat[flat != 0.0]
         while u.size < n:
             more = rng.random(n - u.size)
             u = np.concatenate([u, more[more != 0.0]])
-    return u.reshape(shape)
+        flat[:] = u
+    return out
 
 
 def histogram_from_trace(topk: np.ndarray, experts: int) -> np.ndarray:

@@ -461,6 +461,7 @@ def test_ctrl_c_in_an_ordinary_command_exits_130_without_a_traceback(tmp_path):
         ["fit-routing", "data/points/example.points", "--experts", "64", "--top-k", "4", "--layers", "8"]
         + ["--expert-bytes", "4194304", "--json"],
         MOEROOF_PROGRESS="1",
+        MOEROOF_CACHE_DIR=str(tmp_path / "memo"),  # empty: no simulation is read back, the run is long
     )
     try:
         assert proc.stderr.read(1) != "", proc.communicate()  # blocks until the first progress byte

@@ -505,13 +505,28 @@ def _num(x: Any) -> Any:
     return x
 
 
+#: element types a list may hold to be copied as it is (floats checked for NaN / inf)
+_PLAIN = {int, float, str, bool, type(None)}
+
+
 def jsonable(obj: Any) -> Any:
     """JSON-ready copy: numpy arrays and scalars to Python, NaN / inf to None, paths to text."""
     if isinstance(obj, dict):
         return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
+        kinds = set(map(type, obj))
+        if kinds <= _PLAIN:  # a list of plain numbers or strings (a curve): one pass, no call each
+            if float in kinds:
+                return [x if type(x) is not float or math.isfinite(x) else None for x in obj]
+            return list(obj)
         return [jsonable(v) for v in obj]
     if isinstance(obj, np.ndarray):
+        if obj.dtype.kind in "biu":  # Python ints and bools as they are: no walk per element
+            return obj.tolist()
+        if obj.dtype.kind == "f":
+            if np.isfinite(obj).all():
+                return obj.tolist()
+            return np.where(np.isfinite(obj), obj, None).tolist()  # NaN / inf → None
         return jsonable(obj.tolist())
     if isinstance(obj, (np.bool_,)):
         return bool(obj)
@@ -586,9 +601,6 @@ def dumps(obj: Any) -> str:
     curve is two lines, not 18,000); NaN and ±inf become null (:func:`jsonable`), so no report
     ever fails to print for an out-of-range number."""
 
-    def flat(v: Any) -> bool:
-        return not isinstance(v, (dict, list))
-
     def render(v: Any, ind: int) -> str:
         pad = "  " * (ind + 1)
         if isinstance(v, dict):
@@ -597,7 +609,7 @@ def dumps(obj: Any) -> str:
             items = [f"{pad}{json.dumps(str(k))}: {render(x, ind + 1)}" for k, x in v.items()]
             return "{\n" + ",\n".join(items) + "\n" + "  " * ind + "}"
         if isinstance(v, list):
-            if all(flat(x) for x in v):
+            if set(map(type, v)).isdisjoint((dict, list)):  # every item flat (jsonable made only these)
                 return json.dumps(v, allow_nan=False, ensure_ascii=False)
             return "[\n" + ",\n".join(pad + render(x, ind + 1) for x in v) + "\n" + "  " * ind + "]"
         return json.dumps(v, allow_nan=False, ensure_ascii=False)

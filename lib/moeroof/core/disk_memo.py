@@ -109,6 +109,7 @@ class DiskMemo:
             if not self.folder.is_dir():
                 self.folder.mkdir(parents=True, exist_ok=True)
                 self._prune()
-            atomic.write_text(self._path(text), json.dumps({"key": text, "value": value}))
+            # not fsynced: a damaged or empty entry reads as a miss (checked on read) and is recomputed
+            atomic.write_text(self._path(text), json.dumps({"key": text, "value": value}), durable=False)
         except (OSError, ValueError, TypeError):
             self.folder = None  # cannot write here: stop trying for this run

@@ -12,6 +12,7 @@ import json
 import pytest
 
 from moeroof.cli.app import main as cli_main
+from moeroof.core import paths
 from moeroof.present import report
 
 pytest.importorskip("papermill")
@@ -161,6 +162,25 @@ def test_longest_first_orders_by_the_last_render_and_the_timings_round_trip(tmp_
     assert report.read_timings(tmp_path) == {"a": 3.5, "b": 9.0}
     (tmp_path / report.TIMINGS_NAME).write_text("{not json")
     assert report.read_timings(tmp_path) == {}
+
+
+def test_a_notebook_that_reuses_anothers_fits_starts_after_it():
+    """With --jobs, a notebook named in report.AFTER waits for the one it reuses (the next in the
+    order takes its place meanwhile), and the start numbers count the real starts."""
+    import operator
+
+    # job(n, x) = n + x: each result gives back the start number n of its job
+    args = [(0, 0), (0, 100), (0, 200), (0, 300)]
+    got = dict(report._render_parallel(args, 2, [0, 1, 2, 3], {1: 0}, job=operator.add))
+    starts = {i: got[i] - 100 * i for i in got}
+    assert sorted(starts) == [0, 1, 2, 3] and sorted(starts.values()) == [1, 2, 3, 4]
+    assert starts[0] == 1 and starts[2] == 2  # 1 waits: 2 takes its place
+    assert starts[1] > starts[0]
+    # a notebook waiting for one not rendered in this run is not kept waiting forever
+    got = dict(report._render_parallel(args[:2], 2, [1, 0], {0: 5}, job=operator.add))
+    assert sorted(got) == [0, 1]
+    for stem in [*report.AFTER, *report.AFTER.values()]:
+        assert (paths.NOTEBOOKS_DIR / f"{stem}.py").exists() or (paths.NOTEBOOKS_DIR / f"{stem}.ipynb").exists()
 
 
 def test_a_parameters_file_nested_or_too_big_is_one_error_line_naming_it(tiny, tmp_path, monkeypatch, capsys):

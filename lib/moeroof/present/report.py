@@ -676,21 +676,52 @@ def longest_first(stems: Sequence[str], timings: dict[str, float]) -> list[int]:
     return sorted(range(len(stems)), key=lambda i: (-timings.get(stems[i], -1.0), i))
 
 
-def _render_parallel(jobs_args: list[tuple], jobs: int, order: Sequence[int]) -> Iterator[tuple[int, tuple]]:
+#: notebooks that reuse another's simulations through the disk memo: with ``--jobs`` each starts
+#: only once the one it names has finished, so that, cold, the two do not compute the same fits
+#: side by side (expert_split's fit-routing points are all among cache_ladder's)
+AFTER = {"expert_split": "cache_ladder"}
+
+
+def _render_parallel(
+    jobs_args: list[tuple], jobs: int, order: Sequence[int], after: dict[int, int] | None = None, job=None
+) -> Iterator[tuple[int, tuple]]:
     """Render in ``jobs`` worker processes (spawned: a fresh interpreter each, nothing inherited
     from this one's threads), started in ``order``; yield (index, outcome) as each notebook
-    finishes. Each render starts its own kernel, as the serial loop does, so the files are the
-    same bytes whatever the order."""
+    finishes. ``after`` maps a notebook to one it waits for (:data:`AFTER`): it starts when that
+    one has finished, the next in ``order`` taking its place meanwhile. Each render starts its
+    own kernel, as the serial loop does, so the files are the same bytes whatever the order.
+    ``job`` (default :func:`_render_job`) is called as ``job(n, *args[1:])``, ``n`` counting
+    the starts."""
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
+    job = _render_job if job is None else job
+    after = dict(after or {})
+    waiting = list(order)
+    done: set[int] = set()
+    started = 0
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(_render_job, *jobs_args[i]): i for i in order}
+        running: dict = {}
         try:
-            for future in as_completed(futures):
-                yield futures[future], future.result()
+            while waiting or running:
+                while waiting and len(running) < jobs:
+                    ready = [i for i in waiting if after.get(i) is None or after[i] in done]
+                    if not ready:
+                        break
+                    i = ready[0]
+                    waiting.remove(i)
+                    started += 1  # "[n/N]" counts in the order the renders really start
+                    running[pool.submit(job, started, *jobs_args[i][1:])] = i
+                if not running:  # every one left waits for one that never runs: start them anyway
+                    after.clear()
+                    continue
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    i = running.pop(future)
+                    done.add(i)
+                    yield i, future.result()
         finally:
-            for future in futures:
+            for future in running:
                 future.cancel()
 
 
@@ -757,9 +788,12 @@ def render_all(args: argparse.Namespace) -> tuple[int, dict]:
         target_for(path.stem, params, args.out, paths.REPORTS_DIR) for path, params in zip(notebooks, per_notebook)
     ]
     order = list(range(len(notebooks)))
+    after: dict[int, int] = {}
     if jobs > 1:
         root = args.out if args.out is not None else paths.REPORTS_DIR
         order = longest_first([p.stem for p in notebooks], read_timings(root))
+        index_of = {p.stem: i for i, p in enumerate(notebooks)}
+        after = {index_of[a]: index_of[b] for a, b in AFTER.items() if a in index_of and b in index_of}
     starts = {i: n for n, i in enumerate(order, 1)}  # "[n/N]" counts in the order renders start
     jobs_args = [
         (starts[i], len(notebooks), path, target.out_dir, params, target.figures_dir, as_json, cell_timeout_s)
@@ -769,7 +803,7 @@ def render_all(args: argparse.Namespace) -> tuple[int, dict]:
         outcomes = (_render_job(*job) for job in jobs_args)
         finished = zip(range(len(notebooks)), outcomes)
     else:
-        finished = _render_parallel(jobs_args, jobs, order)
+        finished = _render_parallel(jobs_args, jobs, order, after)
     results: dict[int, dict] = {}
     for i, (ipynb_path, html_path, error, seconds) in finished:
         path, target = notebooks[i], targets[i]

@@ -164,7 +164,7 @@ def test_requests_from_trace_equals_the_numba_stream(monkeypatch):
     topk = _trace(rng, 9, 5, 4, 3, 30, 0.2, np.int16)
     part = rng.integers(0, 2, size=(4, 30))
     native = cache.requests_from_trace(topk, 30, streams=3, partition=part, rank=1, validate=True)
-    monkeypatch.setattr(cache_native, "_fn", lambda name: None)  # every call to numba
+    monkeypatch.setattr(cache_native, "c_function", lambda name: None)  # every call to numba
     numba = cache.requests_from_trace(topk, 30, streams=3, partition=part, rank=1, validate=True)
     np.testing.assert_array_equal(native.items, numba.items)
     np.testing.assert_array_equal(native.cells, numba.cells)

@@ -460,6 +460,38 @@ def test_every_subcommand_help_exits_0(capsys, command):
     assert err == ""
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["cache", "t.npy", "--policy", "arc", "--capacity-experts", "8", "--lookup", "request", "--json"],
+        ["mrc", "t.npy", "--sample-rate", "0.1"],
+        ["union", "--uniform", "256", "8", "--batch", "1,8"],
+        ["plan", "--model", "glm-5.2", "--hardware", "nvme-gen4", "--batch", "1,8"],
+        ["import", "matrix", "x.csv", "-o", "y.npz", "--top-k", "8"],
+    ],
+)
+def test_a_named_command_parses_alike_with_its_parser_alone(argv):
+    """`moeroof CMD …` builds CMD's parser only; it parses the command line as the full one does."""
+    from moeroof.cli.app import build_parser
+
+    alone = vars(build_parser(argv).parse_args(argv))
+    full = vars(build_parser().parse_args(argv))
+    assert alone == full
+
+
+def test_a_command_imports_no_other_commands_module():
+    code = (
+        "import json, sys\n"
+        "from moeroof.cli.app import main\n"
+        "main(['presets', '--json'])\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('moeroof.cli.'))), file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    loaded = set(json.loads(done.stderr.strip().splitlines()[-1]))
+    assert "moeroof.cli.presets" in loaded
+    assert not loaded & {"moeroof.cli.cache", "moeroof.cli.bench", "moeroof.cli.report", "moeroof.cli.union"}
+
+
 def test_importing_the_cli_and_building_its_parser_import_no_numba():
     """`import moeroof.cli` and the parser of every subcommand stay cheap: the numba-compiled cache
     simulator (and any subcommand's library code) is imported only when that subcommand runs."""

@@ -297,7 +297,7 @@ def test_lru_ratio_curve_is_simulate_ratios_at_every_capacity(ranks, batch):
     for rank in range(ranks):
         own = np.ones(40, dtype=bool) if assignment is None else assignment == rank
         n_own = int(own.sum())
-        topk, warm = expert_cache._steady_trace(pi, own, batch, 11)
+        topk, warm = expert_cache.steady_trace(pi, own, batch, 11)
         curve = expert_cache.lru_ratio_curve(topk, 40, own, assignment, rank, warm, n_own - 1)
         assert len(curve) == 2 * (n_own - 1)
         for c in range(1, n_own):
@@ -317,8 +317,8 @@ def test_steady_state_lru_reads_its_curve_and_matches_a_simulation(monkeypatch):
     assert not calls
     monkeypatch.setattr(expert_cache.cache_sim, "simulate", real)
     own = np.ones(SMALL_PI.shape[1], dtype=bool)
-    sub = SMALL_PI[expert_cache._layer_rows(SMALL_PI.shape[0])]
-    topk, warm = expert_cache._steady_trace(sub, own, 4, 5)
+    sub = SMALL_PI[expert_cache.simulated_layer_rows(SMALL_PI.shape[0])]
+    topk, warm = expert_cache.steady_trace(sub, own, 4, 5)
     for c, pair in enumerate(got, start=1):
         ref = expert_cache.simulate_ratios(topk, SMALL_PI.shape[1], own, None, 0, float(c), "lru", "global", warm)
         assert pair == ref[:2], c

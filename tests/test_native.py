@@ -71,11 +71,11 @@ def test_a_failed_build_falls_back_or_raises_when_required(tmp_path, monkeypatch
     if shutil.which("cc") is None:
         pytest.skip("no C compiler on PATH")
     monkeypatch.setenv(native.ENV, "")
-    assert native._build_and_load("bad", [src], []) is None
-    assert "failed" in native._status["bad"]
+    assert native.build("bad", [src], []) is None
+    assert "failed" in native.status("bad")
     monkeypatch.setenv(native.ENV, "1")
     with pytest.raises(native.NativeBuildError, match="bad"):
-        native._build_and_load("bad", [src], [])
+        native.build("bad", [src], [])
     assert not list((tmp_path / "cache" / "native").glob("*.so"))  # nothing half-written left
 
 
@@ -85,7 +85,7 @@ def test_an_edit_builds_a_new_library(tmp_path, monkeypatch):
     monkeypatch.setenv(native.ENV, "")
     src = tmp_path / "k.c"
     src.write_text("int answer(void) { return 41; }\n")
-    assert native._build_and_load("k", [src], []).answer() == 41
+    assert native.build("k", [src], []).answer() == 41
     src.write_text("int answer(void) { return 42; }\n")
-    assert native._build_and_load("k", [src], []).answer() == 42
+    assert native.build("k", [src], []).answer() == 42
     assert len(list((tmp_path / "cache" / "native").glob("libk-*.so"))) == 2

@@ -33,6 +33,8 @@ __all__ = [
     "HEAP_BELADY_INSERT",
     "library",
     "uses_c",
+    "c_function",
+    "numba_kernels",
     "scan_block",
     "emit_block",
     "runs_kernel",
@@ -111,17 +113,19 @@ def library():
     return _lib
 
 
-def _fn(name: str):
+def c_function(name: str):
+    """The loaded C function ``name`` (typed), or None (no library, or no such function)."""
     lib = library()
     return None if lib is None else getattr(lib, name, None)
 
 
 def uses_c(name: str = "mr_lru_pass") -> bool:
     """Whether the C function ``name`` is loaded (else the numba kernel runs)."""
-    return _fn(name) is not None
+    return c_function(name) is not None
 
 
-def _numba():
+def numba_kernels():
+    """:mod:`moeroof.models.cache_kernels`, the fallback (imported, with numba, only when used)."""
     from moeroof.models import cache_kernels  # numba loads only on the fallback
 
     return cache_kernels
@@ -155,13 +159,13 @@ def _check(rc: int) -> None:
 
 
 def scan_block(block, experts, sel, keep, use_keep, strict, mark, tmark, ctr, cells, c0, err):
-    fn = _fn("mr_scan_block" + _BLOCK_SUFFIX.get(block.dtype, "?"))
+    fn = c_function("mr_scan_block" + _BLOCK_SUFFIX.get(block.dtype, "?"))
     if (
         fn is None
         or not (block.flags.c_contiguous and _is(cells, np.int32))
         or not all(_is(a, np.int64) for a in (mark, tmark, ctr, err))
     ):
-        return _numba().scan_block(block, experts, sel, keep, use_keep, strict, mark, tmark, ctr, cells, c0, err)
+        return numba_kernels().scan_block(block, experts, sel, keep, use_keep, strict, mark, tmark, ctr, cells, c0, err)
     ns, nt, nl, nk = block.shape
     sel = _in(sel, np.int64)
     keep = _in(keep, np.uint8)
@@ -172,9 +176,9 @@ def scan_block(block, experts, sel, keep, use_keep, strict, mark, tmark, ctr, ce
 
 
 def emit_block(block, experts, sel, keep, use_keep, mark, c0, out, pos):
-    fn = _fn("mr_emit_block" + _BLOCK_SUFFIX.get(block.dtype, "?"))
+    fn = c_function("mr_emit_block" + _BLOCK_SUFFIX.get(block.dtype, "?"))
     if fn is None or not (block.flags.c_contiguous and _is(out, np.int32) and _is(mark, np.int64)):
-        return _numba().emit_block(block, experts, sel, keep, use_keep, mark, c0, out, pos)
+        return numba_kernels().emit_block(block, experts, sel, keep, use_keep, mark, c0, out, pos)
     ns, nt, nl, nk = block.shape
     sel = _in(sel, np.int64)
     keep = _in(keep, np.uint8)
@@ -196,9 +200,9 @@ def runs_kernel(step, layer):
 
 
 def offsets_from_starts(start):
-    fn = _fn("mr_offsets_from_starts")
+    fn = c_function("mr_offsets_from_starts")
     if fn is None:
-        return _numba().offsets_from_starts(start)
+        return numba_kernels().offsets_from_starts(start)
     start = _in(start, np.bool_)
     runs = int(library().mr_count_runs(_p(start), start.size))
     off = np.empty(runs + 1, np.int64)
@@ -207,9 +211,9 @@ def offsets_from_starts(start):
 
 
 def starts_from_offsets(off, n):
-    fn = _fn("mr_starts_from_offsets")
+    fn = c_function("mr_starts_from_offsets")
     if fn is None:
-        return _numba().starts_from_offsets(off, n)
+        return numba_kernels().starts_from_offsets(off, n)
     off = _in(off, np.int64)
     out = np.zeros(int(n), np.bool_)
     fn(_p(off), off.size - 1, int(n), _p(out))
@@ -217,9 +221,9 @@ def starts_from_offsets(off, n):
 
 
 def subset_offsets(off, keep):
-    fn = _fn("mr_subset_offsets")
+    fn = c_function("mr_subset_offsets")
     if fn is None:
-        return _numba().subset_offsets(off, keep)
+        return numba_kernels().subset_offsets(off, keep)
     off = _in(off, np.int64)
     keep = _in(keep, np.bool_)
     out = np.zeros(off.size, np.int64)
@@ -228,9 +232,9 @@ def subset_offsets(off, keep):
 
 
 def count_items(items, n_items):
-    fn = _fn("mr_count_items")
+    fn = c_function("mr_count_items")
     if fn is None or items.dtype != np.int32:
-        return _numba().count_items(items, n_items)
+        return numba_kernels().count_items(items, n_items)
     items = _in(items, np.int32)
     out = np.zeros(int(n_items), np.int64)
     fn(_p(items), items.size, _p(out))
@@ -238,17 +242,17 @@ def count_items(items, n_items):
 
 
 def next_use_kernel(items, n_items, out):
-    fn = _fn("mr_next_use")
+    fn = c_function("mr_next_use")
     if fn is None or items.dtype != np.int32 or not _is(out, np.int32):
-        return _numba().next_use_kernel(items, n_items, out)
+        return numba_kernels().next_use_kernel(items, n_items, out)
     items = _in(items, np.int32)
     _check(fn(_p(items), items.size, int(n_items), _p(out)))
 
 
 def longest(off):
-    fn = _fn("mr_longest")
+    fn = c_function("mr_longest")
     if fn is None:
-        return _numba().longest(off)
+        return numba_kernels().longest(off)
     off = _in(off, np.int64)
     return int(fn(_p(off), off.size - 1))
 
@@ -269,10 +273,12 @@ def _common(items, group, cap, off, cstep, wsize, hit_out):
 
 
 def lru_pass(items, group, cap, size, off, cstep, per_request, steps, wsize, weighted, hit_out):
-    fn = _fn("mr_lru_pass")
+    fn = c_function("mr_lru_pass")
     c = None if fn is None else _common(items, group, cap, off, cstep, wsize, hit_out)
     if c is None:
-        return _numba().lru_pass(items, group, cap, size, off, cstep, per_request, steps, wsize, weighted, hit_out)
+        return numba_kernels().lru_pass(
+            items, group, cap, size, off, cstep, per_request, steps, wsize, weighted, hit_out
+        )
     items, group, cap, off, cstep, wsize = c
     size = _in(size, np.float64)
     hits, misses, streamed = _counts(steps)
@@ -285,9 +291,9 @@ def lru_pass(items, group, cap, size, off, cstep, per_request, steps, wsize, wei
 
 
 def static_pass(items, mask, off, cstep, steps, wsize, weighted, hit_out):
-    fn = _fn("mr_static_pass")
+    fn = c_function("mr_static_pass")
     if fn is None or items.dtype != np.int32 or not (hit_out.size == 0 or _is(hit_out, np.bool_)):
-        return _numba().static_pass(items, mask, off, cstep, steps, wsize, weighted, hit_out)
+        return numba_kernels().static_pass(items, mask, off, cstep, steps, wsize, weighted, hit_out)
     items = _in(items, np.int32)
     mask = _in(mask, np.bool_)
     off = _in(off, np.int64)
@@ -302,11 +308,11 @@ def static_pass(items, mask, off, cstep, steps, wsize, weighted, hit_out):
 
 
 def heap_pass(items, group, cap, size, mode, nexts, off, cstep, per_request, steps, wsize, weighted, hit_out):
-    fn = _fn("mr_heap_pass")
+    fn = c_function("mr_heap_pass")
     belady = mode >= HEAP_BELADY
     c = None if fn is None else _common(items, group, cap, off, cstep, wsize, hit_out)
     if c is None or (belady and nexts.dtype != np.int32):
-        return _numba().heap_pass(
+        return numba_kernels().heap_pass(
             items, group, cap, size, mode, nexts, off, cstep, per_request, steps, wsize, weighted, hit_out
         )
     items, group, cap, off, cstep, wsize = c
@@ -324,10 +330,10 @@ def heap_pass(items, group, cap, size, mode, nexts, off, cstep, per_request, ste
 def s3fifo_pass(
     items, group, cap, size, small_fraction, threshold, off, cstep, per_request, steps, wsize, weighted, hit_out
 ):
-    fn = _fn("mr_s3fifo_pass")
+    fn = c_function("mr_s3fifo_pass")
     c = None if fn is None else _common(items, group, cap, off, cstep, wsize, hit_out)
     if c is None:
-        return _numba().s3fifo_pass(
+        return numba_kernels().s3fifo_pass(
             items, group, cap, size, small_fraction, threshold, off, cstep, per_request, steps, wsize, weighted, hit_out
         )
     items, group, cap, off, cstep, wsize = c
@@ -342,10 +348,10 @@ def s3fifo_pass(
 
 
 def arc_pass(items, group, cap, off, cstep, per_request, steps, wsize, weighted, hit_out):
-    fn = _fn("mr_arc_pass")
+    fn = c_function("mr_arc_pass")
     c = None if fn is None else _common(items, group, cap, off, cstep, wsize, hit_out)
     if c is None:
-        return _numba().arc_pass(items, group, cap, off, cstep, per_request, steps, wsize, weighted, hit_out)
+        return numba_kernels().arc_pass(items, group, cap, off, cstep, per_request, steps, wsize, weighted, hit_out)
     items, group, cap, off, cstep, wsize = c
     hits, misses, streamed = _counts(steps)
     _check(
@@ -357,14 +363,14 @@ def arc_pass(items, group, cap, off, cstep, per_request, steps, wsize, weighted,
 
 
 def stack_kernel(items, label, n_items, window, off, cstep, per_request, warm, out, hist):
-    fn = _fn("mr_stack_kernel")
+    fn = c_function("mr_stack_kernel")
     if (
         fn is None
         or items.dtype != np.int32
         or not (out.size == 0 or _is(out, np.int64))
         or not (hist.size == 0 or _is(hist, np.int64))
     ):
-        return _numba().stack_kernel(items, label, n_items, window, off, cstep, per_request, warm, out, hist)
+        return numba_kernels().stack_kernel(items, label, n_items, window, off, cstep, per_request, warm, out, hist)
     items = _in(items, np.int32)
     label = _in(label, np.int64)
     if label.size == int(n_items) and np.array_equal(label, np.arange(label.size)):

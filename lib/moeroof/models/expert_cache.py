@@ -54,6 +54,8 @@ from moeroof.models.union import power_sums
 
 __all__ = [
     "digest",
+    "steady_trace",
+    "simulated_layer_rows",
     "order_chunk_steps",
     "simulate_ratios",
     "rank_cache_uncached",
@@ -273,7 +275,7 @@ def _drawn_trace(sub: np.ndarray, batch: int, steps: int, seed: int) -> np.ndarr
     return _memoised((digest(sub), batch, steps, seed), draw, _trace_memo, _TRACE_MEMO_SIZE)
 
 
-def _steady_trace(sub: np.ndarray, own: np.ndarray, batch: int, seed: int) -> tuple[np.ndarray, int]:
+def steady_trace(sub: np.ndarray, own: np.ndarray, batch: int, seed: int) -> tuple[np.ndarray, int]:
     """The drawn trace of a steady-state simulation and its warm-up (module docstring): one trace
     per (π, B, seed) whatever the capacity (common random numbers: LRU's inclusion property then
     makes its hit rate non-decreasing in the cache size), the warm-up long enough to fill the
@@ -286,7 +288,9 @@ def _steady_trace(sub: np.ndarray, own: np.ndarray, batch: int, seed: int) -> tu
     return _drawn_trace(sub, batch, warm + counted, seed), warm
 
 
-def _layer_rows(h: int) -> np.ndarray:
+def simulated_layer_rows(h: int) -> np.ndarray:
+    """The layers (rows of π) a steady-state simulation draws: all of them up to
+    :data:`MAX_SIMULATED_LAYERS`, else that many spread evenly."""
     if h <= MAX_SIMULATED_LAYERS:
         return np.arange(h)
     return np.unique(np.round(np.linspace(0, h - 1, MAX_SIMULATED_LAYERS)).astype(int))
@@ -401,14 +405,14 @@ def page_cache_hit_ratio(
     if n_own == 0 or batch < 1 or page < 1 or c >= n_own:
         return 0.0
     if trace is not None and batch <= trace.shape[1]:
-        rows = _layer_rows(trace.shape[2])
+        rows = simulated_layer_rows(trace.shape[2])
         topk = np.asarray(trace[:, :batch][:, :, rows])
         warm = max(1, trace.shape[0] // 2)
         source = ("trace", str(trace_key))
-        sub = pi[rows] if pi.shape[0] == trace.shape[2] else pi[_layer_rows(pi.shape[0])]
+        sub = pi[rows] if pi.shape[0] == trace.shape[2] else pi[simulated_layer_rows(pi.shape[0])]
     else:
-        sub = pi[_layer_rows(pi.shape[0])]
-        topk, warm = _steady_trace(sub, own, int(batch), int(seed))
+        sub = pi[simulated_layer_rows(pi.shape[0])]
+        topk, warm = steady_trace(sub, own, int(batch), int(seed))
         source = ("drawn", digest(sub), int(seed))
     key = ("page", source, int(batch), int(c), int(page), policy, scope, digest(own.astype(np.int8)))
     pinned = None
@@ -473,7 +477,7 @@ def trace_miss_ratio(
     key = ("trace", trace_key, int(batch), int(c), policy, scope, digest(own.astype(np.int8)))
 
     def compute() -> tuple[float, float, float]:
-        topk = np.asarray(trace[:, :batch][:, :, _layer_rows(layers)])
+        topk = np.asarray(trace[:, :batch][:, :, simulated_layer_rows(layers)])
         return simulate_ratios(topk, experts, own, assignment, rank, c, policy, scope, warm, counted_steps=full)[:3]
 
     return _memoised(key, compute)
@@ -515,7 +519,7 @@ def steady_state_miss_ratio(
     if c >= n_own:
         return 0.0, 0.0  # every owned expert fits: after the cold start nothing misses
     c = float(math.floor(c))  # whole experts: the memo key, the warm-up and the trace's seed agree
-    rows = _layer_rows(pi.shape[0])
+    rows = simulated_layer_rows(pi.shape[0])
     sub = pi[rows]
     key = (
         digest(sub, own.astype(np.int8)),
@@ -533,7 +537,7 @@ def steady_state_miss_ratio(
         return curve[i], curve[n_own - 1 + i]
 
     def compute() -> tuple[float, float]:
-        topk, warm = _steady_trace(sub, own, int(batch), int(seed))
+        topk, warm = steady_trace(sub, own, int(batch), int(seed))
         return simulate_ratios(topk, e, own, assignment, rank, c, policy, scope, warm)[:2]
 
     return _memoised(key, compute, disk=True)
@@ -548,7 +552,7 @@ def _lru_curve(sub, own, assignment, rank, e: int, batch: int, seed: int) -> tup
     key = ("lru-curve", digest(sub, own.astype(np.int8)), batch, seed)
 
     def compute() -> tuple[float, ...]:
-        topk, warm = _steady_trace(sub, own, batch, seed)
+        topk, warm = steady_trace(sub, own, batch, seed)
         return lru_ratio_curve(topk, e, own, assignment, rank, warm, n_own - 1)
 
     return _memoised(key, compute, disk=True)

@@ -171,13 +171,13 @@ def test_a_notebook_that_reuses_anothers_fits_starts_after_it():
 
     # job(n, x) = n + x: each result gives back the start number n of its job
     args = [(0, 0), (0, 100), (0, 200), (0, 300)]
-    got = dict(report._render_parallel(args, 2, [0, 1, 2, 3], {1: 0}, job=operator.add))
+    got = dict(report.render_parallel(args, 2, [0, 1, 2, 3], {1: 0}, job=operator.add))
     starts = {i: got[i] - 100 * i for i in got}
     assert sorted(starts) == [0, 1, 2, 3] and sorted(starts.values()) == [1, 2, 3, 4]
     assert starts[0] == 1 and starts[2] == 2  # 1 waits: 2 takes its place
     assert starts[1] > starts[0]
     # a notebook waiting for one not rendered in this run is not kept waiting forever
-    got = dict(report._render_parallel(args[:2], 2, [1, 0], {0: 5}, job=operator.add))
+    got = dict(report.render_parallel(args[:2], 2, [1, 0], {0: 5}, job=operator.add))
     assert sorted(got) == [0, 1]
     for stem in [*report.AFTER, *report.AFTER.values()]:
         assert (paths.NOTEBOOKS_DIR / f"{stem}.py").exists() or (paths.NOTEBOOKS_DIR / f"{stem}.ipynb").exists()

@@ -682,7 +682,7 @@ def longest_first(stems: Sequence[str], timings: dict[str, float]) -> list[int]:
 AFTER = {"expert_split": "cache_ladder"}
 
 
-def _render_parallel(
+def render_parallel(
     jobs_args: list[tuple], jobs: int, order: Sequence[int], after: dict[int, int] | None = None, job=None
 ) -> Iterator[tuple[int, tuple]]:
     """Render in ``jobs`` worker processes (spawned: a fresh interpreter each, nothing inherited
@@ -803,7 +803,7 @@ def render_all(args: argparse.Namespace) -> tuple[int, dict]:
         outcomes = (_render_job(*job) for job in jobs_args)
         finished = zip(range(len(notebooks)), outcomes)
     else:
-        finished = _render_parallel(jobs_args, jobs, order, after)
+        finished = render_parallel(jobs_args, jobs, order, after)
     results: dict[int, dict] = {}
     for i, (ipynb_path, html_path, error, seconds) in finished:
         path, target = notebooks[i], targets[i]

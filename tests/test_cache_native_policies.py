@@ -61,12 +61,12 @@ def c_only():
     def refuse():
         raise AssertionError("cache_native fell back to the numba kernel")
 
-    real = cn._numba
-    cn._numba = refuse
+    real = cn.numba_kernels
+    cn.numba_kernels = refuse
     try:
         yield
     finally:
-        cn._numba = real
+        cn.numba_kernels = real
 
 
 def next_use_ref(items) -> np.ndarray:
@@ -353,7 +353,7 @@ def test_simulate_matches_numba(policy, kw, cname, monkeypatch):
     req, layers, experts = synthetic_requests()
     assert req.items.dtype == np.int32
     byte_sizes = np.arange(1, experts + 1, dtype=float) * 3.0
-    real_fn = cn._fn
+    real_fn = cn.c_function
     runs = []
     for lookup in ("layer", "request"):
         for scope in ("global", "layer"):
@@ -371,12 +371,12 @@ def test_simulate_matches_numba(policy, kw, cname, monkeypatch):
                         calls.append((name, fn is not None))
                         return fn
 
-                    monkeypatch.setattr(cn, "_fn", spy)
+                    monkeypatch.setattr(cn, "c_function", spy)
                     got = simulate(req, cap, **args)
                     assert (cname, True) in calls and (cname, False) not in calls, calls
-                    monkeypatch.setattr(cn, "_fn", lambda name: None)
+                    monkeypatch.setattr(cn, "c_function", lambda name: None)
                     want = simulate(req, cap, **args)
-                    monkeypatch.setattr(cn, "_fn", real_fn)
+                    monkeypatch.setattr(cn, "c_function", real_fn)
                     for f in ("requests", "hits", "misses", "hit_rate", "bytes_unit"):
                         assert getattr(got, f) == getattr(want, f), (f, args, cap)
                     for f in ("hits_per_step", "misses_per_step", "bytes_streamed_per_step", "request_hits"):

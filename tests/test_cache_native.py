@@ -278,3 +278,48 @@ def test_unsupported_types_fall_back_to_numba():
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x, y)
     assert a[0][0] == 1  # a cache of 2: 0 1 0 (hit) 2 (evicts 1) 1 (evicts 0) 0 (evicts 2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31), n=st.integers(1, 200), n_items=st.integers(2, 12), per_request=st.booleans())
+def test_inexact_sizes_stop_evicting_an_empty_cache_alike(seed, n, n_items, per_request):
+    """Sizes whose sums round (0.1, 0.3, 0.7 …) can leave a running sum above zero with nothing
+    cached: every kernel, C and numba, then resets the sum instead of evicting from an empty
+    list (before, numba's S3-FIFO looped forever and its heap read outside its tables)."""
+    rng = np.random.default_rng(seed)
+    items = rng.integers(0, n_items, size=n).astype(np.int32)
+    group = np.zeros(n_items, np.int64)
+    size = rng.choice([0.1, 0.2, 0.3, 0.7], size=n_items)
+    cap = np.array([rng.choice([0.7, 0.9, 1.1])])
+    off = np.array([0, n], np.int64) if per_request else np.r_[0:n:3, n].astype(np.int64)
+    off = np.unique(off)
+    cstep = np.zeros(off.size - 1, np.int64)
+    nexts = np.empty(n, np.int32)
+    cache_kernels.next_use_kernel(items, n_items, nexts)
+    tail = (off, cstep, per_request, 1, size, True)
+
+    def run(mod, name, hit):
+        if name == "lru":
+            return mod.lru_pass(items, group, cap, size, *tail, hit)
+        if name == "s3fifo":
+            return mod.s3fifo_pass(items, group, cap, size, 0.1, 1, *tail, hit)
+        return mod.heap_pass(items, group, cap, size, int(name[-1]), nexts, *tail, hit)
+
+    for name in ("lru", "s3fifo", "heap0", "heap1", "heap2", "heap3"):
+        hc, hn = np.zeros(n, bool), np.zeros(n, bool)
+        for x, y in zip(run(cache_native, name, hc), run(cache_kernels, name, hn)):
+            np.testing.assert_array_equal(x, y, err_msg=name)
+        np.testing.assert_array_equal(hc, hn, err_msg=name)
+
+
+def test_the_s3fifo_rounding_case_that_hung_numba_ends():
+    # found by the C port's tests: one cache of 0.9, sizes 0.3, 0.7, 0.1, 0.7 (numba looped forever)
+    items = np.array([1, 2, 2, 1, 3, 0, 1, 2, 3, 0, 2, 1], np.int32)
+    size = np.array([0.3, 0.7, 0.1, 0.7])
+    args = (np.zeros(4, np.int64), np.array([0.9]), size, 0.1, 1, np.array([0, items.size], np.int64))
+    tail = (np.zeros(1, np.int64), True, 1, size, True, np.zeros(0, bool))
+    a = cache_kernels.s3fifo_pass(items, *args, *tail)
+    b = cache_native.s3fifo_pass(items, *args, *tail)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    assert a[0][0] + a[1][0] == items.size

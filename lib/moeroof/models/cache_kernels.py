@@ -366,6 +366,9 @@ def lru_pass(
                 if sz > cap[g]:
                     continue
                 while used[g] + sz > cap[g]:
+                    if prv[h0] == h0:  # empty, the sum a rounding residue of inexact sizes
+                        used[g] = 0.0
+                        break
                     v = prv[h0]
                     p = prv[v]
                     nxt[p] = h0
@@ -509,6 +512,9 @@ def heap_pass(
             if sz > cap[g]:
                 continue
             while used[g] + sz > cap[g]:
+                if hsize[g] <= 0:  # empty, the sum a rounding residue of inexact sizes
+                    used[g] = 0.0
+                    break
                 top = heap[base]
                 if bypass and key[top] >= k:
                     break  # every cached item is needed no later than x: bypass x
@@ -601,6 +607,9 @@ def s3fifo_pass(
                 if sb[g] > 0 and mb[g] <= main_cap:
                     evicted = False
                     while not evicted and sb[g] > 0:
+                        if prv[hs] == hs:  # S empty, sb a rounding residue of inexact sizes
+                            sb[g] = 0.0
+                            break
                         v = prv[hs]
                         p = prv[v]
                         nxt[p] = hs
@@ -623,6 +632,9 @@ def s3fifo_pass(
                         prv[q] = v
                         if evicted:
                             while gb[g] > (1.0 - small_fraction) * c:
+                                if prv[hg] == hg:  # G empty (a rounding residue)
+                                    gb[g] = 0.0
+                                    break
                                 u = prv[hg]
                                 p = prv[u]
                                 nxt[p] = hg
@@ -631,6 +643,9 @@ def s3fifo_pass(
                                 where[u] = 0
                 else:
                     while True:
+                        if prv[hm] == hm:  # M empty (a rounding residue)
+                            mb[g] = 0.0
+                            break
                         v = prv[hm]
                         p = prv[v]
                         nxt[p] = hm

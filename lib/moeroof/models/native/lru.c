@@ -44,6 +44,10 @@ static inline void lru_body(const int32_t *items, const int64_t *group, int64_t 
                 double sz = size[x];
                 if (sz > cap[g]) continue;
                 while (used[g] + sz > cap[g]) {
+                    if (prv[h0] == h0) { /* empty, the sum a rounding residue of inexact sizes */
+                        used[g] = 0.0;
+                        break;
+                    }
                     int64_t v = prv[h0], p = prv[v];
                     nxt[p] = h0;
                     prv[h0] = p;

@@ -323,3 +323,20 @@ def test_the_s3fifo_rounding_case_that_hung_numba_ends():
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x, y)
     assert a[0][0] + a[1][0] == items.size
+
+
+def test_a_view_of_the_first_streams_and_unsigned_ids_run_in_c(monkeypatch):
+    # fit-routing hands the stream a view (trace[:, :B]); uint16 ids come from other tools
+    rng = np.random.default_rng(2)
+    topk = _trace(rng, 6, 5, 3, 2, 20, 0.0, np.int32)
+
+    def refuse():
+        raise AssertionError("fell back to the numba kernels")
+
+    expected = cache.requests_from_trace(topk[:, :3].copy(), 20)
+    monkeypatch.setattr(cache_native, "numba_kernels", refuse)
+    view = cache.requests_from_trace(topk[:, :3], 20)
+    unsigned = cache.requests_from_trace(topk[:, :3].astype(np.uint16), 20)
+    for got in (view, unsigned):
+        np.testing.assert_array_equal(got.items, expected.items)
+        np.testing.assert_array_equal(got.cells, expected.cells)

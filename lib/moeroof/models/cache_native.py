@@ -158,13 +158,19 @@ def _check(rc: int) -> None:
 # ----------------------------------------------------------------------------- the request stream
 
 
+def _plain(block: np.ndarray) -> np.ndarray:
+    """A block as the C reads it: C-contiguous (a copy of the chunk of steps when the trace is a
+    view, e.g. its first B streams), its ids of one of the four signed types (unsigned ones are
+    read as int64: the same values)."""
+    if block.dtype not in _BLOCK_SUFFIX and block.dtype.kind == "u" and block.dtype.itemsize < 8:
+        block = block.astype(np.int64)
+    return np.ascontiguousarray(block)
+
+
 def scan_block(block, experts, sel, keep, use_keep, strict, mark, tmark, ctr, cells, c0, err):
+    block = _plain(block)
     fn = c_function("mr_scan_block" + _BLOCK_SUFFIX.get(block.dtype, "?"))
-    if (
-        fn is None
-        or not (block.flags.c_contiguous and _is(cells, np.int32))
-        or not all(_is(a, np.int64) for a in (mark, tmark, ctr, err))
-    ):
+    if fn is None or not _is(cells, np.int32) or not all(_is(a, np.int64) for a in (mark, tmark, ctr, err)):
         return numba_kernels().scan_block(block, experts, sel, keep, use_keep, strict, mark, tmark, ctr, cells, c0, err)
     ns, nt, nl, nk = block.shape
     sel = _in(sel, np.int64)
@@ -176,8 +182,9 @@ def scan_block(block, experts, sel, keep, use_keep, strict, mark, tmark, ctr, ce
 
 
 def emit_block(block, experts, sel, keep, use_keep, mark, c0, out, pos):
+    block = _plain(block)
     fn = c_function("mr_emit_block" + _BLOCK_SUFFIX.get(block.dtype, "?"))
-    if fn is None or not (block.flags.c_contiguous and _is(out, np.int32) and _is(mark, np.int64)):
+    if fn is None or not (_is(out, np.int32) and _is(mark, np.int64)):
         return numba_kernels().emit_block(block, experts, sel, keep, use_keep, mark, c0, out, pos)
     ns, nt, nl, nk = block.shape
     sel = _in(sel, np.int64)

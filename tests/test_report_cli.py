@@ -195,3 +195,26 @@ def test_a_parameters_file_nested_or_too_big_is_one_error_line_naming_it(tiny, t
         assert cli_main(["report", "--notebooks-dir", str(tiny), "--notebooks", "tiny", "-f", str(path)]) == 2
         line = one_error_line(capsys.readouterr().err)
         assert str(path) in line and said in line, line
+
+
+def test_rendering_skips_the_iri_grammar_and_still_validates_notebooks():
+    """present.report hides rfc3987_syntax (0.7 s of grammar building at import, for a format
+    nbformat's schema never checks): papermill loads without it and notebooks still validate,
+    a broken one still fails."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, moeroof.present.report, papermill, nbformat\n"
+        "assert sys.modules['rfc3987_syntax'] is None\n"
+        "nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell('1')])\n"
+        "nbformat.validate(nb)\n"
+        "nb.cells[0]['cell_type'] = 'nonsense'\n"
+        "try:\n"
+        "    nbformat.validate(nb)\n"
+        "except nbformat.ValidationError:\n"
+        "    print('invalid caught')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "invalid caught"

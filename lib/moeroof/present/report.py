@@ -55,6 +55,12 @@ from typing import TYPE_CHECKING
 from moeroof.core import atomic, paths
 from moeroof.core.errors import ParameterError
 
+# papermill and nbconvert import nbformat, which imports jsonschema, which imports rfc3987_syntax
+# (when installed) for its "iri" format checker — and that builds a grammar at import: 0.7 s of
+# every process that renders (the parent and each worker), more than a small notebook's own run.
+# nbformat's notebook schema checks no IRI, so it is hidden here and jsonschema skips that format.
+sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
+
 if TYPE_CHECKING:  # the Jupyter stack loads when a render starts, not when `moeroof` builds its parser
     import nbformat
 

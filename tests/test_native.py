@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +90,22 @@ def test_an_edit_builds_a_new_library(tmp_path, monkeypatch):
     src.write_text("int answer(void) { return 42; }\n")
     assert native.build("k", [src], []).answer() == 42
     assert len(list((tmp_path / "cache" / "native").glob("libk-*.so"))) == 2
+
+
+@needs_cc
+@pytest.mark.slow
+def test_processes_starting_together_build_once(tmp_path):
+    # a report renders notebooks side by side: the first builds, the others wait and load
+    log = tmp_path / "cc.log"
+    wrapper = tmp_path / "cc-logged"
+    wrapper.write_text(f'#!/bin/sh\necho built >> "{log}"\nexec cc "$@"\n')
+    wrapper.chmod(0o755)
+    env = {**os.environ, "MOEROOF_CACHE_DIR": str(tmp_path / "cache"), "MOEROOF_NATIVE": "1", "CC": str(wrapper)}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _PROBE], env=env, stdout=subprocess.PIPE, text=True) for _ in range(3)
+    ]
+    outs = [json.loads(p.communicate(timeout=300)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert all(o["c"] and o["hits"] == outs[0]["hits"] for o in outs)
+    assert log.read_text().count("built") == 1
+    assert [p.name for p in (tmp_path / "cache" / "native").iterdir()] == [Path(outs[0]["status"]).name]

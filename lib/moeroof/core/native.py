@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 __all__ = ["ENV", "FLAGS", "NativeBuildError", "build", "load", "status"]
@@ -114,31 +116,68 @@ def build(name: str, sources, headers):
     folder = _folder()
     target = folder / f"lib{name}-{h.hexdigest()}.so"
     if not target.exists():
-        import subprocess
-        import tempfile
-
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=folder)
-            os.close(fd)
         except OSError as exc:
             return _fail(name, f"cannot write {folder}: {exc.strerror or exc}", mode)
-        cmd = [*cc.split(), *FLAGS, "-o", tmp, *[str(s) for s in sources]]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            Path(tmp).unlink(missing_ok=True)
-            return _fail(name, f"{cc} did not run: {exc}", mode)
-        if done.returncode != 0:
-            Path(tmp).unlink(missing_ok=True)
-            return _fail(name, f"{cc} failed: {done.stderr.strip()[-2000:]}", mode)
-        os.replace(tmp, target)
+        with _build_lock(folder / f".{target.name}.lock"):
+            if not target.exists():  # another process may have built it while this one waited
+                why = _compile(cc, sources, target)
+                if why is not None:
+                    return _fail(name, why, mode)
     try:
         lib = ctypes.CDLL(str(target))
     except OSError as exc:
         return _fail(name, f"cannot load {target}: {exc}", mode)
     _status[name] = str(target)
     return lib
+
+
+def _compile(cc: str, sources, target: Path) -> str | None:
+    """Build ``target`` from ``sources`` through a temporary file; None, or why it failed."""
+    import subprocess
+    import tempfile
+
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        os.close(fd)
+    except OSError as exc:
+        return f"cannot write {target.parent}: {exc.strerror or exc}"
+    cmd = [*cc.split(), *FLAGS, "-o", tmp, *[str(s) for s in sources]]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        Path(tmp).unlink(missing_ok=True)
+        return f"{cc} did not run: {exc}"
+    if done.returncode != 0:
+        Path(tmp).unlink(missing_ok=True)
+        return f"{cc} failed: {done.stderr.strip()[-2000:]}"
+    os.replace(tmp, target)
+    return None
+
+
+@contextmanager
+def _build_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` while building, so that processes starting together
+    (a report's notebooks, a test session's) build once and the others wait, then load; where
+    locks are not available (no fcntl, a folder that refuses the lock file) each builds alone,
+    which is still correct (the rename is atomic)."""
+    try:
+        import fcntl
+
+        handle = open(path, "a")  # noqa: SIM115 - held for the block
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        # removed while held: a waiter holds the same file and finds the library built; a later
+        # process finds the library and takes no lock
+        with suppress(OSError):
+            os.unlink(path)
+        handle.close()  # releases the lock
 
 
 def _fail(name: str, why: str, mode: str):

@@ -340,3 +340,20 @@ def test_a_view_of_the_first_streams_and_unsigned_ids_run_in_c(monkeypatch):
     for got in (view, unsigned):
         np.testing.assert_array_equal(got.items, expected.items)
         np.testing.assert_array_equal(got.cells, expected.cells)
+
+
+@pytest.mark.parametrize("mode", [cache_kernels.HEAP_LFU, cache_kernels.HEAP_LFU_PERFECT])
+def test_lfu_counts_past_2_to_the_23_do_not_overflow_the_key(mode):
+    # the key was count · 2^40 + t: a count of 2^23 wrapped it negative, and the most requested
+    # item became the first evicted. 0 requested 2^23 + 1 times, then 1, 2 (a cache of 2 evicts
+    # 1, the least requested), then 0 again: a hit
+    n0 = 2**23 + 1
+    items = np.concatenate([np.zeros(n0, np.int32), np.array([1, 2, 0], np.int32)])
+    off = np.array([0, items.size], np.int64)
+    args = (np.zeros(3, np.int64), np.array([2.0]), np.ones(3), mode, np.zeros(1, np.int32), off)
+    tail = (np.zeros(1, np.int64), True, 1, np.zeros(1), False)
+    for mod in (cache_native, cache_kernels):
+        hit = np.zeros(items.size, bool)
+        mod.heap_pass(items, *args, *tail, hit)
+        assert hit[-1], mod.__name__
+        assert hit[1:n0].all() and not hit[n0] and not hit[n0 + 1]

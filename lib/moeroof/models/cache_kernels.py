@@ -457,7 +457,8 @@ def heap_pass(
     items, group, cap, size, mode, nexts, off, cstep, per_request, steps, wsize, weighted, hit_out
 ):  # pragma: no cover - compiled
     """One min-heap of keys per group; evict the minimum. ``mode`` (the ``HEAP_*`` constants):
-    LFU (key = count·2^40 + time of the last request: fewest requests first, ties to the least
+    LFU (key = count·2^31 + time of the last request — 2^40 on a stream of 2^31 requests or
+    more — so that counts up to the stream's length never overflow: fewest requests first, ties to the least
     recently used) with counts forgotten on eviction (``HEAP_LFU``) or kept (``HEAP_LFU_PERFECT``);
     Belady MIN (key = −next use: farthest next use first) bypassing the incoming item when its own
     next use is farther still (``HEAP_BELADY``) or inserting it always (``HEAP_BELADY_INSERT``).
@@ -479,6 +480,7 @@ def heap_pass(
     used = np.zeros(n_groups)
     belady = mode >= HEAP_BELADY
     bypass = mode == HEAP_BELADY
+    shift = 31 if items.size < 2**31 else 40  # count · 2^shift + t: the (count, t) order, no overflow
     forget = mode == HEAP_LFU
     hits = np.zeros(steps, np.int64)
     misses = np.zeros(steps, np.int64)
@@ -503,7 +505,7 @@ def heap_pass(
                 k = -nexts[t]
             else:
                 freq[x] += 1
-                k = (freq[x] << 40) | t
+                k = (freq[x] << shift) | t
             if hpos[x] >= 0:
                 key[x] = k
                 sift(heap, hpos, key, base, hsize[g], hpos[x])

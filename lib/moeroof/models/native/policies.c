@@ -162,6 +162,7 @@ MR_INLINE void heap_body(const heap_args *A, heap_state *S, const int per_reques
     const int belady = A->mode >= MR_HEAP_BELADY;
     const int bypass = A->mode == MR_HEAP_BELADY;
     const int forget = A->mode == MR_HEAP_LFU;
+    const int shift = A->off[A->n_lookups] < ((int64_t)1 << 31) ? 31 : 40; /* numba: items.size */
 
     for (int64_t ci = 0; ci < A->n_lookups; ci++) {
         const int64_t a = off[ci], b = off[ci + 1];
@@ -181,8 +182,8 @@ MR_INLINE void heap_body(const heap_args *A, heap_state *S, const int per_reques
                 k = -(int64_t)nexts[t];
             } else {
                 freq[x] += 1;
-                /* freq · 2^40 + t, wrapping as numba's int64 arithmetic does */
-                k = (int64_t)(((uint64_t)freq[x] << 40) | (uint64_t)t);
+                /* freq · 2^shift + t as numba computes it: (count, time) in order, no overflow */
+                k = (int64_t)(((uint64_t)freq[x] << shift) | (uint64_t)t);
             }
             if (hpos[x] >= 0) {
                 key[x] = k;
@@ -221,6 +222,165 @@ MR_INLINE void heap_body(const heap_args *A, heap_state *S, const int per_reques
     }
 }
 
+/* ----------------------------------------------------------------------------- in-cache LFU
+ *
+ * The heap's in-cache LFU (mode MR_HEAP_LFU) in O(1) a request (Shah, Mitra & Matani 2010): per
+ * group, a list of frequency buckets in ascending count, each an LRU list of the cached items
+ * with that count (appended as they reach it, so its head is the least recently used). The
+ * heap's key, count · 2^31 + time of the last request, orders items by count, then by that time:
+ * evicting the head of the first bucket evicts the heap's minimum, so the hits are the heap's.
+ * Bucket nodes: 0..n_items (one per cached item at most, and one more: a hit makes the next
+ * bucket before it may free its own), the groups' sentinels after them. */
+typedef struct {
+    int64_t *bf, *bp, *bn, *ih, *it; /* bucket: count, prev/next bucket, first/last item */
+    int64_t *freelist, nfree;
+    int64_t *ip, *in, *ib; /* item: prev/next in its bucket, its bucket (-1: not cached) */
+} lfu_t;
+
+MR_INLINE int64_t lfu_new_bucket(lfu_t *L, int64_t after, int64_t f) {
+    int64_t b = L->freelist[--L->nfree], n = L->bn[after];
+    L->bf[b] = f;
+    L->ih[b] = L->it[b] = -1;
+    L->bp[b] = after;
+    L->bn[b] = n;
+    L->bn[after] = b;
+    L->bp[n] = b;
+    return b;
+}
+
+MR_INLINE void lfu_append(lfu_t *L, int64_t b, int64_t x) {
+    int64_t t = L->it[b];
+    L->ip[x] = t;
+    L->in[x] = -1;
+    if (t >= 0)
+        L->in[t] = x;
+    else
+        L->ih[b] = x;
+    L->it[b] = x;
+    L->ib[x] = b;
+}
+
+/* take x out of its bucket; an emptied bucket leaves the list */
+MR_INLINE void lfu_remove(lfu_t *L, int64_t x) {
+    int64_t b = L->ib[x], p = L->ip[x], n = L->in[x];
+    if (p >= 0)
+        L->in[p] = n;
+    else
+        L->ih[b] = n;
+    if (n >= 0)
+        L->ip[n] = p;
+    else
+        L->it[b] = p;
+    L->ib[x] = -1;
+    if (L->ih[b] < 0) {
+        int64_t bp = L->bp[b], bn = L->bn[b];
+        L->bn[bp] = bn;
+        L->bp[bn] = bp;
+        L->freelist[L->nfree++] = b;
+    }
+}
+
+MR_INLINE void lfu_body(const heap_args *A, lfu_t *L, int64_t n_items, int64_t *freq, double *used,
+                        uint8_t *hbuf, const int per_request, const int weighted,
+                        const int keep_hits) {
+    const int32_t *items = A->items;
+    const int64_t *group = A->group, *off = A->off, *cstep = A->cstep;
+    const double *cap = A->cap, *size = A->size, *wsize = A->wsize;
+    for (int64_t ci = 0; ci < A->n_lookups; ci++) {
+        const int64_t a = off[ci], b = off[ci + 1], st = cstep[ci];
+        const int counted = st >= 0 && st < A->steps;
+        if (!per_request)
+            for (int64_t u = a; u < b; u++) hbuf[u - a] = L->ib[items[u]] >= 0;
+        for (int64_t t = a; t < b; t++) {
+            const int32_t x = items[t];
+            const int h = per_request ? (L->ib[x] >= 0) : hbuf[t - a];
+            tally(h, x, t, st, counted, keep_hits, A->hit_out, A->hits, A->misses, weighted, wsize,
+                  A->streamed);
+            const int64_t g = group[x], sentinel = n_items + 1 + g;
+            const int64_t f = ++freq[x];
+            if (L->ib[x] >= 0) { /* a hit: up one bucket, at its most recent end */
+                int64_t cur = L->ib[x], nx = L->bn[cur];
+                int64_t to = (nx != sentinel && L->bf[nx] == f) ? nx : lfu_new_bucket(L, cur, f);
+                lfu_remove(L, x);
+                lfu_append(L, to, x);
+                continue;
+            }
+            const double sz = size[x];
+            if (sz > cap[g]) continue;
+            while (used[g] + sz > cap[g]) {
+                int64_t first = L->bn[sentinel];
+                if (first == sentinel) { /* empty, the sum a rounding residue (see the top) */
+                    used[g] = 0.0;
+                    break;
+                }
+                int64_t v = L->ih[first];
+                lfu_remove(L, v);
+                used[g] -= size[v];
+                freq[v] = 0; /* in-cache LFU: the item comes back with a count of 1 */
+            }
+            if (used[g] + sz > cap[g]) continue;
+            int64_t at = sentinel; /* the bucket of count f, or where it goes (f is 1 but for an
+                                      item once too big to fit: its count ran on) */
+            while (L->bn[at] != sentinel && L->bf[L->bn[at]] < f) at = L->bn[at];
+            int64_t nx = L->bn[at];
+            lfu_append(L, (nx != sentinel && L->bf[nx] == f) ? nx : lfu_new_bucket(L, at, f), x);
+            used[g] += sz;
+        }
+    }
+}
+
+static int lfu_pass(const heap_args *A, int64_t n_items, int64_t n_groups, int per_request,
+                    int weighted) {
+    size_t ni = (size_t)(n_items > 0 ? n_items : 1), nb = ni + 1 + (size_t)(n_groups > 0 ? n_groups : 1);
+    lfu_t L;
+    L.bf = (int64_t *)malloc(nb * sizeof(int64_t));
+    L.bp = (int64_t *)malloc(nb * sizeof(int64_t));
+    L.bn = (int64_t *)malloc(nb * sizeof(int64_t));
+    L.ih = (int64_t *)malloc(nb * sizeof(int64_t));
+    L.it = (int64_t *)malloc(nb * sizeof(int64_t));
+    L.freelist = (int64_t *)malloc((ni + 1) * sizeof(int64_t));
+    L.ip = (int64_t *)malloc(ni * sizeof(int64_t));
+    L.in = (int64_t *)malloc(ni * sizeof(int64_t));
+    L.ib = (int64_t *)malloc(ni * sizeof(int64_t));
+    int64_t *freq = (int64_t *)calloc(ni, sizeof(int64_t));
+    double *used = (double *)calloc((size_t)(n_groups > 0 ? n_groups : 1), sizeof(double));
+    int fail;
+    uint8_t *hbuf = hbuf_alloc(A->off, A->n_lookups, per_request, &fail);
+    int rc = -1;
+    if (!L.bf || !L.bp || !L.bn || !L.ih || !L.it || !L.freelist || !L.ip || !L.in || !L.ib ||
+        !freq || !used || fail)
+        goto done;
+    L.nfree = n_items + 1;
+    for (int64_t i = 0; i <= n_items; i++) L.freelist[i] = n_items - i;
+    for (int64_t i = 0; i < n_items; i++) L.ib[i] = -1;
+    for (int64_t g = 0; g < n_groups; g++) {
+        int64_t s0 = n_items + 1 + g;
+        L.bp[s0] = L.bn[s0] = s0;
+        L.bf[s0] = -1;
+    }
+    {
+        const int keep_hits = A->hit_out != NULL;
+#define MR_LFU_CALL(P, W, K) lfu_body(A, &L, n_items, freq, used, hbuf, P, W, K)
+        MR_DISPATCH(MR_LFU_CALL);
+#undef MR_LFU_CALL
+    }
+    rc = 0;
+done:
+    free(L.bf);
+    free(L.bp);
+    free(L.bn);
+    free(L.ih);
+    free(L.it);
+    free(L.freelist);
+    free(L.ip);
+    free(L.in);
+    free(L.ib);
+    free(freq);
+    free(used);
+    free(hbuf);
+    return rc;
+}
+
 int mr_heap_pass(const int32_t *items, const int64_t *group, int64_t n_items, const double *cap,
                  int64_t n_groups, const double *size, int mode, const int32_t *nexts,
                  const int64_t *off, int64_t n_lookups, const int64_t *cstep, int per_request,
@@ -228,6 +388,7 @@ int mr_heap_pass(const int32_t *items, const int64_t *group, int64_t n_items, co
                  int64_t *hits, int64_t *misses, double *streamed) {
     heap_args A = {items, group, cap, size, nexts, off, n_lookups, cstep, steps, wsize, hit_out,
                    hits, misses, streamed, mode};
+    if (mode == MR_HEAP_LFU) return lfu_pass(&A, n_items, n_groups, per_request, weighted);
     heap_state S;
     size_t ni = (size_t)(n_items > 0 ? n_items : 1), ng = (size_t)(n_groups > 0 ? n_groups : 1);
     int64_t *hoff = (int64_t *)calloc(ng + 1, sizeof(int64_t));

@@ -3,21 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cache.h"
-
-/* One request's outcome, as cache_kernels.tally. */
-static inline void tally(int h, int32_t x, int64_t t, int64_t st, int counted, uint8_t *hit_out,
-                         int64_t *hits, int64_t *misses, int weighted, const double *wsize,
-                         double *streamed) {
-    if (hit_out) hit_out[t] = (uint8_t)h;
-    if (counted) {
-        if (h) {
-            hits[st]++;
-        } else {
-            misses[st]++;
-            if (weighted) streamed[st] += wsize[x];
-        }
-    }
-}
+#include "kernels.h"
 
 /* The body of mr_lru_pass; called with constant flags so that each caller is specialised. */
 static inline void lru_body(const int32_t *items, const int64_t *group, int64_t n_items,
@@ -34,7 +20,7 @@ static inline void lru_body(const int32_t *items, const int64_t *group, int64_t 
         for (int64_t t = a; t < b; t++) {
             int32_t x = items[t];
             int h = per_request ? cached[x] : hbuf[t - a];
-            tally(h, x, t, st, counted, hit_out, hits, misses, weighted, wsize, streamed);
+            tally(h, x, t, st, counted, hit_out != NULL, hit_out, hits, misses, weighted, wsize, streamed);
             int64_t g = group[x], h0 = n_items + g;
             if (cached[x]) {
                 int64_t p = prv[x], q = nxt[x];
@@ -112,7 +98,7 @@ int mr_static_pass(const int32_t *items, const uint8_t *mask, int64_t n_items, c
             int32_t x = items[t];
             int h = mask[x] && seen[x];
             seen[x] = 1;
-            tally(h, x, t, st, counted, hit_out, hits, misses, weighted, wsize, streamed);
+            tally(h, x, t, st, counted, hit_out != NULL, hit_out, hits, misses, weighted, wsize, streamed);
         }
     }
     free(seen);

@@ -17,12 +17,7 @@
 #include <stdlib.h>
 
 #include "cache.h"
-
-#if defined(__GNUC__) || defined(__clang__)
-#define MR_INLINE static inline __attribute__((always_inline))
-#else
-#define MR_INLINE static inline
-#endif
+#include "kernels.h"
 
 /* math.floor as numba computes it for a double in int64 range: floor, then to int64 */
 MR_INLINE int64_t floor_i64(double v) {
@@ -50,40 +45,6 @@ static uint8_t *hbuf_alloc(const int64_t *off, int64_t n_lookups, int per_reques
     if (p == NULL) *fail = 1;
     return p;
 }
-
-/* numba's tally: the hit flag (when kept) and, in a counted step, a hit or a miss plus the bytes
- * it streams */
-MR_INLINE void tally(int h, int32_t x, int64_t t, int64_t st, int counted, int keep_hits,
-                     uint8_t *hit_out, int64_t *hits, int64_t *misses, int weighted,
-                     const double *wsize, double *streamed) {
-    if (keep_hits) hit_out[t] = (uint8_t)(h != 0);
-    if (counted) {
-        if (h) {
-            hits[st] += 1;
-        } else {
-            misses[st] += 1;
-            if (weighted) streamed[st] += wsize[x];
-        }
-    }
-}
-
-/* the eight specialisations of a body: BODY(per_request, weighted, keep_hits) */
-#define MR_DISPATCH(CALL)                                                                        \
-    do {                                                                                         \
-        if (per_request) {                                                                       \
-            if (weighted) {                                                                      \
-                if (keep_hits) CALL(1, 1, 1); else CALL(1, 1, 0);                                \
-            } else {                                                                             \
-                if (keep_hits) CALL(1, 0, 1); else CALL(1, 0, 0);                                \
-            }                                                                                    \
-        } else {                                                                                 \
-            if (weighted) {                                                                      \
-                if (keep_hits) CALL(0, 1, 1); else CALL(0, 1, 0);                                \
-            } else {                                                                             \
-                if (keep_hits) CALL(0, 0, 1); else CALL(0, 0, 0);                                \
-            }                                                                                    \
-        }                                                                                        \
-    } while (0)
 
 /* ----------------------------------------------------------------------------- heap policies */
 

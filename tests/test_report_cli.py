@@ -8,6 +8,7 @@ A tiny notebook stands in for the real ones, so each kernel run takes a few seco
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -218,3 +219,33 @@ def test_rendering_skips_the_iri_grammar_and_still_validates_notebooks():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "invalid caught"
+
+
+ENV_NOTEBOOK = """# %% tags=["parameters"]
+out: str = ""  # where the kernel writes what it was given
+
+# %%
+import json
+import os
+
+names = ["OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"]
+with open(out, "w") as fh:
+    json.dump({k: os.environ.get(k) for k in names}, fh)
+"""
+
+
+@pytest.mark.notebook
+def test_kernels_run_one_blas_thread_whatever_the_machine(tmp_path, monkeypatch):
+    """A BLAS reduction's last digits follow its thread count, and with them a figure's bytes:
+    the kernels get one thread (capture_skew.svg differed between 1 and 2 threads), and the
+    rendering process's own environment is left as it was."""
+    nb_dir = tmp_path / "nbs"
+    nb_dir.mkdir()
+    (nb_dir / "envnb.py").write_text(ENV_NOTEBOOK)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "7")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    said = tmp_path / "said.json"
+    argv = ["report", "--notebooks-dir", str(nb_dir), "--out", str(tmp_path / "run"), "-p", "out", str(said)]
+    assert cli_main(argv) == 0
+    assert json.loads(said.read_text()) == {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "7" and "OMP_NUM_THREADS" not in os.environ

@@ -333,6 +333,7 @@ def render(
 
     ``figures_dir``, when given, is where the notebook's figures go (the kernel inherits
     ``MOEROOF_FIGURES_DIR`` for the length of this render); otherwise the environment decides.
+    The kernel runs one BLAS thread (:data:`KERNEL_THREADS`: the same bytes on any machine).
     ``cell_timeout_s`` as for :func:`execute` (a stuck cell: one retry in a fresh kernel).
     """
     name = path.stem
@@ -353,21 +354,30 @@ def render(
     return ipynb_path, html_path
 
 
+#: the kernels' BLAS and OpenMP threads: one. A BLAS reduction splits its sums by thread, so the
+#: last digits of a result (and of a figure's coordinates: capture_skew.svg's fit) followed the
+#: machine's core count; with one thread each, a render gives the same bytes on any machine, and
+#: notebooks rendered side by side (``--jobs``) do not oversubscribe the cores.
+KERNEL_THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
 @contextmanager
 def _figures_env(figures_dir: Path | None) -> Iterator[None]:
-    """Point ``MOEROOF_FIGURES_DIR`` at ``figures_dir`` while a kernel starts, then restore it."""
-    if figures_dir is None:
-        yield
-        return
-    before = os.environ.get(FIGURES_ENV)
-    os.environ[FIGURES_ENV] = str(figures_dir)
+    """While a kernel starts: ``MOEROOF_FIGURES_DIR`` at ``figures_dir`` (when given) and
+    :data:`KERNEL_THREADS`; the environment restored after."""
+    given = dict(KERNEL_THREADS)
+    if figures_dir is not None:
+        given[FIGURES_ENV] = str(figures_dir)
+    before = {k: os.environ.get(k) for k in given}
+    os.environ.update(given)
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop(FIGURES_ENV, None)
-        else:
-            os.environ[FIGURES_ENV] = before
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def parameters_hash(parameters: dict) -> str:

@@ -793,3 +793,42 @@ def test_weights_from_inclusion_reproduce_the_inclusion_probabilities():
     assert np.allclose(w.sum(axis=1), 1.0)
     assert np.all(w[1, :5] == 0.0)
     assert np.max(np.abs(inclusion_probabilities(w, k) - pi)) <= 1e-8
+
+
+class _ZerosInjected:
+    """A real generator whose ``random`` returns exact zeros at chosen draw positions (each
+    draw still consumes the real stream), and whose ``gumbel`` rejects them as numpy's does:
+    the reference sample_trace (``rng.gumbel``) and the suite's (uniforms into a buffer) must
+    then consume the same draws and give the same trace."""
+
+    def __init__(self, seed, zeros):
+        self.rng, self.zeros, self.pos = np.random.default_rng(seed), set(zeros), 0
+
+    def random(self, size=None, out=None):
+        vals = self.rng.random(size if out is None else out.shape)
+        flat = vals.reshape(-1)
+        for i in range(flat.size):
+            if self.pos + i in self.zeros:
+                flat[i] = 0.0
+        self.pos += flat.size
+        if out is None:
+            return vals
+        out[...] = vals
+        return out
+
+    def gumbel(self, size):
+        from moeroof.models import routing_kernels
+        from moeroof.models.routing import gumbel_uniforms
+
+        u = gumbel_uniforms(self, tuple(size))
+        return routing_kernels.gumbel_from_uniforms(u.ravel()).reshape(size)
+
+
+def test_sample_trace_redraws_exact_zero_uniforms_as_numpys_gumbel():
+    model = Uniform(16, 3)
+    zeros = [5, 40, 41, 200, 777]  # in the first step's draws, twice in a row, and in later steps
+    got = sample_trace(model, 6, 4, 3, _ZerosInjected(9, zeros))
+    want = _sample_trace_reference(model, 6, 4, 3, _ZerosInjected(9, zeros))
+    np.testing.assert_array_equal(got, want)
+    plain = sample_trace(model, 6, 4, 3, np.random.default_rng(9))
+    assert not np.array_equal(got, plain)  # the zeros did move the stream

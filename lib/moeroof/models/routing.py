@@ -677,6 +677,7 @@ def sample_trace(
     fallback = np.empty(rows, dtype=bool)
     # the step's uniforms drawn into buffers made once (the same doubles, no array per step)
     u = np.empty((rows, e))
+    u_flat = u.reshape(rows * e)  # a view
     keep_buf = np.empty((rows, k)) if sticky else no_keep
     logq = draw_logq(True)
     prepared = None
@@ -687,7 +688,9 @@ def sample_trace(
             lq = np.ascontiguousarray(np.broadcast_to(logq, (streams, layers, e)), dtype=float).reshape(rows, e)
             prepared = (logq, lq, *routing_kernels.log_weight_rows(lq))
         _, lq, top, rel = prepared
-        gumbel_uniforms(rng, (rows, e), out=u)
+        rng.random(out=u_flat)  # gumbel_uniforms(rng, (rows, e), out=u), inline: one call a step
+        if not u_flat.all():
+            _redraw_zeros(rng, u_flat)
         keep_u = rng.random(out=keep_buf) if step and sticky else no_keep
         prev = out[step - 1].reshape(rows, k) if step else first_prev
         cur = out[step].reshape(rows, k)
@@ -711,12 +714,19 @@ def gumbel_uniforms(rng: np.random.Generator, shape: tuple[int, ...], *, out: np
     flat = out.reshape(n)  # a view: out is contiguous
     rng.random(out=flat)
     if not flat.all():
-        u = flat[flat != 0.0]
-        while u.size < n:
-            more = rng.random(n - u.size)
-            u = np.concatenate([u, more[more != 0.0]])
-        flat[:] = u
+        _redraw_zeros(rng, flat)
     return out
+
+
+def _redraw_zeros(rng: np.random.Generator, flat: np.ndarray) -> None:
+    """Drop the exact zeros of the draws ``flat`` and fill its end with fresh nonzero draws, in
+    the order numpy's Gumbel consumes them (see :func:`gumbel_uniforms`)."""
+    n = flat.size
+    u = flat[flat != 0.0]
+    while u.size < n:
+        more = rng.random(n - u.size)
+        u = np.concatenate([u, more[more != 0.0]])
+    flat[:] = u
 
 
 def histogram_from_trace(topk: np.ndarray, experts: int) -> np.ndarray:

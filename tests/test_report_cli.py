@@ -165,6 +165,17 @@ def test_longest_first_orders_by_the_last_render_and_the_timings_round_trip(tmp_
     assert report.read_timings(tmp_path) == {}
 
 
+def test_a_fresh_clone_orders_by_the_timings_the_notebooks_folder_ships(tmp_path):
+    nb_dir, root = tmp_path / "nbs", tmp_path / "reports"
+    nb_dir.mkdir()
+    report.record_timings(nb_dir, [{"notebook": "a", "ok": True, "seconds": 30.0}])
+    assert report.start_timings(root, nb_dir) == {"a": 30.0}  # nothing rendered yet
+    report.record_timings(root, [{"notebook": "b", "ok": True, "seconds": 2.0}])
+    assert report.start_timings(root, nb_dir) == {"b": 2.0}  # the last render wins
+    shipped = report.read_timings(paths.NOTEBOOKS_DIR)
+    assert set(shipped) == {p.stem for p in report.discover(paths.NOTEBOOKS_DIR)}  # one per notebook
+
+
 def test_a_notebook_that_reuses_anothers_fits_starts_after_it():
     """With --jobs, a notebook named in report.AFTER waits for the one it reuses (the next in the
     order takes its place meanwhile), and the start numbers count the real starts."""

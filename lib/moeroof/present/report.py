@@ -685,6 +685,13 @@ def read_timings(root: Path) -> dict[str, float]:
     return {str(k): float(v) for k, v in raw.items() if isinstance(v, (int, float)) and math.isfinite(v)}
 
 
+def start_timings(root: Path, notebooks_dir: Path) -> dict[str, float]:
+    """The seconds that order a run: the last render's under ``root``, else the ones the
+    notebooks' folder ships (a cold render's, committed: a fresh clone has rendered nothing, and
+    in file order its longest notebook could start last)."""
+    return read_timings(root) or read_timings(notebooks_dir)
+
+
 def longest_first(stems: Sequence[str], timings: dict[str, float]) -> list[int]:
     """Indices of ``stems`` in the order a pool should start them: the longest last render first
     (LPT, Graham 1969: the two longest notebooks no longer share one worker at the end), those
@@ -807,7 +814,7 @@ def render_all(args: argparse.Namespace) -> tuple[int, dict]:
     after: dict[int, int] = {}
     if jobs > 1:
         root = args.out if args.out is not None else paths.REPORTS_DIR
-        order = longest_first([p.stem for p in notebooks], read_timings(root))
+        order = longest_first([p.stem for p in notebooks], start_timings(root, args.notebooks_dir))
         index_of = {p.stem: i for i, p in enumerate(notebooks)}
         after = {index_of[a]: index_of[b] for a, b in AFTER.items() if a in index_of and b in index_of}
     starts = {i: n for n, i in enumerate(order, 1)}  # "[n/N]" counts in the order renders start

@@ -418,6 +418,14 @@ def test_a_live_run_holds_its_scratch_lock(tmp_path):
 # ----------------------------------------------------------------------------- signals (subprocesses)
 
 
+def _default_signals() -> None:
+    # a child inherits ignored signals, and Python then leaves SIGINT ignored (no
+    # KeyboardInterrupt): the command must see Ctrl-C as a terminal gives it, whatever the test
+    # runner's own disposition (a full-suite run once found SIGINT ignored by then)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _popen(args: list[str], **env: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "moeroof.cli", *args],
@@ -426,6 +434,7 @@ def _popen(args: list[str], **env: str) -> subprocess.Popen:
         text=True,
         env={**os.environ, **env},
         cwd=ROOT,
+        preexec_fn=_default_signals,  # noqa: PLW1509 - no threads start before the exec
     )
 
 

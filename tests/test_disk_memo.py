@@ -117,3 +117,17 @@ def test_a_new_salt_keeps_only_the_newest_folders(root):
     other = disk_memo.DiskMemo("other", "x")  # another memo's folders are its own
     other.put(("k",), 1)
     assert sorted(p.name for p in new.folder.parent.iterdir()) == sorted(["fresh", *newest])
+
+
+def test_salts_cover_the_c_kernels_the_simulations_run(root):
+    """The simulations run C (models/native/*.c) where it builds: an edit to a C kernel must
+    miss the memo as an edit to a Python one does, in both memos (the step model's and the fits')."""
+    from pathlib import Path
+
+    from moeroof.models import cache_native, expert_cache
+    from moeroof.models.sim_memo import source_files
+
+    c_sources = {p.name for p in Path(cache_native.__file__).parent.joinpath("native").glob("*.[ch]")}
+    assert {"lru.c", "policies.c", "stream.c", "cache.h"} <= c_sources
+    assert c_sources <= {p.name for p in source_files(["models/"])}
+    assert c_sources <= {p.name for p in expert_cache.steady_state_sources()}

@@ -25,7 +25,7 @@ status:
 numpy's floating-point RuntimeWarnings ("divide by zero encountered in …") are not shown unless
 ``MOEROOF_DEBUG=1``: a result that is not finite is printed as ``-`` / ``null``.
 
-Building the parser imports no subcommand's library code (the numba-compiled cache simulator
+Building the parser imports no subcommand's library code (the compiled cache simulator
 included): each ``run`` imports what it needs.
 """
 

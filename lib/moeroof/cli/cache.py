@@ -18,8 +18,8 @@ libCacheSim's S3FIFOv0 uses 2).
 With ``--scheduler`` or ``--workers`` (scope layer only) the layers are sharded over
 dask.distributed workers (:mod:`moeroof.studies.shard`); the answer is the same, exactly.
 
-The simulator (:mod:`moeroof.models.cache`, numba-compiled) is imported only when the command
-runs; the parser reads the policy and scope names from the constants below.
+The simulator (:mod:`moeroof.models.cache`, its loops in C or numba) is imported only when the
+command runs; the parser reads the policy and scope names from the constants below.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from moeroof.cli.common import (
     non_negative_float,
     non_negative_int,
     read_trace_arg,
+    start_cache_kernels,
     table,
 )
 from moeroof.data.io import InputError, Trace, read_histogram
@@ -466,11 +467,6 @@ def cache_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from moeroof.models import cache_native
-
-    if cache_native.library() is None:  # no C kernels here: numba's, started without its BLAS probe
-        from moeroof.core.numba_start import skip_blas_probe
-
-        skip_blas_probe()  # this command's compiled work is the suite's own kernels (no BLAS)
+    start_cache_kernels()
     rep = cache_report(args)
     return emit(rep, args, print_cache, csv_table=cache_csv)

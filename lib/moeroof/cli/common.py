@@ -78,6 +78,18 @@ class UsageError(ValueError):
 # ----------------------------------------------------------------------------- flag values
 
 
+def start_cache_kernels() -> None:
+    """Before ``cache`` / ``mrc`` simulate: load the C kernels (built on first use); where they
+    cannot load, start numba without its BLAS probe (:mod:`moeroof.core.numba_start`: these
+    commands' compiled work is the suite's own kernels, no BLAS)."""
+    from moeroof.models import cache_native
+
+    if cache_native.library() is None:
+        from moeroof.core.numba_start import skip_blas_probe
+
+        skip_blas_probe()
+
+
 def positive_int(text: str, flag: str) -> int:
     t = text.strip()
     if not t.lstrip("+").isdigit() or int(t) < 1:

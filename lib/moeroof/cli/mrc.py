@@ -43,6 +43,7 @@ from moeroof.cli.common import (
     positive_float,
     positive_int,
     read_trace_arg,
+    start_cache_kernels,
     table,
 )
 from moeroof.data.io import InputError
@@ -384,12 +385,7 @@ def _pct(x: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from moeroof.models import cache_native
-
-    if cache_native.library() is None:  # no C kernels here: numba's, started without its BLAS probe
-        from moeroof.core.numba_start import skip_blas_probe
-
-        skip_blas_probe()  # this command's compiled work is the suite's own kernels (no BLAS)
+    start_cache_kernels()
     rep = mrc_report(args)
     return emit(rep, args, print_mrc, csv_table=mrc_csv)
 

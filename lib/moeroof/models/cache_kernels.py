@@ -1,9 +1,10 @@
 """The compiled kernels behind :mod:`moeroof.models.cache` (numba, cached on disk).
 
-Kept apart so that importing the cache model (or anything above it: the step model, the
-command line's parsers) does not import numba: :mod:`moeroof.models.cache` imports this module
-inside the functions that run a kernel. The algorithms are documented there; each kernel here
-is the inner loop of one of them.
+The fallback of :mod:`moeroof.models.cache_native` (no C compiler, ``MOEROOF_NATIVE=0``, ids
+that are not int32) and the reference its C ports are tested against, bit for bit: an edit to a
+kernel here must be made to its port in ``models/native/`` too. Imported only when a fallback
+runs, so that importing the cache model does not import numba. The algorithms are documented
+in :mod:`moeroof.models.cache`; each kernel here is the inner loop of one of them.
 
 Kernels are compiled by numba on first use and cached on disk (``cache=True``), so only the
 first call after an install or an edit pays the compile (about a second per kernel). numba keeps

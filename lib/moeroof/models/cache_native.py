@@ -16,6 +16,7 @@ C library loaded by :mod:`ctypes`, the commands that simulate caches never impor
 from __future__ import annotations
 
 import ctypes
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -91,26 +92,20 @@ _BLOCK_SUFFIX = {
     np.dtype(np.int64): "_i64",
 }
 
-_lib = None
-_tried = False
 
-
+@functools.cache
 def library():
     """The loaded C library (its functions typed), or None: no compiler, a failed build, or
-    ``MOEROOF_NATIVE=0`` (:func:`moeroof.core.native.status` says which)."""
-    global _lib, _tried
-    if not _tried:
-        _tried = True
-        sources = sorted(NATIVE_DIR.glob("*.c"))
-        lib = native.load(_NAME, sources, sorted(NATIVE_DIR.glob("*.h"))) if sources else None
-        if lib is not None:
-            for fname, (codes, restype) in _SIGNATURES.items():
-                fn = getattr(lib, fname, None)
-                if fn is not None:
-                    fn.argtypes = [_CODES[c] for c in codes]
-                    fn.restype = restype
-        _lib = lib
-    return _lib
+    ``MOEROOF_NATIVE=0`` (:func:`moeroof.core.native.status` says which). Tried once a process."""
+    sources = sorted(NATIVE_DIR.glob("*.c"))
+    lib = native.load(_NAME, sources, sorted(NATIVE_DIR.glob("*.h"))) if sources else None
+    if lib is not None:
+        for fname, (codes, restype) in _SIGNATURES.items():
+            fn = getattr(lib, fname, None)
+            if fn is not None:
+                fn.argtypes = [_CODES[c] for c in codes]
+                fn.restype = restype
+    return lib
 
 
 def c_function(name: str):
@@ -141,11 +136,17 @@ def _in(a, dtype) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=dtype)
 
 
+def _flags(a) -> np.ndarray:
+    """Bool flags as the C's uint8: a view of a contiguous bool array (no copy per block)."""
+    a = np.ascontiguousarray(a)
+    return a.view(np.uint8) if a.dtype == np.bool_ else a.astype(np.uint8)
+
+
 def _is(a, dtype) -> bool:
     return isinstance(a, np.ndarray) and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
 
 
-def _opt(a: np.ndarray, dtype):
+def _opt(a: np.ndarray):
     """An optional output: None (NULL) when empty."""
     return None if a.size == 0 else a
 
@@ -174,7 +175,7 @@ def scan_block(block, experts, sel, keep, use_keep, strict, mark, tmark, ctr, ce
         return numba_kernels().scan_block(block, experts, sel, keep, use_keep, strict, mark, tmark, ctr, cells, c0, err)
     ns, nt, nl, nk = block.shape
     sel = _in(sel, np.int64)
-    keep = _in(keep, np.uint8)
+    keep = _flags(keep)
     return int(
         fn(_p(block), ns, nt, nl, nk, int(experts), _p(sel), sel.size, _p(keep), int(bool(use_keep)),
            int(bool(strict)), _p(mark), _p(tmark), _p(ctr), _p(cells), int(c0), _p(err))
@@ -188,7 +189,7 @@ def emit_block(block, experts, sel, keep, use_keep, mark, c0, out, pos):
         return numba_kernels().emit_block(block, experts, sel, keep, use_keep, mark, c0, out, pos)
     ns, nt, nl, nk = block.shape
     sel = _in(sel, np.int64)
-    keep = _in(keep, np.uint8)
+    keep = _flags(keep)
     return int(
         fn(_p(block), ns, nt, nl, nk, int(experts), _p(sel), sel.size, _p(keep), int(bool(use_keep)),
            _p(mark), int(c0), _p(out), int(pos))
@@ -291,7 +292,7 @@ def lru_pass(items, group, cap, size, off, cstep, per_request, steps, wsize, wei
     hits, misses, streamed = _counts(steps)
     _check(
         fn(_p(items), _p(group), group.size, _p(cap), cap.size, _p(size), _p(off), off.size - 1, _p(cstep),
-           int(bool(per_request)), int(steps), _p(wsize), int(bool(weighted)), _p(_opt(hit_out, np.bool_)),
+           int(bool(per_request)), int(steps), _p(wsize), int(bool(weighted)), _p(_opt(hit_out)),
            _p(hits), _p(misses), _p(streamed))
     )  # fmt: skip
     return hits, misses, streamed
@@ -309,7 +310,7 @@ def static_pass(items, mask, off, cstep, steps, wsize, weighted, hit_out):
     hits, misses, streamed = _counts(steps)
     _check(
         fn(_p(items), _p(mask), mask.size, _p(off), off.size - 1, _p(cstep), int(steps), _p(wsize),
-           int(bool(weighted)), _p(_opt(hit_out, np.bool_)), _p(hits), _p(misses), _p(streamed))
+           int(bool(weighted)), _p(_opt(hit_out)), _p(hits), _p(misses), _p(streamed))
     )  # fmt: skip
     return hits, misses, streamed
 
@@ -329,7 +330,7 @@ def heap_pass(items, group, cap, size, mode, nexts, off, cstep, per_request, ste
     _check(
         fn(_p(items), _p(group), group.size, _p(cap), cap.size, _p(size), int(mode), _p(nexts), _p(off),
            off.size - 1, _p(cstep), int(bool(per_request)), int(steps), _p(wsize), int(bool(weighted)),
-           _p(_opt(hit_out, np.bool_)), _p(hits), _p(misses), _p(streamed))
+           _p(_opt(hit_out)), _p(hits), _p(misses), _p(streamed))
     )  # fmt: skip
     return hits, misses, streamed
 
@@ -349,7 +350,7 @@ def s3fifo_pass(
     _check(
         fn(_p(items), _p(group), group.size, _p(cap), cap.size, _p(size), float(small_fraction), int(threshold),
            _p(off), off.size - 1, _p(cstep), int(bool(per_request)), int(steps), _p(wsize), int(bool(weighted)),
-           _p(_opt(hit_out, np.bool_)), _p(hits), _p(misses), _p(streamed))
+           _p(_opt(hit_out)), _p(hits), _p(misses), _p(streamed))
     )  # fmt: skip
     return hits, misses, streamed
 
@@ -363,7 +364,7 @@ def arc_pass(items, group, cap, off, cstep, per_request, steps, wsize, weighted,
     hits, misses, streamed = _counts(steps)
     _check(
         fn(_p(items), _p(group), group.size, _p(cap), cap.size, _p(off), off.size - 1, _p(cstep),
-           int(bool(per_request)), int(steps), _p(wsize), int(bool(weighted)), _p(_opt(hit_out, np.bool_)),
+           int(bool(per_request)), int(steps), _p(wsize), int(bool(weighted)), _p(_opt(hit_out)),
            _p(hits), _p(misses), _p(streamed))
     )  # fmt: skip
     return hits, misses, streamed
@@ -386,5 +387,5 @@ def stack_kernel(items, label, n_items, window, off, cstep, per_request, warm, o
     cstep = _in(cstep, np.int64)
     _check(
         fn(_p(items), _p(label), int(n_items), int(window), _p(off), off.size - 1, _p(cstep),
-           int(bool(per_request)), int(warm), _p(_opt(out, np.int64)), _p(_opt(hist, np.int64)))
+           int(bool(per_request)), int(warm), _p(_opt(out)), _p(_opt(hist)))
     )  # fmt: skip

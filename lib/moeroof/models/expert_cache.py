@@ -54,6 +54,7 @@ from moeroof.models.union import power_sums
 
 __all__ = [
     "digest",
+    "steady_state_sources",
     "steady_trace",
     "simulated_layer_rows",
     "order_chunk_steps",
@@ -111,15 +112,22 @@ def _disk_memo():
     own source (this module, the cache model and its kernels) and numpy's version, which draws
     the traces: any edit or upgrade misses rather than serving an old number."""
     if not _disk:
-        from pathlib import Path
-
         from moeroof.core.disk_memo import DiskMemo, source_salt
 
-        kernels = Path(cache_sim.__file__).with_name("cache_kernels.py")  # not imported: that loads numba
-        draws = Path(__file__).with_name("plan_kernels.py")  # systematic_topk's picks
-        salt = source_salt([__file__, cache_sim.__file__, kernels, draws], np.__version__)
-        _disk.append(DiskMemo("steady-state", salt))
+        _disk.append(DiskMemo("steady-state", source_salt(steady_state_sources(), np.__version__)))
     return _disk[0]
+
+
+def steady_state_sources() -> list:
+    """The files the steady-state memo is salted with: this module, the cache model and every
+    kernel it may run (C or numba; read as files, since importing the kernels would load numba),
+    and the systematic sampler's kernels (``plan_kernels``)."""
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    kernels = [here / "cache_kernels.py", here / "cache_native.py", here / "plan_kernels.py"]
+    kernels += sorted(p for ext in ("*.c", "*.h") for p in (here / "native").glob(ext))
+    return [Path(__file__), Path(cache_sim.__file__), *kernels]
 
 
 def _memoised(key: tuple, compute, memo: OrderedDict | None = None, size: int = _MEMO_SIZE, *, disk: bool = False):

@@ -25,12 +25,13 @@ _ROOT = Path(__file__).resolve().parent.parent
 
 def source_files(sources: Sequence[str]) -> list[Path]:
     """The files ``sources`` names, relative to the package: a name ending in ``/`` is every
-    ``.py`` file below that folder (sorted), so a module the computation reaches through an
-    import nobody listed still salts the memo."""
+    ``.py`` file below that folder and every C source the kernels are built from (``.c``, ``.h``:
+    models/native/), sorted, so a module the computation reaches through an import nobody listed
+    still salts the memo."""
     out: list[Path] = []
     for entry in sources:
         if entry.endswith("/"):
-            out += sorted((_ROOT / entry).rglob("*.py"))
+            out += sorted(p for ext in ("*.py", "*.c", "*.h") for p in (_ROOT / entry).rglob(ext))
         else:
             out.append(_ROOT / entry)
     return out

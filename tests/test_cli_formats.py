@@ -342,7 +342,7 @@ def test_plan_split_union_csv(capsys):
     argv = ["plan", "--model", "mixtral-8x7b", "--hardware", "apple-m4-max", "--batch", "1,8", "--cache-gib", "20"]
     rep = run_json(capsys, argv)
     header, rows = run_csv(capsys, argv)
-    assert header[:4] == ["batch", "step_seconds", "per_agent_tok_s", "net_tok_s"]
+    assert header[:5] == ["batch", "cache_gib", "step_seconds", "per_agent_tok_s", "net_tok_s"]
     assert [int(r["batch"]) for r in rows] == [1, 8]
     assert num(rows[1]["net_tok_s"]) == pytest.approx(rep["net_tok_s"][1])
     assert num(rows[1]["multiple_vs_single"]) == pytest.approx(rep["baselines"]["single"]["multiple"][1])

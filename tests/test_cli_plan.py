@@ -38,10 +38,18 @@ def check_contract(rep, batch):
     assert KEYS <= set(rep)
     assert rep["batch"] == batch
     n = len(batch)
-    for key in ("step_seconds", "per_agent_tok_s", "net_tok_s", "ssd_bytes_per_token", "union_per_layer"):
+    fits = rep["fits_in_memory"]
+    assert len(fits) == n and fits[0] is True
+    for key in ("ssd_bytes_per_token", "union_per_layer"):
         assert len(rep[key]) == n and all(isinstance(x, float) for x in rep[key])
-    assert all(b in ("ssd", "memory", "compute", "fabric") for b in rep["bound"])
-    np.testing.assert_allclose(rep["net_tok_s"], np.array(batch) / np.array(rep["step_seconds"]))
+    # a step that does not fit in RAM has no time, rate or bound: null, never a number
+    for key in ("step_seconds", "per_agent_tok_s", "net_tok_s", "bound"):
+        assert len(rep[key]) == n and all((x is None) == (not ok) for x, ok in zip(rep[key], fits)), key
+    assert all(b in ("ssd", "memory", "compute", "fabric") for b, ok in zip(rep["bound"], fits) if ok)
+    ok = np.array(fits)
+    np.testing.assert_allclose(
+        np.array(rep["net_tok_s"], dtype=float)[ok], (np.array(batch) / np.array(rep["step_seconds"], dtype=float))[ok]
+    )
     assert set(rep["baselines"]) == {"uncoalesced", "single", "independent-boxes"}
     for d in rep["baselines"].values():
         assert set(d) == {"net_tok_s", "multiple"} and len(d["multiple"]) == n

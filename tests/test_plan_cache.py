@@ -19,7 +19,7 @@ from moeroof.models.plan import (
     CACHE_POLICIES,
     RoutingProbabilities,
     Workload,
-    admission,
+    admission_search,
     plan,
     routing_from_spec,
     step_breakdown,
@@ -218,15 +218,18 @@ ADMIT_BATCH = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 
 
 @pytest.fixture(scope="module")
-def admit_plan():
-    # long contexts on a small box: the largest batches do not fit in RAM
+def admit_case():
+    # long contexts on a small box: from some B on the step does not fit in RAM
     model = load_model("qwen3-30b-a3b")
     hw = load_hardware("apple-m4")
     routing = routing_from_spec("zipf:0.9", model)
-    return plan(model, hw, Workload(context_tokens=32768, cache_policy="static"), routing, ADMIT_BATCH)
+    w = Workload(context_tokens=32768, cache_policy="static", cache_auto=True)
+    every = list(range(1, 41))
+    return model, hw, w, routing, plan(model, hw, w, routing, every)
 
 
 def brute_admit(p, x):
+    """The largest B of an exhaustive scan of B = 1, 2, 3, … that fits and keeps the floor."""
     best = None
     for i, b in enumerate(p.batch):
         if p.per_agent_tok_s[i] >= x and p.fits_in_memory[i] and (best is None or b > best):
@@ -234,44 +237,62 @@ def brute_admit(p, x):
     return best
 
 
-def test_admission_against_a_brute_force_scan(admit_plan):
-    p = admit_plan
+def test_admission_search_against_an_exhaustive_scan(admit_case):
+    model, hw, w, routing, p = admit_case
     assert not np.all(p.fits_in_memory), "the case should include infeasible batches"
     assert np.any(p.fits_in_memory)
-    floors = [0.0, *np.sort(p.per_agent_tok_s), *(0.5 * (p.per_agent_tok_s[:-1] + p.per_agent_tok_s[1:]))]
-    floors += [float(p.per_agent_tok_s.max()) * 1.01]
+    ram = int(p.batch[p.fits_in_memory].max())
+    rates = p.per_agent_tok_s[p.fits_in_memory]
+    floors = [0.0, *np.sort(rates), *(0.5 * (rates[:-1] + rates[1:])), float(rates.max()) * 1.01]
     for x in floors:
-        adm = admission(p, x)
+        adm = admission_search(model, hw, w, routing, x)
         want = brute_admit(p, x)
         assert adm["admit_batch"] == want, x
+        assert adm["next_batch"] == (want or 0) + 1
         if want is None:
-            assert set(adm) == {"min_per_agent_tok_s", "admit_batch"}
+            assert adm["next_fails"] == "rate" and adm["next_per_agent_tok_s"] < x
         else:
             i = list(p.batch).index(want)
             assert adm["per_agent_tok_s"] == pytest.approx(p.per_agent_tok_s[i]) and adm["per_agent_tok_s"] >= x
             assert adm["net_tok_s"] == pytest.approx(want * adm["per_agent_tok_s"])
             assert adm["ssd_bytes_per_token"] == pytest.approx(p.ssd_bytes_per_token[i])
-    assert admission(p, float(p.per_agent_tok_s.max()) * 1.01)["admit_batch"] is None
+            if want == ram:
+                assert adm["next_fails"] == "ram" and "does not fit in RAM" in adm["reason"]
+            else:
+                assert adm["next_fails"] == "rate" and adm["next_per_agent_tok_s"] < x
+                assert adm["next_per_agent_tok_s"] == pytest.approx(p.per_agent_tok_s[i + 1])
     with pytest.raises(ValueError):
-        admission(p, -1.0)
+        admission_search(model, hw, w, routing, -1.0)
     with pytest.raises(ValueError):
-        admission(p, float("nan"))
+        admission_search(model, hw, w, routing, float("nan"))
 
 
-def test_cli_admission_puts_admit_batch_in_the_json(capsys):
+def test_admission_search_says_when_it_hit_its_bound():
+    # no context: the KV does not grow with B, nothing bounds B in RAM; a floor of 0 admits all
+    model = load_model("qwen3-30b-a3b")
+    w = Workload(context_tokens=0, cache_policy="static", cache_auto=True)
+    adm = admission_search(model, load_hardware("apple-m4"), w, routing_from_spec("uniform", model), 0.0, max_batch=50)
+    assert adm["admit_batch"] == 50 and adm["hit_bound"] and adm["next_fails"] == "bound"
+    assert "stopped at B = 50" in adm["reason"]
+
+
+def test_cli_admission_searches_b_not_the_grid(capsys):
     base = ["plan", "--model", "qwen3-30b-a3b", "--hardware", "apple-m4", "--routing", "zipf:0.9"]
-    base += ["--batch", ",".join(map(str, ADMIT_BATCH)), "--context", "32768", "--cache-policy", "static"]
-    rep = run_json(capsys, *base)
+    base += ["--context", "32768", "--cache-policy", "static"]
+    rep = run_json(capsys, *base, "--batch", "1-40")
     assert "admit_batch" not in rep
-    per_agent, fits = np.array(rep["per_agent_tok_s"]), np.array(rep["fits_in_memory"])
-    x = float(np.median(per_agent))
-    rep = run_json(capsys, *base, "--min-per-agent-tok-s", repr(x))
-    ok = [b for b, v, f in zip(rep["batch"], per_agent, fits) if v >= x and f]
-    assert rep["admit_batch"] == (max(ok) if ok else None)
-    assert rep["admission"]["admit_batch"] == rep["admit_batch"]
-    rep = run_json(capsys, *base, "--min-per-agent-tok-s", repr(float(per_agent.max()) * 2))
-    assert rep["admit_batch"] is None
-    err = run_error(capsys, *base, "--min-per-agent-tok-s", "-1")
+    x = 0.1  # between the rates of B = 4 (0.129) and B = 5 (0.090), worked from the scan above
+    answers = set()
+    for grid in ("1", "1,2", "1:512:x2", "3,17"):
+        rep = run_json(capsys, *base, "--batch", grid, "--min-per-agent-tok-s", repr(x))
+        answers.add((rep["admit_batch"], rep["admission"]["next_batch"], rep["admission"]["next_fails"]))
+    assert answers == {(4, 5, "rate")}
+    rep = run_json(capsys, *base, "--batch", "1", "--min-per-agent-tok-s", "100")
+    assert rep["admit_batch"] is None and rep["admission"]["next_fails"] == "rate"
+    assert main([*base, "--batch", "1", "--min-per-agent-tok-s", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "admit_batch = 7" in out and "B = 8 is refused: B = 8 does not fit in RAM" in out
+    err = run_error(capsys, *base, "--batch", "1", "--min-per-agent-tok-s", "-1")
     assert err.startswith("error: ") and "--min-per-agent-tok-s" in err
     assert len(err.strip().splitlines()) == 1
 

@@ -243,8 +243,8 @@ def add_step_arguments(p: Any) -> None:
     p.add_argument(
         "--cache-gib",
         default="auto",
-        help="expert cache per rank (box) in GiB, or auto (the default): what RAM leaves after the OS reserve, "
-        "the dense band and the KV cache of the largest batch",
+        help="expert cache per rank (box) in GiB, or auto (the default): at each batch size B, what RAM leaves "
+        "after the OS reserve, the dense band and the KV cache of that B",
     )
     p.add_argument(
         "--cache-policy",
@@ -301,16 +301,18 @@ def step_options(args: Any) -> dict[str, Any]:
 
 
 def resolve_auto_cache(options: dict[str, Any], model: Any, hardware: Any, batch: Any) -> dict[str, Any] | None:
-    """Fill in ``--cache-gib auto`` (``options["cache_bytes"] is None``) from
-    :func:`moeroof.models.plan.auto_cache` at the largest batch; returns what it chose and why
+    """Fill in ``--cache-gib auto`` (``options["cache_bytes"] is None``): each batch size gets what
+    RAM leaves at that B (:func:`moeroof.models.plan.auto_cache`; ``cache_auto`` in the options,
+    and with one B its number in ``cache_bytes`` as well). Returns what it chose and why
     (``note`` says it in words), or None when the user gave a number."""
     if options["cache_bytes"] is not None:
         return None
     from moeroof.models.plan import auto_cache, auto_cache_note
 
     auto = auto_cache(model, hardware, batch, context_tokens=options["context_tokens"])
-    options["cache_bytes"] = auto["cache_bytes"]
-    return {**auto, "cache_gib": auto["cache_bytes"] / 2**30, "note": auto_cache_note(auto)}
+    options["cache_bytes"] = auto["cache_bytes"][0] if len(auto["cache_bytes"]) == 1 else 0.0
+    options["cache_auto"] = True
+    return {**auto, "cache_gib": [c / 2**30 for c in auto["cache_bytes"]], "note": auto_cache_note(auto)}
 
 
 def parse_rank_speed(text: str | None, ranks: int) -> tuple[float, ...] | None:

@@ -11,10 +11,14 @@ baselines.
                  [--min-per-agent-tok-s X] [--format table|json|csv] [--output FILE]
 
 The numbers come from :func:`moeroof.models.plan.plan`; this module parses the flags into a
-:class:`~moeroof.models.plan.Workload` and prints the result. A batch whose step does not fit
-in RAM (the dense band and its KV cache exceed what the OS leaves) gets no multiple — neither
-B·K/U nor any baseline's (``-`` in the table and the CSV, null in the JSON) — and the regime
-changes are found among the feasible batches only. ``--format csv``: one row per batch.
+:class:`~moeroof.models.plan.Workload` and prints the result. Each row answers its own
+question: ``--cache-gib auto`` sizes each B's cache from that B alone, and
+``--min-per-agent-tok-s`` searches B itself (:func:`moeroof.models.plan.admission_search`),
+so no number depends on the other batch sizes asked for. A batch whose step does not fit in
+RAM (the dense band and its KV cache exceed what the OS leaves) gets no rate and no multiple —
+no step time, tok/s, B·K/U or baseline multiple (``-`` in the table, empty in the CSV, null in
+the JSON; its bound shows ``RAM``) — and the regime changes are found among the feasible
+batches only. ``--format csv``: one row per batch.
 """
 
 from __future__ import annotations
@@ -76,7 +80,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--min-per-agent-tok-s",
         default=None,
-        help="admission: report admit_batch, the largest B of the grid with at least this per-agent tok/s that fits in RAM",
+        help="admission: report admit_batch, the largest B (searched over every B up to "
+        "4096, not only the grid) with at least this per-agent tok/s that fits in RAM, and why B + 1 fails",
     )
     add_output_arguments(p)
     p.set_defaults(func=run, parameter_flags={"rank_speed": "--rank-speed"})
@@ -85,7 +90,7 @@ def add_parser(subparsers: Any) -> None:
 def plan_report(args: argparse.Namespace) -> dict[str, Any]:
     """The ``plan`` JSON object for parsed arguments."""
     from moeroof.data.presets import load_hardware, load_model
-    from moeroof.models.plan import Workload, admission, plan, routing_from_spec
+    from moeroof.models.plan import Workload, admission_search, plan, routing_from_spec
 
     batch = parse_batch(args.batch)
     ranks = positive_int(args.ranks, "--ranks")
@@ -99,7 +104,12 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
     model = load_model(args.model)
     hardware = load_hardware(args.hardware)
     if args.routing_knobs is not None:
-        routing = routing_knobs_arg(args.routing_knobs, model, max(batch))
+        import functools
+
+        # each B runs on a trace sampled with B streams: a row never depends on the grid's largest B
+        routing = functools.lru_cache(maxsize=None)(
+            lambda b: routing_knobs_arg(args.routing_knobs, model, int(b))  # type: ignore[misc]
+        )
     else:
         routing = routing_from_spec(args.routing, model)
     auto = resolve_auto_cache(options, model, hardware, batch)
@@ -107,12 +117,11 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
     result = plan(model, hardware, workload, routing, batch)
     rep = result.to_dict()
     _feasible_only(rep)
-    rep["cache_gib"] = options["cache_bytes"] / 2**30
     rep["cache_auto"] = auto
     if auto is not None:
         rep["notes"] = [auto["note"], *rep["notes"]]
     if floor is not None:
-        adm = admission(result, floor)
+        adm = admission_search(model, hardware, workload, routing, floor)
         rep["admit_batch"] = adm["admit_batch"]
         rep["admission"] = adm
     rep["workload"] = {**options, "ranks": ranks, "partition": args.partition, "rank_speed": speed}
@@ -143,8 +152,10 @@ def print_plan(rep: dict[str, Any]) -> None:
     ranks = rep["ranks"]
     boxes = f"{ranks} × {rep['hardware']} ({rep['partition']} partition)" if ranks > 1 else rep["hardware"]
     print(f"net tok/s — {rep['model']} on {boxes}, routing {rep['routing']}, overlap {rep['overlap']}")
-    chosen = " (auto)" if rep.get("cache_auto") else ""
-    print(f"expert cache: {fmt(rep['cache_gib'], 1)} GiB per box{chosen}, {rep['cache']}")
+    if rep.get("cache_auto"):
+        print(f"expert cache: auto, each B its own (column cache GiB), {rep['cache']}")
+    else:
+        print(f"expert cache: {fmt(max(rep['cache_gib'], default=0.0), 1)} GiB per box, {rep['cache']}")
     print(
         f"result: {prov['result']}"
         + (f" (not witnessed: {', '.join(prov['non_witnessed'])})" if prov["non_witnessed"] else "")
@@ -153,6 +164,7 @@ def print_plan(rep: dict[str, Any]) -> None:
     link = "SSD" if link == "ssd" else link
     headers = [
         "B",
+        "cache GiB",
         "step s",
         "tok/s/agent",
         "net tok/s",
@@ -174,14 +186,15 @@ def print_plan(rep: dict[str, Any]) -> None:
         rows.append(
             [
                 str(b),
-                fmt(rep["step_seconds"][i], 3),
-                fmt(rep["per_agent_tok_s"][i], 3),
-                fmt(rep["net_tok_s"][i], 3),
-                rep["bound"][i] if rep["bound"][i] != "ssd" else rep.get("link_name", "ssd"),
-                fmt(rep["ssd_bytes_per_token"][i] / 1e9, 3),
+                fmt(rep["cache_gib"][i], 1),
+                fmt(rep["step_seconds"][i] if fits else None, 3),
+                fmt(rep["per_agent_tok_s"][i] if fits else None, 3),
+                fmt(rep["net_tok_s"][i] if fits else None, 3),
+                _bound(rep, i),
+                fmt(rep["ssd_bytes_per_token"][i] / 1e9 if fits else None, 3),
                 fmt(rep["union_per_layer"][i], 1),
-                fmt(100 * _pooled(rep["cache_hit_rate"], i), 1),
-                fmt(rep["ssd_bytes_per_step"][i] / 2**30, 2),
+                fmt(100 * _pooled(rep["cache_hit_rate"], i) if fits else None, 1),
+                fmt(rep["ssd_bytes_per_step"][i] / 2**30 if fits else None, 2),
                 fmt(rep["coalescing_ratio"][i] if fits else None, 2),
                 fmt(base["uncoalesced"]["multiple"][i] if fits else None, 2),
                 fmt(base["single"]["multiple"][i] if fits else None, 2),
@@ -189,7 +202,7 @@ def print_plan(rep: dict[str, Any]) -> None:
                 "yes" if rep["fits_in_memory"][i] else "NO",
             ]
         )
-    print(table(headers, rows, ">>>><>>>>>>>><"))
+    print(table(headers, rows, ">>>>><>>>>>>>><"))
     if ranks > 1:
         per = rep["per_rank_step_seconds"]
         cells = ", ".join(
@@ -199,12 +212,15 @@ def print_plan(rep: dict[str, Any]) -> None:
     if "admission" in rep:
         adm = rep["admission"]
         if adm["admit_batch"] is None:
-            print(f"admission: no B of the grid gives {adm['min_per_agent_tok_s']:g} tok/s per agent and fits in RAM")
+            print(
+                f"admission: no B gives {adm['min_per_agent_tok_s']:g} tok/s per agent and fits in RAM: {adm['reason']}"
+            )
         else:
             print(
                 f"admission: admit_batch = {adm['admit_batch']} (≥ {adm['min_per_agent_tok_s']:g} tok/s per agent: "
                 f"{adm['per_agent_tok_s']:.3g}; B·K/U = {adm['coalescing_ratio']:.2f}× against uncoalesced; "
-                f"{adm['ssd_bytes_per_token'] / 1e9:.3g} GB SSD per token)"
+                f"{adm['ssd_bytes_per_token'] / 1e9:.3g} GB SSD per token; cache {adm['cache_bytes'] / 2**30:.1f} GiB); "
+                f"B = {adm['next_batch']} is refused: {adm['reason']}"
             )
     among = " (among the batches that fit in RAM)" if rep.get("transitions_among") else ""
     for t in rep["transitions"]:
@@ -215,13 +231,23 @@ def print_plan(rep: dict[str, Any]) -> None:
         if why:
             print(f"infeasible at B={b}: {why} (no multiple)")
     print(
-        "multiples: net tok/s against each named baseline (- where the step does not fit); B·K/U is against uncoalesced"
+        "multiples: net tok/s against each named baseline; B·K/U is against uncoalesced; "
+        "- where the step does not fit in RAM (no rate, no multiple)"
     )
+
+
+def _bound(rep: dict[str, Any], i: int) -> str:
+    """The binding term as the table shows it: the streaming tier by its name on this box, and
+    ``RAM`` where the step does not fit (no term binds a step that cannot run)."""
+    if not rep["fits_in_memory"][i]:
+        return "RAM"
+    return rep["bound"][i] if rep["bound"][i] != "ssd" else rep.get("link_name", "ssd")
 
 
 #: ``--format csv``: one row per batch size (hit_rate a fraction: the mean over ranks with R > 1)
 CSV_COLUMNS = (
     "batch",
+    "cache_gib",
     "step_seconds",
     "per_agent_tok_s",
     "net_tok_s",
@@ -249,14 +275,15 @@ def plan_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
         rows.append(
             [
                 b,
-                rep["step_seconds"][i],
-                rep["per_agent_tok_s"][i],
-                rep["net_tok_s"][i],
-                rep["bound"][i] if rep["bound"][i] != "ssd" else rep.get("link_name", "ssd"),
-                rep["ssd_bytes_per_token"][i],
+                rep["cache_gib"][i],
+                rep["step_seconds"][i] if fits else None,
+                rep["per_agent_tok_s"][i] if fits else None,
+                rep["net_tok_s"][i] if fits else None,
+                _bound(rep, i) if fits else None,
+                rep["ssd_bytes_per_token"][i] if fits else None,
                 rep["union_per_layer"][i],
-                _pooled(rep["cache_hit_rate"], i),
-                rep["ssd_bytes_per_step"][i] / 2**30,
+                _pooled(rep["cache_hit_rate"], i) if fits else None,
+                rep["ssd_bytes_per_step"][i] / 2**30 if fits else None,
                 rep["coalescing_ratio"][i] if fits else None,
                 base["uncoalesced"]["multiple"][i] if fits else None,
                 base["single"]["multiple"][i] if fits else None,

@@ -67,8 +67,11 @@ __all__ = [
     "plan_rates",
     "transitions",
     "multiple_thresholds",
-    "admission",
+    "admission_search",
     "auto_cache",
+    "auto_cache_bytes",
+    "ram_batch_limit",
+    "MAX_ADMISSION_BATCH",
 ]
 
 TERMS = step.TERMS
@@ -100,7 +103,9 @@ class Workload:
     memory, and so a larger expert cache can make a step slower (mlx-lm#1438) — memory pressure
     as a model; ``page_cache_share`` is the share of that leftover RAM the page cache keeps (1:
     all of it; a knob ``moeroof fit-plan`` can fit); ``pressure_penalty`` remains as a manual
-    slowdown of the SSD when the requested cache does not fit.
+    slowdown of the SSD when the requested cache does not fit. ``cache_auto``: each batch size
+    gets its own cache, what RAM leaves at that B (:func:`auto_cache_bytes`); ``cache_bytes``
+    is then ignored, so a row never depends on the other batch sizes asked for.
     """
 
     context_tokens: int = 4096
@@ -118,6 +123,7 @@ class Workload:
     seed: int = 0
     page_cache: bool = False
     page_cache_share: float = 1.0
+    cache_auto: bool = False
 
     def __post_init__(self) -> None:
         if self.overlap not in step.OVERLAPS:
@@ -240,71 +246,71 @@ def routing_from_spec(spec: str, model: MoEModel) -> RoutingProbabilities:
     )
 
 
+def auto_cache_bytes(
+    model: MoEModel, hardware: Hardware, batch, *, context_tokens: int = 4096, shared_prefix_tokens: int = 0
+) -> np.ndarray:
+    """The expert cache ``--cache-gib auto`` gives each rank at each batch size B (nB,)::
+
+        cache(B) = clip(min(RAM − OS reserve − dense band − KV(B), routed bytes), 0)
+        KV(B)    = (P + B·(ctx − P)) · kv_bytes_per_token
+
+    what RAM leaves at that B alone (docs: the README's "Expert cache auto"), capped at the whole
+    routed set (a larger cache holds nothing more). Each B's cache depends on that B only, never
+    on the other batch sizes of a grid."""
+    bf = as_batch(batch).astype(float)
+    p = int(shared_prefix_tokens)
+    kv = (p + bf * (int(context_tokens) - p)) * model.kv_bytes_per_token
+    left = hardware.ram_bytes - hardware.os_reserve_bytes - model.non_routed_bytes - kv
+    return np.clip(np.minimum(left, float(model.routed_bytes)), 0.0, None)
+
+
 def auto_cache(
     model: MoEModel, hardware: Hardware, batch, *, context_tokens: int = 4096, shared_prefix_tokens: int = 0
 ) -> dict[str, Any]:
-    """The expert cache ``--cache-gib auto`` gives each rank: what RAM leaves after the OS
-    reserve, the dense (non-routed) band and the KV cache of the largest batch of ``batch`` whose
-    resident set fits (so that every feasible step has the cache; the steps that do not fit are
-    infeasible whatever the cache), capped at the whole routed set (a larger cache holds nothing
-    more) and at 0 below.
+    """What ``--cache-gib auto`` gives each batch size, and why (:func:`auto_cache_bytes`).
 
-    Returns ``cache_bytes`` and its parts (``ram_bytes``, ``os_reserve_bytes``,
-    ``dense_bytes``, ``kv_bytes``, ``batch`` — the batch it was sized for — ``routed_bytes``,
-    ``too_large``: the larger batches of the grid that do not fit) and ``limited_by``: ``ram``
-    (the leftover RAM), ``routed`` (every expert fits) or ``none-left`` (nothing is left).
+    Returns per-B lists ``batch``, ``cache_bytes``, ``kv_bytes`` and ``limited_by`` (``ram``: the
+    leftover RAM; ``routed``: every expert fits; ``none-left``: nothing is left, the step does not
+    fit or has no cache) and the parts shared by every B (``ram_bytes``, ``os_reserve_bytes``,
+    ``dense_bytes``, ``routed_bytes``, ``context_tokens``, ``shared_prefix_tokens``).
     """
-    grid = sorted(int(x) for x in as_batch(batch))
+    b = as_batch(batch)
+    bf = b.astype(float)
     p = int(shared_prefix_tokens)
-
-    def leftover(b: int) -> tuple[float, float]:
-        kv = (p + b * (int(context_tokens) - p)) * model.kv_bytes_per_token
-        return hardware.ram_bytes - hardware.os_reserve_bytes - model.non_routed_bytes - kv, kv
-
-    fitting = [b for b in grid if leftover(b)[0] >= 0]
-    b = fitting[-1] if fitting else grid[0]
-    too_large = [x for x in grid if x > b]
-    left, kv = leftover(b)
-    routed = model.routed_bytes
-    if left <= 0:
-        cache, limited = 0.0, "none-left"
-    elif left >= routed:
-        cache, limited = float(routed), "routed"
-    else:
-        cache, limited = float(left), "ram"
+    kv = (p + bf * (int(context_tokens) - p)) * model.kv_bytes_per_token
+    left = hardware.ram_bytes - hardware.os_reserve_bytes - model.non_routed_bytes - kv
+    cache = auto_cache_bytes(model, hardware, b, context_tokens=context_tokens, shared_prefix_tokens=p)
+    routed = float(model.routed_bytes)
+    limited = ["none-left" if x <= 0 else "routed" if x >= routed else "ram" for x in left]
     return {
-        "cache_bytes": cache,
+        "batch": [int(x) for x in b],
+        "cache_bytes": [float(x) for x in cache],
+        "kv_bytes": [float(x) for x in kv],
         "limited_by": limited,
         "ram_bytes": float(hardware.ram_bytes),
         "os_reserve_bytes": float(hardware.os_reserve_bytes),
         "dense_bytes": float(model.non_routed_bytes),
-        "kv_bytes": float(kv),
-        "batch": b,
-        "too_large": too_large,
+        "routed_bytes": routed,
         "context_tokens": int(context_tokens),
-        "routed_bytes": float(routed),
+        "shared_prefix_tokens": p,
     }
 
 
 def auto_cache_note(auto: Mapping[str, Any]) -> str:
-    """One sentence saying what ``auto`` chose and why, from :func:`auto_cache`'s numbers."""
+    """One sentence saying what ``auto`` chose at each B and why, from :func:`auto_cache`'s numbers."""
     g = 2.0**30
-    parts = (
-        f"RAM {auto['ram_bytes'] / g:.1f} GiB − OS reserve {auto['os_reserve_bytes'] / g:.1f} − dense band "
-        f"{auto['dense_bytes'] / g:.1f} − KV of B={auto['batch']} at {auto['context_tokens']} tokens "
-        f"{auto['kv_bytes'] / g:.1f}"
+    head = (
+        f"expert cache auto, per batch size: RAM {auto['ram_bytes'] / g:.1f} GiB − OS reserve "
+        f"{auto['os_reserve_bytes'] / g:.1f} − dense band {auto['dense_bytes'] / g:.1f} − that batch's KV at "
+        f"{auto['context_tokens']} tokens, capped at the routed set {auto['routed_bytes'] / g:.1f} GiB"
     )
-    if auto.get("too_large"):
-        parts += f"; B={', '.join(map(str, auto['too_large']))} do not fit whatever the cache"
-    if auto["limited_by"] == "none-left":
-        return f"expert cache auto: 0 GiB — nothing is left ({parts} ≤ 0)"
-    if auto["limited_by"] == "routed":
-        return (
-            f"expert cache auto: {auto['cache_bytes'] / g:.1f} GiB, every routed expert ({parts} leaves "
-            f"{(auto['ram_bytes'] - auto['os_reserve_bytes'] - auto['dense_bytes'] - auto['kv_bytes']) / g:.1f} GiB, "
-            "more than the routed set)"
-        )
-    return f"expert cache auto: {auto['cache_bytes'] / g:.1f} GiB = {parts}"
+    cells = []
+    for b, c, why in zip(auto["batch"], auto["cache_bytes"], auto["limited_by"]):
+        tail = " (every routed expert)" if why == "routed" else " (nothing left)" if why == "none-left" else ""
+        cells.append(f"B={b}: {c / g:.1f} GiB{tail}")
+    if len(cells) > 6:
+        cells = [*cells[:3], "…", *cells[-2:]]
+    return f"{head}: {', '.join(cells)}"
 
 
 _packings: dict = {}  # (partition, ranks, digest of load and speeds) -> assignment, oldest first
@@ -319,7 +325,8 @@ def assign_experts(
     ``id``: contiguous ids; ``lpt``: DeepSeek EPLB's equal-cardinality LPT on the firing load;
     ``weighted``: LPT for ranks of unequal speed (cardinality ∝ speed); ``bytes``: balances the
     expected streamed bytes under the hot-set model at the largest batch of ``batch``
-    (:func:`moeroof.models.partition.bytes_partition`). One rank: all zeros.
+    (:func:`moeroof.models.partition.bytes_partition`; :func:`plan` asks it one B at a time, so
+    that each batch size gets the partition of its own step). One rank: all zeros.
     """
     e = routing.pi.shape[1]
     r = workload.ranks
@@ -341,13 +348,24 @@ def assign_experts(
             _packings[key] = packed
         return _packings[key].copy()
     b = int(np.max(as_batch(batch)))
+    cache = workload.cache_bytes
+    if workload.cache_auto:
+        cache = float(
+            auto_cache_bytes(
+                model,
+                hardware,
+                [b],
+                context_tokens=workload.context_tokens,
+                shared_prefix_tokens=workload.shared_prefix_tokens,
+            )[0]
+        )
     return bytes_partition(
         routing.pi,
         model,
         hardware,
         r,
         batch=b,
-        cache_bytes_per_rank=workload.cache_bytes,
+        cache_bytes_per_rank=cache,
         rank_speed=workload.speeds,
         load=load,
         context_tokens=workload.context_tokens,
@@ -436,8 +454,12 @@ def step_breakdown(
     kv_step = (p + bf * (workload.context_tokens - p)) * model.kv_bytes_per_token
     dense = model.non_routed_bytes * (1.0 if dense_once else bf)
     available = hardware.ram_bytes - hardware.os_reserve_bytes - model.non_routed_bytes - kv_step
-    cache_eff = np.clip(np.minimum(workload.cache_bytes, available), 0.0, None)
-    pressured = workload.cache_bytes > available
+    if workload.cache_auto:
+        cache_eff = np.clip(np.minimum(available, float(model.routed_bytes)), 0.0, None)
+        pressured = np.zeros(b.shape, dtype=bool)
+    else:
+        cache_eff = np.clip(np.minimum(workload.cache_bytes, available), 0.0, None)
+        pressured = workload.cache_bytes > available
     fits = available >= 0
     cache_experts = cache_eff / (layers * e_bytes)
     kw = dict(
@@ -504,6 +526,74 @@ def step_breakdown(
         cache_policy=workload.cache_policy,
         page_cache_bytes=page_bytes,
         page_hit_pairs=page_pairs,
+    )
+
+
+def _per_batch(workload: Workload, b: np.ndarray) -> bool:
+    """Whether the partition depends on the batch size (``bytes`` over several ranks): then each
+    B is evaluated alone, with the partition of its own step, so no row depends on the grid."""
+    return workload.ranks > 1 and workload.partition == "bytes" and b.size > 1
+
+
+_BATCH_FIELDS = (
+    "batch",
+    "union_pairs",
+    "missed_pairs",
+    "expert_reads",
+    "ssd_bytes",
+    "mem_bytes",
+    "flops",
+    "fabric_bytes",
+    "cache_bytes",
+    "cache_experts_per_layer",
+    "fits",
+    "pressured",
+    "page_cache_bytes",
+    "page_hit_pairs",
+)
+
+
+def _concat_breakdowns(parts: list[StepBreakdown]) -> StepBreakdown:
+    """One breakdown over the batch sizes of ``parts`` (each evaluated alone), in their order;
+    the assignment and picks per token shown are the last part's (the largest B)."""
+    from dataclasses import replace
+
+    def cat(values):
+        return np.concatenate([np.atleast_1d(np.asarray(v)) for v in values], axis=-1)
+
+    steps = [x.step for x in parts]
+    st = replace(
+        steps[0],
+        terms={k: cat([s.terms[k] for s in steps]) for k in steps[0].terms},
+        rank_seconds=cat([s.rank_seconds for s in steps]),
+        rank_bound=tuple(sum((s.rank_bound[r] for s in steps), ()) for r in range(len(steps[0].rank_bound))),
+        fabric_seconds=cat([s.fabric_seconds for s in steps]),
+        step_seconds=cat([s.step_seconds for s in steps]),
+        slowest_rank=cat([s.slowest_rank for s in steps]),
+        bound=sum((s.bound for s in steps), ()),
+    )
+    fields = {
+        name: None if getattr(parts[0], name) is None else cat([getattr(x, name) for x in parts])
+        for name in _BATCH_FIELDS
+    }
+    return replace(
+        parts[-1], step=st, **fields, assignment=parts[-1].assignment, picks_per_token=parts[-1].picks_per_token
+    )
+
+
+def _breakdown(model: MoEModel, hardware: Hardware, workload: Workload, routing, b: np.ndarray, **kw) -> StepBreakdown:
+    """:func:`step_breakdown` with the partition of the workload: over the whole grid at once, or
+    one B at a time where the partition depends on B (:func:`_per_batch`) or the routing is a
+    callable ``B -> RoutingProbabilities`` (a trace sampled with B streams)."""
+    if not callable(routing) and not _per_batch(workload, b):
+        a = assign_experts(model, hardware, workload, routing, b)
+        return step_breakdown(model, hardware, workload, routing, b, assignment=a, **kw)
+    if b.size == 1:
+        route = routing(int(b[0])) if callable(routing) else routing
+        a = assign_experts(model, hardware, workload, route, b)
+        return step_breakdown(model, hardware, workload, route, b, assignment=a, **kw)
+    return _concat_breakdowns(
+        [_breakdown(model, hardware, workload, routing, b[i : i + 1], **kw) for i in range(b.size)]
     )
 
 
@@ -590,6 +680,8 @@ class Plan:
     page_cache_hit_share: np.ndarray | None = None
     link_name: str = "ssd"
     infeasible_reason: tuple[str | None, ...] = ()
+    #: the expert cache each rank has at each B (nB,): the workload's, capped at what RAM leaves
+    cache_bytes_per_rank: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def to_dict(self) -> dict[str, Any]:
         """The CLI's JSON contract: lists of floats, names for the bound terms; with R > 1,
@@ -597,8 +689,10 @@ class Plan:
 
         ``bound`` keeps the step model's term names (``ssd`` for the streaming tier);
         ``link_name`` says what that tier is on this box (``ssd``, ``pcie``, ``host-link``,
-        ``page-cache``). A step whose resident set does not fit in RAM has no multiple
-        (``null`` in ``baselines``) and its reason in ``infeasible_reason`` (null when it fits).
+        ``page-cache``). A step whose resident set does not fit in RAM has no number that would
+        only hold if it ran: its step seconds, tok/s, terms, bound, B·K/U and multiples are
+        ``null`` (the uncoalesced baseline's tok/s too: the same box at that B), and its reason
+        is in ``infeasible_reason`` (null when it fits). ``cache_gib``: each B's expert cache.
         """
 
         def f(a):
@@ -611,6 +705,7 @@ class Plan:
 
         gib = self.per_rank_ssd_bytes_per_step / 2**30
         per_rank = self.ranks > 1
+        feasible_net = {"uncoalesced"}  # the same box at B: no rate where B does not fit
         return {
             "model": self.model,
             "hardware": self.hardware,
@@ -621,13 +716,14 @@ class Plan:
             "cache_policy": self.cache_policy,
             "cache": self.cache_label,
             "batch": [int(b) for b in self.batch],
-            "step_seconds": f(self.step_seconds),
-            "per_agent_tok_s": f(self.per_agent_tok_s),
-            "net_tok_s": f(self.net_tok_s),
-            "bound": list(self.bound),
+            "step_seconds": mult(self.step_seconds),
+            "per_agent_tok_s": mult(self.per_agent_tok_s),
+            "net_tok_s": mult(self.net_tok_s),
+            "bound": [t if fit else None for t, fit in zip(self.bound, ok)],
             "link_name": self.link_name,
-            "terms_seconds": {name: f(v) for name, v in self.terms.items()},
-            "per_rank_step_seconds": [f(r) for r in self.per_rank_step_seconds],
+            "terms_seconds": {name: mult(v) for name, v in self.terms.items()},
+            "per_rank_step_seconds": [mult(r) for r in self.per_rank_step_seconds],
+            "cache_gib": f(self.cache_bytes_per_rank / 2**30),
             "cache_hit_rate": [f(r) for r in self.per_rank_cache_hit_rate] if per_rank else f(self.cache_hit_rate),
             "gib_streamed_per_step": [f(r) for r in gib] if per_rank else f(gib[0]),
             "ssd_bytes_per_step": f(self.ssd_bytes_per_step),
@@ -635,12 +731,15 @@ class Plan:
             "mem_bytes_per_step": f(self.mem_bytes_per_step),
             "union_per_layer": f(self.union_per_layer),
             "misses_per_layer": f(self.misses_per_layer),
-            "coalescing_ratio": f(self.coalescing_ratio),
+            "coalescing_ratio": mult(self.coalescing_ratio),
             "coalescing_baseline": "uncoalesced",
             "cache_experts_per_layer": f(self.cache_experts_per_layer),
             "fits_in_memory": [bool(x) for x in self.fits_in_memory],
             "baselines": {
-                name: {k: mult(v) if k == "multiple" else f(v) for k, v in d.items()}
+                name: {
+                    k: mult(v) if k == "multiple" or (k == "net_tok_s" and name in feasible_net) else f(v)
+                    for k, v in d.items()
+                }
                 for name, d in self.baselines.items()
             },
             "infeasible_reason": list(self.infeasible_reason) or [None] * len(ok),
@@ -717,26 +816,32 @@ def _provenance(
 
 
 def plan_rates(
-    model: MoEModel, hardware: Hardware, workload: Workload, routing: RoutingProbabilities, batch
+    model: MoEModel, hardware: Hardware, workload: Workload, routing, batch
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(batch, net_tok_s, cache_hit_rate)`` of :func:`plan` alone: the same step, computed the
     same way, without the baselines, notes and provenance (two more steps per call) — what a fit
     asks of the plan hundreds of times."""
     b = as_batch(batch)
-    a = assign_experts(model, hardware, workload, routing, b)
-    br = step_breakdown(model, hardware, workload, routing, b, assignment=a)
+    br = _breakdown(model, hardware, workload, routing, b)
     return b, b / br.step.step_seconds, br.pooled_hit_rate
 
 
-def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing: RoutingProbabilities, batch) -> Plan:
-    """Evaluate the step model and every named baseline at each batch size (module docstring)."""
+def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing, batch) -> Plan:
+    """Evaluate the step model and every named baseline at each batch size (module docstring).
+
+    ``routing``: a :class:`RoutingProbabilities`, or a callable ``B -> RoutingProbabilities``
+    for a routing that depends on B (a trace sampled from knobs with B streams); each row then
+    runs on its own (label, provenance and notes are the largest B's)."""
     b = as_batch(batch)
-    a = assign_experts(model, hardware, workload, routing, b)
-    cur = _as_arrays(step_breakdown(model, hardware, workload, routing, b, assignment=a), model)
+    route_at = routing if callable(routing) else (lambda _b: routing)
+    per_b = routing
+    routing = route_at(int(b.max()))
+    cur = _as_arrays(_breakdown(model, hardware, workload, per_b, b), model)
     step_s = cur["step_seconds"]
     net = b / step_s
-    unc = step_breakdown(model, hardware, workload, routing, b, assignment=a, coalesced=False)
-    one = step_breakdown(model, hardware, workload, routing, [1], assignment=a)
+    unc = _breakdown(model, hardware, workload, per_b, b, coalesced=False)
+    # the single agent on the same boxes, with the partition of its own step: the same for every row
+    one = _breakdown(model, hardware, workload, per_b, np.array([1], dtype=np.int64))
     net_single = np.full(b.size, 1.0 / one.step.step_seconds[0])
     unc_net = b / unc.step.step_seconds
     baselines = {
@@ -776,7 +881,7 @@ def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing: Routi
             "the requested expert cache does not fit beside the resident set: it was capped at what RAM leaves"
         )
     if routing.trace is not None and workload.cache_policy != "static":
-        on_trace = np.array([expert_cache.usable_trace_batch(routing.trace, int(bb)) for bb in b])
+        on_trace = np.array([expert_cache.usable_trace_batch(route_at(int(bb)).trace, int(bb)) for bb in b])
         if on_trace.any():
             shown = ", ".join(str(int(bb)) for bb in b[on_trace])
             notes.append(
@@ -837,6 +942,7 @@ def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing: Routi
         page_cache_hit_share=_page_share(br) if workload.page_cache else None,
         link_name=link,
         infeasible_reason=tuple(reasons),
+        cache_bytes_per_rank=np.asarray(br.cache_bytes, dtype=float),
     )
 
 
@@ -866,26 +972,116 @@ def multiple_thresholds(p: Plan, thresholds=(4.0, 10.0)) -> list[dict[str, Any]]
     return rows
 
 
-def admission(p: Plan, min_per_agent_tok_s: float) -> dict[str, Any]:
-    """Admission control (seed 000 ticket C): the largest B of the grid whose per-agent tok/s is
-    at least ``min_per_agent_tok_s`` and whose resident set fits in RAM.
+#: the largest batch the admission search tries: beyond it the search says it hit a bound
+MAX_ADMISSION_BATCH = 4096
 
-    Returns ``admit_batch`` (None when no B qualifies) with its per-agent and net tok/s, its
-    coalescing ratio (against ``uncoalesced``) and SSD bytes per agent-token.
+
+def ram_batch_limit(model: MoEModel, hardware: Hardware, workload: Workload) -> int | None:
+    """The largest B whose resident set fits in RAM (the dense band and the KV of B agents
+    within RAM − OS reserve: :func:`step_breakdown`'s ``fits``), 0 when not even one agent fits,
+    None when the KV does not grow with B (no RAM bound)."""
+    p = workload.shared_prefix_tokens
+    per_agent = (workload.context_tokens - p) * model.kv_bytes_per_token
+    left = hardware.ram_bytes - hardware.os_reserve_bytes - model.non_routed_bytes - p * model.kv_bytes_per_token
+
+    def fits(b: int) -> bool:  # the same expression as step_breakdown, so the edge agrees to the byte
+        kv = (p + float(b) * (workload.context_tokens - p)) * model.kv_bytes_per_token
+        return hardware.ram_bytes - hardware.os_reserve_bytes - model.non_routed_bytes - kv >= 0
+
+    if per_agent <= 0:
+        return None if fits(1) else 0
+    b = max(int(left // per_agent), 0)
+    while b > 0 and not fits(b):
+        b -= 1
+    while fits(b + 1):
+        b += 1
+    return b
+
+
+def admission_search(
+    model: MoEModel,
+    hardware: Hardware,
+    workload: Workload,
+    routing,
+    min_per_agent_tok_s: float,
+    *,
+    max_batch: int = MAX_ADMISSION_BATCH,
+) -> dict[str, Any]:
+    """Admission control (seed 000 ticket C) searched over B itself, not over a grid: the largest
+    B ≤ ``max_batch`` whose resident set fits in RAM and whose per-agent tok/s is at least
+    ``min_per_agent_tok_s``, with the reason B + 1 is refused.
+
+    The per-agent rate 1/T_step(B) falls as B grows (more KV, more distinct experts), so the
+    search doubles B from 1 until a step fails and bisects between the last that passed and the
+    first that failed; each B is evaluated alone (the step at ``[B]``), so the answer
+    does not depend on any grid. ``routing``: a :class:`RoutingProbabilities`, or a callable
+    ``B -> RoutingProbabilities`` (a routing sampled with B streams).
+
+    Returns ``admit_batch`` (None when not even B = 1 qualifies), its per-agent and net tok/s,
+    coalescing ratio (against ``uncoalesced``), SSD bytes per agent-token and cache, and
+    ``next_batch`` / ``next_fails`` (``rate``: B + 1 is below the floor, its rate in
+    ``next_per_agent_tok_s``; ``ram``: B + 1 does not fit; ``bound``: the search stopped at
+    ``max_batch`` and larger batches were not tried), ``reason`` in words, ``hit_bound`` and the
+    batches ``evaluated``.
     """
     x = float(min_per_agent_tok_s)
     if not np.isfinite(x) or x < 0:
         raise ValueError(f"the per-agent tok/s floor must be a finite number >= 0, got {min_per_agent_tok_s!r}")
-    ok = np.flatnonzero((p.per_agent_tok_s >= x) & np.asarray(p.fits_in_memory, dtype=bool))
-    out: dict[str, Any] = {"min_per_agent_tok_s": x, "admit_batch": None}
-    if ok.size:
-        i = int(ok[np.argmax(p.batch[ok])])
-        out.update(
-            admit_batch=int(p.batch[i]),
-            per_agent_tok_s=float(p.per_agent_tok_s[i]),
-            net_tok_s=float(p.net_tok_s[i]),
-            coalescing_ratio=float(p.coalescing_ratio[i]),
-            coalescing_baseline="uncoalesced",
-            ssd_bytes_per_token=float(p.ssd_bytes_per_token[i]),
+    if int(max_batch) < 1:
+        raise ValueError(f"max_batch must be >= 1, got {max_batch!r}")
+    route = routing if callable(routing) else (lambda b: routing)
+    ram = ram_batch_limit(model, hardware, workload)
+    top = int(max_batch) if ram is None else min(int(max_batch), ram)
+    rates: dict[int, float] = {}
+
+    def rate(b: int) -> float:
+        if b not in rates:
+            br = _breakdown(model, hardware, workload, route(b), np.array([b], dtype=np.int64))
+            rates[b] = float(1.0 / br.step.step_seconds[0])  # as Plan.per_agent_tok_s, to the bit
+        return rates[b]
+
+    def passes(b: int) -> bool:
+        return rate(b) >= x
+
+    out: dict[str, Any] = {"min_per_agent_tok_s": x, "admit_batch": None, "search_bound": int(max_batch)}
+    lo = 0
+    if top >= 1 and passes(1):
+        lo, probe = 1, 2
+        while probe <= top and passes(probe):
+            lo, probe = probe, probe * 2
+        hi: int | None = probe if probe <= top else None  # the first B seen to fail
+        if hi is None and lo < top:
+            if passes(top):
+                lo = top
+            else:
+                hi = top
+        while hi is not None and hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if passes(mid) else (lo, mid)
+    nxt = lo + 1
+    if nxt > top and (ram is None or nxt <= ram):
+        fails, why = "bound", f"the search stopped at B = {int(max_batch)}: larger batches were not tried"
+    elif ram is not None and nxt > ram:
+        fails = "ram"
+        why = (
+            f"B = {nxt} does not fit in RAM (the dense band and the KV of {nxt} agents at "
+            f"{workload.context_tokens} tokens exceed what the OS reserve leaves)"
         )
+    else:
+        fails = "rate"
+        why = f"B = {nxt} gets {rate(nxt):.3g} tok/s per agent, below {x:g}"
+        out["next_per_agent_tok_s"] = rate(nxt)
+    out.update(next_batch=nxt, next_fails=fails, reason=why, hit_bound=fails == "bound")
+    if lo >= 1:
+        p = plan(model, hardware, workload, route(lo), [lo])
+        out.update(
+            admit_batch=lo,
+            per_agent_tok_s=float(p.per_agent_tok_s[0]),
+            net_tok_s=float(p.net_tok_s[0]),
+            coalescing_ratio=float(p.coalescing_ratio[0]),
+            coalescing_baseline="uncoalesced",
+            ssd_bytes_per_token=float(p.ssd_bytes_per_token[0]),
+            cache_bytes=float(p.cache_bytes_per_rank[0]),
+        )
+    out["evaluated"] = sorted(rates)
     return out

@@ -154,26 +154,37 @@ def union_uniform(experts: int, top_k: int, batch, layers: int = 1) -> UnionCurv
     return _exact_curve(b, per_layer, "closed-form", experts, top_k)
 
 
+#: power_sums splits B = m·q + r with this fixed m, whatever the batch sizes asked for
+POWER_SPLIT = 32
+#: elements of one product block of power_sums (bounds its working memory at 32 MiB)
+_POWER_BLOCK = 1 << 22
+
+
 def power_sums(x: np.ndarray, batch: np.ndarray) -> np.ndarray:
     """``S[..., j] = Σ_i x_i^{B_j}`` for x in [0, 1], shape (..., E) → (..., len(batch)).
 
-    Splits ``B = m·q + r`` with ``m ≈ sqrt(max B)``: ``x^B = (x^m)^q · x^r``, so the sum over
-    experts for every (q, r) pair is one batched matrix product — the B = 1…4096 sweep costs
-    two small power tables and a BLAS call per layer instead of E·len(B) exponentials.
+    Splits ``B = m·q + r`` with the fixed ``m =`` :data:`POWER_SPLIT`: ``x^B = x^{m·q} · x^r``,
+    so a sweep of B = 1…4096 costs two small power tables (the q and the r present) instead of
+    E·len(B) exponentials. Each S[..., j] is the same floating-point sum over E (contiguous,
+    numpy's pairwise order) whatever the other batch sizes: no value depends on the grid it is
+    asked in (no BLAS product, whose summation order follows the matrix shapes and the CPU).
     """
     b = as_batch(batch)
     x = np.asarray(x, dtype=float)
-    m = max(1, int(np.ceil(np.sqrt(b.max()))))
-    q, r = np.divmod(b, m)
-    uq, qi = np.unique(q, return_inverse=True)
-    ur, ri = np.unique(r, return_inverse=True)
-    if uq.size * ur.size > 4 * b.size + 64:
-        # few, scattered batch sizes: direct powers are cheaper than the full (q, r) table
-        return np.power(x[..., None], b).sum(axis=-2)
-    a = np.power(x[..., None], (m * uq).astype(float))  # (..., E, nq)
-    c = np.power(x[..., None], ur.astype(float))  # (..., E, nr)
-    table = np.matmul(np.swapaxes(a, -1, -2), c)  # (..., nq, nr)
-    return table[..., qi, ri]
+    lead, e = x.shape[:-1], x.shape[-1]
+    flat = np.ascontiguousarray(x.reshape(-1, e))
+    q, r = np.divmod(b, POWER_SPLIT)
+    out = np.empty((flat.shape[0], b.size))
+    rows = max(1, _POWER_BLOCK // max(flat.size, 1))  # batch sizes per product block
+    powers_r = {int(v): np.power(flat, float(v)) for v in np.unique(r)}
+    for qv in np.unique(q):
+        sel = np.flatnonzero(q == qv)
+        head = np.power(flat, float(POWER_SPLIT * int(qv)))
+        for start in range(0, sel.size, rows):
+            cols = sel[start : start + rows]
+            prod = np.stack([head * powers_r[int(r[j])] for j in cols])  # (n, M, E), E contiguous
+            out[:, cols] = prod.sum(axis=-1).T
+    return out.reshape(*lead, b.size)
 
 
 def union_plugin(pi: np.ndarray, batch, top_k: int | None = None) -> UnionCurve:

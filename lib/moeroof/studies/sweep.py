@@ -363,7 +363,7 @@ def _plan_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
     cache_gib = inputs.get("cache_gib", "auto")
     auto = isinstance(cache_gib, str) and cache_gib.strip().lower() == "auto"
     if auto:
-        cache_bytes = float(auto_cache(model, hardware, [batch], context_tokens=context)["cache_bytes"])
+        cache_bytes = float(auto_cache(model, hardware, [batch], context_tokens=context)["cache_bytes"][0])
     else:
         cache_bytes = float(cache_gib) * 2**30
     read_kib = inputs.get("read_size_kib")

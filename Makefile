@@ -3,7 +3,10 @@
 #
 #   make test     ruff (lint + format check), then the whole test suite (what CI runs, via .ci/run)
 #   make check    the quick loop: ruff, then the tests not marked slow/notebook/browser (< 1 min)
-#   make report   execute notebooks/*.py with papermill into reports/ (.ipynb + .html + index.html)
+#   make report   execute notebooks/*.py with papermill into reports/ (.ipynb + .html + index.html,
+#                 figures in reports/figures/): it writes nothing outside reports/
+#   make figures  make report, then copy into the committed figures/ each figure whose plotted data
+#                 changed (reports/figures/NAME.json against figures/NAME.json; bytes alone never)
 #   make lab      JupyterLab on notebooks/ (the .py notebooks open as notebooks; whatif has controls)
 #   make bench    performance benchmarks (benchmarks/run.py, then benchmarks/vs_libcachesim.py)
 #   make clean    remove build output (reports/, caches); keeps .venv (rm -rf .venv for that)
@@ -11,21 +14,22 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-# Re-install whenever pyproject.toml changes (dependencies, extras, entry points).
+# Re-install whenever pyproject.toml changes (dependencies, extras, entry points) or the pinned
+# versions do (constraints.txt: what CI resolves, so a fresh install gets the same ones).
 STAMP := $(VENV)/.installed
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: report test check lint lab bench clean browser bytecode
+.PHONY: report figures test check lint lab bench clean browser bytecode
 
 # Some distributions split ensurepip out of python3 (Debian's python3-venv); then create the venv
 # without pip and install pip into it with the system pip, which needs no root-only packages.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@echo "make: setting up $(VENV): pip installs moeroof and its dependencies (quiet; a few minutes on a first run)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || { \
 	  rm -rf $(VENV) && $(PYTHON) -m venv --without-pip $(VENV) && \
 	  $(PYTHON) -m pip --python $(PY) install -q pip; }
-	$(PY) -m pip install -q -e '.[notebooks,test,capture]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[notebooks,test,capture]'
 	$(PY) -m ipykernel install --sys-prefix --name moeroof --display-name "moeroof (.venv)" >/dev/null
 	@mkdir -p $(LAB_SETTINGS_DIR)
 	@printf '%s\n' '$(LAB_OVERRIDES)' > $(LAB_SETTINGS_DIR)/overrides.json
@@ -70,6 +74,9 @@ check: $(STAMP) bytecode lint
 
 report: $(STAMP) bytecode
 	$(PY) -m moeroof.present.report
+
+figures: report
+	$(PY) -m moeroof.present.figures
 
 # Jupyter refuses to run as root unless told; containers often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)

@@ -55,6 +55,7 @@ from moeroof.models.levers import composition, compounding, lever_factors
 from moeroof.models.plan import Workload, plan, routing_from_spec
 from moeroof.present import answers
 from moeroof.present.plots import (
+    feasibility_boundary,
     label_with_baseline,
     plain_log_ticks,
     provenance_label,
@@ -165,9 +166,11 @@ lever_names = {
 def shade_regimes(ax, p):
     edges = np.r_[p.batch[0] * 0.9, np.sqrt(p.batch[1:] * p.batch[:-1]), p.batch[-1] * 1.1]
     for i, name in enumerate(p.bound):
-        ax.axvspan(edges[i], edges[i + 1], color=term_colours[name], alpha=0.12, lw=0)
-        if not p.fits_in_memory[i]:
+        if p.fits_in_memory[i]:  # no term binds a step that cannot run
+            ax.axvspan(edges[i], edges[i + 1], color=term_colours[name], alpha=0.12, lw=0)
+        else:
             ax.axvspan(edges[i], edges[i + 1], facecolor="none", edgecolor="0.5", hatch="//", lw=0)
+    feasibility_boundary(ax, p.batch, p.fits_in_memory)
 
 
 with style():

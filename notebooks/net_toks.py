@@ -21,7 +21,7 @@
 # fmt: off
 model: str = "glm-5.2"  # model preset name or a TOML path
 hardware: str = "nvme-gen4"  # hardware preset name or a TOML path
-routing: str = "histograms/deepseek-v3-like.csv"  # uniform, zipf:S, or a histogram or trace: your file (from the working directory, or absolute) or an embedded name under data/
+routing: str = "auto"  # auto (the model's: histograms/deepseek-v3-like.csv where E and K match, else the embedded data with the model's E and K, else zipf:0.8), uniform, zipf:S, or a histogram or trace: your file (from the working directory, or absolute) or an embedded name under data/
 cache_gib: float = 30.0  # expert cache in GiB
 context_tokens: int = 4096  # context per agent in tokens
 overlap: str = "max"  # max for perfect overlap, sum for serial terms
@@ -38,6 +38,7 @@ import pandas as pd
 import moeroof
 from moeroof.core.paths import resolve_data
 from moeroof.core.units import GiB, gib
+from moeroof.data.embedded import default_routing
 from moeroof.data.io import load_any
 from moeroof.data.presets import load_hardware, load_model
 from moeroof.models.plan import Workload, multiple_thresholds, plan, routing_from_spec
@@ -60,6 +61,11 @@ batch = np.unique(
 )
 m = load_model(model)
 hw = load_hardware(hardware)
+defaults_taken = []  # defaults that depend on the model, said in the answer
+if routing.strip().lower() == "auto":
+    chosen = default_routing(m.name, m.experts, m.top_k, preferred="histograms/deepseek-v3-like.csv")
+    defaults_taken.append(f"routing `auto` → `{chosen.spec}` ({chosen.why})")
+    routing = chosen.spec
 r = routing_from_spec(routing, m)
 w = Workload(context_tokens=context_tokens, cache_bytes=cache_gib * GiB, overlap=overlap)
 p = plan(m, hw, w, r, batch)
@@ -109,6 +115,7 @@ display(
             inputs=p.provenance["inputs"],
             link=p.link_name,
             synthetic=[f"the routing data `{routing}`"] if answers.is_synthetic(routing_data_provenance) else [],
+            defaults=defaults_taken,
         )
     )
 )
@@ -118,23 +125,32 @@ from dataclasses import replace  # noqa: E402
 
 pinned = plan(m, hw, replace(w, cache_policy="static"), r, batch)
 ok = p.fits_in_memory & pinned.fits_in_memory
-best = {name: int(np.nanargmax(np.where(ok, q.net_tok_s, np.nan))) for name, q in (("sim", p), ("pin", pinned))}
-worst = int(np.nanargmax(np.where(ok, pinned.net_tok_s / p.net_tok_s, np.nan)))
-mult = {name: np.where(ok, q.baselines["uncoalesced"]["multiple"], np.nan) for name, q in (("sim", p), ("pin", pinned))}
-display(
-    Markdown(
-        f"**What changed (issue 10).** The expert cache the step sees is now {p.cache_label}, not a hot set "
-        f"pinned from the true routing probabilities (an oracle, `--cache-policy static`). On {m.name} on "
-        f"{hw.name} with {cache_gib:g} GiB: at B = 1 the cache hits {p.cache_hit_rate[0]:.0%} against the pinned "
-        f"{pinned.cache_hit_rate[0]:.0%} ({p.net_tok_s[0]:.3g} against {pinned.net_tok_s[0]:.3g} tok/s); the gap is "
-        f"widest at B = {batch[worst]} ({p.cache_hit_rate[worst]:.0%} against {pinned.cache_hit_rate[worst]:.0%}, "
-        f"{p.net_tok_s[worst]:.3g} against {pinned.net_tok_s[worst]:.3g} net tok/s). The best feasible net tok/s is "
-        f"{p.net_tok_s[best['sim']]:.3g} at B = {batch[best['sim']]} (pinned: {pinned.net_tok_s[best['pin']]:.3g} at "
-        f"B = {batch[best['pin']]}); the largest multiple against `uncoalesced` is {np.nanmax(mult['sim']):.2f}× "
-        f"(pinned: {np.nanmax(mult['pin']):.2f}×). The new engine term is "
-        f"{'0 (assumed: not measured for ' + hw.name + ')' if hw.provenance.get('engine_seconds_per_step') == 'assumed' else 'from the preset'}."
+if not ok.any():
+    display(
+        Markdown(
+            f"**What changed (issue 10).** No batch of B = {batch[0]}…{batch[-1]} fits in RAM: nothing to compare."
+        )
     )
-)
+else:
+    best = {name: int(np.nanargmax(np.where(ok, q.net_tok_s, np.nan))) for name, q in (("sim", p), ("pin", pinned))}
+    worst = int(np.nanargmax(np.where(ok, pinned.net_tok_s / p.net_tok_s, np.nan)))
+    mult = {
+        name: np.where(ok, q.baselines["uncoalesced"]["multiple"], np.nan) for name, q in (("sim", p), ("pin", pinned))
+    }
+    display(
+        Markdown(
+            f"**What changed (issue 10).** The expert cache the step sees is now {p.cache_label}, not a hot set "
+            f"pinned from the true routing probabilities (an oracle, `--cache-policy static`). On {m.name} on "
+            f"{hw.name} with {cache_gib:g} GiB: at B = 1 the cache hits {p.cache_hit_rate[0]:.0%} against the pinned "
+            f"{pinned.cache_hit_rate[0]:.0%} ({p.net_tok_s[0]:.3g} against {pinned.net_tok_s[0]:.3g} tok/s); the gap is "
+            f"widest at B = {batch[worst]} ({p.cache_hit_rate[worst]:.0%} against {pinned.cache_hit_rate[worst]:.0%}, "
+            f"{p.net_tok_s[worst]:.3g} against {pinned.net_tok_s[worst]:.3g} net tok/s). The best feasible net tok/s is "
+            f"{p.net_tok_s[best['sim']]:.3g} at B = {batch[best['sim']]} (pinned: {pinned.net_tok_s[best['pin']]:.3g} at "
+            f"B = {batch[best['pin']]}); the largest multiple against `uncoalesced` is {np.nanmax(mult['sim']):.2f}× "
+            f"(pinned: {np.nanmax(mult['pin']):.2f}×). The new engine term is "
+            f"{'0 (assumed: not measured for ' + hw.name + ')' if hw.provenance.get('engine_seconds_per_step') == 'assumed' else 'from the preset'}."
+        )
+    )
 
 # %% [markdown]
 # ## Net and per-agent tok/s against B, regimes shaded, both baselines

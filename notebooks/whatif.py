@@ -170,12 +170,14 @@ def draw(s):
     """Three panels: net tok/s with regimes and baselines, U(B) and misses, cache hits over time."""
     p, m, hw = s["plan"], s["model"], s["hardware"]
     batch = p.batch
+    mark = "o" if batch.size < 3 else None  # a B range of one or two sizes: points, not empty lines
     with style():
         fig, (ax_n, ax_u, ax_c) = plt.subplots(1, 3, figsize=(15, 4.6))
         regimes = shade_regimes(ax_n, batch, p.bound, p.fits_in_memory)
-        ax_n.plot(batch, p.net_tok_s, "k-", lw=2, label="coalesced (this model)")
-        ax_n.plot(batch, p.baselines["uncoalesced"]["net_tok_s"], "C3--", label="baseline: uncoalesced")
-        ax_n.plot(batch, p.baselines["single"]["net_tok_s"], "C0:", label="baseline: single (B = 1)")
+        # rates are NaN where the step does not fit: the curves stop at the boundary
+        ax_n.plot(batch, p.net_tok_s, "k-", lw=2, marker=mark, label="coalesced (this model)")
+        ax_n.plot(batch, p.baselines["uncoalesced"]["net_tok_s"], "C3--", marker=mark, label="baseline: uncoalesced")
+        ax_n.plot(batch, p.baselines["single"]["net_tok_s"], "C0:", marker=mark, label="baseline: single (B = 1)")
         handles, labels = ax_n.get_legend_handles_labels()
         ax_n.legend(handles + [h for h, _ in regimes], labels + [lab for _, lab in regimes], fontsize=7)
         ax_n.set(xscale="log", yscale="log", xlabel="batch B (concurrent agents)", ylabel="net tok/s (all agents)")
@@ -187,20 +189,27 @@ def draw(s):
             fontsize=9,
         )
 
-        ax_u.plot(batch, s["union"].mean, "k-", lw=2, label=f"U(B), {p.routing}")
+        ax_u.plot(batch, s["union"].mean, "k-", lw=2, marker=mark, label=f"U(B), {p.routing}")
         ax_u.plot(
             batch,
-            p.misses_per_layer,
+            np.where(p.fits_in_memory, p.misses_per_layer, np.nan),
             "C2-",
+            marker=mark,
             label=f"misses after a {s['cache_gib']:g} GiB cache, {what_changed.short_label(p.cache_policy)}",
         )
         ax_u.plot(batch, s["uniform"].mean, "C3--", lw=1, label="U(B), uniform routing")
         ax_u.plot(batch, np.minimum(m.experts, batch * m.top_k), "k:", lw=1, label="min(E, B·K) bound")
         ax_u.set(xscale="log", xlabel="batch B", ylabel="distinct experts per layer")
         plain_log_ticks(ax_u)
+        fit = np.flatnonzero(p.fits_in_memory)  # a multiple only where the step runs
         ax_u.set_title(
             f"E={m.experts}, K={m.top_k}; "
-            f"{label_with_baseline('B·K/U', BASELINE)} at B={batch[-1]}: {s['union'].coalescing_ratio[-1]:.2f}",
+            + (
+                f"{label_with_baseline('B·K/U', BASELINE)} at B={batch[fit[-1]]}: "
+                f"{s['union'].coalescing_ratio[fit[-1]]:.2f}"
+                if fit.size
+                else "no B of the range fits in RAM"
+            ),
             fontsize=9,
         )
         ax_u.legend(fontsize=7)
@@ -249,7 +258,8 @@ def answer(s):
     """The answer for one state, from moeroof.present.answers."""
     q = s["plan"]
     ok = np.asarray(q.fits_in_memory, dtype=bool)
-    i = int(np.nanargmax(np.where(ok, q.net_tok_s, np.nan))) if ok.any() else 0
+    i = int(np.nanargmax(np.where(ok, q.net_tok_s, np.nan))) if ok.any() else None
+    bad = np.flatnonzero(~ok)
     return answers.whatif(
         model=s["model"].name,
         hardware=s["hardware"].name,
@@ -257,10 +267,12 @@ def answer(s):
         cache_gib=s["cache_gib"],
         batch_min=int(q.batch[0]),
         batch_max=int(q.batch[-1]),
-        best_net_tok_s=float(q.net_tok_s[i]),
-        best_batch=int(q.batch[i]),
-        bound_at_best=q.bound[i],
-        hit_rate_at_best=float(q.cache_hit_rate[i]),
+        best_net_tok_s=None if i is None else float(q.net_tok_s[i]),
+        best_batch=None if i is None else int(q.batch[i]),
+        bound_at_best=None if i is None else q.bound[i],
+        hit_rate_at_best=None if i is None else float(q.cache_hit_rate[i]),
+        infeasible_from=int(q.batch[bad[0]]) if bad.size else None,
+        infeasible_reason=q.infeasible_reason[bad[0]] if bad.size else None,
         union_at_max=float(s["union"].mean[-1]),
         inputs=q.provenance["inputs"],
         link=q.link_name,
@@ -353,8 +365,14 @@ for c in controls.values():
 
 
 def redraw(**values):
-    """The widget callback: library calls through `whatif`, then the paragraph and the figure."""
-    s = whatif(**values)
+    """The widget callback: library calls through `whatif`, then the paragraph and the figure;
+    a state the library refuses (a routing file whose E, K are not the model's, a missing file)
+    shows its one-line error, as the command line prints it, instead of a traceback."""
+    try:
+        s = whatif(**values)
+    except (ValueError, OSError) as err:
+        display(Markdown(f"**error:** {err}"))
+        return
     display(Markdown(answer(s)))
     display(Markdown(what_changed.plan_paragraph(s["changed"], cache_gib=values["cache_gib"])))
     draw(s)

@@ -23,6 +23,45 @@ EXTRAS = ("notebooks", "test", "capture")
 def test_the_makefile_installs_every_extra():
     makefile = (PYPROJECT.parent / "Makefile").read_text(encoding="utf-8")
     assert f"-e '.[{','.join(EXTRAS)}]'" in makefile
+    assert f"-c constraints.txt -e '.[{','.join(EXTRAS)}]'" in makefile, "installs the pinned versions"
+
+
+CONSTRAINTS = REPO_ROOT / "constraints.txt"
+
+
+def constraints() -> dict[str, str]:
+    """constraints.txt as {canonical name: pinned version}; each line pins with ==."""
+    pins = {}
+    for line in CONSTRAINTS.read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, sep, version = line.partition("==")
+        assert sep and version, f"constraints.txt: {line!r} does not pin one version (NAME==VERSION)"
+        pins[canonical(name)] = version
+    return pins
+
+
+def test_every_dependency_is_pinned_and_installed_at_its_pin(pyproject):
+    """A fresh install resolves the same versions: every dependency and extra is pinned, and the
+    venv the tests run in has exactly those versions (local labels such as +cpu aside)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    pins = constraints()
+    wanted = list(pyproject["project"]["dependencies"])
+    for extra in EXTRAS:
+        wanted += pyproject["project"]["optional-dependencies"][extra]
+    missing = sorted({requirement_name(r) for r in wanted} - set(pins))
+    assert not missing, f"not pinned in constraints.txt: {missing}"
+    wrong = []
+    for name, pinned in pins.items():
+        try:
+            have = version(name).split("+", 1)[0]
+        except PackageNotFoundError:
+            continue  # a platform-only dependency of another machine's resolution
+        if have != pinned:
+            wrong.append(f"{name} {have} (pinned {pinned})")
+    assert not wrong, f"installed versions differ from constraints.txt: {wrong}"
 
 
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")

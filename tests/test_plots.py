@@ -31,21 +31,21 @@ def figure():
 def test_same_figure_twice_gives_identical_bytes(figure, tmp_path):
     first = plots.save_figure(figure, "fig", directory=tmp_path / "a")
     second = plots.save_figure(figure, "fig", directory=tmp_path / "b")
-    assert [p.name for p in first] == ["fig.svg", "fig.png"]
+    assert [p.name for p in first] == ["fig.svg", "fig.png", "fig.json"]
     for a, b in zip(first, second, strict=True):
         assert a.read_bytes() == b.read_bytes(), a.name
 
 
 def test_overwrite_in_place_is_stable_and_leaves_no_temp_files(figure, tmp_path):
-    svg, png = plots.save_figure(figure, "fig", directory=tmp_path)
-    before = svg.read_bytes(), png.read_bytes()
+    svg, png, data = plots.save_figure(figure, "fig", directory=tmp_path)
+    before = svg.read_bytes(), png.read_bytes(), data.read_bytes()
     plots.save_figure(figure, "fig", directory=tmp_path)
-    assert (svg.read_bytes(), png.read_bytes()) == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["fig.png", "fig.svg"]
+    assert (svg.read_bytes(), png.read_bytes(), data.read_bytes()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fig.json", "fig.png", "fig.svg"]
 
 
 def test_no_timestamp_or_version_in_outputs(figure, tmp_path):
-    svg, png = plots.save_figure(figure, "fig", directory=tmp_path)
+    svg, png, _ = plots.save_figure(figure, "fig", directory=tmp_path)
     text = svg.read_text(encoding="utf-8")
     assert "<dc:date>" not in text
     assert "Matplotlib v" not in text
@@ -56,7 +56,7 @@ def test_lands_in_env_figures_dir(figure, tmp_path, monkeypatch):
     target = tmp_path / "figs"
     monkeypatch.setenv("MOEROOF_FIGURES_DIR", str(target))
     written = plots.save_figure(figure, "union_curve")
-    assert written == [target / "union_curve.svg", target / "union_curve.png"]
+    assert written == [target / "union_curve.svg", target / "union_curve.png", target / "union_curve.json"]
     assert all(p.is_file() and p.stat().st_size > 0 for p in written)
 
 
@@ -102,10 +102,14 @@ def test_shade_regimes_marks_each_bound_and_infeasible_batches():
 
     fig, ax = plt.subplots()
     handles = shade_regimes(ax, [1, 2, 4, 8], ("ssd", "ssd", "memory", "compute"), [True, True, True, False])
-    assert [label for _, label in handles] == ["ssd-bound", "memory-bound", "compute-bound"]
+    # B = 8 does not fit: no term binds a step that cannot run, so compute is not a regime here
+    assert [label for _, label in handles] == ["ssd-bound", "memory-bound"]
     spans = ax.patches
-    assert len(spans) == 5  # four regime intervals and one hatched infeasible span
+    assert len(spans) == 4  # three feasible regime intervals and one hatched infeasible span
     assert spans[-1].get_hatch() == "//"
+    # the boundary is marked where RAM runs out, and says so
+    assert [ln.get_xdata()[0] for ln in ax.get_lines()] == [8]
+    assert [t.get_text().strip() for t in ax.texts] == ["no fit in RAM from B = 8"]
     assert set(REGIME_COLORS) == set(TERMS)
     plt.close(fig)
 
@@ -182,3 +186,76 @@ def test_show_table_text_form_has_no_memory_address():
 
     t = show_table(pd.DataFrame({"B": [1, 8], "hit": [0.25, 0.5]}), percent=["hit"])
     assert " at 0x" not in repr(t) and "25.0 %" in repr(t) and "B" in repr(t)
+
+
+# ----------------------------------------------------------------------------- what a figure plots
+
+
+def _curve_figure(y, title="t"):
+    fig, ax = plt.subplots()
+    ax.plot([1, 2, 4, 8], y, label="net tok/s")
+    ax.scatter([2, 4], [y[1], y[2]], label="measured")
+    ax.fill_between([1, 2, 4, 8], np.asarray(y) * 0.9, np.asarray(y) * 1.1, alpha=0.2)
+    ax.bar([1, 2], [3.0, 4.0])
+    ax.axvspan(4, 8, color="0.9")
+    ax.text(2, 3, "B* = 4")
+    ax.set_title(title)
+    ax.set_xlabel("batch B")
+    ax.legend()
+    return fig
+
+
+def test_figure_data_holds_what_is_plotted():
+    fig = _curve_figure([1.0, 2.0, 3.5, 4.0])
+    d = plots.figure_data(fig)
+    plt.close(fig)
+    (ax,) = d["axes"]
+    assert ax["title"][1] == "t" and ax["xlabel"] == "batch B"
+    assert ax["lines"][0]["label"] == "net tok/s" and ax["lines"][0]["y"] == [1.0, 2.0, 3.5, 4.0]
+    kinds = [c["kind"] for c in ax["collections"]]
+    assert "PathCollection" in kinds and any("Poly" in k or "Fill" in k for k in kinds)
+    scatter = next(c for c in ax["collections"] if c["kind"] == "PathCollection")
+    assert scatter["offsets"] == [[2.0, 2.0], [4.0, 3.5]]
+    bars = [p for p in ax["patches"] if p.get("size") and p["size"][1] in (3.0, 4.0)]
+    assert len(bars) == 2
+    assert ax["texts"][0]["text"] == "B* = 4" and ax["legend"] == ["net tok/s", "measured"]
+
+
+def test_figures_that_differ_in_the_last_digits_plot_the_same():
+    y = np.array([1.0, 2.0, 3.5, 4.0])
+    a, b = _curve_figure(y), _curve_figure(y * (1 + 3e-13))  # another CPU's libm
+    c = _curve_figure(y * np.array([1, 1, 1.01, 1]))  # a real change: one point moves by 1 %
+    d = _curve_figure(y, title="other")
+    da, db, dc, dd = (plots.figure_data(f) for f in (a, b, c, d))
+    for f in (a, b, c, d):
+        plt.close(f)
+    assert plots.figure_data_differences(da, db) == []
+    diff = plots.figure_data_differences(da, dc)
+    assert diff and any(".lines[0].y[2]" in x for x in diff)
+    assert any("title" in x for x in plots.figure_data_differences(da, dd))
+
+
+def test_make_figures_copies_only_what_plots_differently(tmp_path):
+    from moeroof.present import figures
+
+    rendered, committed = tmp_path / "reports" / "figures", tmp_path / "figures"
+    y = np.array([1.0, 2.0, 3.5, 4.0])
+    for stem, yy in (("same", y), ("moved", y), ("new", y)):
+        fig = _curve_figure(yy)
+        plots.save_figure(fig, stem, directory=committed if stem != "new" else tmp_path / "elsewhere")
+        plt.close(fig)
+    (committed / "orphan.svg").write_text("<svg/>")
+    for stem, yy in (("same", y * (1 + 1e-12)), ("moved", y * 1.05), ("new", y)):
+        fig = _curve_figure(yy)
+        plots.save_figure(fig, stem, directory=rendered)
+        plt.close(fig)
+    same_svg = (committed / "same.svg").read_bytes()
+    assert figures.main(["--from", str(rendered), "--to", str(committed), "--check"]) == 1
+    assert not (committed / "new.svg").exists(), "--check changes nothing"
+    found = figures.sync(rendered, committed)
+    assert set(found.changed) == {"moved", "new"} and found.unchanged == ("same",) and found.stale == ("orphan",)
+    assert (committed / "same.svg").read_bytes() == same_svg, "a figure that plots the same keeps its bytes"
+    for ext in ("svg", "png", "json"):
+        assert (committed / f"moved.{ext}").read_bytes() == (rendered / f"moved.{ext}").read_bytes()
+    assert (committed / "orphan.svg").is_file(), "stale figures are listed, not deleted"
+    assert figures.compare(rendered, committed).changed == {}

@@ -15,6 +15,7 @@ The parser imports nothing heavy: papermill and nbconvert load only when a rende
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from moeroof.cli.common import FORMATS, REPORT_OUTPUT_HELP, emit, output_format
@@ -45,6 +46,9 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.help_notebook:
+        sys.stdout.write(report.notebook_help(args.notebooks_dir, args.help_notebook))
+        return 0
     fmt = output_format(args)
     args.json = fmt != "table"  # the renderer's lines go to stderr, stdout is the summary's
     code, summary = report.render_all(args)

@@ -15,9 +15,15 @@ REPORTS_DIR = REPO_ROOT / "reports"
 EXTERNAL_DIR = REPO_ROOT.parent / "shared" / "data" / "external"
 
 
+#: the figures committed for design docs: only ``make figures`` writes here
+COMMITTED_FIGURES_DIR = REPO_ROOT / "figures"
+
+
 def figures_dir() -> Path:
-    """Figures directory; ``MOEROOF_FIGURES_DIR`` overrides it (tests write to a temp dir)."""
-    return Path(os.environ.get("MOEROOF_FIGURES_DIR", REPO_ROOT / "figures"))
+    """Where renders save figures: ``reports/figures`` (a render writes only under ``reports/``;
+    ``make figures`` copies what changed into the committed ``figures/``).
+    ``MOEROOF_FIGURES_DIR`` overrides it (tests write to a temp dir)."""
+    return Path(os.environ.get("MOEROOF_FIGURES_DIR", REPORTS_DIR / "figures"))
 
 
 class DataPathError(FileNotFoundError, ValueError):

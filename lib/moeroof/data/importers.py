@@ -243,7 +243,7 @@ def _read_frame(src: Path, columns: Sequence[str]) -> tuple[Any, str]:
         frame = pd.read_parquet(src, columns=wanted)
         return frame.astype(str).where(frame.notna(), ""), "parquet"
     try:
-        with open(src, encoding="utf-8", newline="") as fh:  # read-only
+        with open(src, encoding="utf-8-sig", newline="") as fh:  # read-only
             header_line = fh.readline()
     except UnicodeDecodeError as exc:
         raise InputError(src, 1, "header", f"not UTF-8 text: {exc}") from None
@@ -266,7 +266,7 @@ def _read_frame(src: Path, columns: Sequence[str]) -> tuple[Any, str]:
             dtype=str,
             keep_default_na=False,
             skip_blank_lines=False,
-            encoding="utf-8",
+            encoding="utf-8-sig",
         )
     except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
         raise InputError(src, "-", "file", f"not a readable CSV table: {exc}") from None
@@ -575,7 +575,7 @@ def _read_matrix(
     import pandas as pd
 
     try:
-        with open(src, encoding="utf-8", newline="") as fh:  # read-only
+        with open(src, encoding="utf-8-sig", newline="") as fh:  # read-only
             header = [h.strip() for h in next(csv.reader([fh.readline()]), [])]
     except UnicodeDecodeError as exc:
         raise InputError(src, 1, "header", f"not UTF-8 text: {exc}") from None

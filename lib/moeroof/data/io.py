@@ -203,7 +203,7 @@ TRACE_META_HINT = (
 
 def _read_json(path: Path, what: str, hint: str = "") -> dict[str, Any]:
     try:
-        with open(path, encoding="utf-8") as fh:  # read-only
+        with open(path, encoding="utf-8-sig") as fh:  # read-only
             text = fh.read(MAX_JSON_BYTES + 1)  # a bounded read: the size check below refuses more
     except FileNotFoundError:
         extra = f"; {hint}" if hint else ""
@@ -494,7 +494,7 @@ def read_histogram(path: str | os.PathLike[str], meta: Mapping[str, Any] | None 
     first_line: dict[tuple[int, int], int] = {}
     running = np.zeros(n_layers, dtype=np.int64)
     try:
-        with open(path, encoding="utf-8", newline="") as fh:  # read-only
+        with open(path, encoding="utf-8-sig", newline="") as fh:  # read-only
             reader = csv.reader(fh)
             header = next(reader, None)
             if header is None:

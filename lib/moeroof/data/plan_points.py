@@ -77,7 +77,7 @@ def read_plan_points(path: str | os.PathLike[str]) -> list[PlanPoint]:
     if p.stat().st_size > MAX_POINTS_BYTES:
         raise InputError(p, None, "file", f"larger than the {MAX_POINTS_BYTES >> 20} MiB a POINTS file may be")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError:
         raise InputError(p, None, "file", "not UTF-8 text") from None
     lines = [(i + 1, line) for i, line in enumerate(text.splitlines()) if line.strip() and not line.startswith("#")]

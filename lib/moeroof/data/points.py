@@ -259,7 +259,7 @@ def read_points(
     """
     path = Path(path)
     try:
-        with open(path, encoding="utf-8", newline="") as fh:  # read-only
+        with open(path, encoding="utf-8-sig", newline="") as fh:  # read-only
             text = fh.read(MAX_POINTS_BYTES + 1)
             if len(text) > MAX_POINTS_BYTES:
                 raise InputError(

@@ -642,7 +642,10 @@ def _as_arrays(br: StepBreakdown, model: MoEModel) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Plan:
     """The step model evaluated at each batch size. Arrays have shape (len(batch),); per-rank
-    arrays (R, nB)."""
+    arrays (R, nB). Where a step does not fit in RAM (``fits_in_memory`` False) its rates
+    (``per_agent_tok_s``, ``net_tok_s``), ``coalescing_ratio``, the uncoalesced baseline's rate
+    and every multiple are NaN: no number that would only hold if the step ran. ``step_seconds``
+    and ``terms`` keep what the model computes (what it would take), for diagnosis."""
 
     batch: np.ndarray
     step_seconds: np.ndarray
@@ -842,14 +845,19 @@ def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing, batch
     unc = _breakdown(model, hardware, workload, per_b, b, coalesced=False)
     # the single agent on the same boxes, with the partition of its own step: the same for every row
     one = _breakdown(model, hardware, workload, per_b, np.array([1], dtype=np.int64))
-    net_single = np.full(b.size, 1.0 / one.step.step_seconds[0])
-    unc_net = b / unc.step.step_seconds
+    br: StepBreakdown = cur["breakdown"]
+    # a step that does not fit in RAM has no rate and no multiple: NaN, so that no curve, best
+    # or multiple is ever read off it (plots stop at the boundary by themselves)
+    runs = np.asarray(br.fits, dtype=bool)
+    net = np.where(runs, net, np.nan)
+    single_fits = bool(np.asarray(one.fits, dtype=bool)[0])
+    net_single = np.full(b.size, 1.0 / one.step.step_seconds[0] if single_fits else np.nan)
+    unc_net = np.where(runs, b / unc.step.step_seconds, np.nan)
     baselines = {
         "uncoalesced": {"net_tok_s": unc_net, "multiple": net / unc_net},
         "single": {"net_tok_s": net_single, "multiple": net / net_single},
         "independent-boxes": {"net_tok_s": b * net_single, "multiple": net / (b * net_single)},
     }
-    br: StepBreakdown = cur["breakdown"]
     notes = list(routing.notes)
     g = 2.0**30
     left = hardware.ram_bytes - hardware.os_reserve_bytes
@@ -910,14 +918,14 @@ def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing, batch
         step_seconds=step_s,
         terms=cur["terms"],
         bound=st.bound,
-        per_agent_tok_s=1.0 / step_s,
+        per_agent_tok_s=np.where(runs, 1.0 / step_s, np.nan),
         net_tok_s=net,
         ssd_bytes_per_step=cur["ssd_bytes"],
         ssd_bytes_per_token=cur["ssd_bytes"] / b,
         mem_bytes_per_step=cur["mem_bytes"],
         union_per_layer=cur["union"],
         misses_per_layer=cur["misses"],
-        coalescing_ratio=b * model.top_k / cur["union"],
+        coalescing_ratio=np.where(runs, b * model.top_k / cur["union"], np.nan),
         cache_experts_per_layer=br.cache_experts_per_layer,
         fits_in_memory=br.fits,
         baselines=baselines,

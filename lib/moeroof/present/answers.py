@@ -252,6 +252,7 @@ def net_toks(
     inputs: Mapping[str, str],
     synthetic: Iterable[str] = (),
     link: str = "ssd",
+    defaults: Iterable[str] = (),
 ) -> str:
     """net_toks: net and per-agent tok/s over B, what binds, and where the seed's 4–10× holds.
 
@@ -259,6 +260,7 @@ def net_toks(
     ``uncoalesced`` over the claim grid up to ``claim_b_max``; ``seed_per_agent_last`` is seed
     000's formula (only the SSD term divided by B) at ``last_feasible_batch``. ``link`` is what
     the box streams experts over (the plan's ``link_name``): the ``ssd`` term is named for it.
+    ``defaults``: the defaults that followed the model (:func:`defaults_sentence`).
     """
     feasible = [term_name(t, link) for t, ok in zip(bound, fits, strict=True) if ok]
     terms = list(dict.fromkeys(feasible))
@@ -311,7 +313,14 @@ def net_toks(
         )
         + " "
     )
-    return text + claim + seed + provenance_sentence(inputs, synthetic=synthetic)
+    return text + claim + seed + defaults_sentence(defaults) + provenance_sentence(inputs, synthetic=synthetic)
+
+
+def defaults_sentence(defaults: Iterable[str]) -> str:
+    """The defaults a run took because they depend on the model (``routing `auto` → …``), in
+    one sentence; empty when none did."""
+    items = [d for d in defaults if d]
+    return f"Defaults that follow the model: {'; '.join(items)}. " if items else ""
 
 
 def levers(
@@ -662,23 +671,46 @@ def whatif(
     cache_gib: float,
     batch_min: int,
     batch_max: int,
-    best_net_tok_s: float,
-    best_batch: int,
-    bound_at_best: str,
-    hit_rate_at_best: float,
+    best_net_tok_s: float | None,
+    best_batch: int | None,
+    bound_at_best: str | None,
+    hit_rate_at_best: float | None,
     union_at_max: float,
     inputs: Mapping[str, str],
     synthetic: Iterable[str] = (),
     link: str = "ssd",
+    infeasible_from: int | None = None,
+    infeasible_reason: str | None = None,
 ) -> str:
     """whatif: the state the controls start in (the report shows that state); ``link`` is what
-    the box streams experts over, which names the ``ssd`` term."""
-    return (
+    the box streams experts over, which names the ``ssd`` term. ``best_*`` is None when no
+    batch of the range fits in RAM; ``infeasible_from`` is the first B that does not fit (None:
+    all do) and ``infeasible_reason`` why."""
+    head = (
         f"**Answer (this state).** **{model}** on **{hardware}** (experts streamed {stream_source(link)}), routing "
-        f"`{routing}`, a {fmt(cache_gib)} GiB "
-        f"expert cache: the best feasible net tok/s over B = {batch_min}…{batch_max} is {fmt(best_net_tok_s)} at "
-        f"B = {best_batch} ({term_name(bound_at_best, link)}-bound, cache hit rate {pct(hit_rate_at_best)}); U({batch_max}) is "
-        f"{fmt(union_at_max)} experts per layer. Move the controls (`make lab`) to redraw. "
+        f"`{routing}`, a {fmt(cache_gib)} GiB expert cache: "
+    )
+    if best_net_tok_s is None or best_batch is None:
+        why = f" ({infeasible_reason})" if infeasible_reason else ""
+        body = (
+            f"no batch of B = {batch_min}…{batch_max} fits in RAM{why}, so there is no tok/s to give; "
+            "lower the batch range or the context. "
+        )
+    else:
+        edge = (
+            f"; from B = {infeasible_from} the batch does not fit in RAM (no rate shown there)"
+            if infeasible_from is not None
+            else ""
+        )
+        body = (
+            f"the best feasible net tok/s over B = {batch_min}…{batch_max} is {fmt(best_net_tok_s)} at "
+            f"B = {best_batch} ({term_name(bound_at_best or '', link)}-bound, cache hit rate "
+            f"{pct(hit_rate_at_best or 0.0)}){edge}. "
+        )
+    return (
+        head
+        + body
+        + f"U({batch_max}) is {fmt(union_at_max)} experts per layer. Move the controls (`make lab`) to redraw. "
         + provenance_sentence(inputs, synthetic=synthetic)
     )
 

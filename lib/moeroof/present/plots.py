@@ -1,15 +1,22 @@
-"""One place that saves figures, so every figure in `figures/` is byte-stable and labelled.
+"""One place that saves figures, so every figure is byte-stable on one machine, labelled, and
+comparable by what it plots on any other.
 
-Design docs link the committed SVG/PNG files; a re-render that changes bytes without changing the
-picture makes noisy diffs and hides real changes. So the saver pins everything matplotlib would
-otherwise vary between runs: the SVG id hash salt, the date and creator metadata, the PNG
-software tag and the dpi. It writes each file atomically (:mod:`moeroof.core.atomic`: temp file in
-the same directory, then ``os.replace``) so a crash mid-render leaves the old figure or the new one, never half of one.
+Design docs link the committed SVG/PNG files in ``figures/``; a re-render that changes bytes
+without changing the picture makes noisy diffs and hides real changes. So the saver pins
+everything matplotlib would otherwise vary between runs: the SVG id hash salt, the date and
+creator metadata, the PNG software tag and the dpi. Beside each figure it writes ``NAME.json``:
+what the figure plots (:func:`figure_data`: every line, marker, bar, span, image and text, the
+numbers to :data:`DATA_DIGITS` significant digits), so that two renders on different CPUs —
+whose last digits and SVG clip ids differ — are compared by what they show
+(:func:`figure_data_differences`), not by their bytes. It writes each file atomically
+(:mod:`moeroof.core.atomic`: temp file in the same directory, then ``os.replace``) so a crash
+mid-render leaves the old figure or the new one, never half of one.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 from collections.abc import Iterator
@@ -30,6 +37,13 @@ SVG_HASHSALT = "moeroof"
 SVG_METADATA = {"Date": None, "Creator": None}
 PNG_METADATA = {"Software": None}
 FORMATS = ("svg", "png")
+#: significant digits of the numbers in a figure's data file (NAME.json)
+DATA_DIGITS = 6
+#: two figures plot the same when every number agrees to this relative tolerance (plus
+#: :data:`DATA_ATOL` absolute) and every text is equal: far above the last-digit noise of
+#: another CPU's libm or BLAS, far below anything a reader can see
+DATA_RTOL = 1e-4
+DATA_ATOL = 1e-9
 
 #: house look for figures; applied by :func:`style` (optional, notebooks opt in)
 STYLE_RC = {
@@ -108,7 +122,107 @@ def save_figure(fig: Figure, name: str, *, directory: str | os.PathLike[str] | N
                 handle, format=fmt, dpi=DPI, metadata=metadata
             )
             written.append(atomic.write_via(out_dir / f"{name}.{fmt}", save))
+    text = json.dumps(figure_data(fig), indent=1, sort_keys=True, allow_nan=False) + "\n"
+    written.append(atomic.write_text(out_dir / f"{name}.json", text))
     return written
+
+
+def _num(v) -> float | str | None:
+    """A plotted number as the data file keeps it: DATA_DIGITS significant digits; NaN (a gap)
+    as None, ±inf by name."""
+    x = float(v)
+    if math.isnan(x):
+        return None
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return float(f"{x:.{DATA_DIGITS}g}")
+
+
+def _nums(a) -> list:
+    arr = np.ma.filled(np.ma.asarray(a, dtype=float), np.nan)
+    return [_num(x) for x in arr.ravel()] if arr.ndim <= 1 else [_nums(row) for row in arr]
+
+
+def _text(t) -> str:
+    return t.get_text() if t is not None else ""
+
+
+def figure_data(fig: Figure) -> dict:
+    """What a figure plots, as plain JSON: per axes its title, axis labels and scales, limits,
+    every line (label, x, y), collection (markers' offsets, filled areas' vertices, mesh
+    values), patch (bars, spans), image, text and legend entry; numbers to
+    :data:`DATA_DIGITS` significant digits. Two figures with the same data show the same thing;
+    SVG ids, font hinting and anti-aliasing are not in it."""
+    from matplotlib.collections import PolyCollection, QuadMesh
+
+    out: dict = {"suptitle": _text(getattr(fig, "_suptitle", None)), "axes": []}
+    for ax in fig.axes:
+        item: dict = {
+            "title": [ax.get_title(loc) for loc in ("left", "center", "right")],
+            "xlabel": ax.get_xlabel(),
+            "ylabel": ax.get_ylabel(),
+            "xscale": ax.get_xscale(),
+            "yscale": ax.get_yscale(),
+            "xlim": _nums(ax.get_xlim()),
+            "ylim": _nums(ax.get_ylim()),
+            "lines": [
+                {"label": ln.get_label(), "x": _nums(ln.get_xdata()), "y": _nums(ln.get_ydata())}
+                for ln in ax.get_lines()
+            ],
+            "collections": [],
+            "patches": [],
+            "images": [{"extent": _nums(im.get_extent()), "values": _nums(im.get_array())} for im in ax.images],
+            "texts": [{"text": t.get_text(), "xy": _nums(t.get_position())} for t in ax.texts],
+            "legend": [t.get_text() for t in ax.get_legend().get_texts()] if ax.get_legend() is not None else [],
+        }
+        for c in ax.collections:
+            entry: dict = {"kind": type(c).__name__, "label": c.get_label()}
+            if isinstance(c, QuadMesh):
+                entry["values"] = _nums(c.get_array())
+            elif isinstance(c, PolyCollection):
+                entry["paths"] = [_nums(path.vertices) for path in c.get_paths()]
+            else:
+                entry["offsets"] = _nums(c.get_offsets())
+                arr = c.get_array()
+                if arr is not None:
+                    entry["values"] = _nums(arr)
+            item["collections"].append(entry)
+        for patch in ax.patches:
+            entry = {"kind": type(patch).__name__, "label": patch.get_label()}
+            if hasattr(patch, "get_xy") and hasattr(patch, "get_width"):  # Rectangle: a bar or a span
+                entry["xy"], entry["size"] = _nums(patch.get_xy()), _nums([patch.get_width(), patch.get_height()])
+            elif hasattr(patch, "get_xy"):
+                entry["xy"] = _nums(patch.get_xy())
+            item["patches"].append(entry)
+        out["axes"].append(item)
+    return out
+
+
+def figure_data_differences(a, b, *, rtol: float = DATA_RTOL, atol: float = DATA_ATOL, where: str = "") -> list[str]:
+    """Where two :func:`figure_data` documents differ (empty: they plot the same): numbers
+    compared to ``rtol`` / ``atol``, texts and structure exactly. Each entry names the place
+    (``axes[0].lines[2].y[17]: 0.51 != 0.52``)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if set(a) != set(b):
+            return [f"{where or 'figure'}: keys {sorted(set(a) ^ set(b))} in one only"]
+        return [
+            d
+            for k in sorted(a)
+            for d in figure_data_differences(a[k], b[k], rtol=rtol, atol=atol, where=f"{where}.{k}")
+        ]
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{where}: {len(a)} items != {len(b)}"]
+        out: list[str] = []
+        for i, (x, y) in enumerate(zip(a, b)):
+            out.extend(figure_data_differences(x, y, rtol=rtol, atol=atol, where=f"{where}[{i}]"))
+            if len(out) > 20:
+                break
+        return out
+    numbers = (int, float)
+    if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool) and not isinstance(b, bool):
+        return [] if abs(a - b) <= atol + rtol * max(abs(a), abs(b)) else [f"{where}: {a!r} != {b!r}"]
+    return [] if a == b else [f"{where}: {a!r} != {b!r}"]
 
 
 #: one colour per binding term of the roofline, shared by every figure that shades regimes
@@ -125,21 +239,52 @@ def shade_regimes(ax, batch, bound, fits_in_memory=None) -> list:
     """Shade each batch interval by its binding term and hatch infeasible batches.
 
     ``batch`` (n,) increasing, ``bound`` the term names per batch (a roofline Plan's ``bound``),
-    ``fits_in_memory`` optional booleans. Interval edges are geometric midpoints (log axes).
-    Returns (handle, label) pairs for the regimes present, to append to a legend.
+    ``fits_in_memory`` optional booleans. Interval edges are geometric midpoints (log axes). A
+    batch that does not fit in RAM gets no regime colour (no term binds a step that cannot
+    run): it is hatched, and a vertical line at the first such batch says where RAM runs out
+    (:func:`feasibility_boundary`). Returns (handle, label) pairs for the regimes of the
+    feasible batches, to append to a legend.
     """
     import numpy as np
     from matplotlib.patches import Rectangle
 
     b = np.asarray(batch, dtype=float)
-    edges = np.r_[b[0], np.sqrt(b[1:] * b[:-1]), b[-1]] if b.size > 1 else np.r_[b, b + 1]
+    ok = np.ones(b.size, dtype=bool) if fits_in_memory is None else np.asarray(fits_in_memory, dtype=bool)
+    edges = np.r_[b[0], np.sqrt(b[1:] * b[:-1]), b[-1]] if b.size > 1 else np.r_[b * 0.9, b * 1.1]
     for i, term in enumerate(bound):
-        ax.axvspan(edges[i], edges[i + 1], color=REGIME_COLORS[term], lw=0)
-    if fits_in_memory is not None:
-        bad = ~np.asarray(fits_in_memory, dtype=bool)
-        if bad.any():
-            ax.axvspan(edges[np.argmax(bad)], edges[-1], fill=False, hatch="//", lw=0, label="KV + dense exceed RAM")
-    return [(Rectangle((0, 0), 1, 1, color=REGIME_COLORS[t]), f"{t}-bound") for t in dict.fromkeys(bound)]
+        if ok[i]:
+            ax.axvspan(edges[i], edges[i + 1], color=REGIME_COLORS[term], lw=0)
+    if not ok.all():
+        first = int(np.argmax(~ok))
+        ax.axvspan(edges[first], edges[-1], fill=False, hatch="//", lw=0, label="KV + dense exceed RAM")
+        feasibility_boundary(ax, batch, ok)
+    seen = [t for t, fit in zip(bound, ok) if fit]
+    return [(Rectangle((0, 0), 1, 1, color=REGIME_COLORS[t]), f"{t}-bound") for t in dict.fromkeys(seen)]
+
+
+def feasibility_boundary(ax, batch, fits_in_memory) -> int | None:
+    """Mark where the batches stop fitting in RAM: a dashed line at the first batch that does
+    not fit, labelled with it ("no fit in RAM from B = 128"); returns that B (None: all fit).
+    Curves stop there by themselves: a plan's rates are NaN where the step does not fit."""
+    import numpy as np
+
+    ok = np.asarray(fits_in_memory, dtype=bool)
+    if ok.all():
+        return None
+    first = int(np.asarray(batch)[int(np.argmax(~ok))])
+    ax.axvline(first, color="0.3", ls="--", lw=0.8)
+    ax.text(
+        first,
+        0.98,
+        f"no fit in RAM from B = {first} ",
+        transform=ax.get_xaxis_transform(),
+        rotation=90,
+        ha="right",
+        va="top",
+        fontsize=7,
+        color="0.2",
+    )
+    return first
 
 
 def plain_log_ticks(ax, axis: str = "both") -> None:

@@ -526,6 +526,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="print one JSON object (each notebook's report, executed notebook, figures folder, seconds, error) "
         "instead of lines; progress goes to stderr",
     )
+    parser.add_argument(
+        "--help-notebook",
+        metavar="NAME",
+        default=None,
+        help="list a notebook's parameters (name, type, default, what it is) and exit, as papermill's --help-notebook",
+    )
+
+
+def notebook_help(notebooks_dir: Path, name: str) -> str:
+    """``--help-notebook NAME``: each parameter the notebook declares, with its type, default and
+    help comment (papermill's ``--help-notebook``)."""
+    (path,) = discover(notebooks_dir, [name])
+    import jupytext
+    from papermill.translators import PythonTranslator
+
+    cells = [c for c in jupytext.read(path).cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    params = PythonTranslator.inspect(cells[0]) if cells else []
+    lines = [f"Parameters of {path.stem} ({_display_path(path)}), set with -p NAME VALUE or -f PARAMS.yaml:"]
+    width = max((len(q.name) for q in params), default=0)
+    for q in params:
+        lines.append(f"  {q.name:<{width}}  {q.inferred_type_name} (default {q.default}): {q.help}")
+    if not params:
+        lines.append("  (none)")
+    return "\n".join(lines) + "\n"
 
 
 def _coerce(value: str):
@@ -764,6 +788,9 @@ def record_timings(root: Path, runs: list[dict]) -> None:
 def run(args: argparse.Namespace, *, prog: str = "moeroof.present.report") -> int:
     """:func:`render_all`, and with ``--json`` its summary printed as one JSON object; the exit
     status (2 when a notebook failed)."""
+    if getattr(args, "help_notebook", None):
+        sys.stdout.write(notebook_help(args.notebooks_dir, args.help_notebook))
+        return 0
     code, summary = render_all(args)
     if getattr(args, "json", False):
         print(json.dumps(summary, indent=1, default=str))
@@ -774,7 +801,9 @@ def render_all(args: argparse.Namespace) -> tuple[int, dict]:
     """Render every selected notebook, one line as each starts and one as it ends.
 
     Everything that can be checked first is (the notebooks, each parameter's name and type, the
-    output folder, ``--jobs``, ``--cell-timeout``) and raises ReportError before anything runs.
+    parameters together — :mod:`moeroof.present.preflight`: model against routing E and K,
+    ranges, files —, the output folder, ``--jobs``, ``--cell-timeout``) and raises ReportError
+    before anything runs.
     A notebook that fails prints one ``error: NAME failed: …`` line (its cell, the exception, the
     executed notebook saved with the traceback) and the run returns 2 once the others are done.
     Returns the exit status and the summary: the parameters given, one entry per run (notebook,
@@ -791,6 +820,14 @@ def render_all(args: argparse.Namespace) -> tuple[int, dict]:
     given.update(dict(args.parameter))
     per_notebook = typed_parameters(given, {name for name, _ in args.parameter}, notebooks)
     per_notebook = [absolute_paths(p, Path.cwd()) or None for p in per_notebook]
+    # every combination that can be checked without a kernel is, all problems in one line
+    from moeroof.present import preflight
+
+    for path, params in zip(notebooks, per_notebook):
+        try:
+            preflight.check(path.stem, declared_parameters(path), params or {})
+        except preflight.PreflightError as err:
+            raise ReportError(str(err)) from None
     if args.out is not None:
         check_out_dir(args.out)
     jobs = getattr(args, "jobs", None)

@@ -1,0 +1,140 @@
+"""Check a notebook's parameters as a whole before a kernel starts.
+
+``moeroof report -p model qwen3-30b-a3b`` used to start net_toks and fail six seconds in, in a
+cell, because the default routing was a 256-expert histogram. Every combination that can be
+checked without running the notebook is checked here, and every problem is reported at once in
+one line (the CLI's ``error:`` line, exit 2):
+
+- ``model`` and ``hardware`` load as presets (or TOML paths);
+- each routing parameter (``routing``, ``histogram``, ``per_layer_histogram``, ``trace``) is
+  ``auto``, ``uniform``, ``zipf:S`` with S ≥ 0, empty where the notebook allows it, or a file
+  whose meta (:func:`moeroof.data.embedded.routing_shape`) has the model's E and K;
+- ranges hold: ``NAME_min ≤ NAME_max``, batch sizes ≥ 1, sizes and contexts ≥ 0;
+- every other text parameter that names a file (a path or a data-file suffix) exists.
+
+:func:`problems` returns the list (the widgets show the same lines); :func:`check` raises.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["ROUTING_PARAMETERS", "problems", "check", "PreflightError"]
+
+#: parameters that name a routing (a model's expert popularity): checked against the model's E, K
+ROUTING_PARAMETERS = ("routing", "histogram", "per_layer_histogram", "trace")
+#: integer parameters that are batch sizes or counts: at least 1
+_AT_LEAST_ONE = ("b_min", "b_max", "claim_b_max", "streams", "trace_streams", "trace_steps", "trace_layers")
+#: numbers that are sizes or lengths: at least 0
+_AT_LEAST_ZERO = ("cache_gib", "ladder_cache_gib", "cache_gib_max", "context_tokens", "ssd_gb_s", "mem_gb_s")
+_FILE_SUFFIXES = (".csv", ".npz", ".npy", ".parquet", ".toml", ".json", ".yaml", ".yml", ".pt")
+
+
+class PreflightError(ValueError):
+    """A notebook's parameters that cannot work together; ``str()`` is one line with every problem."""
+
+
+def _default(text: str) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _check_zipf(name: str, value: str) -> str | None:
+    try:
+        s = float(value.split(":", 1)[1])
+    except (IndexError, ValueError):
+        return f"-p {name}: {value!r}: expected zipf:S with a number S (e.g. zipf:0.9)"
+    if not s >= 0 or s == float("inf"):
+        return f"-p {name}: {value!r}: the Zipf exponent must be a finite number >= 0"
+    return None
+
+
+def problems(values: Mapping[str, Any]) -> list[str]:
+    """Every problem of one notebook's parameter values (defaults with the user's on top), each
+    a short clause naming its parameter; empty when they can work together."""
+    from moeroof.core.paths import resolve_data
+    from moeroof.data.embedded import is_file_spec, routing_shape
+    from moeroof.data.presets import load_hardware, load_model
+
+    out: list[str] = []
+    model = None
+    if isinstance(values.get("model"), str) and values["model"].strip():
+        try:
+            model = load_model(values["model"])
+        except (ValueError, OSError) as err:
+            out.append(f"-p model: {err}")
+    if isinstance(values.get("hardware"), str) and values["hardware"].strip():
+        try:
+            load_hardware(values["hardware"])
+        except (ValueError, OSError) as err:
+            out.append(f"-p hardware: {err}")
+    for name in ROUTING_PARAMETERS:
+        value = values.get(name)
+        if not isinstance(value, str) or not value.strip():
+            continue
+        spec = value.strip()
+        if spec.lower() in ("auto", "uniform"):
+            continue
+        if spec.lower().startswith("zipf"):
+            bad = _check_zipf(name, spec)
+            if bad:
+                out.append(bad)
+            continue
+        if not is_file_spec(spec):
+            continue
+        try:
+            e, k, _ = routing_shape(resolve_data(spec))
+        except (ValueError, OSError) as err:
+            out.append(f"-p {name}: {err}")
+            continue
+        if model is not None and (e, k) != (model.experts, model.top_k):
+            out.append(
+                f"-p {name}: {spec} has E={e}, K={k} but model {model.name} has E={model.experts}, K={model.top_k}"
+                + (" (auto picks routing data that matches the model)" if name == "routing" else "")
+            )
+    for name in _AT_LEAST_ONE:
+        v = values.get(name)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 1:
+            out.append(f"-p {name}: must be at least 1, got {v}")
+    for name in _AT_LEAST_ZERO:
+        v = values.get(name)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
+            out.append(f"-p {name}: must be >= 0, got {v}")
+    for lo_name in [n for n in values if n.endswith("_min")]:
+        hi_name = lo_name[: -len("_min")] + "_max"
+        lo, hi = values.get(lo_name), values.get(hi_name)
+        if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (lo, hi)) and lo > hi:
+            out.append(f"-p {lo_name} {lo} is above -p {hi_name} {hi}")
+    for name, value in values.items():
+        if name in ROUTING_PARAMETERS or name in ("model", "hardware") or not isinstance(value, str):
+            continue
+        text = value.strip()
+        looks_like_file = text.lower().endswith(_FILE_SUFFIXES) or ("/" in text and " " not in text)
+        if not text or not looks_like_file or "://" in text or text.startswith("tcp:"):
+            continue
+        try:
+            path = resolve_data(text)
+        except (ValueError, OSError) as err:
+            out.append(f"-p {name}: {err}")
+            continue
+        if not path.exists() and name not in ("out",):
+            out.append(f"-p {name}: {text}: no such file")
+    return out
+
+
+def values_of(declared: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """A notebook's parameter values: its declared defaults (``report.Declared``), the user's on top."""
+    values = {name: _default(d.default) for name, d in declared.items()}
+    values.update(given)
+    return values
+
+
+def check(notebook: str, declared: Mapping[str, Any], given: Mapping[str, Any]) -> None:
+    """Raise :class:`PreflightError` naming the notebook and every problem of its parameters."""
+    found = problems(values_of(declared, given))
+    if found:
+        raise PreflightError(f"{notebook}: " + "; ".join(found))

@@ -140,7 +140,7 @@ def test_fit_routing_refuses_a_million_experts_at_once(tmp_path, capsys):
 
 def test_fit_routing_names_the_row_whose_batch_cannot_be_simulated(tmp_path, capsys):
     path = tmp_path / "big.points"
-    path.write_text("kind,batch,capacity_experts,value\nhit_rate,4,8,0.5\nhit_rate,10000000,8,0.5\n")
+    path.write_text("kind,batch,capacity_experts_per_layer,value\nhit_rate,4,8,0.5\nhit_rate,10000000,8,0.5\n")
     assert main(["fit-routing", str(path), "--experts", "64", "--top-k", "4", "--layers", "8"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     # the library knows the row, the command line adds the file: FILE:ROW as every reader says it
@@ -195,7 +195,7 @@ def test_fit_plan_refuses_1e300_gib_with_file_row_and_field(tmp_path, capsys):
 )
 def test_points_sizes_name_file_row_and_field(tmp_path, capsys, row, field):
     path = tmp_path / "g.points"
-    path.write_text(f"kind,batch,capacity_experts,capacity_gib,value\n{row}\n")
+    path.write_text(f"kind,batch,capacity_experts_per_layer,capacity_gib,value\n{row}\n")
     argv = ["fit-routing", str(path), "--experts", "64", "--top-k", "4", "--layers", "8", "--expert-bytes", "1000"]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()

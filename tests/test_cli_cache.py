@@ -117,7 +117,7 @@ def test_text_output(capsys):
     assert main(["cache", str(TRACE), "--policy", "belady", "--capacity-experts", "100"]) == 0
     assert "hit rate" in capsys.readouterr().out
     assert main(["mrc", str(TRACE)]) == 0
-    assert "capacity (experts)" in capsys.readouterr().out
+    assert "capacity (experts in all layers)" in capsys.readouterr().out
 
 
 def bad_trace(tmp_path, topk, meta=None):
@@ -175,22 +175,35 @@ def test_cli_subprocess_exit_status():
 
 def test_mrc_layer_scope_is_the_per_layer_simulation(capsys, requests):
     rep = run_json(capsys, ["mrc", str(TRACE), "--scope", "layer"])
-    assert rep["scope"] == "layer" and rep["capacity_unit"] == "experts per layer"
-    assert rep["capacity_experts"] == list(range(129)) and rep["sample_rate"] is None
+    assert rep["scope"] == "layer" and rep["capacity_unit"] == "experts in all layers"
+    # one meaning of capacity_experts everywhere: the whole cache (48 layers × C per layer)
+    assert rep["capacity_experts_per_layer"] == list(range(129)) and rep["sample_rate"] is None
+    assert rep["capacity_experts"] == [48 * c for c in range(129)]
     assert rep["hit_rate_stderr"] is None and rep["requests"] == len(requests)
     for c in (1, 8, 32, 100):
         assert rep["hit_rate"][c] == cache.simulate(requests, c * 48, policy="lru", scope="layer").hit_rate
+        # the same number cache reports for the same --capacity-experts
+        same = run_json(
+            capsys, ["cache", str(TRACE), "--policy", "lru", "--scope", "layer", "--capacity-experts", str(48 * c)]
+        )
+        assert same["capacity_experts"] == rep["capacity_experts"][c] and same["capacity_experts_per_layer"] == c
     assert rep["che_hit_rate"][0] == 0 and rep["che_hit_rate"][-1] == pytest.approx(1.0)
     assert main(["mrc", str(TRACE), "--scope", "layer", "--format", "csv"]) == 0
     head = capsys.readouterr().out.splitlines()[0]
-    assert head == "capacity_experts_per_layer,hit_rate,che_hit_rate"
+    assert head == "capacity_experts,capacity_experts_per_layer,hit_rate,che_hit_rate"
     assert main(["mrc", str(TRACE), "--scope", "layer"]) == 0
-    assert "capacity (experts per layer)" in capsys.readouterr().out
+    assert "per layer" in capsys.readouterr().out
+
+
+def test_cache_says_when_a_per_layer_cache_holds_nothing(capsys):
+    rep = run_json(capsys, ["cache", str(TRACE), "--policy", "lru", "--scope", "layer", "--capacity-experts", "4"])
+    assert rep["capacity_experts"] == 4 and rep["capacity_experts_per_layer"] == 0
+    assert any("0 per layer: nothing can be cached" in n for n in rep["notes"])
 
 
 def test_mrc_slices_state_the_error(capsys):
     rep = run_json(capsys, ["mrc", str(TRACE), "--sample-rate", "0.5", "--slices", "3"])
-    assert rep["scope"] == "global" and rep["capacity_unit"] == "experts" and rep["slices"] == 3
+    assert rep["scope"] == "global" and rep["capacity_unit"] == "experts in all layers" and rep["slices"] == 3
     n = len(rep["capacity_experts"])
     assert len(rep["hit_rate_stderr"]) == len(rep["hit_rate_lower"]) == len(rep["hit_rate_upper"]) == n
     assert all(lo <= h <= hi for lo, h, hi in zip(rep["hit_rate_lower"], rep["hit_rate"], rep["hit_rate_upper"]))

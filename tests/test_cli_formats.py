@@ -373,7 +373,7 @@ def test_fit_plan_and_fit_routing_csv(tmp_path, capsys):
     assert num(rows[1]["predicted"]) == pytest.approx(rep["rows"][1]["predicted"]) and rows[1]["measured"] == ""
 
     pts = tmp_path / "r.csv"
-    pts.write_text("kind,batch,capacity_experts,value\nunion,4,,11.5\nhit_rate,4,24,\noverlap,4,,0.45\n")
+    pts.write_text("kind,batch,capacity_experts_per_layer,value\nunion,4,,11.5\nhit_rate,4,24,\noverlap,4,,0.45\n")
     argv = ["fit-routing", str(pts), "--experts", "64", "--top-k", "4", "--layers", "4", "--seeds", "1"]
     argv += ["--bootstrap", "2", "--timed-steps", "8"]
     rep = run_json(capsys, argv)

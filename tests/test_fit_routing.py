@@ -206,7 +206,7 @@ def test_gib_per_step_scales_with_layers_and_expert_bytes():
 def test_cli_json_contract(tmp_path, capsys):
     path = tmp_path / "points.csv"
     path.write_text(
-        "# synthetic\nkind,batch,capacity_experts,value\nunion,4,,11.5\nhit_rate,4,24,\noverlap,4,,0.45\n",
+        "# synthetic\nkind,batch,capacity_experts_per_layer,value\nunion,4,,11.5\nhit_rate,4,24,\noverlap,4,,0.45\n",
         encoding="utf-8",
     )
     argv = ["fit-routing", str(path), "--experts", "64", "--top-k", "4", "--layers", "4"]

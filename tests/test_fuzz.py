@@ -214,9 +214,9 @@ def points_csv(draw) -> str:
     header = draw(
         st.sampled_from(
             [
-                "kind,batch,capacity_experts,value",
+                "kind,batch,capacity_experts_per_layer,value",
                 "kind,batch,capacity_gib,policy,value",
-                "kind,batch,capacity_experts,capacity_gib,policy,scope,ranks,partition,value,note",
+                "kind,batch,capacity_experts_per_layer,capacity_gib,policy,scope,ranks,partition,value,note",
                 "kind,batch",
                 "",
             ]

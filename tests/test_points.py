@@ -10,7 +10,7 @@ from moeroof.core.paths import DATA_DIR
 from moeroof.data.io import InputError
 from moeroof.data.points import POLICIES, Point, read_points
 
-HEADER = "kind,batch,capacity_experts,capacity_gib,policy,scope,ranks,value\n"
+HEADER = "kind,batch,capacity_experts_per_layer,capacity_gib,policy,scope,ranks,value\n"
 
 
 def _write(tmp_path, text, name="points.csv"):
@@ -56,8 +56,8 @@ BAD = [
     (HEADER + "hit_rate,8,24,,,,,1.2\n", 2, "value", "0–1"),
     (HEADER + "overlap,8,,,,,,-0.1\n", 2, "value", "0–1"),
     (HEADER + "hit_rate,8,24,1.5,,,,0.5\n", 2, "capacity_gib", "twice"),
-    (HEADER + "hit_rate,8,,,,,,0.5\n", 2, "capacity_experts", "needs"),
-    (HEADER + "union,8,24,,,,,12\n", 2, "capacity_experts", "no cache"),
+    (HEADER + "hit_rate,8,,,,,,0.5\n", 2, "capacity_experts_per_layer", "needs"),
+    (HEADER + "union,8,24,,,,,12\n", 2, "capacity_experts_per_layer", "no cache"),
     (HEADER + "hit_rate,8,24,,fifo,,,0.5\n", 2, "policy", "unknown policy"),
     (HEADER + "hit_rate,8,24,,,local,,0.5\n", 2, "scope", "unknown scope"),
     (HEADER + "hitrate,8,24,,,,,0.5\n", 2, "kind", "unknown kind"),
@@ -99,3 +99,17 @@ def test_cli_bad_points_exit_2_with_one_error_line(tmp_path, capsys, text, row, 
     out, err = capsys.readouterr()
     assert out == ""
     assert err.count("\n") == 1 and err.startswith(f"error: {path}:{row}: {field}: ")
+
+
+def test_capacity_experts_means_the_whole_cache_so_a_points_file_names_it_per_layer(tmp_path):
+    """capacity_experts is the whole cache in cache, mrc and plan: a POINTS column of that name
+    (per layer, as it once meant here) is refused with the name to use, never read silently."""
+    old = tmp_path / "old.points"
+    old.write_text("kind,batch,capacity_experts,value\nhit_rate,1,8,0.4\n")
+    with pytest.raises(InputError, match="rename the column capacity_experts_per_layer") as err:
+        read_points(old)
+    assert str(err.value).startswith(f"{old}:1: header:")
+    new = tmp_path / "new.points"
+    new.write_text("kind,batch,capacity_experts_per_layer,value\nhit_rate,1,8,0.4\n")
+    (p,) = read_points(new)
+    assert p.capacity_experts == 8.0 and p.value == 0.4

@@ -238,7 +238,8 @@ def test_cli_mrc_layer_scope_serial_equals_scheduler_and_simulation(capsys, clie
     base = ["mrc", str(TRACE), "--scope", "layer", "--json"]
     a = run_json(capsys, base)
     b = run_json(capsys, [*base, "--scheduler", client.scheduler.address])
-    assert a["scope"] == "layer" and a["capacity_unit"] == "experts per layer"
+    assert a["scope"] == "layer" and a["capacity_unit"] == "experts in all layers"
+    assert a["capacity_experts"] == [48 * c for c in a["capacity_experts_per_layer"]]
     assert {k: v for k, v in a.items() if k != "notes"} == {k: v for k, v in b.items() if k != "notes"}
     assert any("scope layer" in n for n in a["notes"]) and any(client.scheduler.address in n for n in b["notes"])
     for c in (0, 3, 8, 20, 64, 128):  # an independent path: the per-layer LRU simulator

@@ -358,12 +358,19 @@ def _report(args, trace, stream_ids, res, cap_experts, cap_bytes, unit, warmup, 
         if args.lookup == "layer"
         else "hits judged request by request in ascending expert id (libCacheSim's view of the same order)"
     )
+    per = None
     if args.scope == "layer":
         per = math.floor(cap_experts / trace.layers + 1e-9) if unit == "experts" else None
         notes.append(
-            f"scope layer: one cache per layer with capacity / {trace.layers} each"
-            + (f" ({per} experts; the remainder is unused)" if per is not None else "")
+            f"scope layer: --capacity-experts is the whole cache (as in mrc, plan and sweeps), one cache per "
+            f"layer with capacity / {trace.layers} each"
+            + (f" ({per} experts per layer; the remainder is unused)" if per is not None else "")
         )
+        if per == 0:
+            notes.append(
+                f"{cap_experts} experts in all over {trace.layers} layers is 0 per layer: nothing can be cached "
+                f"(give at least {trace.layers}, or mrc --scope layer for every capacity)"
+            )
     if warmup:
         notes.append(f"the first {warmup} steps are simulated but not counted (warm-up)")
     bytes_unit = res.bytes_unit
@@ -372,6 +379,7 @@ def _report(args, trace, stream_ids, res, cap_experts, cap_bytes, unit, warmup, 
     rep: dict[str, Any] = {
         "policy": args.policy,
         "capacity_experts": cap_experts,
+        "capacity_experts_per_layer": per,
         "capacity_bytes": cap_bytes,
         "scope": args.scope,
         "lookup": args.lookup,

@@ -6,7 +6,7 @@ history) to measured cache and routing points, and predict the rows left empty w
     moeroof fit-routing POINTS.csv --experts E --top-k K --layers L [--expert-bytes N]
                         [--seeds 4] [--bootstrap 8] [--timed-steps 16] [--format table|json|csv] [--output FILE]
 
-POINTS (:mod:`moeroof.data.points`): ``kind,batch,capacity_experts|capacity_gib,policy,scope,
+POINTS (:mod:`moeroof.data.points`): ``kind,batch,capacity_experts_per_layer|capacity_gib,policy,scope,
 ranks,partition,value``; rows with a value calibrate, rows without are predicted. The method is
 :mod:`moeroof.models.fit_routing`'s.
 """
@@ -42,7 +42,9 @@ def add_parser(subparsers: Any) -> None:
         "fixed seeds, and predict every row with a 5-95 % band (over the families that fit and the "
         "bootstrap draws of the knobs).",
     )
-    p.add_argument("path", metavar="POINTS", help="POINTS .csv (kind,batch,capacity_experts|capacity_gib,...,value)")
+    p.add_argument(
+        "path", metavar="POINTS", help="POINTS .csv (kind,batch,capacity_experts_per_layer|capacity_gib,...,value)"
+    )
     p.add_argument("--experts", required=True, help="routed experts per layer E")
     p.add_argument("--top-k", required=True, help="experts per token K")
     p.add_argument("--layers", required=True, help="MoE layers L (at most 16 are simulated)")
@@ -127,8 +129,8 @@ def print_fit_routing(rep: dict[str, Any]) -> None:
             str(r["row"]),
             r["kind"],
             str(r["batch"]),
-            fmt(r["capacity_experts"], 1)
-            if r["capacity_experts"] is not None
+            fmt(r["capacity_experts_per_layer"], 1) + "/layer"
+            if r["capacity_experts_per_layer"] is not None
             else (fmt(r["capacity_gib"], 1) + " GiB" if r["capacity_gib"] is not None else "-"),
             r["policy"] if r["kind"] in ("hit_rate", "gib_per_step") else "-",
             fmt(r["measured"], 3),
@@ -150,7 +152,7 @@ CSV_COLUMNS = (
     "row",
     "kind",
     "batch",
-    "capacity_experts",
+    "capacity_experts_per_layer",
     "capacity_gib",
     "policy",
     "measured",

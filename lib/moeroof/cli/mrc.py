@@ -14,7 +14,8 @@ curve is one pass in one process (a request's stack distance counts every layer'
 does not split); ``--sample-rate R`` estimates it by SHARDS, and with ``--slices S``,
 ``--workers N`` or ``--scheduler`` the sampled hash range is cut into S disjoint slices, one
 task each, whose spread states the error (:func:`moeroof.studies.shard.shards_curve_sharded`).
-Scope layer: one LRU cache per layer, capacity in experts per layer; exact, its layers sharded
+Scope layer: one LRU cache per layer, the same C experts in each: ``capacity_experts`` is the
+whole cache (L·C, as ``cache --capacity-experts`` reads it), ``capacity_experts_per_layer`` is C; exact, its layers sharded
 over the workers (:func:`moeroof.studies.shard.lru_curve_by_layer`).
 
 The Che approximation beside the curve is solved at every capacity up to 256 and at 200
@@ -79,8 +80,8 @@ def add_parser(subparsers: Any) -> None:
         "--scope",
         default="global",
         choices=SCOPES,
-        help="one cache shared by all layers (capacity in experts), or one per layer (capacity in "
-        "experts per layer; exact, no sampling) (default global)",
+        help="one cache shared by all layers, or one per layer (the same C in each; capacity_experts is the "
+        "whole cache, L·C, and capacity_experts_per_layer C; exact, no sampling) (default global)",
     )
     p.add_argument("--sample-rate", default=None, help="SHARDS sampling rate R in (0, 1] (default: exact)")
     p.add_argument(
@@ -265,9 +266,9 @@ def _layer_report(args, trace, opt, lookup_note) -> dict[str, Any]:
     res = lru_curve_by_layer(trace, lookup=args.lookup, scheduler=args.scheduler, workers=opt["workers"])
     cap = res.capacity_per_layer
     notes = [
-        f"one LRU cache per layer (scope layer): capacity in experts per layer, the same in each of the "
-        f"{trace.layers} layers (C experts per layer is {trace.layers}·C in all); unit sizes, every request counted "
-        "(no warm-up)",
+        f"one LRU cache per layer (scope layer): the same capacity C in each of the {trace.layers} layers; "
+        f"capacity_experts is the whole cache, {trace.layers}·C experts in all (as cache --capacity-experts "
+        "reads it), capacity_experts_per_layer is C; unit sizes, every request counted (no warm-up)",
         lookup_note,
         f"exact per layer; {res.tasks} task(s) of layers on {_where(args, opt['workers'])} "
         "(per-layer caches are independent: the same curve however sharded)",
@@ -331,10 +332,15 @@ def _finish(args, trace, cap, hit, che, method, rate, n_requests, counts, notes,
         "che: independent-reference approximation from the trace's request counts; "
         "it ignores the step order a trace has (an approximation, not a bound)"
     )
+    per_layer = args.scope == "layer"
+    total = [int(c) * trace.layers for c in cap] if per_layer else cap
     return jsonable(
         {
-            "capacity_experts": cap,
-            "capacity_unit": "experts per layer" if args.scope == "layer" else "experts",
+            # one meaning everywhere (cache, mrc, plan, sweeps): capacity_experts is the whole
+            # cache, all layers together; a per-layer figure is named so
+            "capacity_experts": total,
+            "capacity_experts_per_layer": cap if per_layer else None,
+            "capacity_unit": "experts in all layers",
             "scope": args.scope,
             "hit_rate": hit,
             "che_hit_rate": che,
@@ -358,9 +364,13 @@ def print_mrc(rep: dict[str, Any]) -> None:
     unit = rep.get("capacity_unit", "experts")
     print(f"LRU hit rate by capacity — {rep['source']} ({rep['method']}, scope {rep.get('scope', 'global')})")
     cap = rep["capacity_experts"]
+    per = rep.get("capacity_experts_per_layer")
     picks = sorted({int(round(q * (len(cap) - 1))) for q in np.linspace(0, 1, 11)})
     se, lo, hi = rep.get("hit_rate_stderr"), rep.get("hit_rate_lower"), rep.get("hit_rate_upper")
-    if se is None:
+    if se is None and per is not None:
+        rows = [[str(cap[i]), str(per[i]), _pct(rep["hit_rate"][i]), _pct(rep["che_hit_rate"][i])] for i in picks]
+        print(table([f"capacity ({unit})", "per layer", "hit rate %", "che %"], rows, ">>>>"))
+    elif se is None:
         rows = [[str(cap[i]), _pct(rep["hit_rate"][i]), _pct(rep["che_hit_rate"][i])] for i in picks]
         print(table([f"capacity ({unit})", "hit rate %", "che %"], rows, ">>>"))
     else:
@@ -393,9 +403,8 @@ def run(args: argparse.Namespace) -> int:
 def mrc_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     """``--format csv``: one row per capacity (the whole curve); the capacity column says its unit."""
     cols = ["capacity_experts", "hit_rate", "che_hit_rate"]
+    if rep.get("capacity_experts_per_layer") is not None:
+        cols.insert(1, "capacity_experts_per_layer")
     if rep.get("hit_rate_stderr") is not None:
         cols += ["hit_rate_stderr", "hit_rate_lower", "hit_rate_upper"]
-    header = list(cols)
-    if rep.get("scope") == "layer":
-        header[0] = "capacity_experts_per_layer"
-    return header, [list(row) for row in zip(*(rep[c] for c in cols))]
+    return list(cols), [list(row) for row in zip(*(rep[c] for c in cols))]

@@ -8,7 +8,7 @@ comments (provenance, units) and blank lines are skipped, before or after the he
   layer and step across the batch) or ``overlap`` (experts a stream's token shares with the
   stream's previous token, as a fraction of K);
 - ``batch`` (required): concurrent streams M, a positive integer;
-- ``capacity_experts`` (experts per layer, per rank) or ``capacity_gib`` (GiB per rank; needs
+- ``capacity_experts_per_layer`` (experts per layer, per rank) or ``capacity_gib`` (GiB per rank; needs
   the expert size in bytes): exactly one for ``hit_rate`` and ``gib_per_step`` rows, neither
   for ``union`` and ``overlap`` rows (they see no cache);
 - ``policy``: ``lru`` (default), ``lfu``, ``s3fifo``, ``arc``, ``belady`` or ``static``;
@@ -62,7 +62,7 @@ REQUIRED = ("kind", "batch", "value")
 COLUMNS = (
     "kind",
     "batch",
-    "capacity_experts",
+    "capacity_experts_per_layer",
     "capacity_gib",
     "policy",
     "scope",
@@ -166,22 +166,27 @@ def _parse_row(cells: dict[str, str], path: Path, row: int, experts: int | None)
     batch = _positive_int(batch_text, path, row, "batch")
     if batch > MAX_BATCH:
         raise InputError(path, row, "batch", f"{batch_text!r} is more than the {MAX_BATCH} streams a batch may be")
-    cap_e_text = cells.get("capacity_experts", "").strip()
+    cap_e_text = cells.get("capacity_experts_per_layer", "").strip()
     cap_g_text = cells.get("capacity_gib", "").strip()
     sees_cache = kind in ("hit_rate", "gib_per_step")
     cap_e = cap_g = None
     if cap_e_text and cap_g_text:
         raise InputError(
-            path, row, "capacity_gib", "capacity given twice (capacity_experts and capacity_gib): give one"
+            path, row, "capacity_gib", "capacity given twice (capacity_experts_per_layer and capacity_gib): give one"
         )
     if sees_cache:
         if not cap_e_text and not cap_g_text:
-            raise InputError(path, row, "capacity_experts", f"a {kind} row needs capacity_experts or capacity_gib")
+            raise InputError(
+                path,
+                row,
+                "capacity_experts_per_layer",
+                f"a {kind} row needs capacity_experts_per_layer or capacity_gib",
+            )
         if cap_e_text:
-            cap_e = _number(cap_e_text, path, row, "capacity_experts")
+            cap_e = _number(cap_e_text, path, row, "capacity_experts_per_layer")
             if cap_e < 0 or (experts is not None and cap_e > experts):
                 bound = f" and <= experts ({experts})" if experts is not None else ""
-                raise InputError(path, row, "capacity_experts", f"must be >= 0{bound}, got {cap_e_text!r}")
+                raise InputError(path, row, "capacity_experts_per_layer", f"must be >= 0{bound}, got {cap_e_text!r}")
         else:
             cap_g = _number(cap_g_text, path, row, "capacity_gib")
             if cap_g < 0:
@@ -192,7 +197,7 @@ def _parse_row(cells: dict[str, str], path: Path, row: int, experts: int | None)
                     path, row, "capacity_gib", f"{cap_g_text!r} is more than the {MAX_GIB:.4g} GiB a cache may be"
                 )
     elif cap_e_text or cap_g_text:
-        name = "capacity_experts" if cap_e_text else "capacity_gib"
+        name = "capacity_experts_per_layer" if cap_e_text else "capacity_gib"
         raise InputError(path, row, name, f"a {kind} row sees no cache: leave the capacity empty")
     policy = _choice(cells.get("policy", ""), POLICIES, "lru", path, row, "policy")
     scope = _choice(cells.get("scope", ""), SCOPES, "global", path, row, "scope")
@@ -253,7 +258,7 @@ def read_points(
 ) -> list[Point]:
     """Read and check a POINTS file (module docstring); the points in input order.
 
-    ``experts`` (E), when given, bounds ``capacity_experts``, ``ranks`` and ``union`` values;
+    ``experts`` (E), when given, bounds ``capacity_experts_per_layer``, ``ranks`` and ``union`` values;
     ``expert_bytes`` (bytes of one expert of one layer) is needed by ``capacity_gib`` and
     ``gib_per_step`` rows. The file is only read.
     """
@@ -282,6 +287,14 @@ def read_points(
     header_row, header_line = content[0]
     names = [h.strip().lower() for h in next(csv.reader([header_line]))]
     for name in names:
+        if name == "capacity_experts":
+            raise InputError(
+                path,
+                header_row,
+                "header",
+                "column 'capacity_experts' is the whole cache (all layers) in cache, mrc and plan; a POINTS file "
+                "gives the capacity per layer per rank: rename the column capacity_experts_per_layer",
+            )
         if name not in COLUMNS:
             raise InputError(path, header_row, "header", f"unknown column {name!r}; expected {', '.join(COLUMNS)}")
     if len(set(names)) != len(names):

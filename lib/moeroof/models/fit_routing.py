@@ -1184,7 +1184,7 @@ def fit_routing(
                 "row": p.row,
                 "kind": p.kind,
                 "batch": p.batch,
-                "capacity_experts": p.capacity_experts,
+                "capacity_experts_per_layer": p.capacity_experts,
                 "capacity_gib": p.capacity_gib,
                 "policy": p.policy,
                 "scope": p.scope,

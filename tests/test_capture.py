@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import csvout  # noqa: I001  (tests/csvout.py: CSV output past its run record)
 from moeroof.cli import main
 from test_preset_from_hf import FAMILIES, TINY, config_class
 
@@ -320,8 +321,6 @@ def test_npy_output_keeps_the_prefill_beside_it_and_headers_hash_is_recorded(
 def test_csv_reports_of_capture_and_preset_from_hf(checkpoints, prompt_file, tmp_path, capsys):
     """--format csv: capture prints one row per stream, preset-from-hf one row per preset field;
     each row agrees with the JSON of the same run (capture) or the TOML written (preset)."""
-    import csv
-    import io
     import tomllib
 
     folder = checkpoints["qwen3_moe"]
@@ -329,14 +328,14 @@ def test_csv_reports_of_capture_and_preset_from_hf(checkpoints, prompt_file, tmp
     assert main([*base, "-o", str(tmp_path / "a.npz"), "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert main([*base, "-o", str(tmp_path / "b.npz"), "--format", "csv"]) == 0
-    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    rows = csvout.dict_rows(capsys.readouterr().out)
     assert [int(r["stream"]) for r in rows] == list(range(4))
     assert [int(r["prompt_tokens"]) for r in rows] == rep["prompt_tokens"] == [len(p) for p in PROMPTS]
     assert [int(r["generated_tokens"]) for r in rows] == rep["generated_tokens"]
     assert {r["checkpoint_hash"] for r in rows} == {rep["checkpoint_hash"]}
     out = tmp_path / "m.toml"
     assert main(["preset-from-hf", str(folder), "-o", str(out), "--format", "csv"]) == 0
-    rows = {r["field"]: r for r in csv.DictReader(io.StringIO(capsys.readouterr().out))}
+    rows = {r["field"]: r for r in csvout.dict_rows(capsys.readouterr().out)}
     doc = tomllib.loads(out.read_text())
     fields = {k: v for k, v in doc.items() if isinstance(v, dict)}
     assert set(rows) == set(fields)

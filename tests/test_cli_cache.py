@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+import csvout  # noqa: I001  (tests/csvout.py: CSV output past its run record)
 from moeroof.cli import main
 from moeroof.core.paths import DATA_DIR
 from moeroof.data.io import read_trace, write_histogram, write_trace
@@ -34,7 +35,7 @@ def run_json(capsys, argv):
     rc = main(argv + ["--json"])
     out, err = capsys.readouterr()
     assert rc == 0, err
-    return json.loads(out)
+    return csvout.strip_run(json.loads(out))
 
 
 def run_error(capsys, argv):
@@ -189,7 +190,7 @@ def test_mrc_layer_scope_is_the_per_layer_simulation(capsys, requests):
         assert same["capacity_experts"] == rep["capacity_experts"][c] and same["capacity_experts_per_layer"] == c
     assert rep["che_hit_rate"][0] == 0 and rep["che_hit_rate"][-1] == pytest.approx(1.0)
     assert main(["mrc", str(TRACE), "--scope", "layer", "--format", "csv"]) == 0
-    head = capsys.readouterr().out.splitlines()[0]
+    head = csvout.data_text(capsys.readouterr().out).splitlines()[0]
     assert head == "capacity_experts,capacity_experts_per_layer,hit_rate,che_hit_rate"
     assert main(["mrc", str(TRACE), "--scope", "layer"]) == 0
     assert "per layer" in capsys.readouterr().out
@@ -209,7 +210,7 @@ def test_mrc_slices_state_the_error(capsys):
     assert all(lo <= h <= hi for lo, h, hi in zip(rep["hit_rate_lower"], rep["hit_rate"], rep["hit_rate_upper"]))
     assert any("error stated" in note for note in rep["notes"])
     assert main(["mrc", str(TRACE), "--sample-rate", "0.5", "--slices", "3", "--format", "csv"]) == 0
-    head = capsys.readouterr().out.splitlines()[0]
+    head = csvout.data_text(capsys.readouterr().out).splitlines()[0]
     assert head.split(",")[3:] == ["hit_rate_stderr", "hit_rate_lower", "hit_rate_upper"]
     assert main(["mrc", str(TRACE), "--sample-rate", "0.5", "--slices", "3"]) == 0
     assert "± stderr" in capsys.readouterr().out

@@ -6,14 +6,13 @@ rates in % in the ``cache`` / ``mrc`` tables, ``plan``'s infeasible rows without
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import tomllib
 
 import numpy as np
 import pytest
 
+import csvout  # noqa: I001  (tests/csvout.py: CSV output past its run record)
 from moeroof.cli import main
 from moeroof.cli.app import build_parser
 from moeroof.core.paths import DATA_DIR
@@ -33,12 +32,12 @@ def run(capsys, argv: list[str]) -> str:
 
 
 def run_json(capsys, argv: list[str]) -> dict:
-    return json.loads(run(capsys, [*argv, "--json"]))
+    return csvout.strip_run(json.loads(run(capsys, [*argv, "--json"])))
 
 
 def run_csv(capsys, argv: list[str]) -> tuple[list[str], list[dict[str, str]]]:
     text = run(capsys, [*argv, "--format", "csv"])
-    rows = list(csv.reader(io.StringIO(text)))
+    rows = csvout.rows(text)
     assert rows, "no CSV printed"
     return rows[0], [dict(zip(rows[0], r)) for r in rows[1:]]
 
@@ -467,7 +466,7 @@ def test_report_output_of_the_data_writing_commands(tmp_path, capsys):
     assert main([*argv, "--format", "csv", "--report-output", str(report)]) == 0
     out, err = capsys.readouterr()
     assert out == "" and f"wrote {report}" in err
-    assert next(csv.DictReader(io.StringIO(report.read_text())))["path"] == str(data)
+    assert csvout.dict_rows(report.read_text())[0]["path"] == str(data)
     # the report file may not be the data file, nor an input; refused before anything is written
     other = tmp_path / "u.npz"
     err = run_error(capsys, [*argv[:-1], str(other), "--report-output", str(other)])

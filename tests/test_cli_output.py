@@ -3,12 +3,11 @@ deliverable 5)."""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 
 import pytest
 
+import csvout  # noqa: I001  (tests/csvout.py: CSV output past its run record)
 from moeroof.cli import main
 from moeroof.cli.app import COMMANDS, build_parser
 from moeroof.core.paths import DATA_DIR
@@ -37,7 +36,7 @@ def test_mrc_json_is_compact_and_csv_is_the_whole_curve(capsys):
     rep = json.loads(out)
     assert out.count("\n") < 40  # arrays on one line (it was 18,456 lines)
     assert main(["mrc", TRACE, "--format", "csv"]) == 0
-    rows = list(csv.reader(io.StringIO(capsys.readouterr().out)))
+    rows = csvout.rows(capsys.readouterr().out)
     assert rows[0] == ["capacity_experts", "hit_rate", "che_hit_rate"]
     assert len(rows) - 1 == len(rep["capacity_experts"])
     assert [float(x) for x in rows[-1][:2]] == pytest.approx([rep["capacity_experts"][-1], rep["hit_rate"][-1]])
@@ -46,7 +45,7 @@ def test_mrc_json_is_compact_and_csv_is_the_whole_curve(capsys):
 def test_union_csv_has_one_row_per_batch(capsys):
     # uniform closed form, E = 4, K = 2: U(B) = 4·(1 − (1/2)^B) → 2, 3, 3.75
     assert main(["union", "--uniform", "4", "2", "--batch", "1-4", "--format", "csv"]) == 0
-    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    rows = csvout.dict_rows(capsys.readouterr().out)
     assert [int(r["batch"]) for r in rows] == [1, 2, 4]
     assert [float(r["union_per_layer"]) for r in rows] == pytest.approx([2.0, 3.0, 3.75])
 

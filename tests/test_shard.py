@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 
+import csvout  # noqa: I001  (tests/csvout.py: results past their run record)
 from moeroof.cli import main
 from moeroof.core.paths import DATA_DIR
 from moeroof.data.io import read_trace, write_trace
@@ -133,7 +134,7 @@ def test_bad_arguments(trace):
 
 def run_json(capsys, argv):
     assert main(argv) == 0
-    return json.loads(capsys.readouterr().out)
+    return csvout.strip_run(json.loads(capsys.readouterr().out))
 
 
 def test_cli_cache_scheduler_equals_serial(capsys, client):

@@ -192,6 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = parser.parse_args(argv)
         except SystemExit as exc:  # argparse usage error (2) or --help / --version (0)
             return int(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
+        args.argv = list(argv)  # the command line every JSON/CSV result records (common.run_record)
         with warnings.catch_warnings():
             if not debug:  # numpy's "divide by zero encountered in …": the result says it (- / null)
                 warnings.filterwarnings("ignore", category=RuntimeWarning, message=".*encountered in")

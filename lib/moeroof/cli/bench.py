@@ -40,6 +40,7 @@ from moeroof.cli.common import (
     parse_batch,
     positive_int,
     read_trace_arg,
+    run_record,
     table,
 )
 from moeroof.core import atomic
@@ -291,6 +292,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return interrupted()
     failed = None
+    rep["run"] = run_record(args)  # the file and stdout carry the same record
     if args.output is not None:
         try:
             atomic.write_text(args.output, json.dumps(rep, indent=2, allow_nan=False) + "\n")

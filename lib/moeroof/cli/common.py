@@ -646,6 +646,81 @@ def csv_columns(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     return ["key", "value"], [[k, v] for k, v in rep.items() if not isinstance(v, (dict, list))]
 
 
+#: an input is hashed whole up to this size; a larger one by its size, first and last MiB
+HASH_WHOLE_BYTES = 256 << 20
+_HASH_EDGE_BYTES = 1 << 20
+
+
+def _file_hash(path: Path) -> dict[str, Any]:
+    """``{"path", "bytes", "sha256"}`` of an input; past :data:`HASH_WHOLE_BYTES` the hash is of
+    its size, first and last MiB (``"sha256_of": "size+head+tail"``), said so, not a whole hash."""
+    import hashlib
+
+    size = path.stat().st_size
+    h = hashlib.sha256()
+    out: dict[str, Any] = {"path": str(path), "bytes": size}
+    with open(path, "rb") as fh:  # read-only
+        if size <= HASH_WHOLE_BYTES:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        else:
+            h.update(str(size).encode())
+            h.update(fh.read(_HASH_EDGE_BYTES))
+            fh.seek(size - _HASH_EDGE_BYTES)
+            h.update(fh.read(_HASH_EDGE_BYTES))
+            out["sha256_of"] = "size+head+tail"
+    out["sha256"] = h.hexdigest()
+    return out
+
+
+def utc_now() -> str:
+    """The run's UTC time, ISO 8601 to the second; ``SOURCE_DATE_EPOCH`` (the reproducible-builds
+    convention) fixes it, so two runs can give the same bytes."""
+    import datetime
+
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    when = (
+        datetime.datetime.fromtimestamp(int(epoch), datetime.UTC)
+        if epoch.isdigit()
+        else datetime.datetime.now(datetime.UTC)
+    )
+    return when.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def run_record(args: Any, inputs: Sequence[str | os.PathLike[str]] = ()) -> dict[str, Any]:
+    """What every JSON, CSV and Parquet result carries (vLLM's ``--save-result`` convention):
+    the suite's version, the command line, each input file with its size and SHA-256 (what the
+    arguments name — data files, their sidecars, preset files — and ``inputs``), and the UTC time."""
+    import shlex
+
+    import moeroof
+
+    argv = getattr(args, "argv", None) if not isinstance(args, bool) else None
+    files = [] if isinstance(args, bool) else _input_files(args)
+    files += [Path(x).expanduser().resolve() for x in inputs if Path(x).expanduser().is_file()]
+    seen: dict[str, dict[str, Any]] = {}
+    for f in files:
+        if str(f) not in seen:
+            try:
+                seen[str(f)] = _file_hash(f)
+            except OSError:
+                continue
+    return {
+        "moeroof_version": moeroof.__version__,
+        "command": "moeroof " + shlex.join(argv) if argv is not None else None,
+        "inputs": list(seen.values()),
+        "utc": utc_now(),
+    }
+
+
+def _csv_comment(record: dict[str, Any]) -> str:
+    """The run record as ``#`` comment lines above a CSV's header (pandas: ``comment="#"``; the
+    suite's own CSV readers skip them)."""
+    lines = [f"# moeroof {record['moeroof_version']}, {record['utc']}: {record['command'] or '(library)'}"]
+    lines += [f"# input {i['path']} ({i['bytes']} bytes) sha256 {i['sha256']}" for i in record["inputs"]]
+    return "".join(line.replace("\n", " ") + "\n" for line in lines)
+
+
 def _csv_text(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     import csv
     import io
@@ -763,11 +838,13 @@ def emit(
         target = target if isinstance(target, str) else None
     if target is not None:
         path = check_report_target(target, args, inputs)
+    # the run record (a command that wrote a file of the same report put it there already)
+    record = rep.get("run") if isinstance(rep.get("run"), dict) else None
     if fmt_name == "json":
-        text = dumps(rep) + "\n"
+        text = dumps({**rep, "run": record or run_record(args, inputs)}) + "\n"
     elif fmt_name == "csv":
         headers, rows = (csv_table or csv_columns)(rep)
-        text = _csv_text(headers, rows)
+        text = _csv_comment(record or run_record(args, inputs)) + _csv_text(headers, rows)
     else:
         import contextlib
         import io

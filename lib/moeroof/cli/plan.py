@@ -44,6 +44,7 @@ from moeroof.cli.common import (
     step_options,
     table,
 )
+from moeroof.core.names import header
 
 
 def add_parser(subparsers: Any) -> None:
@@ -162,23 +163,8 @@ def print_plan(rep: dict[str, Any]) -> None:
     )
     link = rep.get("link_name", "ssd")
     link = "SSD" if link == "ssd" else link
-    headers = [
-        "B",
-        "cache GiB",
-        "step s",
-        "tok/s/agent",
-        "net tok/s",
-        "bound",
-        f"{link} GB/token",
-        "U/layer",
-        "hit %",
-        "GiB/step",
-        "B·K/U",
-        "× uncoalesced",
-        "× single",
-        "× indep-boxes",
-        "fits RAM",
-    ]
+    # the schema's headers (moeroof.core.names), the streaming tier named for this box
+    headers = [header(n).replace("SSD", link) if n == "ssd_bytes_per_token" else header(n) for n in TABLE_COLUMNS]
     rows = []
     for i, b in enumerate(rep["batch"]):
         base = rep["baselines"]
@@ -244,7 +230,27 @@ def _bound(rep: dict[str, Any], i: int) -> str:
     return rep["bound"][i] if rep["bound"][i] != "ssd" else rep.get("link_name", "ssd")
 
 
-#: ``--format csv``: one row per batch size (hit_rate a fraction: the mean over ranks with R > 1)
+#: the readable table's columns, in the schema's names (moeroof.core.names)
+TABLE_COLUMNS = (
+    "batch",
+    "cache_gib",
+    "step_seconds",
+    "per_agent_tok_s",
+    "net_tok_s",
+    "bound",
+    "ssd_bytes_per_token",
+    "union_per_layer",
+    "cache_hit_rate",
+    "gib_streamed_per_step",
+    "coalescing_ratio",
+    "multiple_vs_uncoalesced",
+    "multiple_vs_single",
+    "multiple_vs_independent_boxes",
+    "fits_in_memory",
+)
+
+#: ``--format csv``: one row per batch size (hit_rate a fraction: the mean over ranks with R > 1),
+#: the same names as the JSON and the table (moeroof.core.names)
 CSV_COLUMNS = (
     "batch",
     "cache_gib",
@@ -252,7 +258,8 @@ CSV_COLUMNS = (
     "per_agent_tok_s",
     "net_tok_s",
     "bound",
-    "link_bytes_per_token",
+    "link_name",
+    "ssd_bytes_per_token",
     "union_per_layer",
     "cache_hit_rate",
     "gib_streamed_per_step",
@@ -280,6 +287,7 @@ def plan_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
                 rep["per_agent_tok_s"][i] if fits else None,
                 rep["net_tok_s"][i] if fits else None,
                 _bound(rep, i) if fits else None,
+                rep.get("link_name", "ssd"),
                 rep["ssd_bytes_per_token"][i] if fits else None,
                 rep["union_per_layer"][i],
                 _pooled(rep["cache_hit_rate"], i) if fits else None,

@@ -29,6 +29,7 @@ from moeroof.cli.common import (
     fmt,
     input_path,
     positive_int,
+    run_record,
 )
 
 EPILOG = """\
@@ -120,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     grid = read_grid(grid_path)
     progress = Progress("sweep")
     try:
-        rep = run_sweep(grid, out, workers=workers, scheduler=args.scheduler, progress=progress)
+        rep = run_sweep(grid, out, workers=workers, scheduler=args.scheduler, progress=progress, run=run_record(args))
     finally:
         progress.close()
     print(f"wrote {out}", file=sys.stderr)

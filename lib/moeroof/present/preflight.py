@@ -10,7 +10,8 @@ one line (the CLI's ``error:`` line, exit 2):
   ``auto``, ``uniform``, ``zipf:S`` with S ≥ 0, empty where the notebook allows it, or a file
   whose meta (:func:`moeroof.data.embedded.routing_shape`) has the model's E and K;
 - ranges hold: ``NAME_min ≤ NAME_max``, batch sizes ≥ 1, sizes and contexts ≥ 0;
-- every other text parameter that names a file (a path or a data-file suffix) exists.
+- every other text parameter that names a data file (by its suffix: .csv, .npz, .toml, …) exists,
+  except an output (``out``).
 
 :func:`problems` returns the list (the widgets show the same lines); :func:`check` raises.
 """
@@ -113,15 +114,16 @@ def problems(values: Mapping[str, Any]) -> list[str]:
         if name in ROUTING_PARAMETERS or name in ("model", "hardware") or not isinstance(value, str):
             continue
         text = value.strip()
-        looks_like_file = text.lower().endswith(_FILE_SUFFIXES) or ("/" in text and " " not in text)
-        if not text or not looks_like_file or "://" in text or text.startswith("tcp:"):
+        # an input data file by its suffix; a path without one may be something the run makes
+        looks_like_file = text.lower().endswith(_FILE_SUFFIXES)
+        if not text or not looks_like_file or "://" in text or name == "out" or name.startswith("out_"):
             continue
         try:
             path = resolve_data(text)
         except (ValueError, OSError) as err:
             out.append(f"-p {name}: {err}")
             continue
-        if not path.exists() and name not in ("out",):
+        if not path.exists():
             out.append(f"-p {name}: {text}: no such file")
     return out
 

@@ -385,7 +385,7 @@ def _plan_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
     hit0 = sum(r[0] for r in hit) / len(hit) if isinstance(hit[0], list) else hit[0]
     base = rep["baselines"]
     return {
-        "cache_gib_used": cache_bytes / 2**30,
+        "cache_gib_used": cache_bytes / 2**30,  # cache_gib is the grid's input (a number or "auto")
         "cache_auto": auto,
         "step_seconds": rep["step_seconds"][0],
         "per_agent_tok_s": rep["per_agent_tok_s"][0],
@@ -397,9 +397,9 @@ def _plan_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
         "cache_hit_rate": hit0,
         "coalescing_ratio": rep["coalescing_ratio"][0],
         "fits_in_memory": rep["fits_in_memory"][0],
-        "x_uncoalesced": base["uncoalesced"]["multiple"][0],
-        "x_single": base["single"]["multiple"][0],
-        "x_independent_boxes": base["independent-boxes"]["multiple"][0],
+        "multiple_vs_uncoalesced": base["uncoalesced"]["multiple"][0],
+        "multiple_vs_single": base["single"]["multiple"][0],
+        "multiple_vs_independent_boxes": base["independent-boxes"]["multiple"][0],
         "result": rep["provenance"].get("result"),
         "non_witnessed": ",".join(rep["provenance"].get("non_witnessed") or []),
     }
@@ -703,13 +703,31 @@ def read_done(out: str | Path) -> list[dict[str, Any]]:
     return table.to_pylist()
 
 
-def _write(out: Path, rows: list[dict[str, Any]]) -> None:
+#: the Parquet schema metadata key of the run record (version, command line, inputs, UTC time)
+RUN_METADATA_KEY = b"moeroof.run"
+
+
+def _write(out: Path, rows: list[dict[str, Any]], run: Mapping[str, Any] | None = None) -> None:
+    import json
+
     import pyarrow.parquet as pq
 
     from moeroof.core import atomic
 
     table = rows_table(rows)
+    if run is not None:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), RUN_METADATA_KEY: json.dumps(run)})
     atomic.write_via(out, lambda handle: pq.write_table(table, handle))
+
+
+def read_run(out: str | Path) -> dict[str, Any] | None:
+    """The run record a sweep's Parquet file carries in its schema metadata (None: none)."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    meta = pq.read_schema(out).metadata or {}
+    return json.loads(meta[RUN_METADATA_KEY]) if RUN_METADATA_KEY in meta else None
 
 
 # ----------------------------------------------------------------------------- running
@@ -786,8 +804,11 @@ def run_sweep(
     evaluate: Callable[[Mapping[str, Any]], dict[str, Any]] = evaluate_point,
     progress: Callable[[int, int, str], None] | None = None,
     chunk: int | None = None,
+    run: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Evaluate the grid's points not yet in ``out`` and write every row to ``out`` (Parquet).
+    ``run``: the record the file carries in its schema metadata (:func:`read_run`: the suite's
+    version, the command line, the inputs' hashes, the UTC time).
 
     Serially when ``workers == 1`` and no ``scheduler`` / ``client`` is given; else on
     dask.distributed: ``client`` as given, a ``Client(scheduler)`` for an address, or a
@@ -811,7 +832,7 @@ def run_sweep(
     def save() -> None:
         rows = kept + new
         rows.sort(key=lambda r: (order.get(r["point_id"], len(order)), r["point_id"]))
-        _write(out, rows)
+        _write(out, rows, run)
 
     owned: list[Any] = []
     where = "serial"

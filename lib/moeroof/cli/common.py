@@ -279,6 +279,42 @@ def add_step_arguments(p: Any) -> None:
     )
 
 
+SET_HELP = (
+    "override a preset field for this run, FIELD=VALUE with its unit (repeatable): ram_bytes=64GB, "
+    "bw_ssd_bytes_per_s=7GB/s (the curve scaled to that peak), os_reserve_bytes=6GiB, "
+    "engine_seconds_per_step=2ms, kv_bytes_per_token=64KiB; the field is then assumed in provenance "
+    "(moeroof presets --schema lists the fields)"
+)
+
+
+def apply_sets(items: Sequence[str] | None, model: Any, hardware: Any) -> tuple[Any, Any]:
+    """``--set FIELD=VALUE`` (``model.FIELD`` / ``hardware.FIELD`` to be explicit): each override
+    applied to the preset that has the field (:func:`moeroof.data.presets.with_overrides`)."""
+    from moeroof.data.presets import HARDWARE_FIELDS, MODEL_FIELDS, with_overrides
+
+    on_model: dict[str, str] = {}
+    on_box: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key or not value.strip():
+            raise UsageError(f"--set {item!r}: expected FIELD=VALUE, e.g. ram_bytes=64GB")
+        kind, _, name = key.rpartition(".")
+        if kind not in ("", "model", "hardware"):
+            raise UsageError(f"--set {item!r}: {kind!r} is neither model nor hardware")
+        if name in MODEL_FIELDS and kind in ("", "model"):
+            on_model[name] = value.strip()
+        elif name in HARDWARE_FIELDS and kind in ("", "hardware"):
+            on_box[name] = value.strip()
+        else:
+            known = ", ".join([*MODEL_FIELDS, *HARDWARE_FIELDS])
+            raise UsageError(f"--set {item!r}: no preset field {name!r} (fields: {known})")
+    try:
+        return with_overrides(model, on_model), with_overrides(hardware, on_box)
+    except ValueError as err:
+        raise UsageError(f"--set {err}") from None
+
+
 def step_options(args: Any) -> dict[str, Any]:
     """The shared step flags as :class:`moeroof.models.plan.Workload` keywords (SI units);
     ``cache_bytes`` is None for ``--cache-gib auto`` (:func:`resolve_auto_cache` fills it in)."""

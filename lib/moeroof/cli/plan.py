@@ -31,8 +31,10 @@ import numpy as np
 from moeroof.cli.common import (
     BATCH_HELP,
     PARTITIONS,
+    SET_HELP,
     add_output_arguments,
     add_step_arguments,
+    apply_sets,
     emit,
     fmt,
     non_negative_float,
@@ -70,6 +72,7 @@ def add_parser(subparsers: Any) -> None:
         help="a `moeroof fit-routing --json` result: the cache runs on a trace sampled from its knobs "
         "(family, skew, stickiness, locality), instead of --routing",
     )
+    p.add_argument("--set", action="append", default=None, metavar="FIELD=VALUE", help=SET_HELP)
     p.add_argument("--ranks", default="1", help="boxes the experts are split over (default 1)")
     p.add_argument(
         "--partition",
@@ -102,8 +105,7 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
         if args.min_per_agent_tok_s is None
         else non_negative_float(args.min_per_agent_tok_s, "--min-per-agent-tok-s")
     )
-    model = load_model(args.model)
-    hardware = load_hardware(args.hardware)
+    model, hardware = apply_sets(args.set, load_model(args.model), load_hardware(args.hardware))
     if args.routing_knobs is not None:
         import functools
 

@@ -3,7 +3,10 @@ in readable units with each number's provenance (w = witnessed, p = projected, a
 
 ::
 
-    moeroof presets [--format table|json|csv] [--output FILE]
+    moeroof presets [--schema] [--format table|json|csv] [--output FILE]
+
+``--schema`` prints every field a model or hardware preset may have: unit, whether it is
+required, its default (an assumption, tagged so in provenance) and what it means.
 
 ``--format csv`` is one row per preset (models, then hardware) with its key numbers in SI units
 and the fields that are not witnessed. ``--output`` never writes into the presets folder (it
@@ -32,8 +35,44 @@ def add_parser(subparsers: Any) -> None:
             "readable units with each number's provenance (witnessed / projected / assumed)."
         ),
     )
+    p.add_argument(
+        "--schema",
+        action="store_true",
+        help="print the preset schema instead: every model and hardware field, its unit, whether it is "
+        "required, its default and what it means",
+    )
     add_output_arguments(p)
     p.set_defaults(func=run)
+
+
+SCHEMA_COLUMNS = ("kind", "field", "required", "dimension", "unit", "default", "meaning")
+
+
+def print_schema(rep: dict[str, Any]) -> None:
+    print('Preset schema (TOML: kind = "model" | "hardware", name = "…", then one inline table a field:')
+    print('  FIELD = { value = N, unit = "U", source = "…" }  or  { …, assumed = true, note = "…" };')
+    print("  witnessed = true (with a source) marks a measured number; counts take no unit)")
+    rows = [
+        [
+            r["kind"],
+            r["field"],
+            "yes" if r["required"] else "no",
+            r["unit"],
+            "-"
+            if r["default"] in (None, "")
+            else f"{r['default']:g} (assumed)"
+            if r["dimension"] != "text"
+            else r["default"],
+            r["meaning"],
+        ]
+        for r in rep["fields"]
+    ]
+    print(table(["kind", "field", "required", "unit (e.g.)", "default", "meaning"], rows, "<<<<<<"))
+    print("an optional field without a default is needed only where the model uses it (an error names it then)")
+
+
+def schema_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    return list(SCHEMA_COLUMNS), [[r[c] for c in SCHEMA_COLUMNS] for r in rep["fields"]]
 
 
 _TAG_LETTER = {"witnessed": "w", "projected": "p", "assumed": "a"}
@@ -233,8 +272,10 @@ def presets_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from moeroof.data.presets import list_presets
+    from moeroof.data.presets import list_presets, schema_rows
 
+    if args.schema:
+        return emit({"fields": schema_rows()}, args, print_schema, csv_table=schema_csv)
     rep = presets_report()
     # every file this command read is an input (issue 13: --output glm-5.2.toml overwrote it)
     read = [path for kind in list_presets().values() for path in kind.values()]

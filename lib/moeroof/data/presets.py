@@ -51,7 +51,13 @@ __all__ = [
     "list_presets",
     "MODEL_FIELDS",
     "HARDWARE_FIELDS",
+    "FIELD_HELP",
+    "DEFAULTS",
     "LINK_NAMES",
+    "PresetError",
+    "with_overrides",
+    "parse_quantity",
+    "schema_rows",
 ]
 
 PRESETS_DIR = DATA_DIR / "presets"
@@ -85,6 +91,96 @@ HARDWARE_FIELDS: dict[str, tuple[str, bool]] = {
     "engine_seconds_per_step": ("seconds", False),
     "engine_seconds_per_agent_token": ("seconds", False),
 }
+
+#: what each field means and the unit it is given in (the schema: ``moeroof presets --schema``,
+#: the README's "Preset schema"): field → (meaning, example unit)
+FIELD_HELP: dict[str, tuple[str, str]] = {
+    "experts": ("routed experts per MoE layer (E)", "count"),
+    "top_k": ("experts each token routes to per layer (K)", "count"),
+    "moe_layers": ("decoder layers with routed experts (L)", "count"),
+    "expert_bytes": ("bytes of one routed expert of one layer, at the stored precision", "MB"),
+    "non_routed_bytes": ("the dense band read once per step: attention, shared experts, norms, LM head", "GB"),
+    "kv_bytes_per_token": ("KV cache per context token, all layers", "KiB"),
+    "flops_per_token": ("forward FLOP per token without attention over the context (≈ 2 × active params)", "GFLOP"),
+    "attn_flops_per_context_token": ("extra FLOP per generated token per token of context", "FLOP"),
+    "hidden_size": ("hidden dimension (the expert exchange between ranks needs it)", "count"),
+    "activation_bytes": ("bytes per activation value exchanged between ranks", "B"),
+    "total_params": ("all parameters (informational)", "count"),
+    "active_params": ("parameters active per token (informational)", "count"),
+    "dense_layers": ("decoder layers without routed experts (their bytes are in non_routed_bytes)", "count"),
+    "shared_experts": ("always-active experts per MoE layer (their bytes are in non_routed_bytes)", "count"),
+    "ram_bytes": ("memory of the box: the dense band, the KV cache and the expert cache share it", "GB"),
+    "bw_mem_bytes_per_s": ("memory bandwidth the step reads at", "GB/s"),
+    "flops_per_s": ("compute throughput the step runs at", "TFLOP/s"),
+    "ssd_read_size_bytes": ("read sizes of the SSD curve (a list, ascending)", "KiB"),
+    "bw_ssd_bytes_per_s": ("SSD bandwidth at each read size of the curve (a list)", "GB/s"),
+    "bw_link_bytes_per_s": ("bandwidth between boxes (needed with --ranks > 1)", "GB/s"),
+    "os_reserve_bytes": ("RAM the OS and everything else keep (not available to the model)", "GiB"),
+    "engine_seconds_per_step": ("engine time per decode step whatever the batch (launches, scheduling)", "ms"),
+    "engine_seconds_per_agent_token": ("engine time per token of each agent (sampling, bookkeeping)", "ms"),
+}
+
+#: the value an optional field takes when a preset leaves it out: never silently — the preset's
+#: provenance tags it ``assumed`` and its source says it is this default
+DEFAULTS: dict[str, float] = {
+    "attn_flops_per_context_token": 0.0,
+    "activation_bytes": 2.0,
+    "os_reserve_bytes": 0.0,
+    "engine_seconds_per_step": 0.0,
+    "engine_seconds_per_agent_token": 0.0,
+}
+
+
+def schema_rows() -> list[dict[str, Any]]:
+    """The preset schema, one row per field: kind, field, required, dimension, unit example,
+    default (for an optional field that has one) and meaning."""
+    rows = []
+    for kind, fields in (("model", MODEL_FIELDS), ("hardware", HARDWARE_FIELDS)):
+        for name, (dimension, required) in fields.items():
+            meaning, unit = FIELD_HELP[name]
+            rows.append(
+                {
+                    "kind": kind,
+                    "field": name,
+                    "required": required,
+                    "dimension": dimension,
+                    "unit": unit,
+                    "default": DEFAULTS.get(name),
+                    "meaning": meaning,
+                }
+            )
+    for kind, name, default, meaning in _TEXT_FIELDS:
+        rows.append(
+            {"kind": kind, "field": name, "required": name == "name", "dimension": "text", "unit": "text",
+             "default": default, "meaning": meaning}
+        )  # fmt: skip
+    return rows
+
+
+#: the text keys of a preset: (kind, key, default, meaning)
+_TEXT_FIELDS = (
+    ("model", "name", None, "the preset's name (what --model takes)"),
+    ("model", "description", "", "one line about the model"),
+    ("model", "precision", "", "the stored precision of the experts (int4, nvfp4, bf16, …)"),
+    ("hardware", "name", None, "the preset's name (what --hardware takes)"),
+    ("hardware", "description", "", "one line about the box"),
+    ("hardware", "link", "ssd", "what the streaming tier is: ssd, pcie, host-link or page-cache (LINK_NAMES)"),
+)
+
+
+class PresetError(InputError):
+    """Every problem of a preset file at once: ``str()`` is ``FILE:-: FIELD: what; FIELD: what``."""
+
+    def __init__(self, path: str | Path, errors: list[InputError]):
+        self.errors = list(errors)
+        first = self.errors[0]
+        super().__init__(path, None, first.field, first.message)
+        text = "; ".join(f"{e.field}: {e.message}" for e in self.errors)
+        self.args = (f"{Path(path)}:-: {text}",)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
 
 #: what a hardware preset's streaming tier is (``link = "pcie"``): the step model's ``ssd`` term
 #: is this tier's transfer, named for what it is in tables and notes (JSON keeps ``bound == "ssd"``)
@@ -285,17 +381,30 @@ def _load(
         raise InputError(path, None, unknown[0], f"unknown key (known: {', '.join(sorted(fields))})")
     out: dict[str, Any] = {"name": name, "description": str(doc.get("description", "")), "path": path}
     prov, sources = {}, {}
+    errors: list[InputError] = []  # every bad or missing field, said at once
     for key, (dimension, required) in fields.items():
         if key not in doc:
             if required:
-                raise InputError(path, None, key, "missing")
+                errors.append(
+                    InputError(path, None, key, f"missing ({FIELD_HELP[key][0]}, e.g. unit {FIELD_HELP[key][1]!r})")
+                )
+            elif key in DEFAULTS:  # a default is an assumption, and says so
+                out[key] = DEFAULTS[key]
+                prov[key] = "assumed"
+                sources[key] = f"assumed: default {DEFAULTS[key]:g} (not in the preset)"
             continue
-        value, tag, text = _field(path, key, doc[key], dimension)
-        if isinstance(value, list) and key not in _CURVE_FIELDS:
-            raise InputError(path, None, key, "must be a single number")
+        try:
+            value, tag, text = _field(path, key, doc[key], dimension)
+            if isinstance(value, list) and key not in _CURVE_FIELDS:
+                raise InputError(path, None, key, "must be a single number")
+        except InputError as err:
+            errors.append(err)
+            continue
         out[key] = value
         prov[key] = tag
         sources[key] = text
+    if errors:
+        raise PresetError(path, errors) if len(errors) > 1 else errors[0]
     out["provenance"] = MappingProxyType(prov)
     out["sources"] = MappingProxyType(sources)
     if "precision" in doc:
@@ -385,3 +494,74 @@ def list_presets() -> dict[str, dict[str, Path]]:
         kind: {p.stem: p for p in sorted((PRESETS_DIR / sub).glob("*.toml"))}
         for kind, sub in (("models", "models"), ("hardware", "hardware"))
     }
+
+
+_QUANTITY = __import__("re").compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/]*)\s*$")
+
+
+def parse_quantity(text: str, dimension: str) -> float:
+    """``"64GB"``, ``"7 GB/s"``, ``"2ms"`` or a bare count → SI, checked against ``dimension``
+    (a count takes no unit; any other quantity needs one). ValueError says what is wrong."""
+    m = _QUANTITY.match(text)
+    if not m:
+        raise ValueError(f"{text!r}: expected a number with a unit, e.g. 64GB or 7GB/s")
+    number, unit = float(m.group(1)), m.group(2)
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{text!r}: must be a finite number >= 0")
+    if dimension == "count":
+        if unit not in ("", "1"):
+            raise ValueError(f"{text!r}: a count takes no unit")
+        return number
+    if not unit:
+        raise ValueError(
+            f"{text!r}: give the unit (a {dimension.replace('_', ' ')} quantity, e.g. {_EXAMPLE[dimension]})"
+        )
+    got = dimension_of(unit)
+    if got != dimension:
+        raise ValueError(f"{text!r}: {unit} measures {got.replace('_', ' ')}, expected {dimension.replace('_', ' ')}")
+    return float(to_si(number, unit))
+
+
+_EXAMPLE = {"bytes": "64GB", "bytes_per_s": "7GB/s", "flop": "40GFLOP", "flop_per_s": "10TFLOP/s", "seconds": "2ms"}
+
+
+def with_overrides(obj: MoEModel | Hardware, overrides: Mapping[str, str]) -> MoEModel | Hardware:
+    """``obj`` with fields set for one run (``plan --set ram_bytes=64GB``): each value parsed in
+    its field's dimension (:func:`parse_quantity`) and tagged ``assumed`` with the source
+    "set on the command line". A curve field (``bw_ssd_bytes_per_s``) given one number keeps its
+    shape and is scaled so that its peak is that number (as whatif's SSD control does).
+    Unknown fields or bad values raise ValueError naming the field."""
+    from dataclasses import replace
+
+    fields = MODEL_FIELDS if isinstance(obj, MoEModel) else HARDWARE_FIELDS
+    changed: dict[str, Any] = {}
+    prov, sources = dict(obj.provenance), dict(obj.sources)
+    for key, text in overrides.items():
+        if key not in fields:
+            raise ValueError(
+                f"{key}: not a {'model' if fields is MODEL_FIELDS else 'hardware'} field (known: {', '.join(fields)})"
+            )
+        dimension, _ = fields[key]
+        try:
+            value = parse_quantity(str(text), dimension)
+        except ValueError as err:
+            raise ValueError(f"{key}: {err}") from None
+        if key == "bw_ssd_bytes_per_s":
+            curve = np.asarray(obj.bw_ssd_bytes_per_s, dtype=float)
+            value = (
+                tuple(float(x) for x in curve * (value / curve.max()))
+                if curve.size and curve.max() > 0
+                else (value,) * max(curve.size, 1)
+            )
+        elif key == "ssd_read_size_bytes":
+            raise ValueError(f"{key}: the read sizes of a curve are set in the preset, not one number")
+        elif dimension == "count":
+            if value != int(value) or (value < 1 and key not in ("dense_layers", "shared_experts")):
+                raise ValueError(f"{key}: must be a positive integer, got {text!r}")
+            value = int(value)
+        changed[key] = value
+        prov[key] = "assumed"
+        sources[key] = f"set on the command line: {key}={text}"
+    if not changed:
+        return obj
+    return replace(obj, **changed, provenance=MappingProxyType(prov), sources=MappingProxyType(sources))

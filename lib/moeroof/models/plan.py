@@ -791,7 +791,8 @@ def input_provenance(
         "engine_seconds_per_step",
         "engine_seconds_per_agent_token",
     ]
-    if hardware.os_reserve_bytes:
+    if hardware.os_reserve_bytes or "os_reserve_bytes" in hardware.provenance:
+        # a preset that leaves it out has it at 0, tagged assumed: never silently
         hw_keys.append("os_reserve_bytes")
     if ranks > 1:
         hw_keys.append("bw_link_bytes_per_s")

@@ -252,3 +252,35 @@ def test_a_config_json_nested_too_deep_is_one_error_line(tmp_path, capsys):
     assert main(["preset-from-hf", str(folder), "-o", str(tmp_path / "m.toml")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "config.json" in err[0] and "deep" in err[0], err
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_config_json_alone_before_the_weights(family, checkpoints, tmp_path, capsys):
+    """The before-I-download case: a folder with config.json only gives a preset whose expert
+    bytes equal the saved tensors' and whose non-routed bytes are within the norms and biases
+    it leaves out (summed here from the headers of the full checkpoint)."""
+    config_class(family)
+    full = checkpoints[family]
+    only = tmp_path / "config-only"
+    only.mkdir()
+    (only / "config.json").write_bytes((full / "config.json").read_bytes())
+    doc, _ = _preset(tmp_path, only)
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["read"] == ["config.json"]
+    tensors = header_tensors(full)
+    routed_total = sum(nbytes(*v) for k, v in tensors.items() if routed(k))
+    rest = sum(nbytes(*v) for k, v in tensors.items() if not routed(k))
+    moe_layers = {int(k.split("layers.")[1].split(".")[0]) for k in tensors if routed(k)}
+    keys = TINY[family][1]
+    experts = next(keys[k] for k in ("num_local_experts", "num_experts", "n_routed_experts") if k in keys)
+    if family != "gpt_oss":  # its experts' biases and MXFP4 layout are counted by its own rule
+        assert doc["expert_bytes"]["value"] * experts * len(moe_layers) == routed_total
+    assert doc["non_routed_bytes"]["assumed"] is True and "config.json" in doc["non_routed_bytes"]["note"]
+    assert doc["non_routed_bytes"]["value"] == pytest.approx(rest, rel=0.08)
+    # --quant-dense and --kv-bits: the widths asked for, said in the sources
+    doc8, _ = _preset(tmp_path, only, "--force", "--quant-dense", "8", "--kv-bits", "8")
+    capsys.readouterr()
+    assert doc8["non_routed_bytes"]["value"] == pytest.approx(doc["non_routed_bytes"]["value"] / 4, rel=1e-6)
+    assert "8 bits" in doc8["non_routed_bytes"]["source"]
+    assert doc8["kv_bytes_per_token"]["value"] * 4 == doc["kv_bytes_per_token"]["value"]
+    assert "source" in doc8["kv_bytes_per_token"] and "KV precision asked for" in doc8["kv_bytes_per_token"]["source"]

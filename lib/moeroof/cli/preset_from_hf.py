@@ -2,7 +2,11 @@
 
 ::
 
-    moeroof preset-from-hf MODEL_DIR -o model.toml [--quant BITS] [--name NAME] [--force] [--json]
+    moeroof preset-from-hf MODEL_DIR -o model.toml [--quant BITS] [--quant-dense BITS] [--kv-bits BITS]
+                           [--name NAME] [--force] [--json]
+
+A folder with ``config.json`` alone (before the weights are downloaded) works: every byte is
+counted from its shapes and the report's ``read`` says which files were read.
 
 Reads ``config.json`` and the safetensors headers (``model.safetensors``, or the shards named by
 ``model.safetensors.index.json``) — never a weight — and writes a preset that ``moeroof plan
@@ -37,13 +41,30 @@ def add_parser(subparsers: Any) -> None:
             "default and is marked assumed (so are KV bytes: the KV cache's dtype is not in config.json)."
         ),
     )
-    p.add_argument("model_dir", metavar="MODEL_DIR", help="the checkpoint folder (config.json + safetensors)")
+    p.add_argument(
+        "model_dir",
+        metavar="MODEL_DIR",
+        help="the checkpoint folder: config.json, and the safetensors headers where they are (config.json alone works)",
+    )
     p.add_argument("-o", "--output", required=True, help="preset to write (.toml)")
     p.add_argument(
         "--quant",
         default=None,
         metavar="BITS",
         help="routed experts at BITS bits per parameter (4, 4.25, 8, …) instead of the stored dtype",
+    )
+    p.add_argument(
+        "--quant-dense",
+        default=None,
+        metavar="BITS",
+        help="the non-routed weights (attention, dense and shared MLPs, routers, embedding, LM head) at BITS "
+        "bits per parameter, counted from config.json's shapes",
+    )
+    p.add_argument(
+        "--kv-bits",
+        default=None,
+        metavar="BITS",
+        help="the KV cache at BITS bits per value (8 for an FP8 cache); default: the activations' dtype, assumed",
     )
     p.add_argument("--name", default=None, help="the preset's name (default: the checkpoint's)")
     p.add_argument("--force", action="store_true", help="replace the output file if it exists")
@@ -63,12 +84,25 @@ def preset_report(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"-o: {out} exists (pass --force to replace it)")
     if out.is_dir():
         raise UsageError(f"-o: {out} is a folder")
-    bits = None if args.quant is None else positive_float(args.quant, "--quant")
-    if bits is not None and bits > 64:
-        raise UsageError(f"--quant: {args.quant} bits per parameter is more than 64")
-    preset = preset_fields(args.model_dir, quant_bits=bits, name=args.name)
+
+    def bits_of(text: str | None, flag: str) -> float | None:
+        if text is None:
+            return None
+        bits = positive_float(text, flag)
+        if bits > 64:
+            raise UsageError(f"{flag}: {text} bits is more than 64")
+        return bits
+
+    bits = bits_of(args.quant, "--quant")
+    dense_bits = bits_of(args.quant_dense, "--quant-dense")
+    kv_bits = bits_of(args.kv_bits, "--kv-bits")
+    preset = preset_fields(
+        args.model_dir, quant_bits=bits, name=args.name, quant_dense_bits=dense_bits, kv_bits=kv_bits
+    )
     command = f"moeroof preset-from-hf {shlex.quote(str(args.model_dir))} -o {shlex.quote(str(out))}"
     command += f" --quant {bits:g}" if bits is not None else ""
+    command += f" --quant-dense {dense_bits:g}" if dense_bits is not None else ""
+    command += f" --kv-bits {kv_bits:g}" if kv_bits is not None else ""
     command += f" --name {shlex.quote(args.name)}" if args.name else ""
     text = preset_toml(preset, command)
     atomic.write_text(out, text)
@@ -91,6 +125,7 @@ def preset_report(args: argparse.Namespace) -> dict[str, Any]:
         "precision": preset["precision"],
         "sources": {k: v.get("source") or f"assumed: {v.get('note', '')}" for k, v in fields.items()},
         "assumed": sorted(k for k, v in fields.items() if v.get("assumed")),
+        "read": preset["read"],
     }
 
 
@@ -104,6 +139,7 @@ def print_preset(rep: dict[str, Any]) -> None:
         f"KV {rep['kv_bytes_per_token']:,.0f} B/token, {rep['flops_per_token'] / 1e9:.3g} GFLOP/token "
         f"({rep['precision']})"
     )
+    print(f"  read: {', '.join(rep['read'])}")
     if rep["assumed"]:
         print(f"  assumed (not in config.json or the headers; see each field's note): {', '.join(rep['assumed'])}")
 

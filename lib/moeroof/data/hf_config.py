@@ -709,18 +709,31 @@ def _derived(value: float, text: str, notes: list[str], *, unit: str | None = No
     return _field(value, None, unit=unit, note=f"{'; '.join(notes)} [{text}]")
 
 
-def preset_fields(model_dir: str | Path, *, quant_bits: float | None = None, name: str | None = None) -> dict[str, Any]:
+def preset_fields(
+    model_dir: str | Path,
+    *,
+    quant_bits: float | None = None,
+    name: str | None = None,
+    quant_dense_bits: float | None = None,
+    kv_bits: float | None = None,
+) -> dict[str, Any]:
     """The preset of the checkpoint in ``model_dir``: ``{"name", "description", "precision",
-    "fields": {field: {value, unit?, source | assumed + note}}, "layout": MoELayout}``.
+    "fields": {field: {value, unit?, source | assumed + note}}, "layout": MoELayout, "read"}``.
 
-    ``quant_bits``: routed experts at that many bits per parameter instead of the stored dtype
-    (the rest stays as stored). A field resting on a key config.json leaves out is ``assumed``
-    (module text)."""
+    ``quant_bits``: routed experts at that many bits per parameter instead of the stored dtype;
+    ``quant_dense_bits``: the non-routed weights (attention, dense and shared MLPs, routers,
+    embedding, LM head) at that many bits, counted from config.json's shapes; ``kv_bits``: the KV
+    cache at that many bits per value. A folder with ``config.json`` alone (before the weights are
+    downloaded) works: the bytes come from config.json's shapes at its dtype (or the bits asked
+    for), the non-routed bytes are ``assumed`` (norms left out) unless ``quant_dense_bits`` gives
+    their width, and ``read`` says which files were read. A field resting on a key config.json
+    leaves out is ``assumed`` (module text)."""
     folder = Path(model_dir)
     config = read_config(folder)
     cpath = folder / CONFIG_NAME
     layout = moe_layout(config, cpath)
-    table = read_tensor_table(folder)
+    has_weights = (folder / INDEX_NAME).is_file() or (folder / SINGLE_NAME).is_file()
+    table = read_tensor_table(folder) if has_weights else None
     fam = FAMILIES[layout.family][1]
     h, experts, k, n_moe = layout.hidden_size, layout.experts, layout.top_k, len(layout.moe_layer_ids)
     vocab = _int(config, "vocab_size", cpath)
@@ -807,6 +820,24 @@ def preset_fields(model_dir: str | Path, *, quant_bits: float | None = None, nam
         precision = dtypes if len(stored) == 1 else f"experts {dtypes}"
         if layer_notes:  # the headers hold routed experts in exactly the layers assumed
             fields["moe_layers"]["note"] += f"; the {where} hold routed experts in exactly these layers"
+    elif not has_weights:  # config.json alone: every byte from its shapes
+        bpp, qnote = _config_bits(config, act_bytes)
+        stored_bytes = int(round(e_params * bpp))
+        expert_source = (
+            f"config.json: {e_params} params per expert x {bpp:g} B ({qnote}); no safetensors header read "
+            "(config.json alone)"
+        )
+        non_routed = int(round(_non_routed_params(layout, attn, config, cpath) * act_bytes))
+        nonrouted_source = (
+            f"config.json alone: {_non_routed_params(layout, attn, config, cpath)} non-routed params (attention of "
+            f"{layout.layers} layers, dense and shared MLPs, routers, embedding{'' if tied else ' and LM head'}) x "
+            f"{act_bytes} B ({act_dtype})"
+        )
+        nonrouted_notes = [
+            *layer_notes,
+            "no weights read: the stored bytes are counted from config.json's shapes, norms left out",
+        ]
+        precision = qnote
     else:
         total = index_total_size(folder)
         bpp, qnote = _config_bits(config, act_bytes)
@@ -842,21 +873,41 @@ def preset_fields(model_dir: str | Path, *, quant_bits: float | None = None, nam
         precision = f"{quant_bits:g}-bit experts, {precision} resident"
     else:
         fields["expert_bytes"] = _field(stored_bytes, expert_source, unit="B")
+    if quant_dense_bits is not None:
+        params = _non_routed_params(layout, attn, config, cpath)
+        non_routed = int(math.ceil(params * quant_dense_bits / 8))
+        nonrouted_source = (
+            f"config.json: {params} non-routed params (attention, dense and shared MLPs, routers, embedding"
+            f"{'' if tied else ', LM head'}; norms left out) x {quant_dense_bits:g} bits / 8 = {non_routed} B "
+            "(the bit width asked for)"
+        )
+        nonrouted_notes = list(layer_notes)
+        precision = f"{precision}; {quant_dense_bits:g}-bit non-routed weights"
     fields["non_routed_bytes"] = _derived(non_routed, nonrouted_source, nonrouted_notes, unit="B")
 
     # the KV cache's dtype is not in config.json: transformers' DynamicCache stores K and V as the
     # attention computes them, in the activations' dtype
-    kv = attn["kv_values"] * attn["full_layers"] * act_bytes
-    kv_dtype_note = (
-        f"the KV cache's dtype is not in config.json: taken as the activations' {act_dtype} ({act_bytes} B), "
-        "as transformers' DynamicCache keeps it (an engine may store it in FP8)"
-    )
-    fields["kv_bytes_per_token"] = _derived(
-        kv,
-        f"config.json: {attn['kv_what']} x {attn['full_layers']} layers x {act_bytes} B ({act_dtype}) = {kv} B",
-        [*attn["kv_notes"], kv_dtype_note],
-        unit="B",
-    )
+    if kv_bits is not None:  # the precision the engine keeps its KV cache in, as the user says it
+        kv = int(math.ceil(attn["kv_values"] * attn["full_layers"] * kv_bits / 8))
+        fields["kv_bytes_per_token"] = _derived(
+            kv,
+            f"config.json: {attn['kv_what']} x {attn['full_layers']} layers x {kv_bits:g} bits / 8 = {kv} B "
+            "(the KV precision asked for)",
+            list(attn["kv_notes"]),
+            unit="B",
+        )
+    else:
+        kv = attn["kv_values"] * attn["full_layers"] * act_bytes
+        kv_dtype_note = (
+            f"the KV cache's dtype is not in config.json: taken as the activations' {act_dtype} ({act_bytes} B), "
+            "as transformers' DynamicCache keeps it (an engine may store it in FP8; --kv-bits says it)"
+        )
+        fields["kv_bytes_per_token"] = _derived(
+            kv,
+            f"config.json: {attn['kv_what']} x {attn['full_layers']} layers x {act_bytes} B ({act_dtype}) = {kv} B",
+            [*attn["kv_notes"], kv_dtype_note],
+            unit="B",
+        )
 
     # FLOP per token: 2 x the parameters a token multiplies by (the embedding is a lookup)
     dense = len(layout.dense_layer_ids)
@@ -891,6 +942,13 @@ def preset_fields(model_dir: str | Path, *, quant_bits: float | None = None, nam
         f"{fam}: {experts} routed{shared_text} experts, top-{k}, {n_moe} MoE layers of {layout.layers} "
         f"({dense} dense), from {folder.name}'s config.json and safetensors headers"
     )
+    read = [CONFIG_NAME]
+    if (folder / INDEX_NAME).is_file():
+        read.append(INDEX_NAME)
+    if table is not None:
+        read.extend(f"{p.name} (header)" for p in table.files)
+    if not has_weights:
+        description = description.replace("config.json and safetensors headers", "config.json alone (no weights)")
     return {
         "name": label,
         "description": description,
@@ -899,7 +957,22 @@ def preset_fields(model_dir: str | Path, *, quant_bits: float | None = None, nam
         "layout": layout,
         "stored_expert_bytes": stored_bytes,
         "assumed": {k: v["note"] for k, v in fields.items() if v.get("assumed")},
+        "read": read,
     }
+
+
+def _non_routed_params(layout: MoELayout, attn: dict[str, Any], config: dict[str, Any], cpath: Path) -> int:
+    """Parameters outside the routed experts, from config.json's shapes: attention of every layer,
+    the dense layers' MLPs, each MoE layer's router and shared experts, the embedding and (untied)
+    the LM head; norms and biases are left out (well under 0.1 % of any MoE here)."""
+    h, experts = layout.hidden_size, layout.experts
+    vocab = _int(config, "vocab_size", cpath)
+    tied = bool(config.get("tie_word_embeddings", False))
+    router = experts * h
+    shared = _mlp_params(h, layout.shared_intermediate)
+    dense = len(layout.dense_layer_ids) * _mlp_params(h, layout.dense_intermediate)
+    n_moe = len(layout.moe_layer_ids)
+    return int(layout.layers * attn["params"] + dense + n_moe * (router + shared) + vocab * h * (1 if tied else 2))
 
 
 def _config_bits(config: dict[str, Any], act_bytes: int) -> tuple[float, str]:

@@ -109,7 +109,7 @@ def test_default_knobs_follow_what_the_rows_identify():
 
 def test_more_knobs_than_rows_is_refused(engine_box):
     m, hw, r = engine_box
-    with pytest.raises(ParameterError, match="need 3 measured"):
+    with pytest.raises(ParameterError, match="need 2 measured"):  # c0 and the SSD scale; c1 held at one B
         fit_plan([PlanPoint(2, 1, 0, 1, "lru", 10.0, None)], m, hw, r, fit=("engine", "ssd-scale"))
     with pytest.raises(ParameterError, match="unknown knob"):
         fit_plan([PlanPoint(2, 1, 0, 1, "lru", 10.0, None)], m, hw, r, fit=("speed",))
@@ -294,3 +294,98 @@ def test_shipped_bigrig_example_predicts_the_withheld_measurements(capsys):
         r = withheld[batch]
         assert r["low"] <= measured <= r["high"], r
         assert abs(r["predicted"] / measured - 1) <= 0.10, r
+
+
+# ----------------------------------------------------------------------------- fits that say what they know
+
+
+def test_default_knobs_are_those_the_routing_allows():
+    hits = [PlanPoint(2, 1, 10, 1, "lru", None, 0.5), PlanPoint(3, 1, 20, 1, "lru", 12.0, None)]
+    assert "skew" in default_knobs(hits)
+    assert "skew" not in default_knobs(hits, routing_is_spec=False)  # a histogram has its own skew
+    one_b = [PlanPoint(i + 2, 1, c, 1, "lru", v, None) for i, (c, v) in enumerate(((2, 10.0), (8, 12.0), (16, 13.0)))]
+    assert default_knobs(one_b) == ("engine", "ssd-scale")  # c0 and the SSD scale; c1 at its prior
+
+
+def test_a_histogram_routing_fits_without_skew_by_default(tmp_path, capsys):
+    pts = tmp_path / "p.csv"
+    pts.write_text(
+        "batch,cache_gib,ranks,policy,net_tok_s,hit_rate\n1,20,1,lru,,0.45\n8,20,1,lru,,0.30\n4,20,1,lru,,\n"
+    )
+    argv = ["fit-plan", str(pts), "--model", "glm-5-nvfp4", "--hardware", "gb10"]
+    argv += ["--routing", "histograms/glm5-seed003-per-layer.csv", "--json"]
+    assert main(argv) == 2  # nothing the histogram routing leaves to fit from hit rates alone: said so
+    err = capsys.readouterr().err
+    assert "skew fits a Zipf routing" not in err and "nothing to fit" in err
+
+
+def test_one_batch_size_holds_the_per_token_cost_at_its_prior(engine_box, tmp_path, capsys):
+    """Three rows at B = 1 with --fit engine,ssd-scale: not refused; the per-token engine cost
+    is held at its stated prior, says why, and the band at another B covers both ends of it."""
+    from moeroof.models.fit_plan import PRIOR_SECONDS_PER_AGENT_TOKEN
+
+    m, hw, r = engine_box
+    pts = points([(1, 2.0), (1, 8.0), (1, 16.0), (8, 8.0)])
+    truth = PlanKnobs(engine_seconds_per_step=0.02, engine_seconds_per_agent_token=0.0)
+    net, _ = predict_points(pts, m, hw, r, truth)
+    fit = fit_plan(with_measured(pts, net, {0, 1, 2}), m, hw, r, fit=("engine", "ssd-scale"), overlap="max")
+    held = fit.knobs["engine_seconds_per_agent_token"]
+    assert held["fitted"] is False and held["identified"] is False and held["held"].startswith("prior")
+    assert (held["low"], held["value"], held["high"]) == PRIOR_SECONDS_PER_AGENT_TOKEN and held["value"] > 0
+    assert "one batch size" in held["why"]
+    # the B = 8 band holds the predictions at both ends of the prior (c0 re-fitted at each)
+    row = fit.rows[3]
+    for end in (PRIOR_SECONDS_PER_AGENT_TOKEN[0], PRIOR_SECONDS_PER_AGENT_TOKEN[2]):
+        k = PlanKnobs(
+            engine_seconds_per_step=fit.knobs["engine_seconds_per_step"]["value"],
+            engine_seconds_per_agent_token=end,
+            ssd_scale=fit.knobs["ssd_scale"]["value"],
+        )
+        at_end, _ = predict_points(pts[3:], m, hw, r, k)
+        assert row["low"] <= at_end[0] * 1.05 and at_end[0] * 0.95 <= row["high"], (end, row)
+    assert any("held at its prior" in n for n in fit.notes)
+
+
+def test_identified_means_a_bounded_interval(engine_box):
+    m, hw, r = engine_box
+    pts = points([(1, 20.0), (4, 20.0), (16, 20.0)])
+    net, _ = predict_points(
+        pts, m, hw, r, PlanKnobs(engine_seconds_per_step=0.045, engine_seconds_per_agent_token=0.013)
+    )
+    for fit in (
+        fit_plan(with_measured(pts, net, {0, 1, 2}), m, hw, r, fit=("engine", "ssd-scale"), overlap="max"),
+        fit_plan(with_measured(pts, net, {0}), m, hw, r, fit=("ssd-scale",), overlap="max"),
+    ):
+        for name, k in fit.knobs.items():
+            if k.get("identified"):
+                lo, hi = {"ssd_scale": (1e-3, 1e3)}.get(name, (0.0, 10.0))
+                assert k["high"] < hi and (k["low"] > lo or name != "ssd_scale"), (name, k)
+            elif "identified" in k:
+                assert k.get("why"), (name, k)
+
+
+def test_plan_runs_with_a_fit_and_reproduces_its_predictions(tmp_path, capsys):
+    """plan --fit FIT.json gives, at each row's batch and cache, the fit's own prediction."""
+    out = tmp_path / "fit.json"
+    argv = ["fit-plan", "data/points/bigrig.plan-points", "--model", "qwen3-30b-a3b-3bit", "--hardware", "apple-m4"]
+    assert main([*argv, "--json", "--output", str(out)]) == 0
+    capsys.readouterr()
+    rep = json.loads(out.read_text())
+    for row in rep["rows"]:
+        assert main(
+            [
+                "plan", "--model", "qwen3-30b-a3b-3bit", "--hardware", "apple-m4", "--fit", str(out),
+                "--batch", str(row["batch"]), "--cache-gib", f"{row['cache_gib']:g}", "--overlap", rep["overlap"],
+                "--json",
+            ]
+        ) == 0  # fmt: skip
+        got = json.loads(capsys.readouterr().out)
+        assert got["net_tok_s"][0] == pytest.approx(row["predicted"], rel=1e-9), row
+        assert got["notes"][0].startswith(f"knobs from {out}")
+    bad = tmp_path / "other.json"
+    bad.write_text(json.dumps({**rep, "model": "glm-5.2"}))
+    assert (
+        main(["plan", "--model", "qwen3-30b-a3b-3bit", "--hardware", "apple-m4", "--fit", str(bad), "--batch", "1"])
+        == 2
+    )
+    assert "fitted on model glm-5.2" in capsys.readouterr().err

@@ -12,6 +12,7 @@ import os
 
 import pytest
 
+import csvout  # noqa: I001  (tests/csvout.py: results past their run record)
 from moeroof.cli.app import main as cli_main
 from moeroof.core import paths
 from moeroof.present import report
@@ -140,7 +141,7 @@ def test_the_summary_as_csv_and_into_a_report_file(tiny, tmp_path, capsys):
     base = ["report", "--notebooks-dir", str(tiny), "--notebooks", "tiny", "--out", str(out), "-p", "count", "2"]
     assert cli_main([*base, "--format", "csv"]) == 0
     said = capsys.readouterr()
-    rows = list(csv.DictReader(io.StringIO(said.out)))
+    rows = list(csv.DictReader(io.StringIO(csvout.data_text(said.out))))  # past the run record
     assert [r["notebook"] for r in rows] == ["tiny"] and rows[0]["ok"] == "True"
     assert rows[0]["html"] == str(out / "tiny.html") and float(rows[0]["seconds"]) > 0
     assert "[1/1] tiny" in said.err
@@ -149,6 +150,7 @@ def test_the_summary_as_csv_and_into_a_report_file(tiny, tmp_path, capsys):
     assert capsys.readouterr().out == ""
     summary = json.loads(target.read_text())
     assert summary["runs"][0]["html"] == rows[0]["html"] and summary["index"].endswith("index.html")
+    assert summary["run"]["command"].startswith("moeroof report ")
 
 
 def test_longest_first_orders_by_the_last_render_and_the_timings_round_trip(tmp_path):

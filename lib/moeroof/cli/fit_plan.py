@@ -107,7 +107,16 @@ def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
         overlap=args.overlap,
     )
     rep = res.to_dict()
-    rep.update(model=model.name, hardware=hardware.name, routing=routing.label, points=str(args.path))
+    rep.update(
+        model=model.name,
+        hardware=hardware.name,
+        routing=routing.label,
+        points=str(args.path),
+        context_tokens=context,
+        page_cache=bool(args.page_cache),
+        # what plan --fit runs on: the routing as given (a knob file's routing is not a spec)
+        routing_spec=None if args.routing_knobs is not None else args.routing,
+    )
     return rep
 
 
@@ -117,10 +126,12 @@ def print_fit_plan(rep: dict[str, Any]) -> None:
         f"fitted: {', '.join(rep['fitted'])}"
     )
     for name, k in rep["knobs"].items():
+        band = "" if "low" not in k else f"  [{fmt(k['low'], 4)}, {fmt(k['high'], 4)}]"
         if k.get("fitted"):
-            band = "" if "low" not in k else f"  [{fmt(k['low'], 4)}, {fmt(k['high'], 4)}]"
-            ident = "" if k.get("identified", True) else "  (not identified by these rows)"
+            ident = "" if k.get("identified", True) else f"  — not identified: {k.get('why', 'the rows do not bound it')}"
             print(f"  {name} = {fmt(k['value'], 4)} {k.get('unit', '')}{band}{ident}")
+        elif k.get("held", "").startswith("prior"):
+            print(f"  {name} = {fmt(k['value'], 4)} {k.get('unit', '')} held at its {k['held']}{band} — {k.get('why', '')}")
     headers = ["row", "B", "cache GiB", "ranks", "policy", "role", "measured", "predicted", "5 %", "95 %", "hit % pred"]
     rows = [
         [

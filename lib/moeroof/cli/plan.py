@@ -32,10 +32,12 @@ from moeroof.cli.common import (
     BATCH_HELP,
     PARTITIONS,
     SET_HELP,
+    UsageError,
     add_output_arguments,
     add_step_arguments,
     apply_sets,
     emit,
+    fit_knobs_arg,
     fmt,
     non_negative_float,
     parse_batch,
@@ -64,7 +66,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--batch", required=True, help=BATCH_HELP)
     add_step_arguments(p)
     p.add_argument(
-        "--routing", default="uniform", help="uniform, zipf:S, or a histogram .csv / trace .npz path (default uniform)"
+        "--routing",
+        default=None,
+        help="uniform, zipf:S, or a histogram .csv / trace .npz path (default uniform, or with --fit the fit's routing)",
     )
     p.add_argument(
         "--routing-knobs",
@@ -73,6 +77,13 @@ def add_parser(subparsers: Any) -> None:
         "(family, skew, stickiness, locality), instead of --routing",
     )
     p.add_argument("--set", action="append", default=None, metavar="FIELD=VALUE", help=SET_HELP)
+    p.add_argument(
+        "--fit",
+        default=None,
+        metavar="FIT.json",
+        help="run with a `moeroof fit-plan --json` result's knobs (engine terms, SSD scale, page-cache share, "
+        "skew, stickiness); the fit's model and box must be these",
+    )
     p.add_argument("--ranks", default="1", help="boxes the experts are split over (default 1)")
     p.add_argument(
         "--partition",
@@ -106,7 +117,29 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
         else non_negative_float(args.min_per_agent_tok_s, "--min-per-agent-tok-s")
     )
     model, hardware = apply_sets(args.set, load_model(args.model), load_hardware(args.hardware))
-    if args.routing_knobs is not None:
+    fitted = None
+    if args.fit is not None:
+        fitted = fit_knobs_arg(args.fit)
+        for what, have in (("model", model.name), ("hardware", hardware.name)):
+            if fitted[what] not in (None, have):
+                raise UsageError(f"--fit: {args.fit} was fitted on {what} {fitted[what]}, not {have}")
+        hardware = _with_fit(hardware, fitted)
+        options["page_cache"] = options["page_cache"] or fitted["page_cache"]
+        if "page_cache_share" in fitted:
+            options["page_cache_share"] = fitted["page_cache_share"]
+    if fitted is not None and "skew" in fitted:
+        from moeroof.models.fit_plan import routing_from_knobs
+
+        skew, rho = fitted["skew"], fitted.get("rho", 0.0)
+        if rho > 0:
+            import functools
+
+            routing = functools.lru_cache(maxsize=None)(
+                lambda b: routing_from_knobs(model, "zipf", skew, rho, streams=int(b))  # type: ignore[misc]
+            )
+        else:
+            routing = routing_from_spec(f"zipf:{skew:.10g}", model)
+    elif args.routing_knobs is not None:
         import functools
 
         # each B runs on a trace sampled with B streams: a row never depends on the grid's largest B
@@ -114,7 +147,8 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
             lambda b: routing_knobs_arg(args.routing_knobs, model, int(b))  # type: ignore[misc]
         )
     else:
-        routing = routing_from_spec(args.routing, model)
+        spec = args.routing or (fitted or {}).get("routing_spec") or "uniform"
+        routing = routing_from_spec(spec, model)
     auto = resolve_auto_cache(options, model, hardware, batch)
     workload = Workload(ranks=ranks, partition=args.partition, rank_speed=speed, **options)
     result = plan(model, hardware, workload, routing, batch)
@@ -128,7 +162,30 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
         rep["admit_batch"] = adm["admit_batch"]
         rep["admission"] = adm
     rep["workload"] = {**options, "ranks": ranks, "partition": args.partition, "rank_speed": speed}
+    if fitted is not None:
+        rep["fit"] = fitted
+        taken = ", ".join(f"{k} = {v:.4g}" for k, v in fitted.items() if isinstance(v, float))
+        rep["notes"] = [f"knobs from {fitted['path']} (moeroof fit-plan): {taken}", *rep["notes"]]
     return rep
+
+
+def _with_fit(hardware: Any, fitted: dict[str, Any]) -> Any:
+    """The box as a fit made it: engine terms set, the SSD curve scaled; each field so changed is
+    tagged ``projected`` (fitted to measurements, not itself measured) with the fit named."""
+    from dataclasses import replace
+    from types import MappingProxyType
+
+    changed: dict[str, Any] = {}
+    for key in ("engine_seconds_per_step", "engine_seconds_per_agent_token"):
+        if key in fitted:
+            changed[key] = fitted[key]
+    if "ssd_scale" in fitted:
+        changed["bw_ssd_bytes_per_s"] = tuple(b * fitted["ssd_scale"] for b in hardware.bw_ssd_bytes_per_s)
+    prov, sources = dict(hardware.provenance), dict(hardware.sources)
+    for key in changed:
+        prov[key] = "projected"
+        sources[key] = f"fitted by moeroof fit-plan ({fitted['path']})"
+    return replace(hardware, **changed, provenance=MappingProxyType(prov), sources=MappingProxyType(sources))
 
 
 def _feasible_only(rep: dict[str, Any]) -> None:

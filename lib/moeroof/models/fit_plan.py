@@ -125,19 +125,32 @@ class PlanKnobs(Result):
     rho: float = 0.0
 
 
-def default_knobs(points: Sequence[PlanPoint]) -> tuple[str, ...]:
-    """What the calibration rows can identify (module docstring)."""
+#: the per-agent-token engine cost where the rows cannot identify it (every measured rate at one
+#: batch size, where it cannot be told from the per-step cost): (low, held, high) seconds. An
+#: assumed range, wide on purpose — per-sequence sampling and bookkeeping runs from microseconds
+#: in a compiled scheduler to about a millisecond in a Python generate loop; the bands carry its
+#: whole range. (Sourced engine priors per preset are the next issue's work.)
+PRIOR_SECONDS_PER_AGENT_TOKEN = (0.0, 2e-4, 1e-3)
+
+
+def default_knobs(points: Sequence[PlanPoint], *, routing_is_spec: bool = True) -> tuple[str, ...]:
+    """What the calibration rows can identify and the routing allows (module docstring): ``skew``
+    only for a Zipf routing (a histogram or trace has its own skew) with measured hit rates;
+    ``engine`` once two rates are measured (its per-token part held at a prior when they share one
+    batch size); ``ssd-scale`` from one rate, or from a third beside the engine."""
     n_net = sum(p.net_tok_s is not None for p in points)
     n_hit = sum(p.hit_rate is not None for p in points)
+    batches = {p.batch for p in points if p.net_tok_s is not None}
+    engine_params = 2 if len(batches) >= 2 else 1
     knobs: list[str] = []
-    if n_hit:
+    if n_hit and routing_is_spec:
         knobs.append("skew")
     if n_net == 1:
         knobs.append("ssd-scale")
-    elif n_net == 2:
+    elif n_net >= 2:
         knobs.append("engine")
-    elif n_net >= 3:
-        knobs += ["engine", "ssd-scale"]
+        if n_net >= engine_params + 1:
+            knobs.append("ssd-scale")
     return tuple(knobs)
 
 
@@ -324,13 +337,17 @@ def _fit_one(
     identify (more smooth parameters than measured net tok/s rows), or ``skew`` with a routing
     that is not Zipf."""
     pts = list(points)
-    names = tuple(default_knobs(pts) if fit is None else fit)
+    names = tuple(default_knobs(pts, routing_is_spec=routing_is_spec) if fit is None else fit)
     for k in names:
         if k not in KNOBS:
             raise ParameterError("fit", f"unknown knob {k!r} (known: {', '.join(KNOBS)})")
     n_net = sum(p.net_tok_s is not None for p in pts)
     n_hit = sum(p.hit_rate is not None for p in pts)
-    n_smooth = 2 * ("engine" in names) + ("ssd-scale" in names)
+    net_batches = sorted({p.batch for p in pts if p.net_tok_s is not None})
+    # every measured rate at one batch size: the per-token engine cost cannot be told from the
+    # per-step one; it is held at its prior (PRIOR_SECONDS_PER_AGENT_TOKEN) and widens the bands
+    hold_token = "engine" in names and len(net_batches) < 2
+    n_smooth = (1 if hold_token else 2) * ("engine" in names) + ("ssd-scale" in names)
     if n_smooth > n_net:
         raise ParameterError(
             "fit",
@@ -350,11 +367,15 @@ def _fit_one(
     s0 = 0.8
     if routing.label.startswith("Zipf s="):
         s0 = float(routing.label.split("=", 1)[1])
+    token_held = PRIOR_SECONDS_PER_AGENT_TOKEN[1]
 
     def knobs_of(outer: dict[str, float], inner: np.ndarray) -> PlanKnobs:
         k = PlanKnobs()
         j = 0
-        if "engine" in names:
+        if "engine" in names and hold_token:
+            k = replace(k, engine_seconds_per_step=float(inner[j]), engine_seconds_per_agent_token=token_held)
+            j += 1
+        elif "engine" in names:
             k = replace(k, engine_seconds_per_step=float(inner[j]), engine_seconds_per_agent_token=float(inner[j + 1]))
             j += 2
         if "ssd-scale" in names:
@@ -391,8 +412,15 @@ def _fit_one(
 
     inner_lo = [*_BOUNDS["c0"][:1], *_BOUNDS["c1"][:1]] if "engine" in names else []
     inner_hi = [*_BOUNDS["c0"][1:], *_BOUNDS["c1"][1:]] if "engine" in names else []
+    if hold_token:
+        inner_lo, inner_hi = inner_lo[:1], inner_hi[:1]
     x0: list[float] = []
-    if "engine" in names:
+    if hold_token:
+        bs = np.array([p.batch for p in pts if p.net_tok_s is not None], dtype=float)
+        ts = bs / np.array([p.net_tok_s for p in pts if p.net_tok_s is not None])
+        c0 = float(np.mean(ts)) - token_held * float(bs[0])
+        x0.append(float(np.clip(c0, 1e-6, _BOUNDS["c0"][1])))
+    elif "engine" in names:
         # start on the line T = c0 + c1·B through the measured step times: under ``max`` overlap
         # an engine term below the roofline has no gradient, so it must start where it binds
         bs = np.array([p.batch for p in pts if p.net_tok_s is not None], dtype=float)
@@ -519,6 +547,22 @@ def _fit_one(
     hit_high = np.quantile(preds_hit, 0.95, axis=0)
     low, high = np.minimum(low, net0), np.maximum(high, net0)
     hit_low, hit_high = np.minimum(hit_low, hit0), np.maximum(hit_high, hit0)
+    if hold_token:
+        # the held knob at either end of its prior (the step cost re-solved there): the band
+        # covers what the rows cannot rule out, moved by each end's prediction
+        for end in (PRIOR_SECONDS_PER_AGENT_TOKEN[0], PRIOR_SECONDS_PER_AGENT_TOKEN[2]):
+            token_held = end
+            xe, _, _ = solve_inner(outer)
+            net_e, _ = predict(knobs_of(outer, xe))
+            low = np.minimum(low, net_e * (low / net0))
+            high = np.maximum(high, net_e * (high / net0))
+        token_held = PRIOR_SECONDS_PER_AGENT_TOKEN[1]
+        notes.append(
+            f"engine_seconds_per_agent_token is held at its prior {token_held * 1e3:g} ms "
+            f"(range {PRIOR_SECONDS_PER_AGENT_TOKEN[0] * 1e3:g}–{PRIOR_SECONDS_PER_AGENT_TOKEN[2] * 1e3:g} ms, "
+            f"assumed): every measured rate is at B = {net_batches[0]}, where the per-token engine cost cannot be "
+            "told from the per-step one; the bands include the predictions at both ends of the range"
+        )
     cache_intervals: dict[str, tuple[float, float]] = {}
     if profile:
         # the band at the best knobs moved to each retained cache-knob set's prediction (its
@@ -563,7 +607,9 @@ def _fit_one(
         sing = np.concatenate([sing, np.zeros(vt.shape[0] - sing.size)])
         null = vt[sing <= 1e-6 * max(float(sing.max()), 1e-300)]
         identified = ~(np.abs(null) > 0.1).any(axis=0) if null.size else identified
-        labels = (("c0", "c1") if "engine" in names else ()) + (("ssd-scale",) if "ssd-scale" in names else ())
+        labels = (("c0",) if hold_token else ("c0", "c1") if "engine" in names else ()) + (
+            ("ssd-scale",) if "ssd-scale" in names else ()
+        )
         for name, ok in zip(labels, identified):
             if not ok:
                 notes.append(
@@ -571,7 +617,9 @@ def _fit_one(
                     "rows cannot tell it from another knob, e.g. per-step and per-token engine cost at one batch size)"
                 )
     xs = np.array([e["x"] for e in profile]) if profile and x.size else x[None, :]
-    knobs = _knob_table(names, best_knobs, x, xs, cov, outer, hardware, routing, identified, cache_intervals)
+    knobs = _knob_table(
+        names, best_knobs, x, xs, cov, outer, hardware, routing, identified, cache_intervals, hold_token, net_batches
+    )
     for n, (lo, hi) in cache_intervals.items():
         if (lo, hi) == tuple(float(b) for b in bounds[n]):
             notes.append(f"{n} is not identified by these rows: its profile spans its whole range")
@@ -654,48 +702,99 @@ def _knob_table(
     routing: RoutingProbabilities,
     identified,
     cache_intervals: dict[str, tuple[float, float]],
+    hold_token: bool = False,
+    net_batches: Sequence[int] = (),
 ) -> dict:
+    """Each knob's value and 5–95 % interval; ``identified`` means the interval is bounded —
+    inside the knob's range, not reaching an end that is not a natural limit (0 engine time,
+    0 stickiness) — and a knob that is not says ``why`` in plain words."""
     sd = np.sqrt(np.clip(np.diag(cov), 0.0, None)) if cov is not None else np.full(x.size, np.nan)
     z = 1.6448536269514722  # the 5–95 % interval of a normal
-    bounds = [_BOUNDS["c0"], _BOUNDS["c1"]] if "engine" in names else []
+    keys: list[str] = []
+    bounds: list[tuple[float, float]] = []
+    if "engine" in names:
+        keys.append("engine_seconds_per_step")
+        bounds.append(_BOUNDS["c0"])
+        if not hold_token:
+            keys.append("engine_seconds_per_agent_token")
+            bounds.append(_BOUNDS["c1"])
     if "ssd-scale" in names:
+        keys.append("ssd_scale")
         bounds.append(_BOUNDS["ssd_scale"])
+    natural_low = {"engine_seconds_per_step", "engine_seconds_per_agent_token"}  # 0 s is a real value
 
     def entry(j: int, unit: str) -> dict[str, Any]:
         lo, hi = bounds[j]
         if not identified[j]:  # the rows do not move this knob: any value in its bounds fits
-            return {"value": float(x[j]), "low": lo, "high": hi, "fitted": True, "identified": False, "unit": unit}
-        return {  # the ± z·sd interval at each retained cache-knob set's re-solved value, united
-            "value": float(x[j]),
-            "low": max(float(xs[:, j].min() - z * sd[j]), lo),
-            "high": min(float(xs[:, j].max() + z * sd[j]), hi),
-            "fitted": True,
-            "identified": True,
-            "unit": unit,
-        }
+            why = (
+                "the rows cannot move it: another term binds at every calibration row, or it cannot be told from "
+                "another knob (per-step and per-token engine cost at one batch size)"
+            )
+            return {
+                "value": float(x[j]),
+                "low": lo,
+                "high": hi,
+                "fitted": True,
+                "identified": False,
+                "why": why,
+                "unit": unit,
+            }
+        low = max(float(xs[:, j].min() - z * sd[j]), lo)
+        high = min(float(xs[:, j].max() + z * sd[j]), hi)
+        out = {"value": float(x[j]), "low": low, "high": high, "fitted": True, "identified": True, "unit": unit}
+        reach_low = low <= lo * (1 + 1e-9) and keys[j] not in natural_low
+        reach_high = high >= hi * (1 - 1e-9)
+        if not np.isfinite(sd[j]) or reach_low or reach_high:  # an interval to the end of the range is no bound
+            ends = "both ends" if reach_low and reach_high else "the upper end" if reach_high else "the lower end"
+            out["identified"] = False
+            out["why"] = (
+                f"its 5–95 % interval reaches {ends} of its allowed range ({fmt_range(lo, hi)}): the rows do not bound it"
+                if np.isfinite(sd[j])
+                else "the rows give it no spread (a singular fit)"
+            )
+        return out
 
     out: dict[str, dict[str, Any]] = {}
-    j = 0
-    if "engine" in names:
+    units = {"engine_seconds_per_step": "s", "engine_seconds_per_agent_token": "s", "ssd_scale": "×"}
+    for j, key in enumerate(keys):
+        out[key] = entry(j, units[key])
+    if "engine" in names and hold_token:
+        lo, held, hi = PRIOR_SECONDS_PER_AGENT_TOKEN
+        out["engine_seconds_per_agent_token"] = {
+            "value": held,
+            "low": lo,
+            "high": hi,
+            "fitted": False,
+            "identified": False,
+            "held": "prior (assumed)",
+            "why": f"every measured rate is at one batch size (B = {', '.join(map(str, net_batches))}): the per-token "
+            "engine cost cannot be told from the per-step one; held at its prior, the bands cover its range",
+            "unit": "s",
+        }
+    if "engine" not in names:
         for key in ("engine_seconds_per_step", "engine_seconds_per_agent_token"):
-            out[key] = entry(j, "s")
-            j += 1
-    else:
-        for key in ("engine_seconds_per_step", "engine_seconds_per_agent_token"):
-            out[key] = {"value": float(getattr(hardware, key)), "fitted": False, "unit": "s"}
-    out["ssd_scale"] = entry(j, "×") if "ssd-scale" in names else {"value": 1.0, "fitted": False, "unit": "×"}
+            out[key] = {"value": float(getattr(hardware, key)), "fitted": False, "unit": "s", "held": "the preset's"}
+    if "ssd-scale" not in names:
+        out["ssd_scale"] = {"value": 1.0, "fitted": False, "unit": "×", "held": "the preset's SSD curve"}
     cache_bounds = {"skew": _BOUNDS["skew"], "rho": _BOUNDS["rho"], "pressure": _BOUNDS["share"]}
     for name, key, unit in (("skew", "skew", "Zipf s"), ("rho", "rho", "ρ"), ("pressure", "page_cache_share", "share")):
         if name in outer:
             lo, hi = cache_intervals[name]
+            whole = (lo, hi) == tuple(float(b) for b in cache_bounds[name])
             out[key] = {
                 "value": float(outer[name]),
                 "low": lo,
                 "high": hi,
                 "fitted": True,
-                "identified": (lo, hi) != tuple(float(b) for b in cache_bounds[name]),
+                "identified": not whole,
                 "unit": unit,
             }
+            if whole:
+                out[key]["why"] = "its profile spans its whole range: every value fits the rows as well"
     if "skew" not in outer:
         out["routing"] = {"value": routing.label, "fitted": False}
     return out
+
+
+def fmt_range(lo: float, hi: float) -> str:
+    return f"{lo:g}–{hi:g}"

@@ -38,6 +38,7 @@ trace_streams: int = 8  # agents in the simulated trace of the cache-over-time p
 trace_steps: int = 64  # decode steps in the simulated trace
 trace_layers: int = 8  # MoE layers drawn for the simulated trace
 seed_name: str = "whatif"  # the trace's generator seed is derived from this name
+fit: str = ""  # a moeroof fit-plan --json result (your file, or an embedded name under data/) whose fitted engine terms, SSD scale and skew the state runs with; empty for none
 # fmt: on
 
 # %%
@@ -52,10 +53,12 @@ from IPython.display import Markdown, display
 import moeroof
 from moeroof.core.paths import resolve_data
 from moeroof.core.units import GB, GiB, gb_per_s
+from moeroof.data.fit_result import read_fit
 from moeroof.data.io import load_any
 from moeroof.data.presets import list_presets, load_hardware, load_model
 from moeroof.models.cache import requests_from_trace, simulate
 from moeroof.models.fit import popularity_from_inclusion
+from moeroof.models.fit_plan import box_with_fit
 from moeroof.models.plan import CACHE_POLICIES, Workload, plan, routing_from_spec
 from moeroof.models.routing import Zipf, sample_trace
 from moeroof.models.union import BASELINE, union_plugin, union_uniform
@@ -101,6 +104,11 @@ def whatif(
     """Library results for one state of the controls (no model logic here: loads and calls)."""
     m = load_model(model)
     hw = load_hardware(hardware)
+    fitted = read_fit(resolve_data(fit)) if fit.strip() else None
+    if fitted is not None:  # the box as the fit made it (plan --fit does the same)
+        hw = box_with_fit(hw, fitted)
+        if "skew" in fitted and not routing.strip():
+            skew = fitted["skew"]
     changed = {}
     if ssd_gb_s > 0:  # scale the preset's read-size curve so that its peak is ssd_gb_s
         factor = ssd_gb_s * GB / max(hw.bw_ssd_bytes_per_s)
@@ -272,6 +280,7 @@ def answer(s):
         bound_at_best=None if i is None else q.bound[i],
         hit_rate_at_best=None if i is None else float(q.cache_hit_rate[i]),
         infeasible_from=int(q.batch[bad[0]]) if bad.size else None,
+        fit=fit.strip() or None,
         infeasible_reason=q.infeasible_reason[bad[0]] if bad.size else None,
         union_at_max=float(s["union"].mean[-1]),
         inputs=q.provenance["inputs"],
@@ -416,5 +425,6 @@ for name, value in {
     "trace_layers": trace_layers,
     "seed_name": seed_name,
     "routing": routing,
+    "fit": fit,
 }.items():
     print(f"{name} = {value}")

@@ -396,6 +396,25 @@ def test_notebook_runs_and_saves_a_figure(path, tmp_path, monkeypatch):
         )
 
 
+@pytest.mark.notebook
+def test_whatif_runs_with_a_fit_and_says_so(tmp_path, monkeypatch):
+    """whatif's ``fit``: a fit-plan result's knobs on the box (as plan --fit), named in the answer."""
+    monkeypatch.setenv("MOEROOF_FIGURES_DIR", str(tmp_path / "figures"))
+    fit = tmp_path / "fit.json"
+    subprocess.run(
+        [sys.executable, "-m", "moeroof.cli", "fit-plan", str(REPO_ROOT / "data" / "points" / "bigrig.plan-points"),
+         "--model", "qwen3-30b-a3b-3bit", "--hardware", "apple-m4", "--json", "--output", str(fit)],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    small = {"b_max": 16, "trace_steps": 16, "trace_layers": 2, "cache_gib": 8.0}
+    params = {**small, "model": "qwen3-30b-a3b-3bit", "hardware": "apple-m4", "fit": str(fit)}
+    out = tmp_path / "whatif.ipynb"
+    nbformat.write(report.execute(NOTEBOOKS_DIR / "whatif.py", params), str(out))
+    answer = answer_text(out)
+    assert f"knobs fitted in `{fit}`" in answer and "qwen3-30b-a3b-3bit" in answer
+
+
 def test_no_ipynb_tracked_in_notebooks():
     """Notebooks are committed as .py percent text only; generated .ipynb stay untracked."""
     git = shutil.which("git")

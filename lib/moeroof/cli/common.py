@@ -365,41 +365,11 @@ def parse_rank_speed(text: str | None, ranks: int) -> tuple[float, ...] | None:
 
 
 def fit_knobs_arg(path_text: str) -> dict[str, Any]:
-    """``--fit FIT.json``: a ``moeroof fit-plan --json`` result, as the knobs ``plan`` runs with:
-    ``engine_seconds_per_step``, ``engine_seconds_per_agent_token``, ``ssd_scale`` (fitted or held
-    at a prior; a knob the fit left at the preset's is not taken), ``page_cache_share``, ``skew``,
-    ``rho``, with the fit's model and box named (``plan`` refuses another model or box)."""
-    from moeroof.core.limits import MAX_JSON_BYTES, check_document
+    """``--fit FIT.json``: a ``moeroof fit-plan --json`` result as the knobs ``plan`` runs with
+    (:func:`moeroof.data.fit_result.read_fit`)."""
+    from moeroof.data.fit_result import read_fit
 
-    path = input_path(path_text)
-    try:
-        text = path.read_text(encoding="utf-8")
-        check_document(text, f"--fit: {path}", max_bytes=MAX_JSON_BYTES)
-        doc = json.loads(text)
-    except FileNotFoundError:
-        raise UsageError(f"--fit: {path}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UsageError(f"--fit: {path}: not a JSON file ({err})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("knobs"), dict):
-        raise UsageError(f"--fit: {path}: expected a moeroof fit-plan --json result (with its knobs)")
-    out: dict[str, Any] = {"path": str(path), "model": doc.get("model"), "hardware": doc.get("hardware")}
-    if isinstance(doc.get("routing_spec"), str):
-        out["routing_spec"] = doc["routing_spec"]
-    for key, entry in doc["knobs"].items():
-        if key == "routing" or not isinstance(entry, dict):
-            continue
-        taken = entry.get("fitted") or str(entry.get("held", "")).startswith("prior")
-        if not taken:
-            continue
-        try:
-            value = float(entry["value"])
-        except (KeyError, TypeError, ValueError):
-            raise UsageError(f"--fit: {path}: knob {key!r} has no numeric value") from None
-        if not math.isfinite(value) or value < 0:
-            raise UsageError(f"--fit: {path}: knob {key!r} = {value!r} is not a finite number >= 0")
-        out[key] = value
-    out["page_cache"] = bool(doc.get("page_cache", False)) or "page_cache_share" in out
-    return out
+    return read_fit(input_path(path_text))
 
 
 def routing_knobs_arg(path_text: str, model: Any, streams: int) -> Any:

@@ -105,6 +105,7 @@ def add_parser(subparsers: Any) -> None:
 def plan_report(args: argparse.Namespace) -> dict[str, Any]:
     """The ``plan`` JSON object for parsed arguments."""
     from moeroof.data.presets import load_hardware, load_model
+    from moeroof.models.fit_plan import box_with_fit, routing_with_fit
     from moeroof.models.plan import Workload, admission_search, plan, routing_from_spec
 
     batch = parse_batch(args.batch)
@@ -123,22 +124,13 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
         for what, have in (("model", model.name), ("hardware", hardware.name)):
             if fitted[what] not in (None, have):
                 raise UsageError(f"--fit: {args.fit} was fitted on {what} {fitted[what]}, not {have}")
-        hardware = _with_fit(hardware, fitted)
+        hardware = box_with_fit(hardware, fitted)
         options["page_cache"] = options["page_cache"] or fitted["page_cache"]
         if "page_cache_share" in fitted:
             options["page_cache_share"] = fitted["page_cache_share"]
-    if fitted is not None and "skew" in fitted:
-        from moeroof.models.fit_plan import routing_from_knobs
-
-        skew, rho = fitted["skew"], fitted.get("rho", 0.0)
-        if rho > 0:
-            import functools
-
-            routing = functools.lru_cache(maxsize=None)(
-                lambda b: routing_from_knobs(model, "zipf", skew, rho, streams=int(b))  # type: ignore[misc]
-            )
-        else:
-            routing = routing_from_spec(f"zipf:{skew:.10g}", model)
+    fit_routing = None if fitted is None else routing_with_fit(model, fitted)
+    if fit_routing is not None:
+        routing = fit_routing
     elif args.routing_knobs is not None:
         import functools
 
@@ -167,25 +159,6 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
         taken = ", ".join(f"{k} = {v:.4g}" for k, v in fitted.items() if isinstance(v, float))
         rep["notes"] = [f"knobs from {fitted['path']} (moeroof fit-plan): {taken}", *rep["notes"]]
     return rep
-
-
-def _with_fit(hardware: Any, fitted: dict[str, Any]) -> Any:
-    """The box as a fit made it: engine terms set, the SSD curve scaled; each field so changed is
-    tagged ``projected`` (fitted to measurements, not itself measured) with the fit named."""
-    from dataclasses import replace
-    from types import MappingProxyType
-
-    changed: dict[str, Any] = {}
-    for key in ("engine_seconds_per_step", "engine_seconds_per_agent_token"):
-        if key in fitted:
-            changed[key] = fitted[key]
-    if "ssd_scale" in fitted:
-        changed["bw_ssd_bytes_per_s"] = tuple(b * fitted["ssd_scale"] for b in hardware.bw_ssd_bytes_per_s)
-    prov, sources = dict(hardware.provenance), dict(hardware.sources)
-    for key in changed:
-        prov[key] = "projected"
-        sources[key] = f"fitted by moeroof fit-plan ({fitted['path']})"
-    return replace(hardware, **changed, provenance=MappingProxyType(prov), sources=MappingProxyType(sources))
 
 
 def _feasible_only(rep: dict[str, Any]) -> None:

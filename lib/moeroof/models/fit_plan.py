@@ -96,6 +96,9 @@ __all__ = [
     "predict_points",
     "routing_from_knobs",
     "fit_plan",
+    "box_with_fit",
+    "routing_with_fit",
+    "PRIOR_SECONDS_PER_AGENT_TOKEN",
 ]
 
 KNOBS = ("engine", "ssd-scale", "pressure", "skew", "rho")
@@ -185,6 +188,40 @@ def box_with_knobs(hardware: Hardware, knobs: PlanKnobs) -> Hardware:
             engine_seconds_per_agent_token=float(knobs.engine_seconds_per_agent_token or 0.0),
         )
     return hw
+
+
+def box_with_fit(hardware: Hardware, fit: dict[str, Any]) -> Hardware:
+    """The box as a fit-plan result makes it (:func:`moeroof.data.fit_result.read_fit`): its
+    engine terms set, its SSD curve scaled; each field so changed tagged ``projected`` (fitted to
+    measurements, not itself measured) with the fit named as its source."""
+    from types import MappingProxyType
+
+    changed: dict[str, Any] = {}
+    for key in ("engine_seconds_per_step", "engine_seconds_per_agent_token"):
+        if key in fit:
+            changed[key] = float(fit[key])
+    if "ssd_scale" in fit:
+        changed["bw_ssd_bytes_per_s"] = tuple(b * float(fit["ssd_scale"]) for b in hardware.bw_ssd_bytes_per_s)
+    prov, sources = dict(hardware.provenance), dict(hardware.sources)
+    for key in changed:
+        prov[key] = "projected"
+        sources[key] = f"fitted by moeroof fit-plan ({fit.get('path', 'a fit')})"
+    return replace(hardware, **changed, provenance=MappingProxyType(prov), sources=MappingProxyType(sources))
+
+
+def routing_with_fit(model: MoEModel, fit: dict[str, Any]):
+    """The routing a fit-plan result ran on when it fitted the skew (None: it did not): Zipf s,
+    or with stickiness ρ > 0 a callable ``B -> RoutingProbabilities`` sampled with B streams."""
+    if "skew" not in fit:
+        return None
+    skew, rho = float(fit["skew"]), float(fit.get("rho", 0.0))
+    if rho > 0:
+        import functools
+
+        return functools.lru_cache(maxsize=None)(
+            lambda b: routing_from_knobs(model, "zipf", skew, rho, streams=int(b))  # type: ignore[misc]
+        )
+    return routing_from_spec(f"zipf:{skew:.10g}", model)
 
 
 def _routing(

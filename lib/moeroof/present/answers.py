@@ -681,6 +681,7 @@ def whatif(
     link: str = "ssd",
     infeasible_from: int | None = None,
     infeasible_reason: str | None = None,
+    fit: str | None = None,
 ) -> str:
     """whatif: the state the controls start in (the report shows that state); ``link`` is what
     the box streams experts over, which names the ``ssd`` term. ``best_*`` is None when no
@@ -707,10 +708,17 @@ def whatif(
             f"B = {best_batch} ({term_name(bound_at_best or '', link)}-bound, cache hit rate "
             f"{pct(hit_rate_at_best or 0.0)}){edge}. "
         )
+    fitted = (
+        f"The box runs with the knobs fitted in `{fit}` (moeroof fit-plan: its engine terms and SSD scale, "
+        "projected). "
+        if fit
+        else ""
+    )
     return (
         head
         + body
         + f"U({batch_max}) is {fmt(union_at_max)} experts per layer. Move the controls (`make lab`) to redraw. "
+        + fitted
         + provenance_sentence(inputs, synthetic=synthetic)
     )
 

@@ -1,0 +1,68 @@
+"""A ``moeroof fit-plan --json`` result read back as the knobs a plan runs with (``plan --fit
+FIT.json``, the whatif notebook's ``fit``).
+
+A knob is taken when the fit fitted it or held it at a prior (a knob the fit left at the preset's
+is the preset's anyway): ``engine_seconds_per_step``, ``engine_seconds_per_agent_token``,
+``ssd_scale``, ``page_cache_share``, ``skew``, ``rho``. The fit's model and box are kept so that a
+plan on another model or box can be refused, and its routing spec so that the plan runs on the
+routing the fit did.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from moeroof.core.limits import MAX_JSON_BYTES, check_document
+from moeroof.data.io import InputError
+
+__all__ = ["KNOB_KEYS", "read_fit"]
+
+KNOB_KEYS = (
+    "engine_seconds_per_step",
+    "engine_seconds_per_agent_token",
+    "ssd_scale",
+    "page_cache_share",
+    "skew",
+    "rho",
+)
+
+
+def read_fit(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``{"path", "model", "hardware", "routing_spec"?, "page_cache", KNOB: value …}`` from a
+    fit-plan JSON result; :class:`InputError` naming the file and field otherwise."""
+    p = Path(path)
+    try:
+        if p.stat().st_size > MAX_JSON_BYTES:
+            raise InputError(p, "-", "file", f"larger than the {MAX_JSON_BYTES >> 20} MiB a fit result may be")
+        text = p.read_text(encoding="utf-8")
+        check_document(text, str(p), max_bytes=MAX_JSON_BYTES)
+        doc = json.loads(text)
+    except FileNotFoundError:
+        raise InputError(p, "-", "file", "no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(p, "-", "file", f"not a JSON file ({err})") from None
+    except ValueError as err:
+        raise InputError(p, "-", "file", str(err)) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("knobs"), dict):
+        raise InputError(p, "-", "knobs", "expected a moeroof fit-plan --json result (with its knobs)")
+    out: dict[str, Any] = {"path": str(p), "model": doc.get("model"), "hardware": doc.get("hardware")}
+    if isinstance(doc.get("routing_spec"), str):
+        out["routing_spec"] = doc["routing_spec"]
+    for key, entry in doc["knobs"].items():
+        if key not in KNOB_KEYS or not isinstance(entry, dict):
+            continue
+        if not (entry.get("fitted") or str(entry.get("held", "")).startswith("prior")):
+            continue
+        try:
+            value = float(entry["value"])
+        except (KeyError, TypeError, ValueError):
+            raise InputError(p, "-", f"knobs.{key}", "has no numeric value") from None
+        if not math.isfinite(value) or value < 0:
+            raise InputError(p, "-", f"knobs.{key}", f"{value!r} is not a finite number >= 0")
+        out[key] = value
+    out["page_cache"] = bool(doc.get("page_cache", False)) or "page_cache_share" in out
+    return out

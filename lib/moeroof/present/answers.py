@@ -709,8 +709,7 @@ def whatif(
             f"{pct(hit_rate_at_best or 0.0)}){edge}. "
         )
     fitted = (
-        f"The box runs with the knobs fitted in `{fit}` (moeroof fit-plan: its engine terms and SSD scale, "
-        "projected). "
+        f"The box runs with the knobs fitted in `{fit}` (moeroof fit-plan: its engine terms and SSD scale, projected). "
         if fit
         else ""
     )

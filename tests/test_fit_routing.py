@@ -326,3 +326,17 @@ def test_the_simulation_memo_is_salted_by_every_module_it_can_reach():
         "data/points.py",
     ):
         assert module in names, module
+
+
+def test_every_knob_says_whether_it_is_identified_and_why_not(capsys):
+    """fit-routing's knobs carry fit-plan's meaning of identified: fitted to a bounded interval,
+    with the reason in words where not."""
+    argv = ["fit-routing", "data/points/example.points", "--experts", "64", "--top-k", "4", "--layers", "8"]
+    argv += ["--expert-bytes", "4194304", "--seeds", "1", "--bootstrap", "0", "--json"]
+    assert main(argv) == 0, capsys.readouterr().err
+    rep = json.loads(capsys.readouterr().out)
+    for name, k in rep["knobs"].items():
+        assert isinstance(k["identified"], bool), name
+        assert k["identified"] == (k["fitted"] and "unidentified" not in k), name
+        if not k["identified"]:
+            assert isinstance(k["why"], str) and k["why"], name

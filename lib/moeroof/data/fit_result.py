@@ -48,7 +48,7 @@ def read_fit(path: str | os.PathLike[str]) -> dict[str, Any]:
     except ValueError as err:
         raise InputError(p, "-", "file", str(err)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("knobs"), dict):
-        raise InputError(p, "-", "knobs", "expected a moeroof fit-plan --json result (with its knobs)")
+        raise InputError(p, "-", "knobs", "expected a fit-plan result in JSON (with its knobs)")
     out: dict[str, Any] = {"path": str(p), "model": doc.get("model"), "hardware": doc.get("hardware")}
     if isinstance(doc.get("routing_spec"), str):
         out["routing_spec"] = doc["routing_spec"]

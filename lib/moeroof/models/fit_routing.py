@@ -1158,6 +1158,10 @@ def fit_routing(
         if name in best.unidentified:
             entry["unidentified"] = "the calibration rows barely move it: its interval is its whole search box"
             notes.append(f"{name}: not identified by the calibration rows (interval = its search box)")
+        # one meaning with fit-plan: identified = fitted to a bounded interval, and a why when not
+        entry["identified"] = name in fitted and name not in best.unidentified
+        if not entry["identified"]:
+            entry["why"] = entry.get("unidentified") or entry.get("held") or "held, not fitted"
         knobs[_KNOB_KEYS[name]] = entry
 
     fam_out = {

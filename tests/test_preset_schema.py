@@ -117,3 +117,12 @@ def test_set_overrides_a_field_for_one_run(capsys):
     assert "--set bw_ssd_bytes_per_s=11.4GB/s" in b["run"]["command"]
     for bad in ("ram=1", "ram_bytes=64", "ram_bytes", "model.ram_bytes=64GB"):
         assert "--set" in _error(capsys, *base[:-1], "--set", bad)
+
+
+def test_fit_plan_takes_set_too(capsys):
+    base = ["fit-plan", "data/points/bigrig.plan-points", "--model", "qwen3-30b-a3b-3bit", "--hardware", "apple-m4"]
+    a = json.loads((main([*base, "--json"]), capsys.readouterr().out)[1])
+    b = json.loads((main([*base, "--set", "bw_mem_bytes_per_s=2GB/s", "--json"]), capsys.readouterr().out)[1])
+    assert "--set bw_mem_bytes_per_s=2GB/s" in b["run"]["command"]  # a box 60x slower to read: memory binds
+    assert [r["predicted"] for r in a["rows"]] != [r["predicted"] for r in b["rows"]]
+    assert "--set" in _error(capsys, *base, "--set", "bw_ssd_bytes_per_s=fast")

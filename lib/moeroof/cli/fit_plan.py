@@ -17,8 +17,10 @@ import argparse
 from typing import Any
 
 from moeroof.cli.common import (
+    SET_HELP,
     UsageError,
     add_output_arguments,
+    apply_sets,
     emit,
     fmt,
     input_path,
@@ -56,6 +58,7 @@ def add_parser(subparsers: Any) -> None:
         help=f"knobs to fit, comma-separated from {','.join(KNOBS)} (default: what the rows identify)",
     )
     p.add_argument("--context", default="4096", help="context tokens per agent (default 4096)")
+    p.add_argument("--set", action="append", default=None, metavar="FIELD=VALUE", help=SET_HELP)
     p.add_argument("--page-cache", action="store_true", help="experts read through the OS page cache (see plan)")
     p.add_argument(
         "--overlap",
@@ -87,8 +90,7 @@ def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
     fit = _knob_list(args.fit)
     context = non_negative_int(args.context, "--context")
     points = read_plan_points(input_path(args.path))
-    model = load_model(args.model)
-    hardware = load_hardware(args.hardware)
+    model, hardware = apply_sets(args.set, load_model(args.model), load_hardware(args.hardware))
     if args.routing_knobs is not None:
         routing = routing_knobs_arg(args.routing_knobs, model, max(p.batch for p in points))
         is_spec = False

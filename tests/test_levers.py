@@ -91,3 +91,16 @@ def test_shared_prefix_cuts_kv_reads_but_not_attention_flops():
     np.testing.assert_allclose(saved, (b - 1) * 600 * m.kv_bytes_per_token)
     with pytest.raises(ValueError, match="shared_prefix_tokens"):
         Workload(context_tokens=10, shared_prefix_tokens=11)
+
+
+def test_no_lever_factor_where_the_step_does_not_fit():
+    from moeroof.data.presets import load_hardware, load_model
+    from moeroof.models.levers import lever_factors
+    from moeroof.models.plan import Workload, routing_from_spec
+
+    m, hw = load_model("glm-5.2"), load_hardware("h200-pcie-offload")
+    w = Workload(context_tokens=32768, cache_policy="static")
+    f = lever_factors(m, hw, w, routing_from_spec("zipf:0.8", m), [1, 8, 64], prefix_tokens=1024)
+    assert list(f.fits_in_memory) == [True, True, False]
+    for factor in (f.l1_dense_amortization, f.l2_coalescing, f.l3_prefix_decode):
+        assert np.all(np.isfinite(factor[:2])) and np.isnan(factor[2])

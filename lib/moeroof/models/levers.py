@@ -71,7 +71,8 @@ def lever_factors(
     batch,
     prefix_tokens: int = 0,
 ) -> LeverFactors:
-    """L1, L2 and the decode part of L3 as separate factors (each > 1 means faster).
+    """L1, L2 and the decode part of L3 as separate factors (each > 1 means faster; NaN where
+    the step does not fit in RAM, as the plan's multiples).
 
     L3 in decode: the shared prefix's KV is stored and read once per step
     (``Workload.shared_prefix_tokens``): ``P + B·(ctx − P)`` tokens of KV per step instead of
@@ -84,11 +85,12 @@ def lever_factors(
     l2 = current.baselines["uncoalesced"]["multiple"]
     shared = replace(workload, shared_prefix_tokens=min(prefix_tokens, workload.context_tokens))
     l3 = base / _step(model, hardware, shared, routing, b)
+    runs = np.asarray(current.fits_in_memory, dtype=bool)  # no factor where the step cannot run
     return LeverFactors(
         b,
-        l1,
+        np.where(runs, l1, np.nan),
         np.asarray(l2),
-        l3,
+        np.where(runs, l3, np.nan),
         {
             "l1_dense_amortization": "per-token dense reads",
             "l2_coalescing": "uncoalesced",

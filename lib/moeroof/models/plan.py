@@ -91,7 +91,7 @@ class Workload:
     granularity (None: one expert per read; an engine that faults pages reads at the page size —
     moe-fit's 20× lesson). ``ranks > 1``: the experts are split over ranks by ``partition``
     (:data:`PARTITIONS`, default ``lpt``; ``weighted`` uses ``rank_speed``, ``bytes`` is
-    computed at the largest batch of the grid), joined by ``Hardware.bw_link_bytes_per_s``;
+    computed for each B alone by :func:`plan`), joined by ``Hardware.bw_link_bytes_per_s``;
     ``rank_speed``: relative speeds (None: equal); ``fabric_overlapped`` puts the exchange under
     the slowest rank or adds it after. ``shared_prefix_tokens`` (lever L3): the first P tokens of
     every agent's context are one shared prefix whose KV is read once per step — KV bytes

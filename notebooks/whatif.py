@@ -105,10 +105,15 @@ def whatif(
     m = load_model(model)
     hw = load_hardware(hardware)
     fitted = read_fit(resolve_data(fit)) if fit.strip() else None
+    fit_knobs = []
     if fitted is not None:  # the box as the fit made it (plan --fit does the same)
         hw = box_with_fit(hw, fitted)
+        fit_knobs = [
+            k for k in ("engine_seconds_per_step", "engine_seconds_per_agent_token", "ssd_scale") if k in fitted
+        ]
         if "skew" in fitted and not routing.strip():
             skew = fitted["skew"]
+            fit_knobs.append("skew")
     changed = {}
     if ssd_gb_s > 0:  # scale the preset's read-size curve so that its peak is ssd_gb_s
         factor = ssd_gb_s * GB / max(hw.bw_ssd_bytes_per_s)
@@ -171,6 +176,7 @@ def whatif(
         "skew": skew,
         "routing_spec": spec,
         "routing_data_provenance": load_any(resolve_data(spec)).provenance if from_file else None,
+        "fit_knobs": fit_knobs,
     }
 
 
@@ -281,6 +287,7 @@ def answer(s):
         hit_rate_at_best=None if i is None else float(q.cache_hit_rate[i]),
         infeasible_from=int(q.batch[bad[0]]) if bad.size else None,
         fit=fit.strip() or None,
+        fit_knobs=s["fit_knobs"],
         infeasible_reason=q.infeasible_reason[bad[0]] if bad.size else None,
         union_at_max=float(s["union"].mean[-1]),
         inputs=q.provenance["inputs"],

@@ -412,7 +412,9 @@ def test_whatif_runs_with_a_fit_and_says_so(tmp_path, monkeypatch):
     out = tmp_path / "whatif.ipynb"
     nbformat.write(report.execute(NOTEBOOKS_DIR / "whatif.py", params), str(out))
     answer = answer_text(out)
-    assert f"knobs fitted in `{fit}`" in answer and "qwen3-30b-a3b-3bit" in answer
+    assert f"knobs of `{fit}`" in answer and "qwen3-30b-a3b-3bit" in answer
+    # the knobs named are the fit's own (bigrig's two end points fit the engine terms)
+    assert "engine_seconds_per_step" in answer and "ssd_scale" not in answer
 
 
 def test_no_ipynb_tracked_in_notebooks():

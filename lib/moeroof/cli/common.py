@@ -372,11 +372,9 @@ def fit_knobs_arg(path_text: str) -> dict[str, Any]:
     return read_fit(input_path(path_text))
 
 
-def routing_knobs_arg(path_text: str, model: Any, streams: int) -> Any:
-    """``--routing-knobs FILE``: a ``moeroof fit-routing --json`` result (``family`` and ``knobs``);
-    the routing whose cache runs on a trace sampled from those knobs."""
-    from moeroof.models.fit_plan import routing_from_knobs
-
+def read_routing_knobs(path_text: str) -> tuple[str, float, float, float]:
+    """``--routing-knobs FILE``: a ``moeroof fit-routing --json`` result, as ``(family, skew, rho,
+    c)`` for :func:`moeroof.models.fit_plan.routing_from_knobs` (c = inf: no locality)."""
     path = input_path(path_text)
     from moeroof.core.limits import MAX_JSON_BYTES, check_document
 
@@ -406,9 +404,15 @@ def routing_knobs_arg(path_text: str, model: Any, streams: int) -> Any:
     if family not in ("zipf", "dirichlet"):
         raise UsageError(f"--routing-knobs: {path}: family must be zipf or dirichlet, got {family!r}")
     c = value("locality_c", value("c", math.inf))
-    return routing_from_knobs(
-        model, family, value("skew", 0.8), value("rho", 0.0), c if c > 0 else math.inf, streams=streams
-    )
+    return family, value("skew", 0.8), value("rho", 0.0), c if c > 0 else math.inf
+
+
+def routing_knobs_arg(path_text: str, model: Any, streams: int) -> Any:
+    """``--routing-knobs FILE``: the routing whose cache runs on a trace sampled from a
+    fit-routing result's knobs (:func:`read_routing_knobs`), with ``streams`` streams."""
+    from moeroof.models.fit_plan import routing_from_knobs
+
+    return routing_from_knobs(model, *read_routing_knobs(path_text), streams=streams)
 
 
 def input_path(path_text: str) -> Path:

@@ -43,8 +43,8 @@ from moeroof.cli.common import (
     parse_batch,
     parse_rank_speed,
     positive_int,
+    read_routing_knobs,
     resolve_auto_cache,
-    routing_knobs_arg,
     step_options,
     table,
 )
@@ -135,8 +135,11 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
         import functools
 
         # each B runs on a trace sampled with B streams: a row never depends on the grid's largest B
+        from moeroof.models.fit_plan import routing_from_knobs
+
+        knobs = read_routing_knobs(args.routing_knobs)  # the file read once, its trace sampled per B
         routing = functools.lru_cache(maxsize=None)(
-            lambda b: routing_knobs_arg(args.routing_knobs, model, int(b))  # type: ignore[misc]
+            lambda b: routing_from_knobs(model, *knobs, streams=int(b))  # type: ignore[misc]
         )
     else:
         spec = args.routing or (fitted or {}).get("routing_spec") or "uniform"
@@ -167,8 +170,7 @@ def _feasible_only(rep: dict[str, Any]) -> None:
     1024 does not fit is no regime of this box)."""
     from moeroof.models.plan import transitions
 
-    fits = [bool(x) for x in rep["fits_in_memory"]]
-    rep["coalescing_ratio"] = [r if ok else None for r, ok in zip(rep["coalescing_ratio"], fits)]
+    fits = [bool(x) for x in rep["fits_in_memory"]]  # their multiples are null already (Plan.to_dict)
     keep = [i for i, ok in enumerate(fits) if ok]
     rep["transitions"] = [
         dict(t)
@@ -262,25 +264,6 @@ def _bound(rep: dict[str, Any], i: int) -> str:
     return rep["bound"][i] if rep["bound"][i] != "ssd" else rep.get("link_name", "ssd")
 
 
-#: the readable table's columns, in the schema's names (moeroof.core.names)
-TABLE_COLUMNS = (
-    "batch",
-    "cache_gib",
-    "step_seconds",
-    "per_agent_tok_s",
-    "net_tok_s",
-    "bound",
-    "ssd_bytes_per_token",
-    "union_per_layer",
-    "cache_hit_rate",
-    "gib_streamed_per_step",
-    "coalescing_ratio",
-    "multiple_vs_uncoalesced",
-    "multiple_vs_single",
-    "multiple_vs_independent_boxes",
-    "fits_in_memory",
-)
-
 #: ``--format csv``: one row per batch size (hit_rate a fraction: the mean over ranks with R > 1),
 #: the same names as the JSON and the table (moeroof.core.names)
 CSV_COLUMNS = (
@@ -302,6 +285,9 @@ CSV_COLUMNS = (
     "fits_in_memory",
     "infeasible_reason",
 )
+#: the readable table's columns: the CSV's but the link (named in the header) and the reason
+#: (printed below the table)
+TABLE_COLUMNS = tuple(c for c in CSV_COLUMNS if c not in ("link_name", "infeasible_reason"))
 
 
 def plan_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:

@@ -27,6 +27,7 @@ bad file gets ``FILE:-: KEY: what is wrong`` (:class:`moeroof.data.io.InputError
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -496,7 +497,7 @@ def list_presets() -> dict[str, dict[str, Path]]:
     }
 
 
-_QUANTITY = __import__("re").compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/]*)\s*$")
+_QUANTITY = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/]*)\s*$")
 
 
 def parse_quantity(text: str, dimension: str) -> float:

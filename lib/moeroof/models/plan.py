@@ -71,6 +71,7 @@ __all__ = [
     "auto_cache",
     "auto_cache_bytes",
     "ram_batch_limit",
+    "ram_left_bytes",
     "MAX_ADMISSION_BATCH",
 ]
 
@@ -246,6 +247,18 @@ def routing_from_spec(spec: str, model: MoEModel) -> RoutingProbabilities:
     )
 
 
+def ram_left_bytes(
+    model: MoEModel, hardware: Hardware, batch, *, context_tokens: int, shared_prefix_tokens: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(left, kv)`` at each B (nB,): the batch's KV ``(P + B·(ctx − P))·kv_bytes_per_token``
+    and what RAM leaves beside it, ``RAM − OS reserve − dense band − KV`` (negative: the step
+    does not fit). The one place every caller (the step, auto cache, admission) reads it from."""
+    bf = as_batch(batch).astype(float)
+    p = int(shared_prefix_tokens)
+    kv = (p + bf * (int(context_tokens) - p)) * model.kv_bytes_per_token
+    return hardware.ram_bytes - hardware.os_reserve_bytes - model.non_routed_bytes - kv, kv
+
+
 def auto_cache_bytes(
     model: MoEModel, hardware: Hardware, batch, *, context_tokens: int = 4096, shared_prefix_tokens: int = 0
 ) -> np.ndarray:
@@ -257,10 +270,9 @@ def auto_cache_bytes(
     what RAM leaves at that B alone (docs: the README's "Expert cache auto"), capped at the whole
     routed set (a larger cache holds nothing more). Each B's cache depends on that B only, never
     on the other batch sizes of a grid."""
-    bf = as_batch(batch).astype(float)
-    p = int(shared_prefix_tokens)
-    kv = (p + bf * (int(context_tokens) - p)) * model.kv_bytes_per_token
-    left = hardware.ram_bytes - hardware.os_reserve_bytes - model.non_routed_bytes - kv
+    left, _ = ram_left_bytes(
+        model, hardware, batch, context_tokens=context_tokens, shared_prefix_tokens=shared_prefix_tokens
+    )
     return np.clip(np.minimum(left, float(model.routed_bytes)), 0.0, None)
 
 
@@ -275,11 +287,9 @@ def auto_cache(
     ``dense_bytes``, ``routed_bytes``, ``context_tokens``, ``shared_prefix_tokens``).
     """
     b = as_batch(batch)
-    bf = b.astype(float)
     p = int(shared_prefix_tokens)
-    kv = (p + bf * (int(context_tokens) - p)) * model.kv_bytes_per_token
-    left = hardware.ram_bytes - hardware.os_reserve_bytes - model.non_routed_bytes - kv
-    cache = auto_cache_bytes(model, hardware, b, context_tokens=context_tokens, shared_prefix_tokens=p)
+    left, kv = ram_left_bytes(model, hardware, b, context_tokens=context_tokens, shared_prefix_tokens=p)
+    cache = np.clip(np.minimum(left, float(model.routed_bytes)), 0.0, None)  # auto_cache_bytes
     routed = float(model.routed_bytes)
     limited = ["none-left" if x <= 0 else "routed" if x >= routed else "ram" for x in left]
     return {
@@ -451,9 +461,10 @@ def step_breakdown(
     e_bytes = model.expert_bytes
     layers = model.moe_layers
     p = workload.shared_prefix_tokens
-    kv_step = (p + bf * (workload.context_tokens - p)) * model.kv_bytes_per_token
+    available, kv_step = ram_left_bytes(
+        model, hardware, b, context_tokens=workload.context_tokens, shared_prefix_tokens=p
+    )
     dense = model.non_routed_bytes * (1.0 if dense_once else bf)
-    available = hardware.ram_bytes - hardware.os_reserve_bytes - model.non_routed_bytes - kv_step
     if workload.cache_auto:
         cache_eff = np.clip(np.minimum(available, float(model.routed_bytes)), 0.0, None)
         pressured = np.zeros(b.shape, dtype=bool)
@@ -862,13 +873,15 @@ def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing, batch
     notes = list(routing.notes)
     g = 2.0**30
     left = hardware.ram_bytes - hardware.os_reserve_bytes
+    _, kv_all = ram_left_bytes(
+        model, hardware, b, context_tokens=workload.context_tokens, shared_prefix_tokens=workload.shared_prefix_tokens
+    )
     reasons: list[str | None] = []
     for i, bi in enumerate(b):
         if br.fits[i]:
             reasons.append(None)
             continue
-        p = workload.shared_prefix_tokens
-        kv = (p + float(bi) * (workload.context_tokens - p)) * model.kv_bytes_per_token
+        kv = float(kv_all[i])
         reasons.append(
             f"dense band {model.non_routed_bytes / g:.1f} GiB + KV of B={int(bi)} {kv / g:.1f} GiB exceed the "
             f"{left / g:.1f} GiB RAM leaves after the OS reserve"
@@ -993,9 +1006,9 @@ def ram_batch_limit(model: MoEModel, hardware: Hardware, workload: Workload) -> 
     per_agent = (workload.context_tokens - p) * model.kv_bytes_per_token
     left = hardware.ram_bytes - hardware.os_reserve_bytes - model.non_routed_bytes - p * model.kv_bytes_per_token
 
-    def fits(b: int) -> bool:  # the same expression as step_breakdown, so the edge agrees to the byte
-        kv = (p + float(b) * (workload.context_tokens - p)) * model.kv_bytes_per_token
-        return hardware.ram_bytes - hardware.os_reserve_bytes - model.non_routed_bytes - kv >= 0
+    def fits(b: int) -> bool:  # the step's own expression, so the edge agrees to the byte
+        left_b, _ = ram_left_bytes(model, hardware, [b], context_tokens=workload.context_tokens, shared_prefix_tokens=p)
+        return bool(left_b[0] >= 0)
 
     if per_agent <= 0:
         return None if fits(1) else 0

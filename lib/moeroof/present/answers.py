@@ -682,11 +682,13 @@ def whatif(
     infeasible_from: int | None = None,
     infeasible_reason: str | None = None,
     fit: str | None = None,
+    fit_knobs: Sequence[str] = (),
 ) -> str:
     """whatif: the state the controls start in (the report shows that state); ``link`` is what
     the box streams experts over, which names the ``ssd`` term. ``best_*`` is None when no
     batch of the range fits in RAM; ``infeasible_from`` is the first B that does not fit (None:
-    all do) and ``infeasible_reason`` why."""
+    all do) and ``infeasible_reason`` why; ``fit``: a fit-plan result the box runs with, and
+    ``fit_knobs`` the knobs of it the state took."""
     head = (
         f"**Answer (this state).** **{model}** on **{hardware}** (experts streamed {stream_source(link)}), routing "
         f"`{routing}`, a {fmt(cache_gib)} GiB expert cache: "
@@ -708,11 +710,8 @@ def whatif(
             f"B = {best_batch} ({term_name(bound_at_best or '', link)}-bound, cache hit rate "
             f"{pct(hit_rate_at_best or 0.0)}){edge}. "
         )
-    fitted = (
-        f"The box runs with the knobs fitted in `{fit}` (moeroof fit-plan: its engine terms and SSD scale, projected). "
-        if fit
-        else ""
-    )
+    taken = ", ".join(fit_knobs) or "none of its knobs (it fitted none that the state uses)"
+    fitted = f"The box runs with the knobs of `{fit}` (moeroof fit-plan, projected): {taken}. " if fit else ""
     return (
         head
         + body

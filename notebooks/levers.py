@@ -24,9 +24,9 @@
 model: str = "glm-5.2"  # model preset name or path to a model TOML
 hardware: str = "nvme-gen4"  # hardware preset name or path to a hardware TOML
 contrast_hardware: str = "epyc-server"  # a box with RAM for the experts, where the memory term can bind
-contrast_cache_gib: float = 400.0  # expert cache on the contrast box in GiB, capped at what RAM leaves
+contrast_cache_gib: float | str = "auto"  # expert cache on the contrast box in GiB, or auto (400 GiB capped at the model's routed experts and at what RAM leaves beside one agent's KV)
 routing: str = "zipf:0.8"  # uniform, zipf:S, or a histogram or trace: your file (from the working directory, or absolute) or an embedded name under data/
-cache_gib: float = 16.0  # expert cache in GiB on the main box, simulated LRU by default
+cache_gib: float | str = "auto"  # expert cache in GiB on the main box, simulated LRU by default, or auto (16 GiB capped as the contrast box's)
 context_tokens: int = 4096  # context per agent in tokens for the per-B lever curves
 prefix_tokens: int = 2048  # shared prefix in tokens: system prompt, tool schemas, repo snapshot
 decode_tokens: int = 1024  # tokens each agent decodes in one session
@@ -52,7 +52,7 @@ from moeroof.core.units import GiB
 from moeroof.data.io import load_any
 from moeroof.data.presets import load_hardware, load_model
 from moeroof.models.levers import composition, compounding, lever_factors
-from moeroof.models.plan import Workload, plan, routing_from_spec
+from moeroof.models.plan import Workload, cache_parameter, plan, routing_from_spec
 from moeroof.present import answers
 from moeroof.present.plots import (
     feasibility_boundary,
@@ -79,6 +79,14 @@ boxes = {"main": load_hardware(hardware), "contrast": load_hardware(contrast_har
 route = routing_from_spec(
     routing if routing == "uniform" or routing.startswith("zipf:") else str(resolve_data(routing)), m
 )
+cache_gib, why_main = cache_parameter(cache_gib, m, boxes["main"], preferred_gib=16.0, context_tokens=context_tokens)
+contrast_cache_gib, why_contrast = cache_parameter(
+    contrast_cache_gib, m, boxes["contrast"], preferred_gib=400.0, context_tokens=context_tokens
+)
+# defaults that depend on the model, said in the answer
+defaults_taken = [
+    f"`{n}` `auto` → {w}" for n, w in (("cache_gib", why_main), ("contrast_cache_gib", why_contrast)) if w
+]
 work = {
     "main": Workload(context_tokens=context_tokens, cache_bytes=cache_gib * GiB, overlap=overlap),
     "contrast": Workload(context_tokens=context_tokens, cache_bytes=contrast_cache_gib * GiB, overlap=overlap),
@@ -95,7 +103,7 @@ for k, p in plans.items():
 
 def box_label(k):
     gib = work[k].cache_bytes / GiB
-    return f"{boxes[k].name}, cache {gib:g} GiB requested"
+    return f"{boxes[k].name}, cache {gib:.4g} GiB requested"
 
 
 # %% [markdown]
@@ -516,6 +524,7 @@ display(
             users_max=int(users[last_ok]),
             inputs={k: v for p in plans.values() for k, v in p.provenance["inputs"].items()},
             links={boxes[k].name: plans[k].link_name for k in boxes},
+            defaults=defaults_taken,
             synthetic=[f"the routing data `{routing}`"]
             if not (routing == "uniform" or routing.startswith("zipf:"))
             and answers.is_synthetic(load_any(resolve_data(routing)).provenance)

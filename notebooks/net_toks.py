@@ -22,7 +22,7 @@
 model: str = "glm-5.2"  # model preset name or a TOML path
 hardware: str = "nvme-gen4"  # hardware preset name or a TOML path
 routing: str = "auto"  # auto (the model's: histograms/deepseek-v3-like.csv where E and K match, else the embedded data with the model's E and K, else zipf:0.8), uniform, zipf:S, or a histogram or trace: your file (from the working directory, or absolute) or an embedded name under data/
-cache_gib: float = 30.0  # expert cache in GiB
+cache_gib: float | str = "auto"  # expert cache in GiB, or auto (30 GiB capped at the model's routed experts and at what RAM leaves beside one agent's KV)
 context_tokens: int = 4096  # context per agent in tokens
 overlap: str = "max"  # max for perfect overlap, sum for serial terms
 b_max: int = 256  # largest batch
@@ -41,7 +41,7 @@ from moeroof.core.units import GiB, gib
 from moeroof.data.embedded import default_routing
 from moeroof.data.io import load_any
 from moeroof.data.presets import load_hardware, load_model
-from moeroof.models.plan import Workload, multiple_thresholds, plan, routing_from_spec
+from moeroof.models.plan import Workload, cache_parameter, multiple_thresholds, plan, routing_from_spec
 from moeroof.present import answers
 from moeroof.present.plots import plain_log_ticks, provenance_label, save_figure, shade_regimes, show_table, style
 from moeroof.studies.validation import (
@@ -67,6 +67,9 @@ if routing.strip().lower() == "auto":
     defaults_taken.append(f"routing `auto` → `{chosen.spec}` ({chosen.why})")
     routing = chosen.spec
 r = routing_from_spec(routing, m)
+cache_gib, cache_why = cache_parameter(cache_gib, m, hw, preferred_gib=30.0, context_tokens=context_tokens)
+if cache_why:
+    defaults_taken.append(f"cache `auto` → {cache_why}")
 w = Workload(context_tokens=context_tokens, cache_bytes=cache_gib * GiB, overlap=overlap)
 p = plan(m, hw, w, r, batch)
 claim_batch = np.unique(np.round(np.logspace(0, np.log10(claim_b_max), 60)).astype(int))
@@ -141,7 +144,7 @@ else:
         Markdown(
             f"**What changed (issue 10).** The expert cache the step sees is now {p.cache_label}, not a hot set "
             f"pinned from the true routing probabilities (an oracle, `--cache-policy static`). On {m.name} on "
-            f"{hw.name} with {cache_gib:g} GiB: at B = 1 the cache hits {p.cache_hit_rate[0]:.0%} against the pinned "
+            f"{hw.name} with {cache_gib:.3g} GiB: at B = 1 the cache hits {p.cache_hit_rate[0]:.0%} against the pinned "
             f"{pinned.cache_hit_rate[0]:.0%} ({p.net_tok_s[0]:.3g} against {pinned.net_tok_s[0]:.3g} tok/s); the gap is "
             f"widest at B = {batch[worst]} ({p.cache_hit_rate[worst]:.0%} against {pinned.cache_hit_rate[worst]:.0%}, "
             f"{p.net_tok_s[worst]:.3g} against {pinned.net_tok_s[worst]:.3g} net tok/s). The best feasible net tok/s is "
@@ -174,7 +177,7 @@ with style():
         plain_log_ticks(ax)
         handles, labels = ax.get_legend_handles_labels()
         ax.legend(handles + [h for h, _ in regimes], labels + [lab for _, lab in regimes], fontsize=7)
-    ax_n.set_title(f"{m.name} on {hw.name}, {r.label}, cache {cache_gib:g} GiB\n{prov}", fontsize=9)
+    ax_n.set_title(f"{m.name} on {hw.name}, {r.label}, cache {cache_gib:.3g} GiB\n{prov}", fontsize=9)
     ax_a.set_title(f"context {context_tokens} tokens, overlap {overlap}", fontsize=9)
     fig.tight_layout()
     save_figure(fig, "net_toks_roofline")

@@ -25,7 +25,7 @@ model: str = "glm-5.2"  # model preset name or a TOML path
 hardware: str = "nvme-gen4"  # hardware preset name or a TOML path
 b_min: int = 1  # smallest batch in the sweep
 b_max: int = 256  # largest batch in the sweep
-cache_gib: float = 30.0  # expert cache in GiB
+cache_gib: float | str = "auto"  # expert cache in GiB, or auto (30 GiB capped at the model's routed experts and at what RAM leaves beside one agent's KV)
 skew: float = 0.5  # Zipf exponent s of expert popularity, 0 for uniform routing (when routing is empty)
 routing: str = ""  # histogram or trace (your file (from the working directory, or absolute) or an embedded name under data/; or uniform, zipf:S) for the routing, empty for the skew control
 stickiness: float = 0.3  # chance that an expert of the last step is picked again (simulated cache only)
@@ -59,7 +59,7 @@ from moeroof.data.presets import list_presets, load_hardware, load_model
 from moeroof.models.cache import requests_from_trace, simulate
 from moeroof.models.fit import popularity_from_inclusion
 from moeroof.models.fit_plan import box_with_fit
-from moeroof.models.plan import CACHE_POLICIES, Workload, plan, routing_from_spec
+from moeroof.models.plan import CACHE_POLICIES, Workload, cache_parameter, plan, routing_from_spec
 from moeroof.models.routing import Zipf, sample_trace
 from moeroof.models.union import BASELINE, union_plugin, union_uniform
 from moeroof.present import answers
@@ -263,6 +263,12 @@ def draw(s):
 # feasible B.
 
 # %%
+defaults_taken = []  # defaults that depend on the model, said in the answer
+cache_gib, cache_why = cache_parameter(
+    cache_gib, load_model(model), load_hardware(hardware), preferred_gib=30.0, context_tokens=context_tokens
+)
+if cache_why:
+    defaults_taken.append(f"cache `auto` → {cache_why}")
 state = whatif(
     model, hardware, (b_min, b_max), cache_gib, skew, stickiness, ssd_gb_s, mem_gb_s, overlap, cache_policy, routing
 )
@@ -288,6 +294,7 @@ def answer(s):
         infeasible_from=int(q.batch[bad[0]]) if bad.size else None,
         fit=fit.strip() or None,
         fit_knobs=s["fit_knobs"],
+        defaults=defaults_taken if s is state else (),
         infeasible_reason=q.infeasible_reason[bad[0]] if bad.size else None,
         union_at_max=float(s["union"].mean[-1]),
         inputs=q.provenance["inputs"],

@@ -31,14 +31,14 @@ NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.py"))
 #: test_every_notebook_has_small_parameters, so adding a notebook means adding its entry here.
 SMALL_PARAMETERS: dict[str, dict] = {
     "union_curve": {"b_max": 64, "model_layers": 4, "bootstrap": 10, "experts": 128, "top_k": 4},
-    # only the model and the cache changed: the routing default follows the model (auto → the
-    # embedded trace with its E = 128, K = 8) and the answer must say so (ANSWER_CHECKS)
+    # only the model changed: the routing default follows it (auto → the embedded trace with its
+    # E = 128, K = 8) and so does the cache (auto → the 3-bit model's 11.8 GiB of routed experts,
+    # under the preferred 30 GiB); the answer must say both (ANSWER_CHECKS)
     "net_toks": {
         "b_max": 32,
         "claim_b_max": 64,
         "validate": True,
-        "model": "qwen3-30b-a3b",
-        "cache_gib": 8.0,
+        "model": "qwen3-30b-a3b-3bit",
     },
     "skew_fit": {"b_max": 64, "fit_bootstrap": 5, "gof_sims": 5, "union_bootstrap": 10, "max_layers": 3},
     # non-default model, boxes (the contrast box streams over PCIe), caches and a synthetic trace as routing
@@ -147,14 +147,14 @@ MIXTRAL_TRACE = EXTERNAL_DIR / "mixtral8x7b-instruct-fp8-vllm-traces" / "trace_d
 ANSWER_CHECKS: dict[str, dict] = {
     "net_toks": {
         "names": [
-            "qwen3-30b-a3b",
+            "qwen3-30b-a3b-3bit",
             "nvme-gen4",
-            "8 GiB",
+            "11.8 GiB",
             "B = 1…32",
             "seed 000",
             "4×",
-            "tokens a minute",
             "Defaults that follow the model: routing `auto` → `traces/qwen3-30b-a3b-like.npz`",
+            "cache `auto` → 11.8 GiB, every routed expert of qwen3-30b-a3b-3bit",
         ],
         "synthetic": True,
         "projected": True,

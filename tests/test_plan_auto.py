@@ -5,13 +5,15 @@ TOMLs by hand, not from the code."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 import csvout  # noqa: I001  (tests/csvout.py: results past their run record)
 from moeroof.cli import main
+from moeroof.core.errors import ParameterError
 from moeroof.data.presets import load_hardware, load_model
-from moeroof.models.plan import auto_cache
+from moeroof.models.plan import auto_cache, cache_parameter, default_cache
 
 GIB = 2**30
 
@@ -52,6 +54,32 @@ def test_auto_cache_is_sized_for_each_batch_alone():
     for grid in ([8], [1, 8], [8, 64], [2, 8, 4096]):
         got = auto_cache(model, hw, grid, context_tokens=32768)
         assert got["cache_bytes"][got["batch"].index(8)] == auto["cache_bytes"][1]
+
+
+def test_a_report_s_auto_cache_is_its_preferred_size_capped_by_the_model_and_the_box():
+    # glm-5.2 on nvme-gen4: RAM leaves 47,517,198,592 B at B = 1 (above): 30 GiB fits as it is
+    glm, nvme = load_model("glm-5.2"), load_hardware("nvme-gen4")
+    got = default_cache(glm, nvme, preferred_bytes=30 * GIB)
+    assert got.cache_bytes == 30 * GIB and "preferred" in got.why
+    # 50 GiB = 53,687,091,200 B does not fit: what RAM leaves at B = 1, said so
+    got = default_cache(glm, nvme, preferred_bytes=50 * GIB)
+    assert got.cache_bytes == pytest.approx(47_517_198_592, rel=1e-12) and "RAM leaves" in got.why
+    # mixtral on the M4 Max: its routed set, 84 GiB, is below 100 GiB and what RAM leaves
+    got = default_cache(load_model("mixtral-8x7b"), load_hardware("apple-m4-max"), preferred_bytes=100 * GIB)
+    assert got.cache_bytes == 84 * GIB and "every routed expert of mixtral-8x7b" in got.why
+    # glm-5.2 at 32768 tokens on a 30 GiB box: 32e9 − 4 GiB − 9.9e9 − 32768·70272 < 0: no cache
+    tiny = replace(nvme, ram_bytes=32e9)
+    got = default_cache(glm, tiny, preferred_bytes=30 * GIB, context_tokens=32768 * 8)
+    assert got.cache_bytes == 0.0 and got.why.startswith("no cache")
+
+
+def test_cache_parameter_takes_a_number_or_auto():
+    glm, nvme = load_model("glm-5.2"), load_hardware("nvme-gen4")
+    assert cache_parameter(12.5, glm, nvme, preferred_gib=30.0) == (12.5, None)
+    gib, why = cache_parameter("auto", glm, nvme, preferred_gib=30.0)
+    assert gib == 30.0 and why
+    with pytest.raises(ParameterError, match="cache_gib.*number of GiB or auto"):
+        cache_parameter("lots", glm, nvme, preferred_gib=30.0)
 
 
 def test_plan_default_is_auto_and_says_so(capsys):

@@ -90,6 +90,9 @@ def test_problems_name_each_parameter_at_once():
     assert len(found) == 5
     assert preflight.problems({"model": "qwen3-30b-a3b", "routing": "auto"}) == []
     assert preflight.problems({"model": "no-such-model"})[0].startswith("-p model:")
+    # a cache is a number of GiB or auto (a default that follows the model)
+    assert preflight.problems({"model": "glm-5.2", "cache_gib": "auto", "contrast_cache_gib": "AUTO"}) == []
+    assert preflight.problems({"cache_gib": "lots"}) == ["-p cache_gib: expected a number or auto, got 'lots'"]
 
 
 def test_report_refuses_a_bad_combination_before_any_kernel(capsys, tmp_path):

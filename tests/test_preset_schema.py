@@ -126,3 +126,25 @@ def test_fit_plan_takes_set_too(capsys):
     assert "--set bw_mem_bytes_per_s=2GB/s" in b["run"]["command"]  # a box 60x slower to read: memory binds
     assert [r["predicted"] for r in a["rows"]] != [r["predicted"] for r in b["rows"]]
     assert "--set" in _error(capsys, *base, "--set", "bw_ssd_bytes_per_s=fast")
+
+
+def test_split_takes_set_as_a_hardware_file_with_that_field(capsys, tmp_path):
+    """``split --set F=V`` answers as ``split --hardware FILE`` where FILE is the preset with F = V."""
+    # --set on a read-size curve scales it to the new peak, its shape kept (as above)
+    text = (REPO_ROOT / "data" / "presets" / "hardware" / "gb10.toml").read_text(encoding="utf-8")
+    curve = [0.028, 0.43, 0.85, 4.13, 5.7]
+    scaled = ", ".join(repr(v * 2.0 / 5.7) for v in curve)
+    edited = text.replace(
+        f"bw_ssd_bytes_per_s = {{ value = [{', '.join(map(str, curve))}]", f"bw_ssd_bytes_per_s = {{ value = [{scaled}]"
+    )
+    assert edited != text
+    box = tmp_path / "gb10-2gbs.toml"
+    box.write_text(edited.replace('name = "gb10"', 'name = "gb10-2gbs"'), encoding="utf-8")
+    base = ["split", "data/histograms/glm5-seed003-summed.csv", "--ranks", "2", "--method", "lpt", "--json"]
+    a = json.loads((main([*base, "--hardware", str(box)]), capsys.readouterr().out)[1])
+    b = json.loads((main([*base, "--set", "bw_ssd_bytes_per_s=2GB/s"]), capsys.readouterr().out)[1])
+    assert b["step_seconds"] == pytest.approx(a["step_seconds"], rel=1e-9)
+    assert b["predicted_step_seconds"] == pytest.approx(a["predicted_step_seconds"], rel=1e-9)
+    c = json.loads((main(base), capsys.readouterr().out)[1])
+    assert c["step_seconds"] != pytest.approx(b["step_seconds"], rel=1e-3), "the override moved the answer"
+    assert "--set" in _error(capsys, *base[:-1], "--set", "bw_ssd_bytes_per_s=fast")

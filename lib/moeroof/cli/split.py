@@ -5,7 +5,8 @@ decode step.
 
     moeroof split HISTOGRAM --ranks R --method id|lpt|weighted|bytes [--rank-speed 1,0.6]
                   [--batch M] [--cache-gib X] [--cache-policy lru|…|static] [--context N]
-                  [--model PRESET|FILE] [--hardware PRESET|FILE] [--format table|json|csv] [--output FILE]
+                  [--model PRESET|FILE] [--hardware PRESET|FILE] [--set FIELD=VALUE]
+                  [--format table|json|csv] [--output FILE]
 
 The partition, the per-rank load and the step model are :func:`moeroof.models.split.split_report`
 — the step model of ``moeroof plan``, with the same defaults for the flags they share, so
@@ -20,8 +21,10 @@ from typing import Any
 
 from moeroof.cli.common import (
     PARTITIONS,
+    SET_HELP,
     add_output_arguments,
     add_step_arguments,
+    apply_sets,
     emit,
     fmt,
     input_path,
@@ -54,6 +57,7 @@ def add_parser(subparsers: Any) -> None:
         "--model", default="glm-5-nvfp4", help="model preset or TOML for the step model (default glm-5-nvfp4)"
     )
     p.add_argument("--hardware", default="gb10", help="hardware preset or TOML per rank (default gb10)")
+    p.add_argument("--set", action="append", default=None, metavar="FIELD=VALUE", help=SET_HELP)
     add_output_arguments(p)
     p.set_defaults(
         func=run,
@@ -70,15 +74,15 @@ def add_parser(subparsers: Any) -> None:
 
 def split_report(args: argparse.Namespace) -> dict[str, Any]:
     """The ``split`` JSON object for parsed arguments (the library builds it)."""
+    from moeroof.data.presets import load_hardware, load_model
     from moeroof.models.split import split_report as build
 
     options = step_options(args)
     batch = positive_int(args.batch, "--batch")
+    model, hardware = apply_sets(args.set, load_model(args.model), load_hardware(args.hardware))
     auto = None
     if options["cache_bytes"] is None:
-        from moeroof.data.presets import load_hardware, load_model
-
-        auto = resolve_auto_cache(options, load_model(args.model), load_hardware(args.hardware), [batch])
+        auto = resolve_auto_cache(options, model, hardware, [batch])
     rep = build(
         input_path(args.path),
         positive_int(args.ranks, "--ranks"),
@@ -86,8 +90,8 @@ def split_report(args: argparse.Namespace) -> dict[str, Any]:
         args.rank_speed,
         batch=batch,
         cache_gib_per_rank=options["cache_bytes"] / 2**30,
-        model=args.model,
-        hardware=args.hardware,
+        model=model,
+        hardware=hardware,
         context_tokens=options["context_tokens"],
         overlap=options["overlap"],
         fabric_overlapped=options["fabric_overlapped"],

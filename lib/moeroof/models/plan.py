@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from moeroof.core.errors import ParameterError
 from moeroof.core.results import Result
 from moeroof.data.presets import Hardware, MoEModel
 from moeroof.models import expert_cache, step
@@ -69,6 +70,9 @@ __all__ = [
     "multiple_thresholds",
     "admission_search",
     "auto_cache",
+    "CacheDefault",
+    "default_cache",
+    "cache_parameter",
     "auto_cache_bytes",
     "ram_batch_limit",
     "ram_left_bytes",
@@ -304,6 +308,73 @@ def auto_cache(
         "context_tokens": int(context_tokens),
         "shared_prefix_tokens": p,
     }
+
+
+@dataclass(frozen=True)
+class CacheDefault:
+    """What a notebook's ``cache_gib = "auto"`` became: ``cache_bytes`` and ``why``, in words."""
+
+    cache_bytes: float
+    why: str
+
+
+def default_cache(
+    model: MoEModel,
+    hardware: Hardware,
+    *,
+    preferred_bytes: float,
+    context_tokens: int = 4096,
+    shared_prefix_tokens: int = 0,
+) -> CacheDefault:
+    """The one expert cache a report uses for every batch size when its ``cache_gib`` is ``auto``::
+
+        cache = clip(min(preferred, routed bytes, RAM − OS reserve − dense band − KV(1)), 0)
+
+    the notebook's preferred size, capped at the model's whole routed set (a larger cache holds
+    nothing more) and at what RAM leaves beside one agent's KV (:func:`ram_left_bytes` at B = 1),
+    so that a default made for one model never asks another for more than it has or its box can
+    hold. Larger batches add KV: where a batch's KV does not fit beside this cache, the plan marks
+    that batch infeasible rather than shrinking the cache (``--cache-gib auto`` in ``plan`` sizes
+    a cache per batch instead, :func:`auto_cache_bytes`)."""
+    left, _ = ram_left_bytes(
+        model, hardware, [1], context_tokens=context_tokens, shared_prefix_tokens=shared_prefix_tokens
+    )
+    left_1 = float(left[0])
+    routed = float(model.routed_bytes)
+    preferred = float(preferred_bytes)
+    g = 2.0**30
+    cache = max(min(preferred, routed, left_1), 0.0)
+    if cache == preferred:
+        why = f"{preferred / g:g} GiB, the report's preferred size (it fits {model.name} on {hardware.name})"
+    elif cache == routed and routed <= left_1:
+        why = f"{cache / g:.1f} GiB, every routed expert of {model.name} (a larger cache holds nothing more)"
+    elif left_1 > 0:
+        why = (
+            f"{cache / g:.1f} GiB, what {hardware.name}'s RAM leaves beside the OS reserve, the dense band and one "
+            f"agent's KV at {int(context_tokens)} tokens (the preferred {preferred / g:g} GiB does not fit)"
+        )
+    else:
+        why = f"no cache: {model.name}'s dense band and one agent's KV do not fit in {hardware.name}'s RAM"
+    return CacheDefault(cache, why)
+
+
+def cache_parameter(
+    value: float | str,
+    model: MoEModel,
+    hardware: Hardware,
+    *,
+    preferred_gib: float,
+    context_tokens: int = 4096,
+) -> tuple[float, str | None]:
+    """A report's cache parameter in GiB: ``(value, None)`` for a number, ``(gib, why)`` for
+    ``auto`` (:func:`default_cache` with the report's preferred size). Raises :class:`ParameterError`
+    for anything else."""
+    if isinstance(value, str):
+        if value.strip().lower() != "auto":
+            raise ParameterError("cache_gib", f"expected a number of GiB or auto, got {value!r}")
+        chosen = default_cache(model, hardware, preferred_bytes=preferred_gib * 2.0**30, context_tokens=context_tokens)
+        return chosen.cache_bytes / 2.0**30, chosen.why
+    return float(value), None
 
 
 def auto_cache_note(auto: Mapping[str, Any]) -> str:

@@ -343,6 +343,7 @@ def levers(
     inputs: Mapping[str, str],
     synthetic: Iterable[str] = (),
     links: Mapping[str, str] | None = None,
+    defaults: Iterable[str] = (),
 ) -> str:
     """levers: what L1, L2 and L3 each buy at one batch on each box, and whether L2 and L3 compound.
 
@@ -368,7 +369,7 @@ def levers(
         f"Over one user's fan-out session of {agents} agents, L2 and L3 together give {fmt(session_combined)}× "
         f"against {fmt(session_product)}× for the product of each alone: they compound {compound}. Cross-user "
         f"batching at {users_max} users (the most that fit in RAM) multiplies the per-user coalescing by {fmt(cross_user_gain)}× "
-        "(against `per-user steps`). " + provenance_sentence(inputs, synthetic=synthetic)
+        "(against `per-user steps`). " + defaults_sentence(defaults) + provenance_sentence(inputs, synthetic=synthetic)
     )
 
 
@@ -683,12 +684,14 @@ def whatif(
     infeasible_reason: str | None = None,
     fit: str | None = None,
     fit_knobs: Sequence[str] = (),
+    defaults: Iterable[str] = (),
 ) -> str:
     """whatif: the state the controls start in (the report shows that state); ``link`` is what
     the box streams experts over, which names the ``ssd`` term. ``best_*`` is None when no
     batch of the range fits in RAM; ``infeasible_from`` is the first B that does not fit (None:
     all do) and ``infeasible_reason`` why; ``fit``: a fit-plan result the box runs with, and
-    ``fit_knobs`` the knobs of it the state took."""
+    ``fit_knobs`` the knobs of it the state took; ``defaults`` the defaults that followed the
+    model (:func:`defaults_sentence`)."""
     head = (
         f"**Answer (this state).** **{model}** on **{hardware}** (experts streamed {stream_source(link)}), routing "
         f"`{routing}`, a {fmt(cache_gib)} GiB expert cache: "
@@ -717,6 +720,7 @@ def whatif(
         + body
         + f"U({batch_max}) is {fmt(union_at_max)} experts per layer. Move the controls (`make lab`) to redraw. "
         + fitted
+        + defaults_sentence(defaults)
         + provenance_sentence(inputs, synthetic=synthetic)
     )
 

@@ -29,7 +29,17 @@ ROUTING_PARAMETERS = ("routing", "histogram", "per_layer_histogram", "trace")
 #: integer parameters that are batch sizes or counts: at least 1
 _AT_LEAST_ONE = ("b_min", "b_max", "claim_b_max", "streams", "trace_streams", "trace_steps", "trace_layers")
 #: numbers that are sizes or lengths: at least 0
-_AT_LEAST_ZERO = ("cache_gib", "ladder_cache_gib", "cache_gib_max", "context_tokens", "ssd_gb_s", "mem_gb_s")
+_AT_LEAST_ZERO = (
+    "cache_gib",
+    "contrast_cache_gib",
+    "ladder_cache_gib",
+    "cache_gib_max",
+    "context_tokens",
+    "ssd_gb_s",
+    "mem_gb_s",
+)
+#: sizes that may also be ``auto`` (a default that follows the model, :func:`moeroof.models.plan.default_cache`)
+_AUTO_OR_NUMBER = ("cache_gib", "contrast_cache_gib")
 _FILE_SUFFIXES = (".csv", ".npz", ".npy", ".parquet", ".toml", ".json", ".yaml", ".yml", ".pt")
 
 
@@ -103,6 +113,8 @@ def problems(values: Mapping[str, Any]) -> list[str]:
             out.append(f"-p {name}: must be at least 1, got {v}")
     for name in _AT_LEAST_ZERO:
         v = values.get(name)
+        if name in _AUTO_OR_NUMBER and isinstance(v, str) and v.strip().lower() != "auto":
+            out.append(f"-p {name}: expected a number or auto, got {v!r}")
         if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
             out.append(f"-p {name}: must be >= 0, got {v}")
     for lo_name in [n for n in values if n.endswith("_min")]:

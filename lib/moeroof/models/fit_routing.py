@@ -501,9 +501,10 @@ def simulate_points_uncached(knobs, points, experts, top_k, layers, expert_bytes
 # ----------------------------------------------------------------------------- which knobs
 
 
-def identifiable(points: Sequence[Point]) -> tuple[tuple[str, ...], dict[str, str]]:
+def identifiable(points: Sequence[Point], hold: Sequence[str] = ()) -> tuple[tuple[str, ...], dict[str, str]]:
     """The knobs the calibration rows can identify (fitted, in :data:`KNOBS` order) and, for
-    each held knob, why (module docstring)."""
+    each held knob, why (module docstring); the knobs in ``hold`` are given, neither fitted nor
+    counted."""
     cal = [p for p in points if p.calibrates]
     n = len({p.conditions for p in cal})
     kinds = {p.kind for p in cal}
@@ -513,13 +514,17 @@ def identifiable(points: Sequence[Point]) -> tuple[tuple[str, ...], dict[str, st
         "skew": "",
         "rho": "" if kinds & {"hit_rate", "gib_per_step", "overlap"} else "no hit-rate, GiB or overlap row",
         "history": "" if cache_rows else "no cache row (hit_rate or gib_per_step)",
+        # per-stream locality and the skew look alike in one stream's cache; with the popularity
+        # given, one batch size's cache rows tell them apart
         "locality": ""
-        if len(local_batches) >= 2
+        if len(local_batches) >= 2 or ("skew" in hold and cache_rows)
         else "needs cache or overlap rows at two batch sizes or more (one stream against many)",
     }
     fitted: list[str] = []
     held: dict[str, str] = {}
     for name in KNOBS:
+        if name in hold:
+            continue
         if eligible[name]:
             held[name] = eligible[name]
         elif len(fitted) >= n:
@@ -1065,12 +1070,19 @@ def fit_routing(
     max_history: int = 2048,
     level: tuple[float, float] = (0.05, 0.95),
     progress: Callable[[int, int, str], None] | None = None,
+    popularity: RoutingKnobs | None = None,
 ) -> RoutingFit:
     """Fit the routing knobs jointly to the calibration points (rows with a value), one fit per
     family, and predict every point with 5–95 % bands (module docstring for the method).
 
+    ``popularity``, when given, is the routing's popularity known from elsewhere (its family and
+    skew, e.g. fitted to the model's routing histogram): only that family is fitted, its skew is
+    held there, and the rows go to the locality knobs (ρ, history, ``c``).
+
     ``progress(done, total, what)``, when given, is called as each stage starts (a family's fit,
     its bootstrap, the bands) and at the end; it changes no result."""
+    if popularity is not None:
+        families = (popularity.family,)
     stages = 2 * len(families) + 1
     stage = 0
 
@@ -1093,11 +1105,15 @@ def fit_routing(
         max_sim_layers=max_sim_layers,
         max_history=max_history,
     )
-    fitted, held = identifiable(points)
+    if popularity is not None:
+        fitted, held = identifiable(points, hold=("skew",))
+        held["skew"] = f"given: the routing's popularity ({popularity.skew_name} = {popularity.skew:.3g}), not fitted"
+    else:
+        fitted, held = identifiable(points)
     seeds = tuple(int(s) for s in seeds)
     kw = dict(
         fitted=fitted,
-        start=None,
+        start=popularity,
         seeds=seeds,
         timed_steps=timed_steps,
         max_sim_layers=max_sim_layers,

@@ -1,0 +1,550 @@
+"""A prior for per-stream temporal locality, fitted on real decode captures (issue 24).
+
+Calibrated only on a batch's rows (seed 003's pair at M = 8) or on nothing, the routing model
+cannot tell how local one stream is: stickiness ρ (a stream's token keeps an expert of its
+previous token) and per-stream hot sets (locality ``c``: each stream routes by its own
+``q ~ Dirichlet(c·w)`` around the layer's popularity w) leave a batch's cache nearly unchanged
+and decide a single stream's. Held at 0 they predict a single stream ~30 points below what
+engines measure (VALIDATION.md: 42.7 % of a Qwen3 token's experts are its previous token's,
+against 6.25 % for independent tokens). This module fits those two knobs on every real decode
+source the suite can read and pools the fits into a distribution, so that a prediction that
+cannot identify them draws them from what real decode does, and their spread widens its band.
+
+**Sources** (:data:`SOURCES`): each gives single-stream rows (``overlap`` at M = 1 and LRU hit
+rates of one stream at several per-layer capacities) and, where it has several streams, the same
+rows at larger batches (which tell ρ from ``c``: :func:`moeroof.models.fit_routing.identifiable`):
+
+- ``mixtral``: the Mixtral 8x7B capture (4 sequences, 32 layers, top-2 of 8), replayed
+  (:func:`moeroof.studies.knob_transfer.measured_points`);
+- ``qwen15``: the Qwen1.5-MoE layer-0 capture (a real vLLM batch of 25, top-4 of 60; a row's
+  identity across steps is approximate, so its locality is a lower bound);
+- ``qwen3-moe-trace``: the published single-stream table of VALIDATION.md (Qwen3-30B-A3B, MLX
+  4-bit, 25 prompts: 42.7 % consecutive overlap; LRU 8/16/32/64 experts per layer → 42.4 /
+  64.7 / 81.0 / 91.8 %; gajsanders/moe-trace finding 007), numbers only.
+
+The captures are read from ``../shared/data/external`` (never copied: no license); a source
+whose files are absent is skipped and said so.
+
+**Per-source fit** (:func:`fit_source`): :func:`moeroof.models.fit_routing.fit_routing` on every
+row of the source — its family, skew, ρ, history and, where the rows identify it, ``c`` — with
+its refit parametric bootstrap; the chosen family's draws are the source's knob distribution.
+Locality is carried as ``c / E`` (the per-expert concentration: below 1 a stream keeps to a
+subset of the experts), which transfers between models of different E; ``c = ∞`` (off) stays
+off.
+
+**The prior** (:class:`LocalityPrior`): the sources' draws pooled with equal weight per source
+(each source's draws resampled to :data:`DRAWS_PER_SOURCE`), so a source with more draws does
+not count more. Its median is the point a zero-fit default uses; its 5–95 % spread goes into
+the bands.
+
+**Leave one capture out** (:func:`study`): for each source, the prior of the *other*
+sources predicts its rows — with the source's popularity from its routing histogram (what a user
+has: the pooled expert frequencies, not the cache) and ρ, ``c`` drawn from the prior — against
+the same rows with locality off (ρ = 0, ``c`` = ∞: the suite's zero-fit default before the
+prior). Errors and coverage are shown whatever they are; no held-out row is used to fit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from moeroof.core.results import Result
+from moeroof.data.points import Point
+from moeroof.models import fit_routing
+from moeroof.models.fit_routing import RoutingKnobs
+
+__all__ = [
+    "SOURCES",
+    "PRIOR_DRAWS",
+    "C_PER_EXPERT_OFF",
+    "SourceRows",
+    "SourceFit",
+    "LocalityPrior",
+    "PriorRow",
+    "source_rows",
+    "fit_source",
+    "pool",
+    "predict_rows",
+    "stream_check",
+    "LocalityStudy",
+    "study",
+    "popularity_knobs",
+]
+
+#: the 5–95 % band of every prior prediction
+LEVEL = (0.05, 0.95)
+
+#: the real decode sources (module docstring): a capture (``trace``: a path under the external
+#: folder, and its replay's batches and per-layer capacities) or a published table (``rows``)
+SOURCES: dict[str, dict[str, Any]] = {
+    "mixtral": {
+        "title": "Mixtral 8x7B decode (4 sequences, 32 layers, top-2 of 8)",
+        "provenance": "mixtral8x7b-instruct-fp8-vllm-traces (../shared/data/external), replayed",
+        "trace": "mixtral8x7b-instruct-fp8-vllm-traces/trace_decode.npz",
+        "batches": (1, 2, 4),
+        "capacities": (3, 4, 5, 6),
+    },
+    "qwen15": {
+        "title": "Qwen1.5-MoE-A2.7B layer 0 (a real vLLM batch of 25, top-4 of 60)",
+        "provenance": "qwen15moe-a27b-gptq-vllm-layer0 (../shared/data/external), replayed",
+        "trace": "qwen15moe-a27b-gptq-vllm-layer0/trace_decode_layer0.npz",
+        "batches": (1, 5, 25),
+        "capacities": (8, 16, 24, 32),
+    },
+    "qwen3-moe-trace": {
+        "title": "Qwen3-30B-A3B decode, one stream (MLX 4-bit, 25 prompts)",
+        "provenance": "VALIDATION.md: gajsanders/moe-trace finding 007 (a hobby project), published numbers",
+        "experts": 128,
+        "top_k": 8,
+        "layers": 48,
+        "rows": (
+            ("overlap", None, 0.427),
+            ("hit_rate", 8, 0.424),
+            ("hit_rate", 16, 0.647),
+            ("hit_rate", 32, 0.810),
+            ("hit_rate", 64, 0.918),
+        ),
+        # the model's pooled popularity, from another capture of the same model (prefill, GSM8K)
+        "histogram": "qwen3-30b-a3b-expert-freq-en-he/gsm_en_he_500_20250921_115824_avg_activation.csv",
+        "histogram_tokens": 94200,
+    },
+}
+
+
+@dataclass(frozen=True)
+class SourceRows:
+    """One source's measured rows and the shape of its model; ``counts`` (L, E) its routing
+    histogram (the popularity a user would have), or None."""
+
+    name: str
+    title: str
+    provenance: str
+    experts: int
+    top_k: int
+    layers: int
+    points: tuple[Point, ...]
+    counts: np.ndarray | None = field(default=None, repr=False)
+
+
+def _published_rows(spec: dict[str, Any]) -> tuple[Point, ...]:
+    out = []
+    for kind, cap, value in spec["rows"]:
+        if kind == "overlap":
+            out.append(Point(kind="overlap", batch=1, value=float(value)))
+        else:
+            out.append(
+                Point(
+                    kind="hit_rate",
+                    batch=1,
+                    capacity_experts=float(cap),
+                    policy="lru",
+                    scope="layer",
+                    value=float(value),
+                )
+            )
+    return tuple(out)
+
+
+def source_rows(name: str, external_dir: str | Path | None = None) -> SourceRows:
+    """The rows of one of :data:`SOURCES`; ``FileNotFoundError`` when its capture is absent."""
+    from moeroof.core.paths import EXTERNAL_DIR
+    from moeroof.data.io import read_trace
+    from moeroof.models.routing import histogram_from_trace
+    from moeroof.studies.knob_transfer import measured_points
+
+    if name not in SOURCES:
+        raise ValueError(f"source must be one of {', '.join(SOURCES)}, got {name!r}")
+    spec = SOURCES[name]
+    root = Path(external_dir or EXTERNAL_DIR)
+    if "trace" in spec:
+        path = root / spec["trace"]
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{path}: source {name!r} is absent (the external data folder is not in this clone)"
+            )
+        trace = read_trace(path)
+        topk = np.asarray(trace.topk)
+        points = measured_points(topk, int(trace.experts), batches=spec["batches"], capacities=spec["capacities"])
+        counts = histogram_from_trace(topk, int(trace.experts))
+        return SourceRows(
+            name,
+            spec["title"],
+            spec["provenance"],
+            int(trace.experts),
+            int(topk.shape[3]),
+            int(topk.shape[2]),
+            tuple(points),
+            counts,
+        )
+    counts = None
+    hist_path = root / spec["histogram"]
+    if hist_path.is_file():
+        from moeroof.data.importers import import_matrix
+
+        imported = import_matrix(
+            hist_path,
+            layer_col="Layer",
+            expert_prefix="Expert_",
+            filters=[("Language", "English")],
+            top_k=int(spec["top_k"]),
+            tokens=int(spec["histogram_tokens"]),
+        )
+        counts = np.asarray(imported.counts)
+    return SourceRows(
+        name,
+        spec["title"],
+        spec["provenance"],
+        int(spec["experts"]),
+        int(spec["top_k"]),
+        int(spec["layers"]),
+        _published_rows(spec),
+        counts,
+    )
+
+
+@dataclass(frozen=True)
+class SourceFit(Result):
+    """One source's knobs: the chosen family's fit and its draws as ``(rho, c_per_expert)``
+    (``inf``: locality off); ``held`` the knobs its rows could not identify, and why."""
+
+    name: str
+    family: str
+    knobs: RoutingKnobs
+    rho_draws: tuple[float, ...]
+    c_per_expert_draws: tuple[float, ...]
+    held: dict[str, str]
+    experts: int
+
+
+def fit_source(
+    rows: SourceRows,
+    *,
+    seeds: Sequence[int] = (0, 1),
+    bootstrap: int = 8,
+    timed_steps: int = 16,
+    max_sim_layers: int = 8,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> SourceFit:
+    """:func:`moeroof.models.fit_routing.fit_routing` on every row of one source, its popularity
+    held at its routing histogram's (:func:`popularity_knobs`: the locality is what the cache
+    rows show beyond the pooled popularity); the chosen family's bootstrap draws become the
+    source's distribution."""
+    fit = fit_routing.fit_routing(
+        list(rows.points),
+        rows.experts,
+        rows.top_k,
+        rows.layers,
+        seeds=seeds,
+        bootstrap=bootstrap,
+        timed_steps=timed_steps,
+        max_sim_layers=max_sim_layers,
+        progress=progress,
+        popularity=popularity_knobs(rows),
+    )
+    chosen = next(f for f in fit.family_fits if f.family == fit.family)
+    draws = chosen.draws or (chosen.knobs,)
+    e = float(rows.experts)
+    return SourceFit(
+        name=rows.name,
+        family=chosen.family,
+        knobs=chosen.knobs,
+        rho_draws=tuple(float(d.rho) for d in draws),
+        c_per_expert_draws=tuple(float(d.c) / e for d in draws),
+        held=dict(fit.held),
+        experts=rows.experts,
+    )
+
+
+#: ``c / E`` at or above this is "off" (a stream routes as the layer does): the log scale's cap
+C_PER_EXPERT_OFF = 1e3
+#: ρ is pooled on the logit scale, clipped to [RHO_FLOOR, 1 − RHO_FLOOR]
+RHO_FLOOR = 1e-3
+#: draws of the prior's predictive distribution (deterministic quantiles: no Monte Carlo noise)
+PRIOR_DRAWS = 32
+
+
+def _to_scale(rho: np.ndarray, c_per_expert: np.ndarray) -> np.ndarray:
+    r = np.clip(np.asarray(rho, dtype=float), RHO_FLOOR, 1.0 - RHO_FLOOR)
+    c = np.minimum(np.asarray(c_per_expert, dtype=float), C_PER_EXPERT_OFF)
+    return np.stack([np.log(r / (1.0 - r)), np.log(c)], axis=-1)
+
+
+def _from_scale(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    rho = 1.0 / (1.0 + np.exp(-x[..., 0]))
+    c = np.exp(x[..., 1])
+    return rho, np.where(c >= C_PER_EXPERT_OFF * (1 - 1e-9), np.inf, c)
+
+
+@dataclass(frozen=True)
+class LocalityPrior(Result):
+    """The locality prior (module docstring): on the scales ``logit ρ`` and ``log(c/E)``, the
+    sources' mean ``mean``, the predictive spread ``scale`` and its degrees of freedom ``dof``
+    (Student's t; 0: one source, normal with its own bootstrap spread), the pooled draws and
+    where they came from."""
+
+    sources: tuple[str, ...]
+    mean: tuple[float, float]
+    scale: tuple[float, float]
+    dof: int
+    rho: tuple[float, ...]
+    c_per_expert: tuple[float, ...]
+    provenance: str
+
+    @property
+    def median(self) -> tuple[float, float]:
+        """``(rho, c_per_expert)`` at the prior's centre: the point a zero-fit default uses."""
+        r, c = _from_scale(np.asarray(self.mean))
+        return float(r), float(c)
+
+    def quantiles(self, q: Sequence[float] = (0.05, 0.5, 0.95)) -> dict[str, list[float]]:
+        """ρ and ``c/E`` at the quantiles ``q`` of the predictive distribution."""
+        from scipy.stats import norm
+        from scipy.stats import t as student_t
+
+        z = student_t.ppf(q, self.dof) if self.dof > 0 else norm.ppf(q)
+        x = np.asarray(self.mean)[None, :] + np.asarray(z)[:, None] * np.asarray(self.scale)[None, :]
+        rho, c = _from_scale(x)
+        return {"rho": [float(v) for v in rho], "c_per_expert": [float(v) for v in c]}
+
+    def knobs(self, base: RoutingKnobs, experts: int) -> list[RoutingKnobs]:
+        """``base`` (its family, skew and history) with each of the prior's draws of ρ and ``c``."""
+        return [
+            replace(base, rho=float(r), c=math.inf if math.isinf(c) else float(c) * experts)
+            for r, c in zip(self.rho, self.c_per_expert)
+        ]
+
+
+def pool(fits: Sequence[SourceFit], *, draws: int = PRIOR_DRAWS) -> LocalityPrior:
+    """The prior of the module docstring, a random-effects pool of the sources' fits: on the
+    scales ``x = (logit ρ, log(c/E))`` (``c/E`` capped at :data:`C_PER_EXPERT_OFF`, "off"), each
+    source i gives the mean ``x̄_i`` and variance ``v_i`` of its bootstrap draws; over n sources
+
+        m = mean_i x̄_i,   s_b² = var_i x̄_i (n − 1 dof),   scale² = s_b² · (1 + 1/n) + mean_i v_i
+
+    and a new model's knobs are ``m + scale · t_{n−1}`` (Student's t: the between-source spread
+    is estimated from n sources, so with two the tails are wide), each knob's draws the t
+    quantiles at ``(j + ½)/draws``, ρ's and ``c``'s paired by a fixed permutation (generator
+    ``"locality-prior"``). One source alone: its own bootstrap spread, normal, and a note in
+    ``dof`` = 0."""
+    from scipy.stats import norm
+    from scipy.stats import t as student_t
+
+    from moeroof.core.rng import generator
+
+    if not fits:
+        raise ValueError("a prior needs at least one source fit")
+    per = [_to_scale(np.asarray(f.rho_draws), np.asarray(f.c_per_expert_draws)) for f in fits]
+    means = np.stack([x.mean(axis=0) for x in per])
+    within = np.stack([x.var(axis=0) for x in per]).mean(axis=0)
+    n = len(fits)
+    m = means.mean(axis=0)
+    if n >= 2:
+        between = means.var(axis=0, ddof=1)
+        scale = np.sqrt(between * (1.0 + 1.0 / n) + within)
+        dof = n - 1
+    else:
+        scale = np.sqrt(within)
+        dof = 0
+    u = (np.arange(draws) + 0.5) / draws
+    z = student_t.ppf(u, dof) if dof > 0 else norm.ppf(u)
+    x = np.stack([m[0] + z * scale[0], m[1] + z[generator("locality-prior").permutation(draws)] * scale[1]], axis=-1)
+    rho, c = _from_scale(x)
+    names = tuple(f.name for f in fits)
+    prov = "; ".join(SOURCES[k]["provenance"] if k in SOURCES else k for k in names)
+    return LocalityPrior(
+        names,
+        (float(m[0]), float(m[1])),
+        (float(scale[0]), float(scale[1])),
+        int(dof),
+        tuple(float(v) for v in rho),
+        tuple(float(v) for v in c),
+        prov,
+    )
+
+
+@dataclass(frozen=True)
+class PriorRow(Result):
+    """One held-out row predicted from a prior: median and 5–95 % band over the prior's draws,
+    and the prediction with locality off (ρ = 0, no per-stream locality)."""
+
+    source: str
+    label: str
+    kind: str
+    measured: float
+    predicted: float
+    low: float
+    high: float
+    locality_off: float
+
+    @property
+    def error_points(self) -> float:
+        """predicted − measured, in points (× 100)."""
+        return (self.predicted - self.measured) * 100.0
+
+    @property
+    def error_off_points(self) -> float:
+        return (self.locality_off - self.measured) * 100.0
+
+    @property
+    def inside(self) -> bool:
+        return bool(self.low <= self.measured <= self.high)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        d.update(error_points=self.error_points, error_off_points=self.error_off_points, inside=self.inside)
+        return d
+
+
+def popularity_knobs(rows: SourceRows, *, rng_seed: int = 0) -> RoutingKnobs:
+    """The popularity a user has for the source's model: the family and skew that its routing
+    histogram fits best (:func:`moeroof.models.fit.fit_histogram`, pooled, by AIC), locality off.
+    Without a histogram: Zipf s = 0.8, the suite's default."""
+    from moeroof.models.fit import fit_histogram
+
+    if rows.counts is None:
+        return RoutingKnobs(family="zipf", skew=0.8)
+    fit = fit_histogram(
+        rows.counts,
+        rows.top_k,
+        rng=np.random.default_rng(rng_seed),
+        bootstrap=0,
+        gof_sims=0,
+        models=("zipf", "dirichlet"),
+    )
+    family = fit.chosen if fit.chosen in ("zipf", "dirichlet") else "zipf"
+    params = fit.pooled[family].params
+    skew = float(params["s"] if family == "zipf" else params["alpha"])
+    return RoutingKnobs(family=family, skew=skew)
+
+
+def predict_rows(
+    prior: LocalityPrior,
+    rows: SourceRows,
+    base: RoutingKnobs,
+    *,
+    seeds: Sequence[int] = (0, 1),
+    timed_steps: int = 16,
+    max_sim_layers: int = 8,
+) -> list[PriorRow]:
+    """Every row of ``rows`` simulated at ``base`` with each of the prior's draws (module
+    docstring): the median over draws, the 5–95 % band, and ``base`` with locality off."""
+    pts = [Point(**{**p.__dict__, "value": None}) for p in rows.points]
+    kw = dict(seeds=seeds, timed_steps=timed_steps, max_sim_layers=max_sim_layers)
+    sims = np.stack(
+        [
+            fit_routing.simulate_points(k, pts, rows.experts, rows.top_k, rows.layers, **kw).mean(axis=0)
+            for k in prior.knobs(base, rows.experts)
+        ]
+    )
+    off = fit_routing.simulate_points(
+        replace(base, rho=0.0, c=math.inf), pts, rows.experts, rows.top_k, rows.layers, **kw
+    ).mean(axis=0)
+    lo, mid, hi = np.quantile(sims, [LEVEL[0], 0.5, LEVEL[1]], axis=0)
+    return [
+        PriorRow(rows.name, p.label(), p.kind, float(p.value), float(m), float(a), float(b), float(o))
+        for p, m, a, b, o in zip(rows.points, mid, lo, hi, off)
+    ]
+
+
+def stream_check(rows: SourceRows, base: RoutingKnobs, *, seeds: Sequence[int] = (0, 1)) -> tuple[bool, str]:
+    """Whether a source's single-stream rows are one stream's tokens: its measured consecutive
+    overlap is at least what independent tokens give at its popularity (``base`` with locality
+    off). A lower overlap means the rows' identity across steps is not a stream's (a batch slot
+    that changes hands), so the source measures no locality and does not enter the prior."""
+    pts = [p for p in rows.points if p.kind == "overlap" and p.batch == 1]
+    if not pts:
+        return True, "no overlap row: kept"
+    probe = [Point(**{**pts[0].__dict__, "value": None})]
+    off = float(
+        fit_routing.simulate_points(
+            replace(base, rho=0.0, c=math.inf), probe, rows.experts, rows.top_k, rows.layers, seeds=seeds
+        ).mean()
+    )
+    measured = float(pts[0].value)
+    if measured + 1e-9 < off:
+        return False, (
+            f"its consecutive overlap {measured:.3f} is below the {off:.3f} of independent tokens at its popularity: "
+            "its rows are not one stream's tokens"
+        )
+    return True, f"consecutive overlap {measured:.3f} against {off:.3f} for independent tokens"
+
+
+@dataclass(frozen=True)
+class LocalityStudy(Result):
+    """The prior fitted on every available source, each source's knobs and why it is (not) in
+    the prior, and the leave-one-capture-out rows (module docstring)."""
+
+    prior: LocalityPrior
+    fits: tuple[SourceFit, ...]
+    in_prior: dict[str, str]
+    left_out: dict[str, str]
+    rows: tuple[PriorRow, ...]
+    skipped: dict[str, str]
+    settings: dict[str, Any]
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Per held-out source: mean |error| in points with the prior and with locality off, and
+        the share of its rows inside the prior's 5–95 % band (hit-rate and overlap rows)."""
+        out = []
+        for name in dict.fromkeys(r.source for r in self.rows):
+            rs = [r for r in self.rows if r.source == name and r.kind in ("hit_rate", "overlap")]
+            out.append(
+                {
+                    "source": name,
+                    "rows": len(rs),
+                    "mean_abs_error_points": float(np.mean([abs(r.error_points) for r in rs])),
+                    "mean_abs_error_off_points": float(np.mean([abs(r.error_off_points) for r in rs])),
+                    "inside_band": float(np.mean([r.inside for r in rs])),
+                }
+            )
+        return out
+
+
+def study(
+    external_dir: str | Path | None = None,
+    *,
+    sources: Sequence[str] = tuple(SOURCES),
+    seeds: Sequence[int] = (0, 1),
+    bootstrap: int = 8,
+    timed_steps: int = 16,
+    max_sim_layers: int = 8,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> LocalityStudy:
+    """Fit every available source, pool those whose rows are a stream's (:func:`stream_check`)
+    into the prior, and predict each source from the prior of the *other* pooled sources (a
+    source left out of the prior is predicted from all of it)."""
+    kw = dict(seeds=seeds, timed_steps=timed_steps, max_sim_layers=max_sim_layers)
+    available: list[SourceRows] = []
+    skipped: dict[str, str] = {}
+    for name in sources:
+        try:
+            available.append(source_rows(name, external_dir))
+        except FileNotFoundError as err:
+            skipped[name] = str(err)
+    if not available:
+        raise FileNotFoundError("no locality source is present: " + "; ".join(skipped.values()))
+    fits, in_prior, left_out = [], {}, {}
+    for i, rows in enumerate(available):
+        if progress is not None:
+            progress(i, len(available) + 1, f"fit {rows.name}")
+        base = popularity_knobs(rows)
+        ok, why = stream_check(rows, base, seeds=seeds)
+        (in_prior if ok else left_out)[rows.name] = why
+        fits.append(fit_source(rows, bootstrap=bootstrap, **kw))
+    pooled = [f for f in fits if f.name in in_prior]
+    if not pooled:
+        raise ValueError("no source's rows are one stream's tokens: " + "; ".join(left_out.values()))
+    if progress is not None:
+        progress(len(available), len(available) + 1, "leave one capture out")
+    rows_out: list[PriorRow] = []
+    for rows in available:
+        others = [f for f in pooled if f.name != rows.name] or pooled
+        rows_out += predict_rows(pool(others), rows, popularity_knobs(rows), **kw)
+    settings = {"seeds": list(seeds), "bootstrap": int(bootstrap), **{k: v for k, v in kw.items() if k != "seeds"}}
+    return LocalityStudy(pool(pooled), tuple(fits), in_prior, left_out, tuple(rows_out), skipped, settings)

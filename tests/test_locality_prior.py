@@ -56,7 +56,7 @@ def test_pool_is_the_random_effects_formula_worked_by_hand():
     z = student_t.ppf((np.arange(9) + 0.5) / 9, 1)
     want_rho = 1 / (1 + np.exp(-(prior.mean[0] + z * prior.scale[0])))
     assert np.allclose(prior.rho, want_rho, rtol=1e-12)
-    want_c = np.sort(np.minimum(np.exp(prior.mean[1] + z * prior.scale[1]), lp.C_PER_EXPERT_OFF))
+    want_c = np.sort(np.clip(np.exp(prior.mean[1] + z * prior.scale[1]), lp.C_PER_EXPERT_FLOOR, lp.C_PER_EXPERT_OFF))
     got_c = np.sort(np.where(np.isinf(prior.c_per_expert), lp.C_PER_EXPERT_OFF, prior.c_per_expert))
     assert np.allclose(got_c, want_c, rtol=1e-9)
     assert lp.pool([a, b], draws=9) == prior, "the same fits give the same prior"
@@ -135,3 +135,38 @@ def test_study_on_the_real_captures():
     assert [round(r.measured, 3) for r in rows] == [0.427, 0.424, 0.647, 0.810, 0.918]
     # predicting Qwen3's one stream from Mixtral's locality beats locality off, the suite's old default
     assert summary["qwen3-moe-trace"]["mean_abs_error_points"] < summary["qwen3-moe-trace"]["mean_abs_error_off_points"]
+
+
+@needs_captures
+def test_the_committed_prior_is_what_the_study_gives_today():
+    """data/fits/locality-prior.json against a fresh study at the script's settings."""
+    import json
+
+    from moeroof.data.locality import read_locality_prior
+
+    committed = read_locality_prior()
+    st = lp.study()
+    rho, c = st.prior.median
+    assert committed.rho == pytest.approx(rho, rel=1e-6) and committed.c_per_expert == pytest.approx(c, rel=1e-6)
+    assert committed.sources == st.prior.sources
+    raw = json.loads(committed.path.read_text(encoding="utf-8"))
+    fresh = {r["source"]: r["mean_abs_error_points"] for r in st.summary()}
+    assert {r["source"]: r["mean_abs_error_points"] for r in raw["held_out"]} == pytest.approx(fresh, rel=1e-6)
+
+
+def test_the_committed_prior_reads_and_bad_files_name_their_field(tmp_path):
+    from moeroof.data.io import InputError
+    from moeroof.data.locality import read_locality_prior
+
+    prior = read_locality_prior()
+    assert 0 < prior.rho < 1 and prior.rho_range[0] <= prior.rho <= prior.rho_range[1]
+    assert "locality prior" in prior.label() and "assumed" in prior.label()
+    bad = tmp_path / "p.json"
+    bad.write_text('{"rho": 1.5}', encoding="utf-8")
+    with pytest.raises(InputError, match="rho"):
+        read_locality_prior(bad)
+    bad.write_text('{"rho": 0.2, "c_per_expert": "inf", "quantiles": {}}', encoding="utf-8")
+    with pytest.raises(InputError, match="quantiles"):
+        read_locality_prior(bad)
+    with pytest.raises(InputError, match="no such file"):
+        read_locality_prior(tmp_path / "none.json")

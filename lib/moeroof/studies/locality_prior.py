@@ -63,6 +63,8 @@ __all__ = [
     "SOURCES",
     "PRIOR_DRAWS",
     "C_PER_EXPERT_OFF",
+    "C_PER_EXPERT_FLOOR",
+    "summary_record",
     "SourceRows",
     "SourceFit",
     "LocalityPrior",
@@ -263,6 +265,9 @@ def fit_source(
 
 #: ``c / E`` at or above this is "off" (a stream routes as the layer does): the log scale's cap
 C_PER_EXPERT_OFF = 1e3
+#: ``c / E`` below this is held here: a stream that keeps to a handful of experts is already
+#: at most as local as one stream can be (the log scale's t tails reach 1e-10 otherwise)
+C_PER_EXPERT_FLOOR = 1e-2
 #: ρ is pooled on the logit scale, clipped to [RHO_FLOOR, 1 − RHO_FLOOR]
 RHO_FLOOR = 1e-3
 #: draws of the prior's predictive distribution (deterministic quantiles: no Monte Carlo noise)
@@ -271,13 +276,13 @@ PRIOR_DRAWS = 32
 
 def _to_scale(rho: np.ndarray, c_per_expert: np.ndarray) -> np.ndarray:
     r = np.clip(np.asarray(rho, dtype=float), RHO_FLOOR, 1.0 - RHO_FLOOR)
-    c = np.minimum(np.asarray(c_per_expert, dtype=float), C_PER_EXPERT_OFF)
+    c = np.clip(np.asarray(c_per_expert, dtype=float), C_PER_EXPERT_FLOOR, C_PER_EXPERT_OFF)
     return np.stack([np.log(r / (1.0 - r)), np.log(c)], axis=-1)
 
 
 def _from_scale(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     rho = 1.0 / (1.0 + np.exp(-x[..., 0]))
-    c = np.exp(x[..., 1])
+    c = np.exp(np.maximum(x[..., 1], math.log(C_PER_EXPERT_FLOOR)))
     return rho, np.where(c >= C_PER_EXPERT_OFF * (1 - 1e-9), np.inf, c)
 
 
@@ -548,3 +553,35 @@ def study(
         rows_out += predict_rows(pool(others), rows, popularity_knobs(rows), **kw)
     settings = {"seeds": list(seeds), "bootstrap": int(bootstrap), **{k: v for k, v in kw.items() if k != "seeds"}}
     return LocalityStudy(pool(pooled), tuple(fits), in_prior, left_out, tuple(rows_out), skipped, settings)
+
+
+def summary_record(st: LocalityStudy) -> dict[str, Any]:
+    """What ``data/fits/locality-prior.json`` holds (:mod:`moeroof.data.locality`): the prior's
+    centre, scale and quantiles, each source's fitted summary and why it is (not) in the prior,
+    the held-out errors and the settings — summary figures only (the captures' rows stay in
+    ../shared). Written by ``scripts/fit_locality_prior.py``."""
+    rho_mid, c_mid = st.prior.median
+    q = st.prior.quantiles((0.05, 0.5, 0.95))
+    return {
+        "what": "locality prior: stickiness rho and per-stream locality c/E of real decode (moeroof.studies.locality_prior)",
+        "rho": rho_mid,
+        "c_per_expert": c_mid,
+        "quantiles": {"q": [0.05, 0.5, 0.95], **q},
+        "scale": {"logit_rho": st.prior.scale[0], "log_c_per_expert": st.prior.scale[1], "dof": st.prior.dof},
+        "sources": list(st.prior.sources),
+        "provenance": st.prior.provenance,
+        "fits": {
+            f.name: {
+                "family": f.family,
+                "skew": float(f.knobs.skew),
+                "rho_mean": float(np.mean(f.rho_draws)),
+                "c_per_expert_median": float(np.median(f.c_per_expert_draws)),
+                "in_prior": f.name in st.in_prior,
+                "why": st.in_prior.get(f.name) or st.left_out.get(f.name, ""),
+            }
+            for f in st.fits
+        },
+        "held_out": st.summary(),
+        "skipped": dict(st.skipped),
+        "settings": dict(st.settings),
+    }

@@ -1,0 +1,86 @@
+"""The committed locality prior, ``data/fits/locality-prior.json`` (written by
+``scripts/fit_locality_prior.py`` from :func:`moeroof.studies.locality_prior.study`).
+
+A clone without the real captures (``../shared/data/external``) still needs the prior for its
+zero-fit defaults, so its summary figures — the centre and spread of the stickiness ρ and the
+per-stream locality ``c/E``, with the sources they came from — are committed; the captures'
+rows are not. :func:`read_locality_prior` checks every field and names the file and field of
+what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from moeroof.core import paths
+from moeroof.data.io import InputError
+
+__all__ = ["LOCALITY_PRIOR_FILE", "LocalityPriorSummary", "read_locality_prior"]
+
+#: the committed prior, relative to the data folder
+LOCALITY_PRIOR_FILE = "fits/locality-prior.json"
+
+
+@dataclass(frozen=True)
+class LocalityPriorSummary:
+    """The prior's centre (``rho``, ``c_per_expert``: ``inf`` = off), its 5 % and 95 % quantiles,
+    the sources and the file it was read from."""
+
+    rho: float
+    c_per_expert: float
+    rho_range: tuple[float, float]
+    c_per_expert_range: tuple[float, float]
+    sources: tuple[str, ...]
+    provenance: str
+    path: Path
+
+    def label(self) -> str:
+        """One line for notes and provenance: the centre, the range, the sources."""
+        c = "off" if math.isinf(self.c_per_expert) else f"{self.c_per_expert:.3g}·E"
+        return (
+            f"locality prior ρ = {self.rho:.2f} (5–95 % {self.rho_range[0]:.2g}–{self.rho_range[1]:.2g}), "
+            f"per-stream locality c = {c}, fitted on {', '.join(self.sources)} ({self.path.name}; assumed for this model)"
+        )
+
+
+def _number(path: Path, data: dict, key: str, lo: float, hi: float) -> float:
+    v = data.get(key)
+    if isinstance(v, str) and v.lower() in ("inf", "infinity"):
+        v = math.inf
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not lo <= float(v) <= hi:
+        raise InputError(path, "-", key, f"expected a number in [{lo:g}, {hi:g}], got {v!r}")
+    return float(v)
+
+
+def read_locality_prior(path: str | os.PathLike[str] | None = None) -> LocalityPriorSummary:
+    """The committed prior (default :data:`LOCALITY_PRIOR_FILE` under ``data/``). Raises
+    :class:`InputError` naming the file and field."""
+    p = Path(path) if path is not None else paths.DATA_DIR / LOCALITY_PRIOR_FILE
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(p, "-", "file", "no such file (the committed locality prior)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(p, "-", "file", f"not a readable JSON locality prior: {err}") from None
+    if not isinstance(data, dict):
+        raise InputError(p, "-", "file", "expected a JSON object")
+    rho = _number(p, data, "rho", 0.0, 1.0)
+    c = _number(p, data, "c_per_expert", 0.0, math.inf)
+    q = data.get("quantiles")
+    if not isinstance(q, dict) or not all(
+        isinstance(q.get(k), list) and len(q[k]) == 3 for k in ("rho", "c_per_expert")
+    ):
+        raise InputError(p, "-", "quantiles", "expected rho and c_per_expert, three quantiles each")
+    rq = [_number(p, {"quantiles.rho": x}, "quantiles.rho", 0.0, 1.0) for x in q["rho"]]
+    cq = [_number(p, {"quantiles.c_per_expert": x}, "quantiles.c_per_expert", 0.0, math.inf) for x in q["c_per_expert"]]
+    sources = data.get("sources")
+    if not isinstance(sources, list) or not sources or not all(isinstance(s, str) for s in sources):
+        raise InputError(p, "-", "sources", "expected a non-empty list of source names")
+    prov = data.get("provenance")
+    if not isinstance(prov, str) or not prov:
+        raise InputError(p, "-", "provenance", "expected the sources' provenance, a string")
+    return LocalityPriorSummary(rho, c, (rq[0], rq[2]), (cq[0], cq[2]), tuple(sources), prov, p)

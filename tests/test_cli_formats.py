@@ -157,8 +157,8 @@ def skewed_histogram(tmp_path):
 
 
 def test_trace_routing_draws_the_histograms_frequencies(tmp_path, capsys):
-    """Every token of the drawn trace includes expert i of layer l with probability π_li (the
-    histogram's frequency), independently: the drawn frequency over T tokens is binomial with
+    """With ``--independent``, every token of the drawn trace includes expert i of layer l with
+    probability π_li (the histogram's frequency), independently: the drawn frequency over T tokens is binomial with
     standard error sqrt(π(1 − π)/T). At T = 24,000 every one of the 128 (layer, expert) cells
     lies within 4.5 standard errors (each beyond with probability 6.8e-6, so the family of 128
     with about 1e-3), and the mean squared z-score — a χ² with about 120 degrees of freedom over
@@ -166,7 +166,9 @@ def test_trace_routing_draws_the_histograms_frequencies(tmp_path, capsys):
     hist, pi = skewed_histogram(tmp_path)
     out = tmp_path / "drawn.npz"
     rep = run_json(
-        capsys, ["trace", "--routing", str(hist), "--streams", "16", "--steps", "1500", "--seed", "3", "-o", str(out)]
+        capsys,
+        ["trace", "--routing", str(hist), "--streams", "16", "--steps", "1500", "--seed", "3", "--independent"]
+        + ["-o", str(out)],
     )
     t = read_trace(out)
     assert t.topk.shape == (1500, 16, L, K) and (t.experts, t.top_k) == (E, K)
@@ -191,7 +193,21 @@ def test_trace_routing_draws_the_histograms_frequencies(tmp_path, capsys):
     # the same knobs and seed give the same bytes; the trace replays through cache and mrc
     again = tmp_path / "again.npz"
     run(
-        capsys, ["trace", "--routing", str(hist), "--streams", "16", "--steps", "1500", "--seed", "3", "-o", str(again)]
+        capsys,
+        [
+            "trace",
+            "--routing",
+            str(hist),
+            "--streams",
+            "16",
+            "--steps",
+            "1500",
+            "--seed",
+            "3",
+            "--independent",
+            "-o",
+            str(again),
+        ],
     )
     assert again.read_bytes() == out.read_bytes()
     cache = run_json(capsys, ["cache", str(out), "--policy", "lru", "--capacity-experts", "40"])

@@ -225,3 +225,31 @@ def test_cache_bad_streams(capsys, sampled, value):
     )
     if value == "6":
         assert "6 streams" in err
+
+
+def test_trace_without_locality_flags_takes_the_locality_prior(capsys, tmp_path):
+    """No --rho / --locality: the centre of the committed locality prior, said in the notes; the
+    same draw as sample_trace with those knobs; --independent draws independent tokens."""
+    from moeroof.data.locality import read_locality_prior
+
+    prior = read_locality_prior()
+    out = tmp_path / "prior.npz"
+    rep = run_json(capsys, ["trace", "--family", "zipf:0.8", *SMALL, "--seed", "2", "-o", str(out)])
+    knobs = rep["knobs"]
+    assert knobs["rho"] == prior.rho and knobs["locality_c"] == pytest.approx(prior.c_per_expert * 32)
+    assert "locality prior" in knobs["locality_prior"] and any("locality prior" in n for n in rep["notes"])
+    expected = sample_trace(
+        Zipf(32, 4, 0.8), 30, 4, 3, np.random.default_rng(2), rho=prior.rho, c=prior.c_per_expert * 32, groups=4
+    )
+    assert np.array_equal(read_trace(out).topk, expected), "the prior's knobs, drawn as sample_trace draws them"
+    assert f"--rho {prior.rho:g}" in rep["source"], "the source command line reproduces the draw"
+    flat = tmp_path / "flat.npz"
+    ind = run_json(capsys, ["trace", "--family", "zipf:0.8", *SMALL, "--seed", "2", "--independent", "-o", str(flat)])
+    assert ind["knobs"]["rho"] == 0.0 and ind["knobs"]["locality_c"] is None and "locality_prior" not in ind["knobs"]
+    # real decode's stickiness: consecutive tokens share more experts than independent ones
+    assert np.mean(rep["consecutive_overlap"]) > np.mean(ind["consecutive_overlap"])
+    run_error(
+        capsys,
+        ["trace", "--family", "zipf:0.8", *SMALL, "--independent", "--rho", "0.2", "-o", str(tmp_path / "x.npz")],
+        "--independent",
+    )

@@ -3,7 +3,7 @@
 ::
 
     moeroof trace (--family dirichlet:A|zipf:S|uniform | --routing HIST.csv) --streams M --steps T
-                  -o OUT.npz [--rho R | --rho-profile R0,R1,…] [--locality C] [--step-context C]
+                  -o OUT.npz [--rho R | --rho-profile R0,R1,…] [--locality C] [--independent] [--step-context C]
                   [--prompt-tokens P] [--experts E] [--top-k K] [--layers L] [--seed S]
                   [--force] [--format table|json|csv] [--report-output FILE]
 
@@ -21,6 +21,12 @@ bytes) with meta ``model`` ``synthetic``, ``provenance`` ``projected``, ``source
 a command line) and ``knobs`` (the same as JSON). An existing file is replaced only with
 ``--force``.
 
+Locality when nothing is said about it: with none of ``--rho``, ``--rho-profile`` and
+``--locality``, the stickiness and the per-stream hot set are the centre of the locality prior
+fitted on real decode (``data/fits/locality-prior.json``, :mod:`moeroof.studies.locality_prior`),
+named in the notes and in ``knobs.locality_prior``; ``--independent`` draws independent tokens
+(the default before the prior).
+
 ``--routing HIST.csv`` (instead of ``--family``) draws the tokens from a histogram's own
 per-layer popularity — the way to replay a histogram-only capture (a frequency matrix has no
 token order) through ``cache`` and ``mrc``. The histogram's inclusion probabilities π per layer
@@ -28,7 +34,7 @@ are :func:`moeroof.models.plan.routing_from_spec`'s (what ``plan --routing`` use
 Plackett–Luce weights whose top-K inclusion probabilities are π (:func:`moeroof.models.routing.weights_from_inclusion`,
 a fixed point of :func:`moeroof.models.routing.inclusion_probabilities`) are the ``popularity``
 of :func:`moeroof.models.routing.sample_trace`, so with no other knob the tokens are independent
-and each includes expert i of layer l with probability π_li; ``--rho``, ``--locality`` and
+and each includes expert i of layer l with probability π_li (``--independent``); ``--rho``, ``--locality`` and
 ``--step-context`` add stickiness and hot sets around the same weights as for a family. E, K and
 the layers (and their ids) are the histogram's. The trace's meta says where it came from:
 ``derived_from`` (the histogram), ``provenance: projected`` with ``provenance_detail`` "witnessed
@@ -99,7 +105,11 @@ def add_parser(subparsers: Any) -> None:
         help="trace to write (.npz, .npy with a .json sidecar, or .parquet: one row per token, read in row groups); "
         "the printed report goes to --report-output",
     )
-    p.add_argument("--rho", default=None, help="stickiness in [0, 1]: each previous expert kept with probability ρ")
+    p.add_argument(
+        "--rho",
+        default=None,
+        help="stickiness in [0, 1]: each previous expert kept with probability ρ (default: the locality prior's)",
+    )
     p.add_argument(
         "--rho-profile",
         default=None,
@@ -109,7 +119,13 @@ def add_parser(subparsers: Any) -> None:
         "--locality",
         default=None,
         help="per-stream hot set: each stream routes by its own q ~ Dirichlet(C·w), drawn once (smaller C: "
-        "hotter, more private hot sets)",
+        "hotter, more private hot sets; default: the locality prior's c/E times E)",
+    )
+    p.add_argument(
+        "--independent",
+        action="store_true",
+        help="tokens independent of one another (no stickiness, no per-stream hot sets) instead of the "
+        "locality prior fitted on real decode",
     )
     p.add_argument(
         "--step-context",
@@ -273,10 +289,24 @@ def trace_knobs(args: argparse.Namespace, routing: HistogramRouting | None = Non
     if profile is not None and len(profile) != layers:
         what = f"the histogram has {layers} layers" if routing is not None else f"--layers is {layers}"
         raise UsageError(f"--rho-profile: {len(profile)} values but {what} (one value per layer)")
+    given = args.rho is not None or profile is not None or args.locality is not None
+    if args.independent and given:
+        raise UsageError("--independent: leave out --rho, --rho-profile and --locality (it sets no locality at all)")
+    prior = None
+    if not given and not args.independent:
+        # nothing said about locality: what real decode does (the locality prior), said in the notes
+        from moeroof.data.locality import read_locality_prior
+
+        prior = read_locality_prior()
     rho: float | list[float] = (
-        profile if profile is not None else (0.0 if args.rho is None else unit_interval(args.rho, "--rho"))
+        profile
+        if profile is not None
+        else (prior.rho if prior is not None else 0.0 if args.rho is None else unit_interval(args.rho, "--rho"))
     )
-    locality = None if args.locality is None else positive_float(args.locality, "--locality")
+    if prior is not None:
+        locality = None if math.isinf(prior.c_per_expert) else prior.c_per_expert * experts
+    else:
+        locality = None if args.locality is None else positive_float(args.locality, "--locality")
     context = None if args.step_context is None else positive_float(args.step_context, "--step-context")
     prompt = non_negative_int(args.prompt_tokens, "--prompt-tokens")
     seed = non_negative_int(args.seed, "--seed")
@@ -304,6 +334,8 @@ def trace_knobs(args: argparse.Namespace, routing: HistogramRouting | None = Non
     }
     if routing is not None:  # only then: a family's knobs (and its trace's bytes) are as they were
         knobs["routing"] = str(routing.path)
+    if prior is not None:
+        knobs["locality_prior"] = prior.label()
     return knobs
 
 
@@ -401,6 +433,11 @@ def trace_report(args: argparse.Namespace) -> dict[str, Any]:
         "prompt_steps": knobs["prompt_tokens"],
     }
     notes: list[str] = []
+    if knobs.get("locality_prior"):
+        notes.append(
+            f"stickiness and per-stream hot sets from the {knobs['locality_prior']}; --independent for "
+            "independent tokens, --rho / --locality to set them"
+        )
     frequencies: dict[str, Any] = {}
     if routing is not None:
         detail = (

@@ -340,3 +340,80 @@ def test_every_knob_says_whether_it_is_identified_and_why_not(capsys):
         assert k["identified"] == (k["fitted"] and "unidentified" not in k), name
         if not k["identified"]:
             assert isinstance(k["why"], str) and k["why"], name
+
+
+def _batch_rows_only():
+    """A simulated truth with real stickiness and per-stream hot sets, measured at M = 8 only
+    (what seed 003's pair rows are), and one stream's cache to predict."""
+    from moeroof.data.points import Point
+
+    truth = RoutingKnobs(family="zipf", skew=0.8, rho=0.3, c=0.6 * 64, history_tokens=64)
+    probe = [
+        Point(kind="hit_rate", batch=m, capacity_experts=float(c), policy="lru", scope="layer", value=None)
+        for m, caps in ((8, (8, 16)), (1, (4, 8, 16)))
+        for c in caps
+    ]
+    measured = simulate_points(truth, probe, 64, 4, 4, seeds=[901, 902]).mean(axis=0)
+    points = [Point(**{**p.__dict__, "value": float(v) if p.batch == 8 else None}) for p, v in zip(probe, measured)]
+    return points, measured
+
+
+def test_the_locality_prior_holds_what_batch_rows_cannot_identify_and_widens_only_what_it_should():
+    """Many streams → one stream: with locality off the single-stream truths fall below the bands;
+    held at the locality prior (its draws weighted by the calibration rows) they are inside, and
+    the calibration rows' bands stay as narrow."""
+    from moeroof.data.locality import read_locality_prior
+    from moeroof.models.locality import Locality
+
+    points, measured = _batch_rows_only()
+    prior = Locality.from_summary(read_locality_prior())
+    off = fit_routing(points, 64, 4, 4, seeds=(0, 1), bootstrap=6)
+    on = fit_routing(points, 64, 4, 4, seeds=(0, 1), bootstrap=6, locality=prior)
+    one = [i for i, p in enumerate(points) if p.batch == 1]
+    cal = [i for i, p in enumerate(points) if p.batch == 8]
+    inside = [on.rows[i]["low"] <= measured[i] <= on.rows[i]["high"] for i in one]
+    assert all(inside), [(on.rows[i]["low"], measured[i], on.rows[i]["high"]) for i in one]
+    assert not all(off.rows[i]["low"] <= measured[i] <= off.rows[i]["high"] for i in one)
+    assert sum(abs(on.rows[i]["predicted"] - measured[i]) for i in one) < sum(
+        abs(off.rows[i]["predicted"] - measured[i]) for i in one
+    ), "the prior's centre is nearer one stream's truth than no locality"
+    width = {name: [f.rows[i]["high"] - f.rows[i]["low"] for i in cal] for name, f in (("on", on), ("off", off))}
+    assert all(a <= 1.5 * b + 1e-9 for a, b in zip(width["on"], width["off"])), width
+    held = on.knobs["locality_c"]
+    assert not held["identified"] and "locality prior" in held["held"] and held["prior"] == prior.label
+    lo, hi = prior.quantiles([0.05, 0.95])
+    assert held["value"] == pytest.approx(prior.centre[1] * 64) and held["low"] == pytest.approx(lo[1] * 64)
+    assert any("locality prior" in n for n in on.notes) and not any("locality prior" in n for n in off.notes)
+
+
+def test_fit_routing_command_takes_the_locality_prior_unless_told_not_to(capsys, tmp_path):
+    points, measured = _batch_rows_only()
+    f = tmp_path / "batch.csv"
+    f.write_text(
+        "kind,batch,capacity_experts_per_layer,policy,scope,value\n"
+        + "".join(
+            f"hit_rate,{p.batch},{p.capacity_experts:g},lru,layer,{'' if p.value is None else p.value}\n"
+            for p in points
+        ),
+        encoding="utf-8",
+    )
+    base = [
+        "fit-routing",
+        str(f),
+        "--experts",
+        "64",
+        "--top-k",
+        "4",
+        "--layers",
+        "4",
+        "--seeds",
+        "2",
+        "--bootstrap",
+        "4",
+    ]
+    assert main([*base, "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert "prior" in rep["knobs"]["locality_c"] and any("locality prior" in n for n in rep["notes"])
+    assert main([*base, "--no-locality-prior", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert "prior" not in rep["knobs"]["locality_c"] and rep["knobs"]["locality_c"]["value"] is None  # off

@@ -52,6 +52,12 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--seeds", default="4", help="fit seeds, common random numbers (default 4)")
     p.add_argument("--bootstrap", default="8", help="bootstrap replicates for intervals and bands (default 8)")
     p.add_argument("--timed-steps", default="16", help="counted decode steps per simulated run (default 16)")
+    p.add_argument(
+        "--no-locality-prior",
+        action="store_true",
+        help="hold stickiness and per-stream locality the rows cannot identify at 0 and off, instead of at the "
+        "locality prior fitted on real decode (data/fits/locality-prior.json, its spread in the bands)",
+    )
     add_output_arguments(p)
     p.set_defaults(func=run, parameter_flags={"expert_bytes": "--expert-bytes"})
 
@@ -71,8 +77,12 @@ def fit_routing_report(args: argparse.Namespace) -> dict[str, Any]:
     seeds = positive_int(args.seeds, "--seeds")
     bootstrap = replicates(args.bootstrap, "--bootstrap")
     timed = positive_int(args.timed_steps, "--timed-steps")
+    from moeroof.data.locality import read_locality_prior
     from moeroof.data.points import read_points
     from moeroof.models.fit_routing import fit_routing
+    from moeroof.models.locality import Locality
+
+    locality = None if args.no_locality_prior else Locality.from_summary(read_locality_prior())
 
     points = read_points(input_path(args.path), experts=experts, expert_bytes=expert_bytes)
     progress = Progress("fit-routing")
@@ -87,6 +97,7 @@ def fit_routing_report(args: argparse.Namespace) -> dict[str, Any]:
             bootstrap=bootstrap,
             timed_steps=timed,
             progress=progress,
+            locality=locality,
         )
     except ParameterError:
         raise

@@ -34,6 +34,10 @@ class LocalityPriorSummary:
     c_per_expert: float
     rho_range: tuple[float, float]
     c_per_expert_range: tuple[float, float]
+    #: the spread on the scales logit ρ and log(c/E), and the degrees of freedom of its t
+    logit_rho_scale: float
+    log_c_per_expert_scale: float
+    dof: int
     sources: tuple[str, ...]
     provenance: str
     path: Path
@@ -77,10 +81,18 @@ def read_locality_prior(path: str | os.PathLike[str] | None = None) -> LocalityP
         raise InputError(p, "-", "quantiles", "expected rho and c_per_expert, three quantiles each")
     rq = [_number(p, {"quantiles.rho": x}, "quantiles.rho", 0.0, 1.0) for x in q["rho"]]
     cq = [_number(p, {"quantiles.c_per_expert": x}, "quantiles.c_per_expert", 0.0, math.inf) for x in q["c_per_expert"]]
+    sc = data.get("scale")
+    if not isinstance(sc, dict):
+        raise InputError(p, "-", "scale", "expected logit_rho, log_c_per_expert and dof")
+    s_rho = _number(p, sc, "logit_rho", 0.0, 1e3)
+    s_c = _number(p, sc, "log_c_per_expert", 0.0, 1e3)
+    dof = sc.get("dof")
+    if not isinstance(dof, int) or isinstance(dof, bool) or dof < 0:
+        raise InputError(p, "-", "scale.dof", f"expected an integer >= 0, got {dof!r}")
     sources = data.get("sources")
     if not isinstance(sources, list) or not sources or not all(isinstance(s, str) for s in sources):
         raise InputError(p, "-", "sources", "expected a non-empty list of source names")
     prov = data.get("provenance")
     if not isinstance(prov, str) or not prov:
         raise InputError(p, "-", "provenance", "expected the sources' provenance, a string")
-    return LocalityPriorSummary(rho, c, (rq[0], rq[2]), (cq[0], cq[2]), tuple(sources), prov, p)
+    return LocalityPriorSummary(rho, c, (rq[0], rq[2]), (cq[0], cq[2]), s_rho, s_c, dof, tuple(sources), prov, p)

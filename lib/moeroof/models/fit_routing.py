@@ -134,6 +134,7 @@ from moeroof.core.rng import generator
 from moeroof.core.units import GiB
 from moeroof.data.points import Point, noise
 from moeroof.models import cache
+from moeroof.models.locality import Locality
 from moeroof.models.partition import balanced_packing, contiguous_split
 from moeroof.models.routing import Uniform, consecutive_overlap, sample_trace, zipf_weights
 from moeroof.models.sim_memo import SourceMemo
@@ -754,13 +755,17 @@ class _Problem:
     """One family's least squares on the calibration rows: the mean simulated rows at x (the
     transformed knobs) and seeds, memoised."""
 
-    def __init__(self, family, points, experts, top_k, layers, expert_bytes, fitted, start, max_history, sim):
+    def __init__(
+        self, family, points, experts, top_k, layers, expert_bytes, fitted, start, max_history, sim, held=None
+    ):
         self.points = list(points)
         self.cal = [p for p in self.points if p.calibrates]
         self.m = np.array([p.value for p in self.cal], dtype=float)
         self.tau = np.array([tolerance(p.kind, p.value) for p in self.cal])
         base = start if start is not None else RoutingKnobs(family=family, skew=_DEFAULT_SKEW[family])
         self.base = replace(base, family=family) if base.family != family else base
+        if held:  # knobs the rows cannot identify, held at a prior rather than at their nulls
+            self.base = replace(self.base, **held)
         self.family = family
         self.names = tuple(fitted)
         self.boxes = [_box(n, family, experts, max_history) for n in self.names]
@@ -877,9 +882,10 @@ def _fit_family(
     grid,
     polish,
     refit,
+    held=None,
 ) -> tuple[_Problem, FamilyFit]:
     sim = dict(timed_steps=timed_steps, max_sim_layers=max_sim_layers)
-    prob = _Problem(family, points, experts, top_k, layers, expert_bytes, fitted, start, max_history, sim)
+    prob = _Problem(family, points, experts, top_k, layers, expert_bytes, fitted, start, max_history, sim, held)
     seeds = tuple(int(s) for s in seeds)
     names, boxes, m, tau = prob.names, prob.boxes, prob.m, prob.tau
 
@@ -1026,10 +1032,15 @@ def _knob_value(k: RoutingKnobs, name: str) -> float:
 _KNOB_KEYS = {"skew": "skew", "rho": "rho", "locality": "locality_c", "history": "history_tokens"}
 
 
-def _bands(contributing, best, points, experts, top_k, layers, expert_bytes, level, timed_steps, max_sim_layers):
+def _bands(
+    contributing, best, points, experts, top_k, layers, expert_bytes, level, timed_steps, max_sim_layers, weigh=False
+):
     """Bands (module docstring): per family, its prediction ± t_B × the root mean square of
     (a draw's simulated row − the prediction); the envelope over the families and the chosen
-    prediction; hit rates and overlaps clipped to [0, 1], the others to ≥ 0."""
+    prediction; hit rates and overlaps clipped to [0, 1], the others to ≥ 0. ``weigh``: the draws
+    carry a prior's draws of knobs the rows do not fit, so each is weighted by how well it meets
+    the calibration rows, ``w_b ∝ exp(−S_b / 2)`` with ``S_b = Σ_i ((y_bi − m_i)/τ_i)²`` (the
+    prior conditioned on the rows by importance weights: the posterior predictive's spread)."""
     sim = dict(timed_steps=timed_steps, max_sim_layers=max_sim_layers)
     low = np.array(best.predicted, dtype=float)
     high = low.copy()
@@ -1043,8 +1054,16 @@ def _bands(contributing, best, points, experts, top_k, layers, expert_bytes, lev
                 ]
             )
             ok = np.isfinite(ys)
+            w = np.ones(len(ys))
+            if weigh:
+                cal = np.array([p.calibrates for p in points])
+                m = np.array([p.value if p.calibrates else np.nan for p in points], dtype=float)
+                tau = np.array([tolerance(p.kind, p.value) if p.calibrates else 1.0 for p in points])
+                z = np.where(cal & ok, (ys - m) / tau, 0.0)
+                s_b = (z**2).sum(axis=1)
+                w = np.exp(-0.5 * (s_b - s_b.min()))
             dev2 = np.where(ok, ys - f.predicted, 0.0) ** 2
-            rms = np.sqrt(dev2.sum(axis=0) / np.maximum(ok.sum(axis=0), 1))
+            rms = np.sqrt((w[:, None] * dev2).sum(axis=0) / np.maximum((w[:, None] * ok).sum(axis=0), 1e-300))
             t_lo, t_hi = student_t.ppf(level, len(f.draws))
             lo_f, hi_f = f.predicted + t_lo * rms, f.predicted + t_hi * rms
         low = np.fmin(low, lo_f)
@@ -1071,6 +1090,7 @@ def fit_routing(
     level: tuple[float, float] = (0.05, 0.95),
     progress: Callable[[int, int, str], None] | None = None,
     popularity: RoutingKnobs | None = None,
+    locality: Locality | None = None,
 ) -> RoutingFit:
     """Fit the routing knobs jointly to the calibration points (rows with a value), one fit per
     family, and predict every point with 5–95 % bands (module docstring for the method).
@@ -1078,6 +1098,11 @@ def fit_routing(
     ``popularity``, when given, is the routing's popularity known from elsewhere (its family and
     skew, e.g. fitted to the model's routing histogram): only that family is fitted, its skew is
     held there, and the rows go to the locality knobs (ρ, history, ``c``).
+
+    ``locality``, when given (:class:`moeroof.models.locality.Locality`, the locality prior
+    fitted on real decode), holds ρ and ``c`` where the rows cannot identify them at its centre
+    instead of at 0 and off, and pairs each bootstrap draw with one of its draws, so that its
+    spread goes into the bands.
 
     ``progress(done, total, what)``, when given, is called as each stage starts (a family's fit,
     its bootstrap, the bands) and at the end; it changes no result."""
@@ -1110,8 +1135,27 @@ def fit_routing(
         held["skew"] = f"given: the routing's popularity ({popularity.skew_name} = {popularity.skew:.3g}), not fitted"
     else:
         fitted, held = identifiable(points)
+    held_values: dict[str, float] = {}
+    prior_pairs: list[tuple[float, float]] = []
+    if locality is not None:
+        rho_c, c_c = locality.centre
+        lo_q, hi_q = locality.quantiles([level[0], level[1]])
+        if "rho" not in fitted:
+            held_values["rho"] = rho_c
+            held["rho"] = (
+                held.get("rho", "not identified")
+                + f"; held at the {locality.label} centre {rho_c:.3g} (5–95 % {lo_q[0]:.2g}–{hi_q[0]:.2g}), in the bands"
+            )
+        if "locality" not in fitted:
+            held_values["c"] = math.inf if math.isinf(c_c) else c_c * int(experts)
+            held["locality"] = (
+                held.get("locality", "not identified")
+                + f"; held at the locality prior's centre c = {c_c:.3g}·E, its spread in the bands"
+            )
+        prior_pairs = locality.draws(max(int(bootstrap), 8)) if held_values else []
     seeds = tuple(int(s) for s in seeds)
     kw = dict(
+        held=held_values,
         fitted=fitted,
         start=popularity,
         seeds=seeds,
@@ -1141,6 +1185,30 @@ def fit_routing(
     for i, (prob, f) in enumerate(problems):
         report(f"{f.family}: bootstrap ({bootstrap})" if i in chosen or i == best_i else f"{f.family}: no bootstrap")
         fits.append(_bootstrap(prob, f, seeds, int(bootstrap), REFIT_EVALS, level) if i in chosen or i == best_i else f)
+    if prior_pairs:  # each draw (or the fit itself) paired with a draw of the prior's held knobs
+        e_int = int(experts)
+
+        def with_prior(k: RoutingKnobs, pair: tuple[float, float]) -> RoutingKnobs:
+            r, c = pair
+            out = replace(k, rho=r) if "rho" in held_values else k
+            return replace(out, c=math.inf if math.isinf(c) else c * e_int) if "c" in held_values else out
+
+        fits = [
+            replace(
+                f,
+                draws=tuple(
+                    with_prior(f.draws[b % len(f.draws)] if f.draws else f.knobs, pair)
+                    for b, pair in enumerate(prior_pairs)
+                ),
+            )
+            if i in chosen or i == best_i
+            else f
+            for i, f in enumerate(fits)
+        ]
+        notes.append(
+            f"{' and '.join(n for n in ('rho', 'locality') if n in held)} held at the {locality.label} "
+            "(the rows cannot identify them); the bands include its spread"
+        )
     report("bands")
     best = fits[best_i]
     contributing = [fits[i] for i in chosen]
@@ -1151,7 +1219,17 @@ def fit_routing(
                 f"(residual {f.residual:.3g})"
             )
     low, high = _bands(
-        contributing, best, points, experts, top_k, layers, expert_bytes, level, timed_steps, max_sim_layers
+        contributing,
+        best,
+        points,
+        experts,
+        top_k,
+        layers,
+        expert_bytes,
+        level,
+        timed_steps,
+        max_sim_layers,
+        weigh=bool(prior_pairs),
     )
 
     # knobs of the chosen family with intervals
@@ -1164,6 +1242,11 @@ def fit_routing(
             entry.update(low=float(lo_v), high=float(hi_v))
         else:
             entry.update(low=value, high=value)
+        if locality is not None and name in ("rho", "locality") and name not in fitted:
+            lo_q, hi_q = locality.quantiles([level[0], level[1]])
+            j = 0 if name == "rho" else 1
+            scale = 1.0 if name == "rho" else float(experts)
+            entry.update(low=float(lo_q[j]) * scale, high=float(hi_q[j]) * scale, prior=locality.label)
         if name == "skew":
             entry["parameter"] = best.knobs.skew_name
         if name == "locality":

@@ -58,12 +58,14 @@ from moeroof.core.results import Result
 from moeroof.data.points import Point
 from moeroof.models import fit_routing
 from moeroof.models.fit_routing import RoutingKnobs
+from moeroof.models.locality import C_PER_EXPERT_FLOOR, C_PER_EXPERT_OFF, RHO_FLOOR, Locality, from_scale, to_scale
 
 __all__ = [
     "SOURCES",
     "PRIOR_DRAWS",
     "C_PER_EXPERT_OFF",
     "C_PER_EXPERT_FLOOR",
+    "RHO_FLOOR",
     "summary_record",
     "SourceRows",
     "SourceFit",
@@ -263,27 +265,8 @@ def fit_source(
     )
 
 
-#: ``c / E`` at or above this is "off" (a stream routes as the layer does): the log scale's cap
-C_PER_EXPERT_OFF = 1e3
-#: ``c / E`` below this is held here: a stream that keeps to a handful of experts is already
-#: at most as local as one stream can be (the log scale's t tails reach 1e-10 otherwise)
-C_PER_EXPERT_FLOOR = 1e-2
-#: ρ is pooled on the logit scale, clipped to [RHO_FLOOR, 1 − RHO_FLOOR]
-RHO_FLOOR = 1e-3
 #: draws of the prior's predictive distribution (deterministic quantiles: no Monte Carlo noise)
 PRIOR_DRAWS = 32
-
-
-def _to_scale(rho: np.ndarray, c_per_expert: np.ndarray) -> np.ndarray:
-    r = np.clip(np.asarray(rho, dtype=float), RHO_FLOOR, 1.0 - RHO_FLOOR)
-    c = np.clip(np.asarray(c_per_expert, dtype=float), C_PER_EXPERT_FLOOR, C_PER_EXPERT_OFF)
-    return np.stack([np.log(r / (1.0 - r)), np.log(c)], axis=-1)
-
-
-def _from_scale(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    rho = 1.0 / (1.0 + np.exp(-x[..., 0]))
-    c = np.exp(np.maximum(x[..., 1], math.log(C_PER_EXPERT_FLOOR)))
-    return rho, np.where(c >= C_PER_EXPERT_OFF * (1 - 1e-9), np.inf, c)
 
 
 @dataclass(frozen=True)
@@ -304,17 +287,17 @@ class LocalityPrior(Result):
     @property
     def median(self) -> tuple[float, float]:
         """``(rho, c_per_expert)`` at the prior's centre: the point a zero-fit default uses."""
-        r, c = _from_scale(np.asarray(self.mean))
+        r, c = from_scale(np.asarray(self.mean))
         return float(r), float(c)
+
+    @property
+    def locality(self) -> Locality:
+        """The prior as a :class:`moeroof.models.locality.Locality` (what predictions draw from)."""
+        return Locality(self.mean, self.scale, self.dof, f"locality prior fitted on {', '.join(self.sources)}")
 
     def quantiles(self, q: Sequence[float] = (0.05, 0.5, 0.95)) -> dict[str, list[float]]:
         """ρ and ``c/E`` at the quantiles ``q`` of the predictive distribution."""
-        from scipy.stats import norm
-        from scipy.stats import t as student_t
-
-        z = student_t.ppf(q, self.dof) if self.dof > 0 else norm.ppf(q)
-        x = np.asarray(self.mean)[None, :] + np.asarray(z)[:, None] * np.asarray(self.scale)[None, :]
-        rho, c = _from_scale(x)
+        rho, c = self.locality.quantiles(q)
         return {"rho": [float(v) for v in rho], "c_per_expert": [float(v) for v in c]}
 
     def knobs(self, base: RoutingKnobs, experts: int) -> list[RoutingKnobs]:
@@ -337,14 +320,9 @@ def pool(fits: Sequence[SourceFit], *, draws: int = PRIOR_DRAWS) -> LocalityPrio
     quantiles at ``(j + ½)/draws``, ρ's and ``c``'s paired by a fixed permutation (generator
     ``"locality-prior"``). One source alone: its own bootstrap spread, normal, and a note in
     ``dof`` = 0."""
-    from scipy.stats import norm
-    from scipy.stats import t as student_t
-
-    from moeroof.core.rng import generator
-
     if not fits:
         raise ValueError("a prior needs at least one source fit")
-    per = [_to_scale(np.asarray(f.rho_draws), np.asarray(f.c_per_expert_draws)) for f in fits]
+    per = [to_scale(np.asarray(f.rho_draws), np.asarray(f.c_per_expert_draws)) for f in fits]
     means = np.stack([x.mean(axis=0) for x in per])
     within = np.stack([x.var(axis=0) for x in per]).mean(axis=0)
     n = len(fits)
@@ -356,17 +334,17 @@ def pool(fits: Sequence[SourceFit], *, draws: int = PRIOR_DRAWS) -> LocalityPrio
     else:
         scale = np.sqrt(within)
         dof = 0
-    u = (np.arange(draws) + 0.5) / draws
-    z = student_t.ppf(u, dof) if dof > 0 else norm.ppf(u)
-    x = np.stack([m[0] + z * scale[0], m[1] + z[generator("locality-prior").permutation(draws)] * scale[1]], axis=-1)
-    rho, c = _from_scale(x)
+    loc = Locality((float(m[0]), float(m[1])), (float(scale[0]), float(scale[1])), int(dof))
+    pairs = loc.draws(draws)
+    rho = np.array([r for r, _ in pairs])
+    c = np.array([x for _, x in pairs])
     names = tuple(f.name for f in fits)
     prov = "; ".join(SOURCES[k]["provenance"] if k in SOURCES else k for k in names)
     return LocalityPrior(
         names,
-        (float(m[0]), float(m[1])),
-        (float(scale[0]), float(scale[1])),
-        int(dof),
+        loc.mean,
+        loc.scale,
+        loc.dof,
         tuple(float(v) for v in rho),
         tuple(float(v) for v in c),
         prov,

@@ -71,6 +71,7 @@ COMMAND_MODULES = (
     ("split", "split"),
     ("sweep", "sweep"),
     ("report", "report"),
+    ("validate", "validate"),
 )
 
 

@@ -501,7 +501,8 @@ def study(
 ) -> LocalityStudy:
     """Fit every available source, pool those whose rows are a stream's (:func:`stream_check`)
     into the prior, and predict each source from the prior of the *other* pooled sources (a
-    source left out of the prior is predicted from all of it)."""
+    source left out of the prior is predicted from all of it; a source with no other pooled
+    source is not predicted, and ``skipped`` says so)."""
     kw = dict(seeds=seeds, timed_steps=timed_steps, max_sim_layers=max_sim_layers)
     available: list[SourceRows] = []
     skipped: dict[str, str] = {}
@@ -527,7 +528,10 @@ def study(
         progress(len(available), len(available) + 1, "leave one capture out")
     rows_out: list[PriorRow] = []
     for rows in available:
-        others = [f for f in pooled if f.name != rows.name] or pooled
+        others = [f for f in pooled if f.name != rows.name]
+        if not others:  # predicted from itself would be no prediction
+            skipped[f"{rows.name} (held out)"] = "no other source in the prior to predict it from"
+            continue
         rows_out += predict_rows(pool(others), rows, popularity_knobs(rows), **kw)
     settings = {"seeds": list(seeds), "bootstrap": int(bootstrap), **{k: v for k, v in kw.items() if k != "seeds"}}
     return LocalityStudy(pool(pooled), tuple(fits), in_prior, left_out, tuple(rows_out), skipped, settings)

@@ -1,0 +1,98 @@
+"""``moeroof validate``: every held-out case, fitted only on its calibration, against what was
+measured (:mod:`moeroof.studies.held_out`).
+
+::
+
+    moeroof validate [--groups step,cache,locality] [--format table|json|csv] [--output FILE]
+
+One row per held-out point: the case, its role (``prediction`` or ``consistency``), what it was
+calibrated on, measured, predicted, the error (relative or in points) and, where the case has a
+band, whether the measurement lies inside it; then one line per case. The ``locality`` group
+reads the real captures from ``../shared/data/external`` and says so when they are absent.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from moeroof.cli.common import Progress, UsageError, add_output_arguments, emit, fmt, table
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "validate",
+        help="every held-out validation case against its published or captured measurement",
+        description=(
+            "Print every validation case: fitted only on what it names as calibration (or on nothing), "
+            "its predictions against the measurements it was not fitted on, with the error and, where the "
+            "case has one, whether the measurement lies inside its 5-95 %% band."
+        ),
+    )
+    p.add_argument(
+        "--groups",
+        default="step,cache,locality",
+        help="which cases, comma separated: step (throughput and bytes), cache (single-stream caches), "
+        "locality (the locality prior, leave one capture out) (default: all)",
+    )
+    add_output_arguments(p)
+    p.set_defaults(func=run)
+
+
+def validate_report(args: argparse.Namespace) -> dict[str, Any]:
+    from moeroof.studies.held_out import GROUPS, held_out_rows, summarise
+
+    groups = [g.strip() for g in str(args.groups).split(",") if g.strip()]
+    bad = [g for g in groups if g not in GROUPS]
+    if not groups or bad:
+        raise UsageError(f"--groups: expected some of {', '.join(GROUPS)}, got {args.groups!r}")
+    progress = Progress("validate")
+    try:
+        rows, skipped = held_out_rows(groups, progress=progress)
+    finally:
+        progress.close()
+    return {"groups": groups, "rows": rows, "cases": summarise(rows), "skipped": skipped, "provenance": "projected"}
+
+
+def _err(r: dict[str, Any]) -> str:
+    if r["error_unit"] == "points":
+        return f"{r['error'] * 100:+.1f} pt"
+    return f"{r['error'] * 100:+.0f} %"
+
+
+def print_validate(rep: dict[str, Any]) -> None:
+    rows = [
+        [
+            r["case"],
+            r["role"],
+            str(r["quantity"])[:48],
+            "-" if r["at"] is None else str(r["at"]),
+            fmt(r["measured"], 3),
+            fmt(r["predicted"], 3),
+            _err(r),
+            "-" if r["inside"] is None else ("yes" if r["inside"] else "no"),
+        ]
+        for r in rep["rows"]
+    ]
+    print(table(["case", "role", "quantity", "at", "measured", "predicted", "error", "in band"], rows, "<<<>>>>>"))
+    print()
+    for c in rep["cases"]:
+        unit = "points" if c["error_unit"] == "points" else "relative"
+        err = c["mean_abs_error"] * 100
+        band = "" if c["inside_band"] is None else f"; {c['inside_band']:.0%} inside the band"
+        print(
+            f"{c['case']} ({c['role']}, {c['rows']} rows): mean |error| {err:.1f} {'points' if unit == 'points' else '%'}{band}"
+        )
+    for what, why in rep["skipped"].items():
+        print(f"skipped {what}: {why}")
+    print("every number is projected (the models on the suite's inputs) against the measurements named in each case")
+
+
+def csv_table(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    from moeroof.studies.held_out import COLUMNS
+
+    return list(COLUMNS), [[r[c] for c in COLUMNS] for r in rep["rows"]]
+
+
+def run(args: argparse.Namespace) -> int:
+    return emit(validate_report(args), args, print_validate, csv_table)

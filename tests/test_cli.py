@@ -438,6 +438,7 @@ SUBCOMMANDS = (
     "split",
     "sweep",
     "report",
+    "validate",
 )
 
 

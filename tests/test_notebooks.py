@@ -30,6 +30,9 @@ NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.py"))
 #: small parameters per notebook so each runs in seconds; a notebook without an entry fails
 #: test_every_notebook_has_small_parameters, so adding a notebook means adding its entry here.
 SMALL_PARAMETERS: dict[str, dict] = {
+    # the step cases only (the cache and locality groups simulate for ~35 s; tests/test_held_out.py
+    # and tests/test_locality_prior.py hold them), with non-default targets the answer must quote
+    "validation": {"groups": "step", "tok_s_target": 0.25, "hit_target": 0.04},
     "union_curve": {"b_max": 64, "model_layers": 4, "bootstrap": 10, "experts": 128, "top_k": 4},
     # only the model changed: the routing default follows it (auto → the embedded trace with its
     # E = 128, K = 8) and so does the cache (auto → the 3-bit model's 11.8 GiB of routed experts,
@@ -145,6 +148,12 @@ MIXTRAL_TRACE = EXTERNAL_DIR / "mixtral8x7b-instruct-fp8-vllm-traces" / "trace_d
 #: what each notebook's answer must say for its SMALL_PARAMETERS run: ``names`` appear in it;
 #: ``synthetic`` / ``projected`` say whether those words must appear (True) or must not (False)
 ANSWER_CHECKS: dict[str, dict] = {
+    "validation": {
+        "names": ["Over the step cases", "held-out predictions", "consistency rows", "within 25 %", "Worst: `"],
+        "absent": ["locality", "within 20 %"],
+        "synthetic": False,
+        "projected": True,
+    },
     "net_toks": {
         "names": [
             "qwen3-30b-a3b-3bit",

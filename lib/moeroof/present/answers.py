@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 __all__ = [
     "ANSWER_TAG",
@@ -914,3 +915,62 @@ def sweep(
         else:
             text += f"No policy beats {baseline} by {tol} or more in any cell. "
     return text + provenance_sentence(inputs, synthetic=synthetic)
+
+
+def validation(
+    *,
+    cases: Sequence[Mapping[str, Any]],
+    rows: Sequence[Mapping[str, Any]],
+    skipped: Mapping[str, str],
+    groups: Sequence[str],
+    tok_s_target: float = 0.20,
+    hit_target: float = 0.05,
+) -> str:
+    """validation: how the held-out predictions (``rows`` of :mod:`moeroof.studies.held_out`,
+    ``cases`` its summary) meet the targets — relative errors within ``tok_s_target`` and hit-rate
+    errors within ``hit_target`` (a fraction: 0.05 is 5 points) — and how many banded rows lie
+    inside their 5–95 % band; the worst case by mean |error|; what was skipped."""
+    pred = [r for r in rows if r["role"] == "prediction"]
+    rel = [r for r in pred if r["error_unit"] == "relative"]
+    pts = [r for r in pred if r["error_unit"] == "points"]
+    banded = [r for r in pred if r["inside"] is not None]
+    consistency = sum(r["role"] == "consistency" for r in rows)
+    parts = [
+        f"**Answer.** Over the {_join(list(groups))} cases, {len(pred)} held-out predictions in "
+        f"{sum(c['role'] == 'prediction' for c in cases)} cases (and {consistency} consistency rows that only "
+        "reproduce their own calibration, not counted): "
+    ]
+    within = []
+    if rel:
+        ok = sum(abs(r["error"]) <= tok_s_target for r in rel)
+        within.append(f"{ok} of {len(rel)} relative errors within {pct(tok_s_target)}")
+    if pts:
+        ok = sum(abs(r["error"]) <= hit_target for r in pts)
+        within.append(f"{ok} of {len(pts)} hit-rate and overlap errors within {fmt(100 * hit_target, 2)} points")
+    parts.append(_join(within) + ". " if within else "none. ")
+    if banded:
+        inside = sum(bool(r["inside"]) for r in banded)
+        parts.append(
+            f"Of the {len(banded)} rows with a 5–95 % band, {inside} lie inside it ({pct(inside / len(banded))}). "
+        )
+    preds = [c for c in cases if c["role"] == "prediction"]
+    if preds:
+        worst_rel = max(
+            (c for c in preds if c["error_unit"] == "relative"), key=lambda c: c["mean_abs_error"], default=None
+        )
+        worst_pts = max(
+            (c for c in preds if c["error_unit"] == "points"), key=lambda c: c["mean_abs_error"], default=None
+        )
+        named = []
+        if worst_rel is not None:
+            named.append(f"`{worst_rel['case']}` ({pct(worst_rel['mean_abs_error'])} mean |error|)")
+        if worst_pts is not None:
+            named.append(f"`{worst_pts['case']}` ({fmt(100 * worst_pts['mean_abs_error'], 3)} points)")
+        parts.append(f"Worst: {_join(named)}. ")
+    if skipped:
+        parts.append(f"Skipped: {'; '.join(f'{k} ({v})' for k, v in skipped.items())}. ")
+    parts.append(
+        "Every prediction is **projected** (the models on the suite's inputs) against measurements that are "
+        "published (some by hobby projects, named in the table) or replayed from real captures."
+    )
+    return "".join(parts)

@@ -1,0 +1,124 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     formats: ipynb,py:percent
+#     notebook_metadata_filter: kernelspec,jupytext,-all
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Held out: how far are the suite's predictions from what was measured?
+#
+# Every validation case of the suite, each fitted only on what it names as calibration (or on
+# nothing), predicting the measurements it was not fitted on (`moeroof validate`,
+# `moeroof.studies.held_out`): the step model against published throughput and bytes, the
+# single-stream cache column, and the locality prior predicting each real decode source from the
+# others. The errors are shown whatever they are. The answer, computed from this run, opens the
+# report (in the notebook it follows the last section).
+
+# %% tags=["parameters"]
+# fmt: off
+groups: str = "step,cache,locality"  # which cases, comma separated: step, cache, locality
+tok_s_target: float = 0.20  # the relative error a throughput or bytes prediction should stay within
+hit_target: float = 0.05  # the error a hit-rate or overlap prediction should stay within (0.05: 5 points)
+# fmt: on
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from IPython.display import Markdown, display
+
+import moeroof
+from moeroof.present import answers
+from moeroof.present.plots import provenance_label, save_figure, show_table, style
+from moeroof.studies.held_out import held_out_rows, summarise
+
+chosen = [g.strip() for g in groups.split(",") if g.strip()]
+rows, skipped = held_out_rows(chosen)
+cases = summarise(rows)
+for what, why in skipped.items():
+    print(f"skipped {what}: {why}")
+
+# %% [markdown]
+# ## Every held-out point
+# `error` is relative (predicted / measured − 1) for throughput and bytes, in points for hit
+# rates and overlaps; `inside` says whether the measurement lies in the case's 5–95 % band where
+# the case has one. `consistency` rows only reproduce their calibration.
+
+# %%
+table = pd.DataFrame(rows)
+if not table.empty:
+    show_table(table[["case", "role", "quantity", "at", "measured", "predicted", "error", "error_unit", "inside"]])
+
+# %% [markdown]
+# ## One line per case
+
+# %%
+if cases:
+    show_table(pd.DataFrame(cases))
+
+# %% [markdown]
+# ## The errors, case by case
+# Each dot a held-out point (consistency rows left out); a bar, where the case has a band, the
+# band around the prediction seen from the measurement. Shaded: the targets (±`tok_s_target`,
+# ±`hit_target`).
+
+# %%
+with style():
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5.5), constrained_layout=True)
+    for ax, unit, scale, target, label in (
+        (axes[0], "relative", 100.0, tok_s_target, "relative error, %"),
+        (axes[1], "points", 100.0, hit_target, "error, points"),
+    ):
+        sub = [r for r in rows if r["role"] == "prediction" and r["error_unit"] == unit]
+        names = list(dict.fromkeys(r["case"] for r in sub))
+        ax.axvspan(-target * scale, target * scale, color="#DDDDDD", zorder=0, label=f"target ±{target * scale:g}")
+        for j, name in enumerate(names):
+            pts = [r for r in sub if r["case"] == name]
+            err = np.array([r["error"] for r in pts]) * scale
+            ax.plot(err, np.full(err.size, j), "o", ms=4, color="#4C72B0")
+            for r in pts:
+                if r["low"] is not None:
+                    ax.plot(
+                        [(r["low"] - r["measured"]) * scale, (r["high"] - r["measured"]) * scale],
+                        [j, j],
+                        "-",
+                        lw=1,
+                        color="#DD8452",
+                        alpha=0.6,
+                    )
+        ax.set_yticks(range(len(names)), names, fontsize=7)
+        ax.axvline(0, color="k", lw=0.6)
+        ax.set_xlabel(label)
+        if unit == "relative":
+            ax.set_xscale("symlog", linthresh=20)
+        n_in = sum(bool(r["inside"]) for r in sub if r["inside"] is not None)
+        n_band = sum(r["inside"] is not None for r in sub)
+        band = f"; {n_in} of {n_band} inside their band" if n_band else ""
+        ax.set_title(f"{len(sub)} held-out points in {len(names)} cases{band}", fontsize=9)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle(f"predicted − measured, {', '.join(chosen)} cases — {provenance_label('projected')}", fontsize=10)
+    save_figure(fig, "validation_errors")
+    plt.show()
+
+# %% tags=["answer"]
+display(
+    Markdown(
+        answers.validation(
+            cases=cases, rows=rows, skipped=skipped, groups=chosen, tok_s_target=tok_s_target, hit_target=hit_target
+        )
+    )
+)
+
+# %% [markdown]
+# ## Versions and parameters
+
+# %%
+print(f"moeroof {moeroof.__version__}, numpy {np.__version__}")
+for name, value in {"groups": groups, "tok_s_target": tok_s_target, "hit_target": hit_target}.items():
+    print(f"{name} = {value}")

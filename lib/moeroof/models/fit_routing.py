@@ -598,6 +598,9 @@ class FamilyFit(Result):
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
     #: simulated evaluations spent by the bootstrap's refits (each at ``len(seeds)`` seeds)
     refit_evaluations: int = 0
+    #: per draw, its weight in the bands (empty: equal); set where the draws carry a prior's
+    #: draws of held knobs, each refitted with them held (:func:`_prior_draws`)
+    draw_weights: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -1025,6 +1028,43 @@ def _bootstrap(
     )
 
 
+def _prior_draws(
+    prob: _Problem, ff: FamilyFit, seeds, pairs: Sequence[tuple[float, float]], held: Sequence[str], refit: int
+) -> FamilyFit:
+    """The draws of a family whose held knobs come from a prior: for each prior draw ``(ρ_b,
+    c_b/E)``, the held knobs set to it and the fitted ones refitted with them held (the
+    Levenberg–Marquardt polish from θ̂: a profile of the calibration rows), weighted by
+    ``w_b ∝ exp(−S_b / 2)``, ``S_b`` the refit's scaled residual — the prior conditioned on the
+    rows (importance weights), without charging a draw for the other knobs it would move."""
+    seeds = tuple(int(v) for v in seeds)
+    e = int(prob.model[0])
+    x_hat = prob.x_of(ff.knobs)
+    draws, s_b = [], []
+    for r_b, c_b in pairs:
+        values: dict[str, float] = {}
+        if "rho" in held:
+            values["rho"] = float(r_b)
+        if "locality" in held:
+            values["c"] = math.inf if math.isinf(c_b) else float(c_b) * e
+        sub = _Problem(prob.family, prob.points, *prob.model, prob.names, prob.base, 2048, prob.sim, held=values)
+        sub.boxes, sub.lo, sub.hi = prob.boxes, prob.lo, prob.hi
+
+        def resid(x: np.ndarray, sub=sub) -> np.ndarray:
+            return (sub.mean(x, seeds) - sub.m) / sub.tau
+
+        if prob.names and refit > 0:
+            jac = _jacobian(sub, x_hat, seeds, sub.tau)
+            x_b, r, _ = _levenberg_marquardt(resid, x_hat, resid(x_hat), jac, _identified(sub, jac), sub.boxes, refit)
+        else:
+            x_b, r = x_hat, resid(x_hat)
+        draws.append(sub.knobs(x_b))
+        s_b.append(_sum_sq(r))
+    s_arr = np.array(s_b)
+    w = np.exp(-0.5 * (s_arr - np.nanmin(s_arr)))
+    w = np.where(np.isfinite(w), w, 0.0)
+    return replace(ff, draws=tuple(draws), draw_weights=tuple(float(v) for v in w))
+
+
 def _knob_value(k: RoutingKnobs, name: str) -> float:
     return {"skew": k.skew, "rho": k.rho, "locality": k.c, "history": float(k.history_tokens)}[name]
 
@@ -1032,15 +1072,12 @@ def _knob_value(k: RoutingKnobs, name: str) -> float:
 _KNOB_KEYS = {"skew": "skew", "rho": "rho", "locality": "locality_c", "history": "history_tokens"}
 
 
-def _bands(
-    contributing, best, points, experts, top_k, layers, expert_bytes, level, timed_steps, max_sim_layers, weigh=False
-):
+def _bands(contributing, best, points, experts, top_k, layers, expert_bytes, level, timed_steps, max_sim_layers):
     """Bands (module docstring): per family, its prediction ± t_B × the root mean square of
     (a draw's simulated row − the prediction); the envelope over the families and the chosen
-    prediction; hit rates and overlaps clipped to [0, 1], the others to ≥ 0. ``weigh``: the draws
-    carry a prior's draws of knobs the rows do not fit, so each is weighted by how well it meets
-    the calibration rows, ``w_b ∝ exp(−S_b / 2)`` with ``S_b = Σ_i ((y_bi − m_i)/τ_i)²`` (the
-    prior conditioned on the rows by importance weights: the posterior predictive's spread)."""
+    prediction; hit rates and overlaps clipped to [0, 1], the others to ≥ 0. A family whose draws
+    carry a prior's draws of held knobs weights them by its ``draw_weights`` (:func:`_prior_draws`:
+    the prior conditioned on the calibration rows)."""
     sim = dict(timed_steps=timed_steps, max_sim_layers=max_sim_layers)
     low = np.array(best.predicted, dtype=float)
     high = low.copy()
@@ -1054,14 +1091,7 @@ def _bands(
                 ]
             )
             ok = np.isfinite(ys)
-            w = np.ones(len(ys))
-            if weigh:
-                cal = np.array([p.calibrates for p in points])
-                m = np.array([p.value if p.calibrates else np.nan for p in points], dtype=float)
-                tau = np.array([tolerance(p.kind, p.value) if p.calibrates else 1.0 for p in points])
-                z = np.where(cal & ok, (ys - m) / tau, 0.0)
-                s_b = (z**2).sum(axis=1)
-                w = np.exp(-0.5 * (s_b - s_b.min()))
+            w = np.asarray(f.draw_weights, dtype=float) if f.draw_weights else np.ones(len(ys))
             dev2 = np.where(ok, ys - f.predicted, 0.0) ** 2
             rms = np.sqrt((w[:, None] * dev2).sum(axis=0) / np.maximum((w[:, None] * ok).sum(axis=0), 1e-300))
             t_lo, t_hi = student_t.ppf(level, len(f.draws))
@@ -1185,29 +1215,17 @@ def fit_routing(
     for i, (prob, f) in enumerate(problems):
         report(f"{f.family}: bootstrap ({bootstrap})" if i in chosen or i == best_i else f"{f.family}: no bootstrap")
         fits.append(_bootstrap(prob, f, seeds, int(bootstrap), REFIT_EVALS, level) if i in chosen or i == best_i else f)
-    if prior_pairs:  # each draw (or the fit itself) paired with a draw of the prior's held knobs
-        e_int = int(experts)
-
-        def with_prior(k: RoutingKnobs, pair: tuple[float, float]) -> RoutingKnobs:
-            r, c = pair
-            out = replace(k, rho=r) if "rho" in held_values else k
-            return replace(out, c=math.inf if math.isinf(c) else c * e_int) if "c" in held_values else out
-
+    if prior_pairs:  # the held knobs drawn from the prior, the fitted ones refitted with each draw
+        held_names = [n for n in ("rho", "locality") if n not in fitted and n in held]
         fits = [
-            replace(
-                f,
-                draws=tuple(
-                    with_prior(f.draws[b % len(f.draws)] if f.draws else f.knobs, pair)
-                    for b, pair in enumerate(prior_pairs)
-                ),
-            )
+            _prior_draws(problems[i][0], f, seeds, prior_pairs, held_names, REFIT_EVALS)
             if i in chosen or i == best_i
             else f
             for i, f in enumerate(fits)
         ]
         notes.append(
-            f"{' and '.join(n for n in ('rho', 'locality') if n in held)} held at the {locality.label} "
-            "(the rows cannot identify them); the bands include its spread"
+            f"{' and '.join(held_names)} held at the {locality.label} (the rows cannot identify them); the bands "
+            "include its spread: each of its draws with the fitted knobs refitted, weighted by the calibration rows"
         )
     report("bands")
     best = fits[best_i]
@@ -1229,7 +1247,6 @@ def fit_routing(
         level,
         timed_steps,
         max_sim_layers,
-        weigh=bool(prior_pairs),
     )
 
     # knobs of the chosen family with intervals

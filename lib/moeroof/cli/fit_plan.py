@@ -67,6 +67,12 @@ def add_parser(subparsers: Any) -> None:
         help="how the step's terms combine; default: fit both, keep the better, and widen the bands by the other "
         "when it meets the calibration rows too",
     )
+    p.add_argument(
+        "--no-locality-prior",
+        action="store_true",
+        help="with a zipf or uniform routing, run the cache on independent tokens instead of holding stickiness "
+        "and per-stream locality at the locality prior fitted on real decode (data/fits/locality-prior.json)",
+    )
     add_output_arguments(p)
     p.set_defaults(func=run, parameter_flags={"fit": "--fit", "family": "--routing-knobs"})
 
@@ -79,6 +85,13 @@ def _knob_list(text: str | None) -> tuple[str, ...] | None:
     if not text.strip() or bad:
         raise UsageError(f"--fit: expected knobs from {','.join(KNOBS)}, got {text!r}")
     return tuple(dict.fromkeys(parts))
+
+
+def _locality_prior():
+    from moeroof.data.locality import read_locality_prior
+    from moeroof.models.locality import Locality
+
+    return Locality.from_summary(read_locality_prior())
 
 
 def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
@@ -107,6 +120,7 @@ def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
         page_cache=args.page_cache,
         routing_is_spec=is_spec,
         overlap=args.overlap,
+        locality=None if args.no_locality_prior else _locality_prior(),
     )
     rep = res.to_dict()
     rep.update(

@@ -79,6 +79,7 @@ from moeroof.core.units import GiB
 from moeroof.data.plan_points import PlanPoint
 from moeroof.data.presets import Hardware, MoEModel
 from moeroof.models.fit_routing import RoutingKnobs, layer_popularity, sample_knob_trace
+from moeroof.models.locality import Locality
 from moeroof.models.plan import RoutingProbabilities, Workload, plan_rates, routing_from_spec
 from moeroof.models.routing import histogram_from_trace
 
@@ -126,6 +127,8 @@ class PlanKnobs(Result):
     page_cache_share: float | None = None
     skew: float | None = None
     rho: float = 0.0
+    #: per-stream locality c of Dirichlet(c·w) (inf: off); only from the locality prior, never fitted
+    c: float = math.inf
 
 
 #: the per-agent-token engine cost where the rows cannot identify it (every measured rate at one
@@ -227,14 +230,19 @@ def routing_with_fit(model: MoEModel, fit: dict[str, Any]):
 def _routing(
     model: MoEModel, base: RoutingProbabilities, knobs: PlanKnobs, streams: int, seed: int, routes: dict | None = None
 ):
-    if knobs.skew is None and knobs.rho == 0.0:
+    local = knobs.rho > 0.0 or not math.isinf(knobs.c)
+    if knobs.skew is None and not local:
         return base
-    s = 0.8 if knobs.skew is None else float(knobs.skew)
-    key = (s, float(knobs.rho), streams, seed if knobs.rho > 0.0 else 0)
+    # a Zipf routing's own exponent where no skew is fitted (uniform: s = 0)
+    s0 = 0.0 if base.label.lower().startswith("uniform") else 0.8
+    if base.label.startswith("Zipf s="):
+        s0 = float(base.label.split("=", 1)[1])
+    s = s0 if knobs.skew is None else float(knobs.skew)
+    key = (s, float(knobs.rho), float(knobs.c), streams, seed if local else 0)
     if routes is not None and key in routes:
         return routes[key]
-    if knobs.rho > 0.0:
-        route = routing_from_knobs(model, "zipf", s, knobs.rho, streams=streams, seed=seed)
+    if local:
+        route = routing_from_knobs(model, "zipf", s, knobs.rho, knobs.c, streams=streams, seed=seed)
     else:
         route = routing_from_spec(f"zipf:{s:.10g}", model)
     if routes is not None:  # one fit asks for the same routing many times (draws, seeds, rows)
@@ -368,11 +376,14 @@ def _fit_one(
     routing_is_spec: bool = True,
     max_evaluations: int = 40,
     overlap: str = "max",
+    locality: Locality | None = None,
 ) -> PlanFit:
     """Fit the named knobs on the calibration rows, predict every row with bands (module
     docstring). Raises :class:`ParameterError` for an unknown knob, a knob the rows cannot
     identify (more smooth parameters than measured net tok/s rows), or ``skew`` with a routing
-    that is not Zipf."""
+    that is not Zipf. ``locality`` (the locality prior): with a Zipf or uniform routing and ρ not
+    fitted, the cache runs on a trace with the prior's centre ρ and per-stream locality c, and
+    the bands take in its least and most local ends (5 % and 95 %)."""
     pts = list(points)
     names = tuple(default_knobs(pts, routing_is_spec=routing_is_spec) if fit is None else fit)
     for k in names:
@@ -405,9 +416,16 @@ def _fit_one(
     if routing.label.startswith("Zipf s="):
         s0 = float(routing.label.split("=", 1)[1])
     token_held = PRIOR_SECONDS_PER_AGENT_TOKEN[1]
+    # the locality the rows cannot identify, from the prior (a Zipf or uniform routing only: a
+    # histogram's cache runs on independent tokens drawn from its own π)
+    use_prior = locality is not None and routing_is_spec and "rho" not in names
+    held_local = {"rho": 0.0, "c": math.inf}
+    if use_prior:
+        r_c, c_c = locality.centre
+        held_local = {"rho": r_c, "c": math.inf if math.isinf(c_c) else c_c * model.experts}
 
     def knobs_of(outer: dict[str, float], inner: np.ndarray) -> PlanKnobs:
-        k = PlanKnobs()
+        k = PlanKnobs(rho=held_local["rho"], c=held_local["c"])
         j = 0
         if "engine" in names and hold_token:
             k = replace(k, engine_seconds_per_step=float(inner[j]), engine_seconds_per_agent_token=token_held)
@@ -600,6 +618,31 @@ def _fit_one(
             f"assumed): every measured rate is at B = {net_batches[0]}, where the per-token engine cost cannot be "
             "told from the per-step one; the bands include the predictions at both ends of the range"
         )
+    if use_prior:
+        # the locality at its least and most local ends (ρ and c at their 5 % and 95 % quantiles,
+        # the other knobs re-solved there): the band covers what the prior cannot rule out
+        (r_lo, r_hi), (c_lo, c_hi) = locality.quantiles([0.05, 0.95])
+        saved = dict(held_local)
+        for r_end, c_end in ((float(r_lo), float(c_hi)), (float(r_hi), float(c_lo))):
+            held_local.update(rho=r_end, c=math.inf if math.isinf(c_end) else c_end * model.experts)
+            xe, _, _ = solve_inner(outer)
+            net_e, hit_e = predict(knobs_of(outer, xe))
+            low = np.minimum(low, net_e * (low / net0))
+            high = np.maximum(high, net_e * (high / net0))
+            hit_low = np.minimum(hit_low, np.clip(hit_e - (hit0 - hit_low), 0.0, 1.0))
+            hit_high = np.maximum(hit_high, np.clip(hit_e + (hit_high - hit0), 0.0, 1.0))
+        held_local.update(saved)
+        notes.append(
+            f"stickiness and per-stream locality held at the {locality.label}: the cache runs on a trace with "
+            f"ρ = {saved['rho']:.2f}"
+            + ("" if math.isinf(saved["c"]) else f" and c = {saved['c'] / model.experts:.3g}·E")
+            + "; the bands include its least and most local ends (5 % and 95 %)"
+        )
+    elif locality is not None and not routing_is_spec and "rho" not in names:
+        notes.append(
+            "the locality prior is not applied to a histogram or trace routing (its cache runs on independent "
+            "tokens drawn from its own frequencies): stickiness held at 0"
+        )
     cache_intervals: dict[str, tuple[float, float]] = {}
     if profile:
         # the band at the best knobs moved to each retained cache-knob set's prediction (its
@@ -657,6 +700,33 @@ def _fit_one(
     knobs = _knob_table(
         names, best_knobs, x, xs, cov, outer, hardware, routing, identified, cache_intervals, hold_token, net_batches
     )
+    if use_prior:
+        (r_lo, r_hi), (c_lo, c_hi) = locality.quantiles([0.05, 0.95])
+        r_c, c_c = locality.centre
+        why = (
+            "the rows cannot identify one stream's locality: held at the locality prior fitted on real decode "
+            "(assumed for this model), its 5–95 % range in the bands"
+        )
+        knobs["rho"] = {
+            "value": r_c,
+            "low": float(r_lo),
+            "high": float(r_hi),
+            "fitted": False,
+            "identified": False,
+            "held": locality.label,
+            "why": why,
+            "unit": "ρ",
+        }
+        knobs["locality_c_per_expert"] = {
+            "value": c_c,
+            "low": float(c_lo),
+            "high": float(c_hi),
+            "fitted": False,
+            "identified": False,
+            "held": locality.label,
+            "why": why,
+            "unit": "c/E",
+        }
     for n, (lo, hi) in cache_intervals.items():
         if (lo, hi) == tuple(float(b) for b in bounds[n]):
             notes.append(f"{n} is not identified by these rows: its profile spans its whole range")
@@ -685,6 +755,7 @@ def fit_plan(
     routing_is_spec: bool = True,
     max_evaluations: int = 40,
     overlap: str | None = None,
+    locality: Locality | None = None,
 ) -> PlanFit:
     """Fit the named knobs on the calibration rows, predict every row with bands (module
     docstring). ``overlap``: ``max`` or ``sum``; None fits both and keeps the better (lower
@@ -698,6 +769,7 @@ def fit_plan(
         page_cache=page_cache,
         routing_is_spec=routing_is_spec,
         max_evaluations=max_evaluations,
+        locality=locality,
     )
     if overlap is not None:
         if overlap not in ("max", "sum"):

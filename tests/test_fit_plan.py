@@ -415,3 +415,35 @@ def test_fit_plan_holds_one_stream_s_locality_at_the_prior(capsys, tmp_path):
     # the prior's spread widens one stream's hit bands (at B = 4 both caches thrash: LRU's cliff)
     for a, b in zip(on["rows"][:2], off["rows"][:2]):
         assert a["hit_rate_high"] - a["hit_rate_low"] > b["hit_rate_high"] - b["hit_rate_low"]
+
+
+def test_plan_with_a_fit_that_held_locality_reproduces_its_predictions(tmp_path, capsys):
+    """The fit's held locality travels with it: plan --fit at each row's B and cache gives the
+    fit's own prediction, and a row's prediction does not depend on the other rows' batches."""
+    pts = tmp_path / "one.plan-points"
+    pts.write_text("batch,cache_gib,net_tok_s\n1,12,0.5\n2,24,\n", encoding="utf-8")
+    fit_json = tmp_path / "fit.json"
+    args = ["--model", "glm-5.2", "--hardware", "nvme-gen4"]
+    assert main(["fit-plan", str(pts), *args, "--routing", "zipf:0.8", "--overlap", "max", "--json"]) == 0
+    fit = json.loads(capsys.readouterr().out)
+    fit_json.write_text(json.dumps(fit), encoding="utf-8")
+    for row in fit["rows"]:
+        argv = [
+            "plan",
+            *args,
+            "--fit",
+            str(fit_json),
+            "--batch",
+            str(row["batch"]),
+            "--cache-gib",
+            str(row["cache_gib"]),
+        ]
+        assert main([*argv, "--overlap", "max", "--json"]) == 0
+        rep = json.loads(capsys.readouterr().out)
+        assert rep["net_tok_s"][0] == pytest.approx(row["predicted"], rel=1e-9)
+        assert rep["cache_hit_rate"][0] == pytest.approx(row["predicted_hit_rate"], abs=1e-12)
+    # the B = 1 row alone predicts what it predicted beside the B = 2 row
+    pts.write_text("batch,cache_gib,net_tok_s\n1,12,0.5\n", encoding="utf-8")
+    assert main(["fit-plan", str(pts), *args, "--routing", "zipf:0.8", "--overlap", "max", "--json"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert alone["rows"][0]["predicted_hit_rate"] == pytest.approx(fit["rows"][0]["predicted_hit_rate"], abs=1e-12)

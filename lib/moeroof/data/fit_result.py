@@ -28,6 +28,7 @@ KNOB_KEYS = (
     "page_cache_share",
     "skew",
     "rho",
+    "locality_c_per_expert",
 )
 
 
@@ -55,7 +56,9 @@ def read_fit(path: str | os.PathLike[str]) -> dict[str, Any]:
     for key, entry in doc["knobs"].items():
         if key not in KNOB_KEYS or not isinstance(entry, dict):
             continue
-        if not (entry.get("fitted") or str(entry.get("held", "")).startswith("prior")):
+        held = str(entry.get("held", ""))
+        # fitted, or held at a stated prior (the per-token engine cost; one stream's locality)
+        if not (entry.get("fitted") or held.startswith("prior") or held.startswith("locality prior")):
             continue
         try:
             value = float(entry["value"])

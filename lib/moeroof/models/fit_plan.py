@@ -213,16 +213,31 @@ def box_with_fit(hardware: Hardware, fit: dict[str, Any]) -> Hardware:
 
 
 def routing_with_fit(model: MoEModel, fit: dict[str, Any]):
-    """The routing a fit-plan result ran on when it fitted the skew (None: it did not): Zipf s,
-    or with stickiness ρ > 0 a callable ``B -> RoutingProbabilities`` sampled with B streams."""
-    if "skew" not in fit:
+    """The routing a fit-plan result ran on when it fitted the skew or held one stream's
+    locality (None: neither): Zipf s (fitted, else its ``zipf:S`` / ``uniform`` routing's), or
+    with stickiness ρ > 0 or a per-stream locality c a callable ``B -> RoutingProbabilities``
+    sampled with B streams, as the fit ran."""
+    rho = float(fit.get("rho", 0.0))
+    c_per_expert = fit.get("locality_c_per_expert")
+    c = math.inf if c_per_expert is None else float(c_per_expert) * model.experts
+    local = rho > 0 or not math.isinf(c)
+    if "skew" in fit:
+        skew = float(fit["skew"])
+    elif local:
+        spec = str(fit.get("routing_spec") or "")
+        if spec == "uniform":
+            skew = 0.0
+        elif spec.startswith("zipf:"):
+            skew = float(spec.split(":", 1)[1])
+        else:
+            return None  # a histogram's fit holds no locality (fit_plan's note)
+    else:
         return None
-    skew, rho = float(fit["skew"]), float(fit.get("rho", 0.0))
-    if rho > 0:
+    if local:
         import functools
 
         return functools.lru_cache(maxsize=None)(
-            lambda b: routing_from_knobs(model, "zipf", skew, rho, streams=int(b))  # type: ignore[misc]
+            lambda b: routing_from_knobs(model, "zipf", skew, rho, c, streams=int(b))  # type: ignore[misc]
         )
     return routing_from_spec(f"zipf:{skew:.10g}", model)
 
@@ -267,8 +282,13 @@ def predict_points(
     ``routes``: a memo of the routings sampled or computed from the knobs (skew, ρ, streams,
     seed), kept by the caller for one fit."""
     hw = box_with_knobs(hardware, knobs)
-    streams = max(p.batch for p in points)
-    route = _routing(model, routing, knobs, streams, seed, routes)
+    if knobs.rho > 0.0 or not math.isinf(knobs.c):
+        # a trace sampled with each row's own B streams (as plan --fit runs it): a row's prediction
+        # never depends on the largest B among the other rows
+        def route(b: int) -> RoutingProbabilities:
+            return _routing(model, routing, knobs, int(b), seed, routes)
+    else:
+        route = _routing(model, routing, knobs, max(p.batch for p in points), seed, routes)
     share = 1.0 if knobs.page_cache_share is None else float(knobs.page_cache_share)
     pc = page_cache or knobs.page_cache_share is not None
     net = np.empty(len(points))

@@ -170,3 +170,14 @@ def test_the_committed_prior_reads_and_bad_files_name_their_field(tmp_path):
         read_locality_prior(bad)
     with pytest.raises(InputError, match="no such file"):
         read_locality_prior(tmp_path / "none.json")
+
+
+def test_bands_with_the_prior_cover_one_stream_truths_the_prior_allows():
+    """Two truths drawn from the prior, calibrated on M = 8 rows: their one-stream rows inside
+    the bands with the prior, more of them than with locality off."""
+    from moeroof.data.locality import read_locality_prior
+    from moeroof.models.locality import Locality
+
+    cc = lp.coverage_check(Locality.from_summary(read_locality_prior()), truths=2)
+    assert cc.rows == 6 and len(cc.truths) == 2
+    assert cc.inside_with_prior >= 5 / 6 and cc.inside_with_prior > cc.inside_without

@@ -32,7 +32,7 @@ NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.py"))
 SMALL_PARAMETERS: dict[str, dict] = {
     # the step cases only (the cache and locality groups simulate for ~35 s; tests/test_held_out.py
     # and tests/test_locality_prior.py hold them), with non-default targets the answer must quote
-    "validation": {"groups": "step", "tok_s_target": 0.25, "hit_target": 0.04},
+    "validation": {"groups": "step", "tok_s_target": 0.25, "hit_target": 0.04, "coverage_truths": 1},
     "union_curve": {"b_max": 64, "model_layers": 4, "bootstrap": 10, "experts": 128, "top_k": 4},
     # only the model changed: the routing default follows it (auto → the embedded trace with its
     # E = 128, K = 8) and so does the cache (auto → the 3-bit model's 11.8 GiB of routed experts,
@@ -149,8 +149,15 @@ MIXTRAL_TRACE = EXTERNAL_DIR / "mixtral8x7b-instruct-fp8-vllm-traces" / "trace_d
 #: ``synthetic`` / ``projected`` say whether those words must appear (True) or must not (False)
 ANSWER_CHECKS: dict[str, dict] = {
     "validation": {
-        "names": ["Over the step cases", "held-out predictions", "consistency rows", "within 25 %", "Worst: `"],
-        "absent": ["locality", "within 20 %"],
+        "names": [
+            "Over the step cases",
+            "held-out predictions",
+            "consistency rows",
+            "within 25 %",
+            "Worst: `",
+            "On 3 one-stream rows of simulated truths",
+        ],
+        "absent": ["locality-prior:", "within 20 %"],
         "synthetic": False,
         "projected": True,
     },

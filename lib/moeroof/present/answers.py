@@ -925,11 +925,13 @@ def validation(
     groups: Sequence[str],
     tok_s_target: float = 0.20,
     hit_target: float = 0.05,
+    coverage: tuple[float, float, int] | None = None,
 ) -> str:
     """validation: how the held-out predictions (``rows`` of :mod:`moeroof.studies.held_out`,
     ``cases`` its summary) meet the targets — relative errors within ``tok_s_target`` and hit-rate
     errors within ``hit_target`` (a fraction: 0.05 is 5 points) — and how many banded rows lie
-    inside their 5–95 % band; the worst case by mean |error|; what was skipped."""
+    inside their 5–95 % band; the worst case by mean |error|; what was skipped. ``coverage``:
+    (share inside with the locality prior, without it, rows) of the simulated-truth check."""
     pred = [r for r in rows if r["role"] == "prediction"]
     rel = [r for r in pred if r["error_unit"] == "relative"]
     pts = [r for r in pred if r["error_unit"] == "points"]
@@ -967,6 +969,12 @@ def validation(
         if worst_pts is not None:
             named.append(f"`{worst_pts['case']}` ({fmt(100 * worst_pts['mean_abs_error'], 3)} points)")
         parts.append(f"Worst: {_join(named)}. ")
+    if coverage is not None:
+        on, off, n = coverage
+        parts.append(
+            f"On {n} one-stream rows of simulated truths drawn from the locality prior (calibrated on M = 8 rows "
+            f"only), {pct(on)} lie inside their 90 % band with the prior and {pct(off)} with locality off. "
+        )
     if skipped:
         parts.append(f"Skipped: {'; '.join(f'{k} ({v})' for k, v in skipped.items())}. ")
     parts.append(

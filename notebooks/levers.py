@@ -81,7 +81,12 @@ route = routing_from_spec(
 )
 cache_gib, why_main = cache_parameter(cache_gib, m, boxes["main"], preferred_gib=16.0, context_tokens=context_tokens)
 contrast_cache_gib, why_contrast = cache_parameter(
-    contrast_cache_gib, m, boxes["contrast"], preferred_gib=400.0, context_tokens=context_tokens
+    contrast_cache_gib,
+    m,
+    boxes["contrast"],
+    preferred_gib=400.0,
+    context_tokens=context_tokens,
+    name="contrast_cache_gib",
 )
 # defaults that depend on the model, said in the answer
 defaults_taken = [

@@ -35,7 +35,6 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 import moeroof
-from moeroof.data.locality import read_locality_prior
 from moeroof.models.locality import Locality
 from moeroof.present import answers
 from moeroof.present.plots import provenance_label, save_figure, show_table, style
@@ -120,7 +119,7 @@ with style():
 # %%
 coverage = None
 if coverage_truths > 0:
-    coverage = coverage_check(Locality.from_summary(read_locality_prior()), truths=coverage_truths)
+    coverage = coverage_check(Locality.committed(), truths=coverage_truths)
     show_table(pd.DataFrame(list(coverage.truths)))
     print(
         f"one-stream rows inside their 5-95 % band: {coverage.inside_with_prior:.0%} with the locality prior, "
@@ -137,7 +136,14 @@ display(
             groups=chosen,
             tok_s_target=tok_s_target,
             hit_target=hit_target,
-            coverage=None if coverage is None else (coverage.inside_with_prior, coverage.inside_without, coverage.rows),
+            coverage=None
+            if coverage is None
+            else (
+                coverage.inside_with_prior,
+                coverage.inside_without,
+                coverage.rows,
+                [m for m, _ in coverage.calibration],
+            ),
         )
     )
 )

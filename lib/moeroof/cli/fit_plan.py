@@ -87,17 +87,11 @@ def _knob_list(text: str | None) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys(parts))
 
 
-def _locality_prior():
-    from moeroof.data.locality import read_locality_prior
-    from moeroof.models.locality import Locality
-
-    return Locality.from_summary(read_locality_prior())
-
-
 def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
     from moeroof.data.plan_points import read_plan_points
     from moeroof.data.presets import load_hardware, load_model
     from moeroof.models.fit_plan import fit_plan
+    from moeroof.models.locality import Locality
     from moeroof.models.plan import routing_from_spec
 
     fit = _knob_list(args.fit)
@@ -120,7 +114,7 @@ def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
         page_cache=args.page_cache,
         routing_is_spec=is_spec,
         overlap=args.overlap,
-        locality=None if args.no_locality_prior else _locality_prior(),
+        locality=None if args.no_locality_prior else Locality.committed(),
     )
     rep = res.to_dict()
     rep.update(

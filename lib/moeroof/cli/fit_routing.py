@@ -77,12 +77,11 @@ def fit_routing_report(args: argparse.Namespace) -> dict[str, Any]:
     seeds = positive_int(args.seeds, "--seeds")
     bootstrap = replicates(args.bootstrap, "--bootstrap")
     timed = positive_int(args.timed_steps, "--timed-steps")
-    from moeroof.data.locality import read_locality_prior
     from moeroof.data.points import read_points
     from moeroof.models.fit_routing import fit_routing
     from moeroof.models.locality import Locality
 
-    locality = None if args.no_locality_prior else Locality.from_summary(read_locality_prior())
+    locality = None if args.no_locality_prior else Locality.committed()
 
     points = read_points(input_path(args.path), experts=experts, expert_bytes=expert_bytes)
     progress = Progress("fit-routing")

@@ -26,7 +26,7 @@ def add_parser(subparsers: Any) -> None:
         description=(
             "Print every validation case: fitted only on what it names as calibration (or on nothing), "
             "its predictions against the measurements it was not fitted on, with the error and, where the "
-            "case has one, whether the measurement lies inside its 5-95 %% band."
+            "case has one, whether the measurement lies inside its 5-95 % band."
         ),
     )
     p.add_argument(
@@ -77,12 +77,9 @@ def print_validate(rep: dict[str, Any]) -> None:
     print(table(["case", "role", "quantity", "at", "measured", "predicted", "error", "in band"], rows, "<<<>>>>>"))
     print()
     for c in rep["cases"]:
-        unit = "points" if c["error_unit"] == "points" else "relative"
-        err = c["mean_abs_error"] * 100
+        unit = "points" if c["error_unit"] == "points" else "%"
         band = "" if c["inside_band"] is None else f"; {c['inside_band']:.0%} inside the band"
-        print(
-            f"{c['case']} ({c['role']}, {c['rows']} rows): mean |error| {err:.1f} {'points' if unit == 'points' else '%'}{band}"
-        )
+        print(f"{c['case']} ({c['role']}, {c['rows']} rows): mean |error| {c['mean_abs_error'] * 100:.1f} {unit}{band}")
     for what, why in rep["skipped"].items():
         print(f"skipped {what}: {why}")
     print("every number is projected (the models on the suite's inputs) against the measurements named in each case")

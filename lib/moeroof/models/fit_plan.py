@@ -242,17 +242,21 @@ def routing_with_fit(model: MoEModel, fit: dict[str, Any]):
     return routing_from_spec(f"zipf:{skew:.10g}", model)
 
 
+def _zipf_exponent(routing: RoutingProbabilities, default: float = 0.8) -> float:
+    """A Zipf routing's own exponent (its label ``Zipf s=…``; uniform: 0), else ``default``: where
+    a fit starts its skew, and the skew a local trace runs at when none is fitted."""
+    if routing.label.startswith("Zipf s="):
+        return float(routing.label.split("=", 1)[1])
+    return 0.0 if routing.label.lower().startswith("uniform") else default
+
+
 def _routing(
     model: MoEModel, base: RoutingProbabilities, knobs: PlanKnobs, streams: int, seed: int, routes: dict | None = None
 ):
     local = knobs.rho > 0.0 or not math.isinf(knobs.c)
     if knobs.skew is None and not local:
         return base
-    # a Zipf routing's own exponent where no skew is fitted (uniform: s = 0)
-    s0 = 0.0 if base.label.lower().startswith("uniform") else 0.8
-    if base.label.startswith("Zipf s="):
-        s0 = float(base.label.split("=", 1)[1])
-    s = s0 if knobs.skew is None else float(knobs.skew)
+    s = _zipf_exponent(base) if knobs.skew is None else float(knobs.skew)
     key = (s, float(knobs.rho), float(knobs.c), streams, seed if local else 0)
     if routes is not None and key in routes:
         return routes[key]
@@ -432,9 +436,7 @@ def _fit_one(
     cal_hit = np.array([p.hit_rate is not None for p in pts])
     meas_net = np.array([p.net_tok_s if p.net_tok_s is not None else np.nan for p in pts])
     meas_hit = np.array([p.hit_rate if p.hit_rate is not None else np.nan for p in pts])
-    s0 = 0.8
-    if routing.label.startswith("Zipf s="):
-        s0 = float(routing.label.split("=", 1)[1])
+    s0 = _zipf_exponent(routing)
     token_held = PRIOR_SECONDS_PER_AGENT_TOKEN[1]
     # the locality the rows cannot identify, from the prior (a Zipf or uniform routing only: a
     # histogram's cache runs on independent tokens drawn from its own π)
@@ -442,7 +444,8 @@ def _fit_one(
     held_local = {"rho": 0.0, "c": math.inf}
     if use_prior:
         r_c, c_c = locality.centre
-        held_local = {"rho": r_c, "c": math.inf if math.isinf(c_c) else c_c * model.experts}
+        (r_lo, r_hi), (c_lo, c_hi) = locality.quantiles([0.05, 0.95])
+        held_local = {"rho": r_c, "c": c_c * model.experts}  # inf (off) stays inf
 
     def knobs_of(outer: dict[str, float], inner: np.ndarray) -> PlanKnobs:
         k = PlanKnobs(rho=held_local["rho"], c=held_local["c"])
@@ -641,10 +644,9 @@ def _fit_one(
     if use_prior:
         # the locality at its least and most local ends (ρ and c at their 5 % and 95 % quantiles,
         # the other knobs re-solved there): the band covers what the prior cannot rule out
-        (r_lo, r_hi), (c_lo, c_hi) = locality.quantiles([0.05, 0.95])
         saved = dict(held_local)
         for r_end, c_end in ((float(r_lo), float(c_hi)), (float(r_hi), float(c_lo))):
-            held_local.update(rho=r_end, c=math.inf if math.isinf(c_end) else c_end * model.experts)
+            held_local.update(rho=r_end, c=c_end * model.experts)
             xe, _, _ = solve_inner(outer)
             net_e, hit_e = predict(knobs_of(outer, xe))
             low = np.minimum(low, net_e * (low / net0))
@@ -654,9 +656,9 @@ def _fit_one(
         held_local.update(saved)
         notes.append(
             f"stickiness and per-stream locality held at the {locality.label}: the cache runs on a trace with "
-            f"ρ = {saved['rho']:.2f}"
-            + ("" if math.isinf(saved["c"]) else f" and c = {saved['c'] / model.experts:.3g}·E")
-            + "; the bands include its least and most local ends (5 % and 95 %)"
+            f"ρ = {r_c:.2f}"
+            + ("" if math.isinf(c_c) else f" and c = {c_c:.3g}·E")
+            + f"; the bands include its least and most local ends (ρ {float(r_lo):.2g}–{float(r_hi):.2g})"
         )
     elif locality is not None and not routing_is_spec and "rho" not in names:
         notes.append(
@@ -721,32 +723,24 @@ def _fit_one(
         names, best_knobs, x, xs, cov, outer, hardware, routing, identified, cache_intervals, hold_token, net_batches
     )
     if use_prior:
-        (r_lo, r_hi), (c_lo, c_hi) = locality.quantiles([0.05, 0.95])
-        r_c, c_c = locality.centre
         why = (
             "the rows cannot identify one stream's locality: held at the locality prior fitted on real decode "
             "(assumed for this model), its 5–95 % range in the bands"
         )
-        knobs["rho"] = {
-            "value": r_c,
-            "low": float(r_lo),
-            "high": float(r_hi),
-            "fitted": False,
-            "identified": False,
-            "held": locality.label,
-            "why": why,
-            "unit": "ρ",
-        }
-        knobs["locality_c_per_expert"] = {
-            "value": c_c,
-            "low": float(c_lo),
-            "high": float(c_hi),
-            "fitted": False,
-            "identified": False,
-            "held": locality.label,
-            "why": why,
-            "unit": "c/E",
-        }
+        for key, value, lo, hi, unit in (
+            ("rho", r_c, r_lo, r_hi, "ρ"),
+            ("locality_c_per_expert", c_c, c_lo, c_hi, "c/E"),
+        ):
+            knobs[key] = {
+                "value": value,
+                "low": float(lo),
+                "high": float(hi),
+                "fitted": False,
+                "identified": False,
+                "held": locality.label,
+                "why": why,
+                "unit": unit,
+            }
     for n, (lo, hi) in cache_intervals.items():
         if (lo, hi) == tuple(float(b) for b in bounds[n]):
             notes.append(f"{n} is not identified by these rows: its profile spans its whole range")

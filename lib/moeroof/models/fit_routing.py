@@ -771,6 +771,7 @@ class _Problem:
             self.base = replace(self.base, **held)
         self.family = family
         self.names = tuple(fitted)
+        self.max_history = max_history
         self.boxes = [_box(n, family, experts, max_history) for n in self.names]
         self.lo = np.array([b[0] for b in self.boxes])
         self.hi = np.array([b[1] for b in self.boxes])
@@ -1045,9 +1046,10 @@ def _prior_draws(
         if "rho" in held:
             values["rho"] = float(r_b)
         if "locality" in held:
-            values["c"] = math.inf if math.isinf(c_b) else float(c_b) * e
-        sub = _Problem(prob.family, prob.points, *prob.model, prob.names, prob.base, 2048, prob.sim, held=values)
-        sub.boxes, sub.lo, sub.hi = prob.boxes, prob.lo, prob.hi
+            values["c"] = float(c_b) * e  # inf (off) stays inf
+        sub = _Problem(
+            prob.family, prob.points, *prob.model, prob.names, prob.base, prob.max_history, prob.sim, held=values
+        )
 
         def resid(x: np.ndarray, sub=sub) -> np.ndarray:
             return (sub.mean(x, seeds) - sub.m) / sub.tau
@@ -1094,7 +1096,9 @@ def _bands(contributing, best, points, experts, top_k, layers, expert_bytes, lev
             w = np.asarray(f.draw_weights, dtype=float) if f.draw_weights else np.ones(len(ys))
             dev2 = np.where(ok, ys - f.predicted, 0.0) ** 2
             rms = np.sqrt((w[:, None] * dev2).sum(axis=0) / np.maximum((w[:, None] * ok).sum(axis=0), 1e-300))
-            t_lo, t_hi = student_t.ppf(level, len(f.draws))
+            # weighted draws count as their effective number (Kish: (Σw)² / Σw²), not as all of them
+            n_eff = float(w.sum() ** 2 / max(float((w**2).sum()), 1e-300))
+            t_lo, t_hi = student_t.ppf(level, max(n_eff, 1.0))
             lo_f, hi_f = f.predicted + t_lo * rms, f.predicted + t_hi * rms
         low = np.fmin(low, lo_f)
         high = np.fmax(high, hi_f)
@@ -1174,13 +1178,13 @@ def fit_routing(
             held_values["rho"] = rho_c
             held["rho"] = (
                 held.get("rho", "not identified")
-                + f"; held at the {locality.label} centre {rho_c:.3g} (5–95 % {lo_q[0]:.2g}–{hi_q[0]:.2g}), in the bands"
+                + f"; held at the {locality.label}: centre {rho_c:.3g} (5–95 % {lo_q[0]:.2g}–{hi_q[0]:.2g}), in the bands"
             )
         if "locality" not in fitted:
-            held_values["c"] = math.inf if math.isinf(c_c) else c_c * int(experts)
+            held_values["c"] = c_c * int(experts)  # inf (off) stays inf
             held["locality"] = (
                 held.get("locality", "not identified")
-                + f"; held at the locality prior's centre c = {c_c:.3g}·E, its spread in the bands"
+                + f"; held at the {locality.label}: centre c = {c_c:.3g}·E, its spread in the bands"
             )
         prior_pairs = locality.draws(max(int(bootstrap), 8)) if held_values else []
     seeds = tuple(int(s) for s in seeds)
@@ -1260,7 +1264,6 @@ def fit_routing(
         else:
             entry.update(low=value, high=value)
         if locality is not None and name in ("rho", "locality") and name not in fitted:
-            lo_q, hi_q = locality.quantiles([level[0], level[1]])
             j = 0 if name == "rho" else 1
             scale = 1.0 if name == "rho" else float(experts)
             entry.update(low=float(lo_q[j]) * scale, high=float(hi_q[j]) * scale, prior=locality.label)

@@ -72,14 +72,22 @@ class Locality:
 
     @classmethod
     def from_summary(cls, summary) -> Locality:
-        """The committed prior (:func:`moeroof.data.locality.read_locality_prior`) as a distribution."""
+        """The committed prior (:func:`moeroof.data.locality.read_locality_prior`) as a distribution;
+        its label names the sources and the file, the numbers are said where they are used."""
         mean = to_scale(summary.rho, summary.c_per_expert)
         return cls(
             (float(mean[0]), float(mean[1])),
             (float(summary.logit_rho_scale), float(summary.log_c_per_expert_scale)),
             int(summary.dof),
-            summary.label(),
+            f"locality prior fitted on {', '.join(summary.sources)} ({summary.path.name}; assumed for this model)",
         )
+
+    @classmethod
+    def committed(cls) -> Locality:
+        """The prior every zero-fit default uses: ``data/fits/locality-prior.json``."""
+        from moeroof.data.locality import read_locality_prior
+
+        return cls.from_summary(read_locality_prior())
 
     def quantiles(self, q) -> tuple[np.ndarray, np.ndarray]:
         """ρ and ``c/E`` at the quantiles ``q`` (each knob's own)."""

@@ -365,13 +365,14 @@ def cache_parameter(
     *,
     preferred_gib: float,
     context_tokens: int = 4096,
+    name: str = "cache_gib",
 ) -> tuple[float, str | None]:
-    """A report's cache parameter in GiB: ``(value, None)`` for a number, ``(gib, why)`` for
-    ``auto`` (:func:`default_cache` with the report's preferred size). Raises :class:`ParameterError`
-    for anything else."""
+    """A report's cache parameter ``name`` in GiB: ``(value, None)`` for a number, ``(gib, why)``
+    for ``auto`` (:func:`default_cache` with the report's preferred size). Raises
+    :class:`ParameterError` naming ``name`` for anything else."""
     if isinstance(value, str):
         if value.strip().lower() != "auto":
-            raise ParameterError("cache_gib", f"expected a number of GiB or auto, got {value!r}")
+            raise ParameterError(name, f"expected a number of GiB or auto, got {value!r}")
         chosen = default_cache(model, hardware, preferred_bytes=preferred_gib * 2.0**30, context_tokens=context_tokens)
         return chosen.cache_bytes / 2.0**30, chosen.why
     return float(value), None

@@ -925,13 +925,14 @@ def validation(
     groups: Sequence[str],
     tok_s_target: float = 0.20,
     hit_target: float = 0.05,
-    coverage: tuple[float, float, int] | None = None,
+    coverage: tuple[float, float, int, Sequence[int]] | None = None,
 ) -> str:
     """validation: how the held-out predictions (``rows`` of :mod:`moeroof.studies.held_out`,
     ``cases`` its summary) meet the targets — relative errors within ``tok_s_target`` and hit-rate
     errors within ``hit_target`` (a fraction: 0.05 is 5 points) — and how many banded rows lie
     inside their 5–95 % band; the worst case by mean |error|; what was skipped. ``coverage``:
-    (share inside with the locality prior, without it, rows) of the simulated-truth check."""
+    (share inside with the locality prior, without it, rows, the calibration rows' batch sizes) of
+    the simulated-truth check."""
     pred = [r for r in rows if r["role"] == "prediction"]
     rel = [r for r in pred if r["error_unit"] == "relative"]
     pts = [r for r in pred if r["error_unit"] == "points"]
@@ -970,15 +971,18 @@ def validation(
             named.append(f"`{worst_pts['case']}` ({fmt(100 * worst_pts['mean_abs_error'], 3)} points)")
         parts.append(f"Worst: {_join(named)}. ")
     if coverage is not None:
-        on, off, n = coverage
+        on, off, n, cal = coverage
         parts.append(
-            f"On {n} one-stream rows of simulated truths drawn from the locality prior (calibrated on M = 8 rows "
-            f"only), {pct(on)} lie inside their 90 % band with the prior and {pct(off)} with locality off. "
+            f"On {n} one-stream rows of simulated truths drawn from the locality prior (calibrated on rows at "
+            f"M = {', '.join(str(b) for b in sorted(set(cal)))} only), {pct(on)} lie inside their 90 % band with the "
+            f"prior and {pct(off)} with locality off. "
         )
     if skipped:
         parts.append(f"Skipped: {'; '.join(f'{k} ({v})' for k, v in skipped.items())}. ")
+    replayed = any(r["group"] == "locality" for r in rows)
     parts.append(
         "Every prediction is **projected** (the models on the suite's inputs) against measurements that are "
-        "published (some by hobby projects, named in the table) or replayed from real captures."
+        "published (some by hobby projects, named in the table)"
+        + (" or replayed from real captures." if replayed else ".")
     )
     return "".join(parts)

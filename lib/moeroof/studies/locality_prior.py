@@ -4,9 +4,9 @@ Calibrated only on a batch's rows (seed 003's pair at M = 8) or on nothing, the 
 cannot tell how local one stream is: stickiness ρ (a stream's token keeps an expert of its
 previous token) and per-stream hot sets (locality ``c``: each stream routes by its own
 ``q ~ Dirichlet(c·w)`` around the layer's popularity w) leave a batch's cache nearly unchanged
-and decide a single stream's. Held at 0 they predict a single stream ~30 points below what
-engines measure (VALIDATION.md: 42.7 % of a Qwen3 token's experts are its previous token's,
-against 6.25 % for independent tokens). This module fits those two knobs on every real decode
+and decide a single stream's; held at 0 and off, they give one stream none of the locality real
+decode shows (VALIDATION.md: 42.7 % of a Qwen3 token's experts are its previous token's, against
+6.25 % for independent tokens). This module fits those two knobs on every real decode
 source the suite can read and pools the fits into a distribution, so that a prediction that
 cannot identify them draws them from what real decode does, and their spread widens its band.
 
@@ -32,10 +32,9 @@ Locality is carried as ``c / E`` (the per-expert concentration: below 1 a stream
 subset of the experts), which transfers between models of different E; ``c = ∞`` (off) stays
 off.
 
-**The prior** (:class:`LocalityPrior`): the sources' draws pooled with equal weight per source
-(each source's draws resampled to :data:`DRAWS_PER_SOURCE`), so a source with more draws does
-not count more. Its median is the point a zero-fit default uses; its 5–95 % spread goes into
-the bands.
+**The prior** (:class:`LocalityPrior`, :func:`pool`): a random-effects pool of the sources'
+fits, each source one mean however many draws it has; its centre is the point a zero-fit
+default uses and its 5–95 % spread goes into the bands.
 
 **Leave one capture out** (:func:`study`): for each source, the prior of the *other*
 sources predicts its rows — with the source's popularity from its routing histogram (what a user
@@ -58,7 +57,7 @@ from moeroof.core.results import Result
 from moeroof.data.points import Point
 from moeroof.models import fit_routing
 from moeroof.models.fit_routing import RoutingKnobs
-from moeroof.models.locality import C_PER_EXPERT_FLOOR, C_PER_EXPERT_OFF, RHO_FLOOR, Locality, from_scale, to_scale
+from moeroof.models.locality import C_PER_EXPERT_FLOOR, C_PER_EXPERT_OFF, RHO_FLOOR, Locality, to_scale
 
 __all__ = [
     "SOURCES",
@@ -236,11 +235,12 @@ def fit_source(
     timed_steps: int = 16,
     max_sim_layers: int = 8,
     progress: Callable[[int, int, str], None] | None = None,
+    popularity: RoutingKnobs | None = None,
 ) -> SourceFit:
     """:func:`moeroof.models.fit_routing.fit_routing` on every row of one source, its popularity
-    held at its routing histogram's (:func:`popularity_knobs`: the locality is what the cache
-    rows show beyond the pooled popularity); the chosen family's bootstrap draws become the
-    source's distribution."""
+    held at its routing histogram's (``popularity``, default :func:`popularity_knobs`: the
+    locality is what the cache rows show beyond the pooled popularity); the chosen family's
+    bootstrap draws become the source's distribution."""
     fit = fit_routing.fit_routing(
         list(rows.points),
         rows.experts,
@@ -251,7 +251,7 @@ def fit_source(
         timed_steps=timed_steps,
         max_sim_layers=max_sim_layers,
         progress=progress,
-        popularity=popularity_knobs(rows),
+        popularity=popularity if popularity is not None else popularity_knobs(rows),
     )
     chosen = next(f for f in fit.family_fits if f.family == fit.family)
     draws = chosen.draws or (chosen.knobs,)
@@ -289,8 +289,7 @@ class LocalityPrior(Result):
     @property
     def median(self) -> tuple[float, float]:
         """``(rho, c_per_expert)`` at the prior's centre: the point a zero-fit default uses."""
-        r, c = from_scale(np.asarray(self.mean))
-        return float(r), float(c)
+        return self.locality.centre
 
     @property
     def locality(self) -> Locality:
@@ -304,10 +303,7 @@ class LocalityPrior(Result):
 
     def knobs(self, base: RoutingKnobs, experts: int) -> list[RoutingKnobs]:
         """``base`` (its family, skew and history) with each of the prior's draws of ρ and ``c``."""
-        return [
-            replace(base, rho=float(r), c=math.inf if math.isinf(c) else float(c) * experts)
-            for r, c in zip(self.rho, self.c_per_expert)
-        ]
+        return [replace(base, rho=float(r), c=float(c) * experts) for r, c in zip(self.rho, self.c_per_expert)]
 
 
 def pool(fits: Sequence[SourceFit], *, draws: int = PRIOR_DRAWS) -> LocalityPrior:
@@ -516,13 +512,15 @@ def study(
     if not available:
         raise FileNotFoundError("no locality source is present: " + "; ".join(skipped.values()))
     fits, in_prior, left_out = [], {}, {}
+    # each source's popularity, fitted once to its histogram: the stream check, its fit and its
+    # held-out prediction all run at it
+    bases = {rows.name: popularity_knobs(rows) for rows in available}
     for i, rows in enumerate(available):
         if progress is not None:
             progress(i, len(available) + 1, f"fit {rows.name}")
-        base = popularity_knobs(rows)
-        ok, why = stream_check(rows, base, seeds=seeds)
+        ok, why = stream_check(rows, bases[rows.name], seeds=seeds)
         (in_prior if ok else left_out)[rows.name] = why
-        fits.append(fit_source(rows, bootstrap=bootstrap, **kw))
+        fits.append(fit_source(rows, bootstrap=bootstrap, popularity=bases[rows.name], **kw))
     pooled = [f for f in fits if f.name in in_prior]
     if not pooled:
         raise ValueError("no source's rows are one stream's tokens: " + "; ".join(left_out.values()))
@@ -534,7 +532,7 @@ def study(
         if not others:  # predicted from itself would be no prediction
             skipped[f"{rows.name} (held out)"] = "no other source in the prior to predict it from"
             continue
-        rows_out += predict_rows(pool(others), rows, popularity_knobs(rows), **kw)
+        rows_out += predict_rows(pool(others), rows, bases[rows.name], **kw)
     settings = {"seeds": list(seeds), "bootstrap": int(bootstrap), **{k: v for k, v in kw.items() if k != "seeds"}}
     return LocalityStudy(pool(pooled), tuple(fits), in_prior, left_out, tuple(rows_out), skipped, settings)
 
@@ -581,6 +579,8 @@ class CoverageCheck(Result):
     inside_with_prior: float
     inside_without: float
     rows: int
+    #: the calibration rows' (batch, per-layer capacity)
+    calibration: tuple[tuple[int, float], ...] = ()
 
 
 def coverage_check(
@@ -610,13 +610,7 @@ def coverage_check(
     out = []
     hits_on = hits_off = total = 0
     for j, (rho, c_e) in enumerate(prior.draws(int(truths))):
-        truth = RoutingKnobs(
-            family="zipf",
-            skew=float(skew),
-            rho=float(rho),
-            c=math.inf if math.isinf(c_e) else c_e * experts,
-            history_tokens=64,
-        )
+        truth = RoutingKnobs(family="zipf", skew=float(skew), rho=float(rho), c=c_e * experts, history_tokens=64)
         measured = fit_routing.simulate_points(
             truth, probe, experts, top_k, layers, seeds=[9_000 + 2 * j, 9_001 + 2 * j]
         ).mean(axis=0)
@@ -632,4 +626,6 @@ def coverage_check(
         hits_off += sum(inside["without"])
         total += len(held_out)
         out.append({"rho": float(rho), "c_per_expert": float(c_e), **inside})
-    return CoverageCheck(tuple(out), hits_on / total, hits_off / total, total)
+    return CoverageCheck(
+        tuple(out), hits_on / total, hits_off / total, total, tuple((int(m), float(c)) for m, c in calibration)
+    )

@@ -32,6 +32,7 @@ prefix_tokens: int = 2048  # shared prefix in tokens: system prompt, tool schema
 decode_tokens: int = 1024  # tokens each agent decodes in one session
 agents: int = 16  # agents in one user's fan-out, the session batch
 overlap: str = "max"  # how the step terms combine, max for perfect overlap or sum for serial
+locality: str = "prior"  # one stream's temporal locality for the simulated cache: prior (fitted on real decode, data/fits/locality-prior.json) or independent tokens
 b_max: int = 256  # largest batch in the lever sweep
 users_max: int = 64  # most users sharing one machine batch
 # fmt: on
@@ -52,6 +53,7 @@ from moeroof.core.units import GiB
 from moeroof.data.io import load_any
 from moeroof.data.presets import load_hardware, load_model
 from moeroof.models.levers import composition, compounding, lever_factors
+from moeroof.models.local_routing import cache_sees_locality, locality_parameter, with_locality
 from moeroof.models.plan import Workload, cache_parameter, plan, routing_from_spec
 from moeroof.present import answers
 from moeroof.present.plots import (
@@ -96,7 +98,12 @@ work = {
     "main": Workload(context_tokens=context_tokens, cache_bytes=cache_gib * GiB, overlap=overlap),
     "contrast": Workload(context_tokens=context_tokens, cache_bytes=contrast_cache_gib * GiB, overlap=overlap),
 }
-plans = {k: plan(m, boxes[k], work[k], route, batch) for k in boxes}
+# one stream's locality for the simulated cache (the prior fitted on real decode, or none); a trace keeps its own
+prior = locality_parameter(locality)
+local_route = with_locality(m, route, prior)
+routes = {k: local_route if cache_sees_locality(work[k]) else route for k in boxes}
+route = routes["main"]
+plans = {k: plan(m, boxes[k], work[k], routes[k], batch) for k in boxes}
 result = {k: p.provenance["result"] for k, p in plans.items()}
 prov = provenance_label("projected") + (
     "" if set(result.values()) == {"projected"} else "; some results from witnessed inputs only"
@@ -124,7 +131,7 @@ changed = {
     k: what_changed.compare_plans(
         {
             work[k].cache_policy: plans[k],
-            oracle: plan(m, boxes[k], replace(work[k], cache_policy=oracle), route, batch),
+            oracle: plan(m, boxes[k], replace(work[k], cache_policy=oracle), routes[k], batch),
         },
         work[k].cache_policy,
         oracle,
@@ -133,7 +140,9 @@ changed = {
 }
 lever_policies = {
     k: {
-        pol: lever_factors(m, boxes[k], replace(work[k], cache_policy=pol), route, batch, prefix_tokens=prefix_tokens)
+        pol: lever_factors(
+            m, boxes[k], replace(work[k], cache_policy=pol), routes[k], batch, prefix_tokens=prefix_tokens
+        )
         for pol in (work[k].cache_policy, oracle)
     }
     for k in boxes
@@ -255,7 +264,7 @@ show_table(pd.DataFrame(rows))
 # binding term of a max-overlapped step.
 
 # %%
-comp = {k: compounding(m, boxes[k], work[k], route, agents, prefix_tokens, decode_tokens) for k in boxes}
+comp = {k: compounding(m, boxes[k], work[k], routes[k], agents, prefix_tokens, decode_tokens) for k in boxes}
 combos = ["neither", "L2", "L3", "L2+L3"]
 summary = pd.DataFrame(
     {

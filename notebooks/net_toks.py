@@ -25,6 +25,7 @@ routing: str = "auto"  # auto (the model's: histograms/deepseek-v3-like.csv wher
 cache_gib: float | str = "auto"  # expert cache in GiB, or auto (30 GiB capped at the model's routed experts and at what RAM leaves beside one agent's KV)
 context_tokens: int = 4096  # context per agent in tokens
 overlap: str = "max"  # max for perfect overlap, sum for serial terms
+locality: str = "prior"  # one stream's temporal locality for the simulated cache: prior (fitted on real decode, data/fits/locality-prior.json) or independent tokens
 b_max: int = 256  # largest batch
 claim_b_max: int = 1024  # largest batch for the 4-10x claim check
 validate: bool = True  # run the validation section against published measurements
@@ -41,6 +42,7 @@ from moeroof.core.units import GiB, gib
 from moeroof.data.embedded import default_routing
 from moeroof.data.io import load_any
 from moeroof.data.presets import load_hardware, load_model
+from moeroof.models.local_routing import locality_parameter, with_locality
 from moeroof.models.plan import Workload, cache_parameter, multiple_thresholds, plan, routing_from_spec
 from moeroof.present import answers
 from moeroof.present.plots import plain_log_ticks, provenance_label, save_figure, shade_regimes, show_table, style
@@ -71,8 +73,10 @@ cache_gib, cache_why = cache_parameter(cache_gib, m, hw, preferred_gib=30.0, con
 if cache_why:
     defaults_taken.append(f"cache `auto` → {cache_why}")
 w = Workload(context_tokens=context_tokens, cache_bytes=cache_gib * GiB, overlap=overlap)
+prior = locality_parameter(locality)
+r = with_locality(m, r, prior, workload=w)
 p = plan(m, hw, w, r, batch)
-claim_batch = np.unique(np.round(np.logspace(0, np.log10(claim_b_max), 60)).astype(int))
+claim_batch = np.unique(np.round(np.logspace(0, np.log10(claim_b_max), 32)).astype(int))
 cp_run = plan(m, hw, w, r, claim_batch)  # the run's own routing and cache over the claim grid
 prov = provenance_label(p.provenance["result"])
 for note in p.notes:
@@ -224,12 +228,17 @@ for spec in ["uniform", "zipf:0.5", "zipf:1.0", routing]:
                 m,
                 hw,
                 Workload(context_tokens=context_tokens, cache_bytes=cache * GiB, overlap=overlap),
-                routing_from_spec(spec, m),
+                with_locality(
+                    m,
+                    routing_from_spec(spec, m),
+                    prior,
+                    workload=Workload(context_tokens=context_tokens, cache_bytes=cache * GiB, overlap=overlap),
+                ),
                 claim_batch,
             )
         )
         for row in multiple_thresholds(cp, (4.0, 10.0)):
-            claim_rows.append({"routing": routing_from_spec(spec, m).label, "cache GiB": cache, **row})
+            claim_rows.append({"routing": cp.routing, "cache GiB": cache, **row})
 claim = pd.DataFrame(claim_rows)
 unc = claim[claim.baseline == "uncoalesced"]
 holds = unc[unc["first_batch_at_4x"].notna()]

@@ -33,6 +33,7 @@ ssd_gb_s: float = 0.0  # peak SSD read bandwidth in GB/s, 0 keeps the preset's c
 mem_gb_s: float = 0.0  # memory bandwidth in GB/s, 0 keeps the preset's
 overlap: str = "max"  # max for perfect overlap, sum for serial terms
 context_tokens: int = 4096  # context per agent in tokens
+locality: str = "prior"  # one stream's temporal locality for the plan's simulated cache: prior (fitted on real decode, data/fits/locality-prior.json) or independent tokens
 cache_policy: str = "lru"  # the expert cache plan simulates: lru (default), lfu, s3fifo, arc, belady, or static (pinned oracle)
 trace_streams: int = 8  # agents in the simulated trace of the cache-over-time panel
 trace_steps: int = 64  # decode steps in the simulated trace
@@ -58,7 +59,8 @@ from moeroof.data.io import load_any
 from moeroof.data.presets import list_presets, load_hardware, load_model
 from moeroof.models.cache import requests_from_trace, simulate
 from moeroof.models.fit import popularity_from_inclusion
-from moeroof.models.fit_plan import box_with_fit
+from moeroof.models.fit_plan import box_with_fit, routing_with_fit
+from moeroof.models.local_routing import cache_sees_locality, locality_parameter, with_locality
 from moeroof.models.plan import CACHE_POLICIES, Workload, cache_parameter, plan, routing_from_spec
 from moeroof.models.routing import Zipf, sample_trace
 from moeroof.models.union import BASELINE, union_plugin, union_uniform
@@ -75,6 +77,8 @@ from moeroof.present.plots import (
 from moeroof.studies import what_changed
 
 seed = sum(map(ord, seed_name))
+prior = locality_parameter(locality)
+local_routes: dict = {}
 presets = list_presets()
 KEY_BATCHES = [1, 8, 16, 64, 128, 256, 1024]  # rows shown in the table
 
@@ -125,7 +129,8 @@ def whatif(
     lo, hi = sorted(int(b) for b in b_range)
     grid = np.round(np.logspace(np.log10(lo), np.log10(max(hi, lo)), 40))
     batch = np.unique(np.r_[grid, [b for b in KEY_BATCHES if lo <= b <= hi]].astype(int))
-    spec = routing.strip() or ("uniform" if skew == 0 else f"zipf:{skew}")
+    named = routing.strip()  # a routing the user gave (else the skew control's)
+    spec = named or ("uniform" if skew == 0 else f"zipf:{skew}")
     routing = routing_from_spec(spec, m)
     # a routing file's layers (cycled) drive the sampled trace; otherwise the Zipf skew does
     from_file = spec != "uniform" and not spec.startswith("zipf")
@@ -137,6 +142,16 @@ def whatif(
     workload = Workload(
         context_tokens=context_tokens, cache_bytes=cache_gib * GiB, overlap=overlap, cache_policy=cache_policy
     )
+    # the plan's cache on streams with the locality prior: one routing object per routing, so that
+    # its traces (sampled per B, whatever the cache) serve every later state of the controls
+    if (spec, m.name) not in local_routes:
+        # a fit's own held locality where it has one (as plan --fit), else the prior
+        held = None if fitted is None else routing_with_fit(m, fitted)
+        local_routes[spec, m.name] = (
+            held if held is not None and not named else with_locality(m, routing, None if fitted else prior)
+        )
+    if cache_sees_locality(workload):
+        routing = local_routes[spec, m.name]
     comparison = what_changed.compare_policies(m, hw, workload, routing, batch)
     p = comparison.plans[cache_policy]
     union = union_plugin(routing.pi, batch)

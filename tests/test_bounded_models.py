@@ -80,8 +80,14 @@ def test_plan_with_a_million_experts_exits_2_under_a_memory_cap(tmp_path):
     model = tmp_path / "m.toml"
     model.write_text(re.sub(r"^experts = \{ value = 256", "experts = { value = 1048576", text, flags=re.M))
     assert "1048576" in model.read_text()
-    proc = capped(["plan", "--model", str(model), "--hardware", "nvme-gen4", "--batch", "1,8"], 1500, tmp_path)
+    # independent tokens: the systematic sampler's bound on the keys it sorts
+    proc = capped(
+        ["plan", "--model", str(model), "--hardware", "nvme-gen4", "--batch", "1,8", "--independent"], 1500, tmp_path
+    )
     assert "random-order keys" in one_error(proc)
+    # the locality prior's sampler (the default): its bound on one step's scores
+    proc = capped(["plan", "--model", str(model), "--hardware", "nvme-gen4", "--batch", "1,8"], 1500, tmp_path)
+    assert "streams × layers × experts" in one_error(proc)
 
 
 # ----------------------------------------------------------------------------- consecutive overlap

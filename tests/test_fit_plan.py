@@ -417,15 +417,18 @@ def test_fit_plan_holds_one_stream_s_locality_at_the_prior(capsys, tmp_path):
         assert a["hit_rate_high"] - a["hit_rate_low"] > b["hit_rate_high"] - b["hit_rate_low"]
 
 
-def test_plan_with_a_fit_that_held_locality_reproduces_its_predictions(tmp_path, capsys):
-    """The fit's held locality travels with it: plan --fit at each row's B and cache gives the
+@pytest.mark.parametrize("routing", ["zipf:0.8", "histograms/deepseek-v3-like.csv"])
+def test_plan_with_a_fit_that_held_locality_reproduces_its_predictions(tmp_path, capsys, routing):
+    """The fit's held locality travels with it — on a Zipf routing and on a histogram's own π
+    (Plackett–Luce weights inverted from it): plan --fit at each row's B and cache gives the
     fit's own prediction, and a row's prediction does not depend on the other rows' batches."""
     pts = tmp_path / "one.plan-points"
     pts.write_text("batch,cache_gib,net_tok_s\n1,12,0.5\n2,24,\n", encoding="utf-8")
     fit_json = tmp_path / "fit.json"
-    args = ["--model", "glm-5.2", "--hardware", "nvme-gen4"]
-    assert main(["fit-plan", str(pts), *args, "--routing", "zipf:0.8", "--overlap", "max", "--json"]) == 0
+    args = ["--model", "glm-5.2" if routing.startswith("zipf") else "deepseek-v3", "--hardware", "nvme-gen4"]
+    assert main(["fit-plan", str(pts), *args, "--routing", routing, "--overlap", "max", "--json"]) == 0
     fit = json.loads(capsys.readouterr().out)
+    assert "locality prior" in fit["knobs"]["rho"]["held"]
     fit_json.write_text(json.dumps(fit), encoding="utf-8")
     for row in fit["rows"]:
         argv = [
@@ -444,6 +447,6 @@ def test_plan_with_a_fit_that_held_locality_reproduces_its_predictions(tmp_path,
         assert rep["cache_hit_rate"][0] == pytest.approx(row["predicted_hit_rate"], abs=1e-12)
     # the B = 1 row alone predicts what it predicted beside the B = 2 row
     pts.write_text("batch,cache_gib,net_tok_s\n1,12,0.5\n", encoding="utf-8")
-    assert main(["fit-plan", str(pts), *args, "--routing", "zipf:0.8", "--overlap", "max", "--json"]) == 0
+    assert main(["fit-plan", str(pts), *args, "--routing", routing, "--overlap", "max", "--json"]) == 0
     alone = json.loads(capsys.readouterr().out)
     assert alone["rows"][0]["predicted_hit_rate"] == pytest.approx(fit["rows"][0]["predicted_hit_rate"], abs=1e-12)

@@ -10,7 +10,8 @@ from moeroof.core.units import GiB
 from moeroof.data.presets import load_hardware, load_model
 from moeroof.models import expert_cache, plan_kernels
 from moeroof.models import partition as P
-from moeroof.models.fit_plan import PlanKnobs, predict_points, routing_from_knobs
+from moeroof.models.fit_plan import PlanKnobs, predict_points
+from moeroof.models.local_routing import routing_from_knobs
 from moeroof.models.plan import Workload, assign_experts, plan, plan_rates, routing_from_spec
 
 # ----------------------------------------------------------------------------- references

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from moeroof.data.presets import load_hardware, load_model
-from moeroof.models.fit_plan import routing_from_knobs
+from moeroof.models.local_routing import routing_from_knobs
 from moeroof.models.plan import Workload, admission_search, auto_cache_bytes, plan, routing_from_spec
 
 SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -374,7 +374,7 @@ def fit_knobs_arg(path_text: str) -> dict[str, Any]:
 
 def read_routing_knobs(path_text: str) -> tuple[str, float, float, float]:
     """``--routing-knobs FILE``: a ``moeroof fit-routing --json`` result, as ``(family, skew, rho,
-    c)`` for :func:`moeroof.models.fit_plan.routing_from_knobs` (c = inf: no locality)."""
+    c)`` for :func:`moeroof.models.local_routing.routing_from_knobs` (c = inf: no locality)."""
     path = input_path(path_text)
     from moeroof.core.limits import MAX_JSON_BYTES, check_document
 
@@ -410,7 +410,7 @@ def read_routing_knobs(path_text: str) -> tuple[str, float, float, float]:
 def routing_knobs_arg(path_text: str, model: Any, streams: int) -> Any:
     """``--routing-knobs FILE``: the routing whose cache runs on a trace sampled from a
     fit-routing result's knobs (:func:`read_routing_knobs`), with ``streams`` streams."""
-    from moeroof.models.fit_plan import routing_from_knobs
+    from moeroof.models.local_routing import routing_from_knobs
 
     return routing_from_knobs(model, *read_routing_knobs(path_text), streams=streams)
 

@@ -70,7 +70,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--no-locality-prior",
         action="store_true",
-        help="with a zipf or uniform routing, run the cache on independent tokens instead of holding stickiness "
+        help="run the cache on independent tokens instead of holding stickiness "
         "and per-stream locality at the locality prior fitted on real decode (data/fits/locality-prior.json)",
     )
     add_output_arguments(p)

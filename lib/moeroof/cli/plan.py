@@ -8,7 +8,7 @@ baselines.
                  [--cache-policy lru|lfu|s3fifo|arc|belady|static] [--context N]
                  [--overlap max|sum] [--routing uniform|zipf:S|PATH] [--read-size-kib X]
                  [--ranks R [--partition id|lpt|weighted|bytes] [--rank-speed 1,0.6]]
-                 [--min-per-agent-tok-s X] [--format table|json|csv] [--output FILE]
+                 [--min-per-agent-tok-s X] [--independent] [--format table|json|csv] [--output FILE]
 
 The numbers come from :func:`moeroof.models.plan.plan`; this module parses the flags into a
 :class:`~moeroof.models.plan.Workload` and prints the result. Each row answers its own
@@ -19,6 +19,13 @@ RAM (the dense band and its KV cache exceed what the OS leaves) gets no rate and
 no step time, tok/s, B·K/U or baseline multiple (``-`` in the table, empty in the CSV, null in
 the JSON; its bound shows ``RAM``) — and the regime changes are found among the feasible
 batches only. ``--format csv``: one row per batch.
+
+One stream's temporal locality (stickiness, per-stream hot sets) is what no flag gives and
+every real decode shows: a simulated cache (or the OS page cache) runs on traces sampled with
+the centre of the locality prior fitted on real decode (``data/fits/locality-prior.json``;
+:mod:`moeroof.models.local_routing`), named in the routing label and the notes;
+``--independent`` draws independent tokens instead. A trace routing keeps its own streams, and
+``--fit`` / ``--routing-knobs`` the locality they hold.
 """
 
 from __future__ import annotations
@@ -75,6 +82,13 @@ def add_parser(subparsers: Any) -> None:
         default=None,
         help="a `moeroof fit-routing --json` result: the cache runs on a trace sampled from its knobs "
         "(family, skew, stickiness, locality), instead of --routing",
+    )
+    p.add_argument(
+        "--independent",
+        action="store_true",
+        help="a stream's tokens independent of one another (no stickiness, no per-stream hot sets) instead of "
+        "the locality prior fitted on real decode (data/fits/locality-prior.json), which a simulated cache "
+        "otherwise runs with",
     )
     p.add_argument("--set", action="append", default=None, metavar="FIELD=VALUE", help=SET_HELP)
     p.add_argument(
@@ -135,7 +149,7 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
         import functools
 
         # each B runs on a trace sampled with B streams: a row never depends on the grid's largest B
-        from moeroof.models.fit_plan import routing_from_knobs
+        from moeroof.models.local_routing import routing_from_knobs
 
         knobs = read_routing_knobs(args.routing_knobs)  # the file read once, its trace sampled per B
         routing = functools.lru_cache(maxsize=None)(
@@ -146,6 +160,12 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
         routing = routing_from_spec(spec, model)
     auto = resolve_auto_cache(options, model, hardware, batch)
     workload = Workload(ranks=ranks, partition=args.partition, rank_speed=speed, **options)
+    if fitted is None and args.routing_knobs is None and not args.independent:
+        from moeroof.models.local_routing import with_locality
+        from moeroof.models.locality import Locality
+
+        # one stream's locality no row can identify: the committed prior's centre (issue 24)
+        routing = with_locality(model, routing, Locality.committed(), workload=workload)
     result = plan(model, hardware, workload, routing, batch)
     rep = result.to_dict()
     _feasible_only(rep)

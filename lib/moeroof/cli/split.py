@@ -57,6 +57,12 @@ def add_parser(subparsers: Any) -> None:
         "--model", default="glm-5-nvfp4", help="model preset or TOML for the step model (default glm-5-nvfp4)"
     )
     p.add_argument("--hardware", default="gb10", help="hardware preset or TOML per rank (default gb10)")
+    p.add_argument(
+        "--independent",
+        action="store_true",
+        help="a stream's tokens independent of one another instead of the locality prior fitted on real decode "
+        "(as plan --independent)",
+    )
     p.add_argument("--set", action="append", default=None, metavar="FIELD=VALUE", help=SET_HELP)
     add_output_arguments(p)
     p.set_defaults(
@@ -75,6 +81,7 @@ def add_parser(subparsers: Any) -> None:
 def split_report(args: argparse.Namespace) -> dict[str, Any]:
     """The ``split`` JSON object for parsed arguments (the library builds it)."""
     from moeroof.data.presets import load_hardware, load_model
+    from moeroof.models.locality import Locality
     from moeroof.models.split import split_report as build
 
     options = step_options(args)
@@ -100,6 +107,7 @@ def split_report(args: argparse.Namespace) -> dict[str, Any]:
         cache_scope=options["cache_scope"],
         seed=options["seed"],
         page_cache=options["page_cache"],
+        locality=None if args.independent else Locality.committed(),
     )
     rep["cache_gib"] = options["cache_bytes"] / 2**30
     rep["cache_auto"] = auto

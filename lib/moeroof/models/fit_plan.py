@@ -78,10 +78,9 @@ from moeroof.core.results import Result
 from moeroof.core.units import GiB
 from moeroof.data.plan_points import PlanPoint
 from moeroof.data.presets import Hardware, MoEModel
-from moeroof.models.fit_routing import RoutingKnobs, layer_popularity, sample_knob_trace
+from moeroof.models.local_routing import LocalRouting, routing_from_knobs, spec_skew
 from moeroof.models.locality import Locality
 from moeroof.models.plan import RoutingProbabilities, Workload, plan_rates, routing_from_spec
-from moeroof.models.routing import histogram_from_trace
 
 __all__ = [
     "box_with_knobs",
@@ -95,7 +94,6 @@ __all__ = [
     "PlanFit",
     "default_knobs",
     "predict_points",
-    "routing_from_knobs",
     "fit_plan",
     "box_with_fit",
     "routing_with_fit",
@@ -113,8 +111,6 @@ PROFILE_BISECTIONS = 4
 PROFILE_RESTARTS = 2
 _SMOOTH = ("engine", "ssd-scale")
 _CACHE = ("skew", "rho", "pressure")
-_TRACE_STEPS = 96
-_TRACE_LAYERS = 8
 
 
 @dataclass(frozen=True)
@@ -160,27 +156,6 @@ def default_knobs(points: Sequence[PlanPoint], *, routing_is_spec: bool = True) 
     return tuple(knobs)
 
 
-def routing_from_knobs(
-    model: MoEModel, family: str, skew: float, rho: float = 0.0, c: float = math.inf, *, streams: int, seed: int = 0
-) -> RoutingProbabilities:
-    """A routing whose cache runs on a trace sampled from knobs, as ``moeroof fit-routing``
-    samples them (:func:`moeroof.models.fit_routing.layer_popularity` and
-    :func:`~moeroof.models.fit_routing.sample_knob_trace`: family Zipf s or Dirichlet α,
-    stickiness ρ, per-stream locality c): :data:`_TRACE_STEPS` steps, ``streams`` streams,
-    :data:`_TRACE_LAYERS` layers; π is the trace's own histogram."""
-    if family not in ("zipf", "dirichlet"):
-        raise ParameterError("family", f"expected zipf or dirichlet, got {family!r}")
-    knobs = RoutingKnobs(family=family, skew=float(skew), rho=float(rho), c=float(c))
-    popularity = layer_popularity(knobs, model.experts, _TRACE_LAYERS, int(seed))
-    topk = sample_knob_trace(knobs, popularity, model.top_k, int(streams), _TRACE_STEPS, int(seed))
-    counts = histogram_from_trace(topk, model.experts).astype(float)
-    pi = counts / float(_TRACE_STEPS * streams)
-    pi = pi * (model.top_k / np.maximum(pi.sum(axis=1, keepdims=True), 1e-300))
-    key = f"knobs:{family}:{skew:.6g}:{rho:.6g}:{c:.6g}:{streams}:{seed}"
-    label = f"{family} {skew:.3g}, ρ={rho:.3g}" + ("" if math.isinf(c) else f", c={c:.3g}")
-    return RoutingProbabilities(np.clip(pi, 0.0, 1.0), label, "projected", trace=topk, trace_key=key)
-
-
 def box_with_knobs(hardware: Hardware, knobs: PlanKnobs) -> Hardware:
     """The box as the knobs make it: SSD bandwidth scaled, engine terms set where fitted."""
     hw = replace(hardware, bw_ssd_bytes_per_s=tuple(b * knobs.ssd_scale for b in hardware.bw_ssd_bytes_per_s))
@@ -215,8 +190,9 @@ def box_with_fit(hardware: Hardware, fit: dict[str, Any]) -> Hardware:
 def routing_with_fit(model: MoEModel, fit: dict[str, Any]):
     """The routing a fit-plan result ran on when it fitted the skew or held one stream's
     locality (None: neither): Zipf s (fitted, else its ``zipf:S`` / ``uniform`` routing's), or
-    with stickiness ρ > 0 or a per-stream locality c a callable ``B -> RoutingProbabilities``
-    sampled with B streams, as the fit ran."""
+    with stickiness ρ > 0 or a per-stream locality c a
+    :class:`~moeroof.models.local_routing.LocalRouting` (``B -> RoutingProbabilities``, a trace
+    of B streams), as the fit ran; a histogram's fit with held locality, the same on its π."""
     rho = float(fit.get("rho", 0.0))
     c_per_expert = fit.get("locality_c_per_expert")
     c = math.inf if c_per_expert is None else float(c_per_expert) * model.experts
@@ -230,24 +206,24 @@ def routing_with_fit(model: MoEModel, fit: dict[str, Any]):
         elif spec.startswith("zipf:"):
             skew = float(spec.split(":", 1)[1])
         else:
-            return None  # a histogram's fit holds no locality (fit_plan's note)
+            # a histogram's popularity with the fit's held locality on top, as the fit ran
+            base = routing_from_spec(spec, model)
+            if base.trace is not None:
+                return None  # a trace keeps its own correlations (fit_plan's note)
+            return LocalRouting(model, base, rho, c, "locality the fit held")
     else:
         return None
     if local:
-        import functools
-
-        return functools.lru_cache(maxsize=None)(
-            lambda b: routing_from_knobs(model, "zipf", skew, rho, c, streams=int(b))  # type: ignore[misc]
-        )
+        base = routing_from_spec(f"zipf:{skew:.10g}", model)
+        return LocalRouting(model, base, rho, c, "locality the fit held", zipf_skew=skew)
     return routing_from_spec(f"zipf:{skew:.10g}", model)
 
 
 def _zipf_exponent(routing: RoutingProbabilities, default: float = 0.8) -> float:
-    """A Zipf routing's own exponent (its label ``Zipf s=…``; uniform: 0), else ``default``: where
-    a fit starts its skew, and the skew a local trace runs at when none is fitted."""
-    if routing.label.startswith("Zipf s="):
-        return float(routing.label.split("=", 1)[1])
-    return 0.0 if routing.label.lower().startswith("uniform") else default
+    """A Zipf routing's own exponent (``zipf:S``; uniform: 0), else ``default``: where a fit
+    starts its skew."""
+    s = spec_skew(routing)
+    return default if s is None else s
 
 
 def _routing(
@@ -260,7 +236,10 @@ def _routing(
     key = (s, float(knobs.rho), float(knobs.c), streams, seed if local else 0)
     if routes is not None and key in routes:
         return routes[key]
-    if local:
+    if local and knobs.skew is None and spec_skew(base) is None:
+        # a histogram's own popularity, with the locality on top (moeroof.models.local_routing)
+        route = LocalRouting(model, base, float(knobs.rho), float(knobs.c), "held locality", seed)(streams)
+    elif local:
         route = routing_from_knobs(model, "zipf", s, knobs.rho, knobs.c, streams=streams, seed=seed)
     else:
         route = routing_from_spec(f"zipf:{s:.10g}", model)
@@ -405,7 +384,7 @@ def _fit_one(
     """Fit the named knobs on the calibration rows, predict every row with bands (module
     docstring). Raises :class:`ParameterError` for an unknown knob, a knob the rows cannot
     identify (more smooth parameters than measured net tok/s rows), or ``skew`` with a routing
-    that is not Zipf. ``locality`` (the locality prior): with a Zipf or uniform routing and ρ not
+    that is not Zipf. ``locality`` (the locality prior): with any routing but a trace and ρ not
     fitted, the cache runs on a trace with the prior's centre ρ and per-stream locality c, and
     the bands take in its least and most local ends (5 % and 95 %)."""
     pts = list(points)
@@ -438,9 +417,9 @@ def _fit_one(
     meas_hit = np.array([p.hit_rate if p.hit_rate is not None else np.nan for p in pts])
     s0 = _zipf_exponent(routing)
     token_held = PRIOR_SECONDS_PER_AGENT_TOKEN[1]
-    # the locality the rows cannot identify, from the prior (a Zipf or uniform routing only: a
-    # histogram's cache runs on independent tokens drawn from its own π)
-    use_prior = locality is not None and routing_is_spec and "rho" not in names
+    # the locality the rows cannot identify, from the prior (not on a trace: its own
+    # correlations are what the cache sees)
+    use_prior = locality is not None and routing.trace is None and "rho" not in names
     held_local = {"rho": 0.0, "c": math.inf}
     if use_prior:
         r_c, c_c = locality.centre
@@ -660,10 +639,10 @@ def _fit_one(
             + ("" if math.isinf(c_c) else f" and c = {c_c:.3g}·E")
             + f"; the bands include its least and most local ends (ρ {float(r_lo):.2g}–{float(r_hi):.2g})"
         )
-    elif locality is not None and not routing_is_spec and "rho" not in names:
+    elif locality is not None and routing.trace is not None and "rho" not in names:
         notes.append(
-            "the locality prior is not applied to a histogram or trace routing (its cache runs on independent "
-            "tokens drawn from its own frequencies): stickiness held at 0"
+            "the locality prior is not applied to a trace routing: the cache runs on the trace's own streams, "
+            "their correlations included"
         )
     cache_intervals: dict[str, tuple[float, float]] = {}
     if profile:

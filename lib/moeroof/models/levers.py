@@ -41,7 +41,7 @@ import numpy as np
 
 from moeroof.core.results import Result
 from moeroof.data.presets import Hardware, MoEModel
-from moeroof.models.plan import RoutingProbabilities, Workload, plan, step_breakdown
+from moeroof.models.plan import RoutingProbabilities, Workload, batch_breakdown, plan, step_breakdown
 from moeroof.models.union import as_batch
 
 __all__ = ["LeverFactors", "lever_factors", "prefill_seconds", "session_seconds", "compounding", "composition"]
@@ -60,6 +60,9 @@ class LeverFactors(Result):
 
 
 def _step(model, hardware, workload, routing, batch, **kw) -> np.ndarray:
+    # a routing that depends on B (one stream's locality: a trace per batch size) runs B by B
+    if callable(routing):
+        return batch_breakdown(model, hardware, workload, routing, as_batch(batch), **kw).step.step_seconds
     return step_breakdown(model, hardware, workload, routing, batch, **kw).step.step_seconds
 
 

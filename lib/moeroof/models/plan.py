@@ -63,6 +63,7 @@ __all__ = [
     "input_provenance",
     "assign_experts",
     "step_breakdown",
+    "batch_breakdown",
     "step_terms",
     "plan",
     "plan_rates",
@@ -664,7 +665,9 @@ def _concat_breakdowns(parts: list[StepBreakdown]) -> StepBreakdown:
     )
 
 
-def _breakdown(model: MoEModel, hardware: Hardware, workload: Workload, routing, b: np.ndarray, **kw) -> StepBreakdown:
+def batch_breakdown(
+    model: MoEModel, hardware: Hardware, workload: Workload, routing, b: np.ndarray, **kw
+) -> StepBreakdown:
     """:func:`step_breakdown` with the partition of the workload: over the whole grid at once, or
     one B at a time where the partition depends on B (:func:`_per_batch`) or the routing is a
     callable ``B -> RoutingProbabilities`` (a trace sampled with B streams)."""
@@ -676,7 +679,7 @@ def _breakdown(model: MoEModel, hardware: Hardware, workload: Workload, routing,
         a = assign_experts(model, hardware, workload, route, b)
         return step_breakdown(model, hardware, workload, route, b, assignment=a, **kw)
     return _concat_breakdowns(
-        [_breakdown(model, hardware, workload, routing, b[i : i + 1], **kw) for i in range(b.size)]
+        [batch_breakdown(model, hardware, workload, routing, b[i : i + 1], **kw) for i in range(b.size)]
     )
 
 
@@ -909,7 +912,7 @@ def plan_rates(
     same way, without the baselines, notes and provenance (two more steps per call) — what a fit
     asks of the plan hundreds of times."""
     b = as_batch(batch)
-    br = _breakdown(model, hardware, workload, routing, b)
+    br = batch_breakdown(model, hardware, workload, routing, b)
     return b, b / br.step.step_seconds, br.pooled_hit_rate
 
 
@@ -923,12 +926,12 @@ def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing, batch
     route_at = routing if callable(routing) else (lambda _b: routing)
     per_b = routing
     routing = route_at(int(b.max()))
-    cur = _as_arrays(_breakdown(model, hardware, workload, per_b, b), model)
+    cur = _as_arrays(batch_breakdown(model, hardware, workload, per_b, b), model)
     step_s = cur["step_seconds"]
     net = b / step_s
-    unc = _breakdown(model, hardware, workload, per_b, b, coalesced=False)
+    unc = batch_breakdown(model, hardware, workload, per_b, b, coalesced=False)
     # the single agent on the same boxes, with the partition of its own step: the same for every row
-    one = _breakdown(model, hardware, workload, per_b, np.array([1], dtype=np.int64))
+    one = batch_breakdown(model, hardware, workload, per_b, np.array([1], dtype=np.int64))
     br: StepBreakdown = cur["breakdown"]
     # a step that does not fit in RAM has no rate and no multiple: NaN, so that no curve, best
     # or multiple is ever read off it (plots stop at the boundary by themselves)
@@ -1130,7 +1133,7 @@ def admission_search(
 
     def rate(b: int) -> float:
         if b not in rates:
-            br = _breakdown(model, hardware, workload, route(b), np.array([b], dtype=np.int64))
+            br = batch_breakdown(model, hardware, workload, route(b), np.array([b], dtype=np.int64))
             rates[b] = float(1.0 / br.step.step_seconds[0])  # as Plan.per_agent_tok_s, to the bit
         return rates[b]
 

@@ -26,6 +26,7 @@ from moeroof.core.units import GiB
 from moeroof.data.io import check_incidence_sums, read_histogram
 from moeroof.data.presets import Hardware, MoEModel, load_hardware, load_model
 from moeroof.models.expert_cache import policy_label
+from moeroof.models.local_routing import with_locality
 from moeroof.models.partition import (
     METHODS,
     bytes_partition,
@@ -142,11 +143,15 @@ def split_plan(
     seed: int = 0,
     page_cache: bool = False,
     method: str = "",
+    locality=None,
 ) -> SplitPlan:
     """A given partition at one batch size, rank by rank: :func:`step_breakdown` (the same model
     ``plan`` uses) with ``assignment``, reported per rank. ``pi`` (H, E); ``load`` (E,) firing
     counts for ``load_rows`` (default π summed over rows); ``hidden_size`` overrides the model's.
     The default context (4096 tokens) is ``moeroof plan``'s; seed 003 capped it at 512.
+    ``locality`` (a :class:`~moeroof.models.locality.Locality`, or None: independent tokens):
+    one stream's locality for a simulated cache, as ``plan`` takes it
+    (:func:`moeroof.models.local_routing.with_locality`).
     """
     pi = np.atleast_2d(np.asarray(pi, dtype=float))
     a = np.asarray(assignment, dtype=np.int64)
@@ -179,6 +184,9 @@ def split_plan(
         page_cache=page_cache,
     )
     routing = RoutingProbabilities(pi, "split", "projected", load=load)
+    local = with_locality(model, routing, locality, workload=workload)
+    if callable(local):
+        routing = local(batch)
     br = step_breakdown(model, hardware, workload, routing, [batch], assignment=a)
     st = br.step
     speed = br.speed
@@ -222,6 +230,7 @@ def split_plan(
         tok_s=batch / float(st.step_seconds[0]),
         imbalance=imb,
         cache_policy=cache_policy,
+        notes=tuple(routing.notes),
     )
 
 
@@ -247,6 +256,7 @@ def split_report(
     cache_scope: str = "global",
     seed: int = 0,
     page_cache: bool = False,
+    locality=None,
 ) -> dict[str, Any]:
     """The ``moeroof split`` contract: a partition of a histogram's experts and its step model.
 
@@ -352,6 +362,7 @@ def split_report(
             cache_scope=cache_scope,
             seed=seed,
             page_cache=page_cache,
+            locality=locality,
             **plan_kw,
         )
         notes.extend(p.notes)

@@ -689,7 +689,7 @@ def tok_s_sweep(
     """Seed 003's tok/s through ``moeroof fit-plan``: calibrate the one step model on the public
     calibration rows of :data:`TOK_S_ROWS` only, predict every other row with bands.
 
-    The routing is :func:`moeroof.models.fit_plan.routing_from_knobs` at the routing knobs
+    The routing is :func:`moeroof.models.local_routing.routing_from_knobs` at the routing knobs
     ``family``, ``skew``, ``rho``, ``c`` (those ``fit-routing`` found on the public cache rows;
     the plan's LRU runs in steady state on a trace sampled from them, so it has no warm-history
     knob). Fitted: the engine terms (c0 per step, c1 per agent token) and the SSD scale — three
@@ -706,7 +706,8 @@ def tok_s_sweep(
     """
     import time
 
-    from moeroof.models.fit_plan import PlanKnobs, fit_plan, predict_points, routing_from_knobs
+    from moeroof.models.fit_plan import PlanKnobs, fit_plan, predict_points
+    from moeroof.models.local_routing import routing_from_knobs
 
     rows = list(rows)
     pts = tok_s_points(rows)

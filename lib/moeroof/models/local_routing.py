@@ -1,0 +1,244 @@
+"""A routing with one stream's temporal locality: the cache runs on a trace, not on independent tokens.
+
+A :class:`~moeroof.models.plan.RoutingProbabilities` gives what a step's union needs — the
+inclusion probabilities π of each layer shape — but says nothing of how a stream's tokens follow
+each other; drawn from π alone, consecutive tokens are independent and a single stream's cache
+hits only what popularity gives it. Real decode is more local (stickiness ρ: Qwen3-30B-A3B keeps
+42.7 % of its experts from one token to the next; per-stream hot sets ``q ~ Dirichlet(c·w)``).
+:class:`LocalRouting` keeps π and adds, for each batch size B, a trace of B streams sampled with
+the stickiness ρ and the per-stream locality c
+(:func:`moeroof.models.fit_routing.sample_knob_trace`, the sampler ``moeroof fit-routing``
+fits with), on which :func:`moeroof.models.plan.plan` simulates the cache and measures the
+union; :func:`moeroof.models.plan.plan` calls it once per B, so no row depends on another.
+
+The popularity the trace draws from:
+
+- a ``uniform`` or ``zipf:S`` routing: the family's own per-layer popularity, exactly as
+  ``moeroof fit-plan`` and ``moeroof plan --routing-knobs`` sample it
+  (:func:`routing_from_knobs`: Zipf weights in a random order per layer; π is the trace's own
+  histogram), so a zero-fit ``plan`` and a zero-fit ``fit-plan`` agree;
+- a histogram: the Plackett–Luce weights whose top-K inclusion probabilities are its rows
+  (:func:`moeroof.models.routing.weights_from_inclusion`), at most :data:`TRACE_LAYERS` rows
+  spread evenly; π stays the histogram's (the trace's marginals are its, up to sampling).
+
+A trace routing carries its own correlations and is left as it is. Each trace has
+:func:`trace_steps` steps (96 up to 32 streams, then fewer: the cache counted over the second
+half) of :data:`TRACE_LAYERS` layers.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from moeroof.core.errors import ParameterError
+from moeroof.data.presets import MoEModel
+from moeroof.models.fit_routing import RoutingKnobs, layer_popularity, sample_knob_trace
+from moeroof.models.plan import RoutingProbabilities
+from moeroof.models.routing import histogram_from_trace, weights_from_inclusion
+
+__all__ = [
+    "TRACE_STEPS",
+    "TRACE_STREAM_STEPS",
+    "TRACE_MIN_STEPS",
+    "trace_steps",
+    "TRACE_LAYERS",
+    "LocalRouting",
+    "routing_from_knobs",
+    "with_locality",
+    "spec_skew",
+    "cache_sees_locality",
+    "LOCALITY_CHOICES",
+    "locality_parameter",
+]
+
+#: decode steps of each sampled trace of at most :data:`TRACE_STREAM_STEPS` / TRACE_STEPS
+#: streams (the cache is counted over the second half); :func:`trace_steps` for more streams
+TRACE_STEPS = 96
+#: stream-steps a trace of many streams keeps (fewer steps, each with more requests)
+TRACE_STREAM_STEPS = 3072
+#: the fewest steps of any trace: a cache that one step of many streams fills is warm after a
+#: few, and the second half still counts twelve steps of every stream
+TRACE_MIN_STEPS = 24
+#: layer shapes of each sampled trace (one global cache over them, as engines keep it)
+TRACE_LAYERS = 8
+
+
+def trace_steps(streams: int) -> int:
+    """Steps of a sampled trace of ``streams`` streams: :data:`TRACE_STEPS` up to 32 streams,
+    then ``⌈TRACE_STREAM_STEPS / streams⌉`` and never below :data:`TRACE_MIN_STEPS` — the
+    sampler's cost grows with streams × steps, and a step of many streams already touches most
+    of what a cache holds."""
+    return int(max(TRACE_MIN_STEPS, min(TRACE_STEPS, math.ceil(TRACE_STREAM_STEPS / max(int(streams), 1)))))
+
+
+def routing_from_knobs(
+    model: MoEModel, family: str, skew: float, rho: float = 0.0, c: float = math.inf, *, streams: int, seed: int = 0
+) -> RoutingProbabilities:
+    """A routing whose cache runs on a trace sampled from knobs, as ``moeroof fit-routing``
+    samples them (:func:`moeroof.models.fit_routing.layer_popularity` and
+    :func:`~moeroof.models.fit_routing.sample_knob_trace`: family Zipf s or Dirichlet α,
+    stickiness ρ, per-stream locality c): :func:`trace_steps` steps, ``streams`` streams,
+    :data:`TRACE_LAYERS` layers; π is the trace's own histogram."""
+    if family not in ("zipf", "dirichlet"):
+        raise ParameterError("family", f"expected zipf or dirichlet, got {family!r}")
+    knobs = RoutingKnobs(family=family, skew=float(skew), rho=float(rho), c=float(c))
+    popularity = layer_popularity(knobs, model.experts, TRACE_LAYERS, int(seed))
+    steps = trace_steps(streams)
+    topk = sample_knob_trace(knobs, popularity, model.top_k, int(streams), steps, int(seed))
+    counts = histogram_from_trace(topk, model.experts).astype(float)
+    pi = counts / float(steps * streams)
+    pi = pi * (model.top_k / np.maximum(pi.sum(axis=1, keepdims=True), 1e-300))
+    key = f"knobs:{family}:{skew:.6g}:{rho:.6g}:{c:.6g}:{streams}:{seed}"
+    label = f"{family} {skew:.3g}, ρ={rho:.3g}" + ("" if math.isinf(c) else f", c={c:.3g}")
+    return RoutingProbabilities(np.clip(pi, 0.0, 1.0), label, "projected", trace=topk, trace_key=key)
+
+
+def spec_skew(routing: RoutingProbabilities) -> float | None:
+    """The Zipf exponent of a ``uniform`` (0) or ``zipf:S`` routing (its label), else None."""
+    if routing.label.startswith("Zipf s="):
+        return float(routing.label.split("=", 1)[1])
+    return 0.0 if routing.label == "uniform" else None
+
+
+@functools.lru_cache(maxsize=16)
+def _weights(pi_bytes: bytes, shape: tuple[int, int], top_k: int) -> np.ndarray:
+    pi = np.frombuffer(pi_bytes, dtype=float).reshape(shape)
+    w, _ = weights_from_inclusion(pi, top_k)
+    w.setflags(write=False)
+    return w
+
+
+@dataclass(frozen=True)
+class LocalRouting:
+    """``base`` with stickiness ``rho`` and per-stream locality ``c`` (module docstring): called
+    with B it gives the routing of a B-stream step, its trace sampled at ``seed``; its own
+    ``label``, ``provenance``, ``notes``, ``pi`` and ``load`` are the base's, the label and notes
+    saying what locality was added and where it came from (``source``)."""
+
+    model: MoEModel
+    base: RoutingProbabilities
+    rho: float
+    c: float
+    source: str
+    seed: int = 0
+    #: the Zipf exponent to sample at, exactly (None: the base's own, from its label)
+    zipf_skew: float | None = None
+    _memo: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def skew(self) -> float | None:
+        return spec_skew(self.base) if self.zipf_skew is None else float(self.zipf_skew)
+
+    @property
+    def label(self) -> str:
+        c = "" if math.isinf(self.c) else f", c = {self.c / self.model.experts:.3g}·E"
+        return f"{self.base.label}, ρ = {self.rho:.3g}{c}"
+
+    @property
+    def provenance(self) -> str:
+        return "projected" if self.base.provenance == "witnessed" else self.base.provenance
+
+    @property
+    def pi(self) -> np.ndarray:
+        return self.base.pi
+
+    @property
+    def load(self) -> np.ndarray | None:
+        return self.base.load
+
+    @property
+    def expert_load(self) -> np.ndarray:
+        return self.base.expert_load
+
+    @property
+    def trace(self) -> None:
+        return None
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        c = (
+            "no per-stream hot set"
+            if math.isinf(self.c)
+            else f"per-stream hot sets c = {self.c / self.model.experts:.3g}·E"
+        )
+        return (
+            *self.base.notes,
+            f"one stream's temporal locality from the {self.source}: stickiness ρ = {self.rho:.3g}, {c}; the "
+            f"cache is simulated on a trace of B such streams ({TRACE_STEPS} steps, fewer from B = 33 on; "
+            f"{TRACE_LAYERS} layer shapes) sampled for each batch size",
+        )
+
+    def __call__(self, batch: int) -> RoutingProbabilities:
+        b = int(batch)
+        if b < 1:
+            raise ValueError(f"batch must be >= 1, got {batch!r}")
+        if b not in self._memo:
+            self._memo[b] = self._at(b)
+        return self._memo[b]
+
+    def _at(self, b: int) -> RoutingProbabilities:
+        s = self.skew
+        if s is not None:
+            r = routing_from_knobs(self.model, "zipf", s, self.rho, self.c, streams=b, seed=self.seed)
+            return RoutingProbabilities(
+                r.pi, self.label, self.provenance, self.notes, trace=r.trace, trace_key=r.trace_key
+            )
+        pi = np.asarray(self.base.pi, dtype=float)
+        rows = pi[np.unique(np.round(np.linspace(0, pi.shape[0] - 1, min(TRACE_LAYERS, pi.shape[0]))).astype(int))]
+        if rows.shape[0] < TRACE_LAYERS:  # one global cache over TRACE_LAYERS layers, whatever the histogram has
+            rows = rows[np.arange(TRACE_LAYERS) % rows.shape[0]]
+        rows = np.ascontiguousarray(rows)
+        w = _weights(rows.tobytes(), rows.shape, self.model.top_k)
+        from moeroof.models.expert_cache import digest
+
+        knobs = RoutingKnobs(family="zipf", skew=0.0, rho=float(self.rho), c=float(self.c))
+        topk = sample_knob_trace(knobs, w, self.model.top_k, b, trace_steps(b), self.seed)
+        key = f"local:{digest(w)}:{self.rho:.6g}:{self.c:.6g}:{b}:{self.seed}"
+        return RoutingProbabilities(
+            self.base.pi, self.label, self.provenance, self.notes, load=self.base.load, trace=topk, trace_key=key
+        )
+
+
+def cache_sees_locality(workload) -> bool:
+    """Whether a :class:`~moeroof.models.plan.Workload`'s step depends on how a stream's tokens
+    follow each other: a simulated cache (not the ``static`` hot set, which is in closed form)
+    with room for an expert, or the OS page cache. Without one the union alone counts, and its
+    expectation is the closed form's at any locality."""
+    if workload.cache_policy == "static":
+        return False
+    return bool(workload.cache_auto or workload.cache_bytes > 0 or workload.page_cache)
+
+
+def with_locality(model: MoEModel, routing: RoutingProbabilities, locality, *, workload=None, seed: int = 0):
+    """``routing`` with one stream's locality at ``locality`` — a
+    :class:`~moeroof.models.locality.Locality` (its centre) or ``(rho, c_per_expert, source)`` —
+    or ``routing`` itself when ``locality`` is None, the routing is a trace (its own correlations
+    stay) or ``workload``'s step does not depend on the locality (:func:`cache_sees_locality`)."""
+    if locality is None or routing.trace is not None:
+        return routing
+    if workload is not None and not cache_sees_locality(workload):
+        return routing
+    if isinstance(locality, tuple):
+        rho, c_per_expert, source = locality
+    else:
+        (rho, c_per_expert), source = locality.centre, locality.label
+    return LocalRouting(model, routing, float(rho), float(c_per_expert) * model.experts, str(source), int(seed))
+
+
+LOCALITY_CHOICES = ("prior", "independent")
+
+
+def locality_parameter(value: str, name: str = "locality"):
+    """A report's ``locality`` parameter: ``prior`` — the committed locality prior
+    (:meth:`moeroof.models.locality.Locality.committed`) — or ``independent`` (None: tokens
+    independent of one another)."""
+    from moeroof.models.locality import Locality
+
+    v = str(value).strip().lower()
+    if v not in LOCALITY_CHOICES:
+        raise ParameterError(name, f"expected one of {', '.join(LOCALITY_CHOICES)}, got {value!r}")
+    return Locality.committed() if v == "prior" else None

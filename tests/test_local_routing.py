@@ -1,0 +1,117 @@
+"""One stream's locality on top of a routing (moeroof.models.local_routing): what plan's cache runs on."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from moeroof.core.errors import ParameterError
+from moeroof.core.units import GiB
+from moeroof.data.presets import load_hardware, load_model
+from moeroof.models import local_routing as lr
+from moeroof.models.locality import Locality
+from moeroof.models.plan import RoutingProbabilities, Workload, plan, routing_from_spec
+from moeroof.models.routing import histogram_from_trace, inclusion_probabilities, zipf_log_weights
+
+MODEL = load_model("qwen3-30b-a3b")
+BOX = load_hardware("nvme-gen4")
+
+
+def _cache(experts_per_layer: float) -> Workload:
+    return Workload(cache_bytes=experts_per_layer * MODEL.moe_layers * MODEL.expert_bytes)
+
+
+def _histogram(rows: int = 3) -> RoutingProbabilities:
+    rng = np.random.default_rng(5)
+    pi = np.stack(
+        [inclusion_probabilities(zipf_log_weights(MODEL.experts, 0.9)[rng.permutation(MODEL.experts)], 8, log=True)]
+        * rows
+    )
+    return RoutingProbabilities(pi, "a histogram", "witnessed")
+
+
+def test_trace_steps_keep_stream_steps_bounded():
+    assert [lr.trace_steps(b) for b in (1, 32)] == [lr.TRACE_STEPS] * 2
+    assert lr.trace_steps(64) == math.ceil(lr.TRACE_STREAM_STEPS / 64)
+    assert lr.trace_steps(10_000) == lr.TRACE_MIN_STEPS
+    steps = [lr.trace_steps(b) for b in range(1, 600)]
+    assert all(a >= b for a, b in zip(steps, steps[1:]))  # never more steps for more streams
+
+
+def test_histogram_trace_keeps_the_histograms_marginals():
+    """ρ = 0, no hot sets: the trace's own frequencies are the histogram's π (Plackett–Luce
+    weights inverted from π), within sampling error — an independent check of the inversion."""
+    base = _histogram(rows=1)
+    r = lr.LocalRouting(MODEL, base, 0.0, math.inf, "test")(32)
+    counts = histogram_from_trace(r.trace, MODEL.experts).astype(float)
+    freq = counts / (r.trace.shape[0] * 32)
+    expected = np.broadcast_to(base.pi[0], freq.shape)
+    sd = np.sqrt(expected * (1 - expected) / (r.trace.shape[0] * 32))
+    assert np.all(np.abs(freq - expected) < 5 * sd + 1e-9)
+    assert np.array_equal(r.pi, base.pi) and r.trace_key.startswith("local:")
+
+
+def test_no_locality_agrees_with_independent_tokens():
+    """ρ = 0 and c = inf on a uniform routing: the trace's hit rate is what independent tokens give,
+    c/E for one stream under LRU (each expert equally likely, nothing carried over)."""
+    base = routing_from_spec("uniform", MODEL)
+    w = _cache(32)
+    p = plan(MODEL, BOX, w, lr.LocalRouting(MODEL, base, 0.0, math.inf, "none"), [1])
+    assert p.cache_hit_rate[0] == pytest.approx(32 / MODEL.experts, abs=0.05)
+
+
+def test_the_prior_makes_one_stream_hit_more_than_independent_tokens():
+    base = routing_from_spec("zipf:0.8", MODEL)
+    w = _cache(16)
+    loc = Locality.committed()
+    local = lr.with_locality(MODEL, base, loc, workload=w)
+    assert isinstance(local, lr.LocalRouting)
+    p_local = plan(MODEL, BOX, w, local, [1])
+    p_indep = plan(MODEL, BOX, w, base, [1])
+    assert p_local.cache_hit_rate[0] > p_indep.cache_hit_rate[0] + 0.05
+    assert "ρ = 0.238" in p_local.routing and any("locality prior" in n for n in p_local.notes)
+
+
+def test_a_row_does_not_depend_on_the_grid():
+    local = lr.with_locality(MODEL, routing_from_spec("zipf:0.8", MODEL), Locality.committed(), workload=_cache(16))
+    alone = plan(MODEL, BOX, _cache(16), local, [8])
+    together = plan(MODEL, BOX, _cache(16), local, [1, 8, 64])
+    assert together.net_tok_s[1] == alone.net_tok_s[0]
+    assert together.cache_hit_rate[1] == alone.cache_hit_rate[0]
+
+
+def test_locality_only_where_the_step_can_see_it():
+    base = routing_from_spec("uniform", MODEL)
+    loc = Locality.committed()
+    assert lr.with_locality(MODEL, base, loc, workload=Workload()) is base  # no cache
+    assert (
+        lr.with_locality(MODEL, base, loc, workload=_cache(8).__class__(cache_bytes=GiB, cache_policy="static")) is base
+    )
+    assert lr.with_locality(MODEL, base, None) is base
+    assert isinstance(lr.with_locality(MODEL, base, loc, workload=Workload(page_cache=True)), lr.LocalRouting)
+    traced = RoutingProbabilities(base.pi, "t", "witnessed", trace=np.zeros((4, 1, 1, 8), np.int32), trace_key="k")
+    assert lr.with_locality(MODEL, traced, loc, workload=_cache(8)) is traced  # a trace keeps its own
+
+
+def test_locality_parameter():
+    assert lr.locality_parameter("independent") is None
+    assert isinstance(lr.locality_parameter(" Prior "), Locality)
+    with pytest.raises(ParameterError, match="locality"):
+        lr.locality_parameter("sticky")
+
+
+def test_plan_cli_takes_the_prior_unless_independent(capsys):
+    import json
+
+    from moeroof.cli.app import main
+
+    argv = ["plan", "--model", "qwen3-30b-a3b", "--hardware", "nvme-gen4", "--batch", "1", "--cache-gib", "8"]
+    assert main([*argv, "--json"]) == 0
+    on = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--independent", "--json"]) == 0
+    off = json.loads(capsys.readouterr().out)
+    assert "ρ = 0.238" in on["routing"] and "ρ" not in off["routing"]
+    assert any("locality prior" in n for n in on["notes"]) and not any("locality prior" in n for n in off["notes"])
+    assert on["cache_hit_rate"][0] > off["cache_hit_rate"][0]

@@ -3,7 +3,7 @@ FIT.json``, the whatif notebook's ``fit``).
 
 A knob is taken when the fit fitted it or held it at a prior (a knob the fit left at the preset's
 is the preset's anyway): ``engine_seconds_per_step``, ``engine_seconds_per_agent_token``,
-``ssd_scale``, ``page_cache_share``, ``skew``, ``rho``. The fit's model and box are kept so that a
+``engine_seconds_per_touched_expert``, ``ssd_scale``, ``page_cache_share``, ``skew``, ``rho``. The fit's model and box are kept so that a
 plan on another model or box can be refused, and its routing spec so that the plan runs on the
 routing the fit did.
 """
@@ -24,6 +24,7 @@ __all__ = ["KNOB_KEYS", "read_fit"]
 KNOB_KEYS = (
     "engine_seconds_per_step",
     "engine_seconds_per_agent_token",
+    "engine_seconds_per_touched_expert",
     "ssd_scale",
     "page_cache_share",
     "skew",

@@ -91,7 +91,14 @@ HARDWARE_FIELDS: dict[str, tuple[str, bool]] = {
     "os_reserve_bytes": ("bytes", False),
     "engine_seconds_per_step": ("seconds", False),
     "engine_seconds_per_agent_token": ("seconds", False),
+    "engine_seconds_per_touched_expert": ("seconds", False),
+    "mem_efficiency": ("count", False),
+    "compute_efficiency": ("count", False),
+    "link_efficiency": ("count", False),
 }
+
+#: the fields that are a share of a peak: in (0, 1]
+EFFICIENCY_FIELDS = ("mem_efficiency", "compute_efficiency", "link_efficiency")
 
 #: what each field means and the unit it is given in (the schema: ``moeroof presets --schema``,
 #: the README's "Preset schema"): field → (meaning, example unit)
@@ -119,6 +126,13 @@ FIELD_HELP: dict[str, tuple[str, str]] = {
     "os_reserve_bytes": ("RAM the OS and everything else keep (not available to the model)", "GiB"),
     "engine_seconds_per_step": ("engine time per decode step whatever the batch (launches, scheduling)", "ms"),
     "engine_seconds_per_agent_token": ("engine time per token of each agent (sampling, bookkeeping)", "ms"),
+    "engine_seconds_per_touched_expert": (
+        "engine time per (layer, expert) pair a step touches (launches, dequantisation, routing glue)",
+        "ms",
+    ),
+    "mem_efficiency": ("share of bw_mem_bytes_per_s the engine's reads reach (0–1]", "count"),
+    "compute_efficiency": ("share of flops_per_s the engine's kernels reach (0–1]", "count"),
+    "link_efficiency": ("share of the streaming tier's bandwidth curve the engine's reads reach (0–1]", "count"),
 }
 
 #: the value an optional field takes when a preset leaves it out: never silently — the preset's
@@ -129,6 +143,10 @@ DEFAULTS: dict[str, float] = {
     "os_reserve_bytes": 0.0,
     "engine_seconds_per_step": 0.0,
     "engine_seconds_per_agent_token": 0.0,
+    "engine_seconds_per_touched_expert": 0.0,
+    "mem_efficiency": 1.0,
+    "compute_efficiency": 1.0,
+    "link_efficiency": 1.0,
 }
 
 
@@ -264,8 +282,16 @@ class Hardware:
     Engine terms (:mod:`moeroof.models.step`): ``engine_seconds_per_step`` is what the serving
     engine spends once per decode step whatever the batch (kernel launches, scheduling, the
     framework's Python), ``engine_seconds_per_agent_token`` what it spends per token of each agent
-    (sampling, detokenising, per-sequence bookkeeping). Absent from a preset they are 0 and
-    tagged ``assumed`` in provenance; ``moeroof calibrate`` measures them on the box at hand.
+    (sampling, detokenising, per-sequence bookkeeping), ``engine_seconds_per_touched_expert``
+    what it spends per (layer, expert) pair a step touches (a launch, a dequantisation, the
+    routing glue: engines run far below their memory roofline and slow with the experts a step
+    touches — seed 003's pair at 80 GiB ~25× below its LPDDR bandwidth). Absent from a preset
+    they are 0 and tagged ``assumed`` in provenance; ``moeroof calibrate`` measures the first two
+    on the box at hand, ``moeroof fit-plan`` holds the third at a sourced prior where the rows
+    cannot identify it (:mod:`moeroof.models.engine_priors`). ``mem_efficiency``,
+    ``compute_efficiency`` and ``link_efficiency`` (in (0, 1], default 1, assumed) are the shares
+    of the memory, compute and streaming-tier peaks the engine reaches (llm-analysis'
+    ``hbm_memory_efficiency`` and ``flops_efficiency``).
     """
 
     name: str
@@ -278,6 +304,10 @@ class Hardware:
     os_reserve_bytes: float = 0.0
     engine_seconds_per_step: float = 0.0
     engine_seconds_per_agent_token: float = 0.0
+    engine_seconds_per_touched_expert: float = 0.0
+    mem_efficiency: float = 1.0
+    compute_efficiency: float = 1.0
+    link_efficiency: float = 1.0
     description: str = ""
     provenance: Mapping[str, str] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -472,6 +502,9 @@ def load_hardware(name_or_path: str | Path) -> Hardware:
     for key in ("ram_bytes", "bw_mem_bytes_per_s", "flops_per_s", "bw_link_bytes_per_s"):
         if key in out and out[key] <= 0:
             raise InputError(path, None, key, "must be positive")
+    for key in EFFICIENCY_FIELDS:
+        if key in out and not 0 < out[key] <= 1:
+            raise InputError(path, None, key, f"is a share of a peak: must be in (0, 1], got {out[key]!r}")
     sizes = out["ssd_read_size_bytes"]
     bws = out["bw_ssd_bytes_per_s"]
     sizes = sizes if isinstance(sizes, list) else [sizes]

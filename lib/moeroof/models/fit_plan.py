@@ -7,6 +7,12 @@ fitted knobs (:data:`KNOBS`):
 
 - ``engine``: the two engine terms, c0 = ``engine_seconds_per_step`` and c1 =
   ``engine_seconds_per_agent_token`` (:mod:`moeroof.models.step`), both ≥ 0;
+- ``expert``: the engine cost per (layer, expert) pair a step touches, ``c_U =
+  engine_seconds_per_touched_expert`` (≥ 0). With every measured rate at one batch size it is
+  what ``engine`` fits (the per-step and per-token costs held at :data:`PRIOR_SECONDS_PER_STEP`
+  and :data:`PRIOR_SECONDS_PER_AGENT_TOKEN`, from public engines, their ends in the bands); at
+  two or more batch sizes ``engine`` fits the per-step and per-token costs and c_U is held at
+  :data:`PRIOR_TOUCHED_SHARE` (its end in the bands) unless ``expert`` is named too;
 - ``ssd-scale``: a factor on the box's whole SSD bandwidth curve;
 - ``pressure``: the share of the RAM left beside the expert cache that the OS page cache keeps
   (``Workload.page_cache_share``; fitting it turns the page cache on);
@@ -98,9 +104,11 @@ __all__ = [
     "box_with_fit",
     "routing_with_fit",
     "PRIOR_SECONDS_PER_AGENT_TOKEN",
+    "PRIOR_SECONDS_PER_STEP",
+    "PRIOR_TOUCHED_SHARE",
 ]
 
-KNOBS = ("engine", "ssd-scale", "pressure", "skew", "rho")
+KNOBS = ("engine", "expert", "ssd-scale", "pressure", "skew", "rho")
 SIGMA_NET = 0.05
 SIGMA_HIT = 0.02
 BAND_DRAWS = 200
@@ -109,7 +117,7 @@ PROFILE_CHI2 = 1.6448536269514722**2  # χ²₁ at 0.90 = z₀.₉₅²: a two-s
 PROFILE_STEP = 0.01
 PROFILE_BISECTIONS = 4
 PROFILE_RESTARTS = 2
-_SMOOTH = ("engine", "ssd-scale")
+_SMOOTH = ("engine", "expert", "ssd-scale")
 _CACHE = ("skew", "rho", "pressure")
 
 
@@ -125,6 +133,8 @@ class PlanKnobs(Result):
     rho: float = 0.0
     #: per-stream locality c of Dirichlet(c·w) (inf: off); only from the locality prior, never fitted
     c: float = math.inf
+    #: engine seconds per (layer, expert) pair a step touches; only held at its prior, never fitted
+    engine_seconds_per_touched_expert: float | None = None
 
 
 #: the per-agent-token engine cost where the rows cannot identify it (every measured rate at one
@@ -134,12 +144,38 @@ class PlanKnobs(Result):
 #: whole range. (Sourced engine priors per preset are the next issue's work.)
 PRIOR_SECONDS_PER_AGENT_TOKEN = (0.0, 2e-4, 1e-3)
 
+#: the per-step engine cost where the rows cannot identify it (every measured rate at one batch
+#: size: the pairs a rank touches depend on B, and a per-step cost cannot be told from a
+#: per-touched-expert one there): (low, held, high) seconds, from public engines — vLLM on an
+#: Arc Pro B70 carries 5–6.6 ms of fixed MoE cost per decode step (vllm-project/vllm-xpu-kernels
+#: #509; its scheduler, inputs and sampling another 0.15 ms), bigrig's MLX loop 37 ms at B = 1
+#: (its two end points fitted as T = c0 + 0.055 ms per pair touched, VALIDATION.md); the upper end
+#: doubles bigrig's, for a Python loop over the layers. The rest of the measured engine time is
+#: then per touched expert (fitted), as engines far below their roofline spend it (seed 003's
+#: pair at 80 GiB: 25× below its memory bandwidth).
+PRIOR_SECONDS_PER_STEP = (0.005, 0.02, 0.075)
+
+#: the share φ of the fastest calibration step that is spent per (layer, expert) pair touched
+#: (``engine_seconds_per_touched_expert`` = φ · min over the calibration rows of the measured step
+#: time over the pairs a rank touches there, Σ_ℓ U_ℓ): (low, held, high). Rows at one batch size
+#: cannot tell a per-step cost from a per-touched-expert one (the pairs touched depend on B only);
+#: public engines span the range — bigrig's two end points (Qwen3-30B-A3B 3-bit on an Apple M4,
+#: VALIDATION.md) put 36 % of its B = 1 step and 85 % of its B = 16 step on the touched experts
+#: (T = 37 ms + 0.055 ms per pair), and seed 003's engine, whose report asks to "measure M = 1,
+#: where fixed per-step costs are largest", runs 25× below its memory roofline at 80 GiB. Used
+#: where rows at two or more batch sizes fit the per-step and per-token costs, which absorb a
+#: per-touched-expert cost to first order: held at 0 there (assumed), the bands carry the share 1
+#: end (all of the fastest calibration step per pair).
+PRIOR_TOUCHED_SHARE = (0.0, 0.0, 1.0)
+
 
 def default_knobs(points: Sequence[PlanPoint], *, routing_is_spec: bool = True) -> tuple[str, ...]:
     """What the calibration rows can identify and the routing allows (module docstring): ``skew``
     only for a Zipf routing (a histogram or trace has its own skew) with measured hit rates;
-    ``engine`` once two rates are measured (its per-token part held at a prior when they share one
-    batch size); ``ssd-scale`` from one rate, or from a third beside the engine."""
+    ``engine`` once two rates are measured (at one batch size its per-touched-expert part, the
+    per-step and per-token parts held at their priors); ``ssd-scale`` from one rate, or from a
+    third beside the engine. ``expert`` (the per-touched-expert cost beside the per-step and
+    per-token ones, at two or more batch sizes) only when named."""
     n_net = sum(p.net_tok_s is not None for p in points)
     n_hit = sum(p.hit_rate is not None for p in points)
     batches = {p.batch for p in points if p.net_tok_s is not None}
@@ -165,6 +201,8 @@ def box_with_knobs(hardware: Hardware, knobs: PlanKnobs) -> Hardware:
             engine_seconds_per_step=float(knobs.engine_seconds_per_step),
             engine_seconds_per_agent_token=float(knobs.engine_seconds_per_agent_token or 0.0),
         )
+    if knobs.engine_seconds_per_touched_expert is not None:
+        hw = replace(hw, engine_seconds_per_touched_expert=float(knobs.engine_seconds_per_touched_expert))
     return hw
 
 
@@ -175,7 +213,7 @@ def box_with_fit(hardware: Hardware, fit: dict[str, Any]) -> Hardware:
     from types import MappingProxyType
 
     changed: dict[str, Any] = {}
-    for key in ("engine_seconds_per_step", "engine_seconds_per_agent_token"):
+    for key in ("engine_seconds_per_step", "engine_seconds_per_agent_token", "engine_seconds_per_touched_expert"):
         if key in fit:
             changed[key] = float(fit[key])
     if "ssd_scale" in fit:
@@ -360,6 +398,7 @@ class PlanFit(Result):
 _BOUNDS = {
     "c0": (0.0, 10.0),
     "c1": (0.0, 10.0),
+    "cu": (0.0, 0.1),
     "ssd_scale": (1e-3, 1e3),
     "skew": (0.0, 3.0),
     "rho": (0.0, 0.95),
@@ -398,7 +437,13 @@ def _fit_one(
     # every measured rate at one batch size: the per-token engine cost cannot be told from the
     # per-step one; it is held at its prior (PRIOR_SECONDS_PER_AGENT_TOKEN) and widens the bands
     hold_token = "engine" in names and len(net_batches) < 2
-    n_smooth = (1 if hold_token else 2) * ("engine" in names) + ("ssd-scale" in names)
+    fit_expert = "expert" in names
+    if fit_expert and "engine" not in names:
+        raise ParameterError("fit", "expert (the per-touched-expert engine cost) is fitted with engine: name both")
+    # one batch size: the engine's one fitted knob is the per-touched-expert cost, its per-step and
+    # per-token costs held at their priors; two or more: per-step and per-token fitted (and the
+    # per-touched-expert cost where named), else held at its prior share
+    n_smooth = ("engine" in names) * (1 if hold_token else 2 + fit_expert) + ("ssd-scale" in names)
     if n_smooth > n_net:
         raise ParameterError(
             "fit",
@@ -426,15 +471,48 @@ def _fit_one(
         (r_lo, r_hi), (c_lo, c_hi) = locality.quantiles([0.05, 0.95])
         held_local = {"rho": r_c, "c": c_c * model.experts}  # inf (off) stays inf
 
+    # the per-touched-expert engine cost, held at its prior share of the fastest calibration step
+    # (PRIOR_TOUCHED_SHARE): per row, the measured step time over the pairs a rank touches there
+    touched_cap = 0.0
+    step_held = PRIOR_SECONDS_PER_STEP[1]
+    pairs = np.zeros(0)
+    if "engine" in names:
+        from moeroof.models.union import union_plugin
+
+        # the (layer, expert) pairs a rank touches at each measured row (independent tokens)
+        pairs = np.array(
+            [
+                max(
+                    model.moe_layers * float(np.mean(union_plugin(routing.pi, [p.batch]).union_per_layer)) / p.ranks,
+                    1e-9,
+                )
+                for p in pts
+                if p.net_tok_s is not None
+            ]
+        )
+        steps_s = np.array([p.batch / p.net_tok_s for p in pts if p.net_tok_s is not None])
+        touched_cap = float(np.min(steps_s / pairs))
+    touched_held = PRIOR_TOUCHED_SHARE[1] * touched_cap
+
     def knobs_of(outer: dict[str, float], inner: np.ndarray) -> PlanKnobs:
         k = PlanKnobs(rho=held_local["rho"], c=held_local["c"])
+        if "engine" in names:
+            k = replace(k, engine_seconds_per_touched_expert=touched_held)
         j = 0
         if "engine" in names and hold_token:
-            k = replace(k, engine_seconds_per_step=float(inner[j]), engine_seconds_per_agent_token=token_held)
+            k = replace(
+                k,
+                engine_seconds_per_step=step_held,
+                engine_seconds_per_agent_token=token_held,
+                engine_seconds_per_touched_expert=float(inner[j]),
+            )
             j += 1
         elif "engine" in names:
             k = replace(k, engine_seconds_per_step=float(inner[j]), engine_seconds_per_agent_token=float(inner[j + 1]))
             j += 2
+            if fit_expert:
+                k = replace(k, engine_seconds_per_touched_expert=float(inner[j]))
+                j += 1
         if "ssd-scale" in names:
             k = replace(k, ssd_scale=float(inner[j]))
         if "skew" in outer:
@@ -470,13 +548,16 @@ def _fit_one(
     inner_lo = [*_BOUNDS["c0"][:1], *_BOUNDS["c1"][:1]] if "engine" in names else []
     inner_hi = [*_BOUNDS["c0"][1:], *_BOUNDS["c1"][1:]] if "engine" in names else []
     if hold_token:
-        inner_lo, inner_hi = inner_lo[:1], inner_hi[:1]
+        inner_lo, inner_hi = [_BOUNDS["cu"][0]], [_BOUNDS["cu"][1]]
+    elif fit_expert:
+        inner_lo, inner_hi = [*inner_lo, _BOUNDS["cu"][0]], [*inner_hi, _BOUNDS["cu"][1]]
     x0: list[float] = []
     if hold_token:
+        # the measured step times less the held per-step and per-token costs, over the pairs touched
         bs = np.array([p.batch for p in pts if p.net_tok_s is not None], dtype=float)
         ts = bs / np.array([p.net_tok_s for p in pts if p.net_tok_s is not None])
-        c0 = float(np.mean(ts)) - token_held * float(bs[0])
-        x0.append(float(np.clip(c0, 1e-6, _BOUNDS["c0"][1])))
+        cu = float(np.min((ts - step_held - token_held * bs) / pairs))
+        x0.append(float(np.clip(cu, 1e-9, _BOUNDS["cu"][1])))
     elif "engine" in names:
         # start on the line T = c0 + c1·B through the measured step times: under ``max`` overlap
         # an engine term below the roofline has no gradient, so it must start where it binds
@@ -487,6 +568,8 @@ def _fit_one(
         else:
             c0, c1 = float(ts[0]), 0.0
         x0 += [float(np.clip(c0, 1e-6, _BOUNDS["c0"][1])), float(np.clip(c1, 1e-7, _BOUNDS["c1"][1]))]
+        if fit_expert:
+            x0.append(1e-6)
     if "ssd-scale" in names:
         inner_lo.append(_BOUNDS["ssd_scale"][0])
         inner_hi.append(_BOUNDS["ssd_scale"][1])
@@ -614,11 +697,38 @@ def _fit_one(
             low = np.minimum(low, net_e * (low / net0))
             high = np.maximum(high, net_e * (high / net0))
         token_held = PRIOR_SECONDS_PER_AGENT_TOKEN[1]
+        for end in (PRIOR_SECONDS_PER_STEP[0], PRIOR_SECONDS_PER_STEP[2]):
+            step_held = end
+            xe, _, _ = solve_inner(outer)
+            net_e, _ = predict(knobs_of(outer, xe))
+            low = np.minimum(low, net_e * (low / net0))
+            high = np.maximum(high, net_e * (high / net0))
+        step_held = PRIOR_SECONDS_PER_STEP[1]
         notes.append(
             f"engine_seconds_per_agent_token is held at its prior {token_held * 1e3:g} ms "
             f"(range {PRIOR_SECONDS_PER_AGENT_TOKEN[0] * 1e3:g}–{PRIOR_SECONDS_PER_AGENT_TOKEN[2] * 1e3:g} ms, "
-            f"assumed): every measured rate is at B = {net_batches[0]}, where the per-token engine cost cannot be "
-            "told from the per-step one; the bands include the predictions at both ends of the range"
+            f"assumed) and engine_seconds_per_step at its prior {step_held * 1e3:g} ms (range "
+            f"{PRIOR_SECONDS_PER_STEP[0] * 1e3:g}–{PRIOR_SECONDS_PER_STEP[2] * 1e3:g} ms, from public engines): every "
+            f"measured rate is at B = {net_batches[0]}, where the per-token and per-step engine costs cannot be told "
+            "from the per-touched-expert one, which is fitted; the bands include the predictions at both ends of "
+            "both ranges"
+        )
+    if "engine" in names and not fit_expert and not hold_token:
+        # the per-touched-expert cost at either end of its prior share (the smooth knobs
+        # re-solved there): 0 puts the whole engine time on the step, 1 on the touched experts
+        for share in (PRIOR_TOUCHED_SHARE[0], PRIOR_TOUCHED_SHARE[2]):
+            touched_held = share * touched_cap
+            xe, _, _ = solve_inner(outer)
+            net_e, _ = predict(knobs_of(outer, xe))
+            low = np.minimum(low, net_e * (low / net0))
+            high = np.maximum(high, net_e * (high / net0))
+        touched_held = PRIOR_TOUCHED_SHARE[1] * touched_cap
+        notes.append(
+            f"engine_seconds_per_touched_expert is held at {touched_held * 1e3:.3g} ms per (layer, expert) pair "
+            f"touched: its prior share {PRIOR_TOUCHED_SHARE[1]:g} (range {PRIOR_TOUCHED_SHARE[0]:g}–"
+            f"{PRIOR_TOUCHED_SHARE[2]:g}, assumed) of the fastest calibration step over the pairs a rank touches "
+            "there (the per-step and per-token costs fitted at two or more batch sizes absorb it to first order); "
+            "the bands include both ends"
         )
     if use_prior:
         # the locality at its least and most local ends (ρ and c at their 5 % and 95 % quantiles,
@@ -688,8 +798,10 @@ def _fit_one(
         sing = np.concatenate([sing, np.zeros(vt.shape[0] - sing.size)])
         null = vt[sing <= 1e-6 * max(float(sing.max()), 1e-300)]
         identified = ~(np.abs(null) > 0.1).any(axis=0) if null.size else identified
-        labels = (("c0",) if hold_token else ("c0", "c1") if "engine" in names else ()) + (
-            ("ssd-scale",) if "ssd-scale" in names else ()
+        labels = (
+            (("expert",) if hold_token else ("c0", "c1") if "engine" in names else ())
+            + (("expert",) if fit_expert and not hold_token else ())
+            + (("ssd-scale",) if "ssd-scale" in names else ())
         )
         for name, ok in zip(labels, identified):
             if not ok:
@@ -701,6 +813,19 @@ def _fit_one(
     knobs = _knob_table(
         names, best_knobs, x, xs, cov, outer, hardware, routing, identified, cache_intervals, hold_token, net_batches
     )
+    if "engine" in names and not fit_expert and not hold_token:
+        knobs["engine_seconds_per_touched_expert"] = {
+            "value": touched_held,
+            "low": PRIOR_TOUCHED_SHARE[0] * touched_cap,
+            "high": PRIOR_TOUCHED_SHARE[2] * touched_cap,
+            "fitted": False,
+            "identified": False,
+            "held": "prior share of the fastest calibration step (assumed)",
+            "why": f"held at {PRIOR_TOUCHED_SHARE[1]:g} of the fastest calibration step per pair touched "
+            f"({touched_cap * 1e3:.3g} ms per pair if all of it were): the rows cannot tell a per-touched-expert "
+            "cost from a per-step one; the bands cover shares 0 to 1",
+            "unit": "s",
+        }
     if use_prior:
         why = (
             "the rows cannot identify one stream's locality: held at the locality prior fitted on real decode "
@@ -814,16 +939,20 @@ def _knob_table(
     z = 1.6448536269514722  # the 5–95 % interval of a normal
     keys: list[str] = []
     bounds: list[tuple[float, float]] = []
-    if "engine" in names:
-        keys.append("engine_seconds_per_step")
-        bounds.append(_BOUNDS["c0"])
-        if not hold_token:
-            keys.append("engine_seconds_per_agent_token")
-            bounds.append(_BOUNDS["c1"])
+    if "engine" in names and hold_token:
+        keys.append("engine_seconds_per_touched_expert")
+        bounds.append(_BOUNDS["cu"])
+    elif "engine" in names:
+        keys += ["engine_seconds_per_step", "engine_seconds_per_agent_token"]
+        bounds += [_BOUNDS["c0"], _BOUNDS["c1"]]
+        if "expert" in names:
+            keys.append("engine_seconds_per_touched_expert")
+            bounds.append(_BOUNDS["cu"])
     if "ssd-scale" in names:
         keys.append("ssd_scale")
         bounds.append(_BOUNDS["ssd_scale"])
-    natural_low = {"engine_seconds_per_step", "engine_seconds_per_agent_token"}  # 0 s is a real value
+    # 0 s is a real value
+    natural_low = {"engine_seconds_per_step", "engine_seconds_per_agent_token", "engine_seconds_per_touched_expert"}
 
     def entry(j: int, unit: str) -> dict[str, Any]:
         lo, hi = bounds[j]
@@ -857,10 +986,27 @@ def _knob_table(
         return out
 
     out: dict[str, dict[str, Any]] = {}
-    units = {"engine_seconds_per_step": "s", "engine_seconds_per_agent_token": "s", "ssd_scale": "×"}
+    units = {
+        "engine_seconds_per_step": "s",
+        "engine_seconds_per_agent_token": "s",
+        "engine_seconds_per_touched_expert": "s",
+        "ssd_scale": "×",
+    }
     for j, key in enumerate(keys):
         out[key] = entry(j, units[key])
     if "engine" in names and hold_token:
+        lo, held, hi = PRIOR_SECONDS_PER_STEP
+        out["engine_seconds_per_step"] = {
+            "value": held,
+            "low": lo,
+            "high": hi,
+            "fitted": False,
+            "identified": False,
+            "held": "prior (from public engines)",
+            "why": f"every measured rate is at one batch size (B = {', '.join(map(str, net_batches))}): a per-step "
+            "engine cost cannot be told from a per-touched-expert one; held at its prior, the bands cover its range",
+            "unit": "s",
+        }
         lo, held, hi = PRIOR_SECONDS_PER_AGENT_TOKEN
         out["engine_seconds_per_agent_token"] = {
             "value": held,

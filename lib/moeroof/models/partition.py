@@ -310,6 +310,7 @@ class RankConstants:
             flops=np.full(u.size, self.flops),
             agent_tokens=np.full(u.size, float(self.batch)),
             read_size_bytes=self.read_size_bytes,
+            touched_experts=u.ravel(),
         )
         seconds, _ = step.combine(step.rank_terms(self.hardware, work), self.overlap)
         return (seconds / speed).reshape(u.shape) if u.ndim else float(seconds[0] / speed)

@@ -584,7 +584,17 @@ def step_breakdown(
     read_size = workload.read_size_bytes if workload.read_size_bytes is not None else e_bytes
     slowdown = np.where(pressured, workload.pressure_penalty, 1.0)
     works = [
-        step.RankWork(ssd_bytes[r], mem_bytes[r], flops, bf, read_size, slowdown, float(speed[r])) for r in range(ranks)
+        step.RankWork(
+            ssd_bytes[r],
+            mem_bytes[r],
+            flops,
+            bf,
+            read_size,
+            slowdown,
+            float(speed[r]),
+            touched_experts=layers * reads[r],
+        )
+        for r in range(ranks)
     ]
     fabric = step.fabric_bytes_per_step(model, bf, ranks)
     st = step.evaluate(

@@ -3,10 +3,10 @@
 A decode *step* gives each of B agents one token. On one rank (one box: its own RAM, SSD,
 expert cache and share of the experts) the step's work is five terms::
 
-    ssd      = ssd_bytes / BW_ssd(read size) · slowdown      experts streamed after the cache
-    memory   = mem_bytes / BW_mem                            dense band, touched experts, KV
-    compute  = flops / FLOPS
-    engine   = c_step + c_token · B                          launches, sampling, framework
+    ssd      = ssd_bytes / (η_link · BW_ssd(read size)) · slowdown   experts streamed after the cache
+    memory   = mem_bytes / (η_mem · BW_mem)                  dense band, touched experts, KV
+    compute  = flops / (η_compute · FLOPS)
+    engine   = c_step + c_token · B + c_expert · Σ_ℓ U_ℓ     launches, sampling, framework, per touched expert
     t_rank   = combine(ssd, memory, compute, engine) / speed,   combine = max (overlap) or sum (serial)
 
 and across R ranks joined by a link (expert parallelism, seed 003)::
@@ -21,7 +21,14 @@ page cache makes reads slower); ``speed`` is a rank's relative speed (fastest = 
 head node runs 1.3–2.6× slower at identical work). The engine terms are what a serving engine
 spends per step and per agent-token outside the roofline (a fixed per-step cost is what makes
 measured tok/s rise with concurrency where the roofline alone is flat: bigrig's curve in
-VALIDATION.md); they come from the hardware preset, ``assumed`` 0 until measured.
+VALIDATION.md); they come from the hardware preset, ``assumed`` 0 until measured. ``c_expert``
+(``engine_seconds_per_touched_expert``) is paid per (layer, expert) pair the step touches,
+``Σ_ℓ U_ℓ`` on the rank (a kernel launch, a dequantisation, the routing glue of each expert
+run): it makes a step's time grow with the experts it touches, so throughput grows with
+concurrency more slowly than a per-step constant predicts (seed 003's M sweep). The
+efficiencies η (``mem_efficiency``, ``compute_efficiency``, ``link_efficiency``, default 1) are
+the shares of the peaks an engine reaches (llm-analysis' ``hbm_memory_efficiency`` and
+``flops_efficiency``).
 
 The bytes, FLOP and tokens of each rank are built by :mod:`moeroof.models.plan` (from the routing
 model and the cache the step sees); this module only turns them into seconds, so ``plan``,
@@ -74,7 +81,9 @@ class RankWork:
     ``ssd_bytes``: expert bytes streamed from the SSD (the cache's misses); ``mem_bytes``: bytes
     read from memory (dense band once, touched experts, KV); ``flops``; ``agent_tokens``: tokens
     produced this step (B); ``read_size_bytes``: the SSD read granularity; ``ssd_slowdown`` ≥ 1:
-    memory-pressure penalty on the SSD term; ``speed``: relative rank speed (fastest = 1).
+    memory-pressure penalty on the SSD term; ``speed``: relative rank speed (fastest = 1);
+    ``touched_experts``: the (layer, expert) pairs the rank runs this step (Σ_ℓ U_ℓ; each
+    token's own picks for an uncoalesced engine).
     """
 
     ssd_bytes: np.ndarray
@@ -84,17 +93,21 @@ class RankWork:
     read_size_bytes: float
     ssd_slowdown: np.ndarray | float = 1.0
     speed: float = 1.0
+    touched_experts: np.ndarray | float = 0.0
 
 
 def rank_terms(hardware: Hardware, work: RankWork) -> dict[str, np.ndarray]:
     """The four per-rank terms in seconds at full speed (module docstring)."""
-    bw_ssd = hardware.ssd_bandwidth(work.read_size_bytes)
+    bw_ssd = hardware.ssd_bandwidth(work.read_size_bytes) * hardware.link_efficiency
     tokens = np.asarray(work.agent_tokens, dtype=float)
+    touched = np.asarray(work.touched_experts, dtype=float)
     return {
         "ssd": np.asarray(work.ssd_bytes, dtype=float) / bw_ssd * np.asarray(work.ssd_slowdown, dtype=float),
-        "memory": np.asarray(work.mem_bytes, dtype=float) / hardware.bw_mem_bytes_per_s,
-        "compute": np.asarray(work.flops, dtype=float) / hardware.flops_per_s,
-        "engine": hardware.engine_seconds_per_step + hardware.engine_seconds_per_agent_token * tokens,
+        "memory": np.asarray(work.mem_bytes, dtype=float) / (hardware.bw_mem_bytes_per_s * hardware.mem_efficiency),
+        "compute": np.asarray(work.flops, dtype=float) / (hardware.flops_per_s * hardware.compute_efficiency),
+        "engine": hardware.engine_seconds_per_step
+        + hardware.engine_seconds_per_agent_token * tokens
+        + hardware.engine_seconds_per_touched_expert * touched,
     }
 
 

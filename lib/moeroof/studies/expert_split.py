@@ -692,22 +692,24 @@ def tok_s_sweep(
     The routing is :func:`moeroof.models.local_routing.routing_from_knobs` at the routing knobs
     ``family``, ``skew``, ``rho``, ``c`` (those ``fit-routing`` found on the public cache rows;
     the plan's LRU runs in steady state on a trace sampled from them, so it has no warm-history
-    knob). Fitted: the engine terms (c0 per step, c1 per agent token) and the SSD scale — three
-    smooth knobs, four calibration tok/s rows. Every public tok/s is at M = 8, so c0 and c1 are
-    not told apart (c0 + 8·c1 is); the fit settles on the per-step end. The other end — the same
-    engine time at M = 8 charged per agent token (c0 = 0, c1 = (c0 + 8·c1)/8) — is predicted too
-    (:func:`moeroof.models.fit_plan.predict_points`) and widens the band: that is the structural
-    uncertainty of the M sweep, which no public row can resolve. ``fit-plan``'s step is the
-    largest of its terms (overlap ``max``; it has no other mode), so wherever the stream is
-    shorter than the engine term a cache change moves nothing; the seed's step times add
+    knob). Fitted: the engine and the SSD scale. Every public tok/s is at M = 8, where the pairs a
+    rank touches are fixed, so the engine's fitted knob is its cost per touched (layer, expert)
+    pair, with the per-step and per-token costs held at their priors from public engines
+    (:data:`moeroof.models.fit_plan.PRIOR_SECONDS_PER_STEP`; their ends in fit-plan's bands). The
+    other structural end — the same engine time at M = 8 charged per agent token (c0 = 0, c1 =
+    engine seconds at M = 8 / 8) — is predicted too (:func:`moeroof.models.fit_plan.predict_points`)
+    and widens the band: that is the structural uncertainty of the M sweep, which no public row
+    can resolve. Under overlap ``max`` (the default here) the step is the largest of its terms,
+    so wherever the stream is shorter than the engine term a cache change moves nothing; the seed's step times add
     (3243 ms at 20 GiB, 1429 ms at 80 GiB for 7.02 against 0.25 GiB streamed), so the additive
     step fitted on the same rows (:func:`_additive_tok_s`) is the second structural alternative
     in the band.
     """
     import time
 
-    from moeroof.models.fit_plan import PlanKnobs, fit_plan, predict_points
+    from moeroof.models.fit_plan import PlanKnobs, box_with_knobs, fit_plan, predict_points
     from moeroof.models.local_routing import routing_from_knobs
+    from moeroof.models.plan import Workload, plan
 
     rows = list(rows)
     pts = tok_s_points(rows)
@@ -729,9 +731,19 @@ def tok_s_sweep(
     c0 = float(k["engine_seconds_per_step"]["value"])
     c1 = float(k["engine_seconds_per_agent_token"]["value"])
     ref = 8
+    # the engine's seconds at M = 8 (the fitted box's own engine term there), charged per agent token
+    box = box_with_knobs(
+        hardware,
+        PlanKnobs(
+            engine_seconds_per_step=c0,
+            engine_seconds_per_agent_token=c1,
+            engine_seconds_per_touched_expert=float(k["engine_seconds_per_touched_expert"]["value"]),
+        ),
+    )
+    at_ref = plan(model, box, Workload(ranks=2, context_tokens=context_tokens), route, [ref]).terms["engine"]
     alt = PlanKnobs(
         engine_seconds_per_step=0.0,
-        engine_seconds_per_agent_token=(c0 + ref * c1) / ref,
+        engine_seconds_per_agent_token=float(np.max(at_ref)) / ref,
         ssd_scale=float(k["ssd_scale"]["value"]),
     )
     alt_net, _ = predict_points(pts, model, hardware, route, alt, context_tokens=context_tokens)

@@ -3,7 +3,7 @@
 ::
 
     moeroof fit-plan POINTS.csv --model PRESET|FILE --hardware PRESET|FILE [--routing SPEC]
-                     [--routing-knobs FILE] [--fit engine,ssd-scale,pressure,skew,rho]
+                     [--routing-knobs FILE] [--fit engine,expert,ssd-scale,reclaim,pressure,skew,rho]
                      [--context N] [--page-cache] [--format table|json|csv] [--output FILE]
 
 POINTS columns: ``batch``, ``cache_gib``, ``ranks``, ``policy``, ``net_tok_s``, ``hit_rate``
@@ -29,13 +29,13 @@ from moeroof.cli.common import (
     table,
 )
 
-KNOBS = ("engine", "ssd-scale", "pressure", "skew", "rho")
+KNOBS = ("engine", "expert", "ssd-scale", "reclaim", "pressure", "skew", "rho")
 
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "fit-plan",
-        help="fit the step model's knobs (engine terms, SSD scale, page-cache share, skew, stickiness) to measured points",
+        help="fit the step model's knobs (engine terms, SSD scale, reclaim, page-cache share, skew, stickiness) to measured points",
         description=(
             "Calibrate on the rows of POINTS.csv that carry a measured net_tok_s or hit_rate, predict the rows "
             "that do not, with 5-95 %% bands; every prediction is `moeroof plan` with the fitted knobs."

@@ -26,6 +26,7 @@ KNOB_KEYS = (
     "engine_seconds_per_agent_token",
     "engine_seconds_per_touched_expert",
     "ssd_scale",
+    "reclaim_penalty",
     "page_cache_share",
     "skew",
     "rho",

@@ -95,6 +95,7 @@ HARDWARE_FIELDS: dict[str, tuple[str, bool]] = {
     "mem_efficiency": ("count", False),
     "compute_efficiency": ("count", False),
     "link_efficiency": ("count", False),
+    "reclaim_penalty": ("count", False),
 }
 
 #: the fields that are a share of a peak: in (0, 1]
@@ -133,6 +134,11 @@ FIELD_HELP: dict[str, tuple[str, str]] = {
     "mem_efficiency": ("share of bw_mem_bytes_per_s the engine's reads reach (0–1]", "count"),
     "compute_efficiency": ("share of flops_per_s the engine's kernels reach (0–1]", "count"),
     "link_efficiency": ("share of the streaming tier's bandwidth curve the engine's reads reach (0–1]", "count"),
+    "reclaim_penalty": (
+        "κ of the OS's reclaim work: reads slow by 1 + κ·u/(1 − u) as the memory the engine holds, u of what "
+        "the OS leaves, nears all of it",
+        "count",
+    ),
 }
 
 #: the value an optional field takes when a preset leaves it out: never silently — the preset's
@@ -147,6 +153,7 @@ DEFAULTS: dict[str, float] = {
     "mem_efficiency": 1.0,
     "compute_efficiency": 1.0,
     "link_efficiency": 1.0,
+    "reclaim_penalty": 0.0,
 }
 
 
@@ -287,11 +294,15 @@ class Hardware:
     routing glue: engines run far below their memory roofline and slow with the experts a step
     touches — seed 003's pair at 80 GiB ~25× below its LPDDR bandwidth). Absent from a preset
     they are 0 and tagged ``assumed`` in provenance; ``moeroof calibrate`` measures the first two
-    on the box at hand, ``moeroof fit-plan`` holds the third at a sourced prior where the rows
-    cannot identify it (:mod:`moeroof.models.engine_priors`). ``mem_efficiency``,
+    on the box at hand; ``moeroof fit-plan`` fits the third where every measured rate is at one
+    batch size, the other two held at priors from public engines
+    (:data:`moeroof.models.fit_plan.PRIOR_SECONDS_PER_STEP`). ``mem_efficiency``,
     ``compute_efficiency`` and ``link_efficiency`` (in (0, 1], default 1, assumed) are the shares
     of the memory, compute and streaming-tier peaks the engine reaches (llm-analysis'
-    ``hbm_memory_efficiency`` and ``flops_efficiency``).
+    ``hbm_memory_efficiency`` and ``flops_efficiency``). ``reclaim_penalty`` κ ≥ 0 (default 0,
+    assumed) is the OS's reclaim work on the reads (:func:`moeroof.models.plan.reclaim_slowdown`:
+    they slow by ``1 + κ·u/(1 − u)`` as the share u of RAM the engine holds nears all the OS
+    leaves).
     """
 
     name: str
@@ -308,6 +319,7 @@ class Hardware:
     mem_efficiency: float = 1.0
     compute_efficiency: float = 1.0
     link_efficiency: float = 1.0
+    reclaim_penalty: float = 0.0
     description: str = ""
     provenance: Mapping[str, str] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)

@@ -14,6 +14,9 @@ fitted knobs (:data:`KNOBS`):
   two or more batch sizes ``engine`` fits the per-step and per-token costs and c_U is held at
   :data:`PRIOR_TOUCHED_SHARE` (its end in the bands) unless ``expert`` is named too;
 - ``ssd-scale``: a factor on the box's whole SSD bandwidth curve;
+- ``reclaim``: κ of the OS's reclaim work on the reads (``Hardware.reclaim_penalty``,
+  :func:`moeroof.models.plan.reclaim_slowdown`: reads slow by ``1 + κ·u/(1 − u)`` as the share u
+  of RAM the engine holds nears all the OS leaves), ≥ 0;
 - ``pressure``: the share of the RAM left beside the expert cache that the OS page cache keeps
   (``Workload.page_cache_share``; fitting it turns the page cache on);
 - ``skew``: the Zipf exponent s of the routing (``zipf:s``, replacing the routing given);
@@ -108,7 +111,7 @@ __all__ = [
     "PRIOR_TOUCHED_SHARE",
 ]
 
-KNOBS = ("engine", "expert", "ssd-scale", "pressure", "skew", "rho")
+KNOBS = ("engine", "expert", "ssd-scale", "reclaim", "pressure", "skew", "rho")
 SIGMA_NET = 0.05
 SIGMA_HIT = 0.02
 BAND_DRAWS = 200
@@ -117,7 +120,7 @@ PROFILE_CHI2 = 1.6448536269514722**2  # χ²₁ at 0.90 = z₀.₉₅²: a two-s
 PROFILE_STEP = 0.01
 PROFILE_BISECTIONS = 4
 PROFILE_RESTARTS = 2
-_SMOOTH = ("engine", "expert", "ssd-scale")
+_SMOOTH = ("engine", "expert", "ssd-scale", "reclaim")
 _CACHE = ("skew", "rho", "pressure")
 
 
@@ -133,8 +136,10 @@ class PlanKnobs(Result):
     rho: float = 0.0
     #: per-stream locality c of Dirichlet(c·w) (inf: off); only from the locality prior, never fitted
     c: float = math.inf
-    #: engine seconds per (layer, expert) pair a step touches; only held at its prior, never fitted
+    #: engine seconds per (layer, expert) pair a step touches
     engine_seconds_per_touched_expert: float | None = None
+    #: κ of the OS's reclaim work on the reads (:func:`moeroof.models.plan.reclaim_slowdown`)
+    reclaim_penalty: float | None = None
 
 
 #: the per-agent-token engine cost where the rows cannot identify it (every measured rate at one
@@ -203,6 +208,8 @@ def box_with_knobs(hardware: Hardware, knobs: PlanKnobs) -> Hardware:
         )
     if knobs.engine_seconds_per_touched_expert is not None:
         hw = replace(hw, engine_seconds_per_touched_expert=float(knobs.engine_seconds_per_touched_expert))
+    if knobs.reclaim_penalty is not None:
+        hw = replace(hw, reclaim_penalty=float(knobs.reclaim_penalty))
     return hw
 
 
@@ -213,7 +220,12 @@ def box_with_fit(hardware: Hardware, fit: dict[str, Any]) -> Hardware:
     from types import MappingProxyType
 
     changed: dict[str, Any] = {}
-    for key in ("engine_seconds_per_step", "engine_seconds_per_agent_token", "engine_seconds_per_touched_expert"):
+    for key in (
+        "engine_seconds_per_step",
+        "engine_seconds_per_agent_token",
+        "engine_seconds_per_touched_expert",
+        "reclaim_penalty",
+    ):
         if key in fit:
             changed[key] = float(fit[key])
     if "ssd_scale" in fit:
@@ -400,6 +412,7 @@ _BOUNDS = {
     "c1": (0.0, 10.0),
     "cu": (0.0, 0.1),
     "ssd_scale": (1e-3, 1e3),
+    "reclaim": (0.0, 50.0),
     "skew": (0.0, 3.0),
     "rho": (0.0, 0.95),
     "share": (0.0, 1.0),
@@ -443,7 +456,9 @@ def _fit_one(
     # one batch size: the engine's one fitted knob is the per-touched-expert cost, its per-step and
     # per-token costs held at their priors; two or more: per-step and per-token fitted (and the
     # per-touched-expert cost where named), else held at its prior share
-    n_smooth = ("engine" in names) * (1 if hold_token else 2 + fit_expert) + ("ssd-scale" in names)
+    n_smooth = (
+        ("engine" in names) * (1 if hold_token else 2 + fit_expert) + ("ssd-scale" in names) + ("reclaim" in names)
+    )
     if n_smooth > n_net:
         raise ParameterError(
             "fit",
@@ -515,6 +530,9 @@ def _fit_one(
                 j += 1
         if "ssd-scale" in names:
             k = replace(k, ssd_scale=float(inner[j]))
+            j += 1
+        if "reclaim" in names:
+            k = replace(k, reclaim_penalty=float(inner[j]))
         if "skew" in outer:
             k = replace(k, skew=outer["skew"])
         if "rho" in outer:
@@ -574,6 +592,10 @@ def _fit_one(
         inner_lo.append(_BOUNDS["ssd_scale"][0])
         inner_hi.append(_BOUNDS["ssd_scale"][1])
         x0.append(1.0)
+    if "reclaim" in names:
+        inner_lo.append(_BOUNDS["reclaim"][0])
+        inner_hi.append(_BOUNDS["reclaim"][1])
+        x0.append(0.5)
 
     def solve_inner(outer: dict[str, float]):
         if not x0:
@@ -802,6 +824,7 @@ def _fit_one(
             (("expert",) if hold_token else ("c0", "c1") if "engine" in names else ())
             + (("expert",) if fit_expert and not hold_token else ())
             + (("ssd-scale",) if "ssd-scale" in names else ())
+            + (("reclaim",) if "reclaim" in names else ())
         )
         for name, ok in zip(labels, identified):
             if not ok:
@@ -951,8 +974,16 @@ def _knob_table(
     if "ssd-scale" in names:
         keys.append("ssd_scale")
         bounds.append(_BOUNDS["ssd_scale"])
+    if "reclaim" in names:
+        keys.append("reclaim_penalty")
+        bounds.append(_BOUNDS["reclaim"])
     # 0 s is a real value
-    natural_low = {"engine_seconds_per_step", "engine_seconds_per_agent_token", "engine_seconds_per_touched_expert"}
+    natural_low = {
+        "engine_seconds_per_step",
+        "engine_seconds_per_agent_token",
+        "engine_seconds_per_touched_expert",
+        "reclaim_penalty",
+    }
 
     def entry(j: int, unit: str) -> dict[str, Any]:
         lo, hi = bounds[j]
@@ -991,6 +1022,7 @@ def _knob_table(
         "engine_seconds_per_agent_token": "s",
         "engine_seconds_per_touched_expert": "s",
         "ssd_scale": "×",
+        "reclaim_penalty": "κ",
     }
     for j, key in enumerate(keys):
         out[key] = entry(j, units[key])

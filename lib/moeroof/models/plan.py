@@ -64,6 +64,8 @@ __all__ = [
     "assign_experts",
     "step_breakdown",
     "batch_breakdown",
+    "reclaim_slowdown",
+    "RECLAIM_MAX_SHARE",
     "step_terms",
     "plan",
     "plan_rates",
@@ -582,7 +584,7 @@ def step_breakdown(
     flops = bf * (model.flops_per_token + workload.context_tokens * model.attn_flops_per_context_token)
     flops = flops + np.asarray(extra_flops, dtype=float)
     read_size = workload.read_size_bytes if workload.read_size_bytes is not None else e_bytes
-    slowdown = np.where(pressured, workload.pressure_penalty, 1.0)
+    slowdown = np.where(pressured, workload.pressure_penalty, 1.0) * reclaim_slowdown(hardware, available, cache_eff)
     works = [
         step.RankWork(
             ssd_bytes[r],
@@ -621,6 +623,27 @@ def step_breakdown(
         page_cache_bytes=page_bytes,
         page_hit_pairs=page_pairs,
     )
+
+
+#: the held share u of what the OS leaves at which the reclaim slowdown stops growing (it
+#: diverges at 1: a box that holds every byte it has reclaims nothing)
+RECLAIM_MAX_SHARE = 0.99
+
+
+def reclaim_slowdown(hardware: Hardware, available_bytes, cache_bytes) -> np.ndarray:
+    """The OS's reclaim work on the reads, ``1 + κ · u / (1 − u)`` (κ =
+    ``hardware.reclaim_penalty``), where ``u`` is the share of what the OS leaves (RAM − reserve)
+    that the engine holds — the resident band, the KV and the expert cache — capped at
+    :data:`RECLAIM_MAX_SHARE`. Each page a read brings in must first be taken from what is
+    free; with the page cache filling the rest that is cheap while most RAM is free, and it grows
+    without bound as the held share nears all of it (the queueing form u/(1 − u), an assumed
+    shape): so a larger expert cache saves reads and makes each remaining read dearer, and tok/s
+    can rise, peak and fall with the cache (mlx-lm#1438). κ = 0: no reclaim work."""
+    kappa = float(hardware.reclaim_penalty)
+    usable = max(hardware.ram_bytes - hardware.os_reserve_bytes, 1.0)
+    held = usable - (np.asarray(available_bytes, dtype=float) - np.asarray(cache_bytes, dtype=float))
+    u = np.clip(held / usable, 0.0, RECLAIM_MAX_SHARE)
+    return 1.0 + kappa * u / (1.0 - u)
 
 
 def _per_batch(workload: Workload, b: np.ndarray) -> bool:

@@ -1,0 +1,72 @@
+"""Memory pressure that can rise, peak and fall (issue 24 D3): the OS's reclaim work on the reads,
+``1 + κ·u/(1 − u)`` (moeroof.models.plan.reclaim_slowdown), against hand arithmetic, the
+monotone curve it replaces at κ = 0, and a fit-plan round trip on a simulated mlx-lm#1438-like truth."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from moeroof.core.units import GiB
+from moeroof.data.plan_points import PlanPoint
+from moeroof.data.presets import load_hardware, load_model
+from moeroof.models.fit_plan import PlanKnobs, fit_plan, predict_points
+from moeroof.models.plan import RECLAIM_MAX_SHARE, Workload, plan, ram_left_bytes, reclaim_slowdown, routing_from_spec
+
+
+def test_reclaim_slowdown_by_hand():
+    hw = replace(load_hardware("apple-m4-max"), reclaim_penalty=2.0)
+    m = load_model("glm-5.2")
+    available, _ = ram_left_bytes(m, hw, np.array([1]), context_tokens=4096)
+    usable = hw.ram_bytes - hw.os_reserve_bytes
+    for cache in (0.0, 10 * GiB, 60 * GiB):
+        u = (usable - (available[0] - cache)) / usable
+        assert float(reclaim_slowdown(hw, available, cache)[0]) == pytest.approx(1 + 2.0 * u / (1 - u))
+    # capped where the engine holds everything: finite, at the cap's value
+    full = float(reclaim_slowdown(hw, available, available[0] + 10 * GiB)[0])
+    assert full == pytest.approx(1 + 2.0 * RECLAIM_MAX_SHARE / (1 - RECLAIM_MAX_SHARE))
+    assert float(reclaim_slowdown(replace(hw, reclaim_penalty=0.0), available, 60 * GiB)[0]) == 1.0
+
+
+def _curve(kappa: float, caches):
+    m, hw = load_model("qwen3-30b-a3b"), replace(load_hardware("nvme-gen4"), reclaim_penalty=kappa)
+    r = routing_from_spec("zipf:0.8", m)
+    return np.array([plan(m, hw, Workload(cache_bytes=c * GiB, overlap="sum"), r, [1]).net_tok_s[0] for c in caches])
+
+
+def test_without_reclaim_a_bigger_cache_is_never_slower_and_with_it_the_curve_peaks():
+    caches = [2, 6, 12, 20, 30, 40, 48]
+    flat = _curve(0.0, caches)
+    assert np.all(np.diff(flat) >= -1e-12)  # LRU's inclusion property and nothing else in the way
+    peaked = _curve(3.0, caches)
+    top = int(np.argmax(peaked))
+    assert 0 < top < len(caches) - 1, peaked  # rises, peaks in the middle, falls
+    assert np.all(peaked <= flat + 1e-12)  # reclaim work only ever slows the reads
+
+
+def test_fit_plan_recovers_reclaim_and_predicts_the_peak_between_three_points():
+    """A simulated truth with κ = 3 measured at three caches (tok/s and hit rates), as mlx-lm#1438
+    measured GLM-5.2: fit-plan's ssd-scale, reclaim and skew come back, κ inside its interval,
+    and the predicted curve between the points peaks where the truth's does (one grid step)."""
+    m, hw = load_model("qwen3-30b-a3b"), load_hardware("nvme-gen4")
+    r = routing_from_spec("zipf:0.8", m)
+    caches = [2.0, 12.0, 48.0, 6.0, 20.0, 30.0, 40.0]
+    pts = [PlanPoint(i + 2, 1, c, 1, "lru", None, None) for i, c in enumerate(caches)]
+    truth = PlanKnobs(reclaim_penalty=3.0, skew=0.8)
+    net, hit = predict_points(pts, m, hw, r, truth, overlap="sum")
+    measured = [
+        dataclasses.replace(p, net_tok_s=float(net[i]), hit_rate=float(hit[i])) if i < 3 else p
+        for i, p in enumerate(pts)
+    ]
+    fit = fit_plan(measured, m, hw, r, fit=("ssd-scale", "reclaim", "skew"), overlap="sum")
+    k = fit.knobs["reclaim_penalty"]
+    assert k["fitted"] and k["low"] <= 3.0 <= k["high"], k
+    order = np.argsort(caches)
+    pred = np.array([row["predicted"] for row in fit.rows])[order]
+    true = net[order]
+    assert abs(int(np.argmax(pred)) - int(np.argmax(true))) <= 1, (pred, true)
+    for row, t in zip(fit.rows[3:], net[3:]):
+        assert row["low"] <= t <= row["high"], (row, t)

@@ -59,3 +59,41 @@ def test_validate_command_prints_table_json_and_csv(capsys):
     assert main(["validate", "--groups", "step,nope"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --groups") and err.count("\n") == 1
+
+
+def test_regime_cases_are_fit_plan_on_the_shipped_points_files():
+    """Each ``regimes`` row is fit-plan's own row on the points file it names (the same command a
+    user runs), withheld truths carry a prediction and band and no error, and mlx-lm#1438's peak
+    row compares the predicted curve's peak with the reported one."""
+    from moeroof.core.paths import DATA_DIR
+    from moeroof.data.plan_points import read_plan_points
+    from moeroof.data.presets import load_hardware, load_model
+    from moeroof.models.fit_plan import fit_plan
+    from moeroof.models.locality import Locality
+    from moeroof.models.plan import routing_from_spec
+
+    rows = held_out.regime_rows()
+    assert all(set(r) == set(held_out.COLUMNS) for r in rows)
+    withheld = [r for r in rows if r["role"] == "withheld"]
+    assert withheld and all(r["measured"] is None and r["error"] is None for r in withheld)
+    assert all(r["low"] <= r["predicted"] <= r["high"] for r in withheld)
+    # independently: the mlx-lm#1438 fit, run here as the README's command runs it
+    m = load_model("glm-5.2")
+    pts = read_plan_points(DATA_DIR / "points" / "mlx-lm-1438.plan-points")
+    fit = fit_plan(
+        pts,
+        m,
+        load_hardware("apple-m4-max"),
+        routing_from_spec("zipf:0.8", m),
+        fit=("ssd-scale", "reclaim", "skew"),
+        locality=Locality.committed(),
+    )
+    (peak,) = [r for r in rows if r["case"] == "mlx-lm-1438-peak" and r["role"] == "prediction"]
+    best = max(fit.rows, key=lambda r: r["predicted"])
+    assert peak["predicted"] == best["cache_gib"] and peak["error"] == pytest.approx(
+        best["cache_gib"] / peak["measured"] - 1
+    )
+    cons = [r for r in rows if r["case"] == "mlx-lm-1438-peak" and r["role"] == "consistency"]
+    assert [r["predicted"] for r in cons] == [r["predicted"] for r in fit.rows if r["role"] == "calibration"]
+    out = {c["case"]: c for c in held_out.summarise(rows)}
+    assert out["seed003-m-sweep"]["mean_abs_error"] is not None  # over its calibration rows only

@@ -3,7 +3,7 @@ measured (:mod:`moeroof.studies.held_out`).
 
 ::
 
-    moeroof validate [--groups step,cache,locality] [--format table|json|csv] [--output FILE]
+    moeroof validate [--groups step,cache,locality,regimes] [--format table|json|csv] [--output FILE]
 
 One row per held-out point: the case, its role (``prediction`` or ``consistency``), what it was
 calibrated on, measured, predicted, the error (relative or in points) and, where the case has a
@@ -31,9 +31,10 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--groups",
-        default="step,cache,locality",
+        default="step,cache,locality,regimes",
         help="which cases, comma separated: step (throughput and bytes), cache (single-stream caches), "
-        "locality (the locality prior, leave one capture out) (default: all)",
+        "locality (the locality prior, leave one capture out), regimes (fit-plan across concurrency and "
+        "memory pressure: seed 003's withheld rows, mlx-lm#1438's peak) (default: all)",
     )
     add_output_arguments(p)
     p.set_defaults(func=run)
@@ -55,6 +56,8 @@ def validate_report(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _err(r: dict[str, Any]) -> str:
+    if r["error"] is None:
+        return "-"
     if r["error_unit"] == "points":
         return f"{r['error'] * 100:+.1f} pt"
     return f"{r['error'] * 100:+.0f} %"
@@ -79,7 +82,8 @@ def print_validate(rep: dict[str, Any]) -> None:
     for c in rep["cases"]:
         unit = "points" if c["error_unit"] == "points" else "%"
         band = "" if c["inside_band"] is None else f"; {c['inside_band']:.0%} inside the band"
-        print(f"{c['case']} ({c['role']}, {c['rows']} rows): mean |error| {c['mean_abs_error'] * 100:.1f} {unit}{band}")
+        err = "none measured" if c["mean_abs_error"] is None else f"{c['mean_abs_error'] * 100:.1f} {unit}"
+        print(f"{c['case']} ({c['role']}, {c['rows']} rows): mean |error| {err}{band}")
     for what, why in rep["skipped"].items():
         print(f"skipped {what}: {why}")
     print("every number is projected (the models on the suite's inputs) against the measurements named in each case")

@@ -970,6 +970,13 @@ def validation(
         if worst_pts is not None:
             named.append(f"`{worst_pts['case']}` ({fmt(100 * worst_pts['mean_abs_error'], 3)} points)")
         parts.append(f"Worst: {_join(named)}. ")
+    withheld = [r for r in rows if r["role"] == "withheld"]
+    if withheld:
+        named = sorted({r["case"] for r in withheld})
+        parts.append(
+            f"{len(withheld)} more rows ({', '.join(f'`{c}`' for c in named)}) predict truths withheld from this "
+            "repository: their predictions and bands are in the table, to be held against the measurements. "
+        )
     if coverage is not None:
         on, off, n, cal = coverage
         parts.append(

@@ -11,7 +11,12 @@ error is shown whatever it is. Three groups:
   (:func:`moeroof.studies.validation.cache_comparisons`);
 - ``locality``: each real decode source predicted from the locality prior of the others
   (:func:`moeroof.studies.locality_prior.study`), with its 5–95 % band; read from the captures
-  in ``../shared/data/external`` and skipped, said so, where they are absent.
+  in ``../shared/data/external`` and skipped, said so, where they are absent;
+- ``regimes``: ``moeroof fit-plan`` on the shipped points files of cases that cross a regime
+  (:data:`REGIME_CASES`): seed 003's public M = 8 rows predicting its withheld 40/60 GiB rows,
+  M sweep and one-booster M = 1 row (role ``withheld``: the truths are not in this repository,
+  the prediction and band are shown, no error), and mlx-lm#1438's three cache sizes predicting
+  where tok/s peaks between them (the reported peak, 30–35 GB, against the predicted curve's).
 
 A row's ``error`` is relative (``predicted / measured − 1``) or in points (hit rates, as a
 fraction: 0.05 is 5 points), as ``error_unit`` says; ``low``/``high``/``inside`` are given where
@@ -25,7 +30,30 @@ from typing import Any
 
 __all__ = ["GROUPS", "COLUMNS", "held_out_rows", "summarise"]
 
-GROUPS = ("step", "cache", "locality")
+GROUPS = ("step", "cache", "locality", "regimes")
+
+#: (case, points file under data/points, model, hardware, routing, knobs to fit or None for the
+#: default, the reported peak's cache range in GiB or None)
+REGIME_CASES = (
+    (
+        "seed003-m-sweep",
+        "seed003-public.plan-points",
+        "glm-5-nvfp4",
+        "gb10",
+        "histograms/glm5-seed003-per-layer.csv",
+        None,
+        None,
+    ),
+    (
+        "mlx-lm-1438-peak",
+        "mlx-lm-1438.plan-points",
+        "glm-5.2",
+        "apple-m4-max",
+        "zipf:0.8",
+        ("ssd-scale", "reclaim", "skew"),
+        (30e9 / 2**30, 35e9 / 2**30),
+    ),
+)
 #: the columns of every row, in table order
 COLUMNS = (
     "group",
@@ -72,6 +100,64 @@ def _comparison_rows(group: str, comparisons) -> list[dict[str, Any]]:
     return out
 
 
+def _row(group, case, role, quantity, at, measured, predicted, error, unit, low, high, inside, cal, source):
+    axis = "cache" if at is None else "batch"
+    values = (group, case, role, quantity, axis, at, measured, predicted, error, unit, low, high, inside, cal, source)
+    return dict(zip(COLUMNS, values, strict=True))
+
+
+def regime_rows() -> list[dict[str, Any]]:
+    """The ``regimes`` group (module docstring): one fit-plan per :data:`REGIME_CASES` entry."""
+    from moeroof.core.paths import DATA_DIR, resolve_data
+    from moeroof.data.plan_points import read_plan_points
+    from moeroof.data.presets import load_hardware, load_model
+    from moeroof.models.fit_plan import fit_plan
+    from moeroof.models.locality import Locality
+    from moeroof.models.plan import routing_from_spec
+
+    rows: list[dict[str, Any]] = []
+    for case, points, model_name, box, spec, knobs, peak in REGIME_CASES:
+        path = DATA_DIR / "points" / points
+        pts = read_plan_points(path)
+        model = load_model(model_name)
+        routing = routing_from_spec(spec if spec.startswith(("zipf", "uniform")) else str(resolve_data(spec)), model)
+        fit = fit_plan(
+            pts,
+            model,
+            load_hardware(box),
+            routing,
+            fit=knobs,
+            routing_is_spec=spec.startswith(("zipf:", "uniform")),
+            locality=Locality.committed(),
+        )
+        cal = f"fit-plan ({', '.join(fit.fitted)}) on the measured rows of data/points/{points}"
+        for r in fit.rows:
+            what = f"tok/s, B = {r['batch']}, {r['cache_gib']:g} GiB, {r['ranks']} rank(s)"
+            if r["role"] == "calibration":
+                err = r["predicted"] / r["measured"] - 1.0
+                rows.append(
+                    _row("regimes", case, "consistency", what, r["batch"], r["measured"], r["predicted"], err,
+                         "relative", r["low"], r["high"], r["low"] <= r["measured"] <= r["high"], cal, points)
+                )  # fmt: skip
+            elif peak is None:
+                rows.append(
+                    _row("regimes", case, "withheld", what, r["batch"], None, r["predicted"], None, "relative",
+                         r["low"], r["high"], None, cal, f"{points}: the truth is withheld from this repository")
+                )  # fmt: skip
+        if peak is not None:
+            # where the predicted tok/s over the file's caches (calibration rows included) peaks
+            best = max(fit.rows, key=lambda r: r["predicted"])
+            mid = 0.5 * (peak[0] + peak[1])
+            rows.append(
+                _row("regimes", case, "prediction", "cache (GiB) where tok/s peaks", None, mid,
+                     float(best["cache_gib"]), float(best["cache_gib"]) / mid - 1.0, "relative", None, None,
+                     peak[0] <= float(best["cache_gib"]) <= peak[1], cal,
+                     f"{points}: the reported peak, {peak[0]:.1f}–{peak[1]:.1f} GiB (30–35 GB); 'inside' is "
+                     "whether the predicted peak lies in that range")
+            )  # fmt: skip
+    return rows
+
+
 def held_out_rows(
     groups: Sequence[str] = GROUPS,
     *,
@@ -94,6 +180,8 @@ def held_out_rows(
             rows += _comparison_rows("step", validation.comparisons())
         elif group == "cache":
             rows += _comparison_rows("cache", validation.cache_comparisons())
+        elif group == "regimes":
+            rows += regime_rows()
         else:
             from moeroof.studies import locality_prior
 
@@ -135,18 +223,20 @@ def held_out_rows(
 
 
 def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per case: rows, mean |error| (its unit), and the share inside its band where it has one."""
+    """Per case: rows, mean |error| (its unit; over the rows with a measurement: a ``withheld``
+    row has none), and the share inside its band where it has one."""
     out = []
     for case in dict.fromkeys(r["case"] for r in rows):
         rs = [r for r in rows if r["case"] == case]
         banded = [r for r in rs if r["inside"] is not None]
+        measured = [r for r in rs if r["error"] is not None]
         out.append(
             {
                 "case": case,
                 "group": rs[0]["group"],
                 "role": rs[0]["role"],
                 "rows": len(rs),
-                "mean_abs_error": sum(abs(r["error"]) for r in rs) / len(rs),
+                "mean_abs_error": sum(abs(r["error"]) for r in measured) / len(measured) if measured else None,
                 "error_unit": rs[0]["error_unit"],
                 "inside_band": None if not banded else sum(bool(r["inside"]) for r in banded) / len(banded),
             }

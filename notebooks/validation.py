@@ -28,6 +28,7 @@ groups: str = "step,cache,locality,regimes"  # which cases, comma separated: ste
 tok_s_target: float = 0.20  # the relative error a throughput or bytes prediction should stay within
 hit_target: float = 0.05  # the error a hit-rate or overlap prediction should stay within (0.05: 5 points)
 coverage_truths: int = 8  # simulated truths drawn from the locality prior for the band coverage check, 0 to skip
+plan_coverage_truths: int = 8  # simulated boxes drawn from fit-plan's priors (engine, SSD, locality, max or sum) for its band coverage check, 0 to skip
 # fmt: on
 
 # %%
@@ -42,6 +43,7 @@ from moeroof.present import answers
 from moeroof.present.plots import provenance_label, save_figure, show_table, style
 from moeroof.studies.held_out import held_out_rows, summarise
 from moeroof.studies.locality_prior import coverage_check
+from moeroof.studies.plan_coverage import plan_coverage
 
 chosen = [g.strip() for g in groups.split(",") if g.strip()]
 rows, skipped = held_out_rows(chosen)
@@ -128,6 +130,29 @@ if coverage_truths > 0:
         f"{coverage.inside_without:.0%} with locality off ({coverage.rows} rows)"
     )
 
+# %% [markdown]
+# ## Do fit-plan's bands cover? One concurrency → others on boxes the priors allow
+# Each truth is a box drawn from the priors fit-plan holds (per-step, per-token and
+# per-touched-expert engine costs, SSD scale, one stream's locality) with its terms combined by
+# `max` or `sum` (fit-plan is not told which); its rows are seed 003's settings, simulated at a
+# seed no fit uses with 5 % noise. fit-plan sees the three M = 8 rows and predicts M = 1, 16, 32
+# and the 40 GiB row; a 90 % band should hold about 90 % of them.
+
+# %%
+plan_cov = None
+if plan_coverage_truths > 0:
+    plan_cov = plan_coverage(plan_coverage_truths)
+    show_table(
+        pd.DataFrame(
+            [
+                {"truth": t["truth"], "overlap": t["overlap"], "fit chose": t["overlap_chosen"], **r}
+                for t in plan_cov.truths
+                for r in t["rows"]
+            ]
+        )
+    )
+    print(f"predicted rows inside their 5-95 % band: {plan_cov.inside:.0%} ({plan_cov.rows} rows)")
+
 # %% tags=["answer"]
 display(
     Markdown(
@@ -138,6 +163,7 @@ display(
             groups=chosen,
             tok_s_target=tok_s_target,
             hit_target=hit_target,
+            plan_coverage=None if plan_cov is None else (plan_cov.inside, plan_cov.rows, len(plan_cov.truths)),
             coverage=None
             if coverage is None
             else (
@@ -160,5 +186,6 @@ for name, value in {
     "tok_s_target": tok_s_target,
     "hit_target": hit_target,
     "coverage_truths": coverage_truths,
+    "plan_coverage_truths": plan_coverage_truths,
 }.items():
     print(f"{name} = {value}")

@@ -32,7 +32,13 @@ NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.py"))
 SMALL_PARAMETERS: dict[str, dict] = {
     # the step cases only (the cache and locality groups simulate for ~35 s; tests/test_held_out.py
     # and tests/test_locality_prior.py hold them), with non-default targets the answer must quote
-    "validation": {"groups": "step", "tok_s_target": 0.25, "hit_target": 0.04, "coverage_truths": 1},
+    "validation": {
+        "groups": "step",
+        "tok_s_target": 0.25,
+        "hit_target": 0.04,
+        "coverage_truths": 1,
+        "plan_coverage_truths": 1,
+    },
     "union_curve": {"b_max": 64, "model_layers": 4, "bootstrap": 10, "experts": 128, "top_k": 4},
     # only the model changed: the routing default follows it (auto → the embedded trace with its
     # E = 128, K = 8) and so does the cache (auto → the 3-bit model's 11.8 GiB of routed experts,
@@ -156,6 +162,8 @@ ANSWER_CHECKS: dict[str, dict] = {
             "within 25 %",
             "Worst: `",
             "On 3 one-stream rows of simulated truths",
+            "On 1 simulated boxes drawn from fit-plan's priors",
+            "of 4 predicted rows lie inside fit-plan's 90 % band",
         ],
         "absent": ["locality-prior:", "within 20 %"],
         "synthetic": False,

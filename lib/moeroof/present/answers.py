@@ -926,13 +926,15 @@ def validation(
     tok_s_target: float = 0.20,
     hit_target: float = 0.05,
     coverage: tuple[float, float, int, Sequence[int]] | None = None,
+    plan_coverage: tuple[float, int, int] | None = None,
 ) -> str:
     """validation: how the held-out predictions (``rows`` of :mod:`moeroof.studies.held_out`,
     ``cases`` its summary) meet the targets — relative errors within ``tok_s_target`` and hit-rate
     errors within ``hit_target`` (a fraction: 0.05 is 5 points) — and how many banded rows lie
     inside their 5–95 % band; the worst case by mean |error|; what was skipped. ``coverage``:
     (share inside with the locality prior, without it, rows, the calibration rows' batch sizes) of
-    the simulated-truth check."""
+    the simulated-truth check; ``plan_coverage``: (share inside, predicted rows, truths) of
+    fit-plan's (:func:`moeroof.studies.plan_coverage.plan_coverage`)."""
     pred = [r for r in rows if r["role"] == "prediction"]
     rel = [r for r in pred if r["error_unit"] == "relative"]
     pts = [r for r in pred if r["error_unit"] == "points"]
@@ -983,6 +985,13 @@ def validation(
             f"On {n} one-stream rows of simulated truths drawn from the locality prior (calibrated on rows at "
             f"M = {', '.join(str(b) for b in sorted(set(cal)))} only), {pct(on)} lie inside their 90 % band with the "
             f"prior and {pct(off)} with locality off. "
+        )
+    if plan_coverage is not None:
+        share, n_rows, n_truths = plan_coverage
+        parts.append(
+            f"On {n_truths} simulated boxes drawn from fit-plan's priors (engine, SSD, locality; terms combined by "
+            f"max or sum, not told), calibrated on seed 003's three M = 8 rows, {pct(share)} of {n_rows} predicted "
+            "rows lie inside fit-plan's 90 % band. "
         )
     if skipped:
         parts.append(f"Skipped: {'; '.join(f'{k} ({v})' for k, v in skipped.items())}. ")

@@ -1,0 +1,139 @@
+"""Do fit-plan's bands cover? Simulated truths that include the structural choices (issue 24 D4).
+
+A 90 % band (fit-plan's 5–95 %) should hold about 90 % of new measurements. Where the truth is
+known it can be counted: each truth here is a box drawn from the priors fit-plan holds — the
+per-step engine cost log-uniform over :data:`moeroof.models.fit_plan.PRIOR_SECONDS_PER_STEP`'s
+range, the per-token cost uniform over :data:`~moeroof.models.fit_plan.PRIOR_SECONDS_PER_AGENT_TOKEN`'s,
+a per-touched-expert cost log-uniform over 0.1–1 ms, an SSD scale log-uniform over 0.3–1.5, one
+stream's stickiness and per-stream locality each a draw of the committed locality prior's
+quantiles — each truth from its own generator, the same whatever the count — and a structural choice fit-plan is
+not told: the terms combined by ``max`` or ``sum`` (alternating). Its rows are seed 003's
+settings (:data:`ROWS`: GLM-5 NVFP4 on GB10, its per-layer histogram), simulated by
+:func:`moeroof.models.fit_plan.predict_points` at a simulation seed no fit uses, with a
+lognormal measurement noise of :data:`NOISE` on the calibration rows; fit-plan sees the three
+M = 8 rows a user of seed 003 has and predicts M = 1, 16, 32 and the 40 GiB row. The realised
+share inside the bands is reported whatever it is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from moeroof.core.results import Result
+from moeroof.core.rng import generator
+
+__all__ = ["ROWS", "NOISE", "TRUTH_SEED", "PlanCoverage", "plan_coverage"]
+
+#: (B, cache GiB, ranks, calibrates): seed 003's public M = 8 settings, then the rows predicted
+ROWS = (
+    (8, 20.0, 1, True),
+    (8, 20.0, 2, True),
+    (8, 80.0, 2, True),
+    (1, 80.0, 2, False),
+    (16, 80.0, 2, False),
+    (32, 80.0, 2, False),
+    (8, 40.0, 2, False),
+)
+#: lognormal measurement noise (σ of log tok/s) on the calibration rows
+NOISE = 0.05
+#: the simulation seed of the truths (fit-plan simulates at seed 0 and its band seeds 0–2)
+TRUTH_SEED = 7
+
+
+@dataclass(frozen=True)
+class PlanCoverage(Result):
+    """``truths``: one dict per truth (its knobs, overlap, and per predicted row the truth, the
+    prediction, the band and whether the truth is inside); ``inside`` the share of predicted rows
+    inside their band, ``rows`` how many."""
+
+    truths: tuple[dict, ...]
+    inside: float
+    rows: int
+
+
+def plan_coverage(truths: int = 8, *, progress: Callable[[int, int], None] | None = None) -> PlanCoverage:
+    """Fit-plan's band coverage on ``truths`` simulated truths (module docstring)."""
+    from dataclasses import replace
+
+    from moeroof.data.plan_points import PlanPoint
+    from moeroof.data.presets import load_hardware, load_model
+    from moeroof.models.fit_plan import (
+        PRIOR_SECONDS_PER_AGENT_TOKEN,
+        PRIOR_SECONDS_PER_STEP,
+        PlanKnobs,
+        fit_plan,
+        predict_points,
+    )
+    from moeroof.models.locality import Locality
+    from moeroof.models.plan import routing_from_spec
+
+    if int(truths) < 1:
+        raise ValueError(f"truths must be >= 1, got {truths!r}")
+    model, hw = load_model("glm-5-nvfp4"), load_hardware("gb10")
+    routing = routing_from_spec("histograms/glm5-seed003-per-layer.csv", model)
+    prior = Locality.committed()
+    pts = [PlanPoint(i + 2, b, c, r, "lru", None, None) for i, (b, c, r, _) in enumerate(ROWS)]
+    cal = [i for i, row in enumerate(ROWS) if row[3]]
+    out = []
+    inside = total = 0
+    for j in range(int(truths)):
+        # truth j from its own stream: the same box whatever the number of truths asked for
+        rng = generator("plan-coverage", j)
+        u = rng.random(6)
+        (rho,), _ = prior.quantiles([u[4]])
+        _, (c_per_expert,) = prior.quantiles([u[5]])
+        lo, _, hi = PRIOR_SECONDS_PER_STEP
+        knobs = PlanKnobs(
+            engine_seconds_per_step=float(math.exp(math.log(lo) + u[0] * (math.log(hi) - math.log(lo)))),
+            engine_seconds_per_agent_token=float(PRIOR_SECONDS_PER_AGENT_TOKEN[2] * u[1]),
+            engine_seconds_per_touched_expert=float(math.exp(math.log(1e-4) + u[2] * math.log(10.0))),
+            ssd_scale=float(math.exp(math.log(0.3) + u[3] * math.log(5.0))),
+            rho=float(rho),
+            c=float(c_per_expert) * model.experts,
+        )
+        overlap = ("max", "sum")[j % 2]
+        net, _ = predict_points(pts, model, hw, routing, knobs, seed=TRUTH_SEED, overlap=overlap)
+        noise = np.exp(rng.normal(0.0, NOISE, size=len(cal)))
+        measured = list(pts)
+        for k, i in enumerate(cal):
+            measured[i] = replace(pts[i], net_tok_s=float(net[i] * noise[k]))
+        fit = fit_plan(measured, model, hw, routing, routing_is_spec=False, locality=prior)
+        rows = []
+        for i, row in enumerate(fit.rows):
+            if i in cal:
+                continue
+            ok = bool(row["low"] <= net[i] <= row["high"])
+            inside += ok
+            total += 1
+            rows.append(
+                {
+                    "batch": row["batch"],
+                    "cache_gib": row["cache_gib"],
+                    "truth": float(net[i]),
+                    "predicted": row["predicted"],
+                    "low": row["low"],
+                    "high": row["high"],
+                    "inside": ok,
+                }
+            )
+        out.append(
+            {
+                "truth": j,
+                "overlap": overlap,
+                "overlap_chosen": fit.overlap,
+                "engine_seconds_per_step": knobs.engine_seconds_per_step,
+                "engine_seconds_per_agent_token": knobs.engine_seconds_per_agent_token,
+                "engine_seconds_per_touched_expert": knobs.engine_seconds_per_touched_expert,
+                "ssd_scale": knobs.ssd_scale,
+                "rho": knobs.rho,
+                "locality_c_per_expert": float(c_per_expert),
+                "rows": rows,
+            }
+        )
+        if progress is not None:
+            progress(j + 1, int(truths))
+    return PlanCoverage(tuple(out), inside / max(total, 1), total)

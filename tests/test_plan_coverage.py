@@ -1,0 +1,29 @@
+"""fit-plan's band coverage on simulated truths (moeroof.studies.plan_coverage)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from moeroof.models.fit_plan import PRIOR_SECONDS_PER_AGENT_TOKEN, PRIOR_SECONDS_PER_STEP
+from moeroof.studies import plan_coverage as pc
+
+
+def test_coverage_counts_the_predicted_rows_inside_their_bands():
+    res = pc.plan_coverage(2)
+    assert len(res.truths) == 2 and {t["overlap"] for t in res.truths} == {"max", "sum"}
+    rows = [r for t in res.truths for r in t["rows"]]
+    predicted = [i for i, row in enumerate(pc.ROWS) if not row[3]]
+    assert res.rows == len(rows) == 2 * len(predicted)
+    # the share is a recount of the rows (not the study's own tally)
+    assert res.inside == pytest.approx(np.mean([r["low"] <= r["truth"] <= r["high"] for r in rows]))
+    for t in res.truths:  # every truth is a box the priors allow
+        assert PRIOR_SECONDS_PER_STEP[0] <= t["engine_seconds_per_step"] <= PRIOR_SECONDS_PER_STEP[2]
+        assert 0 <= t["engine_seconds_per_agent_token"] <= PRIOR_SECONDS_PER_AGENT_TOKEN[2]
+        assert 1e-4 <= t["engine_seconds_per_touched_expert"] <= 1e-3
+    assert pc.plan_coverage(1).truths[0] == res.truths[0]  # truth j is the same whatever the count
+
+
+def test_truths_must_be_positive():
+    with pytest.raises(ValueError, match="truths"):
+        pc.plan_coverage(0)

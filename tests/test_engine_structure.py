@@ -127,3 +127,64 @@ def test_one_batch_size_fits_the_per_touched_expert_cost_and_predicts_other_conc
         1 / plan(m, box, Workload(cache_bytes=80 * 2**30, ranks=2, overlap="sum"), r, [1]).step_seconds[0] < net[3] / 2
     )
     assert any(re.search(r"engine_seconds_per_step at its prior", n) for n in fit.notes)
+
+
+def _box_with(tmp_path, line: str):
+    text = (ROOT / "data" / "presets" / "hardware" / "gb10.toml").read_text()
+    text = re.sub(r"^engine_seconds_per_step = .*$", line, text, flags=re.M)
+    path = tmp_path / "box.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_preset_carries_its_own_engine_prior_and_fit_plan_holds_it(tmp_path, seed003_box):
+    m, _, r = seed003_box
+    path = _box_with(
+        tmp_path,
+        'engine_seconds_per_step = { value = 0, unit = "ms", assumed = true, prior = [1, 3, 9], '
+        'prior_source = "a test\'s engine" }',
+    )
+    hw = load_hardware(path)
+    (lo, mid, hi), source = hw.priors["engine_seconds_per_step"]
+    assert (lo, mid, hi) == pytest.approx((1e-3, 3e-3, 9e-3)) and source == "a test's engine"
+    assert load_hardware("gb10").priors["engine_seconds_per_step"][0] == PRIOR_SECONDS_PER_STEP
+    pts = [PlanPoint(i + 2, b, c, k, "lru", None, None) for i, (b, c, k) in enumerate(SEED003)]
+    truth = PlanKnobs(
+        engine_seconds_per_step=3e-3, engine_seconds_per_agent_token=2e-4, engine_seconds_per_touched_expert=5e-4
+    )
+    net, _ = predict_points(pts, m, hw, r, truth, overlap="sum")
+    measured = [dataclasses.replace(p, net_tok_s=float(net[i])) if i < 3 else p for i, p in enumerate(pts)]
+    fit = fit_plan(measured, m, hw, r, overlap="sum")
+    held = fit.knobs["engine_seconds_per_step"]
+    assert (held["low"], held["value"], held["high"]) == pytest.approx((1e-3, 3e-3, 9e-3))
+    assert held["held"] == "prior (the gb10 preset's)"
+    assert held["source"] == "a test's engine"
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        (
+            'engine_seconds_per_step = { value = 0, unit = "ms", assumed = true, prior = [3, 1, 9], prior_source = "x" }',
+            "low <= centre",
+        ),
+        ('engine_seconds_per_step = { value = 0, unit = "ms", assumed = true, prior = [1, 3, 9] }', "prior_source"),
+        (
+            'engine_seconds_per_step = { value = 0, unit = "ms", assumed = true, prior = [1, 3], prior_source = "x" }',
+            "three finite",
+        ),
+        (
+            'engine_seconds_per_step = { value = 0, unit = "ms", assumed = true }\nram_bytes = { value = 128, unit = "GB", source = "x", prior = [1, 2, 3], prior_source = "x" }',
+            "takes no prior",
+        ),
+    ],
+)
+def test_a_bad_prior_names_the_file_and_field(tmp_path, line, message):
+    path = _box_with(tmp_path, line)
+    if "ram_bytes = { value = 128" in line:  # the second ram_bytes replaces the first
+        text = path.read_text()
+        text = re.sub(r"^ram_bytes = \{ value = 128, unit = \"GB\", source = \"NVIDIA.*$\n", "", text, flags=re.M)
+        path.write_text(text)
+    with pytest.raises(InputError, match=message) as err:
+        load_hardware(path)
+    assert str(path) in str(err.value)

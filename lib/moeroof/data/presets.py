@@ -52,6 +52,8 @@ __all__ = [
     "list_presets",
     "MODEL_FIELDS",
     "HARDWARE_FIELDS",
+    "PRIOR_FIELDS",
+    "DEFAULT_PRIORS",
     "FIELD_HELP",
     "DEFAULTS",
     "LINK_NAMES",
@@ -154,6 +156,27 @@ DEFAULTS: dict[str, float] = {
     "compute_efficiency": 1.0,
     "link_efficiency": 1.0,
     "reclaim_penalty": 0.0,
+}
+
+
+#: the engine knobs a preset may carry a prior range for (``prior = [low, centre, high]`` in the
+#: field's own unit, ``prior_source = "…"``): what ``moeroof fit-plan`` holds a knob at where the
+#: rows cannot identify it, its ends in the bands. A preset without one takes :data:`DEFAULT_PRIORS`.
+PRIOR_FIELDS = ("engine_seconds_per_step", "engine_seconds_per_agent_token")
+
+#: the suite's priors (SI), each with its source: (low, centre, high), source
+DEFAULT_PRIORS: dict[str, tuple[tuple[float, float, float], str]] = {
+    "engine_seconds_per_step": (
+        (0.005, 0.02, 0.075),
+        "public engines: vLLM on an Arc Pro B70 carries 5–6.6 ms of fixed MoE cost per decode step "
+        "(vllm-project/vllm-xpu-kernels#509); bigrig's MLX loop 37 ms at B = 1 (its two end points, VALIDATION.md, "
+        "fitted with a cost per touched expert); the upper end doubles bigrig's, for a Python loop over the layers",
+    ),
+    "engine_seconds_per_agent_token": (
+        (0.0, 2e-4, 1e-3),
+        "assumed: per-sequence sampling and bookkeeping, from microseconds in a compiled scheduler to about a "
+        "millisecond in a Python generate loop",
+    ),
 }
 
 
@@ -320,6 +343,10 @@ class Hardware:
     compute_efficiency: float = 1.0
     link_efficiency: float = 1.0
     reclaim_penalty: float = 0.0
+    #: the engine knobs' priors (:data:`PRIOR_FIELDS`): field → ((low, centre, high) SI, source)
+    priors: Mapping[str, tuple[tuple[float, float, float], str]] = field(
+        default_factory=lambda: MappingProxyType(dict(DEFAULT_PRIORS))
+    )
     description: str = ""
     provenance: Mapping[str, str] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -334,11 +361,31 @@ class Hardware:
         return float(out) if np.ndim(out) == 0 else out
 
 
+def _prior(path: Path, key: str, raw: dict, dimension: str) -> tuple[tuple[float, float, float], str]:
+    """A field's ``prior = [low, centre, high]`` (its own unit) and ``prior_source``."""
+    if key not in PRIOR_FIELDS:
+        raise InputError(path, None, key, f"takes no prior (only {', '.join(PRIOR_FIELDS)} do)")
+    vals = raw.get("prior")
+    src = raw.get("prior_source")
+    if not isinstance(src, str) or not src.strip():
+        raise InputError(path, None, key, 'a prior needs prior_source = "…" (where its range comes from)')
+    if (
+        not isinstance(vals, list)
+        or len(vals) != 3
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in vals)
+    ):
+        raise InputError(path, None, key, f"prior must be [low, centre, high], three finite numbers, got {vals!r}")
+    lo, mid, hi = (float(v) for v in (to_si(vals, raw["unit"]) if dimension != "count" else vals))
+    if not 0 <= lo <= mid <= hi:
+        raise InputError(path, None, key, f"prior must satisfy 0 <= low <= centre <= high, got {vals!r}")
+    return (lo, mid, hi), src.strip()
+
+
 def _field(path: Path, key: str, raw: Any, dimension: str) -> tuple[Any, str, str]:
     """Validate one quantity; return (SI value, provenance tag, source text)."""
     if not isinstance(raw, dict):
         raise InputError(path, None, key, "must be an inline table { value = …, unit = …, source = … }")
-    unknown = set(raw) - {"value", "unit", "source", "assumed", "witnessed", "note"}
+    unknown = set(raw) - {"value", "unit", "source", "assumed", "witnessed", "note", "prior", "prior_source"}
     if unknown:
         raise InputError(path, None, key, f"unknown entries {sorted(unknown)}")
     if "value" not in raw:
@@ -424,6 +471,7 @@ def _load(
         raise InputError(path, None, unknown[0], f"unknown key (known: {', '.join(sorted(fields))})")
     out: dict[str, Any] = {"name": name, "description": str(doc.get("description", "")), "path": path}
     prov, sources = {}, {}
+    priors: dict[str, tuple[tuple[float, float, float], str]] = {}
     errors: list[InputError] = []  # every bad or missing field, said at once
     for key, (dimension, required) in fields.items():
         if key not in doc:
@@ -446,10 +494,17 @@ def _load(
         out[key] = value
         prov[key] = tag
         sources[key] = text
+        if "prior" in doc[key] or "prior_source" in doc[key]:
+            try:
+                priors[key] = _prior(path, key, doc[key], dimension)
+            except InputError as err:
+                errors.append(err)
     if errors:
         raise PresetError(path, errors) if len(errors) > 1 else errors[0]
     out["provenance"] = MappingProxyType(prov)
     out["sources"] = MappingProxyType(sources)
+    if kind == "hardware":
+        out["priors"] = MappingProxyType({**DEFAULT_PRIORS, **priors})
     if "precision" in doc:
         out["precision"] = str(doc["precision"])
     for key in texts:

@@ -86,7 +86,7 @@ from moeroof.core.errors import ParameterError
 from moeroof.core.results import Result
 from moeroof.core.units import GiB
 from moeroof.data.plan_points import PlanPoint
-from moeroof.data.presets import Hardware, MoEModel
+from moeroof.data.presets import DEFAULT_PRIORS, Hardware, MoEModel
 from moeroof.models.local_routing import LocalRouting, routing_from_knobs, spec_skew
 from moeroof.models.locality import Locality
 from moeroof.models.plan import RoutingProbabilities, Workload, plan_rates, routing_from_spec
@@ -142,23 +142,16 @@ class PlanKnobs(Result):
     reclaim_penalty: float | None = None
 
 
-#: the per-agent-token engine cost where the rows cannot identify it (every measured rate at one
-#: batch size, where it cannot be told from the per-step cost): (low, held, high) seconds. An
-#: assumed range, wide on purpose — per-sequence sampling and bookkeeping runs from microseconds
-#: in a compiled scheduler to about a millisecond in a Python generate loop; the bands carry its
-#: whole range. (Sourced engine priors per preset are the next issue's work.)
-PRIOR_SECONDS_PER_AGENT_TOKEN = (0.0, 2e-4, 1e-3)
-
-#: the per-step engine cost where the rows cannot identify it (every measured rate at one batch
-#: size: the pairs a rank touches depend on B, and a per-step cost cannot be told from a
-#: per-touched-expert one there): (low, held, high) seconds, from public engines — vLLM on an
-#: Arc Pro B70 carries 5–6.6 ms of fixed MoE cost per decode step (vllm-project/vllm-xpu-kernels
-#: #509; its scheduler, inputs and sampling another 0.15 ms), bigrig's MLX loop 37 ms at B = 1
-#: (its two end points fitted as T = c0 + 0.055 ms per pair touched, VALIDATION.md); the upper end
-#: doubles bigrig's, for a Python loop over the layers. The rest of the measured engine time is
-#: then per touched expert (fitted), as engines far below their roofline spend it (seed 003's
-#: pair at 80 GiB: 25× below its memory bandwidth).
-PRIOR_SECONDS_PER_STEP = (0.005, 0.02, 0.075)
+#: the per-agent-token and per-step engine costs where the rows cannot identify them (every
+#: measured rate at one batch size: the pairs a rank touches depend on B, and neither can be told
+#: from a per-touched-expert cost there): (low, held, high) seconds — the suite's defaults
+#: (:data:`moeroof.data.presets.DEFAULT_PRIORS`, with their sources: vLLM's 5–6.6 ms of fixed MoE
+#: cost per step on an Arc Pro B70, bigrig's 37 ms at B = 1; the per-token range assumed); a
+#: hardware preset may carry its own (``prior = [...]``, ``prior_source``), which fit-plan takes.
+#: The rest of the measured engine time is then per touched expert (fitted), as engines far below
+#: their roofline spend it (seed 003's pair at 80 GiB: 25× below its memory bandwidth).
+PRIOR_SECONDS_PER_AGENT_TOKEN = DEFAULT_PRIORS["engine_seconds_per_agent_token"][0]
+PRIOR_SECONDS_PER_STEP = DEFAULT_PRIORS["engine_seconds_per_step"][0]
 
 #: the share φ of the fastest calibration step that is spent per (layer, expert) pair touched
 #: (``engine_seconds_per_touched_expert`` = φ · min over the calibration rows of the measured step
@@ -476,7 +469,10 @@ def _fit_one(
     meas_net = np.array([p.net_tok_s if p.net_tok_s is not None else np.nan for p in pts])
     meas_hit = np.array([p.hit_rate if p.hit_rate is not None else np.nan for p in pts])
     s0 = _zipf_exponent(routing)
-    token_held = PRIOR_SECONDS_PER_AGENT_TOKEN[1]
+    # the engine priors of this box (its preset's, else the suite's)
+    token_prior = tuple(hardware.priors.get("engine_seconds_per_agent_token", (PRIOR_SECONDS_PER_AGENT_TOKEN, ""))[0])
+    step_prior = tuple(hardware.priors.get("engine_seconds_per_step", (PRIOR_SECONDS_PER_STEP, ""))[0])
+    token_held = token_prior[1]
     # the locality the rows cannot identify, from the prior (not on a trace: its own
     # correlations are what the cache sees)
     use_prior = locality is not None and routing.trace is None and "rho" not in names
@@ -489,7 +485,7 @@ def _fit_one(
     # the per-touched-expert engine cost, held at its prior share of the fastest calibration step
     # (PRIOR_TOUCHED_SHARE): per row, the measured step time over the pairs a rank touches there
     touched_cap = 0.0
-    step_held = PRIOR_SECONDS_PER_STEP[1]
+    step_held = step_prior[1]
     pairs = np.zeros(0)
     if "engine" in names:
         from moeroof.models.union import union_plugin
@@ -712,25 +708,25 @@ def _fit_one(
     if hold_token:
         # the held knob at either end of its prior (the step cost re-solved there): the band
         # covers what the rows cannot rule out, moved by each end's prediction
-        for end in (PRIOR_SECONDS_PER_AGENT_TOKEN[0], PRIOR_SECONDS_PER_AGENT_TOKEN[2]):
+        for end in (token_prior[0], token_prior[2]):
             token_held = end
             xe, _, _ = solve_inner(outer)
             net_e, _ = predict(knobs_of(outer, xe))
             low = np.minimum(low, net_e * (low / net0))
             high = np.maximum(high, net_e * (high / net0))
-        token_held = PRIOR_SECONDS_PER_AGENT_TOKEN[1]
-        for end in (PRIOR_SECONDS_PER_STEP[0], PRIOR_SECONDS_PER_STEP[2]):
+        token_held = token_prior[1]
+        for end in (step_prior[0], step_prior[2]):
             step_held = end
             xe, _, _ = solve_inner(outer)
             net_e, _ = predict(knobs_of(outer, xe))
             low = np.minimum(low, net_e * (low / net0))
             high = np.maximum(high, net_e * (high / net0))
-        step_held = PRIOR_SECONDS_PER_STEP[1]
+        step_held = step_prior[1]
         notes.append(
             f"engine_seconds_per_agent_token is held at its prior {token_held * 1e3:g} ms "
-            f"(range {PRIOR_SECONDS_PER_AGENT_TOKEN[0] * 1e3:g}–{PRIOR_SECONDS_PER_AGENT_TOKEN[2] * 1e3:g} ms, "
+            f"(range {token_prior[0] * 1e3:g}–{token_prior[2] * 1e3:g} ms, "
             f"assumed) and engine_seconds_per_step at its prior {step_held * 1e3:g} ms (range "
-            f"{PRIOR_SECONDS_PER_STEP[0] * 1e3:g}–{PRIOR_SECONDS_PER_STEP[2] * 1e3:g} ms, from public engines): every "
+            f"{step_prior[0] * 1e3:g}–{step_prior[2] * 1e3:g} ms, {_prior_origin(hardware)}): every "
             f"measured rate is at B = {net_batches[0]}, where the per-token and per-step engine costs cannot be told "
             "from the per-touched-expert one, which is fitted; the bands include the predictions at both ends of "
             "both ranges"
@@ -941,6 +937,14 @@ def fit_plan(
     return replace(best, rows=rows, notes=tuple(notes), overlaps=overlaps)
 
 
+def _prior_origin(hardware: Hardware) -> str:
+    """Where the box's per-step engine prior comes from: its preset, or the suite's public engines."""
+    mine = hardware.priors.get("engine_seconds_per_step")
+    if mine is not None and mine != DEFAULT_PRIORS["engine_seconds_per_step"]:
+        return f"the {hardware.name} preset's"
+    return "from public engines"
+
+
 def _knob_table(
     names,
     k: PlanKnobs,
@@ -1027,19 +1031,20 @@ def _knob_table(
     for j, key in enumerate(keys):
         out[key] = entry(j, units[key])
     if "engine" in names and hold_token:
-        lo, held, hi = PRIOR_SECONDS_PER_STEP
+        lo, held, hi = hardware.priors.get("engine_seconds_per_step", (PRIOR_SECONDS_PER_STEP, ""))[0]
         out["engine_seconds_per_step"] = {
             "value": held,
             "low": lo,
             "high": hi,
             "fitted": False,
             "identified": False,
-            "held": "prior (from public engines)",
+            "held": f"prior ({_prior_origin(hardware)})",
+            "source": hardware.priors.get("engine_seconds_per_step", ((), ""))[1],
             "why": f"every measured rate is at one batch size (B = {', '.join(map(str, net_batches))}): a per-step "
             "engine cost cannot be told from a per-touched-expert one; held at its prior, the bands cover its range",
             "unit": "s",
         }
-        lo, held, hi = PRIOR_SECONDS_PER_AGENT_TOKEN
+        lo, held, hi = hardware.priors.get("engine_seconds_per_agent_token", (PRIOR_SECONDS_PER_AGENT_TOKEN, ""))[0]
         out["engine_seconds_per_agent_token"] = {
             "value": held,
             "low": lo,

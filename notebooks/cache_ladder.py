@@ -42,6 +42,7 @@ seed_name: str = "cache_ladder"  # the generator seed is derived from this name
 routing_fit_seeds: int = 2  # fit-routing section: seeds averaged per evaluated knob set
 routing_fit_bootstrap: int = 6  # fit-routing section: bootstrap draws per family for the bands
 routing_fit_layers: int = 12  # fit-routing section: layers simulated (results do not depend on L)
+routing_fit_locality: str = "prior"  # fit-routing section: per-stream locality the rows cannot identify, prior (as the CLI) or independent
 transfer_captures: str = "mixtral,qwen15"  # real captures for the one-knob-set check, comma separated (empty: skip)
 transfer_bootstrap: int = 6  # one-knob-set check: bootstrap draws per family for the bands
 external_dir: str = ""  # folder of the real captures (empty: ../shared/data/external beside the repository)
@@ -57,6 +58,7 @@ from IPython.display import Markdown, display
 
 import moeroof
 from moeroof.core.disk_memo import memo_root
+from moeroof.models.local_routing import locality_parameter
 from moeroof.models.routing import histogram_from_trace
 from moeroof.present import answers
 from moeroof.present.plots import (
@@ -621,9 +623,10 @@ show_table(pd.DataFrame(hist_rows))
 # the hit rate and GiB/step at 20 and 80 GiB, and the union of distinct experts per layer
 # across both ranks, "about 50", taken as 50 (`fit_knobs` used the 46.7 the hit rates and GiB
 # imply). `fit-routing` fits the skew, ρ and the warm history (five rows at one M: the
-# per-stream locality is held off), for the Dirichlet and the Zipf family, and predicts every
+# per-stream locality is held at the locality prior, as the CLI holds it, or off with
+# `routing_fit_locality = "independent"`), for the Dirichlet and the Zipf family, and predicts every
 # withheld case with empty values; bands are 5–95 % over the bootstrap draws of every family
-# that fits (parameter, run-to-run and family uncertainty). The booster table's pair row
+# that fits and the prior's draws (parameter, run-to-run, family and locality uncertainty). The booster table's pair row
 # (53.8 %, 6.62 GiB) is public and has the 20 GiB calibration row's conditions, measured in
 # another run: it is held out and its error stated. Beside each prediction, the `fit_knobs`
 # prediction of the same case (the sections above): the distance between the two is the
@@ -637,6 +640,7 @@ rfit = ladder.fit_routing_predictions(
     bootstrap=routing_fit_bootstrap,
     max_sim_layers=min(routing_fit_layers, layers),
     old_bands=bands,
+    locality=locality_parameter(routing_fit_locality, "routing_fit_locality"),
 )
 rk = rfit.fit.knobs
 print(

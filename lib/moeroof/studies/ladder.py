@@ -924,13 +924,16 @@ def fit_routing_predictions(
     families: Sequence[str] = ("dirichlet", "zipf"),
     old_bands: Sequence[Band] | None = None,
     union: float = UNION_PUBLISHED,
+    locality=None,
 ) -> RoutingPredictions:
     """Calibrate ``moeroof fit-routing`` on seed 003's public rows only (:func:`public_points`)
     and predict the withheld cases with its 5–95 % bands (parameter, run-to-run and family).
 
     The experiment is the seed's: 10 timed steps after the fitted warm history (which holds the
     3 warm-up steps), E = 288, K = 8, L = 75 (assumed), an item 91 GiB / 144 / L; fitted: skew,
-    ρ and history (five calibration rows at one M: the per-stream locality is held off).
+    ρ and history (five calibration rows at one M); the per-stream locality the rows cannot
+    identify is held at ``locality`` (a :class:`moeroof.models.locality.Locality`: the locality
+    prior, as ``moeroof fit-routing`` holds it by default, its draws in the bands; None: off).
     ``old_bands``: the seed-specific :func:`fit_knobs` predictions (:func:`predict` at
     :data:`FITTED` or :data:`FITTED_DRAWS`) of the same cases, shown beside the new ones — the
     two calibrations differ in the union target (46.7 implied there, 50 published here), the
@@ -957,6 +960,7 @@ def fit_routing_predictions(
         bootstrap=int(bootstrap),
         timed_steps=TIMED_STEPS,
         max_sim_layers=int(max_sim_layers),
+        locality=locality,
     )
     seconds = time.perf_counter() - t0
     by_cond: dict[tuple, dict] = {}

@@ -227,13 +227,8 @@ for spec in ["uniform", "zipf:0.5", "zipf:1.0", routing]:
             else plan(
                 m,
                 hw,
-                Workload(context_tokens=context_tokens, cache_bytes=cache * GiB, overlap=overlap),
-                with_locality(
-                    m,
-                    routing_from_spec(spec, m),
-                    prior,
-                    workload=Workload(context_tokens=context_tokens, cache_bytes=cache * GiB, overlap=overlap),
-                ),
+                wc := Workload(context_tokens=context_tokens, cache_bytes=cache * GiB, overlap=overlap),
+                with_locality(m, routing_from_spec(spec, m), prior, workload=wc),
                 claim_batch,
             )
         )

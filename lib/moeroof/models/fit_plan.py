@@ -470,9 +470,8 @@ def _fit_one(
     meas_hit = np.array([p.hit_rate if p.hit_rate is not None else np.nan for p in pts])
     s0 = _zipf_exponent(routing)
     # the engine priors of this box (its preset's, else the suite's)
-    token_prior = tuple(hardware.priors.get("engine_seconds_per_agent_token", (PRIOR_SECONDS_PER_AGENT_TOKEN, ""))[0])
-    step_prior = tuple(hardware.priors.get("engine_seconds_per_step", (PRIOR_SECONDS_PER_STEP, ""))[0])
-    token_held = token_prior[1]
+    token_prior = hardware.priors["engine_seconds_per_agent_token"][0]
+    step_prior = hardware.priors["engine_seconds_per_step"][0]
     # the locality the rows cannot identify, from the prior (not on a trace: its own
     # correlations are what the cache sees)
     use_prior = locality is not None and routing.trace is None and "rho" not in names
@@ -485,7 +484,6 @@ def _fit_one(
     # the per-touched-expert engine cost, held at its prior share of the fastest calibration step
     # (PRIOR_TOUCHED_SHARE): per row, the measured step time over the pairs a rank touches there
     touched_cap = 0.0
-    step_held = step_prior[1]
     pairs = np.zeros(0)
     if "engine" in names:
         from moeroof.models.union import union_plugin
@@ -503,18 +501,19 @@ def _fit_one(
         )
         steps_s = np.array([p.batch / p.net_tok_s for p in pts if p.net_tok_s is not None])
         touched_cap = float(np.min(steps_s / pairs))
-    touched_held = PRIOR_TOUCHED_SHARE[1] * touched_cap
+    # the engine costs held at their priors' centres (the band loops move each to its ends)
+    held = {"token": token_prior[1], "step": step_prior[1], "touched": PRIOR_TOUCHED_SHARE[1] * touched_cap}
 
     def knobs_of(outer: dict[str, float], inner: np.ndarray) -> PlanKnobs:
         k = PlanKnobs(rho=held_local["rho"], c=held_local["c"])
         if "engine" in names:
-            k = replace(k, engine_seconds_per_touched_expert=touched_held)
+            k = replace(k, engine_seconds_per_touched_expert=held["touched"])
         j = 0
         if "engine" in names and hold_token:
             k = replace(
                 k,
-                engine_seconds_per_step=step_held,
-                engine_seconds_per_agent_token=token_held,
+                engine_seconds_per_step=held["step"],
+                engine_seconds_per_agent_token=held["token"],
                 engine_seconds_per_touched_expert=float(inner[j]),
             )
             j += 1
@@ -570,7 +569,7 @@ def _fit_one(
         # the measured step times less the held per-step and per-token costs, over the pairs touched
         bs = np.array([p.batch for p in pts if p.net_tok_s is not None], dtype=float)
         ts = bs / np.array([p.net_tok_s for p in pts if p.net_tok_s is not None])
-        cu = float(np.min((ts - step_held - token_held * bs) / pairs))
+        cu = float(np.min((ts - held["step"] - held["token"] * bs) / pairs))
         x0.append(float(np.clip(cu, 1e-9, _BOUNDS["cu"][1])))
     elif "engine" in names:
         # start on the line T = c0 + c1·B through the measured step times: under ``max`` overlap
@@ -705,44 +704,37 @@ def _fit_one(
     hit_high = np.quantile(preds_hit, 0.95, axis=0)
     low, high = np.minimum(low, net0), np.maximum(high, net0)
     hit_low, hit_high = np.minimum(hit_low, hit0), np.maximum(hit_high, hit0)
+
+    def widen_at_ends(key: str, ends) -> None:
+        """The held knob ``key`` at each end of its prior, the smooth knobs re-solved there: the
+        band covers what the rows cannot rule out, moved by each end's prediction."""
+        nonlocal low, high
+        centre = held[key]
+        for end in ends:
+            held[key] = end
+            xe, _, _ = solve_inner(outer)
+            net_e, _ = predict(knobs_of(outer, xe))
+            low = np.minimum(low, net_e * (low / net0))
+            high = np.maximum(high, net_e * (high / net0))
+        held[key] = centre
+
     if hold_token:
-        # the held knob at either end of its prior (the step cost re-solved there): the band
-        # covers what the rows cannot rule out, moved by each end's prediction
-        for end in (token_prior[0], token_prior[2]):
-            token_held = end
-            xe, _, _ = solve_inner(outer)
-            net_e, _ = predict(knobs_of(outer, xe))
-            low = np.minimum(low, net_e * (low / net0))
-            high = np.maximum(high, net_e * (high / net0))
-        token_held = token_prior[1]
-        for end in (step_prior[0], step_prior[2]):
-            step_held = end
-            xe, _, _ = solve_inner(outer)
-            net_e, _ = predict(knobs_of(outer, xe))
-            low = np.minimum(low, net_e * (low / net0))
-            high = np.maximum(high, net_e * (high / net0))
-        step_held = step_prior[1]
+        widen_at_ends("token", (token_prior[0], token_prior[2]))
+        widen_at_ends("step", (step_prior[0], step_prior[2]))
         notes.append(
-            f"engine_seconds_per_agent_token is held at its prior {token_held * 1e3:g} ms "
+            f"engine_seconds_per_agent_token is held at its prior {held['token'] * 1e3:g} ms "
             f"(range {token_prior[0] * 1e3:g}–{token_prior[2] * 1e3:g} ms, "
-            f"assumed) and engine_seconds_per_step at its prior {step_held * 1e3:g} ms (range "
+            f"assumed) and engine_seconds_per_step at its prior {held['step'] * 1e3:g} ms (range "
             f"{step_prior[0] * 1e3:g}–{step_prior[2] * 1e3:g} ms, {_prior_origin(hardware)}): every "
             f"measured rate is at B = {net_batches[0]}, where the per-token and per-step engine costs cannot be told "
             "from the per-touched-expert one, which is fitted; the bands include the predictions at both ends of "
             "both ranges"
         )
     if "engine" in names and not fit_expert and not hold_token:
-        # the per-touched-expert cost at either end of its prior share (the smooth knobs
-        # re-solved there): 0 puts the whole engine time on the step, 1 on the touched experts
-        for share in (PRIOR_TOUCHED_SHARE[0], PRIOR_TOUCHED_SHARE[2]):
-            touched_held = share * touched_cap
-            xe, _, _ = solve_inner(outer)
-            net_e, _ = predict(knobs_of(outer, xe))
-            low = np.minimum(low, net_e * (low / net0))
-            high = np.maximum(high, net_e * (high / net0))
-        touched_held = PRIOR_TOUCHED_SHARE[1] * touched_cap
+        # 0 puts the whole engine time on the step, 1 on the touched experts
+        widen_at_ends("touched", (PRIOR_TOUCHED_SHARE[0] * touched_cap, PRIOR_TOUCHED_SHARE[2] * touched_cap))
         notes.append(
-            f"engine_seconds_per_touched_expert is held at {touched_held * 1e3:.3g} ms per (layer, expert) pair "
+            f"engine_seconds_per_touched_expert is held at {held['touched'] * 1e3:.3g} ms per (layer, expert) pair "
             f"touched: its prior share {PRIOR_TOUCHED_SHARE[1]:g} (range {PRIOR_TOUCHED_SHARE[0]:g}–"
             f"{PRIOR_TOUCHED_SHARE[2]:g}, assumed) of the fastest calibration step over the pairs a rank touches "
             "there (the per-step and per-token costs fitted at two or more batch sizes absorb it to first order); "
@@ -834,7 +826,7 @@ def _fit_one(
     )
     if "engine" in names and not fit_expert and not hold_token:
         knobs["engine_seconds_per_touched_expert"] = {
-            "value": touched_held,
+            "value": held["touched"],
             "low": PRIOR_TOUCHED_SHARE[0] * touched_cap,
             "high": PRIOR_TOUCHED_SHARE[2] * touched_cap,
             "fitted": False,
@@ -1031,22 +1023,22 @@ def _knob_table(
     for j, key in enumerate(keys):
         out[key] = entry(j, units[key])
     if "engine" in names and hold_token:
-        lo, held, hi = hardware.priors.get("engine_seconds_per_step", (PRIOR_SECONDS_PER_STEP, ""))[0]
+        lo, centre, hi = hardware.priors["engine_seconds_per_step"][0]
         out["engine_seconds_per_step"] = {
-            "value": held,
+            "value": centre,
             "low": lo,
             "high": hi,
             "fitted": False,
             "identified": False,
             "held": f"prior ({_prior_origin(hardware)})",
-            "source": hardware.priors.get("engine_seconds_per_step", ((), ""))[1],
+            "source": hardware.priors["engine_seconds_per_step"][1],
             "why": f"every measured rate is at one batch size (B = {', '.join(map(str, net_batches))}): a per-step "
             "engine cost cannot be told from a per-touched-expert one; held at its prior, the bands cover its range",
             "unit": "s",
         }
-        lo, held, hi = hardware.priors.get("engine_seconds_per_agent_token", (PRIOR_SECONDS_PER_AGENT_TOKEN, ""))[0]
+        lo, centre, hi = hardware.priors["engine_seconds_per_agent_token"][0]
         out["engine_seconds_per_agent_token"] = {
-            "value": held,
+            "value": centre,
             "low": lo,
             "high": hi,
             "fitted": False,

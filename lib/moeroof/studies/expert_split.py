@@ -740,7 +740,8 @@ def tok_s_sweep(
             engine_seconds_per_touched_expert=float(k["engine_seconds_per_touched_expert"]["value"]),
         ),
     )
-    at_ref = plan(model, box, Workload(ranks=2, context_tokens=context_tokens), route, [ref]).terms["engine"]
+    ranks = max(r.ranks for r in rows if r.role == "calibration")  # the calibration rows' arrangement
+    at_ref = plan(model, box, Workload(ranks=ranks, context_tokens=context_tokens), route, [ref]).terms["engine"]
     alt = PlanKnobs(
         engine_seconds_per_step=0.0,
         engine_seconds_per_agent_token=float(np.max(at_ref)) / ref,

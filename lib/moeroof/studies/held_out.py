@@ -108,10 +108,11 @@ def _row(group, case, role, quantity, at, measured, predicted, error, unit, low,
 
 def regime_rows() -> list[dict[str, Any]]:
     """The ``regimes`` group (module docstring): one fit-plan per :data:`REGIME_CASES` entry."""
-    from moeroof.core.paths import DATA_DIR, resolve_data
+    from moeroof.core.paths import DATA_DIR
     from moeroof.data.plan_points import read_plan_points
     from moeroof.data.presets import load_hardware, load_model
     from moeroof.models.fit_plan import fit_plan
+    from moeroof.models.local_routing import spec_skew
     from moeroof.models.locality import Locality
     from moeroof.models.plan import routing_from_spec
 
@@ -120,14 +121,14 @@ def regime_rows() -> list[dict[str, Any]]:
         path = DATA_DIR / "points" / points
         pts = read_plan_points(path)
         model = load_model(model_name)
-        routing = routing_from_spec(spec if spec.startswith(("zipf", "uniform")) else str(resolve_data(spec)), model)
+        routing = routing_from_spec(spec, model)
         fit = fit_plan(
             pts,
             model,
             load_hardware(box),
             routing,
             fit=knobs,
-            routing_is_spec=spec.startswith(("zipf:", "uniform")),
+            routing_is_spec=spec_skew(routing) is not None,
             locality=Locality.committed(),
         )
         cal = f"fit-plan ({', '.join(fit.fitted)}) on the measured rows of data/points/{points}"

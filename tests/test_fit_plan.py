@@ -450,3 +450,29 @@ def test_plan_with_a_fit_that_held_locality_reproduces_its_predictions(tmp_path,
     assert main(["fit-plan", str(pts), *args, "--routing", routing, "--overlap", "max", "--json"]) == 0
     alone = json.loads(capsys.readouterr().out)
     assert alone["rows"][0]["predicted_hit_rate"] == pytest.approx(fit["rows"][0]["predicted_hit_rate"], abs=1e-12)
+
+
+def test_the_prior_s_ends_widen_the_bands_only_as_far_as_the_rows_admit(engine_box):
+    """One stream with no locality at all (ρ = 0, no hot sets), its hit rates measured at two
+    cache sizes: the locality prior's most local end (ρ ≈ 0.9: most of a token's experts kept)
+    would give it far more hits than measured, so the rows rule it out and the bands stop short
+    of it — while the withheld cache size's tok/s still lies inside its band."""
+    from moeroof.models.locality import Locality
+
+    m, hw, routing = engine_box
+    pts = points([(1, 1.0), (1, 3.0), (1, 2.0)])
+    truth = PlanKnobs(ssd_scale=0.8, rho=0.0)
+    net, hit = predict_points(pts, m, hw, routing, truth, seed=7)
+    measured = [
+        dataclasses.replace(p, net_tok_s=float(net[i]), hit_rate=float(hit[i])) if i < 2 else p
+        for i, p in enumerate(pts)
+    ]
+    prior = Locality.committed()
+    res = fit_plan(measured, m, hw, routing, fit=["ssd-scale"], overlap="max", locality=prior)
+    note = next(n for n in res.notes if "locality prior" in n)
+    assert "the calibration rows admit" in note, note
+    (_, r_hi), _ = prior.quantiles([0.05, 0.95])
+    admitted_hi = float(note.split("admit ρ ")[1].split("–")[1].split(",")[0])
+    assert admitted_hi < float(r_hi) - 0.1
+    withheld = res.rows[2]
+    assert withheld["low"] <= net[2] <= withheld["high"]

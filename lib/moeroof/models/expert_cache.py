@@ -56,6 +56,7 @@ __all__ = [
     "digest",
     "steady_state_sources",
     "steady_trace",
+    "warmup_steps",
     "simulated_layer_rows",
     "order_chunk_steps",
     "simulate_ratios",
@@ -289,11 +290,20 @@ def steady_trace(sub: np.ndarray, own: np.ndarray, batch: int, seed: int) -> tup
     makes its hit rate non-decreasing in the cache size), the warm-up long enough to fill the
     largest cache that matters, then at least :data:`MIN_REQUESTS` counted requests."""
     q = 1.0 - (1.0 - sub[:, own]) ** batch
-    reachable = float(np.mean(np.sum(q > 1e-12, axis=1)))
-    warm = min(MAX_WARMUP_STEPS, max(4, 2 * _fill_steps(q, 0.9 * reachable)))
+    warm = warmup_steps(sub[:, own], batch)
     per_step = max(float(np.mean(q.sum(axis=1))) * sub.shape[0], 1e-9)
     counted = int(min(500, max(MIN_COUNTED_STEPS, math.ceil(MIN_REQUESTS / per_step))))
     return _drawn_trace(sub, batch, warm + counted, seed), warm
+
+
+def warmup_steps(pi: np.ndarray, batch: int) -> int:
+    """The warm-up of a steady-state simulation at ``batch`` streams on layers of inclusion
+    probabilities ``pi`` (module docstring): twice the steps after which the expected distinct
+    experts seen per layer reach 0.9 of those reachable, at least 4, at most
+    :data:`MAX_WARMUP_STEPS`."""
+    q = 1.0 - (1.0 - np.clip(np.asarray(pi, dtype=float), 0.0, 1.0)) ** int(batch)
+    reachable = float(np.mean(np.sum(q > 1e-12, axis=1)))
+    return int(min(MAX_WARMUP_STEPS, max(4, 2 * _fill_steps(q, 0.9 * reachable))))
 
 
 def simulated_layer_rows(h: int) -> np.ndarray:

@@ -88,7 +88,7 @@ from moeroof.core.units import GiB
 from moeroof.data.plan_points import PlanPoint
 from moeroof.data.presets import DEFAULT_PRIORS, Hardware, MoEModel
 from moeroof.models.local_routing import LocalRouting, routing_from_knobs, spec_skew
-from moeroof.models.locality import Locality
+from moeroof.models.locality import Locality, from_scale, to_scale
 from moeroof.models.plan import RoutingProbabilities, Workload, plan_rates, routing_from_spec
 
 __all__ = [
@@ -99,6 +99,7 @@ __all__ = [
     "BAND_DRAWS",
     "BAND_SEEDS",
     "PROFILE_CHI2",
+    "END_SHARES",
     "PlanKnobs",
     "PlanFit",
     "default_knobs",
@@ -116,6 +117,11 @@ SIGMA_NET = 0.05
 SIGMA_HIT = 0.02
 BAND_DRAWS = 200
 BAND_SEEDS = (0, 1, 2)
+#: the shares of the way from a held knob's centre to an end of its prior that the bands try,
+#: farthest first: the first the calibration rows admit (cost within the profile threshold) is used
+END_SHARES = (1.0, 0.5, 0.25)
+#: cache-knob evaluations at each end a held knob is tried at, before the rows are said to rule it out
+END_EVALUATIONS = 8
 PROFILE_CHI2 = 1.6448536269514722**2  # χ²₁ at 0.90 = z₀.₉₅²: a two-sided 5–95 % profile interval
 PROFILE_STEP = 0.01
 PROFILE_BISECTIONS = 4
@@ -705,22 +711,69 @@ def _fit_one(
     low, high = np.minimum(low, net0), np.maximum(high, net0)
     hit_low, hit_high = np.minimum(hit_low, hit0), np.maximum(hit_high, hit0)
 
-    def widen_at_ends(key: str, ends) -> None:
+    # an end of a held knob's prior widens the bands only as far as the calibration rows admit it:
+    # re-solved there, its cost within the profile threshold of the best fit (PROFILE_CHI2)
+    dof_fit = n_res - x.size - len(outer_names)
+    admit = total + PROFILE_CHI2 * (max(total / dof_fit, 1.0) if dof_fit > 0 else 1.0)
+
+    def admitted_end(set_at) -> tuple[float, tuple[np.ndarray, np.ndarray] | None]:
+        """``set_at(t)`` puts the held knob a share t of the way from its centre to one end; the
+        farthest of t = 1, ½, ¼ the rows admit, with its prediction (None: the rows rule out all).
+        The smooth knobs are re-solved there and, where cache knobs are fitted, a short search
+        (:data:`END_EVALUATIONS`) moves them too: an end the rows rule out only at the centre's
+        skew is not an end they rule out."""
+        for t in END_SHARES:
+            set_at(t)
+            xe, cost, _ = solve_inner(outer)
+            at_outer = outer
+            if cost > admit and outer_names:
+                tried: dict[tuple[float, ...], tuple[float, np.ndarray, dict[str, float]]] = {}
+
+                def cost_at(z, tried=tried):
+                    o = outer_of(z)
+                    key = tuple(o[n] for n in outer_names)
+                    if key not in tried:
+                        xo, co, _ = solve_inner(o)
+                        tried[key] = (co, xo, o)
+                    return tried[key][0]
+
+                minimize(
+                    cost_at,
+                    np.array([outer[n] for n in outer_names]),
+                    method="Nelder-Mead",
+                    options={"maxfev": END_EVALUATIONS, "xatol": 1e-2, "fatol": 1e-2},
+                )
+                cost, xe, at_outer = min(tried.values(), key=lambda v: v[0])
+            if cost <= admit:
+                return t, predict(knobs_of(at_outer, xe))
+        return 0.0, None
+
+    def widen(net_e, hit_e=None) -> None:
+        nonlocal low, high, hit_low, hit_high
+        low = np.minimum(low, net_e * (low / net0))
+        high = np.maximum(high, net_e * (high / net0))
+        if hit_e is not None:
+            hit_low = np.minimum(hit_low, np.clip(hit_e - (hit0 - hit_low), 0.0, 1.0))
+            hit_high = np.maximum(hit_high, np.clip(hit_e + (hit_high - hit0), 0.0, 1.0))
+
+    def widen_at_ends(key: str, ends) -> list[str]:
         """The held knob ``key`` at each end of its prior, the smooth knobs re-solved there: the
-        band covers what the rows cannot rule out, moved by each end's prediction."""
-        nonlocal low, high
+        band covers what the rows cannot rule out, moved by each end's prediction; returns a
+        phrase for each end the rows cut short."""
         centre = held[key]
+        cut = []
         for end in ends:
-            held[key] = end
-            xe, _, _ = solve_inner(outer)
-            net_e, _ = predict(knobs_of(outer, xe))
-            low = np.minimum(low, net_e * (low / net0))
-            high = np.maximum(high, net_e * (high / net0))
+            t, at = admitted_end(lambda t, end=end: held.__setitem__(key, centre + t * (end - centre)))
+            if at is not None:
+                widen(at[0])
+            if t < 1.0:
+                cut.append(f"{key} {'not past its centre' if at is None else f'to {t:g} of the way to {end:.3g}'}")
         held[key] = centre
+        return cut
 
     if hold_token:
-        widen_at_ends("token", (token_prior[0], token_prior[2]))
-        widen_at_ends("step", (step_prior[0], step_prior[2]))
+        cut = widen_at_ends("token", (token_prior[0], token_prior[2]))
+        cut += widen_at_ends("step", (step_prior[0], step_prior[2]))
         notes.append(
             f"engine_seconds_per_agent_token is held at its prior {held['token'] * 1e3:g} ms "
             f"(range {token_prior[0] * 1e3:g}–{token_prior[2] * 1e3:g} ms, "
@@ -728,36 +781,49 @@ def _fit_one(
             f"{step_prior[0] * 1e3:g}–{step_prior[2] * 1e3:g} ms, {_prior_origin(hardware)}): every "
             f"measured rate is at B = {net_batches[0]}, where the per-token and per-step engine costs cannot be told "
             "from the per-touched-expert one, which is fitted; the bands include the predictions at both ends of "
-            "both ranges"
+            "both ranges" + ("" if not cut else f", as far as the calibration rows admit them ({'; '.join(cut)})")
         )
     if "engine" in names and not fit_expert and not hold_token:
         # 0 puts the whole engine time on the step, 1 on the touched experts
-        widen_at_ends("touched", (PRIOR_TOUCHED_SHARE[0] * touched_cap, PRIOR_TOUCHED_SHARE[2] * touched_cap))
+        cut = widen_at_ends("touched", (PRIOR_TOUCHED_SHARE[0] * touched_cap, PRIOR_TOUCHED_SHARE[2] * touched_cap))
         notes.append(
             f"engine_seconds_per_touched_expert is held at {held['touched'] * 1e3:.3g} ms per (layer, expert) pair "
             f"touched: its prior share {PRIOR_TOUCHED_SHARE[1]:g} (range {PRIOR_TOUCHED_SHARE[0]:g}–"
             f"{PRIOR_TOUCHED_SHARE[2]:g}, assumed) of the fastest calibration step over the pairs a rank touches "
             "there (the per-step and per-token costs fitted at two or more batch sizes absorb it to first order); "
             "the bands include both ends"
+            + ("" if not cut else f", as far as the calibration rows admit them ({'; '.join(cut)})")
         )
     if use_prior:
         # the locality at its least and most local ends (ρ and c at their 5 % and 95 % quantiles,
         # the other knobs re-solved there): the band covers what the prior cannot rule out
         saved = dict(held_local)
+        centre_x = to_scale(r_c, c_c)
+        reached = []
         for r_end, c_end in ((float(r_lo), float(c_hi)), (float(r_hi), float(c_lo))):
-            held_local.update(rho=r_end, c=c_end * model.experts)
-            xe, _, _ = solve_inner(outer)
-            net_e, hit_e = predict(knobs_of(outer, xe))
-            low = np.minimum(low, net_e * (low / net0))
-            high = np.maximum(high, net_e * (high / net0))
-            hit_low = np.minimum(hit_low, np.clip(hit_e - (hit0 - hit_low), 0.0, 1.0))
-            hit_high = np.maximum(hit_high, np.clip(hit_e + (hit_high - hit0), 0.0, 1.0))
+            end_x = to_scale(r_end, c_end)
+
+            def set_at(t, end_x=end_x):
+                r_t, c_t = from_scale(centre_x + t * (end_x - centre_x))
+                held_local.update(rho=float(r_t), c=float(c_t) * model.experts)
+
+            t, at = admitted_end(set_at)
+            if at is not None:
+                widen(*at)
+            reached.append((float(from_scale(centre_x + t * (end_x - centre_x))[0]), t))
         held_local.update(saved)
+        (r_a, t_a), (r_b, t_b) = reached
+        span = f"ρ {float(r_lo):.2g}–{float(r_hi):.2g}"
         notes.append(
             f"stickiness and per-stream locality held at the {locality.label}: the cache runs on a trace with "
             f"ρ = {r_c:.2f}"
             + ("" if math.isinf(c_c) else f" and c = {c_c:.3g}·E")
-            + f"; the bands include its least and most local ends (ρ {float(r_lo):.2g}–{float(r_hi):.2g})"
+            + (
+                f"; the bands include its least and most local ends ({span})"
+                if t_a == 1.0 and t_b == 1.0
+                else f"; of its 5–95 % range ({span}) the calibration rows admit ρ {r_a:.2g}–{r_b:.2g}, "
+                "and the bands cover that"
+            )
         )
     elif locality is not None and routing.trace is not None and "rho" not in names:
         notes.append(

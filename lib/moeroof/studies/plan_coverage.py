@@ -10,8 +10,9 @@ quantiles — each truth from its own generator, the same whatever the count —
 not told: the terms combined by ``max`` or ``sum`` (alternating). Its rows are seed 003's
 settings (:data:`ROWS`: GLM-5 NVFP4 on GB10, its per-layer histogram), simulated by
 :func:`moeroof.models.fit_plan.predict_points` at a simulation seed no fit uses, with a
-lognormal measurement noise of :data:`NOISE` on the calibration rows; fit-plan sees the three
-M = 8 rows a user of seed 003 has and predicts M = 1, 16, 32 and the 40 GiB row. The realised
+lognormal measurement noise of :data:`NOISE` on the calibration rows' tok/s and a normal one of
+:data:`HIT_NOISE` on their hit rates; fit-plan sees the three M = 8 rows a user of seed 003 has
+(tok/s, and the pair's hit rates) and predicts M = 1, 16, 32 and the 40 GiB row. The realised
 share inside the bands is reported whatever it is.
 """
 
@@ -26,7 +27,7 @@ import numpy as np
 from moeroof.core.results import Result
 from moeroof.core.rng import generator
 
-__all__ = ["ROWS", "NOISE", "TRUTH_SEED", "PlanCoverage", "plan_coverage"]
+__all__ = ["ROWS", "NOISE", "HIT_NOISE", "TRUTH_SEED", "PlanCoverage", "plan_coverage"]
 
 #: (B, cache GiB, ranks, calibrates): seed 003's public M = 8 settings, then the rows predicted
 ROWS = (
@@ -40,6 +41,8 @@ ROWS = (
 )
 #: lognormal measurement noise (σ of log tok/s) on the calibration rows
 NOISE = 0.05
+#: measurement noise (σ, as a share) on the calibration rows' hit rates
+HIT_NOISE = 0.01
 #: the simulation seed of the truths (fit-plan simulates at seed 0 and its band seeds 0–2)
 TRUTH_SEED = 7
 
@@ -96,11 +99,14 @@ def plan_coverage(truths: int = 8, *, progress: Callable[[int, int], None] | Non
             c=float(c_per_expert) * model.experts,
         )
         overlap = ("max", "sum")[j % 2]
-        net, _ = predict_points(pts, model, hw, routing, knobs, seed=TRUTH_SEED, overlap=overlap)
+        net, hit = predict_points(pts, model, hw, routing, knobs, seed=TRUTH_SEED, overlap=overlap)
         noise = np.exp(rng.normal(0.0, NOISE, size=len(cal)))
+        hit_noise = rng.normal(0.0, HIT_NOISE, size=len(cal))
         measured = list(pts)
         for k, i in enumerate(cal):
-            measured[i] = replace(pts[i], net_tok_s=float(net[i] * noise[k]))
+            # the hit rate where seed 003 reports one: the pair's rows, not the one booster's
+            h = float(np.clip(hit[i] + hit_noise[k], 0.0, 1.0)) if ROWS[i][2] > 1 else None
+            measured[i] = replace(pts[i], net_tok_s=float(net[i] * noise[k]), hit_rate=h)
         fit = fit_plan(measured, model, hw, routing, routing_is_spec=False, locality=prior)
         rows = []
         for i, row in enumerate(fit.rows):

@@ -107,6 +107,9 @@ def test_one_batch_size_fits_the_per_touched_expert_cost_and_predicts_other_conc
         engine_seconds_per_step=c0,
         engine_seconds_per_agent_token=PRIOR_SECONDS_PER_AGENT_TOKEN[1],
         engine_seconds_per_touched_expert=6e-4,
+        # the efficiencies no row identifies, at the centres of the box's priors as the fit holds them
+        mem_efficiency=hw.priors["mem_efficiency"][0][1],
+        compute_efficiency=hw.priors["compute_efficiency"][0][1],
     )
     pts = [PlanPoint(i + 2, b, c, k, "lru", None, None) for i, (b, c, k) in enumerate(SEED003)]
     net, _ = predict_points(pts, m, hw, r, truth, overlap="sum")
@@ -135,6 +138,17 @@ def _box_with(tmp_path, line: str):
     path = tmp_path / "box.toml"
     path.write_text(text)
     return path
+
+
+def test_a_preset_carries_its_own_efficiency_prior(tmp_path):
+    path = _box_with(
+        tmp_path,
+        'engine_seconds_per_step = { value = 0, unit = "ms", assumed = true }\n'
+        'mem_efficiency = { value = 0.8, unit = "1", source = "x", prior = [0.5, 0.8, 0.9], prior_source = "a kernel" }',
+    )
+    hw = load_hardware(path)
+    assert hw.priors["mem_efficiency"] == ((0.5, 0.8, 0.9), "a kernel")
+    assert load_hardware("gb10").priors["mem_efficiency"][0] == (0.4, 0.7, 0.9)  # the suite's, from llama.cpp#2188
 
 
 def test_a_preset_carries_its_own_engine_prior_and_fit_plan_holds_it(tmp_path, seed003_box):
@@ -176,6 +190,11 @@ def test_a_preset_carries_its_own_engine_prior_and_fit_plan_holds_it(tmp_path, s
         (
             'engine_seconds_per_step = { value = 0, unit = "ms", assumed = true }\nram_bytes = { value = 128, unit = "GB", source = "x", prior = [1, 2, 3], prior_source = "x" }',
             "takes no prior",
+        ),
+        (
+            'engine_seconds_per_step = { value = 0, unit = "ms", assumed = true }\n'
+            'mem_efficiency = { value = 0.8, unit = "1", source = "x", prior = [0.5, 0.8, 1.2], prior_source = "x" }',
+            "efficiency's prior must lie in",
         ),
     ],
 )

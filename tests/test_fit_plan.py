@@ -476,3 +476,29 @@ def test_the_prior_s_ends_widen_the_bands_only_as_far_as_the_rows_admit(engine_b
     assert admitted_hi < float(r_hi) - 0.1
     withheld = res.rows[2]
     assert withheld["low"] <= net[2] <= withheld["high"]
+
+
+def test_the_efficiencies_are_held_at_the_box_s_priors_and_their_ends_widen_the_bands(engine_box):
+    """No row tells an efficiency from the engine terms: fit-plan holds mem_efficiency and
+    compute_efficiency at the centres of the box's priors (named in the knob table, read back by
+    plan --fit), and where the memory term binds their ranges widen the bands — wider than the same
+    fit on a box whose priors are a single point."""
+    from types import MappingProxyType
+
+    m, hw, routing = engine_box
+    pts = points([(1, 12.0), (16, 12.0), (4, 12.0)])
+    truth = PlanKnobs(engine_seconds_per_step=0.005, engine_seconds_per_agent_token=1e-4, mem_efficiency=0.7)
+    net, _ = predict_points(pts, m, hw, routing, truth)
+    measured = with_measured(pts, net, cal=[0, 1])
+    wide = fit_plan(measured, m, hw, routing, fit=["engine"], overlap="max")
+    point = {k: ((c, c, c), "a point") for k, ((_, c, _), _) in hw.priors.items()}
+    narrow = fit_plan(
+        measured, m, dataclasses.replace(hw, priors=MappingProxyType(point)), routing, fit=["engine"], overlap="max"
+    )
+    for key in ("mem_efficiency", "compute_efficiency"):
+        k = wide.knobs[key]
+        assert not k["fitted"] and k["value"] == hw.priors[key][0][1] and k["held"] == "prior"
+        assert (k["low"], k["high"]) == (hw.priors[key][0][0], hw.priors[key][0][2])
+    w, n = wide.rows[2], narrow.rows[2]
+    assert w["high"] / w["low"] > 1.05 * (n["high"] / n["low"]), (w, n)
+    assert w["low"] <= net[2] <= w["high"]

@@ -64,10 +64,15 @@ def test_pool_is_the_random_effects_formula_worked_by_hand():
     assert q["rho"][0] < q["rho"][1] < q["rho"][2] and q["rho"][1] == pytest.approx(r_mid)
 
 
-def test_one_source_has_its_own_spread_and_no_dof():
+def test_one_source_has_its_own_spread_plus_the_held_between_source_scale_and_no_dof():
+    """One source cannot estimate how far another model lies from it: its bootstrap variance
+    (two draws: half their distance, squared) plus the stated τ₀², on each scale."""
     prior = lp.pool([_fit("a", [0.2, 0.4], [2.0, 8.0])])
     assert prior.dof == 0
-    assert prior.scale[0] == pytest.approx(abs(_logit(0.2) - _logit(0.4)) / 2, rel=1e-12)
+    within = (abs(_logit(0.2) - _logit(0.4)) / 2) ** 2
+    tau = lp.SINGLE_SOURCE_BETWEEN_SCALE
+    assert prior.scale[0] == pytest.approx(math.sqrt(within + tau[0] ** 2), rel=1e-12)
+    assert prior.scale[1] == pytest.approx(math.sqrt((math.log(8.0 / 2.0) / 2) ** 2 + tau[1] ** 2), rel=1e-12)
 
 
 def test_locality_off_stays_off_through_the_pool():

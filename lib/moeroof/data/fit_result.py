@@ -3,7 +3,8 @@ FIT.json``, the whatif notebook's ``fit``).
 
 A knob is taken when the fit fitted it or held it at a prior (a knob the fit left at the preset's
 is the preset's anyway): ``engine_seconds_per_step``, ``engine_seconds_per_agent_token``,
-``engine_seconds_per_touched_expert``, ``ssd_scale``, ``page_cache_share``, ``skew``, ``rho``. The fit's model and box are kept so that a
+``engine_seconds_per_touched_expert``, ``ssd_scale``, ``page_cache_share``, ``skew``, ``rho``, and the
+efficiencies ``mem_efficiency``, ``compute_efficiency``, ``link_efficiency`` (held at their priors). The fit's model and box are kept so that a
 plan on another model or box can be refused, and its routing spec so that the plan runs on the
 routing the fit did.
 """
@@ -31,6 +32,9 @@ KNOB_KEYS = (
     "skew",
     "rho",
     "locality_c_per_expert",
+    "mem_efficiency",
+    "compute_efficiency",
+    "link_efficiency",
 )
 
 
@@ -68,6 +72,8 @@ def read_fit(path: str | os.PathLike[str]) -> dict[str, Any]:
             raise InputError(p, "-", f"knobs.{key}", "has no numeric value") from None
         if not math.isfinite(value) or value < 0:
             raise InputError(p, "-", f"knobs.{key}", f"{value!r} is not a finite number >= 0")
+        if key.endswith("_efficiency") and not 0 < value <= 1:
+            raise InputError(p, "-", f"knobs.{key}", f"{value!r} is not a share in (0, 1]")
         out[key] = value
     out["page_cache"] = bool(doc.get("page_cache", False)) or "page_cache_share" in out
     return out

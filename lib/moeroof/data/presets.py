@@ -53,6 +53,7 @@ __all__ = [
     "MODEL_FIELDS",
     "HARDWARE_FIELDS",
     "PRIOR_FIELDS",
+    "EFFICIENCY_FIELDS",
     "DEFAULT_PRIORS",
     "FIELD_HELP",
     "DEFAULTS",
@@ -162,7 +163,13 @@ DEFAULTS: dict[str, float] = {
 #: the engine knobs a preset may carry a prior range for (``prior = [low, centre, high]`` in the
 #: field's own unit, ``prior_source = "…"``): what ``moeroof fit-plan`` holds a knob at where the
 #: rows cannot identify it, its ends in the bands. A preset without one takes :data:`DEFAULT_PRIORS`.
-PRIOR_FIELDS = ("engine_seconds_per_step", "engine_seconds_per_agent_token")
+PRIOR_FIELDS = (
+    "engine_seconds_per_step",
+    "engine_seconds_per_agent_token",
+    "mem_efficiency",
+    "compute_efficiency",
+    "link_efficiency",
+)
 
 #: the suite's priors (SI), each with its source: (low, centre, high), source
 DEFAULT_PRIORS: dict[str, tuple[tuple[float, float, float], str]] = {
@@ -176,6 +183,22 @@ DEFAULT_PRIORS: dict[str, tuple[tuple[float, float, float], str]] = {
         (0.0, 2e-4, 1e-3),
         "assumed: per-sequence sampling and bookkeeping, from microseconds in a compiled scheduler to about a "
         "millisecond in a Python generate loop",
+    ),
+    "mem_efficiency": (
+        (0.4, 0.7, 0.9),
+        "public decode kernels: llama.cpp's Metal decode read 167 GB/s, then 275 GB/s with a prefetching kernel, "
+        "of an M1 Max's 400 GB/s (0.42 → 0.69; ggml-org/llama.cpp#2188), whose GPU sustains about 340 GB/s "
+        "(0.85; #2188, and 317.6 of 409.6 GB/s attainable in #1642)",
+    ),
+    "compute_efficiency": (
+        (0.25, 0.5, 1.0),
+        "llm-analysis' note that Megatron-LM reaches about half of the peak FLOP/s (flops_efficiency ≈ 0.5); the "
+        "low end assumed for small decode batches, the high end the rated peak",
+    ),
+    "link_efficiency": (
+        (0.5, 1.0, 1.0),
+        "assumed: the streaming tier's measured or rated curve as the preset has it, down to half of it for an "
+        "engine whose reads queue badly",
     ),
 }
 
@@ -378,6 +401,8 @@ def _prior(path: Path, key: str, raw: dict, dimension: str) -> tuple[tuple[float
     lo, mid, hi = (float(v) for v in (to_si(vals, raw["unit"]) if dimension != "count" else vals))
     if not 0 <= lo <= mid <= hi:
         raise InputError(path, None, key, f"prior must satisfy 0 <= low <= centre <= high, got {vals!r}")
+    if key in EFFICIENCY_FIELDS and not (lo > 0 and hi <= 1):
+        raise InputError(path, None, key, f"an efficiency's prior must lie in (0, 1], got {vals!r}")
     return (lo, mid, hi), src.strip()
 
 

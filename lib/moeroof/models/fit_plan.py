@@ -86,7 +86,7 @@ from moeroof.core.errors import ParameterError
 from moeroof.core.results import Result
 from moeroof.core.units import GiB
 from moeroof.data.plan_points import PlanPoint
-from moeroof.data.presets import DEFAULT_PRIORS, Hardware, MoEModel
+from moeroof.data.presets import DEFAULT_PRIORS, EFFICIENCY_FIELDS, Hardware, MoEModel
 from moeroof.models.local_routing import LocalRouting, routing_from_knobs, spec_skew
 from moeroof.models.locality import Locality, from_scale, to_scale
 from moeroof.models.plan import RoutingProbabilities, Workload, plan_rates, routing_from_spec
@@ -146,6 +146,10 @@ class PlanKnobs(Result):
     engine_seconds_per_touched_expert: float | None = None
     #: κ of the OS's reclaim work on the reads (:func:`moeroof.models.plan.reclaim_slowdown`)
     reclaim_penalty: float | None = None
+    #: the shares of the memory, compute and streaming-tier peaks the engine reaches (None: the preset's)
+    mem_efficiency: float | None = None
+    compute_efficiency: float | None = None
+    link_efficiency: float | None = None
 
 
 #: the per-agent-token and per-step engine costs where the rows cannot identify them (every
@@ -209,6 +213,9 @@ def box_with_knobs(hardware: Hardware, knobs: PlanKnobs) -> Hardware:
         hw = replace(hw, engine_seconds_per_touched_expert=float(knobs.engine_seconds_per_touched_expert))
     if knobs.reclaim_penalty is not None:
         hw = replace(hw, reclaim_penalty=float(knobs.reclaim_penalty))
+    for key in EFFICIENCY_FIELDS:
+        if getattr(knobs, key) is not None:
+            hw = replace(hw, **{key: float(getattr(knobs, key))})
     return hw
 
 
@@ -224,6 +231,7 @@ def box_with_fit(hardware: Hardware, fit: dict[str, Any]) -> Hardware:
         "engine_seconds_per_agent_token",
         "engine_seconds_per_touched_expert",
         "reclaim_penalty",
+        *EFFICIENCY_FIELDS,
     ):
         if key in fit:
             changed[key] = float(fit[key])
@@ -509,9 +517,13 @@ def _fit_one(
         touched_cap = float(np.min(steps_s / pairs))
     # the engine costs held at their priors' centres (the band loops move each to its ends)
     held = {"token": token_prior[1], "step": step_prior[1], "touched": PRIOR_TOUCHED_SHARE[1] * touched_cap}
+    # the efficiencies no row here identifies (the engine and SSD terms absorb what they can): held
+    # at the box's priors, their ends in the bands; the streaming tier's only where its scale is not fitted
+    held_efficiency = [k for k in EFFICIENCY_FIELDS if k != "link_efficiency" or "ssd-scale" not in names]
+    held.update({k: hardware.priors[k][0][1] for k in held_efficiency})
 
     def knobs_of(outer: dict[str, float], inner: np.ndarray) -> PlanKnobs:
-        k = PlanKnobs(rho=held_local["rho"], c=held_local["c"])
+        k = PlanKnobs(rho=held_local["rho"], c=held_local["c"], **{e: held[e] for e in held_efficiency})
         if "engine" in names:
             k = replace(k, engine_seconds_per_touched_expert=held["touched"])
         j = 0
@@ -794,6 +806,24 @@ def _fit_one(
             "the bands include both ends"
             + ("" if not cut else f", as far as the calibration rows admit them ({'; '.join(cut)})")
         )
+    cut = []
+    for key in held_efficiency:
+        (lo_e, _, hi_e), _ = hardware.priors[key]
+        cut += widen_at_ends(key, (lo_e, hi_e))
+    notes.append(
+        "efficiencies held at the box's priors: "
+        + ", ".join(
+            f"{key} {held[key]:g} (range {hardware.priors[key][0][0]:g}–{hardware.priors[key][0][2]:g})"
+            for key in held_efficiency
+        )
+        + (
+            "; link_efficiency is the fitted SSD scale's (the preset's, 1 unless it says)"
+            if "link_efficiency" not in held_efficiency
+            else ""
+        )
+        + " — no row here tells them from the engine and SSD terms; the bands include the predictions at both ends"
+        + ("" if not cut else f", as far as the calibration rows admit them ({'; '.join(cut)})")
+    )
     if use_prior:
         # the locality at its least and most local ends (ρ and c at their 5 % and 95 % quantiles,
         # the other knobs re-solved there): the band covers what the prior cannot rule out
@@ -902,6 +932,19 @@ def _fit_one(
             f"({touched_cap * 1e3:.3g} ms per pair if all of it were): the rows cannot tell a per-touched-expert "
             "cost from a per-step one; the bands cover shares 0 to 1",
             "unit": "s",
+        }
+    for key in held_efficiency:
+        (lo_e, mid_e, hi_e), src = hardware.priors[key]
+        knobs[key] = {
+            "value": mid_e,
+            "low": lo_e,
+            "high": hi_e,
+            "fitted": False,
+            "identified": False,
+            "held": "prior",
+            "source": src,
+            "why": "no row here tells it from the engine and SSD terms: held at its prior, the bands cover its range",
+            "unit": "share",
         }
     if use_prior:
         why = (

@@ -62,6 +62,7 @@ from moeroof.models.locality import C_PER_EXPERT_FLOOR, C_PER_EXPERT_OFF, RHO_FL
 __all__ = [
     "SOURCES",
     "PRIOR_DRAWS",
+    "SINGLE_SOURCE_BETWEEN_SCALE",
     "C_PER_EXPERT_OFF",
     "C_PER_EXPERT_FLOOR",
     "RHO_FLOOR",
@@ -267,6 +268,12 @@ def fit_source(
     )
 
 
+#: the between-source scale a prior of ONE source cannot estimate, on (logit ρ, log(c/E)): held at
+#: the spread of stickiness across the layers of one model, as published for Qwen3-30B-A3B's decode
+#: (VALIDATION.md, gajsanders/moe-trace: 7.9 % of a token's experts kept at layer 0 and 59.7 % at
+#: layer 7 against 6.25 % for independent tokens, ρ ≈ 0.018 and 0.57: 4.3 apart on the logit scale,
+#: taken as the 5 % and 95 % ends, 4.3 / (2 · 1.645) = 1.3); the same on log(c/E), assumed
+SINGLE_SOURCE_BETWEEN_SCALE = (1.3, 1.3)
 #: draws of the prior's predictive distribution (deterministic quantiles: no Monte Carlo noise)
 PRIOR_DRAWS = 32
 
@@ -316,8 +323,9 @@ def pool(fits: Sequence[SourceFit], *, draws: int = PRIOR_DRAWS) -> LocalityPrio
     and a new model's knobs are ``m + scale · t_{n−1}`` (Student's t: the between-source spread
     is estimated from n sources, so with two the tails are wide), each knob's draws the t
     quantiles at ``(j + ½)/draws``, ρ's and ``c``'s paired by a fixed permutation (generator
-    ``"locality-prior"``). One source alone: its own bootstrap spread, normal, and a note in
-    ``dof`` = 0."""
+    ``"locality-prior"``). One source alone cannot estimate how far another model's locality lies
+    from it: ``scale² = v_1 + τ₀²`` with τ₀ held at :data:`SINGLE_SOURCE_BETWEEN_SCALE` (a stated
+    prior from published per-layer spread), normal, ``dof`` = 0."""
     if not fits:
         raise ValueError("a prior needs at least one source fit")
     per = [to_scale(np.asarray(f.rho_draws), np.asarray(f.c_per_expert_draws)) for f in fits]
@@ -330,7 +338,7 @@ def pool(fits: Sequence[SourceFit], *, draws: int = PRIOR_DRAWS) -> LocalityPrio
         scale = np.sqrt(between * (1.0 + 1.0 / n) + within)
         dof = n - 1
     else:
-        scale = np.sqrt(within)
+        scale = np.sqrt(within + np.square(SINGLE_SOURCE_BETWEEN_SCALE))
         dof = 0
     loc = Locality((float(m[0]), float(m[1])), (float(scale[0]), float(scale[1])), int(dof))
     pairs = loc.draws(draws)

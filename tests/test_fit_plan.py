@@ -502,3 +502,39 @@ def test_the_efficiencies_are_held_at_the_box_s_priors_and_their_ends_widen_the_
     w, n = wide.rows[2], narrow.rows[2]
     assert w["high"] / w["low"] > 1.05 * (n["high"] / n["low"]), (w, n)
     assert w["low"] <= net[2] <= w["high"]
+
+
+def test_fit_plan_reports_its_progress_stage_by_stage(engine_box, capsys, monkeypatch):
+    """Every stage of every overlap tried is announced in order, then done = total; the CLI draws
+    it on stderr only when asked (MOEROOF_PROGRESS), stdout staying the JSON alone."""
+    from moeroof.models.fit_plan import FIT_STAGES
+
+    m, hw, routing = engine_box
+    pts = points([(1, 12.0), (16, 12.0), (4, 12.0)])
+    net, _ = predict_points(pts, m, hw, routing, PlanKnobs(engine_seconds_per_step=0.01))
+    measured = with_measured(pts, net, cal=[0, 1])
+    seen = []
+    fit_plan(measured, m, hw, routing, fit=["engine"], progress=lambda d, t, w: seen.append((d, t, w)))
+    total = 2 * len(FIT_STAGES)
+    assert [d for d, _, _ in seen] == list(range(total + 1)) and {t for _, t, _ in seen} == {total}
+    assert [w for _, _, w in seen[:-1]] == [f"{ov}: {s}" for ov in ("max", "sum") for s in FIT_STAGES]
+    one = []
+    fit_plan(measured, m, hw, routing, fit=["engine"], overlap="sum", progress=lambda d, t, w: one.append(d))
+    assert one == list(range(len(FIT_STAGES) + 1))
+    from moeroof.core.paths import DATA_DIR
+
+    monkeypatch.setenv("MOEROOF_PROGRESS", "1")
+    argv = [
+        "fit-plan",
+        str(DATA_DIR / "points" / "bigrig.plan-points"),
+        "--model",
+        "qwen3-30b-a3b-3bit",
+        "--hardware",
+        "apple-m4",
+    ]
+    assert main([*argv, "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["rows"] and "fit-plan [" in err and f"{total}/{total} done" in err
+    monkeypatch.setenv("MOEROOF_PROGRESS", "0")
+    assert main([*argv, "--json"]) == 0
+    assert "fit-plan [" not in capsys.readouterr().err

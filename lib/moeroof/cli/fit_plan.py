@@ -18,6 +18,7 @@ from typing import Any
 
 from moeroof.cli.common import (
     SET_HELP,
+    Progress,
     UsageError,
     add_output_arguments,
     apply_sets,
@@ -104,18 +105,23 @@ def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
     else:
         routing = routing_from_spec(args.routing, model)
         is_spec = args.routing.startswith("zipf:") or args.routing == "uniform"
-    res = fit_plan(
-        points,
-        model,
-        hardware,
-        routing,
-        fit=fit,
-        context_tokens=context,
-        page_cache=args.page_cache,
-        routing_is_spec=is_spec,
-        overlap=args.overlap,
-        locality=None if args.no_locality_prior else Locality.committed(),
-    )
+    progress = Progress("fit-plan")
+    try:
+        res = fit_plan(
+            points,
+            model,
+            hardware,
+            routing,
+            fit=fit,
+            context_tokens=context,
+            page_cache=args.page_cache,
+            routing_is_spec=is_spec,
+            overlap=args.overlap,
+            locality=None if args.no_locality_prior else Locality.committed(),
+            progress=progress,
+        )
+    finally:
+        progress.close()
     rep = res.to_dict()
     rep.update(
         model=model.name,

@@ -75,7 +75,7 @@ has been evaluated). Without cache knobs the bands are the smooth part's alone.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -100,6 +100,7 @@ __all__ = [
     "BAND_SEEDS",
     "PROFILE_CHI2",
     "END_SHARES",
+    "FIT_STAGES",
     "PlanKnobs",
     "PlanFit",
     "default_knobs",
@@ -117,6 +118,9 @@ SIGMA_NET = 0.05
 SIGMA_HIT = 0.02
 BAND_DRAWS = 200
 BAND_SEEDS = (0, 1, 2)
+#: what a fit does, in order (``progress`` says which has begun): the knobs searched, the bands
+#: sampled, each held prior's ends tried
+FIT_STAGES = ("search", "bands", "prior ends")
 #: the shares of the way from a held knob's centre to an end of its prior that the bands try,
 #: farthest first: the first the calibration rows admit (cost within the profile threshold) is used
 END_SHARES = (1.0, 0.5, 0.25)
@@ -439,9 +443,10 @@ def _fit_one(
     max_evaluations: int = 40,
     overlap: str = "max",
     locality: Locality | None = None,
+    stage: Callable[[str], None] | None = None,
 ) -> PlanFit:
     """Fit the named knobs on the calibration rows, predict every row with bands (module
-    docstring). Raises :class:`ParameterError` for an unknown knob, a knob the rows cannot
+    docstring); ``stage(what)`` is called as each of :data:`FIT_STAGES` begins. Raises :class:`ParameterError` for an unknown knob, a knob the rows cannot
     identify (more smooth parameters than measured net tok/s rows), or ``skew`` with a routing
     that is not Zipf. ``locality`` (the locality prior): with any routing but a trace and ρ not
     fitted, the cache runs on a trace with the prior's centre ρ and per-stream locality c, and
@@ -630,6 +635,8 @@ def _fit_one(
     def outer_of(z: np.ndarray) -> dict[str, float]:
         return {n: float(np.clip(v, *bounds[n])) for n, v in zip(outer_names, z)}
 
+    if stage is not None:
+        stage(FIT_STAGES[0])
     n_res = int(cal_net.sum() + cal_hit.sum())
     profile: list[dict[str, Any]] = []  # the retained cache-knob sets (module docstring, Bands)
     if outer_names:
@@ -686,6 +693,8 @@ def _fit_one(
         outer = {}
         x, total, sol = solve_inner(outer)
     best_knobs = knobs_of(outer, x)
+    if stage is not None:
+        stage(FIT_STAGES[1])
     # bands: sample the smooth knobs' covariance, predict at several seeds
     rng = np.random.default_rng(12345)
     draws = [x]
@@ -723,6 +732,8 @@ def _fit_one(
     low, high = np.minimum(low, net0), np.maximum(high, net0)
     hit_low, hit_high = np.minimum(hit_low, hit0), np.maximum(hit_high, hit0)
 
+    if stage is not None:
+        stage(FIT_STAGES[2])
     # an end of a held knob's prior widens the bands only as far as the calibration rows admit it:
     # re-solved there, its cost within the profile threshold of the best fit (PROFILE_CHI2)
     dof_fit = n_res - x.size - len(outer_names)
@@ -994,9 +1005,11 @@ def fit_plan(
     max_evaluations: int = 40,
     overlap: str | None = None,
     locality: Locality | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> PlanFit:
     """Fit the named knobs on the calibration rows, predict every row with bands (module
-    docstring). ``overlap``: ``max`` or ``sum``; None fits both and keeps the better (lower
+    docstring); ``progress(done, total, what)`` as each stage of each overlap begins and once at the
+    end (done = total). ``overlap``: ``max`` or ``sum``; None fits both and keeps the better (lower
     cost), and the other widens the bands when it too meets every calibration row within
     2 σ — how the terms combine is a structural choice the rows may not decide. Raises
     :class:`ParameterError` for an unknown knob, a knob the rows cannot identify (more smooth
@@ -1009,11 +1022,27 @@ def fit_plan(
         max_evaluations=max_evaluations,
         locality=locality,
     )
+    if overlap is not None and overlap not in ("max", "sum"):
+        raise ParameterError("overlap", f"expected max or sum, got {overlap!r}")
+    overlaps_tried = ("max", "sum") if overlap is None else (overlap,)
+    total = len(FIT_STAGES) * len(overlaps_tried)
+    done = [0]
+
+    def stage_of(ov: str):
+        def stage(what: str) -> None:
+            if progress is not None:
+                progress(done[0], total, f"{ov}: {what}")
+            done[0] += 1
+
+        return stage
+
+    fits = {
+        ov: _fit_one(points, model, hardware, routing, overlap=ov, stage=stage_of(ov), **kw) for ov in overlaps_tried
+    }
+    if progress is not None:
+        progress(total, total, "done")
     if overlap is not None:
-        if overlap not in ("max", "sum"):
-            raise ParameterError("overlap", f"expected max or sum, got {overlap!r}")
-        return _fit_one(points, model, hardware, routing, overlap=overlap, **kw)
-    fits = {ov: _fit_one(points, model, hardware, routing, overlap=ov, **kw) for ov in ("max", "sum")}
+        return fits[overlap]
     best = min(fits.values(), key=lambda f: f.cost)
     other = fits["sum" if best.overlap == "max" else "max"]
     overlaps = {ov: f.overlaps[ov] for ov, f in fits.items()}

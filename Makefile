@@ -8,7 +8,7 @@
 #   make figures  make report, then copy into the committed figures/ each figure whose plotted data
 #                 changed (reports/figures/NAME.json against figures/NAME.json; bytes alone never)
 #   make lab      JupyterLab on notebooks/ (the .py notebooks open as notebooks; whatif has controls)
-#   make bench    performance benchmarks (benchmarks/run.py, then benchmarks/vs_libcachesim.py)
+#   make bench    performance benchmarks (benchmarks/run.py, benchmarks/vs_libcachesim.py, benchmarks/fit_plan_bench.py)
 #   make clean    remove build output (reports/, caches); keeps .venv (rm -rf .venv for that)
 
 PYTHON ?= python3
@@ -90,6 +90,7 @@ lab: $(STAMP)
 bench: $(STAMP) bytecode
 	status=0; $(PY) benchmarks/run.py || status=$$?; \
 	$(PY) benchmarks/vs_libcachesim.py || status=$$?; \
+	$(PY) benchmarks/fit_plan_bench.py || status=$$?; \
 	exit $$status
 
 clean:

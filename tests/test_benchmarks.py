@@ -40,3 +40,18 @@ def test_whole_command_comparison_runs_and_every_count_agrees():
     assert proc.returncode == 0, f"exit {proc.returncode}:\n{out}"
     assert "DISAGREE" not in out and "every hit count agrees" in out, out
     assert "moeroof cache --policy belady-insert" in out and "moeroof mrc" in out, out
+
+
+def test_fit_plan_timing_quick_runs_and_its_fits_repeat():
+    """benchmarks/fit_plan_bench.py --quick: bigrig's fit timed against the guide's 10 s budget;
+    exit 3 would mean two fits of the same rows disagreed (exit 1, over budget, is allowed on a
+    loaded box)."""
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT.with_name("fit_plan_bench.py")), "--quick", "--no-write", "--repeats", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode in (0, 1), f"exit {proc.returncode}:\n{out}"
+    assert "| bigrig |" in proc.stdout and "DISAGREE" not in out, out

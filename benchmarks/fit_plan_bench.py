@@ -1,0 +1,106 @@
+#!/usr/bin/env python
+"""How long a user's fit takes: ``moeroof fit-plan`` on the shipped points files (`make bench`).
+
+The guide's budget: a fit on a handful of rows answers in under 10 s on a 2-core box. Each case is
+one shipped command (its rows and flags as the README gives them), timed wall clock over the
+library call the CLI makes (:func:`moeroof.models.fit_plan.fit_plan`, after the presets and
+routing are loaded), on ONE pinned core (``run.py``'s pinning, imported), best of ``--repeats``
+after one warm-up (numba compiles and the disk memo of simulated caches fill there: a first fit
+on a fresh machine is slower). The ratio is the budget over the best time (≥ 1 meets it). A
+second check: the repeated fits give the same rows (a fit is deterministic), else exit 3.
+
+Exit status: 0 every case within the budget, 1 one over it, 3 two runs disagree. ``--quick``
+runs bigrig's case only (a smoke run); results go to ``reports/benchmarks/fit_plan.json``
+(untracked) unless ``--no-write``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from run import machine_info  # noqa: E402  (pins this process to one core, as make bench runs)
+
+from moeroof.core.paths import DATA_DIR, REPO_ROOT  # noqa: E402
+from moeroof.data.plan_points import read_plan_points  # noqa: E402
+from moeroof.data.presets import load_hardware, load_model  # noqa: E402
+from moeroof.models.fit_plan import fit_plan  # noqa: E402
+from moeroof.models.locality import Locality  # noqa: E402
+from moeroof.models.plan import routing_from_spec  # noqa: E402
+
+#: the guide's budget for a fit on a handful of rows (seconds, on a 2-core box)
+BUDGET_S = 10.0
+
+#: (name, points file, model, box, routing, knobs to fit or None for the default)
+CASES = (
+    ("bigrig", "bigrig.plan-points", "qwen3-30b-a3b-3bit", "apple-m4", "uniform", None),
+    (
+        "seed003",
+        "seed003-public.plan-points",
+        "glm-5-nvfp4",
+        "gb10",
+        "histograms/glm5-seed003-per-layer.csv",
+        None,
+    ),
+    ("mlx-lm-1438", "mlx-lm-1438.plan-points", "glm-5.2", "apple-m4-max", "zipf:0.8", ("ssd-scale", "reclaim", "skew")),
+)
+
+
+def run_case(points: str, model_name: str, box: str, spec: str, knobs) -> tuple[float, list]:
+    """One fit as the CLI makes it: its seconds and its rows' (predicted, low, high)."""
+    pts = read_plan_points(DATA_DIR / "points" / points)
+    model, hardware = load_model(model_name), load_hardware(box)
+    routing = routing_from_spec(spec, model)
+    is_spec = spec.startswith("zipf:") or spec == "uniform"
+    t = time.perf_counter()
+    res = fit_plan(pts, model, hardware, routing, fit=knobs, routing_is_spec=is_spec, locality=Locality.committed())
+    seconds = time.perf_counter() - t
+    return seconds, [(r["predicted"], r["low"], r["high"]) for r in res.rows]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="bigrig's case only (a smoke run)")
+    ap.add_argument("--repeats", type=int, default=2, help="timed runs per case after the warm-up (default 2)")
+    ap.add_argument("--no-write", action="store_true", help="write no results file")
+    args = ap.parse_args(argv)
+    info = machine_info()
+    print("# moeroof fit-plan timings" + (" — QUICK smoke run" if args.quick else ""))
+    print(f"- machine: {info['cpu_model']}; nproc {info['nproc']}; pinned to CPU(s) {info['affinity']}")
+    print(f"- budget: {BUDGET_S:g} s a fit (the guide's, on a 2-core box); ratio = budget / best")
+    print()
+    rows, status = [], 0
+    for name, points, model_name, box, spec, knobs in CASES[:1] if args.quick else CASES:
+        _, first = run_case(points, model_name, box, spec, knobs)  # warm-up
+        times = []
+        for _ in range(max(1, int(args.repeats))):
+            seconds, again = run_case(points, model_name, box, spec, knobs)
+            times.append(seconds)
+            if again != first:
+                print(f"DISAGREE: {name}: two fits gave different rows")
+                status = 3
+        best = min(times)
+        ok = best <= BUDGET_S
+        status = status or (0 if ok else 1)
+        rows.append({"case": name, "best_s": best, "times_s": times, "ratio": BUDGET_S / best, "within": ok})
+    print("| case | best | ratio (budget / best) | within |")
+    print("|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['case']} | {r['best_s']:.2f} s | {r['ratio']:.2f} | {'yes' if r['within'] else 'no'} |")
+    if not args.no_write:
+        out = REPO_ROOT / "reports" / "benchmarks" / "fit_plan.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({"machine": info, "budget_s": BUDGET_S, "rows": rows}, indent=1) + "\n")
+        tmp.replace(out)
+        print(f"\nwrote {out}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -30,6 +30,7 @@ from moeroof.core.paths import DATA_DIR, REPO_ROOT  # noqa: E402
 from moeroof.data.plan_points import read_plan_points  # noqa: E402
 from moeroof.data.presets import load_hardware, load_model  # noqa: E402
 from moeroof.models.fit_plan import fit_plan  # noqa: E402
+from moeroof.models.local_routing import spec_skew  # noqa: E402
 from moeroof.models.locality import Locality  # noqa: E402
 from moeroof.models.plan import routing_from_spec  # noqa: E402
 
@@ -56,9 +57,16 @@ def run_case(points: str, model_name: str, box: str, spec: str, knobs) -> tuple[
     pts = read_plan_points(DATA_DIR / "points" / points)
     model, hardware = load_model(model_name), load_hardware(box)
     routing = routing_from_spec(spec, model)
-    is_spec = spec.startswith("zipf:") or spec == "uniform"
     t = time.perf_counter()
-    res = fit_plan(pts, model, hardware, routing, fit=knobs, routing_is_spec=is_spec, locality=Locality.committed())
+    res = fit_plan(
+        pts,
+        model,
+        hardware,
+        routing,
+        fit=knobs,
+        routing_is_spec=spec_skew(routing) is not None,
+        locality=Locality.committed(),
+    )
     seconds = time.perf_counter() - t
     return seconds, [(r["predicted"], r["low"], r["high"]) for r in res.rows]
 

@@ -638,6 +638,14 @@ def _fit_one(
     if stage is not None:
         stage(FIT_STAGES[0])
     n_res = int(cal_net.sum() + cal_hit.sum())
+
+    def profile_threshold(cost: float, n_smooth_fitted: int) -> tuple[float, float]:
+        """The profile's cut (module docstring, Bands): the best cost plus χ²₁(0.90) times the
+        residual variance ``s²`` (the cost per degree of freedom, at least 1), and ``s²``."""
+        dof = n_res - n_smooth_fitted - len(outer_names)
+        s2 = max(cost / dof, 1.0) if dof > 0 else 1.0
+        return cost + PROFILE_CHI2 * s2, s2
+
     profile: list[dict[str, Any]] = []  # the retained cache-knob sets (module docstring, Bands)
     if outer_names:
         evaluated: dict[tuple[float, ...], dict[str, Any]] = {}
@@ -661,9 +669,7 @@ def _fit_one(
         moved = 0
         while True:
             outer, x, total, sol = best["outer"], best["x"], best["cost"], best["sol"]
-            dof_all = n_res - x.size - len(outer_names)
-            s2 = max(total / dof_all, 1.0) if dof_all > 0 else 1.0
-            threshold = total + PROFILE_CHI2 * s2
+            threshold, s2 = profile_threshold(total, x.size)
             if moved > PROFILE_RESTARTS:  # no more walks: the profile is what has been evaluated
                 break
             _explore_profile(
@@ -736,8 +742,7 @@ def _fit_one(
         stage(FIT_STAGES[2])
     # an end of a held knob's prior widens the bands only as far as the calibration rows admit it:
     # re-solved there, its cost within the profile threshold of the best fit (PROFILE_CHI2)
-    dof_fit = n_res - x.size - len(outer_names)
-    admit = total + PROFILE_CHI2 * (max(total / dof_fit, 1.0) if dof_fit > 0 else 1.0)
+    admit, _ = profile_threshold(total, x.size)
 
     def admitted_end(set_at) -> tuple[float, tuple[np.ndarray, np.ndarray] | None]:
         """``set_at(t)`` puts the held knob a share t of the way from its centre to one end; the
@@ -1026,19 +1031,16 @@ def fit_plan(
         raise ParameterError("overlap", f"expected max or sum, got {overlap!r}")
     overlaps_tried = ("max", "sum") if overlap is None else (overlap,)
     total = len(FIT_STAGES) * len(overlaps_tried)
-    done = [0]
+    fits = {}
+    for i, ov in enumerate(overlaps_tried):
+        stages = iter(range(i * len(FIT_STAGES), (i + 1) * len(FIT_STAGES)))
 
-    def stage_of(ov: str):
-        def stage(what: str) -> None:
+        def stage(what: str, ov=ov, stages=stages) -> None:
+            done = next(stages)
             if progress is not None:
-                progress(done[0], total, f"{ov}: {what}")
-            done[0] += 1
+                progress(done, total, f"{ov}: {what}")
 
-        return stage
-
-    fits = {
-        ov: _fit_one(points, model, hardware, routing, overlap=ov, stage=stage_of(ov), **kw) for ov in overlaps_tried
-    }
+        fits[ov] = _fit_one(points, model, hardware, routing, overlap=ov, stage=stage, **kw)
     if progress is not None:
         progress(total, total, "done")
     if overlap is not None:

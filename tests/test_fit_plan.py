@@ -538,3 +538,28 @@ def test_fit_plan_reports_its_progress_stage_by_stage(engine_box, capsys, monkey
     monkeypatch.setenv("MOEROOF_PROGRESS", "0")
     assert main([*argv, "--json"]) == 0
     assert "fit-plan [" not in capsys.readouterr().err
+
+
+def test_predictions_with_a_fit_memo_equal_fresh_ones(engine_box):
+    """predict_points keeps each row's step work in the fit's memo and re-prices it when only the
+    engine terms, SSD scale, efficiencies or reclaim move: the numbers must equal a fresh call's
+    (no memo) bit for bit, also after the locality knobs move (a new trace, new work)."""
+    m, hw, r = engine_box
+    pts = points([(1, 2.0), (4, 2.0), (8, 6.0), (2, 12.0)])
+    memo: dict = {}
+    first = PlanKnobs(ssd_scale=0.7, engine_seconds_per_step=0.01, rho=0.3, c=40.0)
+    predict_points(pts, m, hw, r, first, routes=memo)
+    for k in (
+        dataclasses.replace(first, ssd_scale=0.4, engine_seconds_per_touched_expert=2e-4, reclaim_penalty=0.5),
+        dataclasses.replace(first, mem_efficiency=0.6, compute_efficiency=0.3),
+        dataclasses.replace(first, rho=0.5),
+        dataclasses.replace(first, rho=0.0, c=float("inf"), skew=1.1),
+    ):
+        got = predict_points(pts, m, hw, r, k, routes=memo)
+        fresh = predict_points(pts, m, hw, r, k)
+        np.testing.assert_array_equal(got[0], fresh[0])
+        np.testing.assert_array_equal(got[1], fresh[1])
+    # and the memo is used: a price-only change adds no work to it
+    size = len(memo)
+    predict_points(pts, m, hw, r, dataclasses.replace(first, ssd_scale=0.9), routes=memo)
+    assert len(memo) == size

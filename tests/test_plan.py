@@ -291,3 +291,28 @@ def test_plan_zipf_large_s_union_is_k(s):
     for b in (1, 8, 64):
         u = union_plugin(routing.pi, [b], model.top_k).union_per_layer
         np.testing.assert_allclose(u, model.top_k, atol=1e-9)
+
+
+@pytest.mark.parametrize("overlap", ["max", "sum"])
+def test_works_evaluated_together_equal_each_evaluated_alone(overlap):
+    """works_rates joins works along B and evaluates once: every number must be the one each
+    work gets alone (work_rates) and the one step_breakdown gives, bit for bit — over ranks 1
+    and 2, uneven speeds, several caches and a box whose reclaim slowdown varies with B."""
+    from moeroof.models.plan import batch_works, step_breakdown, work_rates, works_rates
+
+    m = toy_model(hidden_size=1024)
+    hw = toy_hw(ram_bytes=8e9, bw_link_bytes_per_s=10e9, reclaim_penalty=0.7)
+    r = zipf_routing(m, 0.9)
+    b = np.array([1, 3, 8, 40])
+    jobs = []
+    for cache_gb, ranks, speed in ((0.5, 1, None), (3.0, 2, (1.0, 0.6)), (1.5, 2, (1.0, 0.6)), (5.0, 1, None)):
+        w = Workload(cache_bytes=cache_gb * 1e9, ranks=ranks, rank_speed=speed, overlap=overlap, pressure_penalty=1.5)
+        jobs += [(w, x) for x in batch_works(m, hw, w, r, b)]
+    together = works_rates(hw, jobs[0][0], [x for _, x in jobs])
+    for (w, x), (net, hit) in zip(jobs, together):
+        alone_net, alone_hit = work_rates(hw, w, x)
+        br = step_breakdown(m, hw, w, r, b)
+        np.testing.assert_array_equal(net, alone_net)
+        np.testing.assert_array_equal(net, b / br.step.step_seconds)
+        np.testing.assert_array_equal(hit, alone_hit)
+        np.testing.assert_array_equal(hit, br.pooled_hit_rate)

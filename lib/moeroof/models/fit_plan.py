@@ -89,7 +89,8 @@ from moeroof.data.plan_points import PlanPoint
 from moeroof.data.presets import DEFAULT_PRIORS, EFFICIENCY_FIELDS, Hardware, MoEModel
 from moeroof.models.local_routing import LocalRouting, routing_from_knobs, spec_skew
 from moeroof.models.locality import Locality, from_scale, to_scale
-from moeroof.models.plan import RoutingProbabilities, Workload, plan_rates, routing_from_spec
+from moeroof.models.plan import RoutingProbabilities, Workload, batch_works, routing_from_spec, works_rates
+from moeroof.models.union import as_batch
 
 __all__ = [
     "box_with_knobs",
@@ -322,11 +323,16 @@ def predict_points(
     overlap: str = "max",
     routes: dict | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Predicted net tok/s and hit rate of every point (in order), through :func:`plan`.
-    ``routes``: a memo of the routings sampled or computed from the knobs (skew, ρ, streams,
-    seed), kept by the caller for one fit."""
+    """Predicted net tok/s and hit rate of every point (in order), as :func:`plan` computes them
+    (:func:`moeroof.models.plan.plan_rates`). ``routes``: a memo the caller keeps for one fit (one
+    ``hardware``, ``routing`` and ``points``): the routings sampled or computed from the knobs
+    (skew, ρ, streams, seed) and the step work of each row (:class:`~moeroof.models.plan.StepWork`,
+    keyed by the knobs that change it), so that moving only the knobs that price the work (the
+    engine terms, the SSD scale, the efficiencies, the reclaim penalty) re-evaluates seconds and
+    does not rebuild the caches. The numbers are the same with or without it."""
     hw = box_with_knobs(hardware, knobs)
-    if knobs.rho > 0.0 or not math.isinf(knobs.c):
+    local = knobs.rho > 0.0 or not math.isinf(knobs.c)
+    if local:
         # a trace sampled with each row's own B streams (as plan --fit runs it): a row's prediction
         # never depends on the largest B among the other rows
         def route(b: int) -> RoutingProbabilities:
@@ -340,6 +346,7 @@ def predict_points(
     groups: dict[tuple, list[int]] = {}
     for i, p in enumerate(points):
         groups.setdefault((p.cache_gib, p.ranks, p.policy), []).append(i)
+    jobs = []
     for (cache, ranks, policy), idx in groups.items():
         w = Workload(
             context_tokens=context_tokens,
@@ -351,9 +358,25 @@ def predict_points(
             seed=seed,
             overlap=overlap,
         )
-        batch = sorted({points[i].batch for i in idx})
-        b, net_b, hit_b = plan_rates(model, hw, w, route, batch)  # plan's numbers, without its baselines
-        where = {bb: j for j, bb in enumerate(b)}
+        b = as_batch(sorted({points[i].batch for i in idx}))
+        # the work depends on the box's prices only through the bytes partition (it balances them)
+        key = ("work", w, tuple(b), knobs.skew, knobs.rho, knobs.c, local)
+        if routes is None or w.partition == "bytes":
+            works = batch_works(model, hw, w, route, b)
+        else:
+            if key not in routes:
+                routes[key] = batch_works(model, hw, w, route, b)
+            works = routes[key]
+        jobs.append((idx, b, works))
+    # every row's work evaluated at once (plan's numbers, without its baselines): the prices
+    # (engine terms, SSD scale, efficiencies, reclaim) are the same for every row of one call
+    flat = [x for _, _, works in jobs for x in works]
+    rates = iter(works_rates(hw, w, flat))  # w: one group's workload, its prices every group's
+    for idx, b, works in jobs:
+        got = [next(rates) for _ in works]
+        net_b = np.concatenate([r[0] for r in got])
+        hit_b = np.concatenate([r[1] for r in got])
+        where = {int(bb): j for j, bb in enumerate(b)}
         for i in idx:
             j = where[points[i].batch]
             net[i] = net_b[j]

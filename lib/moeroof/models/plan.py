@@ -36,8 +36,8 @@ Baselines (SPEC §2), each returned with its name:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -58,11 +58,17 @@ __all__ = [
     "Workload",
     "RoutingProbabilities",
     "StepBreakdown",
+    "StepWork",
     "Plan",
     "routing_from_spec",
     "input_provenance",
     "assign_experts",
+    "step_work",
+    "evaluate_work",
     "step_breakdown",
+    "batch_works",
+    "work_rates",
+    "works_rates",
     "batch_breakdown",
     "reclaim_slowdown",
     "RECLAIM_MAX_SHARE",
@@ -503,7 +509,42 @@ class StepBreakdown(Result):
             return np.where(u > 0, 1.0 - self.missed_pairs.sum(axis=0) / u, 1.0)
 
 
-def step_breakdown(
+@dataclass(frozen=True)
+class StepWork:
+    """What each rank does in a step at each B, before any of it becomes seconds: the bytes, FLOP
+    and touched experts of :func:`step_work`, with what RAM left for the caches. A fit that moves
+    only the knobs that price the work (the engine terms, the SSD scale, the efficiencies, the
+    reclaim penalty) evaluates one :class:`StepWork` many times (:func:`evaluate_work`)."""
+
+    batch: np.ndarray
+    assignment: np.ndarray
+    speed: np.ndarray
+    union_pairs: np.ndarray
+    missed_pairs: np.ndarray
+    expert_reads: np.ndarray
+    picks_per_token: np.ndarray
+    ssd_bytes: np.ndarray
+    mem_bytes: np.ndarray
+    flops: np.ndarray
+    fabric_bytes: np.ndarray
+    read_size_bytes: float
+    available_bytes: np.ndarray
+    cache_bytes: np.ndarray
+    cache_experts_per_layer: np.ndarray
+    fits: np.ndarray
+    pressured: np.ndarray
+    page_cache_bytes: np.ndarray
+    page_hit_pairs: np.ndarray
+
+    @property
+    def pooled_hit_rate(self) -> np.ndarray:
+        """Over all ranks (nB,): ``1 − Σ misses / Σ union``."""
+        u = self.union_pairs.sum(axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(u > 0, 1.0 - self.missed_pairs.sum(axis=0) / u, 1.0)
+
+
+def step_work(
     model: MoEModel,
     hardware: Hardware,
     workload: Workload,
@@ -514,14 +555,10 @@ def step_breakdown(
     coalesced: bool = True,
     dense_once: bool = True,
     extra_flops=0.0,
-) -> StepBreakdown:
-    """Build every rank's work at each B and evaluate the step (module docstring).
-
-    ``coalesced=False`` is the ``uncoalesced`` baseline (every token fetches its own experts);
-    ``dense_once=False`` reads the dense band once per token instead of once per step (the
-    baseline of lever L1); ``assignment`` overrides the partition; ``extra_flops`` (nB,) adds
-    work to the compute term (prefill's attention over the prompt).
-    """
+) -> StepWork:
+    """Every rank's work at each B (the arguments of :func:`step_breakdown`): the cache the step
+    sees, what it streams, reads and computes. Of the hardware it reads the memory sizes and,
+    for the ``bytes`` partition, what the partition balances; nothing that prices the work."""
     b = as_batch(batch)
     bf = b.astype(float)
     pi = np.atleast_2d(np.asarray(routing.pi, dtype=float))
@@ -575,53 +612,160 @@ def step_breakdown(
         misses = rc.token_misses_per_layer
         page_hits = misses * share
         reads = rc.picks_per_token[:, None] * bf
-    union_pairs = layers * union
     missed_pairs = layers * misses
     page_pairs = layers * page_hits
-    ssd_bytes = (missed_pairs - page_pairs) * e_bytes
-    # a page-cache hit is a copy out of the page cache: read and write through memory
-    mem_bytes = dense + layers * reads * e_bytes + kv_step + 2.0 * page_pairs * e_bytes
     flops = bf * (model.flops_per_token + workload.context_tokens * model.attn_flops_per_context_token)
-    flops = flops + np.asarray(extra_flops, dtype=float)
-    read_size = workload.read_size_bytes if workload.read_size_bytes is not None else e_bytes
-    slowdown = np.where(pressured, workload.pressure_penalty, 1.0) * reclaim_slowdown(hardware, available, cache_eff)
-    works = [
-        step.RankWork(
-            ssd_bytes[r],
-            mem_bytes[r],
-            flops,
-            bf,
-            read_size,
-            slowdown,
-            float(speed[r]),
-            touched_experts=layers * reads[r],
-        )
-        for r in range(ranks)
-    ]
-    fabric = step.fabric_bytes_per_step(model, bf, ranks)
-    st = step.evaluate(
-        hardware, works, overlap=workload.overlap, fabric_bytes=fabric, fabric_overlapped=workload.fabric_overlapped
-    )
-    return StepBreakdown(
+    return StepWork(
         batch=b,
-        step=st,
         assignment=a,
         speed=speed,
-        union_pairs=union_pairs,
+        union_pairs=layers * union,
         missed_pairs=missed_pairs,
         expert_reads=layers * reads,
         picks_per_token=rc.picks_per_token,
-        ssd_bytes=ssd_bytes,
-        mem_bytes=mem_bytes,
-        flops=flops,
-        fabric_bytes=fabric,
+        ssd_bytes=(missed_pairs - page_pairs) * e_bytes,
+        # a page-cache hit is a copy out of the page cache: read and write through memory
+        mem_bytes=dense + layers * reads * e_bytes + kv_step + 2.0 * page_pairs * e_bytes,
+        flops=flops + np.asarray(extra_flops, dtype=float),
+        fabric_bytes=step.fabric_bytes_per_step(model, bf, ranks),
+        read_size_bytes=workload.read_size_bytes if workload.read_size_bytes is not None else e_bytes,
+        available_bytes=available,
         cache_bytes=cache_eff,
         cache_experts_per_layer=np.minimum(cache_experts, model.experts),
         fits=fits,
         pressured=pressured,
-        cache_policy=workload.cache_policy,
         page_cache_bytes=page_bytes,
         page_hit_pairs=page_pairs,
+    )
+
+
+def evaluate_work(hardware: Hardware, workload: Workload, work: StepWork) -> step.Step:
+    """The step in seconds (:func:`moeroof.models.step.evaluate`) of ``work`` on ``hardware``:
+    the pressure and reclaim slowdown on the reads, each rank at its speed, the exchange
+    (``workload``'s pressure penalty, overlap and exchange overlap)."""
+    bf = work.batch.astype(float)
+    slowdown = np.where(work.pressured, workload.pressure_penalty, 1.0) * reclaim_slowdown(
+        hardware, work.available_bytes, work.cache_bytes
+    )
+    works = [
+        step.RankWork(
+            work.ssd_bytes[r],
+            work.mem_bytes[r],
+            work.flops,
+            bf,
+            work.read_size_bytes,
+            slowdown,
+            float(work.speed[r]),
+            touched_experts=work.expert_reads[r],
+        )
+        for r in range(work.ssd_bytes.shape[0])
+    ]
+    return step.evaluate(
+        hardware,
+        works,
+        overlap=workload.overlap,
+        fabric_bytes=work.fabric_bytes,
+        fabric_overlapped=workload.fabric_overlapped,
+    )
+
+
+#: the fields of a :class:`StepWork` laid along the batch sizes (last axis)
+_WORK_BATCH_FIELDS = (
+    "batch",
+    "ssd_bytes",
+    "mem_bytes",
+    "expert_reads",
+    "flops",
+    "fabric_bytes",
+    "available_bytes",
+    "cache_bytes",
+    "pressured",
+)
+
+
+def works_rates(
+    hardware: Hardware, workload: Workload, works: Sequence[StepWork]
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`work_rates` of each of ``works`` (evaluated with ``workload``'s pressure penalty,
+    overlap and exchange overlap): the works of one shape (ranks, speeds, read size) joined
+    along their batch sizes and evaluated as one step — the same numbers element by element
+    (every term is per B), one evaluation instead of many."""
+    out: list = [None] * len(works)
+    shapes: dict[tuple, list[int]] = {}
+    for i, w in enumerate(works):
+        shapes.setdefault((w.ssd_bytes.shape[0], float(w.read_size_bytes), tuple(w.speed)), []).append(i)
+    for idx in shapes.values():
+        first = works[idx[0]]
+        joined = {
+            name: np.concatenate(
+                [
+                    np.broadcast_to(getattr(works[i], name), np.shape(getattr(first, name))[:-1] + works[i].batch.shape)
+                    for i in idx
+                ],
+                axis=-1,
+            )
+            for name in _WORK_BATCH_FIELDS
+        }
+        net = joined["batch"] / evaluate_work(hardware, workload, replace(first, **joined)).step_seconds
+        at = 0
+        for i in idx:
+            n = works[i].batch.size
+            out[i] = (net[at : at + n], works[i].pooled_hit_rate)
+            at += n
+    return out
+
+
+def step_breakdown(
+    model: MoEModel,
+    hardware: Hardware,
+    workload: Workload,
+    routing: RoutingProbabilities,
+    batch,
+    *,
+    assignment=None,
+    coalesced: bool = True,
+    dense_once: bool = True,
+    extra_flops=0.0,
+) -> StepBreakdown:
+    """Build every rank's work at each B (:func:`step_work`) and evaluate the step
+    (:func:`evaluate_work`; module docstring).
+
+    ``coalesced=False`` is the ``uncoalesced`` baseline (every token fetches its own experts);
+    ``dense_once=False`` reads the dense band once per token instead of once per step (the
+    baseline of lever L1); ``assignment`` overrides the partition; ``extra_flops`` (nB,) adds
+    work to the compute term (prefill's attention over the prompt).
+    """
+    w = step_work(
+        model,
+        hardware,
+        workload,
+        routing,
+        batch,
+        assignment=assignment,
+        coalesced=coalesced,
+        dense_once=dense_once,
+        extra_flops=extra_flops,
+    )
+    return StepBreakdown(
+        batch=w.batch,
+        step=evaluate_work(hardware, workload, w),
+        assignment=w.assignment,
+        speed=w.speed,
+        union_pairs=w.union_pairs,
+        missed_pairs=w.missed_pairs,
+        expert_reads=w.expert_reads,
+        picks_per_token=w.picks_per_token,
+        ssd_bytes=w.ssd_bytes,
+        mem_bytes=w.mem_bytes,
+        flops=w.flops,
+        fabric_bytes=w.fabric_bytes,
+        cache_bytes=w.cache_bytes,
+        cache_experts_per_layer=w.cache_experts_per_layer,
+        fits=w.fits,
+        pressured=w.pressured,
+        cache_policy=workload.cache_policy,
+        page_cache_bytes=w.page_cache_bytes,
+        page_hit_pairs=w.page_hit_pairs,
     )
 
 
@@ -673,7 +817,6 @@ _BATCH_FIELDS = (
 def _concat_breakdowns(parts: list[StepBreakdown]) -> StepBreakdown:
     """One breakdown over the batch sizes of ``parts`` (each evaluated alone), in their order;
     the assignment and picks per token shown are the last part's (the largest B)."""
-    from dataclasses import replace
 
     def cat(values):
         return np.concatenate([np.atleast_1d(np.asarray(v)) for v in values], axis=-1)
@@ -714,6 +857,24 @@ def batch_breakdown(
     return _concat_breakdowns(
         [batch_breakdown(model, hardware, workload, routing, b[i : i + 1], **kw) for i in range(b.size)]
     )
+
+
+def batch_works(model: MoEModel, hardware: Hardware, workload: Workload, routing, b: np.ndarray) -> list[StepWork]:
+    """:func:`step_work` as :func:`batch_breakdown` builds it: one work over the whole grid, or one
+    per B where the partition or the routing depends on B."""
+    if not callable(routing) and not _per_batch(workload, b):
+        return [step_work(model, hardware, workload, routing, b)]
+    works = []
+    for i in range(b.size):
+        bi = b[i : i + 1]
+        route = routing(int(bi[0])) if callable(routing) else routing
+        works.append(step_work(model, hardware, workload, route, bi))
+    return works
+
+
+def work_rates(hardware: Hardware, workload: Workload, work: StepWork) -> tuple[np.ndarray, np.ndarray]:
+    """``(net_tok_s, cache_hit_rate)`` of ``work`` on ``hardware`` (:func:`evaluate_work`)."""
+    return work.batch / evaluate_work(hardware, workload, work).step_seconds, work.pooled_hit_rate
 
 
 def step_terms(
@@ -945,8 +1106,8 @@ def plan_rates(
     same way, without the baselines, notes and provenance (two more steps per call) — what a fit
     asks of the plan hundreds of times."""
     b = as_batch(batch)
-    br = batch_breakdown(model, hardware, workload, routing, b)
-    return b, b / br.step.step_seconds, br.pooled_hit_rate
+    rates = [work_rates(hardware, workload, w) for w in batch_works(model, hardware, workload, routing, b)]
+    return b, np.concatenate([r[0] for r in rates]), np.concatenate([r[1] for r in rates])
 
 
 def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing, batch) -> Plan:

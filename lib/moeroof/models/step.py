@@ -177,13 +177,20 @@ def evaluate(
     n = np.broadcast(*[np.asarray(v) for t in per_rank for v in t.values()]).shape or (1,)
     if len(n) != 1:
         raise ValueError(f"rank work must be scalars or 1-D arrays over the batch sizes, got shape {n}")
-    terms = {name: np.stack([np.broadcast_to(t[name], n) for t in per_rank]).astype(float) for name in RANK_TERMS}
-    secs, codes = zip(*(combine(t, overlap) for t in per_rank))
+    # (term, rank, B): every rank's terms at once; combine's max / sum and ties run over axis 0
+    cube = np.empty((len(RANK_TERMS), len(per_rank), n[0]))
+    for j, name in enumerate(RANK_TERMS):
+        for r, t in enumerate(per_rank):
+            cube[j, r] = t[name]
+    terms = {name: cube[j] for j, name in enumerate(RANK_TERMS)}
+    if overlap not in OVERLAPS:
+        raise ValueError(f"overlap must be 'max' or 'sum', got {overlap!r}")
+    secs = cube.max(axis=0) if overlap == "max" else cube.sum(axis=0)
+    codes = np.array([TERMS.index(k) for k in RANK_TERMS])[cube.argmax(axis=0)]
     speed = np.array([w.speed for w in works], dtype=float)
     if np.any(~np.isfinite(speed)) or np.any(speed <= 0):
         raise ValueError("rank speeds must be positive finite numbers")
-    rank_s = np.stack([np.broadcast_to(s, n) for s in secs]) / speed[:, None]
-    codes = np.stack([np.broadcast_to(c, n) for c in codes])
+    rank_s = secs / speed[:, None]
     fb = np.broadcast_to(np.asarray(fabric_bytes, dtype=float), n)
     if np.any(fb > 0) and not hardware.bw_link_bytes_per_s:
         raise MissingField(
@@ -195,7 +202,7 @@ def evaluate(
     step = np.maximum(worst, fabric_s) if fabric_overlapped else worst + fabric_s
     worst_code = np.take_along_axis(codes, slowest[None], axis=0)[0]
     # the slowest rank's largest term at its own speed, against the exchange
-    worst_term = np.max(np.stack([terms[k] for k in RANK_TERMS]), axis=0)
+    worst_term = cube.max(axis=0)
     worst_term = np.take_along_axis(worst_term / speed[:, None], slowest[None], axis=0)[0]
     fabric_binds = fabric_s > (worst if fabric_overlapped else worst_term)
     bound = tuple(

@@ -49,6 +49,14 @@ CASES = (
         None,
     ),
     ("mlx-lm-1438", "mlx-lm-1438.plan-points", "glm-5.2", "apple-m4-max", "zipf:0.8", ("ssd-scale", "reclaim", "skew")),
+    (
+        "mlx-lm-1438-shape",
+        "mlx-lm-1438.plan-points",
+        "glm-5.2",
+        "apple-m4-max",
+        "zipf:0.8",
+        ("ssd-scale", "reclaim", "reclaim-shape", "skew", "rho"),
+    ),
 )
 
 

@@ -563,3 +563,10 @@ def test_predictions_with_a_fit_memo_equal_fresh_ones(engine_box):
     size = len(memo)
     predict_points(pts, m, hw, r, dataclasses.replace(first, ssd_scale=0.9), routes=memo)
     assert len(memo) == size
+
+
+def test_the_cli_offers_the_library_knobs():
+    from moeroof.cli.fit_plan import KNOBS as CLI_KNOBS
+    from moeroof.models.fit_plan import KNOBS
+
+    assert CLI_KNOBS == KNOBS

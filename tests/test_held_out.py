@@ -85,7 +85,7 @@ def test_regime_cases_are_fit_plan_on_the_shipped_points_files():
         m,
         load_hardware("apple-m4-max"),
         routing_from_spec("zipf:0.8", m),
-        fit=("ssd-scale", "reclaim", "skew"),
+        fit=("ssd-scale", "reclaim", "reclaim-shape", "skew", "rho"),
         locality=Locality.committed(),
     )
     (peak,) = [r for r in rows if r["case"] == "mlx-lm-1438-peak" and r["role"] == "prediction"]

@@ -10,6 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from moeroof.core.errors import ParameterError
 from moeroof.core.units import GiB
 from moeroof.data.plan_points import PlanPoint
 from moeroof.data.presets import load_hardware, load_model
@@ -70,3 +71,67 @@ def test_fit_plan_recovers_reclaim_and_predicts_the_peak_between_three_points():
     assert abs(int(np.argmax(pred)) - int(np.argmax(true))) <= 1, (pred, true)
     for row, t in zip(fit.rows[3:], net[3:]):
         assert row["low"] <= t <= row["high"], (row, t)
+
+
+def test_reclaim_exponent_by_hand_and_one_is_the_queueing_form():
+    m = load_model("glm-5.2")
+    base = replace(load_hardware("apple-m4-max"), reclaim_penalty=0.8)
+    available, _ = ram_left_bytes(m, base, np.array([1]), context_tokens=4096)
+    usable = base.ram_bytes - base.os_reserve_bytes
+    for cache in (5 * GiB, 30 * GiB, 70 * GiB):
+        u = (usable - (available[0] - cache)) / usable
+        for n in (1.0, 1.7, 3.0):
+            got = float(reclaim_slowdown(replace(base, reclaim_exponent=n), available, cache)[0])
+            assert got == pytest.approx(1 + 0.8 * (u / (1 - u)) ** n)
+    # a larger n is lower while the held share is under half of what the OS leaves, higher above
+    lo, hi = 10 * GiB, 90 * GiB
+    n1, n3 = replace(base, reclaim_exponent=1.0), replace(base, reclaim_exponent=3.0)
+    u_lo = (usable - (available[0] - lo)) / usable
+    assert u_lo < 0.5 and reclaim_slowdown(n3, available, lo)[0] < reclaim_slowdown(n1, available, lo)[0]
+    assert reclaim_slowdown(n3, available, hi)[0] > reclaim_slowdown(n1, available, hi)[0]
+
+
+def test_a_preset_reclaim_exponent_below_one_is_refused_naming_the_field(tmp_path):
+    from moeroof.data.io import InputError
+    from moeroof.data.presets import PRESETS_DIR
+
+    text = (PRESETS_DIR / "hardware" / "apple-m4-max.toml").read_text()
+    bad = tmp_path / "box.toml"
+    bad.write_text(text + "\nreclaim_exponent = { value = 0.5, assumed = true }\n")
+    with pytest.raises(InputError, match="reclaim_exponent"):
+        load_hardware(str(bad))
+    good = tmp_path / "good.toml"
+    good.write_text(text + "\nreclaim_exponent = { value = 2, assumed = true }\n")
+    assert load_hardware(str(good)).reclaim_exponent == 2.0
+
+
+def test_fit_plan_recovers_the_reclaim_shape_and_the_peak_moves_with_it():
+    """A truth whose reclaim work rises late and steeply (n = 2.5): fitted with reclaim alone (the
+    queueing form, n = 1) the curve between the points peaks at another cache than the truth's;
+    with reclaim-shape the exponent comes back inside its interval and the peak where the truth's is
+    (one grid step), the withheld rows inside their bands."""
+    m, hw = load_model("qwen3-30b-a3b"), load_hardware("nvme-gen4")
+    r = routing_from_spec("zipf:0.8", m)
+    caches = [2.0, 12.0, 48.0, 6.0, 20.0, 30.0, 40.0, 44.0]
+    pts = [PlanPoint(i + 2, 1, c, 1, "lru", None, None) for i, c in enumerate(caches)]
+    truth = PlanKnobs(reclaim_penalty=0.5, reclaim_exponent=2.5, skew=0.8)
+    net, hit = predict_points(pts, m, hw, r, truth, overlap="sum")
+    measured = [
+        dataclasses.replace(p, net_tok_s=float(net[i]), hit_rate=float(hit[i])) if i < 4 else p
+        for i, p in enumerate(pts)
+    ]
+    order = np.argsort(caches)
+    true_top = int(np.argmax(net[order]))
+    assert 0 < true_top < len(caches) - 1, net[order]  # the truth peaks in the middle
+    queueing = fit_plan(measured, m, hw, r, fit=("ssd-scale", "reclaim", "skew"), overlap="sum")
+    q_pred = np.array([row["predicted"] for row in queueing.rows])[order]
+    assert int(np.argmax(q_pred)) != true_top, (q_pred, net[order])
+    fit = fit_plan(measured, m, hw, r, fit=("ssd-scale", "reclaim", "reclaim-shape", "skew"), overlap="sum")
+    k = fit.knobs["reclaim_exponent"]
+    assert k["fitted"] and k["low"] <= 2.5 <= k["high"], k
+    pred = np.array([row["predicted"] for row in fit.rows])[order]
+    assert abs(int(np.argmax(pred)) - true_top) <= 1, (pred, net[order])
+    for row, t in zip(fit.rows[4:], net[4:]):
+        assert row["low"] <= t <= row["high"], (row, t)
+    with pytest.raises(ParameterError, match="reclaim-shape"):
+        fit_plan(measured, m, hw, r, fit=("ssd-scale", "reclaim-shape", "skew"), overlap="sum")

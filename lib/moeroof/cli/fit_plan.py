@@ -3,7 +3,7 @@
 ::
 
     moeroof fit-plan POINTS.csv --model PRESET|FILE --hardware PRESET|FILE [--routing SPEC]
-                     [--routing-knobs FILE] [--fit engine,expert,ssd-scale,reclaim,pressure,skew,rho]
+                     [--routing-knobs FILE] [--fit engine,expert,ssd-scale,reclaim,reclaim-shape,pressure,skew,rho]
                      [--context N] [--page-cache] [--format table|json|csv] [--output FILE]
 
 POINTS columns: ``batch``, ``cache_gib``, ``ranks``, ``policy``, ``net_tok_s``, ``hit_rate``
@@ -30,7 +30,9 @@ from moeroof.cli.common import (
     table,
 )
 
-KNOBS = ("engine", "expert", "ssd-scale", "reclaim", "pressure", "skew", "rho")
+#: the knobs --fit takes: moeroof.models.fit_plan.KNOBS, spelled here so that the parser needs no
+#: scipy (tests/test_fit_plan.py holds the two equal)
+KNOBS = ("engine", "expert", "ssd-scale", "reclaim", "reclaim-shape", "pressure", "skew", "rho")
 
 
 def add_parser(subparsers: Any) -> None:

@@ -28,6 +28,7 @@ KNOB_KEYS = (
     "engine_seconds_per_touched_expert",
     "ssd_scale",
     "reclaim_penalty",
+    "reclaim_exponent",
     "page_cache_share",
     "skew",
     "rho",

@@ -99,6 +99,7 @@ HARDWARE_FIELDS: dict[str, tuple[str, bool]] = {
     "compute_efficiency": ("count", False),
     "link_efficiency": ("count", False),
     "reclaim_penalty": ("count", False),
+    "reclaim_exponent": ("count", False),
 }
 
 #: the fields that are a share of a peak: in (0, 1]
@@ -142,6 +143,11 @@ FIELD_HELP: dict[str, tuple[str, str]] = {
         "the OS leaves, nears all of it",
         "count",
     ),
+    "reclaim_exponent": (
+        "n ≥ 1 of the reclaim work's rise, 1 + κ·(u/(1 − u))^n: 1 the queueing form, larger a rise that stays "
+        "low while memory is free and steepens near full",
+        "count",
+    ),
 }
 
 #: the value an optional field takes when a preset leaves it out: never silently — the preset's
@@ -157,6 +163,7 @@ DEFAULTS: dict[str, float] = {
     "compute_efficiency": 1.0,
     "link_efficiency": 1.0,
     "reclaim_penalty": 0.0,
+    "reclaim_exponent": 1.0,
 }
 
 
@@ -347,8 +354,8 @@ class Hardware:
     of the memory, compute and streaming-tier peaks the engine reaches (llm-analysis'
     ``hbm_memory_efficiency`` and ``flops_efficiency``). ``reclaim_penalty`` κ ≥ 0 (default 0,
     assumed) is the OS's reclaim work on the reads (:func:`moeroof.models.plan.reclaim_slowdown`:
-    they slow by ``1 + κ·u/(1 − u)`` as the share u of RAM the engine holds nears all the OS
-    leaves).
+    they slow by ``1 + κ·(u/(1 − u))^n`` as the share u of RAM the engine holds nears all the OS
+    leaves; ``reclaim_exponent`` n ≥ 1, default 1, assumed).
     """
 
     name: str
@@ -366,6 +373,7 @@ class Hardware:
     compute_efficiency: float = 1.0
     link_efficiency: float = 1.0
     reclaim_penalty: float = 0.0
+    reclaim_exponent: float = 1.0
     #: the engine knobs' priors (:data:`PRIOR_FIELDS`): field → ((low, centre, high) SI, source)
     priors: Mapping[str, tuple[tuple[float, float, float], str]] = field(
         default_factory=lambda: MappingProxyType(dict(DEFAULT_PRIORS))
@@ -597,6 +605,10 @@ def load_hardware(name_or_path: str | Path) -> Hardware:
     for key in EFFICIENCY_FIELDS:
         if key in out and not 0 < out[key] <= 1:
             raise InputError(path, None, key, f"is a share of a peak: must be in (0, 1], got {out[key]!r}")
+    if "reclaim_exponent" in out and not out["reclaim_exponent"] >= 1:
+        raise InputError(
+            path, None, "reclaim_exponent", f"must be >= 1 (1: the queueing form), got {out['reclaim_exponent']!r}"
+        )
     sizes = out["ssd_read_size_bytes"]
     bws = out["bw_ssd_bytes_per_s"]
     sizes = sizes if isinstance(sizes, list) else [sizes]

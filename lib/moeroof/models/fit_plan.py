@@ -17,6 +17,10 @@ fitted knobs (:data:`KNOBS`):
 - ``reclaim``: κ of the OS's reclaim work on the reads (``Hardware.reclaim_penalty``,
   :func:`moeroof.models.plan.reclaim_slowdown`: reads slow by ``1 + κ·u/(1 − u)`` as the share u
   of RAM the engine holds nears all the OS leaves), ≥ 0;
+- ``reclaim-shape`` (with ``reclaim``): the exponent n ≥ 1 of that rise, ``1 + κ·(u/(1 − u))^n``
+  (``Hardware.reclaim_exponent``; the preset's, 1 unless it says, where not named): a larger n
+  keeps the reads cheap while memory is free and steepens near full, so the cache at which tok/s
+  peaks moves with it (mlx-lm#1438's three sizes fit n ≈ 2 better than the queueing form's 1);
 - ``pressure``: the share of the RAM left beside the expert cache that the OS page cache keeps
   (``Workload.page_cache_share``; fitting it turns the page cache on);
 - ``skew``: the Zipf exponent s of the routing (``zipf:s``, replacing the routing given);
@@ -114,7 +118,7 @@ __all__ = [
     "PRIOR_TOUCHED_SHARE",
 ]
 
-KNOBS = ("engine", "expert", "ssd-scale", "reclaim", "pressure", "skew", "rho")
+KNOBS = ("engine", "expert", "ssd-scale", "reclaim", "reclaim-shape", "pressure", "skew", "rho")
 SIGMA_NET = 0.05
 SIGMA_HIT = 0.02
 BAND_DRAWS = 200
@@ -131,7 +135,7 @@ PROFILE_CHI2 = 1.6448536269514722**2  # χ²₁ at 0.90 = z₀.₉₅²: a two-s
 PROFILE_STEP = 0.01
 PROFILE_BISECTIONS = 4
 PROFILE_RESTARTS = 2
-_SMOOTH = ("engine", "expert", "ssd-scale", "reclaim")
+_SMOOTH = ("engine", "expert", "ssd-scale", "reclaim", "reclaim-shape")
 _CACHE = ("skew", "rho", "pressure")
 
 
@@ -151,6 +155,8 @@ class PlanKnobs(Result):
     engine_seconds_per_touched_expert: float | None = None
     #: κ of the OS's reclaim work on the reads (:func:`moeroof.models.plan.reclaim_slowdown`)
     reclaim_penalty: float | None = None
+    #: n ≥ 1 of the reclaim work's rise, ``1 + κ·(u/(1 − u))^n`` (None: the preset's)
+    reclaim_exponent: float | None = None
     #: the shares of the memory, compute and streaming-tier peaks the engine reaches (None: the preset's)
     mem_efficiency: float | None = None
     compute_efficiency: float | None = None
@@ -218,6 +224,8 @@ def box_with_knobs(hardware: Hardware, knobs: PlanKnobs) -> Hardware:
         hw = replace(hw, engine_seconds_per_touched_expert=float(knobs.engine_seconds_per_touched_expert))
     if knobs.reclaim_penalty is not None:
         hw = replace(hw, reclaim_penalty=float(knobs.reclaim_penalty))
+    if knobs.reclaim_exponent is not None:
+        hw = replace(hw, reclaim_exponent=float(knobs.reclaim_exponent))
     for key in EFFICIENCY_FIELDS:
         if getattr(knobs, key) is not None:
             hw = replace(hw, **{key: float(getattr(knobs, key))})
@@ -236,6 +244,7 @@ def box_with_fit(hardware: Hardware, fit: dict[str, Any]) -> Hardware:
         "engine_seconds_per_agent_token",
         "engine_seconds_per_touched_expert",
         "reclaim_penalty",
+        "reclaim_exponent",
         *EFFICIENCY_FIELDS,
     ):
         if key in fit:
@@ -447,6 +456,7 @@ _BOUNDS = {
     "cu": (0.0, 0.1),
     "ssd_scale": (1e-3, 1e3),
     "reclaim": (0.0, 50.0),
+    "reclaim_shape": (1.0, 4.0),
     "skew": (0.0, 3.0),
     "rho": (0.0, 0.95),
     "share": (0.0, 1.0),
@@ -486,13 +496,18 @@ def _fit_one(
     # per-step one; it is held at its prior (PRIOR_SECONDS_PER_AGENT_TOKEN) and widens the bands
     hold_token = "engine" in names and len(net_batches) < 2
     fit_expert = "expert" in names
+    if "reclaim-shape" in names and "reclaim" not in names:
+        raise ParameterError("fit", "reclaim-shape (the reclaim work's exponent) is fitted with reclaim: name both")
     if fit_expert and "engine" not in names:
         raise ParameterError("fit", "expert (the per-touched-expert engine cost) is fitted with engine: name both")
     # one batch size: the engine's one fitted knob is the per-touched-expert cost, its per-step and
     # per-token costs held at their priors; two or more: per-step and per-token fitted (and the
     # per-touched-expert cost where named), else held at its prior share
     n_smooth = (
-        ("engine" in names) * (1 if hold_token else 2 + fit_expert) + ("ssd-scale" in names) + ("reclaim" in names)
+        ("engine" in names) * (1 if hold_token else 2 + fit_expert)
+        + ("ssd-scale" in names)
+        + ("reclaim" in names)
+        + ("reclaim-shape" in names)
     )
     if n_smooth > n_net:
         raise ParameterError(
@@ -574,6 +589,9 @@ def _fit_one(
             j += 1
         if "reclaim" in names:
             k = replace(k, reclaim_penalty=float(inner[j]))
+            j += 1
+        if "reclaim-shape" in names:
+            k = replace(k, reclaim_exponent=float(inner[j]))
         if "skew" in outer:
             k = replace(k, skew=outer["skew"])
         if "rho" in outer:
@@ -637,6 +655,10 @@ def _fit_one(
         inner_lo.append(_BOUNDS["reclaim"][0])
         inner_hi.append(_BOUNDS["reclaim"][1])
         x0.append(0.5)
+    if "reclaim-shape" in names:
+        inner_lo.append(_BOUNDS["reclaim_shape"][0])
+        inner_hi.append(_BOUNDS["reclaim_shape"][1])
+        x0.append(1.5)
 
     def solve_inner(outer: dict[str, float]):
         if not x0:
@@ -948,6 +970,7 @@ def _fit_one(
             + (("expert",) if fit_expert and not hold_token else ())
             + (("ssd-scale",) if "ssd-scale" in names else ())
             + (("reclaim",) if "reclaim" in names else ())
+            + (("reclaim-shape",) if "reclaim-shape" in names else ())
         )
         for name, ok in zip(labels, identified):
             if not ok:
@@ -1136,6 +1159,9 @@ def _knob_table(
     if "reclaim" in names:
         keys.append("reclaim_penalty")
         bounds.append(_BOUNDS["reclaim"])
+    if "reclaim-shape" in names:
+        keys.append("reclaim_exponent")
+        bounds.append(_BOUNDS["reclaim_shape"])
     # 0 s is a real value
     natural_low = {
         "engine_seconds_per_step",
@@ -1182,6 +1208,7 @@ def _knob_table(
         "engine_seconds_per_touched_expert": "s",
         "ssd_scale": "×",
         "reclaim_penalty": "κ",
+        "reclaim_exponent": "n",
     }
     for j, key in enumerate(keys):
         out[key] = entry(j, units[key])

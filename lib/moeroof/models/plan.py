@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -536,9 +537,9 @@ class StepWork:
     page_cache_bytes: np.ndarray
     page_hit_pairs: np.ndarray
 
-    @property
+    @cached_property
     def pooled_hit_rate(self) -> np.ndarray:
-        """Over all ranks (nB,): ``1 − Σ misses / Σ union``."""
+        """Over all ranks (nB,): ``1 − Σ misses / Σ union`` (kept: a fit re-prices one work many times)."""
         u = self.union_pairs.sum(axis=0)
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(u > 0, 1.0 - self.missed_pairs.sum(axis=0) / u, 1.0)
@@ -643,28 +644,34 @@ def evaluate_work(hardware: Hardware, workload: Workload, work: StepWork) -> ste
     """The step in seconds (:func:`moeroof.models.step.evaluate`) of ``work`` on ``hardware``:
     the pressure and reclaim slowdown on the reads, each rank at its speed, the exchange
     (``workload``'s pressure penalty, overlap and exchange overlap)."""
-    bf = work.batch.astype(float)
-    slowdown = np.where(work.pressured, workload.pressure_penalty, 1.0) * reclaim_slowdown(
-        hardware, work.available_bytes, work.cache_bytes
+    return _priced(hardware, workload, work, {name: getattr(work, name) for name in _WORK_BATCH_FIELDS})
+
+
+def _priced(hardware: Hardware, workload: Workload, shape: StepWork, f: dict[str, np.ndarray]) -> step.Step:
+    # ``f``: the batch-laid fields of one work or of several joined; ``shape``: their ranks,
+    # speeds and read size
+    bf = f["batch"].astype(float)
+    slowdown = np.where(f["pressured"], workload.pressure_penalty, 1.0) * reclaim_slowdown(
+        hardware, f["available_bytes"], f["cache_bytes"]
     )
     works = [
         step.RankWork(
-            work.ssd_bytes[r],
-            work.mem_bytes[r],
-            work.flops,
+            f["ssd_bytes"][r],
+            f["mem_bytes"][r],
+            f["flops"],
             bf,
-            work.read_size_bytes,
+            shape.read_size_bytes,
             slowdown,
-            float(work.speed[r]),
-            touched_experts=work.expert_reads[r],
+            float(shape.speed[r]),
+            touched_experts=f["expert_reads"][r],
         )
-        for r in range(work.ssd_bytes.shape[0])
+        for r in range(shape.ssd_bytes.shape[0])
     ]
     return step.evaluate(
         hardware,
         works,
         overlap=workload.overlap,
-        fabric_bytes=work.fabric_bytes,
+        fabric_bytes=f["fabric_bytes"],
         fabric_overlapped=workload.fabric_overlapped,
     )
 
@@ -696,17 +703,8 @@ def works_rates(
         shapes.setdefault((w.ssd_bytes.shape[0], float(w.read_size_bytes), tuple(w.speed)), []).append(i)
     for idx in shapes.values():
         first = works[idx[0]]
-        joined = {
-            name: np.concatenate(
-                [
-                    np.broadcast_to(getattr(works[i], name), np.shape(getattr(first, name))[:-1] + works[i].batch.shape)
-                    for i in idx
-                ],
-                axis=-1,
-            )
-            for name in _WORK_BATCH_FIELDS
-        }
-        net = joined["batch"] / evaluate_work(hardware, workload, replace(first, **joined)).step_seconds
+        joined = {name: np.concatenate([getattr(works[i], name) for i in idx], axis=-1) for name in _WORK_BATCH_FIELDS}
+        net = joined["batch"] / _priced(hardware, workload, first, joined).step_seconds
         at = 0
         for i in idx:
             n = works[i].batch.size
@@ -775,19 +773,24 @@ RECLAIM_MAX_SHARE = 0.99
 
 
 def reclaim_slowdown(hardware: Hardware, available_bytes, cache_bytes) -> np.ndarray:
-    """The OS's reclaim work on the reads, ``1 + κ · u / (1 − u)`` (κ =
-    ``hardware.reclaim_penalty``), where ``u`` is the share of what the OS leaves (RAM − reserve)
-    that the engine holds — the resident band, the KV and the expert cache — capped at
-    :data:`RECLAIM_MAX_SHARE`. Each page a read brings in must first be taken from what is
-    free; with the page cache filling the rest that is cheap while most RAM is free, and it grows
-    without bound as the held share nears all of it (the queueing form u/(1 − u), an assumed
-    shape): so a larger expert cache saves reads and makes each remaining read dearer, and tok/s
-    can rise, peak and fall with the cache (mlx-lm#1438). κ = 0: no reclaim work."""
+    """The OS's reclaim work on the reads, ``1 + κ · (u / (1 − u))^n`` (κ =
+    ``hardware.reclaim_penalty``, n = ``hardware.reclaim_exponent`` ≥ 1), where ``u`` is the share
+    of what the OS leaves (RAM − reserve) that the engine holds — the resident band, the KV and the
+    expert cache — capped at :data:`RECLAIM_MAX_SHARE`. Each page a read brings in must first be
+    taken from what is free; with the page cache filling the rest that is cheap while most RAM is
+    free, and it grows without bound as the held share nears all of it (n = 1: the queueing form
+    u/(1 − u); a larger n stays lower while memory is free and steepens near full — both assumed
+    shapes, n fitted where the rows tell them apart, ``moeroof fit-plan --fit reclaim,reclaim-shape``):
+    so a larger expert cache saves reads and makes each remaining read dearer, and tok/s can rise,
+    peak and fall with the cache (mlx-lm#1438). κ = 0: no reclaim work."""
     kappa = float(hardware.reclaim_penalty)
     usable = max(hardware.ram_bytes - hardware.os_reserve_bytes, 1.0)
     held = usable - (np.asarray(available_bytes, dtype=float) - np.asarray(cache_bytes, dtype=float))
     u = np.clip(held / usable, 0.0, RECLAIM_MAX_SHARE)
-    return 1.0 + kappa * u / (1.0 - u)
+    n = float(hardware.reclaim_exponent)
+    if n == 1.0:
+        return 1.0 + kappa * u / (1.0 - u)
+    return 1.0 + kappa * (u / (1.0 - u)) ** n
 
 
 def _per_batch(workload: Workload, b: np.ndarray) -> bool:

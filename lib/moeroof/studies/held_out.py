@@ -50,7 +50,9 @@ REGIME_CASES = (
         "glm-5.2",
         "apple-m4-max",
         "zipf:0.8",
-        ("ssd-scale", "reclaim", "skew"),
+        # what the three rows identify: skew and stickiness from their hit rates, the SSD scale
+        # and the reclaim work's size and shape from their tok/s
+        ("ssd-scale", "reclaim", "reclaim-shape", "skew", "rho"),
         (30e9 / 2**30, 35e9 / 2**30),
     ),
 )

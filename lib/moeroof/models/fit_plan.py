@@ -213,23 +213,14 @@ def default_knobs(points: Sequence[PlanPoint], *, routing_is_spec: bool = True) 
 
 def box_with_knobs(hardware: Hardware, knobs: PlanKnobs) -> Hardware:
     """The box as the knobs make it: SSD bandwidth scaled, engine terms set where fitted."""
-    hw = replace(hardware, bw_ssd_bytes_per_s=tuple(b * knobs.ssd_scale for b in hardware.bw_ssd_bytes_per_s))
+    changes: dict[str, Any] = {"bw_ssd_bytes_per_s": tuple(b * knobs.ssd_scale for b in hardware.bw_ssd_bytes_per_s)}
     if knobs.engine_seconds_per_step is not None:
-        hw = replace(
-            hw,
-            engine_seconds_per_step=float(knobs.engine_seconds_per_step),
-            engine_seconds_per_agent_token=float(knobs.engine_seconds_per_agent_token or 0.0),
-        )
-    if knobs.engine_seconds_per_touched_expert is not None:
-        hw = replace(hw, engine_seconds_per_touched_expert=float(knobs.engine_seconds_per_touched_expert))
-    if knobs.reclaim_penalty is not None:
-        hw = replace(hw, reclaim_penalty=float(knobs.reclaim_penalty))
-    if knobs.reclaim_exponent is not None:
-        hw = replace(hw, reclaim_exponent=float(knobs.reclaim_exponent))
-    for key in EFFICIENCY_FIELDS:
+        changes["engine_seconds_per_step"] = float(knobs.engine_seconds_per_step)
+        changes["engine_seconds_per_agent_token"] = float(knobs.engine_seconds_per_agent_token or 0.0)
+    for key in ("engine_seconds_per_touched_expert", "reclaim_penalty", "reclaim_exponent", *EFFICIENCY_FIELDS):
         if getattr(knobs, key) is not None:
-            hw = replace(hw, **{key: float(getattr(knobs, key))})
-    return hw
+            changes[key] = float(getattr(knobs, key))
+    return replace(hardware, **changes)
 
 
 def box_with_fit(hardware: Hardware, fit: dict[str, Any]) -> Hardware:
@@ -352,24 +343,33 @@ def predict_points(
     pc = page_cache or knobs.page_cache_share is not None
     net = np.empty(len(points))
     hit = np.empty(len(points))
-    groups: dict[tuple, list[int]] = {}
-    for i, p in enumerate(points):
-        groups.setdefault((p.cache_gib, p.ranks, p.policy), []).append(i)
+    # the rows' groups (one cache, rank count and policy each) and their workloads: the same at
+    # every call of one fit but for the page cache's share and the seed
+    layout_key = ("groups", pc, share, seed, context_tokens, overlap)
+    layout = None if routes is None else routes.get(layout_key)
+    if layout is None:
+        groups: dict[tuple, list[int]] = {}
+        for i, p in enumerate(points):
+            groups.setdefault((p.cache_gib, p.ranks, p.policy), []).append(i)
+        layout = []
+        for (cache, ranks, policy), idx in groups.items():
+            w = Workload(
+                context_tokens=context_tokens,
+                cache_bytes=cache * GiB,
+                ranks=ranks,
+                cache_policy=policy,
+                page_cache=pc,
+                page_cache_share=share,
+                seed=seed,
+                overlap=overlap,
+            )
+            layout.append((idx, w, as_batch(sorted({points[i].batch for i in idx}))))
+        if routes is not None:
+            routes[layout_key] = layout
     jobs = []
-    for (cache, ranks, policy), idx in groups.items():
-        w = Workload(
-            context_tokens=context_tokens,
-            cache_bytes=cache * GiB,
-            ranks=ranks,
-            cache_policy=policy,
-            page_cache=pc,
-            page_cache_share=share,
-            seed=seed,
-            overlap=overlap,
-        )
-        b = as_batch(sorted({points[i].batch for i in idx}))
+    for n_group, (idx, w, b) in enumerate(layout):
         # the work depends on the box's prices only through the bytes partition (it balances them)
-        key = ("work", w, tuple(b), knobs.skew, knobs.rho, knobs.c, local)
+        key = ("work", layout_key, n_group, knobs.skew, knobs.rho, knobs.c, local)
         if routes is None or w.partition == "bytes":
             works = batch_works(model, hw, w, route, b)
         else:

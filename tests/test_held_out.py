@@ -61,33 +61,35 @@ def test_validate_command_prints_table_json_and_csv(capsys):
     assert err.startswith("error: --groups") and err.count("\n") == 1
 
 
-def test_regime_cases_are_fit_plan_on_the_shipped_points_files():
+def test_regime_cases_are_fit_plan_on_the_shipped_points_files(monkeypatch):
     """Each ``regimes`` row is fit-plan's own row on the points file it names (the same command a
     user runs), withheld truths carry a prediction and band and no error, and mlx-lm#1438's peak
     row compares the predicted curve's peak with the reported one."""
     from moeroof.core.paths import DATA_DIR
     from moeroof.data.plan_points import read_plan_points
-    from moeroof.data.presets import load_hardware, load_model
-    from moeroof.models.fit_plan import fit_plan
-    from moeroof.models.locality import Locality
-    from moeroof.models.plan import routing_from_spec
+    from moeroof.models import fit_plan as fp
 
+    # the fits regime_rows makes, seen as they return (one run, not two: each fit takes seconds)
+    seen: list = []
+
+    def spy(points, model, hardware, routing, **kw):
+        res = real(points, model, hardware, routing, **kw)
+        seen.append((list(points), model.name, hardware.name, routing.label, kw, res))
+        return res
+
+    real = fp.fit_plan
+    monkeypatch.setattr(fp, "fit_plan", spy)
     rows = held_out.regime_rows()
     assert all(set(r) == set(held_out.COLUMNS) for r in rows)
     withheld = [r for r in rows if r["role"] == "withheld"]
     assert withheld and all(r["measured"] is None and r["error"] is None for r in withheld)
     assert all(r["low"] <= r["predicted"] <= r["high"] for r in withheld)
-    # independently: the mlx-lm#1438 fit, run here as the README's command runs it
-    m = load_model("glm-5.2")
-    pts = read_plan_points(DATA_DIR / "points" / "mlx-lm-1438.plan-points")
-    fit = fit_plan(
-        pts,
-        m,
-        load_hardware("apple-m4-max"),
-        routing_from_spec("zipf:0.8", m),
-        fit=("ssd-scale", "reclaim", "reclaim-shape", "skew", "rho"),
-        locality=Locality.committed(),
-    )
+    # the mlx-lm#1438 fit was the README's command: its file, presets, routing and knobs
+    (mlx,) = [x for x in seen if x[1] == "glm-5.2"]
+    pts, _, box, label, kw, fit = mlx
+    assert pts == read_plan_points(DATA_DIR / "points" / "mlx-lm-1438.plan-points")
+    assert box == "apple-m4-max" and "s=0.8" in label.replace(" ", "")
+    assert tuple(kw["fit"]) == ("ssd-scale", "reclaim", "reclaim-shape", "skew", "rho")
     (peak,) = [r for r in rows if r["case"] == "mlx-lm-1438-peak" and r["role"] == "prediction"]
     best = max(fit.rows, key=lambda r: r["predicted"])
     assert peak["predicted"] == best["cache_gib"] and peak["error"] == pytest.approx(

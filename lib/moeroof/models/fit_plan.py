@@ -20,7 +20,8 @@ fitted knobs (:data:`KNOBS`):
 - ``reclaim-shape`` (with ``reclaim``): the exponent n ≥ 1 of that rise, ``1 + κ·(u/(1 − u))^n``
   (``Hardware.reclaim_exponent``; the preset's, 1 unless it says, where not named): a larger n
   keeps the reads cheap while memory is free and steepens near full, so the cache at which tok/s
-  peaks moves with it (mlx-lm#1438's three sizes fit n ≈ 2 better than the queueing form's 1);
+  peaks moves with it (mlx-lm#1438's three sizes: the README, "Across concurrency and memory
+  pressure"); its lower bound 1 is the queueing form itself, a real value as κ = 0 is;
 - ``pressure``: the share of the RAM left beside the expert cache that the OS page cache keeps
   (``Workload.page_cache_share``; fitting it turns the page cache on);
 - ``skew``: the Zipf exponent s of the routing (``zipf:s``, replacing the routing given);
@@ -328,7 +329,7 @@ def predict_points(
     ``hardware``, ``routing`` and ``points``): the routings sampled or computed from the knobs
     (skew, ρ, streams, seed) and the step work of each row (:class:`~moeroof.models.plan.StepWork`,
     keyed by the knobs that change it), so that moving only the knobs that price the work (the
-    engine terms, the SSD scale, the efficiencies, the reclaim penalty) re-evaluates seconds and
+    engine terms, the SSD scale, the efficiencies, the reclaim work) re-evaluates seconds and
     does not rebuild the caches. The numbers are the same with or without it."""
     hw = box_with_knobs(hardware, knobs)
     local = knobs.rho > 0.0 or not math.isinf(knobs.c)
@@ -378,9 +379,10 @@ def predict_points(
             works = routes[key]
         jobs.append((idx, b, works))
     # every row's work evaluated at once (plan's numbers, without its baselines): the prices
-    # (engine terms, SSD scale, efficiencies, reclaim) are the same for every row of one call
+    # (engine terms, SSD scale, efficiencies, reclaim work) are the same for every row of one call
     flat = [x for _, _, works in jobs for x in works]
-    rates = iter(works_rates(hw, w, flat))  # w: one group's workload, its prices every group's
+    # the first group's workload: its pressure penalty, overlap and exchange are every group's
+    rates = iter(works_rates(hw, layout[0][1], flat))
     for idx, b, works in jobs:
         got = [next(rates) for _ in works]
         net_b = np.concatenate([r[0] for r in got])
@@ -1162,12 +1164,13 @@ def _knob_table(
     if "reclaim-shape" in names:
         keys.append("reclaim_exponent")
         bounds.append(_BOUNDS["reclaim_shape"])
-    # 0 s is a real value
+    # 0 s (and the reclaim exponent 1) is a real value
     natural_low = {
         "engine_seconds_per_step",
         "engine_seconds_per_agent_token",
         "engine_seconds_per_touched_expert",
         "reclaim_penalty",
+        "reclaim_exponent",  # n = 1: the queueing form
     }
 
     def entry(j: int, unit: str) -> dict[str, Any]:

@@ -505,9 +505,14 @@ class StepBreakdown(Result):
     @property
     def pooled_hit_rate(self) -> np.ndarray:
         """Over all ranks (nB,)."""
-        u = self.union_pairs.sum(axis=0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(u > 0, 1.0 - self.missed_pairs.sum(axis=0) / u, 1.0)
+        return _pooled_hit_rate(self.union_pairs, self.missed_pairs)
+
+
+def _pooled_hit_rate(union_pairs: np.ndarray, missed_pairs: np.ndarray) -> np.ndarray:
+    """``1 − Σ_r misses / Σ_r union`` per B (1 where nothing is touched)."""
+    u = union_pairs.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(u > 0, 1.0 - missed_pairs.sum(axis=0) / u, 1.0)
 
 
 @dataclass(frozen=True)
@@ -515,7 +520,7 @@ class StepWork:
     """What each rank does in a step at each B, before any of it becomes seconds: the bytes, FLOP
     and touched experts of :func:`step_work`, with what RAM left for the caches. A fit that moves
     only the knobs that price the work (the engine terms, the SSD scale, the efficiencies, the
-    reclaim penalty) evaluates one :class:`StepWork` many times (:func:`evaluate_work`)."""
+    reclaim work) evaluates one :class:`StepWork` many times (:func:`evaluate_work`)."""
 
     batch: np.ndarray
     assignment: np.ndarray
@@ -539,10 +544,9 @@ class StepWork:
 
     @cached_property
     def pooled_hit_rate(self) -> np.ndarray:
-        """Over all ranks (nB,): ``1 − Σ misses / Σ union`` (kept: a fit re-prices one work many times)."""
-        u = self.union_pairs.sum(axis=0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(u > 0, 1.0 - self.missed_pairs.sum(axis=0) / u, 1.0)
+        """Over all ranks (nB,), as :attr:`StepBreakdown.pooled_hit_rate` (kept: a fit re-prices one
+        work many times)."""
+        return _pooled_hit_rate(self.union_pairs, self.missed_pairs)
 
 
 def step_work(
@@ -744,27 +748,35 @@ def step_breakdown(
         dense_once=dense_once,
         extra_flops=extra_flops,
     )
-    return StepBreakdown(
-        batch=w.batch,
-        step=evaluate_work(hardware, workload, w),
-        assignment=w.assignment,
-        speed=w.speed,
-        union_pairs=w.union_pairs,
-        missed_pairs=w.missed_pairs,
-        expert_reads=w.expert_reads,
-        picks_per_token=w.picks_per_token,
-        ssd_bytes=w.ssd_bytes,
-        mem_bytes=w.mem_bytes,
-        flops=w.flops,
-        fabric_bytes=w.fabric_bytes,
-        cache_bytes=w.cache_bytes,
-        cache_experts_per_layer=w.cache_experts_per_layer,
-        fits=w.fits,
-        pressured=w.pressured,
-        cache_policy=workload.cache_policy,
-        page_cache_bytes=w.page_cache_bytes,
-        page_hit_pairs=w.page_hit_pairs,
-    )
+    return _breakdown(hardware, workload, w)
+
+
+def _breakdown(hardware: Hardware, workload: Workload, work: StepWork) -> StepBreakdown:
+    """The breakdown of ``work``: its fields, its step priced on ``hardware``, the policy."""
+    fields = {name: getattr(work, name) for name in _BREAKDOWN_FIELDS}
+    return StepBreakdown(step=evaluate_work(hardware, workload, work), cache_policy=workload.cache_policy, **fields)
+
+
+#: what a :class:`StepBreakdown` takes from its :class:`StepWork` as it is
+_BREAKDOWN_FIELDS = (
+    "batch",
+    "assignment",
+    "speed",
+    "union_pairs",
+    "missed_pairs",
+    "expert_reads",
+    "picks_per_token",
+    "ssd_bytes",
+    "mem_bytes",
+    "flops",
+    "fabric_bytes",
+    "cache_bytes",
+    "cache_experts_per_layer",
+    "fits",
+    "pressured",
+    "page_cache_bytes",
+    "page_hit_pairs",
+)
 
 
 #: the held share u of what the OS leaves at which the reclaim slowdown stops growing (it
@@ -788,7 +800,7 @@ def reclaim_slowdown(hardware: Hardware, available_bytes, cache_bytes) -> np.nda
     held = usable - (np.asarray(available_bytes, dtype=float) - np.asarray(cache_bytes, dtype=float))
     u = np.clip(held / usable, 0.0, RECLAIM_MAX_SHARE)
     n = float(hardware.reclaim_exponent)
-    if n == 1.0:
+    if n == 1.0:  # the queueing form in its own order of operations: the same floats as before n existed
         return 1.0 + kappa * u / (1.0 - u)
     return 1.0 + kappa * (u / (1.0 - u)) ** n
 
@@ -849,29 +861,25 @@ def batch_breakdown(
 ) -> StepBreakdown:
     """:func:`step_breakdown` with the partition of the workload: over the whole grid at once, or
     one B at a time where the partition depends on B (:func:`_per_batch`) or the routing is a
-    callable ``B -> RoutingProbabilities`` (a trace sampled with B streams)."""
-    if not callable(routing) and not _per_batch(workload, b):
-        a = assign_experts(model, hardware, workload, routing, b)
-        return step_breakdown(model, hardware, workload, routing, b, assignment=a, **kw)
-    if b.size == 1:
-        route = routing(int(b[0])) if callable(routing) else routing
-        a = assign_experts(model, hardware, workload, route, b)
-        return step_breakdown(model, hardware, workload, route, b, assignment=a, **kw)
-    return _concat_breakdowns(
-        [batch_breakdown(model, hardware, workload, routing, b[i : i + 1], **kw) for i in range(b.size)]
-    )
+    callable ``B -> RoutingProbabilities`` (a trace sampled with B streams): :func:`batch_works`."""
+    parts = [_breakdown(hardware, workload, w) for w in batch_works(model, hardware, workload, routing, b, **kw)]
+    return parts[0] if len(parts) == 1 else _concat_breakdowns(parts)
 
 
-def batch_works(model: MoEModel, hardware: Hardware, workload: Workload, routing, b: np.ndarray) -> list[StepWork]:
-    """:func:`step_work` as :func:`batch_breakdown` builds it: one work over the whole grid, or one
-    per B where the partition or the routing depends on B."""
+def batch_works(
+    model: MoEModel, hardware: Hardware, workload: Workload, routing, b: np.ndarray, **kw
+) -> list[StepWork]:
+    """:func:`step_work` (``kw``: its ``coalesced``, ``dense_once``) over the whole grid at once,
+    or one B at a time where the partition depends on B (:func:`_per_batch`) or the routing is a
+    callable ``B -> RoutingProbabilities`` (a trace sampled with B streams), so that no row
+    depends on the grid."""
     if not callable(routing) and not _per_batch(workload, b):
-        return [step_work(model, hardware, workload, routing, b)]
+        return [step_work(model, hardware, workload, routing, b, **kw)]
     works = []
     for i in range(b.size):
         bi = b[i : i + 1]
         route = routing(int(bi[0])) if callable(routing) else routing
-        works.append(step_work(model, hardware, workload, route, bi))
+        works.append(step_work(model, hardware, workload, route, bi, **kw))
     return works
 
 
@@ -1109,7 +1117,7 @@ def plan_rates(
     same way, without the baselines, notes and provenance (two more steps per call) — what a fit
     asks of the plan hundreds of times."""
     b = as_batch(batch)
-    rates = [work_rates(hardware, workload, w) for w in batch_works(model, hardware, workload, routing, b)]
+    rates = works_rates(hardware, workload, batch_works(model, hardware, workload, routing, b))
     return b, np.concatenate([r[0] for r in rates]), np.concatenate([r[1] for r in rates])
 
 

@@ -169,6 +169,16 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
     result = plan(model, hardware, workload, routing, batch)
     rep = result.to_dict()
     _feasible_only(rep)
+    if fitted is None:
+        from moeroof.models.engine_prior import prior_band
+
+        # the engine fit-plan would hold for this unmeasured box, beside the preset's roofline
+        band = prior_band(model, hardware, workload, routing, batch).to_dict()
+        rep["net_tok_s_at_priors"] = band["net_tok_s"]
+        rep["net_tok_s_at_priors_low"] = band["low"]
+        rep["net_tok_s_at_priors_high"] = band["high"]
+        rep["engine_priors"] = {"held": band["held"], "sources": band["sources"]}
+        rep["notes"] = [*rep["notes"], band["note"]]
     rep["cache_auto"] = auto
     if auto is not None:
         rep["notes"] = [auto["note"], *rep["notes"]]
@@ -230,6 +240,7 @@ def print_plan(rep: dict[str, Any]) -> None:
                 fmt(rep["step_seconds"][i] if fits else None, 3),
                 fmt(rep["per_agent_tok_s"][i] if fits else None, 3),
                 fmt(rep["net_tok_s"][i] if fits else None, 3),
+                _at_priors(rep, i),
                 _bound(rep, i),
                 fmt(rep["ssd_bytes_per_token"][i] / 1e9 if fits else None, 3),
                 fmt(rep["union_per_layer"][i], 1),
@@ -242,7 +253,7 @@ def print_plan(rep: dict[str, Any]) -> None:
                 "yes" if rep["fits_in_memory"][i] else "NO",
             ]
         )
-    print(table(headers, rows, ">>>>><>>>>>>>><"))
+    print(table(headers, rows, ">>>>>><>>>>>>>><"))
     if ranks > 1:
         per = rep["per_rank_step_seconds"]
         cells = ", ".join(
@@ -276,6 +287,15 @@ def print_plan(rep: dict[str, Any]) -> None:
     )
 
 
+def _at_priors(rep: dict[str, Any], i: int) -> str:
+    """``centre (low–high)`` of net tok/s at the engine priors; ``-`` with --fit or off RAM."""
+    mid = (rep.get("net_tok_s_at_priors") or [None] * (i + 1))[i]
+    if mid is None:
+        return "-"
+    lo, hi = rep["net_tok_s_at_priors_low"][i], rep["net_tok_s_at_priors_high"][i]
+    return f"{fmt(mid, 3)} ({fmt(lo, 3)}–{fmt(hi, 3)})"
+
+
 def _bound(rep: dict[str, Any], i: int) -> str:
     """The binding term as the table shows it: the streaming tier by its name on this box, and
     ``RAM`` where the step does not fit (no term binds a step that cannot run)."""
@@ -292,6 +312,7 @@ CSV_COLUMNS = (
     "step_seconds",
     "per_agent_tok_s",
     "net_tok_s",
+    "net_tok_s_at_priors",
     "bound",
     "link_name",
     "ssd_bytes_per_token",
@@ -304,10 +325,16 @@ CSV_COLUMNS = (
     "multiple_vs_independent_boxes",
     "fits_in_memory",
     "infeasible_reason",
+    "net_tok_s_at_priors_low",
+    "net_tok_s_at_priors_high",
 )
 #: the readable table's columns: the CSV's but the link (named in the header) and the reason
 #: (printed below the table)
-TABLE_COLUMNS = tuple(c for c in CSV_COLUMNS if c not in ("link_name", "infeasible_reason"))
+TABLE_COLUMNS = tuple(
+    c
+    for c in CSV_COLUMNS
+    if c not in ("link_name", "infeasible_reason", "net_tok_s_at_priors_low", "net_tok_s_at_priors_high")
+)
 
 
 def plan_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
@@ -324,6 +351,7 @@ def plan_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
                 rep["step_seconds"][i] if fits else None,
                 rep["per_agent_tok_s"][i] if fits else None,
                 rep["net_tok_s"][i] if fits else None,
+                _prior_cell(rep, "net_tok_s_at_priors", i),
                 _bound(rep, i) if fits else None,
                 rep.get("link_name", "ssd"),
                 rep["ssd_bytes_per_token"][i] if fits else None,
@@ -336,9 +364,16 @@ def plan_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
                 base["independent-boxes"]["multiple"][i] if fits else None,
                 fits,
                 reasons[i] or None,
+                _prior_cell(rep, "net_tok_s_at_priors_low", i),
+                _prior_cell(rep, "net_tok_s_at_priors_high", i),
             ]
         )
     return list(CSV_COLUMNS), rows
+
+
+def _prior_cell(rep: dict[str, Any], key: str, i: int) -> float | None:
+    """A CSV cell of the at-priors columns: empty with --fit (the fit's knobs are the answer)."""
+    return (rep.get(key) or [None] * (i + 1))[i]
 
 
 def _pooled(hit: list, i: int) -> float:

@@ -32,6 +32,14 @@ _Q = [
     Quantity("step_seconds", "s", "step s", "seconds per decode step (null where the step does not fit in RAM)"),
     Quantity("per_agent_tok_s", "tok/s", "tok/s/agent", "tokens per second each agent gets"),
     Quantity("net_tok_s", "tok/s", "net tok/s", "tokens per second of all B agents together"),
+    Quantity(
+        "net_tok_s_at_priors",
+        "tok/s",
+        "tok/s at priors",
+        "net tok/s with the engine terms and efficiencies the preset does not state at the box's priors",
+    ),
+    Quantity("net_tok_s_at_priors_low", "tok/s", "at priors low", "the low end of net_tok_s_at_priors' range"),
+    Quantity("net_tok_s_at_priors_high", "tok/s", "at priors high", "the high end of net_tok_s_at_priors' range"),
     Quantity("bound", "term", "bound", "the term that binds the step (RAM in a table where it does not fit)"),
     Quantity(
         "ssd_bytes_per_token", "bytes", "SSD GB/token", "bytes streamed over the link per agent-token (link_name)"

@@ -210,6 +210,32 @@ DEFAULT_PRIORS: dict[str, tuple[tuple[float, float, float], str]] = {
 }
 
 
+#: the peak each efficiency multiplies
+EFFICIENCY_PEAKS = {
+    "mem_efficiency": "bw_mem_bytes_per_s",
+    "compute_efficiency": "flops_per_s",
+    "link_efficiency": "bw_ssd_bytes_per_s",
+}
+
+
+def _priors_on_witnessed_peaks(prov: Mapping[str, str]) -> dict[str, tuple[tuple[float, float, float], str]]:
+    """The efficiency priors of :data:`DEFAULT_PRIORS` are shares of a rated peak, their high end
+    the share an engine sustains; where the preset's peak is witnessed (a rate measured on the box)
+    it already is that sustained rate, so the range is rescaled to end at 1 (each end divided by
+    the high end): ``mem_efficiency`` 0.4–0.7–0.9 becomes 0.44–0.78–1 (llama.cpp's Metal decode
+    reaching 167 and 275 of the ~340 GB/s an M1 Max sustains)."""
+    out = {}
+    for key, peak in EFFICIENCY_PEAKS.items():
+        (lo, mid, hi), source = DEFAULT_PRIORS[key]
+        if prov.get(peak) == "witnessed" and hi < 1.0:
+            out[key] = (
+                (lo / hi, mid / hi, 1.0),
+                f"{source}; rescaled to end at 1 because this preset's {peak} is witnessed (a sustained rate "
+                f"measured on the box, the prior's high end {hi:g} of a rated peak)",
+            )
+    return out
+
+
 def schema_rows() -> list[dict[str, Any]]:
     """The preset schema, one row per field: kind, field, required, dimension, unit example,
     default (for an optional field that has one) and meaning."""
@@ -537,7 +563,7 @@ def _load(
     out["provenance"] = MappingProxyType(prov)
     out["sources"] = MappingProxyType(sources)
     if kind == "hardware":
-        out["priors"] = MappingProxyType({**DEFAULT_PRIORS, **priors})
+        out["priors"] = MappingProxyType({**DEFAULT_PRIORS, **_priors_on_witnessed_peaks(prov), **priors})
     if "precision" in doc:
         out["precision"] = str(doc["precision"])
     for key in texts:

@@ -92,9 +92,9 @@ def _comparison_rows(group: str, comparisons) -> list[dict[str, Any]]:
                     "predicted": r["predicted"],
                     "error": r["error"],
                     "error_unit": r["error_unit"],
-                    "low": None,
-                    "high": None,
-                    "inside": None,
+                    "low": r["low"],
+                    "high": r["high"],
+                    "inside": None if r["low"] is None else bool(r["low"] <= r["measured"] <= r["high"]),
                     "calibrated_on": r["calibrated_on"],
                     "source": r["source"],
                 }

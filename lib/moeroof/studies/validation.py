@@ -109,6 +109,9 @@ class Comparison(Result):
     notes: tuple[str, ...] = field(default_factory=tuple)
     axis: str = "B"
     error_unit: str = "relative"
+    #: the prediction's band per point where it has one (the engine priors' range), else empty
+    low: tuple[float, ...] = ()
+    high: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.role not in ("prediction", "consistency"):
@@ -117,6 +120,8 @@ class Comparison(Result):
             raise ValueError(f"error_unit must be 'relative' or 'points', got {self.error_unit!r}")
         if not len(self.batch) == len(self.measured) == len(self.predicted):
             raise ValueError("batch, measured and predicted must have one entry each per point")
+        if (self.low or self.high) and not len(self.low) == len(self.high) == len(self.batch):
+            raise ValueError("low and high must have one entry each per point, or be empty")
 
     @property
     def relative_error(self) -> tuple[float, ...]:
@@ -132,6 +137,8 @@ class Comparison(Result):
 
     def rows(self) -> list[dict[str, Any]]:
         """One dict per point (for a table)."""
+        low = self.low or (None,) * len(self.batch)
+        high = self.high or (None,) * len(self.batch)
         return [
             {
                 "key": self.key,
@@ -147,8 +154,12 @@ class Comparison(Result):
                 "calibrated_on": self.calibrated_on,
                 "cache": self.cache,
                 "source": self.source,
+                "low": lo,
+                "high": hi,
             }
-            for b, m, p, e, d in zip(self.batch, self.measured, self.predicted, self.relative_error, self.error)
+            for b, m, p, e, d, lo, hi in zip(
+                self.batch, self.measured, self.predicted, self.relative_error, self.error, low, high
+            )
         ]
 
 
@@ -528,6 +539,7 @@ def single_stream_predictions() -> list[dict[str, Any]]:
     """
     from moeroof.core.units import GB
     from moeroof.data.presets import load_hardware, load_model
+    from moeroof.models.engine_prior import prior_band
 
     model = load_model("glm-5.2")
     rows = []
@@ -544,6 +556,7 @@ def single_stream_predictions() -> list[dict[str, Any]]:
         ref = SINGLE_STREAM[key]
         w = Workload(context_tokens=512, cache_bytes=cache_bytes, cache_policy=policy, cache_scope=scope)
         p = plan(model, hw, w, routing_for(s), [1])
+        band = prior_band(model, hw, w, routing_for(s), [1])
         measured = ref.value["tok_s"]
         mid = float(np.mean(measured)) if isinstance(measured, tuple) else float(measured)
         return {
@@ -559,6 +572,8 @@ def single_stream_predictions() -> list[dict[str, Any]]:
             "tok_s_measured": measured,
             "tok_s_predicted": float(p.net_tok_s[0]),
             "relative_error": float(p.net_tok_s[0] / mid - 1),
+            "tok_s_at_priors": float(band.net_tok_s[0]),
+            "tok_s_at_priors_band": (float(band.low[0]), float(band.high[0])),
             "bound": p.bound[0],
             "source": ref.source + (" (hobby project)" if ref.hobby else ""),
         }
@@ -610,6 +625,7 @@ def gpu_bench_check(path=None) -> dict[str, Any]:
 
     from moeroof.core.paths import DATA_DIR
     from moeroof.data.presets import bench_model, load_hardware
+    from moeroof.models.engine_prior import prior_band
     from moeroof.models.plan import routing_from_spec
 
     path = Path(path) if path is not None else DATA_DIR / "measurements" / "gpu_moe_bench-h200-2026-11-29.json"
@@ -629,8 +645,13 @@ def gpu_bench_check(path=None) -> dict[str, Any]:
     batch = sorted({r["batch"] for r in rows})
     # no expert cache: the bench keeps every expert in pinned host memory and copies the step's
     # union (coalesced) or each token's picks (uncoalesced), so the cache policy plays no part
-    p = plan(model, hw, Workload(context_tokens=0, overlap="max", cache_bytes=0.0), routing, batch)
+    workload = Workload(context_tokens=0, overlap="max", cache_bytes=0.0)
+    p = plan(model, hw, workload, routing, batch)
     predicted = {"coalesced": p.net_tok_s, "uncoalesced": p.baselines["uncoalesced"]["net_tok_s"]}
+    at_priors = {
+        mode: prior_band(model, hw, workload, routing, batch, coalesced=mode == "coalesced")
+        for mode in ("uncoalesced", "coalesced")
+    }
     out = {"batch": batch, "gpu": data["gpu"], "date": data["date"], "command": data["command"], "modes": {}}
     for mode in ("uncoalesced", "coalesced"):
         meas = np.array([next(r["net_tok_s"] for r in rows if r["batch"] == b and r["mode"] == mode) for b in batch])
@@ -640,6 +661,9 @@ def gpu_bench_check(path=None) -> dict[str, Any]:
             "predicted": pred.tolist(),
             "relative_error": (pred / meas - 1).tolist(),
             "median_abs_error": float(np.median(np.abs(pred / meas - 1))),
+            "at_priors": at_priors[mode].net_tok_s.tolist(),
+            "at_priors_low": at_priors[mode].low.tolist(),
+            "at_priors_high": at_priors[mode].high.tolist(),
         }
     meas_mult = np.array(out["modes"]["coalesced"]["measured"]) / np.array(out["modes"]["uncoalesced"]["measured"])
     out["multiple_measured"] = meas_mult.tolist()
@@ -730,6 +754,22 @@ def comparisons() -> list[Comparison]:
                 notes,
             )
         )
+        out.append(
+            Comparison(
+                f"{key}-tok-s-at-priors",
+                r["source"],
+                f"{r['setup']}: tok/s at B=1, engine at the box's priors ({r['hardware']})",
+                "prediction",
+                r["calibrated_on"],
+                r["cache_policy"],
+                (1,),
+                (float(measured),),
+                (r["tok_s_at_priors"],),
+                notes,
+                low=(r["tok_s_at_priors_band"][0],),
+                high=(r["tok_s_at_priors_band"][1],),
+            )
+        )
     bigrig = BIGRIG_SCALING.source + " (hobby project)"
     for cal in ((1, 16), (1, 2)):
         _, c = bigrig_engine_fit(cal)
@@ -782,6 +822,21 @@ def comparisons() -> list[Comparison]:
                 b,
                 tuple(d["measured"]),
                 tuple(d["predicted"]),
+            )
+        )
+        out.append(
+            Comparison(
+                f"h200-{mode}-at-priors",
+                h200,
+                f"net tok/s, {mode}, engine at the box's priors",
+                "prediction",
+                "nothing",
+                none,
+                b,
+                tuple(d["measured"]),
+                tuple(d["at_priors"]),
+                low=tuple(d["at_priors_low"]),
+                high=tuple(d["at_priors_high"]),
             )
         )
     out.append(

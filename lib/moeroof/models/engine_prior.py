@@ -1,0 +1,124 @@
+"""The engine at its priors: what a zero-fit answer expects where no row identifies the engine.
+
+A preset states a box's peaks; its engine terms (seconds per step, per agent token) and
+efficiencies (shares of the memory, compute and streaming peaks an engine reaches) are rarely
+measured, and a preset that does not measure them holds them at 0 and 1, *assumed*: the step
+model's roofline. ``moeroof fit-plan`` holds every such knob the rows cannot identify at the
+box's prior (:data:`moeroof.data.presets.DEFAULT_PRIORS`, or the preset's own ``prior``) and
+widens its bands to each end. This module asks the same of a zero-fit answer, so that
+``plan`` and ``fit-plan`` assume one engine for an unmeasured box:
+
+- :func:`held_priors`: the knobs of :data:`~moeroof.data.presets.PRIOR_FIELDS` the preset does
+  not state (tagged ``assumed``), each with its prior ``(low, centre, high)``;
+- :func:`prior_band`: net tok/s at each B with those knobs at their centres, and the band over
+  each knob moved to each of its ends with the others at their centres (the envelope of the
+  one-at-a-time ends: what fit-plan's bands take in where every end is admitted, the rows
+  absent). The work of the step (the cache, the bytes) is computed once; only its price moves.
+
+The cost per touched expert has no absolute prior (fit-plan's is a share of a calibration
+step): it stays at the preset's value, and the notes say so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from moeroof.core.results import Result
+from moeroof.data.presets import PRIOR_FIELDS, Hardware, MoEModel
+
+__all__ = ["held_priors", "at_prior_centres", "PriorBand", "prior_band"]
+
+
+def held_priors(hardware: Hardware) -> dict[str, tuple[float, float, float]]:
+    """``field → (low, centre, high)`` (SI) for every prior knob ``hardware`` leaves assumed."""
+    return {
+        key: tuple(float(v) for v in hardware.priors[key][0])  # type: ignore[misc]
+        for key in PRIOR_FIELDS
+        if hardware.provenance.get(key, "assumed") == "assumed" and key in hardware.priors
+    }
+
+
+def at_prior_centres(hardware: Hardware) -> Hardware:
+    """``hardware`` with every knob of :func:`held_priors` at its prior's centre."""
+    return replace(hardware, **{key: c for key, (_, c, _) in held_priors(hardware).items()})
+
+
+@dataclass(frozen=True)
+class PriorBand(Result):
+    """Net tok/s at each B with the engine at its priors: the centre, the band's ends, and the
+    knobs held (field → (low, centre, high), SI); NaN where the step does not fit in RAM."""
+
+    batch: np.ndarray
+    net_tok_s: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    held: dict[str, tuple[float, float, float]]
+    sources: dict[str, str]
+
+    def note(self) -> str:
+        """One line: which knobs were held where, and what the band is."""
+        if not self.held:
+            return "the preset states every engine term and efficiency: the column at the priors is its own roofline"
+        parts = [_describe(k, v) for k, v in self.held.items()]
+        return (
+            "tok/s at priors: the engine knobs this preset does not state, held at the box's priors (as "
+            "moeroof fit-plan holds them where rows cannot identify them): "
+            + "; ".join(parts)
+            + "; the range is the envelope of each knob at each of its ends (the others at their centres); "
+            "the cost per touched expert stays at the preset's value (its prior is a share of a measured step)"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        def f(a):
+            return [None if not np.isfinite(x) else float(x) for x in np.asarray(a, dtype=float)]
+
+        return {
+            "net_tok_s": f(self.net_tok_s),
+            "low": f(self.low),
+            "high": f(self.high),
+            "held": {k: list(v) for k, v in self.held.items()},
+            "sources": dict(self.sources),
+            "note": self.note(),
+        }
+
+
+def _describe(key: str, v: tuple[float, float, float]) -> str:
+    lo, c, hi = v
+    if key.startswith("engine_seconds"):
+        return f"{key} {c * 1e3:g} ms ({lo * 1e3:g}–{hi * 1e3:g})"
+    return f"{key} {c:.3g} ({lo:.3g}–{hi:.3g})"
+
+
+def prior_band(model: MoEModel, hardware: Hardware, workload, routing, batch, *, coalesced: bool = True) -> PriorBand:
+    """:class:`PriorBand` of the step at each B (the arguments of :func:`moeroof.models.plan.plan`;
+    ``routing`` may be a callable ``B -> RoutingProbabilities``; ``coalesced=False``: the
+    uncoalesced baseline's step). The step's work is
+    :func:`moeroof.models.plan.batch_works`'s, priced by
+    :func:`moeroof.models.plan.works_rates` on the box at its centres and at each end."""
+    from moeroof.models.plan import batch_works, works_rates
+    from moeroof.models.union import as_batch
+
+    b = as_batch(batch)
+    held = held_priors(hardware)
+    centre = at_prior_centres(hardware)
+    works = batch_works(model, centre, workload, routing, b, coalesced=coalesced)
+    fits = np.concatenate([np.asarray(w.fits, dtype=bool) for w in works])
+
+    def rates(box: Hardware) -> np.ndarray:
+        return np.concatenate([r[0] for r in works_rates(box, workload, works)])
+
+    mid = rates(centre)
+    ends = [rates(replace(centre, **{key: end})) for key, (lo, _, hi) in held.items() for end in (lo, hi)]
+    stack = np.stack([mid, *ends])
+    nan = np.full(b.shape, np.nan)
+    return PriorBand(
+        batch=b,
+        net_tok_s=np.where(fits, mid, nan),
+        low=np.where(fits, stack.min(axis=0), nan),
+        high=np.where(fits, stack.max(axis=0), nan),
+        held=held,
+        sources={key: hardware.priors[key][1] for key in held},
+    )

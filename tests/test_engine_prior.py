@@ -1,0 +1,88 @@
+"""The engine at its priors (moeroof.models.engine_prior): a zero-fit answer holds what the preset
+does not state where fit-plan would, and its range is each knob at each end, priced on one work."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moeroof.cli import main
+from moeroof.data.presets import DEFAULT_PRIORS, PRIOR_FIELDS, load_hardware, load_model
+from moeroof.models.engine_prior import at_prior_centres, held_priors, prior_band
+from moeroof.models.plan import Workload, plan, routing_from_spec
+
+
+def _case(box: str = "nvme-gen4"):
+    model = load_model("qwen3-30b-a3b")
+    return model, load_hardware(box), Workload(cache_bytes=4 * 2**30), routing_from_spec("zipf:0.9", model)
+
+
+def test_every_unstated_knob_is_held_and_a_stated_one_is_not():
+    _, hw, _, _ = _case()
+    assert set(held_priors(hw)) == set(PRIOR_FIELDS)  # the preset states none of them
+    stated = replace(hw, provenance={**hw.provenance, "engine_seconds_per_step": "witnessed"})
+    assert "engine_seconds_per_step" not in held_priors(stated)
+    centred = at_prior_centres(stated)
+    assert centred.engine_seconds_per_step == hw.engine_seconds_per_step  # the stated value kept
+    assert centred.mem_efficiency == hw.priors["mem_efficiency"][0][1]
+
+
+def test_the_band_is_each_knob_at_each_end_through_plan_itself():
+    """The centre and both ends, recomputed independently: the whole ``plan`` (its own cache
+    simulation) on the box with one knob moved at a time."""
+    model, hw, wl, routing = _case()
+    batch = [1, 4, 16]
+    band = prior_band(model, hw, wl, routing, batch)
+    centre = at_prior_centres(hw)
+    mid = plan(model, centre, wl, routing, batch).net_tok_s
+    ends = [
+        plan(model, replace(centre, **{k: v}), wl, routing, batch).net_tok_s
+        for k, (lo, _, hi) in held_priors(hw).items()
+        for v in (lo, hi)
+    ]
+    np.testing.assert_allclose(band.net_tok_s, mid, rtol=1e-12)
+    np.testing.assert_allclose(band.low, np.min([mid, *ends], axis=0), rtol=1e-12)
+    np.testing.assert_allclose(band.high, np.max([mid, *ends], axis=0), rtol=1e-12)
+    assert np.all(band.low < band.net_tok_s) and np.all(band.net_tok_s <= band.high)
+    # the roofline (engine 0, efficiencies 1) is never slower than the engine at its centres
+    assert np.all(plan(model, hw, wl, routing, batch).net_tok_s >= band.net_tok_s)
+
+
+def test_a_witnessed_peak_ends_its_efficiency_prior_at_one(tmp_path: Path):
+    (lo, mid, hi), _ = DEFAULT_PRIORS["mem_efficiency"]
+    witnessed = load_hardware("apple-m4")  # bw_mem witnessed (bigrig's calibrate)
+    assert witnessed.provenance["bw_mem_bytes_per_s"] == "witnessed"
+    assert witnessed.priors["mem_efficiency"][0] == pytest.approx((lo / hi, mid / hi, 1.0))
+    assert "witnessed" in witnessed.priors["mem_efficiency"][1]
+    rated = load_hardware("gb10")  # a spec sheet's peak: the prior as published
+    assert rated.provenance["bw_mem_bytes_per_s"] != "witnessed"
+    assert rated.priors["mem_efficiency"][0] == (lo, mid, hi)
+    # a preset's own prior wins over the rescaled one
+    text = Path(witnessed.path).read_text()
+    text += (
+        'mem_efficiency = { value = 1, assumed = true, prior = [0.3, 0.6, 0.8], prior_source = "a test" }\n'
+        if "mem_efficiency" not in text
+        else ""
+    )
+    own = tmp_path / "own.toml"
+    own.write_text(text)
+    assert load_hardware(own).priors["mem_efficiency"][0] == (0.3, 0.6, 0.8)
+
+
+def test_plan_shows_the_engine_at_its_priors_beside_the_roofline(capsys):
+    argv = ["plan", "--model", "qwen3-30b-a3b", "--hardware", "nvme-gen4", "--batch", "1,8", "--cache-gib", "4"]
+    assert main([*argv, "--routing", "zipf:0.9", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    mid, lo, hi = (
+        np.array(rep[k]) for k in ("net_tok_s_at_priors", "net_tok_s_at_priors_low", "net_tok_s_at_priors_high")
+    )
+    assert np.all(lo <= mid) and np.all(mid <= hi) and np.all(mid <= np.array(rep["net_tok_s"]))
+    assert set(rep["engine_priors"]["held"]) == set(PRIOR_FIELDS)
+    assert any(n.startswith("tok/s at priors:") and "20 ms (5–75)" in n for n in rep["notes"])
+    assert main([*argv, "--routing", "zipf:0.9"]) == 0
+    out = capsys.readouterr().out
+    assert "tok/s at priors" in out and f"({lo[0]:.3f}–{hi[0]:.3f})" in out

@@ -42,6 +42,7 @@ from moeroof.core.units import GiB, gib
 from moeroof.data.embedded import default_routing
 from moeroof.data.io import load_any
 from moeroof.data.presets import load_hardware, load_model
+from moeroof.models.engine_prior import prior_band
 from moeroof.models.local_routing import locality_parameter, with_locality
 from moeroof.models.plan import Workload, cache_parameter, multiple_thresholds, plan, routing_from_spec
 from moeroof.present import answers
@@ -76,6 +77,7 @@ w = Workload(context_tokens=context_tokens, cache_bytes=cache_gib * GiB, overlap
 prior = locality_parameter(locality)
 r = with_locality(m, r, prior, workload=w)
 p = plan(m, hw, w, r, batch)
+at_priors = prior_band(m, hw, w, r, batch)  # the engine fit-plan would hold for this unmeasured box
 claim_batch = np.unique(np.round(np.logspace(0, np.log10(claim_b_max), 32)).astype(int))
 cp_run = plan(m, hw, w, r, claim_batch)  # the run's own routing and cache over the claim grid
 prov = provenance_label(p.provenance["result"])
@@ -123,6 +125,7 @@ display(
             link=p.link_name,
             synthetic=[f"the routing data `{routing}`"] if answers.is_synthetic(routing_data_provenance) else [],
             defaults=defaults_taken,
+            at_priors=(at_priors.net_tok_s[best_i], at_priors.low[best_i], at_priors.high[best_i]),
         )
     )
 )
@@ -172,6 +175,8 @@ with style():
     for ax in (ax_n, ax_a):
         regimes = shade_regimes(ax, batch, p.bound, p.fits_in_memory)
     ax_n.plot(batch, p.net_tok_s, "k-", lw=2, label="coalesced (this model)")
+    ax_n.fill_between(batch, at_priors.low, at_priors.high, color="0.6", alpha=0.25, lw=0)
+    ax_n.plot(batch, at_priors.net_tok_s, "k-.", lw=1, label="coalesced, engine at the box's priors (range)")
     ax_n.plot(batch, p.baselines["uncoalesced"]["net_tok_s"], "C3--", label="baseline: uncoalesced")
     ax_n.plot(batch, p.baselines["single"]["net_tok_s"], "C0:", label="baseline: single (B = 1)")
     ax_a.plot(batch, p.per_agent_tok_s, "k-", lw=2, label="coalesced, per agent")
@@ -194,6 +199,7 @@ rows = pd.DataFrame(
         "step s": p.step_seconds,
         "per-agent tok/s": p.per_agent_tok_s,
         "net tok/s": p.net_tok_s,
+        "net tok/s at priors": at_priors.net_tok_s,
         "bound": p.bound,
         "SSD GiB per agent-token": gib(p.ssd_bytes_per_token),
         "U per layer": p.union_per_layer,

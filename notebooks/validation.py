@@ -91,8 +91,14 @@ with style():
             ax.plot(err, np.full(err.size, j), "o", ms=4, color="#4C72B0")
             for r in pts:
                 if r["low"] is not None:
+                    # the band seen from the measurement, in the row's own error unit
+                    ends = (
+                        [r["low"] / r["measured"] - 1.0, r["high"] / r["measured"] - 1.0]
+                        if unit == "relative"
+                        else [r["low"] - r["measured"], r["high"] - r["measured"]]
+                    )
                     ax.plot(
-                        [(r["low"] - r["measured"]) * scale, (r["high"] - r["measured"]) * scale],
+                        [e * scale for e in ends],
                         [j, j],
                         "-",
                         lw=1,

@@ -179,6 +179,7 @@ ANSWER_CHECKS: dict[str, dict] = {
             "4×",
             "Defaults that follow the model: routing `auto` → `traces/qwen3-30b-a3b-like.npz`",
             "cache `auto` → 11.8 GiB, every routed expert of qwen3-30b-a3b-3bit",
+            "at the box's priors",
         ],
         "synthetic": True,
         "projected": True,

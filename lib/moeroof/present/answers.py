@@ -254,8 +254,12 @@ def net_toks(
     synthetic: Iterable[str] = (),
     link: str = "ssd",
     defaults: Iterable[str] = (),
+    at_priors: tuple[float, float, float] | None = None,
 ) -> str:
     """net_toks: net and per-agent tok/s over B, what binds, and where the seed's 4–10× holds.
+
+    ``at_priors``: net tok/s at ``best_batch`` with the engine at the box's priors
+    (:func:`moeroof.models.engine_prior.prior_band`: centre, low, high), said after the roofline's.
 
     ``batch``, ``bound`` and ``fits`` are the plotted grid; the multiples are against
     ``uncoalesced`` over the claim grid up to ``claim_b_max``; ``seed_per_agent_last`` is seed
@@ -281,6 +285,13 @@ def net_toks(
         f"{fmt(per_agent_first)} at B = {min(int(b) for b in batch)} to {fmt(per_agent_last)} at B = "
         f"{last_feasible_batch}. "
     )
+    if at_priors is not None and all(math.isfinite(x) for x in at_priors):
+        mid, lo, hi = at_priors
+        text += (
+            f"These rates run the engine as the preset states it (the roofline); with the engine terms and "
+            f"efficiencies it does not state at the box's priors (what `fit-plan` holds where no row identifies "
+            f"them), B = {best_batch} gets {fmt(mid)} net tok/s ({fmt(lo)}–{fmt(hi)} over the priors' ends). "
+        )
     if batch_at_4x is not None and per_agent_at_4x is not None:
         per_min = 60 * per_agent_at_4x
         claim = (

@@ -571,3 +571,22 @@ def test_the_cli_offers_the_library_knobs():
     from moeroof.models.fit_plan import KNOBS
 
     assert CLI_KNOBS == KNOBS
+
+
+def test_both_overlaps_side_by_side_give_the_same_fit_and_leave_no_process():
+    """``jobs=2`` fits ``sum`` in a forked child beside ``max``: the same result to the last bit,
+    and a fit that fails in the parent ends its child too."""
+    import multiprocessing
+
+    from moeroof.core.paths import DATA_DIR
+    from moeroof.core.results import plain
+
+    pts = read_plan_points(DATA_DIR / "points" / "bigrig.plan-points")
+    model, hw = load_model("qwen3-30b-a3b-3bit"), load_hardware("apple-m4")
+    routing = routing_from_spec("uniform", model)
+    serial = fit_plan(pts, model, hw, routing, jobs=1)
+    forked = fit_plan(pts, model, hw, routing, jobs=2)
+    assert json.dumps(plain(forked.to_dict()), sort_keys=True) == json.dumps(plain(serial.to_dict()), sort_keys=True)
+    with pytest.raises(ParameterError):
+        fit_plan(pts, model, hw, routing, fit=["engine", "expert", "ssd-scale", "reclaim"], jobs=2)
+    assert not multiprocessing.active_children()

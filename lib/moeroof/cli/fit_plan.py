@@ -14,6 +14,7 @@ POINTS columns: ``batch``, ``cache_gib``, ``ranks``, ``policy``, ``net_tok_s``, 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from moeroof.cli.common import (
@@ -121,6 +122,8 @@ def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
             overlap=args.overlap,
             locality=None if args.no_locality_prior else Locality.committed(),
             progress=progress,
+            # the two overlaps side by side where this process may use two cores (the same numbers)
+            jobs=min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1),
         )
     finally:
         progress.close()

@@ -1059,6 +1059,7 @@ def fit_plan(
     overlap: str | None = None,
     locality: Locality | None = None,
     progress: Callable[[int, int, str], None] | None = None,
+    jobs: int = 1,
 ) -> PlanFit:
     """Fit the named knobs on the calibration rows, predict every row with bands (module
     docstring); ``progress(done, total, what)`` as each stage of each overlap begins and once at the
@@ -1066,7 +1067,11 @@ def fit_plan(
     cost), and the other widens the bands when it too meets every calibration row within
     2 σ — how the terms combine is a structural choice the rows may not decide. Raises
     :class:`ParameterError` for an unknown knob, a knob the rows cannot identify (more smooth
-    parameters than measured net tok/s rows), or ``skew`` with a routing that is not Zipf."""
+    parameters than measured net tok/s rows), or ``skew`` with a routing that is not Zipf.
+
+    ``jobs`` ≥ 2 with both overlaps to fit: the ``sum`` fit runs in a forked process beside the
+    ``max`` one (each fit is a pure function of its inputs: the same numbers as ``jobs = 1``);
+    where the platform cannot fork, or the child dies, it runs here after ``max``."""
     kw = dict(
         fit=fit,
         context_tokens=context_tokens,
@@ -1080,15 +1085,24 @@ def fit_plan(
     overlaps_tried = ("max", "sum") if overlap is None else (overlap,)
     total = len(FIT_STAGES) * len(overlaps_tried)
     fits = {}
+    beside = _fork_fit("sum", points, model, hardware, routing, kw) if jobs >= 2 and len(overlaps_tried) == 2 else None
     for i, ov in enumerate(overlaps_tried):
         stages = iter(range(i * len(FIT_STAGES), (i + 1) * len(FIT_STAGES)))
 
         def stage(what: str, ov=ov, stages=stages) -> None:
             done = next(stages)
             if progress is not None:
-                progress(done, total, f"{ov}: {what}")
+                progress(done, total, f"{ov}: {what}" + (" (the other overlap beside it)" if beside else ""))
 
-        fits[ov] = _fit_one(points, model, hardware, routing, overlap=ov, stage=stage, **kw)
+        try:
+            got = beside.result() if beside is not None and ov == "sum" else None
+            fits[ov] = (
+                got if got is not None else _fit_one(points, model, hardware, routing, overlap=ov, stage=stage, **kw)
+            )
+        except BaseException:
+            if beside is not None:
+                beside.stop()
+            raise
     if progress is not None:
         progress(total, total, "done")
     if overlap is not None:
@@ -1115,6 +1129,56 @@ def fit_plan(
         ]
         notes.append(f"{other.overlap} overlap also meets the calibration rows: the bands include its predictions")
     return replace(best, rows=rows, notes=tuple(notes), overlaps=overlaps)
+
+
+class _ForkedFit:
+    """One :func:`_fit_one` running in a forked child; :meth:`result` is its :class:`PlanFit`,
+    re-raises its error, or is None where the child died (the caller then fits it itself)."""
+
+    def __init__(self, process, conn) -> None:
+        self.process, self.conn = process, conn
+
+    def result(self) -> PlanFit | None:
+        try:
+            kind, value = self.conn.recv()
+        except (EOFError, OSError):
+            kind, value = "lost", None
+        finally:
+            self.conn.close()
+            self.process.join()
+        if kind == "error":
+            raise value
+        return value if kind == "ok" else None
+
+    def stop(self) -> None:
+        """End the child (the parent's own fit failed or was interrupted)."""
+        if self.process.is_alive():
+            self.process.terminate()
+        self.process.join()
+
+
+def _fork_fit(overlap: str, points, model, hardware, routing, kw) -> _ForkedFit | None:
+    """Start :func:`_fit_one` at ``overlap`` in a forked process (its inputs inherited, not
+    pickled: presets hold read-only mappings); None where this platform cannot fork."""
+    import multiprocessing
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+
+    def child() -> None:
+        try:
+            send.send(("ok", _fit_one(points, model, hardware, routing, overlap=overlap, stage=None, **kw)))
+        except Exception as err:  # the parent re-raises it as the serial fit would
+            send.send(("error", err))
+        finally:
+            send.close()
+
+    process = ctx.Process(target=child, daemon=True)
+    process.start()
+    send.close()
+    return _ForkedFit(process, recv)
 
 
 def _prior_origin(hardware: Hardware) -> str:

@@ -1159,10 +1159,12 @@ class _ForkedFit:
 
 def _fork_fit(overlap: str, points, model, hardware, routing, kw) -> _ForkedFit | None:
     """Start :func:`_fit_one` at ``overlap`` in a forked process (its inputs inherited, not
-    pickled: presets hold read-only mappings); None where this platform cannot fork."""
+    pickled: presets hold read-only mappings); None where this platform cannot fork or this
+    process is a daemon."""
     import multiprocessing
 
-    if "fork" not in multiprocessing.get_all_start_methods():
+    # a daemonic process (a pool's worker) may not have children: it fits both itself
+    if "fork" not in multiprocessing.get_all_start_methods() or multiprocessing.current_process().daemon:
         return None
     ctx = multiprocessing.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)

@@ -79,7 +79,7 @@ def test_regime_cases_are_fit_plan_on_the_shipped_points_files(monkeypatch):
 
     real = fp.fit_plan
     monkeypatch.setattr(fp, "fit_plan", spy)
-    rows = held_out.regime_rows()
+    rows = held_out.regime_rows(jobs=2)  # the validate command's: the two overlaps side by side
     assert all(set(r) == set(held_out.COLUMNS) for r in rows)
     withheld = [r for r in rows if r["role"] == "withheld"]
     assert withheld and all(r["measured"] is None and r["error"] is None for r in withheld)

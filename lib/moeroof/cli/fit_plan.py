@@ -14,7 +14,6 @@ POINTS columns: ``batch``, ``cache_gib``, ``ranks``, ``policy``, ``net_tok_s``, 
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 from moeroof.cli.common import (
@@ -30,6 +29,7 @@ from moeroof.cli.common import (
     routing_knobs_arg,
     table,
 )
+from moeroof.core.limits import usable_cores
 
 #: the knobs --fit takes: moeroof.models.fit_plan.KNOBS, spelled here so that the parser needs no
 #: scipy (tests/test_fit_plan.py holds the two equal)
@@ -123,7 +123,7 @@ def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
             locality=None if args.no_locality_prior else Locality.committed(),
             progress=progress,
             # the two overlaps side by side where this process may use two cores (the same numbers)
-            jobs=min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1),
+            jobs=min(2, usable_cores()),
         )
     finally:
         progress.close()

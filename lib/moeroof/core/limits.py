@@ -29,6 +29,7 @@ __all__ = [
     "MAX_BATCH",
     "FALLBACK_AVAILABLE_BYTES",
     "available_memory",
+    "usable_cores",
     "check_allocation",
     "check_count",
     "human_bytes",
@@ -236,3 +237,11 @@ def check_document(text: str, what: str, *, max_bytes: int, toml: bool = False) 
     depth = nesting_depth(text, toml=toml)
     if depth > MAX_NESTING:
         raise ValueError(f"{what} nests arrays or tables {depth} deep, more than the {MAX_NESTING} allowed")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity where the platform tells it (a
+    ``taskset`` or a container's cpuset), else ``os.cpu_count()``, at least 1."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)

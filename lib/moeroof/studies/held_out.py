@@ -108,8 +108,9 @@ def _row(group, case, role, quantity, at, measured, predicted, error, unit, low,
     return dict(zip(COLUMNS, values, strict=True))
 
 
-def regime_rows() -> list[dict[str, Any]]:
-    """The ``regimes`` group (module docstring): one fit-plan per :data:`REGIME_CASES` entry."""
+def regime_rows(*, jobs: int = 1) -> list[dict[str, Any]]:
+    """The ``regimes`` group (module docstring): one fit-plan per :data:`REGIME_CASES` entry
+    (``jobs``: :func:`moeroof.models.fit_plan.fit_plan`'s, the same numbers)."""
     from moeroof.core.paths import DATA_DIR
     from moeroof.data.plan_points import read_plan_points
     from moeroof.data.presets import load_hardware, load_model
@@ -132,6 +133,7 @@ def regime_rows() -> list[dict[str, Any]]:
             fit=knobs,
             routing_is_spec=spec_skew(routing) is not None,
             locality=Locality.committed(),
+            jobs=jobs,
         )
         cal = f"fit-plan ({', '.join(fit.fitted)}) on the measured rows of data/points/{points}"
         for r in fit.rows:
@@ -166,8 +168,10 @@ def held_out_rows(
     *,
     external_dir=None,
     progress: Callable[[int, int, str], None] | None = None,
+    jobs: int = 1,
 ) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """The rows of the chosen groups (module docstring) and, per skipped group, why."""
+    """The rows of the chosen groups (module docstring) and, per skipped group, why (``jobs``:
+    :func:`regime_rows`')."""
     from moeroof.studies import validation
 
     unknown = [g for g in groups if g not in GROUPS]
@@ -184,7 +188,7 @@ def held_out_rows(
         elif group == "cache":
             rows += _comparison_rows("cache", validation.cache_comparisons())
         elif group == "regimes":
-            rows += regime_rows()
+            rows += regime_rows(jobs=jobs)
         else:
             from moeroof.studies import locality_prior
 

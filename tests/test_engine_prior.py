@@ -29,6 +29,12 @@ def test_every_unstated_knob_is_held_and_a_stated_one_is_not():
     centred = at_prior_centres(stated)
     assert centred.engine_seconds_per_step == hw.engine_seconds_per_step  # the stated value kept
     assert centred.mem_efficiency == hw.priors["mem_efficiency"][0][1]
+    # an assumed value other than the roofline's default, or one set on the command line, is kept
+    from moeroof.data.presets import with_overrides
+
+    assert "engine_seconds_per_step" not in held_priors(replace(hw, engine_seconds_per_step=0.03))
+    by_flag = with_overrides(hw, {"engine_seconds_per_step": "0s", "mem_efficiency": "0.5"})
+    assert {"engine_seconds_per_step", "mem_efficiency"}.isdisjoint(held_priors(by_flag))
 
 
 def test_the_band_is_each_knob_at_each_end_through_plan_itself():
@@ -86,3 +92,22 @@ def test_plan_shows_the_engine_at_its_priors_beside_the_roofline(capsys):
     assert main([*argv, "--routing", "zipf:0.9"]) == 0
     out = capsys.readouterr().out
     assert "tok/s at priors" in out and f"({lo[0]:.3f}–{hi[0]:.3f})" in out
+
+
+def test_set_takes_an_efficiency_as_a_share_and_refuses_one_outside_it():
+    """``--set mem_efficiency=0.5`` was refused as "must be a positive integer" (the shares share
+    the dimensionless kind with the model's counts); the preset's own bounds apply instead."""
+    from moeroof.data.presets import with_overrides
+
+    hw = load_hardware("nvme-gen4")
+    assert with_overrides(hw, {"mem_efficiency": "0.5", "reclaim_penalty": "0.3"}).mem_efficiency == 0.5
+    for key, bad, words in (
+        ("mem_efficiency", "1.5", "share of a peak"),
+        ("reclaim_exponent", "0.5", ">= 1"),
+        ("reclaim_penalty", "-1", ">= 0"),
+    ):
+        with pytest.raises(ValueError, match=words):
+            with_overrides(hw, {key: bad})
+    model = load_model("qwen3-30b-a3b")
+    with pytest.raises(ValueError, match="positive integer"):
+        with_overrides(model, {"top_k": "2.5"})

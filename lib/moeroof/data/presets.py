@@ -104,6 +104,9 @@ HARDWARE_FIELDS: dict[str, tuple[str, bool]] = {
 
 #: the fields that are a share of a peak: in (0, 1]
 EFFICIENCY_FIELDS = ("mem_efficiency", "compute_efficiency", "link_efficiency")
+#: the model's whole-number fields (the first four at least 1, the last two at least 0); the other
+#: dimensionless fields (shares, the reclaim knobs) are real numbers
+INTEGER_FIELDS = ("experts", "top_k", "moe_layers", "hidden_size", "dense_layers", "shared_experts")
 
 #: what each field means and the unit it is given in (the schema: ``moeroof presets --schema``,
 #: the README's "Preset schema"): field → (meaning, example unit)
@@ -602,8 +605,8 @@ def load_model(name_or_path: str | Path) -> MoEModel:
         known = ", ".join(sorted(list_presets()["models"]))
         raise InputError(name_or_path, None, "model", f"no such preset (known: {known})")
     out = _load(path, "model", MODEL_FIELDS)
-    _int_fields(path, out, ("experts", "top_k", "moe_layers", "hidden_size"))
-    _int_fields(path, out, ("dense_layers", "shared_experts"), minimum=0)
+    _int_fields(path, out, INTEGER_FIELDS[:4])
+    _int_fields(path, out, INTEGER_FIELDS[4:], minimum=0)
     if out["top_k"] > out["experts"]:
         raise InputError(path, None, "top_k", f"K={out['top_k']} exceeds experts E={out['experts']}")
     try:
@@ -719,7 +722,14 @@ def with_overrides(obj: MoEModel | Hardware, overrides: Mapping[str, str]) -> Mo
             )
         elif key == "ssd_read_size_bytes":
             raise ValueError(f"{key}: the read sizes of a curve are set in the preset, not one number")
-        elif dimension == "count":
+        elif key in EFFICIENCY_FIELDS:
+            if not 0 < value <= 1:
+                raise ValueError(f"{key}: is a share of a peak: must be in (0, 1], got {text!r}")
+        elif key == "reclaim_exponent" and not value >= 1:
+            raise ValueError(f"{key}: must be >= 1 (1: the queueing form), got {text!r}")
+        elif key == "reclaim_penalty" and not value >= 0:
+            raise ValueError(f"{key}: must be >= 0, got {text!r}")
+        elif dimension == "count" and key in INTEGER_FIELDS:
             if value != int(value) or (value < 1 and key not in ("dense_layers", "shared_experts")):
                 raise ValueError(f"{key}: must be a positive integer, got {text!r}")
             value = int(value)

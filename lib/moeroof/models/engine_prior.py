@@ -27,17 +27,23 @@ from typing import Any
 import numpy as np
 
 from moeroof.core.results import Result
-from moeroof.data.presets import PRIOR_FIELDS, Hardware, MoEModel
+from moeroof.data.presets import DEFAULTS, PRIOR_FIELDS, Hardware, MoEModel
 
 __all__ = ["held_priors", "at_prior_centres", "PriorBand", "prior_band"]
 
 
 def held_priors(hardware: Hardware) -> dict[str, tuple[float, float, float]]:
-    """``field → (low, centre, high)`` (SI) for every prior knob ``hardware`` leaves assumed."""
+    """``field → (low, centre, high)`` (SI) for every prior knob ``hardware`` leaves unstated:
+    tagged ``assumed`` and at the roofline's default (engine 0, efficiency 1). A value measured or
+    cited, an assumed value other than the default, or one set on the command line (``--set``) is
+    the user's statement about the engine and is kept."""
     return {
         key: tuple(float(v) for v in hardware.priors[key][0])  # type: ignore[misc]
         for key in PRIOR_FIELDS
-        if hardware.provenance.get(key, "assumed") == "assumed" and key in hardware.priors
+        if key in hardware.priors
+        and hardware.provenance.get(key, "assumed") == "assumed"
+        and getattr(hardware, key) == DEFAULTS[key]
+        and not str(hardware.sources.get(key, "")).startswith("set on the command line")
     }
 
 

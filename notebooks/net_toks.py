@@ -126,6 +126,7 @@ display(
             synthetic=[f"the routing data `{routing}`"] if answers.is_synthetic(routing_data_provenance) else [],
             defaults=defaults_taken,
             at_priors=(at_priors.net_tok_s[best_i], at_priors.low[best_i], at_priors.high[best_i]),
+            held_priors=list(at_priors.held),
         )
     )
 )

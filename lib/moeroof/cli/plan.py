@@ -289,7 +289,7 @@ def print_plan(rep: dict[str, Any]) -> None:
 
 def _at_priors(rep: dict[str, Any], i: int) -> str:
     """``centre (low–high)`` of net tok/s at the engine priors; ``-`` with --fit or off RAM."""
-    mid = (rep.get("net_tok_s_at_priors") or [None] * (i + 1))[i]
+    mid = _prior_cell(rep, "net_tok_s_at_priors", i)
     if mid is None:
         return "-"
     lo, hi = rep["net_tok_s_at_priors_low"][i], rep["net_tok_s_at_priors_high"][i]
@@ -372,7 +372,8 @@ def plan_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
 
 
 def _prior_cell(rep: dict[str, Any], key: str, i: int) -> float | None:
-    """A CSV cell of the at-priors columns: empty with --fit (the fit's knobs are the answer)."""
+    """An at-priors value at batch index i: None with --fit (the fit's knobs are the answer) or
+    where the step does not fit in RAM."""
     return (rep.get(key) or [None] * (i + 1))[i]
 
 

@@ -26,7 +26,7 @@ def add_parser(subparsers: Any) -> None:
         description=(
             "Print every validation case: fitted only on what it names as calibration (or on nothing), "
             "its predictions against the measurements it was not fitted on, with the error and, where the "
-            "case has one, whether the measurement lies inside its 5-95 % band."
+            "case has one, whether the measurement lies inside its band (a fit's 5-95 %, or a zero-fit row's engine-prior range)."
         ),
     )
     p.add_argument(

@@ -67,7 +67,7 @@ class PriorBand(Result):
     def note(self) -> str:
         """One line: which knobs were held where, and what the band is."""
         if not self.held:
-            return "the preset states every engine term and efficiency: the column at the priors is its own roofline"
+            return "the preset states every engine term and efficiency: tok/s at priors is its net tok/s"
         parts = [_describe(k, v) for k, v in self.held.items()]
         return (
             "tok/s at priors: the engine knobs this preset does not state, held at the box's priors (as "

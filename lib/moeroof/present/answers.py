@@ -255,11 +255,13 @@ def net_toks(
     link: str = "ssd",
     defaults: Iterable[str] = (),
     at_priors: tuple[float, float, float] | None = None,
+    held_priors: Sequence[str] = (),
 ) -> str:
     """net_toks: net and per-agent tok/s over B, what binds, and where the seed's 4–10× holds.
 
-    ``at_priors``: net tok/s at ``best_batch`` with the engine at the box's priors
-    (:func:`moeroof.models.engine_prior.prior_band`: centre, low, high), said after the roofline's.
+    ``at_priors``: net tok/s at ``best_batch`` with the knobs ``held_priors`` (those the preset
+    leaves unstated) at the box's priors (:func:`moeroof.models.engine_prior.prior_band`: centre,
+    low, high), said after the preset's own; nothing is said where no knob is held.
 
     ``batch``, ``bound`` and ``fits`` are the plotted grid; the multiples are against
     ``uncoalesced`` over the claim grid up to ``claim_b_max``; ``seed_per_agent_last`` is seed
@@ -285,12 +287,13 @@ def net_toks(
         f"{fmt(per_agent_first)} at B = {min(int(b) for b in batch)} to {fmt(per_agent_last)} at B = "
         f"{last_feasible_batch}. "
     )
-    if at_priors is not None and all(math.isfinite(x) for x in at_priors):
+    if at_priors is not None and held_priors and all(math.isfinite(x) for x in at_priors):
         mid, lo, hi = at_priors
         text += (
-            f"These rates run the engine as the preset states it (the roofline); with the engine terms and "
-            f"efficiencies it does not state at the box's priors (what `fit-plan` holds where no row identifies "
-            f"them), B = {best_batch} gets {fmt(mid)} net tok/s ({fmt(lo)}–{fmt(hi)} over the priors' ends). "
+            f"These rates run the engine as the preset states it; with what it leaves unstated "
+            f"({', '.join(f'`{k}`' for k in held_priors)}) at the box's priors (what `fit-plan` holds where no row "
+            f"identifies them), B = {best_batch} gets {fmt(mid)} net tok/s ({fmt(lo)}–{fmt(hi)} over the priors' "
+            "ends). "
         )
     if batch_at_4x is not None and per_agent_at_4x is not None:
         per_min = 60 * per_agent_at_4x
@@ -942,7 +945,7 @@ def validation(
     """validation: how the held-out predictions (``rows`` of :mod:`moeroof.studies.held_out`,
     ``cases`` its summary) meet the targets — relative errors within ``tok_s_target`` and hit-rate
     errors within ``hit_target`` (a fraction: 0.05 is 5 points) — and how many banded rows lie
-    inside their 5–95 % band; the worst case by mean |error|; what was skipped. ``coverage``:
+    inside their band (a fit's 5–95 %, or a zero-fit row's engine-prior range); the worst case by mean |error|; what was skipped. ``coverage``:
     (share inside with the locality prior, without it, rows, the calibration rows' batch sizes) of
     the simulated-truth check; ``plan_coverage``: (share inside, predicted rows, truths) of
     fit-plan's (:func:`moeroof.studies.plan_coverage.plan_coverage`)."""
@@ -967,7 +970,8 @@ def validation(
     if banded:
         inside = sum(bool(r["inside"]) for r in banded)
         parts.append(
-            f"Of the {len(banded)} rows with a 5–95 % band, {inside} lie inside it ({pct(inside / len(banded))}). "
+            f"Of the {len(banded)} rows with a band (a fit's 5–95 %, or the range of a zero-fit row's engine "
+            f"priors), {inside} lie inside it ({pct(inside / len(banded))}). "
         )
     preds = [c for c in cases if c["role"] == "prediction"]
     if preds:

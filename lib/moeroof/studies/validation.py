@@ -555,8 +555,9 @@ def single_stream_predictions() -> list[dict[str, Any]]:
     def row(key, hw, cache_bytes, s, calibrated_on, policy, scope="layer"):
         ref = SINGLE_STREAM[key]
         w = Workload(context_tokens=512, cache_bytes=cache_bytes, cache_policy=policy, cache_scope=scope)
-        p = plan(model, hw, w, routing_for(s), [1])
-        band = prior_band(model, hw, w, routing_for(s), [1])
+        route = routing_for(s)
+        p = plan(model, hw, w, route, [1])
+        band = prior_band(model, hw, w, route, [1])
         measured = ref.value["tok_s"]
         mid = float(np.mean(measured)) if isinstance(measured, tuple) else float(measured)
         return {
@@ -796,60 +797,33 @@ def comparisons() -> list[Comparison]:
     h200 = f"witnessed: benchmarks/gpu_moe_bench.py on the lab's {g['gpu']}, {g['date']} (data/measurements/)"
     b = tuple(int(x) for x in g["batch"])
     none = "none (experts in pinned host memory, the union copied every step)"
-    out.append(
-        Comparison(
-            "h200-union",
-            h200,
-            "distinct experts per layer per step",
-            "prediction",
-            "nothing",
-            none,
-            b,
-            tuple(g["union_measured"]),
-            tuple(g["union_predicted"]),
+
+    def h200_row(key: str, quantity: str, measured, predicted, **band) -> Comparison:
+        """One H200 bench comparison: every one predicts from nothing, on the same batches."""
+        return Comparison(
+            key, h200, quantity, "prediction", "nothing", none, b, tuple(measured), tuple(predicted), **band
         )
-    )
+
+    out.append(h200_row("h200-union", "distinct experts per layer per step", g["union_measured"], g["union_predicted"]))
     for mode in ("uncoalesced", "coalesced"):
         d = g["modes"][mode]
+        out.append(h200_row(f"h200-{mode}", f"net tok/s, {mode}", d["measured"], d["predicted"]))
         out.append(
-            Comparison(
-                f"h200-{mode}",
-                h200,
-                f"net tok/s, {mode}",
-                "prediction",
-                "nothing",
-                none,
-                b,
-                tuple(d["measured"]),
-                tuple(d["predicted"]),
-            )
-        )
-        out.append(
-            Comparison(
+            h200_row(
                 f"h200-{mode}-at-priors",
-                h200,
                 f"net tok/s, {mode}, engine at the box's priors",
-                "prediction",
-                "nothing",
-                none,
-                b,
-                tuple(d["measured"]),
-                tuple(d["at_priors"]),
+                d["measured"],
+                d["at_priors"],
                 low=tuple(d["at_priors_low"]),
                 high=tuple(d["at_priors_high"]),
             )
         )
     out.append(
-        Comparison(
+        h200_row(
             "h200-multiple",
-            h200,
             "coalesced / uncoalesced net tok/s (baseline uncoalesced)",
-            "prediction",
-            "nothing",
-            none,
-            b,
-            tuple(g["multiple_measured"]),
-            tuple(g["multiple_predicted"]),
+            g["multiple_measured"],
+            g["multiple_predicted"],
         )
     )
     return out

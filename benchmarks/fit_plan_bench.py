@@ -46,7 +46,7 @@ CASES = (
         "glm-5-nvfp4",
         "gb10",
         "histograms/glm5-seed003-per-layer.csv",
-        None,
+        ("engine", "ssd-scale", "pressure"),
     ),
     ("mlx-lm-1438", "mlx-lm-1438.plan-points", "glm-5.2", "apple-m4-max", "zipf:0.8", ("ssd-scale", "reclaim", "skew")),
     (

@@ -133,8 +133,8 @@ E, K, L = 32, 3, 4
 
 
 def skewed_histogram(tmp_path):
-    """A witnessed-looking histogram with skewed layers: expert 5 never fires in any layer (π = 0)
-    and layer 3 has one very hot expert; counts are the incidence of a drawn trace (exact sums)."""
+    """A witnessed-looking histogram with skewed layers: expert 5 never fires in any layer (a
+    count of 0) and layer 3 has one very hot expert; counts are the incidence of a drawn trace (exact sums)."""
     rng = np.random.default_rng(11)
     w = rng.gamma(0.3, size=(L, E)) + 1e-3
     w[:, 5] = 0.0
@@ -153,7 +153,14 @@ def skewed_histogram(tmp_path):
         layer_ids=[3, 4, 5, 6],
         provenance="witnessed",
     )
-    return path, counts / 3000.0
+    # π as plan reads it: count / T, with the Good–Turing unseen share (N₁/N of a layer's
+    # picks, N₁ the experts picked once) spread evenly over the experts never picked
+    c = counts.astype(float)
+    n, n1, n0 = c.sum(axis=1), (c == 1).sum(axis=1), (c == 0).sum(axis=1)
+    p0 = np.where(n0 > 0, n1 / n, 0.0)
+    pi = c / 3000.0 * (1.0 - p0)[:, None]
+    pi = np.where(c == 0, (K * p0 / np.maximum(n0, 1))[:, None], pi)
+    return path, pi
 
 
 def test_trace_routing_draws_the_histograms_frequencies(tmp_path, capsys):
@@ -175,7 +182,8 @@ def test_trace_routing_draws_the_histograms_frequencies(tmp_path, capsys):
     tokens = 1500 * 16
     freq = histogram_from_trace(np.asarray(t.topk), E) / tokens
     se = np.sqrt(pi * (1 - pi) / tokens)
-    assert np.all(freq[:, 5] == 0)  # π = 0: never drawn
+    # expert 5 never fired in the file: drawn at its layer's unseen share, never at a raw 0
+    assert np.all(pi[:, 5] > 0) and np.all(freq[:, 5] > 0)
     live = se > 0
     z = (freq[live] - pi[live]) / se[live]
     assert np.max(np.abs(z)) < 4.5, np.max(np.abs(z))

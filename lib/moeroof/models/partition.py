@@ -249,12 +249,12 @@ def weighted_packing(weight, speeds, capacity=None) -> np.ndarray:
 
 
 def inclusion_from_histogram(hist: Histogram) -> np.ndarray:
-    """π (H, E): ``count / tokens`` per row, rescaled so each row sums to K (as
+    """π (H, E): :func:`moeroof.models.routing.inclusion_from_counts` of the histogram (as
     :func:`moeroof.models.plan.routing_from_spec`). A layer-summed histogram's ``tokens`` counts
     (token, layer) pairs, so its single row is π averaged over layers."""
-    pi = hist.counts / np.maximum(hist.tokens.astype(float), 1.0)[:, None]
-    pi = pi * (hist.top_k / np.maximum(pi.sum(axis=1, keepdims=True), 1e-300))
-    return np.clip(pi, 0.0, 1.0)
+    from moeroof.models.routing import inclusion_from_counts
+
+    return inclusion_from_counts(hist.counts, hist.tokens, hist.top_k)[0]
 
 
 @dataclass(frozen=True)

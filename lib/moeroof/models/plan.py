@@ -220,7 +220,7 @@ def routing_from_spec(spec: str, model: MoEModel) -> RoutingProbabilities:
         return RoutingProbabilities(pi, f"Zipf s={s:g}", "assumed")
     from moeroof.core.paths import resolve_data
     from moeroof.data.io import Histogram, check_incidence_sums, load_any
-    from moeroof.models.routing import histogram_from_trace
+    from moeroof.models.routing import histogram_from_trace, inclusion_from_counts
 
     path = resolve_data(spec)
     data = load_any(path)
@@ -242,8 +242,13 @@ def routing_from_spec(spec: str, model: MoEModel) -> RoutingProbabilities:
         arr = np.asarray(data.topk)
         counts = histogram_from_trace(arr, e)
         tokens = (arr >= 0).all(axis=-1).sum(axis=(0, 1))
-    pi = counts / np.maximum(np.asarray(tokens, dtype=float), 1.0)[:, None]
-    pi = pi * (k / np.maximum(pi.sum(axis=1, keepdims=True), 1e-300))
+    pi, unseen = inclusion_from_counts(counts, tokens, k)
+    if unseen > 0.0:
+        notes.append(
+            f"experts the file never saw fire in a layer get the Good–Turing share of its picks "
+            f"that fired once (at most {unseen:.1%} of a layer's picks), spread evenly over them: "
+            "a sample's zero is not a probability of zero"
+        )
     prov = data.meta.get("provenance", "projected")
     prov = "witnessed" if prov == "witnessed" else "projected"
     model = data.meta.get("model")
@@ -256,9 +261,7 @@ def routing_from_spec(spec: str, model: MoEModel) -> RoutingProbabilities:
         trace = data.topk
         st = path.stat()
         trace_key = f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}"
-    return RoutingProbabilities(
-        np.clip(pi, 0.0, 1.0), label, prov, tuple(notes), load=load, trace=trace, trace_key=trace_key
-    )
+    return RoutingProbabilities(pi, label, prov, tuple(notes), load=load, trace=trace, trace_key=trace_key)
 
 
 def ram_left_bytes(

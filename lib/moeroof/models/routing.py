@@ -60,6 +60,7 @@ __all__ = [
     "sample_trace",
     "gumbel_uniforms",
     "histogram_from_trace",
+    "inclusion_from_counts",
     "sample_histogram",
     "log_dirichlet",
     "log_gamma_from_uniforms",
@@ -727,6 +728,31 @@ def _redraw_zeros(rng: np.random.Generator, flat: np.ndarray) -> None:
         more = rng.random(n - u.size)
         u = np.concatenate([u, more[more != 0.0]])
     flat[:] = u
+
+
+def inclusion_from_counts(counts: np.ndarray, tokens, top_k: int) -> tuple[np.ndarray, float]:
+    """Inclusion probabilities π (H, E) from a sample's firing counts — ``count / tokens`` per
+    row, rescaled so each row sums to K, with the experts the sample never saw fire given the
+    Good–Turing estimate of the unseen mass — and the largest such mass over the rows.
+
+    Per layer of ``counts`` (picks per expert; N picks, N₁ experts picked once, n₀ never): the
+    probability that the next pick is of an unseen expert is N₁ / N (Good 1953, "The population
+    frequencies of species and the estimation of population parameters", Biometrika 40). The seen
+    experts' π is scaled by 1 − N₁/N and each unseen one gets K·(N₁/N)/n₀, so a layer's π still
+    sums to K. A layer with no unseen expert, or no singleton, is unchanged: a long capture moves
+    nothing, a short one (128 tokens of 288 experts) stops promising that a cache holding every
+    expert it saw never misses."""
+    c = np.atleast_2d(np.asarray(counts, dtype=float))
+    pi = c / np.maximum(np.asarray(tokens, dtype=float), 1.0).reshape(-1, 1)
+    pi = pi * (top_k / np.maximum(pi.sum(axis=1, keepdims=True), 1e-300))
+    n = c.sum(axis=1)
+    n1 = (c == 1).sum(axis=1)
+    n0 = (c == 0).sum(axis=1)
+    p0 = np.where((n > 0) & (n0 > 0), n1 / np.maximum(n, 1.0), 0.0)
+    unseen = c == 0
+    pi *= (1.0 - p0)[:, None]
+    pi = np.where(unseen, (top_k * p0 / np.maximum(n0, 1))[:, None], pi)
+    return np.clip(pi, 0.0, 1.0), float(p0.max(initial=0.0))
 
 
 def histogram_from_trace(topk: np.ndarray, experts: int) -> np.ndarray:

@@ -13,9 +13,10 @@ error is shown whatever it is. Three groups:
   (:func:`moeroof.studies.locality_prior.study`), with its 5–95 % band; read from the captures
   in ``../shared/data/external`` and skipped, said so, where they are absent;
 - ``regimes``: ``moeroof fit-plan`` on the shipped points files of cases that cross a regime
-  (:data:`REGIME_CASES`): seed 003's public M = 8 rows predicting its withheld 40/60 GiB rows,
-  M sweep and one-booster M = 1 row (role ``withheld``: the truths are not in this repository,
-  the prediction and band are shown, no error), and mlx-lm#1438's three cache sizes predicting
+  (:data:`REGIME_CASES`): seed 003's public M = 8 rows (the ladder's 40 GiB row among them)
+  predicting its withheld rows — tok/s at 60 GiB, the M sweep and one booster at M = 1, hit rates
+  at 40 and 60 GiB and over the sweep (role ``withheld``: the truths are not in this repository,
+  the prediction and band are shown, no error) — and mlx-lm#1438's three cache sizes predicting
   where tok/s peaks between them (the reported peak, 30–35 GB, against the predicted curve's).
 
 A row's ``error`` is relative (``predicted / measured − 1``) or in points (hit rates, as a
@@ -41,7 +42,10 @@ REGIME_CASES = (
         "glm-5-nvfp4",
         "gb10",
         "histograms/glm5-seed003-per-layer.csv",
-        None,
+        # what the four rows identify: the per-touched-expert cost and the SSD scale from their
+        # tok/s, and the page cache's share from how the step's cost per streamed GiB grows as
+        # the expert cache takes the RAM the page cache had (20 -> 40 -> 80 GiB)
+        ("engine", "ssd-scale", "pressure"),
         None,
     ),
     (
@@ -108,6 +112,19 @@ def _row(group, case, role, quantity, at, measured, predicted, error, unit, low,
     return dict(zip(COLUMNS, values, strict=True))
 
 
+def _hit_row(case: str, r: dict, what: str, cal: str, points: str) -> dict[str, Any]:
+    """A fit-plan row's predicted cache hit rate: ``consistency`` against a calibration row's
+    measured rate, ``withheld`` where the file leaves it empty (hit rates on a rank's cache; one
+    booster's where it holds every expert)."""
+    low, high, measured = r.get("hit_rate_low"), r.get("hit_rate_high"), r.get("measured_hit_rate")
+    if measured is None:
+        return _row("regimes", case, "withheld", what, r["batch"], None, r["predicted_hit_rate"], None, "points",
+                    low, high, None, cal, f"{points}: the truth is withheld from this repository")  # fmt: skip
+    inside = None if low is None or high is None else bool(low <= measured <= high)
+    return _row("regimes", case, "consistency", what, r["batch"], measured, r["predicted_hit_rate"],
+                r["predicted_hit_rate"] - measured, "points", low, high, inside, cal, points)  # fmt: skip
+
+
 def regime_rows(*, jobs: int = 1) -> list[dict[str, Any]]:
     """The ``regimes`` group (module docstring): one fit-plan per :data:`REGIME_CASES` entry
     (``jobs``: :func:`moeroof.models.fit_plan.fit_plan`'s, the same numbers)."""
@@ -149,6 +166,9 @@ def regime_rows(*, jobs: int = 1) -> list[dict[str, Any]]:
                     _row("regimes", case, "withheld", what, r["batch"], None, r["predicted"], None, "relative",
                          r["low"], r["high"], None, cal, f"{points}: the truth is withheld from this repository")
                 )  # fmt: skip
+            if peak is None and r.get("predicted_hit_rate") is not None:
+                # its own case: a case's mean error is in one unit
+                rows.append(_hit_row(f"{case}-hit", r, what.replace("tok/s", "cache hit rate", 1), cal, points))
         if peak is not None:
             # where the predicted tok/s over the file's caches (calibration rows included) peaks
             best = max(fit.rows, key=lambda r: r["predicted"])

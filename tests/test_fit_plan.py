@@ -590,3 +590,21 @@ def test_both_overlaps_side_by_side_give_the_same_fit_and_leave_no_process():
     with pytest.raises(ParameterError):
         fit_plan(pts, model, hw, routing, fit=["engine", "expert", "ssd-scale", "reclaim"], jobs=2)
     assert not multiprocessing.active_children()
+
+
+def test_a_cache_curve_at_one_batch_size_names_the_memory_knobs_it_could_fit():
+    """Rates at three or more cache sizes of one batch size and rank count: the note names the
+    two memory knobs the bend could tell (none is fitted by default); two sizes, or sizes spread
+    over batch sizes, or either knob fitted: no note."""
+    from moeroof.models.fit_plan import memory_curve_note
+
+    three = [PlanPoint(i + 2, 8, c, 2, "lru", v, None) for i, (c, v) in enumerate(((20, 2.5), (40, 3.0), (80, 5.6)))]
+    note = memory_curve_note(three, ("engine", "ssd-scale"))
+    assert note is not None and "3 expert-cache sizes" in note and "pressure" in note and "reclaim" in note
+    assert memory_curve_note(three, ("engine", "ssd-scale", "pressure")) is None
+    assert memory_curve_note(three, ("ssd-scale", "reclaim")) is None
+    assert memory_curve_note(three[:2], ("engine",)) is None
+    spread = [dataclasses.replace(p, batch=b) for p, b in zip(three, (1, 8, 16))]
+    assert memory_curve_note(spread, ("engine",)) is None
+    unmeasured = [*three[:2], dataclasses.replace(three[2], net_tok_s=None)]
+    assert memory_curve_note(unmeasured, ("engine",)) is None

@@ -99,6 +99,7 @@ from moeroof.models.union import as_batch
 
 __all__ = [
     "box_with_knobs",
+    "memory_curve_note",
     "KNOBS",
     "SIGMA_NET",
     "SIGMA_HIT",
@@ -210,6 +211,27 @@ def default_knobs(points: Sequence[PlanPoint], *, routing_is_spec: bool = True) 
         if n_net >= engine_params + 1:
             knobs.append("ssd-scale")
     return tuple(knobs)
+
+
+def memory_curve_note(points: Sequence[PlanPoint], fitted: Sequence[str]) -> str | None:
+    """A note where the calibration rows measure tok/s at three or more expert-cache sizes of one
+    batch size and rank count and neither memory knob (``pressure``, the page cache's share;
+    ``reclaim``, the reclaim work) is fitted: such a curve's bend can tell one of them, but which
+    one a box has is a structural choice :func:`default_knobs` does not make (seed 003's ladder
+    reads as the page cache, mlx-lm#1438's peak as reclaim: docs in the README)."""
+    sizes: dict[tuple[int, int], set[float]] = {}
+    for p in points:
+        if p.net_tok_s is not None:
+            sizes.setdefault((p.batch, p.ranks), set()).add(float(p.cache_gib))
+    n = max((len(v) for v in sizes.values()), default=0)
+    if n < 3 or {"pressure", "reclaim"} & set(fitted):
+        return None
+    return (
+        f"the rows measure tok/s at {n} expert-cache sizes of one batch size: how the step bends with the "
+        "cache can tell the page cache's share of the RAM the cache leaves (knob pressure) or the reclaim "
+        "work as free memory runs out (knob reclaim); neither is fitted unless named — which one the box "
+        "has is a structural choice"
+    )
 
 
 def box_with_knobs(hardware: Hardware, knobs: PlanKnobs) -> Hardware:
@@ -1106,7 +1128,7 @@ def fit_plan(
     if progress is not None:
         progress(total, total, "done")
     if overlap is not None:
-        return fits[overlap]
+        return _with_memory_note(fits[overlap], points)
     best = min(fits.values(), key=lambda f: f.cost)
     other = fits["sum" if best.overlap == "max" else "max"]
     overlaps = {ov: f.overlaps[ov] for ov, f in fits.items()}
@@ -1128,7 +1150,12 @@ def fit_plan(
             for r, o in zip(best.rows, other.rows)
         ]
         notes.append(f"{other.overlap} overlap also meets the calibration rows: the bands include its predictions")
-    return replace(best, rows=rows, notes=tuple(notes), overlaps=overlaps)
+    return _with_memory_note(replace(best, rows=rows, notes=tuple(notes), overlaps=overlaps), points)
+
+
+def _with_memory_note(fit: PlanFit, points: Sequence[PlanPoint]) -> PlanFit:
+    note = memory_curve_note(points, fit.fitted)
+    return fit if note is None else replace(fit, notes=(*fit.notes, note))
 
 
 class _ForkedFit:

@@ -373,3 +373,18 @@ def test_split_provenance_names_the_engine_terms_its_step_uses(capsys):
     prov = rep["inputs"]["provenance"]
     assert prov.get("hardware.engine_seconds_per_step") == "assumed"
     assert prov.get("hardware.engine_seconds_per_agent_token") == "assumed"
+
+
+def test_plan_and_split_say_the_unseen_experts_got_their_good_turing_share(capsys):
+    """The seed 003 histogram is a 128-token sample with experts a layer never saw fire: plan and
+    split read it the same way and both say so, with the largest per-layer share N₁/N."""
+    from moeroof.data.io import read_histogram
+
+    h = read_histogram(HIST)
+    c = np.asarray(h.counts, dtype=float)
+    share = max((c[i] == 1).sum() / c[i].sum() for i in range(c.shape[0]) if (c[i] == 0).any())
+    p = run_json(capsys, "plan", "--model", "glm-5-nvfp4", "--hardware", "gb10", "--routing", str(HIST), "--batch", "8")
+    s = run_json(capsys, "split", str(HIST), "--ranks", "2", "--method", "lpt", "--batch", "8")
+    for rep in (p, s):
+        (note,) = [n for n in rep["notes"] if "Good–Turing" in n]
+        assert f"at most {share:.1%}" in note

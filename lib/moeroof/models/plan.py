@@ -220,7 +220,7 @@ def routing_from_spec(spec: str, model: MoEModel) -> RoutingProbabilities:
         return RoutingProbabilities(pi, f"Zipf s={s:g}", "assumed")
     from moeroof.core.paths import resolve_data
     from moeroof.data.io import Histogram, check_incidence_sums, load_any
-    from moeroof.models.routing import histogram_from_trace, inclusion_from_counts
+    from moeroof.models.routing import histogram_from_trace, inclusion_from_counts, unseen_mass_note
 
     path = resolve_data(spec)
     data = load_any(path)
@@ -243,12 +243,8 @@ def routing_from_spec(spec: str, model: MoEModel) -> RoutingProbabilities:
         counts = histogram_from_trace(arr, e)
         tokens = (arr >= 0).all(axis=-1).sum(axis=(0, 1))
     pi, unseen = inclusion_from_counts(counts, tokens, k)
-    if unseen > 0.0:
-        notes.append(
-            f"experts the file never saw fire in a layer get the Good–Turing share of its picks "
-            f"that fired once (at most {unseen:.1%} of a layer's picks), spread evenly over them: "
-            "a sample's zero is not a probability of zero"
-        )
+    if (note := unseen_mass_note(unseen)) is not None:
+        notes.append(note)
     prov = data.meta.get("provenance", "projected")
     prov = "witnessed" if prov == "witnessed" else "projected"
     model = data.meta.get("model")

@@ -61,6 +61,7 @@ __all__ = [
     "gumbel_uniforms",
     "histogram_from_trace",
     "inclusion_from_counts",
+    "unseen_mass_note",
     "sample_histogram",
     "log_dirichlet",
     "log_gamma_from_uniforms",
@@ -753,6 +754,18 @@ def inclusion_from_counts(counts: np.ndarray, tokens, top_k: int) -> tuple[np.nd
     pi *= (1.0 - p0)[:, None]
     pi = np.where(unseen, (top_k * p0 / np.maximum(n0, 1))[:, None], pi)
     return np.clip(pi, 0.0, 1.0), float(p0.max(initial=0.0))
+
+
+def unseen_mass_note(unseen: float) -> str | None:
+    """What a run says when :func:`inclusion_from_counts` gave unseen experts a share (``unseen``,
+    its largest per-layer mass), or None where it gave none."""
+    if unseen <= 0.0:
+        return None
+    return (
+        f"experts the file never saw fire in a layer get the Good–Turing share of its picks that fired once "
+        f"(at most {unseen:.1%} of a layer's picks), spread evenly over them: a sample's zero is not a "
+        "probability of zero"
+    )
 
 
 def histogram_from_trace(topk: np.ndarray, experts: int) -> np.ndarray:

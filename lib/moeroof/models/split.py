@@ -31,11 +31,11 @@ from moeroof.models.partition import (
     METHODS,
     bytes_partition,
     imbalance,
-    inclusion_from_histogram,
     parse_rank_speed,
     partition,
 )
 from moeroof.models.plan import RoutingProbabilities, Workload, input_provenance, step_breakdown
+from moeroof.models.routing import inclusion_from_counts, unseen_mass_note
 
 __all__ = ["RankPlan", "SplitPlan", "split_plan", "split_report"]
 
@@ -307,7 +307,9 @@ def split_report(
             f"E={e}, K={hist.top_k}; method {method!r} needs the step model (give a matching model)",
         )
     load = hist.counts.sum(axis=0).astype(float)
-    pi = inclusion_from_histogram(hist)
+    pi, unseen = inclusion_from_counts(hist.counts, hist.tokens, hist.top_k)
+    if (note := unseen_mass_note(unseen)) is not None:
+        notes.append(note)
     cache_bytes = cache_gib * GiB
     speed = np.ones(int(ranks)) if speeds_given is None else speeds_given
     plan_kw = dict(

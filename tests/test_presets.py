@@ -653,3 +653,21 @@ def test_preset_sources_say_what_a_seed_or_engine_is():
     for path in sorted(PRESETS_DIR.rglob("*.toml")):
         walk(tomllib.loads(path.read_text()), path.name)
     assert not bad, "\n".join(bad)
+
+
+def test_a_named_prior_is_the_suites_range_and_source_and_an_unknown_name_is_refused(tmp_path):
+    """``prior = "cpu-decode"`` on mem_efficiency takes NAMED_PRIORS' range and source (the CPU
+    presets use it); an unknown name, or a prior_source beside a named prior, names the field."""
+    from moeroof.data.presets import NAMED_PRIORS
+
+    assert load_hardware("epyc-server").priors["mem_efficiency"] == NAMED_PRIORS["mem_efficiency"]["cpu-decode"]
+    base = (PRESETS_DIR / "hardware" / "nvme-gen4.toml").read_text()
+    base = "\n".join(line for line in base.splitlines() if not line.startswith("mem_efficiency"))
+    for extra, match in (
+        ('prior = "gpu-decode"', r"mem_efficiency.*not a named prior.*'cpu-decode'"),
+        ('prior = "cpu-decode", prior_source = "mine"', r"mem_efficiency.*drop prior_source"),
+    ):
+        path = tmp_path / "box.toml"
+        path.write_text(base + f"\nmem_efficiency = {{ value = 1, assumed = true, {extra} }}\n")
+        with pytest.raises(InputError, match=match):
+            load_hardware(path)

@@ -55,6 +55,7 @@ __all__ = [
     "PRIOR_FIELDS",
     "EFFICIENCY_FIELDS",
     "DEFAULT_PRIORS",
+    "NAMED_PRIORS",
     "FIELD_HELP",
     "DEFAULTS",
     "LINK_NAMES",
@@ -212,6 +213,21 @@ DEFAULT_PRIORS: dict[str, tuple[tuple[float, float, float], str]] = {
     ),
 }
 
+
+#: priors a preset names instead of stating (``prior = "NAME"``, no ``prior_source``): one range
+#: and source for every box of a class. field → name → ((low, centre, high), source)
+NAMED_PRIORS: dict[str, dict[str, tuple[tuple[float, float, float], str]]] = {
+    "mem_efficiency": {
+        "cpu-decode": (
+            (0.27, 0.55, 1.0),
+            "public CPU decode in llama.cpp: DeepSeek-V3 Q8_0 CPU-only on a dual EPYC Genoa (24 channels of "
+            "DDR5-4800, 921.6 GB/s rated) at 4-5 and 8-9 tok/s with ~39 GB of weights per token "
+            "(ggml-org/llama.cpp#10981): 19-36 % of the rated peak; Llama-3.1-70B f16 on a dual EPYC 9175F "
+            "(16 x DDR5-6400, 819 GB/s) at 2.4 and 4.31 tok/s (#11744): 41-74 %; against a STREAM-class "
+            "figure (about 71 % of rated: 146.1 of 204.8 GB/s on EPYC Rome, FreeToken#444) 0.27-0.55-1",
+        ),
+    },
+}
 
 #: the peak each efficiency multiplies
 EFFICIENCY_PEAKS = {
@@ -422,11 +438,20 @@ class Hardware:
 
 
 def _prior(path: Path, key: str, raw: dict, dimension: str) -> tuple[tuple[float, float, float], str]:
-    """A field's ``prior = [low, centre, high]`` (its own unit) and ``prior_source``."""
+    """A field's ``prior = [low, centre, high]`` (its own unit) and ``prior_source``, or
+    ``prior = "NAME"``: one of :data:`NAMED_PRIORS` for that field, with its own source."""
     if key not in PRIOR_FIELDS:
         raise InputError(path, None, key, f"takes no prior (only {', '.join(PRIOR_FIELDS)} do)")
     vals = raw.get("prior")
     src = raw.get("prior_source")
+    if isinstance(vals, str):
+        named = NAMED_PRIORS.get(key, {})
+        if vals not in named:
+            known = ", ".join(repr(n) for n in named) or "none"
+            raise InputError(path, None, key, f"prior {vals!r} is not a named prior of this field (known: {known})")
+        if src is not None:
+            raise InputError(path, None, key, f"a named prior ({vals!r}) carries its own source: drop prior_source")
+        return named[vals]
     if not isinstance(src, str) or not src.strip():
         raise InputError(path, None, key, 'a prior needs prior_source = "…" (where its range comes from)')
     if (

@@ -762,9 +762,9 @@ def unseen_mass_note(unseen: float) -> str | None:
     if unseen <= 0.0:
         return None
     return (
-        f"experts the file never saw fire in a layer get the Good–Turing share of its picks that fired once "
-        f"(at most {unseen:.1%} of a layer's picks), spread evenly over them: a sample's zero is not a "
-        "probability of zero"
+        f"experts the file never saw fire in a row (a layer, or all layers where it is summed) get the "
+        f"Good–Turing share of that row's picks that fired once (at most {unseen:.1%} of a row's picks), spread "
+        "evenly over them: a sample's zero is not a probability of zero"
     )
 
 

@@ -154,7 +154,8 @@ def regime_rows(*, jobs: int = 1) -> list[dict[str, Any]]:
         )
         cal = f"fit-plan ({', '.join(fit.fitted)}) on the measured rows of data/points/{points}"
         for r in fit.rows:
-            what = f"tok/s, B = {r['batch']}, {r['cache_gib']:g} GiB, {r['ranks']} rank(s)"
+            where = f"B = {r['batch']}, {r['cache_gib']:g} GiB, {r['ranks']} rank(s)"
+            what = f"tok/s, {where}"
             if r["role"] == "calibration":
                 err = r["predicted"] / r["measured"] - 1.0
                 rows.append(
@@ -168,7 +169,7 @@ def regime_rows(*, jobs: int = 1) -> list[dict[str, Any]]:
                 )  # fmt: skip
             if peak is None and r.get("predicted_hit_rate") is not None:
                 # its own case: a case's mean error is in one unit
-                rows.append(_hit_row(f"{case}-hit", r, what.replace("tok/s", "cache hit rate", 1), cal, points))
+                rows.append(_hit_row(f"{case}-hit", r, f"cache hit rate, {where}", cal, points))
         if peak is not None:
             # where the predicted tok/s over the file's caches (calibration rows included) peaks
             best = max(fit.rows, key=lambda r: r["predicted"])

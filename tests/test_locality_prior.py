@@ -52,13 +52,15 @@ def test_pool_is_the_random_effects_formula_worked_by_hand():
     r_mid, c_mid = prior.median
     assert r_mid == pytest.approx(1 / (1 + math.exp(-prior.mean[0])), rel=1e-12)
     assert c_mid == pytest.approx(math.exp(prior.mean[1]), rel=1e-12)
-    # the draws are the t quantiles at (j + 1/2)/9: ρ's sorted, c's a permutation of its own
+    # the draws are the t quantiles at u = (j + 1/2)/9, paired by locality strength: ρ at u
+    # (rising), c/E at 1 − u (falling), so the first draw is the least local stream
     z = student_t.ppf((np.arange(9) + 0.5) / 9, 1)
     want_rho = 1 / (1 + np.exp(-(prior.mean[0] + z * prior.scale[0])))
     assert np.allclose(prior.rho, want_rho, rtol=1e-12)
-    want_c = np.sort(np.clip(np.exp(prior.mean[1] + z * prior.scale[1]), lp.C_PER_EXPERT_FLOOR, lp.C_PER_EXPERT_OFF))
-    got_c = np.sort(np.where(np.isinf(prior.c_per_expert), lp.C_PER_EXPERT_OFF, prior.c_per_expert))
+    want_c = np.clip(np.exp(prior.mean[1] - z * prior.scale[1]), lp.C_PER_EXPERT_FLOOR, lp.C_PER_EXPERT_OFF)
+    got_c = np.where(np.isinf(prior.c_per_expert), lp.C_PER_EXPERT_OFF, prior.c_per_expert)
     assert np.allclose(got_c, want_c, rtol=1e-9)
+    assert np.all(np.diff(prior.rho) > 0) and np.all(np.diff(got_c) <= 0)
     assert lp.pool([a, b], draws=9) == prior, "the same fits give the same prior"
     q = prior.quantiles((0.05, 0.5, 0.95))
     assert q["rho"][0] < q["rho"][1] < q["rho"][2] and q["rho"][1] == pytest.approx(r_mid)

@@ -1186,7 +1186,9 @@ def fit_routing(
                 held.get("locality", "not identified")
                 + f"; held at the {locality.label}: centre c = {c_c:.3g}·E, its spread in the bands"
             )
-        prior_pairs = locality.draws(max(int(bootstrap), 8)) if held_values else []
+        # the prior's draws lie on one curve (least to most local): 16 points sample it finely
+        # enough that the draws the calibration rows weight up are not one or two
+        prior_pairs = locality.draws(max(int(bootstrap), 16)) if held_values else []
     seeds = tuple(int(s) for s in seeds)
     kw = dict(
         held=held_values,

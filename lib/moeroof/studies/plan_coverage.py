@@ -5,8 +5,8 @@ known it can be counted: each truth here is a box drawn from the priors fit-plan
 per-step engine cost log-uniform over :data:`moeroof.models.fit_plan.PRIOR_SECONDS_PER_STEP`'s
 range, the per-token cost uniform over :data:`~moeroof.models.fit_plan.PRIOR_SECONDS_PER_AGENT_TOKEN`'s,
 a per-touched-expert cost log-uniform over 0.1–1 ms, an SSD scale log-uniform over 0.3–1.5, one
-stream's stickiness and per-stream locality each a draw of the committed locality prior's
-quantiles — each truth from its own generator, the same whatever the count — and a structural choice fit-plan is
+stream's stickiness and per-stream locality one draw of the committed locality prior (the two
+paired by strength, as :meth:`moeroof.models.locality.Locality.draws` pairs them) — each truth from its own generator, the same whatever the count — and a structural choice fit-plan is
 not told: the terms combined by ``max`` or ``sum`` (alternating). Its rows are seed 003's
 settings (:data:`ROWS`: GLM-5 NVFP4 on GB10, its per-layer histogram), simulated by
 :func:`moeroof.models.fit_plan.predict_points` at a simulation seed no fit uses, with a
@@ -87,8 +87,10 @@ def plan_coverage(truths: int = 8, *, progress: Callable[[int, int], None] | Non
         # truth j from its own stream: the same box whatever the number of truths asked for
         rng = generator("plan-coverage", j)
         u = rng.random(6)
+        # ρ and c/E paired by locality strength, as the prior's draws are (Locality.draws); u[5]
+        # is drawn and unused so that the other knobs keep their uniforms
         (rho,), _ = prior.quantiles([u[4]])
-        _, (c_per_expert,) = prior.quantiles([u[5]])
+        _, (c_per_expert,) = prior.quantiles([1.0 - u[4]])
         lo, _, hi = PRIOR_SECONDS_PER_STEP
         knobs = PlanKnobs(
             engine_seconds_per_step=float(math.exp(math.log(lo) + u[0] * (math.log(hi) - math.log(lo)))),

@@ -41,7 +41,9 @@ def main() -> int:
     record = _finite_json(locality_prior.summary_record(st))
     out = paths.DATA_DIR / LOCALITY_PRIOR_FILE
     atomic.write_text(out, json.dumps(record, indent=2, sort_keys=False) + "\n")
-    print(f"wrote {out}: rho {st.prior.median[0]:.3f}, c/E {st.prior.median[1]:.3g} from {', '.join(st.prior.sources)}")
+    print(
+        f"wrote {out}: rho {st.prior.median[0]:.3f}, hot set {st.prior.median[1]:.3g}·K from {', '.join(st.prior.sources)}"
+    )
     return 0
 
 

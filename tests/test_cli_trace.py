@@ -236,10 +236,14 @@ def test_trace_without_locality_flags_takes_the_locality_prior(capsys, tmp_path)
     out = tmp_path / "prior.npz"
     rep = run_json(capsys, ["trace", "--family", "zipf:0.8", *SMALL, "--seed", "2", "-o", str(out)])
     knobs = rep["knobs"]
-    assert knobs["rho"] == prior.rho and knobs["locality_c"] == pytest.approx(prior.c_per_expert * 32)
+    # the prior's hot set of h·K experts for this model (32 experts, top-4), worked by hand:
+    # W = (c + 1)/(c/E + 1) solved for c
+    w = prior.hot_set * 4
+    c = (w - 1) / (1 - w / 32)
+    assert knobs["rho"] == prior.rho and knobs["locality_c"] == pytest.approx(c)
     assert "locality prior" in knobs["locality_prior"] and any("locality prior" in n for n in rep["notes"])
     expected = sample_trace(
-        Zipf(32, 4, 0.8), 30, 4, 3, np.random.default_rng(2), rho=prior.rho, c=prior.c_per_expert * 32, groups=4
+        Zipf(32, 4, 0.8), 30, 4, 3, np.random.default_rng(2), rho=prior.rho, c=knobs["locality_c"], groups=4
     )
     assert np.array_equal(read_trace(out).topk, expected), "the prior's knobs, drawn as sample_trace draws them"
     assert f"--rho {prior.rho:g}" in rep["source"], "the source command line reproduces the draw"

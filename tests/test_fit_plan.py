@@ -255,6 +255,10 @@ def test_cache_knob_round_trip_bands_and_interval_cover_the_truth(knob, truth, s
         if row["role"] == "prediction":
             assert row["low"] <= net[i] <= row["high"], (i, row, net[i])
             assert row["hit_rate_low"] <= hit[i] <= row["hit_rate_high"], (i, row, hit[i])
+            if 0.1 < row["predicted_hit_rate"] < 0.9:
+                # a band is where a new measurement falls: at least the 5–95 % span of its noise,
+                # 3.29 σ_hit for a normal one (2.5 σ_hit allows for the draws' sampling)
+                assert row["hit_rate_high"] - row["hit_rate_low"] >= 2.5 * SIGMA_HIT, (i, row)
 
 
 def test_a_fitted_cache_knob_widens_the_band_over_the_same_fit_with_it_held():

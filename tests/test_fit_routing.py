@@ -381,8 +381,8 @@ def test_the_locality_prior_holds_what_batch_rows_cannot_identify_and_widens_onl
     assert all(a <= 1.5 * b + 1e-9 for a, b in zip(width["on"], width["off"])), width
     held = on.knobs["locality_c"]
     assert not held["identified"] and "locality prior" in held["held"] and held["prior"] == prior.label
-    lo, hi = prior.quantiles([0.05, 0.95])
-    assert held["value"] == pytest.approx(prior.centre[1] * 64) and held["low"] == pytest.approx(lo[1] * 64)
+    lo, hi = prior.quantiles_for([0.05, 0.95], 64, 4)
+    assert held["value"] == pytest.approx(prior.centre_for(64, 4)[1] * 64) and held["low"] == pytest.approx(lo[1] * 64)
     assert any("locality prior" in n for n in on.notes) and not any("locality prior" in n for n in off.notes)
 
 

@@ -17,7 +17,7 @@ from moeroof.models.fit_routing import RoutingKnobs
 from moeroof.studies import locality_prior as lp
 
 
-def _fit(name: str, rho: list[float], c_per_expert: list[float], experts: int = 64) -> lp.SourceFit:
+def _fit(name: str, rho: list[float], c_per_expert: list[float], experts: int = 64, top_k: int = 4) -> lp.SourceFit:
     return lp.SourceFit(
         name=name,
         family="zipf",
@@ -26,11 +26,18 @@ def _fit(name: str, rho: list[float], c_per_expert: list[float], experts: int = 
         c_per_expert_draws=tuple(c_per_expert),
         held={},
         experts=experts,
+        top_k=top_k,
     )
 
 
 def _logit(p: float) -> float:
     return math.log(p / (1 - p))
+
+
+def _log_h(c_per_expert: float, experts: int = 64, top_k: int = 4) -> float:
+    """log of the hot set in picks, worked by hand: W = (c + 1)/(c/E + 1), h = W/K."""
+    c = c_per_expert * experts
+    return math.log((c + 1) / (c_per_expert + 1) / top_k)
 
 
 def test_pool_is_the_random_effects_formula_worked_by_hand():
@@ -39,9 +46,9 @@ def test_pool_is_the_random_effects_formula_worked_by_hand():
     prior = lp.pool([a, b], draws=9)
     # source means on the logit / log scales, their between variance (n − 1 = 1 dof) and the
     # mean within variance (numpy's var: the draws' own, ddof 0)
-    xa = [(_logit(0.1) + _logit(0.3)) / 2, (math.log(1.0) + math.log(4.0)) / 2]
-    xb = [0.0, math.log(16.0)]
-    wa = [((_logit(0.1) - _logit(0.3)) / 2) ** 2, ((math.log(4.0)) / 2) ** 2]
+    xa = [(_logit(0.1) + _logit(0.3)) / 2, (_log_h(1.0) + _log_h(4.0)) / 2]
+    xb = [0.0, _log_h(16.0)]
+    wa = [((_logit(0.1) - _logit(0.3)) / 2) ** 2, ((_log_h(4.0) - _log_h(1.0)) / 2) ** 2]
     for j in range(2):
         m = (xa[j] + xb[j]) / 2
         between = (xa[j] - xb[j]) ** 2 / 2
@@ -53,14 +60,13 @@ def test_pool_is_the_random_effects_formula_worked_by_hand():
     assert r_mid == pytest.approx(1 / (1 + math.exp(-prior.mean[0])), rel=1e-12)
     assert c_mid == pytest.approx(math.exp(prior.mean[1]), rel=1e-12)
     # the draws are the t quantiles at u = (j + 1/2)/9, paired by locality strength: ρ at u
-    # (rising), c/E at 1 − u (falling), so the first draw is the least local stream
+    # (rising), the hot set at 1 − u (falling), so the first draw is the least local stream
     z = student_t.ppf((np.arange(9) + 0.5) / 9, 1)
     want_rho = 1 / (1 + np.exp(-(prior.mean[0] + z * prior.scale[0])))
     assert np.allclose(prior.rho, want_rho, rtol=1e-12)
-    want_c = np.clip(np.exp(prior.mean[1] - z * prior.scale[1]), lp.C_PER_EXPERT_FLOOR, lp.C_PER_EXPERT_OFF)
-    got_c = np.where(np.isinf(prior.c_per_expert), lp.C_PER_EXPERT_OFF, prior.c_per_expert)
-    assert np.allclose(got_c, want_c, rtol=1e-9)
-    assert np.all(np.diff(prior.rho) > 0) and np.all(np.diff(got_c) <= 0)
+    want_h = np.clip(np.exp(prior.mean[1] - z * prior.scale[1]), lp.HOT_SET_FLOOR, lp.HOT_SET_CAP)
+    assert np.allclose(prior.hot_set, want_h, rtol=1e-9)
+    assert np.all(np.diff(prior.rho) > 0) and np.all(np.diff(prior.hot_set) <= 0)
     assert lp.pool([a, b], draws=9) == prior, "the same fits give the same prior"
     q = prior.quantiles((0.05, 0.5, 0.95))
     assert q["rho"][0] < q["rho"][1] < q["rho"][2] and q["rho"][1] == pytest.approx(r_mid)
@@ -74,13 +80,14 @@ def test_one_source_has_its_own_spread_plus_the_held_between_source_scale_and_no
     within = (abs(_logit(0.2) - _logit(0.4)) / 2) ** 2
     tau = lp.SINGLE_SOURCE_BETWEEN_SCALE
     assert prior.scale[0] == pytest.approx(math.sqrt(within + tau[0] ** 2), rel=1e-12)
-    assert prior.scale[1] == pytest.approx(math.sqrt((math.log(8.0 / 2.0) / 2) ** 2 + tau[1] ** 2), rel=1e-12)
+    assert prior.scale[1] == pytest.approx(math.sqrt(((_log_h(8.0) - _log_h(2.0)) / 2) ** 2 + tau[1] ** 2), rel=1e-12)
 
 
 def test_locality_off_stays_off_through_the_pool():
     prior = lp.pool([_fit("a", [0.0, 0.0], [math.inf, math.inf]), _fit("b", [0.0, 0.0], [math.inf, math.inf])])
-    assert all(math.isinf(c) for c in prior.c_per_expert)
-    knobs = prior.knobs(RoutingKnobs(family="zipf", skew=0.8), 64)
+    # off is a hot set of every expert, E/K = 16 picks of this model: off again for it
+    assert prior.hot_set == pytest.approx([16.0] * len(prior.hot_set))
+    knobs = prior.knobs(RoutingKnobs(family="zipf", skew=0.8), 64, 4)
     assert all(math.isinf(k.c) for k in knobs) and all(k.rho == pytest.approx(lp.RHO_FLOOR) for k in knobs)
 
 
@@ -140,8 +147,9 @@ def test_study_on_the_real_captures():
     assert set(summary) == {"mixtral", "qwen15", "qwen3-moe-trace"}
     rows = [r for r in st.rows if r.source == "qwen3-moe-trace"]
     assert [round(r.measured, 3) for r in rows] == [0.427, 0.424, 0.647, 0.810, 0.918]
-    # predicting Qwen3's one stream from Mixtral's locality beats locality off, the suite's old default
-    assert summary["qwen3-moe-trace"]["mean_abs_error_points"] < summary["qwen3-moe-trace"]["mean_abs_error_off_points"]
+    # each stream predicted from the other's locality beats locality off, the suite's old default
+    for name in st.in_prior:
+        assert summary[name]["mean_abs_error_points"] < summary[name]["mean_abs_error_off_points"], name
 
 
 @needs_captures
@@ -153,8 +161,8 @@ def test_the_committed_prior_is_what_the_study_gives_today():
 
     committed = read_locality_prior()
     st = lp.study()
-    rho, c = st.prior.median
-    assert committed.rho == pytest.approx(rho, rel=1e-6) and committed.c_per_expert == pytest.approx(c, rel=1e-6)
+    rho, h = st.prior.median
+    assert committed.rho == pytest.approx(rho, rel=1e-6) and committed.hot_set == pytest.approx(h, rel=1e-6)
     assert committed.sources == st.prior.sources
     raw = json.loads(committed.path.read_text(encoding="utf-8"))
     fresh = {r["source"]: r["mean_abs_error_points"] for r in st.summary()}
@@ -172,7 +180,7 @@ def test_the_committed_prior_reads_and_bad_files_name_their_field(tmp_path):
     bad.write_text('{"rho": 1.5}', encoding="utf-8")
     with pytest.raises(InputError, match="rho"):
         read_locality_prior(bad)
-    bad.write_text('{"rho": 0.2, "c_per_expert": "inf", "quantiles": {}}', encoding="utf-8")
+    bad.write_text('{"rho": 0.2, "hot_set": 4.5, "quantiles": {}}', encoding="utf-8")
     with pytest.raises(InputError, match="quantiles"):
         read_locality_prior(bad)
     with pytest.raises(InputError, match="no such file"):

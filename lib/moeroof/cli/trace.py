@@ -304,7 +304,10 @@ def trace_knobs(args: argparse.Namespace, routing: HistogramRouting | None = Non
         else (prior.rho if prior is not None else 0.0 if args.rho is None else unit_interval(args.rho, "--rho"))
     )
     if prior is not None:
-        locality = None if math.isinf(prior.c_per_expert) else prior.c_per_expert * experts
+        from moeroof.models.locality import Locality
+
+        c_per_expert = Locality.from_summary(prior).centre_for(experts, top_k)[1]
+        locality = None if math.isinf(c_per_expert) else c_per_expert * experts
     else:
         locality = None if args.locality is None else positive_float(args.locality, "--locality")
     context = None if args.step_context is None else positive_float(args.step_context, "--step-context")

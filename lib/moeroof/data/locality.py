@@ -3,7 +3,8 @@
 
 A clone without the real captures (``../shared/data/external``) still needs the prior for its
 zero-fit defaults, so its summary figures — the centre and spread of the stickiness ρ and the
-per-stream locality ``c/E``, with the sources they came from — are committed; the captures'
+per-stream hot set ``h`` (its size in a token's picks: :mod:`moeroof.models.locality`), with
+the sources they came from — are committed; the captures'
 rows are not. :func:`read_locality_prior` checks every field and names the file and field of
 what is wrong.
 """
@@ -27,16 +28,16 @@ LOCALITY_PRIOR_FILE = "fits/locality-prior.json"
 
 @dataclass(frozen=True)
 class LocalityPriorSummary:
-    """The prior's centre (``rho``, ``c_per_expert``: ``inf`` = off), its 5 % and 95 % quantiles,
-    the sources and the file it was read from."""
+    """The prior's centre (``rho``, ``hot_set``: the hot set in a token's picks, h = W/K), its 5 %
+    and 95 % quantiles, the sources and the file it was read from."""
 
     rho: float
-    c_per_expert: float
+    hot_set: float
     rho_range: tuple[float, float]
-    c_per_expert_range: tuple[float, float]
-    #: the spread on the scales logit ρ and log(c/E), and the degrees of freedom of its t
+    hot_set_range: tuple[float, float]
+    #: the spread on the scales logit ρ and log h, and the degrees of freedom of its t
     logit_rho_scale: float
-    log_c_per_expert_scale: float
+    log_hot_set_scale: float
     dof: int
     sources: tuple[str, ...]
     provenance: str
@@ -44,10 +45,10 @@ class LocalityPriorSummary:
 
     def label(self) -> str:
         """One line for notes and provenance: the centre, the range, the sources."""
-        c = "off" if math.isinf(self.c_per_expert) else f"{self.c_per_expert:.3g}·E"
         return (
             f"locality prior ρ = {self.rho:.2f} (5–95 % {self.rho_range[0]:.2g}–{self.rho_range[1]:.2g}), "
-            f"per-stream locality c = {c}, fitted on {', '.join(self.sources)} ({self.path.name}; assumed for this model)"
+            f"per-stream hot set of {self.hot_set:.3g}·K experts (5–95 % {self.hot_set_range[0]:.2g}–"
+            f"{self.hot_set_range[1]:.2g}·K), fitted on {', '.join(self.sources)} ({self.path.name}; assumed for this model)"
         )
 
 
@@ -73,19 +74,17 @@ def read_locality_prior(path: str | os.PathLike[str] | None = None) -> LocalityP
     if not isinstance(data, dict):
         raise InputError(p, "-", "file", "expected a JSON object")
     rho = _number(p, data, "rho", 0.0, 1.0)
-    c = _number(p, data, "c_per_expert", 0.0, math.inf)
+    h = _number(p, data, "hot_set", 0.0, math.inf)
     q = data.get("quantiles")
-    if not isinstance(q, dict) or not all(
-        isinstance(q.get(k), list) and len(q[k]) == 3 for k in ("rho", "c_per_expert")
-    ):
-        raise InputError(p, "-", "quantiles", "expected rho and c_per_expert, three quantiles each")
+    if not isinstance(q, dict) or not all(isinstance(q.get(k), list) and len(q[k]) == 3 for k in ("rho", "hot_set")):
+        raise InputError(p, "-", "quantiles", "expected rho and hot_set, three quantiles each")
     rq = [_number(p, {"quantiles.rho": x}, "quantiles.rho", 0.0, 1.0) for x in q["rho"]]
-    cq = [_number(p, {"quantiles.c_per_expert": x}, "quantiles.c_per_expert", 0.0, math.inf) for x in q["c_per_expert"]]
+    hq = [_number(p, {"quantiles.hot_set": x}, "quantiles.hot_set", 0.0, math.inf) for x in q["hot_set"]]
     sc = data.get("scale")
     if not isinstance(sc, dict):
-        raise InputError(p, "-", "scale", "expected logit_rho, log_c_per_expert and dof")
+        raise InputError(p, "-", "scale", "expected logit_rho, log_hot_set and dof")
     s_rho = _number(p, sc, "logit_rho", 0.0, 1e3)
-    s_c = _number(p, sc, "log_c_per_expert", 0.0, 1e3)
+    s_h = _number(p, sc, "log_hot_set", 0.0, 1e3)
     dof = sc.get("dof")
     if not isinstance(dof, int) or isinstance(dof, bool) or dof < 0:
         raise InputError(p, "-", "scale.dof", f"expected an integer >= 0, got {dof!r}")
@@ -95,4 +94,4 @@ def read_locality_prior(path: str | os.PathLike[str] | None = None) -> LocalityP
     prov = data.get("provenance")
     if not isinstance(prov, str) or not prov:
         raise InputError(p, "-", "provenance", "expected the sources' provenance, a string")
-    return LocalityPriorSummary(rho, c, (rq[0], rq[2]), (cq[0], cq[2]), s_rho, s_c, dof, tuple(sources), prov, p)
+    return LocalityPriorSummary(rho, h, (rq[0], rq[2]), (hq[0], hq[2]), s_rho, s_h, dof, tuple(sources), prov, p)

@@ -44,8 +44,9 @@ SSD scale, with two the engine terms, with three or more both.
 the best cache knobs θ̂; scaled by the residual variance when rows outnumber knobs) is sampled
 (:data:`BAND_DRAWS` draws, clipped to the bounds); every row is predicted at each draw and at
 :data:`BAND_SEEDS` simulation seeds, times a lognormal measurement noise (the larger of σ_net
-and the calibration rows' own scatter): the 5 and 95 % quantiles L_i, H_i around the best
-prediction ŷ_i(θ̂).
+and the calibration rows' own scatter) on tok/s and plus a normal one on hit rates (the larger
+of σ_hit and the calibration hit rates' scatter, clipped to [0, 1]): the 5 and 95 % quantiles
+L_i, H_i around the best prediction ŷ_i(θ̂).
 
 *Cache knobs θ* (skew, ρ, pressure; when fitted), by profile likelihood. With
 S(θ) = min over the smooth knobs of Σ r² (the variable projection's cost, the smooth knobs
@@ -93,7 +94,7 @@ from moeroof.core.units import GiB
 from moeroof.data.plan_points import PlanPoint
 from moeroof.data.presets import DEFAULT_PRIORS, EFFICIENCY_FIELDS, Hardware, MoEModel
 from moeroof.models.local_routing import LocalRouting, routing_from_knobs, spec_skew
-from moeroof.models.locality import Locality, from_scale, to_scale
+from moeroof.models.locality import Locality, c_per_expert_from_hot_set, from_scale, to_scale
 from moeroof.models.plan import RoutingProbabilities, Workload, batch_works, routing_from_spec, works_rates
 from moeroof.models.union import as_batch
 
@@ -558,8 +559,11 @@ def _fit_one(
     use_prior = locality is not None and routing.trace is None and "rho" not in names
     held_local = {"rho": 0.0, "c": math.inf}
     if use_prior:
-        r_c, c_c = locality.centre
-        (r_lo, r_hi), (c_lo, c_hi) = locality.quantiles([0.05, 0.95])
+        # ρ and this model's c/E (from the prior's hot set in picks); h for the ends below
+        r_c, c_c = locality.centre_for(model.experts, model.top_k)
+        (r_lo, r_hi), (c_lo, c_hi) = locality.quantiles_for([0.05, 0.95], model.experts, model.top_k)
+        h_c = locality.centre[1]
+        _, (h_lo, h_hi) = locality.quantiles([0.05, 0.95])
         held_local = {"rho": r_c, "c": c_c * model.experts}  # inf (off) stays inf
 
     # the per-touched-expert engine cost, held at its prior share of the fastest calibration step
@@ -800,6 +804,10 @@ def _fit_one(
     r_net = np.log(net0[cal_net] / meas_net[cal_net]) if cal_net.any() else np.zeros(0)
     noise = max(SIGMA_NET, float(np.sqrt(np.mean(r_net**2))) if r_net.size else 0.0)
     preds_net = preds_net * np.exp(rng.normal(0.0, noise, size=preds_net.shape))
+    # the same for a hit rate: the larger of σ_hit and the calibration hit rates' scatter, in points
+    r_hit = hit0[cal_hit] - meas_hit[cal_hit] if cal_hit.any() else np.zeros(0)
+    hit_noise = max(SIGMA_HIT, float(np.sqrt(np.mean(r_hit**2))) if r_hit.size else 0.0)
+    preds_hit = np.clip(preds_hit + rng.normal(0.0, hit_noise, size=preds_hit.shape), 0.0, 1.0)
     low = np.quantile(preds_net, 0.05, axis=0)
     high = np.quantile(preds_net, 0.95, axis=0)
     hit_low = np.quantile(preds_hit, 0.05, axis=0)
@@ -913,13 +921,14 @@ def _fit_one(
         # the locality at its least and most local ends (ρ and c at their 5 % and 95 % quantiles,
         # the other knobs re-solved there): the band covers what the prior cannot rule out
         saved = dict(held_local)
-        centre_x = to_scale(r_c, c_c)
+        centre_x = to_scale(r_c, h_c)
         reached = []
-        for r_end, c_end in ((float(r_lo), float(c_hi)), (float(r_hi), float(c_lo))):
-            end_x = to_scale(r_end, c_end)
+        for r_end, h_end in ((float(r_lo), float(h_hi)), (float(r_hi), float(h_lo))):
+            end_x = to_scale(r_end, h_end)
 
             def set_at(t, end_x=end_x):
-                r_t, c_t = from_scale(centre_x + t * (end_x - centre_x))
+                r_t, h_t = from_scale(centre_x + t * (end_x - centre_x))
+                c_t = c_per_expert_from_hot_set(h_t, model.experts, model.top_k)
                 held_local.update(rho=float(r_t), c=float(c_t) * model.experts)
 
             t, at = admitted_end(set_at)
@@ -931,8 +940,8 @@ def _fit_one(
         span = f"ρ {float(r_lo):.2g}–{float(r_hi):.2g}"
         notes.append(
             f"stickiness and per-stream locality held at the {locality.label}: the cache runs on a trace with "
-            f"ρ = {r_c:.2f}"
-            + ("" if math.isinf(c_c) else f" and c = {c_c:.3g}·E")
+            f"ρ = {r_c:.2f} and a per-stream hot set of {h_c:.2g}·K experts"
+            + (" (off for this model)" if math.isinf(c_c) else f" (c = {c_c:.3g}·E)")
             + (
                 f"; the bands include its least and most local ends ({span})"
                 if t_a == 1.0 and t_b == 1.0
@@ -1054,7 +1063,10 @@ def _fit_one(
     for n, (lo, hi) in cache_intervals.items():
         if (lo, hi) == tuple(float(b) for b in bounds[n]):
             notes.append(f"{n} is not identified by these rows: its profile spans its whole range")
-    notes.append(f"bands: 5–95 % of a new measurement (the knobs' spread × a measurement noise of {noise:.1%})")
+    notes.append(
+        f"bands: 5–95 % of a new measurement (the knobs' spread × a measurement noise of {noise:.1%} on tok/s, "
+        f"± {100 * hit_noise:.2g} points on hit rates)"
+    )
     max_z = float(np.max(np.abs(residuals(best_knobs)))) if (cal_net.any() or cal_hit.any()) else 0.0
     return PlanFit(
         knobs=knobs,

@@ -1172,8 +1172,8 @@ def fit_routing(
     held_values: dict[str, float] = {}
     prior_pairs: list[tuple[float, float]] = []
     if locality is not None:
-        rho_c, c_c = locality.centre
-        lo_q, hi_q = locality.quantiles([level[0], level[1]])
+        rho_c, c_c = locality.centre_for(int(experts), int(top_k))
+        lo_q, hi_q = locality.quantiles_for([level[0], level[1]], int(experts), int(top_k))
         if "rho" not in fitted:
             held_values["rho"] = rho_c
             held["rho"] = (
@@ -1184,11 +1184,13 @@ def fit_routing(
             held_values["c"] = c_c * int(experts)  # inf (off) stays inf
             held["locality"] = (
                 held.get("locality", "not identified")
-                + f"; held at the {locality.label}: centre c = {c_c:.3g}·E, its spread in the bands"
+                + f"; held at the {locality.label}: centre a hot set of {locality.centre[1]:.2g}·K experts "
+                + ("(off for this model)" if math.isinf(c_c) else f"(c = {c_c:.3g}·E)")
+                + ", its spread in the bands"
             )
         # the prior's draws lie on one curve (least to most local): 16 points sample it finely
         # enough that the draws the calibration rows weight up are not one or two
-        prior_pairs = locality.draws(max(int(bootstrap), 16)) if held_values else []
+        prior_pairs = locality.draws_for(max(int(bootstrap), 16), int(experts), int(top_k)) if held_values else []
     seeds = tuple(int(s) for s in seeds)
     kw = dict(
         held=held_values,

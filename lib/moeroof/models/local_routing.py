@@ -245,7 +245,7 @@ def with_locality(model: MoEModel, routing: RoutingProbabilities, locality, *, w
     if isinstance(locality, tuple):
         rho, c_per_expert, source = locality
     else:
-        (rho, c_per_expert), source = locality.centre, locality.label
+        (rho, c_per_expert), source = locality.centre_for(model.experts, model.top_k), locality.label
     return LocalRouting(model, routing, float(rho), float(c_per_expert) * model.experts, str(source), int(seed))
 
 

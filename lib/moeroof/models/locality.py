@@ -3,21 +3,37 @@
 Two knobs say how local one stream's routing is (:mod:`moeroof.models.routing`'s
 ``sample_trace``): the stickiness ρ (each of a token's experts kept from its previous token with
 probability ρ) and the per-stream hot set ``c`` (each stream routes by its own
-``q ~ Dirichlet(c·w)``), carried as ``c/E`` so that it transfers between models of different E.
-Where the rows cannot identify them, a prediction draws both from a :class:`Locality` — the
-prior fitted on real decode (:mod:`moeroof.studies.locality_prior`, committed as
-``data/fits/locality-prior.json``) — rather than holding them at 0.
+``q ~ Dirichlet(c·w)``). Where the rows cannot identify them, a prediction draws both from a
+:class:`Locality` — the prior fitted on real decode (:mod:`moeroof.studies.locality_prior`,
+committed as ``data/fits/locality-prior.json``) — rather than holding them at 0.
 
-The distribution lives on the scales ``x = (logit ρ, log(c/E))``: centre ``m``, scale ``s``
-and ``dof`` degrees of freedom of a Student's t (0: normal), each knob's draws the quantiles at
+**What transfers between models.** ``c`` is a concentration over E experts, and a model's E and
+top-K decide what one value means: ``c = 4.7`` is a stream of a top-2-of-8 model keeping to
+about 3.6 experts, ``c = 75`` one of a top-8-of-128 model keeping to about 48. The prior carries
+the hot set's size in a token's picks instead,
+
+    W(c) = (c + 1) / (c/E + 1),     h = W / K,
+
+``W`` the number of experts a stream's ``q`` spreads over (``1 / E[Σ q_i²]`` at uniform
+popularity: ``E[q_i²] = w_i (c w_i + 1)/(c + 1)``), from 1 (``c → 0``) to E (``c = ∞``, off),
+and ``h`` that in units of what one token picks; back for a model of E experts, top-K,
+``c = (hK − 1)/(1 − hK/E)``, off (``inf``) where ``hK ≥ E``. Experts are chosen K at a time,
+so a topic's working set is counted in picks — as the public finding that a cache of about
+twice the active experts is the usual knee across 20 MoE models (arXiv 2505.16056, in
+VALIDATION.md) counts it. The two stream captures agree on it (h ≈ 3.9 for Mixtral, whose
+``c/E`` ≈ 34 is nearly off for 8 experts, and h ≈ 6.0 for Qwen3-30B-A3B, ``c/E`` ≈ 0.59), where
+they disagree 57-fold on ``c/E``.
+
+The distribution lives on the scales ``x = (logit ρ, log h)``: centre ``m``, scale ``s`` and
+``dof`` degrees of freedom of a Student's t (0: normal), each knob's draws the quantiles at
 ``(j + ½)/n`` (deterministic: no Monte Carlo noise), paired by locality strength: the j-th
-draw takes ρ at quantile ``u_j`` and ``c/E`` at ``1 − u_j`` (a stickier stream also keeps to a
+draw takes ρ at quantile ``u_j`` and ``h`` at ``1 − u_j`` (a stickier stream also keeps to a
 tighter hot set). The sources cannot estimate the knobs' correlation (two or three models); they
-agree in its sign (Mixtral decode: ρ ≈ 0.19 with ``c/E`` ≈ 34, nearly off; Qwen3-30B-A3B: ρ ≈ 0.30
-with ``c/E`` ≈ 0.6), and of the pairings this one spans the widest range of a cache's hit rate,
-from "locality off" at one end to the most local stream at the other — the end points
-``moeroof fit-plan`` also brackets its bands with. ``c/E`` is held in
-[:data:`C_PER_EXPERT_FLOOR`, :data:`C_PER_EXPERT_OFF`], the top meaning off (``inf``).
+agree in its sign (Mixtral: ρ ≈ 0.19 with the wider hot set, Qwen3: ρ ≈ 0.30), and of the
+pairings this one spans the widest range of a cache's hit rate, from "locality off" at one end
+to the most local stream at the other — the end points ``moeroof fit-plan`` also brackets its
+bands with. ``h`` is held in [:data:`HOT_SET_FLOOR`, :data:`HOT_SET_CAP`]; a model's ``c/E``
+from it in [:data:`C_PER_EXPERT_FLOOR`, ∞].
 """
 
 from __future__ import annotations
@@ -28,41 +44,68 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
-    "C_PER_EXPERT_OFF",
     "C_PER_EXPERT_FLOOR",
+    "HOT_SET_FLOOR",
+    "HOT_SET_CAP",
     "RHO_FLOOR",
     "Locality",
+    "hot_set_from_c",
+    "c_per_expert_from_hot_set",
     "to_scale",
     "from_scale",
 ]
 
-#: ``c / E`` at or above this is "off" (a stream routes as the layer does): the log scale's cap
-C_PER_EXPERT_OFF = 1e3
-#: ``c / E`` below this is held here: a stream that keeps to a handful of experts is already at
-#: most as local as one stream can be (the log scale's t tails reach 1e-10 otherwise)
+#: a model's ``c / E`` below this is held here: a stream that keeps to a handful of experts is
+#: already at most as local as one stream can be
 C_PER_EXPERT_FLOOR = 1e-2
+#: ``h`` (hot set in picks) below this is held here: a stream's hot set smaller than a quarter of
+#: one token's picks cannot be routed (a token picks K distinct experts)
+HOT_SET_FLOOR = 0.25
+#: ``h`` above this is held here: off for any model of at most 10⁴·K experts (the log scale's cap)
+HOT_SET_CAP = 1e4
 #: ρ lives on the logit scale, clipped to [RHO_FLOOR, 1 − RHO_FLOOR]
 RHO_FLOOR = 1e-3
 
 
-def to_scale(rho, c_per_expert) -> np.ndarray:
-    """``(..., 2)``: ``logit ρ`` and ``log(c/E)`` (``c/E`` clipped to its floor and cap)."""
+def hot_set_from_c(c, experts: int, top_k: int) -> np.ndarray:
+    """``h = W/K``, ``W = (c + 1)/(c/E + 1)`` (module docstring); ``c = inf`` (off) gives ``E/K``."""
+    c = np.asarray(c, dtype=float)
+    e = float(experts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        w = np.where(np.isinf(c), e, (c + 1.0) / (c / e + 1.0))
+    return w / float(top_k)
+
+
+def c_per_expert_from_hot_set(h, experts: int, top_k: int) -> np.ndarray:
+    """A model's ``c/E`` for a hot set of ``h`` picks: ``c = (hK − 1)/(1 − hK/E)``, ``inf`` (off)
+    where ``hK ≥ E``, at least :data:`C_PER_EXPERT_FLOOR`."""
+    e = float(experts)
+    w = np.asarray(h, dtype=float) * float(top_k)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        # off within rounding: exp(log h) of h = E/K is E/K only to the last bit
+        c = np.where(w >= e * (1.0 - 1e-9), np.inf, (w - 1.0) / (1.0 - w / e))
+    return np.maximum(c / e, C_PER_EXPERT_FLOOR)
+
+
+def to_scale(rho, hot_set) -> np.ndarray:
+    """``(..., 2)``: ``logit ρ`` and ``log h`` (each clipped to its floor and cap)."""
     r = np.clip(np.asarray(rho, dtype=float), RHO_FLOOR, 1.0 - RHO_FLOOR)
-    c = np.clip(np.asarray(c_per_expert, dtype=float), C_PER_EXPERT_FLOOR, C_PER_EXPERT_OFF)
-    return np.stack([np.log(r / (1.0 - r)), np.log(c)], axis=-1)
+    h = np.clip(np.asarray(hot_set, dtype=float), HOT_SET_FLOOR, HOT_SET_CAP)
+    return np.stack([np.log(r / (1.0 - r)), np.log(h)], axis=-1)
 
 
 def from_scale(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """ρ and ``c/E`` back from :func:`to_scale`'s scales (``c/E`` at its cap: ``inf``, off)."""
+    """ρ and ``h`` back from :func:`to_scale`'s scales (``h`` within its floor and cap)."""
     x = np.asarray(x, dtype=float)
     rho = 1.0 / (1.0 + np.exp(-x[..., 0]))
-    c = np.exp(np.maximum(x[..., 1], math.log(C_PER_EXPERT_FLOOR)))
-    return rho, np.where(c >= C_PER_EXPERT_OFF * (1 - 1e-9), np.inf, c)
+    h = np.exp(np.clip(x[..., 1], math.log(HOT_SET_FLOOR), math.log(HOT_SET_CAP)))
+    return rho, h
 
 
 @dataclass(frozen=True)
 class Locality:
-    """A distribution of ρ and ``c/E`` (module docstring) and where it came from."""
+    """A distribution of ρ and the hot set ``h`` (module docstring) and where it came from; the
+    ``*_for`` methods give a model's ρ and ``c/E`` (``inf``: off)."""
 
     mean: tuple[float, float]
     scale: tuple[float, float]
@@ -71,18 +114,23 @@ class Locality:
 
     @property
     def centre(self) -> tuple[float, float]:
-        """``(rho, c_per_expert)`` at the centre: the point a zero-fit prediction uses."""
-        r, c = from_scale(np.asarray(self.mean))
-        return float(r), float(c)
+        """``(rho, hot_set)`` at the centre: the point a zero-fit prediction uses."""
+        r, h = from_scale(np.asarray(self.mean))
+        return float(r), float(h)
+
+    def centre_for(self, experts: int, top_k: int) -> tuple[float, float]:
+        """``(rho, c_per_expert)`` at the centre for a model of ``experts``, top-``top_k``."""
+        r, h = self.centre
+        return r, float(c_per_expert_from_hot_set(h, experts, top_k))
 
     @classmethod
     def from_summary(cls, summary) -> Locality:
         """The committed prior (:func:`moeroof.data.locality.read_locality_prior`) as a distribution;
         its label names the sources and the file, the numbers are said where they are used."""
-        mean = to_scale(summary.rho, summary.c_per_expert)
+        mean = to_scale(summary.rho, summary.hot_set)
         return cls(
             (float(mean[0]), float(mean[1])),
-            (float(summary.logit_rho_scale), float(summary.log_c_per_expert_scale)),
+            (float(summary.logit_rho_scale), float(summary.log_hot_set_scale)),
             int(summary.dof),
             f"locality prior fitted on {', '.join(summary.sources)} ({summary.path.name}; assumed for this model)",
         )
@@ -95,7 +143,7 @@ class Locality:
         return cls.from_summary(read_locality_prior())
 
     def quantiles(self, q) -> tuple[np.ndarray, np.ndarray]:
-        """ρ and ``c/E`` at the quantiles ``q`` (each knob's own)."""
+        """ρ and ``h`` at the quantiles ``q`` (each knob's own)."""
         from scipy.stats import norm
         from scipy.stats import t as student_t
 
@@ -103,10 +151,20 @@ class Locality:
         x = np.asarray(self.mean)[None, :] + np.asarray(z, dtype=float).reshape(-1, 1) * np.asarray(self.scale)[None, :]
         return from_scale(x)
 
+    def quantiles_for(self, q, experts: int, top_k: int) -> tuple[np.ndarray, np.ndarray]:
+        """ρ and the model's ``c/E`` at the quantiles ``q`` (each knob's own: ``c/E`` falls as
+        ``h`` does, so its q-quantile is ``h``'s)."""
+        rho, h = self.quantiles(q)
+        return rho, c_per_expert_from_hot_set(h, experts, top_k)
+
     def draws(self, n: int) -> list[tuple[float, float]]:
-        """``n`` pairs ``(rho, c_per_expert)``: ρ at the quantiles ``u_j = (j + ½)/n`` and ``c/E``
-        at ``1 − u_j`` (module docstring: paired by locality strength, least local first)."""
+        """``n`` pairs ``(rho, hot_set)``: ρ at the quantiles ``u_j = (j + ½)/n`` and ``h`` at
+        ``1 − u_j`` (module docstring: paired by locality strength, least local first)."""
         u = (np.arange(n) + 0.5) / n
         rho, _ = self.quantiles(u)
-        _, c = self.quantiles(1.0 - u)
-        return [(float(r), float(x)) for r, x in zip(rho, c)]
+        _, h = self.quantiles(1.0 - u)
+        return [(float(r), float(x)) for r, x in zip(rho, h)]
+
+    def draws_for(self, n: int, experts: int, top_k: int) -> list[tuple[float, float]]:
+        """:meth:`draws` as ``(rho, c_per_expert)`` of a model of ``experts``, top-``top_k``."""
+        return [(r, float(c_per_expert_from_hot_set(h, experts, top_k))) for r, h in self.draws(n)]

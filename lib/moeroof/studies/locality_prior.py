@@ -28,9 +28,10 @@ whose files are absent is skipped and said so.
 **Per-source fit** (:func:`fit_source`): :func:`moeroof.models.fit_routing.fit_routing` on every
 row of the source — its family, skew, ρ, history and, where the rows identify it, ``c`` — with
 its refit parametric bootstrap; the chosen family's draws are the source's knob distribution.
-Locality is carried as ``c / E`` (the per-expert concentration: below 1 a stream keeps to a
-subset of the experts), which transfers between models of different E; ``c = ∞`` (off) stays
-off.
+Locality is carried as the hot set's size in a token's picks, ``h = W/K`` with
+``W = (c + 1)/(c/E + 1)`` the experts a stream spreads over (:mod:`moeroof.models.locality`),
+which transfers between models of different E and K; ``c = ∞`` (off) is ``h = E/K``, and a model
+whose ``hK`` reaches its E is off.
 
 **The prior** (:class:`LocalityPrior`, :func:`pool`): a random-effects pool of the sources'
 fits, each source one mean however many draws it has; its centre is the point a zero-fit
@@ -57,14 +58,24 @@ from moeroof.core.results import Result
 from moeroof.data.points import Point
 from moeroof.models import fit_routing
 from moeroof.models.fit_routing import RoutingKnobs
-from moeroof.models.locality import C_PER_EXPERT_FLOOR, C_PER_EXPERT_OFF, RHO_FLOOR, Locality, to_scale
+from moeroof.models.locality import (
+    C_PER_EXPERT_FLOOR,
+    HOT_SET_CAP,
+    HOT_SET_FLOOR,
+    RHO_FLOOR,
+    Locality,
+    c_per_expert_from_hot_set,
+    hot_set_from_c,
+    to_scale,
+)
 
 __all__ = [
     "SOURCES",
     "PRIOR_DRAWS",
     "SINGLE_SOURCE_BETWEEN_SCALE",
-    "C_PER_EXPERT_OFF",
     "C_PER_EXPERT_FLOOR",
+    "HOT_SET_FLOOR",
+    "HOT_SET_CAP",
     "RHO_FLOOR",
     "summary_record",
     "CoverageCheck",
@@ -226,6 +237,13 @@ class SourceFit(Result):
     c_per_expert_draws: tuple[float, ...]
     held: dict[str, str]
     experts: int
+    top_k: int
+
+    @property
+    def hot_set_draws(self) -> np.ndarray:
+        """The draws' hot sets in a token's picks, ``h = W/K`` (:mod:`moeroof.models.locality`)."""
+        c = np.asarray(self.c_per_expert_draws, dtype=float) * self.experts
+        return hot_set_from_c(c, self.experts, self.top_k)
 
 
 def fit_source(
@@ -265,14 +283,15 @@ def fit_source(
         c_per_expert_draws=tuple(float(d.c) / e for d in draws),
         held=dict(fit.held),
         experts=rows.experts,
+        top_k=rows.top_k,
     )
 
 
-#: the between-source scale a prior of ONE source cannot estimate, on (logit ρ, log(c/E)): held at
+#: the between-source scale a prior of ONE source cannot estimate, on (logit ρ, log h): held at
 #: the spread of stickiness across the layers of one model, as published for Qwen3-30B-A3B's decode
 #: (VALIDATION.md, gajsanders/moe-trace: 7.9 % of a token's experts kept at layer 0 and 59.7 % at
 #: layer 7 against 6.25 % for independent tokens, ρ ≈ 0.018 and 0.57: 4.3 apart on the logit scale,
-#: taken as the 5 % and 95 % ends, 4.3 / (2 · 1.645) = 1.3); the same on log(c/E), assumed
+#: taken as the 5 % and 95 % ends, 4.3 / (2 · 1.645) = 1.3); the same on log h, assumed
 SINGLE_SOURCE_BETWEEN_SCALE = (1.3, 1.3)
 #: draws of the prior's predictive distribution (deterministic quantiles: no Monte Carlo noise)
 PRIOR_DRAWS = 32
@@ -280,22 +299,22 @@ PRIOR_DRAWS = 32
 
 @dataclass(frozen=True)
 class LocalityPrior(Result):
-    """The locality prior (module docstring): on the scales ``logit ρ`` and ``log(c/E)``, the
+    """The locality prior (module docstring): on the scales ``logit ρ`` and ``log h``, the
     sources' mean ``mean``, the predictive spread ``scale`` and its degrees of freedom ``dof``
-    (Student's t; 0: one source, normal with its own bootstrap spread), the pooled draws and
-    where they came from."""
+    (Student's t; 0: one source, normal with its own bootstrap spread), the pooled draws (ρ and
+    the hot set ``h`` in a token's picks) and where they came from."""
 
     sources: tuple[str, ...]
     mean: tuple[float, float]
     scale: tuple[float, float]
     dof: int
     rho: tuple[float, ...]
-    c_per_expert: tuple[float, ...]
+    hot_set: tuple[float, ...]
     provenance: str
 
     @property
     def median(self) -> tuple[float, float]:
-        """``(rho, c_per_expert)`` at the prior's centre: the point a zero-fit default uses."""
+        """``(rho, hot_set)`` at the prior's centre: the point a zero-fit default uses."""
         return self.locality.centre
 
     @property
@@ -304,18 +323,20 @@ class LocalityPrior(Result):
         return Locality(self.mean, self.scale, self.dof, f"locality prior fitted on {', '.join(self.sources)}")
 
     def quantiles(self, q: Sequence[float] = (0.05, 0.5, 0.95)) -> dict[str, list[float]]:
-        """ρ and ``c/E`` at the quantiles ``q`` of the predictive distribution."""
-        rho, c = self.locality.quantiles(q)
-        return {"rho": [float(v) for v in rho], "c_per_expert": [float(v) for v in c]}
+        """ρ and ``h`` at the quantiles ``q`` of the predictive distribution."""
+        rho, h = self.locality.quantiles(q)
+        return {"rho": [float(v) for v in rho], "hot_set": [float(v) for v in h]}
 
-    def knobs(self, base: RoutingKnobs, experts: int) -> list[RoutingKnobs]:
-        """``base`` (its family, skew and history) with each of the prior's draws of ρ and ``c``."""
-        return [replace(base, rho=float(r), c=float(c) * experts) for r, c in zip(self.rho, self.c_per_expert)]
+    def knobs(self, base: RoutingKnobs, experts: int, top_k: int) -> list[RoutingKnobs]:
+        """``base`` (its family, skew and history) with each of the prior's draws of ρ and ``c``
+        (the draw's hot set for a model of ``experts``, top-``top_k``)."""
+        c_e = c_per_expert_from_hot_set(np.asarray(self.hot_set), experts, top_k)
+        return [replace(base, rho=float(r), c=float(c) * experts) for r, c in zip(self.rho, c_e)]
 
 
 def pool(fits: Sequence[SourceFit], *, draws: int = PRIOR_DRAWS) -> LocalityPrior:
     """The prior of the module docstring, a random-effects pool of the sources' fits: on the
-    scales ``x = (logit ρ, log(c/E))`` (``c/E`` capped at :data:`C_PER_EXPERT_OFF`, "off"), each
+    scales ``x = (logit ρ, log h)`` (``h`` the hot set in a token's picks, ``E/K`` where off), each
     source i gives the mean ``x̄_i`` and variance ``v_i`` of its bootstrap draws; over n sources
 
         m = mean_i x̄_i,   s_b² = var_i x̄_i (n − 1 dof),   scale² = s_b² · (1 + 1/n) + mean_i v_i
@@ -328,7 +349,7 @@ def pool(fits: Sequence[SourceFit], *, draws: int = PRIOR_DRAWS) -> LocalityPrio
     prior from published per-layer spread), normal, ``dof`` = 0."""
     if not fits:
         raise ValueError("a prior needs at least one source fit")
-    per = [to_scale(np.asarray(f.rho_draws), np.asarray(f.c_per_expert_draws)) for f in fits]
+    per = [to_scale(np.asarray(f.rho_draws), f.hot_set_draws) for f in fits]
     means = np.stack([x.mean(axis=0) for x in per])
     within = np.stack([x.var(axis=0) for x in per]).mean(axis=0)
     n = len(fits)
@@ -343,7 +364,7 @@ def pool(fits: Sequence[SourceFit], *, draws: int = PRIOR_DRAWS) -> LocalityPrio
     loc = Locality((float(m[0]), float(m[1])), (float(scale[0]), float(scale[1])), int(dof))
     pairs = loc.draws(draws)
     rho = np.array([r for r, _ in pairs])
-    c = np.array([x for _, x in pairs])
+    h = np.array([x for _, x in pairs])
     names = tuple(f.name for f in fits)
     prov = "; ".join(SOURCES[k]["provenance"] if k in SOURCES else k for k in names)
     return LocalityPrior(
@@ -352,7 +373,7 @@ def pool(fits: Sequence[SourceFit], *, draws: int = PRIOR_DRAWS) -> LocalityPrio
         loc.scale,
         loc.dof,
         tuple(float(v) for v in rho),
-        tuple(float(v) for v in c),
+        tuple(float(v) for v in h),
         prov,
     )
 
@@ -428,7 +449,7 @@ def predict_rows(
     sims = np.stack(
         [
             fit_routing.simulate_points(k, pts, rows.experts, rows.top_k, rows.layers, **kw).mean(axis=0)
-            for k in prior.knobs(base, rows.experts)
+            for k in prior.knobs(base, rows.experts, rows.top_k)
         ]
     )
     off = fit_routing.simulate_points(
@@ -550,14 +571,17 @@ def summary_record(st: LocalityStudy) -> dict[str, Any]:
     centre, scale and quantiles, each source's fitted summary and why it is (not) in the prior,
     the held-out errors and the settings — summary figures only (the captures' rows stay in
     ../shared). Written by ``scripts/fit_locality_prior.py``."""
-    rho_mid, c_mid = st.prior.median
+    rho_mid, h_mid = st.prior.median
     q = st.prior.quantiles((0.05, 0.5, 0.95))
     return {
-        "what": "locality prior: stickiness rho and per-stream locality c/E of real decode (moeroof.studies.locality_prior)",
+        "what": (
+            "locality prior: stickiness rho and the per-stream hot set (hot_set: its size in a token's picks, "
+            "h = W/K, W = (c + 1)/(c/E + 1)) of real decode (moeroof.studies.locality_prior)"
+        ),
         "rho": rho_mid,
-        "c_per_expert": c_mid,
+        "hot_set": h_mid,
         "quantiles": {"q": [0.05, 0.5, 0.95], **q},
-        "scale": {"logit_rho": st.prior.scale[0], "log_c_per_expert": st.prior.scale[1], "dof": st.prior.dof},
+        "scale": {"logit_rho": st.prior.scale[0], "log_hot_set": st.prior.scale[1], "dof": st.prior.dof},
         "sources": list(st.prior.sources),
         "provenance": st.prior.provenance,
         "fits": {
@@ -566,6 +590,7 @@ def summary_record(st: LocalityStudy) -> dict[str, Any]:
                 "skew": float(f.knobs.skew),
                 "rho_mean": float(np.mean(f.rho_draws)),
                 "c_per_expert_median": float(np.median(f.c_per_expert_draws)),
+                "hot_set_median": float(np.median(f.hot_set_draws)),
                 "in_prior": f.name in st.in_prior,
                 "why": st.in_prior.get(f.name) or st.left_out.get(f.name, ""),
             }
@@ -605,7 +630,7 @@ def coverage_check(
     bootstrap: int = 4,
 ) -> CoverageCheck:
     """Many streams → one stream, on truths the prior says are possible: each truth's ρ and
-    ``c/E`` are one of ``truths`` draws of ``prior`` (:meth:`Locality.draws`; Zipf ``skew``, a
+    ``c/E`` are one of ``truths`` draws of ``prior`` (:meth:`Locality.draws_for`; Zipf ``skew``, a
     warm history), its rows measured by simulation at seeds no fit uses; ``fit_routing`` on the
     ``calibration`` rows (batch, per-layer LRU capacity) with the prior and without it predicts
     the ``held_out`` rows. Coverage near the nominal 90 % says the bands carry the prior's
@@ -617,7 +642,7 @@ def coverage_check(
     n_cal = len(calibration)
     out = []
     hits_on = hits_off = total = 0
-    for j, (rho, c_e) in enumerate(prior.draws(int(truths))):
+    for j, (rho, c_e) in enumerate(prior.draws_for(int(truths), experts, top_k)):
         truth = RoutingKnobs(family="zipf", skew=float(skew), rho=float(rho), c=c_e * experts, history_tokens=64)
         measured = fit_routing.simulate_points(
             truth, probe, experts, top_k, layers, seeds=[9_000 + 2 * j, 9_001 + 2 * j]

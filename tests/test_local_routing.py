@@ -140,3 +140,28 @@ def test_plan_cli_takes_the_prior_unless_independent(capsys):
     assert "ρ = 0.238" in on["routing"] and "ρ" not in off["routing"]
     assert any("locality prior" in n for n in on["notes"]) and not any("locality prior" in n for n in off["notes"])
     assert on["cache_hit_rate"][0] > off["cache_hit_rate"][0]
+    band = on["locality_band"]
+    assert band["cache_hit_rate_low"][0] <= on["cache_hit_rate"][0] <= band["cache_hit_rate_high"][0]
+    assert any("5–95 % range of the locality prior" in n for n in on["notes"]) and "locality_band" not in off
+
+
+def test_the_band_spans_the_prior_from_nearly_independent_tokens_to_its_most_local_stream():
+    """plan's locality band: the least local end (ρ at 5 %, the hot set at 95 %: off for this
+    model) hits as independent tokens do, within the traces' noise; the most local end hits more
+    than the centre, which lies between; each end is a plan on its own traces."""
+    base = routing_from_spec("zipf:0.8", MODEL)
+    w = _cache(16)
+    loc = Locality.committed()
+    band = lr.locality_band(MODEL, BOX, w, base, [1], loc)
+    least, most = band["ends"]
+    assert least["end"] == "least local" and math.isinf(least["c_per_expert"]), least
+    indep = plan(MODEL, BOX, w, base, [1]).cache_hit_rate[0]
+    assert least["cache_hit_rate"][0] == pytest.approx(indep, abs=0.04)
+    centre = plan(MODEL, BOX, w, lr.with_locality(MODEL, base, loc, workload=w), [1]).cache_hit_rate[0]
+    assert band["cache_hit_rate_low"][0] <= centre <= band["cache_hit_rate_high"][0]
+    assert most["cache_hit_rate"][0] > centre + 0.05
+    assert band["net_tok_s_low"][0] <= band["net_tok_s_high"][0]
+    assert "5–95 %" in band["note"] and "B = 1: hit" in band["note"]
+    # no band where the step cannot see locality
+    assert lr.locality_band(MODEL, BOX, Workload(), base, [1], loc) is None
+    assert lr.locality_band(MODEL, BOX, w, base, [1], None) is None

@@ -161,13 +161,21 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
     auto = resolve_auto_cache(options, model, hardware, batch)
     workload = Workload(ranks=ranks, partition=args.partition, rank_speed=speed, **options)
     if fitted is None and args.routing_knobs is None and not args.independent:
-        from moeroof.models.local_routing import with_locality
+        from moeroof.models.local_routing import locality_band, with_locality
         from moeroof.models.locality import Locality
 
-        # one stream's locality no row can identify: the committed prior's centre (issue 24)
-        routing = with_locality(model, routing, Locality.committed(), workload=workload)
+        # one stream's locality no row can identify: the committed prior's centre (issue 24), and
+        # its spread as the prediction at the prior's two ends
+        prior = Locality.committed()
+        spread = locality_band(model, hardware, workload, routing, batch, prior)
+        routing = with_locality(model, routing, prior, workload=workload)
+    else:
+        spread = None
     result = plan(model, hardware, workload, routing, batch)
     rep = result.to_dict()
+    if spread is not None:
+        rep["locality_band"] = {k: v for k, v in spread.items() if k != "note"}
+        rep["notes"] = [*rep["notes"], spread["note"]]
     _feasible_only(rep)
     if fitted is None:
         from moeroof.models.engine_prior import prior_band

@@ -50,6 +50,7 @@ __all__ = [
     "LocalRouting",
     "routing_from_knobs",
     "with_locality",
+    "locality_band",
     "spec_skew",
     "cache_sees_locality",
     "LOCALITY_CHOICES",
@@ -247,6 +248,68 @@ def with_locality(model: MoEModel, routing: RoutingProbabilities, locality, *, w
     else:
         (rho, c_per_expert), source = locality.centre_for(model.experts, model.top_k), locality.label
     return LocalRouting(model, routing, float(rho), float(c_per_expert) * model.experts, str(source), int(seed))
+
+
+def locality_band(
+    model: MoEModel, hardware, workload, routing: RoutingProbabilities, batch, locality, *, seed: int = 0
+):
+    """Net tok/s and cache hit rate at each batch size with one stream's locality at the prior's
+    two ends — its least local (ρ at the 5 % quantile, the hot set ``h`` at the 95 %) and most
+    local (ρ at 95 %, ``h`` at 5 %): the pairing :meth:`~moeroof.models.locality.Locality.draws`
+    orders its draws by — beside the centre :func:`with_locality` gives: the spread a zero-fit
+    ``plan`` cannot narrow. None where :func:`with_locality` adds no locality (no prior, a trace
+    routing, a step that does not see it). Each end runs :func:`moeroof.models.plan.plan` on its
+    own traces (the same seed), so the band costs two more plans."""
+    from moeroof.models.locality import c_per_expert_from_hot_set
+    from moeroof.models.plan import plan
+
+    if locality is None or routing.trace is not None or not cache_sees_locality(workload):
+        return None
+    (r_lo, r_hi), (h_lo, h_hi) = locality.quantiles([0.05, 0.95])
+    ends = []
+    for name, r, h in (("least local", float(r_lo), float(h_hi)), ("most local", float(r_hi), float(h_lo))):
+        c_e = float(c_per_expert_from_hot_set(h, model.experts, model.top_k))
+        route = LocalRouting(model, routing, r, c_e * model.experts, f"{locality.label}, its {name} end", int(seed))
+        res = plan(model, hardware, workload, route, batch)
+        hit = np.asarray(res.cache_hit_rate, dtype=float)
+        ends.append(
+            {
+                "end": name,
+                "rho": r,
+                "hot_set": float(h),
+                "c_per_expert": c_e,
+                "net_tok_s": [float(v) for v in res.net_tok_s],
+                # per-rank rates (R > 1) pooled as their mean
+                "cache_hit_rate": [float(v) for v in (hit.mean(axis=0) if hit.ndim == 2 else hit)],
+            }
+        )
+    net = np.array([e["net_tok_s"] for e in ends])
+    hit = np.array([e["cache_hit_rate"] for e in ends])
+    rows = [
+        f"B = {b}: hit {100 * hit[:, i].min():.3g}–{100 * hit[:, i].max():.3g} %, "
+        f"net tok/s {net[:, i].min():.4g}–{net[:, i].max():.4g}"
+        for i, b in enumerate(np.asarray(res.batch).tolist())
+        if np.all(np.isfinite(net[:, i])) and np.all(net[:, i] > 0)
+    ]
+    least, most = ends
+
+    def said(e) -> str:
+        c = "off for this model" if math.isinf(e["c_per_expert"]) else f"c = {e['c_per_expert']:.3g}·E"
+        return f"ρ {e['rho']:.2g} with a hot set of {e['hot_set']:.2g}·K experts, {c}"
+
+    note = (
+        f"one stream's locality over the 5–95 % range of the {locality.label}, from its least local end "
+        f"({said(least)}) to its most local ({said(most)}): " + ("; ".join(rows) if rows else "no batch fits in RAM")
+    )
+    return {
+        "note": note,
+        "ends": ends,
+        "net_tok_s_low": [float(v) for v in net.min(axis=0)],
+        "net_tok_s_high": [float(v) for v in net.max(axis=0)],
+        "cache_hit_rate_low": [float(v) for v in hit.min(axis=0)],
+        "cache_hit_rate_high": [float(v) for v in hit.max(axis=0)],
+        "label": locality.label,
+    }
 
 
 LOCALITY_CHOICES = ("prior", "independent")

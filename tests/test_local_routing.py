@@ -162,6 +162,11 @@ def test_the_band_spans_the_prior_from_nearly_independent_tokens_to_its_most_loc
     assert most["cache_hit_rate"][0] > centre + 0.05
     assert band["net_tok_s_low"][0] <= band["net_tok_s_high"][0]
     assert "5–95 %" in band["note"] and "B = 1: hit" in band["note"]
+    # a batch that does not fit in RAM gets no number at either end (KV of 4,096 agents × 4,096 tokens)
+    big = lr.locality_band(MODEL, BOX, w, base, [1, 4096], loc)
+    assert big["cache_hit_rate_low"][1] is None and big["net_tok_s_high"][1] is None
+    assert all(e["net_tok_s"][1] is None for e in big["ends"]) and "B = 4096" not in big["note"]
+    assert big["net_tok_s_low"][0] == pytest.approx(band["net_tok_s_low"][0])
     # no band where the step cannot see locality
     assert lr.locality_band(MODEL, BOX, Workload(), base, [1], loc) is None
     assert lr.locality_band(MODEL, BOX, w, base, [1], None) is None

@@ -278,18 +278,27 @@ def locality_band(
                 "rho": r,
                 "hot_set": float(h),
                 "c_per_expert": c_e,
-                "net_tok_s": [float(v) for v in res.net_tok_s],
+                "net_tok_s": np.asarray(res.net_tok_s, dtype=float),
                 # per-rank rates (R > 1) pooled as their mean
-                "cache_hit_rate": [float(v) for v in (hit.mean(axis=0) if hit.ndim == 2 else hit)],
+                "cache_hit_rate": hit.mean(axis=0) if hit.ndim == 2 else hit,
             }
         )
+    # a batch that does not fit in RAM gets no number (as plan's own rates): None
+    fits = np.asarray(res.fits_in_memory, dtype=bool)
     net = np.array([e["net_tok_s"] for e in ends])
     hit = np.array([e["cache_hit_rate"] for e in ends])
+    for e in ends:
+        for key in ("net_tok_s", "cache_hit_rate"):
+            e[key] = [float(v) if ok else None for v, ok in zip(e[key], fits)]
+
+    def over(a: np.ndarray, pick) -> list[float | None]:
+        return [float(pick(a[:, i])) if ok else None for i, ok in enumerate(fits)]
+
     rows = [
         f"B = {b}: hit {100 * hit[:, i].min():.3g}–{100 * hit[:, i].max():.3g} %, "
         f"net tok/s {net[:, i].min():.4g}–{net[:, i].max():.4g}"
         for i, b in enumerate(np.asarray(res.batch).tolist())
-        if np.all(np.isfinite(net[:, i])) and np.all(net[:, i] > 0)
+        if fits[i]
     ]
     least, most = ends
 
@@ -304,10 +313,10 @@ def locality_band(
     return {
         "note": note,
         "ends": ends,
-        "net_tok_s_low": [float(v) for v in net.min(axis=0)],
-        "net_tok_s_high": [float(v) for v in net.max(axis=0)],
-        "cache_hit_rate_low": [float(v) for v in hit.min(axis=0)],
-        "cache_hit_rate_high": [float(v) for v in hit.max(axis=0)],
+        "net_tok_s_low": over(net, np.min),
+        "net_tok_s_high": over(net, np.max),
+        "cache_hit_rate_low": over(hit, np.min),
+        "cache_hit_rate_high": over(hit, np.max),
         "label": locality.label,
     }
 

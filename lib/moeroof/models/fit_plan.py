@@ -945,6 +945,11 @@ def _fit_one(
             + (
                 f"; the bands include its least and most local ends ({span})"
                 if t_a == 1.0 and t_b == 1.0
+                else (
+                    f"; of its 5–95 % range ({span}) the calibration rows admit neither end, not even a quarter of "
+                    "the way: the locality stays at its centre (the bands carry none of its spread)"
+                )
+                if t_a == 0.0 and t_b == 0.0
                 else f"; of its 5–95 % range ({span}) the calibration rows admit ρ {r_a:.2g}–{r_b:.2g}, "
                 "and the bands cover that"
             )

@@ -50,8 +50,12 @@ def test_validate_command_prints_table_json_and_csv(capsys):
     assert main(["validate", "--groups", "step"]) == 0
     out = capsys.readouterr().out
     assert "bigrig-engine-B1-B16" in out and "mean |error|" in out and "projected" in out
+    # a banded row prints its band beside its prediction, as the JSON holds it
     assert main(["validate", "--groups", "step", "--json"]) == 0
     rep = csvout.strip_run(json.loads(capsys.readouterr().out))
+    banded = next(r for r in rep["rows"] if r["low"] is not None and r["high"] is not None)
+    line = next(x for x in out.splitlines() if x.startswith(banded["case"] + " ") and f"{banded['low']:.3f}"[:4] in x)
+    assert "–" in line, line
     assert rep["groups"] == ["step"] and len(rep["rows"]) == sum(len(c.batch) for c in validation.comparisons())
     assert main(["validate", "--groups", "step", "--format", "csv"]) == 0
     header = csvout.data_text(capsys.readouterr().out).splitlines()[0]

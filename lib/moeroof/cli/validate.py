@@ -66,6 +66,13 @@ def _err(r: dict[str, Any]) -> str:
     return f"{r['error'] * 100:+.0f} %"
 
 
+def _band(r: dict[str, Any]) -> str:
+    """``low–high`` where the row has a band (a withheld row's too: what its truth is held to)."""
+    if r.get("low") is None or r.get("high") is None:
+        return "-"
+    return f"{fmt(r['low'], 3)}–{fmt(r['high'], 3)}"
+
+
 def print_validate(rep: dict[str, Any]) -> None:
     rows = [
         [
@@ -75,12 +82,14 @@ def print_validate(rep: dict[str, Any]) -> None:
             "-" if r["at"] is None else str(r["at"]),
             fmt(r["measured"], 3),
             fmt(r["predicted"], 3),
+            _band(r),
             _err(r),
             "-" if r["inside"] is None else ("yes" if r["inside"] else "no"),
         ]
         for r in rep["rows"]
     ]
-    print(table(["case", "role", "quantity", "at", "measured", "predicted", "error", "in band"], rows, "<<<>>>>>"))
+    headers = ["case", "role", "quantity", "at", "measured", "predicted", "band", "error", "in band"]
+    print(table(headers, rows, "<<<>>>>>>"))
     print()
     for c in rep["cases"]:
         unit = "points" if c["error_unit"] == "points" else "%"

@@ -559,11 +559,12 @@ def _fit_one(
     use_prior = locality is not None and routing.trace is None and "rho" not in names
     held_local = {"rho": 0.0, "c": math.inf}
     if use_prior:
-        # ρ and this model's c/E (from the prior's hot set in picks); h for the ends below
+        # ρ and this model's c/E (from the prior's hot set in picks); the least and most local
+        # ends (Locality.paired at 5 % and 95 %) for the bands below
         r_c, c_c = locality.centre_for(model.experts, model.top_k)
-        (r_lo, r_hi), (c_lo, c_hi) = locality.quantiles_for([0.05, 0.95], model.experts, model.top_k)
         h_c = locality.centre[1]
-        _, (h_lo, h_hi) = locality.quantiles([0.05, 0.95])
+        (r_lo, r_hi), (h_hi, h_lo) = locality.paired([0.05, 0.95])
+        c_hi, c_lo = (float(v) for v in c_per_expert_from_hot_set([h_hi, h_lo], model.experts, model.top_k))
         held_local = {"rho": r_c, "c": c_c * model.experts}  # inf (off) stays inf
 
     # the per-touched-expert engine cost, held at its prior share of the fastest calibration step

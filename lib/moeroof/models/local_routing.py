@@ -255,32 +255,29 @@ def locality_band(
 ):
     """Net tok/s and cache hit rate at each batch size with one stream's locality at the prior's
     two ends — its least local (ρ at the 5 % quantile, the hot set ``h`` at the 95 %) and most
-    local (ρ at 95 %, ``h`` at 5 %): the pairing :meth:`~moeroof.models.locality.Locality.draws`
-    orders its draws by — beside the centre :func:`with_locality` gives: the spread a zero-fit
+    local (ρ at 95 %, ``h`` at 5 %): :meth:`~moeroof.models.locality.Locality.paired`, the pairing
+    its draws follow — beside the centre :func:`with_locality` gives: the spread a zero-fit
     ``plan`` cannot narrow. None where :func:`with_locality` adds no locality (no prior, a trace
     routing, a step that does not see it). Each end runs :func:`moeroof.models.plan.plan` on its
     own traces (the same seed), so the band costs two more plans."""
-    from moeroof.models.locality import c_per_expert_from_hot_set
     from moeroof.models.plan import plan
 
     if locality is None or routing.trace is not None or not cache_sees_locality(workload):
         return None
-    (r_lo, r_hi), (h_lo, h_hi) = locality.quantiles([0.05, 0.95])
+    rho, h = locality.paired([0.05, 0.95])
+    _, c_e = locality.paired_for([0.05, 0.95], model.experts, model.top_k)
     ends = []
-    for name, r, h in (("least local", float(r_lo), float(h_hi)), ("most local", float(r_hi), float(h_lo))):
-        c_e = float(c_per_expert_from_hot_set(h, model.experts, model.top_k))
-        route = LocalRouting(model, routing, r, c_e * model.experts, f"{locality.label}, its {name} end", int(seed))
-        res = plan(model, hardware, workload, route, batch)
-        hit = np.asarray(res.cache_hit_rate, dtype=float)
+    for i, name in enumerate(("least local", "most local")):
+        end = (float(rho[i]), float(c_e[i]), f"{locality.label}, its {name} end")
+        res = plan(model, hardware, workload, with_locality(model, routing, end, seed=seed), batch)
         ends.append(
             {
                 "end": name,
-                "rho": r,
-                "hot_set": float(h),
-                "c_per_expert": c_e,
+                "rho": float(rho[i]),
+                "hot_set": float(h[i]),
+                "c_per_expert": float(c_e[i]),
                 "net_tok_s": np.asarray(res.net_tok_s, dtype=float),
-                # per-rank rates (R > 1) pooled as their mean
-                "cache_hit_rate": hit.mean(axis=0) if hit.ndim == 2 else hit,
+                "cache_hit_rate": np.asarray(res.cache_hit_rate, dtype=float),  # pooled over ranks
             }
         )
     # a batch that does not fit in RAM gets no number (as plan's own rates): None

@@ -157,14 +157,25 @@ class Locality:
         rho, h = self.quantiles(q)
         return rho, c_per_expert_from_hot_set(h, experts, top_k)
 
-    def draws(self, n: int) -> list[tuple[float, float]]:
-        """``n`` pairs ``(rho, hot_set)``: ρ at the quantiles ``u_j = (j + ½)/n`` and ``h`` at
-        ``1 − u_j`` (module docstring: paired by locality strength, least local first)."""
-        u = (np.arange(n) + 0.5) / n
+    def paired(self, u) -> tuple[np.ndarray, np.ndarray]:
+        """The pairing by locality strength (module docstring): ρ at its quantile ``u`` and ``h``
+        at its ``1 − u`` — at u = 5 % the least local end, at 95 % the most local."""
+        u = np.asarray(u, dtype=float)
         rho, _ = self.quantiles(u)
         _, h = self.quantiles(1.0 - u)
+        return rho, h
+
+    def paired_for(self, u, experts: int, top_k: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`paired` as ρ and the ``c/E`` of a model of ``experts``, top-``top_k``."""
+        rho, h = self.paired(u)
+        return rho, c_per_expert_from_hot_set(h, experts, top_k)
+
+    def draws(self, n: int) -> list[tuple[float, float]]:
+        """``n`` pairs ``(rho, hot_set)``: :meth:`paired` at ``u_j = (j + ½)/n``, least local first."""
+        rho, h = self.paired((np.arange(n) + 0.5) / n)
         return [(float(r), float(x)) for r, x in zip(rho, h)]
 
     def draws_for(self, n: int, experts: int, top_k: int) -> list[tuple[float, float]]:
         """:meth:`draws` as ``(rho, c_per_expert)`` of a model of ``experts``, top-``top_k``."""
-        return [(r, float(c_per_expert_from_hot_set(h, experts, top_k))) for r, h in self.draws(n)]
+        rho, c = self.paired_for((np.arange(n) + 0.5) / n, experts, top_k)
+        return [(float(r), float(x)) for r, x in zip(rho, c)]

@@ -343,8 +343,8 @@ def pool(fits: Sequence[SourceFit], *, draws: int = PRIOR_DRAWS) -> LocalityPrio
 
     and a new model's knobs are ``m + scale · t_{n−1}`` (Student's t: the between-source spread
     is estimated from n sources, so with two the tails are wide), each knob's draws the t
-    quantiles at ``(j + ½)/draws``, paired by locality strength (:meth:`Locality.draws`: ρ's
-    quantile ``u`` with ``c``'s ``1 − u``). One source alone cannot estimate how far another model's locality lies
+    quantiles at ``(j + ½)/draws``, paired by locality strength (:meth:`Locality.paired`: ρ's
+    quantile ``u`` with ``h``'s ``1 − u``). One source alone cannot estimate how far another model's locality lies
     from it: ``scale² = v_1 + τ₀²`` with τ₀ held at :data:`SINGLE_SOURCE_BETWEEN_SCALE` (a stated
     prior from published per-layer spread), normal, ``dof`` = 0."""
     if not fits:

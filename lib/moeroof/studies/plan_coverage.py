@@ -87,10 +87,9 @@ def plan_coverage(truths: int = 8, *, progress: Callable[[int, int], None] | Non
         # truth j from its own stream: the same box whatever the number of truths asked for
         rng = generator("plan-coverage", j)
         u = rng.random(6)
-        # ρ and c/E paired by locality strength, as the prior's draws are (Locality.draws); u[5]
+        # ρ and c/E paired by locality strength, as the prior's draws are (Locality.paired); u[5]
         # is drawn and unused so that the other knobs keep their uniforms
-        (rho,), _ = prior.quantiles_for([u[4]], model.experts, model.top_k)
-        _, (c_per_expert,) = prior.quantiles_for([1.0 - u[4]], model.experts, model.top_k)
+        (rho,), (c_per_expert,) = prior.paired_for([u[4]], model.experts, model.top_k)
         lo, _, hi = PRIOR_SECONDS_PER_STEP
         knobs = PlanKnobs(
             engine_seconds_per_step=float(math.exp(math.log(lo) + u[0] * (math.log(hi) - math.log(lo)))),

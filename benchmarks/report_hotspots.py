@@ -9,7 +9,7 @@ notebooks put on top and prints the ratio reference / current for each:
   programme compiled (``routing_kernels.inclusion_below_k``) against the numpy programme
   (``routing._below_k_numpy``, which the module keeps for K > 128);
 - ``sample_trace`` (cache_ladder, expert_split: fit_routing's simulated points): the top-K step
-  kernel (``routing_kernels.top_k_step``) against a copy of the numpy loop it replaced.
+  kernel (``routing_kernels.top_k_steps``) against the same draws and picks in plain numpy.
 
 Each pair is also checked to give identical results (the tests do it on more cases). The first
 call of each kernel compiles it (or loads numba's disk cache): a warm-up call is not timed.
@@ -38,8 +38,10 @@ from moeroof.models.routing import (
 
 def sample_trace_reference(model, steps, streams, layers, rng, *, c=np.inf, c_step=np.inf, rho=0.0,
                             groups=1, scope="trace", popularity=None, prompt_tokens=0):  # fmt: skip
-    """sample_trace as it was in numpy before the kernel (issue 16), argument checks left out;
-    self-contained but for the public log_gamma_from_uniforms and part_concentrations."""
+    """sample_trace in plain numpy, step by step, argument checks left out; self-contained but
+    for the public log_gamma_from_uniforms and part_concentrations. Its picks are defined by a
+    stable sort (kept experts first in their previous slots' order, then descending score, equal
+    scores by id) and its stickiness draws come from a child stream at every step."""
 
     def per_layer(value):
         arr = np.asarray(value, dtype=float)
@@ -61,10 +63,12 @@ def sample_trace_reference(model, steps, streams, layers, rng, *, c=np.inf, c_st
         seq = np.random.SeedSequence(words(rng.bit_generator.state), spawn_key=(key,))
         return np.random.Generator(np.random.PCG64(seq))
 
-    def top_k_of_scores(scores, k):
-        part = np.argpartition(-scores, k - 1, axis=-1)[..., :k]
-        order = np.argsort(-np.take_along_axis(scores, part, axis=-1), axis=-1)
-        return np.take_along_axis(part, order, axis=-1).astype(np.int32)
+    def top_k(scores, kept_slot, k):
+        # kept experts first in their previous slots' order, then descending score, equal scores
+        # (a NaN as -inf) by ascending id: lexsort is stable, so one order on every machine
+        ids = np.broadcast_to(np.arange(scores.shape[-1]), scores.shape)
+        neg = np.where(np.isnan(scores), np.inf, -scores)
+        return np.lexsort((ids, neg, kept_slot), axis=-1)[..., :k].astype(np.int32)
 
     rho_l = per_layer(rho)
     c_l = per_layer(c)
@@ -112,22 +116,23 @@ def sample_trace_reference(model, steps, streams, layers, rng, *, c=np.inf, c_st
         return np.where(neither[:, None], logw, np.where(w > 0, mass, -np.inf))
 
     rho_keep = float(rho_l[0]) if np.ndim(rho) == 0 else rho_l[:, None]
+    sticky = bool(np.any(rho_l > 0))
+    child_keep = child_generator(3) if sticky else None
     total = int(prompt_tokens) + steps
     logq = draw_logq(True)
     out = np.empty((total, streams, layers, k), dtype=np.int32)
-    out[0] = top_k_of_scores(logq + rng.gumbel(size=logq.shape), k)
-    for step in range(1, total):
-        if scope == "step" or child_step is not None:
+    for step in range(total):
+        if step and (scope == "step" or child_step is not None):
             logq = draw_logq(scope == "step")
         scores = logq + rng.gumbel(size=logq.shape)
-        if np.any(rho_l > 0):
-            keep = rng.random(out[step - 1].shape) < rho_keep
-            kept_ids = np.where(keep, out[step - 1], -1)
-            boost = np.zeros(logq.shape, dtype=bool)
-            s_idx, l_idx, _ = np.nonzero(keep)
-            boost[s_idx, l_idx, kept_ids[keep]] = True
-            scores = np.where(boost, np.inf, scores)
-        out[step] = top_k_of_scores(scores, k)
+        kept_slot = np.full(logq.shape, k)
+        if sticky:
+            keep = child_keep.random((streams, layers, k)) < rho_keep
+            if step:
+                s_idx, l_idx, q_idx = np.nonzero(keep)
+                kept_slot[s_idx, l_idx, out[step - 1][s_idx, l_idx, q_idx]] = q_idx
+        out[step] = top_k(scores, kept_slot, k)
+    return out
     return out
 
 

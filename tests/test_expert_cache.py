@@ -305,6 +305,40 @@ def test_lru_ratio_curve_is_simulate_ratios_at_every_capacity(ranks, batch):
             assert (curve[c - 1], curve[n_own - 1 + c - 1]) == ref[:2], (rank, c)
 
 
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_trace_lru_reads_one_curve_and_matches_a_simulation_per_capacity(monkeypatch, ranks):
+    """A user's (or a sampled) trace under a global LRU: trace_miss_ratio serves every capacity
+    from one stack-distance pass, counted on the steps where the B streams are all live (a
+    finished stream pads with -1), and gives the floats of one simulation per capacity."""
+    from moeroof.models.routing import Uniform, sample_trace
+
+    monkeypatch.setenv("MOEROOF_CACHE_DIR", "")
+    clear_memo()
+    trace = sample_trace(Uniform(40, 4), 60, 3, 6, seeded("trace-curve"), rho=0.3).copy()
+    trace[45:, 2] = -1  # stream 2 has finished
+    assignment = None if ranks == 1 else seeded("trace-curve-ranks").permutation(np.arange(40) % ranks)
+    calls = []
+    real = expert_cache.cache_sim.simulate
+    monkeypatch.setattr(expert_cache.cache_sim, "simulate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    full = expert_cache.live_steps(trace, 3)
+    idx = np.flatnonzero(full)
+    warm = int(idx[idx.size // 2])
+    for rank in range(ranks):
+        own = np.ones(40, dtype=bool) if assignment is None else assignment == rank
+        got = [
+            expert_cache.trace_miss_ratio(trace, "t", 3, float(c), experts=40, assignment=assignment, rank=rank)
+            for c in range(1, int(own.sum()))
+        ]
+        assert not calls
+        monkeypatch.setattr(expert_cache.cache_sim, "simulate", real)
+        for c, g in enumerate(got, start=1):
+            ref = expert_cache.simulate_ratios(
+                trace[:, :3], 40, own, assignment, rank, float(c), "lru", "global", warm, counted_steps=full
+            )
+            assert g == ref[:3], (rank, c)
+        monkeypatch.setattr(expert_cache.cache_sim, "simulate", lambda *a, **k: calls.append(1) or real(*a, **k))
+
+
 def test_steady_state_lru_reads_its_curve_and_matches_a_simulation(monkeypatch):
     """steady_state_miss_ratio's global LRU (served from the curve) against simulate_ratios on
     the same steady-state trace, at every capacity, with no simulate call at all."""

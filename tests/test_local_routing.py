@@ -96,7 +96,7 @@ def test_the_prior_makes_one_stream_hit_more_than_independent_tokens():
     p_local = plan(MODEL, BOX, w, local, [1])
     p_indep = plan(MODEL, BOX, w, base, [1])
     assert p_local.cache_hit_rate[0] > p_indep.cache_hit_rate[0] + 0.05
-    assert "ρ = 0.238" in p_local.routing and any("locality prior" in n for n in p_local.notes)
+    assert f"ρ = {loc.centre[0]:.3g}" in p_local.routing and any("locality prior" in n for n in p_local.notes)
 
 
 def test_a_row_does_not_depend_on_the_grid():
@@ -137,7 +137,8 @@ def test_plan_cli_takes_the_prior_unless_independent(capsys):
     on = json.loads(capsys.readouterr().out)
     assert main([*argv, "--independent", "--json"]) == 0
     off = json.loads(capsys.readouterr().out)
-    assert "ρ = 0.238" in on["routing"] and "ρ" not in off["routing"]
+    rho = Locality.committed().centre[0]
+    assert f"ρ = {rho:.3g}" in on["routing"] and "ρ" not in off["routing"]
     assert any("locality prior" in n for n in on["notes"]) and not any("locality prior" in n for n in off["notes"])
     assert on["cache_hit_rate"][0] > off["cache_hit_rate"][0]
     band = on["locality_band"]

@@ -261,7 +261,18 @@ def _pick_counts_reference(topk, own):
     return np.unique(keys, return_counts=True)[1]
 
 
-@pytest.mark.parametrize("shape,e", [((30, 8, 4, 3), 40), ((5, 1, 1, 1), 3), ((12, 64, 16, 8), 288), ((3, 2, 2, 2), 5)])
+@pytest.mark.parametrize(
+    "shape,e",
+    [
+        ((30, 8, 4, 3), 40),
+        ((5, 1, 1, 1), 3),
+        ((12, 64, 16, 8), 288),
+        ((3, 2, 2, 2), 5),
+        # few distinct picks against E (sorted, not scanned), and both ways within one trace
+        ((40, 1, 6, 8), 256),
+        ((20, 5, 4, 8), 288),
+    ],
+)
 @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.int16])
 def test_pick_counts_are_uniques_counts(shape, e, dtype):
     rng = np.random.default_rng(e)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 from pathlib import Path
 
@@ -152,12 +153,16 @@ def test_sample_trace_bad_arguments(rng):
 # The two calls with a finite c ("dirichlet_groups", "zipf_step") were re-pinned when the hot
 # sets moved to Gamma draws by inversion from a child stream (common random numbers across c):
 # their old digests were 58c48977… and f2a062eb…; the c = inf calls did not change.
+# The four calls with ρ > 0 were re-pinned (2026-12-04) when the stickiness draws moved to a
+# child stream and two or more kept experts stopped going to numpy's sort, whose order among
+# ties depends on the CPU's SIMD path (their digests were 8e7907a1…, bf971cd0…, 06bf2afc… and
+# d53a35f2…, true on an AVX-512 box only); the ρ = 0 call did not change.
 OLD_CALL_DIGESTS = {
     "uniform": "5a20d31c60c7c60062fe97ab2e692e1f8f8cae26cad050cc7a37a7e13a1984c0",
-    "zipf_rho": "8e7907a1b06bdd4be0d94be70e2d6faaf5070fa25bb11665c60bcd01884fcaad",
-    "dirichlet_groups": "bf971cd04734ddb7b218e6a63c062a047c03204c6a28b292fce7850aa695aa7e",
-    "zipf_step": "06bf2afc6bb4cf165148d463b5c97efefa34e2deb91810ded43444d05435c11f",
-    "popularity": "d53a35f28d13d56729b9726be48b9482b3a017b7926c567d7aae4d2d8b52b0d6",
+    "zipf_rho": "aa7698edb225e9148f4b29d368dd206152726c093284c2893789173b997a9c1d",
+    "dirichlet_groups": "25cb1166ee7c553ed12dabd9e2be38a0a7dfd4203f6f9029c682cd496285a815",
+    "zipf_step": "8652cd7c2bc5c29fbbfd637e6e17628fc971b730ddc39520227f9ee27eb3ed12",
+    "popularity": "93a48d94eb10ce58f26c3fe27914f1d254abf09e7c4d2a604d02eb3e2f114be2",
 }
 OLD_CALLS = {
     "uniform": lambda r: sample_trace(Uniform(16, 2), 20, 3, 2, r),
@@ -179,6 +184,39 @@ def trace_digest(a: np.ndarray) -> str:
 @pytest.mark.parametrize("name", sorted(OLD_CALLS))
 def test_sample_trace_old_calls_byte_identical(name):
     assert trace_digest(OLD_CALLS[name](np.random.default_rng(20261201))) == OLD_CALL_DIGESTS[name]
+
+
+_SIMD_PROBE = """
+import hashlib, numpy as np
+from moeroof.models.routing import Zipf, sample_trace
+trace = sample_trace(Zipf(64, 8, 0.9), 120, 4, 6, np.random.default_rng(3), rho=0.5, c=4.0, groups=4)
+print(hashlib.sha256(trace.tobytes()).hexdigest())
+"""
+
+
+def test_sample_trace_is_the_same_on_every_simd_path():
+    """One trace on every machine: numpy's sorts break ties by their SIMD path (AVX-512, AVX2,
+    baseline), so a trace whose picks went through them differed between boxes wherever two
+    kept experts tied. The trace drawn with every dispatched SIMD feature of this CPU turned off
+    (``NPY_DISABLE_CPU_FEATURES``, as on a box without them) equals the one drawn here."""
+    import subprocess
+
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    except ImportError:  # another numpy layout: the probe still runs, on this box's own path
+        __cpu_dispatch__, __cpu_features__ = [], {}
+    found = [f for f in __cpu_dispatch__ if __cpu_features__.get(f)]
+    env = {**os.environ, "NPY_DISABLE_CPU_FEATURES": " ".join(found)}
+    here = subprocess.run([sys.executable, "-c", _SIMD_PROBE], capture_output=True, text=True, check=True)
+    plain = subprocess.run([sys.executable, "-c", _SIMD_PROBE], capture_output=True, text=True, env=env, check=True)
+    assert plain.stdout == here.stdout and len(here.stdout.strip()) == 64
+
+
+def test_kept_experts_lead_in_their_previous_order():
+    """With ρ = 1 every pick is kept: each step repeats the previous one slot for slot (numpy's
+    sort gave some permutation of it)."""
+    trace = sample_trace(Zipf(32, 4, 0.5), 30, 3, 2, np.random.default_rng(1), rho=1.0)
+    assert np.array_equal(trace[1:], np.broadcast_to(trace[0], trace[1:].shape))
 
 
 def test_per_layer_knobs_equal_to_scalar_are_the_scalar_draw():

@@ -101,6 +101,8 @@ def clear_memo() -> None:
     setting again (``MOEROOF_CACHE_DIR=""`` before this call: a truly cold start)."""
     _memo.clear()
     _trace_memo.clear()
+    _requests_memo.clear()
+    _curve_memo.clear()
     _rank_memo.clear()
     _disk.clear()
 
@@ -347,6 +349,7 @@ def simulate_ratios(
     page: float = 0.0,
     pinned: np.ndarray | None = None,
     counted_steps: np.ndarray | None = None,
+    requests: tuple[cache_sim.Requests, np.ndarray] | None = None,
 ) -> tuple[float, float, float, float]:
     """Simulate one rank's cache on ``topk`` (steps, streams, H, K), counted after ``warm`` steps:
     (misses per request, token misses per request, distinct requests per layer and step, page-cache
@@ -355,25 +358,21 @@ def simulate_ratios(
     reach the file). ``static`` pins ``pinned`` (a popularity over the H·E items) per layer.
     ``counted_steps`` (bool per step) narrows the counted steps further: a user's trace counts only
     the steps where all its streams are live, so a finished stream's padding does not dilute the
-    union or the miss ratios."""
+    union or the miss ratios. ``requests``: :func:`trace_requests` of these arguments, where the
+    caller keeps it for the trace's other capacities."""
     h, e = topk.shape[2], int(experts)
     part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
-    req = cache_sim.requests_from_trace(topk, e, partition=part, rank=None if part is None else rank)
+    if requests is None:
+        requests = trace_requests(topk, e, own, part, rank)
+    req, mult_all = requests
     capacity = math.floor(c) * h  # scope "layer" splits it back into c per layer
     if policy == "static":
         res = cache_sim.simulate(req, capacity, policy="static", scope="layer", pinned=pinned, return_hits=True)
     else:
         res = cache_sim.simulate(req, capacity, policy=policy, scope=scope, warmup_steps=warm, return_hits=True)
-    counted_req = req.step >= warm
-    if counted_steps is not None:
-        counted_req &= np.asarray(counted_steps, dtype=bool)[req.step]
-    # tokens per request: how many of the step's tokens routed to the (layer, expert), counted
-    # in (step, layer, expert) order — request order, so the counts line up with the requests
-    from moeroof.models import plan_kernels  # numba loads only when a cache is simulated
-
-    mult = plan_kernels.pick_counts(np.ascontiguousarray(topk), np.asarray(own, dtype=bool))
+    counted_req = _counted_requests(req, warm, counted_steps)
     hit = res.request_hits[counted_req]
-    mult = mult[counted_req]
+    mult = mult_all[counted_req]
     n = hit.size
     req_ratio = float(1.0 - hit.mean()) if n else 0.0
     token_ratio = float(mult[~hit].sum() / n) if n else 0.0
@@ -385,11 +384,44 @@ def simulate_ratios(
         )
         page_res = cache_sim.simulate(below, math.floor(page) * h, policy="lru", scope="global", warmup_steps=warm)
         page_ratio = float(page_res.hits / n)
-    steps_counted = np.arange(topk.shape[0]) >= warm
+    return req_ratio, token_ratio, _distinct_per_layer_step(topk.shape[0], h, n, warm, counted_steps), page_ratio
+
+
+def _counted_requests(req: cache_sim.Requests, warm: int, counted_steps: np.ndarray | None) -> np.ndarray:
+    """The requests counted: from step ``warm`` on, and only on ``counted_steps`` where given."""
+    counted = req.step >= warm
+    if counted_steps is not None:
+        counted &= np.asarray(counted_steps, dtype=bool)[req.step]
+    return counted
+
+
+def _distinct_per_layer_step(steps: int, layers: int, n: int, warm: int, counted_steps: np.ndarray | None) -> float:
+    """The ``n`` counted requests per counted step and layer (the measured union of the rank)."""
+    steps_counted = np.arange(steps) >= warm
     if counted_steps is not None:
         steps_counted &= np.asarray(counted_steps, dtype=bool)
-    n_steps = max(int(steps_counted.sum()), 1)
-    return req_ratio, token_ratio, float(n / (n_steps * h)), page_ratio
+    return float(n / (max(int(steps_counted.sum()), 1) * layers))
+
+
+def trace_requests(
+    topk: np.ndarray, experts: int, own: np.ndarray, partition: np.ndarray | None, rank: int
+) -> tuple[cache_sim.Requests, np.ndarray]:
+    """One rank's requests of ``topk`` (:func:`moeroof.models.cache.requests_from_trace`) and the
+    tokens per request: how many of the step's tokens routed to the (layer, expert), counted in
+    (step, layer, expert) order — request order, so the counts line up with the requests. The
+    same at every capacity of the trace."""
+    from moeroof.models import plan_kernels  # numba loads only when a cache is simulated
+
+    req = cache_sim.requests_from_trace(
+        topk, int(experts), partition=partition, rank=None if partition is None else rank
+    )
+    return req, plan_kernels.pick_counts(np.ascontiguousarray(topk), np.asarray(own, dtype=bool))
+
+
+_requests_memo: OrderedDict = OrderedDict()
+_REQUESTS_MEMO_SIZE = 4
+_curve_memo: OrderedDict = OrderedDict()
+_CURVE_MEMO_SIZE = 256
 
 
 def page_cache_hit_ratio(
@@ -494,9 +526,42 @@ def trace_miss_ratio(
     c = float(math.floor(cache_experts_per_layer))
     key = ("trace", trace_key, int(batch), int(c), policy, scope, digest(own.astype(np.int8)))
 
+    part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
+    # what is the same at every capacity of this trace, batch and rank
+    trace_id = (trace_key, int(batch), key[-1], None if part is None else (digest(part), int(rank)))
+    n_own = int(own.sum())
+
+    def topk() -> np.ndarray:
+        return np.asarray(trace[:, :batch][:, :, simulated_layer_rows(layers)])
+
+    def requests(sub: np.ndarray) -> tuple[cache_sim.Requests, np.ndarray]:
+        return _memoised(
+            ("requests", *trace_id),
+            lambda: trace_requests(sub, experts, own, part, rank),
+            _requests_memo,
+            _REQUESTS_MEMO_SIZE,
+        )
+
+    if policy == "lru" and scope == "global" and 1 <= c <= n_own - 1:
+        # every capacity from one stack-distance pass (the same floats as one simulation each)
+        def curve() -> tuple[tuple[float, ...], float]:
+            sub = topk()
+            req = requests(sub)
+            ratios = lru_ratio_curve(
+                sub, experts, own, assignment, rank, warm, n_own - 1, counted_steps=full, requests=req
+            )
+            n = int(_counted_requests(req[0], warm, full).sum())
+            return ratios, _distinct_per_layer_step(sub.shape[0], sub.shape[2], n, warm, full)
+
+        ratios, distinct = _memoised(("trace-lru-curve", *trace_id, warm), curve, _curve_memo, _CURVE_MEMO_SIZE)
+        i = int(c) - 1
+        return _memoised(key, lambda: (ratios[i], ratios[n_own - 1 + i], distinct))
+
     def compute() -> tuple[float, float, float]:
-        topk = np.asarray(trace[:, :batch][:, :, simulated_layer_rows(layers)])
-        return simulate_ratios(topk, experts, own, assignment, rank, c, policy, scope, warm, counted_steps=full)[:3]
+        sub = topk()
+        return simulate_ratios(
+            sub, experts, own, assignment, rank, c, policy, scope, warm, counted_steps=full, requests=requests(sub)
+        )[:3]
 
     return _memoised(key, compute)
 
@@ -584,6 +649,9 @@ def lru_ratio_curve(
     rank: int,
     warm: int,
     max_c: int,
+    *,
+    counted_steps: np.ndarray | None = None,
+    requests: tuple[cache_sim.Requests, np.ndarray] | None = None,
 ) -> tuple[float, ...]:
     """:func:`simulate_ratios`' first two numbers for ``policy="lru", scope="global"`` at every
     cache c = 1 … ``max_c`` experts per layer at once (the ``max_c`` miss ratios, then the
@@ -593,15 +661,14 @@ def lru_ratio_curve(
     lookup starts, is in 1 … C (Mattson et al. 1970; :func:`moeroof.models.cache.lru_hit_curve`),
     so with the cache of ``c · H`` items the counted hits are the counted requests of distance
     1 … c·H: integer counts, divided by the requests counted as :func:`simulate_ratios` divides
-    them (``1 − hits / n`` and ``missed picks / n``, each a correctly rounded quotient)."""
+    them (``1 − hits / n`` and ``missed picks / n``, each a correctly rounded quotient).
+    ``counted_steps`` and ``requests`` as for :func:`simulate_ratios`."""
     h, e = topk.shape[2], int(experts)
     part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
-    req = cache_sim.requests_from_trace(topk, e, partition=part, rank=None if part is None else rank)
+    req, mult_all = trace_requests(topk, e, own, part, rank) if requests is None else requests
     dist = cache_sim.stack_distances(req.items, cache_sim.lookup_starts(req, "layer"))
-    counted = req.step >= warm
-    from moeroof.models import plan_kernels  # numba loads only when a cache is simulated
-
-    mult = plan_kernels.pick_counts(np.ascontiguousarray(topk), np.asarray(own, dtype=bool))[counted]
+    counted = _counted_requests(req, warm, counted_steps)
+    mult = mult_all[counted]
     d = dist[counted]
     n = int(d.size)
     if n == 0:

@@ -319,7 +319,7 @@ def _routing(
     if knobs.skew is None and not local:
         return base
     s = _zipf_exponent(base) if knobs.skew is None else float(knobs.skew)
-    key = (s, float(knobs.rho), float(knobs.c), streams, seed if local else 0)
+    key = (s, knobs.skew is None, float(knobs.rho), float(knobs.c), streams, seed if local else 0)
     if routes is not None and key in routes:
         return routes[key]
     if local and knobs.skew is None and spec_skew(base) is None:
@@ -369,7 +369,8 @@ def predict_points(
     hit = np.empty(len(points))
     # the rows' groups (one cache, rank count and policy each) and their workloads: the same at
     # every call of one fit but for the page cache's share and the seed
-    layout_key = ("groups", pc, share, seed, context_tokens, overlap)
+    rows_key = tuple((p.cache_gib, p.ranks, p.policy, p.batch) for p in points)
+    layout_key = ("groups", rows_key, pc, share, seed, context_tokens, overlap)
     layout = None if routes is None else routes.get(layout_key)
     if layout is None:
         groups: dict[tuple, list[int]] = {}
@@ -502,9 +503,12 @@ def _fit_one(
     overlap: str = "max",
     locality: Locality | None = None,
     stage: Callable[[str], None] | None = None,
+    memo: dict | None = None,
 ) -> PlanFit:
     """Fit the named knobs on the calibration rows, predict every row with bands (module
-    docstring); ``stage(what)`` is called as each of :data:`FIT_STAGES` begins. Raises :class:`ParameterError` for an unknown knob, a knob the rows cannot
+    docstring); ``stage(what)`` is called as each of :data:`FIT_STAGES` begins. ``memo``: the
+    routings and step works of :func:`predict_points`, kept across the fits of one
+    :func:`fit_plan` (its keys name the overlap where the work depends on it). Raises :class:`ParameterError` for an unknown knob, a knob the rows cannot
     identify (more smooth parameters than measured net tok/s rows), or ``skew`` with a routing
     that is not Zipf. ``locality`` (the locality prior): with any routing but a trace and ρ not
     fitted, the cache runs on a trace with the prior's centre ρ and per-stream locality c, and
@@ -629,11 +633,15 @@ def _fit_one(
             k = replace(k, page_cache_share=outer["pressure"])
         return k
 
-    routes: dict = {}
+    routes: dict = {} if memo is None else memo
+    # the search prices the calibration rows alone (a row's prediction never depends on the
+    # others asked with it); the bands predict every row
+    cal_rows = cal_net | cal_hit
+    pts_cal = [p for p, used in zip(pts, cal_rows) if used]
 
-    def predict(k: PlanKnobs, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    def predict(k: PlanKnobs, seed: int = 0, rows: Sequence[PlanPoint] | None = None) -> tuple[np.ndarray, np.ndarray]:
         return predict_points(
-            pts,
+            pts if rows is None else rows,
             model,
             hardware,
             routing,
@@ -646,9 +654,9 @@ def _fit_one(
         )
 
     def residuals(k: PlanKnobs, seed: int = 0) -> np.ndarray:
-        net, hit = predict(k, seed)
-        r_net = np.log(net[cal_net] / meas_net[cal_net]) / SIGMA_NET
-        r_hit = (hit[cal_hit] - meas_hit[cal_hit]) / SIGMA_HIT
+        net, hit = predict(k, seed, pts_cal)
+        r_net = np.log(net[cal_net[cal_rows]] / meas_net[cal_net]) / SIGMA_NET
+        r_hit = (hit[cal_hit[cal_rows]] - meas_hit[cal_hit]) / SIGMA_HIT
         return np.concatenate([r_net, r_hit])
 
     inner_lo = [*_BOUNDS["c0"][:1], *_BOUNDS["c1"][:1]] if "engine" in names else []
@@ -689,13 +697,13 @@ def _fit_one(
         inner_hi.append(_BOUNDS["reclaim_shape"][1])
         x0.append(1.5)
 
-    def solve_inner(outer: dict[str, float]):
+    def solve_inner(outer: dict[str, float], start: np.ndarray | None = None):
         if not x0:
             r = residuals(knobs_of(outer, np.zeros(0)))
             return np.zeros(0), float(r @ r), None
         sol = least_squares(
             lambda x: residuals(knobs_of(outer, x)),
-            np.array(x0),
+            np.array(x0) if start is None else start,
             bounds=(np.array(inner_lo), np.array(inner_hi)),
             x_scale="jac",
         )
@@ -723,11 +731,18 @@ def _fit_one(
     profile: list[dict[str, Any]] = []  # the retained cache-knob sets (module docstring, Bands)
     if outer_names:
         evaluated: dict[tuple[float, ...], dict[str, Any]] = {}
+        outer_span = np.array([bounds[n][1] - bounds[n][0] for n in outer_names])
 
         def evaluate(o: dict[str, float]) -> dict[str, Any]:
             key = tuple(o[n] for n in outer_names)
             if key not in evaluated:
-                xo, c, so = solve_inner(o)
+                # the inner fit starts from the nearest set solved so far (in units of each
+                # knob's range; the first from x0): its engine and SSD terms are near
+                start = None
+                if evaluated:
+                    near = min(evaluated, key=lambda z: float(np.sum(((np.array(z) - key) / outer_span) ** 2)))
+                    start = evaluated[near]["x"]
+                xo, c, so = solve_inner(o, start)
                 evaluated[key] = {"outer": o, "x": xo, "cost": c, "sol": so}
             return evaluated[key]
 
@@ -1119,6 +1134,8 @@ def fit_plan(
         routing_is_spec=routing_is_spec,
         max_evaluations=max_evaluations,
         locality=locality,
+        # the routings sampled for one overlap's fit serve the other's (a forked fit starts empty)
+        memo={},
     )
     if overlap is not None and overlap not in ("max", "sum"):
         raise ParameterError("overlap", f"expected max or sum, got {overlap!r}")

@@ -147,19 +147,37 @@ def pick_counts(topk: np.ndarray, own: np.ndarray) -> np.ndarray:
     e = own.size
     out = np.empty(steps * streams * h * k, dtype=np.int64)
     seen = np.zeros(e, dtype=np.int64)
+    ids = np.empty(streams * k, dtype=np.int64)
     n = 0
     for t in range(steps):
         for layer in range(h):
+            m = 0
             for s in range(streams):
                 for j in range(k):
                     x = topk[t, s, layer, j]
                     if x >= e:
                         raise IndexError("pick_counts: an expert id beyond E")
                     if x >= 0 and own[x]:
+                        if seen[x] == 0:
+                            ids[m] = x
+                            m += 1
                         seen[x] += 1
-            for i in range(e):
-                if seen[i] > 0:
-                    out[n] = seen[i]
+            if m * 8 < e:  # few distinct: sort them (insertion) rather than scan all E
+                for a in range(1, m):
+                    v = ids[a]
+                    b = a
+                    while b > 0 and ids[b - 1] > v:
+                        ids[b] = ids[b - 1]
+                        b -= 1
+                    ids[b] = v
+                for a in range(m):
+                    out[n] = seen[ids[a]]
                     n += 1
-                    seen[i] = 0
+                    seen[ids[a]] = 0
+            else:
+                for i in range(e):
+                    if seen[i] > 0:
+                        out[n] = seen[i]
+                        n += 1
+                        seen[i] = 0
     return out[:n].copy()

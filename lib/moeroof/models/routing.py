@@ -229,7 +229,9 @@ def _state_words(state) -> list[int]:
 
 
 #: spawn keys of the child streams of :func:`sample_trace`
-_GROUP_STREAM, _STEP_STREAM = 1, 2
+_GROUP_STREAM, _STEP_STREAM, _KEEP_STREAM = 1, 2, 3
+#: doubles of uniforms :func:`sample_trace` draws at a time (1 MiB; a step at least)
+_BLOCK_DOUBLES = 1 << 17
 
 
 def _child_generator(rng: np.random.Generator, key: int) -> np.random.Generator:
@@ -658,13 +660,14 @@ def sample_trace(
 
     from moeroof.models import routing_kernels  # numba loads only when a trace is drawn
 
-    # Each step draws, from rng, the Gumbel noise of every (stream, layer, expert) and then, with
-    # stickiness, one uniform per previous pick (kept when below ρ of its layer): kept experts
-    # outrank every fresh draw, non-kept slots fall back to the draw, and the K largest scores
-    # are the step's picks in descending order. The kernel (routing_kernels.top_k_step) takes
-    # the noise as the uniforms Generator.gumbel turns into it (gumbel_uniforms) and computes
-    # only the scores that can reach the top K, the same numbers numpy computes; rows whose
-    # order is not unique (ties: two kept experts) go to numpy's argpartition/argsort as before.
+    # Each step draws, from rng, the Gumbel noise of every (stream, layer, expert) as the
+    # uniforms Generator.gumbel turns into it (gumbel_uniforms: the nonzero doubles of the stream,
+    # in order) and, with stickiness, from a child stream one uniform per previous pick (kept
+    # when below ρ of its layer; drawn at every step, the first included, so that the Gumbel
+    # draws are the same at every ρ). The kernel (routing_kernels.top_k_steps) puts the kept
+    # experts first in their previous slots' order, then the largest scores in descending
+    # order, equal scores by expert id: one trace on every machine. The draws are taken a block
+    # of steps at a time: both are plain sequences, so the block's length changes nothing.
     rows, e = streams * layers, w.shape[-1]
     total = int(prompt_tokens) + steps
     # bounded before the trace and a step's scores are made (issue 13); Python ints, no overflow
@@ -672,34 +675,39 @@ def sample_trace(
     check_allocation(rows * e, 40, "one step's scores, streams × layers × experts")
     rho_row = np.ascontiguousarray(np.broadcast_to(rho_l, (streams, layers)).reshape(rows))
     sticky = bool(np.any(rho_l > 0))
-    no_keep = np.empty((rows, 0))
+    child_keep = _child_generator(rng, _KEEP_STREAM) if sticky else None
     out = np.empty((total, streams, layers, k), dtype=np.int32)
-    first_prev = np.zeros((rows, k), dtype=np.int32)
-    scores = np.empty((rows, e))
-    fallback = np.empty(rows, dtype=bool)
-    # the step's uniforms drawn into buffers made once (the same doubles, no array per step)
-    u = np.empty((rows, e))
-    u_flat = u.reshape(rows * e)  # a view
-    keep_buf = np.empty((rows, k)) if sticky else no_keep
+    out_rows = out.reshape(total, rows, k)  # a view
+    block = max(1, min(total, _BLOCK_DOUBLES // (rows * e)))
+    u_buf = np.empty((block, rows, e))
+    keep_buf = np.empty((block, rows, k if sticky else 0))
+    fixed = not (scope == "step" or child_step is not None)
     logq = draw_logq(True)
-    prepared = None
-    for step in range(total):
-        if step and (scope == "step" or child_step is not None):
-            logq = draw_logq(scope == "step")
-        if prepared is None or prepared[0] is not logq:
-            lq = np.ascontiguousarray(np.broadcast_to(logq, (streams, layers, e)), dtype=float).reshape(rows, e)
-            prepared = (logq, lq, *routing_kernels.log_weight_rows(lq))
-        _, lq, top, rel = prepared
-        rng.random(out=u_flat)  # gumbel_uniforms(rng, (rows, e), out=u), inline: one call a step
+
+    def prepare(logq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        lq = np.ascontiguousarray(np.broadcast_to(logq, (streams, layers, e)), dtype=float).reshape(rows, e)
+        if np.isnan(lq).any():  # numpy's sorts put a NaN score last: as unreachable as -inf
+            lq = np.where(np.isnan(lq), -np.inf, lq)
+        return (lq, *routing_kernels.log_weight_rows(lq))
+
+    prepared = prepare(logq)
+    for start in range(0, total, block):
+        n = min(block, total - start)
+        u = u_buf[:n]
+        u_flat = u.reshape(-1)  # a view
+        rng.random(out=u_flat)
         if not u_flat.all():
             _redraw_zeros(rng, u_flat)
-        keep_u = rng.random(out=keep_buf) if step and sticky else no_keep
-        prev = out[step - 1].reshape(rows, k) if step else first_prev
-        cur = out[step].reshape(rows, k)
-        routing_kernels.top_k_step(lq, top, rel, u, keep_u, rho_row, prev, k, cur, scores, fallback)
-        if fallback.any():
-            idx = np.flatnonzero(fallback)
-            cur[idx] = _top_k_of_scores(scores[idx], k)
+        keep_u = keep_buf[:n]
+        if sticky:
+            child_keep.random(out=keep_u.reshape(-1))
+        if fixed:
+            routing_kernels.top_k_steps(*prepared, u, keep_u, rho_row, out_rows, start, k)
+            continue
+        for t in range(n):
+            if start + t:
+                prepared = prepare(draw_logq(scope == "step"))
+            routing_kernels.top_k_steps(*prepared, u[t : t + 1], keep_u[t : t + 1], rho_row, out_rows, start + t, k)
     return out
 
 

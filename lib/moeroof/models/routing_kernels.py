@@ -18,7 +18,7 @@ import math
 import numba
 import numpy as np
 
-__all__ = ["pairwise_sum", "inclusion_below_k", "gumbel_from_uniforms", "top_k_step"]
+__all__ = ["pairwise_sum", "inclusion_below_k", "gumbel_from_uniforms", "top_k_steps"]
 
 #: numpy's pairwise summation block (``PW_BLOCKSIZE`` in its loops): the largest K the
 #: inclusion kernel takes
@@ -173,7 +173,7 @@ def gumbel_from_uniforms(u):  # pragma: no cover - compiled
 @numba.njit(cache=True)
 def log_weight_rows(logq):  # pragma: no cover - compiled
     """Per row of log weights (rows, E): the largest finite entry (``-inf`` when none) and
-    ``exp(logq - max)``, the relative weights the top-K screen of :func:`top_k_step` uses."""
+    ``exp(logq - max)``, the relative weights the top-K screen of :func:`top_k_steps` uses."""
     rows, e = logq.shape
     top = np.full(rows, -np.inf)
     rel = np.zeros((rows, e))
@@ -194,125 +194,103 @@ _REL_FLOOR = 1e-300
 
 
 @numba.njit(cache=True)
-def _exact_row(logq, u, r, keep_ids, n_keep, scores):  # pragma: no cover - compiled
-    """The full score row of :func:`top_k_step`'s fallback: ``logq + gumbel``, kept experts +inf."""
-    e = logq.shape[1]
-    for i in range(e):
-        scores[r, i] = logq[r, i] + (0.0 - 1.0 * math.log(-math.log(1.0 - u[r, i])))
-    for q in range(n_keep):
-        scores[r, keep_ids[q]] = np.inf
+def top_k_steps(logq, top, rel, u, keep_u, rho, out, first, k):  # pragma: no cover - compiled
+    """Steps ``first … first + n − 1`` of :func:`moeroof.models.routing.sample_trace` on rows
+    (streams·layers) of E at one log weight ``logq`` (rows, E; no NaN): ``u`` (n, rows, E) the
+    uniforms of the Gumbel noise, ``keep_u`` (n, rows, K) the stickiness uniforms (no columns:
+    nothing kept), ``out`` (steps, rows, K) the trace, read at ``first − 1`` and written on.
 
+    A row keeps slot q of its previous picks when ``keep_u[t, r, q] < rho[r]`` (none at step
+    0). Its picks are the kept experts first, in the order of their previous slots, then the
+    ``K − kept`` largest scores ``logq + G(u)`` among the others, in descending order, equal
+    scores in ascending expert id: one order on every machine (numpy's sorts break ties by
+    their SIMD path).
 
-@numba.njit(cache=True)
-def top_k_step(logq, top, rel, u, keep_u, rho, prev, k, out, scores, fallback):  # pragma: no cover
-    """One step of :func:`moeroof.models.routing.sample_trace` on rows (streams·layers) of E.
-
-    Each row's scores are ``logq + gumbel(u)`` with the experts kept from ``prev`` (slot q kept
-    when ``keep_u[r, q] < rho[r]``; ``keep_u`` has no columns at the first step) at +inf, and
-    its K ids are the K largest scores in descending order: what ``_top_k_of_scores`` returns
-    whenever that order is unique. A row whose order is not unique (two or more kept experts,
-    which tie at +inf, or any exact tie or NaN among the scores that decide it) is left to
-    numpy: its full score row is written to ``scores`` and ``fallback[r]`` set, and the caller
-    runs ``_top_k_of_scores`` on those rows (numpy's order among ties is its sort's).
-
-    Otherwise only the scores that can reach the top K+1 are computed: with
+    Only the scores that can reach the top K+1 are computed: with
     ``G(u) = -log(-log(1 - u)) <= -log(u)``, expert i scores below the current (K+1)-th best T
     when ``u_i > exp(logq_i - T)``, a product and a comparison (``rel``, ``top`` from
     :func:`log_weight_rows`, with a slack far above rounding); the rest are computed exactly,
-    as numpy computes them.
+    as numpy computes them (``Generator.gumbel``'s libm ``log``).
     """
-    rows, e = logq.shape
-    n_keep_cols = keep_u.shape[1]
-    keep_ids = np.empty(max(n_keep_cols, 1), np.int64)
+    n, rows, e = u.shape
+    n_keep_cols = keep_u.shape[2]
+    keep_ids = np.empty(max(k, 1), np.int64)
     is_kept = np.zeros(e, np.bool_)
     vals = np.empty(k + 1)
     lb_num = np.empty(k + 1)
     lb_den = np.empty(k + 1)
     ids = np.empty(k + 1, np.int64)
-    for r in range(rows):
-        fallback[r] = False
-        n_keep = 0
-        for q in range(n_keep_cols):
-            if keep_u[r, q] < rho[r]:
-                keep_ids[n_keep] = prev[r, q]
-                n_keep += 1
-        if n_keep >= 2:
-            _exact_row(logq, u, r, keep_ids, n_keep, scores)
-            fallback[r] = True
-            continue
-        for q in range(n_keep):
-            is_kept[keep_ids[q]] = True
-        nbuf = min(k + 1 - n_keep, e - n_keep)
-        # screen: with G(u) = -log(-log(1 - u)) and u <= -log(1 - u) <= u / (1 - u),
-        # rel_i (1 - u_i) / u_i <= exp(s_i - top) <= rel_i / u_i. The (K+1)-th largest lower
-        # bound bounds the (K+1)-th best score from below, so expert i can be in the top K only
-        # if rel_i / u_i reaches it (less a slack far above rounding): a product and a
-        # comparison per expert, no logarithm. Experts of tiny or zero weight are never screened.
-        # the lower bounds kept as fractions rel (1 - u) / u, compared by cross-multiplying
-        n_lb = 0
-        for i in range(e):
-            if is_kept[i] or rel[r, i] < _REL_FLOOR:
-                continue
-            num = rel[r, i] * (1.0 - u[r, i])
-            den = u[r, i]
-            if n_lb < nbuf:
-                pos = n_lb
-                n_lb += 1
-            elif num * lb_den[nbuf - 1] > lb_num[nbuf - 1] * den:
-                pos = nbuf - 1
-            else:
-                continue
-            while pos > 0 and lb_num[pos - 1] * den < num * lb_den[pos - 1]:
-                lb_num[pos] = lb_num[pos - 1]
-                lb_den[pos] = lb_den[pos - 1]
-                pos -= 1
-            lb_num[pos] = num
-            lb_den[pos] = den
-        cut = 0.0
-        if n_lb == nbuf and lb_num[nbuf - 1] > 0.0:
-            low = lb_num[nbuf - 1] / lb_den[nbuf - 1]
-            slack = 1e-9 + 1e-14 * (abs(top[r]) + abs(math.log(low)) + 50.0)
-            cut = low * math.exp(-2.0 * slack)
-        filled = 0
-        tie = False
-        for i in range(e):
-            if is_kept[i]:
-                continue
-            if rel[r, i] >= _REL_FLOOR and rel[r, i] < cut * u[r, i]:
-                continue
-            if logq[r, i] == -np.inf:
-                s = -np.inf  # -inf + any Gumbel draw
-            else:
-                s = logq[r, i] + (0.0 - 1.0 * math.log(-math.log(1.0 - u[r, i])))
-            if s != s:
-                tie = True
-                break
-            if filled == nbuf:
-                # at or below the (K+1)-th best: out of the top K whatever ties it has there
-                if not s > vals[nbuf - 1]:
-                    continue
-                pos = nbuf - 1
-            else:
-                pos = filled
-                filled += 1
-            while pos > 0 and vals[pos - 1] < s:
-                vals[pos] = vals[pos - 1]
-                ids[pos] = ids[pos - 1]
-                pos -= 1
-            vals[pos] = s
-            ids[pos] = i
-        # the order is unique when the buffer (the top K-kept and the (K+1)-th) strictly falls
-        if not tie:
-            for x in range(filled - 1):
-                if not vals[x] > vals[x + 1]:
-                    tie = True
-        for q in range(n_keep):
-            is_kept[keep_ids[q]] = False
-        if tie:
-            _exact_row(logq, u, r, keep_ids, n_keep, scores)
-            fallback[r] = True
-            continue
-        for q in range(n_keep):
-            out[r, q] = keep_ids[q]
-        for x in range(k - n_keep):
-            out[r, n_keep + x] = ids[x]
+    for t in range(n):
+        step = first + t
+        for r in range(rows):
+            n_keep = 0
+            if step > 0:
+                for q in range(n_keep_cols):
+                    if keep_u[t, r, q] < rho[r]:
+                        keep_ids[n_keep] = out[step - 1, r, q]
+                        n_keep += 1
+            for q in range(n_keep):
+                is_kept[keep_ids[q]] = True
+            nbuf = min(k + 1 - n_keep, e - n_keep)
+            filled = 0
+            if nbuf > 0:
+                # screen: with G(u) = -log(-log(1 - u)) and u <= -log(1 - u) <= u / (1 - u),
+                # rel_i (1 - u_i) / u_i <= exp(s_i - top) <= rel_i / u_i. The (K+1)-th largest
+                # lower bound bounds the (K+1)-th best score from below, so expert i can be in
+                # the top K only if rel_i / u_i reaches it (less a slack far above rounding): a
+                # product and a comparison per expert, no logarithm. Experts of tiny or zero
+                # weight are never screened. The lower bounds are kept as fractions
+                # rel (1 - u) / u, compared by cross-multiplying.
+                n_lb = 0
+                for i in range(e):
+                    if is_kept[i] or rel[r, i] < _REL_FLOOR:
+                        continue
+                    num = rel[r, i] * (1.0 - u[t, r, i])
+                    den = u[t, r, i]
+                    if n_lb < nbuf:
+                        pos = n_lb
+                        n_lb += 1
+                    elif num * lb_den[nbuf - 1] > lb_num[nbuf - 1] * den:
+                        pos = nbuf - 1
+                    else:
+                        continue
+                    while pos > 0 and lb_num[pos - 1] * den < num * lb_den[pos - 1]:
+                        lb_num[pos] = lb_num[pos - 1]
+                        lb_den[pos] = lb_den[pos - 1]
+                        pos -= 1
+                    lb_num[pos] = num
+                    lb_den[pos] = den
+                cut = 0.0
+                if n_lb == nbuf and lb_num[nbuf - 1] > 0.0:
+                    low = lb_num[nbuf - 1] / lb_den[nbuf - 1]
+                    slack = 1e-9 + 1e-14 * (abs(top[r]) + abs(math.log(low)) + 50.0)
+                    cut = low * math.exp(-2.0 * slack)
+                # the K+1 best scores by insertion, in ascending id: an equal score goes after
+                for i in range(e):
+                    if is_kept[i]:
+                        continue
+                    if rel[r, i] >= _REL_FLOOR and rel[r, i] < cut * u[t, r, i]:
+                        continue
+                    if logq[r, i] == -np.inf:
+                        s = -np.inf  # -inf + any Gumbel draw
+                    else:
+                        s = logq[r, i] + (0.0 - 1.0 * math.log(-math.log(1.0 - u[t, r, i])))
+                    if filled == nbuf:
+                        # at or below the (K+1)-th best: out of the top K whatever ties it has there
+                        if not s > vals[nbuf - 1]:
+                            continue
+                        pos = nbuf - 1
+                    else:
+                        pos = filled
+                        filled += 1
+                    while pos > 0 and vals[pos - 1] < s:
+                        vals[pos] = vals[pos - 1]
+                        ids[pos] = ids[pos - 1]
+                        pos -= 1
+                    vals[pos] = s
+                    ids[pos] = i
+            for q in range(n_keep):
+                is_kept[keep_ids[q]] = False
+                out[step, r, q] = keep_ids[q]
+            for x in range(k - n_keep):
+                out[step, r, n_keep + x] = ids[x]

@@ -78,7 +78,15 @@ def test_round_trip_recovers_the_knobs_within_their_intervals(round_trip):
         assert entry["fitted"] is True
         value = math.inf if entry["value"] is None else entry["value"]
         assert _contains(entry, value), (key, entry)  # the interval holds the fitted value
-        assert _contains(entry, true), (key, entry)  # and the truth (identified or not)
+        if key in ("skew", "rho"):
+            # identified: one run's 90 % interval misses the truth one time in ten (how often is
+            # what the coverage tests below count over many runs); twice its half-width toward
+            # the truth must reach it. Measurement seeds 100–103 on 2026-12-04: 6 of 8 held it
+            # at once (skew at 100 and ρ at 102 missed), all 8 at twice.
+            side = entry["high"] - value if true > value else value - entry["low"]
+            assert abs(true - value) <= 2.0 * side, (key, entry)
+        else:
+            assert _contains(entry, true), (key, entry)  # unidentified: the interval is the box
     # skew and stickiness are identified here and their intervals say something (their boxes are
     # α 0.01-20 and ρ 0-0.95)
     assert "unidentified" not in k["skew"] and "unidentified" not in k["rho"]
@@ -153,8 +161,10 @@ def _coverage(measurement_seeds) -> dict[str, int]:
 def test_intervals_cover_the_truth_over_independent_runs():
     """Eight measurement runs (the fit's seeds fixed at 0, 1), 16 intervals at 90 %: honest ones
     miss about 1.6; at least 13 must hold the truth (observed: 15; the linearised bootstrap this
-    replaced held 11 on these runs), fewer at half their size (observed: 9: they are not wider
-    than the noise needs), and at least 13 of the 16 held-out rows fall in their bands (16)."""
+    replaced held 11 on these runs; 14 since the sampler's stickiness draws moved to a child
+    stream on 2026-12-04), fewer at half their size (observed: 9, then 10: they are not wider
+    than the noise needs), and at least 13 of the 16 held-out rows fall in their bands (16, then
+    14)."""
     c = _coverage(range(300, 308))
     assert c["knobs"] == 16 and c["covered"] >= 13, c
     assert c["half_covered"] < c["covered"], c

@@ -7,6 +7,7 @@
 #                 figures in reports/figures/): it writes nothing outside reports/
 #   make figures  make report, then copy into the committed figures/ each figure whose plotted data
 #                 changed (reports/figures/NAME.json against figures/NAME.json; bytes alone never)
+#   make docs     the documentation site (mkdocs.yml, docs/) into site/, warnings as errors
 #   make lab      JupyterLab on notebooks/ (the .py notebooks open as notebooks; whatif has controls)
 #   make bench    performance benchmarks (benchmarks/run.py, benchmarks/vs_libcachesim.py, benchmarks/fit_plan_bench.py)
 #   make clean    remove build output (reports/, caches); keeps .venv (rm -rf .venv for that)
@@ -20,7 +21,7 @@ STAMP := $(VENV)/.installed
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: report figures test check lint lab bench clean browser bytecode
+.PHONY: report figures test check lint lab bench clean browser bytecode docs
 
 # Some distributions split ensurepip out of python3 (Debian's python3-venv); then create the venv
 # without pip and install pip into it with the system pip, which needs no root-only packages.
@@ -29,7 +30,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || { \
 	  rm -rf $(VENV) && $(PYTHON) -m venv --without-pip $(VENV) && \
 	  $(PYTHON) -m pip --python $(PY) install -q pip; }
-	$(PY) -m pip install -q -c constraints.txt -e '.[notebooks,test,capture]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[notebooks,test,capture,docs]'
 	$(PY) -m ipykernel install --sys-prefix --name moeroof --display-name "moeroof (.venv)" >/dev/null
 	@mkdir -p $(LAB_SETTINGS_DIR)
 	@printf '%s\n' '$(LAB_OVERRIDES)' > $(LAB_SETTINGS_DIR)/overrides.json
@@ -81,6 +82,9 @@ figures: report
 # Jupyter refuses to run as root unless told; containers often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict -d site
+
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir=notebooks $(ROOT_FLAG)
 
@@ -94,5 +98,5 @@ bench: $(STAMP) bytecode
 	exit $$status
 
 clean:
-	rm -rf reports build .pytest_cache .hypothesis lib/*.egg-info
+	rm -rf reports build site .pytest_cache .hypothesis lib/*.egg-info
 	find lib tests benchmarks notebooks scripts -name __pycache__ -type d -prune -exec rm -rf {} + 2>/dev/null || true

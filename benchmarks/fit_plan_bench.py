@@ -2,7 +2,7 @@
 """How long a user's fit takes: ``moeroof fit-plan`` on the shipped points files (`make bench`).
 
 The guide's budget: a fit on a handful of rows answers in under 10 s on a 2-core box. Each case is
-one shipped command (its rows and flags as the README gives them), timed wall clock over the
+one shipped command (its rows and flags as docs/validation.md gives them), timed wall clock over the
 library call the CLI makes (:func:`moeroof.models.fit_plan.fit_plan`, after the presets and
 routing are loaded), on ONE pinned core (``run.py``'s pinning, imported), best of ``--repeats``
 after one warm-up (numba compiles and the disk memo of simulated caches fill there: a first fit

@@ -1,6 +1,6 @@
 """The coalescing bench on a GPU: experts in pinned host memory, streamed over PCIe, applied on the GPU.
 
-Issue 6's optional GPU cell (seed 000, tickets B and D on an H200). A synthetic MoE stack of
+The optional GPU cell of ``moeroof bench`` (the replay bench and grouped compute on an H200). A synthetic MoE stack of
 E experts × L layers, each expert two fp16 matrices (d×f and f×d), lives in pinned host memory.
 A decode step of B tokens routes each token to K experts per layer (Zipf popularity, seeded);
 

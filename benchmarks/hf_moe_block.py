@@ -1,6 +1,6 @@
 """The real transformers MoE block on a GPU, its experts streamed from pinned host memory.
 
-Issue 14, deliverable 4. Builds transformers' own ``Qwen3MoeSparseMoeBlock``
+Builds transformers' own ``Qwen3MoeSparseMoeBlock``
 (``transformers.models.qwen3_moe.modeling_qwen3_moe``: router ``gate`` = ``Qwen3MoeTopKRouter``,
 linear → softmax → top-K → renormalised when ``norm_topk_prob``; ``experts`` =
 ``Qwen3MoeExperts``, 3-D ``gate_up_proj`` (E, 2f, d) and ``down_proj`` (E, d, f), SwiGLU) from a

@@ -1,6 +1,6 @@
 """libCacheSim's hit counts on moeroof's request streams: the expected counts of the cache tests.
 
-Issue 16, deliverable 4. Each stream below is replayed request by request (``moeroof cache
+Each stream below is replayed request by request (``moeroof cache
 --lookup request``: the order ``requests_from_trace`` makes, one item per (step, layer, expert),
 unit sizes) through libCacheSim (the ``libcachesim`` package from PyPI, its C simulator: the
 stream written as an ``oracleGeneral`` binary trace — the format that carries the next access

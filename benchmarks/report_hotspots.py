@@ -1,4 +1,4 @@
-"""Hot spots of the default report renders (issue 16): each before (the numpy reference) and after.
+"""Hot spots of the default report renders: each before (the numpy reference) and after.
 
     .venv/bin/python benchmarks/report_hotspots.py [--repeat N]
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Performance benchmarks for SPEC §10, on ONE pinned core (`make bench`).
+"""Performance benchmarks (docs/benchmarks.md), on ONE pinned core (`make bench`).
 
-Items (floors from SPEC §10; each measured as a ratio against a stated reference):
+Items (floors as docs/benchmarks.md states them; each measured as a ratio against a stated reference):
 
 1. plug-in U(B) for 80 layers x E=256, B = 1..4096 (every integer): floor 50 ms.
    Library ``moeroof.models.union.union_plugin(pi, batch)``; reference the direct numpy expression
@@ -14,8 +14,8 @@ Items (floors from SPEC §10; each measured as a ratio against a stated referenc
    (timed on a subset of replicates and scaled linearly; the full reference is also run once,
    untimed by the floor, to check the library's band).
 
-3. the roofline plan (issue 3): 1024 batch sizes x 80 layers, floor 100 ms (pinned hot set).
-3b. the plan with a simulated LRU cache (issue 10): 16 batch sizes, a redraw after a control that
+3. the roofline plan: 1024 batch sizes x 80 layers, floor 100 ms (pinned hot set).
+3b. the plan with a simulated LRU cache: 16 batch sizes, a redraw after a control that
    leaves the simulations alone (memoised) under 1 s; the cold run is the reference.
 4. exact LRU miss-ratio curve (every capacity, one pass: ``moeroof.models.cache.lru_hit_curve``) of
    10^7 requests over 80 layers x 256 experts = 20 480 items: floor 3 s.
@@ -30,7 +30,7 @@ Exit status: 0 all floors met, 1 a floor missed, 3 library and reference disagre
 (beyond 1e-9 relative for item 1, 1e-6 for item 2). ``--quick`` runs small sizes (a smoke run);
 Results go to ``reports/benchmarks/results.json`` (not tracked: a run on your machine leaves
 ``git status`` clean); ``--record`` writes ``benchmarks/results.json``, the committed record the
-README quotes; ``--no-write`` writes nothing.
+docs/benchmarks.md quotes; ``--no-write`` writes nothing.
 """
 
 from __future__ import annotations
@@ -181,11 +181,11 @@ def bench_plugin(layers: int, repeats: int, ref_repeats: int) -> tuple[dict, dic
 
 
 # --------------------------------------------------------------------------------------------
-# item 3: the step roofline (issue 3: 1024 batch sizes x 80 layers under 100 ms)
+# item 3: the step roofline (1024 batch sizes x 80 layers under 100 ms)
 
 
 def reference_plan_net(model, hw, workload, pi: np.ndarray, batch: np.ndarray) -> np.ndarray:
-    """Net tok/s from the SPEC §2 formulas with explicit powers (no power-sum tricks)."""
+    """Net tok/s from the step model's formulas (docs/models.md) with explicit powers (no power-sum tricks)."""
     b = batch.astype(float)
     srt = -np.sort(-pi, axis=1)
     cache_experts = workload.cache_bytes / (model.moe_layers * model.expert_bytes)
@@ -286,7 +286,7 @@ def bench_plan(layers: int, repeats: int, ref_repeats: int) -> dict:
         "median_s": statistics.median(t_lib),
         "repeats": len(t_lib),
         "reference": {
-            "what": "SPEC §2 formulas with explicit (1 - pi)^B arrays, net tok/s only (no baselines)",
+            "what": "the step model's formulas with explicit (1 - pi)^B arrays, net tok/s only (no baselines)",
             "best_s": min(t_ref),
             "median_s": statistics.median(t_ref),
             "repeats": len(t_ref),
@@ -437,7 +437,7 @@ def bench_rarefaction(layers: int, bootstrap: int, ref_subset: int, repeats: int
 
 
 # --------------------------------------------------------------------------------------------
-# items 4 and 5: expert cache (issue 4), against a C implementation of the same algorithm
+# items 4 and 5: expert cache, against a C implementation of the same algorithm
 
 CACHE_LAYERS = 80
 CACHE_EXPERTS = 256
@@ -707,7 +707,9 @@ def main(argv=None) -> int:
         cache_n, rep_cache = 10_000_000, 3
 
     info = machine_info()
-    print("# moeroof benchmarks (SPEC §10)" + (" — QUICK smoke run, not the SPEC sizes" if args.quick else ""))
+    print(
+        "# moeroof benchmarks (docs/benchmarks.md)" + (" — QUICK smoke run, not the full sizes" if args.quick else "")
+    )
     print()
     print(f"- machine: {info['uname']}")
     print(f"- processor: {info['processor']!r}; CPU model: {info['cpu_model']}; nproc: {info['nproc']}")

@@ -1,6 +1,6 @@
 """Per-layer cache simulation sharded by layer: serial against a 2-worker LocalCluster, and a projection.
 
-Issue 15, deliverables 2 and 5. A seeded synthetic trace of about ``--requests`` requests (a
+A seeded synthetic trace of about ``--requests`` requests (a
 request is one distinct (step, layer, expert) of a step: the default E=256, K=8, 64 streams,
 60 layers and about 7,500 steps give ~10^8) is written as ``.npy`` + sidecar by
 ``benchmarks/make_big_trace.py`` and memory-mapped by the reader.

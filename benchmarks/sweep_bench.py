@@ -1,6 +1,6 @@
 """Sweep throughput on dask.distributed: one process against a LocalCluster, and a projection.
 
-Issue 15, deliverable 5. A plan grid (models × boxes × cache sizes × batch sizes; 10,000 points
+A plan grid (models × boxes × cache sizes × batch sizes; 10,000 points
 by default) is evaluated by :func:`moeroof.studies.sweep.run_sweep` serially and on a
 ``LocalCluster`` of W worker processes (one thread each); the cluster's start is timed apart
 from the sweep. The scheduler's cost per task is measured with no-op tasks on the same cluster.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Whole commands side by side: ``moeroof cache`` / ``mrc`` against libCacheSim and the C reference.
 
-Issue 16, deliverables 1 and 6. For each size N (requests; default 10^6 and 10^7, ``--big`` adds
+For each size N (requests; default 10^6 and 10^7, ``--big`` adds
 10^8 — about 2.4 GB of oracleGeneral file and 0.8 GB of C input on disk per 10^8, see ``df -h``):
 
 1. a synthetic ``.npy`` trace (:mod:`make_big_trace`: 80 layers × 256 experts = 20 480 items,
@@ -90,7 +90,7 @@ POLICIES = (
     ("belady-insert", (), "Belady", ""),
 )
 HASHPOWER = 16
-#: issue 16's targets, whole process: cache at or below libCacheSim, mrc within 1.5x of the C reference
+#: the targets, whole process: cache at or below libCacheSim, mrc within 1.5x of the C reference
 TARGET_CACHE = 1.0
 TARGET_MRC = 1.5
 

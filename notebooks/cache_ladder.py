@@ -616,7 +616,7 @@ hist_rows.append(
 show_table(pd.DataFrame(hist_rows))
 
 # %% [markdown]
-# ## Calibrated by `moeroof fit-routing` on the public rows only (issue 11)
+# ## Calibrated by `moeroof fit-routing` on the public rows only
 # The same question through the general fitter instead of the seed-specific `fit_knobs`
 # (`ladder.fit_routing_predictions`). Calibration rows — the only numbers the fit sees — are
 # seed 003's public pair points at M = 8 (id split, 2 ranks, LRU over all layers, per rank):
@@ -791,7 +791,7 @@ display(
 )
 
 # %% [markdown]
-# ## One knob set from one stream to many, on real captures (issue 11)
+# ## One knob set from one stream to many, on real captures
 # Does a knob set fitted on what *one* stream's cache does carry to a batch? On each real capture
 # in `../shared/data/external` (read from there, never copied: no license), the points are
 # measured by replaying the trace (`moeroof.studies.knob_transfer`: LRU per layer, the layer's

@@ -654,7 +654,7 @@ plan_table = (
 display(show_table(plan_table, percent=["hit rate"]))
 display(
     Markdown(
-        f"**What changed (issue 10).** `plan`'s expert cache used to be a hot set pinned from the true "
+        f"**What changed with the one step model.** `plan`'s expert cache used to be a hot set pinned from the true "
         f"routing probabilities — an oracle — and it cannot show the booster's cliff: pinned, the booster "
         f"hits {one_model['static', 1].cache_hit_rate[0]:.0%} at M = {streams} and {cache_gib:g} GiB and the pair "
         f"is {one_model_ratio['static']:.1f}× faster. With the cache simulated (LRU, the default) the booster "

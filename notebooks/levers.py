@@ -119,7 +119,7 @@ def box_label(k):
 
 
 # %% [markdown]
-# ## What changed with the one step model (issue 10)
+# ## What changed with the one step model
 # The same plans and lever factors with the cache the step used to see, a hot set pinned from the
 # true routing probabilities (`cache_policy="static"`, an oracle), against this notebook's own
 # (`lru` unless changed), at the feasible B where net tok/s differs most and at the largest
@@ -250,9 +250,8 @@ for k in boxes:
 show_table(pd.DataFrame(rows))
 
 # %% [markdown]
-# ## (b) Ticket E: do L2 and L3 compound over a session?
-# Ticket E is a work item of the engine behind seed 000 (the design note this suite checks); it
-# asks exactly this.
+# ## (b) Do L2 and L3 compound over a session?
+# A question the engine behind seed 000 (the design note this suite checks) asks of its levers.
 # One user's fan-out of `agents` agents: prefill the shared prefix, then decode `decode_tokens`
 # each in one batch at the session's mean context. Baseline (`neither`): every agent prefills
 # its own copy of the prefix and decode is uncoalesced. L3 here is mostly the prefill computed
@@ -313,9 +312,9 @@ with style():
     plt.show()
 
 # %% [markdown]
-# ## (c) Ticket G: a user's coalesced fan-out inside a cross-user machine batch
-# Ticket G, another work item of that engine, asks what composes between one user's fan-out and
-# batching across users.
+# ## (c) A user's coalesced fan-out inside a cross-user machine batch
+# What composes between one user's fan-out and batching across users, another question of that
+# engine.
 # `users` users, each with a fan-out of `agents` agents, run in one continuous batch of
 # users·agents tokens per step. Baseline `per-user steps`: the same users time-sliced, one
 # user's fan-out per step (its aggregate equals one user's net tok/s).

@@ -139,7 +139,7 @@ ok = p.fits_in_memory & pinned.fits_in_memory
 if not ok.any():
     display(
         Markdown(
-            f"**What changed (issue 10).** No batch of B = {batch[0]}…{batch[-1]} fits in RAM: nothing to compare."
+            f"**What changed with the one step model.** No batch of B = {batch[0]}…{batch[-1]} fits in RAM: nothing to compare."
         )
     )
 else:
@@ -150,7 +150,7 @@ else:
     }
     display(
         Markdown(
-            f"**What changed (issue 10).** The expert cache the step sees is now {p.cache_label}, not a hot set "
+            f"**What changed with the one step model.** The expert cache the step sees is now {p.cache_label}, not a hot set "
             f"pinned from the true routing probabilities (an oracle, `--cache-policy static`). On {m.name} on "
             f"{hw.name} with {cache_gib:.3g} GiB: at B = 1 the cache hits {p.cache_hit_rate[0]:.0%} against the pinned "
             f"{pinned.cache_hit_rate[0]:.0%} ({p.net_tok_s[0]:.3g} against {pinned.net_tok_s[0]:.3g} tok/s); the gap is "
@@ -259,7 +259,7 @@ show_table(claim.rename(columns={"first_batch_at_4x": "first B at 4×", "first_b
 
 # %% [markdown]
 # ## Validation against published measurements
-# Every comparison of VALIDATION.md the model is held against (`moeroof.studies.validation.comparisons`,
+# Every published comparison (docs/sources.md) the model is held against (`moeroof.studies.validation.comparisons`,
 # the same rows the tests pin in bands). Each names what it calibrates on; a **consistency** row
 # only reproduces its own calibration point, a **prediction** row used none of its measured
 # values, and its error is shown whatever it is. The sources: colibri (JustVugg/colibri, a hobby

@@ -130,7 +130,7 @@ display(
 
 
 # %% [markdown]
-# ## What changed with the one step model (issue 10)
+# ## What changed with the one step model
 # The same maps (`overlap` parameter) with the cache the step used to see, a hot set pinned from
 # the true routing probabilities (`cache_policy="static"`, an oracle), against this notebook's
 # `cache_policy`: the best feasible cell, how many cells change their binding term, and where

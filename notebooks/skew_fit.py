@@ -18,8 +18,8 @@
 # cross-agent correlation c) and the stickiness ρ of consecutive tokens, and extrapolates U(B)
 # with bands. The answer, computed from this run's files, opens the report (in the
 # notebook it follows the extrapolation). Run it on a
-# captured file with `-p histogram PATH` or `-p trace PATH`. Unchanged by the one step model
-# (issue 10): a fitted histogram or skew is what `moeroof plan --routing` draws its cache traces
+# captured file with `-p histogram PATH` or `-p trace PATH`. Unchanged by the one step model:
+# a fitted histogram or skew is what `moeroof plan --routing` draws its cache traces
 # from, but nothing here passes through it.
 
 # %% tags=["parameters"]

@@ -16,7 +16,7 @@
 # A decode step of B agents streams the *union* U(B) of their selected experts, not B·K: this
 # notebook computes U(B) under uniform, Zipf and Dirichlet routing and from a histogram, and shows
 # what a histogram summed over layers hides. The answer, computed from this run, opens the report (in
-# the notebook it follows the last section). Unchanged by the one step model (issue 10): `moeroof plan` takes this U(B) as the union
+# the notebook it follows the last section). Unchanged by the one step model: `moeroof plan` takes this U(B) as the union
 # a step touches and lets its cache decide how much of it streams.
 
 # %% tags=["parameters"]

@@ -272,7 +272,7 @@ def draw(s):
 
 
 # %% [markdown]
-# ## What changed with the one step model (issue 10)
+# ## What changed with the one step model
 # The state of the controls under the chosen cache policy against the pinned oracle
 # (`cache_policy="static"`), at the feasible B where net tok/s differs most and at the largest
 # feasible B.

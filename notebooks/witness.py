@@ -121,7 +121,7 @@ err_with = median_abs_error(predict_bench(live, hw_live, overlap="sum"))
 err_without = median_abs_error(predict_bench(live, no_engine, overlap="sum"))
 display(
     Markdown(
-        f"**What changed (issue 10).** The prediction now goes through the one step model, whose new engine "
+        f"**What changed.** The prediction now goes through the one step model, whose new engine "
         f"term is measured here by `moeroof calibrate`: {hw_live.engine_seconds_per_step * 1e6:.1f} µs per step "
         f"and {hw_live.engine_seconds_per_agent_token * 1e6:.1f} µs per agent-token for the bench's numpy loop "
         f"(L = {layers}, K = {top_k}). On this live run the median |error| of net tok/s (`sum`) is "

@@ -3,8 +3,8 @@
     .venv/bin/python scripts/fit_locality_prior.py     # rewrite data/fits/locality-prior.json
 
 Runs :func:`moeroof.studies.locality_prior.study` at its default settings on the captures in
-``../shared/data/external`` (read in place, never copied) and VALIDATION.md's published
-one-stream table, and writes the summary figures (:func:`summary_record`): the prior's centre
+``../shared/data/external`` (read in place, never copied) and the published
+one-stream table (docs/sources.md), and writes the summary figures (:func:`summary_record`): the prior's centre
 and spread, each source's fitted knobs and held-out errors. Nothing row by row from the
 captures is written. ``tests/test_locality_prior.py`` checks the committed file against a fresh
 study where the captures are present.

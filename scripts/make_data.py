@@ -11,7 +11,7 @@ Outputs (each with a JSON sidecar holding ``provenance: synthetic`` and ``genera
 
 - ``histograms/deepseek-v3-like.csv`` — 58 layers × 256 experts, K = 8. Per-layer Zipf exponents
   calibrated so the hottest expert's share of a layer runs min 1.25 %, median 2.36 %,
-  max 5.19 % (DeepSeek-V3/R1 on GPQA, johanna-rock/moe-balance, VALIDATION.md). The share of the
+  max 5.19 % (DeepSeek-V3/R1 on GPQA, johanna-rock/moe-balance, docs/sources.md). The share of the
   top 32 experts (published: 25–54 % per layer) is *not* fitted: it is a prediction, printed
   and stored in the sidecar.
 - ``histograms/glm5-seed003-per-layer.csv`` and ``histograms/glm5-seed003-summed.csv`` —
@@ -28,7 +28,7 @@ Outputs (each with a JSON sidecar holding ``provenance: synthetic`` and ``genera
   set ``G_s ~ Gamma(a·w)`` (off in layer 0) and the streams of a step share a context
   ``H_t ~ Gamma(a_t·w)``, routing by ``q_s,t = normalize(G_s + H_t)`` (``c`` and ``c_step`` of
   :func:`moeroof.models.routing.sample_trace`). c matched to the single-stream per-layer LRU hit
-  rates at 8 / 16 / 32 / 64 experts (gajsanders/moe-trace finding 007, VALIDATION.md), c_step to
+  rates at 8 / 16 / 32 / 64 experts (gajsanders/moe-trace finding 007, docs/sources.md), c_step to
   the cross-agent correlation — the union of the 16 streams 0.913 of the independent plug-in of
   the trace's own frequencies, the ratio measured on the real Qwen1.5-MoE layer-0 decode batch
   (44.3 against 48.5 at B = 25; another model and one layer, so this knob is an assumption
@@ -101,7 +101,7 @@ def deepseek_v3_like() -> dict:
         top_k=k,
         model="DeepSeek-V3-like (synthetic)",
         source=f"synthetic, {SCRIPT}; skew matched to DeepSeek-V3/R1 GPQA hottest-expert shares "
-        "(johanna-rock/moe-balance, via VALIDATION.md)",
+        "(johanna-rock/moe-balance, via docs/sources.md)",
         provenance="synthetic",
         generator={
             "model": "Zipf per layer, random rank permutation per layer",
@@ -217,7 +217,7 @@ def overlap_profile(layers: int) -> np.ndarray:
 
 
 #: the single-stream per-layer LRU column the trace's per-stream locality is matched to
-#: (gajsanders/moe-trace finding 007, VALIDATION.md): experts per layer → hit rate
+#: (gajsanders/moe-trace finding 007, docs/sources.md): experts per layer → hit rate
 SINGLE_STREAM_LRU = {8: 0.424, 16: 0.647, 32: 0.810, 64: 0.918}
 #: the sizes the locality is matched on (all four, now that the cache judges a layer's experts
 #: together: a cache of 8 can reach the consecutive overlap)
@@ -386,7 +386,7 @@ def qwen3_like() -> dict:
         "layer_ids": list(range(layers)),
         "axes": ["step", "stream", "layer", "k"],
         "source": f"synthetic, {SCRIPT}; skew, stickiness and single-stream locality matched to published "
-        "Qwen3-30B-A3B statistics (VALIDATION.md), cross-agent correlation to the real Qwen1.5-MoE decode batch",
+        "Qwen3-30B-A3B statistics (docs/sources.md), cross-agent correlation to the real Qwen1.5-MoE decode batch",
         "provenance": "synthetic",
         "generator": {
             "model": "Zipf, random rank permutation per layer; stickiness rho per layer; every stream routes by "

@@ -1,5 +1,5 @@
-"""``moeroof bench``: grouped (coalesced) compute against per-token serial compute (ticket D's
-parity test), the bench on tiny sizes, bad flags refused before any work, no scratch left."""
+"""``moeroof bench``: grouped (coalesced) compute against per-token serial compute (the
+serial-parity test), the bench on tiny sizes, bad flags refused before any work, no scratch left."""
 
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def _rowwise(x, w1, w2):
 @settings(max_examples=25, deadline=None)
 @given(b=st.integers(1, 12), e=st.integers(1, 10), k_frac=st.floats(0, 1), seed=st.integers(0, 2**32 - 1))
 def test_grouped_equals_serial_exactly_with_the_same_accumulation_order(b, e, k_frac, seed):
-    # Ticket D parity: with a row-wise kernel both paths compute each (token, expert) product
+    # Serial parity: with a row-wise kernel both paths compute each (token, expert) product
     # identically, so equality is exact: the dispatch, the gates and the order in which a
     # token's K contributions are added (ascending expert id) are the same.
     k = 1 + int(k_frac * (e - 1))

@@ -1,4 +1,4 @@
-"""Smoke test of benchmarks/run.py (SPEC §10): it runs, reports both items, and agrees with its
+"""Smoke test of benchmarks/run.py (docs/benchmarks.md): it runs, reports both items, and agrees with its
 references. Timings are not asserted here (a loaded CI box may miss a floor: exit 1 is allowed)."""
 
 from __future__ import annotations

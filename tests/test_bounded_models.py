@@ -1,4 +1,4 @@
-"""Bounds inside the models (issue 13 audit): the drawn cache traces of ``plan``, the simulated
+"""Bounds inside the models: the drawn cache traces of ``plan``, the simulated
 runs of ``fit-routing``, a trace's consecutive overlap at a huge K — each refused or drawn in
 bounded memory before numpy is asked for the array, never an OOM kill."""
 

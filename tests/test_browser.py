@@ -1,4 +1,4 @@
-"""Browser tests in Debian's chromium, driven by Playwright (issue 7).
+"""Browser tests in Debian's chromium, driven by Playwright.
 
 (a) A small report built in a temp dir: ``index.html`` and every report it links load from
 ``file://`` with every image decoded (naturalWidth > 0), no console error, no failed request,

@@ -1,4 +1,4 @@
-"""Expert cache simulation and miss-ratio curves (SPEC §5) against pure-Python references.
+"""Expert cache simulation and miss-ratio curves against pure-Python references.
 
 References are written out here independently of moeroof.models.cache: an OrderedDict LRU, Belady's
 MIN scanning the future for the farthest next use (with and without bypass), in-cache and perfect
@@ -390,7 +390,7 @@ def test_s3fifo_and_arc_equal_references(lookup):
 @pytest.mark.parametrize("policy", cache.POLICIES)
 @pytest.mark.parametrize("scope", ["global", "layer"])
 def test_a_huge_capacity_hits_as_a_cache_of_every_distinct_item(policy, scope):
-    # issue 13: ARC at 2**63 experts overflowed its integer capacity and hit nothing
+    # ARC at 2**63 experts once overflowed its integer capacity and hit nothing
     for _, _, req in cases(f"huge-{policy}-{scope}", n=4, experts=10, layers=2):
         distinct = int(np.unique(req.items).size)
         if scope == "layer":  # every layer's cache holds the most distinct items any layer has
@@ -693,7 +693,7 @@ def test_kernels_run_from_a_read_only_install(tmp_path):
 
 # Every policy, scope and lookup on the embedded trace (242 037 requests) against pure-Python
 # references: the request stream, the hit flags, the per-step counts and the LRU curve must stay
-# exactly what these loops give whatever the simulator does to save memory (issue 13.5).
+# exactly what these loops give whatever the simulator does to save memory.
 EMBEDDED = Path(__file__).resolve().parents[1] / "data" / "traces" / "qwen3-30b-a3b-like.npz"
 EMBEDDED_CAP = {"global": 1000, "layer": 12}  # items per cache: both evict on every step
 
@@ -853,7 +853,7 @@ def test_embedded_trace_bytes_streamed_equal_the_reference(embedded):
     assert res.bytes_streamed_per_step.tolist() == per_step
 
 
-# ----------------------------------------------------------------------------- policy variants (issue 16)
+# ----------------------------------------------------------------------------- policy variants
 
 
 def test_belady_insert_is_the_optimum_of_demand_paging():
@@ -1045,7 +1045,7 @@ def test_request_pass_reads_memory_maps_and_odd_dtypes(tmp_path):
     ) == ref_stream(wide, 12)
 
 
-# ----------------------------------------------------------------------------- empty streams (issue 13 audit)
+# ----------------------------------------------------------------------------- empty streams
 
 
 @pytest.mark.parametrize("shape", [(3, 1, 0, 2), (0, 1, 2, 2), (3, 0, 2, 2), (3, 1, 2, 2)])

@@ -1,4 +1,4 @@
-"""moeroof's cache policies against libCacheSim (issue 16): the same hit counts on the same streams.
+"""moeroof's cache policies against libCacheSim: the same hit counts on the same streams.
 
 ``tests/data/libcachesim_counts.json`` holds libCacheSim's hit counts for ``lru``, ``lfu``,
 ``arc``, ``s3fifo`` (move-to-main threshold 1 and 2) and ``belady-insert`` on the streams of

@@ -1,4 +1,4 @@
-"""``moeroof capture`` on tiny random checkpoints of every family (issue 14, deliverables 1 and 3).
+"""``moeroof capture`` on tiny random checkpoints of every family.
 
 Each checkpoint is built from transformers' own config class by
 :func:`moeroof.witness.tiny_models.tiny_checkpoint` (the configs of ``tests/test_preset_from_hf.py``:

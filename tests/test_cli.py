@@ -37,7 +37,7 @@ METHODS = {"closed-form", "rarefaction", "extrapolation", "trace", "none"}
 
 
 def uniform_union(e: int, k: int, b: int) -> float:
-    """E·(1 − (1 − K/E)^B), written out independently of moeroof.models.union (SPEC §3)."""
+    """E·(1 − (1 − K/E)^B), written out independently of moeroof.models.union."""
     return e * (1.0 - (1.0 - k / e) ** b)
 
 
@@ -626,7 +626,7 @@ def _undercounted_histogram(tmp_path: Path, name: str, rows: list[str]) -> Path:
 @pytest.mark.parametrize("name,rows", [("one-row", ["0,0,1"]), ("header-only", []), ("all-zeros", ["0,0,0", "0,1,0"])])
 @pytest.mark.parametrize("command", ["union", "split", "plan"])
 def test_histograms_summing_far_below_k_t_are_refused(capsys, tmp_path, name, rows, command):
-    # issue 13: union gave U(1) = 5e-05 (one row) or 0 (header only, all zeros) with exit 0
+    # union once gave U(1) = 5e-05 (one row) or 0 (header only, all zeros) with exit 0
     path = _undercounted_histogram(tmp_path, name, rows)
     argv = {
         "union": ["union", str(path), "--batch", "1,8"],

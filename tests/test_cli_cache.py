@@ -72,7 +72,7 @@ def test_cache_json_contract(capsys, requests, policy):
 
 @pytest.mark.parametrize("policy", cache.POLICIES)
 def test_cache_a_capacity_of_2_to_the_63_experts_holds_everything(capsys, policy):
-    # issue 13: arc gave hit rate 0.0 here (its integer capacity overflowed), every other ~0.98
+    # arc once gave hit rate 0.0 here (its integer capacity overflowed), every other ~0.98
     big = run_json(capsys, ["cache", str(TRACE), "--policy", policy, "--capacity-experts", str(2**63)])
     full = run_json(capsys, ["cache", str(TRACE), "--policy", policy, "--capacity-experts", str(48 * 128)])
     assert big["capacity_experts"] == 2**63

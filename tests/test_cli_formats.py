@@ -1,4 +1,4 @@
-"""Issue 12 audit, the command line: a histogram of an import made without ``--model``,
+"""The command line: a histogram of an import made without ``--model``,
 ``trace --routing HIST`` (a histogram-only capture's honest way to ``cache`` and ``mrc``), a
 proper ``--format csv`` table for every command (checked against the JSON of the same run), hit
 rates in % in the ``cache`` / ``mrc`` tables, ``plan``'s infeasible rows without multiples, and

@@ -1,5 +1,5 @@
-"""``--format json|csv|table`` and ``--output FILE`` on every command, compact JSON (issue 12,
-deliverable 5)."""
+"""``--format json|csv|table`` and ``--output FILE`` on every command, compact
+JSON."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """User paths resolve against the working directory first, then under the suite's data/;
-``--batch`` range syntax; ``--routing zipf`` without an exponent (issue 12, deliverable 4)."""
+``--batch`` range syntax; ``--routing zipf`` without an exponent."""
 
 from __future__ import annotations
 

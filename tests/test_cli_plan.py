@@ -1,4 +1,4 @@
-"""`moeroof plan`: the JSON contract of issue 3 for every preset, and bad input."""
+"""`moeroof plan`: its JSON contract for every preset, and bad input."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import moeroof.data.presets as presets_mod
 from moeroof.cli import main
 from moeroof.data.presets import HARDWARE_FIELDS, MODEL_FIELDS, list_presets, load_hardware, load_model
 
-#: every preset the issue lists
+#: every preset that must ship
 ISSUE_MODELS = {
     "glm-5.2",
     "glm-5-nvfp4",
@@ -184,7 +184,7 @@ def test_broken_model_preset_is_exit_2(tmp_path, monkeypatch, capsys):
     for argv in (["presets"], ["presets", "--json"]):
         assert main(argv) == 2
         out, err = capsys.readouterr()
-        # issue 13: the other presets are still listed; the broken one is named with its error
+        # the other presets are still listed; the broken one is named with its error
         assert "deepseek-v3" in out and "nvme-gen4" in out
         assert err.startswith(f"error: {broken}:-: expert_bytes: ")
         assert "Traceback" not in err and err.count("\n") == 1
@@ -201,7 +201,7 @@ def test_broken_hardware_preset_is_exit_2(tmp_path, monkeypatch, capsys):
     broken = _bad_presets_dir(tmp_path, monkeypatch, mutate)
     assert main(["presets"]) == 2
     out, err = capsys.readouterr()
-    assert "glm-5.2" in out and "nvme-gen4" in out  # the others still listed (issue 13)
+    assert "glm-5.2" in out and "nvme-gen4" in out  # the others still listed
     assert err.startswith(f"error: {broken}:-: toml: not valid TOML")
     assert "Traceback" not in err
 

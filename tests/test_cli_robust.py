@@ -1,4 +1,4 @@
-"""The CLI under hostile input and interruption (issue 13, deliverables 1 and 4): one ``error:``
+"""The CLI under hostile input and interruption (docs/robustness.md): one ``error:``
 line and exit 2 for whatever the machine refuses, exit 70 for a bug, 130 quietly on Ctrl-C,
 SIGHUP like SIGTERM, outputs that never overwrite an input, bench's report never lost, stale
 scratch swept, a truncated ``.npy`` an error rather than SIGBUS — and no traceback anywhere."""
@@ -55,7 +55,7 @@ def small_trace(path: Path) -> Path:
     return write_trace(path, topk, META)
 
 
-# ----------------------------------------------------------------------------- deliverable 1: app.main
+# ----------------------------------------------------------------------------- app.main
 
 
 @pytest.mark.parametrize(
@@ -250,7 +250,7 @@ def test_output_in_a_read_only_folder_is_one_error_line(tmp_path, capsys):
     assert rc == 2 and str(ro) in one_error(err)
 
 
-# ----------------------------------------------------------------------------- deliverable 4: outputs
+# ----------------------------------------------------------------------------- outputs
 
 
 def test_bench_refuses_to_overwrite_its_trace(tmp_path, capsys):
@@ -586,7 +586,7 @@ def test_ctrl_c_while_the_suite_is_loading_exits_130_quietly():
     assert proc.returncode == 130 and proc.stderr == ""
 
 
-# ----------------------------------------------------------------------------- --output is an input (issue 12 audit, issue 13)
+# ----------------------------------------------------------------------------- --output is an input
 
 
 def _copy_inputs(tmp_path: Path) -> dict[str, Path]:
@@ -662,7 +662,7 @@ def test_output_that_is_an_input_is_refused_by_every_command(tmp_path, capsys):
 
 
 def test_output_onto_a_shipped_preset_is_refused(capsys):
-    """Issue 13: `moeroof presets --output data/presets/models/glm-5.2.toml` overwrote the preset.
+    """`moeroof presets --output data/presets/models/glm-5.2.toml` once overwrote the preset.
     Every command refuses a report file in the presets folder, and a preset it reads by name."""
     presets = ROOT / "data" / "presets"
     glm = presets / "models" / "glm-5.2.toml"

@@ -1,4 +1,4 @@
-"""`moeroof split`: the contract of issue 5 and bad input."""
+"""`moeroof split`: its JSON contract and bad input."""
 
 from __future__ import annotations
 

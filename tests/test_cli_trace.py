@@ -1,4 +1,4 @@
-"""``moeroof trace`` (a routing trace sampled from knobs) and ``moeroof cache --streams`` (issue 11)."""
+"""``moeroof trace`` (a routing trace sampled from knobs) and ``moeroof cache --streams``."""
 
 from __future__ import annotations
 

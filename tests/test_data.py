@@ -1,7 +1,7 @@
 """The embedded data: labelled synthetic, and matched to the published statistics it cites.
 
 Each check recomputes the statistic from the stored file (not from the generator), against
-the published figure quoted in VALIDATION.md / seed 003, with the tolerance stated.
+the published figure (docs/sources.md) or seed 003's, with the tolerance stated.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Engine structure (issue 24 D2): efficiencies on the memory, compute and link terms, a cost per
+"""Engine structure: efficiencies on the memory, compute and link terms, a cost per
 (layer, expert) pair a step touches, and fit-plan holding what one batch size cannot identify at
 sourced priors — checked against hand arithmetic, the closed-form union and simulated truths."""
 

@@ -148,7 +148,7 @@ def test_pair_vs_booster_small():
     assert pb.booster_seconds_at_witnessed_rate == pytest.approx(pb.booster.gib_per_step / (6.62 / 3.5538))
 
 
-# ----------------------------------------------------------------------------- the tok/s sweep through fit-plan (issue 11)
+# ----------------------------------------------------------------------------- the tok/s sweep through fit-plan
 
 
 def test_tok_s_points_calibrate_on_public_rows_only():

@@ -1,5 +1,5 @@
-"""Tests of moeroof.models.fit: fit → generate → fit round trips (STYLE.md), model choice, bad input,
-and one calibration check on a real captured trace (VALIDATION.md, routing skew section)."""
+"""Tests of moeroof.models.fit: fit → generate → fit round trips, model choice, bad input,
+and one calibration check on a real captured trace (published routing skew: docs/sources.md)."""
 
 from __future__ import annotations
 
@@ -211,7 +211,7 @@ def test_fit_correlation_dataclass():
 
 @pytest.mark.skipif(not MIXTRAL_TRACE.exists(), reason=f"real trace not present: {MIXTRAL_TRACE}")
 def test_mixtral_trace_stickiness():
-    # VALIDATION.md: Mixtral 8x7B decode shares 0.75 of 2 experts with the previous token
+    # published (docs/sources.md): Mixtral 8x7B decode shares 0.75 of 2 experts with the previous token
     # (uniform independent: 0.50); derived from mixtral8x7b-instruct-fp8-vllm-traces.
     with np.load(MIXTRAL_TRACE, allow_pickle=False) as z:
         topk = z["topk"]
@@ -233,7 +233,7 @@ def _zipf_picks(rng, s, experts, top_k, layers, picks):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_pooled_zipf_interval_contains_its_estimate_and_the_truth(seed):
-    """Issue 12: over 58 layers the sorting bias of the ML ŝ (≈ +0.001) is ~4 standard errors
+    """Over 58 layers the sorting bias of the ML ŝ (≈ +0.001) is ~4 standard errors
     of the pooled fit, so a bias-corrected interval around the uncorrected ŝ excluded ŝ itself
     (s = 0.46114, CI [0.45993, 0.46065] on deepseek-v3-like). Same shape here: E = 256, K = 8,
     58 layers of 160,000 picks at s = 0.46."""

@@ -284,7 +284,7 @@ def test_a_fitted_cache_knob_widens_the_band_over_the_same_fit_with_it_held():
 
 def test_shipped_bigrig_example_predicts_the_withheld_measurements(capsys):
     """data/points/bigrig.plan-points calibrates on bigrig's B = 1 and 16 only; the measured
-    26.0 / 41.1 / 54.2 tok/s at B = 2, 4, 8 (VALIDATION.md, left empty in the file) must fall
+    26.0 / 41.1 / 54.2 tok/s at B = 2, 4, 8 (docs/sources.md, left empty in the file) must fall
     inside the predicted 5–95 % bands and within 10 % of the prediction."""
     from moeroof.core.paths import DATA_DIR
 

@@ -1,12 +1,12 @@
-"""Hostile and random input through every file-reading CLI command (issue 13, deliverable 6).
+"""Hostile and random input through every file-reading CLI command (docs/robustness.md).
 
-The CLI's promise (README, "What the command line promises"): a bad input ends with exit status 2
+The CLI's promise (docs/robustness.md): a bad input ends with exit status 2
 and exactly one ``error:`` line on stderr, never a traceback; a good one with status 0; an input is
 never modified. Hypothesis draws histograms (CSV rows and sidecars), traces (arrays of any shape
 and dtype with random metas) and flag values, runs each through the commands that read them, and
 checks the promise, not the numbers: the numbers have their own tests.
 
-``tests/data/hostile/`` holds the crafted files the issue names (a header that declares a huge
+``tests/data/hostile/`` holds the crafted files (a header that declares a huge
 array, a deep JSON sidecar, a truncated ``.npy``, …), small enough to commit; the zip bomb is
 built at test time (a committed one would be megabytes) and read under a memory cap.
 """

@@ -88,7 +88,7 @@ def test_regime_cases_are_fit_plan_on_the_shipped_points_files(monkeypatch):
     withheld = [r for r in rows if r["role"] == "withheld"]
     assert withheld and all(r["measured"] is None and r["error"] is None for r in withheld)
     assert all(r["low"] <= r["predicted"] <= r["high"] for r in withheld)
-    # the mlx-lm#1438 fit was the README's command: its file, presets, routing and knobs
+    # the mlx-lm#1438 fit was docs/validation.md's command: its file, presets, routing and knobs
     (mlx,) = [x for x in seen if x[1] == "glm-5.2"]
     pts, _, box, label, kw, fit = mlx
     assert pts == read_plan_points(DATA_DIR / "points" / "mlx-lm-1438.plan-points")

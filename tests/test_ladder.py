@@ -218,7 +218,7 @@ def test_a_fresh_fit_at_the_stored_seeds_reproduces_the_stored_knobs():
     assert abs(fit.knobs.history_tokens - ladder.FITTED.history_tokens) <= tol["history_tokens"]
 
 
-# ----------------------------------------------------------------------------- fit-routing on the public rows (issue 11)
+# ----------------------------------------------------------------------------- fit-routing on the public rows
 
 
 def _public_values() -> set[float]:

@@ -1,4 +1,4 @@
-"""Levers L1/L2/L3, their compounding (ticket E) and the per-user ⊗ cross-user composition (G)."""
+"""Levers L1/L2/L3, their compounding and the per-user ⊗ cross-user composition."""
 
 from __future__ import annotations
 

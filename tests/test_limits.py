@@ -1,4 +1,4 @@
-"""Bounds checked before allocating (issue 13): named limits, available memory, archive members'
+"""Bounds checked before allocating: named limits, available memory, archive members'
 declared sizes, replicate counts, JSON/TOML nesting, overflowing unit conversions."""
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def _histogram(tmp_path: Path, side: dict, rows: str = "layer,expert,count\n0,0,
 
 
 def test_tokens_2_62_is_bounded_in_python_ints(tmp_path, capsys):
-    # issue 13: rejected with an overflowed K·T product (and a numpy overflow warning)
+    # once rejected with an overflowed K·T product (and a numpy overflow warning)
     path = _histogram(tmp_path, {"experts": 8, "top_k": 2, "layers": 1, "tokens": 2**62})
     with pytest.raises(
         InputError,
@@ -236,7 +236,7 @@ def test_to_si_refuses_an_overflowing_conversion():
     ],
 )
 def test_overflowing_sizes_on_the_command_line(capsys, argv, message):
-    # issue 13: --cache-gib 1e300 planned with an infinite cache (exit 0)
+    # --cache-gib 1e300 once planned with an infinite cache (exit 0)
     assert main(argv) == 2
     assert message in one_error_line(capsys)
 

@@ -141,7 +141,7 @@ def test_study_on_the_real_captures():
     rho_mid, _ = st.prior.median
     lo, hi = sorted(np.mean(fits[n].rho_draws) for n in st.in_prior)
     assert lo < rho_mid < hi, "the prior's centre lies between its two sources"
-    assert st.prior.dof == 1 and "VALIDATION.md" in st.prior.provenance
+    assert st.prior.dof == 1 and "docs/sources.md" in st.prior.provenance
     # every source is predicted, and only from the others: Qwen3 from Mixtral alone
     summary = {r["source"]: r for r in st.summary()}
     assert set(summary) == {"mixtral", "qwen15", "qwen3-moe-trace"}

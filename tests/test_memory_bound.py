@@ -1,12 +1,12 @@
-"""Memory per request of the big-trace commands (issue 13, deliverable 5; issue 16, deliverable 2).
+"""Memory per request of the big-trace commands.
 
 Each command runs as its own process on two synthetic traces (``benchmarks/make_big_trace.py``, 80
 layers × 256 experts, 32 streams, top-8) and its peak resident set is read by a fresh wrapper
 process (``benchmarks/memory.py``'s ``measure``). What one more request costs, (peak₂ − peak₁) /
-(requests₂ − requests₁), leaves the interpreter's, numpy's and numba's fixed cost out; the issue
-13 audit measured ~36 bytes a request (3.7 GB at 10^8, Belady 5.2 GB) before the compact request
-lists. Asserted: at most 12 bytes a request at the margin (issue 16) and, extrapolated to 10^8
-requests, under 4 GiB (issue 13). The traces are small (4·10^6 and 1.2·10^7 requests: both past
+(requests₂ − requests₁), leaves the interpreter's, numpy's and numba's fixed cost out; an earlier
+audit measured ~36 bytes a request (3.7 GB at 10^8, Belady 5.2 GB) before the compact request
+lists. Asserted: at most 12 bytes a request at the margin and, extrapolated to 10^8
+requests, under 4 GiB. The traces are small (4·10^6 and 1.2·10^7 requests: both past
 the 256 steps ``union`` reads at a time, whose buffers would otherwise count as growth), so the
 margin is measured over ~64 MB of requests: page-size noise of a few MB moves it by ~1 byte.
 """

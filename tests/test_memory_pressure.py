@@ -1,4 +1,4 @@
-"""Memory pressure that can rise, peak and fall (issue 24 D3): the OS's reclaim work on the reads,
+"""Memory pressure that can rise, peak and fall: the OS's reclaim work on the reads,
 ``1 + κ·(u/(1 − u))^n`` (moeroof.models.plan.reclaim_slowdown), against hand arithmetic, the
 monotone curve it replaces at κ = 0, and a fit-plan round trip on a simulated mlx-lm#1438-like truth."""
 

@@ -459,7 +459,7 @@ def test_no_ipynb_tracked_in_notebooks():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_parameters_are_typed_and_documented(path, tmp_path):
-    """papermill reads `name: type = value  # help` for every parameter (STYLE.md)."""
+    """papermill reads `name: type = value  # help` for every parameter (docs/development.md)."""
     ipynb = tmp_path / f"{path.stem}.ipynb"
     jupytext.write(jupytext.read(path), ipynb)
     params = pm.inspect_notebook(str(ipynb))

@@ -1,4 +1,4 @@
-"""Memory pressure as a model: the OS page cache beside the expert cache (issue 11, item 4)."""
+"""Memory pressure as a model: the OS page cache beside the expert cache."""
 
 from __future__ import annotations
 

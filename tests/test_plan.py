@@ -283,7 +283,7 @@ def test_bad_workload_and_routing_specs():
 
 @pytest.mark.parametrize("s", [400, 1000, 10_000])
 def test_plan_zipf_large_s_union_is_k(s):
-    # issue 13: zipf:1000 gave U(1) = 2 (net tok/s 8x too high at s = 10000): the top-K ranks
+    # zipf:1000 once gave U(1) = 2 (net tok/s 8x too high at s = 10000): the top-K ranks
     # are picked by every token, so U(B) = K at every B
     model = load_model("glm-5.2")
     routing = routing_from_spec(f"zipf:{s}", model)

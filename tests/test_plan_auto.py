@@ -1,5 +1,5 @@
 """``plan --cache-gib auto`` (the default), infeasible rows without multiples, and the link
-term named per preset (issue 12, deliverable 4). Expected numbers are worked from the preset
+term named per preset. Expected numbers are worked from the preset
 TOMLs by hand, not from the code."""
 
 from __future__ import annotations

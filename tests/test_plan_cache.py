@@ -80,7 +80,7 @@ def test_booster_lru_cliff_is_where_the_working_set_exceeds_the_cache(booster):
         assert (hit[j] < 0.01) == (working_set[j] > 20 * GiB), (b[j], hit[j], working_set[j] / GiB)
     assert lru.net_tok_s[i8] < lru.net_tok_s[i4]
     # the pinned hot set has no cliff: at M = 8 it still hits where LRU's collapsed (41 % on the
-    # histogram's raw counts, where the issue quoted it; the closed form is the next test's)
+    # histogram's raw counts, the figure first reported; the closed form is the next test's)
     assert static.cache_hit_rate[i8] > 0.3
     assert static.net_tok_s[i8] >= static.net_tok_s[i4]
     assert np.all(static.cache_hit_rate >= lru.cache_hit_rate - 1e-9)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import matplotlib
 
-matplotlib.use("Agg")  # library tests only; report kernels keep the inline backend (STYLE.md)
+matplotlib.use("Agg")  # library tests only; report kernels keep the inline backend
 
 import matplotlib.pyplot as plt
 import numpy as np

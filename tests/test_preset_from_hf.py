@@ -1,4 +1,4 @@
-"""``moeroof preset-from-hf`` on tiny random checkpoints of every family (issue 14, deliverable 2).
+"""``moeroof preset-from-hf`` on tiny random checkpoints of every family.
 
 Each checkpoint is built here from transformers' own config class (2 layers, 8 experts, tiny
 widths) and saved with ``save_pretrained``; nothing is downloaded. The preset's byte counts are

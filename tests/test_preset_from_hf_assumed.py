@@ -1,4 +1,4 @@
-"""``moeroof preset-from-hf`` marks what config.json leaves out as assumed (issue 14, deliverable 2).
+"""``moeroof preset-from-hf`` marks what config.json leaves out as assumed.
 
 Each case deletes one key from a tiny checkpoint's ``config.json`` (the builders of
 ``tests/test_preset_from_hf.py``) and checks that every field resting on it is written

@@ -1,5 +1,5 @@
 """Model and hardware presets: every shipped file loads with full provenance, its numbers agree
-with the published figures of /shared/VALIDATION.md (tolerance and source beside each check), and
+with the published figures collected in docs/sources.md (tolerance and source beside each check), and
 every kind of bad file fails with ``FILE:-: KEY: …``."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ MODELS = sorted(SHIPPED["models"])
 HARDWARE = sorted(SHIPPED["hardware"])
 TAGS = {"witnessed", "projected", "assumed"}
 
-#: the presets the issue asks for (more may ship)
+#: the presets that must ship (more may)
 REQUIRED_MODELS = {
     "glm-5.2",
     "glm-5-nvfp4",
@@ -93,7 +93,7 @@ def test_model_preset_loads(name):
     assert 100 * MiB < m.non_routed_bytes < 100 * GB
     assert 10 * KiB < m.kv_bytes_per_token < 1 * MiB
     assert 1e9 < m.flops_per_token < 1e12
-    if m.active_params is not None:  # F_token ≈ 2 × active parameters (SPEC §2)
+    if m.active_params is not None:  # F_token ≈ 2 × active parameters
         if "flops_per_token" in m.provenance and m.provenance["flops_per_token"] != "assumed":
             assert m.flops_per_token == pytest.approx(2 * m.active_params, rel=0.01)
     if m.total_params is not None and m.active_params is not None:
@@ -124,7 +124,7 @@ def test_curve_fields_are_tuples_of_si_floats():
     assert h.bw_ssd_bytes_per_s == pytest.approx((0.028e9, 0.85e9, 4.13e9, 5.7e9))
 
 
-# ----------------------------------------------------------------------------- against VALIDATION.md
+# ----------------------------------------------------------------------------- against the published figures
 
 
 def _params(m: MoEModel, expert_bytes_per_param: float, dense_bytes_per_param: float, active=False) -> float:
@@ -219,10 +219,10 @@ def test_projected_bytes_match_config(name):
 
 
 def test_model_card_constants():
-    # VALIDATION.md: DeepSeek-V3 256 routed + 1 shared, top-8, 58 MoE layers of 61
+    # published: DeepSeek-V3 256 routed + 1 shared, top-8, 58 MoE layers of 61
     ds = load_model("deepseek-v3")
     assert (ds.experts, ds.top_k, ds.moe_layers) == (256, 8, 58)
-    # VALIDATION.md: Qwen3-30B-A3B 128 experts, top-8, 48 layers; Mixtral 8 experts, top-2, 32 layers
+    # published: Qwen3-30B-A3B 128 experts, top-8, 48 layers; Mixtral 8 experts, top-2, 32 layers
     assert (lambda m: (m.experts, m.top_k, m.moe_layers))(load_model("qwen3-30b-a3b")) == (128, 8, 48)
     assert (lambda m: (m.experts, m.top_k, m.moe_layers))(load_model("mixtral-8x7b")) == (8, 2, 32)
     for name in MODELS:

@@ -145,7 +145,7 @@ def test_sample_trace_bad_arguments(rng):
         Zipf(4, 2, -1.0)
 
 
-# ----------------------------------------------------------------------------- issue 11: locality knobs
+# ----------------------------------------------------------------------------- locality knobs
 
 # sha256 of (dtype, shape, bytes) of sample_trace calls that predate the per-layer knobs and the
 # prompt, computed from the code before they were added (seed 20261201): committed figures and
@@ -615,7 +615,7 @@ def exact_inclusion_fractions(w, k: int) -> list[float]:
 
 @pytest.mark.parametrize("s", [2, 200, 400, 1000])
 def test_zipf_inclusion_in_log_space_matches_exact_rationals(s):
-    # issue 13: r^-s underflows from s ≈ 300 (E = 256), and the integral then lost the top-K
+    # r^-s underflows from s ≈ 300 (E = 256), and the integral then lost the top-K
     from fractions import Fraction
 
     e, k = 7, 3
@@ -664,7 +664,7 @@ def test_zipf_trace_at_large_s_routes_the_top_k_ranks():
         assert len(np.unique(tr[:, :, layer, :])) == 4
 
 
-# ----------------------------------------------------------------------------- issue 16: compiled kernels
+# ----------------------------------------------------------------------------- compiled kernels
 #
 # The compiled inclusion programme and trace sampler must give the numbers the numpy code gave,
 # bit for bit (committed figures depend on them): each is checked against a reference copy of

@@ -1,4 +1,4 @@
-"""A trace truncated while a command reads it is an error, never SIGBUS (issue 13 audit: ``histogram``
+"""A trace truncated while a command reads it is an error, never SIGBUS (once, ``histogram``
 and ``fit`` on a > 512 MiB ``.npy`` cut short a second into the run died with status 135).
 
 Each case runs in a child process (a SIGBUS would kill the test runner) with the module's

@@ -157,7 +157,7 @@ def test_histogram_extrapolation_used_beyond_t(rng):
     seed=st.integers(0, 2**32 - 1),
 )
 def test_union_invariants(e, k_frac, s, seed):
-    """K ≤ U ≤ min(E, B·K); increasing and concave in B; uniform π maximizes U (SPEC §3)."""
+    """K ≤ U ≤ min(E, B·K); increasing and concave in B; uniform π maximizes U."""
     k = max(1, min(e, int(round(k_frac * e))))
     rng = np.random.default_rng(seed)
     pi = inclusion_probabilities(Zipf(e, k, s).popularity(1, rng), k)
@@ -241,13 +241,13 @@ def test_window_union_counts_consecutive_tokens():
     np.testing.assert_allclose(got[0], [2.0, (3 + 4) / 2, 5.0])
 
 
-# --- the real captured data in ../shared/data/external (VALIDATION.md) ---
+# --- the real captured data in ../shared/data/external (published figures: docs/sources.md) ---
 
 
 def test_qwen15_real_decode_batch_union_below_independent_prediction(rng):
     """Qwen1.5-MoE layer 0, a real 25-request vLLM decode batch.
 
-    VALIDATION.md quotes 27–33 of 60 distinct experts for "typical steps"; the stored trace
+    The published figures (docs/sources.md) quote 27–33 of 60 distinct experts for "typical steps"; the stored trace
     gives that only for its first steps (shared prompt openings): over the 70 steps with all 25
     requests live the direct count has median 47 (10th percentile 32). What the data does show
     is the cross-agent correlation: the measured union sits below the independent plug-in of

@@ -1,4 +1,4 @@
-"""moeroof.core.units: the one conversion module (SPEC §2) — round trips, binary vs decimal, bad units."""
+"""moeroof.core.units: the one conversion module — round trips, binary vs decimal, bad units."""
 
 from __future__ import annotations
 

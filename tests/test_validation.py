@@ -1,4 +1,4 @@
-"""The step model against published measurements (VALIDATION.md): every comparison can fail.
+"""The step model against published measurements (docs/sources.md): every comparison can fail.
 
 Each comparison of :func:`moeroof.studies.validation.comparisons` is computed on today's code and
 its relative error (predicted / measured − 1) must lie in the band pinned for it in
@@ -174,7 +174,7 @@ def test_lru_hit_rate_inverse_and_lru_below_the_oracle():
 
 
 def test_validation_bigrig_engine_fit_tags_the_box_and_the_engine_term_binds():
-    # bigrig batch.py (VALIDATION.md): engine terms fitted on B = 1 and 16 only
+    # bigrig batch.py (docs/sources.md): engine terms fitted on B = 1 and 16 only
     hw, c = bigrig_engine_fit((1, 16))
     assert c["role"] == ["calibration", "prediction", "prediction", "prediction", "calibration"]
     assert c["method"] == "closed form" and c["c0"] > 0 and c["c1"] > 0
@@ -282,8 +282,8 @@ def test_zero_fit_single_stream_column_from_the_embedded_trace():
     """The embedded Qwen3-30B-A3B-like trace, replayed as is (each stream alone, one LRU per
     layer, a layer's experts looked up together, the first 8 steps not counted), against the
     published single-stream column 42.4 / 64.7 / 81.0 / 91.8 % at 8 / 16 / 32 / 64 experts
-    (gajsanders/moe-trace finding 007): within 5 points at every size (issue 11, deliverable 5;
-    scripts/make_data.py matched the trace's per-stream locality c to the column). The 8-expert
+    (gajsanders/moe-trace finding 007): within 5 points at every size
+    (scripts/make_data.py matched the trace's per-stream locality c to the column). The 8-expert
     cache holds the previous token's experts, so its hit rate is the consecutive overlap the
     trace was matched to (42.7 % on average) — the check that the lookup is the engine's."""
     z = zero_fit_single_stream_check()

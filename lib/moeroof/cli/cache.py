@@ -1,4 +1,4 @@
-"""``moeroof cache``: replay a trace's expert requests through one cache policy (SPEC §5):
+"""``moeroof cache``: replay a trace's expert requests through one cache policy (docs/models.md, caches):
 hits, misses, hit rate and bytes streamed per step.
 
 ::
@@ -75,7 +75,7 @@ def add_parser(subparsers: Any) -> None:
         help="simulate an expert cache policy on a trace: hits, misses, bytes streamed per step",
         description=(
             "Replay a trace's request stream (each step requests the batch's union of experts "
-            "layer by layer, ascending id within a layer) through one cache policy (the design document, SPEC.md §5: caches)."
+            "layer by layer, ascending id within a layer) through one cache policy (the cache models: docs/models.md)."
         ),
     )
     p.add_argument(

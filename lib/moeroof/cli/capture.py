@@ -1,4 +1,4 @@
-"""``moeroof capture``: routing witnessed on a local Hugging Face MoE checkpoint (issue 14).
+"""``moeroof capture``: routing witnessed on a local Hugging Face MoE checkpoint.
 
 ::
 

@@ -164,7 +164,7 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
         from moeroof.models.local_routing import locality_band, with_locality
         from moeroof.models.locality import Locality
 
-        # one stream's locality no row can identify: the committed prior's centre (issue 24), and
+        # one stream's locality no row can identify: the committed prior's centre (moeroof.data.locality), and
         # its spread as the prediction at the prior's two ends
         prior = Locality.committed()
         spread = locality_band(model, hardware, workload, routing, batch, prior)

@@ -1,4 +1,4 @@
-"""``moeroof preset-from-hf``: a model preset from a Hugging Face checkpoint's own files (issue 14).
+"""``moeroof preset-from-hf``: a model preset from a Hugging Face checkpoint's own files.
 
 ::
 

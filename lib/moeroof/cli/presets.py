@@ -10,7 +10,7 @@ required, its default (an assumption, tagged so in provenance) and what it means
 
 ``--format csv`` is one row per preset (models, then hardware) with its key numbers in SI units
 and the fields that are not witnessed. ``--output`` never writes into the presets folder (it
-refuses every file the command reads, issue 13).
+refuses every file the command reads).
 """
 
 from __future__ import annotations
@@ -277,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
     if args.schema:
         return emit({"fields": schema_rows()}, args, print_schema, csv_table=schema_csv)
     rep = presets_report()
-    # every file this command read is an input (issue 13: --output glm-5.2.toml overwrote it)
+    # every file this command read is an input (--output glm-5.2.toml once overwrote that preset)
     read = [path for kind in list_presets().values() for path in kind.values()]
     rc = emit(rep, args, print_presets, csv_table=presets_csv, inputs=read)
     # a broken preset: the others are listed (its error under "broken" in the JSON), then one

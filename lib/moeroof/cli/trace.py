@@ -1,4 +1,4 @@
-"""``moeroof trace``: sample a routing trace from knobs and write it (issue 11).
+"""``moeroof trace``: sample a routing trace from knobs and write it.
 
 ::
 

@@ -1,5 +1,5 @@
 """Bounds checked before an array is made: sane sizes as named constants, and the memory this
-machine has available (issue 13: a sidecar asking for 10^12 experts, or a flag asking for 10^9
+machine has available (a sidecar asking for 10^12 experts, or a flag asking for 10^9
 bootstrap replicates, must get one clear error, not a ``MemoryError`` deep inside numpy).
 
 Every product here is a Python int (no int64 overflow: ``tokens = 2**62`` times K is exact).

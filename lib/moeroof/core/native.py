@@ -3,7 +3,7 @@
 Why not numba alone: a process that calls one numba kernel pays ~0.45 s before it runs
 (numba's import, its typing registries, loading the cached machine code), while libCacheSim,
 a compiled extension, starts in ~0.1 s. A whole ``moeroof cache`` run on a 10^6–10^7-request
-trace is mostly that start-up (issue 16). A shared library of plain C, loaded with
+trace is mostly that start-up (whole commands timed against libCacheSim). A shared library of plain C, loaded with
 :mod:`ctypes`, costs a few milliseconds to load.
 
 How: :func:`load` hashes the C sources, the compiler's path and the flags; the library is built

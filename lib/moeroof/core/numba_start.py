@@ -3,7 +3,7 @@
 The first compiled call in a process makes numba load its typing registries, and one of them
 (``numba.np.arraymath``) probes for BLAS by importing ``scipy.linalg.cython_blas`` — which pulls
 in all of ``scipy.linalg``: ~0.2 s of a ``moeroof cache`` or ``mrc`` run on a 10^6-request trace
-that itself simulates in a tenth of that (issue 16: whole commands against libCacheSim). The
+that itself simulates in a tenth of that (whole commands timed against libCacheSim). The
 suite's kernels use no BLAS (no ``np.dot``, no ``np.linalg``), so :func:`skip_blas_probe` lets
 the probe fail fast: it hides that one module while numba loads its registries, then un-hides
 it, so ``scipy.linalg`` still imports normally afterwards.

@@ -1,4 +1,4 @@
-"""The one place where units are converted (SPEC §2: SI inside, conversions only at the edges).
+"""The one place where units are converted (SI inside, conversions only at the edges).
 
 Inside the library every quantity is SI: bytes, seconds, bytes/s, FLOP, FLOP/s. Presets, plots
 and tables speak GiB, GB/s, TFLOP/s and ms; they convert here, and nowhere else.

@@ -1,4 +1,4 @@
-"""Read and write routing data: per-layer histograms and top-K traces (SPEC §9).
+"""Read and write routing data: per-layer histograms and top-K traces (formats: docs/data.md).
 
 Every reader validates what it reads and fails with an :class:`InputError` whose text is
 ``FILE:ROW: FIELD: what is wrong`` — ROW is the 1-based CSV line (header = line 1), an array
@@ -15,7 +15,7 @@ complete data, not required). The sidecar ``foo.json`` holds::
     provenance: str (optional), generator: {...} (optional)
 
 A ``layers_summed`` histogram is one pseudo-layer summed over the model's layers: it hides the
-per-layer skew (SPEC §3). Its ``tokens`` counts (token, layer) pairs, so the same bounds hold.
+per-layer skew. Its ``tokens`` counts (token, layer) pairs, so the same bounds hold.
 
 **Trace** — ``foo.npz`` holding ``topk`` (integer, shape (steps, streams, layers, K), ``-1``
 where a stream has no token), optional ``weights`` of the same shape, and ``meta``, a JSON

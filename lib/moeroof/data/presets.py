@@ -1,4 +1,4 @@
-"""Model and hardware presets: TOML files in which every number carries its provenance (SPEC §2).
+"""Model and hardware presets: TOML files in which every number carries its provenance.
 
 A preset file names its kind and gives each quantity as an inline table::
 
@@ -19,7 +19,7 @@ a source) marks a measured number. The tag of each field:
 - ``projected`` — sourced but derived (e.g. bytes per expert computed from a config);
 - ``assumed`` — a placeholder someone chose.
 
-Results computed from any non-witnessed input are ``projected`` (SPEC §2). A user's own TOML
+Results computed from any non-witnessed input are ``projected`` (docs/models.md, provenance). A user's own TOML
 works the same way as the shipped ones (``load_model(path)`` / ``load_hardware(path)``); a
 bad file gets ``FILE:-: KEY: what is wrong`` (:class:`moeroof.data.io.InputError`).
 """
@@ -110,7 +110,7 @@ EFFICIENCY_FIELDS = ("mem_efficiency", "compute_efficiency", "link_efficiency")
 INTEGER_FIELDS = ("experts", "top_k", "moe_layers", "hidden_size", "dense_layers", "shared_experts")
 
 #: what each field means and the unit it is given in (the schema: ``moeroof presets --schema``,
-#: the README's "Preset schema"): field → (meaning, example unit)
+#: docs/presets.md): field → (meaning, example unit)
 FIELD_HELP: dict[str, tuple[str, str]] = {
     "experts": ("routed experts per MoE layer (E)", "count"),
     "top_k": ("experts each token routes to per layer (K)", "count"),
@@ -187,7 +187,7 @@ DEFAULT_PRIORS: dict[str, tuple[tuple[float, float, float], str]] = {
     "engine_seconds_per_step": (
         (0.005, 0.02, 0.075),
         "public engines: vLLM on an Arc Pro B70 carries 5–6.6 ms of fixed MoE cost per decode step "
-        "(vllm-project/vllm-xpu-kernels#509); bigrig's MLX loop 37 ms at B = 1 (its two end points, VALIDATION.md, "
+        "(vllm-project/vllm-xpu-kernels#509); bigrig's MLX loop 37 ms at B = 1 (its two end points, docs/sources.md, "
         "fitted with a cost per touched expert); the upper end doubles bigrig's, for a Python loop over the layers",
     ),
     "engine_seconds_per_agent_token": (

@@ -9,7 +9,7 @@ raises SIGBUS and the interpreter dies without a message. :func:`load_npy` inste
 - reads the file into memory with ordinary reads, checking every byte arrived — a file
   truncated during the read is then a :class:`ValueError`, never a signal — when its data is at
   most :data:`COPY_LIMIT_BYTES`, or at most :data:`COPY_MEMORY_SHARE` of the available memory
-  (:func:`moeroof.core.limits.available_memory`; issue 13 audit: ``histogram`` and ``fit`` on a
+  (:func:`moeroof.core.limits.available_memory`; once, ``histogram`` and ``fit`` on a
   600 MB trace truncated a second into the run died of SIGBUS through the map);
 - memory-maps (read-only) only a file larger than both, where copying it is not an option
   (``COPY_LIMIT_BYTES = 0`` maps every file: the shard workers and their tests); such a file

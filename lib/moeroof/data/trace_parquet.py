@@ -1,4 +1,4 @@
-"""Routing traces as Parquet, read row group by row group (issue 15: no worker holds the whole trace).
+"""Routing traces as Parquet, read row group by row group (no worker holds the whole trace).
 
 **Format** — one row per *live* token (padding tokens are not written), columns::
 

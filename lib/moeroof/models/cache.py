@@ -1,4 +1,4 @@
-"""Expert cache: trace-driven simulation and miss-ratio curves (SPEC §5).
+"""Expert cache: trace-driven simulation and miss-ratio curves (docs/models.md, caches).
 
 **Request stream.** A decode step executes layer by layer; at each MoE layer the batch needs the
 *union* of the experts its live streams route to. :func:`requests_from_trace` turns a trace
@@ -34,7 +34,7 @@ experts in its own cache. Policies:
   Zipf-like distributions", INFOCOM, name the two variants); ties as ``"lfu"``. Under the
   independent reference model it converges to the static hot set; on a stream that cycles
   through more items than fit, it keeps the items that were popular, where in-cache LFU keeps
-  recycling the newest arrivals (our ``moeroof cache`` ``lfu`` before issue 16).
+  recycling the newest arrivals (what our ``moeroof cache`` ``lfu`` once did).
 - ``"static"`` — a hot set pinned from a histogram (most popular items that fit, greedily in
   rank order, per cache), loaded on first use (a miss: every policy starts cold) and never
   evicted; other items bypass the cache. With no histogram the
@@ -303,7 +303,7 @@ def _as_partition(partition, layers: int, experts: int) -> np.ndarray:
 
 
 def requests_from_trace(topk, experts, *, partition=None, rank=None, streams=None, validate: bool = False) -> Requests:
-    """The SPEC §5 request stream of a trace ``topk`` (steps, streams, layers, K), ``-1`` padding.
+    """The request stream of a trace ``topk`` (steps, streams, layers, K), ``-1`` padding.
 
     ``streams``: optional index array selecting the streams that form the batch (an int M means
     the first M). ``partition``: int array (experts,) or (layers, experts) mapping experts to

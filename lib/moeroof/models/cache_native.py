@@ -8,7 +8,7 @@ first use) and the arguments are of the types the C takes (item ids int32, the u
 ``requests_from_trace`` writes int32 ids below 2^31 items), and otherwise hands the call to the
 numba kernel — so a machine without a C compiler gets the same results, only a slower start.
 
-Why C beside numba (issue 16): a process that calls one numba kernel pays ~0.45 s of numba
+Why C beside numba: a process that calls one numba kernel pays ~0.45 s of numba
 start-up; ``moeroof cache`` on a 10^6-request trace simulates in a hundredth of that. With the
 C library loaded by :mod:`ctypes`, the commands that simulate caches never import numba.
 """

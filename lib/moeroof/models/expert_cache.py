@@ -207,7 +207,7 @@ def systematic_topk(pi: np.ndarray, steps: int, streams: int, rng: np.random.Gen
     Systematic sampling (Madow 1949) in a random expert order per (step, layer) (module
     docstring). ``pi`` (H, E) with rows summing to an integer K and entries in [0, 1].
 
-    Bounded before anything is drawn (issue 13): the random orders are ``steps · H · E`` keys to
+    Bounded before anything is drawn (the allocation limits of :mod:`moeroof.core.limits`): the random orders are ``steps · H · E`` keys to
     sort — at most :data:`moeroof.core.limits.MAX_DRAWN_KEYS` (about 10 s) — and the trace with
     its per-pick working arrays (:data:`BYTES_PER_PICK` per pick) must fit in the available
     memory; else a :class:`ValueError` naming the sizes. The draw runs

@@ -1,4 +1,4 @@
-"""Fit routing-skew and correlation models to captured data (SPEC §4, seed 000 ticket F).
+"""Fit routing-skew and correlation models to captured data (docs/models.md, fitting).
 
 Two families of fits.
 
@@ -18,7 +18,7 @@ a parametric bootstrap on the sorted-share curve; parameter intervals are bootst
 
 **Correlation fits** on a trace (steps, streams, layers, K): the stickiness ρ (consecutive
 same-stream overlap) and the heterogeneity concentration c (the cross-agent union at one step
-against the independent plug-in ``Σ_i [1 − (1 − π̂_i)^B]``, SPEC §3–4). Both invert a
+against the independent plug-in ``Σ_i [1 − (1 − π̂_i)^B]``). Both invert a
 simulation of :func:`moeroof.models.routing.sample_trace` at a fixed seed.
 
 Every random draw takes an explicit :class:`numpy.random.Generator`; all quantities are counts,
@@ -144,7 +144,7 @@ class HistogramFit:
 
 @dataclass(frozen=True)
 class CorrelationFit:
-    """Correlation knobs fitted to a trace (SPEC §3–4).
+    """Correlation knobs fitted to a trace (docs/models.md, routing and fitting).
 
     ``rho``: stickiness; ``c``: heterogeneity concentration (``inf``: none measurable);
     ``union_measured`` / ``union_plugin``: mean distinct experts per (step, layer) over cells
@@ -406,11 +406,11 @@ def fit_histogram(
 
     ``counts`` (L, E): incidence counts (each routed token adds 1 to each of its K experts).
     Likelihood: the N = Σ Y picks of a layer are multinomial with probabilities π_i/K,
-    ``log L = log N! − Σ log Y_i! + Σ Y_i log(π_i/K)`` (SPEC §4; pick-level approximation of
+    ``log L = log N! − Σ log Y_i! + Σ Y_i log(π_i/K)`` (pick-level approximation of
     incidence data, Chao et al. 2014). AIC = 2k − 2 log L; ``chosen`` is the lowest pooled AIC.
 
     - ``uniform``: π_i = K/E, k = 0.
-    - ``zipf``: w ∝ rank^−s, π(s) = Plackett–Luce inclusion of w (SPEC §3), s ∈ [0, 4], k = 1.
+    - ``zipf``: w ∝ rank^−s, π(s) = Plackett–Luce inclusion of w (the Zipf routing model), s ∈ [0, 4], k = 1.
       ŝ uses each expert's rank in the observed counts — the maximum-likelihood assignment
       over permutations. Sorting noise looks like skew, so this favours Zipf on noise: on
       uniform data ŝ > 0 (≈ 0.03 at E = 64, N = 8e4) and the sorted log L beats the uniform
@@ -419,7 +419,7 @@ def fit_histogram(
       binomial thinning into two independent halves, each half is scored at ŝ with the rank
       order of the other half, averaged over ``crossfit_splits`` thinnings. It has no sorting
       optimism (a noise order earns nothing) and loses little under real skew (the top ranks
-      are stable). The SPEC's model draws a random permutation per layer, whose exact
+      are stable). The Zipf routing model draws a random permutation per layer, whose exact
       likelihood averages over all E! orders (a permanent); the cross-fit stands in for it.
     - ``dirichlet``: w ~ Dirichlet(α·1) per layer, and the picks are approximated by a
       Dirichlet-multinomial with N draws from w itself, ``log L = log N! − Σ log Y_i! +
@@ -825,12 +825,12 @@ def _step_union(arr: np.ndarray, experts: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def correlation_gap(topk: Any, experts: int) -> dict[str, Any]:
-    """The cross-agent correlation of a trace (SPEC §4): the measured union against the
+    """The cross-agent correlation of a trace: the measured union against the
     independent plug-in.
 
     Over every (step, layer) cell with B ≥ 2 live streams, measured U = distinct experts of the
     live streams; plug-in = ``Σ_i [1 − (1 − π̂_i)^B]`` with π̂ the layer's inclusion frequency
-    over the whole trace (independent tokens, SPEC §3). Returns means over the cells
+    over the whole trace (independent tokens). Returns means over the cells
     (``union_measured``, ``union_plugin``, ``ratio`` = measured/plug-in, ``difference`` =
     plug-in − measured), ``cells``, ``mean_batch`` and ``per_layer`` lists of both unions
     (NaN for a layer without cells). A ratio below 1 means agents overlap more than

@@ -20,7 +20,7 @@ fitted knobs (:data:`KNOBS`):
 - ``reclaim-shape`` (with ``reclaim``): the exponent n ≥ 1 of that rise, ``1 + κ·(u/(1 − u))^n``
   (``Hardware.reclaim_exponent``; the preset's, 1 unless it says, where not named): a larger n
   keeps the reads cheap while memory is free and steepens near full, so the cache at which tok/s
-  peaks moves with it (mlx-lm#1438's three sizes: the README, "Across concurrency and memory
+  peaks moves with it (mlx-lm#1438's three sizes: docs/validation.md, "Across concurrency and memory
   pressure"); its lower bound 1 is the queueing form itself, a real value as κ = 0 is;
 - ``pressure``: the share of the RAM left beside the expert cache that the OS page cache keeps
   (``Workload.page_cache_share``; fitting it turns the page cache on);
@@ -182,7 +182,7 @@ PRIOR_SECONDS_PER_STEP = DEFAULT_PRIORS["engine_seconds_per_step"][0]
 #: time over the pairs a rank touches there, Σ_ℓ U_ℓ): (low, held, high). Rows at one batch size
 #: cannot tell a per-step cost from a per-touched-expert one (the pairs touched depend on B only);
 #: public engines span the range — bigrig's two end points (Qwen3-30B-A3B 3-bit on an Apple M4,
-#: VALIDATION.md) put 36 % of its B = 1 step and 85 % of its B = 16 step on the touched experts
+#: docs/sources.md) put 36 % of its B = 1 step and 85 % of its B = 16 step on the touched experts
 #: (T = 37 ms + 0.055 ms per pair), and seed 003's engine, whose report asks to "measure M = 1,
 #: where fixed per-step costs are largest", runs 25× below its memory roofline at 80 GiB. Used
 #: where rows at two or more batch sizes fit the per-step and per-token costs, which absorb a
@@ -219,7 +219,7 @@ def memory_curve_note(points: Sequence[PlanPoint], fitted: Sequence[str]) -> str
     batch size and rank count and neither memory knob (``pressure``, the page cache's share;
     ``reclaim``, the reclaim work) is fitted: such a curve's bend can tell one of them, but which
     one a box has is a structural choice :func:`default_knobs` does not make (seed 003's ladder
-    reads as the page cache, mlx-lm#1438's peak as reclaim: docs in the README)."""
+    reads as the page cache, mlx-lm#1438's peak as reclaim: docs/validation.md)."""
     sizes: dict[tuple[int, int], set[float]] = {}
     for p in points:
         if p.net_tok_s is not None:

@@ -1,5 +1,5 @@
 """Fit routing knobs to measured cache and routing points, and predict the rest with bands
-(issue 11, ``moeroof fit-routing``).
+(``moeroof fit-routing``).
 
 **The knobs** (:class:`RoutingKnobs`): the popularity *family* (``dirichlet``: per layer
 ``w ~ Dirichlet(α·1)``; ``zipf``: ``w ∝ rank^−s`` with a random rank permutation per layer), its
@@ -345,7 +345,7 @@ def check_sizes(
     max_sim_layers: int = 16,
     max_history: int = 2048,
 ) -> None:
-    """Refuse, before anything is simulated, a fit whose runs cannot be held or finished (issue 13):
+    """Refuse, before anything is simulated, a fit whose runs cannot be held or finished:
     more than :data:`~moeroof.core.limits.MAX_FIT_SEEDS` seeds, more than
     :data:`~moeroof.core.limits.MAX_SIMULATED_STEPS` steps per run, a popularity of more than
     :data:`~moeroof.core.limits.MAX_FIT_EXPERT_CELLS` experts × simulated layers (redrawn at every

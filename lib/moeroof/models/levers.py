@@ -1,4 +1,4 @@
-"""The three levers of seed 000 as factors against named baselines, and how they compose (SPEC §7).
+"""The three levers of seed 000 as factors against named baselines, and how they compose (docs/models.md).
 
 - **L1 weight-stream amortization**: the dense band (attention, shared experts, LM head) is read
   once per step for all B agents instead of once per token. Factor: ``T_step(dense per token) /
@@ -10,7 +10,7 @@
   the batch rather than once per agent. Factor on a session's time — baseline ``per-agent
   prefix``.
 
-Ticket E's compounding: over a session of ``decode_tokens`` per agent after a shared prefix, the
+Do the levers compound? Over a session of ``decode_tokens`` per agent after a shared prefix, the
 four combinations (neither, L2, L3, both) give ``f2``, ``f3`` and ``f23`` against the neither
 case. A session is prefill P plus decode D; when L3 shortens only P (by a) and L2 only D (by c),
 ``f23 − f2·f3`` has the sign of ``P·D·(1 − 1/a)(1 − 1/c) ≥ 0``: levers acting on disjoint parts
@@ -19,7 +19,7 @@ factor beats the product of the factors). ``f23 / (f2·f3)`` is reported; it fal
 when the levers compete for the same seconds (e.g. L3's shared-prefix KV reads and L2's
 expert stream both shortening one memory-bound decode step).
 
-Ticket G's composition, per-user ⊗ cross-user: a machine runs ``users`` users' fan-outs of
+The per-user ⊗ cross-user composition: a machine runs ``users`` users' fan-outs of
 ``agents`` each in one continuous batch of ``users·agents`` tokens per step. What composes: the
 expert stream — the machine-wide union ``U(users·agents)`` is shared by everyone in the step,
 so cross-user batching multiplies the per-user coalescing ratio by
@@ -153,7 +153,7 @@ def compounding(
     prefix_tokens: int,
     decode_tokens: int,
 ) -> dict[str, Any]:
-    """Ticket E: L2 and L3 alone and together over one session, against the neither case."""
+    """Compounding: L2 and L3 alone and together over one session, against the neither case."""
     t = {
         (c, s): session_seconds(
             model, hardware, workload, routing, agents, prefix_tokens, decode_tokens, coalesced=c, shared_prefix=s
@@ -191,7 +191,7 @@ def composition(
     agents: int,
     users,
 ) -> dict[str, Any]:
-    """Ticket G: one user's coalesced fan-out of ``agents`` inside a machine batch of ``users``.
+    """Per-user ⊗ cross-user: one user's coalesced fan-out of ``agents`` inside a machine batch of ``users``.
 
     Returns per ``users`` value: the machine step's net tok/s, the per-user coalescing ratio,
     the machine-wide ratio, the cross-user gain on the expert stream

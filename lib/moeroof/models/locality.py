@@ -20,7 +20,7 @@ and ``h`` that in units of what one token picks; back for a model of E experts, 
 ``c = (hK − 1)/(1 − hK/E)``, off (``inf``) where ``hK ≥ E``. Experts are chosen K at a time,
 so a topic's working set is counted in picks — as the public finding that a cache of about
 twice the active experts is the usual knee across 20 MoE models (arXiv 2505.16056, in
-VALIDATION.md) counts it. The two stream captures agree on it (h ≈ 3.9 for Mixtral, whose
+docs/sources.md) counts it. The two stream captures agree on it (h ≈ 3.9 for Mixtral, whose
 ``c/E`` ≈ 34 is nearly off for 8 experts, and h ≈ 6.0 for Qwen3-30B-A3B, ``c/E`` ≈ 0.59), where
 they disagree 57-fold on ``c/E``.
 

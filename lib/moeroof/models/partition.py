@@ -1,4 +1,4 @@
-"""Expert partitions across ranks and the per-rank step model (SPEC §6, seed 003).
+"""Expert partitions across ranks and the per-rank step model (docs/models.md, partitions; seed 003).
 
 An expert-parallel engine gives each of R ranks (nodes) a set of routed experts — one set per
 expert id, the same for every MoE layer, as in seed 003's pair (each rank owns 144 of 288). Four

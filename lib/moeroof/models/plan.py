@@ -1,4 +1,4 @@
-"""The decode-step plan: net tokens/sec of B agents on boxes that stream MoE experts (SPEC §2).
+"""The decode-step plan: net tokens/sec of B agents on boxes that stream MoE experts (docs/models.md).
 
 Everything is per *step* (one token for each of the B agents); per-token numbers derive from it.
 This module builds what each rank does in a step — bytes streamed, bytes read, FLOP, tokens —
@@ -23,7 +23,7 @@ upper bound). The cache gets what RAM leaves after the OS reserve, the dense ban
 step whose resident set does not fit is flagged infeasible, and ``pressure_penalty`` slows the
 SSD when the requested cache does not fit (mlx-lm#1438).
 
-Baselines (SPEC §2), each returned with its name:
+Baselines, each returned with its name:
 
 - ``uncoalesced`` — same boxes, batch and cache, dense band batched, but every token fetches its
   own routed experts: a missed expert is streamed once per token that routes to it (with the
@@ -280,7 +280,7 @@ def auto_cache_bytes(
         cache(B) = clip(min(RAM − OS reserve − dense band − KV(B), routed bytes), 0)
         KV(B)    = (P + B·(ctx − P)) · kv_bytes_per_token
 
-    what RAM leaves at that B alone (docs: the README's "Expert cache auto"), capped at the whole
+    what RAM leaves at that B alone (docs/commands.md, `--cache-gib auto`), capped at the whole
     routed set (a larger cache holds nothing more). Each B's cache depends on that B only, never
     on the other batch sizes of a grid."""
     left, _ = ram_left_bytes(
@@ -1308,7 +1308,7 @@ def admission_search(
     *,
     max_batch: int = MAX_ADMISSION_BATCH,
 ) -> dict[str, Any]:
-    """Admission control (seed 000 ticket C) searched over B itself, not over a grid: the largest
+    """Admission control searched over B itself, not over a grid: the largest
     B ≤ ``max_batch`` whose resident set fits in RAM and whose per-agent tok/s is at least
     ``min_per_agent_tok_s``, with the reason B + 1 is refused.
 

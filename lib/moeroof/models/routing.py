@@ -1,4 +1,4 @@
-"""Routing models: which experts the tokens of B agents select (SPEC §3, seed 000 ticket F).
+"""Routing models: which experts the tokens of B agents select (docs/models.md, routing).
 
 Per MoE layer there are E routed experts and each token selects K distinct ones. A layer's
 *popularity* ``w`` (non-negative, Σ w = 1) drives a Plackett–Luce draw of K experts without
@@ -12,7 +12,7 @@ Popularity models:
 - :class:`Zipf` — ``w ∝ rank^-s`` with an independent random permutation of the ranks per layer.
 - :class:`Dirichlet` — ``w ~ Dirichlet(α·1)`` per layer (small α: strong skew).
 
-Two correlation knobs that real fleets have (SPEC §3):
+Two correlation knobs that real fleets have:
 
 - heterogeneity ``c``: the streams of one task group share a popularity ``q ~ Dirichlet(c·w)``
   drawn once per group and layer, so agents on the same task overlap more than independent
@@ -670,7 +670,7 @@ def sample_trace(
     # of steps at a time: both are plain sequences, so the block's length changes nothing.
     rows, e = streams * layers, w.shape[-1]
     total = int(prompt_tokens) + steps
-    # bounded before the trace and a step's scores are made (issue 13); Python ints, no overflow
+    # bounded before the trace and a step's scores are made (the allocation limits); Python ints, no overflow
     check_allocation(total * streams * layers * k, 4, "trace steps × streams × layers × K")
     check_allocation(rows * e, 40, "one step's scores, streams × layers × experts")
     rho_row = np.ascontiguousarray(np.broadcast_to(rho_l, (streams, layers)).reshape(rows))
@@ -837,7 +837,7 @@ def pair_overlap(topk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     Shared = the previous token's picks found among the current token's. Counted in chunks of
     pairs with at most :data:`OVERLAP_CHUNK` slot comparisons at once (K ≤
     :data:`OVERLAP_SORT_K`), or by sorting for a larger K, so the memory is bounded by the trace
-    whatever K is (issue 13: K = 65536 asked for a 32 GiB K × K array)."""
+    whatever K is (K = 65536 once asked for a 32 GiB K × K array)."""
     arr = np.asarray(topk)
     if arr.ndim != 4:
         raise ValueError("trace must have shape (steps, streams, layers, K)")

@@ -1,4 +1,4 @@
-"""A partition evaluated rank by rank at one batch size: ``moeroof split`` (SPEC §6, seed 003).
+"""A partition evaluated rank by rank at one batch size: ``moeroof split`` (docs/models.md, partitions; seed 003).
 
 :func:`split_plan` runs :func:`moeroof.models.plan.step_breakdown` — the same step model and
 cache as ``moeroof plan`` — on a given assignment of experts to ranks and reports each rank: its

@@ -1,4 +1,4 @@
-"""One model of a decode step: the only place where bytes and FLOP become seconds (SPEC §2).
+"""One model of a decode step: the only place where bytes and FLOP become seconds (docs/models.md).
 
 A decode *step* gives each of B agents one token. On one rank (one box: its own RAM, SSD,
 expert cache and share of the experts) the step's work is five terms::
@@ -21,7 +21,7 @@ page cache makes reads slower); ``speed`` is a rank's relative speed (fastest = 
 head node runs 1.3–2.6× slower at identical work). The engine terms are what a serving engine
 spends per step and per agent-token outside the roofline (a fixed per-step cost is what makes
 measured tok/s rise with concurrency where the roofline alone is flat: bigrig's curve in
-VALIDATION.md); they come from the hardware preset, ``assumed`` 0 until measured. ``c_expert``
+docs/sources.md); they come from the hardware preset, ``assumed`` 0 until measured. ``c_expert``
 (``engine_seconds_per_touched_expert``) is paid per (layer, expert) pair the step touches,
 ``Σ_ℓ U_ℓ`` on the rank (a kernel launch, a dequantisation, the routing glue of each expert
 run): it makes a step's time grow with the experts it touches, so throughput grows with

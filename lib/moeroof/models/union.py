@@ -1,4 +1,4 @@
-"""U(B): how many distinct experts a batch of B tokens touches per MoE layer (SPEC §3–4).
+"""U(B): how many distinct experts a batch of B tokens touches per MoE layer (docs/models.md, the union).
 
 The coalescing lever of seed 000 (L2) lives in this number: an expert that several tokens of a
 decode step route to is streamed once, so a step of B tokens moves ``U(B)`` experts per layer
@@ -55,7 +55,7 @@ __all__ = [
     "distinct_per_layer",
 ]
 
-#: the baseline every coalescing ratio is measured against (SPEC §2 baseline (a))
+#: the baseline every coalescing ratio is measured against (baseline (a) of docs/models.md)
 BASELINE = "uncoalesced"
 
 
@@ -143,7 +143,7 @@ def _exact_curve(batch, per_layer, method, experts, top_k) -> UnionCurve:
 
 
 def union_uniform(experts: int, top_k: int, batch, layers: int = 1) -> UnionCurve:
-    """Closed form for uniform routing: ``U(B) = E·(1 − (1 − K/E)^B)`` (SPEC §3); exact."""
+    """Closed form for uniform routing: ``U(B) = E·(1 − (1 − K/E)^B)``; exact."""
     if int(experts) != experts or experts < 1 or int(top_k) != top_k or not 1 <= top_k <= experts:
         raise ValueError(f"need integers 1 <= top_k <= experts, got E={experts!r}, K={top_k!r}")
     if layers < 1:
@@ -188,7 +188,7 @@ def power_sums(x: np.ndarray, batch: np.ndarray) -> np.ndarray:
 
 
 def union_plugin(pi: np.ndarray, batch, top_k: int | None = None) -> UnionCurve:
-    """Independent-token plug-in ``U(B) = Σ_i [1 − (1 − π_i)^B]`` per layer (SPEC §3).
+    """Independent-token plug-in ``U(B) = Σ_i [1 − (1 − π_i)^B]`` per layer.
 
     ``pi`` has shape (layers, E) or (E,) with Σ_i π_i = K per layer (checked to 1e-6).
     """
@@ -402,7 +402,7 @@ def union_from_trace(
     level: float = 0.95,
     chunk_steps: int = 256,
 ) -> UnionCurve:
-    """Measured U(B) from a trace (steps, streams, layers, K) with ``-1`` padding (SPEC §4).
+    """Measured U(B) from a trace (steps, streams, layers, K) with ``-1`` padding.
 
     At each step the live streams are those with a token (ids ≥ 0) in every layer; for each B,
     every step with at
@@ -485,7 +485,7 @@ def trace_against_plugin(
     """Measured U(B) (:func:`union_from_trace`) at ``points`` log-spaced B up to the trace's
     streams, against ``Σ_i [1 − (1 − π̂_i)^B]`` with π̂ the trace's own inclusion frequencies per
     layer (:func:`union_plugin`). Measured below the plug-in: the streams of a step share experts
-    more than independent routing would (the cross-agent correlation of SPEC §4)."""
+    more than independent routing would (the cross-agent correlation)."""
     if topk.ndim != 4:
         raise ValueError("trace must have shape (steps, streams, layers, K)")
     b_max = int(topk.shape[1])
@@ -546,7 +546,7 @@ def union_correlated(
     draws: int = 32,
     level: float = 0.95,
 ) -> UnionCurve:
-    """U(B) when the B tokens of a step share a context ``q ~ Dirichlet(c·w)`` (SPEC §3).
+    """U(B) when the B tokens of a step share a context ``q ~ Dirichlet(c·w)``.
 
     ``E_q[ Σ_i (1 − (1 − π_i(q))^B) ]`` with π(q) the Plackett–Luce inclusion of q: the model
     of :func:`moeroof.models.routing.sample_trace` with ``scope="step"``, in expectation, so it

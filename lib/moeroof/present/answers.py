@@ -6,7 +6,7 @@ builder is pure: names and numbers in, one Markdown string out, so the words fol
 the model, box, cache, routing source and batch range it was given — and are unit-tested on
 made-up inputs (tests/test_answers.py).
 
-Provenance words follow the inputs (SPEC §2, the suite's rule that only measured numbers are
+Provenance words follow the inputs (the suite's rule that only measured numbers are
 served as measurements): a result is **projected** only when some input is not witnessed, and
 data is called **synthetic** only when its own provenance tag says so
 (:func:`provenance_sentence`).

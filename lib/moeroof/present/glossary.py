@@ -1,8 +1,8 @@
-"""The suite's words in plain language: one list, shown in the README and on the report index.
+"""The suite's words in plain language: one list, shown in docs/glossary.md and on the report index.
 
 Reports and CLI notes use a few terms of the field and a few names of the documents the suite
 answers (the "seeds"). Each is defined here once; :mod:`moeroof.present.site` renders the list on
-``reports/index.html`` and ``tests/test_site.py`` checks that the README's glossary names every
+``reports/index.html`` and ``tests/test_site.py`` checks that docs/glossary.md names every
 term, so the two never drift apart.
 """
 
@@ -70,11 +70,6 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
         "a lab report on a two-GB10 run of a GLM-5 MoE engine (288 experts, top-8): the pair, its "
         "expert cache ladder and partitions; some rows are withheld to test predictions.",
     ),
-    (
-        "ticket A–I",
-        "the work items of the engine that seed 000 comes from (e.g. ticket E: do the levers compound?).",
-    ),
-    ("SPEC §N", "section N of the suite's design document (SPEC.md, beside the project)."),
     (
         "colibri, bigrig",
         "public projects whose published measurements the models are held against (an SSD-streaming "

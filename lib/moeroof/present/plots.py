@@ -57,7 +57,7 @@ STYLE_RC = {
     "legend.frameon": False,
 }
 
-#: what each provenance tag means on a figure (SPEC §2: non-witnessed inputs make results projected)
+#: what each provenance tag means on a figure (non-witnessed inputs make results projected)
 _PROVENANCE_LABELS = {
     "witnessed": "witnessed (measured)",
     "projected": "projected (model, not measured)",
@@ -77,7 +77,7 @@ def provenance_label(provenance: str) -> str:
     """Text to put in a title or legend saying whether a curve is measured or modelled.
 
     An ``assumed`` input makes the result ``projected``: only witnessed numbers are served as
-    measurements (SPEC §2).
+    measurements.
     """
     try:
         return _PROVENANCE_LABELS[provenance]
@@ -89,7 +89,7 @@ def provenance_label(provenance: str) -> str:
 def label_with_baseline(text: str, baseline: str) -> str:
     """``text`` with its baseline named, e.g. ``"coalescing ratio B·K/U (baseline: uncoalesced)"``.
 
-    A multiple without its baseline is not a number anyone can check (SPEC §2), so an empty
+    A multiple without its baseline is not a number anyone can check, so an empty
     baseline is an error rather than a silently bare label.
     """
     if not baseline or not baseline.strip():

@@ -2,7 +2,7 @@
 
 (also ``python -m moeroof.present.report``, which ``make report`` runs.)
 
-The ``.py`` percent notebooks are the source of truth (STYLE.md); papermill is the runner, the
+The ``.py`` percent notebooks are the source of truth (docs/development.md); papermill is the runner, the
 same way CI and ``papermill nb.ipynb out.ipynb -p ...`` run them, so a report is exactly what a
 user would get. For each notebook this writes ``NAME.ipynb`` (executed, the answer its cell tagged
 ``answer`` displayed lifted to the top: :func:`lift_answer`), ``NAME.html`` (outputs only, like ``nbconvert --no-input``, with no scripts from a CDN and no widget views, so it reads

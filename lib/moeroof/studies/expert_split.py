@@ -1,4 +1,4 @@
-"""Analyses of seed 003's expert split for the ``expert_split`` notebook (SPEC §6, issue 5).
+"""Analyses of seed 003's expert split for the ``expert_split`` notebook (partitions: docs/models.md).
 
 Four questions about splitting GLM-5's 288 routed experts over two GB10 nodes, each answered by
 one function built on :mod:`moeroof.models.partition`, :mod:`moeroof.models.cache` and :mod:`moeroof.studies.ladder`:
@@ -18,7 +18,7 @@ one function built on :mod:`moeroof.models.partition`, :mod:`moeroof.models.cach
   simulated hit rate and streamed GiB (:func:`moeroof.studies.ladder.run_cases`) turned into step times
   by the roofline terms, and their ratio against the seed's witnessed 6.1×.
 
-Witnessed numbers of seed 003 (``shared/seeds/003_7b9fcd30c3f4d7af-excerpt.md``) are in
+Witnessed numbers of seed 003 (docs/sources.md) are in
 :data:`SEED003`; nothing here reads the seed's withheld rows.
 """
 
@@ -588,7 +588,7 @@ def pair_vs_booster(
     )
 
 
-# ----------------------------------------------------------------------------- the M sweep's tok/s (issue 11)
+# ----------------------------------------------------------------------------- the M sweep's tok/s
 
 
 @dataclass(frozen=True)
@@ -608,7 +608,7 @@ class TokRow:
     source: str = ""
 
 
-#: seed 003's tok/s rows (shared/seeds/003…-excerpt.md). Calibration: the table "Expert cache
+#: seed 003's tok/s rows (docs/sources.md). Calibration: the table "Expert cache
 #: against the headroom" (balanced partition, overlap on, M = 8) — the configuration of the
 #: withheld 40/60 GiB rows and of the M sweep — at 20 GiB and the three 80 GiB runs. Held out:
 #: the booster table (one booster 0.37, the pair with the id split as recorded 2.25) and the

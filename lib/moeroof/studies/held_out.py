@@ -1,12 +1,12 @@
-"""Every held-out case in one table: what ``moeroof validate`` prints (issue 24).
+"""Every held-out case in one table: what ``moeroof validate`` prints (docs/validation.md).
 
 Each case is fitted only on its named calibration (or on nothing) and predicts the rest; the
 error is shown whatever it is. Three groups:
 
-- ``step``: the step model against the published throughput and bytes figures of VALIDATION.md
+- ``step``: the step model against the published throughput and bytes figures collected in docs/sources.md
   (:func:`moeroof.studies.validation.comparisons`; roles ``prediction`` and ``consistency``, the
   latter only reproducing its own calibration point);
-- ``cache``: the single-stream cache column of VALIDATION.md, fitted on two sizes and predicting
+- ``cache``: the published single-stream cache column (docs/sources.md), fitted on two sizes and predicting
   the others, and the zero-fit prediction from the embedded trace
   (:func:`moeroof.studies.validation.cache_comparisons`);
 - ``locality``: each real decode source predicted from the locality prior of the others

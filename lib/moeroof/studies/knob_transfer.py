@@ -1,4 +1,4 @@
-"""One knob set from one stream to many, on a real capture (issue 11, deliverable 3).
+"""One knob set from one stream to many, on a real capture.
 
 The question a user with a captured trace asks: fitted on what one stream's cache does (two
 cache sizes) and on how much a batch's streams share (one union), do the routing knobs predict

@@ -1,5 +1,5 @@
 """Seed 003's expert-cache ladder: calibrated synthetic GLM-5-NVFP4 traces, the two-rank cache
-experiment, the fit of the routing knobs and the predictions of the withheld rows (issue 4).
+experiment, the fit of the routing knobs and the predictions of the withheld rows.
 
 **The model.** GLM-5 with NVFP4 experts: E = 288 routed experts, top-K = 8 (seed 003, witnessed),
 L MoE layers (seed 003 does not give L; the ``glm-5-nvfp4`` preset assumes 75 as for GLM-5.2).
@@ -67,7 +67,7 @@ bootstrap of the fit, :func:`bootstrap_knobs`) adds the parameter uncertainty. N
 covers the model's structural choices (popularity family, what the history means, L); the
 notebook shows those as sensitivities beside the bands.
 
-**The general fitter** (issue 11, :func:`fit_routing_predictions`): the same public rows as
+**The general fitter** (:func:`fit_routing_predictions`): the same public rows as
 ``moeroof fit-routing`` points (:func:`public_points`: hit rate and GiB/step at 20 and 80 GiB,
 the union of 50 across both ranks; the withheld cases as empty rows), fitted by
 :func:`moeroof.models.fit_routing.fit_routing` and predicted with its bands (parameter,
@@ -75,7 +75,7 @@ run-to-run and family); :func:`write_fit_routing_predictions` writes them with t
 :func:`write_predictions` lacks. :func:`fit_knobs` stays as the seed-specific reference; the
 distance between the two calibrations is shown as a structural band.
 
-Sources: seed 003 (``shared/seeds/003_7b9fcd30c3f4d7af-excerpt.md``) for every witnessed number;
+Sources: seed 003 (docs/sources.md) for every witnessed number;
 Mattson et al. 1970 for the stack distances behind :func:`moeroof.models.cache.lru_hit_curve`.
 """
 
@@ -812,7 +812,7 @@ def bootstrap_knobs(
     return out
 
 
-# ----------------------------------------------------------------------------- fit-routing (issue 11)
+# ----------------------------------------------------------------------------- fit-routing
 
 #: the published rows that are not calibration rows of the fit but can check it: the booster
 #: table's pair row (id split, exchange as recorded, M = 8, 20 GiB: 53.8 %, 6.62 GiB/step)

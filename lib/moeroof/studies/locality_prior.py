@@ -1,11 +1,11 @@
-"""A prior for per-stream temporal locality, fitted on real decode captures (issue 24).
+"""A prior for per-stream temporal locality, fitted on real decode captures.
 
 Calibrated only on a batch's rows (seed 003's pair at M = 8) or on nothing, the routing model
 cannot tell how local one stream is: stickiness ρ (a stream's token keeps an expert of its
 previous token) and per-stream hot sets (locality ``c``: each stream routes by its own
 ``q ~ Dirichlet(c·w)`` around the layer's popularity w) leave a batch's cache nearly unchanged
 and decide a single stream's; held at 0 and off, they give one stream none of the locality real
-decode shows (VALIDATION.md: 42.7 % of a Qwen3 token's experts are its previous token's, against
+decode shows (docs/sources.md: 42.7 % of a Qwen3 token's experts are its previous token's, against
 6.25 % for independent tokens). This module fits those two knobs on every real decode
 source the suite can read and pools the fits into a distribution, so that a prediction that
 cannot identify them draws them from what real decode does, and their spread widens its band.
@@ -18,7 +18,7 @@ rows at larger batches (which tell ρ from ``c``: :func:`moeroof.models.fit_rout
   (:func:`moeroof.studies.knob_transfer.measured_points`);
 - ``qwen15``: the Qwen1.5-MoE layer-0 capture (a real vLLM batch of 25, top-4 of 60; a row's
   identity across steps is approximate, so its locality is a lower bound);
-- ``qwen3-moe-trace``: the published single-stream table of VALIDATION.md (Qwen3-30B-A3B, MLX
+- ``qwen3-moe-trace``: the published single-stream table (docs/sources.md; Qwen3-30B-A3B, MLX
   4-bit, 25 prompts: 42.7 % consecutive overlap; LRU 8/16/32/64 experts per layer → 42.4 /
   64.7 / 81.0 / 91.8 %; gajsanders/moe-trace finding 007), numbers only.
 
@@ -116,7 +116,7 @@ SOURCES: dict[str, dict[str, Any]] = {
     },
     "qwen3-moe-trace": {
         "title": "Qwen3-30B-A3B decode, one stream (MLX 4-bit, 25 prompts)",
-        "provenance": "VALIDATION.md: gajsanders/moe-trace finding 007 (a hobby project), published numbers",
+        "provenance": "gajsanders/moe-trace finding 007 (a hobby project), published numbers (docs/sources.md)",
         "experts": 128,
         "top_k": 8,
         "layers": 48,
@@ -289,7 +289,7 @@ def fit_source(
 
 #: the between-source scale a prior of ONE source cannot estimate, on (logit ρ, log h): held at
 #: the spread of stickiness across the layers of one model, as published for Qwen3-30B-A3B's decode
-#: (VALIDATION.md, gajsanders/moe-trace: 7.9 % of a token's experts kept at layer 0 and 59.7 % at
+#: (docs/sources.md, gajsanders/moe-trace: 7.9 % of a token's experts kept at layer 0 and 59.7 % at
 #: layer 7 against 6.25 % for independent tokens, ρ ≈ 0.018 and 0.57: 4.3 apart on the logit scale,
 #: taken as the 5 % and 95 % ends, 4.3 / (2 · 1.645) = 1.3); the same on log h, assumed
 SINGLE_SOURCE_BETWEEN_SCALE = (1.3, 1.3)
@@ -570,7 +570,7 @@ def summary_record(st: LocalityStudy) -> dict[str, Any]:
     """What ``data/fits/locality-prior.json`` holds (:mod:`moeroof.data.locality`): the prior's
     centre, scale and quantiles, each source's fitted summary and why it is (not) in the prior,
     the held-out errors and the settings — summary figures only (the captures' rows stay in
-    ../shared). Written by ``scripts/fit_locality_prior.py``."""
+    ../shared/data/external). Written by ``scripts/fit_locality_prior.py``."""
     rho_mid, h_mid = st.prior.median
     q = st.prior.quantiles((0.05, 0.5, 0.95))
     return {

@@ -1,4 +1,4 @@
-"""Do fit-plan's bands cover? Simulated truths that include the structural choices (issue 24 D4).
+"""Do fit-plan's bands cover? Simulated truths that include the structural choices.
 
 A 90 % band (fit-plan's 5–95 %) should hold about 90 % of new measurements. Where the truth is
 known it can be counted: each truth here is a box drawn from the priors fit-plan holds — the

@@ -1,4 +1,4 @@
-"""Two-dimensional regime maps: the step roofline over (expert-cache size, batch B) (SPEC §2, §8).
+"""Two-dimensional regime maps: the step roofline over (expert-cache size, batch B) (docs/models.md).
 
 Each cell is :func:`moeroof.models.plan.plan` evaluated at one cache size and one batch size, so a
 map says nothing the roofline does not::

@@ -1,7 +1,7 @@
 """Hold the step model against published measurements: calibrate, predict the rest, show the error.
 
-The reference figures are those of VALIDATION.md, each with its source; some come from hobby
-projects or issue threads and are marked so. The rule (DEVELOPERS.md, "Predict, then compare"):
+The reference figures are the published ones collected in docs/sources.md, each with its source; some come from hobby
+projects or issue threads and are marked so. The rule ("predict, then compare"):
 a model tuned to every point it is judged on proves nothing, so each check names the point or
 quantity it calibrates on, predicts the others, and reports the error whatever it is. A check
 that only reproduces its own calibration point is a *consistency* check, never a prediction.
@@ -168,7 +168,7 @@ COLIBRI_COLD_TOKEN_BYTES = Reference(
     "GLM-5.2 int4 bytes per cold token", 11e9, "colibri docs, JustVugg/colibri#220", hobby=True
 )
 
-#: single-stream decode of GLM-5.2 with streamed experts (VALIDATION.md)
+#: single-stream decode of GLM-5.2 with streamed experts (docs/sources.md)
 SINGLE_STREAM = {
     "seed-cpu-only": Reference(
         "GLM-5.2, CPU-only server (box not described)", {"tok_s": 0.243}, "seed 000 (witnessed)"
@@ -188,7 +188,7 @@ SINGLE_STREAM = {
 BIGRIG_SCALING = Reference(
     "Qwen3-30B-A3B 3-bit, 44 of 128 experts cached, aggregate tok/s",
     {"batch": [1, 2, 4, 8, 16], "net_tok_s": [17.17, 25.97, 41.08, 54.24, 63.24], "cached_experts": 44},
-    "bigrig batch.py (VALIDATION.md)",
+    "bigrig batch.py (docs/sources.md)",
     hobby=True,
 )
 
@@ -439,7 +439,7 @@ def fit_engine_terms(
     }
 
 
-#: bigrig's box under two readings of "44 of 128 experts cached" (VALIDATION.md, bigrig batch.py):
+#: bigrig's box under two readings of "44 of 128 experts cached" (bigrig batch.py, docs/sources.md):
 #: ``pinned-44``: 44 experts per layer pinned (``static``: pinned from the trace's own routing
 #: probabilities, an oracle), the misses page-faulted from the SSD through mmap at the preset's
 #: 0.70 GB/s; ``resident``: the 3-bit model's 12.7 GB of experts all in memory (44 pinned by the
@@ -519,7 +519,7 @@ def cold_token_bytes_check() -> dict[str, Any]:
 
 
 def single_stream_predictions() -> list[dict[str, Any]]:
-    """GLM-5.2 single-stream rows of VALIDATION.md: what each calibrates on, predicted vs measured.
+    """GLM-5.2 single-stream rows (docs/sources.md): what each calibrates on, predicted vs measured.
 
     - colibri, ~1 GB/s disk, 25 GB RAM, cold: no cache, a flat 1 GB/s SSD; nothing calibrated.
     - colibri, i5-13600K (preset ``nvme-gen4``): the cache is what RAM leaves, run as colibri
@@ -729,7 +729,7 @@ def _split(c: dict[str, Any], key: str, **kw) -> list[Comparison]:
 
 
 def comparisons() -> list[Comparison]:
-    """Every published comparison of VALIDATION.md the model is held against, on today's code.
+    """Every published comparison (docs/sources.md) the model is held against, on today's code.
 
     Single-stream GLM-5.2 (colibri, seed 000), bigrig's concurrency curve (engine terms fitted on
     two points; the roofline alone with one bandwidth fitted at B = 1) and the witnessed H200
@@ -899,7 +899,7 @@ def comparisons() -> list[Comparison]:
 
 # ----------------------------------------------------------------------------- single-stream caches
 
-#: Qwen3-30B-A3B single-stream decode, one LRU cache per layer (VALIDATION.md, "Single-stream
+#: Qwen3-30B-A3B single-stream decode, one LRU cache per layer (docs/sources.md, "Single-stream
 #: expert caches"): gajsanders/moe-trace finding 007, a hobby project
 SINGLE_STREAM_CACHE = Reference(
     "Qwen3-30B-A3B (128 experts, top-8, 48 layers), MLX 4-bit, 25 prompts, decode: per-layer LRU hit rate at batch 1",
@@ -910,7 +910,7 @@ SINGLE_STREAM_CACHE = Reference(
         "capacity_experts": (8, 16, 32, 64),
         "hit_rate": (0.424, 0.647, 0.810, 0.918),
     },
-    "gajsanders/moe-trace finding 007 (VALIDATION.md)",
+    "gajsanders/moe-trace finding 007 (docs/sources.md)",
     hobby=True,
 )
 #: the two sizes :func:`single_stream_cache_check` calibrates on; the other two are predicted
@@ -951,8 +951,7 @@ def single_stream_cache_check(
     calibrate_on: Sequence[int] = CACHE_CALIBRATION_SIZES, seeds: Sequence[int] = (0, 1, 2), bootstrap: int = 8
 ) -> dict[str, Any]:
     """Fit the published single-stream per-layer LRU column on two sizes, predict the other two
-    and the other policies (VALIDATION.md: "fit on two sizes, predict the other two and the
-    other policies").
+    and the other policies (docs/validation.md).
 
     The POINTS (:func:`single_stream_cache_points`): Qwen3-30B-A3B, E = 128, K = 8, L = 48,
     batch 1, one cache per layer; LRU at 8 and 32 experts per layer carry the published 42.4 %
@@ -1065,7 +1064,7 @@ def zero_fit_single_stream_check(trace=None) -> dict[str, Any]:
 
 
 def cache_comparisons() -> list[Comparison]:
-    """The single-stream cache column (VALIDATION.md) as :class:`Comparison` rows, errors in
+    """The published single-stream cache column (docs/sources.md) as :class:`Comparison` rows, errors in
     points (``error_unit = "points"``, ``axis = "capacity_experts"``, every row at batch 1):
 
     - ``qwen3-single-stream-lru-fit-calibration`` (consistency): the 8- and 32-expert rows the

@@ -1,6 +1,6 @@
-"""What changed with the one step model (issue 10): the simulated expert cache against the pinned hot set.
+"""What changed with the one step model: the simulated expert cache against the pinned hot set.
 
-Before issue 10 the step saw a hot set pinned from the true routing probabilities (cache policy
+Before the one step model, the step saw a hot set pinned from the true routing probabilities (cache policy
 ``static``: an **oracle**, it knows a popularity no engine has measured). Now the default is a
 simulated LRU in steady state on traces drawn from the routing model (``lru``;
 :mod:`moeroof.models.expert_cache`). The notebooks open with a paragraph computed from their own
@@ -45,13 +45,13 @@ __all__ = [
     "map_paragraph",
 ]
 
-#: the cache the step sees by default since issue 10
+#: the cache the step sees by default since the one step model
 DEFAULT_POLICY = "lru"
 #: the cache it saw before: a hot set pinned from the true routing probabilities
 ORACLE_POLICY = "static"
 
 INTRO = (
-    "**What changed (issue 10).** The expert cache the step sees is now a simulated LRU in steady "
+    "**What changed with the one step model.** The expert cache the step sees is now a simulated LRU in steady "
     "state on traces drawn from the routing model, not a hot set pinned from the true routing "
     "probabilities (an oracle: no engine knows them)."
 )

@@ -1,6 +1,6 @@
 """``moeroof bench``: a measured decode step of a synthetic MoE whose experts stream from disk
-(seed 000 ticket B, the net-tok/s replay bench; ticket D, grouped compute over the coalesced
-union with a serial-parity test).
+(the net-tok/s replay bench, and grouped compute over the coalesced union with a serial-parity
+test: two work items of the engine seed 000 comes from).
 
 The stack: E experts × L layers, each expert two float32 matrices ``W1`` (d × f) and ``W2``
 (f × d), stored once in a scratch file, expert (ℓ, e) in a slot of
@@ -11,7 +11,7 @@ row x (1 × d) is the FFN ``y = relu(x·W1)·W2``: ``4·d·f`` FLOP per token pe
 A decode step: B agents, one token each; in every layer each token's K experts (from a trace
 or a seeded routing model) are applied with gates g (Σ_j g_j = 1 per token) and the hidden
 state moves on as ``h ← rms_normalize(h + Σ_j g_j · FFN_{e_j}(h))``. Two modes, the two
-baselines of SPEC §2:
+baselines of the step model (docs/models.md):
 
 - ``uncoalesced`` — token by token, each token reads its own K experts from the device and
   applies them (``B·K`` expert reads per layer, duplicates read again):
@@ -161,7 +161,7 @@ def moe_layer_serial(
 def moe_layer_grouped(
     h: np.ndarray, topk: np.ndarray, gates: np.ndarray, load: Load, apply: Apply = expert_ffn
 ) -> np.ndarray:
-    """Coalesced MoE layer (ticket D): for each expert of the union in ascending id, one
+    """Coalesced MoE layer (grouped compute): for each expert of the union in ascending id, one
     ``load(e)`` and one grouped ``apply`` over the rows routed to it, scattered back with their
     gates. Each token's contributions therefore add up in ascending expert id, the order of
     :func:`moe_layer_serial`. U(B) loads."""
@@ -454,7 +454,7 @@ def run_bench(
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Write the stack to a scratch file, run ``warmup_steps + steps`` decode steps per (mode, B)
-    and return the JSON-ready report (module docstring; keys of issue 6).
+    and return the JSON-ready report (keys: the module docstring).
 
     Routing: ``trace`` (T, S, L', K) when given, else ``routing`` drawn from
     ``numpy.random.default_rng(seed)`` — the same ``warmup_steps + steps`` steps for every B

@@ -1,5 +1,5 @@
 """Routing witnessed on a real MoE checkpoint: B distinct prompts decoded together, every token's
-top-K expert ids per MoE layer recorded from the model's own router modules (issue 14).
+top-K expert ids per MoE layer recorded from the model's own router modules.
 
 How the routers are hooked. In transformers 5 every supported family routes through one module
 per MoE layer whose forward returns ``(router_logits, routing_weights, expert_indices)``:

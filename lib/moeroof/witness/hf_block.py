@@ -1,6 +1,6 @@
 """The witnessed transformers MoE block on a GPU (``benchmarks/hf_moe_block.py``) against the roofline.
 
-The bench (issue 14, deliverable 4) times transformers' own ``Qwen3MoeSparseMoeBlock`` (128
+The bench times transformers' own ``Qwen3MoeSparseMoeBlock`` (128
 experts, top-8, hidden 2048, moe_intermediate 768, bf16) with its experts in pinned host memory,
 copied to the GPU per decode step: ``uncoalesced`` copies every token's K experts and applies the
 block's experts forward to each token alone; ``coalesced`` copies the batch's union once and runs

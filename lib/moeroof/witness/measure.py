@@ -1,4 +1,4 @@
-"""``moeroof calibrate``: measure the roofline's inputs on the machine at hand (issue 6, seed ticket B).
+"""``moeroof calibrate``: measure the roofline's inputs on the machine at hand.
 
 The roofline (:mod:`moeroof.models.plan`) needs four numbers of a box; this module measures each of
 them and writes them as a hardware TOML in the presets schema (:mod:`moeroof.data.presets`), every

@@ -1,5 +1,5 @@
 """Tiny random-initialised Hugging Face MoE checkpoints, built from transformers' own config
-classes and saved to a folder — the capture pipeline's stand-in for a real model (issue 14).
+classes and saved to a folder — the capture pipeline's stand-in for a real model.
 
 The routing :func:`moeroof.witness.capture.capture_routing` records on such a checkpoint is
 witnessed routing — really computed by the model's router modules — of a model nobody serves:

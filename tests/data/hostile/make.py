@@ -1,4 +1,4 @@
-"""Write the crafted hostile inputs of tests/test_fuzz.py (issue 13): ``python tests/data/hostile/make.py``.
+"""Write the crafted hostile inputs of tests/test_fuzz.py: ``python tests/data/hostile/make.py``.
 
 Each file is small; what makes it hostile is what it declares. The script is the source of
 truth: the committed files are its output, byte for byte (tests/test_fuzz.py checks that).

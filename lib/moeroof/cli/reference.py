@@ -1,0 +1,53 @@
+"""The command-line reference page (``docs/cli.md``), generated from the parsers themselves.
+
+``python scripts/cli_reference.py`` rewrites the page; ``tests/test_docs.py`` holds the committed
+page to a fresh generation, so a flag added or changed shows in the docs or the test fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Iterator
+
+from moeroof.cli.app import build_parser
+
+#: the width the help text is wrapped to (argparse reads it from $COLUMNS)
+WIDTH = 100
+
+HEADER = """# Command-line reference
+
+Generated from the parsers (`python scripts/cli_reference.py`; `tests/test_docs.py` checks that this
+page is current). Every command reads its inputs, never modifies them, and writes its outputs whole
+or not at all; bad input ends with one `error:` line naming the file, the row and the field, and exit
+status 2 ([what the command line promises](robustness.md)). For the commands by task, with worked
+examples, see [the command line, by task](commands.md).
+"""
+
+
+def _subcommands(parser: argparse.ArgumentParser, prefix: str) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """``(name, parser)`` of every command under ``parser``, depth first, in declaration order."""
+    for action in parser._actions:  # argparse keeps its subparsers here and nowhere public
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                full = f"{prefix} {name}"
+                yield full, sub
+                yield from _subcommands(sub, full)
+
+
+def reference_markdown() -> str:
+    """The whole page: the top-level help, then each command's, each in a code block."""
+    saved = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(WIDTH)
+    try:
+        top = build_parser()
+        parts = [HEADER, "## moeroof\n", "```text\n" + top.format_help().rstrip() + "\n```\n"]
+        for name, sub in _subcommands(top, "moeroof"):
+            parts.append(f"## {name}\n")
+            parts.append("```text\n" + sub.format_help().rstrip() + "\n```\n")
+    finally:
+        if saved is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = saved
+    return "\n".join(parts)

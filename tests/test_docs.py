@@ -74,3 +74,18 @@ def test_the_readme_is_short_and_points_into_the_docs():
     pages = {p.name for p in DOCS.glob("*.md")}
     assert linked <= pages, f"README links to missing pages: {linked - pages}"
     assert pages - {"index.md"} <= linked, f"pages the README does not point to: {pages - linked - {'index.md'}}"
+
+
+def test_the_reference_is_the_same_wherever_the_clone_lies():
+    """A default inside the clone (the notebooks folder) is written relative to it before the
+    help is wrapped: the page does not depend on where the repository was cloned."""
+    import argparse
+
+    from moeroof.cli.reference import _relative_defaults
+
+    parser = argparse.ArgumentParser(prog="x")
+    parser.add_argument("--where", default=str(REPO_ROOT / "notebooks"), help="a folder (default: %(default)s)")
+    _relative_defaults(parser)
+    text = parser.format_help()
+    assert "./notebooks" in text and str(REPO_ROOT) not in text
+    assert str(REPO_ROOT) not in (DOCS / "cli.md").read_text(encoding="utf-8")

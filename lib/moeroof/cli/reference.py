@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterator
 
 from moeroof.cli.app import build_parser
+from moeroof.core.paths import REPO_ROOT
 
 #: the width the help text is wrapped to (argparse reads it from $COLUMNS)
 WIDTH = 100
@@ -35,14 +36,29 @@ def _subcommands(parser: argparse.ArgumentParser, prefix: str) -> Iterator[tuple
                 yield from _subcommands(sub, full)
 
 
+def _relative_defaults(parser: argparse.ArgumentParser) -> None:
+    """Defaults and help inside this clone written relative to it, before the help is wrapped
+    (a longer path would wrap the lines elsewhere)."""
+    root = str(REPO_ROOT)
+    for action in parser._actions:
+        if isinstance(action.default, (str, os.PathLike)) and root in str(action.default):
+            action.default = str(action.default).replace(root, ".")
+        if isinstance(action.help, str) and root in action.help:
+            action.help = action.help.replace(root, ".")
+
+
 def reference_markdown() -> str:
-    """The whole page: the top-level help, then each command's, each in a code block."""
+    """The whole page: the top-level help, then each command's, each in a code block; a default
+    inside this clone is written relative to it (``./notebooks``), so the page is one page on
+    every machine."""
     saved = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = str(WIDTH)
     try:
         top = build_parser()
+        _relative_defaults(top)
         parts = [HEADER, "## moeroof\n", "```text\n" + top.format_help().rstrip() + "\n```\n"]
         for name, sub in _subcommands(top, "moeroof"):
+            _relative_defaults(sub)
             parts.append(f"## {name}\n")
             parts.append("```text\n" + sub.format_help().rstrip() + "\n```\n")
     finally:

@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || { \
 	  rm -rf $(VENV) && $(PYTHON) -m venv --without-pip $(VENV) && \
 	  $(PYTHON) -m pip --python $(PY) install -q pip; }
-	$(PY) -m pip install -q -c constraints.txt -e '.[notebooks,test,capture,docs]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[notebooks,test,capture,docs,sweep,parquet]'
 	$(PY) -m ipykernel install --sys-prefix --name moeroof --display-name "moeroof (.venv)" >/dev/null
 	@mkdir -p $(LAB_SETTINGS_DIR)
 	@printf '%s\n' '$(LAB_OVERRIDES)' > $(LAB_SETTINGS_DIR)/overrides.json

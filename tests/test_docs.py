@@ -81,11 +81,11 @@ def test_the_reference_is_the_same_wherever_the_clone_lies():
     help is wrapped: the page does not depend on where the repository was cloned."""
     import argparse
 
-    from moeroof.cli.reference import _relative_defaults
+    from moeroof.cli.reference import relative_defaults
 
     parser = argparse.ArgumentParser(prog="x")
     parser.add_argument("--where", default=str(REPO_ROOT / "notebooks"), help="a folder (default: %(default)s)")
-    _relative_defaults(parser)
+    relative_defaults(parser)
     text = parser.format_help()
     assert "./notebooks" in text and str(REPO_ROOT) not in text
     assert str(REPO_ROOT) not in (DOCS / "cli.md").read_text(encoding="utf-8")

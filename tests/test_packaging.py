@@ -16,8 +16,8 @@ from moeroof.core.paths import REPO_ROOT
 
 PYPROJECT = REPO_ROOT / "pyproject.toml"
 ENVIRONMENT = REPO_ROOT / "environment.yml"
-#: extras the suite installs (`pip install -e '.[notebooks,test,capture,docs]'`, as the Makefile does)
-EXTRAS = ("notebooks", "test", "capture", "docs")
+#: extras the suite installs (`pip install -e '.[notebooks,test,capture,docs,sweep,parquet]'`, as the Makefile does)
+EXTRAS = ("notebooks", "test", "capture", "docs", "sweep", "parquet")
 
 
 def test_the_makefile_installs_every_extra():

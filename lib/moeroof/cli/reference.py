@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from moeroof.cli.app import build_parser
 from moeroof.core.paths import REPO_ROOT
 
+__all__ = ["WIDTH", "reference_markdown", "relative_defaults"]
+
 #: the width the help text is wrapped to (argparse reads it from $COLUMNS)
 WIDTH = 100
 
@@ -36,7 +38,7 @@ def _subcommands(parser: argparse.ArgumentParser, prefix: str) -> Iterator[tuple
                 yield from _subcommands(sub, full)
 
 
-def _relative_defaults(parser: argparse.ArgumentParser) -> None:
+def relative_defaults(parser: argparse.ArgumentParser) -> None:
     """Defaults and help inside this clone written relative to it, before the help is wrapped
     (a longer path would wrap the lines elsewhere)."""
     root = str(REPO_ROOT)
@@ -55,10 +57,10 @@ def reference_markdown() -> str:
     os.environ["COLUMNS"] = str(WIDTH)
     try:
         top = build_parser()
-        _relative_defaults(top)
+        relative_defaults(top)
         parts = [HEADER, "## moeroof\n", "```text\n" + top.format_help().rstrip() + "\n```\n"]
         for name, sub in _subcommands(top, "moeroof"):
-            _relative_defaults(sub)
+            relative_defaults(sub)
             parts.append(f"## {name}\n")
             parts.append("```text\n" + sub.format_help().rstrip() + "\n```\n")
     finally:

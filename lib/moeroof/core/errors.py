@@ -3,7 +3,7 @@ them into flags, messages and exit codes."""
 
 from __future__ import annotations
 
-__all__ = ["ParameterError"]
+__all__ = ["MissingDependency", "ParameterError"]
 
 
 class ParameterError(ValueError):
@@ -17,3 +17,8 @@ class ParameterError(ValueError):
         self.parameter = parameter
         self.detail = message
         super().__init__(f"{parameter}: {message}")
+
+
+class MissingDependency(ValueError):
+    """An optional package a command needs is not installed; the message names the extra that
+    installs it (:func:`moeroof.core.optional.require`)."""

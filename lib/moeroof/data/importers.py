@@ -229,7 +229,10 @@ def _read_frame(src: Path, columns: Sequence[str]) -> tuple[Any, str]:
             import pyarrow  # noqa: F401  (pandas' Parquet engine)
         except ImportError:
             raise InputError(
-                src, "-", "file", "reading Parquet needs pyarrow (pip install pyarrow), or convert the table to CSV"
+                src,
+                "-",
+                "file",
+                "reading Parquet needs pyarrow, an optional dependency (pip install 'moeroof[parquet]'), or convert the table to CSV",
             ) from None
         try:
             import pyarrow.parquet as pq

@@ -55,6 +55,7 @@ from moeroof.core.limits import (
     human_bytes,
 )
 from moeroof.core.masks import PAD
+from moeroof.core.optional import require
 from moeroof.data.io import TRACE_AXES, InputError, Trace, guard_target
 
 __all__ = [
@@ -269,8 +270,8 @@ def write_parquet_trace(
     :func:`~moeroof.data.io.read_trace` would (InputError naming ``topk[s,t,l,k]``) before the
     row group holding them is written; the file is written atomically. Returns ``path``.
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    pa = require("pyarrow", "parquet", "a Parquet trace")
+    pq = require("pyarrow.parquet", "parquet", "a Parquet trace")
 
     path = Path(path)
     if path.suffix.lower() != ".parquet":
@@ -351,8 +352,8 @@ def write_parquet_trace(
 
 
 def _open(path: Path):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    pa = require("pyarrow", "parquet", "a Parquet trace")
+    pq = require("pyarrow.parquet", "parquet", "a Parquet trace")
 
     if not path.exists():
         raise InputError(path, "-", "file", "no such file")
@@ -365,7 +366,7 @@ def _open(path: Path):
 
 
 def _info(path: Path, pf: Any) -> ParquetTraceInfo:
-    import pyarrow as pa
+    pa = require("pyarrow", "parquet", "a Parquet trace")
 
     raw = (pf.schema_arrow.metadata or {}).get(META_KEY)
     if raw is None:

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from moeroof.core.optional import require
+
 __all__ = ["local_cluster"]
 
 
 def local_cluster(workers: int) -> Any:
     """A ``distributed.LocalCluster`` of ``workers`` processes, one thread each."""
-    from distributed import LocalCluster
+    LocalCluster = require("distributed", "sweep", "a local dask cluster").LocalCluster
 
     return LocalCluster(n_workers=int(workers), processes=True, threads_per_worker=1, dashboard_address=":0")

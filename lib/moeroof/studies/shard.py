@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from moeroof.core.optional import require
 from moeroof.core.results import Result
 from moeroof.data.io import Trace, read_trace
 from moeroof.data.safe_read import load_npy
@@ -203,7 +204,7 @@ def _client(client: Any, scheduler: str | None, workers: int) -> Iterator[Any]:
     if scheduler is None and workers <= 1:
         yield None
         return
-    from distributed import Client
+    Client = require("distributed", "sweep", "a sharded run (dask.distributed)").Client
 
     from moeroof.studies.cluster import local_cluster
 

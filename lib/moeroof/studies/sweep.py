@@ -72,6 +72,7 @@ from pathlib import Path
 from typing import Any
 
 from moeroof.core.limits import MAX_GIB, MAX_TOML_BYTES, check_document
+from moeroof.core.optional import require
 
 __all__ = [
     "CHECKPOINT_SECONDS",
@@ -673,7 +674,7 @@ def evaluate_point(point: Mapping[str, Any]) -> dict[str, Any]:
 def rows_table(rows: list[dict[str, Any]]) -> Any:
     """A pyarrow Table of rows (columns in first-seen order; a missing value is null). A column
     whose values mix types (``"auto"`` and numbers) is stored as text; ints and floats as floats."""
-    import pyarrow as pa
+    pa = require("pyarrow", "sweep", "a sweep's Parquet results")
 
     names: list[str] = []
     for r in rows:
@@ -695,7 +696,7 @@ def read_done(out: str | Path) -> list[dict[str, Any]]:
     out = Path(out)
     if not out.exists():
         return []
-    import pyarrow.parquet as pq
+    pq = require("pyarrow.parquet", "sweep", "a sweep's Parquet results")
 
     table = pq.read_table(out)
     if "point_id" not in table.column_names:
@@ -710,7 +711,7 @@ RUN_METADATA_KEY = b"moeroof.run"
 def _write(out: Path, rows: list[dict[str, Any]], run: Mapping[str, Any] | None = None) -> None:
     import json
 
-    import pyarrow.parquet as pq
+    pq = require("pyarrow.parquet", "sweep", "a sweep's Parquet results")
 
     from moeroof.core import atomic
 
@@ -724,7 +725,7 @@ def read_run(out: str | Path) -> dict[str, Any] | None:
     """The run record a sweep's Parquet file carries in its schema metadata (None: none)."""
     import json
 
-    import pyarrow.parquet as pq
+    pq = require("pyarrow.parquet", "sweep", "a sweep's Parquet results")
 
     meta = pq.read_schema(out).metadata or {}
     return json.loads(meta[RUN_METADATA_KEY]) if RUN_METADATA_KEY in meta else None
@@ -772,7 +773,7 @@ def _distributed(
     import asyncio
     import concurrent.futures
 
-    from distributed import as_completed
+    as_completed = require("distributed", "sweep", "moeroof sweep (dask.distributed)").as_completed
 
     if chunk is None:
         chunk = chunk_size(len(points), max(1, len(client.scheduler_info().get("workers", {}))))
@@ -838,7 +839,7 @@ def run_sweep(
     where = "serial"
     try:
         if todo and (client is not None or scheduler is not None or workers > 1):
-            from distributed import Client
+            Client = require("distributed", "sweep", "moeroof sweep (dask.distributed)").Client
 
             from moeroof.studies.cluster import local_cluster
 

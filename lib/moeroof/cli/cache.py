@@ -211,7 +211,7 @@ class TraceInfo:
         return cls(trace.path, trace.meta, trace.experts, trace.top_k, trace.steps, trace.streams, trace.layers)
 
 
-def cache_report(args: argparse.Namespace) -> dict[str, Any]:
+def cache_report(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901
     """The ``cache`` JSON object for parsed arguments."""
     from moeroof.core.units import to_si
     from moeroof.models.cache import simulate

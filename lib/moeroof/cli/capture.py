@@ -81,7 +81,7 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def capture_report(args: argparse.Namespace) -> dict[str, Any]:
+def capture_report(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901
     streams = positive_int(args.streams, "--streams")
     new_tokens = positive_int(args.max_new_tokens, "--max-new-tokens")
     if new_tokens < 2:

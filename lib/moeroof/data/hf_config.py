@@ -709,7 +709,7 @@ def _derived(value: float, text: str, notes: list[str], *, unit: str | None = No
     return _field(value, None, unit=unit, note=f"{'; '.join(notes)} [{text}]")
 
 
-def preset_fields(
+def preset_fields(  # noqa: C901
     model_dir: str | Path,
     *,
     quant_bits: float | None = None,

@@ -329,7 +329,7 @@ def _dense_codes(frame: Any, cols: Sequence[str]) -> tuple[np.ndarray, list[str]
     return codes, labels
 
 
-def import_table(
+def import_table(  # noqa: C901
     src: str | os.PathLike[str],
     *,
     columns: Mapping[str, Sequence[str]],
@@ -544,7 +544,7 @@ def _round_to_counts(incl: np.ndarray, tokens: np.ndarray, top_k: int) -> np.nda
     return counts
 
 
-def _read_matrix(
+def _read_matrix(  # noqa: C901
     src: Path, layer_col: str | None, expert_prefix: str | None, filters: Sequence[tuple[str, str]], experts: int | None
 ) -> tuple[np.ndarray, list[int], dict[str, Any]]:
     """(values (L, E) float, layer ids, extra meta) of a wide CSV or a 2-D .npy."""
@@ -851,7 +851,7 @@ def _histogram_from_counts(
     )
 
 
-def sglang_from_object(
+def sglang_from_object(  # noqa: C901
     obj: Any,
     src: str | os.PathLike[str],
     *,

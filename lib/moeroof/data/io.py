@@ -264,7 +264,7 @@ def _check_optional_str(meta: Mapping[str, Any], key: str, path: Path, row: str 
         raise InputError(path, row, key, f"expected a string, got {meta[key]!r}")
 
 
-def _validate_histogram_meta(meta: Mapping[str, Any], path: Path) -> tuple[int, int, tuple[int, ...], np.ndarray, bool]:
+def _validate_histogram_meta(meta: Mapping[str, Any], path: Path) -> tuple[int, int, tuple[int, ...], np.ndarray, bool]:  # noqa: C901
     """Check a histogram sidecar; return (E, K, layer_ids, tokens (L,), layers_summed)."""
     for key in ("model", "source"):
         if not isinstance(_need(meta, key, path), str):
@@ -473,7 +473,7 @@ def _check_readable(path: Path) -> None:
 # ----------------------------------------------------------------------------- readers
 
 
-def read_histogram(path: str | os.PathLike[str], meta: Mapping[str, Any] | None = None) -> Histogram:
+def read_histogram(path: str | os.PathLike[str], meta: Mapping[str, Any] | None = None) -> Histogram:  # noqa: C901
     """Read ``foo.csv`` and its sidecar ``foo.json``; validate both (see module docstring).
 
     ``meta``: the sidecar's content supplied by the caller (a dict with the same keys), used
@@ -647,7 +647,7 @@ def _check_npz_members(path: Path) -> None:
         raise InputError(path, "-", "file", f"not a readable .npz without pickles: {exc}") from None
 
 
-def read_trace(
+def read_trace(  # noqa: C901
     path: str | os.PathLike[str],
     meta: Mapping[str, Any] | None = None,
     *,
@@ -855,7 +855,7 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
-def write_histogram(
+def write_histogram(  # noqa: C901
     path: str | os.PathLike[str],
     counts: np.ndarray | Histogram,
     *,

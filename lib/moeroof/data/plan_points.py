@@ -69,7 +69,7 @@ def _integer(text: str, path: Path, row: int, field: str, default: int | None) -
     return int(x)
 
 
-def read_plan_points(path: str | os.PathLike[str]) -> list[PlanPoint]:
+def read_plan_points(path: str | os.PathLike[str]) -> list[PlanPoint]:  # noqa: C901
     """Read a fit-plan POINTS file (module docstring), rows in file order."""
     p = Path(path)
     if not p.is_file():

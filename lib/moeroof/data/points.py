@@ -155,7 +155,7 @@ def _choice(text: str, choices: Sequence[str], default: str, path: Path, row: in
     return t
 
 
-def _parse_row(cells: dict[str, str], path: Path, row: int, experts: int | None) -> Point:
+def _parse_row(cells: dict[str, str], path: Path, row: int, experts: int | None) -> Point:  # noqa: C901
     kind_text = cells.get("kind", "").strip()
     if not kind_text:
         raise InputError(path, row, "kind", f"missing; expected one of {', '.join(KINDS)}")

@@ -468,7 +468,7 @@ def _prior(path: Path, key: str, raw: dict, dimension: str) -> tuple[tuple[float
     return (lo, mid, hi), src.strip()
 
 
-def _field(path: Path, key: str, raw: Any, dimension: str) -> tuple[Any, str, str]:
+def _field(path: Path, key: str, raw: Any, dimension: str) -> tuple[Any, str, str]:  # noqa: C901
     """Validate one quantity; return (SI value, provenance tag, source text)."""
     if not isinstance(raw, dict):
         raise InputError(path, None, key, "must be an inline table { value = …, unit = …, source = … }")
@@ -529,7 +529,7 @@ def _field(path: Path, key: str, raw: Any, dimension: str) -> tuple[Any, str, st
     return si, tag, text
 
 
-def _load(
+def _load(  # noqa: C901
     path: str | Path, kind: str, fields: dict[str, tuple[str, bool]], texts: tuple[str, ...] = ()
 ) -> dict[str, Any]:
     path = Path(path)

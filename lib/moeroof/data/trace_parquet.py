@@ -251,7 +251,7 @@ class _ArrayCells:
 # ----------------------------------------------------------------------------- writer
 
 
-def write_parquet_trace(
+def write_parquet_trace(  # noqa: C901
     path: str | os.PathLike[str],
     topk: Any,
     meta: Mapping[str, Any] | str,

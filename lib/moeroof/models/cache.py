@@ -302,7 +302,7 @@ def _as_partition(partition, layers: int, experts: int) -> np.ndarray:
     return np.broadcast_to(part.astype(np.int64), (layers, experts))
 
 
-def requests_from_trace(topk, experts, *, partition=None, rank=None, streams=None, validate: bool = False) -> Requests:
+def requests_from_trace(topk, experts, *, partition=None, rank=None, streams=None, validate: bool = False) -> Requests:  # noqa: C901
     """The request stream of a trace ``topk`` (steps, streams, layers, K), ``-1`` padding.
 
     ``streams``: optional index array selecting the streams that form the batch (an int M means
@@ -560,7 +560,7 @@ def _pinned_mask(pinned, group, cap, occ, n_items) -> np.ndarray:
     return mask
 
 
-def simulate(
+def simulate(  # noqa: C901
     requests: Requests,
     capacity: float,
     *,

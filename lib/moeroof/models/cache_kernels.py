@@ -54,7 +54,7 @@ ID_DUPLICATE = 3  # an expert twice in one token
 
 
 @numba.njit(cache=True)
-def scan_block(
+def scan_block(  # noqa: C901
     block, experts, sel, keep, use_keep, strict, mark, tmark, ctr, cells, c0, err
 ):  # pragma: no cover - compiled
     """Validate a block of a trace (steps, streams, layers, K) and count its requests per cell.
@@ -454,7 +454,7 @@ HEAP_BELADY_INSERT = 3  # Belady MIN that inserts every miss (libCacheSim Belady
 
 
 @numba.njit(cache=True)
-def heap_pass(
+def heap_pass(  # noqa: C901
     items, group, cap, size, mode, nexts, off, cstep, per_request, steps, wsize, weighted, hit_out
 ):  # pragma: no cover - compiled
     """One min-heap of keys per group; evict the minimum. ``mode`` (the ``HEAP_*`` constants):
@@ -544,7 +544,7 @@ def heap_pass(
 
 
 @numba.njit(cache=True)
-def s3fifo_pass(
+def s3fifo_pass(  # noqa: C901
     items, group, cap, size, small_fraction, threshold, off, cstep, per_request, steps, wsize, weighted, hit_out
 ):  # pragma: no cover - compiled
     """S3-FIFO (Yang et al. 2023, original version: libCacheSim ``S3FIFOv0``); lists S, M, G per
@@ -682,7 +682,7 @@ def s3fifo_pass(
 
 
 @numba.njit(cache=True)
-def arc_pass(
+def arc_pass(  # noqa: C901
     items, group, cap, off, cstep, per_request, steps, wsize, weighted, hit_out
 ):  # pragma: no cover - compiled
     """ARC (Megiddo & Modha 2003, Fig. 4), unit sizes; lists T1, T2, B1, B2 per group; hits
@@ -797,7 +797,7 @@ def arc_pass(
 
 
 @numba.njit(cache=True)
-def stack_kernel(
+def stack_kernel(  # noqa: C901
     items, label, n_items, window, off, cstep, per_request, warm, out, hist
 ):  # pragma: no cover - compiled
     """LRU stack distances (0 = first reference) by a Fenwick tree over last-access positions.

@@ -489,7 +489,7 @@ _BOUNDS = {
 }
 
 
-def _fit_one(
+def _fit_one(  # noqa: C901
     points: Sequence[PlanPoint],
     model: MoEModel,
     hardware: Hardware,
@@ -1253,7 +1253,7 @@ def _prior_origin(hardware: Hardware) -> str:
     return "from public engines"
 
 
-def _knob_table(
+def _knob_table(  # noqa: C901
     names,
     k: PlanKnobs,
     x,

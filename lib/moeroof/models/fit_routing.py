@@ -1108,7 +1108,7 @@ def _bands(contributing, best, points, experts, top_k, layers, expert_bytes, lev
     return low, high
 
 
-def fit_routing(
+def fit_routing(  # noqa: C901
     points: Sequence[Point],
     experts: int,
     top_k: int,

@@ -501,7 +501,7 @@ def part_concentrations(c: np.ndarray, c_step: np.ndarray) -> tuple[np.ndarray, 
     return a_group, a_step
 
 
-def sample_trace(
+def sample_trace(  # noqa: C901
     model: PopularityModel,
     steps: int,
     streams: int,

@@ -71,7 +71,7 @@ _NODE_BLOCK = 32
 
 
 @numba.njit(cache=True)
-def inclusion_below_k(p, k):  # pragma: no cover - compiled
+def inclusion_below_k(p, k):  # pragma: no cover - compiled  # noqa: C901
     """``P(N_{-j}(t) < K)`` for every row r, expert j and node t of ``p`` (m, e, n), where
     ``p[r, j, t] = P(expert j arrived by t)``: the prefix/suffix Poisson-binomial programmes of
     :func:`moeroof.models.routing._inclusion_rows` with the same operations in the same order
@@ -194,7 +194,7 @@ _REL_FLOOR = 1e-300
 
 
 @numba.njit(cache=True)
-def top_k_steps(logq, top, rel, u, keep_u, rho, out, first, k):  # pragma: no cover - compiled
+def top_k_steps(logq, top, rel, u, keep_u, rho, out, first, k):  # pragma: no cover - compiled  # noqa: C901
     """Steps ``first … first + n − 1`` of :func:`moeroof.models.routing.sample_trace` on rows
     (streams·layers) of E at one log weight ``logq`` (rows, E; no NaN): ``u`` (n, rows, E) the
     uniforms of the Gumbel noise, ``keep_u`` (n, rows, K) the stickiness uniforms (no columns:

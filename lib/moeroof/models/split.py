@@ -237,7 +237,7 @@ def split_plan(
 # ----------------------------------------------------------------------------- the split report
 
 
-def split_report(
+def split_report(  # noqa: C901
     histogram_path: str | os.PathLike[str],
     ranks: int,
     method: str,

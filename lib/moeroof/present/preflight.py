@@ -64,7 +64,7 @@ def _check_zipf(name: str, value: str) -> str | None:
     return None
 
 
-def problems(values: Mapping[str, Any]) -> list[str]:
+def problems(values: Mapping[str, Any]) -> list[str]:  # noqa: C901
     """Every problem of one notebook's parameter values (defaults with the user's on top), each
     a short clause naming its parameter; empty when they can work together."""
     from moeroof.core.paths import resolve_data

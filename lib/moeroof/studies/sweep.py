@@ -266,7 +266,7 @@ def read_grid(path: str | Path) -> Grid:
     return grid_from_dict(doc, path)
 
 
-def grid_from_dict(doc: Mapping[str, Any], path: Any = "<grid>") -> Grid:
+def grid_from_dict(doc: Mapping[str, Any], path: Any = "<grid>") -> Grid:  # noqa: C901
     """A :class:`Grid` from a parsed TOML document (see :func:`read_grid`)."""
     doc = dict(doc)
     command = doc.pop("command", None)

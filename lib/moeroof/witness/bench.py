@@ -436,7 +436,7 @@ def _utc_now() -> str:
     return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
 
 
-def run_bench(
+def run_bench(  # noqa: C901
     shape: StackShape,
     top_k: int,
     batch: Sequence[int],

@@ -1,0 +1,117 @@
+"""A ratchet on function length in lib/: no new function over :data:`MAX_LINES` lines, and the
+ones over it today (:data:`OVER`, with their lengths on 2026-12-04) may only shrink. A function
+split below the cap must leave the list (a stale entry fails too), so the list only shortens.
+Complexity has its cap in pyproject.toml (ruff's C901, max-complexity 15; today's exceptions
+carry ``# noqa: C901``)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from moeroof.core.paths import REPO_ROOT
+
+MAX_LINES = 80
+LIB = REPO_ROOT / "lib" / "moeroof"
+
+
+def function_lengths(root: Path = LIB) -> dict[str, int]:
+    """``path::Outer.inner`` → lines (decorators excluded) of every function under ``root``."""
+    out: dict[str, int] = {}
+
+    def visit(node: ast.AST, prefix: str, path: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}.{child.name}" if prefix else child.name
+                if not isinstance(child, ast.ClassDef):
+                    out[f"{path}::{name}"] = child.end_lineno - child.lineno + 1
+                visit(child, name, path)
+            else:
+                visit(child, prefix, path)
+
+    for file in sorted(root.rglob("*.py")):
+        rel = file.relative_to(REPO_ROOT if file.is_relative_to(REPO_ROOT) else root)
+        visit(ast.parse(file.read_text(encoding="utf-8")), "", rel.as_posix())
+    return out
+
+
+OVER: dict[str, int] = {
+    "lib/moeroof/cli/bench.py::bench_report": 87,
+    "lib/moeroof/cli/cache.py::cache_report": 108,
+    "lib/moeroof/cli/capture.py::capture_report": 123,
+    "lib/moeroof/cli/import_.py::add_parser": 95,
+    "lib/moeroof/cli/plan.py::plan_report": 84,
+    "lib/moeroof/cli/trace.py::add_parser": 83,
+    "lib/moeroof/cli/trace.py::trace_knobs": 87,
+    "lib/moeroof/cli/trace.py::trace_report": 105,
+    "lib/moeroof/cli/union.py::union_report": 113,
+    "lib/moeroof/data/hf_config.py::moe_layout": 84,
+    "lib/moeroof/data/hf_config.py::preset_fields": 250,
+    "lib/moeroof/data/importers.py::_read_matrix": 91,
+    "lib/moeroof/data/importers.py::import_matrix": 126,
+    "lib/moeroof/data/importers.py::import_table": 179,
+    "lib/moeroof/data/importers.py::sglang_from_object": 113,
+    "lib/moeroof/data/io.py::read_histogram": 108,
+    "lib/moeroof/data/io.py::read_trace": 107,
+    "lib/moeroof/data/io.py::write_histogram": 115,
+    "lib/moeroof/data/trace_parquet.py::write_parquet_trace": 95,
+    "lib/moeroof/models/cache.py::simulate": 116,
+    "lib/moeroof/models/cache_kernels.py::arc_pass": 112,
+    "lib/moeroof/models/cache_kernels.py::heap_pass": 87,
+    "lib/moeroof/models/cache_kernels.py::s3fifo_pass": 135,
+    "lib/moeroof/models/cache_kernels.py::scan_block": 97,
+    "lib/moeroof/models/expert_cache.py::rank_cache_uncached": 84,
+    "lib/moeroof/models/fit.py::fit_heterogeneity": 108,
+    "lib/moeroof/models/fit.py::fit_histogram": 203,
+    "lib/moeroof/models/fit_plan.py::_fit_one": 609,
+    "lib/moeroof/models/fit_plan.py::_knob_table": 139,
+    "lib/moeroof/models/fit_plan.py::fit_plan": 86,
+    "lib/moeroof/models/fit_plan.py::predict_points": 83,
+    "lib/moeroof/models/fit_routing.py::_bootstrap": 85,
+    "lib/moeroof/models/fit_routing.py::fit_routing": 252,
+    "lib/moeroof/models/plan.py::admission_search": 87,
+    "lib/moeroof/models/plan.py::plan": 125,
+    "lib/moeroof/models/plan.py::step_work": 93,
+    "lib/moeroof/models/routing.py::sample_trace": 208,
+    "lib/moeroof/models/routing_kernels.py::inclusion_below_k": 86,
+    "lib/moeroof/models/routing_kernels.py::top_k_steps": 100,
+    "lib/moeroof/models/split.py::split_plan": 109,
+    "lib/moeroof/models/split.py::split_report": 187,
+    "lib/moeroof/present/answers.py::expert_split": 82,
+    "lib/moeroof/present/answers.py::net_toks": 101,
+    "lib/moeroof/present/answers.py::sweep": 81,
+    "lib/moeroof/present/answers.py::validation": 86,
+    "lib/moeroof/present/answers.py::witness": 95,
+    "lib/moeroof/present/report.py::render_all": 96,
+    "lib/moeroof/studies/expert_split.py::pair_vs_booster": 114,
+    "lib/moeroof/studies/expert_split.py::tok_s_sweep": 102,
+    "lib/moeroof/studies/ladder.py::fit_routing_predictions": 84,
+    "lib/moeroof/studies/plan_coverage.py::plan_coverage": 86,
+    "lib/moeroof/studies/shard.py::shards_curve_sharded": 86,
+    "lib/moeroof/studies/sweep.py::run_sweep": 86,
+    "lib/moeroof/studies/validation.py::comparisons": 167,
+    "lib/moeroof/studies/validation.py::fit_engine_terms": 104,
+    "lib/moeroof/studies/validation.py::single_stream_predictions": 90,
+    "lib/moeroof/witness/bench.py::measure_engine": 110,
+    "lib/moeroof/witness/bench.py::run_bench": 177,
+    "lib/moeroof/witness/capture.py::capture_routing": 89,
+    "lib/moeroof/witness/hf_block.py::hf_block_check": 88,
+    "lib/moeroof/witness/measure.py::calibrate": 127,
+}
+
+
+def test_no_function_grows_past_the_cap():
+    over = {k: n for k, n in function_lengths().items() if n > MAX_LINES}
+    new = sorted(k for k in over if k not in OVER)
+    grown = sorted(f"{k}: {over[k]} > {OVER[k]}" for k in over if k in OVER and over[k] > OVER[k])
+    stale = sorted(k for k in OVER if k not in over)
+    assert not new, f"new functions over {MAX_LINES} lines (split them): {new}"
+    assert not grown, f"functions over the cap grew: {grown}"
+    assert not stale, f"now under the cap or gone: remove from OVER: {stale}"
+
+
+def test_the_ratchet_can_fail(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_LINES + 5))
+    (tmp_path / "m.py").write_text(f"def long():\n{body}\n\n\ndef short():\n    return 1\n")
+    lengths = {k.split("::")[1]: n for k, n in function_lengths(tmp_path).items()}
+    assert lengths["long"] == MAX_LINES + 6 and lengths["short"] == 2

@@ -95,11 +95,13 @@ def test_regime_cases_are_fit_plan_on_the_shipped_points_files(monkeypatch):
     assert box == "apple-m4-max" and "s=0.8" in label.replace(" ", "")
     assert tuple(kw["fit"]) == ("ssd-scale", "reclaim", "reclaim-shape", "skew", "rho")
     (peak,) = [r for r in rows if r["case"] == "mlx-lm-1438-peak" and r["role"] == "prediction"]
-    best = max(fit.rows, key=lambda r: r["predicted"])
-    assert peak["predicted"] == best["cache_gib"] and peak["error"] == pytest.approx(
-        best["cache_gib"] / peak["measured"] - 1
+    (pk,) = fit.peaks  # the fit's peak over the file's cache range, with a measured peak's band
+    assert peak["predicted"] == pk["cache_gib"] and peak["error"] == pytest.approx(
+        pk["cache_gib"] / peak["measured"] - 1
     )
-    cons = [r for r in rows if r["case"] == "mlx-lm-1438-peak" and r["role"] == "consistency"]
+    assert (peak["low"], peak["high"]) == (pk["low"], pk["high"]) and pk["grid_low"] < pk["grid_high"]
+    assert peak["inside"] == (pk["low"] <= peak["measured"] <= pk["high"])
+    cons = [r for r in rows if r["case"] == "mlx-lm-1438-peak-calibration" and r["role"] == "consistency"]
     assert [r["predicted"] for r in cons] == [r["predicted"] for r in fit.rows if r["role"] == "calibration"]
     out = {c["case"]: c for c in held_out.summarise(rows)}
     assert out["seed003-m-sweep"]["mean_abs_error"] is not None  # over its calibration rows only

@@ -71,6 +71,22 @@ def test_fit_plan_recovers_reclaim_and_predicts_the_peak_between_three_points():
     assert abs(int(np.argmax(pred)) - int(np.argmax(true))) <= 1, (pred, true)
     for row, t in zip(fit.rows[3:], net[3:]):
         assert row["low"] <= t <= row["high"], (row, t)
+    _truth_peak_inside(fit, m, hw, r, truth)
+
+
+def _truth_peak_inside(fit, m, hw, r, truth) -> None:
+    """The truth's own curve on the fit's peak grid (the rows' cache range, evenly:
+    moeroof.models.curve_peak) peaks inside the band the fit gives for a measured peak, and the
+    fit's peak is interior, as the truth's is."""
+    from moeroof.models.curve_peak import peak_grids
+
+    (pk,) = fit.peaks
+    ((_, grid),) = peak_grids([PlanPoint(0, 1, row["cache_gib"], 1, "lru", None, None) for row in fit.rows])
+    curve, _ = predict_points(
+        [PlanPoint(0, 1, float(c), 1, "lru", None, None) for c in grid], m, hw, r, truth, overlap="sum"
+    )
+    top = float(grid[int(np.argmax(curve))])
+    assert pk["interior"] and pk["low"] <= top <= pk["high"], (pk, top)
 
 
 def test_reclaim_exponent_by_hand_and_one_is_the_queueing_form():
@@ -133,5 +149,6 @@ def test_fit_plan_recovers_the_reclaim_shape_and_the_peak_moves_with_it():
     assert abs(int(np.argmax(pred)) - true_top) <= 1, (pred, net[order])
     for row, t in zip(fit.rows[4:], net[4:]):
         assert row["low"] <= t <= row["high"], (row, t)
+    _truth_peak_inside(fit, m, hw, r, truth)
     with pytest.raises(ParameterError, match="reclaim-shape"):
         fit_plan(measured, m, hw, r, fit=("ssd-scale", "reclaim-shape", "skew"), overlap="sum")

@@ -177,6 +177,10 @@ def print_fit_plan(rep: dict[str, Any]) -> None:
     print(table(headers, rows, ">>>>><>>>>>"))
     for note in rep["notes"]:
         print(f"note: {note}")
+    from moeroof.models.curve_peak import peak_note
+
+    for peak in rep.get("peaks", ()):
+        print(f"peak: {peak_note(peak)}")
     print("net tok/s; bands: 5-95 % of a new measurement (the fitted knobs' spread, the seeds, the measurement noise)")
 
 

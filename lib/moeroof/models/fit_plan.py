@@ -93,6 +93,7 @@ from moeroof.core.results import Result
 from moeroof.core.units import GiB
 from moeroof.data.plan_points import PlanPoint
 from moeroof.data.presets import DEFAULT_PRIORS, EFFICIENCY_FIELDS, Hardware, MoEModel
+from moeroof.models.curve_peak import curve_peak, peak_grids
 from moeroof.models.local_routing import LocalRouting, routing_from_knobs, spec_skew
 from moeroof.models.locality import Locality, c_per_expert_from_hot_set, from_scale, to_scale
 from moeroof.models.plan import RoutingProbabilities, Workload, batch_works, routing_from_spec, works_rates
@@ -138,6 +139,10 @@ PROFILE_CHI2 = 1.6448536269514722**2  # χ²₁ at 0.90 = z₀.₉₅²: a two-s
 PROFILE_STEP = 0.01
 PROFILE_BISECTIONS = 4
 PROFILE_RESTARTS = 2
+#: of the profile's retained cache-knob sets, the most whose curves a peak's band takes (evenly
+#: spread over them: each needs its own sampled traces), and the smooth knobs' draws it takes
+PEAK_PROFILE_SETS = 12
+PEAK_SMOOTH_DRAWS = 24
 _SMOOTH = ("engine", "expert", "ssd-scale", "reclaim", "reclaim-shape")
 _CACHE = ("skew", "rho", "pressure")
 
@@ -474,6 +479,49 @@ class PlanFit(Result):
     notes: tuple[str, ...] = field(default=())
     overlap: str = "max"
     overlaps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: per group of rows with three or more cache sizes (one batch size, rank count and policy):
+    #: where the predicted tok/s peaks over them and the 5–95 % band of a measured peak
+    #: (:mod:`moeroof.models.curve_peak`)
+    peaks: tuple[dict[str, Any], ...] = ()
+
+
+def _rows(pts: Sequence[PlanPoint], net: tuple, hit: tuple) -> list[dict[str, Any]]:
+    """One output row per point: its role, measured values, prediction and band (``net`` and
+    ``hit``: the best prediction, the 5 % and the 95 % ends, each an array over the points)."""
+    (net0, low, high), (hit0, hit_low, hit_high) = net, hit
+    return [
+        {
+            "row": p.row,
+            "batch": p.batch,
+            "cache_gib": p.cache_gib,
+            "ranks": p.ranks,
+            "policy": p.policy,
+            "role": "calibration" if p.calibrates else "prediction",
+            "measured": p.net_tok_s,
+            "predicted": float(net0[i]),
+            "low": float(low[i]),
+            "high": float(high[i]),
+            "relative_error": None if p.net_tok_s is None else float(net0[i] / p.net_tok_s - 1.0),
+            "measured_hit_rate": p.hit_rate,
+            "predicted_hit_rate": float(hit0[i]),
+            "hit_rate_low": float(hit_low[i]),
+            "hit_rate_high": float(hit_high[i]),
+        }
+        for i, p in enumerate(pts)
+    ]
+
+
+def _peaks(pts, predict, best: PlanKnobs, sets: Sequence[PlanKnobs], sigma: float) -> list[dict[str, Any]]:
+    """:attr:`PlanFit.peaks`: for each group of :func:`moeroof.models.curve_peak.peak_grids`, the
+    best knobs' curve averaged over :data:`BAND_SEEDS` and the curves of ``best`` and ``sets`` at
+    each seed (``predict(knobs, seed, rows)`` → (tok/s, hit rate)), measured with noise ``sigma``."""
+    out = []
+    for (b, ranks, policy), grid in peak_grids(pts):
+        rows = [PlanPoint(-1, b, float(c), ranks, policy, None, None) for c in grid]
+        curves = np.array([predict(k, sd, rows)[0] for k in (best, *sets) for sd in BAND_SEEDS])
+        best_curve = curves[: len(BAND_SEEDS)].mean(axis=0)
+        out.append({"batch": b, "ranks": ranks, "policy": policy, **curve_peak(grid, best_curve, curves, sigma)})
+    return out
 
 
 _BOUNDS = {
@@ -989,27 +1037,13 @@ def _fit_one(  # noqa: C901
         for n in outer_names:
             vals = [e["outer"][n] for e in profile]
             cache_intervals[n] = (float(min(vals)), float(max(vals)))
-    rows = []
-    for i, p in enumerate(pts):
-        rows.append(
-            {
-                "row": p.row,
-                "batch": p.batch,
-                "cache_gib": p.cache_gib,
-                "ranks": p.ranks,
-                "policy": p.policy,
-                "role": "calibration" if p.calibrates else "prediction",
-                "measured": p.net_tok_s,
-                "predicted": float(net0[i]),
-                "low": float(low[i]),
-                "high": float(high[i]),
-                "relative_error": None if p.net_tok_s is None else float(net0[i] / p.net_tok_s - 1.0),
-                "measured_hit_rate": p.hit_rate,
-                "predicted_hit_rate": float(hit0[i]),
-                "hit_rate_low": float(hit_low[i]),
-                "hit_rate_high": float(hit_high[i]),
-            }
-        )
+    rows = _rows(pts, (net0, low, high), (hit0, hit_low, hit_high))
+    # where tok/s peaks over the cache sizes of a group of rows, with the band of a measured peak:
+    # the best knobs, the profile's retained cache-knob sets and draws of the smooth knobs
+    sets = [knobs_of(e["outer"], e["x"]) for e in profile]
+    sets = [sets[j] for j in sorted({int(v) for v in np.linspace(0, len(sets) - 1, min(len(sets), PEAK_PROFILE_SETS))})]
+    sets += [knobs_of(outer, np.clip(d, lo_b, hi_b)) for d in draws[1 : 1 + PEAK_SMOOTH_DRAWS]]
+    peaks = _peaks(pts, predict, best_knobs, sets, noise)
     identified = np.ones(x.size, dtype=bool)
     if sol is not None and x.size:
         # a knob is identified unless it has a component along a direction the rows do not
@@ -1097,6 +1131,7 @@ def _fit_one(  # noqa: C901
         notes=tuple(notes),
         overlap=overlap,
         overlaps={overlap: {"cost": float(total), "max_abs_z": max_z}},
+        peaks=tuple(peaks),
     )
 
 
@@ -1172,20 +1207,30 @@ def fit_plan(
     notes = list(best.notes) + [
         f"overlap: {best.overlap} fits better (cost {best.cost:.3g} against {other.cost:.3g} for {other.overlap})"
     ]
-    rows = best.rows
     if other.overlaps[other.overlap]["max_abs_z"] <= 2.0:
-        rows = [
-            {
-                **r,
-                "low": min(r["low"], o["low"]),
-                "high": max(r["high"], o["high"]),
-                "hit_rate_low": min(r["hit_rate_low"], o["hit_rate_low"]),
-                "hit_rate_high": max(r["hit_rate_high"], o["hit_rate_high"]),
-            }
-            for r, o in zip(best.rows, other.rows)
-        ]
+        best = _widened_by(best, other)
         notes.append(f"{other.overlap} overlap also meets the calibration rows: the bands include its predictions")
-    return _with_memory_note(replace(best, rows=rows, notes=tuple(notes), overlaps=overlaps), points)
+    return _with_memory_note(replace(best, notes=tuple(notes), overlaps=overlaps), points)
+
+
+def _widened_by(best: PlanFit, other: PlanFit) -> PlanFit:
+    """``best`` with every band (its rows' tok/s and hit rates, its peaks') widened to take in
+    ``other``'s: the other overlap, where it too meets the calibration rows."""
+    rows = [
+        {
+            **r,
+            "low": min(r["low"], o["low"]),
+            "high": max(r["high"], o["high"]),
+            "hit_rate_low": min(r["hit_rate_low"], o["hit_rate_low"]),
+            "hit_rate_high": max(r["hit_rate_high"], o["hit_rate_high"]),
+        }
+        for r, o in zip(best.rows, other.rows)
+    ]
+    peaks = tuple(
+        {**pk, "low": min(pk["low"], po["low"]), "high": max(pk["high"], po["high"])}
+        for pk, po in zip(best.peaks, other.peaks)
+    )
+    return replace(best, rows=rows, peaks=peaks)
 
 
 def _with_memory_note(fit: PlanFit, points: Sequence[PlanPoint]) -> PlanFit:

@@ -17,7 +17,8 @@ error is shown whatever it is. Three groups:
   predicting its withheld rows — tok/s at 60 GiB, the M sweep and one booster at M = 1, hit rates
   at 40 and 60 GiB and over the sweep (role ``withheld``: the truths are not in this repository,
   the prediction and band are shown, no error) — and mlx-lm#1438's three cache sizes predicting
-  where tok/s peaks between them (the reported peak, 30–35 GB, against the predicted curve's).
+  where tok/s peaks between them (the reported peak, 30–35 GB, against the predicted curve's, with
+  the band of where a measured peak would fall: :mod:`moeroof.models.curve_peak`).
 
 A row's ``error`` is relative (``predicted / measured − 1``) or in points (hit rates, as a
 fraction: 0.05 is 5 points), as ``error_unit`` says; ``low``/``high``/``inside`` are given where
@@ -153,13 +154,15 @@ def regime_rows(*, jobs: int = 1) -> list[dict[str, Any]]:
             jobs=jobs,
         )
         cal = f"fit-plan ({', '.join(fit.fitted)}) on the measured rows of data/points/{points}"
+        # a case's rows share one role and unit: the peak's calibration rows are a case of their own
+        cal_case = case if peak is None else f"{case}-calibration"
         for r in fit.rows:
             where = f"B = {r['batch']}, {r['cache_gib']:g} GiB, {r['ranks']} rank(s)"
             what = f"tok/s, {where}"
             if r["role"] == "calibration":
                 err = r["predicted"] / r["measured"] - 1.0
                 rows.append(
-                    _row("regimes", case, "consistency", what, r["batch"], r["measured"], r["predicted"], err,
+                    _row("regimes", cal_case, "consistency", what, r["batch"], r["measured"], r["predicted"], err,
                          "relative", r["low"], r["high"], r["low"] <= r["measured"] <= r["high"], cal, points)
                 )  # fmt: skip
             elif peak is None:
@@ -171,15 +174,15 @@ def regime_rows(*, jobs: int = 1) -> list[dict[str, Any]]:
                 # its own case: a case's mean error is in one unit
                 rows.append(_hit_row(f"{case}-hit", r, f"cache hit rate, {where}", cal, points))
         if peak is not None:
-            # where the predicted tok/s over the file's caches (calibration rows included) peaks
-            best = max(fit.rows, key=lambda r: r["predicted"])
+            # where the predicted tok/s peaks over the file's cache range, with the band of a
+            # measured peak (moeroof.models.curve_peak), against the middle of the reported range
+            pk = fit.peaks[0]
             mid = 0.5 * (peak[0] + peak[1])
             rows.append(
-                _row("regimes", case, "prediction", "cache (GiB) where tok/s peaks", None, mid,
-                     float(best["cache_gib"]), float(best["cache_gib"]) / mid - 1.0, "relative", None, None,
-                     peak[0] <= float(best["cache_gib"]) <= peak[1], cal,
-                     f"{points}: the reported peak, {peak[0]:.1f}–{peak[1]:.1f} GiB (30–35 GB); 'inside' is "
-                     "whether the predicted peak lies in that range")
+                _row("regimes", case, "prediction", "cache (GiB) where tok/s peaks", None, mid, pk["cache_gib"],
+                     pk["cache_gib"] / mid - 1.0, "relative", pk["low"], pk["high"], pk["low"] <= mid <= pk["high"],
+                     cal, f"{points}: the reported peak, {peak[0]:.1f}–{peak[1]:.1f} GiB (30–35 GB), at its middle; "
+                     "the band is where a measured peak would fall (5–95 %)")
             )  # fmt: skip
     return rows
 

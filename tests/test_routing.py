@@ -909,3 +909,38 @@ def test_a_sample_that_saw_every_expert_is_read_as_count_over_tokens(counts, k):
     pi, unseen = inclusion_from_counts(c, [c.sum() / k], k)
     assert unseen == 0.0
     np.testing.assert_allclose(pi, np.clip(c / c.sum() * k, 0, 1))
+
+
+_ZERO_WEIGHT_PROBE = """
+import hashlib, numpy as np
+from moeroof.models.routing import sample_topk
+w = np.zeros((3, 40)); w[:, [5, 17, 30]] = [1.0, 2.0, 3.0]
+picks = sample_topk(w, 8, 500, np.random.default_rng(11))
+print(hashlib.sha256(picks.tobytes()).hexdigest())
+"""
+
+
+def test_sample_topk_with_fewer_positive_weights_than_k_is_the_same_everywhere():
+    """Where fewer than K weights are positive, the zero-weight experts tie at −inf: they fill
+    the remaining slots in id order (after the positive ones, which come first by their
+    perturbed scores), and the picks drawn with every dispatched SIMD feature turned off equal
+    the ones drawn here (numpy's partition orders ties by its SIMD path)."""
+    import subprocess
+
+    w = np.zeros((3, 40))
+    w[:, [5, 17, 30]] = [1.0, 2.0, 3.0]
+    picks = sample_topk(w, 8, 500, np.random.default_rng(11))
+    assert np.all(np.sort(picks[..., :3], axis=-1) == [5, 17, 30])
+    rest = [e for e in range(40) if e not in (5, 17, 30)][:5]
+    assert np.all(picks[..., 3:] == rest)
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    except ImportError:
+        __cpu_dispatch__, __cpu_features__ = [], {}
+    found = [f for f in __cpu_dispatch__ if __cpu_features__.get(f)]
+    env = {**os.environ, "NPY_DISABLE_CPU_FEATURES": " ".join(found)}
+    here = subprocess.run([sys.executable, "-c", _ZERO_WEIGHT_PROBE], capture_output=True, text=True, check=True)
+    plain = subprocess.run(
+        [sys.executable, "-c", _ZERO_WEIGHT_PROBE], capture_output=True, text=True, env=env, check=True
+    )
+    assert plain.stdout == here.stdout and len(here.stdout.strip()) == 64

@@ -466,6 +466,14 @@ def sample_topk(
 
 
 def _top_k_of_scores(scores: np.ndarray, k: int) -> np.ndarray:
+    """The ``k`` highest scores' ids along the last axis, highest first. Experts of zero weight
+    score −inf and tie; numpy's partition and sort order ties by the CPU's SIMD path, so they
+    get distinct finite scores below every finite one, lower ids higher: where fewer than ``k``
+    weights are positive, the picks are the same on every machine (the Gumbel scores of
+    positive weights never tie)."""
+    if not np.isfinite(scores).all():
+        e = scores.shape[-1]
+        scores = np.where(np.isfinite(scores), scores, -_TIE_FLOOR * (1.0 + 1e-6 * np.arange(e)))
     part = np.argpartition(-scores, k - 1, axis=-1)[..., :k]
     if scores.ndim == 2:  # sample_trace's tie rows, ~10^5 calls a report: plain indexing, the same values
         rows = np.arange(scores.shape[0])[:, None]
@@ -473,6 +481,11 @@ def _top_k_of_scores(scores: np.ndarray, k: int) -> np.ndarray:
         return part[rows, order].astype(np.int32)
     order = np.argsort(-np.take_along_axis(scores, part, axis=-1), axis=-1)
     return np.take_along_axis(part, order, axis=-1).astype(np.int32)
+
+
+#: below any finite Gumbel score of a positive weight (log w ≥ −745 for doubles): zero weights'
+#: ties are broken below it, by id
+_TIE_FLOOR = 1e300
 
 
 def _per_layer(value, layers: int, name: str) -> np.ndarray:

@@ -46,8 +46,9 @@ def test_trace_writes_a_readable_trace_with_its_knobs(capsys, tmp_path):
     assert (knobs["streams"], knobs["steps"], knobs["seed"], knobs["prompt_tokens"]) == (4, 30, 5, 0)
     assert knobs["locality_c"] is None and knobs["step_context_c"] is None
     assert "--family dirichlet:0.4" in t.meta["source"] and "--rho 0.35" in t.meta["source"]
-    # the library draw with the same knobs and seed
-    expected = sample_trace(Dirichlet(32, 4, 0.4), 30, 4, 3, np.random.default_rng(5), rho=0.35)
+    # the library draw with the same knobs and seed, on every layer but the first MoE layer,
+    # which has no locality (moeroof.models.locality, Depth)
+    expected = sample_trace(Dirichlet(32, 4, 0.4), 30, 4, 3, np.random.default_rng(5), rho=np.array([0.0, 0.35, 0.35]))
     np.testing.assert_array_equal(t.topk, expected)
     np.testing.assert_allclose(rep["consecutive_overlap"], consecutive_overlap(expected))
 
@@ -133,11 +134,13 @@ def test_trace_locality_with_step_context(capsys, tmp_path):
     assert t.meta["knobs"]["locality_c"] == 20.0 and t.meta["knobs"]["step_context_c"] == 30.0
     assert "--locality 20 --step-context 30" in t.meta["source"]
     model = Zipf(32, 4, 0.8)
+    # the first MoE layer has no locality (ρ 0, no hot set); the step context is every layer's
+    rho, c = np.array([0.0, 0.2, 0.2]), np.array([np.inf, 20.0, 20.0])
     expected = sample_trace(
-        model, 30, 4, 3, np.random.default_rng(4), rho=0.2, c=20.0, c_step=30.0, groups=4, scope="trace"
+        model, 30, 4, 3, np.random.default_rng(4), rho=rho, c=c, c_step=30.0, groups=4, scope="trace"
     )
     np.testing.assert_array_equal(t.topk, expected)
-    expected_alone = sample_trace(model, 30, 4, 3, np.random.default_rng(4), rho=0.2, c_step=30.0)
+    expected_alone = sample_trace(model, 30, 4, 3, np.random.default_rng(4), rho=rho, c_step=30.0)
     np.testing.assert_array_equal(read_trace(alone).topk, expected_alone)
     assert read_trace(alone).meta["knobs"]["locality_c"] is None
 
@@ -242,9 +245,9 @@ def test_trace_without_locality_flags_takes_the_locality_prior(capsys, tmp_path)
     c = (w - 1) / (1 - w / 32)
     assert knobs["rho"] == prior.rho and knobs["locality_c"] == pytest.approx(c)
     assert "locality prior" in knobs["locality_prior"] and any("locality prior" in n for n in rep["notes"])
-    expected = sample_trace(
-        Zipf(32, 4, 0.8), 30, 4, 3, np.random.default_rng(2), rho=prior.rho, c=knobs["locality_c"], groups=4
-    )
+    # on every layer but the first MoE layer, which has no locality (moeroof.models.locality, Depth)
+    rho, c = np.array([0.0, prior.rho, prior.rho]), np.array([np.inf, knobs["locality_c"], knobs["locality_c"]])
+    expected = sample_trace(Zipf(32, 4, 0.8), 30, 4, 3, np.random.default_rng(2), rho=rho, c=c, groups=4)
     assert np.array_equal(read_trace(out).topk, expected), "the prior's knobs, drawn as sample_trace draws them"
     assert f"--rho {prior.rho:g}" in rep["source"], "the source command line reproduces the draw"
     flat = tmp_path / "flat.npz"

@@ -87,7 +87,8 @@ def test_round_trip_on_a_trace_sampled_from_known_knobs():
     truth = fit_routing.RoutingKnobs(family="dirichlet", skew=0.4, rho=0.3, history_tokens=0)
     rng = seeded("knob-transfer-round-trip")
     w = fit_routing.layer_popularity(truth, 16, 4, int(rng.integers(1000, 2000)))
-    topk = fit_routing.sample_knob_trace(truth, w, 2, 4, 120, 77)
+    # the capture holds all 4 layers of its model: its first MoE layer has no locality
+    topk = fit_routing.sample_knob_trace(truth, w, 2, 4, 120, 77, first_layer=True)
 
     class Capture:
         pass

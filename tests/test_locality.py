@@ -1,5 +1,6 @@
 """The locality distribution (moeroof.models.locality): the hot set in picks against Monte
-Carlo, its inverse, off, and the draws paired by strength."""
+Carlo, its inverse, off, the draws paired by strength, and the first MoE layer without
+locality (layer_knobs; the trace that holds it, exactly the independent draw there)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from moeroof.models.locality import (
     Locality,
     c_per_expert_from_hot_set,
     hot_set_from_c,
+    layer_knobs,
 )
 
 
@@ -67,3 +69,44 @@ def test_draws_pair_the_knobs_by_strength_and_give_each_model_its_c():
     assert [c for _, c in for_model] == pytest.approx([float(c_per_expert_from_hot_set(x, 256, 8)) for x in h])
     r_c, c_c = loc.centre_for(256, 8)
     assert r_c == pytest.approx(0.25) and c_c == pytest.approx(float(c_per_expert_from_hot_set(5.0, 256, 8)))
+
+
+def test_layer_knobs_turn_the_first_layer_off_and_keep_the_rest():
+    rho, c = layer_knobs(0.3, 12.0, 4)
+    assert rho.tolist() == [0.0, 0.3, 0.3, 0.3] and c.tolist() == [math.inf, 12.0, 12.0, 12.0]
+    given_rho, given_c = np.array([0.5, 0.1, 0.2]), np.array([3.0, 4.0, math.inf])
+    rho, c = layer_knobs(given_rho, given_c, 3)
+    assert rho.tolist() == [0.0, 0.1, 0.2] and c.tolist() == [math.inf, 4.0, math.inf]
+    assert given_rho[0] == 0.5 and given_c[0] == 3.0  # the caller's arrays are left alone
+    rho, c = layer_knobs(0.4, math.inf, 1)  # a trace of the first layer alone has no locality
+    assert rho.tolist() == [0.0] and c.tolist() == [math.inf]
+
+
+def test_a_trace_that_holds_the_first_layer_routes_it_as_independent_tokens():
+    """With first_layer, the trace's layer 0 is exactly the draw with locality off (the Gumbel
+    draws are the same at every ρ and c) and its other layers exactly the draw without the rule
+    (the stickiness and hot-set draws come from child streams of fixed size)."""
+    from moeroof.models.fit_routing import RoutingKnobs, layer_popularity, sample_knob_trace
+
+    knobs = RoutingKnobs(family="zipf", skew=0.9, rho=0.5, c=20.0)
+    w = layer_popularity(knobs, 32, 3, 4)
+    ruled = sample_knob_trace(knobs, w, 4, 3, 60, 9, first_layer=True)
+    plain = sample_knob_trace(knobs, w, 4, 3, 60, 9)
+    off = sample_knob_trace(RoutingKnobs(family="zipf", skew=0.9), w, 4, 3, 60, 9)
+    assert np.array_equal(ruled[:, :, 0], off[:, :, 0]) and not np.array_equal(ruled[:, :, 0], plain[:, :, 0])
+    assert np.array_equal(ruled[:, :, 1:], plain[:, :, 1:])
+
+
+def test_a_simulated_first_layer_alone_sees_no_locality():
+    """fit-routing's simulation of every layer of a model applies the rule: a one-layer model's
+    hit rate is the same at any ρ and c; a model simulated on fewer layers than it has (stand-ins
+    for its typical layers) keeps the knobs on all of them."""
+    from moeroof.data.points import Point
+    from moeroof.models.fit_routing import RoutingKnobs, simulate_points
+
+    pts = [Point(kind="hit_rate", batch=1, capacity_experts=6.0, policy="lru", scope="layer", value=None)]
+    flat, local = RoutingKnobs(family="zipf", skew=0.8), RoutingKnobs(family="zipf", skew=0.8, rho=0.6, c=5.0)
+    one = [float(simulate_points(k, pts, 32, 4, 1, seeds=(0, 1)).mean()) for k in (flat, local)]
+    assert one[0] == one[1]
+    many = [float(simulate_points(k, pts, 32, 4, 40, seeds=(0, 1), max_sim_layers=2).mean()) for k in (flat, local)]
+    assert many[1] > many[0] + 0.05

@@ -319,7 +319,8 @@ def test_a_synthetic_cache_point_equals_simulating_the_trace_sampled_with_its_se
     for point in sweep.expand(grid):
         row = sweep.evaluate_point(point)
         inputs = point["inputs"]
-        topk = sample_trace(Zipf(32, 4, 0.9), 48, 4, 4, np.random.default_rng(7), rho=0.2)
+        # the first MoE layer has no locality (moeroof.models.locality, Depth)
+        topk = sample_trace(Zipf(32, 4, 0.9), 48, 4, 4, np.random.default_rng(7), rho=np.array([0.0, 0.2, 0.2, 0.2]))
         direct = _simulate_directly(topk, 32, inputs)
         assert row["error"] is None
         assert (row["requests"], row["hits"], row["misses"]) == (direct.requests, direct.hits, direct.misses)

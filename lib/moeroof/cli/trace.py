@@ -19,7 +19,11 @@ decode steps (the trace has P + T steps; the first P are the prompt). The trace 
 :func:`moeroof.data.io.write_trace` (atomic, byte-stable: the same knobs and seed give the same
 bytes) with meta ``model`` ``synthetic``, ``provenance`` ``projected``, ``source`` (the knobs as
 a command line) and ``knobs`` (the same as JSON). An existing file is replaced only with
-``--force``.
+``--force``. The trace holds every layer of its model, so its first layer, the first MoE layer,
+carries no locality: ``--rho`` and ``--locality`` (and the prior's) hold on the others
+(:func:`moeroof.models.locality.layer_knobs`, the suite's rule wherever a trace holds a
+model's first layer); a ``--rho-profile`` sets every layer's ρ, the first included, and
+``--locality`` on all.
 
 Locality when nothing is said about it: with none of ``--rho``, ``--rho-profile`` and
 ``--locality``, the stickiness and the per-stream hot set are the centre of the locality prior
@@ -108,18 +112,18 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--rho",
         default=None,
-        help="stickiness in [0, 1]: each previous expert kept with probability ρ (default: the locality prior's)",
+        help="stickiness in [0, 1]: each previous expert kept with probability ρ; none in layer 0 (default: the prior's)",
     )
     p.add_argument(
         "--rho-profile",
         default=None,
-        help="stickiness per layer, comma-separated (one per layer; sets --layers when that is not given)",
+        help="stickiness per layer, comma-separated, layer 0 too (and --locality on all; sets --layers if not given)",
     )
     p.add_argument(
         "--locality",
         default=None,
-        help="per-stream hot set: each stream routes by its own q ~ Dirichlet(C·w), drawn once (smaller C: "
-        "hotter, more private hot sets; default: the locality prior's c/E times E)",
+        help="per-stream hot set: each stream routes by its own q ~ Dirichlet(C·w), drawn once, none in layer 0 "
+        "(smaller C: hotter, more private hot sets; default: the locality prior's c/E times E)",
     )
     p.add_argument(
         "--independent",
@@ -377,14 +381,20 @@ def sample_from_knobs(k: dict[str, Any], popularity: np.ndarray | None = None) -
         model = Zipf(k["experts"], k["top_k"], k["skew"])
     else:
         model = Dirichlet(k["experts"], k["top_k"], k["skew"])
+    from moeroof.models.locality import layer_knobs
+
+    # the knobs hold on every layer but the first MoE layer, which has no locality (as everywhere
+    # in the suite: moeroof.models.locality, Depth); with a --rho-profile the layers are the user's
+    profiled = isinstance(k["rho"], list)
+    c = np.inf if k["locality_c"] is None else k["locality_c"]
+    rho_l, c_l = (np.asarray(k["rho"], dtype=float), c) if profiled else layer_knobs(k["rho"], c, k["layers"])
     extra: dict[str, Any] = {}
     if k["locality_c"] is not None:
-        extra.update(c=k["locality_c"], groups=k["streams"], scope="trace")
+        extra.update(c=c_l, groups=k["streams"], scope="trace")
     if k["step_context_c"] is not None:
         extra.update(c_step=k["step_context_c"])
     if popularity is not None:
         extra.update(popularity=popularity)
-    rho = np.asarray(k["rho"], dtype=float) if isinstance(k["rho"], list) else k["rho"]
     rng = np.random.default_rng(k["seed"])
     return sample_trace(
         model,
@@ -392,7 +402,7 @@ def sample_from_knobs(k: dict[str, Any], popularity: np.ndarray | None = None) -
         k["streams"],
         k["layers"],
         rng,
-        rho=rho,
+        rho=rho_l,
         prompt_tokens=k["prompt_tokens"],
         **extra,
     )

@@ -134,7 +134,7 @@ from moeroof.core.rng import generator
 from moeroof.core.units import GiB
 from moeroof.data.points import Point, noise
 from moeroof.models import cache
-from moeroof.models.locality import Locality
+from moeroof.models.locality import Locality, layer_knobs
 from moeroof.models.partition import balanced_packing, contiguous_split
 from moeroof.models.routing import Uniform, consecutive_overlap, sample_trace, zipf_weights
 from moeroof.models.sim_memo import SourceMemo
@@ -246,21 +246,32 @@ def layer_popularity(knobs: RoutingKnobs, experts: int, layers: int, seed: int) 
 
 
 def sample_knob_trace(
-    knobs: RoutingKnobs, popularity: np.ndarray, top_k: int, streams: int, steps: int, seed: int
+    knobs: RoutingKnobs,
+    popularity: np.ndarray,
+    top_k: int,
+    streams: int,
+    steps: int,
+    seed: int,
+    *,
+    first_layer: bool = False,
 ) -> np.ndarray:
     """A trace (steps, M, layers, K) under the knobs: stickiness ρ and per-stream locality c
     (:func:`moeroof.models.routing.sample_trace`, ``groups=streams, scope="trace"``), drawn from
-    ``default_rng([seed, M, "routing"])``."""
+    ``default_rng([seed, M, "routing"])``. ``first_layer``: the trace's layer 0 is the model's
+    first MoE layer (the trace holds all its layers, in order), which has no locality
+    (:func:`moeroof.models.locality.layer_knobs`); otherwise every layer stands for a typical one
+    and carries the knobs."""
     layers, experts = popularity.shape
     rng = generator(int(seed), int(streams), "routing")
+    rho, c = layer_knobs(knobs.rho, knobs.c, layers) if first_layer else (knobs.rho, knobs.c)
     return sample_trace(
         Uniform(experts, top_k),
         steps,
         streams,
         layers,
         rng,
-        c=knobs.c,
-        rho=knobs.rho,
+        c=c,
+        rho=rho,
         groups=streams,
         scope="trace",
         popularity=popularity,
@@ -485,7 +496,10 @@ def simulate_points_uncached(knobs, points, experts, top_k, layers, expert_bytes
             # generated backwards in time: the counted steps are the generator's first ones, so they
             # do not move when the history's length does (common random numbers in the history
             # too); reversing keeps every reuse interval and its distinct items, hence LRU's hits
-            trace = sample_knob_trace(knobs, w, top_k, m, warm + timed_steps, int(seed))[::-1]
+            # every layer simulated: its first is the model's first MoE layer (no locality)
+            trace = sample_knob_trace(
+                knobs, w, top_k, m, warm + timed_steps, int(seed), first_layer=sim_layers == layers
+            )[::-1]
             req_memo: dict[tuple, cache.Requests] = {}
             for i, p in enumerate(points):
                 if p.batch != m:

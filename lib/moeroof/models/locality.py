@@ -24,6 +24,20 @@ docs/sources.md) counts it. The two stream captures agree on it (h ≈ 3.9 for M
 ``c/E`` ≈ 34 is nearly off for 8 experts, and h ≈ 6.0 for Qwen3-30B-A3B, ``c/E`` ≈ 0.59), where
 they disagree 57-fold on ``c/E``.
 
+**Depth.** The first MoE layer carries none of a stream's locality: its routing follows the
+current token alone. Both stream sources that resolve layers say so — the Mixtral capture's
+layer 0 shares 0.52 of its 2 experts between consecutive tokens against 0.50 for independent
+uniform picks (0.75 over all 32 layers, 0.59 at the next least local layer), and the Qwen3
+table's layer 0 shares 7.9 % of its 8 against 6.25 % (42.7 % over all layers, 59.7 % at layer
+7; docs/sources.md). So where a simulation holds every MoE layer of a model, in order (a
+``moeroof trace``, a fit-routing simulation of a model of at most ``max_sim_layers`` layers, a
+capture of the first layer alone as the Qwen1.5 one), its first layer routes by the layer's
+popularity with ρ = 0 and no hot set (:func:`layer_knobs`) and the knobs hold on the others.
+Where fewer layers stand for a model's many (the prior's fits, which simulate 8 of Mixtral's 32
+and Qwen3's 48; a plan's trace of ``TRACE_LAYERS``), each stands for a typical layer and
+carries the knobs: the first layer is 1/L of an all-layer average, which the rule would move by
+1/L of its difference.
+
 The distribution lives on the scales ``x = (logit ρ, log h)``: centre ``m``, scale ``s`` and
 ``dof`` degrees of freedom of a Student's t (0: normal), each knob's draws the quantiles at
 ``(j + ½)/n`` (deterministic: no Monte Carlo noise), paired by locality strength: the j-th
@@ -53,6 +67,7 @@ __all__ = [
     "c_per_expert_from_hot_set",
     "to_scale",
     "from_scale",
+    "layer_knobs",
 ]
 
 #: a model's ``c / E`` below this is held here: a stream that keeps to a handful of experts is
@@ -85,6 +100,16 @@ def c_per_expert_from_hot_set(h, experts: int, top_k: int) -> np.ndarray:
         # off within rounding: exp(log h) of h = E/K is E/K only to the last bit
         c = np.where(w >= e * (1.0 - 1e-9), np.inf, (w - 1.0) / (1.0 - w / e))
     return np.maximum(c / e, C_PER_EXPERT_FLOOR)
+
+
+def layer_knobs(rho, c, layers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-layer ``(rho, c)`` arrays of shape (layers,) for a trace whose layer 0 is the model's
+    first MoE layer (module docstring, Depth): the knobs (scalars or per-layer arrays) on every
+    layer but the first, which gets ρ = 0 and ``c = inf`` (no locality)."""
+    r = np.array(np.broadcast_to(np.asarray(rho, dtype=float), (int(layers),)))
+    cc = np.array(np.broadcast_to(np.asarray(c, dtype=float), (int(layers),)))
+    r[0], cc[0] = 0.0, np.inf
+    return r, cc
 
 
 def to_scale(rho, hot_set) -> np.ndarray:

@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from moeroof.core.results import Result
-from moeroof.data.points import Point
+from moeroof.data.points import Point, noise
 from moeroof.models import fit_routing
 from moeroof.models.fit_routing import RoutingKnobs
 from moeroof.models.locality import (
@@ -96,6 +96,8 @@ __all__ = [
 
 #: the 5–95 % band of every prior prediction
 LEVEL = (0.05, 0.95)
+#: measurement-noise draws per (prior draw, seed) in a held-out row's band (:func:`predict_rows`)
+BAND_NOISE_DRAWS = 32
 
 #: the real decode sources (module docstring): a capture (``trace``: a path under the external
 #: folder, and its replay's batches and per-layer capacities) or a published table (``rows``)
@@ -443,19 +445,33 @@ def predict_rows(
     max_sim_layers: int = 8,
 ) -> list[PriorRow]:
     """Every row of ``rows`` simulated at ``base`` with each of the prior's draws (module
-    docstring): the median over draws, the 5–95 % band, and ``base`` with locality off."""
+    docstring): the median over draws (each the mean over ``seeds``), the 5–95 % band of a new
+    measurement, and ``base`` with locality off. The band takes the prior's draws, each seed's
+    simulation alone (the prediction's own Monte Carlo noise) and a measurement noise of the
+    POINTS tolerance (:func:`moeroof.data.points.noise`: 3 points on a hit rate, 5 on an overlap),
+    :data:`BAND_NOISE_DRAWS` normal draws each from a fixed seed: where a locality the prior
+    cannot move (a first layer alone) leaves no spread of draws, the band is still where a
+    measurement would fall."""
     pts = [Point(**{**p.__dict__, "value": None}) for p in rows.points]
     kw = dict(seeds=seeds, timed_steps=timed_steps, max_sim_layers=max_sim_layers)
-    sims = np.stack(
+    per_seed = np.stack(
         [
-            fit_routing.simulate_points(k, pts, rows.experts, rows.top_k, rows.layers, **kw).mean(axis=0)
+            fit_routing.simulate_points(k, pts, rows.experts, rows.top_k, rows.layers, **kw)
             for k in prior.knobs(base, rows.experts, rows.top_k)
         ]
-    )
+    )  # (draws, seeds, rows)
+    sims = per_seed.mean(axis=1)
+    tau = np.array([noise(p.kind, float(p.value)) for p in rows.points])
+    rng = np.random.default_rng(20261206)
+    noisy = per_seed[:, :, None, :] + rng.normal(0.0, 1.0, (*per_seed.shape[:2], BAND_NOISE_DRAWS, len(pts))) * tau
+    noisy = noisy.reshape(-1, len(pts))
+    shares = np.array([p.kind in ("hit_rate", "overlap") for p in rows.points])
+    noisy[:, shares] = np.clip(noisy[:, shares], 0.0, 1.0)  # a hit rate or an overlap is a share
     off = fit_routing.simulate_points(
         replace(base, rho=0.0, c=math.inf), pts, rows.experts, rows.top_k, rows.layers, **kw
     ).mean(axis=0)
-    lo, mid, hi = np.quantile(sims, [LEVEL[0], 0.5, LEVEL[1]], axis=0)
+    mid = np.quantile(sims, 0.5, axis=0)
+    lo, hi = np.quantile(noisy, LEVEL, axis=0)
     return [
         PriorRow(rows.name, p.label(), p.kind, float(p.value), float(m), float(a), float(b), float(o))
         for p, m, a, b, o in zip(rows.points, mid, lo, hi, off)

@@ -463,7 +463,11 @@ def _sampled(
         model = Zipf(experts, top_k, skew)
     else:
         model = Dirichlet(experts, top_k, skew)
-    topk = sample_trace(model, steps, streams, layers, np.random.default_rng(seed), rho=rho)
+    from moeroof.models.locality import layer_knobs
+
+    # the trace holds every layer of its model: the first MoE layer has no locality (as `moeroof trace`)
+    rho_l, _ = layer_knobs(rho, np.inf, layers)
+    topk = sample_trace(model, steps, streams, layers, np.random.default_rng(seed), rho=rho_l)
     topk.setflags(write=False)  # the memo's copy is shared by the points that sample the same trace
     return topk
 

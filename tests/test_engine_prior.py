@@ -39,7 +39,8 @@ def test_every_unstated_knob_is_held_and_a_stated_one_is_not():
 
 def test_the_band_is_each_knob_at_each_end_through_plan_itself():
     """The centre and both ends, recomputed independently: the whole ``plan`` (its own cache
-    simulation) on the box with one knob moved at a time."""
+    simulation) on the box with one knob moved at a time, and with the terms combined the other
+    way (``sum`` for the workload's ``max``: a structural choice of the unmeasured engine)."""
     model, hw, wl, routing = _case()
     batch = [1, 4, 16]
     band = prior_band(model, hw, wl, routing, batch)
@@ -50,6 +51,8 @@ def test_the_band_is_each_knob_at_each_end_through_plan_itself():
         for k, (lo, _, hi) in held_priors(hw).items()
         for v in (lo, hi)
     ]
+    assert wl.overlap == "max"
+    ends.append(plan(model, centre, replace(wl, overlap="sum"), routing, batch).net_tok_s)
     np.testing.assert_allclose(band.net_tok_s, mid, rtol=1e-12)
     np.testing.assert_allclose(band.low, np.min([mid, *ends], axis=0), rtol=1e-12)
     np.testing.assert_allclose(band.high, np.max([mid, *ends], axis=0), rtol=1e-12)
@@ -111,3 +114,21 @@ def test_set_takes_an_efficiency_as_a_share_and_refuses_one_outside_it():
     model = load_model("qwen3-30b-a3b")
     with pytest.raises(ValueError, match="positive integer"):
         with_overrides(model, {"top_k": "2.5"})
+
+
+def test_the_terms_combined_the_other_way_widen_the_band_where_they_bind():
+    """GLM-5.2 on a Gen5 NVMe box with a 64 GiB cache: streaming and memory are comparable, so
+    the terms summed (one after another) at the priors' centres are slower than any knob's end
+    with them overlapped, and the band's low end is that sum (recomputed through plan)."""
+    model, hw = load_model("glm-5.2"), load_hardware("nvme-gen5")
+    wl, routing = Workload(cache_bytes=64 * 2**30), routing_from_spec("zipf:0.9", model)
+    band = prior_band(model, hw, wl, routing, [1])
+    centre = at_prior_centres(hw)
+    summed = plan(model, centre, replace(wl, overlap="sum"), routing, [1]).net_tok_s
+    ends = [
+        plan(model, replace(centre, **{k: v}), wl, routing, [1]).net_tok_s
+        for k, (lo, _, hi) in held_priors(hw).items()
+        for v in (lo, hi)
+    ]
+    assert summed[0] < 0.9 * np.min(ends)
+    np.testing.assert_allclose(band.low, summed, rtol=1e-12)

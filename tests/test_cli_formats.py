@@ -498,3 +498,30 @@ def test_report_output_of_the_data_writing_commands(tmp_path, capsys):
     hist = tmp_path / "h.csv"
     err = run_error(capsys, ["histogram", str(data), "-o", str(hist), "--report-output", str(data)])
     assert "one of this command's inputs" in err and not hist.exists()
+
+
+def test_trace_routing_leaves_the_first_moe_layer_without_locality_only_where_it_holds_it(tmp_path, capsys):
+    """The first MoE layer carries no locality (moeroof.models.locality, Depth): a histogram whose
+    layers start at id 0 gets a trace whose first layer shares as few experts between consecutive
+    tokens as independent tokens do, while its deeper layers keep the stickiness; a capture that
+    starts deeper (ids 3–6) keeps the stickiness in every layer, its first included."""
+    deep, _ = skewed_histogram(tmp_path)
+    data = read_histogram(deep)
+    first = tmp_path / "first.csv"
+    write_histogram(
+        first, np.asarray(data.counts), tokens=3000, experts=E, top_k=K, model="skewed-moe", source="test",
+        layer_ids=[0, 1, 2, 3], provenance="witnessed",
+    )  # fmt: skip
+    sticky = ["--streams", "4", "--steps", "300", "--rho", "0.6", "--seed", "2"]
+    plain = ["--streams", "4", "--steps", "300", "--independent", "--seed", "2"]
+    got = {}
+    for name, hist in (("first", first), ("deep", deep)):
+        for kind, knobs in (("sticky", sticky), ("plain", plain)):
+            out = tmp_path / f"{name}-{kind}.npz"
+            got[name, kind] = run_json(capsys, ["trace", "--routing", str(hist), *knobs, "-o", str(out)])
+    f_sticky, f_plain = (np.asarray(got["first", k]["consecutive_overlap"]) for k in ("sticky", "plain"))
+    d_sticky, d_plain = (np.asarray(got["deep", k]["consecutive_overlap"]) for k in ("sticky", "plain"))
+    assert f_sticky[0] == pytest.approx(f_plain[0], abs=1e-12)  # the same draw: no locality there
+    assert np.all(f_sticky[1:] > f_plain[1:] + 0.3) and np.all(d_sticky > d_plain + 0.3)
+    assert read_trace(tmp_path / "first-sticky.npz").meta["knobs"]["first_layer_without_locality"] is True
+    assert read_trace(tmp_path / "deep-sticky.npz").meta["knobs"]["first_layer_without_locality"] is False

@@ -211,6 +211,14 @@ class HistogramRouting:
     pi: np.ndarray  # (layers, E), rows summing to K: routing_from_spec's
     meta: dict[str, Any]
     notes: tuple[str, ...]
+    pooled: bool = False  # one row standing for every layer (a histogram summed over layers)
+
+    @property
+    def holds_first_layer(self) -> bool:
+        """Whether the trace's first layer is the model's first MoE layer, which has no locality:
+        the histogram's layer 0, not a pooled row standing for every layer or a capture that
+        starts deeper."""
+        return bool(self.layer_ids[0] == 0 and not self.pooled)
 
     @property
     def layers(self) -> int:
@@ -252,9 +260,10 @@ def load_routing(path_text: str) -> HistogramRouting:
     if len(ids) != pi.shape[0]:  # a histogram summed over layers: one row for all
         ids = tuple(range(pi.shape[0]))
     notes = list(routing.notes)
-    if getattr(data, "layers_summed", False):
+    pooled = bool(getattr(data, "layers_summed", False)) or len(ids) != len(data.layer_ids)
+    if pooled:
         notes.append("the histogram is summed over layers: the trace has one layer drawn from the pooled popularity")
-    return HistogramRouting(path, int(data.experts), int(data.top_k), ids, pi, dict(data.meta), tuple(notes))
+    return HistogramRouting(path, int(data.experts), int(data.top_k), ids, pi, dict(data.meta), tuple(notes), pooled)
 
 
 def trace_knobs(args: argparse.Namespace, routing: HistogramRouting | None = None) -> dict[str, Any]:
@@ -340,7 +349,7 @@ def trace_knobs(args: argparse.Namespace, routing: HistogramRouting | None = Non
         "seed": seed,
     }
     if routing is not None:  # only then: a family's knobs (and its trace's bytes) are as they were
-        knobs["routing"] = str(routing.path)
+        knobs.update(routing=str(routing.path), first_layer_without_locality=routing.holds_first_layer)
     if prior is not None:
         knobs["locality_prior"] = prior.label()
     return knobs
@@ -385,7 +394,7 @@ def sample_from_knobs(k: dict[str, Any], popularity: np.ndarray | None = None) -
 
     # the knobs hold on every layer but the first MoE layer, which has no locality (as everywhere
     # in the suite: moeroof.models.locality, Depth); with a --rho-profile the layers are the user's
-    profiled = isinstance(k["rho"], list)
+    profiled = isinstance(k["rho"], list) or not k.get("first_layer_without_locality", True)
     c = np.inf if k["locality_c"] is None else k["locality_c"]
     rho_l, c_l = (np.asarray(k["rho"], dtype=float), c) if profiled else layer_knobs(k["rho"], c, k["layers"])
     extra: dict[str, Any] = {}

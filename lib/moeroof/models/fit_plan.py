@@ -76,6 +76,13 @@ in several pieces counts only where a line reaches it. Where a walk finds a lowe
 Nelder–Mead did, the fit moves there and the profile is walked again around it (at most
 :data:`PROFILE_RESTARTS` times; then the fit still moves to the lowest cost, the profile is what
 has been evaluated). Without cache knobs the bands are the smooth part's alone.
+
+**Peaks.** For every group of rows of one batch size, rank count and policy with three or more
+cache sizes, :attr:`PlanFit.peaks` says where the predicted tok/s peaks over the group's cache
+range and where the highest value of a measured curve would fall (5–95 %): the best knobs, up to
+:data:`PEAK_PROFILE_SETS` of the retained cache-knob sets and :data:`PEAK_SMOOTH_DRAWS` of the
+smooth knobs' draws, each at :data:`BAND_SEEDS`, measured with the band's noise
+(:mod:`moeroof.models.curve_peak`, where the grid and the band are defined).
 """
 
 from __future__ import annotations

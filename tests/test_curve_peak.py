@@ -80,3 +80,18 @@ def test_the_grid_depends_on_a_groups_range_alone():
     (_, again), _ = peak_grids([*pts, _pt(33.3), _pt(5.5, batch=8)])
     assert np.array_equal(grid, again)
     assert NOISE_DRAWS >= 10
+
+
+def test_a_size_without_a_prediction_is_never_the_peak():
+    """NaN where the batch does not fit: never the peak nor in its band (numpy's argmax would
+    take the first NaN); a curve with no prediction at all has no peak."""
+    grid = np.linspace(10.0, 50.0, 5)
+    curve = np.array([np.nan, 1.0, 2.0, np.nan, np.nan])
+    got = curve_peak(grid, curve, np.tile(curve, (10, 1)), 0.01)
+    assert got["cache_gib"] == 30.0 and got["low"] == got["high"] == 30.0
+    assert not got["interior"]  # it rises to the last size the batch fits at: no peak between
+    note = peak_note({"batch": 2, "ranks": 1, "policy": "lru", **got})
+    assert "highest at the largest cache the batch fits at, 30 GiB" in note, note
+    curve[3] = 1.5
+    assert curve_peak(grid, curve, curve[None, :], 0.01)["interior"]
+    assert curve_peak(grid, np.full(5, np.nan), np.full((3, 5), np.nan), 0.05) is None

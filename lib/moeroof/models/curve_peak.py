@@ -50,14 +50,24 @@ def peak_grids(points: Sequence[Any]) -> list[tuple[tuple[int, int, str], np.nda
     return out
 
 
-def curve_peak(grid: np.ndarray, best: np.ndarray, curves: np.ndarray, sigma: float, seed: int = 0) -> dict[str, Any]:
+def curve_peak(
+    grid: np.ndarray, best: np.ndarray, curves: np.ndarray, sigma: float, seed: int = 0
+) -> dict[str, Any] | None:
     """The peak of ``best`` (tok/s on ``grid``) and the 5–95 % band of a measured curve's argmax
     (module docstring) over ``curves`` (one predicted curve a row, the fit's spread), each drawn
     :data:`NOISE_DRAWS` times with a lognormal noise of ``sigma``. ``interior``: whether the
-    peak lies strictly inside the grid (a curve that only rises or only falls peaks at an end)."""
+    peak lies strictly inside the grid's sizes with a prediction (a curve that only rises or
+    only falls peaks at an end).
+    A size with no prediction (NaN: the batch does not fit there) is never the peak; None where
+    ``best`` has none at all."""
     grid = np.asarray(grid, dtype=float)
     best = np.asarray(best, dtype=float)
+    finite = np.flatnonzero(np.isfinite(best))
+    if finite.size == 0:
+        return None
+    best = np.where(np.isfinite(best), best, -np.inf)
     curves = np.atleast_2d(np.asarray(curves, dtype=float))
+    curves = np.where(np.isfinite(curves), curves, -np.inf)
     rng = np.random.default_rng(seed)
     noisy = curves[:, None, :] * np.exp(rng.normal(0.0, sigma, size=(curves.shape[0], NOISE_DRAWS, grid.size)))
     tops = grid[np.argmax(noisy, axis=-1)].ravel()
@@ -71,7 +81,11 @@ def curve_peak(grid: np.ndarray, best: np.ndarray, curves: np.ndarray, sigma: fl
         "grid_low": float(grid[0]),
         "grid_high": float(grid[-1]),
         "grid_sizes": int(grid.size),
-        "interior": bool(0 < i < grid.size - 1),
+        # strictly inside the sizes with a prediction: a curve that rises up to the last size the
+        # batch fits at has no peak there, it runs out of memory
+        "interior": bool(finite[0] < i < finite[-1]),
+        # where a curve without a peak between is highest: the largest or smallest size with a prediction
+        "end": None if finite[0] < i < finite[-1] else ("largest" if i == finite[-1] else "smallest"),
     }
 
 
@@ -85,6 +99,9 @@ def peak_note(peak: dict[str, Any], unit: str = "tok/s") -> str:
     if peak["interior"]:
         head = f"{unit} peaks at {peak['cache_gib']:.3g} GiB of expert cache ({peak['tok_s']:.3g} {unit})"
     else:
-        end = "largest" if peak["cache_gib"] >= peak["grid_high"] else "smallest"
-        head = f"{unit} is highest at the {end} cache, {peak['cache_gib']:.3g} GiB ({peak['tok_s']:.3g} {unit}): no peak between"
+        fits = " the batch fits at" if peak["end"] == "largest" and peak["cache_gib"] < peak["grid_high"] else ""
+        head = (
+            f"{unit} is highest at the {peak['end']} cache{fits}, {peak['cache_gib']:.3g} GiB "
+            f"({peak['tok_s']:.3g} {unit}): no peak between"
+        )
     return f"{where}: {head} on a grid of {grid}; {band}"

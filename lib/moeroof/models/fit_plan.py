@@ -527,7 +527,9 @@ def _peaks(pts, predict, best: PlanKnobs, sets: Sequence[PlanKnobs], sigma: floa
         rows = [PlanPoint(-1, b, float(c), ranks, policy, None, None) for c in grid]
         curves = np.array([predict(k, sd, rows)[0] for k in (best, *sets) for sd in BAND_SEEDS])
         best_curve = curves[: len(BAND_SEEDS)].mean(axis=0)
-        out.append({"batch": b, "ranks": ranks, "policy": policy, **curve_peak(grid, best_curve, curves, sigma)})
+        peak = curve_peak(grid, best_curve, curves, sigma)
+        if peak is not None:  # None: the batch fits at no size of the group
+            out.append({"batch": b, "ranks": ranks, "policy": policy, **peak})
     return out
 
 

@@ -24,7 +24,7 @@
 
 # %% tags=["parameters"]
 # fmt: off
-groups: str = "step,cache,locality,regimes"  # which cases, comma separated: step, cache, locality, regimes
+groups: str = "step,cache,skew,locality,regimes"  # which cases, comma separated: step, cache, skew, locality, regimes
 tok_s_target: float = 0.20  # the relative error a throughput or bytes prediction should stay within
 hit_target: float = 0.05  # the error a hit-rate or overlap prediction should stay within (0.05: 5 points)
 coverage_truths: int = 8  # simulated truths drawn from the locality prior for the band coverage check, 0 to skip

@@ -33,6 +33,7 @@ from moeroof.studies.validation import (
     hot_set_hit_rate,
     single_stream_cache_check,
     single_stream_predictions,
+    skew_comparisons,
     zero_fit_single_stream_check,
     zipf_for_hit_rate,
     zipf_hit_rate,
@@ -68,7 +69,7 @@ class _Comparisons(dict):
 
 @pytest.fixture(scope="module")
 def by_key():
-    return _Comparisons({c.key: c for c in comparisons()})
+    return _Comparisons({c.key: c for c in [*comparisons(), *skew_comparisons()]})
 
 
 def _table(c, band) -> str:
@@ -313,3 +314,15 @@ def test_h200_touched_cost_fit_is_the_step_per_touched_pair_closed_form():
     # the fitted cost is the B = 1 step over the pairs it touches (K·L at B = 1)
     k_l = cfg["top_k"] * cfg["layers"]
     assert coal["fit_b1"]["engine_seconds_per_touched_expert"] == pytest.approx(1 / coal["measured"][0] / k_l, rel=1e-9)
+
+
+def test_the_zero_fit_routings_skew_against_deepseek_by_hand():
+    """Uniform routing puts K/E in every expert's inclusion: the hottest expert takes 1/E of a
+    layer's picks and the top 32 take 32/E, whatever the model; zipf:0.8 is more skewed at its top
+    than DeepSeek-V3's most skewed layer (5.19 %) and its top 32 inside the layers' 25–54 %."""
+    rows = {c.key: c for c in skew_comparisons()}
+    uniform, zipf = rows["deepseek-v3-skew-uniform"], rows["deepseek-v3-skew-zipf"]
+    e = load_model("deepseek-v3").experts
+    assert uniform.predicted == pytest.approx((1 / e, 32 / e), rel=1e-12)
+    assert uniform.measured == zipf.measured == pytest.approx((0.0236, 0.395))
+    assert zipf.predicted[0] > 0.0519 and 0.25 <= zipf.predicted[1] <= 0.54

@@ -3,7 +3,7 @@ measured (:mod:`moeroof.studies.held_out`).
 
 ::
 
-    moeroof validate [--groups step,cache,locality,regimes] [--format table|json|csv] [--output FILE]
+    moeroof validate [--groups step,cache,skew,locality,regimes] [--format table|json|csv] [--output FILE]
 
 One row per held-out point: the case, its role (``prediction`` or ``consistency``), what it was
 calibrated on, measured, predicted, the error (relative or in points) and, where the case has a
@@ -31,8 +31,9 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--groups",
-        default="step,cache,locality,regimes",
-        help="which cases, comma separated: step (throughput and bytes), cache (single-stream caches), "
+        default="step,cache,skew,locality,regimes",
+        help="which cases, comma separated: step (throughput and bytes), cache (single-stream caches), skew (the "
+        "zero-fit routings against a published routing skew), "
         "locality (the locality prior, leave one capture out), regimes (fit-plan across concurrency and "
         "memory pressure: seed 003's withheld rows, mlx-lm#1438's peak) (default: all)",
     )

@@ -9,6 +9,8 @@ error is shown whatever it is. Three groups:
 - ``cache``: the published single-stream cache column (docs/sources.md), fitted on two sizes and predicting
   the others, and the zero-fit prediction from the embedded trace
   (:func:`moeroof.studies.validation.cache_comparisons`);
+- ``skew``: the zero-fit routings (``plan``'s uniform default, ``fit-plan``'s ``zipf:0.8``)
+  against DeepSeek-V3's published per-layer routing skew (:func:`moeroof.studies.validation.skew_comparisons`);
 - ``locality``: each real decode source predicted from the locality prior of the others
   (:func:`moeroof.studies.locality_prior.study`), with its 5–95 % band; read from the captures
   in ``../shared/data/external`` and skipped, said so, where they are absent;
@@ -32,7 +34,7 @@ from typing import Any
 
 __all__ = ["GROUPS", "COLUMNS", "held_out_rows", "summarise"]
 
-GROUPS = ("step", "cache", "locality", "regimes")
+GROUPS = ("step", "cache", "skew", "locality", "regimes")
 
 #: (case, points file under data/points, model, hardware, routing, knobs to fit or None for the
 #: default, the reported peak's cache range in GiB or None)
@@ -211,6 +213,8 @@ def held_out_rows(
             rows += _comparison_rows("step", validation.comparisons())
         elif group == "cache":
             rows += _comparison_rows("cache", validation.cache_comparisons())
+        elif group == "skew":
+            rows += _comparison_rows("skew", validation.skew_comparisons())
         elif group == "regimes":
             rows += regime_rows(jobs=jobs)
         else:

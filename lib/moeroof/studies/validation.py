@@ -36,7 +36,7 @@ from scipy.optimize import brentq, least_squares
 from moeroof.core.results import Result
 from moeroof.data.presets import Hardware, MoEModel
 from moeroof.models import expert_cache
-from moeroof.models.plan import RoutingProbabilities, Workload, plan
+from moeroof.models.plan import RoutingProbabilities, Workload, plan, routing_from_spec
 from moeroof.models.routing import inclusion_probabilities, zipf_weights
 
 __all__ = [
@@ -64,6 +64,7 @@ __all__ = [
     "ZERO_FIT_WARMUP_STEPS",
     "OTHER_POLICIES",
     "single_stream_cache_points",
+    "skew_comparisons",
     "single_stream_cache_check",
     "trace_single_stream_hit_rates",
     "zero_fit_single_stream_check",
@@ -1061,6 +1062,52 @@ def zero_fit_single_stream_check(trace=None) -> dict[str, Any]:
     z["predicted"] = z["hit_rate"]
     z["error_points"] = [100.0 * (p - m) for p, m in zip(z["predicted"], z["measured"])]
     return z
+
+
+#: DeepSeek-V3/R1 on GPQA, per layer (johanna-rock/moe-balance; docs/sources.md): the hottest
+#: expert's share of a layer's picks (min, median, max) and the top 32 of 256 experts' share (range)
+DEEPSEEK_SKEW = Reference(
+    "DeepSeek-V3/R1 (256 routed experts, top-8), GPQA: per-layer routing skew",
+    {"hottest_share": (0.0125, 0.0236, 0.0519), "top32_share": (0.25, 0.54)},
+    "johanna-rock/moe-balance (docs/sources.md)",
+)
+#: the routings a zero-fit answer starts from: ``plan``'s default and ``fit-plan``'s
+DEFAULT_ROUTINGS = (("uniform", "plan's default routing"), ("zipf:0.8", "fit-plan's default routing"))
+
+
+def skew_comparisons() -> list[Comparison]:
+    """The zero-fit routings against a published routing skew: DeepSeek-V3's hottest expert's
+    share of a layer's picks (the median layer) and the top 32 experts' share (the middle of the
+    layers' range), under each of :data:`DEFAULT_ROUTINGS` for the ``deepseek-v3`` preset's E and
+    K — π from :func:`moeroof.models.plan.routing_from_spec` (the inclusion probabilities a
+    zero-fit ``plan`` or ``fit-plan`` runs on), a share of picks being π/K. Nothing is fitted: the
+    rows show how far a default with no skew knob the rows identify lies from a real model's."""
+    from moeroof.data.presets import load_model
+
+    model = load_model("deepseek-v3")
+    ref = DEEPSEEK_SKEW
+    k = model.top_k
+    hottest, top32 = ref.value["hottest_share"][1], float(np.mean(ref.value["top32_share"]))
+    out = []
+    for spec, who in DEFAULT_ROUTINGS:
+        pi = np.sort(np.asarray(routing_from_spec(spec, model).pi, dtype=float).mean(axis=0))[::-1]
+        name = spec.split(":", 1)[0]  # uniform, zipf: a key without dots (the pins are TOML tables)
+        out.append(
+            Comparison(
+                f"deepseek-v3-skew-{name}",
+                ref.source,
+                f"DeepSeek-V3 (E={model.experts}, K={k}): hottest expert's share of a layer's picks (the median "
+                "layer) and the top 32 experts' share (the layers' range 25–54 %, its middle), in that order",
+                "prediction",
+                f"nothing: {who} ({spec}), no skew knob fitted",
+                "none (routing statistics)",
+                (1, 32),
+                (hottest, top32),
+                (float(pi[0] / k), float(pi[:32].sum() / k)),
+                axis="top experts",
+            )
+        )
+    return out
 
 
 def cache_comparisons() -> list[Comparison]:

@@ -39,20 +39,22 @@ def test_every_unstated_knob_is_held_and_a_stated_one_is_not():
 
 def test_the_band_is_each_knob_at_each_end_through_plan_itself():
     """The centre and both ends, recomputed independently: the whole ``plan`` (its own cache
-    simulation) on the box with one knob moved at a time, and with the terms combined the other
-    way (``sum`` for the workload's ``max``: a structural choice of the unmeasured engine)."""
+    simulation) on the box with one knob moved at a time, with the terms combined either way
+    (``max``, the workload's, and ``sum``: a structural choice of the unmeasured engine)."""
     model, hw, wl, routing = _case()
     batch = [1, 4, 16]
     band = prior_band(model, hw, wl, routing, batch)
     centre = at_prior_centres(hw)
     mid = plan(model, centre, wl, routing, batch).net_tok_s
+    assert wl.overlap == "max"
+    both = (wl, replace(wl, overlap="sum"))
     ends = [
-        plan(model, replace(centre, **{k: v}), wl, routing, batch).net_tok_s
+        plan(model, replace(centre, **{k: v}), w, routing, batch).net_tok_s
+        for w in both
         for k, (lo, _, hi) in held_priors(hw).items()
         for v in (lo, hi)
     ]
-    assert wl.overlap == "max"
-    ends.append(plan(model, centre, replace(wl, overlap="sum"), routing, batch).net_tok_s)
+    ends.append(plan(model, centre, both[1], routing, batch).net_tok_s)
     np.testing.assert_allclose(band.net_tok_s, mid, rtol=1e-12)
     np.testing.assert_allclose(band.low, np.min([mid, *ends], axis=0), rtol=1e-12)
     np.testing.assert_allclose(band.high, np.max([mid, *ends], axis=0), rtol=1e-12)
@@ -119,7 +121,8 @@ def test_set_takes_an_efficiency_as_a_share_and_refuses_one_outside_it():
 def test_the_terms_combined_the_other_way_widen_the_band_where_they_bind():
     """GLM-5.2 on a Gen5 NVMe box with a 64 GiB cache: streaming and memory are comparable, so
     the terms summed (one after another) at the priors' centres are slower than any knob's end
-    with them overlapped, and the band's low end is that sum (recomputed through plan)."""
+    with them overlapped, and the band's low end is the slowest knob end with them summed
+    (recomputed through plan)."""
     model, hw = load_model("glm-5.2"), load_hardware("nvme-gen5")
     wl, routing = Workload(cache_bytes=64 * 2**30), routing_from_spec("zipf:0.9", model)
     band = prior_band(model, hw, wl, routing, [1])
@@ -131,4 +134,9 @@ def test_the_terms_combined_the_other_way_widen_the_band_where_they_bind():
         for v in (lo, hi)
     ]
     assert summed[0] < 0.9 * np.min(ends)
-    np.testing.assert_allclose(band.low, summed, rtol=1e-12)
+    summed_ends = [
+        plan(model, replace(centre, **{k: v}), replace(wl, overlap="sum"), routing, [1]).net_tok_s
+        for k, (lo, _, hi) in held_priors(hw).items()
+        for v in (lo, hi)
+    ]
+    np.testing.assert_allclose(band.low, np.min([summed, *summed_ends], axis=0), rtol=1e-12)

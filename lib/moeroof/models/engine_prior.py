@@ -13,9 +13,9 @@ widens its bands to each end. This module asks the same of a zero-fit answer, so
 - :func:`prior_band`: net tok/s at each B with those knobs at their centres, and the band over
   each knob moved to each of its ends with the others at their centres (the envelope of the
   one-at-a-time ends: what fit-plan's bands take in where every end is admitted, the rows
-  absent) and over the terms combined the other way (``max`` or ``sum``: a structural choice of
-  the engine, which fit-plan's bands also take where both meet the rows). The work of the step
-  (the cache, the bytes) is computed once; only its price moves.
+  absent), each with the terms combined either way (``max`` or ``sum``: a structural choice of
+  the engine, which fit-plan's bands also take, whole, where both meet the rows). The work of the
+  step (the cache, the bytes) is computed once; only its price moves.
 
 The cost per touched expert has no absolute prior (fit-plan's is a share of a calibration
 step): it stays at the preset's value, and the notes say so.
@@ -75,8 +75,8 @@ class PriorBand(Result):
             "tok/s at priors: the engine knobs this preset does not state, held at the box's priors (as "
             "moeroof fit-plan holds them where rows cannot identify them): "
             + "; ".join(parts)
-            + "; the range is the envelope of each knob at each of its ends (the others at their centres) and of "
-            "the terms combined the other way (max or sum: overlapped or one after another, which no prior "
+            + "; the range is the envelope of each knob at each of its ends (the others at their centres), with "
+            "the terms combined either way (max or sum: overlapped or one after another, which no prior "
             "decides); the cost per touched expert stays at the preset's value (its prior is a share of a "
             "measured step)"
         )
@@ -117,16 +117,20 @@ def prior_band(model: MoEModel, hardware: Hardware, workload, routing, batch, *,
     works = batch_works(model, centre, workload, routing, b, coalesced=coalesced)
     fits = np.concatenate([np.asarray(w.fits, dtype=bool) for w in works])
 
-    def rates(box: Hardware) -> np.ndarray:
-        return np.concatenate([r[0] for r in works_rates(box, workload, works)])
+    def rates(box: Hardware, wl=workload) -> np.ndarray:
+        return np.concatenate([r[0] for r in works_rates(box, wl, works)])
 
     mid = rates(centre)
-    ends = [rates(replace(centre, **{key: end})) for key, (lo, _, hi) in held.items() for end in (lo, hi)]
-    if held:
-        # how an unmeasured engine combines its terms (overlapped or one after another) is a
-        # structural choice no prior decides: the band takes the other combination at the centres
-        other = replace(workload, overlap="sum" if workload.overlap == "max" else "max")
-        ends.append(np.concatenate([r[0] for r in works_rates(centre, other, works)]))
+    # how an unmeasured engine combines its terms (overlapped or one after another) is a structural
+    # choice no prior decides: the band takes the other combination too, at the centres and at
+    # each knob's ends (as fit-plan's bands take the other overlap's whole band)
+    overlaps = [workload] + ([replace(workload, overlap="sum" if workload.overlap == "max" else "max")] if held else [])
+    ends = [
+        rates(replace(centre, **{key: end}), wl)
+        for wl in overlaps
+        for key, (lo, _, hi) in held.items()
+        for end in (lo, hi)
+    ] + [rates(centre, wl) for wl in overlaps[1:]]
     stack = np.stack([mid, *ends])
     nan = np.full(b.shape, np.nan)
     return PriorBand(

@@ -6,6 +6,7 @@ re-computed here from stack distances, Belady as a lower bound, and the memo."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -455,3 +456,27 @@ def test_a_finished_streams_padding_does_not_dilute_the_traces_union():
     assert not usable_trace_batch(short, 2)
     with pytest.raises(ValueError, match="all live"):
         trace_miss_ratio(short, "pad-short", 2, 2.0, experts=e)
+
+
+def test_a_global_cache_on_one_row_of_pi_spans_stand_in_layers_and_cycles_below_a_tokens_picks():
+    """A ``uniform`` or ``zipf:S`` routing has one row of π standing for every layer. One global
+    cache spans the model's layers, visited in order: with fewer slots than a token's picks over
+    them, LRU misses every time (each expert is evicted before the next token reaches its layer),
+    while one cache per layer of the same size still hits; and independent tokens are the
+    stickiness-0 limit of the sampled traces a plan runs the locality prior on (within 2 points)."""
+    from moeroof.data.presets import load_hardware, load_model
+    from moeroof.models.local_routing import routing_from_knobs
+    from moeroof.models.plan import Workload, plan, routing_from_spec
+
+    m, hw = load_model("qwen3-30b-a3b"), load_hardware("nvme-gen4")
+    per_expert_layer = m.moe_layers * m.expert_bytes
+    independent = routing_from_spec("zipf:1.0", m)
+    for c in (6, 12, 40):  # experts per layer: below K = 8, above it, well above
+        w = Workload(cache_bytes=c * per_expert_layer)
+        glob = float(plan(m, hw, w, independent, [1]).cache_hit_rate[0])
+        layer = float(plan(m, hw, replace(w, cache_scope="layer"), independent, [1]).cache_hit_rate[0])
+        traced = routing_from_knobs(m, "zipf", 1.0, rho=1e-9, streams=1, seed=0)
+        limit = float(plan(m, hw, w, traced, [1]).cache_hit_rate[0])
+        if c < m.top_k:
+            assert glob < 0.01 < 0.05 < layer, (c, glob, layer)
+        assert abs(glob - limit) < 0.02, (c, glob, limit)

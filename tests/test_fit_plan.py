@@ -279,7 +279,10 @@ def test_a_fitted_cache_knob_widens_the_band_over_the_same_fit_with_it_held():
         assert f["low"] <= h["low"] * (1 + 1e-9) and f["high"] >= h["high"] * (1 - 1e-9), (f, h)
         if f["role"] == "prediction":
             assert f["high"] - f["low"] > 1.02 * (h["high"] - h["low"]), (f, h)
-            assert f["hit_rate_high"] - f["hit_rate_low"] > h["hit_rate_high"] - h["hit_rate_low"], (f, h)
+            f_hit, h_hit = f["hit_rate_high"] - f["hit_rate_low"], h["hit_rate_high"] - h["hit_rate_low"]
+            # a cache below one token's picks over the layers misses every time at any skew (the
+            # global LRU cycles): its hit rate, 0, has nothing for the skew to widen
+            assert f_hit > h_hit if h["predicted_hit_rate"] > 0.02 else f_hit >= h_hit, (f, h)
 
 
 def test_shipped_bigrig_example_predicts_the_withheld_measurements(capsys):

@@ -58,6 +58,8 @@ __all__ = [
     "steady_trace",
     "warmup_steps",
     "simulated_layer_rows",
+    "simulated_rows",
+    "GLOBAL_STAND_IN_LAYERS",
     "order_chunk_steps",
     "simulate_ratios",
     "rank_cache_uncached",
@@ -308,6 +310,25 @@ def warmup_steps(pi: np.ndarray, batch: int) -> int:
     return int(min(MAX_WARMUP_STEPS, max(4, 2 * _fill_steps(q, 0.9 * reachable))))
 
 
+#: layers a global cache is simulated over where π has one row standing for every layer (a
+#: ``uniform`` or ``zipf:S`` routing): as many as a plan's sampled traces hold
+#: (:data:`moeroof.models.local_routing.TRACE_LAYERS`), so that independent tokens are the
+#: stickiness-0 limit of those traces
+GLOBAL_STAND_IN_LAYERS = 8
+
+
+def simulated_rows(pi: np.ndarray, scope: str) -> np.ndarray:
+    """The rows of π a steady-state simulation runs on: :func:`simulated_layer_rows`' rows, and
+    for a global cache on a π of one row, that row for :data:`GLOBAL_STAND_IN_LAYERS` layers.
+    One global cache spans the model's layers, which a token visits in order: below one token's
+    picks over them it misses every time (cyclic; mlx-lm#1438 measured 0 % at 10 GB), which one
+    layer alone, holding the cache's share per layer, does not show."""
+    pi = np.atleast_2d(np.asarray(pi, dtype=float))
+    if scope == "global" and pi.shape[0] == 1:
+        return np.repeat(pi, GLOBAL_STAND_IN_LAYERS, axis=0)
+    return pi[simulated_layer_rows(pi.shape[0])]
+
+
 def simulated_layer_rows(h: int) -> np.ndarray:
     """The layers (rows of π) a steady-state simulation draws: all of them up to
     :data:`MAX_SIMULATED_LAYERS`, else that many spread evenly."""
@@ -461,7 +482,7 @@ def page_cache_hit_ratio(
         source = ("trace", str(trace_key))
         sub = pi[rows] if pi.shape[0] == trace.shape[2] else pi[simulated_layer_rows(pi.shape[0])]
     else:
-        sub = pi[simulated_layer_rows(pi.shape[0])]
+        sub = simulated_rows(pi, scope)
         topk, warm = steady_trace(sub, own, int(batch), int(seed))
         source = ("drawn", digest(sub), int(seed))
     key = ("page", source, int(batch), int(c), int(page), policy, scope, digest(own.astype(np.int8)))
@@ -602,8 +623,7 @@ def steady_state_miss_ratio(
     if c >= n_own:
         return 0.0, 0.0  # every owned expert fits: after the cold start nothing misses
     c = float(math.floor(c))  # whole experts: the memo key, the warm-up and the trace's seed agree
-    rows = simulated_layer_rows(pi.shape[0])
-    sub = pi[rows]
+    sub = simulated_rows(pi, scope)
     key = (
         digest(sub, own.astype(np.int8)),
         int(batch),

@@ -575,9 +575,14 @@ def test_predictions_with_a_fit_memo_equal_fresh_ones(engine_box):
 
 def test_the_cli_offers_the_library_knobs():
     from moeroof.cli.fit_plan import KNOBS as CLI_KNOBS
-    from moeroof.models.fit_plan import KNOBS
+    from moeroof.models.fit_plan import DEFAULT_ROUTING, KNOBS
 
     assert CLI_KNOBS == KNOBS
+    # the routing fit-plan starts from without --routing is the library's (validate's skew group names it)
+    from moeroof.cli.app import build_parser
+
+    args = build_parser().parse_args(["fit-plan", "p.csv", "--model", "m", "--hardware", "h"])
+    assert args.routing == DEFAULT_ROUTING
 
 
 def test_both_overlaps_side_by_side_give_the_same_fit_and_leave_no_process():

@@ -120,7 +120,7 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
     """The ``plan`` JSON object for parsed arguments."""
     from moeroof.data.presets import load_hardware, load_model
     from moeroof.models.fit_plan import box_with_fit, routing_with_fit
-    from moeroof.models.plan import Workload, admission_search, plan, routing_from_spec
+    from moeroof.models.plan import DEFAULT_ROUTING, Workload, admission_search, plan, routing_from_spec
 
     batch = parse_batch(args.batch)
     ranks = positive_int(args.ranks, "--ranks")
@@ -156,7 +156,7 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
             lambda b: routing_from_knobs(model, *knobs, streams=int(b))  # type: ignore[misc]
         )
     else:
-        spec = args.routing or (fitted or {}).get("routing_spec") or "uniform"
+        spec = args.routing or (fitted or {}).get("routing_spec") or DEFAULT_ROUTING
         routing = routing_from_spec(spec, model)
     auto = resolve_auto_cache(options, model, hardware, batch)
     workload = Workload(ranks=ranks, partition=args.partition, rank_speed=speed, **options)

@@ -394,9 +394,9 @@ def sample_from_knobs(k: dict[str, Any], popularity: np.ndarray | None = None) -
 
     # the knobs hold on every layer but the first MoE layer, which has no locality (as everywhere
     # in the suite: moeroof.models.locality, Depth); with a --rho-profile the layers are the user's
-    profiled = isinstance(k["rho"], list) or not k.get("first_layer_without_locality", True)
+    literal = isinstance(k["rho"], list) or not k.get("first_layer_without_locality", True)
     c = np.inf if k["locality_c"] is None else k["locality_c"]
-    rho_l, c_l = (np.asarray(k["rho"], dtype=float), c) if profiled else layer_knobs(k["rho"], c, k["layers"])
+    rho_l, c_l = (np.asarray(k["rho"], dtype=float), c) if literal else layer_knobs(k["rho"], c, k["layers"])
     extra: dict[str, Any] = {}
     if k["locality_c"] is not None:
         extra.update(c=c_l, groups=k["streams"], scope="trace")

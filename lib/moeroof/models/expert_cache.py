@@ -311,8 +311,8 @@ def warmup_steps(pi: np.ndarray, batch: int) -> int:
 
 
 #: layers a global cache is simulated over where π has one row standing for every layer (a
-#: ``uniform`` or ``zipf:S`` routing): as many as a plan's sampled traces hold
-#: (:data:`moeroof.models.local_routing.TRACE_LAYERS`), so that independent tokens are the
+#: ``uniform`` or ``zipf:S`` routing); a plan's sampled traces hold as many
+#: (:data:`moeroof.models.local_routing.TRACE_LAYERS` is this), so that independent tokens are the
 #: stickiness-0 limit of those traces
 GLOBAL_STAND_IN_LAYERS = 8
 

@@ -36,6 +36,7 @@ import numpy as np
 
 from moeroof.core.errors import ParameterError
 from moeroof.data.presets import MoEModel
+from moeroof.models.expert_cache import GLOBAL_STAND_IN_LAYERS
 from moeroof.models.fit_routing import RoutingKnobs, layer_popularity, sample_knob_trace
 from moeroof.models.plan import RoutingProbabilities
 from moeroof.models.routing import histogram_from_trace, weights_from_inclusion
@@ -67,8 +68,10 @@ TRACE_STREAM_STEPS = 3072
 TRACE_MIN_STEPS = 24
 #: the most steps a trace of few streams is lengthened to (:func:`trace_steps`)
 TRACE_MAX_STEPS = 1024
-#: layer shapes of each sampled trace (one global cache over them, as engines keep it)
-TRACE_LAYERS = 8
+#: layer shapes of each sampled trace (one global cache over them, as engines keep it): the
+#: stand-in layers a one-row routing's global cache runs over too, so independent tokens are the
+#: stickiness-0 limit of these traces
+TRACE_LAYERS = GLOBAL_STAND_IN_LAYERS
 
 
 def trace_steps(streams: int, pi: np.ndarray | None = None) -> int:

@@ -781,6 +781,8 @@ _BREAKDOWN_FIELDS = (
 #: the held share u of what the OS leaves at which the reclaim slowdown stops growing (it
 #: diverges at 1: a box that holds every byte it has reclaims nothing)
 RECLAIM_MAX_SHARE = 0.99
+#: the routing ``moeroof plan`` runs without ``--routing`` (or a fit's)
+DEFAULT_ROUTING = "uniform"
 
 
 def reclaim_slowdown(hardware: Hardware, available_bytes, cache_bytes) -> np.ndarray:

@@ -459,32 +459,22 @@ def sample_topk(
     w = _normalize(np.atleast_2d(popularity))
     _check_experts_top_k(w.shape[-1], top_k)
     size = (size,) if np.isscalar(size) else tuple(size)
+    # Experts of zero weight would score −inf and tie, and numpy's partition and sort order ties by
+    # the CPU's SIMD path: they get distinct finite log weights below every positive weight's score,
+    # lower ids higher, so where fewer than K weights are positive the picks are the same on every
+    # machine (the Gumbel scores of positive weights never tie; a Gumbel draw, O(10), cannot
+    # reorder values 1e294 apart).
+    e = w.shape[-1]
     with np.errstate(divide="ignore"):
-        logw = np.log(w)
+        logw = np.where(w > 0, np.log(w), -_TIE_FLOOR * (1.0 + 1e-6 * np.arange(e)))
     scores = logw + rng.gumbel(size=size + w.shape)
-    return _top_k_of_scores(scores, top_k)
-
-
-def _top_k_of_scores(scores: np.ndarray, k: int) -> np.ndarray:
-    """The ``k`` highest scores' ids along the last axis, highest first. Experts of zero weight
-    score −inf and tie; numpy's partition and sort order ties by the CPU's SIMD path, so they
-    get distinct finite scores below every finite one, lower ids higher: where fewer than ``k``
-    weights are positive, the picks are the same on every machine (the Gumbel scores of
-    positive weights never tie)."""
-    if not np.isfinite(scores).all():
-        e = scores.shape[-1]
-        scores = np.where(np.isfinite(scores), scores, -_TIE_FLOOR * (1.0 + 1e-6 * np.arange(e)))
-    part = np.argpartition(-scores, k - 1, axis=-1)[..., :k]
-    if scores.ndim == 2:  # sample_trace's tie rows, ~10^5 calls a report: plain indexing, the same values
-        rows = np.arange(scores.shape[0])[:, None]
-        order = np.argsort(-scores[rows, part], axis=-1)
-        return part[rows, order].astype(np.int32)
+    part = np.argpartition(-scores, top_k - 1, axis=-1)[..., :top_k]
     order = np.argsort(-np.take_along_axis(scores, part, axis=-1), axis=-1)
     return np.take_along_axis(part, order, axis=-1).astype(np.int32)
 
 
-#: below any finite Gumbel score of a positive weight (log w ≥ −745 for doubles): zero weights'
-#: ties are broken below it, by id
+#: below any Gumbel score of a positive weight (log w ≥ −745 for doubles): zero weights' scores,
+#: by id
 _TIE_FLOOR = 1e300
 
 

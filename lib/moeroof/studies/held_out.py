@@ -32,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from moeroof.core.units import GB, GiB
+
 __all__ = ["GROUPS", "COLUMNS", "held_out_rows", "summarise"]
 
 GROUPS = ("step", "cache", "skew", "locality", "regimes")
@@ -60,7 +62,7 @@ REGIME_CASES = (
         # what the three rows identify: skew and stickiness from their hit rates, the SSD scale
         # and the reclaim work's size and shape from their tok/s
         ("ssd-scale", "reclaim", "reclaim-shape", "skew", "rho"),
-        (30e9 / 2**30, 35e9 / 2**30),
+        (30 * GB / GiB, 35 * GB / GiB),
     ),
 )
 #: the columns of every row, in table order
@@ -183,7 +185,8 @@ def regime_rows(*, jobs: int = 1) -> list[dict[str, Any]]:
             rows.append(
                 _row("regimes", case, "prediction", "cache (GiB) where tok/s peaks", None, mid, pk["cache_gib"],
                      pk["cache_gib"] / mid - 1.0, "relative", pk["low"], pk["high"], pk["low"] <= mid <= pk["high"],
-                     cal, f"{points}: the reported peak, {peak[0]:.1f}–{peak[1]:.1f} GiB (30–35 GB), at its middle; "
+                     cal, f"{points}: the reported peak, {peak[0]:.1f}–{peak[1]:.1f} GiB ({peak[0] * GiB / GB:.0f}–"
+                     f"{peak[1] * GiB / GB:.0f} GB), at its middle; "
                      "the band is where a measured peak would fall (5–95 %)")
             )  # fmt: skip
     return rows

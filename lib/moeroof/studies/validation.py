@@ -36,6 +36,8 @@ from scipy.optimize import brentq, least_squares
 from moeroof.core.results import Result
 from moeroof.data.presets import Hardware, MoEModel
 from moeroof.models import expert_cache
+from moeroof.models.fit_plan import DEFAULT_ROUTING as FIT_PLAN_ROUTING
+from moeroof.models.plan import DEFAULT_ROUTING as PLAN_ROUTING
 from moeroof.models.plan import RoutingProbabilities, Workload, plan, routing_from_spec
 from moeroof.models.routing import inclusion_probabilities, zipf_weights
 
@@ -1072,7 +1074,7 @@ DEEPSEEK_SKEW = Reference(
     "johanna-rock/moe-balance (docs/sources.md)",
 )
 #: the routings a zero-fit answer starts from: ``plan``'s default and ``fit-plan``'s
-DEFAULT_ROUTINGS = (("uniform", "plan's default routing"), ("zipf:0.8", "fit-plan's default routing"))
+DEFAULT_ROUTINGS = ((PLAN_ROUTING, "plan's default routing"), (FIT_PLAN_ROUTING, "fit-plan's default routing"))
 
 
 def skew_comparisons() -> list[Comparison]:
@@ -1087,7 +1089,8 @@ def skew_comparisons() -> list[Comparison]:
     model = load_model("deepseek-v3")
     ref = DEEPSEEK_SKEW
     k = model.top_k
-    hottest, top32 = ref.value["hottest_share"][1], float(np.mean(ref.value["top32_share"]))
+    hottest, (lo32, hi32) = ref.value["hottest_share"][1], ref.value["top32_share"]
+    top32 = 0.5 * (lo32 + hi32)
     out = []
     for spec, who in DEFAULT_ROUTINGS:
         pi = np.sort(np.asarray(routing_from_spec(spec, model).pi, dtype=float).mean(axis=0))[::-1]
@@ -1097,7 +1100,8 @@ def skew_comparisons() -> list[Comparison]:
                 f"deepseek-v3-skew-{name}",
                 ref.source,
                 f"DeepSeek-V3 (E={model.experts}, K={k}): hottest expert's share of a layer's picks (the median "
-                "layer) and the top 32 experts' share (the layers' range 25–54 %, its middle), in that order",
+                f"layer) and the top 32 experts' share (the layers' range {lo32:.0%}–{hi32:.0%}, its middle), in "
+                "that order",
                 "prediction",
                 f"nothing: {who} ({spec}), no skew knob fitted",
                 "none (routing statistics)",

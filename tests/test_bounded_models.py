@@ -82,12 +82,25 @@ def test_plan_with_a_million_experts_exits_2_under_a_memory_cap(tmp_path):
     assert "1048576" in model.read_text()
     # independent tokens: the systematic sampler's bound on the keys it sorts
     proc = capped(
-        ["plan", "--model", str(model), "--hardware", "nvme-gen4", "--batch", "1,8", "--independent"], 1500, tmp_path
+        ["plan", "--model", str(model), "--hardware", "nvme-gen4", "--batch", "1,8", "--independent"]
+        + ["--routing", "uniform"],
+        1500,
+        tmp_path,
     )
     assert "random-order keys" in one_error(proc)
-    # the locality prior's sampler (the default): its bound on one step's scores
-    proc = capped(["plan", "--model", str(model), "--hardware", "nvme-gen4", "--batch", "1,8"], 1500, tmp_path)
+    # the locality prior's sampler, on a uniform routing: its bound on one step's scores
+    proc = capped(
+        ["plan", "--model", str(model), "--hardware", "nvme-gen4", "--batch", "1,8", "--routing", "uniform"],
+        1500,
+        tmp_path,
+    )
     assert "streams × layers × experts" in one_error(proc)
+    # the skew prior (the default routing) and a Zipf routing: the bound on the inclusion probabilities' grid
+    for spec in ([], ["--routing", "zipf:0.8"]):
+        proc = capped(
+            ["plan", "--model", str(model), "--hardware", "nvme-gen4", "--batch", "1,8", *spec], 1500, tmp_path
+        )
+        assert "experts × inclusion quadrature nodes" in one_error(proc)
 
 
 # ----------------------------------------------------------------------------- consecutive overlap

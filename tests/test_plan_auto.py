@@ -89,7 +89,8 @@ def test_plan_default_is_auto_and_says_so(capsys):
     auto = plan_json(capsys, *base)
     assert zero["bound"] == ["ssd"] and zero["cache_auto"] is None and zero["cache_gib"] == [0]
     assert auto["cache_gib"] == pytest.approx([84.0]) and auto["cache_auto"]["limited_by"] == ["routed"]
-    assert auto["bound"] != ["ssd"] and auto["cache_hit_rate"][0] == pytest.approx(1.0)
+    # a cache of every routed expert misses at most a rare expert's first touch in the counted half
+    assert auto["bound"] != ["ssd"] and auto["cache_hit_rate"][0] >= 0.999
     assert auto["per_agent_tok_s"][0] > 20 * zero["per_agent_tok_s"][0]
     assert auto["notes"][0].startswith("expert cache auto, per batch size")
     assert "B=1: 84.0 GiB (every routed expert)" in auto["notes"][0]
@@ -133,12 +134,17 @@ def test_infeasible_rows_have_no_multiple(capsys):
 
 
 def test_the_link_term_is_named_per_preset(capsys, tmp_path):
-    h200 = plan_json(capsys, "--model", "glm-5.2", "--hardware", "h200-pcie-offload", "--batch", "1")
+    # no expert cache: every expert a step touches crosses the link, which binds
+    h200 = plan_json(
+        capsys, "--model", "glm-5.2", "--hardware", "h200-pcie-offload", "--batch", "1", "--cache-gib", "0"
+    )
     assert h200["link_name"] == "pcie" and h200["bound"] == ["ssd"]  # the JSON key stays the model's term
     assert any("streaming tier is pcie" in n for n in h200["notes"])
     nvme = plan_json(capsys, "--model", "glm-5.2", "--hardware", "nvme-gen4", "--batch", "1")
     assert nvme["link_name"] == "ssd"
-    assert main(["plan", "--model", "glm-5.2", "--hardware", "h200-pcie-offload", "--batch", "1"]) == 0
+    assert (
+        main(["plan", "--model", "glm-5.2", "--hardware", "h200-pcie-offload", "--batch", "1", "--cache-gib", "0"]) == 0
+    )
     out = capsys.readouterr().out.splitlines()
     header = next(line for line in out if line.startswith("B "))
     assert "pcie GB/token" in header and "SSD" not in header

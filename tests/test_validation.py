@@ -326,3 +326,18 @@ def test_the_zero_fit_routings_skew_against_deepseek_by_hand():
     assert uniform.predicted == pytest.approx((1 / e, 32 / e), rel=1e-12)
     assert uniform.measured == zipf.measured == pytest.approx((0.0236, 0.395))
     assert zipf.predicted[0] > 0.0519 and 0.25 <= zipf.predicted[1] <= 0.54
+
+
+def test_the_held_out_skew_prior_brackets_deepseek_and_orders_its_ends():
+    """The prior fitted without DeepSeek-V3: a smaller α is more skewed, so the band's low end is the
+    least skewed end's share; a Dirichlet(α) layer's hottest share at α = 1 is about H_E/E (the
+    largest of E exponentials over their sum) up to top-K capping, checked against that closed form."""
+    from moeroof.studies.skew_prior import top_share
+
+    row = {c.key: c for c in skew_comparisons()}["deepseek-v3-skew-prior-held-out"]
+    assert row.role == "prediction" and all(lo < p < hi for lo, p, hi in zip(row.low, row.predicted, row.high))
+    assert all(lo <= m <= hi for lo, m, hi in zip(row.low, row.measured, row.high))
+    e = 256
+    harmonic = sum(1.0 / i for i in range(1, e + 1))
+    # the median of the largest share sits a little below its mean H_E/E (the max's right skew)
+    assert float(top_share(1.0, e, 8, 1)) == pytest.approx(harmonic / e, rel=0.15)

@@ -49,7 +49,10 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--model", required=True, help="model preset name or TOML path")
     p.add_argument("--hardware", required=True, help="hardware preset name or TOML path")
     p.add_argument(
-        "--routing", default="zipf:0.8", help="uniform, zipf:S (the start of a skew fit) or a histogram/trace path"
+        "--routing",
+        default="prior",
+        help="prior (the skew prior, default), uniform, zipf:S, dirichlet:A (the start of a skew fit) "
+        "or a histogram/trace path",
     )
     p.add_argument(
         "--routing-knobs",
@@ -95,6 +98,7 @@ def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
     from moeroof.data.plan_points import read_plan_points
     from moeroof.data.presets import load_hardware, load_model
     from moeroof.models.fit_plan import fit_plan
+    from moeroof.models.local_routing import spec_skew
     from moeroof.models.locality import Locality
     from moeroof.models.plan import routing_from_spec
 
@@ -107,7 +111,7 @@ def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
         is_spec = False
     else:
         routing = routing_from_spec(args.routing, model)
-        is_spec = args.routing.startswith("zipf:") or args.routing == "uniform"
+        is_spec = spec_skew(routing) is not None
     progress = Progress("fit-plan")
     try:
         res = fit_plan(

@@ -6,7 +6,7 @@ baselines.
 
     moeroof plan --model PRESET|FILE --hardware PRESET|FILE --batch 1,8,64 [--cache-gib X]
                  [--cache-policy lru|lfu|s3fifo|arc|belady|static] [--context N]
-                 [--overlap max|sum] [--routing uniform|zipf:S|PATH] [--read-size-kib X]
+                 [--overlap max|sum] [--routing prior|uniform|zipf:S|dirichlet:A|PATH] [--read-size-kib X]
                  [--ranks R [--partition id|lpt|weighted|bytes] [--rank-speed 1,0.6]]
                  [--min-per-agent-tok-s X] [--independent] [--format table|json|csv] [--output FILE]
 
@@ -25,7 +25,10 @@ every real decode shows: a simulated cache (or the OS page cache) runs on traces
 the centre of the locality prior fitted on real decode (``data/fits/locality-prior.json``;
 :mod:`moeroof.models.local_routing`), named in the routing label and the notes;
 ``--independent`` draws independent tokens instead. A trace routing keeps its own streams, and
-``--fit`` / ``--routing-knobs`` the locality they hold.
+``--fit`` / ``--routing-knobs`` the locality they hold. Without ``--routing`` each layer's
+expert popularity is the skew prior's, fitted on public routing of fine-grained MoE models
+(``data/fits/skew-prior.json``, :func:`moeroof.models.plan.prior_routing`); with the locality,
+its 5–95 % ends are run as well, and the notes give the spread of each.
 """
 
 from __future__ import annotations
@@ -75,7 +78,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--routing",
         default=None,
-        help="uniform, zipf:S, or a histogram .csv / trace .npz path (default uniform, or with --fit the fit's routing)",
+        help="prior (the skew prior), uniform, zipf:S, dirichlet:A, or a histogram .csv / trace .npz path "
+        "(default prior, or with --fit the fit's routing)",
     )
     p.add_argument(
         "--routing-knobs",
@@ -160,22 +164,27 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
         routing = routing_from_spec(spec, model)
     auto = resolve_auto_cache(options, model, hardware, batch)
     workload = Workload(ranks=ranks, partition=args.partition, rank_speed=speed, **options)
+    prior = None
     if fitted is None and args.routing_knobs is None and not args.independent:
-        from moeroof.models.local_routing import locality_band, with_locality
         from moeroof.models.locality import Locality
 
-        # one stream's locality no row can identify: the committed prior's centre (moeroof.data.locality), and
-        # its spread as the prediction at the prior's two ends
+        # one stream's locality no row can identify: the committed prior's centre (moeroof.data.locality)
         prior = Locality.committed()
-        spread = locality_band(model, hardware, workload, routing, batch, prior)
+    spreads = {}
+    if fitted is None and args.routing_knobs is None:
+        from moeroof.models.local_routing import locality_band, skew_band, with_locality
+
+        # what no row can identify, as the prediction at each prior's two ends: the skew prior's
+        # (the default routing) and one stream's locality
+        spreads["skew_band"] = skew_band(model, hardware, workload, routing, batch, prior)
+        spreads["locality_band"] = locality_band(model, hardware, workload, routing, batch, prior)
         routing = with_locality(model, routing, prior, workload=workload)
-    else:
-        spread = None
     result = plan(model, hardware, workload, routing, batch)
     rep = result.to_dict()
-    if spread is not None:
-        rep["locality_band"] = {k: v for k, v in spread.items() if k != "note"}
-        rep["notes"] = [*rep["notes"], spread["note"]]
+    for key, spread in spreads.items():
+        if spread is not None:
+            rep[key] = {k: v for k, v in spread.items() if k != "note"}
+            rep["notes"] = [*rep["notes"], spread["note"]]
     _feasible_only(rep)
     if fitted is None:
         from moeroof.models.engine_prior import prior_band

@@ -8,7 +8,8 @@ instead ``auto``, resolved here for the model actually asked for (:func:`default
 1. the notebook's preferred embedded file, when its E and K are the model's;
 2. otherwise the first embedded histogram or trace under ``data/`` (sorted by name) with the
    model's E and K — a file whose recorded model name matches the preset's first;
-3. otherwise :data:`FALLBACK_ROUTING`, an assumed Zipf skew (no embedded data has that E, K).
+3. otherwise :data:`FALLBACK_ROUTING`, the skew prior (no embedded data has that E, K;
+   :func:`moeroof.models.plan.prior_routing`).
 
 The reason comes back with the choice, so that the answer can say which default was taken.
 """
@@ -28,24 +29,26 @@ from moeroof.data.io import InputError, sidecar_path
 
 __all__ = ["FALLBACK_ROUTING", "ROUTING_SUFFIXES", "RoutingDefault", "routing_shape", "default_routing", "is_file_spec"]
 
-#: the routing of a model no embedded data was captured for: an assumed popularity skew
-FALLBACK_ROUTING = "zipf:0.8"
+#: the routing of a model no embedded data was captured for: the skew prior (fitted on public
+#: routing of fine-grained MoE models, assumed for this one)
+FALLBACK_ROUTING = "prior"
 #: what a routing file may be
 ROUTING_SUFFIXES = (".csv", ".npz", ".npy", ".parquet")
 
 
 @dataclass(frozen=True)
 class RoutingDefault:
-    """What ``auto`` became: ``spec`` (a path under ``data/`` or ``zipf:S``) and ``why``, in words."""
+    """What ``auto`` became: ``spec`` (a path under ``data/`` or ``prior``) and ``why``, in words."""
 
     spec: str
     why: str
 
 
 def is_file_spec(spec: str) -> bool:
-    """Whether a routing spec names a file (not ``uniform``, ``zipf:S``, ``auto`` or empty)."""
+    """Whether a routing spec names a file (not ``prior``, ``uniform``, ``zipf:S``,
+    ``dirichlet:A``, ``auto`` or empty)."""
     s = spec.strip().lower()
-    return bool(s) and s not in ("uniform", "auto") and not s.startswith("zipf")
+    return bool(s) and s not in ("prior", "uniform", "auto") and not s.startswith(("zipf", "dirichlet"))
 
 
 def routing_shape(path: str | os.PathLike[str]) -> tuple[int, int, str | None]:
@@ -128,5 +131,6 @@ def default_routing(model_name: str, experts: int, top_k: int, preferred: str | 
         return RoutingDefault(name, f"the embedded routing data with the model's {here}")
     return RoutingDefault(
         FALLBACK_ROUTING,
-        f"an assumed Zipf skew: no embedded routing data has the model's {here}",
+        f"the skew prior (fitted on public routing of fine-grained MoE models, assumed for this one): no "
+        f"embedded routing data has the model's {here}",
     )

@@ -76,5 +76,11 @@ def read_fit(path: str | os.PathLike[str]) -> dict[str, Any]:
         if key.endswith("_efficiency") and not 0 < value <= 1:
             raise InputError(p, "-", f"knobs.{key}", f"{value!r} is not a share in (0, 1]")
         out[key] = value
+        if key == "skew":
+            # the routing family the skew was fitted in (a result written before it was recorded: Zipf)
+            family = entry.get("family", "zipf")
+            if family not in ("zipf", "dirichlet"):
+                raise InputError(p, "-", "knobs.skew.family", f"expected zipf or dirichlet, got {family!r}")
+            out["skew_family"] = family
     out["page_cache"] = bool(doc.get("page_cache", False)) or "page_cache_share" in out
     return out

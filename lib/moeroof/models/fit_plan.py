@@ -103,7 +103,14 @@ from moeroof.data.presets import DEFAULT_PRIORS, EFFICIENCY_FIELDS, Hardware, Mo
 from moeroof.models.curve_peak import curve_peak, peak_grids
 from moeroof.models.local_routing import LocalRouting, routing_from_knobs, spec_skew
 from moeroof.models.locality import Locality, c_per_expert_from_hot_set, from_scale, to_scale
-from moeroof.models.plan import RoutingProbabilities, Workload, batch_works, routing_from_spec, works_rates
+from moeroof.models.plan import (
+    RoutingProbabilities,
+    Workload,
+    batch_works,
+    routing_from_spec,
+    skew_prior_of,
+    works_rates,
+)
 from moeroof.models.union import as_batch
 
 __all__ = [
@@ -130,9 +137,9 @@ __all__ = [
 ]
 
 KNOBS = ("engine", "expert", "ssd-scale", "reclaim", "reclaim-shape", "pressure", "skew", "rho")
-#: the routing ``moeroof fit-plan`` starts from without ``--routing`` (the CLI spells it, held
-#: equal by a test, so that its parser needs no scipy)
-DEFAULT_ROUTING = "zipf:0.8"
+#: the routing ``moeroof fit-plan`` starts from without ``--routing``: the skew prior, as
+#: ``moeroof plan``'s (the CLI spells it, held equal by a test, so that its parser needs no scipy)
+DEFAULT_ROUTING = "prior"
 SIGMA_NET = 0.05
 SIGMA_HIT = 0.02
 BAND_DRAWS = 200
@@ -288,9 +295,28 @@ def box_with_fit(hardware: Hardware, fit: dict[str, Any]) -> Hardware:
     return replace(hardware, **changed, provenance=MappingProxyType(prov), sources=MappingProxyType(sources))
 
 
+def skew_parameter(family: str, skew: float) -> float:
+    """The family's own parameter at a fit's skew knob: Zipf s itself; for a Dirichlet routing
+    the knob is the popularity's coefficient of variation ``1/√α`` (0 uniform, as Zipf's 0, and
+    bounded as Zipf's s is), so ``α = 1/skew²`` (at most 1e12: uniform)."""
+    if family == "zipf":
+        return float(skew)
+    return float(min(1.0 / max(float(skew), 1e-6) ** 2, 1e12))
+
+
+def skew_knob(family: str, parameter: float) -> float:
+    """The inverse of :func:`skew_parameter`: the skew knob of a family's parameter."""
+    return float(parameter) if family == "zipf" else float(1.0 / math.sqrt(max(float(parameter), 1e-12)))
+
+
+def skew_spec(family: str, skew: float) -> str:
+    """The routing spec of a family at a skew knob (``zipf:S``, ``dirichlet:A``)."""
+    return f"{family}:{skew_parameter(family, skew):.10g}"
+
+
 def routing_with_fit(model: MoEModel, fit: dict[str, Any]):
     """The routing a fit-plan result ran on when it fitted the skew or held one stream's
-    locality (None: neither): Zipf s (fitted, else its ``zipf:S`` / ``uniform`` routing's), or
+    locality (None: neither): its family at the fitted skew (else its spec routing's own), or
     with stickiness ρ > 0 or a per-stream locality c a
     :class:`~moeroof.models.local_routing.LocalRouting` (``B -> RoutingProbabilities``, a trace
     of B streams), as the fit ran; a histogram's fit with held locality, the same on its π."""
@@ -298,33 +324,30 @@ def routing_with_fit(model: MoEModel, fit: dict[str, Any]):
     c_per_expert = fit.get("locality_c_per_expert")
     c = math.inf if c_per_expert is None else float(c_per_expert) * model.experts
     local = rho > 0 or not math.isinf(c)
+    spec = str(fit.get("routing_spec") or "")
     if "skew" in fit:
-        skew = float(fit["skew"])
+        # a fit written before the family was recorded fitted a Zipf routing
+        family = str(fit.get("skew_family") or "zipf")
+        base = routing_from_spec(skew_spec(family, float(fit["skew"])), model)
     elif local:
-        spec = str(fit.get("routing_spec") or "")
-        if spec == "uniform":
-            skew = 0.0
-        elif spec.startswith("zipf:"):
-            skew = float(spec.split(":", 1)[1])
-        else:
+        base = routing_from_spec(spec, model)
+        if base.trace is not None:
+            return None  # a trace keeps its own correlations (fit_plan's note)
+        if spec_skew(base) is None:
             # a histogram's popularity with the fit's held locality on top, as the fit ran
-            base = routing_from_spec(spec, model)
-            if base.trace is not None:
-                return None  # a trace keeps its own correlations (fit_plan's note)
             return LocalRouting(model, base, rho, c, "locality the fit held")
     else:
         return None
     if local:
-        base = routing_from_spec(f"zipf:{skew:.10g}", model)
-        return LocalRouting(model, base, rho, c, "locality the fit held", zipf_skew=skew)
-    return routing_from_spec(f"zipf:{skew:.10g}", model)
+        return LocalRouting(model, base, rho, c, "locality the fit held", family_skew=spec_skew(base))
+    return base
 
 
-def _zipf_exponent(routing: RoutingProbabilities, default: float = 0.8) -> float:
-    """A Zipf routing's own exponent (``zipf:S``; uniform: 0), else ``default``: where a fit
-    starts its skew."""
-    s = spec_skew(routing)
-    return default if s is None else s
+def _skew_start(routing: RoutingProbabilities, default: float = 0.8) -> tuple[str, float]:
+    """A routing's family and skew knob (:func:`skew_knob`) where a fit starts its skew: its own
+    for a routing given by knobs, else Zipf ``default``."""
+    fs = spec_skew(routing)
+    return ("zipf", default) if fs is None else (fs[0], skew_knob(*fs))
 
 
 def _routing(
@@ -333,17 +356,20 @@ def _routing(
     local = knobs.rho > 0.0 or not math.isinf(knobs.c)
     if knobs.skew is None and not local:
         return base
-    s = _zipf_exponent(base) if knobs.skew is None else float(knobs.skew)
-    key = (s, knobs.skew is None, float(knobs.rho), float(knobs.c), streams, seed if local else 0)
+    family, s0 = _skew_start(base)
+    s = s0 if knobs.skew is None else float(knobs.skew)
+    key = (family, s, knobs.skew is None, float(knobs.rho), float(knobs.c), streams, seed if local else 0)
     if routes is not None and key in routes:
         return routes[key]
     if local and knobs.skew is None and spec_skew(base) is None:
         # a histogram's own popularity, with the locality on top (moeroof.models.local_routing)
         route = LocalRouting(model, base, float(knobs.rho), float(knobs.c), "held locality", seed)(streams)
     elif local:
-        route = routing_from_knobs(model, "zipf", s, knobs.rho, knobs.c, streams=streams, seed=seed)
+        route = routing_from_knobs(
+            model, family, skew_parameter(family, s), knobs.rho, knobs.c, streams=streams, seed=seed
+        )
     else:
-        route = routing_from_spec(f"zipf:{s:.10g}", model)
+        route = routing_from_spec(skew_spec(family, s), model)
     if routes is not None:  # one fit asks for the same routing many times (draws, seeds, rows)
         routes[key] = route
     return route
@@ -607,14 +633,17 @@ def _fit_one(  # noqa: C901
     if len(cache_knobs) > n_hit + max(n_net - n_smooth, 0):
         raise ParameterError("fit", f"{', '.join(cache_knobs)} need more calibration rows than the file has")
     if "skew" in names and not routing_is_spec:
-        raise ParameterError("fit", "skew fits a Zipf routing: start from a zipf:S routing, not a file")
+        raise ParameterError(
+            "fit",
+            "skew fits a routing given by its knobs: start from prior, uniform, zipf:S or dirichlet:A, not a file",
+        )
     if not names:
         raise ParameterError("fit", "nothing to fit: the rows identify no knob")
     cal_net = np.array([p.net_tok_s is not None for p in pts])
     cal_hit = np.array([p.hit_rate is not None for p in pts])
     meas_net = np.array([p.net_tok_s if p.net_tok_s is not None else np.nan for p in pts])
     meas_hit = np.array([p.hit_rate if p.hit_rate is not None else np.nan for p in pts])
-    s0 = _zipf_exponent(routing)
+    skew_family, s0 = _skew_start(routing)
     # the engine priors of this box (its preset's, else the suite's)
     token_prior = hardware.priors["engine_seconds_per_agent_token"][0]
     step_prior = hardware.priors["engine_seconds_per_step"][0]
@@ -657,6 +686,11 @@ def _fit_one(  # noqa: C901
     # at the box's priors, their ends in the bands; the streaming tier's only where its scale is not fitted
     held_efficiency = [k for k in EFFICIENCY_FIELDS if k != "link_efficiency" or "ssd-scale" not in names]
     held.update({k: hardware.priors[k][0][1] for k in held_efficiency})
+    # the skew prior's routing, its skew not fitted: held at the prior's centre, its 5 and 95 %
+    # ends in the bands (as the locality's)
+    skew_prior = None if "skew" in names else skew_prior_of(routing)
+    if skew_prior is not None:
+        held["skew"] = skew_knob("dirichlet", skew_prior.alpha)
 
     def knobs_of(outer: dict[str, float], inner: np.ndarray) -> PlanKnobs:
         k = PlanKnobs(rho=held_local["rho"], c=held_local["c"], **{e: held[e] for e in held_efficiency})
@@ -685,6 +719,8 @@ def _fit_one(  # noqa: C901
             j += 1
         if "reclaim-shape" in names:
             k = replace(k, reclaim_exponent=float(inner[j]))
+        if skew_prior is not None:
+            k = replace(k, skew=held["skew"])
         if "skew" in outer:
             k = replace(k, skew=outer["skew"])
         if "rho" in outer:
@@ -937,15 +973,17 @@ def _fit_one(  # noqa: C901
             hit_low = np.minimum(hit_low, np.clip(hit_e - (hit0 - hit_low), 0.0, 1.0))
             hit_high = np.maximum(hit_high, np.clip(hit_e + (hit_high - hit0), 0.0, 1.0))
 
-    def widen_at_ends(key: str, ends) -> list[str]:
+    def widen_at_ends(key: str, ends, *, hits: bool = False) -> list[str]:
         """The held knob ``key`` at each end of its prior, the smooth knobs re-solved there: the
-        band covers what the rows cannot rule out, moved by each end's prediction; returns a
-        phrase for each end the rows cut short."""
+        band covers what the rows cannot rule out, moved by each end's prediction (``hits``: the
+        hit rates' band too); returns a phrase for each end the rows cut short."""
         centre = held[key]
         cut = []
         for end in ends:
             t, at = admitted_end(lambda t, end=end: held.__setitem__(key, centre + t * (end - centre)))
-            if at is not None:
+            if at is not None and hits:
+                widen(*at)
+            elif at is not None:
                 widen(at[0])
             if t < 1.0:
                 cut.append(f"{key} {'not past its centre' if at is None else f'to {t:g} of the way to {end:.3g}'}")
@@ -993,6 +1031,14 @@ def _fit_one(  # noqa: C901
         + " — no row here tells them from the engine and SSD terms; the bands include the predictions at both ends"
         + ("" if not cut else f", as far as the calibration rows admit them ({'; '.join(cut)})")
     )
+    if skew_prior is not None:
+        a_lo, a_hi = skew_prior.alpha_range
+        # the most skewed end first (the smallest α); the skew knob is 1/√α
+        cut = widen_at_ends("skew", (skew_knob("dirichlet", a_lo), skew_knob("dirichlet", a_hi)), hits=True)
+        notes.append(
+            f"routing skew held at the {skew_prior.label()}: the bands include both ends of its {skew_prior.range_name} range"
+            + ("" if not cut else f", as far as the calibration rows admit them ({'; '.join(cut)})")
+        )
     if use_prior:
         # the locality at its least and most local ends (ρ and c at their 5 % and 95 % quantiles,
         # the other knobs re-solved there): the band covers what the prior cannot rule out
@@ -1432,7 +1478,13 @@ def _knob_table(  # noqa: C901
     if "ssd-scale" not in names:
         out["ssd_scale"] = {"value": 1.0, "fitted": False, "unit": "×", "held": "the preset's SSD curve"}
     cache_bounds = {"skew": _BOUNDS["skew"], "rho": _BOUNDS["rho"], "pressure": _BOUNDS["share"]}
-    for name, key, unit in (("skew", "skew", "Zipf s"), ("rho", "rho", "ρ"), ("pressure", "page_cache_share", "share")):
+    family = _skew_start(routing)[0]
+    skew_unit = "Zipf s" if family == "zipf" else "Dirichlet 1/√α"
+    for name, key, unit in (
+        ("skew", "skew", skew_unit),
+        ("rho", "rho", "ρ"),
+        ("pressure", "page_cache_share", "share"),
+    ):
         if name in outer:
             lo, hi = cache_intervals[name]
             whole = (lo, hi) == tuple(float(b) for b in cache_bounds[name])
@@ -1446,6 +1498,10 @@ def _knob_table(  # noqa: C901
             }
             if whole:
                 out[key]["why"] = "its profile spans its whole range: every value fits the rows as well"
+            if name == "skew":
+                out[key]["family"] = family
+                if family == "dirichlet":
+                    out[key]["alpha"] = skew_parameter(family, float(outer[name]))
     if "skew" not in outer:
         out["routing"] = {"value": routing.label, "fitted": False}
     return out

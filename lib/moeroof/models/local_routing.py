@@ -13,9 +13,10 @@ union; :func:`moeroof.models.plan.plan` calls it once per B, so no row depends o
 
 The popularity the trace draws from:
 
-- a ``uniform`` or ``zipf:S`` routing: the family's own per-layer popularity, exactly as
+- a routing given by its knobs (``uniform``, ``zipf:S``, ``dirichlet:A``, the skew prior):
+  the family's own per-layer popularity, exactly as
   ``moeroof fit-plan`` and ``moeroof plan --routing-knobs`` sample it
-  (:func:`routing_from_knobs`: Zipf weights in a random order per layer; π is the trace's own
+  (:func:`routing_from_knobs`: Zipf weights in a random order, or Dirichlet draws, per layer; π is the trace's own
   histogram), so a zero-fit ``plan`` and a zero-fit ``fit-plan`` agree;
 - a histogram: the Plackett–Luce weights whose top-K inclusion probabilities are its rows
   (:func:`moeroof.models.routing.weights_from_inclusion`), at most :data:`TRACE_LAYERS` rows
@@ -52,6 +53,7 @@ __all__ = [
     "routing_from_knobs",
     "with_locality",
     "locality_band",
+    "skew_band",
     "spec_skew",
     "cache_sees_locality",
     "LOCALITY_CHOICES",
@@ -120,11 +122,11 @@ def routing_from_knobs(
     return RoutingProbabilities(np.clip(pi, 0.0, 1.0), label, "projected", trace=topk, trace_key=key)
 
 
-def spec_skew(routing: RoutingProbabilities) -> float | None:
-    """The Zipf exponent of a ``uniform`` (0) or ``zipf:S`` routing (its label), else None."""
-    if routing.label.startswith("Zipf s="):
-        return float(routing.label.split("=", 1)[1])
-    return 0.0 if routing.label == "uniform" else None
+def spec_skew(routing: RoutingProbabilities) -> tuple[str, float] | None:
+    """The (family, skew) of a routing given by its knobs (``uniform``: Zipf 0, ``zipf:S``,
+    ``dirichlet:A``, ``prior``), else None (a histogram or trace has its own popularity)."""
+    fs = getattr(routing, "family_skew", None)
+    return None if fs is None else (str(fs[0]), float(fs[1]))
 
 
 @functools.lru_cache(maxsize=16)
@@ -148,13 +150,13 @@ class LocalRouting:
     c: float
     source: str
     seed: int = 0
-    #: the Zipf exponent to sample at, exactly (None: the base's own, from its label)
-    zipf_skew: float | None = None
+    #: the (family, skew) to sample at, exactly (None: the base's own, :func:`spec_skew`)
+    family_skew: tuple[str, float] | None = None
     _memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
-    def skew(self) -> float | None:
-        return spec_skew(self.base) if self.zipf_skew is None else float(self.zipf_skew)
+    def skew(self) -> tuple[str, float] | None:
+        return spec_skew(self.base) if self.family_skew is None else self.family_skew
 
     @property
     def label(self) -> str:
@@ -204,9 +206,9 @@ class LocalRouting:
         return self._memo[b]
 
     def _at(self, b: int) -> RoutingProbabilities:
-        s = self.skew
-        if s is not None:
-            r = routing_from_knobs(self.model, "zipf", s, self.rho, self.c, streams=b, seed=self.seed)
+        fs = self.skew
+        if fs is not None:
+            r = routing_from_knobs(self.model, fs[0], fs[1], self.rho, self.c, streams=b, seed=self.seed)
             return RoutingProbabilities(
                 r.pi, self.label, self.provenance, self.notes, trace=r.trace, trace_key=r.trace_key
             )
@@ -283,7 +285,24 @@ def locality_band(
                 "cache_hit_rate": np.asarray(res.cache_hit_rate, dtype=float),  # pooled over ranks
             }
         )
-    # a batch that does not fit in RAM gets no number (as plan's own rates): None
+    summary = _ends_summary(ends, res)
+    least, most = ends
+
+    def said(e) -> str:
+        c = "off for this model" if math.isinf(e["c_per_expert"]) else f"c = {e['c_per_expert']:.3g}·E"
+        return f"ρ {e['rho']:.2g} with a hot set of {e['hot_set']:.2g}·K experts, {c}"
+
+    note = (
+        f"one stream's locality over the 5–95 % range of the {locality.label}, from its least local end "
+        f"({said(least)}) to its most local ({said(most)}): {summary.pop('rows')}"
+    )
+    return {"note": note, "ends": ends, **summary, "label": locality.label}
+
+
+def _ends_summary(ends: list[dict], res) -> dict:
+    """The low and high net tok/s and hit rate over a prior's ends (``ends``' arrays, the last
+    plan ``res`` for the batches and what fits), None where a batch does not fit in RAM (as
+    plan's own rates), and ``rows``: each fitting batch's ranges in words."""
     fits = np.asarray(res.fits_in_memory, dtype=bool)
     net = np.array([e["net_tok_s"] for e in ends])
     hit = np.array([e["cache_hit_rate"] for e in ends])
@@ -300,25 +319,48 @@ def locality_band(
         for i, b in enumerate(np.asarray(res.batch).tolist())
         if fits[i]
     ]
-    least, most = ends
-
-    def said(e) -> str:
-        c = "off for this model" if math.isinf(e["c_per_expert"]) else f"c = {e['c_per_expert']:.3g}·E"
-        return f"ρ {e['rho']:.2g} with a hot set of {e['hot_set']:.2g}·K experts, {c}"
-
-    note = (
-        f"one stream's locality over the 5–95 % range of the {locality.label}, from its least local end "
-        f"({said(least)}) to its most local ({said(most)}): " + ("; ".join(rows) if rows else "no batch fits in RAM")
-    )
     return {
-        "note": note,
-        "ends": ends,
         "net_tok_s_low": over(net, np.min),
         "net_tok_s_high": over(net, np.max),
         "cache_hit_rate_low": over(hit, np.min),
         "cache_hit_rate_high": over(hit, np.max),
-        "label": locality.label,
+        "rows": "; ".join(rows) if rows else "no batch fits in RAM",
     }
+
+
+def skew_band(
+    model: MoEModel, hardware, workload, routing: RoutingProbabilities, batch, locality=None, *, seed: int = 0
+):
+    """Net tok/s and cache hit rate at each batch size with the routing skew at the skew prior's
+    two ends — its most skewed (α at the 5 % quantile) and least skewed (95 %) — beside the centre
+    ``routing`` gives, one stream's locality (``locality``, as :func:`with_locality`) at its
+    centre: the spread a zero-fit answer cannot narrow. None unless ``routing`` is the skew
+    prior's (:func:`moeroof.models.plan.prior_routing`). Each end runs
+    :func:`moeroof.models.plan.plan` on its own routing (the same seeds): two more plans."""
+    from moeroof.models.plan import dirichlet_routing, plan, skew_prior_of
+
+    prior = skew_prior_of(routing)
+    if prior is None:
+        return None
+    ends = []
+    for alpha, name in zip(prior.alpha_range, ("most skewed", "least skewed")):
+        end = dirichlet_routing(model, alpha, f"Dirichlet α={alpha:.2g}")
+        res = plan(model, hardware, workload, with_locality(model, end, locality, workload=workload, seed=seed), batch)
+        ends.append(
+            {
+                "end": name,
+                "alpha": float(alpha),
+                "net_tok_s": np.asarray(res.net_tok_s, dtype=float),
+                "cache_hit_rate": np.asarray(res.cache_hit_rate, dtype=float),  # pooled over ranks
+            }
+        )
+    summary = _ends_summary(ends, res)
+    note = (
+        f"routing skew over the {prior.range_name} range of the {prior.label()}, from its most skewed end (α "
+        f"{prior.alpha_range[0]:.2g}) to its least (α {prior.alpha_range[1]:.2g}), one stream's locality at its centre: "
+        f"{summary.pop('rows')}"
+    )
+    return {"note": note, "ends": ends, **summary, "label": prior.label()}
 
 
 LOCALITY_CHOICES = ("prior", "independent")

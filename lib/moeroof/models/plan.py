@@ -194,19 +194,86 @@ class RoutingProbabilities:
     #: that names it for the simulations' memo (path, size, modification time)
     trace: np.ndarray | None = None
     trace_key: str | None = None
+    #: (family, skew) of a routing given by its knobs — ``uniform`` ("zipf", 0), ``zipf:S``,
+    #: ``dirichlet:A`` and ``prior`` ("dirichlet", α) — which a trace with locality samples
+    #: from and a skew fit starts at; None for a histogram or trace
+    family_skew: tuple[str, float] | None = None
 
     @property
     def expert_load(self) -> np.ndarray:
         return self.pi.sum(axis=0) if self.load is None else np.asarray(self.load, dtype=float)
 
 
-def routing_from_spec(spec: str, model: MoEModel) -> RoutingProbabilities:
-    """``uniform``, ``zipf:S`` or a path to a histogram ``.csv`` / trace ``.npz``/``.npy``
-    (absolute, relative to the working directory where it exists there, else relative to
-    ``data/``: :func:`moeroof.core.paths.resolve_data`)."""
+#: the popularity draws of a ``dirichlet:A`` or ``prior`` routing: the stand-in layers a global
+#: cache runs over (:data:`moeroof.models.expert_cache.GLOBAL_STAND_IN_LAYERS`), at this seed
+DIRICHLET_SEED = 0
+#: the most quadrature nodes per expert one row's inclusion probabilities hold at once (bounds
+#: the memory :func:`dirichlet_routing` asks for before it asks)
+INCLUSION_NODES_BOUND = 512
+
+
+def dirichlet_routing(model: MoEModel, alpha: float, label: str, notes: tuple[str, ...] = ()) -> RoutingProbabilities:
+    """Each stand-in layer's popularity ``w ~ Dirichlet(α·1)`` (drawn afresh per layer, so which
+    experts are hot differs between layers: :func:`moeroof.models.fit_routing.layer_popularity`
+    at :data:`DIRICHLET_SEED`) and π its top-K inclusion probabilities
+    (:func:`~moeroof.models.routing.inclusion_probabilities`); α → ∞ is uniform."""
+    from moeroof.core.limits import check_allocation
+    from moeroof.models.fit_routing import RoutingKnobs, layer_popularity
+
+    layers = expert_cache.GLOBAL_STAND_IN_LAYERS
+    # the inclusion probabilities integrate each row over a grid of a few hundred nodes per expert
+    check_allocation(
+        model.experts * INCLUSION_NODES_BOUND, 8, "experts × inclusion quadrature nodes", parameter="routing"
+    )
+    w = layer_popularity(RoutingKnobs(family="dirichlet", skew=float(alpha)), model.experts, layers, DIRICHLET_SEED)
+    pi = inclusion_probabilities(np.log(np.maximum(w, 1e-300)), model.top_k, log=True)
+    return RoutingProbabilities(pi, label, "assumed", notes, family_skew=("dirichlet", float(alpha)))
+
+
+def prior_routing(model: MoEModel) -> RoutingProbabilities:
+    """The skew prior's routing: Dirichlet at the committed prior's median α
+    (:mod:`moeroof.data.skew_prior`, fitted on public routing of fine-grained MoE models)."""
+    from moeroof.data.skew_prior import committed_skew_prior
+
+    prior = committed_skew_prior().for_experts(model.experts)
+    note = (
+        f"routing skew from the {prior.label()}: each layer's expert popularity w ~ Dirichlet(α), drawn per "
+        f"layer ({expert_cache.GLOBAL_STAND_IN_LAYERS} stand-in layers)"
+    )
+    return dirichlet_routing(model, prior.alpha, f"skew prior (Dirichlet α={prior.alpha:.2g})", (note,))
+
+
+def skew_prior_of(routing: RoutingProbabilities):
+    """The committed skew prior (:class:`moeroof.data.skew_prior.SkewPriorSummary`) where
+    ``routing`` is its routing (:func:`prior_routing`: Dirichlet at its median α), else None."""
+    from moeroof.data.skew_prior import committed_skew_prior
+
+    fs = getattr(routing, "family_skew", None)
+    prior = committed_skew_prior()
+    prior = prior if fs is None or fs[1] == prior.alpha else prior.for_experts(1)
+    return prior if fs is not None and fs[0] == "dirichlet" and fs[1] == prior.alpha else None
+
+
+def _routing_of_knobs(spec: str, model: MoEModel) -> RoutingProbabilities | None:
+    """A routing given by its knobs (``prior``, ``uniform``, ``zipf:S``, ``dirichlet:A``), else
+    None (a path)."""
+    from moeroof.core.limits import check_allocation
+
     e, k = model.experts, model.top_k
+    if spec == "prior":
+        return prior_routing(model)
     if spec == "uniform":
-        return RoutingProbabilities(np.full((1, e), k / e), "uniform", "assumed")
+        return RoutingProbabilities(np.full((1, e), k / e), "uniform", "assumed", family_skew=("zipf", 0.0))
+    if spec.strip().lower() in ("dirichlet", "dirichlet:"):
+        raise ValueError(f"routing {spec!r}: give the Dirichlet concentration as dirichlet:A (e.g. dirichlet:0.6)")
+    if spec.startswith("dirichlet:"):
+        try:
+            a = float(spec.split(":", 1)[1])
+        except ValueError:
+            raise ValueError(f"routing {spec!r}: expected dirichlet:A with a number A") from None
+        if not np.isfinite(a) or not 1e-3 <= a <= 1e12:
+            raise ValueError(f"routing {spec!r}: Dirichlet concentration must be in [0.001, 1e12]")
+        return dirichlet_routing(model, a, f"Dirichlet α={a:g}")
     if spec.strip().lower() in ("zipf", "zipf:"):
         raise ValueError(f"routing {spec!r}: give the Zipf exponent as zipf:S (e.g. zipf:0.9)")
     if spec.startswith("zipf:"):
@@ -216,8 +283,21 @@ def routing_from_spec(spec: str, model: MoEModel) -> RoutingProbabilities:
             raise ValueError(f"routing {spec!r}: expected zipf:S with a number S") from None
         if not np.isfinite(s) or s < 0:
             raise ValueError(f"routing {spec!r}: Zipf exponent must be >= 0")
+        check_allocation(e * INCLUSION_NODES_BOUND, 8, "experts × inclusion quadrature nodes", parameter="routing")
         pi = inclusion_probabilities(zipf_log_weights(e, s), k, log=True)[None, :]
-        return RoutingProbabilities(pi, f"Zipf s={s:g}", "assumed")
+        return RoutingProbabilities(pi, f"Zipf s={s:g}", "assumed", family_skew=("zipf", s))
+    return None
+
+
+def routing_from_spec(spec: str, model: MoEModel) -> RoutingProbabilities:
+    """``prior`` (the skew prior: :func:`prior_routing`), ``uniform``, ``zipf:S``,
+    ``dirichlet:A`` (:func:`dirichlet_routing`) or a path to a histogram ``.csv`` / trace
+    ``.npz``/``.npy`` (absolute, relative to the working directory where it exists there, else
+    relative to ``data/``: :func:`moeroof.core.paths.resolve_data`)."""
+    knob = _routing_of_knobs(spec, model)
+    if knob is not None:
+        return knob
+    e, k = model.experts, model.top_k
     from moeroof.core.paths import resolve_data
     from moeroof.data.io import Histogram, check_incidence_sums, load_any
     from moeroof.models.routing import histogram_from_trace, inclusion_from_counts, unseen_mass_note
@@ -781,8 +861,9 @@ _BREAKDOWN_FIELDS = (
 #: the held share u of what the OS leaves at which the reclaim slowdown stops growing (it
 #: diverges at 1: a box that holds every byte it has reclaims nothing)
 RECLAIM_MAX_SHARE = 0.99
-#: the routing ``moeroof plan`` runs without ``--routing`` (or a fit's)
-DEFAULT_ROUTING = "uniform"
+#: the routing ``moeroof plan`` runs without ``--routing`` (or a fit's): the skew prior
+#: (:func:`prior_routing`), as ``moeroof fit-plan``'s
+DEFAULT_ROUTING = "prior"
 
 
 def reclaim_slowdown(hardware: Hardware, available_bytes, cache_bytes) -> np.ndarray:

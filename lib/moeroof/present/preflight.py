@@ -64,6 +64,16 @@ def _check_zipf(name: str, value: str) -> str | None:
     return None
 
 
+def _check_dirichlet(name: str, value: str) -> str | None:
+    try:
+        a = float(value.split(":", 1)[1])
+    except (IndexError, ValueError):
+        return f"-p {name}: {value!r}: expected dirichlet:A with a number A (e.g. dirichlet:0.6)"
+    if not 1e-3 <= a <= 1e12:
+        return f"-p {name}: {value!r}: the Dirichlet concentration must be in [0.001, 1e12]"
+    return None
+
+
 def problems(values: Mapping[str, Any]) -> list[str]:  # noqa: C901
     """Every problem of one notebook's parameter values (defaults with the user's on top), each
     a short clause naming its parameter; empty when they can work together."""
@@ -88,7 +98,12 @@ def problems(values: Mapping[str, Any]) -> list[str]:  # noqa: C901
         if not isinstance(value, str) or not value.strip():
             continue
         spec = value.strip()
-        if spec.lower() in ("auto", "uniform"):
+        if spec.lower() in ("auto", "uniform", "prior"):
+            continue
+        if spec.lower().startswith("dirichlet"):
+            bad = _check_dirichlet(name, spec)
+            if bad:
+                out.append(bad)
             continue
         if spec.lower().startswith("zipf"):
             bad = _check_zipf(name, spec)

@@ -36,8 +36,6 @@ from scipy.optimize import brentq, least_squares
 from moeroof.core.results import Result
 from moeroof.data.presets import Hardware, MoEModel
 from moeroof.models import expert_cache
-from moeroof.models.fit_plan import DEFAULT_ROUTING as FIT_PLAN_ROUTING
-from moeroof.models.plan import DEFAULT_ROUTING as PLAN_ROUTING
 from moeroof.models.plan import RoutingProbabilities, Workload, plan, routing_from_spec
 from moeroof.models.routing import inclusion_probabilities, zipf_weights
 
@@ -1073,42 +1071,97 @@ DEEPSEEK_SKEW = Reference(
     {"hottest_share": (0.0125, 0.0236, 0.0519), "top32_share": (0.25, 0.54)},
     "johanna-rock/moe-balance (docs/sources.md)",
 )
-#: the routings a zero-fit answer starts from: ``plan``'s default and ``fit-plan``'s
-DEFAULT_ROUTINGS = ((PLAN_ROUTING, "plan's default routing"), (FIT_PLAN_ROUTING, "fit-plan's default routing"))
+#: routings held against it besides the skew prior: a flat one, and the Zipf exponent that was
+#: fit-plan's default (uniform was plan's) before both took the skew prior on 2026-12-06
+OTHER_ROUTINGS = (("uniform", "the uniform routing"), ("zipf:0.8", "a Zipf routing, s = 0.8"))
+
+
+def _layer_shares(pi: np.ndarray, k: int) -> tuple[float, float]:
+    """The hottest expert's and the top 32's shares of a layer's picks (π/K), each the median
+    over the routing's layers (the layers draw their own popularity: a mean over layers first
+    would flatten it)."""
+    p = -np.sort(-np.asarray(pi, dtype=float), axis=1) / k
+    return float(np.median(p[:, 0])), float(np.median(p[:, :32].sum(axis=1)))
+
+
+def _skew_row(key: str, role: str, calibrated: str, predicted, low=(), high=()) -> Comparison:
+    """One of :func:`skew_comparisons`' rows against :data:`DEEPSEEK_SKEW`."""
+    ref = DEEPSEEK_SKEW
+    hottest, (lo32, hi32) = ref.value["hottest_share"][1], ref.value["top32_share"]
+    return Comparison(
+        key,
+        ref.source,
+        f"DeepSeek-V3 (E=256, K=8): hottest expert's share of a layer's picks (the median layer) and the top "
+        f"32 experts' share (the layers' range {lo32:.0%}–{hi32:.0%}, its middle), in that order",
+        role,
+        calibrated,
+        "none (routing statistics)",
+        (1, 32),
+        (hottest, 0.5 * (lo32 + hi32)),
+        tuple(float(v) for v in predicted),
+        axis="top experts",
+        low=tuple(float(v) for v in low),
+        high=tuple(float(v) for v in high),
+    )
 
 
 def skew_comparisons() -> list[Comparison]:
-    """The zero-fit routings against a published routing skew: DeepSeek-V3's hottest expert's
-    share of a layer's picks (the median layer) and the top 32 experts' share (the middle of the
-    layers' range), under each of :data:`DEFAULT_ROUTINGS` for the ``deepseek-v3`` preset's E and
-    K — π from :func:`moeroof.models.plan.routing_from_spec` (the inclusion probabilities a
-    zero-fit ``plan`` or ``fit-plan`` runs on), a share of picks being π/K. Nothing is fitted: the
-    rows show how far a default with no skew knob the rows identify lies from a real model's."""
+    """Zero-fit routings against a published routing skew: DeepSeek-V3's hottest expert's share
+    of a layer's picks (the median layer) and the top 32 experts' share (the middle of the
+    layers' range), for the ``deepseek-v3`` preset's E and K, a share of picks being π/K.
+
+    - ``deepseek-v3-skew-prior-held-out`` (prediction): the skew prior fitted without DeepSeek-V3
+      (Qwen3 alone: the committed study's held-out record), its median over
+      :data:`moeroof.studies.skew_prior.HOTTEST_DRAWS` layer draws; the band its 5 and 95 % α;
+    - ``deepseek-v3-skew-prior`` (consistency): the committed prior, which DeepSeek-V3's hottest
+      share helped fit — the routing ``plan`` and ``fit-plan`` start from;
+    - ``deepseek-v3-skew-uniform``, ``-zipf`` (prediction): :data:`OTHER_ROUTINGS`, from
+      :func:`moeroof.models.plan.routing_from_spec`."""
     from moeroof.data.presets import load_model
+    from moeroof.data.skew_prior import committed_skew_prior
+    from moeroof.studies.skew_prior import top_share
 
     model = load_model("deepseek-v3")
-    ref = DEEPSEEK_SKEW
-    k = model.top_k
-    hottest, (lo32, hi32) = ref.value["hottest_share"][1], ref.value["top32_share"]
-    top32 = 0.5 * (lo32 + hi32)
+    e, k = model.experts, model.top_k
+    row = _skew_row
+
+    def shares(alpha: float) -> tuple[float, float]:
+        return float(top_share(alpha, e, k, 1)), float(top_share(alpha, e, k, 32))
+
+    prior = committed_skew_prior()
     out = []
-    for spec, who in DEFAULT_ROUTINGS:
-        pi = np.sort(np.asarray(routing_from_spec(spec, model).pi, dtype=float).mean(axis=0))[::-1]
+    held = prior.held_out.get("deepseek-v3")
+    if held and held.get("prior_range"):
+        a_lo, a_hi = (float(v) for v in held["prior_range"])
+        ends = np.array([shares(a_lo), shares(a_hi)])
+        out.append(
+            row(
+                "deepseek-v3-skew-prior-held-out",
+                "prediction",
+                f"the skew prior without DeepSeek-V3 ({held.get('from', 'the other models')}): α = "
+                f"{float(held['prior_alpha']):.2g} (5–95 % {a_lo:.2g}–{a_hi:.2g}); nothing of DeepSeek-V3",
+                shares(float(held["prior_alpha"])),
+                ends.min(axis=0),
+                ends.max(axis=0),
+            )
+        )
+    out.append(
+        row(
+            "deepseek-v3-skew-prior",
+            "consistency",
+            f"the skew prior (α = {prior.alpha:.2g}, fitted on {', '.join(prior.sources)}: this median hottest share "
+            "among them), the routing plan and fit-plan start from",
+            shares(prior.alpha),
+        )
+    )
+    for spec, who in OTHER_ROUTINGS:
         name = spec.split(":", 1)[0]  # uniform, zipf: a key without dots (the pins are TOML tables)
         out.append(
-            Comparison(
+            row(
                 f"deepseek-v3-skew-{name}",
-                ref.source,
-                f"DeepSeek-V3 (E={model.experts}, K={k}): hottest expert's share of a layer's picks (the median "
-                f"layer) and the top 32 experts' share (the layers' range {lo32:.0%}–{hi32:.0%}, its middle), in "
-                "that order",
                 "prediction",
                 f"nothing: {who} ({spec}), no skew knob fitted",
-                "none (routing statistics)",
-                (1, 32),
-                (hottest, top32),
-                (float(pi[0] / k), float(pi[:32].sum() / k)),
-                axis="top experts",
+                _layer_shares(routing_from_spec(spec, model).pi, k),
             )
         )
     return out

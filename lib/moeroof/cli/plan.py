@@ -164,21 +164,9 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
         routing = routing_from_spec(spec, model)
     auto = resolve_auto_cache(options, model, hardware, batch)
     workload = Workload(ranks=ranks, partition=args.partition, rank_speed=speed, **options)
-    prior = None
-    if fitted is None and args.routing_knobs is None and not args.independent:
-        from moeroof.models.locality import Locality
-
-        # one stream's locality no row can identify: the committed prior's centre (moeroof.data.locality)
-        prior = Locality.committed()
     spreads = {}
     if fitted is None and args.routing_knobs is None:
-        from moeroof.models.local_routing import locality_band, skew_band, with_locality
-
-        # what no row can identify, as the prediction at each prior's two ends: the skew prior's
-        # (the default routing) and one stream's locality
-        spreads["skew_band"] = skew_band(model, hardware, workload, routing, batch, prior)
-        spreads["locality_band"] = locality_band(model, hardware, workload, routing, batch, prior)
-        routing = with_locality(model, routing, prior, workload=workload)
+        routing, spreads = _with_priors(model, hardware, workload, routing, batch, independent=args.independent)
     result = plan(model, hardware, workload, routing, batch)
     rep = result.to_dict()
     for key, spread in spreads.items():
@@ -209,6 +197,22 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
         taken = ", ".join(f"{k} = {v:.4g}" for k, v in fitted.items() if isinstance(v, float))
         rep["notes"] = [f"knobs from {fitted['path']} (moeroof fit-plan): {taken}", *rep["notes"]]
     return rep
+
+
+def _with_priors(model, hardware, workload, routing, batch, *, independent: bool):
+    """A zero-fit plan's routing with one stream's locality at the locality prior's centre
+    (:mod:`moeroof.data.locality`; none with ``independent``), and what no row can identify as the
+    prediction at each prior's two ends: ``{"skew_band": …, "locality_band": …}`` (None where a
+    prior does not apply: the skew prior's only on its own routing)."""
+    from moeroof.models.local_routing import locality_band, skew_band, with_locality
+    from moeroof.models.locality import Locality
+
+    prior = None if independent else Locality.committed()
+    spreads = {
+        "skew_band": skew_band(model, hardware, workload, routing, batch, prior),
+        "locality_band": locality_band(model, hardware, workload, routing, batch, prior),
+    }
+    return with_locality(model, routing, prior, workload=workload), spreads
 
 
 def _feasible_only(rep: dict[str, Any]) -> None:

@@ -575,6 +575,30 @@ _BOUNDS = {
 }
 
 
+def _locality_note(label: str, r_c: float, h_c: float, c_c: float, span: tuple[float, float], reached) -> str:
+    """fit-plan's note on the locality prior it held: its centre, and how much of its 5–95 %
+    range (``span`` in ρ) the calibration rows admitted (``reached``: each end's ρ and share t)."""
+    (r_a, t_a), (r_b, t_b) = reached
+    rng = f"ρ {span[0]:.2g}–{span[1]:.2g}"
+    if t_a == 1.0 and t_b == 1.0:
+        tail = f"; the bands include its least and most local ends ({rng})"
+    elif t_a == 0.0 and t_b == 0.0:
+        tail = (
+            f"; of its 5–95 % range ({rng}) the calibration rows admit neither end, not even a quarter of "
+            "the way: the locality stays at its centre (the bands carry none of its spread)"
+        )
+    else:
+        tail = (
+            f"; of its 5–95 % range ({rng}) the calibration rows admit ρ {r_a:.2g}–{r_b:.2g}, and the bands cover that"
+        )
+    return (
+        f"stickiness and per-stream locality held at the {label}: the cache runs on a trace with "
+        f"ρ = {r_c:.2f} and a per-stream hot set of {h_c:.2g}·K experts"
+        + (" (off for this model)" if math.isinf(c_c) else f" (c = {c_c:.3g}·E)")
+        + tail
+    )
+
+
 def _fit_one(  # noqa: C901
     points: Sequence[PlanPoint],
     model: MoEModel,
@@ -686,11 +710,9 @@ def _fit_one(  # noqa: C901
     # at the box's priors, their ends in the bands; the streaming tier's only where its scale is not fitted
     held_efficiency = [k for k in EFFICIENCY_FIELDS if k != "link_efficiency" or "ssd-scale" not in names]
     held.update({k: hardware.priors[k][0][1] for k in held_efficiency})
-    # the skew prior's routing, its skew not fitted: held at the prior's centre, its 5 and 95 %
-    # ends in the bands (as the locality's)
+    # the skew prior's routing, its skew not fitted: held at the prior's centre, its ends in the bands
     skew_prior = None if "skew" in names else skew_prior_of(routing)
-    if skew_prior is not None:
-        held["skew"] = skew_knob("dirichlet", skew_prior.alpha)
+    held.update({} if skew_prior is None else {"skew": skew_knob("dirichlet", skew_prior.alpha)})
 
     def knobs_of(outer: dict[str, float], inner: np.ndarray) -> PlanKnobs:
         k = PlanKnobs(rho=held_local["rho"], c=held_local["c"], **{e: held[e] for e in held_efficiency})
@@ -719,10 +741,8 @@ def _fit_one(  # noqa: C901
             j += 1
         if "reclaim-shape" in names:
             k = replace(k, reclaim_exponent=float(inner[j]))
-        if skew_prior is not None:
-            k = replace(k, skew=held["skew"])
-        if "skew" in outer:
-            k = replace(k, skew=outer["skew"])
+        if skew_prior is not None or "skew" in outer:
+            k = replace(k, skew=outer.get("skew", held.get("skew")))
         if "rho" in outer:
             k = replace(k, rho=outer["rho"])
         if "pressure" in outer:
@@ -1032,12 +1052,13 @@ def _fit_one(  # noqa: C901
         + ("" if not cut else f", as far as the calibration rows admit them ({'; '.join(cut)})")
     )
     if skew_prior is not None:
-        a_lo, a_hi = skew_prior.alpha_range
         # the most skewed end first (the smallest α); the skew knob is 1/√α
-        cut = widen_at_ends("skew", (skew_knob("dirichlet", a_lo), skew_knob("dirichlet", a_hi)), hits=True)
+        ends = tuple(skew_knob("dirichlet", a) for a in skew_prior.alpha_range)
+        cut = widen_at_ends("skew", ends, hits=True)
         notes.append(
-            f"routing skew held at the {skew_prior.label()}: the bands include both ends of its {skew_prior.range_name} range"
-            + ("" if not cut else f", as far as the calibration rows admit them ({'; '.join(cut)})")
+            f"routing skew held at the {skew_prior.label()}: the bands include both ends of its "
+            f"{skew_prior.range_name} range"
+            + (f", as far as the calibration rows admit them ({'; '.join(cut)})" if cut else "")
         )
     if use_prior:
         # the locality at its least and most local ends (ρ and c at their 5 % and 95 % quantiles,
@@ -1058,24 +1079,7 @@ def _fit_one(  # noqa: C901
                 widen(*at)
             reached.append((float(from_scale(centre_x + t * (end_x - centre_x))[0]), t))
         held_local.update(saved)
-        (r_a, t_a), (r_b, t_b) = reached
-        span = f"ρ {float(r_lo):.2g}–{float(r_hi):.2g}"
-        notes.append(
-            f"stickiness and per-stream locality held at the {locality.label}: the cache runs on a trace with "
-            f"ρ = {r_c:.2f} and a per-stream hot set of {h_c:.2g}·K experts"
-            + (" (off for this model)" if math.isinf(c_c) else f" (c = {c_c:.3g}·E)")
-            + (
-                f"; the bands include its least and most local ends ({span})"
-                if t_a == 1.0 and t_b == 1.0
-                else (
-                    f"; of its 5–95 % range ({span}) the calibration rows admit neither end, not even a quarter of "
-                    "the way: the locality stays at its centre (the bands carry none of its spread)"
-                )
-                if t_a == 0.0 and t_b == 0.0
-                else f"; of its 5–95 % range ({span}) the calibration rows admit ρ {r_a:.2g}–{r_b:.2g}, "
-                "and the bands cover that"
-            )
-        )
+        notes.append(_locality_note(locality.label, r_c, h_c, c_c, (float(r_lo), float(r_hi)), reached))
     elif locality is not None and routing.trace is not None and "rho" not in names:
         notes.append(
             "the locality prior is not applied to a trace routing: the cache runs on the trace's own streams, "
@@ -1356,6 +1360,39 @@ def _prior_origin(hardware: Hardware) -> str:
     return "from public engines"
 
 
+def _cache_knob_entries(outer, routing: RoutingProbabilities, cache_intervals) -> dict[str, dict[str, Any]]:
+    """The fitted cache knobs' entries of :func:`_knob_table` (skew in its routing's family: Zipf
+    s, or 1/√α with α beside it; ρ; the page cache's share), each with its profile interval."""
+    bounds = {"skew": _BOUNDS["skew"], "rho": _BOUNDS["rho"], "pressure": _BOUNDS["share"]}
+    family = _skew_start(routing)[0]
+    skew_unit = "Zipf s" if family == "zipf" else "Dirichlet 1/√α"
+    out: dict[str, dict[str, Any]] = {}
+    for name, key, unit in (
+        ("skew", "skew", skew_unit),
+        ("rho", "rho", "ρ"),
+        ("pressure", "page_cache_share", "share"),
+    ):
+        if name not in outer:
+            continue
+        lo, hi = cache_intervals[name]
+        whole = (lo, hi) == tuple(float(b) for b in bounds[name])
+        out[key] = {
+            "value": float(outer[name]),
+            "low": lo,
+            "high": hi,
+            "fitted": True,
+            "identified": not whole,
+            "unit": unit,
+        }
+        if whole:
+            out[key]["why"] = "its profile spans its whole range: every value fits the rows as well"
+        if name == "skew":
+            out[key]["family"] = family
+            if family == "dirichlet":
+                out[key]["alpha"] = skew_parameter(family, float(outer[name]))
+    return out
+
+
 def _knob_table(  # noqa: C901
     names,
     k: PlanKnobs,
@@ -1477,31 +1514,7 @@ def _knob_table(  # noqa: C901
             out[key] = {"value": float(getattr(hardware, key)), "fitted": False, "unit": "s", "held": "the preset's"}
     if "ssd-scale" not in names:
         out["ssd_scale"] = {"value": 1.0, "fitted": False, "unit": "×", "held": "the preset's SSD curve"}
-    cache_bounds = {"skew": _BOUNDS["skew"], "rho": _BOUNDS["rho"], "pressure": _BOUNDS["share"]}
-    family = _skew_start(routing)[0]
-    skew_unit = "Zipf s" if family == "zipf" else "Dirichlet 1/√α"
-    for name, key, unit in (
-        ("skew", "skew", skew_unit),
-        ("rho", "rho", "ρ"),
-        ("pressure", "page_cache_share", "share"),
-    ):
-        if name in outer:
-            lo, hi = cache_intervals[name]
-            whole = (lo, hi) == tuple(float(b) for b in cache_bounds[name])
-            out[key] = {
-                "value": float(outer[name]),
-                "low": lo,
-                "high": hi,
-                "fitted": True,
-                "identified": not whole,
-                "unit": unit,
-            }
-            if whole:
-                out[key]["why"] = "its profile spans its whole range: every value fits the rows as well"
-            if name == "skew":
-                out[key]["family"] = family
-                if family == "dirichlet":
-                    out[key]["alpha"] = skew_parameter(family, float(outer[name]))
+    out.update(_cache_knob_entries(outer, routing, cache_intervals))
     if "skew" not in outer:
         out["routing"] = {"value": routing.label, "fitted": False}
     return out

@@ -260,3 +260,20 @@ def test_trace_without_locality_flags_takes_the_locality_prior(capsys, tmp_path)
         ["trace", "--family", "zipf:0.8", *SMALL, "--independent", "--rho", "0.2", "-o", str(tmp_path / "x.npz")],
         "--independent",
     )
+
+
+def test_family_prior_is_the_skew_prior_dirichlet_and_says_so(capsys, tmp_path):
+    """``--family prior`` draws the same trace as ``--family dirichlet:α`` at the committed prior's α for
+    this E (the coarse prior below 64 experts), names it, and reproduces itself by name."""
+    from moeroof.data.skew_prior import committed_skew_prior
+
+    for experts in ("32", "128"):
+        small = ["--streams", "3", "--steps", "20", "--experts", experts, "--top-k", "4", "--layers", "2", "--rho", "0"]
+        alpha = committed_skew_prior().for_experts(int(experts)).alpha
+        a, b = tmp_path / f"a{experts}.npz", tmp_path / f"b{experts}.npz"
+        rep = run_json(capsys, ["trace", "--family", "prior", *small, "-o", str(a)])
+        run_json(capsys, ["trace", "--family", f"dirichlet:{alpha!r}", *small, "-o", str(b)])
+        assert rep["knobs"]["family"] == "dirichlet" and rep["knobs"]["skew"] == alpha
+        assert "skew-prior.json" in rep["knobs"]["skew_prior"] and any("skew prior" in n for n in rep["notes"])
+        np.testing.assert_array_equal(read_trace(a).topk, read_trace(b).topk)
+        assert "--family prior" in rep["source"]

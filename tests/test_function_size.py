@@ -41,7 +41,6 @@ OVER: dict[str, int] = {
     "lib/moeroof/cli/capture.py::capture_report": 123,
     "lib/moeroof/cli/import_.py::add_parser": 95,
     "lib/moeroof/cli/trace.py::add_parser": 83,
-    "lib/moeroof/cli/trace.py::trace_knobs": 87,
     "lib/moeroof/cli/trace.py::trace_report": 105,
     "lib/moeroof/cli/union.py::union_report": 113,
     "lib/moeroof/data/hf_config.py::moe_layout": 84,

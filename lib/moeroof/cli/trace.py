@@ -2,7 +2,7 @@
 
 ::
 
-    moeroof trace (--family dirichlet:A|zipf:S|uniform | --routing HIST.csv) --streams M --steps T
+    moeroof trace (--family prior|dirichlet:A|zipf:S|uniform | --routing HIST.csv) --streams M --steps T
                   -o OUT.npz [--rho R | --rho-profile R0,R1,…] [--locality C] [--independent] [--step-context C]
                   [--prompt-tokens P] [--experts E] [--top-k K] [--layers L] [--seed S]
                   [--force] [--format table|json|csv] [--report-output FILE]
@@ -92,7 +92,7 @@ def add_parser(subparsers: Any) -> None:
         ),
     )
     source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--family", help="popularity per layer: uniform, zipf:S or dirichlet:ALPHA")
+    source.add_argument("--family", help="popularity per layer: prior (the skew prior), uniform, zipf:S or dirichlet:A")
     source.add_argument(
         "--routing",
         metavar="HIST.csv",
@@ -266,13 +266,21 @@ def load_routing(path_text: str) -> HistogramRouting:
     return HistogramRouting(path, int(data.experts), int(data.top_k), ids, pi, dict(data.meta), tuple(notes), pooled)
 
 
-def trace_knobs(args: argparse.Namespace, routing: HistogramRouting | None = None) -> dict[str, Any]:
-    """The parsed knobs (plain JSON values), every flag checked before anything is sampled;
-    ``routing``: the ``--routing`` histogram (E, K and the layers are its own)."""
+def _source_knobs(args: argparse.Namespace, routing: HistogramRouting | None):
+    """``(family, skew, experts, top_k, skew_prior)`` of ``--family`` (``prior``: the skew prior
+    for E experts) or of the ``--routing`` histogram, whose E, K and layers no flag may contradict."""
+    skew_prior = None
     if routing is None:
-        family, skew = parse_family(args.family)
         experts = positive_int("256" if args.experts is None else args.experts, "--experts")
         top_k = positive_int("8" if args.top_k is None else args.top_k, "--top-k")
+        if args.family.strip().lower() == "prior":
+            from moeroof.data.skew_prior import committed_skew_prior
+
+            # the skew prior's median α for a model of this many experts (moeroof.studies.skew_prior)
+            skew_prior = committed_skew_prior().for_experts(experts)
+            family, skew = "dirichlet", float(skew_prior.alpha)
+        else:
+            family, skew = parse_family(args.family)
     else:
         family, skew = "histogram", None
         experts, top_k = routing.experts, routing.top_k
@@ -286,6 +294,13 @@ def trace_knobs(args: argparse.Namespace, routing: HistogramRouting | None = Non
                     f"{flag}: {given} disagrees with --routing {routing.path} ({own}): --routing takes E, K and "
                     "the layers from the histogram; leave the flag out"
                 )
+    return family, skew, experts, top_k, skew_prior
+
+
+def trace_knobs(args: argparse.Namespace, routing: HistogramRouting | None = None) -> dict[str, Any]:
+    """The parsed knobs (plain JSON values), every flag checked before anything is sampled;
+    ``routing``: the ``--routing`` histogram (E, K and the layers are its own)."""
+    family, skew, experts, top_k, skew_prior = _source_knobs(args, routing)
     streams = positive_int(args.streams, "--streams")
     steps = positive_int(args.steps, "--steps")
     if top_k > experts:
@@ -352,6 +367,8 @@ def trace_knobs(args: argparse.Namespace, routing: HistogramRouting | None = Non
         knobs.update(routing=str(routing.path), first_layer_without_locality=routing.holds_first_layer)
     if prior is not None:
         knobs["locality_prior"] = prior.label()
+    if skew_prior is not None:
+        knobs["skew_prior"] = skew_prior.label()
     return knobs
 
 
@@ -361,7 +378,9 @@ def knobs_command_line(k: dict[str, Any]) -> str:
     if k.get("routing") is not None:
         parts.append(f"--routing {shlex.quote(k['routing'])}")
     else:
-        parts.append("--family " + (k["family"] if k["skew"] is None else f"{k['family']}:{k['skew']:g}"))
+        # the skew prior by name: its α in full would not fit %g
+        family = k["family"] if k["skew"] is None else f"{k['family']}:{k['skew']:g}"
+        parts.append("--family " + ("prior" if k.get("skew_prior") else family))
     if isinstance(k["rho"], list):
         parts.append("--rho-profile " + ",".join(f"{r:g}" for r in k["rho"]))
     else:
@@ -417,6 +436,19 @@ def sample_from_knobs(k: dict[str, Any], popularity: np.ndarray | None = None) -
     )
 
 
+def _prior_notes(knobs: dict[str, Any]) -> list[str]:
+    """The notes naming the priors a trace's knobs came from (locality, skew)."""
+    notes = []
+    if knobs.get("locality_prior"):
+        notes.append(
+            f"stickiness and per-stream hot sets from the {knobs['locality_prior']}; --independent for "
+            "independent tokens, --rho / --locality to set them"
+        )
+    if knobs.get("skew_prior"):
+        notes.append(f"each layer's popularity from the {knobs['skew_prior']}: Dirichlet α = {knobs['skew']:.3g}")
+    return notes
+
+
 def trace_report(args: argparse.Namespace) -> dict[str, Any]:
     """Sample, write, and return the ``trace`` JSON object."""
     from moeroof.data.io import write_trace
@@ -454,12 +486,7 @@ def trace_report(args: argparse.Namespace) -> dict[str, Any]:
         "knobs": knobs,
         "prompt_steps": knobs["prompt_tokens"],
     }
-    notes: list[str] = []
-    if knobs.get("locality_prior"):
-        notes.append(
-            f"stickiness and per-stream hot sets from the {knobs['locality_prior']}; --independent for "
-            "independent tokens, --rho / --locality to set them"
-        )
+    notes = _prior_notes(knobs)
     frequencies: dict[str, Any] = {}
     if routing is not None:
         detail = (

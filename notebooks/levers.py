@@ -25,7 +25,7 @@ model: str = "glm-5.2"  # model preset name or path to a model TOML
 hardware: str = "nvme-gen4"  # hardware preset name or path to a hardware TOML
 contrast_hardware: str = "epyc-server"  # a box with RAM for the experts, where the memory term can bind
 contrast_cache_gib: float | str = "auto"  # expert cache on the contrast box in GiB, or auto (400 GiB capped at the model's routed experts and at what RAM leaves beside one agent's KV)
-routing: str = "zipf:0.8"  # uniform, zipf:S, or a histogram or trace: your file (from the working directory, or absolute) or an embedded name under data/
+routing: str = "prior"  # prior (the skew prior, fitted on public routing), uniform, zipf:S, dirichlet:A, or a histogram or trace: your file (from the working directory, or absolute) or an embedded name under data/
 cache_gib: float | str = "auto"  # expert cache in GiB on the main box, simulated LRU by default, or auto (16 GiB capped as the contrast box's)
 context_tokens: int = 4096  # context per agent in tokens for the per-B lever curves
 prefix_tokens: int = 2048  # shared prefix in tokens: system prompt, tool schemas, repo snapshot
@@ -50,6 +50,7 @@ from matplotlib.ticker import FuncFormatter
 import moeroof
 from moeroof.core.paths import resolve_data
 from moeroof.core.units import GiB
+from moeroof.data.embedded import is_file_spec
 from moeroof.data.io import load_any
 from moeroof.data.presets import load_hardware, load_model
 from moeroof.models.levers import composition, compounding, lever_factors
@@ -78,9 +79,7 @@ term_colours = {"ssd": "#4C72B0", "memory": "#DD8452", "compute": "#55A868", "en
 
 m = load_model(model)
 boxes = {"main": load_hardware(hardware), "contrast": load_hardware(contrast_hardware)}
-route = routing_from_spec(
-    routing if routing == "uniform" or routing.startswith("zipf:") else str(resolve_data(routing)), m
-)
+route = routing_from_spec(str(resolve_data(routing)) if is_file_spec(routing) else routing, m)
 cache_gib, why_main = cache_parameter(cache_gib, m, boxes["main"], preferred_gib=16.0, context_tokens=context_tokens)
 contrast_cache_gib, why_contrast = cache_parameter(
     contrast_cache_gib,
@@ -539,8 +538,7 @@ display(
             links={boxes[k].name: plans[k].link_name for k in boxes},
             defaults=defaults_taken,
             synthetic=[f"the routing data `{routing}`"]
-            if not (routing == "uniform" or routing.startswith("zipf:"))
-            and answers.is_synthetic(load_any(resolve_data(routing)).provenance)
+            if is_file_spec(routing) and answers.is_synthetic(load_any(resolve_data(routing)).provenance)
             else [],
         )
     )

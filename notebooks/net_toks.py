@@ -21,7 +21,7 @@
 # fmt: off
 model: str = "glm-5.2"  # model preset name or a TOML path
 hardware: str = "nvme-gen4"  # hardware preset name or a TOML path
-routing: str = "auto"  # auto (the model's: histograms/deepseek-v3-like.csv where E and K match, else the embedded data with the model's E and K, else zipf:0.8), uniform, zipf:S, or a histogram or trace: your file (from the working directory, or absolute) or an embedded name under data/
+routing: str = "auto"  # auto (the model's: histograms/deepseek-v3-like.csv where E and K match, else the embedded data with the model's E and K, else the skew prior), prior, uniform, zipf:S, dirichlet:A, or a histogram or trace: your file (from the working directory, or absolute) or an embedded name under data/
 cache_gib: float | str = "auto"  # expert cache in GiB, or auto (30 GiB capped at the model's routed experts and at what RAM leaves beside one agent's KV)
 context_tokens: int = 4096  # context per agent in tokens
 overlap: str = "max"  # max for perfect overlap, sum for serial terms
@@ -39,7 +39,7 @@ import pandas as pd
 import moeroof
 from moeroof.core.paths import resolve_data
 from moeroof.core.units import GiB, gib
-from moeroof.data.embedded import default_routing
+from moeroof.data.embedded import default_routing, is_file_spec
 from moeroof.data.io import load_any
 from moeroof.data.presets import load_hardware, load_model
 from moeroof.models.engine_prior import prior_band
@@ -94,7 +94,7 @@ unc_row = {row["baseline"]: row for row in multiple_thresholds(cp_run, (4.0, 10.
 b4 = unc_row["first_batch_at_4x"]
 # the routing file's own provenance tag (the plan folds it into witnessed/projected)
 routing_data_provenance = (
-    None if routing == "uniform" or routing.startswith("zipf") else load_any(resolve_data(routing)).provenance
+    load_any(resolve_data(routing)).provenance if is_file_spec(routing) else None
 )
 # seed 000's formula: per-agent seconds per token = max(SSD term / B, memory term, FLOP term per token)
 seed_t = np.maximum.reduce([p.terms["ssd"] / batch, p.terms["memory"], p.terms["compute"] / batch])

@@ -23,7 +23,7 @@
 model: str = "glm-5.2"  # model preset name or path to a model TOML
 hardware: str = "nvme-gen4"  # hardware preset name or path to a hardware TOML
 contrast_hardware: str = "epyc-server"  # a second box drawn beside the first, empty string for none
-routing: str = "zipf:0.8"  # uniform, zipf:S, or a histogram or trace: your file (from the working directory, or absolute) or an embedded name under data/
+routing: str = "prior"  # prior (the skew prior, fitted on public routing), uniform, zipf:S, dirichlet:A, or a histogram or trace: your file (from the working directory, or absolute) or an embedded name under data/
 context_tokens: int = 4096  # context per agent in tokens
 overlap: str = "max"  # combine for the bound map contours, max for perfect overlap or sum for serial
 b_max: int = 1024  # largest batch on the B axis
@@ -45,6 +45,7 @@ from matplotlib.ticker import FuncFormatter
 import moeroof
 from moeroof.core.paths import resolve_data
 from moeroof.core.units import GiB
+from moeroof.data.embedded import is_file_spec
 from moeroof.data.io import load_any
 from moeroof.data.presets import load_hardware, load_model
 from moeroof.models.expert_cache import policy_label
@@ -61,9 +62,7 @@ batch = np.unique(
 term_colours = {"ssd": "#4C72B0", "memory": "#DD8452", "compute": "#55A868", "engine": "#8172B3", "fabric": "#C44E52"}
 
 m = load_model(model)
-route = routing_from_spec(
-    routing if routing == "uniform" or routing.startswith("zipf:") else str(resolve_data(routing)), m
-)
+route = routing_from_spec(str(resolve_data(routing)) if is_file_spec(routing) else routing, m)
 boxes = [load_hardware(hardware)] + ([load_hardware(contrast_hardware)] if contrast_hardware else [])
 
 
@@ -121,8 +120,7 @@ display(
             batch_max=int(batch[-1]),
             inputs=answer_inputs,
             synthetic=[f"the routing data `{routing}`"]
-            if not (routing == "uniform" or routing.startswith("zipf:"))
-            and answers.is_synthetic(load_any(resolve_data(routing)).provenance)
+            if is_file_spec(routing) and answers.is_synthetic(load_any(resolve_data(routing)).provenance)
             else [],
         )
     )

@@ -54,6 +54,7 @@ from IPython.display import Markdown, display
 import moeroof
 from moeroof.core.paths import resolve_data
 from moeroof.core.units import GB, GiB, gb_per_s
+from moeroof.data.embedded import is_file_spec
 from moeroof.data.fit_result import read_fit
 from moeroof.data.io import load_any
 from moeroof.data.presets import list_presets, load_hardware, load_model
@@ -133,7 +134,7 @@ def whatif(
     spec = named or ("uniform" if skew == 0 else f"zipf:{skew}")
     routing = routing_from_spec(spec, m)
     # a routing file's layers (cycled) drive the sampled trace; otherwise the Zipf skew does
-    from_file = spec != "uniform" and not spec.startswith("zipf")
+    from_file = is_file_spec(spec)
     popularity = (
         popularity_from_inclusion(routing.pi, m.top_k, tol=1e-5)[np.arange(trace_layers) % routing.pi.shape[0]]
         if from_file

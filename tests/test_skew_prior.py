@@ -128,3 +128,31 @@ def test_the_skew_knob_maps_to_alpha_and_back():
         assert fit_plan.skew_parameter("dirichlet", fit_plan.skew_knob("dirichlet", alpha)) == pytest.approx(alpha)
     assert fit_plan.skew_parameter("zipf", 0.8) == 0.8
     assert fit_plan.skew_parameter("dirichlet", 0.0) == 1e12  # the knob's 0 is uniform
+
+
+def test_held_out_alphas_come_from_other_models_only():
+    """Qwen3 held out leaves DeepSeek-V3's one unit (its α found again from the published share);
+    a coarse model's is the other coarse unit's; a model of neither group has none."""
+    alpha, what = skew_prior.held_out_alpha("qwen3-30b-a3b")
+    assert alpha == pytest.approx(skew_prior.deepseek_unit().alpha, rel=1e-6) and "deepseek-v3" in what
+    doc = json.loads(committed_skew_prior().path.read_text(encoding="utf-8"))
+    coarse = {u["model"]: u["alpha"] for u in doc["coarse"]["units"]}
+    assert skew_prior.held_out_alpha("mixtral")[0] == pytest.approx(coarse["qwen15"])
+    assert skew_prior.held_out_alpha("qwen15")[0] == pytest.approx(coarse["mixtral"])
+    assert skew_prior.held_out_alpha("no-such-model") is None
+
+
+@pytest.mark.skipif(not HAVE_QWEN3, reason="the captures are not beside this clone (../shared/data/external)")
+def test_zero_fit_rows_predict_each_source_from_nothing_of_its_model():
+    """Each pooled source from the locality prior of the other and the skew prior without its model
+    (a small study: one seed, two bootstrap draws)."""
+    from moeroof.studies import locality_prior
+
+    st = locality_prior.study(sources=("mixtral", "qwen3-moe-trace"), seeds=(0,), bootstrap=2)
+    pairs = skew_prior.zero_fit_rows(st)
+    assert {r.source for r, _ in pairs} == {"mixtral", "qwen3-moe-trace"}
+    for r, what in pairs:
+        other = "qwen3-moe-trace" if r.source == "mixtral" else "mixtral"
+        assert what.startswith(f"nothing of the model: the locality prior of {other};") and "histogram" not in what
+    qwen3 = [r for r, _ in pairs if r.source == "qwen3-moe-trace" and r.kind == "hit_rate"]
+    assert np.mean([abs(r.error_points) for r in qwen3]) < 8.0 and all(r.inside for r in qwen3)

@@ -255,9 +255,42 @@ def held_out_rows(
                         "source": spec["provenance"],
                     }
                 )
+            rows += _zero_fit_locality_rows(st, external_dir)
     if progress is not None:
         progress(total, total, "done")
     return rows, skipped
+
+
+def _zero_fit_locality_rows(st, external_dir) -> list[dict[str, Any]]:
+    """The locality sources' hit-rate and overlap rows predicted from nothing of their model
+    (:func:`moeroof.studies.skew_prior.zero_fit_rows`: both priors without it), as rows of
+    :func:`held_out_rows`."""
+    from moeroof.studies import locality_prior, skew_prior
+
+    out = []
+    for r, what in skew_prior.zero_fit_rows(st, external_dir):
+        if r.kind not in ("hit_rate", "overlap"):
+            continue
+        out.append(
+            {
+                "group": "locality",
+                "case": f"zero-fit:{r.source}",
+                "role": "prediction",
+                "quantity": r.label,
+                "axis": "row",
+                "at": None,
+                "measured": r.measured,
+                "predicted": r.predicted,
+                "error": r.predicted - r.measured,
+                "error_unit": "points",
+                "low": r.low,
+                "high": r.high,
+                "inside": r.inside,
+                "calibrated_on": what,
+                "source": locality_prior.SOURCES[r.source]["provenance"],
+            }
+        )
+    return out
 
 
 def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

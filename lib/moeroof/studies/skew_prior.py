@@ -400,3 +400,52 @@ def summary_record(st: SkewStudy) -> dict[str, Any]:
         "left_out": dict(LEFT_OUT),
         "skipped": dict(st.skipped),
     }
+
+
+#: the locality prior's sources (:data:`moeroof.studies.locality_prior.SOURCES`) as this prior names their models
+LOCALITY_SOURCE_MODELS = {"mixtral": "mixtral", "qwen15": "qwen15", "qwen3-moe-trace": "qwen3-30b-a3b"}
+
+
+def held_out_alpha(model: str) -> tuple[float, str] | None:
+    """The skew prior's α for ``model`` from units of other models only, as the committed file
+    holds them: a fine-grained model's held-out record (the prior of the others), a coarse one's
+    the geometric mean of the other coarse units; with where it came from. None: no other unit."""
+    from moeroof.data.skew_prior import committed_skew_prior
+
+    prior = committed_skew_prior()
+    record = prior.held_out.get(model)
+    if record is not None:
+        return float(record["prior_alpha"]), str(record.get("from", "the other models"))
+    doc = json.loads(prior.path.read_text(encoding="utf-8"))
+    others = [u for u in (doc.get("coarse") or {}).get("units", []) if u["model"] != model]
+    if model not in [u["model"] for u in (doc.get("coarse") or {}).get("units", [])] or not others:
+        return None
+    alpha = float(np.exp(np.mean([math.log(u["alpha"]) for u in others])))
+    return alpha, f"the coarse unit(s) of {', '.join(u['model'] for u in others)}"
+
+
+def zero_fit_rows(st, external_dir: str | Path | None = None) -> list[tuple[Any, str]]:
+    """Each locality source's rows predicted from nothing of its model: one stream's locality
+    from the locality prior of the *other* pooled sources (``st``, a
+    :class:`moeroof.studies.locality_prior.LocalityStudy`, at its settings) and each layer's
+    popularity from the skew prior without the model (:func:`held_out_alpha`) instead of the
+    source's own histogram — what a zero-fit ``plan`` starts from. Returns (row, what it was
+    predicted from) pairs; a source with no other unit of either prior is left out."""
+    from moeroof.models.fit_routing import RoutingKnobs
+    from moeroof.studies import locality_prior as lp
+
+    kw = {k: v for k, v in st.settings.items() if k in ("seeds", "timed_steps", "max_sim_layers")}
+    out = []
+    for fit in st.fits:
+        others = [f for f in st.fits if f.name in st.in_prior and f.name != fit.name]
+        alpha = held_out_alpha(LOCALITY_SOURCE_MODELS.get(fit.name, fit.name))
+        if not others or alpha is None:
+            continue
+        rows = lp.source_rows(fit.name, external_dir)
+        base = RoutingKnobs(family="dirichlet", skew=alpha[0])
+        what = (
+            f"nothing of the model: the locality prior of {', '.join(f.name for f in others)}; popularity from the "
+            f"skew prior of {alpha[1]} (Dirichlet α = {alpha[0]:.2g})"
+        )
+        out += [(r, what) for r in lp.predict_rows(lp.pool(others), rows, base, **kw)]
+    return out

@@ -300,47 +300,14 @@ def steady_trace(sub: np.ndarray, own: np.ndarray, batch: int, seed: int) -> tup
     return _drawn_trace(sub, batch, warm + counted, seed), warm
 
 
-#: the share of a layer's picks still going to experts never seen at which a warm-up may stop
-#: short of seeing 0.9 of the reachable experts (:func:`warmup_steps`)
-WARMUP_UNSEEN_SHARE = 0.01
-
-
 def warmup_steps(pi: np.ndarray, batch: int) -> int:
     """The warm-up of a steady-state simulation at ``batch`` streams on layers of inclusion
     probabilities ``pi`` (module docstring): twice the steps after which the expected distinct
-    experts seen per layer reach 0.9 of those reachable — or, where that comes later, after which
-    the picks still going to experts never seen are at most :data:`WARMUP_UNSEEN_SHARE` of a
-    layer's (a Dirichlet popularity's rarest experts take thousands of steps to be seen and carry
-    almost no picks: their first touches move a hit rate by less than that share); at least 4,
-    at most :data:`MAX_WARMUP_STEPS`. For uniform and Zipf popularities the first rule is the
-    earlier one."""
-    p = np.clip(np.asarray(pi, dtype=float), 0.0, 1.0)
-    q = 1.0 - (1.0 - p) ** int(batch)
+    experts seen per layer reach 0.9 of those reachable, at least 4, at most
+    :data:`MAX_WARMUP_STEPS`."""
+    q = 1.0 - (1.0 - np.clip(np.asarray(pi, dtype=float), 0.0, 1.0)) ** int(batch)
     reachable = float(np.mean(np.sum(q > 1e-12, axis=1)))
-    steps = min(_fill_steps(q, 0.9 * reachable), _unseen_share_steps(p, int(batch), WARMUP_UNSEEN_SHARE))
-    return int(min(MAX_WARMUP_STEPS, max(4, 2 * steps)))
-
-
-def _unseen_share_steps(pi: np.ndarray, batch: int, share: float) -> int:
-    """Smallest n with ``mean_ℓ Σ_i π_ℓi (1 − π_ℓi)^(B·n) / Σ_i π_ℓi ≤ share`` — the expected share
-    of a layer's picks at step n + 1 that go to an expert none of B streams picked in n steps
-    (doubling, then bisection; at most 2^40)."""
-    k = np.maximum(pi.sum(axis=1), 1e-300)
-
-    def unseen(n: int) -> float:
-        return float(np.mean(np.sum(pi * (1.0 - pi) ** (batch * n), axis=1) / k))
-
-    hi = 1
-    while unseen(hi) > share and hi < 1 << 40:
-        hi *= 2
-    lo = hi // 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if unseen(mid) > share:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    return int(min(MAX_WARMUP_STEPS, max(4, 2 * _fill_steps(q, 0.9 * reachable))))
 
 
 #: layers a global cache is simulated over where π has one row standing for every layer (a

@@ -156,3 +156,30 @@ def test_zero_fit_rows_predict_each_source_from_nothing_of_its_model():
         assert what.startswith(f"nothing of the model: the locality prior of {other};") and "histogram" not in what
     qwen3 = [r for r, _ in pairs if r.source == "qwen3-moe-trace" and r.kind == "hit_rate"]
     assert np.mean([abs(r.error_points) for r in qwen3]) < 8.0 and all(r.inside for r in qwen3)
+
+
+def test_a_fit_result_routes_in_its_skew_family():
+    """plan --fit: a Dirichlet skew knob s is α = 1/s²; a result written before the family was
+    recorded is Zipf; with stickiness the trace samples the same family and α."""
+    model = load_model("qwen3-30b-a3b")
+    r = fit_plan.routing_with_fit(model, {"skew": 0.5, "skew_family": "dirichlet", "routing_spec": "prior"})
+    assert spec_skew(r) == ("dirichlet", pytest.approx(4.0))
+    old = fit_plan.routing_with_fit(model, {"skew": 0.9, "routing_spec": "zipf:0.8"})
+    assert spec_skew(old) == ("zipf", 0.9)
+    local = fit_plan.routing_with_fit(model, {"skew": 0.5, "skew_family": "dirichlet", "rho": 0.3})
+    assert isinstance(local, LocalRouting) and local.skew == ("dirichlet", pytest.approx(4.0)) and local.rho == 0.3
+    held = fit_plan.routing_with_fit(model, {"routing_spec": "prior", "rho": 0.3})
+    assert local.skew != held.skew and held.skew == ("dirichlet", committed_skew_prior().alpha)
+
+
+def test_read_fit_keeps_the_skew_family(tmp_path):
+    from moeroof.data.fit_result import read_fit
+
+    doc = {"model": "m", "hardware": "h", "knobs": {"skew": {"value": 0.5, "fitted": True, "family": "dirichlet"}}}
+    p = tmp_path / "fit.json"
+    p.write_text(json.dumps(doc))
+    assert read_fit(p)["skew_family"] == "dirichlet"
+    doc["knobs"]["skew"]["family"] = "pareto"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=r"knobs\.skew\.family"):
+        read_fit(p)

@@ -215,6 +215,19 @@ def _read_json(path: Path, what: str, hint: str = "") -> dict[str, Any]:
     return _parse_json(text, path, "-", "file")
 
 
+def read_json_object(path: Path, what: str) -> dict[str, Any]:
+    """The JSON object in ``path`` (a bounded read, checked as every JSON the suite reads);
+    :class:`InputError` naming the file and saying ``what`` it should have been otherwise."""
+    try:
+        with open(path, encoding="utf-8-sig") as fh:  # read-only
+            text = fh.read(MAX_JSON_BYTES + 1)
+    except FileNotFoundError:
+        raise InputError(path, "-", "file", f"no such file ({what})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(path, "-", "file", f"cannot read {what}: {exc}") from None
+    return _parse_json(text, path, "-", "file")
+
+
 def _parse_json(text: str, path: Path, row: str, key: str) -> dict[str, Any]:
     try:
         check_document(text, "the JSON", max_bytes=MAX_JSON_BYTES)

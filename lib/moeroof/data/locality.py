@@ -11,14 +11,13 @@ what is wrong.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from moeroof.core import paths
-from moeroof.data.io import InputError
+from moeroof.data.io import InputError, read_json_object
 
 __all__ = ["LOCALITY_PRIOR_FILE", "LocalityPriorSummary", "read_locality_prior"]
 
@@ -65,14 +64,7 @@ def read_locality_prior(path: str | os.PathLike[str] | None = None) -> LocalityP
     """The committed prior (default :data:`LOCALITY_PRIOR_FILE` under ``data/``). Raises
     :class:`InputError` naming the file and field."""
     p = Path(path) if path is not None else paths.DATA_DIR / LOCALITY_PRIOR_FILE
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(p, "-", "file", "no such file (the committed locality prior)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputError(p, "-", "file", f"not a readable JSON locality prior: {err}") from None
-    if not isinstance(data, dict):
-        raise InputError(p, "-", "file", "expected a JSON object")
+    data = read_json_object(p, "the committed locality prior")
     rho = _number(p, data, "rho", 0.0, 1.0)
     h = _number(p, data, "hot_set", 0.0, math.inf)
     q = data.get("quantiles")

@@ -11,13 +11,12 @@ of what is wrong.
 from __future__ import annotations
 
 import functools
-import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from moeroof.core import paths
-from moeroof.data.io import InputError
+from moeroof.data.io import InputError, read_json_object
 
 __all__ = ["SKEW_PRIOR_FILE", "SkewPriorSummary", "read_skew_prior", "committed_skew_prior"]
 
@@ -70,14 +69,7 @@ def read_skew_prior(path: str | os.PathLike[str] | None = None) -> SkewPriorSumm
     """The committed prior (default :data:`SKEW_PRIOR_FILE` under ``data/``). Raises
     :class:`InputError` naming the file and field."""
     p = Path(path) if path is not None else paths.DATA_DIR / SKEW_PRIOR_FILE
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(p, "-", "file", "no such file (the committed skew prior)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputError(p, "-", "file", f"not a readable JSON skew prior: {err}") from None
-    if not isinstance(data, dict):
-        raise InputError(p, "-", "file", "expected a JSON object")
+    data = read_json_object(p, "the committed skew prior")
     alpha = _alpha(p, data.get("alpha"), "alpha")
     q = data.get("quantiles")
     if not isinstance(q, dict) or not isinstance(q.get("alpha"), list) or len(q["alpha"]) != 3:

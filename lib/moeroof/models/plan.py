@@ -264,29 +264,28 @@ def _routing_of_knobs(spec: str, model: MoEModel) -> RoutingProbabilities | None
         return prior_routing(model)
     if spec == "uniform":
         return RoutingProbabilities(np.full((1, e), k / e), "uniform", "assumed", family_skew=("zipf", 0.0))
-    if spec.strip().lower() in ("dirichlet", "dirichlet:"):
-        raise ValueError(f"routing {spec!r}: give the Dirichlet concentration as dirichlet:A (e.g. dirichlet:0.6)")
-    if spec.startswith("dirichlet:"):
-        try:
-            a = float(spec.split(":", 1)[1])
-        except ValueError:
-            raise ValueError(f"routing {spec!r}: expected dirichlet:A with a number A") from None
-        if not np.isfinite(a) or not 1e-3 <= a <= 1e12:
+    family = spec.split(":", 1)[0].strip().lower()
+    if family not in ("zipf", "dirichlet"):
+        return None
+    name, letter, example = (
+        ("Zipf exponent", "S", "0.9") if family == "zipf" else ("Dirichlet concentration", "A", "0.6")
+    )
+    value = spec.split(":", 1)[1] if ":" in spec else ""
+    if not value.strip():
+        raise ValueError(f"routing {spec!r}: give the {name} as {family}:{letter} (e.g. {family}:{example})")
+    try:
+        x = float(value)
+    except ValueError:
+        raise ValueError(f"routing {spec!r}: expected {family}:{letter} with a number {letter}") from None
+    if family == "dirichlet":
+        if not np.isfinite(x) or not 1e-3 <= x <= 1e12:
             raise ValueError(f"routing {spec!r}: Dirichlet concentration must be in [0.001, 1e12]")
-        return dirichlet_routing(model, a, f"Dirichlet α={a:g}")
-    if spec.strip().lower() in ("zipf", "zipf:"):
-        raise ValueError(f"routing {spec!r}: give the Zipf exponent as zipf:S (e.g. zipf:0.9)")
-    if spec.startswith("zipf:"):
-        try:
-            s = float(spec.split(":", 1)[1])
-        except ValueError:
-            raise ValueError(f"routing {spec!r}: expected zipf:S with a number S") from None
-        if not np.isfinite(s) or s < 0:
-            raise ValueError(f"routing {spec!r}: Zipf exponent must be >= 0")
-        check_allocation(e * INCLUSION_NODES_BOUND, 8, "experts × inclusion quadrature nodes", parameter="routing")
-        pi = inclusion_probabilities(zipf_log_weights(e, s), k, log=True)[None, :]
-        return RoutingProbabilities(pi, f"Zipf s={s:g}", "assumed", family_skew=("zipf", s))
-    return None
+        return dirichlet_routing(model, x, f"Dirichlet α={x:g}")
+    if not np.isfinite(x) or x < 0:
+        raise ValueError(f"routing {spec!r}: Zipf exponent must be >= 0")
+    check_allocation(e * INCLUSION_NODES_BOUND, 8, "experts × inclusion quadrature nodes", parameter="routing")
+    pi = inclusion_probabilities(zipf_log_weights(e, x), k, log=True)[None, :]
+    return RoutingProbabilities(pi, f"Zipf s={x:g}", "assumed", family_skew=("zipf", x))
 
 
 def routing_from_spec(spec: str, model: MoEModel) -> RoutingProbabilities:

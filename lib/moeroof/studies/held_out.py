@@ -231,30 +231,9 @@ def held_out_rows(
             for name, why in st.skipped.items():
                 skipped[f"locality:{name}"] = why
             for r in st.rows:
-                if r.kind not in ("hit_rate", "overlap"):
-                    continue
-                spec = locality_prior.SOURCES[r.source]
                 others = [s for s in st.prior.sources if s != r.source]
-                rows.append(
-                    {
-                        "group": "locality",
-                        "case": f"locality-prior:{r.source}",
-                        "role": "prediction",
-                        "quantity": r.label,
-                        "axis": "row",
-                        "at": None,
-                        "measured": r.measured,
-                        "predicted": r.predicted,
-                        "error": r.predicted - r.measured,
-                        "error_unit": "points",
-                        "low": r.low,
-                        "high": r.high,
-                        "inside": r.inside,
-                        "calibrated_on": f"the locality prior of {', '.join(others)}; popularity from the "
-                        "source's routing histogram",
-                        "source": spec["provenance"],
-                    }
-                )
+                what = f"the locality prior of {', '.join(others)}; popularity from the source's routing histogram"
+                rows += _prior_row(r, f"locality-prior:{r.source}", what)
             rows += _zero_fit_locality_rows(st, external_dir)
     if progress is not None:
         progress(total, total, "done")
@@ -262,35 +241,43 @@ def held_out_rows(
 
 
 def _zero_fit_locality_rows(st, external_dir) -> list[dict[str, Any]]:
-    """The locality sources' hit-rate and overlap rows predicted from nothing of their model
-    (:func:`moeroof.studies.skew_prior.zero_fit_rows`: both priors without it), as rows of
-    :func:`held_out_rows`."""
-    from moeroof.studies import locality_prior, skew_prior
+    """The locality sources' rows predicted from nothing of their model
+    (:func:`moeroof.studies.skew_prior.zero_fit_rows`: both priors without it)."""
+    from moeroof.studies import skew_prior
 
-    out = []
-    for r, what in skew_prior.zero_fit_rows(st, external_dir):
-        if r.kind not in ("hit_rate", "overlap"):
-            continue
-        out.append(
-            {
-                "group": "locality",
-                "case": f"zero-fit:{r.source}",
-                "role": "prediction",
-                "quantity": r.label,
-                "axis": "row",
-                "at": None,
-                "measured": r.measured,
-                "predicted": r.predicted,
-                "error": r.predicted - r.measured,
-                "error_unit": "points",
-                "low": r.low,
-                "high": r.high,
-                "inside": r.inside,
-                "calibrated_on": what,
-                "source": locality_prior.SOURCES[r.source]["provenance"],
-            }
-        )
-    return out
+    return [
+        row
+        for r, what in skew_prior.zero_fit_rows(st, external_dir)
+        for row in _prior_row(r, f"zero-fit:{r.source}", what)
+    ]
+
+
+def _prior_row(r, case: str, calibrated_on: str) -> list[dict[str, Any]]:
+    """A :class:`moeroof.studies.locality_prior.PriorRow` as a row of :func:`held_out_rows` (in
+    points), none for a kind that is not a share (hit rate, overlap)."""
+    from moeroof.studies import locality_prior
+
+    if r.kind not in ("hit_rate", "overlap"):
+        return []
+    return [
+        {
+            "group": "locality",
+            "case": case,
+            "role": "prediction",
+            "quantity": r.label,
+            "axis": "row",
+            "at": None,
+            "measured": r.measured,
+            "predicted": r.predicted,
+            "error": r.predicted - r.measured,
+            "error_unit": "points",
+            "low": r.low,
+            "high": r.high,
+            "inside": r.inside,
+            "calibrated_on": calibrated_on,
+            "source": locality_prior.SOURCES[r.source]["provenance"],
+        }
+    ]
 
 
 def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -154,11 +154,19 @@ def alpha_from_hottest_share(share: float, experts: int, top_k: int) -> float:
     return math.exp(brentq(gap, math.log(0.02), math.log(1e3), xtol=1e-4))
 
 
+def dirichlet_alpha(counts: np.ndarray, top_k: int) -> float:
+    """The pooled Dirichlet-multinomial α of per-layer incidence counts (L, E)
+    (:func:`moeroof.models.fit.fit_histogram`, the ``dirichlet`` model alone)."""
+    from moeroof.models.fit import fit_histogram
+
+    fit = fit_histogram(counts, top_k, rng=np.random.default_rng(0), bootstrap=0, gof_sims=0, models=("dirichlet",))
+    return float(fit.pooled["dirichlet"].params["alpha"])
+
+
 def qwen3_units(external_dir: str | Path | None = None) -> list[SkewUnit]:
     """Qwen3-30B-A3B's units (:data:`QWEN3_WORKLOADS`); ``FileNotFoundError`` without the capture."""
     from moeroof.core.paths import EXTERNAL_DIR
     from moeroof.data.importers import import_matrix
-    from moeroof.models.fit import fit_histogram
 
     root = Path(external_dir or EXTERNAL_DIR) / QWEN3_DIR
     meta_path = root / "meta.json"
@@ -177,22 +185,15 @@ def qwen3_units(external_dir: str | Path | None = None) -> list[SkewUnit]:
             top_k=int(meta["top_k"]),
             tokens=tokens,
         )
-        fit = fit_histogram(
-            np.asarray(imported.counts),
-            int(meta["top_k"]),
-            rng=np.random.default_rng(0),
-            bootstrap=0,
-            gof_sims=0,
-            models=("dirichlet",),
-        )
+        counts = np.asarray(imported.counts)
         units.append(
             SkewUnit(
                 "qwen3-30b-a3b",
                 f"{dataset} {lang}",
                 int(meta["experts"]),
                 int(meta["top_k"]),
-                float(fit.pooled["dirichlet"].params["alpha"]),
-                f"Dirichlet-multinomial fit, pooled over 48 layers, at ~{tokens} prompt tokens",
+                dirichlet_alpha(counts, int(meta["top_k"])),
+                f"Dirichlet-multinomial fit, pooled over {counts.shape[0]} layers, at ~{tokens} prompt tokens",
                 f"{QWEN3_DIR} (../shared/data/external), prefill frequencies",
             )
         )
@@ -203,7 +204,6 @@ def coarse_units(external_dir: str | Path | None = None) -> list[SkewUnit]:
     """The coarse models' units (fewer than :data:`FINE_GRAINED_EXPERTS` experts: Mixtral 8x7B,
     Qwen1.5-MoE's first layer), from the locality prior's captures' own histograms; a capture that
     is absent is left out."""
-    from moeroof.models.fit import fit_histogram
     from moeroof.studies.locality_prior import SOURCES, source_rows
 
     units = []
@@ -212,21 +212,13 @@ def coarse_units(external_dir: str | Path | None = None) -> list[SkewUnit]:
             rows = source_rows(name, external_dir)
         except FileNotFoundError:
             continue
-        fit = fit_histogram(
-            np.asarray(rows.counts),
-            rows.top_k,
-            rng=np.random.default_rng(0),
-            bootstrap=0,
-            gof_sims=0,
-            models=("dirichlet",),
-        )
         units.append(
             SkewUnit(
                 name,
                 "decode capture",
                 rows.experts,
                 rows.top_k,
-                float(fit.pooled["dirichlet"].params["alpha"]),
+                dirichlet_alpha(np.asarray(rows.counts), rows.top_k),
                 f"Dirichlet-multinomial fit, pooled over {rows.layers} layer(s)",
                 SOURCES[name]["provenance"],
             )

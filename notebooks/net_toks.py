@@ -93,9 +93,7 @@ best_i = int(np.nanargmax(np.where(ok_b, p.net_tok_s, np.nan))) if ok_b.any() el
 unc_row = {row["baseline"]: row for row in multiple_thresholds(cp_run, (4.0, 10.0))}["uncoalesced"]
 b4 = unc_row["first_batch_at_4x"]
 # the routing file's own provenance tag (the plan folds it into witnessed/projected)
-routing_data_provenance = (
-    load_any(resolve_data(routing)).provenance if is_file_spec(routing) else None
-)
+routing_data_provenance = load_any(resolve_data(routing)).provenance if is_file_spec(routing) else None
 # seed 000's formula: per-agent seconds per token = max(SSD term / B, memory term, FLOP term per token)
 seed_t = np.maximum.reduce([p.terms["ssd"] / batch, p.terms["memory"], p.terms["compute"] / batch])
 display(

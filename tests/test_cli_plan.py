@@ -172,3 +172,23 @@ def test_installed_script_runs_plan():
     )
     assert proc.returncode == 0, proc.stderr
     check_contract(json.loads(proc.stdout), [1, 4])
+
+
+def test_a_zero_fit_plan_shows_its_stages_on_stderr_when_asked(capsys, monkeypatch):
+    """The priors' ends make a zero-fit plan take seconds: with MOEROOF_PROGRESS=1 each stage is
+    named on stderr, in order, and stdout stays the JSON alone; off, stderr stays empty."""
+    import json
+
+    from moeroof.cli import main
+    from moeroof.cli.plan import PLAN_STAGES
+
+    monkeypatch.setenv("MOEROOF_PROGRESS", "1")
+    argv = ["plan", "--model", "qwen3-30b-a3b", "--hardware", "nvme-gen4", "--batch", "1", "--cache-gib", "2", "--json"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["skew_band"] is not None
+    at = [err.index(s) for s in PLAN_STAGES]
+    assert at == sorted(at) and err.startswith("\rplan [")
+    monkeypatch.setenv("MOEROOF_PROGRESS", "0")
+    assert main(argv) == 0
+    assert capsys.readouterr().err == ""

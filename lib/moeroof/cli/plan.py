@@ -42,6 +42,7 @@ from moeroof.cli.common import (
     BATCH_HELP,
     PARTITIONS,
     SET_HELP,
+    Progress,
     UsageError,
     add_output_arguments,
     add_step_arguments,
@@ -120,8 +121,9 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=run, parameter_flags={"rank_speed": "--rank-speed"})
 
 
-def plan_report(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``plan`` JSON object for parsed arguments."""
+def plan_report(args: argparse.Namespace, stage=lambda done, total, what: None) -> dict[str, Any]:
+    """The ``plan`` JSON object for parsed arguments; ``stage(done, total, what)`` as each of
+    :data:`PLAN_STAGES` begins (a :class:`~moeroof.cli.common.Progress`)."""
     from moeroof.data.presets import load_hardware, load_model
     from moeroof.models.fit_plan import box_with_fit, routing_with_fit
     from moeroof.models.plan import DEFAULT_ROUTING, Workload, admission_search, plan, routing_from_spec
@@ -166,7 +168,8 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
     workload = Workload(ranks=ranks, partition=args.partition, rank_speed=speed, **options)
     spreads = {}
     if fitted is None and args.routing_knobs is None:
-        routing, spreads = _with_priors(model, hardware, workload, routing, batch, independent=args.independent)
+        routing, spreads = _with_priors(model, hardware, workload, routing, batch, args.independent, stage)
+    stage(2, len(PLAN_STAGES), PLAN_STAGES[2])
     result = plan(model, hardware, workload, routing, batch)
     rep = result.to_dict()
     for key, spread in spreads.items():
@@ -178,6 +181,7 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
         from moeroof.models.engine_prior import prior_band
 
         # the engine fit-plan would hold for this unmeasured box, beside the preset's roofline
+        stage(3, len(PLAN_STAGES), PLAN_STAGES[3])
         band = prior_band(model, hardware, workload, routing, batch).to_dict()
         rep["net_tok_s_at_priors"] = band["net_tok_s"]
         rep["net_tok_s_at_priors_low"] = band["low"]
@@ -199,7 +203,11 @@ def plan_report(args: argparse.Namespace) -> dict[str, Any]:
     return rep
 
 
-def _with_priors(model, hardware, workload, routing, batch, *, independent: bool):
+#: what a zero-fit ``plan`` does, in order (its progress line names each as it begins)
+PLAN_STAGES = ("the skew prior's ends", "the locality prior's ends", "the plan", "the engine priors")
+
+
+def _with_priors(model, hardware, workload, routing, batch, independent: bool, stage):
     """A zero-fit plan's routing with one stream's locality at the locality prior's centre
     (:mod:`moeroof.data.locality`; none with ``independent``), and what no row can identify as the
     prediction at each prior's two ends: ``{"skew_band": …, "locality_band": …}`` (None where a
@@ -208,10 +216,10 @@ def _with_priors(model, hardware, workload, routing, batch, *, independent: bool
     from moeroof.models.locality import Locality
 
     prior = None if independent else Locality.committed()
-    spreads = {
-        "skew_band": skew_band(model, hardware, workload, routing, batch, prior),
-        "locality_band": locality_band(model, hardware, workload, routing, batch, prior),
-    }
+    stage(0, len(PLAN_STAGES), PLAN_STAGES[0])
+    spreads = {"skew_band": skew_band(model, hardware, workload, routing, batch, prior)}
+    stage(1, len(PLAN_STAGES), PLAN_STAGES[1])
+    spreads["locality_band"] = locality_band(model, hardware, workload, routing, batch, prior)
     return with_locality(model, routing, prior, workload=workload), spreads
 
 
@@ -404,5 +412,9 @@ def _pooled(hit: list, i: int) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    rep = plan_report(args)
+    progress = Progress("plan")  # a zero-fit plan runs the priors' ends too: seconds
+    try:
+        rep = plan_report(args, progress)
+    finally:
+        progress.close()
     return emit(rep, args, print_plan, csv_table=plan_csv)

@@ -389,7 +389,7 @@ def test_fit_plan_and_fit_routing_csv(tmp_path, capsys):
     points.write_text(
         "batch,cache_gib,ranks,policy,net_tok_s,hit_rate\n1,20,1,lru,17.17,\n4,20,1,lru,,\n16,20,1,lru,63.24,\n"
     )
-    argv = ["fit-plan", str(points), "--model", "qwen3-30b-a3b-3bit", "--hardware", "apple-m4"]
+    argv = ["fit-plan", str(points), "--model", "qwen3-30b-a3b-3bit", "--hardware", "apple-m4", "--routing", "zipf:0.8"]
     rep = run_json(capsys, argv)
     header, rows = run_csv(capsys, argv)
     assert header[:3] == ["row", "batch", "cache_gib"] and "predicted" in header and len(rows) == 3

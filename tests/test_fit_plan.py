@@ -538,6 +538,8 @@ def test_fit_plan_reports_its_progress_stage_by_stage(engine_box, capsys, monkey
         "qwen3-30b-a3b-3bit",
         "--hardware",
         "apple-m4",
+        "--routing",
+        "zipf:0.8",
     ]
     assert main([*argv, "--json"]) == 0
     out, err = capsys.readouterr()

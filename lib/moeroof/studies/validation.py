@@ -1084,14 +1084,14 @@ def _layer_shares(pi: np.ndarray, k: int) -> tuple[float, float]:
     return float(np.median(p[:, 0])), float(np.median(p[:, :32].sum(axis=1)))
 
 
-def _skew_row(key: str, role: str, calibrated: str, predicted, low=(), high=()) -> Comparison:
-    """One of :func:`skew_comparisons`' rows against :data:`DEEPSEEK_SKEW`."""
+def _skew_row(key: str, role: str, calibrated: str, predicted, low=(), high=(), *, e: int, k: int) -> Comparison:
+    """One of :func:`skew_comparisons`' rows against :data:`DEEPSEEK_SKEW` (the preset's E and K)."""
     ref = DEEPSEEK_SKEW
     hottest, (lo32, hi32) = ref.value["hottest_share"][1], ref.value["top32_share"]
     return Comparison(
         key,
         ref.source,
-        f"DeepSeek-V3 (E=256, K=8): hottest expert's share of a layer's picks (the median layer) and the top "
+        f"DeepSeek-V3 (E={e}, K={k}): hottest expert's share of a layer's picks (the median layer) and the top "
         f"32 experts' share (the layers' range {lo32:.0%}–{hi32:.0%}, its middle), in that order",
         role,
         calibrated,
@@ -1123,7 +1123,7 @@ def skew_comparisons() -> list[Comparison]:
 
     model = load_model("deepseek-v3")
     e, k = model.experts, model.top_k
-    row = _skew_row
+    row = functools.partial(_skew_row, e=e, k=k)
 
     def shares(alpha: float) -> tuple[float, float]:
         return float(top_share(alpha, e, k, 1)), float(top_share(alpha, e, k, 32))

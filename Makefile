@@ -2,7 +2,7 @@
 # so `make test` works on a clean checkout with only python3 (+ pip) installed.
 #
 #   make test     ruff (lint + format check), then the whole test suite (what CI runs, via .ci/run)
-#   make check    the quick loop: ruff, then the tests not marked slow/notebook/browser (< 1 min)
+#   make check    the quick loop: ruff, then the tests not marked slow/notebook/browser
 #   make report   execute notebooks/*.py with papermill into reports/ (.ipynb + .html + index.html,
 #                 figures in reports/figures/): it writes nothing outside reports/
 #   make figures  make report, then copy into the committed figures/ each figure whose plotted data
@@ -65,13 +65,17 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: $(STAMP) bytecode browser lint
-	$(PY) -m pytest -q
+# The tests run their files on up to TEST_JOBS cores (pytest-xdist; a file's tests stay together
+# in one worker, as they share fixtures and temp folders): 0 runs them in this process.
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 
-# The quick loop (under a minute on 2 cores): lint, then every test not marked slow, notebook or
-# browser, in parallel-free order with the first failure stopping the run.
+test: $(STAMP) bytecode browser lint
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile
+
+# The quick loop: lint, then every test not marked slow, notebook or browser, on the same cores
+# as make test, the first failure stopping the run.
 check: $(STAMP) bytecode lint
-	$(PY) -m pytest -q -x -m "not slow and not notebook and not browser"
+	$(PY) -m pytest -q -x -n $(TEST_JOBS) --dist loadfile -m "not slow and not notebook and not browser"
 
 report: $(STAMP) bytecode
 	$(PY) -m moeroof.present.report

@@ -40,6 +40,9 @@ BUDGET_S = 10.0
 #: (name, points file, model, box, routing, knobs to fit or None for the default)
 CASES = (
     ("bigrig", "bigrig.plan-points", "qwen3-30b-a3b-3bit", "apple-m4", "uniform", None),
+    # a newcomer's first fit: the README's command on seed 003's rows, every flag at its default
+    # (the skew prior's routing, its skew fitted to the hit rates)
+    ("seed003-default", "seed003-public.plan-points", "glm-5-nvfp4", "gb10", "prior", None),
     (
         "seed003",
         "seed003-public.plan-points",
@@ -84,6 +87,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="bigrig's case only (a smoke run)")
     ap.add_argument("--repeats", type=int, default=2, help="timed runs per case after the warm-up (default 2)")
     ap.add_argument("--no-write", action="store_true", help="write no results file")
+    ap.add_argument("--case", action="append", default=None, help="only this case (repeatable)")
     args = ap.parse_args(argv)
     info = machine_info()
     print("# moeroof fit-plan timings" + (" — QUICK smoke run" if args.quick else ""))
@@ -91,7 +95,13 @@ def main(argv=None) -> int:
     print(f"- budget: {BUDGET_S:g} s a fit (the guide's, on a 2-core box); ratio = budget / best")
     print()
     rows, status = [], 0
-    for name, points, model_name, box, spec, knobs in CASES[:1] if args.quick else CASES:
+    cases = CASES[:1] if args.quick else CASES
+    if args.case:
+        unknown = sorted(set(args.case) - {c[0] for c in cases})
+        if unknown:
+            ap.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(c[0] for c in cases)}")
+        cases = [c for c in cases if c[0] in args.case]
+    for name, points, model_name, box, spec, knobs in cases:
         _, first = run_case(points, model_name, box, spec, knobs)  # warm-up
         times = []
         for _ in range(max(1, int(args.repeats))):

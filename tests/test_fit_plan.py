@@ -622,3 +622,24 @@ def test_a_cache_curve_at_one_batch_size_names_the_memory_knobs_it_could_fit():
     assert memory_curve_note(spread, ("engine",)) is None
     unmeasured = [*three[:2], dataclasses.replace(three[2], net_tok_s=None)]
     assert memory_curve_note(unmeasured, ("engine",)) is None
+
+
+def testband_sets_keep_every_knobs_ends_and_spread_the_rest():
+    """The band's retained sets (fit_plan.band_sets): each cache knob's smallest and largest
+    value over the profile are always among them, at most ``most`` in all, in profile order; a
+    profile no larger than ``most`` is kept whole."""
+    from moeroof.models.fit_plan import band_sets
+
+    rng = np.random.default_rng(7)
+    profile = [{"outer": {"skew": float(a), "rho": float(b)}, "i": i} for i, (a, b) in enumerate(rng.random((40, 2)))]
+    sub = band_sets(profile, ("skew", "rho"), 10)
+    assert len(sub) == 10
+    order = [e["i"] for e in sub]
+    assert order == sorted(order) and len(set(order)) == 10
+    for n in ("skew", "rho"):
+        vals = [e["outer"][n] for e in profile]
+        got = [e["outer"][n] for e in sub]
+        assert min(vals) in got and max(vals) in got
+    # the rest is spread over the profile, not bunched at its start
+    assert max(order) > 30 and min(order) < 5
+    assert band_sets(profile[:7], ("skew",), 10) == profile[:7]

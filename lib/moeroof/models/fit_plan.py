@@ -60,9 +60,14 @@ interval is its range over R — the profile-likelihood interval (Venzon & Moolg
 Appl. Statist. 37:87; Bates & Watts 1988, *Nonlinear Regression Analysis and Its
 Applications*, ch. 6) — and a row's prediction over R is its prediction profile interval
 (Kreutz, Raue & Timmer 2012, BMC Syst. Biol. 6:120). The band of row i is the smooth part's
-band moved to every retained set and united:
+band moved to the retained sets and united:
 
-    low_i = min_{θ∈R} ŷ_i(θ) · L_i / ŷ_i(θ̂),   high_i = max_{θ∈R} ŷ_i(θ) · H_i / ŷ_i(θ̂)
+    low_i = min_{θ∈R'} ŷ_i(θ) · L_i / ŷ_i(θ̂),   high_i = max_{θ∈R'} ŷ_i(θ) · H_i / ŷ_i(θ̂)
+
+where R' ⊆ R holds each cache knob's two ends over R and sets spread evenly over the rest, at
+most :data:`BAND_PROFILE_SETS` (:func:`band_sets`): a prediction over R moves with the knobs,
+so its extremes lie at or near their ends, and a row at a batch size no calibration row has
+needs its own traces at every set (all of R cost a default fit four times its search).
 
 (hit rates: the same with the smooth part's hit-rate quantiles added as differences, not
 ratios, clipped to [0, 1]); a smooth knob's interval, x̂ ± 1.645 sd from the covariance, is
@@ -122,6 +127,8 @@ __all__ = [
     "BAND_DRAWS",
     "BAND_SEEDS",
     "PROFILE_CHI2",
+    "BAND_PROFILE_SETS",
+    "band_sets",
     "END_SHARES",
     "FIT_STAGES",
     "PlanKnobs",
@@ -159,6 +166,8 @@ PROFILE_RESTARTS = 2
 #: of the profile's retained cache-knob sets, the most whose curves a peak's band takes (evenly
 #: spread over them: each needs its own sampled traces), and the smooth knobs' draws it takes
 PEAK_PROFILE_SETS = 12
+#: the most retained cache-knob sets a band is united over (module docstring, Bands)
+BAND_PROFILE_SETS = 16
 PEAK_SMOOTH_DRAWS = 24
 _SMOOTH = ("engine", "expert", "ssd-scale", "reclaim", "reclaim-shape")
 _CACHE = ("skew", "rho", "pressure")
@@ -458,6 +467,25 @@ def predict_points(
             net[i] = net_b[j]
             hit[i] = hit_b[j]
     return net, hit
+
+
+def band_sets(profile: Sequence[dict[str, Any]], names: Sequence[str], most: int) -> list[dict[str, Any]]:
+    """At most ``most`` of the retained cache-knob sets ``profile`` (in their order): the sets
+    holding each knob's smallest and largest value over the profile, then sets spread evenly
+    over the rest. Fewer than ``most``: all of them."""
+    if len(profile) <= most:
+        return list(profile)
+    chosen: list[int] = []
+    for n in names:
+        vals = [e["outer"][n] for e in profile]
+        for j in (int(np.argmin(vals)), int(np.argmax(vals))):
+            if j not in chosen:
+                chosen.append(j)
+    rest = [j for j in range(len(profile)) if j not in chosen]
+    room = max(most - len(chosen), 0)
+    if room and rest:
+        chosen += [rest[int(v)] for v in np.unique(np.linspace(0, len(rest) - 1, min(room, len(rest))).round())]
+    return [profile[j] for j in sorted(chosen)]
 
 
 def _explore_profile(inside, kept, z_hat: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
@@ -1089,7 +1117,7 @@ def _fit_one(  # noqa: C901
     if profile:
         # the band at the best knobs moved to each retained cache-knob set's prediction (its
         # engine and SSD terms re-solved), and the union taken
-        at = [predict(knobs_of(e["outer"], e["x"])) for e in profile]
+        at = [predict(knobs_of(e["outer"], e["x"])) for e in band_sets(profile, outer_names, BAND_PROFILE_SETS)]
         nets = np.array([a[0] for a in at])
         hits = np.array([a[1] for a in at])
         low = nets.min(axis=0) * (low / net0)

@@ -140,3 +140,28 @@ def test_the_terms_combined_the_other_way_widen_the_band_where_they_bind():
         for v in (lo, hi)
     ]
     np.testing.assert_allclose(band.low, np.min([summed, *summed_ends], axis=0), rtol=1e-12)
+
+
+def test_the_cost_per_touched_pair_is_held_at_its_public_prior_and_prices_every_touched_pair():
+    """The per-touched-expert prior (0 – 0.09 – 0.8 ms) is held where the preset is silent, and
+    at one rank with the terms summed its high end adds exactly (high − centre) × the pairs the
+    step touches to each step's seconds: B / tok/s recomputed from the step's own work."""
+    from moeroof.models.plan import batch_works
+
+    model, hw, wl, routing = _case()
+    lo, mid, hi = held_priors(hw)["engine_seconds_per_touched_expert"]
+    assert lo == 0.0 < mid < hi
+    assert "bigrig" in hw.priors["engine_seconds_per_touched_expert"][1]
+    batch = np.array([1, 4, 16])
+    wl = replace(wl, overlap="sum")
+    centre = at_prior_centres(hw)
+    assert centre.engine_seconds_per_touched_expert == mid
+    (work,) = batch_works(model, centre, wl, routing, batch)
+    pairs = np.asarray(work.expert_reads, dtype=float).reshape(-1)
+    assert np.all(np.diff(pairs) > 0)  # more agents touch more pairs
+    at = {v: plan(model, replace(centre, engine_seconds_per_touched_expert=v), wl, routing, batch) for v in (mid, hi)}
+    extra = batch / at[hi].net_tok_s - batch / at[mid].net_tok_s
+    np.testing.assert_allclose(extra, (hi - mid) * pairs, rtol=1e-9)
+    # the zero-fit band reaches that end
+    band = prior_band(model, hw, wl, routing, batch)
+    assert np.all(band.low <= at[hi].net_tok_s * (1 + 1e-12))

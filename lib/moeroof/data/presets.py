@@ -177,6 +177,7 @@ DEFAULTS: dict[str, float] = {
 PRIOR_FIELDS = (
     "engine_seconds_per_step",
     "engine_seconds_per_agent_token",
+    "engine_seconds_per_touched_expert",
     "mem_efficiency",
     "compute_efficiency",
     "link_efficiency",
@@ -194,6 +195,14 @@ DEFAULT_PRIORS: dict[str, tuple[tuple[float, float, float], str]] = {
         (0.0, 2e-4, 1e-3),
         "assumed: per-sequence sampling and bookkeeping, from microseconds in a compiled scheduler to about a "
         "millisecond in a Python generate loop",
+    ),
+    "engine_seconds_per_touched_expert": (
+        (0.0, 9e-5, 8e-4),
+        "public engines, the middle one the centre: a fused MoE kernel (llama.cpp's mul_mat_id) adds nothing per "
+        "(layer, expert) pair beyond the bytes the memory and streaming terms read (0); bigrig's MLX loop at most "
+        "0.09 ms per pair (all of its fastest calibration step spread over the pairs the step touches: fit-plan on "
+        "its two end points, docs/sources.md); seed "
+        "003's GB10 engine 0.6–0.8 ms (fit-plan on its public M = 8 rows, the per-step cost at its 20 ms prior)",
     ),
     "mem_efficiency": (
         (0.4, 0.7, 0.9),

@@ -17,8 +17,9 @@ widens its bands to each end. This module asks the same of a zero-fit answer, so
   the engine, which fit-plan's bands also take, whole, where both meet the rows). The work of the
   step (the cache, the bytes) is computed once; only its price moves.
 
-The cost per touched expert has no absolute prior (fit-plan's is a share of a calibration
-step): it stays at the preset's value, and the notes say so.
+The cost per touched (layer, expert) pair is held like the others where the preset does not
+state it: 0.09 ms (0–0.8 ms) from public engines (:data:`~moeroof.data.presets.DEFAULT_PRIORS`).
+fit-plan, which has a calibration step to bound it, holds it instead at a share of that step.
 """
 
 from __future__ import annotations
@@ -77,8 +78,7 @@ class PriorBand(Result):
             + "; ".join(parts)
             + "; the range is the envelope of each knob at each of its ends (the others at their centres), with "
             "the terms combined either way (max or sum: overlapped or one after another, which no prior "
-            "decides); the cost per touched expert stays at the preset's value (its prior is a share of a "
-            "measured step)"
+            "decides)"
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -205,3 +205,30 @@ def test_a_zero_fit_plan_shows_its_stages_on_stderr_when_asked(capsys, monkeypat
     monkeypatch.setenv("MOEROOF_PROGRESS", "0")
     assert main(argv) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_a_zero_fit_plan_shows_the_routing_priors_range_beside_each_centre(capsys):
+    """Net tok/s and hit % carry their range over the routing priors: every end of the skew and
+    locality bands (their per-end rates, not their summaries) and the centre lie inside it, and its
+    ends are two of them; the table prints ``centre (low–high)`` and says what the ranges cover;
+    with ``--routing uniform --independent`` neither prior applies and the columns are null."""
+    argv = ["plan", "--model", "qwen3-30b-a3b", "--hardware", "nvme-gen4", "--batch", "1,4", "--cache-gib", "6.75"]
+    assert main([*argv, "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    for key in ("net_tok_s", "cache_hit_rate"):
+        ends = [e[key] for band in ("skew_band", "locality_band") for e in rep[band]["ends"]]
+        for i in range(2):
+            vals = [rep[key][i], *(e[i] for e in ends)]
+            low, high = rep[f"{key}_routing_low"][i], rep[f"{key}_routing_high"][i]
+            assert low == pytest.approx(min(vals)) and high == pytest.approx(max(vals))
+            assert low <= rep[key][i] <= high
+    assert rep["net_tok_s_routing_high"][0] > rep["net_tok_s_routing_low"][0]  # one stream: the priors matter
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    row = next(line for line in text.splitlines() if line.split()[:1] == ["1"])
+    lo, hi = rep["cache_hit_rate_routing_low"][0], rep["cache_hit_rate_routing_high"][0]
+    assert f"{100 * rep['cache_hit_rate'][0]:.1f} ({100 * lo:.1f}–{100 * hi:.1f})" in row
+    assert "ranges: net tok/s and hit % over the routing priors' ends" in text
+    assert main([*argv, "--routing", "uniform", "--independent", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["net_tok_s_routing_low"] == [None, None] and rep["cache_hit_rate_routing_high"] == [None, None]

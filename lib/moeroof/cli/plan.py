@@ -177,6 +177,7 @@ def plan_report(args: argparse.Namespace, stage=lambda done, total, what: None) 
             rep[key] = {k: v for k, v in spread.items() if k != "note"}
             rep["notes"] = [*rep["notes"], spread["note"]]
     _feasible_only(rep)
+    _routing_ranges(rep)
     if fitted is None:
         from moeroof.models.engine_prior import prior_band
 
@@ -268,12 +269,17 @@ def print_plan(rep: dict[str, Any]) -> None:
                 fmt(rep["cache_gib"][i], 1),
                 fmt(rep["step_seconds"][i] if fits else None, 3),
                 fmt(rep["per_agent_tok_s"][i] if fits else None, 3),
-                fmt(rep["net_tok_s"][i] if fits else None, 3),
+                _with_range(rep["net_tok_s"][i] if fits else None, _over_routing(rep, "net_tok_s", i), 3),
                 _at_priors(rep, i),
                 _bound(rep, i),
                 fmt(rep["ssd_bytes_per_token"][i] / 1e9 if fits else None, 3),
                 fmt(rep["union_per_layer"][i], 1),
-                fmt(100 * _pooled(rep["cache_hit_rate"], i) if fits else None, 1),
+                _with_range(
+                    _pooled(rep["cache_hit_rate"], i) if fits else None,
+                    _over_routing(rep, "cache_hit_rate", i),
+                    1,
+                    100.0,
+                ),
                 fmt(rep["ssd_bytes_per_step"][i] / 2**30 if fits else None, 2),
                 fmt(rep["coalescing_ratio"][i] if fits else None, 2),
                 fmt(base["uncoalesced"]["multiple"][i] if fits else None, 2),
@@ -310,6 +316,12 @@ def print_plan(rep: dict[str, Any]) -> None:
     for b, why in zip(rep["batch"], rep.get("infeasible_reason") or []):
         if why:
             print(f"infeasible at B={b}: {why} (no multiple)")
+    if any(_over_routing(rep, "net_tok_s", i) for i in range(len(rep["batch"]))):
+        print(
+            "ranges: net tok/s and hit % over the routing priors' ends (the skew's and one stream's locality's 5 % "
+            "and 95 % ends, one at a time, the other at its centre; the notes above name them); tok/s at priors "
+            "over the engine priors' ends"
+        )
     print(
         "multiples: net tok/s against each named baseline; B·K/U is against uncoalesced; "
         "- where the step does not fit in RAM (no rate, no multiple)"
@@ -356,14 +368,23 @@ CSV_COLUMNS = (
     "infeasible_reason",
     "net_tok_s_at_priors_low",
     "net_tok_s_at_priors_high",
+    "net_tok_s_routing_low",
+    "net_tok_s_routing_high",
+    "cache_hit_rate_routing_low",
+    "cache_hit_rate_routing_high",
 )
-#: the readable table's columns: the CSV's but the link (named in the header) and the reason
-#: (printed below the table)
-TABLE_COLUMNS = tuple(
-    c
-    for c in CSV_COLUMNS
-    if c not in ("link_name", "infeasible_reason", "net_tok_s_at_priors_low", "net_tok_s_at_priors_high")
+#: the columns the readable table shows inside another's cell (a range in parentheses)
+_IN_CELLS = (
+    "net_tok_s_at_priors_low",
+    "net_tok_s_at_priors_high",
+    "net_tok_s_routing_low",
+    "net_tok_s_routing_high",
+    "cache_hit_rate_routing_low",
+    "cache_hit_rate_routing_high",
 )
+#: the readable table's columns: the CSV's but the link (named in the header), the reason
+#: (printed below the table) and the ranges (in their centre's cell)
+TABLE_COLUMNS = tuple(c for c in CSV_COLUMNS if c not in ("link_name", "infeasible_reason", *_IN_CELLS))
 
 
 def plan_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
@@ -395,9 +416,49 @@ def plan_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
                 reasons[i] or None,
                 _prior_cell(rep, "net_tok_s_at_priors_low", i),
                 _prior_cell(rep, "net_tok_s_at_priors_high", i),
+                *(_over_routing(rep, "net_tok_s", i) or (None, None)),
+                *(_over_routing(rep, "cache_hit_rate", i) or (None, None)),
             ]
         )
     return list(CSV_COLUMNS), rows
+
+
+def _routing_ranges(rep: dict[str, Any]) -> None:
+    """``net_tok_s_routing_low``/``_high`` and ``cache_hit_rate_routing_low``/``_high``: at each
+    batch, the range over the routing priors' ends (``skew_band``, ``locality_band``: each prior at
+    its two ends, the other at its centre) and the centre itself; None where neither prior applies
+    (a fit, a trace, ``--independent`` without the skew prior) or the step does not fit in RAM."""
+    for key in ("net_tok_s", "cache_hit_rate"):
+        lows, highs = [], []
+        for i in range(len(rep["batch"])):
+            ends = []
+            for name in ("skew_band", "locality_band"):
+                band = rep.get(name)
+                if band:
+                    ends += [v for v in (band[f"{key}_low"][i], band[f"{key}_high"][i]) if v is not None]
+            if not ends or not rep["fits_in_memory"][i]:
+                lows.append(None)
+                highs.append(None)
+                continue
+            centre = _pooled(rep["cache_hit_rate"], i) if key == "cache_hit_rate" else rep["net_tok_s"][i]
+            lows.append(float(min(centre, *ends)))
+            highs.append(float(max(centre, *ends)))
+        rep[f"{key}_routing_low"], rep[f"{key}_routing_high"] = lows, highs
+
+
+def _over_routing(rep: dict[str, Any], key: str, i: int) -> tuple[float, float] | None:
+    """(low, high) of ``key`` at batch index i over the routing priors (:func:`_routing_ranges`)."""
+    low, high = rep.get(f"{key}_routing_low"), rep.get(f"{key}_routing_high")
+    return None if low is None or low[i] is None else (low[i], high[i])
+
+
+def _with_range(value: float | None, span: tuple[float, float] | None, digits: int, scale: float = 1.0) -> str:
+    """``value (low–high)`` as the table shows a centre and its range; the value alone without one."""
+    if value is None:
+        return fmt(None, digits)
+    if span is None:
+        return fmt(scale * value, digits)
+    return f"{fmt(scale * value, digits)} ({fmt(scale * span[0], digits)}–{fmt(scale * span[1], digits)})"
 
 
 def _prior_cell(rep: dict[str, Any], key: str, i: int) -> float | None:

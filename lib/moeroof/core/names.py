@@ -40,6 +40,21 @@ _Q = [
     ),
     Quantity("net_tok_s_at_priors_low", "tok/s", "at priors low", "the low end of net_tok_s_at_priors' range"),
     Quantity("net_tok_s_at_priors_high", "tok/s", "at priors high", "the high end of net_tok_s_at_priors' range"),
+    Quantity(
+        "net_tok_s_routing_low",
+        "tok/s",
+        "routing low",
+        "the lowest net tok/s over the routing priors' ends (skew, one stream's locality; each at its 5 % and 95 % "
+        "ends, the other at its centre) and the centre",
+    ),
+    Quantity("net_tok_s_routing_high", "tok/s", "routing high", "the highest net tok/s over the same ends"),
+    Quantity(
+        "cache_hit_rate_routing_low",
+        "fraction",
+        "hit routing low",
+        "the lowest cache hit rate over the routing priors' ends and the centre",
+    ),
+    Quantity("cache_hit_rate_routing_high", "fraction", "hit routing high", "the highest over the same ends"),
     Quantity("bound", "term", "bound", "the term that binds the step (RAM in a table where it does not fit)"),
     Quantity(
         "ssd_bytes_per_token", "bytes", "SSD GB/token", "bytes streamed over the link per agent-token (link_name)"

@@ -52,6 +52,15 @@ def test_a_trace_of_few_streams_is_long_enough_to_warm_its_cache():
     assert all(s >= lr.trace_steps(b) for b, s in zip(range(1, 80), steps))
     assert steps[0] >= min(lr.TRACE_MAX_STEPS, 2 * warmup_steps(pi, 1)) > lr.TRACE_STEPS
     assert lr.trace_steps(1, np.full((2, 4096), 8 / 4096)) == lr.TRACE_MAX_STEPS
+    # lengthened, a trace never holds more stream-steps than the cap (nor fewer steps than unlengthened):
+    # experts so rare that no B warms them within the cap give each B the same requests
+    rare = np.full((2, 4096), 16 / 4096)
+    rare[:, ::2] = 1e-9  # half the experts so rare that no warm-up within the caps meets them
+    for b in (1, 2, 8, 16, 32, 64, 200):
+        n = lr.trace_steps(b, rare)
+        assert n <= max(math.ceil(lr.TRACE_MAX_STREAM_STEPS / b), lr.trace_steps(b))
+        assert n >= lr.trace_steps(b)
+    assert lr.trace_steps(32, rare) * 32 == lr.TRACE_MAX_STREAM_STEPS == lr.trace_steps(8, rare) * 8
 
 
 def test_a_cache_that_holds_every_expert_misses_nothing_in_steady_state():

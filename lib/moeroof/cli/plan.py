@@ -179,16 +179,8 @@ def plan_report(args: argparse.Namespace, stage=lambda done, total, what: None) 
     _feasible_only(rep)
     _routing_ranges(rep)
     if fitted is None:
-        from moeroof.models.engine_prior import prior_band
-
-        # the engine fit-plan would hold for this unmeasured box, beside the preset's roofline
         stage(3, len(PLAN_STAGES), PLAN_STAGES[3])
-        band = prior_band(model, hardware, workload, routing, batch).to_dict()
-        rep["net_tok_s_at_priors"] = band["net_tok_s"]
-        rep["net_tok_s_at_priors_low"] = band["low"]
-        rep["net_tok_s_at_priors_high"] = band["high"]
-        rep["engine_priors"] = {"held": band["held"], "sources": band["sources"]}
-        rep["notes"] = [*rep["notes"], band["note"]]
+        _add_engine_priors(rep, model, hardware, workload, routing, batch)
     rep["cache_auto"] = auto
     if auto is not None:
         rep["notes"] = [auto["note"], *rep["notes"]]
@@ -202,6 +194,19 @@ def plan_report(args: argparse.Namespace, stage=lambda done, total, what: None) 
         taken = ", ".join(f"{k} = {v:.4g}" for k, v in fitted.items() if isinstance(v, float))
         rep["notes"] = [f"knobs from {fitted['path']} (moeroof fit-plan): {taken}", *rep["notes"]]
     return rep
+
+
+def _add_engine_priors(rep: dict[str, Any], model, hardware, workload, routing, batch) -> None:
+    """The engine fit-plan would hold for this unmeasured box, beside the preset's roofline: net
+    tok/s at the engine priors, its range, what was held and the note."""
+    from moeroof.models.engine_prior import prior_band
+
+    band = prior_band(model, hardware, workload, routing, batch).to_dict()
+    rep["net_tok_s_at_priors"] = band["net_tok_s"]
+    rep["net_tok_s_at_priors_low"] = band["low"]
+    rep["net_tok_s_at_priors_high"] = band["high"]
+    rep["engine_priors"] = {"held": band["held"], "sources": band["sources"]}
+    rep["notes"] = [*rep["notes"], band["note"]]
 
 
 #: what a zero-fit ``plan`` does, in order (its progress line names each as it begins)
@@ -259,36 +264,44 @@ def print_plan(rep: dict[str, Any]) -> None:
     link = "SSD" if link == "ssd" else link
     # the schema's headers (moeroof.core.names), the streaming tier named for this box
     headers = [header(n).replace("SSD", link) if n == "ssd_bytes_per_token" else header(n) for n in TABLE_COLUMNS]
-    rows = []
-    for i, b in enumerate(rep["batch"]):
-        base = rep["baselines"]
-        fits = bool(rep["fits_in_memory"][i])
-        rows.append(
-            [
-                str(b),
-                fmt(rep["cache_gib"][i], 1),
-                fmt(rep["step_seconds"][i] if fits else None, 3),
-                fmt(rep["per_agent_tok_s"][i] if fits else None, 3),
-                _with_range(rep["net_tok_s"][i] if fits else None, _over_routing(rep, "net_tok_s", i), 3),
-                _at_priors(rep, i),
-                _bound(rep, i),
-                fmt(rep["ssd_bytes_per_token"][i] / 1e9 if fits else None, 3),
-                fmt(rep["union_per_layer"][i], 1),
-                _with_range(
-                    _pooled(rep["cache_hit_rate"], i) if fits else None,
-                    _over_routing(rep, "cache_hit_rate", i),
-                    1,
-                    100.0,
-                ),
-                fmt(rep["ssd_bytes_per_step"][i] / 2**30 if fits else None, 2),
-                fmt(rep["coalescing_ratio"][i] if fits else None, 2),
-                fmt(base["uncoalesced"]["multiple"][i] if fits else None, 2),
-                fmt(base["single"]["multiple"][i] if fits else None, 2),
-                fmt(base["independent-boxes"]["multiple"][i] if fits else None, 3),
-                "yes" if rep["fits_in_memory"][i] else "NO",
-            ]
-        )
-    print(table(headers, rows, ">>>>>><>>>>>>>><"))
+    print(table(headers, [_table_row(rep, i) for i in range(len(rep["batch"]))], ">>>>>><>>>>>>>><"))
+    _print_below_table(rep)
+
+
+def _table_row(rep: dict[str, Any], i: int) -> list[str]:
+    """The readable table's cells at batch index i (:data:`TABLE_COLUMNS`)."""
+    base = rep["baselines"]
+    fits = bool(rep["fits_in_memory"][i])
+    b = rep["batch"][i]
+    return [
+        str(b),
+        fmt(rep["cache_gib"][i], 1),
+        fmt(rep["step_seconds"][i] if fits else None, 3),
+        fmt(rep["per_agent_tok_s"][i] if fits else None, 3),
+        _with_range(rep["net_tok_s"][i] if fits else None, _over_routing(rep, "net_tok_s", i), 3),
+        _at_priors(rep, i),
+        _bound(rep, i),
+        fmt(rep["ssd_bytes_per_token"][i] / 1e9 if fits else None, 3),
+        fmt(rep["union_per_layer"][i], 1),
+        _with_range(
+            _pooled(rep["cache_hit_rate"], i) if fits else None,
+            _over_routing(rep, "cache_hit_rate", i),
+            1,
+            100.0,
+        ),
+        fmt(rep["ssd_bytes_per_step"][i] / 2**30 if fits else None, 2),
+        fmt(rep["coalescing_ratio"][i] if fits else None, 2),
+        fmt(base["uncoalesced"]["multiple"][i] if fits else None, 2),
+        fmt(base["single"]["multiple"][i] if fits else None, 2),
+        fmt(base["independent-boxes"]["multiple"][i] if fits else None, 3),
+        "yes" if rep["fits_in_memory"][i] else "NO",
+    ]
+
+
+def _print_below_table(rep: dict[str, Any]) -> None:
+    """What :func:`print_plan` prints under the table: per-rank steps, admission, regime changes,
+    notes, infeasible batches and what the ranges and multiples are."""
+    ranks = rep["ranks"]
     if ranks > 1:
         per = rep["per_rank_step_seconds"]
         cells = ", ".join(

@@ -47,6 +47,7 @@ __all__ = [
     "TRACE_STREAM_STEPS",
     "TRACE_MIN_STEPS",
     "TRACE_MAX_STEPS",
+    "TRACE_MAX_STREAM_STEPS",
     "trace_steps",
     "TRACE_LAYERS",
     "LocalRouting",
@@ -70,6 +71,9 @@ TRACE_STREAM_STEPS = 3072
 TRACE_MIN_STEPS = 24
 #: the most steps a trace of few streams is lengthened to (:func:`trace_steps`)
 TRACE_MAX_STEPS = 1024
+#: the most stream-steps a trace is lengthened to (:func:`trace_steps`): the cap counts the
+#: requests the cache sees, as eight streams' 1,024 steps, so more streams get fewer steps
+TRACE_MAX_STREAM_STEPS = 8 * TRACE_MAX_STEPS
 #: layer shapes of each sampled trace (one global cache over them, as engines keep it): the
 #: stand-in layers a one-row routing's global cache runs over too, so independent tokens are the
 #: stickiness-0 limit of these traces
@@ -89,13 +93,17 @@ def trace_steps(streams: int, pi: np.ndarray | None = None) -> int:
     have touched 0.9 of a layer's reachable experts): otherwise one stream of a 288-expert model
     fills a cache of most experts only late in the counted half and its first touches read as
     steady-state misses (seed 003's one stream at 80 GiB: 90.5 % hits in 96 steps, below the
-    99.6 % of eight streams). At most :data:`TRACE_MAX_STEPS`."""
+    99.6 % of eight streams). At most :data:`TRACE_MAX_STEPS` steps and, lengthened, at most
+    :data:`TRACE_MAX_STREAM_STEPS` stream-steps: a cache warms by the requests it sees, and B
+    streams make B a step (a skewed routing's rarest experts would otherwise hold every B at
+    1,024 steps, 32 streams' trace four times eight streams' requests)."""
     b = max(int(streams), 1)
     steps = int(max(TRACE_MIN_STEPS, min(TRACE_STEPS, math.ceil(TRACE_STREAM_STEPS / b))))
     if pi is not None:
         from moeroof.models.expert_cache import warmup_steps
 
-        steps = max(steps, min(TRACE_MAX_STEPS, 2 * warmup_steps(pi, b)))
+        cap = min(TRACE_MAX_STEPS, math.ceil(TRACE_MAX_STREAM_STEPS / b))
+        steps = max(steps, min(cap, 2 * warmup_steps(pi, b)))
     return int(steps)
 
 

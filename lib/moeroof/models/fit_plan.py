@@ -32,7 +32,8 @@ fitted knobs (:data:`KNOBS`):
 ``log(predicted / measured net tok/s) / σ_net`` and ``(predicted − measured hit rate) / σ_hit``
 with σ_net = :data:`SIGMA_NET` (5 %) and σ_hit = :data:`SIGMA_HIT` (2 points), the noise a
 measurement is assumed to carry. The knobs that shape the cache (skew, ρ, pressure) are
-searched by Nelder–Mead (the cache simulations are piecewise constant in them, at fixed seeds);
+searched by Nelder–Mead (the cache simulations are piecewise constant in them, at fixed seeds;
+a single one first on a grid over its bounds, :func:`search_cache_knobs`);
 for each candidate the smooth knobs (engine, ssd-scale) are solved by bounded least squares
 (``scipy.optimize.least_squares``) — a variable projection. By default the fit takes what the
 rows can identify (:func:`default_knobs`): with hit rates, the skew; with one net tok/s row the
@@ -73,7 +74,7 @@ needs its own traces at every set (all of R cost a default fit four times its se
 ratios, clipped to [0, 1]); a smooth knob's interval, x̂ ± 1.645 sd from the covariance, is
 likewise united over the values x̂(θ) it is re-solved to on R. Adding the two parts' widths
 rather than combining them is conservative. R is known at the evaluated points only: the
-Nelder–Mead evaluations, then lines walked out from θ̂ (both ways along each knob's axis, each
+search's evaluations (a single knob's grid among them), then lines walked out from θ̂ (both ways along each knob's axis, each
 pair's diagonals and the principal axes of the points found inside) until S crosses the
 threshold, the crossing bisected (:func:`_explore_profile`). S is piecewise constant in θ (the
 simulations run at fixed seeds), so a crossing is located to a fraction of a step, and a region
@@ -129,6 +130,8 @@ __all__ = [
     "PROFILE_CHI2",
     "BAND_PROFILE_SETS",
     "band_sets",
+    "search_cache_knobs",
+    "SEARCH_GRID_POINTS",
     "END_SHARES",
     "FIT_STAGES",
     "PlanKnobs",
@@ -167,7 +170,7 @@ PROFILE_RESTARTS = 2
 #: spread over them: each needs its own sampled traces), and the smooth knobs' draws it takes
 PEAK_PROFILE_SETS = 12
 #: the most retained cache-knob sets a band is united over (module docstring, Bands)
-BAND_PROFILE_SETS = 16
+BAND_PROFILE_SETS = 8
 PEAK_SMOOTH_DRAWS = 24
 _SMOOTH = ("engine", "expert", "ssd-scale", "reclaim", "reclaim-shape")
 _CACHE = ("skew", "rho", "pressure")
@@ -467,6 +470,46 @@ def predict_points(
             net[i] = net_b[j]
             hit[i] = hit_b[j]
     return net, hit
+
+
+#: points of the grid a single cache knob is first evaluated on, its bounds included (:func:`search_cache_knobs`)
+SEARCH_GRID_POINTS = 7
+
+
+def search_cache_knobs(cost: Callable[[np.ndarray], float], z0: np.ndarray, bounds, max_evaluations: int) -> str:
+    """Minimise ``cost`` over the cache knobs from ``z0`` within ``bounds`` (one (low, high) per
+    knob) in at most ``max_evaluations`` evaluations; says how. Several knobs: Nelder–Mead from
+    ``z0``. One knob: the cost is rough at fine scales (each value samples its own traces: two
+    values 0.002 apart differ by a few units) and can have more than one basin, so the knob is
+    first evaluated on :data:`SEARCH_GRID_POINTS` evenly spaced values over its bounds and at
+    ``z0``, then Nelder–Mead starts at the best of them with a step of half the grid's spacing and
+    stops when its simplex is 0.1 % of the range (not on the cost's change, which the roughness
+    never lets settle)."""
+    if len(z0) != 1:
+        minimize(cost, z0, method="Nelder-Mead", options={"maxfev": int(max_evaluations), "xatol": 1e-3, "fatol": 1e-3})
+        return "by Nelder–Mead"
+    lo, hi = (float(v) for v in bounds[0])
+    grid = np.linspace(lo, hi, SEARCH_GRID_POINTS)
+    tried = {float(z0[0]): cost(z0)}
+    for g in grid:
+        tried.setdefault(float(g), cost(np.array([g])))
+    best = min(tried, key=tried.get)
+    step = (hi - lo) / (SEARCH_GRID_POINTS - 1) / 2
+    other = best + step if best + step <= hi else best - step
+    left = int(max_evaluations) - len(tried)
+    if left > 0:
+        minimize(
+            cost,
+            np.array([best]),
+            method="Nelder-Mead",
+            options={
+                "maxfev": left,
+                "xatol": 1e-3 * (hi - lo),
+                "fatol": np.inf,
+                "initial_simplex": np.array([[best], [other]]),
+            },
+        )
+    return f"on a grid of {SEARCH_GRID_POINTS} values and the start, then by Nelder–Mead from the best"
 
 
 def band_sets(profile: Sequence[dict[str, Any]], names: Sequence[str], most: int) -> list[dict[str, Any]]:
@@ -891,11 +934,8 @@ def _fit_one(  # noqa: C901
             return evaluated[key]
 
         z0 = np.array([starts[n] for n in outer_names])
-        minimize(
-            lambda z: evaluate(outer_of(z))["cost"],
-            z0,
-            method="Nelder-Mead",
-            options={"maxfev": int(max_evaluations), "xatol": 1e-3, "fatol": 1e-3},
+        how = search_cache_knobs(
+            lambda z: evaluate(outer_of(z))["cost"], z0, [bounds[n] for n in outer_names], max_evaluations
         )
         n_search = len(evaluated)
         best = min(evaluated.values(), key=lambda e: e["cost"])
@@ -918,7 +958,7 @@ def _fit_one(  # noqa: C901
             best, moved = lower, moved + 1  # the walk found a better fit: centre the profile there
         profile = [e for e in evaluated.values() if e["cost"] <= threshold]
         notes.append(
-            f"cache knobs ({', '.join(outer_names)}) searched by Nelder–Mead ({n_search} evaluations, at most "
+            f"cache knobs ({', '.join(outer_names)}) searched {how} ({n_search} evaluations, at most "
             f"{max_evaluations}); their profile — every evaluated set whose cost, the engine and SSD terms re-solved, "
             f"is within {PROFILE_CHI2:.2f} × {s2:.3g} of the best ({len(evaluated) - n_search} more evaluations, "
             f"{len(profile)} sets kept) — gives their intervals and widens the bands"

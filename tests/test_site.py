@@ -316,6 +316,47 @@ def test_a_cell_past_the_timeout_is_retried_once_in_a_fresh_kernel(tmp_path, cap
     assert "Traceback" not in err
 
 
+DIES_ONCE = """\
+# %% tags=["parameters"]
+marker = ""
+always = False
+
+# %%
+import os
+import signal
+from pathlib import Path
+
+first = not Path(marker).exists()
+Path(marker).write_text("ran")
+if first or always:
+    os.kill(os.getpid(), signal.SIGKILL)  # the kernel dies, as one killed from outside
+print("finished")
+"""
+
+
+@pytest.mark.notebook
+def test_a_kernel_that_dies_mid_render_is_retried_once_in_a_fresh_kernel(tmp_path, capfd):
+    """A kernel killed mid-cell (as one must kill a kernel seen idle in a cell, or the OOM killer
+    does) ends that attempt, not the whole report: the second attempt, in a fresh kernel,
+    finishes. A kernel that dies every time fails the notebook with one line, no traceback and no
+    --cell-timeout hint."""
+    nb_dir = tmp_path / "nbs"
+    nb_dir.mkdir()
+    (nb_dir / "dies.py").write_text(DIES_ONCE)
+    marker = tmp_path / "marker"
+    argv = ["--notebooks", "dies", "--notebooks-dir", str(nb_dir), "--jobs", "1"]
+    assert report.main([*argv, "-p", "marker", str(marker), "--out", str(tmp_path / "once")]) == 0
+    said = capfd.readouterr()
+    assert re.search(r"retry +dies .*kernel died", said.err), said.err
+    assert "finished" in (tmp_path / "once" / "dies.ipynb").read_text()
+    marker.unlink()
+    always = ["-p", "marker", str(marker), "-p", "always", "True", "--out", str(tmp_path / "always")]
+    assert report.main([*argv, *always]) == 2
+    err = capfd.readouterr().err
+    assert re.search(r"^error: dies failed: its kernel died twice", err, re.M), err
+    assert "Traceback" not in err and "--cell-timeout" not in err
+
+
 def test_report_refuses_a_timeout_that_is_not_positive(capsys):
     assert report.main(["--notebooks", "whatif", "--cell-timeout", "0"]) == 2
     assert capsys.readouterr().err.startswith("error: --cell-timeout: must be a positive number of seconds")

@@ -100,6 +100,11 @@ class CellTimedOut(NotebookFailed):
     """A cell ran past the timeout (a stuck kernel, or parameters far heavier than the defaults)."""
 
 
+class KernelDied(CellTimedOut):
+    """The kernel died mid-render (killed from outside, out of memory): like a stuck kernel, the
+    render is tried once more in a fresh one."""
+
+
 def discover(notebooks_dir: Path, names: Sequence[str] | None = None) -> list[Path]:
     """The percent notebooks to render, sorted by name; ``names`` selects a subset (stems)."""
     found = {p.stem: p for p in sorted(Path(notebooks_dir).glob("*.py"))}
@@ -252,7 +257,7 @@ def _execute_once(
     import jupytext
     import papermill as pm
     from jupyter_client.kernelspec import NoSuchKernel
-    from nbclient.exceptions import CellTimeoutError
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
     from papermill.exceptions import PapermillExecutionError
 
     nb = jupytext.read(path)
@@ -285,6 +290,8 @@ def _execute_once(
         ) from None
     except CellTimeoutError:
         raise CellTimedOut(f"{path.stem} failed: a cell ran past {cell_timeout_s:g} s") from None
+    except DeadKernelError:
+        raise KernelDied(f"{path.stem} failed: its kernel died") from None
     except NoSuchKernel as err:
         raise NotebookFailed(
             f"{path.stem} failed: no Jupyter kernel {err.name!r}; install ipykernel in this environment"
@@ -304,7 +311,9 @@ def execute(
     """Run one percent notebook through papermill in its own directory; raise NotebookFailed on
     error. A cell that runs past ``cell_timeout_s`` (default :func:`cell_timeout`) ends the
     attempt and the notebook runs once more in a fresh kernel (a kernel that stops answering —
-    idle, its reply lost — is rare and does not repeat); a second timeout raises CellTimedOut.
+    idle, its reply lost — is rare and does not repeat); so does a kernel that dies mid-render
+    (:class:`KernelDied`: killed, as one must kill a kernel seen idle mid-cell, or out of
+    memory); a second failure of either kind raises it, saying twice.
 
     Papermill does not save after every cell: the caller writes the finished notebook once,
     whole. A notebook that fails is saved to ``failed_path`` when given (its folder must
@@ -318,7 +327,7 @@ def execute(
         try:
             return _execute_once(path, parameters, timeout, failed_path)
         except CellTimedOut as again:
-            raise CellTimedOut(f"{again} twice (each in a fresh kernel)") from None
+            raise type(again)(f"{again} twice (each in a fresh kernel)") from None
 
 
 def render(
@@ -680,7 +689,8 @@ def _render_job(
             path, out_dir, parameters, figures_dir=figures_dir, cell_timeout_s=cell_timeout_s
         )
     except NotebookFailed as err:  # a cell raised or ran past the timeout twice
-        hint = " (--cell-timeout SECONDS allows cells longer)" if isinstance(err, CellTimedOut) else ""
+        timed_out = isinstance(err, CellTimedOut) and not isinstance(err, KernelDied)
+        hint = " (--cell-timeout SECONDS allows cells longer)" if timed_out else ""
         return None, None, f"{err}{hint}", time.perf_counter() - start
     except OSError as err:  # the report folder refused a write (full disk, permissions)
         where = err.filename or out_dir

@@ -624,7 +624,7 @@ def test_a_cache_curve_at_one_batch_size_names_the_memory_knobs_it_could_fit():
     assert memory_curve_note(unmeasured, ("engine",)) is None
 
 
-def testband_sets_keep_every_knobs_ends_and_spread_the_rest():
+def test_band_sets_keep_every_knobs_ends_and_spread_the_rest():
     """The band's retained sets (fit_plan.band_sets): each cache knob's smallest and largest
     value over the profile are always among them, at most ``most`` in all, in profile order; a
     profile no larger than ``most`` is kept whole."""
@@ -678,3 +678,27 @@ def test_one_cache_knob_is_searched_on_a_grid_first_and_finds_the_deeper_basin()
     assert search_cache_knobs(lambda z: cost(z) + float(np.sum(np.asarray(z) ** 2)), np.array([1.3, 0.2]),
                               [(0.0, 3.0), (0.0, 0.95)], 25) == "by Nelder–Mead"  # fmt: skip
     assert len(calls) <= 26
+
+
+def test_the_memory_note_says_how_far_the_fit_misses_its_calibration_rows():
+    """Where the rows bend with the cache and no memory knob is fitted, the note gives the worst
+    calibration miss (row and relative error, recomputed here from the rows) and what to name,
+    only when that miss exceeds twice the measurement noise."""
+    from moeroof.models.fit_plan import PlanFit, with_memory_note, worst_calibration_miss
+
+    three = [PlanPoint(i + 2, 8, c, 2, "lru", v, None) for i, (c, v) in enumerate(((20, 2.5), (40, 3.0), (80, 5.6)))]
+
+    def fit_with(predicted):
+        rows = [
+            {"row": p.row, "role": "calibration", "measured": p.net_tok_s, "predicted": q}
+            for p, q in zip(three, predicted)
+        ]
+        return PlanFit(knobs={}, rows=rows, fitted=("engine", "ssd-scale"), cost=1.0)
+
+    far = with_memory_note(fit_with((3.2, 2.7, 5.6)), three)
+    assert worst_calibration_miss(far.rows) == (2, pytest.approx(3.2 / 2.5 - 1))
+    assert "misses its own calibration rows by up to +28 % (row 2)" in far.notes[-1]
+    assert "--fit engine,ssd-scale,pressure" in far.notes[-1] and "--fit engine,ssd-scale,reclaim" in far.notes[-1]
+    near = with_memory_note(fit_with((2.55, 2.9, 5.6)), three)
+    assert "misses" not in near.notes[-1] and "structural choice" in near.notes[-1]
+    assert worst_calibration_miss([{"row": 1, "role": "prediction", "measured": None, "predicted": 1.0}]) is None

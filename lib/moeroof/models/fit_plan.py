@@ -122,6 +122,8 @@ from moeroof.models.union import as_batch
 __all__ = [
     "box_with_knobs",
     "memory_curve_note",
+    "worst_calibration_miss",
+    "with_memory_note",
     "KNOBS",
     "SIGMA_NET",
     "SIGMA_HIT",
@@ -1328,7 +1330,7 @@ def fit_plan(
     if progress is not None:
         progress(total, total, "done")
     if overlap is not None:
-        return _with_memory_note(fits[overlap], points)
+        return with_memory_note(fits[overlap], points)
     best = min(fits.values(), key=lambda f: f.cost)
     other = fits["sum" if best.overlap == "max" else "max"]
     overlaps = {ov: f.overlaps[ov] for ov, f in fits.items()}
@@ -1340,7 +1342,7 @@ def fit_plan(
     if other.overlaps[other.overlap]["max_abs_z"] <= 2.0:
         best = _widened_by(best, other)
         notes.append(f"{other.overlap} overlap also meets the calibration rows: the bands include its predictions")
-    return _with_memory_note(replace(best, notes=tuple(notes), overlaps=overlaps), points)
+    return with_memory_note(replace(best, notes=tuple(notes), overlaps=overlaps), points)
 
 
 def _widened_by(best: PlanFit, other: PlanFit) -> PlanFit:
@@ -1363,9 +1365,34 @@ def _widened_by(best: PlanFit, other: PlanFit) -> PlanFit:
     return replace(best, rows=rows, peaks=peaks)
 
 
-def _with_memory_note(fit: PlanFit, points: Sequence[PlanPoint]) -> PlanFit:
+def with_memory_note(fit: PlanFit, points: Sequence[PlanPoint]) -> PlanFit:
+    """``fit`` with :func:`memory_curve_note`'s note where it applies, saying how far the fit
+    misses its calibration rows (:func:`worst_calibration_miss`) where that exceeds twice the
+    measurement noise."""
     note = memory_curve_note(points, fit.fitted)
-    return fit if note is None else replace(fit, notes=(*fit.notes, note))
+    if note is None:
+        return fit
+    miss = worst_calibration_miss(fit.rows)
+    if miss is not None and abs(miss[1]) > 2 * SIGMA_NET:
+        # the rows' own verdict on the structure left out: the user sees how far the fit misses
+        # them and what to name, not a reminder that holds for every such file
+        named = ",".join(fit.fitted)
+        note += (
+            f"; without either this fit misses its own calibration rows by up to {100 * miss[1]:+.0f} % "
+            f"(row {miss[0]}), more than twice the measurement noise: --fit {named},pressure or "
+            f"--fit {named},reclaim may follow the bend (compare their costs)"
+        )
+    return replace(fit, notes=(*fit.notes, note))
+
+
+def worst_calibration_miss(rows: Sequence[dict[str, Any]]) -> tuple[Any, float] | None:
+    """The calibration row whose predicted tok/s is farthest from its measurement, in log ratio,
+    as (its row, ``predicted / measured − 1``); None without a measured calibration row."""
+    cal = [r for r in rows if r["role"] == "calibration" and r["measured"]]
+    if not cal:
+        return None
+    worst = max(cal, key=lambda r: abs(math.log(r["predicted"] / r["measured"])))
+    return worst["row"], worst["predicted"] / worst["measured"] - 1.0
 
 
 class _ForkedFit:

@@ -43,7 +43,7 @@ from moeroof.data.embedded import default_routing, is_file_spec
 from moeroof.data.io import load_any
 from moeroof.data.presets import load_hardware, load_model
 from moeroof.models.engine_prior import prior_band
-from moeroof.models.local_routing import locality_parameter, with_locality
+from moeroof.models.local_routing import locality_band, locality_parameter, skew_band, with_locality
 from moeroof.models.plan import Workload, cache_parameter, multiple_thresholds, plan, routing_from_spec
 from moeroof.present import answers
 from moeroof.present.plots import plain_log_ticks, provenance_label, save_figure, shade_regimes, show_table, style
@@ -69,7 +69,8 @@ if routing.strip().lower() == "auto":
     chosen = default_routing(m.name, m.experts, m.top_k, preferred="histograms/deepseek-v3-like.csv")
     defaults_taken.append(f"routing `auto` → `{chosen.spec}` ({chosen.why})")
     routing = chosen.spec
-r = routing_from_spec(routing, m)
+base_routing = routing_from_spec(routing, m)
+r = base_routing
 cache_gib, cache_why = cache_parameter(cache_gib, m, hw, preferred_gib=30.0, context_tokens=context_tokens)
 if cache_why:
     defaults_taken.append(f"cache `auto` → {cache_why}")
@@ -96,6 +97,20 @@ b4 = unc_row["first_batch_at_4x"]
 routing_data_provenance = load_any(resolve_data(routing)).provenance if is_file_spec(routing) else None
 # seed 000's formula: per-agent seconds per token = max(SSD term / B, memory term, FLOP term per token)
 seed_t = np.maximum.reduce([p.terms["ssd"] / batch, p.terms["memory"], p.terms["compute"] / batch])
+# what no measurement narrows: the routing priors' ends at the best batch (the skew prior's only on its own routing)
+bands = {
+    name: band(m, hw, w, base_routing, [int(batch[best_i])], prior)
+    for name, band in (("skew prior", skew_band), ("locality prior", locality_band))
+}
+bands = {name: b for name, b in bands.items() if b is not None and b["net_tok_s_low"][0] is not None}
+routing_range = (
+    (
+        min(p.net_tok_s[best_i], *(b["net_tok_s_low"][0] for b in bands.values())),
+        max(p.net_tok_s[best_i], *(b["net_tok_s_high"][0] for b in bands.values())),
+    )
+    if bands
+    else None
+)
 display(
     Markdown(
         answers.net_toks(
@@ -125,6 +140,8 @@ display(
             defaults=defaults_taken,
             at_priors=(at_priors.net_tok_s[best_i], at_priors.low[best_i], at_priors.high[best_i]),
             held_priors=list(at_priors.held),
+            routing_range=routing_range,
+            routing_priors=list(bands),
         )
     )
 )

@@ -102,6 +102,21 @@ def test_net_toks_names_its_parameters_and_the_seed_correction():
     )
 
 
+def test_net_toks_says_the_routing_priors_range_only_where_one_applies():
+    """The routing priors' range at the best batch, in the run's numbers and naming the priors;
+    one prior has no "other"; a range that rounds to one value says the routing does not move it;
+    no prior, or a non-finite range, says nothing."""
+    two = answers.net_toks(
+        **net_toks_kwargs(routing_range=(6.25, 14.5), routing_priors=["skew prior", "locality prior"])
+    )
+    words(two, "No measurement here narrows the routing", "skew prior and locality prior", "the other at its centre",
+          "B = 8 gets 6.25–14.5 net tok/s")  # fmt: skip
+    one = answers.net_toks(**net_toks_kwargs(routing_range=(2.551, 2.549), routing_priors=["locality prior"]))
+    words(one, "locality prior (its 5 % and 95 % ends)", "2.55 net tok/s at every end", absent=("the other",))
+    for none in (dict(), dict(routing_range=(float("nan"), 3.0), routing_priors=["skew prior"])):
+        assert "narrows the routing" not in answers.net_toks(**net_toks_kwargs(**none))
+
+
 def test_net_toks_when_4x_is_never_reached_and_all_inputs_witnessed():
     text = answers.net_toks(
         **net_toks_kwargs(batch_at_4x=None, per_agent_at_4x=None, max_multiple=2.2, inputs=WITNESSED)

@@ -256,8 +256,15 @@ def net_toks(
     defaults: Iterable[str] = (),
     at_priors: tuple[float, float, float] | None = None,
     held_priors: Sequence[str] = (),
+    routing_range: tuple[float, float] | None = None,
+    routing_priors: Sequence[str] = (),
 ) -> str:
     """net_toks: net and per-agent tok/s over B, what binds, and where the seed's 4–10× holds.
+
+    ``routing_range``: net tok/s at ``best_batch`` over the ends of the routing priors named in
+    ``routing_priors`` (each at its 5 % and 95 % ends, one at a time, with the centre:
+    :func:`moeroof.models.local_routing.skew_band`, :func:`~moeroof.models.local_routing.locality_band`);
+    nothing is said where none applies.
 
     ``at_priors``: net tok/s at ``best_batch`` with the knobs ``held_priors`` (those the preset
     leaves unstated) at the box's priors (:func:`moeroof.models.engine_prior.prior_band`: centre,
@@ -287,6 +294,22 @@ def net_toks(
         f"{fmt(per_agent_first)} at B = {min(int(b) for b in batch)} to {fmt(per_agent_last)} at B = "
         f"{last_feasible_batch}. "
     )
+    if routing_range is not None and routing_priors and all(math.isfinite(x) for x in routing_range):
+        lo, hi = routing_range
+        ends = (
+            "its 5 % and 95 % ends"
+            if len(routing_priors) == 1
+            else "each at its 5 % and 95 % ends, the other at its centre"
+        )
+        spread = (
+            f"{fmt(lo)} net tok/s at every end (the routing does not move it here)"
+            if fmt(lo) == fmt(hi)
+            else f"{fmt(lo)}–{fmt(hi)} net tok/s"
+        )
+        text += (
+            f"No measurement here narrows the routing: over the {_join(list(routing_priors))} ({ends}) "
+            f"B = {best_batch} gets {spread}. "
+        )
     if at_priors is not None and held_priors and all(math.isfinite(x) for x in at_priors):
         mid, lo, hi = at_priors
         text += (

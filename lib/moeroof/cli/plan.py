@@ -358,6 +358,15 @@ def _bound(rep: dict[str, Any], i: int) -> str:
     return rep["bound"][i] if rep["bound"][i] != "ssd" else rep.get("link_name", "ssd")
 
 
+#: the columns the readable table shows inside another's cell (a range in parentheses); the CSV's last
+_IN_CELLS = (
+    "net_tok_s_at_priors_low",
+    "net_tok_s_at_priors_high",
+    "net_tok_s_routing_low",
+    "net_tok_s_routing_high",
+    "cache_hit_rate_routing_low",
+    "cache_hit_rate_routing_high",
+)
 #: ``--format csv``: one row per batch size (hit_rate a fraction: the mean over ranks with R > 1),
 #: the same names as the JSON and the table (moeroof.core.names)
 CSV_COLUMNS = (
@@ -379,21 +388,7 @@ CSV_COLUMNS = (
     "multiple_vs_independent_boxes",
     "fits_in_memory",
     "infeasible_reason",
-    "net_tok_s_at_priors_low",
-    "net_tok_s_at_priors_high",
-    "net_tok_s_routing_low",
-    "net_tok_s_routing_high",
-    "cache_hit_rate_routing_low",
-    "cache_hit_rate_routing_high",
-)
-#: the columns the readable table shows inside another's cell (a range in parentheses)
-_IN_CELLS = (
-    "net_tok_s_at_priors_low",
-    "net_tok_s_at_priors_high",
-    "net_tok_s_routing_low",
-    "net_tok_s_routing_high",
-    "cache_hit_rate_routing_low",
-    "cache_hit_rate_routing_high",
+    *_IN_CELLS,
 )
 #: the readable table's columns: the CSV's but the link (named in the header), the reason
 #: (printed below the table) and the ranges (in their centre's cell)

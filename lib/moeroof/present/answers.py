@@ -261,10 +261,8 @@ def net_toks(
 ) -> str:
     """net_toks: net and per-agent tok/s over B, what binds, and where the seed's 4–10× holds.
 
-    ``routing_range``: net tok/s at ``best_batch`` over the ends of the routing priors named in
-    ``routing_priors`` (each at its 5 % and 95 % ends, one at a time, with the centre:
-    :func:`moeroof.models.local_routing.skew_band`, :func:`~moeroof.models.local_routing.locality_band`);
-    nothing is said where none applies.
+    ``routing_range``: net tok/s at ``best_batch`` over the ends of the ``routing_priors``, one at
+    a time, with the centre (:func:`moeroof.models.local_routing.skew_band`, ``locality_band``).
 
     ``at_priors``: net tok/s at ``best_batch`` with the knobs ``held_priors`` (those the preset
     leaves unstated) at the box's priors (:func:`moeroof.models.engine_prior.prior_band`: centre,
@@ -294,30 +292,8 @@ def net_toks(
         f"{fmt(per_agent_first)} at B = {min(int(b) for b in batch)} to {fmt(per_agent_last)} at B = "
         f"{last_feasible_batch}. "
     )
-    if routing_range is not None and routing_priors and all(math.isfinite(x) for x in routing_range):
-        lo, hi = routing_range
-        ends = (
-            "its 5 % and 95 % ends"
-            if len(routing_priors) == 1
-            else "each at its 5 % and 95 % ends, the other at its centre"
-        )
-        spread = (
-            f"{fmt(lo)} net tok/s at every end (the routing does not move it here)"
-            if fmt(lo) == fmt(hi)
-            else f"{fmt(lo)}–{fmt(hi)} net tok/s"
-        )
-        text += (
-            f"No measurement here narrows the routing: over the {_join(list(routing_priors))} ({ends}) "
-            f"B = {best_batch} gets {spread}. "
-        )
-    if at_priors is not None and held_priors and all(math.isfinite(x) for x in at_priors):
-        mid, lo, hi = at_priors
-        text += (
-            f"These rates run the engine as the preset states it; with what it leaves unstated "
-            f"({', '.join(f'`{k}`' for k in held_priors)}) at the box's priors (what `fit-plan` holds where no row "
-            f"identifies them), B = {best_batch} gets {fmt(mid)} net tok/s ({fmt(lo)}–{fmt(hi)} over the priors' "
-            "ends). "
-        )
+    text += _routing_range_sentence(routing_range, routing_priors, best_batch)
+    text += _at_priors_sentence(at_priors, held_priors, best_batch)
     if batch_at_4x is not None and per_agent_at_4x is not None:
         per_min = 60 * per_agent_at_4x
         claim = (
@@ -352,6 +328,42 @@ def net_toks(
         + " "
     )
     return text + claim + seed + defaults_sentence(defaults) + provenance_sentence(inputs, synthetic=synthetic)
+
+
+def _routing_range_sentence(
+    routing_range: tuple[float, float] | None, routing_priors: Sequence[str], best_batch: int
+) -> str:
+    """:func:`net_toks`' sentence on the routing priors' range at ``best_batch``; empty without one."""
+    if routing_range is None or not routing_priors or not all(math.isfinite(x) for x in routing_range):
+        return ""
+    lo, hi = routing_range
+    ends = (
+        "its 5 % and 95 % ends"
+        if len(routing_priors) == 1
+        else "each at its 5 % and 95 % ends, the other at its centre"
+    )
+    spread = (
+        f"{fmt(lo)} net tok/s at every end (the routing does not move it here)"
+        if fmt(lo) == fmt(hi)
+        else f"{fmt(lo)}–{fmt(hi)} net tok/s"
+    )
+    return (
+        f"No measurement here narrows the routing: over the {_join(list(routing_priors))} ({ends}) "
+        f"B = {best_batch} gets {spread}. "
+    )
+
+
+def _at_priors_sentence(at_priors: tuple[float, float, float] | None, held: Sequence[str], best_batch: int) -> str:
+    """:func:`net_toks`' sentence on the engine at the box's priors; empty where nothing is held."""
+    if at_priors is None or not held or not all(math.isfinite(x) for x in at_priors):
+        return ""
+    mid, lo, hi = at_priors
+    return (
+        f"These rates run the engine as the preset states it; with what it leaves unstated "
+        f"({', '.join(f'`{k}`' for k in held)}) at the box's priors (what `fit-plan` holds where no row "
+        f"identifies them), B = {best_batch} gets {fmt(mid)} net tok/s ({fmt(lo)}–{fmt(hi)} over the priors' "
+        "ends). "
+    )
 
 
 def defaults_sentence(defaults: Iterable[str]) -> str:

@@ -18,7 +18,8 @@ error is shown whatever it is. Three groups:
   (:data:`REGIME_CASES`): seed 003's public M = 8 rows (the ladder's 40 GiB row among them)
   predicting its withheld rows — tok/s at 60 GiB, the M sweep and one booster at M = 1, hit rates
   at 40 and 60 GiB and over the sweep (role ``withheld``: the truths are not in this repository,
-  the prediction and band are shown, no error) — and mlx-lm#1438's three cache sizes predicting
+  the prediction and band are shown, no error) — the same rows fitted as a newcomer's first
+  ``fit-plan`` does, every flag at its default (``seed003-default``) — and mlx-lm#1438's three cache sizes predicting
   where tok/s peaks between them (the reported peak, 30–35 GB, against the predicted curve's, with
   the band of where a measured peak would fall: :mod:`moeroof.models.curve_peak`).
 
@@ -51,6 +52,18 @@ REGIME_CASES = (
         # tok/s, and the page cache's share from how the step's cost per streamed GiB grows as
         # the expert cache takes the RAM the page cache had (20 -> 40 -> 80 GiB)
         ("engine", "ssd-scale", "pressure"),
+        None,
+    ),
+    (
+        # the same rows as a newcomer fits them, every flag at its default (the skew prior's routing,
+        # its skew fitted to the hit rates, no memory knob): shown beside the case above, misses
+        # and all, so the default's answer is held to the same rows
+        "seed003-default",
+        "seed003-public.plan-points",
+        "glm-5-nvfp4",
+        "gb10",
+        "prior",
+        None,
         None,
     ),
     (

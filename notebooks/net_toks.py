@@ -43,7 +43,7 @@ from moeroof.data.embedded import default_routing, is_file_spec
 from moeroof.data.io import load_any
 from moeroof.data.presets import load_hardware, load_model
 from moeroof.models.engine_prior import prior_band
-from moeroof.models.local_routing import locality_band, locality_parameter, skew_band, with_locality
+from moeroof.models.local_routing import locality_band, locality_parameter, over_prior_ends, skew_band, with_locality
 from moeroof.models.plan import Workload, cache_parameter, multiple_thresholds, plan, routing_from_spec
 from moeroof.present import answers
 from moeroof.present.plots import plain_log_ticks, provenance_label, save_figure, shade_regimes, show_table, style
@@ -103,14 +103,7 @@ bands = {
     for name, band in (("skew prior", skew_band), ("locality prior", locality_band))
 }
 bands = {name: b for name, b in bands.items() if b is not None and b["net_tok_s_low"][0] is not None}
-routing_range = (
-    (
-        min(p.net_tok_s[best_i], *(b["net_tok_s_low"][0] for b in bands.values())),
-        max(p.net_tok_s[best_i], *(b["net_tok_s_high"][0] for b in bands.values())),
-    )
-    if bands
-    else None
-)
+routing_range = over_prior_ends(p.net_tok_s[best_i], list(bands.values()), "net_tok_s", 0)
 display(
     Markdown(
         answers.net_toks(

@@ -330,10 +330,15 @@ def _print_below_table(rep: dict[str, Any]) -> None:
         if why:
             print(f"infeasible at B={b}: {why} (no multiple)")
     if any(_over_routing(rep, "net_tok_s", i) for i in range(len(rep["batch"]))):
+        names = [w for k, w in (("skew_band", "the skew"), ("locality_band", "one stream's locality")) if rep.get(k)]
+        which = (
+            f"{names[0]} at its 5 % and 95 % ends"
+            if len(names) == 1
+            else "the skew's and one stream's locality's 5 % and 95 % ends, one at a time, the other at its centre"
+        )
         print(
-            "ranges: net tok/s and hit % over the routing priors' ends (the skew's and one stream's locality's 5 % "
-            "and 95 % ends, one at a time, the other at its centre; the notes above name them); tok/s at priors "
-            "over the engine priors' ends"
+            f"ranges: net tok/s and hit % over the routing priors' ends ({which}; the notes above name them); "
+            "tok/s at priors over the engine priors' ends"
         )
     print(
         "multiples: net tok/s against each named baseline; B·K/U is against uncoalesced; "
@@ -346,8 +351,7 @@ def _at_priors(rep: dict[str, Any], i: int) -> str:
     mid = _prior_cell(rep, "net_tok_s_at_priors", i)
     if mid is None:
         return "-"
-    lo, hi = rep["net_tok_s_at_priors_low"][i], rep["net_tok_s_at_priors_high"][i]
-    return f"{fmt(mid, 3)} ({fmt(lo, 3)}–{fmt(hi, 3)})"
+    return _with_range(mid, (rep["net_tok_s_at_priors_low"][i], rep["net_tok_s_at_priors_high"][i]), 3)
 
 
 def _bound(rep: dict[str, Any], i: int) -> str:
@@ -433,25 +437,26 @@ def plan_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
 
 def _routing_ranges(rep: dict[str, Any]) -> None:
     """``net_tok_s_routing_low``/``_high`` and ``cache_hit_rate_routing_low``/``_high``: at each
-    batch, the range over the routing priors' ends (``skew_band``, ``locality_band``: each prior at
-    its two ends, the other at its centre) and the centre itself; None where neither prior applies
-    (a fit, a trace, ``--independent`` without the skew prior) or the step does not fit in RAM."""
+    batch, the range over the routing priors' ends and the centre
+    (:func:`moeroof.models.local_routing.over_prior_ends`); None where neither prior applies (a
+    fit, a trace, ``--independent`` without the skew prior) or the step does not fit in RAM."""
+    from moeroof.models.local_routing import over_prior_ends
+
+    bands = [rep.get("skew_band"), rep.get("locality_band")]
     for key in ("net_tok_s", "cache_hit_rate"):
-        lows, highs = [], []
-        for i in range(len(rep["batch"])):
-            ends = []
-            for name in ("skew_band", "locality_band"):
-                band = rep.get(name)
-                if band:
-                    ends += [v for v in (band[f"{key}_low"][i], band[f"{key}_high"][i]) if v is not None]
-            if not ends or not rep["fits_in_memory"][i]:
-                lows.append(None)
-                highs.append(None)
-                continue
-            centre = _pooled(rep["cache_hit_rate"], i) if key == "cache_hit_rate" else rep["net_tok_s"][i]
-            lows.append(float(min(centre, *ends)))
-            highs.append(float(max(centre, *ends)))
-        rep[f"{key}_routing_low"], rep[f"{key}_routing_high"] = lows, highs
+        spans = [
+            over_prior_ends(
+                (_pooled(rep["cache_hit_rate"], i) if key == "cache_hit_rate" else rep["net_tok_s"][i])
+                if rep["fits_in_memory"][i]
+                else None,
+                bands,
+                key,
+                i,
+            )
+            for i in range(len(rep["batch"]))
+        ]
+        rep[f"{key}_routing_low"] = [None if sp is None else sp[0] for sp in spans]
+        rep[f"{key}_routing_high"] = [None if sp is None else sp[1] for sp in spans]
 
 
 def _over_routing(rep: dict[str, Any], key: str, i: int) -> tuple[float, float] | None:

@@ -59,6 +59,7 @@ __all__ = [
     "cache_sees_locality",
     "LOCALITY_CHOICES",
     "locality_parameter",
+    "over_prior_ends",
 ]
 
 #: decode steps of each sampled trace of at most :data:`TRACE_STREAM_STEPS` / TRACE_STEPS
@@ -334,6 +335,17 @@ def _ends_summary(ends: list[dict], res) -> dict:
         "cache_hit_rate_high": over(hit, np.max),
         "rows": "; ".join(rows) if rows else "no batch fits in RAM",
     }
+
+
+def over_prior_ends(centre: float | None, bands, key: str, i: int) -> tuple[float, float] | None:
+    """(low, high) of ``key`` (``net_tok_s`` or ``cache_hit_rate``) at batch index ``i`` over the
+    ``bands`` (:func:`skew_band`, :func:`locality_band` results; None entries skipped: each prior
+    at its two ends, the other at its centre) and the ``centre``; None where no band has a value
+    there or the centre is None (the step does not fit in RAM)."""
+    ends = [v for band in bands if band for v in (band[f"{key}_low"][i], band[f"{key}_high"][i]) if v is not None]
+    if centre is None or not ends:
+        return None
+    return float(min(centre, *ends)), float(max(centre, *ends))
 
 
 def skew_band(

@@ -71,7 +71,6 @@ OVER: dict[str, int] = {
     "lib/moeroof/models/plan.py::step_work": 93,
     "lib/moeroof/models/routing.py::sample_trace": 208,
     "lib/moeroof/models/routing_kernels.py::inclusion_below_k": 86,
-    "lib/moeroof/models/routing_kernels.py::top_k_steps": 100,
     "lib/moeroof/models/split.py::split_plan": 109,
     "lib/moeroof/models/split.py::split_report": 187,
     "lib/moeroof/present/answers.py::expert_split": 82,

@@ -688,6 +688,9 @@ _TRACE_CASES = [
     (Uniform(8, 2), 12, 2, 4, {"rho": np.linspace(0.0, 0.9, 4), "prompt_tokens": 3}),
     (Uniform(6, 6), 5, 2, 2, {"rho": 0.5}),  # K = E: no boundary
     (Uniform(5, 1), 5, 2, 2, {"rho": 0.5}),
+    # per-stream hot sets on a skewed popularity: most weights underflow beside the hot set, and
+    # the screen drops those whose score cannot reach the K+1 best however large their draw
+    (Dirichlet(288, 8, 0.28), 6, 4, 3, {"rho": 0.25, "c": 40.0, "groups": 4}),
 ]
 
 
@@ -709,7 +712,9 @@ def test_sample_trace_zero_popularity_and_too_few_positive_match_the_reference()
         pop[:, :12] = 0.0  # zero weights: -inf scores, never screened
         few = np.zeros((3, 20))
         few[:, :2] = 1.0  # fewer positive weights than K: ties at -inf, left to numpy
-        for popularity, c in ((pop, np.inf), (pop, 1.0), (few, np.inf)):
+        tiny = pop.copy()
+        tiny[:, :12] = 1e-310  # log weights near -713: below the rest by far more than any draw
+        for popularity, c in ((pop, np.inf), (pop, 1.0), (few, np.inf), (tiny, np.inf)):
             knobs = {"rho": 0.3, "c": c, "groups": 3, "popularity": popularity}
             r_new, r_ref = np.random.default_rng(seed), np.random.default_rng(seed)
             new = sample_trace(Uniform(20, 4), 15, 3, 3, r_new, **knobs)

@@ -85,10 +85,12 @@ has been evaluated). Without cache knobs the bands are the smooth part's alone.
 
 **Peaks.** For every group of rows of one batch size, rank count and policy with three or more
 cache sizes, :attr:`PlanFit.peaks` says where the predicted tok/s peaks over the group's cache
-range and where the highest value of a measured curve would fall (5–95 %): the best knobs, up to
-:data:`PEAK_PROFILE_SETS` of the retained cache-knob sets and :data:`PEAK_SMOOTH_DRAWS` of the
-smooth knobs' draws, each at :data:`BAND_SEEDS`, measured with the band's noise
-(:mod:`moeroof.models.curve_peak`, where the grid and the band are defined).
+range and where the highest value of a measured curve would fall (5–95 %): the best knobs and
+:data:`PEAK_SMOOTH_DRAWS` of the smooth knobs' draws, each at :data:`BAND_SEEDS`, and the
+retained cache-knob sets the bands take (R', :func:`band_sets`) at the first seed — the
+seeds' scatter is in the best knobs' curves already, and another seed of a cache-knob set
+samples its traces anew — measured with the band's noise (:mod:`moeroof.models.curve_peak`,
+where the grid and the band are defined).
 """
 
 from __future__ import annotations
@@ -168,11 +170,10 @@ PROFILE_CHI2 = 1.6448536269514722**2  # χ²₁ at 0.90 = z₀.₉₅²: a two-s
 PROFILE_STEP = 0.01
 PROFILE_BISECTIONS = 4
 PROFILE_RESTARTS = 2
-#: of the profile's retained cache-knob sets, the most whose curves a peak's band takes (evenly
-#: spread over them: each needs its own sampled traces), and the smooth knobs' draws it takes
-PEAK_PROFILE_SETS = 12
-#: the most retained cache-knob sets a band is united over (module docstring, Bands)
+#: the most retained cache-knob sets a band is united over (module docstring, Bands); a peak's
+#: band takes the same sets (module docstring, Peaks)
 BAND_PROFILE_SETS = 8
+#: the smooth knobs' draws whose curves a peak's band takes
 PEAK_SMOOTH_DRAWS = 24
 _SMOOTH = ("engine", "expert", "ssd-scale", "reclaim", "reclaim-shape")
 _CACHE = ("skew", "rho", "pressure")
@@ -476,6 +477,8 @@ def predict_points(
 
 #: points of the grid a single cache knob is first evaluated on, its bounds included (:func:`search_cache_knobs`)
 SEARCH_GRID_POINTS = 7
+#: the share of a single cache knob's range at which its Nelder–Mead search stops (:func:`search_cache_knobs`)
+SEARCH_XATOL = 1e-2
 
 
 def search_cache_knobs(cost: Callable[[np.ndarray], float], z0: np.ndarray, bounds, max_evaluations: int) -> str:
@@ -485,8 +488,10 @@ def search_cache_knobs(cost: Callable[[np.ndarray], float], z0: np.ndarray, boun
     values 0.002 apart differ by a few units) and can have more than one basin, so the knob is
     first evaluated on :data:`SEARCH_GRID_POINTS` evenly spaced values over its bounds and at
     ``z0``, then Nelder–Mead starts at the best of them with a step of half the grid's spacing and
-    stops when its simplex is 0.1 % of the range (not on the cost's change, which the roughness
-    never lets settle)."""
+    stops when its simplex is :data:`SEARCH_XATOL` of the range (not on the cost's change, which
+    the roughness never lets settle; nor finer: below about 1 % of the range the cost's
+    differences are the roughness, and the profile brackets the knob's interval to a 32nd of the
+    grid's spacing anyway)."""
     if len(z0) != 1:
         minimize(cost, z0, method="Nelder-Mead", options={"maxfev": int(max_evaluations), "xatol": 1e-3, "fatol": 1e-3})
         return "by Nelder–Mead"
@@ -506,7 +511,7 @@ def search_cache_knobs(cost: Callable[[np.ndarray], float], z0: np.ndarray, boun
             method="Nelder-Mead",
             options={
                 "maxfev": left,
-                "xatol": 1e-3 * (hi - lo),
+                "xatol": SEARCH_XATOL * (hi - lo),
                 "fatol": np.inf,
                 "initial_simplex": np.array([[best], [other]]),
             },
@@ -533,14 +538,42 @@ def band_sets(profile: Sequence[dict[str, Any]], names: Sequence[str], most: int
     return [profile[j] for j in sorted(chosen)]
 
 
-def _explore_profile(inside, kept, z_hat: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
+def _bracket_profile(inside, tried, z_hat: float) -> None:
+    """One cache knob's profile (:func:`_explore_profile`): both ways from ``z_hat``, the
+    evaluated values ``tried()`` (the search's grid holds the bounds) give the first crossing —
+    the farthest value inside before the nearest one outside — which is bisected
+    :data:`PROFILE_BISECTIONS` times; a side inside up to its bound needs nothing more. The
+    grid's spacing brackets each crossing as a walk of doubling steps would, without its steps."""
+    for sgn in (1.0, -1.0):
+        side = sorted((z for z in tried() if sgn * (z - z_hat) > 0), key=lambda z: sgn * (z - z_hat))
+        z_in, z_out = z_hat, None
+        for z in side:
+            if not inside(np.array([z])):
+                z_out = z
+                break
+            z_in = z
+        if z_out is None:
+            continue
+        for _ in range(PROFILE_BISECTIONS):
+            z = 0.5 * (z_in + z_out)
+            if inside(np.array([z])):
+                z_in = z
+            else:
+                z_out = z
+
+
+def _explore_profile(inside, kept, z_hat: np.ndarray, lo: np.ndarray, hi: np.ndarray, tried=None) -> None:
     """Walk out from the best cache knobs ``z_hat`` along lines until ``inside(z)`` (the profile
     test, which records the evaluation) fails, then bisect the crossing (:data:`PROFILE_BISECTIONS`
     times): first both ways along every knob's axis and, with two or more knobs, every pair's
     diagonals, in units of each knob's range (first step :data:`PROFILE_STEP`, doubling); then both
     ways along the principal axes of the sets ``kept()`` has found inside so far, so that a region
-    stretched along no axis is still walked to its ends."""
+    stretched along no axis is still walked to its ends. One knob with the values evaluated so far
+    (``tried()``, a grid over its bounds among them): :func:`_bracket_profile` instead."""
     p = z_hat.size
+    if p == 1 and tried is not None:
+        _bracket_profile(inside, tried, float(z_hat[0]))
+        return
     span = hi - lo
 
     def walk(u: np.ndarray) -> None:
@@ -620,14 +653,20 @@ def _rows(pts: Sequence[PlanPoint], net: tuple, hit: tuple) -> list[dict[str, An
     ]
 
 
-def _peaks(pts, predict, best: PlanKnobs, sets: Sequence[PlanKnobs], sigma: float) -> list[dict[str, Any]]:
+def _peaks(
+    pts, predict, best: PlanKnobs, draws: Sequence[PlanKnobs], sets: Sequence[PlanKnobs], sigma: float
+) -> list[dict[str, Any]]:
     """:attr:`PlanFit.peaks`: for each group of :func:`moeroof.models.curve_peak.peak_grids`, the
-    best knobs' curve averaged over :data:`BAND_SEEDS` and the curves of ``best`` and ``sets`` at
-    each seed (``predict(knobs, seed, rows)`` → (tok/s, hit rate)), measured with noise ``sigma``."""
+    best knobs' curve averaged over :data:`BAND_SEEDS`, the curves of ``best`` and ``draws`` (the
+    smooth knobs' draws) at each seed and of ``sets`` (cache-knob sets) at the first
+    (``predict(knobs, seed, rows)`` → (tok/s, hit rate)), measured with noise ``sigma``."""
     out = []
     for (b, ranks, policy), grid in peak_grids(pts):
         rows = [PlanPoint(-1, b, float(c), ranks, policy, None, None) for c in grid]
-        curves = np.array([predict(k, sd, rows)[0] for k in (best, *sets) for sd in BAND_SEEDS])
+        curves = np.array(
+            [predict(k, sd, rows)[0] for k in (best, *draws) for sd in BAND_SEEDS]
+            + [predict(k, BAND_SEEDS[0], rows)[0] for k in sets]
+        )
         best_curve = curves[: len(BAND_SEEDS)].mean(axis=0)
         peak = curve_peak(grid, best_curve, curves, sigma)
         if peak is not None:  # None: the batch fits at no size of the group
@@ -953,6 +992,7 @@ def _fit_one(  # noqa: C901
                 np.array([outer[n] for n in outer_names]),
                 np.array([bounds[n][0] for n in outer_names], dtype=float),
                 np.array([bounds[n][1] for n in outer_names], dtype=float),
+                tried=(lambda: [k[0] for k in evaluated]) if len(outer_names) == 1 else None,  # a grid's
             )
             lower = min(evaluated.values(), key=lambda e: e["cost"])
             if lower["cost"] >= total:
@@ -1172,10 +1212,9 @@ def _fit_one(  # noqa: C901
     rows = _rows(pts, (net0, low, high), (hit0, hit_low, hit_high))
     # where tok/s peaks over the cache sizes of a group of rows, with the band of a measured peak:
     # the best knobs, the profile's retained cache-knob sets and draws of the smooth knobs
-    sets = [knobs_of(e["outer"], e["x"]) for e in profile]
-    sets = [sets[j] for j in sorted({int(v) for v in np.linspace(0, len(sets) - 1, min(len(sets), PEAK_PROFILE_SETS))})]
-    sets += [knobs_of(outer, np.clip(d, lo_b, hi_b)) for d in draws[1 : 1 + PEAK_SMOOTH_DRAWS]]
-    peaks = _peaks(pts, predict, best_knobs, sets, noise)
+    sets = [knobs_of(e["outer"], e["x"]) for e in band_sets(profile, outer_names, BAND_PROFILE_SETS)]
+    smooth = [knobs_of(outer, np.clip(d, lo_b, hi_b)) for d in draws[1 : 1 + PEAK_SMOOTH_DRAWS]]
+    peaks = _peaks(pts, predict, best_knobs, smooth, sets, noise)
     identified = np.ones(x.size, dtype=bool)
     if sol is not None and x.size:
         # a knob is identified unless it has a component along a direction the rows do not

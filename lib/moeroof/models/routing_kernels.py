@@ -193,8 +193,152 @@ def log_weight_rows(logq):  # pragma: no cover - compiled
 _REL_FLOOR = 1e-300
 
 
+#: the prefilter of :func:`_screen` keeps an expert unless its upper bound falls below this
+#: share of a lower bound on the final cut's bound: far below the cut's slack (at most ~1e-5 for
+#: ``|top| <= _TOP_SCREENED``) and any rounding, so every expert the cut keeps is a candidate
+_RUN_SHARE = 0.999
+#: rows whose largest log weight is beyond this skip the prefilter (the cut's slack grows with
+#: ``|top|``)
+_TOP_SCREENED = 1e9
+
+
+#: the least uniform whose Gumbel draw :func:`_screen` bounds by :data:`_G_MAX`: 2^-53, the
+#: least nonzero double ``Generator.random`` draws (``1 - u`` is then below 1)
+_U_LEAST = 2.0**-53
+#: above the largest Gumbel draw ``-log(-log(1 - u))`` of any ``u >= _U_LEAST`` (36.74), with room
+#: for rounding
+_G_MAX = 40.0
+#: chunks :func:`_floor_bound` splits a row into, per expert its bound must reach
+_CHUNKS_PER_SLOT = 3
+
+
+@numba.njit(cache=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz", "reassoc"})
+def _floor_bound(rel_r, u_r, is_kept, nbuf, maxima):  # pragma: no cover - compiled
+    """A lower bound on the ``nbuf``-th largest lower bound ``rel (1 - u) / u`` of
+    :func:`_screen` (0 when there is none): the ids in :data:`_CHUNKS_PER_SLOT` · ``nbuf``
+    consecutive chunks, the ``nbuf``-th largest of the chunks' largest (into ``maxima``). Each
+    chunk's largest is a different expert's, so ``nbuf`` experts reach it. Loops the compiler
+    may vectorise (numpy's error model: a division by zero raises no Python exception, and
+    ``u > 0``; fast-math only reorders, no approximate division); the caller's
+    :data:`_RUN_SHARE` leaves room for their rounding."""
+    e = rel_r.shape[0]
+    chunks = min(_CHUNKS_PER_SLOT * nbuf, e)
+    if nbuf > chunks:
+        return 0.0
+    for j in range(chunks):
+        m = 0.0
+        for i in range(j * e // chunks, (j + 1) * e // chunks):
+            ok = (not is_kept[i]) and rel_r[i] >= _REL_FLOOR
+            x = rel_r[i] * (1.0 - u_r[i]) / u_r[i] if ok else 0.0
+            m = x if x > m else m
+        maxima[j] = m
+    # the nbuf-th largest of the chunk maxima: a partial insertion sort, descending
+    for j in range(1, chunks):
+        x = maxima[j]
+        pos = min(j, nbuf)
+        if pos == nbuf and not x > maxima[nbuf - 1]:
+            continue
+        while pos > 0 and maxima[pos - 1] < x:
+            if pos < nbuf:
+                maxima[pos] = maxima[pos - 1]
+            pos -= 1
+        maxima[pos] = x
+    return maxima[nbuf - 1]
+
+
 @numba.njit(cache=True)
-def top_k_steps(logq, top, rel, u, keep_u, rho, out, first, k):  # pragma: no cover - compiled  # noqa: C901
+def _screen(logq_r, rel_r, u_r, is_kept, nbuf, top_r, lb_num, lb_den, cand, maxima):  # pragma: no cover - compiled
+    """The first pass of :func:`top_k_steps` on one row: the cut below which an expert's score
+    cannot reach the K+1 best, and the candidates, in ascending id, that may pass it (their
+    count is returned with the cut).
+
+    With ``G(u) = -log(-log(1 - u))`` and ``u <= -log(1 - u) <= u / (1 - u)``,
+    ``rel_i (1 - u_i) / u_i <= exp(s_i - top) <= rel_i / u_i``. The ``nbuf``-th largest lower
+    bound bounds the (K+1)-th best score from below, so expert i can be in the top K only if
+    ``rel_i / u_i`` reaches it (less a slack far above rounding): a product and a comparison per
+    expert, no logarithm. Experts of tiny or zero weight are never screened. The lower bounds
+    are kept as fractions ``rel (1 - u) / u``, compared by cross-multiplying.
+
+    A prefilter first drops the experts whose upper bound is below :data:`_RUN_SHARE` of
+    :func:`_floor_bound`: their lower bounds are below the ``nbuf``-th largest, which they
+    cannot change, and the cut drops them too. Of the experts of tiny weight, it drops those
+    whose score cannot reach the prefilter's bound however large their Gumbel draw
+    (``logq + G(u) < logq +`` :data:`_G_MAX` ``< top + log(bound)``): ``nbuf`` experts score
+    above it. The bounds are then taken among the rest, in the same order: the same cut, the
+    same candidates past it, the same K+1 best.
+    """
+    e = rel_r.shape[0]
+    low0 = _floor_bound(rel_r, u_r, is_kept, nbuf, maxima) if abs(top_r) <= _TOP_SCREENED else 0.0
+    thr = _RUN_SHARE * low0
+    floor_log = top_r + math.log(low0) - _G_MAX if low0 > 0.0 else -np.inf
+    n_cand = 0
+    for i in range(e):
+        ri = rel_r[i]
+        tiny = ri < _REL_FLOOR and (logq_r[i] >= floor_log or u_r[i] < _U_LEAST)
+        keep = (not is_kept[i]) and (tiny or ri >= thr * u_r[i])
+        cand[n_cand] = i
+        n_cand += 1 if keep else 0
+    n_lb = 0
+    for j in range(n_cand):
+        i = cand[j]
+        ri = rel_r[i]
+        if ri < _REL_FLOOR:
+            continue
+        ui = u_r[i]
+        num = ri * (1.0 - ui)
+        if n_lb < nbuf:
+            pos = n_lb
+            n_lb += 1
+        elif num * lb_den[nbuf - 1] > lb_num[nbuf - 1] * ui:
+            pos = nbuf - 1
+        else:
+            continue
+        while pos > 0 and lb_num[pos - 1] * ui < num * lb_den[pos - 1]:
+            lb_num[pos] = lb_num[pos - 1]
+            lb_den[pos] = lb_den[pos - 1]
+            pos -= 1
+        lb_num[pos] = num
+        lb_den[pos] = ui
+    cut = 0.0
+    if n_lb == nbuf and lb_num[nbuf - 1] > 0.0:
+        low = lb_num[nbuf - 1] / lb_den[nbuf - 1]
+        slack = 1e-9 + 1e-14 * (abs(top_r) + abs(math.log(low)) + 50.0)
+        cut = low * math.exp(-2.0 * slack)
+    return n_cand, cut
+
+
+@numba.njit(cache=True)
+def _best_of(logq_r, rel_r, u_r, cand, n_cand, cut, nbuf, vals, ids):  # pragma: no cover - compiled
+    """The second pass of :func:`top_k_steps` on one row: the ``nbuf`` best scores
+    ``logq + G(u)`` among the candidates past the cut, by insertion in ascending id (an equal
+    score goes after), computed as numpy computes them (``Generator.gumbel``'s libm ``log``)."""
+    filled = 0
+    for j in range(n_cand):
+        i = cand[j]
+        if rel_r[i] >= _REL_FLOOR and rel_r[i] < cut * u_r[i]:
+            continue
+        if logq_r[i] == -np.inf:
+            s = -np.inf  # -inf + any Gumbel draw
+        else:
+            s = logq_r[i] + (0.0 - 1.0 * math.log(-math.log(1.0 - u_r[i])))
+        if filled == nbuf:
+            # at or below the (K+1)-th best: out of the top K whatever ties it has there
+            if not s > vals[nbuf - 1]:
+                continue
+            pos = nbuf - 1
+        else:
+            pos = filled
+            filled += 1
+        while pos > 0 and vals[pos - 1] < s:
+            vals[pos] = vals[pos - 1]
+            ids[pos] = ids[pos - 1]
+            pos -= 1
+        vals[pos] = s
+        ids[pos] = i
+
+
+@numba.njit(cache=True)
+def top_k_steps(logq, top, rel, u, keep_u, rho, out, first, k):  # pragma: no cover - compiled
     """Steps ``first … first + n − 1`` of :func:`moeroof.models.routing.sample_trace` on rows
     (streams·layers) of E at one log weight ``logq`` (rows, E; no NaN): ``u`` (n, rows, E) the
     uniforms of the Gumbel noise, ``keep_u`` (n, rows, K) the stickiness uniforms (no columns:
@@ -209,8 +353,8 @@ def top_k_steps(logq, top, rel, u, keep_u, rho, out, first, k):  # pragma: no co
     Only the scores that can reach the top K+1 are computed: with
     ``G(u) = -log(-log(1 - u)) <= -log(u)``, expert i scores below the current (K+1)-th best T
     when ``u_i > exp(logq_i - T)``, a product and a comparison (``rel``, ``top`` from
-    :func:`log_weight_rows`, with a slack far above rounding); the rest are computed exactly,
-    as numpy computes them (``Generator.gumbel``'s libm ``log``).
+    :func:`log_weight_rows`, with a slack far above rounding: :func:`_screen`); the rest are
+    computed exactly (:func:`_best_of`).
     """
     n, rows, e = u.shape
     n_keep_cols = keep_u.shape[2]
@@ -220,6 +364,8 @@ def top_k_steps(logq, top, rel, u, keep_u, rho, out, first, k):  # pragma: no co
     lb_num = np.empty(k + 1)
     lb_den = np.empty(k + 1)
     ids = np.empty(k + 1, np.int64)
+    cand = np.empty(e, np.int64)
+    maxima = np.empty(e)
     for t in range(n):
         step = first + t
         for r in range(rows):
@@ -232,63 +378,10 @@ def top_k_steps(logq, top, rel, u, keep_u, rho, out, first, k):  # pragma: no co
             for q in range(n_keep):
                 is_kept[keep_ids[q]] = True
             nbuf = min(k + 1 - n_keep, e - n_keep)
-            filled = 0
             if nbuf > 0:
-                # screen: with G(u) = -log(-log(1 - u)) and u <= -log(1 - u) <= u / (1 - u),
-                # rel_i (1 - u_i) / u_i <= exp(s_i - top) <= rel_i / u_i. The (K+1)-th largest
-                # lower bound bounds the (K+1)-th best score from below, so expert i can be in
-                # the top K only if rel_i / u_i reaches it (less a slack far above rounding): a
-                # product and a comparison per expert, no logarithm. Experts of tiny or zero
-                # weight are never screened. The lower bounds are kept as fractions
-                # rel (1 - u) / u, compared by cross-multiplying.
-                n_lb = 0
-                for i in range(e):
-                    if is_kept[i] or rel[r, i] < _REL_FLOOR:
-                        continue
-                    num = rel[r, i] * (1.0 - u[t, r, i])
-                    den = u[t, r, i]
-                    if n_lb < nbuf:
-                        pos = n_lb
-                        n_lb += 1
-                    elif num * lb_den[nbuf - 1] > lb_num[nbuf - 1] * den:
-                        pos = nbuf - 1
-                    else:
-                        continue
-                    while pos > 0 and lb_num[pos - 1] * den < num * lb_den[pos - 1]:
-                        lb_num[pos] = lb_num[pos - 1]
-                        lb_den[pos] = lb_den[pos - 1]
-                        pos -= 1
-                    lb_num[pos] = num
-                    lb_den[pos] = den
-                cut = 0.0
-                if n_lb == nbuf and lb_num[nbuf - 1] > 0.0:
-                    low = lb_num[nbuf - 1] / lb_den[nbuf - 1]
-                    slack = 1e-9 + 1e-14 * (abs(top[r]) + abs(math.log(low)) + 50.0)
-                    cut = low * math.exp(-2.0 * slack)
-                # the K+1 best scores by insertion, in ascending id: an equal score goes after
-                for i in range(e):
-                    if is_kept[i]:
-                        continue
-                    if rel[r, i] >= _REL_FLOOR and rel[r, i] < cut * u[t, r, i]:
-                        continue
-                    if logq[r, i] == -np.inf:
-                        s = -np.inf  # -inf + any Gumbel draw
-                    else:
-                        s = logq[r, i] + (0.0 - 1.0 * math.log(-math.log(1.0 - u[t, r, i])))
-                    if filled == nbuf:
-                        # at or below the (K+1)-th best: out of the top K whatever ties it has there
-                        if not s > vals[nbuf - 1]:
-                            continue
-                        pos = nbuf - 1
-                    else:
-                        pos = filled
-                        filled += 1
-                    while pos > 0 and vals[pos - 1] < s:
-                        vals[pos] = vals[pos - 1]
-                        ids[pos] = ids[pos - 1]
-                        pos -= 1
-                    vals[pos] = s
-                    ids[pos] = i
+                u_r = u[t, r]
+                n_cand, cut = _screen(logq[r], rel[r], u_r, is_kept, nbuf, top[r], lb_num, lb_den, cand, maxima)
+                _best_of(logq[r], rel[r], u_r, cand, n_cand, cut, nbuf, vals, ids)
             for q in range(n_keep):
                 is_kept[keep_ids[q]] = False
                 out[step, r, q] = keep_ids[q]

@@ -1331,8 +1331,10 @@ def fit_plan(
     parameters than measured net tok/s rows), or ``skew`` with a routing that is not Zipf.
 
     ``jobs`` ≥ 2 with both overlaps to fit: the ``sum`` fit runs in a forked process beside the
-    ``max`` one (each fit is a pure function of its inputs: the same numbers as ``jobs = 1``);
-    where the platform cannot fork, or the child dies, it runs here after ``max``."""
+    ``max`` one, started once ``max``'s search is done, so that it inherits the routings that
+    search sampled (most of its own search's; each fit is a pure function of its inputs: the
+    same numbers as ``jobs = 1``); where the platform cannot fork, or the child dies, it runs
+    here after ``max``."""
     kw = dict(
         fit=fit,
         context_tokens=context_tokens,
@@ -1348,11 +1350,16 @@ def fit_plan(
     overlaps_tried = ("max", "sum") if overlap is None else (overlap,)
     total = len(FIT_STAGES) * len(overlaps_tried)
     fits = {}
-    beside = _fork_fit("sum", points, model, hardware, routing, kw) if jobs >= 2 and len(overlaps_tried) == 2 else None
+    beside = None
     for i, ov in enumerate(overlaps_tried):
         stages = iter(range(i * len(FIT_STAGES), (i + 1) * len(FIT_STAGES)))
 
         def stage(what: str, ov=ov, stages=stages) -> None:
+            nonlocal beside
+            if jobs >= 2 and len(overlaps_tried) == 2 and ov == "max" and what == FIT_STAGES[1] and beside is None:
+                # max's search has sampled the traces both searches start from (the grid of the
+                # cache knob, the calibration rows): the forked sum fit inherits them in the memo
+                beside = _fork_fit("sum", points, model, hardware, routing, kw)
             done = next(stages)
             if progress is not None:
                 progress(done, total, f"{ov}: {what}" + (" (the other overlap beside it)" if beside else ""))

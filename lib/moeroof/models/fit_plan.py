@@ -1375,8 +1375,12 @@ def fit_plan(
             raise
     if progress is not None:
         progress(total, total, "done")
-    if overlap is not None:
-        return with_memory_note(fits[overlap], points)
+    return with_memory_note(fits[overlap] if overlap is not None else _better_overlap(fits), points)
+
+
+def _better_overlap(fits: dict[str, PlanFit]) -> PlanFit:
+    """Of the two overlaps' fits, the one of lower cost, saying so; its bands widened by the
+    other's where that too meets every calibration row within 2 σ."""
     best = min(fits.values(), key=lambda f: f.cost)
     other = fits["sum" if best.overlap == "max" else "max"]
     overlaps = {ov: f.overlaps[ov] for ov, f in fits.items()}
@@ -1388,7 +1392,7 @@ def fit_plan(
     if other.overlaps[other.overlap]["max_abs_z"] <= 2.0:
         best = _widened_by(best, other)
         notes.append(f"{other.overlap} overlap also meets the calibration rows: the bands include its predictions")
-    return with_memory_note(replace(best, notes=tuple(notes), overlaps=overlaps), points)
+    return replace(best, notes=tuple(notes), overlaps=overlaps)
 
 
 def _widened_by(best: PlanFit, other: PlanFit) -> PlanFit:

@@ -711,6 +711,25 @@ def _locality_note(label: str, r_c: float, h_c: float, c_c: float, span: tuple[f
     )
 
 
+def _stage(stage: Callable[[str], None] | None, what: str) -> None:
+    if stage is not None:
+        stage(what)
+
+
+def _searched_only(names: tuple[str, ...], cost: float, overlap: str, max_z: float) -> PlanFit:
+    """A fit ended after its search (``_fit_one``'s ``after_search``): what :func:`fit_plan` reads
+    of an overlap that neither fits better nor meets every calibration row within 2 σ — its cost
+    and worst calibration z, as the whole fit would give them."""
+    return PlanFit(
+        knobs={},
+        rows=[],
+        fitted=names,
+        cost=cost,
+        overlap=overlap,
+        overlaps={overlap: {"cost": cost, "max_abs_z": max_z}},
+    )
+
+
 def _fit_one(  # noqa: C901
     points: Sequence[PlanPoint],
     model: MoEModel,
@@ -726,9 +745,11 @@ def _fit_one(  # noqa: C901
     locality: Locality | None = None,
     stage: Callable[[str], None] | None = None,
     memo: dict | None = None,
+    after_search: Callable[[float, float], bool] | None = None,
 ) -> PlanFit:
     """Fit the named knobs on the calibration rows, predict every row with bands (module
-    docstring); ``stage(what)`` is called as each of :data:`FIT_STAGES` begins. ``memo``: the
+    docstring); ``stage(what)`` is called as each of :data:`FIT_STAGES` begins; ``after_search(cost,
+    max_abs_z)`` False ends the fit once its knobs are fitted (:func:`_searched_only`). ``memo``: the
     routings and step works of :func:`predict_points`, kept across the fits of one
     :func:`fit_plan` (its keys name the overlap where the work depends on it). Raises :class:`ParameterError` for an unknown knob, a knob the rows cannot
     identify (more smooth parameters than measured net tok/s rows), or ``skew`` with a routing
@@ -945,8 +966,7 @@ def _fit_one(  # noqa: C901
     def outer_of(z: np.ndarray) -> dict[str, float]:
         return {n: float(np.clip(v, *bounds[n])) for n, v in zip(outer_names, z)}
 
-    if stage is not None:
-        stage(FIT_STAGES[0])
+    _stage(stage, FIT_STAGES[0])
     n_res = int(cal_net.sum() + cal_hit.sum())
 
     def profile_threshold(cost: float, n_smooth_fitted: int) -> tuple[float, float]:
@@ -990,9 +1010,8 @@ def _fit_one(  # noqa: C901
                 lambda z, t=threshold: evaluate(outer_of(z))["cost"] <= t,
                 lambda t=threshold: [k for k, e in evaluated.items() if e["cost"] <= t],
                 np.array([outer[n] for n in outer_names]),
-                np.array([bounds[n][0] for n in outer_names], dtype=float),
-                np.array([bounds[n][1] for n in outer_names], dtype=float),
-                tried=(lambda: [k[0] for k in evaluated]) if len(outer_names) == 1 else None,  # a grid's
+                *(np.array([bounds[n][j] for n in outer_names], dtype=float) for j in (0, 1)),
+                tried=lambda: [k[0] for k in evaluated],  # read for one knob alone, whose search ran a grid
             )
             lower = min(evaluated.values(), key=lambda e: e["cost"])
             if lower["cost"] >= total:
@@ -1014,8 +1033,10 @@ def _fit_one(  # noqa: C901
         outer = {}
         x, total, sol = solve_inner(outer)
     best_knobs = knobs_of(outer, x)
-    if stage is not None:
-        stage(FIT_STAGES[1])
+    max_z = float(np.max(np.abs(residuals(best_knobs)))) if (cal_net.any() or cal_hit.any()) else 0.0
+    if after_search is not None and not after_search(float(total), max_z):
+        return _searched_only(names, float(total), overlap, max_z)
+    _stage(stage, FIT_STAGES[1])
     # bands: sample the smooth knobs' covariance, predict at several seeds
     rng = np.random.default_rng(12345)
     draws = [x]
@@ -1057,8 +1078,7 @@ def _fit_one(  # noqa: C901
     low, high = np.minimum(low, net0), np.maximum(high, net0)
     hit_low, hit_high = np.minimum(hit_low, hit0), np.maximum(hit_high, hit0)
 
-    if stage is not None:
-        stage(FIT_STAGES[2])
+    _stage(stage, FIT_STAGES[2])
     # an end of a held knob's prior widens the bands only as far as the calibration rows admit it:
     # re-solved there, its cost within the profile threshold of the best fit (PROFILE_CHI2)
     admit, _ = profile_threshold(total, x.size)
@@ -1293,7 +1313,6 @@ def _fit_one(  # noqa: C901
         f"bands: 5–95 % of a new measurement (the knobs' spread × a measurement noise of {noise:.1%} on tok/s, "
         f"± {100 * hit_noise:.2g} points on hit rates)"
     )
-    max_z = float(np.max(np.abs(residuals(best_knobs)))) if (cal_net.any() or cal_hit.any()) else 0.0
     return PlanFit(
         knobs=knobs,
         rows=rows,
@@ -1349,26 +1368,26 @@ def fit_plan(
         raise ParameterError("overlap", f"expected max or sum, got {overlap!r}")
     overlaps_tried = ("max", "sum") if overlap is None else (overlap,)
     total = len(FIT_STAGES) * len(overlaps_tried)
-    fits = {}
+    fits: dict[str, PlanFit] = {}
     beside = None
+    args = (points, model, hardware, routing)
+    ends = _search_ends({}) if overlap is None else {overlap: None}
     for i, ov in enumerate(overlaps_tried):
         stages = iter(range(i * len(FIT_STAGES), (i + 1) * len(FIT_STAGES)))
 
         def stage(what: str, ov=ov, stages=stages) -> None:
             nonlocal beside
-            if jobs >= 2 and len(overlaps_tried) == 2 and ov == "max" and what == FIT_STAGES[1] and beside is None:
+            if jobs >= 2 and overlap is None and ov == "max" and what == FIT_STAGES[1] and beside is None:
                 # max's search has sampled the traces both searches start from (the grid of the
                 # cache knob, the calibration rows): the forked sum fit inherits them in the memo
-                beside = _fork_fit("sum", points, model, hardware, routing, kw)
+                beside = _fork_fit("sum", *args, {**kw, "after_search": ends["sum"]})
             done = next(stages)
             if progress is not None:
                 progress(done, total, f"{ov}: {what}" + (" (the other overlap beside it)" if beside else ""))
 
         try:
             got = beside.result() if beside is not None and ov == "sum" else None
-            fits[ov] = (
-                got if got is not None else _fit_one(points, model, hardware, routing, overlap=ov, stage=stage, **kw)
-            )
+            fits[ov] = got if got is not None else _fit_one(*args, overlap=ov, stage=stage, after_search=ends[ov], **kw)
         except BaseException:
             if beside is not None:
                 beside.stop()
@@ -1376,6 +1395,19 @@ def fit_plan(
     if progress is not None:
         progress(total, total, "done")
     return with_memory_note(fits[overlap] if overlap is not None else _better_overlap(fits), points)
+
+
+def _search_ends(searched: dict[str, float]) -> dict[str, Callable[[float, float], bool]]:
+    """``_fit_one``'s ``after_search`` for each overlap where both are fitted (max first): max's
+    records its cost and goes on; sum's goes on only where its bands are read — where it fits
+    better than max (max wins a tie) or meets every calibration row within 2 σ
+    (:func:`_better_overlap`); elsewhere only its cost and worst z are, and it ends there."""
+
+    def at_max(cost: float, max_z: float) -> bool:
+        searched["max"] = cost
+        return True
+
+    return {"max": at_max, "sum": lambda cost, max_z: max_z <= 2.0 or cost < searched["max"]}
 
 
 def _better_overlap(fits: dict[str, PlanFit]) -> PlanFit:

@@ -58,7 +58,6 @@ OVER: dict[str, int] = {
     "lib/moeroof/models/cache_kernels.py::heap_pass": 87,
     "lib/moeroof/models/cache_kernels.py::s3fifo_pass": 135,
     "lib/moeroof/models/cache_kernels.py::scan_block": 97,
-    "lib/moeroof/models/expert_cache.py::rank_cache_uncached": 84,
     "lib/moeroof/models/fit.py::fit_heterogeneity": 108,
     "lib/moeroof/models/fit.py::fit_histogram": 203,
     "lib/moeroof/models/fit_plan.py::_fit_one": 593,

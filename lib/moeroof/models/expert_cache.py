@@ -849,37 +849,51 @@ def rank_cache_uncached(
                 elif cc < 1.0:  # no whole expert fits: every pick misses
                     misses[r, j], token_misses[r, j] = union[r, j], bb * picks[r]
                 elif cc < idx.size:
-                    # whole experts per layer, interpolated like the hot set's fractional cache
-                    lo = math.floor(cc)
-                    frac = cc - lo
-                    req, tok = steady_state_miss_ratio(
-                        pi, int(bb), float(lo), policy=policy, scope=scope, assignment=a, rank=r, seed=seed
-                    )
-                    if frac > 0:
-                        req_hi, tok_hi = steady_state_miss_ratio(
-                            pi, int(bb), float(lo + 1), policy=policy, scope=scope, assignment=a, rank=r, seed=seed
-                        )
-                        req, tok = (1 - frac) * req + frac * req_hi, (1 - frac) * tok + frac * tok_hi
+                    req, tok = _whole_experts_miss_ratio(pi, int(bb), float(cc), policy, scope, a, r, seed)
                     misses[r, j], token_misses[r, j] = union[r, j] * req, union[r, j] * tok
     page_hits = np.zeros((ranks, b.size))
     if pg is not None:
-        for r in range(ranks):
-            idx = np.flatnonzero(a == r)
-            for j, (bb, cc, pp) in enumerate(zip(b, np.minimum(c, max(idx.size, 1)), pg)):
-                if idx.size == 0 or pp < 1.0 or misses[r, j] <= 0:
-                    continue
-                ratio = page_cache_hit_ratio(
-                    pi,
-                    int(bb),
-                    float(cc),
-                    float(pp),
-                    policy=policy,
-                    scope=scope,
-                    assignment=a,
-                    rank=r,
-                    seed=seed,
-                    trace=trace,
-                    trace_key=trace_key,
-                )
-                page_hits[r, j] = min(union[r, j] * ratio, misses[r, j])
+        _page_hits(page_hits, pi, b, c, a, pg, union, misses, policy, scope, seed, trace, trace_key)
     return RankCache(union, misses, picks, token_misses, policy, scope, page_hits)
+
+
+def _whole_experts_miss_ratio(
+    pi: np.ndarray, b: int, cache: float, policy: str, scope: str, a: np.ndarray, rank: int, seed: int
+) -> tuple[float, float]:
+    """:func:`steady_state_miss_ratio` (per request, per token) of rank ``rank``'s cache of
+    ``cache`` experts per layer: at whole experts, interpolated linearly between the two whole
+    sizes around a fractional one (as the hot set's fractional cache is)."""
+    lo = math.floor(cache)
+    frac = cache - lo
+    req, tok = steady_state_miss_ratio(pi, b, float(lo), policy=policy, scope=scope, assignment=a, rank=rank, seed=seed)
+    if frac > 0:
+        req_hi, tok_hi = steady_state_miss_ratio(
+            pi, b, float(lo + 1), policy=policy, scope=scope, assignment=a, rank=rank, seed=seed
+        )
+        req, tok = (1 - frac) * req + frac * req_hi, (1 - frac) * tok + frac * tok_hi
+    return req, tok
+
+
+def _page_hits(out, pi, b, c, a, pg, union, misses, policy, scope, seed, trace, trace_key) -> None:
+    """:func:`rank_cache_uncached`'s page-cache hits into ``out`` (R, nB): per rank and B, the
+    misses the OS page cache of ``pg`` experts per layer serves (:func:`page_cache_hit_ratio`),
+    at most the misses."""
+    for r in range(out.shape[0]):
+        idx = np.flatnonzero(a == r)
+        for j, (bb, cc, pp) in enumerate(zip(b, np.minimum(c, max(idx.size, 1)), pg)):
+            if idx.size == 0 or pp < 1.0 or misses[r, j] <= 0:
+                continue
+            ratio = page_cache_hit_ratio(
+                pi,
+                int(bb),
+                float(cc),
+                float(pp),
+                policy=policy,
+                scope=scope,
+                assignment=a,
+                rank=r,
+                seed=seed,
+                trace=trace,
+                trace_key=trace_key,
+            )
+            out[r, j] = min(union[r, j] * ratio, misses[r, j])

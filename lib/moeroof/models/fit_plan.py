@@ -429,22 +429,10 @@ def predict_points(
     layout_key = ("groups", rows_key, pc, share, seed, context_tokens, overlap)
     layout = None if routes is None else routes.get(layout_key)
     if layout is None:
-        groups: dict[tuple, list[int]] = {}
-        for i, p in enumerate(points):
-            groups.setdefault((p.cache_gib, p.ranks, p.policy), []).append(i)
-        layout = []
-        for (cache, ranks, policy), idx in groups.items():
-            w = Workload(
-                context_tokens=context_tokens,
-                cache_bytes=cache * GiB,
-                ranks=ranks,
-                cache_policy=policy,
-                page_cache=pc,
-                page_cache_share=share,
-                seed=seed,
-                overlap=overlap,
-            )
-            layout.append((idx, w, as_batch(sorted({points[i].batch for i in idx}))))
+        layout = _row_groups(
+            points,
+            Workload(context_tokens=context_tokens, page_cache=pc, page_cache_share=share, seed=seed, overlap=overlap),
+        )
         if routes is not None:
             routes[layout_key] = layout
     jobs = []
@@ -473,6 +461,23 @@ def predict_points(
             net[i] = net_b[j]
             hit[i] = hit_b[j]
     return net, hit
+
+
+def _row_groups(points: Sequence[PlanPoint], base: Workload) -> list[tuple[list[int], Workload, np.ndarray]]:
+    """:func:`predict_points`' groups of rows, one per (cache size, rank count, policy): the
+    rows' indices, their workload (``base`` with that cache, ranks and policy) and their batch
+    sizes, ascending."""
+    groups: dict[tuple, list[int]] = {}
+    for i, p in enumerate(points):
+        groups.setdefault((p.cache_gib, p.ranks, p.policy), []).append(i)
+    return [
+        (
+            idx,
+            replace(base, cache_bytes=cache * GiB, ranks=ranks, cache_policy=policy),
+            as_batch(sorted({points[i].batch for i in idx})),
+        )
+        for (cache, ranks, policy), idx in groups.items()
+    ]
 
 
 #: points of the grid a single cache knob is first evaluated on, its bounds included (:func:`search_cache_knobs`)

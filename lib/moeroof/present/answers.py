@@ -948,22 +948,26 @@ def sweep(
         else:
             text += f"none beats another by {tol} or more in any cell. "
     if baseline and best_gain is not None:
-        g = best_gain
-        if float(g["multiple"]) > 1 + tie_tolerance:
-            text += (
-                f"The largest gain over {baseline} is {fmt(float(g['multiple']))}× ({g['policy']}, against "
-                f"{baseline} at the same cache and B) at {_cell(float(g['cache_gib']), int(g['batch']))}"
-            )
-            o = online_gain
-            if o is not None and o["policy"] != g["policy"] and float(o["multiple"]) > 1 + tie_tolerance:
-                text += (
-                    f"; of the online policies {o['policy']} gains most, {fmt(float(o['multiple']))}× against "
-                    f"{baseline} at {_cell(float(o['cache_gib']), int(o['batch']))}"
-                )
-            text += ". "
-        else:
-            text += f"No policy beats {baseline} by {tol} or more in any cell. "
+        text += _gain_sentence(baseline, best_gain, online_gain, tie_tolerance)
     return text + provenance_sentence(inputs, synthetic=synthetic)
+
+
+def _gain_sentence(baseline: str, g: Mapping[str, object], o: Mapping[str, object] | None, tie_tolerance: float) -> str:
+    """:func:`sweep`'s sentence on the largest net tok/s multiple over ``baseline`` at one cell
+    (``g``), and the online policies' largest (``o``) where another policy's; or that none
+    beats it by ``tie_tolerance``."""
+    if float(g["multiple"]) <= 1 + tie_tolerance:
+        return f"No policy beats {baseline} by {pct(tie_tolerance, 1)} or more in any cell. "
+    text = (
+        f"The largest gain over {baseline} is {fmt(float(g['multiple']))}× ({g['policy']}, against "
+        f"{baseline} at the same cache and B) at {_cell(float(g['cache_gib']), int(g['batch']))}"
+    )
+    if o is not None and o["policy"] != g["policy"] and float(o["multiple"]) > 1 + tie_tolerance:
+        text += (
+            f"; of the online policies {o['policy']} gains most, {fmt(float(o['multiple']))}× against "
+            f"{baseline} at {_cell(float(o['cache_gib']), int(o['batch']))}"
+        )
+    return text + ". "
 
 
 def validation(

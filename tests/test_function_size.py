@@ -71,7 +71,6 @@ OVER: dict[str, int] = {
     "lib/moeroof/models/routing_kernels.py::inclusion_below_k": 86,
     "lib/moeroof/models/split.py::split_plan": 109,
     "lib/moeroof/models/split.py::split_report": 187,
-    "lib/moeroof/present/answers.py::expert_split": 82,
     "lib/moeroof/present/answers.py::net_toks": 100,
     "lib/moeroof/present/answers.py::validation": 86,
     "lib/moeroof/present/answers.py::witness": 95,

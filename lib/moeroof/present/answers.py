@@ -586,16 +586,7 @@ def expert_split(
         f"Against one booster (one GB10 machine holding all experts, the same {fmt(cache_gib)} GiB cache) the pair "
         f"is {fmt(booster_multiple)}× faster from the ladder-calibrated traces"
     )
-    if plan_multiple is not None:
-        text += f" and {fmt(plan_multiple)}× by `moeroof plan` with its simulated LRU"
-    if booster_witnessed is not None:
-        text += f", against seed 003's witnessed {fmt(booster_witnessed)}× (baseline: one booster)"
-    else:
-        text += " (baseline: one booster)"
-    text += (
-        f": LRU's cliff — the booster's per-step working set exceeds its cache and it hits {pct(booster_hit, 1)}, "
-        f"a rank of the pair {pct(pair_hit, 1)}. "
-    )
+    text += _booster_tail(plan_multiple, booster_witnessed, booster_hit, pair_hit)
     if fit_plan:
         text += (
             f"`moeroof fit-plan`, calibrated on seed 003's public tok/s rows only, predicts its {int(fit_plan['held'])} "
@@ -603,6 +594,22 @@ def expert_split(
             f"({int(fit_plan['covered'])} inside their 5–95 % band). "
         )
     return text + provenance_sentence(inputs, synthetic=synthetic)
+
+
+def _booster_tail(
+    plan_multiple: float | None, booster_witnessed: float | None, booster_hit: float, pair_hit: float
+) -> str:
+    """:func:`expert_split`'s end of the pair-against-one-booster sentence: plan's multiple where
+    given, the witnessed one with its baseline, and the hit rates of LRU's cliff."""
+    text = "" if plan_multiple is None else f" and {fmt(plan_multiple)}× by `moeroof plan` with its simulated LRU"
+    if booster_witnessed is not None:
+        text += f", against seed 003's witnessed {fmt(booster_witnessed)}× (baseline: one booster)"
+    else:
+        text += " (baseline: one booster)"
+    return text + (
+        f": LRU's cliff — the booster's per-step working set exceeds its cache and it hits {pct(booster_hit, 1)}, "
+        f"a rank of the pair {pct(pair_hit, 1)}. "
+    )
 
 
 def _arm_errors(errors: Mapping[str, Sequence[float]]) -> str:

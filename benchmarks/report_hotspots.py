@@ -8,8 +8,9 @@ notebooks put on top and prints the ratio reference / current for each:
 - ``inclusion_probabilities`` (skew_fit: fit_correlation, fit_stickiness): the prefix/suffix
   programme compiled (``routing_kernels.inclusion_below_k``) against the numpy programme
   (``routing._below_k_numpy``, which the module keeps for K > 128);
-- ``sample_trace`` (cache_ladder, expert_split: fit_routing's simulated points): the top-K step
-  kernel (``routing_kernels.top_k_steps``) against the same draws and picks in plain numpy.
+- ``sample_trace`` (cache_ladder, expert_split: fit_routing's simulated points; fit-plan's
+  traces at the locality prior): the top-K step kernel (``routing_kernels.top_k_steps``) against
+  the same draws and picks in plain numpy.
 
 Each pair is also checked to give identical results (the tests do it on more cases). The first
 call of each kernel compiles it (or loads numba's disk cache): a warm-up call is not timed.
@@ -174,6 +175,11 @@ def trace_cases():
         "ladder trace Dirichlet scope=step 40x16x75",
         (Dirichlet(288, 8, 0.33), 40, 16, 75, {"rho": 0.17, "scope": "step"}),
     )
+    # fit-plan's traces at the locality prior's centre (rho 0.25, per-stream hot sets c = 0.149·E),
+    # at a mild and at a skewed popularity (many hot-set weights underflow beside the hot set)
+    for alpha in (4.94, 0.28):
+        knobs = {"rho": 0.25, "c": 0.149 * 288, "groups": 8}
+        yield f"fit-plan trace 1024x8x8 Dirichlet {alpha:g}, hot sets", (Dirichlet(288, 8, alpha), 1024, 8, 8, knobs)
 
 
 def main(argv=None) -> int:

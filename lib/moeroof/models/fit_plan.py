@@ -74,9 +74,11 @@ needs its own traces at every set (all of R cost a default fit four times its se
 ratios, clipped to [0, 1]); a smooth knob's interval, x̂ ± 1.645 sd from the covariance, is
 likewise united over the values x̂(θ) it is re-solved to on R. Adding the two parts' widths
 rather than combining them is conservative. R is known at the evaluated points only: the
-search's evaluations (a single knob's grid among them), then lines walked out from θ̂ (both ways along each knob's axis, each
-pair's diagonals and the principal axes of the points found inside) until S crosses the
-threshold, the crossing bisected (:func:`_explore_profile`). S is piecewise constant in θ (the
+search's evaluations, then, for a single knob, each side's first crossing of the threshold among
+them (its grid over the bounds brackets one), bisected (:func:`_bracket_profile`); for several,
+lines walked out from θ̂ (both ways along each knob's axis, each pair's diagonals and the
+principal axes of the points found inside) until S crosses the threshold, the crossing bisected
+(:func:`_explore_profile`). S is piecewise constant in θ (the
 simulations run at fixed seeds), so a crossing is located to a fraction of a step, and a region
 in several pieces counts only where a line reaches it. Where a walk finds a lower cost than
 Nelder–Mead did, the fit moves there and the profile is walked again around it (at most
@@ -567,16 +569,16 @@ def _bracket_profile(inside, tried, z_hat: float) -> None:
                 z_out = z
 
 
-def _explore_profile(inside, kept, z_hat: np.ndarray, lo: np.ndarray, hi: np.ndarray, tried=None) -> None:
+def _explore_profile(inside, kept, z_hat: np.ndarray, lo: np.ndarray, hi: np.ndarray, tried) -> None:
     """Walk out from the best cache knobs ``z_hat`` along lines until ``inside(z)`` (the profile
     test, which records the evaluation) fails, then bisect the crossing (:data:`PROFILE_BISECTIONS`
     times): first both ways along every knob's axis and, with two or more knobs, every pair's
     diagonals, in units of each knob's range (first step :data:`PROFILE_STEP`, doubling); then both
     ways along the principal axes of the sets ``kept()`` has found inside so far, so that a region
-    stretched along no axis is still walked to its ends. One knob with the values evaluated so far
-    (``tried()``, a grid over its bounds among them): :func:`_bracket_profile` instead."""
+    stretched along no axis is still walked to its ends. One knob, whose search evaluated a grid
+    over its bounds (``tried()``: the values evaluated so far): :func:`_bracket_profile` instead."""
     p = z_hat.size
-    if p == 1 and tried is not None:
+    if p == 1:
         _bracket_profile(inside, tried, float(z_hat[0]))
         return
     span = hi - lo
@@ -1016,7 +1018,7 @@ def _fit_one(  # noqa: C901
                 lambda t=threshold: [k for k, e in evaluated.items() if e["cost"] <= t],
                 np.array([outer[n] for n in outer_names]),
                 *(np.array([bounds[n][j] for n in outer_names], dtype=float) for j in (0, 1)),
-                tried=lambda: [k[0] for k in evaluated],  # read for one knob alone, whose search ran a grid
+                lambda: [k[0] for k in evaluated],  # read for one knob alone
             )
             lower = min(evaluated.values(), key=lambda e: e["cost"])
             if lower["cost"] >= total:
@@ -1221,10 +1223,11 @@ def _fit_one(  # noqa: C901
             "their correlations included"
         )
     cache_intervals: dict[str, tuple[float, float]] = {}
+    # R' (module docstring, Bands), which the peaks' band takes too: the band at the best knobs moved to each
+    # retained cache-knob set's prediction (its engine and SSD terms re-solved), and the union taken
+    sets = [knobs_of(e["outer"], e["x"]) for e in band_sets(profile, outer_names, BAND_PROFILE_SETS)]
     if profile:
-        # the band at the best knobs moved to each retained cache-knob set's prediction (its
-        # engine and SSD terms re-solved), and the union taken
-        at = [predict(knobs_of(e["outer"], e["x"])) for e in band_sets(profile, outer_names, BAND_PROFILE_SETS)]
+        at = [predict(k) for k in sets]
         nets = np.array([a[0] for a in at])
         hits = np.array([a[1] for a in at])
         low = nets.min(axis=0) * (low / net0)
@@ -1237,7 +1240,6 @@ def _fit_one(  # noqa: C901
     rows = _rows(pts, (net0, low, high), (hit0, hit_low, hit_high))
     # where tok/s peaks over the cache sizes of a group of rows, with the band of a measured peak:
     # the best knobs, the profile's retained cache-knob sets and draws of the smooth knobs
-    sets = [knobs_of(e["outer"], e["x"]) for e in band_sets(profile, outer_names, BAND_PROFILE_SETS)]
     smooth = [knobs_of(outer, np.clip(d, lo_b, hi_b)) for d in draws[1 : 1 + PEAK_SMOOTH_DRAWS]]
     peaks = _peaks(pts, predict, best_knobs, smooth, sets, noise)
     identified = np.ones(x.size, dtype=bool)

@@ -483,6 +483,11 @@ def test_the_prior_s_ends_widen_the_bands_only_as_far_as_the_rows_admit(engine_b
     assert admitted_hi < float(r_hi) - 0.1
     withheld = res.rows[2]
     assert withheld["low"] <= net[2] <= withheld["high"]
+    # the ends computed in a forked child beside the band sets and replayed: the same fit to the last bit
+    from moeroof.core.results import plain
+
+    forked = fit_plan(measured, m, hw, routing, fit=["ssd-scale"], overlap="max", locality=prior, jobs=2)
+    assert json.dumps(plain(forked.to_dict()), sort_keys=True) == json.dumps(plain(res.to_dict()), sort_keys=True)
 
 
 def test_the_efficiencies_are_held_at_the_box_s_priors_and_their_ends_widen_the_bands(engine_box):

@@ -737,6 +737,78 @@ def _searched_only(names: tuple[str, ...], cost: float, overlap: str, max_z: flo
     )
 
 
+def _smooth_labels(names: tuple[str, ...], hold_token: bool, fit_expert: bool) -> tuple[str, ...]:
+    """The fitted smooth knobs' names, in the order of their vector."""
+    return (
+        (("expert",) if hold_token else ("c0", "c1") if "engine" in names else ())
+        + (("expert",) if fit_expert and not hold_token else ())
+        + (("ssd-scale",) if "ssd-scale" in names else ())
+        + (("reclaim",) if "reclaim" in names else ())
+        + (("reclaim-shape",) if "reclaim-shape" in names else ())
+    )
+
+
+def _identified(sol, x: np.ndarray, labels: tuple[str, ...], notes: list[str]) -> np.ndarray:
+    """Which fitted smooth knobs (``x``, named ``labels``) the rows identify, from the solution's
+    Jacobian; a note for each that is not (appended to ``notes``). A knob is identified unless it
+    has a component along a direction the rows do not constrain: a zero column, or collinear
+    columns (c0 and c1 at one batch size)."""
+    identified = np.ones(x.size, dtype=bool)
+    if sol is None or not x.size:
+        return identified
+    jac = np.asarray(sol.jac, dtype=float) * np.maximum(np.abs(x), 1e-12)  # relative sensitivities
+    _, sing, vt = np.linalg.svd(jac, full_matrices=True)
+    sing = np.concatenate([sing, np.zeros(vt.shape[0] - sing.size)])
+    null = vt[sing <= 1e-6 * max(float(sing.max()), 1e-300)]
+    identified = ~(np.abs(null) > 0.1).any(axis=0) if null.size else identified
+    for name, ok in zip(labels, identified):
+        if not ok:
+            notes.append(
+                f"{name} is not identified by these rows (another term binds at every calibration row, or the "
+                "rows cannot tell it from another knob, e.g. per-step and per-token engine cost at one batch size)"
+            )
+    return identified
+
+
+def _held_entries(hardware: Hardware, held_efficiency, prior_local) -> dict[str, dict[str, Any]]:
+    """The knob table's entries of the knobs held at priors: the box's efficiencies and, with
+    ``prior_local`` (the locality prior's label, and its ρ's and c/E's centre, 5 % and 95 %), the
+    locality's."""
+    out: dict[str, dict[str, Any]] = {}
+    for key in held_efficiency:
+        (lo_e, mid_e, hi_e), src = hardware.priors[key]
+        out[key] = {
+            "value": mid_e,
+            "low": lo_e,
+            "high": hi_e,
+            "fitted": False,
+            "identified": False,
+            "held": "prior",
+            "source": src,
+            "why": "no row here tells it from the engine and SSD terms: held at its prior, the bands cover its range",
+            "unit": "share",
+        }
+    if prior_local is None:
+        return out
+    locality_label, locality_ranges = prior_local
+    why = (
+        "the rows cannot identify one stream's locality: held at the locality prior fitted on real decode "
+        "(assumed for this model), its 5–95 % range in the bands"
+    )
+    for (key, unit), (value, lo, hi) in zip((("rho", "ρ"), ("locality_c_per_expert", "c/E")), locality_ranges):
+        out[key] = {
+            "value": value,
+            "low": float(lo),
+            "high": float(hi),
+            "fitted": False,
+            "identified": False,
+            "held": locality_label,
+            "why": why,
+            "unit": unit,
+        }
+    return out
+
+
 def _fit_one(  # noqa: C901
     points: Sequence[PlanPoint],
     model: MoEModel,
@@ -753,10 +825,12 @@ def _fit_one(  # noqa: C901
     stage: Callable[[str], None] | None = None,
     memo: dict | None = None,
     after_search: Callable[[float, float], bool] | None = None,
+    jobs: int = 1,
 ) -> PlanFit:
     """Fit the named knobs on the calibration rows, predict every row with bands (module
     docstring); ``stage(what)`` is called as each of :data:`FIT_STAGES` begins; ``after_search(cost,
-    max_abs_z)`` False ends the fit once its knobs are fitted (:func:`_searched_only`). ``memo``: the
+    max_abs_z)`` False ends the fit once its knobs are fitted (:func:`_searched_only`); ``jobs`` ≥ 2:
+    the held knobs' prior ends run in a forked child beside the band sets (the same numbers). ``memo``: the
     routings and step works of :func:`predict_points`, kept across the fits of one
     :func:`fit_plan` (its keys name the overlap where the work depends on it). Raises :class:`ParameterError` for an unknown knob, a knob the rows cannot
     identify (more smooth parameters than measured net tok/s rows), or ``skew`` with a routing
@@ -1089,6 +1163,10 @@ def _fit_one(  # noqa: C901
     # an end of a held knob's prior widens the bands only as far as the calibration rows admit it:
     # re-solved there, its cost within the profile threshold of the best fit (PROFILE_CHI2)
     admit, _ = profile_threshold(total, x.size)
+    # the ends' answers in the order they are asked: each computed here, or replayed from a forked
+    # child that computed them all beside this process's band sets (pure functions: the same numbers)
+    ends_done: list[tuple[float, tuple[np.ndarray, np.ndarray] | None]] = []
+    replay: list[tuple[float, tuple[np.ndarray, np.ndarray] | None]] = []
 
     def admitted_end(set_at) -> tuple[float, tuple[np.ndarray, np.ndarray] | None]:
         """``set_at(t)`` puts the held knob a share t of the way from its centre to one end; the
@@ -1096,6 +1174,12 @@ def _fit_one(  # noqa: C901
         The smooth knobs are re-solved there and, where cache knobs are fitted, a short search
         (:data:`END_EVALUATIONS`) moves them too: an end the rows rule out only at the centre's
         skew is not an end they rule out."""
+        if replay:
+            return replay.pop(0)
+        ends_done.append(_first_admitted(set_at))
+        return ends_done[-1]
+
+    def _first_admitted(set_at) -> tuple[float, tuple[np.ndarray, np.ndarray] | None]:
         for t in END_SHARES:
             set_at(t)
             xe, cost, _ = solve_inner(outer)
@@ -1147,87 +1231,104 @@ def _fit_one(  # noqa: C901
         held[key] = centre
         return cut
 
-    if hold_token:
-        cut = widen_at_ends("token", (token_prior[0], token_prior[2]))
-        cut += widen_at_ends("step", (step_prior[0], step_prior[2]))
+    def prior_ends() -> None:
+        """Each held knob at the ends of its prior (:func:`admitted_end`): the bands widened, the notes said."""
+        if hold_token:
+            cut = widen_at_ends("token", (token_prior[0], token_prior[2]))
+            cut += widen_at_ends("step", (step_prior[0], step_prior[2]))
+            notes.append(
+                f"engine_seconds_per_agent_token is held at its prior {held['token'] * 1e3:g} ms "
+                f"(range {token_prior[0] * 1e3:g}–{token_prior[2] * 1e3:g} ms, "
+                f"assumed) and engine_seconds_per_step at its prior {held['step'] * 1e3:g} ms (range "
+                f"{step_prior[0] * 1e3:g}–{step_prior[2] * 1e3:g} ms, {_prior_origin(hardware)}): every "
+                f"measured rate is at B = {net_batches[0]}, where the per-token and per-step engine costs cannot be told "
+                "from the per-touched-expert one, which is fitted; the bands include the predictions at both ends of "
+                "both ranges" + ("" if not cut else f", as far as the calibration rows admit them ({'; '.join(cut)})")
+            )
+        if "engine" in names and not fit_expert and not hold_token:
+            # 0 puts the whole engine time on the step, 1 on the touched experts
+            cut = widen_at_ends("touched", (PRIOR_TOUCHED_SHARE[0] * touched_cap, PRIOR_TOUCHED_SHARE[2] * touched_cap))
+            notes.append(
+                f"engine_seconds_per_touched_expert is held at {held['touched'] * 1e3:.3g} ms per (layer, expert) pair "
+                f"touched: its prior share {PRIOR_TOUCHED_SHARE[1]:g} (range {PRIOR_TOUCHED_SHARE[0]:g}–"
+                f"{PRIOR_TOUCHED_SHARE[2]:g}, assumed) of the fastest calibration step over the pairs a rank touches "
+                "there (the per-step and per-token costs fitted at two or more batch sizes absorb it to first order); "
+                "the bands include both ends"
+                + ("" if not cut else f", as far as the calibration rows admit them ({'; '.join(cut)})")
+            )
+        cut = []
+        for key in held_efficiency:
+            (lo_e, _, hi_e), _ = hardware.priors[key]
+            cut += widen_at_ends(key, (lo_e, hi_e))
         notes.append(
-            f"engine_seconds_per_agent_token is held at its prior {held['token'] * 1e3:g} ms "
-            f"(range {token_prior[0] * 1e3:g}–{token_prior[2] * 1e3:g} ms, "
-            f"assumed) and engine_seconds_per_step at its prior {held['step'] * 1e3:g} ms (range "
-            f"{step_prior[0] * 1e3:g}–{step_prior[2] * 1e3:g} ms, {_prior_origin(hardware)}): every "
-            f"measured rate is at B = {net_batches[0]}, where the per-token and per-step engine costs cannot be told "
-            "from the per-touched-expert one, which is fitted; the bands include the predictions at both ends of "
-            "both ranges" + ("" if not cut else f", as far as the calibration rows admit them ({'; '.join(cut)})")
-        )
-    if "engine" in names and not fit_expert and not hold_token:
-        # 0 puts the whole engine time on the step, 1 on the touched experts
-        cut = widen_at_ends("touched", (PRIOR_TOUCHED_SHARE[0] * touched_cap, PRIOR_TOUCHED_SHARE[2] * touched_cap))
-        notes.append(
-            f"engine_seconds_per_touched_expert is held at {held['touched'] * 1e3:.3g} ms per (layer, expert) pair "
-            f"touched: its prior share {PRIOR_TOUCHED_SHARE[1]:g} (range {PRIOR_TOUCHED_SHARE[0]:g}–"
-            f"{PRIOR_TOUCHED_SHARE[2]:g}, assumed) of the fastest calibration step over the pairs a rank touches "
-            "there (the per-step and per-token costs fitted at two or more batch sizes absorb it to first order); "
-            "the bands include both ends"
+            "efficiencies held at the box's priors: "
+            + ", ".join(
+                f"{key} {held[key]:g} (range {hardware.priors[key][0][0]:g}–{hardware.priors[key][0][2]:g})"
+                for key in held_efficiency
+            )
+            + (
+                "; link_efficiency is the fitted SSD scale's (the preset's, 1 unless it says)"
+                if "link_efficiency" not in held_efficiency
+                else ""
+            )
+            + " — no row here tells them from the engine and SSD terms; the bands include the predictions at both ends"
             + ("" if not cut else f", as far as the calibration rows admit them ({'; '.join(cut)})")
         )
-    cut = []
-    for key in held_efficiency:
-        (lo_e, _, hi_e), _ = hardware.priors[key]
-        cut += widen_at_ends(key, (lo_e, hi_e))
-    notes.append(
-        "efficiencies held at the box's priors: "
-        + ", ".join(
-            f"{key} {held[key]:g} (range {hardware.priors[key][0][0]:g}–{hardware.priors[key][0][2]:g})"
-            for key in held_efficiency
-        )
-        + (
-            "; link_efficiency is the fitted SSD scale's (the preset's, 1 unless it says)"
-            if "link_efficiency" not in held_efficiency
-            else ""
-        )
-        + " — no row here tells them from the engine and SSD terms; the bands include the predictions at both ends"
-        + ("" if not cut else f", as far as the calibration rows admit them ({'; '.join(cut)})")
-    )
-    if skew_prior is not None:
-        # the most skewed end first (the smallest α); the skew knob is 1/√α
-        ends = tuple(skew_knob("dirichlet", a) for a in skew_prior.alpha_range)
-        cut = widen_at_ends("skew", ends, hits=True)
-        notes.append(
-            f"routing skew held at the {skew_prior.label()}: the bands include both ends of its "
-            f"{skew_prior.range_name} range"
-            + (f", as far as the calibration rows admit them ({'; '.join(cut)})" if cut else "")
-        )
-    if use_prior:
-        # the locality at its least and most local ends (ρ and c at their 5 % and 95 % quantiles,
-        # the other knobs re-solved there): the band covers what the prior cannot rule out
-        saved = dict(held_local)
-        centre_x = to_scale(r_c, h_c)
-        reached = []
-        for r_end, h_end in ((float(r_lo), float(h_hi)), (float(r_hi), float(h_lo))):
-            end_x = to_scale(r_end, h_end)
+        if skew_prior is not None:
+            # the most skewed end first (the smallest α); the skew knob is 1/√α
+            ends = tuple(skew_knob("dirichlet", a) for a in skew_prior.alpha_range)
+            cut = widen_at_ends("skew", ends, hits=True)
+            notes.append(
+                f"routing skew held at the {skew_prior.label()}: the bands include both ends of its "
+                f"{skew_prior.range_name} range"
+                + (f", as far as the calibration rows admit them ({'; '.join(cut)})" if cut else "")
+            )
+        if use_prior:
+            # the locality at its least and most local ends (ρ and c at their 5 % and 95 % quantiles,
+            # the other knobs re-solved there): the band covers what the prior cannot rule out
+            saved = dict(held_local)
+            centre_x = to_scale(r_c, h_c)
+            reached = []
+            for r_end, h_end in ((float(r_lo), float(h_hi)), (float(r_hi), float(h_lo))):
+                end_x = to_scale(r_end, h_end)
 
-            def set_at(t, end_x=end_x):
-                r_t, h_t = from_scale(centre_x + t * (end_x - centre_x))
-                c_t = c_per_expert_from_hot_set(h_t, model.experts, model.top_k)
-                held_local.update(rho=float(r_t), c=float(c_t) * model.experts)
+                def set_at(t, end_x=end_x):
+                    r_t, h_t = from_scale(centre_x + t * (end_x - centre_x))
+                    c_t = c_per_expert_from_hot_set(h_t, model.experts, model.top_k)
+                    held_local.update(rho=float(r_t), c=float(c_t) * model.experts)
 
-            t, at = admitted_end(set_at)
-            if at is not None:
-                widen(*at)
-            reached.append((float(from_scale(centre_x + t * (end_x - centre_x))[0]), t))
-        held_local.update(saved)
-        notes.append(_locality_note(locality.label, r_c, h_c, c_c, (float(r_lo), float(r_hi)), reached))
-    elif locality is not None and routing.trace is not None and "rho" not in names:
-        notes.append(
-            "the locality prior is not applied to a trace routing: the cache runs on the trace's own streams, "
-            "their correlations included"
-        )
-    cache_intervals: dict[str, tuple[float, float]] = {}
+                t, at = admitted_end(set_at)
+                if at is not None:
+                    widen(*at)
+                reached.append((float(from_scale(centre_x + t * (end_x - centre_x))[0]), t))
+            held_local.update(saved)
+            notes.append(_locality_note(locality.label, r_c, h_c, c_c, (float(r_lo), float(r_hi)), reached))
+        elif locality is not None and routing.trace is not None and "rho" not in names:
+            notes.append(
+                "the locality prior is not applied to a trace routing: the cache runs on the trace's own streams, "
+                "their correlations included"
+            )
+
     # R' (module docstring, Bands), which the peaks' band takes too: the band at the best knobs moved to each
     # retained cache-knob set's prediction (its engine and SSD terms re-solved), and the union taken
     sets = [knobs_of(e["outer"], e["x"]) for e in band_sets(profile, outer_names, BAND_PROFILE_SETS)]
+    # with a second core the ends run in a forked child while this process predicts the sets and the
+    # peaks (neither reads the ends), then replays the child's ends in order
+    beside = _fork_call(lambda: (prior_ends(), ends_done)[1]) if jobs >= 2 else None
+    try:
+        at = [predict(k) for k in sets] if profile else []
+        # where tok/s peaks over the cache sizes of a group of rows, with the band of a measured peak:
+        # the best knobs, the profile's retained cache-knob sets and draws of the smooth knobs
+        smooth = [knobs_of(outer, np.clip(d, lo_b, hi_b)) for d in draws[1 : 1 + PEAK_SMOOTH_DRAWS]]
+        peaks = _peaks(pts, predict, best_knobs, smooth, sets, noise)
+        replay[:] = (beside.result() if beside is not None else None) or []
+    except BaseException:
+        if beside is not None:
+            beside.stop()
+        raise
+    prior_ends()
+    cache_intervals: dict[str, tuple[float, float]] = {}
     if profile:
-        at = [predict(k) for k in sets]
         nets = np.array([a[0] for a in at])
         hits = np.array([a[1] for a in at])
         low = nets.min(axis=0) * (low / net0)
@@ -1238,32 +1339,7 @@ def _fit_one(  # noqa: C901
             vals = [e["outer"][n] for e in profile]
             cache_intervals[n] = (float(min(vals)), float(max(vals)))
     rows = _rows(pts, (net0, low, high), (hit0, hit_low, hit_high))
-    # where tok/s peaks over the cache sizes of a group of rows, with the band of a measured peak:
-    # the best knobs, the profile's retained cache-knob sets and draws of the smooth knobs
-    smooth = [knobs_of(outer, np.clip(d, lo_b, hi_b)) for d in draws[1 : 1 + PEAK_SMOOTH_DRAWS]]
-    peaks = _peaks(pts, predict, best_knobs, smooth, sets, noise)
-    identified = np.ones(x.size, dtype=bool)
-    if sol is not None and x.size:
-        # a knob is identified unless it has a component along a direction the rows do not
-        # constrain: a zero column, or collinear columns (c0 and c1 at one batch size)
-        jac = np.asarray(sol.jac, dtype=float) * np.maximum(np.abs(x), 1e-12)  # relative sensitivities
-        _, sing, vt = np.linalg.svd(jac, full_matrices=True)
-        sing = np.concatenate([sing, np.zeros(vt.shape[0] - sing.size)])
-        null = vt[sing <= 1e-6 * max(float(sing.max()), 1e-300)]
-        identified = ~(np.abs(null) > 0.1).any(axis=0) if null.size else identified
-        labels = (
-            (("expert",) if hold_token else ("c0", "c1") if "engine" in names else ())
-            + (("expert",) if fit_expert and not hold_token else ())
-            + (("ssd-scale",) if "ssd-scale" in names else ())
-            + (("reclaim",) if "reclaim" in names else ())
-            + (("reclaim-shape",) if "reclaim-shape" in names else ())
-        )
-        for name, ok in zip(labels, identified):
-            if not ok:
-                notes.append(
-                    f"{name} is not identified by these rows (another term binds at every calibration row, or the "
-                    "rows cannot tell it from another knob, e.g. per-step and per-token engine cost at one batch size)"
-                )
+    identified = _identified(sol, x, _smooth_labels(names, hold_token, fit_expert), notes)
     xs = np.array([e["x"] for e in profile]) if profile and x.size else x[None, :]
     knobs = _knob_table(
         names, best_knobs, x, xs, cov, outer, hardware, routing, identified, cache_intervals, hold_token, net_batches
@@ -1281,38 +1357,8 @@ def _fit_one(  # noqa: C901
             "cost from a per-step one; the bands cover shares 0 to 1",
             "unit": "s",
         }
-    for key in held_efficiency:
-        (lo_e, mid_e, hi_e), src = hardware.priors[key]
-        knobs[key] = {
-            "value": mid_e,
-            "low": lo_e,
-            "high": hi_e,
-            "fitted": False,
-            "identified": False,
-            "held": "prior",
-            "source": src,
-            "why": "no row here tells it from the engine and SSD terms: held at its prior, the bands cover its range",
-            "unit": "share",
-        }
-    if use_prior:
-        why = (
-            "the rows cannot identify one stream's locality: held at the locality prior fitted on real decode "
-            "(assumed for this model), its 5–95 % range in the bands"
-        )
-        for key, value, lo, hi, unit in (
-            ("rho", r_c, r_lo, r_hi, "ρ"),
-            ("locality_c_per_expert", c_c, c_lo, c_hi, "c/E"),
-        ):
-            knobs[key] = {
-                "value": value,
-                "low": float(lo),
-                "high": float(hi),
-                "fitted": False,
-                "identified": False,
-                "held": locality.label,
-                "why": why,
-                "unit": unit,
-            }
+    prior_local = (locality.label, ((r_c, r_lo, r_hi), (c_c, c_lo, c_hi))) if use_prior else None
+    knobs.update(_held_entries(hardware, held_efficiency, prior_local))
     for n, (lo, hi) in cache_intervals.items():
         if (lo, hi) == tuple(float(b) for b in bounds[n]):
             notes.append(f"{n} is not identified by these rows: its profile spans its whole range")
@@ -1394,7 +1440,11 @@ def fit_plan(
 
         try:
             got = beside.result() if beside is not None and ov == "sum" else None
-            fits[ov] = got if got is not None else _fit_one(*args, overlap=ov, stage=stage, after_search=ends[ov], **kw)
+            fits[ov] = (
+                got
+                if got is not None
+                else _fit_one(*args, overlap=ov, stage=stage, after_search=ends[ov], jobs=jobs, **kw)
+            )
         except BaseException:
             if beside is not None:
                 beside.stop()
@@ -1484,14 +1534,14 @@ def worst_calibration_miss(rows: Sequence[dict[str, Any]]) -> tuple[Any, float] 
     return worst["row"], worst["predicted"] / worst["measured"] - 1.0
 
 
-class _ForkedFit:
-    """One :func:`_fit_one` running in a forked child; :meth:`result` is its :class:`PlanFit`,
-    re-raises its error, or is None where the child died (the caller then fits it itself)."""
+class _Forked:
+    """One call running in a forked child (:func:`_fork_call`); :meth:`result` is its value,
+    re-raises its error, or is None where the child died (the caller then makes the call itself)."""
 
     def __init__(self, process, conn) -> None:
         self.process, self.conn = process, conn
 
-    def result(self) -> PlanFit | None:
+    def result(self) -> Any:
         try:
             kind, value = self.conn.recv()
         except (EOFError, OSError):
@@ -1510,13 +1560,18 @@ class _ForkedFit:
         self.process.join()
 
 
-def _fork_fit(overlap: str, points, model, hardware, routing, kw) -> _ForkedFit | None:
-    """Start :func:`_fit_one` at ``overlap`` in a forked process (its inputs inherited, not
-    pickled: presets hold read-only mappings); None where this platform cannot fork or this
-    process is a daemon."""
+def _fork_fit(overlap: str, points, model, hardware, routing, kw) -> _Forked | None:
+    """:func:`_fit_one` at ``overlap`` in a forked process (:func:`_fork_call`)."""
+    return _fork_call(lambda: _fit_one(points, model, hardware, routing, overlap=overlap, stage=None, **kw))
+
+
+def _fork_call(call: Callable[[], Any]) -> _Forked | None:
+    """Start ``call()`` in a forked process (its inputs inherited, not pickled: presets hold
+    read-only mappings; its value comes back pickled); None where this platform cannot fork or
+    this process is a daemon."""
     import multiprocessing
 
-    # a daemonic process (a pool's worker) may not have children: it fits both itself
+    # a daemonic process (a pool's worker) may not have children: the caller makes the call itself
     if "fork" not in multiprocessing.get_all_start_methods() or multiprocessing.current_process().daemon:
         return None
     ctx = multiprocessing.get_context("fork")
@@ -1524,8 +1579,8 @@ def _fork_fit(overlap: str, points, model, hardware, routing, kw) -> _ForkedFit 
 
     def child() -> None:
         try:
-            send.send(("ok", _fit_one(points, model, hardware, routing, overlap=overlap, stage=None, **kw)))
-        except Exception as err:  # the parent re-raises it as the serial fit would
+            send.send(("ok", call()))
+        except Exception as err:  # the parent re-raises it as the serial call would
             send.send(("error", err))
         finally:
             send.close()
@@ -1533,7 +1588,7 @@ def _fork_fit(overlap: str, points, model, hardware, routing, kw) -> _ForkedFit 
     process = ctx.Process(target=child, daemon=True)
     process.start()
     send.close()
-    return _ForkedFit(process, recv)
+    return _Forked(process, recv)
 
 
 def _prior_origin(hardware: Hardware) -> str:

@@ -4,7 +4,9 @@
 The guide's budget: a fit on a handful of rows answers in under 10 s on a 2-core box. Each case is
 one shipped command (its rows and flags as docs/validation.md gives them), timed wall clock over the
 library call the CLI makes (:func:`moeroof.models.fit_plan.fit_plan`, after the presets and
-routing are loaded), on ONE pinned core (``run.py``'s pinning, imported), best of ``--repeats``
+routing are loaded), on ``--cores`` pinned cores (default 2, the guide's box: the CLI's fit runs
+``jobs = min(2, cores)``, its second process beside the first; ``--cores 1`` is ``run.py``'s
+one pinned core), best of ``--repeats``
 after one warm-up (numba compiles and the disk memo of simulated caches fill there: a first fit
 on a fresh machine is slower), each run with the process's in-memory memos emptied first. The ratio is the budget over the best time (≥ 1 meets it). A
 second check: the repeated fits give the same rows (a fit is deterministic), else exit 3.
@@ -18,11 +20,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# the CPUs this process may use, read before run.py pins it to one of them
+_CPUS = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
 
 from run import machine_info  # noqa: E402  (pins this process to one core, as make bench runs)
 
@@ -64,7 +69,16 @@ CASES = (
 )
 
 
-def run_case(points: str, model_name: str, box: str, spec: str, knobs) -> tuple[float, list]:
+def pin(cores: int) -> int:
+    """Pin this process to its first ``cores`` CPUs (of those it could use before ``run.py``
+    pinned one); the cores it then has."""
+    if _CPUS is None:  # pragma: no cover - no affinity on this platform
+        return 1
+    os.sched_setaffinity(0, set(_CPUS[: max(1, cores)]))
+    return len(os.sched_getaffinity(0))
+
+
+def run_case(points: str, model_name: str, box: str, spec: str, knobs, jobs: int = 1) -> tuple[float, list]:
     """One fit as the CLI makes it: its seconds and its rows' (predicted, low, high). The
     process's in-memory memos are emptied first, as a user's command starts them: a fit is timed
     with numba compiled and the disk memo filled (a second command on the machine), never on the
@@ -83,6 +97,7 @@ def run_case(points: str, model_name: str, box: str, spec: str, knobs) -> tuple[
         fit=knobs,
         routing_is_spec=spec_skew(routing) is not None,
         locality=Locality.committed(),
+        jobs=jobs,
     )
     seconds = time.perf_counter() - t
     return seconds, [(r["predicted"], r["low"], r["high"]) for r in res.rows]
@@ -94,10 +109,23 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=2, help="timed runs per case after the warm-up (default 2)")
     ap.add_argument("--no-write", action="store_true", help="write no results file")
     ap.add_argument("--case", action="append", default=None, help="only this case (repeatable)")
+    ap.add_argument(
+        "--cores",
+        type=int,
+        default=2,
+        help="cores to pin to, the fit's jobs = min(2, cores) (default 2: the guide's box)",
+    )
     args = ap.parse_args(argv)
+    cores = pin(args.cores)
+    jobs = min(2, cores)
     info = machine_info()
+    if _CPUS is not None:  # run.py's record is its own one-core pinning
+        info["affinity"] = sorted(os.sched_getaffinity(0))
     print("# moeroof fit-plan timings" + (" — QUICK smoke run" if args.quick else ""))
     print(f"- machine: {info['cpu_model']}; nproc {info['nproc']}; pinned to CPU(s) {info['affinity']}")
+    print(
+        f"- fit jobs: {jobs} (the CLI's on this many cores)" + ("" if cores >= args.cores else f"; asked {args.cores}")
+    )
     print(f"- budget: {BUDGET_S:g} s a fit (the guide's, on a 2-core box); ratio = budget / best")
     print()
     rows, status = [], 0
@@ -108,10 +136,10 @@ def main(argv=None) -> int:
             ap.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(c[0] for c in cases)}")
         cases = [c for c in cases if c[0] in args.case]
     for name, points, model_name, box, spec, knobs in cases:
-        _, first = run_case(points, model_name, box, spec, knobs)  # warm-up
+        _, first = run_case(points, model_name, box, spec, knobs, jobs)  # warm-up
         times = []
         for _ in range(max(1, int(args.repeats))):
-            seconds, again = run_case(points, model_name, box, spec, knobs)
+            seconds, again = run_case(points, model_name, box, spec, knobs, jobs)
             times.append(seconds)
             if again != first:
                 print(f"DISAGREE: {name}: two fits gave different rows")
@@ -128,7 +156,7 @@ def main(argv=None) -> int:
         out = REPO_ROOT / "reports" / "benchmarks" / "fit_plan.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({"machine": info, "budget_s": BUDGET_S, "rows": rows}, indent=1) + "\n")
+        tmp.write_text(json.dumps({"machine": info, "jobs": jobs, "budget_s": BUDGET_S, "rows": rows}, indent=1) + "\n")
         tmp.replace(out)
         print(f"\nwrote {out}")
     return status

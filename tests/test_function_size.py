@@ -60,7 +60,7 @@ OVER: dict[str, int] = {
     "lib/moeroof/models/cache_kernels.py::scan_block": 97,
     "lib/moeroof/models/fit.py::fit_heterogeneity": 108,
     "lib/moeroof/models/fit.py::fit_histogram": 203,
-    "lib/moeroof/models/fit_plan.py::_fit_one": 593,
+    "lib/moeroof/models/fit_plan.py::_fit_one": 570,
     "lib/moeroof/models/fit_plan.py::_knob_table": 125,
     "lib/moeroof/models/fit_routing.py::_bootstrap": 85,
     "lib/moeroof/models/fit_routing.py::fit_routing": 252,

@@ -175,6 +175,9 @@ PROFILE_RESTARTS = 2
 #: the most retained cache-knob sets a band is united over (module docstring, Bands); a peak's
 #: band takes the same sets (module docstring, Peaks)
 BAND_PROFILE_SETS = 8
+#: of those sets, the most a forked child predicts beside the held knobs' prior ends (``jobs`` ≥ 2:
+#: the two processes' shares of the work about equal on seed 003's default fit)
+SETS_BESIDE = 1
 #: the smooth knobs' draws whose curves a peak's band takes
 PEAK_SMOOTH_DRAWS = 24
 _SMOOTH = ("engine", "expert", "ssd-scale", "reclaim", "reclaim-shape")
@@ -1312,20 +1315,23 @@ def _fit_one(  # noqa: C901
     # R' (module docstring, Bands), which the peaks' band takes too: the band at the best knobs moved to each
     # retained cache-knob set's prediction (its engine and SSD terms re-solved), and the union taken
     sets = [knobs_of(e["outer"], e["x"]) for e in band_sets(profile, outer_names, BAND_PROFILE_SETS)]
-    # with a second core the ends run in a forked child while this process predicts the sets and the
-    # peaks (neither reads the ends), then replays the child's ends in order
-    beside = _fork_call(lambda: (prior_ends(), ends_done)[1]) if jobs >= 2 else None
+    # with a second core a forked child runs the ends and predicts the last SETS_BESIDE sets while this
+    # process predicts the others and the peaks (none of which reads the ends), then replays the ends in order
+    here = len(sets) - min(SETS_BESIDE, len(sets) // 2)
+    beside = _fork_call(lambda: (prior_ends(), ends_done, [predict(k) for k in sets[here:]])[1:]) if jobs >= 2 else None
     try:
-        at = [predict(k) for k in sets] if profile else []
+        at = [predict(k) for k in sets[: here if beside is not None else len(sets)]]
         # where tok/s peaks over the cache sizes of a group of rows, with the band of a measured peak:
         # the best knobs, the profile's retained cache-knob sets and draws of the smooth knobs
         smooth = [knobs_of(outer, np.clip(d, lo_b, hi_b)) for d in draws[1 : 1 + PEAK_SMOOTH_DRAWS]]
         peaks = _peaks(pts, predict, best_knobs, smooth, sets, noise)
-        replay[:] = (beside.result() if beside is not None else None) or []
+        got = beside.result() if beside is not None else None
     except BaseException:
         if beside is not None:
             beside.stop()
         raise
+    replay[:] = got[0] if got is not None else []
+    at += got[1] if got is not None else [predict(k) for k in sets[len(at) :]]
     prior_ends()
     cache_intervals: dict[str, tuple[float, float]] = {}
     if profile:

@@ -216,22 +216,35 @@ _CHUNKS_PER_SLOT = 3
 def _floor_bound(rel_r, u_r, is_kept, nbuf, maxima):  # pragma: no cover - compiled
     """A lower bound on the ``nbuf``-th largest lower bound ``rel (1 - u) / u`` of
     :func:`_screen` (0 when there is none): the ids in :data:`_CHUNKS_PER_SLOT` · ``nbuf``
-    consecutive chunks, the ``nbuf``-th largest of the chunks' largest (into ``maxima``). Each
-    chunk's largest is a different expert's, so ``nbuf`` experts reach it. Loops the compiler
-    may vectorise (numpy's error model: a division by zero raises no Python exception, and
-    ``u > 0``; fast-math only reorders, no approximate division); the caller's
-    :data:`_RUN_SHARE` leaves room for their rounding."""
+    consecutive chunks, the ``nbuf``-th largest of the chunks' largest (into ``maxima``, of at
+    least 2·E: the bounds go past its first ``chunks`` entries). Each chunk's largest is a
+    different expert's, so ``nbuf`` experts reach it. The bounds are one loop over the row that
+    the compiler vectorises (numpy's error model: a division by zero raises no Python exception,
+    and ``u > 0``; fast-math only reorders, no approximate division; non-short-circuit ``&``: no
+    branch), the chunks' ends are stepped without an integer division; the caller's
+    :data:`_RUN_SHARE` leaves room for the rounding."""
     e = rel_r.shape[0]
     chunks = min(_CHUNKS_PER_SLOT * nbuf, e)
     if nbuf > chunks:
         return 0.0
+    xbuf = maxima[chunks:]
+    for i in range(e):
+        ok = (is_kept[i] == False) & (rel_r[i] >= _REL_FLOOR)  # noqa: E712
+        xbuf[i] = rel_r[i] * (1.0 - u_r[i]) / u_r[i] if ok else 0.0
+    # chunk j is ids j·e//chunks … (j+1)·e//chunks − 1, its ends stepped without a division
+    q, rem = divmod(e, chunks)
+    lo, acc = 0, 0
     for j in range(chunks):
+        acc += rem
+        wrap = acc >= chunks
+        hi = lo + q + (1 if wrap else 0)
+        acc -= chunks if wrap else 0
         m = 0.0
-        for i in range(j * e // chunks, (j + 1) * e // chunks):
-            ok = (not is_kept[i]) and rel_r[i] >= _REL_FLOOR
-            x = rel_r[i] * (1.0 - u_r[i]) / u_r[i] if ok else 0.0
+        for i in range(lo, hi):
+            x = xbuf[i]
             m = x if x > m else m
         maxima[j] = m
+        lo = hi
     # the nbuf-th largest of the chunk maxima: a partial insertion sort, descending
     for j in range(1, chunks):
         x = maxima[j]
@@ -247,7 +260,9 @@ def _floor_bound(rel_r, u_r, is_kept, nbuf, maxima):  # pragma: no cover - compi
 
 
 @numba.njit(cache=True)
-def _screen(logq_r, rel_r, u_r, is_kept, nbuf, top_r, lb_num, lb_den, cand, maxima):  # pragma: no cover - compiled
+def _screen(
+    logq_r, rel_r, u_r, is_kept, nbuf, top_r, lb_num, lb_den, cand, maxima, keep_mask
+):  # pragma: no cover - compiled
     """The first pass of :func:`top_k_steps` on one row: the cut below which an expert's score
     cannot reach the K+1 best, and the candidates, in ascending id, that may pass it (their
     count is returned with the cut).
@@ -271,13 +286,17 @@ def _screen(logq_r, rel_r, u_r, is_kept, nbuf, top_r, lb_num, lb_den, cand, maxi
     low0 = _floor_bound(rel_r, u_r, is_kept, nbuf, maxima) if abs(top_r) <= _TOP_SCREENED else 0.0
     thr = _RUN_SHARE * low0
     floor_log = top_r + math.log(low0) - _G_MAX if low0 > 0.0 else -np.inf
-    n_cand = 0
+    # the keep flags in a branch-free loop, then the candidates compacted from them
+    mask = keep_mask
     for i in range(e):
         ri = rel_r[i]
-        tiny = ri < _REL_FLOOR and (logq_r[i] >= floor_log or u_r[i] < _U_LEAST)
-        keep = (not is_kept[i]) and (tiny or ri >= thr * u_r[i])
+        ui = u_r[i]
+        tiny = (ri < _REL_FLOOR) & ((logq_r[i] >= floor_log) | (ui < _U_LEAST))
+        mask[i] = (is_kept[i] == False) & (tiny | (ri >= thr * ui))  # noqa: E712
+    n_cand = 0
+    for i in range(e):
         cand[n_cand] = i
-        n_cand += 1 if keep else 0
+        n_cand += mask[i]
     n_lb = 0
     for j in range(n_cand):
         i = cand[j]
@@ -365,7 +384,8 @@ def top_k_steps(logq, top, rel, u, keep_u, rho, out, first, k):  # pragma: no co
     lb_den = np.empty(k + 1)
     ids = np.empty(k + 1, np.int64)
     cand = np.empty(e, np.int64)
-    maxima = np.empty(e)
+    maxima = np.empty(2 * e)
+    keep_mask = np.empty(e, np.int64)
     for t in range(n):
         step = first + t
         for r in range(rows):
@@ -380,7 +400,9 @@ def top_k_steps(logq, top, rel, u, keep_u, rho, out, first, k):  # pragma: no co
             nbuf = min(k + 1 - n_keep, e - n_keep)
             if nbuf > 0:
                 u_r = u[t, r]
-                n_cand, cut = _screen(logq[r], rel[r], u_r, is_kept, nbuf, top[r], lb_num, lb_den, cand, maxima)
+                n_cand, cut = _screen(
+                    logq[r], rel[r], u_r, is_kept, nbuf, top[r], lb_num, lb_den, cand, maxima, keep_mask
+                )
                 _best_of(logq[r], rel[r], u_r, cand, n_cand, cut, nbuf, vals, ids)
             for q in range(n_keep):
                 is_kept[keep_ids[q]] = False

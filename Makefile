@@ -21,7 +21,7 @@ STAMP := $(VENV)/.installed
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: report figures test check lint lab bench clean browser bytecode docs
+.PHONY: report figures test check lint lab bench clean browser bytecode docs compiler
 
 # Some distributions split ensurepip out of python3 (Debian's python3-venv); then create the venv
 # without pip and install pip into it with the system pip, which needs no root-only packages.
@@ -30,12 +30,32 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || { \
 	  rm -rf $(VENV) && $(PYTHON) -m venv --without-pip $(VENV) && \
 	  $(PYTHON) -m pip --python $(PY) install -q pip; }
+	@command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || $(MAKE) --no-print-directory compiler
 	$(PY) -m pip install -q -c constraints.txt -e '.[notebooks,test,capture,docs,sweep,parquet]'
 	$(PY) -m ipykernel install --sys-prefix --name moeroof --display-name "moeroof (.venv)" >/dev/null
 	@mkdir -p $(LAB_SETTINGS_DIR)
 	@printf '%s\n' '$(LAB_OVERRIDES)' > $(LAB_SETTINGS_DIR)/overrides.json
-	@touch $@
+	@touch $@ $(NATIVE_STAMP)
 	@echo "make: $(VENV) ready; the moeroof command is $(VENV)/bin/moeroof (or: source $(VENV)/bin/activate)"
+
+# The C kernels are compiled by the install (setup.py) into lib/moeroof/models/_cache_native*.so;
+# an edit of their sources rebuilds them here (the library refuses to load when stale).
+NATIVE_SRC := setup.py lib/moeroof/core/native_sources.py $(wildcard lib/moeroof/models/native/*.[ch])
+NATIVE_STAMP := $(VENV)/.native
+$(NATIVE_STAMP): $(STAMP) $(NATIVE_SRC)
+	@echo "make: rebuilding the C kernels (their sources changed)"
+	$(PY) -m pip install -q --no-deps -e .
+	@touch $@
+
+# The install compiles the C kernels: as root with apt-get, install a C compiler when none is on
+# PATH; otherwise say so (the install then goes on without them: the numba kernels run instead).
+compiler:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "make: installing Debian's gcc for the C kernels"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null; \
+	else \
+	  echo "make: no C compiler on PATH (cc, gcc): the C kernels are not built, numba's run instead" >&2; \
+	fi
 
 # JupyterLab opens a .py file in the text editor unless told otherwise: this venv's lab opens
 # Python files with jupytext's notebook view, so `make lab` shows notebooks/*.py as notebooks
@@ -57,7 +77,7 @@ browser:
 # The suite's own bytecode, compiled ahead (a no-op when up to date): the editable install leaves
 # lib/ uncompiled, and with PYTHONDONTWRITEBYTECODE set (as on some boxes) every command would
 # compile its modules from source at each start (~30-40 ms of a quick command's 0.13-0.2 s).
-bytecode: $(STAMP)
+bytecode: $(STAMP) $(NATIVE_STAMP)
 	@$(PY) -m compileall -q lib/moeroof
 
 # Lint and format are part of the test: a tree that ruff rejects does not pass.

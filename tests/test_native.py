@@ -1,8 +1,10 @@
-"""core.native: the C kernels are built once per source hash, reused by the next process, and a
-machine without a compiler (or MOEROOF_NATIVE=0) runs the numba kernels with the same results."""
+"""core.native: the C kernels are compiled at install (setup.py) into one extension, loaded by
+ctypes only while it was built from the sources beside it; without it (or MOEROOF_NATIVE=0) the
+numba kernels run with the same results."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from moeroof.core import native
+from moeroof.core.native_sources import native_files, sources_hash
 
 # a process that simulates every policy and reports which kernels ran and whether numba loaded
 _PROBE = (
@@ -22,90 +25,83 @@ _PROBE = (
     "hits = [cache.simulate(r, 2, policy=p).hits for p in cache.POLICIES]; "
     "curve = cache.lru_hit_curve(r)[1].tolist(); "
     "print(json.dumps({'hits': hits, 'curve': curve, 'numba': 'numba' in sys.modules, "
-    "'c': cache_native.library() is not None, 'status': native.status('moeroof_cache')}))"
+    "'c': cache_native.library() is not None, 'status': native.status()}))"
+)
+SOURCES = Path(native.__file__).resolve().parents[1] / "models" / "native"
+# the install builds the extension wherever a C compiler is on PATH (CI's machines have one)
+needs_cc = pytest.mark.skipif(
+    not any(shutil.which(c) for c in ("cc", "gcc")), reason="no C compiler: the install built no C kernels"
 )
 
 
 def _probe(env: dict[str, str]) -> dict:
-    full = {**os.environ, **env}
-    done = subprocess.run([sys.executable, "-c", _PROBE], env=full, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE], env={**os.environ, **env}, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
 
-needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler on PATH")
+@needs_cc
+def test_the_install_built_the_kernels_from_these_sources_and_a_process_loads_them_without_numba():
+    spec = importlib.util.find_spec(native.MODULE)
+    assert spec is not None and spec.origin is not None, "the install did not build the C kernels"
+    got = _probe({native.ENV: "1"})  # a missing or stale library would be an error here
+    assert got["c"] and not got["numba"]  # every policy simulated in C, numba never imported
+    assert got["status"] == spec.origin
+    # nothing is compiled at run time: no library anywhere but the extension's own file
+    assert not list(Path(spec.origin).parent.glob("lib*.so"))
 
 
 @needs_cc
 @pytest.mark.slow
-def test_built_once_then_loaded_by_the_next_process_without_numba(tmp_path):
-    env = {"MOEROOF_CACHE_DIR": str(tmp_path / "cache"), "MOEROOF_NATIVE": ""}
-    first = _probe(env)
-    assert first["c"] and not first["numba"]  # every policy simulated, numba never imported
-    libs = list((tmp_path / "cache" / "native").glob("libmoeroof_cache-*.so"))
-    assert len(libs) == 1 and first["status"] == str(libs[0])
-    stamp = libs[0].stat().st_mtime_ns
-    second = _probe(env)
-    assert second == first
-    assert libs[0].stat().st_mtime_ns == stamp  # loaded, not rebuilt
-    assert not [p for p in (tmp_path / "cache" / "native").iterdir() if p.name.startswith(".")]  # no temp left
+def test_the_numba_kernels_give_the_same_numbers(tmp_path):
+    off = _probe({native.ENV: "0"})
+    assert not off["c"] and off["numba"] and f"{native.ENV}=0" in off["status"]
+    built = _probe({native.ENV: ""})
+    assert built["c"] and built["hits"] == off["hits"] and built["curve"] == off["curve"]
 
 
-@pytest.mark.slow
-def test_without_a_compiler_the_numba_kernels_give_the_same_numbers(tmp_path):
-    env = {"MOEROOF_CACHE_DIR": str(tmp_path / "cache"), "MOEROOF_NATIVE": "", "CC": "no-such-compiler-here"}
-    fallback = _probe({**env, "PATH": str(tmp_path)})  # no cc, gcc or clang either
-    assert not fallback["c"] and fallback["numba"]
-    assert "no C compiler" in fallback["status"]
-    off = _probe({"MOEROOF_CACHE_DIR": str(tmp_path / "cache2"), "MOEROOF_NATIVE": "0"})
-    assert not off["c"] and "MOEROOF_NATIVE=0" in off["status"]
-    assert off["hits"] == fallback["hits"] and off["curve"] == fallback["curve"]
-    if shutil.which("cc"):
-        built = _probe({"MOEROOF_CACHE_DIR": str(tmp_path / "cache3"), "MOEROOF_NATIVE": ""})
-        assert built["c"] and built["hits"] == off["hits"] and built["curve"] == off["curve"]
-
-
-def test_a_failed_build_falls_back_or_raises_when_required(tmp_path, monkeypatch):
-    src = tmp_path / "bad.c"
-    src.write_text("this is not C;\n")
-    monkeypatch.setenv("MOEROOF_CACHE_DIR", str(tmp_path / "cache"))
-    if shutil.which("cc") is None:
-        pytest.skip("no C compiler on PATH")
+@needs_cc
+def test_a_library_built_from_other_sources_is_never_used(tmp_path, monkeypatch):
+    """An editable install whose C was edited since its build: the hash the library carries is
+    not that of the sources, so it is refused (numba runs instead), or is an error when required."""
+    edited = tmp_path / "native"
+    shutil.copytree(SOURCES, edited)
+    assert sources_hash(edited) == sources_hash(SOURCES)
     monkeypatch.setenv(native.ENV, "")
-    assert native.build("bad", [src], []) is None
-    assert "failed" in native.status("bad")
+    assert native.load(sources=edited) is not None  # the same sources: loaded
+    src = edited / "lru.c"
+    src.write_text(src.read_text() + "\n/* an edit */\n")
+    other = tmp_path / "other"
+    shutil.copytree(edited, other)
+    assert native.load(sources=other) is None
+    assert "stale" in native.status(sources=other) and "make" in native.status(sources=other)
     monkeypatch.setenv(native.ENV, "1")
-    with pytest.raises(native.NativeBuildError, match="bad"):
-        native.build("bad", [src], [])
-    assert not list((tmp_path / "cache" / "native").glob("*.so"))  # nothing half-written left
+    third = tmp_path / "third"
+    shutil.copytree(edited, third)
+    with pytest.raises(native.NativeBuildError, match="stale"):
+        native.load(sources=third)
 
 
-@needs_cc
-def test_an_edit_builds_a_new_library(tmp_path, monkeypatch):
-    monkeypatch.setenv("MOEROOF_CACHE_DIR", str(tmp_path / "cache"))
+def test_a_missing_extension_falls_back_or_raises_when_required(monkeypatch):
     monkeypatch.setenv(native.ENV, "")
-    src = tmp_path / "k.c"
-    src.write_text("int answer(void) { return 41; }\n")
-    assert native.build("k", [src], []).answer() == 41
-    src.write_text("int answer(void) { return 42; }\n")
-    assert native.build("k", [src], []).answer() == 42
-    assert len(list((tmp_path / "cache" / "native").glob("libk-*.so"))) == 2
+    assert native.load("moeroof.models._no_such_kernels") is None
+    assert "not built" in native.status("moeroof.models._no_such_kernels")
+    monkeypatch.setenv(native.ENV, "1")
+    with pytest.raises(native.NativeBuildError, match="not built"):
+        native.load("moeroof.models._not_built_either")
 
 
-@needs_cc
-@pytest.mark.slow
-def test_processes_starting_together_build_once(tmp_path):
-    # a report renders notebooks side by side: the first builds, the others wait and load
-    log = tmp_path / "cc.log"
-    wrapper = tmp_path / "cc-logged"
-    wrapper.write_text(f'#!/bin/sh\necho built >> "{log}"\nexec cc "$@"\n')
-    wrapper.chmod(0o755)
-    env = {**os.environ, "MOEROOF_CACHE_DIR": str(tmp_path / "cache"), "MOEROOF_NATIVE": "1", "CC": str(wrapper)}
-    procs = [
-        subprocess.Popen([sys.executable, "-c", _PROBE], env=env, stdout=subprocess.PIPE, text=True) for _ in range(3)
-    ]
-    outs = [json.loads(p.communicate(timeout=300)[0]) for p in procs]
-    assert all(p.returncode == 0 for p in procs)
-    assert all(o["c"] and o["hits"] == outs[0]["hits"] for o in outs)
-    assert log.read_text().count("built") == 1
-    assert [p.name for p in (tmp_path / "cache" / "native").iterdir()] == [Path(outs[0]["status"]).name]
+def test_the_hash_covers_every_source_and_header_and_changes_with_any_byte(tmp_path):
+    files = native_files(SOURCES)
+    assert {f.suffix for f in files} == {".c", ".h"} and any(f.name == "module.c" for f in files)
+    copy = tmp_path / "n"
+    shutil.copytree(SOURCES, copy)
+    before = sources_hash(copy)
+    for f in native_files(copy):
+        data = f.read_bytes()
+        f.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+        assert sources_hash(copy) != before, f.name
+        f.write_bytes(data)
+    assert sources_hash(copy) == before

@@ -103,8 +103,8 @@ fixed-rate variant): keep the requests of items whose hash satisfies ``hash mod 
 (spatial sampling: every reference of a sampled item is kept), compute their stack distances
 exactly and scale each by ``1/R``. :func:`shards_error` states its error against the exact curve.
 
-The inner loops are C (``models/native/``, built with the machine's compiler on first use and
-loaded by :mod:`moeroof.models.cache_native`), with the numba kernels of
+The inner loops are C (``models/native/``, compiled at install and loaded by
+:mod:`moeroof.models.cache_native`), with the numba kernels of
 :mod:`moeroof.models.cache_kernels` as the fallback (the same numbers); this module imports them
 only inside the functions that run one, so importing it (the step model, the command line's
 parsers) loads neither.

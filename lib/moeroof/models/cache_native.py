@@ -3,8 +3,7 @@
 Every function here has the name, arguments and results of the numba kernel of the same name
 in :mod:`moeroof.models.cache_kernels`, and gives the same numbers bit for bit (the tests hold
 each pair against each other). :mod:`moeroof.models.cache` calls these; each one runs its C
-port when the library is built (:mod:`moeroof.core.native`: the system's C compiler, once, on
-first use) and the arguments are of the types the C takes (item ids int32, the usual case:
+port when the library is built (:mod:`moeroof.core.native`: compiled at install) and the arguments are of the types the C takes (item ids int32, the usual case:
 ``requests_from_trace`` writes int32 ids below 2^31 items), and otherwise hands the call to the
 numba kernel — so a machine without a C compiler gets the same results, only a slower start.
 
@@ -17,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from pathlib import Path
 
 import numpy as np
 
@@ -57,8 +55,6 @@ __all__ = [
 ID_OK, ID_RANGE, ID_PARTIAL, ID_DUPLICATE = 0, 1, 2, 3
 HEAP_LFU, HEAP_LFU_PERFECT, HEAP_BELADY, HEAP_BELADY_INSERT = 0, 1, 2, 3
 
-NATIVE_DIR = Path(__file__).resolve().parent / "native"
-_NAME = "moeroof_cache"
 
 _I64 = ctypes.c_int64
 _INT = ctypes.c_int
@@ -95,10 +91,10 @@ _BLOCK_SUFFIX = {
 
 @functools.cache
 def library():
-    """The loaded C library (its functions typed), or None: no compiler, a failed build, or
-    ``MOEROOF_NATIVE=0`` (:func:`moeroof.core.native.status` says which). Tried once a process."""
-    sources = sorted(NATIVE_DIR.glob("*.c"))
-    lib = native.load(_NAME, sources, sorted(NATIVE_DIR.glob("*.h"))) if sources else None
+    """The loaded C library (its functions typed), or None: not built at install, built from
+    other sources, or ``MOEROOF_NATIVE=0`` (:func:`moeroof.core.native.status` says which).
+    Tried once a process."""
+    lib = native.load()
     if lib is not None:
         for fname, (codes, restype) in _SIGNATURES.items():
             fn = getattr(lib, fname, None)

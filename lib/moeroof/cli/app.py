@@ -166,7 +166,7 @@ def debug_enabled() -> bool:
 def user_message(exc: BaseException) -> str:
     """The one line (after ``error: ``) that says what went wrong, in the user's terms."""
     if isinstance(exc, OSError):
-        what = _OS_WORDS.get(exc.errno) or exc.strerror or str(exc) or type(exc).__name__
+        what = (exc.errno is not None and _OS_WORDS.get(exc.errno)) or exc.strerror or str(exc) or type(exc).__name__
         names = [str(n) for n in (exc.filename, exc.filename2) if n is not None]
         return f"{' → '.join(names)}: {what}" if names else what
     if isinstance(exc, MemoryError):
@@ -246,11 +246,12 @@ def _interrupted(exc: BaseException) -> bool:
     surfaces as ``SystemError: CPUDispatcher(...) returned a result with an exception set``, the
     interrupt as its cause."""
     seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, KeyboardInterrupt):
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
             return True
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
     return False
 
 

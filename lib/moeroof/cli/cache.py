@@ -302,7 +302,7 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901
         requests = trace_requests(
             trace, streams=None if args.streams is None else np.asarray(stream_ids, dtype=np.int64)
         )
-        trace = TraceInfo.of(trace)  # the ids are in the requests now
+        trace = TraceInfo.of(trace)  # type: ignore[assignment]  # the ids are in the requests now
         progress(1, 2, f"simulating {args.policy} on {len(requests.items):,} requests")
         res = simulate(
             requests,

@@ -462,7 +462,7 @@ def _routing_ranges(rep: dict[str, Any]) -> None:
 def _over_routing(rep: dict[str, Any], key: str, i: int) -> tuple[float, float] | None:
     """(low, high) of ``key`` at batch index i over the routing priors (:func:`_routing_ranges`)."""
     low, high = rep.get(f"{key}_routing_low"), rep.get(f"{key}_routing_high")
-    return None if low is None or low[i] is None else (low[i], high[i])
+    return None if low is None or high is None or low[i] is None else (low[i], high[i])
 
 
 def _with_range(value: float | None, span: tuple[float, float] | None, digits: int, scale: float = 1.0) -> str:

@@ -270,6 +270,7 @@ def _source_knobs(args: argparse.Namespace, routing: HistogramRouting | None):
     """``(family, skew, experts, top_k, skew_prior)`` of ``--family`` (``prior``: the skew prior
     for E experts) or of the ``--routing`` histogram, whose E, K and layers no flag may contradict."""
     skew_prior = None
+    skew: float | None
     if routing is None:
         experts = positive_int("256" if args.experts is None else args.experts, "--experts")
         top_k = positive_int("8" if args.top_k is None else args.top_k, "--top-k")
@@ -513,7 +514,7 @@ def trace_report(args: argparse.Namespace) -> dict[str, Any]:
         )
         frequencies = _frequency_check(topk, routing, knobs["experts"])
         frequencies["weights_max_error"] = weights_error
-        if weights_error > 1e-6:
+        if weights_error is not None and weights_error > 1e-6:
             notes.append(
                 f"the weights reach the histogram's frequencies within {weights_error:.2g} only (a layer whose "
                 "popularity is nearly degenerate); the draw is that close to π"

@@ -61,10 +61,16 @@ class DiskMemo:
     def __init__(self, name: str, salt: str) -> None:
         self.name, self.salt = name, salt
         root = memo_root()
-        self.folder = None if root is None else root / name / salt
+        self.folder: Path | None = None if root is None else root / name / salt
+
+    def _entries(self) -> Path:
+        """The folder entries are read from and written to (only asked where there is one)."""
+        if self.folder is None:  # pragma: no cover - get and put return first
+            raise RuntimeError("the disk memo is off")
+        return self.folder
 
     def _path(self, text: str) -> Path:
-        return self.folder / f"{hashlib.blake2b(text.encode(), digest_size=16).hexdigest()}.json"
+        return self._entries() / f"{hashlib.blake2b(text.encode(), digest_size=16).hexdigest()}.json"
 
     def _prune(self) -> None:
         """Keep this memo's :data:`KEEP_SALTS` most recently written salt folders (this one
@@ -81,7 +87,7 @@ class DiskMemo:
                 return 0.0
 
         try:
-            others = [p for p in self.folder.parent.iterdir() if p.is_dir() and p != self.folder]
+            others = [p for p in self._entries().parent.iterdir() if p.is_dir() and p != self.folder]
         except OSError:
             return
         for old in sorted(others, key=written, reverse=True)[KEEP_SALTS - 1 :]:

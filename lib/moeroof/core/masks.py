@@ -20,12 +20,12 @@ PAD = -1
 
 def live_tokens(topk) -> np.ndarray:
     """Boolean (..., layers): the token has K expert ids (none is padding)."""
-    return (np.asarray(topk) >= 0).all(axis=-1)
+    return np.asarray((np.asarray(topk) >= 0).all(axis=-1))
 
 
 def live_streams(topk) -> np.ndarray:
     """Boolean (...,) with the layer and K axes reduced: a live token in every layer."""
-    return live_tokens(topk).all(axis=-1)
+    return np.asarray(live_tokens(topk).all(axis=-1))
 
 
 def partial_tokens(topk) -> np.ndarray:

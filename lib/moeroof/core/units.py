@@ -101,9 +101,9 @@ def to_si(value, unit: str):
     A finite value whose SI form is not (``1e300 GiB`` is 1.07e309 bytes: inf) raises a
     ValueError naming the value and unit, so no overflowed infinity reaches a model.
     """
-    factor = UNITS[unit][1] if unit in UNITS else None
-    if factor is None:
-        dimension_of(unit)
+    if unit not in UNITS:
+        dimension_of(unit)  # raises, naming the known units
+    factor = UNITS[unit][1]
     if isinstance(value, (list, tuple, np.ndarray)):
         given = np.asarray(value, dtype=float)
         with np.errstate(over="ignore"):
@@ -112,11 +112,11 @@ def to_si(value, unit: str):
         if np.any(bad):
             raise ValueError(f"{given[bad].flat[0]:g} {unit} overflows: too large to compute with in SI units")
         return out
-    given = float(value)
-    out = given * factor
-    if math.isfinite(given) and not math.isfinite(out):
-        raise ValueError(f"{given:g} {unit} overflows: too large to compute with in SI units")
-    return out
+    scalar = float(value)
+    product = scalar * factor
+    if math.isfinite(scalar) and not math.isfinite(product):
+        raise ValueError(f"{scalar:g} {unit} overflows: too large to compute with in SI units")
+    return product
 
 
 def from_si(value, unit: str):

@@ -45,6 +45,7 @@ Every header entry's shape must agree with its ``data_offsets`` and lie inside i
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -548,7 +549,7 @@ def checkpoint_hash(
         with path.open("rb") as fh:
             if mode == "full":
                 h.update(f"{path.name}\0{size}\0".encode())
-                for block in iter(lambda fh=fh: fh.read(chunk), b""):
+                for block in iter(functools.partial(fh.read, chunk), b""):
                     h.update(block)
                     done += len(block)
                     if progress is not None:
@@ -648,7 +649,8 @@ def _attention(config: dict[str, Any], layout: MoELayout, path: Path) -> dict[st
         flop = 2 * heads * ((kv_rank + rope) + kv_rank)
         flop_what = f"absorbed-MLA decode: 2 x {heads} heads x ({kv_rank + rope} score + {kv_rank} value)"
         full = layout.layers
-        kv_keys = flop_keys = ("kv_lora_rank", "qk_rope_head_dim")
+        kv_keys: tuple[str, ...] = ("kv_lora_rank", "qk_rope_head_dim")
+        flop_keys: tuple[str, ...] = kv_keys
     else:
         kv_heads = get("num_key_value_heads", heads)
         head_dim = get("head_dim", h // heads)

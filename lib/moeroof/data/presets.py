@@ -748,8 +748,9 @@ def with_overrides(obj: MoEModel | Hardware, overrides: Mapping[str, str]) -> Mo
         except ValueError as err:
             raise ValueError(f"{key}: {err}") from None
         if key == "bw_ssd_bytes_per_s":
-            curve = np.asarray(obj.bw_ssd_bytes_per_s, dtype=float)
-            value = (
+            # a hardware field (checked above): the curve scaled to the peak given
+            curve = np.asarray(getattr(obj, "bw_ssd_bytes_per_s"), dtype=float)  # noqa: B009
+            changed[key] = (
                 tuple(float(x) for x in curve * (value / curve.max()))
                 if curve.size and curve.max() > 0
                 else (value,) * max(curve.size, 1)
@@ -767,7 +768,7 @@ def with_overrides(obj: MoEModel | Hardware, overrides: Mapping[str, str]) -> Mo
             if value != int(value) or (value < 1 and key not in ("dense_layers", "shared_experts")):
                 raise ValueError(f"{key}: must be a positive integer, got {text!r}")
             value = int(value)
-        changed[key] = value
+        changed.setdefault(key, value)
         prov[key] = "assumed"
         sources[key] = f"set on the command line: {key}={text}"
     if not changed:

@@ -169,6 +169,10 @@ class Requests:
     """
 
     __slots__ = ("items", "steps", "layers", "experts", "_step", "_layer", "_cells", "_lookups")
+    items: np.ndarray
+    steps: int
+    layers: int
+    experts: int
 
     def __init__(self, items, step, layer, steps, layers, experts, *, cells=None):
         set_ = object.__setattr__

@@ -80,8 +80,12 @@ def _check_experts_top_k(experts: int, top_k: int) -> None:
 
 
 class PopularityModel(Protocol):
-    experts: int
-    top_k: int
+    # read-only: the models are frozen dataclasses
+    @property
+    def experts(self) -> int: ...
+
+    @property
+    def top_k(self) -> int: ...
 
     def popularity(self, layers: int, rng: np.random.Generator | None = None) -> np.ndarray: ...
 

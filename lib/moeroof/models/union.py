@@ -415,7 +415,7 @@ def union_from_trace(
         raise ValueError("trace must have shape (steps, streams, layers, K)")
     b = as_batch(batch)
     steps, streams, layers, k = topk.shape
-    per_step = [[] for _ in b]  # per batch size: list of (n_steps_chunk, layers) means
+    per_step: list[list] = [[] for _ in b]  # per batch size: list of (n_steps_chunk, layers) means
     for start in range(0, steps, chunk_steps):
         block = np.asarray(topk[start : start + chunk_steps])
         # a stream counts at a step only with a token in every layer: captures that dropped a

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import operator
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,7 +72,7 @@ def sync(src: Path, dst: Path) -> Sync:
     for stem in found.changed:
         for ext in (*FORMATS, "json"):
             source = Path(src) / f"{stem}.{ext}"
-            atomic.write_via(Path(dst) / source.name, lambda fh, source=source: fh.write(source.read_bytes()))
+            atomic.write_via(Path(dst) / source.name, operator.methodcaller("write", source.read_bytes()))
     return found
 
 

@@ -135,7 +135,8 @@ def problems(values: Mapping[str, Any]) -> list[str]:  # noqa: C901
     for lo_name in [n for n in values if n.endswith("_min")]:
         hi_name = lo_name[: -len("_min")] + "_max"
         lo, hi = values.get(lo_name), values.get(hi_name)
-        if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (lo, hi)) and lo > hi:
+        numbers = [x for x in (lo, hi) if isinstance(x, (int, float)) and not isinstance(x, bool)]
+        if len(numbers) == 2 and numbers[0] > numbers[1]:
             out.append(f"-p {lo_name} {lo} is above -p {hi_name} {hi}")
     for name, value in values.items():
         if name in ROUTING_PARAMETERS or name in ("model", "hardware") or not isinstance(value, str):

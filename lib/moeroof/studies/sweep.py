@@ -459,6 +459,8 @@ def _sampled(
 
     if family == "uniform":
         model: Any = Uniform(experts, top_k)
+    elif skew is None:
+        raise ValueError(f"routing {family}: no skew given")
     elif family == "zipf":
         model = Zipf(experts, top_k, skew)
     else:

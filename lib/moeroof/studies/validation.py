@@ -770,7 +770,7 @@ def comparisons() -> list[Comparison]:
                 )
             )
         measured = r["tok_s_measured"]
-        notes = ()
+        notes: tuple[str, ...] = ()
         if isinstance(measured, tuple):
             notes = (f"published as a range {measured[0]}–{measured[1]} tok/s: measured is its midpoint",)
             measured = float(np.mean(measured))

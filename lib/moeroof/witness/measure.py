@@ -504,7 +504,7 @@ def write_scratch_file(
         while written < nbytes:
             n = min(_CHUNK_BYTES, nbytes - written)
             chunk[:, 0] = np.arange(index, index + blocks_per_chunk, dtype=np.uint64)
-            fh.write(memoryview(chunk).cast("B")[:n])
+            fh.write(chunk.data.cast("B")[:n])
             index += blocks_per_chunk
             written += n
             if progress is not None:
@@ -597,7 +597,7 @@ def measure_page_cache(path: Path, nbytes: int, read_size: int, seconds: float) 
         buf.close()
 
 
-def _median_rate(work: float, run: Callable[[], None], seconds: float, min_repeats: int = 3) -> tuple[float, int]:
+def _median_rate(work: float, run: Callable[[], object], seconds: float, min_repeats: int = 3) -> tuple[float, int]:
     """``work / t`` for the median ``t`` of repeated ``run()`` calls after one untimed warm-up."""
     run()
     times: list[float] = []

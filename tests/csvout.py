@@ -1,5 +1,5 @@
 """The data of a command's CSV output: every CSV result opens with ``#`` lines recording its run
-(moeroof.cli.common.run_record: version, command line, inputs' hashes, UTC time); these helpers
+(moeroof.cli.output.run_record: version, command line, inputs' hashes, UTC time); these helpers
 read past them, as ``pandas.read_csv(comment="#")`` does."""
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def need_c(name: str) -> None:
         return
     if shutil.which("cc") is None:
         pytest.skip("no C compiler (cc) on PATH: cache_native runs the numba kernels, nothing to compare")
-    pytest.fail(f"{name} is not loaded although cc is on PATH: {native.status('moeroof_cache')}")
+    pytest.fail(f"{name} is not loaded although cc is on PATH: {native.status()}")
 
 
 @contextmanager

@@ -516,7 +516,7 @@ def test_parser_name_lists_match_the_library():
     """The choices the parsers spell out (so as not to import the library) are the library's."""
     from moeroof.cli import cache as cli_cache
     from moeroof.cli import split as cli_split
-    from moeroof.cli.common import READ_PATHS
+    from moeroof.cli.flags import READ_PATHS
     from moeroof.models import cache, partition
     from moeroof.witness import measure
 
@@ -589,7 +589,7 @@ def test_a_histogram_without_sidecar_takes_its_meta_from_the_flags(capsys, histo
         ],
     )
     assert rep["provenance"] == "witnessed" and rep["layers"] == frame["layer"].nunique()
-    from moeroof.cli.common import load_input
+    from moeroof.cli.inputs import load_input
 
     class Args:
         experts, top_k, tokens, provenance = str(side["experts"]), str(side["top_k"]), None, None

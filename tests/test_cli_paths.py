@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from moeroof.cli import main
-from moeroof.cli.common import UsageError, parse_batch
+from moeroof.cli.flags import UsageError, parse_batch
 from moeroof.core.paths import DATA_DIR, DataPathError, resolve_data
 
 EMBEDDED = "histograms/deepseek-v3-like.csv"

@@ -20,7 +20,7 @@ import pytest
 
 from moeroof.cli import app
 from moeroof.cli import union as union_cmd
-from moeroof.cli.common import dumps
+from moeroof.cli.output import dumps
 from moeroof.data.io import write_trace
 from moeroof.data.safe_read import load_npy
 from moeroof.witness import measure

@@ -23,7 +23,9 @@ reproducible. Bad input prints ``error: FILE:ROW: FIELD: what is wrong`` (or ``e
 for a bad flag) on stderr and exits with status 2; argparse usage errors exit 2 as well.
 
 Layout: :mod:`moeroof.cli.app` (the parser, ``--version``, errors → exit status),
-:mod:`moeroof.cli.common` (flag parsers, JSON / table output) and one module per subcommand
+:mod:`moeroof.cli.flags` (the usage error, flag-value parsers), :mod:`moeroof.cli.inputs`
+(input files: where a path is looked up, traces and histograms read), :mod:`moeroof.cli.output`
+(tables, JSON and CSV, the report file, progress) and one module per subcommand
 (``union``, ``fit``, ``plan``, ``presets``, ``cache``, ``mrc``, ``split``, ``calibrate``,
 ``bench``), each with ``add_parser(subparsers)``, ``run(args)``, its ``*_report`` builder and
 its ``print_*`` table.
@@ -54,7 +56,7 @@ def __getattr__(name: str) -> Any:
 
         return build_parser
     if name == "parse_batch":
-        from moeroof.cli.common import parse_batch
+        from moeroof.cli.flags import parse_batch
 
         return parse_batch
     raise AttributeError(f"module 'moeroof.cli' has no attribute {name!r}")

@@ -7,7 +7,7 @@ status:
 - a library :class:`moeroof.core.errors.ParameterError`: ``error: --flag: what is wrong``, the
   flag the subcommand maps the parameter to (``parameter_flags``), status 2;
 - a library :class:`ValueError` (:class:`moeroof.data.io.InputError`, ``FILE:ROW: FIELD: what is
-  wrong``) or a bad flag value (:class:`moeroof.cli.common.UsageError`): one ``error: <message>``
+  wrong``) or a bad flag value (:class:`moeroof.cli.flags.UsageError`): one ``error: <message>``
   line on stderr, status 2, never a traceback (the few numpy messages that would say nothing to
   a user — "zero-size array to reduction operation", … — are said in the user's terms,
   :func:`user_message`);
@@ -39,7 +39,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from moeroof.cli.common import EXIT_INTERRUPTED
+from moeroof.cli.output import EXIT_INTERRUPTED
 from moeroof.core.errors import ParameterError
 
 __all__ = ["COMMAND_MODULES", "EXIT_INTERNAL", "EXIT_USAGE", "build_parser", "debug_enabled", "main", "user_message"]
@@ -193,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = parser.parse_args(argv)
         except SystemExit as exc:  # argparse usage error (2) or --help / --version (0)
             return int(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
-        args.argv = list(argv)  # the command line every JSON/CSV result records (common.run_record)
+        args.argv = list(argv)  # the command line every JSON/CSV result records (output.run_record)
         with warnings.catch_warnings():
             if not debug:  # numpy's "divide by zero encountered in …": the result says it (- / null)
                 warnings.filterwarnings("ignore", category=RuntimeWarning, message=".*encountered in")
@@ -206,7 +206,7 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
     try:
         target = getattr(args, "report_output", None)
         if isinstance(target, str):  # refused before any work (a fit, a measurement, a file written)
-            from moeroof.cli.common import check_report_target
+            from moeroof.cli.output import check_report_target
 
             check_report_target(target, args)
         return args.func(args)

@@ -24,10 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.common import (
-    BATCH_HELP,
-    READ_PATHS,
-    UsageError,
+from moeroof.cli.flags import BATCH_HELP, READ_PATHS, UsageError, non_negative_int, parse_batch, positive_int
+from moeroof.cli.inputs import read_trace_arg
+from moeroof.cli.output import (
     add_output_arguments,
     check_output_file,
     dumps,
@@ -35,11 +34,7 @@ from moeroof.cli.common import (
     fmt,
     interrupted,
     jsonable,
-    non_negative_int,
     output_format,
-    parse_batch,
-    positive_int,
-    read_trace_arg,
     run_record,
     table,
 )

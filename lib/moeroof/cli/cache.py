@@ -32,22 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.common import (
-    Progress,
-    UsageError,
-    add_meta_arguments,
-    add_output_arguments,
-    byte_size,
-    emit,
-    fmt,
-    input_path,
-    jsonable,
-    non_negative_float,
-    non_negative_int,
-    read_trace_arg,
-    start_cache_kernels,
-    table,
-)
+from moeroof.cli.flags import UsageError, byte_size, non_negative_float, non_negative_int, start_cache_kernels
+from moeroof.cli.inputs import add_meta_arguments, input_path, read_trace_arg
+from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, table
 from moeroof.data.io import InputError, Trace, read_histogram
 
 # moeroof.models.cache.POLICIES and .SCOPES, spelled out so that building the parser does not
@@ -150,7 +137,7 @@ _META_FLAGS = ("experts", "top_k", "tokens", "provenance")
 
 
 def read_trace_lazily(path_text: str, args: Any = None, *, check_ids: bool = True) -> Trace:
-    """A TRACE argument as :func:`moeroof.cli.common.read_trace_arg` reads it, except that a
+    """A TRACE argument as :func:`moeroof.cli.inputs.read_trace_arg` reads it, except that a
     ``.npy`` / ``.npz`` that carries its own meta (no meta flag given) is read with
     ``read_trace(lazy=True)``: a ``.npy``'s ids are read from the file a block of steps at a
     time, never held whole (the cache, mrc and union models go through a trace by blocks of

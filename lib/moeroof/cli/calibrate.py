@@ -19,20 +19,8 @@ import argparse
 import shlex
 from typing import Any
 
-from moeroof.cli.common import (
-    READ_PATHS,
-    UsageError,
-    add_output_arguments,
-    check_output_file,
-    emit,
-    fmt,
-    interrupted,
-    jsonable,
-    non_negative_int,
-    positive_float,
-    positive_int,
-    table,
-)
+from moeroof.cli.flags import READ_PATHS, UsageError, non_negative_int, positive_float, positive_int
+from moeroof.cli.output import add_output_arguments, check_output_file, emit, fmt, interrupted, jsonable, table
 
 #: the time budget ``--seconds`` may ask for (an hour at most: the run is not meant to soak)
 SECONDS_RANGE = (0.1, 3600.0)

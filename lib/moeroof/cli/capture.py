@@ -28,7 +28,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from moeroof.cli.common import Progress, UsageError, add_output_arguments, emit, positive_int
+from moeroof.cli.flags import UsageError, positive_int
+from moeroof.cli.output import Progress, add_output_arguments, emit
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # moeroof.witness.capture.DTYPES, without importing it
 

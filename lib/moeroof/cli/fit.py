@@ -19,19 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.common import (
-    Progress,
-    add_meta_arguments,
-    add_output_arguments,
-    check_replicate_memory,
-    emit,
-    fmt,
-    jsonable,
-    load_input,
-    non_negative_int,
-    replicates,
-    table,
-)
+from moeroof.cli.flags import check_replicate_memory, non_negative_int, replicates
+from moeroof.cli.inputs import add_meta_arguments, load_input
+from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, table
 from moeroof.data.io import Histogram
 
 

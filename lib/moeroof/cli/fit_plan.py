@@ -16,19 +16,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from moeroof.cli.common import (
-    SET_HELP,
-    Progress,
-    UsageError,
-    add_output_arguments,
-    apply_sets,
-    emit,
-    fmt,
-    input_path,
-    non_negative_int,
-    routing_knobs_arg,
-    table,
-)
+from moeroof.cli.flags import SET_HELP, UsageError, apply_sets, non_negative_int
+from moeroof.cli.inputs import input_path, routing_knobs_arg
+from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, table
 from moeroof.core.limits import usable_cores
 
 #: the knobs --fit takes: moeroof.models.fit_plan.KNOBS, spelled here so that the parser needs no

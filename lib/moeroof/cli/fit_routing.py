@@ -16,19 +16,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from moeroof.cli.common import (
-    Progress,
-    UsageError,
-    add_output_arguments,
-    byte_size,
-    emit,
-    fmt,
-    input_path,
-    jsonable,
-    positive_int,
-    replicates,
-    table,
-)
+from moeroof.cli.flags import UsageError, byte_size, positive_int, replicates
+from moeroof.cli.inputs import input_path
+from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, table
 from moeroof.core.errors import ParameterError
 from moeroof.core.limits import MAX_EXPERTS, MAX_LAYERS
 

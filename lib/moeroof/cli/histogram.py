@@ -21,7 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.common import UsageError, add_meta_arguments, add_output_arguments, emit, read_trace_arg
+from moeroof.cli.flags import UsageError
+from moeroof.cli.inputs import add_meta_arguments, read_trace_arg
+from moeroof.cli.output import add_output_arguments, emit
 
 #: the model a histogram's sidecar names when the trace's meta has none and it was not imported
 #: (an import without --model gives moeroof.data.importers.UNKNOWN_MODEL)

@@ -26,7 +26,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from moeroof.cli.common import UsageError, add_output_arguments, emit, positive_int
+from moeroof.cli.flags import UsageError, positive_int
+from moeroof.cli.output import add_output_arguments, emit
 
 FORMATS = ("table", "matrix", "sglang", "hf-router-logits")
 

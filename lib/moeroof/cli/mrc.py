@@ -33,20 +33,9 @@ from typing import Any
 import numpy as np
 
 from moeroof.cli.cache import LOOKUP_HELP, LOOKUPS, SCOPES, TraceInfo, read_trace_for_requests, trace_requests
-from moeroof.cli.common import (
-    UsageError,
-    add_meta_arguments,
-    add_output_arguments,
-    emit,
-    fmt,
-    jsonable,
-    non_negative_int,
-    positive_float,
-    positive_int,
-    read_trace_arg,
-    start_cache_kernels,
-    table,
-)
+from moeroof.cli.flags import UsageError, non_negative_int, positive_float, positive_int, start_cache_kernels
+from moeroof.cli.inputs import add_meta_arguments, read_trace_arg
+from moeroof.cli.output import add_output_arguments, emit, fmt, jsonable, table
 from moeroof.data.io import InputError
 
 #: trace cells (step, layer, expert) turned into requests at a time when counting per item

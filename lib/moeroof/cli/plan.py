@@ -38,27 +38,22 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.common import (
+from moeroof.cli.flags import (
     BATCH_HELP,
     PARTITIONS,
     SET_HELP,
-    Progress,
     UsageError,
-    add_output_arguments,
     add_step_arguments,
     apply_sets,
-    emit,
-    fit_knobs_arg,
-    fmt,
     non_negative_float,
     parse_batch,
     parse_rank_speed,
     positive_int,
-    read_routing_knobs,
     resolve_auto_cache,
     step_options,
-    table,
 )
+from moeroof.cli.inputs import fit_knobs_arg, read_routing_knobs
+from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, table
 from moeroof.core.names import header
 
 
@@ -123,7 +118,7 @@ def add_parser(subparsers: Any) -> None:
 
 def plan_report(args: argparse.Namespace, stage=lambda done, total, what: None) -> dict[str, Any]:
     """The ``plan`` JSON object for parsed arguments; ``stage(done, total, what)`` as each of
-    :data:`PLAN_STAGES` begins (a :class:`~moeroof.cli.common.Progress`)."""
+    :data:`PLAN_STAGES` begins (a :class:`~moeroof.cli.output.Progress`)."""
     from moeroof.data.presets import load_hardware, load_model
     from moeroof.models.fit_plan import box_with_fit, routing_with_fit
     from moeroof.models.plan import DEFAULT_ROUTING, Workload, admission_search, plan, routing_from_spec

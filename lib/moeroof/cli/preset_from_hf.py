@@ -27,7 +27,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from moeroof.cli.common import UsageError, add_output_arguments, emit, positive_float
+from moeroof.cli.flags import UsageError, positive_float
+from moeroof.cli.output import add_output_arguments, emit
 
 
 def add_parser(subparsers: Any) -> None:

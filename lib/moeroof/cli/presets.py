@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.common import add_output_arguments, emit, fmt, jsonable, table
+from moeroof.cli.output import add_output_arguments, emit, fmt, jsonable, table
 
 
 def add_parser(subparsers: Any) -> None:

@@ -18,7 +18,7 @@ import argparse
 import sys
 from typing import Any
 
-from moeroof.cli.common import FORMATS, REPORT_OUTPUT_HELP, emit, output_format
+from moeroof.cli.output import FORMATS, REPORT_OUTPUT_HELP, emit, output_format
 from moeroof.present import report
 
 

@@ -19,20 +19,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from moeroof.cli.common import (
+from moeroof.cli.flags import (
     PARTITIONS,
     SET_HELP,
-    add_output_arguments,
     add_step_arguments,
     apply_sets,
-    emit,
-    fmt,
-    input_path,
     positive_int,
     resolve_auto_cache,
     step_options,
-    table,
 )
+from moeroof.cli.inputs import input_path
+from moeroof.cli.output import add_output_arguments, emit, fmt, table
 
 METHODS = PARTITIONS
 

@@ -20,17 +20,9 @@ import argparse
 import sys
 from typing import Any
 
-from moeroof.cli.common import (
-    Progress,
-    UsageError,
-    add_output_arguments,
-    check_output_file,
-    emit,
-    fmt,
-    input_path,
-    positive_int,
-    run_record,
-)
+from moeroof.cli.flags import UsageError, positive_int
+from moeroof.cli.inputs import input_path
+from moeroof.cli.output import Progress, add_output_arguments, check_output_file, emit, fmt, run_record
 
 EPILOG = """\
 grid keys per command (* required; paths are read from the working directory, else data/):

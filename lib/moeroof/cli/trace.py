@@ -45,7 +45,7 @@ the layers (and their ids) are the histogram's. The trace's meta says where it c
 popularity, synthetic order" when the histogram is witnessed, the histogram's model. A trace
 path works too (its counts are the histogram).
 
-The parser imports no library code beyond :mod:`moeroof.cli.common`; ``run`` imports the
+The parser imports no library code beyond :mod:`moeroof.cli.flags` and :mod:`moeroof.cli.output`; ``run`` imports the
 sampler.
 """
 
@@ -60,20 +60,9 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.common import (
-    Progress,
-    UsageError,
-    add_output_arguments,
-    check_replicate_memory,
-    emit,
-    fmt,
-    input_path,
-    jsonable,
-    non_negative_int,
-    positive_float,
-    positive_int,
-    table,
-)
+from moeroof.cli.flags import UsageError, check_replicate_memory, non_negative_int, positive_float, positive_int
+from moeroof.cli.inputs import input_path
+from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, table
 
 FAMILIES = ("uniform", "zipf:S", "dirichlet:ALPHA")
 # a guard against a typo in --steps or --streams filling the disk: 2^31 ids are 8 GiB of int32

@@ -20,22 +20,17 @@ from typing import Any
 import numpy as np
 
 from moeroof.cli.cache import read_trace_lazily
-from moeroof.cli.common import (
+from moeroof.cli.flags import (
     BATCH_HELP,
     UsageError,
-    add_meta_arguments,
-    add_output_arguments,
     check_replicate_memory,
-    emit,
-    fmt,
-    jsonable,
-    load_input,
     non_negative_int,
     parse_batch,
     positive_int,
     replicates,
-    table,
 )
+from moeroof.cli.inputs import add_meta_arguments, load_input
+from moeroof.cli.output import add_output_arguments, emit, fmt, jsonable, table
 from moeroof.data.io import Histogram, Trace, check_incidence_sums
 
 

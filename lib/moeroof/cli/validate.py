@@ -16,7 +16,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from moeroof.cli.common import Progress, UsageError, add_output_arguments, emit, fmt, table
+from moeroof.cli.flags import UsageError
+from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, table
 
 
 def add_parser(subparsers: Any) -> None:

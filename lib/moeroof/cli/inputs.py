@@ -1,0 +1,214 @@
+"""The ``moeroof`` subcommands' input files: where a path is looked up, a TRACE or HISTOGRAM
+argument read, and the meta a file without it takes from the flags."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from moeroof.cli.flags import UsageError, positive_int
+from moeroof.data.io import InputError, Trace
+
+__all__ = [
+    "fit_knobs_arg",
+    "read_routing_knobs",
+    "routing_knobs_arg",
+    "input_path",
+    "read_trace_arg",
+    "add_meta_arguments",
+    "load_input",
+]
+
+
+def input_path(path_text: str) -> Path:
+    """A user's input file: from the working directory when it is there, else under the suite's
+    ``data/`` (embedded names such as ``histograms/deepseek-v3-like.csv``); a file in neither is
+    an error naming both places (:func:`moeroof.core.paths.resolve_data`)."""
+    from moeroof.core.paths import resolve_data
+
+    return resolve_data(path_text)
+
+
+def read_trace_arg(path_text: str, args: Any = None) -> Trace:
+    """A TRACE argument: a histogram ``.csv`` is refused by name before anything is read; a trace
+    without its meta takes it from ``--experts``/``--top-k`` (:func:`add_meta_arguments`)."""
+    from moeroof.data.io import read_trace
+
+    path = Path(path_text)
+    if path.suffix.lower() != ".csv":
+        path = input_path(path_text)
+    if path.suffix.lower() == ".csv":
+        if getattr(args, "command", None) == "histogram":
+            why = "it is a histogram already (union, fit, split and plan --routing read it as it is)"
+        else:
+            why = (
+                "a histogram holds each layer's expert counts but no token order; to replay its popularity, "
+                f"draw a trace from it: moeroof trace --routing {path_text} --streams M --steps T -o OUT.npz "
+                "(independent tokens unless --rho/--locality/--step-context), then pass OUT.npz"
+            )
+        raise InputError(path, "-", "file", f"expected a trace .npz / .npy / .parquet, got a histogram .csv: {why}")
+    if path.suffix.lower() == ".parquet":  # its meta is in its schema: no sidecar, no flags
+        from moeroof.data.trace_parquet import read_parquet_trace
+
+        return read_parquet_trace(path)
+    return read_trace(path, meta=_meta_from_flags(path, args))
+
+
+def add_meta_arguments(p: Any) -> None:
+    """``--experts``, ``--top-k``, ``--tokens``, ``--provenance``: what a sidecar would hold, for
+    an input that has none (a sidecar that is there wins, and flags that contradict it are an error)."""
+    g = p.add_argument_group("an input without its sidecar / meta (what the sidecar would hold)")
+    g.add_argument("--experts", default=None, help="routed experts per layer (E)")
+    g.add_argument("--top-k", default=None, help="experts per token (K)")
+    g.add_argument(
+        "--tokens",
+        default=None,
+        help="histogram: routed tokens per layer (default: each layer's count sum / K, exact for incidence counts)",
+    )
+    g.add_argument("--provenance", default=None, help="witnessed, projected, assumed or synthetic (default: unknown)")
+
+
+def load_input(path_text: str, args: Any = None) -> Any:
+    """A HISTOGRAM or TRACE argument (:func:`moeroof.data.io.load_any`), its meta from the flags
+    of :func:`add_meta_arguments` when the file has none."""
+    from moeroof.data.io import load_any, read_histogram, read_trace
+
+    path = input_path(path_text)
+    if path.suffix.lower() == ".parquet":
+        return read_trace_arg(path_text, args)
+    meta = _meta_from_flags(path, args)
+    if meta is None:
+        return load_any(path)
+    return read_histogram(path, meta=meta) if path.suffix.lower() == ".csv" else read_trace(path, meta=meta)
+
+
+def _has_meta(path: Path) -> bool:
+    """Whether the file carries its own meta (sidecar ``.json``, or an ``.npz``'s ``meta`` member)."""
+    from moeroof.data.io import sidecar_path
+
+    if path.suffix.lower() == ".npz":
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                return "meta" in z.files
+        except (OSError, ValueError, EOFError):
+            return True  # unreadable: the reader reports it in its own words
+    return sidecar_path(path).exists()
+
+
+def _meta_from_flags(path: Path, args: Any) -> dict[str, Any] | None:
+    """The meta the flags give for ``path``, or None when the file has its own (or no flag is given).
+
+    With the file's own meta present, a flag that disagrees with it is an error rather than a
+    silent override: the sidecar describes the capture, the flag is a guess about it."""
+    experts = getattr(args, "experts", None)
+    top_k = getattr(args, "top_k", None)
+    tokens = getattr(args, "tokens", None)
+    provenance = getattr(args, "provenance", None)
+    if experts is None and top_k is None and tokens is None and provenance is None:
+        suffix = path.suffix.lower()
+        if args is not None and suffix in (".csv", ".npy", ".npz") and path.is_file() and not _has_meta(path):
+            what = "sidecar JSON beside it" if suffix != ".npz" else "meta array inside it"
+            raise UsageError(
+                f"{path}: no {what}: give what it would hold with --experts E --top-k K "
+                "(and --tokens, --provenance), or write the file with `moeroof import …` / `moeroof histogram`"
+            )
+        return None
+    if not path.exists() or _has_meta(path):
+        if path.exists() and (experts is not None or top_k is not None):
+            from moeroof.data.io import load_any
+
+            data = load_any(path)
+            for flag, given, own in (("--experts", experts, data.experts), ("--top-k", top_k, data.top_k)):
+                if given is not None and positive_int(given, flag) != own:
+                    raise UsageError(f"{flag} {given} disagrees with {path}'s own meta ({own}); leave the flag out")
+        return None
+    if experts is None or top_k is None:
+        raise UsageError(f"{path} has no sidecar/meta: give at least --experts and --top-k (what it would hold)")
+    meta: dict[str, Any] = {
+        "model": path.stem,
+        "experts": positive_int(experts, "--experts"),
+        "top_k": positive_int(top_k, "--top-k"),
+        "source": f"{path} (meta from the command line)",
+    }
+    if provenance is not None:
+        meta["provenance"] = provenance
+    if path.suffix.lower() != ".csv":
+        return meta
+    import pandas as pd
+
+    try:
+        frame = pd.read_csv(path, usecols=["layer", "count"])
+        layer = pd.to_numeric(frame["layer"], errors="raise").astype(np.int64)
+        count = pd.to_numeric(frame["count"], errors="raise").astype(np.int64)
+    except (ValueError, KeyError, OSError) as err:
+        raise InputError(path, "-", "file", f"cannot read its layer and count columns ({err})") from None
+    sums = count.groupby(layer).sum().sort_index()
+    meta["layer_ids"] = [int(v) for v in sums.index]
+    meta["layers_summed"] = False
+    if tokens is not None:
+        meta["tokens"] = positive_int(tokens, "--tokens")
+    else:
+        k = meta["top_k"]
+        bad = [int(lay) for lay, total in sums.items() if total % k]
+        if bad:
+            raise UsageError(
+                f"{path}: the counts of layer {bad[0]} do not divide by K = {k}, so they are not "
+                "incidence counts of whole tokens; give --tokens"
+            )
+        meta["tokens"] = [max(1, int(total) // k) for total in sums.to_numpy()]
+    return meta
+
+
+def fit_knobs_arg(path_text: str) -> dict[str, Any]:
+    """``--fit FIT.json``: a ``moeroof fit-plan --json`` result as the knobs ``plan`` runs with
+    (:func:`moeroof.data.fit_result.read_fit`)."""
+    from moeroof.data.fit_result import read_fit
+
+    return read_fit(input_path(path_text))
+
+
+def read_routing_knobs(path_text: str) -> tuple[str, float, float, float]:
+    """``--routing-knobs FILE``: a ``moeroof fit-routing --json`` result, as ``(family, skew, rho,
+    c)`` for :func:`moeroof.models.local_routing.routing_from_knobs` (c = inf: no locality)."""
+    path = input_path(path_text)
+    from moeroof.core.limits import MAX_JSON_BYTES, check_document
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        check_document(text, f"--routing-knobs: {path}", max_bytes=MAX_JSON_BYTES)
+        doc = json.loads(text)
+    except FileNotFoundError:
+        raise UsageError(f"--routing-knobs: {path}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UsageError(f"--routing-knobs: {path}: not a JSON file ({err})") from None
+    if not isinstance(doc, dict):
+        raise UsageError(
+            f"--routing-knobs: {path}: expected a JSON object (moeroof fit-routing --json), got {type(doc).__name__}"
+        )
+
+    def value(name: str, default: float) -> float:
+        v = (doc.get("knobs") or {}).get(name, default)
+        v = v.get("value", default) if isinstance(v, dict) else v
+        try:
+            x = float(v if v is not None else default)
+        except (TypeError, ValueError):
+            raise UsageError(f"--routing-knobs: {path}: knob {name!r} is not a number") from None
+        return x
+
+    family = doc.get("family")
+    if family not in ("zipf", "dirichlet"):
+        raise UsageError(f"--routing-knobs: {path}: family must be zipf or dirichlet, got {family!r}")
+    c = value("locality_c", value("c", math.inf))
+    return family, value("skew", 0.8), value("rho", 0.0), c if c > 0 else math.inf
+
+
+def routing_knobs_arg(path_text: str, model: Any, streams: int) -> Any:
+    """``--routing-knobs FILE``: the routing whose cache runs on a trace sampled from a
+    fit-routing result's knobs (:func:`read_routing_knobs`), with ``streams`` streams."""
+    from moeroof.models.local_routing import routing_from_knobs
+
+    return routing_from_knobs(model, *read_routing_knobs(path_text), streams=streams)

@@ -123,6 +123,24 @@ def check_output(args: argparse.Namespace) -> None:
     check_output_file(args.output)
 
 
+def _bench_routing(args: argparse.Namespace) -> tuple[np.ndarray | None, str, int, int]:
+    """``bench``'s trace (``--trace``, or None: ``--routing`` draws), its label, E and K."""
+    if args.trace is None:
+        experts = 32 if args.experts is None else positive_int(args.experts, "--experts")
+        top_k = 4 if args.top_k is None else positive_int(args.top_k, "--top-k")
+        return None, "", experts, top_k
+    if args.routing is not None:
+        raise UsageError("give either --routing or --trace, not both")
+    tr = read_trace_arg(args.trace)
+    if tr.topk.size == 0:
+        raise UsageError(f"--trace: {tr.path}: holds no token (shape {tuple(tr.topk.shape)})")
+    experts = tr.experts if args.experts is None else positive_int(args.experts, "--experts")
+    top_k = tr.top_k if args.top_k is None else positive_int(args.top_k, "--top-k")
+    if experts != tr.experts or top_k != tr.top_k:
+        raise UsageError(f"--experts/--top-k: the trace has E={tr.experts}, K={tr.top_k}")
+    return np.asarray(tr.topk), f"trace {tr.path.name}", experts, top_k
+
+
 def bench_report(args: argparse.Namespace) -> dict[str, Any]:
     """Run the benchmark for parsed arguments and return its JSON object."""
     from moeroof.witness.bench import MODES, StackShape, predict_bench, run_bench
@@ -136,22 +154,7 @@ def bench_report(args: argparse.Namespace) -> dict[str, Any]:
     steps = positive_int(args.steps, "--steps")
     warmup = non_negative_int(args.warmup, "--warmup")
     seed = non_negative_int(args.seed, "--seed")
-    trace = None
-    trace_label = ""
-    if args.trace is not None:
-        if args.routing is not None:
-            raise UsageError("give either --routing or --trace, not both")
-        tr = read_trace_arg(args.trace)
-        if tr.topk.size == 0:
-            raise UsageError(f"--trace: {tr.path}: holds no token (shape {tuple(tr.topk.shape)})")
-        trace, trace_label = np.asarray(tr.topk), f"trace {tr.path.name}"
-        experts = tr.experts if args.experts is None else positive_int(args.experts, "--experts")
-        top_k = tr.top_k if args.top_k is None else positive_int(args.top_k, "--top-k")
-        if experts != tr.experts or top_k != tr.top_k:
-            raise UsageError(f"--experts/--top-k: the trace has E={tr.experts}, K={tr.top_k}")
-    else:
-        experts = 32 if args.experts is None else positive_int(args.experts, "--experts")
-        top_k = 4 if args.top_k is None else positive_int(args.top_k, "--top-k")
+    trace, trace_label, experts, top_k = _bench_routing(args)
     if top_k > experts:
         raise UsageError(f"--top-k: K={top_k} exceeds --experts E={experts}")
     routing = args.routing or "uniform"

@@ -98,6 +98,37 @@ def add_parser(subparsers: Any) -> None:
         help="trace to write (.npz, .npy with a .json sidecar, or .parquet: one row per token, read in row groups); "
         "the printed report goes to --report-output",
     )
+    _add_locality_arguments(p)
+    p.add_argument(
+        "--prompt-tokens",
+        default="0",
+        help="prompt tokens P routed before the decode steps; the trace has P + T steps, the first P the prompt",
+    )
+    p.add_argument(
+        "--experts", default=None, help="routed experts per layer E (default 256; --routing: the histogram's)"
+    )
+    p.add_argument("--top-k", default=None, help="experts per token K (default 8; --routing: the histogram's)")
+    p.add_argument(
+        "--layers",
+        default=None,
+        help="MoE layers L (default 8, or the length of --rho-profile; --routing: the histogram's)",
+    )
+    p.add_argument("--seed", default="0", help="seed of the draw (default 0)")
+    p.add_argument("--force", action="store_true", help="replace the output file if it exists")
+    add_output_arguments(p, output=False)
+    p.set_defaults(
+        func=run,
+        parameter_flags={
+            "prompt_tokens": "--prompt-tokens",
+            "groups": "--streams",
+            "scope": "--step-context",
+            "c_step": "--step-context",
+        },
+    )
+
+
+def _add_locality_arguments(p: Any) -> None:
+    """``trace``'s flags of one stream's locality (stickiness, per-stream hot sets, step context)."""
     p.add_argument(
         "--rho",
         default=None,
@@ -125,32 +156,6 @@ def add_parser(subparsers: Any) -> None:
         default=None,
         help="shared step context: the streams of a step share r ~ Dirichlet(C·w), redrawn every step; with "
         "--locality, on top of each stream's lasting hot set",
-    )
-    p.add_argument(
-        "--prompt-tokens",
-        default="0",
-        help="prompt tokens P routed before the decode steps; the trace has P + T steps, the first P the prompt",
-    )
-    p.add_argument(
-        "--experts", default=None, help="routed experts per layer E (default 256; --routing: the histogram's)"
-    )
-    p.add_argument("--top-k", default=None, help="experts per token K (default 8; --routing: the histogram's)")
-    p.add_argument(
-        "--layers",
-        default=None,
-        help="MoE layers L (default 8, or the length of --rho-profile; --routing: the histogram's)",
-    )
-    p.add_argument("--seed", default="0", help="seed of the draw (default 0)")
-    p.add_argument("--force", action="store_true", help="replace the output file if it exists")
-    add_output_arguments(p, output=False)
-    p.set_defaults(
-        func=run,
-        parameter_flags={
-            "prompt_tokens": "--prompt-tokens",
-            "groups": "--streams",
-            "scope": "--step-context",
-            "c_step": "--step-context",
-        },
     )
 
 

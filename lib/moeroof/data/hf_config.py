@@ -281,6 +281,23 @@ def _defaulted_int(
     return int(value)
 
 
+def _moe_family(config: dict[str, Any], path: Path) -> str:
+    """The config's ``model_type``, one of :data:`FAMILIES`; an :class:`InputError` names a dense
+    model type or an unknown family."""
+    model_type = config.get("model_type")
+    if model_type in FAMILIES:
+        return str(model_type)
+    if model_type in DENSE_MODEL_TYPES:
+        raise InputError(
+            path,
+            None,
+            "model_type",
+            f"not a Mixture-of-Experts model (model_type {model_type!r} has no routed experts)",
+        )
+    known = ", ".join(f"{name} ({t})" for t, (_, name) in FAMILIES.items())
+    raise InputError(path, None, "model_type", f"unknown MoE family {model_type!r} (known: {known})")
+
+
 def moe_layout(config: dict[str, Any], path: str | Path = CONFIG_NAME) -> MoELayout:
     """The MoE layout of a known family; an :class:`InputError` names a dense model type, an
     unknown family or a config without routed experts. MoE layers follow transformers' decoder
@@ -288,17 +305,7 @@ def moe_layout(config: dict[str, Any], path: str | Path = CONFIG_NAME) -> MoELay
     ``mlp_only_layers``; DeepSeek-V3's and GLM-4-MoE's ``i >= first_k_dense_replace`` (their
     ``moe_layer_freq`` is not read by transformers, so not here either)."""
     path = Path(path)
-    model_type = config.get("model_type")
-    if model_type not in FAMILIES:
-        if model_type in DENSE_MODEL_TYPES:
-            raise InputError(
-                path,
-                None,
-                "model_type",
-                f"not a Mixture-of-Experts model (model_type {model_type!r} has no routed experts)",
-            )
-        known = ", ".join(f"{name} ({t})" for t, (_, name) in FAMILIES.items())
-        raise InputError(path, None, "model_type", f"unknown MoE family {model_type!r} (known: {known})")
+    model_type = _moe_family(config, path)
     keys, name = FAMILIES[model_type]
     experts_key = next((k for k in keys if k in config), keys[0])
     experts = config.get(experts_key) or 0

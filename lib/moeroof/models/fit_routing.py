@@ -1034,20 +1034,26 @@ def _bootstrap(
         if _sum_sq(r_null) - s_hat <= t_lo**2 * max(sd[j] ** 2, lin[j, j]) / cov[j, j]:
             lo_x[j] = prob.lo[j]
     intervals = {name: _to_units(prob, name, float(lo_x[j]), float(hi_x[j])) for j, name in enumerate(names)}
-    rng = generator(int(seeds[0]), "bootstrap")
-    draws = []
-    for b in range(bootstrap):
-        xb = xs[b].copy()
-        for j in np.flatnonzero(~ok):  # not identified: anywhere in its box
-            xb[j] = rng.uniform(prob.lo[j], prob.hi[j])
-        draws.append(prob.knobs(xb))
     return replace(
         ff,
-        draws=tuple(draws),
+        draws=_bootstrap_draws(prob, xs, ok, int(seeds[0])),
         unidentified=tuple(n_ for n_, good in zip(names, ok) if not good),
         intervals=intervals,
         refit_evaluations=refit_evaluations,
     )
+
+
+def _bootstrap_draws(prob: _Problem, xs: np.ndarray, ok: np.ndarray, seed: int) -> tuple:
+    """The knob sets of the bootstrap's refits ``xs``; a knob the rows do not identify (``ok``
+    False) drawn anywhere in its box."""
+    rng = generator(seed, "bootstrap")
+    draws = []
+    for x in xs:
+        xb = x.copy()
+        for j in np.flatnonzero(~ok):
+            xb[j] = rng.uniform(prob.lo[j], prob.hi[j])
+        draws.append(prob.knobs(xb))
+    return tuple(draws)
 
 
 def _prior_draws(

@@ -36,7 +36,7 @@ Baselines, each returned with its name:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -1384,6 +1384,26 @@ def ram_batch_limit(model: MoEModel, hardware: Hardware, workload: Workload) -> 
     return b
 
 
+def _largest_passing(passes: Callable[[int], bool], top: int) -> int:
+    """The largest B in 1..``top`` that ``passes`` (0: not even B = 1), for a test that holds
+    below some B and fails from there: doubling from 1 to the first failure, then bisection."""
+    if top < 1 or not passes(1):
+        return 0
+    lo, probe = 1, 2
+    while probe <= top and passes(probe):
+        lo, probe = probe, probe * 2
+    hi: int | None = probe if probe <= top else None  # the first B seen to fail
+    if hi is None and lo < top:
+        if passes(top):
+            lo = top
+        else:
+            hi = top
+    while hi is not None and hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if passes(mid) else (lo, mid)
+    return lo
+
+
 def admission_search(
     model: MoEModel,
     hardware: Hardware,
@@ -1430,20 +1450,7 @@ def admission_search(
         return rate(b) >= x
 
     out: dict[str, Any] = {"min_per_agent_tok_s": x, "admit_batch": None, "search_bound": int(max_batch)}
-    lo = 0
-    if top >= 1 and passes(1):
-        lo, probe = 1, 2
-        while probe <= top and passes(probe):
-            lo, probe = probe, probe * 2
-        hi: int | None = probe if probe <= top else None  # the first B seen to fail
-        if hi is None and lo < top:
-            if passes(top):
-                lo = top
-            else:
-                hi = top
-        while hi is not None and hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if passes(mid) else (lo, mid)
+    lo = _largest_passing(passes, top)
     nxt = lo + 1
     if nxt > top and (ram is None or nxt <= ram):
         fails, why = "bound", f"the search stopped at B = {int(max_batch)}: larger batches were not tried"

@@ -977,6 +977,23 @@ def _gain_sentence(baseline: str, g: Mapping[str, object], o: Mapping[str, objec
     return text + ". "
 
 
+def _worst_cases(preds: Sequence[Mapping[str, Any]]) -> str:
+    """validation's sentence naming the predicted case of the largest mean |error|, relative and
+    in points ("" with no predicted case)."""
+    if not preds:
+        return ""
+    worst_rel = max(
+        (c for c in preds if c["error_unit"] == "relative"), key=lambda c: c["mean_abs_error"], default=None
+    )
+    worst_pts = max((c for c in preds if c["error_unit"] == "points"), key=lambda c: c["mean_abs_error"], default=None)
+    named = []
+    if worst_rel is not None:
+        named.append(f"`{worst_rel['case']}` ({pct(worst_rel['mean_abs_error'])} mean |error|)")
+    if worst_pts is not None:
+        named.append(f"`{worst_pts['case']}` ({fmt(100 * worst_pts['mean_abs_error'], 3)} points)")
+    return f"Worst: {_join(named)}. "
+
+
 def validation(
     *,
     cases: Sequence[Mapping[str, Any]],
@@ -1019,20 +1036,7 @@ def validation(
             f"Of the {len(banded)} rows with a band (a fit's 5–95 %, or the range of a zero-fit row's engine "
             f"priors), {inside} lie inside it ({pct(inside / len(banded))}). "
         )
-    preds = [c for c in cases if c["role"] == "prediction"]
-    if preds:
-        worst_rel = max(
-            (c for c in preds if c["error_unit"] == "relative"), key=lambda c: c["mean_abs_error"], default=None
-        )
-        worst_pts = max(
-            (c for c in preds if c["error_unit"] == "points"), key=lambda c: c["mean_abs_error"], default=None
-        )
-        named = []
-        if worst_rel is not None:
-            named.append(f"`{worst_rel['case']}` ({pct(worst_rel['mean_abs_error'])} mean |error|)")
-        if worst_pts is not None:
-            named.append(f"`{worst_pts['case']}` ({fmt(100 * worst_pts['mean_abs_error'], 3)} points)")
-        parts.append(f"Worst: {_join(named)}. ")
+    parts.append(_worst_cases([c for c in cases if c["role"] == "prediction"]))
     withheld = [r for r in rows if r["role"] == "withheld"]
     if withheld:
         named = sorted({r["case"] for r in withheld})

@@ -972,34 +972,37 @@ def fit_routing_predictions(
     for c in [*cases, *(t.case for t in HELD_OUT)]:
         key = (c.streams, float(c.cache_gib_per_rank), c.ranks, c.policy)
         h, g = by_cond[("hit_rate", *key)], by_cond[("gib_per_step", *key)]
-        w = witnessed.get(c.name)
-        b = old.get(c.name)
-        role = "withheld"
-        if c.name in {t.case.name for t in CALIBRATION}:
-            role = "calibration"
-        elif c.name in {t.case.name for t in HELD_OUT}:
-            role = "held-out published"
-        rows.append(
-            {
-                "case": c.name,
-                "ranks": c.ranks,
-                "streams": c.streams,
-                "cache_gib_per_rank": c.cache_gib_per_rank,
-                "policy": c.policy,
-                "hit_rate": h["predicted"],
-                "gib_streamed_per_step": g["predicted"],
-                "hit_rate_low": h["low"],
-                "hit_rate_high": h["high"],
-                "gib_low": g["low"],
-                "gib_high": g["high"],
-                "role": role,
-                "witnessed_hit_rate": None if w is None else w.hit_rate,
-                "witnessed_gib_streamed_per_step": None if w is None else w.gib_streamed_per_step,
-                "fit_knobs_hit_rate": None if b is None else b.hit_rate,
-                "fit_knobs_gib_streamed_per_step": None if b is None else b.gib_streamed_per_step,
-            }
-        )
+        rows.append(_prediction_row(c, h, g, witnessed.get(c.name), old.get(c.name)))
     return RoutingPredictions(fit, tuple(points), rows, float(seconds))
+
+
+def _prediction_row(c, h: dict, g: dict, w, b) -> dict:
+    """One case's row of :func:`fit_routing_predictions`: its hit-rate and GiB-per-step
+    predictions ``h`` and ``g`` (fit rows), the witnessed values ``w`` and the seed-specific
+    fit's ``b`` where there are any, and its role."""
+    role = "withheld"
+    if c.name in {t.case.name for t in CALIBRATION}:
+        role = "calibration"
+    elif c.name in {t.case.name for t in HELD_OUT}:
+        role = "held-out published"
+    return {
+        "case": c.name,
+        "ranks": c.ranks,
+        "streams": c.streams,
+        "cache_gib_per_rank": c.cache_gib_per_rank,
+        "policy": c.policy,
+        "hit_rate": h["predicted"],
+        "gib_streamed_per_step": g["predicted"],
+        "hit_rate_low": h["low"],
+        "hit_rate_high": h["high"],
+        "gib_low": g["low"],
+        "gib_high": g["high"],
+        "role": role,
+        "witnessed_hit_rate": None if w is None else w.hit_rate,
+        "witnessed_gib_streamed_per_step": None if w is None else w.gib_streamed_per_step,
+        "fit_knobs_hit_rate": None if b is None else b.hit_rate,
+        "fit_knobs_gib_streamed_per_step": None if b is None else b.gib_streamed_per_step,
+    }
 
 
 def fit_routing_predictions_path() -> Path:

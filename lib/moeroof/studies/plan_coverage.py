@@ -58,19 +58,34 @@ class PlanCoverage(Result):
     rows: int
 
 
+def _truth_knobs(rng, prior, model) -> tuple:
+    """A simulated box's knobs drawn from fit-plan's priors (module docstring) with ``rng``, and
+    its one stream's c/E."""
+    from moeroof.models.fit_plan import PRIOR_SECONDS_PER_AGENT_TOKEN, PRIOR_SECONDS_PER_STEP, PlanKnobs
+
+    u = rng.random(6)
+    # ρ and c/E paired by locality strength, as the prior's draws are (Locality.paired); u[5]
+    # is drawn and unused so that the other knobs keep their uniforms
+    (rho,), (c_per_expert,) = prior.paired_for([u[4]], model.experts, model.top_k)
+    lo, _, hi = PRIOR_SECONDS_PER_STEP
+    knobs = PlanKnobs(
+        engine_seconds_per_step=float(math.exp(math.log(lo) + u[0] * (math.log(hi) - math.log(lo)))),
+        engine_seconds_per_agent_token=float(PRIOR_SECONDS_PER_AGENT_TOKEN[2] * u[1]),
+        engine_seconds_per_touched_expert=float(math.exp(math.log(1e-4) + u[2] * math.log(10.0))),
+        ssd_scale=float(math.exp(math.log(0.3) + u[3] * math.log(5.0))),
+        rho=float(rho),
+        c=float(c_per_expert) * model.experts,
+    )
+    return knobs, float(c_per_expert)
+
+
 def plan_coverage(truths: int = 8, *, progress: Callable[[int, int], None] | None = None) -> PlanCoverage:
     """Fit-plan's band coverage on ``truths`` simulated truths (module docstring)."""
     from dataclasses import replace
 
     from moeroof.data.plan_points import PlanPoint
     from moeroof.data.presets import load_hardware, load_model
-    from moeroof.models.fit_plan import (
-        PRIOR_SECONDS_PER_AGENT_TOKEN,
-        PRIOR_SECONDS_PER_STEP,
-        PlanKnobs,
-        fit_plan,
-        predict_points,
-    )
+    from moeroof.models.fit_plan import fit_plan, predict_points
     from moeroof.models.locality import Locality
     from moeroof.models.plan import routing_from_spec
 
@@ -86,19 +101,7 @@ def plan_coverage(truths: int = 8, *, progress: Callable[[int, int], None] | Non
     for j in range(int(truths)):
         # truth j from its own stream: the same box whatever the number of truths asked for
         rng = generator("plan-coverage", j)
-        u = rng.random(6)
-        # ρ and c/E paired by locality strength, as the prior's draws are (Locality.paired); u[5]
-        # is drawn and unused so that the other knobs keep their uniforms
-        (rho,), (c_per_expert,) = prior.paired_for([u[4]], model.experts, model.top_k)
-        lo, _, hi = PRIOR_SECONDS_PER_STEP
-        knobs = PlanKnobs(
-            engine_seconds_per_step=float(math.exp(math.log(lo) + u[0] * (math.log(hi) - math.log(lo)))),
-            engine_seconds_per_agent_token=float(PRIOR_SECONDS_PER_AGENT_TOKEN[2] * u[1]),
-            engine_seconds_per_touched_expert=float(math.exp(math.log(1e-4) + u[2] * math.log(10.0))),
-            ssd_scale=float(math.exp(math.log(0.3) + u[3] * math.log(5.0))),
-            rho=float(rho),
-            c=float(c_per_expert) * model.experts,
-        )
+        knobs, c_per_expert = _truth_knobs(rng, prior, model)
         overlap = ("max", "sum")[j % 2]
         net, hit = predict_points(pts, model, hw, routing, knobs, seed=TRUTH_SEED, overlap=overlap)
         noise = np.exp(rng.normal(0.0, NOISE, size=len(cal)))

@@ -481,6 +481,21 @@ def _band(hit: np.ndarray, err: np.ndarray, p: float) -> tuple[np.ndarray, np.nd
     return lower, upper
 
 
+def _combined(per: np.ndarray, n_j: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The slices' curves ``per`` (S, capacities) combined, each weighted by its requests ``n_j``,
+    and the standard error of the combination (NaN for one slice, all NaN with no request)."""
+    s, size = per.shape
+    total = int(n_j.sum())
+    if total == 0:
+        return np.full(size, np.nan), np.full(size, np.nan)
+    w = n_j / total  # exactly 1.0 for one slice: the curve is then shards_hit_curve's
+    filled = np.where(n_j[:, None] > 0, per, 0.0)
+    hit = np.sum(w[:, None] * filled, axis=0)
+    if s == 1:
+        return hit, np.full(size, np.nan)
+    return hit, np.sqrt(s / (s - 1) * np.sum((w[:, None] * (filled - hit)) ** 2, axis=0))
+
+
 def shards_curve_sharded(
     trace: Any,
     rate: float,
@@ -538,18 +553,7 @@ def shards_curve_sharded(
     cap = np.arange(size, dtype=np.int64)
     per = np.array([cv[np.minimum(cap, cv.size - 1)] for cv in curves])  # held at the last value
     n_j = np.array([n for _, _, n, _, _ in parts], dtype=np.int64)
-    total = int(n_j.sum())
-    if total == 0:
-        hit = np.full(size, np.nan)
-        err = np.full(size, np.nan)
-    else:
-        w = n_j / total  # exactly 1.0 for one slice: the curve is then shards_hit_curve's
-        filled = np.where(n_j[:, None] > 0, per, 0.0)
-        hit = np.sum(w[:, None] * filled, axis=0)
-        if s == 1:
-            err = np.full(size, np.nan)
-        else:
-            err = np.sqrt(s / (s - 1) * np.sum((w[:, None] * (filled - hit)) ** 2, axis=0))
+    hit, err = _combined(per, n_j)
     lower, upper = _band(hit, err, sub_rate)
     return ShardsCurve(
         capacity=cap,

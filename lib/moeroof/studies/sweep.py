@@ -801,6 +801,26 @@ def _distributed(
         client.cancel([f for f in futures if not f.done()])
 
 
+def _client(client: Any, scheduler: str | None, workers: int, owned: list[Any]) -> tuple[Any, str]:
+    """:func:`run_sweep`'s dask.distributed client and where it runs: ``client`` as given, a
+    ``Client(scheduler)`` for an address, or a ``LocalCluster`` of ``workers`` processes; what it
+    opens goes into ``owned`` (closed by the caller)."""
+    Client = require("distributed", "sweep", "moeroof sweep (dask.distributed)").Client
+
+    from moeroof.studies.cluster import local_cluster
+
+    if client is None and scheduler is not None:
+        client = Client(scheduler)
+        owned.append(client)
+        return client, f"scheduler {scheduler}"
+    if client is None:
+        cluster = local_cluster(workers)
+        client = Client(cluster)
+        owned += [client, cluster]
+        return client, f"LocalCluster of {workers} worker processes"
+    return client, f"scheduler {client.scheduler.address}"
+
+
 def run_sweep(
     grid: Grid,
     out: str | Path,
@@ -845,21 +865,7 @@ def run_sweep(
     where = "serial"
     try:
         if todo and (client is not None or scheduler is not None or workers > 1):
-            Client = require("distributed", "sweep", "moeroof sweep (dask.distributed)").Client
-
-            from moeroof.studies.cluster import local_cluster
-
-            if client is None and scheduler is not None:
-                client = Client(scheduler)
-                owned.append(client)
-                where = f"scheduler {scheduler}"
-            elif client is None:
-                cluster = local_cluster(workers)
-                client = Client(cluster)
-                owned += [client, cluster]
-                where = f"LocalCluster of {workers} worker processes"
-            else:
-                where = f"scheduler {client.scheduler.address}"
+            client, where = _client(client, scheduler, workers, owned)
             results = _distributed(todo, evaluate, client, chunk)
         else:
             results = _serial(todo, evaluate)

@@ -3,7 +3,7 @@
 
 The guide's budget: a fit on a handful of rows answers in under 10 s on a 2-core box. Each case is
 one shipped command (its rows and flags as docs/validation.md gives them), timed wall clock over the
-library call the CLI makes (:func:`moeroof.models.fit_plan.fit_plan`, after the presets and
+library call the CLI makes (:func:`moeroof.fit.plan.fit_plan`, after the presets and
 routing are loaded), on ``--cores`` pinned cores (default 2, the guide's box: the CLI's fit runs
 ``jobs = min(2, cores)``, its second process beside the first; ``--cores 1`` is ``run.py``'s
 one pinned core), best of ``--repeats``
@@ -34,8 +34,9 @@ from run import machine_info  # noqa: E402  (pins this process to one core, as m
 from moeroof.core.paths import DATA_DIR, REPO_ROOT  # noqa: E402
 from moeroof.data.plan_points import read_plan_points  # noqa: E402
 from moeroof.data.presets import load_hardware, load_model  # noqa: E402
-from moeroof.models import expert_cache, fit_routing  # noqa: E402
-from moeroof.models.fit_plan import fit_plan  # noqa: E402
+from moeroof.fit import routing as fit_routing  # noqa: E402
+from moeroof.fit.plan import fit_plan  # noqa: E402
+from moeroof.models import expert_cache
 from moeroof.models.local_routing import spec_skew  # noqa: E402
 from moeroof.models.locality import Locality  # noqa: E402
 from moeroof.models.plan import routing_from_spec  # noqa: E402

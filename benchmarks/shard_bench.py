@@ -4,7 +4,7 @@ A seeded synthetic trace of about ``--requests`` requests (a
 request is one distinct (step, layer, expert) of a step: the default E=256, K=8, 64 streams,
 60 layers and about 7,500 steps give ~10^8) is written as ``.npy`` + sidecar by
 ``benchmarks/make_big_trace.py`` and memory-mapped by the reader.
-:func:`moeroof.studies.shard.simulate_by_layer` (LRU, ``--capacity-per-layer`` experts per
+:func:`moeroof.run.shard.simulate_by_layer` (LRU, ``--capacity-per-layer`` experts per
 layer) runs serially (one task of all layers) and on a ``LocalCluster`` of ``--workers``
 processes (one thread each, started and timed apart; one task of ``layers / workers`` layers per
 worker); the hits must be identical. Measured beside it:
@@ -128,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     from moeroof.data.io import read_trace
     from moeroof.data.trace_parquet import read_parquet_trace_layers, write_parquet_trace
     from moeroof.models import cache
-    from moeroof.studies.cluster import local_cluster
-    from moeroof.studies.shard import simulate_by_layer
+    from moeroof.run.cluster import local_cluster
+    from moeroof.run.shard import simulate_by_layer
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=float, default=1e8, help="about this many requests (default 1e8)")

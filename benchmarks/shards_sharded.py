@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Measured error of SHARDS over hash slices (moeroof.studies.shard.shards_curve_sharded)
+"""Measured error of SHARDS over hash slices (moeroof.run.shard.shards_curve_sharded)
 against the exact global LRU curve, and whether its stated error covers it.
 
 ::
@@ -64,7 +64,7 @@ def main() -> int:
 
     from moeroof.data.io import read_trace
     from moeroof.models import cache
-    from moeroof.studies.shard import shards_curve_sharded
+    from moeroof.run.shard import shards_curve_sharded
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(args.trace) if args.trace else draw_trace(Path(tmp), args.steps, 0)

@@ -1,7 +1,7 @@
 """Sweep throughput on dask.distributed: one process against a LocalCluster, and a projection.
 
 A plan grid (models × boxes × cache sizes × batch sizes; 10,000 points
-by default) is evaluated by :func:`moeroof.studies.sweep.run_sweep` serially and on a
+by default) is evaluated by :func:`moeroof.run.sweep.run_sweep` serially and on a
 ``LocalCluster`` of W worker processes (one thread each); the cluster's start is timed apart
 from the sweep. The scheduler's cost per task is measured with no-op tasks on the same cluster.
 The projection to many workers is a model, stated as such:
@@ -10,7 +10,7 @@ The projection to many workers is a model, stated as such:
 
 with ``t_point`` the serial seconds per point measured here, ``o_task`` the measured per-task
 scheduler cost (the scheduler handles every task in one process, so that term does not shrink
-with W) and ``c(W)`` the points per task the sweep uses (:func:`moeroof.studies.sweep.chunk_size`). Writes ``reports/benchmarks/sweep.json`` (untracked) and prints a summary::
+with W) and ``c(W)`` the points per task the sweep uses (:func:`moeroof.run.sweep.chunk_size`). Writes ``reports/benchmarks/sweep.json`` (untracked) and prints a summary::
 
     .venv/bin/python benchmarks/sweep_bench.py [--points 10000] [--workers 2] [--project 64]
 """
@@ -55,8 +55,8 @@ def noop(x: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     from distributed import Client
 
-    from moeroof.studies.cluster import local_cluster
-    from moeroof.studies.sweep import chunk_size, expand, grid_from_dict, run_sweep
+    from moeroof.run.cluster import local_cluster
+    from moeroof.run.sweep import chunk_size, expand, grid_from_dict, run_sweep
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", type=int, default=10_000)

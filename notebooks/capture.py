@@ -54,8 +54,8 @@ from moeroof.core.paths import EXTERNAL_DIR
 from moeroof.data.hf_config import FAMILIES
 from moeroof.data.importers import import_matrix, import_table, write_imported
 from moeroof.data.io import read_histogram, read_trace
+from moeroof.fit.skew import fit_histogram
 from moeroof.models.cache import che_hit_curve, lru_hit_curve, request_histogram, requests_from_trace
-from moeroof.models.fit import fit_histogram
 from moeroof.models.routing import inclusion_probabilities, zipf_weights
 from moeroof.models.union import trace_against_plugin
 from moeroof.present import answers
@@ -353,7 +353,7 @@ with style():
 # %% [markdown]
 # ## Skew fit
 # Uniform, Zipf and Dirichlet fitted to each histogram, pooled over layers and per layer, chosen
-# by AIC (`moeroof.models.fit.fit_histogram`, what `moeroof fit` runs). The capture's histogram
+# by AIC (`moeroof.fit.skew.fit_histogram`, what `moeroof fit` runs). The capture's histogram
 # counts prefill and decode tokens.
 
 # %%

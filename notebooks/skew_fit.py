@@ -42,7 +42,7 @@ import pandas as pd
 import moeroof
 from moeroof.core.paths import resolve_data
 from moeroof.data.io import read_histogram, read_trace
-from moeroof.models.fit import correlation_gap, fit_correlation, fit_histogram, popularity_from_inclusion
+from moeroof.fit.skew import correlation_gap, fit_correlation, fit_histogram, popularity_from_inclusion
 from moeroof.models.routing import consecutive_overlap, histogram_from_trace, inclusion_probabilities, zipf_weights
 from moeroof.models.union import (
     BASELINE,

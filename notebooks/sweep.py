@@ -16,7 +16,7 @@
 # One model on one box, one routing: every (cache GiB, B) cell is planned once per expert-cache
 # policy — LRU, LFU, S3-FIFO and ARC (online, simulated in steady state), Belady (the offline
 # optimum) and a hot set pinned from the true routing probabilities (an oracle) — as a grid of
-# `moeroof plan` points swept on Dask (`moeroof.studies.sweep`, the engine behind `moeroof
+# `moeroof plan` points swept on Dask (`moeroof.run.sweep`, the engine behind `moeroof
 # sweep`). The sweep writes one Parquet row per point; everything below is read back from that
 # file. The answer, computed from those rows, opens the report (in the notebook it
 # follows the cell that reads them).
@@ -59,7 +59,7 @@ from moeroof.data.io import load_any
 from moeroof.models.plan import CACHE_POLICIES
 from moeroof.present import answers
 from moeroof.present.plots import label_with_baseline, plain_log_ticks, provenance_label, save_figure, show_table, style
-from moeroof.studies.sweep import expand, grid_from_dict, run_sweep
+from moeroof.run.sweep import expand, grid_from_dict, run_sweep
 
 policy_list = [p.strip() for p in policies.split(",") if p.strip()]
 oracle_list = [p.strip() for p in oracles.split(",") if p.strip()]

@@ -58,9 +58,9 @@ from moeroof.data.embedded import is_file_spec
 from moeroof.data.fit_result import read_fit
 from moeroof.data.io import load_any
 from moeroof.data.presets import list_presets, load_hardware, load_model
+from moeroof.fit.plan import box_with_fit, routing_with_fit
+from moeroof.fit.skew import popularity_from_inclusion
 from moeroof.models.cache import requests_from_trace, simulate
-from moeroof.models.fit import popularity_from_inclusion
-from moeroof.models.fit_plan import box_with_fit, routing_with_fit
 from moeroof.models.local_routing import cache_sees_locality, locality_parameter, with_locality
 from moeroof.models.plan import CACHE_POLICIES, Workload, cache_parameter, plan, routing_from_spec
 from moeroof.models.routing import Zipf, sample_trace

@@ -172,7 +172,7 @@ def test_fit_routing_names_the_row_whose_batch_cannot_be_simulated(tmp_path, cap
 
 def test_check_sizes_in_the_library():
     from moeroof.data.points import Point
-    from moeroof.models.fit_routing import check_sizes
+    from moeroof.fit.routing import check_sizes
 
     pts = [Point("union", 4, value=3.0)]
     check_sizes(pts, 64, 4, 8, seeds=4, timed_steps=16)
@@ -234,7 +234,7 @@ def test_points_sizes_name_file_row_and_field(tmp_path, capsys, row, field):
     ],
 )
 def test_sweep_grid_sizes_are_finite_in_bytes(tmp_path, line, key):
-    from moeroof.studies.sweep import GridError, read_grid
+    from moeroof.run.sweep import GridError, read_grid
 
     grid = tmp_path / "g.toml"
     grid.write_text(f'command = "plan"\nmodel = "glm-5.2"\nhardware = "nvme-gen4"\nbatch = 1\n{line}\n')
@@ -243,7 +243,7 @@ def test_sweep_grid_sizes_are_finite_in_bytes(tmp_path, line, key):
 
 
 def test_sweep_grid_auto_and_sane_sizes_still_read(tmp_path):
-    from moeroof.studies.sweep import read_grid
+    from moeroof.run.sweep import read_grid
 
     grid = tmp_path / "g.toml"
     grid.write_text(
@@ -262,7 +262,7 @@ def test_sweep_refuses_1e300_gib_with_one_error_line(tmp_path, capsys):
 
 
 def test_sweep_grid_nesting_is_bounded_before_parsing(tmp_path):
-    from moeroof.studies.sweep import GridError, read_grid
+    from moeroof.run.sweep import GridError, read_grid
 
     grid = tmp_path / "deep.toml"
     grid.write_text('command = "plan"\nbatch = ' + "[" * 100_000 + "]" * 100_000 + "\n")

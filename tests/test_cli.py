@@ -233,7 +233,7 @@ def test_union_real_serving_trace(capsys):
 
 
 def test_fit_json_and_table(capsys, histogram):
-    pytest.importorskip("moeroof.models.fit", reason="fit.py not written yet")
+    pytest.importorskip("moeroof.fit.skew", reason="fit.py not written yet")
     rep = run_json(capsys, ["fit", str(histogram), "--bootstrap", "5", "--gof-sims", "9"])
     assert {"experts", "top_k", "layers", "chosen", "models", "per_layer"} <= set(rep)
     assert (rep["experts"], rep["top_k"], rep["layers"]) == (16, 2, 3)

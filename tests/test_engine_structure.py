@@ -14,7 +14,7 @@ import pytest
 from moeroof.data.io import InputError
 from moeroof.data.plan_points import PlanPoint
 from moeroof.data.presets import load_hardware, load_model
-from moeroof.models.fit_plan import (
+from moeroof.fit.plan import (
     PRIOR_SECONDS_PER_AGENT_TOKEN,
     PRIOR_SECONDS_PER_STEP,
     PlanKnobs,

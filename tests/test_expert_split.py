@@ -167,7 +167,7 @@ def test_tok_s_points_calibrate_on_public_rows_only():
 
 @pytest.mark.slow
 def test_tok_s_sweep_predicts_withheld_rows_with_bands(monkeypatch):
-    import moeroof.models.fit_plan as FP
+    import moeroof.fit.plan as FP
 
     seen = []
     real = FP.fit_plan

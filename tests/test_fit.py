@@ -1,4 +1,4 @@
-"""Tests of moeroof.models.fit: fit → generate → fit round trips, model choice, bad input,
+"""Tests of moeroof.fit.skew: fit → generate → fit round trips, model choice, bad input,
 and one calibration check on a real captured trace (published routing skew: docs/sources.md)."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pytest
 
 from moeroof.core.paths import EXTERNAL_DIR
 from moeroof.core.rng import generator
-from moeroof.models import fit, routing
+from moeroof.fit import skew as fit
+from moeroof.models import routing
 
 MIXTRAL_TRACE = EXTERNAL_DIR / "mixtral8x7b-instruct-fp8-vllm-traces" / "trace_decode.npz"
 
@@ -275,7 +276,7 @@ def test_a_mapped_trace_cut_short_is_an_error_not_sigbus(tmp_path):
     import os
 
     from moeroof.data.safe_read import TruncatedError
-    from moeroof.models.fit import correlation_gap
+    from moeroof.fit.skew import correlation_gap
 
     rng = np.random.default_rng(3)
     trace = np.stack([rng.permutation(16)[:2] for _ in range(64 * 4 * 2)]).reshape(64, 4, 2, 2).astype(np.int16)
@@ -290,7 +291,7 @@ def test_a_mapped_trace_cut_short_is_an_error_not_sigbus(tmp_path):
 
 
 def test_popularity_from_inclusion_memo_returns_the_inverted_weights_bit_for_bit(tmp_path, monkeypatch):
-    from moeroof.models import fit as fit_mod
+    from moeroof.fit import skew as fit_mod
     from moeroof.models.routing import inclusion_probabilities
 
     monkeypatch.setenv("MOEROOF_CACHE_DIR", str(tmp_path / "memo"))

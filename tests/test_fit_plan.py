@@ -17,7 +17,7 @@ from moeroof.core.errors import ParameterError
 from moeroof.data.io import InputError
 from moeroof.data.plan_points import PlanPoint, read_plan_points
 from moeroof.data.presets import load_hardware, load_model
-from moeroof.models.fit_plan import SIGMA_HIT, SIGMA_NET, PlanKnobs, default_knobs, fit_plan, predict_points
+from moeroof.fit.plan import SIGMA_HIT, SIGMA_NET, PlanKnobs, default_knobs, fit_plan, predict_points
 from moeroof.models.plan import routing_from_spec
 
 
@@ -329,7 +329,7 @@ def test_a_histogram_routing_fits_without_skew_by_default(tmp_path, capsys):
 def test_one_batch_size_holds_the_per_token_cost_at_its_prior(engine_box, tmp_path, capsys):
     """Three rows at B = 1 with --fit engine,ssd-scale: not refused; the per-token engine cost
     is held at its stated prior, says why, and the band at another B covers both ends of it."""
-    from moeroof.models.fit_plan import PRIOR_SECONDS_PER_AGENT_TOKEN
+    from moeroof.fit.plan import PRIOR_SECONDS_PER_AGENT_TOKEN
 
     m, hw, r = engine_box
     pts = points([(1, 2.0), (1, 8.0), (1, 16.0), (8, 8.0)])
@@ -545,7 +545,7 @@ def test_an_overlap_whose_bands_are_not_read_ends_after_its_search_and_changes_n
 def test_fit_plan_reports_its_progress_stage_by_stage(engine_box, capsys, monkeypatch):
     """Every stage of every overlap tried is announced in order, then done = total; the CLI draws
     it on stderr only when asked (MOEROOF_PROGRESS), stdout staying the JSON alone."""
-    from moeroof.models.fit_plan import FIT_STAGES
+    from moeroof.fit.plan import FIT_STAGES
 
     m, hw, routing = engine_box
     pts = points([(1, 12.0), (16, 12.0), (4, 12.0)])
@@ -613,7 +613,7 @@ def test_predictions_with_a_fit_memo_equal_fresh_ones(engine_box):
 
 def test_the_cli_offers_the_library_knobs():
     from moeroof.cli.fit_plan import KNOBS as CLI_KNOBS
-    from moeroof.models.fit_plan import DEFAULT_ROUTING, KNOBS
+    from moeroof.fit.plan import DEFAULT_ROUTING, KNOBS
 
     assert CLI_KNOBS == KNOBS
     # the routing fit-plan starts from without --routing is the library's (validate's skew group names it)
@@ -646,7 +646,7 @@ def test_a_cache_curve_at_one_batch_size_names_the_memory_knobs_it_could_fit():
     """Rates at three or more cache sizes of one batch size and rank count: the note names the
     two memory knobs the bend could tell (none is fitted by default); two sizes, or sizes spread
     over batch sizes, or either knob fitted: no note."""
-    from moeroof.models.fit_plan import memory_curve_note
+    from moeroof.fit.plan import memory_curve_note
 
     three = [PlanPoint(i + 2, 8, c, 2, "lru", v, None) for i, (c, v) in enumerate(((20, 2.5), (40, 3.0), (80, 5.6)))]
     note = memory_curve_note(three, ("engine", "ssd-scale"))
@@ -664,7 +664,7 @@ def test_band_sets_keep_every_knobs_ends_and_spread_the_rest():
     """The band's retained sets (fit_plan.band_sets): each cache knob's smallest and largest
     value over the profile are always among them, at most ``most`` in all, in profile order; a
     profile no larger than ``most`` is kept whole."""
-    from moeroof.models.fit_plan import band_sets
+    from moeroof.fit.plan import band_sets
 
     rng = np.random.default_rng(7)
     profile = [{"outer": {"skew": float(a), "rho": float(b)}, "i": i} for i, (a, b) in enumerate(rng.random((40, 2)))]
@@ -689,7 +689,7 @@ def test_one_cache_knob_is_searched_on_a_grid_first_and_finds_the_deeper_basin()
     Nelder–Mead from the start."""
     from scipy.optimize import minimize
 
-    from moeroof.models.fit_plan import SEARCH_GRID_POINTS, search_cache_knobs
+    from moeroof.fit.plan import SEARCH_GRID_POINTS, search_cache_knobs
 
     def rough(z):
         x = float(np.asarray(z).reshape(-1)[0])
@@ -720,7 +720,7 @@ def test_the_memory_note_says_how_far_the_fit_misses_its_calibration_rows():
     """Where the rows bend with the cache and no memory knob is fitted, the note gives the worst
     calibration miss (row and relative error, recomputed here from the rows) and what to name,
     only when that miss exceeds twice the measurement noise."""
-    from moeroof.models.fit_plan import PlanFit, with_memory_note, worst_calibration_miss
+    from moeroof.fit.plan import PlanFit, with_memory_note, worst_calibration_miss
 
     three = [PlanPoint(i + 2, 8, c, 2, "lru", v, None) for i, (c, v) in enumerate(((20, 2.5), (40, 3.0), (80, 5.6)))]
 

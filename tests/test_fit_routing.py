@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from moeroof.cli import main
-from moeroof.models.fit_routing import (
+from moeroof.fit.routing import (
     DEFAULT_HISTORY,
     Point,
     RoutingKnobs,
@@ -280,7 +280,7 @@ def test_table_says_off_for_an_infinite_locality_bound(capsys):
 def test_fit_routing_progress_counts_its_stages():
     """The progress callback sees every stage in order and ends at its total; it changes no result."""
     from moeroof.data.points import Point
-    from moeroof.models.fit_routing import fit_routing
+    from moeroof.fit.routing import fit_routing
 
     points = [Point(kind="union", batch=4, value=9.0), Point(kind="union", batch=1, value=None)]
     seen = []
@@ -294,7 +294,7 @@ def test_fit_routing_progress_counts_its_stages():
 
 
 def test_simulate_points_memo_returns_the_simulated_numbers_bit_for_bit(tmp_path, monkeypatch):
-    from moeroof.models import fit_routing as fr
+    from moeroof.fit import routing as fr
 
     monkeypatch.setenv("MOEROOF_CACHE_DIR", str(tmp_path / "memo"))
     fr.clear_memo()
@@ -324,14 +324,14 @@ def test_the_simulation_memo_is_salted_by_every_module_it_can_reach():
     """A folder in a memo's sources stands for every module below it: an edit of any model,
     core or data module (routing, the cache kernels, the seeded generators, the POINTS reader)
     misses instead of serving an old number."""
-    from moeroof.models import fit_routing
+    from moeroof.fit import routing as fit_routing
     from moeroof.models.sim_memo import source_files
 
     names = {p.relative_to(p.parents[1]).as_posix() for p in source_files(fit_routing.MEMO_SOURCES)}
     for module in (
         "models/routing.py",
         "models/cache_kernels.py",
-        "models/fit_routing.py",
+        "fit/routing.py",
         "core/rng.py",
         "data/points.py",
     ):

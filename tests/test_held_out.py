@@ -71,7 +71,7 @@ def test_regime_cases_are_fit_plan_on_the_shipped_points_files(monkeypatch):
     row compares the predicted curve's peak with the reported one."""
     from moeroof.core.paths import DATA_DIR
     from moeroof.data.plan_points import read_plan_points
-    from moeroof.models import fit_plan as fp
+    from moeroof.fit import plan as fp
 
     # the fits regime_rows makes, seen as they return (one run, not two: each fit takes seconds)
     seen: list = []

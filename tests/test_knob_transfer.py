@@ -10,7 +10,7 @@ import pytest
 
 from conftest import seeded
 from moeroof.core.paths import EXTERNAL_DIR
-from moeroof.models import fit_routing
+from moeroof.fit import routing as fit_routing
 from moeroof.studies import knob_transfer as kt
 
 

@@ -86,7 +86,7 @@ def test_a_trace_that_holds_the_first_layer_routes_it_as_independent_tokens():
     """With first_layer, the trace's layer 0 is exactly the draw with locality off (the Gumbel
     draws are the same at every ρ and c) and its other layers exactly the draw without the rule
     (the stickiness and hot-set draws come from child streams of fixed size)."""
-    from moeroof.models.fit_routing import RoutingKnobs, layer_popularity, sample_knob_trace
+    from moeroof.fit.routing import RoutingKnobs, layer_popularity, sample_knob_trace
 
     knobs = RoutingKnobs(family="zipf", skew=0.9, rho=0.5, c=20.0)
     w = layer_popularity(knobs, 32, 3, 4)
@@ -102,7 +102,7 @@ def test_a_simulated_first_layer_alone_sees_no_locality():
     hit rate is the same at any ρ and c; a model simulated on fewer layers than it has (stand-ins
     for its typical layers) keeps the knobs on all of them."""
     from moeroof.data.points import Point
-    from moeroof.models.fit_routing import RoutingKnobs, simulate_points
+    from moeroof.fit.routing import RoutingKnobs, simulate_points
 
     pts = [Point(kind="hit_rate", batch=1, capacity_experts=6.0, policy="lru", scope="layer", value=None)]
     flat, local = RoutingKnobs(family="zipf", skew=0.8), RoutingKnobs(family="zipf", skew=0.8, rho=0.6, c=5.0)

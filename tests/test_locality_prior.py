@@ -12,8 +12,8 @@ from scipy.stats import t as student_t
 
 from moeroof.core.paths import EXTERNAL_DIR
 from moeroof.data.points import Point
-from moeroof.models import fit_routing
-from moeroof.models.fit_routing import RoutingKnobs
+from moeroof.fit import routing as fit_routing
+from moeroof.fit.routing import RoutingKnobs
 from moeroof.studies import locality_prior as lp
 
 

@@ -14,7 +14,7 @@ from moeroof.core.errors import ParameterError
 from moeroof.core.units import GiB
 from moeroof.data.plan_points import PlanPoint
 from moeroof.data.presets import load_hardware, load_model
-from moeroof.models.fit_plan import PlanKnobs, fit_plan, predict_points
+from moeroof.fit.plan import PlanKnobs, fit_plan, predict_points
 from moeroof.models.plan import RECLAIM_MAX_SHARE, Workload, plan, ram_left_bytes, reclaim_slowdown, routing_from_spec
 
 

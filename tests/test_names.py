@@ -43,7 +43,7 @@ def test_plan_table_headers_come_from_the_schema(capsys):
 
 
 def test_sweep_rows_use_the_schema(tmp_path):
-    from moeroof.studies.sweep import evaluate_point
+    from moeroof.run.sweep import evaluate_point
 
     inputs = {"model": "qwen3-30b-a3b", "hardware": "nvme-gen4", "batch": 2, "cache_policy": "static"}
     row = evaluate_point({"point_id": 0, "command": "plan", "inputs": inputs})
@@ -74,7 +74,7 @@ def test_every_json_and_csv_result_records_its_run(capsys, monkeypatch):
 
 def test_a_sweep_parquet_records_its_run(tmp_path, capsys):
     from moeroof.core.paths import DATA_DIR
-    from moeroof.studies.sweep import read_run
+    from moeroof.run.sweep import read_run
 
     out = tmp_path / "s.parquet"
     grid = tmp_path / "g.toml"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from moeroof.models.fit_plan import PRIOR_SECONDS_PER_AGENT_TOKEN, PRIOR_SECONDS_PER_STEP
+from moeroof.fit.plan import PRIOR_SECONDS_PER_AGENT_TOKEN, PRIOR_SECONDS_PER_STEP
 from moeroof.studies import plan_coverage as pc
 
 

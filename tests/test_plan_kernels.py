@@ -8,9 +8,9 @@ import pytest
 
 from moeroof.core.units import GiB
 from moeroof.data.presets import load_hardware, load_model
+from moeroof.fit.plan import PlanKnobs, predict_points
 from moeroof.models import expert_cache, plan_kernels
 from moeroof.models import partition as P
-from moeroof.models.fit_plan import PlanKnobs, predict_points
 from moeroof.models.local_routing import routing_from_knobs
 from moeroof.models.plan import Workload, assign_experts, plan, plan_rates, routing_from_spec
 
@@ -243,7 +243,7 @@ def test_predict_points_matches_plan_row_by_row(glm):
     pts = tok_s_points()
     k = PlanKnobs(engine_seconds_per_step=0.2, engine_seconds_per_agent_token=0.01, ssd_scale=0.7)
     net, hit = predict_points(pts, mdl, hw, route, k, context_tokens=512)
-    from moeroof.models.fit_plan import box_with_knobs
+    from moeroof.fit.plan import box_with_knobs
 
     for i, p in enumerate(pts):
         w = Workload(context_tokens=512, cache_bytes=p.cache_gib * GiB, ranks=p.ranks, cache_policy=p.policy)

@@ -1,4 +1,4 @@
-"""moeroof.studies.shard: per-layer cache simulation and the per-layer LRU curve sharded by layer
+"""moeroof.run.shard: per-layer cache simulation and the per-layer LRU curve sharded by layer
 equal their one-process answers exactly — serially in one group or several, and on a LocalCluster
 of 2 worker processes over loopback TCP — and ``moeroof cache --workers / --scheduler``."""
 
@@ -14,7 +14,7 @@ from moeroof.cli import main
 from moeroof.core.paths import DATA_DIR
 from moeroof.data.io import read_trace, write_trace
 from moeroof.models import cache
-from moeroof.studies import shard
+from moeroof.run import shard
 
 TRACE = DATA_DIR / "traces" / "qwen3-30b-a3b-like.npz"  # E=128, K=8, 48 layers, 96 steps
 POLICIES = ("lru", "lfu", "s3fifo", "arc", "belady")

@@ -14,7 +14,7 @@ from moeroof.core.paths import EXTERNAL_DIR
 from moeroof.data.io import InputError
 from moeroof.data.presets import load_model
 from moeroof.data.skew_prior import FINE_GRAINED_EXPERTS, committed_skew_prior, read_skew_prior
-from moeroof.models import fit_plan
+from moeroof.fit import plan as fit_plan
 from moeroof.models import plan as plan_mod
 from moeroof.models.local_routing import LocalRouting, spec_skew
 from moeroof.studies import skew_prior

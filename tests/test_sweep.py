@@ -1,4 +1,4 @@
-"""moeroof.studies.sweep and `moeroof sweep`: grids, point ids, serial and dask.distributed runs,
+"""moeroof.run.sweep and `moeroof sweep`: grids, point ids, serial and dask.distributed runs,
 failed points, resuming, the Parquet output and the CLI's errors; synthetic-trace cache points and
 fit-routing points against the library called directly; the example grids."""
 
@@ -13,7 +13,7 @@ import pytest
 
 from moeroof.cli import main
 from moeroof.core.paths import REPO_ROOT
-from moeroof.studies import sweep
+from moeroof.run import sweep
 
 EXAMPLE = REPO_ROOT / "data" / "sweeps" / "example-plan.toml"
 EXAMPLES = ("example-plan.toml", "example-cache-policy.toml", "example-fit-routing.toml")
@@ -378,7 +378,7 @@ FIT = {
 def test_a_fit_routing_point_equals_the_library_called_directly():
     from moeroof.core.paths import resolve_data
     from moeroof.data.points import read_points
-    from moeroof.models.fit_routing import fit_routing
+    from moeroof.fit.routing import fit_routing
 
     (point,) = sweep.expand(sweep.grid_from_dict(FIT))
     row = sweep.evaluate_point(point)

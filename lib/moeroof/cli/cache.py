@@ -16,7 +16,7 @@ offline optimum (it may decline to cache an expert), ``belady-insert`` caches ev
 libCacheSim's S3FIFOv0 uses 2).
 
 With ``--scheduler`` or ``--workers`` (scope layer only) the layers are sharded over
-dask.distributed workers (:mod:`moeroof.studies.shard`); the answer is the same, exactly.
+dask.distributed workers (:mod:`moeroof.run.shard`); the answer is the same, exactly.
 
 The simulator (:mod:`moeroof.models.cache`, its loops in C or numba) is imported only when the
 command runs; the parser reads the policy and scope names from the constants below.
@@ -316,9 +316,9 @@ def _threshold(text: str) -> int:
 
 
 def _sharded_report(args, trace, stream_ids, caps, unit, expert_bytes, warmup, pinned, workers, notes):
-    """``cache_report`` with the layers sharded by :func:`moeroof.studies.shard.simulate_by_layer`."""
+    """``cache_report`` with the layers sharded by :func:`moeroof.run.shard.simulate_by_layer`."""
     capacity, cap_experts, cap_bytes = caps
-    from moeroof.studies.shard import simulate_by_layer
+    from moeroof.run.shard import simulate_by_layer
 
     res = simulate_by_layer(
         trace,

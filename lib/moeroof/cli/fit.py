@@ -54,7 +54,7 @@ def fit_report(args: argparse.Namespace) -> dict[str, Any]:
     per = 4 * len(data.layer_ids) * data.experts
     check_replicate_memory("--bootstrap", bootstrap, per, "layers × experts × 4")
     check_replicate_memory("--gof-sims", gof_sims, per, "layers × experts × 4")
-    from moeroof.models.fit import fit_histogram  # lazily: the union command works without it
+    from moeroof.fit.skew import fit_histogram  # lazily: the union command works without it
 
     notes = []
     if isinstance(data, Histogram):

@@ -8,7 +8,7 @@
 
 POINTS columns: ``batch``, ``cache_gib``, ``ranks``, ``policy``, ``net_tok_s``, ``hit_rate``
 (empty: predict); see :mod:`moeroof.data.plan_points`. The fit is
-:func:`moeroof.models.fit_plan.fit_plan`; this module parses the flags and prints its result.
+:func:`moeroof.fit.plan.fit_plan`; this module parses the flags and prints its result.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from moeroof.cli.inputs import input_path, routing_knobs_arg
 from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, table
 from moeroof.core.limits import usable_cores
 
-#: the knobs --fit takes: moeroof.models.fit_plan.KNOBS, spelled here so that the parser needs no
+#: the knobs --fit takes: moeroof.fit.plan.KNOBS, spelled here so that the parser needs no
 #: scipy (tests/test_fit_plan.py holds the two equal)
 KNOBS = ("engine", "expert", "ssd-scale", "reclaim", "reclaim-shape", "pressure", "skew", "rho")
 
@@ -87,7 +87,7 @@ def _knob_list(text: str | None) -> tuple[str, ...] | None:
 def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
     from moeroof.data.plan_points import read_plan_points
     from moeroof.data.presets import load_hardware, load_model
-    from moeroof.models.fit_plan import fit_plan
+    from moeroof.fit.plan import fit_plan
     from moeroof.models.local_routing import spec_skew
     from moeroof.models.locality import Locality
     from moeroof.models.plan import routing_from_spec

@@ -8,7 +8,7 @@ history) to measured cache and routing points, and predict the rows left empty w
 
 POINTS (:mod:`moeroof.data.points`): ``kind,batch,capacity_experts_per_layer|capacity_gib,policy,scope,
 ranks,partition,value``; rows with a value calibrate, rows without are predicted. The method is
-:mod:`moeroof.models.fit_routing`'s.
+:mod:`moeroof.fit.routing`'s.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def fit_routing_report(args: argparse.Namespace) -> dict[str, Any]:
     bootstrap = replicates(args.bootstrap, "--bootstrap")
     timed = positive_int(args.timed_steps, "--timed-steps")
     from moeroof.data.points import read_points
-    from moeroof.models.fit_routing import fit_routing
+    from moeroof.fit.routing import fit_routing
     from moeroof.models.locality import Locality
 
     locality = None if args.no_locality_prior else Locality.committed()

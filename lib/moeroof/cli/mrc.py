@@ -13,10 +13,10 @@ Scope global (default): one LRU cache shared by all layers, capacity in experts.
 curve is one pass in one process (a request's stack distance counts every layer's items, so it
 does not split); ``--sample-rate R`` estimates it by SHARDS, and with ``--slices S``,
 ``--workers N`` or ``--scheduler`` the sampled hash range is cut into S disjoint slices, one
-task each, whose spread states the error (:func:`moeroof.studies.shard.shards_curve_sharded`).
+task each, whose spread states the error (:func:`moeroof.run.shard.shards_curve_sharded`).
 Scope layer: one LRU cache per layer, the same C experts in each: ``capacity_experts`` is the
 whole cache (L·C, as ``cache --capacity-experts`` reads it), ``capacity_experts_per_layer`` is C; exact, its layers sharded
-over the workers (:func:`moeroof.studies.shard.lru_curve_by_layer`).
+over the workers (:func:`moeroof.run.shard.lru_curve_by_layer`).
 
 The Che approximation beside the curve is solved at every capacity up to 256 and at 200
 log-spaced capacities above, linearly interpolated between (``--che all``: at every capacity,
@@ -247,7 +247,7 @@ def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
 
 def _layer_report(args, trace, opt, lookup_note) -> dict[str, Any]:
     """``--scope layer``: the exact per-layer curve, layers sharded over the tasks."""
-    from moeroof.studies.shard import lru_curve_by_layer
+    from moeroof.run.shard import lru_curve_by_layer
 
     counts = _item_counts(trace)
     if not counts.any():
@@ -273,7 +273,7 @@ def _layer_report(args, trace, opt, lookup_note) -> dict[str, Any]:
 def _sharded_shards_report(args, trace, opt, lookup_note) -> dict[str, Any]:
     """``--sample-rate R`` with ``--slices``/``--workers``/``--scheduler``: SHARDS over hash slices."""
     from moeroof.models.cache import che_hit_curve
-    from moeroof.studies.shard import BAND_SIGMAS, shards_curve_sharded
+    from moeroof.run.shard import BAND_SIGMAS, shards_curve_sharded
 
     rate = opt["rate"]
     res = shards_curve_sharded(

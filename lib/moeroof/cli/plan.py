@@ -120,7 +120,7 @@ def plan_report(args: argparse.Namespace, stage=lambda done, total, what: None) 
     """The ``plan`` JSON object for parsed arguments; ``stage(done, total, what)`` as each of
     :data:`PLAN_STAGES` begins (a :class:`~moeroof.cli.output.Progress`)."""
     from moeroof.data.presets import load_hardware, load_model
-    from moeroof.models.fit_plan import box_with_fit, routing_with_fit
+    from moeroof.fit.plan import box_with_fit, routing_with_fit
     from moeroof.models.plan import DEFAULT_ROUTING, Workload, admission_search, plan, routing_from_spec
 
     batch = parse_batch(args.batch)

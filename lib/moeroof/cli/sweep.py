@@ -9,8 +9,8 @@ serially or as tasks on dask.distributed, one Parquet row per point.
 ``-o`` is the Parquet file of the rows; the printed summary (``--format csv``: one row) goes to
 stdout or ``--report-output FILE``.
 
-The grid format, the commands and their keys (:data:`moeroof.studies.sweep.KEYS`), the point
-ids, resuming and the row schema are :mod:`moeroof.studies.sweep`'s; the help's epilog lists the
+The grid format, the commands and their keys (:data:`moeroof.run.sweep.KEYS`), the point
+ids, resuming and the row schema are :mod:`moeroof.run.sweep`'s; the help's epilog lists the
 keys. Building this parser imports no dask: :func:`run` does.
 """
 
@@ -103,7 +103,7 @@ def sweep_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
 
 def run(args: argparse.Namespace) -> int:
     from moeroof.core import atomic
-    from moeroof.studies.sweep import read_grid, run_sweep
+    from moeroof.run.sweep import read_grid, run_sweep
 
     workers = positive_int(args.workers, "--workers")
     grid_path = input_path(args.grid)

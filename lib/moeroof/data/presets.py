@@ -403,7 +403,7 @@ class Hardware:
     they are 0 and tagged ``assumed`` in provenance; ``moeroof calibrate`` measures the first two
     on the box at hand; ``moeroof fit-plan`` fits the third where every measured rate is at one
     batch size, the other two held at priors from public engines
-    (:data:`moeroof.models.fit_plan.PRIOR_SECONDS_PER_STEP`). ``mem_efficiency``,
+    (:data:`moeroof.fit.plan.PRIOR_SECONDS_PER_STEP`). ``mem_efficiency``,
     ``compute_efficiency`` and ``link_efficiency`` (in (0, 1], default 1, assumed) are the shares
     of the memory, compute and streaming-tier peaks the engine reaches (llm-analysis'
     ``hbm_memory_efficiency`` and ``flops_efficiency``). ``reclaim_penalty`` κ ≥ 0 (default 0,

@@ -7,7 +7,7 @@ hits only what popularity gives it. Real decode is more local (stickiness ρ: Qw
 42.7 % of its experts from one token to the next; per-stream hot sets ``q ~ Dirichlet(c·w)``).
 :class:`LocalRouting` keeps π and adds, for each batch size B, a trace of B streams sampled with
 the stickiness ρ and the per-stream locality c
-(:func:`moeroof.models.fit_routing.sample_knob_trace`, the sampler ``moeroof fit-routing``
+(:func:`moeroof.fit.routing.sample_knob_trace`, the sampler ``moeroof fit-routing``
 fits with), on which :func:`moeroof.models.plan.plan` simulates the cache and measures the
 union; :func:`moeroof.models.plan.plan` calls it once per B, so no row depends on another.
 
@@ -38,7 +38,7 @@ import numpy as np
 from moeroof.core.errors import ParameterError
 from moeroof.data.presets import MoEModel
 from moeroof.models.expert_cache import GLOBAL_STAND_IN_LAYERS
-from moeroof.models.fit_routing import RoutingKnobs, layer_popularity, sample_knob_trace
+from moeroof.models.knob_routing import RoutingKnobs, layer_popularity, sample_knob_trace
 from moeroof.models.plan import RoutingProbabilities
 from moeroof.models.routing import histogram_from_trace, weights_from_inclusion
 
@@ -112,8 +112,8 @@ def routing_from_knobs(
     model: MoEModel, family: str, skew: float, rho: float = 0.0, c: float = math.inf, *, streams: int, seed: int = 0
 ) -> RoutingProbabilities:
     """A routing whose cache runs on a trace sampled from knobs, as ``moeroof fit-routing``
-    samples them (:func:`moeroof.models.fit_routing.layer_popularity` and
-    :func:`~moeroof.models.fit_routing.sample_knob_trace`: family Zipf s or Dirichlet α,
+    samples them (:func:`moeroof.fit.routing.layer_popularity` and
+    :func:`~moeroof.fit.routing.sample_knob_trace`: family Zipf s or Dirichlet α,
     stickiness ρ, per-stream locality c): :func:`trace_steps` steps, ``streams`` streams,
     :data:`TRACE_LAYERS` layers; π is the trace's own histogram."""
     if family not in ("zipf", "dirichlet"):

@@ -214,11 +214,11 @@ INCLUSION_NODES_BOUND = 512
 
 def dirichlet_routing(model: MoEModel, alpha: float, label: str, notes: tuple[str, ...] = ()) -> RoutingProbabilities:
     """Each stand-in layer's popularity ``w ~ Dirichlet(α·1)`` (drawn afresh per layer, so which
-    experts are hot differs between layers: :func:`moeroof.models.fit_routing.layer_popularity`
+    experts are hot differs between layers: :func:`moeroof.fit.routing.layer_popularity`
     at :data:`DIRICHLET_SEED`) and π its top-K inclusion probabilities
     (:func:`~moeroof.models.routing.inclusion_probabilities`); α → ∞ is uniform."""
     from moeroof.core.limits import check_allocation
-    from moeroof.models.fit_routing import RoutingKnobs, layer_popularity
+    from moeroof.models.knob_routing import RoutingKnobs, layer_popularity
 
     layers = expert_cache.GLOBAL_STAND_IN_LAYERS
     # the inclusion probabilities integrate each row over a grid of a few hundred nodes per expert

@@ -890,7 +890,7 @@ def weights_from_inclusion(
     (the logit moves an expert near π = 1 as fast as a rare one; ``d`` starts at 0.7 and halves
     in a row whose error grew). An expert with π = 0 gets weight 0 (never drawn); one with
     π = 1 ends far above the rest (drawn by every token up to ``tol``). ``moeroof trace --routing
-    HIST`` draws from these weights; :func:`moeroof.models.fit.popularity_from_inclusion` is the
+    HIST`` draws from these weights; :func:`moeroof.fit.skew.popularity_from_inclusion` is the
     fit's own older inversion (targets clipped into (0, 1), a multiplicative fixed point)."""
     pi = np.clip(np.atleast_2d(np.asarray(pi, dtype=float)), 0.0, 1.0)
     p = np.minimum(pi, 1.0 - 1e-13)

@@ -1,7 +1,7 @@
 """Exact memo of pure simulations, in this process and on disk between runs.
 
 A simulation whose numbers depend on nothing but its arguments (every draw seeded by them:
-:func:`moeroof.models.fit_routing.simulate_points`, :func:`moeroof.studies.ladder.run_cases`)
+:func:`moeroof.fit.routing.simulate_points`, :func:`moeroof.studies.ladder.run_cases`)
 is kept under a key of those arguments as plain values (floats by ``repr``, which is exact), in
 an LRU of this process and in :class:`moeroof.core.disk_memo.DiskMemo` under a salt: a hash of
 the source files that compute it and of the versions of numpy (its streams draw the traces),

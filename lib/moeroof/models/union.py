@@ -20,7 +20,7 @@ Estimators, each returning a :class:`UnionCurve` (per layer, with a band):
 - :func:`union_from_trace` — measured: at each step draw B of the live streams without
   replacement and count distinct experts per layer (``-1`` padding ignored); the band is a
   bootstrap over steps. The gap between this and the independent plug-in is the cross-agent
-  correlation (see :mod:`moeroof.models.fit`).
+  correlation (see :mod:`moeroof.fit.skew`).
 
 The invariants ``K ≤ U(B) ≤ min(E, B·K)``, U increasing and concave in B, and "uniform π
 maximizes U for fixed Σπ = K" are checked in the tests.

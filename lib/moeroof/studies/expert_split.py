@@ -695,9 +695,9 @@ def tok_s_sweep(
     knob). Fitted: the engine and the SSD scale. Every public tok/s is at M = 8, where the pairs a
     rank touches are fixed, so the engine's fitted knob is its cost per touched (layer, expert)
     pair, with the per-step and per-token costs held at their priors from public engines
-    (:data:`moeroof.models.fit_plan.PRIOR_SECONDS_PER_STEP`; their ends in fit-plan's bands). The
+    (:data:`moeroof.fit.plan.PRIOR_SECONDS_PER_STEP`; their ends in fit-plan's bands). The
     other structural end — the same engine time at M = 8 charged per agent token (c0 = 0, c1 =
-    engine seconds at M = 8 / 8) — is predicted too (:func:`moeroof.models.fit_plan.predict_points`)
+    engine seconds at M = 8 / 8) — is predicted too (:func:`moeroof.fit.plan.predict_points`)
     and widens the band: that is the structural uncertainty of the M sweep, which no public row
     can resolve. Under overlap ``max`` (the default here) the step is the largest of its terms,
     so wherever the stream is shorter than the engine term a cache change moves nothing; the seed's step times add
@@ -707,7 +707,7 @@ def tok_s_sweep(
     """
     import time
 
-    from moeroof.models.fit_plan import PlanKnobs, box_with_knobs, fit_plan, predict_points
+    from moeroof.fit.plan import PlanKnobs, box_with_knobs, fit_plan, predict_points
     from moeroof.models.local_routing import routing_from_knobs
     from moeroof.models.plan import Workload, plan
 

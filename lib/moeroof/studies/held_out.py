@@ -145,11 +145,11 @@ def _hit_row(case: str, r: dict, what: str, cal: str, points: str) -> dict[str, 
 
 def regime_rows(*, jobs: int = 1) -> list[dict[str, Any]]:
     """The ``regimes`` group (module docstring): one fit-plan per :data:`REGIME_CASES` entry
-    (``jobs``: :func:`moeroof.models.fit_plan.fit_plan`'s, the same numbers)."""
+    (``jobs``: :func:`moeroof.fit.plan.fit_plan`'s, the same numbers)."""
     from moeroof.core.paths import DATA_DIR
     from moeroof.data.plan_points import read_plan_points
     from moeroof.data.presets import load_hardware, load_model
-    from moeroof.models.fit_plan import fit_plan
+    from moeroof.fit.plan import fit_plan
     from moeroof.models.local_routing import spec_skew
     from moeroof.models.locality import Locality
     from moeroof.models.plan import routing_from_spec

@@ -4,11 +4,11 @@ The question a user with a captured trace asks: fitted on what one stream's cach
 cache sizes) and on how much a batch's streams share (one union), do the routing knobs predict
 the rest — the single stream at other sizes, the batch's cache, the union at another batch
 size? This module *measures* those points on a trace by replay, nothing fitted
-(:func:`measured_points`), then fits :func:`moeroof.models.fit_routing.fit_routing` on the
+(:func:`measured_points`), then fits :func:`moeroof.fit.routing.fit_routing` on the
 named calibration rows only and compares its predictions with the withheld measurements
 (:func:`knob_transfer`). The errors are shown whatever they are.
 
-**Measured points** (the definitions of :mod:`moeroof.models.fit_routing`, applied to the
+**Measured points** (the definitions of :mod:`moeroof.fit.routing`, applied to the
 trace): the trace's streams are cut into consecutive batches of M (streams ``0..M−1``,
 ``M..2M−1``, …; a remainder is dropped), each batch replayed over the steps where all its M
 streams are live (a real batch whose members finished early would otherwise shrink);
@@ -38,7 +38,8 @@ import numpy as np
 
 from moeroof.core.results import Result
 from moeroof.data.points import Point
-from moeroof.models import cache, fit_routing
+from moeroof.fit import routing as fit_routing
+from moeroof.models import cache
 from moeroof.models.routing import consecutive_overlap
 from moeroof.models.union import distinct_per_layer
 
@@ -206,7 +207,7 @@ def knob_transfer(
     """Measure :func:`measured_points` on ``trace`` (a path or a trace with ``topk``,
     ``experts``, ``meta``), fit routing knobs on the rows named by ``calibrate`` — tuples
     ``(kind, batch, capacity or None)`` — and predict every other row with bands
-    (:func:`moeroof.models.fit_routing.fit_routing`; extra keywords go to it)."""
+    (:func:`moeroof.fit.routing.fit_routing`; extra keywords go to it)."""
     from moeroof.data.io import read_trace
 
     if not hasattr(trace, "topk"):

@@ -70,7 +70,7 @@ notebook shows those as sensitivities beside the bands.
 **The general fitter** (:func:`fit_routing_predictions`): the same public rows as
 ``moeroof fit-routing`` points (:func:`public_points`: hit rate and GiB/step at 20 and 80 GiB,
 the union of 50 across both ranks; the withheld cases as empty rows), fitted by
-:func:`moeroof.models.fit_routing.fit_routing` and predicted with its bands (parameter,
+:func:`moeroof.fit.routing.fit_routing` and predicted with its bands (parameter,
 run-to-run and family); :func:`write_fit_routing_predictions` writes them with the band columns
 :func:`write_predictions` lacks. :func:`fit_knobs` stays as the seed-specific reference; the
 distance between the two calibrations is shown as a structural band.
@@ -97,8 +97,8 @@ from moeroof.core.results import Result
 from moeroof.core.rng import generator
 from moeroof.core.units import GiB
 from moeroof.data.points import Point
+from moeroof.fit.routing import RoutingFit, fit_routing
 from moeroof.models import cache
-from moeroof.models.fit_routing import RoutingFit, fit_routing
 from moeroof.models.routing import Dirichlet, Zipf, sample_trace
 from moeroof.models.sim_memo import SourceMemo
 from moeroof.models.union import distinct_per_layer
@@ -434,7 +434,7 @@ def run_cases(
 
 
 #: the source files :func:`run_cases` runs (relative to the package): the disk memo's salt
-CASES_SOURCES = ("studies/ladder.py", "models/", "core/", "data/")  # every module a case can reach
+CASES_SOURCES = ("studies/ladder.py", "fit/", "models/", "core/", "data/")  # every module a case can reach
 CASES_MEMO = SourceMemo("ladder-cases", CASES_SOURCES)
 
 
@@ -869,7 +869,7 @@ def public_points(
     Calibration (values): for each target (the pair's 20 and 80 GiB rows at M = 8) a ``hit_rate``
     and a ``gib_per_step`` row (per rank, 2 ranks, contiguous id split, global scope, LRU), and
     the ``union`` at M = 8 — distinct experts per layer and step across the whole batch, which
-    :func:`moeroof.models.fit_routing.simulate_points` counts over all experts whatever the
+    :func:`moeroof.fit.routing.simulate_points` counts over all experts whatever the
     ranks: the seed's "about 50" across both ranks, taken as 50 (tolerance 5 %, 2.5 experts).
     Then a ``hit_rate`` and a ``gib_per_step`` row per case, value empty: predicted, never fitted.
     """

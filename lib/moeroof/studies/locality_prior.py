@@ -12,7 +12,7 @@ cannot identify them draws them from what real decode does, and their spread wid
 
 **Sources** (:data:`SOURCES`): each gives single-stream rows (``overlap`` at M = 1 and LRU hit
 rates of one stream at several per-layer capacities) and, where it has several streams, the same
-rows at larger batches (which tell ρ from ``c``: :func:`moeroof.models.fit_routing.identifiable`):
+rows at larger batches (which tell ρ from ``c``: :func:`moeroof.fit.routing.identifiable`):
 
 - ``mixtral``: the Mixtral 8x7B capture (4 sequences, 32 layers, top-2 of 8), replayed
   (:func:`moeroof.studies.knob_transfer.measured_points`);
@@ -25,7 +25,7 @@ rows at larger batches (which tell ρ from ``c``: :func:`moeroof.models.fit_rout
 The captures are read from ``../shared/data/external`` (never copied: no license); a source
 whose files are absent is skipped and said so.
 
-**Per-source fit** (:func:`fit_source`): :func:`moeroof.models.fit_routing.fit_routing` on every
+**Per-source fit** (:func:`fit_source`): :func:`moeroof.fit.routing.fit_routing` on every
 row of the source — its family, skew, ρ, history and, where the rows identify it, ``c`` — with
 its refit parametric bootstrap; the chosen family's draws are the source's knob distribution.
 Locality is carried as the hot set's size in a token's picks, ``h = W/K`` with
@@ -56,8 +56,8 @@ import numpy as np
 
 from moeroof.core.results import Result
 from moeroof.data.points import Point, noise
-from moeroof.models import fit_routing
-from moeroof.models.fit_routing import RoutingKnobs
+from moeroof.fit import routing as fit_routing
+from moeroof.fit.routing import RoutingKnobs
 from moeroof.models.locality import (
     C_PER_EXPERT_FLOOR,
     HOT_SET_CAP,
@@ -258,7 +258,7 @@ def fit_source(
     progress: Callable[[int, int, str], None] | None = None,
     popularity: RoutingKnobs | None = None,
 ) -> SourceFit:
-    """:func:`moeroof.models.fit_routing.fit_routing` on every row of one source, its popularity
+    """:func:`moeroof.fit.routing.fit_routing` on every row of one source, its popularity
     held at its routing histogram's (``popularity``, default :func:`popularity_knobs`: the
     locality is what the cache rows show beyond the pooled popularity); the chosen family's
     bootstrap draws become the source's distribution."""
@@ -415,9 +415,9 @@ class PriorRow(Result):
 
 def popularity_knobs(rows: SourceRows, *, rng_seed: int = 0) -> RoutingKnobs:
     """The popularity a user has for the source's model: the family and skew that its routing
-    histogram fits best (:func:`moeroof.models.fit.fit_histogram`, pooled, by AIC), locality off.
+    histogram fits best (:func:`moeroof.fit.skew.fit_histogram`, pooled, by AIC), locality off.
     Without a histogram: Zipf s = 0.8, the suite's default."""
-    from moeroof.models.fit import fit_histogram
+    from moeroof.fit.skew import fit_histogram
 
     if rows.counts is None:
         return RoutingKnobs(family="zipf", skew=0.8)

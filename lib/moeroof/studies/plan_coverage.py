@@ -2,14 +2,14 @@
 
 A 90 % band (fit-plan's 5–95 %) should hold about 90 % of new measurements. Where the truth is
 known it can be counted: each truth here is a box drawn from the priors fit-plan holds — the
-per-step engine cost log-uniform over :data:`moeroof.models.fit_plan.PRIOR_SECONDS_PER_STEP`'s
-range, the per-token cost uniform over :data:`~moeroof.models.fit_plan.PRIOR_SECONDS_PER_AGENT_TOKEN`'s,
+per-step engine cost log-uniform over :data:`moeroof.fit.plan.PRIOR_SECONDS_PER_STEP`'s
+range, the per-token cost uniform over :data:`~moeroof.fit.plan.PRIOR_SECONDS_PER_AGENT_TOKEN`'s,
 a per-touched-expert cost log-uniform over 0.1–1 ms, an SSD scale log-uniform over 0.3–1.5, one
 stream's stickiness and per-stream locality one draw of the committed locality prior (the two
 paired by strength, as :meth:`moeroof.models.locality.Locality.draws` pairs them) — each truth from its own generator, the same whatever the count — and a structural choice fit-plan is
 not told: the terms combined by ``max`` or ``sum`` (alternating). Its rows are seed 003's
 settings (:data:`ROWS`: GLM-5 NVFP4 on GB10, its per-layer histogram), simulated by
-:func:`moeroof.models.fit_plan.predict_points` at a simulation seed no fit uses, with a
+:func:`moeroof.fit.plan.predict_points` at a simulation seed no fit uses, with a
 lognormal measurement noise of :data:`NOISE` on the calibration rows' tok/s and a normal one of
 :data:`HIT_NOISE` on their hit rates; fit-plan sees the three M = 8 rows a user of seed 003 has
 (tok/s, and the pair's hit rates) and predicts M = 1, 16, 32 and the 40 GiB row. The realised
@@ -61,7 +61,7 @@ class PlanCoverage(Result):
 def _truth_knobs(rng, prior, model) -> tuple:
     """A simulated box's knobs drawn from fit-plan's priors (module docstring) with ``rng``, and
     its one stream's c/E."""
-    from moeroof.models.fit_plan import PRIOR_SECONDS_PER_AGENT_TOKEN, PRIOR_SECONDS_PER_STEP, PlanKnobs
+    from moeroof.fit.plan import PRIOR_SECONDS_PER_AGENT_TOKEN, PRIOR_SECONDS_PER_STEP, PlanKnobs
 
     u = rng.random(6)
     # ρ and c/E paired by locality strength, as the prior's draws are (Locality.paired); u[5]
@@ -85,7 +85,7 @@ def plan_coverage(truths: int = 8, *, progress: Callable[[int, int], None] | Non
 
     from moeroof.data.plan_points import PlanPoint
     from moeroof.data.presets import load_hardware, load_model
-    from moeroof.models.fit_plan import fit_plan, predict_points
+    from moeroof.fit.plan import fit_plan, predict_points
     from moeroof.models.locality import Locality
     from moeroof.models.plan import routing_from_spec
 

@@ -18,7 +18,7 @@ requests (a popularity, not one stream's hot set, which the locality prior carri
 
 - Qwen3-30B-A3B (128 experts, top-8) on four prompt sets (ARC, COPA, GSM8K, MMLU) in two languages: prefill frequencies
   per layer (``qwen3-30b-a3b-expert-freq-en-he`` under ``../shared/data/external``, read in
-  place); α is the pooled Dirichlet-multinomial fit (:func:`moeroof.models.fit.fit_histogram`)
+  place); α is the pooled Dirichlet-multinomial fit (:func:`moeroof.fit.skew.fit_histogram`)
   at the token counts the capture's meta estimates;
 - DeepSeek-V3/R1 (256 experts, top-8) on GPQA: the hottest expert's median share of a layer's
   picks, 2.36 % (johanna-rock/moe-balance, docs/sources.md); α is where the family's median
@@ -127,9 +127,9 @@ class SkewUnit(Result):
 def top_share(alpha: float, experts: int, top_k: int, top: int = 1, q: float | Sequence[float] = 0.5) -> np.ndarray:
     """Quantiles over layers of the ``top`` hottest experts' share of a layer's picks (the
     largest ``top`` of ``π_i / K``, summed), with ``w ~ Dirichlet(α·1)`` per layer
-    (:func:`moeroof.models.fit_routing.layer_popularity`, :data:`HOTTEST_DRAWS` layers at seed 0)
+    (:func:`moeroof.fit.routing.layer_popularity`, :data:`HOTTEST_DRAWS` layers at seed 0)
     and π its top-K inclusion probabilities."""
-    from moeroof.models.fit_routing import RoutingKnobs, layer_popularity
+    from moeroof.fit.routing import RoutingKnobs, layer_popularity
     from moeroof.models.routing import inclusion_probabilities
 
     w = layer_popularity(RoutingKnobs(family="dirichlet", skew=float(alpha)), int(experts), HOTTEST_DRAWS, 0)
@@ -156,8 +156,8 @@ def alpha_from_hottest_share(share: float, experts: int, top_k: int) -> float:
 
 def dirichlet_alpha(counts: np.ndarray, top_k: int) -> float:
     """The pooled Dirichlet-multinomial α of per-layer incidence counts (L, E)
-    (:func:`moeroof.models.fit.fit_histogram`, the ``dirichlet`` model alone)."""
-    from moeroof.models.fit import fit_histogram
+    (:func:`moeroof.fit.skew.fit_histogram`, the ``dirichlet`` model alone)."""
+    from moeroof.fit.skew import fit_histogram
 
     fit = fit_histogram(counts, top_k, rng=np.random.default_rng(0), bootstrap=0, gof_sims=0, models=("dirichlet",))
     return float(fit.pooled["dirichlet"].params["alpha"])
@@ -423,7 +423,7 @@ def zero_fit_rows(st, external_dir: str | Path | None = None) -> list[tuple[Any,
     popularity from the skew prior without the model (:func:`held_out_alpha`) instead of the
     source's own histogram — what a zero-fit ``plan`` starts from. Returns (row, what it was
     predicted from) pairs; a source with no other unit of either prior is left out."""
-    from moeroof.models.fit_routing import RoutingKnobs
+    from moeroof.fit.routing import RoutingKnobs
     from moeroof.studies import locality_prior as lp
 
     kw = {k: v for k, v in st.settings.items() if k in ("seeds", "timed_steps", "max_sim_layers")}

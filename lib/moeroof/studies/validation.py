@@ -941,7 +941,7 @@ def single_stream_cache_points(calibrate_on: Sequence[int] = CACHE_CALIBRATION_S
 
 @functools.lru_cache(maxsize=4)
 def _single_stream_fit(calibrate_on: tuple[int, ...], seeds: tuple[int, ...], bootstrap: int):
-    from moeroof.models.fit_routing import fit_routing
+    from moeroof.fit.routing import fit_routing
 
     ref = SINGLE_STREAM_CACHE.value
     pts = single_stream_cache_points(calibrate_on)
@@ -957,7 +957,7 @@ def single_stream_cache_check(
     The POINTS (:func:`single_stream_cache_points`): Qwen3-30B-A3B, E = 128, K = 8, L = 48,
     batch 1, one cache per layer; LRU at 8 and 32 experts per layer carry the published 42.4 %
     and 81.0 % (calibration), LRU at 16 and 64 and all four sizes under LFU, S3-FIFO, ARC and
-    Belady are predicted. :func:`moeroof.models.fit_routing.fit_routing` runs at ``seeds``
+    Belady are predicted. :func:`moeroof.fit.routing.fit_routing` runs at ``seeds``
     (0, 1, 2) with ``bootstrap`` 8 replicate draws (about 15 s on a 2-core box; memoised).
 
     **What two hit rates identify.** Two calibration rows identify two knobs, and
@@ -972,7 +972,7 @@ def single_stream_cache_check(
     the curve's level (skew) and its short-range reuse (ρ: the 8-expert cache is almost the
     previous token's experts); the held-out 16 and 64 test the shape between and beyond.
 
-    Returns ``fit`` (the :class:`~moeroof.models.fit_routing.RoutingFit`), ``calibrate_on``,
+    Returns ``fit`` (the :class:`~moeroof.fit.routing.RoutingFit`), ``calibrate_on``,
     ``seeds``, ``bootstrap`` and ``rows``: one dict per POINTS row (``policy``,
     ``capacity_experts``, ``role`` — ``calibration``, ``prediction`` (LRU held out: a published
     value to compare) or ``projection`` (other policies: nothing measured) —, ``measured``

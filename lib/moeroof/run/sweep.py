@@ -31,7 +31,7 @@ The commands and their inputs (:data:`KEYS`; a key no command takes is an error 
   ``zipf:S`` or ``dirichlet:ALPHA``), ``experts``, ``top_k``, ``layers``, ``steps``, ``streams``
   and ``seed`` (all required with ``routing``), ``rho`` (stickiness, default 0). One or the
   other, never both (:data:`SYNTHETIC_KEYS`). The rows add the trace's shape.
-- ``fit-routing`` (``moeroof fit-routing``, :func:`moeroof.models.fit_routing.fit_routing`):
+- ``fit-routing`` (``moeroof fit-routing``, :func:`moeroof.fit.routing.fit_routing`):
   ``points`` (a POINTS .csv), ``experts``, ``top_k``, ``layers`` (required); ``expert_bytes``,
   ``seeds`` (how many fit seeds, default 4), ``seed`` (the first of them, default 0),
   ``bootstrap`` (default 8), ``timed_steps`` (default 16), ``families`` (comma-separated,
@@ -585,7 +585,7 @@ def _fit_routing_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
 
     from moeroof.core.paths import resolve_data
     from moeroof.data.points import read_points
-    from moeroof.models.fit_routing import FAMILIES, fit_routing, tolerance
+    from moeroof.fit.routing import FAMILIES, fit_routing, tolerance
 
     experts, top_k, layers = int(inputs["experts"]), int(inputs["top_k"]), int(inputs["layers"])
     expert_bytes = inputs.get("expert_bytes")
@@ -807,7 +807,7 @@ def _client(client: Any, scheduler: str | None, workers: int, owned: list[Any]) 
     opens goes into ``owned`` (closed by the caller)."""
     Client = require("distributed", "sweep", "moeroof sweep (dask.distributed)").Client
 
-    from moeroof.studies.cluster import local_cluster
+    from moeroof.run.cluster import local_cluster
 
     if client is None and scheduler is not None:
         client = Client(scheduler)

@@ -206,7 +206,7 @@ def _client(client: Any, scheduler: str | None, workers: int) -> Iterator[Any]:
         return
     Client = require("distributed", "sweep", "a sharded run (dask.distributed)").Client
 
-    from moeroof.studies.cluster import local_cluster
+    from moeroof.run.cluster import local_cluster
 
     if scheduler is not None:
         with Client(scheduler) as c:

@@ -119,7 +119,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from scipy.special import gammaincinv
 
 from moeroof.core.errors import ParameterError
 from moeroof.core.limits import (
@@ -133,9 +132,10 @@ from moeroof.core.rng import generator
 from moeroof.core.units import GiB
 from moeroof.data.points import Point, noise
 from moeroof.models import cache
-from moeroof.models.locality import Locality, layer_knobs
+from moeroof.models.knob_routing import DEFAULT_HISTORY, FAMILIES, RoutingKnobs, layer_popularity, sample_knob_trace
+from moeroof.models.locality import Locality
 from moeroof.models.partition import balanced_packing, contiguous_split
-from moeroof.models.routing import Uniform, consecutive_overlap, sample_trace, zipf_weights
+from moeroof.models.routing import consecutive_overlap
 from moeroof.models.sim_memo import SourceMemo
 from moeroof.models.union import distinct_per_layer
 
@@ -165,11 +165,8 @@ __all__ = [
     "fit_routing",
 ]
 
-FAMILIES = ("dirichlet", "zipf")
 #: the knobs, in the order they are fitted when the rows allow
 KNOBS = ("skew", "rho", "history", "locality")
-#: history held when not fitted: a warm cache (tokens before the counted steps)
-DEFAULT_HISTORY = 256
 #: grid points per knob and round of the coordinate search; rounds
 GRID = 5
 ROUNDS = 3
@@ -184,42 +181,6 @@ _DEFAULT_SKEW = {"dirichlet": 0.5, "zipf": 0.8}
 _FLOOR = {"hit_rate": 0.03, "overlap": 0.05, "union": 0.25, "gib_per_step": 0.005}
 
 
-@dataclass(frozen=True)
-class RoutingKnobs:
-    """Routing knobs and the cache's warmth (module docstring). ``skew`` is α (``dirichlet``:
-    smaller is more skewed) or s (``zipf``: larger is more skewed); ``c`` the per-stream
-    locality (``inf`` = off); ``history_tokens`` tokens served before the counted steps."""
-
-    family: str = "dirichlet"
-    skew: float = 0.5
-    rho: float = 0.0
-    c: float = math.inf
-    history_tokens: int = DEFAULT_HISTORY
-
-    def __post_init__(self) -> None:
-        if self.family not in FAMILIES:
-            raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {self.family!r}")
-        if not np.isfinite(self.skew) or self.skew < 0 or (self.family == "dirichlet" and self.skew <= 0):
-            raise ValueError(f"skew must be finite and > 0 (>= 0 for zipf), got {self.skew!r}")
-        if not 0.0 <= self.rho <= 1.0:
-            raise ValueError(f"rho must be in [0, 1], got {self.rho!r}")
-        if not self.c > 0:
-            raise ValueError(f"c must be > 0 (inf for off), got {self.c!r}")
-        if int(self.history_tokens) != self.history_tokens or self.history_tokens < 0:
-            raise ValueError(f"history_tokens must be an integer >= 0, got {self.history_tokens!r}")
-
-    @property
-    def skew_name(self) -> str:
-        return "alpha" if self.family == "dirichlet" else "s"
-
-    def label(self) -> str:
-        c = "off" if math.isinf(self.c) else f"{self.c:.3g}"
-        return (
-            f"{self.family} {self.skew_name}={self.skew:.3g}, rho={self.rho:.3g}, locality c={c}, "
-            f"history {self.history_tokens} tokens"
-        )
-
-
 def tolerance(kind: str, measured: float) -> float:
     """τ of a row: the POINTS noise (:func:`moeroof.data.points.noise`) with a floor."""
     return max(noise(kind, measured), _FLOOR[kind])
@@ -230,59 +191,12 @@ def history_steps(history_tokens: int, streams: int) -> int:
     return int(math.ceil(history_tokens / max(1, int(streams))))
 
 
-def layer_popularity(knobs: RoutingKnobs, experts: int, layers: int, seed: int) -> np.ndarray:
-    """Per-layer popularity (layers, E) of the knobs' family at ``seed``, by inversion from fixed
-    uniforms (common random numbers: smooth in the skew; module docstring)."""
-    u = generator(int(seed), "popularity").random((2, layers, experts))
-    u1 = np.clip(u[0], 1e-12, 1 - 1e-12)
-    if knobs.family == "zipf":
-        ranks = np.argsort(np.argsort(u1, axis=1), axis=1)  # a random permutation per layer
-        return zipf_weights(experts, knobs.skew)[ranks]
-    a = float(knobs.skew)
-    logg = np.log(np.maximum(gammaincinv(a + 1.0, u1), 1e-300)) + np.log(np.maximum(u[1], 1e-300)) / a
-    logw = logg - np.logaddexp.reduce(logg, axis=1, keepdims=True)
-    return np.exp(logw)
-
-
 def _student_t_ppf(q, dof: float) -> np.ndarray:
     """Student's t quantiles (``scipy.stats.t.ppf``); scipy.stats loads (0.3 s) only where an
     interval is taken, not in every command that imports this module."""
     from scipy.stats import t as student_t
 
     return student_t.ppf(q, dof)
-
-
-def sample_knob_trace(
-    knobs: RoutingKnobs,
-    popularity: np.ndarray,
-    top_k: int,
-    streams: int,
-    steps: int,
-    seed: int,
-    *,
-    first_layer: bool = False,
-) -> np.ndarray:
-    """A trace (steps, M, layers, K) under the knobs: stickiness ρ and per-stream locality c
-    (:func:`moeroof.models.routing.sample_trace`, ``groups=streams, scope="trace"``), drawn from
-    ``default_rng([seed, M, "routing"])``. ``first_layer``: the trace's layer 0 is the model's
-    first MoE layer (the trace holds all its layers, in order), which has no locality
-    (:func:`moeroof.models.locality.layer_knobs`); otherwise every layer stands for a typical one
-    and carries the knobs."""
-    layers, experts = popularity.shape
-    rng = generator(int(seed), int(streams), "routing")
-    rho, c = layer_knobs(knobs.rho, knobs.c, layers) if first_layer else (knobs.rho, knobs.c)
-    return sample_trace(
-        Uniform(experts, top_k),
-        steps,
-        streams,
-        layers,
-        rng,
-        c=c,
-        rho=rho,
-        groups=streams,
-        scope="trace",
-        popularity=popularity,
-    )
 
 
 def rank_partition(popularity: np.ndarray, ranks: int, method: str = "lpt") -> np.ndarray | None:
@@ -448,7 +362,7 @@ def simulate_points(
 
 
 #: the source files :func:`simulate_points` runs (relative to the package): the disk memo's salt
-MEMO_SOURCES = ("models/", "core/", "data/")  # every module a simulated row can reach
+MEMO_SOURCES = ("fit/routing.py", "models/", "core/", "data/")  # every module a simulated row can reach
 #: simulated rows kept in this process and on disk between runs (:mod:`moeroof.models.sim_memo`)
 _MEMO = SourceMemo("fit-routing-points", MEMO_SOURCES)
 

@@ -57,7 +57,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 import moeroof
-from moeroof.core.disk_memo import memo_root
+from moeroof.core.memo import memo_root
 from moeroof.models.local_routing import locality_parameter
 from moeroof.models.routing import histogram_from_trace
 from moeroof.present import answers

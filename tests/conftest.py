@@ -8,10 +8,10 @@ import tempfile
 import numpy as np
 import pytest
 
-from moeroof.core.disk_memo import ENV as DISK_MEMO_ENV
+from moeroof.core.memo import ENV as DISK_MEMO_ENV
 from moeroof.core.paths import EXTERNAL_DIR
 
-# the step model keeps its simulations on disk between runs (core.disk_memo): the suite's own
+# the step model keeps its simulations on disk between runs (core.memo): the suite's own
 # runs keep theirs in a folder of this run's (kernels and workers inherit it), never the user's
 os.environ[DISK_MEMO_ENV] = tempfile.mkdtemp(prefix="moeroof-test-memo-")
 # a notebook cell in a test runs seconds: past 5 minutes its kernel has stopped answering (seen

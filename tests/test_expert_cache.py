@@ -371,7 +371,7 @@ def test_memo_returns_the_same_value_without_simulating_again(monkeypatch):
         return real(*args, **kw)
 
     monkeypatch.setattr(expert_cache.cache_sim, "simulate", counting)
-    monkeypatch.setenv("MOEROOF_CACHE_DIR", "")  # the in-process memo alone (the disk's: test_disk_memo)
+    monkeypatch.setenv("MOEROOF_CACHE_DIR", "")  # the in-process memo alone (the disk's: test_memo)
     clear_memo()
     args = (SMALL_PI, 4, 6.0)
     first = steady_state_miss_ratio(*args, policy="s3fifo", seed=21)

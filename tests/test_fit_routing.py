@@ -324,8 +324,8 @@ def test_the_simulation_memo_is_salted_by_every_module_it_can_reach():
     """A folder in a memo's sources stands for every module below it: an edit of any model,
     core or data module (routing, the cache kernels, the seeded generators, the POINTS reader)
     misses instead of serving an old number."""
+    from moeroof.core.memo import source_files
     from moeroof.fit import routing as fit_routing
-    from moeroof.models.sim_memo import source_files
 
     names = {p.relative_to(p.parents[1]).as_posix() for p in source_files(fit_routing.MEMO_SOURCES)}
     for module in (

@@ -62,19 +62,8 @@ def _common(p: argparse.ArgumentParser, out_help: str) -> None:
     add_output_arguments(p, output=False)
 
 
-def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "import",
-        help="import a routing capture (CSV/Parquet table, count or frequency matrix, SGLang, HF router logits)",
-        description=(
-            "Turn another tool's routing capture into the suite's trace (.npz) or histogram (.csv + .json "
-            "sidecar), recording the source, the import command and provenance: witnessed. Every FORMAT takes "
-            "-o OUT, --force (replace OUT), --format table|json|csv (--json) and --report-output FILE (the printed "
-            "report to FILE); `moeroof import FORMAT --help` lists the rest."
-        ),
-    )
-    sub = p.add_subparsers(dest="import_format", metavar="FORMAT", required=True)
-
+def _add_table(sub: Any) -> None:
+    """``import table``'s parser."""
     t = sub.add_parser(
         "table",
         help="one row per token (wide) or per routed slot (long), CSV or Parquet → trace",
@@ -100,6 +89,9 @@ def add_parser(subparsers: Any) -> None:
     t.add_argument("--experts", required=True, help="routed experts E of the model")
     t.add_argument("--top-k", required=True, help="experts per token K")
 
+
+def _add_matrix(sub: Any) -> None:
+    """``import matrix``'s parser."""
     m = sub.add_parser(
         "matrix",
         help="per-layer count or frequency matrix (wide CSV, or .npy layers × experts) → histogram",
@@ -129,6 +121,23 @@ def add_parser(subparsers: Any) -> None:
     )
     m.add_argument("--shares", action="store_true", help="rows summing to 1 are each expert's share of the K·T picks")
     m.add_argument("--experts", help="routed experts E (default: the expert columns / array width)")
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "import",
+        help="import a routing capture (CSV/Parquet table, count or frequency matrix, SGLang, HF router logits)",
+        description=(
+            "Turn another tool's routing capture into the suite's trace (.npz) or histogram (.csv + .json "
+            "sidecar), recording the source, the import command and provenance: witnessed. Every FORMAT takes "
+            "-o OUT, --force (replace OUT), --format table|json|csv (--json) and --report-output FILE (the printed "
+            "report to FILE); `moeroof import FORMAT --help` lists the rest."
+        ),
+    )
+    sub = p.add_subparsers(dest="import_format", metavar="FORMAT", required=True)
+
+    _add_table(sub)
+    _add_matrix(sub)
 
     g = sub.add_parser(
         "sglang",

@@ -251,7 +251,22 @@ class _ArrayCells:
 # ----------------------------------------------------------------------------- writer
 
 
-def write_parquet_trace(  # noqa: C901
+def _meta_object(meta: Mapping[str, Any] | str, path: Path) -> Mapping[str, Any]:
+    """A trace's meta given as a mapping or as JSON text (checked against the document limits
+    first); an :class:`InputError` naming ``path`` and ``meta`` for text that is not one object."""
+    if not isinstance(meta, str):
+        return meta
+    try:
+        check_document(meta, "the meta", max_bytes=MAX_JSON_BYTES)
+        obj = json.loads(meta)
+    except (ValueError, RecursionError) as exc:
+        raise InputError(path, "-", "meta", f"not a valid JSON object: {exc}") from None
+    if not isinstance(obj, dict):
+        raise InputError(path, "-", "meta", f"expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def write_parquet_trace(
     path: str | os.PathLike[str],
     topk: Any,
     meta: Mapping[str, Any] | str,
@@ -276,14 +291,7 @@ def write_parquet_trace(  # noqa: C901
     path = Path(path)
     if path.suffix.lower() != ".parquet":
         raise ValueError(f"{path}: a Parquet trace is written as .parquet")
-    if isinstance(meta, str):
-        try:
-            check_document(meta, "the meta", max_bytes=MAX_JSON_BYTES)
-            meta = json.loads(meta)
-        except (ValueError, RecursionError) as exc:
-            raise InputError(path, "-", "meta", f"not a valid JSON object: {exc}") from None
-        if not isinstance(meta, dict):
-            raise InputError(path, "-", "meta", f"expected a JSON object, got {type(meta).__name__}")
+    meta = _meta_object(meta, path)
     if getattr(topk, "ndim", None) != 4:
         topk = np.asarray(topk)
     if topk.ndim != 4:

@@ -127,6 +127,7 @@ from moeroof.core.limits import (
     MAX_SIMULATED_STEPS,
     check_allocation,
 )
+from moeroof.core.memo import SourceMemo
 from moeroof.core.results import Result
 from moeroof.core.rng import generator
 from moeroof.core.units import GiB
@@ -136,7 +137,6 @@ from moeroof.models.knob_routing import DEFAULT_HISTORY, FAMILIES, RoutingKnobs,
 from moeroof.models.locality import Locality
 from moeroof.models.partition import balanced_packing, contiguous_split
 from moeroof.models.routing import consecutive_overlap
-from moeroof.models.sim_memo import SourceMemo
 from moeroof.models.union import distinct_per_layer
 
 __all__ = [
@@ -363,7 +363,7 @@ def simulate_points(
 
 #: the source files :func:`simulate_points` runs (relative to the package): the disk memo's salt
 MEMO_SOURCES = ("fit/routing.py", "models/", "core/", "data/")  # every module a simulated row can reach
-#: simulated rows kept in this process and on disk between runs (:mod:`moeroof.models.sim_memo`)
+#: simulated rows kept in this process and on disk between runs (:mod:`moeroof.core.memo`)
 _MEMO = SourceMemo("fit-routing-points", MEMO_SOURCES)
 
 

@@ -40,11 +40,11 @@ from scipy.special import digamma, gammaln
 
 from moeroof.core.limits import check_allocation
 from moeroof.core.masks import live_tokens, partial_tokens
+from moeroof.core.memo import SourceMemo
 from moeroof.core.rng import generator
 from moeroof.core.stats import basic_interval, order_statistic_interval, percentile_interval
 from moeroof.data.safe_read import checked_blocks
 from moeroof.models import routing
-from moeroof.models.sim_memo import SourceMemo
 from moeroof.models.union import distinct_per_layer, power_sums
 
 __all__ = [
@@ -682,7 +682,7 @@ def popularity_from_inclusion(pi: np.ndarray, top_k: int, *, iters: int = 60, to
     Targets are clipped to [1e-9, 1 − 1e-6] and renormalised to Σ = K (an expert never seen
     stays reachable with negligible weight). Stops when max |π(w) − π̂| < ``tol``.
 
-    Memoised exactly (:mod:`moeroof.models.sim_memo`, keyed on a digest of ``pi``'s bytes): the
+    Memoised exactly (:mod:`moeroof.core.memo`, keyed on a digest of ``pi``'s bytes): the
     stickiness and heterogeneity fits of one trace invert the same inclusion, and a later run
     with the same sources reads the weights back, bit for bit.
     """

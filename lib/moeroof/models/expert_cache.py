@@ -113,11 +113,11 @@ _disk: list = []  # the DiskMemo of steady-state results, made on first use
 
 
 def _disk_memo():
-    """Steady-state results on disk (:mod:`moeroof.core.disk_memo`), salted with the simulator's
+    """Steady-state results on disk (:mod:`moeroof.core.memo`), salted with the simulator's
     own source (this module, the cache model and its kernels) and numpy's version, which draws
     the traces: any edit or upgrade misses rather than serving an old number."""
     if not _disk:
-        from moeroof.core.disk_memo import DiskMemo, source_salt
+        from moeroof.core.memo import DiskMemo, source_salt
 
         _disk.append(DiskMemo("steady-state", source_salt(steady_state_sources(), np.__version__)))
     return _disk[0]

@@ -630,6 +630,30 @@ class StepWork:
         return _pooled_hit_rate(self.union_pairs, self.missed_pairs)
 
 
+def _cache_given(model: MoEModel, workload: Workload, available: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The expert cache a rank gets at each B (bytes) and whether RAM cut it below the asked size:
+    ``auto``, all that RAM leaves (at most every routed byte); else the asked size, at most that."""
+    if workload.cache_auto:
+        return np.clip(np.minimum(available, float(model.routed_bytes)), 0.0, None), np.zeros(
+            available.shape, dtype=bool
+        )
+    return np.clip(np.minimum(workload.cache_bytes, available), 0.0, None), workload.cache_bytes > available
+
+
+def _misses_and_reads(rc, bf: np.ndarray, coalesced: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per layer and B, from a rank cache ``rc``: the misses, the page-cache hits among them and
+    the expert reads — the step's union once (coalesced), or every token's own picks."""
+    misses = rc.misses_per_layer
+    page_hits = rc.page_hits_per_layer if rc.page_hits_per_layer is not None else np.zeros_like(misses)
+    if coalesced:
+        return misses, page_hits, rc.union_per_layer
+    # each token's miss goes to the page cache as the step's misses do
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(misses > 0, page_hits / misses, 0.0)
+    token_misses = rc.token_misses_per_layer
+    return token_misses, token_misses * share, rc.picks_per_token[:, None] * bf
+
+
 def step_work(
     model: MoEModel,
     hardware: Hardware,
@@ -663,12 +687,7 @@ def step_work(
         model, hardware, b, context_tokens=workload.context_tokens, shared_prefix_tokens=p
     )
     dense = model.non_routed_bytes * (1.0 if dense_once else bf)
-    if workload.cache_auto:
-        cache_eff = np.clip(np.minimum(available, float(model.routed_bytes)), 0.0, None)
-        pressured = np.zeros(b.shape, dtype=bool)
-    else:
-        cache_eff = np.clip(np.minimum(workload.cache_bytes, available), 0.0, None)
-        pressured = workload.cache_bytes > available
+    cache_eff, pressured = _cache_given(model, workload, available)
     fits = available >= 0
     cache_experts = cache_eff / (layers * e_bytes)
     kw = dict(
@@ -688,16 +707,8 @@ def step_work(
     rc = expert_cache.rank_cache(
         pi, b, cache_experts, a, page_cache_experts_per_layer=page_experts if workload.page_cache else None, **kw
     )
-    union, misses = rc.union_per_layer, rc.misses_per_layer
-    page_hits = rc.page_hits_per_layer if rc.page_hits_per_layer is not None else np.zeros_like(misses)
-    reads = union
-    if not coalesced:
-        # each token's miss goes to the page cache as the step's misses do
-        with np.errstate(invalid="ignore", divide="ignore"):
-            share = np.where(misses > 0, page_hits / misses, 0.0)
-        misses = rc.token_misses_per_layer
-        page_hits = misses * share
-        reads = rc.picks_per_token[:, None] * bf
+    union = rc.union_per_layer
+    misses, page_hits, reads = _misses_and_reads(rc, bf, coalesced)
     missed_pairs = layers * misses
     page_pairs = layers * page_hits
     flops = bf * (model.flops_per_token + workload.context_tokens * model.attn_flops_per_context_token)

@@ -93,6 +93,7 @@ import numpy as np
 
 from moeroof.core import atomic, paths
 from moeroof.core.masks import ids_or
+from moeroof.core.memo import SourceMemo
 from moeroof.core.results import Result
 from moeroof.core.rng import generator
 from moeroof.core.units import GiB
@@ -100,7 +101,6 @@ from moeroof.data.points import Point
 from moeroof.fit.routing import RoutingFit, fit_routing
 from moeroof.models import cache
 from moeroof.models.routing import Dirichlet, Zipf, sample_trace
-from moeroof.models.sim_memo import SourceMemo
 from moeroof.models.union import distinct_per_layer
 
 __all__ = [
@@ -412,7 +412,7 @@ def run_cases(
     ``numpy.random.default_rng([seed, M])``; only the timed steps are counted. Capacity in bytes
     (``e = 91 GiB / 144 / L`` per item), global scope, one cache per rank.
 
-    Memoised exactly (:mod:`moeroof.models.sim_memo`): the results depend on nothing but the
+    Memoised exactly (:mod:`moeroof.core.memo`): the results depend on nothing but the
     arguments (the seed fixes every draw), so a call repeated in this process, or in another run
     with the same sources and versions, returns the numbers simulated before, bit for bit.
     """

@@ -14,6 +14,14 @@ overwritten), written whole or not at all (:mod:`moeroof.core.atomic`).
 Where: ``$MOEROOF_CACHE_DIR`` when set (an empty value turns the disk memo off), else
 ``$XDG_CACHE_HOME/moeroof``, else ``~/.cache/moeroof``. A folder that cannot be written turns
 it off for the run, silently: it only ever saves time.
+
+Two memos share the folder: :class:`DiskMemo`, one computation's results under one salt, and
+:class:`SourceMemo`, an exact memo of a pure simulation in this process (an LRU) and on disk,
+whose salt hashes the source files that compute it (paths relative to the package, a folder
+standing for every ``.py``, ``.c`` and ``.h`` below it) and the versions of numpy (its streams
+draw the traces), scipy and numba (the kernels). An edit of any of those files, or an upgrade,
+misses rather than serving an old number; a number read back is the number computed, bit for
+bit (JSON keeps a float's ``repr``, NaN and infinities included).
 """
 
 from __future__ import annotations
@@ -21,11 +29,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ENV", "KEEP_SALTS", "DiskMemo", "memo_root", "source_salt"]
+__all__ = ["ENV", "KEEP_SALTS", "DiskMemo", "SourceMemo", "memo_root", "source_files", "source_salt"]
 
 #: salt folders kept per memo (the newest written): older code's entries are deleted
 KEEP_SALTS = 4
@@ -119,3 +128,71 @@ class DiskMemo:
             atomic.write_text(self._path(text), json.dumps({"key": text, "value": value}), durable=False)
         except (OSError, ValueError, TypeError):
             self.folder = None  # cannot write here: stop trying for this run
+
+
+#: the package root the source paths are relative to (``moeroof/``)
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def source_files(sources: Sequence[str]) -> list[Path]:
+    """The files ``sources`` names, relative to the package: a name ending in ``/`` is every
+    ``.py`` file below that folder and every C source the kernels are built from (``.c``, ``.h``:
+    models/native/), sorted, so a module the computation reaches through an import nobody listed
+    still salts the memo."""
+    out: list[Path] = []
+    for entry in sources:
+        if entry.endswith("/"):
+            out += sorted(p for ext in ("*.py", "*.c", "*.h") for p in (_ROOT / entry).rglob(ext))
+        else:
+            out.append(_ROOT / entry)
+    return out
+
+
+class SourceMemo:
+    """``get(key)`` / ``put(key, value)`` of JSON-able values for one pure computation, whose
+    code is the files ``sources`` (paths relative to the ``moeroof`` package)."""
+
+    def __init__(self, name: str, sources: Sequence[str], size: int = 4096) -> None:
+        self.name, self.sources, self.size = name, tuple(sources), int(size)
+        self._memo: OrderedDict = OrderedDict()
+        self._disk: list = []
+
+    def clear(self) -> None:
+        """Forget what this process holds, and read the disk memo's setting again."""
+        self._memo.clear()
+        self._disk.clear()
+
+    def _disk_memo(self):
+        if not self._disk:
+            from importlib.metadata import PackageNotFoundError, version
+
+            import numpy as np
+            import scipy
+
+            try:
+                numba_version = version("numba")  # not imported: that loads numba
+            except PackageNotFoundError:
+                numba_version = "none"
+            files = source_files(self.sources)
+            self._disk.append(DiskMemo(self.name, source_salt(files, np.__version__, scipy.__version__, numba_version)))
+        return self._disk[0]
+
+    def get(self, key: tuple) -> Any | None:
+        """The value kept for ``key`` (this process's, else the disk's), or None."""
+        if key in self._memo:
+            self._memo.move_to_end(key)
+            return self._memo[key]
+        value = self._disk_memo().get(key)
+        if value is not None:
+            self._remember(key, value)
+        return value
+
+    def put(self, key: tuple, value: Any) -> None:
+        """Keep ``value`` (JSON-able: lists, floats, ints, strings) for ``key``."""
+        self._remember(key, value)
+        self._disk_memo().put(key, value)
+
+    def _remember(self, key: tuple, value: Any) -> None:
+        self._memo[key] = value
+        if len(self._memo) > self.size:
+            self._memo.popitem(last=False)

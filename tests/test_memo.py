@@ -1,4 +1,4 @@
-"""core.disk_memo: results kept between runs, salted by the source that computes them; and the
+"""core.memo: results kept between runs, salted by the source that computes them; and the
 step model reading its steady-state simulations back without loading numba."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from moeroof.core import disk_memo
-from moeroof.core.disk_memo import DiskMemo, source_salt
+from moeroof.core import memo as disk_memo
+from moeroof.core.memo import DiskMemo, source_salt
 
 
 @pytest.fixture
@@ -124,8 +124,8 @@ def test_salts_cover_the_c_kernels_the_simulations_run(root):
     miss the memo as an edit to a Python one does, in both memos (the step model's and the fits')."""
     from pathlib import Path
 
+    from moeroof.core.memo import source_files
     from moeroof.models import cache_native, expert_cache
-    from moeroof.models.sim_memo import source_files
 
     c_sources = {p.name for p in Path(cache_native.__file__).parent.joinpath("native").glob("*.[ch]")}
     assert {"lru.c", "policies.c", "stream.c", "cache.h"} <= c_sources

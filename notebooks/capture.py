@@ -55,12 +55,7 @@ from moeroof.data.hf_config import FAMILIES
 from moeroof.data.importers import import_matrix, import_table, write_imported
 from moeroof.data.io import read_histogram, read_trace
 from moeroof.fit.skew import fit_histogram
-from moeroof.models.cache import che_hit_curve, lru_hit_curve, request_histogram, requests_from_trace
-from moeroof.models.routing import inclusion_probabilities, zipf_weights
-from moeroof.models.union import trace_against_plugin
-from moeroof.present import answers
-from moeroof.present.plots import plain_log_ticks, provenance_label, pvalue_text, save_figure, show_table, style
-from moeroof.witness.capture import (
+from moeroof.measure.capture import (
     capture_meta,
     capture_routing,
     load_checkpoint,
@@ -69,7 +64,12 @@ from moeroof.witness.capture import (
     tokenize_prompts,
     write_capture,
 )
-from moeroof.witness.tiny_models import tiny_checkpoint
+from moeroof.measure.tiny_models import tiny_checkpoint
+from moeroof.models.cache import che_hit_curve, lru_hit_curve, request_histogram, requests_from_trace
+from moeroof.models.routing import inclusion_probabilities, zipf_weights
+from moeroof.models.union import trace_against_plugin
+from moeroof.present import answers
+from moeroof.present.plots import plain_log_ticks, provenance_label, pvalue_text, save_figure, show_table, style
 
 torch, transformers = require_capture_packages()
 if torch_threads > 0:
@@ -84,8 +84,8 @@ keep.mkdir(parents=True, exist_ok=True)
 # %% [markdown]
 # ## Capture: B distinct streams decoded together, routing recorded at the routers
 # By default a tiny random-initialised checkpoint is built from transformers' own config class
-# (`moeroof.witness.tiny_models`) and saved to a temporary folder; `-p model_dir PATH` captures
-# a real local checkpoint instead (never downloaded). `moeroof.witness.capture` — what
+# (`moeroof.measure.tiny_models`) and saved to a temporary folder; `-p model_dir PATH` captures
+# a real local checkpoint instead (never downloaded). `moeroof.measure.capture` — what
 # `moeroof capture` runs — decodes the streams together (left padding, greedy) and records each
 # token's top-K expert ids from a forward hook on every MoE layer's router module. The trace
 # holds the decode steps; the histogram beside it holds prefill and decode.
@@ -139,7 +139,7 @@ result = capture_routing(
 )
 stored = str(next(model.parameters()).dtype).replace("torch.", "")
 source = (
-    f"moeroof.witness.capture on {'a tiny random ' + family_name + ' checkpoint' if tiny else checkpoint} "
+    f"moeroof.measure.capture on {'a tiny random ' + family_name + ' checkpoint' if tiny else checkpoint} "
     f"(notebooks/capture.py, {streams} streams, {max_new_tokens} new tokens)"
 )
 meta = capture_meta(result, model_dir=checkpoint, prompts_path=prompt_file, dtype=stored, device=device, source=source)

@@ -52,6 +52,9 @@ from moeroof.cli import parse_batch
 from moeroof.core.paths import resolve_data
 from moeroof.core.units import MiB
 from moeroof.data.presets import load_hardware
+from moeroof.measure.bench import StackShape, measure_engine, median_abs_error, predict_bench, run_bench
+from moeroof.measure.calibrate import calibrate
+from moeroof.measure.hf_block import hf_block_check
 from moeroof.present import answers
 from moeroof.present.plots import (
     label_with_baseline,
@@ -63,9 +66,6 @@ from moeroof.present.plots import (
     style,
 )
 from moeroof.studies.validation import gpu_bench_check
-from moeroof.witness.bench import StackShape, measure_engine, median_abs_error, predict_bench, run_bench
-from moeroof.witness.hf_block import hf_block_check
-from moeroof.witness.measure import calibrate
 
 batch_list = parse_batch(batch)
 scratch = scratch_dir or None

@@ -11,11 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import moeroof.witness.bench as bench_mod
+import moeroof.measure.bench as bench_mod
 from moeroof.cli import main
 from moeroof.core.paths import DATA_DIR
-from moeroof.models.plan import Workload, plan, routing_from_spec
-from moeroof.witness.bench import (
+from moeroof.measure.bench import (
     StackShape,
     bench_model,
     decode_step,
@@ -24,6 +23,7 @@ from moeroof.witness.bench import (
     moe_layer_serial,
     run_bench,
 )
+from moeroof.models.plan import Workload, plan, routing_from_spec
 
 TINY = StackShape(experts=8, layers=2, d_model=32, d_ff=64)
 TINY_FLAGS = [
@@ -374,7 +374,7 @@ def test_predict_bench_matches_the_step_model(tmp_path):
 
 
 def test_measure_engine_times_the_bench_loop_at_each_batch():
-    from moeroof.witness.bench import ENGINE_BATCH, measure_engine
+    from moeroof.measure.bench import ENGINE_BATCH, measure_engine
 
     e = measure_engine(repeats=2, layers=2, top_k=2, experts=8)
     assert e.batch == list(ENGINE_BATCH) and len(e.step_seconds) == len(ENGINE_BATCH)

@@ -1,7 +1,7 @@
 """``moeroof capture`` on tiny random checkpoints of every family.
 
 Each checkpoint is built from transformers' own config class by
-:func:`moeroof.witness.tiny_models.tiny_checkpoint` (the configs of ``tests/test_preset_from_hf.py``:
+:func:`moeroof.measure.tiny_models.tiny_checkpoint` (the configs of ``tests/test_preset_from_hf.py``:
 2 layers, 8 experts, K = 2; DeepSeek-V3 and GLM-4-MoE 16 experts in 4 groups, 2 kept, K = 4) and
 saved to a temporary folder; nothing is downloaded. A second
 forward hook, set here on the same router modules, keeps each call's router logits; the ids the
@@ -27,8 +27,8 @@ from test_preset_from_hf import FAMILIES, TINY, config_class
 torch = pytest.importorskip("torch", reason="needs the capture extra: pip install 'moeroof[capture]'")
 transformers = pytest.importorskip("transformers", reason="needs the capture extra: pip install 'moeroof[capture]'")
 
-from moeroof.witness.capture import capture_routing, load_checkpoint  # noqa: E402
-from moeroof.witness.tiny_models import tiny_checkpoint  # noqa: E402
+from moeroof.measure.capture import capture_routing, load_checkpoint  # noqa: E402
+from moeroof.measure.tiny_models import tiny_checkpoint  # noqa: E402
 
 PROMPTS = [[5, 9, 13, 21, 34], [7, 3, 60], [11, 12, 13, 14, 15, 16, 17], [40, 2]]
 NEW_TOKENS = 8
@@ -245,7 +245,7 @@ def test_clear_errors(checkpoints, prompt_file, tmp_path, capsys, monkeypatch):
 
 def test_the_library_builder_makes_the_preset_tests_configs():
     """tiny_checkpoint (which the capture notebook uses) builds what tests/test_preset_from_hf.py checks."""
-    from moeroof.witness.tiny_models import tiny_config
+    from moeroof.measure.tiny_models import tiny_config
     from test_preset_from_hf import COMMON
 
     for family in FAMILIES:
@@ -298,7 +298,7 @@ def test_npy_output_keeps_the_prefill_beside_it_and_headers_hash_is_recorded(
     checkpoints, prompt_file, tmp_path, capsys
 ):
     from moeroof.data.io import read_trace
-    from moeroof.witness.capture import prefill_path
+    from moeroof.measure.capture import prefill_path
 
     out = tmp_path / "cap.npy"
     args = ["capture", str(checkpoints["olmoe"]), "--prompts", str(prompt_file), "--streams", "3"]

@@ -509,7 +509,7 @@ def test_importing_the_cli_and_building_its_parser_import_no_numba():
     after_import, after_parser = (set(m) for m in json.loads(done.stdout))
     assert "numba" not in after_import
     assert "numba" not in after_parser
-    assert not {m for m in after_parser if m.startswith(("moeroof.models", "moeroof.witness", "moeroof.studies"))}
+    assert not {m for m in after_parser if m.startswith(("moeroof.models", "moeroof.measure", "moeroof.studies"))}
 
 
 def test_parser_name_lists_match_the_library():
@@ -517,8 +517,8 @@ def test_parser_name_lists_match_the_library():
     from moeroof.cli import cache as cli_cache
     from moeroof.cli import split as cli_split
     from moeroof.cli.flags import READ_PATHS
+    from moeroof.measure import calibrate as measure
     from moeroof.models import cache, partition
-    from moeroof.witness import measure
 
     assert cli_cache.POLICIES == cache.POLICIES
     assert cli_cache.SCOPES == cache.SCOPES

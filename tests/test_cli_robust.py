@@ -23,7 +23,7 @@ from moeroof.cli import union as union_cmd
 from moeroof.cli.output import dumps
 from moeroof.data.io import write_trace
 from moeroof.data.safe_read import load_npy
-from moeroof.witness import measure
+from moeroof.measure import calibrate as measure
 
 ROOT = Path(__file__).resolve().parents[1]
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0

@@ -12,8 +12,8 @@ import pytest
 
 from moeroof.core.paths import DATA_DIR, REPO_ROOT
 from moeroof.data.presets import load_hardware
-from moeroof.witness import hf_block
-from moeroof.witness.hf_block import ARMS, DEFAULT_PATH, hf_block_check, load
+from moeroof.measure import hf_block
+from moeroof.measure.hf_block import ARMS, DEFAULT_PATH, hf_block_check, load
 
 E, K, D, F = 16, 2, 64, 32
 SCALE = 1024  # experts of a few MiB, so the link term dominates the roofline
@@ -219,6 +219,6 @@ def test_the_errors_the_witness_notebook_reports_are_computed_from_the_committed
 
 def test_module_has_no_device_dependency():
     # the comparison runs on the CI machine: no torch, no transformers
-    src = (REPO_ROOT / "lib" / "moeroof" / "witness" / "hf_block.py").read_text()
+    src = (REPO_ROOT / "lib" / "moeroof" / "measure" / "hf_block.py").read_text()
     assert "import torch" not in src and "transformers import" not in src
     assert hf_block.__doc__

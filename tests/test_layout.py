@@ -4,7 +4,7 @@ across modules, no command-line flags in library errors.
 Every module under ``lib/moeroof`` is parsed with :mod:`ast` (nothing is imported), and every
 import statement counts, including the ones inside functions. The layers, lowest first:
 
-    core ← data ← models ← fit ← studies ← run ← witness ← present ← cli
+    core ← data ← models ← fit ← studies ← run ← measure ← present ← cli
 
 (the package root ``moeroof/__init__.py`` counts as ``core``). A module imports only from its
 own layer or a lower one; library modules never import ``moeroof.cli``.
@@ -30,7 +30,7 @@ LIB = REPO / "lib"
 TESTS = REPO / "tests"
 SCRIPTS = REPO / "scripts"
 
-LAYERS = ("core", "data", "models", "fit", "studies", "run", "witness", "present", "cli")
+LAYERS = ("core", "data", "models", "fit", "studies", "run", "measure", "present", "cli")
 
 #: (importing module or package, imported module, private name) that other owners still have
 #: to fix; a package covers its submodules

@@ -7,10 +7,10 @@
                   [--mode both|coalesced|uncoalesced] [--routing uniform|zipf:S | --trace PATH]
                   [--calibration calibrated.toml] [--json] [--output F]
 
-The measurement is :func:`moeroof.witness.bench.run_bench`; reads bypass the page cache as in
+The measurement is :func:`moeroof.measure.bench.run_bench`; reads bypass the page cache as in
 ``moeroof calibrate``, and an interrupted run ends with one ``error: interrupted`` line and
 status 130. With ``--calibration`` every row is also predicted from that hardware TOML
-(:func:`moeroof.witness.bench.predict_bench`, engine terms included) under ``prediction``.
+(:func:`moeroof.measure.bench.predict_bench`, engine terms included) under ``prediction``.
 """
 
 from __future__ import annotations
@@ -143,8 +143,8 @@ def _bench_routing(args: argparse.Namespace) -> tuple[np.ndarray | None, str, in
 
 def bench_report(args: argparse.Namespace) -> dict[str, Any]:
     """Run the benchmark for parsed arguments and return its JSON object."""
-    from moeroof.witness.bench import MODES, StackShape, predict_bench, run_bench
-    from moeroof.witness.measure import Progress
+    from moeroof.measure.bench import MODES, StackShape, predict_bench, run_bench
+    from moeroof.measure.calibrate import Progress
 
     check_output(args)
     batch = parse_batch(args.batch)

@@ -7,7 +7,7 @@ loop) into a witnessed hardware TOML in the presets schema.
     moeroof calibrate [--output calibrated.toml] [--file-mib 2048] [--seconds 30] [--scratch-dir D]
                       [--no-engine] [--format table|json|csv] [--report-output FILE]
 
-The measurements are :func:`moeroof.witness.measure.calibrate`; scratch files are removed on
+The measurements are :func:`moeroof.measure.calibrate.calibrate`; scratch files are removed on
 every exit, and an interrupted run ends with one ``error: interrupted`` line and status 130.
 ``--output`` is the TOML; the printed report goes to stdout or ``--report-output FILE``
 (``--format csv``: one row per measured quantity, SI units).
@@ -94,8 +94,8 @@ def check_output(args: argparse.Namespace) -> None:
 
 def calibrate_report(args: argparse.Namespace) -> dict[str, Any]:
     """Measure, write the hardware TOML (``--output``) and return every measurement as JSON."""
-    from moeroof.witness.bench import measure_engine
-    from moeroof.witness.measure import Progress, calibrate
+    from moeroof.measure.bench import measure_engine
+    from moeroof.measure.calibrate import Progress, calibrate
 
     file_mib = positive_float(args.file_mib, "--file-mib")
     seconds = positive_float(args.seconds, "--seconds")

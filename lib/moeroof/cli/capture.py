@@ -8,7 +8,7 @@
 
 Loads the checkpoint (never downloaded), decodes the first B prompts of FILE together (left
 padding, greedy) for N new tokens each, and records every token's top-K expert ids per MoE
-layer from the model's router modules (:mod:`moeroof.witness.capture`). Writes the trace (the
+layer from the model's router modules (:mod:`moeroof.measure.capture`). Writes the trace (the
 N − 1 decode steps in ``topk``, ``-1`` where a stream has emitted its EOS; every prompt token's
 ids in ``prefill``, streams × longest prompt × layers × K, ``-1`` on the left padding — inside
 the ``.npz``, or ``OUT.prefill.npy`` beside a ``.npy``) and a histogram of the prefill and decode
@@ -31,7 +31,7 @@ from typing import Any
 from moeroof.cli.flags import UsageError, positive_int
 from moeroof.cli.output import Progress, add_output_arguments, emit
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")  # moeroof.witness.capture.DTYPES, without importing it
+DTYPES = ("auto", "float32", "bfloat16", "float16")  # moeroof.measure.capture.DTYPES, without importing it
 
 
 def add_parser(subparsers: Any) -> None:
@@ -101,7 +101,7 @@ def capture_report(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901
         raise UsageError(f"--histogram: expected a .csv path, got {args.histogram!r}")
     from moeroof.core import atomic
     from moeroof.data.io import sidecar_path
-    from moeroof.witness.capture import prefill_path
+    from moeroof.measure.capture import prefill_path
 
     targets = [out, hist, sidecar_path(hist)]
     if out.suffix.lower() == ".npy":
@@ -117,7 +117,7 @@ def capture_report(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901
         if prompts_path.exists() and atomic.same_file(t, prompts_path):
             raise UsageError(f"writing {t} would overwrite the prompt file")
 
-    from moeroof.witness.capture import (
+    from moeroof.measure.capture import (
         capture_meta,
         capture_routing,
         load_checkpoint,

@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 
-# How `calibrate` and `bench` bypass the page cache: moeroof.witness.measure.READ_PATHS, spelled
+# How `calibrate` and `bench` bypass the page cache: moeroof.measure.calibrate.READ_PATHS, spelled
 # out here so that building the parser imports no measurement code (tests check they agree).
 READ_PATHS = ("auto", "o_direct", "fadvise")
 

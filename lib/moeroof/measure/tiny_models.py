@@ -1,7 +1,7 @@
 """Tiny random-initialised Hugging Face MoE checkpoints, built from transformers' own config
 classes and saved to a folder — the capture pipeline's stand-in for a real model.
 
-The routing :func:`moeroof.witness.capture.capture_routing` records on such a checkpoint is
+The routing :func:`moeroof.measure.capture.capture_routing` records on such a checkpoint is
 witnessed routing — really computed by the model's router modules — of a model nobody serves:
 random weights, so it says nothing about how a trained model routes. Nothing is downloaded.
 
@@ -106,7 +106,7 @@ def tiny_config(
 ) -> Any:
     """transformers' config of a tiny ``family`` model (see the module text for the widths;
     ``experts``/``top_k`` default to 8/2, or 16/4 for the group-limited families)."""
-    from moeroof.witness.capture import require_capture_packages
+    from moeroof.measure.capture import require_capture_packages
 
     if family not in TINY_FAMILIES:
         raise ValueError(f"family must be one of {', '.join(TINY_FAMILIES)}, got {family!r}")
@@ -158,7 +158,7 @@ def tiny_checkpoint(
     """A random-initialised tiny checkpoint of ``family`` saved (safetensors, float32) into
     ``folder``; returns the folder. ``save_kwargs`` go to ``save_pretrained`` (e.g.
     ``max_shard_size``)."""
-    from moeroof.witness.capture import require_capture_packages
+    from moeroof.measure.capture import require_capture_packages
 
     config = tiny_config(
         family, experts=experts, top_k=top_k, layers=layers, hidden=hidden, vocab=vocab, moe_width=moe_width

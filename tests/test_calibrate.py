@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import moeroof.witness.measure as cal_mod
+import moeroof.measure.calibrate as cal_mod
 from moeroof.cli import main
 from moeroof.data.presets import HARDWARE_FIELDS, load_hardware
-from moeroof.witness.measure import (
+from moeroof.measure.calibrate import (
     READ_SIZES_BYTES,
     DeviceFile,
     ResourceError,
@@ -283,7 +283,7 @@ def test_fit_engine_line_keeps_both_terms_non_negative():
 
 
 def _tiny_engine():
-    from moeroof.witness.bench import measure_engine
+    from moeroof.measure.bench import measure_engine
 
     return measure_engine(repeats=3)
 

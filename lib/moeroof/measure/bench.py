@@ -26,7 +26,7 @@ one-row one (gemv), which changes float32 rounding, not the result within
 ``~d·f·ε₃₂`` relative (the parity tests: exact with a row-wise kernel, within a tolerance with
 BLAS; exact again when every partial sum is an integer below 2²⁴).
 
-Reads go through :class:`moeroof.witness.measure.DeviceFile`, the path ``calibrate`` measured:
+Reads go through :class:`moeroof.measure.calibrate.DeviceFile`, the path ``calibrate`` measured:
 ``O_DIRECT`` (every read reaches the device), or ``posix_fadvise DONTNEED`` on the whole file
 before each step and on each expert's range after it is read. The step is timed by wall clock
 around the whole loop: reads, matmuls and Python overhead, serial (no read overlaps compute).
@@ -52,7 +52,7 @@ import numpy as np
 
 from moeroof.core.masks import live_streams
 from moeroof.core.rng import generator
-from moeroof.witness.measure import (
+from moeroof.measure.calibrate import (
     ALIGN,
     DeviceFile,
     EngineFit,
@@ -234,7 +234,7 @@ def measure_engine(
     B taking the first B streams (as :func:`run_bench`). One untimed pass, then ``repeats``
     rounds, each timing one step of every (mode, B) in a fresh random order (slow spells of a
     shared box fall on every cell alike); per cell the median. Both modes are timed;
-    :func:`moeroof.witness.measure.fit_engine_line` fits ``t(B) = c0 + c1·B`` to each and the fit
+    :func:`moeroof.measure.calibrate.fit_engine_line` fits ``t(B) = c0 + c1·B`` to each and the fit
     of ``mode`` is returned (the other's goes in ``extra["other_modes"]``).
 
     Default ``uncoalesced``: its work per step is exactly per-step plus per-token (each token

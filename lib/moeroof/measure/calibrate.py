@@ -25,7 +25,7 @@ field ``witnessed = true`` with the date and the method in its ``source``:
   term ``c0 + c1·B``, :mod:`moeroof.models.step`): the overhead of *this suite's own numpy decode
   loop* (``moeroof bench``'s) on this box — not of any other serving engine. ``calibrate`` takes
   the measurement as a callable (``engine=``; the CLI passes
-  :func:`moeroof.witness.bench.measure_engine`, which times the bench's decode step on a tiny
+  :func:`moeroof.measure.bench.measure_engine`, which times the bench's decode step on a tiny
   in-memory stack at B = 1 … 32 so that reads, bytes and FLOP are negligible) and
   :func:`fit_engine_line` fits ``t(B) = c0 + c1·B`` by least squares; ``engine=None`` leaves
   the two fields out (they load as ``assumed`` 0).
@@ -882,7 +882,7 @@ def calibrate(
     All sizes are checked against free disk and available memory before anything is written.
 
     ``engine``: a callable that times a decode loop and returns its :class:`EngineFit` (the CLI
-    passes :func:`moeroof.witness.bench.measure_engine`; this module cannot import the bench,
+    passes :func:`moeroof.measure.bench.measure_engine`; this module cannot import the bench,
     which imports it), run last, outside the time budget (it takes a fraction of a second);
     its c0 and c1 are written as ``engine_seconds_per_step`` and
     ``engine_seconds_per_agent_token``, witnessed. ``None``: not measured, not written.

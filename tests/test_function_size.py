@@ -71,11 +71,8 @@ OVER: dict[str, int] = {
     "lib/moeroof/studies/expert_split.py::tok_s_sweep": 102,
     "lib/moeroof/studies/validation.py::comparisons": 167,
     "lib/moeroof/studies/validation.py::fit_engine_terms": 104,
-    "lib/moeroof/studies/validation.py::single_stream_predictions": 90,
     "lib/moeroof/measure/bench.py::measure_engine": 110,
     "lib/moeroof/measure/bench.py::run_bench": 177,
-    "lib/moeroof/measure/capture.py::capture_routing": 89,
-    "lib/moeroof/measure/hf_block.py::hf_block_check": 88,
     "lib/moeroof/measure/calibrate.py::calibrate": 127,
 }
 

@@ -340,6 +340,35 @@ class _Recorder:
         self.handles = []
 
 
+def _eos_and_pad(model: Any, eos_token_ids: Sequence[int] | None, pad_token_id: int | None) -> tuple[list[int], int]:
+    """The end-of-sequence ids (None: the checkpoint's generation config, else its config) and the
+    padding id (None: the generation config's, the config's, the first EOS id, else 0)."""
+    gen = model.generation_config
+    if eos_token_ids is None:
+        eos = gen.eos_token_id if gen.eos_token_id is not None else model.config.eos_token_id
+        eos_token_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+    eos_list = [int(e) for e in eos_token_ids]
+    if pad_token_id is None:
+        pad_token_id = next(
+            (int(p) for p in (gen.pad_token_id, model.config.pad_token_id, *eos_list) if isinstance(p, int)), 0
+        )
+    return eos_list, int(pad_token_id)
+
+
+def _left_padded(prompts: Sequence[Sequence[int]], pad_token_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """The prompts' token ids (streams, longest) padded on the left with ``pad_token_id``, so that
+    every stream's next token sits in the last column, and the mask of real tokens."""
+    length = max(len(p) for p in prompts)
+    ids = np.full((len(prompts), length), pad_token_id, dtype=np.int64)
+    mask = np.zeros((len(prompts), length), dtype=bool)
+    for s, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError(f"prompt {s + 1} is empty")
+        ids[s, length - len(p) :] = p
+        mask[s, length - len(p) :] = True
+    return ids, mask
+
+
 def capture_routing(
     model: Any,
     layout: MoELayout,
@@ -359,23 +388,9 @@ def capture_routing(
         raise ValueError("no prompt to decode")
     if max_new_tokens < 2:
         raise ValueError(f"max_new_tokens must be at least 2 (1 prefill + 1 decode step), got {max_new_tokens}")
-    gen = model.generation_config
-    if eos_token_ids is None:
-        eos = gen.eos_token_id if gen.eos_token_id is not None else model.config.eos_token_id
-        eos_token_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
-    eos_list = [int(e) for e in eos_token_ids]
-    if pad_token_id is None:
-        pad_token_id = next(
-            (int(p) for p in (gen.pad_token_id, model.config.pad_token_id, *eos_list) if isinstance(p, int)), 0
-        )
-    length = max(len(p) for p in prompts)
-    ids = np.full((streams, length), pad_token_id, dtype=np.int64)
-    mask = np.zeros((streams, length), dtype=bool)
-    for s, p in enumerate(prompts):
-        if len(p) == 0:
-            raise ValueError(f"prompt {s + 1} is empty")
-        ids[s, length - len(p) :] = p  # left padding: every stream's next token sits in the last column
-        mask[s, length - len(p) :] = True
+    eos_list, pad_token_id = _eos_and_pad(model, eos_token_ids, pad_token_id)
+    ids, mask = _left_padded(prompts, pad_token_id)
+    length = ids.shape[1]
     routers = find_routers(model, layout)
     steps = max_new_tokens - 1
 

@@ -179,13 +179,19 @@ def hf_block_check(path=None, *, data: dict | None = None, hardware: Hardware | 
         first = next(iter(entry["arms"].values()), None)
         entry["union_measured"] = first["union_measured"] if first else []
         out["routers"][router] = entry
+    out["parity"] = _worst_parity(data["parity"])
+    return out
+
+
+def _worst_parity(rows) -> dict[str, dict[str, float]]:
+    """Per arm, the worst errors of its outputs against the block's own forward, and whether
+    every output was finite."""
     parity: dict[str, dict[str, float]] = {}
-    for row in data["parity"]:
+    for row in rows:
         worst = parity.setdefault(
             row["mode"], {"max_abs_error": 0.0, "max_rel_error": 0.0, "rel_l2_error": 0.0, "all_finite": True}
         )
         for key in ("max_abs_error", "max_rel_error", "rel_l2_error"):
             worst[key] = max(worst[key], float(row[key]))
         worst["all_finite"] = worst["all_finite"] and bool(row.get("finite", True))
-    out["parity"] = parity
-    return out
+    return parity

@@ -519,6 +519,13 @@ def cold_token_bytes_check() -> dict[str, Any]:
     return {"measured": measured, "predicted": predicted, "relative_error": predicted / measured - 1.0}
 
 
+def _zipf_routing(model, s: float) -> RoutingProbabilities:
+    """One stream's routing of Zipf exponent ``s`` over the model's experts (one row for every layer)."""
+    return RoutingProbabilities(
+        inclusion_probabilities(zipf_weights(model.experts, s), model.top_k)[None, :], f"Zipf s={s:.3f}", "projected"
+    )
+
+
 def single_stream_predictions() -> list[dict[str, Any]]:
     """GLM-5.2 single-stream rows (docs/sources.md): what each calibrates on, predicted vs measured.
 
@@ -546,17 +553,10 @@ def single_stream_predictions() -> list[dict[str, Any]]:
     rows = []
     per_expert_layer = model.moe_layers * model.expert_bytes
 
-    def routing_for(s: float) -> RoutingProbabilities:
-        return RoutingProbabilities(
-            inclusion_probabilities(zipf_weights(model.experts, s), model.top_k)[None, :],
-            f"Zipf s={s:.3f}",
-            "projected",
-        )
-
     def row(key, hw, cache_bytes, s, calibrated_on, policy, scope="layer"):
         ref = SINGLE_STREAM[key]
         w = Workload(context_tokens=512, cache_bytes=cache_bytes, cache_policy=policy, cache_scope=scope)
-        route = routing_for(s)
+        route = _zipf_routing(model, s)
         p = plan(model, hw, w, route, [1])
         band = prior_band(model, hw, w, route, [1])
         measured = ref.value["tok_s"]
@@ -598,16 +598,8 @@ def single_stream_predictions() -> list[dict[str, Any]]:
     s_epyc = zipf_for_hit_rate(model, 77.5 * GB / per_expert_layer, 0.98, policy="static")
     rows.append(row("colibri-epyc", epyc, 77.5 * GB, s_epyc, "hit rate 98 % → Zipf s (pinned set)", "static"))
     # "sub-1 tok/s CPU-offload": every expert streamed, none pinned
-    rows.append(
-        row(
-            "seed-cpu-only",
-            epyc,
-            0.0,
-            0.0,
-            "nothing (box assumed: epyc-server streaming every expert, no cache)",
-            "static",
-        )
-    )
+    assumed = "nothing (box assumed: epyc-server streaming every expert, no cache)"
+    rows.append(row("seed-cpu-only", epyc, 0.0, 0.0, assumed, "static"))
     return rows
 
 

@@ -111,3 +111,16 @@ def test_live_tokens_streams_and_partial_tokens():
     assert masks.live_streams(topk).tolist() == [[True, False, False], [False, True, False]]
     assert np.argwhere(masks.partial_tokens(topk)).tolist() == [[1, 0, 0]]
     assert masks.ids_or(topk, 9)[0, 1, 0].tolist() == [9, 9]
+
+
+def test_student_t_quantile_is_scipy_stats_ppf():
+    """core.stats.student_t_quantile (scipy.special, no scipy.stats import) equals
+    scipy.stats.t.ppf, and norm.ppf for dof 0, everywhere including q = 0, 1 and outside [0, 1]."""
+    from scipy.stats import norm, t
+
+    from moeroof.core.stats import student_t_quantile
+
+    q = np.concatenate([np.linspace(-0.25, 1.25, 3001), [0.0, 1.0, 0.05, 0.95, 1e-300]])
+    for dof in (1, 2.5, 6, 30.0, 1e4):
+        np.testing.assert_array_equal(student_t_quantile(q, dof), t.ppf(q, dof))
+    np.testing.assert_array_equal(student_t_quantile(q, 0), norm.ppf(q))

@@ -56,7 +56,7 @@ OVER: dict[str, int] = {
     "lib/moeroof/models/cache_kernels.py::scan_block": 97,
     "lib/moeroof/fit/skew.py::fit_heterogeneity": 108,
     "lib/moeroof/fit/skew.py::fit_histogram": 203,
-    "lib/moeroof/fit/plan.py::_fit_one": 570,
+    "lib/moeroof/fit/plan.py::_fit_one": 565,
     "lib/moeroof/fit/plan.py::_knob_table": 125,
     "lib/moeroof/fit/routing.py::fit_routing": 252,
     "lib/moeroof/models/plan.py::plan": 125,

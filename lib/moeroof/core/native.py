@@ -35,8 +35,8 @@ ENV = "MOEROOF_NATIVE"
 #: what rebuilds the library (said where it is missing or stale)
 REBUILD = "make (or: pip install -e .) builds it"
 
-_loaded: dict[str, object] = {}
-_status: dict[str, str] = {}
+_loaded: dict[tuple[str, Path], object] = {}
+_status: dict[tuple[str, Path], str] = {}
 
 
 class NativeBuildError(RuntimeError):
@@ -54,9 +54,8 @@ def status(name: str = MODULE, sources: Path | None = None) -> str:
     return _status.get(_key(name, sources), "not loaded")
 
 
-def _key(name: str, sources: Path | None) -> str:
-    folder = Path(sources) if sources is not None else Path(__file__).resolve().parents[2] / SOURCE_DIR
-    return f"{name}:{folder}"
+def _key(name: str, sources: Path | None) -> tuple[str, Path]:
+    return name, Path(sources) if sources is not None else Path(__file__).resolve().parents[2] / SOURCE_DIR
 
 
 def load(name: str = MODULE, sources: Path | None = None):
@@ -68,41 +67,31 @@ def load(name: str = MODULE, sources: Path | None = None):
     """
     key = _key(name, sources)
     if key not in _loaded:
-        _loaded[key] = _open(name, key)
+        lib, _status[key] = _open(*key)
+        if lib is None and _mode() == "1":
+            raise NativeBuildError(f"C kernels {name!r}: {_status[key]}")
+        _loaded[key] = lib
     return _loaded[key]
 
 
-def _open(name: str, key: str):
+def _open(name: str, folder: Path):
+    """The library and what became of it: its path, or why it is None."""
     import ctypes
     import importlib.util
 
-    folder = Path(key.split(":", 1)[1])
-    mode = _mode()
-    if mode == "0":
-        _status[key] = f"off ({ENV}=0): numba kernels"
-        return None
+    if _mode() == "0":
+        return None, f"off ({ENV}=0): numba kernels"
     spec = importlib.util.find_spec(name)
     if spec is None or spec.origin is None or not spec.has_location:
-        return _fail(key, f"{name} is not built: {REBUILD}", mode)
+        return None, f"{name} is not built: {REBUILD}"
     try:
         lib = ctypes.CDLL(spec.origin)
     except OSError as exc:
-        return _fail(key, f"cannot load {spec.origin}: {exc}", mode)
+        return None, f"cannot load {spec.origin}: {exc}"
     built = getattr(lib, "mr_sources_hash", None)
     if built is None:
-        return _fail(key, f"{spec.origin} says nothing of its sources: {REBUILD}", mode)
+        return None, f"{spec.origin} says nothing of its sources: {REBUILD}"
     built.restype = ctypes.c_char_p
-    now = sources_hash(folder)
-    if built().decode() != now:
-        return _fail(
-            key, f"{spec.origin} was built from other sources than {folder} (stale after an edit): {REBUILD}", mode
-        )
-    _status[key] = spec.origin
-    return lib
-
-
-def _fail(key: str, why: str, mode: str):
-    _status[key] = why
-    if mode == "1":
-        raise NativeBuildError(f"C kernels {key.split(':', 1)[0]!r}: {why}")
-    return None
+    if built().decode() != sources_hash(folder):
+        return None, f"{spec.origin} was built from other sources than {folder} (stale after an edit): {REBUILD}"
+    return lib, spec.origin

@@ -15,7 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["tail_probabilities", "percentile_interval", "basic_interval", "order_statistic_interval"]
+__all__ = [
+    "tail_probabilities",
+    "student_t_quantile",
+    "percentile_interval",
+    "basic_interval",
+    "order_statistic_interval",
+]
 
 
 def tail_probabilities(level: float) -> tuple[float, float]:
@@ -25,6 +31,19 @@ def tail_probabilities(level: float) -> tuple[float, float]:
         raise ValueError(f"confidence level must lie in (0, 1), got {level!r}")
     q = 0.5 * (1.0 - level)
     return q, 1.0 - q
+
+
+def student_t_quantile(q, dof: float) -> np.ndarray:
+    """Student's t quantiles at ``q`` with ``dof`` degrees of freedom (``dof <= 0`` or infinite:
+    the normal's): the values of ``scipy.stats.t.ppf`` / ``norm.ppf``, from :mod:`scipy.special`
+    (``stdtrit``, ``ndtri``) because ``scipy.stats`` takes ~0.3 s to import. ``stdtrit(df, 0)``
+    is +inf where the ppf is −inf: q = 0 gives −inf here, as there."""
+    from scipy.special import ndtri, stdtrit
+
+    q = np.asarray(q, dtype=float)
+    dof = float(dof)
+    z = stdtrit(dof, q) if 0.0 < dof < np.inf else ndtri(q)
+    return np.where(q == 0.0, -np.inf, z)
 
 
 def percentile_interval(

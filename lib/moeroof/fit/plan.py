@@ -740,6 +740,25 @@ def _searched_only(names: tuple[str, ...], cost: float, overlap: str, max_z: flo
     )
 
 
+def _over_sets(at, net, hit) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The bands at the best knobs (``net``, ``hit``: best, low, high) moved to each retained
+    cache-knob set's predictions ``at`` and united (module docstring, Bands): tok/s bands as
+    ratios, hit-rate bands as differences clipped to [0, 1]."""
+    (net0, low, high), (hit0, hit_low, hit_high) = net, hit
+    nets = np.array([a[0] for a in at])
+    hits = np.array([a[1] for a in at])
+    return (
+        nets.min(axis=0) * (low / net0),
+        nets.max(axis=0) * (high / net0),
+        np.clip(hits.min(axis=0) - (hit0 - hit_low), 0.0, 1.0),
+        np.clip(hits.max(axis=0) + (hit_high - hit0), 0.0, 1.0),
+    )
+
+
+def _span(values) -> tuple[float, float]:
+    return float(min(values)), float(max(values))
+
+
 def _smooth_labels(names: tuple[str, ...], hold_token: bool, fit_expert: bool) -> tuple[str, ...]:
     """The fitted smooth knobs' names, in the order of their vector."""
     return (
@@ -780,17 +799,8 @@ def _held_entries(hardware: Hardware, held_efficiency, prior_local) -> dict[str,
     out: dict[str, dict[str, Any]] = {}
     for key in held_efficiency:
         (lo_e, mid_e, hi_e), src = hardware.priors[key]
-        out[key] = {
-            "value": mid_e,
-            "low": lo_e,
-            "high": hi_e,
-            "fitted": False,
-            "identified": False,
-            "held": "prior",
-            "source": src,
-            "why": "no row here tells it from the engine and SSD terms: held at its prior, the bands cover its range",
-            "unit": "share",
-        }
+        why = "no row here tells it from the engine and SSD terms: held at its prior, the bands cover its range"
+        out[key] = _held_entry(mid_e, lo_e, hi_e, "prior", why, "share", source=src)
     if prior_local is None:
         return out
     locality_label, locality_ranges = prior_local
@@ -799,17 +809,23 @@ def _held_entries(hardware: Hardware, held_efficiency, prior_local) -> dict[str,
         "(assumed for this model), its 5–95 % range in the bands"
     )
     for (key, unit), (value, lo, hi) in zip((("rho", "ρ"), ("locality_c_per_expert", "c/E")), locality_ranges):
-        out[key] = {
-            "value": value,
-            "low": float(lo),
-            "high": float(hi),
-            "fitted": False,
-            "identified": False,
-            "held": locality_label,
-            "why": why,
-            "unit": unit,
-        }
+        out[key] = _held_entry(value, float(lo), float(hi), locality_label, why, unit)
     return out
+
+
+def _held_entry(value, low, high, held: str, why: str, unit: str, **more: Any) -> dict[str, Any]:
+    """A knob table entry of a knob held (not fitted, not identified) over its prior range."""
+    return {
+        "value": value,
+        "low": low,
+        "high": high,
+        "fitted": False,
+        "identified": False,
+        "held": held,
+        **more,
+        "why": why,
+        "unit": unit,
+    }
 
 
 def _fit_one(  # noqa: C901
@@ -1315,10 +1331,15 @@ def _fit_one(  # noqa: C901
     # R' (module docstring, Bands), which the peaks' band takes too: the band at the best knobs moved to each
     # retained cache-knob set's prediction (its engine and SSD terms re-solved), and the union taken
     sets = [knobs_of(e["outer"], e["x"]) for e in band_sets(profile, outer_names, BAND_PROFILE_SETS)]
-    # with a second core a forked child runs the ends and predicts the last SETS_BESIDE sets while this
-    # process predicts the others and the peaks (none of which reads the ends), then replays the ends in order
     here = len(sets) - min(SETS_BESIDE, len(sets) // 2)
-    beside = _fork_call(lambda: (prior_ends(), ends_done, [predict(k) for k in sets[here:]])[1:]) if jobs >= 2 else None
+
+    def beside_work() -> tuple[list, list]:
+        """With a second core, a forked child runs the ends and predicts the last SETS_BESIDE sets while this
+        process predicts the others and the peaks (none of which reads the ends), then replays the ends."""
+        prior_ends()
+        return ends_done, [predict(k) for k in sets[here:]]
+
+    beside = _fork_call(beside_work) if jobs >= 2 else None
     try:
         at = [predict(k) for k in sets[: here if beside is not None else len(sets)]]
         # where tok/s peaks over the cache sizes of a group of rows, with the band of a measured peak:
@@ -1333,17 +1354,9 @@ def _fit_one(  # noqa: C901
     replay[:] = got[0] if got is not None else []
     at += got[1] if got is not None else [predict(k) for k in sets[len(at) :]]
     prior_ends()
-    cache_intervals: dict[str, tuple[float, float]] = {}
     if profile:
-        nets = np.array([a[0] for a in at])
-        hits = np.array([a[1] for a in at])
-        low = nets.min(axis=0) * (low / net0)
-        high = nets.max(axis=0) * (high / net0)
-        hit_low = np.clip(hits.min(axis=0) - (hit0 - hit_low), 0.0, 1.0)
-        hit_high = np.clip(hits.max(axis=0) + (hit_high - hit0), 0.0, 1.0)
-        for n in outer_names:
-            vals = [e["outer"][n] for e in profile]
-            cache_intervals[n] = (float(min(vals)), float(max(vals)))
+        low, high, hit_low, hit_high = _over_sets(at, (net0, low, high), (hit0, hit_low, hit_high))
+    cache_intervals = {n: _span([e["outer"][n] for e in profile]) for n in outer_names} if profile else {}
     rows = _rows(pts, (net0, low, high), (hit0, hit_low, hit_high))
     identified = _identified(sol, x, _smooth_labels(names, hold_token, fit_expert), notes)
     xs = np.array([e["x"] for e in profile]) if profile and x.size else x[None, :]
@@ -1351,18 +1364,16 @@ def _fit_one(  # noqa: C901
         names, best_knobs, x, xs, cov, outer, hardware, routing, identified, cache_intervals, hold_token, net_batches
     )
     if "engine" in names and not fit_expert and not hold_token:
-        knobs["engine_seconds_per_touched_expert"] = {
-            "value": held["touched"],
-            "low": PRIOR_TOUCHED_SHARE[0] * touched_cap,
-            "high": PRIOR_TOUCHED_SHARE[2] * touched_cap,
-            "fitted": False,
-            "identified": False,
-            "held": "prior share of the fastest calibration step (assumed)",
-            "why": f"held at {PRIOR_TOUCHED_SHARE[1]:g} of the fastest calibration step per pair touched "
+        knobs["engine_seconds_per_touched_expert"] = _held_entry(
+            held["touched"],
+            PRIOR_TOUCHED_SHARE[0] * touched_cap,
+            PRIOR_TOUCHED_SHARE[2] * touched_cap,
+            "prior share of the fastest calibration step (assumed)",
+            f"held at {PRIOR_TOUCHED_SHARE[1]:g} of the fastest calibration step per pair touched "
             f"({touched_cap * 1e3:.3g} ms per pair if all of it were): the rows cannot tell a per-touched-expert "
             "cost from a per-step one; the bands cover shares 0 to 1",
-            "unit": "s",
-        }
+            "s",
+        )
     prior_local = (locality.label, ((r_c, r_lo, r_hi), (c_c, c_lo, c_hi))) if use_prior else None
     knobs.update(_held_entries(hardware, held_efficiency, prior_local))
     for n, (lo, hi) in cache_intervals.items():

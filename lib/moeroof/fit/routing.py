@@ -130,6 +130,7 @@ from moeroof.core.limits import (
 from moeroof.core.memo import SourceMemo
 from moeroof.core.results import Result
 from moeroof.core.rng import generator
+from moeroof.core.stats import student_t_quantile
 from moeroof.core.units import GiB
 from moeroof.data.points import Point, noise
 from moeroof.models import cache
@@ -189,14 +190,6 @@ def tolerance(kind: str, measured: float) -> float:
 def history_steps(history_tokens: int, streams: int) -> int:
     """Steps the cache served before the counted ones: ``ceil(history_tokens / M)``."""
     return int(math.ceil(history_tokens / max(1, int(streams))))
-
-
-def _student_t_ppf(q, dof: float) -> np.ndarray:
-    """Student's t quantiles (``scipy.stats.t.ppf``); scipy.stats loads (0.3 s) only where an
-    interval is taken, not in every command that imports this module."""
-    from scipy.stats import t as student_t
-
-    return student_t.ppf(q, dof)
 
 
 def rank_partition(popularity: np.ndarray, ranks: int, method: str = "lpt") -> np.ndarray | None:
@@ -915,7 +908,7 @@ def _bootstrap(
     refit_evaluations = len(prob.memo) - before
 
     # intervals: x̂ + t_B(level) · (root mean square of x*_b − x̂) on the transformed scale, clipped
-    t_lo, t_hi = (float(v) for v in _student_t_ppf(level, bootstrap))
+    t_lo, t_hi = (float(v) for v in student_t_quantile(level, bootstrap))
     sd = np.sqrt(np.mean((xs - x_hat) ** 2, axis=0))
     lo_x = np.where(ok, np.clip(x_hat + t_lo * sd, prob.lo, prob.hi), prob.lo)
     hi_x = np.where(ok, np.clip(x_hat + t_hi * sd, prob.lo, prob.hi), prob.hi)
@@ -1039,7 +1032,7 @@ def _bands(contributing, best, points, experts, top_k, layers, expert_bytes, lev
             rms = np.sqrt((w[:, None] * dev2).sum(axis=0) / np.maximum((w[:, None] * ok).sum(axis=0), 1e-300))
             # weighted draws count as their effective number (Kish: (Σw)² / Σw²), not as all of them
             n_eff = float(w.sum() ** 2 / max(float((w**2).sum()), 1e-300))
-            t_lo, t_hi = _student_t_ppf(level, max(n_eff, 1.0))
+            t_lo, t_hi = student_t_quantile(level, max(n_eff, 1.0))
             lo_f, hi_f = f.predicted + t_lo * rms, f.predicted + t_hi * rms
         low = np.fmin(low, lo_f)
         high = np.fmax(high, hi_f)

@@ -169,12 +169,9 @@ class Locality:
 
     def quantiles(self, q) -> tuple[np.ndarray, np.ndarray]:
         """ρ and ``h`` at the quantiles ``q`` (each knob's own)."""
-        # scipy.stats' t and normal ppf, from scipy.special (the same values; scipy.stats takes 0.3 s to
-        # load): stdtrit(df, 0) is +inf where the ppf is -inf
-        from scipy.special import ndtri, stdtrit
+        from moeroof.core.stats import student_t_quantile
 
-        q = np.asarray(q, dtype=float)
-        z = np.where(q == 0.0, -np.inf, stdtrit(self.dof, q) if self.dof > 0 else ndtri(q))
+        z = student_t_quantile(q, self.dof)
         x = np.asarray(self.mean)[None, :] + np.asarray(z, dtype=float).reshape(-1, 1) * np.asarray(self.scale)[None, :]
         return from_scale(x)
 

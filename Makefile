@@ -48,13 +48,14 @@ $(NATIVE_STAMP): $(STAMP) $(NATIVE_SRC)
 	@touch $@
 
 # The install compiles the C kernels: as root with apt-get, install a C compiler when none is on
-# PATH; otherwise say so (the install then goes on without them: the numba kernels run instead).
+# PATH; otherwise say what to install (the install cannot go on without one).
 compiler:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  echo "make: installing Debian's gcc for the C kernels"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null; \
 	else \
-	  echo "make: no C compiler on PATH (cc, gcc): the C kernels are not built, numba's run instead" >&2; \
+	  echo "make: no C compiler on PATH (cc, gcc): install one (Debian: apt-get install gcc libc6-dev; macOS: xcode-select --install)" >&2; \
+	  exit 1; \
 	fi
 
 # JupyterLab opens a .py file in the text editor unless told otherwise: this venv's lab opens

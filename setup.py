@@ -22,11 +22,10 @@ setup(
             sources=[str(f.relative_to(HERE)) for f in files if f.suffix == ".c"],
             depends=[str(f.relative_to(HERE)) for f in files if f.suffix == ".h"],
             define_macros=[("MR_SOURCES_HASH", f'"{_ns.sources_hash(folder)}"')],
-            # the flags the kernels were written for: ISO C (no FMA contraction), -O2 after
-            # Python's own -O3, no -march (one build serves every CPU of the platform)
-            extra_compile_args=["-O2", "-std=c11", "-fno-strict-aliasing"],
-            # without a C compiler the install goes on and the numba kernels run (moeroof.core.native)
-            optional=True,
+            # the flags the kernels were written for: ISO C and no FMA contraction (the same
+            # floating-point results on every machine), -O2 after Python's own -O3, no -march
+            # (one build serves every CPU of the platform)
+            extra_compile_args=["-O2", "-std=c11", "-ffp-contract=off", "-fno-strict-aliasing"],
         )
     ]
 )

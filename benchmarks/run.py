@@ -492,7 +492,7 @@ def bench_cache(n_requests: int, repeats: int) -> tuple[dict, dict]:
     items = req.items
     n = items.size
     n_items = req.n_items
-    # first-call time of each kernel on a tiny input (a C build or a numba compile; the timings exclude it)
+    # first-call time of each kernel on a tiny input (loading the C library; the timings exclude it)
     tiny = cache.Requests(
         items[:100].copy(), req.step[:100].copy(), req.layer[:100].copy(), req.steps, req.layers, req.experts
     )
@@ -508,7 +508,7 @@ def bench_cache(n_requests: int, repeats: int) -> tuple[dict, dict]:
     capacity = int(0.25 * n_items)
     t_sim, res = timeit(lambda: cache.simulate(req, capacity, policy="lru", lookup="request"), repeats)
     lib_hits = int(res.hits_per_step.sum())
-    # the kernel alone, as simulate calls it (C where a compiler was found, else numba): one
+    # the C kernel alone, as simulate calls it: one
     # lookup per request, hits counted per step (simulate adds its checks and the result record)
     group = np.zeros(n_items, np.int64)
     cap = np.array([float(capacity)])
@@ -754,16 +754,13 @@ def main(argv=None) -> int:
         f"- tolerances: plug-in {TOL_PLUGIN:g} relative, rarefaction {TOL_RAREFACTION:g} relative "
         "(elementwise, |reference| floored at 1 expert)."
     )
-    from moeroof.models import cache_native
-
-    kernels = "C" if cache_native.uses_c("mr_lru_pass") else "numba"
     print(
         f"- cache items 4-5: {mrc_row['requests']:,} requests over {mrc_row['items']:,} (layer, expert) items "
         f"(requests_from_trace took {fmt_s(mrc_row['requests_from_trace_s'])}, untimed); floors scale with the "
         f"request count (3 s per 10^7; 5 M requests/s). Curve {mrc_row['requests_per_s'] / 1e6:.1f} M requests/s, "
-        f"LRU simulation {lru_row['requests_per_s'] / 1e6:.1f} M requests/s (its {kernels} kernel alone "
+        f"LRU simulation {lru_row['requests_per_s'] / 1e6:.1f} M requests/s (its C kernel alone "
         f"{fmt_s(lru_row['kernel_best_s'])}, C/kernel ratio "
-        f"{'—' if lru_row['kernel_ratio'] is None else format(lru_row['kernel_ratio'], '.2f')}x). Compile time (first call, "
+        f"{'—' if lru_row['kernel_ratio'] is None else format(lru_row['kernel_ratio'], '.2f')}x). First call (the library's load, "
         f"excluded): curve {fmt_s(mrc_row['first_call_s'])}, LRU {fmt_s(lru_row['first_call_s'])}. "
         f"C reference: {mrc_row['c_note']}; ratio = C time / library time; agreement is exact (hit counts)."
     )

@@ -1,21 +1,29 @@
 """Expert cache simulation and miss-ratio curves against pure-Python references.
 
-References are written out here independently of moeroof.models.cache: an OrderedDict LRU, Belady's
-MIN scanning the future for the farthest next use (with and without bypass), in-cache and perfect
-LFU, S3-FIFO (as libCacheSim's S3FIFOv0 runs it) and ARC from its paper's pseudo-code. Random
-cases are seeded loops (small traces, many capacities). tests/test_cache_libcachesim.py checks
-the same policies against libCacheSim itself.
+The references (tests/cache_refs.py) are written independently of moeroof.models.cache: an
+OrderedDict LRU, Belady's MIN scanning the future for the farthest next use (with and without
+bypass), in-cache and perfect LFU, S3-FIFO (as libCacheSim's S3FIFOv0 runs it) and ARC from its
+paper's pseudo-code. Random cases are seeded loops (small traces, many capacities).
+tests/test_cache_libcachesim.py checks the same policies against libCacheSim itself.
 """
 
 from __future__ import annotations
 
-import os
-from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from cache_refs import (
+    judged,
+    ref_arc,
+    ref_belady,
+    ref_belady_insert,
+    ref_lfu,
+    ref_lfu_perfect,
+    ref_lru,
+    ref_s3fifo,
+)
 from conftest import seeded
 from moeroof.models import cache
 from moeroof.models.cache import Requests, requests_from_trace, simulate
@@ -62,207 +70,6 @@ def ref_lookup_starts(req: Requests, lookup):
     if lookup == "request":
         return [True] * len(keys)
     return [t == 0 or keys[t] != keys[t - 1] for t in range(len(keys))]
-
-
-def judged(items, starts, t, member, pre):
-    """Hit flag of request t: its item's membership now, or as its lookup began (``starts``)."""
-    if starts is None:
-        return member(items[t])
-    if starts[t]:
-        pre.clear()
-        u = t
-        while True:
-            pre[u] = member(items[u])
-            u += 1
-            if u >= len(items) or starts[u]:
-                break
-    return pre[t]
-
-
-def ref_lru(items, cap_of, group_of, size, starts=None):
-    caches = {}
-    used = {}
-    hits = []
-    pre = {}
-    for t, x in enumerate(items):
-        g = group_of(x)
-        c = caches.setdefault(g, OrderedDict())
-        used.setdefault(g, 0.0)
-        hits.append(judged(items, starts, t, lambda y: y in caches.get(group_of(y), ()), pre))
-        if x in c:
-            c.move_to_end(x)
-            continue
-        if size[x] > cap_of[g]:
-            continue
-        while used[g] + size[x] > cap_of[g]:
-            v, _ = c.popitem(last=False)
-            used[g] -= size[v]
-        c[x] = True
-        used[g] += size[x]
-    return np.array(hits, dtype=bool)
-
-
-def ref_next_uses(items):
-    """next[t] = index of the next request of items[t] (len(items) if none), by scanning."""
-    n = len(items)
-    nxt = []
-    for t in range(n):
-        j = next((u for u in range(t + 1, n) if items[u] == items[t]), n)
-        nxt.append(j)
-    return nxt
-
-
-def ref_belady(items, cap_of, group_of, size, starts=None, bypass=True):
-    """MIN: evict the cached item used farthest in the future — unless x is farther still
-    (``bypass``: x is not cached) — until x fits."""
-    nxt = ref_next_uses(items)
-    caches, used, hits, pre = {}, {}, [], {}
-    for t, x in enumerate(items):
-        g = group_of(x)
-        c = caches.setdefault(g, {})  # item -> its next use
-        used.setdefault(g, 0.0)
-        hits.append(judged(items, starts, t, lambda y: y in caches.get(group_of(y), ()), pre))
-        if x in c:
-            c[x] = nxt[t]
-            continue
-        if size[x] > cap_of[g]:
-            continue
-        while used[g] + size[x] > cap_of[g]:
-            far = max(c, key=lambda v: (c[v], -v)) if c else None
-            if far is None or (bypass and c[far] <= nxt[t]):
-                break
-            used[g] -= size[far]
-            del c[far]
-        if used[g] + size[x] <= cap_of[g]:
-            c[x] = nxt[t]
-            used[g] += size[x]
-    return np.array(hits, dtype=bool)
-
-
-def ref_belady_insert(items, cap_of, group_of, size, starts=None):
-    """MIN inserting every miss (libCacheSim's Belady)."""
-    return ref_belady(items, cap_of, group_of, size, starts, bypass=False)
-
-
-def ref_lfu(items, cap_of, group_of, size, starts=None, perfect=False):
-    """In-cache LFU (an evicted item's count is forgotten; ``perfect``: counts survive eviction),
-    ties to the least recently used."""
-    freq, last = {}, {}
-    caches, used, hits, pre = {}, {}, [], {}
-    for t, x in enumerate(items):
-        g = group_of(x)
-        c = caches.setdefault(g, set())
-        used.setdefault(g, 0.0)
-        freq[x] = freq.get(x, 0) + 1 if perfect or x in c else 1
-        last[x] = t
-        hits.append(judged(items, starts, t, lambda y: y in caches.get(group_of(y), ()), pre))
-        if x in c:
-            continue
-        if size[x] > cap_of[g]:
-            continue
-        while used[g] + size[x] > cap_of[g]:
-            v = min(c, key=lambda y: (freq[y], last[y]))
-            c.remove(v)
-            used[g] -= size[v]
-            if not perfect:
-                del freq[v]
-        c.add(x)
-        used[g] += size[x]
-    return np.array(hits, dtype=bool)
-
-
-def ref_lfu_perfect(items, cap_of, group_of, size, starts=None):
-    """Perfect LFU: counts over the whole stream survive eviction, ties to the least recently used."""
-    return ref_lfu(items, cap_of, group_of, size, starts, perfect=True)
-
-
-def ref_s3fifo(items, cap, starts=None, threshold=1):
-    """S3-FIFO of Yang et al. (SOSP 2023) as libCacheSim's S3FIFOv0 runs it, unit sizes, one
-    cache; OrderedDicts as FIFOs. S holds int(0.1 · cap), G int(0.9 · cap) ids; hits are counted
-    without a cap; an item leaves S for M after ``threshold`` hits, M reinserts with
-    min(count, 3) − 1."""
-    main_cap = cap - int(0.1 * cap)
-    S, M, G = OrderedDict(), OrderedDict(), OrderedDict()  # first = tail (oldest)
-    freq, hits, pre = {}, [], {}
-    for t, x in enumerate(items):
-        hits.append(judged(items, starts, t, lambda y: y in S or y in M, pre))
-        if x in S or x in M:
-            freq[x] += 1
-            continue
-        if cap < 1:
-            continue
-        ghost = G.pop(x, None) is not None
-        while len(S) + len(M) + 1 > cap:
-            if len(M) > main_cap or not S:
-                while True:
-                    v, _ = M.popitem(last=False)
-                    if freq[v] > 0:
-                        freq[v] = min(freq[v], 3) - 1
-                        M[v] = True
-                    else:
-                        break
-            else:
-                while S:
-                    v, _ = S.popitem(last=False)
-                    if freq[v] >= threshold:
-                        freq[v] = 0
-                        M[v] = True
-                    else:
-                        G[v] = True
-                        while len(G) > int(0.9 * cap):
-                            G.popitem(last=False)
-                        break
-        (M if ghost else S)[x] = True
-        freq[x] = 0
-    return np.array(hits, dtype=bool)
-
-
-def ref_arc(items, c, starts=None):
-    """ARC, Megiddo & Modha (FAST 2003) Fig. 4, cases I–IV; OrderedDict first = LRU end."""
-    T1, T2, B1, B2 = OrderedDict(), OrderedDict(), OrderedDict(), OrderedDict()
-    p = 0.0
-    hits, pre = [], {}
-
-    def replace(in_b2):
-        if T1 and (len(T1) > p or (in_b2 and len(T1) == p)):
-            v, _ = T1.popitem(last=False)
-            B1[v] = True
-        else:
-            v, _ = T2.popitem(last=False)
-            B2[v] = True
-
-    for t, x in enumerate(items):
-        if c < 1:
-            hits.append(False)
-            continue
-        hits.append(judged(items, starts, t, lambda y: y in T1 or y in T2, pre))
-        if x in T1 or x in T2:
-            (T1 if x in T1 else T2).pop(x)
-            T2[x] = True
-            continue
-        if x in B1:
-            p = min(p + max(len(B2) / len(B1), 1.0), c)
-            B1.pop(x)
-            replace(False)
-            T2[x] = True
-        elif x in B2:
-            p = max(p - max(len(B1) / len(B2), 1.0), 0.0)
-            B2.pop(x)
-            replace(True)
-            T2[x] = True
-        else:
-            if len(T1) + len(B1) == c:
-                if len(T1) < c:
-                    B1.popitem(last=False)
-                    replace(False)
-                else:
-                    T1.popitem(last=False)
-            elif len(T1) + len(B1) + len(T2) + len(B2) >= c:
-                if len(T1) + len(B1) + len(T2) + len(B2) == 2 * c:
-                    B2.popitem(last=False)
-                replace(False)
-            T1[x] = True
-    return np.array(hits, dtype=bool)
 
 
 def hits_of(res) -> int:
@@ -631,64 +438,6 @@ def test_s3fifo_sanity_on_a_skewed_stream():
             assert s3.hit_rate > 0.0
 
 
-# ----------------------------------------------------------------------------- compiled kernels
-
-_RUN_KERNELS = (
-    "import numpy as np; from moeroof.models import cache; "
-    "r = cache.requests_from_trace(np.array([[[[0, 1]]], [[[1, 2]]]]), 4); "
-    "cache.lru_hit_curve(r); [cache.simulate(r, 2, policy=p) for p in cache.POLICIES]"
-)
-
-
-def _run(env: dict[str, str], pythonpath: str | None = None) -> None:
-    import subprocess
-    import sys
-
-    full = {**os.environ, **env}
-    if pythonpath is not None:
-        full["PYTHONPATH"] = pythonpath
-    subprocess.run([sys.executable, "-c", _RUN_KERNELS], env=full, check=True, timeout=300)
-
-
-def _snapshot(folder) -> dict[str, int]:
-    return {str(p): p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
-
-
-@pytest.mark.slow
-def test_kernels_are_cached_on_disk_and_loaded_by_the_next_process(tmp_path):
-    # NUMBA_CACHE_DIR is honoured: the first process compiles and writes the cache, the second
-    # loads it (a cache miss would rewrite the index files)
-    env = {"NUMBA_CACHE_DIR": str(tmp_path / "numba"), "MOEROOF_NATIVE": "0"}  # the numba kernels
-    _run(env)
-    first = _snapshot(tmp_path / "numba")
-    assert any(name.endswith(".nbi") for name in first) and any(name.endswith(".nbc") for name in first)
-    _run(env)
-    assert _snapshot(tmp_path / "numba") == first
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders, so they cannot be tested")
-def test_kernels_run_from_a_read_only_install(tmp_path):
-    # an installed package's folder is read-only: numba falls back to the per-user cache
-    import shutil
-
-    import moeroof
-
-    site = tmp_path / "site"
-    shutil.copytree(Path(moeroof.__file__).parent, site / "moeroof", ignore=shutil.ignore_patterns("__pycache__"))
-    for p in sorted(site.rglob("*"), reverse=True):
-        p.chmod(0o555 if p.is_dir() else 0o444)
-    site.chmod(0o555)
-    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), "HOME": str(tmp_path), "NUMBA_CACHE_DIR": "", "MOEROOF_NATIVE": "0"}
-    try:
-        _run(env, pythonpath=str(site))
-        assert not list(site.rglob("__pycache__/*.nbi"))
-        assert list((tmp_path / "xdg").rglob("*.nbi"))
-    finally:
-        for p in [site, *site.rglob("*")]:
-            p.chmod(0o755)
-
-
 # ----------------------------------------------------------------------------- the embedded trace
 
 # Every policy, scope and lookup on the embedded trace (242 037 requests) against pure-Python
@@ -944,19 +693,6 @@ def test_compact_requests_equal_the_stream_given_per_request():
             )
         with pytest.raises(AttributeError, match="read-only"):
             req.items = req.items[:1]
-
-
-def test_lru_kernel_keeps_its_flags_interface():
-    # benchmarks/run.py times lru_kernel(items, group, cap, size, start) -> hit flags
-    from moeroof.models import cache_kernels
-
-    _, _, req = next(cases("lru-kernel", n=1))
-    group, cap = np.zeros(req.n_items, dtype=np.int64), np.array([6.0])  # one cache of 6 items
-    for lookup in cache.LOOKUPS:
-        st = cache.lookup_starts(req, lookup)
-        hit = cache_kernels.lru_kernel(req.items, group, cap, np.ones(req.n_items), st)
-        want = simulate(req, 6, lookup=lookup, return_hits=True).request_hits
-        assert hit.tolist() == want.tolist()
 
 
 def _io_error(tmp_path, topk, experts=8):

@@ -1,32 +1,26 @@
-"""The C heap, S3-FIFO and ARC kernels (models/native/policies.c) against their numba originals.
+"""The C heap, S3-FIFO and ARC kernels (models/native/policies.c) against the pure-Python
+references of tests/cache_refs.py, through their wrappers in moeroof.models.cache_native.
 
-Each C kernel must give the numba kernel's hits, misses and streamed bytes per step (bit for
-bit: the same additions in the same order) and its hit flags, for every combination of the
-flags (per request or per lookup, weighted or not, hit flags kept or not), one group or several,
-unit or fractional sizes, capacities 0, tiny and above the item count, empty streams and
-lookups of steps outside 0..steps-1. Hand cases, hypothesis-drawn streams (derandomized by
-tests/conftest.py), a longer seeded stream, and simulate() end to end with and without C.
+Each kernel must give the reference's hits, misses and streamed bytes per step (the bytes added
+in request order: bit for bit) and its hit flags, for every combination of the flags (per
+request or per lookup, weighted or not, hit flags kept or not), one group or several, unit or
+fractional sizes, capacities 0, tiny and above the item count, empty streams and lookups of
+steps outside 0..steps-1. Hand cases, hypothesis-drawn streams (derandomized by
+tests/conftest.py), a longer seeded stream, and simulate() end to end.
 
-Fractional sizes are multiples of 1/8: their running sums are exact, as unit sizes and
-integer byte counts are. (With sizes whose sums round, an eviction loop of the numba kernels can
-find its heap or list empty while the running sum is still above zero, and then reads outside
-its tables; the C stops evicting there instead — see policies.c. That case is not compared.)
-
-Skipped only when no C compiler is on PATH; with one, a kernel that is not loaded is a failure.
+Fractional sizes are multiples of 1/8: their running sums are exact, as unit sizes and integer
+byte counts are. Belady's choice among items never requested again is arbitrary (any of them
+gives the same hits at unit sizes, not at unequal ones), so Belady is compared at unit sizes.
 """
 
 from __future__ import annotations
-
-import shutil
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moeroof.core import native
-from moeroof.models import cache_kernels as ck
+from cache_refs import kernel_pass, ref_next_use
 from moeroof.models import cache_native as cn
 from moeroof.models.cache import requests_from_trace, simulate
 
@@ -39,69 +33,45 @@ MODE_NAMES = {
     cn.HEAP_BELADY: "belady",
     cn.HEAP_BELADY_INSERT: "belady-insert",
 }
-PAIRS = {  # kernel -> (C function name, cache_native wrapper, numba kernel)
-    "heap": ("mr_heap_pass", cn.heap_pass, ck.heap_pass),
-    "s3fifo": ("mr_s3fifo_pass", cn.s3fifo_pass, ck.s3fifo_pass),
-    "arc": ("mr_arc_pass", cn.arc_pass, ck.arc_pass),
-}
-
-
-def need_c(name: str) -> None:
-    if cn.uses_c(name):
-        return
-    if shutil.which("cc") is None:
-        pytest.skip("no C compiler (cc) on PATH: cache_native runs the numba kernels, nothing to compare")
-    pytest.fail(f"{name} is not loaded although cc is on PATH: {native.status()}")
-
-
-@contextmanager
-def c_only():
-    """Make a fall-back to numba inside cache_native an error (the C must run)."""
-
-    def refuse():
-        raise AssertionError("cache_native fell back to the numba kernel")
-
-    real = cn.numba_kernels
-    cn.numba_kernels = refuse
-    try:
-        yield
-    finally:
-        cn.numba_kernels = real
-
-
-def next_use_ref(items) -> np.ndarray:
-    n = len(items)
-    out = np.empty(n, np.int32)
-    last: dict[int, int] = {}
-    for t in range(n - 1, -1, -1):
-        out[t] = last.get(int(items[t]), n)
-        last[int(items[t])] = t
-    return out
+WRAPPERS = {"heap": cn.heap_pass, "s3fifo": cn.s3fifo_pass, "arc": cn.arc_pass}
 
 
 def compare(kind: str, head: tuple, off, cstep, per_request, steps, wsize, weighted, keep_hits):
-    """Run the C and the numba kernel on the same inputs; assert identical outputs; return C's."""
-    name, c_fn, nb_fn = PAIRS[kind]
-    need_c(name)
+    """Run the C kernel and the reference on the same inputs; assert identical outputs; return C's."""
     n = int(off[-1]) if len(off) else 0
     tail = (np.asarray(off, np.int64), np.asarray(cstep, np.int64), bool(per_request), int(steps))
     wsize = np.asarray(wsize, np.float64) if weighted else np.zeros(1)
     hc = np.zeros(n if keep_hits else 0, bool)
-    hn = np.zeros(n if keep_hits else 0, bool)
-    with c_only():
-        got = c_fn(*head, *tail, wsize, bool(weighted), hc)
-    want = nb_fn(*head, *tail, wsize, bool(weighted), hn)
+    got = WRAPPERS[kind](*head, *tail, wsize, bool(weighted), hc)
+    want = reference(kind, head, *tail, wsize, bool(weighted))
     for g, w, what in zip(got, want, ("hits", "misses", "streamed")):
         assert g.dtype == w.dtype and g.shape == w.shape, what
         np.testing.assert_array_equal(g, w, err_msg=what)
         assert g.tobytes() == w.tobytes(), f"{what}: not bit for bit"
-    np.testing.assert_array_equal(hc, hn, err_msg="hit flags")
-    return got, hc
+    if keep_hits:
+        np.testing.assert_array_equal(hc, want[3], err_msg="hit flags")
+    return got, want[3]
+
+
+def reference(kind, head, off, cstep, per_request, steps, wsize, weighted):
+    if kind == "heap":
+        items, group, cap, size, mode, _ = head
+        return kernel_pass(MODE_NAMES[mode], items, group, cap, size, off, cstep, per_request, steps, wsize, weighted)
+    if kind == "s3fifo":
+        items, group, cap, size, frac, threshold = head
+        return kernel_pass(
+            "s3fifo", items, group, cap, size, off, cstep, per_request, steps, wsize, weighted,
+            threshold=threshold, small_fraction=frac,
+        )  # fmt: skip
+    items, group, cap = head
+    return kernel_pass("arc", items, group, cap, np.ones(group.size), off, cstep, per_request, steps, wsize, weighted)
 
 
 def heap_head(items, group, cap, size, mode):
     items = np.asarray(items, np.int32)
-    nexts = next_use_ref(items) if mode >= cn.HEAP_BELADY else np.zeros(1, np.int64)
+    nexts = ref_next_use(items).astype(np.int32) if mode >= cn.HEAP_BELADY else np.zeros(1, np.int64)
+    if mode >= cn.HEAP_BELADY:
+        size = np.ones(len(size))  # see the top: Belady at unit sizes
     return (items, np.asarray(group, np.int64), np.asarray(cap, float), np.asarray(size, float), mode, nexts)
 
 
@@ -292,18 +262,18 @@ def test_arc_random(case):
 
 @pytest.mark.parametrize("per_request,weighted,keep_hits", FLAGS)
 def test_longer_stream(per_request, weighted, keep_hits):
-    """20 000 Zipf requests over 240 items in 4 groups: deep heaps, ARC's target moving, S3-FIFO's
+    """2 000 Zipf requests over 120 items in 4 groups: deep heaps, ARC's target moving, S3-FIFO's
     ghosts filling; capacities from tiny to all."""
     rng = np.random.default_rng(1604)
-    n_items, n_groups = 240, 4
+    n_items, n_groups, n = 120, 4, 2000
     p = 1.0 / np.arange(1, n_items + 1) ** 0.9
-    items = rng.permutation(n_items)[rng.choice(n_items, size=20000, p=p / p.sum())].astype(np.int32)
+    items = rng.permutation(n_items)[rng.choice(n_items, size=n, p=p / p.sum())].astype(np.int32)
     group = np.arange(n_items) * n_groups // n_items
-    lengths = rng.integers(0, 12, size=3000)
-    lengths[-1] += 20000 - lengths.sum()  # the rest in one long lookup
+    lengths = rng.integers(0, 12, size=300)
+    lengths[-1] += n - lengths.sum()  # the rest in one long lookup
     assert lengths[-1] >= 0
     off = np.r_[0, np.cumsum(lengths)]
-    steps = 300
+    steps = 30
     cstep = np.arange(lengths.size) // 10 - 2
     wsize = rng.uniform(0.1, 10.0, n_items)
     fsize = rng.integers(1, 32, n_items) / 8
@@ -346,14 +316,13 @@ def synthetic_requests():
 @pytest.mark.parametrize(
     "policy,kw,cname", POLICY_KW, ids=[p + str(kw.get("s3fifo_threshold", "")) for p, kw, _ in POLICY_KW]
 )
-def test_simulate_matches_numba(policy, kw, cname, monkeypatch):
-    """simulate() through the C kernels (checked to run) equals simulate() with cache_native
-    falling back to numba for everything (MOEROOF_NATIVE=0)."""
-    need_c(cname)
+def test_simulate_counts_every_request_once_and_agrees_with_its_flags(policy, kw, cname):
+    """simulate() end to end (its C kernel): the per-step counts are the per-request flags
+    counted by step, warm-up steps excluded, and the streamed bytes the missed items' bytes."""
     req, layers, experts = synthetic_requests()
     assert req.items.dtype == np.int32
     byte_sizes = np.arange(1, experts + 1, dtype=float) * 3.0
-    real_fn = cn.c_function
+    item_bytes = np.tile(byte_sizes, layers)
     runs = []
     for lookup in ("layer", "request"):
         for scope in ("global", "layer"):
@@ -364,23 +333,16 @@ def test_simulate_matches_numba(policy, kw, cname, monkeypatch):
                 for extra in setups:
                     cap = capacity * (10.0 if extra["capacity_unit"] == "bytes" else 1.0)
                     args = dict(policy=policy, scope=scope, lookup=lookup, return_hits=True, warmup_steps=3, **kw, **extra)  # fmt: skip
-                    calls = []
-
-                    def spy(name, calls=calls):
-                        fn = real_fn(name)
-                        calls.append((name, fn is not None))
-                        return fn
-
-                    monkeypatch.setattr(cn, "c_function", spy)
                     got = simulate(req, cap, **args)
-                    assert (cname, True) in calls and (cname, False) not in calls, calls
-                    monkeypatch.setattr(cn, "c_function", lambda name: None)
-                    want = simulate(req, cap, **args)
-                    monkeypatch.setattr(cn, "c_function", real_fn)
-                    for f in ("requests", "hits", "misses", "hit_rate", "bytes_unit"):
-                        assert getattr(got, f) == getattr(want, f), (f, args, cap)
-                    for f in ("hits_per_step", "misses_per_step", "bytes_streamed_per_step", "request_hits"):
-                        a, b = getattr(got, f), getattr(want, f)
-                        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), (f, args, cap)
+                    counted = req.step >= 3
+                    hits = np.bincount(req.step[got.request_hits & counted], minlength=req.steps)
+                    misses = np.bincount(req.step[~got.request_hits & counted], minlength=req.steps)
+                    assert got.hits_per_step[3:].tolist() == hits[3:].tolist(), (args, cap)
+                    assert got.misses_per_step[3:].tolist() == misses[3:].tolist(), (args, cap)
+                    if "item_bytes" in extra:
+                        per_step = [0.0] * req.steps
+                        for t in np.flatnonzero(~got.request_hits & counted).tolist():
+                            per_step[int(req.step[t])] += float(item_bytes[int(req.items[t])])
+                        assert got.bytes_streamed_per_step[3:].tolist() == per_step[3:], (args, cap)
                     runs.append(got.hits)
     assert max(runs) > 0  # the stream exercises the caches

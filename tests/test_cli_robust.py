@@ -687,7 +687,7 @@ def test_output_onto_a_shipped_preset_is_refused(capsys):
 
 
 def test_ctrl_c_inside_a_compiled_kernel_exits_130_quietly(monkeypatch, capsys):
-    """A Ctrl-C that lands while a numba kernel runs comes back as a SystemError whose cause is
+    """A Ctrl-C that lands while an extension runs can come back as a SystemError whose cause is
     the KeyboardInterrupt (CPython's 'returned a result with an exception set'): exit 130 and
     nothing on stderr, as for a Ctrl-C anywhere else (it was exit 70, 'internal error')."""
     from moeroof.cli import presets as presets_cmd
@@ -701,3 +701,16 @@ def test_ctrl_c_inside_a_compiled_kernel_exits_130_quietly(monkeypatch, capsys):
     monkeypatch.setattr(presets_cmd, "run", interrupted_in_a_kernel)
     code, out, err = run_main(capsys, ["presets"])
     assert code == 130 and err == "" and out == ""
+
+
+def test_c_kernels_not_built_exit_78_saying_what_builds_them(monkeypatch, capsys):
+    from moeroof.cli import presets as presets_cmd
+    from moeroof.core import native
+
+    def unbuilt(args):
+        native.load("moeroof.models._no_such_kernels")
+
+    monkeypatch.setattr(presets_cmd, "run", unbuilt)
+    code, out, err = run_main(capsys, ["presets"])
+    assert code == 78 and out == ""
+    assert err.startswith("error: the C kernels") and "make" in err and err.count("\n") == 1

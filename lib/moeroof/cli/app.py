@@ -41,12 +41,24 @@ from collections.abc import Sequence
 
 from moeroof.cli.output import EXIT_INTERRUPTED
 from moeroof.core.errors import ParameterError
+from moeroof.core.native import NativeBuildError
 
-__all__ = ["COMMAND_MODULES", "EXIT_INTERNAL", "EXIT_USAGE", "build_parser", "debug_enabled", "main", "user_message"]
+__all__ = [
+    "COMMAND_MODULES",
+    "EXIT_CONFIG",
+    "EXIT_INTERNAL",
+    "EXIT_USAGE",
+    "build_parser",
+    "debug_enabled",
+    "main",
+    "user_message",
+]
 
 EXIT_USAGE = 2
 #: an unexpected exception: a bug in moeroof (sysexits' EX_SOFTWARE)
 EXIT_INTERNAL = 70
+#: an install whose C kernels are missing or stale (sysexits' EX_CONFIG)
+EXIT_CONFIG = 78
 
 #: (command, its module in moeroof.cli), in `moeroof --help` order. A command's module is imported
 #: only when the command line names it (its parser alone is built, ~20 ms less per run: a whole
@@ -184,7 +196,8 @@ def user_message(exc: BaseException) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (0 ok, 2 bad input or usage, 70 a bug, 130 interrupted)."""
+    """Run the CLI; returns the exit status (0 ok, 2 bad input or usage, 70 a bug, 78 the C kernels
+    not built, 130 interrupted)."""
     debug = debug_enabled()
     try:
         argv = sys.argv[1:] if argv is None else list(argv)
@@ -220,6 +233,9 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except NativeBuildError as exc:  # the install, not the input: say what rebuilds it
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     except BrokenPipeError:  # `moeroof ... | head`
         _quiet_stdout()
         return 0
@@ -229,7 +245,7 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
         print(f"error: {user_message(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:  # a bug: one line, not a traceback
-        if _interrupted(exc):  # Ctrl-C inside a compiled kernel comes back as a SystemError
+        if _interrupted(exc):  # Ctrl-C inside an extension can come back as a SystemError
             return EXIT_INTERRUPTED
         if debug:
             raise
@@ -242,9 +258,9 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
 
 
 def _interrupted(exc: BaseException) -> bool:
-    """Whether ``exc`` wraps a KeyboardInterrupt: a Ctrl-C that lands while a numba kernel runs
-    surfaces as ``SystemError: CPUDispatcher(...) returned a result with an exception set``, the
-    interrupt as its cause."""
+    """Whether ``exc`` wraps a KeyboardInterrupt: a Ctrl-C that lands inside an extension or a
+    callback can surface as another exception (``SystemError: ... returned a result with an
+    exception set``), the interrupt as its cause or context."""
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:

@@ -54,15 +54,11 @@ class UsageError(ValueError):
 
 
 def start_cache_kernels() -> None:
-    """Before ``cache`` / ``mrc`` simulate: load the C kernels (built on first use); where they
-    cannot load, start numba without its BLAS probe (:mod:`moeroof.core.numba_start`: these
-    commands' compiled work is the suite's own kernels, no BLAS)."""
+    """Before ``cache`` / ``mrc`` simulate: load the C kernels (built at install), so that a
+    missing or stale build is said before any input is read."""
     from moeroof.models import cache_native
 
-    if cache_native.library() is None:
-        from moeroof.core.numba_start import skip_blas_probe
-
-        skip_blas_probe()
+    cache_native.library()
 
 
 def positive_int(text: str, flag: str) -> int:

@@ -1,9 +1,9 @@
 """Results kept on disk between runs, for pure computations that are slow to repeat.
 
 The step model simulates the expert cache in steady state (:mod:`moeroof.models.expert_cache`):
-deterministic in its inputs, a few tenths of a second each, and it needs numba, whose import
-alone is most of a command's start-up. Kept on disk, a second ``moeroof plan`` with the same
-model, routing, batch and cache reads its numbers back and never loads numba.
+deterministic in its inputs, a few tenths of a second each: kept on disk, a second ``moeroof
+plan`` with the same model, routing, batch and cache reads its numbers back and simulates
+nothing.
 
 A result is stored under a *salt*: a hash of the source files of the code that computes it and
 of the numpy version (its random streams draw the traces), so an edit or an upgrade can never
@@ -19,7 +19,7 @@ Two memos share the folder: :class:`DiskMemo`, one computation's results under o
 :class:`SourceMemo`, an exact memo of a pure simulation in this process (an LRU) and on disk,
 whose salt hashes the source files that compute it (paths relative to the package, a folder
 standing for every ``.py``, ``.c`` and ``.h`` below it) and the versions of numpy (its streams
-draw the traces), scipy and numba (the kernels). An edit of any of those files, or an upgrade,
+draw the traces) and scipy. An edit of any of those files, or an upgrade,
 misses rather than serving an old number; a number read back is the number computed, bit for
 bit (JSON keeps a float's ``repr``, NaN and infinities included).
 """
@@ -164,17 +164,11 @@ class SourceMemo:
 
     def _disk_memo(self):
         if not self._disk:
-            from importlib.metadata import PackageNotFoundError, version
-
             import numpy as np
             import scipy
 
-            try:
-                numba_version = version("numba")  # not imported: that loads numba
-            except PackageNotFoundError:
-                numba_version = "none"
             files = source_files(self.sources)
-            self._disk.append(DiskMemo(self.name, source_salt(files, np.__version__, scipy.__version__, numba_version)))
+            self._disk.append(DiskMemo(self.name, source_salt(files, np.__version__, scipy.__version__)))
         return self._disk[0]
 
     def get(self, key: tuple) -> Any | None:

@@ -1,10 +1,10 @@
 """The C kernels, compiled at install, loaded by ctypes.
 
-Why not numba alone: a process that calls one numba kernel pays ~0.45 s before it runs
-(numba's import, its typing registries, loading the cached machine code), while libCacheSim,
-a compiled extension, starts in ~0.1 s. A whole ``moeroof cache`` run on a 10^6–10^7-request
-trace is mostly that start-up (whole commands timed against libCacheSim). A shared library of
-plain C, loaded with :mod:`ctypes`, costs a few milliseconds to load.
+Every compiled kernel of the suite (the cache policies, the request stream, stack distances,
+the routing and plan kernels) has one source, in C, in ``models/native/``. Why C, loaded with
+:mod:`ctypes`: a shared library of plain C costs a few milliseconds to load, where a JIT
+(numba, which the suite used before) costs ~0.45 s of start-up in every process that calls a
+kernel, most of a whole ``moeroof cache`` run on a 10^6–10^7-request trace.
 
 How: ``pip install`` (``setup.py``, setuptools' build backend) compiles ``models/native/*.c``
 into the extension ``moeroof.models._cache_native``, an empty Python module whose plain C
@@ -14,24 +14,19 @@ sources it was built from (:mod:`moeroof.core.native_sources`), and :func:`load`
 when that is the hash of the sources beside it: a library built before an edit is never used.
 Nothing is compiled at run time and no binary is written anywhere.
 
-When the extension is missing (a build without a C compiler) or stale, :func:`load` returns
-None and the caller runs its numba kernels (the same results, a slower start);
-``MOEROOF_NATIVE=0`` asks for that fallback, ``MOEROOF_NATIVE=1`` makes a missing or stale
-library an error (:class:`NativeBuildError`) instead. :func:`status` says which it was and why.
+When the extension is missing (installed without a C compiler) or stale, :func:`load` raises
+:class:`NativeBuildError`, saying why and what rebuilds it; :func:`status` says how loading
+ended.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from moeroof.core.native_sources import MODULE, SOURCE_DIR, sources_hash
 
-__all__ = ["ENV", "MODULE", "NativeBuildError", "load", "status"]
+__all__ = ["MODULE", "NativeBuildError", "load", "status"]
 
-#: ``0``: never load (use the numba kernels); ``1``: a missing or stale library is an error;
-#: unset: load it when it is there and fresh
-ENV = "MOEROOF_NATIVE"
 #: what rebuilds the library (said where it is missing or stale)
 REBUILD = "make (or: pip install -e .) builds it"
 
@@ -40,12 +35,7 @@ _status: dict[tuple[str, Path], str] = {}
 
 
 class NativeBuildError(RuntimeError):
-    """The C kernels are not built, or were built from other sources, while ``MOEROOF_NATIVE=1``
-    required them."""
-
-
-def _mode() -> str:
-    return os.environ.get(ENV, "").strip()
+    """The C kernels are not built, or were built from other sources than those beside them."""
 
 
 def status(name: str = MODULE, sources: Path | None = None) -> str:
@@ -59,18 +49,17 @@ def _key(name: str, sources: Path | None) -> tuple[str, Path]:
 
 
 def load(name: str = MODULE, sources: Path | None = None):
-    """The C library of the extension module ``name`` (a :class:`ctypes.CDLL`), or None.
+    """The C library of the extension module ``name`` (a :class:`ctypes.CDLL`).
 
-    None when ``MOEROOF_NATIVE=0``, when the extension is not built, or when it was built from
-    other sources than those in ``sources`` (default: the package's ``models/native/``), unless
-    ``MOEROOF_NATIVE=1``: then :class:`NativeBuildError`, saying why. Tried once a process.
+    :class:`NativeBuildError`, saying why, when the extension is not built or was built from
+    other sources than those in ``sources`` (default: the package's ``models/native/``). Tried
+    once a process.
     """
     key = _key(name, sources)
     if key not in _loaded:
-        lib, _status[key] = _open(*key)
-        if lib is None and _mode() == "1":
-            raise NativeBuildError(f"C kernels {name!r}: {_status[key]}")
-        _loaded[key] = lib
+        _loaded[key], _status[key] = _open(*key)
+    if _loaded[key] is None:
+        raise NativeBuildError(f"the C kernels ({name}) cannot be used: {_status[key]}")
     return _loaded[key]
 
 
@@ -79,8 +68,6 @@ def _open(name: str, folder: Path):
     import ctypes
     import importlib.util
 
-    if _mode() == "0":
-        return None, f"off ({ENV}=0): numba kernels"
     spec = importlib.util.find_spec(name)
     if spec is None or spec.origin is None or not spec.has_location:
         return None, f"{name} is not built: {REBUILD}"

@@ -104,10 +104,8 @@ fixed-rate variant): keep the requests of items whose hash satisfies ``hash mod 
 exactly and scale each by ``1/R``. :func:`shards_error` states its error against the exact curve.
 
 The inner loops are C (``models/native/``, compiled at install and loaded by
-:mod:`moeroof.models.cache_native`), with the numba kernels of
-:mod:`moeroof.models.cache_kernels` as the fallback (the same numbers); this module imports them
-only inside the functions that run one, so importing it (the step model, the command line's
-parsers) loads neither.
+:mod:`moeroof.models.cache_native`); this module imports them only inside the functions that
+run one, so importing it (the step model, the command line's parsers) loads no library.
 """
 
 from __future__ import annotations
@@ -143,6 +141,8 @@ SCOPES = ("global", "layer")
 #: when a request is judged a hit: as its (step, layer) lookup starts, or in its own turn
 LOOKUPS = ("layer", "request")
 UNITS = ("experts", "bytes")
+#: item ids (layers · experts) the simulator keys its tables by: int32 ids, below 2^31
+MAX_ITEMS = 2**31
 #: share of the capacity given to S3-FIFO's small queue (Yang et al. 2023, §4)
 S3FIFO_SMALL_FRACTION = 0.1
 #: S3-FIFO's default move-to-main threshold: hits in the small queue that move an item to main
@@ -161,7 +161,7 @@ class Requests:
 
     ``items`` (n,) with ``item = layer · experts + expert``, in request order (step, then
     layer, then ascending expert); ``step`` (n,) and ``layer`` (n,). :func:`requests_from_trace`
-    keeps only the items (int32; int64 when layers · experts ≥ 2^31) and ``cells``, the requests
+    keeps only the items (int32: the key space layers · experts is below 2^31) and ``cells``, the requests
     of each (step, layer) (steps · layers,), 4 bytes a request: ``step`` (int32) and ``layer``
     (int16; int32 from 2^15 layers) are then made when first read (and kept), and the
     simulators never read them. ``Requests(items, step, layer, steps, layers, experts)`` takes
@@ -236,7 +236,7 @@ class Requests:
                 np.cumsum(self._cells, out=off[1:])
                 cstep = np.repeat(np.arange(self.steps, dtype=np.int64), self.layers)
             else:
-                from moeroof.models import cache_native as kernels  # C; numba only as its fallback
+                from moeroof.models import cache_native as kernels
 
                 off, cstep = kernels.runs_kernel(np.ascontiguousarray(self._step), np.ascontiguousarray(self._layer))
             object.__setattr__(self, "_lookups", (off, cstep))
@@ -306,6 +306,24 @@ def _as_partition(partition, layers: int, experts: int) -> np.ndarray:
     return np.broadcast_to(part.astype(np.int64), (layers, experts))
 
 
+def _stream_selection(streams, n_streams: int) -> np.ndarray:
+    """The streams of a trace that form the batch (int64 indices): all, the first M (an int),
+    or an index array (negative indices from the end)."""
+    if streams is None:
+        return np.arange(n_streams, dtype=np.int64)
+    if np.isscalar(streams):
+        m = int(streams)
+        if not 1 <= m <= n_streams:
+            raise ValueError(f"streams={m} outside 1..{n_streams}")
+        return np.arange(m, dtype=np.int64)
+    sel = np.asarray(streams)
+    if sel.ndim != 1 or not np.issubdtype(sel.dtype, np.integer) or sel.size == 0:
+        raise ValueError("streams must be a non-empty 1-D integer index array")
+    if sel.min() < -n_streams or sel.max() >= n_streams:
+        raise ValueError(f"stream index out of range for a trace of {n_streams} streams")
+    return np.where(sel < 0, sel + n_streams, sel).astype(np.int64)
+
+
 def requests_from_trace(topk, experts, *, partition=None, rank=None, streams=None, validate: bool = False) -> Requests:  # noqa: C901
     """The request stream of a trace ``topk`` (steps, streams, layers, K), ``-1`` padding.
 
@@ -333,36 +351,25 @@ def requests_from_trace(topk, experts, *, partition=None, rank=None, streams=Non
     if not np.issubdtype(arr.dtype, np.integer):
         raise ValueError(f"trace topk must have an integer dtype, got {arr.dtype}")
     steps, n_streams, layers, _ = arr.shape
-    sel = None
-    if streams is not None:
-        if np.isscalar(streams):
-            m = int(streams)
-            if not 1 <= m <= n_streams:
-                raise ValueError(f"streams={m} outside 1..{n_streams}")
-            sel = np.arange(m)
-        else:
-            sel = np.asarray(streams)
-            if sel.ndim != 1 or not np.issubdtype(sel.dtype, np.integer) or sel.size == 0:
-                raise ValueError("streams must be a non-empty 1-D integer index array")
-            if sel.min() < -n_streams or sel.max() >= n_streams:
-                raise ValueError(f"stream index out of range for a trace of {n_streams} streams")
+    sel = _stream_selection(streams, n_streams)
     keep = None
     if partition is not None or rank is not None:
         if partition is None or rank is None:
             raise ValueError("give both partition and rank (or neither)")
         keep = _as_partition(partition, layers, experts) == int(rank)
-    if sel is None:
-        sel = np.arange(n_streams, dtype=np.int64)
-    else:
-        sel = np.where(sel < 0, sel + n_streams, sel).astype(np.int64)
     use_keep = keep is not None
     keep = np.ascontiguousarray(keep) if use_keep else np.ones((1, 1), dtype=bool)
     from moeroof.data.io import TOPK_CHUNK_ELEMENTS  # read_trace's chunks: the same first error
-    from moeroof.models import cache_native as kernels  # C; numba only as its fallback
+    from moeroof.models import cache_native as kernels
 
     chunk = max(1, TOPK_CHUNK_ELEMENTS // max(1, int(np.prod(arr.shape[1:]))))
-    item_dt = np.int32 if layers * experts < 2**31 else np.int64
-    cells = np.zeros(steps * layers, dtype=np.int32 if experts < 2**31 else np.int64)
+    if layers * experts >= MAX_ITEMS:
+        raise ValueError(
+            f"layers × experts = {layers} × {experts} items: the cache simulator keys its tables by "
+            f"int32 item ids, below 2^31"
+        )
+    item_dt = np.int32
+    cells = np.zeros(steps * layers, dtype=np.int32)
     mark = np.zeros(max(experts, 1), np.int64)
     tmark = np.zeros(max(experts, 1), np.int64)
     ctr = np.zeros(1, np.int64)
@@ -424,9 +431,9 @@ def _bincount(items, minlength: int = 0) -> np.ndarray:
     """``np.bincount(items, minlength=minlength)`` (int64) of integer ids, counted by a kernel:
     ``np.bincount`` first copies the ids to int64, 8 bytes a request (800 MB at 10^8)."""
     items = np.asarray(items)
-    if items.size == 0 or items.dtype.kind not in "iu" or int(items.min()) < 0:
+    if items.size == 0 or items.dtype.kind not in "iu" or int(items.min()) < 0 or int(items.max()) >= MAX_ITEMS:
         return np.bincount(items, minlength=minlength).astype(np.int64)  # its errors, its result
-    from moeroof.models import cache_native as kernels  # C; numba only as its fallback
+    from moeroof.models import cache_native as kernels
 
     return kernels.count_items(np.ascontiguousarray(items), max(int(minlength), int(items.max()) + 1))
 
@@ -446,7 +453,7 @@ def lookup_starts(requests: Requests, lookup: str = "layer", keep: np.ndarray | 
     trace-driven cache simulator such as libCacheSim sees). The simulators take the lookups as
     :meth:`Requests.lookups` (one offset per lookup); this array is for callers that want flags.
     """
-    from moeroof.models import cache_native as kernels  # C; numba only as its fallback
+    from moeroof.models import cache_native as kernels
 
     _check_lookup(lookup)
     n = len(requests) if keep is None else int(np.count_nonzero(keep))
@@ -468,7 +475,7 @@ def next_use(items: np.ndarray, dtype=np.int64) -> np.ndarray:
 
     One backward pass (no sort); ``dtype`` of the result (int32 when ``len(items) < 2^31``
     halves what Belady keeps per request)."""
-    from moeroof.models import cache_native as kernels  # C; numba only as its fallback
+    from moeroof.models import cache_native as kernels
 
     items = np.asarray(items)
     n = items.size
@@ -564,6 +571,16 @@ def _pinned_mask(pinned, group, cap, occ, n_items) -> np.ndarray:
     return mask
 
 
+def _kernel_items(items, n_items: int) -> np.ndarray:
+    """The request items as the C kernels read them (int32, contiguous), checked in [0, n_items)."""
+    if n_items >= MAX_ITEMS:
+        raise ValueError(f"{n_items} items: the cache simulator keys its tables by int32 item ids, below 2^31")
+    items = np.ascontiguousarray(items)
+    if items.size and (items.min() < 0 or items.max() >= n_items):
+        raise ValueError(f"request item ids must lie in [0, {n_items})")
+    return items if items.dtype == np.int32 else items.astype(np.int32)
+
+
 def simulate(  # noqa: C901
     requests: Requests,
     capacity: float,
@@ -594,7 +611,7 @@ def simulate(  # noqa: C901
     ``s3fifo_threshold`` (``policy="s3fifo"`` only): hits in S3-FIFO's small queue that move an
     item to the main queue, an integer ≥ 1 (default 1; libCacheSim's S3FIFOv0 uses 2).
     """
-    from moeroof.models import cache_native as kernels  # C; numba only as its fallback
+    from moeroof.models import cache_native as kernels
 
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
@@ -627,11 +644,7 @@ def simulate(  # noqa: C901
     if policy != "s3fifo" and s3fifo_threshold != S3FIFO_MOVE_TO_MAIN_THRESHOLD:
         raise ValueError("s3fifo_threshold applies to policy='s3fifo' only")
     group, cap = _groups(scope, capacity, capacity_unit, layers, experts)
-    items = np.ascontiguousarray(requests.items)
-    if items.dtype not in (np.int32, np.int64) or (items.dtype == np.int64 and n_items < 2**31):
-        items = items.astype(np.int32 if n_items < 2**31 else np.int64)  # the C kernels read int32 ids
-    if items.size and (items.min() < 0 or items.max() >= n_items):
-        raise ValueError(f"request item ids must lie in [0, {n_items})")
+    items = _kernel_items(requests.items, n_items)
     cap = _clamp_capacity(cap, group, occ, items, n_items, capacity_unit, everything=policy == "static")
     _check_lookup(lookup)
     off, cstep = requests.lookups()
@@ -745,7 +758,7 @@ def _labels(items: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
 
 def _stack_pass(items, off, cstep, per_request: bool, *, warm: int = 0, distances: bool = False):
     """Run the stack kernel over the lookups ``off``: (distances or None, histogram by distance 0..D, D)."""
-    from moeroof.models import cache_native as kernels  # C; numba only as its fallback
+    from moeroof.models import cache_native as kernels
 
     ids, label, d = _labels(items)
     n = ids.size
@@ -767,7 +780,7 @@ def stack_distances(items: np.ndarray, start: np.ndarray | None = None) -> np.nd
     starts, so a request of a lookup does not count the lookup's earlier requests; default
     every request its own lookup.
     """
-    from moeroof.models import cache_native as kernels  # C; numba only as its fallback
+    from moeroof.models import cache_native as kernels
 
     items = np.asarray(items)
     if items.size == 0:
@@ -906,7 +919,7 @@ def shards_hit_curve(requests, rate, *, seed=0, adjust=False, lookup: str = "lay
     if sub.size == 0:
         return np.zeros(1, dtype=np.int64), np.full(1, np.nan)
     if is_req:
-        from moeroof.models import cache_native as kernels  # C; numba only as its fallback
+        from moeroof.models import cache_native as kernels
 
         off, cstep = requests.lookups()
         off = kernels.subset_offsets(off, keep)

@@ -1,15 +1,12 @@
-"""The cache simulator's kernels in C (``models/native/*.c``), with the numba kernels as fallback.
+"""The cache simulator's kernels, in C (``models/native/*.c``), typed for :mod:`ctypes`.
 
-Every function here has the name, arguments and results of the numba kernel of the same name
-in :mod:`moeroof.models.cache_kernels`, and gives the same numbers bit for bit (the tests hold
-each pair against each other). :mod:`moeroof.models.cache` calls these; each one runs its C
-port when the library is built (:mod:`moeroof.core.native`: compiled at install) and the arguments are of the types the C takes (item ids int32, the usual case:
-``requests_from_trace`` writes int32 ids below 2^31 items), and otherwise hands the call to the
-numba kernel — so a machine without a C compiler gets the same results, only a slower start.
-
-Why C beside numba: a process that calls one numba kernel pays ~0.45 s of numba
-start-up; ``moeroof cache`` on a 10^6-request trace simulates in a hundredth of that. With the
-C library loaded by :mod:`ctypes`, the commands that simulate caches never import numba.
+:mod:`moeroof.models.cache` calls these; each one takes numpy arrays, hands the C its inputs as
+the C reads them (C-contiguous, of the C's types: item ids int32, which ``requests_from_trace``
+writes, the key space being below 2^31 items) and returns what the C wrote. The library is
+compiled at install (:mod:`moeroof.core.native`); without it the first call raises
+:class:`moeroof.core.native.NativeBuildError`, saying what builds it. The algorithms are
+documented in the C and in docs/models.md; the tests hold each kernel against a pure-Python
+reference (tests/cache_refs.py).
 """
 
 from __future__ import annotations
@@ -31,9 +28,7 @@ __all__ = [
     "HEAP_BELADY",
     "HEAP_BELADY_INSERT",
     "library",
-    "uses_c",
     "c_function",
-    "numba_kernels",
     "scan_block",
     "emit_block",
     "runs_kernel",
@@ -51,7 +46,7 @@ __all__ = [
     "stack_kernel",
 ]
 
-# the values of cache.h's MR_ID_* and MR_HEAP_* (and of cache_kernels' constants: a test checks)
+# the values of cache.h's MR_ID_* and MR_HEAP_*
 ID_OK, ID_RANGE, ID_PARTIAL, ID_DUPLICATE = 0, 1, 2, 3
 HEAP_LFU, HEAP_LFU_PERFECT, HEAP_BELADY, HEAP_BELADY_INSERT = 0, 1, 2, 3
 
@@ -91,35 +86,19 @@ _BLOCK_SUFFIX = {
 
 @functools.cache
 def library():
-    """The loaded C library (its functions typed), or None: not built at install, built from
-    other sources, or ``MOEROOF_NATIVE=0`` (:func:`moeroof.core.native.status` says which).
-    Tried once a process."""
+    """The loaded C library, its functions typed (:class:`moeroof.core.native.NativeBuildError`
+    when it is not built, or built from other sources). Loaded once a process."""
     lib = native.load()
-    if lib is not None:
-        for fname, (codes, restype) in _SIGNATURES.items():
-            fn = getattr(lib, fname, None)
-            if fn is not None:
-                fn.argtypes = [_CODES[c] for c in codes]
-                fn.restype = restype
+    for fname, (codes, restype) in _SIGNATURES.items():
+        fn = getattr(lib, fname)
+        fn.argtypes = [_CODES[c] for c in codes]
+        fn.restype = restype
     return lib
 
 
 def c_function(name: str):
-    """The loaded C function ``name`` (typed), or None (no library, or no such function)."""
-    lib = library()
-    return None if lib is None else getattr(lib, name, None)
-
-
-def uses_c(name: str = "mr_lru_pass") -> bool:
-    """Whether the C function ``name`` is loaded (else the numba kernel runs)."""
-    return c_function(name) is not None
-
-
-def numba_kernels():
-    """:mod:`moeroof.models.cache_kernels`, the fallback (imported, with numba, only when used)."""
-    from moeroof.models import cache_kernels  # numba loads only on the fallback
-
-    return cache_kernels
+    """The loaded C function ``name``, typed."""
+    return getattr(library(), name)
 
 
 def _p(a: np.ndarray | None):
@@ -138,8 +117,23 @@ def _flags(a) -> np.ndarray:
     return a.view(np.uint8) if a.dtype == np.bool_ else a.astype(np.uint8)
 
 
-def _is(a, dtype) -> bool:
-    return isinstance(a, np.ndarray) and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
+def _out(a: np.ndarray, dtype, what: str) -> np.ndarray:
+    """An array the C writes in place: C-contiguous, writeable, of ``dtype`` (a caller's bug
+    otherwise, said as a TypeError)."""
+    if not (isinstance(a, np.ndarray) and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable):
+        raise TypeError(f"{what}: the C kernels write a C-contiguous {np.dtype(dtype)} array here")
+    return a
+
+
+def _ids(items) -> np.ndarray:
+    """Item ids as the C reads them: int32 (the key space is below 2^31 items: ``requests_from_trace``
+    refuses a larger one)."""
+    items = np.asarray(items)
+    if items.dtype != np.int32:
+        if items.size and (int(items.max()) >= 2**31 or int(items.min()) < -(2**31)):
+            raise ValueError("item ids must lie below 2^31: the cache simulator keys its tables by int32 ids")
+        items = items.astype(np.int32)
+    return np.ascontiguousarray(items)
 
 
 def _opt(a: np.ndarray):
@@ -159,16 +153,30 @@ def _plain(block: np.ndarray) -> np.ndarray:
     """A block as the C reads it: C-contiguous (a copy of the chunk of steps when the trace is a
     view, e.g. its first B streams), its ids of one of the four signed types (unsigned ones are
     read as int64: the same values)."""
-    if block.dtype not in _BLOCK_SUFFIX and block.dtype.kind == "u" and block.dtype.itemsize < 8:
+    if block.dtype not in _BLOCK_SUFFIX:
         block = block.astype(np.int64)
     return np.ascontiguousarray(block)
 
 
 def scan_block(block, experts, sel, keep, use_keep, strict, mark, tmark, ctr, cells, c0, err):
+    """Validate a block of a trace (steps, streams, layers, K) and count its requests per cell.
+
+    Counts, for every step s and layer l of the block, the distinct experts of the streams
+    ``sel`` (kept by ``keep[l, e]`` when ``use_keep``) into ``cells[c0 + s · layers + l]``;
+    ``mark`` (experts,) is a scratch of cell stamps (cell + 1), zero at the first call.
+
+    ``strict``: every token of every stream is checked as :func:`moeroof.data.io.read_trace`
+    checks a block — the first id outside [-1, E) in C order (``ID_RANGE``), else the first token
+    that is partly padding (``ID_PARTIAL``, at its first padding), else the first token with an
+    expert twice (``ID_DUPLICATE``, at the first repeat); ``tmark``/``ctr`` are the scratch of
+    the duplicate check. Otherwise only the ids of the streams ``sel`` are checked, for range.
+    Returns the kind (``ID_OK`` when none) with ``err[:5]`` = (step in block, stream, layer, k, id).
+    """
     block = _plain(block)
-    fn = c_function("mr_scan_block" + _BLOCK_SUFFIX.get(block.dtype, "?"))
-    if fn is None or not _is(cells, np.int32) or not all(_is(a, np.int64) for a in (mark, tmark, ctr, err)):
-        return numba_kernels().scan_block(block, experts, sel, keep, use_keep, strict, mark, tmark, ctr, cells, c0, err)
+    fn = c_function("mr_scan_block" + _BLOCK_SUFFIX[block.dtype])
+    _out(cells, np.int32, "cells")
+    for a in (mark, tmark, ctr, err):
+        _out(a, np.int64, "marks, counter, error")
     ns, nt, nl, nk = block.shape
     sel = _in(sel, np.int64)
     keep = _flags(keep)
@@ -179,10 +187,14 @@ def scan_block(block, experts, sel, keep, use_keep, strict, mark, tmark, ctr, ce
 
 
 def emit_block(block, experts, sel, keep, use_keep, mark, c0, out, pos):
+    """Write the requests of a block (validated by :func:`scan_block`) into ``out`` from ``pos``:
+    per step, per layer, the distinct experts of the streams ``sel`` in ascending id, as items
+    ``layer · experts + expert``. ``mark`` as in :func:`scan_block` (zero again). Returns the
+    position after the block's last request."""
     block = _plain(block)
-    fn = c_function("mr_emit_block" + _BLOCK_SUFFIX.get(block.dtype, "?"))
-    if fn is None or not (_is(out, np.int32) and _is(mark, np.int64)):
-        return numba_kernels().emit_block(block, experts, sel, keep, use_keep, mark, c0, out, pos)
+    fn = c_function("mr_emit_block" + _BLOCK_SUFFIX[block.dtype])
+    _out(out, np.int32, "items")
+    _out(mark, np.int64, "marks")
     ns, nt, nl, nk = block.shape
     sel = _in(sel, np.int64)
     keep = _flags(keep)
@@ -193,7 +205,8 @@ def emit_block(block, experts, sel, keep, use_keep, mark, c0, out, pos):
 
 
 def runs_kernel(step, layer):
-    """Lookups of a stream given per request (see ``cache_kernels.runs_kernel``), by numpy."""
+    """Lookups of a stream given per request, by numpy: the offsets (runs + 1,) of its runs of
+    equal (step, layer) and each run's step."""
     step = np.asarray(step)
     layer = np.asarray(layer)
     n = step.size
@@ -204,9 +217,8 @@ def runs_kernel(step, layer):
 
 
 def offsets_from_starts(start):
+    """``off`` of the lookups that ``start`` (bool per request) begins; request 0 always begins one."""
     fn = c_function("mr_offsets_from_starts")
-    if fn is None:
-        return numba_kernels().offsets_from_starts(start)
     start = _in(start, np.bool_)
     runs = int(library().mr_count_runs(_p(start), start.size))
     off = np.empty(runs + 1, np.int64)
@@ -215,9 +227,8 @@ def offsets_from_starts(start):
 
 
 def starts_from_offsets(off, n):
+    """Bool (n,): the first request of each non-empty lookup of ``off``."""
     fn = c_function("mr_starts_from_offsets")
-    if fn is None:
-        return numba_kernels().starts_from_offsets(off, n)
     off = _in(off, np.int64)
     out = np.zeros(int(n), np.bool_)
     fn(_p(off), off.size - 1, int(n), _p(out))
@@ -225,9 +236,8 @@ def starts_from_offsets(off, n):
 
 
 def subset_offsets(off, keep):
+    """``off`` of the same lookups in the stream of the requests ``keep`` (bool) keeps."""
     fn = c_function("mr_subset_offsets")
-    if fn is None:
-        return numba_kernels().subset_offsets(off, keep)
     off = _in(off, np.int64)
     keep = _in(keep, np.bool_)
     out = np.zeros(off.size, np.int64)
@@ -236,27 +246,32 @@ def subset_offsets(off, keep):
 
 
 def count_items(items, n_items):
+    """Requests per item id 0..n_items−1 (int64), as ``np.bincount`` but without its int64 copy
+    of the ids (8 bytes a request)."""
     fn = c_function("mr_count_items")
-    if fn is None or items.dtype != np.int32:
-        return numba_kernels().count_items(items, n_items)
-    items = _in(items, np.int32)
+    items = _ids(items)
     out = np.zeros(int(n_items), np.int64)
     fn(_p(items), items.size, _p(out))
     return out
 
 
 def next_use_kernel(items, n_items, out):
+    """out[t] = index of the next request of items[t], ``n`` when none (a backward pass)."""
     fn = c_function("mr_next_use")
-    if fn is None or items.dtype != np.int32 or not _is(out, np.int32):
-        return numba_kernels().next_use_kernel(items, n_items, out)
-    items = _in(items, np.int32)
-    _check(fn(_p(items), items.size, int(n_items), _p(out)))
+    items = _ids(items)
+    if out.dtype == np.int32:
+        _check(fn(_p(items), items.size, int(n_items), _p(_out(out, np.int32, "next uses"))))
+        return
+    if items.size >= 2**31 - 1:
+        raise ValueError("next uses of 2^31 requests or more: the C kernel writes int32 indices")
+    nxt = np.empty(items.size, np.int32)
+    _check(fn(_p(items), items.size, int(n_items), _p(nxt)))
+    out[...] = nxt
 
 
 def longest(off):
+    """The most requests of one lookup of ``off``."""
     fn = c_function("mr_longest")
-    if fn is None:
-        return numba_kernels().longest(off)
     off = _in(off, np.int64)
     return int(fn(_p(off), off.size - 1))
 
@@ -269,21 +284,24 @@ def _counts(steps: int):
 
 
 def _common(items, group, cap, off, cstep, wsize, hit_out):
-    """The shared inputs as the C takes them, or None when ``items``/``hit_out`` are not C's types."""
-    if items.dtype != np.int32 or not (hit_out.size == 0 or _is(hit_out, np.bool_)):
-        return None
-    return (_in(items, np.int32), _in(group, np.int64), _in(cap, np.float64), _in(off, np.int64),
+    """The shared inputs as the C takes them (``hit_out``, written in place, checked)."""
+    if hit_out.size:
+        _out(hit_out, np.bool_, "hit flags")
+    return (_ids(items), _in(group, np.int64), _in(cap, np.float64), _in(off, np.int64),
             _in(cstep, np.int64), _in(wsize, np.float64))  # fmt: skip
 
 
 def lru_pass(items, group, cap, size, off, cstep, per_request, steps, wsize, weighted, hit_out):
+    """LRU with one doubly linked list per group (sentinel node n_items + g).
+
+    A request hits when its item is cached as its lookup starts; the list then evolves request
+    by request. Lookup c (requests ``off[c] … off[c+1] − 1``) counts in step ``cstep[c]`` when
+    that lies in 0 … steps − 1: a hit, or a miss and (``weighted``) the bytes ``wsize[item]``
+    it streams, added in request order; every request's flag goes to ``hit_out`` when it is not
+    empty. Returns (hits, misses, streamed) per step.
+    """
     fn = c_function("mr_lru_pass")
-    c = None if fn is None else _common(items, group, cap, off, cstep, wsize, hit_out)
-    if c is None:
-        return numba_kernels().lru_pass(
-            items, group, cap, size, off, cstep, per_request, steps, wsize, weighted, hit_out
-        )
-    items, group, cap, off, cstep, wsize = c
+    items, group, cap, off, cstep, wsize = _common(items, group, cap, off, cstep, wsize, hit_out)
     size = _in(size, np.float64)
     hits, misses, streamed = _counts(steps)
     _check(
@@ -295,13 +313,12 @@ def lru_pass(items, group, cap, size, off, cstep, per_request, steps, wsize, wei
 
 
 def static_pass(items, mask, off, cstep, steps, wsize, weighted, hit_out):
+    """A pinned set ``mask`` (bool per item), each item loaded on its first request: that
+    request misses, later ones of a pinned item hit."""
     fn = c_function("mr_static_pass")
-    if fn is None or items.dtype != np.int32 or not (hit_out.size == 0 or _is(hit_out, np.bool_)):
-        return numba_kernels().static_pass(items, mask, off, cstep, steps, wsize, weighted, hit_out)
-    items = _in(items, np.int32)
-    mask = _in(mask, np.bool_)
-    off = _in(off, np.int64)
-    cstep = _in(cstep, np.int64)
+    if hit_out.size:
+        _out(hit_out, np.bool_, "hit flags")
+    items, mask, off, cstep = _ids(items), _in(mask, np.bool_), _in(off, np.int64), _in(cstep, np.int64)
     wsize = _in(wsize, np.float64)
     hits, misses, streamed = _counts(steps)
     _check(
@@ -312,14 +329,18 @@ def static_pass(items, mask, off, cstep, steps, wsize, weighted, hit_out):
 
 
 def heap_pass(items, group, cap, size, mode, nexts, off, cstep, per_request, steps, wsize, weighted, hit_out):
+    """One min-heap of keys per group; evict the minimum. ``mode`` (the ``HEAP_*`` constants):
+    LFU (key = count·2^31 + time of the last request — 2^40 on a stream of 2^31 requests or
+    more — so that counts up to the stream's length never overflow: fewest requests first, ties to the least
+    recently used) with counts forgotten on eviction (``HEAP_LFU``) or kept (``HEAP_LFU_PERFECT``);
+    Belady MIN (key = −next use: farthest next use first) bypassing the incoming item when its own
+    next use is farther still (``HEAP_BELADY``) or inserting it always (``HEAP_BELADY_INSERT``).
+
+    Hits are judged and counted as in :func:`lru_pass`.
+    """
     fn = c_function("mr_heap_pass")
     belady = mode >= HEAP_BELADY
-    c = None if fn is None else _common(items, group, cap, off, cstep, wsize, hit_out)
-    if c is None or (belady and nexts.dtype != np.int32):
-        return numba_kernels().heap_pass(
-            items, group, cap, size, mode, nexts, off, cstep, per_request, steps, wsize, weighted, hit_out
-        )
-    items, group, cap, off, cstep, wsize = c
+    items, group, cap, off, cstep, wsize = _common(items, group, cap, off, cstep, wsize, hit_out)
     size = _in(size, np.float64)
     nexts = _in(nexts, np.int32) if belady else np.zeros(1, np.int32)
     hits, misses, streamed = _counts(steps)
@@ -334,13 +355,15 @@ def heap_pass(items, group, cap, size, mode, nexts, off, cstep, per_request, ste
 def s3fifo_pass(
     items, group, cap, size, small_fraction, threshold, off, cstep, per_request, steps, wsize, weighted, hit_out
 ):
+    """S3-FIFO (Yang et al. 2023, original version: libCacheSim ``S3FIFOv0``); lists S, M, G per
+    group; hits judged and counted as in :func:`lru_pass`.
+
+    The small queue's share is ``floor(small_fraction · capacity)`` as libCacheSim sizes it;
+    S is evicted from unless M holds more than the rest or S is empty. An item leaves S for M
+    after ``threshold`` hits in S; hits are counted up to ``max(3, threshold)`` and an item
+    reinserted into M keeps ``min(count, 3) − 1`` (the 2-bit clock)."""
     fn = c_function("mr_s3fifo_pass")
-    c = None if fn is None else _common(items, group, cap, off, cstep, wsize, hit_out)
-    if c is None:
-        return numba_kernels().s3fifo_pass(
-            items, group, cap, size, small_fraction, threshold, off, cstep, per_request, steps, wsize, weighted, hit_out
-        )
-    items, group, cap, off, cstep, wsize = c
+    items, group, cap, off, cstep, wsize = _common(items, group, cap, off, cstep, wsize, hit_out)
     size = _in(size, np.float64)
     hits, misses, streamed = _counts(steps)
     _check(
@@ -352,11 +375,10 @@ def s3fifo_pass(
 
 
 def arc_pass(items, group, cap, off, cstep, per_request, steps, wsize, weighted, hit_out):
+    """ARC (Megiddo & Modha 2003, Fig. 4), unit sizes; lists T1, T2, B1, B2 per group; hits
+    judged and counted as in :func:`lru_pass`."""
     fn = c_function("mr_arc_pass")
-    c = None if fn is None else _common(items, group, cap, off, cstep, wsize, hit_out)
-    if c is None:
-        return numba_kernels().arc_pass(items, group, cap, off, cstep, per_request, steps, wsize, weighted, hit_out)
-    items, group, cap, off, cstep, wsize = c
+    items, group, cap, off, cstep, wsize = _common(items, group, cap, off, cstep, wsize, hit_out)
     hits, misses, streamed = _counts(steps)
     _check(
         fn(_p(items), _p(group), group.size, _p(cap), cap.size, _p(off), off.size - 1, _p(cstep),
@@ -367,15 +389,24 @@ def arc_pass(items, group, cap, off, cstep, per_request, steps, wsize, weighted,
 
 
 def stack_kernel(items, label, n_items, window, off, cstep, per_request, warm, out, hist):
+    """LRU stack distances (0 = first reference) by a Fenwick tree over last-access positions.
+
+    Items are relabelled on the fly (``label[item]`` in 0..n_items−1: no dense copy of the
+    stream). A request's distance is taken as its lookup starts (the lookups ``off``, as in
+    :func:`lru_pass`; every request its own with ``per_request``): the distinct items referenced
+    since its previous reference and before that lookup, itself included. Written to ``out``
+    (one per request) when it is not empty, and counted in ``hist`` (by distance, requests of
+    lookups with ``cstep ≥ warm`` only when ``warm > 0``) when that is not empty — the curve
+    needs the histogram only, not an array as long as the trace.
+
+    Position slots are compacted (live marks renumbered 0..D−1, tree rebuilt in O(window))
+    whenever the clock reaches ``window`` (> distinct items), so the tree stays small.
+    """
     fn = c_function("mr_stack_kernel")
-    if (
-        fn is None
-        or items.dtype != np.int32
-        or not (out.size == 0 or _is(out, np.int64))
-        or not (hist.size == 0 or _is(hist, np.int64))
-    ):
-        return numba_kernels().stack_kernel(items, label, n_items, window, off, cstep, per_request, warm, out, hist)
-    items = _in(items, np.int32)
+    for a in (out, hist):
+        if a.size:
+            _out(a, np.int64, "distances, histogram")
+    items = _ids(items)
     label = _in(label, np.int64)
     if label.size == int(n_items) and np.array_equal(label, np.arange(label.size)):
         label = None  # every id its own label (the usual stream: every item requested): one load less

@@ -124,13 +124,12 @@ def _disk_memo():
 
 
 def steady_state_sources() -> list:
-    """The files the steady-state memo is salted with: this module, the cache model and every
-    kernel it may run (C or numba; read as files, since importing the kernels would load numba),
-    and the systematic sampler's kernels (``plan_kernels``)."""
+    """The files the steady-state memo is salted with: this module, the cache model, the kernels'
+    wrappers and every C source (read as files: importing would load the library)."""
     from pathlib import Path
 
     here = Path(__file__).parent
-    kernels = [here / "cache_kernels.py", here / "cache_native.py", here / "plan_kernels.py"]
+    kernels = [here / "cache_native.py", here / "plan_kernels.py"]
     kernels += sorted(p for ext in ("*.c", "*.h") for p in (here / "native").glob(ext))
     return [Path(__file__), Path(cache_sim.__file__), *kernels]
 

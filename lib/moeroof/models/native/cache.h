@@ -1,9 +1,8 @@
 /* The compiled cache kernels (moeroof.models.cache_native loads them with ctypes).
  *
- * Each function is the C port of the numba kernel of the same name in
- * moeroof/models/cache_kernels.py and must give bit-for-bit the same results (hits, misses,
- * streamed bytes per step, hit flags, distances, errors): the numba kernels stay the fallback
- * when no C compiler is found, and the tests hold the two against each other.
+ * Each function is documented by its Python wrapper of the same name (without mr_) in
+ * moeroof/models/cache_native.py; the tests hold each against a pure-Python reference
+ * (tests/cache_refs.py): hits, misses, streamed bytes per step, hit flags, distances, errors.
  *
  * Conventions: arrays are C-contiguous, their element type as declared; a length is passed
  * beside each array whose length the kernel needs; an optional output (hit_out, out, hist) is

@@ -1,5 +1,5 @@
-/* What the compiled cache kernels share (lru.c, policies.c): the accounting of one request, as
- * numba's cache_kernels.tally, and the dispatch that specialises a kernel's body for its flags.
+/* What the compiled cache kernels share (lru.c, policies.c): the accounting of one request
+ * (tally), and the dispatch that specialises a kernel's body for its flags.
  * Not an interface: cache.h is. */
 #ifndef MOEROOF_KERNELS_H
 #define MOEROOF_KERNELS_H
@@ -11,7 +11,7 @@
 #define MR_INLINE static inline
 #endif
 
-/* numba's tally: the hit flag (when kept) and, in a counted step, a hit or a miss plus the bytes
+/* tally: the hit flag (when kept) and, in a counted step, a hit or a miss plus the bytes
  * it streams */
 MR_INLINE void tally(int h, int32_t x, int64_t t, int64_t st, int counted, int keep_hits,
                      uint8_t *hit_out, int64_t *hits, int64_t *misses, int weighted,

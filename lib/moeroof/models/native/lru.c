@@ -1,5 +1,5 @@
-/* LRU, the pinned set and the LRU stack distances: C ports of lru_pass, static_pass and
- * stack_kernel of moeroof/models/cache_kernels.py (documented there), bit for bit. */
+/* LRU, the pinned set and the LRU stack distances: lru_pass, static_pass and stack_kernel of
+ * moeroof.models.cache_native (documented there, beside their Python wrappers). */
 #include <stdlib.h>
 #include <string.h>
 #include "cache.h"
@@ -108,7 +108,7 @@ int mr_static_pass(const int32_t *items, const uint8_t *mask, int64_t n_items, c
 /* The marks: one bit per position of the clock (a word per 64) and a Fenwick tree over the
  * words' counts, so a count of the marks up to a position reads log2(window / 64) counts and one
  * word. For the 20 480 items of a large MoE the whole structure is ~8 KiB (it stays in L1) where
- * a Fenwick tree over the positions themselves (the numba kernel, benchmarks/cache_ref.c) is
+ * a Fenwick tree over the positions themselves (the first version of this kernel, benchmarks/cache_ref.c) is
  * 160 KiB. The counts are exact either way: the distances are the same. */
 typedef struct {
     uint64_t *bits;

@@ -1,17 +1,16 @@
 /* The heap policies (LFU, perfect LFU, Belady MIN with and without bypass), S3-FIFO and ARC:
- * C ports of heap_pass (with sift), s3fifo_pass and arc_pass in moeroof/models/cache_kernels.py,
- * giving the same hits, misses, streamed bytes (added in the same order) and hit flags.
+ * heap_pass, s3fifo_pass and arc_pass of moeroof.models.cache_native (documented there, beside
+ * their Python wrappers). Streamed bytes are added in request order.
  *
  * Each kernel's loop is a `static inline` body that takes per_request, weighted and keep_hits
  * (hit_out given) as parameters; the entry point calls it from eight branches with constant
  * arguments, so the compiler emits one specialised loop per combination and the flags cost
  * nothing per request.
  *
- * Where the numba kernels would read outside their tables (an eviction loop that finds its list
- * or heap empty while float rounding leaves the running size sum above zero: possible only with
- * sizes whose sums are inexact), these stop evicting instead (the sum of an empty list is reset
- * to 0); with exact sums (unit sizes, the simulator's usual case) that never happens and the two
- * agree bit for bit.
+ * Where an eviction loop finds its list or heap empty while float rounding leaves the running
+ * size sum above zero (possible only with sizes whose sums are inexact), it stops evicting (the
+ * sum of an empty list is reset to 0); with exact sums (unit sizes, the simulator's usual case)
+ * that never happens.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -19,7 +18,7 @@
 #include "cache.h"
 #include "kernels.h"
 
-/* math.floor as numba computes it for a double in int64 range: floor, then to int64 */
+/* floor of a double in int64 range, as an int64 */
 MR_INLINE int64_t floor_i64(double v) {
     int64_t i = (int64_t)v;
     if ((double)i > v) i -= 1;
@@ -48,7 +47,7 @@ static uint8_t *hbuf_alloc(const int64_t *off, int64_t n_lookups, int per_reques
 
 /* ----------------------------------------------------------------------------- heap policies */
 
-/* restore the min-heap order of heap[base : base + size] around local index i (numba's sift) */
+/* restore the min-heap order of heap[base : base + size] around local index i */
 MR_INLINE void sift(int32_t *heap, int64_t *hpos, const int64_t *key, int64_t base, int64_t size,
                     int64_t i) {
     int32_t *hp = heap + base;
@@ -123,7 +122,7 @@ MR_INLINE void heap_body(const heap_args *A, heap_state *S, const int per_reques
     const int belady = A->mode >= MR_HEAP_BELADY;
     const int bypass = A->mode == MR_HEAP_BELADY;
     const int forget = A->mode == MR_HEAP_LFU;
-    const int shift = A->off[A->n_lookups] < ((int64_t)1 << 31) ? 31 : 40; /* numba: items.size */
+    const int shift = A->off[A->n_lookups] < ((int64_t)1 << 31) ? 31 : 40; /* by the stream's length */
 
     for (int64_t ci = 0; ci < A->n_lookups; ci++) {
         const int64_t a = off[ci], b = off[ci + 1];
@@ -143,7 +142,7 @@ MR_INLINE void heap_body(const heap_args *A, heap_state *S, const int per_reques
                 k = -(int64_t)nexts[t];
             } else {
                 freq[x] += 1;
-                /* freq · 2^shift + t as numba computes it: (count, time) in order, no overflow */
+                /* freq · 2^shift + t: (count, time) in order, no overflow */
                 k = (int64_t)(((uint64_t)freq[x] << shift) | (uint64_t)t);
             }
             if (hpos[x] >= 0) {
@@ -514,7 +513,7 @@ MR_INLINE void s3fifo_body(const s3_args *A, s3_state *S, const int per_request,
                 gb[g] -= size[x];
                 where[x] = 0;
             }
-            /* libCacheSim: (int64_t)(size · ratio); numba: c - math.floor(...) */
+            /* libCacheSim: (int64_t)(size · ratio) */
             const double main_cap = c - (double)floor_i64(small_fraction * c);
             while (sb[g] + mb[g] + sz > c) {
                 if (sb[g] > 0 && mb[g] <= main_cap) {

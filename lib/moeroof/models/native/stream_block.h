@@ -3,10 +3,9 @@
  *
  * Both walk a step's ids in memory order (stream, layer, k) over a group of layers at a time
  * and mark each (layer, expert) seen with a stamp of the (step, group), so the block is read
- * sequentially and repeats cost no branch; the numba kernels walk (layer, stream, k) with one
- * expert-wide mark. The results are the same: per (step, layer), the distinct experts of the
- * streams `sel`, in ascending id. `mark` (the numba kernels' scratch) is not used; the groups
- * hold MR_MARKS marks at most (one layer at least). */
+ * sequentially and repeats cost no branch. The result: per (step, layer), the distinct experts
+ * of the streams `sel`, in ascending id. `mark` (a scratch of the wrapper's interface) is not
+ * used; the groups hold MR_MARKS marks at most (one layer at least). */
 
 int SUF(mr_scan_block)(const T *block, int64_t ns, int64_t nt, int64_t nl, int64_t nk,
                        int64_t experts, const int64_t *sel, int64_t n_sel, const uint8_t *keep,

@@ -57,7 +57,6 @@ OVER: dict[str, int] = {
     "lib/moeroof/fit/routing.py::fit_routing": 252,
     "lib/moeroof/models/plan.py::plan": 125,
     "lib/moeroof/models/routing.py::sample_trace": 208,
-    "lib/moeroof/models/routing_kernels.py::inclusion_below_k": 86,
     "lib/moeroof/models/split.py::split_plan": 109,
     "lib/moeroof/models/split.py::split_report": 187,
     "lib/moeroof/present/answers.py::net_toks": 100,

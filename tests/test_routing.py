@@ -817,6 +817,173 @@ def test_importing_routing_does_not_import_numba():
     assert out.stdout.strip() == "False"
 
 
+# ----------------------------------------------------------------------------- the C kernels by their definitions
+#
+# routing_kernels runs C (models/native/routing.c); each kernel is held here against a plain
+# numpy or pure-Python statement of what it computes, bit for bit, on small cases and edges.
+
+
+def _below_k_programme(p: np.ndarray, k: int) -> np.ndarray:
+    """``P(N_{-j}(t) < K)`` by the prefix/suffix programme in plain numpy: the distribution of
+    the arrivals among the experts before j times the cumulated one among those after j,
+    summed by ``np.sum``."""
+    m, e, n = p.shape
+    prefix = [np.zeros((m, n, k))]
+    prefix[0][:, :, 0] = 1.0
+    for j in range(e):
+        pj, cur = p[:, j, :, None], prefix[-1]
+        nxt = cur * (1.0 - pj)
+        nxt[:, :, 1:] += cur[:, :, :-1] * pj
+        prefix.append(nxt)
+    suffix = np.zeros((m, n, k))
+    suffix[:, :, 0] = 1.0
+    out = np.empty((m, e, n))
+    for j in range(e - 1, -1, -1):
+        out[:, j, :] = np.sum(prefix[j] * np.cumsum(suffix, axis=-1)[:, :, ::-1], axis=-1)
+        pj = p[:, j, :, None]
+        nxt = suffix * (1.0 - pj)
+        nxt[:, :, 1:] += suffix[:, :, :-1] * pj
+        suffix = nxt
+    return out
+
+
+@pytest.mark.parametrize("m,e", [(1, 1), (3, 2), (1, 7), (3, 40)])
+@pytest.mark.parametrize("k", [1, 2, 7, 8, 9, 16])
+def test_inclusion_below_k_is_the_numpy_programme_bit_for_bit(m, e, k):
+    from moeroof.models import routing_kernels
+
+    rng = np.random.default_rng(m * 1000 + e * 10 + k)
+    for n in (1, 5, 33, 70):  # one block of nodes, several, and a partial last one
+        p = rng.random((m, e, n)) ** 3
+        p[rng.random(p.shape) < 0.1] = 0.0  # experts that cannot have arrived, and ones that have
+        p[rng.random(p.shape) < 0.1] = 1.0
+        got = routing_kernels.inclusion_below_k(p, k)
+        assert np.array_equal(got.view(np.int64), _below_k_programme(p, k).view(np.int64)), n
+
+
+def test_log_weight_rows_is_the_row_maximum_and_libm_exp():
+    import math
+
+    from moeroof.models import routing_kernels
+
+    rng = np.random.default_rng(4)
+    logq = rng.standard_normal((6, 50)) * 30
+    logq[rng.random(logq.shape) < 0.3] = -np.inf
+    logq[2] = -np.inf  # no finite entry
+    logq[3, :10] = math.log(1e-320)
+    top, rel = routing_kernels.log_weight_rows(logq)
+    assert np.array_equal(top, logq.max(axis=1))
+    want = [[math.exp(x - m) if m > -math.inf else 0.0 for x in row] for row, m in zip(logq.tolist(), top.tolist())]
+    assert np.array_equal(rel.view(np.int64), np.array(want).view(np.int64))
+
+
+def _top_k_reference(logq, u, keep_u, rho, prev, k):
+    """One step of a trace by its definition, in pure Python: per row the kept experts (slot q of
+    ``prev`` where ``keep_u < rho``) in their slots' order, then the others by descending score
+    ``logq + G(u)``, ``G(u) = 0.0 - 1.0 * log(-log(1.0 - u))`` with libm's log (math.log), equal
+    scores (−inf ones included) by ascending id."""
+    import math
+
+    def score(lq: float, ui: float) -> float:  # −inf + any draw is −inf
+        return lq + (0.0 - 1.0 * math.log(-math.log(1.0 - ui))) if lq > -math.inf else -math.inf
+
+    rows, e = logq.shape
+    out = np.empty((rows, k), np.int32)
+    for r in range(rows):
+        kept = [] if prev is None else [int(prev[r, q]) for q in range(keep_u.shape[1]) if keep_u[r, q] < rho[r]]
+        ranked = sorted((-score(logq[r, i], u[r, i]), i) for i in range(e) if i not in kept)
+        out[r] = kept + [i for _, i in ranked[: k - len(kept)]]
+    return out
+
+
+def _log_weights(kind: str, rows: int, e: int, rng: np.random.Generator) -> np.ndarray:
+    if kind == "dirichlet":
+        with np.errstate(divide="ignore"):
+            return np.log(rng.dirichlet(np.full(e, 0.3), size=rows))
+    if kind == "zeros":  # zero weights, a row with fewer finite weights than K, one with none
+        lq = rng.standard_normal((rows, e)) * 3
+        lq[rng.random((rows, e)) < 0.5] = -np.inf
+        lq[0, 1:] = -np.inf
+        lq[-1] = -np.inf
+        return lq
+    if kind == "tiny":  # weights of 1e-320 (log -737) beside ordinary ones
+        lq = rng.standard_normal((rows, e))
+        lq[rng.random((rows, e)) < 0.6] = np.log(1e-320)
+        return lq
+    if kind == "huge":  # |log weight| beyond 1e9: the rows the screen leaves alone, and a row far below 0
+        lq = rng.standard_normal((rows, e)) * 5 + 1e10
+        lq[0, : max(1, e // 2)] = -1e10
+        lq[0, -1] = 0.0
+        return lq
+    return np.round(rng.standard_normal((rows, e)))  # "ties": equal weights
+
+
+@pytest.mark.parametrize("kind", ["dirichlet", "zeros", "tiny", "huge", "ties"])
+def test_top_k_steps_is_the_top_k_of_the_gumbel_scores(kind):
+    """The trace kernel against its definition (:func:`_top_k_reference`) over every screen's
+    branch: skewed and equal weights, zero ones, 1e-320 ones, |log weight| > 1e9; draws with
+    exact ties (eighths) and at the extremes; no stickiness, ρ = 1, ρ near 1, ρ per row."""
+    from moeroof.models import routing_kernels
+
+    rng = np.random.default_rng(sum(map(ord, kind)))
+    for case in range(40):
+        e = int(rng.choice([1, 2, 3, 5, 8, 13, 40, 130, 384]))
+        k = int(rng.integers(1, min(e, 16) + 1))
+        rows, steps = int(rng.integers(1, 4)), int(rng.integers(1, 5))
+        logq = _log_weights(kind, rows, e, rng)
+        u = rng.random((steps, rows, e))
+        if case % 3 == 1:
+            u = rng.integers(1, 8, u.shape) / 8.0
+        elif case % 3 == 2:
+            u[rng.random(u.shape) < 0.1] = 2.0**-53
+            u[rng.random(u.shape) < 0.1] = 1.0 - 2.0**-53
+        keep_u = rng.random((steps, rows, k if case % 4 else 0))
+        rho = rng.choice([np.zeros(rows), np.ones(rows), np.full(rows, 1.0 - 1e-12), rng.random(rows)])
+        top, rel = routing_kernels.log_weight_rows(logq)
+        out = np.full((steps, rows, k), -1, np.int32)
+        routing_kernels.top_k_steps(logq, top, rel, u, keep_u, rho, out, 0, k)
+        prev = None
+        for t in range(steps):
+            want = _top_k_reference(logq, u[t], keep_u[t], rho, prev, k)
+            assert np.array_equal(out[t], want), (case, t, e, k)
+            prev = want
+        # step by step from the middle of the trace, into another dtype: the same picks
+        wide = out.astype(np.int64)
+        wide[1:] = -1
+        for t in range(1, steps):
+            routing_kernels.top_k_steps(logq, top, rel, u[t : t + 1], keep_u[t : t + 1], rho, wide, t, k)
+        assert np.array_equal(wide, out)
+
+
+_NO_C_PROBE = """
+import sys, numpy as np
+from moeroof.core.native import NativeBuildError
+from moeroof.models import routing_kernels
+from moeroof.models.routing import Uniform, sample_trace
+calls = (lambda: routing_kernels.gumbel_from_uniforms(np.full(3, 0.5)),
+         lambda: sample_trace(Uniform(8, 2), 2, 2, 1, np.random.default_rng(0)))
+for call in calls:
+    try:
+        call()
+        print("ran")
+    except NativeBuildError as exc:
+        print("refused", "MOEROOF_NATIVE=0" in str(exc))
+print("numba" in sys.modules)
+"""
+
+
+def test_the_routing_kernels_refuse_to_run_without_the_c_library():
+    """No numba fallback: without the C library (here turned off) a kernel raises
+    NativeBuildError saying why, and nothing imports numba."""
+    import subprocess
+
+    from moeroof.core import native
+
+    env = {**os.environ, native.ENV: "0"}
+    out = subprocess.run([sys.executable, "-c", _NO_C_PROBE], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split() == ["refused", "True", "refused", "True", "False"], out.stderr
+
+
 def test_weights_from_inclusion_reproduce_the_inclusion_probabilities():
     """The weights' own top-K inclusion probabilities (recomputed by inclusion_probabilities) are
     the targets: a skewed row, a row with experts never chosen (weight 0) and one with an expert

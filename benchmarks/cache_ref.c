@@ -1,5 +1,5 @@
 /* Reference C implementations for benchmarks/run.py (items 4 and 5): the same algorithms as
- * moeroof.cache's numba kernels, for a speed ratio on the same request array.
+ * moeroof's cache kernels (as first written), for a speed ratio on the same request array.
  *
  *   cache_ref lru ITEMS_FILE N_ITEMS CAPACITY REPEATS  -> "best_seconds hits"
  *   cache_ref mrc ITEMS_FILE N_ITEMS WINDOW REPEATS    -> "best_seconds" then the stack-distance

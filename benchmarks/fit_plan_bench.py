@@ -7,7 +7,7 @@ library call the CLI makes (:func:`moeroof.fit.plan.fit_plan`, after the presets
 routing are loaded), on ``--cores`` pinned cores (default 2, the guide's box: the CLI's fit runs
 ``jobs = min(2, cores)``, its second process beside the first; ``--cores 1`` is ``run.py``'s
 one pinned core), best of ``--repeats``
-after one warm-up (numba compiles and the disk memo of simulated caches fill there: a first fit
+after one warm-up (the disk memo of simulated caches fills there: a first fit
 on a fresh machine is slower), each run with the process's in-memory memos emptied first. The ratio is the budget over the best time (≥ 1 meets it). A
 second check: the repeated fits give the same rows (a fit is deterministic), else exit 3.
 
@@ -82,7 +82,7 @@ def pin(cores: int) -> int:
 def run_case(points: str, model_name: str, box: str, spec: str, knobs, jobs: int = 1) -> tuple[float, list]:
     """One fit as the CLI makes it: its seconds and its rows' (predicted, low, high). The
     process's in-memory memos are emptied first, as a user's command starts them: a fit is timed
-    with numba compiled and the disk memo filled (a second command on the machine), never on the
+    with the disk memo filled (a second command on the machine), never on the
     simulated caches an earlier fit of this process left in memory."""
     expert_cache.clear_memo()
     fit_routing.clear_memo()

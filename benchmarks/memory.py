@@ -16,7 +16,7 @@ trace to (and reuse it on the next run).
 
 ``--margin`` runs both sizes (10^7 and 10^8 requests, or ``--requests N`` and 10 N) and adds
 each command's bytes per request at the margin, (peak₂ − peak₁) / (requests₂ − requests₁): what
-one more request costs, the fixed cost of the interpreter, numpy and numba left out.
+one more request costs, the fixed cost of the interpreter, numpy and the C library left out.
 
 Not a test: minutes at 10^8. Targets: every command within 4 GiB at 10^8 requests;
 the tighter one, within 1.5 GiB (flagged ``OVER``) and ≤ 12 bytes a request at the margin.

@@ -13,7 +13,7 @@ notebooks put on top and prints the ratio reference / current for each:
   the same draws and picks in plain numpy.
 
 Each pair is also checked to give identical results (the tests do it on more cases). The first
-call of each kernel compiles it (or loads numba's disk cache): a warm-up call is not timed.
+call of each kernel loads the C library: a warm-up call is not timed.
 Timings are the best of ``--repeat`` runs; on a shared box note the load average printed.
 """
 

@@ -24,7 +24,7 @@ Items (floors as docs/benchmarks.md states them; each measured as a ratio agains
    Items 4 and 5 are compared with a C implementation of the same algorithm
    (``benchmarks/cache_ref.c``, compiled with ``cc -O2`` into a temp dir at run time and run on
    the same request array written to a temp file); skipped with a note when no C compiler is
-   found. Numba compile time is excluded from the timings (a warm-up call) and reported.
+   found. The first call (the C library's load) is excluded from the timings and reported.
 
 Exit status: 0 all floors met, 1 a floor missed, 3 library and reference disagree
 (beyond 1e-9 relative for item 1, 1e-6 for item 2). ``--quick`` runs small sizes (a smoke run);

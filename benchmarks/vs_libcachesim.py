@@ -47,7 +47,7 @@ would check nothing.)
 Writes ``reports/benchmarks/vs_libcachesim.json`` (untracked, as ``benchmarks/run.py``). Bytes
 per request "at the margin" are (peak RSS at the larger size − at the smaller) / (the difference
 in requests), between consecutive sizes. Every command runs once untimed at the smallest size
-first (numba's on-disk cache, the page cache). Nothing is pinned: both sides run one thread; a
+first (the page cache). Nothing is pinned: both sides run one thread; a
 loaded box slows both (the load average is recorded). Peak RSS has a floor of ~11 MiB, the
 wrapper's pages the child holds until it execs (measured with ``true`` and printed); libCacheSim's
 includes its memory-mapped input (24 bytes a request), moeroof's the ``.npy`` pages it reads.
@@ -174,7 +174,7 @@ def compile_c(tmp: Path) -> tuple[Path | None, str]:
 
 def measure(cmd: list[str], repeats: int, out: Path, warm: int = 0) -> dict:
     """Best wall time and highest peak RSS of ``cmd`` over ``repeats`` fresh processes, after
-    ``warm`` untimed runs (numba's on-disk cache, the page cache); the last run's stdout is left
+    ``warm`` untimed runs (the page cache); the last run's stdout is left
     in ``out``."""
     walls, peaks = [], []
     for i in range(warm + repeats):

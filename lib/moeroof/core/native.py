@@ -25,7 +25,7 @@ from pathlib import Path
 
 from moeroof.core.native_sources import MODULE, SOURCE_DIR, sources_hash
 
-__all__ = ["MODULE", "NativeBuildError", "load", "status"]
+__all__ = ["MODULE", "NativeBuildError", "load", "status", "typed"]
 
 #: what rebuilds the library (said where it is missing or stale)
 REBUILD = "make (or: pip install -e .) builds it"
@@ -61,6 +61,17 @@ def load(name: str = MODULE, sources: Path | None = None):
     if _loaded[key] is None:
         raise NativeBuildError(f"the C kernels ({name}) cannot be used: {_status[key]}")
     return _loaded[key]
+
+
+def typed(signatures: dict) -> object:
+    """The library of :func:`load` with the functions ``signatures`` names typed: name →
+    (argument types, result type), as :mod:`ctypes` takes them. Each kernel module types its own
+    functions (the library is one object: the same functions typed alike)."""
+    lib = load()
+    for fname, (argtypes, restype) in signatures.items():
+        fn = getattr(lib, fname)
+        fn.argtypes, fn.restype = list(argtypes), restype
+    return lib
 
 
 def _open(name: str, folder: Path):

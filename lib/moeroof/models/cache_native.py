@@ -88,12 +88,7 @@ _BLOCK_SUFFIX = {
 def library():
     """The loaded C library, its functions typed (:class:`moeroof.core.native.NativeBuildError`
     when it is not built, or built from other sources). Loaded once a process."""
-    lib = native.load()
-    for fname, (codes, restype) in _SIGNATURES.items():
-        fn = getattr(lib, fname)
-        fn.argtypes = [_CODES[c] for c in codes]
-        fn.restype = restype
-    return lib
+    return native.typed({name: ([_CODES[c] for c in codes], res) for name, (codes, res) in _SIGNATURES.items()})
 
 
 def c_function(name: str):

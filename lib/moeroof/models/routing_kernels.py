@@ -8,19 +8,19 @@ same order (ISO C, no fused multiply-add), numpy's pairwise summation where nump
 transcendental functions either left to numpy (its SIMD ``exp``/``expm1`` are not libm's) or,
 where libm is what numpy calls (the Gumbel draw of ``Generator.gumbel``), called as libm.
 
-There is no fallback: without the C library (not built, built from other sources, or
-``MOEROOF_NATIVE=0``) a kernel raises :class:`moeroof.core.native.NativeBuildError`, saying why.
+There is no fallback: without the C library (not built, or built from other sources) a kernel
+raises :class:`moeroof.core.native.NativeBuildError`, saying why.
 Importing this module loads nothing; the library is opened by the first kernel that runs.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import numpy as np
 
 from moeroof.core import native
-from moeroof.core.native import NativeBuildError
 
 __all__ = [
     "PW_BLOCK",
@@ -45,25 +45,13 @@ _SIGNATURES = {
     "mr_log_weight_rows": ([_P, _I, _I, _P, _P], None),
     "mr_top_k_steps": ([_P, _P, _P, _P, _I, _I, _I, _P, _I, _P, _P, _I, _I], _INT),
 }
-_loaded: list = []  # the typed library, once loaded (native.load costs ~35 µs a call: it resolves paths)
 
 
+@functools.cache
 def library():
-    """The loaded C library, its routing functions typed; :class:`NativeBuildError` when it is
-    not loaded (:func:`moeroof.core.native.status` says why). Kept once loaded."""
-    if _loaded:
-        return _loaded[0]
-    lib = native.load()
-    if lib is None:
-        raise NativeBuildError(
-            "the routing kernels are C only (models/native/routing.c: no numba fallback) and the C "
-            f"library is not loaded ({native.status()}): {native.REBUILD}, with {native.ENV} unset or 1"
-        )
-    for name, (argtypes, restype) in _SIGNATURES.items():
-        fn = getattr(lib, name)
-        fn.argtypes, fn.restype = argtypes, restype
-    _loaded.append(lib)
-    return lib
+    """The loaded C library, its routing functions typed (:class:`moeroof.core.native.NativeBuildError`
+    when it is not built, or built from other sources). Loaded once a process."""
+    return native.typed(_SIGNATURES)
 
 
 def _f64(a) -> np.ndarray:

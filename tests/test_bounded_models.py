@@ -32,7 +32,6 @@ def capped(argv: list[str], cap_mib: int, cwd: Path) -> subprocess.CompletedProc
         f"sys.exit(main({argv!r}))\n"
     )
     env = dict(os.environ)
-    env.setdefault("NUMBA_CACHE_DIR", "/tmp/moeroof-numba-bounds")
     # the cap counts address space, and OpenBLAS reserves a buffer and a stack per core at import:
     # on a 16-core box its threads alone fail to start under the cap (seen on a lent 16-core host)
     env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")

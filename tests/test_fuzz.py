@@ -32,7 +32,7 @@ from moeroof.cli.app import main
 
 HOSTILE = Path(__file__).parent / "data" / "hostile"
 
-#: deterministic draws (CI sees the same cases on every run), no deadline (numba compiles once)
+#: deterministic draws (CI sees the same cases on every run), no deadline (a first call loads the C library)
 FUZZ = settings(
     max_examples=int(os.environ.get("MOEROOF_FUZZ_EXAMPLES", "60")),
     deadline=None,
@@ -430,7 +430,6 @@ def _npy_bytes(arr: np.ndarray) -> bytes:
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    env.setdefault("NUMBA_CACHE_DIR", "/tmp/moeroof-numba-fuzz")
     # the memory cap counts address space, and OpenBLAS reserves a buffer and a stack per core at
     # import: on a 16-core box its threads fail to start under the cap (seen on a lent 16-core host)
     env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")

@@ -3,7 +3,7 @@
 Each command runs as its own process on two synthetic traces (``benchmarks/make_big_trace.py``, 80
 layers × 256 experts, 32 streams, top-8) and its peak resident set is read by a fresh wrapper
 process (``benchmarks/memory.py``'s ``measure``). What one more request costs, (peak₂ − peak₁) /
-(requests₂ − requests₁), leaves the interpreter's, numpy's and numba's fixed cost out; an earlier
+(requests₂ − requests₁), leaves the interpreter's, numpy's and the C library's fixed cost out; an earlier
 audit measured ~36 bytes a request (3.7 GB at 10^8, Belady 5.2 GB) before the compact request
 lists. Asserted: at most 12 bytes a request at the margin and, extrapolated to 10^8
 requests, under 4 GiB. The traces are small (4·10^6 and 1.2·10^7 requests: both past

@@ -136,6 +136,12 @@ def test_environment_installs_the_package_editable(environment):
     assert "-e ." in pip
 
 
+def test_environment_brings_the_c_compiler_the_install_needs(environment):
+    # setup.py compiles the kernels; conda's python does not bring a compiler
+    conda, _ = environment
+    assert "c-compiler" in {requirement_name(spec) for spec in conda}
+
+
 def major_minor(spec: str) -> tuple[int, int]:
     """First `X.Y` in a version spec (`python=3.11`, `>=3.11`)."""
     match = re.search(r"(\d+)\.(\d+)", spec)

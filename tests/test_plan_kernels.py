@@ -308,3 +308,127 @@ def test_simulate_ratios_as_with_the_numpy_counts(monkeypatch, batch, cache):
     got = expert_cache.simulate_ratios(*args)
     monkeypatch.setattr(plan_kernels, "pick_counts", _pick_counts_reference)
     assert got == expert_cache.simulate_ratios(*args)
+
+
+# ----------------------------------------------------------------------------- edges and errors
+
+
+@pytest.mark.parametrize("h,n_out,n_in", [(5, 7, 130), (40, 3, 67), (2, 2, 9)])
+def test_gain_sums_with_nan_inf_and_signed_zeros_equal_numpy_but_for_signs(h, n_out, n_in):
+    # NaN inputs, inf − inf (NaN) and -0.0 gains: every nonzero number is numpy's bit for bit, the
+    # NaNs and zeros are where numpy's are (their signs: the next two tests)
+    rng = np.random.default_rng(h)
+    m_in, w = rng.random((h, n_in)) - 0.5, rng.random((h, n_out)) - 0.5
+    m_in[rng.random(m_in.shape) < 0.03] = np.nan
+    m_in[rng.random(m_in.shape) < 0.05] = np.inf
+    w[rng.random(w.shape) < 0.05] = np.inf
+    m_in[:, ::4], w[:, ::3] = -0.0, 0.0
+    m_in[0, 1] = np.nan
+    with np.errstate(invalid="ignore"):
+        ref = np.maximum(m_in[:, None, :] - w[:, :, None], 0.0).sum(axis=0)
+    got = plan_kernels.gain_sums(m_in, w)
+    nan = np.isnan(ref)
+    assert nan.any() and (ref == 0.0).any()
+    assert np.array_equal(got, ref, equal_nan=True)
+    assert got[~nan & (ref != 0.0)].tobytes() == ref[~nan & (ref != 0.0)].tobytes()
+
+
+@pytest.mark.parametrize("n_in", [1, 16, 70, 200])
+def test_gain_sums_keep_negative_zero_gains(n_in):
+    # -0.0 - 0.0 = -0.0, a gain kept as it is (maximum's first argument, as the compiled kernel
+    # took it; numpy's maximum gives +0.0): a sum of them is -0.0, with +0.0 where any gain is
+    m_in = np.full((3, n_in), -0.0)
+    got = plan_kernels.gain_sums(m_in, np.array([[0.0, 0.0], [0.0, -0.0], [0.0, 0.0]]))
+    assert (got == 0.0).all() and np.signbit(got[0]).all() and not np.signbit(got[1]).any()
+
+
+@pytest.mark.parametrize("n_in", [1, 16, 70, 200])
+def test_gain_sums_where_two_nans_meet_keeps_the_later_one(n_in):
+    # +NaN then -NaN gains (and the other way): the sum carries the later gain's NaN, as the
+    # compiled kernel always did, whatever the width its columns are summed at
+    pos, neg = np.nan, np.copysign(np.nan, -1.0)
+    for first, later in ((pos, neg), (neg, pos)):
+        m_in = np.array([[first] * n_in, [1.0] * n_in, [later] * n_in])
+        got = plan_kernels.gain_sums(m_in, np.zeros((3, 2)))
+        assert np.isnan(got).all() and (np.signbit(got) == np.signbit(later)).all()
+
+
+def test_gain_sums_of_no_layers_are_zeros_and_shapes_must_agree():
+    assert np.array_equal(plan_kernels.gain_sums(np.zeros((0, 3)), np.zeros((0, 2))), np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="m_in's H"):
+        plan_kernels.gain_sums(np.zeros((3, 4)), np.zeros((2, 5)))
+
+
+def test_systematic_flat_counts_negative_order_indices_from_the_end_and_raises_as_python():
+    rng = np.random.default_rng(9)
+    n, h, e, k = 2, 3, 11, 2
+    pi = _pi(rng, h, e, k, 0.5)
+    order = np.argsort(rng.random((n, h, e)), axis=-1)
+    order[rng.random(order.shape) < 0.4] -= e  # numpy's take reads -i as e - i
+    p = np.take_along_axis(np.broadcast_to(pi, (n, h, e)), order, axis=-1)
+    cs = np.cumsum(p, axis=-1)
+    cs *= k / cs[..., -1:]
+    ref = (cs + (5 + np.arange(n * h)).reshape(n, h, 1) * (k + 1.0)).ravel()
+    assert plan_kernels.systematic_flat(pi, order, 5, k).tobytes() == ref.tobytes()
+    bad = order.copy()
+    bad[1, 2, 4] = e
+    with pytest.raises(IndexError, match="order index beyond E"):
+        plan_kernels.systematic_flat(pi, bad, 5, k)
+    zero = pi.copy()
+    zero[1] = 0.0  # a row summing to 0: k / 0.0, Python's error (numpy's would be inf)
+    with pytest.raises(ZeroDivisionError):
+        plan_kernels.systematic_flat(zero, order, 5, k)
+
+
+def test_systematic_picks_far_before_its_row_raise_index_error_as_numpy():
+    rng = np.random.default_rng(2)
+    n, streams, h, e, k = 3, 2, 1, 5, 2
+    cs = np.cumsum(rng.random((n, h, e)), axis=-1)
+    cs *= k / cs[..., -1:]
+    flat = (cs + np.arange(n * h).reshape(n, h, 1) * (k + 1.0)).ravel()
+    u = rng.random((n, streams, h))
+    order = np.stack([np.stack([rng.permutation(e) for _ in range(h)]) for _ in range(n)])
+    assert np.array_equal(plan_kernels.systematic_picks(flat, u, order, 0, k), _picks_reference(flat, u, order, 0, k))
+    u[2, 1, 0] = -3.0 * (k + 1)  # below the whole array: index 0, 2·E before its row
+    with pytest.raises(IndexError):
+        _picks_reference(flat, u, order, 0, k)
+    with pytest.raises(IndexError, match="index out of the row"):
+        plan_kernels.systematic_picks(flat, u, order, 0, k)
+
+
+def test_pick_counts_skip_every_negative_id_and_raise_on_an_id_beyond_e():
+    rng = np.random.default_rng(4)
+    e = 30
+    topk = rng.integers(-4, e, size=(6, 3, 2, 4))
+    own = rng.random(e) < 0.6
+    assert np.array_equal(plan_kernels.pick_counts(topk, own), _pick_counts_reference(topk, own))
+    ids = np.clip(topk, 0, None)  # unsigned ids: read as the same values
+    assert np.array_equal(plan_kernels.pick_counts(ids.astype(np.uint8), own), _pick_counts_reference(ids, own))
+    topk[5, 2, 1, 3] = e
+    with pytest.raises(IndexError):
+        _pick_counts_reference(topk, own)
+    with pytest.raises(IndexError, match="an expert id beyond E"):
+        plan_kernels.pick_counts(topk, own)
+
+
+def test_without_the_c_library_every_kernel_raises_native_build_error(monkeypatch):
+    from moeroof.core import native
+
+    def unbuilt(*args, **kwargs):
+        raise native.NativeBuildError("the C kernels (moeroof.models._cache_native) cannot be used: not built")
+
+    monkeypatch.setattr(native, "load", unbuilt)
+    plan_kernels.library.cache_clear()
+    one = np.ones((1, 1, 1))
+    calls = [
+        lambda: plan_kernels.gain_sums(np.ones((1, 2)), np.ones((1, 2))),
+        lambda: plan_kernels.systematic_flat(np.ones((1, 1)), np.zeros((1, 1, 1), np.int64), 0, 1),
+        lambda: plan_kernels.systematic_picks(one.ravel(), one * 0.5, np.zeros((1, 1, 1), np.int64), 0, 1),
+        lambda: plan_kernels.pick_counts(np.zeros((1, 1, 1, 1), np.int64), np.ones(1, bool)),
+    ]
+    try:
+        for call in calls:
+            with pytest.raises(native.NativeBuildError, match="not built"):
+                call()
+    finally:
+        plan_kernels.library.cache_clear()

@@ -18,7 +18,7 @@ libCacheSim's S3FIFOv0 uses 2).
 With ``--scheduler`` or ``--workers`` (scope layer only) the layers are sharded over
 dask.distributed workers (:mod:`moeroof.run.shard`); the answer is the same, exactly.
 
-The simulator (:mod:`moeroof.models.cache`, its loops in C or numba) is imported only when the
+The simulator (:mod:`moeroof.models.cache`, its loops in C) is imported only when the
 command runs; the parser reads the policy and scope names from the constants below.
 """
 

@@ -63,14 +63,18 @@ def load(name: str = MODULE, sources: Path | None = None):
     return _loaded[key]
 
 
-def typed(signatures: dict) -> object:
-    """The library of :func:`load` with the functions ``signatures`` names typed: name →
-    (argument types, result type), as :mod:`ctypes` takes them. Each kernel module types its own
-    functions (the library is one object: the same functions typed alike)."""
+def typed(signatures: dict[str, tuple[str, str | None]]) -> object:
+    """The library of :func:`load` with the functions ``signatures`` names typed for
+    :mod:`ctypes`: name → (argument codes, result code or None), a code per value: ``P`` a
+    pointer (an array's data), ``I`` int64, ``i`` int, ``D`` double. Each kernel module types its
+    own functions (the library is one object)."""
+    import ctypes
+
+    codes = {"P": ctypes.c_void_p, "I": ctypes.c_int64, "i": ctypes.c_int, "D": ctypes.c_double}
     lib = load()
-    for fname, (argtypes, restype) in signatures.items():
+    for fname, (args, result) in signatures.items():
         fn = getattr(lib, fname)
-        fn.argtypes, fn.restype = list(argtypes), restype
+        fn.argtypes, fn.restype = [codes[c] for c in args], None if result is None else codes[result]
     return lib
 
 

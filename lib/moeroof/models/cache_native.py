@@ -11,7 +11,6 @@ reference (tests/cache_refs.py).
 
 from __future__ import annotations
 
-import ctypes
 import functools
 
 import numpy as np
@@ -51,31 +50,25 @@ ID_OK, ID_RANGE, ID_PARTIAL, ID_DUPLICATE = 0, 1, 2, 3
 HEAP_LFU, HEAP_LFU_PERFECT, HEAP_BELADY, HEAP_BELADY_INSERT = 0, 1, 2, 3
 
 
-_I64 = ctypes.c_int64
-_INT = ctypes.c_int
-_DBL = ctypes.c_double
-_PTR = ctypes.c_void_p
-
-#: argument types of each C function (``P`` a pointer, ``I`` int64, ``i`` int, ``D`` double)
+#: argument codes of each C function and its result's (:func:`moeroof.core.native.typed`)
 _SIGNATURES = {
-    "mr_count_runs": ("PI", _I64),
+    "mr_count_runs": ("PI", "I"),
     "mr_offsets_from_starts": ("PIP", None),
     "mr_starts_from_offsets": ("PIIP", None),
     "mr_subset_offsets": ("PIPP", None),
     "mr_count_items": ("PIP", None),
-    "mr_next_use": ("PIIP", _INT),
-    "mr_longest": ("PI", _I64),
-    "mr_lru_pass": ("PPIPIPPIPiIPiPPPP", _INT),
-    "mr_static_pass": ("PPIPIPIPiPPPP", _INT),
-    "mr_heap_pass": ("PPIPIPiPPIPiIPiPPPP", _INT),
-    "mr_s3fifo_pass": ("PPIPIPDIPIPiIPiPPPP", _INT),
-    "mr_arc_pass": ("PPIPIPIPiIPiPPPP", _INT),
-    "mr_stack_kernel": ("PPIIPIPiIPP", _INT),
+    "mr_next_use": ("PIIP", "i"),
+    "mr_longest": ("PI", "I"),
+    "mr_lru_pass": ("PPIPIPPIPiIPiPPPP", "i"),
+    "mr_static_pass": ("PPIPIPIPiPPPP", "i"),
+    "mr_heap_pass": ("PPIPIPiPPIPiIPiPPPP", "i"),
+    "mr_s3fifo_pass": ("PPIPIPDIPIPiIPiPPPP", "i"),
+    "mr_arc_pass": ("PPIPIPIPiIPiPPPP", "i"),
+    "mr_stack_kernel": ("PPIIPIPiIPP", "i"),
 }
 for _suf in ("_i8", "_i16", "_i32", "_i64"):
-    _SIGNATURES["mr_scan_block" + _suf] = ("PIIIIIPIPiiPPPPIP", _INT)
-    _SIGNATURES["mr_emit_block" + _suf] = ("PIIIIIPIPiPIPI", _I64)
-_CODES = {"P": _PTR, "I": _I64, "i": _INT, "D": _DBL}
+    _SIGNATURES["mr_scan_block" + _suf] = ("PIIIIIPIPiiPPPPIP", "i")
+    _SIGNATURES["mr_emit_block" + _suf] = ("PIIIIIPIPiPIPI", "I")
 _BLOCK_SUFFIX = {
     np.dtype(np.int8): "_i8",
     np.dtype(np.int16): "_i16",
@@ -88,7 +81,7 @@ _BLOCK_SUFFIX = {
 def library():
     """The loaded C library, its functions typed (:class:`moeroof.core.native.NativeBuildError`
     when it is not built, or built from other sources). Loaded once a process."""
-    return native.typed({name: ([_CODES[c] for c in codes], res) for name, (codes, res) in _SIGNATURES.items()})
+    return native.typed(_SIGNATURES)
 
 
 def c_function(name: str):

@@ -232,7 +232,7 @@ def systematic_topk(pi: np.ndarray, steps: int, streams: int, rng: np.random.Gen
         )
     # the callers name no flag: the batch, the model's sizes or a POINTS row may be what is too big
     check_allocation(steps * streams * h * k, BYTES_PER_PICK, "a drawn cache trace's steps × batch × layers × K")
-    from moeroof.models import plan_kernels  # numba loads only when a trace is drawn
+    from moeroof.models import plan_kernels  # ctypes and the C kernels load only when a trace is drawn
 
     pi_c = np.ascontiguousarray(pi)
     chunk = order_chunk_steps(steps, streams, h, e, k)
@@ -430,7 +430,7 @@ def trace_requests(
     tokens per request: how many of the step's tokens routed to the (layer, expert), counted in
     (step, layer, expert) order — request order, so the counts line up with the requests. The
     same at every capacity of the trace."""
-    from moeroof.models import plan_kernels  # numba loads only when a cache is simulated
+    from moeroof.models import plan_kernels  # ctypes and the C kernels load only when a cache is simulated
 
     req = cache_sim.requests_from_trace(
         topk, int(experts), partition=partition, rank=None if partition is None else rank

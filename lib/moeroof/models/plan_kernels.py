@@ -1,56 +1,93 @@
-"""Compiled kernels behind :mod:`moeroof.models.partition` and :mod:`moeroof.models.expert_cache`
-(numba, cached on disk).
+"""Compiled kernels behind :mod:`moeroof.models.partition` and :mod:`moeroof.models.expert_cache`:
+C (``models/native/plan.c``, compiled at install, :mod:`moeroof.core.native`), called here
+through :mod:`ctypes`.
 
-Kept apart so that importing the plan (or the command line's parsers) does not import numba:
-the callers import this module inside the function that runs a kernel. Each kernel replaces a
-numpy expression and returns the same bits: the same floating-point operations, in the same
-order — the sums along an outer axis accumulate sequentially, as numpy's reduction over an
-outer axis does (tests/test_plan_kernels.py checks each against the numpy it replaced).
+Each kernel replaces a numpy expression and returns the same bits: the same floating-point
+operations, in the same order — the sums along an outer axis accumulate sequentially, as numpy's
+reduction over an outer axis does (tests/test_plan_kernels.py checks each against the numpy it
+replaced), except for a few signs of zero and NaN and the errors (each docstring says which). There
+is no fallback: without the C library (not built, or built from other sources) a kernel raises
+:class:`moeroof.core.native.NativeBuildError`, saying why.
 """
 
 from __future__ import annotations
 
-import numba
+import functools
+
 import numpy as np
 
-__all__ = ["gain_sums", "systematic_flat", "systematic_picks", "pick_counts"]
+from moeroof.core import native
+
+__all__ = ["library", "gain_sums", "systematic_flat", "systematic_picks", "pick_counts"]
+
+#: argument codes of each C function and its result's (:func:`moeroof.core.native.typed`)
+_SIGNATURES = {
+    "mr_gain_sums": ("PPIIIP", None),
+    "mr_systematic_flat": ("PIIPIIIIIP", "i"),
+    "mr_systematic_picks": ("PIPPIIIIIIP", "i"),
+    "mr_pick_counts": ("PiIIIIPIPP", "i"),
+}
+_NOMEM = -1  # plan.c's MR_PLAN_NOMEM
+#: each kernel's other return codes (plan.c's MR_PLAN_*) and the error each stands for
+_ERRORS: dict[str, dict[int, tuple[type[Exception], str]]] = {
+    "systematic_picks": {1: (IndexError, "systematic_picks: index out of the row")},
+    # ZeroDivisionError: Python's k / 0.0 (numpy's gives inf); IndexError where numpy's take
+    # would raise
+    "systematic_flat": {
+        1: (IndexError, "systematic_flat: an order index beyond E"),
+        2: (ZeroDivisionError, "division by zero"),
+    },
+    "pick_counts": {1: (IndexError, "pick_counts: an expert id beyond E")},
+}
 
 
-@numba.njit(cache=True)
+@functools.cache
+def library():
+    """The loaded C library, the plan's functions typed (:class:`moeroof.core.native.NativeBuildError`
+    when it is not built, or built from other sources). Loaded once a process."""
+    return native.typed(_SIGNATURES)
+
+
+def _fn(name: str):
+    return getattr(library(), name)
+
+
+def _check(rc: int, kernel: str) -> None:
+    """Raises the error of the C kernel's return code ``rc`` (0: none)."""
+    if rc == _NOMEM:
+        raise MemoryError(f"{kernel}: the C kernel could not allocate its scratch")
+    if rc != 0:
+        exc, message = _ERRORS[kernel][rc]
+        raise exc(message)
+
+
+def _f64(a) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float64)
+
+
+def _i64(a) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
 def gain_sums(m_in: np.ndarray, w: np.ndarray) -> np.ndarray:
     """``np.maximum(m_in[:, None, :] - w[:, :, None], 0.0).sum(axis=0)``: (n_out, n_in) from
     ``m_in`` (H, n_in) and ``w`` (H, n_out), without the (H, n_out, n_in) temporary. The sum over
     H runs from the first layer shape to the last, as numpy reduces the outer axis; ``maximum``
-    keeps its own first argument on ties and NaN, as numpy's does."""
+    keeps its first argument on NaN, as numpy's does. Two differences from numpy, in signs only
+    (kept from the kernel's first, numba version): a gain of −0.0 (``m_in`` −0.0 against ``w`` 0.0) stays
+    −0.0, where numpy's ``maximum`` gives +0.0; and where a NaN gain meets a NaN sum (−NaN from
+    inf − inf after a +NaN input, say), the sum takes the gain's NaN (numpy keeps the sum's)."""
+    fn = _fn("mr_gain_sums")
+    m_in, w = _f64(m_in), _f64(w)
     h, n_in = m_in.shape
+    if w.ndim != 2 or w.shape[0] != h:
+        raise ValueError(f"gain_sums: w {w.shape} must be (H, n_out) with m_in's H = {h}")
     n_out = w.shape[1]
-    out = np.zeros((n_out, n_in))
-    for k in range(h):
-        for i in range(n_out):
-            wi = w[k, i]
-            for j in range(n_in):
-                d = m_in[k, j] - wi
-                g = d if (d >= 0.0 or d != d) else 0.0
-                if k == 0:
-                    out[i, j] = g
-                else:
-                    out[i, j] += g
+    out = np.empty((n_out, n_in))
+    fn(m_in.ctypes.data, w.ctypes.data, h, n_in, n_out, out.ctypes.data)
     return out
 
 
-@numba.njit(cache=True)
-def _search_right(a: np.ndarray, lo: int, hi: int, v: float) -> int:
-    """First index in ``[lo, hi)`` whose value is > ``v`` (``hi`` if none): ``side="right"``."""
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if a[mid] <= v:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-@numba.njit(cache=True)
 def systematic_picks(flat: np.ndarray, u: np.ndarray, order: np.ndarray, row0: int, k: int) -> np.ndarray:
     """One chunk of :func:`moeroof.models.expert_cache.systematic_topk`'s picks.
 
@@ -58,57 +95,35 @@ def systematic_picks(flat: np.ndarray, u: np.ndarray, order: np.ndarray, row0: i
     (K + 1), sorted; ``u`` (n, streams, H) the uniforms; ``order`` (n, H, E) the random expert
     orders; ``row0`` the global index of the chunk's first row. For pick j of stream s at (step t,
     layer ℓ), the point ``(u + j) + row · (K + 1)`` is searched in ``flat`` (``side="right"``),
-    made relative to its row and clamped to E − 1, and names ``order[t, ℓ, pos]``.
+    made relative to its row and clamped to E − 1, and names ``order[t, ℓ, pos]`` — numpy's::
 
-    A row's points, taken by j and then by u, never decrease (u < 1), so one walk along the row
+        pts = (u[..., None] + arange(K)) + row · (K + 1)
+        idx = searchsorted(flat, pts.ravel(), side="right")
+        pos = minimum(idx − (t·H + ℓ)·E, E − 1);  take_along_axis(order[:, None], pos, axis=-1)
+
+    A row's points, taken by j and then by u (u < 1), never decrease, so one walk along the row
     counts the entries ≤ each point — once the rows on either side are seen to lie below its
     smallest point and above its largest (always, for a sorted ``flat``); else each point is
     searched over the whole array. Either way the index is the one numpy's search over ``flat``
-    returns. Returns (n, streams, H, K) int32.
+    returns (for a point that is a number: a NaN one, never drawn, finds the start of the
+    range searched). A position before its row counts from the row's end, as numpy's take does, and one
+    more than E before it raises IndexError. Returns (n, streams, H, K) int32.
     """
+    fn = _fn("mr_systematic_picks")
+    flat, u, order = _f64(flat).ravel(), _f64(u), _i64(order)
     n, streams, h = u.shape
-    e = order.shape[2]
-    size = flat.size
+    if order.ndim != 3 or order.shape[:2] != (n, h):
+        raise ValueError(f"systematic_picks: order {order.shape} must be (n, H, E) with u's n, H = {n}, {h}")
+    e, k = order.shape[2], int(k)
+    if flat.size < n * h * e:
+        raise ValueError(f"systematic_picks: flat holds {flat.size} sums, fewer than n·H·E = {n * h * e}")
     out = np.empty((n, streams, h, k), dtype=np.int32)
-    step = k + 1.0
-    ub = np.empty(streams)
-    for t in range(n):
-        for layer in range(h):
-            local = t * h + layer
-            off = float(row0 + local) * step
-            start = local * e
-            stop = start + e
-            for s in range(streams):
-                ub[s] = u[t, s, layer]
-            by_u = np.argsort(ub)
-            lowest = (ub[by_u[0]] + 0.0) + off
-            highest = (ub[by_u[streams - 1]] + float(k - 1)) + off
-            inside = (start == 0 or flat[start - 1] <= lowest) and (stop == size or flat[stop] > highest)
-            p = start
-            prev = -np.inf
-            for j in range(k):
-                for q in range(streams):
-                    s = by_u[q]
-                    pt = (u[t, s, layer] + float(j)) + off
-                    if not inside:
-                        idx = _search_right(flat, 0, size, pt)
-                    else:
-                        if not pt >= prev:  # out of order (never for uniforms in [0, 1)): search again
-                            p = _search_right(flat, start, stop, pt)
-                        while p < stop and flat[p] <= pt:
-                            p += 1
-                        idx = p
-                        prev = pt
-                    pos = min(idx - start, e - 1)
-                    if pos < 0:  # numpy's take_along_axis counts a negative index from the end
-                        pos += e
-                    if pos < 0:
-                        raise IndexError("systematic_picks: index out of the row")
-                    out[t, s, layer, j] = order[t, layer, pos]
+    rc = fn(flat.ctypes.data, flat.size, u.ctypes.data, order.ctypes.data, n, streams, h, e, int(row0), k,
+            out.ctypes.data)  # fmt: skip
+    _check(rc, "systematic_picks")
     return out
 
 
-@numba.njit(cache=True)
 def systematic_flat(pi: np.ndarray, order: np.ndarray, row0: int, k: int) -> np.ndarray:
     """The sorted array :func:`systematic_picks` searches, as
     :func:`moeroof.models.expert_cache.systematic_topk` built it in numpy::
@@ -118,66 +133,35 @@ def systematic_flat(pi: np.ndarray, order: np.ndarray, row0: int, k: int) -> np.
         flat = (cs + row · (K + 1)).ravel()          row = row0 + t·H + ℓ
 
     ``pi`` (H, E), ``order`` (n, H, E): the running sum in the order's sequence (numpy's cumsum
-    accumulates one by one), scaled by ``K / last``, then offset — the same operations."""
+    accumulates one by one), scaled by ``K / last``, then offset — the same operations. A row
+    whose last sum is 0 raises ZeroDivisionError (numpy would give infinities), an order index
+    outside [−E, E) IndexError."""
+    fn = _fn("mr_systematic_flat")
+    pi, order = _f64(pi), _i64(order)
     n, h, e = order.shape
+    if pi.ndim != 2 or pi.shape[0] < h:
+        raise ValueError(f"systematic_flat: pi {pi.shape} must be (H, E) with order's H = {h}")
     flat = np.empty(n * h * e)
-    step = k + 1.0
-    for t in range(n):
-        for layer in range(h):
-            start = (t * h + layer) * e
-            c = 0.0
-            for i in range(e):
-                v = pi[layer, order[t, layer, i]]
-                c = v if i == 0 else c + v
-                flat[start + i] = c
-            scale = k / flat[start + e - 1]
-            off = float(row0 + t * h + layer) * step
-            for i in range(e):
-                flat[start + i] = flat[start + i] * scale + off
+    rc = fn(pi.ctypes.data, pi.shape[0], pi.shape[1], order.ctypes.data, n, h, e, int(row0), int(k), flat.ctypes.data)
+    _check(rc, "systematic_flat")
     return flat
 
 
-@numba.njit(cache=True)
 def pick_counts(topk: np.ndarray, own: np.ndarray) -> np.ndarray:
     """Tokens per distinct request of one rank: for each (step, layer) in order, the number of
     the step's picks of each owned expert that any token picked, by expert id — ``np.unique``'s
-    counts of the keys ``step·H·E + layer·E + expert`` over the owned picks (``-1`` padding
-    skipped), in the same sorted order. ``topk`` (steps, streams, H, K), ``own`` (E,) bool."""
+    counts of the keys ``step·H·E + layer·E + expert`` over the owned picks (``-1`` padding, and
+    any negative id, skipped), in the same sorted order. ``topk`` (steps, streams, H, K) of
+    integer ids, ``own`` (E,) bool. An id ≥ E raises IndexError."""
+    fn = _fn("mr_pick_counts")
+    topk = np.ascontiguousarray(topk)
+    if topk.dtype.kind != "i" or topk.dtype.itemsize not in (1, 2, 4, 8):
+        topk = topk.astype(np.int64)  # unsigned ids: the same values as int64
+    own = np.ascontiguousarray(own, dtype=np.bool_).ravel().view(np.uint8)
     steps, streams, h, k = topk.shape
-    e = own.size
-    out = np.empty(steps * streams * h * k, dtype=np.int64)
-    seen = np.zeros(e, dtype=np.int64)
-    ids = np.empty(streams * k, dtype=np.int64)
-    n = 0
-    for t in range(steps):
-        for layer in range(h):
-            m = 0
-            for s in range(streams):
-                for j in range(k):
-                    x = topk[t, s, layer, j]
-                    if x >= e:
-                        raise IndexError("pick_counts: an expert id beyond E")
-                    if x >= 0 and own[x]:
-                        if seen[x] == 0:
-                            ids[m] = x
-                            m += 1
-                        seen[x] += 1
-            if m * 8 < e:  # few distinct: sort them (insertion) rather than scan all E
-                for a in range(1, m):
-                    v = ids[a]
-                    b = a
-                    while b > 0 and ids[b - 1] > v:
-                        ids[b] = ids[b - 1]
-                        b -= 1
-                    ids[b] = v
-                for a in range(m):
-                    out[n] = seen[ids[a]]
-                    n += 1
-                    seen[ids[a]] = 0
-            else:
-                for i in range(e):
-                    if seen[i] > 0:
-                        out[n] = seen[i]
-                        n += 1
-                        seen[i] = 0
-    return out[:n].copy()
+    out = np.empty(topk.size, dtype=np.int64)
+    n = np.zeros(1, dtype=np.int64)
+    rc = fn(topk.ctypes.data, topk.dtype.itemsize, steps, streams, h, k, own.ctypes.data, own.size, out.ctypes.data,
+            n.ctypes.data)  # fmt: skip
+    _check(rc, "pick_counts")
+    return out[: int(n[0])].copy()

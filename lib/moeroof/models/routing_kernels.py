@@ -15,7 +15,6 @@ Importing this module loads nothing; the library is opened by the first kernel t
 
 from __future__ import annotations
 
-import ctypes
 import functools
 
 import numpy as np
@@ -36,14 +35,13 @@ __all__ = [
 #: inclusion kernel takes
 PW_BLOCK = 128
 
-_P, _I, _D, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_int
-#: (argument types, result type) of each C function (routing.h)
+#: argument codes of each C function and its result's (routing.h; :func:`moeroof.core.native.typed`)
 _SIGNATURES = {
-    "mr_pairwise_sum": ([_P, _I], _D),
-    "mr_inclusion_below_k": ([_P, _I, _I, _I, _I, _P], _INT),
-    "mr_gumbel_from_uniforms": ([_P, _I, _P], None),
-    "mr_log_weight_rows": ([_P, _I, _I, _P, _P], None),
-    "mr_top_k_steps": ([_P, _P, _P, _P, _I, _I, _I, _P, _I, _P, _P, _I, _I], _INT),
+    "mr_pairwise_sum": ("PI", "D"),
+    "mr_inclusion_below_k": ("PIIIIP", "i"),
+    "mr_gumbel_from_uniforms": ("PIP", None),
+    "mr_log_weight_rows": ("PIIPP", None),
+    "mr_top_k_steps": ("PPPPIIIPIPPII", "i"),
 }
 
 

@@ -1,6 +1,6 @@
 """The one way the suite starts a local dask.distributed cluster.
 
-Worker processes with one thread each (the kernels are single-threaded numpy/numba, so
+Worker processes with one thread each (the kernels are single-threaded numpy and C, so
 processes, not threads, give parallelism), and the scheduler's dashboard on a free port
 (``":0"``): the default 8787 warns with a different port number whenever it is taken, which
 would put run-dependent text into reports.

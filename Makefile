@@ -38,9 +38,9 @@ $(STAMP): pyproject.toml constraints.txt
 	@touch $@ $(NATIVE_STAMP)
 	@echo "make: $(VENV) ready; the moeroof command is $(VENV)/bin/moeroof (or: source $(VENV)/bin/activate)"
 
-# The C kernels are compiled by the install (setup.py) into lib/moeroof/models/_cache_native*.so;
+# The C kernels are compiled by the install (setup.py) into lib/moeroof/kernels/_native*.so;
 # an edit of their sources rebuilds them here (the library refuses to load when stale).
-NATIVE_SRC := setup.py lib/moeroof/core/native_sources.py $(wildcard lib/moeroof/models/native/*.[ch])
+NATIVE_SRC := setup.py lib/moeroof/kernels/sources.py $(wildcard lib/moeroof/kernels/native/*.[ch])
 NATIVE_STAMP := $(VENV)/.native
 $(NATIVE_STAMP): $(STAMP) $(NATIVE_SRC)
 	@echo "make: rebuilding the C kernels (their sources changed)"

@@ -1,5 +1,5 @@
-"""The C kernels (``lib/moeroof/models/native/``) are compiled at install into the extension
-``moeroof.models._cache_native`` (docs/development.md, "The compiled core"); everything else
+"""The C kernels (``lib/moeroof/kernels/native/``) are compiled at install into the extension
+``moeroof.kernels._native`` (docs/development.md, "The compiled core"); everything else
 is in pyproject.toml."""
 
 import importlib.util
@@ -9,7 +9,7 @@ from setuptools import Extension, setup
 
 HERE = Path(__file__).resolve().parent
 # loaded by its path: moeroof's package (and numpy) is not importable while it is being built
-_spec = importlib.util.spec_from_file_location("_native_sources", HERE / "lib/moeroof/core/native_sources.py")
+_spec = importlib.util.spec_from_file_location("_native_sources", HERE / "lib/moeroof/kernels/sources.py")
 _ns = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_ns)
 

@@ -6,7 +6,7 @@ unit sizes) through libCacheSim (the ``libcachesim`` package from PyPI, its C si
 stream written as an ``oracleGeneral`` binary trace — the format that carries the next access
 time Belady needs — read by ``TraceReader`` and run by ``c_process_trace``), and the hit counts
 are written to ``tests/data/libcachesim_counts.json`` beside the command that made them.
-``tests/test_cache_libcachesim.py`` checks that :func:`moeroof.models.cache.simulate` gives
+``tests/test_cache_libcachesim.py`` checks that :func:`moeroof.cachesim.simulate` gives
 exactly these counts (always), and that libCacheSim still gives them when it is installed.
 
 moeroof policy → libCacheSim cache (``libcachesim.libcachesim_python.<name>_init``):
@@ -107,9 +107,9 @@ def synthetic_irm_items(n=100_000, items=2000) -> np.ndarray:
 
 
 def streams() -> dict:
-    """name → :class:`moeroof.models.cache.Requests` of every stream."""
+    """name → :class:`moeroof.cachesim.Requests` of every stream."""
+    from moeroof.cachesim import Requests, requests_from_trace
     from moeroof.data.io import read_trace
-    from moeroof.models.cache import Requests, requests_from_trace
 
     t = read_trace(EMBEDDED)
     embedded = requests_from_trace(t.topk, t.experts)
@@ -129,7 +129,7 @@ def fingerprint(req) -> dict:
 
 def moeroof_hits(req, scope: str, capacity: int, policy: str, threshold) -> int:
     """moeroof's hits: ``capacity`` experts per cache (one per layer with scope layer)."""
-    from moeroof.models.cache import simulate
+    from moeroof.cachesim import simulate
 
     total = capacity * (req.layers if scope == "layer" else 1)
     kw = {} if threshold is None else {"s3fifo_threshold": threshold}
@@ -146,7 +146,7 @@ def write_oracle_general(items: np.ndarray, path: Path) -> None:
     n = items.size
     nxt = np.full(n, -1, np.int64)
     last = np.full(int(items.max()) + 1 if n else 1, -1, np.int64)
-    for t in range(n - 1, -1, -1):  # a backward pass, as moeroof.models.cache.next_use does
+    for t in range(n - 1, -1, -1):  # a backward pass, as moeroof.cachesim.next_use does
         x = items[t]
         nxt[t] = last[x]
         last[x] = t

@@ -102,7 +102,7 @@ def count_requests(trace: Path) -> int:
         [
             sys.executable,
             "-c",
-            "import sys, numpy as np; from moeroof.models.cache import requests_from_trace; "
+            "import sys, numpy as np; from moeroof.cachesim import requests_from_trace; "
             "print(len(requests_from_trace(np.load(sys.argv[1], mmap_mode='r'), int(sys.argv[2]))))",
             str(trace),
             str(json.loads(trace.with_suffix(".json").read_text())["experts"]),

@@ -17,9 +17,9 @@ Items (floors as docs/benchmarks.md states them; each measured as a ratio agains
 3. the roofline plan: 1024 batch sizes x 80 layers, floor 100 ms (pinned hot set).
 3b. the plan with a simulated LRU cache: 16 batch sizes, a redraw after a control that
    leaves the simulations alone (memoised) under 1 s; the cold run is the reference.
-4. exact LRU miss-ratio curve (every capacity, one pass: ``moeroof.models.cache.lru_hit_curve``) of
+4. exact LRU miss-ratio curve (every capacity, one pass: ``moeroof.cachesim.lru_hit_curve``) of
    10^7 requests over 80 layers x 256 experts = 20 480 items: floor 3 s.
-5. LRU simulation at one capacity (``moeroof.models.cache.simulate``), same requests: floor
+5. LRU simulation at one capacity (``moeroof.cachesim.simulate``), same requests: floor
    5 million requests per second.
    Items 4 and 5 are compared with a C implementation of the same algorithm
    (``benchmarks/cache_ref.c``, compiled with ``cc -O2`` into a temp dir at run time and run on
@@ -447,7 +447,7 @@ CACHE_UNION = 64  # distinct experts a step requests per layer
 def cache_requests(n_requests: int, seed: int):
     """A request stream of ~n_requests: each step requests 64 of 256 experts per layer (80
     layers), drawn by Gumbel-top-64 on a Zipf(0.7) popularity permuted per layer."""
-    from moeroof.models import cache
+    from moeroof import cachesim as cache
 
     rng = np.random.default_rng(seed)
     steps = max(1, n_requests // (CACHE_LAYERS * CACHE_UNION))
@@ -486,7 +486,8 @@ def run_c(exe: Path, args: list) -> list[str]:
 
 
 def bench_cache(n_requests: int, repeats: int) -> tuple[dict, dict]:
-    from moeroof.models import cache, cache_native
+    from moeroof import cachesim as cache
+    from moeroof.kernels import cache as cache_kernels
 
     req, build_s = cache_requests(n_requests, SEED + 3)
     items = req.items
@@ -514,7 +515,7 @@ def bench_cache(n_requests: int, repeats: int) -> tuple[dict, dict]:
     cap = np.array([float(capacity)])
     off, cstep = req.lookups()
     kernel_args = (items, group, cap, np.ones(n_items), off, cstep, True, req.steps, np.zeros(1), False)
-    t_kernel, _ = timeit(lambda: cache_native.lru_pass(*kernel_args, np.zeros(0, bool)), repeats)
+    t_kernel, _ = timeit(lambda: cache_kernels.lru_pass(*kernel_args, np.zeros(0, bool)), repeats)
     curve_hits = int(round(rate[capacity] * n))
 
     with tempfile.TemporaryDirectory() as tmpd:
@@ -566,7 +567,7 @@ def bench_cache(n_requests: int, repeats: int) -> tuple[dict, dict]:
     mrc_diff = None if c_mrc is None else float(np.max(np.abs(c_mrc[1] - rate)))
     mrc_row = row(
         "4. exact LRU miss-ratio curve",
-        f"moeroof.models.cache.lru_hit_curve: {n:,} requests over {n_items:,} items, hit rate at every capacity 0..{caps[-1]}",
+        f"moeroof.cachesim.lru_hit_curve: {n:,} requests over {n_items:,} items, hit rate at every capacity 0..{caps[-1]}",
         3.0 * n / 1e7,
         t_mrc,
         None if c_mrc is None else c_mrc[0],
@@ -578,7 +579,7 @@ def bench_cache(n_requests: int, repeats: int) -> tuple[dict, dict]:
     lru_diff = None if c_lru is None else float(abs(c_lru[1] - lib_hits))
     lru_row = row(
         "5. LRU simulation, one capacity",
-        f"moeroof.models.cache.simulate(policy='lru', capacity={capacity} experts): {n:,} requests "
+        f"moeroof.cachesim.simulate(policy='lru', capacity={capacity} experts): {n:,} requests "
         f"(floor = 5 M requests/s); hits equal the curve's: {lib_hits == curve_hits}",
         n / 5e6,
         t_sim,

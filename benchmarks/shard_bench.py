@@ -113,8 +113,8 @@ def gib(n: float) -> str:
 
 def parquet_task(path: str, l0: int, l1: int, experts: int, capacity: float, warmup: int):
     """One shard task as shard.py would run it on a Parquet trace: its layers, then the cache."""
+    from moeroof import cachesim as cache
     from moeroof.data.trace_parquet import read_parquet_trace_layers
-    from moeroof.models import cache
 
     topk = read_parquet_trace_layers(path, l0, l1)
     req = cache.requests_from_trace(topk, experts)
@@ -125,9 +125,9 @@ def parquet_task(path: str, l0: int, l1: int, experts: int, capacity: float, war
 def main(argv: list[str] | None = None) -> int:
     from distributed import Client
 
+    from moeroof import cachesim as cache
     from moeroof.data.io import read_trace
     from moeroof.data.trace_parquet import read_parquet_trace_layers, write_parquet_trace
-    from moeroof.models import cache
     from moeroof.run.cluster import local_cluster
     from moeroof.run.shard import simulate_by_layer
 

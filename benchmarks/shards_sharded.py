@@ -62,8 +62,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=1)
     args = ap.parse_args()
 
+    from moeroof import cachesim as cache
     from moeroof.data.io import read_trace
-    from moeroof.models import cache
     from moeroof.run.shard import shards_curve_sharded
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -6,7 +6,7 @@ For each size N (requests; default 10^6 and 10^7, ``--big`` adds
 
 1. a synthetic ``.npy`` trace (:mod:`make_big_trace`: 80 layers × 256 experts = 20 480 items,
    32 streams, top-8) of about N requests;
-2. its request stream (``moeroof.models.cache.requests_from_trace``, the order ``moeroof cache
+2. its request stream (``moeroof.cachesim.requests_from_trace``, the order ``moeroof cache
    --lookup request`` replays) written once as libCacheSim's ``oracleGeneral`` binary trace
    (24 bytes a request: time, id, size 1, next access) and as the C reference's raw int64 items.
    These one-off conversions are timed and reported apart, NOT included in any ratio: moeroof
@@ -129,7 +129,7 @@ def moeroof_exe() -> list[str]:
 
 def request_items(trace: Path) -> tuple[np.ndarray, int]:
     """The trace's request stream (moeroof's order), and the item id space."""
-    from moeroof.models.cache import requests_from_trace
+    from moeroof.cachesim import requests_from_trace
 
     meta = json.loads(trace.with_suffix(".json").read_text())
     topk = np.load(trace, mmap_mode="r")
@@ -141,7 +141,7 @@ def write_oracle_general(items: np.ndarray, path: Path, chunk: int = 1 << 22) ->
     """libCacheSim's oracleGeneral trace of ``items`` (ids items + 1, unit sizes, next access as a
     request index, −1 when none): the same bytes as ``libcachesim_counts.write_oracle_general``,
     vectorised and written chunk by chunk (that one loops in Python: minutes at 10^8)."""
-    from moeroof.models.cache import next_use
+    from moeroof.cachesim import next_use
 
     n = items.size
     if n >= 2**32:

@@ -50,6 +50,7 @@ from IPython.display import Markdown, display
 from matplotlib.ticker import MaxNLocator
 
 import moeroof
+from moeroof.cachesim import che_hit_curve, lru_hit_curve, request_histogram, requests_from_trace
 from moeroof.core.paths import EXTERNAL_DIR
 from moeroof.data.hf_config import FAMILIES
 from moeroof.data.importers import import_matrix, import_table, write_imported
@@ -65,7 +66,6 @@ from moeroof.measure.capture import (
     write_capture,
 )
 from moeroof.measure.tiny_models import tiny_checkpoint
-from moeroof.models.cache import che_hit_curve, lru_hit_curve, request_histogram, requests_from_trace
 from moeroof.models.routing import inclusion_probabilities, zipf_weights
 from moeroof.models.union import trace_against_plugin
 from moeroof.present import answers
@@ -418,7 +418,7 @@ with style():
 
 # %% [markdown]
 # ## The cache curve
-# Exact LRU hit rate at every capacity (`moeroof.models.cache.lru_hit_curve`, one stack-distance
+# Exact LRU hit rate at every capacity (`moeroof.cachesim.lru_hit_curve`, one stack-distance
 # pass over `requests_from_trace`: one request per distinct (step, layer, expert), a step's
 # lookups of a layer starting together), against Che's approximation for independent references
 # with the same item frequencies. Capacity as a share of all (layer, expert) pairs; cold start

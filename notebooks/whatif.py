@@ -52,6 +52,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 import moeroof
+from moeroof.cachesim import requests_from_trace, simulate
 from moeroof.core.paths import resolve_data
 from moeroof.core.units import GB, GiB, gb_per_s
 from moeroof.data.embedded import is_file_spec
@@ -60,7 +61,6 @@ from moeroof.data.io import load_any
 from moeroof.data.presets import list_presets, load_hardware, load_model
 from moeroof.fit.plan import box_with_fit, routing_with_fit
 from moeroof.fit.skew import popularity_from_inclusion
-from moeroof.models.cache import requests_from_trace, simulate
 from moeroof.models.local_routing import cache_sees_locality, locality_parameter, with_locality
 from moeroof.models.plan import CACHE_POLICIES, Workload, cache_parameter, plan, routing_from_spec
 from moeroof.models.routing import Zipf, sample_trace

@@ -1,6 +1,6 @@
-"""Pure-Python references of the cache simulator, written independently of moeroof.models.cache
+"""Pure-Python references of the cache simulator, written independently of moeroof.cachesim
 and of its C kernels: the tests' oracles (tests/test_cache.py through ``simulate``,
-tests/test_cache_native*.py kernel by kernel).
+tests/test_kernels_cache*.py kernel by kernel).
 
 The policies: an OrderedDict LRU, Belady's MIN scanning the future for the farthest next use
 (with and without bypass), in-cache and perfect LFU, S3-FIFO (as libCacheSim's S3FIFOv0 runs
@@ -276,7 +276,7 @@ def policy_hits(kind, items, group, cap, size, starts, **kw):
 
 
 def kernel_pass(kind, items, group, cap, size, off, cstep, per_request, steps, wsize, weighted, **kw):
-    """(hits, misses, streamed, flags): what a policy kernel of moeroof.models.cache_native
+    """(hits, misses, streamed, flags): what a policy kernel of moeroof.kernels.cache
     returns, by the references — lookup c (requests off[c] … off[c+1] − 1) counts in step
     cstep[c] when that lies in 0 … steps − 1, a miss streaming wsize[item] when ``weighted``,
     added in request order."""

@@ -1,6 +1,6 @@
 """Expert cache simulation and miss-ratio curves against pure-Python references.
 
-The references (tests/cache_refs.py) are written independently of moeroof.models.cache: an
+The references (tests/cache_refs.py) are written independently of moeroof.cachesim: an
 OrderedDict LRU, Belady's MIN scanning the future for the farthest next use (with and without
 bypass), in-cache and perfect LFU, S3-FIFO (as libCacheSim's S3FIFOv0 runs it) and ARC from its
 paper's pseudo-code. Random cases are seeded loops (small traces, many capacities).
@@ -25,8 +25,8 @@ from cache_refs import (
     ref_s3fifo,
 )
 from conftest import seeded
-from moeroof.models import cache
-from moeroof.models.cache import Requests, requests_from_trace, simulate
+from moeroof import cachesim as cache
+from moeroof.cachesim import Requests, requests_from_trace, simulate
 
 # ----------------------------------------------------------------------------- helpers
 

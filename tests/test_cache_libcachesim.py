@@ -4,7 +4,7 @@
 ``arc``, ``s3fifo`` (move-to-main threshold 1 and 2) and ``belady-insert`` on the streams of
 ``benchmarks/libcachesim_counts.py`` (the embedded trace, globally and per layer, and two
 synthetic streams; request by request, unit sizes), written by the command it records. The
-committed counts are checked against :func:`moeroof.models.cache.simulate` on every run; where the
+committed counts are checked against :func:`moeroof.cachesim.simulate` on every run; where the
 ``libcachesim`` package is installed (``pip install libcachesim``: not in the ``test`` extra, its
 wheels are for manylinux_2_34 x86_64 only) libCacheSim is also run live and must reproduce them.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from moeroof import cachesim as cache
 from moeroof.cli import main
-from moeroof.models import cache
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "libcachesim_counts.py"

@@ -705,10 +705,10 @@ def test_ctrl_c_inside_a_compiled_kernel_exits_130_quietly(monkeypatch, capsys):
 
 def test_c_kernels_not_built_exit_78_saying_what_builds_them(monkeypatch, capsys):
     from moeroof.cli import presets as presets_cmd
-    from moeroof.core import native
+    from moeroof.kernels import loader
 
     def unbuilt(args):
-        native.load("moeroof.models._no_such_kernels")
+        loader.load("moeroof.kernels._no_such_kernels")
 
     monkeypatch.setattr(presets_cmd, "run", unbuilt)
     code, out, err = run_main(capsys, ["presets"])

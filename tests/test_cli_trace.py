@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
+from moeroof import cachesim as cache
 from moeroof.cli import main
 from moeroof.data.io import read_trace
-from moeroof.models import cache
 from moeroof.models.routing import Dirichlet, Zipf, consecutive_overlap, sample_trace
 
 

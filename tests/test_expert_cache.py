@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import seeded
-from moeroof.models import cache as cache_mod
+from moeroof import cachesim as cache_mod
 from moeroof.models import expert_cache
 from moeroof.models.expert_cache import (
     SIMULATED,
@@ -239,7 +239,7 @@ def per_layer_lru(pi: np.ndarray, batch: int, c: float, seed: int) -> tuple[floa
             steps.append(np.full(ids.size, s))
             mult.append(counts)
         items, steps, mult = np.concatenate(items), np.concatenate(steps), np.concatenate(mult)
-        # a layer's experts of one step are looked up together (moeroof.models.cache's default)
+        # a layer's experts of one step are looked up together (moeroof.cachesim's default)
         dist = cache_mod.stack_distances(items, np.r_[True, steps[1:] != steps[:-1]])
         hit = (dist >= 1) & (dist <= cap)
         keep = steps >= warm

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from conftest import seeded
+from moeroof import cachesim as cache
 from moeroof.core.paths import DATA_DIR
 from moeroof.core.units import GiB
 from moeroof.data.io import read_histogram
 from moeroof.data.presets import load_hardware, load_model
-from moeroof.models import cache
 from moeroof.models.partition import balanced_packing, contiguous_split, imbalance, inclusion_from_histogram
 from moeroof.studies import expert_split as S
 from moeroof.studies import ladder

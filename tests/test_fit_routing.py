@@ -330,7 +330,8 @@ def test_the_simulation_memo_is_salted_by_every_module_it_can_reach():
     names = {p.relative_to(p.parents[1]).as_posix() for p in source_files(fit_routing.MEMO_SOURCES)}
     for module in (
         "models/routing.py",
-        "models/cache_native.py",
+        "cachesim/policies.py",
+        "kernels/cache.py",
         "fit/routing.py",
         "core/rng.py",
         "data/points.py",

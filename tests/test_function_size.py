@@ -49,7 +49,7 @@ OVER: dict[str, int] = {
     "lib/moeroof/data/io.py::read_trace": 107,
     "lib/moeroof/data/io.py::write_histogram": 115,
     "lib/moeroof/data/trace_parquet.py::write_parquet_trace": 88,
-    "lib/moeroof/models/cache.py::simulate": 116,
+    "lib/moeroof/cachesim/policies.py::simulate": 116,
     "lib/moeroof/fit/skew.py::fit_heterogeneity": 108,
     "lib/moeroof/fit/skew.py::fit_histogram": 203,
     "lib/moeroof/fit/plan.py::_fit_one": 565,

@@ -9,10 +9,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from moeroof import cachesim as cache
 from moeroof.core import paths
 from moeroof.core.units import GiB
 from moeroof.data.presets import load_model
-from moeroof.models import cache
 from moeroof.studies import ladder
 
 

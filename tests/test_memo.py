@@ -80,7 +80,7 @@ from moeroof.models.expert_cache import steady_state_miss_ratio
 w = np.arange(1, 65) ** -0.5
 pi = (4 * w / w.sum())[None, :]  # inclusion probabilities summing to K = 4, all below 1
 out = [steady_state_miss_ratio(pi, b, 12.0, policy=p) for b in (1, 8) for p in ("lru", "arc")]
-print(json.dumps({"out": out, "simulated": "moeroof.models.cache_native" in sys.modules}))
+print(json.dumps({"out": out, "simulated": "moeroof.kernels.cache" in sys.modules}))
 """
 
 
@@ -120,14 +120,15 @@ def test_a_new_salt_keeps_only_the_newest_folders(root):
 
 
 def test_salts_cover_the_c_kernels_the_simulations_run(root):
-    """The simulations run C (models/native/*.c) where it builds: an edit to a C kernel must
+    """The simulations run C (kernels/native/*.c) where it builds: an edit to a C kernel must
     miss the memo as an edit to a Python one does, in both memos (the step model's and the fits')."""
     from pathlib import Path
 
     from moeroof.core.memo import source_files
-    from moeroof.models import cache_native, expert_cache
+    from moeroof.kernels import cache as cache_kernels
+    from moeroof.models import expert_cache
 
-    c_sources = {p.name for p in Path(cache_native.__file__).parent.joinpath("native").glob("*.[ch]")}
+    c_sources = {p.name for p in Path(cache_kernels.__file__).parent.joinpath("native").glob("*.[ch]")}
     assert {"lru.c", "policies.c", "stream.c", "cache.h"} <= c_sources
-    assert c_sources <= {p.name for p in source_files(["models/"])}
+    assert c_sources <= {p.name for p in source_files(["kernels/"])}
     assert c_sources <= {p.name for p in expert_cache.steady_state_sources()}

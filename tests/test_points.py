@@ -20,7 +20,7 @@ def _write(tmp_path, text, name="points.csv"):
 
 
 def test_policies_are_the_cache_simulators():
-    from moeroof.models.cache import POLICIES as CACHE_POLICIES
+    from moeroof.cachesim import POLICIES as CACHE_POLICIES
 
     assert set(POLICIES) == set(CACHE_POLICIES)
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from moeroof import cachesim as cache
 from moeroof.core.results import Result, plain
 from moeroof.core.units import GiB
 from moeroof.data.presets import load_hardware, load_model
-from moeroof.models import cache
 from moeroof.models.plan import Workload, routing_from_spec, step_breakdown
 from moeroof.models.split import split_plan
 

@@ -369,7 +369,7 @@ def hot_set_trace(c, seed=7, **kw):
 
 def single_stream_lru_hit_rate(trace, capacity=32, warmup=40):
     """Each stream alone, one LRU of ``capacity`` experts per layer; hits pooled over streams."""
-    from moeroof.models import cache
+    from moeroof import cachesim as cache
 
     steps, streams, layers, _ = trace.shape
     hits = reqs = 0
@@ -724,7 +724,7 @@ def test_sample_trace_zero_popularity_and_too_few_positive_match_the_reference()
 
 @pytest.mark.parametrize("bit_generator", [np.random.PCG64, np.random.MT19937, np.random.Philox])
 def test_gumbel_from_uniforms_is_generator_gumbel_bit_for_bit(bit_generator):
-    from moeroof.models import routing_kernels
+    from moeroof.kernels import routing as routing_kernels
     from moeroof.models.routing import gumbel_uniforms
 
     a, b = np.random.Generator(bit_generator(7)), np.random.Generator(bit_generator(7))
@@ -771,7 +771,7 @@ def test_gumbel_uniforms_skip_exact_zeros_with_and_without_a_buffer(into):
 
 @pytest.mark.parametrize("n", list(range(0, 129)))
 def test_pairwise_sum_is_numpys_sum(n):
-    from moeroof.models import routing_kernels
+    from moeroof.kernels import routing as routing_kernels
 
     x = np.random.default_rng(n).random((3, n)) * 10.0 ** np.random.default_rng(n + 1).integers(-8, 8, (3, n))
     want = np.sum(x, axis=-1)
@@ -812,14 +812,14 @@ def test_importing_routing_loads_no_kernel_library():
     import subprocess
     import sys
 
-    code = "import sys, moeroof.models.routing; print('moeroof.models.routing_kernels' in sys.modules)"
+    code = "import sys, moeroof.models.routing; print('moeroof.kernels.routing' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
 # ----------------------------------------------------------------------------- the C kernels by their definitions
 #
-# routing_kernels runs C (models/native/routing.c); each kernel is held here against a plain
+# routing_kernels runs C (kernels/native/routing.c); each kernel is held here against a plain
 # numpy or pure-Python statement of what it computes, bit for bit, on small cases and edges.
 
 
@@ -850,7 +850,7 @@ def _below_k_programme(p: np.ndarray, k: int) -> np.ndarray:
 @pytest.mark.parametrize("m,e", [(1, 1), (3, 2), (1, 7), (3, 40)])
 @pytest.mark.parametrize("k", [1, 2, 7, 8, 9, 16])
 def test_inclusion_below_k_is_the_numpy_programme_bit_for_bit(m, e, k):
-    from moeroof.models import routing_kernels
+    from moeroof.kernels import routing as routing_kernels
 
     rng = np.random.default_rng(m * 1000 + e * 10 + k)
     for n in (1, 5, 33, 70):  # one block of nodes, several, and a partial last one
@@ -864,7 +864,7 @@ def test_inclusion_below_k_is_the_numpy_programme_bit_for_bit(m, e, k):
 def test_log_weight_rows_is_the_row_maximum_and_libm_exp():
     import math
 
-    from moeroof.models import routing_kernels
+    from moeroof.kernels import routing as routing_kernels
 
     rng = np.random.default_rng(4)
     logq = rng.standard_normal((6, 50)) * 30
@@ -923,7 +923,7 @@ def test_top_k_steps_is_the_top_k_of_the_gumbel_scores(kind):
     """The trace kernel against its definition (:func:`_top_k_reference`) over every screen's
     branch: skewed and equal weights, zero ones, 1e-320 ones, |log weight| > 1e9; draws with
     exact ties (eighths) and at the extremes; no stickiness, ρ = 1, ρ near 1, ρ per row."""
-    from moeroof.models import routing_kernels
+    from moeroof.kernels import routing as routing_kernels
 
     rng = np.random.default_rng(sum(map(ord, kind)))
     for case in range(40):
@@ -957,19 +957,19 @@ def test_top_k_steps_is_the_top_k_of_the_gumbel_scores(kind):
 
 def test_the_routing_kernels_refuse_to_run_without_the_c_library(monkeypatch):
     """No fallback: without the C library a kernel raises NativeBuildError saying why."""
-    from moeroof.core import native
-    from moeroof.models import routing_kernels
+    from moeroof.kernels import loader
+    from moeroof.kernels import routing as routing_kernels
     from moeroof.models.routing import Uniform, sample_trace
 
     def unbuilt(*args, **kwargs):
-        raise native.NativeBuildError("the C kernels (moeroof.models._cache_native) cannot be used: not built")
+        raise loader.NativeBuildError("the C kernels (moeroof.kernels._native) cannot be used: not built")
 
-    monkeypatch.setattr(native, "load", unbuilt)
+    monkeypatch.setattr(loader, "load", unbuilt)
     routing_kernels.library.cache_clear()
     try:
-        with pytest.raises(native.NativeBuildError, match="not built"):
+        with pytest.raises(loader.NativeBuildError, match="not built"):
             routing_kernels.gumbel_from_uniforms(np.full(3, 0.5))
-        with pytest.raises(native.NativeBuildError, match="not built"):
+        with pytest.raises(loader.NativeBuildError, match="not built"):
             sample_trace(Uniform(8, 2), 2, 2, 1, np.random.default_rng(0))
     finally:
         routing_kernels.library.cache_clear()
@@ -1018,7 +1018,7 @@ class _ZerosInjected:
         return out
 
     def gumbel(self, size):
-        from moeroof.models import routing_kernels
+        from moeroof.kernels import routing as routing_kernels
         from moeroof.models.routing import gumbel_uniforms
 
         u = gumbel_uniforms(self, tuple(size))

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import csvout  # noqa: I001  (tests/csvout.py: results past their run record)
+from moeroof import cachesim as cache
 from moeroof.cli import main
 from moeroof.core.paths import DATA_DIR
 from moeroof.data.io import read_trace, write_trace
-from moeroof.models import cache
 from moeroof.run import shard
 
 TRACE = DATA_DIR / "traces" / "qwen3-30b-a3b-like.npz"  # E=128, K=8, 48 layers, 96 steps

@@ -297,7 +297,7 @@ def test_example_grids_parse_and_expand_to_their_stated_counts(name):
 
 
 def _simulate_directly(topk, experts, inputs):
-    from moeroof.models.cache import requests_from_trace, simulate
+    from moeroof.cachesim import requests_from_trace, simulate
 
     return simulate(
         requests_from_trace(topk, experts),

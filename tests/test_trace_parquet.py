@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import csvout  # noqa: I001  (tests/csvout.py: results past their run record)
+from moeroof import cachesim as cache
 from moeroof.core.errors import ParameterError
 from moeroof.core.paths import DATA_DIR
 from moeroof.data.io import InputError, read_trace, write_trace
@@ -27,7 +28,6 @@ from moeroof.data.trace_parquet import (
     read_parquet_trace_layers,
     write_parquet_trace,
 )
-from moeroof.models import cache
 
 TRACE = DATA_DIR / "traces" / "qwen3-30b-a3b-like.npz"  # E=128, K=8, 48 layers, 96 steps
 

@@ -41,7 +41,7 @@ from collections.abc import Sequence
 
 from moeroof.cli.output import EXIT_INTERRUPTED
 from moeroof.core.errors import ParameterError
-from moeroof.core.native import NativeBuildError
+from moeroof.kernels.loader import NativeBuildError
 
 __all__ = [
     "COMMAND_MODULES",

@@ -9,7 +9,7 @@ hits, misses, hit rate and bytes streamed per step.
                   [--s3fifo-threshold N] [--scheduler ADDRESS | --workers N]
                   [--format table|json|csv] [--output FILE]
 
-The policies are documented in :mod:`moeroof.models.cache`: ``lfu`` is in-cache LFU (libCacheSim's
+The policies are documented in :mod:`moeroof.cachesim`: ``lfu`` is in-cache LFU (libCacheSim's
 LFU: an evicted expert's count is forgotten), ``lfu-perfect`` keeps every count; ``belady`` is the
 offline optimum (it may decline to cache an expert), ``belady-insert`` caches every miss
 (libCacheSim's Belady); ``--s3fifo-threshold`` is S3-FIFO's move-to-main threshold (default 1;
@@ -18,7 +18,7 @@ libCacheSim's S3FIFOv0 uses 2).
 With ``--scheduler`` or ``--workers`` (scope layer only) the layers are sharded over
 dask.distributed workers (:mod:`moeroof.run.shard`); the answer is the same, exactly.
 
-The simulator (:mod:`moeroof.models.cache`, its loops in C) is imported only when the
+The simulator (:mod:`moeroof.cachesim`, its loops in C) is imported only when the
 command runs; the parser reads the policy and scope names from the constants below.
 """
 
@@ -37,10 +37,10 @@ from moeroof.cli.inputs import add_meta_arguments, input_path, read_trace_arg
 from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, table
 from moeroof.data.io import InputError, Trace, read_histogram
 
-# moeroof.models.cache.POLICIES and .SCOPES, spelled out so that building the parser does not
+# moeroof.cachesim.POLICIES and .SCOPES, spelled out so that building the parser does not
 # import (and compile) the simulator; tests/test_cli.py checks that they agree.
 POLICIES = ("lru", "lfu", "lfu-perfect", "static", "belady", "belady-insert", "s3fifo", "arc")
-#: moeroof.models.cache.S3FIFO_MOVE_TO_MAIN_THRESHOLD, spelled out for the same reason
+#: moeroof.cachesim.S3FIFO_MOVE_TO_MAIN_THRESHOLD, spelled out for the same reason
 S3FIFO_THRESHOLD = 1
 POLICY_HELP = (
     "eviction policy: lru; lfu (in-cache, as libCacheSim) or lfu-perfect (counts survive eviction); "
@@ -172,7 +172,7 @@ def trace_requests(trace: Trace, **kw: Any):
     """``requests_from_trace(trace.topk, trace.experts, **kw)``, checking every id when the trace
     was read without (``Trace.ids_checked`` False); a bad id is an :class:`InputError` worded as
     ``read_trace``'s (``FILE:topk[s,t,l,k]: topk: …``)."""
-    from moeroof.models.cache import TraceIdError, requests_from_trace
+    from moeroof.cachesim import TraceIdError, requests_from_trace
 
     try:
         return requests_from_trace(trace.topk, trace.experts, validate=not trace.ids_checked, **kw)
@@ -200,8 +200,8 @@ class TraceInfo:
 
 def cache_report(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901
     """The ``cache`` JSON object for parsed arguments."""
+    from moeroof.cachesim import simulate
     from moeroof.core.units import to_si
-    from moeroof.models.cache import simulate
 
     if (args.capacity_experts is None) == (args.capacity_gib is None):
         raise UsageError("give exactly one of --capacity-experts N or --capacity-gib X")

@@ -56,9 +56,9 @@ class UsageError(ValueError):
 def start_cache_kernels() -> None:
     """Before ``cache`` / ``mrc`` simulate: load the C kernels (built at install), so that a
     missing or stale build is said before any input is read."""
-    from moeroof.models import cache_native
+    from moeroof.kernels import cache as cache_kernels
 
-    cache_native.library()
+    cache_kernels.library()
 
 
 def positive_int(text: str, flag: str) -> int:

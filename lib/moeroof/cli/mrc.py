@@ -143,7 +143,7 @@ def _where(args: argparse.Namespace, workers: int) -> str:
 
 def _item_counts(trace: Any) -> np.ndarray:
     """Requests per item (layers·experts,) of a trace, chunk by chunk over steps."""
-    from moeroof.models.cache import requests_from_trace
+    from moeroof.cachesim import requests_from_trace
 
     n_items = trace.layers * trace.experts
     counts = np.zeros(n_items, np.int64)
@@ -188,7 +188,7 @@ def _che_note(cap: np.ndarray, mode: str) -> str:
 
 def _che_per_layer(counts: np.ndarray, layers: int, cap: np.ndarray) -> np.ndarray:
     """Che's hit rate with one cache of each capacity per layer, weighted by the layers' requests."""
-    from moeroof.models.cache import che_hit_curve
+    from moeroof.cachesim import che_hit_curve
 
     per = counts.reshape(layers, -1)
     total = per.sum()
@@ -201,7 +201,7 @@ def _che_per_layer(counts: np.ndarray, layers: int, cap: np.ndarray) -> np.ndarr
 
 def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
     """The ``mrc`` JSON object for parsed arguments."""
-    from moeroof.models.cache import che_hit_curve, lru_hit_curve, request_histogram, shards_hit_curve
+    from moeroof.cachesim import che_hit_curve, lru_hit_curve, request_histogram, shards_hit_curve
 
     opt = _options(args)
     rate, seed = opt["rate"], opt["seed"]
@@ -272,7 +272,7 @@ def _layer_report(args, trace, opt, lookup_note) -> dict[str, Any]:
 
 def _sharded_shards_report(args, trace, opt, lookup_note) -> dict[str, Any]:
     """``--sample-rate R`` with ``--slices``/``--workers``/``--scheduler``: SHARDS over hash slices."""
-    from moeroof.models.cache import che_hit_curve
+    from moeroof.cachesim import che_hit_curve
     from moeroof.run.shard import BAND_SIGMAS, shards_curve_sharded
 
     rate = opt["rate"]

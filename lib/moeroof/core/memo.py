@@ -137,7 +137,7 @@ _ROOT = Path(__file__).resolve().parent.parent
 def source_files(sources: Sequence[str]) -> list[Path]:
     """The files ``sources`` names, relative to the package: a name ending in ``/`` is every
     ``.py`` file below that folder and every C source the kernels are built from (``.c``, ``.h``:
-    models/native/), sorted, so a module the computation reaches through an import nobody listed
+    kernels/native/), sorted, so a module the computation reaches through an import nobody listed
     still salts the memo."""
     out: list[Path] = []
     for entry in sources:

@@ -88,7 +88,7 @@ HISTOGRAM_COLUMNS = ("layer", "expert", "count")
 _OPTIONAL_COLUMNS = ("rank",)
 TRACE_AXES = ("step", "stream", "layer", "k")
 #: elements of ``topk`` validated per chunk of a memory-mapped trace (≈ 64 MiB of int64); the
-#: compiled pass of ``moeroof.models.cache.requests_from_trace`` checks the same chunks, so both
+#: compiled pass of ``moeroof.cachesim.requests_from_trace`` checks the same chunks, so both
 #: name the same first error
 TOPK_CHUNK_ELEMENTS = 8_000_000
 _INT_RE = re.compile(r"[+-]?[0-9]+\Z")
@@ -360,7 +360,7 @@ def _validate_trace_meta(
 
 
 #: what is wrong with a trace's ids, as :func:`_validate_topk` and the compiled pass of
-#: :func:`moeroof.models.cache.requests_from_trace` (``validate=True``) both say it
+#: :func:`moeroof.cachesim.requests_from_trace` (``validate=True``) both say it
 TOPK_RANGE = "expert id {value} not in [-1, {experts}) (experts E={experts}; -1 = no token)"
 TOPK_PARTIAL = "token is partly padding: a token has K expert ids or K times -1"
 TOPK_DUPLICATE = "expert {value} appears twice in one token (the K experts must be distinct)"
@@ -674,7 +674,7 @@ def read_trace(  # noqa: C901
 
     ``validate=False`` checks the file, the meta, the shape and the dtype but not the ids (a
     pass over the whole array): only for a caller that builds its requests with
-    ``moeroof.models.cache.requests_from_trace(..., validate=True)``, whose compiled pass checks
+    ``moeroof.cachesim.requests_from_trace(..., validate=True)``, whose compiled pass checks
     every id as this would and raises the same errors (``moeroof cache`` and ``moeroof mrc``).
     The trace says so: ``Trace.ids_checked`` is False.
 

@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 KINDS = ("hit_rate", "gib_per_step", "union", "overlap")
-#: the cache simulator's policies (moeroof.models.cache.POLICIES, spelled out: data sits below models)
+#: the cache simulator's policies (moeroof.cachesim.POLICIES, spelled out: data sits below models)
 POLICIES = ("lru", "lfu", "lfu-perfect", "static", "belady", "belady-insert", "s3fifo", "arc")
 SCOPES = ("global", "layer")
 PARTITIONS = ("lpt", "id")

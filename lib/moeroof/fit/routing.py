@@ -18,7 +18,7 @@ simulated layers (the hit rate, union and overlap do not depend on L; GiB per st
 ``L / simulated``). A row is evaluated on the counted (timed) steps:
 
 - ``hit_rate``: hits / requested (layer, expert) items, pooled over the ranks; each rank caches
-  only its own experts (:func:`moeroof.models.cache.requests_from_trace` with ``partition``,
+  only its own experts (:func:`moeroof.cachesim.requests_from_trace` with ``partition``,
   ``rank``), split by equal-cardinality LPT on each layer's popularity
   (:func:`moeroof.models.partition.balanced_packing`) or contiguous ids; capacity per rank
   ``C_e`` experts per layer, or ``C_gib · GiB / (expert_bytes · L)`` experts per layer, times the
@@ -120,6 +120,7 @@ from typing import Any
 
 import numpy as np
 
+from moeroof import cachesim as cache
 from moeroof.core.errors import ParameterError
 from moeroof.core.limits import (
     MAX_FIT_EXPERT_CELLS,
@@ -133,7 +134,6 @@ from moeroof.core.rng import generator
 from moeroof.core.stats import student_t_quantile
 from moeroof.core.units import GiB
 from moeroof.data.points import Point, noise
-from moeroof.models import cache
 from moeroof.models.knob_routing import DEFAULT_HISTORY, FAMILIES, RoutingKnobs, layer_popularity, sample_knob_trace
 from moeroof.models.locality import Locality
 from moeroof.models.partition import balanced_packing, contiguous_split
@@ -355,7 +355,14 @@ def simulate_points(
 
 
 #: the source files :func:`simulate_points` runs (relative to the package): the disk memo's salt
-MEMO_SOURCES = ("fit/routing.py", "models/", "core/", "data/")  # every module a simulated row can reach
+MEMO_SOURCES = (
+    "fit/routing.py",
+    "models/",
+    "cachesim/",
+    "kernels/",
+    "core/",
+    "data/",
+)  # every module a simulated row can reach
 #: simulated rows kept in this process and on disk between runs (:mod:`moeroof.core.memo`)
 _MEMO = SourceMemo("fit-routing-points", MEMO_SOURCES)
 

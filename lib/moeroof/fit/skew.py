@@ -700,7 +700,7 @@ def popularity_from_inclusion(pi: np.ndarray, top_k: int, *, iters: int = 60, to
 
 
 #: the source files :func:`popularity_from_inclusion` runs (the disk memo's salt)
-INVERSION_MEMO = SourceMemo("popularity-from-inclusion", ("fit/skew.py", "models/", "core/"))
+INVERSION_MEMO = SourceMemo("popularity-from-inclusion", ("fit/skew.py", "models/", "kernels/", "core/"))
 
 
 def invert_inclusion(pi: np.ndarray, k: int, iters: int, tol: float) -> np.ndarray:

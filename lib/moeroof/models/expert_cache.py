@@ -11,7 +11,7 @@ probability ``m_ℓi(B) = 1 − (1 − π_ℓi)^B`` (independent tokens), so the
   (fractional c interpolates between whole experts). Pinned from the true probabilities it is an
   **oracle**: it knows the popularity no engine has measured, and it is the upper bound of a
   static cache. This was the only cache of the roofline before the simulator fed it.
-- ``lru``, ``lfu``, ``s3fifo``, ``arc``, ``belady`` — :func:`moeroof.models.cache.simulate` run
+- ``lru``, ``lfu``, ``s3fifo``, ``arc``, ``belady`` — :func:`moeroof.cachesim.simulate` run
   in steady state on a trace drawn from π at B streams, with the request order of
   ``moeroof cache`` (per step, per layer, the distinct experts in ascending id), one cache per
   rank of ``c · H`` experts over the H simulated layer shapes (scope ``global``: one cache shared
@@ -47,9 +47,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from moeroof import cachesim as cache_sim
 from moeroof.core.limits import MAX_DRAWN_KEYS, check_allocation
 from moeroof.core.results import Result
-from moeroof.models import cache as cache_sim
 from moeroof.models.union import power_sums
 
 __all__ = [
@@ -124,14 +124,11 @@ def _disk_memo():
 
 
 def steady_state_sources() -> list:
-    """The files the steady-state memo is salted with: this module, the cache model, the kernels'
-    wrappers and every C source (read as files: importing would load the library)."""
-    from pathlib import Path
+    """The files the steady-state memo is salted with: this module, the cache simulator, and the
+    kernels with every C source (read as files: importing would load the library)."""
+    from moeroof.core.memo import source_files
 
-    here = Path(__file__).parent
-    kernels = [here / "cache_native.py", here / "plan_kernels.py"]
-    kernels += sorted(p for ext in ("*.c", "*.h") for p in (here / "native").glob(ext))
-    return [Path(__file__), Path(cache_sim.__file__), *kernels]
+    return source_files(["models/expert_cache.py", "cachesim/", "kernels/"])
 
 
 def _memoised(key: tuple, compute, memo: OrderedDict | None = None, size: int = _MEMO_SIZE, *, disk: bool = False):
@@ -232,7 +229,7 @@ def systematic_topk(pi: np.ndarray, steps: int, streams: int, rng: np.random.Gen
         )
     # the callers name no flag: the batch, the model's sizes or a POINTS row may be what is too big
     check_allocation(steps * streams * h * k, BYTES_PER_PICK, "a drawn cache trace's steps × batch × layers × K")
-    from moeroof.models import plan_kernels  # ctypes and the C kernels load only when a trace is drawn
+    from moeroof.kernels import plan as plan_kernels  # ctypes and the C kernels load only when a trace is drawn
 
     pi_c = np.ascontiguousarray(pi)
     chunk = order_chunk_steps(steps, streams, h, e, k)
@@ -426,11 +423,11 @@ def _distinct_per_layer_step(steps: int, layers: int, n: int, warm: int, counted
 def trace_requests(
     topk: np.ndarray, experts: int, own: np.ndarray, partition: np.ndarray | None, rank: int
 ) -> tuple[cache_sim.Requests, np.ndarray]:
-    """One rank's requests of ``topk`` (:func:`moeroof.models.cache.requests_from_trace`) and the
+    """One rank's requests of ``topk`` (:func:`moeroof.cachesim.requests_from_trace`) and the
     tokens per request: how many of the step's tokens routed to the (layer, expert), counted in
     (step, layer, expert) order — request order, so the counts line up with the requests. The
     same at every capacity of the trace."""
-    from moeroof.models import plan_kernels  # ctypes and the C kernels load only when a cache is simulated
+    from moeroof.kernels import plan as plan_kernels  # ctypes and the C kernels load only when a cache is simulated
 
     req = cache_sim.requests_from_trace(
         topk, int(experts), partition=partition, rank=None if partition is None else rank
@@ -677,7 +674,7 @@ def lru_ratio_curve(
     ``max_c`` token-miss ratios), the same floats.
 
     A request hits an LRU cache of C items iff its stack distance, taken as its (step, layer)
-    lookup starts, is in 1 … C (Mattson et al. 1970; :func:`moeroof.models.cache.lru_hit_curve`),
+    lookup starts, is in 1 … C (Mattson et al. 1970; :func:`moeroof.cachesim.lru_hit_curve`),
     so with the cache of ``c · H`` items the counted hits are the counted requests of distance
     1 … c·H: integer counts, divided by the requests counted as :func:`simulate_ratios` divides
     them (``1 − hits / n`` and ``missed picks / n``, each a correctly rounded quotient).

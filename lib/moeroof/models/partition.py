@@ -370,7 +370,9 @@ class HotSetSearch:
     def swap_T(self, v, pos, m_out, m_in):
         """Top-c sums after removing each out-item (columns of m_out, (H, n_out), positions
         ``pos``) and adding each in-item (H, n_in): (n_out, n_in). ``m_in=None``: removal only (n_out,)."""
-        from moeroof.models import plan_kernels  # ctypes and the C kernels load only when a bytes partition runs
+        from moeroof.kernels import (
+            plan as plan_kernels,  # ctypes and the C kernels load only when a bytes partition runs
+        )
 
         n_out = m_out.shape[1]
         total = np.zeros(n_out) if m_in is None else np.zeros((n_out, m_in.shape[1]))

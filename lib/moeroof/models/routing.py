@@ -408,7 +408,7 @@ def _inclusion_rows(w, k, lo, hi, panels, x_gl, wt_gl) -> np.ndarray:
     quad_w = np.tile(0.5 * width[:, None] * wt_gl[None, :], (1, panels)) * t  # dt = t dx
     p = -np.expm1(-w[:, :, None] * t[:, None, :])  # (m, e, n): P(expert j arrived by t)
     if k <= _KERNEL_MAX_K:
-        from moeroof.models import routing_kernels  # the C library loads only when a kernel runs
+        from moeroof.kernels import routing as routing_kernels  # the C library loads only when a kernel runs
 
         # the programmes below, compiled: the same operations in the same order, bit for bit
         below_k = routing_kernels.inclusion_below_k(p, k)
@@ -420,7 +420,7 @@ def _inclusion_rows(w, k, lo, hi, panels, x_gl, wt_gl) -> np.ndarray:
     return np.clip(head + np.einsum("men,mn->me", integrand, quad_w), 0.0, 1.0)
 
 
-#: the largest K :func:`moeroof.models.routing_kernels.inclusion_below_k` takes (numpy sums K
+#: the largest K :func:`moeroof.kernels.routing.inclusion_below_k` takes (numpy sums K
 #: products pairwise, in one block up to 128 terms; the kernel copies that block)
 _KERNEL_MAX_K = 128
 
@@ -665,7 +665,7 @@ def sample_trace(  # noqa: C901
         # log mass is log q up to a constant per row, which the Gumbel top-K does not see.
         return np.where(neither[:, None], logw, np.where(w > 0, mass, -np.inf))
 
-    from moeroof.models import routing_kernels  # the C library loads only when a trace is drawn
+    from moeroof.kernels import routing as routing_kernels  # the C library loads only when a trace is drawn
 
     # Each step draws, from rng, the Gumbel noise of every (stream, layer, expert) as the
     # uniforms Generator.gumbel turns into it (gumbel_uniforms: the nonzero doubles of the stream,

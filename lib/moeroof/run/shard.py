@@ -1,11 +1,11 @@
 """Per-layer cache analyses sharded by layer over dask.distributed workers — exactly.
 
-With scope ``"layer"`` (:func:`moeroof.models.cache.simulate`) every layer has its own cache and
+With scope ``"layer"`` (:func:`moeroof.cachesim.simulate`) every layer has its own cache and
 its requests touch only that cache, so the layers can be simulated apart and their counts
 added: :func:`simulate_by_layer` splits the trace's layers into groups of ``layers_per_task``,
 simulates each group as one task (serially, on a ``LocalCluster`` of worker processes, or on a
 scheduler by address) and sums hits, misses and the per-step arrays. The answer equals the
-one-process :func:`~moeroof.models.cache.simulate` exactly for every policy: each layer's cache
+one-process :func:`~moeroof.cachesim.simulate` exactly for every policy: each layer's cache
 sees the same requests in the same order, and a policy compares only positions within its own
 cache (recency, frequency, next use), which removing other layers' requests does not reorder.
 
@@ -21,7 +21,7 @@ a Parquet trace (:mod:`moeroof.data.trace_parquet`) row group by row group keepi
 rows (each task checks the rows it reads), and decompresses an ``.npz`` member whole. For a trace
 in memory, a task gets the sliced array.
 The global scope does not shard this way (one cache shared by all layers): its route to large
-traces is SHARDS sampling (:func:`moeroof.models.cache.shards_hit_curve`), and
+traces is SHARDS sampling (:func:`moeroof.cachesim.shards_hit_curve`), and
 :func:`shards_curve_sharded` shards *that* over disjoint slices of the sampled hash range, one task
 each, whose spread states its error (an estimate, not exact: see :class:`ShardsCurve`).
 """
@@ -38,12 +38,12 @@ from typing import Any
 
 import numpy as np
 
+from moeroof import cachesim as cache
 from moeroof.core.optional import require
 from moeroof.core.results import Result
 from moeroof.data.io import Trace, read_trace
 from moeroof.data.safe_read import load_npy
 from moeroof.data.trace_parquet import iter_parquet_trace_steps, parquet_trace_info, read_parquet_trace_layers
-from moeroof.models import cache
 
 
 @dataclass(frozen=True)
@@ -256,13 +256,13 @@ def simulate_by_layer(
     scheduler: str | None = None,
     workers: int = 1,
 ) -> cache.CacheResult:
-    """:func:`moeroof.models.cache.simulate` with ``scope="layer"``, layers sharded over tasks.
+    """:func:`moeroof.cachesim.simulate` with ``scope="layer"``, layers sharded over tasks.
 
     ``trace``: a path (each task reads its own layers; a ``.npy`` trace is memory-mapped) or a
     :class:`~moeroof.data.io.Trace` (a memory-mapped one is re-opened by path in the tasks, an
     in-memory one sends each task its layers' columns). ``capacity`` is the total, as for
     ``simulate`` (``capacity / layers`` per layer, floored to whole experts for an expert
-    capacity). ``streams`` as for :func:`~moeroof.models.cache.requests_from_trace`. Tasks run
+    capacity). ``streams`` as for :func:`~moeroof.cachesim.requests_from_trace`. Tasks run
     serially unless ``client``, ``scheduler`` (an address) or ``workers > 1`` (a LocalCluster of
     that many processes) is given; ``layers_per_task`` defaults to the layers over the workers.
     The result equals the one-process simulation: hits, misses and per-step arrays (byte sums
@@ -334,7 +334,7 @@ def lru_curve_by_layer(
 ) -> LayerCurve:
     """Exact LRU hit curve with one cache per layer, at every per-layer capacity 0..E experts.
 
-    Hits at per-layer capacity C equal :func:`moeroof.models.cache.simulate` with
+    Hits at per-layer capacity C equal :func:`moeroof.cachesim.simulate` with
     ``policy="lru", scope="layer"`` and a total capacity of C · layers, for every C. Tasks and
     the trace argument as for :func:`simulate_by_layer`; the counts are integers, summed exactly.
     """
@@ -511,7 +511,7 @@ def shards_curve_sharded(
     """SHARDS estimate of the global-scope LRU curve from ``slices`` disjoint hash slices, one task each.
 
     Item i is sampled iff ``hash(i) < rate`` (the hash of
-    :func:`moeroof.models.cache.shards_hit_curve`, same ``seed``), and belongs to slice j iff
+    :func:`moeroof.cachesim.shards_hit_curve`, same ``seed``), and belongs to slice j iff
     its hash lies in ``[j·rate/S, (j+1)·rate/S)``: every slice is a SHARDS sample at rate R/S
     and together they are the rate-R sample. A task reads the trace (a path: as
     :func:`simulate_by_layer`'s tasks do; a :class:`~moeroof.data.io.Trace` in memory: sent

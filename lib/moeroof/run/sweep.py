@@ -516,7 +516,7 @@ def synthetic_trace(
 
 
 def _cache_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
-    from moeroof.models.cache import requests_from_trace, simulate
+    from moeroof.cachesim import requests_from_trace, simulate
 
     streams = inputs.get("streams")
     if "trace" in inputs:

@@ -1,7 +1,7 @@
 """Analyses of seed 003's expert split for the ``expert_split`` notebook (partitions: docs/models.md).
 
 Four questions about splitting GLM-5's 288 routed experts over two GB10 nodes, each answered by
-one function built on :mod:`moeroof.models.partition`, :mod:`moeroof.models.cache` and :mod:`moeroof.studies.ladder`:
+one function built on :mod:`moeroof.models.partition`, :mod:`moeroof.cachesim` and :mod:`moeroof.studies.ladder`:
 
 - :func:`relabel_imbalance` — how much of the id split's token-load imbalance is luck: the
   contiguous id split's ``max/mean`` load over random relabelings of the same firing counts
@@ -31,10 +31,11 @@ from typing import Any
 
 import numpy as np
 
+from moeroof import cachesim as cache
 from moeroof.core.results import Result
 from moeroof.core.units import GiB
 from moeroof.data.presets import Hardware, MoEModel
-from moeroof.models import cache, step
+from moeroof.models import step
 from moeroof.models.partition import (
     balanced_packing,
     contiguous_split,
@@ -237,12 +238,12 @@ def trace_split(
     """Per-rank LRU caches on a trace under an expert → rank ``assignment`` (E,).
 
     Rank r requests, layer by layer, the union of each step's experts it owns
-    (:func:`moeroof.models.cache.requests_from_trace`) and caches them in its own LRU cache of
+    (:func:`moeroof.cachesim.requests_from_trace`) and caches them in its own LRU cache of
     ``cache_gib_per_rank`` GiB shared by all layers (global scope). Items are equal-sized
     (``item_bytes``, default :func:`moeroof.studies.ladder.expert_bytes` at the trace's layer count),
     so a cache holds ``⌊C/e⌋`` items and a request hits iff its LRU stack distance is in
-    ``1…⌊C/e⌋`` (Mattson et al. 1970; :func:`moeroof.models.cache.stack_distances`) — the same hits as
-    :func:`moeroof.models.cache.simulate` with ``policy="lru"``, kept per (step, layer) here.
+    ``1…⌊C/e⌋`` (Mattson et al. 1970; :func:`moeroof.cachesim.stack_distances`) — the same hits as
+    :func:`moeroof.cachesim.simulate` with ``policy="lru"``, kept per (step, layer) here.
     """
     arr = np.asarray(topk)
     steps, _, layers, _ = arr.shape

@@ -15,7 +15,7 @@ streams are live (a real batch whose members finished early would otherwise shri
 
 - ``hit_rate`` (M, C): one LRU cache per layer of C experts (scope ``layer``) or one of C·L
   (scope ``global``), the first ``warmup_steps`` steps simulated but not counted, hits pooled
-  over the batches (:func:`moeroof.models.cache.simulate`, default lookup: a layer's experts
+  over the batches (:func:`moeroof.cachesim.simulate`, default lookup: a layer's experts
   are looked up together);
 - ``union`` (M): distinct experts per layer and counted step across the batch, mean over steps,
   layers and batches;
@@ -36,10 +36,10 @@ from typing import Any
 
 import numpy as np
 
+from moeroof import cachesim as cache
 from moeroof.core.results import Result
 from moeroof.data.points import Point
 from moeroof.fit import routing as fit_routing
-from moeroof.models import cache
 from moeroof.models.routing import consecutive_overlap
 from moeroof.models.union import distinct_per_layer
 

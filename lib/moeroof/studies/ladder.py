@@ -26,7 +26,7 @@ rate and bytes over the 10 timed steps. A *pair* is two ranks with the contiguou
 (experts 0–143 on rank 0, 144–287 on rank 1), a *booster* one rank owning all 288; each rank has
 its own cache of C GiB (LRU by default; capacity in bytes, one cache shared by all layers —
 global scope). A decode step requests, layer by layer in layer order, the union of the step's
-experts that the rank owns (:func:`moeroof.models.cache.requests_from_trace`). A hit is counted per
+experts that the rank owns (:func:`moeroof.cachesim.requests_from_trace`). A hit is counted per
 requested (layer, expert) item of that union, not per token-route.
 
 **Which "GiB streamed/step" the seed publishes: per rank.** With the hit rate counted over the
@@ -76,7 +76,7 @@ run-to-run and family); :func:`write_fit_routing_predictions` writes them with t
 distance between the two calibrations is shown as a structural band.
 
 Sources: seed 003 (docs/sources.md) for every witnessed number;
-Mattson et al. 1970 for the stack distances behind :func:`moeroof.models.cache.lru_hit_curve`.
+Mattson et al. 1970 for the stack distances behind :func:`moeroof.cachesim.lru_hit_curve`.
 """
 
 from __future__ import annotations
@@ -91,6 +91,7 @@ from pathlib import Path
 
 import numpy as np
 
+from moeroof import cachesim as cache
 from moeroof.core import atomic, paths
 from moeroof.core.masks import ids_or
 from moeroof.core.memo import SourceMemo
@@ -99,7 +100,6 @@ from moeroof.core.rng import generator
 from moeroof.core.units import GiB
 from moeroof.data.points import Point
 from moeroof.fit.routing import RoutingFit, fit_routing
-from moeroof.models import cache
 from moeroof.models.routing import Dirichlet, Zipf, sample_trace
 from moeroof.models.union import distinct_per_layer
 
@@ -434,7 +434,15 @@ def run_cases(
 
 
 #: the source files :func:`run_cases` runs (relative to the package): the disk memo's salt
-CASES_SOURCES = ("studies/ladder.py", "fit/", "models/", "core/", "data/")  # every module a case can reach
+CASES_SOURCES = (
+    "studies/ladder.py",
+    "fit/",
+    "models/",
+    "cachesim/",
+    "kernels/",
+    "core/",
+    "data/",
+)  # every module a case can reach
 CASES_MEMO = SourceMemo("ladder-cases", CASES_SOURCES)
 
 
@@ -719,7 +727,7 @@ def ladder_curve(
     timed_steps: int = TIMED_STEPS,
     warmup_steps: int = WARMUP_STEPS,
 ) -> LadderCurve:
-    """LRU hit rate at every cache size in one pass per rank (:func:`moeroof.models.cache.lru_hit_curve`
+    """LRU hit rate at every cache size in one pass per rank (:func:`moeroof.cachesim.lru_hit_curve`
     after the warm-up; exact, equal
     item sizes so a byte capacity is ``⌊C / e⌋`` items), pooled over the ranks, on the same
     traces as :func:`run_cases` (same seed → same trace)."""

@@ -1005,7 +1005,7 @@ def trace_single_stream_hit_rates(
 ) -> dict[str, Any]:
     """Single-stream hit rates of one cache per layer replayed on a trace, nothing fitted.
 
-    Each stream alone (:func:`moeroof.models.cache.requests_from_trace` with ``streams=[s]``),
+    Each stream alone (:func:`moeroof.cachesim.requests_from_trace` with ``streams=[s]``),
     ``capacity`` experts in each layer's cache (scope ``layer``), the first ``warmup_steps``
     steps simulated but not counted; the hit rate of each capacity is the mean over the
     streams. ``trace``: a path, a :class:`~moeroof.data.io.Trace`-like object with ``topk`` and
@@ -1013,9 +1013,9 @@ def trace_single_stream_hit_rates(
     ``capacity_experts``, ``hit_rate`` (mean over streams), ``per_stream`` (streams ×
     capacities), ``warmup_steps``, ``steps``, ``streams``, ``layers``.
     """
+    from moeroof import cachesim as cache
     from moeroof.core.paths import DATA_DIR
     from moeroof.data.io import read_trace
-    from moeroof.models import cache
 
     if trace is None:
         trace = DATA_DIR / "traces" / "qwen3-30b-a3b-like.npz"

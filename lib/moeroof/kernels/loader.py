@@ -1,16 +1,16 @@
 """The C kernels, compiled at install, loaded by ctypes.
 
 Every compiled kernel of the suite (the cache policies, the request stream, stack distances,
-the routing and plan kernels) has one source, in C, in ``models/native/``. Why C, loaded with
+the routing and plan kernels) has one source, in C, in ``kernels/native/``. Why C, loaded with
 :mod:`ctypes`: a shared library of plain C costs a few milliseconds to load, where a JIT
 (numba, which the suite used before) costs ~0.45 s of start-up in every process that calls a
 kernel, most of a whole ``moeroof cache`` run on a 10^6–10^7-request trace.
 
-How: ``pip install`` (``setup.py``, setuptools' build backend) compiles ``models/native/*.c``
-into the extension ``moeroof.models._cache_native``, an empty Python module whose plain C
+How: ``pip install`` (``setup.py``, setuptools' build backend) compiles ``kernels/native/*.c``
+into the extension ``moeroof.kernels._native``, an empty Python module whose plain C
 functions :func:`load` opens with :mod:`ctypes`. An editable install builds it in place beside
 the sources; ``make`` rebuilds it when a source changes. The library carries the hash of the
-sources it was built from (:mod:`moeroof.core.native_sources`), and :func:`load` uses it only
+sources it was built from (:mod:`moeroof.kernels.sources`), and :func:`load` uses it only
 when that is the hash of the sources beside it: a library built before an edit is never used.
 Nothing is compiled at run time and no binary is written anywhere.
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from moeroof.core.native_sources import MODULE, SOURCE_DIR, sources_hash
+from moeroof.kernels.sources import MODULE, SOURCE_DIR, sources_hash
 
 __all__ = ["MODULE", "NativeBuildError", "load", "status", "typed"]
 
@@ -52,7 +52,7 @@ def load(name: str = MODULE, sources: Path | None = None):
     """The C library of the extension module ``name`` (a :class:`ctypes.CDLL`).
 
     :class:`NativeBuildError`, saying why, when the extension is not built or was built from
-    other sources than those in ``sources`` (default: the package's ``models/native/``). Tried
+    other sources than those in ``sources`` (default: the package's ``kernels/native/``). Tried
     once a process.
     """
     key = _key(name, sources)

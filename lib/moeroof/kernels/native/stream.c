@@ -1,5 +1,5 @@
 /* The request stream: scan_block, emit_block and the small helpers of
- * moeroof.models.cache_native (documented there, beside their Python wrappers). The two block kernels are
+ * moeroof.kernels.cache (documented there, beside their Python wrappers). The two block kernels are
  * written once in stream_block.h and instantiated here for each id type. */
 #include <stdlib.h>
 #include <string.h>

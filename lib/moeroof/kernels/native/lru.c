@@ -1,5 +1,5 @@
 /* LRU, the pinned set and the LRU stack distances: lru_pass, static_pass and stack_kernel of
- * moeroof.models.cache_native (documented there, beside their Python wrappers). */
+ * moeroof.kernels.cache (documented there, beside their Python wrappers). */
 #include <stdlib.h>
 #include <string.h>
 #include "cache.h"

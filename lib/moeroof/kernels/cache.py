@@ -1,10 +1,10 @@
-"""The cache simulator's kernels, in C (``models/native/*.c``), typed for :mod:`ctypes`.
+"""The cache simulator's kernels, in C (``kernels/native/*.c``), typed for :mod:`ctypes`.
 
-:mod:`moeroof.models.cache` calls these; each one takes numpy arrays, hands the C its inputs as
+:mod:`moeroof.cachesim` calls these; each one takes numpy arrays, hands the C its inputs as
 the C reads them (C-contiguous, of the C's types: item ids int32, which ``requests_from_trace``
 writes, the key space being below 2^31 items) and returns what the C wrote. The library is
-compiled at install (:mod:`moeroof.core.native`); without it the first call raises
-:class:`moeroof.core.native.NativeBuildError`, saying what builds it. The algorithms are
+compiled at install (:mod:`moeroof.kernels.loader`); without it the first call raises
+:class:`moeroof.kernels.loader.NativeBuildError`, saying what builds it. The algorithms are
 documented in the C and in docs/models.md; the tests hold each kernel against a pure-Python
 reference (tests/cache_refs.py).
 """
@@ -15,7 +15,7 @@ import functools
 
 import numpy as np
 
-from moeroof.core import native
+from moeroof.kernels import loader
 
 __all__ = [
     "ID_OK",
@@ -50,7 +50,7 @@ ID_OK, ID_RANGE, ID_PARTIAL, ID_DUPLICATE = 0, 1, 2, 3
 HEAP_LFU, HEAP_LFU_PERFECT, HEAP_BELADY, HEAP_BELADY_INSERT = 0, 1, 2, 3
 
 
-#: argument codes of each C function and its result's (:func:`moeroof.core.native.typed`)
+#: argument codes of each C function and its result's (:func:`moeroof.kernels.loader.typed`)
 _SIGNATURES = {
     "mr_count_runs": ("PI", "I"),
     "mr_offsets_from_starts": ("PIP", None),
@@ -79,9 +79,9 @@ _BLOCK_SUFFIX = {
 
 @functools.cache
 def library():
-    """The loaded C library, its functions typed (:class:`moeroof.core.native.NativeBuildError`
+    """The loaded C library, its functions typed (:class:`moeroof.kernels.loader.NativeBuildError`
     when it is not built, or built from other sources). Loaded once a process."""
-    return native.typed(_SIGNATURES)
+    return loader.typed(_SIGNATURES)
 
 
 def c_function(name: str):

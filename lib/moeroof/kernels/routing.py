@@ -1,5 +1,5 @@
-"""The compiled kernels behind :mod:`moeroof.models.routing`: C (``models/native/routing.c``),
-compiled at install and loaded with :mod:`ctypes` by :mod:`moeroof.core.native`.
+"""The compiled kernels behind :mod:`moeroof.models.routing`: C (``kernels/native/routing.c``),
+compiled at install and loaded with :mod:`ctypes` by :mod:`moeroof.kernels.loader`.
 
 Each kernel is the inner loop of one of the routing algorithms (documented in
 :mod:`moeroof.models.routing`; the algorithms' details are in the C), written to give the same
@@ -9,7 +9,7 @@ transcendental functions either left to numpy (its SIMD ``exp``/``expm1`` are no
 where libm is what numpy calls (the Gumbel draw of ``Generator.gumbel``), called as libm.
 
 There is no fallback: without the C library (not built, or built from other sources) a kernel
-raises :class:`moeroof.core.native.NativeBuildError`, saying why.
+raises :class:`moeroof.kernels.loader.NativeBuildError`, saying why.
 Importing this module loads nothing; the library is opened by the first kernel that runs.
 """
 
@@ -19,7 +19,7 @@ import functools
 
 import numpy as np
 
-from moeroof.core import native
+from moeroof.kernels import loader
 
 __all__ = [
     "PW_BLOCK",
@@ -35,7 +35,7 @@ __all__ = [
 #: inclusion kernel takes
 PW_BLOCK = 128
 
-#: argument codes of each C function and its result's (routing.h; :func:`moeroof.core.native.typed`)
+#: argument codes of each C function and its result's (routing.h; :func:`moeroof.kernels.loader.typed`)
 _SIGNATURES = {
     "mr_pairwise_sum": ("PI", "D"),
     "mr_inclusion_below_k": ("PIIIIP", "i"),
@@ -47,9 +47,9 @@ _SIGNATURES = {
 
 @functools.cache
 def library():
-    """The loaded C library, its routing functions typed (:class:`moeroof.core.native.NativeBuildError`
+    """The loaded C library, its routing functions typed (:class:`moeroof.kernels.loader.NativeBuildError`
     when it is not built, or built from other sources). Loaded once a process."""
-    return native.typed(_SIGNATURES)
+    return loader.typed(_SIGNATURES)
 
 
 def _f64(a) -> np.ndarray:

@@ -1,8 +1,8 @@
-"""The C request-stream, LRU, pinned-set and stack kernels (models/native/stream.c, lru.c)
+"""The C request-stream, LRU, pinned-set and stack kernels (kernels/native/stream.c, lru.c)
 against the pure-Python references of tests/cache_refs.py and numpy, through their wrappers in
-moeroof.models.cache_native.
+moeroof.kernels.cache.
 
-The policies of native/policies.c have their own file (test_cache_native_policies.py); the
+The policies of native/policies.c have their own file (test_kernels_cache_policies.py); the
 simulator end to end is tests/test_cache.py.
 """
 
@@ -14,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cache_refs import kernel_pass, ref_next_use, ref_scan, ref_stack_distances, ref_stream_of, starts_of
-from moeroof.core import native
-from moeroof.models import cache, cache_native
+from moeroof import cachesim as cache
+from moeroof.kernels import cache as cache_kernels
+from moeroof.kernels import loader
 
 CALLED = [
     "mr_scan_block_i8",
@@ -41,15 +42,15 @@ CALLED = [
 
 @pytest.mark.parametrize("name", CALLED)
 def test_every_c_function_is_loaded_and_typed(name):
-    fn = cache_native.c_function(name)
+    fn = cache_kernels.c_function(name)
     assert fn.argtypes and len(fn.argtypes) >= 2, name
 
 
 def test_a_missing_library_is_an_error_that_says_what_builds_it(monkeypatch, tmp_path):
     (tmp_path / "a.c").write_text("int x;\n")
-    with pytest.raises(native.NativeBuildError, match="not built: make"):
-        native.load("moeroof_no_such_extension", tmp_path)
-    assert "not built" in native.status("moeroof_no_such_extension", tmp_path)
+    with pytest.raises(loader.NativeBuildError, match="not built: make"):
+        loader.load("moeroof_no_such_extension", tmp_path)
+    assert "not built" in loader.status("moeroof_no_such_extension", tmp_path)
 
 
 def _trace(rng, steps, streams, layers, k, experts, pad, dtype):
@@ -70,12 +71,12 @@ def _scan(block, experts, sel, keep, strict):
     err = np.zeros(15, np.int64)
     use_keep = keep is not None
     kp = keep if use_keep else np.ones((1, 1), bool)
-    kind = cache_native.scan_block(block, experts, sel, kp, use_keep, strict, mark, tmark, ctr, cells, 0, err)
+    kind = cache_kernels.scan_block(block, experts, sel, kp, use_keep, strict, mark, tmark, ctr, cells, 0, err)
     items = None
     if kind == 0:
         items = np.empty(int(cells.sum()), np.int32)
         mark[:] = 0
-        end = cache_native.emit_block(block, experts, sel, kp, use_keep, mark, 0, items, 0)
+        end = cache_kernels.emit_block(block, experts, sel, kp, use_keep, mark, 0, items, 0)
         assert end == items.size
     return int(kind), (tuple(err[:5].tolist()) if kind else None), cells, items
 
@@ -198,9 +199,9 @@ def test_lru_and_static_passes_equal_the_reference(seed, n, n_items, groups, uni
     mask[: n_items // 2] = True  # pinned; its items are judged as they come (no lookups)
     tail = (off, cstep, per_request, steps, wsize, weighted)
     for name, run, want in (
-        ("lru", lambda h: cache_native.lru_pass(items, group, cap, size, *tail, h),
+        ("lru", lambda h: cache_kernels.lru_pass(items, group, cap, size, *tail, h),
          kernel_pass("lru", items, group, cap, size, *tail)),
-        ("static", lambda h: cache_native.static_pass(items, mask, off, cstep, steps, wsize, weighted, h),
+        ("static", lambda h: cache_kernels.static_pass(items, mask, off, cstep, steps, wsize, weighted, h),
          kernel_pass("static", items, group, cap, size, off, cstep, True, steps, wsize, weighted, mask=mask)),
     ):  # fmt: skip
         hit = np.zeros(n if flags else 0, bool)
@@ -229,12 +230,12 @@ def test_stack_kernel_equals_the_reference(seed, n, n_items, per_request, warm):
     want = ref_stack_distances(items.tolist(), starts_of(off.tolist(), n, per_request))
     out = np.zeros(n, np.int64)
     # a window just above D: compactions happen many times
-    cache_native.stack_kernel(
+    cache_kernels.stack_kernel(
         items, label, d, d + 1 + seed % 3, off, cstep, per_request, warm, out, np.zeros(0, np.int64)
     )
     assert out.tolist() == want.tolist()
     hist = np.zeros(d + 1, np.int64)
-    cache_native.stack_kernel(
+    cache_kernels.stack_kernel(
         items, label, d, d + 1 + seed % 3, off, cstep, per_request, warm, np.zeros(0, np.int64), hist
     )
     counted = np.ones(n, bool)
@@ -254,26 +255,26 @@ def test_small_helpers_equal_numpy(seed, n, n_items):
     if n:
         first[0] = True  # request 0 always begins a lookup
     off = np.r_[np.flatnonzero(first), n].astype(np.int64)
-    assert cache_native.offsets_from_starts(start).tolist() == off.tolist()
-    assert cache_native.starts_from_offsets(off, n).tolist() == first.tolist()
+    assert cache_kernels.offsets_from_starts(start).tolist() == off.tolist()
+    assert cache_kernels.starts_from_offsets(off, n).tolist() == first.tolist()
     # the same lookups in the kept requests: a lookup begins at its first kept request
     lookup_of = np.cumsum(first) - 1
     kept = np.flatnonzero(keep)
     sub_first = np.r_[True, lookup_of[kept][1:] != lookup_of[kept][:-1]] if kept.size else np.zeros(0, bool)
-    sub = cache_native.subset_offsets(off, keep)
-    assert cache_native.starts_from_offsets(sub, kept.size).tolist() == sub_first.tolist()
+    sub = cache_kernels.subset_offsets(off, keep)
+    assert cache_kernels.starts_from_offsets(sub, kept.size).tolist() == sub_first.tolist()
     assert sub[-1] == kept.size and sub.size == off.size
-    np.testing.assert_array_equal(cache_native.count_items(items, n_items), np.bincount(items, minlength=n_items))
-    assert cache_native.longest(off) == (int(np.diff(off).max()) if n else 0)
+    np.testing.assert_array_equal(cache_kernels.count_items(items, n_items), np.bincount(items, minlength=n_items))
+    assert cache_kernels.longest(off) == (int(np.diff(off).max()) if n else 0)
     a = np.empty(n, np.int32)
-    cache_native.next_use_kernel(items, n_items, a)
+    cache_kernels.next_use_kernel(items, n_items, a)
     assert a.tolist() == ref_next_use(items).tolist()
     b = np.empty(n, np.int64)
-    cache_native.next_use_kernel(items.astype(np.int64), n_items, b)  # int64 ids and results too
+    cache_kernels.next_use_kernel(items.astype(np.int64), n_items, b)  # int64 ids and results too
     assert b.tolist() == a.tolist()
     step = np.sort(rng.integers(0, 3, size=n)).astype(np.int32)
     layer = rng.integers(0, 2, size=n).astype(np.int16)
-    roff, rstep = cache_native.runs_kernel(step, layer)
+    roff, rstep = cache_kernels.runs_kernel(step, layer)
     keys = list(zip(step.tolist(), layer.tolist()))
     runs = [t for t in range(n) if t == 0 or keys[t] != keys[t - 1]]
     assert roff.tolist() == (runs + [n] if n else [0]) and rstep.tolist() == [keys[t][0] for t in runs]
@@ -285,15 +286,15 @@ def test_int64_ids_run_as_int32_with_the_same_numbers():
     off = np.array([0, 6], np.int64)
     cstep = np.zeros(1, np.int64)
     args = (group, np.array([2.0]), np.ones(3), off, cstep, True, 1, np.zeros(1), False, np.zeros(0, bool))
-    a = cache_native.lru_pass(items, *args)
-    b = cache_native.lru_pass(items.astype(np.int32), *args)
+    a = cache_kernels.lru_pass(items, *args)
+    b = cache_kernels.lru_pass(items.astype(np.int32), *args)
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x, y)
     assert a[0][0] == 1  # a cache of 2: 0 1 0 (hit) 2 (evicts 1) 1 (evicts 0) 0 (evicts 2)
     with pytest.raises(ValueError, match="below 2\\^31"):
-        cache_native.lru_pass(np.array([2**31], np.int64), *args)
+        cache_kernels.lru_pass(np.array([2**31], np.int64), *args)
     with pytest.raises(TypeError, match="hit flags"):
-        cache_native.lru_pass(items, *args[:-1], np.zeros(6, np.int64))
+        cache_kernels.lru_pass(items, *args[:-1], np.zeros(6, np.int64))
 
 
 @settings(max_examples=60, deadline=None)
@@ -316,11 +317,11 @@ def test_inexact_sizes_end_and_count_every_request(seed, n, n_items, per_request
     for name in ("lru", "s3fifo", "heap0", "heap1", "heap2", "heap3"):
         hit = np.zeros(n, bool)
         if name == "lru":
-            h, m, s = cache_native.lru_pass(items, group, cap, size, *tail, hit)
+            h, m, s = cache_kernels.lru_pass(items, group, cap, size, *tail, hit)
         elif name == "s3fifo":
-            h, m, s = cache_native.s3fifo_pass(items, group, cap, size, 0.1, 1, *tail, hit)
+            h, m, s = cache_kernels.s3fifo_pass(items, group, cap, size, 0.1, 1, *tail, hit)
         else:
-            h, m, s = cache_native.heap_pass(items, group, cap, size, int(name[-1]), nexts, *tail, hit)
+            h, m, s = cache_kernels.heap_pass(items, group, cap, size, int(name[-1]), nexts, *tail, hit)
         assert h[0] + m[0] == n and h[0] == hit.sum(), name
         assert s[0] == pytest.approx(size[items[~hit]].sum()), name
 
@@ -331,7 +332,7 @@ def test_the_s3fifo_rounding_case_that_once_hung_ends():
     size = np.array([0.3, 0.7, 0.1, 0.7])
     args = (np.zeros(4, np.int64), np.array([0.9]), size, 0.1, 1, np.array([0, items.size], np.int64))
     tail = (np.zeros(1, np.int64), True, 1, size, True, np.zeros(0, bool))
-    a = cache_native.s3fifo_pass(items, *args, *tail)
+    a = cache_kernels.s3fifo_pass(items, *args, *tail)
     assert a[0][0] + a[1][0] == items.size
 
 
@@ -347,7 +348,7 @@ def test_a_view_of_the_first_streams_and_unsigned_ids_give_the_copys_stream():
         assert got.cells.tolist() == want_cells.tolist()
 
 
-@pytest.mark.parametrize("mode", [cache_native.HEAP_LFU, cache_native.HEAP_LFU_PERFECT])
+@pytest.mark.parametrize("mode", [cache_kernels.HEAP_LFU, cache_kernels.HEAP_LFU_PERFECT])
 def test_lfu_counts_past_2_to_the_23_do_not_overflow_the_key(mode):
     # the key was count · 2^40 + t: a count of 2^23 wrapped it negative, and the most requested
     # item became the first evicted. 0 requested 2^23 + 1 times, then 1, 2 (a cache of 2 evicts
@@ -358,6 +359,6 @@ def test_lfu_counts_past_2_to_the_23_do_not_overflow_the_key(mode):
     args = (np.zeros(3, np.int64), np.array([2.0]), np.ones(3), mode, np.zeros(1, np.int32), off)
     tail = (np.zeros(1, np.int64), True, 1, np.zeros(1), False)
     hit = np.zeros(items.size, bool)
-    cache_native.heap_pass(items, *args, *tail, hit)
+    cache_kernels.heap_pass(items, *args, *tail, hit)
     assert hit[-1]
     assert hit[1:n0].all() and not hit[n0] and not hit[n0 + 1]

@@ -1,5 +1,5 @@
 """The hash of the C kernels' sources, shared by the build (``setup.py`` loads this file by its
-path, before moeroof or numpy can be imported) and :mod:`moeroof.core.native` (which compares it
+path, before moeroof or numpy can be imported) and :mod:`moeroof.kernels.loader` (which compares it
 with the hash the library was built from). Standard library only."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import hashlib
 from pathlib import Path
 
 #: the extension the C kernels are built into, and where its sources are (relative to ``lib/``)
-MODULE = "moeroof.models._cache_native"
-SOURCE_DIR = Path("moeroof") / "models" / "native"
+MODULE = "moeroof.kernels._native"
+SOURCE_DIR = Path("moeroof") / "kernels" / "native"
 
 
 def native_files(folder: Path) -> list[Path]:

@@ -1,13 +1,13 @@
 """Compiled kernels behind :mod:`moeroof.models.partition` and :mod:`moeroof.models.expert_cache`:
-C (``models/native/plan.c``, compiled at install, :mod:`moeroof.core.native`), called here
+C (``kernels/native/plan.c``, compiled at install, :mod:`moeroof.kernels.loader`), called here
 through :mod:`ctypes`.
 
 Each kernel replaces a numpy expression and returns the same bits: the same floating-point
 operations, in the same order — the sums along an outer axis accumulate sequentially, as numpy's
-reduction over an outer axis does (tests/test_plan_kernels.py checks each against the numpy it
+reduction over an outer axis does (tests/test_kernels_plan.py checks each against the numpy it
 replaced), except for a few signs of zero and NaN and the errors (each docstring says which). There
 is no fallback: without the C library (not built, or built from other sources) a kernel raises
-:class:`moeroof.core.native.NativeBuildError`, saying why.
+:class:`moeroof.kernels.loader.NativeBuildError`, saying why.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import functools
 
 import numpy as np
 
-from moeroof.core import native
+from moeroof.kernels import loader
 
 __all__ = ["library", "gain_sums", "systematic_flat", "systematic_picks", "pick_counts"]
 
-#: argument codes of each C function and its result's (:func:`moeroof.core.native.typed`)
+#: argument codes of each C function and its result's (:func:`moeroof.kernels.loader.typed`)
 _SIGNATURES = {
     "mr_gain_sums": ("PPIIIP", None),
     "mr_systematic_flat": ("PIIPIIIIIP", "i"),
@@ -43,9 +43,9 @@ _ERRORS: dict[str, dict[int, tuple[type[Exception], str]]] = {
 
 @functools.cache
 def library():
-    """The loaded C library, the plan's functions typed (:class:`moeroof.core.native.NativeBuildError`
+    """The loaded C library, the plan's functions typed (:class:`moeroof.kernels.loader.NativeBuildError`
     when it is not built, or built from other sources). Loaded once a process."""
-    return native.typed(_SIGNATURES)
+    return loader.typed(_SIGNATURES)
 
 
 def _fn(name: str):

@@ -1,8 +1,8 @@
 /* The Python extension module the C kernels are built into at install (setup.py): an empty
  * module, so that pip's build backend compiles and installs this folder's sources like any
- * extension, loaded by ctypes (moeroof.core.native) for its plain C functions, not through
+ * extension, loaded by ctypes (moeroof.kernels.loader) for its plain C functions, not through
  * Python's C API. mr_sources_hash is the hash of the sources it was built from (setup.py passes
- * it, moeroof.core.native_sources computes it): a library built from other sources (an editable
+ * it, moeroof.kernels.sources computes it): a library built from other sources (an editable
  * install whose C was edited since) is never used. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -14,8 +14,8 @@
 const char *mr_sources_hash(void) { return MR_SOURCES_HASH; }
 
 static struct PyModuleDef mr_module = {
-    PyModuleDef_HEAD_INIT, "_cache_native",
-    "The cache simulator's C kernels (plain C functions, loaded with ctypes).", -1, NULL,
+    PyModuleDef_HEAD_INIT, "_native",
+    "The suite's C kernels (plain C functions, loaded with ctypes).", -1, NULL,
 };
 
-PyMODINIT_FUNC PyInit__cache_native(void) { return PyModule_Create(&mr_module); }
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&mr_module); }

@@ -1,6 +1,6 @@
 /* The plan's kernels: the bytes partition's swap gains (gain_sums), the systematic sampler of
  * the cache traces (systematic_flat, systematic_picks) and the tokens per request of a rank
- * (pick_counts), loaded with ctypes by moeroof/models/plan_kernels.py (which documents each as
+ * (pick_counts), loaded with ctypes by moeroof/kernels/plan.py (which documents each as
  * the numpy expression it replaces). C ports of the numba kernels that were there, giving their
  * results bit for bit: the numpy expression's, by the same floating-point operations in the same
  * order (ISO C, no contraction into fused multiply-adds; the sums along an outer axis

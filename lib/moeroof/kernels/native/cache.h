@@ -1,7 +1,7 @@
-/* The compiled cache kernels (moeroof.models.cache_native loads them with ctypes).
+/* The compiled cache kernels (moeroof.kernels.cache loads them with ctypes).
  *
  * Each function is documented by its Python wrapper of the same name (without mr_) in
- * moeroof/models/cache_native.py; the tests hold each against a pure-Python reference
+ * moeroof/kernels/cache.py; the tests hold each against a pure-Python reference
  * (tests/cache_refs.py): hits, misses, streamed bytes per step, hit flags, distances, errors.
  *
  * Conventions: arrays are C-contiguous, their element type as declared; a length is passed

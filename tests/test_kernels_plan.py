@@ -1,4 +1,4 @@
-"""The compiled kernels of moeroof.models.plan_kernels and the exact memos of the plan, each
+"""The compiled kernels of moeroof.kernels.plan and the exact memos of the plan, each
 checked bit for bit against the numpy code it replaced (reference copies kept here)."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import pytest
 from moeroof.core.units import GiB
 from moeroof.data.presets import load_hardware, load_model
 from moeroof.fit.plan import PlanKnobs, predict_points
-from moeroof.models import expert_cache, plan_kernels
+from moeroof.kernels import plan as plan_kernels
+from moeroof.models import expert_cache
 from moeroof.models import partition as P
 from moeroof.models.local_routing import routing_from_knobs
 from moeroof.models.plan import Workload, assign_experts, plan, plan_rates, routing_from_spec
@@ -412,12 +413,12 @@ def test_pick_counts_skip_every_negative_id_and_raise_on_an_id_beyond_e():
 
 
 def test_without_the_c_library_every_kernel_raises_native_build_error(monkeypatch):
-    from moeroof.core import native
+    from moeroof.kernels import loader
 
     def unbuilt(*args, **kwargs):
-        raise native.NativeBuildError("the C kernels (moeroof.models._cache_native) cannot be used: not built")
+        raise loader.NativeBuildError("the C kernels (moeroof.kernels._native) cannot be used: not built")
 
-    monkeypatch.setattr(native, "load", unbuilt)
+    monkeypatch.setattr(loader, "load", unbuilt)
     plan_kernels.library.cache_clear()
     one = np.ones((1, 1, 1))
     calls = [
@@ -428,7 +429,7 @@ def test_without_the_c_library_every_kernel_raises_native_build_error(monkeypatc
     ]
     try:
         for call in calls:
-            with pytest.raises(native.NativeBuildError, match="not built"):
+            with pytest.raises(loader.NativeBuildError, match="not built"):
                 call()
     finally:
         plan_kernels.library.cache_clear()

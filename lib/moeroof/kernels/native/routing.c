@@ -1,5 +1,5 @@
 /* The routing kernels: the inclusion programme and the trace sampler's top-K step of
- * moeroof/models/routing.py (the algorithms are documented there and in routing_kernels.py),
+ * moeroof/models/routing.py (the algorithms are documented there and in moeroof/kernels/routing.py),
  * giving the numbers of the numpy code they replaced bit for bit (see routing.h for how). */
 #include <math.h>
 #include <stdint.h>

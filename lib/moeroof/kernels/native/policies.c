@@ -1,5 +1,5 @@
 /* The heap policies (LFU, perfect LFU, Belady MIN with and without bypass), S3-FIFO and ARC:
- * heap_pass, s3fifo_pass and arc_pass of moeroof.models.cache_native (documented there, beside
+ * heap_pass, s3fifo_pass and arc_pass of moeroof.kernels.cache (documented there, beside
  * their Python wrappers). Streamed bytes are added in request order.
  *
  * Each kernel's loop is a `static inline` body that takes per_request, weighted and keep_hits

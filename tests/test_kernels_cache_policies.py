@@ -1,5 +1,5 @@
-"""The C heap, S3-FIFO and ARC kernels (models/native/policies.c) against the pure-Python
-references of tests/cache_refs.py, through their wrappers in moeroof.models.cache_native.
+"""The C heap, S3-FIFO and ARC kernels (kernels/native/policies.c) against the pure-Python
+references of tests/cache_refs.py, through their wrappers in moeroof.kernels.cache.
 
 Each kernel must give the reference's hits, misses and streamed bytes per step (the bytes added
 in request order: bit for bit) and its hit flags, for every combination of the flags (per
@@ -21,8 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cache_refs import kernel_pass, ref_next_use
-from moeroof.models import cache_native as cn
-from moeroof.models.cache import requests_from_trace, simulate
+from moeroof.cachesim import requests_from_trace, simulate
+from moeroof.kernels import cache as cn
 
 SETTINGS = settings(max_examples=60, deadline=None)
 

@@ -1,4 +1,4 @@
-/* The compiled routing kernels (moeroof.models.routing_kernels loads them with ctypes).
+/* The compiled routing kernels (moeroof.kernels.routing loads them with ctypes).
  *
  * The inner loops of moeroof/models/routing.py: the prefix/suffix Poisson-binomial programme of
  * the inclusion probabilities and the top-K step of the trace sampler. Each gives the numbers of

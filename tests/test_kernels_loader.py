@@ -1,4 +1,4 @@
-"""core.native: the C kernels are compiled at install (setup.py) into one extension, loaded by
+"""kernels.loader: the C kernels are compiled at install (setup.py) into one extension, loaded by
 ctypes only while it was built from the sources beside it; a missing or stale library is an
 error that says what rebuilds it."""
 
@@ -14,19 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from moeroof.core import native
-from moeroof.core.native_sources import native_files, sources_hash
+from moeroof.kernels import loader
+from moeroof.kernels.sources import native_files, sources_hash
 
 # a process that simulates every policy and reports where its kernels came from
 _PROBE = (
-    "import json, sys, numpy as np; from moeroof.models import cache, cache_native; "
-    "from moeroof.core import native; "
+    "import json, sys, numpy as np; from moeroof import cachesim as cache; "
+    "from moeroof.kernels import loader; "
     "r = cache.requests_from_trace(np.array([[[[0, 1]]], [[[1, 2]]], [[[2, 0]]]]), 4); "
     "hits = [cache.simulate(r, 2, policy=p).hits for p in cache.POLICIES]; "
     "curve = cache.lru_hit_curve(r)[1].tolist(); "
-    "print(json.dumps({'hits': hits, 'curve': curve, 'status': native.status()}))"
+    "print(json.dumps({'hits': hits, 'curve': curve, 'status': loader.status()}))"
 )
-SOURCES = Path(native.__file__).resolve().parents[1] / "models" / "native"
+SOURCES = Path(loader.__file__).resolve().parent / "native"
 
 
 def _probe(env: dict[str, str]) -> dict:
@@ -38,7 +38,7 @@ def _probe(env: dict[str, str]) -> dict:
 
 
 def test_the_install_built_the_kernels_from_these_sources_and_a_process_loads_them():
-    spec = importlib.util.find_spec(native.MODULE)
+    spec = importlib.util.find_spec(loader.MODULE)
     assert spec is not None and spec.origin is not None, "the install did not build the C kernels"
     got = _probe({})
     assert got["status"] == spec.origin
@@ -55,20 +55,20 @@ def test_a_library_built_from_other_sources_is_never_used(tmp_path):
     edited = tmp_path / "native"
     shutil.copytree(SOURCES, edited)
     assert sources_hash(edited) == sources_hash(SOURCES)
-    assert native.load(sources=edited) is not None  # the same sources: loaded
+    assert loader.load(sources=edited) is not None  # the same sources: loaded
     src = edited / "lru.c"
     src.write_text(src.read_text() + "\n/* an edit */\n")
     other = tmp_path / "other"
     shutil.copytree(edited, other)
-    with pytest.raises(native.NativeBuildError, match="stale.*make"):
-        native.load(sources=other)
-    assert "stale" in native.status(sources=other)
+    with pytest.raises(loader.NativeBuildError, match="stale.*make"):
+        loader.load(sources=other)
+    assert "stale" in loader.status(sources=other)
 
 
 def test_a_missing_extension_is_an_error():
-    with pytest.raises(native.NativeBuildError, match="not built"):
-        native.load("moeroof.models._no_such_kernels")
-    assert "not built" in native.status("moeroof.models._no_such_kernels")
+    with pytest.raises(loader.NativeBuildError, match="not built"):
+        loader.load("moeroof.kernels._no_such_kernels")
+    assert "not built" in loader.status("moeroof.kernels._no_such_kernels")
 
 
 def test_the_hash_covers_every_source_and_header_and_changes_with_any_byte(tmp_path):

@@ -252,7 +252,7 @@ def _kernel_items(items, n_items: int) -> np.ndarray:
     return items if items.dtype == np.int32 else items.astype(np.int32)
 
 
-def simulate(  # noqa: C901
+def simulate(
     requests: Requests,
     capacity: float,
     *,
@@ -282,38 +282,14 @@ def simulate(  # noqa: C901
     ``s3fifo_threshold`` (``policy="s3fifo"`` only): hits in S3-FIFO's small queue that move an
     item to the main queue, an integer ≥ 1 (default 1; libCacheSim's S3FIFOv0 uses 2).
     """
-    from moeroof.kernels import cache as kernels
-
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
-    if capacity_unit not in UNITS:
-        raise ValueError(f"capacity_unit must be 'experts' or 'bytes', got {capacity_unit!r}")
-    if scope not in SCOPES:
-        raise ValueError(f"scope must be 'global' or 'layer', got {scope!r}")
-    capacity = float(capacity)
-    if not np.isfinite(capacity) or capacity < 0:
-        raise ValueError(f"capacity must be finite and >= 0, got {capacity!r}")
-    warmup_steps = int(warmup_steps)
-    if warmup_steps < 0:
-        raise ValueError("warmup_steps must be >= 0")
+    capacity, warmup_steps = _checked_sizes(policy, capacity_unit, scope, capacity, warmup_steps, requests.layers)
     layers, experts = requests.layers, requests.experts
-    if scope == "layer" and layers < 1:
-        # a cache per layer of a trace with no layer: there is no cache to split the capacity over
-        raise ValueError("the trace has 0 layers: a per-layer cache (scope layer) needs at least one")
     n_items = layers * experts
     sizes = _item_sizes(item_bytes, layers, experts)
     if capacity_unit == "bytes" and sizes is None:
         raise ValueError("capacity_unit='bytes' needs item_bytes (bytes per expert)")
     occ: np.ndarray = np.ones(n_items) if sizes is None or capacity_unit == "experts" else sizes
-    if policy == "arc" and capacity_unit != "experts":
-        raise ValueError("arc is implemented for unit sizes only: give the capacity in experts")
-    if policy != "static" and pinned is not None:
-        raise ValueError("pinned applies to policy='static' only")
-    if isinstance(s3fifo_threshold, bool) or int(s3fifo_threshold) != s3fifo_threshold or s3fifo_threshold < 1:
-        raise ValueError(f"s3fifo_threshold must be an integer >= 1, got {s3fifo_threshold!r}")
-    s3fifo_threshold = int(s3fifo_threshold)
-    if policy != "s3fifo" and s3fifo_threshold != S3FIFO_MOVE_TO_MAIN_THRESHOLD:
-        raise ValueError("s3fifo_threshold applies to policy='s3fifo' only")
+    s3fifo_threshold = _checked_policy_options(policy, capacity_unit, pinned, s3fifo_threshold)
     group, cap = _groups(scope, capacity, capacity_unit, layers, experts)
     items = _kernel_items(requests.items, n_items)
     cap = _clamp_capacity(cap, group, occ, items, n_items, capacity_unit, everything=policy == "static")
@@ -332,38 +308,81 @@ def simulate(  # noqa: C901
         np.zeros(items.size if return_hits else 0, dtype=bool),
     )
     notes: list[str] = []
+    if policy == "static":
+        if pinned is None:
+            pinned = request_histogram(requests)
+            notes.append("static: hot set pinned from the trace's own request histogram — an oracle hot set")
+        pinned = _pinned_mask(pinned, group, cap, occ, n_items)
+    counts = _replay(policy, items, group, cap, occ, tail, pinned, s3fifo_threshold, notes)
+    res = _result(counts, steps, sizes, policy, capacity, capacity_unit, scope, warmup_steps, tuple(notes))
+    return replace(res, request_hits=tail[-1]) if return_hits else res
+
+
+def _checked_sizes(policy, capacity_unit, scope, capacity, warmup_steps, layers) -> tuple[float, int]:
+    """The policy, unit, scope, capacity and warm-up of :func:`simulate` checked; (capacity, warm-up)."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+    if capacity_unit not in UNITS:
+        raise ValueError(f"capacity_unit must be 'experts' or 'bytes', got {capacity_unit!r}")
+    if scope not in SCOPES:
+        raise ValueError(f"scope must be 'global' or 'layer', got {scope!r}")
+    capacity = float(capacity)
+    if not np.isfinite(capacity) or capacity < 0:
+        raise ValueError(f"capacity must be finite and >= 0, got {capacity!r}")
+    warmup_steps = int(warmup_steps)
+    if warmup_steps < 0:
+        raise ValueError("warmup_steps must be >= 0")
+    if scope == "layer" and layers < 1:
+        # a cache per layer of a trace with no layer: there is no cache to split the capacity over
+        raise ValueError("the trace has 0 layers: a per-layer cache (scope layer) needs at least one")
+    return capacity, warmup_steps
+
+
+def _checked_policy_options(policy, capacity_unit, pinned, s3fifo_threshold) -> int:
+    """The options that belong to one policy checked (ARC's unit sizes, the pinned set, S3-FIFO's
+    threshold); the threshold as an int."""
+    if policy == "arc" and capacity_unit != "experts":
+        raise ValueError("arc is implemented for unit sizes only: give the capacity in experts")
+    if policy != "static" and pinned is not None:
+        raise ValueError("pinned applies to policy='static' only")
+    if isinstance(s3fifo_threshold, bool) or int(s3fifo_threshold) != s3fifo_threshold or s3fifo_threshold < 1:
+        raise ValueError(f"s3fifo_threshold must be an integer >= 1, got {s3fifo_threshold!r}")
+    if policy != "s3fifo" and s3fifo_threshold != S3FIFO_MOVE_TO_MAIN_THRESHOLD:
+        raise ValueError("s3fifo_threshold applies to policy='s3fifo' only")
+    return int(s3fifo_threshold)
+
+
+def _replay(policy, items, group, cap, occ, tail, mask, s3fifo_threshold, notes: list[str]):
+    """The counts of ``policy``'s kernel over the stream (``mask``: the pinned set of
+    ``static``); what the result must say of the policy is appended to ``notes``."""
+    from moeroof.kernels import cache as kernels
+
     if policy == "lru":
-        counts = kernels.lru_pass(items, group, cap, occ, *tail)
-    elif policy in ("lfu", "lfu-perfect"):
+        return kernels.lru_pass(items, group, cap, occ, *tail)
+    if policy in ("lfu", "lfu-perfect"):
         mode = kernels.HEAP_LFU if policy == "lfu" else kernels.HEAP_LFU_PERFECT
-        counts = kernels.heap_pass(items, group, cap, occ, mode, np.zeros(1, np.int64), *tail)
-    elif policy == "belady":
-        counts = kernels.heap_pass(items, group, cap, occ, kernels.HEAP_BELADY, next_use(items, np.int32), *tail)
+        return kernels.heap_pass(items, group, cap, occ, mode, np.zeros(1, np.int64), *tail)
+    if policy == "belady":
         notes.append(
             "belady: offline optimum (Belady's MIN with bypass); the bound on every policy"
             + ("" if occ.size == 0 or np.all(occ == occ[0]) else " only for equal sizes — a heuristic here")
         )
-    elif policy == "belady-insert":
-        counts = kernels.heap_pass(items, group, cap, occ, kernels.HEAP_BELADY_INSERT, next_use(items, np.int32), *tail)
+        return kernels.heap_pass(items, group, cap, occ, kernels.HEAP_BELADY, next_use(items, np.int32), *tail)
+    if policy == "belady-insert":
         notes.append(
             "belady-insert: offline (Belady's MIN inserting every miss, libCacheSim's Belady); "
             "the optimum of demand paging, at most belady's hits"
         )
-    elif policy == "s3fifo":
-        counts = kernels.s3fifo_pass(items, group, cap, occ, S3FIFO_SMALL_FRACTION, s3fifo_threshold, *tail)
+        return kernels.heap_pass(items, group, cap, occ, kernels.HEAP_BELADY_INSERT, next_use(items, np.int32), *tail)
+    if policy == "s3fifo":
         if s3fifo_threshold != S3FIFO_MOVE_TO_MAIN_THRESHOLD:
             notes.append(f"s3fifo: an item moves from the small queue to main after {s3fifo_threshold} hits")
-    elif policy == "arc":
-        counts = kernels.arc_pass(items, group, cap, *tail)
-    else:
-        if pinned is None:
-            pinned = request_histogram(requests)
-            notes.append("static: hot set pinned from the trace's own request histogram — an oracle hot set")
-        # cold start like every other policy: a pinned item loads on first use
-        mask = _pinned_mask(pinned, group, cap, occ, n_items)
-        counts = kernels.static_pass(items, mask, off, cstep, *tail[3:])
-    res = _result(counts, steps, sizes, policy, capacity, capacity_unit, scope, warmup_steps, tuple(notes))
-    return replace(res, request_hits=tail[-1]) if return_hits else res
+        return kernels.s3fifo_pass(items, group, cap, occ, S3FIFO_SMALL_FRACTION, s3fifo_threshold, *tail)
+    if policy == "arc":
+        return kernels.arc_pass(items, group, cap, *tail)
+    # static, cold start like every other policy: a pinned item loads on first use
+    off, cstep = tail[0], tail[1]
+    return kernels.static_pass(items, mask, off, cstep, *tail[3:])
 
 
 def _result(counts, steps, sizes, policy, capacity, unit, scope, warmup_steps, notes) -> CacheResult:

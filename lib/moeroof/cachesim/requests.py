@@ -170,7 +170,7 @@ def _stream_selection(streams, n_streams: int) -> np.ndarray:
     return np.where(sel < 0, sel + n_streams, sel).astype(np.int64)
 
 
-def requests_from_trace(topk, experts, *, partition=None, rank=None, streams=None, validate: bool = False) -> Requests:  # noqa: C901
+def requests_from_trace(topk, experts, *, partition=None, rank=None, streams=None, validate: bool = False) -> Requests:
     """The request stream of a trace ``topk`` (steps, streams, layers, K), ``-1`` padding.
 
     ``streams``: optional index array selecting the streams that form the batch (an int M means

@@ -1216,36 +1216,9 @@ def plan_rates(
     return b, np.concatenate([r[0] for r in rates]), np.concatenate([r[1] for r in rates])
 
 
-def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing, batch) -> Plan:
-    """Evaluate the step model and every named baseline at each batch size (module docstring).
-
-    ``routing``: a :class:`RoutingProbabilities`, or a callable ``B -> RoutingProbabilities``
-    for a routing that depends on B (a trace sampled from knobs with B streams); each row then
-    runs on its own (label, provenance and notes are the largest B's)."""
-    b = as_batch(batch)
-    route_at = routing if callable(routing) else (lambda _b: routing)
-    per_b = routing
-    routing = route_at(int(b.max()))
-    cur = _as_arrays(batch_breakdown(model, hardware, workload, per_b, b), model)
-    step_s = cur["step_seconds"]
-    net = b / step_s
-    unc = batch_breakdown(model, hardware, workload, per_b, b, coalesced=False)
-    # the single agent on the same boxes, with the partition of its own step: the same for every row
-    one = batch_breakdown(model, hardware, workload, per_b, np.array([1], dtype=np.int64))
-    br: StepBreakdown = cur["breakdown"]
-    # a step that does not fit in RAM has no rate and no multiple: NaN, so that no curve, best
-    # or multiple is ever read off it (plots stop at the boundary by themselves)
-    runs = np.asarray(br.fits, dtype=bool)
-    net = np.where(runs, net, np.nan)
-    single_fits = bool(np.asarray(one.fits, dtype=bool)[0])
-    net_single = np.full(b.size, 1.0 / one.step.step_seconds[0] if single_fits else np.nan)
-    unc_net = np.where(runs, b / unc.step.step_seconds, np.nan)
-    baselines = {
-        "uncoalesced": {"net_tok_s": unc_net, "multiple": net / unc_net},
-        "single": {"net_tok_s": net_single, "multiple": net / net_single},
-        "independent-boxes": {"net_tok_s": b * net_single, "multiple": net / (b * net_single)},
-    }
-    notes = list(routing.notes)
+def _infeasible_reasons(model, hardware, workload, b, br, notes: list[str]) -> list[str | None]:
+    """Why each batch size's step does not fit in RAM (None where it does); a note from the
+    first that does not."""
     g = 2.0**30
     left = hardware.ram_bytes - hardware.os_reserve_bytes
     _, kv_all = ram_left_bytes(
@@ -1267,7 +1240,12 @@ def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing, batch
             f"from B={first} the dense band and the batch's KV cache exceed RAM: those steps are infeasible as "
             "modelled and get no multiple"
         )
-    link = getattr(hardware, "link", "ssd")
+    return reasons
+
+
+def _plan_notes(hardware, workload, routing, route_at, b, br, link: str) -> list[str]:
+    """What a plan must say of its streaming tier, its expert cache and the page cache."""
+    notes: list[str] = []
     if link != "ssd":
         notes.append(
             f"on {hardware.name} the streaming tier is {link}: the 'ssd' term (bound 'ssd' in JSON) is the "
@@ -1301,6 +1279,42 @@ def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing, batch
             "cache: a hot set pinned from the true routing probabilities — an oracle no engine has; "
             "a simulated policy (lru, s3fifo, …) is what an engine sees"
         )
+    return notes
+
+
+def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing, batch) -> Plan:
+    """Evaluate the step model and every named baseline at each batch size (module docstring).
+
+    ``routing``: a :class:`RoutingProbabilities`, or a callable ``B -> RoutingProbabilities``
+    for a routing that depends on B (a trace sampled from knobs with B streams); each row then
+    runs on its own (label, provenance and notes are the largest B's)."""
+    b = as_batch(batch)
+    route_at = routing if callable(routing) else (lambda _b: routing)
+    per_b = routing
+    routing = route_at(int(b.max()))
+    cur = _as_arrays(batch_breakdown(model, hardware, workload, per_b, b), model)
+    step_s = cur["step_seconds"]
+    net = b / step_s
+    unc = batch_breakdown(model, hardware, workload, per_b, b, coalesced=False)
+    # the single agent on the same boxes, with the partition of its own step: the same for every row
+    one = batch_breakdown(model, hardware, workload, per_b, np.array([1], dtype=np.int64))
+    br: StepBreakdown = cur["breakdown"]
+    # a step that does not fit in RAM has no rate and no multiple: NaN, so that no curve, best
+    # or multiple is ever read off it (plots stop at the boundary by themselves)
+    runs = np.asarray(br.fits, dtype=bool)
+    net = np.where(runs, net, np.nan)
+    single_fits = bool(np.asarray(one.fits, dtype=bool)[0])
+    net_single = np.full(b.size, 1.0 / one.step.step_seconds[0] if single_fits else np.nan)
+    unc_net = np.where(runs, b / unc.step.step_seconds, np.nan)
+    baselines = {
+        "uncoalesced": {"net_tok_s": unc_net, "multiple": net / unc_net},
+        "single": {"net_tok_s": net_single, "multiple": net / net_single},
+        "independent-boxes": {"net_tok_s": b * net_single, "multiple": net / (b * net_single)},
+    }
+    notes = list(routing.notes)
+    reasons = _infeasible_reasons(model, hardware, workload, b, br, notes)
+    link = getattr(hardware, "link", "ssd")
+    notes += _plan_notes(hardware, workload, routing, route_at, b, br, link)
     st = br.step
     return Plan(
         batch=b,

@@ -123,6 +123,38 @@ def _imbalance(values) -> float:
     return 1.0 if mean <= 0.0 else float(v.max() / mean)
 
 
+def _checked_assignment(assignment, experts: int, rank_speed, batch, cache_bytes_per_rank) -> tuple:
+    """:func:`split_plan`'s partition, batch and cache checked: (assignment int64, ranks, batch)."""
+    a = np.asarray(assignment, dtype=np.int64)
+    if a.shape != (experts,):
+        raise ValueError(f"assignment has shape {a.shape}, expected ({experts},)")
+    if a.min() < 0:
+        raise ValueError("assignment: every expert needs a rank >= 0")
+    ranks = int(a.max()) + 1
+    if rank_speed is not None:
+        ranks = max(ranks, len(rank_speed))
+    batch = int(batch)
+    if batch < 1:
+        raise ValueError(f"batch must be a positive integer, got {batch!r}")
+    if cache_bytes_per_rank < 0:
+        raise ValueError("cache per rank must be >= 0")
+    return a, ranks, batch
+
+
+def _split_imbalance(load_rows, speed, union, streamed, rank_seconds) -> dict[str, float]:
+    """Max over mean across ranks of each per-rank quantity (load per speed: of load / speed
+    against the total load over the total speed)."""
+    return {
+        "token_load": _imbalance(load_rows),
+        "load_per_speed": float((load_rows / speed).max() / (load_rows.sum() / speed.sum()))
+        if load_rows.sum() > 0
+        else 1.0,
+        "union": _imbalance(union),
+        "streamed_bytes": _imbalance(streamed),
+        "predicted_seconds": _imbalance(rank_seconds),
+    }
+
+
 def split_plan(
     assignment,
     pi: np.ndarray,
@@ -154,57 +186,26 @@ def split_plan(
     (:func:`moeroof.models.local_routing.with_locality`).
     """
     pi = np.atleast_2d(np.asarray(pi, dtype=float))
-    a = np.asarray(assignment, dtype=np.int64)
-    if a.shape != (pi.shape[1],):
-        raise ValueError(f"assignment has shape {a.shape}, expected ({pi.shape[1]},)")
-    if a.min() < 0:
-        raise ValueError("assignment: every expert needs a rank >= 0")
-    ranks = int(a.max()) + 1
-    if rank_speed is not None:
-        ranks = max(ranks, len(rank_speed))
-    batch = int(batch)
-    if batch < 1:
-        raise ValueError(f"batch must be a positive integer, got {batch!r}")
-    if cache_bytes_per_rank < 0:
-        raise ValueError("cache per rank must be >= 0")
+    a, ranks, batch = _checked_assignment(assignment, pi.shape[1], rank_speed, batch, cache_bytes_per_rank)
     if hidden_size is not None:
         model = replace(model, hidden_size=int(hidden_size))
     load = pi.sum(axis=0) if load is None else np.asarray(load, dtype=float)
     workload = Workload(
-        context_tokens=context_tokens,
-        cache_bytes=float(cache_bytes_per_rank),
-        overlap=overlap,
-        read_size_bytes=read_size_bytes,
-        ranks=ranks,
+        context_tokens=context_tokens, cache_bytes=float(cache_bytes_per_rank), overlap=overlap,
+        read_size_bytes=read_size_bytes, ranks=ranks,
         rank_speed=None if rank_speed is None else tuple(float(x) for x in rank_speed),
-        fabric_overlapped=fabric_overlapped,
-        cache_policy=cache_policy,
-        cache_scope=cache_scope,
-        seed=seed,
+        fabric_overlapped=fabric_overlapped, cache_policy=cache_policy, cache_scope=cache_scope, seed=seed,
         page_cache=page_cache,
-    )
+    )  # fmt: skip
     routing = RoutingProbabilities(pi, "split", "projected", load=load)
     local = with_locality(model, routing, locality, workload=workload)
     if callable(local):
         routing = local(batch)
     br = step_breakdown(model, hardware, workload, routing, [batch], assignment=a)
-    st = br.step
-    speed = br.speed
-    union, missed = br.union_pairs[:, 0], br.missed_pairs[:, 0]
-    streamed = br.ssd_bytes[:, 0]
+    st, speed = br.step, br.speed
+    union, missed, streamed = br.union_pairs[:, 0], br.missed_pairs[:, 0], br.ssd_bytes[:, 0]
     rank_s = st.rank_seconds[:, 0]
-    terms = {k: v[:, 0] for k, v in st.terms.items()}
     load_rows = np.bincount(a, weights=load, minlength=ranks)
-    imb = {
-        "token_load": _imbalance(load_rows),
-        "load_per_speed": float((load_rows / speed).max() / (load_rows.sum() / speed.sum()))
-        if load_rows.sum() > 0
-        else 1.0,
-        "union": _imbalance(union),
-        "streamed_bytes": _imbalance(streamed),
-        "predicted_seconds": _imbalance(rank_s),
-    }
-    fabric_bytes = float(br.fabric_bytes[0])
     return SplitPlan(
         method=method,
         ranks=ranks,
@@ -217,18 +218,18 @@ def split_plan(
         union_pairs=union,
         missed_pairs=missed,
         streamed_bytes=streamed,
-        terms_seconds=terms,
+        terms_seconds={k: v[:, 0] for k, v in st.terms.items()},
         rank_seconds=rank_s,
         bound=tuple(row[0] for row in st.rank_bound),
         cache_bytes_per_rank=float(cache_bytes_per_rank),
         cache_experts_per_layer=float(br.cache_experts_per_layer[0]),
-        fabric_bytes=fabric_bytes,
+        fabric_bytes=float(br.fabric_bytes[0]),
         fabric_seconds=float(st.fabric_seconds[0]),
         remote_share=(ranks - 1) / ranks if ranks > 1 else 0.0,
         fabric_overlapped=bool(fabric_overlapped),
         step_seconds=float(st.step_seconds[0]),
         tok_s=batch / float(st.step_seconds[0]),
-        imbalance=imb,
+        imbalance=_split_imbalance(load_rows, speed, union, streamed, rank_s),
         cache_policy=cache_policy,
         notes=tuple(routing.notes),
     )
@@ -237,7 +238,7 @@ def split_plan(
 # ----------------------------------------------------------------------------- the split report
 
 
-def split_report(  # noqa: C901
+def split_report(
     histogram_path: str | os.PathLike[str],
     ranks: int,
     method: str,
@@ -273,21 +274,105 @@ def split_report(  # noqa: C901
     """
     if method not in METHODS:
         raise ParameterError("method", f"expected one of {', '.join(METHODS)}, got {method!r}")
-    hist = read_histogram(histogram_path)
-    e = hist.experts
+    e = (hist := read_histogram(histogram_path)).experts
+    speeds_given, cache_gib = _checked_split_arguments(ranks, e, rank_speed, batch, cache_gib_per_rank)
+    mdl, hw = _model_of(model), hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
+    matches = mdl.experts == e and mdl.top_k == hist.top_k
+    if not matches and method in ("weighted", "bytes"):
+        raise ParameterError(
+            "model",
+            f"{mdl.name} has E={mdl.experts}, K={mdl.top_k} but the histogram has "
+            f"E={e}, K={hist.top_k}; method {method!r} needs the step model (give a matching model)",
+        )
+    notes = _histogram_notes(hist)
+    load = hist.counts.sum(axis=0).astype(float)
+    pi, unseen = inclusion_from_counts(hist.counts, hist.tokens, hist.top_k)
+    if (note := unseen_mass_note(unseen)) is not None:
+        notes.append(note)
+    speed = np.ones(int(ranks)) if speeds_given is None else speeds_given
+    plan_kw = dict(batch=int(batch), cache_bytes_per_rank=cache_gib * GiB, rank_speed=speed, load=load,
+                   context_tokens=int(context_tokens), overlap=overlap, read_size_bytes=read_size_bytes)  # fmt: skip
+    assignment, won = _assign(method, pi, load, mdl, hw, int(ranks), speeds_given, plan_kw, notes)
+    load_rows = np.bincount(assignment, weights=load, minlength=int(ranks))
+    out, inputs = _partition_fields(method, int(ranks), assignment, load_rows, hist, speeds_given, speed)
+    if matches:
+        p = split_plan(
+            assignment, pi, mdl, hw, fabric_overlapped=fabric_overlapped, hidden_size=hidden_size,
+            method=method, cache_policy=cache_policy, cache_scope=cache_scope, seed=seed,
+            page_cache=page_cache, locality=locality, **plan_kw,
+        )  # fmt: skip
+        notes.extend(p.notes)
+        out.update(_step_model_fields(p))
+        prov = _split_provenance(hist, mdl, hw, int(ranks), speeds_given)
+        inputs.update(
+            {"model": mdl.name, "hardware": hw.name, "batch": int(batch), "cache_gib_per_rank": cache_gib,
+             "cache_experts_per_layer": p.cache_experts_per_layer, "context_tokens": int(context_tokens),
+             "overlap": overlap, "fabric_overlapped": bool(fabric_overlapped), "read_size_bytes": read_size_bytes,
+             "cache_policy": cache_policy, "cache_scope": cache_scope, "cache": policy_label(cache_policy),
+             "seed": int(seed), "page_cache": bool(page_cache), "provenance": prov}
+        )  # fmt: skip
+        out["provenance"] = "projected" if any(v != "witnessed" for v in prov.values()) else "witnessed-inputs"
+    else:
+        out["imbalance_by"] = {"token_load": imbalance(load_rows)}
+        notes.append(f"the histogram (E={e}, K={hist.top_k}) does not match model {mdl.name} "
+                     f"(E={mdl.experts}, K={mdl.top_k}): no step model, loads only")  # fmt: skip
+    out.update(inputs=inputs, **({"bytes_candidate": won} if won is not None else {}), notes=notes)
+    return out
+
+
+def _model_of(model: str | MoEModel) -> MoEModel:
+    return model if isinstance(model, MoEModel) else load_model(model)
+
+
+def _checked_split_arguments(ranks, experts: int, rank_speed, batch, cache_gib_per_rank) -> tuple[Any, float]:
+    """:func:`split_report`'s ranks, speeds, batch and cache checked: (the given speeds or
+    None, the cache in GiB per rank)."""
     if isinstance(ranks, (bool, np.bool_)) or not isinstance(ranks, numbers.Integral) or ranks < 1:
         raise ParameterError("ranks", f"expected a positive integer, got {ranks!r}")
-    if ranks > e:
-        raise ParameterError("ranks", f"{ranks} ranks for {e} experts (at most one rank per expert)")
+    if ranks > experts:
+        raise ParameterError("ranks", f"{ranks} ranks for {experts} experts (at most one rank per expert)")
     speeds_given = None if rank_speed is None else parse_rank_speed(rank_speed, int(ranks))
     if isinstance(batch, (bool, np.bool_)) or not isinstance(batch, numbers.Integral) or batch < 1:
         raise ParameterError("batch", f"expected a positive integer, got {batch!r}")
     cache_gib = float(cache_gib_per_rank)
     if not math.isfinite(cache_gib) or cache_gib < 0:
         raise ParameterError("cache_gib_per_rank", f"expected a non-negative number, got {cache_gib_per_rank!r}")
-    mdl = model if isinstance(model, MoEModel) else load_model(model)
-    hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
-    matches = mdl.experts == e and mdl.top_k == hist.top_k
+    return speeds_given, cache_gib
+
+
+def _partition_fields(method, ranks: int, assignment, load_rows, hist, speeds_given, speed):
+    """A split report's partition fields and the inputs every split records (a dict each)."""
+    out: dict[str, Any] = {
+        "method": method,
+        "ranks": ranks,
+        "experts": hist.experts,
+        "assignment": [int(x) for x in assignment],
+        "experts_per_rank": [int(x) for x in np.bincount(assignment, minlength=ranks)],
+        "load_rows": [int(x) if float(x).is_integer() else float(x) for x in load_rows],
+        "imbalance": imbalance(load_rows),
+    }
+    inputs: dict[str, Any] = {
+        "histogram": str(hist.path),
+        "histogram_provenance": hist.provenance or "unknown",
+        "layers_summed": bool(hist.layers_summed),
+        "rank_speed": None if speeds_given is None else [float(x) for x in speeds_given],
+        "rank_speed_normalised": [float(x) for x in speed / speed.max()],
+    }
+    return out, inputs
+
+
+def _split_provenance(hist, mdl, hw, ranks: int, speeds_given) -> dict[str, str]:
+    """The provenance of every input of a split's step model (speeds not given: assumed)."""
+    routing_tag = "witnessed" if hist.provenance == "witnessed" else "projected"
+    prov = dict(input_provenance(mdl, hw, routing_tag, ranks, attention=True)["inputs"])
+    if speeds_given is None:
+        prov["rank_speed"] = "assumed"
+    return prov
+
+
+def _histogram_notes(hist) -> list[str]:
+    """What a split must say of its histogram: its incidence sums, a layer sum, one partition
+    for every layer."""
     notes: list[str] = check_incidence_sums(hist)
     if hist.layers_summed:
         notes.append(
@@ -300,80 +385,38 @@ def split_report(  # noqa: C901
             f"one partition for all {hist.layers} layers (expert id → rank, as in seed 003, the two-GB10 lab report); "
             "EPLB's balanced_packing would pack each layer separately"
         )
-    if not matches and method in ("weighted", "bytes"):
-        raise ParameterError(
-            "model",
-            f"{mdl.name} has E={mdl.experts}, K={mdl.top_k} but the histogram has "
-            f"E={e}, K={hist.top_k}; method {method!r} needs the step model (give a matching model)",
-        )
-    load = hist.counts.sum(axis=0).astype(float)
-    pi, unseen = inclusion_from_counts(hist.counts, hist.tokens, hist.top_k)
-    if (note := unseen_mass_note(unseen)) is not None:
-        notes.append(note)
-    cache_bytes = cache_gib * GiB
-    speed = np.ones(int(ranks)) if speeds_given is None else speeds_given
-    plan_kw = dict(
-        batch=int(batch),
-        cache_bytes_per_rank=cache_bytes,
-        rank_speed=speed,
-        load=load,
-        context_tokens=int(context_tokens),
-        overlap=overlap,
-        read_size_bytes=read_size_bytes,
-    )
+    return notes
+
+
+def _assign(method, pi, load, mdl, hw, ranks: int, speeds_given, plan_kw: dict, notes: list[str]):
+    """The partition by ``method`` (the rank of each expert) and, for ``bytes``, its winning
+    candidate (else None); what the user must know of it is appended to ``notes``."""
+    speed = plan_kw["rank_speed"]
     won = None
     if method == "bytes":
-        assignment, won = bytes_partition(pi, mdl, hw, int(ranks), **plan_kw)
+        assignment, won = bytes_partition(pi, mdl, hw, ranks, **plan_kw)
         notes.append(
             f"bytes: best candidate was {won!r} (starts lpt / weighted / greedy; '+search': "
             "improved by swaps and moves under the hot-set model)"
         )
     else:
-        assignment = partition(method, load, int(ranks), rank_speed=speed)
+        assignment = partition(method, load, ranks, rank_speed=speed)
     if method == "weighted" and speeds_given is None:
         notes.append("weighted without --rank-speed: equal speeds, the same partition as lpt")
     if method in ("id", "lpt") and speeds_given is not None and not np.all(speed == speed[0]):
         notes.append(f"{method} ignores --rank-speed when partitioning; the speeds enter the predicted times only")
-    load_rows = np.bincount(assignment, weights=load, minlength=int(ranks))
-    out: dict[str, Any] = {
-        "method": method,
-        "ranks": int(ranks),
-        "experts": e,
-        "assignment": [int(x) for x in assignment],
-        "experts_per_rank": [int(x) for x in np.bincount(assignment, minlength=int(ranks))],
-        "load_rows": [int(x) if float(x).is_integer() else float(x) for x in load_rows],
-        "imbalance": imbalance(load_rows),
-    }
-    inputs: dict[str, Any] = {
-        "histogram": str(hist.path),
-        "histogram_provenance": hist.provenance or "unknown",
-        "layers_summed": bool(hist.layers_summed),
-        "rank_speed": None if speeds_given is None else [float(x) for x in speeds_given],
-        "rank_speed_normalised": [float(x) for x in speed / speed.max()],
-    }
-    if matches:
-        p = split_plan(
-            assignment,
-            pi,
-            mdl,
-            hw,
-            fabric_overlapped=fabric_overlapped,
-            hidden_size=hidden_size,
-            method=method,
-            cache_policy=cache_policy,
-            cache_scope=cache_scope,
-            seed=seed,
-            page_cache=page_cache,
-            locality=locality,
-            **plan_kw,
-        )
-        notes.extend(p.notes)
-        out["imbalance_by"] = dict(p.imbalance)
-        out["predicted_step_seconds"] = [float(x) for x in p.rank_seconds]
-        out["step_seconds"] = float(p.step_seconds)
-        out["tok_s"] = float(p.tok_s)
-        out["slowest_rank"] = p.slowest_rank
-        out["per_rank"] = {
+    return assignment, won
+
+
+def _step_model_fields(p) -> dict[str, Any]:
+    """The step model's fields of a split report, from :func:`split_plan`'s result."""
+    return {
+        "imbalance_by": dict(p.imbalance),
+        "predicted_step_seconds": [float(x) for x in p.rank_seconds],
+        "step_seconds": float(p.step_seconds),
+        "tok_s": float(p.tok_s),
+        "slowest_rank": p.slowest_rank,
+        "per_rank": {
             "union_pairs": [float(x) for x in p.union_pairs],
             "missed_pairs": [float(x) for x in p.missed_pairs],
             "streamed_bytes": [float(x) for x in p.streamed_bytes],
@@ -382,45 +425,11 @@ def split_report(  # noqa: C901
             "picks_per_token": [float(x) for x in p.picks_per_token],
             "terms_seconds": {k: [float(x) for x in v] for k, v in p.terms_seconds.items()},
             "bound": list(p.bound),
-        }
-        out["fabric"] = {
+        },
+        "fabric": {
             "bytes_per_step": p.fabric_bytes,
             "seconds": p.fabric_seconds,
             "remote_share": p.remote_share,
             "overlapped": p.fabric_overlapped,
-        }
-        routing_tag = "witnessed" if hist.provenance == "witnessed" else "projected"
-        prov = dict(input_provenance(mdl, hw, routing_tag, int(ranks), attention=True)["inputs"])
-        if speeds_given is None:
-            prov["rank_speed"] = "assumed"
-        inputs.update(
-            {
-                "model": mdl.name,
-                "hardware": hw.name,
-                "batch": int(batch),
-                "cache_gib_per_rank": cache_gib,
-                "cache_experts_per_layer": p.cache_experts_per_layer,
-                "context_tokens": int(context_tokens),
-                "overlap": overlap,
-                "fabric_overlapped": bool(fabric_overlapped),
-                "read_size_bytes": read_size_bytes,
-                "cache_policy": cache_policy,
-                "cache_scope": cache_scope,
-                "cache": policy_label(cache_policy),
-                "seed": int(seed),
-                "page_cache": bool(page_cache),
-                "provenance": prov,
-            }
-        )
-        out["provenance"] = "projected" if any(v != "witnessed" for v in prov.values()) else "witnessed-inputs"
-    else:
-        out["imbalance_by"] = {"token_load": imbalance(load_rows)}
-        notes.append(
-            f"the histogram (E={e}, K={hist.top_k}) does not match model {mdl.name} "
-            f"(E={mdl.experts}, K={mdl.top_k}): no step model, loads only"
-        )
-    out["inputs"] = inputs
-    if won is not None:
-        out["bytes_candidate"] = won
-    out["notes"] = notes
-    return out
+        },
+    }

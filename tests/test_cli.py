@@ -317,7 +317,7 @@ def _float_trace(tmp_path: Path) -> Path:
         (["union", "--uniform", "8", "2", "--batch", "1,,2"], "error: --batch: expected comma-separated"),
         (["union", "--uniform", "8", "2", "--batch", ""], "error: --batch: expected comma-separated"),
         (["union", "--uniform", "2", "4", "--batch", "1"], "error: --uniform: top_k K=4 exceeds experts E=2"),
-        (["union", "--uniform", "8", "two", "--batch", "1"], "error: --uniform K: 'two' is not a positive integer"),
+        (["union", "--uniform", "8", "two", "--batch", "1"], "error: --uniform: 'two' is not a positive integer"),
         (
             ["union", "--uniform", "8", "2", "--batch", "1", "--layers", "0"],
             "error: --layers: '0' is not a positive integer",
@@ -594,7 +594,7 @@ def test_a_histogram_without_sidecar_takes_its_meta_from_the_flags(capsys, histo
     from moeroof.cli.inputs import load_input
 
     class Args:
-        experts, top_k, tokens, provenance = str(side["experts"]), str(side["top_k"]), None, None
+        experts, top_k, tokens, provenance = side["experts"], side["top_k"], None, None  # as parsed
 
     assert load_input(str(bare), Args()).tokens.tolist() == by_hand
 

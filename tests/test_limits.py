@@ -227,7 +227,7 @@ def test_to_si_refuses_an_overflowing_conversion():
         ),
         (
             ["cache", str(TRACE), "--policy", "lru", "--capacity-gib", "1e300", "--expert-bytes", "1"],
-            "1e+300 GiB overflows",
+            "--capacity-gib: 1e+300 GiB is too large",
         ),
         (
             ["fit-routing", "x.points", "--experts", "64", "--top-k", "4", "--layers", "8", "--expert-bytes", "1e-300"],
@@ -295,12 +295,18 @@ def test_preset_with_huge_numbers_is_refused(tmp_path):
 
 def test_union_uniform_and_trace_sizes_are_bounded(capsys, monkeypatch, tmp_path):
     monkeypatch.setattr(limits, "available_memory", lambda: 1 << 30)
+    # beyond the named limits, the flag's declaration refuses the value as it is parsed
     assert main(["union", "--uniform", "256", "8", "--batch", "1", "--layers", "100000000000"]) == 2
-    assert one_error_line(capsys).startswith("error: --layers: 100000000000 × batch sizes × 4")
+    assert one_error_line(capsys) == "error: --layers: 100000000000 is more than the 65536 allowed"
+    # within them, the arrays they ask for are checked against the memory available
+    assert main(["union", "--uniform", "256", "8", "--batch", "1:10000:+1", "--layers", "65536"]) == 2
+    assert one_error_line(capsys).startswith("error: --layers: 65536 × batch sizes × 4")
     out = tmp_path / "t.npz"
-    argv = ["trace", "--family", "zipf:0.9", "--streams", "4", "--steps", "2", "--top-k", "2", "--layers", "8"]
-    assert main([*argv, "--experts", "1000000000", "-o", str(out)]) == 2
-    assert one_error_line(capsys).startswith("error: --experts: 1000000000 × 4 × streams × layers")
+    argv = ["trace", "--family", "zipf:0.9", "--steps", "2", "--top-k", "2", "--layers", "8", "-o", str(out)]
+    assert main([*argv, "--streams", "4", "--experts", "1000000000"]) == 2
+    assert one_error_line(capsys) == "error: --experts: 1000000000 is more than the 1048576 allowed"
+    assert main([*argv, "--streams", "64", "--experts", "1048576"]) == 2
+    assert one_error_line(capsys).startswith("error: --experts: 1048576 × 4 × streams × layers")
     assert not out.exists()
 
 

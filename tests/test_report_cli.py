@@ -65,9 +65,10 @@ def one_error_line(err: str) -> str:
     ("argv", "said"),
     [
         (["--notebooks", "../../etc/passwd"], "error: --notebooks: no notebook named ../../etc/passwd"),
-        (["--notebooks", "tiny", "--cell-timeout", "nan"], "error: --cell-timeout: must be a positive number"),
-        (["--notebooks", "tiny", "--cell-timeout", "0"], "error: --cell-timeout: must be a positive number"),
-        (["--notebooks", "tiny", "--jobs", "0"], "error: --jobs: must be at least 1, got 0"),
+        (["--notebooks", "tiny", "--cell-timeout", "nan"], "error: --cell-timeout: 'nan' is not a finite number > 0"),
+        (["--notebooks", "tiny", "--cell-timeout", "0"], "error: --cell-timeout: '0' is not a finite number > 0"),
+        (["--notebooks", "tiny", "--jobs", "0"], "error: --jobs: '0' is not a positive integer"),
+        (["--notebooks", "tiny", "--jobs", "two"], "error: --jobs: 'two' is not a positive integer"),
         (["--notebooks", "tiny", "-p", "count", "abc"], "error: -p count: tiny takes int count (default 3), got 'abc'"),
         (["--notebooks", "tiny", "-p", "scale", "nan"], "error: -p scale: tiny takes float scale"),
         (["--notebooks", "tiny", "-p", "loud", "maybe"], "error: -p loud: tiny takes bool loud"),

@@ -151,7 +151,7 @@ def test_cli_cache_scheduler_equals_serial(capsys, client):
     [
         (["--workers", "2"], "SHARDS sampling"),
         (["--scope", "layer", "--workers", "2", "--scheduler", "tcp://127.0.0.1:1"], "not both"),
-        (["--scope", "layer", "--workers", "0"], ">= 1"),
+        (["--scope", "layer", "--workers", "0"], "--workers: '0' is not a positive integer"),
         (["--scope", "layer", "--workers", "x"], "--workers"),
     ],
 )

@@ -23,7 +23,7 @@ reproducible. Bad input prints ``error: FILE:ROW: FIELD: what is wrong`` (or ``e
 for a bad flag) on stderr and exits with status 2; argparse usage errors exit 2 as well.
 
 Layout: :mod:`moeroof.cli.app` (the parser, ``--version``, errors → exit status),
-:mod:`moeroof.cli.flags` (the usage error, flag-value parsers), :mod:`moeroof.cli.inputs`
+:mod:`moeroof.cli.flags` (each flag's declared constraint, the usage error), :mod:`moeroof.cli.inputs`
 (input files: where a path is looked up, traces and histograms read), :mod:`moeroof.cli.output`
 (tables, JSON and CSV, the report file, progress) and one module per subcommand
 (``union``, ``fit``, ``plan``, ``presets``, ``cache``, ``mrc``, ``split``, ``calibrate``,

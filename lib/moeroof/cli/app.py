@@ -14,7 +14,10 @@ status:
 - what the machine refuses: :class:`OSError` (a read-only folder, a full disk, a folder given as
   a file, permission denied; the file named), :class:`MemoryError`, :class:`OverflowError`,
   :class:`RecursionError`: one ``error:`` line, status 2;
-- argparse usage errors: argparse's own message, status 2; ``--help`` / ``--version``: status 0;
+- a flag value its declared constraint refuses (:mod:`moeroof.cli.flags`: ``type=Count(min=1)``,
+  ``choices=``, …): ``error: --flag: what is wrong``, status 2, before the command runs;
+- other argparse usage errors (a missing argument, an unknown flag): argparse's usage and
+  message, status 2; ``--help`` / ``--version``: status 0;
 - Ctrl-C: status 130, quietly (``calibrate`` and ``bench`` say first that their scratch files
   are gone, and treat SIGTERM and SIGHUP alike);
 - a closed stdout (``moeroof ... | head``): status 0;
@@ -39,6 +42,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
+from moeroof.cli.flags import FlagParser, declare_choices
 from moeroof.cli.output import EXIT_INTERRUPTED
 from moeroof.core.errors import ParameterError
 from moeroof.kernels.loader import NativeBuildError
@@ -116,7 +120,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The ``moeroof`` parser: every subcommand's, or, when ``argv`` starts with a command's
     name, that command's alone (the same parse of that ``argv``: the other subcommands are not
     imported)."""
-    parser = argparse.ArgumentParser(
+    parser = FlagParser(
         prog="moeroof",
         description="MoE inference analysis: expert union U(B), routing-skew fits, the net tok/s roofline and presets.",
         epilog="Exit status: 0 ok, 2 bad input or usage (one 'error:' line), 70 internal error (a bug: please "
@@ -128,6 +132,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     first = argv[0] if argv else None
     for _name, module in COMMAND_MODULES if first not in named else [(first, named[first])]:
         _module(module).add_parser(subparsers)
+    declare_choices(parser)
     return parser
 
 
@@ -204,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser = build_parser(argv)
         try:
             args = parser.parse_args(argv)
-        except SystemExit as exc:  # argparse usage error (2) or --help / --version (0)
+        except SystemExit as exc:  # a refused flag value or usage error (2), or --help / --version (0)
             return int(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
         args.argv = list(argv)  # the command line every JSON/CSV result records (output.run_record)
         with warnings.catch_warnings():

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.flags import BATCH_HELP, READ_PATHS, UsageError, non_negative_int, parse_batch, positive_int
+from moeroof.cli.flags import BATCH_HELP, EXPERTS, LAYERS, READ_PATHS, SEED, TOP_K, BatchList, Count, UsageError
 from moeroof.cli.inputs import read_trace_arg
 from moeroof.cli.output import (
     add_output_arguments,
@@ -54,12 +54,14 @@ def add_parser(subparsers: Any) -> None:
             "matmul per expert). Reads bypass the page cache as in `moeroof calibrate`."
         ),
     )
-    p.add_argument("--experts", default=None, help="experts per layer E (default 32, or the trace's)")
-    p.add_argument("--layers", default="4", help="MoE layers L (default 4)")
-    p.add_argument("--top-k", default=None, help="experts per token K (default 4, or the trace's)")
-    p.add_argument("--d-model", default="1024", help="hidden size d (default 1024)")
-    p.add_argument("--d-ff", default="1024", help="expert width f (default 1024; expert bytes = 2·d·f·4)")
-    p.add_argument("--batch", default="1,2,4,8,16,32", help=BATCH_HELP + " (default 1,2,4,8,16,32)")
+    p.add_argument("--experts", default=None, type=EXPERTS, help="experts per layer E (default 32, or the trace's)")
+    p.add_argument("--layers", default="4", type=LAYERS, help="MoE layers L (default 4)")
+    p.add_argument("--top-k", default=None, type=TOP_K, help="experts per token K (default 4, or the trace's)")
+    p.add_argument("--d-model", default="1024", type=Count(min=1), help="hidden size d (default 1024)")
+    p.add_argument(
+        "--d-ff", default="1024", type=Count(min=1), help="expert width f (default 1024; expert bytes = 2·d·f·4)"
+    )
+    p.add_argument("--batch", default="1,2,4,8,16,32", type=BatchList(), help=BATCH_HELP + " (default 1,2,4,8,16,32)")
     p.add_argument(
         "--mode",
         default="both",
@@ -68,10 +70,13 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--routing", default=None, help="routing model: uniform or zipf:S (default uniform)")
     p.add_argument("--trace", default=None, help="routing from a trace .npz/.npy instead of a model")
-    p.add_argument("--steps", default="5", help="counted decode steps per (mode, B) (default 5)")
-    p.add_argument("--warmup", default="1", help="uncounted warm-up steps per (mode, B) (default 1)")
+    p.add_argument("--steps", default="5", type=Count(min=1), help="counted decode steps per (mode, B) (default 5)")
+    p.add_argument("--warmup", default="1", type=Count(min=0), help="uncounted warm-up steps per (mode, B) (default 1)")
     p.add_argument(
-        "--seed", default="0", help="seed of numpy.random.default_rng for routing, gates and weights (default 0)"
+        "--seed",
+        default="0",
+        type=SEED,
+        help="seed of numpy.random.default_rng for routing, gates and weights (default 0)",
     )
     p.add_argument("--scratch-dir", default=None, help="where the stack file goes (default: the system temp dir)")
     p.add_argument(
@@ -126,16 +131,16 @@ def check_output(args: argparse.Namespace) -> None:
 def _bench_routing(args: argparse.Namespace) -> tuple[np.ndarray | None, str, int, int]:
     """``bench``'s trace (``--trace``, or None: ``--routing`` draws), its label, E and K."""
     if args.trace is None:
-        experts = 32 if args.experts is None else positive_int(args.experts, "--experts")
-        top_k = 4 if args.top_k is None else positive_int(args.top_k, "--top-k")
+        experts = 32 if args.experts is None else args.experts
+        top_k = 4 if args.top_k is None else args.top_k
         return None, "", experts, top_k
     if args.routing is not None:
         raise UsageError("give either --routing or --trace, not both")
     tr = read_trace_arg(args.trace)
     if tr.topk.size == 0:
         raise UsageError(f"--trace: {tr.path}: holds no token (shape {tuple(tr.topk.shape)})")
-    experts = tr.experts if args.experts is None else positive_int(args.experts, "--experts")
-    top_k = tr.top_k if args.top_k is None else positive_int(args.top_k, "--top-k")
+    experts = tr.experts if args.experts is None else args.experts
+    top_k = tr.top_k if args.top_k is None else args.top_k
     if experts != tr.experts or top_k != tr.top_k:
         raise UsageError(f"--experts/--top-k: the trace has E={tr.experts}, K={tr.top_k}")
     return np.asarray(tr.topk), f"trace {tr.path.name}", experts, top_k
@@ -147,13 +152,8 @@ def bench_report(args: argparse.Namespace) -> dict[str, Any]:
     from moeroof.measure.calibrate import Progress
 
     check_output(args)
-    batch = parse_batch(args.batch)
-    layers = positive_int(args.layers, "--layers")
-    d_model = positive_int(args.d_model, "--d-model")
-    d_ff = positive_int(args.d_ff, "--d-ff")
-    steps = positive_int(args.steps, "--steps")
-    warmup = non_negative_int(args.warmup, "--warmup")
-    seed = non_negative_int(args.seed, "--seed")
+    batch, layers, d_model, d_ff = args.batch, args.layers, args.d_model, args.d_ff
+    steps, warmup, seed = args.steps, args.warmup, args.seed
     trace, trace_label, experts, top_k = _bench_routing(args)
     if top_k > experts:
         raise UsageError(f"--top-k: K={top_k} exceeds --experts E={experts}")

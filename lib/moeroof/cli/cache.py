@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.flags import UsageError, byte_size, non_negative_float, non_negative_int, start_cache_kernels
+from moeroof.cli.flags import GIB, WORKERS, Bytes, Count, ListOf, UsageError, start_cache_kernels
 from moeroof.cli.inputs import add_meta_arguments, input_path, read_trace_arg
 from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, table
 from moeroof.data.io import InputError, Trace, read_histogram
@@ -72,22 +72,28 @@ def add_parser(subparsers: Any) -> None:
         "draws a trace from it)",
     )
     p.add_argument("--policy", required=True, choices=POLICIES, help=POLICY_HELP)
-    p.add_argument("--capacity-experts", default=None, help="cache capacity in experts (one (layer, expert) item each)")
-    p.add_argument("--capacity-gib", default=None, help="cache capacity in GiB (needs --expert-bytes)")
-    p.add_argument("--expert-bytes", default=None, help="bytes per expert (streamed per miss)")
+    p.add_argument(
+        "--capacity-experts",
+        default=None,
+        type=Count(min=0),
+        help="cache capacity in experts (one (layer, expert) item each)",
+    )
+    p.add_argument("--capacity-gib", default=None, type=GIB, help="cache capacity in GiB (needs --expert-bytes)")
+    p.add_argument("--expert-bytes", default=None, type=Bytes(), help="bytes per expert (streamed per miss)")
     p.add_argument(
         "--scope",
         default="global",
         choices=SCOPES,
         help="one shared cache or one per layer (default global)",
     )
-    p.add_argument("--warmup", default="0", help="steps simulated but not counted (default 0)")
+    p.add_argument("--warmup", default="0", type=Count(min=0), help="steps simulated but not counted (default 0)")
     p.add_argument(
         "--histogram", default=None, help="histogram .csv to pin the static hot set from (default: the trace's own)"
     )
     p.add_argument(
         "--streams",
         default=None,
+        type=ListOf(Count(min=0), example="0,3", distinct=True),
         help="replay only these streams of the trace, comma-separated indices from 0 (default: all)",
     )
     p.add_argument("--lookup", default="layer", choices=LOOKUPS, help=LOOKUP_HELP)
@@ -95,6 +101,7 @@ def add_parser(subparsers: Any) -> None:
         "--s3fifo-threshold",
         default=None,
         metavar="N",
+        type=Count(min=1),
         help=(
             f"--policy s3fifo: hits in the small queue that move an expert to the main queue "
             f"(default {S3FIFO_THRESHOLD}; libCacheSim's S3FIFOv0 uses 2)"
@@ -109,6 +116,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--workers",
         default=None,
+        type=WORKERS,
         help="shard the layers over a local cluster of N worker processes (scope layer only; exact)",
     )
     add_meta_arguments(p)
@@ -116,15 +124,9 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def parse_streams(text: str, n_streams: int) -> list[int]:
-    """``--streams 0,3`` → ``[0, 3]``: distinct stream indices of a trace of ``n_streams``, in
-    the order given."""
-    parts = text.split(",")
-    if not text.strip() or any(not q.strip() for q in parts):
-        raise UsageError(f"--streams: expected comma-separated stream indices like 0,3, got {text!r}")
-    ids = [non_negative_int(q, "--streams") for q in parts]
-    if len(set(ids)) != len(ids):
-        raise UsageError(f"--streams: a stream is listed twice in {text!r}")
+def check_streams(ids: list[int], n_streams: int) -> list[int]:
+    """``--streams 0,3`` (distinct indices from 0, as declared) held to a trace of ``n_streams``
+    streams; in the order given."""
     bad = [i for i in ids if i >= n_streams]
     if bad:
         raise UsageError(
@@ -205,18 +207,15 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901
 
     if (args.capacity_experts is None) == (args.capacity_gib is None):
         raise UsageError("give exactly one of --capacity-experts N or --capacity-gib X")
-    expert_bytes = None if args.expert_bytes is None else byte_size(args.expert_bytes, "--expert-bytes")
+    expert_bytes, warmup = args.expert_bytes, args.warmup
     if args.capacity_gib is not None and expert_bytes is None:
         raise UsageError("--capacity-gib needs --expert-bytes (bytes per expert)")
-    warmup = non_negative_int(args.warmup, "--warmup")
     if args.histogram is not None and args.policy != "static":
         raise UsageError("--histogram applies to --policy static only")
     if args.s3fifo_threshold is not None and args.policy != "s3fifo":
         raise UsageError("--s3fifo-threshold applies to --policy s3fifo only")
-    threshold = S3FIFO_THRESHOLD if args.s3fifo_threshold is None else _threshold(args.s3fifo_threshold)
-    workers = 1 if args.workers is None else non_negative_int(args.workers, "--workers")
-    if args.workers is not None and workers < 1:
-        raise UsageError("--workers: must be >= 1")
+    threshold = S3FIFO_THRESHOLD if args.s3fifo_threshold is None else args.s3fifo_threshold
+    workers = 1 if args.workers is None else args.workers
     sharded = args.scheduler is not None or workers > 1
     if args.scheduler is not None and args.workers is not None:
         raise UsageError("give --scheduler ADDRESS or --workers N, not both")
@@ -233,17 +232,17 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901
     # sharded, the workers read the trace as read_trace checked it; in one process the request
     # pass checks the ids itself
     trace = read_trace_arg(args.path, args) if sharded else read_trace_for_requests(args.path, args)
-    stream_ids = list(range(trace.streams)) if args.streams is None else parse_streams(args.streams, trace.streams)
+    stream_ids = list(range(trace.streams)) if args.streams is None else check_streams(args.streams, trace.streams)
     if warmup >= trace.steps:
         raise UsageError(f"--warmup: {warmup} leaves no counted step (the trace has {trace.steps} steps)")
     notes: list[str] = []
     if args.capacity_experts is not None:
-        cap_experts = non_negative_int(args.capacity_experts, "--capacity-experts")
+        cap_experts = args.capacity_experts
         capacity, unit, cap_bytes = float(cap_experts), "experts", None
         if expert_bytes is not None:
             cap_bytes = cap_experts * expert_bytes
     else:
-        cap_bytes = to_si(non_negative_float(args.capacity_gib, "--capacity-gib"), "GiB")
+        cap_bytes = to_si(args.capacity_gib, "GiB")
         capacity, unit = cap_bytes, "bytes"
         cap_experts = int(math.floor(cap_bytes / expert_bytes + 1e-9))
     pinned = None
@@ -306,13 +305,6 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901
     finally:
         progress.close()
     return _report(args, trace, stream_ids, res, cap_experts, cap_bytes, unit, warmup, pinned, notes)
-
-
-def _threshold(text: str) -> int:
-    n = non_negative_int(text, "--s3fifo-threshold")
-    if n < 1:
-        raise UsageError(f"--s3fifo-threshold: must be >= 1, got {text!r}")
-    return n
 
 
 def _sharded_report(args, trace, stream_ids, caps, unit, expert_bytes, warmup, pinned, workers, notes):

@@ -19,11 +19,14 @@ import argparse
 import shlex
 from typing import Any
 
-from moeroof.cli.flags import READ_PATHS, UsageError, non_negative_int, positive_float, positive_int
+from moeroof.cli.flags import READ_PATHS, SEED, Count, Real, UsageError
 from moeroof.cli.output import add_output_arguments, check_output_file, emit, fmt, interrupted, jsonable, table
+from moeroof.core.limits import MAX_GIB
 
 #: the time budget ``--seconds`` may ask for (an hour at most: the run is not meant to soak)
 SECONDS_RANGE = (0.1, 3600.0)
+#: a size in MiB (--file-mib, --mem-mib): disk and memory are checked when the run starts
+MIB = Real(min=0.0, max=MAX_GIB * 2**10, open_low=True, unit="MiB")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -46,14 +49,19 @@ def add_parser(subparsers: Any) -> None:
         help="hardware TOML to write, atomically (default calibrated.toml); the printed report goes to --report-output",
     )
     p.add_argument("--name", default=None, help="preset name in the TOML (default calibrated-DATE)")
-    p.add_argument("--file-mib", default="2048", help="scratch file size in MiB (default 2048)")
+    p.add_argument("--file-mib", default="2048", type=MIB, help="scratch file size in MiB (default 2048)")
     p.add_argument(
         "--seconds",
         default="30",
+        type=Real(min=SECONDS_RANGE[0], max=SECONDS_RANGE[1]),
         help="time budget of the measurements in seconds, 0.1 to 3600 (default 30; writing the file comes on top)",
     )
-    p.add_argument("--mem-mib", default="256", help="array size of the memory-copy measurement in MiB (default 256)")
-    p.add_argument("--matmul-n", default="2048", help="matrix size n of the float32 n×n matmul (default 2048)")
+    p.add_argument(
+        "--mem-mib", default="256", type=MIB, help="array size of the memory-copy measurement in MiB (default 256)"
+    )
+    p.add_argument(
+        "--matmul-n", default="2048", type=Count(min=1), help="matrix size n of the float32 n×n matmul (default 2048)"
+    )
     p.add_argument("--scratch-dir", default=None, help="where the scratch file goes (default: the output's folder)")
     p.add_argument(
         "--read-path",
@@ -61,7 +69,7 @@ def add_parser(subparsers: Any) -> None:
         choices=READ_PATHS,
         help="bypass the page cache by O_DIRECT, fadvise, or auto (default)",
     )
-    p.add_argument("--seed", default="0", help="seed of the random read offsets (default 0)")
+    p.add_argument("--seed", default="0", type=SEED, help="seed of the random read offsets (default 0)")
     p.add_argument(
         "--no-engine",
         action="store_true",
@@ -97,16 +105,8 @@ def calibrate_report(args: argparse.Namespace) -> dict[str, Any]:
     from moeroof.measure.bench import measure_engine
     from moeroof.measure.calibrate import Progress, calibrate
 
-    file_mib = positive_float(args.file_mib, "--file-mib")
-    seconds = positive_float(args.seconds, "--seconds")
-    if not SECONDS_RANGE[0] <= seconds <= SECONDS_RANGE[1]:
-        raise UsageError(
-            f"--seconds: must be between {SECONDS_RANGE[0]:g} and {SECONDS_RANGE[1]:g} (an hour), got {args.seconds!r}"
-        )
+    file_mib, seconds, mem_mib, matmul_n, seed = args.file_mib, args.seconds, args.mem_mib, args.matmul_n, args.seed
     check_output(args)
-    mem_mib = positive_float(args.mem_mib, "--mem-mib")
-    matmul_n = positive_int(args.matmul_n, "--matmul-n")
-    seed = non_negative_int(args.seed, "--seed")
     command = [
         "moeroof",
         "calibrate",

@@ -28,7 +28,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from moeroof.cli.flags import UsageError, positive_int
+from moeroof.cli.flags import Count, UsageError
 from moeroof.cli.output import Progress, add_output_arguments, emit
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # moeroof.measure.capture.DTYPES, without importing it
@@ -54,8 +54,23 @@ def add_parser(subparsers: Any) -> None:
         help="prompts: a text file (one a line; needs a tokenizer in MODEL_DIR) or a .jsonl "
         "(one a line: a list of token ids, a string, or {input_ids | prompt | text})",
     )
-    p.add_argument("--streams", required=True, metavar="B", help="concurrent streams: the first B prompts (distinct)")
-    p.add_argument("--max-new-tokens", required=True, metavar="N", help="new tokens per stream (>= 2)")
+    p.add_argument(
+        "--streams",
+        required=True,
+        metavar="B",
+        type=Count(min=1),
+        help="concurrent streams: the first B prompts (distinct)",
+    )
+    p.add_argument(
+        "--max-new-tokens",
+        required=True,
+        metavar="N",
+        type=Count(
+            min=2,
+            too_small="at least 2 (the first token comes from the prefill, the rest are decode steps), got {text!r}",
+        ),
+        help="new tokens per stream (>= 2)",
+    )
     p.add_argument(
         "-o",
         "--output",
@@ -83,12 +98,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def capture_report(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901
-    streams = positive_int(args.streams, "--streams")
-    new_tokens = positive_int(args.max_new_tokens, "--max-new-tokens")
-    if new_tokens < 2:
-        raise UsageError(
-            "--max-new-tokens: at least 2 (the first token comes from the prefill, the rest are decode steps)"
-        )
+    streams, new_tokens = args.streams, args.max_new_tokens
     out = Path(args.output)
     if out.suffix.lower() not in (".npz", ".npy"):
         raise UsageError(f"-o: expected a .npz or .npy path, got {args.output!r}")

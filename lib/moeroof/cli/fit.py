@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.flags import check_replicate_memory, non_negative_int, replicates
+from moeroof.cli.flags import REPLICATES, SEED, check_replicate_memory
 from moeroof.cli.inputs import add_meta_arguments, load_input
 from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, table
 from moeroof.data.io import Histogram
@@ -36,9 +36,13 @@ def add_parser(subparsers: Any) -> None:
         metavar="HISTOGRAM|TRACE",
         help="histogram .csv with its sidecar .json, or a trace .npz/.npy (fitted through its histogram)",
     )
-    p.add_argument("--bootstrap", default="100", help="bootstrap replicates for parameter CIs (default 100)")
-    p.add_argument("--gof-sims", default="99", help="simulations for the goodness-of-fit p-value (default 99)")
-    p.add_argument("--seed", default="0", help="seed of numpy.random.default_rng (default 0)")
+    p.add_argument(
+        "--bootstrap", default="100", type=REPLICATES, help="bootstrap replicates for parameter CIs (default 100)"
+    )
+    p.add_argument(
+        "--gof-sims", default="99", type=REPLICATES, help="simulations for the goodness-of-fit p-value (default 99)"
+    )
+    p.add_argument("--seed", default="0", type=SEED, help="seed of numpy.random.default_rng (default 0)")
     add_meta_arguments(p)
     add_output_arguments(p)
     p.set_defaults(func=run)
@@ -46,9 +50,7 @@ def add_parser(subparsers: Any) -> None:
 
 def fit_report(args: argparse.Namespace) -> dict[str, Any]:
     """The ``fit`` JSON object for parsed arguments."""
-    bootstrap = replicates(args.bootstrap, "--bootstrap")
-    gof_sims = replicates(args.gof_sims, "--gof-sims")
-    seed = non_negative_int(args.seed, "--seed")
+    bootstrap, gof_sims, seed = args.bootstrap, args.gof_sims, args.seed
     data = load_input(args.path, args)
     # each replicate or simulation draws a (layers × experts) histogram, with temporaries
     per = 4 * len(data.layer_ids) * data.experts

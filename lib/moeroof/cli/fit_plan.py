@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from moeroof.cli.flags import SET_HELP, UsageError, apply_sets, non_negative_int
+from moeroof.cli.flags import SET_HELP, Choice, Count, apply_sets
 from moeroof.cli.inputs import input_path, routing_knobs_arg
 from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, table
 from moeroof.core.limits import usable_cores
@@ -52,9 +52,10 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--fit",
         default=None,
+        type=Choice(KNOBS, many=True),
         help=f"knobs to fit, comma-separated from {','.join(KNOBS)} (default: what the rows identify)",
     )
-    p.add_argument("--context", default="4096", help="context tokens per agent (default 4096)")
+    p.add_argument("--context", default="4096", type=Count(min=0), help="context tokens per agent (default 4096)")
     p.add_argument("--set", action="append", default=None, metavar="FIELD=VALUE", help=SET_HELP)
     p.add_argument("--page-cache", action="store_true", help="experts read through the OS page cache (see plan)")
     p.add_argument(
@@ -74,16 +75,6 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=run, parameter_flags={"fit": "--fit", "family": "--routing-knobs"})
 
 
-def _knob_list(text: str | None) -> tuple[str, ...] | None:
-    if text is None:
-        return None
-    parts = [t.strip() for t in text.split(",")]
-    bad = [t for t in parts if t not in KNOBS]
-    if not text.strip() or bad:
-        raise UsageError(f"--fit: expected knobs from {','.join(KNOBS)}, got {text!r}")
-    return tuple(dict.fromkeys(parts))
-
-
 def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
     from moeroof.data.plan_points import read_plan_points
     from moeroof.data.presets import load_hardware, load_model
@@ -92,8 +83,7 @@ def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
     from moeroof.models.locality import Locality
     from moeroof.models.plan import routing_from_spec
 
-    fit = _knob_list(args.fit)
-    context = non_negative_int(args.context, "--context")
+    fit, context = args.fit, args.context
     points = read_plan_points(input_path(args.path))
     model, hardware = apply_sets(args.set, load_model(args.model), load_hardware(args.hardware))
     if args.routing_knobs is not None:

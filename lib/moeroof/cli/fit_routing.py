@@ -16,11 +16,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from moeroof.cli.flags import UsageError, byte_size, positive_int, replicates
+from moeroof.cli.flags import EXPERTS, LAYERS, REPLICATES, TOP_K, Bytes, Count, UsageError
 from moeroof.cli.inputs import input_path
 from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, table
 from moeroof.core.errors import ParameterError
-from moeroof.core.limits import MAX_EXPERTS, MAX_LAYERS
+from moeroof.core.limits import MAX_FIT_SEEDS, MAX_SIMULATED_STEPS
 
 
 def add_parser(subparsers: Any) -> None:
@@ -35,13 +35,30 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "path", metavar="POINTS", help="POINTS .csv (kind,batch,capacity_experts_per_layer|capacity_gib,...,value)"
     )
-    p.add_argument("--experts", required=True, help="routed experts per layer E")
-    p.add_argument("--top-k", required=True, help="experts per token K")
-    p.add_argument("--layers", required=True, help="MoE layers L (at most 16 are simulated)")
-    p.add_argument("--expert-bytes", default=None, help="bytes of one expert of one layer (capacity_gib, gib_per_step)")
-    p.add_argument("--seeds", default="4", help="fit seeds, common random numbers (default 4)")
-    p.add_argument("--bootstrap", default="8", help="bootstrap replicates for intervals and bands (default 8)")
-    p.add_argument("--timed-steps", default="16", help="counted decode steps per simulated run (default 16)")
+    p.add_argument("--experts", required=True, type=EXPERTS, help="routed experts per layer E")
+    p.add_argument("--top-k", required=True, type=TOP_K, help="experts per token K")
+    p.add_argument("--layers", required=True, type=LAYERS, help="MoE layers L (at most 16 are simulated)")
+    p.add_argument(
+        "--expert-bytes",
+        default=None,
+        type=Bytes(),
+        help="bytes of one expert of one layer (capacity_gib, gib_per_step)",
+    )
+    p.add_argument(
+        "--seeds",
+        default="4",
+        type=Count(min=1, max=MAX_FIT_SEEDS),
+        help="fit seeds, common random numbers (default 4)",
+    )
+    p.add_argument(
+        "--bootstrap", default="8", type=REPLICATES, help="bootstrap replicates for intervals and bands (default 8)"
+    )
+    p.add_argument(
+        "--timed-steps",
+        default="16",
+        type=Count(min=1, max=MAX_SIMULATED_STEPS),
+        help="counted decode steps per simulated run (default 16)",
+    )
     p.add_argument(
         "--no-locality-prior",
         action="store_true",
@@ -54,19 +71,10 @@ def add_parser(subparsers: Any) -> None:
 
 def fit_routing_report(args: argparse.Namespace) -> dict[str, Any]:
     """The ``fit-routing`` JSON object for parsed arguments."""
-    experts = positive_int(args.experts, "--experts")
-    top_k = positive_int(args.top_k, "--top-k")
+    experts, top_k, layers, expert_bytes = args.experts, args.top_k, args.layers, args.expert_bytes
     if top_k > experts:
         raise UsageError(f"--top-k: K={top_k} exceeds --experts E={experts}")
-    layers = positive_int(args.layers, "--layers")
-    if experts > MAX_EXPERTS:
-        raise UsageError(f"--experts: {experts} is more than the {MAX_EXPERTS} allowed")
-    if layers > MAX_LAYERS:
-        raise UsageError(f"--layers: {layers} is more than the {MAX_LAYERS} allowed")
-    expert_bytes = None if args.expert_bytes is None else byte_size(args.expert_bytes, "--expert-bytes")
-    seeds = positive_int(args.seeds, "--seeds")
-    bootstrap = replicates(args.bootstrap, "--bootstrap")
-    timed = positive_int(args.timed_steps, "--timed-steps")
+    seeds, bootstrap, timed = args.seeds, args.bootstrap, args.timed_steps
     from moeroof.data.points import read_points
     from moeroof.fit.routing import fit_routing
     from moeroof.models.locality import Locality

@@ -1,31 +1,57 @@
-"""The ``moeroof`` subcommands' flag values: the usage error and the parsers.
+"""The ``moeroof`` subcommands' flag values: each flag's constraint, declared where the flag is added.
 
-Every flag value arrives as text and is parsed here, so that a bad value reads
-``error: --flag: what is wrong`` (:class:`UsageError`, exit 2 in :mod:`moeroof.cli.app`).
-This module imports only numpy and :mod:`moeroof.data.io`; a subcommand imports its library
-modules inside its own functions.
+A number, size, choice or list flag is declared with one of the constraint classes below as its
+argparse ``type`` (``p.add_argument("--steps", type=Count(min=1))``): argparse calls it on the text
+given (and on a text default), and it returns the value or refuses the text with a
+:class:`FlagError`, which :class:`FlagParser` prints as one line, ``error: --steps: '0' is not a
+positive integer``, exit status 2, before the command runs. The constraints carry their bounds
+as data (``Count(min=1, max=MAX_LAYERS).max``), so that ``tests/test_cli_flags.py`` derives the
+values each flag must refuse and accept from the declarations themselves. A check that needs two
+flags together (``--top-k`` against ``--experts``) or an input file stays in the command's
+``run`` and raises :class:`UsageError` (``error: <message>``, exit 2 in :mod:`moeroof.cli.app`).
+
+Building a parser imports no library code: this module needs :mod:`moeroof.core.limits` alone at
+import time; a subcommand imports its library modules inside its own functions.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
+import re
+import sys
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from moeroof.core.limits import MAX_BATCH, MAX_EXPERTS, MAX_GIB, MAX_LAYERS, MAX_REPLICATES, MAX_TOKENS
 
 __all__ = [
     "READ_PATHS",
     "CACHE_POLICIES",
     "PARTITIONS",
     "UsageError",
+    "FlagError",
+    "FlagParser",
+    "Count",
+    "Real",
+    "Bytes",
+    "BatchList",
+    "ListOf",
+    "Choice",
+    "CONSTRAINTS",
+    "SEED",
+    "REPLICATES",
+    "EXPERTS",
+    "TOP_K",
+    "LAYERS",
+    "TOKENS",
+    "WORKERS",
+    "GIB",
+    "RANK_SPEED",
+    "declare_choices",
     "start_cache_kernels",
-    "positive_int",
-    "non_negative_int",
-    "non_negative_float",
-    "positive_float",
-    "replicates",
     "check_replicate_memory",
-    "byte_size",
-    "scaled",
     "MAX_BATCH_SIZES",
     "BATCH_HELP",
     "parse_batch",
@@ -48,9 +74,294 @@ READ_PATHS = ("auto", "o_direct", "fadvise")
 CACHE_POLICIES = ("lru", "lfu", "lfu-perfect", "s3fifo", "arc", "belady", "belady-insert", "static")
 PARTITIONS = ("id", "lpt", "weighted", "bytes")
 
+#: a usage error's exit status (moeroof.cli.app.EXIT_USAGE)
+_EXIT_USAGE = 2
+
 
 class UsageError(ValueError):
-    """A bad flag value; printed as ``error: <message>``."""
+    """A bad flag value found by a command's ``run`` (two flags together, a flag against an
+    input); printed as ``error: <message>``."""
+
+
+class FlagError(argparse.ArgumentTypeError):
+    """A flag value its declared constraint refuses; the message leaves out the flag, which
+    :class:`FlagParser` puts in front (``error: --steps: '0' is not a positive integer``)."""
+
+
+def _flag_label(argument_name: str | None) -> str:
+    """``-o/--output`` → ``--output``: the long name of a flag, as every message spells it."""
+    names = str(argument_name or "").split("/")
+    return next((n for n in names if n.startswith("--")), names[0] or "argument")
+
+
+class FlagParser(argparse.ArgumentParser):
+    """The ``moeroof`` parsers (argparse makes every subparser of the same class): a value that a
+    declared constraint refuses is one line, ``error: --flag: what is wrong``, and exit status 2;
+    argparse's own usage errors (a missing argument, an unknown flag) keep its usage and message."""
+
+    def error(self, message: str) -> NoReturn:
+        exc = sys.exc_info()[1]
+        # argparse raises its ArgumentError while it handles the constraint's FlagError
+        if isinstance(exc, argparse.ArgumentError) and isinstance(exc.__context__, FlagError):
+            self.exit(_EXIT_USAGE, f"error: {_flag_label(exc.argument_name)}: {exc.__context__}\n")
+        super().error(message)
+
+
+_DIGITS = re.compile(r"\+?[0-9]+")
+
+
+@dataclass(frozen=True)
+class Count:
+    """A whole number in ``min`` … ``max`` (``max`` None: no upper bound), written in decimal
+    digits (``1e3`` and ``1.0`` are refused). ``too_small``: the message for a number below
+    ``min`` (``{text}`` the value as given), instead of "is not a positive integer"."""
+
+    min: int = 0
+    max: int | None = None
+    too_small: str = ""
+
+    def noun(self, plural: bool = False) -> str:
+        """What the flag takes, in words: ``a positive integer`` (``positive integers``)."""
+        if self.min in (0, 1):
+            what = "non-negative integer" if self.min == 0 else "positive integer"
+            return f"{what}s" if plural else f"a {what}"
+        return f"integers >= {self.min}" if plural else f"an integer >= {self.min}"
+
+    def __call__(self, text: str) -> int:
+        t = text.strip()
+        if not _DIGITS.fullmatch(t):
+            raise FlagError(f"{text!r} is not {self.noun()}")
+        try:
+            n = int(t)
+        except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
+            raise FlagError(f"a number of {len(t)} digits is too large") from None
+        if n < self.min:
+            raise FlagError(self.too_small.format(text=text) if self.too_small else f"{text!r} is not {self.noun()}")
+        if self.max is not None and n > self.max:
+            raise FlagError(f"{n} is more than the {self.max} allowed")
+        return n
+
+
+@dataclass(frozen=True)
+class Real:
+    """A finite number from ``min`` (excluded with ``open_low``) to ``max`` (excluded with
+    ``open_high``; ``inf``: no upper bound). ``unit`` names what a number above ``max`` is
+    counted in (``1e+300 GiB is too large``); ``words`` are texts taken as they are (``auto``,
+    any case); ``too_small``: the message for a finite number below ``min`` (``{text}`` the value
+    as given)."""
+
+    min: float = 0.0
+    max: float = math.inf
+    open_low: bool = False
+    open_high: bool = False
+    unit: str = ""
+    words: tuple[str, ...] = ()
+    too_small: str = ""
+
+    def noun(self, plural: bool = False) -> str:
+        """What the flag takes, in words: ``a number in (0, 1)``, ``a finite number >= 0``."""
+        if math.isfinite(self.max) and not self.unit:
+            low, high = "(" if self.open_low else "[", ")" if self.open_high else "]"
+            return f"{'numbers' if plural else 'a number'} in {low}{self.min:g}, {self.max:g}{high}"
+        return f"{'finite numbers' if plural else 'a finite number'} {'>' if self.open_low else '>='} {self.min:g}"
+
+    def below(self, value: float) -> bool:
+        """Whether ``value`` lies below the range (NaN does)."""
+        return not (value > self.min or (value == self.min and not self.open_low))
+
+    def above(self, value: float) -> bool:
+        """Whether ``value`` lies above the range."""
+        return value > self.max or (value == self.max and self.open_high)
+
+    def __call__(self, text: str) -> float | str:
+        t = text.strip()
+        if t.lower() in self.words:
+            return t.lower()
+        try:
+            value = float(t)
+        except ValueError:
+            either = "".join(f" or {w}" for w in self.words)
+            raise FlagError(f"expected a number{either}, got {text!r}") from None
+        if math.isfinite(value) and self.below(value) and self.too_small:
+            raise FlagError(self.too_small.format(text=text))
+        if math.isfinite(value) and self.above(value) and self.unit:
+            raise FlagError(f"{value:g} {self.unit} is too large (at most {self.max:g} {self.unit})")
+        if not math.isfinite(value) or self.below(value) or self.above(value):
+            raise FlagError(f"{text!r} is not {self.noun()}")
+        return value
+
+
+@dataclass(frozen=True)
+class Bytes(Real):
+    """A size in bytes: finite and at least 1 (``1e-300`` bytes per expert would make a capacity
+    of 1 GiB hold 10^309 experts), at most :data:`~moeroof.core.limits.MAX_GIB` GiB."""
+
+    min: float = 1.0
+    max: float = MAX_GIB * 2**30
+    unit: str = "B"
+    too_small: str = "a size in bytes must be at least 1, got {text!r}"
+
+
+@dataclass(frozen=True)
+class ListOf:
+    """Comma-separated values, each ``item`` (a :class:`Count` or :class:`Real`), as a list;
+    ``distinct``: none twice. ``example`` shows the form in the message for a malformed list."""
+
+    item: Count | Real
+    example: str
+    distinct: bool = False
+
+    def __call__(self, text: str) -> list[Any]:
+        parts = text.split(",")
+        if not text.strip() or any(not q.strip() for q in parts):
+            raise FlagError(f"expected comma-separated {self.item.noun(plural=True)} like {self.example}, got {text!r}")
+        values = [self.item(q) for q in parts]
+        seen: set[Any] = set()
+        for v in values if self.distinct else ():
+            if v in seen:
+                raise FlagError(f"{v} is listed twice in {text!r}")
+            seen.add(v)
+        return values
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of ``options`` (``many``: a comma-separated list of them, duplicates dropped, as a
+    tuple). A flag added with ``choices=`` gets a ``Choice`` of them from :func:`declare_choices`,
+    so that a name not among them is one ``error:`` line too."""
+
+    options: tuple[str, ...]
+    many: bool = False
+
+    def __call__(self, text: str) -> str | tuple[str, ...]:
+        if not self.many:
+            if text not in self.options:
+                raise FlagError(f"{text!r} is not one of {', '.join(self.options)}")
+            return text
+        parts = [t.strip() for t in text.split(",")]
+        if not text.strip() or any(t not in self.options for t in parts):
+            raise FlagError(f"expected a comma-separated list from {','.join(self.options)}, got {text!r}")
+        return tuple(dict.fromkeys(parts))
+
+
+#: the most batch sizes one --batch may expand to
+MAX_BATCH_SIZES = 10_000
+
+
+@dataclass(frozen=True)
+class BatchList:
+    """``--batch``: batch sizes as :data:`BATCH_HELP` writes them (``1,8,64``, ``1-64``,
+    ``1:256:x2``, ``1:64:+8``), each in 1 … ``max``, at most ``max_sizes`` of them; sorted,
+    duplicates dropped."""
+
+    max: int = MAX_BATCH
+    max_sizes: int = MAX_BATCH_SIZES
+
+    def __call__(self, text: str) -> list[int]:
+        parts = text.split(",")
+        if not text.strip() or any(not p.strip() for p in parts):
+            raise FlagError(f"expected comma-separated batch sizes like 1,8,64, 1-64 or 1:256:x2, got {text!r}")
+        sizes: set[int] = set()
+        for part in parts:
+            sizes.update(self._item(part))
+            if len(sizes) > self.max_sizes:
+                raise FlagError(f"{text!r} expands to more than {self.max_sizes} sizes")
+        return sorted(sizes)
+
+    def _size(self, text: str) -> int:
+        return Count(min=1, max=self.max)(text)
+
+    def _item(self, item: str) -> list[int]:
+        """One comma item (see :data:`BATCH_HELP`)."""
+        text = item.strip()
+        if ":" in text:
+            parts = text.split(":")
+            if len(parts) != 3:
+                raise FlagError(f"{item!r}: a range is LO:HI:xF (geometric) or LO:HI:+D (arithmetic)")
+            lo, hi = self._span(item, parts[0], parts[1])
+            return self._range(item, lo, hi, parts[2].strip())
+        if "-" in text[1:]:
+            lo_text, _, hi_text = text.partition("-")
+            lo, hi = self._span(item, lo_text, hi_text)
+            span = {lo, hi}
+            p = 1
+            while p < hi:
+                if p > lo:
+                    span.add(p)
+                p *= 2
+            return sorted(span)
+        return [self._size(text)]
+
+    def _span(self, item: str, lo_text: str, hi_text: str) -> tuple[int, int]:
+        lo, hi = self._size(lo_text), self._size(hi_text)
+        if hi < lo:
+            raise FlagError(f"{item!r}: HI = {hi} is below LO = {lo}")
+        return lo, hi
+
+    def _range(self, item: str, lo: int, hi: int, step: str) -> list[int]:
+        """``LO:HI:xF`` (geometric) or ``LO:HI:+D`` (arithmetic), HI included when a step reaches it."""
+        if step[:1] in ("x", "*", "×"):
+            try:
+                factor = float(step[1:])
+            except ValueError:
+                raise FlagError(f"{item!r}: the factor after 'x' must be a number, got {step[1:]!r}") from None
+            if not math.isfinite(factor) or factor <= 1:
+                raise FlagError(f"{item!r}: the factor must be > 1, got {step[1:]!r}")
+            out: list[int] = []
+            x = float(lo)
+            for _ in range(self.max_sizes + 1):
+                if round(x) > hi:
+                    return out
+                if not out or out[-1] != round(x):  # a factor near 1 rounds to the same size again
+                    out.append(int(round(x)))
+                x *= factor
+            raise FlagError(f"{item!r} takes more than {self.max_sizes} steps (the factor is too close to 1)")
+        if step[:1] == "+":
+            try:
+                d = Count(min=1)(step[1:])
+            except FlagError as err:
+                raise FlagError(f"{item!r}: the step after '+': {err}") from None
+            count = (hi - lo) // d + 1
+            if count > self.max_sizes:
+                raise FlagError(f"{item!r} expands to {count} sizes (at most {self.max_sizes})")
+            return list(range(lo, hi + 1, d))
+        raise FlagError(f"{item!r}: the step must be xF (geometric, e.g. x2) or +D (arithmetic, e.g. +8), got {step!r}")
+
+
+#: the constraint classes a flag's ``type`` may be (tests/test_cli_flags.py walks the parsers for them)
+CONSTRAINTS = (Count, Real, ListOf, Choice, BatchList)
+
+# The constraints several commands' flags share (the bounds: moeroof.core.limits).
+#: a seed of numpy.random.default_rng
+SEED = Count(min=0)
+#: bootstrap replicates, draws, goodness-of-fit simulations (each also checked against memory)
+REPLICATES = Count(min=0, max=MAX_REPLICATES)
+#: routed experts per layer E
+EXPERTS = Count(min=1, max=MAX_EXPERTS)
+#: experts per token K (K <= E is checked where both are known)
+TOP_K = Count(min=1, max=MAX_EXPERTS)
+#: MoE layers L
+LAYERS = Count(min=1, max=MAX_LAYERS)
+#: routed tokens per layer T
+TOKENS = Count(min=1, max=MAX_TOKENS)
+#: worker processes of a local cluster
+WORKERS = Count(min=1)
+#: a cache or memory size in GiB
+GIB = Real(min=0.0, max=MAX_GIB, unit="GiB")
+#: relative speed per rank (one per rank: checked against --ranks where both are known)
+RANK_SPEED = ListOf(Real(min=0.0, open_low=True), example="1,0.6")
+
+
+def declare_choices(parser: argparse.ArgumentParser) -> None:
+    """Every flag of ``parser`` and its subparsers added with ``choices=`` and no ``type``
+    gets ``type=Choice(choices)``: a name not among them is one ``error:`` line, as any
+    other bad value (argparse's own check would print its usage first)."""
+    for action in parser._actions:  # argparse keeps its actions here and nowhere public
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                declare_choices(sub)
+        elif action.choices is not None and action.type is None:
+            action.type = Choice(tuple(action.choices))
 
 
 def start_cache_kernels() -> None:
@@ -59,47 +370,6 @@ def start_cache_kernels() -> None:
     from moeroof.kernels import cache as cache_kernels
 
     cache_kernels.library()
-
-
-def positive_int(text: str, flag: str) -> int:
-    t = text.strip()
-    if not t.lstrip("+").isdigit() or int(t) < 1:
-        raise UsageError(f"{flag}: {text!r} is not a positive integer")
-    return int(t)
-
-
-def non_negative_int(text: str, flag: str) -> int:
-    t = text.strip()
-    if not t.lstrip("+").isdigit():
-        raise UsageError(f"{flag}: {text!r} is not a non-negative integer")
-    return int(t)
-
-
-def non_negative_float(text: str, flag: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise UsageError(f"{flag}: expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise UsageError(f"{flag}: must be a finite number >= 0, got {text!r}")
-    return value
-
-
-def positive_float(text: str, flag: str) -> float:
-    value = non_negative_float(text, flag)
-    if value <= 0:
-        raise UsageError(f"{flag}: must be > 0, got {text!r}")
-    return value
-
-
-def replicates(text: str, flag: str) -> int:
-    """A count of replicates, draws or simulations: an integer in 0 … MAX_REPLICATES."""
-    from moeroof.core.limits import MAX_REPLICATES
-
-    n = non_negative_int(text, flag)
-    if n > MAX_REPLICATES:
-        raise UsageError(f"{flag}: {n} is more than the {MAX_REPLICATES} allowed")
-    return n
 
 
 def check_replicate_memory(flag: str, count: int, per_replicate: int, what: str) -> None:
@@ -113,26 +383,6 @@ def check_replicate_memory(flag: str, count: int, per_replicate: int, what: str)
         raise UsageError(f"{flag}: {err}") from None
 
 
-def byte_size(text: str, flag: str) -> float:
-    """A size in bytes: finite and at least 1 (``1e-300`` bytes per expert would make a
-    capacity of 1 GiB hold 10^309 experts)."""
-    value = non_negative_float(text, flag)
-    if value < 1:
-        raise UsageError(f"{flag}: a size in bytes must be at least 1, got {text!r}")
-    return value
-
-
-def scaled(value: float, factor: float, flag: str, unit: str) -> float:
-    """``value × factor`` (a unit conversion of a flag's value), refused when it overflows."""
-    out = value * factor
-    if not math.isfinite(out):
-        raise UsageError(f"{flag}: {value:g} {unit} is too large to compute with")
-    return out
-
-
-#: the most batch sizes one --batch may expand to
-MAX_BATCH_SIZES = 10_000
-
 BATCH_HELP = (
     "batch sizes: a list (1,8,64), a doubling span LO-HI (1-64 = 1,2,4,…,64: the powers of two between, "
     "LO and HI included; 3-20 = 3,4,8,16,20), a geometric range LO:HI:xF (1:256:x2 = 1,2,4,…,256) or an "
@@ -140,72 +390,14 @@ BATCH_HELP = (
 )
 
 
-def _batch_item(item: str) -> list[int]:
-    """One comma item of ``--batch`` (see :data:`BATCH_HELP`)."""
-    text = item.strip()
-    if ":" in text:
-        parts = text.split(":")
-        if len(parts) != 3:
-            raise UsageError(f"--batch: {item!r}: a range is LO:HI:xF (geometric) or LO:HI:+D (arithmetic)")
-        lo = positive_int(parts[0], "--batch")
-        hi = positive_int(parts[1], "--batch")
-        if hi < lo:
-            raise UsageError(f"--batch: {item!r}: HI = {hi} is below LO = {lo}")
-        step = parts[2].strip()
-        if step[:1] in ("x", "*", "×"):
-            try:
-                factor = float(step[1:])
-            except ValueError:
-                raise UsageError(
-                    f"--batch: {item!r}: the factor after 'x' must be a number, got {step[1:]!r}"
-                ) from None
-            if not math.isfinite(factor) or factor <= 1:
-                raise UsageError(f"--batch: {item!r}: the factor must be > 1, got {step[1:]!r}")
-            out, x = [], float(lo)
-            while round(x) <= hi:
-                out.append(int(round(x)))
-                if len(out) > MAX_BATCH_SIZES:
-                    break
-                x *= factor
-            return out
-        if step[:1] == "+":
-            d = positive_int(step[1:], "--batch (the step after '+')")
-            count = (hi - lo) // d + 1
-            if count > MAX_BATCH_SIZES:
-                raise UsageError(f"--batch: {item!r} expands to {count} sizes (at most {MAX_BATCH_SIZES})")
-            return list(range(lo, hi + 1, d))
-        raise UsageError(
-            f"--batch: {item!r}: the step must be xF (geometric, e.g. x2) or +D (arithmetic, e.g. +8), got {step!r}"
-        )
-    if "-" in text[1:]:
-        lo_text, _, hi_text = text.partition("-")
-        lo = positive_int(lo_text, "--batch")
-        hi = positive_int(hi_text, "--batch")
-        if hi < lo:
-            raise UsageError(f"--batch: {item!r}: HI = {hi} is below LO = {lo}")
-        span = {lo, hi}
-        p = 1
-        while p < hi:
-            if p > lo:
-                span.add(p)
-            p *= 2
-        return sorted(span)
-    return [positive_int(text, "--batch")]
-
-
 def parse_batch(text: str) -> list[int]:
-    """``--batch``: ``"1,8,64"`` → ``[1, 8, 64]``; ``"1-64"`` → powers of two from 1 to 64 (the
-    ends included); ``"1:256:x2"`` geometric, ``"1:64:+8"`` arithmetic (:data:`BATCH_HELP`).
-    Sorted, duplicates dropped; positive integers only."""
-    parts = text.split(",")
-    if not text.strip() or any(not p.strip() for p in parts):
-        raise UsageError(f"--batch: expected comma-separated batch sizes like 1,8,64, 1-64 or 1:256:x2, got {text!r}")
-    sizes: set[int] = set()
-    for part in parts:
-        sizes.update(_batch_item(part))
-        if len(sizes) > MAX_BATCH_SIZES:
-            raise UsageError(f"--batch: {text!r} expands to more than {MAX_BATCH_SIZES} sizes")
-    return sorted(sizes)
+    """``--batch``'s text as :class:`BatchList` reads it: ``"1,8,64"`` → ``[1, 8, 64]``; ``"1-64"`` →
+    powers of two from 1 to 64 (the ends included); ``"1:256:x2"`` geometric, ``"1:64:+8"``
+    arithmetic (:data:`BATCH_HELP`). A bad text is a :class:`UsageError` naming ``--batch``."""
+    try:
+        return BatchList()(text)
+    except FlagError as err:
+        raise UsageError(f"--batch: {err}") from None
 
 
 def add_step_arguments(p: Any) -> None:
@@ -214,6 +406,7 @@ def add_step_arguments(p: Any) -> None:
     p.add_argument(
         "--cache-gib",
         default="auto",
+        type=Real(min=0.0, max=MAX_GIB, unit="GiB", words=("auto",)),
         help="expert cache per rank (box) in GiB, or auto (the default): at each batch size B, what RAM leaves "
         "after the OS reserve, the dense band and the KV cache of that B",
     )
@@ -230,18 +423,23 @@ def add_step_arguments(p: Any) -> None:
         choices=("global", "layer"),
         help="one cache shared by the layers (default) or one per layer",
     )
-    p.add_argument("--context", default="4096", help="context tokens per agent (default 4096)")
+    p.add_argument("--context", default="4096", type=Count(min=0), help="context tokens per agent (default 4096)")
     p.add_argument(
         "--overlap", default="max", choices=("max", "sum"), help="combine the terms by max (overlap) or sum (serial)"
     )
-    p.add_argument("--read-size-kib", default=None, help="SSD read size in KiB (default: one expert per read)")
+    p.add_argument(
+        "--read-size-kib",
+        default=None,
+        type=Real(min=2**-10, max=MAX_GIB * 2**20, unit="KiB", too_small="a read of {text} KiB is less than one byte"),
+        help="SSD read size in KiB (default: one expert per read)",
+    )
     p.add_argument(
         "--exchange",
         default="overlapped",
         choices=("overlapped", "serial"),
         help="with several ranks: the expert exchange hidden under the slowest rank (default) or added after it",
     )
-    p.add_argument("--seed", default="0", help="seed of the simulated cache traces (default 0)")
+    p.add_argument("--seed", default="0", type=SEED, help="seed of the simulated cache traces (default 0)")
     p.add_argument(
         "--page-cache",
         action="store_true",
@@ -287,22 +485,18 @@ def apply_sets(items: Sequence[str] | None, model: Any, hardware: Any) -> tuple[
 
 
 def step_options(args: Any) -> dict[str, Any]:
-    """The shared step flags as :class:`moeroof.models.plan.Workload` keywords (SI units);
-    ``cache_bytes`` is None for ``--cache-gib auto`` (:func:`resolve_auto_cache` fills it in)."""
-    auto = str(args.cache_gib).strip().lower() == "auto"
-    cache_gib = None if auto else non_negative_float(args.cache_gib, "--cache-gib")
-    read_kib = None if args.read_size_kib is None else positive_float(args.read_size_kib, "--read-size-kib")
-    if read_kib is not None and read_kib * 2**10 < 1:
-        raise UsageError(f"--read-size-kib: a read of {read_kib:g} KiB is less than one byte")
+    """The shared step flags (their values as declared in :func:`add_step_arguments`) as
+    :class:`moeroof.models.plan.Workload` keywords (SI units); ``cache_bytes`` is None for
+    ``--cache-gib auto`` (:func:`resolve_auto_cache` fills it in)."""
     return {
-        "cache_bytes": None if cache_gib is None else scaled(cache_gib, 2**30, "--cache-gib", "GiB"),
+        "cache_bytes": None if args.cache_gib == "auto" else args.cache_gib * 2**30,
         "cache_policy": args.cache_policy,
         "cache_scope": args.cache_scope,
-        "context_tokens": non_negative_int(args.context, "--context"),
+        "context_tokens": args.context,
         "overlap": args.overlap,
-        "read_size_bytes": None if read_kib is None else read_kib * 2**10,
+        "read_size_bytes": None if args.read_size_kib is None else args.read_size_kib * 2**10,
         "fabric_overlapped": args.exchange == "overlapped",
-        "seed": non_negative_int(args.seed, "--seed"),
+        "seed": args.seed,
         "page_cache": bool(args.page_cache),
     }
 
@@ -322,14 +516,15 @@ def resolve_auto_cache(options: dict[str, Any], model: Any, hardware: Any, batch
     return {**auto, "cache_gib": [c / 2**30 for c in auto["cache_bytes"]], "note": auto_cache_note(auto)}
 
 
-def parse_rank_speed(text: str | None, ranks: int) -> tuple[float, ...] | None:
-    """``--rank-speed 1,0.6``: one positive number per rank (None when not given)."""
-    if text is None:
+def parse_rank_speed(speeds: Sequence[float] | None, ranks: int) -> tuple[float, ...] | None:
+    """``--rank-speed 1,0.6`` (its positive numbers, as declared) held to ``--ranks``: one number
+    per rank (None when not given)."""
+    if speeds is None:
         return None
     from moeroof.core.errors import ParameterError
     from moeroof.models.partition import parse_rank_speed as parse
 
     try:
-        return tuple(float(x) for x in parse(text, ranks))
+        return tuple(float(x) for x in parse(list(speeds), ranks))
     except ParameterError as err:
         raise UsageError(f"--rank-speed: {err.detail}") from None

@@ -26,7 +26,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from moeroof.cli.flags import UsageError, positive_int
+from moeroof.cli.flags import EXPERTS, TOKENS, TOP_K, Count, ListOf, UsageError
 from moeroof.cli.output import add_output_arguments, emit
 
 FORMATS = ("table", "matrix", "sglang", "hf-router-logits")
@@ -86,8 +86,8 @@ def _add_table(sub: Any) -> None:
     t.add_argument(
         "--filter", action="append", metavar="COL=VALUE", help="keep rows where COL equals VALUE (repeatable)"
     )
-    t.add_argument("--experts", required=True, help="routed experts E of the model")
-    t.add_argument("--top-k", required=True, help="experts per token K")
+    t.add_argument("--experts", required=True, type=EXPERTS, help="routed experts E of the model")
+    t.add_argument("--top-k", required=True, type=TOP_K, help="experts per token K")
 
 
 def _add_matrix(sub: Any) -> None:
@@ -111,16 +111,17 @@ def _add_matrix(sub: Any) -> None:
     m.add_argument(
         "--filter", action="append", metavar="COL=VALUE", help="keep rows where COL equals VALUE (repeatable)"
     )
-    m.add_argument("--top-k", required=True, help="experts per token K")
+    m.add_argument("--top-k", required=True, type=TOP_K, help="experts per token K")
     m.add_argument(
         "--tokens",
+        type=ListOf(TOKENS, example="4096 or 4096,4000"),
         help="tokens T behind the matrix: one number or one per layer (T,T,…); required for frequencies",
     )
     m.add_argument(
         "--kind", choices=("auto", "counts", "frequency"), default="auto", help="what the values are (default: detect)"
     )
     m.add_argument("--shares", action="store_true", help="rows summing to 1 are each expert's share of the K·T picks")
-    m.add_argument("--experts", help="routed experts E (default: the expert columns / array width)")
+    m.add_argument("--experts", type=EXPERTS, help="routed experts E (default: the expert columns / array width)")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -149,8 +150,8 @@ def add_parser(subparsers: Any) -> None:
         ),
     )
     _common(g, "histogram (.csv) or, for a per_token dump, trace (.npz/.npy)")
-    g.add_argument("--top-k", required=True, help="experts per token K")
-    g.add_argument("--experts", help="routed experts E (default: from the dump, or the largest id + 1)")
+    g.add_argument("--top-k", required=True, type=TOP_K, help="experts per token K")
+    g.add_argument("--experts", type=EXPERTS, help="routed experts E (default: from the dump, or the largest id + 1)")
 
     h = sub.add_parser(
         "hf-router-logits",
@@ -162,8 +163,10 @@ def add_parser(subparsers: Any) -> None:
         ),
     )
     _common(h, "trace to write (.npz or .npy; .csv writes its histogram)")
-    h.add_argument("--top-k", required=True, help="experts per token K")
-    h.add_argument("--batch", help="sequences B in flattened (B·S, E) logits (row b·S + s); default 1")
+    h.add_argument("--top-k", required=True, type=TOP_K, help="experts per token K")
+    h.add_argument(
+        "--batch", type=Count(min=1), help="sequences B in flattened (B·S, E) logits (row b·S + s); default 1"
+    )
 
     p.set_defaults(func=run, parameter_flags=PARAMETER_FLAGS)
 
@@ -187,7 +190,8 @@ def command_line(args: argparse.Namespace) -> str:
     ):
         value = getattr(args, flag, None)
         if value is not None and not (flag == "kind" and value == "auto"):
-            argv += ["--" + flag.replace("_", "-"), str(value)]
+            text = ",".join(map(str, value)) if isinstance(value, list) else str(value)  # --tokens T,T,…
+            argv += ["--" + flag.replace("_", "-"), text]
     for item in getattr(args, "filter", None) or ():
         argv += ["--filter", item]
     for flag in ("shares", "force"):
@@ -213,17 +217,13 @@ def _check_output(args: argparse.Namespace, suffixes: tuple[str, ...]) -> Path:
     return out
 
 
-def _optional_int(value: str | None, flag: str) -> int | None:
-    return None if value is None else positive_int(value, flag)
-
-
 def _shared(args: argparse.Namespace, command: str) -> dict[str, Any]:
     """What every importer takes: K, the model name for the meta (the importers' own wording
     when not given, so that every format writes a model key) and the command line."""
     from moeroof.data.importers import UNKNOWN_MODEL
 
     model = args.model if args.model is not None and args.model.strip() else UNKNOWN_MODEL
-    return {"top_k": positive_int(args.top_k, "--top-k"), "model": model, "command": command}
+    return {"top_k": args.top_k, "model": model, "command": command}
 
 
 def _import_table(args: argparse.Namespace, command: str) -> Any:
@@ -241,20 +241,13 @@ def _import_table(args: argparse.Namespace, command: str) -> Any:
     return import_table(
         args.src,
         columns=parse_columns(args.columns),
-        experts=positive_int(args.experts, "--experts"),
+        experts=args.experts,
         expert_cols=expert_cols,
         expert_col=args.expert_col,
         slot_col=args.slot_col,
         filters=parse_filters(args.filter),
         **_shared(args, command),
     )
-
-
-def _parse_tokens(text: str | None) -> int | list[int] | None:
-    if text is None:
-        return None
-    parts = [positive_int(t, "--tokens") for t in text.split(",")]
-    return parts[0] if len(parts) == 1 else parts
 
 
 def _import_matrix(args: argparse.Namespace, command: str) -> Any:
@@ -265,10 +258,10 @@ def _import_matrix(args: argparse.Namespace, command: str) -> Any:
         layer_col=args.layer_col,
         expert_prefix=args.expert_prefix,
         filters=parse_filters(args.filter),
-        tokens=_parse_tokens(args.tokens),
+        tokens=args.tokens[0] if args.tokens is not None and len(args.tokens) == 1 else args.tokens,
         kind=args.kind,
         shares=bool(args.shares),
-        experts=_optional_int(args.experts, "--experts"),
+        experts=args.experts,
         **_shared(args, command),
     )
 
@@ -276,13 +269,13 @@ def _import_matrix(args: argparse.Namespace, command: str) -> Any:
 def _import_sglang(args: argparse.Namespace, command: str) -> Any:
     from moeroof.data.importers import import_sglang
 
-    return import_sglang(args.src, experts=_optional_int(args.experts, "--experts"), **_shared(args, command))
+    return import_sglang(args.src, experts=args.experts, **_shared(args, command))
 
 
 def _import_hf(args: argparse.Namespace, command: str) -> Any:
     from moeroof.data.importers import import_hf_router_logits
 
-    return import_hf_router_logits(args.src, batch=_optional_int(args.batch, "--batch"), **_shared(args, command))
+    return import_hf_router_logits(args.src, batch=args.batch, **_shared(args, command))
 
 
 IMPORTERS = {

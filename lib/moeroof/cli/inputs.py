@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.flags import UsageError, positive_int
+from moeroof.cli.flags import EXPERTS, TOKENS, TOP_K, UsageError
 from moeroof.data.io import InputError, Trace
 
 __all__ = [
@@ -62,11 +62,12 @@ def add_meta_arguments(p: Any) -> None:
     """``--experts``, ``--top-k``, ``--tokens``, ``--provenance``: what a sidecar would hold, for
     an input that has none (a sidecar that is there wins, and flags that contradict it are an error)."""
     g = p.add_argument_group("an input without its sidecar / meta (what the sidecar would hold)")
-    g.add_argument("--experts", default=None, help="routed experts per layer (E)")
-    g.add_argument("--top-k", default=None, help="experts per token (K)")
+    g.add_argument("--experts", default=None, type=EXPERTS, help="routed experts per layer (E)")
+    g.add_argument("--top-k", default=None, type=TOP_K, help="experts per token (K)")
     g.add_argument(
         "--tokens",
         default=None,
+        type=TOKENS,
         help="histogram: routed tokens per layer (default: each layer's count sum / K, exact for incidence counts)",
     )
     g.add_argument("--provenance", default=None, help="witnessed, projected, assumed or synthetic (default: unknown)")
@@ -123,15 +124,15 @@ def _meta_from_flags(path: Path, args: Any) -> dict[str, Any] | None:
 
             data = load_any(path)
             for flag, given, own in (("--experts", experts, data.experts), ("--top-k", top_k, data.top_k)):
-                if given is not None and positive_int(given, flag) != own:
+                if given is not None and given != own:
                     raise UsageError(f"{flag} {given} disagrees with {path}'s own meta ({own}); leave the flag out")
         return None
     if experts is None or top_k is None:
         raise UsageError(f"{path} has no sidecar/meta: give at least --experts and --top-k (what it would hold)")
     meta: dict[str, Any] = {
         "model": path.stem,
-        "experts": positive_int(experts, "--experts"),
-        "top_k": positive_int(top_k, "--top-k"),
+        "experts": experts,
+        "top_k": top_k,
         "source": f"{path} (meta from the command line)",
     }
     if provenance is not None:
@@ -150,7 +151,7 @@ def _meta_from_flags(path: Path, args: Any) -> dict[str, Any] | None:
     meta["layer_ids"] = [int(v) for v in sums.index]
     meta["layers_summed"] = False
     if tokens is not None:
-        meta["tokens"] = positive_int(tokens, "--tokens")
+        meta["tokens"] = tokens
     else:
         k = meta["top_k"]
         bad = [int(lay) for lay, total in sums.items() if total % k]

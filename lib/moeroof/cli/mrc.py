@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from moeroof.cli.cache import LOOKUP_HELP, LOOKUPS, SCOPES, TraceInfo, read_trace_for_requests, trace_requests
-from moeroof.cli.flags import UsageError, non_negative_int, positive_float, positive_int, start_cache_kernels
+from moeroof.cli.flags import SEED, WORKERS, Count, Real, UsageError, start_cache_kernels
 from moeroof.cli.inputs import add_meta_arguments, read_trace_arg
 from moeroof.cli.output import add_output_arguments, emit, fmt, jsonable, table
 from moeroof.data.io import InputError
@@ -72,14 +72,20 @@ def add_parser(subparsers: Any) -> None:
         help="one cache shared by all layers, or one per layer (the same C in each; capacity_experts is the "
         "whole cache, L·C, and capacity_experts_per_layer C; exact, no sampling) (default global)",
     )
-    p.add_argument("--sample-rate", default=None, help="SHARDS sampling rate R in (0, 1] (default: exact)")
+    p.add_argument(
+        "--sample-rate",
+        default=None,
+        type=Real(min=0.0, max=1.0, open_low=True),
+        help="SHARDS sampling rate R in (0, 1] (default: exact)",
+    )
     p.add_argument(
         "--slices",
         default=None,
+        type=Count(min=1),
         help="SHARDS: cut the sampled hash range into S disjoint slices, one task each; the "
         "estimate and its stated error come from their spread (default: the workers)",
     )
-    p.add_argument("--seed", default="0", help="seed of the SHARDS hash (default 0)")
+    p.add_argument("--seed", default="0", type=SEED, help="seed of the SHARDS hash (default 0)")
     p.add_argument(
         "--che",
         default="grid",
@@ -98,6 +104,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--workers",
         default=None,
+        type=WORKERS,
         help="run the tasks (layers for --scope layer, SHARDS slices for --sample-rate) on a local "
         "cluster of N worker processes",
     )
@@ -108,12 +115,8 @@ def add_parser(subparsers: Any) -> None:
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     """Flag values checked against each other: rate, seed, slices, workers, sharded."""
-    rate = None if args.sample_rate is None else positive_float(args.sample_rate, "--sample-rate")
-    if rate is not None and rate > 1:
-        raise UsageError(f"--sample-rate: must lie in (0, 1], got {args.sample_rate!r}")
-    seed = non_negative_int(args.seed, "--seed")
-    slices = None if args.slices is None else positive_int(args.slices, "--slices")
-    workers = 1 if args.workers is None else positive_int(args.workers, "--workers")
+    rate, seed, slices = args.sample_rate, args.seed, args.slices
+    workers = 1 if args.workers is None else args.workers
     if args.scheduler is not None and args.workers is not None:
         raise UsageError("give --scheduler ADDRESS or --workers N, not both")
     sharded = args.scheduler is not None or workers > 1

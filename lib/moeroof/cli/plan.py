@@ -41,14 +41,15 @@ import numpy as np
 from moeroof.cli.flags import (
     BATCH_HELP,
     PARTITIONS,
+    RANK_SPEED,
     SET_HELP,
+    BatchList,
+    Count,
+    Real,
     UsageError,
     add_step_arguments,
     apply_sets,
-    non_negative_float,
-    parse_batch,
     parse_rank_speed,
-    positive_int,
     resolve_auto_cache,
     step_options,
 )
@@ -69,7 +70,7 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--model", required=True, help="model preset name (see `moeroof presets`) or a TOML path")
     p.add_argument("--hardware", required=True, help="hardware preset name or a TOML path")
-    p.add_argument("--batch", required=True, help=BATCH_HELP)
+    p.add_argument("--batch", required=True, type=BatchList(), help=BATCH_HELP)
     add_step_arguments(p)
     p.add_argument(
         "--routing",
@@ -98,17 +99,20 @@ def add_parser(subparsers: Any) -> None:
         help="run with a `moeroof fit-plan --json` result's knobs (engine terms, SSD scale, page-cache share, "
         "skew, stickiness); the fit's model and box must be these",
     )
-    p.add_argument("--ranks", default="1", help="boxes the experts are split over (default 1)")
+    p.add_argument("--ranks", default="1", type=Count(min=1), help="boxes the experts are split over (default 1)")
     p.add_argument(
         "--partition",
         default="lpt",
         choices=PARTITIONS,
         help="how the experts are split over ranks (default lpt: DeepSeek EPLB's equal-count LPT)",
     )
-    p.add_argument("--rank-speed", default=None, help="relative speed per rank, comma-separated (e.g. 1,0.6)")
+    p.add_argument(
+        "--rank-speed", default=None, type=RANK_SPEED, help="relative speed per rank, comma-separated (e.g. 1,0.6)"
+    )
     p.add_argument(
         "--min-per-agent-tok-s",
         default=None,
+        type=Real(min=0.0),
         help="admission: report admit_batch, the largest B (searched over every B up to "
         "4096, not only the grid) with at least this per-agent tok/s that fits in RAM, and why B + 1 fails",
     )
@@ -123,15 +127,9 @@ def plan_report(args: argparse.Namespace, stage=lambda done, total, what: None) 
     from moeroof.fit.plan import box_with_fit, routing_with_fit
     from moeroof.models.plan import DEFAULT_ROUTING, Workload, admission_search, plan, routing_from_spec
 
-    batch = parse_batch(args.batch)
-    ranks = positive_int(args.ranks, "--ranks")
+    batch, ranks, floor = args.batch, args.ranks, args.min_per_agent_tok_s
     options = step_options(args)
-    speed = parse_rank_speed(args.rank_speed, ranks)
-    floor = (
-        None
-        if args.min_per_agent_tok_s is None
-        else non_negative_float(args.min_per_agent_tok_s, "--min-per-agent-tok-s")
-    )
+    speed = parse_rank_speed(args.rank_speed, ranks)  # one per rank: two flags together
     model, hardware = apply_sets(args.set, load_model(args.model), load_hardware(args.hardware))
     fitted = None
     if args.fit is not None:

@@ -27,8 +27,11 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from moeroof.cli.flags import UsageError, positive_float
+from moeroof.cli.flags import Real, UsageError
 from moeroof.cli.output import add_output_arguments, emit
+
+#: bits per parameter or per value (--quant, --quant-dense, --kv-bits)
+BITS = Real(min=0.0, max=64.0, open_low=True)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -52,12 +55,14 @@ def add_parser(subparsers: Any) -> None:
         "--quant",
         default=None,
         metavar="BITS",
+        type=BITS,
         help="routed experts at BITS bits per parameter (4, 4.25, 8, …) instead of the stored dtype",
     )
     p.add_argument(
         "--quant-dense",
         default=None,
         metavar="BITS",
+        type=BITS,
         help="the non-routed weights (attention, dense and shared MLPs, routers, embedding, LM head) at BITS "
         "bits per parameter, counted from config.json's shapes",
     )
@@ -65,6 +70,7 @@ def add_parser(subparsers: Any) -> None:
         "--kv-bits",
         default=None,
         metavar="BITS",
+        type=BITS,
         help="the KV cache at BITS bits per value (8 for an FP8 cache); default: the activations' dtype, assumed",
     )
     p.add_argument("--name", default=None, help="the preset's name (default: the checkpoint's)")
@@ -85,18 +91,7 @@ def preset_report(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"-o: {out} exists (pass --force to replace it)")
     if out.is_dir():
         raise UsageError(f"-o: {out} is a folder")
-
-    def bits_of(text: str | None, flag: str) -> float | None:
-        if text is None:
-            return None
-        bits = positive_float(text, flag)
-        if bits > 64:
-            raise UsageError(f"{flag}: {text} bits is more than 64")
-        return bits
-
-    bits = bits_of(args.quant, "--quant")
-    dense_bits = bits_of(args.quant_dense, "--quant-dense")
-    kv_bits = bits_of(args.kv_bits, "--kv-bits")
+    bits, dense_bits, kv_bits = args.quant, args.quant_dense, args.kv_bits
     preset = preset_fields(
         args.model_dir, quant_bits=bits, name=args.name, quant_dense_bits=dense_bits, kv_bits=kv_bits
     )

@@ -18,8 +18,13 @@ import argparse
 import sys
 from typing import Any
 
+from moeroof.cli.flags import Count, Real
 from moeroof.cli.output import FORMATS, REPORT_OUTPUT_HELP, emit, output_format
 from moeroof.present import report
+
+#: the renderer's numeric flags (moeroof.present.report adds them with type=int / float, below
+#: this layer), declared here as the command line's other flags are
+NUMBERS = {"--jobs": Count(min=1), "--cell-timeout": Real(min=0.0, open_low=True)}
 
 
 def add_parser(subparsers: Any) -> None:
@@ -34,6 +39,9 @@ def add_parser(subparsers: Any) -> None:
         ),
     )
     report.add_arguments(p)
+    for action in p._actions:  # argparse keeps its actions here and nowhere public
+        for flag in set(action.option_strings) & set(NUMBERS):
+            action.type = NUMBERS[flag]
     p.add_argument(
         "--format",
         default=None,

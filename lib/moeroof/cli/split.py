@@ -21,15 +21,17 @@ from typing import Any
 
 from moeroof.cli.flags import (
     PARTITIONS,
+    RANK_SPEED,
     SET_HELP,
+    Count,
     add_step_arguments,
     apply_sets,
-    positive_int,
     resolve_auto_cache,
     step_options,
 )
 from moeroof.cli.inputs import input_path
 from moeroof.cli.output import add_output_arguments, emit, fmt, table
+from moeroof.core.limits import MAX_BATCH
 
 METHODS = PARTITIONS
 
@@ -45,10 +47,17 @@ def add_parser(subparsers: Any) -> None:
         ),
     )
     p.add_argument("path", metavar="HISTOGRAM", help="histogram .csv with its sidecar .json")
-    p.add_argument("--ranks", required=True, help="number of ranks")
+    p.add_argument("--ranks", required=True, type=Count(min=1), help="number of ranks")
     p.add_argument("--method", required=True, choices=METHODS, help="partition method")
-    p.add_argument("--rank-speed", default=None, help="relative speed per rank, comma-separated (e.g. 1,0.6)")
-    p.add_argument("--batch", default="8", help="concurrent streams M for the step model (default 8)")
+    p.add_argument(
+        "--rank-speed", default=None, type=RANK_SPEED, help="relative speed per rank, comma-separated (e.g. 1,0.6)"
+    )
+    p.add_argument(
+        "--batch",
+        default="8",
+        type=Count(min=1, max=MAX_BATCH),
+        help="concurrent streams M for the step model (default 8)",
+    )
     add_step_arguments(p)
     p.add_argument(
         "--model", default="glm-5-nvfp4", help="model preset or TOML for the step model (default glm-5-nvfp4)"
@@ -82,14 +91,14 @@ def split_report(args: argparse.Namespace) -> dict[str, Any]:
     from moeroof.models.split import split_report as build
 
     options = step_options(args)
-    batch = positive_int(args.batch, "--batch")
+    batch = args.batch
     model, hardware = apply_sets(args.set, load_model(args.model), load_hardware(args.hardware))
     auto = None
     if options["cache_bytes"] is None:
         auto = resolve_auto_cache(options, model, hardware, [batch])
     rep = build(
         input_path(args.path),
-        positive_int(args.ranks, "--ranks"),
+        args.ranks,
         args.method,
         args.rank_speed,
         batch=batch,

@@ -20,7 +20,7 @@ import argparse
 import sys
 from typing import Any
 
-from moeroof.cli.flags import UsageError, positive_int
+from moeroof.cli.flags import WORKERS, UsageError
 from moeroof.cli.inputs import input_path
 from moeroof.cli.output import Progress, add_output_arguments, check_output_file, emit, fmt, run_record
 
@@ -70,6 +70,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--workers",
         default="1",
+        type=WORKERS,
         help="worker processes of a local dask.distributed cluster (default 1: serial, no cluster)",
     )
     p.add_argument(
@@ -105,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     from moeroof.core import atomic
     from moeroof.run.sweep import read_grid, run_sweep
 
-    workers = positive_int(args.workers, "--workers")
+    workers = args.workers
     grid_path = input_path(args.grid)
     out = check_output_file(args.output, "--output")
     if atomic.same_file(out, grid_path):

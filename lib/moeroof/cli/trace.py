@@ -60,11 +60,13 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.flags import UsageError, check_replicate_memory, non_negative_int, positive_float, positive_int
+from moeroof.cli.flags import EXPERTS, LAYERS, SEED, TOP_K, Count, ListOf, Real, UsageError, check_replicate_memory
 from moeroof.cli.inputs import input_path
 from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, table
 
 FAMILIES = ("uniform", "zipf:S", "dirichlet:ALPHA")
+#: a stickiness ρ (--rho, each of --rho-profile)
+UNIT = Real(min=0.0, max=1.0)
 # a guard against a typo in --steps or --streams filling the disk: 2^31 ids are 8 GiB of int32
 MAX_IDS = 2**31
 
@@ -89,8 +91,8 @@ def add_parser(subparsers: Any) -> None:
         "expert i of layer l with the histogram's frequency π_li, independently unless --rho/--locality/"
         "--step-context; how to replay a histogram-only capture through cache and mrc",
     )
-    p.add_argument("--streams", required=True, help="concurrent streams M")
-    p.add_argument("--steps", required=True, help="decode steps T (after the prompt)")
+    p.add_argument("--streams", required=True, type=Count(min=1), help="concurrent streams M")
+    p.add_argument("--steps", required=True, type=Count(min=1), help="decode steps T (after the prompt)")
     p.add_argument(
         "-o",
         "--output",
@@ -102,18 +104,25 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--prompt-tokens",
         default="0",
+        type=Count(min=0),
         help="prompt tokens P routed before the decode steps; the trace has P + T steps, the first P the prompt",
     )
     p.add_argument(
-        "--experts", default=None, help="routed experts per layer E (default 256; --routing: the histogram's)"
+        "--experts",
+        default=None,
+        type=EXPERTS,
+        help="routed experts per layer E (default 256; --routing: the histogram's)",
     )
-    p.add_argument("--top-k", default=None, help="experts per token K (default 8; --routing: the histogram's)")
+    p.add_argument(
+        "--top-k", default=None, type=TOP_K, help="experts per token K (default 8; --routing: the histogram's)"
+    )
     p.add_argument(
         "--layers",
         default=None,
+        type=LAYERS,
         help="MoE layers L (default 8, or the length of --rho-profile; --routing: the histogram's)",
     )
-    p.add_argument("--seed", default="0", help="seed of the draw (default 0)")
+    p.add_argument("--seed", default="0", type=SEED, help="seed of the draw (default 0)")
     p.add_argument("--force", action="store_true", help="replace the output file if it exists")
     add_output_arguments(p, output=False)
     p.set_defaults(
@@ -132,16 +141,19 @@ def _add_locality_arguments(p: Any) -> None:
     p.add_argument(
         "--rho",
         default=None,
+        type=UNIT,
         help="stickiness in [0, 1]: each previous expert kept with probability ρ; none in layer 0 (default: the prior's)",
     )
     p.add_argument(
         "--rho-profile",
         default=None,
+        type=ListOf(UNIT, example="0.1,0.3,0.6"),
         help="stickiness per layer, comma-separated, layer 0 too (and --locality on all; sets --layers if not given)",
     )
     p.add_argument(
         "--locality",
         default=None,
+        type=Real(min=0.0, open_low=True),
         help="per-stream hot set: each stream routes by its own q ~ Dirichlet(C·w), drawn once, none in layer 0 "
         "(smaller C: hotter, more private hot sets; default: the locality prior's c/E times E)",
     )
@@ -154,6 +166,7 @@ def _add_locality_arguments(p: Any) -> None:
     p.add_argument(
         "--step-context",
         default=None,
+        type=Real(min=0.0, open_low=True),
         help="shared step context: the streams of a step share r ~ Dirichlet(C·w), redrawn every step; with "
         "--locality, on top of each stream's lasting hot set",
     )
@@ -175,23 +188,6 @@ def parse_family(text: str) -> tuple[str, float | None]:
     if not math.isfinite(skew) or skew < 0 or (name == "dirichlet" and skew == 0):
         raise UsageError(f"--family: {need}, got {text!r}")
     return name, skew
-
-
-def unit_interval(text: str, flag: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise UsageError(f"{flag}: expected a number in [0, 1], got {text!r}") from None
-    if not 0.0 <= value <= 1.0:  # NaN fails too
-        raise UsageError(f"{flag}: must be in [0, 1], got {text!r}")
-    return value
-
-
-def parse_profile(text: str) -> list[float]:
-    parts = text.split(",")
-    if not text.strip() or any(not q.strip() for q in parts):
-        raise UsageError(f"--rho-profile: expected comma-separated numbers in [0, 1] like 0.1,0.3,0.6, got {text!r}")
-    return [unit_interval(q, "--rho-profile") for q in parts]
 
 
 @dataclass(frozen=True)
@@ -266,8 +262,8 @@ def _source_knobs(args: argparse.Namespace, routing: HistogramRouting | None):
     skew_prior = None
     skew: float | None
     if routing is None:
-        experts = positive_int("256" if args.experts is None else args.experts, "--experts")
-        top_k = positive_int("8" if args.top_k is None else args.top_k, "--top-k")
+        experts = 256 if args.experts is None else args.experts
+        top_k = 8 if args.top_k is None else args.top_k
         if args.family.strip().lower() == "prior":
             from moeroof.data.skew_prior import committed_skew_prior
 
@@ -284,7 +280,7 @@ def _source_knobs(args: argparse.Namespace, routing: HistogramRouting | None):
             ("--top-k", args.top_k, top_k),
             ("--layers", args.layers, routing.layers),
         ):
-            if given is not None and positive_int(given, flag) != own:
+            if given is not None and given != own:
                 raise UsageError(
                     f"{flag}: {given} disagrees with --routing {routing.path} ({own}): --routing takes E, K and "
                     "the layers from the histogram; leave the flag out"
@@ -296,17 +292,16 @@ def trace_knobs(args: argparse.Namespace, routing: HistogramRouting | None = Non
     """The parsed knobs (plain JSON values), every flag checked before anything is sampled;
     ``routing``: the ``--routing`` histogram (E, K and the layers are its own)."""
     family, skew, experts, top_k, skew_prior = _source_knobs(args, routing)
-    streams = positive_int(args.streams, "--streams")
-    steps = positive_int(args.steps, "--steps")
+    streams, steps = args.streams, args.steps
     if top_k > experts:
         raise UsageError(f"--top-k: {top_k} exceeds --experts {experts}")
     if args.rho is not None and args.rho_profile is not None:
         raise UsageError("--rho-profile: give --rho (one value) or --rho-profile (one per layer), not both")
-    profile = None if args.rho_profile is None else parse_profile(args.rho_profile)
+    profile = args.rho_profile
     if routing is not None:
         layers = routing.layers
     elif args.layers is not None:
-        layers = positive_int(args.layers, "--layers")
+        layers = args.layers
     else:
         layers = 8 if profile is None else len(profile)
     if profile is not None and len(profile) != layers:
@@ -322,9 +317,7 @@ def trace_knobs(args: argparse.Namespace, routing: HistogramRouting | None = Non
 
         prior = read_locality_prior()
     rho: float | list[float] = (
-        profile
-        if profile is not None
-        else (prior.rho if prior is not None else 0.0 if args.rho is None else unit_interval(args.rho, "--rho"))
+        profile if profile is not None else (prior.rho if prior is not None else 0.0 if args.rho is None else args.rho)
     )
     if prior is not None:
         from moeroof.models.locality import Locality
@@ -332,10 +325,8 @@ def trace_knobs(args: argparse.Namespace, routing: HistogramRouting | None = Non
         c_per_expert = Locality.from_summary(prior).centre_for(experts, top_k)[1]
         locality = None if math.isinf(c_per_expert) else c_per_expert * experts
     else:
-        locality = None if args.locality is None else positive_float(args.locality, "--locality")
-    context = None if args.step_context is None else positive_float(args.step_context, "--step-context")
-    prompt = non_negative_int(args.prompt_tokens, "--prompt-tokens")
-    seed = non_negative_int(args.seed, "--seed")
+        locality = args.locality
+    context, prompt, seed = args.step_context, args.prompt_tokens, args.seed
     # one step's Gumbel scores and popularity parts: a few (streams × layers × experts) arrays
     check_replicate_memory("--experts", experts, 4 * streams * layers, "4 × streams × layers")
     ids = (prompt + steps) * streams * layers * top_k

@@ -22,12 +22,15 @@ import numpy as np
 from moeroof.cli.cache import read_trace_lazily
 from moeroof.cli.flags import (
     BATCH_HELP,
+    EXPERTS,
+    LAYERS,
+    REPLICATES,
+    SEED,
+    BatchList,
+    Count,
+    Real,
     UsageError,
     check_replicate_memory,
-    non_negative_int,
-    parse_batch,
-    positive_int,
-    replicates,
 )
 from moeroof.cli.inputs import add_meta_arguments, load_input
 from moeroof.cli.output import add_output_arguments, emit, fmt, jsonable, table
@@ -45,14 +48,30 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("path", nargs="?", metavar="PATH", help="histogram .csv or trace .npz/.npy")
     p.add_argument(
-        "--uniform", nargs=2, metavar=("E", "K"), help="closed form for uniform routing over E experts, top-K"
+        "--uniform",
+        nargs=2,
+        type=EXPERTS,
+        metavar=("E", "K"),
+        help="closed form for uniform routing over E experts, top-K",
     )
-    p.add_argument("--batch", required=True, help=BATCH_HELP)
-    p.add_argument("--layers", help="layers for --uniform (default 1)")
-    p.add_argument("--bootstrap", default="200", help="bootstrap replicates for the band (default 200; 0 = none)")
-    p.add_argument("--draws", default="4", help="random stream subsets per step for a trace (default 4)")
-    p.add_argument("--level", default="0.95", help="confidence level of the band (default 0.95)")
-    p.add_argument("--seed", default="0", help="seed of numpy.random.default_rng (default 0)")
+    p.add_argument("--batch", required=True, type=BatchList(), help=BATCH_HELP)
+    p.add_argument("--layers", type=LAYERS, help="layers for --uniform (default 1)")
+    p.add_argument(
+        "--bootstrap", default="200", type=REPLICATES, help="bootstrap replicates for the band (default 200; 0 = none)"
+    )
+    p.add_argument(
+        "--draws",
+        default="4",
+        type=Count(min=1, max=REPLICATES.max),
+        help="random stream subsets per step for a trace (default 4)",
+    )
+    p.add_argument(
+        "--level",
+        default="0.95",
+        type=Real(min=0.0, max=1.0, open_low=True, open_high=True),
+        help="confidence level of the band (default 0.95)",
+    )
+    p.add_argument("--seed", default="0", type=SEED, help="seed of numpy.random.default_rng (default 0)")
     add_meta_arguments(p)
     add_output_arguments(p)
     p.set_defaults(func=run)
@@ -62,29 +81,17 @@ def union_report(args: argparse.Namespace) -> dict[str, Any]:
     """Compute the union curve the ``union`` subcommand prints, as a JSON-ready dict."""
     from moeroof.models.union import union_from_trace, union_histogram, union_uniform
 
-    batch = parse_batch(args.batch)
-    bootstrap = replicates(args.bootstrap, "--bootstrap")
-    draws = replicates(args.draws, "--draws")
-    if draws < 1:
-        raise UsageError(f"--draws: {args.draws!r} is not a positive integer")
-    seed = non_negative_int(args.seed, "--seed")
-    try:
-        level = float(args.level)
-    except ValueError:
-        level = float("nan")
-    if not 0.0 < level < 1.0:
-        raise UsageError(f"--level: {args.level!r} is not a number in (0, 1)")
-    rng = np.random.default_rng(seed)
+    batch, bootstrap, draws, level = args.batch, args.bootstrap, args.draws, args.level
+    rng = np.random.default_rng(args.seed)
     notes: list[str] = []
 
     if args.uniform is not None:
         if args.path is not None:
             raise UsageError("give either PATH or --uniform E K, not both")
-        experts = positive_int(args.uniform[0], "--uniform E")
-        top_k = positive_int(args.uniform[1], "--uniform K")
+        experts, top_k = args.uniform
         if top_k > experts:
             raise UsageError(f"--uniform: top_k K={top_k} exceeds experts E={experts}")
-        layers = 1 if args.layers is None else positive_int(args.layers, "--layers")
+        layers = 1 if args.layers is None else args.layers
         # the closed form holds (layers × batch sizes) arrays: bounded before they are made
         check_replicate_memory("--layers", layers, 4 * len(batch), "batch sizes × 4 (the curve and its band)")
         curve = union_uniform(experts, top_k, batch, layers=layers)

@@ -329,7 +329,7 @@ def _checked_split_arguments(ranks, experts: int, rank_speed, batch, cache_gib_p
     None, the cache in GiB per rank)."""
     if isinstance(ranks, (bool, np.bool_)) or not isinstance(ranks, numbers.Integral) or ranks < 1:
         raise ParameterError("ranks", f"expected a positive integer, got {ranks!r}")
-    if ranks > experts:
+    if int(ranks) > experts:
         raise ParameterError("ranks", f"{ranks} ranks for {experts} experts (at most one rank per expert)")
     speeds_given = None if rank_speed is None else parse_rank_speed(rank_speed, int(ranks))
     if isinstance(batch, (bool, np.bool_)) or not isinstance(batch, numbers.Integral) or batch < 1:

@@ -54,7 +54,6 @@ OVER: dict[str, int] = {
     "lib/moeroof/fit/plan.py::_fit_one": 565,
     "lib/moeroof/fit/plan.py::_knob_table": 125,
     "lib/moeroof/fit/routing.py::fit_routing": 252,
-    "lib/moeroof/models/routing.py::sample_trace": 208,
     "lib/moeroof/present/answers.py::net_toks": 100,
     "lib/moeroof/present/answers.py::witness": 95,
     "lib/moeroof/present/report.py::render_all": 96,

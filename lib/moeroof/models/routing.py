@@ -508,7 +508,7 @@ def part_concentrations(c: np.ndarray, c_step: np.ndarray) -> tuple[np.ndarray, 
     return a_group, a_step
 
 
-def sample_trace(  # noqa: C901
+def sample_trace(
     model: PopularityModel,
     steps: int,
     streams: int,
@@ -552,6 +552,71 @@ def sample_trace(  # noqa: C901
     so a single stream's cache hits more, and the experts a batch touches over a window of
     steps stay below the plug-in of as many independent tokens.
 
+    Step context on top of lasting hot sets (``c_step``, shared by the streams of one step) and
+    the common random numbers that keep a trace smooth in ``c`` and ``c_step``: see
+    :class:`StepWeights`, which draws them.
+
+    Prompt cold start: ``prompt_tokens = P`` makes every stream route P prompt tokens first
+    (one per step, nothing carried into the first; stickiness along the prompt as along the
+    decode) and the returned trace begins with those P steps: rows ``[:P]`` are the prompt,
+    rows ``[P:]`` the ``steps`` decode steps, so a cache simulation sees the cold start (or
+    skips it with ``warmup_steps=P``). Its draw is the draw of ``P + steps`` steps without a
+    prompt. Knobs left at their defaults (scalar ρ, scalar c, P = 0) draw no random numbers
+    of their own: earlier calls give the same trace, byte for byte.
+    """
+    rho_l, c_l = _checked_knobs(steps, streams, layers, prompt_tokens, rho, c, groups)
+    w, logw = _layer_popularity(model, layers, rng, popularity)
+    if scope not in ("trace", "step"):
+        raise ParameterError("scope", f"scope must be 'trace' or 'step', got {scope!r}")
+    cs_l = _per_layer(c_step, layers, "c_step")
+    if not np.all(cs_l > 0):
+        raise ParameterError("c_step", f"step-context concentration must be > 0 (inf for none), got {c_step!r}")
+    if logw is None:
+        with np.errstate(divide="ignore"):
+            logw = np.log(w)
+    weights = StepWeights(w, logw, c_l, cs_l, groups, streams, rng)
+    return _draw_steps(weights, rng, int(prompt_tokens) + steps, streams, layers, model.top_k, rho_l, scope)
+
+
+def _checked_knobs(steps, streams, layers, prompt_tokens, rho, c, groups) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`sample_trace`'s sizes and knobs checked: (ρ per layer, c per layer)."""
+    if steps < 1 or streams < 1 or layers < 1:
+        raise ValueError("steps, streams and layers must be >= 1")
+    if int(prompt_tokens) != prompt_tokens or prompt_tokens < 0:
+        raise ParameterError("prompt_tokens", f"must be an integer >= 0, got {prompt_tokens!r}")
+    rho_l = _per_layer(rho, layers, "rho")
+    if not np.all((rho_l >= 0.0) & (rho_l <= 1.0)):
+        raise ParameterError("rho", f"stickiness must be in [0, 1], got {rho!r}")
+    c_l = _per_layer(c, layers, "c")
+    if not np.all(c_l > 0):
+        raise ParameterError("c", f"heterogeneity c must be > 0 (inf for none), got {c!r}")
+    if not 1 <= groups <= streams:
+        raise ParameterError("groups", f"groups must be in [1, streams={streams}], got {groups!r}")
+    return rho_l, c_l
+
+
+def _layer_popularity(model, layers: int, rng, popularity) -> tuple[np.ndarray, np.ndarray | None]:
+    """The layers' popularity w (layers, E): given, or the model's draw from ``rng``; and its
+    logs where the model gives them (a Zipf at a large s: the weights underflow, their logs,
+    what the Gumbel top-K sees, do not), else None."""
+    logw = None
+    if popularity is not None:
+        w = _normalize(popularity)
+    elif hasattr(model, "log_popularity"):
+        logw = model.log_popularity(layers, rng)
+        w = np.exp(logw)
+    else:
+        w = model.popularity(layers, rng)
+    if w.shape != (layers, model.experts):
+        raise ValueError(f"popularity must have shape {(layers, model.experts)}, got {w.shape}")
+    return w, logw
+
+
+class StepWeights:
+    """The log popularity of every (stream, layer, expert) at a step of :func:`sample_trace`:
+    the layer's ``logw``, or the log of its groups' lasting parts G plus the step's shared
+    context H.
+
     Step context on top of lasting hot sets: ``c_step`` (scalar or per layer; ``inf``, the
     default, is none) adds a context that the streams of one step share, redrawn every step,
     while each group keeps its own part. Per layer, with independent Gamma vectors
@@ -585,98 +650,63 @@ def sample_trace(  # noqa: C901
     every ``c`` and ``c_step``, and at the same seed a small change of ``c`` or ``c_step``
     changes few entries of the trace (a cache hit rate moves smoothly, and as ``c → inf`` the
     trace tends to the ``c = inf`` trace of the same seed).
-
-    Prompt cold start: ``prompt_tokens = P`` makes every stream route P prompt tokens first
-    (one per step, nothing carried into the first; stickiness along the prompt as along the
-    decode) and the returned trace begins with those P steps: rows ``[:P]`` are the prompt,
-    rows ``[P:]`` the ``steps`` decode steps, so a cache simulation sees the cold start (or
-    skips it with ``warmup_steps=P``). Its draw is the draw of ``P + steps`` steps without a
-    prompt. Knobs left at their defaults (scalar ρ, scalar c, P = 0) draw no random numbers
-    of their own: earlier calls give the same trace, byte for byte.
     """
-    if steps < 1 or streams < 1 or layers < 1:
-        raise ValueError("steps, streams and layers must be >= 1")
-    if int(prompt_tokens) != prompt_tokens or prompt_tokens < 0:
-        raise ParameterError("prompt_tokens", f"must be an integer >= 0, got {prompt_tokens!r}")
-    rho_l = _per_layer(rho, layers, "rho")
-    if not np.all((rho_l >= 0.0) & (rho_l <= 1.0)):
-        raise ParameterError("rho", f"stickiness must be in [0, 1], got {rho!r}")
-    c_l = _per_layer(c, layers, "c")
-    if not np.all(c_l > 0):
-        raise ParameterError("c", f"heterogeneity c must be > 0 (inf for none), got {c!r}")
-    if not 1 <= groups <= streams:
-        raise ParameterError("groups", f"groups must be in [1, streams={streams}], got {groups!r}")
-    k = model.top_k
-    logw = None
-    if popularity is not None:
-        w = _normalize(popularity)
-    elif hasattr(model, "log_popularity"):
-        # Zipf at a large s: the weights underflow, their logs (what the Gumbel top-K sees) do not
-        logw = model.log_popularity(layers, rng)
-        w = np.exp(logw)
-    else:
-        w = model.popularity(layers, rng)
-    if w.shape != (layers, model.experts):
-        raise ValueError(f"popularity must have shape {(layers, model.experts)}, got {w.shape}")
-    if scope not in ("trace", "step"):
-        raise ParameterError("scope", f"scope must be 'trace' or 'step', got {scope!r}")
-    cs_l = _per_layer(c_step, layers, "c_step")
-    if not np.all(cs_l > 0):
-        raise ParameterError("c_step", f"step-context concentration must be > 0 (inf for none), got {c_step!r}")
-    if logw is None:
-        with np.errstate(divide="ignore"):
-            logw = np.log(w)
-    a_group, a_step = part_concentrations(c_l, cs_l)
-    has_group, has_step = a_group > 0, a_step > 0
-    neither = ~(has_group | has_step)
-    group_of = np.arange(streams) * groups // streams
-    # the popularity parts draw from child streams of rng (nothing drawn from rng itself), so the
-    # Gumbel and stickiness draws below are the same at every c and c_step (common random numbers)
-    child_group = _child_generator(rng, _GROUP_STREAM) if np.any(has_group) else None
-    child_step = _child_generator(rng, _STEP_STREAM) if np.any(has_step) else None
-    # stand-in shapes on layers without the part: drawn (a fixed count of uniforms), then masked
-    shape_group = np.where(has_group, a_group, 1.0)[:, None] * w
-    shape_step = np.where(has_step, a_step, 1.0)[:, None] * w
-    log_group = None
 
-    def draw_log_group() -> np.ndarray:
-        u = child_group.random((2, groups) + w.shape)
-        lg = log_gamma_from_uniforms(np.broadcast_to(shape_group, (groups,) + w.shape), u)
-        return np.where(has_group[:, None], lg, -np.inf)
+    def __init__(self, w, logw, c_l, cs_l, groups: int, streams: int, rng) -> None:
+        a_group, a_step = part_concentrations(c_l, cs_l)
+        self.w, self.logw, self.groups, self.streams = w, logw, groups, streams
+        self.has_group, self.has_step = a_group > 0, a_step > 0
+        self.neither = ~(self.has_group | self.has_step)
+        self.group_of = np.arange(streams) * groups // streams
+        self.child_group = _child_generator(rng, _GROUP_STREAM) if np.any(self.has_group) else None
+        self.child_step = _child_generator(rng, _STEP_STREAM) if np.any(self.has_step) else None
+        # stand-in shapes on layers without the part: drawn (a fixed count of uniforms), then masked
+        self.shape_group = np.where(self.has_group, a_group, 1.0)[:, None] * w
+        self.shape_step = np.where(self.has_step, a_step, 1.0)[:, None] * w
+        self.log_group: np.ndarray | None = None
+        self.logw_streams = np.broadcast_to(logw, (streams,) + w.shape)
 
-    logw_streams = np.broadcast_to(logw, (streams,) + w.shape)
+    def _draw_log_group(self) -> np.ndarray:
+        w = self.w
+        u = self.child_group.random((2, self.groups) + w.shape)
+        lg = log_gamma_from_uniforms(np.broadcast_to(self.shape_group, (self.groups,) + w.shape), u)
+        return np.where(self.has_group[:, None], lg, -np.inf)
 
-    def draw_logq(redraw_group: bool) -> np.ndarray:
-        nonlocal log_group
-        if not (np.any(has_group) or np.any(has_step)):
-            return logw_streams  # the same object every step: prepared once below
-        if child_group is not None and (log_group is None or redraw_group):
-            log_group = draw_log_group()
-        mass = None if log_group is None else log_group[group_of]
-        if child_step is not None:
-            lh = log_gamma_from_uniforms(shape_step, child_step.random((2,) + w.shape))
-            lh = np.where(has_step[:, None], lh, -np.inf)
+    def draw(self, redraw_group: bool) -> np.ndarray:
+        """The log weights of the next step (the group parts redrawn when ``redraw_group``)."""
+        w = self.w
+        if not (np.any(self.has_group) or np.any(self.has_step)):
+            return self.logw_streams  # the same object every step: prepared once
+        if self.child_group is not None and (self.log_group is None or redraw_group):
+            self.log_group = self._draw_log_group()
+        mass = None if self.log_group is None else self.log_group[self.group_of]
+        if self.child_step is not None:
+            lh = log_gamma_from_uniforms(self.shape_step, self.child_step.random((2,) + w.shape))
+            lh = np.where(self.has_step[:, None], lh, -np.inf)
             if mass is None:
-                mass = np.broadcast_to(lh, (streams,) + w.shape)
+                mass = np.broadcast_to(lh, (self.streams,) + w.shape)
             else:  # log(G + H), as np.logaddexp but twice as fast; NaN only where both are -inf
                 with np.errstate(invalid="ignore"):
                     mass = np.maximum(mass, lh) + np.log1p(np.exp(-np.abs(mass - lh)))
         # experts with zero popularity stay unreachable; layers with neither part route by w. The
         # log mass is log q up to a constant per row, which the Gumbel top-K does not see.
-        return np.where(neither[:, None], logw, np.where(w > 0, mass, -np.inf))
+        return np.where(self.neither[:, None], self.logw, np.where(w > 0, mass, -np.inf))
 
+
+def _draw_steps(weights: StepWeights, rng, total: int, streams: int, layers: int, k: int, rho_l, scope: str):
+    """The trace (total, streams, layers, K) int32 of :func:`sample_trace`.
+
+    Each step draws, from rng, the Gumbel noise of every (stream, layer, expert) as the
+    uniforms Generator.gumbel turns into it (gumbel_uniforms: the nonzero doubles of the stream,
+    in order) and, with stickiness, from a child stream one uniform per previous pick (kept
+    when below ρ of its layer; drawn at every step, the first included, so that the Gumbel
+    draws are the same at every ρ). The kernel (routing_kernels.top_k_steps) puts the kept
+    experts first in their previous slots' order, then the largest scores in descending
+    order, equal scores by expert id: one trace on every machine. The draws are taken a block
+    of steps at a time: both are plain sequences, so the block's length changes nothing."""
     from moeroof.kernels import routing as routing_kernels  # the C library loads only when a trace is drawn
 
-    # Each step draws, from rng, the Gumbel noise of every (stream, layer, expert) as the
-    # uniforms Generator.gumbel turns into it (gumbel_uniforms: the nonzero doubles of the stream,
-    # in order) and, with stickiness, from a child stream one uniform per previous pick (kept
-    # when below ρ of its layer; drawn at every step, the first included, so that the Gumbel
-    # draws are the same at every ρ). The kernel (routing_kernels.top_k_steps) puts the kept
-    # experts first in their previous slots' order, then the largest scores in descending
-    # order, equal scores by expert id: one trace on every machine. The draws are taken a block
-    # of steps at a time: both are plain sequences, so the block's length changes nothing.
-    rows, e = streams * layers, w.shape[-1]
-    total = int(prompt_tokens) + steps
+    rows, e = streams * layers, weights.w.shape[-1]
     # bounded before the trace and a step's scores are made (the allocation limits); Python ints, no overflow
     check_allocation(total * streams * layers * k, 4, "trace steps × streams × layers × K")
     check_allocation(rows * e, 40, "one step's scores, streams × layers × experts")
@@ -688,8 +718,7 @@ def sample_trace(  # noqa: C901
     block = max(1, min(total, _BLOCK_DOUBLES // (rows * e)))
     u_buf = np.empty((block, rows, e))
     keep_buf = np.empty((block, rows, k if sticky else 0))
-    fixed = not (scope == "step" or child_step is not None)
-    logq = draw_logq(True)
+    fixed = not (scope == "step" or weights.child_step is not None)
 
     def prepare(logq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         lq = np.ascontiguousarray(np.broadcast_to(logq, (streams, layers, e)), dtype=float).reshape(rows, e)
@@ -697,7 +726,7 @@ def sample_trace(  # noqa: C901
             lq = np.where(np.isnan(lq), -np.inf, lq)
         return (lq, *routing_kernels.log_weight_rows(lq))
 
-    prepared = prepare(logq)
+    prepared = prepare(weights.draw(True))
     for start in range(0, total, block):
         n = min(block, total - start)
         u = u_buf[:n]
@@ -713,7 +742,7 @@ def sample_trace(  # noqa: C901
             continue
         for t in range(n):
             if start + t:
-                prepared = prepare(draw_logq(scope == "step"))
+                prepared = prepare(weights.draw(scope == "step"))
             routing_kernels.top_k_steps(*prepared, u[t : t + 1], keep_u[t : t + 1], rho_row, out_rows, start + t, k)
     return out
 

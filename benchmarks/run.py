@@ -394,8 +394,8 @@ def bench_rarefaction(layers: int, bootstrap: int, ref_subset: int, repeats: int
         sd = ref_boot.std(axis=0, ddof=1)
         lo = np.clip(ref_point - z * sd, 0, EXPERTS)
         hi = np.clip(ref_point + z * sd, 0, EXPERTS)
-        d_lo = rel_diff(curve.ci_low, lo)
-        d_hi = rel_diff(curve.ci_high, hi)
+        d_lo = rel_diff(curve.band.low, lo)
+        d_hi = rel_diff(curve.band.high, hi)
         checks["band"] = (max(d_lo[0], d_hi[0]), max(d_lo[1], d_hi[1]))
 
     max_abs = max(v[0] for v in checks.values())

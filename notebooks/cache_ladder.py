@@ -205,8 +205,8 @@ for t in ladder.CALIBRATION:
             "quantity": "hit rate %",
             "published (witnessed)": 100 * t.hit_rate,
             "model": 100 * b.hit_rate,
-            "5 %": 100 * b.hit_rate_lo,
-            "95 %": 100 * b.hit_rate_hi,
+            "5 %": 100 * b.hit_rate_band.low,
+            "95 %": 100 * b.hit_rate_band.high,
             "error": 100 * (b.hit_rate - t.hit_rate),
         },
         {
@@ -214,8 +214,8 @@ for t in ladder.CALIBRATION:
             "quantity": "GiB streamed/step/rank",
             "published (witnessed)": t.gib_streamed_per_step,
             "model": b.gib_streamed_per_step,
-            "5 %": b.gib_lo,
-            "95 %": b.gib_hi,
+            "5 %": b.gib_band.low,
+            "95 %": b.gib_band.high,
             "error": b.gib_streamed_per_step - t.gib_streamed_per_step,
         },
     ]
@@ -226,8 +226,8 @@ cal_rows.append(
         "quantity": "union per layer (both ranks)",
         "published (witnessed)": ladder.UNION_PUBLISHED,
         "model": b8.union_per_layer,
-        "5 %": b8.union_lo,
-        "95 %": b8.union_hi,
+        "5 %": b8.union_band.low,
+        "95 %": b8.union_band.high,
         "error": b8.union_per_layer - ladder.UNION_PUBLISHED,
     }
 )
@@ -253,11 +253,11 @@ pred = pd.DataFrame(
             "M": b.case.streams,
             "cache GiB/rank": b.case.cache_gib_per_rank,
             "hit %": 100 * b.hit_rate,
-            "hit 5 %": 100 * b.hit_rate_lo,
-            "hit 95 %": 100 * b.hit_rate_hi,
+            "hit 5 %": 100 * b.hit_rate_band.low,
+            "hit 95 %": 100 * b.hit_rate_band.high,
             "GiB/step/rank": b.gib_streamed_per_step,
-            "GiB 5 %": b.gib_lo,
-            "GiB 95 %": b.gib_hi,
+            "GiB 5 %": b.gib_band.low,
+            "GiB 95 %": b.gib_band.high,
             "union/layer": b.union_per_layer,
             "working set GiB/rank": b.rank_union_per_layer * layers * item_gib,
             "role": "calibration (witnessed)"
@@ -303,7 +303,7 @@ with style():
             ax_h.errorbar(
                 b.case.cache_gib_per_rank,
                 100 * b.hit_rate,
-                yerr=[[100 * (b.hit_rate - b.hit_rate_lo)], [100 * (b.hit_rate_hi - b.hit_rate)]],
+                yerr=[[100 * (b.hit_rate - b.hit_rate_band.low)], [100 * (b.hit_rate_band.high - b.hit_rate)]],
                 fmt="s",
                 color=color,
                 mfc="white",
@@ -312,7 +312,7 @@ with style():
             ax_g.errorbar(
                 b.case.cache_gib_per_rank,
                 b.gib_streamed_per_step,
-                yerr=[[b.gib_streamed_per_step - b.gib_lo], [b.gib_hi - b.gib_streamed_per_step]],
+                yerr=[[b.gib_streamed_per_step - b.gib_band.low], [b.gib_band.high - b.gib_streamed_per_step]],
                 fmt="s",
                 color=color,
                 mfc="white",
@@ -457,11 +457,11 @@ big_table = pd.DataFrame(
             "cache GiB/rank": b.case.cache_gib_per_rank,
             "share of a rank's experts %": 100 * min(1.0, b.case.cache_gib_per_rank / 91),
             "hit %": 100 * b.hit_rate,
-            "hit 5 %": 100 * b.hit_rate_lo,
-            "hit 95 %": 100 * b.hit_rate_hi,
+            "hit 5 %": 100 * b.hit_rate_band.low,
+            "hit 95 %": 100 * b.hit_rate_band.high,
             "GiB/step/rank": b.gib_streamed_per_step,
-            "GiB 5 %": b.gib_lo,
-            "GiB 95 %": b.gib_hi,
+            "GiB 5 %": b.gib_band.low,
+            "GiB 95 %": b.gib_band.high,
         }
         for b in big_bands
     ]
@@ -491,11 +491,11 @@ display(
                 {
                     "case": b.case.name,
                     "hit": b.hit_rate,
-                    "hit_lo": b.hit_rate_lo,
-                    "hit_hi": b.hit_rate_hi,
+                    "hit_lo": b.hit_rate_band.low,
+                    "hit_hi": b.hit_rate_band.high,
                     "gib": b.gib_streamed_per_step,
-                    "gib_lo": b.gib_lo,
-                    "gib_hi": b.gib_hi,
+                    "gib_lo": b.gib_band.low,
+                    "gib_hi": b.gib_band.high,
                 }
                 for b in bands
                 if b.case.name not in calibrated_cases

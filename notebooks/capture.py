@@ -324,7 +324,7 @@ with style():
         m, p = u.measured, u.plugin
         ok = ~np.isnan(m.mean)
         ax_u.plot(u.batch[ok], m.mean[ok], "o", color="C2", ms=4, label="measured (mean over layers)")
-        ax_u.fill_between(u.batch[ok], m.mean_ci_low[ok], m.mean_ci_high[ok], color="C2", alpha=0.3)
+        ax_u.fill_between(u.batch[ok], m.mean_band.low[ok], m.mean_band.high[ok], color="C2", alpha=0.3)
         ax_u.plot(u.batch, p.mean, color="C1", label="independent plug-in, own π̂")
         ax_u.set(
             xscale="log",
@@ -377,8 +377,8 @@ for s in sources:
             "layers × E, K": f"{f.layers} × {f.experts}, {f.top_k}",
             "tokens per layer": int(np.median(s["hist"].tokens)),
             "pooled AIC choice": f.chosen,
-            "Zipf s (95 % interval)": f"{z.params['s']:.3f} [{z.ci.get('s', (np.nan,))[0]:.3f}, "
-            f"{z.ci.get('s', (np.nan, np.nan))[1]:.3f}]",
+            "Zipf s (95 % interval)": f"{z.params['s']:.3f} [{z.ci['s'].low if 's' in z.ci else np.nan:.3f}, "
+            f"{z.ci['s'].high if 's' in z.ci else np.nan:.3f}]",
             "Dirichlet α": f.pooled["dirichlet"].params["alpha"],
             "per-layer winners": ", ".join(f"{k} {v}" for k, v in winners.items()),
             f"GoF p of the choice ({gof_sims} sims)": pvalue_text(f.pooled[f.chosen].gof_pvalue, gof_sims),

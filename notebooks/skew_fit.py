@@ -91,7 +91,7 @@ def param_text(params):
 
 
 def ci_text(ci):
-    return "; ".join(f"{k} [{lo:.4g}, {hi:.4g}]" for k, (lo, hi) in ci.items()) or "–"
+    return "; ".join(f"{k} [{iv.low:.4g}, {iv.high:.4g}]" for k, iv in ci.items()) or "–"
 
 
 show_table(
@@ -101,7 +101,7 @@ show_table(
                 "model": name,
                 "pooled estimate (Zipf s bias-corrected)": param_text(m.params),
                 "95 % interval of the estimate": ci_text(m.ci),
-                "inside its interval": all(lo <= m.params[k] <= hi for k, (lo, hi) in m.ci.items()) if m.ci else None,
+                "inside its interval": all(iv.contains(m.params[k]) for k, iv in m.ci.items()) if m.ci else None,
                 "ML value (log L, AIC, GoF at it)": param_text(m.ml_params or m.params),
                 "log L": m.log_likelihood,
                 "AIC (pooled)": m.aic,
@@ -176,7 +176,7 @@ trace_prov = provenance_label("witnessed-inputs" if tr.provenance == "witnessed"
 
 
 def interval(ci):
-    return f"[{ci[0]:.3g}, {ci[1]:.3g}]"
+    return f"[{ci.low:.3g}, {ci.high:.3g}]"
 
 
 show_table(
@@ -281,7 +281,7 @@ correlated = (
 with style():
     fig, (ax_h, ax_t) = plt.subplots(1, 2, figsize=(11, 4.3))
     ax_h.plot(batch, h_curve.mean, color="C3", label="histogram: rarefaction / extrapolation")
-    ax_h.fill_between(batch, h_curve.mean_ci_low, h_curve.mean_ci_high, color="C3", alpha=0.3)
+    ax_h.fill_between(batch, h_curve.mean_band.low, h_curve.mean_band.high, color="C3", alpha=0.3)
     ax_h.plot(batch, z_mid.mean, color="C0", label=f"pooled Zipf s={s_hat:.3f}")
     ax_h.fill_between(batch, z_lo.mean, z_hi.mean, color="C0", alpha=0.3)
     ax_h.plot(batch, union_uniform(hist.experts, hist.top_k, batch).mean, "k--", lw=1, label="uniform")
@@ -293,9 +293,9 @@ with style():
     )
     ax_h.legend(fontsize=8)
     ax_t.plot(t_batch, measured.mean, "o", color="C2", label="measured on the trace")
-    ax_t.fill_between(t_batch, measured.mean_ci_low, measured.mean_ci_high, color="C2", alpha=0.3)
+    ax_t.fill_between(t_batch, measured.mean_band.low, measured.mean_band.high, color="C2", alpha=0.3)
     ax_t.plot(batch, correlated.mean, color="C2", label=f"correlated model, c={corr.c:.0f}")
-    ax_t.fill_between(batch, correlated.mean_ci_low, correlated.mean_ci_high, color="C2", alpha=0.2)
+    ax_t.fill_between(batch, correlated.mean_band.low, correlated.mean_band.high, color="C2", alpha=0.2)
     ax_t.plot(batch, independent.mean, color="C1", label="independent plug-in")
     ax_t.plot(batch, union_uniform(tr.experts, tr.top_k, batch).mean, "k--", lw=1, label="uniform")
     ax_t.set(
@@ -314,7 +314,7 @@ with style():
 rows = {
     "B": batch,
     "histogram U": h_curve.mean,
-    "histogram band": [f"[{a:.1f}, {b:.1f}]" for a, b in zip(h_curve.mean_ci_low, h_curve.mean_ci_high)],
+    "histogram band": [f"[{a:.1f}, {b:.1f}]" for a, b in zip(h_curve.mean_band.low, h_curve.mean_band.high)],
     f"histogram B·K/U (vs {BASELINE})": h_curve.coalescing_ratio,
     "Zipf U": z_mid.mean,
     "trace: correlated U": correlated.mean,

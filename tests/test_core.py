@@ -72,16 +72,32 @@ def test_percentile_interval_is_what_the_folded_copies_computed():
     for level in (0.95, 0.9):
         alpha, q = (1.0 - level) / 2.0, 50.0 * (1.0 - level)  # union's and fit's spelling
         got = stats.percentile_interval(x, level)
-        np.testing.assert_array_equal(got, np.quantile(x, [alpha, 1.0 - alpha], axis=0))
-        np.testing.assert_array_equal(got, np.percentile(x, [q, 100.0 - q], axis=0))
+        np.testing.assert_array_equal([got.low, got.high], np.quantile(x, [alpha, 1.0 - alpha], axis=0))
+        np.testing.assert_array_equal([got.low, got.high], np.percentile(x, [q, 100.0 - q], axis=0))
+        assert got.level == level and got.method == "percentile bootstrap, 200 replicates"
     x[0, 0] = np.nan
     q = 50.0 * (1.0 - 0.95)
-    np.testing.assert_array_equal(
-        stats.percentile_interval(x, 0.95, ignore_nan=True), np.nanpercentile(x, [q, 100.0 - q], axis=0)
-    )
+    got = stats.percentile_interval(x, 0.95, ignore_nan=True)
+    np.testing.assert_array_equal([got.low, got.high], np.nanpercentile(x, [q, 100.0 - q], axis=0))
     assert stats.tail_probabilities(0.95) == pytest.approx((0.025, 0.975))
     with pytest.raises(ValueError, match="level"):
         stats.tail_probabilities(1.0)
+
+
+def test_percentile_interval_of_a_known_sample():
+    """1..101: the linear 2.5 % and 97.5 % points are 3.5 and 98.5; two named tails are numpy's
+    quantiles at exactly those probabilities (the 5–95 % bands), a 0.9 interval."""
+    iv = stats.percentile_interval(np.arange(1.0, 102.0), 0.95)
+    assert (iv.low, iv.high) == pytest.approx((3.5, 98.5))
+    assert isinstance(iv.low, float) and isinstance(iv.high, float)
+    x = np.random.default_rng(4).lognormal(size=(37, 5))
+    band = stats.percentile_interval(x, (0.05, 0.95), resampling="draws")
+    np.testing.assert_array_equal(band.low, np.quantile(x, 0.05, axis=0))
+    np.testing.assert_array_equal(band.high, np.quantile(x, 0.95, axis=0))
+    assert band.level == 0.9 and stats.confidence_of((0.05, 0.95)) == 0.9
+    assert band.method == "percentile draws, 37 replicates"
+    with pytest.raises(ValueError, match="tail"):
+        stats.tail_probabilities((0.95, 0.05))
 
 
 def test_basic_and_order_statistic_intervals():
@@ -89,9 +105,119 @@ def test_basic_and_order_statistic_intervals():
     lo, hi = stats.basic_interval(60.0, reps, 0.95)
     assert (lo, hi) == pytest.approx((2 * 60 - 97.5, 2 * 60 - 2.5))
     with_inf = np.concatenate([reps, [np.inf] * 10, [np.nan]])
-    lo, hi = stats.order_statistic_interval(with_inf, 0.95)
-    assert lo == 2.0 and hi == np.inf
-    assert np.isnan(stats.order_statistic_interval([np.nan], 0.95)).all()
+    iv = stats.order_statistic_interval(with_inf, 0.95)
+    assert iv.low == 2.0 and iv.high == np.inf
+    assert iv.contains(1e300) and not iv.contains(1.0)
+    assert np.isnan(stats.order_statistic_interval([np.nan], 0.95).as_tuple()).all()
+
+
+def test_interval_contains_width_and_entries():
+    iv = stats.Interval(1.0, 3.0, 0.95, "by hand")
+    assert iv.contains(1.0) and iv.contains(2.5) and iv.contains(3.0)
+    assert not iv.contains(0.999) and not iv.contains(3.001) and not iv.contains(np.nan)
+    assert isinstance(iv.contains(2.0), bool)
+    assert iv.width == 2.0 and iv.as_tuple() == (1.0, 3.0)
+    low, high = iv
+    assert (low, high) == (1.0, 3.0)
+    assert not stats.Interval(np.nan, np.nan, 0.95, "none").contains(0.0)
+    rows = stats.Interval(np.array([0.0, 1.0, 2.0]), np.array([1.0, 1.5, 4.0]), 0.9, "per layer")
+    assert rows.contains(np.array([0.5, 2.0, 4.0])).tolist() == [True, False, True]
+    assert rows.contains(1.0).tolist() == [True, True, False]
+    np.testing.assert_array_equal(rows.width, [1.0, 0.5, 2.0])
+    one = rows.at(2)
+    assert one == stats.Interval(2.0, 4.0, 0.9, "per layer") and isinstance(one.low, float)
+    clipped = rows.clip(0.5, 3.0)
+    assert clipped.low.tolist() == [0.5, 1.0, 2.0] and clipped.high.tolist() == [1.0, 1.5, 3.0]
+    with pytest.raises(ValueError, match="level"):
+        stats.Interval(0.0, 1.0, 0.0, "no level")
+    with pytest.raises(AttributeError):
+        iv.low = 0.0  # frozen
+
+
+def _same_state(a: np.random.Generator, b: np.random.Generator) -> bool:
+    return a.bit_generator.state == b.bit_generator.state
+
+
+def test_bootstrap_replicates_is_the_hand_written_loop_over_indices():
+    """The helper draws the index rows exactly as the loops it replaced did (one call for all
+    replicates), whatever the chunk, and leaves the generator where the loop left it."""
+    x = np.random.default_rng(1).normal(size=(23, 4))
+    hand, helper = np.random.default_rng(7), np.random.default_rng(7)
+    idx = hand.integers(0, x.shape[0], size=(50, x.shape[0]))
+    expected = np.concatenate([x[idx[i : i + 16]].mean(axis=1) for i in range(0, 50, 16)])
+    for chunk in (None, 16, 7):
+        helper = np.random.default_rng(7)
+        got = stats.bootstrap_replicates(lambda rows: x[rows].mean(axis=1), 50, n=x.shape[0], rng=helper, chunk=chunk)
+        assert got.shape == (50, 4)
+        np.testing.assert_array_equal(got, expected)
+        assert _same_state(hand, helper)
+
+
+def test_bootstrap_replicates_blocks_is_the_hand_written_loop():
+    """Blocks of 5 over 23 ordered units: per replicate ⌈23/5⌉ = 5 block starts, the last block cut
+    at 23, drawn as each replicate is asked for."""
+    steps, block, reps = 23, 5, 30
+    y = np.random.default_rng(2).exponential(size=steps)
+    hand, helper = np.random.default_rng(11), np.random.default_rng(11)
+    nb = -(-steps // block)
+    expected, lengths = [], []
+    for _ in range(reps):
+        pick = hand.integers(0, nb, size=nb) * block
+        sel = np.concatenate([np.arange(s, min(s + block, steps)) for s in pick])
+        lengths.append(sel.size)
+        expected.append(y[sel].sum() / sel.size)
+    seen = []
+
+    def statistic(sel):
+        seen.append(sel)
+        return y[sel].sum() / sel.size
+
+    got = stats.bootstrap_replicates(statistic, reps, n=steps, rng=helper, block=block)
+    np.testing.assert_array_equal(got, expected)
+    assert [s.size for s in seen] == lengths and all(s.max() < steps for s in seen)
+    assert _same_state(hand, helper)
+
+
+def test_bootstrap_replicates_parametric_draws():
+    """A caller's own draw: one at a time, each just before its statistic (the refits of a
+    parametric bootstrap replay in that order), or all at once (``batched``)."""
+    calls = []
+
+    def draw(b):
+        calls.append(("draw", b))
+        return np.random.default_rng(100 + b).normal(size=3)
+
+    def statistic(sample):
+        calls.append(("statistic", len(sample)))
+        return sample.max()
+
+    got = stats.bootstrap_replicates(statistic, 4, draw=draw)
+    np.testing.assert_array_equal(got, [np.random.default_rng(100 + b).normal(size=3).max() for b in range(4)])
+    assert calls == [c for b in range(4) for c in (("draw", b), ("statistic", 3))]
+    # objects (a fitted knob set) come back as an object array, in order
+    words = stats.bootstrap_replicates(lambda b: {"replicate": b}, 3, draw=lambda b: b)
+    assert words.dtype == object and [w["replicate"] for w in words] == [0, 1, 2]
+    # batched: one draw of every resample, the statistic over chunks of them
+    gen = np.random.default_rng(5)
+    batch = stats.bootstrap_replicates(
+        lambda ys: ys.sum(axis=1), 9, draw=lambda r: gen.poisson(3.0, size=(r, 6)), batched=True, chunk=4
+    )
+    np.testing.assert_array_equal(batch, np.random.default_rng(5).poisson(3.0, size=(9, 6)).sum(axis=1))
+
+
+def test_bootstrap_replicates_refuses_unclear_resamples():
+    with pytest.raises(ValueError, match="either n"):
+        stats.bootstrap_replicates(np.mean, 5)
+    with pytest.raises(ValueError, match="either n"):
+        stats.bootstrap_replicates(np.mean, 5, n=3, draw=lambda b: b, rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="rng"):
+        stats.bootstrap_replicates(np.mean, 5, n=3)
+    with pytest.raises(ValueError, match="replicates"):
+        stats.bootstrap_replicates(np.mean, 0, n=3, rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="block goes with n"):
+        stats.bootstrap_replicates(np.mean, 5, draw=lambda b: b, block=2)
+    with pytest.raises(ValueError, match="batched with draw"):
+        stats.bootstrap_replicates(np.mean, 5, n=3, rng=np.random.default_rng(0), batched=True)
 
 
 # ----------------------------------------------------------------------------- masks

@@ -261,12 +261,13 @@ def test_per_layer_zipf_intervals_cover_the_generator_exponents():
     res = fit.fit_histogram(
         hist.counts, hist.top_k, rng=_rng("test_fit_cover"), bootstrap=100, gof_sims=0, models=("zipf",)
     )
-    ci = np.array([row["zipf"].ci["s"] for row in res.per_layer])
-    est = np.array([row["zipf"].params["s"] for row in res.per_layer])
-    assert np.all((ci[:, 0] <= est) & (est <= ci[:, 1]))
-    assert ((ci[:, 0] <= truth) & (truth <= ci[:, 1])).sum() >= 50
+    ci = [row["zipf"].ci["s"] for row in res.per_layer]
+    est = [row["zipf"].params["s"] for row in res.per_layer]
+    assert all(c.contains(e) for c, e in zip(ci, est))
+    assert sum(c.contains(t) for c, t in zip(ci, truth)) >= 50
     pooled = res.pooled["zipf"]
-    assert pooled.ci["s"][0] <= pooled.params["s"] <= pooled.ci["s"][1]
+    assert pooled.ci["s"].contains(pooled.params["s"])
+    assert pooled.ci["s"].level == 0.95 and "100 replicates" in pooled.ci["s"].method
 
 
 def test_a_mapped_trace_cut_short_is_an_error_not_sigbus(tmp_path):

@@ -139,8 +139,8 @@ def test_histogram_estimate_tracks_truth_and_band_covers(rng):
     est = union_histogram(y, t, [4, 32, 256, 2000], top_k=k, bootstrap=200, rng=rng)
     assert est.method == ("rarefaction",) * 4
     np.testing.assert_allclose(est.mean, truth.mean, rtol=0.02)
-    assert np.all(est.mean_ci_low <= truth.mean + 0.5) and np.all(truth.mean - 0.5 <= est.mean_ci_high)
-    assert np.all(est.ci_low <= est.union_per_layer) and np.all(est.union_per_layer <= est.ci_high)
+    assert np.all(est.mean_band.low <= truth.mean + 0.5) and np.all(truth.mean - 0.5 <= est.mean_band.high)
+    assert np.all(est.band.low <= est.union_per_layer) and np.all(est.union_per_layer <= est.band.high)
 
 
 def test_histogram_extrapolation_used_beyond_t(rng):
@@ -218,7 +218,7 @@ def test_trace_union_matches_plugin_for_independent_streams(rng):
     plug = union_plugin(inclusion_probabilities(w, 4), batch)
     assert measured.method == ("trace",) * 3
     np.testing.assert_allclose(measured.mean, plug.mean, rtol=0.02)
-    assert np.all(measured.mean_ci_low - 0.2 <= plug.mean) and np.all(plug.mean <= measured.mean_ci_high + 0.2)
+    assert np.all(measured.mean_band.low - 0.2 <= plug.mean) and np.all(plug.mean <= measured.mean_band.high + 0.2)
 
 
 def test_trace_union_ignores_padding_and_reports_unfillable_batches(rng):
@@ -267,7 +267,7 @@ def test_qwen15_real_decode_batch_union_below_independent_prediction(rng):
     pi_hat = histogram_from_trace(topk, e)[0] / tokens
     independent = union_plugin(pi_hat[None, :], [25], top_k=k).mean[0]
     assert uniform == pytest.approx(49.3, abs=0.1)
-    assert measured.mean_ci_high[0] < independent < uniform
+    assert measured.mean_band.high[0] < independent < uniform
 
 
 def test_mixtral_window_union_matches_published_derivation():

@@ -107,6 +107,7 @@ from scipy.optimize import least_squares, minimize
 
 from moeroof.core.errors import ParameterError
 from moeroof.core.results import Result
+from moeroof.core.stats import Interval, confidence_of, percentile_interval
 from moeroof.core.units import GiB
 from moeroof.data.plan_points import PlanPoint
 from moeroof.data.presets import DEFAULT_PRIORS, EFFICIENCY_FIELDS, Hardware, MoEModel
@@ -160,6 +161,8 @@ SIGMA_NET = 0.05
 SIGMA_HIT = 0.02
 BAND_DRAWS = 200
 BAND_SEEDS = (0, 1, 2)
+#: the tail probabilities of the bands and the knobs' intervals (5–95 %)
+BAND_TAILS = (0.05, 0.95)
 #: what a fit does, in order (``progress`` says which has begun): the knobs searched, the bands
 #: sampled, each held prior's ends tried
 FIT_STAGES = ("search", "bands", "prior ends")
@@ -755,8 +758,9 @@ def _over_sets(at, net, hit) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     )
 
 
-def _span(values) -> tuple[float, float]:
-    return float(min(values)), float(max(values))
+def _span(values) -> Interval:
+    """A cache knob's profile-likelihood interval: its range over the retained sets ``values``."""
+    return Interval(float(min(values)), float(max(values)), confidence_of(BAND_TAILS), "profile likelihood")
 
 
 def _smooth_labels(names: tuple[str, ...], hold_token: bool, fit_expert: bool) -> tuple[str, ...]:
@@ -1171,12 +1175,11 @@ def _fit_one(  # noqa: C901
     r_hit = hit0[cal_hit] - meas_hit[cal_hit] if cal_hit.any() else np.zeros(0)
     hit_noise = max(SIGMA_HIT, float(np.sqrt(np.mean(r_hit**2))) if r_hit.size else 0.0)
     preds_hit = np.clip(preds_hit + rng.normal(0.0, hit_noise, size=preds_hit.shape), 0.0, 1.0)
-    low = np.quantile(preds_net, 0.05, axis=0)
-    high = np.quantile(preds_net, 0.95, axis=0)
-    hit_low = np.quantile(preds_hit, 0.05, axis=0)
-    hit_high = np.quantile(preds_hit, 0.95, axis=0)
-    low, high = np.minimum(low, net0), np.maximum(high, net0)
-    hit_low, hit_high = np.minimum(hit_low, hit0), np.maximum(hit_high, hit0)
+    net_band, hit_band = (
+        percentile_interval(v, BAND_TAILS, resampling="draws x seeds x noise") for v in (preds_net, preds_hit)
+    )
+    low, high = np.minimum(net_band.low, net0), np.maximum(net_band.high, net0)
+    hit_low, hit_high = np.minimum(hit_band.low, hit0), np.maximum(hit_band.high, hit0)
 
     _stage(stage, FIT_STAGES[2])
     # an end of a held knob's prior widens the bands only as far as the calibration rows admit it:
@@ -1376,8 +1379,8 @@ def _fit_one(  # noqa: C901
         )
     prior_local = (locality.label, ((r_c, r_lo, r_hi), (c_c, c_lo, c_hi))) if use_prior else None
     knobs.update(_held_entries(hardware, held_efficiency, prior_local))
-    for n, (lo, hi) in cache_intervals.items():
-        if (lo, hi) == tuple(float(b) for b in bounds[n]):
+    for n, interval in cache_intervals.items():
+        if interval.as_tuple() == tuple(float(b) for b in bounds[n]):
             notes.append(f"{n} is not identified by these rows: its profile spans its whole range")
     notes.append(
         f"bands: 5–95 % of a new measurement (the knobs' spread × a measurement noise of {noise:.1%} on tok/s, "
@@ -1630,12 +1633,12 @@ def _cache_knob_entries(outer, routing: RoutingProbabilities, cache_intervals) -
     ):
         if name not in outer:
             continue
-        lo, hi = cache_intervals[name]
-        whole = (lo, hi) == tuple(float(b) for b in bounds[name])
+        interval = cache_intervals[name]
+        whole = interval.as_tuple() == tuple(float(b) for b in bounds[name])
         out[key] = {
             "value": float(outer[name]),
-            "low": lo,
-            "high": hi,
+            "low": interval.low,
+            "high": interval.high,
             "fitted": True,
             "identified": not whole,
             "unit": unit,
@@ -1659,7 +1662,7 @@ def _knob_table(  # noqa: C901
     hardware: Hardware,
     routing: RoutingProbabilities,
     identified,
-    cache_intervals: dict[str, tuple[float, float]],
+    cache_intervals: dict[str, Interval],
     hold_token: bool = False,
     net_batches: Sequence[int] = (),
 ) -> dict:

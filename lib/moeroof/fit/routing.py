@@ -131,7 +131,7 @@ from moeroof.core.limits import (
 from moeroof.core.memo import SourceMemo
 from moeroof.core.results import Result
 from moeroof.core.rng import generator
-from moeroof.core.stats import student_t_quantile
+from moeroof.core.stats import Interval, bootstrap_replicates, confidence_of, student_t_quantile
 from moeroof.core.units import GiB
 from moeroof.data.points import Point, noise
 from moeroof.models.knob_routing import DEFAULT_HISTORY, FAMILIES, RoutingKnobs, layer_popularity, sample_knob_trace
@@ -530,7 +530,7 @@ class FamilyFit(Result):
     unidentified: tuple[str, ...]
     evaluations: int
     #: 5–95 % interval of each fitted knob in its own units (``history``: tokens; ``locality``: c)
-    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
+    intervals: dict[str, Interval] = field(default_factory=dict)
     #: simulated evaluations spent by the bootstrap's refits (each at ``len(seeds)`` seeds)
     refit_evaluations: int = 0
     #: per draw, its weight in the bands (empty: equal); set where the draws carry a prior's
@@ -748,13 +748,16 @@ def _jacobian(prob: _Problem, x: np.ndarray, seeds, tau: np.ndarray) -> np.ndarr
     return np.nan_to_num(jac)
 
 
-def _to_units(prob: _Problem, name: str, lo_x: float, hi_x: float) -> tuple[float, float]:
-    """A knob's interval [lo_x, hi_x] on the transformed scale, in the knob's own units."""
+def _to_units(prob: _Problem, name: str, low_x: float, high_x: float, level: float, method: str) -> Interval:
+    """A knob's interval [low_x, high_x] on the transformed scale, in the knob's own units."""
     if name == "history":  # whole tokens, outwards
-        return float(math.floor(2.0**lo_x - 1 + 1e-9)), float(math.ceil(2.0**hi_x - 1 - 1e-9))
+        return Interval(
+            float(math.floor(2.0**low_x - 1 + 1e-9)), float(math.ceil(2.0**high_x - 1 - 1e-9)), level, method
+        )
     j = prob.names.index(name)
-    a, b = (_knob_value(_set(prob.base, name, x, prob.model[0], prob.lo[j]), name) for x in (lo_x, hi_x))
-    return (min(a, b), max(a, b))  # locality: a larger x is a smaller c (the box's lower end: off)
+    a, b = (_knob_value(_set(prob.base, name, x, prob.model[0], prob.lo[j]), name) for x in (low_x, high_x))
+    # locality: a larger x is a smaller c (the box's lower end: off)
+    return Interval(min(a, b), max(a, b), level, method)
 
 
 def fit_family(
@@ -877,6 +880,32 @@ def _identified(prob: _Problem, jac: np.ndarray) -> np.ndarray:
     return sens >= MIN_SENSITIVITY
 
 
+def _replicate_measurement(prob: _Problem, ff: FamilyFit, seeds: tuple[int, ...], y_hat: np.ndarray, b: int):
+    """The b-th replicate measurement of the refit parametric bootstrap at θ̂ (a seed no fit uses),
+    with the fit seeds' own error swapped for that of n fresh seeds: ȳ(θ̂) + y(θ̂; s_b) −
+    ȳ(θ̂; fresh seeds); and that noise in τ units."""
+    y_b = simulate_points(ff.knobs, prob.cal, *prob.model, [10_000 + 97 * b], **prob.sim)[0]
+    fresh = [50_000 + 1_000 * b + i for i in range(len(seeds))]
+    y_f = simulate_points(ff.knobs, prob.cal, *prob.model, fresh, **prob.sim).mean(axis=0)
+    return y_hat + y_b - y_f, _finite((y_b - y_f) / prob.tau)
+
+
+def _refit(prob: _Problem, seeds: tuple[int, ...], jac: np.ndarray, ok: np.ndarray, refit: int, explored, replicate):
+    """One replicate measurement refitted (module docstring, Intervals): from the best of every
+    knob set the fit evaluated (they hold the other valleys), then the Levenberg–Marquardt
+    polish; the refitted knobs (transformed scale) and the replicate's noise, end to end."""
+    m_b, noise_b = replicate
+    tau_b = np.array([tolerance(p.kind, v) if np.isfinite(v) else t for p, v, t in zip(prob.cal, m_b, prob.tau)])
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        return (prob.mean(x, seeds) - m_b) / tau_b
+
+    x0, y0 = min(explored, key=lambda v: _sum_sq((v[1] - m_b) / tau_b))
+    jac_b = jac * (prob.tau / tau_b)[:, None]
+    x_b, _, _ = _levenberg_marquardt(resid, x0, (y0 - m_b) / tau_b, jac_b, ok, prob.boxes, refit)
+    return np.concatenate([x_b, noise_b])
+
+
 def _bootstrap(
     prob: _Problem, ff: FamilyFit, seeds, bootstrap: int, refit: int, level: tuple[float, float]
 ) -> FamilyFit:
@@ -885,40 +914,25 @@ def _bootstrap(
     if not names or bootstrap <= 0:
         return ff
     seeds = tuple(int(s) for s in seeds)
-    n = len(seeds)
     x_hat = prob.x_of(ff.knobs)
     jac = _jacobian(prob, x_hat, seeds, prob.tau)
     ok = _identified(prob, jac)
     y_hat = prob.mean(x_hat, seeds)
     explored = prob.explored(seeds)  # the fit's own evaluations: the refits start from the best
     before = len(prob.memo)
-    xs = np.empty((bootstrap, len(names)))
-    noise = np.empty((bootstrap, len(prob.cal)))
-    for b in range(bootstrap):
-        # a replicate measurement at θ̂ (a seed no fit uses), with the fit seeds' own error
-        # swapped for that of n fresh seeds: ȳ(θ̂) + y(θ̂; s_b) − ȳ(θ̂; fresh seeds)
-        y_b = simulate_points(ff.knobs, prob.cal, *prob.model, [10_000 + 97 * b], **prob.sim)[0]
-        fresh = [50_000 + 1_000 * b + i for i in range(n)]
-        y_f = simulate_points(ff.knobs, prob.cal, *prob.model, fresh, **prob.sim).mean(axis=0)
-        m_b = y_hat + y_b - y_f
-        noise[b] = _finite((y_b - y_f) / prob.tau)
-        tau_b = np.array([tolerance(p.kind, v) if np.isfinite(v) else t for p, v, t in zip(prob.cal, m_b, prob.tau)])
-
-        def resid(x: np.ndarray, m_b=m_b, tau_b=tau_b) -> np.ndarray:
-            return (prob.mean(x, seeds) - m_b) / tau_b
-
-        # refit: from the best of every knob set the fit evaluated (they hold the other valleys),
-        # then the Levenberg–Marquardt polish
-        x0, y0 = min(explored, key=lambda v: _sum_sq((v[1] - m_b) / tau_b))
-        jac_b = jac * (prob.tau / tau_b)[:, None]
-        xs[b], _, _ = _levenberg_marquardt(resid, x0, (y0 - m_b) / tau_b, jac_b, ok, prob.boxes, refit)
+    out = bootstrap_replicates(
+        lambda rep: _refit(prob, seeds, jac, ok, refit, explored, rep),
+        bootstrap,
+        draw=lambda b: _replicate_measurement(prob, ff, seeds, y_hat, b),
+    )
+    xs, noise = out[:, : len(names)].copy(), out[:, len(names) :].copy()  # (B, knobs), (B, rows)
     refit_evaluations = len(prob.memo) - before
 
     # intervals: x̂ + t_B(level) · (root mean square of x*_b − x̂) on the transformed scale, clipped
     t_lo, t_hi = (float(v) for v in student_t_quantile(level, bootstrap))
     sd = np.sqrt(np.mean((xs - x_hat) ** 2, axis=0))
-    lo_x = np.where(ok, np.clip(x_hat + t_lo * sd, prob.lo, prob.hi), prob.lo)
-    hi_x = np.where(ok, np.clip(x_hat + t_hi * sd, prob.lo, prob.hi), prob.hi)
+    low_x = np.where(ok, np.clip(x_hat + t_lo * sd, prob.lo, prob.hi), prob.lo)
+    high_x = np.where(ok, np.clip(x_hat + t_hi * sd, prob.lo, prob.hi), prob.hi)
     # a null value (no stickiness, no per-stream locality) is a bound of the box, where the
     # estimator piles up and the refits' spread at θ̂ understates how far it strays: the null
     # joins the interval when its profile (the other knobs refitted with it held) rises above
@@ -936,7 +950,7 @@ def _bootstrap(
 
     s_hat = _sum_sq(real(x_hat))
     for j, name in enumerate(names):
-        if name not in NULL_KNOBS or not ok[j] or lo_x[j] <= prob.lo[j] or cov[j, j] <= 0:
+        if name not in NULL_KNOBS or not ok[j] or low_x[j] <= prob.lo[j] or cov[j, j] <= 0:
             continue
         at_null = x_hat.copy()
         at_null[j] = prob.lo[j]
@@ -946,8 +960,12 @@ def _bootstrap(
         free[j] = False
         _, r_null, _ = _levenberg_marquardt(real, x0, real(x0), jac, free, prob.boxes, refit)
         if _sum_sq(r_null) - s_hat <= t_lo**2 * max(sd[j] ** 2, lin[j, j]) / cov[j, j]:
-            lo_x[j] = prob.lo[j]
-    intervals = {name: _to_units(prob, name, float(lo_x[j]), float(hi_x[j])) for j, name in enumerate(names)}
+            low_x[j] = prob.lo[j]
+    how = f"refit parametric bootstrap, fitted value + Student t quantile x rms deviation, {bootstrap} replicates"
+    intervals = {
+        name: _to_units(prob, name, float(low_x[j]), float(high_x[j]), confidence_of(level), how)
+        for j, name in enumerate(names)
+    }
     return replace(
         ff,
         draws=_bootstrap_draws(prob, xs, ok, int(seeds[0])),
@@ -1015,17 +1033,19 @@ def _knob_value(k: RoutingKnobs, name: str) -> float:
 _KNOB_KEYS = {"skew": "skew", "rho": "rho", "locality": "locality_c", "history": "history_tokens"}
 
 
-def _bands(contributing, best, points, experts, top_k, layers, expert_bytes, level, timed_steps, max_sim_layers):
-    """Bands (module docstring): per family, its prediction ± t_B × the root mean square of
-    (a draw's simulated row − the prediction); the envelope over the families and the chosen
-    prediction; hit rates and overlaps clipped to [0, 1], the others to ≥ 0. A family whose draws
-    carry a prior's draws of held knobs weights them by its ``draw_weights`` (:func:`_prior_draws`:
-    the prior conditioned on the calibration rows)."""
+def _bands(
+    contributing, best, points, experts, top_k, layers, expert_bytes, level, timed_steps, max_sim_layers
+) -> Interval:
+    """Bands (module docstring), an interval per point: per family, its prediction ± t_B × the root
+    mean square of (a draw's simulated row − the prediction); the envelope over the families and
+    the chosen prediction; hit rates and overlaps clipped to [0, 1], the others to ≥ 0. A family
+    whose draws carry a prior's draws of held knobs weights them by its ``draw_weights``
+    (:func:`_prior_draws`: the prior conditioned on the calibration rows)."""
     sim = dict(timed_steps=timed_steps, max_sim_layers=max_sim_layers)
     low = np.array(best.predicted, dtype=float)
     high = low.copy()
     for f in contributing:
-        lo_f = hi_f = np.array(f.predicted, dtype=float)
+        low_f = high_f = np.array(f.predicted, dtype=float)
         if f.draws:
             ys = np.concatenate(
                 [
@@ -1040,13 +1060,14 @@ def _bands(contributing, best, points, experts, top_k, layers, expert_bytes, lev
             # weighted draws count as their effective number (Kish: (Σw)² / Σw²), not as all of them
             n_eff = float(w.sum() ** 2 / max(float((w**2).sum()), 1e-300))
             t_lo, t_hi = student_t_quantile(level, max(n_eff, 1.0))
-            lo_f, hi_f = f.predicted + t_lo * rms, f.predicted + t_hi * rms
-        low = np.fmin(low, lo_f)
-        high = np.fmax(high, hi_f)
+            low_f, high_f = f.predicted + t_lo * rms, f.predicted + t_hi * rms
+        low = np.fmin(low, low_f)
+        high = np.fmax(high, high_f)
     unit = np.array([p.kind in ("hit_rate", "overlap") for p in points])
-    low = np.maximum(low, 0.0)
-    high = np.where(unit, np.minimum(high, 1.0), high)
-    return low, high
+    how = (
+        "envelope over the families that fit of prediction + Student t quantile x rms deviation of its bootstrap draws"
+    )
+    return Interval(np.maximum(low, 0.0), np.where(unit, np.minimum(high, 1.0), high), confidence_of(level), how)
 
 
 def fit_routing(  # noqa: C901
@@ -1185,7 +1206,7 @@ def fit_routing(  # noqa: C901
                 f"{f.family} cannot fit the calibration rows: its best miss is {f.max_abs_z:.2g} tolerances "
                 f"(residual {f.residual:.3g})"
             )
-    low, high = _bands(
+    band = _bands(
         contributing,
         best,
         points,
@@ -1204,8 +1225,8 @@ def fit_routing(  # noqa: C901
         value = _knob_value(best.knobs, name)
         entry: dict[str, Any] = {"value": value, "fitted": name in fitted}
         if name in best.intervals:
-            lo_v, hi_v = best.intervals[name]
-            entry.update(low=float(lo_v), high=float(hi_v))
+            interval = best.intervals[name]
+            entry.update(low=float(interval.low), high=float(interval.high))
         else:
             entry.update(low=value, high=value)
         if locality is not None and name in ("rho", "locality") and name not in fitted:
@@ -1261,8 +1282,8 @@ def fit_routing(  # noqa: C901
                 "calibrates": p.calibrates,
                 "measured": p.value,
                 "predicted": float(best.predicted[i]),
-                "low": float(low[i]),
-                "high": float(high[i]),
+                "low": float(band.low[i]),
+                "high": float(band.high[i]),
             }
         )
     pct = f"{100 * level[0]:g}-{100 * level[1]:g} %"

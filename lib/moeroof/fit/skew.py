@@ -28,6 +28,7 @@ probabilities or pure numbers (no units).
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -42,7 +43,13 @@ from moeroof.core.limits import check_allocation
 from moeroof.core.masks import live_tokens, partial_tokens
 from moeroof.core.memo import SourceMemo
 from moeroof.core.rng import generator
-from moeroof.core.stats import basic_interval, order_statistic_interval, percentile_interval
+from moeroof.core.stats import (
+    Interval,
+    basic_interval,
+    bootstrap_replicates,
+    order_statistic_interval,
+    percentile_interval,
+)
 from moeroof.data.safe_read import checked_blocks
 from moeroof.models import routing
 from moeroof.models.union import distinct_per_layer, power_sums
@@ -87,15 +94,15 @@ class ModelFit:
     Zipf with a bootstrap, the bias-corrected estimate ``2ŝ − mean(ŝ*)`` (the maximum-likelihood
     ŝ of sorted counts is biased upwards: noise looks like skew); ``ml_params``: the
     maximum-likelihood values themselves (the log-likelihood, AIC and goodness of fit are at
-    these); ``ci``: the bootstrap interval of each parameter (empty when not bootstrapped),
-    which contains ``params``;
+    these); ``ci``: the bootstrap :class:`~moeroof.core.stats.Interval` of each parameter (empty
+    when not bootstrapped), which contains ``params``;
     ``gof_statistic``: max |observed − model-mean| sorted share; ``gof_pvalue``: parametric
     bootstrap p-value of that statistic (NaN when no simulations were run).
     """
 
     model: str
     params: dict[str, float]
-    ci: dict[str, tuple[float, float]]
+    ci: dict[str, Interval]
     log_likelihood: float
     aic: float
     gof_statistic: float
@@ -107,7 +114,7 @@ class ModelFit:
         return {
             "params": {k: float(v) for k, v in self.params.items()},
             "ml_params": {k: float(v) for k, v in (self.ml_params or self.params).items()},
-            "ci": {k: [float(v[0]), float(v[1])] for k, v in self.ci.items()},
+            "ci": {k: [float(v.low), float(v.high)] for k, v in self.ci.items()},
             "log_likelihood": float(self.log_likelihood),
             "aic": float(self.aic),
             "gof_statistic": float(self.gof_statistic),
@@ -146,7 +153,8 @@ class HistogramFit:
 class CorrelationFit:
     """Correlation knobs fitted to a trace (docs/models.md, routing and fitting).
 
-    ``rho``: stickiness; ``c``: heterogeneity concentration (``inf``: none measurable);
+    ``rho``: stickiness; ``c``: heterogeneity concentration (``inf``: none measurable); ``rho_ci``,
+    ``c_ci``: their bootstrap :class:`~moeroof.core.stats.Interval` (NaN ends: none);
     ``union_measured`` / ``union_plugin``: mean distinct experts per (step, layer) over cells
     with ≥ 2 live streams, measured and independent plug-in; ``gap = union_plugin −
     union_measured`` (experts per layer per step that independence over-counts: the
@@ -154,9 +162,9 @@ class CorrelationFit:
     """
 
     rho: float
-    rho_ci: tuple[float, float]
+    rho_ci: Interval
     c: float
-    c_ci: tuple[float, float]
+    c_ci: Interval
     union_measured: float
     union_plugin: float
     gap: float
@@ -169,9 +177,9 @@ class CorrelationFit:
     def to_dict(self) -> dict[str, Any]:
         return {
             "rho": float(self.rho),
-            "rho_ci": [float(x) for x in self.rho_ci],
+            "rho_ci": [float(self.rho_ci.low), float(self.rho_ci.high)],
             "c": float(self.c),
-            "c_ci": [float(x) for x in self.c_ci],
+            "c_ci": [float(self.c_ci.low), float(self.c_ci.high)],
             "union_measured": float(self.union_measured),
             "union_plugin": float(self.union_plugin),
             "gap": float(self.gap),
@@ -383,6 +391,64 @@ def _model_pick_probs(
     return np.exp(routing.log_dirichlet(conc, rng))
 
 
+def _parametric_replicates(
+    model: str,
+    p_layer: np.ndarray,
+    p_pool: float,
+    n: np.ndarray,
+    shape: tuple[int, int],
+    bootstrap: int,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The refits of :func:`fit_histogram`'s parametric bootstrap: per layer (R, L) and pooled
+    (R,), each from one batch of R histograms drawn at the fitted parameters (per layer at p_l;
+    pooled: every layer at the pooled one) — Zipf: picks ``Multinomial(N, π(ŝ)/K)``, sorted and
+    refitted; Dirichlet: ``w* ~ Dirichlet(α̂)``, picks ``Multinomial(N, w*)``. Drawn from ``rng``
+    in this order: the per-layer batch, then the pooled one. ``shape``: (experts E, top_k K)."""
+    layers, (experts, k) = len(n), shape
+
+    def multinomial(r: int, probs: np.ndarray) -> np.ndarray:
+        return rng.multinomial(np.broadcast_to(n, (r, layers)), np.broadcast_to(probs, (r, layers, experts)))
+
+    if model == "zipf":
+        # parametric: picks simulated at the fitted exponents, sorted and refitted
+        q = np.exp(_zipf_log_pi_exact(experts, k, np.append(p_layer, p_pool)))
+        q = q / q.sum(axis=1, keepdims=True)
+        b_layer = bootstrap_replicates(
+            lambda y: _zipf_grid_mle(_sorted_desc(y), k),
+            bootstrap,
+            draw=lambda r: multinomial(r, q[:layers]),
+            batched=True,
+        )
+        b_pool = bootstrap_replicates(
+            lambda y: _zipf_pooled_refit(_sorted_desc(y).sum(axis=1), k),
+            bootstrap,
+            draw=lambda r: multinomial(r, q[layers]),
+            batched=True,
+        )
+        return b_layer, b_pool
+    b_layer = bootstrap_replicates(
+        lambda y: _dirichlet_mle(y, pooled=False),
+        bootstrap,
+        draw=lambda r: multinomial(
+            r, np.exp(routing.log_dirichlet(np.broadcast_to(p_layer[None, :, None], (r, layers, experts)).copy(), rng))
+        ),
+        batched=True,
+    )
+    b_pool = bootstrap_replicates(
+        lambda y: _dirichlet_mle(y, pooled=True),
+        bootstrap,
+        draw=lambda r: multinomial(r, np.exp(routing.log_dirichlet(np.full((r, layers, experts), p_pool), rng))),
+        batched=True,
+    )
+    return b_layer, b_pool
+
+
+def _zipf_pooled_refit(ysum: np.ndarray, top_k: int) -> np.ndarray:
+    """The pooled Zipf exponent of each row of summed sorted counts (R, E): grid, then polish."""
+    return np.array([_zipf_polish(row, top_k, g) for row, g in zip(ysum, _zipf_grid_mle(ysum, top_k))])
+
+
 # ---------------------------------------------------------------------------------------------
 # histogram fits
 
@@ -514,44 +580,19 @@ def fit_histogram(
         ci_layer = ci_pool = None
         est_layer, est_pool = p_layer, p_pool
         if name is not None and bootstrap > 0:
-            if model == "zipf":
-                # parametric: picks simulated at the fitted exponents, sorted and refitted
-                q = np.exp(_zipf_log_pi_exact(experts, k, np.append(p_layer, p_pool)))
-                q = q / q.sum(axis=1, keepdims=True)
-                ys = _sorted_desc(
-                    rng.multinomial(
-                        np.broadcast_to(n, (bootstrap, layers)),
-                        np.broadcast_to(q[:layers], (bootstrap, layers, experts)),
-                    )
-                )
-                b_layer = _zipf_grid_mle(ys, k)
-                yp = _sorted_desc(
-                    rng.multinomial(
-                        np.broadcast_to(n, (bootstrap, layers)),
-                        np.broadcast_to(q[layers], (bootstrap, layers, experts)),
-                    )
-                ).sum(axis=1)
-                b_pool = np.array([_zipf_polish(row, k, g) for row, g in zip(yp, _zipf_grid_mle(yp, k))])
-            else:
-                w_l = np.exp(
-                    routing.log_dirichlet(
-                        np.broadcast_to(p_layer[None, :, None], (bootstrap, layers, experts)).copy(), rng
-                    )
-                )
-                b_layer = _dirichlet_mle(rng.multinomial(np.broadcast_to(n, (bootstrap, layers)), w_l), pooled=False)
-                w_p = np.exp(routing.log_dirichlet(np.full((bootstrap, layers, experts), p_pool), rng))
-                b_pool = _dirichlet_mle(rng.multinomial(np.broadcast_to(n, (bootstrap, layers)), w_p), pooled=True)
+            b_layer, b_pool = _parametric_replicates(model, p_layer, p_pool, n, (experts, k), bootstrap, rng)
+            how = "parametric bootstrap"
             if model == "zipf":
                 # basic (reverse-percentile) interval: re-sorting resampled counts adds the
                 # sorting bias a second time, so percentiles sit above ŝ (and miss the truth)
-                ci_layer = np.clip(basic_interval(p_layer, b_layer, level, ignore_nan=True), *S_BOUNDS)  # (2, L)
-                ci_pool = np.clip(basic_interval(p_pool, b_pool, level, ignore_nan=True), *S_BOUNDS)  # (2,)
+                ci_layer = basic_interval(p_layer, b_layer, level, ignore_nan=True, resampling=how).clip(*S_BOUNDS)
+                ci_pool = basic_interval(p_pool, b_pool, level, ignore_nan=True, resampling=how).clip(*S_BOUNDS)
                 # the same correction for the estimate: 2ŝ − mean(ŝ*), inside the basic interval
                 est_layer = np.clip(2.0 * p_layer - np.nanmean(b_layer, axis=0), *S_BOUNDS)
                 est_pool = float(np.clip(2.0 * p_pool - np.nanmean(b_pool), *S_BOUNDS))
             else:
-                ci_layer = percentile_interval(b_layer, level, ignore_nan=True)  # (2, L)
-                ci_pool = percentile_interval(b_pool, level, ignore_nan=True)  # (2,)
+                ci_layer = percentile_interval(b_layer, level, ignore_nan=True, resampling=how)  # ends (L,)
+                ci_pool = percentile_interval(b_pool, level, ignore_nan=True, resampling=how)  # float ends
 
         # --- goodness of fit
         report(f"{model}: goodness of fit ({gof_sims} simulations)")
@@ -567,7 +608,7 @@ def fit_histogram(
                 model=model,
                 params={} if name is None else {name: float(est_layer[l])},
                 ml_params={} if name is None else {name: float(p_layer[l])},
-                ci={} if ci_layer is None else {name: (float(ci_layer[0, l]), float(ci_layer[1, l]))},
+                ci={} if ci_layer is None else {name: ci_layer.at(l)},
                 log_likelihood=float(ll_layer[l]),
                 aic=2.0 * kp - 2.0 * float(ll_layer[l]),
                 gof_statistic=float(d_l[l]),
@@ -578,7 +619,7 @@ def fit_histogram(
             model=model,
             params={} if name is None else {name: float(est_pool)},
             ml_params={} if name is None else {name: float(p_pool)},
-            ci={} if ci_pool is None else {name: (float(ci_pool[0]), float(ci_pool[1]))},
+            ci={} if ci_pool is None else {name: ci_pool},
             log_likelihood=ll_pool,
             aic=2.0 * kp - 2.0 * ll_pool,
             gof_statistic=d_p,
@@ -742,7 +783,7 @@ def fit_stickiness(
     sim_streams: int = 32,
     sim_steps: int = 48,
     burn_in: int = 8,
-) -> tuple[float, tuple[float, float]]:
+) -> tuple[float, Interval]:
     """Fit the stickiness ρ of :func:`moeroof.models.routing.sample_trace` to a trace.
 
     Measured: the mean number of experts a stream shares with its own previous token
@@ -798,15 +839,18 @@ def fit_stickiness(
 
     rho = float(invert(np.array(measured)))
     if bootstrap <= 0:
-        return rho, (float("nan"), float("nan"))
+        return rho, Interval(math.nan, math.nan, level, "no bootstrap")
     num_b = _block_sums(shared.astype(float), block)  # (nb, L)
     den_b = _block_sums(valid.astype(float), block)
     keep = den_b.sum(axis=1) > 0
     num_b, den_b = num_b[keep].sum(axis=1), den_b[keep].sum(axis=1)
-    idx = rng.integers(0, num_b.size, size=(bootstrap, num_b.size))
-    o_star = num_b[idx].sum(axis=1) / np.maximum(den_b[idx].sum(axis=1), 1.0)
-    lo, hi = percentile_interval(invert(o_star), level, ignore_nan=True)
-    return rho, (float(lo), float(hi))
+    o_star = bootstrap_replicates(
+        lambda rows: num_b[rows].sum(axis=1) / np.maximum(den_b[rows].sum(axis=1), 1.0),
+        bootstrap,
+        n=num_b.size,
+        rng=rng,
+    )
+    return rho, percentile_interval(invert(o_star), level, ignore_nan=True, resampling="block bootstrap")
 
 
 def _plugin_table(pi: np.ndarray, bmax: int) -> np.ndarray:
@@ -879,7 +923,7 @@ def fit_heterogeneity(
     block: int = 16,
     c_grid: np.ndarray | None = None,
     replicates: int | None = None,
-) -> tuple[float, tuple[float, float]]:
+) -> tuple[float, Interval]:
     """Fit the heterogeneity concentration c of :func:`moeroof.models.routing.sample_trace`.
 
     Model: at each step the live streams share one popularity ``q ~ Dirichlet(c·w)`` per layer
@@ -967,16 +1011,10 @@ def fit_heterogeneity(
     meas, mod = ratio_parts(np.arange(steps))
     c_hat = invert(meas, mod)
     if bootstrap <= 0:
-        return c_hat, (float("nan"), float("nan"))
-    nb = -(-steps // block)
-    starts = np.arange(nb) * block
-    reps = np.empty(bootstrap)
-    for r in range(bootstrap):
-        pick = starts[rng.integers(0, nb, size=nb)]
-        sel = (pick[:, None] + np.arange(block)[None, :]).ravel()
-        sel = sel[sel < steps]
-        reps[r] = invert(*ratio_parts(sel))
-    return c_hat, order_statistic_interval(reps, level)  # c may be inf: no interpolation
+        return c_hat, Interval(math.nan, math.nan, level, "no bootstrap")
+    reps = bootstrap_replicates(lambda sel: invert(*ratio_parts(sel)), bootstrap, n=steps, rng=rng, block=block)
+    # c may be inf: no interpolation
+    return c_hat, order_statistic_interval(reps, level, resampling="block bootstrap")
 
 
 def fit_correlation(
@@ -994,7 +1032,7 @@ def fit_correlation(
     if gap["cells"] > 0:
         c, c_ci = fit_heterogeneity(topk, experts, rng=rng, bootstrap=bootstrap, level=level)
     else:
-        c, c_ci = float("nan"), (float("nan"), float("nan"))
+        c, c_ci = math.nan, Interval(math.nan, math.nan, level, "no step with two live streams")
     return CorrelationFit(
         rho=rho,
         rho_ci=rho_ci,

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from moeroof.core.stats import percentile_interval
+
 __all__ = ["GRID_SIZES", "MIN_SIZES", "NOISE_DRAWS", "peak_grids", "curve_peak", "peak_note"]
 
 #: sizes on a group's grid between (and including) its smallest and largest cache
@@ -73,11 +75,12 @@ def curve_peak(
     tops = grid[np.argmax(noisy, axis=-1)].ravel()
     i = int(np.argmax(best))
     at = float(grid[i])
+    band = percentile_interval(tops, (0.05, 0.95), resampling="noisy curves' peaks")
     return {
         "cache_gib": at,
         "tok_s": float(best[i]),
-        "low": min(float(np.quantile(tops, 0.05)), at),
-        "high": max(float(np.quantile(tops, 0.95)), at),
+        "low": min(band.low, at),
+        "high": max(band.high, at),
         "grid_low": float(grid[0]),
         "grid_high": float(grid[-1]),
         "grid_sizes": int(grid.size),

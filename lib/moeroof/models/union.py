@@ -29,12 +29,13 @@ maximizes U for fixed Σπ = K" are checked in the tests.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
 from moeroof.core.masks import ids_or, live_streams, live_tokens, trace_counts
 from moeroof.core.results import Result
-from moeroof.core.stats import percentile_interval
+from moeroof.core.stats import Interval, bootstrap_replicates, percentile_interval
 from moeroof.models.routing import inclusion_probabilities, log_dirichlet, softmax
 
 __all__ = [
@@ -63,17 +64,17 @@ BASELINE = "uncoalesced"
 class UnionCurve(Result):
     """Expected distinct experts per layer for each batch size, with a band.
 
-    ``union_per_layer``, ``ci_low`` and ``ci_high`` have shape (layers, len(batch));
-    ``mean_ci_low`` / ``mean_ci_high`` bound the mean over layers (its own bootstrap, not the
-    mean of the per-layer bands). ``method`` names the estimator used at each batch size.
+    ``union_per_layer`` and the ends of ``band`` (:class:`moeroof.core.stats.Interval`, one per
+    layer and batch size) have shape (layers, len(batch)); ``mean_band`` bounds the mean over
+    layers, shape (len(batch),) (its own bootstrap, not the mean of the per-layer bands).
+    ``method`` names the estimator used at each batch size; the bands' ``method`` says how they
+    were made.
     """
 
     batch: np.ndarray
     union_per_layer: np.ndarray
-    ci_low: np.ndarray
-    ci_high: np.ndarray
-    mean_ci_low: np.ndarray
-    mean_ci_high: np.ndarray
+    band: Interval
+    mean_band: Interval
     method: tuple[str, ...]
     experts: int
     top_k: int
@@ -121,25 +122,32 @@ def coalescing_ratio(batch, top_k: int, union) -> np.ndarray:
     return as_batch(batch) * float(top_k) / np.asarray(union, dtype=float)
 
 
-def _curve(batch, per_layer, low, high, mean_low, mean_high, method, experts, top_k) -> UnionCurve:
+def _curve(batch, per_layer, band: Interval, mean_band: Interval, method, experts, top_k) -> UnionCurve:
     if isinstance(method, str):
         method = (method,) * len(batch)
     return UnionCurve(
         batch=batch,
         union_per_layer=per_layer,
-        ci_low=low,
-        ci_high=high,
-        mean_ci_low=mean_low,
-        mean_ci_high=mean_high,
+        band=band,
+        mean_band=mean_band,
         method=tuple(method),
         experts=int(experts),
         top_k=int(top_k),
     )
 
 
-def _exact_curve(batch, per_layer, method, experts, top_k) -> UnionCurve:
+def _exact_curve(batch, per_layer, method, experts, top_k, level: float = 1.0, why: str = "exact") -> UnionCurve:
+    """A curve whose band is its point (``why``: exact, or no resampling asked for)."""
     mean = per_layer.mean(axis=0)
-    return _curve(batch, per_layer, per_layer, per_layer, mean, mean, method, experts, top_k)
+    return _curve(
+        batch,
+        per_layer,
+        Interval(per_layer, per_layer, level, why),
+        Interval(mean, mean, level, why),
+        method,
+        experts,
+        top_k,
+    )
 
 
 def union_uniform(experts: int, top_k: int, batch, layers: int = 1) -> UnionCurve:
@@ -360,21 +368,26 @@ def union_histogram(
     point, extrap = rarefaction(y, t, b, experts)
     method_per_b = tuple("extrapolation" if np.any(extrap[:, j]) else "rarefaction" for j in range(b.size))
     if bootstrap <= 0:
-        return _exact_curve(b, point, method_per_b, experts, top_k)
+        return _exact_curve(b, point, method_per_b, experts, top_k, level, "no bootstrap: the estimate alone")
     if rng is None:
         raise ValueError("bootstrap bands need an explicit rng")
     probs = _bootstrap_assemblage(y, t, experts)
-    reps = rng.binomial(t[None, :, None], probs[None, :, :], size=(bootstrap,) + probs.shape)
-    boot, _ = rarefaction(reps, t[None, :], b, experts)  # (R, layers, nB)
+    boot = bootstrap_replicates(  # (R, layers, nB)
+        lambda reps: rarefaction(reps, t[None, :], b, experts)[0],
+        bootstrap,
+        draw=lambda r: rng.binomial(t[None, :, None], probs[None, :, :], size=(r,) + probs.shape),
+        batched=True,
+    )
     # iNEXT centres the band on the estimate and takes only the spread from the bootstrap:
     # the assemblage's replicates are centred on the (downward-biased) empirical plug-in
     z = float(ndtri(0.5 + level / 2.0))
     sd = boot.std(axis=0, ddof=1)
     msd = boot.mean(axis=1).std(axis=0, ddof=1)
     mean = point.mean(axis=0)
-    low, high = np.clip(point - z * sd, 0, experts), np.clip(point + z * sd, 0, experts)
-    mlow, mhigh = np.clip(mean - z * msd, 0, experts), np.clip(mean + z * msd, 0, experts)
-    return _curve(b, point, low, high, mlow, mhigh, method_per_b, experts, top_k)
+    how = f"iNEXT bootstrap, estimate ± z·sd, {bootstrap} replicates"
+    band = Interval(np.clip(point - z * sd, 0, experts), np.clip(point + z * sd, 0, experts), level, how)
+    mean_band = Interval(np.clip(mean - z * msd, 0, experts), np.clip(mean + z * msd, 0, experts), level, how)
+    return _curve(b, point, band, mean_band, method_per_b, experts, top_k)
 
 
 def distinct_per_layer(ids: np.ndarray, experts: int) -> np.ndarray:
@@ -444,16 +457,30 @@ def union_from_trace(
         u = np.concatenate(per_step[j])  # (n_steps_used, layers)
         point[:, j] = u.mean(axis=0)
         if bootstrap > 0 and u.shape[0] > 1:
-            idx = rng.integers(0, u.shape[0], size=(bootstrap, u.shape[0]))
-            # a few replicates at a time: u[idx] whole is R × steps × layers floats (1 GB at
+            # a few replicates at a time: u[rows] whole is R × steps × layers floats (1 GB at
             # 10^8 requests); each replicate's mean is the same either way
-            boot = np.concatenate([u[idx[i : i + 16]].mean(axis=1) for i in range(0, bootstrap, 16)])  # (R, layers)
-            low[:, j], high[:, j] = percentile_interval(boot, level)
-            mlow[j], mhigh[j] = percentile_interval(boot.mean(axis=1), level)
+            boot = bootstrap_replicates(
+                partial(_mean_of_rows, u), bootstrap, n=u.shape[0], rng=rng, chunk=16
+            )  # (R, layers)
+            per_layer, of_mean = percentile_interval(boot, level), percentile_interval(boot.mean(axis=1), level)
+            low[:, j], high[:, j] = per_layer.low, per_layer.high
+            mlow[j], mhigh[j] = of_mean.low, of_mean.high
         else:
             low[:, j] = high[:, j] = point[:, j]
             mlow[j] = mhigh[j] = point[:, j].mean()
-    return _curve(b, point, low, high, mlow, mhigh, tuple(methods), experts, k)
+    how = (
+        f"percentile bootstrap over steps, {bootstrap} replicates (a batch size one step fills: its mean alone)"
+        if bootstrap > 0
+        else "no bootstrap: the measured mean alone"
+    )
+    return _curve(
+        b, point, Interval(low, high, level, how), Interval(mlow, mhigh, level, how), tuple(methods), experts, k
+    )
+
+
+def _mean_of_rows(u: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The mean of ``u``'s rows ``rows`` (r, n) for each of the r index rows: (r, ...)."""
+    return u[rows].mean(axis=1)
 
 
 @dataclass(frozen=True)
@@ -575,6 +602,9 @@ def union_correlated(
     se = u.std(axis=0, ddof=1) / np.sqrt(draws)
     mse = u.mean(axis=1).std(axis=0, ddof=1) / np.sqrt(draws)
     mean = point.mean(axis=0)
-    return _curve(
-        b, point, point - z * se, point + z * se, mean - z * mse, mean + z * mse, "correlated-model", w.shape[1], top_k
+    how = f"Monte Carlo standard error (normal), {draws} draws"
+    band, mean_band = (
+        Interval(point - z * se, point + z * se, level, how),
+        Interval(mean - z * mse, mean + z * mse, level, how),
     )
+    return _curve(b, point, band, mean_band, "correlated-model", w.shape[1], top_k)

@@ -97,6 +97,7 @@ from moeroof.core.masks import ids_or
 from moeroof.core.memo import SourceMemo
 from moeroof.core.results import Result
 from moeroof.core.rng import generator
+from moeroof.core.stats import Interval, bootstrap_replicates, percentile_interval
 from moeroof.core.units import GiB
 from moeroof.data.points import Point
 from moeroof.fit.routing import RoutingFit, fit_routing
@@ -527,19 +528,17 @@ def run_cases_uncached(knobs: Knobs, cases: list[Case], *, seed, layers, timed_s
 
 @dataclass(frozen=True)
 class Band(Result):
-    """A case's prediction over seeds: mean and the 5–95 % band of the hit rate and the GiB
+    """A case's prediction over seeds: mean and the 5–95 % band (an
+    :class:`~moeroof.core.stats.Interval` over the seeds' results) of the hit rate and the GiB
     streamed per step per rank, and of the per-layer union (both ranks)."""
 
     case: Case
     hit_rate: float
-    hit_rate_lo: float
-    hit_rate_hi: float
+    hit_rate_band: Interval
     gib_streamed_per_step: float
-    gib_lo: float
-    gib_hi: float
+    gib_band: Interval
     union_per_layer: float
-    union_lo: float
-    union_hi: float
+    union_band: Interval
     rank_union_per_layer: float
     seeds: int
 
@@ -554,19 +553,16 @@ def summarize(results: Sequence[CaseResult], level: tuple[float, float] = (0.05,
         h = np.array([r.hit_rate for r in rs])
         g = np.array([r.gib_streamed_per_step for r in rs])
         u = np.array([r.union_per_layer for r in rs])
-        hq, gq, uq = (np.quantile(x, level) for x in (h, g, u))
+        hq, gq, uq = (percentile_interval(x, level, resampling="over seeds") for x in (h, g, u))
         bands.append(
             Band(
                 rs[0].case,
                 float(h.mean()),
-                float(hq[0]),
-                float(hq[1]),
+                hq,
                 float(g.mean()),
-                float(gq[0]),
-                float(gq[1]),
+                gq,
                 float(u.mean()),
-                float(uq[0]),
-                float(uq[1]),
+                uq,
                 float(np.mean([r.rank_union_per_layer for r in rs])),
                 len(rs),
             )
@@ -810,14 +806,17 @@ def bootstrap_knobs(
     experiment each, ``layers`` layers, seeds ``seed + 1000 + j``), read each replicate's hit
     rates and GiB as if they had been published, and refit. The spread of the refitted knobs is
     what one published run of each calibration point can pin down."""
-    out = []
-    for j in range(replicates):
+
+    def published(j: int) -> list[Target]:
         sim = run_cases(knobs, [t.case for t in targets], seed=seed + 1000 + j, layers=layers)
-        fake = [
+        return [
             replace(t, hit_rate=r.hit_rate, gib_streamed_per_step=r.gib_streamed_per_step) for t, r in zip(targets, sim)
         ]
-        out.append(fit_knobs(fake, family=knobs.family, start=knobs, seeds=fit_seeds, layers=fit_layers).knobs)
-    return out
+
+    def refit(fake: list[Target]) -> Knobs:
+        return fit_knobs(fake, family=knobs.family, start=knobs, seeds=fit_seeds, layers=fit_layers).knobs
+
+    return list(bootstrap_replicates(refit, replicates, draw=published)) if replicates > 0 else []
 
 
 # ----------------------------------------------------------------------------- fit-routing

@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from moeroof.core.results import Result
+from moeroof.core.stats import percentile_interval
 from moeroof.data.points import Point, noise
 from moeroof.fit import routing as fit_routing
 from moeroof.fit.routing import RoutingKnobs
@@ -471,10 +472,10 @@ def predict_rows(
         replace(base, rho=0.0, c=math.inf), pts, rows.experts, rows.top_k, rows.layers, **kw
     ).mean(axis=0)
     mid = np.quantile(sims, 0.5, axis=0)
-    lo, hi = np.quantile(noisy, LEVEL, axis=0)
+    band = percentile_interval(noisy, LEVEL, resampling="prior draws x seeds x noise")
     return [
         PriorRow(rows.name, p.label(), p.kind, float(p.value), float(m), float(a), float(b), float(o))
-        for p, m, a, b, o in zip(rows.points, mid, lo, hi, off)
+        for p, m, a, b, o in zip(rows.points, mid, band.low, band.high, off)
     ]
 
 

@@ -131,7 +131,9 @@ label = f"{hist.meta.get('model', hist.path.name)}, data: {hist.provenance or 'u
 with style():
     fig, (ax_u, ax_r) = plt.subplots(1, 2, figsize=(11, 4.3))
     ax_u.plot(batch, curve.mean, color="C3", label="rarefaction / extrapolation, mean over layers")
-    ax_u.fill_between(batch, curve.mean_band.low, curve.mean_band.high, color="C3", alpha=0.3, label="95 % bootstrap band")
+    ax_u.fill_between(
+        batch, curve.mean_band.low, curve.mean_band.high, color="C3", alpha=0.3, label="95 % bootstrap band"
+    )
     lo, hi = np.quantile(curve.union_per_layer, [0.05, 0.95], axis=0)
     ax_u.fill_between(batch, lo, hi, color="C3", alpha=0.1, label="5–95 % over layers")
     ax_u.plot(batch, uniform_h.mean, "k--", lw=1, label="uniform routing (closed form)")

@@ -718,7 +718,286 @@ def _derived(value: float, text: str, notes: list[str], *, unit: str | None = No
     return _field(value, None, unit=unit, note=f"{'; '.join(notes)} [{text}]")
 
 
-def preset_fields(  # noqa: C901
+@dataclass(frozen=True)
+class _Stored:
+    """A checkpoint's stored bytes (one routed expert, all non-routed weights) and their sources."""
+
+    expert_bytes: int
+    expert_source: str
+    non_routed: int
+    nonrouted_source: str
+    nonrouted_notes: list[str]
+    precision: str
+
+
+def _layout_fields(layout: MoELayout) -> dict[str, Any]:
+    """The fields config.json's layout gives: experts, top-K, MoE, dense and shared layers, width."""
+    h, n_moe = layout.hidden_size, len(layout.moe_layer_ids)
+    layer_notes = layout.assumed.get("moe_layers", [])
+    return {
+        "experts": _field(layout.experts, layout.sources["experts"]),
+        "top_k": _field(layout.top_k, layout.sources["top_k"]),
+        "moe_layers": _derived(n_moe, layout.sources["moe_layers"], layer_notes),
+        "hidden_size": _field(h, f"config.json: hidden_size {h}"),
+        "dense_layers": _derived(
+            layout.layers - n_moe,
+            f"config.json: num_hidden_layers {layout.layers} - {n_moe} MoE layers "
+            f"= layers {list(layout.dense_layer_ids)} without routed experts",
+            layer_notes,
+        ),
+        "shared_experts": _derived(
+            layout.shared_experts,
+            f"config.json: model_type {layout.family}: {layout.shared_experts} shared expert(s) per MoE layer"
+            + (f", {layout.shared_intermediate} wide" if layout.shared_experts else ""),
+            layout.assumed.get("shared", []),
+        ),
+    }
+
+
+def _headers_where(table: TensorTable | None) -> str:
+    """How a source names the safetensors headers read ('' when none were)."""
+    if table is None:
+        return ""
+    if len(table.files) == 1 and table.files[0].name == SINGLE_NAME:
+        return f"{SINGLE_NAME} header"
+    return f"{INDEX_NAME} and the headers of its {len(table.files)} shards"
+
+
+def _header_bytes(table: TensorTable, layout: MoELayout) -> tuple[dict[int, int], int, int, set[str]]:
+    """(routed bytes per MoE layer, non-routed bytes, bytes past the last layer, routed dtypes)."""
+    layer_notes = layout.assumed.get("moe_layers", [])
+    routed = {lay: 0 for lay in layout.moe_layer_ids}
+    non_routed, skipped, stored = 0, 0, set()
+    for tname in table.tensors:
+        lay = layer_of(tname)
+        size = table.nbytes(tname)
+        if lay is not None and lay >= layout.layers:
+            skipped += size  # e.g. DeepSeek's multi-token-prediction layer: not in a decode step
+            continue
+        if is_routed_expert(tname):
+            if lay not in routed:
+                because = f" ({'; '.join(layer_notes)})" if layer_notes else ""
+                raise InputError(
+                    table.files[0],
+                    None,
+                    tname,
+                    f"a routed expert in layer {lay}, which config.json makes dense{because}",
+                )
+            routed[lay] += size
+            stored.add(table.tensors[tname][0])
+        else:
+            non_routed += size
+    return routed, non_routed, skipped, stored
+
+
+def _stored_from_headers(table: TensorTable, layout: MoELayout, where: str, tied: bool) -> _Stored:
+    """The stored bytes summed from the safetensors headers (every file present)."""
+    experts, n_moe = layout.experts, len(layout.moe_layer_ids)
+    routed, non_routed, skipped, stored = _header_bytes(table, layout)
+    per_layer = set(routed.values())
+    if len(per_layer) != 1 or 0 in per_layer:
+        raise InputError(
+            table.files[0], None, "experts", f"routed-expert bytes differ between MoE layers: {sorted(per_layer)}"
+        )
+    layer_bytes = per_layer.pop()
+    if layer_bytes % experts:
+        raise InputError(
+            table.files[0],
+            None,
+            "experts",
+            f"{layer_bytes} B of routed experts per layer do not divide by {experts}",
+        )
+    stored_bytes = layer_bytes // experts
+    dtypes = "/".join(sorted(stored))
+    expert_source = (
+        f"{where}: routed-expert tensors of {n_moe} MoE layers, {layer_bytes} B per layer / {experts} experts "
+        f"= {stored_bytes} B ({dtypes}; config.json: {layout.expert_params} params per expert)"
+    )
+    skip_note = f"; {skipped} B in layers past num_hidden_layers {layout.layers} left out" if skipped else ""
+    nonrouted_source = (
+        f"{where}: every tensor not a routed expert (attention, dense and shared MLPs, routers, norms, "
+        f"embedding{'' if tied else ' and LM head'}) = {non_routed} B{skip_note}"
+    )
+    precision = dtypes if len(stored) == 1 else f"experts {dtypes}"
+    return _Stored(stored_bytes, expert_source, non_routed, nonrouted_source, [], precision)
+
+
+def _stored_from_config(
+    config: dict[str, Any], layout: MoELayout, attn: dict[str, Any], cpath: Path, act: tuple[int, str], tied: bool
+) -> _Stored:
+    """The stored bytes counted from config.json's shapes alone (no weights in the folder)."""
+    act_bytes, act_dtype = act
+    e_params = layout.expert_params
+    bpp, qnote = _config_bits(config, act_bytes)
+    stored_bytes = int(round(e_params * bpp))
+    expert_source = (
+        f"config.json: {e_params} params per expert x {bpp:g} B ({qnote}); no safetensors header read "
+        "(config.json alone)"
+    )
+    non_routed = int(round(_non_routed_params(layout, attn, config, cpath) * act_bytes))
+    nonrouted_source = (
+        f"config.json alone: {_non_routed_params(layout, attn, config, cpath)} non-routed params (attention of "
+        f"{layout.layers} layers, dense and shared MLPs, routers, embedding{'' if tied else ' and LM head'}) x "
+        f"{act_bytes} B ({act_dtype})"
+    )
+    nonrouted_notes = [
+        *layout.assumed.get("moe_layers", []),
+        "no weights read: the stored bytes are counted from config.json's shapes, norms left out",
+    ]
+    return _Stored(stored_bytes, expert_source, non_routed, nonrouted_source, nonrouted_notes, qnote)
+
+
+def _stored_from_index(folder: Path, config: dict[str, Any], layout: MoELayout, act_bytes: int) -> _Stored:
+    """Routed bytes from config.json's shapes, the rest from the index's total_size (shards missing)."""
+    h, experts, n_moe, e_params = layout.hidden_size, layout.experts, len(layout.moe_layer_ids), layout.expert_params
+    total = index_total_size(folder)
+    bpp, qnote = _config_bits(config, act_bytes)
+    stored_bytes = int(round(e_params * bpp))
+    missing = missing_shards(folder)
+    expert_source = (
+        f"config.json: 3 x {h} x {layout.expert_intermediate} params (hidden_size x "
+        f"{'intermediate_size' if layout.family in ('mixtral', 'olmoe', 'gpt_oss') else 'moe_intermediate_size'}"
+        f"{', plus biases' if layout.family == 'gpt_oss' else ''}) = {e_params} x {bpp:g} B ({qnote}); "
+        f"{len(missing)} of the shards named by {INDEX_NAME} are not here to read their headers"
+    )
+    if total is None:
+        raise InputError(folder, None, "weights", f"{INDEX_NAME} has no metadata.total_size and no shard is here")
+    non_routed = total - stored_bytes * experts * n_moe
+    nonrouted_source = (
+        f"{INDEX_NAME}: total_size {total} B minus {experts} x {n_moe} routed experts x {stored_bytes} B "
+        "(config.json); any multi-token-prediction layer is included"
+    )
+    if non_routed <= 0:
+        raise InputError(folder / INDEX_NAME, None, "total_size", f"{total} B is less than the routed experts alone")
+    nonrouted_notes = list(layout.assumed.get("moe_layers", []))
+    return _Stored(stored_bytes, expert_source, non_routed, nonrouted_source, nonrouted_notes, qnote)
+
+
+def _weight_fields(
+    stored: _Stored,
+    layout: MoELayout,
+    attn: dict[str, Any],
+    config: dict[str, Any],
+    cpath: Path,
+    quant_bits: float | None,
+    quant_dense_bits: float | None,
+) -> tuple[dict, dict, str]:
+    """(expert_bytes, non_routed_bytes, precision): as stored, or at the bit widths asked for."""
+    e_params, precision = layout.expert_params, stored.precision
+    if quant_bits is not None:
+        q_bytes = int(math.ceil(e_params * quant_bits / 8))
+        expert = _field(
+            q_bytes,
+            f"config.json: {e_params} params per expert x {quant_bits:g} bits / 8 = {q_bytes} B "
+            f"(the bit width asked for; stored: {stored.expert_bytes} B)",
+            unit="B",
+        )
+        precision = f"{quant_bits:g}-bit experts, {precision} resident"
+    else:
+        expert = _field(stored.expert_bytes, stored.expert_source, unit="B")
+    non_routed, source, notes = stored.non_routed, stored.nonrouted_source, stored.nonrouted_notes
+    if quant_dense_bits is not None:
+        tied = bool(config.get("tie_word_embeddings", False))
+        params = _non_routed_params(layout, attn, config, cpath)
+        non_routed = int(math.ceil(params * quant_dense_bits / 8))
+        source = (
+            f"config.json: {params} non-routed params (attention, dense and shared MLPs, routers, embedding"
+            f"{'' if tied else ', LM head'}; norms left out) x {quant_dense_bits:g} bits / 8 = {non_routed} B "
+            "(the bit width asked for)"
+        )
+        notes = list(layout.assumed.get("moe_layers", []))
+        precision = f"{precision}; {quant_dense_bits:g}-bit non-routed weights"
+    return expert, _derived(non_routed, source, notes, unit="B"), precision
+
+
+def _kv_field(attn: dict[str, Any], kv_bits: float | None, act_bytes: int, act_dtype: str) -> dict:
+    """kv_bytes_per_token: at the KV precision asked for, else the activations' dtype (assumed)."""
+    # the KV cache's dtype is not in config.json: transformers' DynamicCache stores K and V as the
+    # attention computes them, in the activations' dtype
+    if kv_bits is not None:  # the precision the engine keeps its KV cache in, as the user says it
+        kv = int(math.ceil(attn["kv_values"] * attn["full_layers"] * kv_bits / 8))
+        return _derived(
+            kv,
+            f"config.json: {attn['kv_what']} x {attn['full_layers']} layers x {kv_bits:g} bits / 8 = {kv} B "
+            "(the KV precision asked for)",
+            list(attn["kv_notes"]),
+            unit="B",
+        )
+    kv = attn["kv_values"] * attn["full_layers"] * act_bytes
+    kv_dtype_note = (
+        f"the KV cache's dtype is not in config.json: taken as the activations' {act_dtype} ({act_bytes} B), "
+        "as transformers' DynamicCache keeps it (an engine may store it in FP8; --kv-bits says it)"
+    )
+    return _derived(
+        kv,
+        f"config.json: {attn['kv_what']} x {attn['full_layers']} layers x {act_bytes} B ({act_dtype}) = {kv} B",
+        [*attn["kv_notes"], kv_dtype_note],
+        unit="B",
+    )
+
+
+def _flop_fields(layout: MoELayout, attn: dict[str, Any], vocab: int) -> dict[str, Any]:
+    """flops_per_token and attn_flops_per_context_token from config.json's shapes."""
+    # FLOP per token: 2 x the parameters a token multiplies by (the embedding is a lookup)
+    h, experts, k, n_moe = layout.hidden_size, layout.experts, layout.top_k, len(layout.moe_layer_ids)
+    dense = len(layout.dense_layer_ids)
+    router = experts * h + (experts if layout.family == "gpt_oss" else 0)
+    shared = _mlp_params(h, layout.shared_intermediate) + (
+        h if layout.family == "qwen2_moe" and layout.shared_experts else 0
+    )
+    active = (
+        layout.layers * attn["params"]
+        + dense * _mlp_params(h, layout.dense_intermediate)
+        + n_moe * (router + shared + k * layout.expert_params)
+        + vocab * h
+    )
+    notes = [
+        *layout.assumed.get("moe_layers", []),
+        *layout.assumed.get("shared", []),
+        *(v for key, v in attn["notes"].items() if key != "layer_types"),
+    ]
+    attn_flop = attn["flop"] * attn["full_layers"]
+    return {
+        "flops_per_token": _derived(
+            2 * active,
+            f"config.json: 2 x {active} params per token (attention of {layout.layers} layers, {dense} dense MLPs, "
+            f"{n_moe} x (router + {layout.shared_experts} shared + {k} routed experts), LM head; norms left out)",
+            notes,
+            unit="FLOP",
+        ),
+        "attn_flops_per_context_token": _derived(
+            attn_flop,
+            f"config.json: {attn['flop_what']} x {attn['full_layers']} layers = {attn_flop} FLOP",
+            attn["flop_notes"],
+            unit="FLOP",
+        ),
+    }
+
+
+def _description(layout: MoELayout, folder: Path, has_weights: bool) -> str:
+    """The preset's one-line description: family, experts, layers and what was read."""
+    shared_text = f" + {layout.shared_experts} shared" if layout.shared_experts else ""
+    description = (
+        f"{FAMILIES[layout.family][1]}: {layout.experts} routed{shared_text} experts, top-{layout.top_k}, "
+        f"{len(layout.moe_layer_ids)} MoE layers of {layout.layers} "
+        f"({len(layout.dense_layer_ids)} dense), from {folder.name}'s config.json and safetensors headers"
+    )
+    if not has_weights:
+        description = description.replace("config.json and safetensors headers", "config.json alone (no weights)")
+    return description
+
+
+def _files_read(folder: Path, table: TensorTable | None) -> list[str]:
+    """The names of the files read: config.json, the index if any, each header read."""
+    read = [CONFIG_NAME]
+    if (folder / INDEX_NAME).is_file():
+        read.append(INDEX_NAME)
+    if table is not None:
+        read.extend(f"{p.name} (header)" for p in table.files)
+    return read
+
+
+def preset_fields(
     model_dir: str | Path,
     *,
     quant_bits: float | None = None,
@@ -743,230 +1022,38 @@ def preset_fields(  # noqa: C901
     layout = moe_layout(config, cpath)
     has_weights = (folder / INDEX_NAME).is_file() or (folder / SINGLE_NAME).is_file()
     table = read_tensor_table(folder) if has_weights else None
-    fam = FAMILIES[layout.family][1]
-    h, experts, k, n_moe = layout.hidden_size, layout.experts, layout.top_k, len(layout.moe_layer_ids)
     vocab = _int(config, "vocab_size", cpath)
     tied = bool(config.get("tie_word_embeddings", False))
     attn = _attention(config, layout, cpath)
-    layer_notes = layout.assumed.get("moe_layers", [])
-    shared_notes = layout.assumed.get("shared", [])
-    fields: dict[str, Any] = {
-        "experts": _field(experts, layout.sources["experts"]),
-        "top_k": _field(k, layout.sources["top_k"]),
-        "moe_layers": _derived(n_moe, layout.sources["moe_layers"], layer_notes),
-        "hidden_size": _field(h, f"config.json: hidden_size {h}"),
-        "dense_layers": _derived(
-            layout.layers - n_moe,
-            f"config.json: num_hidden_layers {layout.layers} - {n_moe} MoE layers "
-            f"= layers {list(layout.dense_layer_ids)} without routed experts",
-            layer_notes,
-        ),
-        "shared_experts": _derived(
-            layout.shared_experts,
-            f"config.json: model_type {layout.family}: {layout.shared_experts} shared expert(s) per MoE layer"
-            + (f", {layout.shared_intermediate} wide" if layout.shared_experts else ""),
-            shared_notes,
-        ),
-    }
-    e_params = layout.expert_params
-    where = ""
-    if table is not None:
-        where = (
-            f"{SINGLE_NAME} header"
-            if len(table.files) == 1 and table.files[0].name == SINGLE_NAME
-            else f"{INDEX_NAME} and the headers of its {len(table.files)} shards"
-        )
+    fields = _layout_fields(layout)
+    where = _headers_where(table)
     act_bytes, act_dtype, act_source = _dtype_bytes(config, cpath, table, where)
-    nonrouted_notes: list[str] = []
 
     # routed and non-routed bytes: from the headers when present
     if table is not None:
-        routed = {lay: 0 for lay in layout.moe_layer_ids}
-        non_routed, skipped, stored = 0, 0, set()
-        for tname in table.tensors:
-            lay = layer_of(tname)
-            size = table.nbytes(tname)
-            if lay is not None and lay >= layout.layers:
-                skipped += size  # e.g. DeepSeek's multi-token-prediction layer: not in a decode step
-                continue
-            if is_routed_expert(tname):
-                if lay not in routed:
-                    because = f" ({'; '.join(layer_notes)})" if layer_notes else ""
-                    raise InputError(
-                        table.files[0],
-                        None,
-                        tname,
-                        f"a routed expert in layer {lay}, which config.json makes dense{because}",
-                    )
-                routed[lay] += size
-                stored.add(table.tensors[tname][0])
-            else:
-                non_routed += size
-        per_layer = set(routed.values())
-        if len(per_layer) != 1 or 0 in per_layer:
-            raise InputError(
-                table.files[0], None, "experts", f"routed-expert bytes differ between MoE layers: {sorted(per_layer)}"
-            )
-        layer_bytes = per_layer.pop()
-        if layer_bytes % experts:
-            raise InputError(
-                table.files[0],
-                None,
-                "experts",
-                f"{layer_bytes} B of routed experts per layer do not divide by {experts}",
-            )
-        stored_bytes = layer_bytes // experts
-        dtypes = "/".join(sorted(stored))
-        expert_source = (
-            f"{where}: routed-expert tensors of {n_moe} MoE layers, {layer_bytes} B per layer / {experts} experts "
-            f"= {stored_bytes} B ({dtypes}; config.json: {e_params} params per expert)"
-        )
-        skip_note = f"; {skipped} B in layers past num_hidden_layers {layout.layers} left out" if skipped else ""
-        nonrouted_source = (
-            f"{where}: every tensor not a routed expert (attention, dense and shared MLPs, routers, norms, "
-            f"embedding{'' if tied else ' and LM head'}) = {non_routed} B{skip_note}"
-        )
-        precision = dtypes if len(stored) == 1 else f"experts {dtypes}"
-        if layer_notes:  # the headers hold routed experts in exactly the layers assumed
+        stored = _stored_from_headers(table, layout, where, tied)
+        if layout.assumed.get("moe_layers"):  # the headers hold routed experts in exactly the layers assumed
             fields["moe_layers"]["note"] += f"; the {where} hold routed experts in exactly these layers"
     elif not has_weights:  # config.json alone: every byte from its shapes
-        bpp, qnote = _config_bits(config, act_bytes)
-        stored_bytes = int(round(e_params * bpp))
-        expert_source = (
-            f"config.json: {e_params} params per expert x {bpp:g} B ({qnote}); no safetensors header read "
-            "(config.json alone)"
-        )
-        non_routed = int(round(_non_routed_params(layout, attn, config, cpath) * act_bytes))
-        nonrouted_source = (
-            f"config.json alone: {_non_routed_params(layout, attn, config, cpath)} non-routed params (attention of "
-            f"{layout.layers} layers, dense and shared MLPs, routers, embedding{'' if tied else ' and LM head'}) x "
-            f"{act_bytes} B ({act_dtype})"
-        )
-        nonrouted_notes = [
-            *layer_notes,
-            "no weights read: the stored bytes are counted from config.json's shapes, norms left out",
-        ]
-        precision = qnote
+        stored = _stored_from_config(config, layout, attn, cpath, (act_bytes, act_dtype), tied)
     else:
-        total = index_total_size(folder)
-        bpp, qnote = _config_bits(config, act_bytes)
-        stored_bytes = int(round(e_params * bpp))
-        missing = missing_shards(folder)
-        expert_source = (
-            f"config.json: 3 x {h} x {layout.expert_intermediate} params (hidden_size x "
-            f"{'intermediate_size' if layout.family in ('mixtral', 'olmoe', 'gpt_oss') else 'moe_intermediate_size'}"
-            f"{', plus biases' if layout.family == 'gpt_oss' else ''}) = {e_params} x {bpp:g} B ({qnote}); "
-            f"{len(missing)} of the shards named by {INDEX_NAME} are not here to read their headers"
-        )
-        if total is None:
-            raise InputError(folder, None, "weights", f"{INDEX_NAME} has no metadata.total_size and no shard is here")
-        non_routed = total - stored_bytes * experts * n_moe
-        nonrouted_source = (
-            f"{INDEX_NAME}: total_size {total} B minus {experts} x {n_moe} routed experts x {stored_bytes} B "
-            "(config.json); any multi-token-prediction layer is included"
-        )
-        nonrouted_notes = list(layer_notes)
-        precision = qnote
-        if non_routed <= 0:
-            raise InputError(
-                folder / INDEX_NAME, None, "total_size", f"{total} B is less than the routed experts alone"
-            )
-    if quant_bits is not None:
-        q_bytes = int(math.ceil(e_params * quant_bits / 8))
-        fields["expert_bytes"] = _field(
-            q_bytes,
-            f"config.json: {e_params} params per expert x {quant_bits:g} bits / 8 = {q_bytes} B "
-            f"(the bit width asked for; stored: {stored_bytes} B)",
-            unit="B",
-        )
-        precision = f"{quant_bits:g}-bit experts, {precision} resident"
-    else:
-        fields["expert_bytes"] = _field(stored_bytes, expert_source, unit="B")
-    if quant_dense_bits is not None:
-        params = _non_routed_params(layout, attn, config, cpath)
-        non_routed = int(math.ceil(params * quant_dense_bits / 8))
-        nonrouted_source = (
-            f"config.json: {params} non-routed params (attention, dense and shared MLPs, routers, embedding"
-            f"{'' if tied else ', LM head'}; norms left out) x {quant_dense_bits:g} bits / 8 = {non_routed} B "
-            "(the bit width asked for)"
-        )
-        nonrouted_notes = list(layer_notes)
-        precision = f"{precision}; {quant_dense_bits:g}-bit non-routed weights"
-    fields["non_routed_bytes"] = _derived(non_routed, nonrouted_source, nonrouted_notes, unit="B")
-
-    # the KV cache's dtype is not in config.json: transformers' DynamicCache stores K and V as the
-    # attention computes them, in the activations' dtype
-    if kv_bits is not None:  # the precision the engine keeps its KV cache in, as the user says it
-        kv = int(math.ceil(attn["kv_values"] * attn["full_layers"] * kv_bits / 8))
-        fields["kv_bytes_per_token"] = _derived(
-            kv,
-            f"config.json: {attn['kv_what']} x {attn['full_layers']} layers x {kv_bits:g} bits / 8 = {kv} B "
-            "(the KV precision asked for)",
-            list(attn["kv_notes"]),
-            unit="B",
-        )
-    else:
-        kv = attn["kv_values"] * attn["full_layers"] * act_bytes
-        kv_dtype_note = (
-            f"the KV cache's dtype is not in config.json: taken as the activations' {act_dtype} ({act_bytes} B), "
-            "as transformers' DynamicCache keeps it (an engine may store it in FP8; --kv-bits says it)"
-        )
-        fields["kv_bytes_per_token"] = _derived(
-            kv,
-            f"config.json: {attn['kv_what']} x {attn['full_layers']} layers x {act_bytes} B ({act_dtype}) = {kv} B",
-            [*attn["kv_notes"], kv_dtype_note],
-            unit="B",
-        )
-
-    # FLOP per token: 2 x the parameters a token multiplies by (the embedding is a lookup)
-    dense = len(layout.dense_layer_ids)
-    router = experts * h + (experts if layout.family == "gpt_oss" else 0)
-    shared = _mlp_params(h, layout.shared_intermediate) + (
-        h if layout.family == "qwen2_moe" and layout.shared_experts else 0
-    )
-    active = (
-        layout.layers * attn["params"]
-        + dense * _mlp_params(h, layout.dense_intermediate)
-        + n_moe * (router + shared + k * e_params)
-        + vocab * h
-    )
-    fields["flops_per_token"] = _derived(
-        2 * active,
-        f"config.json: 2 x {active} params per token (attention of {layout.layers} layers, {dense} dense MLPs, "
-        f"{n_moe} x (router + {layout.shared_experts} shared + {k} routed experts), LM head; norms left out)",
-        [*layer_notes, *shared_notes, *(v for key, v in attn["notes"].items() if key != "layer_types")],
-        unit="FLOP",
-    )
-    attn_flop = attn["flop"] * attn["full_layers"]
-    fields["attn_flops_per_context_token"] = _derived(
-        attn_flop,
-        f"config.json: {attn['flop_what']} x {attn['full_layers']} layers = {attn_flop} FLOP",
-        attn["flop_notes"],
-        unit="FLOP",
-    )
+        stored = _stored_from_index(folder, config, layout, act_bytes)
+    expert, non_routed, precision = _weight_fields(stored, layout, attn, config, cpath, quant_bits, quant_dense_bits)
+    fields["expert_bytes"] = expert
+    fields["non_routed_bytes"] = non_routed
+    fields["kv_bytes_per_token"] = _kv_field(attn, kv_bits, act_bytes, act_dtype)
+    fields.update(_flop_fields(layout, attn, vocab))
     fields["activation_bytes"] = _field(act_bytes, act_source, unit="B")
     label = name or str(config.get("_name_or_path") or folder.resolve().name).rstrip("/").split("/")[-1] or "model"
-    shared_text = f" + {layout.shared_experts} shared" if layout.shared_experts else ""
-    description = (
-        f"{fam}: {experts} routed{shared_text} experts, top-{k}, {n_moe} MoE layers of {layout.layers} "
-        f"({dense} dense), from {folder.name}'s config.json and safetensors headers"
-    )
-    read = [CONFIG_NAME]
-    if (folder / INDEX_NAME).is_file():
-        read.append(INDEX_NAME)
-    if table is not None:
-        read.extend(f"{p.name} (header)" for p in table.files)
-    if not has_weights:
-        description = description.replace("config.json and safetensors headers", "config.json alone (no weights)")
     return {
         "name": label,
-        "description": description,
+        "description": _description(layout, folder, has_weights),
         "precision": precision,
         "fields": fields,
         "layout": layout,
-        "stored_expert_bytes": stored_bytes,
+        "stored_expert_bytes": stored.expert_bytes,
         "assumed": {k: v["note"] for k, v in fields.items() if v.get("assumed")},
-        "read": read,
+        "read": _files_read(folder, table),
     }
 
 

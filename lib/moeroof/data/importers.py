@@ -71,10 +71,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -329,7 +329,186 @@ def _dense_codes(frame: Any, cols: Sequence[str]) -> tuple[np.ndarray, list[str]
     return codes, labels
 
 
-def import_table(  # noqa: C901
+def _check_table_args(
+    columns: Mapping[str, Sequence[str]],
+    top_k: int,
+    expert_cols: Sequence[str] | None,
+    expert_col: str | None,
+    slot_col: str | None,
+) -> None:
+    """Refuses a table import whose id and key columns do not make one layout (wide or long)."""
+    if (expert_cols is not None) == (expert_col is not None) or (expert_col is None) != (slot_col is None):
+        raise ParameterError(
+            "expert_cols",
+            "give either expert_cols (wide: one row per token) or expert_col and slot_col (long: one row per slot)",
+        )
+    if expert_cols is not None and len(expert_cols) != top_k:
+        raise ParameterError("expert_cols", f"{len(expert_cols)} columns but top_k K={top_k} (one column per slot)")
+    for role in ("stream", "step"):
+        if role not in columns:
+            raise ParameterError("columns", f"missing {role}=COL")
+
+
+def _filtered_frame(
+    src: Path, needed: Sequence[str], filters: Sequence[tuple[str, str]], flag: str
+) -> tuple[Any, str, int]:
+    """(the rows the filters keep, row kind, rows read); refuses a table left without rows."""
+    frame, kind = _read_frame(src, needed)
+    n_read = len(frame)
+    for col, value in filters:
+        frame = frame[frame[col].astype(str).str.strip() == value]
+    if frame.empty:
+        what = f" after {flag} {' '.join(f'{c}={v}' for c, v in filters)}" if filters else ""
+        raise InputError(src, "-", "file", f"no data rows{what} ({n_read} rows read)")
+    return frame, kind, n_read
+
+
+def _wide_ids(frame: Any, src: Path, kind: str, expert_cols: Sequence[str]) -> tuple[Any, np.ndarray, np.ndarray]:
+    """(the token rows, their K ids, their row index) of a wide table; padding rows dropped."""
+    ids = np.stack([_as_int(frame[c], src, kind, c, allow_empty=True) for c in expert_cols], axis=1)
+    keep = ~(ids == -1).all(axis=1)  # a padding row (all slots empty or -1) is no token
+    frame, ids = frame[keep], ids[keep]
+    return frame, ids, frame.index.to_numpy()
+
+
+def _long_ids(
+    frame: Any, src: Path, kind: str, expert_col: str, slot_col: str, top_k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(expert id, slot) of each row of a long table; a slot outside 0..K-1 refused."""
+    eid = _as_int(frame[expert_col], src, kind, expert_col, allow_empty=True)
+    slot = _as_int(frame[slot_col], src, kind, slot_col)
+    bad = (slot < 0) | (slot >= top_k)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise InputError(
+            src,
+            _row_label(kind, int(frame.index[i])),
+            slot_col,
+            f"slot {slot[i]} not in 0..{top_k - 1} (K={top_k})",
+        )
+    return eid, slot
+
+
+def _layer_codes(frame: Any, src: Path, kind: str, layer_cols: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(layer ids, each row's layer code) from the layer column; one layer (id 0) without one."""
+    if not layer_cols:
+        return np.array([0]), np.zeros(len(frame), dtype=np.int64)
+    if len(layer_cols) != 1:
+        raise ParameterError("columns", "layer takes one column (a layer id)")
+    lay = _as_int(frame[layer_cols[0]], src, kind, layer_cols[0])
+    if (lay < 0).any():
+        i = int(np.argmax(lay < 0))
+        raise InputError(src, _row_label(kind, int(frame.index[i])), layer_cols[0], f"negative layer id {lay[i]}")
+    return np.unique(lay, return_inverse=True)
+
+
+def _check_trace_cells(src: Path, n_steps: int, n_streams: int, n_layers: int, top_k: int) -> None:
+    """Refuses a dense trace past :data:`MAX_TRACE_CELLS` ids."""
+    cells = n_steps * n_streams * n_layers * top_k
+    if cells > MAX_TRACE_CELLS:
+        raise InputError(
+            src,
+            "-",
+            "file",
+            f"the dense trace would hold {n_steps} steps × {n_streams} streams × {n_layers} layers × K={top_k} "
+            f"= {cells:,} ids (limit {MAX_TRACE_CELLS:,}): are stream and step the right columns?",
+        )
+
+
+def _long_to_wide(
+    frame: Any, src: Path, kind: str, cell: np.ndarray, long: tuple[np.ndarray, np.ndarray], top_k: int, slot_col: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(K ids per token, each token's first row, its cell) of a long table's (id, slot) rows."""
+    eid, slot = long
+    # one row per (cell, slot); every cell needs each of its K slots once
+    order = np.lexsort((slot, cell))
+    c_sorted, s_sorted = cell[order], slot[order]
+    dup = (c_sorted[1:] == c_sorted[:-1]) & (s_sorted[1:] == s_sorted[:-1])
+    if dup.any():
+        j = int(np.argmax(dup))
+        first, second = sorted((int(frame.index[order[j]]), int(frame.index[order[j + 1]])))
+        raise InputError(
+            src,
+            _row_label(kind, second),
+            slot_col,
+            f"slot {s_sorted[j]} of this token given twice (first at {_row_label(kind, first)})",
+        )
+    uniq_cells, start, count = np.unique(c_sorted, return_index=True, return_counts=True)
+    short = count != top_k
+    if short.any():
+        j = int(np.argmax(short))
+        r = int(frame.index[order[start[j]]])
+        raise InputError(
+            src,
+            _row_label(kind, r),
+            slot_col,
+            f"this token has {count[j]} of its K={top_k} slots (each token needs rows for slots 0..{top_k - 1})",
+        )
+    ids = eid[order].reshape(len(uniq_cells), top_k)
+    return ids, frame.index.to_numpy()[order[start]], uniq_cells
+
+
+def _check_token_ids(
+    ids: np.ndarray,
+    row_index: np.ndarray,
+    src: Path,
+    kind: str,
+    experts: int,
+    id_col: Callable[[int], str],
+) -> None:
+    """Every token: K ids in [0, E), distinct, not partly padding; ``id_col``: slot → column."""
+    top_k = ids.shape[1]
+    bad = (ids < 0) | (ids >= experts)
+    if bad.any():
+        t, k = np.argwhere(bad)[0]
+        what = "padding (-1/empty) in a token that has other ids" if ids[t, k] == -1 else f"expert id {ids[t, k]}"
+        raise InputError(
+            src, _row_label(kind, int(row_index[t])), id_col(k), f"{what} not in [0, {experts}) (E={experts})"
+        )
+    if top_k > 1:
+        srt = np.sort(ids, axis=1)
+        dup = (srt[:, 1:] == srt[:, :-1]).any(axis=1)
+        if dup.any():
+            t = int(np.argmax(dup))
+            row = ids[t]
+            k = next(j for j in range(1, top_k) if row[j] in row[:j])
+            raise InputError(
+                src,
+                _row_label(kind, int(row_index[t])),
+                id_col(k),
+                f"expert {row[k]} twice in one token (K ids must be distinct)",
+            )
+
+
+def _check_one_token_per_cell(
+    cell: np.ndarray,
+    row_index: np.ndarray,
+    src: Path,
+    kind: str,
+    step_col: str,
+    keys: tuple[list[str], list[str], np.ndarray],
+) -> None:
+    """Refuses a second token for one (step, stream, layer); ``keys``: stream keys, step keys, layer ids."""
+    stream_keys, step_keys, layer_ids = keys
+    n_streams, n_layers = len(stream_keys), len(layer_ids)
+    order = np.argsort(cell, kind="stable")
+    c_sorted = cell[order]
+    dup = c_sorted[1:] == c_sorted[:-1]
+    if dup.any():
+        j = int(np.argmax(dup))
+        first, second = sorted((int(row_index[order[j]]), int(row_index[order[j + 1]])))
+        s, rem = divmod(int(c_sorted[j]), n_streams * n_layers)
+        t, l = divmod(rem, n_layers)
+        raise InputError(
+            src,
+            _row_label(kind, second),
+            step_col,
+            f"a second token for stream {stream_keys[t]}, step {step_keys[s]}, layer {int(layer_ids[l])} "
+            f"(first at {_row_label(kind, first)}): are stream and step the right columns?",
+        )
+
+
+def import_table(
     src: str | os.PathLike[str],
     *,
     columns: Mapping[str, Sequence[str]],
@@ -351,137 +530,31 @@ def import_table(  # noqa: C901
     src = Path(src)
     _check_src(src)
     _check_experts_top_k(experts, top_k, src)
+    _check_table_args(columns, top_k, expert_cols, expert_col, slot_col)
     wide = expert_cols is not None
-    if wide == (expert_col is not None) or (expert_col is None) != (slot_col is None):
-        raise ParameterError(
-            "expert_cols",
-            "give either expert_cols (wide: one row per token) or expert_col and slot_col (long: one row per slot)",
-        )
-    if wide and len(expert_cols) != top_k:
-        raise ParameterError("expert_cols", f"{len(expert_cols)} columns but top_k K={top_k} (one column per slot)")
-    for role in ("stream", "step"):
-        if role not in columns:
-            raise ParameterError("columns", f"missing {role}=COL")
     layer_cols = list(columns.get("layer", ()))
-    id_cols = list(expert_cols) if wide else [expert_col, slot_col]
+    # after _check_table_args: K expert columns (wide), or the id and the slot column (long)
+    id_cols = list(expert_cols) if expert_cols is not None else [cast(str, expert_col), cast(str, slot_col)]
     needed = [*columns["stream"], *columns["step"], *layer_cols, *id_cols, *(c for c, _ in filters)]
-    frame, kind = _read_frame(src, needed)
-    n_read = len(frame)
-    for col, value in filters:
-        frame = frame[frame[col].astype(str).str.strip() == value]
-    if frame.empty:
-        what = f" after --filter {' '.join(f'{c}={v}' for c, v in filters)}" if filters else ""
-        raise InputError(src, "-", "file", f"no data rows{what} ({n_read} rows read)")
-
+    frame, kind, n_read = _filtered_frame(src, needed, filters, "--filter")
     if wide:
-        ids = np.stack([_as_int(frame[c], src, kind, c, allow_empty=True) for c in expert_cols], axis=1)
-        keep = ~(ids == -1).all(axis=1)  # a padding row (all slots empty or -1) is no token
-        frame, ids = frame[keep], ids[keep]
-        row_index = frame.index.to_numpy()
+        frame, ids, row_index = _wide_ids(frame, src, kind, id_cols)
     else:
-        eid = _as_int(frame[expert_col], src, kind, expert_col, allow_empty=True)
-        slot = _as_int(frame[slot_col], src, kind, slot_col)
-        bad = (slot < 0) | (slot >= top_k)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise InputError(
-                src,
-                _row_label(kind, int(frame.index[i])),
-                slot_col,
-                f"slot {slot[i]} not in 0..{top_k - 1} (K={top_k})",
-            )
+        long = _long_ids(frame, src, kind, id_cols[0], id_cols[1], top_k)
     if frame.empty:
         raise InputError(src, "-", "file", "every row is padding (all expert ids -1 or empty)")
 
     stream_code, stream_keys = _dense_codes(frame, columns["stream"])
     step_code, step_keys = _dense_codes(frame, columns["step"])
-    if layer_cols:
-        if len(layer_cols) != 1:
-            raise ParameterError("columns", "layer takes one column (a layer id)")
-        lay = _as_int(frame[layer_cols[0]], src, kind, layer_cols[0])
-        if (lay < 0).any():
-            i = int(np.argmax(lay < 0))
-            raise InputError(src, _row_label(kind, int(frame.index[i])), layer_cols[0], f"negative layer id {lay[i]}")
-        layer_ids, layer_code = np.unique(lay, return_inverse=True)
-    else:
-        layer_ids, layer_code = np.array([0]), np.zeros(len(frame), dtype=np.int64)
+    layer_ids, layer_code = _layer_codes(frame, src, kind, layer_cols)
     n_steps, n_streams, n_layers = len(step_keys), len(stream_keys), len(layer_ids)
-    cells = n_steps * n_streams * n_layers * top_k
-    if cells > MAX_TRACE_CELLS:
-        raise InputError(
-            src,
-            "-",
-            "file",
-            f"the dense trace would hold {n_steps} steps × {n_streams} streams × {n_layers} layers × K={top_k} "
-            f"= {cells:,} ids (limit {MAX_TRACE_CELLS:,}): are stream and step the right columns?",
-        )
+    _check_trace_cells(src, n_steps, n_streams, n_layers, top_k)
     cell = (step_code * n_streams + stream_code) * n_layers + layer_code  # one token cell per row
-
     if not wide:
-        # long → wide: one row per (cell, slot); every cell needs each of its K slots once
-        order = np.lexsort((slot, cell))
-        c_sorted, s_sorted = cell[order], slot[order]
-        dup = (c_sorted[1:] == c_sorted[:-1]) & (s_sorted[1:] == s_sorted[:-1])
-        if dup.any():
-            j = int(np.argmax(dup))
-            first, second = sorted((int(frame.index[order[j]]), int(frame.index[order[j + 1]])))
-            raise InputError(
-                src,
-                _row_label(kind, second),
-                slot_col,
-                f"slot {s_sorted[j]} of this token given twice (first at {_row_label(kind, first)})",
-            )
-        uniq_cells, start, count = np.unique(c_sorted, return_index=True, return_counts=True)
-        short = count != top_k
-        if short.any():
-            j = int(np.argmax(short))
-            r = int(frame.index[order[start[j]]])
-            raise InputError(
-                src,
-                _row_label(kind, r),
-                slot_col,
-                f"this token has {count[j]} of its K={top_k} slots (each token needs rows for slots 0..{top_k - 1})",
-            )
-        ids = eid[order].reshape(len(uniq_cells), top_k)
-        row_index = frame.index.to_numpy()[order[start]]
-        cell = uniq_cells
-
-    # every token: K ids in [0, E), distinct, not partly padding
-    bad = (ids < 0) | (ids >= experts)
-    if bad.any():
-        t, k = np.argwhere(bad)[0]
-        name = expert_cols[k] if wide else expert_col
-        what = "padding (-1/empty) in a token that has other ids" if ids[t, k] == -1 else f"expert id {ids[t, k]}"
-        raise InputError(src, _row_label(kind, int(row_index[t])), name, f"{what} not in [0, {experts}) (E={experts})")
-    if top_k > 1:
-        srt = np.sort(ids, axis=1)
-        dup = (srt[:, 1:] == srt[:, :-1]).any(axis=1)
-        if dup.any():
-            t = int(np.argmax(dup))
-            row = ids[t]
-            k = next(j for j in range(1, top_k) if row[j] in row[:j])
-            name = expert_cols[k] if wide else expert_col
-            raise InputError(
-                src,
-                _row_label(kind, int(row_index[t])),
-                name,
-                f"expert {row[k]} twice in one token (K ids must be distinct)",
-            )
-    order = np.argsort(cell, kind="stable")
-    c_sorted = cell[order]
-    dup = c_sorted[1:] == c_sorted[:-1]
-    if dup.any():
-        j = int(np.argmax(dup))
-        first, second = sorted((int(row_index[order[j]]), int(row_index[order[j + 1]])))
-        s, rem = divmod(int(c_sorted[j]), n_streams * n_layers)
-        t, l = divmod(rem, n_layers)
-        raise InputError(
-            src,
-            _row_label(kind, second),
-            "+".join(columns["step"]),
-            f"a second token for stream {stream_keys[t]}, step {step_keys[s]}, layer {int(layer_ids[l])} "
-            f"(first at {_row_label(kind, first)}): are stream and step the right columns?",
-        )
+        ids, row_index, cell = _long_to_wide(frame, src, kind, cell, long, top_k, id_cols[1])
+    _check_token_ids(ids, row_index, src, kind, experts, lambda k: id_cols[k] if wide else id_cols[0])
+    keys = (stream_keys, step_keys, layer_ids)
+    _check_one_token_per_cell(cell, row_index, src, kind, "+".join(columns["step"]), keys)
     topk = np.full((n_steps * n_streams * n_layers, top_k), -1, dtype=_id_dtype(experts))
     topk[cell] = ids
     topk = topk.reshape(n_steps, n_streams, n_layers, top_k)
@@ -544,38 +617,37 @@ def _round_to_counts(incl: np.ndarray, tokens: np.ndarray, top_k: int) -> np.nda
     return counts
 
 
-def _read_matrix(  # noqa: C901
+def _read_npy_matrix(
     src: Path, layer_col: str | None, expert_prefix: str | None, filters: Sequence[tuple[str, str]], experts: int | None
 ) -> tuple[np.ndarray, list[int], dict[str, Any]]:
-    """(values (L, E) float, layer ids, extra meta) of a wide CSV or a 2-D .npy."""
-    if src.suffix.lower() == ".npy":
-        if layer_col or expert_prefix or filters:
-            raise ParameterError(
-                "layer_col", "a .npy matrix is layers × experts already: no layer column, prefix or filter"
-            )
-        try:
-            vals = np.load(src, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as exc:
-            raise InputError(src, "-", "file", f"not a readable .npy without pickles: {exc}") from None
-        if vals.ndim != 2 or not np.issubdtype(vals.dtype, np.number):
-            raise InputError(
-                src, "-", "array", f"expected a 2-D numeric array (layers × experts), got {vals.dtype} {vals.shape}"
-            )
-        vals = vals.astype(np.float64)
-        bad = ~np.isfinite(vals) | (vals < 0)
-        if bad.any():
-            l, i = np.argwhere(bad)[0]
-            raise InputError(src, f"[{l},{i}]", "value", f"expected a finite value ≥ 0, got {vals[l, i]}")
-        if experts is not None and experts != vals.shape[1]:
-            raise InputError(
-                src, "-", "experts", f"the array has {vals.shape[1]} expert columns but experts E={experts}"
-            )
-        return vals, list(range(vals.shape[0])), {}
-    if not layer_col or not expert_prefix:
-        raise ParameterError("layer_col", "a CSV matrix needs its layer column and the expert columns' name prefix")
-    import csv
+    """(values (L, E) float, layer ids 0..L-1, no extra meta) of a 2-D .npy of finite values ≥ 0."""
+    if layer_col or expert_prefix or filters:
+        raise ParameterError(
+            "layer_col", "a .npy matrix is layers × experts already: no layer column, prefix or filter"
+        )
+    try:
+        vals = np.load(src, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise InputError(src, "-", "file", f"not a readable .npy without pickles: {exc}") from None
+    if vals.ndim != 2 or not np.issubdtype(vals.dtype, np.number):
+        raise InputError(
+            src, "-", "array", f"expected a 2-D numeric array (layers × experts), got {vals.dtype} {vals.shape}"
+        )
+    vals = vals.astype(np.float64)
+    bad = ~np.isfinite(vals) | (vals < 0)
+    if bad.any():
+        l, i = np.argwhere(bad)[0]
+        raise InputError(src, f"[{l},{i}]", "value", f"expected a finite value ≥ 0, got {vals[l, i]}")
+    if experts is not None and experts != vals.shape[1]:
+        raise InputError(src, "-", "experts", f"the array has {vals.shape[1]} expert columns but experts E={experts}")
+    return vals, list(range(vals.shape[0])), {}
 
-    import pandas as pd
+
+def _matrix_header(
+    src: Path, layer_col: str, expert_prefix: str, filters: Sequence[tuple[str, str]]
+) -> tuple[list[str], dict[str, int]]:
+    """(a CSV matrix's header, expert column → expert id); the layer and filter columns must be there."""
+    import csv
 
     try:
         with open(src, encoding="utf-8-sig", newline="") as fh:  # read-only
@@ -592,20 +664,19 @@ def _read_matrix(  # noqa: C901
     for col in [layer_col, *(c for c, _ in filters)]:
         if col not in header:
             raise InputError(src, 1, col, f"no such column (header has: {', '.join(header[:8])}…)")
-    frame, kind = _read_frame(src, [layer_col, *(c for c, _ in filters), *ids])
-    n_read = len(frame)
-    for col, value in filters:
-        frame = frame[frame[col].astype(str).str.strip() == value]
-    if frame.empty:
-        what = f" after the filter {' '.join(f'{c}={v}' for c, v in filters)}" if filters else ""
-        raise InputError(src, "-", "file", f"no data rows{what} ({n_read} rows read)")
+    return header, ids
+
+
+def _matrix_layers(
+    frame: Any, src: Path, kind: str, layer_col: str, others: list[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(each row's layer id, the rows in layer order): one row per layer, no negative id."""
     lay = _as_int(frame[layer_col], src, kind, layer_col)
     order = np.argsort(lay, kind="stable")
     dup = lay[order][1:] == lay[order][:-1]
     if dup.any():
         j = int(np.argmax(dup))
         a, b = sorted((int(frame.index[order[j]]), int(frame.index[order[j + 1]])))
-        others = [c for c in header if c != layer_col and c not in ids]
         raise InputError(
             src,
             _row_label(kind, b),
@@ -616,11 +687,13 @@ def _read_matrix(  # noqa: C901
     if (lay < 0).any():
         i = int(np.argmax(lay < 0))
         raise InputError(src, _row_label(kind, int(frame.index[i])), layer_col, f"negative layer id {lay[i]}")
-    n_exp = max(ids.values()) + 1
-    if experts is not None:
-        if experts < n_exp:
-            raise InputError(src, 1, "header", f"column {expert_prefix}{n_exp - 1} but experts E={experts}")
-        n_exp = experts
+    return lay, order
+
+
+def _matrix_values(frame: Any, src: Path, kind: str, ids: Mapping[str, int], n_exp: int) -> np.ndarray:
+    """The expert columns' values (rows, E) in file order; a cell that is no number ≥ 0 refused."""
+    import pandas as pd
+
     vals = np.zeros((len(frame), n_exp))
     for name, e in ids.items():
         num = pd.to_numeric(frame[name].astype(str).str.strip(), errors="coerce")
@@ -631,10 +704,138 @@ def _read_matrix(  # noqa: C901
                 src, _row_label(kind, int(frame.index[i])), name, f"expected a number ≥ 0, got {frame[name].iloc[i]!r}"
             )
         vals[:, e] = num.to_numpy(dtype=np.float64)
+    return vals
+
+
+def _read_matrix(
+    src: Path, layer_col: str | None, expert_prefix: str | None, filters: Sequence[tuple[str, str]], experts: int | None
+) -> tuple[np.ndarray, list[int], dict[str, Any]]:
+    """(values (L, E) float, layer ids, extra meta) of a wide CSV or a 2-D .npy."""
+    if src.suffix.lower() == ".npy":
+        return _read_npy_matrix(src, layer_col, expert_prefix, filters, experts)
+    if not layer_col or not expert_prefix:
+        raise ParameterError("layer_col", "a CSV matrix needs its layer column and the expert columns' name prefix")
+    header, ids = _matrix_header(src, layer_col, expert_prefix, filters)
+    frame, kind, _ = _filtered_frame(src, [layer_col, *(c for c, _ in filters), *ids], filters, "the filter")
+    others = [c for c in header if c != layer_col and c not in ids]
+    lay, order = _matrix_layers(frame, src, kind, layer_col, others)
+    n_exp = max(ids.values()) + 1
+    if experts is not None:
+        if experts < n_exp:
+            raise InputError(src, 1, "header", f"column {expert_prefix}{n_exp - 1} but experts E={experts}")
+        n_exp = experts
+    vals = _matrix_values(frame, src, kind, ids, n_exp)
     extra: dict[str, Any] = {"layer_column": layer_col, "expert_prefix": expert_prefix, "filters": dict(filters)}
     if len(ids) < n_exp:
         extra["experts_without_column"] = sorted(set(range(n_exp)) - set(ids.values()))
     return vals[order], [int(x) for x in lay[order]], extra
+
+
+def _matrix_counts(
+    vals: np.ndarray,
+    layer_ids: list[int],
+    tokens: int | Sequence[int] | None,
+    top_k: int,
+    src: Path,
+    meta: dict[str, Any],
+    notes: list[str],
+) -> tuple[np.ndarray, np.ndarray]:
+    """(counts, tokens per layer) of a matrix of incidence counts; fills in ``meta`` and ``notes``."""
+    if not bool(np.all(vals == np.round(vals))):
+        l, i = np.argwhere(vals != np.round(vals))[0]
+        raise InputError(src, f"layer {layer_ids[l]}", f"expert {i}", f"counts must be integers, got {vals[l, i]}")
+    counts = vals.astype(np.int64)
+    if tokens is None:
+        # every token adds 1 to each of its K experts, so a layer's tokens are its sum / K
+        tok = np.ceil(counts.sum(axis=1) / top_k).astype(np.int64)
+        if (tok < 1).any():
+            l = int(np.argmin(tok))
+            raise InputError(src, f"layer {layer_ids[l]}", "count", "a layer with no counts at all")
+        over = counts.max(axis=1) > tok
+        if over.any():
+            l = int(np.argmax(over))
+            raise InputError(
+                src,
+                f"layer {layer_ids[l]}",
+                "count",
+                f"an expert counted {counts[l].max()} times but the layer's counts sum to only "
+                f"{counts[l].sum()} = K × {counts[l].sum() / top_k:g} tokens: are these incidence counts, and is K right?",
+            )
+        meta["tokens_inferred"] = "row sum / top_k (each token counts each of its K experts once)"
+        notes.append(f"tokens per layer = row sum / K ({_fmt_tokens(tok.tolist())}); give them if they differ")
+    else:
+        tok = _tokens_per_layer(tokens, vals.shape[0])
+        meta["tokens_user_given"] = True
+    meta["quantity"] = "incidence counts"
+    return counts, tok
+
+
+def _matrix_inclusion(
+    vals: np.ndarray,
+    layer_ids: list[int],
+    near: tuple[bool, bool],
+    shares: bool,
+    top_k: int,
+    src: Path,
+    meta: dict[str, Any],
+) -> np.ndarray:
+    """Inclusion frequencies (L, E) of frequencies or shares of picks (``near``: rows ≈ K, ≈ 1)."""
+    near_k, near_1 = near
+    sums = vals.sum(axis=1)
+    if near_1 and not near_k:
+        if not shares:
+            raise ParameterError(
+                "shares",
+                f"the rows of {src} sum to 1, not K={top_k}: mean router probabilities (softmax averages over "
+                "all experts, like *_avg_dist.csv) say how much weight an expert got, not which K experts a token "
+                "selected, so they are not incidence counts and are refused; if these are instead each expert's "
+                "share of the K·T picks (counts / (K·T)), pass this flag",
+            )
+        incl = vals * top_k
+        meta["quantity"] = "shares of the K·T picks (rows sum to 1), read as inclusion = share × K"
+    else:
+        if shares:
+            raise ParameterError("shares", f"rows sum to ≈{np.median(sums):.3g}, not 1: not shares of picks")
+        incl = vals
+        meta["quantity"] = "inclusion frequency: fraction of tokens whose top-K holds the expert (rows sum to ≈ K)"
+    if incl.max() > 1 + SUM_TOLERANCE or (sums > 0).any() and (incl.sum(axis=1) > top_k * (1 + SUM_TOLERANCE)).any():
+        l = int(np.argmax(incl.sum(axis=1)))
+        raise InputError(
+            src,
+            f"layer {layer_ids[l]}",
+            "value",
+            f"frequencies up to {incl.max():.4g}, row sum {incl[l].sum():.4g}: an inclusion frequency is at most 1 "
+            f"and a row sums to at most K={top_k}; are these counts, or is K wrong?",
+        )
+    return incl
+
+
+def _matrix_frequency_counts(
+    incl: np.ndarray, tokens: int | Sequence[int] | None, top_k: int, src: Path, meta: dict[str, Any], notes: list[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(counts, tokens per layer) of inclusion frequencies × the tokens T given; fills in ``meta`` and ``notes``."""
+    if tokens is None:
+        raise ParameterError(
+            "tokens",
+            f"{src} holds frequencies (rows sum to ≈{np.median(incl.sum(axis=1)):.4g}), not counts: give the number "
+            "of tokens T they were averaged over (one, or one per layer). T becomes the histogram's sample size, "
+            "so it sets the width of every bootstrap band computed from it",
+        )
+    tok = _tokens_per_layer(tokens, incl.shape[0])
+    counts = _round_to_counts(np.clip(incl, 0.0, 1.0), tok, top_k)
+    dev = np.abs(counts - incl * tok[:, None]).max()
+    meta["tokens_user_given"] = True
+    meta["tokens_note"] = (
+        "T is not in the source: it was given at import. counts = round(frequency × T); T is the histogram's "
+        "sample size and sets the width of the bootstrap bands of union and fit (they narrow as 1/√T: 4× T halves them)"
+    )
+    meta["frequency_row_sums"] = [float(incl.sum(axis=1).min()), float(incl.sum(axis=1).max())]
+    meta["rounding_max_abs_count"] = float(dev)
+    notes.append(
+        f"frequencies × T = counts with T = {_fmt_tokens(tok.tolist())} tokens per layer, user-given: T is the "
+        "sample size, so it sets the bootstrap band width of union and fit (4× T → bands half as wide)"
+    )
+    return counts, tok
 
 
 def import_matrix(
@@ -663,7 +864,7 @@ def import_matrix(
     if kind not in ("auto", "counts", "frequency"):
         raise ParameterError("kind", f"expected auto, counts or frequency, got {kind!r}")
     vals, layer_ids, extra = _read_matrix(src, layer_col, expert_prefix, filters, experts)
-    n_layers, n_exp = vals.shape
+    n_exp = vals.shape[1]
     _check_experts_top_k(n_exp, top_k, src)
     sums = vals.sum(axis=1)
     integer = bool(np.all(vals == np.round(vals)))
@@ -674,83 +875,10 @@ def import_matrix(
     meta.update(extra)
     notes: list[str] = []
     if kind == "counts":
-        if not integer:
-            l, i = np.argwhere(vals != np.round(vals))[0]
-            raise InputError(src, f"layer {layer_ids[l]}", f"expert {i}", f"counts must be integers, got {vals[l, i]}")
-        counts = vals.astype(np.int64)
-        if tokens is None:
-            # every token adds 1 to each of its K experts, so a layer's tokens are its sum / K
-            tok = np.ceil(counts.sum(axis=1) / top_k).astype(np.int64)
-            if (tok < 1).any():
-                l = int(np.argmin(tok))
-                raise InputError(src, f"layer {layer_ids[l]}", "count", "a layer with no counts at all")
-            over = counts.max(axis=1) > tok
-            if over.any():
-                l = int(np.argmax(over))
-                raise InputError(
-                    src,
-                    f"layer {layer_ids[l]}",
-                    "count",
-                    f"an expert counted {counts[l].max()} times but the layer's counts sum to only "
-                    f"{counts[l].sum()} = K × {counts[l].sum() / top_k:g} tokens: are these incidence counts, and is K right?",
-                )
-            meta["tokens_inferred"] = "row sum / top_k (each token counts each of its K experts once)"
-            notes.append(f"tokens per layer = row sum / K ({_fmt_tokens(tok.tolist())}); give them if they differ")
-        else:
-            tok = _tokens_per_layer(tokens, n_layers)
-            meta["tokens_user_given"] = True
-        meta["quantity"] = "incidence counts"
+        counts, tok = _matrix_counts(vals, layer_ids, tokens, top_k, src, meta, notes)
     else:
-        if near_1 and not near_k:
-            if not shares:
-                raise ParameterError(
-                    "shares",
-                    f"the rows of {src} sum to 1, not K={top_k}: mean router probabilities (softmax averages over "
-                    "all experts, like *_avg_dist.csv) say how much weight an expert got, not which K experts a token "
-                    "selected, so they are not incidence counts and are refused; if these are instead each expert's "
-                    "share of the K·T picks (counts / (K·T)), pass this flag",
-                )
-            incl = vals * top_k
-            meta["quantity"] = "shares of the K·T picks (rows sum to 1), read as inclusion = share × K"
-        else:
-            if shares:
-                raise ParameterError("shares", f"rows sum to ≈{np.median(sums):.3g}, not 1: not shares of picks")
-            incl = vals
-            meta["quantity"] = "inclusion frequency: fraction of tokens whose top-K holds the expert (rows sum to ≈ K)"
-        if (
-            incl.max() > 1 + SUM_TOLERANCE
-            or (sums > 0).any()
-            and (incl.sum(axis=1) > top_k * (1 + SUM_TOLERANCE)).any()
-        ):
-            l = int(np.argmax(incl.sum(axis=1)))
-            raise InputError(
-                src,
-                f"layer {layer_ids[l]}",
-                "value",
-                f"frequencies up to {incl.max():.4g}, row sum {incl[l].sum():.4g}: an inclusion frequency is at most 1 "
-                f"and a row sums to at most K={top_k}; are these counts, or is K wrong?",
-            )
-        if tokens is None:
-            raise ParameterError(
-                "tokens",
-                f"{src} holds frequencies (rows sum to ≈{np.median(incl.sum(axis=1)):.4g}), not counts: give the number "
-                "of tokens T they were averaged over (one, or one per layer). T becomes the histogram's sample size, "
-                "so it sets the width of every bootstrap band computed from it",
-            )
-        tok = _tokens_per_layer(tokens, n_layers)
-        counts = _round_to_counts(np.clip(incl, 0.0, 1.0), tok, top_k)
-        dev = np.abs(counts - incl * tok[:, None]).max()
-        meta["tokens_user_given"] = True
-        meta["tokens_note"] = (
-            "T is not in the source: it was given at import. counts = round(frequency × T); T is the histogram's "
-            "sample size and sets the width of the bootstrap bands of union and fit (they narrow as 1/√T: 4× T halves them)"
-        )
-        meta["frequency_row_sums"] = [float(incl.sum(axis=1).min()), float(incl.sum(axis=1).max())]
-        meta["rounding_max_abs_count"] = float(dev)
-        notes.append(
-            f"frequencies × T = counts with T = {_fmt_tokens(tok.tolist())} tokens per layer, user-given: T is the "
-            "sample size, so it sets the bootstrap band width of union and fit (4× T → bands half as wide)"
-        )
+        incl = _matrix_inclusion(vals, layer_ids, (near_k, near_1), shares, top_k, src, meta)
+        counts, tok = _matrix_frequency_counts(incl, tokens, top_k, src, meta, notes)
     meta["kind_detected"] = kind
     return ImportedHistogram(
         counts=counts,
@@ -851,7 +979,113 @@ def _histogram_from_counts(
     )
 
 
-def sglang_from_object(  # noqa: C901
+def _sglang_stat(
+    obj: Mapping[str, Any], src: Path, top_k: int, experts: int | None, meta: dict[str, Any], model: str | None
+) -> ImportedHistogram:
+    """The histogram of a stat dump: ``logical_count`` (passes, layers, experts) summed over passes."""
+    arr = _np(obj["logical_count"])
+    if arr.ndim == 2:
+        arr = arr[None]
+    if arr.ndim != 3:
+        raise InputError(src, "-", "logical_count", f"expected (passes, layers, experts), got shape {arr.shape}")
+    if experts is not None and experts != arr.shape[2]:
+        raise InputError(src, "-", "logical_count", f"{arr.shape[2]} logical experts but experts E={experts}")
+    _check_experts_top_k(arr.shape[2], top_k, src)
+    meta["sglang_mode"] = "stat"
+    meta["forward_passes_buffered"] = int(arr.shape[0])
+    counts = arr.sum(axis=0).astype(np.int64)
+    return _histogram_from_counts(counts, list(range(counts.shape[0])), top_k, src, meta, model, [])
+
+
+def _sglang_pass_ids(rec: Mapping[str, Any], i: int, src: Path, top_k: int, p2l: np.ndarray | None) -> np.ndarray:
+    """The (layers, tokens, K) logical expert ids of record ``i`` (-1: no token)."""
+    if "topk_ids_of_layer" not in rec:
+        raise InputError(src, f"records[{i}]", "topk_ids_of_layer", "missing (a per_token or per_pass dump has it)")
+    ids = _np(rec["topk_ids_of_layer"]).astype(np.int64)
+    if ids.ndim != 3 or ids.shape[2] < top_k:
+        raise InputError(src, f"records[{i}]", "topk_ids_of_layer", f"expected (layers, tokens, ≥K), got {ids.shape}")
+    if (ids[:, :, top_k:] != -1).any():
+        raise InputError(src, f"records[{i}]", "topk_ids_of_layer", f"tokens with more than K={top_k} ids: is K right?")
+    ids = ids[:, :, :top_k]
+    if p2l is None:
+        return ids
+    if p2l.shape[0] != ids.shape[0]:
+        raise InputError(
+            src, "-", "last_physical_to_logical_map", f"{p2l.shape[0]} layers, records have {ids.shape[0]}"
+        )
+    live = ids >= 0
+    if (ids >= p2l.shape[1]).any():
+        raise InputError(src, f"records[{i}]", "topk_ids_of_layer", f"physical id ≥ {p2l.shape[1]}")
+    return np.where(
+        live,
+        np.take_along_axis(p2l, np.where(live, ids, 0).reshape(ids.shape[0], -1), axis=1).reshape(ids.shape),
+        -1,
+    )
+
+
+def _sglang_topk(per_pass: list[tuple[int, int, np.ndarray, Any]], n_exp: int, top_k: int, src: Path) -> np.ndarray:
+    """The (passes, widest pass, layers, K) trace of the sorted passes' ids, -1 padded."""
+    n_layers = per_pass[0][2].shape[0]
+    width = max(r[2].shape[1] for r in per_pass)
+    topk = np.full((len(per_pass), width, n_layers, top_k), -1, dtype=_id_dtype(n_exp))
+    for s, (_, i, ids, _) in enumerate(per_pass):
+        if ids.shape[0] != n_layers:
+            raise InputError(
+                src, f"records[{i}]", "topk_ids_of_layer", f"{ids.shape[0]} layers, the first had {n_layers}"
+            )
+        if ids.max() >= n_exp:
+            raise InputError(src, f"records[{i}]", "topk_ids_of_layer", f"expert id {ids.max()} ≥ experts E={n_exp}")
+        topk[s, : ids.shape[1]] = ids.transpose(1, 0, 2)
+    return topk
+
+
+def _sglang_per_token(
+    obj: Mapping[str, Any], src: Path, top_k: int, experts: int | None, meta: dict[str, Any], model: str | None
+) -> ImportedTrace:
+    """The trace of a per-token dump: one step per forward pass, one stream per token row."""
+    notes: list[str] = []
+    records = list(obj["records"])
+    if not records:
+        raise InputError(src, "-", "records", "no forward pass recorded")
+    p2l = _np(obj["last_physical_to_logical_map"]).astype(np.int64) if "last_physical_to_logical_map" in obj else None
+    per_pass = []
+    for i, rec in enumerate(records):
+        ids = _sglang_pass_ids(rec, i, src, top_k, p2l)
+        per_pass.append((int(rec.get("forward_pass_id", i)), i, ids, rec.get("forward_mode")))
+    per_pass.sort(key=lambda r: (r[0], r[1]))
+    n_exp = experts if experts is not None else int(max(r[2].max() for r in per_pass)) + 1
+    _check_experts_top_k(n_exp, top_k, src)
+    topk = _sglang_topk(per_pass, n_exp, top_k, src)
+    live_layer = (topk[..., 0] >= 0).any(axis=(0, 1))
+    if not live_layer.any():
+        raise InputError(src, "-", "topk_ids_of_layer", "every id is -1: nothing was recorded")
+    layer_ids = [int(l) for l in np.flatnonzero(live_layer)]
+    if not live_layer.all():
+        notes.append(f"dropped {int((~live_layer).sum())} layers without any routed token (dense layers)")
+        topk = topk[:, :, live_layer]
+    meta.update(
+        {
+            "experts": int(n_exp),
+            "top_k": int(top_k),
+            "layer_ids": layer_ids,
+            "sglang_mode": "per_token",
+            "axes_meaning": "step = forward pass (in forward_pass_id order), stream = token row of the pass",
+            "physical_to_logical": p2l is not None,
+        }
+    )
+    if model:
+        meta["model"] = model
+    modes = [r[3] for r in per_pass]
+    if all(isinstance(m, (int, str)) for m in modes) and len(modes) <= MAX_KEYS_IN_META:
+        meta["forward_modes"] = modes
+    notes.append(
+        f"{len(per_pass)} forward passes → steps; token rows → up to {topk.shape[1]} streams (a row is not a request: "
+        "SGLang's dump does not name requests)"
+    )
+    return ImportedTrace(topk=topk, meta=meta, notes=notes)
+
+
+def sglang_from_object(
     obj: Any,
     src: str | os.PathLike[str],
     *,
@@ -863,104 +1097,12 @@ def sglang_from_object(  # noqa: C901
     """What SGLang's recorder dumped (the object ``torch.load`` returns, tensors or arrays)."""
     src = Path(src)
     meta = _base_meta(src, "sglang", command, None)
-    notes: list[str] = []
     if not isinstance(obj, Mapping):
         raise InputError(src, "-", "file", f"expected the recorder's dict, got {type(obj).__name__}")
     if "logical_count" in obj:
-        arr = _np(obj["logical_count"])
-        if arr.ndim == 2:
-            arr = arr[None]
-        if arr.ndim != 3:
-            raise InputError(src, "-", "logical_count", f"expected (passes, layers, experts), got shape {arr.shape}")
-        if experts is not None and experts != arr.shape[2]:
-            raise InputError(src, "-", "logical_count", f"{arr.shape[2]} logical experts but experts E={experts}")
-        _check_experts_top_k(arr.shape[2], top_k, src)
-        meta["sglang_mode"] = "stat"
-        meta["forward_passes_buffered"] = int(arr.shape[0])
-        counts = arr.sum(axis=0).astype(np.int64)
-        return _histogram_from_counts(counts, list(range(counts.shape[0])), top_k, src, meta, model, notes)
+        return _sglang_stat(obj, src, top_k, experts, meta, model)
     if "records" in obj:
-        records = list(obj["records"])
-        if not records:
-            raise InputError(src, "-", "records", "no forward pass recorded")
-        p2l = (
-            _np(obj["last_physical_to_logical_map"]).astype(np.int64) if "last_physical_to_logical_map" in obj else None
-        )
-        per_pass = []
-        for i, rec in enumerate(records):
-            if "topk_ids_of_layer" not in rec:
-                raise InputError(
-                    src, f"records[{i}]", "topk_ids_of_layer", "missing (a per_token or per_pass dump has it)"
-                )
-            ids = _np(rec["topk_ids_of_layer"]).astype(np.int64)
-            if ids.ndim != 3 or ids.shape[2] < top_k:
-                raise InputError(
-                    src, f"records[{i}]", "topk_ids_of_layer", f"expected (layers, tokens, ≥K), got {ids.shape}"
-                )
-            if (ids[:, :, top_k:] != -1).any():
-                raise InputError(
-                    src, f"records[{i}]", "topk_ids_of_layer", f"tokens with more than K={top_k} ids: is K right?"
-                )
-            ids = ids[:, :, :top_k]
-            if p2l is not None:
-                if p2l.shape[0] != ids.shape[0]:
-                    raise InputError(
-                        src, "-", "last_physical_to_logical_map", f"{p2l.shape[0]} layers, records have {ids.shape[0]}"
-                    )
-                live = ids >= 0
-                if (ids >= p2l.shape[1]).any():
-                    raise InputError(src, f"records[{i}]", "topk_ids_of_layer", f"physical id ≥ {p2l.shape[1]}")
-                ids = np.where(
-                    live,
-                    np.take_along_axis(p2l, np.where(live, ids, 0).reshape(ids.shape[0], -1), axis=1).reshape(
-                        ids.shape
-                    ),
-                    -1,
-                )
-            per_pass.append((int(rec.get("forward_pass_id", i)), i, ids, rec.get("forward_mode")))
-        per_pass.sort(key=lambda r: (r[0], r[1]))
-        n_layers = per_pass[0][2].shape[0]
-        width = max(r[2].shape[1] for r in per_pass)
-        n_exp = experts if experts is not None else int(max(r[2].max() for r in per_pass)) + 1
-        _check_experts_top_k(n_exp, top_k, src)
-        topk = np.full((len(per_pass), width, n_layers, top_k), -1, dtype=_id_dtype(n_exp))
-        for s, (_, i, ids, _) in enumerate(per_pass):
-            if ids.shape[0] != n_layers:
-                raise InputError(
-                    src, f"records[{i}]", "topk_ids_of_layer", f"{ids.shape[0]} layers, the first had {n_layers}"
-                )
-            if ids.max() >= n_exp:
-                raise InputError(
-                    src, f"records[{i}]", "topk_ids_of_layer", f"expert id {ids.max()} ≥ experts E={n_exp}"
-                )
-            topk[s, : ids.shape[1]] = ids.transpose(1, 0, 2)
-        live_layer = (topk[..., 0] >= 0).any(axis=(0, 1))
-        if not live_layer.any():
-            raise InputError(src, "-", "topk_ids_of_layer", "every id is -1: nothing was recorded")
-        layer_ids = [int(l) for l in np.flatnonzero(live_layer)]
-        if not live_layer.all():
-            notes.append(f"dropped {int((~live_layer).sum())} layers without any routed token (dense layers)")
-            topk = topk[:, :, live_layer]
-        meta.update(
-            {
-                "experts": int(n_exp),
-                "top_k": int(top_k),
-                "layer_ids": layer_ids,
-                "sglang_mode": "per_token",
-                "axes_meaning": "step = forward pass (in forward_pass_id order), stream = token row of the pass",
-                "physical_to_logical": p2l is not None,
-            }
-        )
-        if model:
-            meta["model"] = model
-        modes = [r[3] for r in per_pass]
-        if all(isinstance(m, (int, str)) for m in modes) and len(modes) <= MAX_KEYS_IN_META:
-            meta["forward_modes"] = modes
-        notes.append(
-            f"{len(per_pass)} forward passes → steps; token rows → up to {width} streams (a row is not a request: "
-            "SGLang's dump does not name requests)"
-        )
-        return ImportedTrace(topk=topk, meta=meta, notes=notes)
+        return _sglang_per_token(obj, src, top_k, experts, meta, model)
     raise InputError(
         src, "-", "file", f"neither a stat dump (logical_count) nor a per-token dump (records); keys: {sorted(obj)[:8]}"
     )

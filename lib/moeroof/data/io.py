@@ -44,7 +44,7 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -277,35 +277,27 @@ def _check_optional_str(meta: Mapping[str, Any], key: str, path: Path, row: str 
         raise InputError(path, row, key, f"expected a string, got {meta[key]!r}")
 
 
-def _validate_histogram_meta(meta: Mapping[str, Any], path: Path) -> tuple[int, int, tuple[int, ...], np.ndarray, bool]:  # noqa: C901
-    """Check a histogram sidecar; return (E, K, layer_ids, tokens (L,), layers_summed)."""
-    for key in ("model", "source"):
-        if not isinstance(_need(meta, key, path), str):
-            what = "the model's name, or words saying it is unknown" if key == "model" else "where the counts came from"
-            raise InputError(path, "-", key, f"expected a string ({what}), got {meta[key]!r}")
-    experts, top_k = _check_experts_top_k(meta, path)
+def _histogram_layer_ids(meta: Mapping[str, Any], path: Path) -> tuple[int, ...]:
+    """A histogram sidecar's layer ids: its ``layer_ids``, else ``range(layers)``."""
     if "layer_ids" in meta:
         layer_ids = _check_layer_ids(meta["layer_ids"], path)
         if "layers" in meta and meta["layers"] != len(layer_ids):
             raise InputError(
                 path, "-", "layers", f"layers={meta['layers']!r} but layer_ids has {len(layer_ids)} entries"
             )
-    elif "layers" in meta:
+        return layer_ids
+    if "layers" in meta:
         layers = meta["layers"]
         if not _is_int(layers) or layers < 1:
             raise InputError(path, "-", "layers", f"expected a positive integer, got {layers!r}")
         if layers > MAX_LAYERS:
             raise InputError(path, "-", "layers", f"layers={layers} is more than the {MAX_LAYERS} this reader allows")
-        layer_ids = tuple(range(int(layers)))
-    else:
-        raise InputError(path, "-", "layers", "missing (give layers or layer_ids)")
-    n_layers = len(layer_ids)
-    if n_layers > MAX_LAYERS:
-        raise InputError(path, "-", "layer_ids", f"{n_layers} layers is more than the {MAX_LAYERS} this reader allows")
-    try:
-        check_allocation(n_layers * experts, 8, "experts × layers")
-    except ValueError as exc:
-        raise InputError(path, "-", "experts", str(exc)) from None
+        return tuple(range(int(layers)))
+    raise InputError(path, "-", "layers", "missing (give layers or layer_ids)")
+
+
+def _histogram_tokens(meta: Mapping[str, Any], path: Path, n_layers: int) -> np.ndarray:
+    """A histogram sidecar's routed tokens per layer (one for all, or one each), 1..2^40."""
     tokens = _need(meta, "tokens", path)
     # bounds in Python ints, before any int64 array (K·T of tokens = 2**62 overflows int64)
     if _is_int(tokens):
@@ -322,7 +314,25 @@ def _validate_histogram_meta(meta: Mapping[str, Any], path: Path) -> tuple[int, 
         raise InputError(
             path, "-", "tokens", f"routed tokens per layer must be at most 2^40 = {MAX_TOKENS}, got {max(token_list)}"
         )
-    tokens_arr = np.asarray(token_list, dtype=np.int64).reshape(n_layers)
+    return np.asarray(token_list, dtype=np.int64).reshape(n_layers)
+
+
+def _validate_histogram_meta(meta: Mapping[str, Any], path: Path) -> tuple[int, int, tuple[int, ...], np.ndarray, bool]:
+    """Check a histogram sidecar; return (E, K, layer_ids, tokens (L,), layers_summed)."""
+    for key in ("model", "source"):
+        if not isinstance(_need(meta, key, path), str):
+            what = "the model's name, or words saying it is unknown" if key == "model" else "where the counts came from"
+            raise InputError(path, "-", key, f"expected a string ({what}), got {meta[key]!r}")
+    experts, top_k = _check_experts_top_k(meta, path)
+    layer_ids = _histogram_layer_ids(meta, path)
+    n_layers = len(layer_ids)
+    if n_layers > MAX_LAYERS:
+        raise InputError(path, "-", "layer_ids", f"{n_layers} layers is more than the {MAX_LAYERS} this reader allows")
+    try:
+        check_allocation(n_layers * experts, 8, "experts × layers")
+    except ValueError as exc:
+        raise InputError(path, "-", "experts", str(exc)) from None
+    tokens_arr = _histogram_tokens(meta, path, n_layers)
     summed = _need(meta, "layers_summed", path)
     if not isinstance(summed, bool):
         raise InputError(path, "-", "layers_summed", f"expected true or false, got {summed!r}")
@@ -446,7 +456,7 @@ class NpySteps:
     def _read(self, s0: int, s1: int) -> np.ndarray:
         out = np.empty((max(s1 - s0, 0),) + self.shape[1:], dtype=self.dtype)
         if out.size:
-            view = memoryview(out.reshape(-1).view(np.uint8))
+            view = out.reshape(-1).view(np.uint8).data
             got = 0
             with open(self.path, "rb") as fh:
                 fh.seek(self.offset + s0 * (out.nbytes // out.shape[0]))
@@ -486,7 +496,93 @@ def _check_readable(path: Path) -> None:
 # ----------------------------------------------------------------------------- readers
 
 
-def read_histogram(path: str | os.PathLike[str], meta: Mapping[str, Any] | None = None) -> Histogram:  # noqa: C901
+def _histogram_columns(header: list[str] | None, path: Path) -> dict[str, int]:
+    """Column name → index of a histogram CSV's header; refuses a missing or unknown header."""
+    if header is None:
+        raise InputError(path, 1, "header", f"empty file; expected header {','.join(HISTOGRAM_COLUMNS)}")
+    names = [h.strip() for h in header]
+    allowed = set(HISTOGRAM_COLUMNS) | set(_OPTIONAL_COLUMNS)
+    if len(set(names)) != len(names) or not set(HISTOGRAM_COLUMNS) <= set(names) or not set(names) <= allowed:
+        raise InputError(
+            path,
+            1,
+            "header",
+            f"expected columns {','.join(HISTOGRAM_COLUMNS)} (optional: rank), got {','.join(header)!r}",
+        )
+    return {name: j for j, name in enumerate(names)}
+
+
+def _histogram_row(row: list[str], line_no: int, col: Mapping[str, int], path: Path) -> dict[str, int]:
+    """The non-negative integers of one histogram CSV row, by column name."""
+    if len(row) != len(col):
+        raise InputError(path, line_no, "row", f"expected {len(col)} fields, got {len(row)}")
+    vals: dict[str, int] = {}
+    for name, j in col.items():
+        cell = row[j].strip()
+        if not _INT_RE.match(cell):
+            raise InputError(path, line_no, name, f"expected an integer, got {row[j]!r}")
+        v = int(cell)
+        if v < 0:
+            raise InputError(path, line_no, name, f"negative value {v}")
+        vals[name] = v
+    return vals
+
+
+class _HistogramTally:
+    """A histogram's counts (and ranks) filled in row by row, each row checked as it comes."""
+
+    def __init__(
+        self, layer_ids: tuple[int, ...], experts: int, top_k: int, tokens: np.ndarray, with_rank: bool
+    ) -> None:
+        """Empty counts for the sidecar's layers and experts (ranks -1 when the CSV has them)."""
+        self.layer_ids, self.experts, self.top_k, self.tokens = layer_ids, experts, top_k, tokens
+        self.layer_index = {lid: i for i, lid in enumerate(layer_ids)}
+        self.counts = np.zeros((len(layer_ids), experts), dtype=np.int64)
+        self.rank = np.full((len(layer_ids), experts), -1, dtype=np.int64) if with_rank else None
+        self.first_line: dict[tuple[int, int], int] = {}
+        self.running = np.zeros(len(layer_ids), dtype=np.int64)
+
+    def add(self, vals: Mapping[str, int], line_no: int, path: Path) -> None:
+        """Check one row's (layer, expert, count[, rank]) and record it."""
+        layer, expert, count = vals["layer"], vals["expert"], vals["count"]
+        tokens, top_k = self.tokens, self.top_k
+        if layer not in self.layer_index:
+            raise InputError(
+                path, line_no, "layer", f"layer {layer} not among the sidecar's layer ids {_short(self.layer_ids)}"
+            )
+        if expert >= self.experts:
+            raise InputError(path, line_no, "expert", f"expert {expert} ≥ experts E={self.experts}")
+        key = (layer, expert)
+        if key in self.first_line:
+            raise InputError(
+                path,
+                line_no,
+                "expert",
+                f"duplicate row for layer {layer}, expert {expert} (first at line {self.first_line[key]})",
+            )
+        self.first_line[key] = line_no
+        li = self.layer_index[layer]
+        if count > tokens[li]:
+            raise InputError(
+                path,
+                line_no,
+                "count",
+                f"count {count} > tokens T={tokens[li]} of layer {layer} (a token counts an expert once)",
+            )
+        self.running[li] += count
+        if self.running[li] > top_k * tokens[li]:
+            raise InputError(
+                path,
+                line_no,
+                "count",
+                f"counts of layer {layer} sum to {self.running[li]} > top_k·tokens = {top_k}·{tokens[li]} = {top_k * tokens[li]}",
+            )
+        self.counts[li, expert] = count
+        if self.rank is not None:
+            self.rank[li, expert] = vals["rank"]
+
+
+def read_histogram(path: str | os.PathLike[str], meta: Mapping[str, Any] | None = None) -> Histogram:
     """Read ``foo.csv`` and its sidecar ``foo.json``; validate both (see module docstring).
 
     ``meta``: the sidecar's content supplied by the caller (a dict with the same keys), used
@@ -500,85 +596,22 @@ def read_histogram(path: str | os.PathLike[str], meta: Mapping[str, Any] | None 
     else:
         side, meta = path, dict(_plain(dict(meta)))
     experts, top_k, layer_ids, tokens, summed = _validate_histogram_meta(meta, side)
-    n_layers = len(layer_ids)
-    layer_index = {lid: i for i, lid in enumerate(layer_ids)}
-    counts = np.zeros((n_layers, experts), dtype=np.int64)
-    rank: np.ndarray | None = None
-    first_line: dict[tuple[int, int], int] = {}
-    running = np.zeros(n_layers, dtype=np.int64)
     try:
         with open(path, encoding="utf-8-sig", newline="") as fh:  # read-only
             reader = csv.reader(fh)
-            header = next(reader, None)
-            if header is None:
-                raise InputError(path, 1, "header", f"empty file; expected header {','.join(HISTOGRAM_COLUMNS)}")
-            names = [h.strip() for h in header]
-            allowed = set(HISTOGRAM_COLUMNS) | set(_OPTIONAL_COLUMNS)
-            if len(set(names)) != len(names) or not set(HISTOGRAM_COLUMNS) <= set(names) or not set(names) <= allowed:
-                raise InputError(
-                    path,
-                    1,
-                    "header",
-                    f"expected columns {','.join(HISTOGRAM_COLUMNS)} (optional: rank), got {','.join(header)!r}",
-                )
-            col = {name: j for j, name in enumerate(names)}
-            if "rank" in col:
-                rank = np.full((n_layers, experts), -1, dtype=np.int64)
+            col = _histogram_columns(next(reader, None), path)
+            tally = _HistogramTally(layer_ids, experts, top_k, tokens, "rank" in col)
             for line_no, row in enumerate(reader, start=2):
                 if not row or all(not cell.strip() for cell in row):
                     continue  # blank line
-                if len(row) != len(names):
-                    raise InputError(path, line_no, "row", f"expected {len(names)} fields, got {len(row)}")
-                vals: dict[str, int] = {}
-                for name, j in col.items():
-                    cell = row[j].strip()
-                    if not _INT_RE.match(cell):
-                        raise InputError(path, line_no, name, f"expected an integer, got {row[j]!r}")
-                    v = int(cell)
-                    if v < 0:
-                        raise InputError(path, line_no, name, f"negative value {v}")
-                    vals[name] = v
-                layer, expert, count = vals["layer"], vals["expert"], vals["count"]
-                if layer not in layer_index:
-                    raise InputError(
-                        path, line_no, "layer", f"layer {layer} not among the sidecar's layer ids {_short(layer_ids)}"
-                    )
-                if expert >= experts:
-                    raise InputError(path, line_no, "expert", f"expert {expert} ≥ experts E={experts}")
-                key = (layer, expert)
-                if key in first_line:
-                    raise InputError(
-                        path,
-                        line_no,
-                        "expert",
-                        f"duplicate row for layer {layer}, expert {expert} (first at line {first_line[key]})",
-                    )
-                first_line[key] = line_no
-                li = layer_index[layer]
-                if count > tokens[li]:
-                    raise InputError(
-                        path,
-                        line_no,
-                        "count",
-                        f"count {count} > tokens T={tokens[li]} of layer {layer} (a token counts an expert once)",
-                    )
-                running[li] += count
-                if running[li] > top_k * tokens[li]:
-                    raise InputError(
-                        path,
-                        line_no,
-                        "count",
-                        f"counts of layer {layer} sum to {running[li]} > top_k·tokens = {top_k}·{tokens[li]} = {top_k * tokens[li]}",
-                    )
-                counts[li, expert] = count
-                if rank is not None:
-                    rank[li, expert] = vals["rank"]
+                tally.add(_histogram_row(row, line_no, col, path), line_no, path)
     except UnicodeDecodeError as exc:
         raise InputError(path, "-", "file", f"not UTF-8 text: {exc}") from None
     except csv.Error as exc:
         raise InputError(path, "-", "file", f"not a CSV file: {exc}") from None
     except OSError as exc:
         raise InputError(path, "-", "file", f"cannot read: {exc}") from None
+    counts, rank = tally.counts, tally.rank
     counts.setflags(write=False)
     tokens.setflags(write=False)
     if rank is not None:
@@ -660,7 +693,72 @@ def _check_npz_members(path: Path) -> None:
         raise InputError(path, "-", "file", f"not a readable .npz without pickles: {exc}") from None
 
 
-def read_trace(  # noqa: C901
+def _npz_arrays(path: Path, given: dict[str, Any] | None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """(topk, meta array unless the meta is given, weights if any) of a ``.npz`` trace."""
+    weights = None
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            files = set(npz.files)
+            for key in ("topk",) if given is not None else ("topk", "meta"):
+                if key not in files:
+                    hint = f"; {TRACE_META_HINT}" if key == "meta" else ""
+                    raise InputError(path, "-", key, f"missing array (has: {', '.join(sorted(files)) or 'none'}){hint}")
+            topk = npz["topk"]
+            meta_arr = npz["meta"] if given is None else None
+            if "weights" in files:
+                weights = npz["weights"]
+    except InputError:
+        raise
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise InputError(path, "-", "file", f"not a readable .npz without pickles: {exc}") from None
+    return topk, meta_arr, weights
+
+
+def _npz_meta(meta_arr: np.ndarray, path: Path) -> dict[str, Any]:
+    """The meta of a ``.npz`` trace: its ``meta`` array, a 0-d JSON string."""
+    if meta_arr.ndim != 0 or meta_arr.dtype.kind not in "US":
+        raise InputError(
+            path,
+            "-",
+            "meta",
+            f"expected a JSON string (0-d str array), got dtype {meta_arr.dtype} shape {meta_arr.shape}",
+        )
+    text = meta_arr.item()
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError(path, "-", "meta", "not UTF-8") from None
+    return _parse_json(text, path, "-", "meta")
+
+
+def _npy_trace(path: Path, given: dict[str, Any] | None, lazy: bool) -> tuple[Any, dict[str, Any], Path]:
+    """(topk, meta, the meta's path) of a ``.npy`` trace and its sidecar (or the meta given)."""
+    side = sidecar_path(path) if given is None else path
+    meta = _read_json(side, "sidecar JSON", TRACE_META_HINT) if given is None else given
+    try:
+        from moeroof.data.safe_read import load_npy, npy_layout  # truncated: an error, never SIGBUS
+
+        layout = npy_layout(path) if lazy else None
+        topk: np.ndarray | NpySteps
+        if layout is not None and not layout[2] and len(layout[0]) >= 1:
+            topk = NpySteps(path, layout[0], layout[1], layout[3])
+        else:
+            topk = load_npy(path)
+    except (ValueError, OSError, EOFError) as exc:
+        raise InputError(path, "-", "file", f"not a readable .npy without pickles: {exc}") from None
+    return topk, meta, side
+
+
+def _check_weights(weights: np.ndarray, topk: Any, path: Path) -> None:
+    """A trace's weights: floats of topk's shape."""
+    if weights.shape != topk.shape:
+        raise InputError(path, "-", "weights", f"shape {weights.shape} differs from topk shape {topk.shape}")
+    if not np.issubdtype(weights.dtype, np.floating):
+        raise InputError(path, "-", "weights", f"expected a float dtype, got {weights.dtype}")
+
+
+def read_trace(
     path: str | os.PathLike[str],
     meta: Mapping[str, Any] | None = None,
     *,
@@ -687,57 +785,14 @@ def read_trace(  # noqa: C901
     given = None if meta is None else dict(_plain(dict(meta)))
     suffix = path.suffix.lower()
     weights = None
+    meta_row = "-"
     if suffix == ".npz":
         _check_npz_members(path)
-        try:
-            with np.load(path, allow_pickle=False) as npz:
-                files = set(npz.files)
-                for key in ("topk",) if given is not None else ("topk", "meta"):
-                    if key not in files:
-                        hint = f"; {TRACE_META_HINT}" if key == "meta" else ""
-                        raise InputError(
-                            path, "-", key, f"missing array (has: {', '.join(sorted(files)) or 'none'}){hint}"
-                        )
-                topk = npz["topk"]
-                meta_arr = npz["meta"] if given is None else None
-                if "weights" in files:
-                    weights = npz["weights"]
-        except InputError:
-            raise
-        except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
-            raise InputError(path, "-", "file", f"not a readable .npz without pickles: {exc}") from None
-        if given is not None:
-            meta, meta_path, meta_row = given, path, "-"
-        else:
-            if meta_arr.ndim != 0 or meta_arr.dtype.kind not in "US":
-                raise InputError(
-                    path,
-                    "-",
-                    "meta",
-                    f"expected a JSON string (0-d str array), got dtype {meta_arr.dtype} shape {meta_arr.shape}",
-                )
-            text = meta_arr.item()
-            if isinstance(text, bytes):
-                try:
-                    text = text.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise InputError(path, "-", "meta", "not UTF-8") from None
-            meta = _parse_json(text, path, "-", "meta")
-            meta_path, meta_row = path, "-"
+        topk, meta_arr, weights = _npz_arrays(path, given)
+        meta = given if given is not None else _npz_meta(cast(np.ndarray, meta_arr), path)
+        meta_path = path
     elif suffix == ".npy":
-        side = sidecar_path(path) if given is None else path
-        meta = _read_json(side, "sidecar JSON", TRACE_META_HINT) if given is None else given
-        try:
-            from moeroof.data.safe_read import load_npy, npy_layout  # truncated: an error, never SIGBUS
-
-            layout = npy_layout(path) if lazy else None
-            if layout is not None and not layout[2] and len(layout[0]) >= 1:
-                topk = NpySteps(path, layout[0], layout[1], layout[3])
-            else:
-                topk = load_npy(path)
-        except (ValueError, OSError, EOFError) as exc:
-            raise InputError(path, "-", "file", f"not a readable .npy without pickles: {exc}") from None
-        meta_path, meta_row = side, "-"
+        topk, meta, meta_path = _npy_trace(path, given, lazy)
     else:
         raise InputError(path, "-", "file", f"unknown trace suffix {path.suffix!r}; expected .npz or .npy")
     if topk.ndim != 4:
@@ -749,10 +804,7 @@ def read_trace(  # noqa: C901
         raise InputError(meta_path, meta_row, "top_k", f"meta top_k={top_k} but topk has K={topk.shape[3]} columns")
     _validate_topk(topk, experts, top_k, path, meta_row, ids=validate)
     if weights is not None:
-        if weights.shape != topk.shape:
-            raise InputError(path, "-", "weights", f"shape {weights.shape} differs from topk shape {topk.shape}")
-        if not np.issubdtype(weights.dtype, np.floating):
-            raise InputError(path, "-", "weights", f"expected a float dtype, got {weights.dtype}")
+        _check_weights(weights, topk, path)
     if isinstance(topk, np.ndarray) and not isinstance(topk, np.memmap):
         topk.setflags(write=False)
     if weights is not None:
@@ -868,7 +920,78 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
-def write_histogram(  # noqa: C901
+def _counts_array(counts: Any, path: Path) -> np.ndarray:
+    """The counts to write as an (L, E) int64 array (one row: one layer); refuses fractions."""
+    counts = np.asarray(counts)
+    if counts.ndim == 1:
+        counts = counts[None, :]
+    if counts.ndim != 2:
+        raise InputError(path, "-", "count", f"expected counts of shape (layers, experts), got {counts.shape}")
+    if counts.size and not np.issubdtype(counts.dtype, np.integer):
+        if not np.all(np.equal(np.mod(counts, 1), 0)):
+            raise InputError(path, "-", "count", f"expected integer counts, got dtype {counts.dtype}")
+    return counts.astype(np.int64)
+
+
+def _check_counts(counts: np.ndarray, sidecar: tuple[int, int, tuple[int, ...], np.ndarray], path: Path) -> None:
+    """Counts against their validated sidecar (E, K, layer ids, T): shape, 0 ≤ count ≤ T, Σ ≤ K·T."""
+    e, k, lids, tok = sidecar
+    n_layers, n_exp = counts.shape
+    if n_exp != e:
+        raise InputError(path, "-", "expert", f"counts have {n_exp} experts but experts E={e}")
+    if n_layers != len(lids):
+        raise InputError(path, "-", "layer", f"counts have {n_layers} layers but {len(lids)} layer ids")
+    if (counts < 0).any():
+        raise InputError(path, "-", "count", "negative count")
+    over = counts > tok[:, None]
+    if over.any():
+        l, i = np.argwhere(over)[0]
+        raise InputError(path, "-", "count", f"count {counts[l, i]} of layer {lids[l]}, expert {i} > tokens T={tok[l]}")
+    sums = counts.sum(axis=1)
+    if (sums > k * tok).any():
+        l = int(np.argmax(sums > k * tok))
+        raise InputError(
+            path, "-", "count", f"counts of layer {lids[l]} sum to {sums[l]} > top_k·tokens = {k * tok[l]}"
+        )
+
+
+def _rank_array(rank: Any, shape: tuple[int, ...], path: Path) -> np.ndarray | None:
+    """The ranks to write as int64 of the counts' shape, none negative (None: no rank column)."""
+    if rank is None:
+        return None
+    rank = np.asarray(rank).astype(np.int64)
+    if rank.shape != shape:
+        raise InputError(path, "-", "rank", f"rank shape {rank.shape} differs from counts shape {shape}")
+    if (rank < 0).any():
+        raise InputError(path, "-", "rank", "negative rank (every row written needs one)")
+    return rank
+
+
+def _add_optional_meta(
+    meta: dict[str, Any], provenance: str | None, generator: Mapping[str, Any] | None, extra: Mapping[str, Any] | None
+) -> None:
+    """Adds the sidecar's optional keys given: provenance, generator, then the extra keys."""
+    if provenance is not None:
+        meta["provenance"] = provenance
+    if generator is not None:
+        meta["generator"] = _plain(dict(generator))
+    if extra:
+        meta.update(_plain(dict(extra)))
+
+
+def _write_histogram_rows(fh: Any, counts: np.ndarray, lids: Sequence[int], rank: np.ndarray | None) -> None:
+    """The histogram CSV: the header, then every (layer, expert) row, zeros included."""
+    w = csv.writer(fh, lineterminator="\n")
+    w.writerow(HISTOGRAM_COLUMNS + (("rank",) if rank is not None else ()))
+    for l, lid in enumerate(lids):
+        for i in range(counts.shape[1]):
+            row = [lid, i, int(counts[l, i])]
+            if rank is not None:
+                row.append(int(rank[l, i]))
+            w.writerow(row)
+
+
+def write_histogram(
     path: str | os.PathLike[str],
     counts: np.ndarray | Histogram,
     *,
@@ -910,78 +1033,31 @@ def write_histogram(  # noqa: C901
         source = meta.get("source") if source is None else source
         provenance = meta.get("provenance") if provenance is None else provenance
         generator = meta.get("generator") if generator is None else generator
-    counts = np.asarray(counts)
-    if counts.ndim == 1:
-        counts = counts[None, :]
-    if counts.ndim != 2:
-        raise InputError(path, "-", "count", f"expected counts of shape (layers, experts), got {counts.shape}")
-    if counts.size and not np.issubdtype(counts.dtype, np.integer):
-        if not np.all(np.equal(np.mod(counts, 1), 0)):
-            raise InputError(path, "-", "count", f"expected integer counts, got dtype {counts.dtype}")
-    counts = counts.astype(np.int64)
+    counts = _counts_array(counts, path)
     n_layers, n_exp = counts.shape
-    experts = n_exp if experts is None else experts
     if tokens is None:
         raise ValueError("write_histogram: tokens (routed tokens per layer) is required")
-    tokens_list = _plain(tokens)
     meta.update(
         {
             "model": model,
-            "experts": _plain(experts),
+            "experts": _plain(n_exp if experts is None else experts),
             "top_k": _plain(top_k),
             "layers": n_layers,
             "layer_ids": _plain(list(layer_ids) if layer_ids is not None else list(range(n_layers))),
-            "tokens": tokens_list,
+            "tokens": _plain(tokens),
             "source": source,
             "layers_summed": bool(layers_summed),
         }
     )
-    if provenance is not None:
-        meta["provenance"] = provenance
-    if generator is not None:
-        meta["generator"] = _plain(dict(generator))
-    if extra:
-        meta.update(_plain(dict(extra)))
+    _add_optional_meta(meta, provenance, generator, extra)
     side = sidecar_path(path)
     e, k, lids, tok, _ = _validate_histogram_meta(meta, side)
-    if n_exp != e:
-        raise InputError(path, "-", "expert", f"counts have {n_exp} experts but experts E={e}")
-    if n_layers != len(lids):
-        raise InputError(path, "-", "layer", f"counts have {n_layers} layers but {len(lids)} layer ids")
-    if (counts < 0).any():
-        raise InputError(path, "-", "count", "negative count")
-    over = counts > tok[:, None]
-    if over.any():
-        l, i = np.argwhere(over)[0]
-        raise InputError(path, "-", "count", f"count {counts[l, i]} of layer {lids[l]}, expert {i} > tokens T={tok[l]}")
-    sums = counts.sum(axis=1)
-    if (sums > k * tok).any():
-        l = int(np.argmax(sums > k * tok))
-        raise InputError(
-            path, "-", "count", f"counts of layer {lids[l]} sum to {sums[l]} > top_k·tokens = {k * tok[l]}"
-        )
-    if rank is not None:
-        rank = np.asarray(rank).astype(np.int64)
-        if rank.shape != counts.shape:
-            raise InputError(path, "-", "rank", f"rank shape {rank.shape} differs from counts shape {counts.shape}")
-        if (rank < 0).any():
-            raise InputError(path, "-", "rank", "negative rank (every row written needs one)")
+    _check_counts(counts, (e, k, lids, tok), path)
+    rank = _rank_array(rank, counts.shape, path)
     guard_target(path, overwrite)
     guard_target(side, overwrite)
-
-    def write_csv(fh: Any) -> None:
-        w = csv.writer(fh, lineterminator="\n")
-        w.writerow(HISTOGRAM_COLUMNS + (("rank",) if rank is not None else ()))
-        for l, lid in enumerate(lids):
-            for i in range(e):
-                row = [lid, i, int(counts[l, i])]
-                if rank is not None:
-                    row.append(int(rank[l, i]))
-                w.writerow(row)
-
-    text = _json_text(meta)
-    atomic.write_text(side, text, newline="")
-    atomic.write_via(path, write_csv, binary=False, newline="")
+    atomic.write_text(side, _json_text(meta), newline="")
+    atomic.write_via(path, lambda fh: _write_histogram_rows(fh, counts, lids, rank), binary=False, newline="")
     return path
 
 

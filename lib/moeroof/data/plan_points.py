@@ -69,9 +69,8 @@ def _integer(text: str, path: Path, row: int, field: str, default: int | None) -
     return int(x)
 
 
-def read_plan_points(path: str | os.PathLike[str]) -> list[PlanPoint]:  # noqa: C901
-    """Read a fit-plan POINTS file (module docstring), rows in file order."""
-    p = Path(path)
+def _point_lines(p: Path) -> list[tuple[int, str]]:
+    """(line number, text) of the file's lines that are neither blank nor comments; bounded."""
     if not p.is_file():
         raise InputError(p, None, "file", "no such file")
     if p.stat().st_size > MAX_POINTS_BYTES:
@@ -87,7 +86,11 @@ def read_plan_points(path: str | os.PathLike[str]) -> list[PlanPoint]:  # noqa: 
         )
     if not lines:
         raise InputError(p, None, "file", "empty: expected a header and at least one row")
-    header_row, header = lines[0]
+    return lines
+
+
+def _point_columns(p: Path, header_row: int, header: str) -> list[str]:
+    """The header's column names: known ones, the required ones present, none twice."""
     columns = [c.strip() for c in next(csv.reader([header]))]
     unknown = [c for c in columns if c not in PLAN_COLUMNS]
     if unknown:
@@ -97,6 +100,44 @@ def read_plan_points(path: str | os.PathLike[str]) -> list[PlanPoint]:  # noqa: 
         raise InputError(p, header_row, missing[0], "missing column")
     if len(set(columns)) != len(columns):
         raise InputError(p, header_row, "header", "a column appears twice")
+    return columns
+
+
+def _plan_point(rec: dict[str, str], p: Path, row: int) -> PlanPoint:
+    """A data row's :class:`PlanPoint`, each field checked against its bounds."""
+    batch = _integer(rec["batch"], p, row, "batch", None)
+    if batch > MAX_BATCH:
+        raise InputError(
+            p, row, "batch", f"{rec['batch'].strip()!r} is more than the {MAX_BATCH} streams a batch may be"
+        )
+    cache = _number(rec["cache_gib"], p, row, "cache_gib")
+    if cache is None or cache < 0:
+        raise InputError(p, row, "cache_gib", f"must be a number >= 0, got {rec['cache_gib']!r}")
+    # finite in bytes too: 1e300 GiB is finite but 2^30 times it is not (it printed a
+    # 300-digit cache and predicted 100 % hits)
+    if not math.isfinite(cache * 2**30) or cache > MAX_GIB:
+        raise InputError(
+            p, row, "cache_gib", f"{rec['cache_gib'].strip()!r} is more than the {MAX_GIB:.4g} GiB a cache may be"
+        )
+    ranks = _integer(rec.get("ranks", ""), p, row, "ranks", 1)
+    policy = rec.get("policy", "").strip() or "lru"
+    if policy not in POLICIES:
+        raise InputError(p, row, "policy", f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
+    net = _number(rec["net_tok_s"], p, row, "net_tok_s")
+    if net is not None and net <= 0:
+        raise InputError(p, row, "net_tok_s", f"must be > 0, got {rec['net_tok_s']!r}")
+    hit = _number(rec.get("hit_rate", ""), p, row, "hit_rate")
+    if hit is not None and not 0.0 <= hit <= 1.0:
+        raise InputError(p, row, "hit_rate", f"is a fraction in [0, 1], got {rec['hit_rate']!r}")
+    return PlanPoint(row, batch, float(cache), ranks, policy, net, hit)
+
+
+def read_plan_points(path: str | os.PathLike[str]) -> list[PlanPoint]:
+    """Read a fit-plan POINTS file (module docstring), rows in file order."""
+    p = Path(path)
+    lines = _point_lines(p)
+    header_row, header = lines[0]
+    columns = _point_columns(p, header_row, header)
     if len(lines) == 1:
         raise InputError(p, None, "file", "no rows after the header")
     if len(lines) - 1 > MAX_ROWS:
@@ -107,38 +148,14 @@ def read_plan_points(path: str | os.PathLike[str]) -> list[PlanPoint]:  # noqa: 
         cells = next(csv.reader([line]))
         if len(cells) != len(columns):
             raise InputError(p, row, "row", f"has {len(cells)} fields, the header has {len(columns)}")
-        rec = dict(zip(columns, cells))
-        batch = _integer(rec["batch"], p, row, "batch", None)
-        if batch > MAX_BATCH:
-            raise InputError(
-                p, row, "batch", f"{rec['batch'].strip()!r} is more than the {MAX_BATCH} streams a batch may be"
-            )
-        cache = _number(rec["cache_gib"], p, row, "cache_gib")
-        if cache is None or cache < 0:
-            raise InputError(p, row, "cache_gib", f"must be a number >= 0, got {rec['cache_gib']!r}")
-        # finite in bytes too: 1e300 GiB is finite but 2^30 times it is not (it printed a
-        # 300-digit cache and predicted 100 % hits)
-        if not math.isfinite(cache * 2**30) or cache > MAX_GIB:
-            raise InputError(
-                p, row, "cache_gib", f"{rec['cache_gib'].strip()!r} is more than the {MAX_GIB:.4g} GiB a cache may be"
-            )
-        ranks = _integer(rec.get("ranks", ""), p, row, "ranks", 1)
-        policy = rec.get("policy", "").strip() or "lru"
-        if policy not in POLICIES:
-            raise InputError(p, row, "policy", f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
-        net = _number(rec["net_tok_s"], p, row, "net_tok_s")
-        if net is not None and net <= 0:
-            raise InputError(p, row, "net_tok_s", f"must be > 0, got {rec['net_tok_s']!r}")
-        hit = _number(rec.get("hit_rate", ""), p, row, "hit_rate")
-        if hit is not None and not 0.0 <= hit <= 1.0:
-            raise InputError(p, row, "hit_rate", f"is a fraction in [0, 1], got {rec['hit_rate']!r}")
-        key = (batch, cache, ranks, policy)
+        pt = _plan_point(dict(zip(columns, cells)), p, row)
+        key = (pt.batch, pt.cache_gib, pt.ranks, pt.policy)
         if key in seen:
             raise InputError(
                 p, row, "row", f"repeats the conditions of row {seen[key]} (batch, cache_gib, ranks, policy)"
             )
         seen[key] = row
-        points.append(PlanPoint(row, batch, float(cache), ranks, policy, net, hit))
+        points.append(pt)
     if not any(pt.calibrates for pt in points):
         raise InputError(p, None, "net_tok_s", "no row has a measured net_tok_s or hit_rate to calibrate on")
     return points

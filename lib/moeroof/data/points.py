@@ -36,6 +36,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from moeroof.core.limits import MAX_BATCH, MAX_GIB, MAX_POINTS_BYTES, MAX_POINTS_ROWS
 from moeroof.data.io import InputError
@@ -155,7 +156,63 @@ def _choice(text: str, choices: Sequence[str], default: str, path: Path, row: in
     return t
 
 
-def _parse_row(cells: dict[str, str], path: Path, row: int, experts: int | None) -> Point:  # noqa: C901
+def _capacity(
+    cells: dict[str, str], kind: str, path: Path, row: int, experts: int | None
+) -> tuple[float | None, float | None]:
+    """(capacity in experts per layer, in GiB): one of them for a row that sees the cache, else neither."""
+    cap_e_text = cells.get("capacity_experts_per_layer", "").strip()
+    cap_g_text = cells.get("capacity_gib", "").strip()
+    cap_e = cap_g = None
+    if cap_e_text and cap_g_text:
+        raise InputError(
+            path, row, "capacity_gib", "capacity given twice (capacity_experts_per_layer and capacity_gib): give one"
+        )
+    if kind not in ("hit_rate", "gib_per_step"):
+        if cap_e_text or cap_g_text:
+            name = "capacity_experts_per_layer" if cap_e_text else "capacity_gib"
+            raise InputError(path, row, name, f"a {kind} row sees no cache: leave the capacity empty")
+        return None, None
+    if not cap_e_text and not cap_g_text:
+        raise InputError(
+            path,
+            row,
+            "capacity_experts_per_layer",
+            f"a {kind} row needs capacity_experts_per_layer or capacity_gib",
+        )
+    if cap_e_text:
+        cap_e = _number(cap_e_text, path, row, "capacity_experts_per_layer")
+        if cap_e < 0 or (experts is not None and cap_e > experts):
+            bound = f" and <= experts ({experts})" if experts is not None else ""
+            raise InputError(path, row, "capacity_experts_per_layer", f"must be >= 0{bound}, got {cap_e_text!r}")
+    else:
+        cap_g = _number(cap_g_text, path, row, "capacity_gib")
+        if cap_g < 0:
+            raise InputError(path, row, "capacity_gib", f"must be >= 0, got {cap_g_text!r}")
+        # finite in bytes too: 1e300 GiB is finite, 2^30 times it is not
+        if not math.isfinite(cap_g * 2**30) or cap_g > MAX_GIB:
+            raise InputError(
+                path, row, "capacity_gib", f"{cap_g_text!r} is more than the {MAX_GIB:.4g} GiB a cache may be"
+            )
+    return cap_e, cap_g
+
+
+def _value(value_text: str, kind: str, path: Path, row: int, experts: int | None) -> float | None:
+    """A row's measured value within its kind's range (None: empty, to predict)."""
+    if not value_text:
+        return None
+    value = _number(value_text, path, row, "value")
+    if kind in ("hit_rate", "overlap") and not 0.0 <= value <= 1.0:
+        raise InputError(path, row, "value", f"a {kind} is a fraction in 0–1, got {value_text!r}")
+    if kind == "gib_per_step" and not 0 <= value <= MAX_GIB:
+        raise InputError(path, row, "value", f"GiB per step must be in 0 … {MAX_GIB:.4g}, got {value_text!r}")
+    if kind == "union" and (value < 0 or (experts is not None and value > experts)):
+        bound = f" and <= experts ({experts})" if experts is not None else ""
+        raise InputError(path, row, "value", f"a union (distinct experts per layer) must be >= 0{bound}")
+    return value
+
+
+def _parse_row(cells: dict[str, str], path: Path, row: int, experts: int | None) -> Point:
+    """One data row's :class:`Point`, its fields checked in column order."""
     kind_text = cells.get("kind", "").strip()
     if not kind_text:
         raise InputError(path, row, "kind", f"missing; expected one of {', '.join(KINDS)}")
@@ -166,39 +223,7 @@ def _parse_row(cells: dict[str, str], path: Path, row: int, experts: int | None)
     batch = _positive_int(batch_text, path, row, "batch")
     if batch > MAX_BATCH:
         raise InputError(path, row, "batch", f"{batch_text!r} is more than the {MAX_BATCH} streams a batch may be")
-    cap_e_text = cells.get("capacity_experts_per_layer", "").strip()
-    cap_g_text = cells.get("capacity_gib", "").strip()
-    sees_cache = kind in ("hit_rate", "gib_per_step")
-    cap_e = cap_g = None
-    if cap_e_text and cap_g_text:
-        raise InputError(
-            path, row, "capacity_gib", "capacity given twice (capacity_experts_per_layer and capacity_gib): give one"
-        )
-    if sees_cache:
-        if not cap_e_text and not cap_g_text:
-            raise InputError(
-                path,
-                row,
-                "capacity_experts_per_layer",
-                f"a {kind} row needs capacity_experts_per_layer or capacity_gib",
-            )
-        if cap_e_text:
-            cap_e = _number(cap_e_text, path, row, "capacity_experts_per_layer")
-            if cap_e < 0 or (experts is not None and cap_e > experts):
-                bound = f" and <= experts ({experts})" if experts is not None else ""
-                raise InputError(path, row, "capacity_experts_per_layer", f"must be >= 0{bound}, got {cap_e_text!r}")
-        else:
-            cap_g = _number(cap_g_text, path, row, "capacity_gib")
-            if cap_g < 0:
-                raise InputError(path, row, "capacity_gib", f"must be >= 0, got {cap_g_text!r}")
-            # finite in bytes too: 1e300 GiB is finite, 2^30 times it is not
-            if not math.isfinite(cap_g * 2**30) or cap_g > MAX_GIB:
-                raise InputError(
-                    path, row, "capacity_gib", f"{cap_g_text!r} is more than the {MAX_GIB:.4g} GiB a cache may be"
-                )
-    elif cap_e_text or cap_g_text:
-        name = "capacity_experts_per_layer" if cap_e_text else "capacity_gib"
-        raise InputError(path, row, name, f"a {kind} row sees no cache: leave the capacity empty")
+    cap_e, cap_g = _capacity(cells, kind, path, row, experts)
     policy = _choice(cells.get("policy", ""), POLICIES, "lru", path, row, "policy")
     scope = _choice(cells.get("scope", ""), SCOPES, "global", path, row, "scope")
     ranks_text = cells.get("ranks", "").strip()
@@ -206,17 +231,7 @@ def _parse_row(cells: dict[str, str], path: Path, row: int, experts: int | None)
     if experts is not None and ranks > experts:
         raise InputError(path, row, "ranks", f"more ranks ({ranks}) than experts ({experts})")
     partition = _choice(cells.get("partition", ""), PARTITIONS, "lpt", path, row, "partition")
-    value_text = cells.get("value", "").strip()
-    value = None
-    if value_text:
-        value = _number(value_text, path, row, "value")
-        if kind in ("hit_rate", "overlap") and not 0.0 <= value <= 1.0:
-            raise InputError(path, row, "value", f"a {kind} is a fraction in 0–1, got {value_text!r}")
-        if kind == "gib_per_step" and not 0 <= value <= MAX_GIB:
-            raise InputError(path, row, "value", f"GiB per step must be in 0 … {MAX_GIB:.4g}, got {value_text!r}")
-        if kind == "union" and (value < 0 or (experts is not None and value > experts)):
-            bound = f" and <= experts ({experts})" if experts is not None else ""
-            raise InputError(path, row, "value", f"a union (distinct experts per layer) must be >= 0{bound}")
+    value = _value(cells.get("value", "").strip(), kind, path, row, experts)
     return Point(kind, batch, cap_e, cap_g, policy, scope, ranks, partition, value, row)
 
 
@@ -242,14 +257,16 @@ def check_points(
         if not p.calibrates:
             continue
         first = seen.setdefault(p.conditions, p)
-        if first is not p and abs(first.value - p.value) > noise(p.kind, max(abs(first.value), abs(p.value))):
+        # both calibration rows, so both values are there
+        before, value = cast(float, first.value), cast(float, p.value)
+        if first is not p and abs(before - value) > noise(p.kind, max(abs(before), abs(value))):
             where = f"line {first.row}" if first.row else "an earlier point"
             raise InputError(
                 path,
                 p.row,
                 "value",
-                f"contradicts {where} (same conditions, {first.value:g} against {p.value:g}, "
-                f"beyond the noise {noise(p.kind, max(first.value, p.value)):g})",
+                f"contradicts {where} (same conditions, {before:g} against {value:g}, "
+                f"beyond the noise {noise(p.kind, max(before, value)):g})",
             )
 
 

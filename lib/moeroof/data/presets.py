@@ -477,8 +477,8 @@ def _prior(path: Path, key: str, raw: dict, dimension: str) -> tuple[tuple[float
     return (lo, mid, hi), src.strip()
 
 
-def _field(path: Path, key: str, raw: Any, dimension: str) -> tuple[Any, str, str]:  # noqa: C901
-    """Validate one quantity; return (SI value, provenance tag, source text)."""
+def _field_value(path: Path, key: str, raw: Any) -> Any:
+    """A quantity's ``value`` as written: a number or a list of numbers, finite, none negative."""
     if not isinstance(raw, dict):
         raise InputError(path, None, key, "must be an inline table { value = …, unit = …, source = … }")
     unknown = set(raw) - {"value", "unit", "source", "assumed", "witnessed", "note", "prior", "prior_source"}
@@ -498,32 +498,40 @@ def _field(path: Path, key: str, raw: Any, dimension: str) -> tuple[Any, str, st
         raise InputError(path, None, key, "value must be finite (and below 1.8e308)")
     if any(v < 0 for v in values):
         raise InputError(path, None, key, f"value must not be negative, got {value!r}")
-    unit = raw.get("unit")
+    return value
+
+
+def _si_value(path: Path, key: str, value: Any, unit: Any, dimension: str) -> Any:
+    """``value`` in ``unit`` → SI, the unit checked against the field's dimension."""
     if dimension == "count":
         if unit not in (None, "1"):
             raise InputError(path, None, key, f"is a count and takes no unit, got unit {unit!r}")
-        si = value
-    else:
-        if unit is None:
-            raise InputError(path, None, key, f"missing 'unit' (a {dimension.replace('_', ' ')} quantity)")
-        try:
-            got = dimension_of(unit)
-        except ValueError as err:
-            raise InputError(path, None, key, str(err)) from None
-        if got != dimension:
-            raise InputError(
-                path,
-                None,
-                key,
-                f"unit {unit!r} measures {got.replace('_', ' ')}, expected {dimension.replace('_', ' ')}",
-            )
-        try:
-            si = to_si(value, unit)
-        except ValueError as err:
-            raise InputError(path, None, key, str(err)) from None
-        si = [float(v) for v in si] if isinstance(value, list) else si
-        if dimension == "bytes" and any(0 < v < 1 for v in (si if isinstance(si, list) else [si])):
-            raise InputError(path, None, key, f"{value!r} {unit} is less than one byte (give 0 or at least 1 B)")
+        return value
+    if unit is None:
+        raise InputError(path, None, key, f"missing 'unit' (a {dimension.replace('_', ' ')} quantity)")
+    try:
+        got = dimension_of(unit)
+    except ValueError as err:
+        raise InputError(path, None, key, str(err)) from None
+    if got != dimension:
+        raise InputError(
+            path,
+            None,
+            key,
+            f"unit {unit!r} measures {got.replace('_', ' ')}, expected {dimension.replace('_', ' ')}",
+        )
+    try:
+        si = to_si(value, unit)
+    except ValueError as err:
+        raise InputError(path, None, key, str(err)) from None
+    si = [float(v) for v in si] if isinstance(value, list) else si
+    if dimension == "bytes" and any(0 < v < 1 for v in (si if isinstance(si, list) else [si])):
+        raise InputError(path, None, key, f"{value!r} {unit} is less than one byte (give 0 or at least 1 B)")
+    return si
+
+
+def _provenance(path: Path, key: str, raw: dict) -> tuple[str, str]:
+    """(provenance tag, source text) of a quantity: a source or ``assumed = true``, never both."""
     has_source = isinstance(raw.get("source"), str) and raw["source"].strip() != ""
     assumed = raw.get("assumed", False)
     witnessed = raw.get("witnessed", False)
@@ -535,13 +543,19 @@ def _field(path: Path, key: str, raw: Any, dimension: str) -> tuple[Any, str, st
         raise InputError(path, None, key, "witnessed = true needs a source")
     tag = "witnessed" if witnessed else ("assumed" if assumed else "projected")
     text = raw["source"] if has_source else "assumed" + (f": {raw['note']}" if raw.get("note") else "")
+    return tag, text
+
+
+def _field(path: Path, key: str, raw: Any, dimension: str) -> tuple[Any, str, str]:
+    """Validate one quantity; return (SI value, provenance tag, source text)."""
+    value = _field_value(path, key, raw)
+    si = _si_value(path, key, value, raw.get("unit"), dimension)
+    tag, text = _provenance(path, key, raw)
     return si, tag, text
 
 
-def _load(  # noqa: C901
-    path: str | Path, kind: str, fields: dict[str, tuple[str, bool]], texts: tuple[str, ...] = ()
-) -> dict[str, Any]:
-    path = Path(path)
+def _read_toml(path: Path) -> dict[str, Any]:
+    """The TOML document of a preset file, bounded in size and depth."""
     if not path.is_file():
         raise InputError(path, None, "file", "no such file")
     try:
@@ -549,23 +563,19 @@ def _load(  # noqa: C901
             raw = fh.read(MAX_TOML_BYTES + 1)  # bounded: check_document refuses a longer file
         text = raw.decode("utf-8")
         check_document(text, "the TOML", max_bytes=MAX_TOML_BYTES, toml=True)
-        doc = tomllib.loads(text)
+        return tomllib.loads(text)
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise InputError(path, None, "toml", f"not valid TOML ({err})") from None
     except ValueError as err:
         raise InputError(path, None, "toml", str(err)) from None
     except OSError as err:
         raise InputError(path, None, "file", f"cannot read: {err}") from None
-    if doc.get("kind") != kind:
-        raise InputError(path, None, "kind", f'must be "{kind}", got {doc.get("kind")!r}')
-    name = doc.get("name")
-    if not isinstance(name, str) or not name:
-        raise InputError(path, None, "name", "missing or not a string")
-    known = set(fields) | {"kind", "name", "description", "precision", *texts}
-    unknown = sorted(set(doc) - known)
-    if unknown:
-        raise InputError(path, None, unknown[0], f"unknown key (known: {', '.join(sorted(fields))})")
-    out: dict[str, Any] = {"name": name, "description": str(doc.get("description", "")), "path": path}
+
+
+def _load_fields(
+    path: Path, doc: dict[str, Any], fields: dict[str, tuple[str, bool]], out: dict[str, Any]
+) -> tuple[dict[str, str], dict[str, str], dict[str, tuple[tuple[float, float, float], str]], list[InputError]]:
+    """Reads each field (or its default) into ``out``; (provenance tags, sources, priors, every error met)."""
     prov, sources = {}, {}
     priors: dict[str, tuple[tuple[float, float, float], str]] = {}
     errors: list[InputError] = []  # every bad or missing field, said at once
@@ -595,6 +605,26 @@ def _load(  # noqa: C901
                 priors[key] = _prior(path, key, doc[key], dimension)
             except InputError as err:
                 errors.append(err)
+    return prov, sources, priors, errors
+
+
+def _load(
+    path: str | Path, kind: str, fields: dict[str, tuple[str, bool]], texts: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """A preset file of ``kind`` checked against ``fields`` (key → (dimension, required)) and ``texts``."""
+    path = Path(path)
+    doc = _read_toml(path)
+    if doc.get("kind") != kind:
+        raise InputError(path, None, "kind", f'must be "{kind}", got {doc.get("kind")!r}')
+    name = doc.get("name")
+    if not isinstance(name, str) or not name:
+        raise InputError(path, None, "name", "missing or not a string")
+    known = set(fields) | {"kind", "name", "description", "precision", *texts}
+    unknown = sorted(set(doc) - known)
+    if unknown:
+        raise InputError(path, None, unknown[0], f"unknown key (known: {', '.join(sorted(fields))})")
+    out: dict[str, Any] = {"name": name, "description": str(doc.get("description", "")), "path": path}
+    prov, sources, priors, errors = _load_fields(path, doc, fields, out)
     if errors:
         raise PresetError(path, errors) if len(errors) > 1 else errors[0]
     out["provenance"] = MappingProxyType(prov)

@@ -266,6 +266,69 @@ def _meta_object(meta: Mapping[str, Any] | str, path: Path) -> Mapping[str, Any]
     return obj
 
 
+def _trace_array(topk: Any, path: Path) -> Any:
+    """``topk`` as a 4-D integer array; a memory map (or anything 4-D) is left as it is."""
+    if getattr(topk, "ndim", None) != 4:
+        topk = np.asarray(topk)
+    if topk.ndim != 4:
+        raise InputError(path, "-", "topk", f"expected 4 dims (steps, streams, layers, K), got shape {topk.shape}")
+    if not np.issubdtype(topk.dtype, np.integer):
+        raise InputError(path, "-", "topk", f"expected an integer dtype, got {topk.dtype}")
+    return topk
+
+
+def _file_meta(meta: Mapping[str, Any], shape: tuple[int, int, int], path: Path) -> dict[str, Any]:
+    """The file's meta: ``meta`` with the array's (steps, streams, layers) and the defaults set."""
+    steps, streams, layers = shape
+    full = json.loads(json.dumps(dict(meta), default=_jsonable))
+    full.setdefault("layer_ids", list(range(layers)))
+    full.setdefault("axes", list(TRACE_AXES))
+    full.setdefault("pad_value", PAD)
+    for key, value in (("steps", steps), ("streams", streams), ("layers", layers)):
+        if key in full and full[key] != value:
+            raise InputError(path, "-", key, f"meta says {key}={full[key]!r} but topk has {value}")
+        full[key] = value
+    full["format"] = FORMAT
+    if streams < 1:
+        raise InputError(path, "-", "topk", "a trace needs at least one stream")
+    return full
+
+
+def _row_group_steps(steps_per_row_group: Any, per_step: int, top_k: int) -> int:
+    """Steps per row group: the number given, else about :data:`ROWS_PER_GROUP` rows' worth."""
+    if steps_per_row_group is None:
+        steps_per_row_group = max(1, ROWS_PER_GROUP // max(1, per_step))
+    if not _is_int(steps_per_row_group) or steps_per_row_group < 1:
+        raise ParameterError("steps_per_row_group", f"expected a positive integer, got {steps_per_row_group!r}")
+    steps_per_row_group = int(steps_per_row_group)
+    try:
+        check_allocation(steps_per_row_group * per_step * top_k, 8, "a row group's steps × streams × layers × K")
+    except ValueError as exc:
+        raise ParameterError("steps_per_row_group", str(exc)) from None
+    return steps_per_row_group
+
+
+def _write_row_groups(
+    writer: Any, pa: Any, schema: Any, topk: Any, path: Path, group: int, experts: int, dtypes: tuple[np.dtype, ...]
+) -> None:
+    """Writes ``topk``'s live tokens as (step, stream, layer, ids…) rows of ``dtypes``, ``group`` steps a row group."""
+    step_t, stream_t, layer_t, id_t = dtypes
+    steps, top_k = topk.shape[0], topk.shape[3]
+    for s0 in range(0, steps, group):
+        block = np.asarray(topk[s0 : s0 + group])
+        cells = block.reshape(-1, top_k)
+        where = _ArrayCells(path, block.shape[:3], s0)
+        live = _check_tokens(cells, experts, where, lambda k: "topk", pad_rows=True)
+        idx = np.flatnonzero(live)
+        s, t, l = np.unravel_index(idx, block.shape[:3])
+        ids = cells[idx]
+        cols = [(s + s0).astype(step_t), t.astype(stream_t), l.astype(layer_t)]
+        cols += [np.ascontiguousarray(ids[:, k]).astype(id_t) for k in range(top_k)]
+        if idx.size:
+            table = pa.Table.from_arrays([pa.array(c) for c in cols], schema=schema)
+            writer.write_table(table, row_group_size=idx.size)
+
+
 def write_parquet_trace(
     path: str | os.PathLike[str],
     topk: Any,
@@ -292,65 +355,24 @@ def write_parquet_trace(
     if path.suffix.lower() != ".parquet":
         raise ValueError(f"{path}: a Parquet trace is written as .parquet")
     meta = _meta_object(meta, path)
-    if getattr(topk, "ndim", None) != 4:
-        topk = np.asarray(topk)
-    if topk.ndim != 4:
-        raise InputError(path, "-", "topk", f"expected 4 dims (steps, streams, layers, K), got shape {topk.shape}")
-    if not np.issubdtype(topk.dtype, np.integer):
-        raise InputError(path, "-", "topk", f"expected an integer dtype, got {topk.dtype}")
+    topk = _trace_array(topk, path)
     steps, streams, layers, k_cols = (int(n) for n in topk.shape)
-    full = json.loads(json.dumps(dict(meta), default=_jsonable))
-    full.setdefault("layer_ids", list(range(layers)))
-    full.setdefault("axes", list(TRACE_AXES))
-    full.setdefault("pad_value", PAD)
-    for key, value in (("steps", steps), ("streams", streams), ("layers", layers)):
-        if key in full and full[key] != value:
-            raise InputError(path, "-", key, f"meta says {key}={full[key]!r} but topk has {value}")
-        full[key] = value
-    full["format"] = FORMAT
-    if streams < 1:
-        raise InputError(path, "-", "topk", "a trace needs at least one stream")
+    full = _file_meta(meta, (steps, streams, layers), path)
     _, _, _, experts, top_k, _ = _check_meta(full, path)
     if k_cols != top_k:
         raise InputError(path, "-", "top_k", f"meta top_k={top_k} but topk has K={k_cols} columns")
-    per_step = streams * layers
-    if steps_per_row_group is None:
-        steps_per_row_group = max(1, ROWS_PER_GROUP // max(1, per_step))
-    if not _is_int(steps_per_row_group) or steps_per_row_group < 1:
-        raise ParameterError("steps_per_row_group", f"expected a positive integer, got {steps_per_row_group!r}")
-    steps_per_row_group = int(steps_per_row_group)
-    try:
-        check_allocation(steps_per_row_group * per_step * top_k, 8, "a row group's steps × streams × layers × K")
-    except ValueError as exc:
-        raise ParameterError("steps_per_row_group", str(exc)) from None
-    step_t, stream_t, layer_t, id_t = (
-        _uint_for(max(steps - 1, 0)),
-        _uint_for(streams - 1),
-        _uint_for(layers - 1),
-        _uint_for(experts - 1),
-    )
+    group = _row_group_steps(steps_per_row_group, streams * layers, top_k)
+    dtypes = (_uint_for(max(steps - 1, 0)), _uint_for(streams - 1), _uint_for(layers - 1), _uint_for(experts - 1))
+    types = [*dtypes[:3], *([dtypes[3]] * top_k)]
     text = json.dumps(full, ensure_ascii=False)
     names = [*_INDEX_COLUMNS, *(f"e{k}" for k in range(top_k))]
-    types = [step_t, stream_t, layer_t, *([id_t] * top_k)]
     schema = pa.schema([pa.field(n, pa.from_numpy_dtype(t), nullable=False) for n, t in zip(names, types)])
     schema = schema.with_metadata({META_KEY: text.encode("utf-8")})
     guard_target(path, overwrite)
 
     def write(fh: Any) -> None:
         with pq.ParquetWriter(fh, schema, compression=compression) as writer:
-            for s0 in range(0, steps, steps_per_row_group):
-                block = np.asarray(topk[s0 : s0 + steps_per_row_group])
-                cells = block.reshape(-1, top_k)
-                where = _ArrayCells(path, block.shape[:3], s0)
-                live = _check_tokens(cells, experts, where, lambda k: "topk", pad_rows=True)
-                idx = np.flatnonzero(live)
-                s, t, l = np.unravel_index(idx, block.shape[:3])
-                ids = cells[idx]
-                cols = [(s + s0).astype(step_t), t.astype(stream_t), l.astype(layer_t)]
-                cols += [np.ascontiguousarray(ids[:, k]).astype(id_t) for k in range(top_k)]
-                if idx.size:
-                    table = pa.Table.from_arrays([pa.array(c) for c in cols], schema=schema)
-                    writer.write_table(table, row_group_size=idx.size)
+            _write_row_groups(writer, pa, schema, topk, path, group, experts, dtypes)
 
     atomic.write_via(path, write)
     return path
@@ -436,7 +458,9 @@ def _dense(info: ParquetTraceInfo, steps: int, layers: int, what: str, max_bytes
     return np.full((steps, info.streams, layers, info.top_k), PAD, dtype=info.dtype)
 
 
-def _batches(pf: Any, info: ParquetTraceInfo, where: _FileRows) -> Iterator[tuple[np.ndarray, ...]]:
+def _batches(
+    pf: Any, info: ParquetTraceInfo, where: _FileRows
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]]:
     """(step, stream, layer) int64 and the K id columns (as stored) of every batch in file order,
     the index columns checked (no nulls, in range, steps non-decreasing); ``where`` tracks the rows."""
     cols = [*_INDEX_COLUMNS, *info.id_columns]

@@ -200,15 +200,11 @@ class TraceInfo:
         return cls(trace.path, trace.meta, trace.experts, trace.top_k, trace.steps, trace.streams, trace.layers)
 
 
-def cache_report(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901
-    """The ``cache`` JSON object for parsed arguments."""
-    from moeroof.cachesim import simulate
-    from moeroof.core.units import to_si
-
+def _check_cache_args(args: argparse.Namespace) -> tuple[float, int, bool]:
+    """The option checks that need no trace: ``(s3fifo threshold, workers, sharded)``."""
     if (args.capacity_experts is None) == (args.capacity_gib is None):
         raise UsageError("give exactly one of --capacity-experts N or --capacity-gib X")
-    expert_bytes, warmup = args.expert_bytes, args.warmup
-    if args.capacity_gib is not None and expert_bytes is None:
+    if args.capacity_gib is not None and args.expert_bytes is None:
         raise UsageError("--capacity-gib needs --expert-bytes (bytes per expert)")
     if args.histogram is not None and args.policy != "static":
         raise UsageError("--histogram applies to --policy static only")
@@ -229,13 +225,14 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901
             "shared by all layers (scope global) does not split by layer — its route to large traces is "
             "SHARDS sampling (moeroof mrc --sample-rate R)"
         )
-    # sharded, the workers read the trace as read_trace checked it; in one process the request
-    # pass checks the ids itself
-    trace = read_trace_arg(args.path, args) if sharded else read_trace_for_requests(args.path, args)
-    stream_ids = list(range(trace.streams)) if args.streams is None else check_streams(args.streams, trace.streams)
-    if warmup >= trace.steps:
-        raise UsageError(f"--warmup: {warmup} leaves no counted step (the trace has {trace.steps} steps)")
-    notes: list[str] = []
+    return threshold, workers, sharded
+
+
+def _capacity(args: argparse.Namespace) -> tuple[float, str, int, int | None]:
+    """``(capacity, its unit, capacity in experts, capacity in bytes or None)``."""
+    from moeroof.core.units import to_si
+
+    expert_bytes = args.expert_bytes
     if args.capacity_experts is not None:
         cap_experts = args.capacity_experts
         capacity, unit, cap_bytes = float(cap_experts), "experts", None
@@ -245,23 +242,46 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901
         cap_bytes = to_si(args.capacity_gib, "GiB")
         capacity, unit = cap_bytes, "bytes"
         cap_experts = int(math.floor(cap_bytes / expert_bytes + 1e-9))
-    pinned = None
-    if args.histogram is not None:
-        hist = read_histogram(input_path(args.histogram))
-        if hist.experts != trace.experts:
-            raise InputError(
-                hist.path, "-", "experts", f"histogram has E={hist.experts} but the trace has E={trace.experts}"
-            )
-        if hist.layers_summed or hist.layers == 1 and trace.layers > 1:
-            pinned = np.tile(hist.counts[0], trace.layers).astype(float)
-            notes.append("histogram summed over layers: the same experts are ranked hot in every layer")
-        elif hist.layers != trace.layers:
-            raise InputError(
-                hist.path, "-", "layers", f"histogram has {hist.layers} layers but the trace has {trace.layers}"
-            )
-        else:
-            pinned = hist.counts.astype(float).ravel()
-        notes.append(f"static: hot set pinned from the histogram {hist.path}")
+    return capacity, unit, cap_experts, cap_bytes
+
+
+def _pinned(args: argparse.Namespace, trace: Trace, notes: list[str]) -> np.ndarray | None:
+    """The static policy's per-(layer, expert) counts from ``--histogram``, or None without one."""
+    if args.histogram is None:
+        return None
+    hist = read_histogram(input_path(args.histogram))
+    if hist.experts != trace.experts:
+        raise InputError(
+            hist.path, "-", "experts", f"histogram has E={hist.experts} but the trace has E={trace.experts}"
+        )
+    if hist.layers_summed or hist.layers == 1 and trace.layers > 1:
+        pinned = np.tile(hist.counts[0], trace.layers).astype(float)
+        notes.append("histogram summed over layers: the same experts are ranked hot in every layer")
+    elif hist.layers != trace.layers:
+        raise InputError(
+            hist.path, "-", "layers", f"histogram has {hist.layers} layers but the trace has {trace.layers}"
+        )
+    else:
+        pinned = hist.counts.astype(float).ravel()
+    notes.append(f"static: hot set pinned from the histogram {hist.path}")
+    return pinned
+
+
+def cache_report(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``cache`` JSON object for parsed arguments."""
+    from moeroof.cachesim import simulate
+
+    threshold, workers, sharded = _check_cache_args(args)
+    expert_bytes, warmup = args.expert_bytes, args.warmup
+    # sharded, the workers read the trace as read_trace checked it; in one process the request
+    # pass checks the ids itself
+    trace = read_trace_arg(args.path, args) if sharded else read_trace_for_requests(args.path, args)
+    stream_ids = list(range(trace.streams)) if args.streams is None else check_streams(args.streams, trace.streams)
+    if warmup >= trace.steps:
+        raise UsageError(f"--warmup: {warmup} leaves no counted step (the trace has {trace.steps} steps)")
+    notes: list[str] = []
+    capacity, unit, cap_experts, cap_bytes = _capacity(args)
+    pinned = _pinned(args, trace, notes)
     prompt_steps = trace.meta.get("prompt_steps")
     if isinstance(prompt_steps, int) and prompt_steps > warmup:
         notes.append(

@@ -97,8 +97,9 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def capture_report(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901
-    streams, new_tokens = args.streams, args.max_new_tokens
+def _output_paths(args: argparse.Namespace) -> tuple[Path, Path, Path]:
+    """``(trace path, histogram path, prompts path)``, checked: distinct, new unless --force, and
+    none of them the prompt file."""
     out = Path(args.output)
     if out.suffix.lower() not in (".npz", ".npy"):
         raise UsageError(f"-o: expected a .npz or .npy path, got {args.output!r}")
@@ -126,22 +127,11 @@ def capture_report(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901
     for t in targets:
         if prompts_path.exists() and atomic.same_file(t, prompts_path):
             raise UsageError(f"writing {t} would overwrite the prompt file")
+    return out, hist, prompts_path
 
-    from moeroof.measure.capture import (
-        capture_meta,
-        capture_routing,
-        load_checkpoint,
-        read_prompts,
-        require_capture_packages,
-        tokenize_prompts,
-        write_capture,
-    )
 
-    prompts = read_prompts(prompts_path)
-    if len(prompts) < streams:
-        raise UsageError(f"--streams: {streams} streams need {streams} prompts; {prompts_path} holds {len(prompts)}")
-    prompts = prompts[:streams]
-    torch, _ = require_capture_packages()
+def _device(args: argparse.Namespace, torch: Any) -> str:
+    """The torch device ``--device`` names (auto: CUDA when torch sees one)."""
     device = args.device.strip()
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -149,9 +139,16 @@ def capture_report(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901
         raise UsageError(f"--device: expected auto, cpu, cuda or cuda:i, got {args.device!r}")
     elif device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError(f"--device: {device} asked for, but torch sees no CUDA device")
+    return device
+
+
+def _run_capture(args: argparse.Namespace, prompts: list, prompts_path: Path, device: str) -> tuple[Any, Any]:
+    """``(model, capture result)``: the checkpoint loaded and the prompts decoded on ``device``."""
+    from moeroof.measure.capture import capture_routing, load_checkpoint, tokenize_prompts
+
     progress = Progress("capture")
     try:
-        progress(0, new_tokens, "loading the checkpoint")
+        progress(0, args.max_new_tokens, "loading the checkpoint")
         model, layout = load_checkpoint(args.model_dir, dtype=args.dtype, device=device)
         ids = tokenize_prompts(prompts, args.model_dir, int(model.config.vocab_size))
         seen: dict[tuple[int, ...], int] = {}
@@ -165,32 +162,19 @@ def capture_report(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901
             model,
             layout,
             ids,
-            max_new_tokens=new_tokens,
+            max_new_tokens=args.max_new_tokens,
             eos_token_ids=[] if args.ignore_eos else None,
             progress=progress,
         )
     finally:
         progress.close()
-    if result.topk.shape[0] == 0:
-        raise UsageError("every stream ended at its first token (EOS): no decode step to record; try --ignore-eos")
-    stored = str(next(model.parameters()).dtype).replace("torch.", "")
-    source = shlex.join(command_line(args))
-    hashing = Progress("checkpoint hash")
-    try:
-        meta = capture_meta(
-            result,
-            model_dir=args.model_dir,
-            prompts_path=prompts_path,
-            dtype=stored,
-            device=device,
-            source=source,
-            hash_mode=args.checkpoint_hash,
-            hash_progress=lambda done, total, name: hashing(done >> 20, max(total >> 20, 1), f"MiB ({name})"),
-        )
-    finally:
-        hashing.close()
-    write_capture(result, meta, out, hist, overwrite=bool(args.force))
-    counts, tokens = result.histogram()
+    return model, result
+
+
+def _capture_json(
+    result: Any, meta: dict, out: Path, hist: Path, streams: int, stored: str, device: str, source: str
+) -> dict[str, Any]:
+    """The ``capture`` JSON object of a written capture."""
     return {
         "trace": str(out),
         "histogram": str(hist),
@@ -215,6 +199,40 @@ def capture_report(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901
         "prompts_sha256": meta["prompts_sha256"],
         "provenance": "witnessed",
     }
+
+
+def capture_report(args: argparse.Namespace) -> dict[str, Any]:
+    streams = args.streams
+    out, hist, prompts_path = _output_paths(args)
+    from moeroof.measure.capture import capture_meta, read_prompts, require_capture_packages, write_capture
+
+    prompts = read_prompts(prompts_path)
+    if len(prompts) < streams:
+        raise UsageError(f"--streams: {streams} streams need {streams} prompts; {prompts_path} holds {len(prompts)}")
+    prompts = prompts[:streams]
+    torch, _ = require_capture_packages()
+    device = _device(args, torch)
+    model, result = _run_capture(args, prompts, prompts_path, device)
+    if result.topk.shape[0] == 0:
+        raise UsageError("every stream ended at its first token (EOS): no decode step to record; try --ignore-eos")
+    stored = str(next(model.parameters()).dtype).replace("torch.", "")
+    source = shlex.join(command_line(args))
+    hashing = Progress("checkpoint hash")
+    try:
+        meta = capture_meta(
+            result,
+            model_dir=args.model_dir,
+            prompts_path=prompts_path,
+            dtype=stored,
+            device=device,
+            source=source,
+            hash_mode=args.checkpoint_hash,
+            hash_progress=lambda done, total, name: hashing(done >> 20, max(total >> 20, 1), f"MiB ({name})"),
+        )
+    finally:
+        hashing.close()
+    write_capture(result, meta, out, hist, overwrite=bool(args.force))
+    return _capture_json(result, meta, out, hist, streams, stored, device, source)
 
 
 def command_line(args: argparse.Namespace) -> list[str]:

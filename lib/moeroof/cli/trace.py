@@ -435,20 +435,9 @@ def _prior_notes(knobs: dict[str, Any]) -> list[str]:
     return notes
 
 
-def trace_report(args: argparse.Namespace) -> dict[str, Any]:
-    """Sample, write, and return the ``trace`` JSON object."""
-    from moeroof.data.io import write_trace
-    from moeroof.models.routing import consecutive_overlap
-
-    out = Path(args.output)
-    if out.suffix.lower() not in (".npz", ".npy", ".parquet"):
-        raise UsageError(f"-o: expected a .npz, .npy or .parquet path, got {args.output!r}")
-    if not args.force and out.exists():
-        raise UsageError(f"-o: {out} exists (pass --force to replace it)")
-    routing = None if args.routing is None else load_routing(args.routing)
-    if routing is not None:
-        _refuse_overwriting(out, routing.path)
-    knobs = trace_knobs(args, routing)
+def _draw(knobs: dict[str, Any], routing: HistogramRouting | None) -> tuple[np.ndarray, float | None]:
+    """``(top-k ids, the weights' largest error against π or None)`` drawn from the knobs (and the
+    histogram's popularity with ``--routing``)."""
     popularity, weights_error = (None, None)
     progress = Progress("trace")
     try:
@@ -461,6 +450,77 @@ def trace_report(args: argparse.Namespace) -> dict[str, Any]:
         topk = sample_from_knobs(knobs, popularity)
     finally:
         progress.close()
+    return topk, weights_error
+
+
+def _routing_provenance(
+    routing: HistogramRouting,
+    knobs: dict[str, Any],
+    topk: np.ndarray,
+    weights_error: float | None,
+    meta: dict[str, Any],
+    notes: list[str],
+) -> dict[str, Any]:
+    """With ``--routing``: the histogram's provenance into ``meta`` and ``notes``; returns the
+    frequency check of the drawn trace."""
+    detail = f"{routing.provenance} popularity (the per-layer expert frequencies of {routing.path}), synthetic order"
+    meta.update(
+        model=str(routing.meta.get("model") or routing.path.stem),
+        layer_ids=list(routing.layer_ids),
+        derived_from=str(routing.path),
+        routing_source=routing.meta.get("source"),
+        routing_provenance=routing.provenance,
+        provenance_detail=detail,
+    )
+    notes.extend(routing.notes)
+    independent = not _knobs_order_tokens(knobs)
+    notes.append(
+        f"drawn from {routing.path}: {detail} — "
+        + (
+            "independent tokens, each including expert i of layer l with the histogram's frequency π_li"
+            if independent
+            else "stickiness / hot sets (--rho, --locality, --step-context) around the histogram's popularity: "
+            "the frequencies follow the knobs, not π exactly"
+        )
+    )
+    frequencies = _frequency_check(topk, routing, knobs["experts"])
+    frequencies["weights_max_error"] = weights_error
+    if weights_error is not None and weights_error > 1e-6:
+        notes.append(
+            f"the weights reach the histogram's frequencies within {weights_error:.2g} only (a layer whose "
+            "popularity is nearly degenerate); the draw is that close to π"
+        )
+    return frequencies
+
+
+def _write(out: Path, topk: np.ndarray, meta: dict[str, Any], force: bool) -> None:
+    from moeroof.data.io import write_trace
+
+    try:
+        if out.suffix.lower() == ".parquet":  # one row per live token, row groups by steps
+            from moeroof.data.trace_parquet import write_parquet_trace
+
+            write_parquet_trace(out, topk, meta, overwrite=force)
+        else:
+            write_trace(out, topk, meta, overwrite=force)
+    except FileExistsError:  # created between the check and the write
+        raise UsageError(f"-o: {out} exists (pass --force to replace it)") from None
+
+
+def trace_report(args: argparse.Namespace) -> dict[str, Any]:
+    """Sample, write, and return the ``trace`` JSON object."""
+    from moeroof.models.routing import consecutive_overlap
+
+    out = Path(args.output)
+    if out.suffix.lower() not in (".npz", ".npy", ".parquet"):
+        raise UsageError(f"-o: expected a .npz, .npy or .parquet path, got {args.output!r}")
+    if not args.force and out.exists():
+        raise UsageError(f"-o: {out} exists (pass --force to replace it)")
+    routing = None if args.routing is None else load_routing(args.routing)
+    if routing is not None:
+        _refuse_overwriting(out, routing.path)
+    knobs = trace_knobs(args, routing)
+    topk, weights_error = _draw(knobs, routing)
     source = knobs_command_line(knobs)
     meta: dict[str, Any] = {
         "model": "synthetic",
@@ -475,44 +535,8 @@ def trace_report(args: argparse.Namespace) -> dict[str, Any]:
     notes = _prior_notes(knobs)
     frequencies: dict[str, Any] = {}
     if routing is not None:
-        detail = (
-            f"{routing.provenance} popularity (the per-layer expert frequencies of {routing.path}), synthetic order"
-        )
-        meta.update(
-            model=str(routing.meta.get("model") or routing.path.stem),
-            layer_ids=list(routing.layer_ids),
-            derived_from=str(routing.path),
-            routing_source=routing.meta.get("source"),
-            routing_provenance=routing.provenance,
-            provenance_detail=detail,
-        )
-        notes.extend(routing.notes)
-        independent = not _knobs_order_tokens(knobs)
-        notes.append(
-            f"drawn from {routing.path}: {detail} — "
-            + (
-                "independent tokens, each including expert i of layer l with the histogram's frequency π_li"
-                if independent
-                else "stickiness / hot sets (--rho, --locality, --step-context) around the histogram's popularity: "
-                "the frequencies follow the knobs, not π exactly"
-            )
-        )
-        frequencies = _frequency_check(topk, routing, knobs["experts"])
-        frequencies["weights_max_error"] = weights_error
-        if weights_error is not None and weights_error > 1e-6:
-            notes.append(
-                f"the weights reach the histogram's frequencies within {weights_error:.2g} only (a layer whose "
-                "popularity is nearly degenerate); the draw is that close to π"
-            )
-    try:
-        if out.suffix.lower() == ".parquet":  # one row per live token, row groups by steps
-            from moeroof.data.trace_parquet import write_parquet_trace
-
-            write_parquet_trace(out, topk, meta, overwrite=bool(args.force))
-        else:
-            write_trace(out, topk, meta, overwrite=bool(args.force))
-    except FileExistsError:  # created between the check and the write
-        raise UsageError(f"-o: {out} exists (pass --force to replace it)") from None
+        frequencies = _routing_provenance(routing, knobs, topk, weights_error, meta, notes)
+    _write(out, topk, meta, bool(args.force))
     overlap = consecutive_overlap(topk[knobs["prompt_tokens"] :]) if knobs["steps"] > 1 else None
     rep = {
         "path": str(out),

@@ -77,25 +77,82 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+def _uniform_curve(args: argparse.Namespace) -> tuple[Any, str, str]:
+    """``(curve, provenance, source)`` of ``--uniform E K``: the closed form."""
+    from moeroof.models.union import union_uniform
+
+    if args.path is not None:
+        raise UsageError("give either PATH or --uniform E K, not both")
+    experts, top_k = args.uniform
+    if top_k > experts:
+        raise UsageError(f"--uniform: top_k K={top_k} exceeds experts E={experts}")
+    layers = 1 if args.layers is None else args.layers
+    # the closed form holds (layers × batch sizes) arrays: bounded before they are made
+    check_replicate_memory("--layers", layers, 4 * len(args.batch), "batch sizes × 4 (the curve and its band)")
+    curve = union_uniform(experts, top_k, args.batch, layers=layers)
+    return curve, "model", f"uniform routing (E={experts}, K={top_k})"
+
+
+def _histogram_curve(data: Histogram, args: argparse.Namespace, rng: np.random.Generator, notes: list[str]) -> Any:
+    """The union curve of a histogram (with its notes added to ``notes``)."""
+    from moeroof.models.union import union_histogram
+
+    batch, bootstrap = args.batch, args.bootstrap
+    notes.extend(check_incidence_sums(data))
+    per = data.layers * data.experts * max(len(batch), 1)
+    check_replicate_memory("--bootstrap", bootstrap, per, "layers × experts × batch sizes")
+    curve = union_histogram(
+        data.counts,
+        data.tokens,
+        batch,
+        top_k=data.top_k,
+        experts=data.experts,
+        bootstrap=bootstrap,
+        rng=rng,
+        level=args.level,
+    )
+    if data.layers_summed:
+        notes.append(
+            "histogram summed over layers: per-layer skew averages out, so this union "
+            "overstates the per-layer union (one pseudo-layer mixes every layer's hot set); prefer per-layer data"
+        )
+    if any(m == "extrapolation" for m in curve.method):
+        notes.append(f"batch sizes above the tokens counted (T = {int(data.tokens.min())}) are extrapolated (Chao)")
+    return curve
+
+
+def _trace_curve(data: Trace, args: argparse.Namespace, rng: np.random.Generator, notes: list[str]) -> Any:
+    """The union curve of a trace (with its notes added to ``notes``)."""
+    from moeroof.models.union import union_from_trace
+
+    batch, bootstrap, draws = args.batch, args.bootstrap, args.draws
+    # one chunk of steps: (steps, draws, B, layers, K) ids; the band: (bootstrap, steps, layers)
+    b_max = min(max(batch), data.streams)
+    per = min(data.steps, 256) * b_max * data.layers * data.top_k
+    check_replicate_memory("--draws", draws, per, "steps (≤ 256) × streams × layers × K")
+    check_replicate_memory("--bootstrap", bootstrap, data.steps * data.layers, "steps × layers")
+    curve = union_from_trace(
+        data.topk,
+        batch,
+        experts=data.experts,
+        rng=rng,
+        draws=draws,
+        bootstrap=bootstrap,
+        level=args.level,
+    )
+    if any(m == "none" for m in curve.method):
+        notes.append(f"batch sizes above the live streams of every step (at most {data.streams}) have no estimate")
+    return curve
+
+
 def union_report(args: argparse.Namespace) -> dict[str, Any]:
     """Compute the union curve the ``union`` subcommand prints, as a JSON-ready dict."""
-    from moeroof.models.union import union_from_trace, union_histogram, union_uniform
-
-    batch, bootstrap, draws, level = args.batch, args.bootstrap, args.draws, args.level
+    level = args.level
     rng = np.random.default_rng(args.seed)
     notes: list[str] = []
 
     if args.uniform is not None:
-        if args.path is not None:
-            raise UsageError("give either PATH or --uniform E K, not both")
-        experts, top_k = args.uniform
-        if top_k > experts:
-            raise UsageError(f"--uniform: top_k K={top_k} exceeds experts E={experts}")
-        layers = 1 if args.layers is None else args.layers
-        # the closed form holds (layers × batch sizes) arrays: bounded before they are made
-        check_replicate_memory("--layers", layers, 4 * len(batch), "batch sizes × 4 (the curve and its band)")
-        curve = union_uniform(experts, top_k, batch, layers=layers)
-        provenance, source = "model", f"uniform routing (E={experts}, K={top_k})"
+        curve, provenance, source = _uniform_curve(args)
     else:
         if args.path is None:
             raise UsageError("give a histogram/trace PATH or --uniform E K")
@@ -111,48 +168,10 @@ def union_report(args: argparse.Namespace) -> dict[str, Any]:
         source = str(data.path)
         provenance = data.meta.get("provenance")
         if isinstance(data, Histogram):
-            notes.extend(check_incidence_sums(data))
-            per = data.layers * data.experts * max(len(batch), 1)
-            check_replicate_memory("--bootstrap", bootstrap, per, "layers × experts × batch sizes")
-            curve = union_histogram(
-                data.counts,
-                data.tokens,
-                batch,
-                top_k=data.top_k,
-                experts=data.experts,
-                bootstrap=bootstrap,
-                rng=rng,
-                level=level,
-            )
-            if data.layers_summed:
-                notes.append(
-                    "histogram summed over layers: per-layer skew averages out, so this union "
-                    "overstates the per-layer union (one pseudo-layer mixes every layer's hot set); prefer per-layer data"
-                )
-            if any(m == "extrapolation" for m in curve.method):
-                notes.append(
-                    f"batch sizes above the tokens counted (T = {int(data.tokens.min())}) are extrapolated (Chao)"
-                )
+            curve = _histogram_curve(data, args, rng, notes)
         else:
             assert isinstance(data, Trace)
-            # one chunk of steps: (steps, draws, B, layers, K) ids; the band: (bootstrap, steps, layers)
-            b_max = min(max(batch), data.streams)
-            per = min(data.steps, 256) * b_max * data.layers * data.top_k
-            check_replicate_memory("--draws", draws, per, "steps (≤ 256) × streams × layers × K")
-            check_replicate_memory("--bootstrap", bootstrap, data.steps * data.layers, "steps × layers")
-            curve = union_from_trace(
-                data.topk,
-                batch,
-                experts=data.experts,
-                rng=rng,
-                draws=draws,
-                bootstrap=bootstrap,
-                level=level,
-            )
-            if any(m == "none" for m in curve.method):
-                notes.append(
-                    f"batch sizes above the live streams of every step (at most {data.streams}) have no estimate"
-                )
+            curve = _trace_curve(data, args, rng, notes)
     methods = list(curve.method)
     with warnings.catch_warnings():
         # a batch size no step of a trace can fill is all-NaN: reported as null, not a warning

@@ -274,16 +274,7 @@ def net_toks(
     the box streams experts over (the plan's ``link_name``): the ``ssd`` term is named for it.
     ``defaults``: the defaults that followed the model (:func:`defaults_sentence`).
     """
-    feasible = [term_name(t, link) for t, ok in zip(bound, fits, strict=True) if ok]
-    terms = list(dict.fromkeys(feasible))
-    if not terms:
-        binds = "no batch of the range fits in RAM (the KV cache and dense band exceed it)"
-    elif len(terms) == 1:
-        binds = f"every feasible step is **{terms[0]}-bound**"
-    else:
-        binds = "the binding term goes " + " → ".join(f"**{t}**" for t in terms)
-    infeasible = [int(b) for b, ok in zip(batch, fits, strict=True) if not ok]
-    ram = f"; from B = {infeasible[0]} the batch's KV cache and dense band exceed RAM" if infeasible else ""
+    binds, ram = _binds_clauses(batch, bound, fits, link)
     text = (
         f"**Answer.** For **{model}** on **{hardware}** (experts streamed {stream_source(link)}) with "
         f"**{fmt(cache_gib)} GiB** of expert cache, "
@@ -294,25 +285,66 @@ def net_toks(
     )
     text += _routing_range_sentence(routing_range, routing_priors, best_batch)
     text += _at_priors_sentence(at_priors, held_priors, best_batch)
+    claim = _claim_sentence(batch_at_4x, per_agent_at_4x, batch_at_10x, claim_b_max, max_multiple, max_multiple_batch)
+    seed = _seed_sentence(
+        link, seed_per_agent_last, last_feasible_batch, per_agent_first, per_agent_last, per_agent_at_4x
+    )
+    return text + claim + seed + defaults_sentence(defaults) + provenance_sentence(inputs, synthetic=synthetic)
+
+
+def _binds_clauses(batch: Sequence[int], bound: Sequence[str], fits: Sequence[bool], link: str) -> tuple[str, str]:
+    """:func:`net_toks`' clauses on the binding terms of the feasible steps and where RAM runs out."""
+    feasible = [term_name(t, link) for t, ok in zip(bound, fits, strict=True) if ok]
+    terms = list(dict.fromkeys(feasible))
+    if not terms:
+        binds = "no batch of the range fits in RAM (the KV cache and dense band exceed it)"
+    elif len(terms) == 1:
+        binds = f"every feasible step is **{terms[0]}-bound**"
+    else:
+        binds = "the binding term goes " + " → ".join(f"**{t}**" for t in terms)
+    infeasible = [int(b) for b, ok in zip(batch, fits, strict=True) if not ok]
+    ram = f"; from B = {infeasible[0]} the batch's KV cache and dense band exceed RAM" if infeasible else ""
+    return binds, ram
+
+
+def _claim_sentence(
+    batch_at_4x: int | None,
+    per_agent_at_4x: float | None,
+    batch_at_10x: int | None,
+    claim_b_max: int,
+    max_multiple: float,
+    max_multiple_batch: int | None,
+) -> str:
+    """:func:`net_toks`' sentence on the multiple against the ``uncoalesced`` baseline."""
     if batch_at_4x is not None and per_agent_at_4x is not None:
         per_min = 60 * per_agent_at_4x
-        claim = (
+        return (
             f"Against the `uncoalesced` baseline (same box, every token fetching its own experts) the multiple "
             f"first reaches 4× at B = {batch_at_4x}, where each agent gets {fmt(per_agent_at_4x)} tok/s "
             f"(about {fmt(per_min, 2)} tokens a minute)"
             + (f"; 10× at B = {batch_at_10x}" if batch_at_10x is not None else "; 10× is not reached")
             + f" within B ≤ {claim_b_max} (largest {fmt(max_multiple)}×). "
         )
-    else:
-        at = f" at B = {max_multiple_batch}" if max_multiple_batch is not None else ""
-        claim = (
-            f"Against the `uncoalesced` baseline (same box, every token fetching its own experts) the multiple "
-            f"never reaches 4× among feasible steps within B ≤ {claim_b_max} (largest {fmt(max_multiple)}×{at}). "
-        )
+    at = f" at B = {max_multiple_batch}" if max_multiple_batch is not None else ""
+    return (
+        f"Against the `uncoalesced` baseline (same box, every token fetching its own experts) the multiple "
+        f"never reaches 4× among feasible steps within B ≤ {claim_b_max} (largest {fmt(max_multiple)}×{at}). "
+    )
+
+
+def _seed_sentence(
+    link: str,
+    seed_per_agent_last: float,
+    last_feasible_batch: int,
+    per_agent_first: float,
+    per_agent_last: float,
+    per_agent_at_4x: float | None,
+) -> str:
+    """:func:`net_toks`' sentence on where this corrects seed 000's formula."""
     stream_term = (
         "SSD term" if link == "ssd" else f"streaming term (here the {LINK_WORDS.get(link, link)}; seed 000's SSD term)"
     )
-    seed = (
+    return (
         "Where this corrects seed 000 (the design note this suite exists for): its formula divides only the "
         f"{stream_term} by B, so the batch's other costs are charged as if a step served one token, and "
         "per-agent tok/s holds up as B grows — by that formula "
@@ -327,7 +359,6 @@ def net_toks(
         )
         + " "
     )
-    return text + claim + seed + defaults_sentence(defaults) + provenance_sentence(inputs, synthetic=synthetic)
 
 
 def _routing_range_sentence(
@@ -684,41 +715,53 @@ def witness(
     if replay and replay_errors:
         text += f"The committed run `{replay}` predicts from its own calibration with {_arm_errors(replay_errors)}. "
     if gpu:
-        med = gpu["median_abs_error"]
-        text += (
-            f"On the witnessed {gpu['name']} run ({gpu['date']}, experts streamed from host memory over PCIe) "
-            + "; ".join(f"{arm} median |error| {pct(e, 1)}" for arm, e in med.items())
-            + f"; at B = {gpu['batch']} coalescing buys {fmt(gpu['multiple_measured'])}× measured against "
-            f"{fmt(gpu['multiple_predicted'])}× predicted (baseline `uncoalesced`). "
-        )
+        text += _gpu_sentence(gpu)
     if hf_block:
-        med, cal = hf_block["median_abs_error"], hf_block.get("calibrated_median_abs_error", {})
-        text += (
-            f"On the witnessed {hf_block['name']} run of transformers' own `{hf_block['block']}` ({hf_block['date']}, "
-            "experts streamed from pinned host memory) the roofline's step seconds miss by "
-            + "; ".join(
-                f"{arm} median |error| {pct(e, 1)}"
-                + (f" ({pct(cal[arm], 1)} with an overhead per expert application from B = 1)" if arm in cal else "")
-                for arm, e in med.items()
-            )
-            + f"; at B = {hf_block['batch']} coalescing buys {fmt(hf_block['multiple_measured'])}× measured "
-            "(baseline `uncoalesced`); outputs against the block's own forward: "
-            + ", ".join(
-                f"{arm} {'within ' + pct(v, 2) + ' relative L2' if v else 'equal'}"
-                for arm, v in hf_block["parity"].items()
-            )
-            + ". "
+        text += _hf_block_sentence(hf_block)
+    return text + _witnessed_sentence(inputs)
+
+
+def _gpu_sentence(gpu: Mapping[str, Any]) -> str:
+    """:func:`witness`' sentence on the witnessed GPU run."""
+    med = gpu["median_abs_error"]
+    return (
+        f"On the witnessed {gpu['name']} run ({gpu['date']}, experts streamed from host memory over PCIe) "
+        + "; ".join(f"{arm} median |error| {pct(e, 1)}" for arm, e in med.items())
+        + f"; at B = {gpu['batch']} coalescing buys {fmt(gpu['multiple_measured'])}× measured against "
+        f"{fmt(gpu['multiple_predicted'])}× predicted (baseline `uncoalesced`). "
+    )
+
+
+def _hf_block_sentence(hf_block: Mapping[str, Any]) -> str:
+    """:func:`witness`' sentence on the witnessed transformers MoE block run."""
+    med, cal = hf_block["median_abs_error"], hf_block.get("calibrated_median_abs_error", {})
+    return (
+        f"On the witnessed {hf_block['name']} run of transformers' own `{hf_block['block']}` ({hf_block['date']}, "
+        "experts streamed from pinned host memory) the roofline's step seconds miss by "
+        + "; ".join(
+            f"{arm} median |error| {pct(e, 1)}"
+            + (f" ({pct(cal[arm], 1)} with an overhead per expert application from B = 1)" if arm in cal else "")
+            for arm, e in med.items()
         )
+        + f"; at B = {hf_block['batch']} coalescing buys {fmt(hf_block['multiple_measured'])}× measured "
+        "(baseline `uncoalesced`); outputs against the block's own forward: "
+        + ", ".join(
+            f"{arm} {'within ' + pct(v, 2) + ' relative L2' if v else 'equal'}" for arm, v in hf_block["parity"].items()
+        )
+        + ". "
+    )
+
+
+def _witnessed_sentence(inputs: Mapping[str, str]) -> str:
+    """:func:`witness`' closing sentence: which predictions are projected (resting on an input not witnessed)."""
     not_witnessed = [name for name, tag in inputs.items() if str(tag) != "witnessed"]
     if not_witnessed:
-        text += (
+        return (
             "The measurements are **witnessed**; the predictions resting on "
             + _join(not_witnessed[:6] + ([f"{len(not_witnessed) - 6} more"] if len(not_witnessed) > 6 else []))
             + " (not witnessed) are **projected**, the others are the model on witnessed inputs."
         )
-    else:
-        text += "The measurements are **witnessed**; every prediction is the model on witnessed inputs."
-    return text
+    return "The measurements are **witnessed**; every prediction is the model on witnessed inputs."
 
 
 def whatif(

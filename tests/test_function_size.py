@@ -41,7 +41,6 @@ OVER: dict[str, int] = {
     "lib/moeroof/fit/plan.py::_fit_one": 564,
     "lib/moeroof/fit/plan.py::_knob_table": 125,
     "lib/moeroof/fit/routing.py::fit_routing": 252,
-    "lib/moeroof/present/report.py::render_all": 96,
     "lib/moeroof/studies/expert_split.py::pair_vs_booster": 114,
     "lib/moeroof/studies/expert_split.py::tok_s_sweep": 102,
     "lib/moeroof/studies/validation.py::comparisons": 167,

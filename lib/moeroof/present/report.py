@@ -807,19 +807,9 @@ def run(args: argparse.Namespace, *, prog: str = "moeroof.present.report") -> in
     return code
 
 
-def render_all(args: argparse.Namespace) -> tuple[int, dict]:
-    """Render every selected notebook, one line as each starts and one as it ends.
-
-    Everything that can be checked first is (the notebooks, each parameter's name and type, the
-    parameters together — :mod:`moeroof.present.preflight`: model against routing E and K,
-    ranges, files —, the output folder, ``--jobs``, ``--cell-timeout``) and raises ReportError
-    before anything runs.
-    A notebook that fails prints one ``error: NAME failed: …`` line (its cell, the exception, the
-    executed notebook saved with the traceback) and the run returns 2 once the others are done.
-    Returns the exit status and the summary: the parameters given, one entry per run (notebook,
-    folder, figures, ok, html/ipynb or error, seconds) and the index written. With ``args.json``
-    the lines go to stderr (stdout is left to the summary).
-    """
+def _checked_inputs(args: argparse.Namespace) -> tuple[list[Path], dict, list, int, float]:
+    """``(notebooks, parameters given, each notebook's parameters, jobs, cell timeout)``, every
+    check that needs no kernel done (raises ReportError)."""
     notebooks = discover(args.notebooks_dir, args.notebooks)
     if not notebooks:
         raise ReportParameterError("notebooks_dir", f"no notebooks (*.py) in {args.notebooks_dir}")
@@ -851,12 +841,12 @@ def render_all(args: argparse.Namespace) -> tuple[int, dict]:
         cell_timeout_s = cell_timeout()
     if not 0 < cell_timeout_s < float("inf"):
         raise ReportParameterError("cell_timeout", f"must be a positive number of seconds, got {cell_timeout_s}")
-    as_json = getattr(args, "json", False)
-    say = sys.stderr if as_json else sys.stdout  # with --json stdout carries the JSON alone
-    failures: list[str] = []
-    targets = [
-        target_for(path.stem, params, args.out, paths.REPORTS_DIR) for path, params in zip(notebooks, per_notebook)
-    ]
+    return notebooks, given, per_notebook, jobs, cell_timeout_s
+
+
+def _schedule(args: argparse.Namespace, notebooks: list[Path], jobs: int) -> tuple[list[int], dict[int, int]]:
+    """``(the order renders start in, {notebook: the one it waits for})``: in parallel, the longest
+    first by earlier timings."""
     order = list(range(len(notebooks)))
     after: dict[int, int] = {}
     if jobs > 1:
@@ -864,16 +854,12 @@ def render_all(args: argparse.Namespace) -> tuple[int, dict]:
         order = longest_first([p.stem for p in notebooks], start_timings(root, args.notebooks_dir))
         index_of = {p.stem: i for i, p in enumerate(notebooks)}
         after = {index_of[a]: index_of[b] for a, b in AFTER.items() if a in index_of and b in index_of}
-    starts = {i: n for n, i in enumerate(order, 1)}  # "[n/N]" counts in the order renders start
-    jobs_args = [
-        (starts[i], len(notebooks), path, target.out_dir, params, target.figures_dir, as_json, cell_timeout_s)
-        for i, (path, target, params) in enumerate(zip(notebooks, targets, per_notebook))
-    ]
-    if jobs == 1:
-        outcomes = (_render_job(*job) for job in jobs_args)
-        finished = zip(range(len(notebooks)), outcomes)
-    else:
-        finished = render_parallel(jobs_args, jobs, order, after)
+    return order, after
+
+
+def _collect(finished, notebooks: list[Path], targets: list, per_notebook: list, say) -> tuple[list[dict], list[str]]:
+    """``(one entry per run in the notebooks' order, the errors)``, a line printed as each finishes."""
+    failures: list[str] = []
     results: dict[int, dict] = {}
     for i, (ipynb_path, html_path, error, seconds) in finished:
         path, target = notebooks[i], targets[i]
@@ -892,7 +878,40 @@ def render_all(args: argparse.Namespace) -> tuple[int, dict]:
             "seconds": round(seconds, 1),
         }
         print(f"ok     {path.stem:<24} {seconds:6.1f} s  -> {html_path}", file=say, flush=True)
-    runs = [results[i] for i in sorted(results)]
+    return [results[i] for i in sorted(results)], failures
+
+
+def render_all(args: argparse.Namespace) -> tuple[int, dict]:
+    """Render every selected notebook, one line as each starts and one as it ends.
+
+    Everything that can be checked first is (the notebooks, each parameter's name and type, the
+    parameters together — :mod:`moeroof.present.preflight`: model against routing E and K,
+    ranges, files —, the output folder, ``--jobs``, ``--cell-timeout``) and raises ReportError
+    before anything runs.
+    A notebook that fails prints one ``error: NAME failed: …`` line (its cell, the exception, the
+    executed notebook saved with the traceback) and the run returns 2 once the others are done.
+    Returns the exit status and the summary: the parameters given, one entry per run (notebook,
+    folder, figures, ok, html/ipynb or error, seconds) and the index written. With ``args.json``
+    the lines go to stderr (stdout is left to the summary).
+    """
+    notebooks, given, per_notebook, jobs, cell_timeout_s = _checked_inputs(args)
+    as_json = getattr(args, "json", False)
+    say = sys.stderr if as_json else sys.stdout  # with --json stdout carries the JSON alone
+    targets = [
+        target_for(path.stem, params, args.out, paths.REPORTS_DIR) for path, params in zip(notebooks, per_notebook)
+    ]
+    order, after = _schedule(args, notebooks, jobs)
+    starts = {i: n for n, i in enumerate(order, 1)}  # "[n/N]" counts in the order renders start
+    jobs_args = [
+        (starts[i], len(notebooks), path, target.out_dir, params, target.figures_dir, as_json, cell_timeout_s)
+        for i, (path, target, params) in enumerate(zip(notebooks, targets, per_notebook))
+    ]
+    if jobs == 1:
+        outcomes = (_render_job(*job) for job in jobs_args)
+        finished = zip(range(len(notebooks)), outcomes)
+    else:
+        finished = render_parallel(jobs_args, jobs, order, after)
+    runs, failures = _collect(finished, notebooks, targets, per_notebook, say)
     record_timings(args.out if args.out is not None else paths.REPORTS_DIR, runs)
     # the index lists every report under its folder (this run's and earlier ones, runs with
     # parameters included), failed or not

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -252,46 +253,9 @@ def measure_engine(
     rng = generator(seed)
     t_start = time.perf_counter()
     d = f = int(width)
-    weights = [
-        [
-            (rng.standard_normal((d, f), dtype=np.float32), rng.standard_normal((f, d), dtype=np.float32))
-            for _ in range(experts)
-        ]
-        for _ in range(layers)
-    ]
-
-    def load_layer(layer: int) -> Load:
-        experts_of_layer = weights[layer]
-
-        def load(expert: int) -> tuple[np.ndarray, np.ndarray]:
-            return experts_of_layer[expert]
-
-        return load
-
-    bmax = batch[-1]
-    topk_all = routing_topk("uniform", experts, top_k, layers, repeats + 1, bmax, rng).astype(np.int64)
-    gates_all = rng.dirichlet(np.ones(top_k), size=(repeats + 1, bmax, layers)).astype(np.float32)
-    h_all = rng.standard_normal((repeats + 1, bmax, d), dtype=np.float32)
-    cells = [(m, b) for m in MODES for b in batch]
-    times: dict[tuple[str, int], list[float]] = {c: [] for c in cells}
-    for r in range(repeats + 1):
-        for j in rng.permutation(len(cells)):
-            m, b = cells[j]
-            t0 = time.perf_counter()
-            decode_step(h_all[r, :b], topk_all[r, :b], gates_all[r, :b], load_layer, m)
-            dt = time.perf_counter() - t0
-            if r > 0:  # the first pass warms caches and numpy's dispatch
-                times[m, b].append(dt)
-    fits = {}
-    for m in MODES:
-        med = [float(np.median(times[m, b])) for b in batch]
-        c0, c1, rms = fit_engine_line(batch, med)
-        fits[m] = {
-            "engine_seconds_per_step": c0,
-            "engine_seconds_per_agent_token": c1,
-            "rms_residual_seconds": rms,
-            "step_seconds": med,
-        }
+    load_layer = _memory_loader(rng, experts, layers, d)
+    times = _time_cells(rng, batch, experts, top_k, layers, d, repeats, load_layer)
+    fits = _fit_modes(batch, times)
     chosen = fits[mode]
     other = {m: v for m, v in fits.items() if m != mode}
     us = lambda x: f"{x * 1e6:.1f}"  # noqa: E731
@@ -322,6 +286,71 @@ def measure_engine(
             "other_modes": other,
         },
     )
+
+
+def _memory_loader(rng: np.random.Generator, experts: int, layers: int, d: int) -> Callable[[int], Load]:
+    """:func:`measure_engine`'s in-memory stack (``d = f``, float32): ``load_layer`` over its weights."""
+    weights = [
+        [
+            (rng.standard_normal((d, d), dtype=np.float32), rng.standard_normal((d, d), dtype=np.float32))
+            for _ in range(experts)
+        ]
+        for _ in range(layers)
+    ]
+
+    def load_layer(layer: int) -> Load:
+        experts_of_layer = weights[layer]
+
+        def load(expert: int) -> tuple[np.ndarray, np.ndarray]:
+            return experts_of_layer[expert]
+
+        return load
+
+    return load_layer
+
+
+def _time_cells(
+    rng: np.random.Generator,
+    batch: list[int],
+    experts: int,
+    top_k: int,
+    layers: int,
+    d: int,
+    repeats: int,
+    load_layer: Callable[[int], Load],
+) -> dict[tuple[str, int], list[float]]:
+    """The ``repeats`` step times of every (mode, B), each round in a fresh random order after one
+    untimed pass."""
+    bmax = batch[-1]
+    topk_all = routing_topk("uniform", experts, top_k, layers, repeats + 1, bmax, rng).astype(np.int64)
+    gates_all = rng.dirichlet(np.ones(top_k), size=(repeats + 1, bmax, layers)).astype(np.float32)
+    h_all = rng.standard_normal((repeats + 1, bmax, d), dtype=np.float32)
+    cells = [(m, b) for m in MODES for b in batch]
+    times: dict[tuple[str, int], list[float]] = {c: [] for c in cells}
+    for r in range(repeats + 1):
+        for j in rng.permutation(len(cells)):
+            m, b = cells[j]
+            t0 = time.perf_counter()
+            decode_step(h_all[r, :b], topk_all[r, :b], gates_all[r, :b], load_layer, m)
+            dt = time.perf_counter() - t0
+            if r > 0:  # the first pass warms caches and numpy's dispatch
+                times[m, b].append(dt)
+    return times
+
+
+def _fit_modes(batch: list[int], times: dict[tuple[str, int], list[float]]) -> dict[str, dict[str, Any]]:
+    """Per mode, the line ``t = c0 + c1·B`` through the median step times."""
+    fits = {}
+    for m in MODES:
+        med = [float(np.median(times[m, b])) for b in batch]
+        c0, c1, rms = fit_engine_line(batch, med)
+        fits[m] = {
+            "engine_seconds_per_step": c0,
+            "engine_seconds_per_agent_token": c1,
+            "rms_residual_seconds": rms,
+            "step_seconds": med,
+        }
+    return fits
 
 
 # ----------------------------------------------------------------------------- the stack on disk
@@ -436,7 +465,142 @@ def _utc_now() -> str:
     return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
 
 
-def run_bench(  # noqa: C901
+def _check_bench_args(
+    shape: StackShape, top_k: int, batch: Sequence[int], modes: Sequence[str], steps: int, warmup_steps: int
+) -> list[int]:
+    """The batch sizes sorted and deduplicated, the other arguments checked (ValueError)."""
+    batch = sorted({int(b) for b in batch})
+    if not batch or batch[0] < 1:
+        raise ValueError("batch: batch sizes must be positive integers")
+    if int(top_k) != top_k or not 1 <= top_k <= shape.experts:
+        raise ValueError(f"top_k: K={top_k} must be in [1, E={shape.experts}]")
+    if steps < 1 or warmup_steps < 0:
+        raise ValueError("steps must be >= 1 and warmup_steps >= 0")
+    for m in modes:
+        if m not in MODES:
+            raise ValueError(f"modes: {m!r} is not one of {MODES}")
+    return batch
+
+
+def _check_resources(
+    shape: StackShape,
+    top_k: int,
+    bmax: int,
+    n_steps: int,
+    scratch_dir: str | os.PathLike[str] | None,
+) -> Path | None:
+    """The scratch folder (None: the temporary one), its free disk and the free memory checked
+    (ResourceError) before anything is written."""
+    base = Path(scratch_dir) if scratch_dir is not None else None
+    if base is not None and not base.is_dir():
+        raise ResourceError(f"scratch_dir: {base} is not a directory")
+    check_disk(
+        base if base is not None else tempfile.gettempdir(),
+        shape.file_bytes,
+        "stack size (experts × layers × expert bytes)",
+    )
+    d, f = shape.d_model, shape.d_ff
+    check_memory(
+        shape.slot_bytes + 8 * bmax * (d + f) * 4 + n_steps * bmax * (d + shape.layers * top_k * 3) * 8,
+        "batch/d_model/d_ff",
+    )
+    return base
+
+
+def _bench_topk(
+    shape: StackShape,
+    top_k: int,
+    routing: str,
+    trace: np.ndarray | None,
+    trace_label: str,
+    n_steps: int,
+    bmax: int,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, str]:
+    """``(top-k ids (steps, B, layers, K), the routing's label)``: from ``trace`` or drawn."""
+    if trace is not None:
+        if trace.ndim != 4 or trace.size == 0:
+            raise ValueError(f"trace: holds no token (shape {tuple(trace.shape)}: steps × streams × layers × K)")
+        if trace.shape[-1] != top_k:
+            raise ValueError(f"top_k: K={top_k} does not match the trace's K={trace.shape[-1]}")
+        if int(np.max(trace)) >= shape.experts:
+            raise ValueError(f"experts: E={shape.experts} but the trace names expert {int(np.max(trace))}")
+        return topk_from_trace(trace, shape.layers, n_steps, bmax), trace_label or "trace"
+    return routing_topk(routing, shape.experts, top_k, shape.layers, n_steps, bmax, rng).astype(np.int64), routing
+
+
+def _bench_cell(
+    reader: StackReader,
+    mode: str,
+    b: int,
+    inputs: tuple[np.ndarray, np.ndarray, np.ndarray],
+    warmup_steps: int,
+    top_k: int,
+    share: float,
+    prog: Progress,
+    finals: dict[tuple[str, int], np.ndarray],
+) -> dict[str, Any]:
+    """One (mode, B) row of the report: its steps run from cold page cache, the warm-up ones not
+    counted; the first step's final hidden state goes into ``finals``."""
+    topk_all, gates_all, h_all = inputs
+    layers, experts = reader.shape.layers, reader.shape.experts
+    times, nbytes, nreads, unions = [], [], [], []
+    for t in range(topk_all.shape[0]):
+        topk, gates = topk_all[t, :b], gates_all[t, :b]
+        reader.dev.drop_cache()
+        bytes0, reads0 = reader.dev.bytes_read, reader.dev.reads
+        t0 = time.perf_counter()
+        h = decode_step(h_all[t, :b], topk, gates, reader.load_layer, mode)
+        dt = time.perf_counter() - t0
+        if t == 0:
+            finals[(mode, b)] = h
+        prog.advance(0.9 * (b * top_k if mode == "uncoalesced" else min(b * top_k, experts)) / share)
+        if t < warmup_steps:
+            continue
+        times.append(dt)
+        nbytes.append(reader.dev.bytes_read - bytes0)
+        nreads.append(reader.dev.reads - reads0)
+        unions.append(float(np.mean([np.unique(topk[:, layer]).size for layer in range(layers)])))
+    step = float(np.mean(times))
+    union = float(np.mean(unions))
+    return {
+        "batch": b,
+        "mode": mode,
+        "step_seconds": step,
+        "step_seconds_median": float(np.median(times)),
+        "net_tok_s": b / step,
+        "per_agent_tok_s": 1.0 / step,
+        "bytes_read_per_step": float(np.mean(nbytes)),
+        "reads_per_step": float(np.mean(nreads)),
+        "union_per_layer": union,
+        "coalescing_ratio": b * top_k / union,
+        "step_seconds_each": times,
+    }
+
+
+_BENCH_NOTES = [
+    "step_seconds: mean wall time of the counted steps (reads + matmuls + Python, serial, no overlap)",
+    "coalescing_ratio = batch·K / measured union per layer, against the uncoalesced baseline",
+    "mode_parity_max_abs_diff: largest |coalesced − uncoalesced| of the first step's final hidden state "
+    "(float32; BLAS sums gemm and gemv dot products in different orders)",
+]
+
+_BENCH_COLUMNS = [
+    "batch",
+    "mode",
+    "step_seconds",
+    "step_seconds_median",
+    "net_tok_s",
+    "per_agent_tok_s",
+    "bytes_read_per_step",
+    "reads_per_step",
+    "union_per_layer",
+    "coalescing_ratio",
+    "step_seconds_each",
+]
+
+
+def run_bench(
     shape: StackShape,
     top_k: int,
     batch: Sequence[int],
@@ -462,48 +626,14 @@ def run_bench(  # noqa: C901
     generator; the first hidden state is standard normal. All sizes are checked against free
     disk and memory before anything is written; the scratch file is removed on every exit.
     """
-    batch = sorted({int(b) for b in batch})
-    if not batch or batch[0] < 1:
-        raise ValueError("batch: batch sizes must be positive integers")
-    if int(top_k) != top_k or not 1 <= top_k <= shape.experts:
-        raise ValueError(f"top_k: K={top_k} must be in [1, E={shape.experts}]")
-    if steps < 1 or warmup_steps < 0:
-        raise ValueError("steps must be >= 1 and warmup_steps >= 0")
-    for m in modes:
-        if m not in MODES:
-            raise ValueError(f"modes: {m!r} is not one of {MODES}")
+    batch = _check_bench_args(shape, top_k, batch, modes, steps, warmup_steps)
     bmax = batch[-1]
-    base = Path(scratch_dir) if scratch_dir is not None else None
-    if base is not None and not base.is_dir():
-        raise ResourceError(f"scratch_dir: {base} is not a directory")
-    import tempfile
-
-    check_disk(
-        base if base is not None else tempfile.gettempdir(),
-        shape.file_bytes,
-        "stack size (experts × layers × expert bytes)",
-    )
-    d, f = shape.d_model, shape.d_ff
-    check_memory(
-        shape.slot_bytes + 8 * bmax * (d + f) * 4 + (steps + warmup_steps) * bmax * (d + shape.layers * top_k * 3) * 8,
-        "batch/d_model/d_ff",
-    )
-    rng = generator(seed)
     n_steps = warmup_steps + steps
-    if trace is not None:
-        if trace.ndim != 4 or trace.size == 0:
-            raise ValueError(f"trace: holds no token (shape {tuple(trace.shape)}: steps × streams × layers × K)")
-        if trace.shape[-1] != top_k:
-            raise ValueError(f"top_k: K={top_k} does not match the trace's K={trace.shape[-1]}")
-        if int(np.max(trace)) >= shape.experts:
-            raise ValueError(f"experts: E={shape.experts} but the trace names expert {int(np.max(trace))}")
-        topk_all = topk_from_trace(trace, shape.layers, n_steps, bmax)
-        routing_label = trace_label or "trace"
-    else:
-        topk_all = routing_topk(routing, shape.experts, top_k, shape.layers, n_steps, bmax, rng).astype(np.int64)
-        routing_label = routing
+    base = _check_resources(shape, top_k, bmax, n_steps, scratch_dir)
+    rng = generator(seed)
+    topk_all, routing_label = _bench_topk(shape, top_k, routing, trace, trace_label, n_steps, bmax, rng)
     gates_all = rng.dirichlet(np.ones(top_k), size=(n_steps, bmax, shape.layers)).astype(np.float32)
-    h_all = rng.standard_normal((n_steps, bmax, d), dtype=np.float32)
+    h_all = rng.standard_normal((n_steps, bmax, shape.d_model), dtype=np.float32)
     prog = progress if progress is not None else Progress("bench", enabled=False)
     work = {m: sum(b * top_k if m == "uncoalesced" else min(b * top_k, shape.experts) for b in batch) for m in modes}
     total_work = float(sum(work.values())) * n_steps or 1.0
@@ -519,42 +649,8 @@ def run_bench(  # noqa: C901
             for b in batch:  # modes interleaved per B, so a slow spell of the device hits both alike
                 for mode in modes:
                     prog.phase(f"{mode} B={b}")
-                    times, nbytes, nreads, unions = [], [], [], []
-                    for t in range(n_steps):
-                        topk, gates = topk_all[t, :b], gates_all[t, :b]
-                        reader.dev.drop_cache()
-                        bytes0, reads0 = reader.dev.bytes_read, reader.dev.reads
-                        t0 = time.perf_counter()
-                        h = decode_step(h_all[t, :b], topk, gates, reader.load_layer, mode)
-                        dt = time.perf_counter() - t0
-                        if t == 0:
-                            finals[(mode, b)] = h
-                        prog.advance(
-                            0.9 * (b * top_k if mode == "uncoalesced" else min(b * top_k, shape.experts)) / total_work
-                        )
-                        if t < warmup_steps:
-                            continue
-                        times.append(dt)
-                        nbytes.append(reader.dev.bytes_read - bytes0)
-                        nreads.append(reader.dev.reads - reads0)
-                        unions.append(float(np.mean([np.unique(topk[:, layer]).size for layer in range(shape.layers)])))
-                    step = float(np.mean(times))
-                    union = float(np.mean(unions))
-                    rows.append(
-                        {
-                            "batch": b,
-                            "mode": mode,
-                            "step_seconds": step,
-                            "step_seconds_median": float(np.median(times)),
-                            "net_tok_s": b / step,
-                            "per_agent_tok_s": 1.0 / step,
-                            "bytes_read_per_step": float(np.mean(nbytes)),
-                            "reads_per_step": float(np.mean(nreads)),
-                            "union_per_layer": union,
-                            "coalescing_ratio": b * top_k / union,
-                            "step_seconds_each": times,
-                        }
-                    )
+                    inputs = (topk_all, gates_all, h_all)
+                    rows.append(_bench_cell(reader, mode, b, inputs, warmup_steps, top_k, total_work, prog, finals))
             read_path_used, read_method = reader.dev.read_path, reader.dev.method
         finally:
             reader.close()
@@ -564,55 +660,46 @@ def run_bench(  # noqa: C901
         if ("coalesced", b) in finals and ("uncoalesced", b) in finals
     ]
     prog.finish()
-    cols = [
-        "batch",
-        "mode",
-        "step_seconds",
-        "step_seconds_median",
-        "net_tok_s",
-        "per_agent_tok_s",
-        "bytes_read_per_step",
-        "reads_per_step",
-        "union_per_layer",
-        "coalescing_ratio",
-        "step_seconds_each",
-    ]
-    report: dict[str, Any] = {c: [r[c] for r in rows] for c in cols}
+    report: dict[str, Any] = {c: [r[c] for r in rows] for c in _BENCH_COLUMNS}
+    report.update(_bench_meta(shape, top_k, (read_path_used, read_method), base, command))
     report.update(
         {
-            "what": "moeroof bench: decode steps of a synthetic MoE stack streamed from disk",
-            "provenance": "witnessed",
-            "read_path": read_path_used,
-            "read_method": read_method,
-            "machine": machine_info(base if base is not None else tempfile.gettempdir()),
-            "date": _utc_now(),
-            "command": command or "moeroof bench (library call)",
-            "coalescing_baseline": "uncoalesced",
-            "shape": asdict(shape),
-            "experts": shape.experts,
-            "layers": shape.layers,
-            "top_k": int(top_k),
-            "d_model": d,
-            "d_ff": f,
-            "expert_bytes": shape.expert_bytes,
-            "slot_bytes": shape.slot_bytes,
-            "file_bytes": shape.file_bytes,
-            "flops_per_token": shape.layers * top_k * shape.flops_per_token_expert,
             "routing": routing_label,
             "seed": seed,
             "steps": steps,
             "warmup_steps": warmup_steps,
             "wall_seconds": time.perf_counter() - t_start,
             "mode_parity_max_abs_diff": max(parity) if parity else None,
-            "notes": [
-                "step_seconds: mean wall time of the counted steps (reads + matmuls + Python, serial, no overlap)",
-                "coalescing_ratio = batch·K / measured union per layer, against the uncoalesced baseline",
-                "mode_parity_max_abs_diff: largest |coalesced − uncoalesced| of the first step's final hidden state "
-                "(float32; BLAS sums gemm and gemv dot products in different orders)",
-            ],
+            "notes": list(_BENCH_NOTES),
         }
     )
     return report
+
+
+def _bench_meta(
+    shape: StackShape, top_k: int, read: tuple[str, str], base: Path | None, command: str
+) -> dict[str, Any]:
+    """The report's description of the run: the read path, the machine, the date, the stack."""
+    return {
+        "what": "moeroof bench: decode steps of a synthetic MoE stack streamed from disk",
+        "provenance": "witnessed",
+        "read_path": read[0],
+        "read_method": read[1],
+        "machine": machine_info(base if base is not None else tempfile.gettempdir()),
+        "date": _utc_now(),
+        "command": command or "moeroof bench (library call)",
+        "coalescing_baseline": "uncoalesced",
+        "shape": asdict(shape),
+        "experts": shape.experts,
+        "layers": shape.layers,
+        "top_k": int(top_k),
+        "d_model": shape.d_model,
+        "d_ff": shape.d_ff,
+        "expert_bytes": shape.expert_bytes,
+        "slot_bytes": shape.slot_bytes,
+        "file_bytes": shape.file_bytes,
+        "flops_per_token": shape.layers * top_k * shape.flops_per_token_expert,
+    }
 
 
 def bench_model(report: dict[str, Any], name: str = "moeroof-bench"):

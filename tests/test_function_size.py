@@ -45,7 +45,6 @@ OVER: dict[str, int] = {
     "lib/moeroof/studies/expert_split.py::tok_s_sweep": 102,
     "lib/moeroof/studies/validation.py::comparisons": 167,
     "lib/moeroof/studies/validation.py::fit_engine_terms": 104,
-    "lib/moeroof/measure/calibrate.py::calibrate": 127,
 }
 
 

@@ -852,41 +852,16 @@ def _utc_date() -> str:
     return _dt.datetime.now(_dt.UTC).date().isoformat()
 
 
-def calibrate(
+def _check_calibrate_args(
     output: str | os.PathLike[str] | None,
-    *,
-    file_bytes: int = int(2 * GiB),
-    seconds: float = 30.0,
-    mem_bytes: int = int(256 * MiB),
-    matmul_n: int = 2048,
-    scratch_dir: str | os.PathLike[str] | None = None,
-    read_path: str = "auto",
-    name: str | None = None,
-    seed: int = 0,
-    rounds: int = 5,
-    engine: Callable[[], EngineFit] | None = None,
-    command: str = "",
-    progress: Progress | None = None,
-) -> Calibration:
-    """Measure the box and write a witnessed hardware TOML to ``output`` (None: write nothing).
-
-    ``seconds`` is the budget of the timed measurements, shared as: 70 % the SSD cells (random
-    and sequential at each read size), 10 % page-cached reads, 10 % memory copy, 10 % matmul.
-    The SSD cells are visited in ``rounds`` rounds, each in a fresh random order, and each
-    cell's bandwidth is Σ bytes / Σ seconds over its visits: a shared device's slow spells then
-    fall on every read size alike instead of bending the curve at whichever size they hit;
-    writing the scratch file of ``file_bytes`` comes on top, bounded by its size. Read sizes
-    larger than the file are dropped (with a note). The scratch directory is a fresh folder
-    under ``scratch_dir`` (default: the output's folder, so the file sits on the filesystem the
-    user cares about; the system temp dir when there is no output), removed on every exit.
-    All sizes are checked against free disk and available memory before anything is written.
-
-    ``engine``: a callable that times a decode loop and returns its :class:`EngineFit` (the CLI
-    passes :func:`moeroof.measure.bench.measure_engine`; this module cannot import the bench,
-    which imports it), run last, outside the time budget (it takes a fraction of a second);
-    its c0 and c1 are written as ``engine_seconds_per_step`` and
-    ``engine_seconds_per_agent_token``, witnessed. ``None``: not measured, not written.
-    """
+    file_bytes: int,
+    seconds: float,
+    mem_bytes: int,
+    matmul_n: int,
+    scratch_dir: str | os.PathLike[str] | None,
+) -> tuple[int, Path | None, Path | None, int]:
+    """``(file bytes rounded up to the alignment, output path, scratch base, page-cache bytes)``,
+    the arguments, free disk and available memory checked."""
     if not file_bytes >= 128 * KiB:
         raise ValueError("file_bytes: the scratch file must hold at least one 128 KiB read")
     if not seconds > 0:
@@ -903,15 +878,39 @@ def calibrate(
     check_disk(base if base is not None else tempfile.gettempdir(), file_bytes, "file_bytes")
     page_bytes = min(file_bytes, int(256 * MiB))
     check_memory(2 * mem_bytes + 3 * 4 * matmul_n**2 + page_bytes + READ_SIZES_BYTES[-1], "mem_bytes/matmul_n")
-    sizes = [s for s in READ_SIZES_BYTES if s <= file_bytes]
-    notes = []
-    if len(sizes) < len(READ_SIZES_BYTES):
-        notes.append(f"read sizes above the {file_bytes / MiB:g} MiB scratch file were not measured")
-    rng = generator(seed)
-    prog = progress if progress is not None else Progress("calibrate", enabled=False)
-    t_start = time.perf_counter()
-    date = _utc_date()
-    mem = meminfo()
+    return file_bytes, out, base, page_bytes
+
+
+@dataclass
+class _DiskCells:
+    """What :func:`_measure_disk` measured: the SSD cells per read size, the read path, page-cached reads."""
+
+    random: list[ReadCell]
+    sequential: list[ReadCell]
+    read_path: str
+    read_method: str
+    page_cache: Any
+
+
+def _measure_disk(
+    base: Path | None,
+    file_bytes: int,
+    page_bytes: int,
+    sizes: list[int],
+    seconds: float,
+    rounds: int,
+    read_path: str,
+    rng: np.random.Generator,
+    prog: Progress,
+) -> _DiskCells:
+    """Write the scratch file and time its reads: 70 % of ``seconds`` the SSD cells (random and
+    sequential at each read size), 10 % page-cached reads.
+
+    The SSD cells are visited in ``rounds`` rounds, each in a fresh random order, and each
+    cell's bandwidth is Σ bytes / Σ seconds over its visits: a shared device's slow spells then
+    fall on every read size alike instead of bending the curve at whichever size they hit;
+    writing the scratch file of ``file_bytes`` comes on top, bounded by its size.
+    """
     with scratch_space(base) as scratch:
         path = scratch / "calibrate.bin"
         prog.phase(f"writing a {file_bytes / MiB:g} MiB scratch file")
@@ -938,6 +937,19 @@ def calibrate(
         prog.phase("page-cached reads")
         page = measure_page_cache(path, page_bytes, min(int(MiB), file_bytes), 0.1 * seconds)
         prog.advance(0.1)
+    return _DiskCells(random_cells, seq_cells, path_name, method, page)
+
+
+def _measure_compute(
+    mem_bytes: int,
+    matmul_n: int,
+    seconds: float,
+    engine: Callable[[], EngineFit] | None,
+    rng: np.random.Generator,
+    prog: Progress,
+) -> tuple[float, float, EngineFit | None]:
+    """``(memory copy bytes/s, float32 matmul FLOP/s, the engine's fit or None)``: 10 % of
+    ``seconds`` each for the first two; the engine outside the budget."""
     prog.phase("memory copy")
     bw_mem, _ = measure_memory(mem_bytes, 0.1 * seconds)
     prog.advance(0.1)
@@ -948,6 +960,57 @@ def calibrate(
     if engine is not None:
         prog.phase("engine overhead (the bench's decode loop, tiny in-memory stack)")
         engine_fit = engine()
+    return bw_mem, flops, engine_fit
+
+
+def calibrate(
+    output: str | os.PathLike[str] | None,
+    *,
+    file_bytes: int = int(2 * GiB),
+    seconds: float = 30.0,
+    mem_bytes: int = int(256 * MiB),
+    matmul_n: int = 2048,
+    scratch_dir: str | os.PathLike[str] | None = None,
+    read_path: str = "auto",
+    name: str | None = None,
+    seed: int = 0,
+    rounds: int = 5,
+    engine: Callable[[], EngineFit] | None = None,
+    command: str = "",
+    progress: Progress | None = None,
+) -> Calibration:
+    """Measure the box and write a witnessed hardware TOML to ``output`` (None: write nothing).
+
+    ``seconds`` is the budget of the timed measurements, shared as: 70 % the SSD cells (random
+    and sequential at each read size), 10 % page-cached reads, 10 % memory copy, 10 % matmul.
+    The SSD cells are visited in ``rounds`` rounds in a fresh random order each (:func:`_measure_disk`);
+    writing the scratch file comes on top. Read sizes larger than the file are dropped (with a note). The scratch directory is a fresh folder
+    under ``scratch_dir`` (default: the output's folder, so the file sits on the filesystem the
+    user cares about; the system temp dir when there is no output), removed on every exit.
+    All sizes are checked against free disk and available memory before anything is written.
+
+    ``engine``: a callable that times a decode loop and returns its :class:`EngineFit` (the CLI
+    passes :func:`moeroof.measure.bench.measure_engine`; this module cannot import the bench,
+    which imports it), run last, outside the time budget (it takes a fraction of a second);
+    its c0 and c1 are written as ``engine_seconds_per_step`` and
+    ``engine_seconds_per_agent_token``, witnessed. ``None``: not measured, not written.
+    """
+    file_bytes, out, base, page_bytes = _check_calibrate_args(
+        output, file_bytes, seconds, mem_bytes, matmul_n, scratch_dir
+    )
+    sizes = [s for s in READ_SIZES_BYTES if s <= file_bytes]
+    notes = []
+    if len(sizes) < len(READ_SIZES_BYTES):
+        notes.append(f"read sizes above the {file_bytes / MiB:g} MiB scratch file were not measured")
+    rng = generator(seed)
+    prog = progress if progress is not None else Progress("calibrate", enabled=False)
+    t_start = time.perf_counter()
+    date = _utc_date()
+    mem = meminfo()
+    disk = _measure_disk(base, file_bytes, page_bytes, sizes, seconds, rounds, read_path, rng, prog)
+    random_cells, seq_cells, page = disk.random, disk.sequential, disk.page_cache
+    path_name, method = disk.read_path, disk.read_method
+    bw_mem, flops, engine_fit = _measure_compute(mem_bytes, matmul_n, seconds, engine, rng, prog)
     if path_name == "fadvise":
         notes.append("reads bypass the page cache by posix_fadvise DONTNEED, not O_DIRECT: " + method)
     cal = Calibration(

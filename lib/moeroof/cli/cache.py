@@ -200,7 +200,7 @@ class TraceInfo:
         return cls(trace.path, trace.meta, trace.experts, trace.top_k, trace.steps, trace.streams, trace.layers)
 
 
-def _check_cache_args(args: argparse.Namespace) -> tuple[float, int, bool]:
+def _check_cache_args(args: argparse.Namespace) -> tuple[int, int, bool]:
     """The option checks that need no trace: ``(s3fifo threshold, workers, sharded)``."""
     if (args.capacity_experts is None) == (args.capacity_gib is None):
         raise UsageError("give exactly one of --capacity-experts N or --capacity-gib X")

@@ -74,14 +74,11 @@ def _check_dirichlet(name: str, value: str) -> str | None:
     return None
 
 
-def problems(values: Mapping[str, Any]) -> list[str]:  # noqa: C901
-    """Every problem of one notebook's parameter values (defaults with the user's on top), each
-    a short clause naming its parameter; empty when they can work together."""
-    from moeroof.core.paths import resolve_data
-    from moeroof.data.embedded import is_file_spec, routing_shape
+def _preset_problems(values: Mapping[str, Any], out: list[str]) -> Any:
+    """The model and hardware presets' problems into ``out``; returns the model (None when not given
+    or not loadable)."""
     from moeroof.data.presets import load_hardware, load_model
 
-    out: list[str] = []
     model = None
     if isinstance(values.get("model"), str) and values["model"].strip():
         try:
@@ -93,35 +90,39 @@ def problems(values: Mapping[str, Any]) -> list[str]:  # noqa: C901
             load_hardware(values["hardware"])
         except (ValueError, OSError) as err:
             out.append(f"-p hardware: {err}")
-    for name in ROUTING_PARAMETERS:
-        value = values.get(name)
-        if not isinstance(value, str) or not value.strip():
-            continue
-        spec = value.strip()
-        if spec.lower() in ("auto", "uniform", "prior"):
-            continue
-        if spec.lower().startswith("dirichlet"):
-            bad = _check_dirichlet(name, spec)
-            if bad:
-                out.append(bad)
-            continue
-        if spec.lower().startswith("zipf"):
-            bad = _check_zipf(name, spec)
-            if bad:
-                out.append(bad)
-            continue
-        if not is_file_spec(spec):
-            continue
-        try:
-            e, k, _ = routing_shape(resolve_data(spec))
-        except (ValueError, OSError) as err:
-            out.append(f"-p {name}: {err}")
-            continue
-        if model is not None and (e, k) != (model.experts, model.top_k):
-            out.append(
-                f"-p {name}: {spec} has E={e}, K={k} but model {model.name} has E={model.experts}, K={model.top_k}"
-                + (" (auto picks routing data that matches the model)" if name == "routing" else "")
-            )
+    return model
+
+
+def _routing_problem(name: str, value: Any, model: Any) -> str | None:
+    """The problem of one routing parameter (a spec or a file whose E and K must match the model)."""
+    from moeroof.core.paths import resolve_data
+    from moeroof.data.embedded import is_file_spec, routing_shape
+
+    if not isinstance(value, str) or not value.strip():
+        return None
+    spec = value.strip()
+    if spec.lower() in ("auto", "uniform", "prior"):
+        return None
+    if spec.lower().startswith("dirichlet"):
+        return _check_dirichlet(name, spec)
+    if spec.lower().startswith("zipf"):
+        return _check_zipf(name, spec)
+    if not is_file_spec(spec):
+        return None
+    try:
+        e, k, _ = routing_shape(resolve_data(spec))
+    except (ValueError, OSError) as err:
+        return f"-p {name}: {err}"
+    if model is not None and (e, k) != (model.experts, model.top_k):
+        return f"-p {name}: {spec} has E={e}, K={k} but model {model.name} has E={model.experts}, K={model.top_k}" + (
+            " (auto picks routing data that matches the model)" if name == "routing" else ""
+        )
+    return None
+
+
+def _number_problems(values: Mapping[str, Any]) -> list[str]:
+    """The numbers' problems: below their least value, not a number, a ``_min`` above its ``_max``."""
+    out: list[str] = []
     for name in _AT_LEAST_ONE:
         v = values.get(name)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 1:
@@ -138,6 +139,14 @@ def problems(values: Mapping[str, Any]) -> list[str]:  # noqa: C901
         numbers = [x for x in (lo, hi) if isinstance(x, (int, float)) and not isinstance(x, bool)]
         if len(numbers) == 2 and numbers[0] > numbers[1]:
             out.append(f"-p {lo_name} {lo} is above -p {hi_name} {hi}")
+    return out
+
+
+def _file_problems(values: Mapping[str, Any]) -> list[str]:
+    """The input files' problems (other than the presets' and the routing's): not found."""
+    from moeroof.core.paths import resolve_data
+
+    out: list[str] = []
     for name, value in values.items():
         if name in ROUTING_PARAMETERS or name in ("model", "hardware") or not isinstance(value, str):
             continue
@@ -154,6 +163,18 @@ def problems(values: Mapping[str, Any]) -> list[str]:  # noqa: C901
         if not path.exists():
             out.append(f"-p {name}: {text}: no such file")
     return out
+
+
+def problems(values: Mapping[str, Any]) -> list[str]:
+    """Every problem of one notebook's parameter values (defaults with the user's on top), each
+    a short clause naming its parameter; empty when they can work together."""
+    out: list[str] = []
+    model = _preset_problems(values, out)
+    for name in ROUTING_PARAMETERS:
+        bad = _routing_problem(name, values.get(name), model)
+        if bad:
+            out.append(bad)
+    return out + _number_problems(values) + _file_problems(values)
 
 
 def values_of(declared: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:

@@ -150,6 +150,7 @@ def union_report(args: argparse.Namespace) -> dict[str, Any]:
     level = args.level
     rng = np.random.default_rng(args.seed)
     notes: list[str] = []
+    provenance: str | None
 
     if args.uniform is not None:
         curve, provenance, source = _uniform_curve(args)

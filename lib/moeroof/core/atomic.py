@@ -45,7 +45,7 @@ def write_via(
     must not wait for the disk a thousand times (~5 ms each on a VM's disk).
     """
     target = Path(path)
-    text_args = {} if binary else {"encoding": "utf-8", "newline": newline}
+    text_args: dict[str, Any] = {} if binary else {"encoding": "utf-8", "newline": newline}
     try:
         mode = os.stat(target).st_mode
     except OSError:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -98,11 +98,11 @@ def load_npy(path: str | os.PathLike[str], copy_limit: int | None = None) -> np.
         count *= n
     nbytes = count * dtype.itemsize
     limit = copy_limit if copy_limit is not None else _copy_limit()
-    order = "F" if fortran else "C"
+    order: Literal["C", "F"] = "F" if fortran else "C"
     if nbytes > limit:
         return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order=order)
     out = np.empty(count, dtype=dtype)
-    view = memoryview(out.view(np.uint8).reshape(-1)) if nbytes else memoryview(b"")
+    view = out.view(np.uint8).reshape(-1).data if nbytes else memoryview(b"")
     got = 0
     with open(path, "rb") as fh:
         fh.seek(offset)

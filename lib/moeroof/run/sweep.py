@@ -266,7 +266,7 @@ def read_grid(path: str | Path) -> Grid:
     return grid_from_dict(doc, path)
 
 
-def grid_from_dict(doc: Mapping[str, Any], path: Any = "<grid>") -> Grid:  # noqa: C901
+def grid_from_dict(doc: Mapping[str, Any], path: Any = "<grid>") -> Grid:
     """A :class:`Grid` from a parsed TOML document (see :func:`read_grid`)."""
     doc = dict(doc)
     command = doc.pop("command", None)
@@ -276,21 +276,7 @@ def grid_from_dict(doc: Mapping[str, Any], path: Any = "<grid>") -> Grid:  # noq
     if not isinstance(fixed, dict):
         raise GridError(path, "fixed", "must be a table of inputs ([fixed])")
     known, required = KEYS[command]
-    axes: dict[str, tuple[Any, ...]] = {}
-    for key, value in doc.items():
-        if isinstance(value, dict):
-            values = expand_range(value, path=path, key=key)
-        elif isinstance(value, list):
-            values = [_check_value(path, key, v) for v in value]
-        else:
-            values = [_check_value(path, key, value)]
-        for v in values:
-            _check_size(path, key, v)
-        if not values:
-            raise GridError(path, key, "an axis needs at least one value")
-        if len(set(map(json.dumps, values))) != len(values):
-            raise GridError(path, key, "an axis lists a value twice")
-        axes[key] = tuple(values)
+    axes = {key: _axis_values(path, key, value) for key, value in doc.items()}
     for key, value in fixed.items():
         _check_value(path, f"fixed.{key}", value)
         _check_size(path, f"fixed.{key}", value)
@@ -308,6 +294,24 @@ def grid_from_dict(doc: Mapping[str, Any], path: Any = "<grid>") -> Grid:  # noq
     if grid.size > MAX_POINTS:
         raise GridError(path, None, f"the grid has {grid.size} points (at most {MAX_POINTS})")
     return grid
+
+
+def _axis_values(path: Any, key: str, value: Any) -> tuple[Any, ...]:
+    """An axis's values, checked: a range table expanded, a list, or one value; at least one,
+    none twice."""
+    if isinstance(value, dict):
+        values = expand_range(value, path=path, key=key)
+    elif isinstance(value, list):
+        values = [_check_value(path, key, v) for v in value]
+    else:
+        values = [_check_value(path, key, value)]
+    for v in values:
+        _check_size(path, key, v)
+    if not values:
+        raise GridError(path, key, "an axis needs at least one value")
+    if len(set(map(json.dumps, values))) != len(values):
+        raise GridError(path, key, "an axis lists a value twice")
+    return tuple(values)
 
 
 def _check_cache_source(path: Any, keys: list[str]) -> None:

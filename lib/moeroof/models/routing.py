@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 
@@ -462,7 +462,7 @@ def sample_topk(
     """
     w = _normalize(np.atleast_2d(popularity))
     _check_experts_top_k(w.shape[-1], top_k)
-    size = (size,) if np.isscalar(size) else tuple(size)
+    shape = cast(tuple[int, ...], (size,) if np.isscalar(size) else tuple(cast(tuple[int, ...], size)))
     # Experts of zero weight would score −inf and tie, and numpy's partition and sort order ties by
     # the CPU's SIMD path: they get distinct finite log weights below every positive weight's score,
     # lower ids higher, so where fewer than K weights are positive the picks are the same on every
@@ -471,7 +471,7 @@ def sample_topk(
     e = w.shape[-1]
     with np.errstate(divide="ignore"):
         logw = np.where(w > 0, np.log(w), -_TIE_FLOOR * (1.0 + 1e-6 * np.arange(e)))
-    scores = logw + rng.gumbel(size=size + w.shape)
+    scores = logw + rng.gumbel(size=shape + w.shape)
     part = np.argpartition(-scores, top_k - 1, axis=-1)[..., :top_k]
     order = np.argsort(-np.take_along_axis(scores, part, axis=-1), axis=-1)
     return np.take_along_axis(part, order, axis=-1).astype(np.int32)
@@ -668,6 +668,7 @@ class StepWeights:
 
     def _draw_log_group(self) -> np.ndarray:
         w = self.w
+        assert self.child_group is not None  # drawn only where some layer has a group part
         u = self.child_group.random((2, self.groups) + w.shape)
         lg = log_gamma_from_uniforms(np.broadcast_to(self.shape_group, (self.groups,) + w.shape), u)
         return np.where(self.has_group[:, None], lg, -np.inf)
@@ -690,6 +691,7 @@ class StepWeights:
                     mass = np.maximum(mass, lh) + np.log1p(np.exp(-np.abs(mass - lh)))
         # experts with zero popularity stay unreachable; layers with neither part route by w. The
         # log mass is log q up to a constant per row, which the Gumbel top-K does not see.
+        assert mass is not None  # some layer has a part (else the early return above)
         return np.where(self.neither[:, None], self.logw, np.where(w > 0, mass, -np.inf))
 
 
@@ -735,7 +737,7 @@ def _draw_steps(weights: StepWeights, rng, total: int, streams: int, layers: int
         if not u_flat.all():
             _redraw_zeros(rng, u_flat)
         keep_u = keep_buf[:n]
-        if sticky:
+        if child_keep is not None:  # sticky
             child_keep.random(out=keep_u.reshape(-1))
         if fixed:
             routing_kernels.top_k_steps(*prepared, u, keep_u, rho_row, out_rows, start, k)

@@ -388,6 +388,7 @@ def simulate_ratios(
     else:
         res = cache_sim.simulate(req, capacity, policy=policy, scope=scope, warmup_steps=warm, return_hits=True)
     counted_req = _counted_requests(req, warm, counted_steps)
+    assert res.request_hits is not None  # asked for (return_hits)
     hit = res.request_hits[counted_req]
     mult = mult_all[counted_req]
     n = hit.size
@@ -475,7 +476,7 @@ def page_cache_hit_ratio(
         rows = simulated_layer_rows(trace.shape[2])
         topk = np.asarray(trace[:, :batch][:, :, rows])
         warm = max(1, trace.shape[0] // 2)
-        source = ("trace", str(trace_key))
+        source: tuple = ("trace", str(trace_key))
         sub = pi[rows] if pi.shape[0] == trace.shape[2] else pi[simulated_layer_rows(pi.shape[0])]
     else:
         sub = simulated_rows(pi, scope)
@@ -498,7 +499,7 @@ def live_steps(trace: np.ndarray, batch: int) -> np.ndarray:
     of their slots, in any layer). A capture pads a finished stream with −1; a step where one of
     the B streams is done is a step of fewer than B agents."""
     sub = np.asarray(trace[:, :batch])
-    return (sub >= 0).reshape(sub.shape[0], -1).all(axis=1)
+    return np.asarray((sub >= 0).reshape(sub.shape[0], -1).all(axis=1))
 
 
 def usable_trace_batch(trace: np.ndarray, batch: int) -> bool:
@@ -829,6 +830,7 @@ def rank_cache_uncached(
         else:
             for j, (bb, cc) in enumerate(zip(b, c_r)):
                 if on_trace[j]:
+                    assert trace is not None  # on_trace is False without one
                     req, tok, u_trace = trace_miss_ratio(
                         trace,
                         str(trace_key),

@@ -126,9 +126,9 @@ def parse_rank_speed(rank_speed, ranks: int) -> np.ndarray:
 
 
 def _check_ranks(n_items: int, ranks) -> int:
-    if isinstance(ranks, (bool, np.bool_)) or not isinstance(ranks, (numbers.Integral,)) or ranks < 1:
+    if isinstance(ranks, (bool, np.bool_)) or not isinstance(ranks, (numbers.Integral,)) or int(ranks) < 1:
         raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
-    if ranks > n_items:
+    if int(ranks) > n_items:
         raise ValueError(f"ranks={ranks} exceeds the {n_items} experts to split")
     return int(ranks)
 
@@ -441,7 +441,8 @@ def _local_search(assign: np.ndarray, hs: HotSetSearch, ranks: int, max_iter: in
         t = np.array([hs.seconds(U[r], T[r], r) for r in range(ranks)])
         g = np.array([hs.streamed_per_speed(U[r], T[r], r) for r in range(ranks)])
         key = (float(t.max()), float(g.max()))
-        best, best_key = None, key
+        best: tuple[str, int, int, int | None, int] | None = None
+        best_key = key
         for r in sorted({int(np.argmax(t)), int(np.argmax(g))}):
             ir, vr, pr = idx[r], st[r][2], st[r][3]
             for s in range(ranks):
@@ -497,7 +498,8 @@ def _greedy_bytes(hs: HotSetSearch, cap: np.ndarray) -> np.ndarray:
     a = np.full(hs.m.shape[1], -1, dtype=np.int64)
     members: list[list[int]] = [[] for _ in range(ranks)]
     for i in _order(hs.tot):
-        best, best_key = None, None
+        best: int | None = None
+        best_key = None
         for r in range(ranks):
             if len(members[r]) >= cap[r]:
                 continue
@@ -505,6 +507,7 @@ def _greedy_bytes(hs: HotSetSearch, cap: np.ndarray) -> np.ndarray:
             k = (float(hs.seconds(u, t, r)), float(hs.streamed_per_speed(u, t, r)))
             if best_key is None or _better(k, best_key):
                 best, best_key = r, k
+        assert best is not None  # the capacities hold every expert: some rank has room
         a[i] = best
         members[best].append(int(i))
     return a
@@ -563,7 +566,7 @@ def bytes_partition(
         if name == "lpt" and "weighted" in starts:
             continue  # equal counts at unequal speeds: the weighted start is the better seed
         cands[name + "+search"] = _local_search(a0, hs, ranks, max_iter)
-    best_name, best_key = None, None
+    best_name, best_key = "", None
     for name, a in cands.items():  # insertion order: plain starts win ties
         k = _hot_set_key(a, hs, ranks)
         if best_key is None or _better(k, best_key):

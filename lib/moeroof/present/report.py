@@ -282,7 +282,7 @@ def _execute_once(
         )
     except PapermillExecutionError as err:
         where = ""
-        if partial is not None and partial.is_file():
+        if partial is not None and failed_path is not None and partial.is_file():
             os.replace(partial, failed_path)
             where = f"; the executed notebook, with its traceback: {failed_path}"
         raise NotebookFailed(
@@ -818,8 +818,8 @@ def _checked_inputs(args: argparse.Namespace) -> tuple[list[Path], dict, list, i
     except ValueError as err:
         raise ReportError(str(err)) from None
     given.update(dict(args.parameter))
-    per_notebook = typed_parameters(given, {name for name, _ in args.parameter}, notebooks)
-    per_notebook = [absolute_paths(p, Path.cwd()) or None for p in per_notebook]
+    typed = typed_parameters(given, {name for name, _ in args.parameter}, notebooks)
+    per_notebook: list[dict | None] = [absolute_paths(p, Path.cwd()) or None for p in typed]
     # every combination that can be checked without a kernel is, all problems in one line
     from moeroof.present import preflight
 
@@ -906,6 +906,7 @@ def render_all(args: argparse.Namespace) -> tuple[int, dict]:
         (starts[i], len(notebooks), path, target.out_dir, params, target.figures_dir, as_json, cell_timeout_s)
         for i, (path, target, params) in enumerate(zip(notebooks, targets, per_notebook))
     ]
+    finished: Iterator[tuple[int, tuple]]
     if jobs == 1:
         outcomes = (_render_job(*job) for job in jobs_args)
         finished = zip(range(len(notebooks)), outcomes)

@@ -165,7 +165,9 @@ def che_grid(cap: np.ndarray) -> np.ndarray:
         return cap
     lo, hi = float(cap[0]), float(cap[-1])
     dense = cap[cap <= CHE_EXACT_UP_TO]
-    logs = np.geomspace(max(CHE_EXACT_UP_TO, lo, 1.0), max(hi, 1.0), CHE_LOG_POINTS) if hi > CHE_EXACT_UP_TO else []
+    logs: Any = (
+        np.geomspace(max(CHE_EXACT_UP_TO, lo, 1.0), max(hi, 1.0), CHE_LOG_POINTS) if hi > CHE_EXACT_UP_TO else []
+    )
     return np.unique(np.concatenate([dense, np.round(logs), [lo, hi]]).astype(cap.dtype))
 
 
@@ -210,7 +212,7 @@ def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
     rate, seed = opt["rate"], opt["seed"]
     one_pass = args.scope != "layer" and not (rate is not None and (opt["sharded"] or opt["slices"] is not None))
     # one pass here: the request pass checks the ids itself; sharded, the tasks read what read_trace checked
-    trace = read_trace_for_requests(args.path, args) if one_pass else read_trace_arg(args.path, args)
+    trace: Any = read_trace_for_requests(args.path, args) if one_pass else read_trace_arg(args.path, args)
     lookup_note = (
         "hits judged as each (step, layer) lookup starts"
         if args.lookup == "layer"
@@ -304,7 +306,7 @@ def _sharded_shards_report(args, trace, opt, lookup_note) -> dict[str, Any]:
         f"of the curve, so the band hit_rate_lower..hit_rate_upper reads the estimate {k}σ(c) + S/R "
         f"experts either side of c (σ(c) = sqrt(c·(1−p)/p), p = R/S) and widens it by {k} stderr",
     ]
-    extra = {"hit_rate_stderr": res.stderr, "hit_rate_lower": res.lower, "hit_rate_upper": res.upper}
+    extra: dict[str, Any] = {"hit_rate_stderr": res.stderr, "hit_rate_lower": res.lower, "hit_rate_upper": res.upper}
     extra.update(
         slices=s,
         seed=opt["seed"],
@@ -366,6 +368,7 @@ def print_mrc(rep: dict[str, Any]) -> None:
         rows = [[str(cap[i]), _pct(rep["hit_rate"][i]), _pct(rep["che_hit_rate"][i])] for i in picks]
         print(table([f"capacity ({unit})", "hit rate %", "che %"], rows, ">>>"))
     else:
+        assert lo is not None and hi is not None  # a sampled curve carries its band with its stderr
         rows = [
             [
                 str(cap[i]),

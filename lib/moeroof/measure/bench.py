@@ -759,7 +759,7 @@ def predict_bench(
     w = Workload(context_tokens=0, overlap=overlap)
     batch = np.asarray(report["batch"], dtype=int)
     grid = np.unique(batch)
-    out: dict[str, list] = {
+    out: dict[str, Any] = {
         k: []
         for k in (
             "predicted_step_seconds",
@@ -790,7 +790,7 @@ def predict_bench(
         for n, v in t["terms"].items():
             terms_rows.setdefault(n, []).append(float(v[i]))
     keys = ("engine_seconds_per_step", "engine_seconds_per_agent_token")
-    engine = {k: float(getattr(hardware, k)) for k in keys}
+    engine: dict[str, Any] = {k: float(getattr(hardware, k)) for k in keys}
     engine["provenance"] = {k: hardware.provenance.get(k, "assumed") for k in keys}
     engine["source"] = {k: hardware.sources.get(k, "") for k in keys}
     out.update(

@@ -22,6 +22,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, cast
 
 import matplotlib as mpl
 import numpy as np
@@ -69,7 +70,7 @@ _PROVENANCE_LABELS = {
 @contextmanager
 def style() -> Iterator[None]:
     """Apply the house rc settings for the duration of a ``with`` block."""
-    with mpl.rc_context(STYLE_RC):
+    with mpl.rc_context(cast(Any, STYLE_RC)):
         yield
 
 
@@ -139,7 +140,7 @@ def _num(v) -> float | str | None:
 
 
 def _nums(a) -> list:
-    arr = np.ma.filled(np.ma.asarray(a, dtype=float), np.nan)
+    arr: np.ndarray = np.ma.filled(np.ma.asarray(a, dtype=float), np.nan)
     return [_num(x) for x in arr.ravel()] if arr.ndim <= 1 else [_nums(row) for row in arr]
 
 
@@ -173,7 +174,7 @@ def figure_data(fig: Figure) -> dict:
             "patches": [],
             "images": [{"extent": _nums(im.get_extent()), "values": _nums(im.get_array())} for im in ax.images],
             "texts": [{"text": t.get_text(), "xy": _nums(t.get_position())} for t in ax.texts],
-            "legend": [t.get_text() for t in ax.get_legend().get_texts()] if ax.get_legend() is not None else [],
+            "legend": [t.get_text() for t in legend.get_texts()] if (legend := ax.get_legend()) is not None else [],
         }
         for c in ax.collections:
             entry: dict = {"kind": type(c).__name__, "label": c.get_label()}
@@ -190,7 +191,8 @@ def figure_data(fig: Figure) -> dict:
         for patch in ax.patches:
             entry = {"kind": type(patch).__name__, "label": patch.get_label()}
             if hasattr(patch, "get_xy") and hasattr(patch, "get_width"):  # Rectangle: a bar or a span
-                entry["xy"], entry["size"] = _nums(patch.get_xy()), _nums([patch.get_width(), patch.get_height()])
+                rect = cast(Any, patch)
+                entry["xy"], entry["size"] = _nums(rect.get_xy()), _nums([rect.get_width(), rect.get_height()])
             elif hasattr(patch, "get_xy"):
                 entry["xy"] = _nums(patch.get_xy())
             item["patches"].append(entry)

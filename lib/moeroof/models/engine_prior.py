@@ -25,7 +25,7 @@ fit-plan, which has a calibration step to bound it, holds it instead at a share 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -52,7 +52,8 @@ def held_priors(hardware: Hardware) -> dict[str, tuple[float, float, float]]:
 
 def at_prior_centres(hardware: Hardware) -> Hardware:
     """``hardware`` with every knob of :func:`held_priors` at its prior's centre."""
-    return replace(hardware, **{key: c for key, (_, c, _) in held_priors(hardware).items()})
+    centres: dict[str, Any] = {key: c for key, (_, c, _) in held_priors(hardware).items()}
+    return replace(hardware, **centres)
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ def prior_band(model: MoEModel, hardware: Hardware, workload, routing, batch, *,
     # each knob's ends (as fit-plan's bands take the other overlap's whole band)
     overlaps = [workload] + ([replace(workload, overlap="sum" if workload.overlap == "max" else "max")] if held else [])
     ends = [
-        rates(replace(centre, **{key: end}), wl)
+        rates(replace(centre, **cast(dict[str, Any], {key: end})), wl)
         for wl in overlaps
         for key, (lo, _, hi) in held.items()
         for end in (lo, hi)

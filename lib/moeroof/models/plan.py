@@ -329,10 +329,10 @@ def routing_from_spec(spec: str, model: MoEModel) -> RoutingProbabilities:
         notes.append(note)
     prov = data.meta.get("provenance", "projected")
     prov = "witnessed" if prov == "witnessed" else "projected"
-    model = data.meta.get("model")
+    model_name = data.meta.get("model")
     # an import without --model records "unknown (...)": the file name alone says more
-    named = isinstance(model, str) and model.strip() and not model.startswith("unknown")
-    label = f"{model} ({path.name})" if named else path.name
+    named = isinstance(model_name, str) and model_name.strip() and not model_name.startswith("unknown")
+    label = f"{model_name} ({path.name})" if named else path.name
     load = np.asarray(counts, dtype=float).sum(axis=0)
     trace = trace_key = None
     if not isinstance(data, Histogram):
@@ -690,7 +690,7 @@ def step_work(
     cache_eff, pressured = _cache_given(model, workload, available)
     fits = available >= 0
     cache_experts = cache_eff / (layers * e_bytes)
-    kw = dict(
+    kw: dict[str, Any] = dict(
         policy=workload.cache_policy,
         scope=workload.cache_scope,
         seed=workload.seed,
@@ -942,7 +942,7 @@ def _concat_breakdowns(parts: list[StepBreakdown]) -> StepBreakdown:
         slowest_rank=cat([s.slowest_rank for s in steps]),
         bound=sum((s.bound for s in steps), ()),
     )
-    fields = {
+    fields: dict[str, Any] = {
         name: None if getattr(parts[0], name) is None else cat([getattr(x, name) for x in parts])
         for name in _BATCH_FIELDS
     }
@@ -1360,6 +1360,7 @@ def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing, batch
 def _page_share(br: StepBreakdown) -> np.ndarray:
     """Of the expert cache's misses (all ranks), the share the OS page cache served."""
     missed = br.missed_pairs.sum(axis=0)
+    assert br.page_hit_pairs is not None  # a plan through the page cache carries them
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(missed > 0, br.page_hit_pairs.sum(axis=0) / missed, 0.0)
 

@@ -40,8 +40,6 @@ OVER: dict[str, int] = {
     "lib/moeroof/cli/capture.py::capture_report": 118,
     "lib/moeroof/cli/trace.py::trace_report": 100,
     "lib/moeroof/cli/union.py::union_report": 101,
-    "lib/moeroof/fit/skew.py::fit_heterogeneity": 102,
-    "lib/moeroof/fit/skew.py::fit_histogram": 178,
     "lib/moeroof/fit/plan.py::_fit_one": 564,
     "lib/moeroof/fit/plan.py::_knob_table": 125,
     "lib/moeroof/fit/routing.py::fit_routing": 252,

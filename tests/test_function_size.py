@@ -41,7 +41,6 @@ OVER: dict[str, int] = {
     "lib/moeroof/cli/trace.py::trace_report": 100,
     "lib/moeroof/cli/union.py::union_report": 101,
     "lib/moeroof/fit/plan.py::_fit_one": 564,
-    "lib/moeroof/fit/routing.py::fit_routing": 252,
     "lib/moeroof/present/answers.py::net_toks": 100,
     "lib/moeroof/present/answers.py::witness": 95,
     "lib/moeroof/present/report.py::render_all": 96,

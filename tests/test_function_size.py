@@ -36,15 +36,7 @@ def function_lengths(root: Path = LIB) -> dict[str, int]:
 
 
 OVER: dict[str, int] = {
-    "lib/moeroof/fit/skew.py::fit_heterogeneity": 102,
-    "lib/moeroof/fit/skew.py::fit_histogram": 178,
     "lib/moeroof/fit/plan.py::_fit_one": 564,
-    "lib/moeroof/fit/plan.py::_knob_table": 125,
-    "lib/moeroof/fit/routing.py::fit_routing": 252,
-    "lib/moeroof/studies/expert_split.py::pair_vs_booster": 114,
-    "lib/moeroof/studies/expert_split.py::tok_s_sweep": 102,
-    "lib/moeroof/studies/validation.py::comparisons": 167,
-    "lib/moeroof/studies/validation.py::fit_engine_terms": 104,
 }
 
 

@@ -1652,25 +1652,27 @@ def _cache_knob_entries(outer, routing: RoutingProbabilities, cache_intervals) -
     return out
 
 
-def _knob_table(  # noqa: C901
-    names,
-    k: PlanKnobs,
-    x,
-    xs,
-    cov,
-    outer,
-    hardware: Hardware,
-    routing: RoutingProbabilities,
-    identified,
-    cache_intervals: dict[str, Interval],
-    hold_token: bool = False,
-    net_batches: Sequence[int] = (),
-) -> dict:
-    """Each knob's value and 5–95 % interval; ``identified`` means the interval is bounded —
-    inside the knob's range, not reaching an end that is not a natural limit (0 engine time,
-    0 stickiness) — and a knob that is not says ``why`` in plain words."""
-    sd = np.sqrt(np.clip(np.diag(cov), 0.0, None)) if cov is not None else np.full(x.size, np.nan)
-    z = 1.6448536269514722  # the 5–95 % interval of a normal
+#: 0 s (and the reclaim exponent 1) is a real value
+_NATURAL_LOW = {
+    "engine_seconds_per_step",
+    "engine_seconds_per_agent_token",
+    "engine_seconds_per_touched_expert",
+    "reclaim_penalty",
+    "reclaim_exponent",  # n = 1: the queueing form
+}
+
+_KNOB_UNITS = {
+    "engine_seconds_per_step": "s",
+    "engine_seconds_per_agent_token": "s",
+    "engine_seconds_per_touched_expert": "s",
+    "ssd_scale": "×",
+    "reclaim_penalty": "κ",
+    "reclaim_exponent": "n",
+}
+
+
+def _fitted_knob_keys(names, hold_token: bool) -> tuple[list[str], list[tuple[float, float]]]:
+    """The fitted knobs of :func:`_knob_table`, in the order of the fit's parameters, and their bounds."""
     keys: list[str] = []
     bounds: list[tuple[float, float]] = []
     if "engine" in names and hold_token:
@@ -1691,83 +1693,109 @@ def _knob_table(  # noqa: C901
     if "reclaim-shape" in names:
         keys.append("reclaim_exponent")
         bounds.append(_BOUNDS["reclaim_shape"])
-    # 0 s (and the reclaim exponent 1) is a real value
-    natural_low = {
-        "engine_seconds_per_step",
-        "engine_seconds_per_agent_token",
-        "engine_seconds_per_touched_expert",
-        "reclaim_penalty",
-        "reclaim_exponent",  # n = 1: the queueing form
+    return keys, bounds
+
+
+def _fitted_entry(
+    key: str, value: float, column: np.ndarray, sd: float, bound: tuple[float, float], identified: bool
+) -> dict[str, Any]:
+    """One fitted knob's entry of :func:`_knob_table`: ``value``, its profile's values ``column``
+    and its standard error ``sd`` give its 5–95 % interval, inside ``bound``."""
+    z = 1.6448536269514722  # the 5–95 % interval of a normal
+    lo, hi = bound
+    if not identified:  # the rows do not move this knob: any value in its bounds fits
+        why = (
+            "the rows cannot move it: another term binds at every calibration row, or it cannot be told from "
+            "another knob (per-step and per-token engine cost at one batch size)"
+        )
+        return {
+            "value": value,
+            "low": lo,
+            "high": hi,
+            "fitted": True,
+            "identified": False,
+            "why": why,
+            "unit": _KNOB_UNITS[key],
+        }
+    low = max(float(column.min() - z * sd), lo)
+    high = min(float(column.max() + z * sd), hi)
+    out = {
+        "value": value,
+        "low": low,
+        "high": high,
+        "fitted": True,
+        "identified": True,
+        "unit": _KNOB_UNITS[key],
     }
+    reach_low = low <= lo * (1 + 1e-9) and key not in _NATURAL_LOW
+    reach_high = high >= hi * (1 - 1e-9)
+    if not np.isfinite(sd) or reach_low or reach_high:  # an interval to the end of the range is no bound
+        ends = "both ends" if reach_low and reach_high else "the upper end" if reach_high else "the lower end"
+        out["identified"] = False
+        out["why"] = (
+            f"its 5–95 % interval reaches {ends} of its allowed range ({fmt_range(lo, hi)}): the rows do not bound it"
+            if np.isfinite(sd)
+            else "the rows give it no spread (a singular fit)"
+        )
+    return out
 
-    def entry(j: int, unit: str) -> dict[str, Any]:
-        lo, hi = bounds[j]
-        if not identified[j]:  # the rows do not move this knob: any value in its bounds fits
-            why = (
-                "the rows cannot move it: another term binds at every calibration row, or it cannot be told from "
-                "another knob (per-step and per-token engine cost at one batch size)"
-            )
-            return {
-                "value": float(x[j]),
-                "low": lo,
-                "high": hi,
-                "fitted": True,
-                "identified": False,
-                "why": why,
-                "unit": unit,
-            }
-        low = max(float(xs[:, j].min() - z * sd[j]), lo)
-        high = min(float(xs[:, j].max() + z * sd[j]), hi)
-        out = {"value": float(x[j]), "low": low, "high": high, "fitted": True, "identified": True, "unit": unit}
-        reach_low = low <= lo * (1 + 1e-9) and keys[j] not in natural_low
-        reach_high = high >= hi * (1 - 1e-9)
-        if not np.isfinite(sd[j]) or reach_low or reach_high:  # an interval to the end of the range is no bound
-            ends = "both ends" if reach_low and reach_high else "the upper end" if reach_high else "the lower end"
-            out["identified"] = False
-            out["why"] = (
-                f"its 5–95 % interval reaches {ends} of its allowed range ({fmt_range(lo, hi)}): the rows do not bound it"
-                if np.isfinite(sd[j])
-                else "the rows give it no spread (a singular fit)"
-            )
-        return out
 
+def _held_engine_entries(hardware: Hardware, net_batches: Sequence[int]) -> dict[str, dict[str, Any]]:
+    """The engine's per-step and per-token entries of :func:`_knob_table` when every measured rate
+    is at one batch size: held at their priors."""
     out: dict[str, dict[str, Any]] = {}
-    units = {
-        "engine_seconds_per_step": "s",
-        "engine_seconds_per_agent_token": "s",
-        "engine_seconds_per_touched_expert": "s",
-        "ssd_scale": "×",
-        "reclaim_penalty": "κ",
-        "reclaim_exponent": "n",
+    lo, centre, hi = hardware.priors["engine_seconds_per_step"][0]
+    out["engine_seconds_per_step"] = {
+        "value": centre,
+        "low": lo,
+        "high": hi,
+        "fitted": False,
+        "identified": False,
+        "held": f"prior ({_prior_origin(hardware)})",
+        "source": hardware.priors["engine_seconds_per_step"][1],
+        "why": f"every measured rate is at one batch size (B = {', '.join(map(str, net_batches))}): a per-step "
+        "engine cost cannot be told from a per-touched-expert one; held at its prior, the bands cover its range",
+        "unit": "s",
     }
+    lo, centre, hi = hardware.priors["engine_seconds_per_agent_token"][0]
+    out["engine_seconds_per_agent_token"] = {
+        "value": centre,
+        "low": lo,
+        "high": hi,
+        "fitted": False,
+        "identified": False,
+        "held": "prior (assumed)",
+        "why": f"every measured rate is at one batch size (B = {', '.join(map(str, net_batches))}): the per-token "
+        "engine cost cannot be told from the per-step one; held at its prior, the bands cover its range",
+        "unit": "s",
+    }
+    return out
+
+
+def _knob_table(
+    names,
+    k: PlanKnobs,
+    x,
+    xs,
+    cov,
+    outer,
+    hardware: Hardware,
+    routing: RoutingProbabilities,
+    identified,
+    cache_intervals: dict[str, Interval],
+    hold_token: bool = False,
+    net_batches: Sequence[int] = (),
+) -> dict:
+    """Each knob's value and 5–95 % interval; ``identified`` means the interval is bounded —
+    inside the knob's range, not reaching an end that is not a natural limit (0 engine time,
+    0 stickiness) — and a knob that is not says ``why`` in plain words."""
+    sd = np.sqrt(np.clip(np.diag(cov), 0.0, None)) if cov is not None else np.full(x.size, np.nan)
+    keys, bounds = _fitted_knob_keys(names, hold_token)
+    out: dict[str, dict[str, Any]] = {}
     for j, key in enumerate(keys):
-        out[key] = entry(j, units[key])
+        out[key] = _fitted_entry(key, float(x[j]), xs[:, j], sd[j], bounds[j], identified[j])
     if "engine" in names and hold_token:
-        lo, centre, hi = hardware.priors["engine_seconds_per_step"][0]
-        out["engine_seconds_per_step"] = {
-            "value": centre,
-            "low": lo,
-            "high": hi,
-            "fitted": False,
-            "identified": False,
-            "held": f"prior ({_prior_origin(hardware)})",
-            "source": hardware.priors["engine_seconds_per_step"][1],
-            "why": f"every measured rate is at one batch size (B = {', '.join(map(str, net_batches))}): a per-step "
-            "engine cost cannot be told from a per-touched-expert one; held at its prior, the bands cover its range",
-            "unit": "s",
-        }
-        lo, centre, hi = hardware.priors["engine_seconds_per_agent_token"][0]
-        out["engine_seconds_per_agent_token"] = {
-            "value": centre,
-            "low": lo,
-            "high": hi,
-            "fitted": False,
-            "identified": False,
-            "held": "prior (assumed)",
-            "why": f"every measured rate is at one batch size (B = {', '.join(map(str, net_batches))}): the per-token "
-            "engine cost cannot be told from the per-step one; held at its prior, the bands cover its range",
-            "unit": "s",
-        }
+        out.update(_held_engine_entries(hardware, net_batches))
     if "engine" not in names:
         for key in ("engine_seconds_per_step", "engine_seconds_per_agent_token"):
             out[key] = {"value": float(getattr(hardware, key)), "fitted": False, "unit": "s", "held": "the preset's"}

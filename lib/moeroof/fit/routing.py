@@ -1070,7 +1070,289 @@ def _bands(
     return Interval(np.maximum(low, 0.0), np.where(unit, np.minimum(high, 1.0), high), confidence_of(level), how)
 
 
-def fit_routing(  # noqa: C901
+def _identified_knobs(points: list[Point], popularity: RoutingKnobs | None) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The knobs :func:`fit_routing` fits and those it holds (with why): a given popularity holds the skew."""
+    if popularity is not None:
+        fitted, held = identifiable(points, hold=("skew",))
+        held["skew"] = f"given: the routing's popularity ({popularity.skew_name} = {popularity.skew:.3g}), not fitted"
+    else:
+        fitted, held = identifiable(points)
+    return fitted, held
+
+
+def _locality_holds(
+    locality: Locality,
+    fitted: tuple[str, ...],
+    held: dict[str, str],
+    experts: int,
+    top_k: int,
+    level: tuple[float, float],
+    bootstrap: int,
+) -> tuple[dict[str, float], list[tuple[float, float]], tuple[Any, Any]]:
+    """The values at which the locality prior holds ρ and ``c`` where the rows cannot identify them
+    (saying so in ``held``), its draws for the bands and its quantiles at ``level``.
+
+    ``locality`` (:class:`moeroof.models.locality.Locality`, the locality prior fitted on real
+    decode) holds ρ and ``c`` where the rows cannot identify them at its centre instead of at 0
+    and off, and :func:`fit_routing` pairs each bootstrap draw with one of its draws, so that its
+    spread goes into the bands."""
+    held_values: dict[str, float] = {}
+    rho_c, c_c = locality.centre_for(int(experts), int(top_k))
+    lo_q, hi_q = locality.quantiles_for([level[0], level[1]], int(experts), int(top_k))
+    if "rho" not in fitted:
+        held_values["rho"] = rho_c
+        held["rho"] = (
+            held.get("rho", "not identified")
+            + f"; held at the {locality.label}: centre {rho_c:.3g} (5–95 % {lo_q[0]:.2g}–{hi_q[0]:.2g}), in the bands"
+        )
+    if "locality" not in fitted:
+        held_values["c"] = c_c * int(experts)  # inf (off) stays inf
+        held["locality"] = (
+            held.get("locality", "not identified")
+            + f"; held at the {locality.label}: centre a hot set of {locality.centre[1]:.2g}·K experts "
+            + ("(off for this model)" if math.isinf(c_c) else f"(c = {c_c:.3g}·E)")
+            + ", its spread in the bands"
+        )
+    # the prior's draws lie on one curve (least to most local): 16 points sample it finely
+    # enough that the draws the calibration rows weight up are not one or two
+    prior_pairs = locality.draws_for(max(int(bootstrap), 16), int(experts), int(top_k)) if held_values else []
+    return held_values, prior_pairs, (lo_q, hi_q)
+
+
+def _fit_families(
+    families: Sequence[str],
+    points: list[Point],
+    shape: tuple[int, int, int, float | None],
+    kw: dict[str, Any],
+    report: Callable[[str], None],
+    notes: list[str],
+) -> tuple[list, int, list[int]]:
+    """Each family's problem and fit, the best family's index and those that fit the rows (the
+    best alone, with a note, when none does); ``shape`` is (E, K, L, expert bytes)."""
+    experts, top_k, layers, expert_bytes = shape
+    problems = []
+    for f in families:
+        report(f"{f}: fit")
+        problems.append(_fit_family(f, points, experts, top_k, layers, expert_bytes, **kw))
+    best_i = min(range(len(problems)), key=lambda i: problems[i][1].residual)
+    chosen = [i for i, (_, f) in enumerate(problems) if f.fits]
+    if not chosen:
+        chosen = [best_i]
+        notes.append(
+            f"no family meets every calibration row within tolerance; the bands come from the best "
+            f"({problems[best_i][1].family}) alone"
+        )
+    return problems, best_i, chosen
+
+
+def _bootstrapped_fits(
+    problems: list,
+    best_i: int,
+    chosen: list[int],
+    seeds: tuple[int, ...],
+    bootstrap: int,
+    level: tuple[float, float],
+    prior: tuple[list[tuple[float, float]], tuple[str, ...], dict[str, str], Locality | None],
+    report: Callable[[str], None],
+    notes: list[str],
+) -> list:
+    """Each family's fit with its bootstrap (only where its draws are used) and, with the locality
+    prior's draws ``prior`` (draws, fitted, held, the prior), those draws."""
+    prior_pairs, fitted, held, locality = prior
+    # the bootstrap only where its draws are used: the families of the bands and the chosen one
+    fits = []
+    for i, (prob, f) in enumerate(problems):
+        report(f"{f.family}: bootstrap ({bootstrap})" if i in chosen or i == best_i else f"{f.family}: no bootstrap")
+        fits.append(_bootstrap(prob, f, seeds, int(bootstrap), REFIT_EVALS, level) if i in chosen or i == best_i else f)
+    if prior_pairs:  # the held knobs drawn from the prior, the fitted ones refitted with each draw
+        held_names = [n for n in ("rho", "locality") if n not in fitted and n in held]
+        fits = [
+            _prior_draws(problems[i][0], f, seeds, prior_pairs, held_names, REFIT_EVALS)
+            if i in chosen or i == best_i
+            else f
+            for i, f in enumerate(fits)
+        ]
+        assert locality is not None
+        notes.append(
+            f"{' and '.join(held_names)} held at the {locality.label} (the rows cannot identify them); the bands "
+            "include its spread: each of its draws with the fitted knobs refitted, weighted by the calibration rows"
+        )
+    return fits
+
+
+def _knob_entries(
+    best: Any,
+    fitted: tuple[str, ...],
+    held: dict[str, str],
+    locality: Locality | None,
+    quantiles: tuple[Any, Any] | None,
+    experts: int,
+    notes: list[str],
+) -> dict[str, Any]:
+    """The knobs of the chosen family with their intervals (the locality prior's where it holds
+    them: ``quantiles``), whether each is identified and why not."""
+    knobs: dict[str, Any] = {}
+    for name in KNOBS:
+        value = _knob_value(best.knobs, name)
+        entry: dict[str, Any] = {"value": value, "fitted": name in fitted}
+        if name in best.intervals:
+            interval = best.intervals[name]
+            entry.update(low=float(interval.low), high=float(interval.high))
+        else:
+            entry.update(low=value, high=value)
+        if locality is not None and quantiles is not None and name in ("rho", "locality") and name not in fitted:
+            lo_q, hi_q = quantiles
+            j = 0 if name == "rho" else 1
+            scale = 1.0 if name == "rho" else float(experts)
+            entry.update(low=float(lo_q[j]) * scale, high=float(hi_q[j]) * scale, prior=locality.label)
+        if name == "skew":
+            entry["parameter"] = best.knobs.skew_name
+        if name == "locality":
+            entry["off"] = math.isinf(best.knobs.c)
+            entry["note"] = "c of Dirichlet(c·w) per stream; null = off (infinite)"
+        if name in held:
+            entry["held"] = held[name]
+        if name in best.unidentified:
+            entry["unidentified"] = "the calibration rows barely move it: its interval is its whole search box"
+            notes.append(f"{name}: not identified by the calibration rows (interval = its search box)")
+        # one meaning with fit-plan: identified = fitted to a bounded interval, and a why when not
+        entry["identified"] = name in fitted and name not in best.unidentified
+        if not entry["identified"]:
+            entry["why"] = entry.get("unidentified") or entry.get("held") or "held, not fitted"
+        knobs[_KNOB_KEYS[name]] = entry
+    return knobs
+
+
+def _family_summaries(fits: list, contributing: list) -> dict[str, dict[str, Any]]:
+    """Each family's fit in brief: its residual, whether it fits, its knobs, whether it is in the bands."""
+    return {
+        f.family: {
+            "residual": f.residual,
+            "max_abs_z": f.max_abs_z,
+            "fits": f.fits,
+            "knobs": {
+                "skew": f.knobs.skew,
+                "rho": f.knobs.rho,
+                "locality_c": f.knobs.c,
+                "history_tokens": f.knobs.history_tokens,
+            },
+            "label": f.knobs.label(),
+            "contributes_to_bands": any(f is c for c in contributing),
+            "evaluations": f.evaluations,
+        }
+        for f in fits
+    }
+
+
+def _prediction_rows(points: list[Point], best: Any, band: Any) -> list[dict[str, Any]]:
+    """Every point with the best family's prediction and the bands."""
+    rows = []
+    for i, p in enumerate(points):
+        rows.append(
+            {
+                "row": p.row,
+                "kind": p.kind,
+                "batch": p.batch,
+                "capacity_experts_per_layer": p.capacity_experts,
+                "capacity_gib": p.capacity_gib,
+                "policy": p.policy,
+                "scope": p.scope,
+                "ranks": p.ranks,
+                "partition": p.partition,
+                "calibrates": p.calibrates,
+                "measured": p.value,
+                "predicted": float(best.predicted[i]),
+                "low": float(band.low[i]),
+                "high": float(band.high[i]),
+            }
+        )
+    return rows
+
+
+def _method(level: tuple[float, float], bootstrap: int) -> dict[str, str]:
+    """How :func:`fit_routing` fits, in words."""
+    pct = f"{100 * level[0]:g}-{100 * level[1]:g} %"
+    return {
+        "fit": "least squares S = sum(((mean over seeds of simulated row - measured) / tolerance)^2) by a "
+        "coordinate search (grid + parabolic step per knob, span shrinking 2.5x per round), Nelder-Mead and a "
+        "Levenberg-Marquardt polish at fixed seeds (common random numbers); one fit per family, the least S chosen",
+        "tolerance": "hit_rate 0.03, overlap 0.05, union 5 % (>= 0.25), gib_per_step 10 % (>= 0.005 GiB); "
+        "a family fits when every calibration row is within its tolerance",
+        "intervals": f"{pct} of a refit parametric bootstrap ({int(bootstrap)} replicates): replicate "
+        "measurements at the fitted knobs (one run at a seed no fit uses, plus the fit seeds' own noise), each "
+        "refitted (best evaluated knob set, then the same polish); fitted value + Student t quantile x root mean "
+        "square of the refits' deviations on the fit's scale (log skew, rho, log2(1 + history), log10(E/c)). "
+        "Covers the measurement noise of one run and of the fit seeds at these seeds, not the family choice",
+        "bands": f"{pct}: per family that fits, its prediction + Student t quantile x root mean square deviation "
+        "of its bootstrap draws, each simulated at its own seed (parameter + run-to-run noise); the envelope "
+        "over the families (family uncertainty)",
+    }
+
+
+def _unfit_notes(fits: list) -> list[str]:
+    """A note for each family that cannot fit the calibration rows."""
+    return [
+        f"{f.family} cannot fit the calibration rows: its best miss is {f.max_abs_z:.2g} tolerances "
+        f"(residual {f.residual:.3g})"
+        for f in fits
+        if not f.fits
+    ]
+
+
+def _fit_setup(
+    points: Sequence[Point],
+    shape: tuple[int, int, int],
+    seeds: Sequence[int],
+    sim: tuple[int, int, int],
+    popularity: RoutingKnobs | None,
+    locality: Locality | None,
+    level: tuple[float, float],
+    bootstrap: int,
+) -> tuple[list[Point], tuple[int, ...], tuple[str, ...], dict[str, str], Any, list[tuple[float, float]], dict]:
+    """:func:`fit_routing`'s checks and what its fits share: the points, the seeds, the fitted and
+    held knobs, the locality prior's quantiles and draws, and the search's keywords. ``shape`` is
+    (E, K, L); ``sim`` (timed steps, simulated layers, largest history)."""
+    experts, top_k, layers = shape
+    timed_steps, max_sim_layers, max_history = sim
+    points = list(points)
+    if not points or not any(p.calibrates for p in points):
+        raise ValueError("no calibration point: at least one point needs a value")
+    check_sizes(
+        points,
+        int(experts),
+        int(top_k),
+        int(layers),
+        seeds=len(seeds),  # before the seeds are listed: a range of 10^9 is not made a tuple
+        timed_steps=int(timed_steps),
+        max_sim_layers=max_sim_layers,
+        max_history=max_history,
+    )
+    fitted, held = _identified_knobs(points, popularity)
+    held_values: dict[str, float] = {}
+    prior_pairs: list[tuple[float, float]] = []
+    quantiles = None
+    if locality is not None:
+        held_values, prior_pairs, quantiles = _locality_holds(
+            locality, fitted, held, int(experts), int(top_k), level, bootstrap
+        )
+    seeds = tuple(int(s) for s in seeds)
+    kw = dict(
+        held=held_values,
+        fitted=fitted,
+        start=popularity,
+        seeds=seeds,
+        timed_steps=timed_steps,
+        max_sim_layers=max_sim_layers,
+        max_history=max_history,
+        rounds=ROUNDS,
+        grid=GRID,
+        polish=40,
+        refit=REFIT_EVALS,
+    )
+    return points, seeds, fitted, held, quantiles, prior_pairs, kw
+
+
+def fit_routing(
     points: Sequence[Point],
     experts: int,
     top_k: int,
@@ -1095,10 +1377,7 @@ def fit_routing(  # noqa: C901
     skew, e.g. fitted to the model's routing histogram): only that family is fitted, its skew is
     held there, and the rows go to the locality knobs (ρ, history, ``c``).
 
-    ``locality``, when given (:class:`moeroof.models.locality.Locality`, the locality prior
-    fitted on real decode), holds ρ and ``c`` where the rows cannot identify them at its centre
-    instead of at 0 and off, and pairs each bootstrap draw with one of its draws, so that its
-    spread goes into the bands.
+    ``locality``, when given, is the locality prior: :func:`_locality_holds`.
 
     ``progress(done, total, what)``, when given, is called as each stage starts (a family's fit,
     its bootstrap, the bands) and at the end; it changes no result."""
@@ -1113,204 +1392,32 @@ def fit_routing(  # noqa: C901
             progress(min(stage, stages), stages, what)
         stage += 1
 
-    points = list(points)
-    if not points or not any(p.calibrates for p in points):
-        raise ValueError("no calibration point: at least one point needs a value")
-    check_sizes(
-        points,
-        int(experts),
-        int(top_k),
-        int(layers),
-        seeds=len(seeds),  # before the seeds are listed: a range of 10^9 is not made a tuple
-        timed_steps=int(timed_steps),
-        max_sim_layers=max_sim_layers,
-        max_history=max_history,
+    sim = (timed_steps, max_sim_layers, max_history)
+    points, seeds, fitted, held, quantiles, prior_pairs, kw = _fit_setup(
+        points, (experts, top_k, layers), seeds, sim, popularity, locality, level, bootstrap
     )
-    if popularity is not None:
-        fitted, held = identifiable(points, hold=("skew",))
-        held["skew"] = f"given: the routing's popularity ({popularity.skew_name} = {popularity.skew:.3g}), not fitted"
-    else:
-        fitted, held = identifiable(points)
-    held_values: dict[str, float] = {}
-    prior_pairs: list[tuple[float, float]] = []
-    if locality is not None:
-        rho_c, c_c = locality.centre_for(int(experts), int(top_k))
-        lo_q, hi_q = locality.quantiles_for([level[0], level[1]], int(experts), int(top_k))
-        if "rho" not in fitted:
-            held_values["rho"] = rho_c
-            held["rho"] = (
-                held.get("rho", "not identified")
-                + f"; held at the {locality.label}: centre {rho_c:.3g} (5–95 % {lo_q[0]:.2g}–{hi_q[0]:.2g}), in the bands"
-            )
-        if "locality" not in fitted:
-            held_values["c"] = c_c * int(experts)  # inf (off) stays inf
-            held["locality"] = (
-                held.get("locality", "not identified")
-                + f"; held at the {locality.label}: centre a hot set of {locality.centre[1]:.2g}·K experts "
-                + ("(off for this model)" if math.isinf(c_c) else f"(c = {c_c:.3g}·E)")
-                + ", its spread in the bands"
-            )
-        # the prior's draws lie on one curve (least to most local): 16 points sample it finely
-        # enough that the draws the calibration rows weight up are not one or two
-        prior_pairs = locality.draws_for(max(int(bootstrap), 16), int(experts), int(top_k)) if held_values else []
-    seeds = tuple(int(s) for s in seeds)
-    kw = dict(
-        held=held_values,
-        fitted=fitted,
-        start=popularity,
-        seeds=seeds,
-        timed_steps=timed_steps,
-        max_sim_layers=max_sim_layers,
-        max_history=max_history,
-        rounds=ROUNDS,
-        grid=GRID,
-        polish=40,
-        refit=REFIT_EVALS,
-    )
-    problems = []
-    for f in families:
-        report(f"{f}: fit")
-        problems.append(_fit_family(f, points, experts, top_k, layers, expert_bytes, **kw))
-    best_i = min(range(len(problems)), key=lambda i: problems[i][1].residual)
     notes: list[str] = []
-    chosen = [i for i, (_, f) in enumerate(problems) if f.fits]
-    if not chosen:
-        chosen = [best_i]
-        notes.append(
-            f"no family meets every calibration row within tolerance; the bands come from the best "
-            f"({problems[best_i][1].family}) alone"
-        )
-    # the bootstrap only where its draws are used: the families of the bands and the chosen one
-    fits = []
-    for i, (prob, f) in enumerate(problems):
-        report(f"{f.family}: bootstrap ({bootstrap})" if i in chosen or i == best_i else f"{f.family}: no bootstrap")
-        fits.append(_bootstrap(prob, f, seeds, int(bootstrap), REFIT_EVALS, level) if i in chosen or i == best_i else f)
-    if prior_pairs:  # the held knobs drawn from the prior, the fitted ones refitted with each draw
-        held_names = [n for n in ("rho", "locality") if n not in fitted and n in held]
-        fits = [
-            _prior_draws(problems[i][0], f, seeds, prior_pairs, held_names, REFIT_EVALS)
-            if i in chosen or i == best_i
-            else f
-            for i, f in enumerate(fits)
-        ]
-        notes.append(
-            f"{' and '.join(held_names)} held at the {locality.label} (the rows cannot identify them); the bands "
-            "include its spread: each of its draws with the fitted knobs refitted, weighted by the calibration rows"
-        )
+    problems, best_i, chosen = _fit_families(
+        families, points, (experts, top_k, layers, expert_bytes), kw, report, notes
+    )
+    fits = _bootstrapped_fits(
+        problems, best_i, chosen, seeds, bootstrap, level, (prior_pairs, fitted, held, locality), report, notes
+    )
     report("bands")
     best = fits[best_i]
     contributing = [fits[i] for i in chosen]
-    for f in fits:
-        if not f.fits:
-            notes.append(
-                f"{f.family} cannot fit the calibration rows: its best miss is {f.max_abs_z:.2g} tolerances "
-                f"(residual {f.residual:.3g})"
-            )
-    band = _bands(
-        contributing,
-        best,
-        points,
-        experts,
-        top_k,
-        layers,
-        expert_bytes,
-        level,
-        timed_steps,
-        max_sim_layers,
-    )
-
-    # knobs of the chosen family with intervals
-    knobs: dict[str, Any] = {}
-    for name in KNOBS:
-        value = _knob_value(best.knobs, name)
-        entry: dict[str, Any] = {"value": value, "fitted": name in fitted}
-        if name in best.intervals:
-            interval = best.intervals[name]
-            entry.update(low=float(interval.low), high=float(interval.high))
-        else:
-            entry.update(low=value, high=value)
-        if locality is not None and name in ("rho", "locality") and name not in fitted:
-            j = 0 if name == "rho" else 1
-            scale = 1.0 if name == "rho" else float(experts)
-            entry.update(low=float(lo_q[j]) * scale, high=float(hi_q[j]) * scale, prior=locality.label)
-        if name == "skew":
-            entry["parameter"] = best.knobs.skew_name
-        if name == "locality":
-            entry["off"] = math.isinf(best.knobs.c)
-            entry["note"] = "c of Dirichlet(c·w) per stream; null = off (infinite)"
-        if name in held:
-            entry["held"] = held[name]
-        if name in best.unidentified:
-            entry["unidentified"] = "the calibration rows barely move it: its interval is its whole search box"
-            notes.append(f"{name}: not identified by the calibration rows (interval = its search box)")
-        # one meaning with fit-plan: identified = fitted to a bounded interval, and a why when not
-        entry["identified"] = name in fitted and name not in best.unidentified
-        if not entry["identified"]:
-            entry["why"] = entry.get("unidentified") or entry.get("held") or "held, not fitted"
-        knobs[_KNOB_KEYS[name]] = entry
-
-    fam_out = {
-        f.family: {
-            "residual": f.residual,
-            "max_abs_z": f.max_abs_z,
-            "fits": f.fits,
-            "knobs": {
-                "skew": f.knobs.skew,
-                "rho": f.knobs.rho,
-                "locality_c": f.knobs.c,
-                "history_tokens": f.knobs.history_tokens,
-            },
-            "label": f.knobs.label(),
-            "contributes_to_bands": any(f is c for c in contributing),
-            "evaluations": f.evaluations,
-        }
-        for f in fits
-    }
-    rows = []
-    for i, p in enumerate(points):
-        rows.append(
-            {
-                "row": p.row,
-                "kind": p.kind,
-                "batch": p.batch,
-                "capacity_experts_per_layer": p.capacity_experts,
-                "capacity_gib": p.capacity_gib,
-                "policy": p.policy,
-                "scope": p.scope,
-                "ranks": p.ranks,
-                "partition": p.partition,
-                "calibrates": p.calibrates,
-                "measured": p.value,
-                "predicted": float(best.predicted[i]),
-                "low": float(band.low[i]),
-                "high": float(band.high[i]),
-            }
-        )
-    pct = f"{100 * level[0]:g}-{100 * level[1]:g} %"
-    method = {
-        "fit": "least squares S = sum(((mean over seeds of simulated row - measured) / tolerance)^2) by a "
-        "coordinate search (grid + parabolic step per knob, span shrinking 2.5x per round), Nelder-Mead and a "
-        "Levenberg-Marquardt polish at fixed seeds (common random numbers); one fit per family, the least S chosen",
-        "tolerance": "hit_rate 0.03, overlap 0.05, union 5 % (>= 0.25), gib_per_step 10 % (>= 0.005 GiB); "
-        "a family fits when every calibration row is within its tolerance",
-        "intervals": f"{pct} of a refit parametric bootstrap ({int(bootstrap)} replicates): replicate "
-        "measurements at the fitted knobs (one run at a seed no fit uses, plus the fit seeds' own noise), each "
-        "refitted (best evaluated knob set, then the same polish); fitted value + Student t quantile x root mean "
-        "square of the refits' deviations on the fit's scale (log skew, rho, log2(1 + history), log10(E/c)). "
-        "Covers the measurement noise of one run and of the fit seeds at these seeds, not the family choice",
-        "bands": f"{pct}: per family that fits, its prediction + Student t quantile x root mean square deviation "
-        "of its bootstrap draws, each simulated at its own seed (parameter + run-to-run noise); the envelope "
-        "over the families (family uncertainty)",
-    }
+    notes += _unfit_notes(fits)
+    band = _bands(contributing, best, points, experts, top_k, layers, expert_bytes, level, timed_steps, max_sim_layers)
+    knobs = _knob_entries(best, fitted, held, locality, quantiles, experts, notes)
     report("done")
     return RoutingFit(
         family=best.family,
         knobs=knobs,
-        families=fam_out,
-        rows=rows,
+        families=_family_summaries(fits, contributing),
+        rows=_prediction_rows(points, best, band),
         fitted=fitted,
         held=held,
-        method=method,
+        method=_method(level, bootstrap),
         experts=int(experts),
         top_k=int(top_k),
         layers=int(layers),

@@ -453,6 +453,192 @@ def _zipf_pooled_refit(ysum: np.ndarray, top_k: int) -> np.ndarray:
 # histogram fits
 
 
+def _check_histogram_args(models: tuple[str, ...], bootstrap: int, gof_sims: int, level: float) -> None:
+    """:func:`fit_histogram`'s checks of its options."""
+    unknown = [m for m in models if m not in MODELS]
+    if unknown or not models:
+        raise ValueError(f"models must be a non-empty subset of {MODELS}, got {models!r}")
+    if bootstrap < 0 or gof_sims < 0:
+        raise ValueError("bootstrap and gof_sims must be >= 0")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+
+
+def _histogram_estimate(
+    model: str, y: np.ndarray, ysorted: np.ndarray, coef: np.ndarray, k: int, splits: list
+) -> tuple[np.ndarray, float, np.ndarray, float, str | None]:
+    """One model's point estimates and log-likelihoods of :func:`fit_histogram`: per layer (L,) and
+    pooled, with the name of its parameter (None for ``uniform``).
+
+    - ``uniform``: π_i = K/E, k = 0.
+    - ``zipf``: w ∝ rank^−s, π(s) = Plackett–Luce inclusion of w (the Zipf routing model), s ∈ [0, 4], k = 1.
+      ŝ uses each expert's rank in the observed counts — the maximum-likelihood assignment
+      over permutations. Sorting noise looks like skew, so this favours Zipf on noise: on
+      uniform data ŝ > 0 (≈ 0.03 at E = 64, N = 8e4) and the sorted log L beats the uniform
+      one by O(E) nats per layer (≈ 27 at E = 64), so AIC would always pick Zipf. The reported
+      ``log_likelihood`` (and AIC) of Zipf is therefore *cross-fitted*: the counts are split by
+      binomial thinning into two independent halves, each half is scored at ŝ with the rank
+      order of the other half, averaged over ``crossfit_splits`` thinnings. It has no sorting
+      optimism (a noise order earns nothing) and loses little under real skew (the top ranks
+      are stable). The Zipf routing model draws a random permutation per layer, whose exact
+      likelihood averages over all E! orders (a permanent); the cross-fit stands in for it.
+    - ``dirichlet``: w ~ Dirichlet(α·1) per layer, and the picks are approximated by a
+      Dirichlet-multinomial with N draws from w itself, ``log L = log N! − Σ log Y_i! +
+      lnΓ(Eα) − lnΓ(N+Eα) + Σ [lnΓ(Y_i+α) − lnΓ(α)]``. The approximation ignores that the K
+      picks of a token are without replacement (which flattens π against K·w), so α is biased
+      upwards (less skew) when K·max w is not small. α ∈ [1e-3, 1e6], k = 1.
+    """
+    layers, experts = y.shape
+    if model == "uniform":
+        p_layer = np.zeros(layers)
+        p_pool = 0.0
+        ll_layer = coef + (y * np.log(1.0 / experts)).sum(axis=1)
+        ll_pool = float(ll_layer.sum())
+        name = None
+    elif model == "zipf":
+        s0 = _zipf_grid_mle(ysorted, k)
+        p_layer = np.array([_zipf_polish(ysorted[l], k, s0[l]) for l in range(layers)])
+        ysum = ysorted.sum(axis=0)
+        p_pool = _zipf_polish(ysum, k, float(_zipf_grid_mle(ysum, k)))
+        log_p = _zipf_log_pi_exact(experts, k, np.append(p_layer, p_pool)) - np.log(k)
+        ll_layer = coef + _zipf_crossfit(y, log_p[:layers], splits)
+        ll_pool = float(coef.sum() + _zipf_crossfit(y, np.broadcast_to(log_p[layers], y.shape), splits).sum())
+        name = "s"
+    else:
+        p_layer = _dirichlet_mle(y[None], pooled=False)[0]
+        p_pool = float(_dirichlet_mle(y[None], pooled=True)[0])
+        ll_layer = coef + _dm_loglik(y.astype(float), p_layer)
+        ll_pool = float(coef.sum() + _dm_loglik(y.astype(float), np.full(layers, p_pool)).sum())
+        name = "alpha"
+
+    return p_layer, p_pool, ll_layer, ll_pool, name
+
+
+def _histogram_intervals(
+    model: str,
+    p_layer: np.ndarray,
+    p_pool: float,
+    n: np.ndarray,
+    shape: tuple[int, int],
+    bootstrap: int,
+    level: float,
+    rng: np.random.Generator,
+) -> tuple[Any, Any, np.ndarray, float]:
+    """One parametrised model's intervals (per layer, pooled) and reported estimates (per layer,
+    pooled) in :func:`fit_histogram`; no intervals without replicates. ``shape``: (E, K).
+
+    Intervals (``level``) from ``bootstrap`` replicates:
+    - Zipf: parametric — picks ``Y* ~ Multinomial(N, π(ŝ)/K)`` per layer simulated at the
+      fitted exponent (per layer at ŝ_l; pooled: every layer at the pooled ŝ), sorted and
+      refitted. The ML ŝ of sorted counts is biased upwards (sorting noise looks like skew;
+      ≈ +0.001 per layer at E = 256, N = 1.6e5), and the bias does not shrink when layers are
+      pooled while the spread does: over 58 such layers it is ~4 standard errors. The
+      replicates carry the same bias, so the *basic* interval ``(2ŝ − q_hi, 2ŝ − q_lo)``
+      corrects it — and the reported estimate is the bias-corrected ``2ŝ − mean(ŝ*)``, which
+      lies inside it (reporting the raw ŝ with that interval put the estimate outside its own
+      interval: s = 0.46114, CI [0.45993, 0.46065] on deepseek-v3-like). The ML ŝ stays in
+      ``ml_params``. Resampling ``Y/N`` instead re-sorts an already sorted-biased profile and
+      under-corrects (per-layer coverage of the known exponents of deepseek-v3-like: 52/58
+      against 55/58 for the parametric interval).
+    - Dirichlet: parametric (w* ~ Dirichlet(α̂), Y* ~ Multinomial(N, w*)). Resampling picks
+      would hold this layer's w fixed and miss the main uncertainty of α — one layer is a
+      single draw of E shares from Dirichlet(α) — so its intervals would be far too narrow.
+    """
+    experts, k = shape
+    ci_layer = ci_pool = None
+    est_layer, est_pool = p_layer, p_pool
+    if bootstrap > 0:
+        b_layer, b_pool = _parametric_replicates(model, p_layer, p_pool, n, (experts, k), bootstrap, rng)
+        how = "parametric bootstrap"
+        if model == "zipf":
+            # basic (reverse-percentile) interval: re-sorting resampled counts adds the
+            # sorting bias a second time, so percentiles sit above ŝ (and miss the truth)
+            ci_layer = basic_interval(p_layer, b_layer, level, ignore_nan=True, resampling=how).clip(*S_BOUNDS)
+            ci_pool = basic_interval(p_pool, b_pool, level, ignore_nan=True, resampling=how).clip(*S_BOUNDS)
+            # the same correction for the estimate: 2ŝ − mean(ŝ*), inside the basic interval
+            est_layer = np.clip(2.0 * p_layer - np.nanmean(b_layer, axis=0), *S_BOUNDS)
+            est_pool = float(np.clip(2.0 * p_pool - np.nanmean(b_pool), *S_BOUNDS))
+        else:
+            ci_layer = percentile_interval(b_layer, level, ignore_nan=True, resampling=how)  # ends (L,)
+            ci_pool = percentile_interval(b_pool, level, ignore_nan=True, resampling=how)  # float ends
+
+    return ci_layer, ci_pool, est_layer, est_pool
+
+
+def _histogram_gof(
+    model: str,
+    shape: tuple[int, int],
+    p_layer: np.ndarray,
+    p_pool: float,
+    n: np.ndarray,
+    obs_shares: np.ndarray,
+    gof_sims: int,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """One model's goodness of fit in :func:`fit_histogram`: statistics and p-values per layer,
+    then pooled. ``shape``: (E, K).
+
+    Goodness of fit: parametric bootstrap with ``gof_sims`` histograms simulated from the
+    fitted model at each layer's N (multinomial picks; Dirichlet: a fresh w per simulation).
+    Statistic per layer: max over ranks of |observed sorted share − mean simulated sorted
+    share|; pooled: the max over layers. p-value: (1 + #{simulated ≥ observed}) / (1 + sims).
+    """
+    experts, k = shape
+    layers = n.size
+    sims_l = _sim_sorted_shares(_model_pick_probs(model, experts, k, p_layer, gof_sims, rng), n, rng)
+    d_l, pv_l, _, _ = _gof(obs_shares, sims_l)
+    sims_p = _sim_sorted_shares(_model_pick_probs(model, experts, k, np.full(layers, p_pool), gof_sims, rng), n, rng)
+    _, _, d_p, pv_p = _gof(obs_shares, sims_p)
+
+    return d_l, pv_l, d_p, pv_p
+
+
+def _histogram_model_fits(
+    model: str,
+    name: str | None,
+    params: tuple[np.ndarray, float, np.ndarray, float],
+    ci: tuple[Any, Any],
+    ll: tuple[np.ndarray, float],
+    gof: tuple[np.ndarray, np.ndarray, float, float],
+) -> tuple[list[ModelFit], ModelFit]:
+    """One model's :class:`ModelFit` per layer and pooled in :func:`fit_histogram`: ``params`` are
+    the reported and the ML estimates (per layer, pooled each), ``gof`` the statistics and
+    p-values per layer, then pooled."""
+    est_layer, est_pool, p_layer, p_pool = params
+    ci_layer, ci_pool = ci
+    ll_layer, ll_pool = ll
+    d_l, pv_l, d_p, pv_p = gof
+    kp = _N_PARAMS[model]
+    layers = len(ll_layer)
+    layer_fits: list[ModelFit] = []
+    for l in range(layers):
+        layer_fits.append(
+            ModelFit(
+                model=model,
+                params={} if name is None else {name: float(est_layer[l])},
+                ml_params={} if name is None else {name: float(p_layer[l])},
+                ci={} if ci_layer is None else {name: ci_layer.at(l)},
+                log_likelihood=float(ll_layer[l]),
+                aic=2.0 * kp - 2.0 * float(ll_layer[l]),
+                gof_statistic=float(d_l[l]),
+                gof_pvalue=float(pv_l[l]),
+                n_params=kp,
+            )
+        )
+    pooled = ModelFit(
+        model=model,
+        params={} if name is None else {name: float(est_pool)},
+        ml_params={} if name is None else {name: float(p_pool)},
+        ci={} if ci_pool is None else {name: ci_pool},
+        log_likelihood=ll_pool,
+        aic=2.0 * kp - 2.0 * ll_pool,
+        gof_statistic=d_p,
+        gof_pvalue=pv_p,
+        n_params=kp,
+    )
+    return layer_fits, pooled
+
+
 def fit_histogram(
     counts: Any,
     top_k: int,
@@ -475,57 +661,16 @@ def fit_histogram(
     ``log L = log N! − Σ log Y_i! + Σ Y_i log(π_i/K)`` (pick-level approximation of
     incidence data, Chao et al. 2014). AIC = 2k − 2 log L; ``chosen`` is the lowest pooled AIC.
 
-    - ``uniform``: π_i = K/E, k = 0.
-    - ``zipf``: w ∝ rank^−s, π(s) = Plackett–Luce inclusion of w (the Zipf routing model), s ∈ [0, 4], k = 1.
-      ŝ uses each expert's rank in the observed counts — the maximum-likelihood assignment
-      over permutations. Sorting noise looks like skew, so this favours Zipf on noise: on
-      uniform data ŝ > 0 (≈ 0.03 at E = 64, N = 8e4) and the sorted log L beats the uniform
-      one by O(E) nats per layer (≈ 27 at E = 64), so AIC would always pick Zipf. The reported
-      ``log_likelihood`` (and AIC) of Zipf is therefore *cross-fitted*: the counts are split by
-      binomial thinning into two independent halves, each half is scored at ŝ with the rank
-      order of the other half, averaged over ``crossfit_splits`` thinnings. It has no sorting
-      optimism (a noise order earns nothing) and loses little under real skew (the top ranks
-      are stable). The Zipf routing model draws a random permutation per layer, whose exact
-      likelihood averages over all E! orders (a permanent); the cross-fit stands in for it.
-    - ``dirichlet``: w ~ Dirichlet(α·1) per layer, and the picks are approximated by a
-      Dirichlet-multinomial with N draws from w itself, ``log L = log N! − Σ log Y_i! +
-      lnΓ(Eα) − lnΓ(N+Eα) + Σ [lnΓ(Y_i+α) − lnΓ(α)]``. The approximation ignores that the K
-      picks of a token are without replacement (which flattens π against K·w), so α is biased
-      upwards (less skew) when K·max w is not small. α ∈ [1e-3, 1e6], k = 1.
+    The models, their estimates and ``zipf``'s cross-fitted likelihood: :func:`_histogram_estimate`.
 
     Pooled fits share one parameter over all layers (each layer keeps its own rank order for
     Zipf); pooled log L is the sum over layers.
 
-    Goodness of fit: parametric bootstrap with ``gof_sims`` histograms simulated from the
-    fitted model at each layer's N (multinomial picks; Dirichlet: a fresh w per simulation).
-    Statistic per layer: max over ranks of |observed sorted share − mean simulated sorted
-    share|; pooled: the max over layers. p-value: (1 + #{simulated ≥ observed}) / (1 + sims).
-
-    Intervals (``level``) from ``bootstrap`` replicates:
-    - Zipf: parametric — picks ``Y* ~ Multinomial(N, π(ŝ)/K)`` per layer simulated at the
-      fitted exponent (per layer at ŝ_l; pooled: every layer at the pooled ŝ), sorted and
-      refitted. The ML ŝ of sorted counts is biased upwards (sorting noise looks like skew;
-      ≈ +0.001 per layer at E = 256, N = 1.6e5), and the bias does not shrink when layers are
-      pooled while the spread does: over 58 such layers it is ~4 standard errors. The
-      replicates carry the same bias, so the *basic* interval ``(2ŝ − q_hi, 2ŝ − q_lo)``
-      corrects it — and the reported estimate is the bias-corrected ``2ŝ − mean(ŝ*)``, which
-      lies inside it (reporting the raw ŝ with that interval put the estimate outside its own
-      interval: s = 0.46114, CI [0.45993, 0.46065] on deepseek-v3-like). The ML ŝ stays in
-      ``ml_params``. Resampling ``Y/N`` instead re-sorts an already sorted-biased profile and
-      under-corrects (per-layer coverage of the known exponents of deepseek-v3-like: 52/58
-      against 55/58 for the parametric interval).
-    - Dirichlet: parametric (w* ~ Dirichlet(α̂), Y* ~ Multinomial(N, w*)). Resampling picks
-      would hold this layer's w fixed and miss the main uncertainty of α — one layer is a
-      single draw of E shares from Dirichlet(α) — so its intervals would be far too narrow.
+    Goodness of fit (``gof_sims`` simulations): :func:`_histogram_gof`. Intervals (``level``) from
+    ``bootstrap`` replicates, and Zipf's bias-corrected estimate: :func:`_histogram_intervals`.
     """
     y = _check_counts(counts, top_k)
-    unknown = [m for m in models if m not in MODELS]
-    if unknown or not models:
-        raise ValueError(f"models must be a non-empty subset of {MODELS}, got {models!r}")
-    if bootstrap < 0 or gof_sims < 0:
-        raise ValueError("bootstrap and gof_sims must be >= 0")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    _check_histogram_args(models, bootstrap, gof_sims, level)
     layers, experts = y.shape
     k = int(top_k)
     n = y.sum(axis=1)
@@ -550,82 +695,24 @@ def fit_histogram(
     for model in MODELS:
         if model not in models:
             continue
-        kp = _N_PARAMS[model]
         report(f"{model}: estimate")
-        # --- point estimates and log-likelihoods (per layer (L,), pooled scalar)
-        if model == "uniform":
-            p_layer = np.zeros(layers)
-            p_pool = 0.0
-            ll_layer = coef + (y * np.log(1.0 / experts)).sum(axis=1)
-            ll_pool = float(ll_layer.sum())
-            name = None
-        elif model == "zipf":
-            s0 = _zipf_grid_mle(ysorted, k)
-            p_layer = np.array([_zipf_polish(ysorted[l], k, s0[l]) for l in range(layers)])
-            ysum = ysorted.sum(axis=0)
-            p_pool = _zipf_polish(ysum, k, float(_zipf_grid_mle(ysum, k)))
-            log_p = _zipf_log_pi_exact(experts, k, np.append(p_layer, p_pool)) - np.log(k)
-            ll_layer = coef + _zipf_crossfit(y, log_p[:layers], splits)
-            ll_pool = float(coef.sum() + _zipf_crossfit(y, np.broadcast_to(log_p[layers], y.shape), splits).sum())
-            name = "s"
-        else:
-            p_layer = _dirichlet_mle(y[None], pooled=False)[0]
-            p_pool = float(_dirichlet_mle(y[None], pooled=True)[0])
-            ll_layer = coef + _dm_loglik(y.astype(float), p_layer)
-            ll_pool = float(coef.sum() + _dm_loglik(y.astype(float), np.full(layers, p_pool)).sum())
-            name = "alpha"
-
-        # --- bootstrap intervals
+        p_layer, p_pool, ll_layer, ll_pool, name = _histogram_estimate(model, y, ysorted, coef, k, splits)
         report(f"{model}: bootstrap ({bootstrap})")
-        ci_layer = ci_pool = None
-        est_layer, est_pool = p_layer, p_pool
-        if name is not None and bootstrap > 0:
-            b_layer, b_pool = _parametric_replicates(model, p_layer, p_pool, n, (experts, k), bootstrap, rng)
-            how = "parametric bootstrap"
-            if model == "zipf":
-                # basic (reverse-percentile) interval: re-sorting resampled counts adds the
-                # sorting bias a second time, so percentiles sit above ŝ (and miss the truth)
-                ci_layer = basic_interval(p_layer, b_layer, level, ignore_nan=True, resampling=how).clip(*S_BOUNDS)
-                ci_pool = basic_interval(p_pool, b_pool, level, ignore_nan=True, resampling=how).clip(*S_BOUNDS)
-                # the same correction for the estimate: 2ŝ − mean(ŝ*), inside the basic interval
-                est_layer = np.clip(2.0 * p_layer - np.nanmean(b_layer, axis=0), *S_BOUNDS)
-                est_pool = float(np.clip(2.0 * p_pool - np.nanmean(b_pool), *S_BOUNDS))
-            else:
-                ci_layer = percentile_interval(b_layer, level, ignore_nan=True, resampling=how)  # ends (L,)
-                ci_pool = percentile_interval(b_pool, level, ignore_nan=True, resampling=how)  # float ends
-
-        # --- goodness of fit
+        ci_layer, ci_pool, est_layer, est_pool = _histogram_intervals(
+            model, p_layer, p_pool, n, (experts, k), bootstrap if name is not None else 0, level, rng
+        )
         report(f"{model}: goodness of fit ({gof_sims} simulations)")
-        sims_l = _sim_sorted_shares(_model_pick_probs(model, experts, k, p_layer, gof_sims, rng), n, rng)
-        d_l, pv_l, _, _ = _gof(obs_shares, sims_l)
-        sims_p = _sim_sorted_shares(
-            _model_pick_probs(model, experts, k, np.full(layers, p_pool), gof_sims, rng), n, rng
+        gof = _histogram_gof(model, (experts, k), p_layer, p_pool, n, obs_shares, gof_sims, rng)
+        layer_fits, pooled[model] = _histogram_model_fits(
+            model,
+            name,
+            (est_layer, est_pool, p_layer, p_pool),
+            (ci_layer, ci_pool),
+            (ll_layer, ll_pool),
+            gof,
         )
-        _, _, d_p, pv_p = _gof(obs_shares, sims_p)
-
         for l in range(layers):
-            per_layer[l][model] = ModelFit(
-                model=model,
-                params={} if name is None else {name: float(est_layer[l])},
-                ml_params={} if name is None else {name: float(p_layer[l])},
-                ci={} if ci_layer is None else {name: ci_layer.at(l)},
-                log_likelihood=float(ll_layer[l]),
-                aic=2.0 * kp - 2.0 * float(ll_layer[l]),
-                gof_statistic=float(d_l[l]),
-                gof_pvalue=float(pv_l[l]),
-                n_params=kp,
-            )
-        pooled[model] = ModelFit(
-            model=model,
-            params={} if name is None else {name: float(est_pool)},
-            ml_params={} if name is None else {name: float(p_pool)},
-            ci={} if ci_pool is None else {name: ci_pool},
-            log_likelihood=ll_pool,
-            aic=2.0 * kp - 2.0 * ll_pool,
-            gof_statistic=d_p,
-            gof_pvalue=pv_p,
-            n_params=kp,
-        )
+            per_layer[l][model] = layer_fits[l]
     report("done")
     chosen = min(pooled, key=lambda m: pooled[m].aic)
     return HistogramFit(
@@ -913,6 +1000,46 @@ def correlation_gap(topk: Any, experts: int) -> dict[str, Any]:
     }
 
 
+def _heterogeneity_tables(
+    w: np.ndarray, seed: int, cs: np.ndarray, shape: tuple[int, int, int, int], bmax: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Model tables of :func:`fit_heterogeneity`: union and plug-in per (c, layer, b), at one fixed
+    seed; ``shape`` is (replicates, layers, experts, top-k)."""
+    replicates, layers, experts, k = shape
+    model = routing.Uniform(experts, k)
+    pop = np.tile(w, (replicates, 1))
+    u_mod = np.zeros((cs.size, layers, bmax + 1))
+    p_mod = np.zeros((cs.size, layers, bmax + 1))
+    for j, c in enumerate(cs):
+        tr = routing.sample_trace(
+            model, 1, bmax, layers * replicates, generator(seed), c=float(c), groups=1, popularity=pop
+        )[0]
+        tr = tr.reshape(bmax, replicates, layers, k)
+        onehot = np.zeros((bmax, replicates, layers, experts), dtype=bool)
+        s_i, r_i, l_i, _ = np.indices(tr.shape).reshape(4, -1)
+        onehot[s_i, r_i, l_i, tr.ravel()] = True
+        u_mod[j, :, 1:] = np.logical_or.accumulate(onehot, axis=0).sum(axis=-1).mean(axis=1).T
+        pi_bar = onehot.mean(axis=(0, 1))  # (L, E)
+        p_mod[j] = _plugin_table(pi_bar, bmax)
+    return u_mod, p_mod
+
+
+def _invert_ratio(r: float, curve: np.ndarray, cs: np.ndarray) -> float:
+    """c whose model ratio on ``cs`` is ``r``: inf at r ≥ 1, c_min at or below R(c_min), the deficit
+    1 − R extrapolated ∝ 1/(c+1) beyond the grid's top."""
+    if not np.isfinite(r):
+        return float("nan")
+    curve = np.maximum.accumulate(curve) + np.arange(curve.size) * 1e-12
+    if r >= 1.0:
+        return float("inf")
+    if r <= curve[0]:
+        return float(cs[0])
+    if r >= curve[-1]:
+        deficit_top = max(1.0 - curve[-1], 1e-12)
+        return float((cs[-1] + 1.0) * deficit_top / (1.0 - r) - 1.0)
+    return float(np.exp(np.interp(r, curve, np.log(cs))))
+
+
 def fit_heterogeneity(
     topk: Any,
     experts: int,
@@ -959,21 +1086,7 @@ def fit_heterogeneity(
     # --- model tables: union and plug-in per (c, layer, b) at one fixed seed
     w = popularity_from_inclusion(_inclusion_hat(arr, experts), k)
     seed = int(rng.integers(2**63))
-    model = routing.Uniform(experts, k)
-    pop = np.tile(w, (replicates, 1))
-    u_mod = np.zeros((cs.size, layers, bmax + 1))
-    p_mod = np.zeros((cs.size, layers, bmax + 1))
-    for j, c in enumerate(cs):
-        tr = routing.sample_trace(
-            model, 1, bmax, layers * replicates, generator(seed), c=float(c), groups=1, popularity=pop
-        )[0]
-        tr = tr.reshape(bmax, replicates, layers, k)
-        onehot = np.zeros((bmax, replicates, layers, experts), dtype=bool)
-        s_i, r_i, l_i, _ = np.indices(tr.shape).reshape(4, -1)
-        onehot[s_i, r_i, l_i, tr.ravel()] = True
-        u_mod[j, :, 1:] = np.logical_or.accumulate(onehot, axis=0).sum(axis=-1).mean(axis=1).T
-        pi_bar = onehot.mean(axis=(0, 1))  # (L, E)
-        p_mod[j] = _plugin_table(pi_bar, bmax)
+    u_mod, p_mod = _heterogeneity_tables(w, seed, cs, (replicates, layers, experts, k), bmax)
 
     counts_all = np.zeros((steps, layers, experts))
     t_i, _, l_i, _ = np.nonzero(arr >= 0)
@@ -995,24 +1108,13 @@ def fit_heterogeneity(
         mod = np.einsum("clb,lb->c", u_mod, nmix) / np.einsum("clb,lb->c", p_mod, nmix)
         return meas, mod
 
-    def invert(r: float, curve: np.ndarray) -> float:
-        if not np.isfinite(r):
-            return float("nan")
-        curve = np.maximum.accumulate(curve) + np.arange(curve.size) * 1e-12
-        if r >= 1.0:
-            return float("inf")
-        if r <= curve[0]:
-            return float(cs[0])
-        if r >= curve[-1]:
-            deficit_top = max(1.0 - curve[-1], 1e-12)
-            return float((cs[-1] + 1.0) * deficit_top / (1.0 - r) - 1.0)
-        return float(np.exp(np.interp(r, curve, np.log(cs))))
-
     meas, mod = ratio_parts(np.arange(steps))
-    c_hat = invert(meas, mod)
+    c_hat = _invert_ratio(meas, mod, cs)
     if bootstrap <= 0:
         return c_hat, Interval(math.nan, math.nan, level, "no bootstrap")
-    reps = bootstrap_replicates(lambda sel: invert(*ratio_parts(sel)), bootstrap, n=steps, rng=rng, block=block)
+    reps = bootstrap_replicates(
+        lambda sel: _invert_ratio(*ratio_parts(sel), cs), bootstrap, n=steps, rng=rng, block=block
+    )
     # c may be inf: no interpolation
     return c_hat, order_statistic_interval(reps, level, resampling="block bootstrap")
 

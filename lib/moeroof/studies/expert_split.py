@@ -25,7 +25,7 @@ Witnessed numbers of seed 003 (docs/sources.md) are in
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -473,6 +473,65 @@ class PairVsBooster(Result):
     notes: tuple[str, ...] = field(default=())
 
 
+def _arrangements(
+    runs: list[list[ladder.CaseResult]],
+    cases: list[ladder.Case],
+    layers: int,
+    rank_step: Callable[[np.ndarray, np.ndarray], step.Step],
+) -> tuple[dict[str, Arrangement], dict[str, list[float]]]:
+    """The booster's and the pair's :class:`Arrangement` (at the seeds' mean) and step seconds per seed."""
+    per_seed_steps: dict[str, list[float]] = {"booster": [], "pair": []}
+    arrs: dict[str, Arrangement] = {}
+    for j, name in enumerate(("booster", "pair")):
+        res = [r[j] for r in runs]
+        gib_seed = np.array([max(x.rank_gib_streamed_per_step) for x in res])
+        hit_seed = np.array([x.hit_rate for x in res])
+        ws_seed = np.array([x.rank_union_per_layer * layers * ladder.expert_bytes(layers) / GiB for x in res])
+        per_seed_steps[name] = list(rank_step(gib_seed, ws_seed).step_seconds)
+        g, ws = float(gib_seed.mean()), float(ws_seed.mean())
+        st = rank_step(np.array([g]), np.array([ws]))
+        terms = {k: float(v[0, 0]) for k, v in st.terms.items()}
+        b = st.bound[0]
+        arrs[name] = Arrangement(
+            name="one booster, all 288 experts" if name == "booster" else "pair, id split 144/144",
+            ranks=cases[j].ranks,
+            experts_per_rank=ladder.EXPERTS // cases[j].ranks,
+            hit_rate=float(hit_seed.mean()),
+            hit_rate_range=(float(hit_seed.min()), float(hit_seed.max())),
+            gib_per_step=g,
+            gib_range=(float(gib_seed.min()), float(gib_seed.max())),
+            working_set_gib=ws,
+            terms_seconds=terms,
+            step_seconds=float(st.step_seconds[0]),
+            bound=b,
+        )
+    return arrs, per_seed_steps
+
+
+def _pair_assumptions(
+    knobs: ladder.Knobs,
+    hardware: Hardware,
+    layers: int,
+    bw_ssd: float,
+    read: float,
+    streams: int,
+    cache_gib: float,
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What :func:`pair_vs_booster` assumes, and its notes."""
+    assumed = (
+        f"routing knobs {knobs.label()} (fitted to the pair's 20 and 80 GiB rows of seed 003)",
+        f"L = {layers} MoE layers (cancels: GiB per step and cache GiB do not depend on L)",
+        f"SSD {bw_ssd / 1e9:.2f} GB/s at {read / 2**20:.2f} MiB reads ({hardware.name}, assumed; cancels in the ratio while the SSD binds)",
+        "both nodes equally fast; the exchange hidden",
+    )
+    notes = ["equal node speeds: the seed's head node runs 1.3–2.6× slower; which node the booster ran on is not given"]
+    if int(streams) != 8 or float(cache_gib) != 20.0:
+        notes.append(
+            f"the witnessed ratio is seed 003's at M = 8 and 20 GiB, not at M = {streams} and {cache_gib:g} GiB"
+        )
+    return assumed, tuple(notes)
+
+
 def pair_vs_booster(
     knobs: ladder.Knobs,
     model: MoEModel,
@@ -527,46 +586,11 @@ def pair_vs_booster(
         )
         return step.evaluate(hardware, [work], overlap="max")
 
-    per_seed_steps: dict[str, list[float]] = {"booster": [], "pair": []}
-    arrs = {}
-    for j, name in enumerate(("booster", "pair")):
-        res = [r[j] for r in runs]
-        gib_seed = np.array([max(x.rank_gib_streamed_per_step) for x in res])
-        hit_seed = np.array([x.hit_rate for x in res])
-        ws_seed = np.array([x.rank_union_per_layer * layers * ladder.expert_bytes(layers) / GiB for x in res])
-        per_seed_steps[name] = list(rank_step(gib_seed, ws_seed).step_seconds)
-        g, ws = float(gib_seed.mean()), float(ws_seed.mean())
-        st = rank_step(np.array([g]), np.array([ws]))
-        terms = {k: float(v[0, 0]) for k, v in st.terms.items()}
-        b = st.bound[0]
-        arrs[name] = Arrangement(
-            name="one booster, all 288 experts" if name == "booster" else "pair, id split 144/144",
-            ranks=cases[j].ranks,
-            experts_per_rank=ladder.EXPERTS // cases[j].ranks,
-            hit_rate=float(hit_seed.mean()),
-            hit_rate_range=(float(hit_seed.min()), float(hit_seed.max())),
-            gib_per_step=g,
-            gib_range=(float(gib_seed.min()), float(gib_seed.max())),
-            working_set_gib=ws,
-            terms_seconds=terms,
-            step_seconds=float(st.step_seconds[0]),
-            bound=b,
-        )
+    arrs, per_seed_steps = _arrangements(runs, cases, layers, rank_step)
     per_seed_ratio = np.array(per_seed_steps["booster"]) / np.array(per_seed_steps["pair"])
     ratio = arrs["booster"].step_seconds / arrs["pair"].step_seconds
     witnessed = float(SEED003["booster_ms_per_step"]) / float(SEED003["pair_ms_per_step"])
-    assumed = (
-        f"routing knobs {knobs.label()} (fitted to the pair's 20 and 80 GiB rows of seed 003)",
-        f"L = {layers} MoE layers (cancels: GiB per step and cache GiB do not depend on L)",
-        f"SSD {bw_ssd / 1e9:.2f} GB/s at {read / 2**20:.2f} MiB reads ({hardware.name}, assumed; cancels in the ratio while the SSD binds)",
-        "both nodes equally fast; the exchange hidden",
-    )
-    notes = ["equal node speeds: the seed's head node runs 1.3–2.6× slower; which node the booster ran on is not given"]
-    if int(streams) != 8 or float(cache_gib) != 20.0:
-        notes.append(
-            f"the witnessed ratio is seed 003's at M = 8 and 20 GiB, not at M = {streams} and {cache_gib:g} GiB"
-        )
-    notes = tuple(notes)
+    assumed, notes = _pair_assumptions(knobs, hardware, layers, bw_ssd, read, streams, cache_gib)
     rate = float(SEED003["pair_gib_streamed_per_step"]) / (float(SEED003["pair_ms_per_step"]) / 1e3)
     return PairVsBooster(
         arrs["booster"],
@@ -675,6 +699,76 @@ class TokSweep(Result):
         return [r for r in self.rows if r["role"] == "held-out published"]
 
 
+def _per_token_engine_tok_s(
+    fit: Any,
+    pts: list,
+    model: MoEModel,
+    hardware: Hardware,
+    route: Any,
+    rows: list[TokRow],
+    context_tokens: int,
+) -> np.ndarray:
+    """Net tok/s of the other structural end: the fitted engine time at M = 8 charged per agent
+    token (c0 = 0, c1 = engine seconds at M = 8 / 8), at the fitted SSD scale."""
+    from moeroof.fit.plan import PlanKnobs, box_with_knobs, predict_points
+    from moeroof.models.plan import Workload, plan
+
+    k = fit.knobs
+    c0 = float(k["engine_seconds_per_step"]["value"])
+    c1 = float(k["engine_seconds_per_agent_token"]["value"])
+    ref = 8
+    # the engine's seconds at M = 8 (the fitted box's own engine term there), charged per agent token
+    box = box_with_knobs(
+        hardware,
+        PlanKnobs(
+            engine_seconds_per_step=c0,
+            engine_seconds_per_agent_token=c1,
+            engine_seconds_per_touched_expert=float(k["engine_seconds_per_touched_expert"]["value"]),
+        ),
+    )
+    ranks = max(r.ranks for r in rows if r.role == "calibration")  # the calibration rows' arrangement
+    at_ref = plan(model, box, Workload(ranks=ranks, context_tokens=context_tokens), route, [ref]).terms["engine"]
+    alt = PlanKnobs(
+        engine_seconds_per_step=0.0,
+        engine_seconds_per_agent_token=float(np.max(at_ref)) / ref,
+        ssd_scale=float(k["ssd_scale"]["value"]),
+    )
+    alt_net, _ = predict_points(pts, model, hardware, route, alt, context_tokens=context_tokens)
+    return alt_net
+
+
+def _sweep_rows(
+    rows: list[TokRow], fit_rows: list[dict[str, Any]], alt_net: np.ndarray, add_net: np.ndarray
+) -> list[dict[str, Any]]:
+    """:func:`tok_s_sweep`'s rows: fit-plan's prediction, its band widened by both structural ends."""
+    out = []
+    for r, fr, a, d in zip(rows, fit_rows, alt_net, add_net):
+        lo, hi = min(fr["low"], float(a), float(d)), max(fr["high"], float(a), float(d))
+        w = r.witnessed_tok_s
+        out.append(
+            {
+                "name": r.name,
+                "batch": r.batch,
+                "cache_gib": r.cache_gib,
+                "ranks": r.ranks,
+                "role": r.role,
+                "witnessed": w,
+                "predicted": fr["predicted"],
+                "low": lo,
+                "high": hi,
+                "fit_plan_low": fr["low"],
+                "fit_plan_high": fr["high"],
+                "per_token_engine": float(a),
+                "additive": float(d),
+                "predicted_hit_rate": fr["predicted_hit_rate"],
+                "error": None if w is None else fr["predicted"] / w - 1.0,
+                "covered": None if w is None else bool(lo <= w <= hi),
+                "source": r.source,
+            }
+        )
+    return out
+
+
 def tok_s_sweep(
     model: MoEModel,
     hardware: Hardware,
@@ -708,9 +802,8 @@ def tok_s_sweep(
     """
     import time
 
-    from moeroof.fit.plan import PlanKnobs, box_with_knobs, fit_plan, predict_points
+    from moeroof.fit.plan import fit_plan
     from moeroof.models.local_routing import routing_from_knobs
-    from moeroof.models.plan import Workload, plan
 
     rows = list(rows)
     pts = tok_s_points(rows)
@@ -728,53 +821,9 @@ def tok_s_sweep(
         max_evaluations=max_evaluations,
     )
     seconds = time.perf_counter() - t0
-    k = fit.knobs
-    c0 = float(k["engine_seconds_per_step"]["value"])
-    c1 = float(k["engine_seconds_per_agent_token"]["value"])
-    ref = 8
-    # the engine's seconds at M = 8 (the fitted box's own engine term there), charged per agent token
-    box = box_with_knobs(
-        hardware,
-        PlanKnobs(
-            engine_seconds_per_step=c0,
-            engine_seconds_per_agent_token=c1,
-            engine_seconds_per_touched_expert=float(k["engine_seconds_per_touched_expert"]["value"]),
-        ),
-    )
-    ranks = max(r.ranks for r in rows if r.role == "calibration")  # the calibration rows' arrangement
-    at_ref = plan(model, box, Workload(ranks=ranks, context_tokens=context_tokens), route, [ref]).terms["engine"]
-    alt = PlanKnobs(
-        engine_seconds_per_step=0.0,
-        engine_seconds_per_agent_token=float(np.max(at_ref)) / ref,
-        ssd_scale=float(k["ssd_scale"]["value"]),
-    )
-    alt_net, _ = predict_points(pts, model, hardware, route, alt, context_tokens=context_tokens)
+    alt_net = _per_token_engine_tok_s(fit, pts, model, hardware, route, rows, context_tokens)
     add_net, add_coef = _additive_tok_s(pts, model, hardware, route, context_tokens)
-    out = []
-    for r, fr, a, d in zip(rows, fit.rows, alt_net, add_net):
-        lo, hi = min(fr["low"], float(a), float(d)), max(fr["high"], float(a), float(d))
-        w = r.witnessed_tok_s
-        out.append(
-            {
-                "name": r.name,
-                "batch": r.batch,
-                "cache_gib": r.cache_gib,
-                "ranks": r.ranks,
-                "role": r.role,
-                "witnessed": w,
-                "predicted": fr["predicted"],
-                "low": lo,
-                "high": hi,
-                "fit_plan_low": fr["low"],
-                "fit_plan_high": fr["high"],
-                "per_token_engine": float(a),
-                "additive": float(d),
-                "predicted_hit_rate": fr["predicted_hit_rate"],
-                "error": None if w is None else fr["predicted"] / w - 1.0,
-                "covered": None if w is None else bool(lo <= w <= hi),
-                "source": r.source,
-            }
-        )
+    out = _sweep_rows(rows, fit.rows, alt_net, add_net)
     routing = {"family": family, "skew": float(skew), "rho": float(rho), "c": float(c), "streams": streams}
     return TokSweep(fit, routing, out, float(seconds), add_coef)
 

@@ -334,6 +334,96 @@ def _with_engine(hardware: Hardware, c0: float, c1: float, source: str | None = 
     return replace(hw, provenance=prov, sources=src)
 
 
+def _calibration_batches(b: np.ndarray, calibrate_on: Sequence[int]) -> tuple[tuple[int, ...], list[int]]:
+    """The two calibration batch sizes of :func:`fit_engine_terms` and their places in ``b``."""
+    cal = tuple(int(x) for x in calibrate_on)
+    if len(cal) != 2 or cal[0] == cal[1]:
+        raise ValueError(f"calibrate_on must name exactly two different batch sizes, got {calibrate_on!r}")
+    missing = [x for x in cal if x not in b]
+    if missing:
+        raise ValueError(f"calibrate_on {missing} not among the measured batch sizes {b.tolist()}")
+    idx = [int(np.flatnonzero(b == x)[0]) for x in cal]
+    return cal, idx
+
+
+def _solve_engine(
+    model: MoEModel,
+    hardware: Hardware,
+    workload: Workload,
+    routing: RoutingProbabilities,
+    cal: tuple[int, ...],
+    t_meas: np.ndarray,
+    roof: np.ndarray,
+    fitted_to: str,
+) -> tuple[float, float, str]:
+    """c0, c1 and the method of :func:`fit_engine_terms`: the closed form where it reproduces both
+    calibration points, else least squares on the log step times."""
+    bc = np.array(cal, dtype=float)
+
+    def reproduces(c0: float, c1: float) -> bool:
+        if c0 < 0 or c1 < 0:
+            return False
+        t = plan(model, _with_engine(hardware, c0, c1), workload, routing, list(cal)).step_seconds
+        return bool(np.allclose(t, t_meas, rtol=1e-9, atol=0.0))
+
+    y = t_meas - roof if workload.overlap == "sum" else t_meas
+    c1 = float((y[1] - y[0]) / (bc[1] - bc[0]))
+    c0 = float(y[0] - c1 * bc[0])
+    method = "closed form"
+    if not reproduces(c0, c1):
+
+        def resid(c: np.ndarray) -> np.ndarray:
+            t = plan(model, _with_engine(hardware, c[0], c[1]), workload, routing, list(cal)).step_seconds
+            return np.log(t / t_meas)
+
+        x0 = np.clip([c0, c1], 1e-9, None)
+        sol = least_squares(resid, x0, bounds=([0.0, 0.0], [np.inf, np.inf]), x_scale=float(t_meas.max()), xtol=1e-14)
+        c0, c1 = (float(v) for v in sol.x)
+        method = "numerical (scipy.optimize.least_squares)"
+        if np.max(np.abs(resid(sol.x))) > 1e-6:
+            raise ValueError(
+                f"no engine terms c0, c1 >= 0 reproduce {fitted_to} at B={cal[0]} and B={cal[1]} "
+                f"(best relative miss {np.max(np.abs(resid(sol.x))):.2%})"
+            )
+    return c0, c1, method
+
+
+def _engine_comparison(
+    model: MoEModel,
+    hw: Hardware,
+    base: Hardware,
+    workload: Workload,
+    routing: RoutingProbabilities,
+    b: np.ndarray,
+    meas: np.ndarray,
+    cal: tuple[int, ...],
+    fitted: tuple[float, float, str, str],
+) -> dict[str, Any]:
+    """:func:`fit_engine_terms`' comparison of the fitted box (and the roofline) with the measured points."""
+    c0, c1, method, source = fitted
+    p = plan(model, hw, workload, routing, b)
+    roof_all = plan(model, base, workload, routing, b)
+    err = p.net_tok_s / meas - 1.0
+    held_out = ~np.isin(b, cal)
+    return {
+        "calibrate_on": list(cal),
+        "c0": c0,
+        "c1": c1,
+        "method": method,
+        "source": source,
+        "batch": b.tolist(),
+        "measured": meas.tolist(),
+        "predicted": p.net_tok_s.tolist(),
+        "relative_error": err.tolist(),
+        "role": ["prediction" if h else "calibration" for h in held_out],
+        "bound": list(p.bound),
+        "roofline_net_tok_s": roof_all.net_tok_s.tolist(),
+        "roofline_bound": list(roof_all.bound),
+        "median_abs_error_predicted": float(np.median(np.abs(err[held_out]))) if held_out.any() else float("nan"),
+        "max_abs_error_predicted": float(np.max(np.abs(err[held_out]))) if held_out.any() else float("nan"),
+    }
+
+
 def fit_engine_terms(
     model: MoEModel,
     hardware: Hardware,
@@ -371,13 +461,7 @@ def fit_engine_terms(
     """
     b = np.asarray(batch, dtype=int)
     meas = np.asarray(measured_net_tok_s, dtype=float)
-    cal = tuple(int(x) for x in calibrate_on)
-    if len(cal) != 2 or cal[0] == cal[1]:
-        raise ValueError(f"calibrate_on must name exactly two different batch sizes, got {calibrate_on!r}")
-    missing = [x for x in cal if x not in b]
-    if missing:
-        raise ValueError(f"calibrate_on {missing} not among the measured batch sizes {b.tolist()}")
-    idx = [int(np.flatnonzero(b == x)[0]) for x in cal]
+    cal, idx = _calibration_batches(b, calibrate_on)
     bc = np.array(cal, dtype=float)
     t_meas = bc / meas[idx]
     base = _with_engine(hardware, 0.0, 0.0)
@@ -388,56 +472,12 @@ def fit_engine_terms(
             f"the roofline alone is slower than measured at B={slow} ({fitted_to}): engine terms only add time"
         )
 
-    def reproduces(c0: float, c1: float) -> bool:
-        if c0 < 0 or c1 < 0:
-            return False
-        t = plan(model, _with_engine(hardware, c0, c1), workload, routing, list(cal)).step_seconds
-        return bool(np.allclose(t, t_meas, rtol=1e-9, atol=0.0))
-
-    y = t_meas - roof if workload.overlap == "sum" else t_meas
-    c1 = float((y[1] - y[0]) / (bc[1] - bc[0]))
-    c0 = float(y[0] - c1 * bc[0])
-    method = "closed form"
-    if not reproduces(c0, c1):
-
-        def resid(c: np.ndarray) -> np.ndarray:
-            t = plan(model, _with_engine(hardware, c[0], c[1]), workload, routing, list(cal)).step_seconds
-            return np.log(t / t_meas)
-
-        x0 = np.clip([c0, c1], 1e-9, None)
-        sol = least_squares(resid, x0, bounds=([0.0, 0.0], [np.inf, np.inf]), x_scale=float(t_meas.max()), xtol=1e-14)
-        c0, c1 = (float(v) for v in sol.x)
-        method = "numerical (scipy.optimize.least_squares)"
-        if np.max(np.abs(resid(sol.x))) > 1e-6:
-            raise ValueError(
-                f"no engine terms c0, c1 >= 0 reproduce {fitted_to} at B={cal[0]} and B={cal[1]} "
-                f"(best relative miss {np.max(np.abs(resid(sol.x))):.2%})"
-            )
+    c0, c1, method = _solve_engine(model, hardware, workload, routing, cal, t_meas, roof, fitted_to)
     source = (
         f"fitted to {fitted_to} at B={cal[0]} and B={cal[1]} (moeroof.studies.validation.fit_engine_terms, {method})"
     )
     hw = _with_engine(hardware, c0, c1, source)
-    p = plan(model, hw, workload, routing, b)
-    roof_all = plan(model, base, workload, routing, b)
-    err = p.net_tok_s / meas - 1.0
-    held_out = ~np.isin(b, cal)
-    return hw, {
-        "calibrate_on": list(cal),
-        "c0": c0,
-        "c1": c1,
-        "method": method,
-        "source": source,
-        "batch": b.tolist(),
-        "measured": meas.tolist(),
-        "predicted": p.net_tok_s.tolist(),
-        "relative_error": err.tolist(),
-        "role": ["prediction" if h else "calibration" for h in held_out],
-        "bound": list(p.bound),
-        "roofline_net_tok_s": roof_all.net_tok_s.tolist(),
-        "roofline_bound": list(roof_all.bound),
-        "median_abs_error_predicted": float(np.median(np.abs(err[held_out]))) if held_out.any() else float("nan"),
-        "max_abs_error_predicted": float(np.max(np.abs(err[held_out]))) if held_out.any() else float("nan"),
-    }
+    return hw, _engine_comparison(model, hw, base, workload, routing, b, meas, cal, (c0, c1, method, source))
 
 
 #: bigrig's box under two readings of "44 of 128 experts cached" (bigrig batch.py, docs/sources.md):
@@ -721,13 +761,8 @@ def _split(c: dict[str, Any], key: str, **kw) -> list[Comparison]:
     return out
 
 
-def comparisons() -> list[Comparison]:
-    """Every published comparison (docs/sources.md) the model is held against, on today's code.
-
-    Single-stream GLM-5.2 (colibri, seed 000), bigrig's concurrency curve (engine terms fitted on
-    two points; the roofline alone with one bandwidth fitted at B = 1) and the witnessed H200
-    bench. Calibration points reproduced are ``consistency`` rows; the rest are predictions.
-    """
+def _colibri_rows() -> list[Comparison]:
+    """colibri's bytes read per cold token (seed 000)."""
     out: list[Comparison] = []
     colibri = COLIBRI_COLD_TOKEN_BYTES.source + " (hobby project)"
     cold = cold_token_bytes_check()
@@ -744,6 +779,12 @@ def comparisons() -> list[Comparison]:
             (cold["predicted"],),
         )
     )
+    return out
+
+
+def _single_stream_rows() -> list[Comparison]:
+    """Single-stream GLM-5.2's hit rates and tok/s at B = 1 (calibrated and at the priors)."""
+    out: list[Comparison] = []
     for r in single_stream_predictions():
         key = r["key"]
         hit_measured = r["hit_rate_measured"]
@@ -796,6 +837,13 @@ def comparisons() -> list[Comparison]:
                 high=(r["tok_s_at_priors_band"][1],),
             )
         )
+    return out
+
+
+def _bigrig_rows() -> list[Comparison]:
+    """bigrig's concurrency curve: engine terms fitted on two points, and the roofline alone with one
+    bandwidth fitted at B = 1."""
+    out: list[Comparison] = []
     bigrig = BIGRIG_SCALING.source + " (hobby project)"
     for cal in ((1, 16), (1, 2)):
         _, c = bigrig_engine_fit(cal)
@@ -818,10 +866,21 @@ def comparisons() -> list[Comparison]:
             calibrated_on=f"{term} bandwidth on B=1",
             cache=BIGRIG_HYPOTHESES[hyp],
         )
-    g = gpu_bench_check()
+    return out
+
+
+def _h200_context(g: dict[str, Any]) -> tuple[str, tuple[int, ...], str]:
+    """The H200 bench rows' source, batches and cache."""
     h200 = f"witnessed: benchmarks/gpu_moe_bench.py on the lab's {g['gpu']}, {g['date']} (data/measurements/)"
     b = tuple(int(x) for x in g["batch"])
     none = "none (experts in pinned host memory, the union copied every step)"
+    return h200, b, none
+
+
+def _h200_rows(g: dict[str, Any]) -> list[Comparison]:
+    """The witnessed H200 bench, predicted from nothing."""
+    out: list[Comparison] = []
+    h200, b, none = _h200_context(g)
 
     def h200_row(key: str, quantity: str, measured, predicted, **band) -> Comparison:
         """One H200 bench comparison: every one predicts from nothing, on the same batches."""
@@ -851,7 +910,14 @@ def comparisons() -> list[Comparison]:
             g["multiple_predicted"],
         )
     )
-    # each mode's cost per touched expert fitted on its B = 1 row, B = 2…128 predicted
+    return out
+
+
+def _h200_fit_rows(g: dict[str, Any]) -> list[Comparison]:
+    """The H200 bench with each mode's cost per touched expert fitted on its B = 1 row, B = 2…128
+    predicted."""
+    out: list[Comparison] = []
+    h200, b, none = _h200_context(g)
     fit_note = (
         "terms combined by max (the host issues while the GPU copies): where the fitted engine term "
         "binds it is the whole step, so the cost is all of handling one (layer, expert) pair "
@@ -887,6 +953,22 @@ def comparisons() -> list[Comparison]:
             notes=(fit_note,),
         )
     )  # fmt: skip
+    return out
+
+
+def comparisons() -> list[Comparison]:
+    """Every published comparison (docs/sources.md) the model is held against, on today's code.
+
+    Single-stream GLM-5.2 (colibri, seed 000), bigrig's concurrency curve (engine terms fitted on
+    two points; the roofline alone with one bandwidth fitted at B = 1) and the witnessed H200
+    bench. Calibration points reproduced are ``consistency`` rows; the rest are predictions.
+    """
+    out = _colibri_rows()
+    out += _single_stream_rows()
+    out += _bigrig_rows()
+    g = gpu_bench_check()
+    out += _h200_rows(g)
+    out += _h200_fit_rows(g)
     return out
 
 

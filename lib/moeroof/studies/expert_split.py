@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -89,6 +89,11 @@ SEED003: dict[str, float | tuple[float, ...]] = {
     # "Three runs at 80 GiB gave 5.21, 5.60 and 5.67 tok/s"
     "repeat_tok_s_80gib": (5.21, 5.60, 5.67),
 }
+
+
+def _seed003(key: str) -> float:
+    """One of :data:`SEED003`'s scalar figures, as a float."""
+    return float(cast(float, SEED003[key]))
 
 
 # ----------------------------------------------------------------------------- relabelings
@@ -589,9 +594,9 @@ def pair_vs_booster(
     arrs, per_seed_steps = _arrangements(runs, cases, layers, rank_step)
     per_seed_ratio = np.array(per_seed_steps["booster"]) / np.array(per_seed_steps["pair"])
     ratio = arrs["booster"].step_seconds / arrs["pair"].step_seconds
-    witnessed = float(SEED003["booster_ms_per_step"]) / float(SEED003["pair_ms_per_step"])
+    witnessed = _seed003("booster_ms_per_step") / _seed003("pair_ms_per_step")
     assumed, notes = _pair_assumptions(knobs, hardware, layers, bw_ssd, read, streams, cache_gib)
-    rate = float(SEED003["pair_gib_streamed_per_step"]) / (float(SEED003["pair_ms_per_step"]) / 1e3)
+    rate = _seed003("pair_gib_streamed_per_step") / (_seed003("pair_ms_per_step") / 1e3)
     return PairVsBooster(
         arrs["booster"],
         arrs["pair"],
@@ -852,5 +857,5 @@ def _additive_tok_s(pts, model: MoEModel, hardware: Hardware, route, context_tok
     (t0, inv_r), *_ = np.linalg.lstsq(a, t, rcond=None)
     t0, inv_r = max(float(t0), 0.0), max(float(inv_r), 1e-9)
     step_s = t0 + gib * inv_r
-    batch = np.array([p.batch for p in pts], dtype=float)
-    return batch / step_s, {"engine_seconds": t0, "gib_per_s": 1.0 / inv_r}
+    batches = np.array([p.batch for p in pts], dtype=float)
+    return batches / step_s, {"engine_seconds": t0, "gib_per_s": 1.0 / inv_r}

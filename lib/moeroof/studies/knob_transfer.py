@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -232,7 +232,7 @@ def knob_transfer(
                 batch=p.batch,
                 capacity_experts=p.capacity_experts,
                 role=r,
-                measured=float(p.value),
+                measured=float(cast(float, p.value)),  # a measured row: its value is given
                 predicted=float(out["predicted"]),
                 low=float(out["low"]),
                 high=float(out["high"]),

@@ -92,7 +92,7 @@ QWEN3_WORKLOADS = tuple(
     for lang in ("English", "Hebrew")
 )
 #: DeepSeek-V3/R1 on GPQA: the hottest expert's share of a layer's picks (min, median, max over layers)
-DEEPSEEK = {
+DEEPSEEK: dict[str, Any] = {
     "model": "deepseek-v3",
     "workload": "GPQA",
     "experts": 256,

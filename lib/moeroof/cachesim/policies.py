@@ -105,6 +105,7 @@ __all__ = [
     "CacheResult",
     "simulate",
     "simulate_ranks",
+    "result_from_counts",
 ]
 
 POLICIES = ("lru", "lfu", "lfu-perfect", "static", "belady", "belady-insert", "s3fifo", "arc")
@@ -389,24 +390,35 @@ def _result(counts, steps, sizes, policy, capacity, unit, scope, warmup_steps, n
     hits_ps, miss_ps, bytes_ps = counts
     if sizes is None:
         bytes_ps = miss_ps.astype(float)
-    w = min(warmup_steps, steps)
-    hits = int(hits_ps[w:].sum())
-    misses = int(miss_ps[w:].sum())
+    return result_from_counts(
+        hits_ps, miss_ps, bytes_ps, policy=policy, capacity=capacity, capacity_unit=unit, scope=scope,
+        warmup_steps=warmup_steps, bytes_unit="experts" if sizes is None else "bytes", notes=notes,
+    )  # fmt: skip
+
+
+def result_from_counts(
+    hits_per_step, misses_per_step, bytes_streamed_per_step, *, policy: str, capacity: float, capacity_unit: str,
+    scope: str, warmup_steps: int, bytes_unit: str, notes: tuple[str, ...] = (),
+) -> CacheResult:  # fmt: skip
+    """A :class:`CacheResult` from per-step hits, misses and bytes streamed: the totals count the
+    steps from ``warmup_steps`` on (a run sharded over layers sums its parts' steps first)."""
+    w = min(int(warmup_steps), len(hits_per_step))
+    hits, misses = int(hits_per_step[w:].sum()), int(misses_per_step[w:].sum())
     total = hits + misses
     return CacheResult(
         policy=policy,
         capacity=capacity,
-        capacity_unit=unit,
+        capacity_unit=capacity_unit,
         scope=scope,
         warmup_steps=warmup_steps,
         requests=total,
         hits=hits,
         misses=misses,
         hit_rate=hits / total if total else float("nan"),
-        hits_per_step=hits_ps,
-        misses_per_step=miss_ps,
-        bytes_streamed_per_step=bytes_ps,
-        bytes_unit="experts" if sizes is None else "bytes",
+        hits_per_step=hits_per_step,
+        misses_per_step=misses_per_step,
+        bytes_streamed_per_step=bytes_streamed_per_step,
+        bytes_unit=bytes_unit,
         notes=notes,
     )
 

@@ -299,26 +299,10 @@ def simulate_by_layer(
     bytes_ps = np.zeros_like(parts[0].bytes_streamed_per_step)
     for p in parts:  # group by group, in layer order
         bytes_ps = bytes_ps + p.bytes_streamed_per_step
-    w = min(int(warmup_steps), hits_ps.size)
-    hits, misses = int(hits_ps[w:].sum()), int(miss_ps[w:].sum())
-    total = hits + misses
-    notes = list(parts[0].notes)
-    return cache.CacheResult(
-        policy=policy,
-        capacity=capacity,
-        capacity_unit=capacity_unit,
-        scope="layer",
-        warmup_steps=int(warmup_steps),
-        requests=total,
-        hits=hits,
-        misses=misses,
-        hit_rate=hits / total if total else float("nan"),
-        hits_per_step=hits_ps,
-        misses_per_step=miss_ps,
-        bytes_streamed_per_step=bytes_ps,
-        bytes_unit=parts[0].bytes_unit,
-        notes=tuple(notes),
-    )
+    return cache.result_from_counts(
+        hits_ps, miss_ps, bytes_ps, policy=policy, capacity=capacity, capacity_unit=capacity_unit, scope="layer",
+        warmup_steps=int(warmup_steps), bytes_unit=parts[0].bytes_unit, notes=tuple(parts[0].notes),
+    )  # fmt: skip
 
 
 def lru_curve_by_layer(

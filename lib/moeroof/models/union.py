@@ -36,6 +36,7 @@ import numpy as np
 from moeroof.core.masks import ids_or, live_streams, live_tokens, trace_counts
 from moeroof.core.results import Result
 from moeroof.core.stats import Interval, bootstrap_replicates, percentile_interval
+from moeroof.kernels import union as union_kernels
 from moeroof.models.routing import inclusion_probabilities, log_dirichlet, softmax
 
 __all__ = [
@@ -164,8 +165,6 @@ def union_uniform(experts: int, top_k: int, batch, layers: int = 1) -> UnionCurv
 
 #: power_sums splits B = m·q + r with this fixed m, whatever the batch sizes asked for
 POWER_SPLIT = 32
-#: elements of one product block of power_sums (bounds its working memory at 32 MiB)
-_POWER_BLOCK = 1 << 22
 
 
 def power_sums(x: np.ndarray, batch: np.ndarray) -> np.ndarray:
@@ -173,9 +172,10 @@ def power_sums(x: np.ndarray, batch: np.ndarray) -> np.ndarray:
 
     Splits ``B = m·q + r`` with the fixed ``m =`` :data:`POWER_SPLIT`: ``x^B = x^{m·q} · x^r``,
     so a sweep of B = 1…4096 costs two small power tables (the q and the r present) instead of
-    E·len(B) exponentials. Each S[..., j] is the same floating-point sum over E (contiguous,
-    numpy's pairwise order) whatever the other batch sizes: no value depends on the grid it is
-    asked in (no BLAS product, whose summation order follows the matrix shapes and the CPU).
+    E·len(B) exponentials. Each S[..., j] is the same floating-point sum over E (numpy's
+    pairwise order, from the C kernel :func:`moeroof.kernels.union.product_sums`, which adds the
+    products without storing them) whatever the other batch sizes: no value depends on the grid
+    it is asked in (no BLAS product, whose summation order follows the matrix shapes and the CPU).
     """
     b = as_batch(batch)
     x = np.asarray(x, dtype=float)
@@ -183,15 +183,12 @@ def power_sums(x: np.ndarray, batch: np.ndarray) -> np.ndarray:
     flat = np.ascontiguousarray(x.reshape(-1, e))
     q, r = np.divmod(b, POWER_SPLIT)
     out = np.empty((flat.shape[0], b.size))
-    rows = max(1, _POWER_BLOCK // max(flat.size, 1))  # batch sizes per product block
-    powers_r = {int(v): np.power(flat, float(v)) for v in np.unique(r)}
+    present_r, r_row = np.unique(r, return_inverse=True)
+    powers_r = np.stack([np.power(flat, float(v)) for v in present_r]) if b.size else np.empty((0, *flat.shape))
     for qv in np.unique(q):
         sel = np.flatnonzero(q == qv)
         head = np.power(flat, float(POWER_SPLIT * int(qv)))
-        for start in range(0, sel.size, rows):
-            cols = sel[start : start + rows]
-            prod = np.stack([head * powers_r[int(r[j])] for j in cols])  # (n, M, E), E contiguous
-            out[:, cols] = prod.sum(axis=-1).T
+        out[:, sel] = union_kernels.product_sums(head, powers_r, r_row[sel]).T
     return out.reshape(*lead, b.size)
 
 

@@ -116,7 +116,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -180,6 +180,13 @@ REFIT_EVALS = 8
 _DEFAULT_SKEW = {"dirichlet": 0.5, "zipf": 0.8}
 #: tolerance floors where a relative tolerance would vanish (union: experts; GiB per step)
 _FLOOR = {"hit_rate": 0.03, "overlap": 0.05, "union": 0.25, "gib_per_step": 0.005}
+
+
+class _Held(TypedDict, total=False):
+    """Knobs held at a prior's values rather than fitted (:class:`RoutingKnobs` fields)."""
+
+    rho: float
+    c: float
 
 
 def tolerance(kind: str, measured: float) -> float:
@@ -584,12 +591,12 @@ def _search(
             b = min(hi[j], a + span)
             a = max(lo[j], b - span)
             pts = np.linspace(a, b, grid)
-            vals = []
+            at_pts = []
             for p in pts:
                 y = x.copy()
                 y[j] = p
-                vals.append(f(y))
-            vals = np.array(vals)
+                at_pts.append(f(y))
+            vals = np.array(at_pts)
             k = int(np.argmin(vals))
             cand = [(vals[k], pts[k])]
             if 0 < k < grid - 1:
@@ -694,12 +701,23 @@ class _Problem:
     transformed knobs) and seeds, memoised."""
 
     def __init__(
-        self, family, points, experts, top_k, layers, expert_bytes, fitted, start, max_history, sim, held=None
-    ):
+        self,
+        family: str,
+        points: Sequence[Point],
+        experts: int,
+        top_k: int,
+        layers: int,
+        expert_bytes: float | None,
+        fitted: Sequence[str],
+        start: RoutingKnobs | None,
+        max_history: int,
+        sim: dict[str, int],
+        held: _Held | None = None,
+    ) -> None:
         self.points = list(points)
         self.cal = [p for p in self.points if p.calibrates]
         self.m = np.array([p.value for p in self.cal], dtype=float)
-        self.tau = np.array([tolerance(p.kind, p.value) for p in self.cal])
+        self.tau = np.array([tolerance(p.kind, float(v)) for p, v in zip(self.cal, self.m)])
         base = start if start is not None else RoutingKnobs(family=family, skew=_DEFAULT_SKEW[family])
         self.base = replace(base, family=family) if base.family != family else base
         if held:  # knobs the rows cannot identify, held at a prior rather than at their nulls
@@ -1001,7 +1019,7 @@ def _prior_draws(
     x_hat = prob.x_of(ff.knobs)
     draws, s_b = [], []
     for r_b, c_b in pairs:
-        values: dict[str, float] = {}
+        values: _Held = {}
         if "rho" in held:
             values["rho"] = float(r_b)
         if "locality" in held:
@@ -1088,7 +1106,7 @@ def _locality_holds(
     top_k: int,
     level: tuple[float, float],
     bootstrap: int,
-) -> tuple[dict[str, float], list[tuple[float, float]], tuple[Any, Any]]:
+) -> tuple[_Held, list[tuple[float, float]], tuple[Any, Any]]:
     """The values at which the locality prior holds ρ and ``c`` where the rows cannot identify them
     (saying so in ``held``), its draws for the bands and its quantiles at ``level``.
 
@@ -1096,7 +1114,7 @@ def _locality_holds(
     decode) holds ρ and ``c`` where the rows cannot identify them at its centre instead of at 0
     and off, and :func:`fit_routing` pairs each bootstrap draw with one of its draws, so that its
     spread goes into the bands."""
-    held_values: dict[str, float] = {}
+    held_values: _Held = {}
     rho_c, c_c = locality.centre_for(int(experts), int(top_k))
     lo_q, hi_q = locality.quantiles_for([level[0], level[1]], int(experts), int(top_k))
     if "rho" not in fitted:
@@ -1328,7 +1346,7 @@ def _fit_setup(
         max_history=max_history,
     )
     fitted, held = _identified_knobs(points, popularity)
-    held_values: dict[str, float] = {}
+    held_values: _Held = {}
     prior_pairs: list[tuple[float, float]] = []
     quantiles = None
     if locality is not None:

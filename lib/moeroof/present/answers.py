@@ -460,7 +460,7 @@ def regime_map(
     routing: str,
     overlap: str,
     cache_policy: str,
-    boxes: Mapping[str, Mapping[str, object]],
+    boxes: Mapping[str, Mapping[str, Any]],
     batch_max: int,
     inputs: Mapping[str, str],
     synthetic: Iterable[str] = (),
@@ -501,8 +501,8 @@ def cache_ladder(
     knobs: str,
     refitted: bool,
     calibration: Sequence[tuple[str, float, float]],
-    predictions: Sequence[Mapping[str, object]],
-    cliff: Mapping[str, object] | None,
+    predictions: Sequence[Mapping[str, Any]],
+    cliff: Mapping[str, Any] | None,
     big_cache: tuple[float, float, float] | None,
     predictions_file: str,
     inputs: Mapping[str, str],
@@ -825,7 +825,7 @@ def whatif(
     )
 
 
-def _capture_source(src: Mapping[str, object], cache_share: float, *, first: bool) -> str:
+def _capture_source(src: Mapping[str, Any], cache_share: float, *, first: bool) -> str:
     """One capture's union, fit and cache numbers as a sentence (see :func:`capture_answer`)."""
     parts = []
     if src.get("union_measured") is not None:
@@ -1002,7 +1002,7 @@ def sweep(
     return text + provenance_sentence(inputs, synthetic=synthetic)
 
 
-def _gain_sentence(baseline: str, g: Mapping[str, object], o: Mapping[str, object] | None, tie_tolerance: float) -> str:
+def _gain_sentence(baseline: str, g: Mapping[str, Any], o: Mapping[str, Any] | None, tie_tolerance: float) -> str:
     """:func:`sweep`'s sentence on the largest net tok/s multiple over ``baseline`` at one cell
     (``g``), and the online policies' largest (``o``) where another policy's; or that none
     beats it by ``tie_tolerance``."""

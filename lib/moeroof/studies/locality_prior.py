@@ -50,7 +50,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -152,6 +152,21 @@ class SourceRows:
     counts: np.ndarray | None = field(default=None, repr=False)
 
 
+class _Sim(TypedDict):
+    """The simulation settings :func:`study` passes to every fit and prediction."""
+
+    seeds: Sequence[int]
+    timed_steps: int
+    max_sim_layers: int
+
+
+def _measured(p: Point) -> float:
+    """A source row's value: every row of a source is measured."""
+    if p.value is None:
+        raise ValueError(f"{p.label()}: a source row without a measured value")
+    return float(p.value)
+
+
 def _published_rows(spec: dict[str, Any]) -> tuple[Point, ...]:
     out = []
     for kind, cap, value in spec["rows"]:
@@ -191,7 +206,7 @@ def source_rows(name: str, external_dir: str | Path | None = None) -> SourceRows
         trace = read_trace(path)
         topk = np.asarray(trace.topk)
         points = measured_points(topk, int(trace.experts), batches=spec["batches"], capacities=spec["capacities"])
-        counts = histogram_from_trace(topk, int(trace.experts))
+        counts: np.ndarray | None = histogram_from_trace(topk, int(trace.experts))
         return SourceRows(
             name,
             spec["title"],
@@ -454,7 +469,7 @@ def predict_rows(
     cannot move (a first layer alone) leaves no spread of draws, the band is still where a
     measurement would fall."""
     pts = [Point(**{**p.__dict__, "value": None}) for p in rows.points]
-    kw = dict(seeds=seeds, timed_steps=timed_steps, max_sim_layers=max_sim_layers)
+    kw: _Sim = {"seeds": seeds, "timed_steps": timed_steps, "max_sim_layers": max_sim_layers}
     per_seed = np.stack(
         [
             fit_routing.simulate_points(k, pts, rows.experts, rows.top_k, rows.layers, **kw)
@@ -462,7 +477,7 @@ def predict_rows(
         ]
     )  # (draws, seeds, rows)
     sims = per_seed.mean(axis=1)
-    tau = np.array([noise(p.kind, float(p.value)) for p in rows.points])
+    tau = np.array([noise(p.kind, _measured(p)) for p in rows.points])
     rng = np.random.default_rng(20261206)
     noisy = per_seed[:, :, None, :] + rng.normal(0.0, 1.0, (*per_seed.shape[:2], BAND_NOISE_DRAWS, len(pts))) * tau
     noisy = noisy.reshape(-1, len(pts))
@@ -474,7 +489,7 @@ def predict_rows(
     mid = np.quantile(sims, 0.5, axis=0)
     band = percentile_interval(noisy, LEVEL, resampling="prior draws x seeds x noise")
     return [
-        PriorRow(rows.name, p.label(), p.kind, float(p.value), float(m), float(a), float(b), float(o))
+        PriorRow(rows.name, p.label(), p.kind, _measured(p), float(m), float(a), float(b), float(o))
         for p, m, a, b, o in zip(rows.points, mid, band.low, band.high, off)
     ]
 
@@ -493,7 +508,7 @@ def stream_check(rows: SourceRows, base: RoutingKnobs, *, seeds: Sequence[int] =
             replace(base, rho=0.0, c=math.inf), probe, rows.experts, rows.top_k, rows.layers, seeds=seeds
         ).mean()
     )
-    measured = float(pts[0].value)
+    measured = _measured(pts[0])
     if measured + 1e-9 < off:
         return False, (
             f"its consecutive overlap {measured:.3f} is below the {off:.3f} of independent tokens at its popularity: "
@@ -547,7 +562,7 @@ def study(
     into the prior, and predict each source from the prior of the *other* pooled sources (a
     source left out of the prior is predicted from all of it; a source with no other pooled
     source is not predicted, and ``skipped`` says so)."""
-    kw = dict(seeds=seeds, timed_steps=timed_steps, max_sim_layers=max_sim_layers)
+    kw: _Sim = {"seeds": seeds, "timed_steps": timed_steps, "max_sim_layers": max_sim_layers}
     available: list[SourceRows] = []
     skipped: dict[str, str] = {}
     for name in sources:
@@ -557,7 +572,9 @@ def study(
             skipped[name] = str(err)
     if not available:
         raise FileNotFoundError("no locality source is present: " + "; ".join(skipped.values()))
-    fits, in_prior, left_out = [], {}, {}
+    fits: list[SourceFit] = []
+    in_prior: dict[str, str] = {}
+    left_out: dict[str, str] = {}
     # each source's popularity, fitted once to its histogram: the stream check, its fit and its
     # held-out prediction all run at it
     bases = {rows.name: popularity_knobs(rows) for rows in available}

@@ -32,7 +32,9 @@ def test_product_sums_equals_numpy_bit_for_bit(e):
     head = rng.random((m, e)) * 10.0 ** rng.integers(-12, 12, size=(m, e))
     tails = rng.random((t, m, e))
     rows = rng.integers(0, t, size=9)
-    np.testing.assert_array_equal(bits(union_kernels.product_sums(head, tails, rows)), bits(numpy_product_sums(head, tails, rows)))
+    np.testing.assert_array_equal(
+        bits(union_kernels.product_sums(head, tails, rows)), bits(numpy_product_sums(head, tails, rows))
+    )
 
 
 def test_a_changed_order_of_addition_is_caught():

@@ -37,7 +37,9 @@ def product_sums(head: np.ndarray, tails: np.ndarray, tail_rows: np.ndarray) -> 
     tails = np.ascontiguousarray(tails, dtype=np.float64)
     rows = np.ascontiguousarray(tail_rows, dtype=np.int64)
     if head.ndim != 2 or tails.ndim != 3 or tails.shape[1:] != head.shape or rows.ndim != 1:
-        raise ValueError(f"product_sums: head (M, E), tails (T, M, E), rows (n,); got {head.shape}, {tails.shape}, {rows.shape}")
+        raise ValueError(
+            f"product_sums: head (M, E), tails (T, M, E), rows (n,); got {head.shape}, {tails.shape}, {rows.shape}"
+        )
     if rows.size and (rows.min() < 0 or rows.max() >= tails.shape[0]):
         raise IndexError(f"product_sums: a tail row outside [0, {tails.shape[0]})")
     out = np.empty((rows.size, head.shape[0]))

@@ -290,23 +290,9 @@ def measure_engine(
 
 def _memory_loader(rng: np.random.Generator, experts: int, layers: int, d: int) -> Callable[[int], Load]:
     """:func:`measure_engine`'s in-memory stack (``d = f``, float32): ``load_layer`` over its weights."""
-    weights = [
-        [
-            (rng.standard_normal((d, d), dtype=np.float32), rng.standard_normal((d, d), dtype=np.float32))
-            for _ in range(experts)
-        ]
-        for _ in range(layers)
-    ]
-
-    def load_layer(layer: int) -> Load:
-        experts_of_layer = weights[layer]
-
-        def load(expert: int) -> tuple[np.ndarray, np.ndarray]:
-            return experts_of_layer[expert]
-
-        return load
-
-    return load_layer
+    w = lambda: rng.standard_normal((d, d), dtype=np.float32)  # noqa: E731
+    weights = [[(w(), w()) for _ in range(experts)] for _ in range(layers)]
+    return lambda layer: weights[layer].__getitem__
 
 
 def _time_cells(
@@ -585,19 +571,10 @@ _BENCH_NOTES = [
     "(float32; BLAS sums gemm and gemv dot products in different orders)",
 ]
 
-_BENCH_COLUMNS = [
-    "batch",
-    "mode",
-    "step_seconds",
-    "step_seconds_median",
-    "net_tok_s",
-    "per_agent_tok_s",
-    "bytes_read_per_step",
-    "reads_per_step",
-    "union_per_layer",
-    "coalescing_ratio",
-    "step_seconds_each",
-]
+_BENCH_COLUMNS = (
+    "batch mode step_seconds step_seconds_median net_tok_s per_agent_tok_s bytes_read_per_step reads_per_step "
+    "union_per_layer coalescing_ratio step_seconds_each"
+).split()
 
 
 def run_bench(
@@ -690,14 +667,9 @@ def _bench_meta(
         "command": command or "moeroof bench (library call)",
         "coalescing_baseline": "uncoalesced",
         "shape": asdict(shape),
-        "experts": shape.experts,
-        "layers": shape.layers,
+        **{k: getattr(shape, k) for k in ("experts", "layers")},
         "top_k": int(top_k),
-        "d_model": shape.d_model,
-        "d_ff": shape.d_ff,
-        "expert_bytes": shape.expert_bytes,
-        "slot_bytes": shape.slot_bytes,
-        "file_bytes": shape.file_bytes,
+        **{k: getattr(shape, k) for k in ("d_model", "d_ff", "expert_bytes", "slot_bytes", "file_bytes")},
         "flops_per_token": shape.layers * top_k * shape.flops_per_token_expert,
     }
 
@@ -759,18 +731,8 @@ def predict_bench(
     w = Workload(context_tokens=0, overlap=overlap)
     batch = np.asarray(report["batch"], dtype=int)
     grid = np.unique(batch)
-    out: dict[str, Any] = {
-        k: []
-        for k in (
-            "predicted_step_seconds",
-            "predicted_net_tok_s",
-            "predicted_bytes_read_per_step",
-            "predicted_union_per_layer",
-            "predicted_coalescing_ratio",
-            "bound",
-            "relative_error",
-        )
-    }
+    names = "step_seconds net_tok_s bytes_read_per_step union_per_layer coalescing_ratio".split()
+    out: dict[str, Any] = {k: [] for k in [f"predicted_{n}" for n in names] + ["bound", "relative_error"]}
     by_mode = {
         mode: step_terms(model, hardware, w, r, grid, coalesced=(mode == "coalesced")) for mode in set(report["mode"])
     }
@@ -780,11 +742,9 @@ def predict_bench(
         i = int(np.flatnonzero(grid == b)[0])
         step = float(t["step_seconds"][i])
         net = b / step
-        out["predicted_step_seconds"].append(step)
-        out["predicted_net_tok_s"].append(float(net))
-        out["predicted_bytes_read_per_step"].append(float(t["ssd_bytes"][i]))
-        out["predicted_union_per_layer"].append(float(t["union"][i]))
-        out["predicted_coalescing_ratio"].append(float(b * model.top_k / t["union"][i]))
+        row = (step, net, t["ssd_bytes"][i], t["union"][i], b * model.top_k / t["union"][i])
+        for n, v in zip(names, row):
+            out[f"predicted_{n}"].append(float(v))
         out["bound"].append(str(t["bound"][i]))
         out["relative_error"].append(float(net / measured - 1.0))
         for n, v in t["terms"].items():

@@ -376,20 +376,16 @@ class DeviceFile:
         if flag is None:
             self.refused = "no O_DIRECT on this system"
             return
+        fd = -1
         try:
             fd = os.open(self.path, os.O_RDONLY | flag)
+            with aligned_buffer(ALIGN) as buf:
+                os.preadv(fd, [buf], 0)
         except OSError as err:
+            if fd >= 0:
+                os.close(fd)
             self.refused = err.strerror or str(err)
             return
-        buf = aligned_buffer(ALIGN)
-        try:
-            os.preadv(fd, [buf], 0)
-        except OSError as err:
-            os.close(fd)
-            self.refused = err.strerror or str(err)
-            return
-        finally:
-            buf.close()
         self.fd, self.read_path = fd, "o_direct"
 
     @property
@@ -672,18 +668,10 @@ class EngineFit:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "engine_seconds_per_step": self.seconds_per_step,
-            "engine_seconds_per_agent_token": self.seconds_per_agent_token,
-            "rms_residual_seconds": self.rms_residual_seconds,
-            "batch": list(self.batch),
-            "step_seconds": list(self.step_seconds),
-            "source": self.source,
-            "repeats": self.repeats,
-            "wall_seconds": self.wall_seconds,
-            "notes": list(self.notes),
-            **self.extra,
-        }
+        d = {f"engine_{k}": getattr(self, k) for k in ("seconds_per_step", "seconds_per_agent_token")}
+        for k in ("rms_residual_seconds", "batch", "step_seconds", "source", "repeats", "wall_seconds", "notes"):
+            d[k] = list(getattr(self, k)) if k in ("batch", "step_seconds", "notes") else getattr(self, k)
+        return {**d, **self.extra}
 
 
 # ----------------------------------------------------------------------------- the run
@@ -731,36 +719,22 @@ class Calibration:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: SI numbers, the curves as lists, provenance ``witnessed``."""
 
+        def fields(names: str, of: Any = self) -> dict[str, Any]:
+            return {k: getattr(of, k) for k in names.split()}
+
         def cells(cs: list[ReadCell]) -> dict[str, list]:
-            return {
-                "read_size_bytes": [c.read_size_bytes for c in cs],
-                "bytes_per_s": [c.bytes_per_s for c in cs],
-                "reads": [c.reads for c in cs],
-            }
+            return {k: [getattr(c, k) for c in cs] for k in ("read_size_bytes", "bytes_per_s", "reads")}
 
         return {
             "what": "moeroof calibrate",
             "provenance": "witnessed",
-            "date": self.date,
-            "command": self.command,
-            "machine": self.machine,
-            "name": self.name,
+            **fields("date command machine name"),
             "output": str(self.output) if self.output else None,
-            "read_path": self.read_path,
-            "read_method": self.read_method,
-            "ram_bytes": self.ram_bytes,
-            "os_reserve_bytes": self.os_reserve_bytes,
-            "bw_mem_bytes_per_s": self.bw_mem_bytes_per_s,
-            "flops_per_s": self.flops_per_s,
+            **fields("read_path read_method ram_bytes os_reserve_bytes bw_mem_bytes_per_s flops_per_s"),
             "ssd_random": cells(self.random),
             "ssd_sequential": cells(self.sequential),
-            "page_cache_bytes_per_s": self.page_cache.bytes_per_s,
-            "page_cache_read_size_bytes": self.page_cache.read_size_bytes,
-            "file_bytes": self.file_bytes,
-            "mem_bytes": self.mem_bytes,
-            "matmul_n": self.matmul_n,
-            "seconds_budget": self.seconds_budget,
-            "wall_seconds": self.wall_seconds,
+            **{f"page_cache_{k}": v for k, v in fields("bytes_per_s read_size_bytes", self.page_cache).items()},
+            **fields("file_bytes mem_bytes matmul_n seconds_budget wall_seconds"),
             "engine": self.engine.to_dict() if self.engine is not None else None,
             "notes": list(self.notes),
         }
@@ -841,10 +815,8 @@ def hardware_toml(cal: Calibration) -> str:
         entry("os_reserve_bytes", cal.os_reserve_bytes, "B", f"{src}: MemTotal - MemAvailable of /proc/meminfo"),
     ]
     if eng is not None:
-        body += [
-            entry("engine_seconds_per_step", eng.seconds_per_step, "s", f"{src}: c0 of {eng.source}"),
-            entry("engine_seconds_per_agent_token", eng.seconds_per_agent_token, "s", f"{src}: c1 of {eng.source}"),
-        ]
+        for c, key in (("c0", "seconds_per_step"), ("c1", "seconds_per_agent_token")):
+            body.append(entry(f"engine_{key}", getattr(eng, key), "s", f"{src}: {c} of {eng.source}"))
     return "\n".join(header + body) + "\n"
 
 
@@ -881,17 +853,6 @@ def _check_calibrate_args(
     return file_bytes, out, base, page_bytes
 
 
-@dataclass
-class _DiskCells:
-    """What :func:`_measure_disk` measured: the SSD cells per read size, the read path, page-cached reads."""
-
-    random: list[ReadCell]
-    sequential: list[ReadCell]
-    read_path: str
-    read_method: str
-    page_cache: Any
-
-
 def _measure_disk(
     base: Path | None,
     file_bytes: int,
@@ -902,8 +863,9 @@ def _measure_disk(
     read_path: str,
     rng: np.random.Generator,
     prog: Progress,
-) -> _DiskCells:
-    """Write the scratch file and time its reads: 70 % of ``seconds`` the SSD cells (random and
+) -> tuple[list[ReadCell], list[ReadCell], str, str, ReadCell]:
+    """``(random cells, sequential cells, read path, read method, page-cached reads)``: write the
+    scratch file and time its reads: 70 % of ``seconds`` the SSD cells (random and
     sequential at each read size), 10 % page-cached reads.
 
     The SSD cells are visited in ``rounds`` rounds, each in a fresh random order, and each
@@ -927,17 +889,15 @@ def _measure_disk(
                     prog.status(f"{dev.read_path} reads, round {r + 1}/{rounds}: {pattern} {label}")
                     got = measure_reads(dev, file_bytes, size, pattern, visit_s, rng, min_reads=1)
                     cell = acc[pattern, size]
-                    cell.reads += got.reads
-                    cell.bytes += got.bytes
-                    cell.seconds += got.seconds
+                    for k in ("reads", "bytes", "seconds"):
+                        setattr(cell, k, getattr(cell, k) + getattr(got, k))
                     prog.advance(0.6 / (len(cells) * rounds))
-            random_cells = [acc["random", size] for size in sizes]
-            seq_cells = [acc["sequential", size] for size in sizes]
+            cells_of = {p: [acc[p, size] for size in sizes] for p in ("random", "sequential")}
             path_name, method = dev.read_path, dev.method
         prog.phase("page-cached reads")
         page = measure_page_cache(path, page_bytes, min(int(MiB), file_bytes), 0.1 * seconds)
         prog.advance(0.1)
-    return _DiskCells(random_cells, seq_cells, path_name, method, page)
+    return cells_of["random"], cells_of["sequential"], path_name, method, page
 
 
 def _measure_compute(
@@ -1008,8 +968,7 @@ def calibrate(
     date = _utc_date()
     mem = meminfo()
     disk = _measure_disk(base, file_bytes, page_bytes, sizes, seconds, rounds, read_path, rng, prog)
-    random_cells, seq_cells, page = disk.random, disk.sequential, disk.page_cache
-    path_name, method = disk.read_path, disk.read_method
+    random_cells, seq_cells, path_name, method, page = disk
     bw_mem, flops, engine_fit = _measure_compute(mem_bytes, matmul_n, seconds, engine, rng, prog)
     if path_name == "fadvise":
         notes.append("reads bypass the page cache by posix_fadvise DONTNEED, not O_DIRECT: " + method)

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from moeroof.core import atomic
 from moeroof.core.limits import check_allocation
 from moeroof.data.hf_config import (
     FAMILIES,
@@ -506,13 +507,15 @@ def prefill_path(trace_path: str | Path) -> Path:
     return trace_path.with_name(trace_path.stem + ".prefill.npy")
 
 
+def _write_npy(fh: Any, array: np.ndarray) -> None:
+    np.lib.format.write_array(fh, np.ascontiguousarray(array), allow_pickle=False)
+
+
 def _add_npz_member(path: Path, name: str, array: np.ndarray) -> None:
     """Rewrite the ``.npz`` at ``path`` (atomically, members and their zip settings kept as
     :func:`moeroof.data.io.write_trace` wrote them) with one more array."""
     import io as _io
     import zipfile
-
-    from moeroof.core import atomic
 
     with zipfile.ZipFile(path) as zf:
         members = [(info, zf.read(info)) for info in zf.infolist()]
@@ -525,7 +528,7 @@ def _add_npz_member(path: Path, name: str, array: np.ndarray) -> None:
             info.compress_type = zipfile.ZIP_DEFLATED
             info.external_attr = 0o644 << 16
             buf = _io.BytesIO()
-            np.lib.format.write_array(buf, np.ascontiguousarray(array), allow_pickle=False)
+            _write_npy(buf, array)
             out.writestr(info, buf.getvalue())
 
     atomic.write_via(path, write)
@@ -548,29 +551,11 @@ def write_capture(
         guard_target(prefill_path(trace_path), overwrite)
     write_trace(trace_path, result.topk, trace_meta, overwrite=overwrite)
     if npy:
-        from moeroof.core import atomic
-
-        atomic.write_via(
-            prefill_path(trace_path),
-            lambda fh: np.lib.format.write_array(fh, np.ascontiguousarray(result.prefill), allow_pickle=False),
-        )
+        atomic.write_via(prefill_path(trace_path), lambda fh: _write_npy(fh, result.prefill))
     else:
         _add_npz_member(trace_path, "prefill", result.prefill)
-    extra = {
-        k: meta[k]
-        for k in (
-            "family",
-            "checkpoint",
-            "checkpoint_hash",
-            "checkpoint_hash_mode",
-            "checkpoint_hash_covers",
-            "dtype",
-            "device",
-            "prompts",
-            "prompts_sha256",
-            "date",
-        )
-    }
+    kept = "family checkpoint checkpoint_hash checkpoint_hash_mode checkpoint_hash_covers dtype device prompts"
+    extra = {k: meta[k] for k in (kept + " prompts_sha256 date").split()}
     extra["phases"] = {
         "prefill": [int(t) for t in result.prefill_tokens],
         "decode": [int(t) for t in result.decode_tokens],

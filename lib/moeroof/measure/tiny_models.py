@@ -46,52 +46,25 @@ GROUP_DEFAULTS = {"experts": 16, "top_k": 4, "n_group": 4, "topk_group": 2}
 
 def _family_keys(family: str, experts: int, top_k: int, moe_width: int, head_dim: int) -> dict[str, Any]:
     """The config keys of ``family`` for E experts, K per token and expert width ``moe_width``."""
-    group_limited = dict(
-        n_routed_experts=experts,
-        num_experts_per_tok=top_k,
-        moe_intermediate_size=moe_width,
-        intermediate_size=40,
-        first_k_dense_replace=1,
-        n_group=GROUP_DEFAULTS["n_group"],
-        topk_group=GROUP_DEFAULTS["topk_group"],
-        n_shared_experts=1,
-    )
-    keys: dict[str, dict[str, Any]] = {
-        "mixtral": dict(num_local_experts=experts, num_experts_per_tok=top_k, intermediate_size=moe_width),
-        "qwen2_moe": dict(
-            num_experts=experts,
-            num_experts_per_tok=top_k,
-            moe_intermediate_size=moe_width,
-            shared_expert_intermediate_size=24,
-            intermediate_size=40,
-        ),
-        "qwen3_moe": dict(
-            num_experts=experts,
-            num_experts_per_tok=top_k,
-            moe_intermediate_size=moe_width,
-            intermediate_size=40,
-            head_dim=head_dim,
-        ),
-        "deepseek_v3": dict(
-            group_limited,
-            kv_lora_rank=16,
-            q_lora_rank=24,
-            qk_rope_head_dim=head_dim,
-            qk_nope_head_dim=head_dim,
-            v_head_dim=head_dim,
-            num_key_value_heads=4,  # MLA: one latent cache shared by every head
-        ),
-        "olmoe": dict(num_experts=experts, num_experts_per_tok=top_k, intermediate_size=moe_width, eos_token_id=1),
-        "gpt_oss": dict(
-            num_local_experts=experts,
-            num_experts_per_tok=top_k,
-            intermediate_size=moe_width,
-            head_dim=head_dim,
-            sliding_window=4,
-        ),
-        "glm4_moe": dict(group_limited, head_dim=head_dim),
-    }
-    return keys[family]
+    routed = dict(num_experts_per_tok=top_k)
+    if family in GROUP_LIMITED:
+        keys = dict(n_routed_experts=experts, **routed, moe_intermediate_size=moe_width, intermediate_size=40)
+        keys.update(first_k_dense_replace=1, n_group=GROUP_DEFAULTS["n_group"], n_shared_experts=1)
+        keys.update(topk_group=GROUP_DEFAULTS["topk_group"])
+        if family == "glm4_moe":
+            return {**keys, "head_dim": head_dim}
+        mla = dict(qk_rope_head_dim=head_dim, qk_nope_head_dim=head_dim, v_head_dim=head_dim)
+        # MLA: one latent cache shared by every head
+        return {**keys, "kv_lora_rank": 16, "q_lora_rank": 24, **mla, "num_key_value_heads": 4}
+    if family in ("mixtral", "gpt_oss"):
+        keys = dict(num_local_experts=experts, **routed, intermediate_size=moe_width)
+        return {**keys, "head_dim": head_dim, "sliding_window": 4} if family == "gpt_oss" else keys
+    if family == "olmoe":
+        return dict(num_experts=experts, **routed, intermediate_size=moe_width, eos_token_id=1)
+    keys = dict(num_experts=experts, **routed, moe_intermediate_size=moe_width, intermediate_size=40)
+    if family == "qwen2_moe":
+        return {**keys, "shared_expert_intermediate_size": 24}
+    return {**keys, "head_dim": head_dim}  # qwen3_moe
 
 
 def tiny_config(
@@ -132,13 +105,8 @@ def tiny_config(
     cls = getattr(transformers, TINY_FAMILIES[family], None)
     if cls is None:
         raise ValueError(f"transformers {transformers.__version__} has no {TINY_FAMILIES[family]} ({family})")
-    common = dict(
-        vocab_size=int(vocab),
-        hidden_size=int(hidden),
-        num_hidden_layers=int(layers),
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
+    common = dict(vocab_size=int(vocab), hidden_size=int(hidden), num_hidden_layers=int(layers))
+    common.update(num_attention_heads=4, num_key_value_heads=2)
     return cls(**{**common, **_family_keys(family, int(experts), int(top_k), int(moe_width), max(int(hidden) // 4, 8))})
 
 

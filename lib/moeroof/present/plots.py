@@ -228,13 +228,7 @@ def figure_data_differences(a, b, *, rtol: float = DATA_RTOL, atol: float = DATA
 
 
 #: one colour per binding term of the roofline, shared by every figure that shades regimes
-REGIME_COLORS = {
-    "ssd": "#d9ead3",
-    "memory": "#cfe2f3",
-    "compute": "#fce5cd",
-    "engine": "#fff2cc",
-    "fabric": "#ead1dc",
-}
+REGIME_COLORS = {"ssd": "#d9ead3", "memory": "#cfe2f3", "compute": "#fce5cd", "engine": "#fff2cc", "fabric": "#ead1dc"}
 
 
 def shade_regimes(ax, batch, bound, fits_in_memory=None) -> list:
@@ -275,17 +269,8 @@ def feasibility_boundary(ax, batch, fits_in_memory) -> int | None:
         return None
     first = int(np.asarray(batch)[int(np.argmax(~ok))])
     ax.axvline(first, color="0.3", ls="--", lw=0.8)
-    ax.text(
-        first,
-        0.98,
-        f"no fit in RAM from B = {first} ",
-        transform=ax.get_xaxis_transform(),
-        rotation=90,
-        ha="right",
-        va="top",
-        fontsize=7,
-        color="0.2",
-    )
+    look = dict(rotation=90, ha="right", va="top", fontsize=7, color="0.2")
+    ax.text(first, 0.98, f"no fit in RAM from B = {first} ", transform=ax.get_xaxis_transform(), **look)
     return first
 
 

@@ -54,24 +54,20 @@ def _default(text: str) -> Any:
         return text
 
 
-def _check_zipf(name: str, value: str) -> str | None:
-    try:
-        s = float(value.split(":", 1)[1])
-    except (IndexError, ValueError):
-        return f"-p {name}: {value!r}: expected zipf:S with a number S (e.g. zipf:0.9)"
-    if not s >= 0 or s == float("inf"):
-        return f"-p {name}: {value!r}: the Zipf exponent must be a finite number >= 0"
-    return None
+#: spec prefix → (its letter, an example, whether a parsed value is good, the problem when not)
+_SPEC_CHECKS = {
+    "zipf": ("S", "0.9", lambda s: s >= 0 and s != float("inf"), "the Zipf exponent must be a finite number >= 0"),
+    "dirichlet": ("A", "0.6", lambda a: 1e-3 <= a <= 1e12, "the Dirichlet concentration must be in [0.001, 1e12]"),
+}
 
 
-def _check_dirichlet(name: str, value: str) -> str | None:
+def _check_spec(kind: str, name: str, value: str) -> str | None:
+    letter, example, good, problem = _SPEC_CHECKS[kind]
     try:
-        a = float(value.split(":", 1)[1])
+        x = float(value.split(":", 1)[1])
     except (IndexError, ValueError):
-        return f"-p {name}: {value!r}: expected dirichlet:A with a number A (e.g. dirichlet:0.6)"
-    if not 1e-3 <= a <= 1e12:
-        return f"-p {name}: {value!r}: the Dirichlet concentration must be in [0.001, 1e12]"
-    return None
+        return f"-p {name}: {value!r}: expected {kind}:{letter} with a number {letter} (e.g. {kind}:{example})"
+    return None if good(x) else f"-p {name}: {value!r}: {problem}"
 
 
 def _preset_problems(values: Mapping[str, Any], out: list[str]) -> Any:
@@ -79,18 +75,14 @@ def _preset_problems(values: Mapping[str, Any], out: list[str]) -> Any:
     or not loadable)."""
     from moeroof.data.presets import load_hardware, load_model
 
-    model = None
-    if isinstance(values.get("model"), str) and values["model"].strip():
-        try:
-            model = load_model(values["model"])
-        except (ValueError, OSError) as err:
-            out.append(f"-p model: {err}")
-    if isinstance(values.get("hardware"), str) and values["hardware"].strip():
-        try:
-            load_hardware(values["hardware"])
-        except (ValueError, OSError) as err:
-            out.append(f"-p hardware: {err}")
-    return model
+    loaded = {}
+    for name, load in (("model", load_model), ("hardware", load_hardware)):
+        if isinstance(values.get(name), str) and values[name].strip():
+            try:
+                loaded[name] = load(values[name])
+            except (ValueError, OSError) as err:
+                out.append(f"-p {name}: {err}")
+    return loaded.get("model")
 
 
 def _routing_problem(name: str, value: Any, model: Any) -> str | None:
@@ -103,10 +95,9 @@ def _routing_problem(name: str, value: Any, model: Any) -> str | None:
     spec = value.strip()
     if spec.lower() in ("auto", "uniform", "prior"):
         return None
-    if spec.lower().startswith("dirichlet"):
-        return _check_dirichlet(name, spec)
-    if spec.lower().startswith("zipf"):
-        return _check_zipf(name, spec)
+    for kind in ("dirichlet", "zipf"):
+        if spec.lower().startswith(kind):
+            return _check_spec(kind, name, spec)
     if not is_file_spec(spec):
         return None
     try:

@@ -547,11 +547,7 @@ def notebook_help(notebooks_dir: Path, name: str) -> str:
     """``--help-notebook NAME``: each parameter the notebook declares, with its type, default and
     help comment (papermill's ``--help-notebook``)."""
     (path,) = discover(notebooks_dir, [name])
-    import jupytext
-    from papermill.translators import PythonTranslator
-
-    cells = [c for c in jupytext.read(path).cells if "parameters" in c.get("metadata", {}).get("tags", [])]
-    params = PythonTranslator.inspect(cells[0]) if cells else []
+    params = _inspect_parameters(path)
     lines = [f"Parameters of {path.stem} ({_display_path(path)}), set with -p NAME VALUE or -f PARAMS.yaml:"]
     width = max((len(q.name) for q in params), default=0)
     for q in params:
@@ -585,13 +581,16 @@ class Declared:
 
 def declared_parameters(path: Path) -> dict[str, Declared]:
     """The parameters ``path`` declares in its cell tagged ``parameters``, as papermill reads them."""
+    return {p.name: Declared(p.name, p.inferred_type_name, p.default) for p in _inspect_parameters(path)}
+
+
+def _inspect_parameters(path: Path) -> list:
+    """papermill's reading of the cell of ``path`` tagged ``parameters`` (empty without one)."""
     import jupytext
     from papermill.translators import PythonTranslator
 
     cells = [c for c in jupytext.read(path).cells if "parameters" in c.get("metadata", {}).get("tags", [])]
-    if not cells:
-        return {}
-    return {p.name: Declared(p.name, p.inferred_type_name, p.default) for p in PythonTranslator.inspect(cells[0])}
+    return PythonTranslator.inspect(cells[0]) if cells else []
 
 
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
@@ -693,13 +692,8 @@ def _render_job(
         hint = " (--cell-timeout SECONDS allows cells longer)" if timed_out else ""
         return None, None, f"{err}{hint}", time.perf_counter() - start
     except OSError as err:  # the report folder refused a write (full disk, permissions)
-        where = err.filename or out_dir
-        return (
-            None,
-            None,
-            f"{path.stem} failed: cannot write {where}: {err.strerror or err}",
-            time.perf_counter() - start,
-        )
+        error = f"{path.stem} failed: cannot write {err.filename or out_dir}: {err.strerror or err}"
+        return None, None, error, time.perf_counter() - start
     return ipynb_path, html_path, None, time.perf_counter() - start
 
 
@@ -831,14 +825,12 @@ def _checked_inputs(args: argparse.Namespace) -> tuple[list[Path], dict, list, i
     if args.out is not None:
         check_out_dir(args.out)
     jobs = getattr(args, "jobs", None)
-    if jobs is None:
-        jobs = os.cpu_count() or 1
+    jobs = (os.cpu_count() or 1) if jobs is None else jobs
     if jobs < 1:
         raise ReportParameterError("jobs", f"must be at least 1, got {jobs}")
     jobs = min(jobs, len(notebooks))
     cell_timeout_s = getattr(args, "cell_timeout", None)
-    if cell_timeout_s is None:
-        cell_timeout_s = cell_timeout()
+    cell_timeout_s = cell_timeout() if cell_timeout_s is None else cell_timeout_s
     if not 0 < cell_timeout_s < float("inf"):
         raise ReportParameterError("cell_timeout", f"must be a positive number of seconds, got {cell_timeout_s}")
     return notebooks, given, per_notebook, jobs, cell_timeout_s
@@ -913,12 +905,12 @@ def render_all(args: argparse.Namespace) -> tuple[int, dict]:
     else:
         finished = render_parallel(jobs_args, jobs, order, after)
     runs, failures = _collect(finished, notebooks, targets, per_notebook, say)
-    record_timings(args.out if args.out is not None else paths.REPORTS_DIR, runs)
+    root = args.out if args.out is not None else paths.REPORTS_DIR
+    record_timings(root, runs)
     # the index lists every report under its folder (this run's and earlier ones, runs with
     # parameters included), failed or not
     from moeroof.present.site import build_index
 
-    root = args.out if args.out is not None else paths.REPORTS_DIR
     figures = args.out / "figures" if args.out is not None else paths.figures_dir()
     index = build_index(root, figures)
     print(f"index  {'':<24} {'':>8}  -> {index}", file=say, flush=True)

@@ -136,21 +136,16 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+_NO_DATA = "an input holds no data (an empty file, a header only, or a zero-length trace)"
+_TOO_LARGE = (
+    "an input asks for an array larger than this machine can address; check its sizes (experts, layers, tokens, steps)"
+)
 #: numpy messages that say nothing to a user, and what they mean on a moeroof input
 _NUMPY_MESSAGES = (
-    (
-        "zero-size array to reduction operation",
-        "an input holds no data (an empty file, a header only, or a zero-length trace)",
-    ),
-    ("cannot reshape array of size 0", "an input holds no data (an empty file, a header only, or a zero-length trace)"),
-    (
-        "Maximum allowed dimension exceeded",
-        "an input asks for an array larger than this machine can address; check its sizes (experts, layers, tokens, steps)",
-    ),
-    (
-        "array is too big",
-        "an input asks for an array larger than this machine can address; check its sizes (experts, layers, tokens, steps)",
-    ),
+    ("zero-size array to reduction operation", _NO_DATA),
+    ("cannot reshape array of size 0", _NO_DATA),
+    ("Maximum allowed dimension exceeded", _TOO_LARGE),
+    ("array is too big", _TOO_LARGE),
     ("negative dimensions are not allowed", "an input gives a negative size"),
     (
         "Out of range float values are not JSON compliant",

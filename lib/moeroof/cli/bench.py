@@ -54,9 +54,9 @@ def add_parser(subparsers: Any) -> None:
             "matmul per expert). Reads bypass the page cache as in `moeroof calibrate`."
         ),
     )
-    p.add_argument("--experts", default=None, type=EXPERTS, help="experts per layer E (default 32, or the trace's)")
+    p.add_argument("--experts", type=EXPERTS, help="experts per layer E (default 32, or the trace's)")
     p.add_argument("--layers", default="4", type=LAYERS, help="MoE layers L (default 4)")
-    p.add_argument("--top-k", default=None, type=TOP_K, help="experts per token K (default 4, or the trace's)")
+    p.add_argument("--top-k", type=TOP_K, help="experts per token K (default 4, or the trace's)")
     p.add_argument("--d-model", default="1024", type=Count(min=1), help="hidden size d (default 1024)")
     p.add_argument(
         "--d-ff", default="1024", type=Count(min=1), help="expert width f (default 1024; expert bytes = 2·d·f·4)"
@@ -68,8 +68,8 @@ def add_parser(subparsers: Any) -> None:
         choices=("both", "uncoalesced", "coalesced"),
         help="which mode(s) to run (default both)",
     )
-    p.add_argument("--routing", default=None, help="routing model: uniform or zipf:S (default uniform)")
-    p.add_argument("--trace", default=None, help="routing from a trace .npz/.npy instead of a model")
+    p.add_argument("--routing", help="routing model: uniform or zipf:S (default uniform)")
+    p.add_argument("--trace", help="routing from a trace .npz/.npy instead of a model")
     p.add_argument("--steps", default="5", type=Count(min=1), help="counted decode steps per (mode, B) (default 5)")
     p.add_argument("--warmup", default="1", type=Count(min=0), help="uncounted warm-up steps per (mode, B) (default 1)")
     p.add_argument(
@@ -78,7 +78,7 @@ def add_parser(subparsers: Any) -> None:
         type=SEED,
         help="seed of numpy.random.default_rng for routing, gates and weights (default 0)",
     )
-    p.add_argument("--scratch-dir", default=None, help="where the stack file goes (default: the system temp dir)")
+    p.add_argument("--scratch-dir", help="where the stack file goes (default: the system temp dir)")
     p.add_argument(
         "--read-path",
         default="auto",
@@ -87,7 +87,6 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--calibration",
-        default=None,
         help="hardware TOML written by `moeroof calibrate` (or a preset name): also predict every row from it, "
         "engine terms included, and report the prediction and the engine terms used",
     )
@@ -99,7 +98,6 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--output",
-        default=None,
         help="also write the report to this file as JSON, atomically (whatever --format prints on stdout)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -256,18 +254,8 @@ def print_bench(rep: dict[str, Any]) -> None:
 
 
 #: ``--format csv``: one row per (mode, batch)
-CSV_COLUMNS = (
-    "mode",
-    "batch",
-    "step_seconds",
-    "net_tok_s",
-    "per_agent_tok_s",
-    "bytes_read_per_step",
-    "union_per_layer",
-    "coalescing_ratio",
-    "predicted_net_tok_s",
-    "relative_error",
-)
+CSV_COLUMNS: tuple[str, ...] = ("mode", "batch", "step_seconds", "net_tok_s", "per_agent_tok_s", "bytes_read_per_step")
+CSV_COLUMNS += ("union_per_layer", "coalescing_ratio", "predicted_net_tok_s", "relative_error")
 
 
 def bench_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:

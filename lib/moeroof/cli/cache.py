@@ -65,21 +65,15 @@ def add_parser(subparsers: Any) -> None:
             "layer by layer, ascending id within a layer) through one cache policy (the cache models: docs/models.md)."
         ),
     )
-    p.add_argument(
-        "path",
-        metavar="TRACE",
-        help="trace .npz / .npy / .parquet (a histogram has no token order: `moeroof trace --routing HIST.csv` "
-        "draws a trace from it)",
-    )
+    add_trace_argument(p)
     p.add_argument("--policy", required=True, choices=POLICIES, help=POLICY_HELP)
     p.add_argument(
         "--capacity-experts",
-        default=None,
         type=Count(min=0),
         help="cache capacity in experts (one (layer, expert) item each)",
     )
-    p.add_argument("--capacity-gib", default=None, type=GIB, help="cache capacity in GiB (needs --expert-bytes)")
-    p.add_argument("--expert-bytes", default=None, type=Bytes(), help="bytes per expert (streamed per miss)")
+    p.add_argument("--capacity-gib", type=GIB, help="cache capacity in GiB (needs --expert-bytes)")
+    p.add_argument("--expert-bytes", type=Bytes(), help="bytes per expert (streamed per miss)")
     p.add_argument(
         "--scope",
         default="global",
@@ -87,19 +81,15 @@ def add_parser(subparsers: Any) -> None:
         help="one shared cache or one per layer (default global)",
     )
     p.add_argument("--warmup", default="0", type=Count(min=0), help="steps simulated but not counted (default 0)")
-    p.add_argument(
-        "--histogram", default=None, help="histogram .csv to pin the static hot set from (default: the trace's own)"
-    )
+    p.add_argument("--histogram", help="histogram .csv to pin the static hot set from (default: the trace's own)")
     p.add_argument(
         "--streams",
-        default=None,
         type=ListOf(Count(min=0), example="0,3", distinct=True),
         help="replay only these streams of the trace, comma-separated indices from 0 (default: all)",
     )
     p.add_argument("--lookup", default="layer", choices=LOOKUPS, help=LOOKUP_HELP)
     p.add_argument(
         "--s3fifo-threshold",
-        default=None,
         metavar="N",
         type=Count(min=1),
         help=(
@@ -109,19 +99,27 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--scheduler",
-        default=None,
         metavar="ADDRESS",
         help="shard the layers over the dask.distributed cluster at ADDRESS (scope layer only; exact)",
     )
     p.add_argument(
         "--workers",
-        default=None,
         type=WORKERS,
         help="shard the layers over a local cluster of N worker processes (scope layer only; exact)",
     )
     add_meta_arguments(p)
     add_output_arguments(p)
     p.set_defaults(func=run)
+
+
+def add_trace_argument(p: Any) -> None:
+    """TRACE, the trace ``cache`` and ``mrc`` replay."""
+    p.add_argument(
+        "path",
+        metavar="TRACE",
+        help="trace .npz / .npy / .parquet (a histogram has no token order: `moeroof trace --routing HIST.csv` "
+        "draws a trace from it)",
+    )
 
 
 def check_streams(ids: list[int], n_streams: int) -> list[int]:
@@ -272,7 +270,7 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:
     from moeroof.cachesim import simulate
 
     threshold, workers, sharded = _check_cache_args(args)
-    expert_bytes, warmup = args.expert_bytes, args.warmup
+    warmup = args.warmup
     # sharded, the workers read the trace as read_trace checked it; in one process the request
     # pass checks the ids itself
     trace = read_trace_arg(args.path, args) if sharded else read_trace_for_requests(args.path, args)
@@ -289,68 +287,32 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:
         )
     if args.streams is not None:
         notes.append(f"streams {','.join(map(str, stream_ids))} of the trace's {trace.streams} replayed")
-    if sharded:
-        return _sharded_report(
-            args,
-            trace,
-            stream_ids,
-            (capacity, cap_experts, cap_bytes),
-            unit,
-            expert_bytes,
-            warmup,
-            pinned,
-            workers,
-            notes,
-        )
-    progress = Progress("cache")
-    try:
-        progress(0, 2, f"building the requests of {trace.steps} steps")
-        requests = trace_requests(
-            trace, streams=None if args.streams is None else np.asarray(stream_ids, dtype=np.int64)
-        )
-        trace = TraceInfo.of(trace)  # type: ignore[assignment]  # the ids are in the requests now
-        progress(1, 2, f"simulating {args.policy} on {len(requests.items):,} requests")
-        res = simulate(
-            requests,
-            capacity,
-            policy=args.policy,
-            capacity_unit=unit,
-            item_bytes=expert_bytes,
-            scope=args.scope,
-            warmup_steps=warmup,
-            pinned=pinned,
-            lookup=args.lookup,
-            s3fifo_threshold=threshold,
-        )
-    finally:
-        progress.close()
-    return _report(args, trace, stream_ids, res, cap_experts, cap_bytes, unit, warmup, pinned, notes)
-
-
-def _sharded_report(args, trace, stream_ids, caps, unit, expert_bytes, warmup, pinned, workers, notes):
-    """``cache_report`` with the layers sharded by :func:`moeroof.run.shard.simulate_by_layer`."""
-    capacity, cap_experts, cap_bytes = caps
-    from moeroof.run.shard import simulate_by_layer
-
-    res = simulate_by_layer(
-        trace,
-        capacity,
-        args.policy,
-        capacity_unit=unit,
-        item_bytes=expert_bytes,
-        warmup_steps=warmup,
-        pinned=pinned,
-        lookup=args.lookup,
-        streams=None if args.streams is None else np.asarray(stream_ids, dtype=np.int64),
-        scheduler=args.scheduler,
-        workers=workers,
+    streams = None if args.streams is None else np.asarray(stream_ids, dtype=np.int64)
+    kw: dict[str, Any] = dict(
+        capacity_unit=unit, item_bytes=args.expert_bytes, warmup_steps=warmup, pinned=pinned, lookup=args.lookup
     )
-    where = f"the scheduler {args.scheduler}" if args.scheduler else f"a local cluster of {workers} worker processes"
-    notes.append(f"layers sharded over {where} (exact: per-layer caches are independent)")
-    return _report(args, trace, stream_ids, res, cap_experts, cap_bytes, unit, warmup, pinned, notes)
+    if sharded:
+        from moeroof.run.shard import simulate_by_layer
+
+        res = simulate_by_layer(
+            trace, capacity, args.policy, streams=streams, scheduler=args.scheduler, workers=workers, **kw
+        )
+        where = (
+            f"the scheduler {args.scheduler}" if args.scheduler else f"a local cluster of {workers} worker processes"
+        )
+        notes.append(f"layers sharded over {where} (exact: per-layer caches are independent)")
+    else:
+        with Progress("cache") as progress:
+            progress(0, 2, f"building the requests of {trace.steps} steps")
+            requests = trace_requests(trace, streams=streams)
+            trace = TraceInfo.of(trace)  # type: ignore[assignment]  # the ids are in the requests now
+            progress(1, 2, f"simulating {args.policy} on {len(requests.items):,} requests")
+            res = simulate(requests, capacity, policy=args.policy, scope=args.scope, s3fifo_threshold=threshold, **kw)
+    return _report(args, trace, stream_ids, res, cap_experts, cap_bytes, unit, pinned, notes)
 
 
-def _report(args, trace, stream_ids, res, cap_experts, cap_bytes, unit, warmup, pinned, notes):
+def _report(args, trace, stream_ids, res, cap_experts, cap_bytes, unit, pinned, notes):
+    warmup = args.warmup
     notes.extend(res.notes)
     notes.append(
         "hits judged as each (step, layer) lookup starts (an engine serves the cached experts first)"
@@ -372,44 +334,19 @@ def _report(args, trace, stream_ids, res, cap_experts, cap_bytes, unit, warmup, 
             )
     if warmup:
         notes.append(f"the first {warmup} steps are simulated but not counted (warm-up)")
-    bytes_unit = res.bytes_unit
-    if bytes_unit == "experts":
+    if res.bytes_unit == "experts":
         notes.append("no --expert-bytes: streamed volume counted in experts, not bytes")
-    rep: dict[str, Any] = {
-        "policy": args.policy,
-        "capacity_experts": cap_experts,
-        "capacity_experts_per_layer": per,
-        "capacity_bytes": cap_bytes,
-        "scope": args.scope,
-        "lookup": args.lookup,
-        "warmup_steps": warmup,
-        "requests": res.requests,
-        "hits": res.hits,
-        "misses": res.misses,
-        "hit_rate": res.hit_rate,
-        "bytes_streamed_per_step": res.mean_bytes_streamed_per_step,
-        "unit": bytes_unit,
-        "s3fifo_threshold": (
-            (S3FIFO_THRESHOLD if args.s3fifo_threshold is None else int(args.s3fifo_threshold))
-            if args.policy == "s3fifo"
-            else None
-        ),
-        "oracle": args.policy in ("belady", "belady-insert") or (args.policy == "static" and pinned is None),
-        "per_step": {
-            "hits": res.hits_per_step,
-            "misses": res.misses_per_step,
-            "bytes_streamed": res.bytes_streamed_per_step,
-        },
-        "steps": trace.steps,
-        "streams": len(stream_ids),
-        "stream_ids": stream_ids,
-        "trace_streams": trace.streams,
-        "layers": trace.layers,
-        "experts": trace.experts,
-        "source": str(trace.path),
-        "provenance": trace.meta.get("provenance"),
-        "notes": notes,
-    }
+    threshold = S3FIFO_THRESHOLD if args.s3fifo_threshold is None else int(args.s3fifo_threshold)
+    rep: dict[str, Any] = {"policy": args.policy, "capacity_experts": cap_experts, "capacity_experts_per_layer": per}
+    rep.update(capacity_bytes=cap_bytes, scope=args.scope, lookup=args.lookup, warmup_steps=warmup)
+    rep.update(requests=res.requests, hits=res.hits, misses=res.misses, hit_rate=res.hit_rate)
+    rep.update(bytes_streamed_per_step=res.mean_bytes_streamed_per_step, unit=res.bytes_unit)
+    rep["s3fifo_threshold"] = threshold if args.policy == "s3fifo" else None
+    rep["oracle"] = args.policy in ("belady", "belady-insert") or (args.policy == "static" and pinned is None)
+    per_step = {"hits": res.hits_per_step, "misses": res.misses_per_step, "bytes_streamed": res.bytes_streamed_per_step}
+    rep.update(per_step=per_step, steps=trace.steps, streams=len(stream_ids), stream_ids=stream_ids)
+    rep.update(trace_streams=trace.streams, layers=trace.layers, experts=trace.experts, source=str(trace.path))
+    rep.update(provenance=trace.meta.get("provenance"), notes=notes)
     return jsonable(rep)
 
 
@@ -443,7 +380,7 @@ def _percent(x: Any, digits: int = 2) -> str:
 
 
 #: ``--format csv``: the columns of the one row (hit_rate a fraction, as in the JSON)
-CSV_COLUMNS = (
+CSV_COLUMNS: tuple[str, ...] = (
     "policy",
     "capacity_experts",
     "capacity_bytes",
@@ -452,19 +389,9 @@ CSV_COLUMNS = (
     "warmup_steps",
     "requests",
     "hits",
-    "misses",
-    "hit_rate",
-    "bytes_streamed_per_step",
-    "unit",
-    "s3fifo_threshold",
-    "oracle",
-    "steps",
-    "streams",
-    "layers",
-    "experts",
-    "source",
-    "provenance",
 )
+CSV_COLUMNS += ("misses", "hit_rate", "bytes_streamed_per_step", "unit", "s3fifo_threshold", "oracle", "steps")
+CSV_COLUMNS += ("streams", "layers", "experts", "source", "provenance")
 
 
 def cache_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:

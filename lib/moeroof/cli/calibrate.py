@@ -48,7 +48,7 @@ def add_parser(subparsers: Any) -> None:
         default="calibrated.toml",
         help="hardware TOML to write, atomically (default calibrated.toml); the printed report goes to --report-output",
     )
-    p.add_argument("--name", default=None, help="preset name in the TOML (default calibrated-DATE)")
+    p.add_argument("--name", help="preset name in the TOML (default calibrated-DATE)")
     p.add_argument("--file-mib", default="2048", type=MIB, help="scratch file size in MiB (default 2048)")
     p.add_argument(
         "--seconds",
@@ -62,7 +62,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--matmul-n", default="2048", type=Count(min=1), help="matrix size n of the float32 n×n matmul (default 2048)"
     )
-    p.add_argument("--scratch-dir", default=None, help="where the scratch file goes (default: the output's folder)")
+    p.add_argument("--scratch-dir", help="where the scratch file goes (default: the output's folder)")
     p.add_argument(
         "--read-path",
         default="auto",

@@ -79,7 +79,6 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--histogram",
-        default=None,
         help="histogram to write (.csv; default: the trace's path as .csv, OUT.histogram.csv beside a .npy trace)",
     )
     p.add_argument("--dtype", default="auto", choices=DTYPES, help="weights' dtype (default auto: as stored)")
@@ -146,8 +145,7 @@ def _run_capture(args: argparse.Namespace, prompts: list, prompts_path: Path, de
     """``(model, capture result)``: the checkpoint loaded and the prompts decoded on ``device``."""
     from moeroof.measure.capture import capture_routing, load_checkpoint, tokenize_prompts
 
-    progress = Progress("capture")
-    try:
+    with Progress("capture") as progress:
         progress(0, args.max_new_tokens, "loading the checkpoint")
         model, layout = load_checkpoint(args.model_dir, dtype=args.dtype, device=device)
         ids = tokenize_prompts(prompts, args.model_dir, int(model.config.vocab_size))
@@ -166,8 +164,6 @@ def _run_capture(args: argparse.Namespace, prompts: list, prompts_path: Path, de
             eos_token_ids=[] if args.ignore_eos else None,
             progress=progress,
         )
-    finally:
-        progress.close()
     return model, result
 
 
@@ -175,30 +171,14 @@ def _capture_json(
     result: Any, meta: dict, out: Path, hist: Path, streams: int, stored: str, device: str, source: str
 ) -> dict[str, Any]:
     """The ``capture`` JSON object of a written capture."""
-    return {
-        "trace": str(out),
-        "histogram": str(hist),
-        "model": meta["model"],
-        "family": meta["family"],
-        "experts": result.experts,
-        "top_k": result.top_k,
-        "layer_ids": list(result.layer_ids),
-        "streams": streams,
-        "decode_steps": int(result.topk.shape[0]),
-        "prompt_tokens": meta["prompt_tokens"],
-        "generated_tokens": meta["generated_tokens"],
-        "prefill_tokens_per_layer": meta["prefill_tokens_per_layer"],
-        "decode_tokens_per_layer": [int(t) for t in result.decode_tokens],
-        "dtype": stored,
-        "device": device,
-        "checkpoint_hash": meta["checkpoint_hash"],
-        "checkpoint_hash_mode": meta["checkpoint_hash_mode"],
-        "checkpoint_hash_covers": meta["checkpoint_hash_covers"],
-        "prefill_shape": meta["prefill"]["shape"],
-        "source": source,
-        "prompts_sha256": meta["prompts_sha256"],
-        "provenance": "witnessed",
-    }
+    rep: dict[str, Any] = {"trace": str(out), "histogram": str(hist), "model": meta["model"], "family": meta["family"]}
+    rep.update(experts=result.experts, top_k=result.top_k, layer_ids=list(result.layer_ids), streams=streams)
+    rep["decode_steps"] = int(result.topk.shape[0])
+    rep.update({k: meta[k] for k in ("prompt_tokens", "generated_tokens", "prefill_tokens_per_layer")})
+    rep.update(decode_tokens_per_layer=[int(t) for t in result.decode_tokens], dtype=stored, device=device)
+    rep.update({k: meta[k] for k in ("checkpoint_hash", "checkpoint_hash_mode", "checkpoint_hash_covers")})
+    rep.update(prefill_shape=meta["prefill"]["shape"], source=source, prompts_sha256=meta["prompts_sha256"])
+    return {**rep, "provenance": "witnessed"}
 
 
 def capture_report(args: argparse.Namespace) -> dict[str, Any]:
@@ -217,8 +197,7 @@ def capture_report(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError("every stream ended at its first token (EOS): no decode step to record; try --ignore-eos")
     stored = str(next(model.parameters()).dtype).replace("torch.", "")
     source = shlex.join(command_line(args))
-    hashing = Progress("checkpoint hash")
-    try:
+    with Progress("checkpoint hash") as hashing:
         meta = capture_meta(
             result,
             model_dir=args.model_dir,
@@ -229,8 +208,6 @@ def capture_report(args: argparse.Namespace) -> dict[str, Any]:
             hash_mode=args.checkpoint_hash,
             hash_progress=lambda done, total, name: hashing(done >> 20, max(total >> 20, 1), f"MiB ({name})"),
         )
-    finally:
-        hashing.close()
     write_capture(result, meta, out, hist, overwrite=bool(args.force))
     return _capture_json(result, meta, out, hist, streams, stored, device, source)
 
@@ -244,10 +221,11 @@ def command_line(args: argparse.Namespace) -> list[str]:
     words += ["--dtype", args.dtype, "--device", args.device, "--checkpoint-hash", args.checkpoint_hash]
     words += ["--ignore-eos"] * bool(args.ignore_eos) + ["--force"] * bool(args.force)
     words += ["--json"] * bool(getattr(args, "json", False))
-    if getattr(args, "format", None):
-        words += ["--format", args.format]
-    if getattr(args, "report_output", None):
-        words += ["--report-output", str(args.report_output)]
+    for flag, value in (
+        ("--format", getattr(args, "format", None)),
+        ("--report-output", getattr(args, "report_output", None)),
+    ):
+        words += [flag, str(value)] if value else []
     return words
 
 

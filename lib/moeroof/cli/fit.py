@@ -71,18 +71,9 @@ def fit_report(args: argparse.Namespace) -> dict[str, Any]:
             f"fitted to the trace's histogram: its live tokens counted per (layer, expert) over "
             f"{n} layer{'s' if n != 1 else ''}, as `moeroof histogram` writes it"
         )
-    progress = Progress("fit")
-    try:
-        result = fit_histogram(
-            counts,
-            data.top_k,
-            rng=np.random.default_rng(seed),
-            bootstrap=bootstrap,
-            gof_sims=gof_sims,
-            progress=progress,
-        )
-    finally:
-        progress.close()
+    with Progress("fit") as progress:
+        rng = np.random.default_rng(seed)
+        result = fit_histogram(counts, data.top_k, rng=rng, bootstrap=bootstrap, gof_sims=gof_sims, progress=progress)
     rep = jsonable(dict(result.to_dict()))
     rep.setdefault("source", str(data.path))
     rep.setdefault("provenance", data.meta.get("provenance"))
@@ -134,18 +125,11 @@ def print_fit(rep: dict[str, Any]) -> None:
         f"provenance: {rep.get('provenance') or 'unknown'}"
     )
     chosen = rep.get("chosen")
-    rows = []
-    for name, m in (rep.get("models") or {}).items():
-        rows.append(
-            [
-                ("* " if name == chosen else "  ") + str(name),
-                _fmt_params(m.get("params")),
-                _fmt_ci(m.get("ci")),
-                fmt(m.get("log_likelihood"), 1),
-                fmt(m.get("aic"), 1),
-                fmt(m.get("gof_pvalue"), 3),
-            ]
-        )
+    rows = [
+        [("* " if name == chosen else "  ") + str(name), _fmt_params(m.get("params")), _fmt_ci(m.get("ci"))]
+        + [fmt(m.get("log_likelihood"), 1), fmt(m.get("aic"), 1), fmt(m.get("gof_pvalue"), 3)]
+        for name, m in (rep.get("models") or {}).items()
+    ]
     print(table(["model", "params", "95% CI", "logL", "AIC", "GoF p"], rows, "<<<>>>"))
     print(f"* chosen: {chosen} (lowest AIC)" if chosen else "no model chosen")
     for note in rep.get("notes", []):
@@ -155,21 +139,8 @@ def print_fit(rep: dict[str, Any]) -> None:
 
 
 #: ``--format csv``: one row per (layer, model)
-CSV_COLUMNS = (
-    "layer",
-    "model",
-    "chosen",
-    "parameter",
-    "estimate",
-    "ci_low",
-    "ci_high",
-    "ml_estimate",
-    "log_likelihood",
-    "aic",
-    "gof_statistic",
-    "gof_pvalue",
-    "gof_pvalue_floor",
-)
+CSV_COLUMNS: tuple[str, ...] = ("layer", "model", "chosen", "parameter", "estimate", "ci_low", "ci_high", "ml_estimate")
+CSV_COLUMNS += ("log_likelihood", "aic", "gof_statistic", "gof_pvalue", "gof_pvalue_floor")
 
 
 def _csv_rows(layer: Any, fits: dict[str, Any], chosen: str | None, floor: Any) -> list[list[Any]]:
@@ -177,24 +148,11 @@ def _csv_rows(layer: Any, fits: dict[str, Any], chosen: str | None, floor: Any) 
     for name, m in fits.items():
         params = m.get("params") or {}
         key = next(iter(params), None)
-        ci = (m.get("ci") or {}).get(key) if key is not None else None
-        rows.append(
-            [
-                layer,
-                name,
-                name == chosen,
-                key,
-                None if key is None else params[key],
-                None if not ci else ci[0],
-                None if not ci else ci[1],
-                None if key is None else (m.get("ml_params") or {}).get(key),
-                m.get("log_likelihood"),
-                m.get("aic"),
-                m.get("gof_statistic"),
-                m.get("gof_pvalue"),
-                floor,
-            ]
-        )
+        ci = ((m.get("ci") or {}).get(key) if key is not None else None) or (None, None)
+        estimate = None if key is None else params[key]
+        ml = None if key is None else (m.get("ml_params") or {}).get(key)
+        rows.append([layer, name, name == chosen, key, estimate, *ci, ml])
+        rows[-1] += [m.get(c) for c in ("log_likelihood", "aic", "gof_statistic", "gof_pvalue")] + [floor]
     return rows
 
 
@@ -217,5 +175,4 @@ def fit_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    rep = fit_report(args)
-    return emit(rep, args, print_fit, csv_table=fit_csv)
+    return emit(fit_report(args), args, print_fit, csv_table=fit_csv)

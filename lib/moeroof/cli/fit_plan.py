@@ -46,21 +46,18 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--routing-knobs",
-        default=None,
         help="a `moeroof fit-routing --json` result: the cache runs on a trace sampled from its knobs",
     )
     p.add_argument(
         "--fit",
-        default=None,
         type=Choice(KNOBS, many=True),
         help=f"knobs to fit, comma-separated from {','.join(KNOBS)} (default: what the rows identify)",
     )
     p.add_argument("--context", default="4096", type=Count(min=0), help="context tokens per agent (default 4096)")
-    p.add_argument("--set", action="append", default=None, metavar="FIELD=VALUE", help=SET_HELP)
+    p.add_argument("--set", action="append", metavar="FIELD=VALUE", help=SET_HELP)
     p.add_argument("--page-cache", action="store_true", help="experts read through the OS page cache (see plan)")
     p.add_argument(
         "--overlap",
-        default=None,
         choices=("max", "sum"),
         help="how the step's terms combine; default: fit both, keep the better, and widen the bands by the other "
         "when it meets the calibration rows too",
@@ -72,7 +69,7 @@ def add_parser(subparsers: Any) -> None:
         "and per-stream locality at the locality prior fitted on real decode (data/fits/locality-prior.json)",
     )
     add_output_arguments(p)
-    p.set_defaults(func=run, parameter_flags={"fit": "--fit", "family": "--routing-knobs"})
+    p.set_defaults(func=run, parameter_flags={"family": "--routing-knobs"})
 
 
 def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
@@ -92,8 +89,7 @@ def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
     else:
         routing = routing_from_spec(args.routing, model)
         is_spec = spec_skew(routing) is not None
-    progress = Progress("fit-plan")
-    try:
+    with Progress("fit-plan") as progress:
         res = fit_plan(
             points,
             model,
@@ -109,8 +105,6 @@ def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
             # the two overlaps side by side where this process may use two cores (the same numbers)
             jobs=min(2, usable_cores()),
         )
-    finally:
-        progress.close()
     rep = res.to_dict()
     rep.update(
         model=model.name,
@@ -143,19 +137,9 @@ def print_fit_plan(rep: dict[str, Any]) -> None:
             )
     headers = ["row", "B", "cache GiB", "ranks", "policy", "role", "measured", "predicted", "5 %", "95 %", "hit % pred"]
     rows = [
-        [
-            str(r["row"]),
-            str(r["batch"]),
-            fmt(r["cache_gib"], 1),
-            str(r["ranks"]),
-            r["policy"],
-            r["role"],
-            fmt(r["measured"], 3),
-            fmt(r["predicted"], 3),
-            fmt(r["low"], 3),
-            fmt(r["high"], 3),
-            fmt(100 * r["predicted_hit_rate"], 1),
-        ]
+        [str(r["row"]), str(r["batch"]), fmt(r["cache_gib"], 1), str(r["ranks"]), r["policy"], r["role"]]
+        + [fmt(r[c], 3) for c in ("measured", "predicted", "low", "high")]
+        + [fmt(100 * r["predicted_hit_rate"], 1)]
         for r in rep["rows"]
     ]
     print(table(headers, rows, ">>>>><>>>>>"))
@@ -169,7 +153,7 @@ def print_fit_plan(rep: dict[str, Any]) -> None:
 
 
 #: ``--format csv``: one row per POINTS row (predicted_hit_rate a fraction)
-CSV_COLUMNS = (
+CSV_COLUMNS: tuple[str, ...] = (
     "row",
     "batch",
     "cache_gib",
@@ -180,8 +164,8 @@ CSV_COLUMNS = (
     "predicted",
     "low",
     "high",
-    "predicted_hit_rate",
 )
+CSV_COLUMNS += ("predicted_hit_rate",)
 
 
 def fit_plan_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:

@@ -40,7 +40,6 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--layers", required=True, type=LAYERS, help="MoE layers L (at most 16 are simulated)")
     p.add_argument(
         "--expert-bytes",
-        default=None,
         type=Bytes(),
         help="bytes of one expert of one layer (capacity_gib, gib_per_step)",
     )
@@ -66,7 +65,7 @@ def add_parser(subparsers: Any) -> None:
         "locality prior fitted on real decode (data/fits/locality-prior.json, its spread in the bands)",
     )
     add_output_arguments(p)
-    p.set_defaults(func=run, parameter_flags={"expert_bytes": "--expert-bytes"})
+    p.set_defaults(func=run)
 
 
 def fit_routing_report(args: argparse.Namespace) -> dict[str, Any]:
@@ -74,36 +73,24 @@ def fit_routing_report(args: argparse.Namespace) -> dict[str, Any]:
     experts, top_k, layers, expert_bytes = args.experts, args.top_k, args.layers, args.expert_bytes
     if top_k > experts:
         raise UsageError(f"--top-k: K={top_k} exceeds --experts E={experts}")
-    seeds, bootstrap, timed = args.seeds, args.bootstrap, args.timed_steps
     from moeroof.data.points import read_points
     from moeroof.fit.routing import fit_routing
     from moeroof.models.locality import Locality
 
     locality = None if args.no_locality_prior else Locality.committed()
-
     points = read_points(input_path(args.path), experts=experts, expert_bytes=expert_bytes)
-    progress = Progress("fit-routing")
+    knobs: dict[str, Any] = dict(
+        seeds=range(args.seeds), bootstrap=args.bootstrap, timed_steps=args.timed_steps, locality=locality
+    )
     try:
-        result = fit_routing(
-            points,
-            experts,
-            top_k,
-            layers,
-            expert_bytes,
-            seeds=range(seeds),
-            bootstrap=bootstrap,
-            timed_steps=timed,
-            progress=progress,
-            locality=locality,
-        )
+        with Progress("fit-routing") as progress:
+            result = fit_routing(points, experts, top_k, layers, expert_bytes, progress=progress, **knobs)
     except ParameterError:
         raise
     except ValueError as exc:
         if str(exc).startswith("row "):  # the library knows the row, the command line the file
             raise ValueError(f"{args.path}:{str(exc)[4:]}") from None
         raise
-    finally:
-        progress.close()
     rep = jsonable(result.to_dict())
     rep["source"] = str(args.path)
     rep["provenance"] = "projected"
@@ -132,22 +119,17 @@ def print_fit_routing(rep: dict[str, Any]) -> None:
         value = "off" if name == "locality_c" and k.get("off") else fmt(k.get("value"), 3)
         how = "fitted " + _interval(k, name) if k.get("fitted") else f"held ({k.get('held', 'default')})"
         print(f"  {name:<15} {value:>10}  {how}")
-    rows = [
-        [
-            str(r["row"]),
-            r["kind"],
-            str(r["batch"]),
-            fmt(r["capacity_experts_per_layer"], 1) + "/layer"
-            if r["capacity_experts_per_layer"] is not None
-            else (fmt(r["capacity_gib"], 1) + " GiB" if r["capacity_gib"] is not None else "-"),
-            r["policy"] if r["kind"] in ("hit_rate", "gib_per_step") else "-",
-            fmt(r["measured"], 3),
-            fmt(r["predicted"], 3),
-            fmt(r["low"], 3),
-            fmt(r["high"], 3),
-        ]
-        for r in rep["rows"]
-    ]
+    rows = []
+    for r in rep["rows"]:
+        per_layer, gib = r["capacity_experts_per_layer"], r["capacity_gib"]
+        capacity = (
+            fmt(per_layer, 1) + "/layer"
+            if per_layer is not None
+            else (fmt(gib, 1) + " GiB" if gib is not None else "-")
+        )
+        policy = r["policy"] if r["kind"] in ("hit_rate", "gib_per_step") else "-"
+        rows.append([str(r["row"]), r["kind"], str(r["batch"]), capacity, policy])
+        rows[-1] += [fmt(r[c], 3) for c in ("measured", "predicted", "low", "high")]
     print(
         table(["row", "kind", "batch", "capacity", "policy", "measured", "predicted", "low", "high"], rows, "><>>>>>>>")
     )
@@ -156,7 +138,7 @@ def print_fit_routing(rep: dict[str, Any]) -> None:
 
 
 #: ``--format csv``: one row per POINTS row
-CSV_COLUMNS = (
+CSV_COLUMNS: tuple[str, ...] = (
     "row",
     "kind",
     "batch",
@@ -165,23 +147,19 @@ CSV_COLUMNS = (
     "policy",
     "measured",
     "predicted",
-    "low",
-    "high",
 )
+CSV_COLUMNS += ("low", "high")
 
 
 def fit_routing_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     """``--format csv``: one row per POINTS row, measured against predicted with the 5-95 % band
     (the fitted knobs are in the JSON); the policy only on the rows a cache policy makes."""
-    rows = []
-    for r in rep["rows"]:
-        row = {c: r.get(c) for c in CSV_COLUMNS}
-        if r.get("kind") not in ("hit_rate", "gib_per_step"):
-            row["policy"] = None
-        rows.append([row[c] for c in CSV_COLUMNS])
+    cache_row = ("hit_rate", "gib_per_step")
+    rows = [
+        [r.get(c) if c != "policy" or r.get("kind") in cache_row else None for c in CSV_COLUMNS] for r in rep["rows"]
+    ]
     return list(CSV_COLUMNS), rows
 
 
 def run(args: argparse.Namespace) -> int:
-    rep = fit_routing_report(args)
-    return emit(rep, args, print_fit_routing, csv_table=fit_routing_csv)
+    return emit(fit_routing_report(args), args, print_fit_routing, csv_table=fit_routing_csv)

@@ -429,7 +429,6 @@ def add_step_arguments(p: Any) -> None:
     )
     p.add_argument(
         "--read-size-kib",
-        default=None,
         type=Real(min=2**-10, max=MAX_GIB * 2**20, unit="KiB", too_small="a read of {text} KiB is less than one byte"),
         help="SSD read size in KiB (default: one expert per read)",
     )

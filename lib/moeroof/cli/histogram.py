@@ -23,7 +23,7 @@ import numpy as np
 
 from moeroof.cli.flags import UsageError
 from moeroof.cli.inputs import add_meta_arguments, read_trace_arg
-from moeroof.cli.output import add_output_arguments, emit
+from moeroof.cli.output import add_output_arguments, emit, new_output, writing_new
 
 #: the model a histogram's sidecar names when the trace's meta has none and it was not imported
 #: (an import without --model gives moeroof.data.importers.UNKNOWN_MODEL)
@@ -57,11 +57,7 @@ def histogram_report(args: argparse.Namespace) -> dict[str, Any]:
     from moeroof.data.io import write_histogram
     from moeroof.models.routing import histogram_from_trace
 
-    out = Path(args.output)
-    if out.suffix.lower() != ".csv":
-        raise UsageError(f"-o: expected a .csv path, got {args.output!r}")
-    if not args.force and out.exists():
-        raise UsageError(f"-o: {out} exists (pass --force to replace it)")
+    out = new_output(args, (".csv",))
     trace = read_trace_arg(args.path, args)
     from moeroof.core import atomic
     from moeroof.data.io import sidecar_path
@@ -89,7 +85,7 @@ def histogram_report(args: argparse.Namespace) -> dict[str, Any]:
         from moeroof.data.importers import UNKNOWN_MODEL
 
         model = UNKNOWN_MODEL if trace.meta.get("imported_from") else UNKNOWN_MODEL_NOT_IMPORTED
-    try:
+    with writing_new(out):
         write_histogram(
             out,
             counts,
@@ -103,8 +99,6 @@ def histogram_report(args: argparse.Namespace) -> dict[str, Any]:
             extra={"derived_from": str(trace.path), "trace_source": trace.meta.get("source")},
             overwrite=bool(args.force),
         )
-    except FileExistsError:  # created between the check and the write
-        raise UsageError(f"-o: {out} exists (pass --force to replace it)") from None
     return {
         "path": str(out),
         "trace": str(trace.path),
@@ -144,5 +138,4 @@ def histogram_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    rep = histogram_report(args)
-    return emit(rep, args, print_histogram, csv_table=histogram_csv)
+    return emit(histogram_report(args), args, print_histogram, csv_table=histogram_csv)

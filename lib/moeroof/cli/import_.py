@@ -27,27 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from moeroof.cli.flags import EXPERTS, TOKENS, TOP_K, Count, ListOf, UsageError
-from moeroof.cli.output import add_output_arguments, emit
+from moeroof.cli.output import add_output_arguments, emit, new_output, writing_new
 
 FORMATS = ("table", "matrix", "sglang", "hf-router-logits")
 
-# library parameter → the flag that carries it (moeroof.cli.app prints ParameterErrors with it)
-PARAMETER_FLAGS = {
-    "columns": "--columns",
-    "filters": "--filter",
-    "expert_cols": "--expert-cols",
-    "expert_col": "--expert-col",
-    "slot_col": "--slot-col",
-    "experts": "--experts",
-    "top_k": "--top-k",
-    "tokens": "--tokens",
-    "kind": "--kind",
-    "shares": "--shares",
-    "layer_col": "--layer-col",
-    "expert_prefix": "--expert-prefix",
-    "batch": "--batch",
-    "out": "-o",
-}
+# library parameter → the flag that carries it where it is not the parameter's own name
+# (moeroof.cli.app prints ParameterErrors with it)
+PARAMETER_FLAGS = {"filters": "--filter", "out": "-o"}
 
 
 def _common(p: argparse.ArgumentParser, out_help: str) -> None:
@@ -55,7 +41,6 @@ def _common(p: argparse.ArgumentParser, out_help: str) -> None:
     p.add_argument("-o", "--output", required=True, help=out_help + "; the printed report goes to --report-output")
     p.add_argument(
         "--model",
-        default=None,
         help="model name for the meta (e.g. Mixtral-8x7B; default: 'unknown (not given at import)')",
     )
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
@@ -174,24 +159,10 @@ def add_parser(subparsers: Any) -> None:
 def command_line(args: argparse.Namespace) -> str:
     """The import as a command line, rebuilt from the parsed flags (what the sidecar records)."""
     argv = ["moeroof", "import", args.import_format, args.src, "-o", args.output]
-    for flag in (
-        "columns",
-        "expert_cols",
-        "expert_col",
-        "slot_col",
-        "layer_col",
-        "expert_prefix",
-        "experts",
-        "top_k",
-        "tokens",
-        "kind",
-        "batch",
-        "model",
-    ):
-        value = getattr(args, flag, None)
-        if value is not None and not (flag == "kind" and value == "auto"):
-            text = ",".join(map(str, value)) if isinstance(value, list) else str(value)  # --tokens T,T,…
-            argv += ["--" + flag.replace("_", "-"), text]
+    for flag in ("columns", "expert_cols", "expert_col", "slot_col", "layer_col", "expert_prefix", "experts", "top_k"):
+        argv += _flag_words(args, flag)
+    for flag in ("tokens", "kind", "batch", "model"):
+        argv += _flag_words(args, flag)
     for item in getattr(args, "filter", None) or ():
         argv += ["--filter", item]
     for flag in ("shares", "force"):
@@ -200,12 +171,17 @@ def command_line(args: argparse.Namespace) -> str:
     return shlex.join(argv)
 
 
+def _flag_words(args: argparse.Namespace, flag: str) -> list[str]:
+    """``--flag VALUE`` of a flag given (``--kind auto`` is the default, left out)."""
+    value = getattr(args, flag, None)
+    if value is None or (flag == "kind" and value == "auto"):
+        return []
+    text = ",".join(map(str, value)) if isinstance(value, list) else str(value)  # --tokens T,T,…
+    return ["--" + flag.replace("_", "-"), text]
+
+
 def _check_output(args: argparse.Namespace, suffixes: tuple[str, ...]) -> Path:
-    out = Path(args.output)
-    if out.suffix.lower() not in suffixes:
-        raise UsageError(f"-o: expected a {' or '.join(suffixes)} path, got {args.output!r}")
-    if not args.force and out.exists():
-        raise UsageError(f"-o: {out} exists (pass --force to replace it)")
+    out = new_output(args, suffixes)
     from moeroof.core import atomic
     from moeroof.data.io import sidecar_path
 
@@ -294,37 +270,20 @@ def import_report(args: argparse.Namespace) -> dict[str, Any]:
     out = _check_output(args, suffixes)
     command = command_line(args)
     data = importer(args, command)
-    try:
+    with writing_new(out):
         write_imported(out, data, overwrite=bool(args.force))
-    except FileExistsError:  # created between the check and the write
-        raise UsageError(f"-o: {out} exists (pass --force to replace it)") from None
     rep: dict[str, Any] = {"path": str(out), "source": str(Path(args.src)), "format": args.import_format}
     if isinstance(data, ImportedTrace) and out.suffix.lower() != ".csv":
         steps, streams, layers, k = (int(n) for n in data.topk.shape)
-        rep.update(
-            {
-                "kind": "trace",
-                "steps": steps,
-                "streams": streams,
-                "layers": layers,
-                "experts": int(data.meta["experts"]),
-                "top_k": k,
-                "tokens": int((data.topk[..., 0] >= 0).sum()),
-            }
-        )
+        rep.update(kind="trace", steps=steps, streams=streams, layers=layers, experts=int(data.meta["experts"]))
+        rep.update(top_k=k, tokens=int((data.topk[..., 0] >= 0).sum()))
     else:
         from moeroof.data.io import read_histogram
 
         h = read_histogram(out)
+        rep.update(kind="histogram", layers=h.layers, experts=h.experts, top_k=h.top_k)
         rep.update(
-            {
-                "kind": "histogram",
-                "layers": h.layers,
-                "experts": h.experts,
-                "top_k": h.top_k,
-                "tokens_per_layer": [int(t) for t in h.tokens],
-                "tokens_user_given": bool(h.meta.get("tokens_user_given", False)),
-            }
+            tokens_per_layer=[int(t) for t in h.tokens], tokens_user_given=bool(h.meta.get("tokens_user_given", False))
         )
     rep["model"] = _shared(args, command)["model"]
     rep["provenance"] = "witnessed"
@@ -351,7 +310,7 @@ def print_import(rep: dict[str, Any]) -> None:
 
 
 #: ``--format csv``: the columns of the one row (a trace's or a histogram's; "" where not one's)
-CSV_COLUMNS = (
+CSV_COLUMNS: tuple[str, ...] = (
     "path",
     "kind",
     "format",
@@ -362,12 +321,8 @@ CSV_COLUMNS = (
     "steps",
     "streams",
     "tokens",
-    "tokens_per_layer_min",
-    "tokens_per_layer_max",
-    "tokens_user_given",
-    "provenance",
-    "source",
 )
+CSV_COLUMNS += ("tokens_per_layer_min", "tokens_per_layer_max", "tokens_user_given", "provenance", "source")
 
 
 def import_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
@@ -380,5 +335,4 @@ def import_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    rep = import_report(args)
-    return emit(rep, args, print_import, csv_table=import_csv)
+    return emit(import_report(args), args, print_import, csv_table=import_csv)

@@ -62,15 +62,14 @@ def add_meta_arguments(p: Any) -> None:
     """``--experts``, ``--top-k``, ``--tokens``, ``--provenance``: what a sidecar would hold, for
     an input that has none (a sidecar that is there wins, and flags that contradict it are an error)."""
     g = p.add_argument_group("an input without its sidecar / meta (what the sidecar would hold)")
-    g.add_argument("--experts", default=None, type=EXPERTS, help="routed experts per layer (E)")
-    g.add_argument("--top-k", default=None, type=TOP_K, help="experts per token (K)")
+    g.add_argument("--experts", type=EXPERTS, help="routed experts per layer (E)")
+    g.add_argument("--top-k", type=TOP_K, help="experts per token (K)")
     g.add_argument(
         "--tokens",
-        default=None,
         type=TOKENS,
         help="histogram: routed tokens per layer (default: each layer's count sum / K, exact for incidence counts)",
     )
-    g.add_argument("--provenance", default=None, help="witnessed, projected, assumed or synthetic (default: unknown)")
+    g.add_argument("--provenance", help="witnessed, projected, assumed or synthetic (default: unknown)")
 
 
 def load_input(path_text: str, args: Any = None) -> Any:

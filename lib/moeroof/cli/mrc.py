@@ -32,12 +32,25 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.cache import LOOKUP_HELP, LOOKUPS, SCOPES, TraceInfo, read_trace_for_requests, trace_requests
+from moeroof.cli.cache import (
+    LOOKUP_HELP,
+    LOOKUPS,
+    SCOPES,
+    TraceInfo,
+    add_trace_argument,
+    read_trace_for_requests,
+    trace_requests,
+)
 from moeroof.cli.flags import SEED, WORKERS, Count, Real, UsageError, start_cache_kernels
 from moeroof.cli.inputs import add_meta_arguments, read_trace_arg
 from moeroof.cli.output import add_output_arguments, emit, fmt, jsonable, table
 from moeroof.data.io import InputError
 
+_NO_REQUESTS = "the trace requests no expert (all padding)"
+_GLOBAL_NOTE = (
+    "one LRU cache shared by all layers (scope global), capacity in experts, unit sizes, every request counted "
+    "(no warm-up)"
+)
 #: trace cells (step, layer, expert) turned into requests at a time when counting per item
 _COUNT_CHUNK_CELLS = 1 << 22
 #: Che's curve: exact at every capacity up to this, then at CHE_LOG_POINTS log-spaced
@@ -59,12 +72,7 @@ def add_parser(subparsers: Any) -> None:
             "request counts beside it."
         ),
     )
-    p.add_argument(
-        "path",
-        metavar="TRACE",
-        help="trace .npz / .npy / .parquet (a histogram has no token order: `moeroof trace --routing HIST.csv` "
-        "draws a trace from it)",
-    )
+    add_trace_argument(p)
     p.add_argument(
         "--scope",
         default="global",
@@ -74,13 +82,11 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--sample-rate",
-        default=None,
         type=Real(min=0.0, max=1.0, open_low=True),
         help="SHARDS sampling rate R in (0, 1] (default: exact)",
     )
     p.add_argument(
         "--slices",
-        default=None,
         type=Count(min=1),
         help="SHARDS: cut the sampled hash range into S disjoint slices, one task each; the "
         "estimate and its stated error come from their spread (default: the workers)",
@@ -96,14 +102,12 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--lookup", default="layer", choices=LOOKUPS, help=LOOKUP_HELP)
     p.add_argument(
         "--scheduler",
-        default=None,
         metavar="ADDRESS",
         help="run the tasks (layers for --scope layer, SHARDS slices for --sample-rate) on the "
         "dask.distributed cluster at ADDRESS",
     )
     p.add_argument(
         "--workers",
-        default=None,
         type=WORKERS,
         help="run the tasks (layers for --scope layer, SHARDS slices for --sample-rate) on a local "
         "cluster of N worker processes",
@@ -218,7 +222,6 @@ def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
         if args.lookup == "layer"
         else "hits judged request by request in ascending expert id"
     )
-    extra: dict[str, Any] = {"hit_rate_stderr": None, "hit_rate_lower": None, "hit_rate_upper": None}
     if args.scope == "layer":
         return _layer_report(args, trace, opt, lookup_note)
     if rate is not None and (opt["sharded"] or opt["slices"] is not None):
@@ -226,12 +229,8 @@ def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
     requests = trace_requests(trace)
     trace = TraceInfo.of(trace)  # the ids are in the requests now
     if len(requests) == 0:
-        raise InputError(trace.path, "-", "topk", "the trace requests no expert (all padding)")
-    notes = [
-        "one LRU cache shared by all layers (scope global), capacity in experts, unit sizes, every "
-        "request counted (no warm-up)",
-        lookup_note,
-    ]
+        raise InputError(trace.path, "-", "topk", _NO_REQUESTS)
+    notes = [_GLOBAL_NOTE, lookup_note]
     if rate is None:
         cap, hit = lru_hit_curve(requests, lookup=args.lookup)
         method = "exact-lru (Mattson stack distances)"
@@ -245,9 +244,8 @@ def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
     counts = request_histogram(requests)  # requests per item: Che's rates and the distinct count
     n_requests = len(requests)
     del requests  # its items are as long as the trace; only the curve and the counts remain
-    che = che_curve(lambda c: che_hit_curve(counts, c), cap, args.che)
-    notes.append(_che_note(cap, args.che))
-    return _finish(args, trace, cap, hit, che, method, rate, n_requests, counts, notes, extra)
+    che = lambda c: che_hit_curve(counts, c)
+    return _finish(args, trace, cap, hit, che, method, rate, n_requests, counts, notes)
 
 
 def _layer_report(args, trace, opt, lookup_note) -> dict[str, Any]:
@@ -256,7 +254,7 @@ def _layer_report(args, trace, opt, lookup_note) -> dict[str, Any]:
 
     counts = _item_counts(trace)
     if not counts.any():
-        raise InputError(trace.path, "-", "topk", "the trace requests no expert (all padding)")
+        raise InputError(trace.path, "-", "topk", _NO_REQUESTS)
     res = lru_curve_by_layer(trace, lookup=args.lookup, scheduler=args.scheduler, workers=opt["workers"])
     cap = res.capacity_per_layer
     notes = [
@@ -268,11 +266,9 @@ def _layer_report(args, trace, opt, lookup_note) -> dict[str, Any]:
         "(per-layer caches are independent: the same curve however sharded)",
         "che: per layer from the layer's request counts, weighted by its requests",
     ]
-    che = che_curve(lambda c: _che_per_layer(counts, trace.layers, c), cap, args.che)
-    notes.append(_che_note(cap, args.che))
+    che = lambda c: _che_per_layer(counts, trace.layers, c)
     method = "exact-lru per layer (Mattson stack distances)"
-    extra = {"hit_rate_stderr": None, "hit_rate_lower": None, "hit_rate_upper": None}
-    return _finish(args, trace, cap, res.hit_rate, che, method, None, res.requests, counts, notes, extra)
+    return _finish(args, trace, cap, res.hit_rate, che, method, None, res.requests, counts, notes)
 
 
 def _sharded_shards_report(args, trace, opt, lookup_note) -> dict[str, Any]:
@@ -291,12 +287,11 @@ def _sharded_shards_report(args, trace, opt, lookup_note) -> dict[str, Any]:
         workers=opt["workers"],
     )
     if res.requests == 0:
-        raise InputError(trace.path, "-", "topk", "the trace requests no expert (all padding)")
+        raise InputError(trace.path, "-", "topk", _NO_REQUESTS)
     s = res.slices
     k = f"{BAND_SIGMAS:g}"
     notes = [
-        "one LRU cache shared by all layers (scope global), capacity in experts, unit sizes, every "
-        "request counted (no warm-up)",
+        _GLOBAL_NOTE,
         lookup_note,
         f"SHARDS estimate at rate {rate:g} from {s} disjoint hash slices (each a rate {rate / s:g} sample, "
         f"one task each, on {_where(args, opt['workers'])}); the estimate depends on the slices, not on "
@@ -306,22 +301,21 @@ def _sharded_shards_report(args, trace, opt, lookup_note) -> dict[str, Any]:
         f"of the curve, so the band hit_rate_lower..hit_rate_upper reads the estimate {k}σ(c) + S/R "
         f"experts either side of c (σ(c) = sqrt(c·(1−p)/p), p = R/S) and widens it by {k} stderr",
     ]
-    extra: dict[str, Any] = {"hit_rate_stderr": res.stderr, "hit_rate_lower": res.lower, "hit_rate_upper": res.upper}
-    extra.update(
-        slices=s,
-        seed=opt["seed"],
-        resolution_experts=res.resolution,
-        slice_requests=res.slice_requests,
-    )
-    che = che_curve(lambda c: che_hit_curve(res.item_requests, c), res.capacity, args.che)
-    notes.append(_che_note(res.capacity, args.che))
+    extra = {"hit_rate_stderr": res.stderr, "hit_rate_lower": res.lower, "hit_rate_upper": res.upper, "slices": s}
+    extra.update(seed=opt["seed"], resolution_experts=res.resolution, slice_requests=res.slice_requests)
+    che = lambda c: che_hit_curve(res.item_requests, c)
     method = f"shards over {s} hash slices"
     return _finish(
         args, trace, res.capacity, res.hit_rate, che, method, rate, res.requests, res.item_requests, notes, extra
     )
 
 
-def _finish(args, trace, cap, hit, che, method, rate, n_requests, counts, notes, extra) -> dict[str, Any]:
+def _finish(args, trace, cap, hit, che_fn, method, rate, n_requests, counts, notes, extra=None) -> dict[str, Any]:
+    """The report of a curve (``che_fn``: the Che curve at given capacities; ``extra``: a sampled
+    curve's error and slices)."""
+    che = che_curve(che_fn, cap, args.che)
+    notes.append(_che_note(cap, args.che))
+    extra = extra or {"hit_rate_stderr": None, "hit_rate_lower": None, "hit_rate_upper": None}
     notes.append(
         "che: independent-reference approximation from the trace's request counts; "
         "it ignores the step order a trace has (an approximation, not a bound)"
@@ -361,25 +355,16 @@ def print_mrc(rep: dict[str, Any]) -> None:
     per = rep.get("capacity_experts_per_layer")
     picks = sorted({int(round(q * (len(cap) - 1))) for q in np.linspace(0, 1, 11)})
     se, lo, hi = rep.get("hit_rate_stderr"), rep.get("hit_rate_lower"), rep.get("hit_rate_upper")
-    if se is None and per is not None:
-        rows = [[str(cap[i]), str(per[i]), _pct(rep["hit_rate"][i]), _pct(rep["che_hit_rate"][i])] for i in picks]
-        print(table([f"capacity ({unit})", "per layer", "hit rate %", "che %"], rows, ">>>>"))
-    elif se is None:
-        rows = [[str(cap[i]), _pct(rep["hit_rate"][i]), _pct(rep["che_hit_rate"][i])] for i in picks]
-        print(table([f"capacity ({unit})", "hit rate %", "che %"], rows, ">>>"))
-    else:
-        assert lo is not None and hi is not None  # a sampled curve carries its band with its stderr
-        rows = [
-            [
-                str(cap[i]),
-                _pct(rep["hit_rate"][i]),
-                _pct(se[i]),
-                f"{_pct(lo[i])}–{_pct(hi[i])}",
-                _pct(rep["che_hit_rate"][i]),
-            ]
-            for i in picks
-        ]
-        print(table([f"capacity ({unit})", "hit rate %", "± stderr (pp)", "band %", "che %"], rows, ">>>>>"))
+    headers = [f"capacity ({unit})"] + ["per layer"] * (per is not None) + ["hit rate %"]
+    headers += ["± stderr (pp)", "band %"] * (se is not None) + ["che %"]
+    rows = []
+    for i in picks:
+        rows.append([str(cap[i])] + ([str(per[i])] if per is not None else []) + [_pct(rep["hit_rate"][i])])
+        if se is not None:
+            assert lo is not None and hi is not None  # a sampled curve carries its band with its stderr
+            rows[-1] += [_pct(se[i]), f"{_pct(lo[i])}–{_pct(hi[i])}"]
+        rows[-1].append(_pct(rep["che_hit_rate"][i]))
+    print(table(headers, rows, ">" * len(headers)))
     for note in rep["notes"]:
         print(f"note: {note}")
 

@@ -3,11 +3,12 @@ file, progress lines and the interrupt's exit status."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,8 @@ __all__ = [
     "emit",
     "check_output_file",
     "Progress",
+    "new_output",
+    "writing_new",
     "interrupted",
 ]
 
@@ -116,18 +119,17 @@ def add_output_arguments(p: Any, *, output: bool = True, report_output: bool = T
     the data it writes (``output=False``: trace, histogram, import, calibrate, sweep, …).
     ``report_output=False`` (with ``output=False``) adds no report file flag (``bench``, whose
     ``--output`` is its JSON report already)."""
-    p.add_argument("--format", default=None, choices=FORMATS, help="output format (default table)")
+    p.add_argument("--format", choices=FORMATS, help="output format (default table)")
     p.add_argument("--json", action="store_true", help="print one JSON object (the same as --format json)")
     if output:
         p.add_argument(
             "--output",
             dest="report_output",
-            default=None,
             metavar="FILE",
             help="write the report to FILE (atomically; never one of the command's inputs) instead of stdout",
         )
     elif report_output:
-        p.add_argument("--report-output", dest="report_output", default=None, metavar="FILE", help=REPORT_OUTPUT_HELP)
+        p.add_argument("--report-output", dest="report_output", metavar="FILE", help=REPORT_OUTPUT_HELP)
 
 
 def output_format(args: Any) -> str:
@@ -376,7 +378,6 @@ def emit(
         headers, rows = (csv_table or csv_columns)(rep)
         text = _csv_comment(record or run_record(args, inputs)) + _csv_text(headers, rows)
     else:
-        import contextlib
         import io
 
         buf = io.StringIO()
@@ -447,12 +448,39 @@ class Progress:
         self.stream.flush()
         self.shown = True
 
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         """Clear the line (the command's own output follows on a clean line)."""
         if self.shown:
             self.stream.write("\r\x1b[K")
             self.stream.flush()
             self.shown = False
+
+
+def new_output(args: Any, suffixes: tuple[str, ...], words: str = "") -> Path:
+    """``-o OUT``, the data file a command writes: one of ``suffixes`` (``words`` says them in the
+    message, default ``.a or .b``), and not there already unless ``--force``."""
+    out = Path(args.output)
+    if out.suffix.lower() not in suffixes:
+        raise UsageError(f"-o: expected a {words or ' or '.join(suffixes)} path, got {args.output!r}")
+    if not args.force and out.exists():
+        raise UsageError(f"-o: {out} exists (pass --force to replace it)")
+    return out
+
+
+@contextlib.contextmanager
+def writing_new(out: Path) -> Iterator[None]:
+    """Around the write of ``-o OUT``: a file created there since :func:`new_output` looked is
+    the same refusal."""
+    try:
+        yield
+    except FileExistsError:
+        raise UsageError(f"-o: {out} exists (pass --force to replace it)") from None
 
 
 def interrupted() -> int:

@@ -74,13 +74,11 @@ def add_parser(subparsers: Any) -> None:
     add_step_arguments(p)
     p.add_argument(
         "--routing",
-        default=None,
         help="prior (the skew prior), uniform, zipf:S, dirichlet:A, or a histogram .csv / trace .npz path "
         "(default prior, or with --fit the fit's routing)",
     )
     p.add_argument(
         "--routing-knobs",
-        default=None,
         help="a `moeroof fit-routing --json` result: the cache runs on a trace sampled from its knobs "
         "(family, skew, stickiness, locality), instead of --routing",
     )
@@ -91,10 +89,9 @@ def add_parser(subparsers: Any) -> None:
         "the locality prior fitted on real decode (data/fits/locality-prior.json), which a simulated cache "
         "otherwise runs with",
     )
-    p.add_argument("--set", action="append", default=None, metavar="FIELD=VALUE", help=SET_HELP)
+    p.add_argument("--set", action="append", metavar="FIELD=VALUE", help=SET_HELP)
     p.add_argument(
         "--fit",
-        default=None,
         metavar="FIT.json",
         help="run with a `moeroof fit-plan --json` result's knobs (engine terms, SSD scale, page-cache share, "
         "skew, stickiness); the fit's model and box must be these",
@@ -106,12 +103,9 @@ def add_parser(subparsers: Any) -> None:
         choices=PARTITIONS,
         help="how the experts are split over ranks (default lpt: DeepSeek EPLB's equal-count LPT)",
     )
-    p.add_argument(
-        "--rank-speed", default=None, type=RANK_SPEED, help="relative speed per rank, comma-separated (e.g. 1,0.6)"
-    )
+    p.add_argument("--rank-speed", type=RANK_SPEED, help="relative speed per rank, comma-separated (e.g. 1,0.6)")
     p.add_argument(
         "--min-per-agent-tok-s",
-        default=None,
         type=Real(min=0.0),
         help="admission: report admit_batch, the largest B (searched over every B up to "
         "4096, not only the grid) with at least this per-agent tok/s that fits in RAM, and why B + 1 fails",
@@ -356,17 +350,16 @@ def _bound(rep: dict[str, Any], i: int) -> str:
 
 
 #: the columns the readable table shows inside another's cell (a range in parentheses); the CSV's last
-_IN_CELLS = (
+_IN_CELLS: tuple[str, ...] = (
     "net_tok_s_at_priors_low",
     "net_tok_s_at_priors_high",
     "net_tok_s_routing_low",
     "net_tok_s_routing_high",
-    "cache_hit_rate_routing_low",
-    "cache_hit_rate_routing_high",
 )
+_IN_CELLS += ("cache_hit_rate_routing_low", "cache_hit_rate_routing_high")
 #: ``--format csv``: one row per batch size (hit_rate a fraction: the mean over ranks with R > 1),
 #: the same names as the JSON and the table (moeroof.core.names)
-CSV_COLUMNS = (
+CSV_COLUMNS: tuple[str, ...] = (
     "batch",
     "cache_gib",
     "step_seconds",
@@ -374,19 +367,10 @@ CSV_COLUMNS = (
     "net_tok_s",
     "net_tok_s_at_priors",
     "bound",
-    "link_name",
-    "ssd_bytes_per_token",
-    "union_per_layer",
-    "cache_hit_rate",
-    "gib_streamed_per_step",
-    "coalescing_ratio",
-    "multiple_vs_uncoalesced",
-    "multiple_vs_single",
-    "multiple_vs_independent_boxes",
-    "fits_in_memory",
-    "infeasible_reason",
-    *_IN_CELLS,
 )
+CSV_COLUMNS += ("link_name", "ssd_bytes_per_token", "union_per_layer", "cache_hit_rate", "gib_streamed_per_step")
+CSV_COLUMNS += ("coalescing_ratio", "multiple_vs_uncoalesced", "multiple_vs_single", "multiple_vs_independent_boxes")
+CSV_COLUMNS += ("fits_in_memory", "infeasible_reason", *_IN_CELLS)
 #: the readable table's columns: the CSV's but the link (named in the header), the reason
 #: (printed below the table) and the ranges (in their centre's cell)
 TABLE_COLUMNS = tuple(c for c in CSV_COLUMNS if c not in ("link_name", "infeasible_reason", *_IN_CELLS))

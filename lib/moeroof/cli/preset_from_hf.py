@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from pathlib import Path
 from typing import Any
 
 from moeroof.cli.flags import Real, UsageError
-from moeroof.cli.output import add_output_arguments, emit
+from moeroof.cli.output import add_output_arguments, emit, new_output
 
 #: bits per parameter or per value (--quant, --quant-dense, --kv-bits)
 BITS = Real(min=0.0, max=64.0, open_low=True)
@@ -53,14 +52,12 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("-o", "--output", required=True, help="preset to write (.toml)")
     p.add_argument(
         "--quant",
-        default=None,
         metavar="BITS",
         type=BITS,
         help="routed experts at BITS bits per parameter (4, 4.25, 8, …) instead of the stored dtype",
     )
     p.add_argument(
         "--quant-dense",
-        default=None,
         metavar="BITS",
         type=BITS,
         help="the non-routed weights (attention, dense and shared MLPs, routers, embedding, LM head) at BITS "
@@ -68,12 +65,11 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--kv-bits",
-        default=None,
         metavar="BITS",
         type=BITS,
         help="the KV cache at BITS bits per value (8 for an FP8 cache); default: the activations' dtype, assumed",
     )
-    p.add_argument("--name", default=None, help="the preset's name (default: the checkpoint's)")
+    p.add_argument("--name", help="the preset's name (default: the checkpoint's)")
     p.add_argument("--force", action="store_true", help="replace the output file if it exists")
     add_output_arguments(p, output=False)
     p.set_defaults(func=run)
@@ -84,11 +80,7 @@ def preset_report(args: argparse.Namespace) -> dict[str, Any]:
     from moeroof.data.hf_config import preset_fields, preset_toml
     from moeroof.data.presets import load_model
 
-    out = Path(args.output)
-    if out.suffix.lower() != ".toml":
-        raise UsageError(f"-o: expected a .toml path, got {args.output!r}")
-    if not args.force and out.exists():
-        raise UsageError(f"-o: {out} exists (pass --force to replace it)")
+    out = new_output(args, (".toml",))
     if out.is_dir():
         raise UsageError(f"-o: {out} is a folder")
     bits, dense_bits, kv_bits = args.quant, args.quant_dense, args.kv_bits
@@ -96,28 +88,22 @@ def preset_report(args: argparse.Namespace) -> dict[str, Any]:
         args.model_dir, quant_bits=bits, name=args.name, quant_dense_bits=dense_bits, kv_bits=kv_bits
     )
     command = f"moeroof preset-from-hf {shlex.quote(str(args.model_dir))} -o {shlex.quote(str(out))}"
-    command += f" --quant {bits:g}" if bits is not None else ""
-    command += f" --quant-dense {dense_bits:g}" if dense_bits is not None else ""
-    command += f" --kv-bits {kv_bits:g}" if kv_bits is not None else ""
+    for flag, value in (("--quant", bits), ("--quant-dense", dense_bits), ("--kv-bits", kv_bits)):
+        command += f" {flag} {value:g}" if value is not None else ""
     command += f" --name {shlex.quote(args.name)}" if args.name else ""
     text = preset_toml(preset, command)
     atomic.write_text(out, text)
     model = load_model(out)  # what plan will read: refuse to leave a preset that does not load
-    fields = preset["fields"]
+    fields, layout = preset["fields"], preset["layout"]
     return {
         "path": str(out),
         "name": model.name,
-        "family": preset["layout"].family,
-        "experts": model.experts,
-        "top_k": model.top_k,
-        "moe_layers": model.moe_layers,
-        "moe_layer_ids": list(preset["layout"].moe_layer_ids),
-        "dense_layer_ids": list(preset["layout"].dense_layer_ids),
-        "shared_experts": preset["layout"].shared_experts,
-        "expert_bytes": model.expert_bytes,
-        "non_routed_bytes": model.non_routed_bytes,
-        "kv_bytes_per_token": model.kv_bytes_per_token,
-        "flops_per_token": model.flops_per_token,
+        "family": layout.family,
+        **{k: getattr(model, k) for k in ("experts", "top_k", "moe_layers")},
+        "moe_layer_ids": list(layout.moe_layer_ids),
+        "dense_layer_ids": list(layout.dense_layer_ids),
+        "shared_experts": layout.shared_experts,
+        **{k: getattr(model, k) for k in ("expert_bytes", "non_routed_bytes", "kv_bytes_per_token", "flops_per_token")},
         "precision": preset["precision"],
         "sources": {k: v.get("source") or f"assumed: {v.get('note', '')}" for k, v in fields.items()},
         "assumed": sorted(k for k, v in fields.items() if v.get("assumed")),

@@ -44,12 +44,11 @@ def add_parser(subparsers: Any) -> None:
             action.type = NUMBERS[flag]
     p.add_argument(
         "--format",
-        default=None,
         choices=FORMATS,
         help="the summary at the end: table (default; the lines as each notebook renders), json or csv "
         "(one row per run); with json or csv the progress lines go to stderr",
     )
-    p.add_argument("--report-output", dest="report_output", default=None, metavar="FILE", help=REPORT_OUTPUT_HELP)
+    p.add_argument("--report-output", dest="report_output", metavar="FILE", help=REPORT_OUTPUT_HELP)
     p.set_defaults(func=run)
 
 

@@ -49,9 +49,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("path", metavar="HISTOGRAM", help="histogram .csv with its sidecar .json")
     p.add_argument("--ranks", required=True, type=Count(min=1), help="number of ranks")
     p.add_argument("--method", required=True, choices=METHODS, help="partition method")
-    p.add_argument(
-        "--rank-speed", default=None, type=RANK_SPEED, help="relative speed per rank, comma-separated (e.g. 1,0.6)"
-    )
+    p.add_argument("--rank-speed", type=RANK_SPEED, help="relative speed per rank, comma-separated (e.g. 1,0.6)")
     p.add_argument(
         "--batch",
         default="8",
@@ -69,19 +67,9 @@ def add_parser(subparsers: Any) -> None:
         help="a stream's tokens independent of one another instead of the locality prior fitted on real decode "
         "(as plan --independent)",
     )
-    p.add_argument("--set", action="append", default=None, metavar="FIELD=VALUE", help=SET_HELP)
+    p.add_argument("--set", action="append", metavar="FIELD=VALUE", help=SET_HELP)
     add_output_arguments(p)
-    p.set_defaults(
-        func=run,
-        parameter_flags={
-            "rank_speed": "--rank-speed",
-            "ranks": "--ranks",
-            "method": "--method",
-            "batch": "--batch",
-            "cache_gib_per_rank": "--cache-gib",
-            "model": "--model",
-        },
-    )
+    p.set_defaults(func=run, parameter_flags={"cache_gib_per_rank": "--cache-gib"})
 
 
 def split_report(args: argparse.Namespace) -> dict[str, Any]:
@@ -93,9 +81,8 @@ def split_report(args: argparse.Namespace) -> dict[str, Any]:
     options = step_options(args)
     batch = args.batch
     model, hardware = apply_sets(args.set, load_model(args.model), load_hardware(args.hardware))
-    auto = None
-    if options["cache_bytes"] is None:
-        auto = resolve_auto_cache(options, model, hardware, [batch])
+    auto = resolve_auto_cache(options, model, hardware, [batch])
+    step = {k: v for k, v in options.items() if k not in ("cache_bytes", "cache_auto")}  # the step model's
     rep = build(
         input_path(args.path),
         args.ranks,
@@ -105,15 +92,8 @@ def split_report(args: argparse.Namespace) -> dict[str, Any]:
         cache_gib_per_rank=options["cache_bytes"] / 2**30,
         model=model,
         hardware=hardware,
-        context_tokens=options["context_tokens"],
-        overlap=options["overlap"],
-        fabric_overlapped=options["fabric_overlapped"],
-        read_size_bytes=options["read_size_bytes"],
-        cache_policy=options["cache_policy"],
-        cache_scope=options["cache_scope"],
-        seed=options["seed"],
-        page_cache=options["page_cache"],
         locality=None if args.independent else Locality.committed(),
+        **step,
     )
     rep["cache_gib"] = options["cache_bytes"] / 2**30
     rep["cache_auto"] = auto
@@ -130,12 +110,11 @@ def print_split(rep: dict[str, Any], source: str) -> None:
     pred = rep.get("predicted_step_seconds")
     if pred is not None:
         headers.append("predicted step s")
-    rows = []
-    for r in range(rep["ranks"]):
-        row = [str(r), str(rep["experts_per_rank"][r]), str(rep["load_rows"][r])]
-        if pred is not None:
-            row.append(fmt(pred[r], 3))
-        rows.append(row)
+    rows = [
+        [str(r), str(rep["experts_per_rank"][r]), str(rep["load_rows"][r])]
+        + ([fmt(pred[r], 3)] if pred is not None else [])
+        for r in range(rep["ranks"])
+    ]
     print(table(headers, rows, ">" * len(headers)))
     print(f"imbalance (max/mean load rows): {rep['imbalance']:.4f}×")
     for key, value in rep.get("imbalance_by", {}).items():
@@ -149,17 +128,15 @@ def print_split(rep: dict[str, Any], source: str) -> None:
 
 
 #: ``--format csv``: one row per rank
-CSV_COLUMNS = (
+CSV_COLUMNS: tuple[str, ...] = (
     "rank",
     "experts",
     "load_rows",
     "predicted_step_seconds",
     "streamed_gib_per_step",
     "cache_hit_rate",
-    "bound",
-    "method",
-    "imbalance",
 )
+CSV_COLUMNS += ("bound", "method", "imbalance")
 
 
 def split_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
@@ -171,17 +148,9 @@ def split_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
         return values[r] if isinstance(values, list) and r < len(values) else None
 
     rows = [
-        [
-            r,
-            rep["experts_per_rank"][r],
-            rep["load_rows"][r],
-            at(pred, r),
-            at(per.get("streamed_gib"), r),
-            at(per.get("cache_hit"), r),
-            at(per.get("bound"), r),
-            rep["method"],
-            rep["imbalance"],
-        ]
+        [r, rep["experts_per_rank"][r], rep["load_rows"][r], at(pred, r)]
+        + [at(per.get(k), r) for k in ("streamed_gib", "cache_hit", "bound")]
+        + [rep["method"], rep["imbalance"]]
         for r in range(rep["ranks"])
     ]
     return list(CSV_COLUMNS), rows

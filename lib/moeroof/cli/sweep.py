@@ -75,7 +75,6 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--scheduler",
-        default=None,
         metavar="ADDRESS",
         help="run on an existing dask.distributed scheduler (tcp://host:8786) instead of a local cluster",
     )
@@ -112,10 +111,7 @@ def run(args: argparse.Namespace) -> int:
     if atomic.same_file(out, grid_path):
         raise UsageError(f"--output: {args.output} is the grid file; refusing to overwrite it")
     grid = read_grid(grid_path)
-    progress = Progress("sweep")
-    try:
+    with Progress("sweep") as progress:
         rep = run_sweep(grid, out, workers=workers, scheduler=args.scheduler, progress=progress, run=run_record(args))
-    finally:
-        progress.close()
     print(f"wrote {out}", file=sys.stderr)
     return emit(rep, args, print_summary, csv_table=sweep_csv)

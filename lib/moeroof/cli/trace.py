@@ -62,7 +62,7 @@ import numpy as np
 
 from moeroof.cli.flags import EXPERTS, LAYERS, SEED, TOP_K, Count, ListOf, Real, UsageError, check_replicate_memory
 from moeroof.cli.inputs import input_path
-from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, table
+from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, new_output, table, writing_new
 
 FAMILIES = ("uniform", "zipf:S", "dirichlet:ALPHA")
 #: a stickiness ρ (--rho, each of --rho-profile)
@@ -109,16 +109,12 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--experts",
-        default=None,
         type=EXPERTS,
         help="routed experts per layer E (default 256; --routing: the histogram's)",
     )
-    p.add_argument(
-        "--top-k", default=None, type=TOP_K, help="experts per token K (default 8; --routing: the histogram's)"
-    )
+    p.add_argument("--top-k", type=TOP_K, help="experts per token K (default 8; --routing: the histogram's)")
     p.add_argument(
         "--layers",
-        default=None,
         type=LAYERS,
         help="MoE layers L (default 8, or the length of --rho-profile; --routing: the histogram's)",
     )
@@ -140,19 +136,16 @@ def _add_locality_arguments(p: Any) -> None:
     """``trace``'s flags of one stream's locality (stickiness, per-stream hot sets, step context)."""
     p.add_argument(
         "--rho",
-        default=None,
         type=UNIT,
         help="stickiness in [0, 1]: each previous expert kept with probability ρ; none in layer 0 (default: the prior's)",
     )
     p.add_argument(
         "--rho-profile",
-        default=None,
         type=ListOf(UNIT, example="0.1,0.3,0.6"),
         help="stickiness per layer, comma-separated, layer 0 too (and --locality on all; sets --layers if not given)",
     )
     p.add_argument(
         "--locality",
-        default=None,
         type=Real(min=0.0, open_low=True),
         help="per-stream hot set: each stream routes by its own q ~ Dirichlet(C·w), drawn once, none in layer 0 "
         "(smaller C: hotter, more private hot sets; default: the locality prior's c/E times E)",
@@ -165,7 +158,6 @@ def _add_locality_arguments(p: Any) -> None:
     )
     p.add_argument(
         "--step-context",
-        default=None,
         type=Real(min=0.0, open_low=True),
         help="shared step context: the streams of a step share r ~ Dirichlet(C·w), redrawn every step; with "
         "--locality, on top of each stream's lasting hot set",
@@ -335,20 +327,9 @@ def trace_knobs(args: argparse.Namespace, routing: HistogramRouting | None = Non
             f"--steps: (P + T)·M·L·K = {ids} expert ids ({ids * 4 / 2**30:.1f} GiB) is more than this command "
             f"writes ({MAX_IDS}); fewer steps, streams or layers"
         )
-    knobs = {
-        "family": family,
-        "skew": skew,
-        "rho": rho,
-        "locality_c": locality,
-        "step_context_c": context,
-        "prompt_tokens": prompt,
-        "streams": streams,
-        "steps": steps,
-        "experts": experts,
-        "top_k": top_k,
-        "layers": layers,
-        "seed": seed,
-    }
+    knobs = {"family": family, "skew": skew, "rho": rho, "locality_c": locality, "step_context_c": context}
+    knobs.update(prompt_tokens=prompt, streams=streams, steps=steps, experts=experts, top_k=top_k, layers=layers)
+    knobs["seed"] = seed
     if routing is not None:  # only then: a family's knobs (and its trace's bytes) are as they were
         knobs.update(routing=str(routing.path), first_layer_without_locality=routing.holds_first_layer)
     if prior is not None:
@@ -439,8 +420,7 @@ def _draw(knobs: dict[str, Any], routing: HistogramRouting | None) -> tuple[np.n
     """``(top-k ids, the weights' largest error against π or None)`` drawn from the knobs (and the
     histogram's popularity with ``--routing``)."""
     popularity, weights_error = (None, None)
-    progress = Progress("trace")
-    try:
+    with Progress("trace") as progress:
         if routing is not None:
             progress(0, 2, f"the weights of {routing.layers} layers")
             from moeroof.models.routing import weights_from_inclusion
@@ -448,8 +428,6 @@ def _draw(knobs: dict[str, Any], routing: HistogramRouting | None) -> tuple[np.n
             popularity, weights_error = weights_from_inclusion(routing.pi, routing.top_k)
             progress(1, 2, "drawing the tokens")
         topk = sample_from_knobs(knobs, popularity)
-    finally:
-        progress.close()
     return topk, weights_error
 
 
@@ -496,42 +474,29 @@ def _routing_provenance(
 def _write(out: Path, topk: np.ndarray, meta: dict[str, Any], force: bool) -> None:
     from moeroof.data.io import write_trace
 
-    try:
+    with writing_new(out):
         if out.suffix.lower() == ".parquet":  # one row per live token, row groups by steps
             from moeroof.data.trace_parquet import write_parquet_trace
 
             write_parquet_trace(out, topk, meta, overwrite=force)
         else:
             write_trace(out, topk, meta, overwrite=force)
-    except FileExistsError:  # created between the check and the write
-        raise UsageError(f"-o: {out} exists (pass --force to replace it)") from None
 
 
 def trace_report(args: argparse.Namespace) -> dict[str, Any]:
     """Sample, write, and return the ``trace`` JSON object."""
     from moeroof.models.routing import consecutive_overlap
 
-    out = Path(args.output)
-    if out.suffix.lower() not in (".npz", ".npy", ".parquet"):
-        raise UsageError(f"-o: expected a .npz, .npy or .parquet path, got {args.output!r}")
-    if not args.force and out.exists():
-        raise UsageError(f"-o: {out} exists (pass --force to replace it)")
+    out = new_output(args, (".npz", ".npy", ".parquet"), ".npz, .npy or .parquet")
     routing = None if args.routing is None else load_routing(args.routing)
     if routing is not None:
         _refuse_overwriting(out, routing.path)
     knobs = trace_knobs(args, routing)
     topk, weights_error = _draw(knobs, routing)
     source = knobs_command_line(knobs)
-    meta: dict[str, Any] = {
-        "model": "synthetic",
-        "experts": knobs["experts"],
-        "top_k": knobs["top_k"],
-        "layer_ids": list(range(knobs["layers"])),
-        "source": source,
-        "provenance": "projected",
-        "knobs": knobs,
-        "prompt_steps": knobs["prompt_tokens"],
-    }
+    meta: dict[str, Any] = {"model": "synthetic", "experts": knobs["experts"], "top_k": knobs["top_k"]}
+    meta.update(layer_ids=list(range(knobs["layers"])), source=source, provenance="projected", knobs=knobs)
+    meta["prompt_steps"] = knobs["prompt_tokens"]
     notes = _prior_notes(knobs)
     frequencies: dict[str, Any] = {}
     if routing is not None:
@@ -543,19 +508,11 @@ def trace_report(args: argparse.Namespace) -> dict[str, Any]:
         "shape": list(topk.shape),
         "steps": int(topk.shape[0]),
         "prompt_steps": knobs["prompt_tokens"],
-        "streams": knobs["streams"],
-        "layers": knobs["layers"],
-        "experts": knobs["experts"],
-        "top_k": knobs["top_k"],
-        "model": meta["model"],
-        "knobs": knobs,
-        "source": source,
-        "provenance": "projected",
-        "derived_from": meta.get("derived_from"),
-        "provenance_detail": meta.get("provenance_detail"),
-        "consecutive_overlap": None if overlap is None else [float(x) for x in overlap],
-        "notes": notes,
     }
+    rep.update({k: knobs[k] for k in ("streams", "layers", "experts", "top_k")})
+    rep.update(model=meta["model"], knobs=knobs, source=source, provenance="projected")
+    rep.update({k: meta.get(k) for k in ("derived_from", "provenance_detail")})
+    rep.update(consecutive_overlap=None if overlap is None else [float(x) for x in overlap], notes=notes)
     if frequencies:
         rep["frequencies"] = frequencies
     return rep
@@ -616,7 +573,7 @@ def print_trace(rep: dict[str, Any]) -> None:
 
 
 #: ``--format csv``: the one row's columns (the written trace's shape and knobs)
-CSV_COLUMNS = (
+CSV_COLUMNS: tuple[str, ...] = (
     "path",
     "steps",
     "prompt_steps",
@@ -627,14 +584,8 @@ CSV_COLUMNS = (
     "family",
     "skew",
     "routing",
-    "rho",
-    "locality_c",
-    "step_context_c",
-    "seed",
-    "mean_consecutive_overlap",
-    "model",
-    "provenance",
 )
+CSV_COLUMNS += ("rho", "locality_c", "step_context_c", "seed", "mean_consecutive_overlap", "model", "provenance")
 
 
 def trace_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:

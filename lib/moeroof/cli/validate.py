@@ -48,17 +48,13 @@ def add_parser(subparsers: Any) -> None:
 
 
 def validate_report(args: argparse.Namespace) -> dict[str, Any]:
+    from moeroof.core.limits import usable_cores
     from moeroof.studies.held_out import held_out_rows, summarise
 
     groups = list(args.groups)
-    progress = Progress("validate")
-    try:
-        from moeroof.core.limits import usable_cores
-
+    with Progress("validate") as progress:
         # fit-plan's two overlaps side by side where two cores are free (the same numbers)
         rows, skipped = held_out_rows(groups, progress=progress, jobs=min(2, usable_cores()))
-    finally:
-        progress.close()
     return {"groups": groups, "rows": rows, "cases": summarise(rows), "skipped": skipped, "provenance": "projected"}
 
 
@@ -79,17 +75,9 @@ def _band(r: dict[str, Any]) -> str:
 
 def print_validate(rep: dict[str, Any]) -> None:
     rows = [
-        [
-            r["case"],
-            r["role"],
-            str(r["quantity"])[:48],
-            "-" if r["at"] is None else str(r["at"]),
-            fmt(r["measured"], 3),
-            fmt(r["predicted"], 3),
-            _band(r),
-            _err(r),
-            "-" if r["inside"] is None else ("yes" if r["inside"] else "no"),
-        ]
+        [r["case"], r["role"], str(r["quantity"])[:48], "-" if r["at"] is None else str(r["at"])]
+        + [fmt(r["measured"], 3), fmt(r["predicted"], 3), _band(r), _err(r)]
+        + ["-" if r["inside"] is None else ("yes" if r["inside"] else "no")]
         for r in rep["rows"]
     ]
     headers = ["case", "role", "quantity", "at", "measured", "predicted", "band", "error", "in band"]

@@ -250,3 +250,26 @@ def test_student_t_quantile_is_scipy_stats_ppf():
     for dof in (1, 2.5, 6, 30.0, 1e4):
         np.testing.assert_array_equal(student_t_quantile(q, dof), t.ppf(q, dof))
     np.testing.assert_array_equal(student_t_quantile(q, 0), norm.ppf(q))
+
+
+def test_exclusive_refuses_a_second_holder_then_frees_the_output(tmp_path):
+    out = tmp_path / "run.parquet"
+    with atomic.exclusive(out):
+        assert (tmp_path / ".run.parquet.lock").exists()
+        # flock binds an open file: a second open in this process is a second holder
+        with pytest.raises(atomic.OutputBusyError, match="another run is writing it now") as exc:
+            with atomic.exclusive(out, "another run"):
+                pass
+        assert exc.value.filename == str(out)
+    assert list(tmp_path.iterdir()) == []  # the lock file is removed with the lock
+    with atomic.exclusive(out):  # free again
+        pass
+
+
+def test_exclusive_takes_a_lock_file_its_holder_left_behind(tmp_path):
+    # a holder killed with SIGKILL leaves the file; the kernel released its lock
+    out = tmp_path / "o.parquet"
+    (tmp_path / ".o.parquet.lock").write_text("")
+    with atomic.exclusive(out):
+        pass
+    assert not (tmp_path / ".o.parquet.lock").exists()

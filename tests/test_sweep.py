@@ -428,3 +428,40 @@ def test_a_synthetic_cache_grid_on_two_worker_processes_equals_the_serial_run(tm
     rows = pq.read_table(tmp_path / "cluster.parquet").to_pylist()
     assert outputs(rows) == outputs(pq.read_table(serial).to_pylist())
     assert len({r["hit_rate"] for r in rows}) > 12  # the points differ: not one trace replayed
+
+
+def test_a_second_sweep_onto_an_output_being_written_fails_and_loses_nothing(tmp_path, capsys):
+    # a lost update was reported as success: two sweeps onto one -o both said "wrote", and the
+    # file kept one of them. Another process holds the output's lock (as a running sweep does).
+    import subprocess
+    import sys
+
+    grid = tmp_path / "grid.toml"
+    grid.write_text('command = "union"\nexperts = [64]\ntop_k = 8\nbatch = [1, 4]\n')
+    out = tmp_path / "u.parquet"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom moeroof.core import atomic\n"
+            "with atomic.exclusive(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(60)\n",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        assert main(["sweep", str(grid), "-o", str(out)]) == 2
+        std, err = capsys.readouterr()
+        assert std == "" and len(err.strip().splitlines()) == 1
+        assert err.startswith(f"error: {out}: another moeroof sweep is writing it")
+        assert not out.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    # the holder is gone (killed, its lock file left behind): the next sweep takes the lock
+    assert main(["sweep", str(grid), "-o", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["evaluated"] == 2
+    assert not (tmp_path / ".u.parquet.lock").exists()

@@ -16,11 +16,21 @@ import errno
 import os
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["FILE_MODE", "write_via", "write_bytes", "write_text", "copy_file", "same_file", "check_writable_folder"]
+__all__ = [
+    "FILE_MODE",
+    "OutputBusyError",
+    "write_via",
+    "write_bytes",
+    "write_text",
+    "copy_file",
+    "same_file",
+    "check_writable_folder",
+    "exclusive",
+]
 
 #: mode of every written file (``mkstemp`` makes 0600; outputs are meant to be read by anyone)
 FILE_MODE = 0o644
@@ -151,3 +161,58 @@ def check_writable_folder(path: str | os.PathLike[str]) -> Path:
     os.close(fd)
     os.unlink(probe)
     return folder
+
+
+class OutputBusyError(OSError):
+    """Another process holds the output's lock (:func:`exclusive`)."""
+
+
+def _lock_path(target: Path) -> Path:
+    return target.with_name(f".{target.name}.lock")
+
+
+@contextlib.contextmanager
+def exclusive(path: str | os.PathLike[str], what: str = "another moeroof process") -> Iterator[Path]:
+    """Hold ``path``'s lock while a read-modify-write of it runs, so that two writers of one
+    output never both report success while one of them is lost: the second fails at once with
+    :class:`OutputBusyError` naming the output, instead of waiting.
+
+    The lock is an exclusive ``flock`` on the hidden file ``.NAME.lock`` beside ``path``, removed
+    when the holder is done (a holder killed with SIGKILL leaves it, and the kernel releases the
+    lock, so the next run takes it). Taking it checks that the file locked is still the one at
+    that name (a holder may have removed it in between); where ``fcntl`` is missing (Windows)
+    nothing is locked."""
+    target = Path(path).expanduser()
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - no flock on this platform
+        yield target
+        return
+    lock = _lock_path(target)
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        except OSError as exc:
+            raise _named(exc, target) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise OutputBusyError(
+                errno.EBUSY,
+                f"{what} is writing it now (its lock {lock.name} is held); wait for it or give another output",
+                str(target),
+            ) from None
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(lock))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the holder removed it after we opened it: lock the new one
+    try:
+        yield target
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+        os.close(fd)

@@ -849,8 +849,29 @@ def run_sweep(
 
     On a cluster the points go in tasks of ``chunk`` points (default :func:`chunk_size`: about
     16 tasks per worker), so the scheduler's per-task cost is paid once per chunk.
+
+    The run holds ``out``'s lock (:func:`moeroof.core.atomic.exclusive`) from reading what is
+    done to the last save: a second sweep onto the same file fails at once
+    (:class:`moeroof.core.atomic.OutputBusyError`) instead of overwriting the first one's rows.
     """
-    out = Path(out)
+    from moeroof.core import atomic
+
+    with atomic.exclusive(out, "another moeroof sweep"):
+        return _run_locked(grid, Path(out), workers, scheduler, client, evaluate, progress, chunk, run)
+
+
+def _run_locked(
+    grid: Grid,
+    out: Path,
+    workers: int,
+    scheduler: str | None,
+    client: Any,
+    evaluate: Callable[[Mapping[str, Any]], dict[str, Any]],
+    progress: Callable[[int, int, str], None] | None,
+    chunk: int | None,
+    run: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """:func:`run_sweep` while it holds ``out``'s lock: read what is done, evaluate the rest, save."""
     points = expand(grid)
     order = {p["point_id"]: i for i, p in enumerate(points)}
     old = read_done(out)

@@ -154,8 +154,12 @@ def read_config(model_dir: str | Path) -> dict[str, Any]:
     return doc
 
 
-def _int(config: dict[str, Any], key: str, path: Path, default: int | None = None) -> int:
-    value = config.get(key, default)
+def _int(config: dict[str, Any], key: str, path: Path) -> int:
+    return _count(config.get(key), key, path)
+
+
+def _count(value: Any, key: str, path: Path) -> int:
+    """``value`` as a non-negative integer, or an :class:`InputError` naming ``key``."""
     if value is None or isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InputError(path, None, key, f"expected a non-negative integer, got {value!r}")
     return int(value)
@@ -274,11 +278,7 @@ def _defaulted_int(
     value, note = config_value(config, key, family)
     if note:
         notes.append(note)
-    if value is None:
-        return null
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InputError(path, None, key, f"expected a non-negative integer, got {value!r}")
-    return int(value)
+    return null if value is None else _count(value, key, path)
 
 
 def _moe_family(config: dict[str, Any], path: Path) -> str:
@@ -317,10 +317,7 @@ def moe_layout(config: dict[str, Any], path: str | Path = CONFIG_NAME) -> MoELay
         raise InputError(path, None, k_key, f"{top_k} is not between 1 and {experts}")
     layers = _int(config, "num_hidden_layers", path)
     hidden = _int(config, "hidden_size", path)
-    sources = {
-        "experts": f"config.json: {experts_key} {experts}",
-        "top_k": f"config.json: {k_key} {top_k}",
-    }
+    sources = {"experts": f"config.json: {experts_key} {experts}", "top_k": f"config.json: {k_key} {top_k}"}
     layer_notes: list[str] = []
     shared_notes: list[str] = []
     shared, shared_width = 0, 0
@@ -457,7 +454,7 @@ def missing_shards(model_dir: str | Path) -> list[str]:
     index = folder / INDEX_NAME
     if not index.is_file():
         return []
-    return [s for s in sorted(set(_read_index(index)["weight_map"].values())) if not (folder / s).is_file()]
+    return [s for s in _shards(_read_index(index)) if not (folder / s).is_file()]
 
 
 def read_tensor_table(model_dir: str | Path) -> TensorTable | None:
@@ -468,8 +465,7 @@ def read_tensor_table(model_dir: str | Path) -> TensorTable | None:
     single, index = folder / SINGLE_NAME, folder / INDEX_NAME
     if index.is_file():
         doc = _read_index(index)
-        shards = sorted(set(doc["weight_map"].values()))
-        paths = [folder / s for s in shards]
+        paths = [folder / s for s in _shards(doc)]
         total = (doc.get("metadata") or {}).get("total_size")
         if not all(p.is_file() for p in paths):
             return None
@@ -479,9 +475,18 @@ def read_tensor_table(model_dir: str | Path) -> TensorTable | None:
         return TensorTable(tensors, tuple(paths), int(total) if isinstance(total, int) else None)
     if single.is_file():
         return TensorTable(_read_header(single), (single,))
-    raise InputError(
+    raise _no_weights(folder)
+
+
+def _no_weights(folder: Path) -> InputError:
+    return InputError(
         folder, None, "weights", f"no {SINGLE_NAME} or {INDEX_NAME} (only safetensors checkpoints are read)"
     )
+
+
+def _shards(index: dict[str, Any]) -> list[str]:
+    """The file names an index's ``weight_map`` names, each once, sorted."""
+    return sorted(set(index["weight_map"].values()))
 
 
 def _read_index(path: Path) -> dict[str, Any]:
@@ -519,12 +524,10 @@ def weight_files(model_dir: str | Path) -> list[Path]:
             raise InputError(
                 folder, None, "weights", f"{INDEX_NAME} names {missing[0]}{more}, which is not in the folder"
             )
-        return [folder / s for s in sorted(set(_read_index(index)["weight_map"].values()))]
+        return [folder / s for s in _shards(_read_index(index))]
     if single.is_file():
         return [single]
-    raise InputError(
-        folder, None, "weights", f"no {SINGLE_NAME} or {INDEX_NAME} (only safetensors checkpoints are read)"
-    )
+    raise _no_weights(folder)
 
 
 def checkpoint_hash(
@@ -639,11 +642,7 @@ def _attention(config: dict[str, Any], layout: MoELayout, path: Path) -> dict[st
         value, note = config_value(config, key, fam)
         if note:
             notes[key] = note
-        if value is None:
-            return null
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InputError(path, None, key, f"expected a non-negative integer, got {value!r}")
-        return int(value)
+        return null if value is None else _count(value, key, path)
 
     if fam == "deepseek_v3":
         rope, nope = get("qk_rope_head_dim", 0), get("qk_nope_head_dim", 0)
@@ -802,10 +801,7 @@ def _stored_from_headers(table: TensorTable, layout: MoELayout, where: str, tied
     layer_bytes = per_layer.pop()
     if layer_bytes % experts:
         raise InputError(
-            table.files[0],
-            None,
-            "experts",
-            f"{layer_bytes} B of routed experts per layer do not divide by {experts}",
+            table.files[0], None, "experts", f"{layer_bytes} B of routed experts per layer do not divide by {experts}"
         )
     stored_bytes = layer_bytes // experts
     dtypes = "/".join(sorted(stored))

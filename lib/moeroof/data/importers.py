@@ -80,7 +80,7 @@ import numpy as np
 
 from moeroof.core.errors import ParameterError
 from moeroof.core.masks import trace_counts
-from moeroof.data.io import InputError, write_histogram, write_trace
+from moeroof.data.io import InputError, check_readable, write_histogram, write_trace
 
 __all__ = [
     "ImportedTrace",
@@ -136,23 +136,12 @@ class ImportedHistogram:
 
 
 def _base_meta(src: Path, fmt: str, command: str | None, model: str | None) -> dict[str, Any]:
-    meta: dict[str, Any] = {
-        "source": str(src.resolve()),
-        "provenance": "witnessed",
-        "imported_from": fmt,
-    }
+    meta: dict[str, Any] = {"source": str(src.resolve()), "provenance": "witnessed", "imported_from": fmt}
     if command:
         meta["import_command"] = command
     if model:
         meta["model"] = model
     return meta
-
-
-def _check_src(src: Path) -> None:
-    if not src.exists():
-        raise InputError(src, "-", "file", "no such file")
-    if not src.is_file():
-        raise InputError(src, "-", "file", "not a regular file")
 
 
 def _check_experts_top_k(experts: int | None, top_k: int, src: Path) -> None:
@@ -245,15 +234,7 @@ def _read_frame(src: Path, columns: Sequence[str]) -> tuple[Any, str]:
             raise InputError(src, "-", missing[0], f"no such column (has: {', '.join(have)})")
         frame = pd.read_parquet(src, columns=wanted)
         return frame.astype(str).where(frame.notna(), ""), "parquet"
-    try:
-        with open(src, encoding="utf-8-sig", newline="") as fh:  # read-only
-            header_line = fh.readline()
-    except UnicodeDecodeError as exc:
-        raise InputError(src, 1, "header", f"not UTF-8 text: {exc}") from None
-    import csv
-
-    header = next(csv.reader([header_line]), [])
-    have = [h.strip() for h in header]
+    have = _csv_header(src)
     if not have or not any(have):
         raise InputError(src, 1, "header", "empty file or empty header line")
     missing = [c for c in wanted if c not in have]
@@ -280,9 +261,32 @@ def _read_frame(src: Path, columns: Sequence[str]) -> tuple[Any, str]:
     return frame, "csv"
 
 
+def _csv_header(src: Path) -> list[str]:
+    """The column names (stripped) of a CSV file's first line."""
+    import csv
+
+    try:
+        with open(src, encoding="utf-8-sig", newline="") as fh:  # read-only
+            return [h.strip() for h in next(csv.reader([fh.readline()]), [])]
+    except UnicodeDecodeError as exc:
+        raise InputError(src, 1, "header", f"not UTF-8 text: {exc}") from None
+
+
 def _row_label(kind: str, index: int) -> int | str:
     """What the user sees: a CSV line (header = 1) or a Parquet row (1-based)."""
     return index + 2 if kind == "csv" else f"row {index + 1}"
+
+
+def _first_repeat(key: np.ndarray, rows: Any, kind: str) -> tuple[np.ndarray, int | None, int | str, int | str]:
+    """(the stable order of ``key``; for the first value given twice in that order: its place j,
+    the later row's label and the earlier's — j None when every value is there once)."""
+    order = np.argsort(key, kind="stable")
+    dup = key[order][1:] == key[order][:-1]
+    if not dup.any():
+        return order, None, "", ""
+    j = int(np.argmax(dup))
+    first, second = sorted((int(rows[order[j]]), int(rows[order[j + 1]])))
+    return order, j, _row_label(kind, second), _row_label(kind, first)
 
 
 def _as_int(series: Any, src: Path, kind: str, name: str, allow_empty: bool = False) -> np.ndarray:
@@ -381,10 +385,7 @@ def _long_ids(
     if bad.any():
         i = int(np.argmax(bad))
         raise InputError(
-            src,
-            _row_label(kind, int(frame.index[i])),
-            slot_col,
-            f"slot {slot[i]} not in 0..{top_k - 1} (K={top_k})",
+            src, _row_label(kind, int(frame.index[i])), slot_col, f"slot {slot[i]} not in 0..{top_k - 1} (K={top_k})"
         )
     return eid, slot
 
@@ -421,18 +422,10 @@ def _long_to_wide(
     """(K ids per token, each token's first row, its cell) of a long table's (id, slot) rows."""
     eid, slot = long
     # one row per (cell, slot); every cell needs each of its K slots once
-    order = np.lexsort((slot, cell))
-    c_sorted, s_sorted = cell[order], slot[order]
-    dup = (c_sorted[1:] == c_sorted[:-1]) & (s_sorted[1:] == s_sorted[:-1])
-    if dup.any():
-        j = int(np.argmax(dup))
-        first, second = sorted((int(frame.index[order[j]]), int(frame.index[order[j + 1]])))
-        raise InputError(
-            src,
-            _row_label(kind, second),
-            slot_col,
-            f"slot {s_sorted[j]} of this token given twice (first at {_row_label(kind, first)})",
-        )
+    order, j, row, first = _first_repeat(cell * top_k + slot, frame.index, kind)  # slot is in 0..K-1
+    if j is not None:
+        raise InputError(src, row, slot_col, f"slot {slot[order[j]]} of this token given twice (first at {first})")
+    c_sorted = cell[order]
     uniq_cells, start, count = np.unique(c_sorted, return_index=True, return_counts=True)
     short = count != top_k
     if short.any():
@@ -449,12 +442,7 @@ def _long_to_wide(
 
 
 def _check_token_ids(
-    ids: np.ndarray,
-    row_index: np.ndarray,
-    src: Path,
-    kind: str,
-    experts: int,
-    id_col: Callable[[int], str],
+    ids: np.ndarray, row_index: np.ndarray, src: Path, kind: str, experts: int, id_col: Callable[[int], str]
 ) -> None:
     """Every token: K ids in [0, E), distinct, not partly padding; ``id_col``: slot → column."""
     top_k = ids.shape[1]
@@ -491,20 +479,16 @@ def _check_one_token_per_cell(
     """Refuses a second token for one (step, stream, layer); ``keys``: stream keys, step keys, layer ids."""
     stream_keys, step_keys, layer_ids = keys
     n_streams, n_layers = len(stream_keys), len(layer_ids)
-    order = np.argsort(cell, kind="stable")
-    c_sorted = cell[order]
-    dup = c_sorted[1:] == c_sorted[:-1]
-    if dup.any():
-        j = int(np.argmax(dup))
-        first, second = sorted((int(row_index[order[j]]), int(row_index[order[j + 1]])))
-        s, rem = divmod(int(c_sorted[j]), n_streams * n_layers)
+    order, j, row, first = _first_repeat(cell, row_index, kind)
+    if j is not None:
+        s, rem = divmod(int(cell[order[j]]), n_streams * n_layers)
         t, l = divmod(rem, n_layers)
         raise InputError(
             src,
-            _row_label(kind, second),
+            row,
             step_col,
             f"a second token for stream {stream_keys[t]}, step {step_keys[s]}, layer {int(layer_ids[l])} "
-            f"(first at {_row_label(kind, first)}): are stream and step the right columns?",
+            f"(first at {first}): are stream and step the right columns?",
         )
 
 
@@ -528,7 +512,7 @@ def import_table(
     ``slot_col`` is given; ``filters`` keep rows whose column equals the value (as text).
     """
     src = Path(src)
-    _check_src(src)
+    check_readable(src)
     _check_experts_top_k(experts, top_k, src)
     _check_table_args(columns, top_k, expert_cols, expert_col, slot_col)
     wide = expert_cols is not None
@@ -625,10 +609,7 @@ def _read_npy_matrix(
         raise ParameterError(
             "layer_col", "a .npy matrix is layers × experts already: no layer column, prefix or filter"
         )
-    try:
-        vals = np.load(src, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise InputError(src, "-", "file", f"not a readable .npy without pickles: {exc}") from None
+    vals = _load_numpy(src)
     if vals.ndim != 2 or not np.issubdtype(vals.dtype, np.number):
         raise InputError(
             src, "-", "array", f"expected a 2-D numeric array (layers × experts), got {vals.dtype} {vals.shape}"
@@ -647,13 +628,7 @@ def _matrix_header(
     src: Path, layer_col: str, expert_prefix: str, filters: Sequence[tuple[str, str]]
 ) -> tuple[list[str], dict[str, int]]:
     """(a CSV matrix's header, expert column → expert id); the layer and filter columns must be there."""
-    import csv
-
-    try:
-        with open(src, encoding="utf-8-sig", newline="") as fh:  # read-only
-            header = [h.strip() for h in next(csv.reader([fh.readline()]), [])]
-    except UnicodeDecodeError as exc:
-        raise InputError(src, 1, "header", f"not UTF-8 text: {exc}") from None
+    header = _csv_header(src)
     ids = {}
     for name in header:
         rest = name[len(expert_prefix) :] if name.startswith(expert_prefix) else ""
@@ -672,16 +647,13 @@ def _matrix_layers(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(each row's layer id, the rows in layer order): one row per layer, no negative id."""
     lay = _as_int(frame[layer_col], src, kind, layer_col)
-    order = np.argsort(lay, kind="stable")
-    dup = lay[order][1:] == lay[order][:-1]
-    if dup.any():
-        j = int(np.argmax(dup))
-        a, b = sorted((int(frame.index[order[j]]), int(frame.index[order[j + 1]])))
+    order, j, row, first = _first_repeat(lay, frame.index, kind)
+    if j is not None:
         raise InputError(
             src,
-            _row_label(kind, b),
+            row,
             layer_col,
-            f"layer {lay[order[j]]} twice (first at {_row_label(kind, a)}): one row per layer is needed; "
+            f"layer {lay[order[j]]} twice (first at {first}): one row per layer is needed; "
             f"keep one with a filter on {', '.join(others) or 'another column'}",
         )
     if (lay < 0).any():
@@ -859,7 +831,7 @@ def import_matrix(
     layer); ``shares=True`` reads rows summing to 1 as shares of the K·T picks.
     """
     src = Path(src)
-    _check_src(src)
+    check_readable(src)
     _check_experts_top_k(experts, top_k, src)
     if kind not in ("auto", "counts", "frequency"):
         raise ParameterError("kind", f"expected auto, counts or frequency, got {kind!r}")
@@ -880,16 +852,9 @@ def import_matrix(
         incl = _matrix_inclusion(vals, layer_ids, (near_k, near_1), shares, top_k, src, meta)
         counts, tok = _matrix_frequency_counts(incl, tokens, top_k, src, meta, notes)
     meta["kind_detected"] = kind
+    tok_list = [int(t) for t in tok]
     return ImportedHistogram(
-        counts=counts,
-        tokens=[int(t) for t in tok],
-        experts=int(n_exp),
-        top_k=int(top_k),
-        layer_ids=layer_ids,
-        model=model,
-        source=meta.pop("source"),
-        extra=meta,
-        notes=notes,
+        counts, tok_list, int(n_exp), int(top_k), layer_ids, model, meta.pop("source"), meta, notes
     )
 
 
@@ -966,16 +931,10 @@ def _histogram_from_counts(
             src, f"layer {layer_ids[l]}", "count", f"counts sum to {sums[l]}, not a multiple of K={top_k}: is K right?"
         )
     meta["tokens_inferred"] = "counts' sum / top_k (the recorder adds 1 per selected expert)"
+    tokens = [int(s // top_k) for s in sums]
+    source = meta.pop("source")
     return ImportedHistogram(
-        counts=counts.astype(np.int64),
-        tokens=[int(s // top_k) for s in sums],
-        experts=int(counts.shape[1]),
-        top_k=int(top_k),
-        layer_ids=layer_ids,
-        model=model,
-        source=meta.pop("source"),
-        extra=meta,
-        notes=notes,
+        counts.astype(np.int64), tokens, int(counts.shape[1]), int(top_k), layer_ids, model, source, meta, notes
     )
 
 
@@ -1017,9 +976,7 @@ def _sglang_pass_ids(rec: Mapping[str, Any], i: int, src: Path, top_k: int, p2l:
     if (ids >= p2l.shape[1]).any():
         raise InputError(src, f"records[{i}]", "topk_ids_of_layer", f"physical id ≥ {p2l.shape[1]}")
     return np.where(
-        live,
-        np.take_along_axis(p2l, np.where(live, ids, 0).reshape(ids.shape[0], -1), axis=1).reshape(ids.shape),
-        -1,
+        live, np.take_along_axis(p2l, np.where(live, ids, 0).reshape(ids.shape[0], -1), axis=1).reshape(ids.shape), -1
     )
 
 
@@ -1118,7 +1075,7 @@ def import_sglang(
 ) -> ImportedHistogram | ImportedTrace:
     """SGLang's expert-distribution recorder output (``.csv`` of v0.4, ``.pt`` of the current one)."""
     src = Path(src)
-    _check_src(src)
+    check_readable(src)
     _check_experts_top_k(experts, top_k, src)
     if src.suffix.lower() == ".pt":
         return sglang_from_object(_load_torch(src), src, top_k=top_k, experts=experts, model=model, command=command)
@@ -1144,18 +1101,9 @@ def import_sglang(
         )
     _check_experts_top_k(n_exp, top_k, src)
     layer_ids, li = np.unique(lay, return_inverse=True)
-    key = li * n_exp + eid
-    order = np.argsort(key, kind="stable")
-    dup = key[order][1:] == key[order][:-1]
-    if dup.any():
-        j = int(np.argmax(dup))
-        a, b = sorted((int(frame.index[order[j]]), int(frame.index[order[j + 1]])))
-        raise InputError(
-            src,
-            _row_label(kind, b),
-            "expert_id",
-            f"a second row for this (layer, expert) (first at {_row_label(kind, a)})",
-        )
+    _, j, row, first = _first_repeat(li * n_exp + eid, frame.index, kind)
+    if j is not None:
+        raise InputError(src, row, "expert_id", f"a second row for this (layer, expert) (first at {first})")
     counts = np.zeros((len(layer_ids), n_exp), dtype=np.int64)
     counts[li, eid] = cnt
     meta = _base_meta(src, "sglang", command, None)
@@ -1244,7 +1192,7 @@ def import_hf_router_logits(
 ) -> ImportedTrace:
     """Saved ``output_router_logits`` (``.npy``, ``.npz`` or torch ``.pt``) → trace (module docstring)."""
     src = Path(src)
-    _check_src(src)
+    check_readable(src)
     suffix = src.suffix.lower()
     mask = None
     if suffix in (".pt", ".pth"):
@@ -1256,21 +1204,14 @@ def import_hf_router_logits(
             obj = obj["router_logits"]
         layers = list(obj) if isinstance(obj, (list, tuple)) else list(_np(obj))
     elif suffix == ".npy":
-        try:
-            arr = np.load(src, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as exc:
-            raise InputError(src, "-", "file", f"not a readable .npy without pickles: {exc}") from None
+        arr = _load_numpy(src)
         if arr.ndim not in (3, 4):
             raise InputError(
                 src, "-", "router_logits", f"expected (layers, tokens, E) or (layers, batch, seq, E), got {arr.shape}"
             )
         layers = list(arr)
     elif suffix == ".npz":
-        try:
-            with np.load(src, allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
-        except (ValueError, OSError, EOFError) as exc:
-            raise InputError(src, "-", "file", f"not a readable .npz without pickles: {exc}") from None
+        arrays = _load_numpy(src)
         mask = arrays.pop("attention_mask", None)
         keys = sorted(arrays, key=_nat_key)
         if not keys:
@@ -1355,6 +1296,18 @@ def _live_tokens(out: Path, tokens: np.ndarray, meta: Mapping[str, Any]) -> list
         l = int(np.argmin(tokens))
         raise ValueError(f"{out}: layer {meta['layer_ids'][l]} has no live token, so it cannot be a histogram layer")
     return [int(t) for t in tokens]
+
+
+def _load_numpy(src: Path) -> Any:
+    """A ``.npy``'s array, or a ``.npz``'s arrays by name; no pickles (an :class:`InputError` otherwise)."""
+    suffix = src.suffix.lower()
+    try:
+        if suffix == ".npz":
+            with np.load(src, allow_pickle=False) as z:
+                return {k: z[k] for k in z.files}
+        return np.load(src, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise InputError(src, "-", "file", f"not a readable {suffix} without pickles: {exc}") from None
 
 
 def _nat_key(text: str) -> list[Any]:

@@ -185,7 +185,8 @@ def sidecar_path(path: str | os.PathLike[str]) -> Path:
     return Path(path).with_suffix(".json")
 
 
-def _is_int(x: Any) -> bool:
+def is_int(x: Any) -> bool:
+    """An integer (Python or numpy), not a bool."""
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
@@ -201,28 +202,16 @@ TRACE_META_HINT = (
 )
 
 
-def _read_json(path: Path, what: str, hint: str = "") -> dict[str, Any]:
+def read_json_object(path: Path, what: str, hint: str | None = None) -> dict[str, Any]:
+    """The JSON object in ``path`` (a bounded read, checked as every JSON the suite reads);
+    :class:`InputError` naming the file and saying ``what`` it should have been otherwise.
+    ``hint``: ``path`` is a sidecar, and a missing one names the commands that write it."""
     try:
         with open(path, encoding="utf-8-sig") as fh:  # read-only
             text = fh.read(MAX_JSON_BYTES + 1)  # a bounded read: the size check below refuses more
     except FileNotFoundError:
-        extra = f"; {hint}" if hint else ""
-        raise InputError(
-            path, "-", "file", f"missing {what} (expected next to the data file, same stem){extra}"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(path, "-", "file", f"cannot read {what}: {exc}") from None
-    return _parse_json(text, path, "-", "file")
-
-
-def read_json_object(path: Path, what: str) -> dict[str, Any]:
-    """The JSON object in ``path`` (a bounded read, checked as every JSON the suite reads);
-    :class:`InputError` naming the file and saying ``what`` it should have been otherwise."""
-    try:
-        with open(path, encoding="utf-8-sig") as fh:  # read-only
-            text = fh.read(MAX_JSON_BYTES + 1)
-    except FileNotFoundError:
-        raise InputError(path, "-", "file", f"no such file ({what})") from None
+        missing = f"missing {what} (expected next to the data file, same stem); {hint}" if hint else ""
+        raise InputError(path, "-", "file", missing or f"no such file ({what})") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(path, "-", "file", f"cannot read {what}: {exc}") from None
     return _parse_json(text, path, "-", "file")
@@ -252,10 +241,10 @@ def _need(meta: Mapping[str, Any], key: str, path: Path, row: str = "-") -> Any:
 
 def _check_experts_top_k(meta: Mapping[str, Any], path: Path, row: str = "-") -> tuple[int, int]:
     experts = _need(meta, "experts", path, row)
-    if not _is_int(experts) or experts < 1:
+    if not is_int(experts) or experts < 1:
         raise InputError(path, row, "experts", f"expected a positive integer, got {experts!r}")
     top_k = _need(meta, "top_k", path, row)
-    if not _is_int(top_k) or top_k < 1:
+    if not is_int(top_k) or top_k < 1:
         raise InputError(path, row, "top_k", f"expected a positive integer, got {top_k!r}")
     if top_k > experts:
         raise InputError(path, row, "top_k", f"top_k K={top_k} exceeds experts E={experts}")
@@ -265,7 +254,7 @@ def _check_experts_top_k(meta: Mapping[str, Any], path: Path, row: str = "-") ->
 
 
 def _check_layer_ids(value: Any, path: Path, row: str = "-") -> tuple[int, ...]:
-    if not isinstance(value, list) or not value or not all(_is_int(v) and v >= 0 for v in value):
+    if not isinstance(value, list) or not value or not all(is_int(v) and v >= 0 for v in value):
         raise InputError(path, row, "layer_ids", f"expected a non-empty list of non-negative integers, got {value!r}")
     if len(set(value)) != len(value):
         raise InputError(path, row, "layer_ids", "duplicate layer id")
@@ -288,7 +277,7 @@ def _histogram_layer_ids(meta: Mapping[str, Any], path: Path) -> tuple[int, ...]
         return layer_ids
     if "layers" in meta:
         layers = meta["layers"]
-        if not _is_int(layers) or layers < 1:
+        if not is_int(layers) or layers < 1:
             raise InputError(path, "-", "layers", f"expected a positive integer, got {layers!r}")
         if layers > MAX_LAYERS:
             raise InputError(path, "-", "layers", f"layers={layers} is more than the {MAX_LAYERS} this reader allows")
@@ -300,9 +289,9 @@ def _histogram_tokens(meta: Mapping[str, Any], path: Path, n_layers: int) -> np.
     """A histogram sidecar's routed tokens per layer (one for all, or one each), 1..2^40."""
     tokens = _need(meta, "tokens", path)
     # bounds in Python ints, before any int64 array (K·T of tokens = 2**62 overflows int64)
-    if _is_int(tokens):
+    if is_int(tokens):
         token_list = [int(tokens)] * n_layers
-    elif isinstance(tokens, list) and all(_is_int(t) for t in tokens):
+    elif isinstance(tokens, list) and all(is_int(t) for t in tokens):
         if len(tokens) != n_layers:
             raise InputError(path, "-", "tokens", f"expected {n_layers} entries (one per layer), got {len(tokens)}")
         token_list = [int(t) for t in tokens]
@@ -378,11 +367,7 @@ TOPK_DUPLICATE = "expert {value} appears twice in one token (the K experts must 
 
 def _validate_topk(topk: np.ndarray, experts: int, top_k: int, path: Path, meta_row: str, *, ids: bool = True) -> None:
     """Shape, dtype and (with ``ids``) ids of a trace; chunked over steps so a memmap is never
-    loaded whole."""
-    if topk.ndim != 4:
-        raise InputError(
-            path, "-", "topk", f"expected 4 dims (steps, streams, layers, K), got {topk.ndim} with shape {topk.shape}"
-        )
+    loaded whole; the caller has checked the 4 dims."""
     if not np.issubdtype(topk.dtype, np.integer):
         raise InputError(path, "-", "topk", f"expected an integer dtype, got {topk.dtype}")
     if topk.shape[3] != top_k:
@@ -407,12 +392,7 @@ def _validate_topk(topk: np.ndarray, experts: int, top_k: int, path: Path, meta_
         if partial.any():
             s, t, l = np.argwhere(partial)[0]
             k = int(np.argmax(block[s, t, l] == PAD))
-            raise InputError(
-                path,
-                f"topk[{s + s0},{t},{l},{k}]",
-                "topk",
-                TOPK_PARTIAL,
-            )
+            raise InputError(path, f"topk[{s + s0},{t},{l},{k}]", "topk", TOPK_PARTIAL)
         if top_k > 1:
             srt = np.sort(block, axis=-1)
             dup_tok = ((srt[..., 1:] == srt[..., :-1]) & (srt[..., 1:] != PAD)).any(axis=-1)
@@ -420,12 +400,7 @@ def _validate_topk(topk: np.ndarray, experts: int, top_k: int, path: Path, meta_
                 s, t, l = np.argwhere(dup_tok)[0]
                 row = block[s, t, l]
                 k = next(j for j in range(1, top_k) if row[j] in row[:j])
-                raise InputError(
-                    path,
-                    f"topk[{s + s0},{t},{l},{k}]",
-                    "topk",
-                    TOPK_DUPLICATE.format(value=row[k]),
-                )
+                raise InputError(path, f"topk[{s + s0},{t},{l},{k}]", "topk", TOPK_DUPLICATE.format(value=row[k]))
 
 
 class NpySteps:
@@ -486,7 +461,8 @@ class NpySteps:
         return out if dtype is None else out.astype(dtype)
 
 
-def _check_readable(path: Path) -> None:
+def check_readable(path: Path) -> None:
+    """Refuses a path that is no regular file (``FILE:-: file: no such file`` / ``not a regular file``)."""
     if not path.exists():
         raise InputError(path, "-", "file", "no such file")
     if not path.is_file():
@@ -589,10 +565,10 @@ def read_histogram(path: str | os.PathLike[str], meta: Mapping[str, Any] | None 
     instead of ``foo.json`` — which then need not exist; errors in it name ``foo.csv``.
     """
     path = Path(path)
-    _check_readable(path)
+    check_readable(path)
     if meta is None:
         side = sidecar_path(path)
-        meta = _read_json(side, "sidecar JSON", HISTOGRAM_META_HINT)
+        meta = read_json_object(side, "sidecar JSON", HISTOGRAM_META_HINT)
     else:
         side, meta = path, dict(_plain(dict(meta)))
     experts, top_k, layer_ids, tokens, summed = _validate_histogram_meta(meta, side)
@@ -612,21 +588,9 @@ def read_histogram(path: str | os.PathLike[str], meta: Mapping[str, Any] | None 
     except OSError as exc:
         raise InputError(path, "-", "file", f"cannot read: {exc}") from None
     counts, rank = tally.counts, tally.rank
-    counts.setflags(write=False)
-    tokens.setflags(write=False)
-    if rank is not None:
-        rank.setflags(write=False)
-    return Histogram(
-        counts=counts,
-        tokens=tokens,
-        experts=experts,
-        top_k=top_k,
-        layer_ids=layer_ids,
-        layers_summed=summed,
-        meta=dict(meta),
-        path=path,
-        rank=rank,
-    )
+    for arr in (counts, tokens) if rank is None else (counts, tokens, rank):
+        arr.setflags(write=False)
+    return Histogram(counts, tokens, experts, top_k, layer_ids, summed, dict(meta), path, rank)
 
 
 def _short(ids: Sequence[int]) -> str:
@@ -735,7 +699,7 @@ def _npz_meta(meta_arr: np.ndarray, path: Path) -> dict[str, Any]:
 def _npy_trace(path: Path, given: dict[str, Any] | None, lazy: bool) -> tuple[Any, dict[str, Any], Path]:
     """(topk, meta, the meta's path) of a ``.npy`` trace and its sidecar (or the meta given)."""
     side = sidecar_path(path) if given is None else path
-    meta = _read_json(side, "sidecar JSON", TRACE_META_HINT) if given is None else given
+    meta = read_json_object(side, "sidecar JSON", TRACE_META_HINT) if given is None else given
     try:
         from moeroof.data.safe_read import load_npy, npy_layout  # truncated: an error, never SIGBUS
 
@@ -759,11 +723,7 @@ def _check_weights(weights: np.ndarray, topk: Any, path: Path) -> None:
 
 
 def read_trace(
-    path: str | os.PathLike[str],
-    meta: Mapping[str, Any] | None = None,
-    *,
-    validate: bool = True,
-    lazy: bool = False,
+    path: str | os.PathLike[str], meta: Mapping[str, Any] | None = None, *, validate: bool = True, lazy: bool = False
 ) -> Trace:
     """Read a ``.npz`` trace, or a ``.npy`` trace (memory-mapped) with its sidecar ``.json``.
 
@@ -781,7 +741,7 @@ def read_trace(
     trace by blocks of steps, as the cache, mrc and union models do); otherwise as without.
     """
     path = Path(path)
-    _check_readable(path)
+    check_readable(path)
     given = None if meta is None else dict(_plain(dict(meta)))
     suffix = path.suffix.lower()
     weights = None
@@ -809,16 +769,7 @@ def read_trace(
         topk.setflags(write=False)
     if weights is not None:
         weights.setflags(write=False)
-    return Trace(
-        topk=topk,
-        experts=experts,
-        top_k=top_k,
-        layer_ids=layer_ids,
-        meta=dict(meta),
-        path=path,
-        weights=weights,
-        ids_checked=bool(validate),
-    )
+    return Trace(topk, experts, top_k, layer_ids, dict(meta), path, weights, ids_checked=bool(validate))
 
 
 #: a layer whose counts sum below this share of K·T is refused where the counts are read as
@@ -873,7 +824,7 @@ def load_any(path: str | os.PathLike[str]) -> Histogram | Trace:
         return read_histogram(path)
     if suffix in (".npz", ".npy"):
         return read_trace(path)
-    _check_readable(path)
+    check_readable(path)
     raise InputError(
         path, "-", "file", f"unknown suffix {path.suffix!r}; expected .csv (histogram), .npz or .npy (trace)"
     )

@@ -174,10 +174,7 @@ def _capacity(
         return None, None
     if not cap_e_text and not cap_g_text:
         raise InputError(
-            path,
-            row,
-            "capacity_experts_per_layer",
-            f"a {kind} row needs capacity_experts_per_layer or capacity_gib",
+            path, row, "capacity_experts_per_layer", f"a {kind} row needs capacity_experts_per_layer or capacity_gib"
         )
     if cap_e_text:
         cap_e = _number(cap_e_text, path, row, "capacity_experts_per_layer")

@@ -234,8 +234,8 @@ NAMED_PRIORS: dict[str, dict[str, tuple[tuple[float, float, float], str]]] = {
             "(ggml-org/llama.cpp#10981): 19-36 % of the rated peak; Llama-3.1-70B f16 on a dual EPYC 9175F "
             "(16 x DDR5-6400, 819 GB/s) at 2.4 and 4.31 tok/s (#11744): 41-74 %; against a STREAM-class "
             "figure (about 71 % of rated: 146.1 of 204.8 GB/s on EPYC Rome, FreeToken#444) 0.27-0.55-1",
-        ),
-    },
+        )
+    }
 }
 
 #: the peak each efficiency multiplies
@@ -515,10 +515,7 @@ def _si_value(path: Path, key: str, value: Any, unit: Any, dimension: str) -> An
         raise InputError(path, None, key, str(err)) from None
     if got != dimension:
         raise InputError(
-            path,
-            None,
-            key,
-            f"unit {unit!r} measures {got.replace('_', ' ')}, expected {dimension.replace('_', ' ')}",
+            path, None, key, f"unit {unit!r} measures {got.replace('_', ' ')}, expected {dimension.replace('_', ' ')}"
         )
     try:
         si = to_si(value, unit)

@@ -46,17 +46,10 @@ import numpy as np
 
 from moeroof.core import atomic
 from moeroof.core.errors import ParameterError
-from moeroof.core.limits import (
-    MAX_EXPERTS,
-    MAX_JSON_BYTES,
-    MAX_LAYERS,
-    check_allocation,
-    check_document,
-    human_bytes,
-)
+from moeroof.core.limits import MAX_EXPERTS, MAX_JSON_BYTES, MAX_LAYERS, check_allocation, check_document, human_bytes
 from moeroof.core.masks import PAD
 from moeroof.core.optional import require
-from moeroof.data.io import TRACE_AXES, InputError, Trace, guard_target
+from moeroof.data.io import TRACE_AXES, InputError, Trace, check_readable, guard_target, is_int
 
 __all__ = [
     "META_KEY",
@@ -115,10 +108,6 @@ class ParquetTraceInfo:
 # ----------------------------------------------------------------------------- meta
 
 
-def _is_int(x: Any) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
-
-
 def _jsonable(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
         return obj.tolist()
@@ -137,7 +126,7 @@ def _int_key(meta: Mapping[str, Any], key: str, path: Path, lo: int, hi: int) ->
     if key not in meta:
         raise InputError(path, "-", key, "missing from the trace meta")
     v = meta[key]
-    if not _is_int(v) or not lo <= v <= hi:
+    if not is_int(v) or not lo <= v <= hi:
         raise InputError(path, "-", key, f"expected an integer in {lo} … {hi}, got {v!r:.80}")
     return int(v)
 
@@ -150,7 +139,7 @@ def _check_meta(meta: Mapping[str, Any], path: Path) -> tuple[int, int, int, int
     steps = _int_key(meta, "steps", path, 0, 2**40)
     streams = _int_key(meta, "streams", path, 1, 2**40)
     ids = meta.get("layer_ids", list(range(layers)))
-    if not isinstance(ids, list) or not all(_is_int(v) and v >= 0 for v in ids):
+    if not isinstance(ids, list) or not all(is_int(v) and v >= 0 for v in ids):
         raise InputError(path, "-", "layer_ids", f"expected a list of non-negative integers, got {ids!r:.80}")
     if len(ids) != layers:
         raise InputError(path, "-", "layer_ids", f"{len(ids)} layer ids but layers={layers}")
@@ -175,11 +164,11 @@ def _uint_for(n: int) -> np.dtype:
 # ----------------------------------------------------------------------------- checks
 
 
-def _check_tokens(ids: np.ndarray, experts: int, where, field, *, pad_rows: bool) -> np.ndarray:
+def _check_tokens(ids: np.ndarray, experts: int, path: Path, where, field, *, pad_rows: bool) -> np.ndarray:
     """Validate an (n, K) integer id matrix; return the live-row mask (n,).
 
     ``where(i, k)`` is the ROW text of row ``i``, id column ``k`` for an error, ``field(k)`` the
-    FIELD of id column ``k``; errors name ``where.path``. A row of K padding values is padding (allowed when
+    FIELD of id column ``k``; errors name ``path``. A row of K padding values is padding (allowed when
     ``pad_rows``), a row partly padding is refused, ids must be in [0, E) and distinct in a row.
     """
     k_cols = ids.shape[1]
@@ -188,7 +177,7 @@ def _check_tokens(ids: np.ndarray, experts: int, where, field, *, pad_rows: bool
     if bad.any():
         i, k = np.argwhere(bad)[0]
         raise InputError(
-            where.path, where(i, k), field(k), f"expert id {ids[i, k]} not in [0, {experts}) (experts E={experts})"
+            path, where(i, k), field(k), f"expert id {ids[i, k]} not in [0, {experts}) (experts E={experts})"
         )
     any_pad = pad.any(axis=1)
     if any_pad.any():
@@ -197,14 +186,11 @@ def _check_tokens(ids: np.ndarray, experts: int, where, field, *, pad_rows: bool
             i = int(np.argmax(partial))
             k = int(np.argmax(pad[i]))
             raise InputError(
-                where.path,
-                where(i, k),
-                field(k),
-                "token is partly padding: a token has K expert ids or K times -1",
+                path, where(i, k), field(k), "token is partly padding: a token has K expert ids or K times -1"
             )
         if not pad_rows:
             i = int(np.argmax(any_pad))
-            raise InputError(where.path, where(i, 0), field(0), "padding (-1) where a live token is expected")
+            raise InputError(path, where(i, 0), field(0), "padding (-1) where a live token is expected")
     if k_cols > 1:
         dup = np.zeros(ids.shape[0], dtype=bool)
         for k in range(1, k_cols):  # K(K-1)/2 column compares: cheaper than a sort for small K
@@ -217,10 +203,7 @@ def _check_tokens(ids: np.ndarray, experts: int, where, field, *, pad_rows: bool
             row = ids[i]
             k = next(j for j in range(1, k_cols) if row[j] in row[:j])
             raise InputError(
-                where.path,
-                where(i),
-                field(k),
-                f"expert {row[k]} appears twice in one token (the K experts must be distinct)",
+                path, where(i), field(k), f"expert {row[k]} appears twice in one token (the K experts must be distinct)"
             )
     return ~any_pad
 
@@ -237,28 +220,16 @@ class _FileRows:
         return f"row {self.base + int(i)} (row group {self.group})"
 
 
-class _ArrayCells:
-    """ROW text for a token of a dense array: ``topk[s,t,l,k]``; the field is ``topk``."""
-
-    def __init__(self, path: Path, shape: tuple[int, ...], s0: int):
-        self.path, self.shape, self.s0 = path, shape, s0
-
-    def __call__(self, i: int, k: int = 0) -> str:
-        s, t, l = np.unravel_index(int(i), self.shape)
-        return f"topk[{s + self.s0},{t},{l},{k}]"
-
-
 # ----------------------------------------------------------------------------- writer
 
 
-def _meta_object(meta: Mapping[str, Any] | str, path: Path) -> Mapping[str, Any]:
-    """A trace's meta given as a mapping or as JSON text (checked against the document limits
-    first); an :class:`InputError` naming ``path`` and ``meta`` for text that is not one object."""
-    if not isinstance(meta, str):
-        return meta
+def _meta_object(meta: str | bytes, path: Path, what: str) -> dict[str, Any]:
+    """A trace's meta given as JSON text (checked against the document limits first); an
+    :class:`InputError` naming ``path`` and ``meta`` for text that is not one object."""
     try:
-        check_document(meta, "the meta", max_bytes=MAX_JSON_BYTES)
-        obj = json.loads(meta)
+        text = meta.decode("utf-8") if isinstance(meta, bytes) else meta
+        check_document(text, what, max_bytes=MAX_JSON_BYTES)
+        obj = json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise InputError(path, "-", "meta", f"not a valid JSON object: {exc}") from None
     if not isinstance(obj, dict):
@@ -298,7 +269,7 @@ def _row_group_steps(steps_per_row_group: Any, per_step: int, top_k: int) -> int
     """Steps per row group: the number given, else about :data:`ROWS_PER_GROUP` rows' worth."""
     if steps_per_row_group is None:
         steps_per_row_group = max(1, ROWS_PER_GROUP // max(1, per_step))
-    if not _is_int(steps_per_row_group) or steps_per_row_group < 1:
+    if not is_int(steps_per_row_group) or steps_per_row_group < 1:
         raise ParameterError("steps_per_row_group", f"expected a positive integer, got {steps_per_row_group!r}")
     steps_per_row_group = int(steps_per_row_group)
     try:
@@ -317,8 +288,12 @@ def _write_row_groups(
     for s0 in range(0, steps, group):
         block = np.asarray(topk[s0 : s0 + group])
         cells = block.reshape(-1, top_k)
-        where = _ArrayCells(path, block.shape[:3], s0)
-        live = _check_tokens(cells, experts, where, lambda k: "topk", pad_rows=True)
+
+        def where(i: int, k: int = 0, shape: tuple[int, ...] = block.shape[:3], s0: int = s0) -> str:
+            s, t, l = np.unravel_index(int(i), shape)  # ROW text of a token of the dense array
+            return f"topk[{s + s0},{t},{l},{k}]"
+
+        live = _check_tokens(cells, experts, path, where, lambda k: "topk", pad_rows=True)
         idx = np.flatnonzero(live)
         s, t, l = np.unravel_index(idx, block.shape[:3])
         ids = cells[idx]
@@ -354,7 +329,7 @@ def write_parquet_trace(
     path = Path(path)
     if path.suffix.lower() != ".parquet":
         raise ValueError(f"{path}: a Parquet trace is written as .parquet")
-    meta = _meta_object(meta, path)
+    meta = _meta_object(meta, path, "the meta") if isinstance(meta, str) else meta
     topk = _trace_array(topk, path)
     steps, streams, layers, k_cols = (int(n) for n in topk.shape)
     full = _file_meta(meta, (steps, streams, layers), path)
@@ -384,11 +359,7 @@ def write_parquet_trace(
 def _open(path: Path):
     pa = require("pyarrow", "parquet", "a Parquet trace")
     pq = require("pyarrow.parquet", "parquet", "a Parquet trace")
-
-    if not path.exists():
-        raise InputError(path, "-", "file", "no such file")
-    if not path.is_file():
-        raise InputError(path, "-", "file", "not a regular file")
+    check_readable(path)
     try:
         return pq.ParquetFile(path)
     except (pa.ArrowException, OSError, ValueError) as exc:
@@ -406,14 +377,7 @@ def _info(path: Path, pf: Any) -> ParquetTraceInfo:
             "meta",
             f"no trace meta (schema metadata key {META_KEY.decode()!r}); write_parquet_trace writes it",
         )
-    try:
-        text = raw.decode("utf-8")
-        check_document(text, "the trace meta", max_bytes=MAX_JSON_BYTES)
-        meta = json.loads(text)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise InputError(path, "-", "meta", f"not a valid JSON object: {exc}") from None
-    if not isinstance(meta, dict):
-        raise InputError(path, "-", "meta", f"expected a JSON object, got {type(meta).__name__}")
+    meta = _meta_object(raw, path, "the trace meta")
     steps, streams, layers, experts, top_k, layer_ids = _check_meta(meta, path)
     schema = pf.schema_arrow
     have = set(schema.names)
@@ -544,7 +508,7 @@ def read_parquet_trace_layers(
     path = Path(path)
     pf = _open(path)
     info = _info(path, pf)
-    if not (_is_int(l0) and _is_int(l1) and 0 <= l0 < l1 <= info.layers):
+    if not (is_int(l0) and is_int(l1) and 0 <= l0 < l1 <= info.layers):
         raise ParameterError("l0", f"need 0 <= l0 < l1 <= layers={info.layers}, got l0={l0!r}, l1={l1!r}")
     l0, l1 = int(l0), int(l1)
     nl = l1 - l0
@@ -559,7 +523,7 @@ def read_parquet_trace_layers(
         else:
             rows = np.flatnonzero((layer >= l0) & (layer < l1))
             s, t, l, e = step[rows], stream[rows], layer[rows], _id_matrix(cols, rows, info.experts)
-        _check_tokens(e, info.experts, _RowsOf(where, rows), _id_field, pad_rows=True)
+        _check_tokens(e, info.experts, path, lambda i, k=0, rows=rows: where(rows[int(i)]), _id_field, pad_rows=True)
         cell = (s * info.streams + t) * nl + (l - l0)
         _place(out, seen, cell, e, rows, where, (step, stream, layer))
     return out
@@ -582,16 +546,6 @@ def _id_matrix(cols: list[np.ndarray], rows: np.ndarray | None, experts: int) ->
     return out
 
 
-class _RowsOf:
-    """ROW text of the i-th selected row (``rows[i]`` of the batch)."""
-
-    def __init__(self, where: _FileRows, rows: np.ndarray):
-        self.path, self.where, self.rows = where.path, where, rows
-
-    def __call__(self, i: int, k: int = 0) -> str:
-        return self.where(self.rows[int(i)])
-
-
 def read_parquet_trace(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Trace:
     """The whole trace as a :class:`~moeroof.data.io.Trace` (dense, in memory, read-only)."""
     path = Path(path)
@@ -612,7 +566,7 @@ def iter_parquet_trace_steps(
     path = Path(path)
     pf = _open(path)
     info = _info(path, pf)
-    if not _is_int(steps_per_chunk) or steps_per_chunk < 1:
+    if not is_int(steps_per_chunk) or steps_per_chunk < 1:
         raise ParameterError("steps_per_chunk", f"expected a positive integer, got {steps_per_chunk!r}")
     n = int(steps_per_chunk)
     n_chunks = math.ceil(info.steps / n)
@@ -630,7 +584,7 @@ def iter_parquet_trace_steps(
     out, seen = fresh(c)
     for step, stream, layer, cols in _batches(pf, info, where):
         ids = _id_matrix(cols, None, info.experts)
-        _check_tokens(ids, info.experts, where, _id_field, pad_rows=True)
+        _check_tokens(ids, info.experts, path, where, _id_field, pad_rows=True)
         chunk_of = step // n  # non-decreasing: _batches refuses rows out of step order
         i = 0
         while i < step.size:

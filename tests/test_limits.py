@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import moeroof.core.limits as limits
 from moeroof.cli import main
@@ -121,6 +123,59 @@ def test_nesting_depth_ignores_strings_and_comments():
     assert limits.nesting_depth('{"a": "[[[[[", "b": [1, [2]]}') == 3
     assert limits.nesting_depth('"\\"[[["') == 0
     assert limits.nesting_depth("a = [1] # [[[[\nb = '[[['\n[t]\n", toml=True) == 1
+
+
+def _tables_deep(value) -> int:
+    """Containers below the top of a parsed TOML document, along its deepest path."""
+    if isinstance(value, dict):
+        return 1 + max((_tables_deep(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_tables_deep(v) for v in value), default=0)
+    return 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lines=st.lists(
+        st.tuples(
+            st.sampled_from(["key", "header", "inline", "array", "string"]),
+            st.lists(st.sampled_from(["a", "b", '"c.d"', "'e.f'"]), min_size=1, max_size=6),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_toml_nesting_depth_bounds_what_tomllib_builds(lines):
+    # a dotted key nests tables as brackets do (a 500,000-dot key took tomllib minutes, unmeasured),
+    # and keys after a [header] sit below its table: the scan's depth is at least the parsed
+    # document's and at most two more
+    import tomllib
+
+    text = []
+    for i, (kind, parts) in enumerate(lines):
+        key = ".".join([f"k{i}", *parts])
+        if kind == "header":
+            text.append(f"[{key}]\nx = 1.5 # a.b.c [[\n")
+        elif kind == "inline":
+            text.append(f"t{i} = {{ {key} = 1, y.z = '[.' }}\n")
+        elif kind == "array":
+            text.append(f'{key} = [\n  1.5,\n  [2.5, "a.b"],\n]\n')
+        else:
+            text.append(f'{key} = "x.y.z [["\n' if kind == "string" else f"{key} = 1.25\n")
+    doc = "".join(text)
+    try:
+        parsed = tomllib.loads(doc)
+    except tomllib.TOMLDecodeError:
+        return  # a key given twice ("c.d" and c.d are other keys, but a.a may repeat): not a document
+    depth = limits.nesting_depth(doc, toml=True)
+    assert _tables_deep(parsed) - 1 <= depth <= _tables_deep(parsed) + 2
+
+
+def test_a_toml_key_of_half_a_million_dots_is_refused_at_once(tmp_path, capsys):
+    deep = tmp_path / "deep.toml"
+    deep.write_text("a" + ".a" * 500_000 + " = 1\n")
+    assert main(["plan", "--model", str(deep), "--hardware", "nvme-gen4", "--batch", "1"]) == 2
+    assert "nests arrays or tables 500001 deep, more than the 32 allowed" in one_error_line(capsys)
 
 
 # ------------------------------------------------------------------ .npz members

@@ -15,9 +15,9 @@ from moeroof.core.paths import REPO_ROOT
 CONFIG = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
 
 
-def _ratchet() -> set[str]:
-    (over,) = (o for o in CONFIG["overrides"] if o.get("ignore_errors"))
-    return set(over["module"])
+def _ratchet(config=CONFIG) -> set[str]:
+    """The modules whose errors pyproject.toml ignores (none since 2026-12-06)."""
+    return {m for o in config.get("overrides", []) if o.get("ignore_errors") for m in o["module"]}
 
 
 def _modules_with_errors(tmp_path) -> dict[str, int]:
@@ -54,5 +54,8 @@ def test_no_type_error_outside_the_ratchet_and_the_ratchet_only_shrinks(tmp_path
 
 
 def test_the_ratchet_lists_real_modules():
-    for module in _ratchet():
+    listed = {"moeroof.fit.plan"}  # how a module being fixed is listed
+    config = {"overrides": [{"module": sorted(listed), "ignore_errors": True}, {"module": ["x"], "strict": True}]}
+    assert _ratchet(config) == listed
+    for module in _ratchet() | listed:
         assert (REPO_ROOT / "lib" / (module.replace(".", "/") + ".py")).is_file(), module

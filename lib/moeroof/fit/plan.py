@@ -100,7 +100,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 from scipy.optimize import least_squares, minimize
@@ -513,7 +513,7 @@ def search_cache_knobs(cost: Callable[[np.ndarray], float], z0: np.ndarray, boun
     tried = {float(z0[0]): cost(z0)}
     for g in grid:
         tried.setdefault(float(g), cost(np.array([g])))
-    best = min(tried, key=tried.get)
+    best = min(tried, key=lambda z: tried[z])
     step = (hi - lo) / (SEARCH_GRID_POINTS - 1) / 2
     other = best + step if best + step <= hi else best - step
     left = int(max_evaluations) - len(tried)
@@ -832,42 +832,27 @@ def _held_entry(value, low, high, held: str, why: str, unit: str, **more: Any) -
     }
 
 
-def _fit_one(  # noqa: C901
-    points: Sequence[PlanPoint],
-    model: MoEModel,
-    hardware: Hardware,
-    routing: RoutingProbabilities,
-    *,
-    fit: Sequence[str] | None = None,
-    context_tokens: int = 4096,
-    page_cache: bool = False,
-    routing_is_spec: bool = True,
-    max_evaluations: int = 40,
-    overlap: str = "max",
-    locality: Locality | None = None,
-    stage: Callable[[str], None] | None = None,
-    memo: dict | None = None,
-    after_search: Callable[[float, float], bool] | None = None,
-    jobs: int = 1,
-) -> PlanFit:
-    """Fit the named knobs on the calibration rows, predict every row with bands (module
-    docstring); ``stage(what)`` is called as each of :data:`FIT_STAGES` begins; ``after_search(cost,
-    max_abs_z)`` False ends the fit once its knobs are fitted (:func:`_searched_only`); ``jobs`` ≥ 2:
-    the held knobs' prior ends run in a forked child beside the band sets (the same numbers). ``memo``: the
-    routings and step works of :func:`predict_points`, kept across the fits of one
-    :func:`fit_plan` (its keys name the overlap where the work depends on it). Raises :class:`ParameterError` for an unknown knob, a knob the rows cannot
-    identify (more smooth parameters than measured net tok/s rows), or ``skew`` with a routing
-    that is not Zipf. ``locality`` (the locality prior): with any routing but a trace and ρ not
-    fitted, the cache runs on a trace with the prior's centre ρ and per-stream locality c, and
-    the bands take in its least and most local ends (5 % and 95 %)."""
-    pts = list(points)
-    names = tuple(default_knobs(pts, routing_is_spec=routing_is_spec) if fit is None else fit)
+#: the cache knobs' bounds, by their names in ``--fit``
+_CACHE_BOUNDS = {"skew": _BOUNDS["skew"], "rho": _BOUNDS["rho"], "pressure": _BOUNDS["share"]}
+#: where the search starts a cache knob (the skew: its routing's own, :func:`_skew_start`)
+_CACHE_STARTS = {"rho": 0.2, "pressure": 0.5}
+
+#: one held knob's end as far as the rows admit it (:meth:`_PriorEnds.admitted_end`): the share t of
+#: the way from its centre to the end, and the rows' (tok/s, hit rate) there (None: not past the centre)
+_EndAnswer: TypeAlias = tuple[float, tuple[np.ndarray, np.ndarray] | None]
+
+
+def _named_knobs(points: Sequence[PlanPoint], fit: Sequence[str] | None, routing_is_spec: bool) -> tuple[str, ...]:
+    """The knobs a fit fits: ``fit``, or what the rows identify (:func:`default_knobs`). Raises
+    :class:`ParameterError` for an unknown knob, a knob named without the one it is fitted with,
+    more knobs than the rows can identify, ``skew`` on a routing not given by its knobs, or none."""
+    names = tuple(default_knobs(points, routing_is_spec=routing_is_spec) if fit is None else fit)
     for k in names:
         if k not in KNOBS:
             raise ParameterError("fit", f"unknown knob {k!r} (known: {', '.join(KNOBS)})")
-    n_net = sum(p.net_tok_s is not None for p in pts)
-    n_hit = sum(p.hit_rate is not None for p in pts)
-    net_batches = sorted({p.batch for p in pts if p.net_tok_s is not None})
+    n_net = sum(p.net_tok_s is not None for p in points)
+    n_hit = sum(p.hit_rate is not None for p in points)
+    net_batches = sorted({p.batch for p in points if p.net_tok_s is not None})
     # every measured rate at one batch size: the per-token engine cost cannot be told from the
     # per-step one; it is held at its prior (PRIOR_SECONDS_PER_AGENT_TOKEN) and widens the bands
     hold_token = "engine" in names and len(net_batches) < 2
@@ -900,63 +885,248 @@ def _fit_one(  # noqa: C901
         )
     if not names:
         raise ParameterError("fit", "nothing to fit: the rows identify no knob")
-    cal_net = np.array([p.net_tok_s is not None for p in pts])
-    cal_hit = np.array([p.hit_rate is not None for p in pts])
-    meas_net = np.array([p.net_tok_s if p.net_tok_s is not None else np.nan for p in pts])
-    meas_hit = np.array([p.hit_rate if p.hit_rate is not None else np.nan for p in pts])
-    skew_family, s0 = _skew_start(routing)
-    # the engine priors of this box (its preset's, else the suite's)
-    token_prior = hardware.priors["engine_seconds_per_agent_token"][0]
-    step_prior = hardware.priors["engine_seconds_per_step"][0]
-    # the locality the rows cannot identify, from the prior (not on a trace: its own
-    # correlations are what the cache sees)
-    use_prior = locality is not None and routing.trace is None and "rho" not in names
-    held_local = {"rho": 0.0, "c": math.inf}
-    if use_prior:
-        # ρ and this model's c/E (from the prior's hot set in picks); the least and most local
-        # ends (Locality.paired at 5 % and 95 %) for the bands below
-        r_c, c_c = locality.centre_for(model.experts, model.top_k)
-        h_c = locality.centre[1]
-        (r_lo, r_hi), (h_hi, h_lo) = locality.paired([0.05, 0.95])
-        c_hi, c_lo = (float(v) for v in c_per_expert_from_hot_set([h_hi, h_lo], model.experts, model.top_k))
-        held_local = {"rho": r_c, "c": c_c * model.experts}  # inf (off) stays inf
+    return names
 
-    # the per-touched-expert engine cost, held at its prior share of the fastest calibration step
-    # (PRIOR_TOUCHED_SHARE): per row, the measured step time over the pairs a rank touches there
-    touched_cap = 0.0
-    pairs = np.zeros(0)
-    if "engine" in names:
-        from moeroof.models.union import union_plugin
 
-        # the (layer, expert) pairs a rank touches at each measured row (independent tokens)
-        pairs = np.array(
-            [
-                max(
-                    model.moe_layers * float(np.mean(union_plugin(routing.pi, [p.batch]).union_per_layer)) / p.ranks,
-                    1e-9,
-                )
-                for p in pts
-                if p.net_tok_s is not None
-            ]
+@dataclass(frozen=True)
+class _Rows:
+    """A fit's rows in input order and what they measure: which have a measured net tok/s
+    (``net_measured``) and hit rate (``hit_measured``), and those values (NaN where not measured)."""
+
+    points: list[PlanPoint]
+    net_measured: np.ndarray
+    hit_measured: np.ndarray
+    net: np.ndarray
+    hit: np.ndarray
+    #: the rows with a measured value (the search prices these alone: a row's prediction never
+    #: depends on the others asked with it; the bands predict every row)
+    calibrates: np.ndarray
+    calibration_points: list[PlanPoint]
+
+    @classmethod
+    def of(cls, points: list[PlanPoint]) -> _Rows:
+        """The rows of ``points`` (a list: the fit keeps it)."""
+        net_measured = np.array([p.net_tok_s is not None for p in points])
+        hit_measured = np.array([p.hit_rate is not None for p in points])
+        calibrates = net_measured | hit_measured
+        return cls(
+            points,
+            net_measured,
+            hit_measured,
+            np.array([p.net_tok_s if p.net_tok_s is not None else np.nan for p in points]),
+            np.array([p.hit_rate if p.hit_rate is not None else np.nan for p in points]),
+            calibrates,
+            [p for p, used in zip(points, calibrates) if used],
         )
-        steps_s = np.array([p.batch / p.net_tok_s for p in pts if p.net_tok_s is not None])
-        touched_cap = float(np.min(steps_s / pairs))
-    # the engine costs held at their priors' centres (the band loops move each to its ends)
-    held = {"token": token_prior[1], "step": step_prior[1], "touched": PRIOR_TOUCHED_SHARE[1] * touched_cap}
-    # the efficiencies no row here identifies (the engine and SSD terms absorb what they can): held
-    # at the box's priors, their ends in the bands; the streaming tier's only where its scale is not fitted
-    held_efficiency = [k for k in EFFICIENCY_FIELDS if k != "link_efficiency" or "ssd-scale" not in names]
-    held.update({k: hardware.priors[k][0][1] for k in held_efficiency})
-    # the skew prior's routing, its skew not fitted: held at the prior's centre, its ends in the bands
-    skew_prior = None if "skew" in names else skew_prior_of(routing)
-    held.update({} if skew_prior is None else {"skew": skew_knob("dirichlet", skew_prior.alpha)})
 
-    def knobs_of(outer: dict[str, float], inner: np.ndarray) -> PlanKnobs:
-        k = PlanKnobs(rho=held_local["rho"], c=held_local["c"], **{e: held[e] for e in held_efficiency})
-        if "engine" in names:
+    @property
+    def net_batches(self) -> list[int]:
+        """The batch sizes at which a net tok/s is measured, ascending."""
+        return sorted({p.batch for p in self.points if p.net_tok_s is not None})
+
+    @property
+    def n_residuals(self) -> int:
+        """The measured values (net tok/s and hit rates) the fit's residuals compare with."""
+        return int(self.net_measured.sum() + self.hit_measured.sum())
+
+    def step_seconds(self) -> tuple[np.ndarray, np.ndarray]:
+        """The rows with a measured net tok/s: their batch sizes and their measured step times (s)."""
+        measured = [p for p in self.points if p.net_tok_s is not None]
+        batches = np.array([p.batch for p in measured], dtype=float)
+        return batches, batches / np.array([p.net_tok_s for p in measured])
+
+
+@dataclass(frozen=True)
+class _HeldLocality:
+    """The locality prior a fit holds (``_fit_one``'s ``locality``; not on a trace, whose own
+    correlations are what the cache sees, nor with ρ fitted): the cache runs on a trace at its
+    centre, and the bands try its least and most local ends (:meth:`Locality.paired` at 5 % and 95 %)."""
+
+    label: str
+    #: ρ, the per-stream hot set h (a share of the picks) and this model's c/E at the centre
+    rho: float
+    hot_set: float
+    c_per_expert: float
+    #: ρ at the least and the most local end, and h paired with each
+    rho_ends: tuple[float, float]
+    hot_set_ends: tuple[float, float]
+    #: c/E at its 5 % and 95 %, which the knob table gives as its range
+    c_per_expert_range: tuple[float, float]
+
+
+def _held_locality(
+    locality: Locality | None, model: MoEModel, routing: RoutingProbabilities, names: tuple[str, ...]
+) -> _HeldLocality | None:
+    """The locality prior as a fit with ``names`` holds it on ``routing``; None where it holds none."""
+    if locality is None or routing.trace is not None or "rho" in names:
+        return None
+    r_c, c_c = locality.centre_for(model.experts, model.top_k)
+    h_c = locality.centre[1]
+    (r_lo, r_hi), (h_hi, h_lo) = locality.paired([0.05, 0.95])
+    c_hi, c_lo = (float(v) for v in c_per_expert_from_hot_set([h_hi, h_lo], model.experts, model.top_k))
+    return _HeldLocality(locality.label, r_c, h_c, c_c, (r_lo, r_hi), (h_hi, h_lo), (c_lo, c_hi))
+
+
+@dataclass(frozen=True)
+class _HeldKnobs:
+    """The knobs a fit holds at priors and their values now. ``values``: the engine's per-agent-token,
+    per-step and per-touched-expert costs (``token``, ``step``, ``touched``), the efficiencies held
+    and, where the skew prior's routing is held, its skew knob; ``local``: the stickiness ρ and the
+    per-stream locality c (inf: off). Each sits at its prior's centre but while the bands try its
+    ends (:class:`_PriorEnds`, which puts it back)."""
+
+    values: dict[str, float]
+    local: dict[str, float]
+    #: the efficiencies held: all of them but the streaming tier's where the SSD scale is fitted
+    efficiency: list[str]
+    #: the skew prior (:func:`moeroof.models.plan.skew_prior_of`) where its routing's skew is held, else None
+    skew_prior: Any
+    locality: _HeldLocality | None
+    #: the fastest calibration step over the (layer, expert) pairs a rank touches there, s per pair
+    #: (0 without the engine fitted): the per-touched-expert cost at its prior share 1
+    touched_cap: float
+
+
+def _touched_pairs(points: Sequence[PlanPoint], model: MoEModel, routing: RoutingProbabilities) -> np.ndarray:
+    """The (layer, expert) pairs a rank touches at each row with a measured net tok/s (independent tokens)."""
+    from moeroof.models.union import union_plugin
+
+    return np.array(
+        [
+            max(
+                model.moe_layers * float(np.mean(union_plugin(routing.pi, [p.batch]).union_per_layer)) / p.ranks,
+                1e-9,
+            )
+            for p in points
+            if p.net_tok_s is not None
+        ]
+    )
+
+
+def _held_knobs(
+    names: tuple[str, ...],
+    hardware: Hardware,
+    routing: RoutingProbabilities,
+    held_locality: _HeldLocality | None,
+    touched_cap: float,
+    experts: int,
+) -> _HeldKnobs:
+    """The held knobs at their priors' centres: the engine costs the rows cannot tell apart, the
+    efficiencies no row here identifies (the engine and SSD terms absorb what they can; the
+    streaming tier's only where its scale is not fitted), the skew prior's skew where it is not
+    fitted, and the locality prior's ρ and c (``experts``: the model's, for c = c/E · E)."""
+    local = {"rho": 0.0, "c": math.inf}
+    if held_locality is not None:
+        local = {"rho": held_locality.rho, "c": held_locality.c_per_expert * experts}  # inf (off) stays inf
+    # the engine priors of this box (its preset's, else the suite's)
+    values = {
+        "token": hardware.priors["engine_seconds_per_agent_token"][0][1],
+        "step": hardware.priors["engine_seconds_per_step"][0][1],
+        "touched": PRIOR_TOUCHED_SHARE[1] * touched_cap,
+    }
+    efficiency = [k for k in EFFICIENCY_FIELDS if k != "link_efficiency" or "ssd-scale" not in names]
+    values.update({k: hardware.priors[k][0][1] for k in efficiency})
+    skew_prior = None if "skew" in names else skew_prior_of(routing)
+    values.update({} if skew_prior is None else {"skew": skew_knob("dirichlet", skew_prior.alpha)})
+    return _HeldKnobs(values, local, efficiency, skew_prior, held_locality, touched_cap)
+
+
+def _smooth_bounds_and_start(
+    names: tuple[str, ...], hold_token: bool, rows: _Rows, held: _HeldKnobs, pairs: np.ndarray
+) -> tuple[list[float], list[float], list[float]]:
+    """The fitted smooth knobs' lower and upper bounds and the least-squares start, in the order
+    of their vector (:func:`_smooth_labels`)."""
+    low = [*_BOUNDS["c0"][:1], *_BOUNDS["c1"][:1]] if "engine" in names else []
+    high = [*_BOUNDS["c0"][1:], *_BOUNDS["c1"][1:]] if "engine" in names else []
+    if hold_token:
+        low, high = [_BOUNDS["cu"][0]], [_BOUNDS["cu"][1]]
+    elif "expert" in names:
+        low, high = [*low, _BOUNDS["cu"][0]], [*high, _BOUNDS["cu"][1]]
+    start = _engine_start(names, hold_token, rows, held, pairs) if "engine" in names else []
+    for name, bound, x0 in (
+        ("ssd-scale", "ssd_scale", 1.0),
+        ("reclaim", "reclaim", 0.5),
+        ("reclaim-shape", "reclaim_shape", 1.5),
+    ):
+        if name in names:
+            low.append(_BOUNDS[bound][0])
+            high.append(_BOUNDS[bound][1])
+            start.append(x0)
+    return low, high, start
+
+
+def _engine_start(
+    names: tuple[str, ...], hold_token: bool, rows: _Rows, held: _HeldKnobs, pairs: np.ndarray
+) -> list[float]:
+    """Where the least squares start the fitted engine costs: at one batch size the per-touched-expert
+    cost that the measured step times leave beside the held per-step and per-token costs; else on the
+    line T = c0 + c1·B through them (and 1e-6 s per touched pair where that is fitted too)."""
+    bs, ts = rows.step_seconds()
+    if hold_token:
+        # the measured step times less the held per-step and per-token costs, over the pairs touched
+        cu = float(np.min((ts - held.values["step"] - held.values["token"] * bs) / pairs))
+        return [float(np.clip(cu, 1e-9, _BOUNDS["cu"][1]))]
+    # under ``max`` overlap an engine term below the roofline has no gradient, so it must start where it binds
+    if np.unique(bs).size >= 2:
+        c1, c0 = np.polyfit(bs, ts, 1)
+    else:
+        c0, c1 = float(ts[0]), 0.0
+    start = [float(np.clip(c0, 1e-6, _BOUNDS["c0"][1])), float(np.clip(c1, 1e-7, _BOUNDS["c1"][1]))]
+    return start + [1e-6] if "expert" in names else start
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """One overlap's fit (:func:`_fit_one`) and what its stages share: the rows, the knobs it
+    fits (``names``; the smooth ones a vector within ``smooth_low``–``smooth_high``, solved from
+    ``smooth_start``; the cache ones ``cache_names``, searched) and those it holds, and how it
+    predicts the rows at a set of knobs."""
+
+    rows: _Rows
+    model: MoEModel
+    hardware: Hardware
+    routing: RoutingProbabilities
+    names: tuple[str, ...]
+    #: every measured rate at one batch size: the per-token engine cost cannot be told from the
+    #: per-step one; both are held at their priors and widen the bands
+    hold_token: bool
+    held: _HeldKnobs
+    smooth_low: list[float]
+    smooth_high: list[float]
+    smooth_start: list[float]
+    cache_names: list[str]
+    overlap: str
+    context_tokens: int
+    page_cache: bool
+    max_evaluations: int
+    locality: Locality | None
+    #: :func:`predict_points`' memo of routings and step works for this fit (and, in
+    #: :func:`fit_plan`, the other overlap's)
+    routes: dict
+
+    @property
+    def fit_expert(self) -> bool:
+        """The per-touched-expert engine cost is fitted beside the per-step and per-token ones."""
+        return "expert" in self.names
+
+    @property
+    def holds_touched(self) -> bool:
+        """The engine is fitted at two or more batch sizes and its per-touched-expert cost held at its prior share."""
+        return "engine" in self.names and not self.fit_expert and not self.hold_token
+
+    def smooth_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """The smooth knobs' bounds as arrays (a draw of them is clipped to these)."""
+        return np.array(self.smooth_low, dtype=float), np.array(self.smooth_high, dtype=float)
+
+    def knobs_of(self, outer: dict[str, float], inner: np.ndarray) -> PlanKnobs:
+        """The knobs at cache knobs ``outer`` and smooth knobs ``inner`` (in :func:`_smooth_labels`'
+        order), every held knob at its value now."""
+        names, held, fit_engine = self.names, self.held.values, "engine" in self.names
+        k = PlanKnobs(rho=self.held.local["rho"], c=self.held.local["c"], **{e: held[e] for e in self.held.efficiency})
+        if fit_engine:
             k = replace(k, engine_seconds_per_touched_expert=held["touched"])
         j = 0
-        if "engine" in names and hold_token:
+        if fit_engine and self.hold_token:
             k = replace(
                 k,
                 engine_seconds_per_step=held["step"],
@@ -964,21 +1134,21 @@ def _fit_one(  # noqa: C901
                 engine_seconds_per_touched_expert=float(inner[j]),
             )
             j += 1
-        elif "engine" in names:
+        elif fit_engine:
             k = replace(k, engine_seconds_per_step=float(inner[j]), engine_seconds_per_agent_token=float(inner[j + 1]))
             j += 2
-            if fit_expert:
+            if self.fit_expert:
                 k = replace(k, engine_seconds_per_touched_expert=float(inner[j]))
                 j += 1
-        if "ssd-scale" in names:
-            k = replace(k, ssd_scale=float(inner[j]))
-            j += 1
-        if "reclaim" in names:
-            k = replace(k, reclaim_penalty=float(inner[j]))
-            j += 1
-        if "reclaim-shape" in names:
-            k = replace(k, reclaim_exponent=float(inner[j]))
-        if skew_prior is not None or "skew" in outer:
+        for name, key in (
+            ("ssd-scale", "ssd_scale"),
+            ("reclaim", "reclaim_penalty"),
+            ("reclaim-shape", "reclaim_exponent"),
+        ):
+            if name in names:
+                k = replace(k, **{key: float(inner[j])})
+                j += 1
+        if self.held.skew_prior is not None or "skew" in outer:
             k = replace(k, skew=outer.get("skew", held.get("skew")))
         if "rho" in outer:
             k = replace(k, rho=outer["rho"])
@@ -986,414 +1156,656 @@ def _fit_one(  # noqa: C901
             k = replace(k, page_cache_share=outer["pressure"])
         return k
 
-    routes: dict = {} if memo is None else memo
-    # the search prices the calibration rows alone (a row's prediction never depends on the
-    # others asked with it); the bands predict every row
-    cal_rows = cal_net | cal_hit
-    pts_cal = [p for p, used in zip(pts, cal_rows) if used]
-
-    def predict(k: PlanKnobs, seed: int = 0, rows: Sequence[PlanPoint] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def predict(
+        self, k: PlanKnobs, seed: int = 0, rows: Sequence[PlanPoint] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Net tok/s and hit rate of ``rows`` (default: every row of the fit) at knobs ``k``."""
         return predict_points(
-            pts if rows is None else rows,
-            model,
-            hardware,
-            routing,
+            self.rows.points if rows is None else rows,
+            self.model,
+            self.hardware,
+            self.routing,
             k,
-            context_tokens=context_tokens,
-            page_cache=page_cache,
+            context_tokens=self.context_tokens,
+            page_cache=self.page_cache,
             seed=seed,
-            overlap=overlap,
-            routes=routes,
+            overlap=self.overlap,
+            routes=self.routes,
         )
 
-    def residuals(k: PlanKnobs, seed: int = 0) -> np.ndarray:
-        net, hit = predict(k, seed, pts_cal)
-        r_net = np.log(net[cal_net[cal_rows]] / meas_net[cal_net]) / SIGMA_NET
-        r_hit = (hit[cal_hit[cal_rows]] - meas_hit[cal_hit]) / SIGMA_HIT
+    def residuals(self, k: PlanKnobs, seed: int = 0) -> np.ndarray:
+        """The weighted residuals at knobs ``k`` (module docstring, Fit): log tok/s over σ_net, then hit rates over σ_hit."""
+        rows = self.rows
+        net, hit = self.predict(k, seed, rows.calibration_points)
+        r_net = np.log(net[rows.net_measured[rows.calibrates]] / rows.net[rows.net_measured]) / SIGMA_NET
+        r_hit = (hit[rows.hit_measured[rows.calibrates]] - rows.hit[rows.hit_measured]) / SIGMA_HIT
         return np.concatenate([r_net, r_hit])
 
-    inner_lo = [*_BOUNDS["c0"][:1], *_BOUNDS["c1"][:1]] if "engine" in names else []
-    inner_hi = [*_BOUNDS["c0"][1:], *_BOUNDS["c1"][1:]] if "engine" in names else []
-    if hold_token:
-        inner_lo, inner_hi = [_BOUNDS["cu"][0]], [_BOUNDS["cu"][1]]
-    elif fit_expert:
-        inner_lo, inner_hi = [*inner_lo, _BOUNDS["cu"][0]], [*inner_hi, _BOUNDS["cu"][1]]
-    x0: list[float] = []
-    if hold_token:
-        # the measured step times less the held per-step and per-token costs, over the pairs touched
-        bs = np.array([p.batch for p in pts if p.net_tok_s is not None], dtype=float)
-        ts = bs / np.array([p.net_tok_s for p in pts if p.net_tok_s is not None])
-        cu = float(np.min((ts - held["step"] - held["token"] * bs) / pairs))
-        x0.append(float(np.clip(cu, 1e-9, _BOUNDS["cu"][1])))
-    elif "engine" in names:
-        # start on the line T = c0 + c1·B through the measured step times: under ``max`` overlap
-        # an engine term below the roofline has no gradient, so it must start where it binds
-        bs = np.array([p.batch for p in pts if p.net_tok_s is not None], dtype=float)
-        ts = bs / np.array([p.net_tok_s for p in pts if p.net_tok_s is not None])
-        if np.unique(bs).size >= 2:
-            c1, c0 = np.polyfit(bs, ts, 1)
-        else:
-            c0, c1 = float(ts[0]), 0.0
-        x0 += [float(np.clip(c0, 1e-6, _BOUNDS["c0"][1])), float(np.clip(c1, 1e-7, _BOUNDS["c1"][1]))]
-        if fit_expert:
-            x0.append(1e-6)
-    if "ssd-scale" in names:
-        inner_lo.append(_BOUNDS["ssd_scale"][0])
-        inner_hi.append(_BOUNDS["ssd_scale"][1])
-        x0.append(1.0)
-    if "reclaim" in names:
-        inner_lo.append(_BOUNDS["reclaim"][0])
-        inner_hi.append(_BOUNDS["reclaim"][1])
-        x0.append(0.5)
-    if "reclaim-shape" in names:
-        inner_lo.append(_BOUNDS["reclaim_shape"][0])
-        inner_hi.append(_BOUNDS["reclaim_shape"][1])
-        x0.append(1.5)
-
-    def solve_inner(outer: dict[str, float], start: np.ndarray | None = None):
-        if not x0:
-            r = residuals(knobs_of(outer, np.zeros(0)))
+    def solve_inner(self, outer: dict[str, float], start: np.ndarray | None = None) -> tuple[np.ndarray, float, Any]:
+        """The smooth knobs solved at cache knobs ``outer`` by bounded least squares (from ``start``,
+        else :attr:`smooth_start`): their values, the cost Σ r² and the solution (None without smooth knobs)."""
+        if not self.smooth_start:
+            r = self.residuals(self.knobs_of(outer, np.zeros(0)))
             return np.zeros(0), float(r @ r), None
         sol = least_squares(
-            lambda x: residuals(knobs_of(outer, x)),
-            np.array(x0) if start is None else start,
-            bounds=(np.array(inner_lo), np.array(inner_hi)),
+            lambda x: self.residuals(self.knobs_of(outer, x)),
+            np.array(self.smooth_start) if start is None else start,
+            bounds=(np.array(self.smooth_low), np.array(self.smooth_high)),
             x_scale="jac",
         )
         return sol.x, float(2.0 * sol.cost), sol
 
-    outer_names = [k for k in ("skew", "rho", "pressure") if k in names]
-    starts = {"skew": s0, "rho": 0.2, "pressure": 0.5}
-    bounds = {"skew": _BOUNDS["skew"], "rho": _BOUNDS["rho"], "pressure": _BOUNDS["share"]}
-    notes: list[str] = []
+    def outer_of(self, z: np.ndarray) -> dict[str, float]:
+        """The cache knobs of a search's vector ``z``, each clipped to its bounds."""
+        return {n: float(np.clip(v, *_CACHE_BOUNDS[n])) for n, v in zip(self.cache_names, z)}
 
-    def outer_of(z: np.ndarray) -> dict[str, float]:
-        return {n: float(np.clip(v, *bounds[n])) for n, v in zip(outer_names, z)}
+    def cache_start(self) -> np.ndarray:
+        """Where the search starts the cache knobs (the skew at its routing's own)."""
+        starts = {"skew": _skew_start(self.routing)[1], **_CACHE_STARTS}
+        return np.array([starts[n] for n in self.cache_names])
 
-    _stage(stage, FIT_STAGES[0])
-    n_res = int(cal_net.sum() + cal_hit.sum())
-
-    def profile_threshold(cost: float, n_smooth_fitted: int) -> tuple[float, float]:
+    def profile_threshold(self, cost: float, n_smooth_fitted: int) -> tuple[float, float]:
         """The profile's cut (module docstring, Bands): the best cost plus χ²₁(0.90) times the
         residual variance ``s²`` (the cost per degree of freedom, at least 1), and ``s²``."""
-        dof = n_res - n_smooth_fitted - len(outer_names)
+        dof = self.rows.n_residuals - n_smooth_fitted - len(self.cache_names)
         s2 = max(cost / dof, 1.0) if dof > 0 else 1.0
         return cost + PROFILE_CHI2 * s2, s2
 
-    profile: list[dict[str, Any]] = []  # the retained cache-knob sets (module docstring, Bands)
-    if outer_names:
-        evaluated: dict[tuple[float, ...], dict[str, Any]] = {}
-        outer_span = np.array([bounds[n][1] - bounds[n][0] for n in outer_names])
 
-        def evaluate(o: dict[str, float]) -> dict[str, Any]:
-            key = tuple(o[n] for n in outer_names)
-            if key not in evaluated:
-                # the inner fit starts from the nearest set solved so far (in units of each
-                # knob's range; the first from x0): its engine and SSD terms are near
-                start = None
-                if evaluated:
-                    near = min(evaluated, key=lambda z: float(np.sum(((np.array(z) - key) / outer_span) ** 2)))
-                    start = evaluated[near]["x"]
-                xo, c, so = solve_inner(o, start)
-                evaluated[key] = {"outer": o, "x": xo, "cost": c, "sol": so}
-            return evaluated[key]
+def _setup_fit(
+    points: Sequence[PlanPoint],
+    model: MoEModel,
+    hardware: Hardware,
+    routing: RoutingProbabilities,
+    *,
+    fit: Sequence[str] | None,
+    context_tokens: int,
+    page_cache: bool,
+    routing_is_spec: bool,
+    max_evaluations: int,
+    overlap: str,
+    locality: Locality | None,
+    memo: dict | None,
+) -> _Fit:
+    """:func:`_fit_one`'s fit before it runs: the knobs checked (:func:`_named_knobs`), the held
+    ones at their priors' centres, the smooth knobs' bounds and start."""
+    pts = list(points)
+    names = _named_knobs(pts, fit, routing_is_spec)
+    rows = _Rows.of(pts)
+    hold_token = "engine" in names and len(rows.net_batches) < 2
+    # the per-touched-expert engine cost, held at its prior share of the fastest calibration step
+    # (PRIOR_TOUCHED_SHARE): per row, the measured step time over the pairs a rank touches there
+    touched_cap = 0.0
+    pairs = np.zeros(0)
+    if "engine" in names:
+        pairs = _touched_pairs(pts, model, routing)
+        steps_s = np.array([p.batch / p.net_tok_s for p in pts if p.net_tok_s is not None])
+        touched_cap = float(np.min(steps_s / pairs))
+    held = _held_knobs(
+        names, hardware, routing, _held_locality(locality, model, routing, names), touched_cap, model.experts
+    )
+    low, high, start = _smooth_bounds_and_start(names, hold_token, rows, held, pairs)
+    return _Fit(
+        rows=rows,
+        model=model,
+        hardware=hardware,
+        routing=routing,
+        names=names,
+        hold_token=hold_token,
+        held=held,
+        smooth_low=low,
+        smooth_high=high,
+        smooth_start=start,
+        cache_names=[k for k in _CACHE if k in names],
+        overlap=overlap,
+        context_tokens=context_tokens,
+        page_cache=page_cache,
+        max_evaluations=max_evaluations,
+        locality=locality,
+        routes={} if memo is None else memo,
+    )
 
-        z0 = np.array([starts[n] for n in outer_names])
-        how = search_cache_knobs(
-            lambda z: evaluate(outer_of(z))["cost"], z0, [bounds[n] for n in outer_names], max_evaluations
+
+@dataclass(frozen=True)
+class _Best:
+    """The search's answer: the best cache knobs ``outer`` (empty without cache knobs), the smooth
+    knobs ``x`` solved there, its cost ``total`` and least-squares solution ``sol`` (None without
+    smooth knobs), and the retained cache-knob sets ``profile`` (module docstring, Bands: each
+    ``{"outer", "x", "cost", "sol"}``; empty without cache knobs)."""
+
+    outer: dict[str, float]
+    x: np.ndarray
+    total: float
+    sol: Any
+    profile: list[dict[str, Any]]
+
+
+def _search(fit: _Fit, notes: list[str]) -> _Best:
+    """The fit's knobs at their best: without cache knobs the smooth knobs solved once; with them
+    the cache knobs searched and their profile walked (:func:`_search_profile`)."""
+    if not fit.cache_names:
+        x, total, sol = fit.solve_inner({})
+        return _Best({}, x, total, sol, [])
+    return _search_profile(fit, notes)
+
+
+def _search_profile(fit: _Fit, notes: list[str]) -> _Best:
+    """The cache knobs searched (:func:`search_cache_knobs`), the smooth knobs re-solved at each
+    set, then the profile walked out from the best (:func:`_explore_profile`), the search moving to
+    a lower cost the walk finds (at most :data:`PROFILE_RESTARTS` times); says how in ``notes``."""
+    names = fit.cache_names
+    evaluated: dict[tuple[float, ...], dict[str, Any]] = {}
+    span = np.array([_CACHE_BOUNDS[n][1] - _CACHE_BOUNDS[n][0] for n in names])
+
+    def evaluate(o: dict[str, float]) -> dict[str, Any]:
+        key = tuple(o[n] for n in names)
+        if key not in evaluated:
+            # the inner fit starts from the nearest set solved so far (in units of each
+            # knob's range; the first from the smooth knobs' start): its engine and SSD terms are near
+            start = None
+            if evaluated:
+                near = min(evaluated, key=lambda z: float(np.sum(((np.array(z) - key) / span) ** 2)))
+                start = evaluated[near]["x"]
+            xo, c, so = fit.solve_inner(o, start)
+            evaluated[key] = {"outer": o, "x": xo, "cost": c, "sol": so}
+        return evaluated[key]
+
+    bounds = [_CACHE_BOUNDS[n] for n in names]
+    how = search_cache_knobs(
+        lambda z: evaluate(fit.outer_of(z))["cost"], fit.cache_start(), bounds, fit.max_evaluations
+    )
+    n_search = len(evaluated)
+    best = min(evaluated.values(), key=lambda e: e["cost"])
+    lo, hi = (np.array([b[j] for b in bounds], dtype=float) for j in (0, 1))
+    moved = 0
+    while True:
+        threshold, s2 = fit.profile_threshold(best["cost"], best["x"].size)
+        if moved > PROFILE_RESTARTS:  # no more walks: the profile is what has been evaluated
+            break
+        _explore_profile(
+            lambda z, t=threshold: evaluate(fit.outer_of(z))["cost"] <= t,
+            lambda t=threshold: [k for k, e in evaluated.items() if e["cost"] <= t],
+            np.array([best["outer"][n] for n in names]),
+            lo,
+            hi,
+            lambda: [k[0] for k in evaluated],  # read for one knob alone
         )
-        n_search = len(evaluated)
-        best = min(evaluated.values(), key=lambda e: e["cost"])
-        moved = 0
-        while True:
-            outer, x, total, sol = best["outer"], best["x"], best["cost"], best["sol"]
-            threshold, s2 = profile_threshold(total, x.size)
-            if moved > PROFILE_RESTARTS:  # no more walks: the profile is what has been evaluated
-                break
-            _explore_profile(
-                lambda z, t=threshold: evaluate(outer_of(z))["cost"] <= t,
-                lambda t=threshold: [k for k, e in evaluated.items() if e["cost"] <= t],
-                np.array([outer[n] for n in outer_names]),
-                *(np.array([bounds[n][j] for n in outer_names], dtype=float) for j in (0, 1)),
-                lambda: [k[0] for k in evaluated],  # read for one knob alone
-            )
-            lower = min(evaluated.values(), key=lambda e: e["cost"])
-            if lower["cost"] >= total:
-                break
-            best, moved = lower, moved + 1  # the walk found a better fit: centre the profile there
-        profile = [e for e in evaluated.values() if e["cost"] <= threshold]
-        notes.append(
-            f"cache knobs ({', '.join(outer_names)}) searched {how} ({n_search} evaluations, at most "
-            f"{max_evaluations}); their profile — every evaluated set whose cost, the engine and SSD terms re-solved, "
-            f"is within {PROFILE_CHI2:.2f} × {s2:.3g} of the best ({len(evaluated) - n_search} more evaluations, "
-            f"{len(profile)} sets kept) — gives their intervals and widens the bands"
-            + (
-                f"; the profile's walk found a better fit than Nelder–Mead's {moved} time(s) and moved there"
-                if moved
-                else ""
-            )
+        lower = min(evaluated.values(), key=lambda e: e["cost"])
+        if lower["cost"] >= best["cost"]:
+            break
+        best, moved = lower, moved + 1  # the walk found a better fit: centre the profile there
+    profile = [e for e in evaluated.values() if e["cost"] <= threshold]
+    notes.append(
+        f"cache knobs ({', '.join(names)}) searched {how} ({n_search} evaluations, at most "
+        f"{fit.max_evaluations}); their profile — every evaluated set whose cost, the engine and SSD terms re-solved, "
+        f"is within {PROFILE_CHI2:.2f} × {s2:.3g} of the best ({len(evaluated) - n_search} more evaluations, "
+        f"{len(profile)} sets kept) — gives their intervals and widens the bands"
+        + (
+            f"; the profile's walk found a better fit than Nelder–Mead's {moved} time(s) and moved there"
+            if moved
+            else ""
         )
-    else:
-        outer = {}
-        x, total, sol = solve_inner(outer)
-    best_knobs = knobs_of(outer, x)
-    max_z = float(np.max(np.abs(residuals(best_knobs)))) if (cal_net.any() or cal_hit.any()) else 0.0
-    if after_search is not None and not after_search(float(total), max_z):
-        return _searched_only(names, float(total), overlap, max_z)
-    _stage(stage, FIT_STAGES[1])
-    # bands: sample the smooth knobs' covariance, predict at several seeds
-    rng = np.random.default_rng(12345)
-    draws = [x]
+    )
+    return _Best(best["outer"], best["x"], best["cost"], best["sol"], profile)
+
+
+@dataclass
+class _Band:
+    """Every row's 5–95 % band (module docstring, Bands) about its best prediction (``net0``,
+    ``hit0``): tok/s from ``low`` to ``high``, hit rate from ``hit_low`` to ``hit_high``; widened as
+    the held knobs' ends are tried (:meth:`widen`), then moved to the retained cache-knob sets.
+    ``noise`` and ``hit_noise``: the measurement noise it assumes (σ on log tok/s; on hit rates, in points)."""
+
+    net0: np.ndarray
+    hit0: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    hit_low: np.ndarray
+    hit_high: np.ndarray
+    noise: float
+    hit_noise: float
+
+    def widen(self, net_e: np.ndarray, hit_e: np.ndarray | None = None) -> None:
+        """Take in a prediction elsewhere (tok/s ``net_e``, hit rates ``hit_e``): the band at the
+        best knobs moved to it, as a ratio for tok/s and a difference for hit rates."""
+        self.low = np.minimum(self.low, net_e * (self.low / self.net0))
+        self.high = np.maximum(self.high, net_e * (self.high / self.net0))
+        if hit_e is not None:
+            self.hit_low = np.minimum(self.hit_low, np.clip(hit_e - (self.hit0 - self.hit_low), 0.0, 1.0))
+            self.hit_high = np.maximum(self.hit_high, np.clip(hit_e + (self.hit_high - self.hit0), 0.0, 1.0))
+
+    def over_sets(self, at: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
+        """Moved to each retained cache-knob set's predictions ``at`` and united (:func:`_over_sets`)."""
+        net, hit = (self.net0, self.low, self.high), (self.hit0, self.hit_low, self.hit_high)
+        self.low, self.high, self.hit_low, self.hit_high = _over_sets(at, net, hit)
+
+    def rows(self, points: Sequence[PlanPoint]) -> list[dict[str, Any]]:
+        """The fit's output rows (:func:`_rows`)."""
+        return _rows(points, (self.net0, self.low, self.high), (self.hit0, self.hit_low, self.hit_high))
+
+
+def _smooth_draws(
+    best: _Best, rng: np.random.Generator, notes: list[str]
+) -> tuple[list[np.ndarray], np.ndarray | None]:
+    """The smooth knobs at the best fit and :data:`BAND_DRAWS` draws from their covariance
+    ``(JᵀJ)⁻¹`` (scaled by the residual variance when rows outnumber knobs), and the covariance
+    (None without smooth knobs); a note where it is singular (then the best knobs alone)."""
+    draws = [best.x]
     cov = None
-    if sol is not None and x.size:
-        jac = np.asarray(sol.jac, dtype=float)
-        n_res = jac.shape[0]
-        dof = n_res - x.size
-        scale = max(total / dof, 1.0) if dof > 0 else 1.0
+    if best.sol is not None and best.x.size:
+        jac = np.asarray(best.sol.jac, dtype=float)
+        dof = jac.shape[0] - best.x.size
+        scale = max(best.total / dof, 1.0) if dof > 0 else 1.0
         try:
             cov = np.linalg.pinv(jac.T @ jac) * scale
-            draws += list(rng.multivariate_normal(x, cov, size=BAND_DRAWS, method="eigh"))
+            draws += list(rng.multivariate_normal(best.x, cov, size=BAND_DRAWS, method="eigh"))
         except np.linalg.LinAlgError:
             notes.append("the smooth knobs' covariance is singular: bands from the simulation seeds only")
-    lo_b, hi_b = np.array(inner_lo, dtype=float), np.array(inner_hi, dtype=float)
-    preds_net, preds_hit = [], []
+    return draws, cov
+
+
+def _smooth_band(
+    fit: _Fit, best: _Best, best_knobs: PlanKnobs, notes: list[str]
+) -> tuple[_Band, list[np.ndarray], np.ndarray | None]:
+    """The bands' smooth part (module docstring, Bands): every row predicted at each of the
+    smooth knobs' draws (:func:`_smooth_draws`) and :data:`BAND_SEEDS`, times a measurement noise;
+    with the draws and the covariance."""
+    rng = np.random.default_rng(12345)
+    draws, cov = _smooth_draws(best, rng, notes)
+    lo_b, hi_b = fit.smooth_bounds()
+    nets, hits = [], []
     for sd in BAND_SEEDS:
         for d in draws:
-            d = np.clip(d, lo_b, hi_b) if x.size else d
-            net, hit = predict(knobs_of(outer, d), sd)
-            preds_net.append(net)
-            preds_hit.append(hit)
-    preds_net = np.array(preds_net)
-    preds_hit = np.array(preds_hit)
-    net0, hit0 = predict(best_knobs)
+            d = np.clip(d, lo_b, hi_b) if best.x.size else d
+            net, hit = fit.predict(fit.knobs_of(best.outer, d), sd)
+            nets.append(net)
+            hits.append(hit)
+    net0, hit0 = fit.predict(best_knobs)
+    rows = fit.rows
     # a band is where a new measurement falls: the knobs' spread times the measurement noise,
     # the larger of σ_net and the calibration rows' own scatter about the fit
-    r_net = np.log(net0[cal_net] / meas_net[cal_net]) if cal_net.any() else np.zeros(0)
+    r_net = np.log(net0[rows.net_measured] / rows.net[rows.net_measured]) if rows.net_measured.any() else np.zeros(0)
     noise = max(SIGMA_NET, float(np.sqrt(np.mean(r_net**2))) if r_net.size else 0.0)
+    preds_net = np.array(nets)
     preds_net = preds_net * np.exp(rng.normal(0.0, noise, size=preds_net.shape))
     # the same for a hit rate: the larger of σ_hit and the calibration hit rates' scatter, in points
-    r_hit = hit0[cal_hit] - meas_hit[cal_hit] if cal_hit.any() else np.zeros(0)
+    r_hit = hit0[rows.hit_measured] - rows.hit[rows.hit_measured] if rows.hit_measured.any() else np.zeros(0)
     hit_noise = max(SIGMA_HIT, float(np.sqrt(np.mean(r_hit**2))) if r_hit.size else 0.0)
+    preds_hit = np.array(hits)
     preds_hit = np.clip(preds_hit + rng.normal(0.0, hit_noise, size=preds_hit.shape), 0.0, 1.0)
     net_band, hit_band = (
         percentile_interval(v, BAND_TAILS, resampling="draws x seeds x noise") for v in (preds_net, preds_hit)
     )
-    low, high = np.minimum(net_band.low, net0), np.maximum(net_band.high, net0)
-    hit_low, hit_high = np.minimum(hit_band.low, hit0), np.maximum(hit_band.high, hit0)
+    band = _Band(
+        net0,
+        hit0,
+        low=np.minimum(net_band.low, net0),
+        high=np.maximum(net_band.high, net0),
+        hit_low=np.minimum(hit_band.low, hit0),
+        hit_high=np.maximum(hit_band.high, hit0),
+        noise=noise,
+        hit_noise=hit_noise,
+    )
+    return band, draws, cov
 
-    _stage(stage, FIT_STAGES[2])
-    # an end of a held knob's prior widens the bands only as far as the calibration rows admit it:
-    # re-solved there, its cost within the profile threshold of the best fit (PROFILE_CHI2)
-    admit, _ = profile_threshold(total, x.size)
-    # the ends' answers in the order they are asked: each computed here, or replayed from a forked
-    # child that computed them all beside this process's band sets (pure functions: the same numbers)
-    ends_done: list[tuple[float, tuple[np.ndarray, np.ndarray] | None]] = []
-    replay: list[tuple[float, tuple[np.ndarray, np.ndarray] | None]] = []
 
-    def admitted_end(set_at) -> tuple[float, tuple[np.ndarray, np.ndarray] | None]:
+def _as_far_as(cut: Sequence[str]) -> str:
+    """A note's tail naming the held knobs' ends the calibration rows cut short (empty: none)."""
+    return "" if not cut else f", as far as the calibration rows admit them ({'; '.join(cut)})"
+
+
+@dataclass(frozen=True)
+class _PriorEnds:
+    """The bands' held-knob part (module docstring): each knob the fit holds at a prior, at the
+    ends of that prior as far as the calibration rows admit it (:meth:`admitted_end`), widens
+    ``band``; :meth:`run` tries them all and says so in ``notes``. An end widens the bands only as
+    far as the rows admit it: re-solved there, its cost within ``admit`` (the profile threshold of
+    the best fit, :data:`PROFILE_CHI2`). ``done``: the ends' answers in the order they are asked,
+    each computed here; ``replay``: those of a forked child that computed them all beside this
+    process's band sets, answered in turn (pure functions: the same numbers)."""
+
+    fit: _Fit
+    #: the best cache knobs, where each end is first solved
+    outer: dict[str, float]
+    admit: float
+    band: _Band
+    notes: list[str]
+    done: list[_EndAnswer] = field(default_factory=list)
+    replay: list[_EndAnswer] = field(default_factory=list)
+
+    def admitted_end(self, set_at: Callable[[float], None]) -> _EndAnswer:
         """``set_at(t)`` puts the held knob a share t of the way from its centre to one end; the
         farthest of t = 1, ½, ¼ the rows admit, with its prediction (None: the rows rule out all).
         The smooth knobs are re-solved there and, where cache knobs are fitted, a short search
         (:data:`END_EVALUATIONS`) moves them too: an end the rows rule out only at the centre's
         skew is not an end they rule out."""
-        if replay:
-            return replay.pop(0)
-        ends_done.append(_first_admitted(set_at))
-        return ends_done[-1]
+        if self.replay:
+            return self.replay.pop(0)
+        self.done.append(self._first_admitted(set_at))
+        return self.done[-1]
 
-    def _first_admitted(set_at) -> tuple[float, tuple[np.ndarray, np.ndarray] | None]:
+    def _first_admitted(self, set_at: Callable[[float], None]) -> _EndAnswer:
+        """:meth:`admitted_end`'s answer computed: each share of :data:`END_SHARES` in turn, farthest first."""
+        fit = self.fit
         for t in END_SHARES:
             set_at(t)
-            xe, cost, _ = solve_inner(outer)
-            at_outer = outer
-            if cost > admit and outer_names:
-                tried: dict[tuple[float, ...], tuple[float, np.ndarray, dict[str, float]]] = {}
-
-                def cost_at(z, tried=tried):
-                    o = outer_of(z)
-                    key = tuple(o[n] for n in outer_names)
-                    if key not in tried:
-                        xo, co, _ = solve_inner(o)
-                        tried[key] = (co, xo, o)
-                    return tried[key][0]
-
-                minimize(
-                    cost_at,
-                    np.array([outer[n] for n in outer_names]),
-                    method="Nelder-Mead",
-                    options={"maxfev": END_EVALUATIONS, "xatol": 1e-2, "fatol": 1e-2},
-                )
-                cost, xe, at_outer = min(tried.values(), key=lambda v: v[0])
-            if cost <= admit:
-                return t, predict(knobs_of(at_outer, xe))
+            xe, cost, _ = fit.solve_inner(self.outer)
+            at_outer = self.outer
+            if cost > self.admit and fit.cache_names:
+                cost, xe, at_outer = self._end_search()
+            if cost <= self.admit:
+                return t, fit.predict(fit.knobs_of(at_outer, xe))
         return 0.0, None
 
-    def widen(net_e, hit_e=None) -> None:
-        nonlocal low, high, hit_low, hit_high
-        low = np.minimum(low, net_e * (low / net0))
-        high = np.maximum(high, net_e * (high / net0))
-        if hit_e is not None:
-            hit_low = np.minimum(hit_low, np.clip(hit_e - (hit0 - hit_low), 0.0, 1.0))
-            hit_high = np.maximum(hit_high, np.clip(hit_e + (hit_high - hit0), 0.0, 1.0))
+    def _end_search(self) -> tuple[float, np.ndarray, dict[str, float]]:
+        """The cache knobs moved from the best by a short Nelder–Mead search (:data:`END_EVALUATIONS`),
+        the smooth knobs re-solved at each set: the lowest cost found, its smooth and cache knobs."""
+        fit = self.fit
+        tried: dict[tuple[float, ...], tuple[float, np.ndarray, dict[str, float]]] = {}
 
-    def widen_at_ends(key: str, ends, *, hits: bool = False) -> list[str]:
+        def cost_at(z: np.ndarray) -> float:
+            o = fit.outer_of(z)
+            key = tuple(o[n] for n in fit.cache_names)
+            if key not in tried:
+                xo, co, _ = fit.solve_inner(o)
+                tried[key] = (co, xo, o)
+            return tried[key][0]
+
+        minimize(
+            cost_at,
+            np.array([self.outer[n] for n in fit.cache_names]),
+            method="Nelder-Mead",
+            options={"maxfev": END_EVALUATIONS, "xatol": 1e-2, "fatol": 1e-2},
+        )
+        return min(tried.values(), key=lambda v: v[0])
+
+    def widen_at_ends(self, key: str, ends: Sequence[float], *, hits: bool = False) -> list[str]:
         """The held knob ``key`` at each end of its prior, the smooth knobs re-solved there: the
         band covers what the rows cannot rule out, moved by each end's prediction (``hits``: the
         hit rates' band too); returns a phrase for each end the rows cut short."""
+        held = self.fit.held.values
         centre = held[key]
         cut = []
         for end in ends:
-            t, at = admitted_end(lambda t, end=end: held.__setitem__(key, centre + t * (end - centre)))
+
+            def set_at(t: float, end: float = end) -> None:
+                held[key] = centre + t * (end - centre)
+
+            t, at = self.admitted_end(set_at)
             if at is not None and hits:
-                widen(*at)
+                self.band.widen(*at)
             elif at is not None:
-                widen(at[0])
+                self.band.widen(at[0])
             if t < 1.0:
                 cut.append(f"{key} {'not past its centre' if at is None else f'to {t:g} of the way to {end:.3g}'}")
         held[key] = centre
         return cut
 
-    def prior_ends() -> None:
-        """Each held knob at the ends of its prior (:func:`admitted_end`): the bands widened, the notes said."""
-        if hold_token:
-            cut = widen_at_ends("token", (token_prior[0], token_prior[2]))
-            cut += widen_at_ends("step", (step_prior[0], step_prior[2]))
-            notes.append(
-                f"engine_seconds_per_agent_token is held at its prior {held['token'] * 1e3:g} ms "
-                f"(range {token_prior[0] * 1e3:g}–{token_prior[2] * 1e3:g} ms, "
-                f"assumed) and engine_seconds_per_step at its prior {held['step'] * 1e3:g} ms (range "
-                f"{step_prior[0] * 1e3:g}–{step_prior[2] * 1e3:g} ms, {_prior_origin(hardware)}): every "
-                f"measured rate is at B = {net_batches[0]}, where the per-token and per-step engine costs cannot be told "
-                "from the per-touched-expert one, which is fitted; the bands include the predictions at both ends of "
-                "both ranges" + ("" if not cut else f", as far as the calibration rows admit them ({'; '.join(cut)})")
-            )
-        if "engine" in names and not fit_expert and not hold_token:
-            # 0 puts the whole engine time on the step, 1 on the touched experts
-            cut = widen_at_ends("touched", (PRIOR_TOUCHED_SHARE[0] * touched_cap, PRIOR_TOUCHED_SHARE[2] * touched_cap))
-            notes.append(
-                f"engine_seconds_per_touched_expert is held at {held['touched'] * 1e3:.3g} ms per (layer, expert) pair "
-                f"touched: its prior share {PRIOR_TOUCHED_SHARE[1]:g} (range {PRIOR_TOUCHED_SHARE[0]:g}–"
-                f"{PRIOR_TOUCHED_SHARE[2]:g}, assumed) of the fastest calibration step over the pairs a rank touches "
-                "there (the per-step and per-token costs fitted at two or more batch sizes absorb it to first order); "
-                "the bands include both ends"
-                + ("" if not cut else f", as far as the calibration rows admit them ({'; '.join(cut)})")
-            )
-        cut = []
-        for key in held_efficiency:
-            (lo_e, _, hi_e), _ = hardware.priors[key]
-            cut += widen_at_ends(key, (lo_e, hi_e))
-        notes.append(
-            "efficiencies held at the box's priors: "
-            + ", ".join(
-                f"{key} {held[key]:g} (range {hardware.priors[key][0][0]:g}–{hardware.priors[key][0][2]:g})"
-                for key in held_efficiency
-            )
-            + (
-                "; link_efficiency is the fitted SSD scale's (the preset's, 1 unless it says)"
-                if "link_efficiency" not in held_efficiency
-                else ""
-            )
-            + " — no row here tells them from the engine and SSD terms; the bands include the predictions at both ends"
-            + ("" if not cut else f", as far as the calibration rows admit them ({'; '.join(cut)})")
-        )
-        if skew_prior is not None:
-            # the most skewed end first (the smallest α); the skew knob is 1/√α
-            ends = tuple(skew_knob("dirichlet", a) for a in skew_prior.alpha_range)
-            cut = widen_at_ends("skew", ends, hits=True)
-            notes.append(
-                f"routing skew held at the {skew_prior.label()}: the bands include both ends of its "
-                f"{skew_prior.range_name} range"
-                + (f", as far as the calibration rows admit them ({'; '.join(cut)})" if cut else "")
-            )
-        if use_prior:
-            # the locality at its least and most local ends (ρ and c at their 5 % and 95 % quantiles,
-            # the other knobs re-solved there): the band covers what the prior cannot rule out
-            saved = dict(held_local)
-            centre_x = to_scale(r_c, h_c)
-            reached = []
-            for r_end, h_end in ((float(r_lo), float(h_hi)), (float(r_hi), float(h_lo))):
-                end_x = to_scale(r_end, h_end)
-
-                def set_at(t, end_x=end_x):
-                    r_t, h_t = from_scale(centre_x + t * (end_x - centre_x))
-                    c_t = c_per_expert_from_hot_set(h_t, model.experts, model.top_k)
-                    held_local.update(rho=float(r_t), c=float(c_t) * model.experts)
-
-                t, at = admitted_end(set_at)
-                if at is not None:
-                    widen(*at)
-                reached.append((float(from_scale(centre_x + t * (end_x - centre_x))[0]), t))
-            held_local.update(saved)
-            notes.append(_locality_note(locality.label, r_c, h_c, c_c, (float(r_lo), float(r_hi)), reached))
-        elif locality is not None and routing.trace is not None and "rho" not in names:
-            notes.append(
+    def run(self) -> None:
+        """Each held knob at the ends of its prior (:meth:`admitted_end`): the bands widened, the notes said."""
+        fit = self.fit
+        if fit.hold_token:
+            self._engine_ends()
+        if fit.holds_touched:
+            self._touched_ends()
+        self._efficiency_ends()
+        if fit.held.skew_prior is not None:
+            self._skew_ends(fit.held.skew_prior)
+        if fit.held.locality is not None:
+            self._locality_ends(fit.held.locality)
+        elif fit.locality is not None and fit.routing.trace is not None and "rho" not in fit.names:
+            self.notes.append(
                 "the locality prior is not applied to a trace routing: the cache runs on the trace's own streams, "
                 "their correlations included"
             )
 
-    # R' (module docstring, Bands), which the peaks' band takes too: the band at the best knobs moved to each
-    # retained cache-knob set's prediction (its engine and SSD terms re-solved), and the union taken
-    sets = [knobs_of(e["outer"], e["x"]) for e in band_sets(profile, outer_names, BAND_PROFILE_SETS)]
+    def _engine_ends(self) -> None:
+        """The per-token and per-step engine costs, held at one batch size, at their priors' ends."""
+        fit, held = self.fit, self.fit.held.values
+        token_prior = fit.hardware.priors["engine_seconds_per_agent_token"][0]
+        step_prior = fit.hardware.priors["engine_seconds_per_step"][0]
+        cut = self.widen_at_ends("token", (token_prior[0], token_prior[2]))
+        cut += self.widen_at_ends("step", (step_prior[0], step_prior[2]))
+        self.notes.append(
+            f"engine_seconds_per_agent_token is held at its prior {held['token'] * 1e3:g} ms "
+            f"(range {token_prior[0] * 1e3:g}–{token_prior[2] * 1e3:g} ms, "
+            f"assumed) and engine_seconds_per_step at its prior {held['step'] * 1e3:g} ms (range "
+            f"{step_prior[0] * 1e3:g}–{step_prior[2] * 1e3:g} ms, {_prior_origin(fit.hardware)}): every "
+            f"measured rate is at B = {fit.rows.net_batches[0]}, where the per-token and per-step engine costs cannot be told "
+            "from the per-touched-expert one, which is fitted; the bands include the predictions at both ends of "
+            "both ranges" + _as_far_as(cut)
+        )
+
+    def _touched_ends(self) -> None:
+        """The per-touched-expert engine cost, held at its prior share, at the share's ends."""
+        cap, held = self.fit.held.touched_cap, self.fit.held.values
+        # 0 puts the whole engine time on the step, 1 on the touched experts
+        cut = self.widen_at_ends("touched", (PRIOR_TOUCHED_SHARE[0] * cap, PRIOR_TOUCHED_SHARE[2] * cap))
+        self.notes.append(
+            f"engine_seconds_per_touched_expert is held at {held['touched'] * 1e3:.3g} ms per (layer, expert) pair "
+            f"touched: its prior share {PRIOR_TOUCHED_SHARE[1]:g} (range {PRIOR_TOUCHED_SHARE[0]:g}–"
+            f"{PRIOR_TOUCHED_SHARE[2]:g}, assumed) of the fastest calibration step over the pairs a rank touches "
+            "there (the per-step and per-token costs fitted at two or more batch sizes absorb it to first order); "
+            "the bands include both ends" + _as_far_as(cut)
+        )
+
+    def _efficiency_ends(self) -> None:
+        """The efficiencies held at the box's priors, each at its prior's ends."""
+        priors, held, efficiency = self.fit.hardware.priors, self.fit.held.values, self.fit.held.efficiency
+        cut = []
+        for key in efficiency:
+            (lo_e, _, hi_e), _ = priors[key]
+            cut += self.widen_at_ends(key, (lo_e, hi_e))
+        self.notes.append(
+            "efficiencies held at the box's priors: "
+            + ", ".join(
+                f"{key} {held[key]:g} (range {priors[key][0][0]:g}–{priors[key][0][2]:g})" for key in efficiency
+            )
+            + (
+                "; link_efficiency is the fitted SSD scale's (the preset's, 1 unless it says)"
+                if "link_efficiency" not in efficiency
+                else ""
+            )
+            + " — no row here tells them from the engine and SSD terms; the bands include the predictions at both ends"
+            + _as_far_as(cut)
+        )
+
+    def _skew_ends(self, skew_prior: Any) -> None:
+        """The skew prior's routing skew, held at its centre, at the ends of its range (hit rates too)."""
+        # the most skewed end first (the smallest α); the skew knob is 1/√α
+        ends = tuple(skew_knob("dirichlet", a) for a in skew_prior.alpha_range)
+        cut = self.widen_at_ends("skew", ends, hits=True)
+        self.notes.append(
+            f"routing skew held at the {skew_prior.label()}: the bands include both ends of its "
+            f"{skew_prior.range_name} range" + _as_far_as(cut)
+        )
+
+    def _locality_ends(self, prior: _HeldLocality) -> None:
+        """The locality at its least and most local ends (ρ and c at their 5 % and 95 % quantiles,
+        the other knobs re-solved there): the band covers what the prior cannot rule out."""
+        local, model = self.fit.held.local, self.fit.model
+        saved = dict(local)
+        centre_x = to_scale(prior.rho, prior.hot_set)
+        reached = []
+        for r_end, h_end in zip(prior.rho_ends, prior.hot_set_ends):
+            end_x = to_scale(float(r_end), float(h_end))
+
+            def set_at(t: float, end_x: np.ndarray = end_x) -> None:
+                r_t, h_t = from_scale(centre_x + t * (end_x - centre_x))
+                c_t = c_per_expert_from_hot_set(h_t, model.experts, model.top_k)
+                local.update(rho=float(r_t), c=float(c_t) * model.experts)
+
+            t, at = self.admitted_end(set_at)
+            if at is not None:
+                self.band.widen(*at)
+            reached.append((float(from_scale(centre_x + t * (end_x - centre_x))[0]), t))
+        local.update(saved)
+        rho_range = (float(prior.rho_ends[0]), float(prior.rho_ends[1]))
+        self.notes.append(_locality_note(prior.label, prior.rho, prior.hot_set, prior.c_per_expert, rho_range, reached))
+
+
+def _sets_and_peaks(
+    fit: _Fit, best: _Best, best_knobs: PlanKnobs, draws: list[np.ndarray], ends: _PriorEnds, jobs: int
+) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[dict[str, Any]]]:
+    """Every row predicted at each of R' (module docstring, Bands; :func:`band_sets`), and the
+    peaks (:func:`_peaks`: the best knobs, R' and :data:`PEAK_SMOOTH_DRAWS` of the smooth knobs'
+    ``draws``). ``jobs`` ≥ 2: a forked child tries the held knobs' prior ends (``ends``, whose
+    answers it hands back for replay) and predicts the last :data:`SETS_BESIDE` sets meanwhile."""
+    # R', which the peaks' band takes too: each retained cache-knob set with its engine and SSD terms re-solved
+    sets = [fit.knobs_of(e["outer"], e["x"]) for e in band_sets(best.profile, fit.cache_names, BAND_PROFILE_SETS)]
     here = len(sets) - min(SETS_BESIDE, len(sets) // 2)
 
     def beside_work() -> tuple[list, list]:
         """With a second core, a forked child runs the ends and predicts the last SETS_BESIDE sets while this
         process predicts the others and the peaks (none of which reads the ends), then replays the ends."""
-        prior_ends()
-        return ends_done, [predict(k) for k in sets[here:]]
+        ends.run()
+        return ends.done, [fit.predict(k) for k in sets[here:]]
 
     beside = _fork_call(beside_work) if jobs >= 2 else None
     try:
-        at = [predict(k) for k in sets[: here if beside is not None else len(sets)]]
+        at = [fit.predict(k) for k in sets[: here if beside is not None else len(sets)]]
         # where tok/s peaks over the cache sizes of a group of rows, with the band of a measured peak:
         # the best knobs, the profile's retained cache-knob sets and draws of the smooth knobs
-        smooth = [knobs_of(outer, np.clip(d, lo_b, hi_b)) for d in draws[1 : 1 + PEAK_SMOOTH_DRAWS]]
-        peaks = _peaks(pts, predict, best_knobs, smooth, sets, noise)
+        lo_b, hi_b = fit.smooth_bounds()
+        smooth = [fit.knobs_of(best.outer, np.clip(d, lo_b, hi_b)) for d in draws[1 : 1 + PEAK_SMOOTH_DRAWS]]
+        peaks = _peaks(fit.rows.points, fit.predict, best_knobs, smooth, sets, ends.band.noise)
         got = beside.result() if beside is not None else None
     except BaseException:
         if beside is not None:
             beside.stop()
         raise
-    replay[:] = got[0] if got is not None else []
-    at += got[1] if got is not None else [predict(k) for k in sets[len(at) :]]
-    prior_ends()
-    if profile:
-        low, high, hit_low, hit_high = _over_sets(at, (net0, low, high), (hit0, hit_low, hit_high))
-    cache_intervals = {n: _span([e["outer"][n] for e in profile]) for n in outer_names} if profile else {}
-    rows = _rows(pts, (net0, low, high), (hit0, hit_low, hit_high))
-    identified = _identified(sol, x, _smooth_labels(names, hold_token, fit_expert), notes)
-    xs = np.array([e["x"] for e in profile]) if profile and x.size else x[None, :]
+    ends.replay[:] = got[0] if got is not None else []
+    at += got[1] if got is not None else [fit.predict(k) for k in sets[len(at) :]]
+    return at, peaks
+
+
+def _held_touched_entry(held: _HeldKnobs) -> dict[str, Any]:
+    """The knob table's entry of the per-touched-expert engine cost held at its prior share."""
+    cap = held.touched_cap
+    return _held_entry(
+        held.values["touched"],
+        PRIOR_TOUCHED_SHARE[0] * cap,
+        PRIOR_TOUCHED_SHARE[2] * cap,
+        "prior share of the fastest calibration step (assumed)",
+        f"held at {PRIOR_TOUCHED_SHARE[1]:g} of the fastest calibration step per pair touched "
+        f"({cap * 1e3:.3g} ms per pair if all of it were): the rows cannot tell a per-touched-expert "
+        "cost from a per-step one; the bands cover shares 0 to 1",
+        "s",
+    )
+
+
+def _fit_knobs(fit: _Fit, best: _Best, best_knobs: PlanKnobs, cov: np.ndarray | None, notes: list[str]) -> dict:
+    """:attr:`PlanFit.knobs`: the fitted knobs' values and intervals (:func:`_knob_table`; the
+    cache knobs' their profile's, the smooth knobs' united over the values re-solved on it) and
+    the held knobs' entries; a note for each knob the rows do not identify."""
+    profile = best.profile
+    cache_intervals = {n: _span([e["outer"][n] for e in profile]) for n in fit.cache_names} if profile else {}
+    identified = _identified(best.sol, best.x, _smooth_labels(fit.names, fit.hold_token, fit.fit_expert), notes)
+    xs = np.array([e["x"] for e in profile]) if profile and best.x.size else best.x[None, :]
     knobs = _knob_table(
-        names, best_knobs, x, xs, cov, outer, hardware, routing, identified, cache_intervals, hold_token, net_batches
+        fit.names,
+        best_knobs,
+        best.x,
+        xs,
+        cov,
+        best.outer,
+        fit.hardware,
+        fit.routing,
+        identified,
+        cache_intervals,
+        fit.hold_token,
+        fit.rows.net_batches,
     )
-    if "engine" in names and not fit_expert and not hold_token:
-        knobs["engine_seconds_per_touched_expert"] = _held_entry(
-            held["touched"],
-            PRIOR_TOUCHED_SHARE[0] * touched_cap,
-            PRIOR_TOUCHED_SHARE[2] * touched_cap,
-            "prior share of the fastest calibration step (assumed)",
-            f"held at {PRIOR_TOUCHED_SHARE[1]:g} of the fastest calibration step per pair touched "
-            f"({touched_cap * 1e3:.3g} ms per pair if all of it were): the rows cannot tell a per-touched-expert "
-            "cost from a per-step one; the bands cover shares 0 to 1",
-            "s",
-        )
-    prior_local = (locality.label, ((r_c, r_lo, r_hi), (c_c, c_lo, c_hi))) if use_prior else None
-    knobs.update(_held_entries(hardware, held_efficiency, prior_local))
+    if fit.holds_touched:
+        knobs["engine_seconds_per_touched_expert"] = _held_touched_entry(fit.held)
+    local = fit.held.locality
+    prior_local = None
+    if local is not None:
+        ranges = ((local.rho, *local.rho_ends), (local.c_per_expert, *local.c_per_expert_range))
+        prior_local = (local.label, ranges)
+    knobs.update(_held_entries(fit.hardware, fit.held.efficiency, prior_local))
     for n, interval in cache_intervals.items():
-        if interval.as_tuple() == tuple(float(b) for b in bounds[n]):
+        if interval.as_tuple() == tuple(float(b) for b in _CACHE_BOUNDS[n]):
             notes.append(f"{n} is not identified by these rows: its profile spans its whole range")
-    notes.append(
-        f"bands: 5–95 % of a new measurement (the knobs' spread × a measurement noise of {noise:.1%} on tok/s, "
-        f"± {100 * hit_noise:.2g} points on hit rates)"
+    return knobs
+
+
+def _fit_one(
+    points: Sequence[PlanPoint],
+    model: MoEModel,
+    hardware: Hardware,
+    routing: RoutingProbabilities,
+    *,
+    fit: Sequence[str] | None = None,
+    context_tokens: int = 4096,
+    page_cache: bool = False,
+    routing_is_spec: bool = True,
+    max_evaluations: int = 40,
+    overlap: str = "max",
+    locality: Locality | None = None,
+    stage: Callable[[str], None] | None = None,
+    memo: dict | None = None,
+    after_search: Callable[[float, float], bool] | None = None,
+    jobs: int = 1,
+) -> PlanFit:
+    """Fit the named knobs on the calibration rows, predict every row with bands (module
+    docstring); ``stage(what)`` is called as each of :data:`FIT_STAGES` begins; ``after_search(cost,
+    max_abs_z)`` False ends the fit once its knobs are fitted (:func:`_searched_only`); ``jobs`` ≥ 2:
+    the held knobs' prior ends run in a forked child beside the band sets (the same numbers). ``memo``: the
+    routings and step works of :func:`predict_points`, kept across the fits of one
+    :func:`fit_plan` (its keys name the overlap where the work depends on it). Raises :class:`ParameterError` for an unknown knob, a knob the rows cannot
+    identify (more smooth parameters than measured net tok/s rows), or ``skew`` with a routing
+    that is not Zipf. ``locality`` (the locality prior): with any routing but a trace and ρ not
+    fitted, the cache runs on a trace with the prior's centre ρ and per-stream locality c, and
+    the bands take in its least and most local ends (5 % and 95 %)."""
+    f = _setup_fit(
+        points,
+        model,
+        hardware,
+        routing,
+        fit=fit,
+        context_tokens=context_tokens,
+        page_cache=page_cache,
+        routing_is_spec=routing_is_spec,
+        max_evaluations=max_evaluations,
+        overlap=overlap,
+        locality=locality,
+        memo=memo,
     )
+    notes: list[str] = []
+    _stage(stage, FIT_STAGES[0])
+    best = _search(f, notes)
+    best_knobs = f.knobs_of(best.outer, best.x)
+    max_z = float(np.max(np.abs(f.residuals(best_knobs)))) if f.rows.calibrates.any() else 0.0
+    if after_search is not None and not after_search(float(best.total), max_z):
+        return _searched_only(f.names, float(best.total), overlap, max_z)
+    _stage(stage, FIT_STAGES[1])
+    band, draws, cov = _smooth_band(f, best, best_knobs, notes)
+    _stage(stage, FIT_STAGES[2])
+    # an end of a held knob's prior widens the bands only as far as the calibration rows admit it:
+    # re-solved there, its cost within the profile threshold of the best fit (PROFILE_CHI2)
+    ends = _PriorEnds(f, best.outer, f.profile_threshold(best.total, best.x.size)[0], band, notes)
+    at, peaks = _sets_and_peaks(f, best, best_knobs, draws, ends, jobs)
+    # the ends after the band sets and the peaks, which do not read them: with jobs ≥ 2 a forked
+    # child has run them beside those, and its answers are replayed here (the same numbers)
+    ends.run()
+    if best.profile:
+        band.over_sets(at)
+    rows = band.rows(f.rows.points)
+    knobs = _fit_knobs(f, best, best_knobs, cov, notes)
+    notes.append(
+        f"bands: 5–95 % of a new measurement (the knobs' spread × a measurement noise of {band.noise:.1%} on tok/s, "
+        f"± {100 * band.hit_noise:.2g} points on hit rates)"
+    )
+    total = float(best.total)
     return PlanFit(
         knobs=knobs,
         rows=rows,
-        fitted=names,
-        cost=float(total),
+        fitted=f.names,
+        cost=total,
         notes=tuple(notes),
         overlap=overlap,
-        overlaps={overlap: {"cost": float(total), "max_abs_z": max_z}},
+        overlaps={overlap: {"cost": total, "max_abs_z": max_z}},
         peaks=tuple(peaks),
     )
 
@@ -1427,7 +1839,7 @@ def fit_plan(
     search sampled (most of its own search's; each fit is a pure function of its inputs: the
     same numbers as ``jobs = 1``); where the platform cannot fork, or the child dies, it runs
     here after ``max``."""
-    kw = dict(
+    kw: dict[str, Any] = dict(
         fit=fit,
         context_tokens=context_tokens,
         page_cache=page_cache,

@@ -273,3 +273,35 @@ def test_exclusive_takes_a_lock_file_its_holder_left_behind(tmp_path):
     with atomic.exclusive(out):
         pass
     assert not (tmp_path / ".o.parquet.lock").exists()
+
+
+def test_open_input_refuses_what_is_not_a_regular_file_without_blocking(tmp_path):
+    import socket
+
+    from moeroof.core.input_files import NotRegularFileError, check_regular, open_input, read_input_bytes
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)  # no writer: a plain open() would wait forever
+    sock_path = tmp_path / "sock"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(sock_path))
+        for path, kind in [
+            (fifo, "a FIFO"),
+            (sock_path, "a socket"),
+            (type(tmp_path)(os.devnull), "a character device"),
+        ]:
+            with pytest.raises(NotRegularFileError) as exc:
+                check_regular(path)
+            assert str(exc.value) == f"not a regular file ({kind})" and exc.value.filename == str(path)
+            if kind != "a socket":  # open() of a socket file is refused by the system itself
+                with pytest.raises(NotRegularFileError, match=kind):
+                    open_input(path)
+    with pytest.raises(IsADirectoryError):
+        open_input(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        open_input(tmp_path / "missing")
+    good = tmp_path / "good.txt"
+    good.write_text("\ufeffab\ncd\n", encoding="utf-8")
+    with open_input(good, text=True, encoding="utf-8-sig") as fh:
+        assert fh.read() == "ab\ncd\n"
+    assert read_input_bytes(good, 4) == good.read_bytes()[:5]  # one byte over the limit tells it is longer

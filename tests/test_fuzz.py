@@ -444,3 +444,109 @@ def test_the_corpus_is_what_its_script_writes():
     spec.loader.exec_module(make)
     for name, data in make.files().items():
         assert (HOSTILE / name).read_bytes() == data, f"{name}: rerun python tests/data/hostile/make.py"
+
+
+# ----------------------------------------------------------------------------- not a regular file
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+#: every command that reads a file, with each file it reads in turn made a FIFO (named pipe) with
+#: no writer: ``open()`` of one waits forever. ``{d}`` is the case's folder, which also holds a
+#: good copy of every other input.
+FIFO_CASES = {
+    "union histogram": ("h.csv", ["union", "{d}/h.csv", "--batch", "4"]),
+    "union sidecar": ("h.json", ["union", "{d}/h.csv", "--batch", "4"]),
+    "fit histogram": ("h.csv", ["fit", "{d}/h.csv", "--bootstrap", "2", "--gof-sims", "2"]),
+    "fit trace": ("t.npz", ["fit", "{d}/t.npz", "--bootstrap", "2", "--gof-sims", "2"]),
+    "histogram trace": ("t.npz", ["histogram", "{d}/t.npz", "-o", "{d}/o.csv"]),
+    "cache trace": ("t.npz", ["cache", "{d}/t.npz", "--policy", "lru", "--capacity-experts", "64"]),
+    "mrc trace": ("t.npz", ["mrc", "{d}/t.npz"]),
+    "fit-routing points": ("p.csv", ["fit-routing", "{d}/p.csv", "--experts", "64", "--top-k", "4", "--layers", "8"]),
+    "fit-plan points": ("pp.csv", ["fit-plan", "{d}/pp.csv", "--model", "glm-5.2", "--hardware", "nvme-gen4"]),
+    "plan model": ("m.toml", ["plan", "--model", "{d}/m.toml", "--hardware", "nvme-gen4", "--batch", "1"]),
+    "plan hardware": ("hw.toml", ["plan", "--model", "glm-5.2", "--hardware", "{d}/hw.toml", "--batch", "1"]),
+    "plan routing-knobs": (
+        "k.json",
+        ["plan", "--model", "glm-5.2", "--hardware", "nvme-gen4", "--batch", "1", "--routing-knobs", "{d}/k.json"],
+    ),
+    "plan fit": (
+        "f.json",
+        ["plan", "--model", "glm-5.2", "--hardware", "nvme-gen4", "--batch", "1", "--fit", "{d}/f.json"],
+    ),
+    "plan routing histogram": (
+        "h.csv",
+        ["plan", "--model", "deepseek-v3", "--hardware", "nvme-gen4", "--batch", "1", "--routing", "{d}/h.csv"],
+    ),
+    "split histogram": ("h.csv", ["split", "--ranks", "2", "--method", "lpt", "{d}/h.csv"]),
+    "sweep grid": ("g.toml", ["sweep", "{d}/g.toml", "-o", "{d}/s.parquet"]),
+    "report parameters": ("pr.yml", ["report", "-f", "{d}/pr.yml", "--notebooks", "net_toks", "--out", "{d}/r"]),
+    "import table": (
+        "src.csv",
+        ["import", "table", "{d}/src.csv", "-o", "{d}/o.npz", "--columns", "stream=a,step=b", "--expert-cols", "c"]
+        + ["--experts", "8", "--top-k", "1"],
+    ),
+    "import matrix": ("src.csv", ["import", "matrix", "{d}/src.csv", "-o", "{d}/o.csv", "--top-k", "2"]),
+    "import sglang": ("src.pt", ["import", "sglang", "{d}/src.pt", "-o", "{d}/o.npz", "--top-k", "2"]),
+    "import hf-router-logits": (
+        "src.npz",
+        ["import", "hf-router-logits", "{d}/src.npz", "-o", "{d}/o.npz", "--top-k", "2"],
+    ),
+    "bench trace": ("t.npz", ["bench", "--trace", "{d}/t.npz", "--steps", "2"]),
+    "capture prompts": (
+        "pr.txt",
+        ["capture", "--prompts", "{d}/pr.txt", "--streams", "1", "--max-new-tokens", "2", "-o", "{d}/o.npz", "{d}"],
+    ),
+    "preset-from-hf config": ("config.json", ["preset-from-hf", "{d}", "-o", "{d}/x.toml"]),
+}
+
+
+def _run_with_fifo_watch(argv: list[str], fifo: Path, limit_s: float = 10.0) -> tuple[int, str, bool]:
+    """The CLI in this process, as :func:`run`; if it has not returned after ``limit_s`` it is
+    blocked on the FIFO, and a writer opening it (then closing: end of file) lets it go on, so a
+    hang is a failed test, not a stuck one. Returns (status, stderr, whether it had to be freed)."""
+    import threading
+
+    done = threading.Event()
+    freed: list[bool] = []
+
+    def free_it() -> None:
+        if done.wait(limit_s):
+            return
+        freed.append(True)
+        while not done.is_set():  # O_NONBLOCK: succeeds only while a reader holds the FIFO open
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            done.wait(0.05)
+
+    watch = threading.Thread(target=free_it, daemon=True)
+    watch.start()
+    try:
+        rc, _, err = run(argv)
+    finally:
+        done.set()
+        watch.join()
+    return rc, err, bool(freed)
+
+
+@pytest.mark.parametrize("case", sorted(FIFO_CASES))
+def test_a_fifo_in_place_of_any_input_is_refused_at_once(tmp_path, case):
+    name, argv = FIFO_CASES[case]
+    for src, dst in [
+        ("histograms/deepseek-v3-like.csv", "h.csv"),
+        ("histograms/deepseek-v3-like.json", "h.json"),
+        ("traces/qwen3-30b-a3b-like.npz", "t.npz"),
+        ("points/example.points", "p.csv"),
+        ("points/bigrig.plan-points", "pp.csv"),
+        ("sweeps/example-plan.toml", "g.toml"),
+    ]:
+        (tmp_path / dst).write_bytes((DATA / src).read_bytes())
+    fifo = tmp_path / name
+    fifo.unlink(missing_ok=True)
+    os.mkfifo(fifo)
+    argv = [a.replace("{d}", str(tmp_path)) for a in argv]
+    rc, err, freed = _run_with_fifo_watch(argv, fifo)
+    assert not freed, f"{case}: blocked on the FIFO {name} until a writer freed it"
+    assert rc == 2, f"{case}: exit {rc}\n{err}"
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), f"{case}: expected one error line, got\n{err}"
+    assert name in lines[0] and ("not a regular file" in lines[0] or "FIFO" in lines[0]), lines[0]

@@ -161,8 +161,10 @@ def read_trace_for_requests(path_text: str, args: Any = None) -> Trace:
 
 
 def _npz_has_meta(path: Path) -> bool:
+    from moeroof.core.input_files import open_input
+
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with open_input(path) as fh, np.load(fh, allow_pickle=False) as z:  # a FIFO refused, never waited on
             return "meta" in z.files
     except (OSError, ValueError, EOFError):
         return False  # read_trace_arg reports it in its own words

@@ -175,14 +175,17 @@ def read_routing_knobs(path_text: str) -> tuple[str, float, float, float]:
     """``--routing-knobs FILE``: a ``moeroof fit-routing --json`` result, as ``(family, skew, rho,
     c)`` for :func:`moeroof.models.local_routing.routing_from_knobs` (c = inf: no locality)."""
     path = input_path(path_text)
+    from moeroof.core.input_files import NotRegularFileError, read_input_bytes
     from moeroof.core.limits import MAX_JSON_BYTES, check_document
 
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_input_bytes(path, MAX_JSON_BYTES).decode("utf-8")  # a FIFO refused, never waited on
         check_document(text, f"--routing-knobs: {path}", max_bytes=MAX_JSON_BYTES)
         doc = json.loads(text)
     except FileNotFoundError:
         raise UsageError(f"--routing-knobs: {path}: no such file") from None
+    except NotRegularFileError as err:
+        raise UsageError(f"--routing-knobs: {path}: {err}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UsageError(f"--routing-knobs: {path}: not a JSON file ({err})") from None
     if not isinstance(doc, dict):

@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from moeroof.core.input_files import open_input
 from moeroof.core.limits import MAX_JSON_BYTES, check_document
 from moeroof.data.io import InputError
 
@@ -39,22 +40,32 @@ KNOB_KEYS = (
 )
 
 
+def _read_json(p: Path) -> Any:
+    """The JSON document in ``p``, bounded; :class:`InputError` naming the file otherwise."""
+    try:
+        with open_input(p, text=True) as fh:  # a FIFO refused, never waited on
+            text = fh.read(MAX_JSON_BYTES + 1)
+        if len(text) > MAX_JSON_BYTES:
+            raise InputError(p, "-", "file", f"larger than the {MAX_JSON_BYTES >> 20} MiB a fit result may be")
+        check_document(text, str(p), max_bytes=MAX_JSON_BYTES)
+        return json.loads(text)
+    except FileNotFoundError:
+        raise InputError(p, "-", "file", "no such file") from None
+    except OSError as err:
+        raise InputError(p, "-", "file", f"cannot read: {err.strerror or err}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(p, "-", "file", f"not a JSON file ({err})") from None
+    except InputError:
+        raise
+    except ValueError as err:  # check_document's size or nesting
+        raise InputError(p, "-", "file", str(err)) from None
+
+
 def read_fit(path: str | os.PathLike[str]) -> dict[str, Any]:
     """``{"path", "model", "hardware", "routing_spec"?, "page_cache", KNOB: value …}`` from a
     fit-plan JSON result; :class:`InputError` naming the file and field otherwise."""
     p = Path(path)
-    try:
-        if p.stat().st_size > MAX_JSON_BYTES:
-            raise InputError(p, "-", "file", f"larger than the {MAX_JSON_BYTES >> 20} MiB a fit result may be")
-        text = p.read_text(encoding="utf-8")
-        check_document(text, str(p), max_bytes=MAX_JSON_BYTES)
-        doc = json.loads(text)
-    except FileNotFoundError:
-        raise InputError(p, "-", "file", "no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputError(p, "-", "file", f"not a JSON file ({err})") from None
-    except ValueError as err:
-        raise InputError(p, "-", "file", str(err)) from None
+    doc = _read_json(p)
     if not isinstance(doc, dict) or not isinstance(doc.get("knobs"), dict):
         raise InputError(p, "-", "knobs", "expected a fit-plan result in JSON (with its knobs)")
     out: dict[str, Any] = {"path": str(p), "model": doc.get("model"), "hardware": doc.get("hardware")}

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from moeroof.core.input_files import open_input, read_input_bytes
 from moeroof.core.limits import MAX_JSON_BYTES, check_document
 from moeroof.data.io import InputError
 
@@ -123,6 +124,8 @@ _CONFIG_DTYPES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16":
 
 #: the most bytes a safetensors header may hold (the format's own limit is 100 MB)
 MAX_HEADER_BYTES = 100_000_000
+#: a model.safetensors.index.json (one entry per tensor: ~14 MB for a 1T-parameter MoE)
+MAX_INDEX_BYTES = 256 << 20
 
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 _PER_EXPERT = re.compile(r"\.experts\.(\d+)\.")
@@ -137,10 +140,10 @@ def read_config(model_dir: str | Path) -> dict[str, Any]:
     path = Path(model_dir) / CONFIG_NAME
     if not Path(model_dir).is_dir():
         raise InputError(model_dir, None, "folder", "no such folder (a local Hugging Face checkpoint is a folder)")
-    if not path.is_file():
+    if not path.exists():
         raise InputError(path, None, "file", "no config.json in the checkpoint folder")
     try:
-        with path.open("rb") as fh:
+        with open_input(path) as fh:  # a FIFO refused, never waited on
             raw = fh.read(MAX_JSON_BYTES + 1)  # bounded: check_document refuses a longer file
         text = raw.decode("utf-8")
         check_document(text, "config.json", max_bytes=MAX_JSON_BYTES)  # size and nesting, before parsing
@@ -149,6 +152,8 @@ def read_config(model_dir: str | Path) -> dict[str, Any]:
         raise InputError(path, None, "file", f"not valid JSON ({err})") from None
     except ValueError as err:
         raise InputError(path, None, "file", str(err)) from None
+    except OSError as err:  # a folder or a FIFO named config.json
+        raise InputError(path, None, "file", f"cannot read: {err.strerror or err}") from None
     if not isinstance(doc, dict):
         raise InputError(path, None, "file", "expected a JSON object")
     return doc
@@ -393,7 +398,7 @@ def _read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
     format's own rule): a header that declares more than its file holds is refused."""
     try:
         size = path.stat().st_size
-        with path.open("rb") as fh:
+        with open_input(path) as fh:  # a FIFO refused, never waited on
             head = fh.read(8)
             if len(head) != 8:
                 raise InputError(path, None, "header", "shorter than a safetensors header")
@@ -491,7 +496,12 @@ def _shards(index: dict[str, Any]) -> list[str]:
 
 def _read_index(path: Path) -> dict[str, Any]:
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        # a FIFO refused, never waited on; an index names every tensor (~14 MB for a 1T-parameter
+        # model), so it gets more room than a sidecar
+        raw = read_input_bytes(path, MAX_INDEX_BYTES)
+        if len(raw) > MAX_INDEX_BYTES:
+            raise InputError(path, None, "file", f"larger than the {MAX_INDEX_BYTES >> 20} MiB an index may be")
+        doc = json.loads(raw.decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise InputError(path, None, "file", f"not a readable JSON index ({err})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("weight_map"), dict):
@@ -549,14 +559,15 @@ def checkpoint_hash(
     meta_files = [folder / CONFIG_NAME] + ([folder / INDEX_NAME] if (folder / INDEX_NAME).is_file() else [])
     h = hashlib.sha256()
     for path in meta_files:
-        raw = path.read_bytes()
+        with open_input(path) as fh:
+            raw = fh.read()
         h.update(f"{path.name}\0{len(raw)}\0".encode())
         h.update(raw)
     sizes = [p.stat().st_size for p in weights]
     total = sum(sizes) if mode == "full" else 0
     done = 0
     for path, size in zip(weights, sizes):
-        with path.open("rb") as fh:
+        with open_input(path) as fh:
             if mode == "full":
                 h.update(f"{path.name}\0{size}\0".encode())
                 for block in iter(functools.partial(fh.read, chunk), b""):

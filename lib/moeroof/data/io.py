@@ -49,6 +49,7 @@ from typing import Any, cast
 import numpy as np
 
 from moeroof.core import atomic
+from moeroof.core.input_files import NotRegularFileError, check_regular, open_input
 from moeroof.core.limits import (
     MAX_EXPERTS,
     MAX_JSON_BYTES,
@@ -207,7 +208,7 @@ def read_json_object(path: Path, what: str, hint: str | None = None) -> dict[str
     :class:`InputError` naming the file and saying ``what`` it should have been otherwise.
     ``hint``: ``path`` is a sidecar, and a missing one names the commands that write it."""
     try:
-        with open(path, encoding="utf-8-sig") as fh:  # read-only
+        with open_input(path, text=True, encoding="utf-8-sig") as fh:  # read-only; a FIFO refused
             text = fh.read(MAX_JSON_BYTES + 1)  # a bounded read: the size check below refuses more
     except FileNotFoundError:
         missing = f"missing {what} (expected next to the data file, same stem); {hint}" if hint else ""
@@ -462,11 +463,16 @@ class NpySteps:
 
 
 def check_readable(path: Path) -> None:
-    """Refuses a path that is no regular file (``FILE:-: file: no such file`` / ``not a regular file``)."""
+    """Refuses a path that is no regular file (``FILE:-: file: no such file`` / ``not a regular
+    file (a FIFO)``, …: :func:`moeroof.core.input_files.check_regular`)."""
     if not path.exists():
         raise InputError(path, "-", "file", "no such file")
-    if not path.is_file():
-        raise InputError(path, "-", "file", "not a regular file")
+    try:
+        check_regular(path)
+    except OSError as err:
+        raise InputError(
+            path, "-", "file", str(err.strerror) if isinstance(err, NotRegularFileError) else "not a regular file"
+        ) from None
 
 
 # ----------------------------------------------------------------------------- readers

@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from moeroof.core.input_files import open_input
 from moeroof.core.limits import MAX_BATCH, MAX_GIB, MAX_POINTS_BYTES, MAX_POINTS_ROWS
 from moeroof.data.io import InputError
 
@@ -71,14 +72,17 @@ def _integer(text: str, path: Path, row: int, field: str, default: int | None) -
 
 def _point_lines(p: Path) -> list[tuple[int, str]]:
     """(line number, text) of the file's lines that are neither blank nor comments; bounded."""
-    if not p.is_file():
-        raise InputError(p, None, "file", "no such file")
-    if p.stat().st_size > MAX_POINTS_BYTES:
-        raise InputError(p, None, "file", f"larger than the {MAX_POINTS_BYTES >> 20} MiB a POINTS file may be")
     try:
-        text = p.read_text(encoding="utf-8-sig")
+        with open_input(p, text=True, encoding="utf-8-sig") as fh:  # a FIFO refused, never waited on
+            text = fh.read(MAX_POINTS_BYTES + 1)
+    except FileNotFoundError:
+        raise InputError(p, None, "file", "no such file") from None
     except UnicodeDecodeError:
         raise InputError(p, None, "file", "not UTF-8 text") from None
+    except OSError as exc:
+        raise InputError(p, None, "file", f"cannot read: {exc.strerror or exc}") from None
+    if len(text) > MAX_POINTS_BYTES:
+        raise InputError(p, None, "file", f"larger than the {MAX_POINTS_BYTES >> 20} MiB a POINTS file may be")
     lines = [(i + 1, line) for i, line in enumerate(text.splitlines()) if line.strip() and not line.startswith("#")]
     if len(lines) > MAX_POINTS_ROWS + 1:
         raise InputError(

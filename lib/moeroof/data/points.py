@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
+from moeroof.core.input_files import open_input
 from moeroof.core.limits import MAX_BATCH, MAX_GIB, MAX_POINTS_BYTES, MAX_POINTS_ROWS
 from moeroof.data.io import InputError
 
@@ -278,7 +279,7 @@ def read_points(
     """
     path = Path(path)
     try:
-        with open(path, encoding="utf-8-sig", newline="") as fh:  # read-only
+        with open_input(path, text=True, encoding="utf-8-sig", newline="") as fh:  # read-only; a FIFO refused
             text = fh.read(MAX_POINTS_BYTES + 1)
             if len(text) > MAX_POINTS_BYTES:
                 raise InputError(

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from moeroof.core.input_files import read_input_bytes
 from moeroof.core.limits import MAX_EXPERTS, MAX_LAYERS, MAX_TOML_BYTES, check_allocation, check_document
 from moeroof.core.paths import DATA_DIR
 from moeroof.core.units import dimension_of, to_si
@@ -553,11 +554,13 @@ def _field(path: Path, key: str, raw: Any, dimension: str) -> tuple[Any, str, st
 
 def _read_toml(path: Path) -> dict[str, Any]:
     """The TOML document of a preset file, bounded in size and depth."""
-    if not path.is_file():
-        raise InputError(path, None, "file", "no such file")
     try:
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_TOML_BYTES + 1)  # bounded: check_document refuses a longer file
+        raw = read_input_bytes(path, MAX_TOML_BYTES)  # bounded (check_document refuses more); a FIFO refused
+    except FileNotFoundError:
+        raise InputError(path, None, "file", "no such file") from None
+    except OSError as err:
+        raise InputError(path, None, "file", f"cannot read: {err.strerror or err}") from None
+    try:
         text = raw.decode("utf-8")
         check_document(text, "the TOML", max_bytes=MAX_TOML_BYTES, toml=True)
         return tomllib.loads(text)

@@ -27,6 +27,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from moeroof.core.input_files import open_input
+
 __all__ = ["COPY_LIMIT_BYTES", "COPY_MEMORY_SHARE", "TruncatedError", "checked_blocks", "load_npy", "npy_layout"]
 
 #: a ``.npy`` whose data is at most this size is read into memory rather than mapped
@@ -53,7 +55,7 @@ def read_npy_header(fh: Any) -> tuple[tuple[int, ...], bool, np.dtype]:
 def npy_layout(path: str | os.PathLike[str]) -> tuple[tuple[int, ...], np.dtype, bool, int]:
     """``(shape, dtype, fortran_order, data_offset)`` from a ``.npy`` header; :class:`ValueError`
     for a file that is not a ``.npy``, holds objects, or holds other than the bytes its header declares."""
-    with open(path, "rb") as fh:
+    with open_input(path) as fh:  # a FIFO refused, never waited on
         shape, fortran, dtype = read_npy_header(fh)
         offset = fh.tell()
         size = os.fstat(fh.fileno()).st_size
@@ -104,7 +106,7 @@ def load_npy(path: str | os.PathLike[str], copy_limit: int | None = None) -> np.
     out = np.empty(count, dtype=dtype)
     view = out.view(np.uint8).reshape(-1).data if nbytes else memoryview(b"")
     got = 0
-    with open(path, "rb") as fh:
+    with open_input(path) as fh:
         fh.seek(offset)
         while got < nbytes:
             n = fh.readinto(view[got:])

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from moeroof.core import atomic
+from moeroof.core.input_files import open_input
 from moeroof.core.limits import check_allocation
 from moeroof.data.hf_config import (
     FAMILIES,
@@ -98,10 +99,13 @@ def read_prompts(path: str | Path) -> list[str | list[int]]:
     """Prompts from a file: ``.jsonl``/``.json`` (one a line: a list of token ids, a string, or an
     object with ``input_ids`` or ``prompt``/``text``), else plain text (one prompt a non-empty line)."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError(path, None, "file", "no such prompt file")
     try:
-        text = path.read_text(encoding="utf-8")
+        with open_input(path, text=True) as fh:  # a FIFO refused, never waited on
+            text = fh.read()
+    except FileNotFoundError:
+        raise InputError(path, None, "file", "no such prompt file") from None
+    except OSError as err:
+        raise InputError(path, None, "file", f"cannot read the prompt file: {err.strerror or err}") from None
     except UnicodeDecodeError as err:
         raise InputError(path, None, "file", f"not UTF-8 text ({err})") from None
     prompts: list[str | list[int]] = []

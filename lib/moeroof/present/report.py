@@ -438,11 +438,11 @@ def read_parameters_file(path: Path) -> dict:
     """A YAML (or JSON) mapping of parameter names to values, as papermill's ``-f``."""
     import yaml
 
+    from moeroof.core.input_files import read_input_bytes
     from moeroof.core.limits import MAX_TOML_BYTES, check_document
 
     try:
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_TOML_BYTES + 1)  # bounded: check_document refuses a longer file
+        raw = read_input_bytes(path, MAX_TOML_BYTES)  # bounded (check_document refuses more); a FIFO refused
         text = raw.decode("utf-8")
     except OSError as err:
         raise ValueError(f"{path}: cannot read the parameters file: {err.strerror or err}") from None

@@ -71,6 +71,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from moeroof.core.input_files import NotRegularFileError, read_input_bytes
 from moeroof.core.limits import MAX_GIB, MAX_TOML_BYTES, check_document
 from moeroof.core.optional import require
 
@@ -248,10 +249,11 @@ def read_grid(path: str | Path) -> Grid:
     tomllib recurses into nested arrays)."""
     path = Path(path)
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_TOML_BYTES + 1)
+        raw = read_input_bytes(path, MAX_TOML_BYTES)  # a FIFO refused, never waited on
     except IsADirectoryError:
         raise GridError(path, None, "is a directory, expected a grid .toml") from None
+    except NotRegularFileError as err:
+        raise GridError(path, None, f"{err}, expected a grid .toml") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

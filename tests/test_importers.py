@@ -114,6 +114,7 @@ def test_padding_rows_are_skipped_and_partial_padding_refused(tmp_path):
         ("s,t,e0,e1\n0,0,1,2\n0,1,2.5,1\n", 3, "e0", "expected an integer"),
         ("s,t,e0,e1\n0,0,1,2\n0,1,3,3\n", 3, "e1", "expert 3 twice in one token"),
         ("s,t,e0,e1\n0,0,1,2\n1,0,1,2\n0,0,3,1\n", 4, "t", "a second token for stream 0, step 0, layer 0 (first at 2)"),
+        ("s,t,e0,e1,e0\n0,0,1,2,3\n", 1, "e0", "column given twice (columns 3 and 5)"),
     ],
 )
 def test_wide_table_errors_name_the_line(tmp_path, body, line, field, words):
@@ -239,6 +240,16 @@ def test_table_parquet(tmp_path):
     assert np.array_equal(got.topk, want)
 
 
+def test_a_parquet_column_named_twice_is_ambiguous(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    src = tmp_path / "d.parquet"
+    pq.write_table(pa.table([[0, 1], [0, 0], [1, 2], [3, 0]], names=["s", "t", "e0", "e0"]), src)
+    with pytest.raises(InputError, match=r"d.parquet:-: e0: column given twice \(columns 3 and 4\)"):
+        import_table(src, columns=parse_columns("stream=s,step=t"), expert_cols=["e0"], experts=4, top_k=1)
+
+
 def test_parquet_without_pyarrow_says_so(tmp_path, monkeypatch):
     import sys
 
@@ -344,6 +355,11 @@ def test_count_matrix_npy_and_csv(tmp_path):
         ("L,E0,E1\n0,1,2\n0,2,1\n", ":3: L: ", "layer 0 twice (first at 2)"),
         ("L,E0,E1\n0,1,-2\n", ":2: E1: ", "expected a number ≥ 0"),
         ("L,E0,E1\n0,0.9,1.7\n", ":layer 0: value: ", "an inclusion frequency is at most 1"),
+        # ambiguous columns: pandas read the second E1 as "E1.1" and the import dropped it
+        ("L,E0,E1,E1\n0,1,2,3\n", ":1: E1: ", "column given twice (columns 3 and 4)"),
+        ("L,L,E0,E1\n0,0,1,2\n", ":1: L: ", "column given twice (columns 1 and 2)"),
+        ("L,E0,E1,E01\n0,1,2,3\n", ":1: E01: ", "names expert 1, as column E1 does"),
+        ("L,E0,E\u00b9\n0,1,2\n", ":1: E\u00b9: ", "the id in digits 0-9"),
     ],
 )
 def test_matrix_errors(tmp_path, body, where, words):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 
 import pyarrow.parquet as pq
@@ -465,3 +466,15 @@ def test_a_second_sweep_onto_an_output_being_written_fails_and_loses_nothing(tmp
     assert main(["sweep", str(grid), "-o", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["evaluated"] == 2
     assert not (tmp_path / ".u.parquet.lock").exists()
+
+
+def test_a_sweep_output_that_is_a_device_is_refused_naming_it(tmp_path, capsys):
+    # it was "error: /dev/full" alone: pyarrow's FileNotFoundError reading the device back
+    grid = tmp_path / "grid.toml"
+    grid.write_text('command = "union"\nexperts = [64]\ntop_k = 8\nbatch = [1]\n')
+    fifo = tmp_path / "out.parquet"
+    os.mkfifo(fifo)
+    for out, kind in [("/dev/full", "a character device"), (str(fifo), "a FIFO")]:
+        assert main(["sweep", str(grid), "-o", out]) == 2
+        std, err = capsys.readouterr()
+        assert std == "" and err == f"error: {out}: not a regular file ({kind})\n"

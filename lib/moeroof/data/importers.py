@@ -232,6 +232,7 @@ def _read_frame(src: Path, columns: Sequence[str]) -> tuple[Any, str]:
         missing = [c for c in wanted if c not in have]
         if missing:
             raise InputError(src, "-", missing[0], f"no such column (has: {', '.join(have)})")
+        _refuse_repeated_columns(src, "-", have, wanted)
         frame = pd.read_parquet(src, columns=wanted)
         return frame.astype(str).where(frame.notna(), ""), "parquet"
     have = _csv_header(src)
@@ -240,6 +241,7 @@ def _read_frame(src: Path, columns: Sequence[str]) -> tuple[Any, str]:
     missing = [c for c in wanted if c not in have]
     if missing:
         raise InputError(src, 1, missing[0], f"no such column (header has: {', '.join(have)})")
+    _refuse_repeated_columns(src, 1, have, wanted)
     # Read only the named columns, all as text (ids are checked as integers below, keys stay
     # as the user wrote them); blank lines are skipped by pandas, so line numbers come from a
     # second, cheap pass only when the file has blank lines (see _line_numbers).
@@ -259,6 +261,20 @@ def _read_frame(src: Path, columns: Sequence[str]) -> tuple[Any, str]:
     blank = (frame == "").all(axis=1)
     frame = frame[~blank]
     return frame, "csv"
+
+
+def _refuse_repeated_columns(src: Path, row: int | str, have: Sequence[str], wanted: Sequence[str]) -> None:
+    """A column the import reads, named twice in the header, is ambiguous (pandas would read one
+    of them as ``NAME.1`` and the import the other, silently): an error naming both places."""
+    for name in wanted:
+        places = [i + 1 for i, h in enumerate(have) if h == name]
+        if len(places) > 1:
+            raise InputError(
+                src,
+                row,
+                name,
+                f"column given twice (columns {places[0]} and {places[1]}): which one is meant is ambiguous",
+            )
 
 
 def _csv_header(src: Path) -> list[str]:
@@ -629,11 +645,21 @@ def _matrix_header(
 ) -> tuple[list[str], dict[str, int]]:
     """(a CSV matrix's header, expert column → expert id); the layer and filter columns must be there."""
     header = _csv_header(src)
-    ids = {}
+    ids: dict[str, int] = {}
+    named: dict[int, str] = {}  # expert id → the column that gave it
     for name in header:
         rest = name[len(expert_prefix) :] if name.startswith(expert_prefix) else ""
-        if rest.isdigit():
-            ids[name] = int(rest)
+        if not rest.isdigit():
+            continue
+        if not rest.isascii():  # str.isdigit takes ¹ and ٣; int() does not (or reads another number)
+            raise InputError(src, 1, name, f"expected {expert_prefix}<id> with the id in digits 0-9")
+        e = int(rest)
+        if e in named and named[e] != name:  # Expert_1 and Expert_01
+            raise InputError(
+                src, 1, name, f"names expert {e}, as column {named[e]} does: which one is meant is ambiguous"
+            )
+        named[e] = name
+        ids[name] = e
     if not ids:
         raise InputError(src, 1, "header", f"no column named {expert_prefix}<id> (header: {', '.join(header[:8])}…)")
     for col in [layer_col, *(c for c, _ in filters)]:

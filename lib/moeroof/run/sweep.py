@@ -71,7 +71,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from moeroof.core.input_files import NotRegularFileError, read_input_bytes
+from moeroof.core.input_files import NotRegularFileError, check_regular, read_input_bytes
 from moeroof.core.limits import MAX_GIB, MAX_TOML_BYTES, check_document
 from moeroof.core.optional import require
 
@@ -858,6 +858,11 @@ def run_sweep(
     """
     from moeroof.core import atomic
 
+    if Path(out).exists():  # read back and rewritten: /dev/full or a FIFO is no place for it
+        try:
+            check_regular(out)
+        except IsADirectoryError:
+            raise NotRegularFileError(out, "a folder") from None
     with atomic.exclusive(out, "another moeroof sweep"):
         return _run_locked(grid, Path(out), workers, scheduler, client, evaluate, progress, chunk, run)
 

@@ -26,17 +26,23 @@ static double pairwise_product_sum(const double *a, const double *b, int64_t n)
         return res;
     }
     if (n <= PAIRWISE_BLOCK) {
-        double r[8];
+        /* eight named accumulators, not an array: kept in registers (an r[8] array was spilled
+         * to the stack on every step), paired into SSE2 lanes by the compiler, each lane adding
+         * in numpy's order */
+        double r0 = a[0] * b[0], r1 = a[1] * b[1], r2 = a[2] * b[2], r3 = a[3] * b[3];
+        double r4 = a[4] * b[4], r5 = a[5] * b[5], r6 = a[6] * b[6], r7 = a[7] * b[7];
         int64_t i;
-        for (int j = 0; j < 8; j++) {
-            r[j] = a[j] * b[j];
-        }
         for (i = 8; i < n - (n % 8); i += 8) {
-            for (int j = 0; j < 8; j++) {
-                r[j] += a[i + j] * b[i + j];
-            }
+            r0 += a[i] * b[i];
+            r1 += a[i + 1] * b[i + 1];
+            r2 += a[i + 2] * b[i + 2];
+            r3 += a[i + 3] * b[i + 3];
+            r4 += a[i + 4] * b[i + 4];
+            r5 += a[i + 5] * b[i + 5];
+            r6 += a[i + 6] * b[i + 6];
+            r7 += a[i + 7] * b[i + 7];
         }
-        double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        double res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7));
         for (; i < n; i++) {
             res += a[i] * b[i];
         }

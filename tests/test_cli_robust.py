@@ -714,3 +714,49 @@ def test_c_kernels_not_built_exit_78_saying_what_builds_them(monkeypatch, capsys
     code, out, err = run_main(capsys, ["presets"])
     assert code == 78 and out == ""
     assert err.startswith("error: the C kernels") and "make" in err and err.count("\n") == 1
+
+
+# ----------------------------------------------------------------------------- both or neither
+
+
+def _file_size_cap(limit: int):
+    def cap() -> None:  # in the child: writes past `limit` bytes fail with EFBIG, as a full disk fails them
+        import resource
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return cap
+
+
+@pytest.mark.parametrize(
+    ("command", "out", "side"),
+    [
+        (["histogram", str(ROOT / "data" / "traces" / "qwen3-30b-a3b-like.npz")], "h.csv", "h.json"),
+        (
+            ["trace", "--family", "zipf:0.9", "--experts", "128", "--top-k", "8", "--layers", "8", "--steps", "64"]
+            + ["--streams", "4"],
+            "t.npy",
+            "t.json",
+        ),
+    ],
+)
+def test_a_result_and_its_sidecar_are_written_both_or_neither(tmp_path, command, out, side):
+    # the sidecar (a few KB) fits under the cap, the data file does not: once the sidecar was
+    # committed and left alone on disk ("histogram onto a full disk leaves the sidecar")
+    (tmp_path / out).write_text("old data")
+    (tmp_path / side).write_text("old meta")
+    done = subprocess.run(
+        [sys.executable, "-m", "moeroof.cli", *command, "-o", str(tmp_path / out), "--force"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        preexec_fn=_file_size_cap(6000),  # noqa: PLW1509 - no threads start before the exec
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    # EFBIG from Python's writes; numpy's tofile reports a short write without an errno
+    assert done.stderr.startswith(f"error: {tmp_path / out}: ") and done.stderr.count("\n") == 1
+    assert "the file is too large" in done.stderr or "could not write it whole" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out, side])  # no temp file left
+    assert (tmp_path / out).read_text() == "old data" and (tmp_path / side).read_text() == "old meta"

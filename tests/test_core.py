@@ -305,3 +305,49 @@ def test_open_input_refuses_what_is_not_a_regular_file_without_blocking(tmp_path
     with open_input(good, text=True, encoding="utf-8-sig") as fh:
         assert fh.read() == "ab\ncd\n"
     assert read_input_bytes(good, 4) == good.read_bytes()[:5]  # one byte over the limit tells it is longer
+
+
+def _texts(folder):
+    return {p.name: p.read_text() for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize("fails", ["first", "second"])
+def test_write_together_leaves_every_target_as_it_was_when_a_part_fails(tmp_path, fails):
+    import errno
+
+    a, b = tmp_path / "h.json", tmp_path / "h.csv"
+    a.write_text("old meta")
+    before = _texts(tmp_path)
+
+    def full(fh):
+        fh.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    parts = [
+        atomic.Part(a, full if fails == "first" else lambda fh: fh.write(b"new meta")),
+        atomic.Part(b, full if fails == "second" else lambda fh: fh.write(b"new rows")),
+    ]
+    with pytest.raises(OSError) as exc:
+        atomic.write_together(parts)
+    assert exc.value.errno == errno.ENOSPC and exc.value.filename == str(a if fails == "first" else b)
+    assert _texts(tmp_path) == before  # no new file, no temp file, the old one untouched
+
+
+def test_write_together_puts_back_what_a_rename_had_replaced(tmp_path):
+    # the second target is a folder: both parts stage fine, the second rename fails after the
+    # first has replaced its file
+    a, b = tmp_path / "t.json", tmp_path / "t.npy"
+    a.write_text("old meta")
+    b.mkdir()
+    (b / "inside").write_text("x")
+    with pytest.raises(OSError):
+        atomic.write_together(
+            [atomic.Part(a, lambda fh: fh.write(b"new")), atomic.Part(b, lambda fh: fh.write(b"ids"))]
+        )
+    assert a.read_text() == "old meta" and (b / "inside").read_text() == "x"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json", "t.npy"]
+    written = atomic.write_together(
+        [atomic.Part(a, lambda fh: fh.write(b"new")), atomic.Part(tmp_path / "u", lambda fh: fh.write(b"u"))]
+    )
+    assert written == [a, tmp_path / "u"] and a.read_text() == "new" and (tmp_path / "u").read_text() == "u"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json", "t.npy", "u"]  # no kept link left

@@ -16,14 +16,17 @@ import errno
 import os
 import stat
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 __all__ = [
     "FILE_MODE",
     "OutputBusyError",
+    "Part",
     "write_via",
+    "write_together",
     "write_bytes",
     "write_text",
     "copy_file",
@@ -55,7 +58,99 @@ def write_via(
     must not wait for the disk a thousand times (~5 ms each on a VM's disk).
     """
     target = Path(path)
-    text_args: dict[str, Any] = {} if binary else {"encoding": "utf-8", "newline": newline}
+    tmp = _stage(Part(target, write, binary, newline, check), durable)
+    if tmp is not None:
+        try:
+            os.replace(tmp, target)
+        except BaseException as exc:
+            _unlink(tmp)
+            if isinstance(exc, OSError):  # name the target, not the temp file
+                raise _named(exc, target) from None
+            raise
+    return target
+
+
+@dataclass(frozen=True)
+class Part:
+    """One file of :func:`write_together`: its path and how to write it (as :func:`write_via`)."""
+
+    path: Path
+    write: Callable[[IO[Any]], Any]
+    binary: bool = True
+    newline: str | None = None
+    check: Callable[[Path], Any] | None = None
+
+
+def write_together(parts: Sequence[Part]) -> list[Path]:
+    """Write several files as one result (a table and its sidecar): both or neither.
+
+    Every part is written to its temp file first (:func:`write_via`'s way); a part that fails (a
+    full disk, a folder in the way, a check) removes every temp file and leaves every target as it
+    was. Only then are the temp files renamed over their targets, in order; should a rename fail
+    there, the targets already renamed get back what they replaced (each replaced file is kept as
+    a hard link until the last rename; where the file system has none, a renamed target without
+    a predecessor is removed). A device or pipe among the parts is written into when staged."""
+    staged: list[tuple[Path, str | None]] = []
+    try:
+        for part in parts:
+            staged.append((Path(part.path), _stage(part, True)))
+    except BaseException:
+        for _, tmp in staged:
+            _unlink(tmp)
+        raise
+    done: list[tuple[Path, str | None]] = []  # (target renamed, what it replaced)
+    failing = staged[0][0] if staged else Path()
+    try:
+        for target, tmp in staged:
+            if tmp is None:
+                continue
+            failing, kept = target, _keep(target)
+            try:
+                os.replace(tmp, target)
+            except BaseException:
+                _unlink(kept)
+                raise
+            done.append((target, kept))
+    except BaseException as exc:
+        for target, kept in reversed(done):
+            with contextlib.suppress(OSError):
+                if kept is not None:
+                    os.replace(kept, target)
+                else:
+                    os.unlink(target)
+        for _, tmp in staged:
+            _unlink(tmp)
+        if isinstance(exc, OSError):
+            raise _named(exc, failing) from None
+        raise
+    for _, kept in done:
+        _unlink(kept)
+    return [target for target, _ in staged]
+
+
+def _keep(target: Path) -> str | None:
+    """A hard link to ``target``'s present file (None: no file there, or no hard links here)."""
+    if not target.is_file():
+        return None
+    kept = f"{target.parent / ('.' + target.name)}.{os.getpid()}.{id(target)}.kept"
+    try:
+        os.link(target, kept)
+    except OSError:
+        return None
+    return kept
+
+
+def _unlink(path: str | None) -> None:
+    if path is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _stage(part: Part, durable: bool) -> str | None:
+    """``part`` written to a complete, checked temp file beside its target (returned), or straight
+    into a device or pipe (None); on any error nothing is left behind."""
+    target = Path(part.path)
+    text_args: dict[str, Any] = {} if part.binary else {"encoding": "utf-8", "newline": part.newline}
     try:
         mode = os.stat(target).st_mode
     except OSError:
@@ -63,12 +158,12 @@ def write_via(
     if mode is not None and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
         # a device or a pipe (/dev/null, /dev/stdout, a FIFO): written into, never replaced
         try:
-            with open(target, "wb" if binary else "w", **text_args) as handle:
-                write(handle)
+            with open(target, "wb" if part.binary else "w", **text_args) as handle:
+                part.write(handle)
                 handle.flush()
         except OSError as exc:
             raise _named(exc, target) from None
-        return target
+        return None
     for folder in (target.parent, *target.parent.parents):
         if folder.exists():
             if not folder.is_dir():  # a path under a file
@@ -80,28 +175,26 @@ def write_via(
     except OSError as exc:
         raise _named(exc, target) from None
     try:
-        with os.fdopen(fd, "wb" if binary else "w", **text_args) as handle:
-            write(handle)
+        with os.fdopen(fd, "wb" if part.binary else "w", **text_args) as handle:
+            part.write(handle)
             handle.flush()
             if durable:
                 os.fsync(handle.fileno())
-        if check is not None:
-            check(Path(tmp))
+        if part.check is not None:
+            part.check(Path(tmp))
         os.chmod(tmp, FILE_MODE)
-        os.replace(tmp, target)
     except BaseException as exc:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        _unlink(tmp)
         if isinstance(exc, OSError):  # name the target, not the temp file
             raise _named(exc, target) from None
         raise
-    return target
+    return tmp
 
 
 def _named(exc: OSError, target: Path) -> OSError:
     """``exc`` again, naming ``target`` (a full disk, a read-only folder, a folder as the target)."""
-    if exc.errno is None:
-        return exc
+    if exc.errno is None:  # numpy's short write ("16384 requested and 1468 written") says no file
+        return OSError(None, f"could not write it whole ({exc}): a full disk or a file size limit?", str(target))
     return type(exc)(exc.errno, exc.strerror, str(target))
 
 

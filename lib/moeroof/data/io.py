@@ -1013,8 +1013,13 @@ def write_histogram(
     rank = _rank_array(rank, counts.shape, path)
     guard_target(path, overwrite)
     guard_target(side, overwrite)
-    atomic.write_text(side, _json_text(meta), newline="")
-    atomic.write_via(path, lambda fh: _write_histogram_rows(fh, counts, lids, rank), binary=False, newline="")
+    meta_text = _json_text(meta)
+    atomic.write_together(  # the counts and their sidecar: both or neither (a full disk leaves no orphan)
+        [
+            atomic.Part(side, lambda fh: fh.write(meta_text), binary=False, newline=""),
+            atomic.Part(path, lambda fh: _write_histogram_rows(fh, counts, lids, rank), binary=False, newline=""),
+        ]
+    )
     return path
 
 
@@ -1076,6 +1081,11 @@ def write_trace(
     else:
         side = sidecar_path(path)
         guard_target(side, overwrite)
-        atomic.write_text(side, _json_text(meta_d), newline="")
-        atomic.write_via(path, lambda fh: np.lib.format.write_array(fh, topk, allow_pickle=False))
+        side_text = _json_text(meta_d)
+        atomic.write_together(  # the ids and their sidecar: both or neither
+            [
+                atomic.Part(side, lambda fh: fh.write(side_text), binary=False, newline=""),
+                atomic.Part(path, lambda fh: np.lib.format.write_array(fh, topk, allow_pickle=False)),
+            ]
+        )
     return path

@@ -550,3 +550,63 @@ def test_a_fifo_in_place_of_any_input_is_refused_at_once(tmp_path, case):
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), f"{case}: expected one error line, got\n{err}"
     assert name in lines[0] and ("not a regular file" in lines[0] or "FIFO" in lines[0]), lines[0]
+
+
+# ----------------------------------------------------------------------------- damaged archives
+
+
+def _damaged_traces(folder: Path) -> dict[str, Path]:
+    """A good .npz trace damaged the ways copies and renames damage files: cut short (a copy in
+    progress) at several places, a .npy under an .npz name, a member without the .npy suffix, a
+    .npy with a zip appended (a polyglot), an empty file."""
+    good = (DATA / "traces" / "qwen3-30b-a3b-like.npz").read_bytes()
+    out: dict[str, bytes] = {f"cut-{frac}": good[: int(len(good) * frac)] for frac in (0.02, 0.3, 0.5, 0.9, 0.999)}
+    with np.load(io.BytesIO(good)) as z:
+        topk, meta = z["topk"], z["meta"]
+    npy = io.BytesIO()
+    np.save(npy, topk)
+    out["npy-named-npz"] = npy.getvalue()
+    odd = io.BytesIO()
+    with zipfile.ZipFile(odd, "w") as zf:
+        zf.writestr("topk", npy.getvalue())  # no .npy suffix: numpy hands back raw bytes
+        meta_npy = io.BytesIO()
+        np.save(meta_npy, meta)
+        zf.writestr("meta.npy", meta_npy.getvalue())
+    out["member-without-suffix"] = odd.getvalue()
+    out["empty"] = b""
+    paths = {}
+    for name, data in out.items():
+        (folder / f"{name}.npz").write_bytes(data)
+        paths[name] = folder / f"{name}.npz"
+    polyglot = folder / "polyglot.npy"
+    polyglot.write_bytes(npy.getvalue() + good)
+    (folder / "polyglot.json").write_text(str(meta))  # its meta, so the reader gets to the bytes
+    paths["npy-with-zip-appended"] = polyglot
+    return paths
+
+
+@pytest.mark.parametrize("command", ["union", "cache", "mrc", "histogram", "fit", "bench"])
+def test_damaged_traces_get_one_error_line(tmp_path, command):
+    for name, path in _damaged_traces(tmp_path).items():
+        if command == "bench" and name == "member-without-suffix":
+            continue  # readable: bench would run its measurement (the other commands check it)
+        argv = {
+            "union": ["union", str(path), "--batch", "1,2"],
+            "cache": ["cache", str(path), "--policy", "lru", "--capacity-experts", "64"],
+            "mrc": ["mrc", str(path)],
+            "histogram": ["histogram", str(path), "-o", str(tmp_path / f"h-{name}.csv")],
+            "fit": ["fit", str(path), "--bootstrap", "2", "--gof-sims", "2"],
+            "bench": ["bench", "--trace", str(path), "--steps", "2", "--batch", "4"],
+        }[command]
+        rc, err = check_promise(argv, [path])
+        if name == "member-without-suffix":  # unusual, not damaged: its bytes are a whole .npy
+            assert rc == 0, f"{command} refused a readable trace ({name}):\n{err}"
+            if command == "union":
+                good = ["union", str(DATA / "traces" / "qwen3-30b-a3b-like.npz"), "--batch", "1,2", "--json"]
+                ours, theirs = json.loads(run([*argv, "--json"])[1]), json.loads(run(good)[1])
+                assert {k: v for k, v in ours.items() if k not in ("run", "source")} == {
+                    k: v for k, v in theirs.items() if k not in ("run", "source")
+                }
+            continue
+        assert rc == 2, f"{command} accepted the damaged trace {name}:\n{err}"
+        assert str(path) in err or path.name in err, f"{command}, {name}: the error does not name the file:\n{err}"

@@ -395,3 +395,56 @@ def test_routing_knobs_json_is_bounded_and_an_object(tmp_path, capsys):
         assert main(args) == 2
         err = capsys.readouterr().err
         assert err.count("error:") == 1 and words in err and "Traceback" not in err
+
+
+HUGE = "1" + "0" * 5000  # past Python's 4,300-digit conversion limit
+META = {"model": "x", "source": "t", "layers_summed": False}
+
+
+def _huge_inputs(tmp_path):
+    """(argv, what the one error line must hold) for a 5,001-digit number in each kind of input."""
+    hist = tmp_path / "h.csv"
+    hist.write_text(f"layer,expert,count\n0,0,{HUGE}\n")
+    sidecar_path(hist).write_text(json.dumps({**META, "experts": 8, "top_k": 2, "layers": 1, "tokens": 4}))
+    side = tmp_path / "s.csv"
+    side.write_text("layer,expert,count\n0,0,4\n")
+    sidecar_path(side).write_text(
+        json.dumps({**META, "experts": 8, "top_k": 2, "layers": 1, "tokens": 4}).replace("8", HUGE, 1)
+    )
+    model = tmp_path / "m.toml"
+    model.write_text(f'kind = "model"\nexperts = {{value = {HUGE}}}\n')
+    knobs = tmp_path / "k.json"
+    knobs.write_text(f'{{"knobs": {{"rho": {HUGE}}}}}')
+    plan = ["plan", "--hardware", "nvme-gen4", "--batch", "1"]
+    return [
+        (["union", str(hist), "--batch", "2"], f"{hist}:2: count: a number of 5001 digits"),
+        (["union", str(side), "--batch", "2"], f"{sidecar_path(side)}:-: file: a number of 5001 digits"),
+        ([*plan, "--model", str(model)], f"{model}:-: toml: a number of more than 4,300 digits"),
+        ([*plan, "--model", "glm-5.2", "--routing-knobs", str(knobs)], f"{knobs}: a number of 5001 digits"),
+    ]
+
+
+def test_a_number_of_thousands_of_digits_is_refused_naming_its_file(tmp_path, capsys):
+    # it was Python's "Exceeds the limit (4300 digits) for integer string conversion …", no file
+    for argv, words in _huge_inputs(tmp_path):
+        assert main(argv) == 2, argv
+        line = one_error_line(capsys)
+        assert words in line and "set_int_max_str_digits" not in line, line
+        assert len(line) < 400
+
+
+def test_bounded_int_and_the_plain_words_for_pythons_limit():
+    assert limits.bounded_int("-" + "9" * limits.MAX_INT_DIGITS) == -int("9" * limits.MAX_INT_DIGITS)
+    with pytest.raises(ValueError, match="a number of 21 digits"):
+        limits.bounded_int("1" * 21)
+    with pytest.raises(ValueError) as exc:
+        int(HUGE)
+    assert limits.plain_value_error(exc.value).startswith("a number of more than 4,300 digits")
+    assert limits.plain_value_error(ValueError("other")) == "other"
+
+
+def test_an_error_quoting_a_huge_cell_stays_a_short_line(tmp_path):
+    err = InputError(tmp_path / "p.csv", 2, "batch", f"must be finite, got {HUGE!r}")
+    text = str(err)
+    assert len(text) < 400 and "(4863 characters left out)" in text
+    assert text.startswith(f"{tmp_path / 'p.csv'}:2: batch: must be finite, got '1000") and text.endswith("000'")

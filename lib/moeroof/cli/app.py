@@ -45,6 +45,7 @@ from collections.abc import Sequence
 from moeroof.cli.flags import FlagParser, declare_choices
 from moeroof.cli.output import EXIT_INTERRUPTED
 from moeroof.core.errors import ParameterError
+from moeroof.core.limits import plain_value_error
 from moeroof.kernels.loader import NativeBuildError
 
 __all__ = [
@@ -188,7 +189,7 @@ def user_message(exc: BaseException) -> str:
         return "an input is nested too deeply to read"
     if isinstance(exc, OverflowError):
         return f"a number is too large to compute with ({exc}); check the sizes and values given"
-    text = str(exc)
+    text = plain_value_error(exc)
     for needle, words in _NUMPY_MESSAGES:
         if needle in text:
             return words

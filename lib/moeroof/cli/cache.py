@@ -144,13 +144,13 @@ def read_trace_lazily(path_text: str, args: Any = None, *, check_ids: bool = Tru
     steps). ``check_ids=False`` also leaves out read_trace's pass over the ids
     (``Trace.ids_checked`` False): for a command that builds its requests with
     :func:`trace_requests`, whose compiled pass checks every id as ``read_trace`` would."""
-    from moeroof.data.io import read_trace, sidecar_path
+    from moeroof.data.io import npz_has_meta, read_trace, sidecar_path
 
     path = Path(path_text)
     if path.suffix.lower() in (".npy", ".npz") and all(getattr(args, f, None) is None for f in _META_FLAGS):
         path = input_path(path_text)
         suffix = path.suffix.lower()
-        if suffix == ".npy" and sidecar_path(path).is_file() or suffix == ".npz" and _npz_has_meta(path):
+        if suffix == ".npy" and sidecar_path(path).is_file() or suffix == ".npz" and npz_has_meta(path) is True:
             return read_trace(path, validate=check_ids, lazy=True)
     return read_trace_arg(path_text, args)
 
@@ -158,16 +158,6 @@ def read_trace_lazily(path_text: str, args: Any = None, *, check_ids: bool = Tru
 def read_trace_for_requests(path_text: str, args: Any = None) -> Trace:
     """:func:`read_trace_lazily` without read_trace's pass over the ids, for :func:`trace_requests`."""
     return read_trace_lazily(path_text, args, check_ids=False)
-
-
-def _npz_has_meta(path: Path) -> bool:
-    from moeroof.core.input_files import open_input
-
-    try:
-        with open_input(path) as fh, np.load(fh, allow_pickle=False) as z:  # a FIFO refused, never waited on
-            return "meta" in z.files
-    except (OSError, ValueError, EOFError):
-        return False  # read_trace_arg reports it in its own words
 
 
 def trace_requests(trace: Trace, **kw: Any):

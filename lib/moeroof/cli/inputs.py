@@ -88,14 +88,10 @@ def load_input(path_text: str, args: Any = None) -> Any:
 
 def _has_meta(path: Path) -> bool:
     """Whether the file carries its own meta (sidecar ``.json``, or an ``.npz``'s ``meta`` member)."""
-    from moeroof.data.io import sidecar_path
+    from moeroof.data.io import npz_has_meta, sidecar_path
 
     if path.suffix.lower() == ".npz":
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                return "meta" in z.files
-        except (OSError, ValueError, EOFError):
-            return True  # unreadable: the reader reports it in its own words
+        return npz_has_meta(path) is not False  # unreadable (None): the reader reports it in its own words
     return sidecar_path(path).exists()
 
 
@@ -176,18 +172,20 @@ def read_routing_knobs(path_text: str) -> tuple[str, float, float, float]:
     c)`` for :func:`moeroof.models.local_routing.routing_from_knobs` (c = inf: no locality)."""
     path = input_path(path_text)
     from moeroof.core.input_files import NotRegularFileError, read_input_bytes
-    from moeroof.core.limits import MAX_JSON_BYTES, check_document
+    from moeroof.core.limits import MAX_JSON_BYTES, bounded_int, check_document
 
     try:
         text = read_input_bytes(path, MAX_JSON_BYTES).decode("utf-8")  # a FIFO refused, never waited on
-        check_document(text, f"--routing-knobs: {path}", max_bytes=MAX_JSON_BYTES)
-        doc = json.loads(text)
+        check_document(text, "the JSON", max_bytes=MAX_JSON_BYTES)
+        doc = json.loads(text, parse_int=bounded_int)
     except FileNotFoundError:
         raise UsageError(f"--routing-knobs: {path}: no such file") from None
     except NotRegularFileError as err:
         raise UsageError(f"--routing-knobs: {path}: {err}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UsageError(f"--routing-knobs: {path}: not a JSON file ({err})") from None
+    except ValueError as err:  # bounded_int, check_document
+        raise UsageError(f"--routing-knobs: {path}: {err}") from None
     if not isinstance(doc, dict):
         raise UsageError(
             f"--routing-knobs: {path}: expected a JSON object (moeroof fit-routing --json), got {type(doc).__name__}"

@@ -13,6 +13,9 @@ import resource
 from moeroof.core.errors import ParameterError
 
 __all__ = [
+    "MAX_INT_DIGITS",
+    "bounded_int",
+    "plain_value_error",
     "MAX_EXPERTS",
     "MAX_LAYERS",
     "MAX_TOKENS",
@@ -70,6 +73,9 @@ MAX_FIT_EXPERT_CELLS = 1 << 16
 #: a cache or memory size in GiB (2^40 GiB = 1 ZiB): a larger one is a typo, and 1e300 GiB
 #: overflows to infinity in bytes
 MAX_GIB = float(1 << 40)
+#: digits of an integer an input may spell (2^63 has 19): a count, size, id or seed never needs
+#: more, and Python refuses to convert 4,301 or more in its own words ("Exceeds the limit …")
+MAX_INT_DIGITS = 20
 #: concurrent streams of a POINTS row (published serving batches: 1 … 10^4)
 MAX_BATCH = 1 << 24
 #: what :func:`available_memory` assumes when the system does not say
@@ -296,3 +302,22 @@ def usable_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return max(1, os.cpu_count() or 1)
+
+
+def bounded_int(text: str) -> int:
+    """``int(text)`` for a number an input spells (``json.loads``'s ``parse_int``), refusing one of
+    more than :data:`MAX_INT_DIGITS` digits with a ValueError in the user's terms."""
+    digits = len(text.lstrip("+-"))
+    if digits > MAX_INT_DIGITS:
+        raise ValueError(f"a number of {digits} digits: no count, size or id needs more than {MAX_INT_DIGITS}")
+    return int(text)
+
+
+def plain_value_error(err: BaseException) -> str:
+    """``str(err)``, but Python's refusal of an integer of 4,301 or more digits ("Exceeds the limit
+    (4300 digits) for integer string conversion …: use sys.set_int_max_str_digits()") said in the
+    user's terms."""
+    text = str(err)
+    if "Exceeds the limit" in text and "integer string conversion" in text:
+        return f"a number of more than 4,300 digits: no count, size or id needs more than {MAX_INT_DIGITS}"
+    return text

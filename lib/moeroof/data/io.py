@@ -55,6 +55,7 @@ from moeroof.core.limits import (
     MAX_JSON_BYTES,
     MAX_LAYERS,
     MAX_TOKENS,
+    bounded_int,
     check_allocation,
     check_document,
     human_bytes,
@@ -102,8 +103,24 @@ class InputError(ValueError):
         self.path = Path(path)
         self.row = "-" if row is None else row
         self.field = field
-        self.message = message
-        super().__init__(f"{self.path}:{self.row}: {field}: {message}")
+        self.message = _shortened(message)
+        super().__init__(f"{self.path}:{self.row}: {field}: {self.message}")
+
+
+#: a run of this many characters without a space in an error's message is a quoted value, cut
+_LONG_WORD = re.compile(r"\S{240,}")
+
+
+def _shortened(message: str) -> str:
+    """``message`` on one line, each quoted value thousands of characters long (a 5,000-digit
+    cell) cut to its two ends around a count of what was left out: the error stays a line to
+    read. Prose is kept whole."""
+
+    def cut(m: re.Match[str]) -> str:
+        word = m.group(0)
+        return f"{word[:100]}…({len(word) - 140} characters left out)…{word[-40:]}"
+
+    return _LONG_WORD.sub(cut, message.replace("\n", " "))
 
 
 # ----------------------------------------------------------------------------- dataclasses
@@ -224,11 +241,13 @@ def _parse_json(text: str, path: Path, row: str, key: str) -> dict[str, Any]:
     except ValueError as exc:
         raise InputError(path, row, key, str(exc)) from None
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, parse_int=bounded_int)
     except json.JSONDecodeError as exc:
         raise InputError(
             path, row, key, f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
         ) from None
+    except ValueError as exc:  # bounded_int: a number of more digits than any field needs
+        raise InputError(path, row, key, str(exc)) from None
     if not isinstance(obj, dict):
         raise InputError(path, row, key, f"expected a JSON object, got {type(obj).__name__}")
     return obj
@@ -462,6 +481,21 @@ class NpySteps:
         return out if dtype is None else out.astype(dtype)
 
 
+def npz_has_meta(path: str | os.PathLike[str]) -> bool | None:
+    """Whether the ``.npz`` at ``path`` has a ``meta`` member; None when it cannot be read as an
+    ``.npz`` (cut short, a ``.npy`` or anything else under that name, not a regular file): its
+    reader then says why in its own words."""
+    try:
+        with open_input(path) as fh:  # a FIFO refused, never waited on
+            z = np.load(fh, allow_pickle=False)
+            if not isinstance(z, np.lib.npyio.NpzFile):  # a .npy named .npz
+                return None
+            with z:
+                return "meta" in z.files
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+        return None
+
+
 def check_readable(path: Path) -> None:
     """Refuses a path that is no regular file (``FILE:-: file: no such file`` / ``not a regular
     file (a FIFO)``, …: :func:`moeroof.core.input_files.check_regular`)."""
@@ -503,7 +537,10 @@ def _histogram_row(row: list[str], line_no: int, col: Mapping[str, int], path: P
         cell = row[j].strip()
         if not _INT_RE.match(cell):
             raise InputError(path, line_no, name, f"expected an integer, got {row[j]!r}")
-        v = int(cell)
+        try:
+            v = bounded_int(cell)
+        except ValueError as exc:
+            raise InputError(path, line_no, name, str(exc)) from None
         if v < 0:
             raise InputError(path, line_no, name, f"negative value {v}")
         vals[name] = v

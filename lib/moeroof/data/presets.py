@@ -38,7 +38,14 @@ from typing import Any
 import numpy as np
 
 from moeroof.core.input_files import read_input_bytes
-from moeroof.core.limits import MAX_EXPERTS, MAX_LAYERS, MAX_TOML_BYTES, check_allocation, check_document
+from moeroof.core.limits import (
+    MAX_EXPERTS,
+    MAX_LAYERS,
+    MAX_TOML_BYTES,
+    check_allocation,
+    check_document,
+    plain_value_error,
+)
 from moeroof.core.paths import DATA_DIR
 from moeroof.core.units import dimension_of, to_si
 from moeroof.data.io import InputError
@@ -567,7 +574,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise InputError(path, None, "toml", f"not valid TOML ({err})") from None
     except ValueError as err:
-        raise InputError(path, None, "toml", str(err)) from None
+        raise InputError(path, None, "toml", plain_value_error(err)) from None
     except OSError as err:
         raise InputError(path, None, "file", f"cannot read: {err}") from None
 

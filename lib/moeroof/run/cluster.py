@@ -8,6 +8,7 @@ would put run-dependent text into reports.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from moeroof.core.optional import require
@@ -19,4 +20,12 @@ def local_cluster(workers: int) -> Any:
     """A ``distributed.LocalCluster`` of ``workers`` processes, one thread each."""
     LocalCluster = require("distributed", "sweep", "a local dask cluster").LocalCluster
 
-    return LocalCluster(n_workers=int(workers), processes=True, threads_per_worker=1, dashboard_address=":0")
+    # silence_logs: the workers' and nannies' WARNING lines (a task cancelled by Ctrl-C, a worker
+    # killed) are not the user's business; the sweep's summary says what was lost
+    return LocalCluster(
+        n_workers=int(workers),
+        processes=True,
+        threads_per_worker=1,
+        dashboard_address=":0",
+        silence_logs=logging.ERROR,
+    )

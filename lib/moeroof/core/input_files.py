@@ -13,9 +13,10 @@ wrapped in a file object. A folder is :class:`IsADirectoryError`, a missing file
 from __future__ import annotations
 
 import errno
+import io
 import os
 import stat
-from typing import IO, Any
+from typing import IO, Any, Literal, overload
 
 __all__ = ["NotRegularFileError", "file_kind", "open_input", "read_input_bytes", "check_regular"]
 
@@ -57,6 +58,18 @@ def check_regular(path: str | os.PathLike[str]) -> None:
         raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", os.fspath(path))
     if not stat.S_ISREG(mode):
         raise NotRegularFileError(path, file_kind(mode))
+
+
+@overload
+def open_input(
+    path: str | os.PathLike[str], *, text: Literal[False] = False, encoding: str = ..., newline: str | None = ...
+) -> io.BufferedReader: ...
+
+
+@overload
+def open_input(
+    path: str | os.PathLike[str], *, text: Literal[True], encoding: str = ..., newline: str | None = ...
+) -> io.TextIOWrapper: ...
 
 
 def open_input(

@@ -99,28 +99,13 @@ COLUMNS = (
 
 
 def _comparison_rows(group: str, comparisons) -> list[dict[str, Any]]:
+    """Each :class:`moeroof.studies.validation.Comparison` row under :data:`COLUMNS` (``case`` its
+    key, ``at`` its B; the other columns of one name)."""
     out = []
     for c in comparisons:
         for r in c.rows():
-            out.append(
-                {
-                    "group": group,
-                    "case": r["key"],
-                    "role": r["role"],
-                    "quantity": r["quantity"],
-                    "axis": r["axis"],
-                    "at": r["B"],
-                    "measured": r["measured"],
-                    "predicted": r["predicted"],
-                    "error": r["error"],
-                    "error_unit": r["error_unit"],
-                    "low": r["low"],
-                    "high": r["high"],
-                    "inside": None if r["low"] is None else bool(r["low"] <= r["measured"] <= r["high"]),
-                    "calibrated_on": r["calibrated_on"],
-                    "source": r["source"],
-                }
-            )
+            own = {"group": group, "inside": None if r["low"] is None else bool(r["low"] <= r["measured"] <= r["high"])}
+            out.append({k: own[k] if k in own else r[{"case": "key", "at": "B"}.get(k, k)] for k in COLUMNS})
     return out
 
 

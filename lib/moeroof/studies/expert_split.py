@@ -277,21 +277,9 @@ def trace_split(
         misses[r] = int((~hit[keep]).sum())
         layer_miss[r] = np.bincount(cell[~hit[keep]], minlength=timed * layers).reshape(timed, layers) * e / GiB
     req_n = hits + misses
-    return TraceSplit(
-        assignment=a,
-        ranks=ranks,
-        layers=int(layers),
-        timed_steps=int(timed),
-        cache_gib_per_rank=float(cache_gib_per_rank),
-        item_bytes=e,
-        picks_per_step=picks,
-        union_per_layer=union,
-        hits=hits,
-        misses=misses,
-        hit_rate=np.where(req_n > 0, hits / np.maximum(req_n, 1), np.nan),
-        gib_per_step=misses * e / GiB / timed,
-        layer_miss_gib=layer_miss,
-    )
+    hit_rate = np.where(req_n > 0, hits / np.maximum(req_n, 1), np.nan)
+    return TraceSplit(a, ranks, int(layers), int(timed), float(cache_gib_per_rank), e, picks, union, hits, misses,
+                      hit_rate, misses * e / GiB / timed, layer_miss)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- slowdown

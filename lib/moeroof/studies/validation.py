@@ -140,27 +140,12 @@ class Comparison(Result):
         """One dict per point (for a table)."""
         low = self.low or (None,) * len(self.batch)
         high = self.high or (None,) * len(self.batch)
+        head = {k: getattr(self, k) for k in ("key", "role", "quantity", "axis")}
+        tail = {k: getattr(self, k) for k in ("error_unit", "calibrated_on", "cache", "source")}
+        per_point = zip(self.batch, self.measured, self.predicted, self.relative_error, self.error)
+        cols = ("B", "measured", "predicted", "relative_error", "error")
         return [
-            {
-                "key": self.key,
-                "role": self.role,
-                "quantity": self.quantity,
-                "axis": self.axis,
-                "B": b,
-                "measured": m,
-                "predicted": p,
-                "relative_error": e,
-                "error": d,
-                "error_unit": self.error_unit,
-                "calibrated_on": self.calibrated_on,
-                "cache": self.cache,
-                "source": self.source,
-                "low": lo,
-                "high": hi,
-            }
-            for b, m, p, e, d, lo, hi in zip(
-                self.batch, self.measured, self.predicted, self.relative_error, self.error, low, high
-            )
+            {**head, **dict(zip(cols, v)), **tail, "low": lo, "high": hi} for v, lo, hi in zip(per_point, low, high)
         ]
 
 

@@ -207,15 +207,13 @@ def held_out_rows(
     rows: list[dict[str, Any]] = []
     skipped: dict[str, str] = {}
     total = len(groups)
+    comparisons = {"step": validation.comparisons, "cache": validation.cache_comparisons}
+    comparisons["skew"] = validation.skew_comparisons
     for i, group in enumerate(groups):
         if progress is not None:
             progress(i, total, group)
-        if group == "step":
-            rows += _comparison_rows("step", validation.comparisons())
-        elif group == "cache":
-            rows += _comparison_rows("cache", validation.cache_comparisons())
-        elif group == "skew":
-            rows += _comparison_rows("skew", validation.skew_comparisons())
+        if group in comparisons:
+            rows += _comparison_rows(group, comparisons[group]())
         elif group == "regimes":
             rows += regime_rows(jobs=jobs)
         else:
@@ -257,25 +255,10 @@ def _prior_row(r, case: str, calibrated_on: str) -> list[dict[str, Any]]:
 
     if r.kind not in ("hit_rate", "overlap"):
         return []
-    return [
-        {
-            "group": "locality",
-            "case": case,
-            "role": "prediction",
-            "quantity": r.label,
-            "axis": "row",
-            "at": None,
-            "measured": r.measured,
-            "predicted": r.predicted,
-            "error": r.predicted - r.measured,
-            "error_unit": "points",
-            "low": r.low,
-            "high": r.high,
-            "inside": r.inside,
-            "calibrated_on": calibrated_on,
-            "source": locality_prior.SOURCES[r.source]["provenance"],
-        }
-    ]
+    source = locality_prior.SOURCES[r.source]["provenance"]
+    values = ("locality", case, "prediction", r.label, "row", None, r.measured, r.predicted, r.predicted - r.measured,
+              "points", r.low, r.high, r.inside, calibrated_on, source)  # fmt: skip
+    return [dict(zip(COLUMNS, values, strict=True))]
 
 
 def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

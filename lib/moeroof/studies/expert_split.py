@@ -277,21 +277,9 @@ def trace_split(
         misses[r] = int((~hit[keep]).sum())
         layer_miss[r] = np.bincount(cell[~hit[keep]], minlength=timed * layers).reshape(timed, layers) * e / GiB
     req_n = hits + misses
-    return TraceSplit(
-        assignment=a,
-        ranks=ranks,
-        layers=int(layers),
-        timed_steps=int(timed),
-        cache_gib_per_rank=float(cache_gib_per_rank),
-        item_bytes=e,
-        picks_per_step=picks,
-        union_per_layer=union,
-        hits=hits,
-        misses=misses,
-        hit_rate=np.where(req_n > 0, hits / np.maximum(req_n, 1), np.nan),
-        gib_per_step=misses * e / GiB / timed,
-        layer_miss_gib=layer_miss,
-    )
+    hit_rate = np.where(req_n > 0, hits / np.maximum(req_n, 1), np.nan)
+    return TraceSplit(a, ranks, int(layers), int(timed), float(cache_gib_per_rank), e, picks, union, hits, misses,
+                      hit_rate, misses * e / GiB / timed, layer_miss)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- slowdown
@@ -380,47 +368,28 @@ def slowdown_sweep(
     rank_s = {m: np.zeros((s_grid.size, ranks)) for m in methods}
     bound: dict[str, list[str]] = {m: [] for m in methods}
     notes: list[str] = []
+    bytes_kw = dict(
+        pi=pi, model=model, hardware=hardware, batch=batch, cache_bytes_per_rank=cache_bytes, max_iter=bytes_max_iter,
+        **{k: v for k, v in plan_kw.items() if k in ("context_tokens", "overlap", "read_size_bytes")},
+    )  # fmt: skip
     for i, s in enumerate(s_grid):
         speed = np.ones(ranks)
         speed[head_rank] = 1.0 / s
         kw = dict(batch=batch, cache_bytes_per_rank=cache_bytes, rank_speed=speed, load=w, **plan_kw)
         for m in methods:
-            extra = (
-                dict(
-                    pi=pi,
-                    model=model,
-                    hardware=hardware,
-                    batch=batch,
-                    cache_bytes_per_rank=cache_bytes,
-                    max_iter=bytes_max_iter,
-                    **{k: v for k, v in plan_kw.items() if k in ("context_tokens", "overlap", "read_size_bytes")},
-                )
-                if m == "bytes"
-                else {}
-            )
-            a = partition(m, w, ranks, rank_speed=speed, **extra)
+            a = partition(m, w, ranks, rank_speed=speed, **(bytes_kw if m == "bytes" else {}))
             p = split_plan(a, pi, model, hardware, method=m, **kw)
             steps[m][i] = p.step_seconds
             head[m][i] = int(np.sum(a == head_rank))
             gib[m][i] = p.streamed_bytes / GiB
             rank_s[m][i] = p.rank_seconds
             bound[m].append(p.bound[p.slowest_rank])
-            for n in p.notes:
-                if n not in notes:
-                    notes.append(n)
+            notes += p.notes
+    bounds = {m: tuple(b) for m, b in bound.items()}
     return SlowdownSweep(
-        s_grid,
-        int(head_rank),
-        tuple(methods),
-        steps,
-        head,
-        gib,
-        {m: tuple(b) for m, b in bound.items()},
-        rank_s,
-        float(cache_gib_per_rank),
-        int(batch),
-        tuple(notes),
-    )
+        s_grid, int(head_rank), tuple(methods), steps, head, gib, bounds, rank_s, float(cache_gib_per_rank), int(batch),
+        tuple(dict.fromkeys(notes)),
+    )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- pair vs booster
@@ -669,18 +638,12 @@ def tok_s_points(rows: Sequence[TokRow] = TOK_S_ROWS) -> list:
     is empty (predicted). ``row`` is the index in ``rows`` + 2 (as a file with a header)."""
     from moeroof.data.plan_points import PlanPoint
 
+    cal = [r.role == "calibration" for r in rows]
     return [
-        PlanPoint(
-            i + 2,
-            int(r.batch),
-            float(r.cache_gib),
-            int(r.ranks),
-            "lru",
-            r.witnessed_tok_s if r.role == "calibration" else None,
-            r.witnessed_hit_rate if r.role == "calibration" else None,
-        )
-        for i, r in enumerate(rows)
-    ]
+        PlanPoint(i + 2, int(r.batch), float(r.cache_gib), int(r.ranks), "lru",
+                  r.witnessed_tok_s if c else None, r.witnessed_hit_rate if c else None)
+        for i, (r, c) in enumerate(zip(rows, cal))
+    ]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -752,11 +715,7 @@ def _sweep_rows(
         w = r.witnessed_tok_s
         out.append(
             {
-                "name": r.name,
-                "batch": r.batch,
-                "cache_gib": r.cache_gib,
-                "ranks": r.ranks,
-                "role": r.role,
+                **{k: getattr(r, k) for k in ("name", "batch", "cache_gib", "ranks", "role")},
                 "witnessed": w,
                 "predicted": fr["predicted"],
                 "low": lo,

@@ -99,28 +99,13 @@ COLUMNS = (
 
 
 def _comparison_rows(group: str, comparisons) -> list[dict[str, Any]]:
+    """Each :class:`moeroof.studies.validation.Comparison` row under :data:`COLUMNS` (``case`` its
+    key, ``at`` its B; the other columns of one name)."""
     out = []
     for c in comparisons:
         for r in c.rows():
-            out.append(
-                {
-                    "group": group,
-                    "case": r["key"],
-                    "role": r["role"],
-                    "quantity": r["quantity"],
-                    "axis": r["axis"],
-                    "at": r["B"],
-                    "measured": r["measured"],
-                    "predicted": r["predicted"],
-                    "error": r["error"],
-                    "error_unit": r["error_unit"],
-                    "low": r["low"],
-                    "high": r["high"],
-                    "inside": None if r["low"] is None else bool(r["low"] <= r["measured"] <= r["high"]),
-                    "calibrated_on": r["calibrated_on"],
-                    "source": r["source"],
-                }
-            )
+            own = {"group": group, "inside": None if r["low"] is None else bool(r["low"] <= r["measured"] <= r["high"])}
+            out.append({k: own[k] if k in own else r[{"case": "key", "at": "B"}.get(k, k)] for k in COLUMNS})
     return out
 
 
@@ -222,15 +207,13 @@ def held_out_rows(
     rows: list[dict[str, Any]] = []
     skipped: dict[str, str] = {}
     total = len(groups)
+    comparisons = {"step": validation.comparisons, "cache": validation.cache_comparisons}
+    comparisons["skew"] = validation.skew_comparisons
     for i, group in enumerate(groups):
         if progress is not None:
             progress(i, total, group)
-        if group == "step":
-            rows += _comparison_rows("step", validation.comparisons())
-        elif group == "cache":
-            rows += _comparison_rows("cache", validation.cache_comparisons())
-        elif group == "skew":
-            rows += _comparison_rows("skew", validation.skew_comparisons())
+        if group in comparisons:
+            rows += _comparison_rows(group, comparisons[group]())
         elif group == "regimes":
             rows += regime_rows(jobs=jobs)
         else:
@@ -272,25 +255,10 @@ def _prior_row(r, case: str, calibrated_on: str) -> list[dict[str, Any]]:
 
     if r.kind not in ("hit_rate", "overlap"):
         return []
-    return [
-        {
-            "group": "locality",
-            "case": case,
-            "role": "prediction",
-            "quantity": r.label,
-            "axis": "row",
-            "at": None,
-            "measured": r.measured,
-            "predicted": r.predicted,
-            "error": r.predicted - r.measured,
-            "error_unit": "points",
-            "low": r.low,
-            "high": r.high,
-            "inside": r.inside,
-            "calibrated_on": calibrated_on,
-            "source": locality_prior.SOURCES[r.source]["provenance"],
-        }
-    ]
+    source = locality_prior.SOURCES[r.source]["provenance"]
+    values = ("locality", case, "prediction", r.label, "row", None, r.measured, r.predicted, r.predicted - r.measured,
+              "points", r.low, r.high, r.inside, calibrated_on, source)  # fmt: skip
+    return [dict(zip(COLUMNS, values, strict=True))]
 
 
 def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

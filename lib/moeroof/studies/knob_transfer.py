@@ -127,16 +127,8 @@ def measured_points(
                 res = cache.simulate(req, int(c) * layers, policy=policy, scope=scope, warmup_steps=warmup_steps)
                 hits += res.hits
                 total += res.requests
-            out.append(
-                Point(
-                    kind="hit_rate",
-                    batch=int(m),
-                    capacity_experts=float(c),
-                    policy=policy,
-                    scope=scope,
-                    value=hits / total if total else math.nan,
-                )
-            )
+            value = hits / total if total else math.nan
+            out.append(Point("hit_rate", int(m), capacity_experts=float(c), policy=policy, scope=scope, value=value))
     return out
 
 
@@ -186,10 +178,10 @@ class TransferCheck(Result):
 
 
 def _is_calibration(p: Point, calibrate: Sequence[tuple]) -> bool:
-    for kind, batch, cap in calibrate:
-        if p.kind == kind and p.batch == batch and (cap is None or p.capacity_experts == float(cap)):
-            return True
-    return False
+    return any(
+        p.kind == kind and p.batch == batch and (cap is None or p.capacity_experts == float(cap))
+        for kind, batch, cap in calibrate
+    )
 
 
 def knob_transfer(
@@ -223,21 +215,12 @@ def knob_transfer(
         raise ValueError("no measured row matches the calibration list")
     points = [p if r == "calibration" else Point(**{**p.__dict__, "value": None}) for p, r in zip(measured, role)]
     fit = fit_routing.fit_routing(points, experts, k, layers, seeds=seeds, bootstrap=bootstrap, **fit_kw).to_dict()
-    rows = []
-    for p, r, out in zip(measured, role, fit["rows"]):
-        rows.append(
-            TransferRow(
-                label=p.label(),
-                kind=p.kind,
-                batch=p.batch,
-                capacity_experts=p.capacity_experts,
-                role=r,
-                measured=float(cast(float, p.value)),  # a measured row: its value is given
-                predicted=float(out["predicted"]),
-                low=float(out["low"]),
-                high=float(out["high"]),
-            )
-        )
+    rows = [
+        # a measured row: its value is given
+        TransferRow(p.label(), p.kind, p.batch, p.capacity_experts, r, float(cast(float, p.value)),
+                    float(out["predicted"]), float(out["low"]), float(out["high"]))
+        for p, r, out in zip(measured, role, fit["rows"])
+    ]  # fmt: skip
     provenance = (trace.meta or {}).get("provenance", "unknown") if hasattr(trace, "meta") else "unknown"
     return TransferCheck(
         source=f"{getattr(trace, 'path', 'trace')} (provenance: {provenance})",

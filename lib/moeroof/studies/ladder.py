@@ -447,33 +447,27 @@ CASES_SOURCES = (
 CASES_MEMO = SourceMemo("ladder-cases", CASES_SOURCES)
 
 
+#: a :class:`CaseResult`'s numbers as the memo stores them, in order: (field, per-rank tuple?, type)
+_CASE_VALUES = (
+    ("hit_rate", False, float),
+    ("gib_streamed_per_step", False, float),
+    ("union_per_layer", False, float),
+    ("rank_union_per_layer", False, float),
+    ("rank_hit_rates", True, float),
+    ("rank_gib_streamed_per_step", True, float),
+    ("warmup_steps", False, int),
+    ("layers", False, int),
+)
+
+
 def _case_values(r: CaseResult) -> list:
     """A result's numbers, JSON-able (floats by repr: exact)."""
-    return [
-        float(r.hit_rate),
-        float(r.gib_streamed_per_step),
-        float(r.union_per_layer),
-        float(r.rank_union_per_layer),
-        [float(x) for x in r.rank_hit_rates],
-        [float(x) for x in r.rank_gib_streamed_per_step],
-        int(r.warmup_steps),
-        int(r.layers),
-    ]
+    return [[t(x) for x in getattr(r, f)] if each else t(getattr(r, f)) for f, each, t in _CASE_VALUES]
 
 
 def _case_result(case: Case, seed: int, v: list) -> CaseResult:
-    return CaseResult(
-        case=case,
-        seed=seed,
-        hit_rate=float(v[0]),
-        gib_streamed_per_step=float(v[1]),
-        union_per_layer=float(v[2]),
-        rank_union_per_layer=float(v[3]),
-        rank_hit_rates=tuple(float(x) for x in v[4]),
-        rank_gib_streamed_per_step=tuple(float(x) for x in v[5]),
-        warmup_steps=int(v[6]),
-        layers=int(v[7]),
-    )
+    vals: list = [tuple(t(x) for x in x_) if each else t(x_) for (_, each, t), x_ in zip(_CASE_VALUES, v)]
+    return CaseResult(case, seed, *vals)  # the fields after case and seed, in order
 
 
 def run_cases_uncached(knobs: Knobs, cases: list[Case], *, seed, layers, timed_steps, warmup_steps) -> list[CaseResult]:
@@ -554,19 +548,8 @@ def summarize(results: Sequence[CaseResult], level: tuple[float, float] = (0.05,
         g = np.array([r.gib_streamed_per_step for r in rs])
         u = np.array([r.union_per_layer for r in rs])
         hq, gq, uq = (percentile_interval(x, level, resampling="over seeds") for x in (h, g, u))
-        bands.append(
-            Band(
-                rs[0].case,
-                float(h.mean()),
-                hq,
-                float(g.mean()),
-                gq,
-                float(u.mean()),
-                uq,
-                float(np.mean([r.rank_union_per_layer for r in rs])),
-                len(rs),
-            )
-        )
+        ru = float(np.mean([r.rank_union_per_layer for r in rs]))
+        bands.append(Band(rs[0].case, float(h.mean()), hq, float(g.mean()), gq, float(u.mean()), uq, ru, len(rs)))
     return bands
 
 
@@ -777,17 +760,8 @@ def write_predictions(bands: Sequence[Band], path: str | os.PathLike[str] | None
         w.writerow(PREDICTIONS_COLUMNS)
         for b in bands:
             c = b.case
-            w.writerow(
-                [
-                    c.name,
-                    c.ranks,
-                    c.streams,
-                    f"{c.cache_gib_per_rank:g}",
-                    c.policy,
-                    f"{b.hit_rate:.4f}",
-                    f"{b.gib_streamed_per_step:.4f}",
-                ]
-            )
+            g, hit, gib = f"{c.cache_gib_per_rank:g}", f"{b.hit_rate:.4f}", f"{b.gib_streamed_per_step:.4f}"
+            w.writerow([c.name, c.ranks, c.streams, g, c.policy, hit, gib])
 
     return atomic.write_via(target, write, binary=False, newline="")
 
@@ -907,20 +881,17 @@ class RoutingPredictions(Result):
     def held_out_errors(self) -> list[dict]:
         """Predicted − witnessed on every published row that was not calibrated (points for the
         hit rate, GiB for the stream), with whether the band covers the witnessed value."""
-        out = []
-        for r in self.rows:
-            if r["role"] != "held-out published":
-                continue
-            out.append(
-                {
-                    "case": r["case"],
-                    "hit_rate_error": r["hit_rate"] - r["witnessed_hit_rate"],
-                    "hit_rate_covered": r["hit_rate_low"] <= r["witnessed_hit_rate"] <= r["hit_rate_high"],
-                    "gib_error": r["gib_streamed_per_step"] - r["witnessed_gib_streamed_per_step"],
-                    "gib_covered": r["gib_low"] <= r["witnessed_gib_streamed_per_step"] <= r["gib_high"],
-                }
-            )
-        return out
+        return [
+            {
+                "case": r["case"],
+                "hit_rate_error": r["hit_rate"] - r["witnessed_hit_rate"],
+                "hit_rate_covered": r["hit_rate_low"] <= r["witnessed_hit_rate"] <= r["hit_rate_high"],
+                "gib_error": r["gib_streamed_per_step"] - r["witnessed_gib_streamed_per_step"],
+                "gib_covered": r["gib_low"] <= r["witnessed_gib_streamed_per_step"] <= r["gib_high"],
+            }
+            for r in self.rows
+            if r["role"] == "held-out published"
+        ]
 
 
 def fit_routing_predictions(
@@ -952,8 +923,7 @@ def fit_routing_predictions(
     import time
 
     cases = list(PREDICTION_CASES)
-    withheld = [c for c in cases if c.name not in {t.case.name for t in CALIBRATION}]
-    points = public_points(withheld, union=union)
+    points = public_points(list(WITHHELD_CASES), union=union)
     # the calibration cases are predicted too (their rows with the value are the fitted rows)
     t0 = time.perf_counter()
     fit = fit_routing(
@@ -992,24 +962,13 @@ def _prediction_row(c, h: dict, g: dict, w, b) -> dict:
         role = "calibration"
     elif c.name in {t.case.name for t in HELD_OUT}:
         role = "held-out published"
-    return {
-        "case": c.name,
-        "ranks": c.ranks,
-        "streams": c.streams,
-        "cache_gib_per_rank": c.cache_gib_per_rank,
-        "policy": c.policy,
-        "hit_rate": h["predicted"],
-        "gib_streamed_per_step": g["predicted"],
-        "hit_rate_low": h["low"],
-        "hit_rate_high": h["high"],
-        "gib_low": g["low"],
-        "gib_high": g["high"],
-        "role": role,
-        "witnessed_hit_rate": None if w is None else w.hit_rate,
-        "witnessed_gib_streamed_per_step": None if w is None else w.gib_streamed_per_step,
-        "fit_knobs_hit_rate": None if b is None else b.hit_rate,
-        "fit_knobs_gib_streamed_per_step": None if b is None else b.gib_streamed_per_step,
-    }
+    row = {"case": c.name, **{k: getattr(c, k) for k in ("ranks", "streams", "cache_gib_per_rank", "policy")}}
+    row |= {"hit_rate": h["predicted"], "gib_streamed_per_step": g["predicted"], "hit_rate_low": h["low"]}
+    row |= {"hit_rate_high": h["high"], "gib_low": g["low"], "gib_high": g["high"], "role": role}
+    for prefix, src in (("witnessed_", w), ("fit_knobs_", b)):
+        for k in ("hit_rate", "gib_streamed_per_step"):
+            row[prefix + k] = None if src is None else getattr(src, k)
+    return row
 
 
 def fit_routing_predictions_path() -> Path:

@@ -168,22 +168,11 @@ def _measured(p: Point) -> float:
 
 
 def _published_rows(spec: dict[str, Any]) -> tuple[Point, ...]:
-    out = []
-    for kind, cap, value in spec["rows"]:
-        if kind == "overlap":
-            out.append(Point(kind="overlap", batch=1, value=float(value)))
-        else:
-            out.append(
-                Point(
-                    kind="hit_rate",
-                    batch=1,
-                    capacity_experts=float(cap),
-                    policy="lru",
-                    scope="layer",
-                    value=float(value),
-                )
-            )
-    return tuple(out)
+    return tuple(
+        Point(kind="overlap", batch=1, value=float(value)) if kind == "overlap"
+        else Point("hit_rate", 1, capacity_experts=float(cap), policy="lru", scope="layer", value=float(value))
+        for kind, cap, value in spec["rows"]
+    )  # fmt: skip
 
 
 def source_rows(name: str, external_dir: str | Path | None = None) -> SourceRows:
@@ -207,16 +196,8 @@ def source_rows(name: str, external_dir: str | Path | None = None) -> SourceRows
         topk = np.asarray(trace.topk)
         points = measured_points(topk, int(trace.experts), batches=spec["batches"], capacities=spec["capacities"])
         counts: np.ndarray | None = histogram_from_trace(topk, int(trace.experts))
-        return SourceRows(
-            name,
-            spec["title"],
-            spec["provenance"],
-            int(trace.experts),
-            int(topk.shape[3]),
-            int(topk.shape[2]),
-            tuple(points),
-            counts,
-        )
+        shape = (int(trace.experts), int(topk.shape[3]), int(topk.shape[2]))
+        return SourceRows(name, spec["title"], spec["provenance"], *shape, tuple(points), counts)
     counts = None
     hist_path = root / spec["histogram"]
     if hist_path.is_file():
@@ -231,16 +212,8 @@ def source_rows(name: str, external_dir: str | Path | None = None) -> SourceRows
             tokens=int(spec["histogram_tokens"]),
         )
         counts = np.asarray(imported.counts)
-    return SourceRows(
-        name,
-        spec["title"],
-        spec["provenance"],
-        int(spec["experts"]),
-        int(spec["top_k"]),
-        int(spec["layers"]),
-        _published_rows(spec),
-        counts,
-    )
+    shape = (int(spec["experts"]), int(spec["top_k"]), int(spec["layers"]))
+    return SourceRows(name, spec["title"], spec["provenance"], *shape, _published_rows(spec), counts)
 
 
 @dataclass(frozen=True)
@@ -437,14 +410,8 @@ def popularity_knobs(rows: SourceRows, *, rng_seed: int = 0) -> RoutingKnobs:
 
     if rows.counts is None:
         return RoutingKnobs(family="zipf", skew=0.8)
-    fit = fit_histogram(
-        rows.counts,
-        rows.top_k,
-        rng=np.random.default_rng(rng_seed),
-        bootstrap=0,
-        gof_sims=0,
-        models=("zipf", "dirichlet"),
-    )
+    rng = np.random.default_rng(rng_seed)
+    fit = fit_histogram(rows.counts, rows.top_k, rng=rng, bootstrap=0, gof_sims=0, models=("zipf", "dirichlet"))
     family = fit.chosen if fit.chosen in ("zipf", "dirichlet") else "zipf"
     params = fit.pooled[family].params
     skew = float(params["s"] if family == "zipf" else params["alpha"])
@@ -503,10 +470,9 @@ def stream_check(rows: SourceRows, base: RoutingKnobs, *, seeds: Sequence[int] =
     if not pts:
         return True, "no overlap row: kept"
     probe = [Point(**{**pts[0].__dict__, "value": None})]
+    off_knobs = replace(base, rho=0.0, c=math.inf)
     off = float(
-        fit_routing.simulate_points(
-            replace(base, rho=0.0, c=math.inf), probe, rows.experts, rows.top_k, rows.layers, seeds=seeds
-        ).mean()
+        fit_routing.simulate_points(off_knobs, probe, rows.experts, rows.top_k, rows.layers, seeds=seeds).mean()
     )
     measured = _measured(pts[0])
     if measured + 1e-9 < off:

@@ -58,6 +58,16 @@ class PlanCoverage(Result):
     rows: int
 
 
+#: the drawn knobs each truth of :func:`plan_coverage` reports, in order
+_KNOB_COLUMNS = (
+    "engine_seconds_per_step",
+    "engine_seconds_per_agent_token",
+    "engine_seconds_per_touched_expert",
+    "ssd_scale",
+    "rho",
+)
+
+
 def _truth_knobs(rng, prior, model) -> tuple:
     """A simulated box's knobs drawn from fit-plan's priors (module docstring) with ``rng``, and
     its one stream's c/E."""
@@ -119,27 +129,16 @@ def plan_coverage(truths: int = 8, *, progress: Callable[[int, int], None] | Non
             ok = bool(row["low"] <= net[i] <= row["high"])
             inside += ok
             total += 1
+            band = {k: row[k] for k in ("predicted", "low", "high")}
             rows.append(
-                {
-                    "batch": row["batch"],
-                    "cache_gib": row["cache_gib"],
-                    "truth": float(net[i]),
-                    "predicted": row["predicted"],
-                    "low": row["low"],
-                    "high": row["high"],
-                    "inside": ok,
-                }
+                {"batch": row["batch"], "cache_gib": row["cache_gib"], "truth": float(net[i]), **band, "inside": ok}
             )
         out.append(
             {
                 "truth": j,
                 "overlap": overlap,
                 "overlap_chosen": fit.overlap,
-                "engine_seconds_per_step": knobs.engine_seconds_per_step,
-                "engine_seconds_per_agent_token": knobs.engine_seconds_per_agent_token,
-                "engine_seconds_per_touched_expert": knobs.engine_seconds_per_touched_expert,
-                "ssd_scale": knobs.ssd_scale,
-                "rho": knobs.rho,
+                **{k: getattr(knobs, k) for k in _KNOB_COLUMNS},
                 "locality_c_per_expert": float(c_per_expert),
                 "rows": rows,
             }

@@ -185,18 +185,10 @@ def qwen3_units(external_dir: str | Path | None = None) -> list[SkewUnit]:
             top_k=int(meta["top_k"]),
             tokens=tokens,
         )
-        counts = np.asarray(imported.counts)
-        units.append(
-            SkewUnit(
-                "qwen3-30b-a3b",
-                f"{dataset} {lang}",
-                int(meta["experts"]),
-                int(meta["top_k"]),
-                dirichlet_alpha(counts, int(meta["top_k"])),
-                f"Dirichlet-multinomial fit, pooled over {counts.shape[0]} layers, at ~{tokens} prompt tokens",
-                f"{QWEN3_DIR} (../shared/data/external), prefill frequencies",
-            )
-        )
+        counts, e, k = np.asarray(imported.counts), int(meta["experts"]), int(meta["top_k"])
+        how = f"Dirichlet-multinomial fit, pooled over {counts.shape[0]} layers, at ~{tokens} prompt tokens"
+        src = f"{QWEN3_DIR} (../shared/data/external), prefill frequencies"
+        units.append(SkewUnit("qwen3-30b-a3b", f"{dataset} {lang}", e, k, dirichlet_alpha(counts, k), how, src))
     return units
 
 
@@ -212,16 +204,10 @@ def coarse_units(external_dir: str | Path | None = None) -> list[SkewUnit]:
             rows = source_rows(name, external_dir)
         except FileNotFoundError:
             continue
+        alpha = dirichlet_alpha(np.asarray(rows.counts), rows.top_k)
+        how = f"Dirichlet-multinomial fit, pooled over {rows.layers} layer(s)"
         units.append(
-            SkewUnit(
-                name,
-                "decode capture",
-                rows.experts,
-                rows.top_k,
-                dirichlet_alpha(np.asarray(rows.counts), rows.top_k),
-                f"Dirichlet-multinomial fit, pooled over {rows.layers} layer(s)",
-                SOURCES[name]["provenance"],
-            )
+            SkewUnit(name, "decode capture", rows.experts, rows.top_k, alpha, how, SOURCES[name]["provenance"])
         )
     return units
 
@@ -231,15 +217,8 @@ def deepseek_unit() -> SkewUnit:
     d = DEEPSEEK
     share = d["hottest_share"][1]
     alpha = alpha_from_hottest_share(share, d["experts"], d["top_k"])
-    return SkewUnit(
-        d["model"],
-        d["workload"],
-        d["experts"],
-        d["top_k"],
-        alpha,
-        f"median hottest share {100 * share:.3g} % of a layer's picks",
-        d["provenance"],
-    )
+    how = f"median hottest share {100 * share:.3g} % of a layer's picks"
+    return SkewUnit(d["model"], d["workload"], d["experts"], d["top_k"], alpha, how, d["provenance"])
 
 
 @dataclass(frozen=True)

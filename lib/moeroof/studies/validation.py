@@ -140,27 +140,12 @@ class Comparison(Result):
         """One dict per point (for a table)."""
         low = self.low or (None,) * len(self.batch)
         high = self.high or (None,) * len(self.batch)
+        head = {k: getattr(self, k) for k in ("key", "role", "quantity", "axis")}
+        tail = {k: getattr(self, k) for k in ("error_unit", "calibrated_on", "cache", "source")}
+        per_point = zip(self.batch, self.measured, self.predicted, self.relative_error, self.error)
+        cols = ("B", "measured", "predicted", "relative_error", "error")
         return [
-            {
-                "key": self.key,
-                "role": self.role,
-                "quantity": self.quantity,
-                "axis": self.axis,
-                "B": b,
-                "measured": m,
-                "predicted": p,
-                "relative_error": e,
-                "error": d,
-                "error_unit": self.error_unit,
-                "calibrated_on": self.calibrated_on,
-                "cache": self.cache,
-                "source": self.source,
-                "low": lo,
-                "high": hi,
-            }
-            for b, m, p, e, d, lo, hi in zip(
-                self.batch, self.measured, self.predicted, self.relative_error, self.error, low, high
-            )
+            {**head, **dict(zip(cols, v)), **tail, "low": lo, "high": hi} for v, lo, hi in zip(per_point, low, high)
         ]
 
 
@@ -704,35 +689,31 @@ def gpu_bench_check(path=None) -> dict[str, Any]:
     workload = Workload(context_tokens=0, overlap="max", cache_bytes=0.0)
     p = plan(model, hw, workload, routing, batch)
     predicted = {"coalesced": p.net_tok_s, "uncoalesced": p.baselines["uncoalesced"]["net_tok_s"]}
-    at_priors = {
-        mode: prior_band(model, hw, workload, routing, batch, coalesced=mode == "coalesced")
-        for mode in ("uncoalesced", "coalesced")
-    }
     out = {"batch": batch, "gpu": data["gpu"], "date": data["date"], "command": data["command"], "modes": {}}
     for mode in ("uncoalesced", "coalesced"):
         meas = np.array([next(r["net_tok_s"] for r in rows if r["batch"] == b and r["mode"] == mode) for b in batch])
         pred = np.asarray(predicted[mode])
+        band = prior_band(model, hw, workload, routing, batch, coalesced=mode == "coalesced")
+        # each mode's cost per touched (layer, expert) pair fitted on its B = 1 row alone, the rest
+        # predicted: the two paths copy and launch differently, so each has its own
+        c, fitted = _touched_cost_fit(model, hw, workload, routing, batch, float(meas[0]), mode == "coalesced")
         out["modes"][mode] = {
             "measured": meas.tolist(),
             "predicted": pred.tolist(),
             "relative_error": (pred / meas - 1).tolist(),
             "median_abs_error": float(np.median(np.abs(pred / meas - 1))),
-            "at_priors": at_priors[mode].net_tok_s.tolist(),
-            "at_priors_low": at_priors[mode].low.tolist(),
-            "at_priors_high": at_priors[mode].high.tolist(),
+            "at_priors": band.net_tok_s.tolist(),
+            "at_priors_low": band.low.tolist(),
+            "at_priors_high": band.high.tolist(),
+            "fit_b1": {"engine_seconds_per_touched_expert": c, "predicted": fitted.tolist()},
         }
-    # each mode's cost per touched (layer, expert) pair fitted on its B = 1 row alone, the rest
-    # predicted: the two paths copy and launch differently, so each has its own
-    for mode in ("uncoalesced", "coalesced"):
-        d = out["modes"][mode]
-        c, fitted = _touched_cost_fit(model, hw, workload, routing, batch, d["measured"][0], mode == "coalesced")
-        d["fit_b1"] = {"engine_seconds_per_touched_expert": c, "predicted": fitted.tolist()}
+    modes = out["modes"]
     out["multiple_fit_b1"] = (
-        np.array(out["modes"]["coalesced"]["fit_b1"]["predicted"])
-        / np.array(out["modes"]["uncoalesced"]["fit_b1"]["predicted"])
+        np.array(modes["coalesced"]["fit_b1"]["predicted"]) / np.array(modes["uncoalesced"]["fit_b1"]["predicted"])
     ).tolist()
-    meas_mult = np.array(out["modes"]["coalesced"]["measured"]) / np.array(out["modes"]["uncoalesced"]["measured"])
-    out["multiple_measured"] = meas_mult.tolist()
+    out["multiple_measured"] = (
+        np.array(modes["coalesced"]["measured"]) / np.array(modes["uncoalesced"]["measured"])
+    ).tolist()
     out["multiple_predicted"] = np.asarray(p.baselines["uncoalesced"]["multiple"]).tolist()
     out["union_measured"] = [
         next(r["union_per_layer"] for r in rows if r["batch"] == b and r["mode"] == "coalesced") for b in batch
@@ -763,13 +744,11 @@ def _split(c: dict[str, Any], key: str, **kw) -> list[Comparison]:
 
 def _colibri_rows() -> list[Comparison]:
     """colibri's bytes read per cold token (seed 000)."""
-    out: list[Comparison] = []
-    colibri = COLIBRI_COLD_TOKEN_BYTES.source + " (hobby project)"
     cold = cold_token_bytes_check()
-    out.append(
+    return [
         Comparison(
             "colibri-cold-token-bytes",
-            colibri,
+            COLIBRI_COLD_TOKEN_BYTES.source + " (hobby project)",
             "GLM-5.2 int4 bytes read per cold token",
             "prediction",
             "nothing",
@@ -778,8 +757,7 @@ def _colibri_rows() -> list[Comparison]:
             (cold["measured"],),
             (cold["predicted"],),
         )
-    )
-    return out
+    ]
 
 
 def _single_stream_rows() -> list[Comparison]:
@@ -807,36 +785,16 @@ def _single_stream_rows() -> list[Comparison]:
         if isinstance(measured, tuple):
             notes = (f"published as a range {measured[0]}–{measured[1]} tok/s: measured is its midpoint",)
             measured = float(np.mean(measured))
-        out.append(
-            Comparison(
-                f"{key}-tok-s",
-                r["source"],
-                f"{r['setup']}: tok/s at B=1 ({r['hardware']}, bound {r['bound']})",
-                "prediction",
-                r["calibrated_on"],
-                r["cache_policy"],
-                (1,),
-                (float(measured),),
-                (r["tok_s_predicted"],),
-                notes,
-            )
-        )
-        out.append(
-            Comparison(
-                f"{key}-tok-s-at-priors",
-                r["source"],
-                f"{r['setup']}: tok/s at B=1, engine at the box's priors ({r['hardware']})",
-                "prediction",
-                r["calibrated_on"],
-                r["cache_policy"],
-                (1,),
-                (float(measured),),
-                (r["tok_s_at_priors"],),
-                notes,
-                low=(r["tok_s_at_priors_band"][0],),
-                high=(r["tok_s_at_priors_band"][1],),
-            )
-        )
+        band = tuple((x,) for x in r["tok_s_at_priors_band"])
+        for suffix, quantity, predicted, (low, high) in (
+            ("", f"tok/s at B=1 ({r['hardware']}, bound {r['bound']})", r["tok_s_predicted"], ((), ())),
+            ("-at-priors", f"tok/s at B=1, engine at the box's priors ({r['hardware']})", r["tok_s_at_priors"], band),
+        ):
+            out.append(
+                Comparison(f"{key}-tok-s{suffix}", r["source"], f"{r['setup']}: {quantity}", "prediction",
+                           r["calibrated_on"], r["cache_policy"], (1,), (float(measured),), (predicted,), notes,
+                           low=low, high=high)
+            )  # fmt: skip
     return out
 
 
@@ -872,45 +830,27 @@ def _bigrig_rows() -> list[Comparison]:
 def _h200_context(g: dict[str, Any]) -> tuple[str, tuple[int, ...], str]:
     """The H200 bench rows' source, batches and cache."""
     h200 = f"witnessed: benchmarks/gpu_moe_bench.py on the lab's {g['gpu']}, {g['date']} (data/measurements/)"
-    b = tuple(int(x) for x in g["batch"])
-    none = "none (experts in pinned host memory, the union copied every step)"
-    return h200, b, none
+    return h200, tuple(int(x) for x in g["batch"]), "none (experts in pinned host memory, the union copied every step)"
 
 
 def _h200_rows(g: dict[str, Any]) -> list[Comparison]:
     """The witnessed H200 bench, predicted from nothing."""
-    out: list[Comparison] = []
     h200, b, none = _h200_context(g)
-
-    def h200_row(key: str, quantity: str, measured, predicted, **band) -> Comparison:
-        """One H200 bench comparison: every one predicts from nothing, on the same batches."""
-        return Comparison(
-            key, h200, quantity, "prediction", "nothing", none, b, tuple(measured), tuple(predicted), **band
-        )
-
-    out.append(h200_row("h200-union", "distinct experts per layer per step", g["union_measured"], g["union_predicted"]))
+    rows: list[tuple[str, str, Any, Any, tuple, tuple]] = [
+        ("h200-union", "distinct experts per layer per step", g["union_measured"], g["union_predicted"], (), ())
+    ]
     for mode in ("uncoalesced", "coalesced"):
         d = g["modes"][mode]
-        out.append(h200_row(f"h200-{mode}", f"net tok/s, {mode}", d["measured"], d["predicted"]))
-        out.append(
-            h200_row(
-                f"h200-{mode}-at-priors",
-                f"net tok/s, {mode}, engine at the box's priors",
-                d["measured"],
-                d["at_priors"],
-                low=tuple(d["at_priors_low"]),
-                high=tuple(d["at_priors_high"]),
-            )
-        )
-    out.append(
-        h200_row(
-            "h200-multiple",
-            "coalesced / uncoalesced net tok/s (baseline uncoalesced)",
-            g["multiple_measured"],
-            g["multiple_predicted"],
-        )
-    )
-    return out
+        rows += [(f"h200-{mode}", f"net tok/s, {mode}", d["measured"], d["predicted"], (), ()),
+                 (f"h200-{mode}-at-priors", f"net tok/s, {mode}, engine at the box's priors", d["measured"],
+                  d["at_priors"], tuple(d["at_priors_low"]), tuple(d["at_priors_high"]))]  # fmt: skip
+    q = "coalesced / uncoalesced net tok/s (baseline uncoalesced)"
+    rows.append(("h200-multiple", q, g["multiple_measured"], g["multiple_predicted"], (), ()))
+    # every one predicts from nothing, on the same batches
+    return [
+        Comparison(key, h200, q, "prediction", "nothing", none, b, tuple(ms), tuple(pr), low=lo, high=hi)
+        for key, q, ms, pr, lo, hi in rows
+    ]
 
 
 def _h200_fit_rows(g: dict[str, Any]) -> list[Comparison]:
@@ -923,37 +863,26 @@ def _h200_fit_rows(g: dict[str, Any]) -> list[Comparison]:
         "binds it is the whole step, so the cost is all of handling one (layer, expert) pair "
         "(its copies, launches and index transfer), not an extra on top of the copy"
     )
+    role = ["calibration"] + ["prediction"] * (len(b) - 1)
+
+    def fit_rows(key: str, measured, predicted, quantity: str, calibrated_on: str) -> list[Comparison]:
+        c = {"batch": b, "measured": measured, "predicted": predicted, "role": role}
+        return _split(
+            c, key, source=h200, quantity=quantity, calibrated_on=calibrated_on, cache=none, notes=(fit_note,)
+        )
+
     fits = {}
     for mode in ("uncoalesced", "coalesced"):
         d = g["modes"][mode]
-        c_us = d["fit_b1"]["engine_seconds_per_touched_expert"] * 1e6
-        fits[mode] = f"{c_us:.3g} µs"
-        out.extend(
-            _split(
-                {"batch": b, "measured": d["measured"], "predicted": d["fit_b1"]["predicted"],
-                 "role": ["calibration"] + ["prediction"] * (len(b) - 1)},
-                f"h200-{mode}-fit-B1",
-                source=h200,
-                quantity=f"net tok/s, {mode}, cost per touched expert fitted at B = 1 ({fits[mode]})",
-                calibrated_on=f"the {mode} B = 1 row (engine_seconds_per_touched_expert)",
-                cache=none,
-                notes=(fit_note,),
-            )
-        )  # fmt: skip
-    out.extend(
-        _split(
-            {"batch": b, "measured": g["multiple_measured"], "predicted": g["multiple_fit_b1"],
-             "role": ["calibration"] + ["prediction"] * (len(b) - 1)},
-            "h200-multiple-fit-B1",
-            source=h200,
-            quantity="coalesced / uncoalesced net tok/s (baseline uncoalesced), each mode's cost per touched "
-            f"expert fitted at B = 1 ({fits['coalesced']} coalesced, {fits['uncoalesced']} uncoalesced)",
-            calibrated_on="each mode's B = 1 row",
-            cache=none,
-            notes=(fit_note,),
-        )
-    )  # fmt: skip
-    return out
+        fits[mode] = f"{d['fit_b1']['engine_seconds_per_touched_expert'] * 1e6:.3g} µs"
+        q = f"net tok/s, {mode}, cost per touched expert fitted at B = 1 ({fits[mode]})"
+        out += fit_rows(f"h200-{mode}-fit-B1", d["measured"], d["fit_b1"]["predicted"], q,
+                        f"the {mode} B = 1 row (engine_seconds_per_touched_expert)")  # fmt: skip
+    q = ("coalesced / uncoalesced net tok/s (baseline uncoalesced), each mode's cost per touched "
+         f"expert fitted at B = 1 ({fits['coalesced']} coalesced, {fits['uncoalesced']} uncoalesced)")  # fmt: skip
+    return out + fit_rows(
+        "h200-multiple-fit-B1", g["multiple_measured"], g["multiple_fit_b1"], q, "each mode's B = 1 row"
+    )
 
 
 def comparisons() -> list[Comparison]:

@@ -61,15 +61,17 @@ def short_label(policy: str) -> str:
     """A policy's name inside a sentence: ``LRU`` (simulated) or ``pinned oracle``."""
     if policy not in CACHE_POLICIES:
         raise ValueError(f"cache policy must be one of {', '.join(CACHE_POLICIES)}, got {policy!r}")
-    if policy == ORACLE_POLICY:
-        return "pinned oracle"
-    if policy == "belady":
-        return "Belády (offline optimum)"
-    if policy == "belady-insert":
-        return "Belády, caching every miss (offline)"
-    if policy == "lfu-perfect":
-        return "perfect LFU"
-    return policy.upper() if policy in ("lru", "lfu", "arc") else policy
+    return _LABELS.get(policy, policy)
+
+
+#: :func:`short_label` of the policies not named as they are spelled
+_LABELS = {
+    ORACLE_POLICY: "pinned oracle",
+    "belady": "Belády (offline optimum)",
+    "belady-insert": "Belády, caching every miss (offline)",
+    "lfu-perfect": "perfect LFU",
+    **{p: p.upper() for p in ("lru", "lfu", "arc")},
+}
 
 
 def _pct(x: float) -> str:
@@ -215,11 +217,8 @@ def plan_paragraph(c: PolicyComparison, *, cache_gib: float, lead: bool = True, 
     body = f"{head}: " + "; ".join(parts) + "."
     changes = c.bound_changes()
     if changes:
-        bs = [ch["batch"] for ch in changes]
-        body += (
-            f" The binding term differs at {len(changes)} of {int(c.fits.sum())} feasible batch sizes "
-            f"(B = {bs[0]}–{bs[-1]})."
-        )
+        n, b0, b1 = len(changes), changes[0]["batch"], changes[-1]["batch"]
+        body += f" The binding term differs at {n} of {int(c.fits.sum())} feasible batch sizes (B = {b0}–{b1})."
     else:
         body += " The binding term is the same at every feasible batch size."
     d = c.at(pts[-1])
@@ -253,12 +252,10 @@ def lever_lines(
     for attr, short in names.items():
         a, r = float(getattr(new, attr)[i]), float(getattr(ref, attr)[i])
         if abs(a - r) <= same * abs(r):
-            out.append(f"{short} (against `{new.baselines[attr]}`) {a:.2f}× under both")
-            continue
-        out.append(
-            f"{short} (against `{new.baselines[attr]}`) {a:.2f}× with {short_label(policy)} against "
-            f"{r:.2f}× with the {short_label(reference)}"
-        )
+            how = "under both"
+        else:
+            how = f"with {short_label(policy)} against {r:.2f}× with the {short_label(reference)}"
+        out.append(f"{short} (against `{new.baselines[attr]}`) {a:.2f}× {how}")
     return f"at B = {int(new.batch[i])}: " + "; ".join(out)
 
 
@@ -282,12 +279,8 @@ class MapComparison(Result):
             return None
         net = np.where(self.fits, r.net_tok_s, -np.inf)
         i, j = np.unravel_index(int(np.argmax(net)), net.shape)
-        return {
-            "net_tok_s": float(net[i, j]),
-            "batch": int(r.batch[j]),
-            "cache_bytes": float(r.cache_bytes[i]),
-            "bound": str(r.bound[i, j]),
-        }
+        return {"net_tok_s": float(net[i, j]), "batch": int(r.batch[j]), "cache_bytes": float(r.cache_bytes[i]),
+                "bound": str(r.bound[i, j])}  # fmt: skip
 
     def bound_counts(self, which: str) -> dict[str, int]:
         """Feasible cells per binding term under ``which`` (in :data:`moeroof.models.plan.TERMS` order)."""

@@ -37,7 +37,7 @@ Baselines, each returned with its name:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any
 
@@ -773,16 +773,8 @@ def _priced(hardware: Hardware, workload: Workload, shape: StepWork, f: dict[str
 
 
 #: the fields of a :class:`StepWork` laid along the batch sizes (last axis)
-_WORK_BATCH_FIELDS = (
-    "batch",
-    "ssd_bytes",
-    "mem_bytes",
-    "expert_reads",
-    "flops",
-    "fabric_bytes",
-    "available_bytes",
-    "cache_bytes",
-    "pressured",
+_WORK_BATCH_FIELDS = tuple(
+    "batch ssd_bytes mem_bytes expert_reads flops fabric_bytes available_bytes cache_bytes pressured".split()
 )
 
 
@@ -829,46 +821,19 @@ def step_breakdown(
     baseline of lever L1); ``assignment`` overrides the partition; ``extra_flops`` (nB,) adds
     work to the compute term (prefill's attention over the prompt).
     """
-    w = step_work(
-        model,
-        hardware,
-        workload,
-        routing,
-        batch,
-        assignment=assignment,
-        coalesced=coalesced,
-        dense_once=dense_once,
-        extra_flops=extra_flops,
-    )
-    return _breakdown(hardware, workload, w)
+    kw = dict(assignment=assignment, coalesced=coalesced, dense_once=dense_once, extra_flops=extra_flops)
+    return _breakdown(hardware, workload, step_work(model, hardware, workload, routing, batch, **kw))
 
 
 def _breakdown(hardware: Hardware, workload: Workload, work: StepWork) -> StepBreakdown:
     """The breakdown of ``work``: its fields, its step priced on ``hardware``, the policy."""
-    fields = {name: getattr(work, name) for name in _BREAKDOWN_FIELDS}
-    return StepBreakdown(step=evaluate_work(hardware, workload, work), cache_policy=workload.cache_policy, **fields)
+    kw = {name: getattr(work, name) for name in _BREAKDOWN_FIELDS}
+    return StepBreakdown(step=evaluate_work(hardware, workload, work), cache_policy=workload.cache_policy, **kw)
 
 
-#: what a :class:`StepBreakdown` takes from its :class:`StepWork` as it is
-_BREAKDOWN_FIELDS = (
-    "batch",
-    "assignment",
-    "speed",
-    "union_pairs",
-    "missed_pairs",
-    "expert_reads",
-    "picks_per_token",
-    "ssd_bytes",
-    "mem_bytes",
-    "flops",
-    "fabric_bytes",
-    "cache_bytes",
-    "cache_experts_per_layer",
-    "fits",
-    "pressured",
-    "page_cache_bytes",
-    "page_hit_pairs",
-)
+#: what a :class:`StepBreakdown` takes from its :class:`StepWork` as it is: all its fields but
+#: the priced step and the policy
+_BREAKDOWN_FIELDS = tuple(f.name for f in fields(StepBreakdown) if f.name not in ("step", "cache_policy"))
 
 
 #: the held share u of what the OS leaves at which the reclaim slowdown stops growing (it
@@ -906,22 +871,8 @@ def _per_batch(workload: Workload, b: np.ndarray) -> bool:
     return workload.ranks > 1 and workload.partition == "bytes" and b.size > 1
 
 
-_BATCH_FIELDS = (
-    "batch",
-    "union_pairs",
-    "missed_pairs",
-    "expert_reads",
-    "ssd_bytes",
-    "mem_bytes",
-    "flops",
-    "fabric_bytes",
-    "cache_bytes",
-    "cache_experts_per_layer",
-    "fits",
-    "pressured",
-    "page_cache_bytes",
-    "page_hit_pairs",
-)
+#: the fields of a :class:`StepBreakdown` laid along the batch sizes (last axis)
+_BATCH_FIELDS = tuple(f for f in _BREAKDOWN_FIELDS if f not in ("assignment", "speed", "picks_per_token"))
 
 
 def _concat_breakdowns(parts: list[StepBreakdown]) -> StepBreakdown:
@@ -1157,26 +1108,13 @@ def input_provenance(
     ``witnessed``/``projected``/``assumed``), ``non_witnessed`` and ``result`` (``projected`` when
     any input is not witnessed). ``attention``: include the attention FLOP field (default: when
     the model has it)."""
-    model_keys = [
-        "experts",
-        "top_k",
-        "moe_layers",
-        "expert_bytes",
-        "non_routed_bytes",
-        "kv_bytes_per_token",
-        "flops_per_token",
-    ]
+    model_keys = "experts top_k moe_layers expert_bytes non_routed_bytes kv_bytes_per_token flops_per_token".split()
     if model.attn_flops_per_context_token if attention is None else attention and model.attn_flops_per_context_token:
         model_keys.append("attn_flops_per_context_token")
-    hw_keys = [
-        "ram_bytes",
-        "bw_mem_bytes_per_s",
-        "flops_per_s",
-        "ssd_read_size_bytes",
-        "bw_ssd_bytes_per_s",
-        "engine_seconds_per_step",
-        "engine_seconds_per_agent_token",
-    ]
+    hw_keys = (
+        "ram_bytes bw_mem_bytes_per_s flops_per_s ssd_read_size_bytes bw_ssd_bytes_per_s engine_seconds_per_step "
+        "engine_seconds_per_agent_token"
+    ).split()
     if hardware.os_reserve_bytes or "os_reserve_bytes" in hardware.provenance:
         # a preset that leaves it out has it at 0, tagged assumed: never silently
         hw_keys.append("os_reserve_bytes")

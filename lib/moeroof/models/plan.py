@@ -521,30 +521,13 @@ def assign_experts(
             _packings[key] = packed
         return _packings[key].copy()
     b = int(np.max(as_batch(batch)))
+    ctx, prefix = workload.context_tokens, workload.shared_prefix_tokens
     cache = workload.cache_bytes
     if workload.cache_auto:
-        cache = float(
-            auto_cache_bytes(
-                model,
-                hardware,
-                [b],
-                context_tokens=workload.context_tokens,
-                shared_prefix_tokens=workload.shared_prefix_tokens,
-            )[0]
-        )
-    return bytes_partition(
-        routing.pi,
-        model,
-        hardware,
-        r,
-        batch=b,
-        cache_bytes_per_rank=cache,
-        rank_speed=workload.speeds,
-        load=load,
-        context_tokens=workload.context_tokens,
-        overlap=workload.overlap,
-        read_size_bytes=workload.read_size_bytes,
-    )[0]
+        cache = float(auto_cache_bytes(model, hardware, [b], context_tokens=ctx, shared_prefix_tokens=prefix)[0])
+    kw: dict[str, Any] = dict(batch=b, cache_bytes_per_rank=cache, rank_speed=workload.speeds, load=load)
+    kw.update(context_tokens=ctx, overlap=workload.overlap, read_size_bytes=workload.read_size_bytes)
+    return bytes_partition(routing.pi, model, hardware, r, **kw)[0]
 
 
 @dataclass(frozen=True)
@@ -690,13 +673,8 @@ def step_work(
     cache_eff, pressured = _cache_given(model, workload, available)
     fits = available >= 0
     cache_experts = cache_eff / (layers * e_bytes)
-    kw: dict[str, Any] = dict(
-        policy=workload.cache_policy,
-        scope=workload.cache_scope,
-        seed=workload.seed,
-        trace=routing.trace,
-        trace_key=routing.trace_key,
-    )
+    kw: dict[str, Any] = dict(policy=workload.cache_policy, scope=workload.cache_scope, seed=workload.seed)
+    kw.update(trace=routing.trace, trace_key=routing.trace_key)
     # the OS page cache of the streamed files gets what RAM leaves after everything else
     page_bytes = (
         workload.page_cache_share * np.clip(available - cache_eff, 0.0, None)

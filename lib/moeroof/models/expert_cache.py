@@ -44,6 +44,7 @@ import hashlib
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -621,14 +622,7 @@ def steady_state_miss_ratio(
         return 0.0, 0.0  # every owned expert fits: after the cold start nothing misses
     c = float(math.floor(c))  # whole experts: the memo key, the warm-up and the trace's seed agree
     sub = simulated_rows(pi, scope)
-    key = (
-        digest(sub, own.astype(np.int8)),
-        int(batch),
-        int(math.floor(c)),
-        policy,
-        scope,
-        int(seed),
-    )
+    key = (digest(sub, own.astype(np.int8)), int(batch), int(math.floor(c)), policy, scope, int(seed))
 
     if policy == "lru" and scope == "global":
         # every capacity of the rank from one stack-distance pass, memoised as one curve
@@ -831,17 +825,8 @@ def rank_cache_uncached(
             for j, (bb, cc) in enumerate(zip(b, c_r)):
                 if on_trace[j]:
                     assert trace is not None  # on_trace is False without one
-                    req, tok, u_trace = trace_miss_ratio(
-                        trace,
-                        str(trace_key),
-                        int(bb),
-                        float(cc),
-                        experts=pi.shape[1],
-                        policy=policy,
-                        scope=scope,
-                        assignment=a,
-                        rank=r,
-                    )
+                    kw = dict(experts=pi.shape[1], policy=policy, scope=scope, assignment=a, rank=r)
+                    req, tok, u_trace = trace_miss_ratio(trace, str(trace_key), int(bb), float(cc), **kw)
                     union[r, j] = u_trace
                     misses[r, j], token_misses[r, j] = u_trace * req, u_trace * tok
                 elif cc < 1.0:  # no whole expert fits: every pick misses
@@ -863,11 +848,10 @@ def _whole_experts_miss_ratio(
     sizes around a fractional one (as the hot set's fractional cache is)."""
     lo = math.floor(cache)
     frac = cache - lo
-    req, tok = steady_state_miss_ratio(pi, b, float(lo), policy=policy, scope=scope, assignment=a, rank=rank, seed=seed)
+    kw: dict[str, Any] = dict(policy=policy, scope=scope, assignment=a, rank=rank, seed=seed)
+    req, tok = steady_state_miss_ratio(pi, b, float(lo), **kw)
     if frac > 0:
-        req_hi, tok_hi = steady_state_miss_ratio(
-            pi, b, float(lo + 1), policy=policy, scope=scope, assignment=a, rank=rank, seed=seed
-        )
+        req_hi, tok_hi = steady_state_miss_ratio(pi, b, float(lo + 1), **kw)
         req, tok = (1 - frac) * req + frac * req_hi, (1 - frac) * tok + frac * tok_hi
     return req, tok
 
@@ -881,17 +865,6 @@ def _page_hits(out, pi, b, c, a, pg, union, misses, policy, scope, seed, trace, 
         for j, (bb, cc, pp) in enumerate(zip(b, np.minimum(c, max(idx.size, 1)), pg)):
             if idx.size == 0 or pp < 1.0 or misses[r, j] <= 0:
                 continue
-            ratio = page_cache_hit_ratio(
-                pi,
-                int(bb),
-                float(cc),
-                float(pp),
-                policy=policy,
-                scope=scope,
-                assignment=a,
-                rank=r,
-                seed=seed,
-                trace=trace,
-                trace_key=trace_key,
-            )
+            kw = dict(policy=policy, scope=scope, assignment=a, rank=r, seed=seed, trace=trace, trace_key=trace_key)
+            ratio = page_cache_hit_ratio(pi, int(bb), float(cc), float(pp), **kw)
             out[r, j] = min(union[r, j] * ratio, misses[r, j])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.special import gammaincinv
@@ -93,15 +94,5 @@ def sample_knob_trace(
     layers, experts = popularity.shape
     rng = generator(int(seed), int(streams), "routing")
     rho, c = layer_knobs(knobs.rho, knobs.c, layers) if first_layer else (knobs.rho, knobs.c)
-    return sample_trace(
-        Uniform(experts, top_k),
-        steps,
-        streams,
-        layers,
-        rng,
-        c=c,
-        rho=rho,
-        groups=streams,
-        scope="trace",
-        popularity=popularity,
-    )
+    kw: dict[str, Any] = dict(c=c, rho=rho, groups=streams, scope="trace", popularity=popularity)
+    return sample_trace(Uniform(experts, top_k), steps, streams, layers, rng, **kw)

@@ -163,23 +163,16 @@ def compounding(
     }
     base = t[(False, False)]
     f2, f3, f23 = base / t[(True, False)], base / t[(False, True)], base / t[(True, True)]
+    seconds = {"neither": base, "L2": t[(True, False)], "L3": t[(False, True)], "L2+L3": t[(True, True)]}
     return {
         "baseline": "uncoalesced decode, per-agent prefix prefill",
-        "seconds": {"neither": base, "L2": t[(True, False)], "L3": t[(False, True)], "L2+L3": t[(True, True)]},
+        "seconds": seconds,
         "f2": f2,
         "f3": f3,
         "f23": f23,
         "product_f2_f3": f2 * f3,
         "compounding_efficiency": f23 / (f2 * f3),
-        "net_tok_s": {
-            k: agents * decode_tokens / v
-            for k, v in {
-                "neither": base,
-                "L2": t[(True, False)],
-                "L3": t[(False, True)],
-                "L2+L3": t[(True, True)],
-            }.items()
-        },
+        "net_tok_s": {k: agents * decode_tokens / v for k, v in seconds.items()},
     }
 
 

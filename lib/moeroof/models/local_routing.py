@@ -284,16 +284,7 @@ def locality_band(
     for i, name in enumerate(("least local", "most local")):
         end = (float(rho[i]), float(c_e[i]), f"{locality.label}, its {name} end")
         res = plan(model, hardware, workload, with_locality(model, routing, end, seed=seed), batch)
-        ends.append(
-            {
-                "end": name,
-                "rho": float(rho[i]),
-                "hot_set": float(h[i]),
-                "c_per_expert": float(c_e[i]),
-                "net_tok_s": np.asarray(res.net_tok_s, dtype=float),
-                "cache_hit_rate": np.asarray(res.cache_hit_rate, dtype=float),  # pooled over ranks
-            }
-        )
+        ends.append(_end(name, res, rho=float(rho[i]), hot_set=float(h[i]), c_per_expert=float(c_e[i])))
     summary = _ends_summary(ends, res)
     least, most = ends
 
@@ -306,6 +297,13 @@ def locality_band(
         f"({said(least)}) to its most local ({said(most)}): {summary.pop('rows')}"
     )
     return {"note": note, "ends": ends, **summary, "label": locality.label}
+
+
+def _end(name: str, res, **where: float) -> dict:
+    """One end of a band: its name, where it is, and its plan ``res``'s rates."""
+    rates = {"net_tok_s": np.asarray(res.net_tok_s, dtype=float)}
+    rates["cache_hit_rate"] = np.asarray(res.cache_hit_rate, dtype=float)  # pooled over ranks
+    return {"end": name, **where, **rates}
 
 
 def _ends_summary(ends: list[dict], res) -> dict:
@@ -366,14 +364,7 @@ def skew_band(
     for alpha, name in zip(prior.alpha_range, ("most skewed", "least skewed")):
         end = dirichlet_routing(model, alpha, f"Dirichlet α={alpha:.2g}")
         res = plan(model, hardware, workload, with_locality(model, end, locality, workload=workload, seed=seed), batch)
-        ends.append(
-            {
-                "end": name,
-                "alpha": float(alpha),
-                "net_tok_s": np.asarray(res.net_tok_s, dtype=float),
-                "cache_hit_rate": np.asarray(res.cache_hit_rate, dtype=float),  # pooled over ranks
-            }
-        )
+        ends.append(_end(name, res, alpha=float(alpha)))
     summary = _ends_summary(ends, res)
     note = (
         f"routing skew over the {prior.range_name} range of the {prior.label()}, from its most skewed end (α "

@@ -37,7 +37,7 @@ Baselines, each returned with its name:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any
 
@@ -521,30 +521,13 @@ def assign_experts(
             _packings[key] = packed
         return _packings[key].copy()
     b = int(np.max(as_batch(batch)))
+    ctx, prefix = workload.context_tokens, workload.shared_prefix_tokens
     cache = workload.cache_bytes
     if workload.cache_auto:
-        cache = float(
-            auto_cache_bytes(
-                model,
-                hardware,
-                [b],
-                context_tokens=workload.context_tokens,
-                shared_prefix_tokens=workload.shared_prefix_tokens,
-            )[0]
-        )
-    return bytes_partition(
-        routing.pi,
-        model,
-        hardware,
-        r,
-        batch=b,
-        cache_bytes_per_rank=cache,
-        rank_speed=workload.speeds,
-        load=load,
-        context_tokens=workload.context_tokens,
-        overlap=workload.overlap,
-        read_size_bytes=workload.read_size_bytes,
-    )[0]
+        cache = float(auto_cache_bytes(model, hardware, [b], context_tokens=ctx, shared_prefix_tokens=prefix)[0])
+    kw: dict[str, Any] = dict(batch=b, cache_bytes_per_rank=cache, rank_speed=workload.speeds, load=load)
+    kw.update(context_tokens=ctx, overlap=workload.overlap, read_size_bytes=workload.read_size_bytes)
+    return bytes_partition(routing.pi, model, hardware, r, **kw)[0]
 
 
 @dataclass(frozen=True)
@@ -690,13 +673,8 @@ def step_work(
     cache_eff, pressured = _cache_given(model, workload, available)
     fits = available >= 0
     cache_experts = cache_eff / (layers * e_bytes)
-    kw: dict[str, Any] = dict(
-        policy=workload.cache_policy,
-        scope=workload.cache_scope,
-        seed=workload.seed,
-        trace=routing.trace,
-        trace_key=routing.trace_key,
-    )
+    kw: dict[str, Any] = dict(policy=workload.cache_policy, scope=workload.cache_scope, seed=workload.seed)
+    kw.update(trace=routing.trace, trace_key=routing.trace_key)
     # the OS page cache of the streamed files gets what RAM leaves after everything else
     page_bytes = (
         workload.page_cache_share * np.clip(available - cache_eff, 0.0, None)
@@ -773,16 +751,8 @@ def _priced(hardware: Hardware, workload: Workload, shape: StepWork, f: dict[str
 
 
 #: the fields of a :class:`StepWork` laid along the batch sizes (last axis)
-_WORK_BATCH_FIELDS = (
-    "batch",
-    "ssd_bytes",
-    "mem_bytes",
-    "expert_reads",
-    "flops",
-    "fabric_bytes",
-    "available_bytes",
-    "cache_bytes",
-    "pressured",
+_WORK_BATCH_FIELDS = tuple(
+    "batch ssd_bytes mem_bytes expert_reads flops fabric_bytes available_bytes cache_bytes pressured".split()
 )
 
 
@@ -829,46 +799,19 @@ def step_breakdown(
     baseline of lever L1); ``assignment`` overrides the partition; ``extra_flops`` (nB,) adds
     work to the compute term (prefill's attention over the prompt).
     """
-    w = step_work(
-        model,
-        hardware,
-        workload,
-        routing,
-        batch,
-        assignment=assignment,
-        coalesced=coalesced,
-        dense_once=dense_once,
-        extra_flops=extra_flops,
-    )
-    return _breakdown(hardware, workload, w)
+    kw = dict(assignment=assignment, coalesced=coalesced, dense_once=dense_once, extra_flops=extra_flops)
+    return _breakdown(hardware, workload, step_work(model, hardware, workload, routing, batch, **kw))
 
 
 def _breakdown(hardware: Hardware, workload: Workload, work: StepWork) -> StepBreakdown:
     """The breakdown of ``work``: its fields, its step priced on ``hardware``, the policy."""
-    fields = {name: getattr(work, name) for name in _BREAKDOWN_FIELDS}
-    return StepBreakdown(step=evaluate_work(hardware, workload, work), cache_policy=workload.cache_policy, **fields)
+    kw = {name: getattr(work, name) for name in _BREAKDOWN_FIELDS}
+    return StepBreakdown(step=evaluate_work(hardware, workload, work), cache_policy=workload.cache_policy, **kw)
 
 
-#: what a :class:`StepBreakdown` takes from its :class:`StepWork` as it is
-_BREAKDOWN_FIELDS = (
-    "batch",
-    "assignment",
-    "speed",
-    "union_pairs",
-    "missed_pairs",
-    "expert_reads",
-    "picks_per_token",
-    "ssd_bytes",
-    "mem_bytes",
-    "flops",
-    "fabric_bytes",
-    "cache_bytes",
-    "cache_experts_per_layer",
-    "fits",
-    "pressured",
-    "page_cache_bytes",
-    "page_hit_pairs",
-)
+#: what a :class:`StepBreakdown` takes from its :class:`StepWork` as it is: all its fields but
+#: the priced step and the policy
+_BREAKDOWN_FIELDS = tuple(f.name for f in fields(StepBreakdown) if f.name not in ("step", "cache_policy"))
 
 
 #: the held share u of what the OS leaves at which the reclaim slowdown stops growing (it
@@ -906,22 +849,8 @@ def _per_batch(workload: Workload, b: np.ndarray) -> bool:
     return workload.ranks > 1 and workload.partition == "bytes" and b.size > 1
 
 
-_BATCH_FIELDS = (
-    "batch",
-    "union_pairs",
-    "missed_pairs",
-    "expert_reads",
-    "ssd_bytes",
-    "mem_bytes",
-    "flops",
-    "fabric_bytes",
-    "cache_bytes",
-    "cache_experts_per_layer",
-    "fits",
-    "pressured",
-    "page_cache_bytes",
-    "page_hit_pairs",
-)
+#: the fields of a :class:`StepBreakdown` laid along the batch sizes (last axis)
+_BATCH_FIELDS = tuple(f for f in _BREAKDOWN_FIELDS if f not in ("assignment", "speed", "picks_per_token"))
 
 
 def _concat_breakdowns(parts: list[StepBreakdown]) -> StepBreakdown:
@@ -1157,26 +1086,13 @@ def input_provenance(
     ``witnessed``/``projected``/``assumed``), ``non_witnessed`` and ``result`` (``projected`` when
     any input is not witnessed). ``attention``: include the attention FLOP field (default: when
     the model has it)."""
-    model_keys = [
-        "experts",
-        "top_k",
-        "moe_layers",
-        "expert_bytes",
-        "non_routed_bytes",
-        "kv_bytes_per_token",
-        "flops_per_token",
-    ]
+    model_keys = "experts top_k moe_layers expert_bytes non_routed_bytes kv_bytes_per_token flops_per_token".split()
     if model.attn_flops_per_context_token if attention is None else attention and model.attn_flops_per_context_token:
         model_keys.append("attn_flops_per_context_token")
-    hw_keys = [
-        "ram_bytes",
-        "bw_mem_bytes_per_s",
-        "flops_per_s",
-        "ssd_read_size_bytes",
-        "bw_ssd_bytes_per_s",
-        "engine_seconds_per_step",
-        "engine_seconds_per_agent_token",
-    ]
+    hw_keys = (
+        "ram_bytes bw_mem_bytes_per_s flops_per_s ssd_read_size_bytes bw_ssd_bytes_per_s engine_seconds_per_step "
+        "engine_seconds_per_agent_token"
+    ).split()
     if hardware.os_reserve_bytes or "os_reserve_bytes" in hardware.provenance:
         # a preset that leaves it out has it at 0, tagged assumed: never silently
         hw_keys.append("os_reserve_bytes")

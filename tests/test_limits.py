@@ -448,3 +448,20 @@ def test_an_error_quoting_a_huge_cell_stays_a_short_line(tmp_path):
     text = str(err)
     assert len(text) < 400 and "(4863 characters left out)" in text
     assert text.startswith(f"{tmp_path / 'p.csv'}:2: batch: must be finite, got '1000") and text.endswith("000'")
+
+
+def test_a_small_trace_declaring_a_million_experts_is_not_fitted(tmp_path, capsys):
+    # 16 KB of ids with a sidecar saying E = 2^20 grew `fit` to 12 GB over a minute (the skew
+    # fit tabulates inclusion probabilities over every expert); refused before anything is counted
+    from moeroof.fit.skew import check_fit_experts, fit_histogram
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "t.npy"
+    np.save(path, rng.integers(0, 1 << 20, size=(64, 2, 4, 8)).astype(np.int32))
+    sidecar_path(path).write_text(json.dumps({**META, "experts": 1 << 20, "top_k": 8}))
+    assert main(["fit", str(path), "--bootstrap", "2", "--gof-sims", "2"]) == 2
+    line = one_error_line(capsys)
+    assert line.startswith(f"error: {path}:-: experts: E = 1048576 experts") and "at most 16384" in line
+    check_fit_experts(limits.MAX_SKEW_FIT_EXPERTS)  # the bound itself is fitted
+    with pytest.raises(ValueError, match="takes at most 16384"):
+        fit_histogram(np.ones((1, limits.MAX_SKEW_FIT_EXPERTS + 1), dtype=np.int64), 1, rng=rng)

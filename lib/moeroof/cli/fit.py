@@ -22,7 +22,7 @@ import numpy as np
 from moeroof.cli.flags import REPLICATES, SEED, check_replicate_memory
 from moeroof.cli.inputs import add_meta_arguments, load_input
 from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, table
-from moeroof.data.io import Histogram
+from moeroof.data.io import Histogram, InputError
 
 
 def add_parser(subparsers: Any) -> None:
@@ -56,7 +56,12 @@ def fit_report(args: argparse.Namespace) -> dict[str, Any]:
     per = 4 * len(data.layer_ids) * data.experts
     check_replicate_memory("--bootstrap", bootstrap, per, "layers × experts × 4")
     check_replicate_memory("--gof-sims", gof_sims, per, "layers × experts × 4")
-    from moeroof.fit.skew import fit_histogram  # lazily: the union command works without it
+    from moeroof.fit.skew import check_fit_experts, fit_histogram  # lazily: the union command works without it
+
+    try:  # before the trace is counted: a 16 KB trace may declare 2^20 experts
+        check_fit_experts(data.experts)
+    except ValueError as err:
+        raise InputError(data.path, "-", "experts", str(err)) from None
 
     notes = []
     if isinstance(data, Histogram):

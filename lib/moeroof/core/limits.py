@@ -13,6 +13,7 @@ import resource
 from moeroof.core.errors import ParameterError
 
 __all__ = [
+    "MAX_SKEW_FIT_EXPERTS",
     "MAX_INT_DIGITS",
     "bounded_int",
     "plain_value_error",
@@ -70,6 +71,10 @@ MAX_SIMULATED_STEPS = 1 << 20
 #: fit that evaluates hundreds of knob sets): 2^16 is 4096 experts at 16 layers (published
 #: models: 8 … 384), whose fit already runs for minutes
 MAX_FIT_EXPERT_CELLS = 1 << 16
+#: experts of a skew fit (``moeroof fit``): it tabulates each family's inclusion probabilities
+#: over E experts at 41 exponents, so its time and memory grow with E (this 2-core box: 2 s at
+#: 4,096, 11 s and 0.3 GB at 16,384; a 16 KB trace declaring 2^20 ran past a minute at 12 GB)
+MAX_SKEW_FIT_EXPERTS = 1 << 14
 #: a cache or memory size in GiB (2^40 GiB = 1 ZiB): a larger one is a typo, and 1e300 GiB
 #: overflows to infinity in bytes
 MAX_GIB = float(1 << 40)

@@ -39,7 +39,7 @@ from scipy.interpolate import CubicSpline
 from scipy.optimize import minimize_scalar
 from scipy.special import digamma, gammaln
 
-from moeroof.core.limits import check_allocation
+from moeroof.core.limits import MAX_SKEW_FIT_EXPERTS, check_allocation
 from moeroof.core.masks import live_tokens, partial_tokens
 from moeroof.core.memo import SourceMemo
 from moeroof.core.rng import generator
@@ -55,6 +55,7 @@ from moeroof.models import routing
 from moeroof.models.union import distinct_per_layer, power_sums
 
 __all__ = [
+    "check_fit_experts",
     "INVERSION_MEMO",
     "invert_inclusion",
     "MODELS",
@@ -639,6 +640,16 @@ def _histogram_model_fits(
     return layer_fits, pooled
 
 
+def check_fit_experts(experts: int) -> None:
+    """Refuse a skew fit over more than :data:`moeroof.core.limits.MAX_SKEW_FIT_EXPERTS` experts
+    before it tabulates anything (ValueError in the user's terms)."""
+    if experts > MAX_SKEW_FIT_EXPERTS:
+        raise ValueError(
+            f"E = {experts} experts: the skew fit tabulates inclusion probabilities over every expert, "
+            f"and takes at most {MAX_SKEW_FIT_EXPERTS} (published models: 8 to 384)"
+        )
+
+
 def fit_histogram(
     counts: Any,
     top_k: int,
@@ -670,6 +681,7 @@ def fit_histogram(
     ``bootstrap`` replicates, and Zipf's bias-corrected estimate: :func:`_histogram_intervals`.
     """
     y = _check_counts(counts, top_k)
+    check_fit_experts(y.shape[1])
     _check_histogram_args(models, bootstrap, gof_sims, level)
     layers, experts = y.shape
     k = int(top_k)

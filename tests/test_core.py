@@ -351,3 +351,21 @@ def test_write_together_puts_back_what_a_rename_had_replaced(tmp_path):
     )
     assert written == [a, tmp_path / "u"] and a.read_text() == "new" and (tmp_path / "u").read_text() == "u"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json", "t.npy", "u"]  # no kept link left
+
+
+def test_bootstrap_replicates_drawn_a_chunk_at_a_time_are_the_same_draws():
+    def resamples(chunked: bool, chunk: int):
+        rng = np.random.default_rng(11)
+        probs = np.linspace(0.01, 0.9, 37).reshape(1, 37)
+        return stats.bootstrap_replicates(
+            lambda reps: reps.sum(axis=-1),
+            23,
+            draw=lambda r: rng.binomial(10, probs[None], size=(r, *probs.shape)),
+            batched=True,
+            chunk=chunk,
+            draw_in_chunks=chunked,
+        )
+
+    whole = resamples(False, 23)
+    for chunk in (1, 4, 22, 23, 50):
+        np.testing.assert_array_equal(resamples(True, chunk), whole)

@@ -465,3 +465,29 @@ def test_a_small_trace_declaring_a_million_experts_is_not_fitted(tmp_path, capsy
     check_fit_experts(limits.MAX_SKEW_FIT_EXPERTS)  # the bound itself is fitted
     with pytest.raises(ValueError, match="takes at most 16384"):
         fit_histogram(np.ones((1, limits.MAX_SKEW_FIT_EXPERTS + 1), dtype=np.int64), 1, rng=rng)
+
+
+@pytest.mark.slow
+def test_a_tiny_histogram_declaring_many_experts_unions_in_bounded_memory(tmp_path):
+    # a 40-byte histogram whose sidecar says E = 2^20 grew `union` to 12 GB: 200 bootstrap
+    # replicates of E counts drawn at once, and rarefaction's temporaries of each
+    import resource
+    import subprocess
+    import sys
+
+    path = tmp_path / "h.csv"
+    path.write_text("layer,expert,count\n" + "".join(f"0,{i},1\n" for i in range(8)))
+    sidecar_path(path).write_text(json.dumps({**META, "experts": 1 << 18, "top_k": 8, "layers": 1, "tokens": 1}))
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "moeroof.cli", "union", str(path), "--batch", "2", "--json"],
+        capture_output=True,
+        text=True,
+        preexec_fn=cap,  # noqa: PLW1509 - no threads start before the exec
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["experts"] == 1 << 18

@@ -116,6 +116,7 @@ def bootstrap_replicates(
     draw: Callable[[int], Any] | None = None,
     batched: bool = False,
     chunk: int | None = None,
+    draw_in_chunks: bool = False,
 ) -> np.ndarray:
     """``replicates`` values of ``statistic`` on resamples, stacked along a new first axis.
 
@@ -130,8 +131,10 @@ def bootstrap_replicates(
       cut at ``n``; the statistic takes the 1-D indices and returns one value;
     - ``draw`` (parametric, the caller's own generator or seeds): ``batched``, ``draw(replicates)``
       returns every resample stacked on a first axis in one call and the statistic takes ``chunk``
-      of them at a time as for ``n``; otherwise ``draw(b)`` is the b-th resample, drawn just
-      before the statistic takes it.
+      of them at a time as for ``n`` (``draw_in_chunks``: ``draw(r)`` is called per chunk instead,
+      so only a chunk of resamples is ever held; for a draw that continues one generator's stream
+      element by element, the same resamples); otherwise ``draw(b)`` is the b-th resample, drawn
+      just before the statistic takes it.
 
     Values that are numbers or arrays are stacked (``numpy.stack``); others (a fitted knob set)
     come back as an object array.
@@ -147,6 +150,9 @@ def bootstrap_replicates(
     if draw is not None:
         if not batched:
             return _stack([statistic(draw(b)) for b in range(replicates)])
+        if draw_in_chunks and chunk is not None:
+            sizes = [min(int(chunk), replicates - i) for i in range(0, replicates, int(chunk))]
+            return np.concatenate([np.asarray(statistic(draw(r))) for r in sizes])
         stacked = draw(replicates)
     else:
         if rng is None or n is None:

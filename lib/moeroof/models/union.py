@@ -163,6 +163,9 @@ def union_uniform(experts: int, top_k: int, batch, layers: int = 1) -> UnionCurv
     return _exact_curve(b, per_layer, "closed-form", experts, top_k)
 
 
+#: cells (replicates × layers × experts × batch sizes) of one chunk of union_histogram's bootstrap
+_REPLICATE_CELLS = 1 << 22
+
 #: power_sums splits B = m·q + r with this fixed m, whatever the batch sizes asked for
 POWER_SPLIT = 32
 
@@ -374,6 +377,11 @@ def union_histogram(
         bootstrap,
         draw=lambda r: rng.binomial(t[None, :, None], probs[None, :, :], size=(r,) + probs.shape),
         batched=True,
+        # replicates drawn a chunk at a time (the same draws: the generator's stream continues),
+        # so that a histogram declaring 2^20 experts holds a few chunks, not 200 replicates
+        # and rarefaction's temporaries of each (a 40-byte one grew union to 12 GB)
+        chunk=max(1, _REPLICATE_CELLS // max(1, probs.size * b.size)),
+        draw_in_chunks=True,
     )
     # iNEXT centres the band on the estimate and takes only the spread from the bootstrap:
     # the assemblage's replicates are centred on the (downward-biased) empirical plug-in

@@ -57,17 +57,7 @@ def write_via(
     and can recompute them (the disk memo), where a power cut may leave an empty file but a run
     must not wait for the disk a thousand times (~5 ms each on a VM's disk).
     """
-    target = Path(path)
-    tmp = _stage(Part(target, write, binary, newline, check), durable)
-    if tmp is not None:
-        try:
-            os.replace(tmp, target)
-        except BaseException as exc:
-            _unlink(tmp)
-            if isinstance(exc, OSError):  # name the target, not the temp file
-                raise _named(exc, target) from None
-            raise
-    return target
+    return write_together([Part(Path(path), write, binary, newline, check)], durable=durable)[0]
 
 
 @dataclass(frozen=True)
@@ -81,7 +71,7 @@ class Part:
     check: Callable[[Path], Any] | None = None
 
 
-def write_together(parts: Sequence[Part]) -> list[Path]:
+def write_together(parts: Sequence[Part], *, durable: bool = True) -> list[Path]:
     """Write several files as one result (a table and its sidecar): both or neither.
 
     Every part is written to its temp file first (:func:`write_via`'s way); a part that fails (a
@@ -93,7 +83,7 @@ def write_together(parts: Sequence[Part]) -> list[Path]:
     staged: list[tuple[Path, str | None]] = []
     try:
         for part in parts:
-            staged.append((Path(part.path), _stage(part, True)))
+            staged.append((Path(part.path), _stage(part, durable)))
     except BaseException:
         for _, tmp in staged:
             _unlink(tmp)
@@ -104,7 +94,8 @@ def write_together(parts: Sequence[Part]) -> list[Path]:
         for target, tmp in staged:
             if tmp is None:
                 continue
-            failing, kept = target, _keep(target)
+            # one part: nothing to put back, so no link is made (the common single-file write)
+            failing, kept = target, _keep(target) if len(staged) > 1 else None
             try:
                 os.replace(tmp, target)
             except BaseException:

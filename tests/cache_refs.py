@@ -136,13 +136,15 @@ def ref_s3fifo(items, cap, starts=None, threshold=1, size=None, small_fraction=0
     cap − floor(small_fraction · cap) before S is evicted from, the ghost queue G holds at most
     (1 − small_fraction) · cap; hits are counted without a cap; an item leaves S for M after
     ``threshold`` hits, M reinserts with min(count, 3) − 1."""
-    size = (lambda x: 1.0) if size is None else size.__getitem__
+    unit = size is None
+    size = (lambda x: 1.0) if unit else size.__getitem__
     main_cap = cap - math.floor(small_fraction * cap)
     S, M, G = OrderedDict(), OrderedDict(), OrderedDict()  # first = tail (oldest)
     freq, hits, pre = {}, [], {}
 
     def total(q):
-        return sum(size(v) for v in q)
+        # unit sizes: the count is the sum, exactly (re-adding 1,000 ones per eviction took 35 s)
+        return float(len(q)) if unit else sum(size(v) for v in q)
 
     for t, x in enumerate(items):
         hits.append(judged(items, starts, t, lambda y: y in S or y in M, pre))

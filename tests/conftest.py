@@ -14,9 +14,11 @@ from moeroof.core.paths import EXTERNAL_DIR
 # the step model keeps its simulations on disk between runs (core.memo): the suite's own
 # runs keep theirs in a folder of this run's (kernels and workers inherit it), never the user's
 os.environ[DISK_MEMO_ENV] = tempfile.mkdtemp(prefix="moeroof-test-memo-")
-# a notebook cell in a test runs seconds: past 5 minutes its kernel has stopped answering (seen
-# with ipykernel 7: idle kernel, waiting client), and the render is retried once in a fresh kernel
-os.environ.setdefault("MOEROOF_CELL_TIMEOUT_S", "300")
+# a notebook cell in a test runs seconds (the slowest whole test render takes ~13 s on a loaded
+# 2-core box): past 90 s its kernel has stopped answering (idle kernel, waiting client; seen with
+# ipykernel 6 and 7, once in a full run on 2026-12-06 where it cost the 300 s then allowed), and
+# the render is retried once in a fresh kernel
+os.environ.setdefault("MOEROOF_CELL_TIMEOUT_S", "90")
 
 # hypothesis draws the same examples on every run (fixed seeds, as the suite's other randomness):
 # a CI run can only fail on a change, never on a new draw. MOEROOF_HYPOTHESIS_RANDOM=1 explores

@@ -250,6 +250,64 @@ def test_a_parquet_column_named_twice_is_ambiguous(tmp_path):
         import_table(src, columns=parse_columns("stream=s,step=t"), expert_cols=["e0"], experts=4, top_k=1)
 
 
+def test_integer_and_text_parquet_columns_import_the_same_trace(tmp_path):
+    """Integer columns are kept as integers (not text) through the import: the same table with
+    its columns as text, keys with gaps and out of order, gives the same ids, keys and errors."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(5)
+    n = 300
+    stream = rng.choice([7, 30, 2], n)
+    step = rng.permutation(n) * 3 + 11  # distinct, unsorted, gapped
+    layer = rng.integers(0, 2, n)
+    e0 = rng.integers(0, 8, n)
+    e1 = (e0 + 1 + rng.integers(0, 7, n)) % 8
+    cols = {"s": stream, "t": step, "l": layer, "e0": e0, "e1": e1}
+    args = dict(columns=parse_columns("stream=s,step=t,layer=l"), expert_cols=["e0", "e1"], experts=8, top_k=2)
+    got = {}
+    for kind in ("int", "text"):
+        src = tmp_path / f"{kind}.parquet"
+        arrays = {c: (v if kind == "int" else v.astype(str)) for c, v in cols.items()}
+        pq.write_table(pa.table(arrays), src)
+        got[kind] = import_table(src, **args)
+    assert np.array_equal(got["int"].topk, got["text"].topk)
+    for key in ("streams_from", "steps_from", "layer_ids", "tokens"):
+        assert got["int"].meta[key] == got["text"].meta[key]
+    assert got["int"].meta["streams_from"]["keys"] == ["2", "7", "30"]  # numeric order, as written
+    # hand-checked against the rows: every row's ids sit at its (step, stream, layer) cell
+    steps, streams = sorted(step.tolist()), [2, 7, 30]
+    for i in range(n):
+        cell = got["int"].topk[steps.index(step[i]), streams.index(stream[i]), layer[i]]
+        assert cell.tolist() == [e0[i], e1[i]]
+
+
+def test_a_parquet_declaring_more_rows_than_memory_holds_is_refused_unread(tmp_path, monkeypatch):
+    """The footer's row count, times what a row costs, is checked before a row is read: a few
+    kilobytes of one repeated value can declare rows by the hundred million."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    import moeroof.core.limits as limits
+    from moeroof.data import importers
+
+    src = tmp_path / "same.parquet"
+    zeros = np.zeros(100_000, dtype=np.int64)
+    pq.write_table(pa.table({"s": zeros, "t": zeros, "e": zeros}), src, compression="zstd")
+    assert src.stat().st_size < 64 << 10
+    need = 100_000 * 3 * importers.INT_CELL_BYTES
+    monkeypatch.setattr(limits, "available_memory", lambda: need - 1)
+    monkeypatch.setattr(pq, "read_table", lambda *a, **k: pytest.fail("rows were read"))
+    args = dict(columns=parse_columns("stream=s,step=t"), expert_cols=["e"], experts=8, top_k=1)
+    with pytest.raises(
+        InputError, match=r"same\.parquet:-: rows: 100,000 rows × 3 columns to import = .* this machine"
+    ):
+        import_table(src, **args)
+    monkeypatch.undo()
+    with pytest.raises(InputError, match=r"same\.parquet:row 2: t: a second token for stream 0, step 0"):
+        import_table(src, **args)  # under the bound it is read, and its real fault named
+
+
 def test_parquet_without_pyarrow_says_so(tmp_path, monkeypatch):
     import sys
 

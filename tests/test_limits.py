@@ -491,3 +491,38 @@ def test_a_tiny_histogram_declaring_many_experts_unions_in_bounded_memory(tmp_pa
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["experts"] == 1 << 18
+
+
+@pytest.mark.slow
+def test_a_small_parquet_of_one_repeated_value_is_refused_under_a_memory_cap(tmp_path):
+    # a few hundred kilobytes of Parquet declaring 20M rows of one value grew `import table` to
+    # 3.3 GiB before it found the second token for one cell; under a 2 GiB address-space cap the
+    # footer's row count is refused before a row is read
+    import resource
+    import subprocess
+    import sys
+
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    src = tmp_path / "same.parquet"
+    zeros = pa.array(np.zeros(20_000_000, dtype=np.int64))
+    pq.write_table(pa.table({"s": zeros, "t": zeros, "e": zeros}), src, compression="zstd")
+    del zeros
+    assert src.stat().st_size < 1 << 20
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    argv = ["import", "table", str(src), "-o", str(tmp_path / "t.npz"), "--columns", "stream=s,step=t"]
+    done = subprocess.run(
+        [sys.executable, "-m", "moeroof.cli", *argv, "--expert-cols", "e", "--experts", "8", "--top-k", "1"],
+        capture_output=True,
+        text=True,
+        preexec_fn=cap,  # noqa: PLW1509 - no threads start before the exec
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    err = done.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {src}:-: rows: 20,000,000 rows × 3 columns"), err
+    assert not (tmp_path / "t.npz").exists()

@@ -79,6 +79,7 @@ from typing import Any, cast
 import numpy as np
 
 from moeroof.core.errors import ParameterError
+from moeroof.core.limits import check_allocation
 from moeroof.core.masks import trace_counts
 from moeroof.data.io import InputError, check_readable, write_histogram, write_trace
 
@@ -102,6 +103,12 @@ __all__ = [
 MAX_KEYS_IN_META = 10_000
 #: a dense trace larger than this many ids is refused (steps × streams × layers × K)
 MAX_TRACE_CELLS = 2_000_000_000
+#: peak bytes a Parquet cell costs through ``import table``, per row and column: an integer
+#: column is held as int64 and copied a few times (sort orders, codes); any other as a Python
+#: string per cell. Measured peaks (2-core VM, 2026-12-06): 20M rows of 3 integer columns
+#: 2.4 GB (40 B a cell), 5M rows of 2 text and 1 integer column 1.2 GB (100 B a text cell)
+INT_CELL_BYTES = 48
+TEXT_CELL_BYTES = 128
 #: a histogram sidecar needs a model name; an import that was not given one says so
 UNKNOWN_MODEL = "unknown (not given at import)"
 #: tolerance of "row sums ≈ K" / "≈ 1" (bf16-averaged frequencies sum to K within ~0.1 %)
@@ -157,11 +164,12 @@ def _id_dtype(experts: int) -> np.dtype:
     return np.dtype(np.int16) if experts <= np.iinfo(np.int16).max else np.dtype(np.int32)
 
 
-def _keys_for_meta(keys: Sequence[Any]) -> dict[str, Any]:
-    keys = [str(k) for k in keys]
+def _keys_for_meta(keys: Any) -> dict[str, Any]:
+    """The keys as text in the meta, up to :data:`MAX_KEYS_IN_META` (beyond it: the count and ends;
+    only those are made text: 10^7 keys as strings would take a gigabyte)."""
     if len(keys) <= MAX_KEYS_IN_META:
-        return {"count": len(keys), "keys": keys}
-    return {"count": len(keys), "first": keys[0], "last": keys[-1], "keys_omitted": True}
+        return {"count": len(keys), "keys": [str(k) for k in keys]}
+    return {"count": len(keys), "first": str(keys[0]), "last": str(keys[-1]), "keys_omitted": True}
 
 
 # ----------------------------------------------------------------------------- table
@@ -233,8 +241,17 @@ def _read_frame(src: Path, columns: Sequence[str]) -> tuple[Any, str]:
         if missing:
             raise InputError(src, "-", missing[0], f"no such column (has: {', '.join(have)})")
         _refuse_repeated_columns(src, "-", have, wanted)
-        frame = pd.read_parquet(src, columns=wanted)
-        return frame.astype(str).where(frame.notna(), ""), "parquet"
+        _check_parquet_rows(src, wanted)
+        table = pq.read_table(src, columns=wanted)
+        # the Arrow buffers freed as each column moves to pandas: one copy of the data, not two
+        frame = table.to_pandas(self_destruct=True, split_blocks=True)
+        del table
+        # integer columns stay integers (8 bytes a cell, where a cell as text is a Python string
+        # of ~60): their text would only be parsed back; the rest is text, a null as ""
+        for c in wanted:
+            if not _is_int_column(frame[c]):
+                frame[c] = frame[c].astype(str).where(frame[c].notna(), "")
+        return frame, "parquet"
     have = _csv_header(src)
     if not have or not any(have):
         raise InputError(src, 1, "header", "empty file or empty header line")
@@ -261,6 +278,34 @@ def _read_frame(src: Path, columns: Sequence[str]) -> tuple[Any, str]:
     blank = (frame == "").all(axis=1)
     frame = frame[~blank]
     return frame, "csv"
+
+
+def _is_int_column(series: Any) -> bool:
+    """Whether a column holds integers numpy's int64 keeps exactly (no nulls: those read as float)."""
+    dtype = series.dtype
+    return isinstance(dtype, np.dtype) and (dtype.kind == "i" or (dtype.kind == "u" and dtype.itemsize < 8))
+
+
+def _check_parquet_rows(src: Path, wanted: Sequence[str]) -> None:
+    """Refuses, from the file's footer and before a row is read, a table whose rows would need
+    more memory to import than this machine has: a few kilobytes of Parquet can declare 10^8 rows
+    of one repeated value. An integer cell costs :data:`INT_CELL_BYTES` through the import, any
+    other (held as text) :data:`TEXT_CELL_BYTES`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        rows = pq.read_metadata(src).num_rows
+        schema = pq.read_schema(src)
+    except Exception as exc:  # pyarrow raises its own error types for a bad file
+        raise InputError(src, "-", "file", f"not a readable Parquet file: {exc}") from None
+    per_row = sum(
+        INT_CELL_BYTES if pa.types.is_integer(schema.field(c).type) else TEXT_CELL_BYTES for c in dict.fromkeys(wanted)
+    )
+    try:
+        check_allocation(rows, per_row, f"{rows:,} rows × {len(set(wanted))} columns to import", limit=None)
+    except ValueError as exc:
+        raise InputError(src, "-", "rows", str(exc)) from None
 
 
 def _refuse_repeated_columns(src: Path, row: int | str, have: Sequence[str], wanted: Sequence[str]) -> None:
@@ -309,6 +354,8 @@ def _as_int(series: Any, src: Path, kind: str, name: str, allow_empty: bool = Fa
     """Integer values of a text column, vectorised; the first bad cell named by its row."""
     import pandas as pd
 
+    if _is_int_column(series):
+        return series.to_numpy(dtype=np.int64)
     text = series.astype(str).str.strip()
     if allow_empty:
         text = text.where(text != "", "-1")
@@ -322,14 +369,18 @@ def _as_int(series: Any, src: Path, kind: str, name: str, allow_empty: bool = Fa
     return num.to_numpy(dtype=np.float64).astype(np.int64)
 
 
-def _dense_codes(frame: Any, cols: Sequence[str]) -> tuple[np.ndarray, list[str]]:
-    """Dense codes 0..n-1 of the key made of ``cols`` in sorted key order, and the keys as text.
+def _dense_codes(frame: Any, cols: Sequence[str]) -> tuple[np.ndarray, Any]:
+    """Dense codes 0..n-1 of the key made of ``cols`` in sorted key order, and the keys (each
+    prints as the user wrote it: a list of text, or one integer column's sorted int64 values).
 
     A column whose every value is a number sorts numerically (``2 < 10``), others as text; a
     joined key prints as ``a:b``.
     """
     import pandas as pd
 
+    if len(cols) == 1 and _is_int_column(frame[cols[0]]):
+        uniq_ids, codes = np.unique(frame[cols[0]].to_numpy(dtype=np.int64), return_inverse=True)
+        return codes.astype(np.int64, copy=False), uniq_ids
     parts = {}
     for c in cols:
         s = frame[c].astype(str).str.strip()
@@ -387,7 +438,8 @@ def _wide_ids(frame: Any, src: Path, kind: str, expert_cols: Sequence[str]) -> t
     """(the token rows, their K ids, their row index) of a wide table; padding rows dropped."""
     ids = np.stack([_as_int(frame[c], src, kind, c, allow_empty=True) for c in expert_cols], axis=1)
     keep = ~(ids == -1).all(axis=1)  # a padding row (all slots empty or -1) is no token
-    frame, ids = frame[keep], ids[keep]
+    if not keep.all():  # else no copy of a table that may fill much of memory
+        frame, ids = frame[keep], ids[keep]
     return frame, ids, frame.index.to_numpy()
 
 
@@ -490,7 +542,7 @@ def _check_one_token_per_cell(
     src: Path,
     kind: str,
     step_col: str,
-    keys: tuple[list[str], list[str], np.ndarray],
+    keys: tuple[Any, Any, np.ndarray],
 ) -> None:
     """Refuses a second token for one (step, stream, layer); ``keys``: stream keys, step keys, layer ids."""
     stream_keys, step_keys, layer_ids = keys

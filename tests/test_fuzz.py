@@ -610,3 +610,50 @@ def test_damaged_traces_get_one_error_line(tmp_path, command):
             continue
         assert rc == 2, f"{command} accepted the damaged trace {name}:\n{err}"
         assert str(path) in err or path.name in err, f"{command}, {name}: the error does not name the file:\n{err}"
+
+
+def _zip_of(member: bytes) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("router_logits.npy", member)
+    return buf.getvalue()
+
+
+def _damaged_arrays(good: np.ndarray, suffix: str) -> dict[str, bytes]:
+    """One good array saved as ``suffix`` (.npy, or .npz of member ``router_logits``), and damaged:
+    cut short at several places, a header declaring 4 TiB over a few bytes, a member inflating
+    over 100× (a zip bomb), a .npy under an .npz name, an empty file."""
+    wrap = (lambda member: member) if suffix == ".npy" else _zip_of
+    out = {"good": wrap(_npy_bytes(good))}
+    out.update({f"cut-{frac}": out["good"][: int(len(out["good"]) * frac)] for frac in (0.02, 0.3, 0.6, 0.999)})
+    huge = io.BytesIO()
+    np.lib.format.write_array_header_1_0(huge, {"descr": "<f4", "fortran_order": False, "shape": (1 << 20, 1 << 20)})
+    out["declares-4-TiB"] = wrap(huge.getvalue() + bytes(64))
+    if suffix == ".npz":
+        out["zip-bomb"] = wrap(_npy_bytes(np.zeros((8, 1 << 16, 64), np.float32)))  # 128 MiB of zeros
+        out["npy-named-npz"] = _npy_bytes(good)
+    out["empty"] = b""
+    return out
+
+
+@pytest.mark.parametrize(
+    "fmt, suffix", [("matrix", ".npy"), ("hf-router-logits", ".npy"), ("hf-router-logits", ".npz")]
+)
+def test_damaged_arrays_through_import_get_one_error_line(tmp_path, fmt, suffix):
+    """The importers read .npy/.npz through the checked readers: every damaged file is one error
+    line naming it, none allocates what its header declares (numpy said "Unable to allocate
+    4.00 TiB", no file named), and the undamaged file imports."""
+    rng = np.random.default_rng(3)
+    good = rng.integers(0, 50, (4, 32)) if fmt == "matrix" else rng.standard_normal((2, 16, 8)).astype(np.float32)
+    extra = ["--top-k", "2"] if fmt == "matrix" else ["--top-k", "2", "--batch", "2"]
+    for name, data in _damaged_arrays(good, suffix).items():
+        path = tmp_path / f"{name}{suffix}"
+        path.write_bytes(data)
+        out = tmp_path / f"out-{name}.{'csv' if fmt == 'matrix' else 'npz'}"
+        rc, err = check_promise(["import", fmt, str(path), "-o", str(out), *extra], [path])
+        if name == "good":
+            assert rc == 0 and out.is_file(), err
+            continue
+        assert rc == 2, f"import {fmt} accepted the damaged {name}{suffix}:\n{err}"
+        assert path.name in err, f"{name}: the error does not name the file:\n{err}"
+        assert "Unable to allocate" not in err and not out.exists()

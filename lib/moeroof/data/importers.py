@@ -81,7 +81,7 @@ import numpy as np
 from moeroof.core.errors import ParameterError
 from moeroof.core.limits import check_allocation
 from moeroof.core.masks import trace_counts
-from moeroof.data.io import InputError, check_readable, write_histogram, write_trace
+from moeroof.data.io import InputError, check_npz_members, check_readable, write_histogram, write_trace
 
 __all__ = [
     "ImportedTrace",
@@ -1378,12 +1378,21 @@ def _live_tokens(out: Path, tokens: np.ndarray, meta: Mapping[str, Any]) -> list
 
 def _load_numpy(src: Path) -> Any:
     """A ``.npy``'s array, or a ``.npz``'s arrays by name; no pickles (an :class:`InputError` otherwise)."""
+    from moeroof.data.safe_read import load_npy
+
     suffix = src.suffix.lower()
     try:
         if suffix == ".npz":
+            # every member's header against its stored bytes and the memory available, and no
+            # zip bomb, before a member is inflated (as read_trace does)
+            check_npz_members(src)
             with np.load(src, allow_pickle=False) as z:
                 return {k: z[k] for k in z.files}
-        return np.load(src, allow_pickle=False)
+        # the header's shape against the file's bytes before anything is allocated (a 200-byte
+        # .npy declaring 2^40 floats was numpy's "Unable to allocate 4.00 TiB", no file named)
+        return load_npy(src)
+    except InputError:
+        raise
     except (ValueError, OSError, EOFError) as exc:
         raise InputError(src, "-", "file", f"not a readable {suffix} without pickles: {exc}") from None
 

@@ -84,6 +84,7 @@ __all__ = [
     "TOPK_DUPLICATE",
     "TOPK_CHUNK_ELEMENTS",
     "NpySteps",
+    "check_npz_members",
 ]
 
 HISTOGRAM_COLUMNS = ("layer", "expert", "count")
@@ -649,7 +650,7 @@ MAX_COMPRESSION_RATIO = 100
 _BOMB_FLOOR = 64 << 20
 
 
-def _check_npz_members(path: Path) -> None:
+def check_npz_members(path: Path) -> None:
     """Before anything is loaded: each ``.npy`` member's header (read from the zip stream, its
     data left compressed) must declare exactly the bytes the member holds, inflate at most
     :data:`MAX_COMPRESSION_RATIO` times its stored size, and fit in the memory available."""
@@ -790,7 +791,7 @@ def read_trace(
     weights = None
     meta_row = "-"
     if suffix == ".npz":
-        _check_npz_members(path)
+        check_npz_members(path)
         topk, meta_arr, weights = _npz_arrays(path, given)
         meta = given if given is not None else _npz_meta(cast(np.ndarray, meta_arr), path)
         meta_path = path

@@ -228,6 +228,8 @@ def test_shards_bad_arguments(trace):
         shard.shards_curve_sharded(trace, 0.0)
     with pytest.raises(ValueError, match="slices"):
         shard.shards_curve_sharded(trace, 0.5, slices=0)
+    with pytest.raises(ValueError, match=r"slices must be in 1 … 4096, got 1099511627776"):
+        shard.shards_curve_sharded(trace, 0.5, slices=1 << 40)  # grew past 12 GB making its edges
     with pytest.raises(ValueError, match="lookup"):
         shard.shards_curve_sharded(trace, 0.5, lookup="nope")
 

@@ -44,6 +44,7 @@ from moeroof.cli.cache import (
 from moeroof.cli.flags import SEED, WORKERS, Count, Real, UsageError, start_cache_kernels
 from moeroof.cli.inputs import add_meta_arguments, read_trace_arg
 from moeroof.cli.output import add_output_arguments, emit, fmt, jsonable, table
+from moeroof.core.limits import MAX_SHARDS_SLICES
 from moeroof.data.io import InputError
 
 _NO_REQUESTS = "the trace requests no expert (all padding)"
@@ -87,7 +88,7 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--slices",
-        type=Count(min=1),
+        type=Count(min=1, max=MAX_SHARDS_SLICES),
         help="SHARDS: cut the sampled hash range into S disjoint slices, one task each; the "
         "estimate and its stated error come from their spread (default: the workers)",
     )

@@ -14,6 +14,7 @@ from moeroof.core.errors import ParameterError
 
 __all__ = [
     "MAX_SKEW_FIT_EXPERTS",
+    "MAX_SHARDS_SLICES",
     "MAX_INT_DIGITS",
     "bounded_int",
     "plain_value_error",
@@ -75,6 +76,9 @@ MAX_FIT_EXPERT_CELLS = 1 << 16
 #: over E experts at 41 exponents, so its time and memory grow with E (this 2-core box: 2 s at
 #: 4,096, 11 s and 0.3 GB at 16,384; a 16 KB trace declaring 2^20 ran past a minute at 12 GB)
 MAX_SKEW_FIT_EXPERTS = 1 << 14
+#: SHARDS hash slices of ``mrc --slices`` (one task and one curve over every capacity each;
+#: ``--slices 2^40`` grew past 12 GB building its edges): far above any cluster's workers
+MAX_SHARDS_SLICES = 1 << 12
 #: a cache or memory size in GiB (2^40 GiB = 1 ZiB): a larger one is a typo, and 1e300 GiB
 #: overflows to infinity in bytes
 MAX_GIB = float(1 << 40)

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from moeroof import cachesim as cache
+from moeroof.core.limits import MAX_SHARDS_SLICES
 from moeroof.core.optional import require
 from moeroof.core.results import Result
 from moeroof.data.io import Trace, read_trace
@@ -515,8 +516,8 @@ def shards_curve_sharded(
         raise ValueError(f"sample rate must lie in (0, 1], got {rate!r}")
     if lookup not in cache.LOOKUPS:
         raise ValueError(f"lookup must be one of {', '.join(cache.LOOKUPS)}, got {lookup!r}")
-    if slices is not None and int(slices) < 1:
-        raise ValueError(f"slices must be >= 1, got {slices}")
+    if slices is not None and not 1 <= int(slices) <= MAX_SHARDS_SLICES:
+        raise ValueError(f"slices must be in 1 … {MAX_SHARDS_SLICES}, got {slices}")
     source, layers, experts, meta = _source(trace)
     with _client(client, scheduler, workers) as c:
         if slices is None:

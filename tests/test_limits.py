@@ -526,3 +526,53 @@ def test_a_small_parquet_of_one_repeated_value_is_refused_under_a_memory_cap(tmp
     err = done.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {src}:-: rows: 20,000,000 rows × 3 columns"), err
     assert not (tmp_path / "t.npz").exists()
+
+
+@given(
+    key=st.sampled_from(["experts", "top_k", "model", "family", "x"]),
+    first=st.integers(min_value=1, max_value=64),
+    second=st.integers(min_value=1, max_value=64),
+    depth=st.integers(min_value=0, max_value=3),
+)
+@settings(max_examples=25, deadline=None)
+def test_a_json_key_given_twice_is_refused_at_any_depth(key, first, second, depth):
+    """``json`` keeps the last of two equal keys without a word; every JSON the suite reads goes
+    through :func:`limits.unique_keys`, whose refusal names the key, at any depth and whether or
+    not the two values agree (the file says one thing twice, or two things)."""
+    inner = f'{{"{key}": {first}, "other": 1, "{key}": {second}}}'
+    text = "[" * depth + inner + "]" * depth
+    with pytest.raises(ValueError, match=rf"the key '{key}' is given twice in one object"):
+        json.loads(text, object_pairs_hook=limits.unique_keys)
+    assert json.loads(text.replace(f', "{key}": {second}', ""), object_pairs_hook=limits.unique_keys)
+
+
+def test_a_sidecar_routing_knobs_and_parquet_meta_with_a_key_twice_are_refused(tmp_path, capsys):
+    """The readers of a sidecar, ``--routing-knobs`` and a Parquet trace's meta name the file and
+    the key given twice (each took the last value silently)."""
+    import pyarrow.parquet as pq
+
+    from moeroof.data.trace_parquet import META_KEY, write_parquet_trace
+
+    hist = tmp_path / "h.csv"
+    hist.write_text("layer,expert,count\n0,0,4\n0,1,3\n")
+    side = json.dumps({**META, "experts": 8, "top_k": 2, "layers": 1, "tokens": 4, "provenance": "witnessed"})
+    sidecar_path(hist).write_text(side[:-1] + ', "experts": 16}')
+    assert main(["union", str(hist), "--batch", "2"]) == 2
+    assert f"{hist.with_suffix('.json')}:-: file: the key 'experts' is given twice" in one_error_line(capsys)
+
+    knobs = tmp_path / "knobs.json"
+    knobs.write_text('{"family": "zipf", "skew": 0.8, "family": "dirichlet"}')
+    pts = tmp_path / "p.csv"
+    pts.write_text("batch,cache_gib,net_tok_s\n1,4,0.5\n")
+    args = ["fit-plan", str(pts), "--model", "glm-5.2", "--hardware", "nvme-gen4", "--routing-knobs", str(knobs)]
+    assert main(args) == 2
+    assert f"{knobs}: the key 'family' is given twice" in one_error_line(capsys)
+
+    trace = read_trace(TRACE)
+    good = write_parquet_trace(tmp_path / "t.parquet", trace.topk, trace.meta)
+    table = pq.read_table(good)
+    meta = table.schema.metadata[META_KEY].decode()
+    twice = tmp_path / "twice.parquet"
+    pq.write_table(table.replace_schema_metadata({META_KEY: (meta[:-1] + ', "top_k": 2}').encode()}), twice)
+    assert main(["mrc", str(twice)]) == 2
+    assert f"{twice}:-: meta: " in (err := one_error_line(capsys)) and "the key 'top_k' is given twice" in err

@@ -172,12 +172,12 @@ def read_routing_knobs(path_text: str) -> tuple[str, float, float, float]:
     c)`` for :func:`moeroof.models.local_routing.routing_from_knobs` (c = inf: no locality)."""
     path = input_path(path_text)
     from moeroof.core.input_files import NotRegularFileError, read_input_bytes
-    from moeroof.core.limits import MAX_JSON_BYTES, bounded_int, check_document
+    from moeroof.core.limits import MAX_JSON_BYTES, bounded_int, check_document, unique_keys
 
     try:
         text = read_input_bytes(path, MAX_JSON_BYTES).decode("utf-8")  # a FIFO refused, never waited on
         check_document(text, "the JSON", max_bytes=MAX_JSON_BYTES)
-        doc = json.loads(text, parse_int=bounded_int)
+        doc = json.loads(text, parse_int=bounded_int, object_pairs_hook=unique_keys)
     except FileNotFoundError:
         raise UsageError(f"--routing-knobs: {path}: no such file") from None
     except NotRegularFileError as err:

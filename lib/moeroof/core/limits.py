@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import resource
+from typing import Any
 
 from moeroof.core.errors import ParameterError
 
@@ -17,6 +18,7 @@ __all__ = [
     "MAX_SHARDS_SLICES",
     "MAX_INT_DIGITS",
     "bounded_int",
+    "unique_keys",
     "plain_value_error",
     "MAX_EXPERTS",
     "MAX_LAYERS",
@@ -320,6 +322,18 @@ def bounded_int(text: str) -> int:
     if digits > MAX_INT_DIGITS:
         raise ValueError(f"a number of {digits} digits: no count, size or id needs more than {MAX_INT_DIGITS}")
     return int(text)
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's members as a dict (``json.loads``'s ``object_pairs_hook``), refusing a key
+    given twice with a ValueError: ``json`` keeps the last silently, so ``{"experts": 8, …,
+    "experts": 16}`` would be read as one of two answers the file gives."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"the key {key!r} is given twice in one object: which value is meant is ambiguous")
+        out[key] = value
+    return out
 
 
 def plain_value_error(err: BaseException) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from moeroof.core.input_files import open_input
-from moeroof.core.limits import MAX_JSON_BYTES, check_document
+from moeroof.core.limits import MAX_JSON_BYTES, check_document, unique_keys
 from moeroof.data.io import InputError
 
 __all__ = ["KNOB_KEYS", "read_fit"]
@@ -48,7 +48,7 @@ def _read_json(p: Path) -> Any:
         if len(text) > MAX_JSON_BYTES:
             raise InputError(p, "-", "file", f"larger than the {MAX_JSON_BYTES >> 20} MiB a fit result may be")
         check_document(text, str(p), max_bytes=MAX_JSON_BYTES)
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=unique_keys)
     except FileNotFoundError:
         raise InputError(p, "-", "file", "no such file") from None
     except OSError as err:

@@ -59,6 +59,7 @@ from moeroof.core.limits import (
     check_allocation,
     check_document,
     human_bytes,
+    unique_keys,
 )
 from moeroof.core.masks import PAD, partial_tokens
 
@@ -242,7 +243,7 @@ def _parse_json(text: str, path: Path, row: str, key: str) -> dict[str, Any]:
     except ValueError as exc:
         raise InputError(path, row, key, str(exc)) from None
     try:
-        obj = json.loads(text, parse_int=bounded_int)
+        obj = json.loads(text, parse_int=bounded_int, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as exc:
         raise InputError(
             path, row, key, f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"

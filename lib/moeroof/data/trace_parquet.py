@@ -46,7 +46,15 @@ import numpy as np
 
 from moeroof.core import atomic
 from moeroof.core.errors import ParameterError
-from moeroof.core.limits import MAX_EXPERTS, MAX_JSON_BYTES, MAX_LAYERS, check_allocation, check_document, human_bytes
+from moeroof.core.limits import (
+    MAX_EXPERTS,
+    MAX_JSON_BYTES,
+    MAX_LAYERS,
+    check_allocation,
+    check_document,
+    human_bytes,
+    unique_keys,
+)
 from moeroof.core.masks import PAD
 from moeroof.core.optional import require
 from moeroof.data.io import TRACE_AXES, InputError, Trace, check_readable, guard_target, is_int
@@ -229,7 +237,7 @@ def _meta_object(meta: str | bytes, path: Path, what: str) -> dict[str, Any]:
     try:
         text = meta.decode("utf-8") if isinstance(meta, bytes) else meta
         check_document(text, what, max_bytes=MAX_JSON_BYTES)
-        obj = json.loads(text)
+        obj = json.loads(text, object_pairs_hook=unique_keys)
     except (ValueError, RecursionError) as exc:
         raise InputError(path, "-", "meta", f"not a valid JSON object: {exc}") from None
     if not isinstance(obj, dict):

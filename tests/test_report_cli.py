@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -82,6 +83,53 @@ def test_a_bad_request_is_one_error_line_before_anything_runs(tiny, monkeypatch,
     _no_render(monkeypatch)
     assert cli_main(["report", "--notebooks-dir", str(tiny), *argv]) == 2
     assert one_error_line(capsys.readouterr().err).startswith(said)
+
+
+ALIAS_BOMB = "count:\n  - &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"  - &{b} [{', '.join([f'*{a}'] * 10)}]\n" for a, b in zip("abcdefgh", "bcdefghi")
+)  # a few hundred bytes, 10^9 items expanded
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("count: 4\ncount: 5\n", "{f}:2: not valid YAML (the key 'count' is given twice"),
+        ("scale: 1\nloud: true\nscale: 2\n", "{f}:3: not valid YAML (the key 'scale' is given twice"),
+        (ALIAS_BOMB, "{f}: count: expands through YAML aliases to more than 100,000 items"),
+        ("count: &c [1, *c]\n", "{f}: count: expands through YAML aliases to more than 100,000 items"),
+        ("count: 1" + "0" * 5000 + "\n", "{f}: a number of more than 4,300 digits"),
+        ("nope: 1\n", "{f}: nope: tiny has no such parameter (its parameters: count"),
+        ("count: 2.5\n", "{f}: count: tiny takes int count (default 3), got 2.5"),
+        (
+            "count: [" + ", ".join(["7"] * 5000) + "]\n",
+            "{f}: count: tiny takes int count (default 3), got [7, 7, 7, 7, 7, 7, ...]",
+        ),
+    ],
+)
+def test_a_hostile_parameters_file_is_one_error_line_naming_it(tiny, tmp_path, monkeypatch, capsys, text, said):
+    """A key given twice (PyYAML keeps the last), an alias bomb or a self-referring alias on a
+    declared parameter (quoting it in the type error ran past a minute and 2 GB), an integer past
+    Python's digit limit (the message named no file) and a value of the wrong type or name: one
+    error line naming the file, before anything renders; a long value is quoted short."""
+    _no_render(monkeypatch)
+    params = tmp_path / "params.yaml"
+    params.write_text(text)
+    assert cli_main(["report", "--notebooks-dir", str(tiny), "--notebooks", "tiny", "-f", str(params)]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith("error: " + said.format(f=params)), line
+    assert len(line) < 400
+
+
+def test_yaml_merge_keys_may_be_overridden_and_a_flag_names_itself(tiny, tmp_path):
+    """A merged mapping's keys are overridden by the mapping's own (YAML's merge rule, not a key
+    given twice); a -p value beside a -f file is named as -p."""
+    params = tmp_path / "params.yaml"
+    params.write_text("base: &b {count: 3, scale: 1.5}\nrun:\n  <<: *b\n  count: 4\n")
+    assert report.read_parameters_file(params)["run"] == {"count": 4, "scale": 1.5}
+    with pytest.raises(report.ReportError, match=r"^-p scale: tiny takes float scale"):
+        report.typed_parameters({"count": 2, "scale": "x"}, {"scale"}, [tiny / "tiny.py"], params)
+    with pytest.raises(report.ReportError, match=rf"^{re.escape(str(params))}: count: tiny takes int count"):
+        report.typed_parameters({"count": "x", "scale": "2"}, {"scale"}, [tiny / "tiny.py"], params)
 
 
 def test_out_naming_a_file_is_refused_before_rendering(tiny, tmp_path, monkeypatch, capsys):

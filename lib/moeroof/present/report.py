@@ -439,7 +439,7 @@ def read_parameters_file(path: Path) -> dict:
     import yaml
 
     from moeroof.core.input_files import read_input_bytes
-    from moeroof.core.limits import MAX_TOML_BYTES, check_document
+    from moeroof.core.limits import MAX_TOML_BYTES, check_document, plain_value_error
 
     try:
         raw = read_input_bytes(path, MAX_TOML_BYTES)  # bounded (check_document refuses more); a FIFO refused
@@ -454,18 +454,76 @@ def read_parameters_file(path: Path) -> dict:
     except ValueError as err:
         raise ValueError(f"{path}: {err}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_strict_yaml_loader())  # noqa: S506 - a SafeLoader (below)
     except RecursionError:  # block-style nesting by indentation, deeper than the parser recurses
         raise ValueError(f"{path}: the parameters file nests too deeply to read") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         row = f"{mark.line + 1}" if mark is not None else "-"
         raise ValueError(f"{path}:{row}: not valid YAML ({getattr(err, 'problem', err)})") from None
+    except ValueError as err:  # an integer of more digits than Python converts
+        raise ValueError(f"{path}: {plain_value_error(err)}") from None
     if data is None:
         return {}
     if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
         raise ValueError(f"{path}: a parameters file is a mapping of names to values, got {type(data).__name__}")
+    for name, value in data.items():
+        _check_expanded_size(value, path, name)
     return data
+
+
+#: values (scalars, list items, mapping entries) one parameter may expand to through YAML
+#: aliases: a few hundred bytes of nested aliases expand to 10^9 items (an "alias bomb")
+MAX_PARAMETER_ITEMS = 100_000
+
+
+def _check_expanded_size(value, path: Path, name: str) -> None:
+    """Refuses a value that expands, aliases followed, to more than :data:`MAX_PARAMETER_ITEMS`
+    items (or refers to itself): YAML shares an aliased node, so the file reads in bytes, and
+    only printing or passing it on would expand it (a report that quoted it ran past a minute
+    and 2 GB)."""
+    seen, stack = 0, [value]
+    while stack:
+        seen += 1
+        if seen > MAX_PARAMETER_ITEMS:
+            raise ValueError(
+                f"{path}: {name}: expands through YAML aliases to more than {MAX_PARAMETER_ITEMS:,} items "
+                "(a parameter is a number, a name or a short list)"
+            )
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def _strict_yaml_loader():
+    """PyYAML's SafeLoader, refusing a mapping that gives one key twice (it keeps the last
+    silently, so ``b_max: 64`` then ``b_max: 1024`` would run one of the file's two answers)."""
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # "<<": merged keys may be overridden
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    twice = key in seen
+                except TypeError:  # unhashable: SafeLoader names it
+                    break
+                if twice:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"the key {key!r} is given twice: which value is meant is ambiguous",
+                        key_node.start_mark,
+                    )
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return StrictLoader
 
 
 def build_parser(prog: str = "python -m moeroof.present.report") -> argparse.ArgumentParser:
@@ -596,11 +654,21 @@ def _inspect_parameters(path: Path) -> list:
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
 
-def _as_type(name: str, value, declared: Declared, notebook: str):
+def _short_repr(value) -> str:
+    """``repr(value)`` with long strings and lists cut (``[1, 2, 3, 4, 5, 6, ...]``): an error
+    line quotes a value, never a whole file of it."""
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxstring, short.maxother, short.maxlevel = 80, 80, 3
+    return short.repr(value)
+
+
+def _as_type(name: str, value, declared: Declared, notebook: str, where: str = ""):
     """``value`` (text from ``-p`` or a value from ``-f``) as the type ``notebook`` declares for
-    ``name``; ReportError when it is not one."""
+    ``name``; ReportError when it is not one, led by ``where`` (default ``-p NAME``)."""
     kind = declared.type_name
-    wrong = f"-p {name}: {notebook} takes {kind} {name} (default {declared.default}), got {value!r}"
+    wrong = f"{where or f'-p {name}'}: {notebook} takes {kind} {name} (default {declared.default}), got {_short_repr(value)}"
     if kind == "str":
         if isinstance(value, (dict, list)):
             raise ReportError(wrong)
@@ -625,28 +693,37 @@ def _as_type(name: str, value, declared: Declared, notebook: str):
     return _coerce(value) if isinstance(value, str) else value
 
 
-def typed_parameters(given: dict, text_values: set[str], notebooks: Sequence[Path]) -> list[dict]:
+def typed_parameters(
+    given: dict, text_values: set[str], notebooks: Sequence[Path], parameters_file: Path | None = None
+) -> list[dict]:
     """Each notebook's parameters: ``given`` values read as the type that notebook declares
     (``-p cache_gib 8`` is the float 8.0, ``-p batch 8`` the text "8" where batch is text);
     values in ``text_values`` (from ``-p``) that no notebook types read as papermill's -p
     would. A name that no selected notebook declares, or a value that is not of the declared
-    type, raises ReportError before anything runs."""
+    type, raises ReportError before anything runs, naming ``-p NAME`` or, for a value the
+    ``parameters_file`` gave, ``FILE: NAME``."""
+
+    def where(names: Sequence[str]) -> str:
+        from_file = [n for n in names if n not in text_values and parameters_file is not None]
+        flags = [n for n in names if n not in from_file]
+        said = [f"-p {', '.join(flags)}"] if flags else []
+        return "; ".join([*said, *([f"{parameters_file}: {', '.join(from_file)}"] if from_file else [])])
+
     declared = {path.stem: declared_parameters(path) for path in notebooks}
     unknown = [n for n in given if not any(n in d for d in declared.values())]
     if unknown:
-        names = ", ".join(unknown)
         if len(notebooks) == 1:
             stem = notebooks[0].stem
             known = ", ".join(declared[stem]) or "none"
-            raise ReportError(f"-p {names}: {stem} has no such parameter (its parameters: {known})")
-        raise ReportError(f"-p {names}: none of the selected notebooks has such a parameter")
+            raise ReportError(f"{where(unknown)}: {stem} has no such parameter (its parameters: {known})")
+        raise ReportError(f"{where(unknown)}: none of the selected notebooks has such a parameter")
     out = []
     for path in notebooks:
         mine = declared[path.stem]
         params = {}
         for name, value in given.items():
             if name in mine:
-                params[name] = _as_type(name, value, mine[name], path.stem)
+                params[name] = _as_type(name, value, mine[name], path.stem, where([name]))
             else:
                 params[name] = _coerce(value) if name in text_values else value
         out.append(params)
@@ -812,7 +889,7 @@ def _checked_inputs(args: argparse.Namespace) -> tuple[list[Path], dict, list, i
     except ValueError as err:
         raise ReportError(str(err)) from None
     given.update(dict(args.parameter))
-    typed = typed_parameters(given, {name for name, _ in args.parameter}, notebooks)
+    typed = typed_parameters(given, {name for name, _ in args.parameter}, notebooks, args.parameters_file)
     per_notebook: list[dict | None] = [absolute_paths(p, Path.cwd()) or None for p in typed]
     # every combination that can be checked without a kernel is, all problems in one line
     from moeroof.present import preflight

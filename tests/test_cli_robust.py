@@ -760,3 +760,24 @@ def test_a_result_and_its_sidecar_are_written_both_or_neither(tmp_path, command,
     assert "the file is too large" in done.stderr or "could not write it whole" in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out, side])  # no temp file left
     assert (tmp_path / out).read_text() == "old data" and (tmp_path / side).read_text() == "old meta"
+
+
+@pytest.mark.parametrize("what", ["result", "sidecar file", "sidecar folder"])
+def test_an_existing_output_or_sidecar_is_named_as_it_is(tmp_path, capsys, what):
+    """``histogram -o OUT.csv`` writes OUT.csv and OUT.json: whichever is there already is the
+    one the refusal names (a sidecar in the way was reported as "OUT.csv exists" when OUT.csv
+    was not there), and nothing is written."""
+    trace = small_trace(tmp_path / "t.npz")
+    out = tmp_path / "h.csv"
+    there = out if what == "result" else out.with_suffix(".json")
+    if what == "sidecar folder":
+        there.mkdir()
+    else:
+        there.write_text("keep me")
+    rc, _, err = run_main(capsys, ["histogram", str(trace), "-o", str(out)])
+    assert rc == 2
+    named = f"{out}" if what == "result" else f"{out}'s sidecar {there}"
+    assert one_error(err) == f"error: -o: {named} exists (pass --force to replace it)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["t.npz", there.name])
+    if what != "sidecar folder":
+        assert there.read_text() == "keep me"

@@ -479,8 +479,11 @@ def writing_new(out: Path) -> Iterator[None]:
     the same refusal."""
     try:
         yield
-    except FileExistsError:
-        raise UsageError(f"-o: {out} exists (pass --force to replace it)") from None
+    except FileExistsError as exc:
+        # the data layer names what is there: the result, or the sidecar written beside it
+        there = getattr(exc, "path", out)
+        what = f"{out}'s sidecar {there}" if there != out else f"{out}"
+        raise UsageError(f"-o: {what} exists (pass --force to replace it)") from None
 
 
 def interrupted() -> int:

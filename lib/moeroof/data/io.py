@@ -85,6 +85,7 @@ __all__ = [
     "TOPK_DUPLICATE",
     "TOPK_CHUNK_ELEMENTS",
     "NpySteps",
+    "OutputExistsError",
     "check_npz_members",
 ]
 
@@ -878,6 +879,14 @@ def load_any(path: str | os.PathLike[str]) -> Histogram | Trace:
 # ----------------------------------------------------------------------------- writers
 
 
+class OutputExistsError(FileExistsError):
+    """A write refused because ``path`` (a result, or the sidecar beside it) is there already."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"{path}: exists (pass overwrite=True to replace it)")
+        self.path = Path(path)
+
+
 def guard_target(path: Path, overwrite: bool) -> None:
     """Refuse a write into the external (read-only) data folder, or onto an existing file unless
     ``overwrite``: every writer of the data layer checks its target with this first."""
@@ -890,7 +899,7 @@ def guard_target(path: Path, overwrite: bool) -> None:
     if inside:
         raise ValueError(f"{path}: refusing to write into the external data folder {EXTERNAL_DIR} (read-only inputs)")
     if not overwrite and path.exists():
-        raise FileExistsError(f"{path}: exists (pass overwrite=True to replace it)")
+        raise OutputExistsError(path)
 
 
 def _json_text(meta: Mapping[str, Any]) -> str:

@@ -43,7 +43,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -81,6 +81,7 @@ __all__ = [
     "rank_cache",
     "policy_label",
     "clear_memo",
+    "memoised",
 ]
 
 POLICIES = ("lru", "lfu", "lfu-perfect", "s3fifo", "arc", "belady", "belady-insert", "static")
@@ -132,7 +133,7 @@ def steady_state_sources() -> list:
     return source_files(["models/expert_cache.py", "cachesim/", "kernels/"])
 
 
-def _memoised(key: tuple, compute, memo: OrderedDict | None = None, size: int = _MEMO_SIZE, *, disk: bool = False):
+def memoised(key: tuple, compute, memo: OrderedDict | None = None, size: int = _MEMO_SIZE, *, disk: bool = False):
     """``compute()`` once per key, kept in ``memo`` (default the simulations') as an LRU of
     ``size`` results; with ``disk`` also on disk between runs (a tuple of floats)."""
     memo = _memo if memo is None else memo
@@ -154,13 +155,14 @@ def _memoised(key: tuple, compute, memo: OrderedDict | None = None, size: int = 
 
 def policy_label(policy: str) -> str:
     """How a policy is named in reports: the static set says it is pinned from the truth."""
-    if policy == "static":
-        return "pinned hot set (oracle: pinned from the true routing probabilities)"
-    if policy == "belady":
-        return "belady (offline optimum, simulated)"
-    if policy == "belady-insert":
-        return "belady-insert (offline, caches every miss, simulated)"
-    return f"{policy} (simulated, steady state)"
+    return _LABELS.get(policy, f"{policy} (simulated, steady state)")
+
+
+_LABELS = {
+    "static": "pinned hot set (oracle: pinned from the true routing probabilities)",
+    "belady": "belady (offline optimum, simulated)",
+    "belady-insert": "belady-insert (offline, caches every miss, simulated)",
+}
 
 
 def hot_set_misses(pi: np.ndarray, cache_experts, batch) -> tuple[np.ndarray, np.ndarray]:
@@ -181,10 +183,9 @@ def hot_set_misses(pi: np.ndarray, cache_experts, batch) -> tuple[np.ndarray, np
 
     def misses_from(start: np.ndarray) -> np.ndarray:
         out = np.zeros((h, b.size))
-        for s in np.unique(start):
+        for s in np.unique(start[start < e]):
             sel = start == s
-            if s < e:
-                out[:, sel] = (e - s) - power_sums(x[:, s:], b[sel])
+            out[:, sel] = (e - s) - power_sums(x[:, s:], b[sel])
         return out
 
     misses = misses_from(lo)
@@ -282,7 +283,7 @@ def _drawn_trace(sub: np.ndarray, batch: int, steps: int, seed: int) -> np.ndarr
         topk.setflags(write=False)
         return topk
 
-    return _memoised((digest(sub), batch, steps, seed), draw, _trace_memo, _TRACE_MEMO_SIZE)
+    return memoised((digest(sub), batch, steps, seed), draw, _trace_memo, _TRACE_MEMO_SIZE)
 
 
 def steady_trace(sub: np.ndarray, own: np.ndarray, batch: int, seed: int) -> tuple[np.ndarray, int]:
@@ -487,7 +488,7 @@ def page_cache_hit_ratio(
     pinned = None
     if policy == "static" and sub.shape[0] == topk.shape[2]:
         pinned = np.where(own[None, :], sub, -1.0).ravel()
-    return _memoised(
+    return memoised(
         key, lambda: simulate_ratios(topk, e, own, assignment, rank, c, policy, scope, warm, page, pinned)[3]
     )
 
@@ -554,7 +555,7 @@ def trace_miss_ratio(
         return np.asarray(trace[:, :batch][:, :, simulated_layer_rows(layers)])
 
     def requests(sub: np.ndarray) -> tuple[cache_sim.Requests, np.ndarray]:
-        return _memoised(
+        return memoised(
             ("requests", *trace_id),
             lambda: trace_requests(sub, experts, own, part, rank),
             _requests_memo,
@@ -572,9 +573,9 @@ def trace_miss_ratio(
             n = int(_counted_requests(req[0], warm, full).sum())
             return ratios, _distinct_per_layer_step(sub.shape[0], sub.shape[2], n, warm, full)
 
-        ratios, distinct = _memoised(("trace-lru-curve", *trace_id, warm), curve, _curve_memo, _CURVE_MEMO_SIZE)
+        ratios, distinct = memoised(("trace-lru-curve", *trace_id, warm), curve, _curve_memo, _CURVE_MEMO_SIZE)
         i = int(c) - 1
-        return _memoised(key, lambda: (ratios[i], ratios[n_own - 1 + i], distinct))
+        return memoised(key, lambda: (ratios[i], ratios[n_own - 1 + i], distinct))
 
     def compute() -> tuple[float, float, float]:
         sub = topk()
@@ -582,7 +583,7 @@ def trace_miss_ratio(
             sub, experts, own, assignment, rank, c, policy, scope, warm, counted_steps=full, requests=requests(sub)
         )[:3]
 
-    return _memoised(key, compute)
+    return memoised(key, compute)
 
 
 def steady_state_miss_ratio(
@@ -622,34 +623,25 @@ def steady_state_miss_ratio(
         return 0.0, 0.0  # every owned expert fits: after the cold start nothing misses
     c = float(math.floor(c))  # whole experts: the memo key, the warm-up and the trace's seed agree
     sub = simulated_rows(pi, scope)
-    key = (digest(sub, own.astype(np.int8)), int(batch), int(math.floor(c)), policy, scope, int(seed))
+    key = (digest(sub, own.astype(np.int8)), int(batch), int(c), policy, scope, int(seed))
 
     if policy == "lru" and scope == "global":
-        # every capacity of the rank from one stack-distance pass, memoised as one curve
-        curve = _lru_curve(sub, own, assignment, rank, e, int(batch), int(seed))
+        # every whole cache c = 1 … n_own − 1 of the rank from one stack-distance pass on the
+        # steady-state trace, which does not depend on c: memoised (in memory and on disk) as one
+        # curve, the misses first, then the token misses
+        def curve() -> tuple[float, ...]:
+            topk, warm = steady_trace(sub, own, int(batch), int(seed))
+            return lru_ratio_curve(topk, e, own, assignment, rank, warm, n_own - 1)
+
+        ratios = memoised(("lru-curve", key[0], int(batch), int(seed)), curve, disk=True)
         i = int(c) - 1
-        return curve[i], curve[n_own - 1 + i]
+        return ratios[i], ratios[n_own - 1 + i]
 
     def compute() -> tuple[float, float]:
         topk, warm = steady_trace(sub, own, int(batch), int(seed))
         return simulate_ratios(topk, e, own, assignment, rank, c, policy, scope, warm)[:2]
 
-    return _memoised(key, compute, disk=True)
-
-
-def _lru_curve(sub, own, assignment, rank, e: int, batch: int, seed: int) -> tuple[float, ...]:
-    """:func:`steady_state_miss_ratio`'s (misses, token misses) of a global LRU at every whole
-    cache c = 1 … n_own − 1 experts per layer (the misses first, then the token misses), on the
-    steady-state trace of (π, B, seed), which does not depend on c; memoised in memory and on
-    disk as one entry."""
-    n_own = int(own.sum())
-    key = ("lru-curve", digest(sub, own.astype(np.int8)), batch, seed)
-
-    def compute() -> tuple[float, ...]:
-        topk, warm = steady_trace(sub, own, batch, seed)
-        return lru_ratio_curve(topk, e, own, assignment, rank, warm, n_own - 1)
-
-    return _memoised(key, compute, disk=True)
+    return memoised(key, compute, disk=True)
 
 
 def lru_ratio_curve(
@@ -716,7 +708,7 @@ class RankCache(Result):
     policy: str
     scope: str
     #: (R, nB): of the misses, the reads the OS page cache serves (0 without a page cache)
-    page_hits_per_layer: np.ndarray | None = None
+    page_hits_per_layer: np.ndarray
 
     @property
     def hit_rate(self) -> np.ndarray:
@@ -773,18 +765,10 @@ def rank_cache(
         int(seed),
         None if trace is None else str(trace_key),
     )
-    out = _memoised(
+    out = memoised(
         key, lambda: rank_cache_uncached(pi, b, c, a, policy, scope, seed, trace, trace_key, pg), _rank_memo, _MEMO_SIZE
     )
-    return RankCache(
-        out.union_per_layer.copy(),
-        out.misses_per_layer.copy(),
-        out.picks_per_token.copy(),
-        out.token_misses_per_layer.copy(),
-        out.policy,
-        out.scope,
-        None if out.page_hits_per_layer is None else out.page_hits_per_layer.copy(),
-    )
+    return replace(out, **{k: v.copy() for k, v in vars(out).items() if isinstance(v, np.ndarray)})
 
 
 _rank_memo: OrderedDict = OrderedDict()
@@ -807,6 +791,7 @@ def rank_cache_uncached(
     union = np.zeros((ranks, b.size))
     misses = np.zeros((ranks, b.size))
     token_misses = np.zeros((ranks, b.size))
+    page_hits = np.zeros((ranks, b.size))
     picks = np.zeros(ranks)
     # which B run on the user's trace: one scan of its streams per B, not one per rank
     on_trace = [trace is not None and policy != "static" and usable_trace_batch(trace, int(bb)) for bb in b]
@@ -834,9 +819,12 @@ def rank_cache_uncached(
                 elif cc < idx.size:
                     req, tok = _whole_experts_miss_ratio(pi, int(bb), float(cc), policy, scope, a, r, seed)
                     misses[r, j], token_misses[r, j] = union[r, j] * req, union[r, j] * tok
-    page_hits = np.zeros((ranks, b.size))
-    if pg is not None:
-        _page_hits(page_hits, pi, b, c, a, pg, union, misses, policy, scope, seed, trace, trace_key)
+        # the misses the OS page cache of pg experts per layer serves (page_cache_hit_ratio), at most the misses
+        kw = dict(policy=policy, scope=scope, assignment=a, rank=r, seed=seed, trace=trace, trace_key=trace_key)
+        for j, (bb, cc, pp) in enumerate(zip(b, c_r, () if pg is None else pg)):
+            if pp >= 1.0 and misses[r, j] > 0:
+                ratio = page_cache_hit_ratio(pi, int(bb), float(cc), float(pp), **kw)
+                page_hits[r, j] = min(union[r, j] * ratio, misses[r, j])
     return RankCache(union, misses, picks, token_misses, policy, scope, page_hits)
 
 
@@ -854,17 +842,3 @@ def _whole_experts_miss_ratio(
         req_hi, tok_hi = steady_state_miss_ratio(pi, b, float(lo + 1), **kw)
         req, tok = (1 - frac) * req + frac * req_hi, (1 - frac) * tok + frac * tok_hi
     return req, tok
-
-
-def _page_hits(out, pi, b, c, a, pg, union, misses, policy, scope, seed, trace, trace_key) -> None:
-    """:func:`rank_cache_uncached`'s page-cache hits into ``out`` (R, nB): per rank and B, the
-    misses the OS page cache of ``pg`` experts per layer serves (:func:`page_cache_hit_ratio`),
-    at most the misses."""
-    for r in range(out.shape[0]):
-        idx = np.flatnonzero(a == r)
-        for j, (bb, cc, pp) in enumerate(zip(b, np.minimum(c, max(idx.size, 1)), pg)):
-            if idx.size == 0 or pp < 1.0 or misses[r, j] <= 0:
-                continue
-            kw = dict(policy=policy, scope=scope, assignment=a, rank=r, seed=seed, trace=trace, trace_key=trace_key)
-            ratio = page_cache_hit_ratio(pi, int(bb), float(cc), float(pp), **kw)
-            out[r, j] = min(union[r, j] * ratio, misses[r, j])

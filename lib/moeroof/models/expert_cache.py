@@ -44,6 +44,7 @@ import hashlib
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -555,12 +556,8 @@ def trace_miss_ratio(
         return np.asarray(trace[:, :batch][:, :, simulated_layer_rows(layers)])
 
     def requests(sub: np.ndarray) -> tuple[cache_sim.Requests, np.ndarray]:
-        return memoised(
-            ("requests", *trace_id),
-            lambda: trace_requests(sub, experts, own, part, rank),
-            _requests_memo,
-            _REQUESTS_MEMO_SIZE,
-        )
+        make = partial(trace_requests, sub, experts, own, part, rank)
+        return memoised(("requests", *trace_id), make, _requests_memo, _REQUESTS_MEMO_SIZE)
 
     if policy == "lru" and scope == "global" and 1 <= c <= n_own - 1:
         # every capacity from one stack-distance pass (the same floats as one simulation each)

@@ -251,10 +251,9 @@ def skew_prior_of(routing: RoutingProbabilities):
     fs = getattr(routing, "family_skew", None)
     prior = committed_skew_prior()
     # the fine-grained prior or the coarse one (prior_routing picks by the model's E)
-    for p in (prior, prior.for_experts(1)):
-        if fs is not None and fs[0] == "dirichlet" and fs[1] == p.alpha:
-            return p
-    return None
+    return next(
+        (p for p in (prior, prior.for_experts(1)) if fs is not None and tuple(fs) == ("dirichlet", p.alpha)), None
+    )
 
 
 def _routing_of_knobs(spec: str, model: MoEModel) -> RoutingProbabilities | None:

@@ -97,18 +97,17 @@ ORDER_CHUNK_ENTRIES = 1 << 22
 #: bytes per pick of a drawn trace over a simulation: the int32 trace, its requests (item, step
 #: and layer ids), the per-pick keys and multiplicities of :func:`simulate_ratios` and their sort
 BYTES_PER_PICK = 48
-_MEMO_SIZE = 4096
-_memo: OrderedDict = OrderedDict()
+#: the memos of this process (:func:`memoised`) and how many results each keeps: steady-state
+#: results, drawn traces, a trace's requests, a trace's LRU curves, rank caches, the plan's packings
+_MEMO_SIZES = {"simulations": 4096, "traces": 4, "requests": 4, "curves": 256, "ranks": 4096, "packings": 256}
+_memos: dict[str, OrderedDict] = {name: OrderedDict() for name in _MEMO_SIZES}
 
 
 def clear_memo() -> None:
     """Forget every memoised simulation and trace in this process, and read the disk memo's
     setting again (``MOEROOF_CACHE_DIR=""`` before this call: a truly cold start)."""
-    _memo.clear()
-    _trace_memo.clear()
-    _requests_memo.clear()
-    _curve_memo.clear()
-    _rank_memo.clear()
+    for memo in _memos.values():
+        memo.clear()
     _disk.clear()
 
 
@@ -134,10 +133,10 @@ def steady_state_sources() -> list:
     return source_files(["models/expert_cache.py", "cachesim/", "kernels/"])
 
 
-def memoised(key: tuple, compute, memo: OrderedDict | None = None, size: int = _MEMO_SIZE, *, disk: bool = False):
-    """``compute()`` once per key, kept in ``memo`` (default the simulations') as an LRU of
-    ``size`` results; with ``disk`` also on disk between runs (a tuple of floats)."""
-    memo = _memo if memo is None else memo
+def memoised(key: tuple, compute, name: str = "simulations", *, disk: bool = False):
+    """``compute()`` once per key, kept in the memo ``name`` as an LRU of its size
+    (:data:`_MEMO_SIZES`); with ``disk`` also on disk between runs (a tuple of floats)."""
+    memo = _memos[name]
     if key in memo:
         memo.move_to_end(key)
         return memo[key]
@@ -149,7 +148,7 @@ def memoised(key: tuple, compute, memo: OrderedDict | None = None, size: int = _
         if disk:
             _disk_memo().put(key, [float(x) for x in out])
     memo[key] = out
-    if len(memo) > size:
+    if len(memo) > _MEMO_SIZES[name]:
         memo.popitem(last=False)
     return out
 
@@ -272,10 +271,6 @@ def digest(*arrays: np.ndarray) -> str:
     return hsh.hexdigest()
 
 
-_trace_memo: OrderedDict = OrderedDict()
-_TRACE_MEMO_SIZE = 4
-
-
 def _drawn_trace(sub: np.ndarray, batch: int, steps: int, seed: int) -> np.ndarray:
     """The drawn trace of (π rows, B, seed), kept for the next capacity or rank (read only)."""
 
@@ -284,7 +279,7 @@ def _drawn_trace(sub: np.ndarray, batch: int, steps: int, seed: int) -> np.ndarr
         topk.setflags(write=False)
         return topk
 
-    return memoised((digest(sub), batch, steps, seed), draw, _trace_memo, _TRACE_MEMO_SIZE)
+    return memoised((digest(sub), batch, steps, seed), draw, "traces")
 
 
 def steady_trace(sub: np.ndarray, own: np.ndarray, batch: int, seed: int) -> tuple[np.ndarray, int]:
@@ -439,12 +434,6 @@ def trace_requests(
     return req, plan_kernels.pick_counts(np.ascontiguousarray(topk), np.asarray(own, dtype=bool))
 
 
-_requests_memo: OrderedDict = OrderedDict()
-_REQUESTS_MEMO_SIZE = 4
-_curve_memo: OrderedDict = OrderedDict()
-_CURVE_MEMO_SIZE = 256
-
-
 def page_cache_hit_ratio(
     pi: np.ndarray,
     batch: int,
@@ -557,7 +546,7 @@ def trace_miss_ratio(
 
     def requests(sub: np.ndarray) -> tuple[cache_sim.Requests, np.ndarray]:
         make = partial(trace_requests, sub, experts, own, part, rank)
-        return memoised(("requests", *trace_id), make, _requests_memo, _REQUESTS_MEMO_SIZE)
+        return memoised(("requests", *trace_id), make, "requests")
 
     if policy == "lru" and scope == "global" and 1 <= c <= n_own - 1:
         # every capacity from one stack-distance pass (the same floats as one simulation each)
@@ -570,7 +559,7 @@ def trace_miss_ratio(
             n = int(_counted_requests(req[0], warm, full).sum())
             return ratios, _distinct_per_layer_step(sub.shape[0], sub.shape[2], n, warm, full)
 
-        ratios, distinct = memoised(("trace-lru-curve", *trace_id, warm), curve, _curve_memo, _CURVE_MEMO_SIZE)
+        ratios, distinct = memoised(("trace-lru-curve", *trace_id, warm), curve, "curves")
         i = int(c) - 1
         return memoised(key, lambda: (ratios[i], ratios[n_own - 1 + i], distinct))
 
@@ -762,13 +751,8 @@ def rank_cache(
         int(seed),
         None if trace is None else str(trace_key),
     )
-    out = memoised(
-        key, lambda: rank_cache_uncached(pi, b, c, a, policy, scope, seed, trace, trace_key, pg), _rank_memo, _MEMO_SIZE
-    )
+    out = memoised(key, lambda: rank_cache_uncached(pi, b, c, a, policy, scope, seed, trace, trace_key, pg), "ranks")
     return replace(out, **{k: v.copy() for k, v in vars(out).items() if isinstance(v, np.ndarray)})
-
-
-_rank_memo: OrderedDict = OrderedDict()
 
 
 def rank_cache_uncached(
@@ -785,10 +769,7 @@ def rank_cache_uncached(
 ) -> RankCache:
     """:func:`rank_cache` itself, on its normalised inputs (``c`` and ``pg`` broadcast to B)."""
     ranks = int(a.max()) + 1
-    union = np.zeros((ranks, b.size))
-    misses = np.zeros((ranks, b.size))
-    token_misses = np.zeros((ranks, b.size))
-    page_hits = np.zeros((ranks, b.size))
+    union, misses, token_misses, page_hits = np.zeros((4, ranks, b.size))
     picks = np.zeros(ranks)
     # which B run on the user's trace: one scan of its streams per B, not one per rank
     on_trace = [trace is not None and policy != "static" and usable_trace_batch(trace, int(bb)) for bb in b]

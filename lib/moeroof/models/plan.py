@@ -36,7 +36,6 @@ Baselines, each returned with its name:
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
@@ -482,10 +481,6 @@ def auto_cache_note(auto: Mapping[str, Any]) -> str:
     return f"{head}: {', '.join(cells)}"
 
 
-_packings: OrderedDict = OrderedDict()  # (partition, ranks, digest of load and speeds) -> assignment
-_PACKINGS_SIZE = 256
-
-
 def assign_experts(
     model: MoEModel, hardware: Hardware, workload: Workload, routing: RoutingProbabilities, batch
 ) -> np.ndarray:
@@ -514,7 +509,7 @@ def assign_experts(
         def pack() -> np.ndarray:
             return balanced_packing(load, r) if workload.partition == "lpt" else weighted_packing(load, speeds)
 
-        return expert_cache.memoised(key, pack, _packings, _PACKINGS_SIZE).copy()
+        return expert_cache.memoised(key, pack, "packings").copy()
     b = int(np.max(as_batch(batch)))
     ctx, prefix = workload.context_tokens, workload.shared_prefix_tokens
     cache = workload.cache_bytes
@@ -595,7 +590,8 @@ def _joined(works: Sequence[StepWork], names: Sequence[str] = _BATCH_FIELDS) -> 
     ``names`` joined in order, the others the last work's (the largest B's assignment and picks)."""
     if len(works) == 1:
         return works[0]
-    return replace(works[-1], **{n: np.concatenate([getattr(w, n) for w in works], axis=-1) for n in names})
+    joined: dict[str, Any] = {n: np.concatenate([getattr(w, n) for w in works], axis=-1) for n in names}
+    return replace(works[-1], **joined)
 
 
 def _cache_given(model: MoEModel, workload: Workload, available: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

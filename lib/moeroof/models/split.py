@@ -223,14 +223,11 @@ def split_report(
             f"{mdl.name} has E={mdl.experts}, K={mdl.top_k} but the histogram has "
             f"E={e}, K={hist.top_k}; method {method!r} needs the step model (give a matching model)",
         )
-    notes = _histogram_notes(hist)
-    load = hist.counts.sum(axis=0).astype(float)
-    pi, unseen = inclusion_from_counts(hist.counts, hist.tokens, hist.top_k)
-    if (note := unseen_mass_note(unseen)) is not None:
-        notes.append(note)
+    pi, load, notes = _histogram_routing(hist)
     speed = np.ones(int(ranks)) if speeds_given is None else speeds_given
-    plan_kw = dict(batch=int(batch), cache_bytes_per_rank=cache_gib * GiB, rank_speed=speed, load=load,
-                   context_tokens=int(context_tokens), overlap=overlap, read_size_bytes=read_size_bytes)  # fmt: skip
+    plan_kw: dict[str, Any] = dict(batch=int(batch), cache_bytes_per_rank=cache_gib * GiB, rank_speed=speed,
+                                   load=load, context_tokens=int(context_tokens), overlap=overlap,
+                                   read_size_bytes=read_size_bytes)  # fmt: skip
     assignment, won = _assign(method, pi, load, mdl, hw, int(ranks), speeds_given, plan_kw, notes)
     load_rows = np.bincount(assignment, weights=load, minlength=int(ranks))
     out, inputs = _partition_fields(method, int(ranks), assignment, load_rows, hist, speeds_given, speed)
@@ -305,9 +302,9 @@ def _split_provenance(hist, mdl, hw, ranks: int, speeds_given) -> dict[str, str]
     return prov
 
 
-def _histogram_notes(hist) -> list[str]:
-    """What a split must say of its histogram: its incidence sums, a layer sum, one partition
-    for every layer."""
+def _histogram_routing(hist) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """π of a split's histogram, its firing load per expert, and what the split must say of it:
+    its incidence sums, a layer sum, one partition for every layer, the unseen experts' share."""
     notes: list[str] = check_incidence_sums(hist)
     if hist.layers_summed:
         notes.append(
@@ -320,7 +317,10 @@ def _histogram_notes(hist) -> list[str]:
             f"one partition for all {hist.layers} layers (expert id → rank, as in seed 003, the two-GB10 lab report); "
             "EPLB's balanced_packing would pack each layer separately"
         )
-    return notes
+    pi, unseen = inclusion_from_counts(hist.counts, hist.tokens, hist.top_k)
+    if (note := unseen_mass_note(unseen)) is not None:
+        notes.append(note)
+    return pi, hist.counts.sum(axis=0).astype(float), notes
 
 
 def _assign(method, pi, load, mdl, hw, ranks: int, speeds_given, plan_kw: dict, notes: list[str]):

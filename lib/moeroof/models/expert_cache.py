@@ -377,14 +377,11 @@ def simulate_ratios(
     caller keeps it for the trace's other capacities."""
     h, e = topk.shape[2], int(experts)
     part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
-    if requests is None:
-        requests = trace_requests(topk, e, own, part, rank)
-    req, mult_all = requests
+    req, mult_all = trace_requests(topk, e, own, part, rank) if requests is None else requests
     capacity = math.floor(c) * h  # scope "layer" splits it back into c per layer
-    if policy == "static":
-        res = cache_sim.simulate(req, capacity, policy="static", scope="layer", pinned=pinned, return_hits=True)
-    else:
-        res = cache_sim.simulate(req, capacity, policy=policy, scope=scope, warmup_steps=warm, return_hits=True)
+    static = policy == "static"  # a hot set pinned per layer; else the policy, warmed up
+    how: dict[str, Any] = dict(scope="layer", pinned=pinned) if static else dict(scope=scope, warmup_steps=warm)
+    res = cache_sim.simulate(req, capacity, policy=policy, return_hits=True, **how)
     counted_req = _counted_requests(req, warm, counted_steps)
     assert res.request_hits is not None  # asked for (return_hits)
     hit = res.request_hits[counted_req]
@@ -601,12 +598,10 @@ def steady_state_miss_ratio(
     own = np.ones(e, dtype=bool) if assignment is None else np.asarray(assignment) == rank
     n_own = int(own.sum())
     c = float(cache_experts_per_layer)
-    if n_own == 0 or batch < 1:
-        return 0.0, 0.0
+    if n_own == 0 or batch < 1 or c >= n_own:
+        return 0.0, 0.0  # nothing to cache, or every owned expert fits: after the cold start nothing misses
     if c < 1.0:
         return 1.0, 1.0
-    if c >= n_own:
-        return 0.0, 0.0  # every owned expert fits: after the cold start nothing misses
     c = float(math.floor(c))  # whole experts: the memo key, the warm-up and the trace's seed agree
     sub = simulated_rows(pi, scope)
     key = (digest(sub, own.astype(np.int8)), int(batch), int(c), policy, scope, int(seed))

@@ -351,14 +351,12 @@ def union_histogram(
     """
     y = np.atleast_2d(np.asarray(counts))
     layers, e = y.shape
-    if experts is None:
-        experts = e
+    experts = e if experts is None else experts
     t = np.broadcast_to(np.asarray(tokens, dtype=np.int64), (layers,)).copy()
     if np.any(t < 1):
         raise ValueError("tokens T must be >= 1 in every layer")
-    if top_k is None:
-        # complete incidence data: every token counted K experts
-        top_k = max(1, int(round(float(y.sum()) / float(t.sum()))))
+    # without K, complete incidence data: every token counted K experts
+    top_k = max(1, int(round(float(y.sum()) / float(t.sum())))) if top_k is None else top_k
     b = as_batch(batch)
     point, extrap = rarefaction(y, t, b, experts)
     method_per_b = tuple("extrapolation" if np.any(extrap[:, j]) else "rarefaction" for j in range(b.size))

@@ -310,7 +310,7 @@ def test_works_evaluated_together_equal_each_evaluated_alone(overlap):
         jobs += [(w, x) for x in batch_works(m, hw, w, r, b)]
     together = works_rates(hw, jobs[0][0], [x for _, x in jobs])
     for (w, x), (net, hit) in zip(jobs, together):
-        (alone_net, alone_hit) = works_rates(hw, w, [x])
+        alone_net, alone_hit = works_rates(hw, w, [x])[0]
         br = step_breakdown(m, hw, w, r, b)
         np.testing.assert_array_equal(net, alone_net)
         np.testing.assert_array_equal(net, b / br.step.step_seconds)

@@ -66,6 +66,12 @@ class SplitPlan(Result):
     cache_policy: str = "lru"
 
     @property
+    def cache_hit(self) -> np.ndarray:
+        """Per rank (R,): ``1 − misses / union`` (1 where the rank touches nothing)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.union_pairs > 0, 1.0 - self.missed_pairs / self.union_pairs, 1.0)
+
+    @property
     def slowest_rank(self) -> int:
         return int(np.argmax(self.rank_seconds))
 
@@ -354,9 +360,7 @@ def _step_model_fields(p) -> dict[str, Any]:
         "per_rank": {
             **{k: [float(x) for x in getattr(p, k)] for k in ("union_pairs", "missed_pairs", "streamed_bytes")},
             "streamed_gib": [float(x / GiB) for x in p.streamed_bytes],
-            "cache_hit": [
-                1.0 - m / u if u > 0 else 1.0 for u, m in zip(p.union_pairs.tolist(), p.missed_pairs.tolist())
-            ],
+            "cache_hit": [float(x) for x in p.cache_hit],
             "picks_per_token": [float(x) for x in p.picks_per_token],
             "terms_seconds": {k: [float(x) for x in v] for k, v in p.terms_seconds.items()},
             "bound": list(p.bound),

@@ -253,7 +253,7 @@ for m in ("id", "lpt"):
                     "token load, share": p.load_rows[r] / p.load_rows.sum(),
                     "union per layer": p.union_pairs[r] / mdl.moe_layers,
                     "misses per layer": p.missed_pairs[r] / mdl.moe_layers,
-                    "hit rate": p.per_rank[r].cache_hit,
+                    "hit rate": p.cache_hit[r],
                     "GiB streamed per step": p.streamed_bytes[r] / GiB,
                 }
             )
@@ -324,7 +324,7 @@ with style():
         ax_g.axhline(7.02, color="k", ls=":", lw=1, label="balanced, 7.02 GiB — " + WIT)
     for x, (_, src) in zip(xs, models):
         hit = (
-            np.mean([r.cache_hit for r in plans[(src, "id")].per_rank])
+            np.mean(plans[(src, "id")].cache_hit)
             if src != "trace"
             else np.mean([splits[(j, "id", cache_gib)].hit_rate.mean() for j in range(trace_seeds)])
         )
@@ -850,7 +850,7 @@ for src in pi:
     p_id, p_lpt = plans[(src, "id")], plans[(src, "lpt")]
     print(
         f"(2) hot set, {src} histogram, {cache_gib:g} GiB: union per rank and layer {p_id.union_pairs.mean() / mdl.moe_layers:.1f}, "
-        f"hit {np.mean([r.cache_hit for r in p_id.per_rank]):.1%}, {p_id.streamed_bytes.mean() / GiB:.2f} GiB/step per rank; "
+        f"hit {np.mean(p_id.cache_hit):.1%}, {p_id.streamed_bytes.mean() / GiB:.2f} GiB/step per rank; "
         f"id split token imbalance {p_id.imbalance['token_load']:.4f}×, streamed {p_id.imbalance['streamed_bytes']:.4f}×; "
         f"LPT {p_lpt.imbalance['token_load']:.4f}× / {p_lpt.imbalance['streamed_bytes']:.4f}× (max/mean)"
     )

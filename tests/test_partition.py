@@ -319,7 +319,7 @@ def test_fabric_term_and_overlap():
         split_plan(a, pi, dataclasses.replace(model, hidden_size=None), hw, batch=8)
     with pytest.raises(MissingField, match="bw_link_bytes_per_s"):
         split_plan(a, pi, model, dataclasses.replace(hw, bw_link_bytes_per_s=None), batch=8)
-    assert len(on.per_rank) == 2 and on.per_rank[1].experts[0] == 144
+    assert on.ranks == 2 and np.flatnonzero(on.assignment == 1)[0] == 144
 
 
 # ----------------------------------------------------------------------------- contract and errors

@@ -296,9 +296,9 @@ def test_plan_zipf_large_s_union_is_k(s):
 @pytest.mark.parametrize("overlap", ["max", "sum"])
 def test_works_evaluated_together_equal_each_evaluated_alone(overlap):
     """works_rates joins works along B and evaluates once: every number must be the one each
-    work gets alone (work_rates) and the one step_breakdown gives, bit for bit — over ranks 1
+    work gets alone (works_rates of it alone) and the one step_breakdown gives, bit for bit — over ranks 1
     and 2, uneven speeds, several caches and a box whose reclaim slowdown varies with B."""
-    from moeroof.models.plan import batch_works, step_breakdown, work_rates, works_rates
+    from moeroof.models.plan import batch_works, step_breakdown, works_rates
 
     m = toy_model(hidden_size=1024)
     hw = toy_hw(ram_bytes=8e9, bw_link_bytes_per_s=10e9, reclaim_penalty=0.7)
@@ -310,7 +310,7 @@ def test_works_evaluated_together_equal_each_evaluated_alone(overlap):
         jobs += [(w, x) for x in batch_works(m, hw, w, r, b)]
     together = works_rates(hw, jobs[0][0], [x for _, x in jobs])
     for (w, x), (net, hit) in zip(jobs, together):
-        alone_net, alone_hit = work_rates(hw, w, x)
+        alone_net, alone_hit = works_rates(hw, w, [x])[0]
         br = step_breakdown(m, hw, w, r, b)
         np.testing.assert_array_equal(net, alone_net)
         np.testing.assert_array_equal(net, b / br.step.step_seconds)

@@ -294,7 +294,6 @@ def test_fabric_bytes_per_step_formula(ranks):
     b = np.array([1, 3, 16])
     want = 2 * b * 7 * 3000 * 2.0 * (ranks - 1) / ranks
     np.testing.assert_allclose(fabric_bytes_per_step(m, b, ranks), want)
-    np.testing.assert_allclose(fabric_bytes_per_step(m, b, ranks, remote_share=0.25), 2 * b * 7 * 3000 * 2.0 * 0.25)
 
 
 def test_fabric_bytes_on_one_rank_are_zero_even_without_hidden_size():

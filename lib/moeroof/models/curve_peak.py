@@ -43,13 +43,11 @@ def peak_grids(points: Sequence[Any]) -> list[tuple[tuple[int, int, str], np.nda
     groups: dict[tuple[int, int, str], set[float]] = {}
     for p in points:
         groups.setdefault((int(p.batch), int(p.ranks), str(p.policy)), set()).add(float(p.cache_gib))
-    out = []
-    for key, sizes in groups.items():
-        if len(sizes) < MIN_SIZES:
-            continue
-        lo, hi = min(sizes), max(sizes)
-        out.append((key, np.linspace(lo, hi, GRID_SIZES)))
-    return out
+    return [
+        (key, np.linspace(min(sizes), max(sizes), GRID_SIZES))
+        for key, sizes in groups.items()
+        if len(sizes) >= MIN_SIZES
+    ]
 
 
 def curve_peak(

@@ -29,7 +29,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from moeroof.core.results import Result
+from moeroof.core.results import Result, plain
 from moeroof.data.presets import DEFAULTS, PRIOR_FIELDS, Hardware, MoEModel
 
 __all__ = ["held_priors", "at_prior_centres", "PriorBand", "prior_band"]
@@ -83,17 +83,9 @@ class PriorBand(Result):
         )
 
     def to_dict(self) -> dict[str, Any]:
-        def f(a):
-            return [None if not np.isfinite(x) else float(x) for x in np.asarray(a, dtype=float)]
-
-        return {
-            "net_tok_s": f(self.net_tok_s),
-            "low": f(self.low),
-            "high": f(self.high),
-            "held": {k: list(v) for k, v in self.held.items()},
-            "sources": dict(self.sources),
-            "note": self.note(),
-        }
+        """Its fields but the batch, plain (NaN: None), and the note."""
+        fields = ("net_tok_s", "low", "high", "held", "sources")
+        return {**{k: plain(getattr(self, k)) for k in fields}, "note": self.note()}
 
 
 def _describe(key: str, v: tuple[float, float, float]) -> str:

@@ -43,7 +43,8 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -81,6 +82,7 @@ __all__ = [
     "rank_cache",
     "policy_label",
     "clear_memo",
+    "memoised",
 ]
 
 POLICIES = ("lru", "lfu", "lfu-perfect", "s3fifo", "arc", "belady", "belady-insert", "static")
@@ -95,18 +97,17 @@ ORDER_CHUNK_ENTRIES = 1 << 22
 #: bytes per pick of a drawn trace over a simulation: the int32 trace, its requests (item, step
 #: and layer ids), the per-pick keys and multiplicities of :func:`simulate_ratios` and their sort
 BYTES_PER_PICK = 48
-_MEMO_SIZE = 4096
-_memo: OrderedDict = OrderedDict()
+#: the memos of this process (:func:`memoised`) and how many results each keeps: steady-state
+#: results, drawn traces, a trace's requests, a trace's LRU curves, rank caches, the plan's packings
+_MEMO_SIZES = {"simulations": 4096, "traces": 4, "requests": 4, "curves": 256, "ranks": 4096, "packings": 256}
+_memos: dict[str, OrderedDict] = {name: OrderedDict() for name in _MEMO_SIZES}
 
 
 def clear_memo() -> None:
     """Forget every memoised simulation and trace in this process, and read the disk memo's
     setting again (``MOEROOF_CACHE_DIR=""`` before this call: a truly cold start)."""
-    _memo.clear()
-    _trace_memo.clear()
-    _requests_memo.clear()
-    _curve_memo.clear()
-    _rank_memo.clear()
+    for memo in _memos.values():
+        memo.clear()
     _disk.clear()
 
 
@@ -132,10 +133,10 @@ def steady_state_sources() -> list:
     return source_files(["models/expert_cache.py", "cachesim/", "kernels/"])
 
 
-def _memoised(key: tuple, compute, memo: OrderedDict | None = None, size: int = _MEMO_SIZE, *, disk: bool = False):
-    """``compute()`` once per key, kept in ``memo`` (default the simulations') as an LRU of
-    ``size`` results; with ``disk`` also on disk between runs (a tuple of floats)."""
-    memo = _memo if memo is None else memo
+def memoised(key: tuple, compute, name: str = "simulations", *, disk: bool = False):
+    """``compute()`` once per key, kept in the memo ``name`` as an LRU of its size
+    (:data:`_MEMO_SIZES`); with ``disk`` also on disk between runs (a tuple of floats)."""
+    memo = _memos[name]
     if key in memo:
         memo.move_to_end(key)
         return memo[key]
@@ -147,20 +148,21 @@ def _memoised(key: tuple, compute, memo: OrderedDict | None = None, size: int = 
         if disk:
             _disk_memo().put(key, [float(x) for x in out])
     memo[key] = out
-    if len(memo) > size:
+    if len(memo) > _MEMO_SIZES[name]:
         memo.popitem(last=False)
     return out
 
 
 def policy_label(policy: str) -> str:
     """How a policy is named in reports: the static set says it is pinned from the truth."""
-    if policy == "static":
-        return "pinned hot set (oracle: pinned from the true routing probabilities)"
-    if policy == "belady":
-        return "belady (offline optimum, simulated)"
-    if policy == "belady-insert":
-        return "belady-insert (offline, caches every miss, simulated)"
-    return f"{policy} (simulated, steady state)"
+    return _LABELS.get(policy, f"{policy} (simulated, steady state)")
+
+
+_LABELS = {
+    "static": "pinned hot set (oracle: pinned from the true routing probabilities)",
+    "belady": "belady (offline optimum, simulated)",
+    "belady-insert": "belady-insert (offline, caches every miss, simulated)",
+}
 
 
 def hot_set_misses(pi: np.ndarray, cache_experts, batch) -> tuple[np.ndarray, np.ndarray]:
@@ -181,10 +183,9 @@ def hot_set_misses(pi: np.ndarray, cache_experts, batch) -> tuple[np.ndarray, np
 
     def misses_from(start: np.ndarray) -> np.ndarray:
         out = np.zeros((h, b.size))
-        for s in np.unique(start):
+        for s in np.unique(start[start < e]):
             sel = start == s
-            if s < e:
-                out[:, sel] = (e - s) - power_sums(x[:, s:], b[sel])
+            out[:, sel] = (e - s) - power_sums(x[:, s:], b[sel])
         return out
 
     misses = misses_from(lo)
@@ -270,10 +271,6 @@ def digest(*arrays: np.ndarray) -> str:
     return hsh.hexdigest()
 
 
-_trace_memo: OrderedDict = OrderedDict()
-_TRACE_MEMO_SIZE = 4
-
-
 def _drawn_trace(sub: np.ndarray, batch: int, steps: int, seed: int) -> np.ndarray:
     """The drawn trace of (π rows, B, seed), kept for the next capacity or rank (read only)."""
 
@@ -282,7 +279,7 @@ def _drawn_trace(sub: np.ndarray, batch: int, steps: int, seed: int) -> np.ndarr
         topk.setflags(write=False)
         return topk
 
-    return _memoised((digest(sub), batch, steps, seed), draw, _trace_memo, _TRACE_MEMO_SIZE)
+    return memoised((digest(sub), batch, steps, seed), draw, "traces")
 
 
 def steady_trace(sub: np.ndarray, own: np.ndarray, batch: int, seed: int) -> tuple[np.ndarray, int]:
@@ -380,14 +377,11 @@ def simulate_ratios(
     caller keeps it for the trace's other capacities."""
     h, e = topk.shape[2], int(experts)
     part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
-    if requests is None:
-        requests = trace_requests(topk, e, own, part, rank)
-    req, mult_all = requests
+    req, mult_all = trace_requests(topk, e, own, part, rank) if requests is None else requests
     capacity = math.floor(c) * h  # scope "layer" splits it back into c per layer
-    if policy == "static":
-        res = cache_sim.simulate(req, capacity, policy="static", scope="layer", pinned=pinned, return_hits=True)
-    else:
-        res = cache_sim.simulate(req, capacity, policy=policy, scope=scope, warmup_steps=warm, return_hits=True)
+    static = policy == "static"  # a hot set pinned per layer; else the policy, warmed up
+    how: dict[str, Any] = dict(scope="layer", pinned=pinned) if static else dict(scope=scope, warmup_steps=warm)
+    res = cache_sim.simulate(req, capacity, policy=policy, return_hits=True, **how)
     counted_req = _counted_requests(req, warm, counted_steps)
     assert res.request_hits is not None  # asked for (return_hits)
     hit = res.request_hits[counted_req]
@@ -437,12 +431,6 @@ def trace_requests(
     return req, plan_kernels.pick_counts(np.ascontiguousarray(topk), np.asarray(own, dtype=bool))
 
 
-_requests_memo: OrderedDict = OrderedDict()
-_REQUESTS_MEMO_SIZE = 4
-_curve_memo: OrderedDict = OrderedDict()
-_CURVE_MEMO_SIZE = 256
-
-
 def page_cache_hit_ratio(
     pi: np.ndarray,
     batch: int,
@@ -487,7 +475,7 @@ def page_cache_hit_ratio(
     pinned = None
     if policy == "static" and sub.shape[0] == topk.shape[2]:
         pinned = np.where(own[None, :], sub, -1.0).ravel()
-    return _memoised(
+    return memoised(
         key, lambda: simulate_ratios(topk, e, own, assignment, rank, c, policy, scope, warm, page, pinned)[3]
     )
 
@@ -554,12 +542,8 @@ def trace_miss_ratio(
         return np.asarray(trace[:, :batch][:, :, simulated_layer_rows(layers)])
 
     def requests(sub: np.ndarray) -> tuple[cache_sim.Requests, np.ndarray]:
-        return _memoised(
-            ("requests", *trace_id),
-            lambda: trace_requests(sub, experts, own, part, rank),
-            _requests_memo,
-            _REQUESTS_MEMO_SIZE,
-        )
+        make = partial(trace_requests, sub, experts, own, part, rank)
+        return memoised(("requests", *trace_id), make, "requests")
 
     if policy == "lru" and scope == "global" and 1 <= c <= n_own - 1:
         # every capacity from one stack-distance pass (the same floats as one simulation each)
@@ -572,9 +556,9 @@ def trace_miss_ratio(
             n = int(_counted_requests(req[0], warm, full).sum())
             return ratios, _distinct_per_layer_step(sub.shape[0], sub.shape[2], n, warm, full)
 
-        ratios, distinct = _memoised(("trace-lru-curve", *trace_id, warm), curve, _curve_memo, _CURVE_MEMO_SIZE)
+        ratios, distinct = memoised(("trace-lru-curve", *trace_id, warm), curve, "curves")
         i = int(c) - 1
-        return _memoised(key, lambda: (ratios[i], ratios[n_own - 1 + i], distinct))
+        return memoised(key, lambda: (ratios[i], ratios[n_own - 1 + i], distinct))
 
     def compute() -> tuple[float, float, float]:
         sub = topk()
@@ -582,7 +566,7 @@ def trace_miss_ratio(
             sub, experts, own, assignment, rank, c, policy, scope, warm, counted_steps=full, requests=requests(sub)
         )[:3]
 
-    return _memoised(key, compute)
+    return memoised(key, compute)
 
 
 def steady_state_miss_ratio(
@@ -614,42 +598,31 @@ def steady_state_miss_ratio(
     own = np.ones(e, dtype=bool) if assignment is None else np.asarray(assignment) == rank
     n_own = int(own.sum())
     c = float(cache_experts_per_layer)
-    if n_own == 0 or batch < 1:
-        return 0.0, 0.0
+    if n_own == 0 or batch < 1 or c >= n_own:
+        return 0.0, 0.0  # nothing to cache, or every owned expert fits: after the cold start nothing misses
     if c < 1.0:
         return 1.0, 1.0
-    if c >= n_own:
-        return 0.0, 0.0  # every owned expert fits: after the cold start nothing misses
     c = float(math.floor(c))  # whole experts: the memo key, the warm-up and the trace's seed agree
     sub = simulated_rows(pi, scope)
-    key = (digest(sub, own.astype(np.int8)), int(batch), int(math.floor(c)), policy, scope, int(seed))
+    key = (digest(sub, own.astype(np.int8)), int(batch), int(c), policy, scope, int(seed))
 
     if policy == "lru" and scope == "global":
-        # every capacity of the rank from one stack-distance pass, memoised as one curve
-        curve = _lru_curve(sub, own, assignment, rank, e, int(batch), int(seed))
+        # every whole cache c = 1 … n_own − 1 of the rank from one stack-distance pass on the
+        # steady-state trace, which does not depend on c: memoised (in memory and on disk) as one
+        # curve, the misses first, then the token misses
+        def curve() -> tuple[float, ...]:
+            topk, warm = steady_trace(sub, own, int(batch), int(seed))
+            return lru_ratio_curve(topk, e, own, assignment, rank, warm, n_own - 1)
+
+        ratios = memoised(("lru-curve", key[0], int(batch), int(seed)), curve, disk=True)
         i = int(c) - 1
-        return curve[i], curve[n_own - 1 + i]
+        return ratios[i], ratios[n_own - 1 + i]
 
     def compute() -> tuple[float, float]:
         topk, warm = steady_trace(sub, own, int(batch), int(seed))
         return simulate_ratios(topk, e, own, assignment, rank, c, policy, scope, warm)[:2]
 
-    return _memoised(key, compute, disk=True)
-
-
-def _lru_curve(sub, own, assignment, rank, e: int, batch: int, seed: int) -> tuple[float, ...]:
-    """:func:`steady_state_miss_ratio`'s (misses, token misses) of a global LRU at every whole
-    cache c = 1 … n_own − 1 experts per layer (the misses first, then the token misses), on the
-    steady-state trace of (π, B, seed), which does not depend on c; memoised in memory and on
-    disk as one entry."""
-    n_own = int(own.sum())
-    key = ("lru-curve", digest(sub, own.astype(np.int8)), batch, seed)
-
-    def compute() -> tuple[float, ...]:
-        topk, warm = steady_trace(sub, own, batch, seed)
-        return lru_ratio_curve(topk, e, own, assignment, rank, warm, n_own - 1)
-
-    return _memoised(key, compute, disk=True)
+    return memoised(key, compute, disk=True)
 
 
 def lru_ratio_curve(
@@ -716,7 +689,7 @@ class RankCache(Result):
     policy: str
     scope: str
     #: (R, nB): of the misses, the reads the OS page cache serves (0 without a page cache)
-    page_hits_per_layer: np.ndarray | None = None
+    page_hits_per_layer: np.ndarray
 
     @property
     def hit_rate(self) -> np.ndarray:
@@ -773,21 +746,8 @@ def rank_cache(
         int(seed),
         None if trace is None else str(trace_key),
     )
-    out = _memoised(
-        key, lambda: rank_cache_uncached(pi, b, c, a, policy, scope, seed, trace, trace_key, pg), _rank_memo, _MEMO_SIZE
-    )
-    return RankCache(
-        out.union_per_layer.copy(),
-        out.misses_per_layer.copy(),
-        out.picks_per_token.copy(),
-        out.token_misses_per_layer.copy(),
-        out.policy,
-        out.scope,
-        None if out.page_hits_per_layer is None else out.page_hits_per_layer.copy(),
-    )
-
-
-_rank_memo: OrderedDict = OrderedDict()
+    out = memoised(key, lambda: rank_cache_uncached(pi, b, c, a, policy, scope, seed, trace, trace_key, pg), "ranks")
+    return replace(out, **{k: v.copy() for k, v in vars(out).items() if isinstance(v, np.ndarray)})
 
 
 def rank_cache_uncached(
@@ -804,9 +764,7 @@ def rank_cache_uncached(
 ) -> RankCache:
     """:func:`rank_cache` itself, on its normalised inputs (``c`` and ``pg`` broadcast to B)."""
     ranks = int(a.max()) + 1
-    union = np.zeros((ranks, b.size))
-    misses = np.zeros((ranks, b.size))
-    token_misses = np.zeros((ranks, b.size))
+    union, misses, token_misses, page_hits = np.zeros((4, ranks, b.size))
     picks = np.zeros(ranks)
     # which B run on the user's trace: one scan of its streams per B, not one per rank
     on_trace = [trace is not None and policy != "static" and usable_trace_batch(trace, int(bb)) for bb in b]
@@ -834,9 +792,12 @@ def rank_cache_uncached(
                 elif cc < idx.size:
                     req, tok = _whole_experts_miss_ratio(pi, int(bb), float(cc), policy, scope, a, r, seed)
                     misses[r, j], token_misses[r, j] = union[r, j] * req, union[r, j] * tok
-    page_hits = np.zeros((ranks, b.size))
-    if pg is not None:
-        _page_hits(page_hits, pi, b, c, a, pg, union, misses, policy, scope, seed, trace, trace_key)
+        # the misses the OS page cache of pg experts per layer serves (page_cache_hit_ratio), at most the misses
+        kw = dict(policy=policy, scope=scope, assignment=a, rank=r, seed=seed, trace=trace, trace_key=trace_key)
+        for j, (bb, cc, pp) in enumerate(zip(b, c_r, () if pg is None else pg)):
+            if pp >= 1.0 and misses[r, j] > 0:
+                ratio = page_cache_hit_ratio(pi, int(bb), float(cc), float(pp), **kw)
+                page_hits[r, j] = min(union[r, j] * ratio, misses[r, j])
     return RankCache(union, misses, picks, token_misses, policy, scope, page_hits)
 
 
@@ -854,17 +815,3 @@ def _whole_experts_miss_ratio(
         req_hi, tok_hi = steady_state_miss_ratio(pi, b, float(lo + 1), **kw)
         req, tok = (1 - frac) * req + frac * req_hi, (1 - frac) * tok + frac * tok_hi
     return req, tok
-
-
-def _page_hits(out, pi, b, c, a, pg, union, misses, policy, scope, seed, trace, trace_key) -> None:
-    """:func:`rank_cache_uncached`'s page-cache hits into ``out`` (R, nB): per rank and B, the
-    misses the OS page cache of ``pg`` experts per layer serves (:func:`page_cache_hit_ratio`),
-    at most the misses."""
-    for r in range(out.shape[0]):
-        idx = np.flatnonzero(a == r)
-        for j, (bb, cc, pp) in enumerate(zip(b, np.minimum(c, max(idx.size, 1)), pg)):
-            if idx.size == 0 or pp < 1.0 or misses[r, j] <= 0:
-                continue
-            kw = dict(policy=policy, scope=scope, assignment=a, rank=r, seed=seed, trace=trace, trace_key=trace_key)
-            ratio = page_cache_hit_ratio(pi, int(bb), float(cc), float(pp), **kw)
-            out[r, j] = min(union[r, j] * ratio, misses[r, j])

@@ -154,16 +154,14 @@ def compounding(
     decode_tokens: int,
 ) -> dict[str, Any]:
     """Compounding: L2 and L3 alone and together over one session, against the neither case."""
-    t = {
-        (c, s): session_seconds(
+    seconds = {
+        name: session_seconds(
             model, hardware, workload, routing, agents, prefix_tokens, decode_tokens, coalesced=c, shared_prefix=s
         )
-        for c in (False, True)
-        for s in (False, True)
+        for name, c, s in (("neither", False, False), ("L2", True, False), ("L3", False, True), ("L2+L3", True, True))
     }
-    base = t[(False, False)]
-    f2, f3, f23 = base / t[(True, False)], base / t[(False, True)], base / t[(True, True)]
-    seconds = {"neither": base, "L2": t[(True, False)], "L3": t[(False, True)], "L2+L3": t[(True, True)]}
+    base = seconds["neither"]
+    f2, f3, f23 = base / seconds["L2"], base / seconds["L3"], base / seconds["L2+L3"]
     return {
         "baseline": "uncoalesced decode, per-agent prefix prefill",
         "seconds": seconds,
@@ -177,12 +175,7 @@ def compounding(
 
 
 def composition(
-    model: MoEModel,
-    hardware: Hardware,
-    workload: Workload,
-    routing: RoutingProbabilities,
-    agents: int,
-    users,
+    model: MoEModel, hardware: Hardware, workload: Workload, routing: RoutingProbabilities, agents: int, users
 ) -> dict[str, Any]:
     """Per-user ⊗ cross-user: one user's coalesced fan-out of ``agents`` inside a machine batch of ``users``.
 

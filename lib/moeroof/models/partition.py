@@ -106,17 +106,12 @@ def parse_rank_speed(rank_speed, ranks: int) -> np.ndarray:
         raise ParameterError("rank_speed", f"expected {ranks} comma-separated positive numbers, got {rank_speed!r}")
     out = []
     for j, p in enumerate(parts):
-        if isinstance(p, (bool, np.bool_)):
-            raise ParameterError("rank_speed", f"entry {j} ({p!r}) is not a number")
-        if isinstance(p, str):
-            try:
-                x = float(p)
-            except ValueError:
-                raise ParameterError("rank_speed", f"entry {j} ({p!r}) is not a number") from None
-        elif isinstance(p, numbers.Real):
+        try:  # text or a real number (not a bool)
+            if isinstance(p, (bool, np.bool_)) or not isinstance(p, (str, numbers.Real)):
+                raise ValueError
             x = float(p)
-        else:
-            raise ParameterError("rank_speed", f"entry {j} ({p!r}) is not a number")
+        except ValueError:
+            raise ParameterError("rank_speed", f"entry {j} ({p!r}) is not a number") from None
         if not math.isfinite(x) or x <= 0.0:
             raise ParameterError("rank_speed", f"entry {j} is {p!r}; speeds must be positive finite numbers")
         out.append(x)
@@ -218,7 +213,7 @@ def balanced_packing(weight, ranks: int, capacity=None) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
-def weighted_packing(weight, speeds, capacity=None) -> np.ndarray:
+def weighted_packing(weight, speeds) -> np.ndarray:
     """LPT for ranks of unequal speed with cardinality ∝ speed; rank of each item.
 
     Capacities :func:`capacities` ``(E, speeds)``; items in descending weight order each go to
@@ -231,9 +226,9 @@ def weighted_packing(weight, speeds, capacity=None) -> np.ndarray:
     if s.ndim != 1 or np.any(~np.isfinite(s)) or np.any(s <= 0):
         raise ValueError("speeds must be positive finite numbers")
     r = _check_ranks(w.size, s.size)
-    if np.all(s == s[0]) and capacity is None:
+    if np.all(s == s[0]):
         return balanced_packing(w, r)
-    cap = capacities(w.size, s) if capacity is None else np.asarray(capacity, dtype=np.int64)
+    cap = capacities(w.size, s)
     out = np.full(w.size, -1, dtype=np.int64)
     loads = np.zeros(r)
     counts = np.zeros(r, dtype=np.int64)
@@ -360,8 +355,7 @@ class HotSetSearch:
         return float(self.tot[idx].sum()), self.scale * float(t), v, pos
 
     def _edges(self, v, c):
-        n = v.shape[1]
-        h = v.shape[0]
+        h, n = v.shape
         vc = v[:, c - 1] if 1 <= c <= n else np.zeros(h)
         vc1 = v[:, c] if c < n else np.zeros(h)
         tc = v[:, : min(c, n)].sum(axis=1)
@@ -370,9 +364,8 @@ class HotSetSearch:
     def swap_T(self, v, pos, m_out, m_in):
         """Top-c sums after removing each out-item (columns of m_out, (H, n_out), positions
         ``pos``) and adding each in-item (H, n_in): (n_out, n_in). ``m_in=None``: removal only (n_out,)."""
-        from moeroof.kernels import (
-            plan as plan_kernels,  # ctypes and the C kernels load only when a bytes partition runs
-        )
+        # ctypes and the C kernels load only when a bytes partition runs
+        from moeroof.kernels import plan as plan_kernels
 
         n_out = m_out.shape[1]
         total = np.zeros(n_out) if m_in is None else np.zeros((n_out, m_in.shape[1]))
@@ -397,9 +390,7 @@ class HotSetSearch:
         for c, wt in self._cs():
             if c == 0:
                 continue
-            vc, _, tc = self._edges(v, c)
-            if c > v.shape[1]:
-                vc = np.zeros_like(vc)
+            vc, _, tc = self._edges(v, c)  # vc is 0 where c exceeds the rank's items
             total = total + wt * (tc[:, None] + np.maximum(m_in - vc[:, None], 0.0)).sum(axis=0)
         return self.scale * total
 
@@ -412,12 +403,10 @@ class HotSetSearch:
 
 def _hot_set_key(assign: np.ndarray, hs: HotSetSearch, ranks: int) -> tuple[float, float]:
     """(max_r t_r, max_r streamed_r / s_r) of an assignment under the hot-set model."""
-    t, g = [], []
-    for r in range(ranks):
-        u, tt, _, _ = hs.rank_state(np.flatnonzero(assign == r))
-        t.append(hs.seconds(u, tt, r))
-        g.append(hs.streamed_per_speed(u, tt, r))
-    return float(max(t)), float(max(g))
+    states = [hs.rank_state(np.flatnonzero(assign == r))[:2] for r in range(ranks)]
+    t = max(hs.seconds(u, tt, r) for r, (u, tt) in enumerate(states))
+    g = max(hs.streamed_per_speed(u, tt, r) for r, (u, tt) in enumerate(states))
+    return float(t), float(g)
 
 
 def _better(a: tuple[float, float], b: tuple[float, float], rtol: float = 1e-12) -> bool:
@@ -427,6 +416,16 @@ def _better(a: tuple[float, float], b: tuple[float, float], rtol: float = 1e-12)
     if a[0] <= b[0] + rtol * abs(b[0]):
         return a[1] < b[1] - rtol * max(abs(b[1]), 1e-300)
     return False
+
+
+def _best_change(hs: HotSetSearch, at_r: tuple, at_s: tuple, t_o: float, g_o: float) -> tuple[int, tuple[float, float]]:
+    """Of the candidate changes between ranks r and s (``(U, T, rank)`` of each after them, arrays
+    of one shape), the flat index of the best and its key: the least ``(max_r t_r, max_r
+    streamed_r / s_r)`` with the other ranks' maxima ``t_o``, ``g_o``."""
+    t = np.maximum(np.maximum(hs.seconds(*at_r), hs.seconds(*at_s)), t_o).ravel()
+    g = np.maximum(np.maximum(hs.streamed_per_speed(*at_r), hs.streamed_per_speed(*at_s)), g_o).ravel()
+    j = int(np.lexsort((g, t))[0])
+    return j, (float(t[j]), float(g[j]))
 
 
 def _local_search(assign: np.ndarray, hs: HotSetSearch, ranks: int, max_iter: int) -> np.ndarray:
@@ -457,29 +456,15 @@ def _local_search(assign: np.ndarray, hs: HotSetSearch, ranks: int, max_iter: in
                 # swaps: a (rows) leaves r, b (cols) leaves s
                 u_r = U[r] - tot_r[:, None] + tot_s[None, :]
                 u_s = U[s] - tot_s[None, :] + tot_r[:, None]
-                t_r = hs.swap_T(vr, pr, m_r, m_s)
-                t_s = hs.swap_T(vs, ps, m_s, m_r).T
-                cand_t = np.maximum(np.maximum(hs.seconds(u_r, t_r, r), hs.seconds(u_s, t_s, s)), t_o)
-                cand_g = np.maximum(
-                    np.maximum(hs.streamed_per_speed(u_r, t_r, r), hs.streamed_per_speed(u_s, t_s, s)), g_o
-                )
-                j = np.lexsort((cand_g.ravel(), cand_t.ravel()))[0]
-                ck = (float(cand_t.ravel()[j]), float(cand_g.ravel()[j]))
+                t_r, t_s = hs.swap_T(vr, pr, m_r, m_s), hs.swap_T(vs, ps, m_s, m_r).T
+                j, ck = _best_change(hs, (u_r, t_r, r), (u_s, t_s, s), t_o, g_o)
                 if _better(ck, best_key):
-                    ai, bi = np.unravel_index(j, cand_t.shape)
+                    ai, bi = np.unravel_index(j, u_r.shape)
                     best, best_key = ("swap", int(ir[ai]), r, int(js[bi]), s), ck
                 # moves: a leaves r for s (r keeps at least one expert)
                 if ir.size > 1:
-                    u_r = U[r] - tot_r
-                    u_s = U[s] + tot_r
-                    t_r = hs.swap_T(vr, pr, m_r, None)
-                    t_s = hs.add_T(vs, m_r)
-                    cand_t = np.maximum(np.maximum(hs.seconds(u_r, t_r, r), hs.seconds(u_s, t_s, s)), t_o)
-                    cand_g = np.maximum(
-                        np.maximum(hs.streamed_per_speed(u_r, t_r, r), hs.streamed_per_speed(u_s, t_s, s)), g_o
-                    )
-                    j = np.lexsort((cand_g, cand_t))[0]
-                    ck = (float(cand_t[j]), float(cand_g[j]))
+                    t_r, t_s = hs.swap_T(vr, pr, m_r, None), hs.add_T(vs, m_r)
+                    j, ck = _best_change(hs, (U[r] - tot_r, t_r, r), (U[s] + tot_r, t_s, s), t_o, g_o)
                     if _better(ck, best_key):
                         best, best_key = ("move", int(ir[j]), r, None, s), ck
         if best is None:
@@ -589,8 +574,6 @@ def partition(method: str, load, ranks: int, rank_speed=None, **bytes_kw: Any) -
             raise ParameterError("rank_speed", f"got {speed.size} speeds for {ranks} ranks")
         return weighted_packing(load, speed)
     if method == "bytes":
-        pi = bytes_kw.pop("pi")
-        model = bytes_kw.pop("model")
-        hardware = bytes_kw.pop("hardware")
+        pi, model, hardware = (bytes_kw.pop(k) for k in ("pi", "model", "hardware"))
         return bytes_partition(pi, model, hardware, ranks, rank_speed=rank_speed, load=load, **bytes_kw)[0]
     raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")

@@ -68,7 +68,6 @@ __all__ = [
     "evaluate_work",
     "step_breakdown",
     "batch_works",
-    "work_rates",
     "works_rates",
     "batch_breakdown",
     "reclaim_slowdown",
@@ -251,10 +250,9 @@ def skew_prior_of(routing: RoutingProbabilities):
     fs = getattr(routing, "family_skew", None)
     prior = committed_skew_prior()
     # the fine-grained prior or the coarse one (prior_routing picks by the model's E)
-    for p in (prior, prior.for_experts(1)):
-        if fs is not None and fs[0] == "dirichlet" and fs[1] == p.alpha:
-            return p
-    return None
+    return next(
+        (p for p in (prior, prior.for_experts(1)) if fs is not None and tuple(fs) == ("dirichlet", p.alpha)), None
+    )
 
 
 def _routing_of_knobs(spec: str, model: MoEModel) -> RoutingProbabilities | None:
@@ -310,35 +308,31 @@ def routing_from_spec(spec: str, model: MoEModel) -> RoutingProbabilities:
         raise ValueError(
             f"routing {path}: E={data.experts}, K={data.top_k} do not match model {model.name} (E={e}, K={k})"
         )
-    notes = []
+    notes, trace, trace_key = [], None, None
     if isinstance(data, Histogram):
         notes.extend(check_incidence_sums(data))
         counts, tokens = data.counts, data.tokens
         if data.layers_summed:
+            # summed incidence over layers·T: π̄ = count / (layers·T)
             notes.append(
                 "the histogram is summed over layers: per-layer skew is averaged away and "
                 "the union is overstated (see union_curve)"
             )
-            tokens = tokens  # summed incidence over layers·T: π̄ = count / (layers·T)
     else:
+        trace, st = data.topk, path.stat()
+        trace_key = f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}"
         arr = np.asarray(data.topk)
         counts = histogram_from_trace(arr, e)
         tokens = (arr >= 0).all(axis=-1).sum(axis=(0, 1))
     pi, unseen = inclusion_from_counts(counts, tokens, k)
     if (note := unseen_mass_note(unseen)) is not None:
         notes.append(note)
-    prov = data.meta.get("provenance", "projected")
-    prov = "witnessed" if prov == "witnessed" else "projected"
+    prov = "witnessed" if data.meta.get("provenance", "projected") == "witnessed" else "projected"
     model_name = data.meta.get("model")
     # an import without --model records "unknown (...)": the file name alone says more
     named = isinstance(model_name, str) and model_name.strip() and not model_name.startswith("unknown")
     label = f"{model_name} ({path.name})" if named else path.name
     load = np.asarray(counts, dtype=float).sum(axis=0)
-    trace = trace_key = None
-    if not isinstance(data, Histogram):
-        trace = data.topk
-        st = path.stat()
-        trace_key = f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}"
     return RoutingProbabilities(pi, label, prov, tuple(notes), load=load, trace=trace, trace_key=trace_key)
 
 
@@ -477,17 +471,14 @@ def auto_cache_note(auto: Mapping[str, Any]) -> str:
         f"{auto['os_reserve_bytes'] / g:.1f} − dense band {auto['dense_bytes'] / g:.1f} − that batch's KV at "
         f"{auto['context_tokens']} tokens, capped at the routed set {auto['routed_bytes'] / g:.1f} GiB"
     )
-    cells = []
-    for b, c, why in zip(auto["batch"], auto["cache_bytes"], auto["limited_by"]):
-        tail = " (every routed expert)" if why == "routed" else " (nothing left)" if why == "none-left" else ""
-        cells.append(f"B={b}: {c / g:.1f} GiB{tail}")
+    tails = {"routed": " (every routed expert)", "none-left": " (nothing left)"}
+    cells = [
+        f"B={b}: {c / g:.1f} GiB{tails.get(why, '')}"
+        for b, c, why in zip(auto["batch"], auto["cache_bytes"], auto["limited_by"])
+    ]
     if len(cells) > 6:
         cells = [*cells[:3], "…", *cells[-2:]]
     return f"{head}: {', '.join(cells)}"
-
-
-_packings: dict = {}  # (partition, ranks, digest of load and speeds) -> assignment, oldest first
-_PACKINGS_SIZE = 256
 
 
 def assign_experts(
@@ -514,12 +505,11 @@ def assign_experts(
         # a fit asks for the same packing at every evaluation: memoised on the load's exact bytes
         speeds = workload.speeds if workload.partition == "weighted" else np.ones(0)
         key = (workload.partition, r, expert_cache.digest(np.asarray(load, dtype=float), speeds))
-        if key not in _packings:
-            packed = balanced_packing(load, r) if workload.partition == "lpt" else weighted_packing(load, speeds)
-            if len(_packings) >= _PACKINGS_SIZE:
-                _packings.pop(next(iter(_packings)))
-            _packings[key] = packed
-        return _packings[key].copy()
+
+        def pack() -> np.ndarray:
+            return balanced_packing(load, r) if workload.partition == "lpt" else weighted_packing(load, speeds)
+
+        return expert_cache.memoised(key, pack, "packings").copy()
     b = int(np.max(as_batch(batch)))
     ctx, prefix = workload.context_tokens, workload.shared_prefix_tokens
     cache = workload.cache_bytes
@@ -531,60 +521,12 @@ def assign_experts(
 
 
 @dataclass(frozen=True)
-class StepBreakdown(Result):
-    """One step per batch size, rank by rank: the inputs of :func:`moeroof.models.step.evaluate`
-    and its result. Per-rank arrays (R, nB); ``union_pairs`` / ``missed_pairs`` count
-    (layer, expert) pairs over all L MoE layers."""
-
-    batch: np.ndarray
-    step: step.Step
-    assignment: np.ndarray
-    speed: np.ndarray
-    union_pairs: np.ndarray
-    missed_pairs: np.ndarray
-    expert_reads: np.ndarray
-    picks_per_token: np.ndarray
-    ssd_bytes: np.ndarray
-    mem_bytes: np.ndarray
-    flops: np.ndarray
-    fabric_bytes: np.ndarray
-    cache_bytes: np.ndarray
-    cache_experts_per_layer: np.ndarray
-    fits: np.ndarray
-    pressured: np.ndarray
-    cache_policy: str
-    page_cache_bytes: np.ndarray | None = None  # (nB,) the OS page cache of each rank
-    page_hit_pairs: np.ndarray | None = None  # (R, nB) misses served from the page cache
-
-    @property
-    def ranks(self) -> int:
-        return int(self.assignment.max()) + 1 if self.assignment.size else 1
-
-    @property
-    def cache_hit_rate(self) -> np.ndarray:
-        """Per rank (R, nB): ``1 − misses / union``."""
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(self.union_pairs > 0, 1.0 - self.missed_pairs / self.union_pairs, 1.0)
-
-    @property
-    def pooled_hit_rate(self) -> np.ndarray:
-        """Over all ranks (nB,)."""
-        return _pooled_hit_rate(self.union_pairs, self.missed_pairs)
-
-
-def _pooled_hit_rate(union_pairs: np.ndarray, missed_pairs: np.ndarray) -> np.ndarray:
-    """``1 − Σ_r misses / Σ_r union`` per B (1 where nothing is touched)."""
-    u = union_pairs.sum(axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(u > 0, 1.0 - missed_pairs.sum(axis=0) / u, 1.0)
-
-
-@dataclass(frozen=True)
 class StepWork:
     """What each rank does in a step at each B, before any of it becomes seconds: the bytes, FLOP
-    and touched experts of :func:`step_work`, with what RAM left for the caches. A fit that moves
-    only the knobs that price the work (the engine terms, the SSD scale, the efficiencies, the
-    reclaim work) evaluates one :class:`StepWork` many times (:func:`evaluate_work`)."""
+    and touched experts of :func:`step_work`, with what RAM left for the caches. Per-rank arrays
+    (R, nB); ``union_pairs`` / ``missed_pairs`` count (layer, expert) pairs over all L MoE layers.
+    A fit that moves only the knobs that price the work (the engine terms, the SSD scale, the
+    efficiencies, the reclaim work) evaluates one :class:`StepWork` many times (:func:`evaluate_work`)."""
 
     batch: np.ndarray
     assignment: np.ndarray
@@ -603,14 +545,53 @@ class StepWork:
     cache_experts_per_layer: np.ndarray
     fits: np.ndarray
     pressured: np.ndarray
-    page_cache_bytes: np.ndarray
-    page_hit_pairs: np.ndarray
+    page_cache_bytes: np.ndarray  # (nB,) the OS page cache of each rank
+    page_hit_pairs: np.ndarray  # (R, nB) misses served from the page cache
+
+    @property
+    def ranks(self) -> int:
+        return int(self.assignment.max()) + 1 if self.assignment.size else 1
+
+    @property
+    def cache_hit_rate(self) -> np.ndarray:
+        """Per rank (R, nB): ``1 − misses / union``."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.union_pairs > 0, 1.0 - self.missed_pairs / self.union_pairs, 1.0)
 
     @cached_property
     def pooled_hit_rate(self) -> np.ndarray:
-        """Over all ranks (nB,), as :attr:`StepBreakdown.pooled_hit_rate` (kept: a fit re-prices one
-        work many times)."""
-        return _pooled_hit_rate(self.union_pairs, self.missed_pairs)
+        """Over all ranks (nB,): ``1 − Σ_r misses / Σ_r union``, 1 where nothing is touched (kept:
+        a fit re-prices one work many times)."""
+        u = self.union_pairs.sum(axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(u > 0, 1.0 - self.missed_pairs.sum(axis=0) / u, 1.0)
+
+
+@dataclass(frozen=True)
+class StepBreakdown(StepWork, Result):
+    """One step per batch size, rank by rank: the work (:class:`StepWork`: the inputs of
+    :func:`moeroof.models.step.evaluate`) and its result ``step``, priced under ``cache_policy``."""
+
+    step: step.Step
+    cache_policy: str
+
+
+#: the fields of a :class:`StepWork` laid along the batch sizes (last axis), and those its price reads
+_BATCH_FIELDS = tuple(
+    f.name for f in fields(StepWork) if f.name not in ("assignment", "speed", "picks_per_token", "read_size_bytes")
+)
+_PRICED_FIELDS = tuple(
+    "batch ssd_bytes mem_bytes expert_reads flops fabric_bytes available_bytes cache_bytes pressured".split()
+)
+
+
+def _joined(works: Sequence[StepWork], names: Sequence[str] = _BATCH_FIELDS) -> StepWork:
+    """``works`` of one shape (ranks, speeds, read size) as one along their batch sizes: the fields
+    ``names`` joined in order, the others the last work's (the largest B's assignment and picks)."""
+    if len(works) == 1:
+        return works[0]
+    joined: dict[str, Any] = {n: np.concatenate([getattr(w, n) for w in works], axis=-1) for n in names}
+    return replace(works[-1], **joined)
 
 
 def _cache_given(model: MoEModel, workload: Workload, available: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -626,8 +607,7 @@ def _cache_given(model: MoEModel, workload: Workload, available: np.ndarray) -> 
 def _misses_and_reads(rc, bf: np.ndarray, coalesced: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per layer and B, from a rank cache ``rc``: the misses, the page-cache hits among them and
     the expert reads — the step's union once (coalesced), or every token's own picks."""
-    misses = rc.misses_per_layer
-    page_hits = rc.page_hits_per_layer if rc.page_hits_per_layer is not None else np.zeros_like(misses)
+    misses, page_hits = rc.misses_per_layer, rc.page_hits_per_layer
     if coalesced:
         return misses, page_hits, rc.union_per_layer
     # each token's miss goes to the page cache as the step's misses do
@@ -663,15 +643,11 @@ def step_work(
         raise ValueError(f"assignment must give a rank >= 0 to each of the {model.experts} experts")
     ranks = max(int(a.max()) + 1, workload.ranks)
     speed = workload.speeds if ranks == workload.ranks else np.ones(ranks)
-    e_bytes = model.expert_bytes
-    layers = model.moe_layers
-    p = workload.shared_prefix_tokens
+    e_bytes, layers, ctx = model.expert_bytes, model.moe_layers, workload.context_tokens
     available, kv_step = ram_left_bytes(
-        model, hardware, b, context_tokens=workload.context_tokens, shared_prefix_tokens=p
+        model, hardware, b, context_tokens=ctx, shared_prefix_tokens=workload.shared_prefix_tokens
     )
-    dense = model.non_routed_bytes * (1.0 if dense_once else bf)
     cache_eff, pressured = _cache_given(model, workload, available)
-    fits = available >= 0
     cache_experts = cache_eff / (layers * e_bytes)
     kw: dict[str, Any] = dict(policy=workload.cache_policy, scope=workload.cache_scope, seed=workload.seed)
     kw.update(trace=routing.trace, trace_key=routing.trace_key)
@@ -685,29 +661,28 @@ def step_work(
     rc = expert_cache.rank_cache(
         pi, b, cache_experts, a, page_cache_experts_per_layer=page_experts if workload.page_cache else None, **kw
     )
-    union = rc.union_per_layer
     misses, page_hits, reads = _misses_and_reads(rc, bf, coalesced)
-    missed_pairs = layers * misses
-    page_pairs = layers * page_hits
-    flops = bf * (model.flops_per_token + workload.context_tokens * model.attn_flops_per_context_token)
+    missed_pairs, page_pairs = layers * misses, layers * page_hits
+    dense = model.non_routed_bytes * (1.0 if dense_once else bf)
     return StepWork(
         batch=b,
         assignment=a,
         speed=speed,
-        union_pairs=layers * union,
+        union_pairs=layers * rc.union_per_layer,
         missed_pairs=missed_pairs,
         expert_reads=layers * reads,
         picks_per_token=rc.picks_per_token,
         ssd_bytes=(missed_pairs - page_pairs) * e_bytes,
         # a page-cache hit is a copy out of the page cache: read and write through memory
         mem_bytes=dense + layers * reads * e_bytes + kv_step + 2.0 * page_pairs * e_bytes,
-        flops=flops + np.asarray(extra_flops, dtype=float),
+        flops=bf * (model.flops_per_token + ctx * model.attn_flops_per_context_token)
+        + np.asarray(extra_flops, dtype=float),
         fabric_bytes=step.fabric_bytes_per_step(model, bf, ranks),
         read_size_bytes=workload.read_size_bytes if workload.read_size_bytes is not None else e_bytes,
         available_bytes=available,
         cache_bytes=cache_eff,
         cache_experts_per_layer=np.minimum(cache_experts, model.experts),
-        fits=fits,
+        fits=available >= 0,
         pressured=pressured,
         page_cache_bytes=page_bytes,
         page_hit_pairs=page_pairs,
@@ -718,59 +693,46 @@ def evaluate_work(hardware: Hardware, workload: Workload, work: StepWork) -> ste
     """The step in seconds (:func:`moeroof.models.step.evaluate`) of ``work`` on ``hardware``:
     the pressure and reclaim slowdown on the reads, each rank at its speed, the exchange
     (``workload``'s pressure penalty, overlap and exchange overlap)."""
-    return _priced(hardware, workload, work, {name: getattr(work, name) for name in _WORK_BATCH_FIELDS})
-
-
-def _priced(hardware: Hardware, workload: Workload, shape: StepWork, f: dict[str, np.ndarray]) -> step.Step:
-    # ``f``: the batch-laid fields of one work or of several joined; ``shape``: their ranks,
-    # speeds and read size
-    bf = f["batch"].astype(float)
-    slowdown = np.where(f["pressured"], workload.pressure_penalty, 1.0) * reclaim_slowdown(
-        hardware, f["available_bytes"], f["cache_bytes"]
+    bf = work.batch.astype(float)
+    slowdown = np.where(work.pressured, workload.pressure_penalty, 1.0) * reclaim_slowdown(
+        hardware, work.available_bytes, work.cache_bytes
     )
     works = [
         step.RankWork(
-            f["ssd_bytes"][r],
-            f["mem_bytes"][r],
-            f["flops"],
+            work.ssd_bytes[r],
+            work.mem_bytes[r],
+            work.flops,
             bf,
-            shape.read_size_bytes,
+            work.read_size_bytes,
             slowdown,
-            float(shape.speed[r]),
-            touched_experts=f["expert_reads"][r],
+            float(work.speed[r]),
+            touched_experts=work.expert_reads[r],
         )
-        for r in range(shape.ssd_bytes.shape[0])
+        for r in range(work.ssd_bytes.shape[0])
     ]
     return step.evaluate(
         hardware,
         works,
         overlap=workload.overlap,
-        fabric_bytes=f["fabric_bytes"],
+        fabric_bytes=work.fabric_bytes,
         fabric_overlapped=workload.fabric_overlapped,
     )
-
-
-#: the fields of a :class:`StepWork` laid along the batch sizes (last axis)
-_WORK_BATCH_FIELDS = tuple(
-    "batch ssd_bytes mem_bytes expert_reads flops fabric_bytes available_bytes cache_bytes pressured".split()
-)
 
 
 def works_rates(
     hardware: Hardware, workload: Workload, works: Sequence[StepWork]
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """:func:`work_rates` of each of ``works`` (evaluated with ``workload``'s pressure penalty,
-    overlap and exchange overlap): the works of one shape (ranks, speeds, read size) joined
-    along their batch sizes and evaluated as one step — the same numbers element by element
-    (every term is per B), one evaluation instead of many."""
+    """``(net_tok_s, cache_hit_rate)`` of each of ``works`` on ``hardware`` (:func:`evaluate_work`
+    with ``workload``'s pressure penalty, overlap and exchange overlap): the works of one shape
+    (ranks, speeds, read size) joined along their batch sizes and evaluated as one step — the same
+    numbers element by element (every term is per B), one evaluation instead of many."""
     out: list = [None] * len(works)
     shapes: dict[tuple, list[int]] = {}
     for i, w in enumerate(works):
         shapes.setdefault((w.ssd_bytes.shape[0], float(w.read_size_bytes), tuple(w.speed)), []).append(i)
     for idx in shapes.values():
-        first = works[idx[0]]
-        joined = {name: np.concatenate([getattr(works[i], name) for i in idx], axis=-1) for name in _WORK_BATCH_FIELDS}
-        net = joined["batch"] / _priced(hardware, workload, first, joined).step_seconds
+        joined = _joined([works[i] for i in idx], _PRICED_FIELDS)
+        net = joined.batch / evaluate_work(hardware, workload, joined).step_seconds
         at = 0
         for i in idx:
             n = works[i].batch.size
@@ -780,38 +742,23 @@ def works_rates(
 
 
 def step_breakdown(
-    model: MoEModel,
-    hardware: Hardware,
-    workload: Workload,
-    routing: RoutingProbabilities,
-    batch,
-    *,
-    assignment=None,
-    coalesced: bool = True,
-    dense_once: bool = True,
-    extra_flops=0.0,
+    model: MoEModel, hardware: Hardware, workload: Workload, routing: RoutingProbabilities, batch, **kw
 ) -> StepBreakdown:
-    """Build every rank's work at each B (:func:`step_work`) and evaluate the step
-    (:func:`evaluate_work`; module docstring).
+    """Build every rank's work at each B (:func:`step_work`, which takes ``kw``) and evaluate the
+    step (:func:`evaluate_work`; module docstring).
 
     ``coalesced=False`` is the ``uncoalesced`` baseline (every token fetches its own experts);
     ``dense_once=False`` reads the dense band once per token instead of once per step (the
     baseline of lever L1); ``assignment`` overrides the partition; ``extra_flops`` (nB,) adds
     work to the compute term (prefill's attention over the prompt).
     """
-    kw = dict(assignment=assignment, coalesced=coalesced, dense_once=dense_once, extra_flops=extra_flops)
     return _breakdown(hardware, workload, step_work(model, hardware, workload, routing, batch, **kw))
 
 
 def _breakdown(hardware: Hardware, workload: Workload, work: StepWork) -> StepBreakdown:
     """The breakdown of ``work``: its fields, its step priced on ``hardware``, the policy."""
-    kw = {name: getattr(work, name) for name in _BREAKDOWN_FIELDS}
-    return StepBreakdown(step=evaluate_work(hardware, workload, work), cache_policy=workload.cache_policy, **kw)
-
-
-#: what a :class:`StepBreakdown` takes from its :class:`StepWork` as it is: all its fields but
-#: the priced step and the policy
-_BREAKDOWN_FIELDS = tuple(f.name for f in fields(StepBreakdown) if f.name not in ("step", "cache_policy"))
+    kw = {f.name: getattr(work, f.name) for f in fields(StepWork)}
+    return StepBreakdown(**kw, step=evaluate_work(hardware, workload, work), cache_policy=workload.cache_policy)
 
 
 #: the held share u of what the OS leaves at which the reclaim slowdown stops growing (it
@@ -849,45 +796,13 @@ def _per_batch(workload: Workload, b: np.ndarray) -> bool:
     return workload.ranks > 1 and workload.partition == "bytes" and b.size > 1
 
 
-#: the fields of a :class:`StepBreakdown` laid along the batch sizes (last axis)
-_BATCH_FIELDS = tuple(f for f in _BREAKDOWN_FIELDS if f not in ("assignment", "speed", "picks_per_token"))
-
-
-def _concat_breakdowns(parts: list[StepBreakdown]) -> StepBreakdown:
-    """One breakdown over the batch sizes of ``parts`` (each evaluated alone), in their order;
-    the assignment and picks per token shown are the last part's (the largest B)."""
-
-    def cat(values):
-        return np.concatenate([np.atleast_1d(np.asarray(v)) for v in values], axis=-1)
-
-    steps = [x.step for x in parts]
-    st = replace(
-        steps[0],
-        terms={k: cat([s.terms[k] for s in steps]) for k in steps[0].terms},
-        rank_seconds=cat([s.rank_seconds for s in steps]),
-        rank_bound=tuple(sum((s.rank_bound[r] for s in steps), ()) for r in range(len(steps[0].rank_bound))),
-        fabric_seconds=cat([s.fabric_seconds for s in steps]),
-        step_seconds=cat([s.step_seconds for s in steps]),
-        slowest_rank=cat([s.slowest_rank for s in steps]),
-        bound=sum((s.bound for s in steps), ()),
-    )
-    fields: dict[str, Any] = {
-        name: None if getattr(parts[0], name) is None else cat([getattr(x, name) for x in parts])
-        for name in _BATCH_FIELDS
-    }
-    return replace(
-        parts[-1], step=st, **fields, assignment=parts[-1].assignment, picks_per_token=parts[-1].picks_per_token
-    )
-
-
 def batch_breakdown(
     model: MoEModel, hardware: Hardware, workload: Workload, routing, b: np.ndarray, **kw
 ) -> StepBreakdown:
     """:func:`step_breakdown` with the partition of the workload: over the whole grid at once, or
     one B at a time where the partition depends on B (:func:`_per_batch`) or the routing is a
     callable ``B -> RoutingProbabilities`` (a trace sampled with B streams): :func:`batch_works`."""
-    parts = [_breakdown(hardware, workload, w) for w in batch_works(model, hardware, workload, routing, b, **kw)]
-    return parts[0] if len(parts) == 1 else _concat_breakdowns(parts)
+    return _breakdown(hardware, workload, _joined(batch_works(model, hardware, workload, routing, b, **kw)))
 
 
 def batch_works(
@@ -899,37 +814,23 @@ def batch_works(
     depends on the grid."""
     if not callable(routing) and not _per_batch(workload, b):
         return [step_work(model, hardware, workload, routing, b, **kw)]
-    works = []
-    for i in range(b.size):
-        bi = b[i : i + 1]
-        route = routing(int(bi[0])) if callable(routing) else routing
-        works.append(step_work(model, hardware, workload, route, bi, **kw))
-    return works
-
-
-def work_rates(hardware: Hardware, workload: Workload, work: StepWork) -> tuple[np.ndarray, np.ndarray]:
-    """``(net_tok_s, cache_hit_rate)`` of ``work`` on ``hardware`` (:func:`evaluate_work`)."""
-    return work.batch / evaluate_work(hardware, workload, work).step_seconds, work.pooled_hit_rate
+    return [
+        step_work(model, hardware, workload, routing(int(bi)) if callable(routing) else routing, b[i : i + 1], **kw)
+        for i, bi in enumerate(b)
+    ]
 
 
 def step_terms(
-    model: MoEModel,
-    hardware: Hardware,
-    workload: Workload,
-    routing: RoutingProbabilities,
-    batch,
-    *,
-    coalesced: bool = True,
-    dense_once: bool = True,
+    model: MoEModel, hardware: Hardware, workload: Workload, routing: RoutingProbabilities, batch, **kw
 ) -> dict[str, Any]:
-    """The step at each B as plain arrays (for the levers, the bench and notebooks).
+    """The step at each B as plain arrays (for the levers, the bench and notebooks); ``kw``: the
+    keywords of :func:`step_work` (``coalesced``, ``dense_once``, …).
 
     ``terms``: the slowest rank's terms at its speed, plus ``fabric`` with R > 1; ``step_seconds``
     and ``bound`` as :class:`moeroof.models.step.Step`; bytes summed over ranks; ``union`` and
     ``misses`` per layer, summed over ranks.
     """
-    br = step_breakdown(model, hardware, workload, routing, batch, coalesced=coalesced, dense_once=dense_once)
-    return _as_arrays(br, model)
+    return _as_arrays(step_breakdown(model, hardware, workload, routing, batch, **kw), model)
 
 
 def _as_arrays(br: StepBreakdown, model: MoEModel) -> dict[str, Any]:
@@ -1025,18 +926,12 @@ class Plan:
         per_rank = self.ranks > 1
         feasible_net = {"uncoalesced"}  # the same box at B: no rate where B does not fit
         return {
-            "model": self.model,
-            "hardware": self.hardware,
-            "routing": self.routing,
-            "overlap": self.overlap,
-            "ranks": self.ranks,
+            **{k: getattr(self, k) for k in ("model", "hardware", "routing", "overlap", "ranks")},
             "partition": self.partition if per_rank else None,
             "cache_policy": self.cache_policy,
             "cache": self.cache_label,
             "batch": [int(b) for b in self.batch],
-            "step_seconds": mult(self.step_seconds),
-            "per_agent_tok_s": mult(self.per_agent_tok_s),
-            "net_tok_s": mult(self.net_tok_s),
+            **{k: mult(getattr(self, k)) for k in ("step_seconds", "per_agent_tok_s", "net_tok_s")},
             "bound": [t if fit else None for t, fit in zip(self.bound, ok)],
             "link_name": self.link_name,
             "terms_seconds": {name: mult(v) for name, v in self.terms.items()},
@@ -1044,11 +939,7 @@ class Plan:
             "cache_gib": f(self.cache_bytes_per_rank / 2**30),
             "cache_hit_rate": [f(r) for r in self.per_rank_cache_hit_rate] if per_rank else f(self.cache_hit_rate),
             "gib_streamed_per_step": [f(r) for r in gib] if per_rank else f(gib[0]),
-            "ssd_bytes_per_step": f(self.ssd_bytes_per_step),
-            "ssd_bytes_per_token": f(self.ssd_bytes_per_token),
-            "mem_bytes_per_step": f(self.mem_bytes_per_step),
-            "union_per_layer": f(self.union_per_layer),
-            "misses_per_layer": f(self.misses_per_layer),
+            **{k: f(getattr(self, k)) for k in _PER_B_FIELDS},
             "coalescing_ratio": mult(self.coalescing_ratio),
             "coalescing_baseline": "uncoalesced",
             "cache_experts_per_layer": f(self.cache_experts_per_layer),
@@ -1069,14 +960,24 @@ class Plan:
         }
 
 
+#: :meth:`Plan.to_dict`'s plain per-B lists, in its order
+_PER_B_FIELDS = (
+    "ssd_bytes_per_step",
+    "ssd_bytes_per_token",
+    "mem_bytes_per_step",
+    "union_per_layer",
+    "misses_per_layer",
+)
+
+
 def transitions(batch: np.ndarray, bound: tuple[str, ...]) -> tuple[dict, ...]:
     """Where the binding term changes along the batch grid: ``{from, to, batch}`` with
     ``batch`` the first B of the new regime (B*)."""
-    out = []
-    for i in range(1, len(bound)):
-        if bound[i] != bound[i - 1]:
-            out.append({"from": bound[i - 1], "to": bound[i], "batch": int(batch[i])})
-    return tuple(out)
+    return tuple(
+        {"from": bound[i - 1], "to": bound[i], "batch": int(batch[i])}
+        for i in range(1, len(bound))
+        if bound[i] != bound[i - 1]
+    )
 
 
 def input_provenance(
@@ -1140,16 +1041,13 @@ def _infeasible_reasons(model, hardware, workload, b, br, notes: list[str]) -> l
     _, kv_all = ram_left_bytes(
         model, hardware, b, context_tokens=workload.context_tokens, shared_prefix_tokens=workload.shared_prefix_tokens
     )
-    reasons: list[str | None] = []
-    for i, bi in enumerate(b):
-        if br.fits[i]:
-            reasons.append(None)
-            continue
-        kv = float(kv_all[i])
-        reasons.append(
-            f"dense band {model.non_routed_bytes / g:.1f} GiB + KV of B={int(bi)} {kv / g:.1f} GiB exceed the "
-            f"{left / g:.1f} GiB RAM leaves after the OS reserve"
-        )
+    reasons: list[str | None] = [
+        None
+        if fits
+        else f"dense band {model.non_routed_bytes / g:.1f} GiB + KV of B={int(bi)} {float(kv) / g:.1f} GiB exceed the "
+        f"{left / g:.1f} GiB RAM leaves after the OS reserve"
+        for bi, fits, kv in zip(b, br.fits, kv_all)
+    ]
     if not np.all(br.fits):
         first = int(b[np.argmin(br.fits)])
         notes.append(
@@ -1276,7 +1174,6 @@ def plan(model: MoEModel, hardware: Hardware, workload: Workload, routing, batch
 def _page_share(br: StepBreakdown) -> np.ndarray:
     """Of the expert cache's misses (all ranks), the share the OS page cache served."""
     missed = br.missed_pairs.sum(axis=0)
-    assert br.page_hit_pairs is not None  # a plan through the page cache carries them
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(missed > 0, br.page_hit_pairs.sum(axis=0) / missed, 0.0)
 
@@ -1310,7 +1207,6 @@ def ram_batch_limit(model: MoEModel, hardware: Hardware, workload: Workload) -> 
     None when the KV does not grow with B (no RAM bound)."""
     p = workload.shared_prefix_tokens
     per_agent = (workload.context_tokens - p) * model.kv_bytes_per_token
-    left = hardware.ram_bytes - hardware.os_reserve_bytes - model.non_routed_bytes - p * model.kv_bytes_per_token
 
     def fits(b: int) -> bool:  # the step's own expression, so the edge agrees to the byte
         left_b, _ = ram_left_bytes(model, hardware, [b], context_tokens=workload.context_tokens, shared_prefix_tokens=p)
@@ -1318,12 +1214,9 @@ def ram_batch_limit(model: MoEModel, hardware: Hardware, workload: Workload) -> 
 
     if per_agent <= 0:
         return None if fits(1) else 0
-    b = max(int(left // per_agent), 0)
-    while b > 0 and not fits(b):
-        b -= 1
-    while fits(b + 1):
-        b += 1
-    return b
+    # RAM's bound on B in closed form, one past it at most where the step's own floats round up
+    left = hardware.ram_bytes - hardware.os_reserve_bytes - model.non_routed_bytes - p * model.kv_bytes_per_token
+    return _largest_passing(fits, max(int(left // per_agent), 0) + 2)
 
 
 def _largest_passing(passes: Callable[[int], bool], top: int) -> int:
@@ -1388,11 +1281,8 @@ def admission_search(
             rates[b] = float(1.0 / br.step.step_seconds[0])  # as Plan.per_agent_tok_s, to the bit
         return rates[b]
 
-    def passes(b: int) -> bool:
-        return rate(b) >= x
-
     out: dict[str, Any] = {"min_per_agent_tok_s": x, "admit_batch": None, "search_bound": int(max_batch)}
-    lo = _largest_passing(passes, top)
+    lo = _largest_passing(lambda b: rate(b) >= x, top)
     nxt = lo + 1
     if nxt > top and (ram is None or nxt <= ram):
         fails, why = "bound", f"the search stopped at B = {int(max_batch)}: larger batches were not tried"

@@ -257,9 +257,7 @@ def _normalize(popularity: np.ndarray) -> np.ndarray:
     return w / total
 
 
-def inclusion_probabilities(
-    popularity: np.ndarray, top_k: int, nodes_per_efold: int | None = None, *, log: bool = False
-) -> np.ndarray:
+def inclusion_probabilities(popularity: np.ndarray, top_k: int, *, log: bool = False) -> np.ndarray:
     """Inclusion probabilities ``π_i = P(i ∈ top-K)`` of a Plackett–Luce draw without replacement.
 
     Exact for uniform rows (``K/E``). Otherwise from the exponential-clock representation of
@@ -271,7 +269,7 @@ def inclusion_probabilities(
     where ``N_{−i}(t)`` counts the other experts arrived by t, a Poisson-binomial with
     ``p_j = 1 − e^{−w_j t}``. Its first K probabilities come from prefix/suffix dynamic
     programmes (no division, so no cancellation) and the integral from composite Gauss–Legendre
-    in log t, ``nodes_per_efold`` nodes per unit of log t (default ``max(10, 3·sqrt(K))``: the
+    in log t, ``max(10, 3·sqrt(K))`` nodes per unit of log t (the
     step of P(N < K) sharpens like 1/sqrt(K)) between ``1e-10/w_max`` and
     ``80/w_(K+1)`` (below: closed form; above: nothing left). Σ π = K to about 1e-9 even when the
     weights span hundreds of orders of magnitude. ``popularity`` has shape (..., E).
@@ -302,32 +300,28 @@ def inclusion_probabilities(
         w = _normalize(popularity)
         with np.errstate(divide="ignore"):
             a = np.log(w)
-    shape = w.shape
-    e = shape[-1]
+    e = w.shape[-1]
     _check_experts_top_k(e, top_k)
-    w2 = w.reshape(-1, e)
-    a2 = a.reshape(-1, e)
-    out = np.empty_like(w2)
     if top_k == e:
-        out[:] = 1.0
-        return out.reshape(shape)
+        return np.ones_like(w)
+    w2, a2 = w.reshape(-1, e), a.reshape(-1, e)
+    out = np.empty_like(w2)
     uniform_rows = np.all(np.isclose(w2, 1.0 / e, rtol=1e-12, atol=0), axis=1)
     out[uniform_rows] = top_k / e
     rows = np.flatnonzero(~uniform_rows)
-    if nodes_per_efold is None:
-        nodes_per_efold = max(10, int(np.ceil(3.0 * np.sqrt(top_k))))
+    nodes_per_efold = max(10, int(np.ceil(3.0 * np.sqrt(top_k))))
     wsorted = -np.sort(-w2[rows], axis=1)
     # the (K+1)-th weight against the largest: below the floor the integral's range is lost
     if top_k == 1:
         out[rows] = w2[rows]
-        return out.reshape(shape)
+        return out.reshape(w.shape)
     steep = wsorted[:, top_k] < _REGULAR_FLOOR * wsorted[:, 0]
     for r in rows[steep]:
         out[r] = _inclusion_tiered(a2[r], top_k, nodes_per_efold)
     rows = rows[~steep]
     if rows.size:
         out[rows] = _inclusion_regular(w2[rows], top_k, nodes_per_efold)
-    return out.reshape(shape)
+    return out.reshape(w.shape)
 
 
 #: a row whose (K+1)-th weight is below this share of its largest goes to the tiers
@@ -731,11 +725,7 @@ def _draw_steps(weights: StepWeights, rng, total: int, streams: int, layers: int
     prepared = prepare(weights.draw(True))
     for start in range(0, total, block):
         n = min(block, total - start)
-        u = u_buf[:n]
-        u_flat = u.reshape(-1)  # a view
-        rng.random(out=u_flat)
-        if not u_flat.all():
-            _redraw_zeros(rng, u_flat)
+        u = gumbel_uniforms(rng, u_buf[:n].shape, out=u_buf[:n])
         keep_u = keep_buf[:n]
         if child_keep is not None:  # sticky
             child_keep.random(out=keep_u.reshape(-1))

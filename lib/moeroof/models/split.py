@@ -27,35 +27,11 @@ from moeroof.data.io import check_incidence_sums, read_histogram
 from moeroof.data.presets import Hardware, MoEModel, load_hardware, load_model
 from moeroof.models.expert_cache import policy_label
 from moeroof.models.local_routing import with_locality
-from moeroof.models.partition import (
-    METHODS,
-    bytes_partition,
-    imbalance,
-    parse_rank_speed,
-    partition,
-)
+from moeroof.models.partition import METHODS, bytes_partition, imbalance, parse_rank_speed, partition
 from moeroof.models.plan import RoutingProbabilities, Workload, input_provenance, step_breakdown
 from moeroof.models.routing import inclusion_from_counts, unseen_mass_note
 
-__all__ = ["RankPlan", "SplitPlan", "split_plan", "split_report"]
-
-
-@dataclass(frozen=True, eq=False)
-class RankPlan(Result):
-    """One rank of a :class:`SplitPlan` (per step; bytes and seconds)."""
-
-    rank: int
-    experts: tuple[int, ...]
-    speed: float
-    load_rows: float
-    picks_per_token: float  # K_r: expected routed picks per token on this rank
-    union_pairs: float  # expected (layer, expert) pairs touched per step, all model layers
-    missed_pairs: float
-    streamed_bytes: float
-    cache_hit: float  # 1 − misses / union
-    terms_seconds: dict[str, float]  # ssd / memory / compute / engine at full speed
-    seconds: float  # combine(terms) / speed
-    bound: str
+__all__ = ["SplitPlan", "split_plan", "split_report"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -90,37 +66,14 @@ class SplitPlan(Result):
     cache_policy: str = "lru"
 
     @property
-    def per_rank(self) -> tuple[RankPlan, ...]:
-        out = []
-        for r in range(self.ranks):
-            u, m = float(self.union_pairs[r]), float(self.missed_pairs[r])
-            out.append(
-                RankPlan(
-                    rank=r,
-                    experts=tuple(int(i) for i in np.flatnonzero(self.assignment == r)),
-                    speed=float(self.speed[r]),
-                    load_rows=float(self.load_rows[r]),
-                    picks_per_token=float(self.picks_per_token[r]),
-                    union_pairs=u,
-                    missed_pairs=m,
-                    streamed_bytes=float(self.streamed_bytes[r]),
-                    cache_hit=1.0 - m / u if u > 0 else 1.0,
-                    terms_seconds={k: float(v[r]) for k, v in self.terms_seconds.items()},
-                    seconds=float(self.rank_seconds[r]),
-                    bound=self.bound[r],
-                )
-            )
-        return tuple(out)
+    def cache_hit(self) -> np.ndarray:
+        """Per rank (R,): ``1 − misses / union`` (1 where the rank touches nothing)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.union_pairs > 0, 1.0 - self.missed_pairs / self.union_pairs, 1.0)
 
     @property
     def slowest_rank(self) -> int:
         return int(np.argmax(self.rank_seconds))
-
-
-def _imbalance(values) -> float:
-    v = np.asarray(values, dtype=float)
-    mean = float(v.mean())
-    return 1.0 if mean <= 0.0 else float(v.max() / mean)
 
 
 def _checked_assignment(assignment, experts: int, rank_speed, batch, cache_bytes_per_rank) -> tuple:
@@ -145,13 +98,13 @@ def _split_imbalance(load_rows, speed, union, streamed, rank_seconds) -> dict[st
     """Max over mean across ranks of each per-rank quantity (load per speed: of load / speed
     against the total load over the total speed)."""
     return {
-        "token_load": _imbalance(load_rows),
+        "token_load": imbalance(load_rows),
         "load_per_speed": float((load_rows / speed).max() / (load_rows.sum() / speed.sum()))
         if load_rows.sum() > 0
         else 1.0,
-        "union": _imbalance(union),
-        "streamed_bytes": _imbalance(streamed),
-        "predicted_seconds": _imbalance(rank_seconds),
+        "union": imbalance(union),
+        "streamed_bytes": imbalance(streamed),
+        "predicted_seconds": imbalance(rank_seconds),
     }
 
 
@@ -165,22 +118,18 @@ def split_plan(
     cache_bytes_per_rank: float = 0.0,
     rank_speed=None,
     load=None,
-    context_tokens: int = 4096,
-    overlap: str = "max",
-    fabric_overlapped: bool = True,
-    read_size_bytes: float | None = None,
     hidden_size: int | None = None,
-    cache_policy: str = "lru",
-    cache_scope: str = "global",
-    seed: int = 0,
-    page_cache: bool = False,
     method: str = "",
     locality=None,
+    **step_kw,
 ) -> SplitPlan:
     """A given partition at one batch size, rank by rank: :func:`step_breakdown` (the same model
     ``plan`` uses) with ``assignment``, reported per rank. ``pi`` (H, E); ``load`` (E,) firing
     counts for ``load_rows`` (default π summed over rows); ``hidden_size`` overrides the model's.
-    The default context (4096 tokens) is ``moeroof plan``'s; seed 003 capped it at 512.
+    ``step_kw``: the step's other :class:`~moeroof.models.plan.Workload` fields (``context_tokens``,
+    ``overlap``, ``fabric_overlapped``, ``read_size_bytes``, ``cache_policy``, ``cache_scope``,
+    ``seed``, ``page_cache``), its defaults ``moeroof plan``'s (context 4096 tokens; seed 003
+    capped it at 512).
     ``locality`` (a :class:`~moeroof.models.locality.Locality`, or None: independent tokens):
     one stream's locality for a simulated cache, as ``plan`` takes it
     (:func:`moeroof.models.local_routing.with_locality`).
@@ -190,13 +139,8 @@ def split_plan(
     if hidden_size is not None:
         model = replace(model, hidden_size=int(hidden_size))
     load = pi.sum(axis=0) if load is None else np.asarray(load, dtype=float)
-    workload = Workload(
-        context_tokens=context_tokens, cache_bytes=float(cache_bytes_per_rank), overlap=overlap,
-        read_size_bytes=read_size_bytes, ranks=ranks,
-        rank_speed=None if rank_speed is None else tuple(float(x) for x in rank_speed),
-        fabric_overlapped=fabric_overlapped, cache_policy=cache_policy, cache_scope=cache_scope, seed=seed,
-        page_cache=page_cache,
-    )  # fmt: skip
+    speeds = None if rank_speed is None else tuple(float(x) for x in rank_speed)
+    workload = Workload(cache_bytes=float(cache_bytes_per_rank), ranks=ranks, rank_speed=speeds, **step_kw)
     routing = RoutingProbabilities(pi, "split", "projected", load=load)
     local = with_locality(model, routing, locality, workload=workload)
     if callable(local):
@@ -226,11 +170,11 @@ def split_plan(
         fabric_bytes=float(br.fabric_bytes[0]),
         fabric_seconds=float(st.fabric_seconds[0]),
         remote_share=(ranks - 1) / ranks if ranks > 1 else 0.0,
-        fabric_overlapped=bool(fabric_overlapped),
+        fabric_overlapped=bool(workload.fabric_overlapped),
         step_seconds=float(st.step_seconds[0]),
         tok_s=batch / float(st.step_seconds[0]),
         imbalance=_split_imbalance(load_rows, speed, union, streamed, rank_s),
-        cache_policy=cache_policy,
+        cache_policy=workload.cache_policy,
         notes=tuple(routing.notes),
     )
 
@@ -276,7 +220,8 @@ def split_report(
         raise ParameterError("method", f"expected one of {', '.join(METHODS)}, got {method!r}")
     e = (hist := read_histogram(histogram_path)).experts
     speeds_given, cache_gib = _checked_split_arguments(ranks, e, rank_speed, batch, cache_gib_per_rank)
-    mdl, hw = _model_of(model), hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
+    mdl = model if isinstance(model, MoEModel) else load_model(model)
+    hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
     matches = mdl.experts == e and mdl.top_k == hist.top_k
     if not matches and method in ("weighted", "bytes"):
         raise ParameterError(
@@ -284,14 +229,11 @@ def split_report(
             f"{mdl.name} has E={mdl.experts}, K={mdl.top_k} but the histogram has "
             f"E={e}, K={hist.top_k}; method {method!r} needs the step model (give a matching model)",
         )
-    notes = _histogram_notes(hist)
-    load = hist.counts.sum(axis=0).astype(float)
-    pi, unseen = inclusion_from_counts(hist.counts, hist.tokens, hist.top_k)
-    if (note := unseen_mass_note(unseen)) is not None:
-        notes.append(note)
+    pi, load, notes = _histogram_routing(hist)
     speed = np.ones(int(ranks)) if speeds_given is None else speeds_given
-    plan_kw = dict(batch=int(batch), cache_bytes_per_rank=cache_gib * GiB, rank_speed=speed, load=load,
-                   context_tokens=int(context_tokens), overlap=overlap, read_size_bytes=read_size_bytes)  # fmt: skip
+    plan_kw: dict[str, Any] = dict(batch=int(batch), cache_bytes_per_rank=cache_gib * GiB, rank_speed=speed,
+                                   load=load, context_tokens=int(context_tokens), overlap=overlap,
+                                   read_size_bytes=read_size_bytes)  # fmt: skip
     assignment, won = _assign(method, pi, load, mdl, hw, int(ranks), speeds_given, plan_kw, notes)
     load_rows = np.bincount(assignment, weights=load, minlength=int(ranks))
     out, inputs = _partition_fields(method, int(ranks), assignment, load_rows, hist, speeds_given, speed)
@@ -318,10 +260,6 @@ def split_report(
                      f"(E={mdl.experts}, K={mdl.top_k}): no step model, loads only")  # fmt: skip
     out.update(inputs=inputs, **({"bytes_candidate": won} if won is not None else {}), notes=notes)
     return out
-
-
-def _model_of(model: str | MoEModel) -> MoEModel:
-    return model if isinstance(model, MoEModel) else load_model(model)
 
 
 def _checked_split_arguments(ranks, experts: int, rank_speed, batch, cache_gib_per_rank) -> tuple[Any, float]:
@@ -370,9 +308,9 @@ def _split_provenance(hist, mdl, hw, ranks: int, speeds_given) -> dict[str, str]
     return prov
 
 
-def _histogram_notes(hist) -> list[str]:
-    """What a split must say of its histogram: its incidence sums, a layer sum, one partition
-    for every layer."""
+def _histogram_routing(hist) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """π of a split's histogram, its firing load per expert, and what the split must say of it:
+    its incidence sums, a layer sum, one partition for every layer, the unseen experts' share."""
     notes: list[str] = check_incidence_sums(hist)
     if hist.layers_summed:
         notes.append(
@@ -385,7 +323,10 @@ def _histogram_notes(hist) -> list[str]:
             f"one partition for all {hist.layers} layers (expert id → rank, as in seed 003, the two-GB10 lab report); "
             "EPLB's balanced_packing would pack each layer separately"
         )
-    return notes
+    pi, unseen = inclusion_from_counts(hist.counts, hist.tokens, hist.top_k)
+    if (note := unseen_mass_note(unseen)) is not None:
+        notes.append(note)
+    return pi, hist.counts.sum(axis=0).astype(float), notes
 
 
 def _assign(method, pi, load, mdl, hw, ranks: int, speeds_given, plan_kw: dict, notes: list[str]):
@@ -417,11 +358,9 @@ def _step_model_fields(p) -> dict[str, Any]:
         "tok_s": float(p.tok_s),
         "slowest_rank": p.slowest_rank,
         "per_rank": {
-            "union_pairs": [float(x) for x in p.union_pairs],
-            "missed_pairs": [float(x) for x in p.missed_pairs],
-            "streamed_bytes": [float(x) for x in p.streamed_bytes],
+            **{k: [float(x) for x in getattr(p, k)] for k in ("union_pairs", "missed_pairs", "streamed_bytes")},
             "streamed_gib": [float(x / GiB) for x in p.streamed_bytes],
-            "cache_hit": [rp.cache_hit for rp in p.per_rank],
+            "cache_hit": [float(x) for x in p.cache_hit],
             "picks_per_token": [float(x) for x in p.picks_per_token],
             "terms_seconds": {k: [float(x) for x in v] for k, v in p.terms_seconds.items()},
             "bound": list(p.bound),

@@ -122,20 +122,19 @@ def combine(terms: Mapping[str, np.ndarray], overlap: str) -> tuple[np.ndarray, 
     return seconds, codes
 
 
-def fabric_bytes_per_step(model: MoEModel, batch, ranks: int, remote_share: float | None = None) -> np.ndarray:
+def fabric_bytes_per_step(model: MoEModel, batch, ranks: int) -> np.ndarray:
     """Bytes over the link per step: ``2 · B · L · hidden · activation_bytes · f_remote``.
 
     Each token's hidden state goes to the ranks that own its remote picks and back, every MoE
     layer (seed 003's exchange). Tokens are homed evenly on the ranks, so ``f_remote =
-    Σ_h (1/R)(1 − K_h/K) = (R − 1)/R`` whatever the partition (default). One rank: 0.
+    Σ_h (1/R)(1 − K_h/K) = (R − 1)/R`` whatever the partition. One rank: 0.
     """
     b = np.asarray(batch, dtype=float)
     if ranks <= 1:
         return np.zeros_like(b)
     if not model.hidden_size:
         raise MissingField("model", model.name, "hidden_size", f"the exchange between {ranks} ranks needs it")
-    share = (ranks - 1) / ranks if remote_share is None else float(remote_share)
-    return 2.0 * b * model.moe_layers * model.hidden_size * model.activation_bytes * share
+    return 2.0 * b * model.moe_layers * model.hidden_size * model.activation_bytes * ((ranks - 1) / ranks)
 
 
 @dataclass(frozen=True)
@@ -177,16 +176,11 @@ def evaluate(
     n = np.broadcast(*[np.asarray(v) for t in per_rank for v in t.values()]).shape or (1,)
     if len(n) != 1:
         raise ValueError(f"rank work must be scalars or 1-D arrays over the batch sizes, got shape {n}")
-    # (term, rank, B): every rank's terms at once; combine's max / sum and ties run over axis 0
-    cube = np.empty((len(RANK_TERMS), len(per_rank), n[0]))
-    for j, name in enumerate(RANK_TERMS):
-        for r, t in enumerate(per_rank):
-            cube[j, r] = t[name]
-    terms = {name: cube[j] for j, name in enumerate(RANK_TERMS)}
-    if overlap not in OVERLAPS:
-        raise ValueError(f"overlap must be 'max' or 'sum', got {overlap!r}")
-    secs = cube.max(axis=0) if overlap == "max" else cube.sum(axis=0)
-    codes = np.array([TERMS.index(k) for k in RANK_TERMS])[cube.argmax(axis=0)]
+    # each term (rank, B): every rank's at once, combined (max / sum and ties) over the terms
+    terms = {
+        name: np.stack([np.broadcast_to(np.asarray(t[name], dtype=float), n) for t in per_rank]) for name in RANK_TERMS
+    }
+    secs, codes = combine(terms, overlap)
     speed = np.array([w.speed for w in works], dtype=float)
     if np.any(~np.isfinite(speed)) or np.any(speed <= 0):
         raise ValueError("rank speeds must be positive finite numbers")
@@ -202,7 +196,7 @@ def evaluate(
     step = np.maximum(worst, fabric_s) if fabric_overlapped else worst + fabric_s
     worst_code = np.take_along_axis(codes, slowest[None], axis=0)[0]
     # the slowest rank's largest term at its own speed, against the exchange
-    worst_term = cube.max(axis=0)
+    worst_term = np.maximum.reduce(list(terms.values()))
     worst_term = np.take_along_axis(worst_term / speed[:, None], slowest[None], axis=0)[0]
     fabric_binds = fabric_s > (worst if fabric_overlapped else worst_term)
     bound = tuple(

@@ -33,7 +33,7 @@ from functools import partial
 
 import numpy as np
 
-from moeroof.core.masks import ids_or, live_streams, live_tokens, trace_counts
+from moeroof.core.masks import ids_or, live_streams, trace_counts
 from moeroof.core.results import Result
 from moeroof.core.stats import Interval, bootstrap_replicates, percentile_interval
 from moeroof.kernels import union as union_kernels
@@ -52,7 +52,6 @@ __all__ = [
     "union_from_trace",
     "TraceAgainstPlugin",
     "trace_against_plugin",
-    "union_over_window",
     "union_correlated",
     "distinct_per_layer",
 ]
@@ -126,29 +125,27 @@ def coalescing_ratio(batch, top_k: int, union) -> np.ndarray:
 def _curve(batch, per_layer, band: Interval, mean_band: Interval, method, experts, top_k) -> UnionCurve:
     if isinstance(method, str):
         method = (method,) * len(batch)
-    return UnionCurve(
-        batch=batch,
-        union_per_layer=per_layer,
-        band=band,
-        mean_band=mean_band,
-        method=tuple(method),
-        experts=int(experts),
-        top_k=int(top_k),
-    )
+    return UnionCurve(batch, per_layer, band, mean_band, tuple(method), int(experts), int(top_k))
 
 
 def _exact_curve(batch, per_layer, method, experts, top_k, level: float = 1.0, why: str = "exact") -> UnionCurve:
     """A curve whose band is its point (``why``: exact, or no resampling asked for)."""
     mean = per_layer.mean(axis=0)
-    return _curve(
-        batch,
-        per_layer,
-        Interval(per_layer, per_layer, level, why),
-        Interval(mean, mean, level, why),
-        method,
-        experts,
-        top_k,
+    band, mean_band = Interval(per_layer, per_layer, level, why), Interval(mean, mean, level, why)
+    return _curve(batch, per_layer, band, mean_band, method, experts, top_k)
+
+
+def _normal_curve(b, point, sd, mean_sd, level: float, how: str, method, experts, top_k, bounds=(-np.inf, np.inf)):
+    """A curve whose bands are normal at ``level`` about the estimate, ``± z·sd`` per layer and
+    ``± z·mean_sd`` about the mean over layers, each clipped to ``bounds``."""
+    from scipy.special import ndtri
+
+    z = float(ndtri(0.5 + level / 2.0))
+    band, mean_band = (
+        Interval(np.clip(c - z * s, *bounds), np.clip(c + z * s, *bounds), level, how)
+        for c, s in ((point, sd), (point.mean(axis=0), mean_sd))
     )
+    return _curve(b, point, band, mean_band, method, experts, top_k)
 
 
 def union_uniform(experts: int, top_k: int, batch, layers: int = 1) -> UnionCurve:
@@ -187,7 +184,7 @@ def power_sums(x: np.ndarray, batch: np.ndarray) -> np.ndarray:
     q, r = np.divmod(b, POWER_SPLIT)
     out = np.empty((flat.shape[0], b.size))
     present_r, r_row = np.unique(r, return_inverse=True)
-    powers_r = np.stack([np.power(flat, float(v)) for v in present_r]) if b.size else np.empty((0, *flat.shape))
+    powers_r = np.stack([np.power(flat, float(v)) for v in present_r])  # as_batch: at least one B
     for qv in np.unique(q):
         sel = np.flatnonzero(q == qv)
         head = np.power(flat, float(POWER_SPLIT * int(qv)))
@@ -352,18 +349,14 @@ def union_histogram(
     ``Y*_i ~ Binomial(T, π̃_i)`` drawn from the bootstrap assemblage; the band of the mean over
     layers takes the sd of the replicates' layer means.
     """
-    from scipy.special import ndtri
-
     y = np.atleast_2d(np.asarray(counts))
     layers, e = y.shape
-    if experts is None:
-        experts = e
+    experts = e if experts is None else experts
     t = np.broadcast_to(np.asarray(tokens, dtype=np.int64), (layers,)).copy()
     if np.any(t < 1):
         raise ValueError("tokens T must be >= 1 in every layer")
-    if top_k is None:
-        # complete incidence data: every token counted K experts
-        top_k = max(1, int(round(float(y.sum()) / float(t.sum()))))
+    # without K, complete incidence data: every token counted K experts
+    top_k = max(1, int(round(float(y.sum()) / float(t.sum())))) if top_k is None else top_k
     b = as_batch(batch)
     point, extrap = rarefaction(y, t, b, experts)
     method_per_b = tuple("extrapolation" if np.any(extrap[:, j]) else "rarefaction" for j in range(b.size))
@@ -385,14 +378,9 @@ def union_histogram(
     )
     # iNEXT centres the band on the estimate and takes only the spread from the bootstrap:
     # the assemblage's replicates are centred on the (downward-biased) empirical plug-in
-    z = float(ndtri(0.5 + level / 2.0))
-    sd = boot.std(axis=0, ddof=1)
-    msd = boot.mean(axis=1).std(axis=0, ddof=1)
-    mean = point.mean(axis=0)
+    sd, msd = boot.std(axis=0, ddof=1), boot.mean(axis=1).std(axis=0, ddof=1)
     how = f"iNEXT bootstrap, estimate ± z·sd, {bootstrap} replicates"
-    band = Interval(np.clip(point - z * sd, 0, experts), np.clip(point + z * sd, 0, experts), level, how)
-    mean_band = Interval(np.clip(mean - z * msd, 0, experts), np.clip(mean + z * msd, 0, experts), level, how)
-    return _curve(b, point, band, mean_band, method_per_b, experts, top_k)
+    return _normal_curve(b, point, sd, msd, level, how, method_per_b, experts, top_k, (0, experts))
 
 
 def distinct_per_layer(ids: np.ndarray, experts: int) -> np.ndarray:
@@ -453,13 +441,11 @@ def union_from_trace(
     point = np.full((layers, b.size), np.nan)
     low, high = point.copy(), point.copy()
     mlow, mhigh = np.full(b.size, np.nan), np.full(b.size, np.nan)
-    methods = []
-    for j in range(b.size):
-        if not per_step[j]:
-            methods.append("none")
+    methods = tuple("trace" if parts else "none" for parts in per_step)
+    for j, parts in enumerate(per_step):
+        if not parts:
             continue
-        methods.append("trace")
-        u = np.concatenate(per_step[j])  # (n_steps_used, layers)
+        u = np.concatenate(parts)  # (n_steps_used, layers)
         point[:, j] = u.mean(axis=0)
         if bootstrap > 0 and u.shape[0] > 1:
             # a few replicates at a time: u[rows] whole is R × steps × layers floats (1 GB at
@@ -478,9 +464,7 @@ def union_from_trace(
         if bootstrap > 0
         else "no bootstrap: the measured mean alone"
     )
-    return _curve(
-        b, point, Interval(low, high, level, how), Interval(mlow, mhigh, level, how), tuple(methods), experts, k
-    )
+    return _curve(b, point, Interval(low, high, level, how), Interval(mlow, mhigh, level, how), methods, experts, k)
 
 
 def _mean_of_rows(u: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -506,13 +490,7 @@ class TraceAgainstPlugin:
 
 
 def trace_against_plugin(
-    topk: np.ndarray,
-    *,
-    experts: int,
-    top_k: int,
-    rng: np.random.Generator,
-    bootstrap: int = 200,
-    points: int = 12,
+    topk: np.ndarray, *, experts: int, top_k: int, rng: np.random.Generator, bootstrap: int = 200, points: int = 12
 ) -> TraceAgainstPlugin:
     """Measured U(B) (:func:`union_from_trace`) at ``points`` log-spaced B up to the trace's
     streams, against ``Σ_i [1 − (1 − π̂_i)^B]`` with π̂ the trace's own inclusion frequencies per
@@ -540,34 +518,6 @@ def trace_against_plugin(
     )
 
 
-def union_over_window(topk: np.ndarray, batch, *, experts: int) -> np.ndarray:
-    """Mean distinct experts per layer over windows of B consecutive tokens of one stream.
-
-    For sequence traces (one request decoded at a time, e.g. the Mixtral captures) this is the
-    temporal analogue of U(B): what B consecutive tokens of one agent touch. Windows that
-    contain padding are skipped. Returns (layers, len(batch)), NaN where no window fits.
-    """
-    b = as_batch(batch)
-    arr = np.asarray(topk)
-    steps, streams, layers, k = arr.shape
-    out = np.full((layers, b.size), np.nan)
-    for j, bj in enumerate(b):
-        if bj > steps:
-            continue
-        sums = np.zeros(layers)
-        n = np.zeros(layers)
-        for s in range(streams):
-            seq = arr[:, s]  # (steps, layers, K)
-            win = np.lib.stride_tricks.sliding_window_view(seq, bj, axis=0)  # (nw, layers, K, B)
-            win = np.moveaxis(win, -1, 1)  # (nw, B, layers, K)
-            valid = live_tokens(win).all(axis=1)  # (nw, layers)
-            u = distinct_per_layer(win, experts)
-            sums += np.where(valid, u, 0).sum(axis=0)
-            n += valid.sum(axis=0)
-        out[:, j] = np.where(n > 0, sums / np.maximum(n, 1), np.nan)
-    return out
-
-
 def union_correlated(
     popularity: np.ndarray,
     top_k: int,
@@ -586,8 +536,6 @@ def union_correlated(
     trace's streams. ``c = inf`` is the independent plug-in. Monte Carlo over ``draws``
     contexts per layer; the band is the Monte Carlo standard error (normal, ``level``).
     """
-    from scipy.special import ndtri
-
     w = np.atleast_2d(np.asarray(popularity, dtype=float))
     b = as_batch(batch)
     if not c > 0:
@@ -602,14 +550,7 @@ def union_correlated(
     logq = np.where(w > 0, logq, -np.inf)
     pi = inclusion_probabilities(softmax(logq), top_k)  # (draws, layers, E)
     u = pi.shape[-1] - power_sums(1.0 - pi, b)  # (draws, layers, nB)
-    point = u.mean(axis=0)
-    z = float(ndtri(0.5 + level / 2.0))
     se = u.std(axis=0, ddof=1) / np.sqrt(draws)
     mse = u.mean(axis=1).std(axis=0, ddof=1) / np.sqrt(draws)
-    mean = point.mean(axis=0)
     how = f"Monte Carlo standard error (normal), {draws} draws"
-    band, mean_band = (
-        Interval(point - z * se, point + z * se, level, how),
-        Interval(mean - z * mse, mean + z * mse, level, how),
-    )
-    return _curve(b, point, band, mean_band, "correlated-model", w.shape[1], top_k)
+    return _normal_curve(b, u.mean(axis=0), se, mse, level, how, "correlated-model", w.shape[1], top_k)

@@ -15,6 +15,7 @@ data is called **synthetic** only when its own provenance tag says so
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -104,6 +105,12 @@ def _batch_range(batch: Sequence[int]) -> str:
     return f"B = {min(b)}…{max(b)}"
 
 
+def _not_witnessed(inputs: Mapping[str, str], limit: int = 6) -> str:
+    """The inputs whose tag is not ``witnessed``: the first ``limit`` named, the rest counted ("" when none)."""
+    names = [name for name, tag in inputs.items() if str(tag) != "witnessed"]
+    return _join(names[:limit] + ([f"{len(names) - limit} more"] if len(names) > limit else []))
+
+
 def provenance_sentence(inputs: Mapping[str, str], *, synthetic: Iterable[str] = (), limit: int = 6) -> str:
     """One sentence on what the numbers are, from the inputs' provenance tags.
 
@@ -112,15 +119,12 @@ def provenance_sentence(inputs: Mapping[str, str], *, synthetic: Iterable[str] =
     only when some input is not witnessed, "synthetic" only when ``synthetic`` names something.
     """
     synthetic = [s for s in synthetic if s]
-    not_witnessed = [name for name, tag in inputs.items() if str(tag) != "witnessed"]
     parts = []
     if synthetic:
         verb = "is" if len(synthetic) == 1 else "are"
         parts.append(f"{_join(synthetic)} {verb} synthetic (made by the suite's own models, not captured)")
-    if not_witnessed:
-        shown = not_witnessed[:limit]
-        more = len(not_witnessed) - len(shown)
-        named = _join(shown + ([f"{more} more"] if more > 0 else []))
+    named = _not_witnessed(inputs, limit)
+    if named:
         parts.append(f"every model number is **projected**: not witnessed here: {named}")
     else:
         parts.append(
@@ -649,9 +653,7 @@ def _arm_errors(errors: Mapping[str, Sequence[float]]) -> str:
     for arm, errs in errors.items():
         e = sorted(abs(float(x)) for x in errs)
         if e:
-            n = len(e)
-            median = e[n // 2] if n % 2 else (e[n // 2 - 1] + e[n // 2]) / 2
-            parts.append(f"{arm} median |error| {pct(median, 1)}, worst {pct(e[-1], 1)}")
+            parts.append(f"{arm} median |error| {pct(statistics.median(e), 1)}, worst {pct(e[-1], 1)}")
     return "; ".join(parts) or "no rows"
 
 
@@ -754,12 +756,11 @@ def _hf_block_sentence(hf_block: Mapping[str, Any]) -> str:
 
 def _witnessed_sentence(inputs: Mapping[str, str]) -> str:
     """:func:`witness`' closing sentence: which predictions are projected (resting on an input not witnessed)."""
-    not_witnessed = [name for name, tag in inputs.items() if str(tag) != "witnessed"]
-    if not_witnessed:
+    named = _not_witnessed(inputs)
+    if named:
         return (
-            "The measurements are **witnessed**; the predictions resting on "
-            + _join(not_witnessed[:6] + ([f"{len(not_witnessed) - 6} more"] if len(not_witnessed) > 6 else []))
-            + " (not witnessed) are **projected**, the others are the model on witnessed inputs."
+            f"The measurements are **witnessed**; the predictions resting on {named} (not witnessed) are "
+            "**projected**, the others are the model on witnessed inputs."
         )
     return "The measurements are **witnessed**; every prediction is the model on witnessed inputs."
 
@@ -1025,15 +1026,14 @@ def _worst_cases(preds: Sequence[Mapping[str, Any]]) -> str:
     in points ("" with no predicted case)."""
     if not preds:
         return ""
-    worst_rel = max(
-        (c for c in preds if c["error_unit"] == "relative"), key=lambda c: c["mean_abs_error"], default=None
-    )
-    worst_pts = max((c for c in preds if c["error_unit"] == "points"), key=lambda c: c["mean_abs_error"], default=None)
     named = []
-    if worst_rel is not None:
-        named.append(f"`{worst_rel['case']}` ({pct(worst_rel['mean_abs_error'])} mean |error|)")
-    if worst_pts is not None:
-        named.append(f"`{worst_pts['case']}` ({fmt(100 * worst_pts['mean_abs_error'], 3)} points)")
+    for unit, how in (
+        ("relative", lambda e: f"{pct(e)} mean |error|"),
+        ("points", lambda e: f"{fmt(100 * e, 3)} points"),
+    ):
+        worst = max((c for c in preds if c["error_unit"] == unit), key=lambda c: c["mean_abs_error"], default=None)
+        if worst is not None:
+            named.append(f"`{worst['case']}` ({how(worst['mean_abs_error'])})")
     return f"Worst: {_join(named)}. "
 
 

@@ -139,14 +139,11 @@ def strip_volatile(nb: nbformat.NotebookNode, *, input_path: str, output_path: s
     if meta is not None:
         for key in _PAPERMILL_TIME_KEYS:
             meta.pop(key, None)
-        meta["input_path"] = input_path
-        meta["output_path"] = output_path
+        meta.update(input_path=input_path, output_path=output_path)
     for index, cell in enumerate(nb.cells):
         cell.metadata.pop(_CELL_TIMING_KEY, None)
-        cell_meta = cell.metadata.get("papermill")
-        if cell_meta is not None:
-            for key in _PAPERMILL_TIME_KEYS:
-                cell_meta.pop(key, None)
+        for key in _PAPERMILL_TIME_KEYS:
+            cell.metadata.get("papermill", {}).pop(key, None)
         if "id" in cell:
             cell["id"] = f"cell-{index}"
     return nb

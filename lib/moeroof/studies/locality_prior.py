@@ -265,17 +265,8 @@ def fit_source(
     )
     chosen = next(f for f in fit.family_fits if f.family == fit.family)
     draws = chosen.draws or (chosen.knobs,)
-    e = float(rows.experts)
-    return SourceFit(
-        name=rows.name,
-        family=chosen.family,
-        knobs=chosen.knobs,
-        rho_draws=tuple(float(d.rho) for d in draws),
-        c_per_expert_draws=tuple(float(d.c) / e for d in draws),
-        held=dict(fit.held),
-        experts=rows.experts,
-        top_k=rows.top_k,
-    )
+    rho, c_e = tuple(float(d.rho) for d in draws), tuple(float(d.c) / float(rows.experts) for d in draws)
+    return SourceFit(rows.name, chosen.family, chosen.knobs, rho, c_e, dict(fit.held), rows.experts, rows.top_k)
 
 
 #: the between-source scale a prior of ONE source cannot estimate, on (logit ρ, log h): held at
@@ -354,19 +345,10 @@ def pool(fits: Sequence[SourceFit], *, draws: int = PRIOR_DRAWS) -> LocalityPrio
         dof = 0
     loc = Locality((float(m[0]), float(m[1])), (float(scale[0]), float(scale[1])), int(dof))
     pairs = loc.draws(draws)
-    rho = np.array([r for r, _ in pairs])
-    h = np.array([x for _, x in pairs])
+    rho, h = tuple(float(r) for r, _ in pairs), tuple(float(x) for _, x in pairs)
     names = tuple(f.name for f in fits)
     prov = "; ".join(SOURCES[k]["provenance"] if k in SOURCES else k for k in names)
-    return LocalityPrior(
-        names,
-        loc.mean,
-        loc.scale,
-        loc.dof,
-        tuple(float(v) for v in rho),
-        tuple(float(v) for v in h),
-        prov,
-    )
+    return LocalityPrior(names, loc.mean, loc.scale, loc.dof, rho, h, prov)
 
 
 @dataclass(frozen=True)
@@ -659,6 +641,5 @@ def coverage_check(
         hits_off += sum(inside["without"])
         total += len(held_out)
         out.append({"rho": float(rho), "c_per_expert": float(c_e), **inside})
-    return CoverageCheck(
-        tuple(out), hits_on / total, hits_off / total, total, tuple((int(m), float(c)) for m, c in calibration)
-    )
+    cal = tuple((int(m), float(c)) for m, c in calibration)
+    return CoverageCheck(tuple(out), hits_on / total, hits_off / total, total, cal)

@@ -92,15 +92,4 @@ def regime_map(
         bound[i] = p.bound
         trans.append(p.transitions)
         prov = p.provenance["result"]
-    return RegimeMap(
-        batch=b,
-        cache_bytes=c,
-        net_tok_s=net,
-        step_seconds=step,
-        bound=bound,
-        fits_in_memory=fits,
-        cache_effective_bytes=eff,
-        transitions=tuple(trans),
-        overlap=workload.overlap,
-        provenance=prov,
-    )
+    return RegimeMap(b, c, net, step, bound, fits, eff, tuple(trans), workload.overlap, prov)

@@ -158,6 +158,7 @@ def union_curve(
     """union_curve: U(B) under the closed forms and a histogram, and what summing over layers hides."""
     b = int(probe_batch)
     ratio_uniform = b * top_k / uniform_union
+    direction = "overstates" if summed_union > per_layer_union else "does not overstate"
     text = (
         f"**Answer.** With E = {experts} experts and K = {top_k} per token, a step of B = {b} agents "
         f"touches U({b}) ≈ {fmt(uniform_union)} distinct experts per layer under uniform routing — a "
@@ -166,9 +167,6 @@ def union_curve(
         f"{fmt(zipf_union)}, Dirichlet α = {fmt(dirichlet_alpha)} gives {fmt(dirichlet_union)}. "
         f"The histogram `{histogram}` gives {fmt(histogram_union)} ({fmt(histogram_ratio)}× against "
         f"`uncoalesced`; rarefaction with a bootstrap band, curves out to B = {batch_max}). "
-    )
-    direction = "overstates" if summed_union > per_layer_union else "does not overstate"
-    text += (
         f"Summing `{summed_histogram}` over layers {direction} the union: read as one layer it gives "
         f"{fmt(summed_union)} at B = {b} against {fmt(per_layer_union)} from the per-layer counts. "
     )
@@ -205,11 +203,6 @@ def skew_fit(
     """skew_fit: which skew model fits, how correlated the streams are, and U(B) out to b_max."""
     winners = ", ".join(f"{name} in {n}" for name, n in sorted(layer_winners.items(), key=lambda kv: -kv[1]))
     lo, hi = zipf_s_range
-    text = (
-        f"**Answer.** On the histogram `{histogram}` ({layers} layers fitted) the pooled AIC chooses "
-        f"**{pooled_choice}**; per layer the AIC winner is {winners}, with Zipf s from {fmt(lo)} to {fmt(hi)} "
-        f"(pooled s = {fmt(zipf_s, 4)}). "
-    )
     if union_ratio < 0.98:
         corr = (
             f"{pct(1 - union_ratio, 1)} fewer than independent routing with the trace's own frequencies "
@@ -221,7 +214,10 @@ def skew_fit(
             f"no fewer than independent routing with the trace's own frequencies ({fmt(union_plugin)}): no "
             f"cross-agent correlation within a step (fitted c {c_text})"
         )
-    text += (
+    text = (
+        f"**Answer.** On the histogram `{histogram}` ({layers} layers fitted) the pooled AIC chooses "
+        f"**{pooled_choice}**; per layer the AIC winner is {winners}, with Zipf s from {fmt(lo)} to {fmt(hi)} "
+        f"(pooled s = {fmt(zipf_s, 4)}). "
         f"On the trace `{trace}` ({streams} streams) a step touches {fmt(union_measured)} distinct experts per "
         f"layer, {corr}; the stickiness of consecutive tokens is ρ = {fmt(rho)}. Extrapolated to "
         f"B = {batch_max}, the histogram's union is {fmt(union_at_max)} experts per layer, a coalescing ratio "
@@ -436,11 +432,10 @@ def levers(
     ``binds[box]`` the binding term there; ``links[box]`` what the box streams experts over
     (default ``ssd``), which names its ``ssd`` term.
     """
-    links = dict(links or {})
     rows = []
     for box, f in factors.items():
         named = ", ".join(f"{lever} {fmt(v)}×" for lever, v in f.items())
-        link = links.get(box, "ssd")
+        link = (links or {}).get(box, "ssd")
         bound = term_name(binds.get(box, "?"), link)
         rows.append(
             f"on **{box}** (experts streamed {stream_source(link)}; {bound}-bound at B = {probe_batch}) {named}"
@@ -536,12 +531,8 @@ def cache_ladder(
         f"`{predictions_file}`. "
     )
     if cliff is not None:
-        others = cliff.get("policies") or {}
-        alt = (
-            " (the other policies there: " + ", ".join(f"{k} {pct(v)}" for k, v in others.items()) + ")"
-            if others
-            else ""
-        )
+        named = ", ".join(f"{k} {pct(v)}" for k, v in (cliff.get("policies") or {}).items())
+        alt = f" (the other policies there: {named})" if named else ""
         text += (
             f"LRU falls off its cliff at {cliff['case']}: {pct(cliff['hit'], 1)} hit and {fmt(cliff['gib'])} GiB "
             f"streamed per step, because one step's layer-ordered sweep ({fmt(cliff['working_set_gib'])} GiB) is larger "
@@ -816,14 +807,8 @@ def whatif(
         )
     taken = ", ".join(fit_knobs) or "none of its knobs (it fitted none that the state uses)"
     fitted = f"The box runs with the knobs of `{fit}` (moeroof fit-plan, projected): {taken}. " if fit else ""
-    return (
-        head
-        + body
-        + f"U({batch_max}) is {fmt(union_at_max)} experts per layer. Move the controls (`make lab`) to redraw. "
-        + fitted
-        + defaults_sentence(defaults)
-        + provenance_sentence(inputs, synthetic=synthetic)
-    )
+    tail = f"U({batch_max}) is {fmt(union_at_max)} experts per layer. Move the controls (`make lab`) to redraw. "
+    return head + body + tail + fitted + defaults_sentence(defaults) + provenance_sentence(inputs, synthetic=synthetic)
 
 
 def _capture_source(src: Mapping[str, Any], cache_share: float, *, first: bool) -> str:

@@ -484,7 +484,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out",
         type=Path,
-        default=None,
         help="write NAME.ipynb, NAME.html and figures/ under DIR (default: reports/, or reports/NAME/<hash>/ with parameters)",
     )
     parser.add_argument(
@@ -506,14 +505,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-f",
         "--parameters-file",
         type=Path,
-        default=None,
         metavar="PARAMS.yaml",
         help="parameters from a YAML file, as papermill's -f (-p values win)",
     )
     parser.add_argument(
         "--jobs",
         type=int,
-        default=None,
         metavar="N",
         help="render up to N notebooks at once, each in its own process and kernel "
         "(default: the number of cores; 1 renders one after another)",
@@ -521,7 +518,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cell-timeout",
         type=float,
-        default=None,
         metavar="SECONDS",
         help="abandon a render whose cell runs longer and retry it once in a fresh kernel "
         f"(default: ${CELL_TIMEOUT_ENV} or {CELL_TIMEOUT_S:g}; raise it for parameters far heavier than the defaults)",
@@ -535,7 +531,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--help-notebook",
         metavar="NAME",
-        default=None,
         help="list a notebook's parameters (name, type, default, what it is) and exit, as papermill's --help-notebook",
     )
 

@@ -128,16 +128,8 @@ def plan_coverage(truths: int = 8, *, progress: Callable[[int, int], None] | Non
             rows.append(
                 {"batch": row["batch"], "cache_gib": row["cache_gib"], "truth": float(net[i]), **band, "inside": ok}
             )
-        out.append(
-            {
-                "truth": j,
-                "overlap": overlap,
-                "overlap_chosen": fit.overlap,
-                **{k: getattr(knobs, k) for k in _KNOB_COLUMNS},
-                "locality_c_per_expert": float(c_per_expert),
-                "rows": rows,
-            }
-        )
+        drawn = {k: getattr(knobs, k) for k in _KNOB_COLUMNS} | {"locality_c_per_expert": float(c_per_expert)}
+        out.append({"truth": j, "overlap": overlap, "overlap_chosen": fit.overlap, **drawn, "rows": rows})
         if progress is not None:
             progress(j + 1, int(truths))
     return PlanCoverage(tuple(out), inside / max(total, 1), total)

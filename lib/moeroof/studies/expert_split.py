@@ -554,12 +554,25 @@ def pair_vs_booster(
     assumed, notes = _pair_assumptions(knobs, hardware, layers, bw_ssd, read, streams, cache_gib)
     rate = _seed003("pair_gib_streamed_per_step") / (_seed003("pair_ms_per_step") / 1e3)
     booster, pair = arrs["booster"], arrs["pair"]
-    ratio_range = (float(per_seed_ratio.min()), float(per_seed_ratio.max()))
-    error = float(ratio / witnessed - 1.0)
-    # the predicted ratio, its range over seeds, the bytes ratio, the witnessed ratio and the error; the setup
-    result = (float(ratio), ratio_range, booster.gib_per_step / pair.gib_per_step, witnessed, error)
-    setup = (bw_ssd, read, int(streams), float(cache_gib), int(layers), seeds, assumed)
-    return PairVsBooster(booster, pair, *result, *setup, rate, booster.gib_per_step / rate, notes)
+    return PairVsBooster(
+        booster,
+        pair,
+        float(ratio),
+        (float(per_seed_ratio.min()), float(per_seed_ratio.max())),
+        booster.gib_per_step / pair.gib_per_step,
+        witnessed,
+        float(ratio / witnessed - 1.0),
+        bw_ssd,
+        read,
+        int(streams),
+        float(cache_gib),
+        int(layers),
+        seeds,
+        assumed,
+        witnessed_pair_gib_per_s=rate,
+        booster_seconds_at_witnessed_rate=booster.gib_per_step / rate,
+        notes=notes,
+    )
 
 
 # ----------------------------------------------------------------------------- the M sweep's tok/s

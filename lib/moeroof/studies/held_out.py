@@ -139,20 +139,10 @@ def regime_rows(*, jobs: int = 1) -> list[dict[str, Any]]:
 
     rows: list[dict[str, Any]] = []
     for case, points, model_name, box, spec, knobs, peak in REGIME_CASES:
-        path = DATA_DIR / "points" / points
-        pts = read_plan_points(path)
-        model = load_model(model_name)
+        pts, model = read_plan_points(DATA_DIR / "points" / points), load_model(model_name)
         routing = routing_from_spec(spec, model)
-        fit = fit_plan(
-            pts,
-            model,
-            load_hardware(box),
-            routing,
-            fit=knobs,
-            routing_is_spec=spec_skew(routing) is not None,
-            locality=Locality.committed(),
-            jobs=jobs,
-        )
+        hw, is_spec, prior = load_hardware(box), spec_skew(routing) is not None, Locality.committed()
+        fit = fit_plan(pts, model, hw, routing, fit=knobs, routing_is_spec=is_spec, locality=prior, jobs=jobs)
         cal = f"fit-plan ({', '.join(fit.fitted)}) on the measured rows of data/points/{points}"
         # a case's rows share one role and unit: the peak's calibration rows are a case of their own
         cal_case = case if peak is None else f"{case}-calibration"

@@ -893,13 +893,19 @@ def fit_routing_predictions(
     points = public_points(list(WITHHELD_CASES), union=union)
     # the calibration cases are predicted too (their rows with the value are the fitted rows)
     t0 = time.perf_counter()
-    shape = (EXPERTS, TOP_K, ASSUMED_LAYERS, expert_bytes(ASSUMED_LAYERS))
-    sim: dict[str, Any] = {
-        "seeds": tuple(int(s) for s in seeds),
-        "bootstrap": int(bootstrap),
-        "max_sim_layers": int(max_sim_layers),
-    }
-    fit = fit_routing(points, *shape, families=tuple(families), timed_steps=TIMED_STEPS, locality=locality, **sim)
+    fit = fit_routing(
+        points,
+        EXPERTS,
+        TOP_K,
+        ASSUMED_LAYERS,
+        expert_bytes(ASSUMED_LAYERS),
+        families=tuple(families),
+        seeds=tuple(int(s) for s in seeds),
+        bootstrap=int(bootstrap),
+        timed_steps=TIMED_STEPS,
+        max_sim_layers=int(max_sim_layers),
+        locality=locality,
+    )
     seconds = time.perf_counter() - t0
     by_cond = {(p.kind, p.batch, p.capacity_gib, p.ranks, p.policy): r for p, r in zip(points, fit.rows)}
     old = {b.case.name: b for b in (old_bands or ())}

@@ -947,18 +947,9 @@ def single_stream_cache_check(
             role, measured = "projection", None
         else:
             role, measured = ("calibration" if cap in cal else "prediction"), float(ref[cap])
-        rows.append(
-            {
-                "policy": p.policy,
-                "capacity_experts": cap,
-                "role": role,
-                "measured": measured,
-                "predicted": r["predicted"],
-                "low": r["low"],
-                "high": r["high"],
-                "error_points": None if measured is None else 100.0 * (r["predicted"] - measured),
-            }
-        )
+        row = {"policy": p.policy, "capacity_experts": cap, "role": role, "measured": measured}
+        row |= {k: r[k] for k in ("predicted", "low", "high")}
+        rows.append(row | {"error_points": None if measured is None else 100.0 * (r["predicted"] - measured)})
     return {"fit": fit, "calibrate_on": cal, "seeds": tuple(seeds), "bootstrap": int(bootstrap), "rows": rows}
 
 

@@ -299,11 +299,7 @@ def _execute_once(
 
 
 def execute(
-    path: Path,
-    parameters: dict | None = None,
-    *,
-    cell_timeout_s: float | None = None,
-    failed_path: Path | None = None,
+    path: Path, parameters: dict | None = None, *, cell_timeout_s: float | None = None, failed_path: Path | None = None
 ) -> nbformat.NotebookNode:
     """Run one percent notebook through papermill in its own directory; raise NotebookFailed on
     error. A cell that runs past ``cell_timeout_s`` (default :func:`cell_timeout`) ends the

@@ -43,14 +43,7 @@ from moeroof.fit import routing as fit_routing
 from moeroof.models.routing import consecutive_overlap
 from moeroof.models.union import distinct_per_layer
 
-__all__ = [
-    "CAPTURES",
-    "TransferRow",
-    "TransferCheck",
-    "live_batches",
-    "measured_points",
-    "knob_transfer",
-]
+__all__ = ["CAPTURES", "TransferRow", "TransferCheck", "live_batches", "measured_points", "knob_transfer"]
 
 #: the real captures this check runs on by default (``../shared/data/external``; not
 #: redistributable, read from there): trace path relative to that folder, and the

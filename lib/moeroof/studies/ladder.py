@@ -527,11 +527,7 @@ def summarize(results: Sequence[CaseResult], level: tuple[float, float] = (0.05,
 
 
 def predict(
-    knobs: Knobs | Sequence[Knobs],
-    cases: Sequence[Case],
-    seeds: Sequence[int],
-    *,
-    layers: int = ASSUMED_LAYERS,
+    knobs: Knobs | Sequence[Knobs], cases: Sequence[Case], seeds: Sequence[int], *, layers: int = ASSUMED_LAYERS
 ) -> tuple[list[Band], list[CaseResult]]:
     """Run every case at every seed and summarize. ``knobs`` may be a sequence (e.g.
     :data:`FITTED_DRAWS`): seed j then runs with ``knobs[j % n]``, so the band carries the
@@ -807,10 +803,7 @@ def _point(kind: str, case: Case, value: float | None) -> Point:
 
 
 def public_points(
-    cases: Sequence[Case] = WITHHELD_CASES,
-    *,
-    targets: Sequence[Target] = CALIBRATION,
-    union: float = UNION_PUBLISHED,
+    cases: Sequence[Case] = WITHHELD_CASES, *, targets: Sequence[Target] = CALIBRATION, union: float = UNION_PUBLISHED
 ) -> list[Point]:
     """Seed 003's public rows as ``fit-routing`` points, then the cases to predict (empty values).
 

@@ -59,25 +59,12 @@ from moeroof.core.stats import percentile_interval
 from moeroof.data.points import Point, noise
 from moeroof.fit import routing as fit_routing
 from moeroof.fit.routing import RoutingKnobs
-from moeroof.models.locality import (
-    C_PER_EXPERT_FLOOR,
-    HOT_SET_CAP,
-    HOT_SET_FLOOR,
-    RHO_FLOOR,
-    Locality,
-    c_per_expert_from_hot_set,
-    hot_set_from_c,
-    to_scale,
-)
+from moeroof.models.locality import Locality, c_per_expert_from_hot_set, hot_set_from_c, to_scale
 
 __all__ = [
     "SOURCES",
     "PRIOR_DRAWS",
     "SINGLE_SOURCE_BETWEEN_SCALE",
-    "C_PER_EXPERT_FLOOR",
-    "HOT_SET_FLOOR",
-    "HOT_SET_CAP",
-    "RHO_FLOOR",
     "summary_record",
     "CoverageCheck",
     "coverage_check",

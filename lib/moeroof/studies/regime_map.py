@@ -60,12 +60,7 @@ class RegimeMap(Result):
 
 
 def regime_map(
-    model: MoEModel,
-    hardware: Hardware,
-    workload: Workload,
-    routing: RoutingProbabilities,
-    batch,
-    cache_bytes,
+    model: MoEModel, hardware: Hardware, workload: Workload, routing: RoutingProbabilities, batch, cache_bytes
 ) -> RegimeMap:
     """Evaluate :func:`moeroof.models.plan.plan` at every (cache size, batch) cell (module docstring).
 

@@ -68,7 +68,6 @@ from moeroof.models.routing import inclusion_probabilities
 from moeroof.studies import locality_prior as lp
 
 __all__ = [
-    "FINE_GRAINED_EXPERTS",
     "QWEN3_DIR",
     "QWEN3_WORKLOADS",
     "DEEPSEEK",

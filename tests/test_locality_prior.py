@@ -14,6 +14,7 @@ from moeroof.core.paths import EXTERNAL_DIR
 from moeroof.data.points import Point
 from moeroof.fit import routing as fit_routing
 from moeroof.fit.routing import RoutingKnobs
+from moeroof.models.locality import HOT_SET_CAP, HOT_SET_FLOOR, RHO_FLOOR
 from moeroof.studies import locality_prior as lp
 
 
@@ -64,7 +65,7 @@ def test_pool_is_the_random_effects_formula_worked_by_hand():
     z = student_t.ppf((np.arange(9) + 0.5) / 9, 1)
     want_rho = 1 / (1 + np.exp(-(prior.mean[0] + z * prior.scale[0])))
     assert np.allclose(prior.rho, want_rho, rtol=1e-12)
-    want_h = np.clip(np.exp(prior.mean[1] - z * prior.scale[1]), lp.HOT_SET_FLOOR, lp.HOT_SET_CAP)
+    want_h = np.clip(np.exp(prior.mean[1] - z * prior.scale[1]), HOT_SET_FLOOR, HOT_SET_CAP)
     assert np.allclose(prior.hot_set, want_h, rtol=1e-9)
     assert np.all(np.diff(prior.rho) > 0) and np.all(np.diff(prior.hot_set) <= 0)
     assert lp.pool([a, b], draws=9) == prior, "the same fits give the same prior"
@@ -88,7 +89,7 @@ def test_locality_off_stays_off_through_the_pool():
     # off is a hot set of every expert, E/K = 16 picks of this model: off again for it
     assert prior.hot_set == pytest.approx([16.0] * len(prior.hot_set))
     knobs = prior.knobs(RoutingKnobs(family="zipf", skew=0.8), 64, 4)
-    assert all(math.isinf(k.c) for k in knobs) and all(k.rho == pytest.approx(lp.RHO_FLOOR) for k in knobs)
+    assert all(math.isinf(k.c) for k in knobs) and all(k.rho == pytest.approx(RHO_FLOOR) for k in knobs)
 
 
 def test_the_stream_check_refuses_rows_less_alike_than_independent_tokens():

@@ -15,6 +15,7 @@ data is called **synthetic** only when its own provenance tag says so
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -104,6 +105,12 @@ def _batch_range(batch: Sequence[int]) -> str:
     return f"B = {min(b)}…{max(b)}"
 
 
+def _not_witnessed(inputs: Mapping[str, str], limit: int = 6) -> str:
+    """The inputs whose tag is not ``witnessed``: the first ``limit`` named, the rest counted ("" when none)."""
+    names = [name for name, tag in inputs.items() if str(tag) != "witnessed"]
+    return _join(names[:limit] + ([f"{len(names) - limit} more"] if len(names) > limit else []))
+
+
 def provenance_sentence(inputs: Mapping[str, str], *, synthetic: Iterable[str] = (), limit: int = 6) -> str:
     """One sentence on what the numbers are, from the inputs' provenance tags.
 
@@ -112,15 +119,12 @@ def provenance_sentence(inputs: Mapping[str, str], *, synthetic: Iterable[str] =
     only when some input is not witnessed, "synthetic" only when ``synthetic`` names something.
     """
     synthetic = [s for s in synthetic if s]
-    not_witnessed = [name for name, tag in inputs.items() if str(tag) != "witnessed"]
     parts = []
     if synthetic:
         verb = "is" if len(synthetic) == 1 else "are"
         parts.append(f"{_join(synthetic)} {verb} synthetic (made by the suite's own models, not captured)")
-    if not_witnessed:
-        shown = not_witnessed[:limit]
-        more = len(not_witnessed) - len(shown)
-        named = _join(shown + ([f"{more} more"] if more > 0 else []))
+    named = _not_witnessed(inputs, limit)
+    if named:
         parts.append(f"every model number is **projected**: not witnessed here: {named}")
     else:
         parts.append(
@@ -154,6 +158,7 @@ def union_curve(
     """union_curve: U(B) under the closed forms and a histogram, and what summing over layers hides."""
     b = int(probe_batch)
     ratio_uniform = b * top_k / uniform_union
+    direction = "overstates" if summed_union > per_layer_union else "does not overstate"
     text = (
         f"**Answer.** With E = {experts} experts and K = {top_k} per token, a step of B = {b} agents "
         f"touches U({b}) ≈ {fmt(uniform_union)} distinct experts per layer under uniform routing — a "
@@ -162,9 +167,6 @@ def union_curve(
         f"{fmt(zipf_union)}, Dirichlet α = {fmt(dirichlet_alpha)} gives {fmt(dirichlet_union)}. "
         f"The histogram `{histogram}` gives {fmt(histogram_union)} ({fmt(histogram_ratio)}× against "
         f"`uncoalesced`; rarefaction with a bootstrap band, curves out to B = {batch_max}). "
-    )
-    direction = "overstates" if summed_union > per_layer_union else "does not overstate"
-    text += (
         f"Summing `{summed_histogram}` over layers {direction} the union: read as one layer it gives "
         f"{fmt(summed_union)} at B = {b} against {fmt(per_layer_union)} from the per-layer counts. "
     )
@@ -201,11 +203,6 @@ def skew_fit(
     """skew_fit: which skew model fits, how correlated the streams are, and U(B) out to b_max."""
     winners = ", ".join(f"{name} in {n}" for name, n in sorted(layer_winners.items(), key=lambda kv: -kv[1]))
     lo, hi = zipf_s_range
-    text = (
-        f"**Answer.** On the histogram `{histogram}` ({layers} layers fitted) the pooled AIC chooses "
-        f"**{pooled_choice}**; per layer the AIC winner is {winners}, with Zipf s from {fmt(lo)} to {fmt(hi)} "
-        f"(pooled s = {fmt(zipf_s, 4)}). "
-    )
     if union_ratio < 0.98:
         corr = (
             f"{pct(1 - union_ratio, 1)} fewer than independent routing with the trace's own frequencies "
@@ -217,7 +214,10 @@ def skew_fit(
             f"no fewer than independent routing with the trace's own frequencies ({fmt(union_plugin)}): no "
             f"cross-agent correlation within a step (fitted c {c_text})"
         )
-    text += (
+    text = (
+        f"**Answer.** On the histogram `{histogram}` ({layers} layers fitted) the pooled AIC chooses "
+        f"**{pooled_choice}**; per layer the AIC winner is {winners}, with Zipf s from {fmt(lo)} to {fmt(hi)} "
+        f"(pooled s = {fmt(zipf_s, 4)}). "
         f"On the trace `{trace}` ({streams} streams) a step touches {fmt(union_measured)} distinct experts per "
         f"layer, {corr}; the stickiness of consecutive tokens is ρ = {fmt(rho)}. Extrapolated to "
         f"B = {batch_max}, the histogram's union is {fmt(union_at_max)} experts per layer, a coalescing ratio "
@@ -432,11 +432,10 @@ def levers(
     ``binds[box]`` the binding term there; ``links[box]`` what the box streams experts over
     (default ``ssd``), which names its ``ssd`` term.
     """
-    links = dict(links or {})
     rows = []
     for box, f in factors.items():
         named = ", ".join(f"{lever} {fmt(v)}×" for lever, v in f.items())
-        link = links.get(box, "ssd")
+        link = (links or {}).get(box, "ssd")
         bound = term_name(binds.get(box, "?"), link)
         rows.append(
             f"on **{box}** (experts streamed {stream_source(link)}; {bound}-bound at B = {probe_batch}) {named}"
@@ -532,12 +531,8 @@ def cache_ladder(
         f"`{predictions_file}`. "
     )
     if cliff is not None:
-        others = cliff.get("policies") or {}
-        alt = (
-            " (the other policies there: " + ", ".join(f"{k} {pct(v)}" for k, v in others.items()) + ")"
-            if others
-            else ""
-        )
+        named = ", ".join(f"{k} {pct(v)}" for k, v in (cliff.get("policies") or {}).items())
+        alt = f" (the other policies there: {named})" if named else ""
         text += (
             f"LRU falls off its cliff at {cliff['case']}: {pct(cliff['hit'], 1)} hit and {fmt(cliff['gib'])} GiB "
             f"streamed per step, because one step's layer-ordered sweep ({fmt(cliff['working_set_gib'])} GiB) is larger "
@@ -649,9 +644,7 @@ def _arm_errors(errors: Mapping[str, Sequence[float]]) -> str:
     for arm, errs in errors.items():
         e = sorted(abs(float(x)) for x in errs)
         if e:
-            n = len(e)
-            median = e[n // 2] if n % 2 else (e[n // 2 - 1] + e[n // 2]) / 2
-            parts.append(f"{arm} median |error| {pct(median, 1)}, worst {pct(e[-1], 1)}")
+            parts.append(f"{arm} median |error| {pct(statistics.median(e), 1)}, worst {pct(e[-1], 1)}")
     return "; ".join(parts) or "no rows"
 
 
@@ -754,12 +747,11 @@ def _hf_block_sentence(hf_block: Mapping[str, Any]) -> str:
 
 def _witnessed_sentence(inputs: Mapping[str, str]) -> str:
     """:func:`witness`' closing sentence: which predictions are projected (resting on an input not witnessed)."""
-    not_witnessed = [name for name, tag in inputs.items() if str(tag) != "witnessed"]
-    if not_witnessed:
+    named = _not_witnessed(inputs)
+    if named:
         return (
-            "The measurements are **witnessed**; the predictions resting on "
-            + _join(not_witnessed[:6] + ([f"{len(not_witnessed) - 6} more"] if len(not_witnessed) > 6 else []))
-            + " (not witnessed) are **projected**, the others are the model on witnessed inputs."
+            f"The measurements are **witnessed**; the predictions resting on {named} (not witnessed) are "
+            "**projected**, the others are the model on witnessed inputs."
         )
     return "The measurements are **witnessed**; every prediction is the model on witnessed inputs."
 
@@ -815,14 +807,8 @@ def whatif(
         )
     taken = ", ".join(fit_knobs) or "none of its knobs (it fitted none that the state uses)"
     fitted = f"The box runs with the knobs of `{fit}` (moeroof fit-plan, projected): {taken}. " if fit else ""
-    return (
-        head
-        + body
-        + f"U({batch_max}) is {fmt(union_at_max)} experts per layer. Move the controls (`make lab`) to redraw. "
-        + fitted
-        + defaults_sentence(defaults)
-        + provenance_sentence(inputs, synthetic=synthetic)
-    )
+    tail = f"U({batch_max}) is {fmt(union_at_max)} experts per layer. Move the controls (`make lab`) to redraw. "
+    return head + body + tail + fitted + defaults_sentence(defaults) + provenance_sentence(inputs, synthetic=synthetic)
 
 
 def _capture_source(src: Mapping[str, Any], cache_share: float, *, first: bool) -> str:
@@ -1025,15 +1011,14 @@ def _worst_cases(preds: Sequence[Mapping[str, Any]]) -> str:
     in points ("" with no predicted case)."""
     if not preds:
         return ""
-    worst_rel = max(
-        (c for c in preds if c["error_unit"] == "relative"), key=lambda c: c["mean_abs_error"], default=None
-    )
-    worst_pts = max((c for c in preds if c["error_unit"] == "points"), key=lambda c: c["mean_abs_error"], default=None)
     named = []
-    if worst_rel is not None:
-        named.append(f"`{worst_rel['case']}` ({pct(worst_rel['mean_abs_error'])} mean |error|)")
-    if worst_pts is not None:
-        named.append(f"`{worst_pts['case']}` ({fmt(100 * worst_pts['mean_abs_error'], 3)} points)")
+    for unit, how in (
+        ("relative", lambda e: f"{pct(e)} mean |error|"),
+        ("points", lambda e: f"{fmt(100 * e, 3)} points"),
+    ):
+        worst = max((c for c in preds if c["error_unit"] == unit), key=lambda c: c["mean_abs_error"], default=None)
+        if worst is not None:
+            named.append(f"`{worst['case']}` ({how(worst['mean_abs_error'])})")
     return f"Worst: {_join(named)}. "
 
 

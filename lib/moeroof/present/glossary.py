@@ -27,14 +27,8 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
         "uncoalesced",
         "the baseline of a coalescing multiple: the same box, each token fetching its own K experts (B·K per layer).",
     ),
-    (
-        "single / independent-boxes",
-        "other baselines: one agent alone on the box; B agents each on its own box.",
-    ),
-    (
-        "dense band",
-        "the non-routed weights (attention, shared experts, embeddings) read once per step, whatever B is.",
-    ),
+    ("single / independent-boxes", "other baselines: one agent alone on the box; B agents each on its own box."),
+    ("dense band", "the non-routed weights (attention, shared experts, embeddings) read once per step, whatever B is."),
     ("expert cache", "RAM (or GPU memory) holding some experts, so a step streams only the misses."),
     ("hit rate", "the share of expert requests served from the cache rather than streamed."),
     (

@@ -241,7 +241,6 @@ def shade_regimes(ax, batch, bound, fits_in_memory=None) -> list:
     (:func:`feasibility_boundary`). Returns (handle, label) pairs for the regimes of the
     feasible batches, to append to a legend.
     """
-    import numpy as np
     from matplotlib.patches import Rectangle
 
     b = np.asarray(batch, dtype=float)
@@ -262,8 +261,6 @@ def feasibility_boundary(ax, batch, fits_in_memory) -> int | None:
     """Mark where the batches stop fitting in RAM: a dashed line at the first batch that does
     not fit, labelled with it ("no fit in RAM from B = 128"); returns that B (None: all fit).
     Curves stop there by themselves: a plan's rates are NaN where the step does not fit."""
-    import numpy as np
-
     ok = np.asarray(fits_in_memory, dtype=bool)
     if ok.all():
         return None

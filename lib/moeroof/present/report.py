@@ -139,14 +139,11 @@ def strip_volatile(nb: nbformat.NotebookNode, *, input_path: str, output_path: s
     if meta is not None:
         for key in _PAPERMILL_TIME_KEYS:
             meta.pop(key, None)
-        meta["input_path"] = input_path
-        meta["output_path"] = output_path
+        meta.update(input_path=input_path, output_path=output_path)
     for index, cell in enumerate(nb.cells):
         cell.metadata.pop(_CELL_TIMING_KEY, None)
-        cell_meta = cell.metadata.get("papermill")
-        if cell_meta is not None:
-            for key in _PAPERMILL_TIME_KEYS:
-                cell_meta.pop(key, None)
+        for key in _PAPERMILL_TIME_KEYS:
+            cell.metadata.get("papermill", {}).pop(key, None)
         if "id" in cell:
             cell["id"] = f"cell-{index}"
     return nb
@@ -302,11 +299,7 @@ def _execute_once(
 
 
 def execute(
-    path: Path,
-    parameters: dict | None = None,
-    *,
-    cell_timeout_s: float | None = None,
-    failed_path: Path | None = None,
+    path: Path, parameters: dict | None = None, *, cell_timeout_s: float | None = None, failed_path: Path | None = None
 ) -> nbformat.NotebookNode:
     """Run one percent notebook through papermill in its own directory; raise NotebookFailed on
     error. A cell that runs past ``cell_timeout_s`` (default :func:`cell_timeout`) ends the
@@ -545,7 +538,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out",
         type=Path,
-        default=None,
         help="write NAME.ipynb, NAME.html and figures/ under DIR (default: reports/, or reports/NAME/<hash>/ with parameters)",
     )
     parser.add_argument(
@@ -567,14 +559,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-f",
         "--parameters-file",
         type=Path,
-        default=None,
         metavar="PARAMS.yaml",
         help="parameters from a YAML file, as papermill's -f (-p values win)",
     )
     parser.add_argument(
         "--jobs",
         type=int,
-        default=None,
         metavar="N",
         help="render up to N notebooks at once, each in its own process and kernel "
         "(default: the number of cores; 1 renders one after another)",
@@ -582,7 +572,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cell-timeout",
         type=float,
-        default=None,
         metavar="SECONDS",
         help="abandon a render whose cell runs longer and retry it once in a fresh kernel "
         f"(default: ${CELL_TIMEOUT_ENV} or {CELL_TIMEOUT_S:g}; raise it for parameters far heavier than the defaults)",
@@ -596,7 +585,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--help-notebook",
         metavar="NAME",
-        default=None,
         help="list a notebook's parameters (name, type, default, what it is) and exit, as papermill's --help-notebook",
     )
 

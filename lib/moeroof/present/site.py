@@ -213,16 +213,13 @@ def provenance_summary(reports: Sequence[Report]) -> str:
     """The index's sentence on what the numbers are, counted over the runs listed."""
     if not reports:
         return "No reports yet."
-    groups: dict[str, list[str]] = {}
-    for r in reports:
-        groups.setdefault(r.provenance, []).append(_heading(r))
     parts = []
     for key, words in (
         ("projected", "projected (some input is not witnessed)"),
         ("witnessed", "on witnessed inputs only"),
         ("", "without an answer"),
     ):
-        names = groups.get(key, [])
+        names = [_heading(r) for r in reports if r.provenance == key]
         if names:
             parts.append(f"{len(names)} {words}: {', '.join(names)}")
     n = len(reports)

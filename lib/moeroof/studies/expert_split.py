@@ -25,6 +25,7 @@ Witnessed numbers of seed 003 (docs/sources.md) are in
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -34,14 +35,13 @@ import numpy as np
 from moeroof import cachesim as cache
 from moeroof.core.results import Result
 from moeroof.core.units import GiB
+from moeroof.data.plan_points import PlanPoint
 from moeroof.data.presets import Hardware, MoEModel
+from moeroof.fit.plan import PlanKnobs, box_with_knobs, predict_points
 from moeroof.models import step
-from moeroof.models.partition import (
-    balanced_packing,
-    contiguous_split,
-    imbalance,
-    partition,
-)
+from moeroof.models.local_routing import routing_from_knobs
+from moeroof.models.partition import balanced_packing, contiguous_split, imbalance, partition
+from moeroof.models.plan import Workload, plan
 from moeroof.models.split import split_plan
 from moeroof.studies import ladder
 
@@ -197,12 +197,8 @@ class TraceSplit(Result):
 
     def imbalance(self) -> dict[str, float]:
         """``max/mean`` over ranks of token picks, union, misses and streamed GiB."""
-        return {
-            "token_load": imbalance(self.picks_per_step),
-            "union": imbalance(self.union_per_layer),
-            "misses": imbalance(self.misses),
-            "streamed_gib": imbalance(self.gib_per_step),
-        }
+        per_rank = {"token_load": self.picks_per_step, "union": self.union_per_layer, "misses": self.misses}
+        return {k: imbalance(v) for k, v in {**per_rank, "streamed_gib": self.gib_per_step}.items()}
 
     def layer_share(self, rank: int = 0) -> np.ndarray:
         """Per layer, rank ``rank``'s share of the GiB streamed over the timed steps (NaN for a
@@ -233,12 +229,7 @@ class TraceSplit(Result):
 
 
 def trace_split(
-    topk,
-    assignment,
-    *,
-    cache_gib_per_rank: float,
-    warmup_steps: int,
-    item_bytes: float | None = None,
+    topk, assignment, *, cache_gib_per_rank: float, warmup_steps: int, item_bytes: float | None = None
 ) -> TraceSplit:
     """Per-rank LRU caches on a trace under an expert → rank ``assignment`` (E,).
 
@@ -454,7 +445,7 @@ def _arrangements(
     rank_step: Callable[[np.ndarray, np.ndarray], step.Step],
 ) -> tuple[dict[str, Arrangement], dict[str, list[float]]]:
     """The booster's and the pair's :class:`Arrangement` (at the seeds' mean) and step seconds per seed."""
-    per_seed_steps: dict[str, list[float]] = {"booster": [], "pair": []}
+    per_seed_steps: dict[str, list[float]] = {}
     arrs: dict[str, Arrangement] = {}
     for j, name in enumerate(("booster", "pair")):
         res = [r[j] for r in runs]
@@ -465,31 +456,15 @@ def _arrangements(
         g, ws = float(gib_seed.mean()), float(ws_seed.mean())
         st = rank_step(np.array([g]), np.array([ws]))
         terms = {k: float(v[0, 0]) for k, v in st.terms.items()}
-        b = st.bound[0]
-        arrs[name] = Arrangement(
-            name="one booster, all 288 experts" if name == "booster" else "pair, id split 144/144",
-            ranks=cases[j].ranks,
-            experts_per_rank=ladder.EXPERTS // cases[j].ranks,
-            hit_rate=float(hit_seed.mean()),
-            hit_rate_range=(float(hit_seed.min()), float(hit_seed.max())),
-            gib_per_step=g,
-            gib_range=(float(gib_seed.min()), float(gib_seed.max())),
-            working_set_gib=ws,
-            terms_seconds=terms,
-            step_seconds=float(st.step_seconds[0]),
-            bound=b,
-        )
+        ranks = cases[j].ranks
+        hits, gibs = (float(hit_seed.min()), float(hit_seed.max())), (float(gib_seed.min()), float(gib_seed.max()))
+        arrs[name] = Arrangement(cases[j].arrangement, ranks, ladder.EXPERTS // ranks, float(hit_seed.mean()), hits, g,
+                                 gibs, ws, terms, float(st.step_seconds[0]), st.bound[0])  # fmt: skip
     return arrs, per_seed_steps
 
 
 def _pair_assumptions(
-    knobs: ladder.Knobs,
-    hardware: Hardware,
-    layers: int,
-    bw_ssd: float,
-    read: float,
-    streams: int,
-    cache_gib: float,
+    knobs: ladder.Knobs, hardware: Hardware, layers: int, bw_ssd: float, read: float, streams: int, cache_gib: float
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """What :func:`pair_vs_booster` assumes, and its notes."""
     assumed = (
@@ -538,13 +513,9 @@ def pair_vs_booster(
     seeds = tuple(int(s) for s in seeds)
     if not seeds:
         raise ValueError("give at least one seed")
-    cases = [
-        ladder.Case("booster", 1, int(streams), float(cache_gib)),
-        ladder.Case("pair", 2, int(streams), float(cache_gib)),
-    ]
+    cases = [ladder.Case(name, ranks, int(streams), float(cache_gib)) for name, ranks in (("booster", 1), ("pair", 2))]
     runs = [ladder.run_cases(knobs, cases, seed=s, layers=layers) for s in seeds]
-    e_model = float(model.expert_bytes)
-    read = e_model if read_size_bytes is None else float(read_size_bytes)
+    read = float(model.expert_bytes) if read_size_bytes is None else float(read_size_bytes)
     bw_ssd = float(hardware.ssd_bandwidth(read))
     mem_base = float(model.non_routed_bytes) + streams * context_tokens * float(model.kv_bytes_per_token)
     flops = streams * (float(model.flops_per_token) + context_tokens * float(model.attn_flops_per_context_token))
@@ -566,12 +537,13 @@ def pair_vs_booster(
     witnessed = _seed003("booster_ms_per_step") / _seed003("pair_ms_per_step")
     assumed, notes = _pair_assumptions(knobs, hardware, layers, bw_ssd, read, streams, cache_gib)
     rate = _seed003("pair_gib_streamed_per_step") / (_seed003("pair_ms_per_step") / 1e3)
+    booster, pair = arrs["booster"], arrs["pair"]
     return PairVsBooster(
-        arrs["booster"],
-        arrs["pair"],
+        booster,
+        pair,
         float(ratio),
         (float(per_seed_ratio.min()), float(per_seed_ratio.max())),
-        arrs["booster"].gib_per_step / arrs["pair"].gib_per_step,
+        booster.gib_per_step / pair.gib_per_step,
         witnessed,
         float(ratio / witnessed - 1.0),
         bw_ssd,
@@ -582,7 +554,7 @@ def pair_vs_booster(
         seeds,
         assumed,
         witnessed_pair_gib_per_s=rate,
-        booster_seconds_at_witnessed_rate=arrs["booster"].gib_per_step / rate,
+        booster_seconds_at_witnessed_rate=booster.gib_per_step / rate,
         notes=notes,
     )
 
@@ -636,8 +608,6 @@ def tok_s_points(rows: Sequence[TokRow] = TOK_S_ROWS) -> list:
     """``fit-plan`` points (:class:`moeroof.data.plan_points.PlanPoint`, LRU): the calibration rows
     carry their witnessed tok/s and hit rate; every other row — held-out published or withheld —
     is empty (predicted). ``row`` is the index in ``rows`` + 2 (as a file with a header)."""
-    from moeroof.data.plan_points import PlanPoint
-
     cal = [r.role == "calibration" for r in rows]
     return [
         PlanPoint(i + 2, int(r.batch), float(r.cache_gib), int(r.ranks), "lru",
@@ -668,32 +638,15 @@ class TokSweep(Result):
 
 
 def _per_token_engine_tok_s(
-    fit: Any,
-    pts: list,
-    model: MoEModel,
-    hardware: Hardware,
-    route: Any,
-    rows: list[TokRow],
-    context_tokens: int,
+    fit: Any, pts: list, model: MoEModel, hardware: Hardware, route: Any, rows: list[TokRow], context_tokens: int
 ) -> np.ndarray:
     """Net tok/s of the other structural end: the fitted engine time at M = 8 charged per agent
     token (c0 = 0, c1 = engine seconds at M = 8 / 8), at the fitted SSD scale."""
-    from moeroof.fit.plan import PlanKnobs, box_with_knobs, predict_points
-    from moeroof.models.plan import Workload, plan
-
     k = fit.knobs
-    c0 = float(k["engine_seconds_per_step"]["value"])
-    c1 = float(k["engine_seconds_per_agent_token"]["value"])
     ref = 8
     # the engine's seconds at M = 8 (the fitted box's own engine term there), charged per agent token
-    box = box_with_knobs(
-        hardware,
-        PlanKnobs(
-            engine_seconds_per_step=c0,
-            engine_seconds_per_agent_token=c1,
-            engine_seconds_per_touched_expert=float(k["engine_seconds_per_touched_expert"]["value"]),
-        ),
-    )
+    engine = ("engine_seconds_per_step", "engine_seconds_per_agent_token", "engine_seconds_per_touched_expert")
+    box = box_with_knobs(hardware, PlanKnobs(**{name: float(k[name]["value"]) for name in engine}))
     ranks = max(r.ranks for r in rows if r.role == "calibration")  # the calibration rows' arrangement
     at_ref = plan(model, box, Workload(ranks=ranks, context_tokens=context_tokens), route, [ref]).terms["engine"]
     alt = PlanKnobs(
@@ -764,10 +717,7 @@ def tok_s_sweep(
     step fitted on the same rows (:func:`_additive_tok_s`) is the second structural alternative
     in the band.
     """
-    import time
-
-    from moeroof.fit.plan import fit_plan
-    from moeroof.models.local_routing import routing_from_knobs
+    from moeroof.fit.plan import fit_plan  # looked up at the call (the tests spy on it)
 
     rows = list(rows)
     pts = tok_s_points(rows)
@@ -797,8 +747,6 @@ def _additive_tok_s(pts, model: MoEModel, hardware: Hardware, route, context_tok
     ``T = t0 + G / r`` with G the slowest rank's streamed GiB per step that ``plan``'s cache
     predicts for the row, t0 and r solved by least squares on the calibration rows' step times
     ``B / tok/s``. Returns every row's tok/s and ``{"engine_seconds": t0, "gib_per_s": r}``."""
-    from moeroof.models.plan import Workload, plan
-
     gib = np.empty(len(pts))
     groups: dict[tuple, list[int]] = {}
     for i, p in enumerate(pts):

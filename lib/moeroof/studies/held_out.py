@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from moeroof.core.units import GB, GiB
+from moeroof.studies import locality_prior, skew_prior, validation
 
 __all__ = ["GROUPS", "COLUMNS", "held_out_rows", "summarise"]
 
@@ -115,17 +116,14 @@ def _row(group, case, role, quantity, at, measured, predicted, error, unit, low,
     return dict(zip(COLUMNS, values, strict=True))
 
 
-def _hit_row(case: str, r: dict, what: str, cal: str, points: str) -> dict[str, Any]:
-    """A fit-plan row's predicted cache hit rate: ``consistency`` against a calibration row's
-    measured rate, ``withheld`` where the file leaves it empty (hit rates on a rank's cache; one
-    booster's where it holds every expert)."""
-    low, high, measured = r.get("hit_rate_low"), r.get("hit_rate_high"), r.get("measured_hit_rate")
-    if measured is None:
-        return _row("regimes", case, "withheld", what, r["batch"], None, r["predicted_hit_rate"], None, "points",
-                    low, high, None, cal, f"{points}: the truth is withheld from this repository")  # fmt: skip
-    inside = None if low is None or high is None else bool(low <= measured <= high)
-    return _row("regimes", case, "consistency", what, r["batch"], measured, r["predicted_hit_rate"],
-                r["predicted_hit_rate"] - measured, "points", low, high, inside, cal, points)  # fmt: skip
+def _regime_row(case, role, what, at, measured, predicted, unit, low, high, cal, source) -> dict[str, Any]:
+    """A ``regimes`` row: its error (relative or in points) and whether its band holds the
+    measurement, where it has one (a ``withheld`` row has none)."""
+    error = inside = None
+    if measured is not None:
+        error = predicted / measured - 1.0 if unit == "relative" else predicted - measured
+        inside = None if low is None or high is None else bool(low <= measured <= high)
+    return _row("regimes", case, role, what, at, measured, predicted, error, unit, low, high, inside, cal, source)
 
 
 def regime_rows(*, jobs: int = 1) -> list[dict[str, Any]]:
@@ -141,52 +139,42 @@ def regime_rows(*, jobs: int = 1) -> list[dict[str, Any]]:
 
     rows: list[dict[str, Any]] = []
     for case, points, model_name, box, spec, knobs, peak in REGIME_CASES:
-        path = DATA_DIR / "points" / points
-        pts = read_plan_points(path)
-        model = load_model(model_name)
+        pts, model = read_plan_points(DATA_DIR / "points" / points), load_model(model_name)
         routing = routing_from_spec(spec, model)
-        fit = fit_plan(
-            pts,
-            model,
-            load_hardware(box),
-            routing,
-            fit=knobs,
-            routing_is_spec=spec_skew(routing) is not None,
-            locality=Locality.committed(),
-            jobs=jobs,
-        )
+        hw, is_spec, prior = load_hardware(box), spec_skew(routing) is not None, Locality.committed()
+        fit = fit_plan(pts, model, hw, routing, fit=knobs, routing_is_spec=is_spec, locality=prior, jobs=jobs)
         cal = f"fit-plan ({', '.join(fit.fitted)}) on the measured rows of data/points/{points}"
         # a case's rows share one role and unit: the peak's calibration rows are a case of their own
         cal_case = case if peak is None else f"{case}-calibration"
+        withheld = f"{points}: the truth is withheld from this repository"
         for r in fit.rows:
             where = f"B = {r['batch']}, {r['cache_gib']:g} GiB, {r['ranks']} rank(s)"
-            what = f"tok/s, {where}"
+            tok = ("relative", r["low"], r["high"], cal)
             if r["role"] == "calibration":
-                err = r["predicted"] / r["measured"] - 1.0
-                rows.append(
-                    _row("regimes", cal_case, "consistency", what, r["batch"], r["measured"], r["predicted"], err,
-                         "relative", r["low"], r["high"], r["low"] <= r["measured"] <= r["high"], cal, points)
-                )  # fmt: skip
+                rows.append(_regime_row(cal_case, "consistency", f"tok/s, {where}", r["batch"], r["measured"],
+                                        r["predicted"], *tok, points))  # fmt: skip
             elif peak is None:
-                rows.append(
-                    _row("regimes", case, "withheld", what, r["batch"], None, r["predicted"], None, "relative",
-                         r["low"], r["high"], None, cal, f"{points}: the truth is withheld from this repository")
-                )  # fmt: skip
+                rows.append(_regime_row(case, "withheld", f"tok/s, {where}", r["batch"], None, r["predicted"], *tok,
+                                        withheld))  # fmt: skip
             if peak is None and r.get("predicted_hit_rate") is not None:
-                # its own case: a case's mean error is in one unit
-                rows.append(_hit_row(f"{case}-hit", r, f"cache hit rate, {where}", cal, points))
+                # its own case (a case's mean error is in one unit): consistency against a calibration
+                # row's measured rate, withheld where the file leaves it empty (hit rates on a rank's
+                # cache; one booster's where it holds every expert)
+                measured = r.get("measured_hit_rate")
+                rows.append(_regime_row(f"{case}-hit", "withheld" if measured is None else "consistency",
+                                        f"cache hit rate, {where}", r["batch"], measured, r["predicted_hit_rate"],
+                                        "points", r.get("hit_rate_low"), r.get("hit_rate_high"), cal,
+                                        withheld if measured is None else points))  # fmt: skip
         if peak is not None:
             # where the predicted tok/s peaks over the file's cache range, with the band of a
             # measured peak (moeroof.models.curve_peak), against the middle of the reported range
             pk = fit.peaks[0]
-            mid = 0.5 * (peak[0] + peak[1])
-            rows.append(
-                _row("regimes", case, "prediction", "cache (GiB) where tok/s peaks", None, mid, pk["cache_gib"],
-                     pk["cache_gib"] / mid - 1.0, "relative", pk["low"], pk["high"], pk["low"] <= mid <= pk["high"],
-                     cal, f"{points}: the reported peak, {peak[0]:.1f}–{peak[1]:.1f} GiB ({peak[0] * GiB / GB:.0f}–"
-                     f"{peak[1] * GiB / GB:.0f} GB), at its middle; "
-                     "the band is where a measured peak would fall (5–95 %)")
-            )  # fmt: skip
+            source = (
+                f"{points}: the reported peak, {peak[0]:.1f}–{peak[1]:.1f} GiB ({peak[0] * GiB / GB:.0f}–"
+                f"{peak[1] * GiB / GB:.0f} GB), at its middle; the band is where a measured peak would fall (5–95 %)"
+            )
+            rows.append(_regime_row(case, "prediction", "cache (GiB) where tok/s peaks", None, 0.5 * (peak[0] + peak[1]),
+                                    pk["cache_gib"], "relative", pk["low"], pk["high"], cal, source))  # fmt: skip
     return rows
 
 
@@ -199,8 +187,6 @@ def held_out_rows(
 ) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """The rows of the chosen groups (module docstring) and, per skipped group, why (``jobs``:
     :func:`regime_rows`')."""
-    from moeroof.studies import validation
-
     unknown = [g for g in groups if g not in GROUPS]
     if unknown:
         raise ValueError(f"groups must be some of {', '.join(GROUPS)}, got {', '.join(unknown)}")
@@ -217,8 +203,6 @@ def held_out_rows(
         elif group == "regimes":
             rows += regime_rows(jobs=jobs)
         else:
-            from moeroof.studies import locality_prior
-
             try:
                 st = locality_prior.study(external_dir)
             except FileNotFoundError as err:
@@ -239,8 +223,6 @@ def held_out_rows(
 def _zero_fit_locality_rows(st, external_dir) -> list[dict[str, Any]]:
     """The locality sources' rows predicted from nothing of their model
     (:func:`moeroof.studies.skew_prior.zero_fit_rows`: both priors without it)."""
-    from moeroof.studies import skew_prior
-
     return [
         row
         for r, what in skew_prior.zero_fit_rows(st, external_dir)
@@ -251,8 +233,6 @@ def _zero_fit_locality_rows(st, external_dir) -> list[dict[str, Any]]:
 def _prior_row(r, case: str, calibrated_on: str) -> list[dict[str, Any]]:
     """A :class:`moeroof.studies.locality_prior.PriorRow` as a row of :func:`held_out_rows` (in
     points), none for a kind that is not a share (hit rate, overlap)."""
-    from moeroof.studies import locality_prior
-
     if r.kind not in ("hit_rate", "overlap"):
         return []
     source = locality_prior.SOURCES[r.source]["provenance"]

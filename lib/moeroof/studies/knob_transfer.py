@@ -43,18 +43,7 @@ from moeroof.fit import routing as fit_routing
 from moeroof.models.routing import consecutive_overlap
 from moeroof.models.union import distinct_per_layer
 
-__all__ = [
-    "MIXTRAL_TRACE",
-    "CAPTURES",
-    "TransferRow",
-    "TransferCheck",
-    "live_batches",
-    "measured_points",
-    "knob_transfer",
-]
-
-#: the captured Mixtral 8x7B trace (4 sequences, 32 layers, top-2 of 8), relative to the external folder
-MIXTRAL_TRACE = "mixtral8x7b-instruct-fp8-vllm-traces/trace_decode.npz"
+__all__ = ["CAPTURES", "TransferRow", "TransferCheck", "live_batches", "measured_points", "knob_transfer"]
 
 #: the real captures this check runs on by default (``../shared/data/external``; not
 #: redistributable, read from there): trace path relative to that folder, and the
@@ -63,7 +52,7 @@ MIXTRAL_TRACE = "mixtral8x7b-instruct-fp8-vllm-traces/trace_decode.npz"
 CAPTURES: dict[str, dict[str, Any]] = {
     "mixtral": {
         "title": "Mixtral 8x7B (4 sequences, 32 layers, top-2 of 8)",
-        "path": MIXTRAL_TRACE,
+        "path": "mixtral8x7b-instruct-fp8-vllm-traces/trace_decode.npz",
         "batches": (1, 2, 4),
         "capacities": (3, 4, 5, 6),
         "calibrate": (("hit_rate", 1, 3), ("hit_rate", 1, 5), ("overlap", 1, None), ("union", 4, None)),
@@ -222,13 +211,8 @@ def knob_transfer(
         for p, r, out in zip(measured, role, fit["rows"])
     ]  # fmt: skip
     provenance = (trace.meta or {}).get("provenance", "unknown") if hasattr(trace, "meta") else "unknown"
-    return TransferCheck(
-        source=f"{getattr(trace, 'path', 'trace')} (provenance: {provenance})",
-        family=str(fit["family"]),
-        knobs=fit["knobs"],
-        rows=tuple(rows),
-        notes=tuple(fit.get("notes", ())),
-    )
+    source = f"{getattr(trace, 'path', 'trace')} (provenance: {provenance})"
+    return TransferCheck(source, str(fit["family"]), fit["knobs"], tuple(rows), tuple(fit.get("notes", ())))
 
 
 def run_capture(name: str, external_dir=None, **kw) -> TransferCheck:

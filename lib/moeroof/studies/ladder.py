@@ -86,8 +86,9 @@ import functools
 import math
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -225,20 +226,12 @@ def _load_fitted(path: Path = FITS_PATH) -> tuple[Knobs, tuple[Knobs, ...]]:
 
     doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     fit, draws = doc["fitted"], doc["draws"]
-    fitted = Knobs(
-        family=fit["family"], skew=float(fit["skew"]), rho=float(fit["rho"]), history_tokens=int(fit["history_tokens"])
-    )
-    cols = list(draws["columns"])
-    rows = tuple(
-        Knobs(
-            family=draws["family"],
-            skew=float(row[cols.index("skew")]),
-            rho=float(row[cols.index("rho")]),
-            history_tokens=int(row[cols.index("history_tokens")]),
-        )
-        for row in draws["rows"]
-    )
-    return fitted, rows
+
+    def knobs(family: str, d) -> Knobs:
+        return Knobs(family=family, skew=float(d["skew"]), rho=float(d["rho"]), history_tokens=int(d["history_tokens"]))
+
+    rows = tuple(knobs(draws["family"], dict(zip(draws["columns"], row))) for row in draws["rows"])
+    return knobs(fit["family"], fit), rows
 
 
 #: knobs found by ``fit_knobs(CALIBRATION, seeds=range(8), layers=15)`` (5.7 s; the notebook
@@ -447,76 +440,56 @@ CASES_SOURCES = (
 CASES_MEMO = SourceMemo("ladder-cases", CASES_SOURCES)
 
 
-#: a :class:`CaseResult`'s numbers as the memo stores them, in order: (field, per-rank tuple?, type)
-_CASE_VALUES = (
-    ("hit_rate", False, float),
-    ("gib_streamed_per_step", False, float),
-    ("union_per_layer", False, float),
-    ("rank_union_per_layer", False, float),
-    ("rank_hit_rates", True, float),
-    ("rank_gib_streamed_per_step", True, float),
-    ("warmup_steps", False, int),
-    ("layers", False, int),
-)
+#: a :class:`CaseResult`'s numbers as the memo stores them, in order: (field, type of it or of its per-rank entries)
+_CASE_VALUES = tuple((f.name, int if f.type == "int" else float) for f in fields(CaseResult))[2:]
 
 
 def _case_values(r: CaseResult) -> list:
-    """A result's numbers, JSON-able (floats by repr: exact)."""
-    return [[t(x) for x in getattr(r, f)] if each else t(getattr(r, f)) for f, each, t in _CASE_VALUES]
+    """A result's numbers, JSON-able (floats by repr: exact; the per-rank tuples as lists)."""
+    values = [(getattr(r, f), t) for f, t in _CASE_VALUES]
+    return [[t(x) for x in v] if isinstance(v, tuple) else t(v) for v, t in values]
 
 
 def _case_result(case: Case, seed: int, v: list) -> CaseResult:
-    vals: list = [tuple(t(x) for x in x_) if each else t(x_) for (_, each, t), x_ in zip(_CASE_VALUES, v)]
-    return CaseResult(case, seed, *vals)  # the fields after case and seed, in order
+    values: list = [tuple(t(y) for y in x) if isinstance(x, list) else t(x) for (_, t), x in zip(_CASE_VALUES, v)]
+    return CaseResult(case, seed, *values)  # the fields after case and seed, in order
 
 
 def run_cases_uncached(knobs: Knobs, cases: list[Case], *, seed, layers, timed_steps, warmup_steps) -> list[CaseResult]:
     """:func:`run_cases`' computation, not memoised."""
+    seed, layers = int(seed), int(layers)
     item = expert_bytes(layers)
     out: dict[str, CaseResult] = {}
     for m in sorted({c.streams for c in cases}):
         warm = history_steps(knobs, m) + warmup_steps
-        topk = _trace(knobs, int(m), warm + timed_steps, int(layers), int(seed))
+        topk = _trace(knobs, int(m), warm + timed_steps, layers, seed)
         timed = topk[warm:]
         union = _union_per_layer(timed, EXPERTS)
         requests: dict[tuple[int, int], cache.Requests] = {}
         for case in (c for c in cases if c.streams == m):
             owner = partition(case.ranks)
             results = []
+            size = case.cache_gib_per_rank * GiB
+            sim: dict[str, Any] = {
+                "policy": case.policy,
+                "capacity_unit": "bytes",
+                "item_bytes": item,
+                "scope": "global",
+            }
             for r in range(case.ranks):
                 key = (case.ranks, r)
                 if key not in requests:
                     requests[key] = cache.requests_from_trace(topk, EXPERTS, partition=owner, rank=r)
-                req = requests[key]
-                pinned = _static_pin(req, warm) if case.policy == "static" else None
-                results.append(
-                    cache.simulate(
-                        req,
-                        case.cache_gib_per_rank * GiB,
-                        policy=case.policy,
-                        capacity_unit="bytes",
-                        item_bytes=item,
-                        scope="global",
-                        warmup_steps=warm,
-                        pinned=pinned,
-                    )
-                )
+                pinned = _static_pin(requests[key], warm) if case.policy == "static" else None
+                results.append(cache.simulate(requests[key], size, warmup_steps=warm, pinned=pinned, **sim))
             hits = sum(r.hits for r in results)
             reqs = sum(r.requests for r in results)
+            hit_rate = hits / reqs if reqs else float("nan")
+            rank_hits = tuple(float(r.hit_rate) for r in results)
             rank_gib = tuple(float(r.bytes_streamed_per_step[warm:].mean() / GiB) for r in results)
-            rank_union = [_union_per_layer(timed, EXPERTS, owner, r) for r in range(case.ranks)]
-            out[case.name] = CaseResult(
-                case=case,
-                seed=int(seed),
-                hit_rate=hits / reqs if reqs else float("nan"),
-                gib_streamed_per_step=float(np.mean(rank_gib)),
-                union_per_layer=union,
-                rank_union_per_layer=float(np.mean(rank_union)),
-                rank_hit_rates=tuple(float(r.hit_rate) for r in results),
-                rank_gib_streamed_per_step=rank_gib,
-                warmup_steps=warm,
-                layers=int(layers),
-            )
+            gib = float(np.mean(rank_gib))
+            rank_union = float(np.mean([_union_per_layer(timed, EXPERTS, owner, r) for r in range(case.ranks)]))
+            out[case.name] = CaseResult(case, seed, hit_rate, gib, union, rank_union, rank_hits, rank_gib, warm, layers)
     return [out[c.name] for c in cases]
 
 
@@ -554,11 +527,7 @@ def summarize(results: Sequence[CaseResult], level: tuple[float, float] = (0.05,
 
 
 def predict(
-    knobs: Knobs | Sequence[Knobs],
-    cases: Sequence[Case],
-    seeds: Sequence[int],
-    *,
-    layers: int = ASSUMED_LAYERS,
+    knobs: Knobs | Sequence[Knobs], cases: Sequence[Case], seeds: Sequence[int], *, layers: int = ASSUMED_LAYERS
 ) -> tuple[list[Band], list[CaseResult]]:
     """Run every case at every seed and summarize. ``knobs`` may be a sequence (e.g.
     :data:`FITTED_DRAWS`): seed j then runs with ``knobs[j % n]``, so the band carries the
@@ -615,8 +584,8 @@ def fit_knobs(
     seeds: Sequence[int] = (0, 1, 2, 3),
     layers: int = 15,
     skew_grid: Sequence[float] | None = None,
-    rho_grid: Sequence[float] | None = None,
-    history_grid: Sequence[int] | None = None,
+    rho_grid: Sequence[float] = (0.0, 0.1, 0.2, 0.3, 0.4),
+    history_grid: Sequence[int] = (64, 128, 192, 256, 384, 512),
     union_target: float | None = None,
 ) -> FitResult:
     """Fit skew, ρ and the cache's history to the calibration targets, in three 1-D steps.
@@ -637,10 +606,6 @@ def fit_knobs(
         union_target = 2.0 * float(np.mean([implied_rank_union(t.hit_rate, t.gib_streamed_per_step) for t in targets]))
     if skew_grid is None:
         skew_grid = (0.2, 0.3, 0.4, 0.55, 0.8) if family == "dirichlet" else (0.6, 0.75, 0.9, 1.05, 1.2)
-    if rho_grid is None:
-        rho_grid = (0.0, 0.1, 0.2, 0.3, 0.4)
-    if history_grid is None:
-        history_grid = (64, 128, 192, 256, 384, 512)
     seeds = tuple(int(s) for s in seeds)
     notes = []
 
@@ -711,6 +676,7 @@ def ladder_curve(
     item sizes so a byte capacity is ``⌊C / e⌋`` items), pooled over the ranks, on the same
     traces as :func:`run_cases` (same seed → same trace)."""
     draws = [knobs] if isinstance(knobs, Knobs) else list(knobs)
+    seeds = tuple(int(s) for s in seeds)
     grid = np.asarray(cache_gib, dtype=float)
     item = expert_bytes(layers)
     cap_items = np.floor(grid * GiB / item + 1e-9).astype(np.int64)
@@ -734,9 +700,7 @@ def ladder_curve(
         hits_out.append(hits / total)
         gib_out.append(miss_gib / ranks)
         ws_out.append(total / ranks / timed_steps * item / GiB)
-    return LadderCurve(
-        ranks, streams, grid, np.array(hits_out), np.array(gib_out), np.array(ws_out), tuple(int(s) for s in seeds)
-    )
+    return LadderCurve(ranks, streams, grid, np.array(hits_out), np.array(gib_out), np.array(ws_out), seeds)
 
 
 # ----------------------------------------------------------------------------- output
@@ -753,15 +717,21 @@ def predictions_path() -> Path:
 def write_predictions(bands: Sequence[Band], path: str | os.PathLike[str] | None = None) -> Path:
     """Write one row per case with :data:`PREDICTIONS_COLUMNS` (hit rate a fraction, GiB per
     step per rank; the means over seeds), atomically (:func:`moeroof.core.atomic.write_via`)."""
-    target = Path(path) if path is not None else predictions_path()
+    rows = [
+        [b.case.name, b.case.ranks, b.case.streams, f"{b.case.cache_gib_per_rank:g}", b.case.policy]
+        + [f"{b.hit_rate:.4f}", f"{b.gib_streamed_per_step:.4f}"]
+        for b in bands
+    ]
+    return _write_csv(Path(path) if path is not None else predictions_path(), PREDICTIONS_COLUMNS, rows)
+
+
+def _write_csv(target: Path, columns: Sequence[str], rows: Iterable[Sequence]) -> Path:
+    """``columns`` and ``rows`` as CSV at ``target``, atomically (:func:`moeroof.core.atomic.write_via`)."""
 
     def write(handle) -> None:
         w = csv.writer(handle, lineterminator="\n")
-        w.writerow(PREDICTIONS_COLUMNS)
-        for b in bands:
-            c = b.case
-            g, hit, gib = f"{c.cache_gib_per_rank:g}", f"{b.hit_rate:.4f}", f"{b.gib_streamed_per_step:.4f}"
-            w.writerow([c.name, c.ranks, c.streams, g, c.policy, hit, gib])
+        w.writerow(columns)
+        w.writerows(rows)
 
     return atomic.write_via(target, write, binary=False, newline="")
 
@@ -827,23 +797,13 @@ FIT_ROUTING_COLUMNS = (
 
 
 def _point(kind: str, case: Case, value: float | None) -> Point:
-    return Point(
-        kind=kind,
-        batch=int(case.streams),
-        capacity_gib=float(case.cache_gib_per_rank),
-        policy=case.policy,
-        scope="global",
-        ranks=int(case.ranks),
-        partition="id",
-        value=None if value is None else float(value),
-    )
+    value = None if value is None else float(value)
+    gib = float(case.cache_gib_per_rank)
+    return Point(kind, int(case.streams), None, gib, case.policy, "global", int(case.ranks), "id", value)
 
 
 def public_points(
-    cases: Sequence[Case] = WITHHELD_CASES,
-    *,
-    targets: Sequence[Target] = CALIBRATION,
-    union: float = UNION_PUBLISHED,
+    cases: Sequence[Case] = WITHHELD_CASES, *, targets: Sequence[Target] = CALIBRATION, union: float = UNION_PUBLISHED
 ) -> list[Point]:
     """Seed 003's public rows as ``fit-routing`` points, then the cases to predict (empty values).
 
@@ -940,9 +900,7 @@ def fit_routing_predictions(
         locality=locality,
     )
     seconds = time.perf_counter() - t0
-    by_cond: dict[tuple, dict] = {}
-    for p, r in zip(points, fit.rows):
-        by_cond[(p.kind, p.batch, p.capacity_gib, p.ranks, p.policy)] = r
+    by_cond = {(p.kind, p.batch, p.capacity_gib, p.ranks, p.policy): r for p, r in zip(points, fit.rows)}
     old = {b.case.name: b for b in (old_bands or ())}
     witnessed = {t.case.name: t for t in (*CALIBRATION, *HELD_OUT)}
     rows = []
@@ -989,10 +947,4 @@ def write_fit_routing_predictions(pred: RoutingPredictions, path: str | os.PathL
             return f"{v:g}" if v == int(v) and abs(v) >= 1 else f"{v:.4f}"
         return str(v)
 
-    def write(handle) -> None:
-        w = csv.writer(handle, lineterminator="\n")
-        w.writerow(FIT_ROUTING_COLUMNS)
-        for r in pred.rows:
-            w.writerow([cell(r[k]) for k in FIT_ROUTING_COLUMNS])
-
-    return atomic.write_via(target, write, binary=False, newline="")
+    return _write_csv(target, FIT_ROUTING_COLUMNS, ([cell(r[k]) for k in FIT_ROUTING_COLUMNS] for r in pred.rows))

@@ -59,25 +59,12 @@ from moeroof.core.stats import percentile_interval
 from moeroof.data.points import Point, noise
 from moeroof.fit import routing as fit_routing
 from moeroof.fit.routing import RoutingKnobs
-from moeroof.models.locality import (
-    C_PER_EXPERT_FLOOR,
-    HOT_SET_CAP,
-    HOT_SET_FLOOR,
-    RHO_FLOOR,
-    Locality,
-    c_per_expert_from_hot_set,
-    hot_set_from_c,
-    to_scale,
-)
+from moeroof.models.locality import Locality, c_per_expert_from_hot_set, hot_set_from_c, to_scale
 
 __all__ = [
     "SOURCES",
     "PRIOR_DRAWS",
     "SINGLE_SOURCE_BETWEEN_SCALE",
-    "C_PER_EXPERT_FLOOR",
-    "HOT_SET_FLOOR",
-    "HOT_SET_CAP",
-    "RHO_FLOOR",
     "summary_record",
     "CoverageCheck",
     "coverage_check",
@@ -265,17 +252,8 @@ def fit_source(
     )
     chosen = next(f for f in fit.family_fits if f.family == fit.family)
     draws = chosen.draws or (chosen.knobs,)
-    e = float(rows.experts)
-    return SourceFit(
-        name=rows.name,
-        family=chosen.family,
-        knobs=chosen.knobs,
-        rho_draws=tuple(float(d.rho) for d in draws),
-        c_per_expert_draws=tuple(float(d.c) / e for d in draws),
-        held=dict(fit.held),
-        experts=rows.experts,
-        top_k=rows.top_k,
-    )
+    rho, c_e = tuple(float(d.rho) for d in draws), tuple(float(d.c) / float(rows.experts) for d in draws)
+    return SourceFit(rows.name, chosen.family, chosen.knobs, rho, c_e, dict(fit.held), rows.experts, rows.top_k)
 
 
 #: the between-source scale a prior of ONE source cannot estimate, on (logit ρ, log h): held at
@@ -354,19 +332,10 @@ def pool(fits: Sequence[SourceFit], *, draws: int = PRIOR_DRAWS) -> LocalityPrio
         dof = 0
     loc = Locality((float(m[0]), float(m[1])), (float(scale[0]), float(scale[1])), int(dof))
     pairs = loc.draws(draws)
-    rho = np.array([r for r, _ in pairs])
-    h = np.array([x for _, x in pairs])
+    rho, h = tuple(float(r) for r, _ in pairs), tuple(float(x) for _, x in pairs)
     names = tuple(f.name for f in fits)
     prov = "; ".join(SOURCES[k]["provenance"] if k in SOURCES else k for k in names)
-    return LocalityPrior(
-        names,
-        loc.mean,
-        loc.scale,
-        loc.dof,
-        tuple(float(v) for v in rho),
-        tuple(float(v) for v in h),
-        prov,
-    )
+    return LocalityPrior(names, loc.mean, loc.scale, loc.dof, rho, h, prov)
 
 
 @dataclass(frozen=True)
@@ -659,6 +628,5 @@ def coverage_check(
         hits_off += sum(inside["without"])
         total += len(held_out)
         out.append({"rho": float(rho), "c_per_expert": float(c_e), **inside})
-    return CoverageCheck(
-        tuple(out), hits_on / total, hits_off / total, total, tuple((int(m), float(c)) for m, c in calibration)
-    )
+    cal = tuple((int(m), float(c)) for m, c in calibration)
+    return CoverageCheck(tuple(out), hits_on / total, hits_off / total, total, cal)

@@ -20,12 +20,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from moeroof.core.results import Result
 from moeroof.core.rng import generator
+from moeroof.data.plan_points import PlanPoint
+from moeroof.data.presets import load_hardware, load_model
+from moeroof.fit.plan import PRIOR_SECONDS_PER_AGENT_TOKEN, PRIOR_SECONDS_PER_STEP, PlanKnobs, fit_plan, predict_points
+from moeroof.models.locality import Locality
+from moeroof.models.plan import routing_from_spec
 
 __all__ = ["ROWS", "NOISE", "HIT_NOISE", "TRUTH_SEED", "PlanCoverage", "plan_coverage"]
 
@@ -71,8 +76,6 @@ _KNOB_COLUMNS = (
 def _truth_knobs(rng, prior, model) -> tuple:
     """A simulated box's knobs drawn from fit-plan's priors (module docstring) with ``rng``, and
     its one stream's c/E."""
-    from moeroof.fit.plan import PRIOR_SECONDS_PER_AGENT_TOKEN, PRIOR_SECONDS_PER_STEP, PlanKnobs
-
     u = rng.random(6)
     # ρ and c/E paired by locality strength, as the prior's draws are (Locality.paired); u[5]
     # is drawn and unused so that the other knobs keep their uniforms
@@ -91,14 +94,6 @@ def _truth_knobs(rng, prior, model) -> tuple:
 
 def plan_coverage(truths: int = 8, *, progress: Callable[[int, int], None] | None = None) -> PlanCoverage:
     """Fit-plan's band coverage on ``truths`` simulated truths (module docstring)."""
-    from dataclasses import replace
-
-    from moeroof.data.plan_points import PlanPoint
-    from moeroof.data.presets import load_hardware, load_model
-    from moeroof.fit.plan import fit_plan, predict_points
-    from moeroof.models.locality import Locality
-    from moeroof.models.plan import routing_from_spec
-
     if int(truths) < 1:
         raise ValueError(f"truths must be >= 1, got {truths!r}")
     model, hw = load_model("glm-5-nvfp4"), load_hardware("gb10")
@@ -133,16 +128,8 @@ def plan_coverage(truths: int = 8, *, progress: Callable[[int, int], None] | Non
             rows.append(
                 {"batch": row["batch"], "cache_gib": row["cache_gib"], "truth": float(net[i]), **band, "inside": ok}
             )
-        out.append(
-            {
-                "truth": j,
-                "overlap": overlap,
-                "overlap_chosen": fit.overlap,
-                **{k: getattr(knobs, k) for k in _KNOB_COLUMNS},
-                "locality_c_per_expert": float(c_per_expert),
-                "rows": rows,
-            }
-        )
+        drawn = {k: getattr(knobs, k) for k in _KNOB_COLUMNS} | {"locality_c_per_expert": float(c_per_expert)}
+        out.append({"truth": j, "overlap": overlap, "overlap_chosen": fit.overlap, **drawn, "rows": rows})
         if progress is not None:
             progress(j + 1, int(truths))
     return PlanCoverage(tuple(out), inside / max(total, 1), total)

@@ -60,12 +60,7 @@ class RegimeMap(Result):
 
 
 def regime_map(
-    model: MoEModel,
-    hardware: Hardware,
-    workload: Workload,
-    routing: RoutingProbabilities,
-    batch,
-    cache_bytes,
+    model: MoEModel, hardware: Hardware, workload: Workload, routing: RoutingProbabilities, batch, cache_bytes
 ) -> RegimeMap:
     """Evaluate :func:`moeroof.models.plan.plan` at every (cache size, batch) cell (module docstring).
 
@@ -92,15 +87,4 @@ def regime_map(
         bound[i] = p.bound
         trans.append(p.transitions)
         prov = p.provenance["result"]
-    return RegimeMap(
-        batch=b,
-        cache_bytes=c,
-        net_tok_s=net,
-        step_seconds=step,
-        bound=bound,
-        fits_in_memory=fits,
-        cache_effective_bytes=eff,
-        transitions=tuple(trans),
-        overlap=workload.overlap,
-        provenance=prov,
-    )
+    return RegimeMap(b, c, net, step, bound, fits, eff, tuple(trans), workload.overlap, prov)

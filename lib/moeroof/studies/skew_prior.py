@@ -54,12 +54,20 @@ from typing import Any
 
 import numpy as np
 from scipy import stats
+from scipy.optimize import brentq
 
+from moeroof.core.paths import EXTERNAL_DIR
 from moeroof.core.results import Result
-from moeroof.data.skew_prior import FINE_GRAINED_EXPERTS  # the fewest experts the fine-grained prior takes
+from moeroof.data.importers import import_matrix
+
+# FINE_GRAINED_EXPERTS: the fewest experts the fine-grained prior takes
+from moeroof.data.skew_prior import FINE_GRAINED_EXPERTS, committed_skew_prior
+from moeroof.fit.routing import RoutingKnobs, layer_popularity
+from moeroof.fit.skew import fit_histogram
+from moeroof.models.routing import inclusion_probabilities
+from moeroof.studies import locality_prior as lp
 
 __all__ = [
-    "FINE_GRAINED_EXPERTS",
     "QWEN3_DIR",
     "QWEN3_WORKLOADS",
     "DEEPSEEK",
@@ -129,8 +137,6 @@ def top_share(alpha: float, experts: int, top_k: int, top: int = 1, q: float | S
     largest ``top`` of ``π_i / K``, summed), with ``w ~ Dirichlet(α·1)`` per layer
     (:func:`moeroof.fit.routing.layer_popularity`, :data:`HOTTEST_DRAWS` layers at seed 0)
     and π its top-K inclusion probabilities."""
-    from moeroof.fit.routing import RoutingKnobs, layer_popularity
-    from moeroof.models.routing import inclusion_probabilities
 
     w = layer_popularity(RoutingKnobs(family="dirichlet", skew=float(alpha)), int(experts), HOTTEST_DRAWS, 0)
     pi = inclusion_probabilities(np.log(np.maximum(w, 1e-300)), int(top_k), log=True)
@@ -146,7 +152,6 @@ def hottest_share(alpha: float, experts: int, top_k: int, q: float | Sequence[fl
 def alpha_from_hottest_share(share: float, experts: int, top_k: int) -> float:
     """The α whose median hottest share (:func:`hottest_share`) is ``share``, by Brent's method on
     log α (the share falls as α grows; the draws' uniforms are fixed, so it is monotone)."""
-    from scipy.optimize import brentq
 
     def gap(log_alpha: float) -> float:
         return float(hottest_share(math.exp(log_alpha), experts, top_k)) - share
@@ -157,16 +162,12 @@ def alpha_from_hottest_share(share: float, experts: int, top_k: int) -> float:
 def dirichlet_alpha(counts: np.ndarray, top_k: int) -> float:
     """The pooled Dirichlet-multinomial α of per-layer incidence counts (L, E)
     (:func:`moeroof.fit.skew.fit_histogram`, the ``dirichlet`` model alone)."""
-    from moeroof.fit.skew import fit_histogram
-
     fit = fit_histogram(counts, top_k, rng=np.random.default_rng(0), bootstrap=0, gof_sims=0, models=("dirichlet",))
     return float(fit.pooled["dirichlet"].params["alpha"])
 
 
 def qwen3_units(external_dir: str | Path | None = None) -> list[SkewUnit]:
     """Qwen3-30B-A3B's units (:data:`QWEN3_WORKLOADS`); ``FileNotFoundError`` without the capture."""
-    from moeroof.core.paths import EXTERNAL_DIR
-    from moeroof.data.importers import import_matrix
 
     root = Path(external_dir or EXTERNAL_DIR) / QWEN3_DIR
     meta_path = root / "meta.json"
@@ -196,18 +197,16 @@ def coarse_units(external_dir: str | Path | None = None) -> list[SkewUnit]:
     """The coarse models' units (fewer than :data:`FINE_GRAINED_EXPERTS` experts: Mixtral 8x7B,
     Qwen1.5-MoE's first layer), from the locality prior's captures' own histograms; a capture that
     is absent is left out."""
-    from moeroof.studies.locality_prior import SOURCES, source_rows
-
     units = []
     for name in ("mixtral", "qwen15"):
         try:
-            rows = source_rows(name, external_dir)
+            rows = lp.source_rows(name, external_dir)
         except FileNotFoundError:
             continue
         alpha = dirichlet_alpha(np.asarray(rows.counts), rows.top_k)
         how = f"Dirichlet-multinomial fit, pooled over {rows.layers} layer(s)"
         units.append(
-            SkewUnit(name, "decode capture", rows.experts, rows.top_k, alpha, how, SOURCES[name]["provenance"])
+            SkewUnit(name, "decode capture", rows.experts, rows.top_k, alpha, how, lp.SOURCES[name]["provenance"])
         )
     return units
 
@@ -267,18 +266,10 @@ def pool(units: Sequence[SkewUnit]) -> SkewPrior:
     centre = float(np.mean(means))
     tq = stats.t.ppf([0.05, 0.95], dof)
     provenance = "; ".join(dict.fromkeys(u.provenance for u in units))
-    return SkewPrior(
-        alpha=math.exp(centre),
-        alpha_low=math.exp(centre + scale * tq[0]),
-        alpha_high=math.exp(centre + scale * tq[1]),
-        log_alpha_between_sd=math.sqrt(between_var),
-        log_alpha_within_sd=math.sqrt(within_var),
-        scale=scale,
-        dof=dof,
-        models=tuple(by_model),
-        units=n_units,
-        provenance=provenance,
-    )
+    # the median α and its 5 and 95 % quantiles; the between- and within-model sd of log α
+    alphas = (math.exp(centre), math.exp(centre + scale * tq[0]), math.exp(centre + scale * tq[1]))
+    sds = (math.sqrt(between_var), math.sqrt(within_var))
+    return SkewPrior(*alphas, *sds, scale, dof, tuple(by_model), n_units, provenance)
 
 
 @dataclass(frozen=True)
@@ -381,8 +372,6 @@ def held_out_alpha(model: str) -> tuple[float, str] | None:
     """The skew prior's α for ``model`` from units of other models only, as the committed file
     holds them: a fine-grained model's held-out record (the prior of the others), a coarse one's
     the geometric mean of the other coarse units; with where it came from. None: no other unit."""
-    from moeroof.data.skew_prior import committed_skew_prior
-
     prior = committed_skew_prior()
     record = prior.held_out.get(model)
     if record is not None:
@@ -402,8 +391,6 @@ def zero_fit_rows(st, external_dir: str | Path | None = None) -> list[tuple[Any,
     popularity from the skew prior without the model (:func:`held_out_alpha`) instead of the
     source's own histogram — what a zero-fit ``plan`` starts from. Returns (row, what it was
     predicted from) pairs; a source with no other unit of either prior is left out."""
-    from moeroof.fit.routing import RoutingKnobs
-    from moeroof.studies import locality_prior as lp
 
     kw = {k: v for k, v in st.settings.items() if k in ("seeds", "timed_steps", "max_sim_layers")}
     out = []

@@ -26,18 +26,29 @@ The cache policy is chosen per source, from what the source's engine does (``Wor
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from scipy.optimize import brentq, least_squares
 
+from moeroof import cachesim as cache
+from moeroof.core.paths import DATA_DIR
 from moeroof.core.results import Result
-from moeroof.data.presets import Hardware, MoEModel
+from moeroof.core.units import GB
+from moeroof.data.io import read_trace
+from moeroof.data.points import Point
+from moeroof.data.presets import Hardware, MoEModel, bench_model, load_hardware, load_model
+from moeroof.data.skew_prior import committed_skew_prior
+from moeroof.fit.routing import fit_routing
 from moeroof.models import expert_cache
+from moeroof.models.engine_prior import prior_band
 from moeroof.models.plan import RoutingProbabilities, Workload, plan, routing_from_spec
 from moeroof.models.routing import inclusion_probabilities, zipf_weights
+from moeroof.studies.skew_prior import top_share
 
 __all__ = [
     "Reference",
@@ -51,7 +62,6 @@ __all__ = [
     "zipf_hit_rate",
     "zipf_for_hit_rate",
     "hot_set_hit_rate",
-    "scaling_check",
     "fit_engine_terms",
     "bigrig_setup",
     "bigrig_engine_fit",
@@ -178,21 +188,16 @@ BIGRIG_SCALING = Reference(
     hobby=True,
 )
 
-_TERM_FIELDS = {
-    "memory": ("bw_mem_bytes_per_s",),
-    "compute": ("flops_per_s",),
-    "ssd": ("bw_ssd_bytes_per_s",),
-}
+_TERM_FIELDS = {"memory": "bw_mem_bytes_per_s", "compute": "flops_per_s", "ssd": "bw_ssd_bytes_per_s"}
 
 
 def scale_term(hardware: Hardware, term: str, factor: float) -> Hardware:
     """The box with one term's bandwidth (memory, ssd curve, or compute) multiplied by ``factor``."""
     if term not in _TERM_FIELDS:
         raise ValueError(f"term must be one of {sorted(_TERM_FIELDS)}, got {term!r}")
-    if term == "ssd":
-        return replace(hardware, bw_ssd_bytes_per_s=tuple(x * factor for x in hardware.bw_ssd_bytes_per_s))
-    (name,) = _TERM_FIELDS[term]
-    return replace(hardware, **{name: getattr(hardware, name) * factor})
+    value = getattr(hardware, _TERM_FIELDS[term])
+    scaled: Any = tuple(x * factor for x in value) if term == "ssd" else value * factor
+    return replace(hardware, **{_TERM_FIELDS[term]: scaled})
 
 
 def fit_term(
@@ -271,39 +276,6 @@ def zipf_for_hit_rate(
         )
     xtol = 1e-8 if policy == "static" else 1e-6
     return float(brentq(gap, 0.0, 4.0, xtol=xtol))
-
-
-def scaling_check(
-    model: MoEModel,
-    hardware: Hardware,
-    workload: Workload,
-    routing: RoutingProbabilities,
-    batch,
-    measured_net_tok_s,
-    *,
-    calibrate_at: int,
-    term: str,
-) -> dict[str, Any]:
-    """Calibrate ``term`` at one batch size, predict the others, report relative errors."""
-    b = np.asarray(batch, dtype=int)
-    measured = np.asarray(measured_net_tok_s, dtype=float)
-    i_cal = int(np.flatnonzero(b == calibrate_at)[0])
-    hw, factor = fit_term(model, hardware, workload, routing, calibrate_at, float(measured[i_cal]), term)
-    p = plan(model, hw, workload, routing, b)
-    err = p.net_tok_s / measured - 1.0
-    held_out = b != calibrate_at
-    return {
-        "term": term,
-        "factor": factor,
-        "calibrate_at": calibrate_at,
-        "batch": b.tolist(),
-        "measured": measured.tolist(),
-        "predicted": p.net_tok_s.tolist(),
-        "relative_error": err.tolist(),
-        "bound": list(p.bound),
-        "median_abs_error_held_out": float(np.median(np.abs(err[held_out]))),
-        "max_abs_error_held_out": float(np.max(np.abs(err[held_out]))),
-    }
 
 
 def _with_engine(hardware: Hardware, c0: float, c1: float, source: str | None = None) -> Hardware:
@@ -485,9 +457,6 @@ def bigrig_setup(hypothesis: str = "resident", overlap: str = "max"):
     contexts (bigrig's batch.py prompts are short; assumed). ``hypothesis``: a key of
     :data:`BIGRIG_HYPOTHESES`; both use the ``static`` cache policy (see there).
     """
-    from moeroof.core.paths import DATA_DIR
-    from moeroof.data.presets import load_hardware, load_model
-    from moeroof.models.plan import routing_from_spec
 
     if hypothesis not in BIGRIG_HYPOTHESES:
         raise ValueError(f"hypothesis must be one of {sorted(BIGRIG_HYPOTHESES)}, got {hypothesis!r}")
@@ -495,13 +464,8 @@ def bigrig_setup(hypothesis: str = "resident", overlap: str = "max"):
     hw = load_hardware("apple-m4")
     r = routing_from_spec(str(DATA_DIR / "traces" / "qwen3-30b-a3b-like.npz"), m)
     cached = BIGRIG_SCALING.value["cached_experts"] if hypothesis == "pinned-44" else m.experts
-    w = Workload(
-        context_tokens=512,
-        cache_bytes=cached * m.moe_layers * m.expert_bytes,
-        overlap=overlap,
-        cache_policy="static",
-    )
-    return m, hw, w, r
+    cache_bytes = cached * m.moe_layers * m.expert_bytes
+    return m, hw, Workload(context_tokens=512, cache_bytes=cache_bytes, overlap=overlap, cache_policy="static"), r
 
 
 def bigrig_engine_fit(
@@ -522,20 +486,33 @@ def bigrig_engine_fit(
 
 def bigrig_roofline_check(hypothesis: str, term: str, overlap: str = "max") -> dict[str, Any]:
     """The roofline alone against bigrig's curve: one bandwidth (``term``) calibrated at B = 1
-    (:func:`scaling_check`), the other four points predicted; engine terms 0 as the preset has
-    them."""
+    (:func:`fit_term`), the other four points predicted with their relative errors; engine terms 0
+    as the preset has them."""
     m, hw, w, r = bigrig_setup(hypothesis, overlap)
-    ref = BIGRIG_SCALING.value
-    out = scaling_check(m, hw, w, r, ref["batch"], ref["net_tok_s"], calibrate_at=1, term=term)
-    out["hypothesis"] = hypothesis
-    return out
+    b = np.asarray(BIGRIG_SCALING.value["batch"], dtype=int)
+    measured = np.asarray(BIGRIG_SCALING.value["net_tok_s"], dtype=float)
+    hw, factor = fit_term(m, hw, w, r, 1, float(measured[int(np.flatnonzero(b == 1)[0])]), term)
+    p = plan(m, hw, w, r, b)
+    err = p.net_tok_s / measured - 1.0
+    held_out = b != 1
+    return {
+        "term": term,
+        "factor": factor,
+        "calibrate_at": 1,
+        "batch": b.tolist(),
+        "measured": measured.tolist(),
+        "predicted": p.net_tok_s.tolist(),
+        "relative_error": err.tolist(),
+        "bound": list(p.bound),
+        "median_abs_error_held_out": float(np.median(np.abs(err[held_out]))),
+        "max_abs_error_held_out": float(np.max(np.abs(err[held_out]))),
+        "hypothesis": hypothesis,
+    }
 
 
 def cold_token_bytes_check() -> dict[str, Any]:
     """GLM-5.2 int4 bytes read per cold token: the model (uniform routing, no cache, B = 1, so
     ``L · K · e``) against colibri's ~11 GB; nothing calibrated."""
-    from moeroof.data.presets import load_hardware, load_model
-    from moeroof.models.plan import routing_from_spec
 
     m = load_model("glm-5.2")
     p = plan(m, load_hardware("nvme-gen4"), Workload(cache_bytes=0.0), routing_from_spec("uniform", m), [1])
@@ -570,9 +547,6 @@ def single_stream_predictions() -> list[dict[str, Any]]:
     cold row) / ``tok_s_predicted`` and ``relative_error`` against the measured value (the
     range's midpoint), ``bound``, ``source``.
     """
-    from moeroof.core.units import GB
-    from moeroof.data.presets import load_hardware, load_model
-    from moeroof.models.engine_prior import prior_band
 
     model = load_model("glm-5.2")
     rows = []
@@ -661,13 +635,6 @@ def gpu_bench_check(path=None) -> dict[str, Any]:
     relative error, plus the measured and modelled coalescing multiple (baseline
     ``uncoalesced``).
     """
-    import json
-    from pathlib import Path
-
-    from moeroof.core.paths import DATA_DIR
-    from moeroof.data.presets import bench_model, load_hardware
-    from moeroof.models.engine_prior import prior_band
-    from moeroof.models.plan import routing_from_spec
 
     path = Path(path) if path is not None else DATA_DIR / "measurements" / "gpu_moe_bench-h200-2026-11-29.json"
     data = json.loads(path.read_text())
@@ -690,8 +657,12 @@ def gpu_bench_check(path=None) -> dict[str, Any]:
     p = plan(model, hw, workload, routing, batch)
     predicted = {"coalesced": p.net_tok_s, "uncoalesced": p.baselines["uncoalesced"]["net_tok_s"]}
     out = {"batch": batch, "gpu": data["gpu"], "date": data["date"], "command": data["command"], "modes": {}}
+
+    def measured(mode: str, key: str = "net_tok_s") -> list:
+        return [next(r[key] for r in rows if r["batch"] == b and r["mode"] == mode) for b in batch]
+
     for mode in ("uncoalesced", "coalesced"):
-        meas = np.array([next(r["net_tok_s"] for r in rows if r["batch"] == b and r["mode"] == mode) for b in batch])
+        meas = np.array(measured(mode))
         pred = np.asarray(predicted[mode])
         band = prior_band(model, hw, workload, routing, batch, coalesced=mode == "coalesced")
         # each mode's cost per touched (layer, expert) pair fitted on its B = 1 row alone, the rest
@@ -707,38 +678,27 @@ def gpu_bench_check(path=None) -> dict[str, Any]:
             "at_priors_high": band.high.tolist(),
             "fit_b1": {"engine_seconds_per_touched_expert": c, "predicted": fitted.tolist()},
         }
-    modes = out["modes"]
-    out["multiple_fit_b1"] = (
-        np.array(modes["coalesced"]["fit_b1"]["predicted"]) / np.array(modes["uncoalesced"]["fit_b1"]["predicted"])
-    ).tolist()
-    out["multiple_measured"] = (
-        np.array(modes["coalesced"]["measured"]) / np.array(modes["uncoalesced"]["measured"])
-    ).tolist()
+    coalesced, uncoalesced = out["modes"]["coalesced"], out["modes"]["uncoalesced"]
+    out["multiple_fit_b1"] = (np.array(coalesced["fit_b1"]["predicted"]) / uncoalesced["fit_b1"]["predicted"]).tolist()
+    out["multiple_measured"] = (np.array(coalesced["measured"]) / uncoalesced["measured"]).tolist()
     out["multiple_predicted"] = np.asarray(p.baselines["uncoalesced"]["multiple"]).tolist()
-    out["union_measured"] = [
-        next(r["union_per_layer"] for r in rows if r["batch"] == b and r["mode"] == "coalesced") for b in batch
-    ]
+    out["union_measured"] = measured("coalesced", "union_per_layer")
     out["union_predicted"] = p.union_per_layer.tolist()
     return out
 
 
 def _split(c: dict[str, Any], key: str, **kw) -> list[Comparison]:
-    """A fit's result (``batch``, ``measured``, ``predicted``, ``role``) as a consistency row (its
-    calibration points) and a prediction row (the rest)."""
+    """A fit's result (``batch``, ``measured``, ``predicted``, ``role`` and, where it has them,
+    ``notes``, one per point) as a consistency row (its calibration points) and a prediction row
+    (the rest)."""
     out = []
     for role, suffix, want in (("consistency", "-calibration", "calibration"), ("prediction", "", "prediction")):
         sel = [i for i, r in enumerate(c["role"]) if r == want]
         if sel:
-            out.append(
-                Comparison(
-                    key=key + suffix,
-                    role=role,
-                    batch=tuple(int(c["batch"][i]) for i in sel),
-                    measured=tuple(float(c["measured"][i]) for i in sel),
-                    predicted=tuple(float(c["predicted"][i]) for i in sel),
-                    **kw,
-                )
-            )
+            pick: dict[str, Any] = {
+                k: tuple(c[k][i] for i in sel) for k in ("batch", "measured", "predicted", "notes") if k in c
+            }
+            out.append(Comparison(key=key + suffix, role=role, **pick, **kw))
     return out
 
 
@@ -764,37 +724,34 @@ def _single_stream_rows() -> list[Comparison]:
     """Single-stream GLM-5.2's hit rates and tok/s at B = 1 (calibrated and at the priors)."""
     out: list[Comparison] = []
     for r in single_stream_predictions():
-        key = r["key"]
-        hit_measured = r["hit_rate_measured"]
-        if hit_measured is not None:
-            out.append(
-                Comparison(
-                    f"{key}-hit",
-                    r["source"],
-                    f"{r['setup']}: cache hit rate at B=1",
-                    "consistency",
-                    r["calibrated_on"],
-                    r["cache_policy"],
-                    (1,),
-                    (float(hit_measured),),
-                    (r["hit_rate_model"],),
-                )
-            )
         measured = r["tok_s_measured"]
         notes: tuple[str, ...] = ()
         if isinstance(measured, tuple):
             notes = (f"published as a range {measured[0]}–{measured[1]} tok/s: measured is its midpoint",)
             measured = float(np.mean(measured))
         band = tuple((x,) for x in r["tok_s_at_priors_band"])
-        for suffix, quantity, predicted, (low, high) in (
-            ("", f"tok/s at B=1 ({r['hardware']}, bound {r['bound']})", r["tok_s_predicted"], ((), ())),
-            ("-at-priors", f"tok/s at B=1, engine at the box's priors ({r['hardware']})", r["tok_s_at_priors"], band),
-        ):
-            out.append(
-                Comparison(f"{key}-tok-s{suffix}", r["source"], f"{r['setup']}: {quantity}", "prediction",
-                           r["calibrated_on"], r["cache_policy"], (1,), (float(measured),), (predicted,), notes,
-                           low=low, high=high)
-            )  # fmt: skip
+        # (key suffix, role, quantity, measured, predicted, notes, band)
+        hit = (
+            "-hit",
+            "consistency",
+            "cache hit rate at B=1",
+            r["hit_rate_measured"],
+            r["hit_rate_model"],
+            (),
+            ((), ()),
+        )
+        rows: list[tuple] = [hit] if r["hit_rate_measured"] is not None else []
+        rows += [
+            ("-tok-s", "prediction", f"tok/s at B=1 ({r['hardware']}, bound {r['bound']})", measured,
+             r["tok_s_predicted"], notes, ((), ())),
+            ("-tok-s-at-priors", "prediction", f"tok/s at B=1, engine at the box's priors ({r['hardware']})", measured,
+             r["tok_s_at_priors"], notes, band),
+        ]  # fmt: skip
+        out += [
+            Comparison(r["key"] + suffix, r["source"], f"{r['setup']}: {q}", role, r["calibrated_on"], r["cache_policy"],
+                       (1,), (float(ms),), (pr,), nt, low=lo, high=hi)
+            for suffix, role, q, ms, pr, nt, (lo, hi) in rows
+        ]  # fmt: skip
     return out
 
 
@@ -931,7 +888,6 @@ def single_stream_cache_points(calibrate_on: Sequence[int] = CACHE_CALIBRATION_S
     ``layer``): LRU at 8/16/32/64 experts per layer with the published value at the sizes of
     ``calibrate_on`` (calibration) and empty elsewhere, then the same four sizes under each of
     :data:`OTHER_POLICIES`, empty (predicted)."""
-    from moeroof.data.points import Point
 
     ref = SINGLE_STREAM_CACHE.value
     pts = []
@@ -944,7 +900,6 @@ def single_stream_cache_points(calibrate_on: Sequence[int] = CACHE_CALIBRATION_S
 
 @functools.lru_cache(maxsize=4)
 def _single_stream_fit(calibrate_on: tuple[int, ...], seeds: tuple[int, ...], bootstrap: int):
-    from moeroof.fit.routing import fit_routing
 
     ref = SINGLE_STREAM_CACHE.value
     pts = single_stream_cache_points(calibrate_on)
@@ -992,18 +947,9 @@ def single_stream_cache_check(
             role, measured = "projection", None
         else:
             role, measured = ("calibration" if cap in cal else "prediction"), float(ref[cap])
-        rows.append(
-            {
-                "policy": p.policy,
-                "capacity_experts": cap,
-                "role": role,
-                "measured": measured,
-                "predicted": r["predicted"],
-                "low": r["low"],
-                "high": r["high"],
-                "error_points": None if measured is None else 100.0 * (r["predicted"] - measured),
-            }
-        )
+        row = {"policy": p.policy, "capacity_experts": cap, "role": role, "measured": measured}
+        row |= {k: r[k] for k in ("predicted", "low", "high")}
+        rows.append(row | {"error_points": None if measured is None else 100.0 * (r["predicted"] - measured)})
     return {"fit": fit, "calibrate_on": cal, "seeds": tuple(seeds), "bootstrap": int(bootstrap), "rows": rows}
 
 
@@ -1024,9 +970,6 @@ def trace_single_stream_hit_rates(
     ``capacity_experts``, ``hit_rate`` (mean over streams), ``per_stream`` (streams ×
     capacities), ``warmup_steps``, ``steps``, ``streams``, ``layers``.
     """
-    from moeroof import cachesim as cache
-    from moeroof.core.paths import DATA_DIR
-    from moeroof.data.io import read_trace
 
     if trace is None:
         trace = DATA_DIR / "traces" / "qwen3-30b-a3b-like.npz"
@@ -1087,27 +1030,6 @@ def _layer_shares(pi: np.ndarray, k: int) -> tuple[float, float]:
     return float(np.median(p[:, 0])), float(np.median(p[:, :32].sum(axis=1)))
 
 
-def _skew_row(key: str, role: str, calibrated: str, predicted, low=(), high=(), *, e: int, k: int) -> Comparison:
-    """One of :func:`skew_comparisons`' rows against :data:`DEEPSEEK_SKEW` (the preset's E and K)."""
-    ref = DEEPSEEK_SKEW
-    hottest, (lo32, hi32) = ref.value["hottest_share"][1], ref.value["top32_share"]
-    return Comparison(
-        key,
-        ref.source,
-        f"DeepSeek-V3 (E={e}, K={k}): hottest expert's share of a layer's picks (the median layer) and the top "
-        f"32 experts' share (the layers' range {lo32:.0%}–{hi32:.0%}, its middle), in that order",
-        role,
-        calibrated,
-        "none (routing statistics)",
-        (1, 32),
-        (hottest, 0.5 * (lo32 + hi32)),
-        tuple(float(v) for v in predicted),
-        axis="top experts",
-        low=tuple(float(v) for v in low),
-        high=tuple(float(v) for v in high),
-    )
-
-
 def skew_comparisons() -> list[Comparison]:
     """Zero-fit routings against a published routing skew: DeepSeek-V3's hottest expert's share
     of a layer's picks (the median layer) and the top 32 experts' share (the middle of the
@@ -1120,54 +1042,52 @@ def skew_comparisons() -> list[Comparison]:
       share helped fit — the routing ``plan`` and ``fit-plan`` start from;
     - ``deepseek-v3-skew-uniform``, ``-zipf`` (prediction): :data:`OTHER_ROUTINGS`, from
       :func:`moeroof.models.plan.routing_from_spec`."""
-    from moeroof.data.presets import load_model
-    from moeroof.data.skew_prior import committed_skew_prior
-    from moeroof.studies.skew_prior import top_share
 
     model = load_model("deepseek-v3")
     e, k = model.experts, model.top_k
-    row = functools.partial(_skew_row, e=e, k=k)
 
     def shares(alpha: float) -> tuple[float, float]:
         return float(top_share(alpha, e, k, 1)), float(top_share(alpha, e, k, 32))
 
     prior = committed_skew_prior()
-    out = []
+    rows: list[tuple[str, str, str, Any, Any, Any]] = []  # (key, role, calibrated on, predicted, low, high)
     held = prior.held_out.get("deepseek-v3")
     if held and held.get("prior_range"):
         a_lo, a_hi = (float(v) for v in held["prior_range"])
         ends = np.array([shares(a_lo), shares(a_hi)])
-        out.append(
-            row(
-                "deepseek-v3-skew-prior-held-out",
-                "prediction",
-                f"the skew prior without DeepSeek-V3 ({held.get('from', 'the other models')}): α = "
-                f"{float(held['prior_alpha']):.2g} (5–95 % {a_lo:.2g}–{a_hi:.2g}); nothing of DeepSeek-V3",
-                shares(float(held["prior_alpha"])),
-                ends.min(axis=0),
-                ends.max(axis=0),
-            )
+        cal = (
+            f"the skew prior without DeepSeek-V3 ({held.get('from', 'the other models')}): α = "
+            f"{float(held['prior_alpha']):.2g} (5–95 % {a_lo:.2g}–{a_hi:.2g}); nothing of DeepSeek-V3"
         )
-    out.append(
-        row(
-            "deepseek-v3-skew-prior",
-            "consistency",
-            f"the skew prior (α = {prior.alpha:.2g}, fitted on {', '.join(prior.sources)}: this median hottest share "
-            "among them), the routing plan and fit-plan start from",
-            shares(prior.alpha),
-        )
+        pred = shares(float(held["prior_alpha"]))
+        rows.append(("deepseek-v3-skew-prior-held-out", "prediction", cal, pred, ends.min(axis=0), ends.max(axis=0)))
+    cal = (
+        f"the skew prior (α = {prior.alpha:.2g}, fitted on {', '.join(prior.sources)}: this median hottest share "
+        "among them), the routing plan and fit-plan start from"
     )
+    rows.append(("deepseek-v3-skew-prior", "consistency", cal, shares(prior.alpha), (), ()))
     for spec, who in OTHER_ROUTINGS:
         name = spec.split(":", 1)[0]  # uniform, zipf: a key without dots (the pins are TOML tables)
-        out.append(
-            row(
-                f"deepseek-v3-skew-{name}",
-                "prediction",
-                f"nothing: {who} ({spec}), no skew knob fitted",
-                _layer_shares(routing_from_spec(spec, model).pi, k),
-            )
+        pred = _layer_shares(routing_from_spec(spec, model).pi, k)
+        rows.append(
+            (f"deepseek-v3-skew-{name}", "prediction", f"nothing: {who} ({spec}), no skew knob fitted", pred, (), ())
         )
-    return out
+    ref = DEEPSEEK_SKEW
+    hottest, (lo32, hi32) = ref.value["hottest_share"][1], ref.value["top32_share"]
+    quantity = (
+        f"DeepSeek-V3 (E={e}, K={k}): hottest expert's share of a layer's picks (the median layer) and the top "
+        f"32 experts' share (the layers' range {lo32:.0%}–{hi32:.0%}, its middle), in that order"
+    )
+    measured = (hottest, 0.5 * (lo32 + hi32))
+
+    def floats(v) -> tuple[float, ...]:
+        return tuple(float(x) for x in v)
+
+    return [
+        Comparison(key, ref.source, quantity, role, cal, "none (routing statistics)", (1, 32), measured, floats(pred),
+                   axis="top experts", low=floats(lo), high=floats(hi))
+        for key, role, cal, pred, lo, hi in rows
+    ]  # fmt: skip
 
 
 def cache_comparisons() -> list[Comparison]:
@@ -1195,26 +1115,13 @@ def cache_comparisons() -> list[Comparison]:
         f"fit-routing on LRU at {' and '.join(str(c) for c in chk['calibrate_on'])} experts per layer "
         f"(fitted {', '.join(fit.fitted)}: {label}; seeds {list(chk['seeds'])}, bootstrap {chk['bootstrap']})"
     )
+    lru = [r for r in chk["rows"] if r["policy"] == "lru"]
+    c = {k: [r[k] for r in lru] for k in ("measured", "predicted", "role")}
+    c["batch"] = [r["capacity_experts"] for r in lru]
+    c["notes"] = [f"{r['capacity_experts']} experts: band {r['low']:.1%}–{r['high']:.1%}" for r in lru]
     cache_label = "lru, one cache per layer (simulated on traces drawn from the fitted knobs)"
-    out = []
-    for role, suffix, want in (("consistency", "-calibration", "calibration"), ("prediction", "", "prediction")):
-        sel = [r for r in chk["rows"] if r["policy"] == "lru" and r["role"] == want]
-        out.append(
-            Comparison(
-                "qwen3-single-stream-lru-fit" + suffix,
-                source,
-                quantity,
-                role,
-                cal_label,
-                cache_label,
-                tuple(r["capacity_experts"] for r in sel),
-                tuple(r["measured"] for r in sel),
-                tuple(r["predicted"] for r in sel),
-                tuple(f"{r['capacity_experts']} experts: band {r['low']:.1%}–{r['high']:.1%}" for r in sel),
-                axis="capacity_experts",
-                error_unit="points",
-            )
-        )
+    out = _split(c, "qwen3-single-stream-lru-fit", source=source, quantity=quantity, calibrated_on=cal_label,
+                 cache=cache_label, axis="capacity_experts", error_unit="points")  # fmt: skip
     z = zero_fit_single_stream_check()
     out.append(
         Comparison(

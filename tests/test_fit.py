@@ -103,7 +103,7 @@ def test_pooled_vs_per_layer():
     assert res2.pooled["zipf"].params["s"] < s_pool
 
 
-def test_to_dict_json_and_popularity_from_fit():
+def test_to_dict_json():
     rng = _rng("test_fit_to_dict")
     counts = _zipf_counts(rng, 1.0, experts=16, top_k=2, layers=3, tokens=5_000)
     res = fit.fit_histogram(counts, 2, rng=rng, bootstrap=10, gof_sims=9)
@@ -119,12 +119,6 @@ def test_to_dict_json_and_popularity_from_fit():
         "gof_statistic",
         "gof_pvalue",
     }
-    pop = fit.popularity_from_fit(res, "zipf", rng=rng)
-    assert pop.shape == (3, 16) and np.allclose(pop.sum(axis=1), 1.0)
-    # ranks follow each layer's observed order
-    assert all(np.argmax(pop[l]) == np.argmax(counts[l]) for l in range(3))
-    assert fit.popularity_from_fit(res, "dirichlet", rng=rng, layers=5).shape == (5, 16)
-    assert np.allclose(fit.popularity_from_fit(res, "uniform", rng=rng), 1 / 16)
 
 
 @pytest.mark.parametrize(

@@ -113,6 +113,7 @@ fits, the best one alone gives the band, and a note says so.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -162,7 +163,6 @@ __all__ = [
     "capacity_per_layer",
     "simulate_points",
     "identifiable",
-    "fit_family",
     "fit_routing",
 ]
 
@@ -177,6 +177,8 @@ MIN_SENSITIVITY = 0.05
 NULL_KNOBS = ("rho", "locality")
 #: Levenberg–Marquardt evaluations of the polish that ends the fit and of each bootstrap refit
 REFIT_EVALS = 8
+#: Nelder–Mead evaluations of the polish after the coordinate search (three knobs or more)
+POLISH_EVALS = 40
 _DEFAULT_SKEW = {"dirichlet": 0.5, "zipf": 0.8}
 #: tolerance floors where a relative tolerance would vanish (union: experts; GiB per step)
 _FLOOR = {"hit_rate": 0.03, "overlap": 0.05, "union": 0.25, "gib_per_step": 0.005}
@@ -226,33 +228,24 @@ def capacity_per_layer(point: Point, layers: int, expert_bytes: float | None) ->
 def _cache_row(point, trace, popularity, warm, layers, expert_bytes, req_memo, timed) -> float:
     sim_layers, experts = popularity.shape
     owner = rank_partition(popularity, point.ranks, point.partition)
-    cap = capacity_per_layer(point, layers, expert_bytes) * sim_layers
+    slots = math.floor(capacity_per_layer(point, layers, expert_bytes) * sim_layers + 1e-9)
     hits = reqs = 0
     gib = []
     for r in range(point.ranks):
         key = (point.ranks, point.partition, r)
         if key not in req_memo:
-            req_memo[key] = (
-                cache.requests_from_trace(trace, experts)
-                if owner is None
-                else cache.requests_from_trace(trace, experts, partition=owner, rank=r)
+            req_memo[key] = cache.requests_from_trace(
+                trace, experts, partition=owner, rank=None if owner is None else r
             )
-        req = req_memo[key]
         pinned = None
         if point.policy == "static":
             pinned = (popularity if owner is None else np.where(owner == r, popularity, 0.0)).ravel()
         res = cache.simulate(
-            req,
-            math.floor(cap + 1e-9),
-            policy=point.policy,
-            scope=point.scope,
-            warmup_steps=warm,
-            pinned=pinned,
+            req_memo[key], slots, policy=point.policy, scope=point.scope, warmup_steps=warm, pinned=pinned
         )
         hits += res.hits
         reqs += res.requests
-        misses_per_step = res.misses / timed
-        gib.append(misses_per_step * layers / sim_layers * (expert_bytes or 0.0) / GiB)
+        gib.append(res.misses / timed * layers / sim_layers * (expert_bytes or 0.0) / GiB)
     if point.kind == "gib_per_step":
         return float(np.mean(gib))
     return hits / reqs if reqs else float("nan")
@@ -299,12 +292,10 @@ def check_sizes(
             f"{experts} experts × {sim_layers} simulated layers = {experts * sim_layers} popularity entries, "
             f"more than the {MAX_FIT_EXPERT_CELLS} a fit can redraw at each of its hundreds of evaluations",
         )
-    done: set[int] = set()
+    first: dict[int, Point] = {}  # the first row of each batch size
     for p in points:
-        m = int(p.batch)
-        if m in done:
-            continue
-        done.add(m)
+        first.setdefault(int(p.batch), p)
+    for m, p in first.items():
         steps = -(-int(max_history) // m) + int(timed_steps)
         where = f"row {p.row} ({p.label()})" if p.row else p.label()
         if steps > MAX_SIMULATED_STEPS:
@@ -340,36 +331,20 @@ def simulate_points(
     (:data:`_MEMO`), returns the numbers simulated before, bit for bit.
     """
     points = list(points)
-    check_sizes(
-        points,
-        experts,
-        top_k,
-        layers,
-        seeds=max(1, len(seeds)),
-        timed_steps=int(timed_steps),
-        max_sim_layers=max_sim_layers,
-        max_history=int(knobs.history_tokens),
-    )
-    key = _points_key(knobs, points, experts, top_k, layers, expert_bytes, seeds, timed_steps, max_sim_layers)
+    sizes = dict(seeds=max(1, len(seeds)), timed_steps=int(timed_steps), max_sim_layers=max_sim_layers)
+    check_sizes(points, experts, top_k, layers, **sizes, max_history=int(knobs.history_tokens))
+    args = (knobs, points, experts, top_k, layers, expert_bytes, seeds, timed_steps, max_sim_layers)
+    key = _points_key(*args)
     stored = _memo_get(key, (len(seeds), len(points)))
     if stored is not None:
         return stored
-    out = simulate_points_uncached(
-        knobs, points, experts, top_k, layers, expert_bytes, seeds, timed_steps, max_sim_layers
-    )
+    out = simulate_points_uncached(*args)
     _memo_put(key, out)
     return out
 
 
 #: the source files :func:`simulate_points` runs (relative to the package): the disk memo's salt
-MEMO_SOURCES = (
-    "fit/routing.py",
-    "models/",
-    "cachesim/",
-    "kernels/",
-    "core/",
-    "data/",
-)  # every module a simulated row can reach
+MEMO_SOURCES = ("fit/routing.py", "models/", "cachesim/", "kernels/", "core/", "data/")  # all a row can reach
 #: simulated rows kept in this process and on disk between runs (:mod:`moeroof.core.memo`)
 _MEMO = SourceMemo("fit-routing-points", MEMO_SOURCES)
 
@@ -582,8 +557,14 @@ def _search(
     """Coordinate search with a parabolic refinement per knob (module docstring)."""
     x = np.array(x0, dtype=float)
     best = f(x)
-    lo = np.array([b[0] for b in boxes])
-    hi = np.array([b[1] for b in boxes])
+    lo, hi = np.array(boxes, dtype=float).T  # the boxes' lower and upper ends
+
+    def at(j: int, v: float) -> float:
+        """f with knob j moved to v."""
+        y = x.copy()
+        y[j] = v
+        return f(y)
+
     for r in range(rounds):
         for j in range(x.size):
             span = (hi[j] - lo[j]) / 2.5**r
@@ -591,12 +572,7 @@ def _search(
             b = min(hi[j], a + span)
             a = max(lo[j], b - span)
             pts = np.linspace(a, b, grid)
-            at_pts = []
-            for p in pts:
-                y = x.copy()
-                y[j] = p
-                at_pts.append(f(y))
-            vals = np.array(at_pts)
+            vals = np.array([at(j, p) for p in pts])
             k = int(np.argmin(vals))
             cand = [(vals[k], pts[k])]
             if 0 < k < grid - 1:
@@ -606,9 +582,7 @@ def _search(
                 if den != 0:
                     v = x1_ - 0.5 * ((x1_ - x0_) ** 2 * (f1 - f2) - (x1_ - x2_) ** 2 * (f1 - f0)) / den
                     if x0_ < v < x2_:
-                        y = x.copy()
-                        y[j] = v
-                        cand.append((f(y), v))
+                        cand.append((at(j, v), v))
             val, p = min(cand, key=lambda t: t[0])
             if val < best:
                 best = val
@@ -623,8 +597,7 @@ def _polish(
     clipped to the box; the coordinate search leaves narrow valleys between knobs unexplored."""
     from scipy.optimize import minimize
 
-    lo = np.array([b[0] for b in boxes])
-    hi = np.array([b[1] for b in boxes])
+    lo, hi = np.array(boxes, dtype=float).T  # the boxes' lower and upper ends
     clipped = lambda x: f(np.clip(x, lo, hi)) + float(np.sum((x - np.clip(x, lo, hi)) ** 2))
     simplex = [x0] + [
         x0
@@ -651,8 +624,7 @@ def _levenberg_marquardt(
     from it), clipped to the box; λ /3 after a step that lowers S, ×4 after one that does not.
     Stops when the step is below 10⁻³ of every box or after ``max_evals`` residuals. Returns x,
     r(x) and the residuals evaluated."""
-    lo = np.array([b[0] for b in boxes])
-    hi = np.array([b[1] for b in boxes])
+    lo, hi = np.array(boxes, dtype=float).T  # the boxes' lower and upper ends
     x, r = np.array(x0, dtype=float), np.array(r0, dtype=float)
     s = _sum_sq(r)
     jac = np.array(jac, dtype=float)
@@ -698,16 +670,14 @@ def _sum_sq(z: np.ndarray) -> float:
 
 class _Problem:
     """One family's least squares on the calibration rows: the mean simulated rows at x (the
-    transformed knobs) and seeds, memoised."""
+    transformed knobs) and seeds, memoised. ``model`` is (E, K, L, expert bytes), ``sim`` the
+    simulation's keywords of :func:`simulate_points`, ``held`` knobs held at a prior's values."""
 
     def __init__(
         self,
         family: str,
         points: Sequence[Point],
-        experts: int,
-        top_k: int,
-        layers: int,
-        expert_bytes: float | None,
+        model: tuple[int, int, int, float | None],
         fitted: Sequence[str],
         start: RoutingKnobs | None,
         max_history: int,
@@ -722,15 +692,18 @@ class _Problem:
         self.base = replace(base, family=family) if base.family != family else base
         if held:  # knobs the rows cannot identify, held at a prior rather than at their nulls
             self.base = replace(self.base, **held)
-        self.family = family
         self.names = tuple(fitted)
-        self.max_history = max_history
-        self.boxes = [_box(n, family, experts, max_history) for n in self.names]
-        self.lo = np.array([b[0] for b in self.boxes])
-        self.hi = np.array([b[1] for b in self.boxes])
-        self.model = (experts, top_k, layers, expert_bytes)
+        self.boxes = [_box(n, family, model[0], max_history) for n in self.names]
+        self.lo, self.hi = np.array(self.boxes, dtype=float).reshape(-1, 2).T  # (no knob: two empty arrays)
+        self.model = model
         self.sim = sim
         self.memo: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+
+    def held_at(self, held: _Held) -> _Problem:
+        """The same problem with the knobs ``held`` set in its base (and a memo of its own)."""
+        sub = copy.copy(self)
+        sub.base, sub.memo = replace(self.base, **held), {}
+        return sub
 
     def knobs(self, x) -> RoutingKnobs:
         return _knobs_at(self.base, self.names, x, self.model[0], self.boxes)
@@ -744,6 +717,20 @@ class _Problem:
             y = simulate_points(k, self.cal, *self.model, seeds, **self.sim).mean(axis=0)
             self.memo[key] = (np.array(x, dtype=float), y)
         return self.memo[key][1]
+
+    def resid(self, seeds, m: np.ndarray | None = None, tau: np.ndarray | None = None) -> Callable:
+        """x ↦ the scaled residuals ``(mean calibration rows at x − m) / tau`` (default: the
+        measured rows and their tolerances)."""
+        m, tau = (self.m, self.tau) if m is None else (m, tau)
+        return lambda x: (self.mean(x, seeds) - m) / tau
+
+    def polish(self, x: np.ndarray, seeds) -> tuple[np.ndarray, np.ndarray]:
+        """The Levenberg–Marquardt polish from x (the Jacobian by differences at x, the knobs the
+        rows move free): the polished x and its scaled residuals."""
+        resid = self.resid(seeds)
+        jac = _jacobian(self, x, seeds, self.tau)
+        x, r, _ = _levenberg_marquardt(resid, x, resid(x), jac, _identified(self, jac), self.boxes, REFIT_EVALS)
+        return x, r
 
     def explored(self, seeds) -> list[tuple[np.ndarray, np.ndarray]]:
         """Every (x, mean calibration rows) evaluated at ``seeds`` so far."""
@@ -778,79 +765,15 @@ def _to_units(prob: _Problem, name: str, low_x: float, high_x: float, level: flo
     return Interval(min(a, b), max(a, b), level, method)
 
 
-def fit_family(
-    family: str,
-    points: Sequence[Point],
-    experts: int,
-    top_k: int,
-    layers: int,
-    expert_bytes: float | None = None,
-    *,
-    fitted: Sequence[str] = ("skew",),
-    start: RoutingKnobs | None = None,
-    seeds: Sequence[int] = (0, 1),
-    bootstrap: int = 8,
-    timed_steps: int = 16,
-    max_sim_layers: int = 16,
-    max_history: int = 2048,
-    rounds: int = ROUNDS,
-    grid: int = GRID,
-    polish: int = 40,
-    refit: int = REFIT_EVALS,
-    level: tuple[float, float] = (0.05, 0.95),
-) -> FamilyFit:
-    """Fit the ``fitted`` knobs of one family to the calibration points (module docstring) and
-    draw B = ``bootstrap`` knob sets by the refit parametric bootstrap (the fit's polish and
-    each refit at most ``refit`` Levenberg–Marquardt evaluations) with ``level`` intervals;
-    ``predicted`` is every point (calibration or not) at the fitted knobs, mean over ``seeds``."""
-    prob, ff = _fit_family(
-        family,
-        points,
-        experts,
-        top_k,
-        layers,
-        expert_bytes,
-        fitted=fitted,
-        start=start,
-        seeds=seeds,
-        timed_steps=timed_steps,
-        max_sim_layers=max_sim_layers,
-        max_history=max_history,
-        rounds=rounds,
-        grid=grid,
-        polish=polish,
-        refit=refit,
-    )
-    return _bootstrap(prob, ff, seeds, bootstrap, refit, level)
-
-
 def _fit_family(
-    family,
-    points,
-    experts,
-    top_k,
-    layers,
-    expert_bytes,
-    *,
-    fitted,
-    start,
-    seeds,
-    timed_steps,
-    max_sim_layers,
-    max_history,
-    rounds,
-    grid,
-    polish,
-    refit,
-    held=None,
+    family: str, points: Sequence[Point], model: tuple, *, fitted, start, seeds, sim, max_history, held=None
 ) -> tuple[_Problem, FamilyFit]:
-    sim = dict(timed_steps=timed_steps, max_sim_layers=max_sim_layers)
-    prob = _Problem(family, points, experts, top_k, layers, expert_bytes, fitted, start, max_history, sim, held)
-    seeds = tuple(int(s) for s in seeds)
-    names, boxes, m, tau = prob.names, prob.boxes, prob.m, prob.tau
-
-    def mean_z(x: np.ndarray) -> np.ndarray:
-        return (prob.mean(x, seeds) - m) / tau
+    """One family's fit to the calibration points (module docstring, the fit), without its
+    bootstrap (:func:`_bootstrap`); ``predicted`` is every point at the fitted knobs, mean over
+    ``seeds``."""
+    prob = _Problem(family, points, model, fitted, start, max_history, sim, held)
+    names, boxes = prob.names, prob.boxes
+    mean_z = prob.resid(seeds)
 
     def objective(x: np.ndarray) -> float:
         return _sum_sq(mean_z(x))
@@ -865,31 +788,19 @@ def _fit_family(
             if n in ("rho", "history"):
                 alt[j] = 0.5 * (boxes[j][0] + boxes[j][1])
         starts = [x0] + ([alt] if len(names) > 2 and not np.array_equal(alt, x0) else [])
-        x_hat, s = min((_search(objective, x, boxes, rounds, grid) for x in starts), key=lambda t: t[1])
-    if len(names) > 1 and polish > 0:
-        x_hat, s = _polish(objective, x_hat, s, boxes, polish)
-    if names and refit > 0:
+        x_hat, s = min((_search(objective, x, boxes, ROUNDS, GRID) for x in starts), key=lambda t: t[1])
+    if len(names) > 1:
+        x_hat, s = _polish(objective, x_hat, s, boxes, POLISH_EVALS)
+    if names:
         # the Levenberg–Marquardt polish the bootstrap's refits end with: the estimator they replay
-        jac = _jacobian(prob, x_hat, seeds, tau)
-        x_hat, _, _ = _levenberg_marquardt(mean_z, x_hat, mean_z(x_hat), jac, _identified(prob, jac), boxes, refit)
+        x_hat, _ = prob.polish(x_hat, seeds)
         s = objective(x_hat)
-    knobs = prob.knobs(x_hat)
     z = mean_z(x_hat)
     evaluations = len(prob.memo)
     predicted = prob.mean(x_hat, seeds, rows=prob.points)
     max_abs_z = float(np.max(np.abs(z))) if z.size else 0.0
-    ff = FamilyFit(
-        family,
-        knobs,
-        float(s),
-        max_abs_z,
-        bool(np.all(np.isfinite(z)) and max_abs_z <= 1.0),
-        predicted,
-        (),
-        (),
-        evaluations,
-    )
-    return prob, ff
+    fits = bool(np.all(np.isfinite(z)) and max_abs_z <= 1.0)
+    return prob, FamilyFit(family, prob.knobs(x_hat), float(s), max_abs_z, fits, predicted, (), (), evaluations)
 
 
 def _identified(prob: _Problem, jac: np.ndarray) -> np.ndarray:
@@ -908,30 +819,24 @@ def _replicate_measurement(prob: _Problem, ff: FamilyFit, seeds: tuple[int, ...]
     return y_hat + y_b - y_f, _finite((y_b - y_f) / prob.tau)
 
 
-def _refit(prob: _Problem, seeds: tuple[int, ...], jac: np.ndarray, ok: np.ndarray, refit: int, explored, replicate):
+def _refit(prob: _Problem, seeds: tuple[int, ...], jac: np.ndarray, ok: np.ndarray, explored, replicate):
     """One replicate measurement refitted (module docstring, Intervals): from the best of every
     knob set the fit evaluated (they hold the other valleys), then the Levenberg–Marquardt
     polish; the refitted knobs (transformed scale) and the replicate's noise, end to end."""
     m_b, noise_b = replicate
     tau_b = np.array([tolerance(p.kind, v) if np.isfinite(v) else t for p, v, t in zip(prob.cal, m_b, prob.tau)])
-
-    def resid(x: np.ndarray) -> np.ndarray:
-        return (prob.mean(x, seeds) - m_b) / tau_b
-
     x0, y0 = min(explored, key=lambda v: _sum_sq((v[1] - m_b) / tau_b))
     jac_b = jac * (prob.tau / tau_b)[:, None]
-    x_b, _, _ = _levenberg_marquardt(resid, x0, (y0 - m_b) / tau_b, jac_b, ok, prob.boxes, refit)
+    resid = prob.resid(seeds, m_b, tau_b)
+    x_b, _, _ = _levenberg_marquardt(resid, x0, (y0 - m_b) / tau_b, jac_b, ok, prob.boxes, REFIT_EVALS)
     return np.concatenate([x_b, noise_b])
 
 
-def _bootstrap(
-    prob: _Problem, ff: FamilyFit, seeds, bootstrap: int, refit: int, level: tuple[float, float]
-) -> FamilyFit:
+def _bootstrap(prob: _Problem, ff: FamilyFit, seeds, bootstrap: int, level: tuple[float, float]) -> FamilyFit:
     """The refit parametric bootstrap (module docstring): B knob draws and the intervals."""
     names = prob.names
     if not names or bootstrap <= 0:
         return ff
-    seeds = tuple(int(s) for s in seeds)
     x_hat = prob.x_of(ff.knobs)
     jac = _jacobian(prob, x_hat, seeds, prob.tau)
     ok = _identified(prob, jac)
@@ -939,7 +844,7 @@ def _bootstrap(
     explored = prob.explored(seeds)  # the fit's own evaluations: the refits start from the best
     before = len(prob.memo)
     out = bootstrap_replicates(
-        lambda rep: _refit(prob, seeds, jac, ok, refit, explored, rep),
+        lambda rep: _refit(prob, seeds, jac, ok, explored, rep),
         bootstrap,
         draw=lambda b: _replicate_measurement(prob, ff, seeds, y_hat, b),
     )
@@ -963,20 +868,16 @@ def _bootstrap(
         cov[np.ix_(ok, ok)] = pinv @ pinv.T
         lin[np.ix_(ok, ok)] = pinv @ (noise.T @ noise / bootstrap) @ pinv.T
 
-    def real(x: np.ndarray) -> np.ndarray:
-        return (prob.mean(x, seeds) - prob.m) / prob.tau
-
+    real = prob.resid(seeds)
     s_hat = _sum_sq(real(x_hat))
     for j, name in enumerate(names):
         if name not in NULL_KNOBS or not ok[j] or low_x[j] <= prob.lo[j] or cov[j, j] <= 0:
             continue
-        at_null = x_hat.copy()
-        at_null[j] = prob.lo[j]
-        starts = [x for x, _ in prob.explored(seeds) if x[j] <= prob.lo[j]] + [at_null]
+        others = np.arange(len(names)) != j
+        starts = [x for x, _ in prob.explored(seeds) if x[j] <= prob.lo[j]] + [np.where(others, x_hat, prob.lo[j])]
         x0 = min(starts, key=lambda x: _sum_sq(real(x)))
-        free = ok.copy()
-        free[j] = False
-        _, r_null, _ = _levenberg_marquardt(real, x0, real(x0), jac, free, prob.boxes, refit)
+        free = ok & others
+        _, r_null, _ = _levenberg_marquardt(real, x0, real(x0), jac, free, prob.boxes, REFIT_EVALS)
         if _sum_sq(r_null) - s_hat <= t_lo**2 * max(sd[j] ** 2, lin[j, j]) / cov[j, j]:
             low_x[j] = prob.lo[j]
     how = f"refit parametric bootstrap, fitted value + Student t quantile x rms deviation, {bootstrap} replicates"
@@ -1007,14 +908,13 @@ def _bootstrap_draws(prob: _Problem, xs: np.ndarray, ok: np.ndarray, seed: int) 
 
 
 def _prior_draws(
-    prob: _Problem, ff: FamilyFit, seeds, pairs: Sequence[tuple[float, float]], held: Sequence[str], refit: int
+    prob: _Problem, ff: FamilyFit, seeds, pairs: Sequence[tuple[float, float]], held: Sequence[str]
 ) -> FamilyFit:
     """The draws of a family whose held knobs come from a prior: for each prior draw ``(ρ_b,
     c_b/E)``, the held knobs set to it and the fitted ones refitted with them held (the
     Levenberg–Marquardt polish from θ̂: a profile of the calibration rows), weighted by
     ``w_b ∝ exp(−S_b / 2)``, ``S_b`` the refit's scaled residual — the prior conditioned on the
     rows (importance weights), without charging a draw for the other knobs it would move."""
-    seeds = tuple(int(v) for v in seeds)
     e = int(prob.model[0])
     x_hat = prob.x_of(ff.knobs)
     draws, s_b = [], []
@@ -1024,18 +924,8 @@ def _prior_draws(
             values["rho"] = float(r_b)
         if "locality" in held:
             values["c"] = float(c_b) * e  # inf (off) stays inf
-        sub = _Problem(
-            prob.family, prob.points, *prob.model, prob.names, prob.base, prob.max_history, prob.sim, held=values
-        )
-
-        def resid(x: np.ndarray, sub=sub) -> np.ndarray:
-            return (sub.mean(x, seeds) - sub.m) / sub.tau
-
-        if prob.names and refit > 0:
-            jac = _jacobian(sub, x_hat, seeds, sub.tau)
-            x_b, r, _ = _levenberg_marquardt(resid, x_hat, resid(x_hat), jac, _identified(sub, jac), sub.boxes, refit)
-        else:
-            x_b, r = x_hat, resid(x_hat)
+        sub = prob.held_at(values)
+        x_b, r = sub.polish(x_hat, seeds) if prob.names else (x_hat, sub.resid(seeds)(x_hat))
         draws.append(sub.knobs(x_b))
         s_b.append(_sum_sq(r))
     s_arr = np.array(s_b)
@@ -1051,25 +941,19 @@ def _knob_value(k: RoutingKnobs, name: str) -> float:
 _KNOB_KEYS = {"skew": "skew", "rho": "rho", "locality": "locality_c", "history": "history_tokens"}
 
 
-def _bands(
-    contributing, best, points, experts, top_k, layers, expert_bytes, level, timed_steps, max_sim_layers
-) -> Interval:
+def _bands(contributing, best, points, model: tuple[int, int, int, float | None], level, sim) -> Interval:
     """Bands (module docstring), an interval per point: per family, its prediction ± t_B × the root
     mean square of (a draw's simulated row − the prediction); the envelope over the families and
     the chosen prediction; hit rates and overlaps clipped to [0, 1], the others to ≥ 0. A family
     whose draws carry a prior's draws of held knobs weights them by its ``draw_weights``
     (:func:`_prior_draws`: the prior conditioned on the calibration rows)."""
-    sim = dict(timed_steps=timed_steps, max_sim_layers=max_sim_layers)
     low = np.array(best.predicted, dtype=float)
     high = low.copy()
     for f in contributing:
         low_f = high_f = np.array(f.predicted, dtype=float)
         if f.draws:
             ys = np.concatenate(
-                [
-                    simulate_points(kb, points, experts, top_k, layers, expert_bytes, [20_000 + 89 * b], **sim)
-                    for b, kb in enumerate(f.draws)
-                ]
+                [simulate_points(kb, points, *model, [20_000 + 89 * b], **sim) for b, kb in enumerate(f.draws)]
             )
             ok = np.isfinite(ys)
             w = np.asarray(f.draw_weights, dtype=float) if f.draw_weights else np.ones(len(ys))
@@ -1086,16 +970,6 @@ def _bands(
         "envelope over the families that fit of prediction + Student t quantile x rms deviation of its bootstrap draws"
     )
     return Interval(np.maximum(low, 0.0), np.where(unit, np.minimum(high, 1.0), high), confidence_of(level), how)
-
-
-def _identified_knobs(points: list[Point], popularity: RoutingKnobs | None) -> tuple[tuple[str, ...], dict[str, str]]:
-    """The knobs :func:`fit_routing` fits and those it holds (with why): a given popularity holds the skew."""
-    if popularity is not None:
-        fitted, held = identifiable(points, hold=("skew",))
-        held["skew"] = f"given: the routing's popularity ({popularity.skew_name} = {popularity.skew:.3g}), not fitted"
-    else:
-        fitted, held = identifiable(points)
-    return fitted, held
 
 
 def _locality_holds(
@@ -1140,18 +1014,23 @@ def _locality_holds(
 def _fit_families(
     families: Sequence[str],
     points: list[Point],
-    shape: tuple[int, int, int, float | None],
+    model: tuple[int, int, int, float | None],
     kw: dict[str, Any],
+    bootstrap: int,
+    level: tuple[float, float],
+    prior: tuple[list[tuple[float, float]], tuple[str, ...], dict[str, str], Locality | None],
     report: Callable[[str], None],
     notes: list[str],
-) -> tuple[list, int, list[int]]:
-    """Each family's problem and fit, the best family's index and those that fit the rows (the
-    best alone, with a note, when none does); ``shape`` is (E, K, L, expert bytes)."""
-    experts, top_k, layers, expert_bytes = shape
+) -> tuple[list[FamilyFit], int, list[int]]:
+    """Each family's fit, the best family's index and those that fit the rows (the best alone,
+    with a note, when none does; a note for each that cannot); ``model`` is (E, K, L, expert
+    bytes). The bootstrap only where its draws are used (the families of the bands and the best
+    one), and there, with the locality prior's draws ``prior`` (draws, fitted, held, the prior),
+    those draws."""
     problems = []
-    for f in families:
-        report(f"{f}: fit")
-        problems.append(_fit_family(f, points, experts, top_k, layers, expert_bytes, **kw))
+    for family in families:
+        report(f"{family}: fit")
+        problems.append(_fit_family(family, points, model, **kw))
     best_i = min(range(len(problems)), key=lambda i: problems[i][1].residual)
     chosen = [i for i, (_, f) in enumerate(problems) if f.fits]
     if not chosen:
@@ -1160,42 +1039,30 @@ def _fit_families(
             f"no family meets every calibration row within tolerance; the bands come from the best "
             f"({problems[best_i][1].family}) alone"
         )
-    return problems, best_i, chosen
-
-
-def _bootstrapped_fits(
-    problems: list,
-    best_i: int,
-    chosen: list[int],
-    seeds: tuple[int, ...],
-    bootstrap: int,
-    level: tuple[float, float],
-    prior: tuple[list[tuple[float, float]], tuple[str, ...], dict[str, str], Locality | None],
-    report: Callable[[str], None],
-    notes: list[str],
-) -> list:
-    """Each family's fit with its bootstrap (only where its draws are used) and, with the locality
-    prior's draws ``prior`` (draws, fitted, held, the prior), those draws."""
     prior_pairs, fitted, held, locality = prior
-    # the bootstrap only where its draws are used: the families of the bands and the chosen one
+    held_names = [n for n in ("rho", "locality") if n not in fitted and n in held]
     fits = []
     for i, (prob, f) in enumerate(problems):
-        report(f"{f.family}: bootstrap ({bootstrap})" if i in chosen or i == best_i else f"{f.family}: no bootstrap")
-        fits.append(_bootstrap(prob, f, seeds, int(bootstrap), REFIT_EVALS, level) if i in chosen or i == best_i else f)
-    if prior_pairs:  # the held knobs drawn from the prior, the fitted ones refitted with each draw
-        held_names = [n for n in ("rho", "locality") if n not in fitted and n in held]
-        fits = [
-            _prior_draws(problems[i][0], f, seeds, prior_pairs, held_names, REFIT_EVALS)
-            if i in chosen or i == best_i
-            else f
-            for i, f in enumerate(fits)
-        ]
+        used = i in chosen or i == best_i
+        report(f"{f.family}: bootstrap ({bootstrap})" if used else f"{f.family}: no bootstrap")
+        if used:
+            f = _bootstrap(prob, f, kw["seeds"], int(bootstrap), level)
+        if used and prior_pairs:  # the held knobs drawn from the prior, the fitted ones refitted with each draw
+            f = _prior_draws(prob, f, kw["seeds"], prior_pairs, held_names)
+        fits.append(f)
+    if prior_pairs:
         assert locality is not None
         notes.append(
             f"{' and '.join(held_names)} held at the {locality.label} (the rows cannot identify them); the bands "
             "include its spread: each of its draws with the fitted knobs refitted, weighted by the calibration rows"
         )
-    return fits
+    notes.extend(
+        f"{f.family} cannot fit the calibration rows: its best miss is {f.max_abs_z:.2g} tolerances "
+        f"(residual {f.residual:.3g})"
+        for f in fits
+        if not f.fits
+    )
+    return fits, best_i, chosen
 
 
 def _knob_entries(
@@ -1212,12 +1079,8 @@ def _knob_entries(
     knobs: dict[str, Any] = {}
     for name in KNOBS:
         value = _knob_value(best.knobs, name)
-        entry: dict[str, Any] = {"value": value, "fitted": name in fitted}
-        if name in best.intervals:
-            interval = best.intervals[name]
-            entry.update(low=float(interval.low), high=float(interval.high))
-        else:
-            entry.update(low=value, high=value)
+        low, high = map(float, best.intervals[name]) if name in best.intervals else (value, value)
+        entry: dict[str, Any] = {"value": value, "fitted": name in fitted, "low": low, "high": high}
         if locality is not None and quantiles is not None and name in ("rho", "locality") and name not in fitted:
             lo_q, hi_q = quantiles
             j = 0 if name == "rho" else 1
@@ -1264,27 +1127,24 @@ def _family_summaries(fits: list, contributing: list) -> dict[str, dict[str, Any
 
 def _prediction_rows(points: list[Point], best: Any, band: Any) -> list[dict[str, Any]]:
     """Every point with the best family's prediction and the bands."""
-    rows = []
-    for i, p in enumerate(points):
-        rows.append(
-            {
-                "row": p.row,
-                "kind": p.kind,
-                "batch": p.batch,
-                "capacity_experts_per_layer": p.capacity_experts,
-                "capacity_gib": p.capacity_gib,
-                "policy": p.policy,
-                "scope": p.scope,
-                "ranks": p.ranks,
-                "partition": p.partition,
-                "calibrates": p.calibrates,
-                "measured": p.value,
-                "predicted": float(best.predicted[i]),
-                "low": float(band.low[i]),
-                "high": float(band.high[i]),
-            }
-        )
-    return rows
+    return [
+        {"row": p.row, **dict(zip(_CONDITION_KEYS, p.conditions)), "calibrates": p.calibrates, "measured": p.value}
+        | {"predicted": float(best.predicted[i]), "low": float(band.low[i]), "high": float(band.high[i])}
+        for i, p in enumerate(points)
+    ]
+
+
+#: the JSON keys of a row's conditions (:attr:`moeroof.data.points.Point.conditions`)
+_CONDITION_KEYS = (
+    "kind",
+    "batch",
+    "capacity_experts_per_layer",
+    "capacity_gib",
+    "policy",
+    "scope",
+    "ranks",
+    "partition",
+)
 
 
 def _method(level: tuple[float, float], bootstrap: int) -> dict[str, str]:
@@ -1307,31 +1167,22 @@ def _method(level: tuple[float, float], bootstrap: int) -> dict[str, str]:
     }
 
 
-def _unfit_notes(fits: list) -> list[str]:
-    """A note for each family that cannot fit the calibration rows."""
-    return [
-        f"{f.family} cannot fit the calibration rows: its best miss is {f.max_abs_z:.2g} tolerances "
-        f"(residual {f.residual:.3g})"
-        for f in fits
-        if not f.fits
-    ]
-
-
 def _fit_setup(
     points: Sequence[Point],
-    shape: tuple[int, int, int],
+    model: tuple[int, int, int, float | None],
     seeds: Sequence[int],
-    sim: tuple[int, int, int],
+    sim: dict[str, int],
+    max_history: int,
     popularity: RoutingKnobs | None,
     locality: Locality | None,
     level: tuple[float, float],
     bootstrap: int,
-) -> tuple[list[Point], tuple[int, ...], tuple[str, ...], dict[str, str], Any, list[tuple[float, float]], dict]:
-    """:func:`fit_routing`'s checks and what its fits share: the points, the seeds, the fitted and
-    held knobs, the locality prior's quantiles and draws, and the search's keywords. ``shape`` is
-    (E, K, L); ``sim`` (timed steps, simulated layers, largest history)."""
-    experts, top_k, layers = shape
-    timed_steps, max_sim_layers, max_history = sim
+) -> tuple[list[Point], tuple[str, ...], dict[str, str], Any, list[tuple[float, float]], dict]:
+    """:func:`fit_routing`'s checks and what its fits share: the points, the fitted and held knobs
+    (with why: a given popularity holds the skew), the locality prior's quantiles and draws, and
+    the keywords of :func:`_fit_family`. ``model`` is (E, K, L, expert bytes), ``sim`` the
+    simulation's keywords (timed steps, simulated layers)."""
+    experts, top_k, layers, _ = model
     points = list(points)
     if not points or not any(p.calibrates for p in points):
         raise ValueError("no calibration point: at least one point needs a value")
@@ -1341,11 +1192,15 @@ def _fit_setup(
         int(top_k),
         int(layers),
         seeds=len(seeds),  # before the seeds are listed: a range of 10^9 is not made a tuple
-        timed_steps=int(timed_steps),
-        max_sim_layers=max_sim_layers,
+        timed_steps=int(sim["timed_steps"]),
+        max_sim_layers=sim["max_sim_layers"],
         max_history=max_history,
     )
-    fitted, held = _identified_knobs(points, popularity)
+    if popularity is not None:
+        fitted, held = identifiable(points, hold=("skew",))
+        held["skew"] = f"given: the routing's popularity ({popularity.skew_name} = {popularity.skew:.3g}), not fitted"
+    else:
+        fitted, held = identifiable(points)
     held_values: _Held = {}
     prior_pairs: list[tuple[float, float]] = []
     quantiles = None
@@ -1353,21 +1208,9 @@ def _fit_setup(
         held_values, prior_pairs, quantiles = _locality_holds(
             locality, fitted, held, int(experts), int(top_k), level, bootstrap
         )
-    seeds = tuple(int(s) for s in seeds)
-    kw = dict(
-        held=held_values,
-        fitted=fitted,
-        start=popularity,
-        seeds=seeds,
-        timed_steps=timed_steps,
-        max_sim_layers=max_sim_layers,
-        max_history=max_history,
-        rounds=ROUNDS,
-        grid=GRID,
-        polish=40,
-        refit=REFIT_EVALS,
-    )
-    return points, seeds, fitted, held, quantiles, prior_pairs, kw
+    ints = tuple(int(s) for s in seeds)
+    kw = dict(held=held_values, fitted=fitted, start=popularity, seeds=ints, sim=sim, max_history=max_history)
+    return points, fitted, held, quantiles, prior_pairs, kw
 
 
 def fit_routing(
@@ -1410,22 +1253,18 @@ def fit_routing(
             progress(min(stage, stages), stages, what)
         stage += 1
 
-    sim = (timed_steps, max_sim_layers, max_history)
-    points, seeds, fitted, held, quantiles, prior_pairs, kw = _fit_setup(
-        points, (experts, top_k, layers), seeds, sim, popularity, locality, level, bootstrap
+    model = (experts, top_k, layers, expert_bytes)
+    sim = dict(timed_steps=timed_steps, max_sim_layers=max_sim_layers)
+    points, fitted, held, quantiles, prior_pairs, kw = _fit_setup(
+        points, model, seeds, sim, max_history, popularity, locality, level, bootstrap
     )
     notes: list[str] = []
-    problems, best_i, chosen = _fit_families(
-        families, points, (experts, top_k, layers, expert_bytes), kw, report, notes
-    )
-    fits = _bootstrapped_fits(
-        problems, best_i, chosen, seeds, bootstrap, level, (prior_pairs, fitted, held, locality), report, notes
-    )
+    prior = (prior_pairs, fitted, held, locality)
+    fits, best_i, chosen = _fit_families(families, points, model, kw, bootstrap, level, prior, report, notes)
     report("bands")
     best = fits[best_i]
     contributing = [fits[i] for i in chosen]
-    notes += _unfit_notes(fits)
-    band = _bands(contributing, best, points, experts, top_k, layers, expert_bytes, level, timed_steps, max_sim_layers)
+    band = _bands(contributing, best, points, model, level, sim)
     knobs = _knob_entries(best, fitted, held, locality, quantiles, experts, notes)
     report("done")
     return RoutingFit(
@@ -1442,7 +1281,7 @@ def fit_routing(
         simulated_layers=int(min(layers, max_sim_layers)),
         timed_steps=int(timed_steps),
         expert_bytes=None if expert_bytes is None else float(expert_bytes),
-        seeds=tuple(int(s) for s in seeds),
+        seeds=kw["seeds"],
         bootstrap=int(bootstrap),
         notes=tuple(notes),
         family_fits=tuple(fits),

@@ -30,8 +30,8 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass, field, fields
+from functools import lru_cache, partial
 from typing import Any
 
 import numpy as np
@@ -63,7 +63,6 @@ __all__ = [
     "HistogramFit",
     "CorrelationFit",
     "fit_histogram",
-    "popularity_from_fit",
     "popularity_from_inclusion",
     "fit_stickiness",
     "fit_heterogeneity",
@@ -116,18 +115,14 @@ class ModelFit:
             "params": {k: float(v) for k, v in self.params.items()},
             "ml_params": {k: float(v) for k, v in (self.ml_params or self.params).items()},
             "ci": {k: [float(v.low), float(v.high)] for k, v in self.ci.items()},
-            "log_likelihood": float(self.log_likelihood),
-            "aic": float(self.aic),
-            "gof_statistic": float(self.gof_statistic),
-            "gof_pvalue": float(self.gof_pvalue),
+            **{key: float(getattr(self, key)) for key in ("log_likelihood", "aic", "gof_statistic", "gof_pvalue")},
         }
 
 
 @dataclass(frozen=True)
 class HistogramFit:
     """Per-layer and pooled fits of a (L, E) incidence histogram; ``chosen`` has the lowest
-    pooled AIC. ``rank_order[l]`` lists layer l's experts from most to least counted (the rank
-    assignment of the Zipf fit; used by :func:`popularity_from_fit`)."""
+    pooled AIC."""
 
     pooled: dict[str, ModelFit]
     per_layer: list[dict[str, ModelFit]]
@@ -135,7 +130,6 @@ class HistogramFit:
     experts: int
     top_k: int
     layers: int
-    rank_order: tuple[tuple[int, ...], ...] = field(default=(), repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able python (floats, lists, str). NaN/inf stay floats (``json`` writes
@@ -176,16 +170,12 @@ class CorrelationFit:
         return self.union_measured / self.union_plugin
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "rho": float(self.rho),
-            "rho_ci": [float(self.rho_ci.low), float(self.rho_ci.high)],
-            "c": float(self.c),
-            "c_ci": [float(self.c_ci.low), float(self.c_ci.high)],
-            "union_measured": float(self.union_measured),
-            "union_plugin": float(self.union_plugin),
-            "gap": float(self.gap),
-            "union_ratio": float(self.union_ratio),
-        }
+        """Every field as floats (an interval as its two ends), then ``union_ratio``."""
+        d: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            d[f.name] = [float(v.low), float(v.high)] if isinstance(v, Interval) else float(v)
+        return {**d, "union_ratio": float(self.union_ratio)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -230,9 +220,7 @@ def _zipf_table(experts: int, top_k: int) -> tuple[CubicSpline, np.ndarray, np.n
     """Cubic spline of log π_r(s) over s ∈ [0, 4] (41 knots, |error| ≲ 2e-5 in log π for
     E = 256) and the same on a fine grid (step 0.01) for vectorised grid search."""
     knots = np.linspace(*S_BOUNDS, 41)
-    w = np.stack([routing.zipf_weights(experts, s) for s in knots])
-    log_pi = np.log(np.maximum(routing.inclusion_probabilities(w, top_k), 1e-300))
-    spline = CubicSpline(knots, log_pi, axis=0)
+    spline = CubicSpline(knots, _zipf_log_pi_exact(experts, top_k, knots), axis=0)
     fine = np.linspace(*S_BOUNDS, 401)
     return spline, fine, spline(fine)
 
@@ -253,9 +241,7 @@ def _zipf_grid_mle(ysorted: np.ndarray, top_k: int) -> np.ndarray:
     g = np.argmax(ll, axis=-1)
     h = fine[1] - fine[0]
     gi = np.clip(g, 1, fine.size - 2)
-    f0 = np.take_along_axis(ll, gi[..., None], -1)[..., 0]
-    fm = np.take_along_axis(ll, (gi - 1)[..., None], -1)[..., 0]
-    fp = np.take_along_axis(ll, (gi + 1)[..., None], -1)[..., 0]
+    fm, f0, fp = (np.take_along_axis(ll, (gi + d)[..., None], -1)[..., 0] for d in (-1, 0, 1))
     denom = fm - 2.0 * f0 + fp
     with np.errstate(invalid="ignore", divide="ignore"):
         delta = np.where(denom < 0, 0.5 * h * (fm - fp) / denom, 0.0)
@@ -269,13 +255,9 @@ def _thin(y: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarr
     halves) and each half's rank of every expert (0 = most counted, ties broken at random)."""
     ya = rng.binomial(y, 0.5)
     yb = y - ya
-    ranks = []
-    for half in (ya, yb):
-        order = np.argsort(-(half + 0.5 * rng.random(half.shape)), axis=1)
-        rank = np.empty_like(order)
-        np.put_along_axis(rank, order, np.arange(y.shape[1])[None, :].repeat(y.shape[0], 0), axis=1)
-        ranks.append(rank)
-    return ya, yb, ranks[0], ranks[1]
+    # a rank is the inverse permutation of the order: the argsort of the argsort
+    ra, rb = (np.argsort(np.argsort(-(half + 0.5 * rng.random(half.shape)), axis=1), axis=1) for half in (ya, yb))
+    return ya, yb, ra, rb
 
 
 def _zipf_crossfit(y: np.ndarray, log_p_rank: np.ndarray, splits: list) -> np.ndarray:
@@ -304,21 +286,15 @@ def _zipf_polish(ysorted: np.ndarray, top_k: int, s0: float) -> float:
 # Dirichlet-multinomial
 
 
-def _dm_loglik(y: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+def _dm_loglik(y: np.ndarray, alpha: np.ndarray, score: bool = False) -> np.ndarray:
     """Dirichlet-multinomial log-likelihood without the multinomial coefficient, per row:
     ``lnΓ(Eα) − lnΓ(N + Eα) + Σ_i [lnΓ(Y_i + α) − lnΓ(α)]``; ``alpha`` broadcasts against
-    ``y[..., 0]``."""
+    ``y[..., 0]``. ``score``: its derivative in α instead (ψ for lnΓ, the first two terms × E)."""
     e = y.shape[-1]
     a = np.asarray(alpha, dtype=float)
     n = y.sum(axis=-1)
-    return gammaln(e * a) - gammaln(n + e * a) + gammaln(y + a[..., None]).sum(axis=-1) - e * gammaln(a)
-
-
-def _dm_grad(y: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-    e = y.shape[-1]
-    a = np.asarray(alpha, dtype=float)
-    n = y.sum(axis=-1)
-    return e * digamma(e * a) - e * digamma(n + e * a) + digamma(y + a[..., None]).sum(-1) - e * digamma(a)
+    f, c = (digamma, e) if score else (gammaln, 1)
+    return c * f(e * a) - c * f(n + e * a) + f(y + a[..., None]).sum(axis=-1) - e * f(a)
 
 
 def _dirichlet_mle(y: np.ndarray, pooled: bool) -> np.ndarray:
@@ -327,22 +303,18 @@ def _dirichlet_mle(y: np.ndarray, pooled: bool) -> np.ndarray:
     r, layers, _ = y.shape
     yf = y.astype(float)
     grid = np.linspace(np.log(ALPHA_BOUNDS[0]), np.log(ALPHA_BOUNDS[1]), 46)
-    shape = (r, 1) if pooled else (r, layers)
-    ll = np.empty((grid.size,) + shape)
-    for j, la in enumerate(grid):
-        v = _dm_loglik(yf, np.full((r, layers), np.exp(la)))
-        ll[j] = v.sum(axis=1, keepdims=True) if pooled else v
-    g = np.argmax(ll, axis=0)
-    lo = grid[np.maximum(g - 1, 0)]
-    hi = grid[np.minimum(g + 1, grid.size - 1)]
 
-    def score(la: np.ndarray) -> np.ndarray:
-        v = _dm_grad(yf, np.broadcast_to(np.exp(la), (r, layers)))
+    def total(la: Any, score: bool = False) -> np.ndarray:
+        """The log-likelihood (or its score) at log α = ``la``, per (R, L) or, pooled, per (R, 1)."""
+        v = _dm_loglik(yf, np.broadcast_to(np.exp(la), (r, layers)), score)
         return v.sum(axis=1, keepdims=True) if pooled else v
 
+    g = np.argmax(np.stack([total(la) for la in grid]), axis=0)
+    lo = grid[np.maximum(g - 1, 0)]
+    hi = grid[np.minimum(g + 1, grid.size - 1)]
     for _ in range(45):
         mid = 0.5 * (lo + hi)
-        up = score(mid) > 0
+        up = total(mid, score=True) > 0
         lo = np.where(up, mid, lo)
         hi = np.where(up, hi, mid)
     la = 0.5 * (lo + hi)
@@ -408,39 +380,27 @@ def _parametric_replicates(
     in this order: the per-layer batch, then the pooled one. ``shape``: (experts E, top_k K)."""
     layers, (experts, k) = len(n), shape
 
-    def multinomial(r: int, probs: np.ndarray) -> np.ndarray:
-        return rng.multinomial(np.broadcast_to(n, (r, layers)), np.broadcast_to(probs, (r, layers, experts)))
+    def draw(r: int, at: Any) -> np.ndarray:
+        """R histograms at the pick probabilities ``at`` (Zipf) or the concentration ``at`` (Dirichlet)."""
+        if model != "zipf":
+            at = np.exp(routing.log_dirichlet(np.broadcast_to(at, (r, layers, experts)).astype(float), rng))
+        return rng.multinomial(np.broadcast_to(n, (r, layers)), np.broadcast_to(at, (r, layers, experts)))
 
     if model == "zipf":
         # parametric: picks simulated at the fitted exponents, sorted and refitted
         q = np.exp(_zipf_log_pi_exact(experts, k, np.append(p_layer, p_pool)))
         q = q / q.sum(axis=1, keepdims=True)
-        b_layer = bootstrap_replicates(
-            lambda y: _zipf_grid_mle(_sorted_desc(y), k),
-            bootstrap,
-            draw=lambda r: multinomial(r, q[:layers]),
-            batched=True,
-        )
-        b_pool = bootstrap_replicates(
-            lambda y: _zipf_pooled_refit(_sorted_desc(y).sum(axis=1), k),
-            bootstrap,
-            draw=lambda r: multinomial(r, q[layers]),
-            batched=True,
-        )
-        return b_layer, b_pool
-    b_layer = bootstrap_replicates(
-        lambda y: _dirichlet_mle(y, pooled=False),
-        bootstrap,
-        draw=lambda r: multinomial(
-            r, np.exp(routing.log_dirichlet(np.broadcast_to(p_layer[None, :, None], (r, layers, experts)).copy(), rng))
-        ),
-        batched=True,
-    )
-    b_pool = bootstrap_replicates(
-        lambda y: _dirichlet_mle(y, pooled=True),
-        bootstrap,
-        draw=lambda r: multinomial(r, np.exp(routing.log_dirichlet(np.full((r, layers, experts), p_pool), rng))),
-        batched=True,
+        cases: list[tuple[Any, Callable[[np.ndarray], np.ndarray]]] = [
+            (q[:layers], lambda y: _zipf_grid_mle(_sorted_desc(y), k)),
+            (q[layers], lambda y: _zipf_pooled_refit(_sorted_desc(y).sum(axis=1), k)),
+        ]
+    else:
+        cases = [
+            (p_layer[:, None], lambda y: _dirichlet_mle(y, pooled=False)),
+            (p_pool, lambda y: _dirichlet_mle(y, pooled=True)),
+        ]
+    b_layer, b_pool = (
+        bootstrap_replicates(refit, bootstrap, draw=partial(draw, at=at), batched=True) for at, refit in cases
     )
     return b_layer, b_pool
 
@@ -545,11 +505,10 @@ def _histogram_intervals(
       would hold this layer's w fixed and miss the main uncertainty of α — one layer is a
       single draw of E shares from Dirichlet(α) — so its intervals would be far too narrow.
     """
-    experts, k = shape
     ci_layer = ci_pool = None
     est_layer, est_pool = p_layer, p_pool
     if bootstrap > 0:
-        b_layer, b_pool = _parametric_replicates(model, p_layer, p_pool, n, (experts, k), bootstrap, rng)
+        b_layer, b_pool = _parametric_replicates(model, p_layer, p_pool, n, shape, bootstrap, rng)
         how = "parametric bootstrap"
         if model == "zipf":
             # basic (reverse-percentile) interval: re-sorting resampled counts adds the
@@ -584,60 +543,33 @@ def _histogram_gof(
     Statistic per layer: max over ranks of |observed sorted share − mean simulated sorted
     share|; pooled: the max over layers. p-value: (1 + #{simulated ≥ observed}) / (1 + sims).
     """
-    experts, k = shape
-    layers = n.size
-    sims_l = _sim_sorted_shares(_model_pick_probs(model, experts, k, p_layer, gof_sims, rng), n, rng)
-    d_l, pv_l, _, _ = _gof(obs_shares, sims_l)
-    sims_p = _sim_sorted_shares(_model_pick_probs(model, experts, k, np.full(layers, p_pool), gof_sims, rng), n, rng)
-    _, _, d_p, pv_p = _gof(obs_shares, sims_p)
 
+    def simulated(param: np.ndarray) -> np.ndarray:
+        return _sim_sorted_shares(_model_pick_probs(model, *shape, param, gof_sims, rng), n, rng)
+
+    # simulated at each layer's parameter, then at the pooled one (in this order from rng)
+    (d_l, pv_l, _, _), (_, _, d_p, pv_p) = (_gof(obs_shares, simulated(p)) for p in (p_layer, np.full(n.size, p_pool)))
     return d_l, pv_l, d_p, pv_p
 
 
-def _histogram_model_fits(
-    model: str,
-    name: str | None,
-    params: tuple[np.ndarray, float, np.ndarray, float],
-    ci: tuple[Any, Any],
-    ll: tuple[np.ndarray, float],
-    gof: tuple[np.ndarray, np.ndarray, float, float],
-) -> tuple[list[ModelFit], ModelFit]:
-    """One model's :class:`ModelFit` per layer and pooled in :func:`fit_histogram`: ``params`` are
-    the reported and the ML estimates (per layer, pooled each), ``gof`` the statistics and
-    p-values per layer, then pooled."""
-    est_layer, est_pool, p_layer, p_pool = params
-    ci_layer, ci_pool = ci
-    ll_layer, ll_pool = ll
-    d_l, pv_l, d_p, pv_p = gof
+def _model_fit(
+    model: str, name: str | None, est: float, ml: float, ci: Any, ll: float, d: float, pv: float
+) -> ModelFit:
+    """One :class:`ModelFit` of :func:`fit_histogram` (one layer's, or the pooled one): the reported
+    and the ML estimate of the parameter ``name`` (None: no parameter), its interval (None:
+    none), the log-likelihood and the goodness of fit's statistic and p-value."""
     kp = _N_PARAMS[model]
-    layers = len(ll_layer)
-    layer_fits: list[ModelFit] = []
-    for l in range(layers):
-        layer_fits.append(
-            ModelFit(
-                model=model,
-                params={} if name is None else {name: float(est_layer[l])},
-                ml_params={} if name is None else {name: float(p_layer[l])},
-                ci={} if ci_layer is None or name is None else {name: ci_layer.at(l)},
-                log_likelihood=float(ll_layer[l]),
-                aic=2.0 * kp - 2.0 * float(ll_layer[l]),
-                gof_statistic=float(d_l[l]),
-                gof_pvalue=float(pv_l[l]),
-                n_params=kp,
-            )
-        )
-    pooled = ModelFit(
+    return ModelFit(
         model=model,
-        params={} if name is None else {name: float(est_pool)},
-        ml_params={} if name is None else {name: float(p_pool)},
-        ci={} if ci_pool is None or name is None else {name: ci_pool},
-        log_likelihood=ll_pool,
-        aic=2.0 * kp - 2.0 * ll_pool,
-        gof_statistic=d_p,
-        gof_pvalue=pv_p,
+        params={} if name is None else {name: float(est)},
+        ml_params={} if name is None else {name: float(ml)},
+        ci={} if ci is None or name is None else {name: ci},
+        log_likelihood=float(ll),
+        aic=2.0 * kp - 2.0 * float(ll),
+        gof_statistic=float(d),
+        gof_pvalue=float(pv),
         n_params=kp,
     )
-    return layer_fits, pooled
 
 
 def check_fit_experts(experts: int) -> None:
@@ -689,13 +621,13 @@ def fit_histogram(
     ysorted = _sorted_desc(y)
     coef = _multinomial_coef(y)  # (L,)
     obs_shares = ysorted / n[:, None]
-    order = tuple(tuple(int(i) for i in np.argsort(-y[l], kind="stable")) for l in range(layers))
 
     # binomial thinnings for the cross-fitted Zipf likelihood, shared by per-layer and pooled
     splits = [_thin(y, rng) for _ in range(crossfit_splits)] if "zipf" in models else []
     per_layer: list[dict[str, ModelFit]] = [{} for _ in range(layers)]
     pooled: dict[str, ModelFit] = {}
-    stages = 3 * len([m for m in MODELS if m in models])
+    todo = [m for m in MODELS if m in models]
+    stages = 3 * len(todo)
     stage = 0
 
     def report(what: str) -> None:
@@ -704,9 +636,7 @@ def fit_histogram(
             progress(stage, stages, what)
         stage += 1
 
-    for model in MODELS:
-        if model not in models:
-            continue
+    for model in todo:
         report(f"{model}: estimate")
         p_layer, p_pool, ll_layer, ll_pool, name = _histogram_estimate(model, y, ysorted, coef, k, splits)
         report(f"{model}: bootstrap ({bootstrap})")
@@ -714,63 +644,14 @@ def fit_histogram(
             model, p_layer, p_pool, n, (experts, k), bootstrap if name is not None else 0, level, rng
         )
         report(f"{model}: goodness of fit ({gof_sims} simulations)")
-        gof = _histogram_gof(model, (experts, k), p_layer, p_pool, n, obs_shares, gof_sims, rng)
-        layer_fits, pooled[model] = _histogram_model_fits(
-            model,
-            name,
-            (est_layer, est_pool, p_layer, p_pool),
-            (ci_layer, ci_pool),
-            (ll_layer, ll_pool),
-            gof,
-        )
+        d_l, pv_l, d_p, pv_p = _histogram_gof(model, (experts, k), p_layer, p_pool, n, obs_shares, gof_sims, rng)
         for l in range(layers):
-            per_layer[l][model] = layer_fits[l]
+            ci = None if ci_layer is None else ci_layer.at(l)
+            per_layer[l][model] = _model_fit(model, name, est_layer[l], p_layer[l], ci, ll_layer[l], d_l[l], pv_l[l])
+        pooled[model] = _model_fit(model, name, est_pool, p_pool, ci_pool, ll_pool, d_p, pv_p)
     report("done")
     chosen = min(pooled, key=lambda m: pooled[m].aic)
-    return HistogramFit(
-        pooled=pooled, per_layer=per_layer, chosen=chosen, experts=experts, top_k=k, layers=layers, rank_order=order
-    )
-
-
-def popularity_from_fit(
-    fit: HistogramFit,
-    model: str | None = None,
-    *,
-    rng: np.random.Generator,
-    layers: int | None = None,
-    pooled: bool = False,
-) -> np.ndarray:
-    """A (layers, E) popularity ``w`` (rows sum to 1) to generate from a fitted model, e.g.
-    ``routing.sample_trace(..., popularity=popularity_from_fit(fit, "zipf", rng=rng))``.
-
-    ``model`` defaults to ``fit.chosen``. With ``layers`` equal to the fitted layers (default),
-    each layer uses its own parameter (``pooled=False``) or the pooled one, and Zipf places the
-    ranks in each layer's observed order. With another number of layers the pooled parameter
-    is used and Zipf ranks get a random permutation per layer. Dirichlet: a fresh draw.
-    """
-    model = fit.chosen if model is None else model
-    if model not in fit.pooled:
-        raise ValueError(f"model {model!r} was not fitted (have {sorted(fit.pooled)})")
-    nl = fit.layers if layers is None else int(layers)
-    if nl < 1:
-        raise ValueError("layers must be >= 1")
-    e = fit.experts
-    same = nl == fit.layers
-    key = {"zipf": "s", "dirichlet": "alpha"}.get(model)
-    if key is None:
-        return np.full((nl, e), 1.0 / e)
-    if same and not pooled:
-        par = np.array([fit.per_layer[l][model].params[key] for l in range(nl)])
-    else:
-        par = np.full(nl, fit.pooled[model].params[key])
-    if model == "dirichlet":
-        return np.exp(routing.log_dirichlet(np.broadcast_to(par[:, None], (nl, e)).astype(float), rng))
-    out = np.empty((nl, e))
-    for l in range(nl):
-        w = routing.zipf_weights(e, par[l])
-        ranks = np.array(fit.rank_order[l]) if same and fit.rank_order else rng.permutation(e)
-        out[l, ranks] = w
-    return out
+    return HistogramFit(pooled=pooled, per_layer=per_layer, chosen=chosen, experts=experts, top_k=k, layers=layers)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -914,22 +795,17 @@ def fit_stickiness(
     weights = pairs / pairs.sum()
     w = popularity_from_inclusion(_inclusion_hat(arr, experts), k)
     rhos = np.linspace(0.0, 1.0, grid)
-    curve = np.empty(grid)
-    curve[0] = float(weights @ (routing.inclusion_probabilities(w, k) ** 2).sum(axis=1))
-    curve[-1] = float(k)
     seed = int(rng.integers(2**63))
     model = routing.Uniform(experts, k)
-    for j in range(1, grid - 1):
+
+    def simulated(rho: float) -> float:
         tr = routing.sample_trace(
-            model,
-            sim_steps + burn_in,
-            sim_streams,
-            layers,
-            generator(seed),
-            rho=float(rhos[j]),
-            popularity=w,
+            model, sim_steps + burn_in, sim_streams, layers, generator(seed), rho=rho, popularity=w
         )
-        curve[j] = float(weights @ np.nan_to_num(routing.consecutive_overlap(tr[burn_in:])))
+        return float(weights @ np.nan_to_num(routing.consecutive_overlap(tr[burn_in:])))
+
+    independent = float(weights @ (routing.inclusion_probabilities(w, k) ** 2).sum(axis=1))
+    curve = np.array([independent] + [simulated(float(r)) for r in rhos[1:-1]] + [float(k)])
     curve = np.maximum.accumulate(curve)
     curve = curve + np.arange(grid) * 1e-12  # strictly increasing for interpolation
 
@@ -943,12 +819,8 @@ def fit_stickiness(
     den_b = _block_sums(valid.astype(float), block)
     keep = den_b.sum(axis=1) > 0
     num_b, den_b = num_b[keep].sum(axis=1), den_b[keep].sum(axis=1)
-    o_star = bootstrap_replicates(
-        lambda rows: num_b[rows].sum(axis=1) / np.maximum(den_b[rows].sum(axis=1), 1.0),
-        bootstrap,
-        n=num_b.size,
-        rng=rng,
-    )
+    overlap = lambda rows: num_b[rows].sum(axis=1) / np.maximum(den_b[rows].sum(axis=1), 1.0)
+    o_star = bootstrap_replicates(overlap, bootstrap, n=num_b.size, rng=rng)
     return rho, percentile_interval(invert(o_star), level, ignore_nan=True, resampling="block bootstrap")
 
 
@@ -986,16 +858,9 @@ def correlation_gap(topk: Any, experts: int) -> dict[str, Any]:
     cell = b >= 2
     ncell = int(cell.sum())
     if ncell == 0:
-        nan = float("nan")
-        return {
-            "union_measured": nan,
-            "union_plugin": nan,
-            "ratio": nan,
-            "difference": nan,
-            "cells": 0,
-            "mean_batch": nan,
-            "per_layer": {"union_measured": [nan] * arr.shape[2], "union_plugin": [nan] * arr.shape[2]},
-        }
+        nan, means = float("nan"), ("union_measured", "union_plugin", "ratio", "difference")
+        per_layer = {key: [nan] * arr.shape[2] for key in means[:2]}
+        return {**dict.fromkeys(means, nan), "cells": 0, "mean_batch": nan, "per_layer": per_layer}
     um, up = float(u[cell].mean()), float(plug[cell].mean())
     per_n = cell.sum(axis=0)
     with np.errstate(invalid="ignore"):
@@ -1147,12 +1012,4 @@ def fit_correlation(
         c, c_ci = fit_heterogeneity(topk, experts, rng=rng, bootstrap=bootstrap, level=level)
     else:
         c, c_ci = math.nan, Interval(math.nan, math.nan, level, "no step with two live streams")
-    return CorrelationFit(
-        rho=rho,
-        rho_ci=rho_ci,
-        c=c,
-        c_ci=c_ci,
-        union_measured=gap["union_measured"],
-        union_plugin=gap["union_plugin"],
-        gap=gap["difference"],
-    )
+    return CorrelationFit(rho, rho_ci, c, c_ci, gap["union_measured"], gap["union_plugin"], gap["difference"])

@@ -379,12 +379,8 @@ def _info(path: Path, pf: Any) -> ParquetTraceInfo:
 
     raw = (pf.schema_arrow.metadata or {}).get(META_KEY)
     if raw is None:
-        raise InputError(
-            path,
-            "-",
-            "meta",
-            f"no trace meta (schema metadata key {META_KEY.decode()!r}); write_parquet_trace writes it",
-        )
+        why = f"no trace meta (schema metadata key {META_KEY.decode()!r}); write_parquet_trace writes it"
+        raise InputError(path, "-", "meta", why)
     meta = _meta_object(raw, path, "the trace meta")
     steps, streams, layers, experts, top_k, layer_ids = _check_meta(meta, path)
     schema = pf.schema_arrow

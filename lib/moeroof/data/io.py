@@ -883,10 +883,8 @@ def _plain(obj: Any) -> Any:
         return [_plain(v) for v in obj]
     if isinstance(obj, np.ndarray):
         return _plain(obj.tolist())
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    if isinstance(obj, np.integer):
-        return int(obj)
+    if isinstance(obj, (np.bool_, np.integer)):
+        return obj.item()  # bool or int
     if isinstance(obj, np.floating):
         return float(obj)
     if isinstance(obj, Path):

@@ -1301,7 +1301,7 @@ def write_imported(
     replace an existing file unless ``overwrite`` (raises FileExistsError)."""
     out = Path(out)
     suffix = out.suffix.lower()
-    provenance = "witnessed"
+    provenance: str | None = "witnessed"
     if isinstance(data, ImportedTrace):
         if suffix in (".npz", ".npy"):
             return write_trace(out, data.topk, data.meta, overwrite=overwrite)

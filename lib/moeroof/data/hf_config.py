@@ -101,22 +101,10 @@ TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token")
 
 #: safetensors dtype → bytes per element
 DTYPE_BYTES: dict[str, float] = {
-    "F64": 8,
-    "I64": 8,
-    "U64": 8,
-    "F32": 4,
-    "I32": 4,
-    "U32": 4,
-    "F16": 2,
-    "BF16": 2,
-    "I16": 2,
-    "U16": 2,
-    "F8_E4M3": 1,
-    "F8_E5M2": 1,
-    "F8_E8M0": 1,
-    "I8": 1,
-    "U8": 1,
-    "BOOL": 1,
+    **dict.fromkeys(("F64", "I64", "U64"), 8),
+    **dict.fromkeys(("F32", "I32", "U32"), 4),
+    **dict.fromkeys(("F16", "BF16", "I16", "U16"), 2),
+    **dict.fromkeys(("F8_E4M3", "F8_E5M2", "F8_E8M0", "I8", "U8", "BOOL"), 1),
 }
 
 #: config.json's dtype names → bytes per element
@@ -293,12 +281,8 @@ def _moe_family(config: dict[str, Any], path: Path) -> str:
     if model_type in FAMILIES:
         return str(model_type)
     if model_type in DENSE_MODEL_TYPES:
-        raise InputError(
-            path,
-            None,
-            "model_type",
-            f"not a Mixture-of-Experts model (model_type {model_type!r} has no routed experts)",
-        )
+        why = f"not a Mixture-of-Experts model (model_type {model_type!r} has no routed experts)"
+        raise InputError(path, None, "model_type", why)
     known = ", ".join(f"{name} ({t})" for t, (_, name) in FAMILIES.items())
     raise InputError(path, None, "model_type", f"unknown MoE family {model_type!r} (known: {known})")
 
@@ -441,13 +425,11 @@ def _read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
             )
         want = math.prod(shape) * DTYPE_BYTES[info["dtype"]]
         if offsets[1] - offsets[0] != want:
-            raise InputError(
-                path,
-                None,
-                name,
+            why = (
                 f"shape {list(shape)} of {info['dtype']} is {want:g} B but its data_offsets span "
-                f"{offsets[1] - offsets[0]} B",
+                f"{offsets[1] - offsets[0]} B"
             )
+            raise InputError(path, None, name, why)
         out[name] = (info["dtype"], shape)
     return out
 
@@ -787,12 +769,8 @@ def _header_bytes(table: TensorTable, layout: MoELayout) -> tuple[dict[int, int]
         if is_routed_expert(tname):
             if lay not in routed:
                 because = f" ({'; '.join(layer_notes)})" if layer_notes else ""
-                raise InputError(
-                    table.files[0],
-                    None,
-                    tname,
-                    f"a routed expert in layer {lay}, which config.json makes dense{because}",
-                )
+                why = f"a routed expert in layer {lay}, which config.json makes dense{because}"
+                raise InputError(table.files[0], None, tname, why)
             routed[lay] += size
             stored.add(table.tensors[tname][0])
         else:

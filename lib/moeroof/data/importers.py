@@ -314,12 +314,8 @@ def _refuse_repeated_columns(src: Path, row: int | str, have: Sequence[str], wan
     for name in wanted:
         places = [i + 1 for i, h in enumerate(have) if h == name]
         if len(places) > 1:
-            raise InputError(
-                src,
-                row,
-                name,
-                f"column given twice (columns {places[0]} and {places[1]}): which one is meant is ambiguous",
-            )
+            why = f"column given twice (columns {places[0]} and {places[1]}): which one is meant is ambiguous"
+            raise InputError(src, row, name, why)
 
 
 def _csv_header(src: Path) -> list[str]:
@@ -475,13 +471,11 @@ def _check_trace_cells(src: Path, n_steps: int, n_streams: int, n_layers: int, t
     """Refuses a dense trace past :data:`MAX_TRACE_CELLS` ids."""
     cells = n_steps * n_streams * n_layers * top_k
     if cells > MAX_TRACE_CELLS:
-        raise InputError(
-            src,
-            "-",
-            "file",
+        why = (
             f"the dense trace would hold {n_steps} steps × {n_streams} streams × {n_layers} layers × K={top_k} "
-            f"= {cells:,} ids (limit {MAX_TRACE_CELLS:,}): are stream and step the right columns?",
+            f"= {cells:,} ids (limit {MAX_TRACE_CELLS:,}): are stream and step the right columns?"
         )
+        raise InputError(src, "-", "file", why)
 
 
 def _long_to_wide(
@@ -551,13 +545,11 @@ def _check_one_token_per_cell(
     if j is not None:
         s, rem = divmod(int(cell[order[j]]), n_streams * n_layers)
         t, l = divmod(rem, n_layers)
-        raise InputError(
-            src,
-            row,
-            step_col,
+        why = (
             f"a second token for stream {stream_keys[t]}, step {step_keys[s]}, layer {int(layer_ids[l])} "
-            f"(first at {first}): are stream and step the right columns?",
+            f"(first at {first}): are stream and step the right columns?"
         )
+        raise InputError(src, row, step_col, why)
 
 
 def import_table(
@@ -727,13 +719,11 @@ def _matrix_layers(
     lay = _as_int(frame[layer_col], src, kind, layer_col)
     order, j, row, first = _first_repeat(lay, frame.index, kind)
     if j is not None:
-        raise InputError(
-            src,
-            row,
-            layer_col,
+        why = (
             f"layer {lay[order[j]]} twice (first at {first}): one row per layer is needed; "
-            f"keep one with a filter on {', '.join(others) or 'another column'}",
+            f"keep one with a filter on {', '.join(others) or 'another column'}"
         )
+        raise InputError(src, row, layer_col, why)
     if (lay < 0).any():
         i = int(np.argmax(lay < 0))
         raise InputError(src, _row_label(kind, int(frame.index[i])), layer_col, f"negative layer id {lay[i]}")
@@ -850,13 +840,11 @@ def _matrix_inclusion(
         meta["quantity"] = "inclusion frequency: fraction of tokens whose top-K holds the expert (rows sum to ≈ K)"
     if incl.max() > 1 + SUM_TOLERANCE or (sums > 0).any() and (incl.sum(axis=1) > top_k * (1 + SUM_TOLERANCE)).any():
         l = int(np.argmax(incl.sum(axis=1)))
-        raise InputError(
-            src,
-            f"layer {layer_ids[l]}",
-            "value",
+        why = (
             f"frequencies up to {incl.max():.4g}, row sum {incl[l].sum():.4g}: an inclusion frequency is at most 1 "
-            f"and a row sums to at most K={top_k}; are these counts, or is K wrong?",
+            f"and a row sums to at most K={top_k}; are these counts, or is K wrong?"
         )
+        raise InputError(src, f"layer {layer_ids[l]}", "value", why)
     return incl
 
 
@@ -944,12 +932,8 @@ def _load_torch(src: Path) -> Any:
     try:
         import torch
     except ImportError:
-        raise InputError(
-            src,
-            "-",
-            "file",
-            "a .pt file needs torch to read (pip install torch), or save the arrays with numpy instead",
-        ) from None
+        why = "a .pt file needs torch to read (pip install torch), or save the arrays with numpy instead"
+        raise InputError(src, "-", "file", why) from None
     try:
         return torch.load(src, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many kinds for a bad or unsafe file
@@ -1215,12 +1199,8 @@ def hf_router_logits_from_arrays(
         if a.shape != shape:
             raise InputError(src, f"layer {l}", "router_logits", f"shape {a.shape} differs from layer 0's {shape}")
         if a.ndim not in (2, 3) or not np.issubdtype(a.dtype, np.floating):
-            raise InputError(
-                src,
-                f"layer {l}",
-                "router_logits",
-                f"expected float (tokens, E) or (batch, seq, E), got {a.dtype} {a.shape}",
-            )
+            why = f"expected float (tokens, E) or (batch, seq, E), got {a.dtype} {a.shape}"
+            raise InputError(src, f"layer {l}", "router_logits", why)
         if not np.isfinite(a).all():
             raise InputError(src, f"layer {l}", "router_logits", "NaN or infinite logit")
     n_exp = shape[-1]
@@ -1321,35 +1301,15 @@ def write_imported(
     replace an existing file unless ``overwrite`` (raises FileExistsError)."""
     out = Path(out)
     suffix = out.suffix.lower()
+    provenance: str | None = "witnessed"
     if isinstance(data, ImportedTrace):
         if suffix in (".npz", ".npy"):
             return write_trace(out, data.topk, data.meta, overwrite=overwrite)
-        if suffix == ".csv":
-            counts, tokens = trace_counts(data.topk, int(data.meta["experts"]))
-            if not tokens.any():
-                raise ValueError(f"{out}: the import holds no live token")
-            meta = dict(data.meta)
-            keep = {
-                k: v
-                for k, v in meta.items()
-                if k not in ("experts", "top_k", "layer_ids", "model", "source", "provenance", "tokens")
-            }
-            keep["counted_from"] = "the imported trace's live tokens (incidence: each of a token's K experts once)"
-            return write_histogram(
-                out,
-                counts,
-                tokens=_live_tokens(out, tokens, meta),
-                experts=int(meta["experts"]),
-                top_k=int(meta["top_k"]),
-                model=meta.get("model") or UNKNOWN_MODEL,
-                source=meta["source"],
-                layer_ids=meta["layer_ids"],
-                provenance=meta.get("provenance"),
-                extra=keep,
-                overwrite=overwrite,
-            )
-        raise ParameterError("out", f"{out}: expected .npz or .npy (trace) or .csv (histogram)")
-    if suffix != ".csv":
+        if suffix != ".csv":
+            raise ParameterError("out", f"{out}: expected .npz or .npy (trace) or .csv (histogram)")
+        provenance = data.meta.get("provenance")
+        data = _trace_histogram(out, data)
+    elif suffix != ".csv":
         raise ParameterError(
             "out", f"{out}: this import is a histogram (per-layer counts, no token order): write it as .csv"
         )
@@ -1362,18 +1322,28 @@ def write_imported(
         model=data.model or UNKNOWN_MODEL,
         source=data.source,
         layer_ids=data.layer_ids,
-        provenance="witnessed",
+        provenance=provenance,
         extra=data.extra,
         overwrite=overwrite,
     )
 
 
-def _live_tokens(out: Path, tokens: np.ndarray, meta: Mapping[str, Any]) -> list[int]:
-    """Tokens per layer for a histogram, refusing a layer without any (its T would be 0)."""
+def _trace_histogram(out: Path, data: ImportedTrace) -> ImportedHistogram:
+    """An imported trace as its histogram (incidence counts of the live tokens, tokens per layer),
+    refusing a layer without any live token (its T would be 0)."""
+    meta = data.meta
+    experts, top_k, layer_ids = int(meta["experts"]), int(meta["top_k"]), meta["layer_ids"]
+    counts, tokens = trace_counts(data.topk, experts)
+    if not tokens.any():
+        raise ValueError(f"{out}: the import holds no live token")
     if not tokens.all():
         l = int(np.argmin(tokens))
-        raise ValueError(f"{out}: layer {meta['layer_ids'][l]} has no live token, so it cannot be a histogram layer")
-    return [int(t) for t in tokens]
+        raise ValueError(f"{out}: layer {layer_ids[l]} has no live token, so it cannot be a histogram layer")
+    dropped = ("experts", "top_k", "layer_ids", "model", "source", "provenance", "tokens")
+    keep = {k: v for k, v in meta.items() if k not in dropped}
+    keep["counted_from"] = "the imported trace's live tokens (incidence: each of a token's K experts once)"
+    tok = [int(t) for t in tokens]
+    return ImportedHistogram(counts, tok, experts, top_k, layer_ids, meta.get("model"), meta["source"], keep)
 
 
 def _load_numpy(src: Path) -> Any:

@@ -522,12 +522,8 @@ def _histogram_columns(header: list[str] | None, path: Path) -> dict[str, int]:
     names = [h.strip() for h in header]
     allowed = set(HISTOGRAM_COLUMNS) | set(_OPTIONAL_COLUMNS)
     if len(set(names)) != len(names) or not set(HISTOGRAM_COLUMNS) <= set(names) or not set(names) <= allowed:
-        raise InputError(
-            path,
-            1,
-            "header",
-            f"expected columns {','.join(HISTOGRAM_COLUMNS)} (optional: rank), got {','.join(header)!r}",
-        )
+        why = f"expected columns {','.join(HISTOGRAM_COLUMNS)} (optional: rank), got {','.join(header)!r}"
+        raise InputError(path, 1, "header", why)
     return {name: j for j, name in enumerate(names)}
 
 
@@ -576,21 +572,13 @@ class _HistogramTally:
             raise InputError(path, line_no, "expert", f"expert {expert} ≥ experts E={self.experts}")
         key = (layer, expert)
         if key in self.first_line:
-            raise InputError(
-                path,
-                line_no,
-                "expert",
-                f"duplicate row for layer {layer}, expert {expert} (first at line {self.first_line[key]})",
-            )
+            why = f"duplicate row for layer {layer}, expert {expert} (first at line {self.first_line[key]})"
+            raise InputError(path, line_no, "expert", why)
         self.first_line[key] = line_no
         li = self.layer_index[layer]
         if count > tokens[li]:
-            raise InputError(
-                path,
-                line_no,
-                "count",
-                f"count {count} > tokens T={tokens[li]} of layer {layer} (a token counts an expert once)",
-            )
+            why = f"count {count} > tokens T={tokens[li]} of layer {layer} (a token counts an expert once)"
+            raise InputError(path, line_no, "count", why)
         self.running[li] += count
         if self.running[li] > top_k * tokens[li]:
             raise InputError(
@@ -675,21 +663,17 @@ def check_npz_members(path: Path) -> None:
                         path, "-", "file", f"not a readable .npz without pickles: {key} holds Python objects"
                     )
                 if held != need:
-                    raise InputError(
-                        path,
-                        "-",
-                        key,
+                    why = (
                         f"the header declares shape {tuple(shape)} of {dtype} ({human_bytes(need)}) but the "
-                        f"archive member holds {human_bytes(max(held, 0))}",
+                        f"archive member holds {human_bytes(max(held, 0))}"
                     )
+                    raise InputError(path, "-", key, why)
                 if need > _BOMB_FLOOR and need > MAX_COMPRESSION_RATIO * max(info.compress_size, 1):
-                    raise InputError(
-                        path,
-                        "-",
-                        key,
+                    why = (
                         f"inflates from {human_bytes(info.compress_size)} to {human_bytes(need)}, more than "
-                        f"{MAX_COMPRESSION_RATIO}× (refused as a zip bomb)",
+                        f"{MAX_COMPRESSION_RATIO}× (refused as a zip bomb)"
                     )
+                    raise InputError(path, "-", key, why)
                 if key == "meta" and need > 4 * MAX_JSON_BYTES:
                     raise InputError(path, "-", key, f"{human_bytes(need)} of meta is more than a JSON meta can be")
                 dims = " × ".join(str(int(n)) for n in shape) or "1"
@@ -727,12 +711,8 @@ def _npz_arrays(path: Path, given: dict[str, Any] | None) -> tuple[np.ndarray, n
 def _npz_meta(meta_arr: np.ndarray, path: Path) -> dict[str, Any]:
     """The meta of a ``.npz`` trace: its ``meta`` array, a 0-d JSON string."""
     if meta_arr.ndim != 0 or meta_arr.dtype.kind not in "US":
-        raise InputError(
-            path,
-            "-",
-            "meta",
-            f"expected a JSON string (0-d str array), got dtype {meta_arr.dtype} shape {meta_arr.shape}",
-        )
+        why = f"expected a JSON string (0-d str array), got dtype {meta_arr.dtype} shape {meta_arr.shape}"
+        raise InputError(path, "-", "meta", why)
     text = meta_arr.item()
     if isinstance(text, bytes):
         try:
@@ -845,15 +825,13 @@ def check_incidence_sums(hist: Histogram, min_share: float = INCIDENCE_SHARE_MIN
     if shares and shares[worst] < min_share:
         low = sum(1 for x in shares if x < min_share)
         what = f"layer {lids[worst]}" + (f" (and {low - 1} more layers)" if low > 1 else "")
-        raise InputError(
-            hist.path,
-            "-",
-            "count",
+        why = (
             f"counts of {what} sum to {sums[worst]}, {100 * shares[worst]:.3g} % of top_k·tokens = "
             f"{k}·{tokens[worst]} = {k * tokens[worst]}: each of the T tokens counts its K experts, so "
             f"the union at B = 1 would come out as {sums[worst] / max(tokens[worst], 1):.4g} instead of K = {k}; "
-            "the histogram is missing rows, or the sidecar's tokens is too large",
+            "the histogram is missing rows, or the sidecar's tokens is too large"
         )
+        raise InputError(hist.path, "-", "count", why)
     if shares and shares[worst] < INCIDENCE_SHARE_NOTE:
         return [
             f"counts of layer {lids[worst]} sum to {100 * shares[worst]:.3g} % of top_k·tokens (incomplete "
@@ -914,10 +892,8 @@ def _plain(obj: Any) -> Any:
         return [_plain(v) for v in obj]
     if isinstance(obj, np.ndarray):
         return _plain(obj.tolist())
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    if isinstance(obj, np.integer):
-        return int(obj)
+    if isinstance(obj, (np.bool_, np.integer)):
+        return obj.item()  # bool or int
     if isinstance(obj, np.floating):
         return float(obj)
     if isinstance(obj, Path):

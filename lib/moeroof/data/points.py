@@ -259,13 +259,11 @@ def check_points(
         before, value = cast(float, first.value), cast(float, p.value)
         if first is not p and abs(before - value) > noise(p.kind, max(abs(before), abs(value))):
             where = f"line {first.row}" if first.row else "an earlier point"
-            raise InputError(
-                path,
-                p.row,
-                "value",
+            why = (
                 f"contradicts {where} (same conditions, {before:g} against {value:g}, "
-                f"beyond the noise {noise(p.kind, max(before, value)):g})",
+                f"beyond the noise {noise(p.kind, max(before, value)):g})"
             )
+            raise InputError(path, p.row, "value", why)
 
 
 def read_points(
@@ -303,13 +301,11 @@ def read_points(
     names = [h.strip().lower() for h in next(csv.reader([header_line]))]
     for name in names:
         if name == "capacity_experts":
-            raise InputError(
-                path,
-                header_row,
-                "header",
+            why = (
                 "column 'capacity_experts' is the whole cache (all layers) in cache, mrc and plan; a POINTS file "
-                "gives the capacity per layer per rank: rename the column capacity_experts_per_layer",
+                "gives the capacity per layer per rank: rename the column capacity_experts_per_layer"
             )
+            raise InputError(path, header_row, "header", why)
         if name not in COLUMNS:
             raise InputError(path, header_row, "header", f"unknown column {name!r}; expected {', '.join(COLUMNS)}")
     if len(set(names)) != len(names):

@@ -119,10 +119,8 @@ class ParquetTraceInfo:
 def _jsonable(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
         return obj.tolist()
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    if isinstance(obj, np.integer):
-        return int(obj)
+    if isinstance(obj, (np.bool_, np.integer)):
+        return obj.item()  # bool or int
     if isinstance(obj, np.floating):
         return float(obj)
     if isinstance(obj, (Path, os.PathLike)):
@@ -159,14 +157,6 @@ def _check_meta(meta: Mapping[str, Any], path: Path) -> tuple[int, int, int, int
         if key in meta and not isinstance(meta[key], str):
             raise InputError(path, "-", key, f"expected a string, got {meta[key]!r:.80}")
     return steps, streams, layers, experts, top_k, tuple(int(v) for v in ids)
-
-
-def _uint_for(n: int) -> np.dtype:
-    """The smallest unsigned dtype holding 0 … n."""
-    for dt in (np.uint8, np.uint16, np.uint32):
-        if n <= np.iinfo(dt).max:
-            return np.dtype(dt)
-    return np.dtype(np.uint64)
 
 
 # ----------------------------------------------------------------------------- checks
@@ -345,7 +335,8 @@ def write_parquet_trace(
     if k_cols != top_k:
         raise InputError(path, "-", "top_k", f"meta top_k={top_k} but topk has K={k_cols} columns")
     group = _row_group_steps(steps_per_row_group, streams * layers, top_k)
-    dtypes = (_uint_for(max(steps - 1, 0)), _uint_for(streams - 1), _uint_for(layers - 1), _uint_for(experts - 1))
+    # the smallest unsigned dtype holding each column's largest value
+    dtypes = tuple(np.min_scalar_type(n) for n in (max(steps - 1, 0), streams - 1, layers - 1, experts - 1))
     types = [*dtypes[:3], *([dtypes[3]] * top_k)]
     text = json.dumps(full, ensure_ascii=False)
     names = [*_INDEX_COLUMNS, *(f"e{k}" for k in range(top_k))]
@@ -379,12 +370,8 @@ def _info(path: Path, pf: Any) -> ParquetTraceInfo:
 
     raw = (pf.schema_arrow.metadata or {}).get(META_KEY)
     if raw is None:
-        raise InputError(
-            path,
-            "-",
-            "meta",
-            f"no trace meta (schema metadata key {META_KEY.decode()!r}); write_parquet_trace writes it",
-        )
+        why = f"no trace meta (schema metadata key {META_KEY.decode()!r}); write_parquet_trace writes it"
+        raise InputError(path, "-", "meta", why)
     meta = _meta_object(raw, path, "the trace meta")
     steps, streams, layers, experts, top_k, layer_ids = _check_meta(meta, path)
     schema = pf.schema_arrow

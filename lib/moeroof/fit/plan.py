@@ -100,6 +100,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -280,13 +281,17 @@ def memory_curve_note(points: Sequence[PlanPoint], fitted: Sequence[str]) -> str
     )
 
 
+#: the box's fields a fit sets where fitted or held, beside its engine's per-step and per-token costs and SSD curve
+_BOX_FIELDS = ("engine_seconds_per_touched_expert", "reclaim_penalty", "reclaim_exponent", *EFFICIENCY_FIELDS)
+
+
 def box_with_knobs(hardware: Hardware, knobs: PlanKnobs) -> Hardware:
     """The box as the knobs make it: SSD bandwidth scaled, engine terms set where fitted."""
     changes: dict[str, Any] = {"bw_ssd_bytes_per_s": tuple(b * knobs.ssd_scale for b in hardware.bw_ssd_bytes_per_s)}
     if knobs.engine_seconds_per_step is not None:
         changes["engine_seconds_per_step"] = float(knobs.engine_seconds_per_step)
         changes["engine_seconds_per_agent_token"] = float(knobs.engine_seconds_per_agent_token or 0.0)
-    for key in ("engine_seconds_per_touched_expert", "reclaim_penalty", "reclaim_exponent", *EFFICIENCY_FIELDS):
+    for key in _BOX_FIELDS:
         if getattr(knobs, key) is not None:
             changes[key] = float(getattr(knobs, key))
     return replace(hardware, **changes)
@@ -299,14 +304,7 @@ def box_with_fit(hardware: Hardware, fit: dict[str, Any]) -> Hardware:
     from types import MappingProxyType
 
     changed: dict[str, Any] = {}
-    for key in (
-        "engine_seconds_per_step",
-        "engine_seconds_per_agent_token",
-        "engine_seconds_per_touched_expert",
-        "reclaim_penalty",
-        "reclaim_exponent",
-        *EFFICIENCY_FIELDS,
-    ):
+    for key in ("engine_seconds_per_step", "engine_seconds_per_agent_token", *_BOX_FIELDS):
         if key in fit:
             changed[key] = float(fit[key])
     if "ssd_scale" in fit:
@@ -382,20 +380,17 @@ def _routing(
     family, s0 = _skew_start(base)
     s = s0 if knobs.skew is None else float(knobs.skew)
     key = (family, s, knobs.skew is None, float(knobs.rho), float(knobs.c), streams, seed if local else 0)
-    if routes is not None and key in routes:
-        return routes[key]
+    make: Callable[[], Any]
     if local and knobs.skew is None and spec_skew(base) is None:
         # a histogram's own popularity, with the locality on top (moeroof.models.local_routing)
-        route = LocalRouting(model, base, float(knobs.rho), float(knobs.c), "held locality", seed)(streams)
+        make = lambda: LocalRouting(model, base, float(knobs.rho), float(knobs.c), "held locality", seed)(streams)
     elif local:
-        route = routing_from_knobs(
+        make = lambda: routing_from_knobs(
             model, family, skew_parameter(family, s), knobs.rho, knobs.c, streams=streams, seed=seed
         )
     else:
-        route = routing_from_spec(skew_spec(family, s), model)
-    if routes is not None:  # one fit asks for the same routing many times (draws, seeds, rows)
-        routes[key] = route
-    return route
+        make = lambda: routing_from_spec(skew_spec(family, s), model)
+    return _memo(routes, key, make)  # one fit asks for the same routing many times (draws, seeds, rows)
 
 
 def predict_points(
@@ -435,24 +430,15 @@ def predict_points(
     # every call of one fit but for the page cache's share and the seed
     rows_key = tuple((p.cache_gib, p.ranks, p.policy, p.batch) for p in points)
     layout_key = ("groups", rows_key, pc, share, seed, context_tokens, overlap)
-    layout = None if routes is None else routes.get(layout_key)
-    if layout is None:
-        layout = _row_groups(
-            points,
-            Workload(context_tokens=context_tokens, page_cache=pc, page_cache_share=share, seed=seed, overlap=overlap),
-        )
-        if routes is not None:
-            routes[layout_key] = layout
+    workload = Workload(
+        context_tokens=context_tokens, page_cache=pc, page_cache_share=share, seed=seed, overlap=overlap
+    )
+    layout = _memo(routes, layout_key, partial(_row_groups, points, workload))
     jobs = []
     for n_group, (idx, w, b) in enumerate(layout):
         # the work depends on the box's prices only through the bytes partition (it balances them)
         key = ("work", layout_key, n_group, knobs.skew, knobs.rho, knobs.c, local)
-        if routes is None or w.partition == "bytes":
-            works = batch_works(model, hw, w, route, b)
-        else:
-            if key not in routes:
-                routes[key] = batch_works(model, hw, w, route, b)
-            works = routes[key]
+        works = _memo(None if w.partition == "bytes" else routes, key, partial(batch_works, model, hw, w, route, b))
         jobs.append((idx, b, works))
     # every row's work evaluated at once (plan's numbers, without its baselines): the prices
     # (engine terms, SSD scale, efficiencies, reclaim work) are the same for every row of one call
@@ -461,14 +447,20 @@ def predict_points(
     rates = iter(works_rates(hw, layout[0][1], flat))
     for idx, b, works in jobs:
         got = [next(rates) for _ in works]
-        net_b = np.concatenate([r[0] for r in got])
-        hit_b = np.concatenate([r[1] for r in got])
         where = {int(bb): j for j, bb in enumerate(b)}
-        for i in idx:
-            j = where[points[i].batch]
-            net[i] = net_b[j]
-            hit[i] = hit_b[j]
+        at = [where[points[i].batch] for i in idx]
+        net[idx] = np.concatenate([r[0] for r in got])[at]
+        hit[idx] = np.concatenate([r[1] for r in got])[at]
     return net, hit
+
+
+def _memo(routes: dict | None, key: tuple, make: Callable[[], Any]) -> Any:
+    """``make()``, kept in ``routes`` under ``key`` and taken from there the next time (None: made each time)."""
+    if routes is None:
+        return make()
+    if key not in routes:
+        routes[key] = make()
+    return routes[key]
 
 
 def _row_groups(points: Sequence[PlanPoint], base: Workload) -> list[tuple[list[int], Workload, np.ndarray]]:
@@ -565,14 +557,19 @@ def _bracket_profile(inside, tried, z_hat: float) -> None:
                 z_out = z
                 break
             z_in = z
-        if z_out is None:
-            continue
-        for _ in range(PROFILE_BISECTIONS):
-            z = 0.5 * (z_in + z_out)
-            if inside(np.array([z])):
-                z_in = z
-            else:
-                z_out = z
+        if z_out is not None:
+            _bisect(lambda z: inside(np.array([z])), z_in, z_out)
+
+
+def _bisect(inside: Callable[[float], bool], t_in: float, t_out: float) -> None:
+    """Bisect a profile's crossing between ``t_in`` (inside) and ``t_out`` (outside) :data:`PROFILE_BISECTIONS`
+    times (``inside(t)``, the profile test, records each evaluation)."""
+    for _ in range(PROFILE_BISECTIONS):
+        t = 0.5 * (t_in + t_out)
+        if inside(t):
+            t_in = t
+        else:
+            t_out = t
 
 
 def _explore_profile(inside, kept, z_hat: np.ndarray, lo: np.ndarray, hi: np.ndarray, tried) -> None:
@@ -600,12 +597,7 @@ def _explore_profile(inside, kept, z_hat: np.ndarray, lo: np.ndarray, hi: np.nda
                 t_in, t = t, 2.0 * t
             else:
                 t_out = t
-        for _ in range(PROFILE_BISECTIONS):
-            t = 0.5 * (t_in + t_out)
-            if inside(np.clip(z_hat + t * u * span, lo, hi)):
-                t_in = t
-            else:
-                t_out = t
+        _bisect(lambda s: inside(np.clip(z_hat + s * u * span, lo, hi)), t_in, t_out)
 
     eye = np.eye(p)
     lines = [eye[i] for i in range(p)]

@@ -632,32 +632,6 @@ class PlanFit(Result):
     peaks: tuple[dict[str, Any], ...] = ()
 
 
-def _rows(pts: Sequence[PlanPoint], net: tuple, hit: tuple) -> list[dict[str, Any]]:
-    """One output row per point: its role, measured values, prediction and band (``net`` and
-    ``hit``: the best prediction, the 5 % and the 95 % ends, each an array over the points)."""
-    (net0, low, high), (hit0, hit_low, hit_high) = net, hit
-    return [
-        {
-            "row": p.row,
-            "batch": p.batch,
-            "cache_gib": p.cache_gib,
-            "ranks": p.ranks,
-            "policy": p.policy,
-            "role": "calibration" if p.calibrates else "prediction",
-            "measured": p.net_tok_s,
-            "predicted": float(net0[i]),
-            "low": float(low[i]),
-            "high": float(high[i]),
-            "relative_error": None if p.net_tok_s is None else float(net0[i] / p.net_tok_s - 1.0),
-            "measured_hit_rate": p.hit_rate,
-            "predicted_hit_rate": float(hit0[i]),
-            "hit_rate_low": float(hit_low[i]),
-            "hit_rate_high": float(hit_high[i]),
-        }
-        for i, p in enumerate(pts)
-    ]
-
-
 def _peaks(
     pts, predict, best: PlanKnobs, draws: Sequence[PlanKnobs], sets: Sequence[PlanKnobs], sigma: float
 ) -> list[dict[str, Any]]:
@@ -713,40 +687,6 @@ def _locality_note(label: str, r_c: float, h_c: float, c_c: float, span: tuple[f
         f"ρ = {r_c:.2f} and a per-stream hot set of {h_c:.2g}·K experts"
         + (" (off for this model)" if math.isinf(c_c) else f" (c = {c_c:.3g}·E)")
         + tail
-    )
-
-
-def _stage(stage: Callable[[str], None] | None, what: str) -> None:
-    if stage is not None:
-        stage(what)
-
-
-def _searched_only(names: tuple[str, ...], cost: float, overlap: str, max_z: float) -> PlanFit:
-    """A fit ended after its search (``_fit_one``'s ``after_search``): what :func:`fit_plan` reads
-    of an overlap that neither fits better nor meets every calibration row within 2 σ — its cost
-    and worst calibration z, as the whole fit would give them."""
-    return PlanFit(
-        knobs={},
-        rows=[],
-        fitted=names,
-        cost=cost,
-        overlap=overlap,
-        overlaps={overlap: {"cost": cost, "max_abs_z": max_z}},
-    )
-
-
-def _over_sets(at, net, hit) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The bands at the best knobs (``net``, ``hit``: best, low, high) moved to each retained
-    cache-knob set's predictions ``at`` and united (module docstring, Bands): tok/s bands as
-    ratios, hit-rate bands as differences clipped to [0, 1]."""
-    (net0, low, high), (hit0, hit_low, hit_high) = net, hit
-    nets = np.array([a[0] for a in at])
-    hits = np.array([a[1] for a in at])
-    return (
-        nets.min(axis=0) * (low / net0),
-        nets.max(axis=0) * (high / net0),
-        np.clip(hits.min(axis=0) - (hit0 - hit_low), 0.0, 1.0),
-        np.clip(hits.max(axis=0) + (hit_high - hit0), 0.0, 1.0),
     )
 
 
@@ -1211,16 +1151,14 @@ def _setup_fit(
     routing: RoutingProbabilities,
     *,
     fit: Sequence[str] | None,
-    context_tokens: int,
-    page_cache: bool,
     routing_is_spec: bool,
-    max_evaluations: int,
-    overlap: str,
     locality: Locality | None,
-    memo: dict | None,
+    memo: dict,
+    **settings: Any,
 ) -> _Fit:
     """:func:`_fit_one`'s fit before it runs: the knobs checked (:func:`_named_knobs`), the held
-    ones at their priors' centres, the smooth knobs' bounds and start."""
+    ones at their priors' centres, the smooth knobs' bounds and start. ``settings``: the rest of
+    :class:`_Fit` (``overlap``, ``context_tokens``, ``page_cache``, ``max_evaluations``)."""
     pts = list(points)
     names = _named_knobs(pts, fit, routing_is_spec)
     rows = _Rows.of(pts)
@@ -1249,12 +1187,9 @@ def _setup_fit(
         smooth_high=high,
         smooth_start=start,
         cache_names=[k for k in _CACHE if k in names],
-        overlap=overlap,
-        context_tokens=context_tokens,
-        page_cache=page_cache,
-        max_evaluations=max_evaluations,
         locality=locality,
-        routes={} if memo is None else memo,
+        routes=memo,
+        **settings,
     )
 
 
@@ -1367,13 +1302,28 @@ class _Band:
             self.hit_high = np.maximum(self.hit_high, np.clip(hit_e + (self.hit_high - self.hit0), 0.0, 1.0))
 
     def over_sets(self, at: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
-        """Moved to each retained cache-knob set's predictions ``at`` and united (:func:`_over_sets`)."""
-        net, hit = (self.net0, self.low, self.high), (self.hit0, self.hit_low, self.hit_high)
-        self.low, self.high, self.hit_low, self.hit_high = _over_sets(at, net, hit)
+        """The band at the best knobs moved to each retained cache-knob set's predictions ``at`` and united
+        (module docstring, Bands): tok/s bands as ratios, hit-rate bands as differences clipped to [0, 1]."""
+        nets, hits = np.array([a[0] for a in at]), np.array([a[1] for a in at])
+        self.low, self.high = nets.min(axis=0) * (self.low / self.net0), nets.max(axis=0) * (self.high / self.net0)
+        self.hit_low = np.clip(hits.min(axis=0) - (self.hit0 - self.hit_low), 0.0, 1.0)
+        self.hit_high = np.clip(hits.max(axis=0) + (self.hit_high - self.hit0), 0.0, 1.0)
 
     def rows(self, points: Sequence[PlanPoint]) -> list[dict[str, Any]]:
-        """The fit's output rows (:func:`_rows`)."""
-        return _rows(points, (self.net0, self.low, self.high), (self.hit0, self.hit_low, self.hit_high))
+        """The fit's output rows, one per point: its role, measured values, prediction and band."""
+        net, hit = (self.net0, self.low, self.high), (self.hit0, self.hit_low, self.hit_high)
+        return [
+            {
+                **{key: getattr(p, key) for key in ("row", "batch", "cache_gib", "ranks", "policy")},
+                "role": "calibration" if p.calibrates else "prediction",
+                "measured": p.net_tok_s,
+                **{key: float(v[i]) for key, v in zip(("predicted", "low", "high"), net)},
+                "relative_error": None if p.net_tok_s is None else float(self.net0[i] / p.net_tok_s - 1.0),
+                "measured_hit_rate": p.hit_rate,
+                **{key: float(v[i]) for key, v in zip(("predicted_hit_rate", "hit_rate_low", "hit_rate_high"), hit)},
+            }
+            for i, p in enumerate(points)
+        ]
 
 
 def _smooth_draws(
@@ -1405,25 +1355,23 @@ def _smooth_band(
     rng = np.random.default_rng(12345)
     draws, cov = _smooth_draws(best, rng, notes)
     lo_b, hi_b = fit.smooth_bounds()
-    nets, hits = [], []
-    for sd in BAND_SEEDS:
-        for d in draws:
-            d = np.clip(d, lo_b, hi_b) if best.x.size else d
-            net, hit = fit.predict(fit.knobs_of(best.outer, d), sd)
-            nets.append(net)
-            hits.append(hit)
+    preds = [
+        fit.predict(fit.knobs_of(best.outer, np.clip(d, lo_b, hi_b) if best.x.size else d), sd)
+        for sd in BAND_SEEDS
+        for d in draws
+    ]
     net0, hit0 = fit.predict(best_knobs)
     rows = fit.rows
     # a band is where a new measurement falls: the knobs' spread times the measurement noise,
     # the larger of σ_net and the calibration rows' own scatter about the fit
-    r_net = np.log(net0[rows.net_measured] / rows.net[rows.net_measured]) if rows.net_measured.any() else np.zeros(0)
+    r_net = np.log(net0[rows.net_measured] / rows.net[rows.net_measured])
     noise = max(SIGMA_NET, float(np.sqrt(np.mean(r_net**2))) if r_net.size else 0.0)
-    preds_net = np.array(nets)
+    preds_net = np.array([p[0] for p in preds])
     preds_net = preds_net * np.exp(rng.normal(0.0, noise, size=preds_net.shape))
     # the same for a hit rate: the larger of σ_hit and the calibration hit rates' scatter, in points
-    r_hit = hit0[rows.hit_measured] - rows.hit[rows.hit_measured] if rows.hit_measured.any() else np.zeros(0)
+    r_hit = hit0[rows.hit_measured] - rows.hit[rows.hit_measured]
     hit_noise = max(SIGMA_HIT, float(np.sqrt(np.mean(r_hit**2))) if r_hit.size else 0.0)
-    preds_hit = np.array(hits)
+    preds_hit = np.array([p[1] for p in preds])
     preds_hit = np.clip(preds_hit + rng.normal(0.0, hit_noise, size=preds_hit.shape), 0.0, 1.0)
     net_band, hit_band = (
         percentile_interval(v, BAND_TAILS, resampling="draws x seeds x noise") for v in (preds_net, preds_hit)
@@ -1524,10 +1472,8 @@ class _PriorEnds:
                 held[key] = centre + t * (end - centre)
 
             t, at = self.admitted_end(set_at)
-            if at is not None and hits:
-                self.band.widen(*at)
-            elif at is not None:
-                self.band.widen(at[0])
+            if at is not None:
+                self.band.widen(at[0], at[1] if hits else None)
             if t < 1.0:
                 cut.append(f"{key} {'not past its centre' if at is None else f'to {t:g} of the way to {end:.3g}'}")
         held[key] = centre
@@ -1728,52 +1674,38 @@ def _fit_one(
     hardware: Hardware,
     routing: RoutingProbabilities,
     *,
-    fit: Sequence[str] | None = None,
-    context_tokens: int = 4096,
-    page_cache: bool = False,
-    routing_is_spec: bool = True,
-    max_evaluations: int = 40,
-    overlap: str = "max",
-    locality: Locality | None = None,
-    stage: Callable[[str], None] | None = None,
-    memo: dict | None = None,
+    overlap: str,
+    stage: Callable[[str], None] = lambda what: None,
     after_search: Callable[[float, float], bool] | None = None,
     jobs: int = 1,
+    **kw: Any,
 ) -> PlanFit:
     """Fit the named knobs on the calibration rows, predict every row with bands (module
     docstring); ``stage(what)`` is called as each of :data:`FIT_STAGES` begins; ``after_search(cost,
-    max_abs_z)`` False ends the fit once its knobs are fitted (:func:`_searched_only`); ``jobs`` ≥ 2:
-    the held knobs' prior ends run in a forked child beside the band sets (the same numbers). ``memo``: the
-    routings and step works of :func:`predict_points`, kept across the fits of one
-    :func:`fit_plan` (its keys name the overlap where the work depends on it). Raises :class:`ParameterError` for an unknown knob, a knob the rows cannot
+    max_abs_z)`` False ends the fit once its knobs are fitted: what :func:`fit_plan` reads of an overlap that
+    neither fits better nor meets every calibration row within 2 σ, its cost and worst calibration z as the
+    whole fit would give them; ``jobs`` ≥ 2: the held knobs' prior ends run in a forked child beside the band
+    sets (the same numbers). ``kw``: :func:`_setup_fit`'s (``memo``: the routings and step works of
+    :func:`predict_points`, kept across the fits of one :func:`fit_plan`; its keys name the overlap where
+    the work depends on it). Raises :class:`ParameterError` for an unknown knob, a knob the rows cannot
     identify (more smooth parameters than measured net tok/s rows), or ``skew`` with a routing
     that is not Zipf. ``locality`` (the locality prior): with any routing but a trace and ρ not
     fitted, the cache runs on a trace with the prior's centre ρ and per-stream locality c, and
     the bands take in its least and most local ends (5 % and 95 %)."""
-    f = _setup_fit(
-        points,
-        model,
-        hardware,
-        routing,
-        fit=fit,
-        context_tokens=context_tokens,
-        page_cache=page_cache,
-        routing_is_spec=routing_is_spec,
-        max_evaluations=max_evaluations,
-        overlap=overlap,
-        locality=locality,
-        memo=memo,
-    )
+    f = _setup_fit(points, model, hardware, routing, overlap=overlap, **kw)
     notes: list[str] = []
-    _stage(stage, FIT_STAGES[0])
+    stage(FIT_STAGES[0])
     best = _search(f, notes)
     best_knobs = f.knobs_of(best.outer, best.x)
     max_z = float(np.max(np.abs(f.residuals(best_knobs)))) if f.rows.calibrates.any() else 0.0
-    if after_search is not None and not after_search(float(best.total), max_z):
-        return _searched_only(f.names, float(best.total), overlap, max_z)
-    _stage(stage, FIT_STAGES[1])
+    total = float(best.total)
+    overlaps = {overlap: {"cost": total, "max_abs_z": max_z}}
+    searched = PlanFit(knobs={}, rows=[], fitted=f.names, cost=total, overlap=overlap, overlaps=overlaps)
+    if after_search is not None and not after_search(total, max_z):
+        return searched
+    stage(FIT_STAGES[1])
     band, draws, cov = _smooth_band(f, best, best_knobs, notes)
-    _stage(stage, FIT_STAGES[2])
+    stage(FIT_STAGES[2])
     # an end of a held knob's prior widens the bands only as far as the calibration rows admit it:
     # re-solved there, its cost within the profile threshold of the best fit (PROFILE_CHI2)
     ends = _PriorEnds(f, best.outer, f.profile_threshold(best.total, best.x.size)[0], band, notes)
@@ -1789,17 +1721,7 @@ def _fit_one(
         f"bands: 5–95 % of a new measurement (the knobs' spread × a measurement noise of {band.noise:.1%} on tok/s, "
         f"± {100 * band.hit_noise:.2g} points on hit rates)"
     )
-    total = float(best.total)
-    return PlanFit(
-        knobs=knobs,
-        rows=rows,
-        fitted=f.names,
-        cost=total,
-        notes=tuple(notes),
-        overlap=overlap,
-        overlaps={overlap: {"cost": total, "max_abs_z": max_z}},
-        peaks=tuple(peaks),
-    )
+    return replace(searched, knobs=knobs, rows=rows, notes=tuple(notes), peaks=tuple(peaks))
 
 
 def fit_plan(
@@ -1857,7 +1779,7 @@ def fit_plan(
             if jobs >= 2 and overlap is None and ov == "max" and what == FIT_STAGES[1] and beside is None:
                 # max's search has sampled the traces both searches start from (the grid of the
                 # cache knob, the calibration rows): the forked sum fit inherits them in the memo
-                beside = _fork_fit("sum", *args, {**kw, "after_search": ends["sum"]})
+                beside = _fork_call(lambda: _fit_one(*args, overlap="sum", after_search=ends["sum"], **kw))
             done = next(stages)
             if progress is not None:
                 progress(done, total, f"{ov}: {what}" + (" (the other overlap beside it)" if beside else ""))
@@ -1911,20 +1833,12 @@ def _better_overlap(fits: dict[str, PlanFit]) -> PlanFit:
 def _widened_by(best: PlanFit, other: PlanFit) -> PlanFit:
     """``best`` with every band (its rows' tok/s and hit rates, its peaks') widened to take in
     ``other``'s: the other overlap, where it too meets the calibration rows."""
-    rows = [
-        {
-            **r,
-            "low": min(r["low"], o["low"]),
-            "high": max(r["high"], o["high"]),
-            "hit_rate_low": min(r["hit_rate_low"], o["hit_rate_low"]),
-            "hit_rate_high": max(r["hit_rate_high"], o["hit_rate_high"]),
-        }
-        for r, o in zip(best.rows, other.rows)
-    ]
-    peaks = tuple(
-        {**pk, "low": min(pk["low"], po["low"]), "high": max(pk["high"], po["high"])}
-        for pk, po in zip(best.peaks, other.peaks)
-    )
+
+    def united(a: dict[str, Any], b: dict[str, Any], lows: tuple[str, ...], highs: tuple[str, ...]) -> dict[str, Any]:
+        return {**a, **{k: min(a[k], b[k]) for k in lows}, **{k: max(a[k], b[k]) for k in highs}}
+
+    rows = [united(r, o, ("low", "hit_rate_low"), ("high", "hit_rate_high")) for r, o in zip(best.rows, other.rows)]
+    peaks = tuple(united(pk, po, ("low",), ("high",)) for pk, po in zip(best.peaks, other.peaks))
     return replace(best, rows=rows, peaks=peaks)
 
 
@@ -1982,11 +1896,6 @@ class _Forked:
         if self.process.is_alive():
             self.process.terminate()
         self.process.join()
-
-
-def _fork_fit(overlap: str, points, model, hardware, routing, kw) -> _Forked | None:
-    """:func:`_fit_one` at ``overlap`` in a forked process (:func:`_fork_call`)."""
-    return _fork_call(lambda: _fit_one(points, model, hardware, routing, overlap=overlap, stage=None, **kw))
 
 
 def _fork_call(call: Callable[[], Any]) -> _Forked | None:

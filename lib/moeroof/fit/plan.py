@@ -101,7 +101,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 from scipy.optimize import least_squares, minimize
@@ -653,24 +653,44 @@ def _peaks(
     return out
 
 
-_BOUNDS = {
-    "c0": (0.0, 10.0),
-    "c1": (0.0, 10.0),
-    "cu": (0.0, 0.1),
-    "ssd_scale": (1e-3, 1e3),
-    "reclaim": (0.0, 50.0),
-    "reclaim_shape": (1.0, 4.0),
-    "skew": (0.0, 3.0),
-    "rho": (0.0, 0.95),
-    "share": (0.0, 1.0),
-}
+class _Smooth(NamedTuple):
+    """One smooth knob's parameter: the knob ``--fit`` names, its name in the notes, its
+    :class:`PlanKnobs` field (the knob table's key), its bounds and unit, and where the least squares
+    start it (None: the engine's, :func:`_engine_start`)."""
+
+    knob: str
+    label: str
+    field: str
+    bounds: tuple[float, float]
+    unit: str
+    start: float | None = None
 
 
-def _locality_note(label: str, r_c: float, h_c: float, c_c: float, span: tuple[float, float], reached) -> str:
-    """fit-plan's note on the locality prior it held: its centre, and how much of its 5–95 %
-    range (``span`` in ρ) the calibration rows admitted (``reached``: each end's ρ and share t)."""
+#: the smooth knobs' parameters, in the order of their vector
+_SMOOTH_PARAMS = (
+    _Smooth("engine", "c0", "engine_seconds_per_step", (0.0, 10.0), "s"),
+    _Smooth("engine", "c1", "engine_seconds_per_agent_token", (0.0, 10.0), "s"),
+    _Smooth("expert", "expert", "engine_seconds_per_touched_expert", (0.0, 0.1), "s"),
+    _Smooth("ssd-scale", "ssd-scale", "ssd_scale", (1e-3, 1e3), "×", 1.0),
+    _Smooth("reclaim", "reclaim", "reclaim_penalty", (0.0, 50.0), "κ", 0.5),
+    _Smooth("reclaim-shape", "reclaim-shape", "reclaim_exponent", (1.0, 4.0), "n", 1.5),
+)
+#: the cache knobs' bounds, by their names in ``--fit``
+_CACHE_BOUNDS = {"skew": (0.0, 3.0), "rho": (0.0, 0.95), "pressure": (0.0, 1.0)}
+
+
+def _smooth_params(names: Sequence[str], hold_token: bool) -> list[_Smooth]:
+    """The fitted smooth knobs' parameters, in the order of their vector: with every measured rate at one
+    batch size (``hold_token``) the engine's one is its per-touched-expert cost."""
+    fitted = (set(names) - {"engine"}) | {"expert"} if hold_token else set(names)
+    return [p for p in _SMOOTH_PARAMS if p.knob in fitted]
+
+
+def _locality_note(prior: _HeldLocality, reached) -> str:
+    """fit-plan's note on the locality ``prior`` it held: its centre, and how much of its 5–95 %
+    range the calibration rows admitted (``reached``: each end's ρ and share t)."""
     (r_a, t_a), (r_b, t_b) = reached
-    rng = f"ρ {span[0]:.2g}–{span[1]:.2g}"
+    rng = f"ρ {float(prior.rho_ends[0]):.2g}–{float(prior.rho_ends[1]):.2g}"
     if t_a == 1.0 and t_b == 1.0:
         tail = f"; the bands include its least and most local ends ({rng})"
     elif t_a == 0.0 and t_b == 0.0:
@@ -683,9 +703,9 @@ def _locality_note(label: str, r_c: float, h_c: float, c_c: float, span: tuple[f
             f"; of its 5–95 % range ({rng}) the calibration rows admit ρ {r_a:.2g}–{r_b:.2g}, and the bands cover that"
         )
     return (
-        f"stickiness and per-stream locality held at the {label}: the cache runs on a trace with "
-        f"ρ = {r_c:.2f} and a per-stream hot set of {h_c:.2g}·K experts"
-        + (" (off for this model)" if math.isinf(c_c) else f" (c = {c_c:.3g}·E)")
+        f"stickiness and per-stream locality held at the {prior.label}: the cache runs on a trace with "
+        f"ρ = {prior.rho:.2f} and a per-stream hot set of {prior.hot_set:.2g}·K experts"
+        + (" (off for this model)" if math.isinf(prior.c_per_expert) else f" (c = {prior.c_per_expert:.3g}·E)")
         + tail
     )
 
@@ -695,18 +715,7 @@ def _span(values) -> Interval:
     return Interval(float(min(values)), float(max(values)), confidence_of(BAND_TAILS), "profile likelihood")
 
 
-def _smooth_labels(names: tuple[str, ...], hold_token: bool, fit_expert: bool) -> tuple[str, ...]:
-    """The fitted smooth knobs' names, in the order of their vector."""
-    return (
-        (("expert",) if hold_token else ("c0", "c1") if "engine" in names else ())
-        + (("expert",) if fit_expert and not hold_token else ())
-        + (("ssd-scale",) if "ssd-scale" in names else ())
-        + (("reclaim",) if "reclaim" in names else ())
-        + (("reclaim-shape",) if "reclaim-shape" in names else ())
-    )
-
-
-def _identified(sol, x: np.ndarray, labels: tuple[str, ...], notes: list[str]) -> np.ndarray:
+def _identified(sol, x: np.ndarray, labels: Sequence[str], notes: list[str]) -> np.ndarray:
     """Which fitted smooth knobs (``x``, named ``labels``) the rows identify, from the solution's
     Jacobian; a note for each that is not (appended to ``notes``). A knob is identified unless it
     has a component along a direction the rows do not constrain: a zero column, or collinear
@@ -728,44 +737,38 @@ def _identified(sol, x: np.ndarray, labels: tuple[str, ...], notes: list[str]) -
     return identified
 
 
-def _held_entries(hardware: Hardware, held_efficiency, prior_local) -> dict[str, dict[str, Any]]:
-    """The knob table's entries of the knobs held at priors: the box's efficiencies and, with
-    ``prior_local`` (the locality prior's label, and its ρ's and c/E's centre, 5 % and 95 %), the
-    locality's."""
+def _held_entries(hardware: Hardware, held: _HeldKnobs) -> dict[str, dict[str, Any]]:
+    """The knob table's entries of the knobs ``held`` at priors: the box's efficiencies and, where
+    the locality prior is held, its ρ's and c/E's (centre, 5 % and 95 %)."""
     out: dict[str, dict[str, Any]] = {}
-    for key in held_efficiency:
+    for key in held.efficiency:
         (lo_e, mid_e, hi_e), src = hardware.priors[key]
         why = "no row here tells it from the engine and SSD terms: held at its prior, the bands cover its range"
         out[key] = _held_entry(mid_e, lo_e, hi_e, "prior", why, "share", source=src)
-    if prior_local is None:
+    local = held.locality
+    if local is None:
         return out
-    locality_label, locality_ranges = prior_local
     why = (
         "the rows cannot identify one stream's locality: held at the locality prior fitted on real decode "
         "(assumed for this model), its 5–95 % range in the bands"
     )
-    for (key, unit), (value, lo, hi) in zip((("rho", "ρ"), ("locality_c_per_expert", "c/E")), locality_ranges):
-        out[key] = _held_entry(value, float(lo), float(hi), locality_label, why, unit)
+    ranges = ((local.rho, *local.rho_ends), (local.c_per_expert, *local.c_per_expert_range))
+    for (key, unit), (value, lo, hi) in zip((("rho", "ρ"), ("locality_c_per_expert", "c/E")), ranges):
+        out[key] = _held_entry(value, float(lo), float(hi), local.label, why, unit)
     return out
 
 
 def _held_entry(value, low, high, held: str, why: str, unit: str, **more: Any) -> dict[str, Any]:
     """A knob table entry of a knob held (not fitted, not identified) over its prior range."""
-    return {
-        "value": value,
-        "low": low,
-        "high": high,
-        "fitted": False,
-        "identified": False,
-        "held": held,
-        **more,
-        "why": why,
-        "unit": unit,
-    }
+    return _entry(value, low, high, unit, fitted=False, identified=False, held=held, **more, why=why)
 
 
-#: the cache knobs' bounds, by their names in ``--fit``
-_CACHE_BOUNDS = {"skew": _BOUNDS["skew"], "rho": _BOUNDS["rho"], "pressure": _BOUNDS["share"]}
+def _entry(value, low, high, unit: str, *, fitted: bool, identified: bool, **more: Any) -> dict[str, Any]:
+    """A knob table entry: its value and 5–95 % range, whether it is fitted and identified, ``more`` (why
+    it is held or not identified, ...) and its unit."""
+    return {"value": value, "low": low, "high": high, "fitted": fitted, "identified": identified, **more, "unit": unit}
+
+
 #: where the search starts a cache knob (the skew: its routing's own, :func:`_skew_start`)
 _CACHE_STARTS = {"rho": 0.2, "pressure": 0.5}
 
@@ -774,34 +777,27 @@ _CACHE_STARTS = {"rho": 0.2, "pressure": 0.5}
 _EndAnswer: TypeAlias = tuple[float, tuple[np.ndarray, np.ndarray] | None]
 
 
-def _named_knobs(points: Sequence[PlanPoint], fit: Sequence[str] | None, routing_is_spec: bool) -> tuple[str, ...]:
-    """The knobs a fit fits: ``fit``, or what the rows identify (:func:`default_knobs`). Raises
+def _named_knobs(rows: _Rows, fit: Sequence[str] | None, routing_is_spec: bool) -> tuple[tuple[str, ...], bool]:
+    """The knobs a fit fits: ``fit``, or what the rows identify (:func:`default_knobs`); and whether
+    it holds the per-token engine cost (:attr:`_Fit.hold_token`). Raises
     :class:`ParameterError` for an unknown knob, a knob named without the one it is fitted with,
     more knobs than the rows can identify, ``skew`` on a routing not given by its knobs, or none."""
-    names = tuple(default_knobs(points, routing_is_spec=routing_is_spec) if fit is None else fit)
+    names = tuple(default_knobs(rows.points, routing_is_spec=routing_is_spec) if fit is None else fit)
     for k in names:
         if k not in KNOBS:
             raise ParameterError("fit", f"unknown knob {k!r} (known: {', '.join(KNOBS)})")
-    n_net = sum(p.net_tok_s is not None for p in points)
-    n_hit = sum(p.hit_rate is not None for p in points)
-    net_batches = sorted({p.batch for p in points if p.net_tok_s is not None})
+    n_net, n_hit = int(rows.net_measured.sum()), int(rows.hit_measured.sum())
     # every measured rate at one batch size: the per-token engine cost cannot be told from the
     # per-step one; it is held at its prior (PRIOR_SECONDS_PER_AGENT_TOKEN) and widens the bands
-    hold_token = "engine" in names and len(net_batches) < 2
-    fit_expert = "expert" in names
+    hold_token = "engine" in names and len(rows.net_batches) < 2
     if "reclaim-shape" in names and "reclaim" not in names:
         raise ParameterError("fit", "reclaim-shape (the reclaim work's exponent) is fitted with reclaim: name both")
-    if fit_expert and "engine" not in names:
+    if "expert" in names and "engine" not in names:
         raise ParameterError("fit", "expert (the per-touched-expert engine cost) is fitted with engine: name both")
     # one batch size: the engine's one fitted knob is the per-touched-expert cost, its per-step and
     # per-token costs held at their priors; two or more: per-step and per-token fitted (and the
     # per-touched-expert cost where named), else held at its prior share
-    n_smooth = (
-        ("engine" in names) * (1 if hold_token else 2 + fit_expert)
-        + ("ssd-scale" in names)
-        + ("reclaim" in names)
-        + ("reclaim-shape" in names)
-    )
+    n_smooth = len(_smooth_params(names, hold_token))
     if n_smooth > n_net:
         raise ParameterError(
             "fit",
@@ -817,7 +813,7 @@ def _named_knobs(points: Sequence[PlanPoint], fit: Sequence[str] | None, routing
         )
     if not names:
         raise ParameterError("fit", "nothing to fit: the rows identify no knob")
-    return names
+    return names, hold_token
 
 
 @dataclass(frozen=True)
@@ -923,16 +919,9 @@ def _touched_pairs(points: Sequence[PlanPoint], model: MoEModel, routing: Routin
     """The (layer, expert) pairs a rank touches at each row with a measured net tok/s (independent tokens)."""
     from moeroof.models.union import union_plugin
 
-    return np.array(
-        [
-            max(
-                model.moe_layers * float(np.mean(union_plugin(routing.pi, [p.batch]).union_per_layer)) / p.ranks,
-                1e-9,
-            )
-            for p in points
-            if p.net_tok_s is not None
-        ]
-    )
+    measured = [p for p in points if p.net_tok_s is not None]
+    per_layer = [float(np.mean(union_plugin(routing.pi, [p.batch]).union_per_layer)) for p in measured]
+    return np.array([max(model.moe_layers * u / p.ranks, 1e-9) for u, p in zip(per_layer, measured)])
 
 
 def _held_knobs(
@@ -963,54 +952,31 @@ def _held_knobs(
     return _HeldKnobs(values, local, efficiency, skew_prior, held_locality, touched_cap)
 
 
-def _smooth_bounds_and_start(
-    names: tuple[str, ...], hold_token: bool, rows: _Rows, held: _HeldKnobs, pairs: np.ndarray
-) -> tuple[list[float], list[float], list[float]]:
-    """The fitted smooth knobs' lower and upper bounds and the least-squares start, in the order
-    of their vector (:func:`_smooth_labels`)."""
-    low = [*_BOUNDS["c0"][:1], *_BOUNDS["c1"][:1]] if "engine" in names else []
-    high = [*_BOUNDS["c0"][1:], *_BOUNDS["c1"][1:]] if "engine" in names else []
-    if hold_token:
-        low, high = [_BOUNDS["cu"][0]], [_BOUNDS["cu"][1]]
-    elif "expert" in names:
-        low, high = [*low, _BOUNDS["cu"][0]], [*high, _BOUNDS["cu"][1]]
-    start = _engine_start(names, hold_token, rows, held, pairs) if "engine" in names else []
-    for name, bound, x0 in (
-        ("ssd-scale", "ssd_scale", 1.0),
-        ("reclaim", "reclaim", 0.5),
-        ("reclaim-shape", "reclaim_shape", 1.5),
-    ):
-        if name in names:
-            low.append(_BOUNDS[bound][0])
-            high.append(_BOUNDS[bound][1])
-            start.append(x0)
-    return low, high, start
-
-
 def _engine_start(
-    names: tuple[str, ...], hold_token: bool, rows: _Rows, held: _HeldKnobs, pairs: np.ndarray
+    names: tuple[str, ...], hold_token: bool, rows: _Rows, held: _HeldKnobs, pairs: np.ndarray, high: list[float]
 ) -> list[float]:
     """Where the least squares start the fitted engine costs: at one batch size the per-touched-expert
     cost that the measured step times leave beside the held per-step and per-token costs; else on the
-    line T = c0 + c1·B through them (and 1e-6 s per touched pair where that is fitted too)."""
+    line T = c0 + c1·B through them (and 1e-6 s per touched pair where that is fitted too). ``high``: their
+    upper bounds, in the order of their vector."""
     bs, ts = rows.step_seconds()
     if hold_token:
         # the measured step times less the held per-step and per-token costs, over the pairs touched
         cu = float(np.min((ts - held.values["step"] - held.values["token"] * bs) / pairs))
-        return [float(np.clip(cu, 1e-9, _BOUNDS["cu"][1]))]
+        return [float(np.clip(cu, 1e-9, high[0]))]
     # under ``max`` overlap an engine term below the roofline has no gradient, so it must start where it binds
     if np.unique(bs).size >= 2:
         c1, c0 = np.polyfit(bs, ts, 1)
     else:
         c0, c1 = float(ts[0]), 0.0
-    start = [float(np.clip(c0, 1e-6, _BOUNDS["c0"][1])), float(np.clip(c1, 1e-7, _BOUNDS["c1"][1]))]
+    start = [float(np.clip(c0, 1e-6, high[0])), float(np.clip(c1, 1e-7, high[1]))]
     return start + [1e-6] if "expert" in names else start
 
 
 @dataclass(frozen=True)
 class _Fit:
     """One overlap's fit (:func:`_fit_one`) and what its stages share: the rows, the knobs it
-    fits (``names``; the smooth ones a vector within ``smooth_low``–``smooth_high``, solved from
+    fits (``names``; the smooth ones a vector of ``params``, solved from
     ``smooth_start``; the cache ones ``cache_names``, searched) and those it holds, and how it
     predicts the rows at a set of knobs."""
 
@@ -1023,8 +989,7 @@ class _Fit:
     #: per-step one; both are held at their priors and widen the bands
     hold_token: bool
     held: _HeldKnobs
-    smooth_low: list[float]
-    smooth_high: list[float]
+    params: list[_Smooth]
     smooth_start: list[float]
     cache_names: list[str]
     overlap: str
@@ -1037,49 +1002,28 @@ class _Fit:
     routes: dict
 
     @property
-    def fit_expert(self) -> bool:
-        """The per-touched-expert engine cost is fitted beside the per-step and per-token ones."""
-        return "expert" in self.names
-
-    @property
     def holds_touched(self) -> bool:
         """The engine is fitted at two or more batch sizes and its per-touched-expert cost held at its prior share."""
-        return "engine" in self.names and not self.fit_expert and not self.hold_token
+        return "engine" in self.names and "expert" not in self.names and not self.hold_token
 
     def smooth_bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """The smooth knobs' bounds as arrays (a draw of them is clipped to these)."""
-        return np.array(self.smooth_low, dtype=float), np.array(self.smooth_high, dtype=float)
+        low, high = (np.array([p.bounds[j] for p in self.params], dtype=float) for j in (0, 1))
+        return low, high
 
     def knobs_of(self, outer: dict[str, float], inner: np.ndarray) -> PlanKnobs:
-        """The knobs at cache knobs ``outer`` and smooth knobs ``inner`` (in :func:`_smooth_labels`'
-        order), every held knob at its value now."""
-        names, held, fit_engine = self.names, self.held.values, "engine" in self.names
+        """The knobs at cache knobs ``outer`` and smooth knobs ``inner`` (in the order of
+        :attr:`params`), every held knob at its value now."""
+        held = self.held.values
         k = PlanKnobs(rho=self.held.local["rho"], c=self.held.local["c"], **{e: held[e] for e in self.held.efficiency})
-        if fit_engine:
-            k = replace(k, engine_seconds_per_touched_expert=held["touched"])
-        j = 0
-        if fit_engine and self.hold_token:
+        if "engine" in self.names:  # the engine costs held at their priors where not fitted (set next)
             k = replace(
                 k,
                 engine_seconds_per_step=held["step"],
                 engine_seconds_per_agent_token=held["token"],
-                engine_seconds_per_touched_expert=float(inner[j]),
+                engine_seconds_per_touched_expert=held["touched"],
             )
-            j += 1
-        elif fit_engine:
-            k = replace(k, engine_seconds_per_step=float(inner[j]), engine_seconds_per_agent_token=float(inner[j + 1]))
-            j += 2
-            if self.fit_expert:
-                k = replace(k, engine_seconds_per_touched_expert=float(inner[j]))
-                j += 1
-        for name, key in (
-            ("ssd-scale", "ssd_scale"),
-            ("reclaim", "reclaim_penalty"),
-            ("reclaim-shape", "reclaim_exponent"),
-        ):
-            if name in names:
-                k = replace(k, **{key: float(inner[j])})
-                j += 1
+        k = replace(k, **{p.field: float(v) for p, v in zip(self.params, inner)})
         if self.held.skew_prior is not None or "skew" in outer:
             k = replace(k, skew=outer.get("skew", held.get("skew")))
         if "rho" in outer:
@@ -1122,7 +1066,7 @@ class _Fit:
         sol = least_squares(
             lambda x: self.residuals(self.knobs_of(outer, x)),
             np.array(self.smooth_start) if start is None else start,
-            bounds=(np.array(self.smooth_low), np.array(self.smooth_high)),
+            bounds=self.smooth_bounds(),
             x_scale="jac",
         )
         return sol.x, float(2.0 * sol.cost), sol
@@ -1160,21 +1104,22 @@ def _setup_fit(
     ones at their priors' centres, the smooth knobs' bounds and start. ``settings``: the rest of
     :class:`_Fit` (``overlap``, ``context_tokens``, ``page_cache``, ``max_evaluations``)."""
     pts = list(points)
-    names = _named_knobs(pts, fit, routing_is_spec)
     rows = _Rows.of(pts)
-    hold_token = "engine" in names and len(rows.net_batches) < 2
+    names, hold_token = _named_knobs(rows, fit, routing_is_spec)
     # the per-touched-expert engine cost, held at its prior share of the fastest calibration step
     # (PRIOR_TOUCHED_SHARE): per row, the measured step time over the pairs a rank touches there
     touched_cap = 0.0
     pairs = np.zeros(0)
     if "engine" in names:
         pairs = _touched_pairs(pts, model, routing)
-        steps_s = np.array([p.batch / p.net_tok_s for p in pts if p.net_tok_s is not None])
-        touched_cap = float(np.min(steps_s / pairs))
+        touched_cap = float(np.min(rows.step_seconds()[1] / pairs))
     held = _held_knobs(
         names, hardware, routing, _held_locality(locality, model, routing, names), touched_cap, model.experts
     )
-    low, high, start = _smooth_bounds_and_start(names, hold_token, rows, held, pairs)
+    params = _smooth_params(names, hold_token)
+    start = (
+        _engine_start(names, hold_token, rows, held, pairs, [p.bounds[1] for p in params]) if "engine" in names else []
+    )
     return _Fit(
         rows=rows,
         model=model,
@@ -1183,9 +1128,8 @@ def _setup_fit(
         names=names,
         hold_token=hold_token,
         held=held,
-        smooth_low=low,
-        smooth_high=high,
-        smooth_start=start,
+        params=params,
+        smooth_start=start + [p.start for p in params if p.start is not None],
         cache_names=[k for k in _CACHE if k in names],
         locality=locality,
         routes=memo,
@@ -1578,8 +1522,7 @@ class _PriorEnds:
                 self.band.widen(*at)
             reached.append((float(from_scale(centre_x + t * (end_x - centre_x))[0]), t))
         local.update(saved)
-        rho_range = (float(prior.rho_ends[0]), float(prior.rho_ends[1]))
-        self.notes.append(_locality_note(prior.label, prior.rho, prior.hot_set, prior.c_per_expert, rho_range, reached))
+        self.notes.append(_locality_note(prior, reached))
 
 
 def _sets_and_peaks(
@@ -1632,36 +1575,18 @@ def _held_touched_entry(held: _HeldKnobs) -> dict[str, Any]:
     )
 
 
-def _fit_knobs(fit: _Fit, best: _Best, best_knobs: PlanKnobs, cov: np.ndarray | None, notes: list[str]) -> dict:
+def _fit_knobs(fit: _Fit, best: _Best, cov: np.ndarray | None, notes: list[str]) -> dict:
     """:attr:`PlanFit.knobs`: the fitted knobs' values and intervals (:func:`_knob_table`; the
     cache knobs' their profile's, the smooth knobs' united over the values re-solved on it) and
     the held knobs' entries; a note for each knob the rows do not identify."""
     profile = best.profile
     cache_intervals = {n: _span([e["outer"][n] for e in profile]) for n in fit.cache_names} if profile else {}
-    identified = _identified(best.sol, best.x, _smooth_labels(fit.names, fit.hold_token, fit.fit_expert), notes)
+    identified = _identified(best.sol, best.x, [p.label for p in fit.params], notes)
     xs = np.array([e["x"] for e in profile]) if profile and best.x.size else best.x[None, :]
-    knobs = _knob_table(
-        fit.names,
-        best_knobs,
-        best.x,
-        xs,
-        cov,
-        best.outer,
-        fit.hardware,
-        fit.routing,
-        identified,
-        cache_intervals,
-        fit.hold_token,
-        fit.rows.net_batches,
-    )
+    knobs = _knob_table(fit, best, xs, cov, identified, cache_intervals)
     if fit.holds_touched:
         knobs["engine_seconds_per_touched_expert"] = _held_touched_entry(fit.held)
-    local = fit.held.locality
-    prior_local = None
-    if local is not None:
-        ranges = ((local.rho, *local.rho_ends), (local.c_per_expert, *local.c_per_expert_range))
-        prior_local = (local.label, ranges)
-    knobs.update(_held_entries(fit.hardware, fit.held.efficiency, prior_local))
+    knobs.update(_held_entries(fit.hardware, fit.held))
     for n, interval in cache_intervals.items():
         if interval.as_tuple() == tuple(float(b) for b in _CACHE_BOUNDS[n]):
             notes.append(f"{n} is not identified by these rows: its profile spans its whole range")
@@ -1716,7 +1641,7 @@ def _fit_one(
     if best.profile:
         band.over_sets(at)
     rows = band.rows(f.rows.points)
-    knobs = _fit_knobs(f, best, best_knobs, cov, notes)
+    knobs = _fit_knobs(f, best, cov, notes)
     notes.append(
         f"bands: 5–95 % of a new measurement (the knobs' spread × a measurement noise of {band.noise:.1%} on tok/s, "
         f"± {100 * band.hit_noise:.2g} points on hit rates)"
@@ -1935,7 +1860,6 @@ def _prior_origin(hardware: Hardware) -> str:
 def _cache_knob_entries(outer, routing: RoutingProbabilities, cache_intervals) -> dict[str, dict[str, Any]]:
     """The fitted cache knobs' entries of :func:`_knob_table` (skew in its routing's family: Zipf
     s, or 1/√α with α beside it; ρ; the page cache's share), each with its profile interval."""
-    bounds = {"skew": _BOUNDS["skew"], "rho": _BOUNDS["rho"], "pressure": _BOUNDS["share"]}
     family = _skew_start(routing)[0]
     skew_unit = "Zipf s" if family == "zipf" else "Dirichlet 1/√α"
     out: dict[str, dict[str, Any]] = {}
@@ -1947,15 +1871,8 @@ def _cache_knob_entries(outer, routing: RoutingProbabilities, cache_intervals) -
         if name not in outer:
             continue
         interval = cache_intervals[name]
-        whole = interval.as_tuple() == tuple(float(b) for b in bounds[name])
-        out[key] = {
-            "value": float(outer[name]),
-            "low": interval.low,
-            "high": interval.high,
-            "fitted": True,
-            "identified": not whole,
-            "unit": unit,
-        }
+        whole = interval.as_tuple() == tuple(float(b) for b in _CACHE_BOUNDS[name])
+        out[key] = _entry(float(outer[name]), interval.low, interval.high, unit, fitted=True, identified=not whole)
         if whole:
             out[key]["why"] = "its profile spans its whole range: every value fits the rows as well"
         if name == "skew":
@@ -1965,88 +1882,28 @@ def _cache_knob_entries(outer, routing: RoutingProbabilities, cache_intervals) -
     return out
 
 
-#: 0 s (and the reclaim exponent 1) is a real value
-_NATURAL_LOW = {
-    "engine_seconds_per_step",
-    "engine_seconds_per_agent_token",
-    "engine_seconds_per_touched_expert",
-    "reclaim_penalty",
-    "reclaim_exponent",  # n = 1: the queueing form
-}
-
-_KNOB_UNITS = {
-    "engine_seconds_per_step": "s",
-    "engine_seconds_per_agent_token": "s",
-    "engine_seconds_per_touched_expert": "s",
-    "ssd_scale": "×",
-    "reclaim_penalty": "κ",
-    "reclaim_exponent": "n",
-}
-
-
-def _fitted_knob_keys(names, hold_token: bool) -> tuple[list[str], list[tuple[float, float]]]:
-    """The fitted knobs of :func:`_knob_table`, in the order of the fit's parameters, and their bounds."""
-    keys: list[str] = []
-    bounds: list[tuple[float, float]] = []
-    if "engine" in names and hold_token:
-        keys.append("engine_seconds_per_touched_expert")
-        bounds.append(_BOUNDS["cu"])
-    elif "engine" in names:
-        keys += ["engine_seconds_per_step", "engine_seconds_per_agent_token"]
-        bounds += [_BOUNDS["c0"], _BOUNDS["c1"]]
-        if "expert" in names:
-            keys.append("engine_seconds_per_touched_expert")
-            bounds.append(_BOUNDS["cu"])
-    if "ssd-scale" in names:
-        keys.append("ssd_scale")
-        bounds.append(_BOUNDS["ssd_scale"])
-    if "reclaim" in names:
-        keys.append("reclaim_penalty")
-        bounds.append(_BOUNDS["reclaim"])
-    if "reclaim-shape" in names:
-        keys.append("reclaim_exponent")
-        bounds.append(_BOUNDS["reclaim_shape"])
-    return keys, bounds
-
-
-def _fitted_entry(
-    key: str, value: float, column: np.ndarray, sd: float, bound: tuple[float, float], identified: bool
-) -> dict[str, Any]:
-    """One fitted knob's entry of :func:`_knob_table`: ``value``, its profile's values ``column``
-    and its standard error ``sd`` give its 5–95 % interval, inside ``bound``."""
+def _fitted_entry(param: _Smooth, value: float, column: np.ndarray, sd: float, identified: bool) -> dict[str, Any]:
+    """One fitted smooth knob's entry of :func:`_knob_table`: ``value``, its profile's values ``column``
+    and its standard error ``sd`` give its 5–95 % interval, inside its bounds."""
     z = 1.6448536269514722  # the 5–95 % interval of a normal
-    lo, hi = bound
+    lo, hi = param.bounds
     if not identified:  # the rows do not move this knob: any value in its bounds fits
         why = (
             "the rows cannot move it: another term binds at every calibration row, or it cannot be told from "
             "another knob (per-step and per-token engine cost at one batch size)"
         )
-        return {
-            "value": value,
-            "low": lo,
-            "high": hi,
-            "fitted": True,
-            "identified": False,
-            "why": why,
-            "unit": _KNOB_UNITS[key],
-        }
+        return _entry(value, lo, hi, param.unit, fitted=True, identified=False, why=why)
     low = max(float(column.min() - z * sd), lo)
     high = min(float(column.max() + z * sd), hi)
-    out = {
-        "value": value,
-        "low": low,
-        "high": high,
-        "fitted": True,
-        "identified": True,
-        "unit": _KNOB_UNITS[key],
-    }
-    reach_low = low <= lo * (1 + 1e-9) and key not in _NATURAL_LOW
+    out = _entry(value, low, high, param.unit, fitted=True, identified=True)
+    # 0 s (and the reclaim exponent 1, the queueing form) is a real value; the SSD scale's 1e-3 is not
+    reach_low = low <= lo * (1 + 1e-9) and param.field == "ssd_scale"
     reach_high = high >= hi * (1 - 1e-9)
     if not np.isfinite(sd) or reach_low or reach_high:  # an interval to the end of the range is no bound
         ends = "both ends" if reach_low and reach_high else "the upper end" if reach_high else "the lower end"
         out["identified"] = False
         out["why"] = (
-            f"its 5–95 % interval reaches {ends} of its allowed range ({fmt_range(lo, hi)}): the rows do not bound it"
+            f"its 5–95 % interval reaches {ends} of its allowed range ({lo:g}–{hi:g}): the rows do not bound it"
             if np.isfinite(sd)
             else "the rows give it no spread (a singular fit)"
         )
@@ -2057,58 +1914,42 @@ def _held_engine_entries(hardware: Hardware, net_batches: Sequence[int]) -> dict
     """The engine's per-step and per-token entries of :func:`_knob_table` when every measured rate
     is at one batch size: held at their priors."""
     out: dict[str, dict[str, Any]] = {}
-    lo, centre, hi = hardware.priors["engine_seconds_per_step"][0]
-    out["engine_seconds_per_step"] = {
-        "value": centre,
-        "low": lo,
-        "high": hi,
-        "fitted": False,
-        "identified": False,
-        "held": f"prior ({_prior_origin(hardware)})",
-        "source": hardware.priors["engine_seconds_per_step"][1],
-        "why": f"every measured rate is at one batch size (B = {', '.join(map(str, net_batches))}): a per-step "
-        "engine cost cannot be told from a per-touched-expert one; held at its prior, the bands cover its range",
-        "unit": "s",
-    }
-    lo, centre, hi = hardware.priors["engine_seconds_per_agent_token"][0]
-    out["engine_seconds_per_agent_token"] = {
-        "value": centre,
-        "low": lo,
-        "high": hi,
-        "fitted": False,
-        "identified": False,
-        "held": "prior (assumed)",
-        "why": f"every measured rate is at one batch size (B = {', '.join(map(str, net_batches))}): the per-token "
-        "engine cost cannot be told from the per-step one; held at its prior, the bands cover its range",
-        "unit": "s",
-    }
+    for key, held, what, more in (
+        (
+            "engine_seconds_per_step",
+            f"prior ({_prior_origin(hardware)})",
+            "a per-step engine cost cannot be told from a per-touched-expert one",
+            {"source": hardware.priors["engine_seconds_per_step"][1]},
+        ),
+        (
+            "engine_seconds_per_agent_token",
+            "prior (assumed)",
+            "the per-token engine cost cannot be told from the per-step one",
+            {},
+        ),
+    ):
+        lo, centre, hi = hardware.priors[key][0]
+        why = (
+            f"every measured rate is at one batch size (B = {', '.join(map(str, net_batches))}): {what}; held at its "
+            "prior, the bands cover its range"
+        )
+        out[key] = _held_entry(centre, lo, hi, held, why, "s", **more)
     return out
 
 
 def _knob_table(
-    names,
-    k: PlanKnobs,
-    x,
-    xs,
-    cov,
-    outer,
-    hardware: Hardware,
-    routing: RoutingProbabilities,
-    identified,
-    cache_intervals: dict[str, Interval],
-    hold_token: bool = False,
-    net_batches: Sequence[int] = (),
+    fit: _Fit, best: _Best, xs: np.ndarray, cov: np.ndarray | None, identified, cache_intervals: dict[str, Interval]
 ) -> dict:
     """Each knob's value and 5–95 % interval; ``identified`` means the interval is bounded —
     inside the knob's range, not reaching an end that is not a natural limit (0 engine time,
     0 stickiness) — and a knob that is not says ``why`` in plain words."""
-    sd = np.sqrt(np.clip(np.diag(cov), 0.0, None)) if cov is not None else np.full(x.size, np.nan)
-    keys, bounds = _fitted_knob_keys(names, hold_token)
-    out: dict[str, dict[str, Any]] = {}
-    for j, key in enumerate(keys):
-        out[key] = _fitted_entry(key, float(x[j]), xs[:, j], sd[j], bounds[j], identified[j])
-    if "engine" in names and hold_token:
-        out.update(_held_engine_entries(hardware, net_batches))
+    names, hardware, routing, outer = fit.names, fit.hardware, fit.routing, best.outer
+    sd = np.sqrt(np.clip(np.diag(cov), 0.0, None)) if cov is not None else np.full(best.x.size, np.nan)
+    out = {
+        p.field: _fitted_entry(p, float(best.x[j]), xs[:, j], sd[j], identified[j]) for j, p in enumerate(fit.params)
+    }
+    if fit.hold_token:
+        out.update(_held_engine_entries(hardware, fit.rows.net_batches))
     if "engine" not in names:
         for key in ("engine_seconds_per_step", "engine_seconds_per_agent_token"):
             out[key] = {"value": float(getattr(hardware, key)), "fitted": False, "unit": "s", "held": "the preset's"}
@@ -2118,7 +1959,3 @@ def _knob_table(
     if "skew" not in outer:
         out["routing"] = {"value": routing.label, "fitted": False}
     return out
-
-
-def fmt_range(lo: float, hi: float) -> str:
-    return f"{lo:g}–{hi:g}"

@@ -100,7 +100,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeAlias
+from functools import partial
+from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 from scipy.optimize import least_squares, minimize
@@ -280,13 +281,17 @@ def memory_curve_note(points: Sequence[PlanPoint], fitted: Sequence[str]) -> str
     )
 
 
+#: the box's fields a fit sets where fitted or held, beside its engine's per-step and per-token costs and SSD curve
+_BOX_FIELDS = ("engine_seconds_per_touched_expert", "reclaim_penalty", "reclaim_exponent", *EFFICIENCY_FIELDS)
+
+
 def box_with_knobs(hardware: Hardware, knobs: PlanKnobs) -> Hardware:
     """The box as the knobs make it: SSD bandwidth scaled, engine terms set where fitted."""
     changes: dict[str, Any] = {"bw_ssd_bytes_per_s": tuple(b * knobs.ssd_scale for b in hardware.bw_ssd_bytes_per_s)}
     if knobs.engine_seconds_per_step is not None:
         changes["engine_seconds_per_step"] = float(knobs.engine_seconds_per_step)
         changes["engine_seconds_per_agent_token"] = float(knobs.engine_seconds_per_agent_token or 0.0)
-    for key in ("engine_seconds_per_touched_expert", "reclaim_penalty", "reclaim_exponent", *EFFICIENCY_FIELDS):
+    for key in _BOX_FIELDS:
         if getattr(knobs, key) is not None:
             changes[key] = float(getattr(knobs, key))
     return replace(hardware, **changes)
@@ -299,14 +304,7 @@ def box_with_fit(hardware: Hardware, fit: dict[str, Any]) -> Hardware:
     from types import MappingProxyType
 
     changed: dict[str, Any] = {}
-    for key in (
-        "engine_seconds_per_step",
-        "engine_seconds_per_agent_token",
-        "engine_seconds_per_touched_expert",
-        "reclaim_penalty",
-        "reclaim_exponent",
-        *EFFICIENCY_FIELDS,
-    ):
+    for key in ("engine_seconds_per_step", "engine_seconds_per_agent_token", *_BOX_FIELDS):
         if key in fit:
             changed[key] = float(fit[key])
     if "ssd_scale" in fit:
@@ -382,20 +380,17 @@ def _routing(
     family, s0 = _skew_start(base)
     s = s0 if knobs.skew is None else float(knobs.skew)
     key = (family, s, knobs.skew is None, float(knobs.rho), float(knobs.c), streams, seed if local else 0)
-    if routes is not None and key in routes:
-        return routes[key]
+    make: Callable[[], Any]
     if local and knobs.skew is None and spec_skew(base) is None:
         # a histogram's own popularity, with the locality on top (moeroof.models.local_routing)
-        route = LocalRouting(model, base, float(knobs.rho), float(knobs.c), "held locality", seed)(streams)
+        make = lambda: LocalRouting(model, base, float(knobs.rho), float(knobs.c), "held locality", seed)(streams)
     elif local:
-        route = routing_from_knobs(
+        make = lambda: routing_from_knobs(
             model, family, skew_parameter(family, s), knobs.rho, knobs.c, streams=streams, seed=seed
         )
     else:
-        route = routing_from_spec(skew_spec(family, s), model)
-    if routes is not None:  # one fit asks for the same routing many times (draws, seeds, rows)
-        routes[key] = route
-    return route
+        make = lambda: routing_from_spec(skew_spec(family, s), model)
+    return _memo(routes, key, make)  # one fit asks for the same routing many times (draws, seeds, rows)
 
 
 def predict_points(
@@ -435,24 +430,15 @@ def predict_points(
     # every call of one fit but for the page cache's share and the seed
     rows_key = tuple((p.cache_gib, p.ranks, p.policy, p.batch) for p in points)
     layout_key = ("groups", rows_key, pc, share, seed, context_tokens, overlap)
-    layout = None if routes is None else routes.get(layout_key)
-    if layout is None:
-        layout = _row_groups(
-            points,
-            Workload(context_tokens=context_tokens, page_cache=pc, page_cache_share=share, seed=seed, overlap=overlap),
-        )
-        if routes is not None:
-            routes[layout_key] = layout
+    workload = Workload(
+        context_tokens=context_tokens, page_cache=pc, page_cache_share=share, seed=seed, overlap=overlap
+    )
+    layout = _memo(routes, layout_key, partial(_row_groups, points, workload))
     jobs = []
     for n_group, (idx, w, b) in enumerate(layout):
         # the work depends on the box's prices only through the bytes partition (it balances them)
         key = ("work", layout_key, n_group, knobs.skew, knobs.rho, knobs.c, local)
-        if routes is None or w.partition == "bytes":
-            works = batch_works(model, hw, w, route, b)
-        else:
-            if key not in routes:
-                routes[key] = batch_works(model, hw, w, route, b)
-            works = routes[key]
+        works = _memo(None if w.partition == "bytes" else routes, key, partial(batch_works, model, hw, w, route, b))
         jobs.append((idx, b, works))
     # every row's work evaluated at once (plan's numbers, without its baselines): the prices
     # (engine terms, SSD scale, efficiencies, reclaim work) are the same for every row of one call
@@ -461,14 +447,20 @@ def predict_points(
     rates = iter(works_rates(hw, layout[0][1], flat))
     for idx, b, works in jobs:
         got = [next(rates) for _ in works]
-        net_b = np.concatenate([r[0] for r in got])
-        hit_b = np.concatenate([r[1] for r in got])
         where = {int(bb): j for j, bb in enumerate(b)}
-        for i in idx:
-            j = where[points[i].batch]
-            net[i] = net_b[j]
-            hit[i] = hit_b[j]
+        at = [where[points[i].batch] for i in idx]
+        net[idx] = np.concatenate([r[0] for r in got])[at]
+        hit[idx] = np.concatenate([r[1] for r in got])[at]
     return net, hit
+
+
+def _memo(routes: dict | None, key: tuple, make: Callable[[], Any]) -> Any:
+    """``make()``, kept in ``routes`` under ``key`` and taken from there the next time (None: made each time)."""
+    if routes is None:
+        return make()
+    if key not in routes:
+        routes[key] = make()
+    return routes[key]
 
 
 def _row_groups(points: Sequence[PlanPoint], base: Workload) -> list[tuple[list[int], Workload, np.ndarray]]:
@@ -565,14 +557,19 @@ def _bracket_profile(inside, tried, z_hat: float) -> None:
                 z_out = z
                 break
             z_in = z
-        if z_out is None:
-            continue
-        for _ in range(PROFILE_BISECTIONS):
-            z = 0.5 * (z_in + z_out)
-            if inside(np.array([z])):
-                z_in = z
-            else:
-                z_out = z
+        if z_out is not None:
+            _bisect(lambda z: inside(np.array([z])), z_in, z_out)
+
+
+def _bisect(inside: Callable[[float], bool], t_in: float, t_out: float) -> None:
+    """Bisect a profile's crossing between ``t_in`` (inside) and ``t_out`` (outside) :data:`PROFILE_BISECTIONS`
+    times (``inside(t)``, the profile test, records each evaluation)."""
+    for _ in range(PROFILE_BISECTIONS):
+        t = 0.5 * (t_in + t_out)
+        if inside(t):
+            t_in = t
+        else:
+            t_out = t
 
 
 def _explore_profile(inside, kept, z_hat: np.ndarray, lo: np.ndarray, hi: np.ndarray, tried) -> None:
@@ -600,12 +597,7 @@ def _explore_profile(inside, kept, z_hat: np.ndarray, lo: np.ndarray, hi: np.nda
                 t_in, t = t, 2.0 * t
             else:
                 t_out = t
-        for _ in range(PROFILE_BISECTIONS):
-            t = 0.5 * (t_in + t_out)
-            if inside(np.clip(z_hat + t * u * span, lo, hi)):
-                t_in = t
-            else:
-                t_out = t
+        _bisect(lambda s: inside(np.clip(z_hat + s * u * span, lo, hi)), t_in, t_out)
 
     eye = np.eye(p)
     lines = [eye[i] for i in range(p)]
@@ -640,32 +632,6 @@ class PlanFit(Result):
     peaks: tuple[dict[str, Any], ...] = ()
 
 
-def _rows(pts: Sequence[PlanPoint], net: tuple, hit: tuple) -> list[dict[str, Any]]:
-    """One output row per point: its role, measured values, prediction and band (``net`` and
-    ``hit``: the best prediction, the 5 % and the 95 % ends, each an array over the points)."""
-    (net0, low, high), (hit0, hit_low, hit_high) = net, hit
-    return [
-        {
-            "row": p.row,
-            "batch": p.batch,
-            "cache_gib": p.cache_gib,
-            "ranks": p.ranks,
-            "policy": p.policy,
-            "role": "calibration" if p.calibrates else "prediction",
-            "measured": p.net_tok_s,
-            "predicted": float(net0[i]),
-            "low": float(low[i]),
-            "high": float(high[i]),
-            "relative_error": None if p.net_tok_s is None else float(net0[i] / p.net_tok_s - 1.0),
-            "measured_hit_rate": p.hit_rate,
-            "predicted_hit_rate": float(hit0[i]),
-            "hit_rate_low": float(hit_low[i]),
-            "hit_rate_high": float(hit_high[i]),
-        }
-        for i, p in enumerate(pts)
-    ]
-
-
 def _peaks(
     pts, predict, best: PlanKnobs, draws: Sequence[PlanKnobs], sets: Sequence[PlanKnobs], sigma: float
 ) -> list[dict[str, Any]]:
@@ -687,24 +653,44 @@ def _peaks(
     return out
 
 
-_BOUNDS = {
-    "c0": (0.0, 10.0),
-    "c1": (0.0, 10.0),
-    "cu": (0.0, 0.1),
-    "ssd_scale": (1e-3, 1e3),
-    "reclaim": (0.0, 50.0),
-    "reclaim_shape": (1.0, 4.0),
-    "skew": (0.0, 3.0),
-    "rho": (0.0, 0.95),
-    "share": (0.0, 1.0),
-}
+class _Smooth(NamedTuple):
+    """One smooth knob's parameter: the knob ``--fit`` names, its name in the notes, its
+    :class:`PlanKnobs` field (the knob table's key), its bounds and unit, and where the least squares
+    start it (None: the engine's, :func:`_engine_start`)."""
+
+    knob: str
+    label: str
+    field: str
+    bounds: tuple[float, float]
+    unit: str
+    start: float | None = None
 
 
-def _locality_note(label: str, r_c: float, h_c: float, c_c: float, span: tuple[float, float], reached) -> str:
-    """fit-plan's note on the locality prior it held: its centre, and how much of its 5–95 %
-    range (``span`` in ρ) the calibration rows admitted (``reached``: each end's ρ and share t)."""
+#: the smooth knobs' parameters, in the order of their vector
+_SMOOTH_PARAMS = (
+    _Smooth("engine", "c0", "engine_seconds_per_step", (0.0, 10.0), "s"),
+    _Smooth("engine", "c1", "engine_seconds_per_agent_token", (0.0, 10.0), "s"),
+    _Smooth("expert", "expert", "engine_seconds_per_touched_expert", (0.0, 0.1), "s"),
+    _Smooth("ssd-scale", "ssd-scale", "ssd_scale", (1e-3, 1e3), "×", 1.0),
+    _Smooth("reclaim", "reclaim", "reclaim_penalty", (0.0, 50.0), "κ", 0.5),
+    _Smooth("reclaim-shape", "reclaim-shape", "reclaim_exponent", (1.0, 4.0), "n", 1.5),
+)
+#: the cache knobs' bounds, by their names in ``--fit``
+_CACHE_BOUNDS = {"skew": (0.0, 3.0), "rho": (0.0, 0.95), "pressure": (0.0, 1.0)}
+
+
+def _smooth_params(names: Sequence[str], hold_token: bool) -> list[_Smooth]:
+    """The fitted smooth knobs' parameters, in the order of their vector: with every measured rate at one
+    batch size (``hold_token``) the engine's one is its per-touched-expert cost."""
+    fitted = (set(names) - {"engine"}) | {"expert"} if hold_token else set(names)
+    return [p for p in _SMOOTH_PARAMS if p.knob in fitted]
+
+
+def _locality_note(prior: _HeldLocality, reached) -> str:
+    """fit-plan's note on the locality ``prior`` it held: its centre, and how much of its 5–95 %
+    range the calibration rows admitted (``reached``: each end's ρ and share t)."""
     (r_a, t_a), (r_b, t_b) = reached
-    rng = f"ρ {span[0]:.2g}–{span[1]:.2g}"
+    rng = f"ρ {float(prior.rho_ends[0]):.2g}–{float(prior.rho_ends[1]):.2g}"
     if t_a == 1.0 and t_b == 1.0:
         tail = f"; the bands include its least and most local ends ({rng})"
     elif t_a == 0.0 and t_b == 0.0:
@@ -717,44 +703,10 @@ def _locality_note(label: str, r_c: float, h_c: float, c_c: float, span: tuple[f
             f"; of its 5–95 % range ({rng}) the calibration rows admit ρ {r_a:.2g}–{r_b:.2g}, and the bands cover that"
         )
     return (
-        f"stickiness and per-stream locality held at the {label}: the cache runs on a trace with "
-        f"ρ = {r_c:.2f} and a per-stream hot set of {h_c:.2g}·K experts"
-        + (" (off for this model)" if math.isinf(c_c) else f" (c = {c_c:.3g}·E)")
+        f"stickiness and per-stream locality held at the {prior.label}: the cache runs on a trace with "
+        f"ρ = {prior.rho:.2f} and a per-stream hot set of {prior.hot_set:.2g}·K experts"
+        + (" (off for this model)" if math.isinf(prior.c_per_expert) else f" (c = {prior.c_per_expert:.3g}·E)")
         + tail
-    )
-
-
-def _stage(stage: Callable[[str], None] | None, what: str) -> None:
-    if stage is not None:
-        stage(what)
-
-
-def _searched_only(names: tuple[str, ...], cost: float, overlap: str, max_z: float) -> PlanFit:
-    """A fit ended after its search (``_fit_one``'s ``after_search``): what :func:`fit_plan` reads
-    of an overlap that neither fits better nor meets every calibration row within 2 σ — its cost
-    and worst calibration z, as the whole fit would give them."""
-    return PlanFit(
-        knobs={},
-        rows=[],
-        fitted=names,
-        cost=cost,
-        overlap=overlap,
-        overlaps={overlap: {"cost": cost, "max_abs_z": max_z}},
-    )
-
-
-def _over_sets(at, net, hit) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The bands at the best knobs (``net``, ``hit``: best, low, high) moved to each retained
-    cache-knob set's predictions ``at`` and united (module docstring, Bands): tok/s bands as
-    ratios, hit-rate bands as differences clipped to [0, 1]."""
-    (net0, low, high), (hit0, hit_low, hit_high) = net, hit
-    nets = np.array([a[0] for a in at])
-    hits = np.array([a[1] for a in at])
-    return (
-        nets.min(axis=0) * (low / net0),
-        nets.max(axis=0) * (high / net0),
-        np.clip(hits.min(axis=0) - (hit0 - hit_low), 0.0, 1.0),
-        np.clip(hits.max(axis=0) + (hit_high - hit0), 0.0, 1.0),
     )
 
 
@@ -763,18 +715,7 @@ def _span(values) -> Interval:
     return Interval(float(min(values)), float(max(values)), confidence_of(BAND_TAILS), "profile likelihood")
 
 
-def _smooth_labels(names: tuple[str, ...], hold_token: bool, fit_expert: bool) -> tuple[str, ...]:
-    """The fitted smooth knobs' names, in the order of their vector."""
-    return (
-        (("expert",) if hold_token else ("c0", "c1") if "engine" in names else ())
-        + (("expert",) if fit_expert and not hold_token else ())
-        + (("ssd-scale",) if "ssd-scale" in names else ())
-        + (("reclaim",) if "reclaim" in names else ())
-        + (("reclaim-shape",) if "reclaim-shape" in names else ())
-    )
-
-
-def _identified(sol, x: np.ndarray, labels: tuple[str, ...], notes: list[str]) -> np.ndarray:
+def _identified(sol, x: np.ndarray, labels: Sequence[str], notes: list[str]) -> np.ndarray:
     """Which fitted smooth knobs (``x``, named ``labels``) the rows identify, from the solution's
     Jacobian; a note for each that is not (appended to ``notes``). A knob is identified unless it
     has a component along a direction the rows do not constrain: a zero column, or collinear
@@ -796,44 +737,38 @@ def _identified(sol, x: np.ndarray, labels: tuple[str, ...], notes: list[str]) -
     return identified
 
 
-def _held_entries(hardware: Hardware, held_efficiency, prior_local) -> dict[str, dict[str, Any]]:
-    """The knob table's entries of the knobs held at priors: the box's efficiencies and, with
-    ``prior_local`` (the locality prior's label, and its ρ's and c/E's centre, 5 % and 95 %), the
-    locality's."""
+def _held_entries(hardware: Hardware, held: _HeldKnobs) -> dict[str, dict[str, Any]]:
+    """The knob table's entries of the knobs ``held`` at priors: the box's efficiencies and, where
+    the locality prior is held, its ρ's and c/E's (centre, 5 % and 95 %)."""
     out: dict[str, dict[str, Any]] = {}
-    for key in held_efficiency:
+    for key in held.efficiency:
         (lo_e, mid_e, hi_e), src = hardware.priors[key]
         why = "no row here tells it from the engine and SSD terms: held at its prior, the bands cover its range"
         out[key] = _held_entry(mid_e, lo_e, hi_e, "prior", why, "share", source=src)
-    if prior_local is None:
+    local = held.locality
+    if local is None:
         return out
-    locality_label, locality_ranges = prior_local
     why = (
         "the rows cannot identify one stream's locality: held at the locality prior fitted on real decode "
         "(assumed for this model), its 5–95 % range in the bands"
     )
-    for (key, unit), (value, lo, hi) in zip((("rho", "ρ"), ("locality_c_per_expert", "c/E")), locality_ranges):
-        out[key] = _held_entry(value, float(lo), float(hi), locality_label, why, unit)
+    ranges = ((local.rho, *local.rho_ends), (local.c_per_expert, *local.c_per_expert_range))
+    for (key, unit), (value, lo, hi) in zip((("rho", "ρ"), ("locality_c_per_expert", "c/E")), ranges):
+        out[key] = _held_entry(value, float(lo), float(hi), local.label, why, unit)
     return out
 
 
 def _held_entry(value, low, high, held: str, why: str, unit: str, **more: Any) -> dict[str, Any]:
     """A knob table entry of a knob held (not fitted, not identified) over its prior range."""
-    return {
-        "value": value,
-        "low": low,
-        "high": high,
-        "fitted": False,
-        "identified": False,
-        "held": held,
-        **more,
-        "why": why,
-        "unit": unit,
-    }
+    return _entry(value, low, high, unit, fitted=False, identified=False, held=held, **more, why=why)
 
 
-#: the cache knobs' bounds, by their names in ``--fit``
-_CACHE_BOUNDS = {"skew": _BOUNDS["skew"], "rho": _BOUNDS["rho"], "pressure": _BOUNDS["share"]}
+def _entry(value, low, high, unit: str, *, fitted: bool, identified: bool, **more: Any) -> dict[str, Any]:
+    """A knob table entry: its value and 5–95 % range, whether it is fitted and identified, ``more`` (why
+    it is held or not identified, ...) and its unit."""
+    return {"value": value, "low": low, "high": high, "fitted": fitted, "identified": identified, **more, "unit": unit}
+
+
 #: where the search starts a cache knob (the skew: its routing's own, :func:`_skew_start`)
 _CACHE_STARTS = {"rho": 0.2, "pressure": 0.5}
 
@@ -842,34 +777,27 @@ _CACHE_STARTS = {"rho": 0.2, "pressure": 0.5}
 _EndAnswer: TypeAlias = tuple[float, tuple[np.ndarray, np.ndarray] | None]
 
 
-def _named_knobs(points: Sequence[PlanPoint], fit: Sequence[str] | None, routing_is_spec: bool) -> tuple[str, ...]:
-    """The knobs a fit fits: ``fit``, or what the rows identify (:func:`default_knobs`). Raises
+def _named_knobs(rows: _Rows, fit: Sequence[str] | None, routing_is_spec: bool) -> tuple[tuple[str, ...], bool]:
+    """The knobs a fit fits: ``fit``, or what the rows identify (:func:`default_knobs`); and whether
+    it holds the per-token engine cost (:attr:`_Fit.hold_token`). Raises
     :class:`ParameterError` for an unknown knob, a knob named without the one it is fitted with,
     more knobs than the rows can identify, ``skew`` on a routing not given by its knobs, or none."""
-    names = tuple(default_knobs(points, routing_is_spec=routing_is_spec) if fit is None else fit)
+    names = tuple(default_knobs(rows.points, routing_is_spec=routing_is_spec) if fit is None else fit)
     for k in names:
         if k not in KNOBS:
             raise ParameterError("fit", f"unknown knob {k!r} (known: {', '.join(KNOBS)})")
-    n_net = sum(p.net_tok_s is not None for p in points)
-    n_hit = sum(p.hit_rate is not None for p in points)
-    net_batches = sorted({p.batch for p in points if p.net_tok_s is not None})
+    n_net, n_hit = int(rows.net_measured.sum()), int(rows.hit_measured.sum())
     # every measured rate at one batch size: the per-token engine cost cannot be told from the
     # per-step one; it is held at its prior (PRIOR_SECONDS_PER_AGENT_TOKEN) and widens the bands
-    hold_token = "engine" in names and len(net_batches) < 2
-    fit_expert = "expert" in names
+    hold_token = "engine" in names and len(rows.net_batches) < 2
     if "reclaim-shape" in names and "reclaim" not in names:
         raise ParameterError("fit", "reclaim-shape (the reclaim work's exponent) is fitted with reclaim: name both")
-    if fit_expert and "engine" not in names:
+    if "expert" in names and "engine" not in names:
         raise ParameterError("fit", "expert (the per-touched-expert engine cost) is fitted with engine: name both")
     # one batch size: the engine's one fitted knob is the per-touched-expert cost, its per-step and
     # per-token costs held at their priors; two or more: per-step and per-token fitted (and the
     # per-touched-expert cost where named), else held at its prior share
-    n_smooth = (
-        ("engine" in names) * (1 if hold_token else 2 + fit_expert)
-        + ("ssd-scale" in names)
-        + ("reclaim" in names)
-        + ("reclaim-shape" in names)
-    )
+    n_smooth = len(_smooth_params(names, hold_token))
     if n_smooth > n_net:
         raise ParameterError(
             "fit",
@@ -885,7 +813,7 @@ def _named_knobs(points: Sequence[PlanPoint], fit: Sequence[str] | None, routing
         )
     if not names:
         raise ParameterError("fit", "nothing to fit: the rows identify no knob")
-    return names
+    return names, hold_token
 
 
 @dataclass(frozen=True)
@@ -991,16 +919,9 @@ def _touched_pairs(points: Sequence[PlanPoint], model: MoEModel, routing: Routin
     """The (layer, expert) pairs a rank touches at each row with a measured net tok/s (independent tokens)."""
     from moeroof.models.union import union_plugin
 
-    return np.array(
-        [
-            max(
-                model.moe_layers * float(np.mean(union_plugin(routing.pi, [p.batch]).union_per_layer)) / p.ranks,
-                1e-9,
-            )
-            for p in points
-            if p.net_tok_s is not None
-        ]
-    )
+    measured = [p for p in points if p.net_tok_s is not None]
+    per_layer = [float(np.mean(union_plugin(routing.pi, [p.batch]).union_per_layer)) for p in measured]
+    return np.array([max(model.moe_layers * u / p.ranks, 1e-9) for u, p in zip(per_layer, measured)])
 
 
 def _held_knobs(
@@ -1031,54 +952,31 @@ def _held_knobs(
     return _HeldKnobs(values, local, efficiency, skew_prior, held_locality, touched_cap)
 
 
-def _smooth_bounds_and_start(
-    names: tuple[str, ...], hold_token: bool, rows: _Rows, held: _HeldKnobs, pairs: np.ndarray
-) -> tuple[list[float], list[float], list[float]]:
-    """The fitted smooth knobs' lower and upper bounds and the least-squares start, in the order
-    of their vector (:func:`_smooth_labels`)."""
-    low = [*_BOUNDS["c0"][:1], *_BOUNDS["c1"][:1]] if "engine" in names else []
-    high = [*_BOUNDS["c0"][1:], *_BOUNDS["c1"][1:]] if "engine" in names else []
-    if hold_token:
-        low, high = [_BOUNDS["cu"][0]], [_BOUNDS["cu"][1]]
-    elif "expert" in names:
-        low, high = [*low, _BOUNDS["cu"][0]], [*high, _BOUNDS["cu"][1]]
-    start = _engine_start(names, hold_token, rows, held, pairs) if "engine" in names else []
-    for name, bound, x0 in (
-        ("ssd-scale", "ssd_scale", 1.0),
-        ("reclaim", "reclaim", 0.5),
-        ("reclaim-shape", "reclaim_shape", 1.5),
-    ):
-        if name in names:
-            low.append(_BOUNDS[bound][0])
-            high.append(_BOUNDS[bound][1])
-            start.append(x0)
-    return low, high, start
-
-
 def _engine_start(
-    names: tuple[str, ...], hold_token: bool, rows: _Rows, held: _HeldKnobs, pairs: np.ndarray
+    names: tuple[str, ...], hold_token: bool, rows: _Rows, held: _HeldKnobs, pairs: np.ndarray, high: list[float]
 ) -> list[float]:
     """Where the least squares start the fitted engine costs: at one batch size the per-touched-expert
     cost that the measured step times leave beside the held per-step and per-token costs; else on the
-    line T = c0 + c1·B through them (and 1e-6 s per touched pair where that is fitted too)."""
+    line T = c0 + c1·B through them (and 1e-6 s per touched pair where that is fitted too). ``high``: their
+    upper bounds, in the order of their vector."""
     bs, ts = rows.step_seconds()
     if hold_token:
         # the measured step times less the held per-step and per-token costs, over the pairs touched
         cu = float(np.min((ts - held.values["step"] - held.values["token"] * bs) / pairs))
-        return [float(np.clip(cu, 1e-9, _BOUNDS["cu"][1]))]
+        return [float(np.clip(cu, 1e-9, high[0]))]
     # under ``max`` overlap an engine term below the roofline has no gradient, so it must start where it binds
     if np.unique(bs).size >= 2:
         c1, c0 = np.polyfit(bs, ts, 1)
     else:
         c0, c1 = float(ts[0]), 0.0
-    start = [float(np.clip(c0, 1e-6, _BOUNDS["c0"][1])), float(np.clip(c1, 1e-7, _BOUNDS["c1"][1]))]
+    start = [float(np.clip(c0, 1e-6, high[0])), float(np.clip(c1, 1e-7, high[1]))]
     return start + [1e-6] if "expert" in names else start
 
 
 @dataclass(frozen=True)
 class _Fit:
     """One overlap's fit (:func:`_fit_one`) and what its stages share: the rows, the knobs it
-    fits (``names``; the smooth ones a vector within ``smooth_low``–``smooth_high``, solved from
+    fits (``names``; the smooth ones a vector of ``params``, solved from
     ``smooth_start``; the cache ones ``cache_names``, searched) and those it holds, and how it
     predicts the rows at a set of knobs."""
 
@@ -1091,8 +989,7 @@ class _Fit:
     #: per-step one; both are held at their priors and widen the bands
     hold_token: bool
     held: _HeldKnobs
-    smooth_low: list[float]
-    smooth_high: list[float]
+    params: list[_Smooth]
     smooth_start: list[float]
     cache_names: list[str]
     overlap: str
@@ -1105,49 +1002,28 @@ class _Fit:
     routes: dict
 
     @property
-    def fit_expert(self) -> bool:
-        """The per-touched-expert engine cost is fitted beside the per-step and per-token ones."""
-        return "expert" in self.names
-
-    @property
     def holds_touched(self) -> bool:
         """The engine is fitted at two or more batch sizes and its per-touched-expert cost held at its prior share."""
-        return "engine" in self.names and not self.fit_expert and not self.hold_token
+        return "engine" in self.names and "expert" not in self.names and not self.hold_token
 
     def smooth_bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """The smooth knobs' bounds as arrays (a draw of them is clipped to these)."""
-        return np.array(self.smooth_low, dtype=float), np.array(self.smooth_high, dtype=float)
+        low, high = (np.array([p.bounds[j] for p in self.params], dtype=float) for j in (0, 1))
+        return low, high
 
     def knobs_of(self, outer: dict[str, float], inner: np.ndarray) -> PlanKnobs:
-        """The knobs at cache knobs ``outer`` and smooth knobs ``inner`` (in :func:`_smooth_labels`'
-        order), every held knob at its value now."""
-        names, held, fit_engine = self.names, self.held.values, "engine" in self.names
+        """The knobs at cache knobs ``outer`` and smooth knobs ``inner`` (in the order of
+        :attr:`params`), every held knob at its value now."""
+        held = self.held.values
         k = PlanKnobs(rho=self.held.local["rho"], c=self.held.local["c"], **{e: held[e] for e in self.held.efficiency})
-        if fit_engine:
-            k = replace(k, engine_seconds_per_touched_expert=held["touched"])
-        j = 0
-        if fit_engine and self.hold_token:
+        if "engine" in self.names:  # the engine costs held at their priors where not fitted (set next)
             k = replace(
                 k,
                 engine_seconds_per_step=held["step"],
                 engine_seconds_per_agent_token=held["token"],
-                engine_seconds_per_touched_expert=float(inner[j]),
+                engine_seconds_per_touched_expert=held["touched"],
             )
-            j += 1
-        elif fit_engine:
-            k = replace(k, engine_seconds_per_step=float(inner[j]), engine_seconds_per_agent_token=float(inner[j + 1]))
-            j += 2
-            if self.fit_expert:
-                k = replace(k, engine_seconds_per_touched_expert=float(inner[j]))
-                j += 1
-        for name, key in (
-            ("ssd-scale", "ssd_scale"),
-            ("reclaim", "reclaim_penalty"),
-            ("reclaim-shape", "reclaim_exponent"),
-        ):
-            if name in names:
-                k = replace(k, **{key: float(inner[j])})
-                j += 1
+        k = replace(k, **{p.field: float(v) for p, v in zip(self.params, inner)})
         if self.held.skew_prior is not None or "skew" in outer:
             k = replace(k, skew=outer.get("skew", held.get("skew")))
         if "rho" in outer:
@@ -1190,7 +1066,7 @@ class _Fit:
         sol = least_squares(
             lambda x: self.residuals(self.knobs_of(outer, x)),
             np.array(self.smooth_start) if start is None else start,
-            bounds=(np.array(self.smooth_low), np.array(self.smooth_high)),
+            bounds=self.smooth_bounds(),
             x_scale="jac",
         )
         return sol.x, float(2.0 * sol.cost), sol
@@ -1219,32 +1095,31 @@ def _setup_fit(
     routing: RoutingProbabilities,
     *,
     fit: Sequence[str] | None,
-    context_tokens: int,
-    page_cache: bool,
     routing_is_spec: bool,
-    max_evaluations: int,
-    overlap: str,
     locality: Locality | None,
-    memo: dict | None,
+    memo: dict,
+    **settings: Any,
 ) -> _Fit:
     """:func:`_fit_one`'s fit before it runs: the knobs checked (:func:`_named_knobs`), the held
-    ones at their priors' centres, the smooth knobs' bounds and start."""
+    ones at their priors' centres, the smooth knobs' bounds and start. ``settings``: the rest of
+    :class:`_Fit` (``overlap``, ``context_tokens``, ``page_cache``, ``max_evaluations``)."""
     pts = list(points)
-    names = _named_knobs(pts, fit, routing_is_spec)
     rows = _Rows.of(pts)
-    hold_token = "engine" in names and len(rows.net_batches) < 2
+    names, hold_token = _named_knobs(rows, fit, routing_is_spec)
     # the per-touched-expert engine cost, held at its prior share of the fastest calibration step
     # (PRIOR_TOUCHED_SHARE): per row, the measured step time over the pairs a rank touches there
     touched_cap = 0.0
     pairs = np.zeros(0)
     if "engine" in names:
         pairs = _touched_pairs(pts, model, routing)
-        steps_s = np.array([p.batch / p.net_tok_s for p in pts if p.net_tok_s is not None])
-        touched_cap = float(np.min(steps_s / pairs))
+        touched_cap = float(np.min(rows.step_seconds()[1] / pairs))
     held = _held_knobs(
         names, hardware, routing, _held_locality(locality, model, routing, names), touched_cap, model.experts
     )
-    low, high, start = _smooth_bounds_and_start(names, hold_token, rows, held, pairs)
+    params = _smooth_params(names, hold_token)
+    start = (
+        _engine_start(names, hold_token, rows, held, pairs, [p.bounds[1] for p in params]) if "engine" in names else []
+    )
     return _Fit(
         rows=rows,
         model=model,
@@ -1253,16 +1128,12 @@ def _setup_fit(
         names=names,
         hold_token=hold_token,
         held=held,
-        smooth_low=low,
-        smooth_high=high,
-        smooth_start=start,
+        params=params,
+        smooth_start=start + [p.start for p in params if p.start is not None],
         cache_names=[k for k in _CACHE if k in names],
-        overlap=overlap,
-        context_tokens=context_tokens,
-        page_cache=page_cache,
-        max_evaluations=max_evaluations,
         locality=locality,
-        routes={} if memo is None else memo,
+        routes=memo,
+        **settings,
     )
 
 
@@ -1375,13 +1246,28 @@ class _Band:
             self.hit_high = np.maximum(self.hit_high, np.clip(hit_e + (self.hit_high - self.hit0), 0.0, 1.0))
 
     def over_sets(self, at: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
-        """Moved to each retained cache-knob set's predictions ``at`` and united (:func:`_over_sets`)."""
-        net, hit = (self.net0, self.low, self.high), (self.hit0, self.hit_low, self.hit_high)
-        self.low, self.high, self.hit_low, self.hit_high = _over_sets(at, net, hit)
+        """The band at the best knobs moved to each retained cache-knob set's predictions ``at`` and united
+        (module docstring, Bands): tok/s bands as ratios, hit-rate bands as differences clipped to [0, 1]."""
+        nets, hits = np.array([a[0] for a in at]), np.array([a[1] for a in at])
+        self.low, self.high = nets.min(axis=0) * (self.low / self.net0), nets.max(axis=0) * (self.high / self.net0)
+        self.hit_low = np.clip(hits.min(axis=0) - (self.hit0 - self.hit_low), 0.0, 1.0)
+        self.hit_high = np.clip(hits.max(axis=0) + (self.hit_high - self.hit0), 0.0, 1.0)
 
     def rows(self, points: Sequence[PlanPoint]) -> list[dict[str, Any]]:
-        """The fit's output rows (:func:`_rows`)."""
-        return _rows(points, (self.net0, self.low, self.high), (self.hit0, self.hit_low, self.hit_high))
+        """The fit's output rows, one per point: its role, measured values, prediction and band."""
+        net, hit = (self.net0, self.low, self.high), (self.hit0, self.hit_low, self.hit_high)
+        return [
+            {
+                **{key: getattr(p, key) for key in ("row", "batch", "cache_gib", "ranks", "policy")},
+                "role": "calibration" if p.calibrates else "prediction",
+                "measured": p.net_tok_s,
+                **{key: float(v[i]) for key, v in zip(("predicted", "low", "high"), net)},
+                "relative_error": None if p.net_tok_s is None else float(self.net0[i] / p.net_tok_s - 1.0),
+                "measured_hit_rate": p.hit_rate,
+                **{key: float(v[i]) for key, v in zip(("predicted_hit_rate", "hit_rate_low", "hit_rate_high"), hit)},
+            }
+            for i, p in enumerate(points)
+        ]
 
 
 def _smooth_draws(
@@ -1413,25 +1299,23 @@ def _smooth_band(
     rng = np.random.default_rng(12345)
     draws, cov = _smooth_draws(best, rng, notes)
     lo_b, hi_b = fit.smooth_bounds()
-    nets, hits = [], []
-    for sd in BAND_SEEDS:
-        for d in draws:
-            d = np.clip(d, lo_b, hi_b) if best.x.size else d
-            net, hit = fit.predict(fit.knobs_of(best.outer, d), sd)
-            nets.append(net)
-            hits.append(hit)
+    preds = [
+        fit.predict(fit.knobs_of(best.outer, np.clip(d, lo_b, hi_b) if best.x.size else d), sd)
+        for sd in BAND_SEEDS
+        for d in draws
+    ]
     net0, hit0 = fit.predict(best_knobs)
     rows = fit.rows
     # a band is where a new measurement falls: the knobs' spread times the measurement noise,
     # the larger of σ_net and the calibration rows' own scatter about the fit
-    r_net = np.log(net0[rows.net_measured] / rows.net[rows.net_measured]) if rows.net_measured.any() else np.zeros(0)
+    r_net = np.log(net0[rows.net_measured] / rows.net[rows.net_measured])
     noise = max(SIGMA_NET, float(np.sqrt(np.mean(r_net**2))) if r_net.size else 0.0)
-    preds_net = np.array(nets)
+    preds_net = np.array([p[0] for p in preds])
     preds_net = preds_net * np.exp(rng.normal(0.0, noise, size=preds_net.shape))
     # the same for a hit rate: the larger of σ_hit and the calibration hit rates' scatter, in points
-    r_hit = hit0[rows.hit_measured] - rows.hit[rows.hit_measured] if rows.hit_measured.any() else np.zeros(0)
+    r_hit = hit0[rows.hit_measured] - rows.hit[rows.hit_measured]
     hit_noise = max(SIGMA_HIT, float(np.sqrt(np.mean(r_hit**2))) if r_hit.size else 0.0)
-    preds_hit = np.array(hits)
+    preds_hit = np.array([p[1] for p in preds])
     preds_hit = np.clip(preds_hit + rng.normal(0.0, hit_noise, size=preds_hit.shape), 0.0, 1.0)
     net_band, hit_band = (
         percentile_interval(v, BAND_TAILS, resampling="draws x seeds x noise") for v in (preds_net, preds_hit)
@@ -1532,10 +1416,8 @@ class _PriorEnds:
                 held[key] = centre + t * (end - centre)
 
             t, at = self.admitted_end(set_at)
-            if at is not None and hits:
-                self.band.widen(*at)
-            elif at is not None:
-                self.band.widen(at[0])
+            if at is not None:
+                self.band.widen(at[0], at[1] if hits else None)
             if t < 1.0:
                 cut.append(f"{key} {'not past its centre' if at is None else f'to {t:g} of the way to {end:.3g}'}")
         held[key] = centre
@@ -1640,8 +1522,7 @@ class _PriorEnds:
                 self.band.widen(*at)
             reached.append((float(from_scale(centre_x + t * (end_x - centre_x))[0]), t))
         local.update(saved)
-        rho_range = (float(prior.rho_ends[0]), float(prior.rho_ends[1]))
-        self.notes.append(_locality_note(prior.label, prior.rho, prior.hot_set, prior.c_per_expert, rho_range, reached))
+        self.notes.append(_locality_note(prior, reached))
 
 
 def _sets_and_peaks(
@@ -1694,36 +1575,18 @@ def _held_touched_entry(held: _HeldKnobs) -> dict[str, Any]:
     )
 
 
-def _fit_knobs(fit: _Fit, best: _Best, best_knobs: PlanKnobs, cov: np.ndarray | None, notes: list[str]) -> dict:
+def _fit_knobs(fit: _Fit, best: _Best, cov: np.ndarray | None, notes: list[str]) -> dict:
     """:attr:`PlanFit.knobs`: the fitted knobs' values and intervals (:func:`_knob_table`; the
     cache knobs' their profile's, the smooth knobs' united over the values re-solved on it) and
     the held knobs' entries; a note for each knob the rows do not identify."""
     profile = best.profile
     cache_intervals = {n: _span([e["outer"][n] for e in profile]) for n in fit.cache_names} if profile else {}
-    identified = _identified(best.sol, best.x, _smooth_labels(fit.names, fit.hold_token, fit.fit_expert), notes)
+    identified = _identified(best.sol, best.x, [p.label for p in fit.params], notes)
     xs = np.array([e["x"] for e in profile]) if profile and best.x.size else best.x[None, :]
-    knobs = _knob_table(
-        fit.names,
-        best_knobs,
-        best.x,
-        xs,
-        cov,
-        best.outer,
-        fit.hardware,
-        fit.routing,
-        identified,
-        cache_intervals,
-        fit.hold_token,
-        fit.rows.net_batches,
-    )
+    knobs = _knob_table(fit, best, xs, cov, identified, cache_intervals)
     if fit.holds_touched:
         knobs["engine_seconds_per_touched_expert"] = _held_touched_entry(fit.held)
-    local = fit.held.locality
-    prior_local = None
-    if local is not None:
-        ranges = ((local.rho, *local.rho_ends), (local.c_per_expert, *local.c_per_expert_range))
-        prior_local = (local.label, ranges)
-    knobs.update(_held_entries(fit.hardware, fit.held.efficiency, prior_local))
+    knobs.update(_held_entries(fit.hardware, fit.held))
     for n, interval in cache_intervals.items():
         if interval.as_tuple() == tuple(float(b) for b in _CACHE_BOUNDS[n]):
             notes.append(f"{n} is not identified by these rows: its profile spans its whole range")
@@ -1736,52 +1599,38 @@ def _fit_one(
     hardware: Hardware,
     routing: RoutingProbabilities,
     *,
-    fit: Sequence[str] | None = None,
-    context_tokens: int = 4096,
-    page_cache: bool = False,
-    routing_is_spec: bool = True,
-    max_evaluations: int = 40,
-    overlap: str = "max",
-    locality: Locality | None = None,
-    stage: Callable[[str], None] | None = None,
-    memo: dict | None = None,
+    overlap: str,
+    stage: Callable[[str], None] = lambda what: None,
     after_search: Callable[[float, float], bool] | None = None,
     jobs: int = 1,
+    **kw: Any,
 ) -> PlanFit:
     """Fit the named knobs on the calibration rows, predict every row with bands (module
     docstring); ``stage(what)`` is called as each of :data:`FIT_STAGES` begins; ``after_search(cost,
-    max_abs_z)`` False ends the fit once its knobs are fitted (:func:`_searched_only`); ``jobs`` ≥ 2:
-    the held knobs' prior ends run in a forked child beside the band sets (the same numbers). ``memo``: the
-    routings and step works of :func:`predict_points`, kept across the fits of one
-    :func:`fit_plan` (its keys name the overlap where the work depends on it). Raises :class:`ParameterError` for an unknown knob, a knob the rows cannot
+    max_abs_z)`` False ends the fit once its knobs are fitted: what :func:`fit_plan` reads of an overlap that
+    neither fits better nor meets every calibration row within 2 σ, its cost and worst calibration z as the
+    whole fit would give them; ``jobs`` ≥ 2: the held knobs' prior ends run in a forked child beside the band
+    sets (the same numbers). ``kw``: :func:`_setup_fit`'s (``memo``: the routings and step works of
+    :func:`predict_points`, kept across the fits of one :func:`fit_plan`; its keys name the overlap where
+    the work depends on it). Raises :class:`ParameterError` for an unknown knob, a knob the rows cannot
     identify (more smooth parameters than measured net tok/s rows), or ``skew`` with a routing
     that is not Zipf. ``locality`` (the locality prior): with any routing but a trace and ρ not
     fitted, the cache runs on a trace with the prior's centre ρ and per-stream locality c, and
     the bands take in its least and most local ends (5 % and 95 %)."""
-    f = _setup_fit(
-        points,
-        model,
-        hardware,
-        routing,
-        fit=fit,
-        context_tokens=context_tokens,
-        page_cache=page_cache,
-        routing_is_spec=routing_is_spec,
-        max_evaluations=max_evaluations,
-        overlap=overlap,
-        locality=locality,
-        memo=memo,
-    )
+    f = _setup_fit(points, model, hardware, routing, overlap=overlap, **kw)
     notes: list[str] = []
-    _stage(stage, FIT_STAGES[0])
+    stage(FIT_STAGES[0])
     best = _search(f, notes)
     best_knobs = f.knobs_of(best.outer, best.x)
     max_z = float(np.max(np.abs(f.residuals(best_knobs)))) if f.rows.calibrates.any() else 0.0
-    if after_search is not None and not after_search(float(best.total), max_z):
-        return _searched_only(f.names, float(best.total), overlap, max_z)
-    _stage(stage, FIT_STAGES[1])
+    total = float(best.total)
+    overlaps = {overlap: {"cost": total, "max_abs_z": max_z}}
+    searched = PlanFit(knobs={}, rows=[], fitted=f.names, cost=total, overlap=overlap, overlaps=overlaps)
+    if after_search is not None and not after_search(total, max_z):
+        return searched
+    stage(FIT_STAGES[1])
     band, draws, cov = _smooth_band(f, best, best_knobs, notes)
-    _stage(stage, FIT_STAGES[2])
+    stage(FIT_STAGES[2])
     # an end of a held knob's prior widens the bands only as far as the calibration rows admit it:
     # re-solved there, its cost within the profile threshold of the best fit (PROFILE_CHI2)
     ends = _PriorEnds(f, best.outer, f.profile_threshold(best.total, best.x.size)[0], band, notes)
@@ -1792,22 +1641,12 @@ def _fit_one(
     if best.profile:
         band.over_sets(at)
     rows = band.rows(f.rows.points)
-    knobs = _fit_knobs(f, best, best_knobs, cov, notes)
+    knobs = _fit_knobs(f, best, cov, notes)
     notes.append(
         f"bands: 5–95 % of a new measurement (the knobs' spread × a measurement noise of {band.noise:.1%} on tok/s, "
         f"± {100 * band.hit_noise:.2g} points on hit rates)"
     )
-    total = float(best.total)
-    return PlanFit(
-        knobs=knobs,
-        rows=rows,
-        fitted=f.names,
-        cost=total,
-        notes=tuple(notes),
-        overlap=overlap,
-        overlaps={overlap: {"cost": total, "max_abs_z": max_z}},
-        peaks=tuple(peaks),
-    )
+    return replace(searched, knobs=knobs, rows=rows, notes=tuple(notes), peaks=tuple(peaks))
 
 
 def fit_plan(
@@ -1865,7 +1704,7 @@ def fit_plan(
             if jobs >= 2 and overlap is None and ov == "max" and what == FIT_STAGES[1] and beside is None:
                 # max's search has sampled the traces both searches start from (the grid of the
                 # cache knob, the calibration rows): the forked sum fit inherits them in the memo
-                beside = _fork_fit("sum", *args, {**kw, "after_search": ends["sum"]})
+                beside = _fork_call(lambda: _fit_one(*args, overlap="sum", after_search=ends["sum"], **kw))
             done = next(stages)
             if progress is not None:
                 progress(done, total, f"{ov}: {what}" + (" (the other overlap beside it)" if beside else ""))
@@ -1919,20 +1758,12 @@ def _better_overlap(fits: dict[str, PlanFit]) -> PlanFit:
 def _widened_by(best: PlanFit, other: PlanFit) -> PlanFit:
     """``best`` with every band (its rows' tok/s and hit rates, its peaks') widened to take in
     ``other``'s: the other overlap, where it too meets the calibration rows."""
-    rows = [
-        {
-            **r,
-            "low": min(r["low"], o["low"]),
-            "high": max(r["high"], o["high"]),
-            "hit_rate_low": min(r["hit_rate_low"], o["hit_rate_low"]),
-            "hit_rate_high": max(r["hit_rate_high"], o["hit_rate_high"]),
-        }
-        for r, o in zip(best.rows, other.rows)
-    ]
-    peaks = tuple(
-        {**pk, "low": min(pk["low"], po["low"]), "high": max(pk["high"], po["high"])}
-        for pk, po in zip(best.peaks, other.peaks)
-    )
+
+    def united(a: dict[str, Any], b: dict[str, Any], lows: tuple[str, ...], highs: tuple[str, ...]) -> dict[str, Any]:
+        return {**a, **{k: min(a[k], b[k]) for k in lows}, **{k: max(a[k], b[k]) for k in highs}}
+
+    rows = [united(r, o, ("low", "hit_rate_low"), ("high", "hit_rate_high")) for r, o in zip(best.rows, other.rows)]
+    peaks = tuple(united(pk, po, ("low",), ("high",)) for pk, po in zip(best.peaks, other.peaks))
     return replace(best, rows=rows, peaks=peaks)
 
 
@@ -1992,11 +1823,6 @@ class _Forked:
         self.process.join()
 
 
-def _fork_fit(overlap: str, points, model, hardware, routing, kw) -> _Forked | None:
-    """:func:`_fit_one` at ``overlap`` in a forked process (:func:`_fork_call`)."""
-    return _fork_call(lambda: _fit_one(points, model, hardware, routing, overlap=overlap, stage=None, **kw))
-
-
 def _fork_call(call: Callable[[], Any]) -> _Forked | None:
     """Start ``call()`` in a forked process (its inputs inherited, not pickled: presets hold
     read-only mappings; its value comes back pickled); None where this platform cannot fork or
@@ -2034,7 +1860,6 @@ def _prior_origin(hardware: Hardware) -> str:
 def _cache_knob_entries(outer, routing: RoutingProbabilities, cache_intervals) -> dict[str, dict[str, Any]]:
     """The fitted cache knobs' entries of :func:`_knob_table` (skew in its routing's family: Zipf
     s, or 1/√α with α beside it; ρ; the page cache's share), each with its profile interval."""
-    bounds = {"skew": _BOUNDS["skew"], "rho": _BOUNDS["rho"], "pressure": _BOUNDS["share"]}
     family = _skew_start(routing)[0]
     skew_unit = "Zipf s" if family == "zipf" else "Dirichlet 1/√α"
     out: dict[str, dict[str, Any]] = {}
@@ -2046,15 +1871,8 @@ def _cache_knob_entries(outer, routing: RoutingProbabilities, cache_intervals) -
         if name not in outer:
             continue
         interval = cache_intervals[name]
-        whole = interval.as_tuple() == tuple(float(b) for b in bounds[name])
-        out[key] = {
-            "value": float(outer[name]),
-            "low": interval.low,
-            "high": interval.high,
-            "fitted": True,
-            "identified": not whole,
-            "unit": unit,
-        }
+        whole = interval.as_tuple() == tuple(float(b) for b in _CACHE_BOUNDS[name])
+        out[key] = _entry(float(outer[name]), interval.low, interval.high, unit, fitted=True, identified=not whole)
         if whole:
             out[key]["why"] = "its profile spans its whole range: every value fits the rows as well"
         if name == "skew":
@@ -2064,88 +1882,28 @@ def _cache_knob_entries(outer, routing: RoutingProbabilities, cache_intervals) -
     return out
 
 
-#: 0 s (and the reclaim exponent 1) is a real value
-_NATURAL_LOW = {
-    "engine_seconds_per_step",
-    "engine_seconds_per_agent_token",
-    "engine_seconds_per_touched_expert",
-    "reclaim_penalty",
-    "reclaim_exponent",  # n = 1: the queueing form
-}
-
-_KNOB_UNITS = {
-    "engine_seconds_per_step": "s",
-    "engine_seconds_per_agent_token": "s",
-    "engine_seconds_per_touched_expert": "s",
-    "ssd_scale": "×",
-    "reclaim_penalty": "κ",
-    "reclaim_exponent": "n",
-}
-
-
-def _fitted_knob_keys(names, hold_token: bool) -> tuple[list[str], list[tuple[float, float]]]:
-    """The fitted knobs of :func:`_knob_table`, in the order of the fit's parameters, and their bounds."""
-    keys: list[str] = []
-    bounds: list[tuple[float, float]] = []
-    if "engine" in names and hold_token:
-        keys.append("engine_seconds_per_touched_expert")
-        bounds.append(_BOUNDS["cu"])
-    elif "engine" in names:
-        keys += ["engine_seconds_per_step", "engine_seconds_per_agent_token"]
-        bounds += [_BOUNDS["c0"], _BOUNDS["c1"]]
-        if "expert" in names:
-            keys.append("engine_seconds_per_touched_expert")
-            bounds.append(_BOUNDS["cu"])
-    if "ssd-scale" in names:
-        keys.append("ssd_scale")
-        bounds.append(_BOUNDS["ssd_scale"])
-    if "reclaim" in names:
-        keys.append("reclaim_penalty")
-        bounds.append(_BOUNDS["reclaim"])
-    if "reclaim-shape" in names:
-        keys.append("reclaim_exponent")
-        bounds.append(_BOUNDS["reclaim_shape"])
-    return keys, bounds
-
-
-def _fitted_entry(
-    key: str, value: float, column: np.ndarray, sd: float, bound: tuple[float, float], identified: bool
-) -> dict[str, Any]:
-    """One fitted knob's entry of :func:`_knob_table`: ``value``, its profile's values ``column``
-    and its standard error ``sd`` give its 5–95 % interval, inside ``bound``."""
+def _fitted_entry(param: _Smooth, value: float, column: np.ndarray, sd: float, identified: bool) -> dict[str, Any]:
+    """One fitted smooth knob's entry of :func:`_knob_table`: ``value``, its profile's values ``column``
+    and its standard error ``sd`` give its 5–95 % interval, inside its bounds."""
     z = 1.6448536269514722  # the 5–95 % interval of a normal
-    lo, hi = bound
+    lo, hi = param.bounds
     if not identified:  # the rows do not move this knob: any value in its bounds fits
         why = (
             "the rows cannot move it: another term binds at every calibration row, or it cannot be told from "
             "another knob (per-step and per-token engine cost at one batch size)"
         )
-        return {
-            "value": value,
-            "low": lo,
-            "high": hi,
-            "fitted": True,
-            "identified": False,
-            "why": why,
-            "unit": _KNOB_UNITS[key],
-        }
+        return _entry(value, lo, hi, param.unit, fitted=True, identified=False, why=why)
     low = max(float(column.min() - z * sd), lo)
     high = min(float(column.max() + z * sd), hi)
-    out = {
-        "value": value,
-        "low": low,
-        "high": high,
-        "fitted": True,
-        "identified": True,
-        "unit": _KNOB_UNITS[key],
-    }
-    reach_low = low <= lo * (1 + 1e-9) and key not in _NATURAL_LOW
+    out = _entry(value, low, high, param.unit, fitted=True, identified=True)
+    # 0 s (and the reclaim exponent 1, the queueing form) is a real value; the SSD scale's 1e-3 is not
+    reach_low = low <= lo * (1 + 1e-9) and param.field == "ssd_scale"
     reach_high = high >= hi * (1 - 1e-9)
     if not np.isfinite(sd) or reach_low or reach_high:  # an interval to the end of the range is no bound
         ends = "both ends" if reach_low and reach_high else "the upper end" if reach_high else "the lower end"
         out["identified"] = False
         out["why"] = (
-            f"its 5–95 % interval reaches {ends} of its allowed range ({fmt_range(lo, hi)}): the rows do not bound it"
+            f"its 5–95 % interval reaches {ends} of its allowed range ({lo:g}–{hi:g}): the rows do not bound it"
             if np.isfinite(sd)
             else "the rows give it no spread (a singular fit)"
         )
@@ -2156,58 +1914,42 @@ def _held_engine_entries(hardware: Hardware, net_batches: Sequence[int]) -> dict
     """The engine's per-step and per-token entries of :func:`_knob_table` when every measured rate
     is at one batch size: held at their priors."""
     out: dict[str, dict[str, Any]] = {}
-    lo, centre, hi = hardware.priors["engine_seconds_per_step"][0]
-    out["engine_seconds_per_step"] = {
-        "value": centre,
-        "low": lo,
-        "high": hi,
-        "fitted": False,
-        "identified": False,
-        "held": f"prior ({_prior_origin(hardware)})",
-        "source": hardware.priors["engine_seconds_per_step"][1],
-        "why": f"every measured rate is at one batch size (B = {', '.join(map(str, net_batches))}): a per-step "
-        "engine cost cannot be told from a per-touched-expert one; held at its prior, the bands cover its range",
-        "unit": "s",
-    }
-    lo, centre, hi = hardware.priors["engine_seconds_per_agent_token"][0]
-    out["engine_seconds_per_agent_token"] = {
-        "value": centre,
-        "low": lo,
-        "high": hi,
-        "fitted": False,
-        "identified": False,
-        "held": "prior (assumed)",
-        "why": f"every measured rate is at one batch size (B = {', '.join(map(str, net_batches))}): the per-token "
-        "engine cost cannot be told from the per-step one; held at its prior, the bands cover its range",
-        "unit": "s",
-    }
+    for key, held, what, more in (
+        (
+            "engine_seconds_per_step",
+            f"prior ({_prior_origin(hardware)})",
+            "a per-step engine cost cannot be told from a per-touched-expert one",
+            {"source": hardware.priors["engine_seconds_per_step"][1]},
+        ),
+        (
+            "engine_seconds_per_agent_token",
+            "prior (assumed)",
+            "the per-token engine cost cannot be told from the per-step one",
+            {},
+        ),
+    ):
+        lo, centre, hi = hardware.priors[key][0]
+        why = (
+            f"every measured rate is at one batch size (B = {', '.join(map(str, net_batches))}): {what}; held at its "
+            "prior, the bands cover its range"
+        )
+        out[key] = _held_entry(centre, lo, hi, held, why, "s", **more)
     return out
 
 
 def _knob_table(
-    names,
-    k: PlanKnobs,
-    x,
-    xs,
-    cov,
-    outer,
-    hardware: Hardware,
-    routing: RoutingProbabilities,
-    identified,
-    cache_intervals: dict[str, Interval],
-    hold_token: bool = False,
-    net_batches: Sequence[int] = (),
+    fit: _Fit, best: _Best, xs: np.ndarray, cov: np.ndarray | None, identified, cache_intervals: dict[str, Interval]
 ) -> dict:
     """Each knob's value and 5–95 % interval; ``identified`` means the interval is bounded —
     inside the knob's range, not reaching an end that is not a natural limit (0 engine time,
     0 stickiness) — and a knob that is not says ``why`` in plain words."""
-    sd = np.sqrt(np.clip(np.diag(cov), 0.0, None)) if cov is not None else np.full(x.size, np.nan)
-    keys, bounds = _fitted_knob_keys(names, hold_token)
-    out: dict[str, dict[str, Any]] = {}
-    for j, key in enumerate(keys):
-        out[key] = _fitted_entry(key, float(x[j]), xs[:, j], sd[j], bounds[j], identified[j])
-    if "engine" in names and hold_token:
-        out.update(_held_engine_entries(hardware, net_batches))
+    names, hardware, routing, outer = fit.names, fit.hardware, fit.routing, best.outer
+    sd = np.sqrt(np.clip(np.diag(cov), 0.0, None)) if cov is not None else np.full(best.x.size, np.nan)
+    out = {
+        p.field: _fitted_entry(p, float(best.x[j]), xs[:, j], sd[j], identified[j]) for j, p in enumerate(fit.params)
+    }
+    if fit.hold_token:
+        out.update(_held_engine_entries(hardware, fit.rows.net_batches))
     if "engine" not in names:
         for key in ("engine_seconds_per_step", "engine_seconds_per_agent_token"):
             out[key] = {"value": float(getattr(hardware, key)), "fitted": False, "unit": "s", "held": "the preset's"}
@@ -2217,7 +1959,3 @@ def _knob_table(
     if "skew" not in outer:
         out["routing"] = {"value": routing.label, "fitted": False}
     return out
-
-
-def fmt_range(lo: float, hi: float) -> str:
-    return f"{lo:g}–{hi:g}"

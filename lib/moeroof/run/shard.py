@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,11 +38,11 @@ from typing import Any
 import numpy as np
 
 from moeroof import cachesim as cache
-from moeroof.core.optional import require
 from moeroof.core.results import Result
 from moeroof.data.io import Trace, read_trace
 from moeroof.data.safe_read import load_npy
 from moeroof.data.trace_parquet import iter_parquet_trace_steps, parquet_trace_info, read_parquet_trace_layers
+from moeroof.run.cluster import open_client, worker_count
 
 
 @dataclass(frozen=True)
@@ -195,31 +194,6 @@ def _curve_task(payload, meta, l0, l1, experts, warmup_steps, lookup, streams) -
     return out, counted
 
 
-@contextlib.contextmanager
-def _client(client: Any, scheduler: str | None, workers: int) -> Iterator[Any]:
-    """The client to submit to, or None for serial: as given, by address, or a LocalCluster."""
-    if client is not None:
-        yield client
-        return
-    if scheduler is None and workers <= 1:
-        yield None
-        return
-    Client = require("distributed", "sweep", "a sharded run (dask.distributed)").Client
-
-    from moeroof.run.cluster import local_cluster
-
-    if scheduler is not None:
-        with Client(scheduler) as c:
-            yield c
-        return
-    cluster = local_cluster(workers)
-    try:
-        with Client(cluster) as c:
-            yield c
-    finally:
-        cluster.close()
-
-
 def _run(fn, tasks: list[tuple], client: Any) -> list[Any]:
     if client is None:
         return [fn(*t) for t in tasks]
@@ -230,11 +204,15 @@ def _run(fn, tasks: list[tuple], client: Any) -> list[Any]:
         client.cancel([f for f in futures if not f.done()])
 
 
-def _default_per_task(layers: int, client: Any, workers: int) -> int:
-    n = workers
-    if client is not None:
-        n = max(1, len(client.scheduler_info().get("workers", {})))
-    return max(1, math.ceil(layers / max(1, n)))
+def _per_task(layers: int, client: Any, workers: int, layers_per_task: int | None) -> int:
+    """``layers_per_task``, by default the layers spread evenly over the workers."""
+    if layers_per_task is not None:
+        return int(layers_per_task)
+    return max(1, math.ceil(layers / max(1, worker_count(client, workers))))
+
+
+def _client(client: Any, scheduler: str | None, workers: int) -> contextlib.AbstractContextManager[Any]:
+    return open_client(client, scheduler, workers, "a sharded run (dask.distributed)")
 
 
 # ----------------------------------------------------------------------------- public
@@ -280,9 +258,8 @@ def simulate_by_layer(
     if capacity_unit == "experts":
         per = math.floor(per + 1e-9)
     with _client(client, scheduler, workers) as c:
-        k = _default_per_task(layers, c, workers) if layers_per_task is None else int(layers_per_task)
         tasks = []
-        for l0, l1 in _groups(layers, k):
+        for l0, l1 in _groups(layers, _per_task(layers, c, workers, layers_per_task)):
             kw = {
                 "policy": policy,
                 "capacity_unit": capacity_unit,
@@ -324,8 +301,7 @@ def lru_curve_by_layer(
     """
     source, layers, experts, meta = _source(trace)
     with _client(client, scheduler, workers) as c:
-        k = _default_per_task(layers, c, workers) if layers_per_task is None else int(layers_per_task)
-        groups = _groups(layers, k)
+        groups = _groups(layers, _per_task(layers, c, workers, layers_per_task))
         tasks = [
             (_payload(source, l0, l1), meta, l0, l1, experts, int(warmup_steps), lookup, streams) for l0, l1 in groups
         ]
@@ -519,9 +495,7 @@ def shards_curve_sharded(
         raise ValueError(f"slices must be >= 1, got {slices}")
     source, layers, experts, meta = _source(trace)
     with _client(client, scheduler, workers) as c:
-        if slices is None:
-            slices = workers if c is None else max(1, len(c.scheduler_info().get("workers", {})))
-        s = int(slices)
+        s = worker_count(c, workers) if slices is None else int(slices)
         edges = _slice_edges(rate, s)
         payload = source
         if c is not None and not isinstance(source, str):

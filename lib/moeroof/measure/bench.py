@@ -45,7 +45,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -253,8 +253,7 @@ def measure_engine(
     rng = generator(seed)
     t_start = time.perf_counter()
     d = f = int(width)
-    load_layer = _memory_loader(rng, experts, layers, d)
-    times = _time_cells(rng, batch, experts, top_k, layers, d, repeats, load_layer)
+    times = _time_cells(rng, batch, experts, top_k, layers, d, repeats)
     fits = _fit_modes(batch, times)
     chosen = fits[mode]
     other = {m: v for m, v in fits.items() if m != mode}
@@ -271,11 +270,8 @@ def measure_engine(
         for m, v in other.items()
     ]
     return EngineFit(
-        seconds_per_step=chosen["engine_seconds_per_step"],
-        seconds_per_agent_token=chosen["engine_seconds_per_agent_token"],
-        rms_residual_seconds=chosen["rms_residual_seconds"],
+        **{k.removeprefix("engine_"): v for k, v in chosen.items()},
         batch=list(batch),
-        step_seconds=chosen["step_seconds"],
         source=source,
         repeats=int(repeats),
         wall_seconds=time.perf_counter() - t_start,
@@ -288,25 +284,14 @@ def measure_engine(
     )
 
 
-def _memory_loader(rng: np.random.Generator, experts: int, layers: int, d: int) -> Callable[[int], Load]:
-    """:func:`measure_engine`'s in-memory stack (``d = f``, float32): ``load_layer`` over its weights."""
+def _time_cells(
+    rng: np.random.Generator, batch: list[int], experts: int, top_k: int, layers: int, d: int, repeats: int
+) -> dict[tuple[str, int], list[float]]:
+    """The ``repeats`` step times of every (mode, B) on :func:`measure_engine`'s in-memory stack
+    (``d = f``, float32), each round in a fresh random order after one untimed pass."""
     w = lambda: rng.standard_normal((d, d), dtype=np.float32)  # noqa: E731
     weights = [[(w(), w()) for _ in range(experts)] for _ in range(layers)]
-    return lambda layer: weights[layer].__getitem__
-
-
-def _time_cells(
-    rng: np.random.Generator,
-    batch: list[int],
-    experts: int,
-    top_k: int,
-    layers: int,
-    d: int,
-    repeats: int,
-    load_layer: Callable[[int], Load],
-) -> dict[tuple[str, int], list[float]]:
-    """The ``repeats`` step times of every (mode, B), each round in a fresh random order after one
-    untimed pass."""
+    load_layer = lambda layer: weights[layer].__getitem__  # noqa: E731
     bmax = batch[-1]
     topk_all = routing_topk("uniform", experts, top_k, layers, repeats + 1, bmax, rng).astype(np.int64)
     gates_all = rng.dirichlet(np.ones(top_k), size=(repeats + 1, bmax, layers)).astype(np.float32)
@@ -469,11 +454,7 @@ def _check_bench_args(
 
 
 def _check_resources(
-    shape: StackShape,
-    top_k: int,
-    bmax: int,
-    n_steps: int,
-    scratch_dir: str | os.PathLike[str] | None,
+    shape: StackShape, top_k: int, bmax: int, n_steps: int, scratch_dir: str | os.PathLike[str] | None
 ) -> Path | None:
     """The scratch folder (None: the temporary one), its free disk and the free memory checked
     (ResourceError) before anything is written."""
@@ -679,23 +660,18 @@ def bench_model(report: dict[str, Any], name: str = "moeroof-bench"):
     E, K, L and ``expert_bytes = 2·d·f·4`` from the report; ``flops_per_token = L·K·4·d·f``;
     no dense band (the bench has none: ``non_routed_bytes = 0``), no KV cache (no attention);
     every number ``witnessed`` (it is the bench's own size, not an estimate)."""
-    from moeroof.data.presets import MODEL_FIELDS, MoEModel
+    from moeroof.data.presets import bench_model as witnessed_model
 
-    keys = tuple(k for k, (_, required) in MODEL_FIELDS.items() if required)
-    return MoEModel(
-        name=name,
-        experts=int(report["experts"]),
-        top_k=int(report["top_k"]),
-        moe_layers=int(report["layers"]),
-        expert_bytes=float(report["expert_bytes"]),
-        non_routed_bytes=0.0,
-        kv_bytes_per_token=0.0,
-        flops_per_token=float(report["flops_per_token"]),
-        precision="float32",
-        description="moeroof bench's synthetic stack",
-        provenance={k: "witnessed" for k in keys},
-        sources={k: "moeroof bench sizes" for k in keys},
+    model = witnessed_model(
+        name,
+        experts=report["experts"],
+        top_k=report["top_k"],
+        moe_layers=report["layers"],
+        expert_bytes=report["expert_bytes"],
+        flops_per_token=report["flops_per_token"],
     )
+    sources = {k: "moeroof bench sizes" for k in model.provenance}
+    return replace(model, precision="float32", description="moeroof bench's synthetic stack", sources=sources)
 
 
 def predict_bench(

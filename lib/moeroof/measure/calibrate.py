@@ -54,6 +54,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -123,14 +124,12 @@ class ResourceError(ValueError):
 def meminfo() -> dict[str, float]:
     """``{"total": MemTotal, "available": MemAvailable}`` in bytes (/proc/meminfo, else sysconf)."""
     out: dict[str, float] = {}
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                key, _, rest = line.partition(":")
-                if key in ("MemTotal", "MemAvailable"):
-                    out["total" if key == "MemTotal" else "available"] = float(rest.split()[0]) * 1024.0
-    except OSError:
-        pass
+    names = {"MemTotal": "total", "MemAvailable": "available"}
+    with contextlib.suppress(OSError), open("/proc/meminfo") as fh:
+        for line in fh:
+            key, _, rest = line.partition(":")
+            if key in names:
+                out[names[key]] = float(rest.split()[0]) * 1024.0
     if "total" not in out:
         page = os.sysconf("SC_PAGE_SIZE")
         out["total"] = float(page * os.sysconf("SC_PHYS_PAGES"))
@@ -171,12 +170,8 @@ def machine_info(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """What the measurement ran on: CPU model, logical cores, memory, kernel, Python, numpy, and
     the filesystem holding ``path``. No host name."""
     cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.lower().startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
+        cpu = next((line.split(":", 1)[1].strip() for line in fh if line.lower().startswith("model name")), cpu)
     info: dict[str, Any] = {
         "cpu": cpu,
         "logical_cores": os.cpu_count(),
@@ -194,15 +189,11 @@ def _filesystem(path: Path) -> str:
     """Type and device of the mount holding ``path`` (longest mount-point prefix in /proc/mounts)."""
     best, fs = "", "unknown"
     target = str(path.resolve())
-    with contextlib.suppress(OSError):
-        with open("/proc/mounts") as fh:
-            for line in fh:
-                parts = line.split()
-                if len(parts) >= 3:
-                    mnt = parts[1]
-                    inside = target == mnt or target.startswith(mnt.rstrip("/") + "/")
-                    if inside and len(mnt) >= len(best):
-                        best, fs = mnt, f"{parts[2]} on {parts[0]} at {mnt}"
+    with contextlib.suppress(OSError), open("/proc/mounts") as fh:
+        for dev, mnt, kind, *_ in (parts for parts in map(str.split, fh) if len(parts) >= 3):
+            inside = target == mnt or target.startswith(mnt.rstrip("/") + "/")
+            if inside and len(mnt) >= len(best):
+                best, fs = mnt, f"{kind} on {dev} at {mnt}"
     return fs
 
 
@@ -295,11 +286,8 @@ def scratch_space(base: str | os.PathLike[str] | None = None) -> Iterator[Path]:
     parent = Path(base) if base is not None else Path(tempfile.gettempdir())
     if not parent.is_dir():
         raise ResourceError(f"scratch_dir: {parent} is not a directory")
-    old: dict[int, Any] = {}
-    main = _main_thread()
-    if main:
-        for sig in _SIGNALS:
-            old[sig] = signal.signal(sig, _raise_interrupt)
+    main = threading.current_thread() is threading.main_thread()
+    old = {sig: signal.signal(sig, _raise_interrupt) for sig in _SIGNALS} if main else {}
     sweep_stale_scratch(parent)
     path = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=parent))
     lock = None
@@ -309,23 +297,15 @@ def scratch_space(base: str | os.PathLike[str] | None = None) -> Iterator[Path]:
             fcntl.flock(lock, fcntl.LOCK_EX)  # held until the folder goes: a later run leaves it be
         yield path
     finally:
-        if main:
-            for sig in _SIGNALS:
-                signal.signal(sig, signal.SIG_IGN)
+        for sig in old:
+            signal.signal(sig, signal.SIG_IGN)
         try:
             if lock is not None:
                 os.close(lock)
             shutil.rmtree(path, ignore_errors=True)
         finally:
-            if main:
-                for sig, handler in old.items():
-                    signal.signal(sig, handler)
-
-
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
 
 
 # ----------------------------------------------------------------------------- device reads
@@ -444,12 +424,9 @@ class Progress:
         self.done = 0.0
         self.label = ""
         self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.hooks: list[Callable[[str, float], None]] = []
 
     def phase(self, label: str) -> None:
         self.label = label
-        for hook in self.hooks:
-            hook(label, self.done)
         if self.enabled and not self.tty:
             print(f"{self.title}: {self.done:4.0%} {label}", file=self.stream, flush=True)
         self._draw()
@@ -547,7 +524,7 @@ def measure_reads(
     buf = aligned_buffer(read_size)
     slots = (file_bytes - read_size) // ALIGN + 1
     per_pass = max(1, file_bytes // read_size)
-    total = busy = 0.0
+    busy = 0.0
     reads = nbytes = 0
     next_seq = int(rng.integers(0, slots)) * ALIGN if pattern == "sequential" else 0
     try:
@@ -563,10 +540,9 @@ def measure_reads(
             nbytes += dev.read_into(buf, offset, read_size)
             busy += time.perf_counter() - t0
             reads += 1
-        total = busy
     finally:
         buf.close()
-    return ReadCell(pattern, read_size, reads, nbytes, total)
+    return ReadCell(pattern, read_size, reads, nbytes, busy)
 
 
 def measure_page_cache(path: Path, nbytes: int, read_size: int, seconds: float) -> ReadCell:
@@ -778,45 +754,31 @@ def hardware_toml(cal: Calibration) -> str:
             f"rms residual {us(eng.rms_residual_seconds)} us",
         ] + [f"# engine note: {n}" for n in eng.notes]
     header += [f"# note: {n}" for n in cal.notes]
-    src = f"moeroof calibrate {d}"
     desc = f"measured by moeroof calibrate on {d}: {cal.machine.get('cpu')}, {cal.machine.get('logical_cores')} logical cores"
-
-    def entry(key: str, value: Any, unit: str, source: str) -> str:
-        val = (
-            "[" + ", ".join(_toml_num(v) for v in value) + "]" if isinstance(value, (list, tuple)) else _toml_num(value)
-        )
-        return f"{key} = {{ value = {val}, unit = {_toml_str(unit)}, source = {_toml_str(source)}, witnessed = true }}"
-
-    body = [
-        'kind = "hardware"',
-        f"name = {_toml_str(cal.name)}",
-        f"description = {_toml_str(desc)}",
-        entry("ram_bytes", cal.ram_bytes, "B", f"{src}: MemTotal of /proc/meminfo"),
-        entry(
-            "bw_mem_bytes_per_s",
-            cal.bw_mem_bytes_per_s,
-            "B/s",
-            f"{src}: numpy.copyto of {cal.mem_bytes / MiB:g} MiB float64 arrays, bytes = 2 x array (read + write), median of repeats",
-        ),
-        entry(
-            "flops_per_s",
-            cal.flops_per_s,
-            "FLOP/s",
-            f"{src}: float32 numpy matmul {cal.matmul_n}x{cal.matmul_n}, 2n^3 FLOP, default BLAS threads, median of repeats",
-        ),
-        entry("ssd_read_size_bytes", sizes, "B", f"{src}: read sizes of the random-read measurement"),
-        entry(
-            "bw_ssd_bytes_per_s",
-            [c.bytes_per_s for c in cal.random],
-            "B/s",
-            f"{src}: random {cal.read_path} reads of a {cal.file_bytes / MiB:g} MiB scratch file, queue depth 1, "
-            f"4 KiB-aligned offsets, sum bytes / sum seconds ({cal.read_method})",
-        ),
-        entry("os_reserve_bytes", cal.os_reserve_bytes, "B", f"{src}: MemTotal - MemAvailable of /proc/meminfo"),
+    mem_how = f"numpy.copyto of {cal.mem_bytes / MiB:g} MiB float64 arrays, bytes = 2 x array (read + write), median of repeats"
+    flops_how = (
+        f"float32 numpy matmul {cal.matmul_n}x{cal.matmul_n}, 2n^3 FLOP, default BLAS threads, median of repeats"
+    )
+    ssd_how = (
+        f"random {cal.read_path} reads of a {cal.file_bytes / MiB:g} MiB scratch file, queue depth 1, "
+        f"4 KiB-aligned offsets, sum bytes / sum seconds ({cal.read_method})"
+    )
+    fields: list[tuple[str, Any, str, str]] = [  # (key, value, unit, how it was measured)
+        ("ram_bytes", cal.ram_bytes, "B", "MemTotal of /proc/meminfo"),
+        ("bw_mem_bytes_per_s", cal.bw_mem_bytes_per_s, "B/s", mem_how),
+        ("flops_per_s", cal.flops_per_s, "FLOP/s", flops_how),
+        ("ssd_read_size_bytes", sizes, "B", "read sizes of the random-read measurement"),
+        ("bw_ssd_bytes_per_s", [c.bytes_per_s for c in cal.random], "B/s", ssd_how),
+        ("os_reserve_bytes", cal.os_reserve_bytes, "B", "MemTotal - MemAvailable of /proc/meminfo"),
     ]
     if eng is not None:
         for c, key in (("c0", "seconds_per_step"), ("c1", "seconds_per_agent_token")):
-            body.append(entry(f"engine_{key}", getattr(eng, key), "s", f"{src}: {c} of {eng.source}"))
+            fields.append((f"engine_{key}", getattr(eng, key), "s", f"{c} of {eng.source}"))
+    body = ['kind = "hardware"', f"name = {_toml_str(cal.name)}", f"description = {_toml_str(desc)}"]
+    for key, value, unit, how in fields:
+        val = "[" + ", ".join(map(_toml_num, value)) + "]" if isinstance(value, list) else _toml_num(value)
+        source = _toml_str(f"moeroof calibrate {d}: {how}")
+        body.append(f"{key} = {{ value = {val}, unit = {_toml_str(unit)}, source = {source}, witnessed = true }}")
     return "\n".join(header + body) + "\n"
 
 
@@ -863,9 +825,9 @@ def _measure_disk(
     read_path: str,
     rng: np.random.Generator,
     prog: Progress,
-) -> tuple[list[ReadCell], list[ReadCell], str, str, ReadCell]:
-    """``(random cells, sequential cells, read path, read method, page-cached reads)``: write the
-    scratch file and time its reads: 70 % of ``seconds`` the SSD cells (random and
+) -> dict[str, Any]:
+    """:class:`Calibration`'s ``random``, ``sequential``, ``read_path``, ``read_method`` and
+    ``page_cache``: write the scratch file and time its reads: 70 % of ``seconds`` the SSD cells (random and
     sequential at each read size), 10 % page-cached reads.
 
     The SSD cells are visited in ``rounds`` rounds, each in a fresh random order, and each
@@ -892,12 +854,12 @@ def _measure_disk(
                     for k in ("reads", "bytes", "seconds"):
                         setattr(cell, k, getattr(cell, k) + getattr(got, k))
                     prog.advance(0.6 / (len(cells) * rounds))
-            cells_of = {p: [acc[p, size] for size in sizes] for p in ("random", "sequential")}
-            path_name, method = dev.read_path, dev.method
+            out: dict[str, Any] = {p: [acc[p, size] for size in sizes] for p in ("random", "sequential")}
+            out.update(read_path=dev.read_path, read_method=dev.method)
         prog.phase("page-cached reads")
-        page = measure_page_cache(path, page_bytes, min(int(MiB), file_bytes), 0.1 * seconds)
+        out["page_cache"] = measure_page_cache(path, page_bytes, min(int(MiB), file_bytes), 0.1 * seconds)
         prog.advance(0.1)
-    return cells_of["random"], cells_of["sequential"], path_name, method, page
+    return out
 
 
 def _measure_compute(
@@ -907,20 +869,21 @@ def _measure_compute(
     engine: Callable[[], EngineFit] | None,
     rng: np.random.Generator,
     prog: Progress,
-) -> tuple[float, float, EngineFit | None]:
-    """``(memory copy bytes/s, float32 matmul FLOP/s, the engine's fit or None)``: 10 % of
-    ``seconds`` each for the first two; the engine outside the budget."""
+) -> dict[str, Any]:
+    """:class:`Calibration`'s ``bw_mem_bytes_per_s`` (memory copy), ``flops_per_s`` (float32
+    matmul) and ``engine`` (the engine's fit or None): 10 % of ``seconds`` each for the first
+    two; the engine outside the budget."""
     prog.phase("memory copy")
-    bw_mem, _ = measure_memory(mem_bytes, 0.1 * seconds)
+    out: dict[str, Any] = {"bw_mem_bytes_per_s": measure_memory(mem_bytes, 0.1 * seconds)[0]}
     prog.advance(0.1)
     prog.phase("float32 matmul")
-    flops, _ = measure_matmul(matmul_n, 0.1 * seconds, rng)
+    out["flops_per_s"] = measure_matmul(matmul_n, 0.1 * seconds, rng)[0]
     prog.advance(0.1)
-    engine_fit = None
+    out["engine"] = None
     if engine is not None:
         prog.phase("engine overhead (the bench's decode loop, tiny in-memory stack)")
-        engine_fit = engine()
-    return bw_mem, flops, engine_fit
+        out["engine"] = engine()
+    return out
 
 
 def calibrate(
@@ -968,23 +931,17 @@ def calibrate(
     date = _utc_date()
     mem = meminfo()
     disk = _measure_disk(base, file_bytes, page_bytes, sizes, seconds, rounds, read_path, rng, prog)
-    random_cells, seq_cells, path_name, method, page = disk
-    bw_mem, flops, engine_fit = _measure_compute(mem_bytes, matmul_n, seconds, engine, rng, prog)
-    if path_name == "fadvise":
-        notes.append("reads bypass the page cache by posix_fadvise DONTNEED, not O_DIRECT: " + method)
+    compute = _measure_compute(mem_bytes, matmul_n, seconds, engine, rng, prog)
+    if disk["read_path"] == "fadvise":
+        notes.append("reads bypass the page cache by posix_fadvise DONTNEED, not O_DIRECT: " + disk["read_method"])
     cal = Calibration(
         date=date,
         command=command or "moeroof calibrate (library call)",
-        read_path=path_name,
-        read_method=method,
         machine=machine_info(base if base is not None else tempfile.gettempdir()),
         ram_bytes=mem["total"],
         os_reserve_bytes=max(0.0, mem["total"] - mem["available"]),
-        bw_mem_bytes_per_s=bw_mem,
-        flops_per_s=flops,
-        random=random_cells,
-        sequential=seq_cells,
-        page_cache=page,
+        **disk,
+        **compute,
         file_bytes=file_bytes,
         seconds_budget=seconds,
         wall_seconds=time.perf_counter() - t_start,
@@ -993,7 +950,6 @@ def calibrate(
         output=out,
         name=name or f"calibrated-{date}",
         notes=notes,
-        engine=engine_fit,
     )
     if out is not None:
         from moeroof.data.presets import load_hardware

@@ -122,18 +122,12 @@ def read_prompts(path: str | Path) -> list[str | list[int]]:
             raise InputError(path, row, "prompt", f"not a JSON line ({err})") from None
         if isinstance(item, dict):
             item = item.get("input_ids", item.get("prompt", item.get("text")))
-        if isinstance(item, str) and item:
-            prompts.append(item)
-        elif (
-            isinstance(item, list)
-            and item
-            and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in item)
-        ):
-            prompts.append([int(t) for t in item])
-        else:
+        token_ids = isinstance(item, list) and bool(item) and all(type(t) is int and t >= 0 for t in item)
+        if not (token_ids or (isinstance(item, str) and item)):
             raise InputError(
                 path, row, "prompt", "expected a list of token ids, a string, or {input_ids | prompt | text}"
             )
+        prompts.append([int(t) for t in item] if token_ids else item)
     if not prompts:
         raise InputError(path, None, "prompt", "the file holds no prompt")
     return prompts
@@ -275,15 +269,9 @@ class _Recorder:
     """Forward hooks on the routers: the prefill into counts, each decode step into ``topk``."""
 
     def __init__(
-        self,
-        routers: dict[int, Any],
-        experts: int,
-        top_k: int,
-        streams: int,
-        steps: int,
-        mask: np.ndarray,
-        on_step: Callable[[int], None] | None,
+        self, routers: dict[int, Any], layout: MoELayout, steps: int, mask: np.ndarray, on_step: Callable[[int], None]
     ) -> None:
+        streams, experts, top_k = mask.shape[0], layout.experts, layout.top_k
         self.layer_ids = sorted(routers)
         self.pos = {lay: i for i, lay in enumerate(self.layer_ids)}
         n_layers = len(self.layer_ids)
@@ -334,7 +322,7 @@ class _Recorder:
                 raise RuntimeError(f"decode step {step} of layer {lay} saw {ids.shape[0]} tokens, not {self.streams}")
             if step < self.topk.shape[0]:
                 self.topk[step, :, pos, :] = ids
-            if last and self.on_step is not None:
+            if last:
                 self.on_step(step + 1)
 
         return hook
@@ -403,7 +391,7 @@ def capture_routing(
         if progress is not None:
             progress(done + 1, max_new_tokens, "decode")
 
-    recorder = _Recorder(routers, layout.experts, layout.top_k, streams, steps, mask, on_step)
+    recorder = _Recorder(routers, layout, steps, mask, on_step)
     config = transformers.GenerationConfig(
         max_new_tokens=max_new_tokens,
         min_new_tokens=0 if eos_list else max_new_tokens,

@@ -37,28 +37,11 @@ DEFAULT_PATH = DATA_DIR / "measurements" / "hf-moe-block-h200-2026-11-30.json"
 ARMS = ("uncoalesced", "coalesced", "coalesced-grouped_mm")
 #: the roofline's arm for each measured arm
 ROOFLINE_ARM = {"uncoalesced": "uncoalesced", "coalesced": "coalesced", "coalesced-grouped_mm": "coalesced"}
-ROW_KEYS = (
-    "router",
-    "batch",
-    "mode",
-    "step_seconds",
-    "net_tok_s",
-    "expert_copies_per_step",
-    "bytes_per_step",
-    "union_per_step",
-    "copy_only_seconds",
-    "compute_only_seconds",
-    "expert_picks",
+ROW_KEYS = tuple(
+    "router batch mode step_seconds net_tok_s expert_copies_per_step bytes_per_step union_per_step copy_only_seconds "
+    "compute_only_seconds expert_picks".split()
 )
-CONFIG_KEYS = (
-    "experts",
-    "top_k",
-    "hidden_size",
-    "moe_intermediate_size",
-    "expert_bytes",
-    "copy_bytes",
-    "flops_per_token",
-)
+CONFIG_KEYS = tuple("experts top_k hidden_size moe_intermediate_size expert_bytes copy_bytes flops_per_token".split())
 
 
 def load(path=None) -> dict[str, Any]:

@@ -228,17 +228,15 @@ def read_grid(path: str | Path) -> Grid:
     path = Path(path)
     try:
         raw = read_input_bytes(path, MAX_TOML_BYTES)  # a FIFO refused, never waited on
+        text = raw.decode("utf-8")
+        check_document(text, "the grid", max_bytes=MAX_TOML_BYTES, toml=True)
+        doc = tomllib.loads(text)
     except IsADirectoryError:
         raise GridError(path, None, "is a directory, expected a grid .toml") from None
     except NotRegularFileError as err:
         raise GridError(path, None, f"{err}, expected a grid .toml") from None
-    try:
-        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise GridError(path, None, "not UTF-8 text, expected a grid .toml") from None
-    try:
-        check_document(text, "the grid", max_bytes=MAX_TOML_BYTES, toml=True)
-        doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise GridError(path, None, f"not a TOML file ({err})") from None
     except ValueError as err:

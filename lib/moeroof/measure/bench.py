@@ -40,12 +40,14 @@ union per layer (distinct experts, mean over layers and steps) and the coalescin
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -345,8 +347,7 @@ def write_stack(
             o1, o2 = (int(x) for x in rng.integers(0, pool.size - n, size=2))
             fh.write((pool[o1 : o1 + n] * np.float32(1.0 / np.sqrt(d))).tobytes())
             fh.write((pool[o2 : o2 + n] * np.float32(1.0 / np.sqrt(f))).tobytes())
-            if pad:
-                fh.write(pad)
+            fh.write(pad)
             if progress is not None:
                 progress.advance(share / total)
         fh.flush()
@@ -375,10 +376,8 @@ class StackReader:
 
     def close(self) -> None:
         del self.w1, self.w2
-        try:
+        with contextlib.suppress(BufferError):  # a caller still holds a view of the weights: it goes with that
             self.buf.close()
-        except BufferError:  # a caller still holds a view of the weights: the buffer goes with it
-            pass
         self.dev.close()
 
 
@@ -430,10 +429,6 @@ def topk_from_trace(topk: np.ndarray, layers: int, steps: int, streams: int) -> 
 
 
 # ----------------------------------------------------------------------------- the run
-
-
-def _utc_now() -> str:
-    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
 
 
 def _check_bench_args(
@@ -497,52 +492,33 @@ def _bench_topk(
 
 
 def _bench_cell(
-    reader: StackReader,
-    mode: str,
-    b: int,
-    inputs: tuple[np.ndarray, np.ndarray, np.ndarray],
-    warmup_steps: int,
-    top_k: int,
-    share: float,
-    prog: Progress,
-    finals: dict[tuple[str, int], np.ndarray],
-) -> dict[str, Any]:
-    """One (mode, B) row of the report: its steps run from cold page cache, the warm-up ones not
-    counted; the first step's final hidden state goes into ``finals``."""
+    reader: StackReader, mode: str, b: int, inputs: tuple[np.ndarray, ...], warmup_steps: int, advance: Callable
+) -> tuple[dict[str, Any], np.ndarray]:
+    """One (mode, B) row of the report, and the first step's final hidden state: its steps run
+    from cold page cache, the warm-up ones not counted; ``advance()`` after each step."""
     topk_all, gates_all, h_all = inputs
-    layers, experts = reader.shape.layers, reader.shape.experts
+    top_k, dev = topk_all.shape[-1], reader.dev
     times, nbytes, nreads, unions = [], [], [], []
     for t in range(topk_all.shape[0]):
         topk, gates = topk_all[t, :b], gates_all[t, :b]
-        reader.dev.drop_cache()
-        bytes0, reads0 = reader.dev.bytes_read, reader.dev.reads
+        dev.drop_cache()
+        bytes0, reads0 = dev.bytes_read, dev.reads
         t0 = time.perf_counter()
         h = decode_step(h_all[t, :b], topk, gates, reader.load_layer, mode)
         dt = time.perf_counter() - t0
         if t == 0:
-            finals[(mode, b)] = h
-        prog.advance(0.9 * (b * top_k if mode == "uncoalesced" else min(b * top_k, experts)) / share)
-        if t < warmup_steps:
-            continue
-        times.append(dt)
-        nbytes.append(reader.dev.bytes_read - bytes0)
-        nreads.append(reader.dev.reads - reads0)
-        unions.append(float(np.mean([np.unique(topk[:, layer]).size for layer in range(layers)])))
-    step = float(np.mean(times))
-    union = float(np.mean(unions))
-    return {
-        "batch": b,
-        "mode": mode,
-        "step_seconds": step,
-        "step_seconds_median": float(np.median(times)),
-        "net_tok_s": b / step,
-        "per_agent_tok_s": 1.0 / step,
-        "bytes_read_per_step": float(np.mean(nbytes)),
-        "reads_per_step": float(np.mean(nreads)),
-        "union_per_layer": union,
-        "coalescing_ratio": b * top_k / union,
-        "step_seconds_each": times,
-    }
+            first = h
+        advance()
+        if t >= warmup_steps:
+            times.append(dt)
+            nbytes.append(dev.bytes_read - bytes0)
+            nreads.append(dev.reads - reads0)
+            unions.append(float(np.mean([np.unique(topk[:, layer]).size for layer in range(topk.shape[1])])))
+    step, union = float(np.mean(times)), float(np.mean(unions))
+    row = {"batch": b, "mode": mode, "step_seconds": step, "step_seconds_median": float(np.median(times))}
+    row.update(net_tok_s=b / step, per_agent_tok_s=1.0 / step, bytes_read_per_step=float(np.mean(nbytes)))
+    row.update(reads_per_step=float(np.mean(nreads)), union_per_layer=union, coalescing_ratio=b * top_k / union)
+    return {**row, "step_seconds_each": times}, first
 
 
 _BENCH_NOTES = [
@@ -593,8 +569,11 @@ def run_bench(
     gates_all = rng.dirichlet(np.ones(top_k), size=(n_steps, bmax, shape.layers)).astype(np.float32)
     h_all = rng.standard_normal((n_steps, bmax, shape.d_model), dtype=np.float32)
     prog = progress if progress is not None else Progress("bench", enabled=False)
-    work = {m: sum(b * top_k if m == "uncoalesced" else min(b * top_k, shape.experts) for b in batch) for m in modes}
-    total_work = float(sum(work.values())) * n_steps or 1.0
+
+    def work(mode: str, b: int) -> int:  # expert reads per layer and step
+        return b * top_k if mode == "uncoalesced" else min(b * top_k, shape.experts)
+
+    total_work = float(sum(work(m, b) for m in modes for b in batch)) * n_steps or 1.0
     rows: list[dict[str, Any]] = []
     finals: dict[tuple[str, int], np.ndarray] = {}
     t_start = time.perf_counter()
@@ -603,13 +582,14 @@ def run_bench(
         prog.phase(f"writing the stack ({shape.file_bytes / 2**20:g} MiB)")
         write_stack(path, shape, rng, prog, share=0.1)
         reader = StackReader(path, shape, read_path)
+        inputs = (topk_all, gates_all, h_all)
         try:
             for b in batch:  # modes interleaved per B, so a slow spell of the device hits both alike
                 for mode in modes:
                     prog.phase(f"{mode} B={b}")
-                    inputs = (topk_all, gates_all, h_all)
-                    rows.append(_bench_cell(reader, mode, b, inputs, warmup_steps, top_k, total_work, prog, finals))
-            read_path_used, read_method = reader.dev.read_path, reader.dev.method
+                    advance = partial(prog.advance, 0.9 * work(mode, b) / total_work)
+                    row, finals[mode, b] = _bench_cell(reader, mode, b, inputs, warmup_steps, advance)
+                    rows.append(row)
         finally:
             reader.close()
     parity = [
@@ -619,32 +599,21 @@ def run_bench(
     ]
     prog.finish()
     report: dict[str, Any] = {c: [r[c] for r in rows] for c in _BENCH_COLUMNS}
-    report.update(_bench_meta(shape, top_k, (read_path_used, read_method), base, command))
-    report.update(
-        {
-            "routing": routing_label,
-            "seed": seed,
-            "steps": steps,
-            "warmup_steps": warmup_steps,
-            "wall_seconds": time.perf_counter() - t_start,
-            "mode_parity_max_abs_diff": max(parity) if parity else None,
-            "notes": list(_BENCH_NOTES),
-        }
-    )
-    return report
+    report.update(_bench_meta(shape, top_k, reader.dev, base, command))
+    report.update(routing=routing_label, seed=seed, steps=steps, warmup_steps=warmup_steps)
+    report.update(wall_seconds=time.perf_counter() - t_start, mode_parity_max_abs_diff=max(parity) if parity else None)
+    return {**report, "notes": list(_BENCH_NOTES)}
 
 
-def _bench_meta(
-    shape: StackShape, top_k: int, read: tuple[str, str], base: Path | None, command: str
-) -> dict[str, Any]:
+def _bench_meta(shape: StackShape, top_k: int, dev: DeviceFile, base: Path | None, command: str) -> dict[str, Any]:
     """The report's description of the run: the read path, the machine, the date, the stack."""
     return {
         "what": "moeroof bench: decode steps of a synthetic MoE stack streamed from disk",
         "provenance": "witnessed",
-        "read_path": read[0],
-        "read_method": read[1],
+        "read_path": dev.read_path,
+        "read_method": dev.method,
         "machine": machine_info(base if base is not None else tempfile.gettempdir()),
-        "date": _utc_now(),
+        "date": _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
         "command": command or "moeroof bench (library call)",
         "coalescing_baseline": "uncoalesced",
         "shape": asdict(shape),
@@ -729,18 +698,8 @@ def predict_bench(
     engine: dict[str, Any] = {k: float(getattr(hardware, k)) for k in keys}
     engine["provenance"] = {k: hardware.provenance.get(k, "assumed") for k in keys}
     engine["source"] = {k: hardware.sources.get(k, "") for k in keys}
-    out.update(
-        {
-            "batch": batch.tolist(),
-            "mode": list(report["mode"]),
-            "measured_net_tok_s": list(report["net_tok_s"]),
-            "overlap": overlap,
-            "hardware": hardware.name,
-            "routing": r.label,
-            "terms_seconds": terms_rows,
-            "engine": engine,
-        }
-    )
+    out.update(batch=batch.tolist(), mode=list(report["mode"]), measured_net_tok_s=list(report["net_tok_s"]))
+    out.update(overlap=overlap, hardware=hardware.name, routing=r.label, terms_seconds=terms_rows, engine=engine)
     return out
 
 

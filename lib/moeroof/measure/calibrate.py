@@ -133,10 +133,8 @@ def meminfo() -> dict[str, float]:
     if "total" not in out:
         page = os.sysconf("SC_PAGE_SIZE")
         out["total"] = float(page * os.sysconf("SC_PHYS_PAGES"))
-        try:
+        with contextlib.suppress(ValueError, OSError):
             out["available"] = float(page * os.sysconf("SC_AVPHYS_PAGES"))
-        except (ValueError, OSError):
-            out["available"] = out["total"]
     out.setdefault("available", out["total"])
     return out
 
@@ -334,10 +332,8 @@ class DeviceFile:
             raise ValueError(f"read_path must be one of {READ_PATHS}, got {read_path!r}")
         self.path = Path(path)
         self.fd = -1
-        self.bytes_read = 0
-        self.reads = 0
-        self.read_path = ""
-        self.refused = ""
+        self.bytes_read = self.reads = 0
+        self.read_path = self.refused = ""
         if read_path in ("auto", "o_direct"):
             self._try_direct()
             if not self.read_path and read_path == "o_direct":
@@ -442,9 +438,8 @@ class Progress:
 
     def _draw(self) -> None:
         if self.tty:
-            width = 30
-            fill = int(round(self.done * width))
-            bar = "#" * fill + "-" * (width - fill)
+            fill = int(round(self.done * 30))  # of a 30-character bar
+            bar = "#" * fill + "-" * (30 - fill)
             print(
                 f"\r{self.title} [{bar}] {self.done:4.0%} {self.label[:40]:<40}", end="", file=self.stream, flush=True
             )
@@ -521,52 +516,44 @@ def measure_reads(
     if read_size > file_bytes:
         raise ValueError(f"read size {read_size} exceeds the file ({file_bytes} bytes)")
     dev.drop_cache()
-    buf = aligned_buffer(read_size)
     slots = (file_bytes - read_size) // ALIGN + 1
     per_pass = max(1, file_bytes // read_size)
     busy = 0.0
     reads = nbytes = 0
     next_seq = int(rng.integers(0, slots)) * ALIGN if pattern == "sequential" else 0
-    try:
+    with aligned_buffer(read_size) as buf:
         while reads < min_reads or (busy < seconds and reads < 4 * per_pass):
             if pattern == "random":
                 offset = int(rng.integers(0, slots)) * ALIGN
-            else:
-                if next_seq + read_size > file_bytes:
-                    next_seq = 0
-                offset = next_seq
-                next_seq += read_size
+            else:  # wrapping to 0 where the next read would pass the end
+                offset = next_seq if next_seq + read_size <= file_bytes else 0
+                next_seq = offset + read_size
             t0 = time.perf_counter()
             nbytes += dev.read_into(buf, offset, read_size)
             busy += time.perf_counter() - t0
             reads += 1
-    finally:
-        buf.close()
     return ReadCell(pattern, read_size, reads, nbytes, busy)
 
 
 def measure_page_cache(path: Path, nbytes: int, read_size: int, seconds: float) -> ReadCell:
     """Page-cached read bandwidth: read the first ``nbytes`` of ``path`` once through the page
     cache (untimed, to load it), then time repeated passes of ``read_size`` reads over it."""
-    buf = aligned_buffer(read_size)
     fd = os.open(path, os.O_RDONLY)
-    view = memoryview(buf)[:read_size]
     try:
-        for off in range(0, nbytes, read_size):
-            os.preadv(fd, [view], off)
-        reads = done = 0
-        busy = 0.0
-        while reads == 0 or busy < seconds:
+        with aligned_buffer(read_size) as buf, memoryview(buf)[:read_size] as view:
             for off in range(0, nbytes, read_size):
-                t0 = time.perf_counter()
-                done += os.preadv(fd, [view], off)
-                busy += time.perf_counter() - t0
-                reads += 1
+                os.preadv(fd, [view], off)
+            reads = done = 0
+            busy = 0.0
+            while reads == 0 or busy < seconds:
+                for off in range(0, nbytes, read_size):
+                    t0 = time.perf_counter()
+                    done += os.preadv(fd, [view], off)
+                    busy += time.perf_counter() - t0
+                    reads += 1
         return ReadCell("page-cache", read_size, reads, done, busy)
     finally:
         os.close(fd)
-        view.release()
-        buf.close()
 
 
 def _median_rate(work: float, run: Callable[[], object], seconds: float, min_repeats: int = 3) -> tuple[float, int]:
@@ -782,10 +769,6 @@ def hardware_toml(cal: Calibration) -> str:
     return "\n".join(header + body) + "\n"
 
 
-def _utc_date() -> str:
-    return _dt.datetime.now(_dt.UTC).date().isoformat()
-
-
 def _check_calibrate_args(
     output: str | os.PathLike[str] | None,
     file_bytes: int,
@@ -928,7 +911,7 @@ def calibrate(
     rng = generator(seed)
     prog = progress if progress is not None else Progress("calibrate", enabled=False)
     t_start = time.perf_counter()
-    date = _utc_date()
+    date = _dt.datetime.now(_dt.UTC).date().isoformat()
     mem = meminfo()
     disk = _measure_disk(base, file_bytes, page_bytes, sizes, seconds, rounds, read_path, rng, prog)
     compute = _measure_compute(mem_bytes, matmul_n, seconds, engine, rng, prog)

@@ -208,9 +208,7 @@ def load_checkpoint(model_dir: str | Path, *, dtype: str = "auto", device: str =
         raise InputError(
             folder, None, "model", f"transformers cannot load it: {str(err).splitlines()[0][:300]}"
         ) from None
-    model.to(device)
-    model.eval()
-    return model, layout
+    return model.to(device).eval(), layout
 
 
 def find_routers(model: Any, layout: MoELayout) -> dict[int, Any]:
@@ -268,9 +266,7 @@ class CaptureResult:
 class _Recorder:
     """Forward hooks on the routers: the prefill into counts, each decode step into ``topk``."""
 
-    def __init__(
-        self, routers: dict[int, Any], layout: MoELayout, steps: int, mask: np.ndarray, on_step: Callable[[int], None]
-    ) -> None:
+    def __init__(self, routers: dict[int, Any], layout: MoELayout, steps: int, mask: np.ndarray, progress: Any) -> None:
         streams, experts, top_k = mask.shape[0], layout.experts, layout.top_k
         self.layer_ids = sorted(routers)
         self.pos = {lay: i for i, lay in enumerate(self.layer_ids)}
@@ -289,7 +285,7 @@ class _Recorder:
         self.calls = np.zeros(n_layers, dtype=np.int64)
         self.mask = mask  # (streams, prompt length): True on real prompt tokens
         self.streams, self.experts, self.top_k = streams, experts, top_k
-        self.on_step = on_step
+        self.progress = progress  # (done, of, phase) after each decode step, or None
         self.handles = [routers[lay].register_forward_hook(self._hook(lay)) for lay in self.layer_ids]
 
     def _hook(self, lay: int) -> Callable[..., None]:
@@ -322,8 +318,8 @@ class _Recorder:
                 raise RuntimeError(f"decode step {step} of layer {lay} saw {ids.shape[0]} tokens, not {self.streams}")
             if step < self.topk.shape[0]:
                 self.topk[step, :, pos, :] = ids
-            if last:
-                self.on_step(step + 1)
+            if last and self.progress is not None:  # max_new_tokens = decode steps + the prefill
+                self.progress(step + 2, self.topk.shape[0] + 1, "decode")
 
         return hook
 
@@ -385,13 +381,7 @@ def capture_routing(
     ids, mask = _left_padded(prompts, pad_token_id)
     length = ids.shape[1]
     routers = find_routers(model, layout)
-    steps = max_new_tokens - 1
-
-    def on_step(done: int) -> None:
-        if progress is not None:
-            progress(done + 1, max_new_tokens, "decode")
-
-    recorder = _Recorder(routers, layout, steps, mask, on_step)
+    recorder = _Recorder(routers, layout, max_new_tokens - 1, mask, progress)
     config = transformers.GenerationConfig(
         max_new_tokens=max_new_tokens,
         min_new_tokens=0 if eos_list else max_new_tokens,

@@ -139,31 +139,32 @@ def hf_block_check(path=None, *, data: dict | None = None, hardware: Hardware | 
             copy_err = copy_pred / col["copy_only_seconds"] - 1
             entry["arms"][arm] = {
                 "roofline_arm": ROOFLINE_ARM[arm],
-                "measured": meas.tolist(),
-                "predicted": pred.tolist(),
-                "relative_error": err.tolist(),
-                "median_abs_error": float(np.median(np.abs(err))),
+                **_listed(measured=meas, predicted=pred, relative_error=err),
+                "median_abs_error": _median_abs(err),
                 "overhead_per_application_s": float(overhead),
-                "calibrated": cal.tolist(),
-                "calibrated_relative_error": cal_err.tolist(),
-                "calibrated_median_abs_error": float(np.median(np.abs(cal_err[1:])))
-                if len(batch) > 1
-                else float("nan"),
-                "copy_measured": col["copy_only_seconds"].tolist(),
-                "copy_predicted": copy_pred.tolist(),
-                "copy_relative_error": copy_err.tolist(),
-                "copy_median_abs_error": float(np.median(np.abs(copy_err))),
-                "compute_only": col["compute_only_seconds"].tolist(),
-                "net_tok_s": col["net_tok_s"].tolist(),
-                "bytes_per_step": col["bytes_per_step"].tolist(),
-                "copies_per_step": col["expert_copies_per_step"].tolist(),
-                "union_measured": col["union_per_step"].tolist(),
+                **_listed(calibrated=cal, calibrated_relative_error=cal_err),
+                "calibrated_median_abs_error": _median_abs(cal_err[1:]) if len(batch) > 1 else float("nan"),
+                **_listed(
+                    copy_measured=col["copy_only_seconds"], copy_predicted=copy_pred, copy_relative_error=copy_err
+                ),
+                "copy_median_abs_error": _median_abs(copy_err),
+                **_listed(compute_only=col["compute_only_seconds"], net_tok_s=col["net_tok_s"]),
+                **_listed(bytes_per_step=col["bytes_per_step"], copies_per_step=col["expert_copies_per_step"]),
+                **_listed(union_measured=col["union_per_step"]),
             }
         first = next(iter(entry["arms"].values()), None)
         entry["union_measured"] = first["union_measured"] if first else []
         out["routers"][router] = entry
     out["parity"] = _worst_parity(data["parity"])
     return out
+
+
+def _listed(**arrays: np.ndarray) -> dict[str, list]:
+    return {k: v.tolist() for k, v in arrays.items()}
+
+
+def _median_abs(err: np.ndarray) -> float:
+    return float(np.median(np.abs(err)))
 
 
 def _worst_parity(rows) -> dict[str, dict[str, float]]:

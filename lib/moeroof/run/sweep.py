@@ -741,6 +741,17 @@ def _where(client: Any, scheduler: str | None, workers: int) -> str:
     return f"scheduler {scheduler}" if scheduler is not None else f"LocalCluster of {workers} worker processes"
 
 
+def _checked_output(out: str | Path) -> Path:
+    """``out``, refused unless it is a regular file or absent: it is read back and rewritten, and
+    /dev/full, a FIFO or a folder is no place for that."""
+    if Path(out).exists():
+        try:
+            check_regular(out)
+        except IsADirectoryError:
+            raise NotRegularFileError(out, "a folder") from None
+    return Path(out)
+
+
 def run_sweep(
     grid: Grid,
     out: str | Path,
@@ -771,71 +782,51 @@ def run_sweep(
     (:class:`moeroof.core.atomic.OutputBusyError`) instead of overwriting the first one's rows.
     """
     from moeroof.core import atomic
-
-    if Path(out).exists():  # read back and rewritten: /dev/full or a FIFO is no place for it
-        try:
-            check_regular(out)
-        except IsADirectoryError:
-            raise NotRegularFileError(out, "a folder") from None
-    with atomic.exclusive(out, "another moeroof sweep"):
-        return _run_locked(grid, Path(out), workers, scheduler, client, evaluate, progress, chunk, run)
-
-
-def _run_locked(
-    grid: Grid,
-    out: Path,
-    workers: int,
-    scheduler: str | None,
-    client: Any,
-    evaluate: Callable[[Mapping[str, Any]], dict[str, Any]],
-    progress: Callable[[int, int, str], None] | None,
-    chunk: int | None,
-    run: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    """:func:`run_sweep` while it holds ``out``'s lock: read what is done, evaluate the rest, save."""
     from moeroof.run.cluster import open_client
 
-    points = expand(grid)
-    order = {p["point_id"]: i for i, p in enumerate(points)}
-    old = read_done(out)
-    done = {r["point_id"] for r in old if r.get("error") is None}
-    kept = [r for r in old if r["point_id"] in done or r["point_id"] not in order]
-    todo = [p for p in points if p["point_id"] not in done]
-    new: list[dict[str, Any]] = []
-    start = time.perf_counter()
+    out = _checked_output(out)
+    with atomic.exclusive(out, "another moeroof sweep"):
+        points = expand(grid)
+        order = {p["point_id"]: i for i, p in enumerate(points)}
+        old = read_done(out)
+        done = {r["point_id"] for r in old if r.get("error") is None}
+        kept = [r for r in old if r["point_id"] in done or r["point_id"] not in order]
+        todo = [p for p in points if p["point_id"] not in done]
+        new: list[dict[str, Any]] = []
+        start = time.perf_counter()
 
-    def save() -> None:
-        rows = kept + new
-        rows.sort(key=lambda r: (order.get(r["point_id"], len(order)), r["point_id"]))
-        _write(out, rows, run)
+        def save() -> None:
+            rows = kept + new
+            rows.sort(key=lambda r: (order.get(r["point_id"], len(order)), r["point_id"]))
+            _write(out, rows, run)
 
-    on_cluster = bool(todo) and (client is not None or scheduler is not None or workers > 1)
-    where = _where(client, scheduler, workers) if on_cluster else "serial"
-    with contextlib.ExitStack() as opened:  # the client closes after the last save
-        try:
-            results: Iterable[dict[str, Any]] = map(evaluate, todo)
-            if on_cluster:
-                c = opened.enter_context(open_client(client, scheduler, workers, _PURPOSE))
-                results = _distributed(todo, evaluate, c, chunk)
-            last = time.monotonic()
-            for row in results:
-                new.append(row)
-                if progress is not None:
-                    progress(len(new), len(todo), row["point_id"])
-                if time.monotonic() - last > CHECKPOINT_SECONDS:
+        on_cluster = bool(todo) and (client is not None or scheduler is not None or workers > 1)
+        where = _where(client, scheduler, workers) if on_cluster else "serial"
+        with contextlib.ExitStack() as opened:  # the client closes after the last save
+            try:
+                results: Iterable[dict[str, Any]] = map(evaluate, todo)
+                if on_cluster:
+                    c = opened.enter_context(open_client(client, scheduler, workers, _PURPOSE))
+                    results = _distributed(todo, evaluate, c, chunk)
+                last = time.monotonic()
+                for row in results:
+                    new.append(row)
+                    if progress is not None:
+                        progress(len(new), len(todo), row["point_id"])
+                    if time.monotonic() - last > CHECKPOINT_SECONDS:
+                        save()
+                        last = time.monotonic()
+            finally:
+                if new or not out.exists():
                     save()
-                    last = time.monotonic()
-        finally:
-            if new or not out.exists():
-                save()
-    return {
-        "grid": grid.path,
-        "command": grid.command,
-        "output": str(out),
-        "points": len(points),
-        "skipped": len(points) - len(todo),
-        "evaluated": len(new),
-        "failed": sum(r.get("error") is not None for r in new),
-        "seconds": time.perf_counter() - start,
-        "where": where,
-    }
+        return {
+            "grid": grid.path,
+            "command": grid.command,
+            "output": str(out),
+            "points": len(points),
+            "skipped": len(points) - len(todo),
+            "evaluated": len(new),
+            "failed": sum(r.get("error") is not None for r in new),
+            "seconds": time.perf_counter() - start,
+            "where": where,
+        }

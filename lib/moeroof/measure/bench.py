@@ -55,19 +55,7 @@ import numpy as np
 
 from moeroof.core.masks import live_streams
 from moeroof.core.rng import generator
-from moeroof.measure.calibrate import (
-    ALIGN,
-    DeviceFile,
-    EngineFit,
-    Progress,
-    ResourceError,
-    aligned_buffer,
-    check_disk,
-    check_memory,
-    fit_engine_line,
-    machine_info,
-    scratch_space,
-)
+from moeroof.measure import calibrate
 
 __all__ = [
     "MODES",
@@ -117,7 +105,7 @@ class StackShape:
     @property
     def slot_bytes(self) -> int:
         """An expert's slot in the file, rounded up to :data:`ALIGN` for O_DIRECT."""
-        return -(-self.expert_bytes // ALIGN) * ALIGN
+        return -(-self.expert_bytes // calibrate.ALIGN) * calibrate.ALIGN
 
     @property
     def file_bytes(self) -> int:
@@ -225,7 +213,7 @@ def measure_engine(
     width: int = 8,
     repeats: int = 15,
     seed: int = 0,
-) -> EngineFit:
+) -> calibrate.EngineFit:
     """The engine terms of this suite's own decode loop on this box: :func:`decode_step`'s
     per-step and per-agent-token overhead (Python, numpy call and dispatch costs), with
     everything the roofline counts made negligible.
@@ -271,7 +259,7 @@ def measure_engine(
         f"rms residual {us(v['rms_residual_seconds'])} us (reported, not written: its overhead follows the union U(B))"
         for m, v in other.items()
     ]
-    return EngineFit(
+    return calibrate.EngineFit(
         **{k.removeprefix("engine_"): v for k, v in chosen.items()},
         batch=list(batch),
         source=source,
@@ -316,7 +304,7 @@ def _fit_modes(batch: list[int], times: dict[tuple[str, int], list[float]]) -> d
     fits = {}
     for m in MODES:
         med = [float(np.median(times[m, b])) for b in batch]
-        c0, c1, rms = fit_engine_line(batch, med)
+        c0, c1, rms = calibrate.fit_engine_line(batch, med)
         fits[m] = {
             "engine_seconds_per_step": c0,
             "engine_seconds_per_agent_token": c1,
@@ -330,7 +318,11 @@ def _fit_modes(batch: list[int], times: dict[tuple[str, int], list[float]]) -> d
 
 
 def write_stack(
-    path: Path, shape: StackShape, rng: np.random.Generator, progress: Progress | None = None, share: float = 0.0
+    path: Path,
+    shape: StackShape,
+    rng: np.random.Generator,
+    progress: calibrate.Progress | None = None,
+    share: float = 0.0,
 ) -> None:
     """Write the E·L experts, each ``W1`` then ``W2`` (float32, C order) at its slot, and fsync.
 
@@ -360,8 +352,8 @@ class StackReader:
 
     def __init__(self, path: Path, shape: StackShape, read_path: str = "auto") -> None:
         self.shape = shape
-        self.dev = DeviceFile(path, read_path)
-        self.buf = aligned_buffer(shape.slot_bytes)
+        self.dev = calibrate.DeviceFile(path, read_path)
+        self.buf = calibrate.aligned_buffer(shape.slot_bytes)
         d, f = shape.d_model, shape.d_ff
         flat = np.frombuffer(self.buf, dtype=np.float32, count=2 * d * f)
         self.w1 = flat[: d * f].reshape(d, f)
@@ -455,14 +447,14 @@ def _check_resources(
     (ResourceError) before anything is written."""
     base = Path(scratch_dir) if scratch_dir is not None else None
     if base is not None and not base.is_dir():
-        raise ResourceError(f"scratch_dir: {base} is not a directory")
-    check_disk(
+        raise calibrate.ResourceError(f"scratch_dir: {base} is not a directory")
+    calibrate.check_disk(
         base if base is not None else tempfile.gettempdir(),
         shape.file_bytes,
         "stack size (experts × layers × expert bytes)",
     )
     d, f = shape.d_model, shape.d_ff
-    check_memory(
+    calibrate.check_memory(
         shape.slot_bytes + 8 * bmax * (d + f) * 4 + n_steps * bmax * (d + shape.layers * top_k * 3) * 8,
         "batch/d_model/d_ff",
     )
@@ -549,7 +541,7 @@ def run_bench(
     scratch_dir: str | os.PathLike[str] | None = None,
     read_path: str = "auto",
     command: str = "",
-    progress: Progress | None = None,
+    progress: calibrate.Progress | None = None,
 ) -> dict[str, Any]:
     """Write the stack to a scratch file, run ``warmup_steps + steps`` decode steps per (mode, B)
     and return the JSON-ready report (keys: the module docstring).
@@ -568,7 +560,7 @@ def run_bench(
     topk_all, routing_label = _bench_topk(shape, top_k, routing, trace, trace_label, n_steps, bmax, rng)
     gates_all = rng.dirichlet(np.ones(top_k), size=(n_steps, bmax, shape.layers)).astype(np.float32)
     h_all = rng.standard_normal((n_steps, bmax, shape.d_model), dtype=np.float32)
-    prog = progress if progress is not None else Progress("bench", enabled=False)
+    prog = progress if progress is not None else calibrate.Progress("bench", enabled=False)
 
     def work(mode: str, b: int) -> int:  # expert reads per layer and step
         return b * top_k if mode == "uncoalesced" else min(b * top_k, shape.experts)
@@ -577,7 +569,7 @@ def run_bench(
     rows: list[dict[str, Any]] = []
     finals: dict[tuple[str, int], np.ndarray] = {}
     t_start = time.perf_counter()
-    with scratch_space(base) as scratch:
+    with calibrate.scratch_space(base) as scratch:
         path = scratch / "stack.bin"
         prog.phase(f"writing the stack ({shape.file_bytes / 2**20:g} MiB)")
         write_stack(path, shape, rng, prog, share=0.1)
@@ -605,14 +597,16 @@ def run_bench(
     return {**report, "notes": list(_BENCH_NOTES)}
 
 
-def _bench_meta(shape: StackShape, top_k: int, dev: DeviceFile, base: Path | None, command: str) -> dict[str, Any]:
+def _bench_meta(
+    shape: StackShape, top_k: int, dev: calibrate.DeviceFile, base: Path | None, command: str
+) -> dict[str, Any]:
     """The report's description of the run: the read path, the machine, the date, the stack."""
     return {
         "what": "moeroof bench: decode steps of a synthetic MoE stack streamed from disk",
         "provenance": "witnessed",
         "read_path": dev.read_path,
         "read_method": dev.method,
-        "machine": machine_info(base if base is not None else tempfile.gettempdir()),
+        "machine": calibrate.machine_info(base if base is not None else tempfile.gettempdir()),
         "date": _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
         "command": command or "moeroof bench (library call)",
         "coalescing_baseline": "uncoalesced",

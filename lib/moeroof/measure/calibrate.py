@@ -422,10 +422,9 @@ class Progress:
         self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
 
     def phase(self, label: str) -> None:
-        self.label = label
         if self.enabled and not self.tty:
             print(f"{self.title}: {self.done:4.0%} {label}", file=self.stream, flush=True)
-        self._draw()
+        self.status(label)
 
     def status(self, label: str) -> None:
         """A finer label within a phase: redrawn on a terminal, not logged line by line."""
@@ -439,10 +438,8 @@ class Progress:
     def _draw(self) -> None:
         if self.tty:
             fill = int(round(self.done * 30))  # of a 30-character bar
-            bar = "#" * fill + "-" * (30 - fill)
-            print(
-                f"\r{self.title} [{bar}] {self.done:4.0%} {self.label[:40]:<40}", end="", file=self.stream, flush=True
-            )
+            line = f"\r{self.title} [{'#' * fill + '-' * (30 - fill)}] {self.done:4.0%} {self.label[:40]:<40}"
+            print(line, end="", file=self.stream, flush=True)
 
     def finish(self) -> None:
         self.done = 1.0
@@ -465,16 +462,12 @@ def write_scratch_file(
     4 KiB block stamped with the block's index, so no two blocks are equal (a deduplicating or
     compressing layer below would otherwise flatter the reads)."""
     chunk = np.frombuffer(bytearray(rng.bytes(_CHUNK_BYTES)), dtype=np.uint64).reshape(-1, ALIGN // 8)
-    blocks_per_chunk = chunk.shape[0]
-    written = 0
+    blocks = chunk.shape[0]  # per chunk
     with open(path, "wb") as fh:
-        index = 0
-        while written < nbytes:
-            n = min(_CHUNK_BYTES, nbytes - written)
-            chunk[:, 0] = np.arange(index, index + blocks_per_chunk, dtype=np.uint64)
+        for i, start in enumerate(range(0, nbytes, _CHUNK_BYTES)):
+            n = min(_CHUNK_BYTES, nbytes - start)
+            chunk[:, 0] = np.arange(i * blocks, (i + 1) * blocks, dtype=np.uint64)
             fh.write(chunk.data.cast("B")[:n])
-            index += blocks_per_chunk
-            written += n
             if progress is not None:
                 progress.advance(share * n / nbytes)
         fh.flush()

@@ -47,16 +47,8 @@ import numpy as np
 from moeroof.core import atomic
 from moeroof.core.input_files import open_input
 from moeroof.core.limits import check_allocation
-from moeroof.data.hf_config import (
-    FAMILIES,
-    MoELayout,
-    checkpoint_hash,
-    layer_of,
-    missing_shards,
-    moe_layout,
-    read_config,
-    read_tensor_table,
-)
+from moeroof.data import hf_config
+from moeroof.data.hf_config import MoELayout
 from moeroof.data.io import InputError
 
 __all__ = [
@@ -186,15 +178,15 @@ def load_checkpoint(model_dir: str | Path, *, dtype: str = "auto", device: str =
     Refused before torch is touched: a folder without ``config.json``, a family this module does
     not know, a config without routed experts, a missing safetensors file or shard."""
     folder = Path(model_dir)
-    config = read_config(folder)
-    layout = moe_layout(config, folder / "config.json")
-    missing = missing_shards(folder)
+    config = hf_config.read_config(folder)
+    layout = hf_config.moe_layout(config, folder / "config.json")
+    missing = hf_config.missing_shards(folder)
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise InputError(
             folder, None, "weights", f"the safetensors index names {missing[0]}{more}, which is not in the folder"
         )
-    read_tensor_table(folder)  # every header readable, its shapes within its data
+    hf_config.read_tensor_table(folder)  # every header readable, its shapes within its data
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     torch, transformers = require_capture_packages()
@@ -216,7 +208,7 @@ def find_routers(model: Any, layout: MoELayout) -> dict[int, Any]:
     routers: dict[int, Any] = {}
     for name, module in model.named_modules():
         if _ROUTER_CLASS.search(type(module).__name__):
-            lay = layer_of(name)
+            lay = hf_config.layer_of(name)
             if lay is not None and lay < layout.layers:
                 routers[lay] = module
     want = set(layout.moe_layer_ids)
@@ -225,7 +217,7 @@ def find_routers(model: Any, layout: MoELayout) -> dict[int, Any]:
             "config.json",
             None,
             "model",
-            f"the loaded {FAMILIES[layout.family][1]} model has router modules in layers {sorted(routers)}, "
+            f"the loaded {hf_config.FAMILIES[layout.family][1]} model has router modules in layers {sorted(routers)}, "
             f"config.json describes MoE layers {sorted(want)} (a transformers version whose routers differ?)",
         )
     return routers
@@ -445,9 +437,9 @@ def capture_meta(
     prompt file hash, device, date, versions, and where the prefill ids are."""
     torch, transformers = require_capture_packages()
     folder = Path(model_dir)
-    config = read_config(folder)
+    config = hf_config.read_config(folder)
     name = str(config.get("_name_or_path") or folder.resolve().name).rstrip("/").split("/")[-1]
-    ident = checkpoint_hash(folder, mode=hash_mode, progress=hash_progress)
+    ident = hf_config.checkpoint_hash(folder, mode=hash_mode, progress=hash_progress)
     return {
         "model": name,
         "family": config.get("model_type"),

@@ -25,11 +25,7 @@ def local_cluster(workers: int) -> Any:
     # silence_logs: the workers' and nannies' WARNING lines (a task cancelled by Ctrl-C, a worker
     # killed) are not the user's business; the sweep's summary says what was lost
     return LocalCluster(
-        n_workers=int(workers),
-        processes=True,
-        threads_per_worker=1,
-        dashboard_address=":0",
-        silence_logs=logging.ERROR,
+        n_workers=int(workers), processes=True, threads_per_worker=1, dashboard_address=":0", silence_logs=logging.ERROR
     )
 
 

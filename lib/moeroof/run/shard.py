@@ -259,15 +259,10 @@ def simulate_by_layer(
         per = math.floor(per + 1e-9)
     with _client(client, scheduler, workers) as c:
         tasks = []
+        fixed = dict(policy=policy, capacity_unit=capacity_unit, warmup_steps=warmup_steps, lookup=lookup)
         for l0, l1 in _groups(layers, _per_task(layers, c, workers, layers_per_task)):
-            kw = {
-                "policy": policy,
-                "capacity_unit": capacity_unit,
-                "item_bytes": _slice_items(item_bytes, layers, experts, l0, l1),
-                "warmup_steps": warmup_steps,
-                "pinned": _slice_pinned(pinned, layers, experts, l0, l1),
-                "lookup": lookup,
-            }
+            kw = dict(fixed, item_bytes=_slice_items(item_bytes, layers, experts, l0, l1))
+            kw["pinned"] = _slice_pinned(pinned, layers, experts, l0, l1)
             cap = _group_capacity(float(per), l1 - l0, capacity_unit)
             tasks.append((_payload(source, l0, l1), meta, l0, l1, experts, cap, kw, streams))
         parts = _run(_simulate_task, tasks, c)

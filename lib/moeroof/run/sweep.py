@@ -422,31 +422,17 @@ def _family(spec: str) -> tuple[str, float | None]:
     return name, skew
 
 
-def _sampled(
-    family: str,
-    skew: float | None,
-    experts: int,
-    top_k: int,
-    layers: int,
-    steps: int,
-    streams: int,
-    seed: int,
-    rho: float,
-) -> Any:
+def _sampled(family: str, skew: float | None, shape: tuple[int, ...], seed: int, rho: float) -> Any:
+    """:func:`synthetic_trace`'s ids; ``shape`` is (experts, top_k, layers, steps, streams)."""
     import numpy as np
 
+    from moeroof.models.locality import layer_knobs
     from moeroof.models.routing import Dirichlet, Uniform, Zipf, sample_trace
 
-    if family == "uniform":
-        model: Any = Uniform(experts, top_k)
-    elif skew is None:
-        raise ValueError(f"routing {family}: no skew given")
-    elif family == "zipf":
-        model = Zipf(experts, top_k, skew)
-    else:
-        model = Dirichlet(experts, top_k, skew)
-    from moeroof.models.locality import layer_knobs
-
+    experts, top_k, layers, steps, streams = shape
+    model: Any = Uniform(experts, top_k)
+    if skew is not None:  # zipf:S or dirichlet:ALPHA
+        model = (Zipf if family == "zipf" else Dirichlet)(experts, top_k, skew)
     # the trace holds every layer of its model: the first MoE layer has no locality (as `moeroof trace`)
     rho_l, _ = layer_knobs(rho, np.inf, layers)
     topk = sample_trace(model, steps, streams, layers, np.random.default_rng(seed), rho=rho_l)
@@ -482,7 +468,7 @@ def synthetic_trace(
     if ids > MAX_SYNTHETIC_IDS:
         raise ValueError(f"steps · streams · layers · top_k = {ids} expert ids, more than {MAX_SYNTHETIC_IDS}")
     sample = _sampled_memo if ids <= _MEMO_IDS else _sampled
-    return sample(family, skew, int(experts), int(top_k), int(layers), int(steps), int(streams), int(seed), float(rho))
+    return sample(family, skew, tuple(int(v) for v in (experts, top_k, layers, steps, streams)), int(seed), float(rho))
 
 
 def _cache_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:

@@ -791,7 +791,7 @@ def _check_calibrate_args(
     return file_bytes, out, base, page_bytes
 
 
-def _measure_disk(
+def _measure(
     base: Path | None,
     file_bytes: int,
     page_bytes: int,
@@ -799,12 +799,17 @@ def _measure_disk(
     seconds: float,
     rounds: int,
     read_path: str,
+    mem_bytes: int,
+    matmul_n: int,
+    engine: Callable[[], EngineFit] | None,
     rng: np.random.Generator,
     prog: Progress,
 ) -> dict[str, Any]:
-    """:class:`Calibration`'s ``random``, ``sequential``, ``read_path``, ``read_method`` and
-    ``page_cache``: write the scratch file and time its reads: 70 % of ``seconds`` the SSD cells (random and
-    sequential at each read size), 10 % page-cached reads.
+    """:class:`Calibration`'s measured fields: write the scratch file and time its reads
+    (``random``, ``sequential``, ``read_path``, ``read_method``, ``page_cache``), then memory
+    copy (``bw_mem_bytes_per_s``), float32 matmul (``flops_per_s``) and ``engine`` (the engine's
+    fit or None). ``seconds`` is shared as: 70 % the SSD cells (random and sequential at each
+    read size), 10 % page-cached reads, 10 % memory copy, 10 % matmul; the engine outside it.
 
     The SSD cells are visited in ``rounds`` rounds, each in a fresh random order, and each
     cell's bandwidth is Σ bytes / Σ seconds over its visits: a shared device's slow spells then
@@ -835,22 +840,8 @@ def _measure_disk(
         prog.phase("page-cached reads")
         out["page_cache"] = measure_page_cache(path, page_bytes, min(int(MiB), file_bytes), 0.1 * seconds)
         prog.advance(0.1)
-    return out
-
-
-def _measure_compute(
-    mem_bytes: int,
-    matmul_n: int,
-    seconds: float,
-    engine: Callable[[], EngineFit] | None,
-    rng: np.random.Generator,
-    prog: Progress,
-) -> dict[str, Any]:
-    """:class:`Calibration`'s ``bw_mem_bytes_per_s`` (memory copy), ``flops_per_s`` (float32
-    matmul) and ``engine`` (the engine's fit or None): 10 % of ``seconds`` each for the first
-    two; the engine outside the budget."""
     prog.phase("memory copy")
-    out: dict[str, Any] = {"bw_mem_bytes_per_s": measure_memory(mem_bytes, 0.1 * seconds)[0]}
+    out["bw_mem_bytes_per_s"] = measure_memory(mem_bytes, 0.1 * seconds)[0]
     prog.advance(0.1)
     prog.phase("float32 matmul")
     out["flops_per_s"] = measure_matmul(matmul_n, 0.1 * seconds, rng)[0]
@@ -882,7 +873,7 @@ def calibrate(
 
     ``seconds`` is the budget of the timed measurements, shared as: 70 % the SSD cells (random
     and sequential at each read size), 10 % page-cached reads, 10 % memory copy, 10 % matmul.
-    The SSD cells are visited in ``rounds`` rounds in a fresh random order each (:func:`_measure_disk`);
+    The SSD cells are visited in ``rounds`` rounds in a fresh random order each (:func:`_measure`);
     writing the scratch file comes on top. Read sizes larger than the file are dropped (with a note). The scratch directory is a fresh folder
     under ``scratch_dir`` (default: the output's folder, so the file sits on the filesystem the
     user cares about; the system temp dir when there is no output), removed on every exit.
@@ -906,18 +897,18 @@ def calibrate(
     t_start = time.perf_counter()
     date = _dt.datetime.now(_dt.UTC).date().isoformat()
     mem = meminfo()
-    disk = _measure_disk(base, file_bytes, page_bytes, sizes, seconds, rounds, read_path, rng, prog)
-    compute = _measure_compute(mem_bytes, matmul_n, seconds, engine, rng, prog)
-    if disk["read_path"] == "fadvise":
-        notes.append("reads bypass the page cache by posix_fadvise DONTNEED, not O_DIRECT: " + disk["read_method"])
+    got = _measure(
+        base, file_bytes, page_bytes, sizes, seconds, rounds, read_path, mem_bytes, matmul_n, engine, rng, prog
+    )
+    if got["read_path"] == "fadvise":
+        notes.append("reads bypass the page cache by posix_fadvise DONTNEED, not O_DIRECT: " + got["read_method"])
     cal = Calibration(
         date=date,
         command=command or "moeroof calibrate (library call)",
         machine=machine_info(base if base is not None else tempfile.gettempdir()),
         ram_bytes=mem["total"],
         os_reserve_bytes=max(0.0, mem["total"] - mem["available"]),
-        **disk,
-        **compute,
+        **got,
         file_bytes=file_bytes,
         seconds_budget=seconds,
         wall_seconds=time.perf_counter() - t_start,

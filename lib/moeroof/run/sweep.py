@@ -509,11 +509,10 @@ def _calibrating_rows(spec: Any, rows: list[int]) -> set[int] | None:
     ``"8,10"``), each a row of the file."""
     if isinstance(spec, str) and spec.strip().lower() == "all":
         return None
-    if isinstance(spec, bool) or not isinstance(spec, (int, str)):
-        raise ValueError(f"calibrate: expected 'all' or POINTS line numbers like '8,10', got {spec!r}")
-    parts = [spec] if isinstance(spec, int) else [t.strip() for t in spec.split(",")]
     try:
-        chosen = {int(t) for t in parts}
+        if isinstance(spec, bool) or not isinstance(spec, (int, str)):
+            raise ValueError(spec)
+        chosen = {int(t) for t in ([spec] if isinstance(spec, int) else spec.split(","))}  # int() strips spaces
     except ValueError:
         raise ValueError(f"calibrate: expected 'all' or POINTS line numbers like '8,10', got {spec!r}") from None
     unknown = sorted(chosen - set(rows))
@@ -530,8 +529,7 @@ def _fit_routing_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
     from moeroof.fit.routing import FAMILIES, fit_routing, tolerance
 
     experts, top_k, layers = int(inputs["experts"]), int(inputs["top_k"]), int(inputs["layers"])
-    expert_bytes = inputs.get("expert_bytes")
-    expert_bytes = None if expert_bytes is None else float(expert_bytes)
+    expert_bytes = None if inputs.get("expert_bytes") is None else float(inputs["expert_bytes"])
     n_seeds, first = int(inputs.get("seeds", 4)), int(inputs.get("seed", 0))
     if n_seeds < 1 or first < 0:
         raise ValueError(f"seeds must be >= 1 and seed >= 0, got seeds={n_seeds}, seed={first}")
@@ -555,8 +553,7 @@ def _fit_routing_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
     out.update(locality_off=bool(fit.knobs["locality_c"]["off"]), fitted=",".join(fit.fitted))
     out.update({k: float(chosen_fit[k]) for k in ("residual", "max_abs_z")}, fits=bool(chosen_fit["fits"]))
     for name, f in fit.families.items():
-        out[f"residual_{name}"] = float(f["residual"])
-        out[f"fits_{name}"] = bool(f["fits"])
+        out.update({f"residual_{name}": float(f["residual"]), f"fits_{name}": bool(f["fits"])})
     rows = [dict(r) for r in fit.rows]
     measured_out = {p.row: p.value for p in held_out}
     z, inside = [], 0
@@ -566,11 +563,9 @@ def _fit_routing_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
             r["measured"] = measured_out[r["row"]]
             z.append((r["predicted"] - r["measured"]) / tolerance(r["kind"], r["measured"]))
             inside += r["low"] <= r["measured"] <= r["high"]
-    out["calibration_rows"] = sum(r["calibrates"] for r in rows)
-    out["predicted_rows"] = sum(not r["calibrates"] for r in rows)
-    out["holdout_rows"] = len(z)
-    out["holdout_max_abs_z"] = max((abs(v) for v in z), default=None)
-    out["holdout_inside_band"] = inside if z else None
+    calibrating = sum(r["calibrates"] for r in rows)
+    out.update(calibration_rows=calibrating, predicted_rows=len(rows) - calibrating, holdout_rows=len(z))
+    out.update(holdout_max_abs_z=max((abs(v) for v in z), default=None), holdout_inside_band=inside if z else None)
     out["notes"] = " | ".join(fit.notes)
     finite = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()} for r in rows]
     out["rows_json"] = json.dumps(finite, separators=(",", ":"), allow_nan=False)

@@ -305,12 +305,9 @@ def _fit_modes(batch: list[int], times: dict[tuple[str, int], list[float]]) -> d
     for m in MODES:
         med = [float(np.median(times[m, b])) for b in batch]
         c0, c1, rms = calibrate.fit_engine_line(batch, med)
-        fits[m] = {
-            "engine_seconds_per_step": c0,
-            "engine_seconds_per_agent_token": c1,
-            "rms_residual_seconds": rms,
-            "step_seconds": med,
-        }
+        fits[m] = dict(
+            engine_seconds_per_step=c0, engine_seconds_per_agent_token=c1, rms_residual_seconds=rms, step_seconds=med
+        )
     return fits
 
 

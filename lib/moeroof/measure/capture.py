@@ -530,11 +530,8 @@ def write_capture(
         _add_npz_member(trace_path, "prefill", result.prefill)
     kept = "family checkpoint checkpoint_hash checkpoint_hash_mode checkpoint_hash_covers dtype device prompts"
     extra = {k: meta[k] for k in (kept + " prompts_sha256 date").split()}
-    extra["phases"] = {
-        "prefill": [int(t) for t in result.prefill_tokens],
-        "decode": [int(t) for t in result.decode_tokens],
-        "note": "tokens per layer: every routed prompt token (padding excluded) and every live decode token",
-    }
+    note = "tokens per layer: every routed prompt token (padding excluded) and every live decode token"
+    extra["phases"] = {"prefill": result.prefill_tokens.tolist(), "decode": result.decode_tokens.tolist(), "note": note}
     extra["trace"] = str(trace_path)
     write_histogram(
         histogram_path,

@@ -100,15 +100,8 @@ def hf_block_check(path=None, *, data: dict | None = None, hardware: Hardware | 
     model = block_model(cfg)
     hw = hardware if hardware is not None else load_hardware("h200-pcie-offload")
     per_copy = _copy_seconds(cfg, hw)
-    out: dict[str, Any] = {
-        "gpu": data["machine"].get("gpu"),
-        "date": data["date"],
-        "command": data["command"],
-        "machine": data["machine"],
-        "config": cfg,
-        "overlap": overlap,
-        "routers": {},
-    }
+    out: dict[str, Any] = {"gpu": data["machine"].get("gpu"), **{k: data[k] for k in ("date", "command", "machine")}}
+    out.update(config=cfg, overlap=overlap, routers={})
     for router in dict.fromkeys(r["router"] for r in data["rows"]):
         rows = [r for r in data["rows"] if r["router"] == router]
         batch = sorted({int(r["batch"]) for r in rows})
@@ -117,13 +110,8 @@ def hf_block_check(path=None, *, data: dict | None = None, hardware: Hardware | 
         b = np.asarray(batch, dtype=float)
         roof = {"coalesced": np.asarray(p.step_seconds), "uncoalesced": b / p.baselines["uncoalesced"]["net_tok_s"]}
         applications = {"coalesced": np.asarray(p.union_per_layer), "uncoalesced": b * model.top_k}
-        entry: dict[str, Any] = {
-            "batch": batch,
-            "routing": routing.label,
-            "routing_provenance": routing.provenance,
-            "union_predicted": np.asarray(p.union_per_layer).tolist(),
-            "arms": {},
-        }
+        entry: dict[str, Any] = {"batch": batch, "routing": routing.label, "routing_provenance": routing.provenance}
+        entry.update(union_predicted=np.asarray(p.union_per_layer).tolist(), arms={})
         for arm in ARMS:
             sel = {int(r["batch"]): r for r in rows if r["mode"] == arm}
             if set(sel) != set(batch):

@@ -400,11 +400,9 @@ def _union_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
         if "experts" not in inputs or "top_k" not in inputs:
             raise ValueError("union needs a histogram, or experts and top_k (the uniform closed form)")
         curve = union_uniform(int(inputs["experts"]), int(inputs["top_k"]), batch, int(inputs.get("layers", 1)))
-    return {
-        "union_per_layer": float(curve.mean[0]),
-        "coalescing_ratio": float(curve.coalescing_ratio[0]),
-        "method": curve.method[0],
-    }
+    return dict(
+        union_per_layer=float(curve.mean[0]), coalescing_ratio=float(curve.coalescing_ratio[0]), method=curve.method[0]
+    )
 
 
 def _family(spec: str) -> tuple[str, float | None]:
@@ -800,14 +798,7 @@ def run_sweep(
             finally:
                 if new or not out.exists():
                     save()
-        return {
-            "grid": grid.path,
-            "command": grid.command,
-            "output": str(out),
-            "points": len(points),
-            "skipped": len(points) - len(todo),
-            "evaluated": len(new),
-            "failed": sum(r.get("error") is not None for r in new),
-            "seconds": time.perf_counter() - start,
-            "where": where,
-        }
+        summary = {"grid": grid.path, "command": grid.command, "output": str(out), "points": len(points)}
+        summary.update(skipped=len(points) - len(todo), evaluated=len(new))
+        failed = sum(r.get("error") is not None for r in new)
+        return {**summary, "failed": failed, "seconds": time.perf_counter() - start, "where": where}

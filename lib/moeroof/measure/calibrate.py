@@ -245,21 +245,17 @@ def sweep_stale_scratch(parent: str | os.PathLike[str]) -> list[Path]:
     start = process_start_time() - 2.0  # /proc's boot time has 1 s resolution
     removed: list[Path] = []
     try:
-        entries = list(os.scandir(parent))
+        entries = [entry for entry in os.scandir(parent) if _SCRATCH_NAME.fullmatch(entry.name)]
     except OSError:
         return removed
     for entry in entries:
-        if not _SCRATCH_NAME.fullmatch(entry.name):
-            continue
         try:
-            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_mtime >= start:
-                continue
+            stale = entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime < start
         except OSError:
             continue
-        folder = Path(entry.path)
-        if _lock_free(folder):
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder)
+        if stale and _lock_free(Path(entry.path)):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(Path(entry.path))
     return removed
 
 

@@ -440,39 +440,23 @@ def capture_meta(
     config = hf_config.read_config(folder)
     name = str(config.get("_name_or_path") or folder.resolve().name).rstrip("/").split("/")[-1]
     ident = hf_config.checkpoint_hash(folder, mode=hash_mode, progress=hash_progress)
-    return {
-        "model": name,
-        "family": config.get("model_type"),
-        "experts": result.experts,
-        "top_k": result.top_k,
-        "layer_ids": list(result.layer_ids),
-        "source": source,
-        "provenance": "witnessed",
-        "phase": "decode",
-        "prefill": {
-            "array": "prefill",
-            "shape": list(result.prefill.shape),
-            "axes": ["stream", "position", "layer", "k"],
-            "layout": "left-padded as decoded: stream s's prompt token j at position L - prompt_tokens[s] + j; "
-            "-1 on the padding; ids ordered by routing weight, largest first",
-        },
-        "checkpoint": str(folder),
-        "checkpoint_hash": ident["hash"],
-        "checkpoint_hash_mode": ident["mode"],
-        "checkpoint_hash_covers": ident["covers"],
-        "dtype": dtype,
-        "device": device,
-        "prompts": str(prompts_path),
-        "prompts_sha256": file_sha256(prompts_path),
-        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "decoding": "greedy",
-        "streams": len(result.prompt_tokens),
-        "prompt_tokens": list(result.prompt_tokens),
-        "generated_tokens": [len(g) for g in result.generated],
-        "eos_token_ids": list(result.eos_token_ids),
-        "prefill_tokens_per_layer": [int(t) for t in result.prefill_tokens],
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+    meta = {"model": name, "family": config.get("model_type"), "experts": result.experts, "top_k": result.top_k}
+    meta.update(layer_ids=list(result.layer_ids), source=source, provenance="witnessed", phase="decode")
+    meta["prefill"] = {
+        "array": "prefill",
+        "shape": list(result.prefill.shape),
+        "axes": ["stream", "position", "layer", "k"],
+        "layout": "left-padded as decoded: stream s's prompt token j at position L - prompt_tokens[s] + j; "
+        "-1 on the padding; ids ordered by routing weight, largest first",
     }
+    meta.update(checkpoint=str(folder), checkpoint_hash=ident["hash"], checkpoint_hash_mode=ident["mode"])
+    meta.update(checkpoint_hash_covers=ident["covers"], dtype=dtype, device=device, prompts=str(prompts_path))
+    meta.update(prompts_sha256=file_sha256(prompts_path), date=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    meta.update(decoding="greedy", streams=len(result.prompt_tokens), prompt_tokens=list(result.prompt_tokens))
+    meta.update(generated_tokens=[len(g) for g in result.generated], eos_token_ids=list(result.eos_token_ids))
+    meta["prefill_tokens_per_layer"] = result.prefill_tokens.tolist()
+    meta["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__}
+    return meta
 
 
 def prefill_path(trace_path: str | Path) -> Path:

@@ -136,9 +136,6 @@ MAX_SYNTHETIC_IDS = 2**28
 #: how often a running sweep rewrites its Parquet file with the rows done so far
 CHECKPOINT_SECONDS = 30.0
 
-#: provenance columns, first in every row
-PROVENANCE = ("point_id", "command")
-
 
 class GridError(ValueError):
     """A grid file that cannot be swept: ``FILE: KEY: what is wrong``."""
@@ -608,11 +605,8 @@ def rows_table(rows: list[dict[str, Any]]) -> Any:
     whose values mix types (``"auto"`` and numbers) is stored as text; ints and floats as floats."""
     pa = require("pyarrow", "sweep", "a sweep's Parquet results")
 
-    names: list[str] = []
-    for r in rows:
-        names.extend(k for k in r if k not in names)
     columns = {}
-    for name in names:
+    for name in dict.fromkeys(k for r in rows for k in r):
         values = [r.get(name) for r in rows]
         kinds = {type(v) for v in values if v is not None}
         if kinds == {int, float}:

@@ -445,39 +445,23 @@ def _check_resources(
     base = Path(scratch_dir) if scratch_dir is not None else None
     if base is not None and not base.is_dir():
         raise calibrate.ResourceError(f"scratch_dir: {base} is not a directory")
-    calibrate.check_disk(
-        base if base is not None else tempfile.gettempdir(),
-        shape.file_bytes,
-        "stack size (experts × layers × expert bytes)",
-    )
+    what = "stack size (experts × layers × expert bytes)"
+    calibrate.check_disk(base if base is not None else tempfile.gettempdir(), shape.file_bytes, what)
     d, f = shape.d_model, shape.d_ff
-    calibrate.check_memory(
-        shape.slot_bytes + 8 * bmax * (d + f) * 4 + n_steps * bmax * (d + shape.layers * top_k * 3) * 8,
-        "batch/d_model/d_ff",
-    )
+    memory = shape.slot_bytes + 8 * bmax * (d + f) * 4 + n_steps * bmax * (d + shape.layers * top_k * 3) * 8
+    calibrate.check_memory(memory, "batch/d_model/d_ff")
     return base
 
 
-def _bench_topk(
-    shape: StackShape,
-    top_k: int,
-    routing: str,
-    trace: np.ndarray | None,
-    trace_label: str,
-    n_steps: int,
-    bmax: int,
-    rng: np.random.Generator,
-) -> tuple[np.ndarray, str]:
-    """``(top-k ids (steps, B, layers, K), the routing's label)``: from ``trace`` or drawn."""
-    if trace is not None:
-        if trace.ndim != 4 or trace.size == 0:
-            raise ValueError(f"trace: holds no token (shape {tuple(trace.shape)}: steps × streams × layers × K)")
-        if trace.shape[-1] != top_k:
-            raise ValueError(f"top_k: K={top_k} does not match the trace's K={trace.shape[-1]}")
-        if int(np.max(trace)) >= shape.experts:
-            raise ValueError(f"experts: E={shape.experts} but the trace names expert {int(np.max(trace))}")
-        return topk_from_trace(trace, shape.layers, n_steps, bmax), trace_label or "trace"
-    return routing_topk(routing, shape.experts, top_k, shape.layers, n_steps, bmax, rng).astype(np.int64), routing
+def _trace_topk(trace: np.ndarray, shape: StackShape, top_k: int, steps: int, bmax: int) -> np.ndarray:
+    """Top-k ids (steps, B, layers, K) from a captured ``trace``, checked against the stack."""
+    if trace.ndim != 4 or trace.size == 0:
+        raise ValueError(f"trace: holds no token (shape {tuple(trace.shape)}: steps × streams × layers × K)")
+    if trace.shape[-1] != top_k:
+        raise ValueError(f"top_k: K={top_k} does not match the trace's K={trace.shape[-1]}")
+    if int(np.max(trace)) >= shape.experts:
+        raise ValueError(f"experts: E={shape.experts} but the trace names expert {int(np.max(trace))}")
+    return topk_from_trace(trace, shape.layers, steps, bmax)
 
 
 def _bench_cell(
@@ -554,7 +538,11 @@ def run_bench(
     n_steps = warmup_steps + steps
     base = _check_resources(shape, top_k, bmax, n_steps, scratch_dir)
     rng = generator(seed)
-    topk_all, routing_label = _bench_topk(shape, top_k, routing, trace, trace_label, n_steps, bmax, rng)
+    if trace is None:
+        topk_all = routing_topk(routing, shape.experts, top_k, shape.layers, n_steps, bmax, rng).astype(np.int64)
+    else:
+        topk_all = _trace_topk(trace, shape, top_k, n_steps, bmax)
+    routing_label = routing if trace is None else trace_label or "trace"
     gates_all = rng.dirichlet(np.ones(top_k), size=(n_steps, bmax, shape.layers)).astype(np.float32)
     h_all = rng.standard_normal((n_steps, bmax, shape.d_model), dtype=np.float32)
     prog = progress if progress is not None else calibrate.Progress("bench", enabled=False)

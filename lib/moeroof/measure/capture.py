@@ -160,12 +160,9 @@ def _load_tokenizer(model_dir: str | Path) -> Any:
     try:
         return transformers.AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     except (OSError, ValueError, KeyError, TypeError) as err:
+        why = f"text prompts need a tokenizer in the checkpoint folder ({str(err).splitlines()[0][:200]}); "
         raise InputError(
-            model_dir,
-            None,
-            "tokenizer",
-            f"text prompts need a tokenizer in the checkpoint folder ({str(err).splitlines()[0][:200]}); "
-            "or give token ids, a JSON list per line in a .jsonl file",
+            model_dir, None, "tokenizer", why + "or give token ids, a JSON list per line in a .jsonl file"
         ) from None
 
 
@@ -213,13 +210,11 @@ def find_routers(model: Any, layout: MoELayout) -> dict[int, Any]:
                 routers[lay] = module
     want = set(layout.moe_layer_ids)
     if set(routers) != want:
-        raise InputError(
-            "config.json",
-            None,
-            "model",
-            f"the loaded {hf_config.FAMILIES[layout.family][1]} model has router modules in layers {sorted(routers)}, "
-            f"config.json describes MoE layers {sorted(want)} (a transformers version whose routers differ?)",
+        loaded = (
+            f"the loaded {hf_config.FAMILIES[layout.family][1]} model has router modules in layers {sorted(routers)}"
         )
+        why = f"config.json describes MoE layers {sorted(want)} (a transformers version whose routers differ?)"
+        raise InputError("config.json", None, "model", f"{loaded}, {why}")
     return routers
 
 

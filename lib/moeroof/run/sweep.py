@@ -295,11 +295,8 @@ def _check_cache_source(path: Any, keys: list[str]) -> None:
     synthetic = [k for k in keys if k in _SYNTHETIC_ONLY]
     needs = f"a synthetic trace needs {', '.join(SYNTHETIC_KEYS)} (rho optional)"
     if "trace" in keys and synthetic:
-        raise GridError(
-            path,
-            synthetic[0],
-            "is an input of a synthetic trace, but the grid also reads a trace file (trace); give one or the other",
-        )
+        both = "is an input of a synthetic trace, but the grid also reads a trace file (trace); give one or the other"
+        raise GridError(path, synthetic[0], both)
     if "trace" not in keys and not synthetic:
         raise GridError(path, "trace", f"cache needs a trace file (trace) or a synthetic trace: {needs}")
     if synthetic:

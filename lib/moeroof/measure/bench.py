@@ -259,19 +259,12 @@ def measure_engine(
         f"rms residual {us(v['rms_residual_seconds'])} us (reported, not written: its overhead follows the union U(B))"
         for m, v in other.items()
     ]
+    shape = {"experts": experts, "layers": layers, "top_k": int(top_k), "d_model": d, "d_ff": f}
     return calibrate.EngineFit(
-        **{k.removeprefix("engine_"): v for k, v in chosen.items()},
-        batch=list(batch),
-        source=source,
-        repeats=int(repeats),
-        wall_seconds=time.perf_counter() - t_start,
-        notes=notes,
-        extra={
-            "mode": mode,
-            "shape": {"experts": experts, "layers": layers, "top_k": int(top_k), "d_model": d, "d_ff": f},
-            "other_modes": other,
-        },
-    )
+        **{k.removeprefix("engine_"): v for k, v in chosen.items()}, batch=list(batch), source=source,
+        repeats=int(repeats), wall_seconds=time.perf_counter() - t_start, notes=notes,
+        extra={"mode": mode, "shape": shape, "other_modes": other},
+    )  # fmt: skip
 
 
 def _time_cells(
@@ -610,14 +603,8 @@ def bench_model(report: dict[str, Any], name: str = "moeroof-bench"):
     every number ``witnessed`` (it is the bench's own size, not an estimate)."""
     from moeroof.data.presets import bench_model as witnessed_model
 
-    model = witnessed_model(
-        name,
-        experts=report["experts"],
-        top_k=report["top_k"],
-        moe_layers=report["layers"],
-        expert_bytes=report["expert_bytes"],
-        flops_per_token=report["flops_per_token"],
-    )
+    sizes = {k: report[k] for k in ("experts", "top_k", "expert_bytes", "flops_per_token")}
+    model = witnessed_model(name, moe_layers=report["layers"], **sizes)
     sources = {k: "moeroof bench sizes" for k in model.provenance}
     return replace(model, precision="float32", description="moeroof bench's synthetic stack", sources=sources)
 

@@ -331,9 +331,8 @@ class DeviceFile:
                 raise ResourceError(f"read_path o_direct: {self.path.parent} refuses O_DIRECT ({self.refused})")
         if not self.read_path:
             if not hasattr(os, "posix_fadvise"):
-                raise ResourceError(
-                    "this system has neither O_DIRECT nor posix_fadvise: reads cannot bypass the page cache"
-                )
+                why = "this system has neither O_DIRECT nor posix_fadvise: reads cannot bypass the page cache"
+                raise ResourceError(why)
             self.fd = os.open(self.path, os.O_RDONLY)
             self.read_path = "fadvise"
             self.drop_cache()
@@ -894,21 +893,12 @@ def calibrate(
     if got["read_path"] == "fadvise":
         notes.append("reads bypass the page cache by posix_fadvise DONTNEED, not O_DIRECT: " + got["read_method"])
     cal = Calibration(
-        date=date,
-        command=command or "moeroof calibrate (library call)",
+        date=date, command=command or "moeroof calibrate (library call)",
         machine=machine_info(base if base is not None else tempfile.gettempdir()),
-        ram_bytes=mem["total"],
-        os_reserve_bytes=max(0.0, mem["total"] - mem["available"]),
-        **got,
-        file_bytes=file_bytes,
-        seconds_budget=seconds,
-        wall_seconds=time.perf_counter() - t_start,
-        mem_bytes=int(mem_bytes),
-        matmul_n=int(matmul_n),
-        output=out,
-        name=name or f"calibrated-{date}",
-        notes=notes,
-    )
+        ram_bytes=mem["total"], os_reserve_bytes=max(0.0, mem["total"] - mem["available"]), **got,
+        file_bytes=file_bytes, seconds_budget=seconds, wall_seconds=time.perf_counter() - t_start,
+        mem_bytes=int(mem_bytes), matmul_n=int(matmul_n), output=out, name=name or f"calibrated-{date}", notes=notes,
+    )  # fmt: skip
     if out is not None:
         from moeroof.data.presets import load_hardware
 

@@ -148,9 +148,8 @@ def tokenize_prompts(prompts: Sequence[str | list[int]], model_dir: str | Path, 
             ids = list(p)
         bad = [t for t in ids if t >= vocab_size]
         if bad:
-            raise InputError(
-                model_dir, i + 1, "prompt", f"token id {bad[0]} is not below the vocabulary ({vocab_size})"
-            )
+            why = f"token id {bad[0]} is not below the vocabulary ({vocab_size})"
+            raise InputError(model_dir, i + 1, "prompt", why)
         out.append(ids)
     return out
 
@@ -180,9 +179,8 @@ def load_checkpoint(model_dir: str | Path, *, dtype: str = "auto", device: str =
     missing = hf_config.missing_shards(folder)
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise InputError(
-            folder, None, "weights", f"the safetensors index names {missing[0]}{more}, which is not in the folder"
-        )
+        why = f"the safetensors index names {missing[0]}{more}, which is not in the folder"
+        raise InputError(folder, None, "weights", why)
     hf_config.read_tensor_table(folder)  # every header readable, its shapes within its data
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
@@ -194,9 +192,8 @@ def load_checkpoint(model_dir: str | Path, *, dtype: str = "auto", device: str =
             str(folder), local_files_only=True, dtype=torch_dtype, trust_remote_code=False
         )
     except (OSError, ValueError, KeyError) as err:
-        raise InputError(
-            folder, None, "model", f"transformers cannot load it: {str(err).splitlines()[0][:300]}"
-        ) from None
+        why = f"transformers cannot load it: {str(err).splitlines()[0][:300]}"
+        raise InputError(folder, None, "model", why) from None
     return model.to(device).eval(), layout
 
 
@@ -370,13 +367,9 @@ def capture_routing(
     routers = find_routers(model, layout)
     recorder = _Recorder(routers, layout, max_new_tokens - 1, mask, progress)
     config = transformers.GenerationConfig(
-        max_new_tokens=max_new_tokens,
-        min_new_tokens=0 if eos_list else max_new_tokens,
-        do_sample=False,
-        eos_token_id=eos_list or None,
-        pad_token_id=pad_token_id,
-        use_cache=True,
-    )
+        max_new_tokens=max_new_tokens, min_new_tokens=0 if eos_list else max_new_tokens, do_sample=False,
+        eos_token_id=eos_list or None, pad_token_id=pad_token_id, use_cache=True,
+    )  # fmt: skip
     device = next(model.parameters()).device
     try:
         if progress is not None:
@@ -390,8 +383,7 @@ def capture_routing(
     finally:
         recorder.close()
     new = out[:, length:].to("cpu").numpy()
-    done_steps = int(recorder.calls.min()) - 1
-    topk = recorder.topk[: max(done_steps, 0)]
+    topk = recorder.topk[: max(int(recorder.calls.min()) - 1, 0)]  # the decode steps done
     generated: list[list[int]] = []
     eos_set = set(eos_list)
     for s in range(streams):
@@ -402,18 +394,11 @@ def capture_routing(
             row = row[: end + 1]
         generated.append(row)
     return CaptureResult(
-        topk=topk,
-        prefill=recorder.prefill,
-        layer_ids=recorder.layer_ids,
-        experts=layout.experts,
-        top_k=layout.top_k,
-        prefill_counts=recorder.prefill_counts,
-        prefill_tokens=recorder.prefill_tokens,
-        prompt_tokens=[len(p) for p in prompts],
-        generated=generated,
-        eos_token_ids=eos_list,
+        topk=topk, prefill=recorder.prefill, layer_ids=recorder.layer_ids, experts=layout.experts, top_k=layout.top_k,
+        prefill_counts=recorder.prefill_counts, prefill_tokens=recorder.prefill_tokens,
+        prompt_tokens=[len(p) for p in prompts], generated=generated, eos_token_ids=eos_list,
         extra={"pad_token_id": int(pad_token_id)},
-    )
+    )  # fmt: skip
 
 
 def capture_meta(
@@ -513,16 +498,8 @@ def write_capture(
     extra["phases"] = {"prefill": result.prefill_tokens.tolist(), "decode": result.decode_tokens.tolist(), "note": note}
     extra["trace"] = str(trace_path)
     write_histogram(
-        histogram_path,
-        counts,
-        tokens=[int(t) for t in tokens],
-        experts=result.experts,
-        top_k=result.top_k,
-        model=meta["model"],
-        source=meta["source"],
-        layer_ids=list(result.layer_ids),
-        provenance="witnessed",
-        extra=extra,
-        overwrite=overwrite,
-    )
+        histogram_path, counts, tokens=[int(t) for t in tokens], experts=result.experts, top_k=result.top_k,
+        model=meta["model"], source=meta["source"], layer_ids=list(result.layer_ids), provenance="witnessed",
+        extra=extra, overwrite=overwrite,
+    )  # fmt: skip
     return trace_path, histogram_path

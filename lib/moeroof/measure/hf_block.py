@@ -159,11 +159,10 @@ def _worst_parity(rows) -> dict[str, dict[str, float]]:
     """Per arm, the worst errors of its outputs against the block's own forward, and whether
     every output was finite."""
     parity: dict[str, dict[str, float]] = {}
+    errors = ("max_abs_error", "max_rel_error", "rel_l2_error")
     for row in rows:
-        worst = parity.setdefault(
-            row["mode"], {"max_abs_error": 0.0, "max_rel_error": 0.0, "rel_l2_error": 0.0, "all_finite": True}
-        )
-        for key in ("max_abs_error", "max_rel_error", "rel_l2_error"):
+        worst = parity.setdefault(row["mode"], {**dict.fromkeys(errors, 0.0), "all_finite": True})
+        for key in errors:
             worst[key] = max(worst[key], float(row[key]))
         worst["all_finite"] = worst["all_finite"] and bool(row.get("finite", True))
     return parity

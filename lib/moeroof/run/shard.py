@@ -396,17 +396,10 @@ def _shards_task(payload, meta, layers, experts, lo, hi, seed, lookup, streams, 
         items.append(req.items[keep])
         step.append(req.step[keep] + np.int32(s0))
         layer.append(req.layer[keep])
-    sub = cache.Requests(
-        items=np.concatenate(items) if items else np.zeros(0, np.int32),
-        step=np.concatenate(step) if step else np.zeros(0, np.int32),
-        layer=np.concatenate(layer) if layer else np.zeros(0, np.int16),
-        steps=steps,
-        layers=layers,
-        experts=experts,
-    )
-    del items, step, layer
-    if len(sub) == 0:
+    if sum(len(x) for x in items) == 0:
         return np.zeros(1, np.int64), 0, 0, total, counts
+    sub = cache.Requests(np.concatenate(items), np.concatenate(step), np.concatenate(layer), steps, layers, experts)
+    del items, step, layer
     d = int(np.count_nonzero(np.bincount(sub.items)))
     dist = cache.stack_distances(sub.items, cache.lookup_starts(sub, lookup))
     return np.bincount(dist, minlength=d + 1).astype(np.int64), d, len(sub), total, counts
@@ -509,18 +502,7 @@ def shards_curve_sharded(
     hit, err = _combined(per, n_j)
     lower, upper = _band(hit, err, sub_rate)
     return ShardsCurve(
-        capacity=cap,
-        hit_rate=hit,
-        stderr=err,
-        lower=lower,
-        upper=upper,
-        rate=rate,
-        slices=s,
-        seed=int(seed),
-        resolution=s / rate,
-        slice_hit_rate=per,
-        slice_requests=n_j,
-        requests=int(parts[0][3]),
-        item_requests=parts[0][4],
-        tasks=len(tasks),
-    )
+        capacity=cap, hit_rate=hit, stderr=err, lower=lower, upper=upper,
+        rate=rate, slices=s, seed=int(seed), resolution=s / rate, slice_hit_rate=per, slice_requests=n_j,
+        requests=int(parts[0][3]), item_requests=parts[0][4], tasks=len(tasks),
+    )  # fmt: skip

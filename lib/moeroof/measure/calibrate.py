@@ -654,13 +654,10 @@ class Calibration:
         loader from its TOML (a temp file, removed), so it is exactly what the file would give."""
         from moeroof.data.presets import load_hardware
 
-        fd, tmp = tempfile.mkstemp(prefix="moeroof-calibration-", suffix=".toml")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(hardware_toml(self))
-            return replace(load_hardware(tmp), path=self.output)
-        finally:
-            os.unlink(tmp)
+        with tempfile.TemporaryDirectory(prefix="moeroof-calibration-") as tmp:
+            path = Path(tmp) / "hardware.toml"
+            path.write_text(hardware_toml(self), encoding="utf-8")
+            return replace(load_hardware(path), path=self.output)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: SI numbers, the curves as lists, provenance ``witnessed``."""

@@ -276,10 +276,8 @@ def _axis_values(path: Any, key: str, value: Any) -> tuple[Any, ...]:
     none twice."""
     if isinstance(value, dict):
         values = expand_range(value, path=path, key=key)
-    elif isinstance(value, list):
-        values = [_check_value(path, key, v) for v in value]
-    else:
-        values = [_check_value(path, key, value)]
+    else:  # a list, or one value
+        values = [_check_value(path, key, v) for v in (value if isinstance(value, list) else [value])]
     for v in values:
         _check_size(path, key, v)
     if not values:

@@ -40,12 +40,14 @@ union per layer (distinct experts, mean over layers and steps) and the coalescin
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,19 +55,7 @@ import numpy as np
 
 from moeroof.core.masks import live_streams
 from moeroof.core.rng import generator
-from moeroof.measure.calibrate import (
-    ALIGN,
-    DeviceFile,
-    EngineFit,
-    Progress,
-    ResourceError,
-    aligned_buffer,
-    check_disk,
-    check_memory,
-    fit_engine_line,
-    machine_info,
-    scratch_space,
-)
+from moeroof.measure import calibrate
 
 __all__ = [
     "MODES",
@@ -115,7 +105,7 @@ class StackShape:
     @property
     def slot_bytes(self) -> int:
         """An expert's slot in the file, rounded up to :data:`ALIGN` for O_DIRECT."""
-        return -(-self.expert_bytes // ALIGN) * ALIGN
+        return -(-self.expert_bytes // calibrate.ALIGN) * calibrate.ALIGN
 
     @property
     def file_bytes(self) -> int:
@@ -223,7 +213,7 @@ def measure_engine(
     width: int = 8,
     repeats: int = 15,
     seed: int = 0,
-) -> EngineFit:
+) -> calibrate.EngineFit:
     """The engine terms of this suite's own decode loop on this box: :func:`decode_step`'s
     per-step and per-agent-token overhead (Python, numpy call and dispatch costs), with
     everything the roofline counts made negligible.
@@ -253,8 +243,7 @@ def measure_engine(
     rng = generator(seed)
     t_start = time.perf_counter()
     d = f = int(width)
-    load_layer = _memory_loader(rng, experts, layers, d)
-    times = _time_cells(rng, batch, experts, top_k, layers, d, repeats, load_layer)
+    times = _time_cells(rng, batch, experts, top_k, layers, d, repeats)
     fits = _fit_modes(batch, times)
     chosen = fits[mode]
     other = {m: v for m, v in fits.items() if m != mode}
@@ -270,43 +259,22 @@ def measure_engine(
         f"rms residual {us(v['rms_residual_seconds'])} us (reported, not written: its overhead follows the union U(B))"
         for m, v in other.items()
     ]
-    return EngineFit(
-        seconds_per_step=chosen["engine_seconds_per_step"],
-        seconds_per_agent_token=chosen["engine_seconds_per_agent_token"],
-        rms_residual_seconds=chosen["rms_residual_seconds"],
-        batch=list(batch),
-        step_seconds=chosen["step_seconds"],
-        source=source,
-        repeats=int(repeats),
-        wall_seconds=time.perf_counter() - t_start,
-        notes=notes,
-        extra={
-            "mode": mode,
-            "shape": {"experts": experts, "layers": layers, "top_k": int(top_k), "d_model": d, "d_ff": f},
-            "other_modes": other,
-        },
-    )
-
-
-def _memory_loader(rng: np.random.Generator, experts: int, layers: int, d: int) -> Callable[[int], Load]:
-    """:func:`measure_engine`'s in-memory stack (``d = f``, float32): ``load_layer`` over its weights."""
-    w = lambda: rng.standard_normal((d, d), dtype=np.float32)  # noqa: E731
-    weights = [[(w(), w()) for _ in range(experts)] for _ in range(layers)]
-    return lambda layer: weights[layer].__getitem__
+    shape = {"experts": experts, "layers": layers, "top_k": int(top_k), "d_model": d, "d_ff": f}
+    return calibrate.EngineFit(
+        **{k.removeprefix("engine_"): v for k, v in chosen.items()}, batch=list(batch), source=source,
+        repeats=int(repeats), wall_seconds=time.perf_counter() - t_start, notes=notes,
+        extra={"mode": mode, "shape": shape, "other_modes": other},
+    )  # fmt: skip
 
 
 def _time_cells(
-    rng: np.random.Generator,
-    batch: list[int],
-    experts: int,
-    top_k: int,
-    layers: int,
-    d: int,
-    repeats: int,
-    load_layer: Callable[[int], Load],
+    rng: np.random.Generator, batch: list[int], experts: int, top_k: int, layers: int, d: int, repeats: int
 ) -> dict[tuple[str, int], list[float]]:
-    """The ``repeats`` step times of every (mode, B), each round in a fresh random order after one
-    untimed pass."""
+    """The ``repeats`` step times of every (mode, B) on :func:`measure_engine`'s in-memory stack
+    (``d = f``, float32), each round in a fresh random order after one untimed pass."""
+    w = lambda: rng.standard_normal((d, d), dtype=np.float32)  # noqa: E731
+    weights = [[(w(), w()) for _ in range(experts)] for _ in range(layers)]
+    load_layer = lambda layer: weights[layer].__getitem__  # noqa: E731
     bmax = batch[-1]
     topk_all = routing_topk("uniform", experts, top_k, layers, repeats + 1, bmax, rng).astype(np.int64)
     gates_all = rng.dirichlet(np.ones(top_k), size=(repeats + 1, bmax, layers)).astype(np.float32)
@@ -329,13 +297,10 @@ def _fit_modes(batch: list[int], times: dict[tuple[str, int], list[float]]) -> d
     fits = {}
     for m in MODES:
         med = [float(np.median(times[m, b])) for b in batch]
-        c0, c1, rms = fit_engine_line(batch, med)
-        fits[m] = {
-            "engine_seconds_per_step": c0,
-            "engine_seconds_per_agent_token": c1,
-            "rms_residual_seconds": rms,
-            "step_seconds": med,
-        }
+        c0, c1, rms = calibrate.fit_engine_line(batch, med)
+        fits[m] = dict(
+            engine_seconds_per_step=c0, engine_seconds_per_agent_token=c1, rms_residual_seconds=rms, step_seconds=med
+        )
     return fits
 
 
@@ -343,7 +308,11 @@ def _fit_modes(batch: list[int], times: dict[tuple[str, int], list[float]]) -> d
 
 
 def write_stack(
-    path: Path, shape: StackShape, rng: np.random.Generator, progress: Progress | None = None, share: float = 0.0
+    path: Path,
+    shape: StackShape,
+    rng: np.random.Generator,
+    progress: calibrate.Progress | None = None,
+    share: float = 0.0,
 ) -> None:
     """Write the E·L experts, each ``W1`` then ``W2`` (float32, C order) at its slot, and fsync.
 
@@ -360,8 +329,7 @@ def write_stack(
             o1, o2 = (int(x) for x in rng.integers(0, pool.size - n, size=2))
             fh.write((pool[o1 : o1 + n] * np.float32(1.0 / np.sqrt(d))).tobytes())
             fh.write((pool[o2 : o2 + n] * np.float32(1.0 / np.sqrt(f))).tobytes())
-            if pad:
-                fh.write(pad)
+            fh.write(pad)
             if progress is not None:
                 progress.advance(share / total)
         fh.flush()
@@ -374,8 +342,8 @@ class StackReader:
 
     def __init__(self, path: Path, shape: StackShape, read_path: str = "auto") -> None:
         self.shape = shape
-        self.dev = DeviceFile(path, read_path)
-        self.buf = aligned_buffer(shape.slot_bytes)
+        self.dev = calibrate.DeviceFile(path, read_path)
+        self.buf = calibrate.aligned_buffer(shape.slot_bytes)
         d, f = shape.d_model, shape.d_ff
         flat = np.frombuffer(self.buf, dtype=np.float32, count=2 * d * f)
         self.w1 = flat[: d * f].reshape(d, f)
@@ -390,10 +358,8 @@ class StackReader:
 
     def close(self) -> None:
         del self.w1, self.w2
-        try:
+        with contextlib.suppress(BufferError):  # a caller still holds a view of the weights: it goes with that
             self.buf.close()
-        except BufferError:  # a caller still holds a view of the weights: the buffer goes with it
-            pass
         self.dev.close()
 
 
@@ -447,10 +413,6 @@ def topk_from_trace(topk: np.ndarray, layers: int, steps: int, streams: int) -> 
 # ----------------------------------------------------------------------------- the run
 
 
-def _utc_now() -> str:
-    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
-
-
 def _check_bench_args(
     shape: StackShape, top_k: int, batch: Sequence[int], modes: Sequence[str], steps: int, warmup_steps: int
 ) -> list[int]:
@@ -469,99 +431,60 @@ def _check_bench_args(
 
 
 def _check_resources(
-    shape: StackShape,
-    top_k: int,
-    bmax: int,
-    n_steps: int,
-    scratch_dir: str | os.PathLike[str] | None,
+    shape: StackShape, top_k: int, bmax: int, n_steps: int, scratch_dir: str | os.PathLike[str] | None
 ) -> Path | None:
     """The scratch folder (None: the temporary one), its free disk and the free memory checked
     (ResourceError) before anything is written."""
     base = Path(scratch_dir) if scratch_dir is not None else None
     if base is not None and not base.is_dir():
-        raise ResourceError(f"scratch_dir: {base} is not a directory")
-    check_disk(
-        base if base is not None else tempfile.gettempdir(),
-        shape.file_bytes,
-        "stack size (experts × layers × expert bytes)",
-    )
+        raise calibrate.ResourceError(f"scratch_dir: {base} is not a directory")
+    what = "stack size (experts × layers × expert bytes)"
+    calibrate.check_disk(base if base is not None else tempfile.gettempdir(), shape.file_bytes, what)
     d, f = shape.d_model, shape.d_ff
-    check_memory(
-        shape.slot_bytes + 8 * bmax * (d + f) * 4 + n_steps * bmax * (d + shape.layers * top_k * 3) * 8,
-        "batch/d_model/d_ff",
-    )
+    memory = shape.slot_bytes + 8 * bmax * (d + f) * 4 + n_steps * bmax * (d + shape.layers * top_k * 3) * 8
+    calibrate.check_memory(memory, "batch/d_model/d_ff")
     return base
 
 
-def _bench_topk(
-    shape: StackShape,
-    top_k: int,
-    routing: str,
-    trace: np.ndarray | None,
-    trace_label: str,
-    n_steps: int,
-    bmax: int,
-    rng: np.random.Generator,
-) -> tuple[np.ndarray, str]:
-    """``(top-k ids (steps, B, layers, K), the routing's label)``: from ``trace`` or drawn."""
-    if trace is not None:
-        if trace.ndim != 4 or trace.size == 0:
-            raise ValueError(f"trace: holds no token (shape {tuple(trace.shape)}: steps × streams × layers × K)")
-        if trace.shape[-1] != top_k:
-            raise ValueError(f"top_k: K={top_k} does not match the trace's K={trace.shape[-1]}")
-        if int(np.max(trace)) >= shape.experts:
-            raise ValueError(f"experts: E={shape.experts} but the trace names expert {int(np.max(trace))}")
-        return topk_from_trace(trace, shape.layers, n_steps, bmax), trace_label or "trace"
-    return routing_topk(routing, shape.experts, top_k, shape.layers, n_steps, bmax, rng).astype(np.int64), routing
+def _trace_topk(trace: np.ndarray, shape: StackShape, top_k: int, steps: int, bmax: int) -> np.ndarray:
+    """Top-k ids (steps, B, layers, K) from a captured ``trace``, checked against the stack."""
+    if trace.ndim != 4 or trace.size == 0:
+        raise ValueError(f"trace: holds no token (shape {tuple(trace.shape)}: steps × streams × layers × K)")
+    if trace.shape[-1] != top_k:
+        raise ValueError(f"top_k: K={top_k} does not match the trace's K={trace.shape[-1]}")
+    if int(np.max(trace)) >= shape.experts:
+        raise ValueError(f"experts: E={shape.experts} but the trace names expert {int(np.max(trace))}")
+    return topk_from_trace(trace, shape.layers, steps, bmax)
 
 
 def _bench_cell(
-    reader: StackReader,
-    mode: str,
-    b: int,
-    inputs: tuple[np.ndarray, np.ndarray, np.ndarray],
-    warmup_steps: int,
-    top_k: int,
-    share: float,
-    prog: Progress,
-    finals: dict[tuple[str, int], np.ndarray],
-) -> dict[str, Any]:
-    """One (mode, B) row of the report: its steps run from cold page cache, the warm-up ones not
-    counted; the first step's final hidden state goes into ``finals``."""
+    reader: StackReader, mode: str, b: int, inputs: tuple[np.ndarray, ...], warmup_steps: int, advance: Callable
+) -> tuple[dict[str, Any], np.ndarray]:
+    """One (mode, B) row of the report, and the first step's final hidden state: its steps run
+    from cold page cache, the warm-up ones not counted; ``advance()`` after each step."""
     topk_all, gates_all, h_all = inputs
-    layers, experts = reader.shape.layers, reader.shape.experts
+    top_k, dev = topk_all.shape[-1], reader.dev
     times, nbytes, nreads, unions = [], [], [], []
     for t in range(topk_all.shape[0]):
         topk, gates = topk_all[t, :b], gates_all[t, :b]
-        reader.dev.drop_cache()
-        bytes0, reads0 = reader.dev.bytes_read, reader.dev.reads
+        dev.drop_cache()
+        bytes0, reads0 = dev.bytes_read, dev.reads
         t0 = time.perf_counter()
         h = decode_step(h_all[t, :b], topk, gates, reader.load_layer, mode)
         dt = time.perf_counter() - t0
         if t == 0:
-            finals[(mode, b)] = h
-        prog.advance(0.9 * (b * top_k if mode == "uncoalesced" else min(b * top_k, experts)) / share)
-        if t < warmup_steps:
-            continue
-        times.append(dt)
-        nbytes.append(reader.dev.bytes_read - bytes0)
-        nreads.append(reader.dev.reads - reads0)
-        unions.append(float(np.mean([np.unique(topk[:, layer]).size for layer in range(layers)])))
-    step = float(np.mean(times))
-    union = float(np.mean(unions))
-    return {
-        "batch": b,
-        "mode": mode,
-        "step_seconds": step,
-        "step_seconds_median": float(np.median(times)),
-        "net_tok_s": b / step,
-        "per_agent_tok_s": 1.0 / step,
-        "bytes_read_per_step": float(np.mean(nbytes)),
-        "reads_per_step": float(np.mean(nreads)),
-        "union_per_layer": union,
-        "coalescing_ratio": b * top_k / union,
-        "step_seconds_each": times,
-    }
+            first = h
+        advance()
+        if t >= warmup_steps:
+            times.append(dt)
+            nbytes.append(dev.bytes_read - bytes0)
+            nreads.append(dev.reads - reads0)
+            unions.append(float(np.mean([np.unique(topk[:, layer]).size for layer in range(topk.shape[1])])))
+    step, union = float(np.mean(times)), float(np.mean(unions))
+    row = {"batch": b, "mode": mode, "step_seconds": step, "step_seconds_median": float(np.median(times))}
+    row.update(net_tok_s=b / step, per_agent_tok_s=1.0 / step, bytes_read_per_step=float(np.mean(nbytes)))
+    row.update(reads_per_step=float(np.mean(nreads)), union_per_layer=union, coalescing_ratio=b * top_k / union)
+    return {**row, "step_seconds_each": times}, first
 
 
 _BENCH_NOTES = [
@@ -592,7 +515,7 @@ def run_bench(
     scratch_dir: str | os.PathLike[str] | None = None,
     read_path: str = "auto",
     command: str = "",
-    progress: Progress | None = None,
+    progress: calibrate.Progress | None = None,
 ) -> dict[str, Any]:
     """Write the stack to a scratch file, run ``warmup_steps + steps`` decode steps per (mode, B)
     and return the JSON-ready report (keys: the module docstring).
@@ -608,27 +531,35 @@ def run_bench(
     n_steps = warmup_steps + steps
     base = _check_resources(shape, top_k, bmax, n_steps, scratch_dir)
     rng = generator(seed)
-    topk_all, routing_label = _bench_topk(shape, top_k, routing, trace, trace_label, n_steps, bmax, rng)
+    if trace is None:
+        topk_all = routing_topk(routing, shape.experts, top_k, shape.layers, n_steps, bmax, rng).astype(np.int64)
+    else:
+        topk_all = _trace_topk(trace, shape, top_k, n_steps, bmax)
+    routing_label = routing if trace is None else trace_label or "trace"
     gates_all = rng.dirichlet(np.ones(top_k), size=(n_steps, bmax, shape.layers)).astype(np.float32)
     h_all = rng.standard_normal((n_steps, bmax, shape.d_model), dtype=np.float32)
-    prog = progress if progress is not None else Progress("bench", enabled=False)
-    work = {m: sum(b * top_k if m == "uncoalesced" else min(b * top_k, shape.experts) for b in batch) for m in modes}
-    total_work = float(sum(work.values())) * n_steps or 1.0
+    prog = progress if progress is not None else calibrate.Progress("bench", enabled=False)
+
+    def work(mode: str, b: int) -> int:  # expert reads per layer and step
+        return b * top_k if mode == "uncoalesced" else min(b * top_k, shape.experts)
+
+    total_work = float(sum(work(m, b) for m in modes for b in batch)) * n_steps or 1.0
     rows: list[dict[str, Any]] = []
     finals: dict[tuple[str, int], np.ndarray] = {}
     t_start = time.perf_counter()
-    with scratch_space(base) as scratch:
+    with calibrate.scratch_space(base) as scratch:
         path = scratch / "stack.bin"
         prog.phase(f"writing the stack ({shape.file_bytes / 2**20:g} MiB)")
         write_stack(path, shape, rng, prog, share=0.1)
         reader = StackReader(path, shape, read_path)
+        inputs = (topk_all, gates_all, h_all)
         try:
             for b in batch:  # modes interleaved per B, so a slow spell of the device hits both alike
                 for mode in modes:
                     prog.phase(f"{mode} B={b}")
-                    inputs = (topk_all, gates_all, h_all)
-                    rows.append(_bench_cell(reader, mode, b, inputs, warmup_steps, top_k, total_work, prog, finals))
-            read_path_used, read_method = reader.dev.read_path, reader.dev.method
+                    advance = partial(prog.advance, 0.9 * work(mode, b) / total_work)
+                    row, finals[mode, b] = _bench_cell(reader, mode, b, inputs, warmup_steps, advance)
+                    rows.append(row)
         finally:
             reader.close()
     parity = [
@@ -638,32 +569,23 @@ def run_bench(
     ]
     prog.finish()
     report: dict[str, Any] = {c: [r[c] for r in rows] for c in _BENCH_COLUMNS}
-    report.update(_bench_meta(shape, top_k, (read_path_used, read_method), base, command))
-    report.update(
-        {
-            "routing": routing_label,
-            "seed": seed,
-            "steps": steps,
-            "warmup_steps": warmup_steps,
-            "wall_seconds": time.perf_counter() - t_start,
-            "mode_parity_max_abs_diff": max(parity) if parity else None,
-            "notes": list(_BENCH_NOTES),
-        }
-    )
-    return report
+    report.update(_bench_meta(shape, top_k, reader.dev, base, command))
+    report.update(routing=routing_label, seed=seed, steps=steps, warmup_steps=warmup_steps)
+    report.update(wall_seconds=time.perf_counter() - t_start, mode_parity_max_abs_diff=max(parity) if parity else None)
+    return {**report, "notes": list(_BENCH_NOTES)}
 
 
 def _bench_meta(
-    shape: StackShape, top_k: int, read: tuple[str, str], base: Path | None, command: str
+    shape: StackShape, top_k: int, dev: calibrate.DeviceFile, base: Path | None, command: str
 ) -> dict[str, Any]:
     """The report's description of the run: the read path, the machine, the date, the stack."""
     return {
         "what": "moeroof bench: decode steps of a synthetic MoE stack streamed from disk",
         "provenance": "witnessed",
-        "read_path": read[0],
-        "read_method": read[1],
-        "machine": machine_info(base if base is not None else tempfile.gettempdir()),
-        "date": _utc_now(),
+        "read_path": dev.read_path,
+        "read_method": dev.method,
+        "machine": calibrate.machine_info(base if base is not None else tempfile.gettempdir()),
+        "date": _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
         "command": command or "moeroof bench (library call)",
         "coalescing_baseline": "uncoalesced",
         "shape": asdict(shape),
@@ -679,23 +601,12 @@ def bench_model(report: dict[str, Any], name: str = "moeroof-bench"):
     E, K, L and ``expert_bytes = 2·d·f·4`` from the report; ``flops_per_token = L·K·4·d·f``;
     no dense band (the bench has none: ``non_routed_bytes = 0``), no KV cache (no attention);
     every number ``witnessed`` (it is the bench's own size, not an estimate)."""
-    from moeroof.data.presets import MODEL_FIELDS, MoEModel
+    from moeroof.data.presets import bench_model as witnessed_model
 
-    keys = tuple(k for k, (_, required) in MODEL_FIELDS.items() if required)
-    return MoEModel(
-        name=name,
-        experts=int(report["experts"]),
-        top_k=int(report["top_k"]),
-        moe_layers=int(report["layers"]),
-        expert_bytes=float(report["expert_bytes"]),
-        non_routed_bytes=0.0,
-        kv_bytes_per_token=0.0,
-        flops_per_token=float(report["flops_per_token"]),
-        precision="float32",
-        description="moeroof bench's synthetic stack",
-        provenance={k: "witnessed" for k in keys},
-        sources={k: "moeroof bench sizes" for k in keys},
-    )
+    sizes = {k: report[k] for k in ("experts", "top_k", "expert_bytes", "flops_per_token")}
+    model = witnessed_model(name, moe_layers=report["layers"], **sizes)
+    sources = {k: "moeroof bench sizes" for k in model.provenance}
+    return replace(model, precision="float32", description="moeroof bench's synthetic stack", sources=sources)
 
 
 def predict_bench(
@@ -753,18 +664,8 @@ def predict_bench(
     engine: dict[str, Any] = {k: float(getattr(hardware, k)) for k in keys}
     engine["provenance"] = {k: hardware.provenance.get(k, "assumed") for k in keys}
     engine["source"] = {k: hardware.sources.get(k, "") for k in keys}
-    out.update(
-        {
-            "batch": batch.tolist(),
-            "mode": list(report["mode"]),
-            "measured_net_tok_s": list(report["net_tok_s"]),
-            "overlap": overlap,
-            "hardware": hardware.name,
-            "routing": r.label,
-            "terms_seconds": terms_rows,
-            "engine": engine,
-        }
-    )
+    out.update(batch=batch.tolist(), mode=list(report["mode"]), measured_net_tok_s=list(report["net_tok_s"]))
+    out.update(overlap=overlap, hardware=hardware.name, routing=r.label, terms_seconds=terms_rows, engine=engine)
     return out
 
 

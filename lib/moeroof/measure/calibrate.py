@@ -54,6 +54,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -123,21 +124,17 @@ class ResourceError(ValueError):
 def meminfo() -> dict[str, float]:
     """``{"total": MemTotal, "available": MemAvailable}`` in bytes (/proc/meminfo, else sysconf)."""
     out: dict[str, float] = {}
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                key, _, rest = line.partition(":")
-                if key in ("MemTotal", "MemAvailable"):
-                    out["total" if key == "MemTotal" else "available"] = float(rest.split()[0]) * 1024.0
-    except OSError:
-        pass
+    names = {"MemTotal": "total", "MemAvailable": "available"}
+    with contextlib.suppress(OSError), open("/proc/meminfo") as fh:
+        for line in fh:
+            key, _, rest = line.partition(":")
+            if key in names:
+                out[names[key]] = float(rest.split()[0]) * 1024.0
     if "total" not in out:
         page = os.sysconf("SC_PAGE_SIZE")
         out["total"] = float(page * os.sysconf("SC_PHYS_PAGES"))
-        try:
+        with contextlib.suppress(ValueError, OSError):
             out["available"] = float(page * os.sysconf("SC_AVPHYS_PAGES"))
-        except (ValueError, OSError):
-            out["available"] = out["total"]
     out.setdefault("available", out["total"])
     return out
 
@@ -171,20 +168,11 @@ def machine_info(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """What the measurement ran on: CPU model, logical cores, memory, kernel, Python, numpy, and
     the filesystem holding ``path``. No host name."""
     cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.lower().startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    info: dict[str, Any] = {
-        "cpu": cpu,
-        "logical_cores": os.cpu_count(),
-        "ram_bytes": meminfo()["total"],
-        "system": f"{platform.system()} {platform.release()}",
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-    }
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
+        cpu = next((line.split(":", 1)[1].strip() for line in fh if line.lower().startswith("model name")), cpu)
+    info: dict[str, Any] = {"cpu": cpu, "logical_cores": os.cpu_count(), "ram_bytes": meminfo()["total"]}
+    info.update(system=f"{platform.system()} {platform.release()}", python=platform.python_version())
+    info["numpy"] = np.__version__
     if path is not None:
         info["filesystem"] = _filesystem(Path(path))
     return info
@@ -194,15 +182,11 @@ def _filesystem(path: Path) -> str:
     """Type and device of the mount holding ``path`` (longest mount-point prefix in /proc/mounts)."""
     best, fs = "", "unknown"
     target = str(path.resolve())
-    with contextlib.suppress(OSError):
-        with open("/proc/mounts") as fh:
-            for line in fh:
-                parts = line.split()
-                if len(parts) >= 3:
-                    mnt = parts[1]
-                    inside = target == mnt or target.startswith(mnt.rstrip("/") + "/")
-                    if inside and len(mnt) >= len(best):
-                        best, fs = mnt, f"{parts[2]} on {parts[0]} at {mnt}"
+    with contextlib.suppress(OSError), open("/proc/mounts") as fh:
+        for dev, mnt, kind, *_ in (parts for parts in map(str.split, fh) if len(parts) >= 3):
+            inside = target == mnt or target.startswith(mnt.rstrip("/") + "/")
+            if inside and len(mnt) >= len(best):
+                best, fs = mnt, f"{kind} on {dev} at {mnt}"
     return fs
 
 
@@ -261,21 +245,17 @@ def sweep_stale_scratch(parent: str | os.PathLike[str]) -> list[Path]:
     start = process_start_time() - 2.0  # /proc's boot time has 1 s resolution
     removed: list[Path] = []
     try:
-        entries = list(os.scandir(parent))
+        entries = [entry for entry in os.scandir(parent) if _SCRATCH_NAME.fullmatch(entry.name)]
     except OSError:
         return removed
     for entry in entries:
-        if not _SCRATCH_NAME.fullmatch(entry.name):
-            continue
         try:
-            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_mtime >= start:
-                continue
+            stale = entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime < start
         except OSError:
             continue
-        folder = Path(entry.path)
-        if _lock_free(folder):
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder)
+        if stale and _lock_free(Path(entry.path)):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(Path(entry.path))
     return removed
 
 
@@ -295,11 +275,8 @@ def scratch_space(base: str | os.PathLike[str] | None = None) -> Iterator[Path]:
     parent = Path(base) if base is not None else Path(tempfile.gettempdir())
     if not parent.is_dir():
         raise ResourceError(f"scratch_dir: {parent} is not a directory")
-    old: dict[int, Any] = {}
-    main = _main_thread()
-    if main:
-        for sig in _SIGNALS:
-            old[sig] = signal.signal(sig, _raise_interrupt)
+    main = threading.current_thread() is threading.main_thread()
+    old = {sig: signal.signal(sig, _raise_interrupt) for sig in _SIGNALS} if main else {}
     sweep_stale_scratch(parent)
     path = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=parent))
     lock = None
@@ -309,23 +286,15 @@ def scratch_space(base: str | os.PathLike[str] | None = None) -> Iterator[Path]:
             fcntl.flock(lock, fcntl.LOCK_EX)  # held until the folder goes: a later run leaves it be
         yield path
     finally:
-        if main:
-            for sig in _SIGNALS:
-                signal.signal(sig, signal.SIG_IGN)
+        for sig in old:
+            signal.signal(sig, signal.SIG_IGN)
         try:
             if lock is not None:
                 os.close(lock)
             shutil.rmtree(path, ignore_errors=True)
         finally:
-            if main:
-                for sig, handler in old.items():
-                    signal.signal(sig, handler)
-
-
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
 
 
 # ----------------------------------------------------------------------------- device reads
@@ -354,19 +323,16 @@ class DeviceFile:
             raise ValueError(f"read_path must be one of {READ_PATHS}, got {read_path!r}")
         self.path = Path(path)
         self.fd = -1
-        self.bytes_read = 0
-        self.reads = 0
-        self.read_path = ""
-        self.refused = ""
+        self.bytes_read = self.reads = 0
+        self.read_path = self.refused = ""
         if read_path in ("auto", "o_direct"):
             self._try_direct()
             if not self.read_path and read_path == "o_direct":
                 raise ResourceError(f"read_path o_direct: {self.path.parent} refuses O_DIRECT ({self.refused})")
         if not self.read_path:
             if not hasattr(os, "posix_fadvise"):
-                raise ResourceError(
-                    "this system has neither O_DIRECT nor posix_fadvise: reads cannot bypass the page cache"
-                )
+                why = "this system has neither O_DIRECT nor posix_fadvise: reads cannot bypass the page cache"
+                raise ResourceError(why)
             self.fd = os.open(self.path, os.O_RDONLY)
             self.read_path = "fadvise"
             self.drop_cache()
@@ -444,15 +410,11 @@ class Progress:
         self.done = 0.0
         self.label = ""
         self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.hooks: list[Callable[[str, float], None]] = []
 
     def phase(self, label: str) -> None:
-        self.label = label
-        for hook in self.hooks:
-            hook(label, self.done)
         if self.enabled and not self.tty:
             print(f"{self.title}: {self.done:4.0%} {label}", file=self.stream, flush=True)
-        self._draw()
+        self.status(label)
 
     def status(self, label: str) -> None:
         """A finer label within a phase: redrawn on a terminal, not logged line by line."""
@@ -465,12 +427,9 @@ class Progress:
 
     def _draw(self) -> None:
         if self.tty:
-            width = 30
-            fill = int(round(self.done * width))
-            bar = "#" * fill + "-" * (width - fill)
-            print(
-                f"\r{self.title} [{bar}] {self.done:4.0%} {self.label[:40]:<40}", end="", file=self.stream, flush=True
-            )
+            fill = int(round(self.done * 30))  # of a 30-character bar
+            line = f"\r{self.title} [{'#' * fill + '-' * (30 - fill)}] {self.done:4.0%} {self.label[:40]:<40}"
+            print(line, end="", file=self.stream, flush=True)
 
     def finish(self) -> None:
         self.done = 1.0
@@ -493,16 +452,12 @@ def write_scratch_file(
     4 KiB block stamped with the block's index, so no two blocks are equal (a deduplicating or
     compressing layer below would otherwise flatter the reads)."""
     chunk = np.frombuffer(bytearray(rng.bytes(_CHUNK_BYTES)), dtype=np.uint64).reshape(-1, ALIGN // 8)
-    blocks_per_chunk = chunk.shape[0]
-    written = 0
+    blocks = chunk.shape[0]  # per chunk
     with open(path, "wb") as fh:
-        index = 0
-        while written < nbytes:
-            n = min(_CHUNK_BYTES, nbytes - written)
-            chunk[:, 0] = np.arange(index, index + blocks_per_chunk, dtype=np.uint64)
+        for i, start in enumerate(range(0, nbytes, _CHUNK_BYTES)):
+            n = min(_CHUNK_BYTES, nbytes - start)
+            chunk[:, 0] = np.arange(i * blocks, (i + 1) * blocks, dtype=np.uint64)
             fh.write(chunk.data.cast("B")[:n])
-            index += blocks_per_chunk
-            written += n
             if progress is not None:
                 progress.advance(share * n / nbytes)
         fh.flush()
@@ -544,53 +499,44 @@ def measure_reads(
     if read_size > file_bytes:
         raise ValueError(f"read size {read_size} exceeds the file ({file_bytes} bytes)")
     dev.drop_cache()
-    buf = aligned_buffer(read_size)
     slots = (file_bytes - read_size) // ALIGN + 1
     per_pass = max(1, file_bytes // read_size)
-    total = busy = 0.0
+    busy = 0.0
     reads = nbytes = 0
     next_seq = int(rng.integers(0, slots)) * ALIGN if pattern == "sequential" else 0
-    try:
+    with aligned_buffer(read_size) as buf:
         while reads < min_reads or (busy < seconds and reads < 4 * per_pass):
             if pattern == "random":
                 offset = int(rng.integers(0, slots)) * ALIGN
-            else:
-                if next_seq + read_size > file_bytes:
-                    next_seq = 0
-                offset = next_seq
-                next_seq += read_size
+            else:  # wrapping to 0 where the next read would pass the end
+                offset = next_seq if next_seq + read_size <= file_bytes else 0
+                next_seq = offset + read_size
             t0 = time.perf_counter()
             nbytes += dev.read_into(buf, offset, read_size)
             busy += time.perf_counter() - t0
             reads += 1
-        total = busy
-    finally:
-        buf.close()
-    return ReadCell(pattern, read_size, reads, nbytes, total)
+    return ReadCell(pattern, read_size, reads, nbytes, busy)
 
 
 def measure_page_cache(path: Path, nbytes: int, read_size: int, seconds: float) -> ReadCell:
     """Page-cached read bandwidth: read the first ``nbytes`` of ``path`` once through the page
     cache (untimed, to load it), then time repeated passes of ``read_size`` reads over it."""
-    buf = aligned_buffer(read_size)
     fd = os.open(path, os.O_RDONLY)
-    view = memoryview(buf)[:read_size]
     try:
-        for off in range(0, nbytes, read_size):
-            os.preadv(fd, [view], off)
-        reads = done = 0
-        busy = 0.0
-        while reads == 0 or busy < seconds:
+        with aligned_buffer(read_size) as buf, memoryview(buf)[:read_size] as view:
             for off in range(0, nbytes, read_size):
-                t0 = time.perf_counter()
-                done += os.preadv(fd, [view], off)
-                busy += time.perf_counter() - t0
-                reads += 1
+                os.preadv(fd, [view], off)
+            reads = done = 0
+            busy = 0.0
+            while reads == 0 or busy < seconds:
+                for off in range(0, nbytes, read_size):
+                    t0 = time.perf_counter()
+                    done += os.preadv(fd, [view], off)
+                    busy += time.perf_counter() - t0
+                    reads += 1
         return ReadCell("page-cache", read_size, reads, done, busy)
     finally:
         os.close(fd)
-        view.release()
-        buf.close()
 
 
 def _median_rate(work: float, run: Callable[[], object], seconds: float, min_repeats: int = 3) -> tuple[float, int]:
@@ -708,13 +654,10 @@ class Calibration:
         loader from its TOML (a temp file, removed), so it is exactly what the file would give."""
         from moeroof.data.presets import load_hardware
 
-        fd, tmp = tempfile.mkstemp(prefix="moeroof-calibration-", suffix=".toml")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(hardware_toml(self))
-            return replace(load_hardware(tmp), path=self.output)
-        finally:
-            os.unlink(tmp)
+        with tempfile.TemporaryDirectory(prefix="moeroof-calibration-") as tmp:
+            path = Path(tmp) / "hardware.toml"
+            path.write_text(hardware_toml(self), encoding="utf-8")
+            return replace(load_hardware(path), path=self.output)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: SI numbers, the curves as lists, provenance ``witnessed``."""
@@ -778,50 +721,32 @@ def hardware_toml(cal: Calibration) -> str:
             f"rms residual {us(eng.rms_residual_seconds)} us",
         ] + [f"# engine note: {n}" for n in eng.notes]
     header += [f"# note: {n}" for n in cal.notes]
-    src = f"moeroof calibrate {d}"
     desc = f"measured by moeroof calibrate on {d}: {cal.machine.get('cpu')}, {cal.machine.get('logical_cores')} logical cores"
-
-    def entry(key: str, value: Any, unit: str, source: str) -> str:
-        val = (
-            "[" + ", ".join(_toml_num(v) for v in value) + "]" if isinstance(value, (list, tuple)) else _toml_num(value)
-        )
-        return f"{key} = {{ value = {val}, unit = {_toml_str(unit)}, source = {_toml_str(source)}, witnessed = true }}"
-
-    body = [
-        'kind = "hardware"',
-        f"name = {_toml_str(cal.name)}",
-        f"description = {_toml_str(desc)}",
-        entry("ram_bytes", cal.ram_bytes, "B", f"{src}: MemTotal of /proc/meminfo"),
-        entry(
-            "bw_mem_bytes_per_s",
-            cal.bw_mem_bytes_per_s,
-            "B/s",
-            f"{src}: numpy.copyto of {cal.mem_bytes / MiB:g} MiB float64 arrays, bytes = 2 x array (read + write), median of repeats",
-        ),
-        entry(
-            "flops_per_s",
-            cal.flops_per_s,
-            "FLOP/s",
-            f"{src}: float32 numpy matmul {cal.matmul_n}x{cal.matmul_n}, 2n^3 FLOP, default BLAS threads, median of repeats",
-        ),
-        entry("ssd_read_size_bytes", sizes, "B", f"{src}: read sizes of the random-read measurement"),
-        entry(
-            "bw_ssd_bytes_per_s",
-            [c.bytes_per_s for c in cal.random],
-            "B/s",
-            f"{src}: random {cal.read_path} reads of a {cal.file_bytes / MiB:g} MiB scratch file, queue depth 1, "
-            f"4 KiB-aligned offsets, sum bytes / sum seconds ({cal.read_method})",
-        ),
-        entry("os_reserve_bytes", cal.os_reserve_bytes, "B", f"{src}: MemTotal - MemAvailable of /proc/meminfo"),
+    mem_how = f"numpy.copyto of {cal.mem_bytes / MiB:g} MiB float64 arrays, bytes = 2 x array (read + write), median of repeats"
+    flops_how = (
+        f"float32 numpy matmul {cal.matmul_n}x{cal.matmul_n}, 2n^3 FLOP, default BLAS threads, median of repeats"
+    )
+    ssd_how = (
+        f"random {cal.read_path} reads of a {cal.file_bytes / MiB:g} MiB scratch file, queue depth 1, "
+        f"4 KiB-aligned offsets, sum bytes / sum seconds ({cal.read_method})"
+    )
+    fields: list[tuple[str, Any, str, str]] = [  # (key, value, unit, how it was measured)
+        ("ram_bytes", cal.ram_bytes, "B", "MemTotal of /proc/meminfo"),
+        ("bw_mem_bytes_per_s", cal.bw_mem_bytes_per_s, "B/s", mem_how),
+        ("flops_per_s", cal.flops_per_s, "FLOP/s", flops_how),
+        ("ssd_read_size_bytes", sizes, "B", "read sizes of the random-read measurement"),
+        ("bw_ssd_bytes_per_s", [c.bytes_per_s for c in cal.random], "B/s", ssd_how),
+        ("os_reserve_bytes", cal.os_reserve_bytes, "B", "MemTotal - MemAvailable of /proc/meminfo"),
     ]
     if eng is not None:
         for c, key in (("c0", "seconds_per_step"), ("c1", "seconds_per_agent_token")):
-            body.append(entry(f"engine_{key}", getattr(eng, key), "s", f"{src}: {c} of {eng.source}"))
+            fields.append((f"engine_{key}", getattr(eng, key), "s", f"{c} of {eng.source}"))
+    body = ['kind = "hardware"', f"name = {_toml_str(cal.name)}", f"description = {_toml_str(desc)}"]
+    for key, value, unit, how in fields:
+        val = "[" + ", ".join(map(_toml_num, value)) + "]" if isinstance(value, list) else _toml_num(value)
+        source = _toml_str(f"moeroof calibrate {d}: {how}")
+        body.append(f"{key} = {{ value = {val}, unit = {_toml_str(unit)}, source = {source}, witnessed = true }}")
     return "\n".join(header + body) + "\n"
-
-
-def _utc_date() -> str:
-    return _dt.datetime.now(_dt.UTC).date().isoformat()
 
 
 def _check_calibrate_args(
@@ -853,7 +778,7 @@ def _check_calibrate_args(
     return file_bytes, out, base, page_bytes
 
 
-def _measure_disk(
+def _measure(
     base: Path | None,
     file_bytes: int,
     page_bytes: int,
@@ -861,12 +786,17 @@ def _measure_disk(
     seconds: float,
     rounds: int,
     read_path: str,
+    mem_bytes: int,
+    matmul_n: int,
+    engine: Callable[[], EngineFit] | None,
     rng: np.random.Generator,
     prog: Progress,
-) -> tuple[list[ReadCell], list[ReadCell], str, str, ReadCell]:
-    """``(random cells, sequential cells, read path, read method, page-cached reads)``: write the
-    scratch file and time its reads: 70 % of ``seconds`` the SSD cells (random and
-    sequential at each read size), 10 % page-cached reads.
+) -> dict[str, Any]:
+    """:class:`Calibration`'s measured fields: write the scratch file and time its reads
+    (``random``, ``sequential``, ``read_path``, ``read_method``, ``page_cache``), then memory
+    copy (``bw_mem_bytes_per_s``), float32 matmul (``flops_per_s``) and ``engine`` (the engine's
+    fit or None). ``seconds`` is shared as: 70 % the SSD cells (random and sequential at each
+    read size), 10 % page-cached reads, 10 % memory copy, 10 % matmul; the engine outside it.
 
     The SSD cells are visited in ``rounds`` rounds, each in a fresh random order, and each
     cell's bandwidth is Σ bytes / Σ seconds over its visits: a shared device's slow spells then
@@ -892,35 +822,22 @@ def _measure_disk(
                     for k in ("reads", "bytes", "seconds"):
                         setattr(cell, k, getattr(cell, k) + getattr(got, k))
                     prog.advance(0.6 / (len(cells) * rounds))
-            cells_of = {p: [acc[p, size] for size in sizes] for p in ("random", "sequential")}
-            path_name, method = dev.read_path, dev.method
+            out: dict[str, Any] = {p: [acc[p, size] for size in sizes] for p in ("random", "sequential")}
+            out.update(read_path=dev.read_path, read_method=dev.method)
         prog.phase("page-cached reads")
-        page = measure_page_cache(path, page_bytes, min(int(MiB), file_bytes), 0.1 * seconds)
+        out["page_cache"] = measure_page_cache(path, page_bytes, min(int(MiB), file_bytes), 0.1 * seconds)
         prog.advance(0.1)
-    return cells_of["random"], cells_of["sequential"], path_name, method, page
-
-
-def _measure_compute(
-    mem_bytes: int,
-    matmul_n: int,
-    seconds: float,
-    engine: Callable[[], EngineFit] | None,
-    rng: np.random.Generator,
-    prog: Progress,
-) -> tuple[float, float, EngineFit | None]:
-    """``(memory copy bytes/s, float32 matmul FLOP/s, the engine's fit or None)``: 10 % of
-    ``seconds`` each for the first two; the engine outside the budget."""
     prog.phase("memory copy")
-    bw_mem, _ = measure_memory(mem_bytes, 0.1 * seconds)
+    out["bw_mem_bytes_per_s"] = measure_memory(mem_bytes, 0.1 * seconds)[0]
     prog.advance(0.1)
     prog.phase("float32 matmul")
-    flops, _ = measure_matmul(matmul_n, 0.1 * seconds, rng)
+    out["flops_per_s"] = measure_matmul(matmul_n, 0.1 * seconds, rng)[0]
     prog.advance(0.1)
-    engine_fit = None
+    out["engine"] = None
     if engine is not None:
         prog.phase("engine overhead (the bench's decode loop, tiny in-memory stack)")
-        engine_fit = engine()
-    return bw_mem, flops, engine_fit
+        out["engine"] = engine()
+    return out
 
 
 def calibrate(
@@ -943,7 +860,7 @@ def calibrate(
 
     ``seconds`` is the budget of the timed measurements, shared as: 70 % the SSD cells (random
     and sequential at each read size), 10 % page-cached reads, 10 % memory copy, 10 % matmul.
-    The SSD cells are visited in ``rounds`` rounds in a fresh random order each (:func:`_measure_disk`);
+    The SSD cells are visited in ``rounds`` rounds in a fresh random order each (:func:`_measure`);
     writing the scratch file comes on top. Read sizes larger than the file are dropped (with a note). The scratch directory is a fresh folder
     under ``scratch_dir`` (default: the output's folder, so the file sits on the filesystem the
     user cares about; the system temp dir when there is no output), removed on every exit.
@@ -965,36 +882,20 @@ def calibrate(
     rng = generator(seed)
     prog = progress if progress is not None else Progress("calibrate", enabled=False)
     t_start = time.perf_counter()
-    date = _utc_date()
+    date = _dt.datetime.now(_dt.UTC).date().isoformat()
     mem = meminfo()
-    disk = _measure_disk(base, file_bytes, page_bytes, sizes, seconds, rounds, read_path, rng, prog)
-    random_cells, seq_cells, path_name, method, page = disk
-    bw_mem, flops, engine_fit = _measure_compute(mem_bytes, matmul_n, seconds, engine, rng, prog)
-    if path_name == "fadvise":
-        notes.append("reads bypass the page cache by posix_fadvise DONTNEED, not O_DIRECT: " + method)
-    cal = Calibration(
-        date=date,
-        command=command or "moeroof calibrate (library call)",
-        read_path=path_name,
-        read_method=method,
-        machine=machine_info(base if base is not None else tempfile.gettempdir()),
-        ram_bytes=mem["total"],
-        os_reserve_bytes=max(0.0, mem["total"] - mem["available"]),
-        bw_mem_bytes_per_s=bw_mem,
-        flops_per_s=flops,
-        random=random_cells,
-        sequential=seq_cells,
-        page_cache=page,
-        file_bytes=file_bytes,
-        seconds_budget=seconds,
-        wall_seconds=time.perf_counter() - t_start,
-        mem_bytes=int(mem_bytes),
-        matmul_n=int(matmul_n),
-        output=out,
-        name=name or f"calibrated-{date}",
-        notes=notes,
-        engine=engine_fit,
+    got = _measure(
+        base, file_bytes, page_bytes, sizes, seconds, rounds, read_path, mem_bytes, matmul_n, engine, rng, prog
     )
+    if got["read_path"] == "fadvise":
+        notes.append("reads bypass the page cache by posix_fadvise DONTNEED, not O_DIRECT: " + got["read_method"])
+    cal = Calibration(
+        date=date, command=command or "moeroof calibrate (library call)",
+        machine=machine_info(base if base is not None else tempfile.gettempdir()),
+        ram_bytes=mem["total"], os_reserve_bytes=max(0.0, mem["total"] - mem["available"]), **got,
+        file_bytes=file_bytes, seconds_budget=seconds, wall_seconds=time.perf_counter() - t_start,
+        mem_bytes=int(mem_bytes), matmul_n=int(matmul_n), output=out, name=name or f"calibrated-{date}", notes=notes,
+    )  # fmt: skip
     if out is not None:
         from moeroof.data.presets import load_hardware
 

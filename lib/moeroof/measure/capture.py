@@ -47,16 +47,8 @@ import numpy as np
 from moeroof.core import atomic
 from moeroof.core.input_files import open_input
 from moeroof.core.limits import check_allocation
-from moeroof.data.hf_config import (
-    FAMILIES,
-    MoELayout,
-    checkpoint_hash,
-    layer_of,
-    missing_shards,
-    moe_layout,
-    read_config,
-    read_tensor_table,
-)
+from moeroof.data import hf_config
+from moeroof.data.hf_config import MoELayout
 from moeroof.data.io import InputError
 
 __all__ = [
@@ -122,18 +114,12 @@ def read_prompts(path: str | Path) -> list[str | list[int]]:
             raise InputError(path, row, "prompt", f"not a JSON line ({err})") from None
         if isinstance(item, dict):
             item = item.get("input_ids", item.get("prompt", item.get("text")))
-        if isinstance(item, str) and item:
-            prompts.append(item)
-        elif (
-            isinstance(item, list)
-            and item
-            and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in item)
-        ):
-            prompts.append([int(t) for t in item])
-        else:
+        token_ids = isinstance(item, list) and bool(item) and all(type(t) is int and t >= 0 for t in item)
+        if not (token_ids or (isinstance(item, str) and item)):
             raise InputError(
                 path, row, "prompt", "expected a list of token ids, a string, or {input_ids | prompt | text}"
             )
+        prompts.append([int(t) for t in item] if token_ids else item)
     if not prompts:
         raise InputError(path, None, "prompt", "the file holds no prompt")
     return prompts
@@ -162,9 +148,8 @@ def tokenize_prompts(prompts: Sequence[str | list[int]], model_dir: str | Path, 
             ids = list(p)
         bad = [t for t in ids if t >= vocab_size]
         if bad:
-            raise InputError(
-                model_dir, i + 1, "prompt", f"token id {bad[0]} is not below the vocabulary ({vocab_size})"
-            )
+            why = f"token id {bad[0]} is not below the vocabulary ({vocab_size})"
+            raise InputError(model_dir, i + 1, "prompt", why)
         out.append(ids)
     return out
 
@@ -174,12 +159,9 @@ def _load_tokenizer(model_dir: str | Path) -> Any:
     try:
         return transformers.AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     except (OSError, ValueError, KeyError, TypeError) as err:
+        why = f"text prompts need a tokenizer in the checkpoint folder ({str(err).splitlines()[0][:200]}); "
         raise InputError(
-            model_dir,
-            None,
-            "tokenizer",
-            f"text prompts need a tokenizer in the checkpoint folder ({str(err).splitlines()[0][:200]}); "
-            "or give token ids, a JSON list per line in a .jsonl file",
+            model_dir, None, "tokenizer", why + "or give token ids, a JSON list per line in a .jsonl file"
         ) from None
 
 
@@ -192,15 +174,14 @@ def load_checkpoint(model_dir: str | Path, *, dtype: str = "auto", device: str =
     Refused before torch is touched: a folder without ``config.json``, a family this module does
     not know, a config without routed experts, a missing safetensors file or shard."""
     folder = Path(model_dir)
-    config = read_config(folder)
-    layout = moe_layout(config, folder / "config.json")
-    missing = missing_shards(folder)
+    config = hf_config.read_config(folder)
+    layout = hf_config.moe_layout(config, folder / "config.json")
+    missing = hf_config.missing_shards(folder)
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise InputError(
-            folder, None, "weights", f"the safetensors index names {missing[0]}{more}, which is not in the folder"
-        )
-    read_tensor_table(folder)  # every header readable, its shapes within its data
+        why = f"the safetensors index names {missing[0]}{more}, which is not in the folder"
+        raise InputError(folder, None, "weights", why)
+    hf_config.read_tensor_table(folder)  # every header readable, its shapes within its data
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     torch, transformers = require_capture_packages()
@@ -211,12 +192,9 @@ def load_checkpoint(model_dir: str | Path, *, dtype: str = "auto", device: str =
             str(folder), local_files_only=True, dtype=torch_dtype, trust_remote_code=False
         )
     except (OSError, ValueError, KeyError) as err:
-        raise InputError(
-            folder, None, "model", f"transformers cannot load it: {str(err).splitlines()[0][:300]}"
-        ) from None
-    model.to(device)
-    model.eval()
-    return model, layout
+        why = f"transformers cannot load it: {str(err).splitlines()[0][:300]}"
+        raise InputError(folder, None, "model", why) from None
+    return model.to(device).eval(), layout
 
 
 def find_routers(model: Any, layout: MoELayout) -> dict[int, Any]:
@@ -224,18 +202,16 @@ def find_routers(model: Any, layout: MoELayout) -> dict[int, Any]:
     routers: dict[int, Any] = {}
     for name, module in model.named_modules():
         if _ROUTER_CLASS.search(type(module).__name__):
-            lay = layer_of(name)
+            lay = hf_config.layer_of(name)
             if lay is not None and lay < layout.layers:
                 routers[lay] = module
     want = set(layout.moe_layer_ids)
     if set(routers) != want:
-        raise InputError(
-            "config.json",
-            None,
-            "model",
-            f"the loaded {FAMILIES[layout.family][1]} model has router modules in layers {sorted(routers)}, "
-            f"config.json describes MoE layers {sorted(want)} (a transformers version whose routers differ?)",
+        loaded = (
+            f"the loaded {hf_config.FAMILIES[layout.family][1]} model has router modules in layers {sorted(routers)}"
         )
+        why = f"config.json describes MoE layers {sorted(want)} (a transformers version whose routers differ?)"
+        raise InputError("config.json", None, "model", f"{loaded}, {why}")
     return routers
 
 
@@ -274,16 +250,8 @@ class CaptureResult:
 class _Recorder:
     """Forward hooks on the routers: the prefill into counts, each decode step into ``topk``."""
 
-    def __init__(
-        self,
-        routers: dict[int, Any],
-        experts: int,
-        top_k: int,
-        streams: int,
-        steps: int,
-        mask: np.ndarray,
-        on_step: Callable[[int], None] | None,
-    ) -> None:
+    def __init__(self, routers: dict[int, Any], layout: MoELayout, steps: int, mask: np.ndarray, progress: Any) -> None:
+        streams, experts, top_k = mask.shape[0], layout.experts, layout.top_k
         self.layer_ids = sorted(routers)
         self.pos = {lay: i for i, lay in enumerate(self.layer_ids)}
         n_layers = len(self.layer_ids)
@@ -301,7 +269,7 @@ class _Recorder:
         self.calls = np.zeros(n_layers, dtype=np.int64)
         self.mask = mask  # (streams, prompt length): True on real prompt tokens
         self.streams, self.experts, self.top_k = streams, experts, top_k
-        self.on_step = on_step
+        self.progress = progress  # (done, of, phase) after each decode step, or None
         self.handles = [routers[lay].register_forward_hook(self._hook(lay)) for lay in self.layer_ids]
 
     def _hook(self, lay: int) -> Callable[..., None]:
@@ -334,8 +302,8 @@ class _Recorder:
                 raise RuntimeError(f"decode step {step} of layer {lay} saw {ids.shape[0]} tokens, not {self.streams}")
             if step < self.topk.shape[0]:
                 self.topk[step, :, pos, :] = ids
-            if last and self.on_step is not None:
-                self.on_step(step + 1)
+            if last and self.progress is not None:  # max_new_tokens = decode steps + the prefill
+                self.progress(step + 2, self.topk.shape[0] + 1, "decode")
 
         return hook
 
@@ -397,21 +365,11 @@ def capture_routing(
     ids, mask = _left_padded(prompts, pad_token_id)
     length = ids.shape[1]
     routers = find_routers(model, layout)
-    steps = max_new_tokens - 1
-
-    def on_step(done: int) -> None:
-        if progress is not None:
-            progress(done + 1, max_new_tokens, "decode")
-
-    recorder = _Recorder(routers, layout.experts, layout.top_k, streams, steps, mask, on_step)
+    recorder = _Recorder(routers, layout, max_new_tokens - 1, mask, progress)
     config = transformers.GenerationConfig(
-        max_new_tokens=max_new_tokens,
-        min_new_tokens=0 if eos_list else max_new_tokens,
-        do_sample=False,
-        eos_token_id=eos_list or None,
-        pad_token_id=pad_token_id,
-        use_cache=True,
-    )
+        max_new_tokens=max_new_tokens, min_new_tokens=0 if eos_list else max_new_tokens, do_sample=False,
+        eos_token_id=eos_list or None, pad_token_id=pad_token_id, use_cache=True,
+    )  # fmt: skip
     device = next(model.parameters()).device
     try:
         if progress is not None:
@@ -425,8 +383,7 @@ def capture_routing(
     finally:
         recorder.close()
     new = out[:, length:].to("cpu").numpy()
-    done_steps = int(recorder.calls.min()) - 1
-    topk = recorder.topk[: max(done_steps, 0)]
+    topk = recorder.topk[: max(int(recorder.calls.min()) - 1, 0)]  # the decode steps done
     generated: list[list[int]] = []
     eos_set = set(eos_list)
     for s in range(streams):
@@ -437,18 +394,11 @@ def capture_routing(
             row = row[: end + 1]
         generated.append(row)
     return CaptureResult(
-        topk=topk,
-        prefill=recorder.prefill,
-        layer_ids=recorder.layer_ids,
-        experts=layout.experts,
-        top_k=layout.top_k,
-        prefill_counts=recorder.prefill_counts,
-        prefill_tokens=recorder.prefill_tokens,
-        prompt_tokens=[len(p) for p in prompts],
-        generated=generated,
-        eos_token_ids=eos_list,
+        topk=topk, prefill=recorder.prefill, layer_ids=recorder.layer_ids, experts=layout.experts, top_k=layout.top_k,
+        prefill_counts=recorder.prefill_counts, prefill_tokens=recorder.prefill_tokens,
+        prompt_tokens=[len(p) for p in prompts], generated=generated, eos_token_ids=eos_list,
         extra={"pad_token_id": int(pad_token_id)},
-    )
+    )  # fmt: skip
 
 
 def capture_meta(
@@ -467,42 +417,26 @@ def capture_meta(
     prompt file hash, device, date, versions, and where the prefill ids are."""
     torch, transformers = require_capture_packages()
     folder = Path(model_dir)
-    config = read_config(folder)
+    config = hf_config.read_config(folder)
     name = str(config.get("_name_or_path") or folder.resolve().name).rstrip("/").split("/")[-1]
-    ident = checkpoint_hash(folder, mode=hash_mode, progress=hash_progress)
-    return {
-        "model": name,
-        "family": config.get("model_type"),
-        "experts": result.experts,
-        "top_k": result.top_k,
-        "layer_ids": list(result.layer_ids),
-        "source": source,
-        "provenance": "witnessed",
-        "phase": "decode",
-        "prefill": {
-            "array": "prefill",
-            "shape": list(result.prefill.shape),
-            "axes": ["stream", "position", "layer", "k"],
-            "layout": "left-padded as decoded: stream s's prompt token j at position L - prompt_tokens[s] + j; "
-            "-1 on the padding; ids ordered by routing weight, largest first",
-        },
-        "checkpoint": str(folder),
-        "checkpoint_hash": ident["hash"],
-        "checkpoint_hash_mode": ident["mode"],
-        "checkpoint_hash_covers": ident["covers"],
-        "dtype": dtype,
-        "device": device,
-        "prompts": str(prompts_path),
-        "prompts_sha256": file_sha256(prompts_path),
-        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "decoding": "greedy",
-        "streams": len(result.prompt_tokens),
-        "prompt_tokens": list(result.prompt_tokens),
-        "generated_tokens": [len(g) for g in result.generated],
-        "eos_token_ids": list(result.eos_token_ids),
-        "prefill_tokens_per_layer": [int(t) for t in result.prefill_tokens],
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+    ident = hf_config.checkpoint_hash(folder, mode=hash_mode, progress=hash_progress)
+    meta = {"model": name, "family": config.get("model_type"), "experts": result.experts, "top_k": result.top_k}
+    meta.update(layer_ids=list(result.layer_ids), source=source, provenance="witnessed", phase="decode")
+    meta["prefill"] = {
+        "array": "prefill",
+        "shape": list(result.prefill.shape),
+        "axes": ["stream", "position", "layer", "k"],
+        "layout": "left-padded as decoded: stream s's prompt token j at position L - prompt_tokens[s] + j; "
+        "-1 on the padding; ids ordered by routing weight, largest first",
     }
+    meta.update(checkpoint=str(folder), checkpoint_hash=ident["hash"], checkpoint_hash_mode=ident["mode"])
+    meta.update(checkpoint_hash_covers=ident["covers"], dtype=dtype, device=device, prompts=str(prompts_path))
+    meta.update(prompts_sha256=file_sha256(prompts_path), date=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    meta.update(decoding="greedy", streams=len(result.prompt_tokens), prompt_tokens=list(result.prompt_tokens))
+    meta.update(generated_tokens=[len(g) for g in result.generated], eos_token_ids=list(result.eos_token_ids))
+    meta["prefill_tokens_per_layer"] = result.prefill_tokens.tolist()
+    meta["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__}
+    return meta
 
 
 def prefill_path(trace_path: str | Path) -> Path:
@@ -560,23 +494,12 @@ def write_capture(
         _add_npz_member(trace_path, "prefill", result.prefill)
     kept = "family checkpoint checkpoint_hash checkpoint_hash_mode checkpoint_hash_covers dtype device prompts"
     extra = {k: meta[k] for k in (kept + " prompts_sha256 date").split()}
-    extra["phases"] = {
-        "prefill": [int(t) for t in result.prefill_tokens],
-        "decode": [int(t) for t in result.decode_tokens],
-        "note": "tokens per layer: every routed prompt token (padding excluded) and every live decode token",
-    }
+    note = "tokens per layer: every routed prompt token (padding excluded) and every live decode token"
+    extra["phases"] = {"prefill": result.prefill_tokens.tolist(), "decode": result.decode_tokens.tolist(), "note": note}
     extra["trace"] = str(trace_path)
     write_histogram(
-        histogram_path,
-        counts,
-        tokens=[int(t) for t in tokens],
-        experts=result.experts,
-        top_k=result.top_k,
-        model=meta["model"],
-        source=meta["source"],
-        layer_ids=list(result.layer_ids),
-        provenance="witnessed",
-        extra=extra,
-        overwrite=overwrite,
-    )
+        histogram_path, counts, tokens=[int(t) for t in tokens], experts=result.experts, top_k=result.top_k,
+        model=meta["model"], source=meta["source"], layer_ids=list(result.layer_ids), provenance="witnessed",
+        extra=extra, overwrite=overwrite,
+    )  # fmt: skip
     return trace_path, histogram_path

@@ -37,28 +37,11 @@ DEFAULT_PATH = DATA_DIR / "measurements" / "hf-moe-block-h200-2026-11-30.json"
 ARMS = ("uncoalesced", "coalesced", "coalesced-grouped_mm")
 #: the roofline's arm for each measured arm
 ROOFLINE_ARM = {"uncoalesced": "uncoalesced", "coalesced": "coalesced", "coalesced-grouped_mm": "coalesced"}
-ROW_KEYS = (
-    "router",
-    "batch",
-    "mode",
-    "step_seconds",
-    "net_tok_s",
-    "expert_copies_per_step",
-    "bytes_per_step",
-    "union_per_step",
-    "copy_only_seconds",
-    "compute_only_seconds",
-    "expert_picks",
+ROW_KEYS = tuple(
+    "router batch mode step_seconds net_tok_s expert_copies_per_step bytes_per_step union_per_step copy_only_seconds "
+    "compute_only_seconds expert_picks".split()
 )
-CONFIG_KEYS = (
-    "experts",
-    "top_k",
-    "hidden_size",
-    "moe_intermediate_size",
-    "expert_bytes",
-    "copy_bytes",
-    "flops_per_token",
-)
+CONFIG_KEYS = tuple("experts top_k hidden_size moe_intermediate_size expert_bytes copy_bytes flops_per_token".split())
 
 
 def load(path=None) -> dict[str, Any]:
@@ -117,15 +100,8 @@ def hf_block_check(path=None, *, data: dict | None = None, hardware: Hardware | 
     model = block_model(cfg)
     hw = hardware if hardware is not None else load_hardware("h200-pcie-offload")
     per_copy = _copy_seconds(cfg, hw)
-    out: dict[str, Any] = {
-        "gpu": data["machine"].get("gpu"),
-        "date": data["date"],
-        "command": data["command"],
-        "machine": data["machine"],
-        "config": cfg,
-        "overlap": overlap,
-        "routers": {},
-    }
+    out: dict[str, Any] = {"gpu": data["machine"].get("gpu"), **{k: data[k] for k in ("date", "command", "machine")}}
+    out.update(config=cfg, overlap=overlap, routers={})
     for router in dict.fromkeys(r["router"] for r in data["rows"]):
         rows = [r for r in data["rows"] if r["router"] == router]
         batch = sorted({int(r["batch"]) for r in rows})
@@ -134,13 +110,8 @@ def hf_block_check(path=None, *, data: dict | None = None, hardware: Hardware | 
         b = np.asarray(batch, dtype=float)
         roof = {"coalesced": np.asarray(p.step_seconds), "uncoalesced": b / p.baselines["uncoalesced"]["net_tok_s"]}
         applications = {"coalesced": np.asarray(p.union_per_layer), "uncoalesced": b * model.top_k}
-        entry: dict[str, Any] = {
-            "batch": batch,
-            "routing": routing.label,
-            "routing_provenance": routing.provenance,
-            "union_predicted": np.asarray(p.union_per_layer).tolist(),
-            "arms": {},
-        }
+        entry: dict[str, Any] = {"batch": batch, "routing": routing.label, "routing_provenance": routing.provenance}
+        entry.update(union_predicted=np.asarray(p.union_per_layer).tolist(), arms={})
         for arm in ARMS:
             sel = {int(r["batch"]): r for r in rows if r["mode"] == arm}
             if set(sel) != set(batch):
@@ -156,25 +127,18 @@ def hf_block_check(path=None, *, data: dict | None = None, hardware: Hardware | 
             copy_err = copy_pred / col["copy_only_seconds"] - 1
             entry["arms"][arm] = {
                 "roofline_arm": ROOFLINE_ARM[arm],
-                "measured": meas.tolist(),
-                "predicted": pred.tolist(),
-                "relative_error": err.tolist(),
-                "median_abs_error": float(np.median(np.abs(err))),
+                **_listed(measured=meas, predicted=pred, relative_error=err),
+                "median_abs_error": _median_abs(err),
                 "overhead_per_application_s": float(overhead),
-                "calibrated": cal.tolist(),
-                "calibrated_relative_error": cal_err.tolist(),
-                "calibrated_median_abs_error": float(np.median(np.abs(cal_err[1:])))
-                if len(batch) > 1
-                else float("nan"),
-                "copy_measured": col["copy_only_seconds"].tolist(),
-                "copy_predicted": copy_pred.tolist(),
-                "copy_relative_error": copy_err.tolist(),
-                "copy_median_abs_error": float(np.median(np.abs(copy_err))),
-                "compute_only": col["compute_only_seconds"].tolist(),
-                "net_tok_s": col["net_tok_s"].tolist(),
-                "bytes_per_step": col["bytes_per_step"].tolist(),
-                "copies_per_step": col["expert_copies_per_step"].tolist(),
-                "union_measured": col["union_per_step"].tolist(),
+                **_listed(calibrated=cal, calibrated_relative_error=cal_err),
+                "calibrated_median_abs_error": _median_abs(cal_err[1:]) if len(batch) > 1 else float("nan"),
+                **_listed(
+                    copy_measured=col["copy_only_seconds"], copy_predicted=copy_pred, copy_relative_error=copy_err
+                ),
+                "copy_median_abs_error": _median_abs(copy_err),
+                **_listed(compute_only=col["compute_only_seconds"], net_tok_s=col["net_tok_s"]),
+                **_listed(bytes_per_step=col["bytes_per_step"], copies_per_step=col["expert_copies_per_step"]),
+                **_listed(union_measured=col["union_per_step"]),
             }
         first = next(iter(entry["arms"].values()), None)
         entry["union_measured"] = first["union_measured"] if first else []
@@ -183,15 +147,22 @@ def hf_block_check(path=None, *, data: dict | None = None, hardware: Hardware | 
     return out
 
 
+def _listed(**arrays: np.ndarray) -> dict[str, list]:
+    return {k: v.tolist() for k, v in arrays.items()}
+
+
+def _median_abs(err: np.ndarray) -> float:
+    return float(np.median(np.abs(err)))
+
+
 def _worst_parity(rows) -> dict[str, dict[str, float]]:
     """Per arm, the worst errors of its outputs against the block's own forward, and whether
     every output was finite."""
     parity: dict[str, dict[str, float]] = {}
+    errors = ("max_abs_error", "max_rel_error", "rel_l2_error")
     for row in rows:
-        worst = parity.setdefault(
-            row["mode"], {"max_abs_error": 0.0, "max_rel_error": 0.0, "rel_l2_error": 0.0, "all_finite": True}
-        )
-        for key in ("max_abs_error", "max_rel_error", "rel_l2_error"):
+        worst = parity.setdefault(row["mode"], {**dict.fromkeys(errors, 0.0), "all_finite": True})
+        for key in errors:
             worst[key] = max(worst[key], float(row[key]))
         worst["all_finite"] = worst["all_finite"] and bool(row.get("finite", True))
     return parity

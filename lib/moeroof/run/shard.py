@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,11 +39,11 @@ import numpy as np
 
 from moeroof import cachesim as cache
 from moeroof.core.limits import MAX_SHARDS_SLICES
-from moeroof.core.optional import require
 from moeroof.core.results import Result
 from moeroof.data.io import Trace, read_trace
 from moeroof.data.safe_read import load_npy
 from moeroof.data.trace_parquet import iter_parquet_trace_steps, parquet_trace_info, read_parquet_trace_layers
+from moeroof.run.cluster import open_client, worker_count
 
 
 @dataclass(frozen=True)
@@ -196,31 +195,6 @@ def _curve_task(payload, meta, l0, l1, experts, warmup_steps, lookup, streams) -
     return out, counted
 
 
-@contextlib.contextmanager
-def _client(client: Any, scheduler: str | None, workers: int) -> Iterator[Any]:
-    """The client to submit to, or None for serial: as given, by address, or a LocalCluster."""
-    if client is not None:
-        yield client
-        return
-    if scheduler is None and workers <= 1:
-        yield None
-        return
-    Client = require("distributed", "sweep", "a sharded run (dask.distributed)").Client
-
-    from moeroof.run.cluster import local_cluster
-
-    if scheduler is not None:
-        with Client(scheduler) as c:
-            yield c
-        return
-    cluster = local_cluster(workers)
-    try:
-        with Client(cluster) as c:
-            yield c
-    finally:
-        cluster.close()
-
-
 def _run(fn, tasks: list[tuple], client: Any) -> list[Any]:
     if client is None:
         return [fn(*t) for t in tasks]
@@ -231,11 +205,15 @@ def _run(fn, tasks: list[tuple], client: Any) -> list[Any]:
         client.cancel([f for f in futures if not f.done()])
 
 
-def _default_per_task(layers: int, client: Any, workers: int) -> int:
-    n = workers
-    if client is not None:
-        n = max(1, len(client.scheduler_info().get("workers", {})))
-    return max(1, math.ceil(layers / max(1, n)))
+def _per_task(layers: int, client: Any, workers: int, layers_per_task: int | None) -> int:
+    """``layers_per_task``, by default the layers spread evenly over the workers."""
+    if layers_per_task is not None:
+        return int(layers_per_task)
+    return max(1, math.ceil(layers / max(1, worker_count(client, workers))))
+
+
+def _client(client: Any, scheduler: str | None, workers: int) -> contextlib.AbstractContextManager[Any]:
+    return open_client(client, scheduler, workers, "a sharded run (dask.distributed)")
 
 
 # ----------------------------------------------------------------------------- public
@@ -281,17 +259,11 @@ def simulate_by_layer(
     if capacity_unit == "experts":
         per = math.floor(per + 1e-9)
     with _client(client, scheduler, workers) as c:
-        k = _default_per_task(layers, c, workers) if layers_per_task is None else int(layers_per_task)
         tasks = []
-        for l0, l1 in _groups(layers, k):
-            kw = {
-                "policy": policy,
-                "capacity_unit": capacity_unit,
-                "item_bytes": _slice_items(item_bytes, layers, experts, l0, l1),
-                "warmup_steps": warmup_steps,
-                "pinned": _slice_pinned(pinned, layers, experts, l0, l1),
-                "lookup": lookup,
-            }
+        fixed = dict(policy=policy, capacity_unit=capacity_unit, warmup_steps=warmup_steps, lookup=lookup)
+        for l0, l1 in _groups(layers, _per_task(layers, c, workers, layers_per_task)):
+            kw = dict(fixed, item_bytes=_slice_items(item_bytes, layers, experts, l0, l1))
+            kw["pinned"] = _slice_pinned(pinned, layers, experts, l0, l1)
             cap = _group_capacity(float(per), l1 - l0, capacity_unit)
             tasks.append((_payload(source, l0, l1), meta, l0, l1, experts, cap, kw, streams))
         parts = _run(_simulate_task, tasks, c)
@@ -325,8 +297,7 @@ def lru_curve_by_layer(
     """
     source, layers, experts, meta = _source(trace)
     with _client(client, scheduler, workers) as c:
-        k = _default_per_task(layers, c, workers) if layers_per_task is None else int(layers_per_task)
-        groups = _groups(layers, k)
+        groups = _groups(layers, _per_task(layers, c, workers, layers_per_task))
         tasks = [
             (_payload(source, l0, l1), meta, l0, l1, experts, int(warmup_steps), lookup, streams) for l0, l1 in groups
         ]
@@ -426,17 +397,10 @@ def _shards_task(payload, meta, layers, experts, lo, hi, seed, lookup, streams, 
         items.append(req.items[keep])
         step.append(req.step[keep] + np.int32(s0))
         layer.append(req.layer[keep])
-    sub = cache.Requests(
-        items=np.concatenate(items) if items else np.zeros(0, np.int32),
-        step=np.concatenate(step) if step else np.zeros(0, np.int32),
-        layer=np.concatenate(layer) if layer else np.zeros(0, np.int16),
-        steps=steps,
-        layers=layers,
-        experts=experts,
-    )
-    del items, step, layer
-    if len(sub) == 0:
+    if sum(len(x) for x in items) == 0:
         return np.zeros(1, np.int64), 0, 0, total, counts
+    sub = cache.Requests(np.concatenate(items), np.concatenate(step), np.concatenate(layer), steps, layers, experts)
+    del items, step, layer
     d = int(np.count_nonzero(np.bincount(sub.items)))
     dist = cache.stack_distances(sub.items, cache.lookup_starts(sub, lookup))
     return np.bincount(dist, minlength=d + 1).astype(np.int64), d, len(sub), total, counts
@@ -520,9 +484,7 @@ def shards_curve_sharded(
         raise ValueError(f"slices must be in 1 … {MAX_SHARDS_SLICES}, got {slices}")
     source, layers, experts, meta = _source(trace)
     with _client(client, scheduler, workers) as c:
-        if slices is None:
-            slices = workers if c is None else max(1, len(c.scheduler_info().get("workers", {})))
-        s = int(slices)
+        s = worker_count(c, workers) if slices is None else int(slices)
         edges = _slice_edges(rate, s)
         payload = source
         if c is not None and not isinstance(source, str):
@@ -541,18 +503,7 @@ def shards_curve_sharded(
     hit, err = _combined(per, n_j)
     lower, upper = _band(hit, err, sub_rate)
     return ShardsCurve(
-        capacity=cap,
-        hit_rate=hit,
-        stderr=err,
-        lower=lower,
-        upper=upper,
-        rate=rate,
-        slices=s,
-        seed=int(seed),
-        resolution=s / rate,
-        slice_hit_rate=per,
-        slice_requests=n_j,
-        requests=int(parts[0][3]),
-        item_requests=parts[0][4],
-        tasks=len(tasks),
-    )
+        capacity=cap, hit_rate=hit, stderr=err, lower=lower, upper=upper,
+        rate=rate, slices=s, seed=int(seed), resolution=s / rate, slice_hit_rate=per, slice_requests=n_j,
+        requests=int(parts[0][3]), item_requests=parts[0][4], tasks=len(tasks),
+    )  # fmt: skip

@@ -59,6 +59,7 @@ address), and writes every row to Parquet atomically — after the last point, e
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import itertools
@@ -106,21 +107,9 @@ _SYNTHETIC_ONLY = ("routing", "experts", "top_k", "layers", "steps", "seed", "rh
 #: the inputs each command takes (grid keys), and which of them every point must have
 KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "plan": (
-        (
-            "model",
-            "hardware",
-            "batch",
-            "cache_gib",
-            "cache_policy",
-            "cache_scope",
-            "context",
-            "overlap",
-            "routing",
-            "read_size_kib",
-            "ranks",
-            "partition",
-            "seed",
-            "page_cache",
+        tuple(
+            "model hardware batch cache_gib cache_policy cache_scope context overlap routing read_size_kib ranks "
+            "partition seed page_cache".split()
         ),
         ("model", "hardware", "batch"),
     ),
@@ -130,20 +119,9 @@ KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("capacity",),  # and trace, or every key of SYNTHETIC_KEYS (_check_cache_source)
     ),
     "fit-routing": (
-        (
-            "points",
-            "experts",
-            "top_k",
-            "layers",
-            "expert_bytes",
-            "seeds",
-            "seed",
-            "bootstrap",
-            "timed_steps",
-            "families",
-            "max_sim_layers",
-            "max_history",
-            "calibrate",
+        tuple(
+            "points experts top_k layers expert_bytes seeds seed bootstrap timed_steps families max_sim_layers "
+            "max_history calibrate".split()
         ),
         ("points", "experts", "top_k", "layers"),
     ),
@@ -157,9 +135,6 @@ MAX_SYNTHETIC_IDS = 2**28
 
 #: how often a running sweep rewrites its Parquet file with the rows done so far
 CHECKPOINT_SECONDS = 30.0
-
-#: provenance columns, first in every row
-PROVENANCE = ("point_id", "command")
 
 
 class GridError(ValueError):
@@ -250,17 +225,15 @@ def read_grid(path: str | Path) -> Grid:
     path = Path(path)
     try:
         raw = read_input_bytes(path, MAX_TOML_BYTES)  # a FIFO refused, never waited on
+        text = raw.decode("utf-8")
+        check_document(text, "the grid", max_bytes=MAX_TOML_BYTES, toml=True)
+        doc = tomllib.loads(text)
     except IsADirectoryError:
         raise GridError(path, None, "is a directory, expected a grid .toml") from None
     except NotRegularFileError as err:
         raise GridError(path, None, f"{err}, expected a grid .toml") from None
-    try:
-        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise GridError(path, None, "not UTF-8 text, expected a grid .toml") from None
-    try:
-        check_document(text, "the grid", max_bytes=MAX_TOML_BYTES, toml=True)
-        doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise GridError(path, None, f"not a TOML file ({err})") from None
     except ValueError as err:
@@ -303,10 +276,8 @@ def _axis_values(path: Any, key: str, value: Any) -> tuple[Any, ...]:
     none twice."""
     if isinstance(value, dict):
         values = expand_range(value, path=path, key=key)
-    elif isinstance(value, list):
-        values = [_check_value(path, key, v) for v in value]
-    else:
-        values = [_check_value(path, key, value)]
+    else:  # a list, or one value
+        values = [_check_value(path, key, v) for v in (value if isinstance(value, list) else [value])]
     for v in values:
         _check_size(path, key, v)
     if not values:
@@ -322,11 +293,8 @@ def _check_cache_source(path: Any, keys: list[str]) -> None:
     synthetic = [k for k in keys if k in _SYNTHETIC_ONLY]
     needs = f"a synthetic trace needs {', '.join(SYNTHETIC_KEYS)} (rho optional)"
     if "trace" in keys and synthetic:
-        raise GridError(
-            path,
-            synthetic[0],
-            "is an input of a synthetic trace, but the grid also reads a trace file (trace); give one or the other",
-        )
+        both = "is an input of a synthetic trace, but the grid also reads a trace file (trace); give one or the other"
+        raise GridError(path, synthetic[0], both)
     if "trace" not in keys and not synthetic:
         raise GridError(path, "trace", f"cache needs a trace file (trace) or a synthetic trace: {needs}")
     if synthetic:
@@ -374,39 +342,37 @@ def _plan_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
     else:
         cache_bytes = float(cache_gib) * 2**30
     read_kib = inputs.get("read_size_kib")
+    # the Workload knobs a grid may set, each with its default (converted to the default's type)
+    knobs: dict[str, Any] = dict(
+        cache_policy="lru", cache_scope="global", overlap="max", ranks=1, partition="lpt", seed=0, page_cache=False
+    )
     workload = Workload(
         context_tokens=context,
         cache_bytes=cache_bytes,
-        cache_policy=str(inputs.get("cache_policy", "lru")),
-        cache_scope=str(inputs.get("cache_scope", "global")),
-        overlap=str(inputs.get("overlap", "max")),
         read_size_bytes=None if read_kib is None else float(read_kib) * 2**10,
-        ranks=int(inputs.get("ranks", 1)),
-        partition=str(inputs.get("partition", "lpt")),
-        seed=int(inputs.get("seed", 0)),
-        page_cache=bool(inputs.get("page_cache", False)),
+        **{k: type(v)(inputs.get(k, v)) for k, v in knobs.items()},
     )
     routing = routing_from_spec(str(inputs.get("routing", "uniform")), model)
     rep = plan(model, hardware, workload, routing, [batch]).to_dict()
     hit = rep["cache_hit_rate"]
     hit0 = sum(r[0] for r in hit) / len(hit) if isinstance(hit[0], list) else hit[0]
     base = rep["baselines"]
+
+    def first(*keys: str) -> dict[str, Any]:
+        return {k: rep[k][0] for k in keys}
+
     return {
         "cache_gib_used": cache_bytes / 2**30,  # cache_gib is the grid's input (a number or "auto")
         "cache_auto": auto,
-        "step_seconds": rep["step_seconds"][0],
-        "per_agent_tok_s": rep["per_agent_tok_s"][0],
-        "net_tok_s": rep["net_tok_s"][0],
-        "bound": rep["bound"][0],
+        **first("step_seconds", "per_agent_tok_s", "net_tok_s", "bound"),
         "link_name": rep["link_name"],
-        "ssd_bytes_per_token": rep["ssd_bytes_per_token"][0],
-        "union_per_layer": rep["union_per_layer"][0],
+        **first("ssd_bytes_per_token", "union_per_layer"),
         "cache_hit_rate": hit0,
-        "coalescing_ratio": rep["coalescing_ratio"][0],
-        "fits_in_memory": rep["fits_in_memory"][0],
-        "multiple_vs_uncoalesced": base["uncoalesced"]["multiple"][0],
-        "multiple_vs_single": base["single"]["multiple"][0],
-        "multiple_vs_independent_boxes": base["independent-boxes"]["multiple"][0],
+        **first("coalescing_ratio", "fits_in_memory"),
+        **{
+            f"multiple_vs_{b.replace('-', '_')}": base[b]["multiple"][0]
+            for b in ("uncoalesced", "single", "independent-boxes")
+        },
         "result": rep["provenance"].get("result"),
         "non_witnessed": ",".join(rep["provenance"].get("non_witnessed") or []),
     }
@@ -426,11 +392,9 @@ def _union_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
         if "experts" not in inputs or "top_k" not in inputs:
             raise ValueError("union needs a histogram, or experts and top_k (the uniform closed form)")
         curve = union_uniform(int(inputs["experts"]), int(inputs["top_k"]), batch, int(inputs.get("layers", 1)))
-    return {
-        "union_per_layer": float(curve.mean[0]),
-        "coalescing_ratio": float(curve.coalescing_ratio[0]),
-        "method": curve.method[0],
-    }
+    return dict(
+        union_per_layer=float(curve.mean[0]), coalescing_ratio=float(curve.coalescing_ratio[0]), method=curve.method[0]
+    )
 
 
 def _family(spec: str) -> tuple[str, float | None]:
@@ -448,31 +412,17 @@ def _family(spec: str) -> tuple[str, float | None]:
     return name, skew
 
 
-def _sampled(
-    family: str,
-    skew: float | None,
-    experts: int,
-    top_k: int,
-    layers: int,
-    steps: int,
-    streams: int,
-    seed: int,
-    rho: float,
-) -> Any:
+def _sampled(family: str, skew: float | None, shape: tuple[int, ...], seed: int, rho: float) -> Any:
+    """:func:`synthetic_trace`'s ids; ``shape`` is (experts, top_k, layers, steps, streams)."""
     import numpy as np
 
+    from moeroof.models.locality import layer_knobs
     from moeroof.models.routing import Dirichlet, Uniform, Zipf, sample_trace
 
-    if family == "uniform":
-        model: Any = Uniform(experts, top_k)
-    elif skew is None:
-        raise ValueError(f"routing {family}: no skew given")
-    elif family == "zipf":
-        model = Zipf(experts, top_k, skew)
-    else:
-        model = Dirichlet(experts, top_k, skew)
-    from moeroof.models.locality import layer_knobs
-
+    experts, top_k, layers, steps, streams = shape
+    model: Any = Uniform(experts, top_k)
+    if skew is not None:  # zipf:S or dirichlet:ALPHA
+        model = (Zipf if family == "zipf" else Dirichlet)(experts, top_k, skew)
     # the trace holds every layer of its model: the first MoE layer has no locality (as `moeroof trace`)
     rho_l, _ = layer_knobs(rho, np.inf, layers)
     topk = sample_trace(model, steps, streams, layers, np.random.default_rng(seed), rho=rho_l)
@@ -508,17 +458,7 @@ def synthetic_trace(
     if ids > MAX_SYNTHETIC_IDS:
         raise ValueError(f"steps · streams · layers · top_k = {ids} expert ids, more than {MAX_SYNTHETIC_IDS}")
     sample = _sampled_memo if ids <= _MEMO_IDS else _sampled
-    return sample(
-        family,
-        skew,
-        int(experts),
-        int(top_k),
-        int(layers),
-        int(steps),
-        int(streams),
-        int(seed),
-        float(rho),
-    )
+    return sample(family, skew, tuple(int(v) for v in (experts, top_k, layers, steps, streams)), int(seed), float(rho))
 
 
 def _cache_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
@@ -534,16 +474,8 @@ def _cache_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
         selected = None if streams is None else int(streams)
     else:
         experts = int(inputs["experts"])
-        topk = synthetic_trace(
-            str(inputs["routing"]),
-            inputs["experts"],
-            inputs["top_k"],
-            inputs["layers"],
-            inputs["steps"],
-            inputs["streams"],
-            inputs["seed"],
-            float(inputs.get("rho", 0.0)),
-        )
+        synthetic = {k: inputs[k] for k in SYNTHETIC_KEYS[1:]}  # experts … seed
+        topk = synthetic_trace(str(inputs["routing"]), **synthetic, rho=float(inputs.get("rho", 0.0)))
         selected = None  # the trace has exactly the B streams asked for
     requests = requests_from_trace(topk, experts, streams=selected)
     res = simulate(
@@ -553,17 +485,11 @@ def _cache_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
         scope=str(inputs.get("scope", "global")),
         warmup_steps=int(inputs.get("warmup_steps", 0)),
     )
-    steps, trace_streams, layers, top_k = (int(n) for n in topk.shape)
     return {
-        "requests": int(res.requests),
-        "hits": int(res.hits),
-        "misses": int(res.misses),
+        **{k: int(getattr(res, k)) for k in ("requests", "hits", "misses")},
         "hit_rate": float(res.hit_rate),
         "experts_streamed_per_step": res.mean_bytes_streamed_per_step,
-        "trace_steps": steps,
-        "trace_streams": trace_streams,
-        "trace_layers": layers,
-        "trace_top_k": top_k,
+        **{f"trace_{k}": int(n) for k, n in zip(("steps", "streams", "layers", "top_k"), topk.shape)},
         "trace_experts": int(experts),
     }
 
@@ -573,11 +499,10 @@ def _calibrating_rows(spec: Any, rows: list[int]) -> set[int] | None:
     ``"8,10"``), each a row of the file."""
     if isinstance(spec, str) and spec.strip().lower() == "all":
         return None
-    if isinstance(spec, bool) or not isinstance(spec, (int, str)):
-        raise ValueError(f"calibrate: expected 'all' or POINTS line numbers like '8,10', got {spec!r}")
-    parts = [spec] if isinstance(spec, int) else [t.strip() for t in spec.split(",")]
     try:
-        chosen = {int(t) for t in parts}
+        if isinstance(spec, bool) or not isinstance(spec, (int, str)):
+            raise ValueError(spec)
+        chosen = {int(t) for t in ([spec] if isinstance(spec, int) else spec.split(","))}  # int() strips spaces
     except ValueError:
         raise ValueError(f"calibrate: expected 'all' or POINTS line numbers like '8,10', got {spec!r}") from None
     unknown = sorted(chosen - set(rows))
@@ -594,8 +519,7 @@ def _fit_routing_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
     from moeroof.fit.routing import FAMILIES, fit_routing, tolerance
 
     experts, top_k, layers = int(inputs["experts"]), int(inputs["top_k"]), int(inputs["layers"])
-    expert_bytes = inputs.get("expert_bytes")
-    expert_bytes = None if expert_bytes is None else float(expert_bytes)
+    expert_bytes = None if inputs.get("expert_bytes") is None else float(inputs["expert_bytes"])
     n_seeds, first = int(inputs.get("seeds", 4)), int(inputs.get("seed", 0))
     if n_seeds < 1 or first < 0:
         raise ValueError(f"seeds must be >= 1 and seed >= 0, got seeds={n_seeds}, seed={first}")
@@ -607,32 +531,19 @@ def _fit_routing_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
         if not any(p.calibrates and p.row in chosen for p in points):
             raise ValueError(f"calibrate: none of lines {sorted(chosen)} has a value to calibrate with")
         points = [p if p.row in chosen else dataclasses.replace(p, value=None) for p in points]
-    fit = fit_routing(
-        points,
-        experts,
-        top_k,
-        layers,
-        expert_bytes,
-        families=families,
-        seeds=range(first, first + n_seeds),
-        bootstrap=int(inputs.get("bootstrap", 8)),
-        timed_steps=int(inputs.get("timed_steps", 16)),
-        max_sim_layers=int(inputs.get("max_sim_layers", 16)),
-        max_history=int(inputs.get("max_history", 2048)),
-    )
+    defaults = {"bootstrap": 8, "timed_steps": 16, "max_sim_layers": 16, "max_history": 2048}
+    sizes: dict[str, Any] = {k: int(inputs.get(k, v)) for k, v in defaults.items()}
+    seeds = range(first, first + n_seeds)
+    fit = fit_routing(points, experts, top_k, layers, expert_bytes, families=families, seeds=seeds, **sizes)
     chosen_fit = fit.families[fit.family]
     out: dict[str, Any] = {"family": fit.family, "skew_parameter": fit.knobs["skew"]["parameter"]}
     for name in ("skew", "rho", "locality_c", "history_tokens"):
         k = fit.knobs[name]
         out.update({name: float(k["value"]), f"{name}_low": float(k["low"]), f"{name}_high": float(k["high"])})
-    out["locality_off"] = bool(fit.knobs["locality_c"]["off"])
-    out["fitted"] = ",".join(fit.fitted)
-    out["residual"] = float(chosen_fit["residual"])
-    out["max_abs_z"] = float(chosen_fit["max_abs_z"])
-    out["fits"] = bool(chosen_fit["fits"])
+    out.update(locality_off=bool(fit.knobs["locality_c"]["off"]), fitted=",".join(fit.fitted))
+    out.update({k: float(chosen_fit[k]) for k in ("residual", "max_abs_z")}, fits=bool(chosen_fit["fits"]))
     for name, f in fit.families.items():
-        out[f"residual_{name}"] = float(f["residual"])
-        out[f"fits_{name}"] = bool(f["fits"])
+        out.update({f"residual_{name}": float(f["residual"]), f"fits_{name}": bool(f["fits"])})
     rows = [dict(r) for r in fit.rows]
     measured_out = {p.row: p.value for p in held_out}
     z, inside = [], 0
@@ -642,11 +553,9 @@ def _fit_routing_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
             r["measured"] = measured_out[r["row"]]
             z.append((r["predicted"] - r["measured"]) / tolerance(r["kind"], r["measured"]))
             inside += r["low"] <= r["measured"] <= r["high"]
-    out["calibration_rows"] = sum(r["calibrates"] for r in rows)
-    out["predicted_rows"] = sum(not r["calibrates"] for r in rows)
-    out["holdout_rows"] = len(z)
-    out["holdout_max_abs_z"] = max((abs(v) for v in z), default=None)
-    out["holdout_inside_band"] = inside if z else None
+    calibrating = sum(r["calibrates"] for r in rows)
+    out.update(calibration_rows=calibrating, predicted_rows=len(rows) - calibrating, holdout_rows=len(z))
+    out.update(holdout_max_abs_z=max((abs(v) for v in z), default=None), holdout_inside_band=inside if z else None)
     out["notes"] = " | ".join(fit.notes)
     finite = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()} for r in rows]
     out["rows_json"] = json.dumps(finite, separators=(",", ":"), allow_nan=False)
@@ -664,20 +573,23 @@ _EVALUATORS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
 def evaluate_point(point: Mapping[str, Any]) -> dict[str, Any]:
     """One row: provenance, the point's inputs, its outputs (or ``error``: the exception's type
     and text) and ``elapsed_s``. Never raises for a bad point."""
-    from moeroof import __version__
-
     start = time.perf_counter()
-    row: dict[str, Any] = {"point_id": point["point_id"], "command": point["command"], **point["inputs"]}
     try:
         outputs = _EVALUATORS[point["command"]](point["inputs"])
         clash = set(outputs) & set(point["inputs"])
-        row.update({(f"out_{k}" if k in clash else k): v for k, v in outputs.items()})
-        row["error"] = None
+        return _row(point, {(f"out_{k}" if k in clash else k): v for k, v in outputs.items()}, None, start)
     except Exception as exc:  # a failed point is a row, not the end of the sweep
-        row["error"] = f"{type(exc).__name__}: {exc}"
-    row["moeroof_version"] = __version__
-    row["elapsed_s"] = time.perf_counter() - start
-    return row
+        return _row(point, {}, f"{type(exc).__name__}: {exc}", start)
+
+
+def _row(point: Mapping[str, Any], outputs: dict[str, Any], error: str | None, start: float | None) -> dict[str, Any]:
+    """A point's row: provenance, its inputs, ``outputs``, ``error``, the suite's version and the
+    seconds since ``start`` (0 for None)."""
+    from moeroof import __version__
+
+    elapsed = 0.0 if start is None else time.perf_counter() - start
+    row = {"point_id": point["point_id"], "command": point["command"], **point["inputs"], **outputs}
+    return {**row, "error": error, "moeroof_version": __version__, "elapsed_s": elapsed}
 
 
 # ----------------------------------------------------------------------------- Parquet
@@ -688,11 +600,8 @@ def rows_table(rows: list[dict[str, Any]]) -> Any:
     whose values mix types (``"auto"`` and numbers) is stored as text; ints and floats as floats."""
     pa = require("pyarrow", "sweep", "a sweep's Parquet results")
 
-    names: list[str] = []
-    for r in rows:
-        names.extend(k for k in r if k not in names)
     columns = {}
-    for name in names:
+    for name in dict.fromkeys(k for r in rows for k in r):
         values = [r.get(name) for r in rows]
         kinds = {type(v) for v in values if v is not None}
         if kinds == {int, float}:
@@ -721,8 +630,6 @@ RUN_METADATA_KEY = b"moeroof.run"
 
 
 def _write(out: Path, rows: list[dict[str, Any]], run: Mapping[str, Any] | None = None) -> None:
-    import json
-
     pq = require("pyarrow.parquet", "sweep", "a sweep's Parquet results")
 
     from moeroof.core import atomic
@@ -735,8 +642,6 @@ def _write(out: Path, rows: list[dict[str, Any]], run: Mapping[str, Any] | None 
 
 def read_run(out: str | Path) -> dict[str, Any] | None:
     """The run record a sweep's Parquet file carries in its schema metadata (None: none)."""
-    import json
-
     pq = require("pyarrow.parquet", "sweep", "a sweep's Parquet results")
 
     meta = pq.read_schema(out).metadata or {}
@@ -746,25 +651,10 @@ def read_run(out: str | Path) -> dict[str, Any] | None:
 # ----------------------------------------------------------------------------- running
 
 
-def _serial(points: Iterable[Mapping[str, Any]], evaluate: Callable) -> Iterable[dict[str, Any]]:
-    for p in points:
-        yield evaluate(p)
-
-
 def _lost_row(point: Mapping[str, Any], exc: BaseException) -> dict[str, Any]:
     """The row of a point whose task never returned (its worker died too often, or the cluster
     restarted and cancelled it): the error, so a resumed run evaluates it again."""
-    from moeroof import __version__
-
-    text = str(exc) or "the task was lost"
-    return {
-        "point_id": point["point_id"],
-        "command": point["command"],
-        **point["inputs"],
-        "error": f"{type(exc).__name__}: {text}",
-        "moeroof_version": __version__,
-        "elapsed_s": 0.0,
-    }
+    return _row(point, {}, f"{type(exc).__name__}: {str(exc) or 'the task was lost'}", None)
 
 
 def _evaluate_chunk(points: list[dict[str, Any]], evaluate: Callable) -> list[dict[str, Any]]:
@@ -785,10 +675,11 @@ def _distributed(
     import asyncio
     import concurrent.futures
 
-    as_completed = require("distributed", "sweep", "moeroof sweep (dask.distributed)").as_completed
+    from moeroof.run.cluster import worker_count
 
+    as_completed = require("distributed", "sweep", _PURPOSE).as_completed
     if chunk is None:
-        chunk = chunk_size(len(points), max(1, len(client.scheduler_info().get("workers", {}))))
+        chunk = chunk_size(len(points), worker_count(client, 1))
     chunks = [points[i : i + chunk] for i in range(0, len(points), chunk)]
     # the key names the chunk's first point and its length: stable, distinct, readable
     by_key = {f"sweep-{c[0]['point_id']}-{len(c)}": c for c in chunks}
@@ -807,24 +698,26 @@ def _distributed(
         client.cancel([f for f in futures if not f.done()])
 
 
-def _client(client: Any, scheduler: str | None, workers: int, owned: list[Any]) -> tuple[Any, str]:
-    """:func:`run_sweep`'s dask.distributed client and where it runs: ``client`` as given, a
-    ``Client(scheduler)`` for an address, or a ``LocalCluster`` of ``workers`` processes; what it
-    opens goes into ``owned`` (closed by the caller)."""
-    Client = require("distributed", "sweep", "moeroof sweep (dask.distributed)").Client
+#: what a sweep on dask.distributed is called when distributed is not installed
+_PURPOSE = "moeroof sweep (dask.distributed)"
 
-    from moeroof.run.cluster import local_cluster
 
-    if client is None and scheduler is not None:
-        client = Client(scheduler)
-        owned.append(client)
-        return client, f"scheduler {scheduler}"
-    if client is None:
-        cluster = local_cluster(workers)
-        client = Client(cluster)
-        owned += [client, cluster]
-        return client, f"LocalCluster of {workers} worker processes"
-    return client, f"scheduler {client.scheduler.address}"
+def _where(client: Any, scheduler: str | None, workers: int) -> str:
+    """Where :func:`run_sweep` runs: the client's scheduler, the address, or a LocalCluster."""
+    if client is not None:
+        return f"scheduler {client.scheduler.address}"
+    return f"scheduler {scheduler}" if scheduler is not None else f"LocalCluster of {workers} worker processes"
+
+
+def _checked_output(out: str | Path) -> Path:
+    """``out``, refused unless it is a regular file or absent: it is read back and rewritten, and
+    /dev/full, a FIFO or a folder is no place for that."""
+    if Path(out).exists():
+        try:
+            check_regular(out)
+        except IsADirectoryError:
+            raise NotRegularFileError(out, "a folder") from None
+    return Path(out)
 
 
 def run_sweep(
@@ -857,71 +750,44 @@ def run_sweep(
     (:class:`moeroof.core.atomic.OutputBusyError`) instead of overwriting the first one's rows.
     """
     from moeroof.core import atomic
+    from moeroof.run.cluster import open_client
 
-    if Path(out).exists():  # read back and rewritten: /dev/full or a FIFO is no place for it
-        try:
-            check_regular(out)
-        except IsADirectoryError:
-            raise NotRegularFileError(out, "a folder") from None
+    out = _checked_output(out)
     with atomic.exclusive(out, "another moeroof sweep"):
-        return _run_locked(grid, Path(out), workers, scheduler, client, evaluate, progress, chunk, run)
+        points = expand(grid)
+        order = {p["point_id"]: i for i, p in enumerate(points)}
+        old = read_done(out)
+        done = {r["point_id"] for r in old if r.get("error") is None}
+        kept = [r for r in old if r["point_id"] in done or r["point_id"] not in order]
+        todo = [p for p in points if p["point_id"] not in done]
+        new: list[dict[str, Any]] = []
+        start = time.perf_counter()
 
+        def save() -> None:
+            rows = kept + new
+            rows.sort(key=lambda r: (order.get(r["point_id"], len(order)), r["point_id"]))
+            _write(out, rows, run)
 
-def _run_locked(
-    grid: Grid,
-    out: Path,
-    workers: int,
-    scheduler: str | None,
-    client: Any,
-    evaluate: Callable[[Mapping[str, Any]], dict[str, Any]],
-    progress: Callable[[int, int, str], None] | None,
-    chunk: int | None,
-    run: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    """:func:`run_sweep` while it holds ``out``'s lock: read what is done, evaluate the rest, save."""
-    points = expand(grid)
-    order = {p["point_id"]: i for i, p in enumerate(points)}
-    old = read_done(out)
-    done = {r["point_id"] for r in old if r.get("error") is None}
-    kept = [r for r in old if r["point_id"] in done or r["point_id"] not in order]
-    todo = [p for p in points if p["point_id"] not in done]
-    new: list[dict[str, Any]] = []
-    start = time.perf_counter()
-
-    def save() -> None:
-        rows = kept + new
-        rows.sort(key=lambda r: (order.get(r["point_id"], len(order)), r["point_id"]))
-        _write(out, rows, run)
-
-    owned: list[Any] = []
-    where = "serial"
-    try:
-        if todo and (client is not None or scheduler is not None or workers > 1):
-            client, where = _client(client, scheduler, workers, owned)
-            results = _distributed(todo, evaluate, client, chunk)
-        else:
-            results = _serial(todo, evaluate)
-        last = time.monotonic()
-        for row in results:
-            new.append(row)
-            if progress is not None:
-                progress(len(new), len(todo), row["point_id"])
-            if time.monotonic() - last > CHECKPOINT_SECONDS:
-                save()
+        on_cluster = bool(todo) and (client is not None or scheduler is not None or workers > 1)
+        where = _where(client, scheduler, workers) if on_cluster else "serial"
+        with contextlib.ExitStack() as opened:  # the client closes after the last save
+            try:
+                results: Iterable[dict[str, Any]] = map(evaluate, todo)
+                if on_cluster:
+                    c = opened.enter_context(open_client(client, scheduler, workers, _PURPOSE))
+                    results = _distributed(todo, evaluate, c, chunk)
                 last = time.monotonic()
-    finally:
-        if new or not out.exists():
-            save()
-        for thing in owned:
-            thing.close()
-    return {
-        "grid": grid.path,
-        "command": grid.command,
-        "output": str(out),
-        "points": len(points),
-        "skipped": len(points) - len(todo),
-        "evaluated": len(new),
-        "failed": sum(r.get("error") is not None for r in new),
-        "seconds": time.perf_counter() - start,
-        "where": where,
-    }
+                for row in results:
+                    new.append(row)
+                    if progress is not None:
+                        progress(len(new), len(todo), row["point_id"])
+                    if time.monotonic() - last > CHECKPOINT_SECONDS:
+                        save()
+                        last = time.monotonic()
+            finally:
+                if new or not out.exists():
+                    save()
+        summary = {"grid": grid.path, "command": grid.command, "output": str(out), "points": len(points)}
+        summary.update(skipped=len(points) - len(todo), evaluated=len(new))
+        failed = sum(r.get("error") is not None for r in new)
+        return {**summary, "failed": failed, "seconds": time.perf_counter() - start, "where": where}

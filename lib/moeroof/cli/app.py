@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import keyword
 import os
 import sys
 import warnings
@@ -65,31 +66,14 @@ EXIT_INTERNAL = 70
 #: an install whose C kernels are missing or stale (sysexits' EX_CONFIG)
 EXIT_CONFIG = 78
 
-#: (command, its module in moeroof.cli), in `moeroof --help` order. A command's module is imported
-#: only when the command line names it (its parser alone is built, ~20 ms less per run: a whole
-#: ``moeroof cache`` on a 10^6-request trace is ~0.15 s); ``--help`` or a command not in this list
-#: builds the parser of every one.
-COMMAND_MODULES = (
-    ("union", "union"),
-    ("fit", "fit"),
-    ("fit-routing", "fit_routing"),
-    ("plan", "plan"),
-    ("fit-plan", "fit_plan"),
-    ("presets", "presets"),
-    ("preset-from-hf", "preset_from_hf"),
-    ("trace", "trace"),
-    ("histogram", "histogram"),
-    ("import", "import_"),
-    ("capture", "capture"),
-    ("cache", "cache"),
-    ("mrc", "mrc"),
-    ("calibrate", "calibrate"),
-    ("bench", "bench"),
-    ("split", "split"),
-    ("sweep", "sweep"),
-    ("report", "report"),
-    ("validate", "validate"),
-)
+#: the commands, in `moeroof --help` order
+COMMAND_NAMES = ("union", "fit", "fit-routing", "plan", "fit-plan", "presets", "preset-from-hf", "trace", "histogram")
+COMMAND_NAMES += ("import", "capture", "cache", "mrc", "calibrate", "bench", "split", "sweep", "report", "validate")
+#: (command, its module in moeroof.cli): the name with "-" as "_", and a trailing "_" where the name is a
+#: Python keyword (cli/import_.py). A command's module is imported only when the command line names it
+#: (its parser alone is built, ~20 ms less per run: a whole ``moeroof cache`` on a 10^6-request trace is
+#: ~0.15 s); ``--help`` or a command not in this list builds the parser of every one.
+COMMAND_MODULES = tuple((c, c.replace("-", "_") + "_" * keyword.iskeyword(c)) for c in COMMAND_NAMES)
 
 
 def _module(name: str):

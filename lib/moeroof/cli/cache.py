@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from moeroof.cli.flags import GIB, WORKERS, Bytes, Count, ListOf, UsageError, start_cache_kernels
-from moeroof.cli.inputs import add_meta_arguments, input_path, read_trace_arg
-from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, table
+from moeroof.cli.inputs import META_FLAGS, add_meta_arguments, input_path, read_trace_arg
+from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, percent, table
 from moeroof.data.io import InputError, Trace, read_histogram
 
 # moeroof.cachesim.POLICIES and .SCOPES, spelled out so that building the parser does not
@@ -133,9 +133,6 @@ def check_streams(ids: list[int], n_streams: int) -> list[int]:
     return ids
 
 
-_META_FLAGS = ("experts", "top_k", "tokens", "provenance")
-
-
 def read_trace_lazily(path_text: str, args: Any = None, *, check_ids: bool = True) -> Trace:
     """A TRACE argument as :func:`moeroof.cli.inputs.read_trace_arg` reads it, except that a
     ``.npy`` / ``.npz`` that carries its own meta (no meta flag given) is read with
@@ -147,7 +144,7 @@ def read_trace_lazily(path_text: str, args: Any = None, *, check_ids: bool = Tru
     from moeroof.data.io import npz_has_meta, read_trace, sidecar_path
 
     path = Path(path_text)
-    if path.suffix.lower() in (".npy", ".npz") and all(getattr(args, f, None) is None for f in _META_FLAGS):
+    if path.suffix.lower() in (".npy", ".npz") and all(getattr(args, f, None) is None for f in META_FLAGS):
         path = input_path(path_text)
         suffix = path.suffix.lower()
         if suffix == ".npy" and sidecar_path(path).is_file() or suffix == ".npz" and npz_has_meta(path) is True:
@@ -350,40 +347,18 @@ def print_cache(rep: dict[str, Any]) -> None:
         + f"  scope {rep['scope']}  lookup {rep['lookup']}  warm-up {rep['warmup_steps']} of {rep['steps']} steps"
         + (f"  move-to-main threshold {rep['s3fifo_threshold']}" if rep.get("s3fifo_threshold") is not None else "")
     )
-    rows = [
-        [
-            str(rep["requests"]),
-            str(rep["hits"]),
-            str(rep["misses"]),
-            _percent(rep["hit_rate"]),
-            fmt(rep["bytes_streamed_per_step"], 1) + " experts"
-            if rep["unit"] == "experts"
-            else f"{rep['bytes_streamed_per_step'] / 1e9:.3f} GB",
-        ]
-    ]
-    print(table(["requests", "hits", "misses", "hit rate %", "streamed/step"], rows, ">>>>>"))
+    streamed = rep["bytes_streamed_per_step"]
+    streamed_cell = fmt(streamed, 1) + " experts" if rep["unit"] == "experts" else f"{streamed / 1e9:.3f} GB"
+    row = [str(rep["requests"]), str(rep["hits"]), str(rep["misses"]), percent(rep["hit_rate"]), streamed_cell]
+    print(table(["requests", "hits", "misses", "hit rate %", "streamed/step"], [row], ">>>>>"))
     for note in rep["notes"]:
         print(f"note: {note}")
 
 
-def _percent(x: Any, digits: int = 2) -> str:
-    """A hit rate (a fraction, as the JSON keeps it) as a table's percentage."""
-    return "-" if x is None else fmt(100.0 * float(x), digits)
-
-
 #: ``--format csv``: the columns of the one row (hit_rate a fraction, as in the JSON)
-CSV_COLUMNS: tuple[str, ...] = (
-    "policy",
-    "capacity_experts",
-    "capacity_bytes",
-    "scope",
-    "lookup",
-    "warmup_steps",
-    "requests",
-    "hits",
-)
-CSV_COLUMNS += ("misses", "hit_rate", "bytes_streamed_per_step", "unit", "s3fifo_threshold", "oracle", "steps")
-CSV_COLUMNS += ("streams", "layers", "experts", "source", "provenance")
+CSV_COLUMNS: tuple[str, ...] = ("policy", "capacity_experts", "capacity_bytes", "scope", "lookup", "warmup_steps")
+CSV_COLUMNS += ("requests", "hits", "misses", "hit_rate", "bytes_streamed_per_step", "unit", "s3fifo_threshold")
+CSV_COLUMNS += ("oracle", "steps", "streams", "layers", "experts", "source", "provenance")
 
 
 def cache_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:

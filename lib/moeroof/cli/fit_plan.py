@@ -153,19 +153,8 @@ def print_fit_plan(rep: dict[str, Any]) -> None:
 
 
 #: ``--format csv``: one row per POINTS row (predicted_hit_rate a fraction)
-CSV_COLUMNS: tuple[str, ...] = (
-    "row",
-    "batch",
-    "cache_gib",
-    "ranks",
-    "policy",
-    "role",
-    "measured",
-    "predicted",
-    "low",
-    "high",
-)
-CSV_COLUMNS += ("predicted_hit_rate",)
+CSV_COLUMNS: tuple[str, ...] = ("row", "batch", "cache_gib", "ranks", "policy", "role", "measured", "predicted", "low")
+CSV_COLUMNS += ("high", "predicted_hit_rate")
 
 
 def fit_plan_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:

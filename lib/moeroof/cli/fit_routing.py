@@ -105,6 +105,12 @@ def _interval(k: dict[str, Any], name: str = "") -> str:
     return f"[{end(k.get('low'))}, {end(k.get('high'))}]"
 
 
+def _capacity(per_layer: Any, gib: Any) -> str:
+    if per_layer is not None:
+        return fmt(per_layer, 1) + "/layer"
+    return "-" if gib is None else fmt(gib, 1) + " GiB"
+
+
 def print_fit_routing(rep: dict[str, Any]) -> None:
     print(f"routing knobs fitted to {rep.get('source')} — E={rep['experts']} K={rep['top_k']} L={rep['layers']}")
     fam = rep["families"]
@@ -119,36 +125,20 @@ def print_fit_routing(rep: dict[str, Any]) -> None:
         value = "off" if name == "locality_c" and k.get("off") else fmt(k.get("value"), 3)
         how = "fitted " + _interval(k, name) if k.get("fitted") else f"held ({k.get('held', 'default')})"
         print(f"  {name:<15} {value:>10}  {how}")
-    rows = []
-    for r in rep["rows"]:
-        per_layer, gib = r["capacity_experts_per_layer"], r["capacity_gib"]
-        capacity = (
-            fmt(per_layer, 1) + "/layer"
-            if per_layer is not None
-            else (fmt(gib, 1) + " GiB" if gib is not None else "-")
-        )
-        policy = r["policy"] if r["kind"] in ("hit_rate", "gib_per_step") else "-"
-        rows.append([str(r["row"]), r["kind"], str(r["batch"]), capacity, policy])
-        rows[-1] += [fmt(r[c], 3) for c in ("measured", "predicted", "low", "high")]
-    print(
-        table(["row", "kind", "batch", "capacity", "policy", "measured", "predicted", "low", "high"], rows, "><>>>>>>>")
-    )
+    rows = [  # the CSV's rows, the capacity in one cell
+        [str(row), kind, str(batch), _capacity(per_layer, gib), "-" if policy is None else policy]
+        + [fmt(x, 3) for x in values]
+        for row, kind, batch, per_layer, gib, policy, *values in fit_routing_csv(rep)[1]
+    ]
+    headers = ["row", "kind", "batch", "capacity", "policy", "measured", "predicted", "low", "high"]
+    print(table(headers, rows, "><>>>>>>>"))
     for note in rep.get("notes", []):
         print(f"note: {note}")
 
 
 #: ``--format csv``: one row per POINTS row
-CSV_COLUMNS: tuple[str, ...] = (
-    "row",
-    "kind",
-    "batch",
-    "capacity_experts_per_layer",
-    "capacity_gib",
-    "policy",
-    "measured",
-    "predicted",
-)
-CSV_COLUMNS += ("low", "high")
+CSV_COLUMNS: tuple[str, ...] = ("row", "kind", "batch", "capacity_experts_per_layer", "capacity_gib", "policy")
+CSV_COLUMNS += ("measured", "predicted", "low", "high")
 
 
 def fit_routing_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:

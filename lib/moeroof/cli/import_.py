@@ -22,12 +22,11 @@ up: :mod:`moeroof.data.importers`. The source is only read; OUT is written whole
 from __future__ import annotations
 
 import argparse
-import shlex
 from pathlib import Path
 from typing import Any
 
 from moeroof.cli.flags import EXPERTS, TOKENS, TOP_K, Count, ListOf, UsageError
-from moeroof.cli.output import add_output_arguments, emit, new_output, writing_new
+from moeroof.cli.output import add_output_arguments, emit, new_output, spelled, writing_new
 
 FORMATS = ("table", "matrix", "sglang", "hf-router-logits")
 
@@ -156,28 +155,20 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=run, parameter_flags=PARAMETER_FLAGS)
 
 
+#: the flags the import's command line spells out when given, in order (``--kind auto``, the
+#: default, left out; ``--filter`` once per item, then ``--shares`` and ``--force``)
+COMMAND_FLAGS = ("columns", "expert_cols", "expert_col", "slot_col", "layer_col", "expert_prefix", "experts", "top_k")
+COMMAND_FLAGS += ("tokens", "kind", "batch", "model")
+
+
 def command_line(args: argparse.Namespace) -> str:
     """The import as a command line, rebuilt from the parsed flags (what the sidecar records)."""
-    argv = ["moeroof", "import", args.import_format, args.src, "-o", args.output]
-    for flag in ("columns", "expert_cols", "expert_col", "slot_col", "layer_col", "expert_prefix", "experts", "top_k"):
-        argv += _flag_words(args, flag)
-    for flag in ("tokens", "kind", "batch", "model"):
-        argv += _flag_words(args, flag)
-    for item in getattr(args, "filter", None) or ():
-        argv += ["--filter", item]
-    for flag in ("shares", "force"):
-        if getattr(args, flag, False):
-            argv.append("--" + flag)
-    return shlex.join(argv)
-
-
-def _flag_words(args: argparse.Namespace, flag: str) -> list[str]:
-    """``--flag VALUE`` of a flag given (``--kind auto`` is the default, left out)."""
-    value = getattr(args, flag, None)
-    if value is None or (flag == "kind" and value == "auto"):
-        return []
-    text = ",".join(map(str, value)) if isinstance(value, list) else str(value)  # --tokens T,T,…
-    return ["--" + flag.replace("_", "-"), text]
+    given = {f: getattr(args, f, None) for f in COMMAND_FLAGS}
+    given["kind"] = None if given["kind"] == "auto" else given["kind"]
+    options = [("--" + f.replace("_", "-"), value) for f, value in given.items()]
+    options += [("--filter", item) for item in getattr(args, "filter", None) or ()]
+    options += [("--shares", bool(getattr(args, "shares", False))), ("--force", bool(args.force))]
+    return spelled(["moeroof", "import", args.import_format, args.src, "-o", args.output], options)
 
 
 def _check_output(args: argparse.Namespace, suffixes: tuple[str, ...]) -> Path:
@@ -310,19 +301,8 @@ def print_import(rep: dict[str, Any]) -> None:
 
 
 #: ``--format csv``: the columns of the one row (a trace's or a histogram's; "" where not one's)
-CSV_COLUMNS: tuple[str, ...] = (
-    "path",
-    "kind",
-    "format",
-    "model",
-    "layers",
-    "experts",
-    "top_k",
-    "steps",
-    "streams",
-    "tokens",
-)
-CSV_COLUMNS += ("tokens_per_layer_min", "tokens_per_layer_max", "tokens_user_given", "provenance", "source")
+CSV_COLUMNS: tuple[str, ...] = ("path", "kind", "format", "model", "layers", "experts", "top_k", "steps", "streams")
+CSV_COLUMNS += ("tokens", "tokens_per_layer_min", "tokens_per_layer_max", "tokens_user_given", "provenance", "source")
 
 
 def import_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:

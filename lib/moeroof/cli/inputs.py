@@ -14,6 +14,7 @@ from moeroof.cli.flags import EXPERTS, TOKENS, TOP_K, UsageError
 from moeroof.data.io import InputError, Trace
 
 __all__ = [
+    "META_FLAGS",
     "fit_knobs_arg",
     "read_routing_knobs",
     "routing_knobs_arg",
@@ -58,6 +59,10 @@ def read_trace_arg(path_text: str, args: Any = None) -> Trace:
     return read_trace(path, meta=_meta_from_flags(path, args))
 
 
+#: the flags of :func:`add_meta_arguments`, as the parsed arguments name them
+META_FLAGS = ("experts", "top_k", "tokens", "provenance")
+
+
 def add_meta_arguments(p: Any) -> None:
     """``--experts``, ``--top-k``, ``--tokens``, ``--provenance``: what a sidecar would hold, for
     an input that has none (a sidecar that is there wins, and flags that contradict it are an error)."""
@@ -100,10 +105,7 @@ def _meta_from_flags(path: Path, args: Any) -> dict[str, Any] | None:
 
     With the file's own meta present, a flag that disagrees with it is an error rather than a
     silent override: the sidecar describes the capture, the flag is a guess about it."""
-    experts = getattr(args, "experts", None)
-    top_k = getattr(args, "top_k", None)
-    tokens = getattr(args, "tokens", None)
-    provenance = getattr(args, "provenance", None)
+    experts, top_k, tokens, provenance = (getattr(args, f, None) for f in META_FLAGS)
     if experts is None and top_k is None and tokens is None and provenance is None:
         suffix = path.suffix.lower()
         if args is not None and suffix in (".csv", ".npy", ".npz") and path.is_file() and not _has_meta(path):

@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -214,7 +213,7 @@ class HistogramRouting:
 def load_routing(path_text: str) -> HistogramRouting:
     """Read ``--routing``'s histogram (or trace) and its per-layer π as ``plan --routing`` does."""
     from moeroof.data.io import load_any
-    from moeroof.data.presets import MoEModel
+    from moeroof.data.presets import bench_model
     from moeroof.models.plan import routing_from_spec
 
     if path_text.strip().lower() in ("uniform",) or path_text.strip().lower().startswith(("zipf", "dirichlet")):
@@ -225,16 +224,9 @@ def load_routing(path_text: str) -> HistogramRouting:
     data = load_any(path)
     # routing_from_spec checks E and K against a model: one with the file's own (only E, K and
     # the name are read)
-    name = str(data.meta.get("model") or path.stem)
-    stand_in = MoEModel(
-        name=name,
-        experts=data.experts,
-        top_k=data.top_k,
-        moe_layers=len(data.layer_ids),
-        expert_bytes=1.0,
-        non_routed_bytes=0.0,
-        kv_bytes_per_token=0.0,
-        flops_per_token=1.0,
+    name, layers = str(data.meta.get("model") or path.stem), len(data.layer_ids)
+    stand_in = bench_model(
+        name, experts=data.experts, top_k=data.top_k, moe_layers=layers, expert_bytes=1, flops_per_token=1
     )
     routing = routing_from_spec(str(path), stand_in)
     pi = np.asarray(routing.pi, dtype=float)
@@ -341,28 +333,22 @@ def trace_knobs(args: argparse.Namespace, routing: HistogramRouting | None = Non
 
 def knobs_command_line(k: dict[str, Any]) -> str:
     """The knobs as the command line that reproduces them (output path left out)."""
-    parts = ["moeroof trace"]
-    if k.get("routing") is not None:
-        parts.append(f"--routing {shlex.quote(k['routing'])}")
+    from moeroof.cli.output import spelled
+
+    routing, rho = k.get("routing"), k["rho"]
+    # the skew prior by name: its α in full would not fit %g
+    family = "prior" if k.get("skew_prior") else k["family"] if k["skew"] is None else f"{k['family']}:{k['skew']:g}"
+    options = {"--routing": routing, "--family": None if routing is not None else family}
+    if isinstance(rho, list):
+        options["--rho-profile"] = ",".join(f"{r:g}" for r in rho)
     else:
-        # the skew prior by name: its α in full would not fit %g
-        family = k["family"] if k["skew"] is None else f"{k['family']}:{k['skew']:g}"
-        parts.append("--family " + ("prior" if k.get("skew_prior") else family))
-    if isinstance(k["rho"], list):
-        parts.append("--rho-profile " + ",".join(f"{r:g}" for r in k["rho"]))
-    else:
-        parts.append(f"--rho {k['rho']:g}")
-    if k["locality_c"] is not None:
-        parts.append(f"--locality {k['locality_c']:g}")
-    if k["step_context_c"] is not None:
-        parts.append(f"--step-context {k['step_context_c']:g}")
-    if k["prompt_tokens"]:
-        parts.append(f"--prompt-tokens {k['prompt_tokens']}")
-    parts += [f"--streams {k['streams']}", f"--steps {k['steps']}"]
-    if k.get("routing") is None:  # --routing: the histogram's
-        parts += [f"--experts {k['experts']}", f"--top-k {k['top_k']}", f"--layers {k['layers']}"]
-    parts.append(f"--seed {k['seed']}")
-    return " ".join(parts)
+        options["--rho"] = f"{rho:g}"
+    for flag, c in (("--locality", k["locality_c"]), ("--step-context", k["step_context_c"])):
+        options[flag] = None if c is None else f"{c:g}"
+    options.update({"--prompt-tokens": k["prompt_tokens"] or None, "--streams": k["streams"], "--steps": k["steps"]})
+    if routing is None:  # --routing: the histogram's
+        options.update({"--experts": k["experts"], "--top-k": k["top_k"], "--layers": k["layers"]})
+    return spelled(["moeroof", "trace"], [*options.items(), ("--seed", k["seed"])])
 
 
 def sample_from_knobs(k: dict[str, Any], popularity: np.ndarray | None = None) -> Any:
@@ -573,19 +559,9 @@ def print_trace(rep: dict[str, Any]) -> None:
 
 
 #: ``--format csv``: the one row's columns (the written trace's shape and knobs)
-CSV_COLUMNS: tuple[str, ...] = (
-    "path",
-    "steps",
-    "prompt_steps",
-    "streams",
-    "layers",
-    "experts",
-    "top_k",
-    "family",
-    "skew",
-    "routing",
-)
-CSV_COLUMNS += ("rho", "locality_c", "step_context_c", "seed", "mean_consecutive_overlap", "model", "provenance")
+CSV_COLUMNS: tuple[str, ...] = ("path", "steps", "prompt_steps", "streams", "layers", "experts", "top_k", "family")
+CSV_COLUMNS += ("skew", "routing", "rho", "locality_c", "step_context_c", "seed", "mean_consecutive_overlap", "model")
+CSV_COLUMNS += ("provenance",)
 
 
 def trace_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:

@@ -201,27 +201,16 @@ def union_report(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def print_union(rep: dict[str, Any]) -> None:
-    methods = rep["method"] if isinstance(rep["method"], list) else [rep["method"]] * len(rep["batch"])
     pct = f"{rep['level'] * 100:g}%"
     print(f"U(B): distinct experts per layer — {rep['source']}")
     print(
         f"experts E={rep['experts']}  top_k K={rep['top_k']}  layers={rep['layers']}  "
         f"provenance: {rep['provenance'] or 'unknown'}  baseline: {rep['baseline']}"
     )
-    rows = []
-    for j, b in enumerate(rep["batch"]):
-        lo, hi = rep["ci_low"][j], rep["ci_high"][j]
-        ci = "-" if lo is None or hi is None else f"[{fmt(lo)}, {fmt(hi)}]"
-        rows.append(
-            [
-                str(b),
-                fmt(rep["union_per_layer"][j]),
-                ci,
-                fmt(rep["union_total"][j]),
-                fmt(rep["coalescing_ratio"][j]),
-                methods[j],
-            ]
-        )
+    rows = [  # the CSV's rows, the band in one cell
+        [str(b), fmt(u), "-" if lo is None or hi is None else f"[{fmt(lo)}, {fmt(hi)}]", fmt(total), fmt(ratio), m]
+        for b, u, lo, hi, total, ratio, m in union_csv(rep)[1]
+    ]
     headers = ["B", "union/layer", f"{pct} CI", "union total", f"B·K/U vs {rep['baseline']}", "method"]
     print(table(headers, rows, ">>>>><"))
     for note in rep["notes"]:

@@ -97,12 +97,10 @@ def add_parser(subparsers: Any) -> None:
         help="how --calibration's prediction combines the terms: sum (serial loop, default) or max",
     )
     p.add_argument(
-        "--output",
-        help="also write the report to this file as JSON, atomically (whatever --format prints on stdout)",
+        "--output", help="also write the report to this file as JSON, atomically (whatever --format prints on stdout)"
     )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     add_output_arguments(p, output=False, report_output=False)
-    p.set_defaults(func=run)
 
 
 def check_output(args: argparse.Namespace) -> None:
@@ -114,11 +112,8 @@ def check_output(args: argparse.Namespace) -> None:
     from moeroof.data.io import sidecar_path
 
     out = Path(args.output).expanduser()
-    inputs = []
-    for given in (args.trace, args.calibration):
-        if given is not None and Path(given).expanduser().exists():
-            inputs += [Path(given).expanduser(), sidecar_path(Path(given).expanduser())]
-    for inp in inputs:
+    given = [Path(g).expanduser() for g in (args.trace, args.calibration) if g is not None]
+    for inp in [f for g in given if g.exists() for f in (g, sidecar_path(g))]:
         if atomic.same_file(out, inp):
             raise UsageError(
                 f"--output: {args.output} is one of this command's inputs ({inp}); refusing to overwrite it"

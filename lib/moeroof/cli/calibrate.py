@@ -77,7 +77,6 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     add_output_arguments(p, output=False)
-    p.set_defaults(func=run)
 
 
 def check_output(args: argparse.Namespace) -> None:

@@ -92,7 +92,6 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--ignore-eos", action="store_true", help="decode N tokens in every stream, through EOS")
     p.add_argument("--force", action="store_true", help="replace the output files if they exist")
     add_output_arguments(p, output=False)
-    p.set_defaults(func=run)
 
 
 def _output_paths(args: argparse.Namespace) -> tuple[Path, Path, Path]:

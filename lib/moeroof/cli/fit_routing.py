@@ -18,7 +18,7 @@ from typing import Any
 
 from moeroof.cli.flags import EXPERTS, LAYERS, REPLICATES, TOP_K, Bytes, Count, UsageError
 from moeroof.cli.inputs import input_path
-from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, table
+from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, print_notes, table
 from moeroof.core.errors import ParameterError
 from moeroof.core.limits import MAX_FIT_SEEDS, MAX_SIMULATED_STEPS
 
@@ -38,11 +38,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--experts", required=True, type=EXPERTS, help="routed experts per layer E")
     p.add_argument("--top-k", required=True, type=TOP_K, help="experts per token K")
     p.add_argument("--layers", required=True, type=LAYERS, help="MoE layers L (at most 16 are simulated)")
-    p.add_argument(
-        "--expert-bytes",
-        type=Bytes(),
-        help="bytes of one expert of one layer (capacity_gib, gib_per_step)",
-    )
+    p.add_argument("--expert-bytes", type=Bytes(), help="bytes of one expert of one layer (capacity_gib, gib_per_step)")
     p.add_argument(
         "--seeds",
         default="4",
@@ -65,7 +61,6 @@ def add_parser(subparsers: Any) -> None:
         "locality prior fitted on real decode (data/fits/locality-prior.json, its spread in the bands)",
     )
     add_output_arguments(p)
-    p.set_defaults(func=run)
 
 
 def fit_routing_report(args: argparse.Namespace) -> dict[str, Any]:
@@ -91,10 +86,7 @@ def fit_routing_report(args: argparse.Namespace) -> dict[str, Any]:
         if str(exc).startswith("row "):  # the library knows the row, the command line the file
             raise ValueError(f"{args.path}:{str(exc)[4:]}") from None
         raise
-    rep = jsonable(result.to_dict())
-    rep["source"] = str(args.path)
-    rep["provenance"] = "projected"
-    return rep
+    return {**jsonable(result.to_dict()), "source": str(args.path), "provenance": "projected"}
 
 
 def _interval(k: dict[str, Any], name: str = "") -> str:
@@ -132,8 +124,7 @@ def print_fit_routing(rep: dict[str, Any]) -> None:
     ]
     headers = ["row", "kind", "batch", "capacity", "policy", "measured", "predicted", "low", "high"]
     print(table(headers, rows, "><>>>>>>>"))
-    for note in rep.get("notes", []):
-        print(f"note: {note}")
+    print_notes(rep.get("notes", []))
 
 
 #: ``--format csv``: one row per POINTS row

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from moeroof.cli.flags import EXPERTS, TOKENS, TOP_K, Count, ListOf, UsageError
-from moeroof.cli.output import add_output_arguments, emit, new_output, spelled, writing_new
+from moeroof.cli.output import add_output_arguments, emit, new_output, print_notes, spelled, writing_new
 
 FORMATS = ("table", "matrix", "sglang", "hf-router-logits")
 
@@ -39,8 +39,7 @@ def _common(p: argparse.ArgumentParser, out_help: str) -> None:
     p.add_argument("src", metavar="SRC", help="the capture to import (only read)")
     p.add_argument("-o", "--output", required=True, help=out_help + "; the printed report goes to --report-output")
     p.add_argument(
-        "--model",
-        help="model name for the meta (e.g. Mixtral-8x7B; default: 'unknown (not given at import)')",
+        "--model", help="model name for the meta (e.g. Mixtral-8x7B; default: 'unknown (not given at import)')"
     )
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
     add_output_arguments(p, output=False)
@@ -152,13 +151,11 @@ def add_parser(subparsers: Any) -> None:
         "--batch", type=Count(min=1), help="sequences B in flattened (B·S, E) logits (row b·S + s); default 1"
     )
 
-    p.set_defaults(func=run, parameter_flags=PARAMETER_FLAGS)
-
 
 #: the flags the import's command line spells out when given, in order (``--kind auto``, the
 #: default, left out; ``--filter`` once per item, then ``--shares`` and ``--force``)
-COMMAND_FLAGS = ("columns", "expert_cols", "expert_col", "slot_col", "layer_col", "expert_prefix", "experts", "top_k")
-COMMAND_FLAGS += ("tokens", "kind", "batch", "model")
+COMMAND_FLAGS: tuple[str, ...] = ("columns", "expert_cols", "expert_col", "slot_col", "layer_col", "expert_prefix")
+COMMAND_FLAGS += ("experts", "top_k", "tokens", "kind", "batch", "model")
 
 
 def command_line(args: argparse.Namespace) -> str:
@@ -276,11 +273,8 @@ def import_report(args: argparse.Namespace) -> dict[str, Any]:
         rep.update(
             tokens_per_layer=[int(t) for t in h.tokens], tokens_user_given=bool(h.meta.get("tokens_user_given", False))
         )
-    rep["model"] = _shared(args, command)["model"]
-    rep["provenance"] = "witnessed"
-    rep["command"] = command
-    rep["notes"] = list(data.notes)
-    return rep
+    model = _shared(args, command)["model"]
+    return {**rep, "model": model, "provenance": "witnessed", "command": command, "notes": list(data.notes)}
 
 
 def print_import(rep: dict[str, Any]) -> None:
@@ -296,8 +290,7 @@ def print_import(rep: dict[str, Any]) -> None:
             f"wrote {rep['path']}: histogram of {rep['layers']} layers × {rep['experts']} experts, K = {rep['top_k']}, "
             f"{span} tokens per layer{' (user-given)' if rep['tokens_user_given'] else ''} (provenance: witnessed)"
         )
-    for note in rep["notes"]:
-        print(f"  {note}")
+    print_notes(rep["notes"], "  ")
 
 
 #: ``--format csv``: the columns of the one row (a trace's or a histogram's; "" where not one's)

@@ -13,16 +13,7 @@ import numpy as np
 from moeroof.cli.flags import EXPERTS, TOKENS, TOP_K, UsageError
 from moeroof.data.io import InputError, Trace
 
-__all__ = [
-    "META_FLAGS",
-    "fit_knobs_arg",
-    "read_routing_knobs",
-    "routing_knobs_arg",
-    "input_path",
-    "read_trace_arg",
-    "add_meta_arguments",
-    "load_input",
-]
+__all__ = ["META_FLAGS", "read_routing_knobs", "input_path", "read_trace_arg", "add_meta_arguments", "load_input"]
 
 
 def input_path(path_text: str) -> Path:
@@ -161,14 +152,6 @@ def _meta_from_flags(path: Path, args: Any) -> dict[str, Any] | None:
     return meta
 
 
-def fit_knobs_arg(path_text: str) -> dict[str, Any]:
-    """``--fit FIT.json``: a ``moeroof fit-plan --json`` result as the knobs ``plan`` runs with
-    (:func:`moeroof.data.fit_result.read_fit`)."""
-    from moeroof.data.fit_result import read_fit
-
-    return read_fit(input_path(path_text))
-
-
 def read_routing_knobs(path_text: str) -> tuple[str, float, float, float]:
     """``--routing-knobs FILE``: a ``moeroof fit-routing --json`` result, as ``(family, skew, rho,
     c)`` for :func:`moeroof.models.local_routing.routing_from_knobs` (c = inf: no locality)."""
@@ -207,11 +190,3 @@ def read_routing_knobs(path_text: str) -> tuple[str, float, float, float]:
         raise UsageError(f"--routing-knobs: {path}: family must be zipf or dirichlet, got {family!r}")
     c = value("locality_c", value("c", math.inf))
     return family, value("skew", 0.8), value("rho", 0.0), c if c > 0 else math.inf
-
-
-def routing_knobs_arg(path_text: str, model: Any, streams: int) -> Any:
-    """``--routing-knobs FILE``: the routing whose cache runs on a trace sampled from a
-    fit-routing result's knobs (:func:`read_routing_knobs`), with ``streams`` streams."""
-    from moeroof.models.local_routing import routing_from_knobs
-
-    return routing_from_knobs(model, *read_routing_knobs(path_text), streams=streams)

@@ -38,12 +38,12 @@ from moeroof.cli.cache import (
     SCOPES,
     TraceInfo,
     add_trace_argument,
-    read_trace_for_requests,
+    read_trace_lazily,
     trace_requests,
 )
 from moeroof.cli.flags import SEED, WORKERS, Count, Real, UsageError, start_cache_kernels
 from moeroof.cli.inputs import add_meta_arguments, read_trace_arg
-from moeroof.cli.output import add_output_arguments, emit, jsonable, percent, table
+from moeroof.cli.output import add_output_arguments, emit, jsonable, percent, print_notes, table
 from moeroof.data.io import InputError
 
 _NO_REQUESTS = "the trace requests no expert (all padding)"
@@ -114,7 +114,6 @@ def add_parser(subparsers: Any) -> None:
     )
     add_meta_arguments(p)
     add_output_arguments(p)
-    p.set_defaults(func=run)
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
@@ -211,7 +210,7 @@ def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
     rate, seed = opt["rate"], opt["seed"]
     one_pass = args.scope != "layer" and not (rate is not None and (opt["sharded"] or opt["slices"] is not None))
     # one pass here: the request pass checks the ids itself; sharded, the tasks read what read_trace checked
-    trace: Any = read_trace_for_requests(args.path, args) if one_pass else read_trace_arg(args.path, args)
+    trace: Any = read_trace_lazily(args.path, args, check_ids=False) if one_pass else read_trace_arg(args.path, args)
     lookup_note = (
         "hits judged as each (step, layer) lookup starts"
         if args.lookup == "layer"
@@ -360,8 +359,7 @@ def print_mrc(rep: dict[str, Any]) -> None:
             rows[-1] += [percent(se[i]), f"{percent(lo[i])}–{percent(hi[i])}"]
         rows[-1].append(percent(rep["che_hit_rate"][i]))
     print(table(headers, rows, ">" * len(headers)))
-    for note in rep["notes"]:
-        print(f"note: {note}")
+    print_notes(rep["notes"])
 
 
 def run(args: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ __all__ = [
     "jsonable",
     "fmt",
     "percent",
+    "print_notes",
     "table",
     "FORMATS",
     "REPORT_OUTPUT_HELP",
@@ -87,6 +88,12 @@ def fmt(x: Any, digits: int = 2) -> str:
 def percent(x: Any, digits: int = 2) -> str:
     """A fraction (a hit rate, as the JSON and the CSV keep it) as a table's percentage."""
     return "-" if x is None else fmt(100.0 * float(x), digits)
+
+
+def print_notes(notes: Iterable[Any], prefix: str = "note: ") -> None:
+    """The notes a table is followed by, one a line."""
+    for note in notes:
+        print(f"{prefix}{note}")
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> str:
@@ -279,12 +286,8 @@ def _input_files(args: Any) -> list[Path]:
                 if not text.strip():
                     continue
                 for p in _candidates(key, text.strip()):
-                    try:
-                        if p.is_file():
-                            out.append(p.resolve())
-                            side = p.with_suffix(".json")
-                            if side.is_file():
-                                out.append(side.resolve())
+                    try:  # the file and its sidecar
+                        out += [f.resolve() for f in (p, p.with_suffix(".json")) if p.is_file() and f.is_file()]
                     except (OSError, ValueError):  # a name too long or holding NUL: not a file
                         continue
     return out

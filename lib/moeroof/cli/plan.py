@@ -53,9 +53,12 @@ from moeroof.cli.flags import (
     resolve_auto_cache,
     step_options,
 )
-from moeroof.cli.inputs import fit_knobs_arg, read_routing_knobs
-from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, table
+from moeroof.cli.inputs import input_path, read_routing_knobs
+from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, print_notes, table
 from moeroof.core.names import header
+
+#: library parameter → the flag that carries it (moeroof.cli.app prints ParameterErrors with it)
+PARAMETER_FLAGS = {"rank_speed": "--rank-speed"}
 
 
 def add_parser(subparsers: Any) -> None:
@@ -111,7 +114,6 @@ def add_parser(subparsers: Any) -> None:
         "4096, not only the grid) with at least this per-agent tok/s that fits in RAM, and why B + 1 fails",
     )
     add_output_arguments(p)
-    p.set_defaults(func=run, parameter_flags={"rank_speed": "--rank-speed"})
 
 
 def plan_report(args: argparse.Namespace, stage=lambda done, total, what: None) -> dict[str, Any]:
@@ -127,7 +129,9 @@ def plan_report(args: argparse.Namespace, stage=lambda done, total, what: None) 
     model, hardware = apply_sets(args.set, load_model(args.model), load_hardware(args.hardware))
     fitted = None
     if args.fit is not None:
-        fitted = fit_knobs_arg(args.fit)
+        from moeroof.data.fit_result import read_fit  # a `moeroof fit-plan --json` result's knobs
+
+        fitted = read_fit(input_path(args.fit))
         for what, have in (("model", model.name), ("hardware", hardware.name)):
             if fitted[what] not in (None, have):
                 raise UsageError(f"--fit: {args.fit} was fitted on {what} {fitted[what]}, not {have}")
@@ -189,11 +193,9 @@ def _add_engine_priors(rep: dict[str, Any], model, hardware, workload, routing, 
     from moeroof.models.engine_prior import prior_band
 
     band = prior_band(model, hardware, workload, routing, batch).to_dict()
-    rep["net_tok_s_at_priors"] = band["net_tok_s"]
-    rep["net_tok_s_at_priors_low"] = band["low"]
-    rep["net_tok_s_at_priors_high"] = band["high"]
-    rep["engine_priors"] = {"held": band["held"], "sources": band["sources"]}
-    rep["notes"] = [*rep["notes"], band["note"]]
+    for end, key in (("", "net_tok_s"), ("_low", "low"), ("_high", "high")):
+        rep[f"net_tok_s_at_priors{end}"] = band[key]
+    rep.update(engine_priors={"held": band["held"], "sources": band["sources"]}, notes=[*rep["notes"], band["note"]])
 
 
 #: what a zero-fit ``plan`` does, in order (its progress line names each as it begins)
@@ -298,8 +300,7 @@ def _print_below_table(rep: dict[str, Any]) -> None:
     among = " (among the batches that fit in RAM)" if rep.get("transitions_among") else ""
     for t in rep["transitions"]:
         print(f"regime change: {t['from']} → {t['to']} at B* = {t['batch']}{among}")
-    for note in rep["notes"]:
-        print(f"note: {note}")
+    print_notes(rep["notes"])
     for b, why in zip(rep["batch"], rep.get("infeasible_reason") or []):
         if why:
             print(f"infeasible at B={b}: {why} (no multiple)")
@@ -333,8 +334,8 @@ _IN_CELLS: tuple[str, ...] = ("net_tok_s_at_priors_low", "net_tok_s_at_priors_hi
 _IN_CELLS += ("net_tok_s_routing_high", "cache_hit_rate_routing_low", "cache_hit_rate_routing_high")
 _MULTIPLES = ("multiple_vs_uncoalesced", "multiple_vs_single", "multiple_vs_independent_boxes")
 #: the CSV's columns that are empty where the step does not fit in RAM (no rate, no multiple)
-_RATES = ("step_seconds", "per_agent_tok_s", "net_tok_s", "bound", "ssd_bytes_per_token", "cache_hit_rate")
-_RATES += ("gib_streamed_per_step", "coalescing_ratio", *_MULTIPLES)
+_RATES: tuple[str, ...] = ("step_seconds", "per_agent_tok_s", "net_tok_s", "bound", "ssd_bytes_per_token")
+_RATES += ("cache_hit_rate", "gib_streamed_per_step", "coalescing_ratio", *_MULTIPLES)
 #: ``--format csv``: one row per batch size (hit_rate a fraction: the mean over ranks with R > 1),
 #: the same names as the JSON and the table (moeroof.core.names)
 CSV_COLUMNS: tuple[str, ...] = ("batch", "cache_gib", "step_seconds", "per_agent_tok_s", "net_tok_s")

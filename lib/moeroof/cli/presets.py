@@ -43,7 +43,6 @@ def add_parser(subparsers: Any) -> None:
         "required, its default and what it means",
     )
     add_output_arguments(p)
-    p.set_defaults(func=run)
 
 
 SCHEMA_COLUMNS = ("kind", "field", "required", "dimension", "unit", "default", "meaning")
@@ -53,20 +52,13 @@ def print_schema(rep: dict[str, Any]) -> None:
     print('Preset schema (TOML: kind = "model" | "hardware", name = "…", then one inline table a field:')
     print('  FIELD = { value = N, unit = "U", source = "…" }  or  { …, assumed = true, note = "…" };')
     print("  witnessed = true (with a source) marks a measured number; counts take no unit)")
-    rows = [
-        [
-            r["kind"],
-            r["field"],
-            "yes" if r["required"] else "no",
-            r["unit"],
-            "-"
-            if r["default"] in (None, "")
-            else f"{r['default']:g} (assumed)"
-            if r["dimension"] != "text"
-            else r["default"],
-            r["meaning"],
-        ]
-        for r in rep["fields"]
+
+    def default_cell(value: Any, dimension: str) -> str:
+        return "-" if value in (None, "") else value if dimension == "text" else f"{value:g} (assumed)"
+
+    rows = [  # the CSV's rows
+        [kind, field, "yes" if required else "no", unit, default_cell(default, dimension), meaning]
+        for kind, field, required, dimension, unit, default, meaning in schema_csv(rep)[1]
     ]
     print(table(["kind", "field", "required", "unit (e.g.)", "default", "meaning"], rows, "<<<<<<"))
     print("an optional field without a default is needed only where the model uses it (an error names it then)")
@@ -88,10 +80,7 @@ def _preset_entry(obj: Any, fields: Sequence[str]) -> dict[str, Any]:
     for key in fields:
         if key in obj.provenance:
             entry[key] = getattr(obj, key)
-    entry["provenance"] = dict(obj.provenance)
-    entry["sources"] = dict(obj.sources)
-    entry["path"] = obj.path
-    return entry
+    return {**entry, "provenance": dict(obj.provenance), "sources": dict(obj.sources), "path": obj.path}
 
 
 def presets_report() -> dict[str, Any]:
@@ -144,11 +133,12 @@ def _stream_bw(entry: dict[str, Any], read_size: float) -> Any:
 
 
 #: the readable tables' columns after the name: (header, field, unit it is shown in, decimals)
-MODEL_CELLS = (("E", "experts", None, 2), ("K", "top_k", None, 2), ("layers", "moe_layers", None, 2))
+Cells = tuple[tuple[str, Any, str | None, int], ...]
+MODEL_CELLS: Cells = (("E", "experts", None, 2), ("K", "top_k", None, 2), ("layers", "moe_layers", None, 2))
 MODEL_CELLS += (("expert MB", "expert_bytes", "MB", 1), ("non-routed GB", "non_routed_bytes", "GB", 1))
 MODEL_CELLS += (("KV KiB/token", "kv_bytes_per_token", "KiB", 1), ("GFLOP/token", "flops_per_token", "GFLOP", 1))
 #: a hardware field None: the streaming tier's name; a number: the streaming bandwidth at that read size
-HARDWARE_CELLS = (("RAM GiB", "ram_bytes", "GiB", 1), ("mem GB/s", "bw_mem_bytes_per_s", "GB/s", 1))
+HARDWARE_CELLS: Cells = (("RAM GiB", "ram_bytes", "GiB", 1), ("mem GB/s", "bw_mem_bytes_per_s", "GB/s", 1))
 HARDWARE_CELLS += (("TFLOP/s", "flops_per_s", "TFLOP/s", 1), ("experts from", None, None, 0))
 HARDWARE_CELLS += (("stream GB/s @128KiB", 128 * 2**10, None, 0), ("stream GB/s @8MiB", 8 * 2**20, None, 0))
 HARDWARE_CELLS += (("fabric GB/s", "bw_link_bytes_per_s", "GB/s", 1),)

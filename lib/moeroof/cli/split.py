@@ -30,10 +30,12 @@ from moeroof.cli.flags import (
     step_options,
 )
 from moeroof.cli.inputs import input_path
-from moeroof.cli.output import add_output_arguments, emit, fmt, table
+from moeroof.cli.output import add_output_arguments, emit, fmt, print_notes, table
 from moeroof.core.limits import MAX_BATCH
 
 METHODS = PARTITIONS
+#: library parameter → the flag that carries it (moeroof.cli.app prints ParameterErrors with it)
+PARAMETER_FLAGS = {"cache_gib_per_rank": "--cache-gib"}
 
 
 def add_parser(subparsers: Any) -> None:
@@ -69,7 +71,6 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--set", action="append", metavar="FIELD=VALUE", help=SET_HELP)
     add_output_arguments(p)
-    p.set_defaults(func=run, parameter_flags={"cache_gib_per_rank": "--cache-gib"})
 
 
 def split_report(args: argparse.Namespace) -> dict[str, Any]:
@@ -117,8 +118,7 @@ def print_split(rep: dict[str, Any], source: str) -> None:
         print(
             f"predicted step {rep['step_seconds']:.3f} s, {rep['tok_s']:.3f} tok/s (the pair runs at its slowest rank)"
         )
-    for note in rep.get("notes", []):
-        print(f"note: {note}")
+    print_notes(rep.get("notes", []))
 
 
 #: ``--format csv``: one row per rank

@@ -66,6 +66,9 @@ from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonab
 FAMILIES = ("uniform", "zipf:S", "dirichlet:ALPHA")
 #: a stickiness ρ (--rho, each of --rho-profile)
 UNIT = Real(min=0.0, max=1.0)
+#: library parameter → the flag that carries it (moeroof.cli.app prints ParameterErrors with it)
+PARAMETER_FLAGS = {"prompt_tokens": "--prompt-tokens", "groups": "--streams"}
+PARAMETER_FLAGS.update(scope="--step-context", c_step="--step-context")
 # a guard against a typo in --steps or --streams filling the disk: 2^31 ids are 8 GiB of int32
 MAX_IDS = 2**31
 
@@ -107,9 +110,7 @@ def add_parser(subparsers: Any) -> None:
         help="prompt tokens P routed before the decode steps; the trace has P + T steps, the first P the prompt",
     )
     p.add_argument(
-        "--experts",
-        type=EXPERTS,
-        help="routed experts per layer E (default 256; --routing: the histogram's)",
+        "--experts", type=EXPERTS, help="routed experts per layer E (default 256; --routing: the histogram's)"
     )
     p.add_argument("--top-k", type=TOP_K, help="experts per token K (default 8; --routing: the histogram's)")
     p.add_argument(
@@ -120,15 +121,6 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--seed", default="0", type=SEED, help="seed of the draw (default 0)")
     p.add_argument("--force", action="store_true", help="replace the output file if it exists")
     add_output_arguments(p, output=False)
-    p.set_defaults(
-        func=run,
-        parameter_flags={
-            "prompt_tokens": "--prompt-tokens",
-            "groups": "--streams",
-            "scope": "--step-context",
-            "c_step": "--step-context",
-        },
-    )
 
 
 def _add_locality_arguments(p: Any) -> None:
@@ -378,14 +370,7 @@ def sample_from_knobs(k: dict[str, Any], popularity: np.ndarray | None = None) -
         extra.update(popularity=popularity)
     rng = np.random.default_rng(k["seed"])
     return sample_trace(
-        model,
-        k["steps"],
-        k["streams"],
-        k["layers"],
-        rng,
-        rho=rho_l,
-        prompt_tokens=k["prompt_tokens"],
-        **extra,
+        model, k["steps"], k["streams"], k["layers"], rng, rho=rho_l, prompt_tokens=k["prompt_tokens"], **extra
     )
 
 

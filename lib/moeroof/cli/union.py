@@ -33,7 +33,7 @@ from moeroof.cli.flags import (
     check_replicate_memory,
 )
 from moeroof.cli.inputs import add_meta_arguments, load_input
-from moeroof.cli.output import add_output_arguments, emit, fmt, jsonable, table
+from moeroof.cli.output import add_output_arguments, emit, fmt, jsonable, print_notes, table
 from moeroof.data.io import Histogram, Trace, check_incidence_sums
 
 
@@ -74,7 +74,6 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--seed", default="0", type=SEED, help="seed of numpy.random.default_rng (default 0)")
     add_meta_arguments(p)
     add_output_arguments(p)
-    p.set_defaults(func=run)
 
 
 def _uniform_curve(args: argparse.Namespace) -> tuple[Any, str, str]:
@@ -132,13 +131,7 @@ def _trace_curve(data: Trace, args: argparse.Namespace, rng: np.random.Generator
     check_replicate_memory("--draws", draws, per, "steps (≤ 256) × streams × layers × K")
     check_replicate_memory("--bootstrap", bootstrap, data.steps * data.layers, "steps × layers")
     curve = union_from_trace(
-        data.topk,
-        batch,
-        experts=data.experts,
-        rng=rng,
-        draws=draws,
-        bootstrap=bootstrap,
-        level=args.level,
+        data.topk, batch, experts=data.experts, rng=rng, draws=draws, bootstrap=bootstrap, level=args.level
     )
     if any(m == "none" for m in curve.method):
         notes.append(f"batch sizes above the live streams of every step (at most {data.streams}) have no estimate")
@@ -213,8 +206,7 @@ def print_union(rep: dict[str, Any]) -> None:
     ]
     headers = ["B", "union/layer", f"{pct} CI", "union total", f"B·K/U vs {rep['baseline']}", "method"]
     print(table(headers, rows, ">>>>><"))
-    for note in rep["notes"]:
-        print(f"note: {note}")
+    print_notes(rep["notes"])
 
 
 #: ``--format csv``: one row per batch size

@@ -27,8 +27,8 @@ Layout: :mod:`moeroof.cli.app` (the parser, ``--version``, errors → exit statu
 (input files: where a path is looked up, traces and histograms read), :mod:`moeroof.cli.output`
 (tables, JSON and CSV, the report file, progress) and one module per subcommand
 (``union``, ``fit``, ``plan``, ``presets``, ``cache``, ``mrc``, ``split``, ``calibrate``,
-``bench``), each with ``add_parser(subparsers)``, ``run(args)``, its ``*_report`` builder and
-its ``print_*`` table.
+``bench``), each with ``add_parser(subparsers)``, ``run(args)`` (:func:`moeroof.cli.app.build_parser`
+wires the one to the other), its ``*_report`` builder and its ``print_*`` table.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """The ``moeroof`` program: the top-level parser, ``--version``, and how errors end a run.
 
-:func:`build_parser` gathers the subcommands, one module each (``add_parser(subparsers)`` and
-``run(args) -> int``); :func:`main` runs the chosen one and maps what it raises to an exit
+:func:`build_parser` gathers the subcommands, one module each (``add_parser(subparsers)``,
+``run(args) -> int`` and, where a library parameter travels under another flag's name,
+``PARAMETER_FLAGS``), and wires each parser to its ``run``; :func:`main` runs the chosen one and maps what it raises to an exit
 status:
 
 - a library :class:`moeroof.core.errors.ParameterError`: ``error: --flag: what is wrong``, the
-  flag the subcommand maps the parameter to (``parameter_flags``), status 2;
+  flag the subcommand maps the parameter to (its ``PARAMETER_FLAGS``), status 2;
 - a library :class:`ValueError` (:class:`moeroof.data.io.InputError`, ``FILE:ROW: FIELD: what is
   wrong``) or a bad flag value (:class:`moeroof.cli.flags.UsageError`): one ``error: <message>``
   line on stderr, status 2, never a traceback (the few numpy messages that would say nothing to
@@ -37,6 +38,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import keyword
 import os
 import sys
 import warnings
@@ -65,31 +67,15 @@ EXIT_INTERNAL = 70
 #: an install whose C kernels are missing or stale (sysexits' EX_CONFIG)
 EXIT_CONFIG = 78
 
-#: (command, its module in moeroof.cli), in `moeroof --help` order. A command's module is imported
-#: only when the command line names it (its parser alone is built, ~20 ms less per run: a whole
-#: ``moeroof cache`` on a 10^6-request trace is ~0.15 s); ``--help`` or a command not in this list
-#: builds the parser of every one.
-COMMAND_MODULES = (
-    ("union", "union"),
-    ("fit", "fit"),
-    ("fit-routing", "fit_routing"),
-    ("plan", "plan"),
-    ("fit-plan", "fit_plan"),
-    ("presets", "presets"),
-    ("preset-from-hf", "preset_from_hf"),
-    ("trace", "trace"),
-    ("histogram", "histogram"),
-    ("import", "import_"),
-    ("capture", "capture"),
-    ("cache", "cache"),
-    ("mrc", "mrc"),
-    ("calibrate", "calibrate"),
-    ("bench", "bench"),
-    ("split", "split"),
-    ("sweep", "sweep"),
-    ("report", "report"),
-    ("validate", "validate"),
-)
+#: the commands, in `moeroof --help` order
+COMMAND_NAMES: tuple[str, ...] = ("union", "fit", "fit-routing", "plan", "fit-plan", "presets", "preset-from-hf")
+COMMAND_NAMES += ("trace", "histogram", "import", "capture", "cache", "mrc", "calibrate", "bench", "split", "sweep")
+COMMAND_NAMES += ("report", "validate")
+#: (command, its module in moeroof.cli): the name with "-" as "_", and a trailing "_" where the name is a
+#: Python keyword (cli/import_.py). A command's module is imported only when the command line names it
+#: (its parser alone is built, ~20 ms less per run: a whole ``moeroof cache`` on a 10^6-request trace is
+#: ~0.15 s); ``--help`` or a command not in this list builds the parser of every one.
+COMMAND_MODULES = tuple((c, c.replace("-", "_") + "_" * keyword.iskeyword(c)) for c in COMMAND_NAMES)
 
 
 def _module(name: str):
@@ -131,8 +117,11 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     named = dict(COMMAND_MODULES)
     first = argv[0] if argv else None
-    for _name, module in COMMAND_MODULES if first not in named else [(first, named[first])]:
-        _module(module).add_parser(subparsers)
+    for name, module in COMMAND_MODULES if first not in named else [(first, named[first])]:
+        command = _module(module)
+        command.add_parser(subparsers)
+        flags = getattr(command, "PARAMETER_FLAGS", {})
+        subparsers.choices[name].set_defaults(func=command.run, parameter_flags=flags)
     declare_choices(parser)
     return parser
 
@@ -229,9 +218,6 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
         flag = flags.get(exc.parameter, "--" + exc.parameter.replace("_", "-"))
         print(f"error: {flag}: {exc.detail}", file=sys.stderr)
         return EXIT_USAGE
-    except ValueError as exc:  # UsageError, InputError, or a library check on the inputs (K > E, ...)
-        print(f"error: {user_message(exc)}", file=sys.stderr)
-        return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except NativeBuildError as exc:  # the install, not the input: say what rebuilds it
@@ -240,8 +226,9 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
     except BrokenPipeError:  # `moeroof ... | head`
         _quiet_stdout()
         return 0
-    except (OSError, MemoryError, OverflowError, RecursionError) as exc:  # what the machine refuses
-        if debug:
+    # UsageError, InputError, a library check on the inputs (K > E, ...), or what the machine refuses
+    except (ValueError, OSError, MemoryError, OverflowError, RecursionError) as exc:
+        if debug and not isinstance(exc, ValueError):
             raise
         print(f"error: {user_message(exc)}", file=sys.stderr)
         return EXIT_USAGE
@@ -251,10 +238,7 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
         if debug:
             raise
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "(no message)"
-        print(
-            f"error: internal error: {type(exc).__name__}: {detail} (please report)",
-            file=sys.stderr,
-        )
+        print(f"error: internal error: {type(exc).__name__}: {detail} (please report)", file=sys.stderr)
         return EXIT_INTERNAL
 
 

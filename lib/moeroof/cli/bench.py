@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from moeroof.cli.output import (
     jsonable,
     output_format,
     run_record,
+    spelled,
     table,
 )
 from moeroof.core import atomic
@@ -97,12 +97,10 @@ def add_parser(subparsers: Any) -> None:
         help="how --calibration's prediction combines the terms: sum (serial loop, default) or max",
     )
     p.add_argument(
-        "--output",
-        help="also write the report to this file as JSON, atomically (whatever --format prints on stdout)",
+        "--output", help="also write the report to this file as JSON, atomically (whatever --format prints on stdout)"
     )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     add_output_arguments(p, output=False, report_output=False)
-    p.set_defaults(func=run)
 
 
 def check_output(args: argparse.Namespace) -> None:
@@ -114,11 +112,8 @@ def check_output(args: argparse.Namespace) -> None:
     from moeroof.data.io import sidecar_path
 
     out = Path(args.output).expanduser()
-    inputs = []
-    for given in (args.trace, args.calibration):
-        if given is not None and Path(given).expanduser().exists():
-            inputs += [Path(given).expanduser(), sidecar_path(Path(given).expanduser())]
-    for inp in inputs:
+    given = [Path(g).expanduser() for g in (args.trace, args.calibration) if g is not None]
+    for inp in [f for g in given if g.exists() for f in (g, sidecar_path(g))]:
         if atomic.same_file(out, inp):
             raise UsageError(
                 f"--output: {args.output} is one of this command's inputs ({inp}); refusing to overwrite it"
@@ -162,30 +157,12 @@ def bench_report(args: argparse.Namespace) -> dict[str, Any]:
         from moeroof.data.presets import load_hardware
 
         hardware = load_hardware(args.calibration)  # a bad file is refused before any work
-    command = [
-        "moeroof",
-        "bench",
-        "--experts",
-        str(experts),
-        "--layers",
-        str(layers),
-        "--top-k",
-        str(top_k),
-        "--d-model",
-        str(d_model),
-        "--d-ff",
-        str(d_ff),
-        "--batch",
-        ",".join(map(str, batch)),
-        "--mode",
-        args.mode,
-    ]
-    command += ["--trace", args.trace] if args.trace is not None else ["--routing", routing]
-    command += ["--steps", str(steps), "--warmup", str(warmup), "--seed", str(seed), "--read-path", args.read_path]
-    if args.scratch_dir is not None:
-        command += ["--scratch-dir", args.scratch_dir]
+    command = {"--experts": experts, "--layers": layers, "--top-k": top_k, "--d-model": d_model, "--d-ff": d_ff}
+    command.update({"--batch": batch, "--mode": args.mode, "--trace": args.trace})
+    command.update({"--routing": routing if args.trace is None else None, "--steps": steps, "--warmup": warmup})
+    command.update({"--seed": seed, "--read-path": args.read_path, "--scratch-dir": args.scratch_dir})
     if args.calibration is not None:
-        command += ["--calibration", args.calibration, "--overlap", args.overlap]
+        command.update({"--calibration": args.calibration, "--overlap": args.overlap})
     try:
         rep = run_bench(
             StackShape(experts, layers, d_model, d_ff),
@@ -200,7 +177,7 @@ def bench_report(args: argparse.Namespace) -> dict[str, Any]:
             seed=seed,
             scratch_dir=args.scratch_dir,
             read_path=args.read_path,
-            command=shlex.join(command),
+            command=spelled(["moeroof", "bench"], command.items()),
             progress=Progress("bench", enabled=not args.quiet),
         )
     except OSError as exc:
@@ -221,21 +198,11 @@ def print_bench(rep: dict[str, Any]) -> None:
     )
     print(f"read path: {rep['read_path']} ({rep['read_method']})")
     pred = rep.get("prediction")
-    rows = []
-    for i, b in enumerate(rep["batch"]):
-        rows.append(
-            [
-                rep["mode"][i],
-                str(b),
-                fmt(rep["step_seconds"][i], 4),
-                fmt(rep["net_tok_s"][i], 2),
-                fmt(rep["per_agent_tok_s"][i], 2),
-                fmt(rep["bytes_read_per_step"][i] / 1e6, 1),
-                fmt(rep["union_per_layer"][i], 2),
-                fmt(rep["coalescing_ratio"][i], 2),
-            ]
-            + ([fmt(pred["predicted_net_tok_s"][i], 2), f"{pred['relative_error'][i]:+.1%}"] if pred else [])
-        )
+    rows = [  # the CSV's rows
+        [mode, str(b), fmt(step, 4), fmt(net, 2), fmt(agent, 2), fmt(read / 1e6, 1), fmt(u, 2), fmt(ratio, 2)]
+        + ([fmt(predicted, 2), f"{error:+.1%}"] if pred else [])
+        for mode, b, step, net, agent, read, u, ratio, predicted, error in bench_csv(rep)[1]
+    ]
     headers = ["mode", "B", "step s", "net tok/s", "tok/s/agent", "MB read/step", "U/layer", "B·K/U"]
     if pred:
         headers += ["predicted net tok/s", "error"]

@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from moeroof.cli.flags import GIB, WORKERS, Bytes, Count, ListOf, UsageError, start_cache_kernels
-from moeroof.cli.inputs import add_meta_arguments, input_path, read_trace_arg
-from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, table
+from moeroof.cli.inputs import META_FLAGS, add_meta_arguments, input_path, read_trace_arg
+from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, percent, print_notes, table
 from moeroof.data.io import InputError, Trace, read_histogram
 
 # moeroof.cachesim.POLICIES and .SCOPES, spelled out so that building the parser does not
@@ -68,17 +68,12 @@ def add_parser(subparsers: Any) -> None:
     add_trace_argument(p)
     p.add_argument("--policy", required=True, choices=POLICIES, help=POLICY_HELP)
     p.add_argument(
-        "--capacity-experts",
-        type=Count(min=0),
-        help="cache capacity in experts (one (layer, expert) item each)",
+        "--capacity-experts", type=Count(min=0), help="cache capacity in experts (one (layer, expert) item each)"
     )
     p.add_argument("--capacity-gib", type=GIB, help="cache capacity in GiB (needs --expert-bytes)")
     p.add_argument("--expert-bytes", type=Bytes(), help="bytes per expert (streamed per miss)")
     p.add_argument(
-        "--scope",
-        default="global",
-        choices=SCOPES,
-        help="one shared cache or one per layer (default global)",
+        "--scope", default="global", choices=SCOPES, help="one shared cache or one per layer (default global)"
     )
     p.add_argument("--warmup", default="0", type=Count(min=0), help="steps simulated but not counted (default 0)")
     p.add_argument("--histogram", help="histogram .csv to pin the static hot set from (default: the trace's own)")
@@ -109,7 +104,6 @@ def add_parser(subparsers: Any) -> None:
     )
     add_meta_arguments(p)
     add_output_arguments(p)
-    p.set_defaults(func=run)
 
 
 def add_trace_argument(p: Any) -> None:
@@ -133,9 +127,6 @@ def check_streams(ids: list[int], n_streams: int) -> list[int]:
     return ids
 
 
-_META_FLAGS = ("experts", "top_k", "tokens", "provenance")
-
-
 def read_trace_lazily(path_text: str, args: Any = None, *, check_ids: bool = True) -> Trace:
     """A TRACE argument as :func:`moeroof.cli.inputs.read_trace_arg` reads it, except that a
     ``.npy`` / ``.npz`` that carries its own meta (no meta flag given) is read with
@@ -147,17 +138,12 @@ def read_trace_lazily(path_text: str, args: Any = None, *, check_ids: bool = Tru
     from moeroof.data.io import npz_has_meta, read_trace, sidecar_path
 
     path = Path(path_text)
-    if path.suffix.lower() in (".npy", ".npz") and all(getattr(args, f, None) is None for f in _META_FLAGS):
+    if path.suffix.lower() in (".npy", ".npz") and all(getattr(args, f, None) is None for f in META_FLAGS):
         path = input_path(path_text)
         suffix = path.suffix.lower()
         if suffix == ".npy" and sidecar_path(path).is_file() or suffix == ".npz" and npz_has_meta(path) is True:
             return read_trace(path, validate=check_ids, lazy=True)
     return read_trace_arg(path_text, args)
-
-
-def read_trace_for_requests(path_text: str, args: Any = None) -> Trace:
-    """:func:`read_trace_lazily` without read_trace's pass over the ids, for :func:`trace_requests`."""
-    return read_trace_lazily(path_text, args, check_ids=False)
 
 
 def trace_requests(trace: Trace, **kw: Any):
@@ -222,17 +208,11 @@ def _capacity(args: argparse.Namespace) -> tuple[float, str, int, int | None]:
     """``(capacity, its unit, capacity in experts, capacity in bytes or None)``."""
     from moeroof.core.units import to_si
 
-    expert_bytes = args.expert_bytes
     if args.capacity_experts is not None:
-        cap_experts = args.capacity_experts
-        capacity, unit, cap_bytes = float(cap_experts), "experts", None
-        if expert_bytes is not None:
-            cap_bytes = cap_experts * expert_bytes
-    else:
-        cap_bytes = to_si(args.capacity_gib, "GiB")
-        capacity, unit = cap_bytes, "bytes"
-        cap_experts = int(math.floor(cap_bytes / expert_bytes + 1e-9))
-    return capacity, unit, cap_experts, cap_bytes
+        n, size = args.capacity_experts, args.expert_bytes
+        return float(n), "experts", n, None if size is None else n * size
+    cap_bytes = to_si(args.capacity_gib, "GiB")
+    return cap_bytes, "bytes", int(math.floor(cap_bytes / args.expert_bytes + 1e-9)), cap_bytes
 
 
 def _pinned(args: argparse.Namespace, trace: Trace, notes: list[str]) -> np.ndarray | None:
@@ -265,7 +245,7 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:
     warmup = args.warmup
     # sharded, the workers read the trace as read_trace checked it; in one process the request
     # pass checks the ids itself
-    trace = read_trace_arg(args.path, args) if sharded else read_trace_for_requests(args.path, args)
+    trace = read_trace_arg(args.path, args) if sharded else read_trace_lazily(args.path, args, check_ids=False)
     stream_ids = list(range(trace.streams)) if args.streams is None else check_streams(args.streams, trace.streams)
     if warmup >= trace.steps:
         raise UsageError(f"--warmup: {warmup} leaves no counted step (the trace has {trace.steps} steps)")
@@ -350,40 +330,17 @@ def print_cache(rep: dict[str, Any]) -> None:
         + f"  scope {rep['scope']}  lookup {rep['lookup']}  warm-up {rep['warmup_steps']} of {rep['steps']} steps"
         + (f"  move-to-main threshold {rep['s3fifo_threshold']}" if rep.get("s3fifo_threshold") is not None else "")
     )
-    rows = [
-        [
-            str(rep["requests"]),
-            str(rep["hits"]),
-            str(rep["misses"]),
-            _percent(rep["hit_rate"]),
-            fmt(rep["bytes_streamed_per_step"], 1) + " experts"
-            if rep["unit"] == "experts"
-            else f"{rep['bytes_streamed_per_step'] / 1e9:.3f} GB",
-        ]
-    ]
-    print(table(["requests", "hits", "misses", "hit rate %", "streamed/step"], rows, ">>>>>"))
-    for note in rep["notes"]:
-        print(f"note: {note}")
-
-
-def _percent(x: Any, digits: int = 2) -> str:
-    """A hit rate (a fraction, as the JSON keeps it) as a table's percentage."""
-    return "-" if x is None else fmt(100.0 * float(x), digits)
+    streamed = rep["bytes_streamed_per_step"]
+    streamed_cell = fmt(streamed, 1) + " experts" if rep["unit"] == "experts" else f"{streamed / 1e9:.3f} GB"
+    row = [str(rep["requests"]), str(rep["hits"]), str(rep["misses"]), percent(rep["hit_rate"]), streamed_cell]
+    print(table(["requests", "hits", "misses", "hit rate %", "streamed/step"], [row], ">>>>>"))
+    print_notes(rep["notes"])
 
 
 #: ``--format csv``: the columns of the one row (hit_rate a fraction, as in the JSON)
-CSV_COLUMNS: tuple[str, ...] = (
-    "policy",
-    "capacity_experts",
-    "capacity_bytes",
-    "scope",
-    "lookup",
-    "warmup_steps",
-    "requests",
-    "hits",
-)
-CSV_COLUMNS += ("misses", "hit_rate", "bytes_streamed_per_step", "unit", "s3fifo_threshold", "oracle", "steps")
-CSV_COLUMNS += ("streams", "layers", "experts", "source", "provenance")
+CSV_COLUMNS: tuple[str, ...] = ("policy", "capacity_experts", "capacity_bytes", "scope", "lookup", "warmup_steps")
+CSV_COLUMNS += ("requests", "hits", "misses", "hit_rate", "bytes_streamed_per_step", "unit", "s3fifo_threshold")
+CSV_COLUMNS += ("oracle", "steps", "streams", "layers", "experts", "source", "provenance")
 
 
 def cache_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:

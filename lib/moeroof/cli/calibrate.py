@@ -16,11 +16,10 @@ every exit, and an interrupted run ends with one ``error: interrupted`` line and
 from __future__ import annotations
 
 import argparse
-import shlex
 from typing import Any
 
 from moeroof.cli.flags import READ_PATHS, SEED, Count, Real, UsageError
-from moeroof.cli.output import add_output_arguments, check_output_file, emit, fmt, interrupted, jsonable, table
+from moeroof.cli.output import add_output_arguments, check_output_file, emit, fmt, interrupted, jsonable, spelled, table
 from moeroof.core.limits import MAX_GIB
 
 #: the time budget ``--seconds`` may ask for (an hour at most: the run is not meant to soak)
@@ -78,7 +77,6 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     add_output_arguments(p, output=False)
-    p.set_defaults(func=run)
 
 
 def check_output(args: argparse.Namespace) -> None:
@@ -107,30 +105,9 @@ def calibrate_report(args: argparse.Namespace) -> dict[str, Any]:
 
     file_mib, seconds, mem_mib, matmul_n, seed = args.file_mib, args.seconds, args.mem_mib, args.matmul_n, args.seed
     check_output(args)
-    command = [
-        "moeroof",
-        "calibrate",
-        "--output",
-        args.output,
-        "--file-mib",
-        f"{file_mib:g}",
-        "--seconds",
-        f"{seconds:g}",
-        "--mem-mib",
-        f"{mem_mib:g}",
-        "--matmul-n",
-        str(matmul_n),
-        "--read-path",
-        args.read_path,
-        "--seed",
-        str(seed),
-    ]
-    if args.scratch_dir is not None:
-        command += ["--scratch-dir", args.scratch_dir]
-    if args.name is not None:
-        command += ["--name", args.name]
-    if args.no_engine:
-        command += ["--no-engine"]
+    command = {"--output": args.output, "--file-mib": f"{file_mib:g}", "--seconds": f"{seconds:g}"}
+    command.update({"--mem-mib": f"{mem_mib:g}", "--matmul-n": matmul_n, "--read-path": args.read_path, "--seed": seed})
+    command.update({"--scratch-dir": args.scratch_dir, "--name": args.name, "--no-engine": args.no_engine})
     try:
         cal = calibrate(
             args.output,
@@ -143,7 +120,7 @@ def calibrate_report(args: argparse.Namespace) -> dict[str, Any]:
             name=args.name,
             seed=seed,
             engine=None if args.no_engine else lambda: measure_engine(seed=seed),
-            command=shlex.join(command),
+            command=spelled(["moeroof", "calibrate"], command.items()),
             progress=Progress("calibrate", enabled=not args.quiet),
         )
     except OSError as exc:
@@ -154,15 +131,11 @@ def calibrate_report(args: argparse.Namespace) -> dict[str, Any]:
 def print_calibrate(rep: dict[str, Any]) -> None:
     print(f"calibrated {rep['name']} → {rep['output']}  ({rep['date']}, witnessed)")
     print(f"read path: {rep['read_path']} ({rep['read_method']})")
-    rows = []
-    for i, size in enumerate(rep["ssd_random"]["read_size_bytes"]):
-        rows.append(
-            [
-                f"{size / 2**10:g} KiB" if size < 2**20 else f"{size / 2**20:g} MiB",
-                fmt(rep["ssd_random"]["bytes_per_s"][i] / 1e9, 3),
-                fmt(rep["ssd_sequential"]["bytes_per_s"][i] / 1e9, 3),
-            ]
-        )
+    random, sequential = rep["ssd_random"], rep["ssd_sequential"]
+    rows = [
+        [f"{size / 2**10:g} KiB" if size < 2**20 else f"{size / 2**20:g} MiB", fmt(r / 1e9, 3), fmt(s / 1e9, 3)]
+        for size, r, s in zip(random["read_size_bytes"], random["bytes_per_s"], sequential["bytes_per_s"])
+    ]
     print(table(["read size", "random GB/s", "sequential GB/s"], rows, ">>>"))
     print(
         f"page-cached reads: {rep['page_cache_bytes_per_s'] / 1e9:.2f} GB/s at {rep['page_cache_read_size_bytes'] / 2**20:g} MiB"
@@ -192,11 +165,8 @@ def print_calibrate(rep: dict[str, Any]) -> None:
 def calibrate_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     """``--format csv``: one row per measured quantity (``read_size_bytes`` for the read curves),
     SI units named in the ``unit`` column."""
-    rows: list[list[Any]] = []
-    for kind in ("ssd_random", "ssd_sequential"):
-        curve = rep[kind]
-        for size, bw in zip(curve["read_size_bytes"], curve["bytes_per_s"]):
-            rows.append([kind, size, bw, "bytes/s"])
+    curves = [(kind, rep[kind]) for kind in ("ssd_random", "ssd_sequential")]
+    rows = [[k, size, bw, "bytes/s"] for k, c in curves for size, bw in zip(c["read_size_bytes"], c["bytes_per_s"])]
     rows.append(["page_cache", rep["page_cache_read_size_bytes"], rep["page_cache_bytes_per_s"], "bytes/s"])
     rows.append(["bw_mem", None, rep["bw_mem_bytes_per_s"], "bytes/s"])
     rows.append(["flops", None, rep["flops_per_s"], "FLOP/s"])

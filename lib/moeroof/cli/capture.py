@@ -24,12 +24,11 @@ of it.
 from __future__ import annotations
 
 import argparse
-import shlex
 from pathlib import Path
 from typing import Any
 
 from moeroof.cli.flags import Count, UsageError
-from moeroof.cli.output import Progress, add_output_arguments, emit
+from moeroof.cli.output import Progress, add_output_arguments, emit, spelled
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # moeroof.measure.capture.DTYPES, without importing it
 
@@ -93,7 +92,6 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--ignore-eos", action="store_true", help="decode N tokens in every stream, through EOS")
     p.add_argument("--force", action="store_true", help="replace the output files if they exist")
     add_output_arguments(p, output=False)
-    p.set_defaults(func=run)
 
 
 def _output_paths(args: argparse.Namespace) -> tuple[Path, Path, Path]:
@@ -196,7 +194,7 @@ def capture_report(args: argparse.Namespace) -> dict[str, Any]:
     if result.topk.shape[0] == 0:
         raise UsageError("every stream ended at its first token (EOS): no decode step to record; try --ignore-eos")
     stored = str(next(model.parameters()).dtype).replace("torch.", "")
-    source = shlex.join(command_line(args))
+    source = command_line(args)
     with Progress("checkpoint hash") as hashing:
         meta = capture_meta(
             result,
@@ -212,21 +210,14 @@ def capture_report(args: argparse.Namespace) -> dict[str, Any]:
     return _capture_json(result, meta, out, hist, streams, stored, device, source)
 
 
-def command_line(args: argparse.Namespace) -> list[str]:
+def command_line(args: argparse.Namespace) -> str:
     """The command as given, every option spelled out (defaults included): the trace's ``source``."""
-    words = ["moeroof", "capture", str(args.model_dir), "--prompts", str(args.prompts)]
-    words += ["--streams", str(args.streams), "--max-new-tokens", str(args.max_new_tokens), "-o", str(args.output)]
-    if args.histogram:
-        words += ["--histogram", str(args.histogram)]
-    words += ["--dtype", args.dtype, "--device", args.device, "--checkpoint-hash", args.checkpoint_hash]
-    words += ["--ignore-eos"] * bool(args.ignore_eos) + ["--force"] * bool(args.force)
-    words += ["--json"] * bool(getattr(args, "json", False))
-    for flag, value in (
-        ("--format", getattr(args, "format", None)),
-        ("--report-output", getattr(args, "report_output", None)),
-    ):
-        words += [flag, str(value)] if value else []
-    return words
+    options = {"--prompts": args.prompts, "--streams": args.streams, "--max-new-tokens": args.max_new_tokens}
+    options.update({"-o": args.output, "--histogram": args.histogram or None, "--dtype": args.dtype})
+    options.update({"--device": args.device, "--checkpoint-hash": args.checkpoint_hash})
+    options.update({"--ignore-eos": bool(args.ignore_eos), "--force": bool(args.force), "--json": bool(args.json)})
+    options.update({"--format": args.format or None, "--report-output": args.report_output or None})
+    return spelled(["moeroof", "capture", str(args.model_dir)], options.items())
 
 
 def print_capture(rep: dict[str, Any]) -> None:

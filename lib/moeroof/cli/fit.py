@@ -21,7 +21,7 @@ import numpy as np
 
 from moeroof.cli.flags import REPLICATES, SEED, check_replicate_memory
 from moeroof.cli.inputs import add_meta_arguments, load_input
-from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, table
+from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, print_notes, table
 from moeroof.data.io import Histogram, InputError
 
 
@@ -45,7 +45,6 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--seed", default="0", type=SEED, help="seed of numpy.random.default_rng (default 0)")
     add_meta_arguments(p)
     add_output_arguments(p)
-    p.set_defaults(func=run)
 
 
 def fit_report(args: argparse.Namespace) -> dict[str, Any]:
@@ -84,10 +83,8 @@ def fit_report(args: argparse.Namespace) -> dict[str, Any]:
     rep.setdefault("provenance", data.meta.get("provenance"))
     rep.setdefault("layers_summed", layers_summed)
     rep["layer_ids"] = [int(x) for x in data.layer_ids] if not layers_summed else ["all (summed)"]
-    rep["bootstrap"] = bootstrap
-    rep["gof_sims"] = gof_sims
     floor = 1.0 / (gof_sims + 1) if gof_sims else None
-    rep["gof_pvalue_floor"] = floor
+    rep.update(bootstrap=bootstrap, gof_sims=gof_sims, gof_pvalue_floor=floor)
     at_floor = [
         m
         for m, f in rep["models"].items()
@@ -137,8 +134,7 @@ def print_fit(rep: dict[str, Any]) -> None:
     ]
     print(table(["model", "params", "95% CI", "logL", "AIC", "GoF p"], rows, "<<<>>>"))
     print(f"* chosen: {chosen} (lowest AIC)" if chosen else "no model chosen")
-    for note in rep.get("notes", []):
-        print(f"note: {note}")
+    print_notes(rep.get("notes", []))
     if rep.get("layers_summed"):
         print("note: histogram summed over layers: per-layer skew averages out, so the fit understates it")
 

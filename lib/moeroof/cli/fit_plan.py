@@ -17,13 +17,15 @@ import argparse
 from typing import Any
 
 from moeroof.cli.flags import SET_HELP, Choice, Count, apply_sets
-from moeroof.cli.inputs import input_path, routing_knobs_arg
-from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, table
+from moeroof.cli.inputs import input_path, read_routing_knobs
+from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, print_notes, table
 from moeroof.core.limits import usable_cores
 
 #: the knobs --fit takes: moeroof.fit.plan.KNOBS, spelled here so that the parser needs no
 #: scipy (tests/test_fit_plan.py holds the two equal)
 KNOBS = ("engine", "expert", "ssd-scale", "reclaim", "reclaim-shape", "pressure", "skew", "rho")
+#: library parameter → the flag that carries it (moeroof.cli.app prints ParameterErrors with it)
+PARAMETER_FLAGS = {"family": "--routing-knobs"}
 
 
 def add_parser(subparsers: Any) -> None:
@@ -69,14 +71,13 @@ def add_parser(subparsers: Any) -> None:
         "and per-stream locality at the locality prior fitted on real decode (data/fits/locality-prior.json)",
     )
     add_output_arguments(p)
-    p.set_defaults(func=run, parameter_flags={"family": "--routing-knobs"})
 
 
 def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
     from moeroof.data.plan_points import read_plan_points
     from moeroof.data.presets import load_hardware, load_model
     from moeroof.fit.plan import fit_plan
-    from moeroof.models.local_routing import spec_skew
+    from moeroof.models.local_routing import routing_from_knobs, spec_skew
     from moeroof.models.locality import Locality
     from moeroof.models.plan import routing_from_spec
 
@@ -84,7 +85,8 @@ def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
     points = read_plan_points(input_path(args.path))
     model, hardware = apply_sets(args.set, load_model(args.model), load_hardware(args.hardware))
     if args.routing_knobs is not None:
-        routing = routing_knobs_arg(args.routing_knobs, model, max(p.batch for p in points))
+        streams = max(p.batch for p in points)  # the cache runs on a trace sampled from the knobs
+        routing = routing_from_knobs(model, *read_routing_knobs(args.routing_knobs), streams=streams)
         is_spec = False
     else:
         routing = routing_from_spec(args.routing, model)
@@ -143,8 +145,7 @@ def print_fit_plan(rep: dict[str, Any]) -> None:
         for r in rep["rows"]
     ]
     print(table(headers, rows, ">>>>><>>>>>"))
-    for note in rep["notes"]:
-        print(f"note: {note}")
+    print_notes(rep["notes"])
     from moeroof.models.curve_peak import peak_note
 
     for peak in rep.get("peaks", ()):
@@ -153,19 +154,8 @@ def print_fit_plan(rep: dict[str, Any]) -> None:
 
 
 #: ``--format csv``: one row per POINTS row (predicted_hit_rate a fraction)
-CSV_COLUMNS: tuple[str, ...] = (
-    "row",
-    "batch",
-    "cache_gib",
-    "ranks",
-    "policy",
-    "role",
-    "measured",
-    "predicted",
-    "low",
-    "high",
-)
-CSV_COLUMNS += ("predicted_hit_rate",)
+CSV_COLUMNS: tuple[str, ...] = ("row", "batch", "cache_gib", "ranks", "policy", "role", "measured", "predicted", "low")
+CSV_COLUMNS += ("high", "predicted_hit_rate")
 
 
 def fit_plan_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:

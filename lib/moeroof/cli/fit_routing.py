@@ -18,7 +18,7 @@ from typing import Any
 
 from moeroof.cli.flags import EXPERTS, LAYERS, REPLICATES, TOP_K, Bytes, Count, UsageError
 from moeroof.cli.inputs import input_path
-from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, table
+from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, print_notes, table
 from moeroof.core.errors import ParameterError
 from moeroof.core.limits import MAX_FIT_SEEDS, MAX_SIMULATED_STEPS
 
@@ -38,11 +38,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--experts", required=True, type=EXPERTS, help="routed experts per layer E")
     p.add_argument("--top-k", required=True, type=TOP_K, help="experts per token K")
     p.add_argument("--layers", required=True, type=LAYERS, help="MoE layers L (at most 16 are simulated)")
-    p.add_argument(
-        "--expert-bytes",
-        type=Bytes(),
-        help="bytes of one expert of one layer (capacity_gib, gib_per_step)",
-    )
+    p.add_argument("--expert-bytes", type=Bytes(), help="bytes of one expert of one layer (capacity_gib, gib_per_step)")
     p.add_argument(
         "--seeds",
         default="4",
@@ -65,7 +61,6 @@ def add_parser(subparsers: Any) -> None:
         "locality prior fitted on real decode (data/fits/locality-prior.json, its spread in the bands)",
     )
     add_output_arguments(p)
-    p.set_defaults(func=run)
 
 
 def fit_routing_report(args: argparse.Namespace) -> dict[str, Any]:
@@ -91,10 +86,7 @@ def fit_routing_report(args: argparse.Namespace) -> dict[str, Any]:
         if str(exc).startswith("row "):  # the library knows the row, the command line the file
             raise ValueError(f"{args.path}:{str(exc)[4:]}") from None
         raise
-    rep = jsonable(result.to_dict())
-    rep["source"] = str(args.path)
-    rep["provenance"] = "projected"
-    return rep
+    return {**jsonable(result.to_dict()), "source": str(args.path), "provenance": "projected"}
 
 
 def _interval(k: dict[str, Any], name: str = "") -> str:
@@ -103,6 +95,12 @@ def _interval(k: dict[str, Any], name: str = "") -> str:
         return "off" if v is None and name == "locality_c" else fmt(v, 3)
 
     return f"[{end(k.get('low'))}, {end(k.get('high'))}]"
+
+
+def _capacity(per_layer: Any, gib: Any) -> str:
+    if per_layer is not None:
+        return fmt(per_layer, 1) + "/layer"
+    return "-" if gib is None else fmt(gib, 1) + " GiB"
 
 
 def print_fit_routing(rep: dict[str, Any]) -> None:
@@ -119,36 +117,19 @@ def print_fit_routing(rep: dict[str, Any]) -> None:
         value = "off" if name == "locality_c" and k.get("off") else fmt(k.get("value"), 3)
         how = "fitted " + _interval(k, name) if k.get("fitted") else f"held ({k.get('held', 'default')})"
         print(f"  {name:<15} {value:>10}  {how}")
-    rows = []
-    for r in rep["rows"]:
-        per_layer, gib = r["capacity_experts_per_layer"], r["capacity_gib"]
-        capacity = (
-            fmt(per_layer, 1) + "/layer"
-            if per_layer is not None
-            else (fmt(gib, 1) + " GiB" if gib is not None else "-")
-        )
-        policy = r["policy"] if r["kind"] in ("hit_rate", "gib_per_step") else "-"
-        rows.append([str(r["row"]), r["kind"], str(r["batch"]), capacity, policy])
-        rows[-1] += [fmt(r[c], 3) for c in ("measured", "predicted", "low", "high")]
-    print(
-        table(["row", "kind", "batch", "capacity", "policy", "measured", "predicted", "low", "high"], rows, "><>>>>>>>")
-    )
-    for note in rep.get("notes", []):
-        print(f"note: {note}")
+    rows = [  # the CSV's rows, the capacity in one cell
+        [str(row), kind, str(batch), _capacity(per_layer, gib), "-" if policy is None else policy]
+        + [fmt(x, 3) for x in values]
+        for row, kind, batch, per_layer, gib, policy, *values in fit_routing_csv(rep)[1]
+    ]
+    headers = ["row", "kind", "batch", "capacity", "policy", "measured", "predicted", "low", "high"]
+    print(table(headers, rows, "><>>>>>>>"))
+    print_notes(rep.get("notes", []))
 
 
 #: ``--format csv``: one row per POINTS row
-CSV_COLUMNS: tuple[str, ...] = (
-    "row",
-    "kind",
-    "batch",
-    "capacity_experts_per_layer",
-    "capacity_gib",
-    "policy",
-    "measured",
-    "predicted",
-)
-CSV_COLUMNS += ("low", "high")
+CSV_COLUMNS: tuple[str, ...] = ("row", "kind", "batch", "capacity_experts_per_layer", "capacity_gib", "policy")
+CSV_COLUMNS += ("measured", "predicted", "low", "high")
 
 
 def fit_routing_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:

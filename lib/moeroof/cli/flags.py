@@ -20,7 +20,7 @@ import argparse
 import math
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -216,11 +216,9 @@ class ListOf:
         if not text.strip() or any(not q.strip() for q in parts):
             raise FlagError(f"expected comma-separated {self.item.noun(plural=True)} like {self.example}, got {text!r}")
         values = [self.item(q) for q in parts]
-        seen: set[Any] = set()
-        for v in values if self.distinct else ():
-            if v in seen:
-                raise FlagError(f"{v} is listed twice in {text!r}")
-            seen.add(v)
+        twice = [v for i, v in enumerate(values) if v in values[:i]] if self.distinct else []
+        if twice:
+            raise FlagError(f"{twice[0]} is listed twice in {text!r}")
         return values
 
 
@@ -271,7 +269,7 @@ class BatchList:
     def _size(self, text: str) -> int:
         return Count(min=1, max=self.max)(text)
 
-    def _item(self, item: str) -> list[int]:
+    def _item(self, item: str) -> Iterable[int]:
         """One comma item (see :data:`BATCH_HELP`)."""
         text = item.strip()
         if ":" in text:
@@ -283,13 +281,7 @@ class BatchList:
         if "-" in text[1:]:
             lo_text, _, hi_text = text.partition("-")
             lo, hi = self._span(item, lo_text, hi_text)
-            span = {lo, hi}
-            p = 1
-            while p < hi:
-                if p > lo:
-                    span.add(p)
-                p *= 2
-            return sorted(span)
+            return {lo, hi} | {2**j for j in range(hi.bit_length()) if lo < 2**j < hi}
         return [self._size(text)]
 
     def _span(self, item: str, lo_text: str, hi_text: str) -> tuple[int, int]:

@@ -49,7 +49,6 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--force", action="store_true", help="replace the output file if it exists")
     add_meta_arguments(p)
     add_output_arguments(p, output=False)
-    p.set_defaults(func=run)
 
 
 def histogram_report(args: argparse.Namespace) -> dict[str, Any]:

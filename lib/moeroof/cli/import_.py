@@ -22,12 +22,11 @@ up: :mod:`moeroof.data.importers`. The source is only read; OUT is written whole
 from __future__ import annotations
 
 import argparse
-import shlex
 from pathlib import Path
 from typing import Any
 
 from moeroof.cli.flags import EXPERTS, TOKENS, TOP_K, Count, ListOf, UsageError
-from moeroof.cli.output import add_output_arguments, emit, new_output, writing_new
+from moeroof.cli.output import add_output_arguments, emit, new_output, print_notes, spelled, writing_new
 
 FORMATS = ("table", "matrix", "sglang", "hf-router-logits")
 
@@ -40,8 +39,7 @@ def _common(p: argparse.ArgumentParser, out_help: str) -> None:
     p.add_argument("src", metavar="SRC", help="the capture to import (only read)")
     p.add_argument("-o", "--output", required=True, help=out_help + "; the printed report goes to --report-output")
     p.add_argument(
-        "--model",
-        help="model name for the meta (e.g. Mixtral-8x7B; default: 'unknown (not given at import)')",
+        "--model", help="model name for the meta (e.g. Mixtral-8x7B; default: 'unknown (not given at import)')"
     )
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
     add_output_arguments(p, output=False)
@@ -153,31 +151,21 @@ def add_parser(subparsers: Any) -> None:
         "--batch", type=Count(min=1), help="sequences B in flattened (B·S, E) logits (row b·S + s); default 1"
     )
 
-    p.set_defaults(func=run, parameter_flags=PARAMETER_FLAGS)
+
+#: the flags the import's command line spells out when given, in order (``--kind auto``, the
+#: default, left out; ``--filter`` once per item, then ``--shares`` and ``--force``)
+COMMAND_FLAGS: tuple[str, ...] = ("columns", "expert_cols", "expert_col", "slot_col", "layer_col", "expert_prefix")
+COMMAND_FLAGS += ("experts", "top_k", "tokens", "kind", "batch", "model")
 
 
 def command_line(args: argparse.Namespace) -> str:
     """The import as a command line, rebuilt from the parsed flags (what the sidecar records)."""
-    argv = ["moeroof", "import", args.import_format, args.src, "-o", args.output]
-    for flag in ("columns", "expert_cols", "expert_col", "slot_col", "layer_col", "expert_prefix", "experts", "top_k"):
-        argv += _flag_words(args, flag)
-    for flag in ("tokens", "kind", "batch", "model"):
-        argv += _flag_words(args, flag)
-    for item in getattr(args, "filter", None) or ():
-        argv += ["--filter", item]
-    for flag in ("shares", "force"):
-        if getattr(args, flag, False):
-            argv.append("--" + flag)
-    return shlex.join(argv)
-
-
-def _flag_words(args: argparse.Namespace, flag: str) -> list[str]:
-    """``--flag VALUE`` of a flag given (``--kind auto`` is the default, left out)."""
-    value = getattr(args, flag, None)
-    if value is None or (flag == "kind" and value == "auto"):
-        return []
-    text = ",".join(map(str, value)) if isinstance(value, list) else str(value)  # --tokens T,T,…
-    return ["--" + flag.replace("_", "-"), text]
+    given = {f: getattr(args, f, None) for f in COMMAND_FLAGS}
+    given["kind"] = None if given["kind"] == "auto" else given["kind"]
+    options = [("--" + f.replace("_", "-"), value) for f, value in given.items()]
+    options += [("--filter", item) for item in getattr(args, "filter", None) or ()]
+    options += [("--shares", bool(getattr(args, "shares", False))), ("--force", bool(args.force))]
+    return spelled(["moeroof", "import", args.import_format, args.src, "-o", args.output], options)
 
 
 def _check_output(args: argparse.Namespace, suffixes: tuple[str, ...]) -> Path:
@@ -285,11 +273,8 @@ def import_report(args: argparse.Namespace) -> dict[str, Any]:
         rep.update(
             tokens_per_layer=[int(t) for t in h.tokens], tokens_user_given=bool(h.meta.get("tokens_user_given", False))
         )
-    rep["model"] = _shared(args, command)["model"]
-    rep["provenance"] = "witnessed"
-    rep["command"] = command
-    rep["notes"] = list(data.notes)
-    return rep
+    model = _shared(args, command)["model"]
+    return {**rep, "model": model, "provenance": "witnessed", "command": command, "notes": list(data.notes)}
 
 
 def print_import(rep: dict[str, Any]) -> None:
@@ -305,24 +290,12 @@ def print_import(rep: dict[str, Any]) -> None:
             f"wrote {rep['path']}: histogram of {rep['layers']} layers × {rep['experts']} experts, K = {rep['top_k']}, "
             f"{span} tokens per layer{' (user-given)' if rep['tokens_user_given'] else ''} (provenance: witnessed)"
         )
-    for note in rep["notes"]:
-        print(f"  {note}")
+    print_notes(rep["notes"], "  ")
 
 
 #: ``--format csv``: the columns of the one row (a trace's or a histogram's; "" where not one's)
-CSV_COLUMNS: tuple[str, ...] = (
-    "path",
-    "kind",
-    "format",
-    "model",
-    "layers",
-    "experts",
-    "top_k",
-    "steps",
-    "streams",
-    "tokens",
-)
-CSV_COLUMNS += ("tokens_per_layer_min", "tokens_per_layer_max", "tokens_user_given", "provenance", "source")
+CSV_COLUMNS: tuple[str, ...] = ("path", "kind", "format", "model", "layers", "experts", "top_k", "steps", "streams")
+CSV_COLUMNS += ("tokens", "tokens_per_layer_min", "tokens_per_layer_max", "tokens_user_given", "provenance", "source")
 
 
 def import_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:

@@ -13,15 +13,7 @@ import numpy as np
 from moeroof.cli.flags import EXPERTS, TOKENS, TOP_K, UsageError
 from moeroof.data.io import InputError, Trace
 
-__all__ = [
-    "fit_knobs_arg",
-    "read_routing_knobs",
-    "routing_knobs_arg",
-    "input_path",
-    "read_trace_arg",
-    "add_meta_arguments",
-    "load_input",
-]
+__all__ = ["META_FLAGS", "read_routing_knobs", "input_path", "read_trace_arg", "add_meta_arguments", "load_input"]
 
 
 def input_path(path_text: str) -> Path:
@@ -56,6 +48,10 @@ def read_trace_arg(path_text: str, args: Any = None) -> Trace:
 
         return read_parquet_trace(path)
     return read_trace(path, meta=_meta_from_flags(path, args))
+
+
+#: the flags of :func:`add_meta_arguments`, as the parsed arguments name them
+META_FLAGS = ("experts", "top_k", "tokens", "provenance")
 
 
 def add_meta_arguments(p: Any) -> None:
@@ -100,10 +96,7 @@ def _meta_from_flags(path: Path, args: Any) -> dict[str, Any] | None:
 
     With the file's own meta present, a flag that disagrees with it is an error rather than a
     silent override: the sidecar describes the capture, the flag is a guess about it."""
-    experts = getattr(args, "experts", None)
-    top_k = getattr(args, "top_k", None)
-    tokens = getattr(args, "tokens", None)
-    provenance = getattr(args, "provenance", None)
+    experts, top_k, tokens, provenance = (getattr(args, f, None) for f in META_FLAGS)
     if experts is None and top_k is None and tokens is None and provenance is None:
         suffix = path.suffix.lower()
         if args is not None and suffix in (".csv", ".npy", ".npz") and path.is_file() and not _has_meta(path):
@@ -159,14 +152,6 @@ def _meta_from_flags(path: Path, args: Any) -> dict[str, Any] | None:
     return meta
 
 
-def fit_knobs_arg(path_text: str) -> dict[str, Any]:
-    """``--fit FIT.json``: a ``moeroof fit-plan --json`` result as the knobs ``plan`` runs with
-    (:func:`moeroof.data.fit_result.read_fit`)."""
-    from moeroof.data.fit_result import read_fit
-
-    return read_fit(input_path(path_text))
-
-
 def read_routing_knobs(path_text: str) -> tuple[str, float, float, float]:
     """``--routing-knobs FILE``: a ``moeroof fit-routing --json`` result, as ``(family, skew, rho,
     c)`` for :func:`moeroof.models.local_routing.routing_from_knobs` (c = inf: no locality)."""
@@ -205,11 +190,3 @@ def read_routing_knobs(path_text: str) -> tuple[str, float, float, float]:
         raise UsageError(f"--routing-knobs: {path}: family must be zipf or dirichlet, got {family!r}")
     c = value("locality_c", value("c", math.inf))
     return family, value("skew", 0.8), value("rho", 0.0), c if c > 0 else math.inf
-
-
-def routing_knobs_arg(path_text: str, model: Any, streams: int) -> Any:
-    """``--routing-knobs FILE``: the routing whose cache runs on a trace sampled from a
-    fit-routing result's knobs (:func:`read_routing_knobs`), with ``streams`` streams."""
-    from moeroof.models.local_routing import routing_from_knobs
-
-    return routing_from_knobs(model, *read_routing_knobs(path_text), streams=streams)

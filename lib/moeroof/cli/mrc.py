@@ -38,12 +38,12 @@ from moeroof.cli.cache import (
     SCOPES,
     TraceInfo,
     add_trace_argument,
-    read_trace_for_requests,
+    read_trace_lazily,
     trace_requests,
 )
 from moeroof.cli.flags import SEED, WORKERS, Count, Real, UsageError, start_cache_kernels
 from moeroof.cli.inputs import add_meta_arguments, read_trace_arg
-from moeroof.cli.output import add_output_arguments, emit, fmt, jsonable, table
+from moeroof.cli.output import add_output_arguments, emit, jsonable, percent, print_notes, table
 from moeroof.core.limits import MAX_SHARDS_SLICES
 from moeroof.data.io import InputError
 
@@ -115,7 +115,6 @@ def add_parser(subparsers: Any) -> None:
     )
     add_meta_arguments(p)
     add_output_arguments(p)
-    p.set_defaults(func=run)
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
@@ -176,24 +175,19 @@ def che_grid(cap: np.ndarray) -> np.ndarray:
     return np.unique(np.concatenate([dense, np.round(logs), [lo, hi]]).astype(cap.dtype))
 
 
-def che_curve(fn: Any, cap: np.ndarray, mode: str) -> np.ndarray:
+def che_curve(fn: Any, cap: np.ndarray, mode: str) -> tuple[np.ndarray, str]:
     """``fn(capacities)`` (a Che curve) at every capacity of ``cap`` (``mode="all"``), or at
     :func:`che_grid`'s and linearly interpolated between (``"grid"``: a few hundred solves
-    instead of one per capacity, 20 481 on an 80 × 256 trace)."""
+    instead of one per capacity, 20 481 on an 80 × 256 trace); and the note that says which."""
     cap = np.asarray(cap)
     if mode == "all" or cap.size <= CHE_EXACT_UP_TO + CHE_LOG_POINTS:
-        return fn(cap)
+        return fn(cap), "che solved at every capacity"
     grid = che_grid(cap)
-    return np.interp(cap, grid, fn(grid))
-
-
-def _che_note(cap: np.ndarray, mode: str) -> str:
-    if mode == "all" or np.asarray(cap).size <= CHE_EXACT_UP_TO + CHE_LOG_POINTS:
-        return "che solved at every capacity"
-    return (
+    note = (
         f"che solved at every capacity up to {CHE_EXACT_UP_TO} and at {CHE_LOG_POINTS} log-spaced capacities "
         "above, linearly interpolated between (--che all solves it at every capacity)"
     )
+    return np.interp(cap, grid, fn(grid)), note
 
 
 def _che_per_layer(counts: np.ndarray, layers: int, cap: np.ndarray) -> np.ndarray:
@@ -217,7 +211,7 @@ def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
     rate, seed = opt["rate"], opt["seed"]
     one_pass = args.scope != "layer" and not (rate is not None and (opt["sharded"] or opt["slices"] is not None))
     # one pass here: the request pass checks the ids itself; sharded, the tasks read what read_trace checked
-    trace: Any = read_trace_for_requests(args.path, args) if one_pass else read_trace_arg(args.path, args)
+    trace: Any = read_trace_lazily(args.path, args, check_ids=False) if one_pass else read_trace_arg(args.path, args)
     lookup_note = (
         "hits judged as each (step, layer) lookup starts"
         if args.lookup == "layer"
@@ -314,8 +308,8 @@ def _sharded_shards_report(args, trace, opt, lookup_note) -> dict[str, Any]:
 def _finish(args, trace, cap, hit, che_fn, method, rate, n_requests, counts, notes, extra=None) -> dict[str, Any]:
     """The report of a curve (``che_fn``: the Che curve at given capacities; ``extra``: a sampled
     curve's error and slices)."""
-    che = che_curve(che_fn, cap, args.che)
-    notes.append(_che_note(cap, args.che))
+    che, note = che_curve(che_fn, cap, args.che)
+    notes.append(note)
     extra = extra or {"hit_rate_stderr": None, "hit_rate_lower": None, "hit_rate_upper": None}
     notes.append(
         "che: independent-reference approximation from the trace's request counts; "
@@ -360,19 +354,13 @@ def print_mrc(rep: dict[str, Any]) -> None:
     headers += ["± stderr (pp)", "band %"] * (se is not None) + ["che %"]
     rows = []
     for i in picks:
-        rows.append([str(cap[i])] + ([str(per[i])] if per is not None else []) + [_pct(rep["hit_rate"][i])])
+        rows.append([str(cap[i])] + ([str(per[i])] if per is not None else []) + [percent(rep["hit_rate"][i])])
         if se is not None:
             assert lo is not None and hi is not None  # a sampled curve carries its band with its stderr
-            rows[-1] += [_pct(se[i]), f"{_pct(lo[i])}–{_pct(hi[i])}"]
-        rows[-1].append(_pct(rep["che_hit_rate"][i]))
+            rows[-1] += [percent(se[i]), f"{percent(lo[i])}–{percent(hi[i])}"]
+        rows[-1].append(percent(rep["che_hit_rate"][i]))
     print(table(headers, rows, ">" * len(headers)))
-    for note in rep["notes"]:
-        print(f"note: {note}")
-
-
-def _pct(x: Any) -> str:
-    """A hit rate (a fraction, as the JSON and CSV keep it) as a table's percentage."""
-    return "-" if x is None else fmt(100.0 * float(x), 2)
+    print_notes(rep["notes"])
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +20,14 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "jsonable",
     "fmt",
+    "percent",
+    "print_notes",
     "table",
     "FORMATS",
     "REPORT_OUTPUT_HELP",
     "add_output_arguments",
     "output_format",
     "dumps",
-    "csv_columns",
     "HASH_WHOLE_BYTES",
     "utc_now",
     "run_record",
@@ -37,19 +38,10 @@ __all__ = [
     "new_output",
     "writing_new",
     "interrupted",
+    "spelled",
 ]
 
 EXIT_INTERRUPTED = 130
-
-
-def _num(x: Any) -> Any:
-    """JSON-safe number: NaN / inf → None, numpy scalars → Python."""
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (float, np.floating)):
-        x = float(x)
-        return x if math.isfinite(x) else None
-    return x
 
 
 #: element types a list may hold to be copied as it is (floats checked for NaN / inf)
@@ -75,11 +67,11 @@ def jsonable(obj: Any) -> Any:
                 return obj.tolist()
             return np.where(np.isfinite(obj), obj, np.array(None)).tolist()  # NaN / inf → None
         return jsonable(obj.tolist())
-    if isinstance(obj, (np.bool_,)):
-        return bool(obj)
-    if isinstance(obj, Path):
-        return str(obj)
-    return _num(obj)
+    if isinstance(obj, (np.bool_, np.integer)):
+        return obj.item()
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if math.isfinite(obj) else None
+    return str(obj) if isinstance(obj, Path) else obj
 
 
 def fmt(x: Any, digits: int = 2) -> str:
@@ -91,6 +83,17 @@ def fmt(x: Any, digits: int = 2) -> str:
     if isinstance(x, (int, np.integer)):
         return str(int(x))
     return f"{float(x):.{digits}f}"
+
+
+def percent(x: Any, digits: int = 2) -> str:
+    """A fraction (a hit rate, as the JSON and the CSV keep it) as a table's percentage."""
+    return "-" if x is None else fmt(100.0 * float(x), digits)
+
+
+def print_notes(notes: Iterable[Any], prefix: str = "note: ") -> None:
+    """The notes a table is followed by, one a line."""
+    for note in notes:
+        print(f"{prefix}{note}")
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> str:
@@ -163,21 +166,6 @@ def dumps(obj: Any) -> str:
     return render(jsonable(obj), 0)
 
 
-def csv_columns(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
-    """A report as one CSV table: the top-level lists of numbers / strings of the most common
-    length (one row per entry: per batch size, per capacity, …); a report without such lists
-    is ``key,value`` rows of its top-level numbers and strings."""
-    lists = {
-        k: v for k, v in rep.items() if isinstance(v, list) and v and all(not isinstance(x, (dict, list)) for x in v)
-    }
-    if lists:
-        lengths = [len(v) for v in lists.values()]
-        n = max(set(lengths), key=lambda m: (lengths.count(m), m))
-        cols = [k for k, v in lists.items() if len(v) == n]
-        return cols, [[lists[c][i] for c in cols] for i in range(n)]
-    return ["key", "value"], [[k, v] for k, v in rep.items() if not isinstance(v, (dict, list))]
-
-
 #: an input is hashed whole up to this size; a larger one by its size, first and last MiB
 HASH_WHOLE_BYTES = 256 << 20
 _HASH_EDGE_BYTES = 1 << 20
@@ -189,15 +177,12 @@ def _file_hash(path: Path) -> dict[str, Any]:
     import hashlib
 
     size = path.stat().st_size
-    h = hashlib.sha256()
     out: dict[str, Any] = {"path": str(path), "bytes": size}
     with open(path, "rb") as fh:  # read-only
         if size <= HASH_WHOLE_BYTES:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
+            h = hashlib.file_digest(fh, "sha256")
         else:
-            h.update(str(size).encode())
-            h.update(fh.read(_HASH_EDGE_BYTES))
+            h = hashlib.sha256(str(size).encode() + fh.read(_HASH_EDGE_BYTES))
             fh.seek(size - _HASH_EDGE_BYTES)
             h.update(fh.read(_HASH_EDGE_BYTES))
             out["sha256_of"] = "size+head+tail"
@@ -209,13 +194,10 @@ def utc_now() -> str:
     """The run's UTC time, ISO 8601 to the second; ``SOURCE_DATE_EPOCH`` (the reproducible-builds
     convention) fixes it, so two runs can give the same bytes."""
     import datetime
+    import time
 
     epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
-    when = (
-        datetime.datetime.fromtimestamp(int(epoch), datetime.UTC)
-        if epoch.isdigit()
-        else datetime.datetime.now(datetime.UTC)
-    )
+    when = datetime.datetime.fromtimestamp(int(epoch) if epoch.isdigit() else time.time(), datetime.UTC)
     return when.replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
@@ -227,8 +209,8 @@ def run_record(args: Any, inputs: Sequence[str | os.PathLike[str]] = ()) -> dict
 
     import moeroof
 
-    argv = getattr(args, "argv", None) if not isinstance(args, bool) else None
-    files = [] if isinstance(args, bool) else _input_files(args)
+    argv = getattr(args, "argv", None)
+    files = _input_files(args)
     files += [Path(x).expanduser().resolve() for x in inputs if Path(x).expanduser().is_file()]
     seen: dict[str, dict[str, Any]] = {}
     for f in files:
@@ -304,12 +286,8 @@ def _input_files(args: Any) -> list[Path]:
                 if not text.strip():
                     continue
                 for p in _candidates(key, text.strip()):
-                    try:
-                        if p.is_file():
-                            out.append(p.resolve())
-                            side = p.with_suffix(".json")
-                            if side.is_file():
-                                out.append(side.resolve())
+                    try:  # the file and its sidecar
+                        out += [f.resolve() for f in (p, p.with_suffix(".json")) if p.is_file() and f.is_file()]
                     except (OSError, ValueError):  # a name too long or holding NUL: not a file
                         continue
     return out
@@ -351,23 +329,20 @@ def emit(
     rep: dict[str, Any],
     args: Any,
     printer: Callable[[dict[str, Any]], None],
-    csv_table: Callable[[dict[str, Any]], tuple[list[str], list[list[Any]]]] | None = None,
+    csv_table: Callable[[dict[str, Any]], tuple[list[str], list[list[Any]]]],
     *,
     inputs: Sequence[str | os.PathLike[str]] = (),
 ) -> int:
     """Print (or with ``--output FILE`` / ``--report-output FILE`` write, atomically) a report as
-    JSON (:func:`dumps`), CSV (``csv_table``, the command's own table, or :func:`csv_columns`)
-    or the command's readable table; exit status 0.
+    JSON (:func:`dumps`), CSV (``csv_table``: the command's own ``(headers, rows)``) or the
+    command's readable table; exit status 0.
 
-    ``args`` is the parsed namespace (``--format``, ``--json``, the report file), or a bool for
-    callers that only choose JSON. ``inputs``: files the command read that its arguments do not
-    name (the report file must not be one of them either: :func:`check_report_target`)."""
-    if isinstance(args, bool):
-        fmt_name, target = ("json" if args else "table"), None
-    else:
-        fmt_name = output_format(args)
-        target = getattr(args, "report_output", None)
-        target = target if isinstance(target, str) else None
+    ``args`` is the parsed namespace (``--format``, ``--json``, the report file). ``inputs``: files
+    the command read that its arguments do not name (the report file must not be one of them
+    either: :func:`check_report_target`)."""
+    fmt_name = output_format(args)
+    target = getattr(args, "report_output", None)
+    target = target if isinstance(target, str) else None
     if target is not None:
         path = check_report_target(target, args, inputs)
     # the run record (a command that wrote a file of the same report put it there already)
@@ -375,7 +350,7 @@ def emit(
     if fmt_name == "json":
         text = dumps({**rep, "run": record or run_record(args, inputs)}) + "\n"
     elif fmt_name == "csv":
-        headers, rows = (csv_table or csv_columns)(rep)
+        headers, rows = csv_table(rep)
         text = _csv_comment(record or run_record(args, inputs)) + _csv_text(headers, rows)
     else:
         import io
@@ -490,3 +465,17 @@ def interrupted() -> int:
     """A measurement stopped by Ctrl-C or a signal: one line on stderr, exit status 130."""
     print("error: interrupted (scratch files removed)", file=sys.stderr)
     return EXIT_INTERRUPTED
+
+
+def spelled(words: Sequence[str], options: Iterable[tuple[str, Any]]) -> str:
+    """The command line a written file records, quoted for a shell: ``words``, then each option
+    ``(FLAG, VALUE)`` given (a list comma-separated; True: the flag alone; None or False: left out)."""
+    import shlex
+
+    out = list(words)
+    for flag, value in options:
+        if value is True:
+            out.append(flag)
+        elif value is not None and value is not False:
+            out += [flag, ",".join(map(str, value)) if isinstance(value, list) else str(value)]
+    return shlex.join(out)

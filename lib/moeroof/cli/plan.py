@@ -53,9 +53,12 @@ from moeroof.cli.flags import (
     resolve_auto_cache,
     step_options,
 )
-from moeroof.cli.inputs import fit_knobs_arg, read_routing_knobs
-from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, table
+from moeroof.cli.inputs import input_path, read_routing_knobs
+from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, print_notes, table
 from moeroof.core.names import header
+
+#: library parameter → the flag that carries it (moeroof.cli.app prints ParameterErrors with it)
+PARAMETER_FLAGS = {"rank_speed": "--rank-speed"}
 
 
 def add_parser(subparsers: Any) -> None:
@@ -111,7 +114,6 @@ def add_parser(subparsers: Any) -> None:
         "4096, not only the grid) with at least this per-agent tok/s that fits in RAM, and why B + 1 fails",
     )
     add_output_arguments(p)
-    p.set_defaults(func=run, parameter_flags={"rank_speed": "--rank-speed"})
 
 
 def plan_report(args: argparse.Namespace, stage=lambda done, total, what: None) -> dict[str, Any]:
@@ -127,7 +129,9 @@ def plan_report(args: argparse.Namespace, stage=lambda done, total, what: None) 
     model, hardware = apply_sets(args.set, load_model(args.model), load_hardware(args.hardware))
     fitted = None
     if args.fit is not None:
-        fitted = fit_knobs_arg(args.fit)
+        from moeroof.data.fit_result import read_fit  # a `moeroof fit-plan --json` result's knobs
+
+        fitted = read_fit(input_path(args.fit))
         for what, have in (("model", model.name), ("hardware", hardware.name)):
             if fitted[what] not in (None, have):
                 raise UsageError(f"--fit: {args.fit} was fitted on {what} {fitted[what]}, not {have}")
@@ -189,11 +193,9 @@ def _add_engine_priors(rep: dict[str, Any], model, hardware, workload, routing, 
     from moeroof.models.engine_prior import prior_band
 
     band = prior_band(model, hardware, workload, routing, batch).to_dict()
-    rep["net_tok_s_at_priors"] = band["net_tok_s"]
-    rep["net_tok_s_at_priors_low"] = band["low"]
-    rep["net_tok_s_at_priors_high"] = band["high"]
-    rep["engine_priors"] = {"held": band["held"], "sources": band["sources"]}
-    rep["notes"] = [*rep["notes"], band["note"]]
+    for end, key in (("", "net_tok_s"), ("_low", "low"), ("_high", "high")):
+        rep[f"net_tok_s_at_priors{end}"] = band[key]
+    rep.update(engine_priors={"held": band["held"], "sources": band["sources"]}, notes=[*rep["notes"], band["note"]])
 
 
 #: what a zero-fit ``plan`` does, in order (its progress line names each as it begins)
@@ -256,33 +258,20 @@ def print_plan(rep: dict[str, Any]) -> None:
 
 
 def _table_row(rep: dict[str, Any], i: int) -> list[str]:
-    """The readable table's cells at batch index i (:data:`TABLE_COLUMNS`)."""
-    base = rep["baselines"]
-    fits = bool(rep["fits_in_memory"][i])
-    b = rep["batch"][i]
-    return [
-        str(b),
-        fmt(rep["cache_gib"][i], 1),
-        fmt(rep["step_seconds"][i] if fits else None, 3),
-        fmt(rep["per_agent_tok_s"][i] if fits else None, 3),
-        _with_range(rep["net_tok_s"][i] if fits else None, _over_routing(rep, "net_tok_s", i), 3),
-        _at_priors(rep, i),
-        _bound(rep, i),
-        fmt(rep["ssd_bytes_per_token"][i] / 1e9 if fits else None, 3),
-        fmt(rep["union_per_layer"][i], 1),
-        _with_range(
-            _pooled(rep["cache_hit_rate"], i) if fits else None,
-            _over_routing(rep, "cache_hit_rate", i),
-            1,
-            100.0,
-        ),
-        fmt(rep["ssd_bytes_per_step"][i] / 2**30 if fits else None, 2),
-        fmt(rep["coalescing_ratio"][i] if fits else None, 2),
-        fmt(base["uncoalesced"]["multiple"][i] if fits else None, 2),
-        fmt(base["single"]["multiple"][i] if fits else None, 2),
-        fmt(base["independent-boxes"]["multiple"][i] if fits else None, 3),
-        "yes" if rep["fits_in_memory"][i] else "NO",
-    ]
+    """The readable table's cells at batch index i (:data:`TABLE_COLUMNS`), from the CSV's values:
+    a range in its centre's cell."""
+    v = _csv_row(rep, i)
+    ends = {k: (v[f"{k}_low"], v[f"{k}_high"]) for k in ("net_tok_s_routing", "cache_hit_rate_routing")}
+    span = {k: None if low is None else (low, high) for k, (low, high) in ends.items()}
+    per_token = v["ssd_bytes_per_token"]
+    cells = [str(v["batch"]), fmt(v["cache_gib"], 1), fmt(v["step_seconds"], 3), fmt(v["per_agent_tok_s"], 3)]
+    cells.append(_with_range(v["net_tok_s"], span["net_tok_s_routing"], 3))
+    priors = (v["net_tok_s_at_priors_low"], v["net_tok_s_at_priors_high"])
+    cells += [_with_range(v["net_tok_s_at_priors"], priors, 3), _bound(rep, i)]
+    cells += [fmt(None if per_token is None else per_token / 1e9, 3), fmt(v["union_per_layer"], 1)]
+    cells.append(_with_range(v["cache_hit_rate"], span["cache_hit_rate_routing"], 1, 100.0))
+    cells += [fmt(v[c], 2) for c in ("gib_streamed_per_step", "coalescing_ratio", *_MULTIPLES[:2])]
+    return cells + [fmt(v[_MULTIPLES[2]], 3), "yes" if v["fits_in_memory"] else "NO"]
 
 
 def _print_below_table(rep: dict[str, Any]) -> None:
@@ -311,8 +300,7 @@ def _print_below_table(rep: dict[str, Any]) -> None:
     among = " (among the batches that fit in RAM)" if rep.get("transitions_among") else ""
     for t in rep["transitions"]:
         print(f"regime change: {t['from']} → {t['to']} at B* = {t['batch']}{among}")
-    for note in rep["notes"]:
-        print(f"note: {note}")
+    print_notes(rep["notes"])
     for b, why in zip(rep["batch"], rep.get("infeasible_reason") or []):
         if why:
             print(f"infeasible at B={b}: {why} (no multiple)")
@@ -333,14 +321,6 @@ def _print_below_table(rep: dict[str, Any]) -> None:
     )
 
 
-def _at_priors(rep: dict[str, Any], i: int) -> str:
-    """``centre (low–high)`` of net tok/s at the engine priors; ``-`` with --fit or off RAM."""
-    mid = _prior_cell(rep, "net_tok_s_at_priors", i)
-    if mid is None:
-        return "-"
-    return _with_range(mid, (rep["net_tok_s_at_priors_low"][i], rep["net_tok_s_at_priors_high"][i]), 3)
-
-
 def _bound(rep: dict[str, Any], i: int) -> str:
     """The binding term as the table shows it: the streaming tier by its name on this box, and
     ``RAM`` where the step does not fit (no term binds a step that cannot run)."""
@@ -350,66 +330,48 @@ def _bound(rep: dict[str, Any], i: int) -> str:
 
 
 #: the columns the readable table shows inside another's cell (a range in parentheses); the CSV's last
-_IN_CELLS: tuple[str, ...] = (
-    "net_tok_s_at_priors_low",
-    "net_tok_s_at_priors_high",
-    "net_tok_s_routing_low",
-    "net_tok_s_routing_high",
-)
-_IN_CELLS += ("cache_hit_rate_routing_low", "cache_hit_rate_routing_high")
+_IN_CELLS: tuple[str, ...] = ("net_tok_s_at_priors_low", "net_tok_s_at_priors_high", "net_tok_s_routing_low")
+_IN_CELLS += ("net_tok_s_routing_high", "cache_hit_rate_routing_low", "cache_hit_rate_routing_high")
+_MULTIPLES = ("multiple_vs_uncoalesced", "multiple_vs_single", "multiple_vs_independent_boxes")
+#: the CSV's columns that are empty where the step does not fit in RAM (no rate, no multiple)
+_RATES: tuple[str, ...] = ("step_seconds", "per_agent_tok_s", "net_tok_s", "bound", "ssd_bytes_per_token")
+_RATES += ("cache_hit_rate", "gib_streamed_per_step", "coalescing_ratio", *_MULTIPLES)
 #: ``--format csv``: one row per batch size (hit_rate a fraction: the mean over ranks with R > 1),
 #: the same names as the JSON and the table (moeroof.core.names)
-CSV_COLUMNS: tuple[str, ...] = (
-    "batch",
-    "cache_gib",
-    "step_seconds",
-    "per_agent_tok_s",
-    "net_tok_s",
-    "net_tok_s_at_priors",
-    "bound",
-)
-CSV_COLUMNS += ("link_name", "ssd_bytes_per_token", "union_per_layer", "cache_hit_rate", "gib_streamed_per_step")
-CSV_COLUMNS += ("coalescing_ratio", "multiple_vs_uncoalesced", "multiple_vs_single", "multiple_vs_independent_boxes")
+CSV_COLUMNS: tuple[str, ...] = ("batch", "cache_gib", "step_seconds", "per_agent_tok_s", "net_tok_s")
+CSV_COLUMNS += ("net_tok_s_at_priors", "bound", "link_name", "ssd_bytes_per_token", "union_per_layer", "cache_hit_rate")
+CSV_COLUMNS += ("gib_streamed_per_step", "coalescing_ratio", *_MULTIPLES)
 CSV_COLUMNS += ("fits_in_memory", "infeasible_reason", *_IN_CELLS)
 #: the readable table's columns: the CSV's but the link (named in the header), the reason
 #: (printed below the table) and the ranges (in their centre's cell)
 TABLE_COLUMNS = tuple(c for c in CSV_COLUMNS if c not in ("link_name", "infeasible_reason", *_IN_CELLS))
 
 
+def _csv_row(rep: dict[str, Any], i: int) -> dict[str, Any]:
+    """The values at batch index i by :data:`CSV_COLUMNS`: the rates and multiples None where the
+    step does not fit in RAM, the ranges None where there is none."""
+    fits = bool(rep["fits_in_memory"][i])
+    row = {k: rep[k][i] for k in ("batch", "cache_gib", "step_seconds", "per_agent_tok_s", "net_tok_s")}
+    row.update({k: _prior_cell(rep, k, i) for k in ("net_tok_s_at_priors", *_IN_CELLS[:2])})
+    row.update(bound=_bound(rep, i), link_name=rep.get("link_name", "ssd"))
+    row.update({k: rep[k][i] for k in ("ssd_bytes_per_token", "union_per_layer", "coalescing_ratio")})
+    row["cache_hit_rate"] = _pooled(rep["cache_hit_rate"], i) if fits else None
+    row["gib_streamed_per_step"] = rep["ssd_bytes_per_step"][i] / 2**30 if fits else None
+    for column, baseline in zip(_MULTIPLES, ("uncoalesced", "single", "independent-boxes")):
+        row[column] = rep["baselines"][baseline]["multiple"][i]
+    if not fits:
+        row.update(dict.fromkeys(_RATES))
+    reasons = rep.get("infeasible_reason") or [None] * len(rep["batch"])
+    row.update(fits_in_memory=fits, infeasible_reason=reasons[i] or None)
+    for key in ("net_tok_s", "cache_hit_rate"):
+        row[f"{key}_routing_low"], row[f"{key}_routing_high"] = _over_routing(rep, key, i) or (None, None)
+    return row
+
+
 def plan_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     """``--format csv``: one row per batch; multiples empty where the step does not fit."""
-    base = rep["baselines"]
-    reasons = rep.get("infeasible_reason") or [None] * len(rep["batch"])
-    rows = []
-    for i, b in enumerate(rep["batch"]):
-        fits = bool(rep["fits_in_memory"][i])
-        rows.append(
-            [
-                b,
-                rep["cache_gib"][i],
-                rep["step_seconds"][i] if fits else None,
-                rep["per_agent_tok_s"][i] if fits else None,
-                rep["net_tok_s"][i] if fits else None,
-                _prior_cell(rep, "net_tok_s_at_priors", i),
-                _bound(rep, i) if fits else None,
-                rep.get("link_name", "ssd"),
-                rep["ssd_bytes_per_token"][i] if fits else None,
-                rep["union_per_layer"][i],
-                _pooled(rep["cache_hit_rate"], i) if fits else None,
-                rep["ssd_bytes_per_step"][i] / 2**30 if fits else None,
-                rep["coalescing_ratio"][i] if fits else None,
-                base["uncoalesced"]["multiple"][i] if fits else None,
-                base["single"]["multiple"][i] if fits else None,
-                base["independent-boxes"]["multiple"][i] if fits else None,
-                fits,
-                reasons[i] or None,
-                _prior_cell(rep, "net_tok_s_at_priors_low", i),
-                _prior_cell(rep, "net_tok_s_at_priors_high", i),
-                *(_over_routing(rep, "net_tok_s", i) or (None, None)),
-                *(_over_routing(rep, "cache_hit_rate", i) or (None, None)),
-            ]
-        )
-    return list(CSV_COLUMNS), rows
+    rows = [_csv_row(rep, i) for i in range(len(rep["batch"]))]
+    return list(CSV_COLUMNS), [[row[c] for c in CSV_COLUMNS] for row in rows]
 
 
 def _routing_ranges(rep: dict[str, Any]) -> None:

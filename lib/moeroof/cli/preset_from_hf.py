@@ -72,7 +72,6 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--name", help="the preset's name (default: the checkpoint's)")
     p.add_argument("--force", action="store_true", help="replace the output file if it exists")
     add_output_arguments(p, output=False)
-    p.set_defaults(func=run)
 
 
 def preset_report(args: argparse.Namespace) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,7 +43,6 @@ def add_parser(subparsers: Any) -> None:
         "required, its default and what it means",
     )
     add_output_arguments(p)
-    p.set_defaults(func=run)
 
 
 SCHEMA_COLUMNS = ("kind", "field", "required", "dimension", "unit", "default", "meaning")
@@ -52,20 +52,13 @@ def print_schema(rep: dict[str, Any]) -> None:
     print('Preset schema (TOML: kind = "model" | "hardware", name = "…", then one inline table a field:')
     print('  FIELD = { value = N, unit = "U", source = "…" }  or  { …, assumed = true, note = "…" };')
     print("  witnessed = true (with a source) marks a measured number; counts take no unit)")
-    rows = [
-        [
-            r["kind"],
-            r["field"],
-            "yes" if r["required"] else "no",
-            r["unit"],
-            "-"
-            if r["default"] in (None, "")
-            else f"{r['default']:g} (assumed)"
-            if r["dimension"] != "text"
-            else r["default"],
-            r["meaning"],
-        ]
-        for r in rep["fields"]
+
+    def default_cell(value: Any, dimension: str) -> str:
+        return "-" if value in (None, "") else value if dimension == "text" else f"{value:g} (assumed)"
+
+    rows = [  # the CSV's rows
+        [kind, field, "yes" if required else "no", unit, default_cell(default, dimension), meaning]
+        for kind, field, required, dimension, unit, default, meaning in schema_csv(rep)[1]
     ]
     print(table(["kind", "field", "required", "unit (e.g.)", "default", "meaning"], rows, "<<<<<<"))
     print("an optional field without a default is needed only where the model uses it (an error names it then)")
@@ -87,10 +80,7 @@ def _preset_entry(obj: Any, fields: Sequence[str]) -> dict[str, Any]:
     for key in fields:
         if key in obj.provenance:
             entry[key] = getattr(obj, key)
-    entry["provenance"] = dict(obj.provenance)
-    entry["sources"] = dict(obj.sources)
-    entry["path"] = obj.path
-    return entry
+    return {**entry, "provenance": dict(obj.provenance), "sources": dict(obj.sources), "path": obj.path}
 
 
 def presets_report() -> dict[str, Any]:
@@ -119,16 +109,6 @@ def presets_report() -> dict[str, Any]:
     return jsonable(rep)
 
 
-def _cell(value: Any, unit: str | None, tag: str | None, digits: int = 2) -> str:
-    """A table cell: the number in ``unit`` (SI → unit through moeroof.core.units) and its tag letter."""
-    from moeroof.core.units import from_si
-
-    if value is None or tag is None:
-        return "-"
-    shown = value if unit is None else from_si(value, unit)
-    return f"{fmt(shown, digits)} {_TAG_LETTER[tag]}"
-
-
 def ssd_cell(entry: dict[str, Any], read_size: float) -> str:
     """SSD bandwidth at one read size (log-log interpolation of the curve, clamped at its ends).
 
@@ -136,75 +116,62 @@ def ssd_cell(entry: dict[str, Any], read_size: float) -> str:
     points is at best ``projected``."""
     from moeroof.core.units import from_si
 
-    sizes, bws = entry["ssd_read_size_bytes"], entry["bw_ssd_bytes_per_s"]
     prov = entry["provenance"]
     tag = max(prov["ssd_read_size_bytes"], prov["bw_ssd_bytes_per_s"], key=_TAG_RANK.__getitem__)
-    if tag == "witnessed" and not any(math.isclose(s, read_size) for s in sizes):
+    if tag == "witnessed" and not any(math.isclose(s, read_size) for s in entry["ssd_read_size_bytes"]):
         tag = "projected"
-    bw = float(np.exp(np.interp(np.log(read_size), np.log(sizes), np.log(bws))))
-    return f"{fmt(from_si(bw, 'GB/s'))} {_TAG_LETTER[tag]}"
+    return f"{fmt(from_si(_stream_bw(entry, read_size), 'GB/s'))} {_TAG_LETTER[tag]}"
+
+
+def _stream_bw(entry: dict[str, Any], read_size: float) -> Any:
+    """The streaming bandwidth at one read size: log-log interpolation of the curve, clamped at its
+    ends (None without a curve)."""
+    sizes, bws = entry.get("ssd_read_size_bytes"), entry.get("bw_ssd_bytes_per_s")
+    if sizes is None or bws is None:
+        return None
+    return float(np.exp(np.interp(np.log(read_size), np.log(np.atleast_1d(sizes)), np.log(np.atleast_1d(bws)))))
+
+
+#: the readable tables' columns after the name: (header, field, unit it is shown in, decimals)
+Cells = tuple[tuple[str, Any, str | None, int], ...]
+MODEL_CELLS: Cells = (("E", "experts", None, 2), ("K", "top_k", None, 2), ("layers", "moe_layers", None, 2))
+MODEL_CELLS += (("expert MB", "expert_bytes", "MB", 1), ("non-routed GB", "non_routed_bytes", "GB", 1))
+MODEL_CELLS += (("KV KiB/token", "kv_bytes_per_token", "KiB", 1), ("GFLOP/token", "flops_per_token", "GFLOP", 1))
+#: a hardware field None: the streaming tier's name; a number: the streaming bandwidth at that read size
+HARDWARE_CELLS: Cells = (("RAM GiB", "ram_bytes", "GiB", 1), ("mem GB/s", "bw_mem_bytes_per_s", "GB/s", 1))
+HARDWARE_CELLS += (("TFLOP/s", "flops_per_s", "TFLOP/s", 1), ("experts from", None, None, 0))
+HARDWARE_CELLS += (("stream GB/s @128KiB", 128 * 2**10, None, 0), ("stream GB/s @8MiB", 8 * 2**20, None, 0))
+HARDWARE_CELLS += (("fabric GB/s", "bw_link_bytes_per_s", "GB/s", 1),)
+
+
+def _cell(entry: dict[str, Any], key: Any, unit: str | None, digits: int) -> str:
+    """A table cell: the field in ``unit`` (SI → unit through moeroof.core.units) and its tag letter
+    (a read size: :func:`ssd_cell`; None: the streaming tier)."""
+    from moeroof.core.units import from_si
+
+    if not isinstance(key, str):  # the streaming tier's name, or its bandwidth at a read size
+        return entry.get("link", "ssd") if key is None else ssd_cell(entry, key)
+    value, tag = entry.get(key), entry["provenance"].get(key)
+    if value is None or tag is None:
+        return "-"
+    shown = value if unit is None else from_si(value, unit)
+    return f"{fmt(shown, digits)} {_TAG_LETTER[tag]}"
 
 
 def print_presets(rep: dict[str, Any]) -> None:
-    from moeroof.core.units import KiB, MiB
-
-    def cell(entry: dict[str, Any], key: str, unit: str | None, digits: int = 2) -> str:
-        return _cell(entry.get(key), unit, entry["provenance"].get(key), digits)
-
-    rows = []
-    for name, m in rep["models"].items():
-        rows.append(
-            [
-                name,
-                cell(m, "experts", None),
-                cell(m, "top_k", None),
-                cell(m, "moe_layers", None),
-                cell(m, "expert_bytes", "MB", 1),
-                cell(m, "non_routed_bytes", "GB", 1),
-                cell(m, "kv_bytes_per_token", "KiB", 1),
-                cell(m, "flops_per_token", "GFLOP", 1),
-            ]
-        )
-    print("models (data/presets/models)")
-    headers = ["model", "E", "K", "layers", "expert MB", "non-routed GB", "KV KiB/token", "GFLOP/token"]
-    print(table(headers, rows, "<>>>>>>>"))
-    print()
-    rows = []
-    for name, h in rep["hardware"].items():
-        rows.append(
-            [
-                name,
-                cell(h, "ram_bytes", "GiB", 1),
-                cell(h, "bw_mem_bytes_per_s", "GB/s", 1),
-                cell(h, "flops_per_s", "TFLOP/s", 1),
-                h.get("link", "ssd"),
-                ssd_cell(h, 128 * KiB),
-                ssd_cell(h, 8 * MiB),
-                cell(h, "bw_link_bytes_per_s", "GB/s", 1),
-            ]
-        )
-    print("hardware (data/presets/hardware)")
-    headers = [
-        "hardware",
-        "RAM GiB",
-        "mem GB/s",
-        "TFLOP/s",
-        "experts from",
-        "stream GB/s @128KiB",
-        "stream GB/s @8MiB",
-        "fabric GB/s",
-    ]
-    print(table(headers, rows, "<>>><>>>"))
-    print(
-        "experts from: what the step model's streaming term reads through (ssd, pcie, host-link, page-cache); "
-        "fabric: the link between boxes of a multi-node run"
+    for kind, cells, align in (("models", MODEL_CELLS, "<>>>>>>>"), ("hardware", HARDWARE_CELLS, "<>>><>>>")):
+        rows = [[name] + [_cell(e, *c[1:]) for c in cells] for name, e in rep[kind].items()]
+        print(f"{kind} (data/presets/{kind})")
+        print(table([kind.rstrip("s"), *(c[0] for c in cells)], rows, align))
+        if kind == "hardware":
+            print(
+                "experts from: what the step model's streaming term reads through (ssd, pcie, host-link, page-cache); "
+                "fabric: the link between boxes of a multi-node run"
+            )
+        print()
+    counts = Counter(
+        tag for kind in ("models", "hardware") for e in rep[kind].values() for tag in e["provenance"].values()
     )
-    print()
-    counts = {tag: 0 for tag in _TAG_LETTER}
-    for kind in ("models", "hardware"):
-        for entry in rep[kind].values():
-            for tag in entry["provenance"].values():
-                counts[tag] += 1
     print(
         "provenance: w = witnessed (measured or read off a model card, with source), "
         "p = projected (derived from sourced inputs), a = assumed; "
@@ -217,30 +184,10 @@ def print_presets(rep: dict[str, Any]) -> None:
 
 
 #: ``--format csv``: one row per preset; numbers in SI units (bytes, bytes/s, FLOP, FLOP/s)
-CSV_COLUMNS: tuple[str, ...] = (
-    "kind",
-    "name",
-    "description",
-    "precision",
-    "experts",
-    "top_k",
-    "moe_layers",
-    "expert_bytes",
-)
-CSV_COLUMNS += ("non_routed_bytes", "kv_bytes_per_token", "flops_per_token", "ram_bytes", "bw_mem_bytes_per_s")
-CSV_COLUMNS += ("flops_per_s", "link", "stream_bytes_per_s_at_128KiB", "stream_bytes_per_s_at_8MiB")
-CSV_COLUMNS += ("bw_link_bytes_per_s", "not_witnessed", "path")
-
-
-def _stream_bw(entry: dict[str, Any], read_size: float) -> float | None:
-    """The streaming bandwidth at one read size (log-log interpolation, as the table's cell)."""
-    sizes, bws = entry.get("ssd_read_size_bytes"), entry.get("bw_ssd_bytes_per_s")
-    if sizes is None or bws is None:
-        return None
-    sizes = sizes if isinstance(sizes, list) else [sizes]
-    bws = bws if isinstance(bws, list) else [bws]
-    bw = float(np.exp(np.interp(np.log(read_size), np.log(sizes), np.log(bws))))
-    return float(f"{bw:.6g}")  # the interpolation's round-off (1.51e9 read back as 1510000000.0000021)
+CSV_COLUMNS: tuple[str, ...] = ("kind", "name", "description", "precision", "experts", "top_k", "moe_layers")
+CSV_COLUMNS += ("expert_bytes", "non_routed_bytes", "kv_bytes_per_token", "flops_per_token", "ram_bytes")
+CSV_COLUMNS += ("bw_mem_bytes_per_s", "flops_per_s", "link", "stream_bytes_per_s_at_128KiB")
+CSV_COLUMNS += ("stream_bytes_per_s_at_8MiB", "bw_link_bytes_per_s", "not_witnessed", "path")
 
 
 def presets_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
@@ -253,9 +200,10 @@ def presets_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
         for name, entry in rep[kind].items():
             row: dict[str, Any] = {c: entry.get(c) for c in CSV_COLUMNS}
             row.update(kind="model" if kind == "models" else "hardware", name=name)
-            if kind == "hardware":
-                row["stream_bytes_per_s_at_128KiB"] = _stream_bw(entry, 128 * KiB)
-                row["stream_bytes_per_s_at_8MiB"] = _stream_bw(entry, 8 * MiB)
+            for col, size in (("stream_bytes_per_s_at_128KiB", 128 * KiB), ("stream_bytes_per_s_at_8MiB", 8 * MiB)):
+                bw = _stream_bw(entry, size) if kind == "hardware" else None
+                # the interpolation's round-off (1.51e9 read back as 1510000000.0000021)
+                row[col] = None if bw is None else float(f"{bw:.6g}")
             prov = entry.get("provenance") or {}
             row["not_witnessed"] = ";".join(f"{k}={t}" for k, t in prov.items() if t != "witnessed")
             rows.append([row[c] for c in CSV_COLUMNS])

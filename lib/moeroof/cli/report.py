@@ -49,7 +49,6 @@ def add_parser(subparsers: Any) -> None:
         "(one row per run); with json or csv the progress lines go to stderr",
     )
     p.add_argument("--report-output", dest="report_output", metavar="FILE", help=REPORT_OUTPUT_HELP)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -30,10 +30,12 @@ from moeroof.cli.flags import (
     step_options,
 )
 from moeroof.cli.inputs import input_path
-from moeroof.cli.output import add_output_arguments, emit, fmt, table
+from moeroof.cli.output import add_output_arguments, emit, fmt, print_notes, table
 from moeroof.core.limits import MAX_BATCH
 
 METHODS = PARTITIONS
+#: library parameter → the flag that carries it (moeroof.cli.app prints ParameterErrors with it)
+PARAMETER_FLAGS = {"cache_gib_per_rank": "--cache-gib"}
 
 
 def add_parser(subparsers: Any) -> None:
@@ -69,7 +71,6 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--set", action="append", metavar="FIELD=VALUE", help=SET_HELP)
     add_output_arguments(p)
-    p.set_defaults(func=run, parameter_flags={"cache_gib_per_rank": "--cache-gib"})
 
 
 def split_report(args: argparse.Namespace) -> dict[str, Any]:
@@ -106,15 +107,9 @@ def print_split(rep: dict[str, Any], source: str) -> None:
     print(f"expert split — {source}, {rep['ranks']} ranks, method {rep['method']}")
     if "cache_policy" in rep.get("inputs", {}):
         print(f"expert cache: {rep['inputs']['cache']}")
-    headers = ["rank", "experts", "load rows"]
     pred = rep.get("predicted_step_seconds")
-    if pred is not None:
-        headers.append("predicted step s")
-    rows = [
-        [str(r), str(rep["experts_per_rank"][r]), str(rep["load_rows"][r])]
-        + ([fmt(pred[r], 3)] if pred is not None else [])
-        for r in range(rep["ranks"])
-    ]
+    headers = ["rank", "experts", "load rows"] + ["predicted step s"] * (pred is not None)
+    rows = [[str(r), str(n), str(load)] + [fmt(p, 3)] * (pred is not None) for r, n, load, p, *_ in split_csv(rep)[1]]
     print(table(headers, rows, ">" * len(headers)))
     print(f"imbalance (max/mean load rows): {rep['imbalance']:.4f}×")
     for key, value in rep.get("imbalance_by", {}).items():
@@ -123,20 +118,12 @@ def print_split(rep: dict[str, Any], source: str) -> None:
         print(
             f"predicted step {rep['step_seconds']:.3f} s, {rep['tok_s']:.3f} tok/s (the pair runs at its slowest rank)"
         )
-    for note in rep.get("notes", []):
-        print(f"note: {note}")
+    print_notes(rep.get("notes", []))
 
 
 #: ``--format csv``: one row per rank
-CSV_COLUMNS: tuple[str, ...] = (
-    "rank",
-    "experts",
-    "load_rows",
-    "predicted_step_seconds",
-    "streamed_gib_per_step",
-    "cache_hit_rate",
-)
-CSV_COLUMNS += ("bound", "method", "imbalance")
+CSV_COLUMNS: tuple[str, ...] = ("rank", "experts", "load_rows", "predicted_step_seconds", "streamed_gib_per_step")
+CSV_COLUMNS += ("cache_hit_rate", "bound", "method", "imbalance")
 
 
 def split_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:

@@ -79,7 +79,6 @@ def add_parser(subparsers: Any) -> None:
         help="run on an existing dask.distributed scheduler (tcp://host:8786) instead of a local cluster",
     )
     add_output_arguments(p, output=False)
-    p.set_defaults(func=run)
 
 
 def print_summary(rep: dict[str, Any]) -> None:

@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,6 +66,9 @@ from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonab
 FAMILIES = ("uniform", "zipf:S", "dirichlet:ALPHA")
 #: a stickiness ρ (--rho, each of --rho-profile)
 UNIT = Real(min=0.0, max=1.0)
+#: library parameter → the flag that carries it (moeroof.cli.app prints ParameterErrors with it)
+PARAMETER_FLAGS = {"prompt_tokens": "--prompt-tokens", "groups": "--streams"}
+PARAMETER_FLAGS.update(scope="--step-context", c_step="--step-context")
 # a guard against a typo in --steps or --streams filling the disk: 2^31 ids are 8 GiB of int32
 MAX_IDS = 2**31
 
@@ -108,9 +110,7 @@ def add_parser(subparsers: Any) -> None:
         help="prompt tokens P routed before the decode steps; the trace has P + T steps, the first P the prompt",
     )
     p.add_argument(
-        "--experts",
-        type=EXPERTS,
-        help="routed experts per layer E (default 256; --routing: the histogram's)",
+        "--experts", type=EXPERTS, help="routed experts per layer E (default 256; --routing: the histogram's)"
     )
     p.add_argument("--top-k", type=TOP_K, help="experts per token K (default 8; --routing: the histogram's)")
     p.add_argument(
@@ -121,15 +121,6 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--seed", default="0", type=SEED, help="seed of the draw (default 0)")
     p.add_argument("--force", action="store_true", help="replace the output file if it exists")
     add_output_arguments(p, output=False)
-    p.set_defaults(
-        func=run,
-        parameter_flags={
-            "prompt_tokens": "--prompt-tokens",
-            "groups": "--streams",
-            "scope": "--step-context",
-            "c_step": "--step-context",
-        },
-    )
 
 
 def _add_locality_arguments(p: Any) -> None:
@@ -214,7 +205,7 @@ class HistogramRouting:
 def load_routing(path_text: str) -> HistogramRouting:
     """Read ``--routing``'s histogram (or trace) and its per-layer π as ``plan --routing`` does."""
     from moeroof.data.io import load_any
-    from moeroof.data.presets import MoEModel
+    from moeroof.data.presets import bench_model
     from moeroof.models.plan import routing_from_spec
 
     if path_text.strip().lower() in ("uniform",) or path_text.strip().lower().startswith(("zipf", "dirichlet")):
@@ -225,16 +216,9 @@ def load_routing(path_text: str) -> HistogramRouting:
     data = load_any(path)
     # routing_from_spec checks E and K against a model: one with the file's own (only E, K and
     # the name are read)
-    name = str(data.meta.get("model") or path.stem)
-    stand_in = MoEModel(
-        name=name,
-        experts=data.experts,
-        top_k=data.top_k,
-        moe_layers=len(data.layer_ids),
-        expert_bytes=1.0,
-        non_routed_bytes=0.0,
-        kv_bytes_per_token=0.0,
-        flops_per_token=1.0,
+    name, layers = str(data.meta.get("model") or path.stem), len(data.layer_ids)
+    stand_in = bench_model(
+        name, experts=data.experts, top_k=data.top_k, moe_layers=layers, expert_bytes=1, flops_per_token=1
     )
     routing = routing_from_spec(str(path), stand_in)
     pi = np.asarray(routing.pi, dtype=float)
@@ -341,28 +325,22 @@ def trace_knobs(args: argparse.Namespace, routing: HistogramRouting | None = Non
 
 def knobs_command_line(k: dict[str, Any]) -> str:
     """The knobs as the command line that reproduces them (output path left out)."""
-    parts = ["moeroof trace"]
-    if k.get("routing") is not None:
-        parts.append(f"--routing {shlex.quote(k['routing'])}")
+    from moeroof.cli.output import spelled
+
+    routing, rho = k.get("routing"), k["rho"]
+    # the skew prior by name: its α in full would not fit %g
+    family = "prior" if k.get("skew_prior") else k["family"] if k["skew"] is None else f"{k['family']}:{k['skew']:g}"
+    options = {"--routing": routing, "--family": None if routing is not None else family}
+    if isinstance(rho, list):
+        options["--rho-profile"] = ",".join(f"{r:g}" for r in rho)
     else:
-        # the skew prior by name: its α in full would not fit %g
-        family = k["family"] if k["skew"] is None else f"{k['family']}:{k['skew']:g}"
-        parts.append("--family " + ("prior" if k.get("skew_prior") else family))
-    if isinstance(k["rho"], list):
-        parts.append("--rho-profile " + ",".join(f"{r:g}" for r in k["rho"]))
-    else:
-        parts.append(f"--rho {k['rho']:g}")
-    if k["locality_c"] is not None:
-        parts.append(f"--locality {k['locality_c']:g}")
-    if k["step_context_c"] is not None:
-        parts.append(f"--step-context {k['step_context_c']:g}")
-    if k["prompt_tokens"]:
-        parts.append(f"--prompt-tokens {k['prompt_tokens']}")
-    parts += [f"--streams {k['streams']}", f"--steps {k['steps']}"]
-    if k.get("routing") is None:  # --routing: the histogram's
-        parts += [f"--experts {k['experts']}", f"--top-k {k['top_k']}", f"--layers {k['layers']}"]
-    parts.append(f"--seed {k['seed']}")
-    return " ".join(parts)
+        options["--rho"] = f"{rho:g}"
+    for flag, c in (("--locality", k["locality_c"]), ("--step-context", k["step_context_c"])):
+        options[flag] = None if c is None else f"{c:g}"
+    options.update({"--prompt-tokens": k["prompt_tokens"] or None, "--streams": k["streams"], "--steps": k["steps"]})
+    if routing is None:  # --routing: the histogram's
+        options.update({"--experts": k["experts"], "--top-k": k["top_k"], "--layers": k["layers"]})
+    return spelled(["moeroof", "trace"], [*options.items(), ("--seed", k["seed"])])
 
 
 def sample_from_knobs(k: dict[str, Any], popularity: np.ndarray | None = None) -> Any:
@@ -392,14 +370,7 @@ def sample_from_knobs(k: dict[str, Any], popularity: np.ndarray | None = None) -
         extra.update(popularity=popularity)
     rng = np.random.default_rng(k["seed"])
     return sample_trace(
-        model,
-        k["steps"],
-        k["streams"],
-        k["layers"],
-        rng,
-        rho=rho_l,
-        prompt_tokens=k["prompt_tokens"],
-        **extra,
+        model, k["steps"], k["streams"], k["layers"], rng, rho=rho_l, prompt_tokens=k["prompt_tokens"], **extra
     )
 
 
@@ -573,19 +544,9 @@ def print_trace(rep: dict[str, Any]) -> None:
 
 
 #: ``--format csv``: the one row's columns (the written trace's shape and knobs)
-CSV_COLUMNS: tuple[str, ...] = (
-    "path",
-    "steps",
-    "prompt_steps",
-    "streams",
-    "layers",
-    "experts",
-    "top_k",
-    "family",
-    "skew",
-    "routing",
-)
-CSV_COLUMNS += ("rho", "locality_c", "step_context_c", "seed", "mean_consecutive_overlap", "model", "provenance")
+CSV_COLUMNS: tuple[str, ...] = ("path", "steps", "prompt_steps", "streams", "layers", "experts", "top_k", "family")
+CSV_COLUMNS += ("skew", "routing", "rho", "locality_c", "step_context_c", "seed", "mean_consecutive_overlap", "model")
+CSV_COLUMNS += ("provenance",)
 
 
 def trace_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:

@@ -33,7 +33,7 @@ from moeroof.cli.flags import (
     check_replicate_memory,
 )
 from moeroof.cli.inputs import add_meta_arguments, load_input
-from moeroof.cli.output import add_output_arguments, emit, fmt, jsonable, table
+from moeroof.cli.output import add_output_arguments, emit, fmt, jsonable, print_notes, table
 from moeroof.data.io import Histogram, Trace, check_incidence_sums
 
 
@@ -74,7 +74,6 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--seed", default="0", type=SEED, help="seed of numpy.random.default_rng (default 0)")
     add_meta_arguments(p)
     add_output_arguments(p)
-    p.set_defaults(func=run)
 
 
 def _uniform_curve(args: argparse.Namespace) -> tuple[Any, str, str]:
@@ -132,13 +131,7 @@ def _trace_curve(data: Trace, args: argparse.Namespace, rng: np.random.Generator
     check_replicate_memory("--draws", draws, per, "steps (≤ 256) × streams × layers × K")
     check_replicate_memory("--bootstrap", bootstrap, data.steps * data.layers, "steps × layers")
     curve = union_from_trace(
-        data.topk,
-        batch,
-        experts=data.experts,
-        rng=rng,
-        draws=draws,
-        bootstrap=bootstrap,
-        level=args.level,
+        data.topk, batch, experts=data.experts, rng=rng, draws=draws, bootstrap=bootstrap, level=args.level
     )
     if any(m == "none" for m in curve.method):
         notes.append(f"batch sizes above the live streams of every step (at most {data.streams}) have no estimate")
@@ -201,31 +194,19 @@ def union_report(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def print_union(rep: dict[str, Any]) -> None:
-    methods = rep["method"] if isinstance(rep["method"], list) else [rep["method"]] * len(rep["batch"])
     pct = f"{rep['level'] * 100:g}%"
     print(f"U(B): distinct experts per layer — {rep['source']}")
     print(
         f"experts E={rep['experts']}  top_k K={rep['top_k']}  layers={rep['layers']}  "
         f"provenance: {rep['provenance'] or 'unknown'}  baseline: {rep['baseline']}"
     )
-    rows = []
-    for j, b in enumerate(rep["batch"]):
-        lo, hi = rep["ci_low"][j], rep["ci_high"][j]
-        ci = "-" if lo is None or hi is None else f"[{fmt(lo)}, {fmt(hi)}]"
-        rows.append(
-            [
-                str(b),
-                fmt(rep["union_per_layer"][j]),
-                ci,
-                fmt(rep["union_total"][j]),
-                fmt(rep["coalescing_ratio"][j]),
-                methods[j],
-            ]
-        )
+    rows = [  # the CSV's rows, the band in one cell
+        [str(b), fmt(u), "-" if lo is None or hi is None else f"[{fmt(lo)}, {fmt(hi)}]", fmt(total), fmt(ratio), m]
+        for b, u, lo, hi, total, ratio, m in union_csv(rep)[1]
+    ]
     headers = ["B", "union/layer", f"{pct} CI", "union total", f"B·K/U vs {rep['baseline']}", "method"]
     print(table(headers, rows, ">>>>><"))
-    for note in rep["notes"]:
-        print(f"note: {note}")
+    print_notes(rep["notes"])
 
 
 #: ``--format csv``: one row per batch size

@@ -44,7 +44,6 @@ def add_parser(subparsers: Any) -> None:
         "memory pressure: seed 003's withheld rows, mlx-lm#1438's peak) (default: all)",
     )
     add_output_arguments(p)
-    p.set_defaults(func=run)
 
 
 def validate_report(args: argparse.Namespace) -> dict[str, Any]:

@@ -342,3 +342,27 @@ def test_csv_reports_of_capture_and_preset_from_hf(checkpoints, prompt_file, tmp
     for name, entry in fields.items():
         assert float(rows[name]["value"]) == entry["value"]
         assert rows[name]["assumed"] == str(bool(entry.get("assumed", False)))
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".npy"])
+def test_a_capture_that_cannot_write_every_file_writes_none(checkpoints, prompt_file, tmp_path, capsys, suffix):
+    """The trace, its prefill ids, the histogram and the sidecars are one write: with the
+    histogram's sidecar blocked (a folder in its place) a forced rerun fails naming it and leaves
+    the earlier run's files as they were (it replaced the trace and its prefill first)."""
+    out = tmp_path / f"cap{suffix}"
+    args = ["capture", str(checkpoints["olmoe"]), "--prompts", str(prompt_file), "--streams", "2"]
+    args += ["-o", str(out), "--ignore-eos"]
+    assert main([*args, "--max-new-tokens", "3"]) == 0
+    capsys.readouterr()
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    hist = "cap" if suffix == ".npz" else "cap.histogram"  # a .npy trace's own sidecar is cap.json
+    assert {f"{hist}.csv", f"{hist}.json"} <= set(before) and len(before) == (3 if suffix == ".npz" else 5)
+    blocked = tmp_path / f"{hist}.json"
+    blocked.unlink()
+    blocked.mkdir()
+    assert main([*args, "--max-new-tokens", "5", "--force"]) == 2
+    err = capsys.readouterr().err
+    assert blocked.name in err and err.count("error:") == 1, err
+    after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    assert after == {name: data for name, data in before.items() if name != blocked.name}
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "a temp file was left"

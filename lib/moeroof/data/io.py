@@ -75,6 +75,8 @@ __all__ = [
     "INCIDENCE_SHARE_MIN",
     "write_histogram",
     "write_trace",
+    "trace_parts",
+    "histogram_parts",
     "sidecar_path",
     "HISTOGRAM_COLUMNS",
     "HISTOGRAM_META_HINT",
@@ -972,7 +974,14 @@ def _write_histogram_rows(fh: Any, counts: np.ndarray, lids: Sequence[int], rank
             w.writerow(row)
 
 
-def write_histogram(
+def write_histogram(path: str | os.PathLike[str], counts: np.ndarray | Histogram, **kwargs: Any) -> Path:
+    """Write ``path`` (CSV, every (layer, expert) row incl. zeros) and its sidecar JSON atomically,
+    both or neither: :func:`histogram_parts` written together. Returns the CSV path."""
+    atomic.write_together(histogram_parts(path, counts, **kwargs))
+    return Path(path)
+
+
+def histogram_parts(
     path: str | os.PathLike[str],
     counts: np.ndarray | Histogram,
     *,
@@ -988,13 +997,15 @@ def write_histogram(
     rank: np.ndarray | None = None,
     extra: Mapping[str, Any] | None = None,
     overwrite: bool = True,
-) -> Path:
-    """Write ``path`` (CSV, every (layer, expert) row incl. zeros) and its sidecar JSON atomically.
+) -> list[atomic.Part]:
+    """The histogram CSV ``path`` (every (layer, expert) row incl. zeros) and its sidecar JSON as
+    the parts of one atomic write (:func:`moeroof.core.atomic.write_together`), sidecar first.
 
     ``counts`` is an (L, E) integer array, or a :class:`Histogram` (its fields and meta are
     used; keyword arguments given explicitly override). ``extra`` adds sidecar keys. The data
-    are validated exactly as :func:`read_histogram` would before anything is written; returns
-    the CSV path. Raises :class:`InputError` (naming the target) for invalid data.
+    are validated exactly as :func:`read_histogram` would before anything is written, and the
+    targets checked (:func:`guard_target`). Raises :class:`InputError` (naming the target) for
+    invalid data.
     """
     path = Path(path)
     if path.suffix.lower() != ".csv":
@@ -1038,13 +1049,10 @@ def write_histogram(
     guard_target(path, overwrite)
     guard_target(side, overwrite)
     meta_text = _json_text(meta)
-    atomic.write_together(  # the counts and their sidecar: both or neither (a full disk leaves no orphan)
-        [
-            atomic.Part(side, lambda fh: fh.write(meta_text), binary=False, newline=""),
-            atomic.Part(path, lambda fh: _write_histogram_rows(fh, counts, lids, rank), binary=False, newline=""),
-        ]
-    )
-    return path
+    return [  # the counts and their sidecar: both or neither (a full disk leaves no orphan)
+        atomic.Part(side, lambda fh: fh.write(meta_text), binary=False, newline=""),
+        atomic.Part(path, lambda fh: _write_histogram_rows(fh, counts, lids, rank), binary=False, newline=""),
+    ]
 
 
 def write_trace(
@@ -1055,12 +1063,29 @@ def write_trace(
     *,
     overwrite: bool = True,
 ) -> Path:
-    """Write a trace atomically: ``.npz`` (topk, meta[, weights]) or ``.npy`` + sidecar ``.json``.
+    """Write a trace atomically: ``.npz`` (topk, meta[, weights]) or ``.npy`` + sidecar ``.json``,
+    both or neither (:func:`trace_parts` written together); returns ``path``."""
+    atomic.write_together(trace_parts(path, topk, meta, weights, overwrite=overwrite))
+    return Path(path)
+
+
+def trace_parts(
+    path: str | os.PathLike[str],
+    topk: np.ndarray,
+    meta: Mapping[str, Any] | str,
+    weights: np.ndarray | None = None,
+    *,
+    overwrite: bool = True,
+    extra_arrays: Mapping[str, np.ndarray] | None = None,
+) -> list[atomic.Part]:
+    """A trace as the parts of one atomic write: ``.npz`` (topk, meta[, weights], then
+    ``extra_arrays`` as members of those names) or ``.npy`` + sidecar ``.json`` (sidecar first).
 
     ``meta`` needs ``experts`` and ``top_k``; ``layer_ids`` (default ``range(layers)``) and
     ``axes`` (default step, stream, layer, k) are filled in when absent. The ``.npz`` is
-    byte-stable: fixed zip timestamps, no compression-level surprises. ``weights`` cannot be
-    stored with ``.npy`` (raise). Validated as :func:`read_trace` would; returns ``path``.
+    byte-stable: fixed zip timestamps, no compression-level surprises. ``weights`` and
+    ``extra_arrays`` cannot be stored with ``.npy`` (raise). Validated as :func:`read_trace`
+    would, the targets checked (:func:`guard_target`) before anything is written.
     """
     path = Path(path)
     suffix = path.suffix.lower()
@@ -1077,6 +1102,8 @@ def write_trace(
     meta_d.setdefault("pad_value", PAD)
     experts, top_k, _ = _validate_trace_meta(meta_d, topk.shape[2], path, "-")
     _validate_topk(topk, experts, top_k, path, "-")
+    if extra_arrays and suffix == ".npy":
+        raise ValueError(f"{path}: arrays beside topk need the .npz format")
     if weights is not None:
         if suffix == ".npy":
             raise ValueError(f"{path}: weights need the .npz format")
@@ -1091,6 +1118,7 @@ def write_trace(
         arrays = {"topk": topk, "meta": np.array(text)}
         if weights is not None:
             arrays["weights"] = weights
+        arrays.update(extra_arrays or {})
 
         def write_npz(fh: Any) -> None:
             with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as zf:
@@ -1101,15 +1129,11 @@ def write_trace(
                     with zf.open(info, "w", force_zip64=True) as member:
                         np.lib.format.write_array(member, np.asarray(arr), allow_pickle=False)
 
-        atomic.write_via(path, write_npz)
-    else:
-        side = sidecar_path(path)
-        guard_target(side, overwrite)
-        side_text = _json_text(meta_d)
-        atomic.write_together(  # the ids and their sidecar: both or neither
-            [
-                atomic.Part(side, lambda fh: fh.write(side_text), binary=False, newline=""),
-                atomic.Part(path, lambda fh: np.lib.format.write_array(fh, topk, allow_pickle=False)),
-            ]
-        )
-    return path
+        return [atomic.Part(path, write_npz)]
+    side = sidecar_path(path)
+    guard_target(side, overwrite)
+    side_text = _json_text(meta_d)
+    return [  # the ids and their sidecar: both or neither
+        atomic.Part(side, lambda fh: fh.write(side_text), binary=False, newline=""),
+        atomic.Part(path, lambda fh: np.lib.format.write_array(fh, topk, allow_pickle=False)),
+    ]

@@ -449,57 +449,35 @@ def _write_npy(fh: Any, array: np.ndarray) -> None:
     np.lib.format.write_array(fh, np.ascontiguousarray(array), allow_pickle=False)
 
 
-def _add_npz_member(path: Path, name: str, array: np.ndarray) -> None:
-    """Rewrite the ``.npz`` at ``path`` (atomically, members and their zip settings kept as
-    :func:`moeroof.data.io.write_trace` wrote them) with one more array."""
-    import io as _io
-    import zipfile
-
-    with zipfile.ZipFile(path) as zf:
-        members = [(info, zf.read(info)) for info in zf.infolist()]
-
-    def write(fh: Any) -> None:
-        with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as out:
-            for info, data in members:
-                out.writestr(info, data)
-            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o644 << 16
-            buf = _io.BytesIO()
-            _write_npy(buf, array)
-            out.writestr(info, buf.getvalue())
-
-    atomic.write_via(path, write)
-
-
 def write_capture(
     result: CaptureResult, meta: dict[str, Any], trace_path: str | Path, histogram_path: str | Path, *, overwrite: bool
 ) -> tuple[Path, Path]:
     """The trace (decode steps in ``topk``, the prefill ids in ``prefill``: a member of the
     ``.npz``, or ``OUT.prefill.npy`` beside a ``.npy``) and the histogram (prefill + decode)
-    with their meta."""
-    from moeroof.data.io import guard_target, write_histogram, write_trace
+    with their meta: every file written together, all or none (a full disk or a folder in the way
+    leaves what was there, not a new trace beside an old histogram)."""
+    from moeroof.data.io import guard_target, histogram_parts, trace_parts
 
     trace_path, histogram_path = Path(trace_path), Path(histogram_path)
     counts, tokens = result.histogram()
     trace_meta = {**meta, "histogram": str(histogram_path)}
-    npy = trace_path.suffix.lower() == ".npy"
-    if npy:
+    prefill = np.ascontiguousarray(result.prefill)
+    if trace_path.suffix.lower() == ".npy":
         trace_meta["prefill"] = {**meta["prefill"], "array": str(prefill_path(trace_path))}
         guard_target(prefill_path(trace_path), overwrite)
-    write_trace(trace_path, result.topk, trace_meta, overwrite=overwrite)
-    if npy:
-        atomic.write_via(prefill_path(trace_path), lambda fh: _write_npy(fh, result.prefill))
+        parts = trace_parts(trace_path, result.topk, trace_meta, overwrite=overwrite)
+        parts.append(atomic.Part(prefill_path(trace_path), lambda fh: _write_npy(fh, prefill)))
     else:
-        _add_npz_member(trace_path, "prefill", result.prefill)
+        parts = trace_parts(trace_path, result.topk, trace_meta, overwrite=overwrite, extra_arrays={"prefill": prefill})
     kept = "family checkpoint checkpoint_hash checkpoint_hash_mode checkpoint_hash_covers dtype device prompts"
     extra = {k: meta[k] for k in (kept + " prompts_sha256 date").split()}
     note = "tokens per layer: every routed prompt token (padding excluded) and every live decode token"
     extra["phases"] = {"prefill": result.prefill_tokens.tolist(), "decode": result.decode_tokens.tolist(), "note": note}
     extra["trace"] = str(trace_path)
-    write_histogram(
+    parts += histogram_parts(
         histogram_path, counts, tokens=[int(t) for t in tokens], experts=result.experts, top_k=result.top_k,
         model=meta["model"], source=meta["source"], layer_ids=list(result.layer_ids), provenance="witnessed",
         extra=extra, overwrite=overwrite,
     )  # fmt: skip
+    atomic.write_together(parts)
     return trace_path, histogram_path

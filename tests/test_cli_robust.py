@@ -781,3 +781,41 @@ def test_an_existing_output_or_sidecar_is_named_as_it_is(tmp_path, capsys, what)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["t.npz", there.name])
     if what != "sidecar folder":
         assert there.read_text() == "keep me"
+
+
+def test_ctrl_c_in_a_serial_sweep_says_what_it_kept_and_the_rerun_resumes(tmp_path):
+    """A serial sweep stopped by Ctrl-C saves the points it finished (by design: a rerun resumes)
+    and exits 130 with one line saying how many it kept and where (it said nothing)."""
+    import re
+
+    import pandas as pd
+
+    out = tmp_path / "grid.parquet"
+    argv = ["sweep", "data/sweeps/example-fit-routing.toml", "-o", str(out)]
+    # the progress line (forced on) says a point is done; an empty memo keeps every point ~0.7 s
+    proc = _popen(argv, MOEROOF_PROGRESS="1", MOEROOF_CACHE_DIR=str(tmp_path / "memo"))
+    try:
+        assert proc.stderr.read(1) != "", proc.communicate()  # blocks until the first progress byte
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and err.count("error:") == 1, err
+    said = re.search(
+        rf"error: interrupted: (\d+) of the 12 points to evaluate are kept in {re.escape(str(out))} "
+        r"\(run the same command again to resume\)\n$",
+        err,
+    )
+    assert said, err
+    kept = int(said.group(1))
+    assert len(pd.read_parquet(out)) == kept < 12
+    rerun = subprocess.run(
+        [sys.executable, "-m", "moeroof.cli", *argv, "--json"], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert rerun.returncode == 0, rerun.stderr
+    summary = json.loads(rerun.stdout)
+    assert (summary["skipped"], summary["evaluated"]) == (kept, 12 - kept)

@@ -218,7 +218,9 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
         flag = flags.get(exc.parameter, "--" + exc.parameter.replace("_", "-"))
         print(f"error: {flag}: {exc.detail}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # quiet, unless the command says what it kept (sweep)
+        if str(exc):
+            print(f"error: {exc}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except NativeBuildError as exc:  # the install, not the input: say what rebuilds it
         print(f"error: {exc}", file=sys.stderr)

@@ -784,6 +784,11 @@ def run_sweep(
                     if time.monotonic() - last > CHECKPOINT_SECONDS:
                         save()
                         last = time.monotonic()
+            except KeyboardInterrupt:  # saved below: say so, and how to go on
+                raise KeyboardInterrupt(
+                    f"interrupted: {len(new)} of the {len(todo)} points to evaluate are kept in {out} "
+                    "(run the same command again to resume)"
+                ) from None
             finally:
                 if new or not out.exists():
                     save()

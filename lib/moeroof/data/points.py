@@ -48,6 +48,7 @@ __all__ = [
     "SCOPES",
     "PARTITIONS",
     "COLUMNS",
+    "CONDITION_COLUMNS",
     "NOISE",
     "Point",
     "noise",
@@ -61,7 +62,8 @@ POLICIES = ("lru", "lfu", "lfu-perfect", "static", "belady", "belady-insert", "s
 SCOPES = ("global", "layer")
 PARTITIONS = ("lpt", "id")
 REQUIRED = ("kind", "batch", "value")
-COLUMNS = (
+#: the columns of a row's conditions, in the order of :attr:`Point.conditions`
+CONDITION_COLUMNS = (
     "kind",
     "batch",
     "capacity_experts_per_layer",
@@ -70,6 +72,9 @@ COLUMNS = (
     "scope",
     "ranks",
     "partition",
+)
+COLUMNS = (
+    *CONDITION_COLUMNS,
     "value",
     "note",
 )

@@ -134,7 +134,7 @@ from moeroof.core.results import Result
 from moeroof.core.rng import generator
 from moeroof.core.stats import Interval, bootstrap_replicates, confidence_of, student_t_quantile
 from moeroof.core.units import GiB
-from moeroof.data.points import Point, noise
+from moeroof.data.points import CONDITION_COLUMNS, Point, noise
 from moeroof.models.knob_routing import DEFAULT_HISTORY, FAMILIES, RoutingKnobs, layer_popularity, sample_knob_trace
 from moeroof.models.locality import Locality
 from moeroof.models.partition import balanced_packing, contiguous_split
@@ -1128,23 +1128,10 @@ def _family_summaries(fits: list, contributing: list) -> dict[str, dict[str, Any
 def _prediction_rows(points: list[Point], best: Any, band: Any) -> list[dict[str, Any]]:
     """Every point with the best family's prediction and the bands."""
     return [
-        {"row": p.row, **dict(zip(_CONDITION_KEYS, p.conditions)), "calibrates": p.calibrates, "measured": p.value}
+        {"row": p.row, **dict(zip(CONDITION_COLUMNS, p.conditions)), "calibrates": p.calibrates, "measured": p.value}
         | {"predicted": float(best.predicted[i]), "low": float(band.low[i]), "high": float(band.high[i])}
         for i, p in enumerate(points)
     ]
-
-
-#: the JSON keys of a row's conditions (:attr:`moeroof.data.points.Point.conditions`)
-_CONDITION_KEYS = (
-    "kind",
-    "batch",
-    "capacity_experts_per_layer",
-    "capacity_gib",
-    "policy",
-    "scope",
-    "ranks",
-    "partition",
-)
 
 
 def _method(level: tuple[float, float], bootstrap: int) -> dict[str, str]:

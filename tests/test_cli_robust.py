@@ -464,14 +464,11 @@ def test_sighup_mid_calibrate_is_handled_like_sigterm(tmp_path):
     assert list(scratch.iterdir()) == [] and not out.exists()
 
 
-def test_ctrl_c_in_an_ordinary_command_exits_130_without_a_traceback(tmp_path):
-    # fit-routing's example takes ~30 s; the progress line (forced on) says it is under way
-    proc = _popen(
-        ["fit-routing", "data/points/example.points", "--experts", "64", "--top-k", "4", "--layers", "8"]
-        + ["--expert-bytes", "4194304", "--json"],
-        MOEROOF_PROGRESS="1",
-        MOEROOF_CACHE_DIR=str(tmp_path / "memo"),  # empty: no simulation is read back, the run is long
-    )
+def _ctrl_c_after_first_progress(argv: list[str], memo: Path) -> tuple[str, str]:
+    """Run ``argv`` with its progress line forced on and an empty memo (every step computed, so
+    the run is long), send SIGINT half a second after the first progress byte; (stdout, stderr)
+    once it has exited (its code in the process's returncode, asserted by the caller)."""
+    proc = _popen(argv, MOEROOF_PROGRESS="1", MOEROOF_CACHE_DIR=str(memo))
     try:
         assert proc.stderr.read(1) != "", proc.communicate()  # blocks until the first progress byte
         time.sleep(0.5)
@@ -482,6 +479,13 @@ def test_ctrl_c_in_an_ordinary_command_exits_130_without_a_traceback(tmp_path):
             proc.kill()
             proc.wait()
     assert proc.returncode == 130, err
+    return out, err
+
+
+def test_ctrl_c_in_an_ordinary_command_exits_130_without_a_traceback(tmp_path):
+    # fit-routing's example takes ~30 s
+    argv = ["fit-routing", "data/points/example.points", "--experts", "64", "--top-k", "4", "--layers", "8"]
+    out, err = _ctrl_c_after_first_progress([*argv, "--expert-bytes", "4194304", "--json"], tmp_path / "memo")
     assert "Traceback" not in err and "error:" not in err and out == ""
 
 
@@ -792,18 +796,7 @@ def test_ctrl_c_in_a_serial_sweep_says_what_it_kept_and_the_rerun_resumes(tmp_pa
 
     out = tmp_path / "grid.parquet"
     argv = ["sweep", "data/sweeps/example-fit-routing.toml", "-o", str(out)]
-    # the progress line (forced on) says a point is done; an empty memo keeps every point ~0.7 s
-    proc = _popen(argv, MOEROOF_PROGRESS="1", MOEROOF_CACHE_DIR=str(tmp_path / "memo"))
-    try:
-        assert proc.stderr.read(1) != "", proc.communicate()  # blocks until the first progress byte
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130, err
+    _, err = _ctrl_c_after_first_progress(argv, tmp_path / "memo")  # every point ~0.7 s uncached
     assert "Traceback" not in err and err.count("error:") == 1, err
     said = re.search(
         rf"error: interrupted: (\d+) of the 12 points to evaluate are kept in {re.escape(str(out))} "

@@ -297,7 +297,7 @@ def test_a_parquet_declaring_more_rows_than_memory_holds_is_refused_unread(tmp_p
     assert src.stat().st_size < 64 << 10
     need = 100_000 * 3 * importers.INT_CELL_BYTES
     monkeypatch.setattr(limits, "available_memory", lambda: need - 1)
-    monkeypatch.setattr(pq, "read_table", lambda *a, **k: pytest.fail("rows were read"))
+    monkeypatch.setattr(pq.ParquetFile, "read", lambda *a, **k: pytest.fail("rows were read"))
     args = dict(columns=parse_columns("stream=s,step=t"), expert_cols=["e"], experts=8, top_k=1)
     with pytest.raises(
         InputError, match=r"same\.parquet:-: rows: 100,000 rows × 3 columns to import = .* this machine"

@@ -79,6 +79,7 @@ from typing import Any, cast
 import numpy as np
 
 from moeroof.core.errors import ParameterError
+from moeroof.core.input_files import open_input
 from moeroof.core.limits import check_allocation
 from moeroof.core.masks import trace_counts
 from moeroof.data.io import InputError, check_npz_members, check_readable, write_histogram, write_trace
@@ -106,7 +107,7 @@ MAX_TRACE_CELLS = 2_000_000_000
 #: peak bytes a Parquet cell costs through ``import table``, per row and column: an integer
 #: column is held as int64 and copied a few times (sort orders, codes); any other as a Python
 #: string per cell. Measured peaks (2-core VM, 2026-12-06): 20M rows of 3 integer columns
-#: 2.4 GB (40 B a cell), 5M rows of 2 text and 1 integer column 1.2 GB (100 B a text cell)
+#: 2.1 GB (36 B a cell), 5M rows of 2 text and 1 integer column 1.2 GB (100 B a text cell)
 INT_CELL_BYTES = 48
 TEXT_CELL_BYTES = 128
 #: a histogram sidecar needs a model name; an import that was not given one says so
@@ -231,18 +232,22 @@ def _read_frame(src: Path, columns: Sequence[str]) -> tuple[Any, str]:
                 "file",
                 "reading Parquet needs pyarrow, an optional dependency (pip install 'moeroof[parquet]'), or convert the table to CSV",
             ) from None
-        try:
-            import pyarrow.parquet as pq
+        import pyarrow.parquet as pq
 
-            have = list(pq.read_schema(src).names)
-        except Exception as exc:  # pyarrow raises its own error types for a bad file
-            raise InputError(src, "-", "file", f"not a readable Parquet file: {exc}") from None
-        missing = [c for c in wanted if c not in have]
-        if missing:
-            raise InputError(src, "-", missing[0], f"no such column (has: {', '.join(have)})")
-        _refuse_repeated_columns(src, "-", have, wanted)
-        _check_parquet_rows(src, wanted)
-        table = pq.read_table(src, columns=wanted)
+        with open_input(src) as fh:  # one open: the footer's schema and rows, then the columns
+            try:
+                pf = pq.ParquetFile(fh)
+                have, schema, rows = list(pf.schema_arrow.names), pf.schema_arrow, pf.metadata.num_rows
+                missing = [c for c in wanted if c not in have]
+                if missing:
+                    raise InputError(src, "-", missing[0], f"no such column (has: {', '.join(have)})")
+                _refuse_repeated_columns(src, "-", have, wanted)
+                _check_parquet_rows(src, wanted, schema, rows)
+                table = pf.read(columns=wanted)
+            except InputError:
+                raise
+            except Exception as exc:  # pyarrow raises its own error types for a bad file
+                raise InputError(src, "-", "file", f"not a readable Parquet file: {exc}") from None
         # the Arrow buffers freed as each column moves to pandas: one copy of the data, not two
         frame = table.to_pandas(self_destruct=True, split_blocks=True)
         del table
@@ -286,19 +291,13 @@ def _is_int_column(series: Any) -> bool:
     return isinstance(dtype, np.dtype) and (dtype.kind == "i" or (dtype.kind == "u" and dtype.itemsize < 8))
 
 
-def _check_parquet_rows(src: Path, wanted: Sequence[str]) -> None:
-    """Refuses, from the file's footer and before a row is read, a table whose rows would need
-    more memory to import than this machine has: a few kilobytes of Parquet can declare 10^8 rows
-    of one repeated value. An integer cell costs :data:`INT_CELL_BYTES` through the import, any
-    other (held as text) :data:`TEXT_CELL_BYTES`."""
+def _check_parquet_rows(src: Path, wanted: Sequence[str], schema: Any, rows: int) -> None:
+    """Refuses, from the file's footer (its ``schema`` and ``rows``) and before a row is read, a
+    table whose rows would need more memory to import than this machine has: a few kilobytes of
+    Parquet can declare 10^8 rows of one repeated value. An integer cell costs
+    :data:`INT_CELL_BYTES` through the import, any other (held as text) :data:`TEXT_CELL_BYTES`."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    try:
-        rows = pq.read_metadata(src).num_rows
-        schema = pq.read_schema(src)
-    except Exception as exc:  # pyarrow raises its own error types for a bad file
-        raise InputError(src, "-", "file", f"not a readable Parquet file: {exc}") from None
     per_row = sum(
         INT_CELL_BYTES if pa.types.is_integer(schema.field(c).type) else TEXT_CELL_BYTES for c in dict.fromkeys(wanted)
     )

@@ -10,6 +10,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from moeroof.core.errors import ParameterError
 from moeroof.data.importers import (
@@ -578,3 +580,111 @@ def test_an_unreadable_pt_file_is_one_error_line(name, content, why, tmp_path, c
     assert err.count("\n") == 1 and err.startswith("error: "), err
     assert "not a torch file moeroof can read safely (weights_only load failed: " in err and why in err
     assert "weights_only` set to `False`" not in err  # torch's advice to load it unsafely is not repeated
+
+
+# ----------------------------------------------------------------------------- table: CSV read in chunks
+
+_KEY_SPELLINGS = ["1", "01", " 2", "+3", "007", "7", "x"]
+_ID_SPELLINGS = ["0", "1", "2", "3", " 1", "03", "+2", "", "9", "-1", "z"]
+
+
+def _table_imports(tmp_path, rows, blank_after, chunk_rows):
+    """The same cells imported from a CSV read ``chunk_rows`` rows at a time, from the CSV read in
+    one chunk (blank lines after the rows in ``blank_after``), and from a Parquet file of text
+    columns (read whole, as text): each import's (trace, keys) or (field, message) of its error."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from moeroof.data import importers
+
+    lines = ["s,t,e0,e1"]
+    for i, r in enumerate(rows):
+        lines.append(",".join(r))
+        lines += [""] * (i in blank_after)
+    csv = write(tmp_path / "t.csv", "\n".join(lines) + "\n")
+    table = pa.table({c: [r[j] for r in rows] for j, c in enumerate(("s", "t", "e0", "e1"))})
+    pq.write_table(table, tmp_path / "t.parquet")
+    args = dict(columns=parse_columns("stream=s,step=t"), expert_cols=["e0", "e1"], experts=4, top_k=2)
+    out = []
+    for src, chunk in ((csv, chunk_rows), (csv, 10**6), (tmp_path / "t.parquet", chunk_rows)):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(importers, "CSV_CHUNK_ROWS", chunk)
+            try:
+                got = import_table(src, **args)
+            except InputError as exc:
+                out.append(("error", exc.field, exc.message))
+                continue
+        meta = {k: got.meta[k] for k in ("streams_from", "steps_from", "tokens", "rows_read")}
+        out.append(("trace", got.topk.tolist(), meta))
+    return out
+
+
+def _spelled(draw, value: int) -> str:
+    """An integer as a spreadsheet or a script may write it."""
+    return draw(st.sampled_from([str(value), f"0{value}", f" {value}", f"+{value}", f"{value} "]))
+
+
+@st.composite
+def _table_rows(draw):
+    """Rows (stream, step, id, id) of a wide table: mostly valid (distinct steps, two distinct
+    ids in 0..3), in any spelling, with now and then a padding token, a bad cell or a repeat."""
+    rows = []
+    for i in range(draw(st.integers(1, 9))):
+        stream = draw(st.sampled_from(_KEY_SPELLINGS))
+        step = _spelled(draw, i) if draw(st.integers(0, 9)) else draw(st.sampled_from(["x", "1", ""]))
+        a, b = draw(st.permutations(range(4)))[:2]
+        ids = [_spelled(draw, a), _spelled(draw, b)]
+        if not draw(st.integers(0, 4)):
+            ids = [draw(st.sampled_from(_ID_SPELLINGS)), draw(st.sampled_from(_ID_SPELLINGS))]
+        rows.append((stream, step, *ids))
+    return rows
+
+
+@settings(max_examples=80, deadline=None)
+@given(rows=_table_rows(), blank_after=st.sets(st.integers(0, 8), max_size=3), chunk_rows=st.integers(1, 4))
+def test_a_csv_read_in_chunks_imports_what_the_same_cells_as_parquet_text_do(
+    tmp_path_factory, rows, blank_after, chunk_rows
+):
+    """Integer columns of a CSV are read as int64, chunk by chunk (a column that is not integer in
+    some chunk is read again as text): whatever the chunking, the cells' spellings (" 1", "01",
+    "+2", padding "", "x") and blank lines, the import gives the trace and keys — or the error's
+    field — of the same cells read as text from a Parquet file, and the same error message,
+    naming the same line, as the CSV read in one chunk."""
+    pytest.importorskip("pyarrow")
+    rows = [r for r in rows if any(c.strip() for c in r)]  # an all-empty CSV row is a blank line
+    if not rows:
+        return
+    chunked, whole, parquet = _table_imports(tmp_path_factory.mktemp("t"), rows, blank_after, chunk_rows)
+    assert chunked == whole  # lines named in errors included
+    # a Parquet row is named by its place, a CSV one by its line: the same error, not the same words
+    assert chunked[:2] == parquet[:2] and (chunked[0] == "error" or chunked == parquet)
+
+
+def test_keys_integer_in_one_chunk_and_text_in_another_stay_as_written(tmp_path, monkeypatch):
+    """A key column whose early chunks hold integers and a later one text is text throughout: "007"
+    and "7" are two streams, as the file writes them (read as one integer they would be one)."""
+    from moeroof.data import importers
+
+    src = write(tmp_path / "t.csv", "s,t,e\n007,1,0\n7,1,1\n7,2,2\nx,3,3\n")
+    monkeypatch.setattr(importers, "CSV_CHUNK_ROWS", 2)
+    got = import_table(src, columns=parse_columns("stream=s,step=t"), expert_cols=["e"], experts=4, top_k=1)
+    assert got.meta["streams_from"]["keys"] == ["007", "7", "x"]
+    assert got.topk[:, :, 0, 0].tolist() == [[0, 1, -1], [-1, 2, -1], [-1, -1, 3]]
+
+
+def test_a_csv_too_large_for_memory_is_refused_as_it_is_read(tmp_path, monkeypatch):
+    """After each chunk the rows the whole file would hold are checked against available memory:
+    a table that would not fit is refused naming the file and 'rows', before it is held."""
+    import moeroof.core.limits as limits
+    from moeroof.data import importers
+
+    n = 3 * importers.CSV_CHUNK_ROWS
+    src = tmp_path / "big.csv"
+    src.write_text("s,t,e\n" + "".join(f"{i % 4},{i // 4},{i % 8}\n" for i in range(n)), encoding="utf-8")
+    need = n * 3 * importers.INT_CELL_BYTES
+    args = dict(columns=parse_columns("stream=s,step=t"), expert_cols=["e"], experts=8, top_k=1)
+    monkeypatch.setattr(limits, "available_memory", lambda: need // 2)
+    with pytest.raises(InputError, match=r"big\.csv:-: rows: ~65,536 rows so far = .* this machine has"):
+        import_table(src, **args)
+    monkeypatch.setattr(limits, "available_memory", lambda: 2 * need)
+    assert import_table(src, **args).meta["tokens"] == n

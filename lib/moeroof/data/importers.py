@@ -110,6 +110,8 @@ MAX_TRACE_CELLS = 2_000_000_000
 #: 2.1 GB (36 B a cell), 5M rows of 2 text and 1 integer column 1.2 GB (100 B a text cell)
 INT_CELL_BYTES = 48
 TEXT_CELL_BYTES = 128
+#: rows of a CSV table read (as text) at a time: ~60 bytes a cell while a chunk is converted
+CSV_CHUNK_ROWS = 65_536
 #: a histogram sidecar needs a model name; an import that was not given one says so
 UNKNOWN_MODEL = "unknown (not given at import)"
 #: tolerance of "row sums ≈ K" / "≈ 1" (bf16-averaged frequencies sum to K within ~0.1 %)
@@ -216,9 +218,11 @@ def parse_filters(items: Sequence[str] | None) -> list[tuple[str, str]]:
     return out
 
 
-def _read_frame(src: Path, columns: Sequence[str]) -> tuple[Any, str]:
-    """The named columns of a CSV or Parquet file as text; (frame, row kind: 'csv' | 'parquet')."""
-    import pandas as pd
+def _read_frame(src: Path, columns: Sequence[str], int_columns: Mapping[str, bool] | None = None) -> tuple[Any, str]:
+    """The named columns of a CSV or Parquet file; (frame, row kind: 'csv' | 'parquet'). Integer
+    Parquet columns stay int64; of a CSV, the ``int_columns`` (name → whether an empty cell is the
+    padding id −1) whose every cell is an integer are read as int64 (:func:`_read_csv_frame`), the
+    rest as text."""
 
     suffix = src.suffix.lower()
     wanted = list(dict.fromkeys(columns))
@@ -264,25 +268,94 @@ def _read_frame(src: Path, columns: Sequence[str]) -> tuple[Any, str]:
     if missing:
         raise InputError(src, 1, missing[0], f"no such column (header has: {', '.join(have)})")
     _refuse_repeated_columns(src, 1, have, wanted)
-    # Read only the named columns, all as text (ids are checked as integers below, keys stay
-    # as the user wrote them); blank lines are skipped by pandas, so line numbers come from a
-    # second, cheap pass only when the file has blank lines (see _line_numbers).
+    return _read_csv_frame(src, wanted, int_columns or {}), "csv"
+
+
+def _read_csv_frame(src: Path, wanted: Sequence[str], int_columns: Mapping[str, bool]) -> Any:
+    """The ``wanted`` columns of a CSV file, read :data:`CSV_CHUNK_ROWS` rows at a time.
+
+    Each chunk is read as text (ids are checked as integers later, keys stay as the user wrote
+    them); a blank line is dropped, and a row keeps its index, so that index + 2 is its line. An
+    ``int_columns`` column whose every cell reads as one integer (``pd.to_numeric``: the value the
+    text would give; an empty cell the padding id −1 where its flag says so) is kept as int64, 8
+    bytes a cell where its text took ~60; one that does not, in any chunk, is read again whole as
+    text. After each chunk the rows the whole file would hold, at its bytes so far, are checked
+    against available memory (at :data:`INT_CELL_BYTES` or :data:`TEXT_CELL_BYTES` a cell, as for
+    Parquet), so a table too large for this machine is refused before it is held."""
+    import pandas as pd
+
+    text_cols = set(wanted) - set(int_columns)
+    parts: dict[str, list[np.ndarray]] = {c: [] for c in wanted}
+    index: list[np.ndarray] = []
+    size, rows = max(src.stat().st_size, 1), 0
     try:
-        frame = pd.read_csv(
-            src,
-            usecols=lambda c: c.strip() in wanted,
+        with open_input(src) as fh:
+            reader = pd.read_csv(
+                fh,
+                usecols=lambda c: c.strip() in wanted,
+                dtype=str,
+                keep_default_na=False,
+                skip_blank_lines=False,
+                encoding="utf-8-sig",
+                chunksize=CSV_CHUNK_ROWS,
+            )
+            for chunk in reader:
+                chunk.columns = [c.strip() for c in chunk.columns]
+                chunk = chunk[~(chunk == "").all(axis=1)]  # skip_blank_lines=False kept a blank line as a row
+                index.append(chunk.index.to_numpy())
+                for c in wanted:
+                    ints = None if c in text_cols else _int_cells(chunk[c], int_columns[c])
+                    if ints is None:
+                        text_cols.add(c)
+                    parts[c].append(chunk[c].to_numpy(dtype=object) if ints is None else ints)
+                rows += len(chunk)
+                per_row = sum(TEXT_CELL_BYTES if c in text_cols else INT_CELL_BYTES for c in wanted)
+                try:
+                    check_allocation(rows * size // max(fh.tell(), 1), per_row, f"~{rows:,} rows so far", limit=None)
+                except ValueError as exc:
+                    raise InputError(src, "-", "rows", f"{exc} × {len(wanted)} columns to import") from None
+    except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(src, "-", "file", f"not a readable CSV table: {exc}") from None
+    rows_index = np.concatenate(index) if index else np.zeros(0, dtype=np.int64)
+    columns = {}
+    for c in wanted:
+        if c in text_cols and any(p.dtype != object for p in parts[c]):
+            parts[c] = [_csv_text_column(src, c, rows_index)]  # int in some chunks: their text as written
+        # each column's chunks freed as it is joined, and no block of all columns built: one copy held
+        columns[c] = np.concatenate(parts.pop(c)) if index else np.zeros(0, dtype=object)
+    return pd.DataFrame(columns, index=pd.Index(rows_index), copy=False)
+
+
+def _int_cells(column: Any, empty_is_padding: bool) -> np.ndarray | None:
+    """A text column's cells as int64 where each is one integer (an empty one −1 where
+    ``empty_is_padding``), else None."""
+    import pandas as pd
+
+    num = pd.to_numeric(column, errors="coerce")
+    if num.dtype.kind == "f" and empty_is_padding:
+        missing = num.isna().to_numpy()
+        if missing.any() and (column[missing].str.strip() == "").all():
+            num = pd.to_numeric(column.where(~missing, "-1"), errors="coerce")
+    return num.to_numpy() if num.dtype.kind == "i" else None
+
+
+def _csv_text_column(src: Path, name: str, rows_index: np.ndarray) -> np.ndarray:
+    """One column of a CSV file as text, at the rows ``rows_index`` (the first read's, blank lines
+    dropped)."""
+    import pandas as pd
+
+    with open_input(src) as fh:
+        col = pd.read_csv(
+            fh,
+            usecols=lambda c: c.strip() == name,
             dtype=str,
             keep_default_na=False,
             skip_blank_lines=False,
             encoding="utf-8-sig",
         )
-    except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
-        raise InputError(src, "-", "file", f"not a readable CSV table: {exc}") from None
-    frame.columns = [c.strip() for c in frame.columns]
-    # skip_blank_lines=False keeps a blank line as an all-empty row, so index + 2 is the line
-    blank = (frame == "").all(axis=1)
-    frame = frame[~blank]
-    return frame, "csv"
+    return col.iloc[:, 0].to_numpy(dtype=object)[rows_index]
 
 
 def _is_int_column(series: Any) -> bool:
@@ -416,10 +489,16 @@ def _check_table_args(
 
 
 def _filtered_frame(
-    src: Path, needed: Sequence[str], filters: Sequence[tuple[str, str]], flag: str
+    src: Path,
+    needed: Sequence[str],
+    filters: Sequence[tuple[str, str]],
+    flag: str,
+    int_columns: Mapping[str, bool] | None = None,
 ) -> tuple[Any, str, int]:
-    """(the rows the filters keep, row kind, rows read); refuses a table left without rows."""
-    frame, kind = _read_frame(src, needed)
+    """(the rows the filters keep, row kind, rows read); refuses a table left without rows. A
+    filter's column is compared as text, so it is never among the ``int_columns`` read as integers."""
+    ints = {c: pad for c, pad in (int_columns or {}).items() if c not in {c for c, _ in filters}}
+    frame, kind = _read_frame(src, needed, ints)
     n_read = len(frame)
     for col, value in filters:
         frame = frame[frame[col].astype(str).str.strip() == value]
@@ -429,9 +508,15 @@ def _filtered_frame(
     return frame, kind, n_read
 
 
-def _wide_ids(frame: Any, src: Path, kind: str, expert_cols: Sequence[str]) -> tuple[Any, np.ndarray, np.ndarray]:
-    """(the token rows, their K ids, their row index) of a wide table; padding rows dropped."""
-    ids = np.stack([_as_int(frame[c], src, kind, c, allow_empty=True) for c in expert_cols], axis=1)
+def _wide_ids(
+    frame: Any, src: Path, kind: str, expert_cols: Sequence[str], key_cols: Sequence[str]
+) -> tuple[Any, np.ndarray, np.ndarray]:
+    """(the token rows, their K ids, their row index) of a wide table; padding rows dropped, and
+    the id columns that are no key column (``key_cols``), which the ids now hold, with them."""
+    ids = np.empty((len(frame), len(expert_cols)), dtype=np.int64)
+    for k, c in enumerate(expert_cols):  # column by column: no second copy of all ids at once
+        ids[:, k] = _as_int(frame[c], src, kind, c, allow_empty=True)
+    frame = frame.drop(columns=[c for c in dict.fromkeys(expert_cols) if c not in key_cols])
     keep = ~(ids == -1).all(axis=1)  # a padding row (all slots empty or -1) is no token
     if not keep.all():  # else no copy of a table that may fill much of memory
         frame, ids = frame[keep], ids[keep]
@@ -579,9 +664,13 @@ def import_table(
     # after _check_table_args: K expert columns (wide), or the id and the slot column (long)
     id_cols = list(expert_cols) if expert_cols is not None else [cast(str, expert_col), cast(str, slot_col)]
     needed = [*columns["stream"], *columns["step"], *layer_cols, *id_cols, *(c for c, _ in filters)]
-    frame, kind, n_read = _filtered_frame(src, needed, filters, "--filter")
+    # ids read as integers where every cell is one (an empty id cell is padding), keys too
+    ints = {c: False for c in needed} | {c: True for c in (id_cols if wide else id_cols[:1])}
+    frame, kind, n_read = _filtered_frame(src, needed, filters, "--filter", ints)
     if wide:
-        frame, ids, row_index = _wide_ids(frame, src, kind, id_cols)
+        frame, ids, row_index = _wide_ids(
+            frame, src, kind, id_cols, [*columns["stream"], *columns["step"], *layer_cols]
+        )
     else:
         long = _long_ids(frame, src, kind, id_cols[0], id_cols[1], top_k)
     if frame.empty:

@@ -667,3 +667,58 @@ def test_lazy_npy_reads_blocks_of_steps(tmp_path):
     np.save(fpath, np.asfortranarray(topk))
     sidecar_path(fpath).write_text(json.dumps(META))
     assert isinstance(read_trace(fpath, lazy=True).topk, np.ndarray)
+
+
+def _trace_error(path, topk):
+    """read_trace's error for ``topk`` written to ``path`` (None where it reads)."""
+    np.savez(path, topk=topk, meta=np.array(json.dumps({"experts": 100, "top_k": 3, "model": "m"})))
+    try:
+        read_trace(path)
+    except InputError as exc:
+        return str(exc).replace(str(path), "T")
+    return None
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.uint8, np.uint16])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda t: t.__setitem__((3, 1, 0, 2), 100),  # out of range
+        lambda t: t.__setitem__((4, 0, 1, 1), t[4, 0, 1, 0]),  # an expert twice in a token
+        lambda t: t.__setitem__((2, 1, 1, slice(1, 3)), -1),  # a token partly padding
+        lambda t: t.__setitem__((5, 0, 0, 0), -2),  # below the padding id
+        lambda t: None,  # none: it reads
+    ],
+)
+def test_trace_ids_are_checked_alike_in_every_integer_width(tmp_path, dtype, damage):
+    """The ids are checked in the trace's own integer width (no int64 copy of each block): every
+    damage gives the error, at the same place, that the same ids give as int64."""
+    rng = np.random.default_rng(3)
+    topk = np.stack([rng.permutation(100)[:3] for _ in range(6 * 2 * 2)]).reshape(6, 2, 2, 3).astype(np.int64)
+    damage(topk)
+    if np.issubdtype(dtype, np.unsignedinteger) and (topk < 0).any():
+        return  # an unsigned array cannot hold the padding id
+    want = _trace_error(tmp_path / "wide.npz", topk)
+    assert _trace_error(tmp_path / "narrow.npz", topk.astype(dtype)) == want
+    assert want is None or "topk[" in want
+
+
+def test_reading_a_trace_holds_it_about_once(tmp_path):
+    """Reading and checking a trace peaks below twice its ids' bytes (plus a little): its ids
+    are checked a block at a time in their own width (an int64 copy of each block, its sort and
+    masks took 4× an int16 trace)."""
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    steps, streams, layers = 2_000, 32, 32
+    topk = ((rng.permutation(128)[:8] + rng.integers(0, 128, (steps, streams, layers, 1))) % 128).astype(np.int16)
+    path = tmp_path / "t.npz"
+    np.savez(path, topk=topk, meta=np.array(json.dumps({"experts": 128, "top_k": 8, "model": "m"})))
+    del topk
+    tracemalloc.start()
+    try:
+        t = read_trace(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * t.topk.nbytes + (8 << 20)

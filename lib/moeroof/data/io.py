@@ -402,30 +402,50 @@ def _validate_topk(topk: np.ndarray, experts: int, top_k: int, path: Path, meta_
     per_step = max(1, int(np.prod(topk.shape[1:])))
     chunk = max(1, TOPK_CHUNK_ELEMENTS // per_step)
     for s0 in range(0, topk.shape[0], chunk):
-        block = np.asarray(topk[s0 : s0 + chunk]).astype(np.int64, copy=False)
+        block = np.asarray(topk[s0 : s0 + chunk])
+        if block.dtype.kind == "u":  # signed ids are checked in their own width: no int64 copy of each block
+            block = block.astype(np.int64)
 
         def where(mask: np.ndarray, s0: int = s0) -> str:
             s, t, l, k = np.argwhere(mask)[0]
             return f"topk[{s + s0},{t},{l},{k}]"
 
-        bad = (block < PAD) | (block >= experts)
-        if bad.any():
+        if block.size == 0:
+            continue
+        lo, hi = int(block.min()), int(block.max())  # the masks below only where these say a fault is there
+        if lo < PAD or hi >= experts:
+            bad = (block < PAD) | (block >= experts)
             idx = where(bad)
             value = block[tuple(np.argwhere(bad)[0])]
             raise InputError(path, idx, "topk", TOPK_RANGE.format(value=value, experts=experts))
-        partial = partial_tokens(block)
-        if partial.any():
-            s, t, l = np.argwhere(partial)[0]
-            k = int(np.argmax(block[s, t, l] == PAD))
-            raise InputError(path, f"topk[{s + s0},{t},{l},{k}]", "topk", TOPK_PARTIAL)
+        if lo < 0:  # padding somewhere: each token all padding or none
+            partial = partial_tokens(block)
+            if partial.any():
+                s, t, l = np.argwhere(partial)[0]
+                k = int(np.argmax(block[s, t, l] == PAD))
+                raise InputError(path, f"topk[{s + s0},{t},{l},{k}]", "topk", TOPK_PARTIAL)
         if top_k > 1:
-            srt = np.sort(block, axis=-1)
-            dup_tok = ((srt[..., 1:] == srt[..., :-1]) & (srt[..., 1:] != PAD)).any(axis=-1)
-            if dup_tok.any():
-                s, t, l = np.argwhere(dup_tok)[0]
-                row = block[s, t, l]
-                k = next(j for j in range(1, top_k) if row[j] in row[:j])
-                raise InputError(path, f"topk[{s + s0},{t},{l},{k}]", "topk", TOPK_DUPLICATE.format(value=row[k]))
+            _check_distinct(block, s0, path)
+
+
+#: elements of a block whose tokens are sorted at once to find an expert given twice in a token
+DISTINCT_CHUNK_ELEMENTS = 1_000_000
+
+
+def _check_distinct(block: np.ndarray, s0: int, path: Path) -> None:
+    """Refuses the first token (in C order) of ``block`` (steps from ``s0``) that names an expert
+    twice, sorting :data:`DISTINCT_CHUNK_ELEMENTS` ids at a time: a sorted copy of the whole
+    block, and its masks, would take more memory than the trace's own ids."""
+    sub = max(1, DISTINCT_CHUNK_ELEMENTS // max(1, int(np.prod(block.shape[1:]))))
+    for d0 in range(0, block.shape[0], sub):
+        part = block[d0 : d0 + sub]
+        srt = np.sort(part, axis=-1)
+        dup_tok = ((srt[..., 1:] == srt[..., :-1]) & (srt[..., 1:] != PAD)).any(axis=-1)
+        if dup_tok.any():
+            s, t, l = np.argwhere(dup_tok)[0]
+            row = part[s, t, l]
+            k = next(j for j in range(1, part.shape[-1]) if row[j] in row[:j])
+            raise InputError(path, f"topk[{s + s0 + d0},{t},{l},{k}]", "topk", TOPK_DUPLICATE.format(value=row[k]))
 
 
 class NpySteps:

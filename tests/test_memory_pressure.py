@@ -152,3 +152,46 @@ def test_fit_plan_recovers_the_reclaim_shape_and_the_peak_moves_with_it():
     _truth_peak_inside(fit, m, hw, r, truth)
     with pytest.raises(ParameterError, match="reclaim-shape"):
         fit_plan(measured, m, hw, r, fit=("ssd-scale", "reclaim-shape", "skew"), overlap="sum")
+
+
+def _reclaim_truth_rows(kappa: float):
+    """A box with reclaim work κ, measured (tok/s and hit rate) at two small caches, and a large
+    one left to predict: qwen3-30b-a3b on nvme-gen4, one stream, zipf:0.8."""
+    m, hw = load_model("qwen3-30b-a3b"), load_hardware("nvme-gen4")
+    r = routing_from_spec("zipf:0.8", m)
+    pts = [PlanPoint(i + 2, 1, c, 1, "lru", None, None) for i, c in enumerate((2.0, 6.0, 40.0))]
+    net, hit = predict_points(pts, m, hw, r, PlanKnobs(reclaim_penalty=kappa, skew=0.8), overlap="sum")
+    measured = [
+        dataclasses.replace(p, net_tok_s=float(net[i]), hit_rate=float(hit[i])) if i < 2 else p
+        for i, p in enumerate(pts)
+    ]
+    return m, hw, r, measured, net
+
+
+def test_reclaim_work_not_fitted_is_held_at_its_prior_and_its_high_end_widens_the_bands():
+    """κ is never a silent 0: where --fit does not name reclaim and the preset does not state it,
+    fit-plan holds it at PRIOR_RECLAIM_PENALTY's centre, says so in the knob table and a note, and
+    the bands take in its high end as far as the rows admit. A truth with κ = 1.5 measured at two
+    small caches (where the reclaim work is small) lies inside the band of the large cache it
+    predicts; at κ held at 0 alone (the preset stating it) it lies below that band."""
+    from moeroof.fit.plan import PRIOR_RECLAIM_PENALTY
+
+    m, hw, r, measured, truth = _reclaim_truth_rows(1.5)
+    fit = fit_plan(measured, m, hw, r, fit=("ssd-scale", "skew"), overlap="sum")
+    held = fit.knobs["reclaim_penalty"]
+    assert (held["value"], held["low"], held["high"]) == PRIOR_RECLAIM_PENALTY and not held["fitted"]
+    assert any(n.startswith("reclaim_penalty") for n in fit.notes)
+    row = fit.rows[2]
+    assert row["low"] <= truth[2] <= row["high"], (row, truth[2])
+    stated = replace(hw, provenance={**hw.provenance, "reclaim_penalty": "witnessed"})
+    silent = fit_plan(measured, m, stated, r, fit=("ssd-scale", "skew"), overlap="sum")
+    assert "reclaim_penalty" not in silent.knobs
+    assert truth[2] < silent.rows[2]["low"], (silent.rows[2], truth[2])
+    assert silent.rows[2]["low"] > row["low"]
+
+
+def test_fitted_reclaim_work_is_not_also_held():
+    m, hw, r, measured, _ = _reclaim_truth_rows(1.5)
+    fit = fit_plan(measured, m, hw, r, fit=("ssd-scale", "reclaim", "skew"), overlap="sum")
+    assert fit.knobs["reclaim_penalty"]["fitted"]
+    assert not any(n.startswith("reclaim_penalty (κ") for n in fit.notes)

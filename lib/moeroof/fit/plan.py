@@ -152,6 +152,7 @@ __all__ = [
     "PRIOR_SECONDS_PER_AGENT_TOKEN",
     "PRIOR_SECONDS_PER_STEP",
     "PRIOR_TOUCHED_SHARE",
+    "PRIOR_RECLAIM_PENALTY",
 ]
 
 KNOBS = ("engine", "expert", "ssd-scale", "reclaim", "reclaim-shape", "pressure", "skew", "rho")
@@ -235,6 +236,16 @@ PRIOR_SECONDS_PER_STEP = DEFAULT_PRIORS["engine_seconds_per_step"][0]
 #: per-touched-expert cost to first order: held at 0 there (assumed), the bands carry the share 1
 #: end (all of the fastest calibration step per pair).
 PRIOR_TOUCHED_SHARE = (0.0, 0.0, 1.0)
+
+#: κ of the OS's reclaim work on the reads (``Hardware.reclaim_penalty``,
+#: :func:`moeroof.models.plan.reclaim_slowdown`) where ``reclaim`` is not fitted and the preset
+#: does not state it: (low, held, high). Held at 0 (assumed: an engine whose cache leaves the OS
+#: room, or pins its memory), its high end in the bands as far as the calibration rows admit it —
+#: the largest public value, mlx-lm#1438's Apple M5 Max with a 75 GB expert cache beside 128 GB,
+#: fitted on its three cache sizes (``fit-plan --fit ssd-scale,reclaim,skew,rho``, the queueing
+#: form n = 1): κ = 3.3. Seed 003's GB10 head node, which ran 1.3–2.6× slower than its peer at the
+#: same work from memory reclaim, reads as κ ≈ 0.03–0.5 in that form.
+PRIOR_RECLAIM_PENALTY = (0.0, 0.0, 3.3)
 
 
 def default_knobs(points: Sequence[PlanPoint], *, routing_is_spec: bool = True) -> tuple[str, ...]:
@@ -745,6 +756,10 @@ def _held_entries(hardware: Hardware, held: _HeldKnobs) -> dict[str, dict[str, A
         (lo_e, mid_e, hi_e), src = hardware.priors[key]
         why = "no row here tells it from the engine and SSD terms: held at its prior, the bands cover its range"
         out[key] = _held_entry(mid_e, lo_e, hi_e, "prior", why, "share", source=src)
+    if held.reclaim:
+        lo_r, mid_r, hi_r = PRIOR_RECLAIM_PENALTY
+        why = "not fitted (--fit reclaim fits it): held at its prior, the bands cover its high end as far as the rows admit"
+        out["reclaim_penalty"] = _held_entry(mid_r, lo_r, hi_r, "prior", why, "κ")
     local = held.locality
     if local is None:
         return out
@@ -914,6 +929,11 @@ class _HeldKnobs:
     #: (0 without the engine fitted): the per-touched-expert cost at its prior share 1
     touched_cap: float
 
+    @property
+    def reclaim(self) -> bool:
+        """The reclaim work's κ is held at :data:`PRIOR_RECLAIM_PENALTY` (``values["reclaim"]``)."""
+        return "reclaim" in self.values
+
 
 def _touched_pairs(points: Sequence[PlanPoint], model: MoEModel, routing: RoutingProbabilities) -> np.ndarray:
     """The (layer, expert) pairs a rank touches at each row with a measured net tok/s (independent tokens)."""
@@ -949,7 +969,19 @@ def _held_knobs(
     values.update({k: hardware.priors[k][0][1] for k in efficiency})
     skew_prior = None if "skew" in names else skew_prior_of(routing)
     values.update({} if skew_prior is None else {"skew": skew_knob("dirichlet", skew_prior.alpha)})
+    if "reclaim" not in names and _reclaim_unstated(hardware):
+        values["reclaim"] = PRIOR_RECLAIM_PENALTY[1]
     return _HeldKnobs(values, local, efficiency, skew_prior, held_locality, touched_cap)
+
+
+def _reclaim_unstated(hardware: Hardware) -> bool:
+    """The preset leaves the reclaim work's κ at its default 0, assumed (a value it states, or one
+    set on the command line, is the user's statement about the box and is kept)."""
+    return (
+        hardware.reclaim_penalty == 0.0
+        and hardware.provenance.get("reclaim_penalty", "assumed") == "assumed"
+        and not str(hardware.sources.get("reclaim_penalty", "")).startswith("set on the command line")
+    )
 
 
 def _engine_start(
@@ -1030,6 +1062,8 @@ class _Fit:
             k = replace(k, rho=outer["rho"])
         if "pressure" in outer:
             k = replace(k, page_cache_share=outer["pressure"])
+        if self.held.reclaim:
+            k = replace(k, reclaim_penalty=held["reclaim"])
         return k
 
     def predict(
@@ -1357,25 +1391,26 @@ class _PriorEnds:
     done: list[_EndAnswer] = field(default_factory=list)
     replay: list[_EndAnswer] = field(default_factory=list)
 
-    def admitted_end(self, set_at: Callable[[float], None]) -> _EndAnswer:
+    def admitted_end(self, set_at: Callable[[float], None], search: bool = True) -> _EndAnswer:
         """``set_at(t)`` puts the held knob a share t of the way from its centre to one end; the
         farthest of t = 1, ½, ¼ the rows admit, with its prediction (None: the rows rule out all).
         The smooth knobs are re-solved there and, where cache knobs are fitted, a short search
         (:data:`END_EVALUATIONS`) moves them too: an end the rows rule out only at the centre's
-        skew is not an end they rule out."""
+        skew is not an end they rule out (``search=False``: not, for a knob that only prices the
+        reads, where the search would cost more than the rest of the ends)."""
         if self.replay:
             return self.replay.pop(0)
-        self.done.append(self._first_admitted(set_at))
+        self.done.append(self._first_admitted(set_at, search))
         return self.done[-1]
 
-    def _first_admitted(self, set_at: Callable[[float], None]) -> _EndAnswer:
+    def _first_admitted(self, set_at: Callable[[float], None], search: bool) -> _EndAnswer:
         """:meth:`admitted_end`'s answer computed: each share of :data:`END_SHARES` in turn, farthest first."""
         fit = self.fit
         for t in END_SHARES:
             set_at(t)
             xe, cost, _ = fit.solve_inner(self.outer)
             at_outer = self.outer
-            if cost > self.admit and fit.cache_names:
+            if cost > self.admit and fit.cache_names and search:
                 cost, xe, at_outer = self._end_search()
             if cost <= self.admit:
                 return t, fit.predict(fit.knobs_of(at_outer, xe))
@@ -1403,7 +1438,7 @@ class _PriorEnds:
         )
         return min(tried.values(), key=lambda v: v[0])
 
-    def widen_at_ends(self, key: str, ends: Sequence[float], *, hits: bool = False) -> list[str]:
+    def widen_at_ends(self, key: str, ends: Sequence[float], *, hits: bool = False, search: bool = True) -> list[str]:
         """The held knob ``key`` at each end of its prior, the smooth knobs re-solved there: the
         band covers what the rows cannot rule out, moved by each end's prediction (``hits``: the
         hit rates' band too); returns a phrase for each end the rows cut short."""
@@ -1415,7 +1450,7 @@ class _PriorEnds:
             def set_at(t: float, end: float = end) -> None:
                 held[key] = centre + t * (end - centre)
 
-            t, at = self.admitted_end(set_at)
+            t, at = self.admitted_end(set_at, search)
             if at is not None:
                 self.band.widen(at[0], at[1] if hits else None)
             if t < 1.0:
@@ -1431,6 +1466,8 @@ class _PriorEnds:
         if fit.holds_touched:
             self._touched_ends()
         self._efficiency_ends()
+        if fit.held.reclaim:
+            self._reclaim_ends()
         if fit.held.skew_prior is not None:
             self._skew_ends(fit.held.skew_prior)
         if fit.held.locality is not None:
@@ -1490,6 +1527,17 @@ class _PriorEnds:
             )
             + " — no row here tells them from the engine and SSD terms; the bands include the predictions at both ends"
             + _as_far_as(cut)
+        )
+
+    def _reclaim_ends(self) -> None:
+        """The reclaim work's κ, held at its prior's centre, at its high end (hit rates do not move)."""
+        lo, mid, hi = PRIOR_RECLAIM_PENALTY
+        # κ prices the reads the cache leaves, it does not change them: the cache knobs stay at the best
+        cut = self.widen_at_ends("reclaim", (hi,), search=False)
+        self.notes.append(
+            f"reclaim_penalty (κ of the OS's reclaim work on the reads, 1 + κ·(u/(1 − u))^n) is held at {mid:g} "
+            f"(range {lo:g}–{hi:g}: 0 assumed, {hi:g} the largest public fit, mlx-lm#1438's) where neither the "
+            "preset states it nor --fit names reclaim; the bands include its high end" + _as_far_as(cut)
         )
 
     def _skew_ends(self, skew_prior: Any) -> None:

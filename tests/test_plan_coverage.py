@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from moeroof.fit.plan import PRIOR_SECONDS_PER_AGENT_TOKEN, PRIOR_SECONDS_PER_STEP
+from moeroof.fit.plan import PRIOR_RECLAIM_PENALTY, PRIOR_SECONDS_PER_AGENT_TOKEN, PRIOR_SECONDS_PER_STEP
 from moeroof.studies import plan_coverage as pc
 
 
@@ -21,6 +21,7 @@ def test_coverage_counts_the_predicted_rows_inside_their_bands():
         assert PRIOR_SECONDS_PER_STEP[0] <= t["engine_seconds_per_step"] <= PRIOR_SECONDS_PER_STEP[2]
         assert 0 <= t["engine_seconds_per_agent_token"] <= PRIOR_SECONDS_PER_AGENT_TOKEN[2]
         assert 1e-4 <= t["engine_seconds_per_touched_expert"] <= 1e-3
+        assert PRIOR_RECLAIM_PENALTY[0] <= t["reclaim_penalty"] <= PRIOR_RECLAIM_PENALTY[2]
     assert pc.plan_coverage(1).truths[0] == res.truths[0]  # truth j is the same whatever the count
 
 

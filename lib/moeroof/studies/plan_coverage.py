@@ -6,8 +6,12 @@ per-step engine cost log-uniform over :data:`moeroof.fit.plan.PRIOR_SECONDS_PER_
 range, the per-token cost uniform over :data:`~moeroof.fit.plan.PRIOR_SECONDS_PER_AGENT_TOKEN`'s,
 a per-touched-expert cost log-uniform over 0.1–1 ms, an SSD scale log-uniform over 0.3–1.5, one
 stream's stickiness and per-stream locality one draw of the committed locality prior (the two
-paired by strength, as :meth:`moeroof.models.locality.Locality.draws` pairs them) — each truth from its own generator, the same whatever the count — and a structural choice fit-plan is
-not told: the terms combined by ``max`` or ``sum`` (alternating). Its rows are seed 003's
+paired by strength, as :meth:`moeroof.models.locality.Locality.draws` pairs them), the OS's
+reclaim work κ at the centre of :data:`moeroof.fit.plan.PRIOR_RECLAIM_PENALTY` (0) for half the
+truths and uniform up to its high end for the rest — each truth from its own generator, the same
+whatever the count — and two structural choices fit-plan is not told: the terms combined by
+``max`` or ``sum`` (alternating), and whether the memory the engine holds slows its reads (κ,
+which fit-plan holds at its prior). Its rows are seed 003's
 settings (:data:`ROWS`: GLM-5 NVFP4 on GB10, its per-layer histogram), simulated by
 :func:`moeroof.fit.plan.predict_points` at a simulation seed no fit uses, with a
 lognormal measurement noise of :data:`NOISE` on the calibration rows' tok/s and a normal one of
@@ -28,7 +32,14 @@ from moeroof.core.results import Result
 from moeroof.core.rng import generator
 from moeroof.data.plan_points import PlanPoint
 from moeroof.data.presets import load_hardware, load_model
-from moeroof.fit.plan import PRIOR_SECONDS_PER_AGENT_TOKEN, PRIOR_SECONDS_PER_STEP, PlanKnobs, fit_plan, predict_points
+from moeroof.fit.plan import (
+    PRIOR_RECLAIM_PENALTY,
+    PRIOR_SECONDS_PER_AGENT_TOKEN,
+    PRIOR_SECONDS_PER_STEP,
+    PlanKnobs,
+    fit_plan,
+    predict_points,
+)
 from moeroof.models.locality import Locality
 from moeroof.models.plan import routing_from_spec
 
@@ -70,6 +81,7 @@ _KNOB_COLUMNS = (
     "engine_seconds_per_touched_expert",
     "ssd_scale",
     "rho",
+    "reclaim_penalty",
 )
 
 
@@ -77,9 +89,10 @@ def _truth_knobs(rng, prior, model) -> tuple:
     """A simulated box's knobs drawn from fit-plan's priors (module docstring) with ``rng``, and
     its one stream's c/E."""
     u = rng.random(6)
-    # ρ and c/E paired by locality strength, as the prior's draws are (Locality.paired); u[5]
-    # is drawn and unused so that the other knobs keep their uniforms
+    # ρ and c/E paired by locality strength, as the prior's draws are (Locality.paired)
     (rho,), (c_per_expert,) = prior.paired_for([u[4]], model.experts, model.top_k)
+    # κ: the prior's centre (no reclaim work) below ½, else uniform up to its high end
+    kappa = 0.0 if u[5] < 0.5 else PRIOR_RECLAIM_PENALTY[2] * (2.0 * u[5] - 1.0)
     lo, _, hi = PRIOR_SECONDS_PER_STEP
     knobs = PlanKnobs(
         engine_seconds_per_step=float(math.exp(math.log(lo) + u[0] * (math.log(hi) - math.log(lo)))),
@@ -88,6 +101,7 @@ def _truth_knobs(rng, prior, model) -> tuple:
         ssd_scale=float(math.exp(math.log(0.3) + u[3] * math.log(5.0))),
         rho=float(rho),
         c=float(c_per_expert) * model.experts,
+        reclaim_penalty=float(kappa),
     )
     return knobs, float(c_per_expert)
 

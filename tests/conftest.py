@@ -19,6 +19,9 @@ os.environ[DISK_MEMO_ENV] = tempfile.mkdtemp(prefix="moeroof-test-memo-")
 # ipykernel 6 and 7, once in a full run on 2026-12-06 where it cost the 300 s then allowed), and
 # the render is retried once in a fresh kernel
 os.environ.setdefault("MOEROOF_CELL_TIMEOUT_S", "90")
+# a kernel idle mid-cell (that hang: no CPU in its process tree) is stopped and retried sooner by
+# the idle-kernel watch (moeroof.present.kernel_watch); a working cell always uses CPU
+os.environ.setdefault("MOEROOF_IDLE_KERNEL_S", "45")
 
 # hypothesis draws the same examples on every run (fixed seeds, as the suite's other randomness):
 # a CI run can only fail on a change, never on a new draw. MOEROOF_HYPOTHESIS_RANDOM=1 explores

@@ -316,6 +316,27 @@ def test_a_cell_past_the_timeout_is_retried_once_in_a_fresh_kernel(tmp_path, cap
     assert "Traceback" not in err
 
 
+@pytest.mark.notebook
+def test_a_kernel_idle_mid_cell_is_stopped_and_retried_long_before_the_cell_timeout(tmp_path, capfd, monkeypatch):
+    """A kernel that sits idle in a cell (the idle hang: no CPU, papermill waiting) is stopped by
+    the idle-kernel watch after MOEROOF_IDLE_KERNEL_S, not after the cell timeout: the render is
+    retried once in a fresh kernel, says why, and finishes."""
+    import time
+
+    monkeypatch.setenv("MOEROOF_IDLE_KERNEL_S", "3")
+    nb_dir = tmp_path / "nbs"
+    nb_dir.mkdir()
+    (nb_dir / "stall.py").write_text(STALLS_ONCE)
+    marker = tmp_path / "marker"
+    argv = ["--notebooks", "stall", "--notebooks-dir", str(nb_dir), "--cell-timeout", "600", "--jobs", "1"]
+    t = time.monotonic()
+    assert report.main([*argv, "-p", "marker", str(marker), "--out", str(tmp_path / "once")]) == 0
+    assert time.monotonic() - t < 60
+    said = capfd.readouterr()
+    assert re.search(r"retry +stall .*sat idle mid-render for 3 s", said.err), said.err
+    assert "finished" in (tmp_path / "once" / "stall.ipynb").read_text()
+
+
 DIES_ONCE = """\
 # %% tags=["parameters"]
 marker = ""

@@ -257,26 +257,30 @@ def _execute_once(
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
     from papermill.exceptions import PapermillExecutionError
 
+    from moeroof.present.kernel_watch import IdleKernelWatch
+
     nb = jupytext.read(path)
     # papermill saves the executed notebook (the failing cell's traceback in it) before raising;
     # it writes to a temp file beside failed_path, renamed to failed_path only on an error
     partial = failed_path.with_name(f".{failed_path.stem}.{os.getpid()}.tmp.ipynb") if failed_path else None
+    watch = IdleKernelWatch()
     try:
-        return pm.execute_notebook(
-            nb,
-            str(partial) if partial is not None else None,
-            request_save_on_cell_execute=False,
-            parameters=parameters or {},
-            kernel_name=KERNEL_NAME,
-            language="python",  # a percent notebook may carry no kernelspec; injecting parameters needs it
-            cwd=str(path.parent),
-            progress_bar=False,
-            execution_timeout=cell_timeout_s,
-            # the kernel's own log (a TCP-transport warning on every start, an interrupt at
-            # shutdown) is noise between the progress lines; a cell's error still ends the
-            # render through papermill, with its cell and message
-            extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
-        )
+        with watch:  # a kernel idle mid-render is stopped: a dead kernel, retried below, not a 20-minute wait
+            return pm.execute_notebook(
+                nb,
+                str(partial) if partial is not None else None,
+                request_save_on_cell_execute=False,
+                parameters=parameters or {},
+                kernel_name=KERNEL_NAME,
+                language="python",  # a percent notebook may carry no kernelspec; injecting parameters needs it
+                cwd=str(path.parent),
+                progress_bar=False,
+                execution_timeout=cell_timeout_s,
+                # the kernel's own log (a TCP-transport warning on every start, an interrupt at
+                # shutdown) is noise between the progress lines; a cell's error still ends the
+                # render through papermill, with its cell and message
+                extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
+            )
     except PapermillExecutionError as err:
         where = ""
         if partial is not None and failed_path is not None and partial.is_file():
@@ -288,6 +292,9 @@ def _execute_once(
     except CellTimeoutError:
         raise CellTimedOut(f"{path.stem} failed: a cell ran past {cell_timeout_s:g} s") from None
     except DeadKernelError:
+        if watch.killed:
+            why = f"its kernel sat idle mid-render for {watch.idle_s:g} s (no CPU in it or below it) and was stopped"
+            raise KernelDied(f"{path.stem} failed: {why}") from None
         raise KernelDied(f"{path.stem} failed: its kernel died") from None
     except NoSuchKernel as err:
         raise NotebookFailed(

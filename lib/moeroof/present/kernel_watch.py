@@ -1,0 +1,144 @@
+"""Stop a notebook kernel that sits idle mid-render, so that its render is retried at once.
+
+A kernel has been seen to stop answering in the middle of a render (the idle hang the
+``ipykernel`` pin in ``pyproject.toml`` names): the kernel uses no CPU while papermill waits for a
+reply that never comes, until the cell timeout (:data:`moeroof.present.report.CELL_TIMEOUT_S`,
+20 minutes) ends the attempt. A working cell uses CPU in the kernel or in a process it started
+(a Dask worker, a compiler), so a kernel whose whole process tree has used none for
+:data:`IDLE_KERNEL_S` is taken for hung: :class:`IdleKernelWatch` kills it, papermill reports a
+dead kernel, and the render is retried once in a fresh kernel (as for any kernel that dies).
+
+CPU time is read from ``/proc/PID/stat`` (utime + stime, and cutime + cstime of the children it
+has reaped); where there is no ``/proc`` (macOS, Windows) nothing is watched and the cell timeout
+remains the only bound. The kernels watched are this process's children whose command line names
+``ipykernel`` (papermill starts each kernel as a child of the process that renders).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+__all__ = [
+    "IDLE_KERNEL_S",
+    "IDLE_KERNEL_ENV",
+    "IDLE_CPU_SHARE",
+    "idle_kernel_seconds",
+    "IdleKernelWatch",
+    "tree_cpu_ticks",
+]
+
+#: seconds a kernel's process tree may use no CPU before it is taken for hung: far above any
+#: pause of a working cell (the default cells compute without waiting on anything outside)
+IDLE_KERNEL_S = 120.0
+#: the environment variable that overrides it (a positive number of seconds; the tests set a short one)
+IDLE_KERNEL_ENV = "MOEROOF_IDLE_KERNEL_S"
+#: below this share of one core over the whole idle window a tree counts as idle: an idle kernel's
+#: own threads (heartbeat, I/O) still wake now and then; a working cell uses most of a core
+IDLE_CPU_SHARE = 0.01
+
+_PROC = Path("/proc")
+
+
+def idle_kernel_seconds() -> float:
+    """:data:`IDLE_KERNEL_S`, or ``$MOEROOF_IDLE_KERNEL_S`` where that is a positive number."""
+    try:
+        value = float(os.environ.get(IDLE_KERNEL_ENV, ""))
+    except ValueError:
+        return IDLE_KERNEL_S
+    return value if 0 < value < float("inf") else IDLE_KERNEL_S
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, CPU ticks: own and reaped children's) of ``pid``; None once it is gone."""
+    try:
+        text = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) ": comm may hold spaces
+    return int(fields[1]), sum(int(f) for f in fields[11:15])
+
+
+def _processes() -> dict[int, tuple[int, int]]:
+    """pid → (parent pid, CPU ticks) of every process this one can see."""
+    out = {}
+    for entry in _PROC.iterdir():
+        if entry.name.isdigit():
+            got = _stat(int(entry.name))
+            if got is not None:
+                out[int(entry.name)] = got
+    return out
+
+
+def tree_cpu_ticks(pid: int, table: dict[int, tuple[int, int]] | None = None) -> int:
+    """CPU ticks used so far by ``pid`` and every process below it (``table``: :func:`_processes`'s)."""
+    table = _processes() if table is None else table
+    children: dict[int, list[int]] = {}
+    for p, (parent, _) in table.items():
+        children.setdefault(parent, []).append(p)
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        total += table.get(p, (0, 0))[1]
+        todo += children.get(p, [])
+    return total
+
+
+def _is_kernel(pid: int, marker: str) -> bool:
+    try:
+        return marker.encode() in (_PROC / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+class IdleKernelWatch:
+    """A thread, while the ``with`` block runs, that kills any kernel child of this process whose
+        process tree has used no CPU (below :data:`IDLE_CPU_SHARE` of a core) for ``idle_s`` seconds
+    (module docstring); ``killed`` lists them.
+        ``marker``: what a kernel's command line holds."""
+
+    def __init__(self, idle_s: float | None = None, *, marker: str = "ipykernel", poll_s: float | None = None):
+        self.idle_s = idle_kernel_seconds() if idle_s is None else float(idle_s)
+        self.poll_s = min(5.0, self.idle_s / 4) if poll_s is None else float(poll_s)
+        self.marker = marker
+        self.killed: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="idle-kernel-watch", daemon=True)
+
+    def __enter__(self) -> IdleKernelWatch:
+        if _PROC.is_dir():
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        history: dict[int, list[tuple[float, int]]] = {}  # kernel pid → (when, its tree's ticks), oldest first
+        me, per_s = os.getpid(), os.sysconf("SC_CLK_TCK")
+        while not self._stop.wait(self.poll_s):
+            table = _processes()
+            now = time.monotonic()
+            for pid in [p for p, (parent, _) in table.items() if parent == me and _is_kernel(p, self.marker)]:
+                seen = history.setdefault(pid, [])
+                seen.append((now, tree_cpu_ticks(pid, table)))
+                while len(seen) > 1 and now - seen[1][0] >= self.idle_s:
+                    seen.pop(0)  # keep one sample at least idle_s old
+                since, ticks = seen[0]
+                used = seen[-1][1] - ticks
+                if now - since >= self.idle_s and used < IDLE_CPU_SHARE * (now - since) * per_s:
+                    self._kill(pid)
+
+    def _kill(self, pid: int) -> None:
+        if pid in self.killed:
+            return
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            return
+        self.killed.append(pid)

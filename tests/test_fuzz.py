@@ -729,3 +729,54 @@ def test_damaged_parquet_traces_get_one_error_line(tmp_path, command):
         assert rc == 2, f"{command} accepted the damaged {name}:\n{err}"
         assert path.name in err, f"{command}, {name}: the error does not name the file:\n{err}"
         assert "Unable to allocate" not in err
+
+
+# ----------------------------------------------------------------------------- cells past the csv field limit
+
+#: ``csv.field_size_limit()``'s default: a longer cell is ``csv.Error`` from the csv module
+_CSV_FIELD_LIMIT = 131_072
+
+#: the readers that split their lines with the csv module, each with its embedded file, the
+#: command that reads it, and whether its error can name the column (the POINTS readers hold
+#: the header; the histogram reader streams the file)
+_CSV_READERS = {
+    "points": ("points/example.points", ["fit-routing", "{p}", "--experts", "64", "--top-k", "4", "--layers", "8"]),
+    "plan-points": ("points/bigrig.plan-points", ["fit-plan", "{p}", "--model", "glm-5.2", "--hardware", "nvme-gen4"]),
+    "histogram": ("histograms/deepseek-v3-like.csv", ["union", "{p}", "--batch", "2"]),
+}
+
+
+@FUZZ
+@given(
+    reader=st.sampled_from(sorted(_CSV_READERS)),
+    row=st.integers(0, 50),
+    column=st.integers(0, 20),
+    length=st.integers(_CSV_FIELD_LIMIT + 1, 2 * _CSV_FIELD_LIMIT),
+    char=st.sampled_from(["9", "x", ".", " ", "é"]),
+    quoted=st.booleans(),
+)
+def test_a_cell_past_the_csv_field_limit_is_one_error_line(tmp_path_factory, reader, row, column, length, char, quoted):
+    """Any cell of any data row of a POINTS, plan-points or histogram file made longer than the
+    csv module's field limit (a pasted log, a runaway number; quoted or not) is one error line
+    naming the file, the line and (POINTS) the column: it was exit 70, csv.Error, from
+    fit-routing and fit-plan."""
+    src, argv = _CSV_READERS[reader]
+    d = tmp_path_factory.mktemp("csvlimit")
+    lines = (DATA / src).read_text().splitlines()
+    content = [i for i, line in enumerate(lines) if line.strip() and not line.startswith("#")]
+    header_at, data_rows = content[0], content[1:]
+    at = data_rows[row % len(data_rows)]
+    header = lines[header_at].split(",")
+    cells = lines[at].split(",")
+    col = column % len(cells)
+    cells[col] = f'"{char * length}"' if quoted else char * length
+    lines[at] = ",".join(cells)
+    path = d / Path(src).name
+    path.write_text("\n".join(lines) + "\n")
+    if reader == "histogram":
+        (d / "deepseek-v3-like.json").write_bytes((DATA / "histograms" / "deepseek-v3-like.json").read_bytes())
+    rc, err = check_promise([a.replace("{p}", str(path)) for a in argv], [path])
+    assert rc == 2, err
+    assert f"{path}:{at + 1}:" in err, f"the error does not name the file and line {at + 1}:\n{err[:400]}"
+    if reader != "histogram":
+        assert f": {header[col].strip()}:" in err, f"the error does not name the column {header[col]!r}:\n{err[:400]}"

@@ -18,6 +18,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -780,3 +781,85 @@ def test_a_cell_past_the_csv_field_limit_is_one_error_line(tmp_path_factory, rea
     assert f"{path}:{at + 1}:" in err, f"the error does not name the file and line {at + 1}:\n{err[:400]}"
     if reader != "histogram":
         assert f": {header[col].strip()}:" in err, f"the error does not name the column {header[col]!r}:\n{err[:400]}"
+
+
+# ----------------------------------------------------------------------------- numbers too long, named by key
+
+
+def _long_number_case(d: Path, reader: str, key: str, number: str) -> tuple[list[str], Path, str]:
+    """(argv, the file holding ``number`` at ``key``, the key as the error must name it)."""
+    if reader == "sidecar":
+        for suffix in (".csv", ".json"):
+            (d / f"h{suffix}").write_bytes((DATA / "histograms" / f"deepseek-v3-like{suffix}").read_bytes())
+        meta = json.loads((d / "h.json").read_text())
+        meta[key] = "@"
+        (d / "h.json").write_text(json.dumps(meta).replace('"@"', number))
+        return ["union", str(d / "h.csv"), "--batch", "2"], d / "h.json", key
+    if reader == "npz meta":
+        with np.load(DATA / "traces" / "qwen3-30b-a3b-like.npz") as z:
+            topk, meta = z["topk"], json.loads(str(z["meta"]))
+        meta[key] = "@"
+        np.savez(d / "t.npz", topk=topk, meta=np.array(json.dumps(meta).replace('"@"', number)))
+        return ["union", str(d / "t.npz"), "--batch", "2"], d / "t.npz", key
+    if reader == "routing-knobs":
+        doc = {"family": "zipf", "knobs": {"skew": 0.8, "rho": 0.1, "locality_c": 3.0}}
+        doc["knobs"][key] = "@"
+        (d / "k.json").write_text(json.dumps(doc).replace('"@"', number))
+        plan = ["plan", "--model", "glm-5.2", "--hardware", "nvme-gen4", "--batch", "1"]
+        return [*plan, "--routing-knobs", str(d / "k.json")], d / "k.json", f"knobs.{key}"
+    if reader == "grid":
+        fixed = {"experts": "64", "top_k": "4", "layers": "2"}
+        batch = number if key == "batch" else "1"
+        fixed.update({key.removeprefix("fixed."): number} if key != "batch" else {})
+        text = f'command = "union"\nbatch = [{batch}]\n[fixed]\n' + "".join(f"{k} = {v}\n" for k, v in fixed.items())
+        (d / "g.toml").write_text(text)
+        return ["sweep", str(d / "g.toml"), "-o", str(d / "s.parquet")], d / "g.toml", key
+    if reader == "model preset":
+        text = (DATA / "presets" / "models" / "qwen3-30b-a3b.toml").read_text()
+        text = re.sub(rf"(?m)^({key} = \{{ value = )[0-9.e]+", lambda m: m.group(1) + number, text, count=1)
+        (d / "m.toml").write_text(text)
+        return ["plan", "--model", str(d / "m.toml"), "--hardware", "nvme-gen4", "--batch", "1"], d / "m.toml", key
+    (d / "p.yaml").write_text(f"model: glm-5.2\n{key}: {number}\n")
+    return ["report", "-f", str(d / "p.yaml"), "--notebooks", "net_toks", "--out", str(d / "r")], d / "p.yaml", key
+
+
+#: each document a command reads numbers from, with keys a number stands at
+_NUMBER_KEYS = {
+    "sidecar": ["experts", "top_k", "layers", "tokens"],
+    "npz meta": ["experts", "top_k"],
+    "routing-knobs": ["skew", "rho", "locality_c"],
+    "grid": ["batch", "fixed.experts", "fixed.top_k", "fixed.layers"],
+    "model preset": ["experts", "top_k", "moe_layers", "expert_bytes"],
+    "parameters": ["b_max", "claim_b_max", "context_tokens"],
+}
+
+
+@FUZZ
+@given(
+    reader=st.sampled_from(sorted(_NUMBER_KEYS)),
+    pick=st.integers(0, 3),
+    digits=st.one_of(st.integers(21, 60), st.integers(4301, 6000)),
+    lead=st.sampled_from("123456789"),
+    sign=st.sampled_from(["", "-"]),
+)
+def test_a_number_too_long_for_any_field_names_its_file_and_key(tmp_path_factory, reader, pick, digits, lead, sign):
+    """An integer of 21 to 6,000 digits (past a count, size or id; past Python's 4,300-digit
+    conversion) at any numeric key of a sidecar, an .npz meta, --routing-knobs, a grid, a model
+    preset or a report -f file is one error line naming the file and the key. Before (issue 26):
+    a sidecar's said `file`, --routing-knobs' and a YAML's no key, a preset's `toml`, and a grid's
+    neither file nor key ("a number of more than 4,300 digits"; 2^70 in a grid, "a number is too
+    large to compute with")."""
+    if reader == "model preset" and digits <= 4300:
+        digits += 4300  # a preset bounds each field itself (`experts: … more than the … allowed`)
+    keys = _NUMBER_KEYS[reader]
+    key = keys[pick % len(keys)]
+    number = sign + lead + "0" * (digits - 1)
+    d = tmp_path_factory.mktemp("long")
+    argv, path, named = _long_number_case(d, reader, key, number)
+    rc, err = check_promise(argv, [path])
+    assert rc == 2, err
+    assert path.name in err, f"{reader}: the error does not name {path.name}:\n{err[:300]}"
+    assert re.search(rf": {re.escape(named)}(\[\d+\])?:", err), (
+        f"{reader}: the key {named!r} is not named:\n{err[:300]}"
+    )
+    assert not (d / "s.parquet").exists()

@@ -55,11 +55,12 @@ from moeroof.core.limits import (
     MAX_JSON_BYTES,
     MAX_LAYERS,
     MAX_TOKENS,
+    LongNumberError,
     bounded_int,
     check_allocation,
     check_document,
     human_bytes,
-    unique_keys,
+    parse_json,
 )
 from moeroof.core.masks import PAD, partial_tokens
 
@@ -286,12 +287,14 @@ def _parse_json(text: str, path: Path, row: str, key: str) -> dict[str, Any]:
     except ValueError as exc:
         raise InputError(path, row, key, str(exc)) from None
     try:
-        obj = json.loads(text, parse_int=bounded_int, object_pairs_hook=unique_keys)
+        obj = parse_json(text)
+    except LongNumberError as exc:  # named by its key: the sidecar's `tokens`, the meta's `experts`
+        raise InputError(path, row, exc.key, str(exc)) from None
     except json.JSONDecodeError as exc:
         raise InputError(
             path, row, key, f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
         ) from None
-    except ValueError as exc:  # bounded_int: a number of more digits than any field needs
+    except ValueError as exc:  # unique_keys: a key given twice
         raise InputError(path, row, key, str(exc)) from None
     if not isinstance(obj, dict):
         raise InputError(path, row, key, f"expected a JSON object, got {type(obj).__name__}")

@@ -73,7 +73,7 @@ from pathlib import Path
 from typing import Any
 
 from moeroof.core.input_files import NotRegularFileError, check_regular, read_input_bytes
-from moeroof.core.limits import MAX_GIB, MAX_TOML_BYTES, check_document
+from moeroof.core.limits import MAX_GIB, MAX_TOML_BYTES, LongNumberError, check_document, parse_toml
 from moeroof.core.optional import require
 
 __all__ = [
@@ -227,7 +227,7 @@ def read_grid(path: str | Path) -> Grid:
         raw = read_input_bytes(path, MAX_TOML_BYTES)  # a FIFO refused, never waited on
         text = raw.decode("utf-8")
         check_document(text, "the grid", max_bytes=MAX_TOML_BYTES, toml=True)
-        doc = tomllib.loads(text)
+        doc = parse_toml(text)
     except IsADirectoryError:
         raise GridError(path, None, "is a directory, expected a grid .toml") from None
     except NotRegularFileError as err:
@@ -236,6 +236,8 @@ def read_grid(path: str | Path) -> Grid:
         raise GridError(path, None, "not UTF-8 text, expected a grid .toml") from None
     except tomllib.TOMLDecodeError as err:
         raise GridError(path, None, f"not a TOML file ({err})") from None
+    except LongNumberError as err:  # named: 2^70 experts ran to "a number is too large to compute with"
+        raise GridError(path, err.key, f"{err}" + (f" (line {err.line})" if err.line else "")) from None
     except ValueError as err:
         raise GridError(path, None, str(err)) from None
     return grid_from_dict(doc, path)

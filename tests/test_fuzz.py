@@ -863,3 +863,44 @@ def test_a_number_too_long_for_any_field_names_its_file_and_key(tmp_path_factory
         f"{reader}: the key {named!r} is not named:\n{err[:300]}"
     )
     assert not (d / "s.parquet").exists()
+
+
+# ----------------------------------------------------------------------------- more ranks than experts
+
+#: model presets with their routed experts E
+_RANK_MODELS = {"mixtral-8x7b": 8, "qwen3-30b-a3b": 128, "glm-5.2": 256, "kimi-k2": 384}
+
+
+@FUZZ
+@given(
+    model=st.sampled_from(sorted(_RANK_MODELS)),
+    extra=st.one_of(st.integers(1, 64), st.integers(10**3, 10**7)),
+    where=st.sampled_from(["plan", "split", "fit-plan"]),
+    partition=st.sampled_from(["id", "lpt", "weighted", "bytes"]),
+)
+def test_more_ranks_than_experts_names_where_the_ranks_came_from(tmp_path_factory, model, extra, where, partition):
+    """R > E ranks (E + 1 up to 10^7: `--ranks 10^6`) is one error line naming where R was given:
+    plan's and split's --ranks, a fit-plan POINTS row's ranks column (file, line, column). plan
+    said "ranks=1000000 exceeds the 256 experts to split", no flag."""
+    experts = _RANK_MODELS[model]
+    ranks = experts + extra
+    d = tmp_path_factory.mktemp("ranks")
+    if where == "plan":
+        argv = ["plan", "--model", model, "--hardware", "nvme-gen4", "--batch", "1", "--ranks", str(ranks)]
+        argv += ["--partition", partition, "--routing", "uniform"]
+        rc, err = check_promise(argv, [])
+        assert rc == 2 and err.startswith("error: --ranks: "), err
+        return
+    if where == "split":
+        for suffix in (".csv", ".json"):
+            (d / f"h{suffix}").write_bytes((DATA / "histograms" / f"deepseek-v3-like{suffix}").read_bytes())
+        method = partition if partition != "weighted" else "lpt"
+        ranks = 256 + extra  # the histogram's E
+        rc, err = check_promise(["split", str(d / "h.csv"), "--ranks", str(ranks), "--method", method], [])
+        assert rc == 2 and err.startswith("error: --ranks: "), err
+        return
+    points = d / "p.csv"
+    points.write_text(f"batch,cache_gib,ranks,policy,net_tok_s,hit_rate\n1,10,1,lru,5,\n2,10,{ranks},lru,,\n")
+    argv = ["fit-plan", str(points), "--model", model, "--hardware", "nvme-gen4", "--routing", "uniform"]
+    rc, err = check_promise(argv, [points])
+    assert rc == 2 and f"{points}:3: ranks: " in err, err

@@ -904,3 +904,47 @@ def test_more_ranks_than_experts_names_where_the_ranks_came_from(tmp_path_factor
     argv = ["fit-plan", str(points), "--model", model, "--hardware", "nvme-gen4", "--routing", "uniform"]
     rc, err = check_promise(argv, [points])
     assert rc == 2 and f"{points}:3: ranks: " in err, err
+
+
+# ----------------------------------------------------------------------------- a declared E on a short machine
+
+
+@FUZZ
+@given(
+    experts=st.integers((1 << 14) + 1, 1 << 20),
+    layers=st.integers(1, 3),
+    kind=st.sampled_from(["histogram", "npz", "npy"]),
+    flags=st.sampled_from([[], ["--bootstrap", "1000"], ["--gof-sims", "5000"], ["--bootstrap", "0"]]),
+    memory_mib=st.sampled_from([16, 64, 256]),
+)
+def test_fit_names_the_files_experts_on_a_machine_short_of_memory(
+    tmp_path_factory, monkeypatch, experts, layers, kind, flags, memory_mib
+):
+    """A small histogram or trace declaring more experts than a skew fit takes (2^14 < E <= 2^20,
+    what a sidecar may declare) is refused naming the file and `experts`, whatever memory is
+    left: on a machine with less (here: `available_memory` patched to 16-256 MiB; a `ulimit -v
+    4000000`) the replicate check ran first and blamed --bootstrap, a flag the user had not
+    given, for the file's E (issue 26's 9 KB trace declaring E = 2^20)."""
+    from moeroof.core import limits
+
+    monkeypatch.setattr(limits, "available_memory", lambda: memory_mib << 20)
+    d = tmp_path_factory.mktemp("fitE")
+    if kind == "histogram":
+        path = d / "h.csv"
+        path.write_text(
+            "layer,expert,count\n" + "".join(f"{lay},{i},{i + 1}\n" for lay in range(layers) for i in range(4))
+        )
+        meta = {"model": "m", "experts": experts, "top_k": 2, "layers": layers, "tokens": 10}
+        (d / "h.json").write_text(json.dumps({**meta, "source": "fuzz", "layers_summed": False}))
+    else:
+        topk = np.tile(np.array([0, 1], dtype=np.int32), (8, 2, layers, 1))
+        meta = {"model": "m", "experts": experts, "top_k": 2, "source": "fuzz"}
+        if kind == "npz":
+            path = d / "t.npz"
+            np.savez(path, topk=topk, meta=np.array(json.dumps(meta)))
+        else:
+            path = d / "t.npy"
+            np.save(path, topk)
+            (d / "t.json").write_text(json.dumps(meta))
+    rc, err = check_promise(["fit", str(path), *flags], [path])
+    assert rc == 2 and f"{path}:-: experts: " in err, err

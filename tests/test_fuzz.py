@@ -948,3 +948,58 @@ def test_fit_names_the_files_experts_on_a_machine_short_of_memory(
             (d / "t.json").write_text(json.dumps(meta))
     rc, err = check_promise(["fit", str(path), *flags], [path])
     assert rc == 2 and f"{path}:-: experts: " in err, err
+
+
+# ----------------------------------------------------------------------------- union's bootstrap, sized as it runs
+
+
+@FUZZ_SLOW
+@given(
+    experts=st.integers(1 << 10, 1 << 16),
+    layers=st.integers(1, 2),
+    batch=st.lists(st.sampled_from([1, 2, 3, 8, 16, 64, 256]), min_size=1, max_size=6, unique=True),
+    bootstrap=st.integers(20, 300),
+)
+def test_union_on_a_histogram_is_refused_only_for_memory_it_would_hold(
+    tmp_path_factory, monkeypatch, experts, layers, batch, bootstrap
+):
+    """A small histogram whose sidecar declares many experts: union draws its bootstrap a chunk
+    of replicates at a time, so on a machine whose available memory is 4× the peak the run
+    traces (tracemalloc, numpy's arrays included) it runs, with the same answer as with all the
+    memory there is. Its check sized every replicate's draws at once (bootstrap × layers ×
+    experts × batch sizes): a 40-byte histogram declaring 2^20 experts, which runs in 0.15 GB,
+    was refused under ulimit -v 4000000, the refusal blaming --bootstrap (issue 26)."""
+    import tracemalloc
+
+    from moeroof.core import limits
+
+    d = tmp_path_factory.mktemp("unionmem")
+    path = d / "h.csv"
+    path.write_text("layer,expert,count\n" + "".join(f"{lay},{lay},7\n{lay},{lay + 1},3\n" for lay in range(layers)))
+    meta = {"model": "m", "experts": experts, "top_k": 1, "layers": layers, "tokens": 10, "source": "fuzz"}
+    (d / "h.json").write_text(json.dumps({**meta, "layers_summed": False}))
+    argv = ["union", str(path), "--batch", ",".join(map(str, batch)), "--bootstrap", str(bootstrap), "--json"]
+    run(argv)  # the modules imported first: their allocations are not the run's
+    tracemalloc.start()
+    try:
+        rc, whole, err = run(argv)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert rc == 0, err
+    monkeypatch.setattr(limits, "available_memory", lambda: 4 * peak)
+    rc, short, err = check_promise_out(argv, [path])
+    assert rc == 0, f"refused with 4 × its peak ({4 * peak / 2**20:.1f} MiB) available: {err}"
+    drop = ("run",)
+    assert {k: v for k, v in json.loads(short).items() if k not in drop} == {
+        k: v for k, v in json.loads(whole).items() if k not in drop
+    }
+
+
+def check_promise_out(argv: list[str], inputs: list[Path]) -> tuple[int, str, str]:
+    """:func:`check_promise`, with stdout too: (status, stdout, stderr)."""
+    before = digest(inputs)
+    rc, out, err = run(argv)
+    assert "Traceback" not in err and rc in (0, 2), err
+    assert digest(inputs) == before
+    return rc, out, err

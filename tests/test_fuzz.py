@@ -918,7 +918,7 @@ def test_more_ranks_than_experts_names_where_the_ranks_came_from(tmp_path_factor
     memory_mib=st.sampled_from([16, 64, 256]),
 )
 def test_fit_names_the_files_experts_on_a_machine_short_of_memory(
-    tmp_path_factory, monkeypatch, experts, layers, kind, flags, memory_mib
+    tmp_path_factory, experts, layers, kind, flags, memory_mib
 ):
     """A small histogram or trace declaring more experts than a skew fit takes (2^14 < E <= 2^20,
     what a sidecar may declare) is refused naming the file and `experts`, whatever memory is
@@ -927,7 +927,6 @@ def test_fit_names_the_files_experts_on_a_machine_short_of_memory(
     given, for the file's E (issue 26's 9 KB trace declaring E = 2^20)."""
     from moeroof.core import limits
 
-    monkeypatch.setattr(limits, "available_memory", lambda: memory_mib << 20)
     d = tmp_path_factory.mktemp("fitE")
     if kind == "histogram":
         path = d / "h.csv"
@@ -946,7 +945,9 @@ def test_fit_names_the_files_experts_on_a_machine_short_of_memory(
             path = d / "t.npy"
             np.save(path, topk)
             (d / "t.json").write_text(json.dumps(meta))
-    rc, err = check_promise(["fit", str(path), *flags], [path])
+    with pytest.MonkeyPatch.context() as monkeypatch:  # undone after each example
+        monkeypatch.setattr(limits, "available_memory", lambda: memory_mib << 20)
+        rc, err = check_promise(["fit", str(path), *flags], [path])
     assert rc == 2 and f"{path}:-: experts: " in err, err
 
 
@@ -961,7 +962,7 @@ def test_fit_names_the_files_experts_on_a_machine_short_of_memory(
     bootstrap=st.integers(20, 300),
 )
 def test_union_on_a_histogram_is_refused_only_for_memory_it_would_hold(
-    tmp_path_factory, monkeypatch, experts, layers, batch, bootstrap
+    tmp_path_factory, experts, layers, batch, bootstrap
 ):
     """A small histogram whose sidecar declares many experts: union draws its bootstrap a chunk
     of replicates at a time, so on a machine whose available memory is 4× the peak the run
@@ -987,8 +988,9 @@ def test_union_on_a_histogram_is_refused_only_for_memory_it_would_hold(
     finally:
         tracemalloc.stop()
     assert rc == 0, err
-    monkeypatch.setattr(limits, "available_memory", lambda: 4 * peak)
-    rc, short, err = check_promise_out(argv, [path])
+    with pytest.MonkeyPatch.context() as monkeypatch:  # undone before the next example's first run
+        monkeypatch.setattr(limits, "available_memory", lambda: 4 * peak)
+        rc, short, err = check_promise_out(argv, [path])
     assert rc == 0, f"refused with 4 × its peak ({4 * peak / 2**20:.1f} MiB) available: {err}"
     drop = ("run",)
     assert {k: v for k, v in json.loads(short).items() if k not in drop} == {

@@ -72,6 +72,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from moeroof.core.errors import wraps_interrupt
 from moeroof.core.input_files import NotRegularFileError, check_regular, read_input_bytes
 from moeroof.core.limits import MAX_GIB, MAX_TOML_BYTES, LongNumberError, check_document, parse_toml
 from moeroof.core.optional import require
@@ -581,6 +582,8 @@ def evaluate_point(point: Mapping[str, Any]) -> dict[str, Any]:
         clash = set(outputs) & set(point["inputs"])
         return _row(point, {(f"out_{k}" if k in clash else k): v for k, v in outputs.items()}, None, start)
     except Exception as exc:  # a failed point is a row, not the end of the sweep
+        if wraps_interrupt(exc):  # Ctrl-C inside a kernel (a SystemError): the sweep's end, not a row
+            raise KeyboardInterrupt from None
         return _row(point, {}, f"{type(exc).__name__}: {exc}", start)
 
 
@@ -722,6 +725,13 @@ def _checked_output(out: str | Path) -> Path:
     return Path(out)
 
 
+def _kept(done: int, todo: int, out: Path) -> str:
+    """What an interrupted sweep says it kept."""
+    return (
+        f"interrupted: {done} of the {todo} points to evaluate are kept in {out} (run the same command again to resume)"
+    )
+
+
 def run_sweep(
     grid: Grid,
     out: str | Path,
@@ -787,13 +797,14 @@ def run_sweep(
                         save()
                         last = time.monotonic()
             except KeyboardInterrupt:  # saved below: say so, and how to go on
-                raise KeyboardInterrupt(
-                    f"interrupted: {len(new)} of the {len(todo)} points to evaluate are kept in {out} "
-                    "(run the same command again to resume)"
-                ) from None
+                raise KeyboardInterrupt(_kept(len(new), len(todo), out)) from None
             finally:
                 if new or not out.exists():
-                    save()
+                    try:  # whole: a Ctrl-C during the last save cut it, and lost every point silently
+                        with atomic.interrupts_held():
+                            save()
+                    except KeyboardInterrupt:  # held until the save was done: what it kept
+                        raise KeyboardInterrupt(_kept(len(new), len(todo), out)) from None
         summary = {"grid": grid.path, "command": grid.command, "output": str(out), "points": len(points)}
         summary.update(skipped=len(points) - len(todo), evaluated=len(new))
         failed = sum(r.get("error") is not None for r in new)

@@ -845,7 +845,7 @@ _NUMBER_KEYS = {
 def test_a_number_too_long_for_any_field_names_its_file_and_key(tmp_path_factory, reader, pick, digits, lead, sign):
     """An integer of 21 to 6,000 digits (past a count, size or id; past Python's 4,300-digit
     conversion) at any numeric key of a sidecar, an .npz meta, --routing-knobs, a grid, a model
-    preset or a report -f file is one error line naming the file and the key. Before (issue 26):
+    preset or a report -f file is one error line naming the file and the key. Before:
     a sidecar's said `file`, --routing-knobs' and a YAML's no key, a preset's `toml`, and a grid's
     neither file nor key ("a number of more than 4,300 digits"; 2^70 in a grid, "a number is too
     large to compute with")."""
@@ -924,7 +924,7 @@ def test_fit_names_the_files_experts_on_a_machine_short_of_memory(
     what a sidecar may declare) is refused naming the file and `experts`, whatever memory is
     left: on a machine with less (here: `available_memory` patched to 16-256 MiB; a `ulimit -v
     4000000`) the replicate check ran first and blamed --bootstrap, a flag the user had not
-    given, for the file's E (issue 26's 9 KB trace declaring E = 2^20)."""
+    given, for the file's E (a 9 KB trace declaring E = 2^20)."""
     from moeroof.core import limits
 
     d = tmp_path_factory.mktemp("fitE")
@@ -969,7 +969,7 @@ def test_union_on_a_histogram_is_refused_only_for_memory_it_would_hold(
     traces (tracemalloc, numpy's arrays included) it runs, with the same answer as with all the
     memory there is. Its check sized every replicate's draws at once (bootstrap × layers ×
     experts × batch sizes): a 40-byte histogram declaring 2^20 experts, which runs in 0.15 GB,
-    was refused under ulimit -v 4000000, the refusal blaming --bootstrap (issue 26)."""
+    was refused under ulimit -v 4000000, the refusal blaming --bootstrap."""
     import tracemalloc
 
     from moeroof.core import limits

@@ -426,7 +426,7 @@ def _huge_inputs(tmp_path):
 
 def test_a_number_of_thousands_of_digits_is_refused_naming_its_file(tmp_path, capsys):
     # it was Python's "Exceeds the limit (4300 digits) for integer string conversion …", no file;
-    # then the file without the key (`file`, `toml`; issue 26): now the key, and a TOML's line
+    # then the file without the key (`file`, `toml`): now the key, and a TOML's line
     for argv, words in _huge_inputs(tmp_path):
         assert main(argv) == 2, argv
         line = one_error_line(capsys)

@@ -498,8 +498,8 @@ def test_ctrl_c_anywhere_in_a_serial_sweep_exits_130_saying_what_it_kept(
     """Ctrl-C at any moment of a serial sweep: during any of its saves (a checkpoint every point,
     or only the last one), or inside a point's kernel, where it surfaces as a SystemError. The run
     exits 130 saying how many points it kept, the file holds exactly those, and a rerun evaluates
-    the rest; or, the interrupt coming after the last save, it is whole. Before (issue 26, "Ctrl-C
-    during a serial sweep"): one during the last save cut it and lost every point in silence, and
+    the rest; or, the interrupt coming after the last save, it is whole. Before ("Ctrl-C during a
+    serial sweep"): one during the last save cut it and lost every point in silence, and
     one inside a kernel became a failed point and the sweep went on to exit 0."""
     d = tmp_path_factory.mktemp("ctrlc")
     grid = d / "g.toml"
@@ -521,8 +521,10 @@ def _interrupted_sweep(monkeypatch, capsys, grid, out, points, at, how, checkpoi
 
     monkeypatch.setattr(sweep, "CHECKPOINT_SECONDS", -1.0 if checkpoints else 1e9)
     calls: list[int] = []
-    if how == "during a save":
-        write = sweep._write
+    if how == "during a save":  # every save of the Parquet goes through atomic.write_via
+        from moeroof.core import atomic
+
+        write = atomic.write_via
 
         def interrupted_write(*args, **kwargs):
             calls.append(1)
@@ -530,20 +532,22 @@ def _interrupted_sweep(monkeypatch, capsys, grid, out, points, at, how, checkpoi
                 signal.raise_signal(signal.SIGINT)  # as a terminal's Ctrl-C: Python's handler raises
             return write(*args, **kwargs)
 
-        monkeypatch.setattr(sweep, "_write", interrupted_write)
-    else:
-        evaluate = sweep._EVALUATORS["union"]
+        monkeypatch.setattr(atomic, "write_via", interrupted_write)
+    else:  # a union point's kernel: the closed form, looked up when the point runs
+        from moeroof.models import union
 
-        def interrupted_kernel(inputs):
+        kernel = union.union_uniform
+
+        def interrupted_kernel(*args, **kwargs):
             calls.append(1)
             if len(calls) == at + 1:
                 try:
                     raise KeyboardInterrupt
                 except KeyboardInterrupt as exc:
                     raise SystemError("<built-in function kernel> returned a result with an exception set") from exc
-            return evaluate(inputs)
+            return kernel(*args, **kwargs)
 
-        monkeypatch.setitem(sweep._EVALUATORS, "union", interrupted_kernel)
+        monkeypatch.setattr(union, "union_uniform", interrupted_kernel)
     rc = main(["sweep", str(grid), "-o", str(out)])
     err = capsys.readouterr().err
     kept = pq.read_table(out).num_rows if out.exists() else 0

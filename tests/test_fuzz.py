@@ -18,6 +18,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -729,3 +730,281 @@ def test_damaged_parquet_traces_get_one_error_line(tmp_path, command):
         assert rc == 2, f"{command} accepted the damaged {name}:\n{err}"
         assert path.name in err, f"{command}, {name}: the error does not name the file:\n{err}"
         assert "Unable to allocate" not in err
+
+
+# ----------------------------------------------------------------------------- cells past the csv field limit
+
+#: ``csv.field_size_limit()``'s default: a longer cell is ``csv.Error`` from the csv module
+_CSV_FIELD_LIMIT = 131_072
+
+#: the readers that split their lines with the csv module, each with its embedded file, the
+#: command that reads it, and whether its error can name the column (the POINTS readers hold
+#: the header; the histogram reader streams the file)
+_CSV_READERS = {
+    "points": ("points/example.points", ["fit-routing", "{p}", "--experts", "64", "--top-k", "4", "--layers", "8"]),
+    "plan-points": ("points/bigrig.plan-points", ["fit-plan", "{p}", "--model", "glm-5.2", "--hardware", "nvme-gen4"]),
+    "histogram": ("histograms/deepseek-v3-like.csv", ["union", "{p}", "--batch", "2"]),
+}
+
+
+@FUZZ
+@given(
+    reader=st.sampled_from(sorted(_CSV_READERS)),
+    row=st.integers(0, 50),
+    column=st.integers(0, 20),
+    length=st.integers(_CSV_FIELD_LIMIT + 1, 2 * _CSV_FIELD_LIMIT),
+    char=st.sampled_from(["9", "x", ".", " ", "é"]),
+    quoted=st.booleans(),
+)
+def test_a_cell_past_the_csv_field_limit_is_one_error_line(tmp_path_factory, reader, row, column, length, char, quoted):
+    """Any cell of any data row of a POINTS, plan-points or histogram file made longer than the
+    csv module's field limit (a pasted log, a runaway number; quoted or not) is one error line
+    naming the file, the line and (POINTS) the column: it was exit 70, csv.Error, from
+    fit-routing and fit-plan."""
+    src, argv = _CSV_READERS[reader]
+    d = tmp_path_factory.mktemp("csvlimit")
+    lines = (DATA / src).read_text().splitlines()
+    content = [i for i, line in enumerate(lines) if line.strip() and not line.startswith("#")]
+    header_at, data_rows = content[0], content[1:]
+    at = data_rows[row % len(data_rows)]
+    header = lines[header_at].split(",")
+    cells = lines[at].split(",")
+    col = column % len(cells)
+    cells[col] = f'"{char * length}"' if quoted else char * length
+    lines[at] = ",".join(cells)
+    path = d / Path(src).name
+    path.write_text("\n".join(lines) + "\n")
+    if reader == "histogram":
+        (d / "deepseek-v3-like.json").write_bytes((DATA / "histograms" / "deepseek-v3-like.json").read_bytes())
+    rc, err = check_promise([a.replace("{p}", str(path)) for a in argv], [path])
+    assert rc == 2, err
+    assert f"{path}:{at + 1}:" in err, f"the error does not name the file and line {at + 1}:\n{err[:400]}"
+    if reader != "histogram":
+        assert f": {header[col].strip()}:" in err, f"the error does not name the column {header[col]!r}:\n{err[:400]}"
+
+
+# ----------------------------------------------------------------------------- numbers too long, named by key
+
+
+def _long_number_case(d: Path, reader: str, key: str, number: str) -> tuple[list[str], Path, str]:
+    """(argv, the file holding ``number`` at ``key``, the key as the error must name it)."""
+    if reader == "sidecar":
+        for suffix in (".csv", ".json"):
+            (d / f"h{suffix}").write_bytes((DATA / "histograms" / f"deepseek-v3-like{suffix}").read_bytes())
+        meta = json.loads((d / "h.json").read_text())
+        meta[key] = "@"
+        (d / "h.json").write_text(json.dumps(meta).replace('"@"', number))
+        return ["union", str(d / "h.csv"), "--batch", "2"], d / "h.json", key
+    if reader == "npz meta":
+        with np.load(DATA / "traces" / "qwen3-30b-a3b-like.npz") as z:
+            topk, meta = z["topk"], json.loads(str(z["meta"]))
+        meta[key] = "@"
+        np.savez(d / "t.npz", topk=topk, meta=np.array(json.dumps(meta).replace('"@"', number)))
+        return ["union", str(d / "t.npz"), "--batch", "2"], d / "t.npz", key
+    if reader == "routing-knobs":
+        doc = {"family": "zipf", "knobs": {"skew": 0.8, "rho": 0.1, "locality_c": 3.0}}
+        doc["knobs"][key] = "@"
+        (d / "k.json").write_text(json.dumps(doc).replace('"@"', number))
+        plan = ["plan", "--model", "glm-5.2", "--hardware", "nvme-gen4", "--batch", "1"]
+        return [*plan, "--routing-knobs", str(d / "k.json")], d / "k.json", f"knobs.{key}"
+    if reader == "grid":
+        fixed = {"experts": "64", "top_k": "4", "layers": "2"}
+        batch = number if key == "batch" else "1"
+        fixed.update({key.removeprefix("fixed."): number} if key != "batch" else {})
+        text = f'command = "union"\nbatch = [{batch}]\n[fixed]\n' + "".join(f"{k} = {v}\n" for k, v in fixed.items())
+        (d / "g.toml").write_text(text)
+        return ["sweep", str(d / "g.toml"), "-o", str(d / "s.parquet")], d / "g.toml", key
+    if reader == "model preset":
+        text = (DATA / "presets" / "models" / "qwen3-30b-a3b.toml").read_text()
+        text = re.sub(rf"(?m)^({key} = \{{ value = )[0-9.e]+", lambda m: m.group(1) + number, text, count=1)
+        (d / "m.toml").write_text(text)
+        return ["plan", "--model", str(d / "m.toml"), "--hardware", "nvme-gen4", "--batch", "1"], d / "m.toml", key
+    (d / "p.yaml").write_text(f"model: glm-5.2\n{key}: {number}\n")
+    return ["report", "-f", str(d / "p.yaml"), "--notebooks", "net_toks", "--out", str(d / "r")], d / "p.yaml", key
+
+
+#: each document a command reads numbers from, with keys a number stands at
+_NUMBER_KEYS = {
+    "sidecar": ["experts", "top_k", "layers", "tokens"],
+    "npz meta": ["experts", "top_k"],
+    "routing-knobs": ["skew", "rho", "locality_c"],
+    "grid": ["batch", "fixed.experts", "fixed.top_k", "fixed.layers"],
+    "model preset": ["experts", "top_k", "moe_layers", "expert_bytes"],
+    "parameters": ["b_max", "claim_b_max", "context_tokens"],
+}
+
+
+@FUZZ
+@given(
+    reader=st.sampled_from(sorted(_NUMBER_KEYS)),
+    pick=st.integers(0, 3),
+    digits=st.one_of(st.integers(21, 60), st.integers(4301, 6000)),
+    lead=st.sampled_from("123456789"),
+    sign=st.sampled_from(["", "-"]),
+)
+def test_a_number_too_long_for_any_field_names_its_file_and_key(tmp_path_factory, reader, pick, digits, lead, sign):
+    """An integer of 21 to 6,000 digits (past a count, size or id; past Python's 4,300-digit
+    conversion) at any numeric key of a sidecar, an .npz meta, --routing-knobs, a grid, a model
+    preset or a report -f file is one error line naming the file and the key. Before:
+    a sidecar's said `file`, --routing-knobs' and a YAML's no key, a preset's `toml`, and a grid's
+    neither file nor key ("a number of more than 4,300 digits"; 2^70 in a grid, "a number is too
+    large to compute with")."""
+    if reader == "model preset" and digits <= 4300:
+        digits += 4300  # a preset bounds each field itself (`experts: … more than the … allowed`)
+    keys = _NUMBER_KEYS[reader]
+    key = keys[pick % len(keys)]
+    number = sign + lead + "0" * (digits - 1)
+    d = tmp_path_factory.mktemp("long")
+    argv, path, named = _long_number_case(d, reader, key, number)
+    rc, err = check_promise(argv, [path])
+    assert rc == 2, err
+    assert path.name in err, f"{reader}: the error does not name {path.name}:\n{err[:300]}"
+    assert re.search(rf": {re.escape(named)}(\[\d+\])?:", err), (
+        f"{reader}: the key {named!r} is not named:\n{err[:300]}"
+    )
+    assert not (d / "s.parquet").exists()
+
+
+# ----------------------------------------------------------------------------- more ranks than experts
+
+#: model presets with their routed experts E
+_RANK_MODELS = {"mixtral-8x7b": 8, "qwen3-30b-a3b": 128, "glm-5.2": 256, "kimi-k2": 384}
+
+
+@FUZZ
+@given(
+    model=st.sampled_from(sorted(_RANK_MODELS)),
+    extra=st.one_of(st.integers(1, 64), st.integers(10**3, 10**7)),
+    where=st.sampled_from(["plan", "split", "fit-plan"]),
+    partition=st.sampled_from(["id", "lpt", "weighted", "bytes"]),
+)
+def test_more_ranks_than_experts_names_where_the_ranks_came_from(tmp_path_factory, model, extra, where, partition):
+    """R > E ranks (E + 1 up to 10^7: `--ranks 10^6`) is one error line naming where R was given:
+    plan's and split's --ranks, a fit-plan POINTS row's ranks column (file, line, column). plan
+    said "ranks=1000000 exceeds the 256 experts to split", no flag."""
+    experts = _RANK_MODELS[model]
+    ranks = experts + extra
+    d = tmp_path_factory.mktemp("ranks")
+    if where == "plan":
+        argv = ["plan", "--model", model, "--hardware", "nvme-gen4", "--batch", "1", "--ranks", str(ranks)]
+        argv += ["--partition", partition, "--routing", "uniform"]
+        rc, err = check_promise(argv, [])
+        assert rc == 2 and err.startswith("error: --ranks: "), err
+        return
+    if where == "split":
+        for suffix in (".csv", ".json"):
+            (d / f"h{suffix}").write_bytes((DATA / "histograms" / f"deepseek-v3-like{suffix}").read_bytes())
+        method = partition if partition != "weighted" else "lpt"
+        ranks = 256 + extra  # the histogram's E
+        rc, err = check_promise(["split", str(d / "h.csv"), "--ranks", str(ranks), "--method", method], [])
+        assert rc == 2 and err.startswith("error: --ranks: "), err
+        return
+    points = d / "p.csv"
+    points.write_text(f"batch,cache_gib,ranks,policy,net_tok_s,hit_rate\n1,10,1,lru,5,\n2,10,{ranks},lru,,\n")
+    argv = ["fit-plan", str(points), "--model", model, "--hardware", "nvme-gen4", "--routing", "uniform"]
+    rc, err = check_promise(argv, [points])
+    assert rc == 2 and f"{points}:3: ranks: " in err, err
+
+
+# ----------------------------------------------------------------------------- a declared E on a short machine
+
+
+@FUZZ
+@given(
+    experts=st.integers((1 << 14) + 1, 1 << 20),
+    layers=st.integers(1, 3),
+    kind=st.sampled_from(["histogram", "npz", "npy"]),
+    flags=st.sampled_from([[], ["--bootstrap", "1000"], ["--gof-sims", "5000"], ["--bootstrap", "0"]]),
+    memory_mib=st.sampled_from([16, 64, 256]),
+)
+def test_fit_names_the_files_experts_on_a_machine_short_of_memory(
+    tmp_path_factory, experts, layers, kind, flags, memory_mib
+):
+    """A small histogram or trace declaring more experts than a skew fit takes (2^14 < E <= 2^20,
+    what a sidecar may declare) is refused naming the file and `experts`, whatever memory is
+    left: on a machine with less (here: `available_memory` patched to 16-256 MiB; a `ulimit -v
+    4000000`) the replicate check ran first and blamed --bootstrap, a flag the user had not
+    given, for the file's E (a 9 KB trace declaring E = 2^20)."""
+    from moeroof.core import limits
+
+    d = tmp_path_factory.mktemp("fitE")
+    if kind == "histogram":
+        path = d / "h.csv"
+        path.write_text(
+            "layer,expert,count\n" + "".join(f"{lay},{i},{i + 1}\n" for lay in range(layers) for i in range(4))
+        )
+        meta = {"model": "m", "experts": experts, "top_k": 2, "layers": layers, "tokens": 10}
+        (d / "h.json").write_text(json.dumps({**meta, "source": "fuzz", "layers_summed": False}))
+    else:
+        topk = np.tile(np.array([0, 1], dtype=np.int32), (8, 2, layers, 1))
+        meta = {"model": "m", "experts": experts, "top_k": 2, "source": "fuzz"}
+        if kind == "npz":
+            path = d / "t.npz"
+            np.savez(path, topk=topk, meta=np.array(json.dumps(meta)))
+        else:
+            path = d / "t.npy"
+            np.save(path, topk)
+            (d / "t.json").write_text(json.dumps(meta))
+    with pytest.MonkeyPatch.context() as monkeypatch:  # undone after each example
+        monkeypatch.setattr(limits, "available_memory", lambda: memory_mib << 20)
+        rc, err = check_promise(["fit", str(path), *flags], [path])
+    # the file that declares E (the data, or the sidecar whose E sizes the counts when even they do
+    # not fit) and its field; never a flag
+    named = [f"{p}:-: experts: " for p in (path, path.with_suffix(".json"))]
+    assert rc == 2 and any(n in err for n in named) and "error: --" not in err, err
+
+
+# ----------------------------------------------------------------------------- union's bootstrap, sized as it runs
+
+
+@FUZZ_SLOW
+@given(
+    experts=st.integers(1 << 10, 1 << 16),
+    layers=st.integers(1, 2),
+    batch=st.lists(st.sampled_from([1, 2, 3, 8, 16, 64, 256]), min_size=1, max_size=6, unique=True),
+    bootstrap=st.integers(20, 300),
+)
+def test_union_on_a_histogram_is_refused_only_for_memory_it_would_hold(
+    tmp_path_factory, experts, layers, batch, bootstrap
+):
+    """A small histogram whose sidecar declares many experts: union draws its bootstrap a chunk
+    of replicates at a time, so on a machine whose available memory is 4× the peak the run
+    traces (tracemalloc, numpy's arrays included) it runs, with the same answer as with all the
+    memory there is. Its check sized every replicate's draws at once (bootstrap × layers ×
+    experts × batch sizes): a 40-byte histogram declaring 2^20 experts, which runs in 0.15 GB,
+    was refused under ulimit -v 4000000, the refusal blaming --bootstrap."""
+    import tracemalloc
+
+    from moeroof.core import limits
+
+    d = tmp_path_factory.mktemp("unionmem")
+    path = d / "h.csv"
+    path.write_text("layer,expert,count\n" + "".join(f"{lay},{lay},7\n{lay},{lay + 1},3\n" for lay in range(layers)))
+    meta = {"model": "m", "experts": experts, "top_k": 1, "layers": layers, "tokens": 10, "source": "fuzz"}
+    (d / "h.json").write_text(json.dumps({**meta, "layers_summed": False}))
+    argv = ["union", str(path), "--batch", ",".join(map(str, batch)), "--bootstrap", str(bootstrap), "--json"]
+    run(argv)  # the modules imported first: their allocations are not the run's
+    tracemalloc.start()
+    try:
+        rc, whole, err = run(argv)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert rc == 0, err
+    with pytest.MonkeyPatch.context() as monkeypatch:  # undone before the next example's first run
+        monkeypatch.setattr(limits, "available_memory", lambda: 4 * peak)
+        rc, short, err = check_promise_out(argv, [path])
+    assert rc == 0, f"refused with 4 × its peak ({4 * peak / 2**20:.1f} MiB) available: {err}"
+    drop = ("run",)
+    assert {k: v for k, v in json.loads(short).items() if k not in drop} == {
+        k: v for k, v in json.loads(whole).items() if k not in drop
+    }
+
+
+def check_promise_out(argv: list[str], inputs: list[Path]) -> tuple[int, str, str]:
+    """:func:`check_promise`, with stdout too: (status, stdout, stderr)."""
+    before = digest(inputs)
+    rc, out, err = run(argv)
+    assert "Traceback" not in err and rc in (0, 2), err
+    assert digest(inputs) == before
+    return rc, out, err

@@ -418,14 +418,15 @@ def _huge_inputs(tmp_path):
     plan = ["plan", "--hardware", "nvme-gen4", "--batch", "1"]
     return [
         (["union", str(hist), "--batch", "2"], f"{hist}:2: count: a number of 5001 digits"),
-        (["union", str(side), "--batch", "2"], f"{sidecar_path(side)}:-: file: a number of 5001 digits"),
-        ([*plan, "--model", str(model)], f"{model}:-: toml: a number of more than 4,300 digits"),
-        ([*plan, "--model", "glm-5.2", "--routing-knobs", str(knobs)], f"{knobs}: a number of 5001 digits"),
+        (["union", str(side), "--batch", "2"], f"{sidecar_path(side)}:-: experts: a number of 5001 digits"),
+        ([*plan, "--model", str(model)], f"{model}:2: experts: a number of 5001 digits"),
+        ([*plan, "--model", "glm-5.2", "--routing-knobs", str(knobs)], f"{knobs}: knobs.rho: a number of 5001 digits"),
     ]
 
 
 def test_a_number_of_thousands_of_digits_is_refused_naming_its_file(tmp_path, capsys):
-    # it was Python's "Exceeds the limit (4300 digits) for integer string conversion …", no file
+    # it was Python's "Exceeds the limit (4300 digits) for integer string conversion …", no file;
+    # then the file without the key (`file`, `toml`): now the key, and a TOML's line
     for argv, words in _huge_inputs(tmp_path):
         assert main(argv) == 2, argv
         line = one_error_line(capsys)

@@ -97,7 +97,7 @@ ALIAS_BOMB = "count:\n  - &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
         ("scale: 1\nloud: true\nscale: 2\n", "{f}:3: not valid YAML (the key 'scale' is given twice"),
         (ALIAS_BOMB, "{f}: count: expands through YAML aliases to more than 100,000 items"),
         ("count: &c [1, *c]\n", "{f}: count: expands through YAML aliases to more than 100,000 items"),
-        ("count: 1" + "0" * 5000 + "\n", "{f}: a number of more than 4,300 digits"),
+        ("count: 1" + "0" * 5000 + "\n", "{f}: count: a number of 5001 digits"),
         ("nope: 1\n", "{f}: nope: tiny has no such parameter (its parameters: count"),
         ("count: 2.5\n", "{f}: count: tiny takes int count (default 3), got 2.5"),
         (

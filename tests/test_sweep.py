@@ -11,6 +11,8 @@ import re
 
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from moeroof.cli import main
 from moeroof.core.paths import REPO_ROOT
@@ -478,3 +480,82 @@ def test_a_sweep_output_that_is_a_device_is_refused_naming_it(tmp_path, capsys):
         assert main(["sweep", str(grid), "-o", out]) == 2
         std, err = capsys.readouterr()
         assert std == "" and err == f"error: {out}: not a regular file ({kind})\n"
+
+
+# ----------------------------------------------------------------------------- Ctrl-C anywhere
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    points=st.integers(1, 12),
+    at=st.integers(0, 14),
+    how=st.sampled_from(["during a save", "inside a kernel"]),
+    checkpoints=st.booleans(),
+)
+def test_ctrl_c_anywhere_in_a_serial_sweep_exits_130_saying_what_it_kept(
+    tmp_path_factory, capsys, points, at, how, checkpoints
+):
+    """Ctrl-C at any moment of a serial sweep: during any of its saves (a checkpoint every point,
+    or only the last one), or inside a point's kernel, where it surfaces as a SystemError. The run
+    exits 130 saying how many points it kept, the file holds exactly those, and a rerun evaluates
+    the rest; or, the interrupt coming after the last save, it is whole. Before ("Ctrl-C during a
+    serial sweep"): one during the last save cut it and lost every point in silence, and
+    one inside a kernel became a failed point and the sweep went on to exit 0."""
+    d = tmp_path_factory.mktemp("ctrlc")
+    grid = d / "g.toml"
+    batches = ", ".join(str(b) for b in range(1, points + 1))
+    grid.write_text(f'command = "union"\nbatch = [{batches}]\n[fixed]\nexperts = 64\ntop_k = 4\nlayers = 2\n')
+    out = d / "s.parquet"
+    with pytest.MonkeyPatch.context() as monkeypatch:  # undone after each example
+        kept = _interrupted_sweep(monkeypatch, capsys, grid, out, points, at, how, checkpoints)
+    if kept is not None:  # the rerun, unpatched, evaluates the rest
+        assert main(["sweep", str(grid), "-o", str(out), "--json"]) == 0
+        rep = json.loads(capsys.readouterr().out)
+        assert rep["evaluated"] == points - kept and rep["skipped"] == kept
+
+
+def _interrupted_sweep(monkeypatch, capsys, grid, out, points, at, how, checkpoints) -> int | None:
+    """Run the sweep with Ctrl-C at call ``at`` of a save or a kernel; check what it says; the
+    points it kept (None: the interrupt never came)."""
+    import signal
+
+    monkeypatch.setattr(sweep, "CHECKPOINT_SECONDS", -1.0 if checkpoints else 1e9)
+    calls: list[int] = []
+    if how == "during a save":  # every save of the Parquet goes through atomic.write_via
+        from moeroof.core import atomic
+
+        write = atomic.write_via
+
+        def interrupted_write(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == at + 1:
+                signal.raise_signal(signal.SIGINT)  # as a terminal's Ctrl-C: Python's handler raises
+            return write(*args, **kwargs)
+
+        monkeypatch.setattr(atomic, "write_via", interrupted_write)
+    else:  # a union point's kernel: the closed form, looked up when the point runs
+        from moeroof.models import union
+
+        kernel = union.union_uniform
+
+        def interrupted_kernel(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == at + 1:
+                try:
+                    raise KeyboardInterrupt
+                except KeyboardInterrupt as exc:
+                    raise SystemError("<built-in function kernel> returned a result with an exception set") from exc
+            return kernel(*args, **kwargs)
+
+        monkeypatch.setattr(union, "union_uniform", interrupted_kernel)
+    rc = main(["sweep", str(grid), "-o", str(out)])
+    err = capsys.readouterr().err
+    kept = pq.read_table(out).num_rows if out.exists() else 0
+    if len(calls) <= at:  # the interrupt never came
+        assert rc == 0 and kept == points, err
+        return None
+    assert rc == 130, f"exit {rc} after Ctrl-C {how}:\n{err}"
+    said = re.search(r"error: interrupted: (\d+) of the (\d+) points to evaluate are kept in ", err)
+    assert said and int(said[2]) == points, f"Ctrl-C {how} (call {at + 1}): no word of what was kept:\n{err}"
+    assert int(said[1]) == kept, f"said {said[1]} kept, the file holds {kept}"
+    return kept

@@ -46,7 +46,7 @@ from collections.abc import Sequence
 
 from moeroof.cli.flags import FlagParser, declare_choices
 from moeroof.cli.output import EXIT_INTERRUPTED
-from moeroof.core.errors import ParameterError
+from moeroof.core.errors import ParameterError, wraps_interrupt
 from moeroof.core.limits import plain_value_error
 from moeroof.kernels.loader import NativeBuildError
 
@@ -235,27 +235,13 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
         print(f"error: {user_message(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:  # a bug: one line, not a traceback
-        if _interrupted(exc):  # Ctrl-C inside an extension can come back as a SystemError
+        if wraps_interrupt(exc):  # Ctrl-C inside an extension can come back as a SystemError
             return EXIT_INTERRUPTED
         if debug:
             raise
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "(no message)"
         print(f"error: internal error: {type(exc).__name__}: {detail} (please report)", file=sys.stderr)
         return EXIT_INTERNAL
-
-
-def _interrupted(exc: BaseException) -> bool:
-    """Whether ``exc`` wraps a KeyboardInterrupt: a Ctrl-C that lands inside an extension or a
-    callback can surface as another exception (``SystemError: ... returned a result with an
-    exception set``), the interrupt as its cause or context."""
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        if isinstance(cur, KeyboardInterrupt):
-            return True
-        seen.add(id(cur))
-        cur = cur.__cause__ or cur.__context__
-    return False
 
 
 def _quiet_stdout() -> None:

@@ -51,16 +51,19 @@ def fit_report(args: argparse.Namespace) -> dict[str, Any]:
     """The ``fit`` JSON object for parsed arguments."""
     bootstrap, gof_sims, seed = args.bootstrap, args.gof_sims, args.seed
     data = load_input(args.path, args)
+    from moeroof.fit.skew import check_fit_experts, fit_histogram  # lazily: the union command works without it
+
+    # the file's E first, before the trace is counted and before the replicates are sized from
+    # it: a 16 KB trace may declare 2^20 experts, and where memory is short the replicate check
+    # blamed --bootstrap (a flag the user did not give) for the file's E
+    try:
+        check_fit_experts(data.experts)
+    except ValueError as err:
+        raise InputError(data.path, "-", "experts", str(err)) from None
     # each replicate or simulation draws a (layers × experts) histogram, with temporaries
     per = 4 * len(data.layer_ids) * data.experts
     check_replicate_memory("--bootstrap", bootstrap, per, "layers × experts × 4")
     check_replicate_memory("--gof-sims", gof_sims, per, "layers × experts × 4")
-    from moeroof.fit.skew import check_fit_experts, fit_histogram  # lazily: the union command works without it
-
-    try:  # before the trace is counted: a 16 KB trace may declare 2^20 experts
-        check_fit_experts(data.experts)
-    except ValueError as err:
-        raise InputError(data.path, "-", "experts", str(err)) from None
 
     notes = []
     if isinstance(data, Histogram):

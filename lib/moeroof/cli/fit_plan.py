@@ -74,6 +74,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
+    from moeroof.data.io import InputError
     from moeroof.data.plan_points import read_plan_points
     from moeroof.data.presets import load_hardware, load_model
     from moeroof.fit.plan import fit_plan
@@ -82,8 +83,12 @@ def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
     from moeroof.models.plan import routing_from_spec
 
     fit, context = args.fit, args.context
-    points = read_plan_points(input_path(args.path))
+    path = input_path(args.path)
+    points = read_plan_points(path)
     model, hardware = apply_sets(args.set, load_model(args.model), load_hardware(args.hardware))
+    for pt in points:  # a row's ranks, named in the file: plan's own check would say --ranks
+        if pt.ranks > model.experts:
+            raise InputError(path, pt.row, "ranks", f"{pt.ranks} ranks for the model's {model.experts} experts")
     if args.routing_knobs is not None:
         streams = max(p.batch for p in points)  # the cache runs on a trace sampled from the knobs
         routing = routing_from_knobs(model, *read_routing_knobs(args.routing_knobs), streams=streams)

@@ -157,19 +157,21 @@ def read_routing_knobs(path_text: str) -> tuple[str, float, float, float]:
     c)`` for :func:`moeroof.models.local_routing.routing_from_knobs` (c = inf: no locality)."""
     path = input_path(path_text)
     from moeroof.core.input_files import NotRegularFileError, read_input_bytes
-    from moeroof.core.limits import MAX_JSON_BYTES, bounded_int, check_document, unique_keys
+    from moeroof.core.limits import MAX_JSON_BYTES, LongNumberError, check_document, parse_json
 
     try:
         text = read_input_bytes(path, MAX_JSON_BYTES).decode("utf-8")  # a FIFO refused, never waited on
         check_document(text, "the JSON", max_bytes=MAX_JSON_BYTES)
-        doc = json.loads(text, parse_int=bounded_int, object_pairs_hook=unique_keys)
+        doc = parse_json(text)
     except FileNotFoundError:
         raise UsageError(f"--routing-knobs: {path}: no such file") from None
     except NotRegularFileError as err:
         raise UsageError(f"--routing-knobs: {path}: {err}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UsageError(f"--routing-knobs: {path}: not a JSON file ({err})") from None
-    except ValueError as err:  # bounded_int, check_document
+    except LongNumberError as err:  # a number no knob needs, named by its key
+        raise UsageError(f"--routing-knobs: {path}: {err.key}: {err}") from None
+    except ValueError as err:  # check_document, unique_keys
         raise UsageError(f"--routing-knobs: {path}: {err}") from None
     if not isinstance(doc, dict):
         raise UsageError(

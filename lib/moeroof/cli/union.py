@@ -34,7 +34,8 @@ from moeroof.cli.flags import (
 )
 from moeroof.cli.inputs import add_meta_arguments, load_input
 from moeroof.cli.output import add_output_arguments, emit, fmt, jsonable, print_notes, table
-from moeroof.data.io import Histogram, Trace, check_incidence_sums
+from moeroof.core.limits import MAX_BOOTSTRAP_COUNTS, check_allocation
+from moeroof.data.io import Histogram, InputError, Trace, check_incidence_sums
 
 
 def add_parser(subparsers: Any) -> None:
@@ -92,14 +93,34 @@ def _uniform_curve(args: argparse.Namespace) -> tuple[Any, str, str]:
     return curve, "model", f"uniform routing (E={experts}, K={top_k})"
 
 
+#: (layers × experts) arrays of 8 bytes that rarefying one chunk of replicates holds at once (its
+#: keys, their unique inverse, a sparse count matrix, the draws: about 8; twice that, as margin)
+_CELL_TEMPORARIES = 16
+
+
 def _histogram_curve(data: Histogram, args: argparse.Namespace, rng: np.random.Generator, notes: list[str]) -> Any:
     """The union curve of a histogram (with its notes added to ``notes``)."""
     from moeroof.models.union import union_histogram
 
     batch, bootstrap = args.batch, args.bootstrap
     notes.extend(check_incidence_sums(data))
-    per = data.layers * data.experts * max(len(batch), 1)
-    check_replicate_memory("--bootstrap", bootstrap, per, "layers × experts × batch sizes")
+    # what union_histogram holds: each replicate's curve (bootstrap × layers × batch sizes), and
+    # one chunk of replicates at a time (drawn and rarefied in chunks of at most a few (layers ×
+    # experts) arrays, whatever --bootstrap is). This sized every replicate's draws at once, and
+    # refused a 40-byte histogram declaring E = 2^20 that runs in 0.15 GB ("--bootstrap: … would
+    # need 4.69 GiB" under ulimit -v 4000000): the file's E was blamed on the flag
+    check_replicate_memory("--bootstrap", bootstrap, data.layers * max(len(batch), 1), "layers × batch sizes")
+    counts = bootstrap * data.layers * data.experts  # drawn in chunks: a bound on the run's time
+    if counts > MAX_BOOTSTRAP_COUNTS:
+        raise UsageError(
+            f"--bootstrap: {bootstrap} replicates × {data.layers} layers × {data.experts} experts of {data.path.name} "
+            f"= {counts:.3g} counts to draw and rarefy would need many minutes; at most {MAX_BOOTSTRAP_COUNTS:.3g} "
+            "are drawn in one run (give fewer replicates)"
+        )
+    try:
+        check_allocation(_CELL_TEMPORARIES * data.layers * data.experts, 8, "rarefaction's (layers × experts) arrays")
+    except ValueError as err:
+        raise InputError(data.path, "-", "experts", str(err)) from None
     curve = union_histogram(
         data.counts,
         data.tokens,

@@ -14,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
 import stat
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -300,3 +302,24 @@ def exclusive(path: str | os.PathLike[str], what: str = "another moeroof process
         with contextlib.suppress(OSError):
             os.unlink(lock)
         os.close(fd)
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) while the block writes, then raise it (``KeyboardInterrupt``) once the
+    block is done: a save that keeps what a run computed must finish whole rather than be cut by
+    the interrupt it is saving for. Only where Python's own handler is installed, on the main
+    thread (an ignored SIGINT stays ignored; another handler is left alone)."""
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    held: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if held:
+        raise KeyboardInterrupt

@@ -3,7 +3,7 @@ them into flags, messages and exit codes."""
 
 from __future__ import annotations
 
-__all__ = ["MissingDependency", "ParameterError"]
+__all__ = ["MissingDependency", "ParameterError", "wraps_interrupt"]
 
 
 class ParameterError(ValueError):
@@ -22,3 +22,18 @@ class ParameterError(ValueError):
 class MissingDependency(ValueError):
     """An optional package a command needs is not installed; the message names the extra that
     installs it (:func:`moeroof.core.optional.require`)."""
+
+
+def wraps_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` is or wraps a KeyboardInterrupt: a Ctrl-C that lands inside an extension or
+    a callback can surface as another exception (``SystemError: ... returned a result with an
+    exception set``), the interrupt as its cause or context. A handler that keeps going after an
+    ``Exception`` (a sweep's failed point) must let such an interrupt through."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False

@@ -7,7 +7,9 @@ Every product here is a Python int (no int64 overflow: ``tokens = 2**62`` times 
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import resource
 from typing import Any
 
@@ -18,6 +20,11 @@ __all__ = [
     "MAX_SHARDS_SLICES",
     "MAX_INT_DIGITS",
     "bounded_int",
+    "LongNumber",
+    "LongNumberError",
+    "parse_json",
+    "parse_toml",
+    "long_number_in",
     "unique_keys",
     "plain_value_error",
     "MAX_EXPERTS",
@@ -25,6 +32,7 @@ __all__ = [
     "MAX_TOKENS",
     "MAX_CELLS",
     "MAX_REPLICATES",
+    "MAX_BOOTSTRAP_COUNTS",
     "MAX_JSON_BYTES",
     "MAX_TOML_BYTES",
     "MAX_NESTING",
@@ -54,6 +62,10 @@ MAX_TOKENS = 1 << 40
 MAX_CELLS = 1 << 32
 #: bootstrap replicates, draws, goodness-of-fit simulations
 MAX_REPLICATES = 1_000_000
+#: counts one ``union`` run on a histogram draws and rarefies (bootstrap × layers × experts):
+#: drawn a chunk at a time, they take time, not memory (10 to 20 ns a count on this 2-core box:
+#: 2^31 in under a minute; the default 200 replicates of 2^20 experts draw 2^27.6)
+MAX_BOOTSTRAP_COUNTS = 1 << 31
 #: a JSON sidecar or meta string (the embedded ones are < 2 KiB)
 MAX_JSON_BYTES = 16 << 20
 #: a preset TOML (the embedded ones are < 4 KiB)
@@ -336,11 +348,149 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+#: Python's refusal of an integer of 4,301 or more digits, wherever in a message it stands
+_PYTHON_DIGIT_LIMIT = re.compile(
+    r"Exceeds the limit \(\d+ digits\) for integer string conversion[^;]*(; use sys\.set_int_max_str_digits\(\) "
+    r"to increase the limit)?"
+)
+
+
 def plain_value_error(err: BaseException) -> str:
     """``str(err)``, but Python's refusal of an integer of 4,301 or more digits ("Exceeds the limit
     (4300 digits) for integer string conversion …: use sys.set_int_max_str_digits()") said in the
-    user's terms."""
-    text = str(err)
-    if "Exceeds the limit" in text and "integer string conversion" in text:
-        return f"a number of more than 4,300 digits: no count, size or id needs more than {MAX_INT_DIGITS}"
-    return text
+    user's terms, and only those words replaced: a message that named the file and field before
+    them (``grid.toml: …``) still does."""
+    words = f"a number of more than 4,300 digits: no count, size or id needs more than {MAX_INT_DIGITS}"
+    return _PYTHON_DIGIT_LIMIT.sub(words, str(err))
+
+
+class LongNumberError(ValueError):
+    """An integer of more than :data:`MAX_INT_DIGITS` digits in a JSON, TOML or YAML document,
+    with where it stands: ``key`` (``tokens``, ``knobs.skew``, ``fixed.experts``, ``tokens[2]``)
+    and, where the text tells it, ``line`` (1-based). ``str(err)`` says what is wrong; the reader
+    names its file with the key."""
+
+    def __init__(self, key: str, digits: int | None, line: int | None = None, detail: str | None = None) -> None:
+        self.key, self.digits, self.line = key, digits, line
+        size = f"a number of {digits} digits" if digits is not None else "a number of more than 4,300 digits"
+        super().__init__(detail or f"{size}: no count, size or id needs more than {MAX_INT_DIGITS}")
+
+
+class LongNumber(str):
+    """The text of an integer too long to be a count, size or id, kept while a document is
+    parsed so that its key can be named once parsing ends."""
+
+
+def _int_or_long(text: str) -> int | LongNumber:
+    """``json.loads``'s ``parse_int``: an int, or a :class:`LongNumber` past :data:`MAX_INT_DIGITS`."""
+    if len(text.lstrip("+-")) > MAX_INT_DIGITS:
+        return LongNumber(text)
+    return int(text)
+
+
+def _digits(value: Any) -> int | None:
+    """How many digits ``value`` spells when it is too long to be a count (None otherwise)."""
+    if isinstance(value, LongNumber):
+        return len(re.sub(r"[^0-9a-fA-F]", "", value.lstrip("+-").removeprefix("0x").removeprefix("0o")))
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value).bit_length() > 66:
+        return len(str(abs(value))) if abs(value).bit_length() < 14_000 else None  # 4,300 digits: about 2^14,284
+    return None
+
+
+def _too_long(value: int, limit: int | None) -> bool:
+    if isinstance(value, bool):
+        return False
+    if limit is not None:
+        return not -limit <= value < limit
+    return abs(value).bit_length() > 60 and len(str(abs(value))) > MAX_INT_DIGITS
+
+
+def long_number_in(doc: Any, limit: int | None = None) -> tuple[str, int | None] | None:
+    """The first integer in ``doc`` (nested dicts and lists) too long to be a count, size or id —
+    a :class:`LongNumber`, or an int of more than :data:`MAX_INT_DIGITS` digits (with ``limit``:
+    an int outside ``-limit … limit - 1``) — as (its key path, its digits); None when there is
+    none. Iterative: no recursion over a deep document."""
+    stack: list[tuple[str, Any]] = [("", doc)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in reversed(list(value.items())))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(value))))
+        elif isinstance(value, LongNumber) or (isinstance(value, int) and _too_long(value, limit)):
+            return where or "value", _digits(value)
+    return None
+
+
+def parse_json(text: str) -> Any:
+    """``json.loads(text)`` as every input the suite reads is parsed: a key given twice refused
+    (:func:`unique_keys`) and an integer of more than :data:`MAX_INT_DIGITS` digits refused with
+    its key (:class:`LongNumberError`: ``bounded_int`` as ``parse_int`` knew the digits, not the
+    key: ``"tokens": 10…0`` said ``file``)."""
+    doc = json.loads(text, parse_int=_int_or_long, object_pairs_hook=unique_keys)
+    found = long_number_in(doc)
+    if found is not None:
+        raise LongNumberError(*found)
+    return doc
+
+
+def parse_toml(text: str, *, bounded: bool = True) -> dict[str, Any]:
+    """``tomllib.loads(text)``, refusing an integer of more than 4,300 digits with its key and line
+    (:class:`LongNumberError`: tomllib raised Python's own refusal with no key) and, ``bounded``,
+    one of more than :data:`MAX_INT_DIGITS` digits or outside TOML's 64-bit integers (tomllib
+    takes 2^70 without a word, which a sweep then failed on as "a number is too large to compute
+    with", naming nothing). A reader that bounds each field itself (presets) passes
+    ``bounded=False``. Raises ``tomllib.TOMLDecodeError`` for text that is not TOML."""
+    import tomllib
+
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        raise
+    except ValueError as err:  # Python's refusal of 4,301 or more digits, from inside tomllib
+        if _PYTHON_DIGIT_LIMIT.search(str(err)) is None:
+            raise
+        raise _long_toml_number(text) from None
+    if not bounded:
+        return doc
+    found = long_number_in(doc)
+    if found is not None:
+        key, digits = found
+        raise LongNumberError(key, digits, _toml_line_of(text, 10**MAX_INT_DIGITS))
+    found = long_number_in(doc, limit=1 << 63)
+    if found is not None:  # 19 or 20 digits past int64: TOML's integers are 64-bit
+        key, _ = found
+        detail = "is outside the 64-bit integers TOML allows (-2^63 … 2^63 - 1)"
+        raise LongNumberError(key, None, _toml_line_of(text, 1 << 63), detail)
+    return doc
+
+
+#: a TOML integer of more than 4,300 digits (underscores allowed between digits)
+_HUGE_DIGITS = re.compile(r"[0-9](?:_?[0-9]){4300,}")
+
+
+def _long_toml_number(text: str) -> LongNumberError:
+    """Where in ``text`` the integer tomllib could not convert stands: its line, and the key of
+    that line below its table's header (``fixed.experts``)."""
+    m = _HUGE_DIGITS.search(text)
+    if m is None:
+        return LongNumberError("toml", None)
+    line = text.count("\n", 0, m.start()) + 1
+    lines = text.splitlines()
+    key_m = re.match(r"\s*([^=#\[\s][^=#]*?)\s*=", lines[line - 1])
+    key = key_m.group(1).strip().strip("\"'") if key_m else "toml"
+    for prev in reversed(lines[: line - 1]):
+        head = re.match(r"\s*\[+\s*([^\]]+?)\s*\]", prev)
+        if head and key_m:
+            key = f"{head.group(1).strip()}.{key}"
+            break
+    return LongNumberError(key, len(m.group(0).replace("_", "")), line)
+
+
+def _toml_line_of(text: str, beyond: int) -> int | None:
+    """The line of the first integer in ``text`` whose magnitude is ``beyond`` or more (a hint for
+    the message; None when none is found, as for one written in hex)."""
+    for m in re.finditer(r"(?<![\w.'\"])[+-]?[0-9](?:_?[0-9]){18,}(?![\w.'\"])", text):
+        if abs(int(m.group(0).replace("_", "")[:4400])) >= beyond:
+            return text.count("\n", 0, m.start()) + 1
+    return None

@@ -55,11 +55,12 @@ from moeroof.core.limits import (
     MAX_JSON_BYTES,
     MAX_LAYERS,
     MAX_TOKENS,
+    LongNumberError,
     bounded_int,
     check_allocation,
     check_document,
     human_bytes,
-    unique_keys,
+    parse_json,
 )
 from moeroof.core.masks import PAD, partial_tokens
 
@@ -89,6 +90,7 @@ __all__ = [
     "NpySteps",
     "OutputExistsError",
     "check_npz_members",
+    "csv_cells",
 ]
 
 HISTOGRAM_COLUMNS = ("layer", "expert", "count")
@@ -114,6 +116,45 @@ class InputError(ValueError):
 
 #: a run of this many characters without a space in an error's message is a quoted value, cut
 _LONG_WORD = re.compile(r"\S{240,}")
+
+
+def csv_cells(line: str, path: str | os.PathLike[str], row: int, columns: Sequence[str] | None = None) -> list[str]:
+    """One line of a CSV file as its cells (``csv.reader``). A line the csv module refuses (a
+    cell past its field limit, 131,072 characters; a stray quote) is an :class:`InputError`
+    naming the file, the line and, where the header tells it, the column (``columns``): it was
+    ``csv.Error`` (exit 70, "internal error") from the POINTS readers."""
+    try:
+        return next(csv.reader([line]))
+    except csv.Error as exc:
+        raise _csv_error(exc, path, row, _cells_unlimited(line), columns) from None
+
+
+def _cells_unlimited(line: str) -> list[str]:
+    """``line``'s cells read without the field limit (an error path only: which cell is long)."""
+    old = csv.field_size_limit(len(line) + 1)
+    try:
+        return next(csv.reader([line]), [])
+    except csv.Error:
+        return []
+    finally:
+        csv.field_size_limit(old)
+
+
+def _csv_error(
+    exc: csv.Error, path: str | os.PathLike[str], row: int | str, cells: Sequence[str], columns: Sequence[str] | None
+) -> InputError:
+    """``exc`` said in the user's terms; ``cells``: the line's cells where known, to tell which
+    one is past the limit."""
+    limit = csv.field_size_limit()
+    if "field larger than field limit" not in str(exc):
+        return InputError(path, row, "row", f"not a CSV line: {exc}")
+    at = next((i for i, cell in enumerate(cells) if len(cell) > limit), None)
+    if at is None:
+        return InputError(path, row, "row", f"a cell of more than the {limit:,} characters a CSV cell may hold")
+    field = columns[at] if columns is not None and at < len(columns) else f"column {at + 1}"
+    return InputError(
+        path, row, field, f"a cell of {len(cells[at]):,} characters: more than the {limit:,} a CSV cell may hold"
+    )
 
 
 def _shortened(message: str) -> str:
@@ -246,12 +287,14 @@ def _parse_json(text: str, path: Path, row: str, key: str) -> dict[str, Any]:
     except ValueError as exc:
         raise InputError(path, row, key, str(exc)) from None
     try:
-        obj = json.loads(text, parse_int=bounded_int, object_pairs_hook=unique_keys)
+        obj = parse_json(text)
+    except LongNumberError as exc:  # named by its key: the sidecar's `tokens`, the meta's `experts`
+        raise InputError(path, row, exc.key, str(exc)) from None
     except json.JSONDecodeError as exc:
         raise InputError(
             path, row, key, f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
         ) from None
-    except ValueError as exc:  # bounded_int: a number of more digits than any field needs
+    except ValueError as exc:  # unique_keys: a key given twice
         raise InputError(path, row, key, str(exc)) from None
     if not isinstance(obj, dict):
         raise InputError(path, row, key, f"expected a JSON object, got {type(obj).__name__}")
@@ -628,6 +671,7 @@ def read_histogram(path: str | os.PathLike[str], meta: Mapping[str, Any] | None 
     else:
         side, meta = path, dict(_plain(dict(meta)))
     experts, top_k, layer_ids, tokens, summed = _validate_histogram_meta(meta, side)
+    reader = None
     try:
         with open(path, encoding="utf-8-sig", newline="") as fh:  # read-only
             reader = csv.reader(fh)
@@ -639,8 +683,8 @@ def read_histogram(path: str | os.PathLike[str], meta: Mapping[str, Any] | None 
                 tally.add(_histogram_row(row, line_no, col, path), line_no, path)
     except UnicodeDecodeError as exc:
         raise InputError(path, "-", "file", f"not UTF-8 text: {exc}") from None
-    except csv.Error as exc:
-        raise InputError(path, "-", "file", f"not a CSV file: {exc}") from None
+    except csv.Error as exc:  # the line (a cell past the field limit) where the reader stopped
+        raise _csv_error(exc, path, reader.line_num if reader is not None else "-", [], None) from None
     except OSError as exc:
         raise InputError(path, "-", "file", f"cannot read: {exc}") from None
     counts, rank = tally.counts, tally.rank

@@ -11,7 +11,6 @@ the file, the row (1-based, header = 1) and the field; nothing is modified.
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from pathlib import Path
 
 from moeroof.core.input_files import open_input
 from moeroof.core.limits import MAX_BATCH, MAX_GIB, MAX_POINTS_BYTES, MAX_POINTS_ROWS
-from moeroof.data.io import InputError
+from moeroof.data.io import InputError, csv_cells
 
 __all__ = ["PLAN_COLUMNS", "POLICIES", "PlanPoint", "read_plan_points"]
 
@@ -95,7 +94,7 @@ def _point_lines(p: Path) -> list[tuple[int, str]]:
 
 def _point_columns(p: Path, header_row: int, header: str) -> list[str]:
     """The header's column names: known ones, the required ones present, none twice."""
-    columns = [c.strip() for c in next(csv.reader([header]))]
+    columns = [c.strip() for c in csv_cells(header, p, header_row)]
     unknown = [c for c in columns if c not in PLAN_COLUMNS]
     if unknown:
         raise InputError(p, header_row, unknown[0], f"unknown column (known: {', '.join(PLAN_COLUMNS)})")
@@ -149,7 +148,7 @@ def read_plan_points(path: str | os.PathLike[str]) -> list[PlanPoint]:
     points: list[PlanPoint] = []
     seen: dict[tuple, int] = {}
     for row, line in lines[1:]:
-        cells = next(csv.reader([line]))
+        cells = csv_cells(line, p, row, columns)
         if len(cells) != len(columns):
             raise InputError(p, row, "row", f"has {len(cells)} fields, the header has {len(columns)}")
         pt = _plan_point(dict(zip(columns, cells)), p, row)

@@ -30,7 +30,6 @@ same conditions whose values differ by more than :data:`NOISE` (contradictory).
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from collections.abc import Sequence
@@ -40,7 +39,7 @@ from typing import cast
 
 from moeroof.core.input_files import open_input
 from moeroof.core.limits import MAX_BATCH, MAX_GIB, MAX_POINTS_BYTES, MAX_POINTS_ROWS
-from moeroof.data.io import InputError
+from moeroof.data.io import InputError, csv_cells
 
 __all__ = [
     "KINDS",
@@ -303,7 +302,7 @@ def read_points(
     if not content:
         raise InputError(path, 1, "header", f"empty file; expected a header with {', '.join(REQUIRED)}")
     header_row, header_line = content[0]
-    names = [h.strip().lower() for h in next(csv.reader([header_line]))]
+    names = [h.strip().lower() for h in csv_cells(header_line, path, header_row)]
     for name in names:
         if name == "capacity_experts":
             why = (
@@ -321,7 +320,7 @@ def read_points(
             raise InputError(path, header_row, "header", f"missing column {name!r}")
     points = []
     for row, line in content[1:]:
-        cells = next(csv.reader([line]))
+        cells = csv_cells(line, path, row, names)
         if len(cells) != len(names):
             raise InputError(path, row, "row", f"expected {len(names)} fields, got {len(cells)}")
         points.append(_parse_row(dict(zip(names, cells)), path, row, experts))

@@ -42,8 +42,10 @@ from moeroof.core.limits import (
     MAX_EXPERTS,
     MAX_LAYERS,
     MAX_TOML_BYTES,
+    LongNumberError,
     check_allocation,
     check_document,
+    parse_toml,
     plain_value_error,
 )
 from moeroof.core.paths import DATA_DIR
@@ -570,9 +572,11 @@ def _read_toml(path: Path) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8")
         check_document(text, "the TOML", max_bytes=MAX_TOML_BYTES, toml=True)
-        return tomllib.loads(text)
+        return parse_toml(text, bounded=False)  # each field is bounded by its own check
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise InputError(path, None, "toml", f"not valid TOML ({err})") from None
+    except LongNumberError as err:  # its line and key: `experts = { value = 10…0 }` said `toml`
+        raise InputError(path, err.line, err.key, str(err)) from None
     except ValueError as err:
         raise InputError(path, None, "toml", plain_value_error(err)) from None
     except OSError as err:

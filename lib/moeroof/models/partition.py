@@ -123,8 +123,8 @@ def parse_rank_speed(rank_speed, ranks: int) -> np.ndarray:
 def _check_ranks(n_items: int, ranks) -> int:
     if isinstance(ranks, (bool, np.bool_)) or not isinstance(ranks, (numbers.Integral,)) or int(ranks) < 1:
         raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
-    if int(ranks) > n_items:
-        raise ValueError(f"ranks={ranks} exceeds the {n_items} experts to split")
+    if int(ranks) > n_items:  # named: a command line says --ranks
+        raise ParameterError("ranks", f"{ranks} ranks for {n_items} experts (at most one rank per expert)")
     return int(ranks)
 
 

@@ -496,8 +496,8 @@ def assign_experts(
     r = workload.ranks
     if r == 1:
         return np.zeros(e, dtype=np.int64)
-    if r > e:
-        raise ValueError(f"ranks={r} exceeds the {e} experts to split")
+    if r > e:  # the parameter named, so the command line says --ranks (it said "ranks=1000000 …")
+        raise ParameterError("ranks", f"{r} ranks for {e} experts (at most one rank per expert)")
     load = routing.expert_load
     if workload.partition == "id":
         return contiguous_split(e, r)

@@ -469,7 +469,21 @@ def read_parameters_file(path: Path) -> dict:
         raise ValueError(f"{path}: a parameters file is a mapping of names to values, got {type(data).__name__}")
     for name, value in data.items():
         _check_expanded_size(value, path, name)
+        _check_numbers(value, path, name)
     return data
+
+
+def _check_numbers(value, path: Path, name: str) -> None:
+    """Refuses an integer of more than :data:`~moeroof.core.limits.MAX_INT_DIGITS` digits, naming
+    the parameter: PyYAML raised Python's refusal past 4,300 digits from inside the loader, and
+    the error named the file alone (the loader keeps such a number as text: :func:`_strict_yaml_loader`)."""
+    from moeroof.core.limits import LongNumberError, long_number_in
+
+    found = long_number_in(value)
+    if found is not None:
+        where, digits = found
+        key = name if where == "value" else f"{name}{'' if where.startswith('[') else '.'}{where}"
+        raise ValueError(f"{path}: {key}: {LongNumberError(key, digits)}")
 
 
 #: values (scalars, list items, mapping entries) one parameter may expand to through YAML
@@ -523,6 +537,16 @@ def _strict_yaml_loader():
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
 
+        def construct_yaml_int(self, node):
+            """An int, or past ``MAX_INT_DIGITS`` digits its text (named by :func:`_check_numbers`)."""
+            from moeroof.core.limits import MAX_INT_DIGITS, LongNumber
+
+            text = str(self.construct_scalar(node))
+            if len(text.replace("_", "").lstrip("+-")) > MAX_INT_DIGITS:
+                return LongNumber(text)
+            return super().construct_yaml_int(node)
+
+    StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
     return StrictLoader
 
 

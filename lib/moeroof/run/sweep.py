@@ -72,8 +72,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from moeroof.core.errors import wraps_interrupt
 from moeroof.core.input_files import NotRegularFileError, check_regular, read_input_bytes
-from moeroof.core.limits import MAX_GIB, MAX_TOML_BYTES, check_document
+from moeroof.core.limits import MAX_GIB, MAX_TOML_BYTES, LongNumberError, check_document, parse_toml
 from moeroof.core.optional import require
 
 __all__ = [
@@ -227,7 +228,7 @@ def read_grid(path: str | Path) -> Grid:
         raw = read_input_bytes(path, MAX_TOML_BYTES)  # a FIFO refused, never waited on
         text = raw.decode("utf-8")
         check_document(text, "the grid", max_bytes=MAX_TOML_BYTES, toml=True)
-        doc = tomllib.loads(text)
+        doc = parse_toml(text)
     except IsADirectoryError:
         raise GridError(path, None, "is a directory, expected a grid .toml") from None
     except NotRegularFileError as err:
@@ -236,6 +237,8 @@ def read_grid(path: str | Path) -> Grid:
         raise GridError(path, None, "not UTF-8 text, expected a grid .toml") from None
     except tomllib.TOMLDecodeError as err:
         raise GridError(path, None, f"not a TOML file ({err})") from None
+    except LongNumberError as err:  # named: 2^70 experts ran to "a number is too large to compute with"
+        raise GridError(path, err.key, f"{err}" + (f" (line {err.line})" if err.line else "")) from None
     except ValueError as err:
         raise GridError(path, None, str(err)) from None
     return grid_from_dict(doc, path)
@@ -579,6 +582,8 @@ def evaluate_point(point: Mapping[str, Any]) -> dict[str, Any]:
         clash = set(outputs) & set(point["inputs"])
         return _row(point, {(f"out_{k}" if k in clash else k): v for k, v in outputs.items()}, None, start)
     except Exception as exc:  # a failed point is a row, not the end of the sweep
+        if wraps_interrupt(exc):  # Ctrl-C inside a kernel (a SystemError): the sweep's end, not a row
+            raise KeyboardInterrupt from None
         return _row(point, {}, f"{type(exc).__name__}: {exc}", start)
 
 
@@ -720,6 +725,13 @@ def _checked_output(out: str | Path) -> Path:
     return Path(out)
 
 
+def _kept(done: int, todo: int, out: Path) -> str:
+    """What an interrupted sweep says it kept."""
+    return (
+        f"interrupted: {done} of the {todo} points to evaluate are kept in {out} (run the same command again to resume)"
+    )
+
+
 def run_sweep(
     grid: Grid,
     out: str | Path,
@@ -785,13 +797,14 @@ def run_sweep(
                         save()
                         last = time.monotonic()
             except KeyboardInterrupt:  # saved below: say so, and how to go on
-                raise KeyboardInterrupt(
-                    f"interrupted: {len(new)} of the {len(todo)} points to evaluate are kept in {out} "
-                    "(run the same command again to resume)"
-                ) from None
+                raise KeyboardInterrupt(_kept(len(new), len(todo), out)) from None
             finally:
                 if new or not out.exists():
-                    save()
+                    try:  # whole: a Ctrl-C during the last save cut it, and lost every point silently
+                        with atomic.interrupts_held():
+                            save()
+                    except KeyboardInterrupt:  # held until the save was done: what it kept
+                        raise KeyboardInterrupt(_kept(len(new), len(todo), out)) from None
         summary = {"grid": grid.path, "command": grid.command, "output": str(out), "points": len(points)}
         summary.update(skipped=len(points) - len(todo), evaluated=len(new))
         failed = sum(r.get("error") is not None for r in new)

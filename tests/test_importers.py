@@ -688,3 +688,50 @@ def test_a_csv_too_large_for_memory_is_refused_as_it_is_read(tmp_path, monkeypat
         import_table(src, **args)
     monkeypatch.setattr(limits, "available_memory", lambda: 2 * need)
     assert import_table(src, **args).meta["tokens"] == n
+
+
+@settings(max_examples=40, deadline=None)
+@given(expert_id=st.integers(1 << 20, 1 << 70), layers=st.integers(1, 3))
+def test_an_expert_column_id_past_the_limit_is_refused_before_the_matrix_is_allocated(
+    tmp_path_factory, expert_id, layers
+):
+    """A header's expert id sizes the (layers, E) matrix: an id of 2^20 or more (2^32 asked numpy
+    for 60 GiB) is refused naming the file, the header line and the column."""
+    d = tmp_path_factory.mktemp("m")
+    src = write(d / "m.csv", f"layer,Expert_0,Expert_{expert_id}\n" + "".join(f"{i},1,1\n" for i in range(layers)))
+    with pytest.raises(InputError) as err:
+        import_matrix(src, top_k=1, layer_col="layer", expert_prefix="Expert_")
+    assert (err.value.path, err.value.row, err.value.field) == (src, 1, f"Expert_{expert_id}")
+
+
+def test_a_matrix_too_large_for_memory_is_refused_naming_the_file(tmp_path, monkeypatch):
+    import moeroof.core.limits as limits
+
+    src = write(tmp_path / "m.csv", "layer,Expert_0,Expert_99999\n0,1,1\n1,1,1\n")
+    monkeypatch.setattr(limits, "available_memory", lambda: 2 * 100_000 * 8 - 1)
+    with pytest.raises(InputError, match=r"m\.csv:-: experts: 2 layers × 100,000 experts = .* this machine has"):
+        import_matrix(src, top_k=1, layer_col="layer", expert_prefix="Expert_")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    counts=st.lists(st.lists(st.integers(0, 9), min_size=3, max_size=3), min_size=1, max_size=3),
+    tokens=st.integers(1, 9),
+    top_k=st.integers(1, 3),
+)
+def test_counts_the_given_tokens_cannot_hold_are_refused_naming_the_matrix(tmp_path_factory, counts, tokens, top_k):
+    """Counts against --tokens are checked where they are read: an expert counted more often than a
+    layer's T, or counts past K × T, are an error of the matrix (its file and layer), never of the
+    histogram it would be written as (the writer named that output file); counts within both import."""
+    d = tmp_path_factory.mktemp("m")
+    body = "".join(f"{i}," + ",".join(map(str, row)) + "\n" for i, row in enumerate(counts))
+    src = write(d / "m.csv", "layer,Expert_0,Expert_1,Expert_2\n" + body)
+    c = np.array(counts)
+    fits = bool((c <= tokens).all() and (c.sum(axis=1) <= top_k * tokens).all())
+    try:
+        got = import_matrix(src, top_k=top_k, layer_col="layer", expert_prefix="Expert_", tokens=tokens)
+    except InputError as err:
+        assert not fits and err.path == src and str(err.row).startswith("layer "), str(err)
+        return
+    assert fits
+    write_imported(d / "h.csv", got)  # the writer's own checks agree

@@ -80,7 +80,7 @@ import numpy as np
 
 from moeroof.core.errors import ParameterError
 from moeroof.core.input_files import open_input
-from moeroof.core.limits import check_allocation
+from moeroof.core.limits import MAX_EXPERTS, check_allocation
 from moeroof.core.masks import trace_counts
 from moeroof.data.io import InputError, check_npz_members, check_readable, write_histogram, write_trace
 
@@ -786,6 +786,8 @@ def _matrix_header(
         if not rest.isascii():  # str.isdigit takes ¹ and ٣; int() does not (or reads another number)
             raise InputError(src, 1, name, f"expected {expert_prefix}<id> with the id in digits 0-9")
         e = int(rest)
+        if e >= MAX_EXPERTS:  # the id sizes the (layers, E) matrix: bounded before anything is allocated
+            raise InputError(src, 1, name, f"expert id {e} is past the {MAX_EXPERTS:,} experts a model may have")
         if e in named and named[e] != name:  # Expert_1 and Expert_01
             raise InputError(
                 src, 1, name, f"names expert {e}, as column {named[e]} does: which one is meant is ambiguous"
@@ -822,6 +824,10 @@ def _matrix_values(frame: Any, src: Path, kind: str, ids: Mapping[str, int], n_e
     """The expert columns' values (rows, E) in file order; a cell that is no number ≥ 0 refused."""
     import pandas as pd
 
+    try:
+        check_allocation(len(frame), 8 * n_exp, f"{len(frame):,} layers × {n_exp:,} experts", limit=None)
+    except ValueError as exc:
+        raise InputError(src, "-", "experts", str(exc)) from None
     vals = np.zeros((len(frame), n_exp))
     for name, e in ids.items():
         num = pd.to_numeric(frame[name].astype(str).str.strip(), errors="coerce")
@@ -894,8 +900,27 @@ def _matrix_counts(
     else:
         tok = _tokens_per_layer(tokens, vals.shape[0])
         meta["tokens_user_given"] = True
+        _check_counts_within_tokens(counts, tok, top_k, layer_ids, src)
     meta["quantity"] = "incidence counts"
     return counts, tok
+
+
+def _check_counts_within_tokens(
+    counts: np.ndarray, tokens: np.ndarray, top_k: int, layer_ids: list[int], src: Path
+) -> None:
+    """Refuses, naming the matrix's layer (not the histogram it would become), counts the tokens
+    given cannot hold: an expert counted more often than the layer has tokens, or a layer's counts
+    past K per token."""
+    over = counts > tokens[:, None]
+    if over.any():
+        l, i = np.argwhere(over)[0]
+        why = f"expert {i} counted {counts[l, i]} times, past the T={tokens[l]} tokens given (a token counts an expert once)"
+        raise InputError(src, f"layer {layer_ids[l]}", "count", why)
+    sums = counts.sum(axis=1)
+    if (sums > top_k * tokens).any():
+        l = int(np.argmax(sums > top_k * tokens))
+        why = f"the counts sum to {sums[l]}, past K × T = {top_k} × {tokens[l]} (each token counts K experts)"
+        raise InputError(src, f"layer {layer_ids[l]}", "count", why)
 
 
 def _matrix_inclusion(

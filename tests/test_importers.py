@@ -735,3 +735,18 @@ def test_counts_the_given_tokens_cannot_hold_are_refused_naming_the_matrix(tmp_p
         return
     assert fits
     write_imported(d / "h.csv", got)  # the writer's own checks agree
+
+
+@settings(max_examples=30, deadline=None)
+@given(expert_id=st.integers(1 << 20, 1 << 62), row=st.integers(0, 3))
+def test_an_sglang_expert_id_past_the_limit_is_refused_naming_its_row(tmp_path_factory, expert_id, row):
+    """Without E given, an SGLang v0.4 CSV's largest expert id sizes its (layers, E) counts: an id of
+    2^20 or more (4·10^9 asked numpy for 30 GiB, no file named) is refused naming the file, its line
+    and expert_id, before anything is allocated."""
+    d = tmp_path_factory.mktemp("s")
+    ids = [0, 1, 2, 3]
+    ids[row] = expert_id
+    src = write(d / "s.csv", "layer_id,expert_id,count\n" + "".join(f"0,{e},2\n" for e in ids))
+    with pytest.raises(InputError) as err:
+        import_sglang(src, top_k=1)
+    assert (err.value.path, err.value.row, err.value.field) == (src, row + 2, "expert_id")

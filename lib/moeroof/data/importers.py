@@ -155,8 +155,13 @@ def _base_meta(src: Path, fmt: str, command: str | None, model: str | None) -> d
 
 
 def _check_experts_top_k(experts: int | None, top_k: int, src: Path) -> None:
+    """Refuses E below 1 or past :data:`~moeroof.core.limits.MAX_EXPERTS` (given, or the largest id
+    a capture holds + 1: it sizes what the import allocates) and K outside 1..E."""
     if experts is not None and experts < 1:
         raise InputError(src, "-", "experts", f"expected a positive integer, got {experts}")
+    if experts is not None and experts > MAX_EXPERTS:
+        why = f"{experts:,} experts (the largest id + 1 where E is not given) is past the {MAX_EXPERTS:,} a model may have"
+        raise InputError(src, "-", "experts", why)
     if top_k < 1:
         raise InputError(src, "-", "top_k", f"expected a positive integer, got {top_k}")
     if experts is not None and top_k > experts:
@@ -1268,6 +1273,10 @@ def import_sglang(
         if (arr < 0).any():
             i = int(np.argmax(arr < 0))
             raise InputError(src, _row_label(kind, int(frame.index[i])), name, f"negative value {arr[i]}")
+    if experts is None and int(eid.max()) >= MAX_EXPERTS:  # E from the ids: the row that would size it
+        i = int(np.argmax(eid))
+        why = f"expert id {eid[i]} is past the {MAX_EXPERTS:,} experts a model may have"
+        raise InputError(src, _row_label(kind, int(frame.index[i])), "expert_id", why)
     n_exp = experts if experts is not None else int(eid.max()) + 1
     if (eid >= n_exp).any():
         i = int(np.argmax(eid >= n_exp))

@@ -232,3 +232,15 @@ def test_a_zero_fit_plan_shows_the_routing_priors_range_beside_each_centre(capsy
     assert main([*argv, "--routing", "uniform", "--independent", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["net_tok_s_routing_low"] == [None, None] and rep["cache_hit_rate_routing_high"] == [None, None]
+
+
+@pytest.mark.parametrize("batch", ["4194304", "16777216"])
+def test_a_batch_too_large_for_the_locality_trace_names_batch_and_the_way_out(capsys, batch):
+    """At millions of streams the locality prior's trace (B streams × its steps × layers × K) is
+    past the allocation limits: one error line naming --batch, the trace and --independent, which
+    runs the cache without it — and with --independent the same batch answers (a closed form)."""
+    assert main(["plan", "--model", "deepseek-v3", "--hardware", "gb10", "--batch", batch]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --batch: B = {batch} streams: the locality prior's trace of steps × streams"), err
+    assert "--independent" in err and err.count("\n") == 1
+    assert main(["plan", "--model", "deepseek-v3", "--hardware", "gb10", "--batch", batch, "--independent"]) == 0

@@ -211,7 +211,14 @@ class LocalRouting:
         if b < 1:
             raise ValueError(f"batch must be >= 1, got {batch!r}")
         if b not in self._memo:
-            self._memo[b] = self._at(b)
+            try:
+                self._memo[b] = self._at(b)
+            except ValueError as err:  # the allocation limits: say which B and what turns the trace off
+                if not str(err).startswith("trace steps"):
+                    raise
+                trace = str(err).removeprefix("trace ")
+                why = f"B = {b} streams: the locality prior's trace of {trace}; --independent runs the cache without it"
+                raise ParameterError("batch", why) from None
         return self._memo[b]
 
     def _at(self, b: int) -> RoutingProbabilities:

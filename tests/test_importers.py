@@ -750,3 +750,27 @@ def test_an_sglang_expert_id_past_the_limit_is_refused_naming_its_row(tmp_path_f
     with pytest.raises(InputError) as err:
         import_sglang(src, top_k=1)
     assert (err.value.path, err.value.row, err.value.field) == (src, row + 2, "expert_id")
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 9), dup_at=st.integers(0, 8), chunk=st.integers(1, 4))
+def test_a_repeated_expert_is_found_in_its_token_whatever_the_chunk_of_tokens_sorted(n, dup_at, chunk):
+    """Tokens are checked for an expert given twice a chunk at a time (DISTINCT_CHUNK_TOKENS): the
+    first such token is named, by its line and the repeating slot's column, for any chunk size."""
+    import tempfile
+    from pathlib import Path
+
+    from moeroof.data import importers
+
+    dup_at = min(dup_at, n - 1)
+    rows = [f"{i},0,{i % 4},{(i + 1) % 4},{(i + 2) % 4}" for i in range(n)]
+    rows[dup_at] = f"{dup_at},0,1,2,1"
+    with tempfile.TemporaryDirectory() as d, pytest.MonkeyPatch.context() as mp:
+        src = write(Path(d) / "t.csv", "t,s,e0,e1,e2\n" + "\n".join(rows) + "\n")
+        mp.setattr(importers, "DISTINCT_CHUNK_TOKENS", chunk)
+        with pytest.raises(InputError) as err:
+            import_table(
+                src, columns=parse_columns("stream=s,step=t"), expert_cols=["e0", "e1", "e2"], experts=4, top_k=3
+            )
+    assert (err.value.row, err.value.field) == (dup_at + 2, "e2"), str(err.value)
+    assert "expert 1 twice in one token" in err.value.message

@@ -110,6 +110,8 @@ MAX_TRACE_CELLS = 2_000_000_000
 #: 2.1 GB (36 B a cell), 5M rows of 2 text and 1 integer column 1.2 GB (100 B a text cell)
 INT_CELL_BYTES = 48
 TEXT_CELL_BYTES = 128
+#: tokens whose K ids are sorted at once to find an expert given twice in one
+DISTINCT_CHUNK_TOKENS = 131_072
 #: rows of a CSV table read (as text) at a time: ~60 bytes a cell while a chunk is converted
 CSV_CHUNK_ROWS = 65_536
 #: a histogram sidecar needs a model name; an import that was not given one says so
@@ -241,6 +243,7 @@ def _read_frame(src: Path, columns: Sequence[str], int_columns: Mapping[str, boo
                 "file",
                 "reading Parquet needs pyarrow, an optional dependency (pip install 'moeroof[parquet]'), or convert the table to CSV",
             ) from None
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         with open_input(src) as fh:  # one open: the footer's schema and rows, then the columns
@@ -260,6 +263,7 @@ def _read_frame(src: Path, columns: Sequence[str], int_columns: Mapping[str, boo
         # the Arrow buffers freed as each column moves to pandas: one copy of the data, not two
         frame = table.to_pandas(self_destruct=True, split_blocks=True)
         del table
+        pa.default_memory_pool().release_unused()  # Arrow's pool keeps freed buffers mapped otherwise
         # integer columns stay integers (8 bytes a cell, where a cell as text is a Python string
         # of ~60): their text would only be parsed back; the rest is text, a null as ""
         for c in wanted:
@@ -597,18 +601,20 @@ def _check_token_ids(
 ) -> None:
     """Every token: K ids in [0, E), distinct, not partly padding; ``id_col``: slot → column."""
     top_k = ids.shape[1]
-    bad = (ids < 0) | (ids >= experts)
-    if bad.any():
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= experts):  # the mask only where a fault is there
+        bad = (ids < 0) | (ids >= experts)
         t, k = np.argwhere(bad)[0]
         what = "padding (-1/empty) in a token that has other ids" if ids[t, k] == -1 else f"expert id {ids[t, k]}"
         raise InputError(
             src, _row_label(kind, int(row_index[t])), id_col(k), f"{what} not in [0, {experts}) (E={experts})"
         )
-    if top_k > 1:
-        srt = np.sort(ids, axis=1)
+    if top_k < 2:
+        return
+    for t0 in range(0, len(ids), DISTINCT_CHUNK_TOKENS):  # a chunk of tokens at a time: no sorted copy of all ids
+        srt = np.sort(ids[t0 : t0 + DISTINCT_CHUNK_TOKENS], axis=1)
         dup = (srt[:, 1:] == srt[:, :-1]).any(axis=1)
         if dup.any():
-            t = int(np.argmax(dup))
+            t = t0 + int(np.argmax(dup))
             row = ids[t]
             k = next(j for j in range(1, top_k) if row[j] in row[:j])
             raise InputError(

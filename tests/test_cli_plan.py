@@ -241,6 +241,6 @@ def test_a_batch_too_large_for_the_locality_trace_names_batch_and_the_way_out(ca
     runs the cache without it — and with --independent the same batch answers (a closed form)."""
     assert main(["plan", "--model", "deepseek-v3", "--hardware", "gb10", "--batch", batch]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"error: --batch: B = {batch} streams: the locality prior's trace of steps × streams"), err
+    assert err.startswith(f"error: --batch: B = {batch} streams: the locality prior's trace steps × streams"), err
     assert "--independent" in err and err.count("\n") == 1
     assert main(["plan", "--model", "deepseek-v3", "--hardware", "gb10", "--batch", batch, "--independent"]) == 0

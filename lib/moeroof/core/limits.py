@@ -33,6 +33,7 @@ __all__ = [
     "MAX_CELLS",
     "MAX_REPLICATES",
     "MAX_BOOTSTRAP_COUNTS",
+    "AllocationError",
     "MAX_JSON_BYTES",
     "MAX_TOML_BYTES",
     "MAX_NESTING",
@@ -177,9 +178,14 @@ def available_memory() -> int:
     return avail if left is None else min(avail, left)
 
 
-def _fail(message: str, parameter: str | None) -> None:
+class AllocationError(ValueError):
+    """An array refused by :func:`check_allocation` before it was allocated (its message says
+    what and how much): a caller that knows which of the user's inputs sized it names that input."""
+
+
+def _fail(message: str, parameter: str | None, error: type[ValueError] = ValueError) -> None:
     if parameter is None:
-        raise ValueError(message)
+        raise error(message)
     raise ParameterError(parameter, message)
 
 
@@ -199,7 +205,7 @@ def check_allocation(
 
     ``what`` names the product in the user's terms (``"experts × layers"``); the error reads
     e.g. ``experts × layers = 1e+12 entries would need 7.28 TiB; this machine has 3.1 GiB
-    available`` — a :class:`ValueError`, or a :class:`ParameterError` naming ``parameter``.
+    available`` — an :class:`AllocationError` (a ValueError), or a :class:`ParameterError` naming ``parameter``.
     Products are Python ints, so nothing overflows. Returns the bytes.
     """
     n = int(n_items)
@@ -210,6 +216,7 @@ def check_allocation(
         _fail(
             f"{what} = {_num(n)} entries would need {human_bytes(need)}; at most {_num(limit)} entries are allowed",
             parameter,
+            AllocationError,
         )
     avail = available_memory()
     if need > avail:
@@ -217,6 +224,7 @@ def check_allocation(
             f"{what} = {_num(n)} entries would need {human_bytes(need)}; this machine has "
             f"{human_bytes(avail)} available",
             parameter,
+            AllocationError,
         )
     return need
 

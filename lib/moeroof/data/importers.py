@@ -82,7 +82,7 @@ from moeroof.core.errors import ParameterError
 from moeroof.core.input_files import open_input
 from moeroof.core.limits import MAX_EXPERTS, check_allocation
 from moeroof.core.masks import trace_counts
-from moeroof.data.io import InputError, check_npz_members, check_readable, write_histogram, write_trace
+from moeroof.data.io import InputError, check_counts, check_npz_members, check_readable, write_histogram, write_trace
 
 __all__ = [
     "ImportedTrace",
@@ -323,9 +323,9 @@ def _read_csv_frame(src: Path, wanted: Sequence[str], int_columns: Mapping[str, 
                     check_allocation(rows * size // max(fh.tell(), 1), per_row, f"~{rows:,} rows so far", limit=None)
                 except ValueError as exc:
                     raise InputError(src, "-", "rows", f"{exc} × {len(wanted)} columns to import") from None
+    except InputError:
+        raise
     except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as exc:
-        if isinstance(exc, InputError):
-            raise
         raise InputError(src, "-", "file", f"not a readable CSV table: {exc}") from None
     rows_index = np.concatenate(index) if index else np.zeros(0, dtype=np.int64)
     columns = {}
@@ -911,27 +911,10 @@ def _matrix_counts(
     else:
         tok = _tokens_per_layer(tokens, vals.shape[0])
         meta["tokens_user_given"] = True
-        _check_counts_within_tokens(counts, tok, top_k, layer_ids, src)
+        # the tokens given against the counts, named in the matrix (the writer would name its output)
+        check_counts(counts, (counts.shape[1], top_k, layer_ids, tok), src)
     meta["quantity"] = "incidence counts"
     return counts, tok
-
-
-def _check_counts_within_tokens(
-    counts: np.ndarray, tokens: np.ndarray, top_k: int, layer_ids: list[int], src: Path
-) -> None:
-    """Refuses, naming the matrix's layer (not the histogram it would become), counts the tokens
-    given cannot hold: an expert counted more often than the layer has tokens, or a layer's counts
-    past K per token."""
-    over = counts > tokens[:, None]
-    if over.any():
-        l, i = np.argwhere(over)[0]
-        why = f"expert {i} counted {counts[l, i]} times, past the T={tokens[l]} tokens given (a token counts an expert once)"
-        raise InputError(src, f"layer {layer_ids[l]}", "count", why)
-    sums = counts.sum(axis=1)
-    if (sums > top_k * tokens).any():
-        l = int(np.argmax(sums > top_k * tokens))
-        why = f"the counts sum to {sums[l]}, past K × T = {top_k} × {tokens[l]} (each token counts K experts)"
-        raise InputError(src, f"layer {layer_ids[l]}", "count", why)
 
 
 def _matrix_inclusion(

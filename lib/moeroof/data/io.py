@@ -91,6 +91,7 @@ __all__ = [
     "OutputExistsError",
     "check_npz_members",
     "csv_cells",
+    "check_counts",
 ]
 
 HISTOGRAM_COLUMNS = ("layer", "expert", "count")
@@ -980,8 +981,11 @@ def _counts_array(counts: Any, path: Path) -> np.ndarray:
     return counts.astype(np.int64)
 
 
-def _check_counts(counts: np.ndarray, sidecar: tuple[int, int, tuple[int, ...], np.ndarray], path: Path) -> None:
-    """Counts against their validated sidecar (E, K, layer ids, T): shape, 0 ≤ count ≤ T, Σ ≤ K·T."""
+def check_counts(
+    counts: np.ndarray, sidecar: tuple[int, int, Sequence[int], np.ndarray], path: str | os.PathLike[str]
+) -> None:
+    """Counts against their validated sidecar (E, K, layer ids, T): shape, 0 ≤ count ≤ T, Σ ≤ K·T;
+    a fault names ``path`` (the histogram written, or the capture an importer read) and its layer."""
     e, k, lids, tok = sidecar
     n_layers, n_exp = counts.shape
     if n_exp != e:
@@ -993,13 +997,13 @@ def _check_counts(counts: np.ndarray, sidecar: tuple[int, int, tuple[int, ...], 
     over = counts > tok[:, None]
     if over.any():
         l, i = np.argwhere(over)[0]
-        raise InputError(path, "-", "count", f"count {counts[l, i]} of layer {lids[l]}, expert {i} > tokens T={tok[l]}")
+        why = f"count {counts[l, i]} of layer {lids[l]}, expert {i} > tokens T={tok[l]}"
+        raise InputError(path, f"layer {lids[l]}", "count", why)
     sums = counts.sum(axis=1)
     if (sums > k * tok).any():
         l = int(np.argmax(sums > k * tok))
-        raise InputError(
-            path, "-", "count", f"counts of layer {lids[l]} sum to {sums[l]} > top_k·tokens = {k * tok[l]}"
-        )
+        why = f"counts of layer {lids[l]} sum to {sums[l]} > top_k·tokens = {k * tok[l]}"
+        raise InputError(path, f"layer {lids[l]}", "count", why)
 
 
 def _rank_array(rank: Any, shape: tuple[int, ...], path: Path) -> np.ndarray | None:
@@ -1108,7 +1112,7 @@ def histogram_parts(
     _add_optional_meta(meta, provenance, generator, extra)
     side = sidecar_path(path)
     e, k, lids, tok, _ = _validate_histogram_meta(meta, side)
-    _check_counts(counts, (e, k, lids, tok), path)
+    check_counts(counts, (e, k, lids, tok), path)
     rank = _rank_array(rank, counts.shape, path)
     guard_target(path, overwrite)
     guard_target(side, overwrite)

@@ -113,6 +113,7 @@ from moeroof.core.units import GiB
 from moeroof.data.plan_points import PlanPoint
 from moeroof.data.presets import DEFAULT_PRIORS, EFFICIENCY_FIELDS, Hardware, MoEModel
 from moeroof.models.curve_peak import curve_peak, peak_grids
+from moeroof.models.engine_prior import unstated
 from moeroof.models.local_routing import LocalRouting, routing_from_knobs, spec_skew
 from moeroof.models.locality import Locality, c_per_expert_from_hot_set, from_scale, to_scale
 from moeroof.models.plan import (
@@ -969,19 +970,9 @@ def _held_knobs(
     values.update({k: hardware.priors[k][0][1] for k in efficiency})
     skew_prior = None if "skew" in names else skew_prior_of(routing)
     values.update({} if skew_prior is None else {"skew": skew_knob("dirichlet", skew_prior.alpha)})
-    if "reclaim" not in names and _reclaim_unstated(hardware):
+    if "reclaim" not in names and unstated(hardware, "reclaim_penalty"):
         values["reclaim"] = PRIOR_RECLAIM_PENALTY[1]
     return _HeldKnobs(values, local, efficiency, skew_prior, held_locality, touched_cap)
-
-
-def _reclaim_unstated(hardware: Hardware) -> bool:
-    """The preset leaves the reclaim work's κ at its default 0, assumed (a value it states, or one
-    set on the command line, is the user's statement about the box and is kept)."""
-    return (
-        hardware.reclaim_penalty == 0.0
-        and hardware.provenance.get("reclaim_penalty", "assumed") == "assumed"
-        and not str(hardware.sources.get("reclaim_penalty", "")).startswith("set on the command line")
-    )
 
 
 def _engine_start(

@@ -32,7 +32,7 @@ import numpy as np
 from moeroof.core.results import Result, plain
 from moeroof.data.presets import DEFAULTS, PRIOR_FIELDS, Hardware, MoEModel
 
-__all__ = ["held_priors", "at_prior_centres", "PriorBand", "prior_band"]
+__all__ = ["held_priors", "unstated", "at_prior_centres", "PriorBand", "prior_band"]
 
 
 def held_priors(hardware: Hardware) -> dict[str, tuple[float, float, float]]:
@@ -43,11 +43,19 @@ def held_priors(hardware: Hardware) -> dict[str, tuple[float, float, float]]:
     return {
         key: tuple(float(v) for v in hardware.priors[key][0])  # type: ignore[misc]
         for key in PRIOR_FIELDS
-        if key in hardware.priors
-        and hardware.provenance.get(key, "assumed") == "assumed"
+        if key in hardware.priors and unstated(hardware, key)
+    }
+
+
+def unstated(hardware: Hardware, key: str) -> bool:
+    """Whether ``hardware`` leaves ``key`` at its default, assumed: a value measured or cited, an
+    assumed value other than the default, or one set on the command line (``--set``) is the
+    user's statement about the box."""
+    return (
+        hardware.provenance.get(key, "assumed") == "assumed"
         and getattr(hardware, key) == DEFAULTS[key]
         and not str(hardware.sources.get(key, "")).startswith("set on the command line")
-    }
+    )
 
 
 def at_prior_centres(hardware: Hardware) -> Hardware:

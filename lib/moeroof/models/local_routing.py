@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moeroof.core.errors import ParameterError
+from moeroof.core.limits import AllocationError
 from moeroof.data.presets import MoEModel
 from moeroof.models.expert_cache import GLOBAL_STAND_IN_LAYERS
 from moeroof.models.knob_routing import RoutingKnobs, layer_popularity, sample_knob_trace
@@ -213,11 +214,8 @@ class LocalRouting:
         if b not in self._memo:
             try:
                 self._memo[b] = self._at(b)
-            except ValueError as err:  # the allocation limits: say which B and what turns the trace off
-                if not str(err).startswith("trace steps"):
-                    raise
-                trace = str(err).removeprefix("trace ")
-                why = f"B = {b} streams: the locality prior's trace of {trace}; --independent runs the cache without it"
+            except AllocationError as err:  # the trace's arrays grow with B: say so, and what turns it off
+                why = f"B = {b} streams: the locality prior's {err}; --independent runs the cache without it"
                 raise ParameterError("batch", why) from None
         return self._memo[b]
 

@@ -480,3 +480,51 @@ def test_a_global_cache_on_one_row_of_pi_spans_stand_in_layers_and_cycles_below_
         if c < m.top_k:
             assert glob < 0.01 < 0.05 < layer, (c, glob, layer)
         assert abs(glob - limit) < 0.02, (c, glob, limit)
+
+
+def _page_hits_simulated(topk, experts, own, assignment, rank, c, policy, warm, page, pinned=None) -> float:
+    """The OS page cache simulated directly: the expert cache's missed requests fed to an LRU of
+    ``page`` experts per layer over all layers, its hits counted after ``warm``, per counted
+    request of the expert cache (one simulation per page-cache size, as before the one-pass curve)."""
+    part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
+    req = expert_cache.cache_sim.requests_from_trace(topk, experts, partition=part, rank=None if part is None else rank)
+    h = topk.shape[2]
+    how = dict(scope="layer", pinned=pinned) if policy == "static" else dict(scope="global", warmup_steps=warm)
+    res = expert_cache.cache_sim.simulate(req, c * h, policy=policy, return_hits=True, **how)
+    miss = ~res.request_hits
+    n = int((req.step >= warm).sum())
+    if not miss.any() or n == 0:
+        return 0.0
+    below = expert_cache.cache_sim.Requests(
+        items=req.items[miss], step=req.step[miss], layer=req.layer[miss], steps=req.steps, layers=h, experts=experts
+    )
+    return expert_cache.cache_sim.simulate(below, page * h, policy="lru", scope="global", warmup_steps=warm).hits / n
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu", "s3fifo", "static"])
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_page_cache_curve_equals_one_simulation_per_page_size(monkeypatch, policy, ranks):
+    """page_cache_hit_ratio reads every page-cache size from one stack-distance pass over the expert
+    cache's misses; each equals simulating the page cache at that size (LRU's inclusion property),
+    on drawn steady-state traces and on a user's trace, for any expert-cache policy."""
+    from moeroof.models.routing import Uniform, sample_trace
+
+    monkeypatch.setenv("MOEROOF_CACHE_DIR", "")
+    clear_memo()
+    e = 24
+    pi = inclusion_probabilities(seeded(f"page-{policy}").dirichlet(np.full(e, 0.4), size=5), 3)
+    assignment = None if ranks == 1 else seeded("page-ranks").permutation(np.arange(e) % ranks)
+    trace = sample_trace(Uniform(e, 3), 50, 4, 5, seeded("page-trace"), rho=0.3)
+    for rank in range(ranks):
+        own = np.ones(e, dtype=bool) if assignment is None else assignment == rank
+        kw = dict(policy=policy, assignment=assignment, rank=rank, seed=2)
+        for batch, c in ((1, 2), (3, 4)):
+            topk, warm = expert_cache.steady_trace(expert_cache.simulated_rows(pi, "global"), own, batch, 2)
+            pinned = np.where(own[None, :], pi, -1.0).ravel() if policy == "static" else None
+            for page in (1, 3, 8, 40):
+                ref = _page_hits_simulated(topk, e, own, assignment, rank, c, policy, warm, page, pinned)
+                assert expert_cache.page_cache_hit_ratio(pi, batch, c, page, **kw) == ref, (rank, batch, c, page)
+                if policy != "static":
+                    got = expert_cache.page_cache_hit_ratio(pi, batch, c, page, trace=trace, trace_key="t", **kw)
+                    on = trace[:, :batch]
+                    assert got == _page_hits_simulated(on, e, own, assignment, rank, c, policy, 25, page), page

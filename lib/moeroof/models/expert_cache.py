@@ -378,26 +378,54 @@ def simulate_ratios(
     h, e = topk.shape[2], int(experts)
     part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
     req, mult_all = trace_requests(topk, e, own, part, rank) if requests is None else requests
-    capacity = math.floor(c) * h  # scope "layer" splits it back into c per layer
-    static = policy == "static"  # a hot set pinned per layer; else the policy, warmed up
-    how: dict[str, Any] = dict(scope="layer", pinned=pinned) if static else dict(scope=scope, warmup_steps=warm)
-    res = cache_sim.simulate(req, capacity, policy=policy, return_hits=True, **how)
+    hits_all = _expert_cache_hits(req, h, c, policy, scope, warm, pinned)
     counted_req = _counted_requests(req, warm, counted_steps)
-    assert res.request_hits is not None  # asked for (return_hits)
-    hit = res.request_hits[counted_req]
+    hit = hits_all[counted_req]
     mult = mult_all[counted_req]
     n = hit.size
     req_ratio = float(1.0 - hit.mean()) if n else 0.0
     token_ratio = float(mult[~hit].sum() / n) if n else 0.0
     page_ratio = 0.0
-    miss = ~res.request_hits
-    if page >= 1 and n and miss.any():
-        below = cache_sim.Requests(
-            items=req.items[miss], step=req.step[miss], layer=req.layer[miss], steps=req.steps, layers=h, experts=e
-        )
-        page_res = cache_sim.simulate(below, math.floor(page) * h, policy="lru", scope="global", warmup_steps=warm)
-        page_ratio = float(page_res.hits / n)
+    if page >= 1 and n and not hits_all.all():
+        counts = page_cache_hit_counts(req, hits_all, warm)
+        page_ratio = float(_at_capacity(counts, math.floor(page) * h) / n)
     return req_ratio, token_ratio, _distinct_per_layer_step(topk.shape[0], h, n, warm, counted_steps), page_ratio
+
+
+def _expert_cache_hits(
+    req: cache_sim.Requests, h: int, c: float, policy: str, scope: str, warm: int, pinned: np.ndarray | None
+) -> np.ndarray:
+    """Whether each request hits the expert cache of ``c`` experts per layer (bool per request)."""
+    capacity = math.floor(c) * h  # scope "layer" splits it back into c per layer
+    static = policy == "static"  # a hot set pinned per layer; else the policy, warmed up
+    how: dict[str, Any] = dict(scope="layer", pinned=pinned) if static else dict(scope=scope, warmup_steps=warm)
+    res = cache_sim.simulate(req, capacity, policy=policy, return_hits=True, **how)
+    assert res.request_hits is not None  # asked for (return_hits)
+    return np.asarray(res.request_hits)
+
+
+def page_cache_hit_counts(req: cache_sim.Requests, hits: np.ndarray, warm: int) -> np.ndarray:
+    """The OS page cache's hits counted after ``warm`` steps at every capacity 0 … D items (D the
+    distinct items it sees; larger capacities hit as D): an LRU over all layers fed the requests
+    the expert cache missed (``~hits``, bool per request of ``req``).
+
+    One stack-distance pass serves every capacity: a request hits an LRU cache of C items iff
+    its stack distance, taken as its (step, layer) lookup starts, is in 1 … C (Mattson et al.
+    1970; :func:`moeroof.cachesim.lru_hit_curve`) — the same hits as simulating each capacity."""
+    miss = ~np.asarray(hits, dtype=bool)
+    items, step = req.items[miss], req.step[miss]
+    below = cache_sim.Requests(
+        items=items, step=step, layer=req.layer[miss], steps=req.steps, layers=req.layers, experts=req.experts
+    )
+    dist = cache_sim.stack_distances(items, cache_sim.lookup_starts(below, "layer"))[step >= warm]
+    count = np.bincount(dist, minlength=1).astype(np.int64)
+    count[0] = 0  # distance 0 is a first reference: a miss at every capacity
+    return np.cumsum(count)
+
+
+def _at_capacity(counts: np.ndarray, capacity: int) -> int:
+    """:func:`page_cache_hit_counts`' hits at ``capacity`` items."""
+    return int(counts[min(int(capacity), counts.size - 1)])
 
 
 def _counted_requests(req: cache_sim.Requests, warm: int, counted_steps: np.ndarray | None) -> np.ndarray:
@@ -461,23 +489,40 @@ def page_cache_hit_ratio(
     page = float(math.floor(max(page_cache_experts_per_layer, 0.0)))
     if n_own == 0 or batch < 1 or page < 1 or c >= n_own:
         return 0.0
-    if trace is not None and batch <= trace.shape[1]:
+    on_trace = trace is not None and batch <= trace.shape[1]
+    if on_trace:
+        assert trace is not None
         rows = simulated_layer_rows(trace.shape[2])
-        topk = np.asarray(trace[:, :batch][:, :, rows])
-        warm = max(1, trace.shape[0] // 2)
         source: tuple = ("trace", str(trace_key))
         sub = pi[rows] if pi.shape[0] == trace.shape[2] else pi[simulated_layer_rows(pi.shape[0])]
     else:
         sub = simulated_rows(pi, scope)
-        topk, warm = steady_trace(sub, own, int(batch), int(seed))
         source = ("drawn", digest(sub), int(seed))
-    key = ("page", source, int(batch), int(c), int(page), policy, scope, digest(own.astype(np.int8)))
-    pinned = None
-    if policy == "static" and sub.shape[0] == topk.shape[2]:
-        pinned = np.where(own[None, :], sub, -1.0).ravel()
-    return memoised(
-        key, lambda: simulate_ratios(topk, e, own, assignment, rank, c, policy, scope, warm, page, pinned)[3]
-    )
+
+    def curve() -> tuple[np.ndarray, int]:
+        # every page-cache size from one pass over the expert cache's misses (page_cache_hit_counts):
+        # a fit moves the page cache's share, not the expert cache, so one simulation serves them all
+        if on_trace:
+            assert trace is not None
+            topk, warm = np.asarray(trace[:, :batch][:, :, rows]), max(1, trace.shape[0] // 2)
+        else:
+            topk, warm = steady_trace(sub, own, int(batch), int(seed))
+        pinned = None
+        if policy == "static" and sub.shape[0] == topk.shape[2]:
+            pinned = np.where(own[None, :], sub, -1.0).ravel()
+        part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
+        # the requests of this trace, batch and rank, the same at every cache size: kept under the
+        # key trace_miss_ratio keeps them by, on a user's trace
+        owner = (digest(own.astype(np.int8)), None if part is None else (digest(part), int(rank)))
+        req_key = (str(trace_key), int(batch), *owner) if on_trace else ("drawn", *source[1:], int(batch), *owner)
+        req, _ = memoised(("requests", *req_key), partial(trace_requests, topk, e, own, part, rank), "requests")
+        hits = _expert_cache_hits(req, topk.shape[2], c, policy, scope, warm, pinned)
+        return page_cache_hit_counts(req, hits, warm), int(np.count_nonzero(req.step >= warm))
+
+    key = ("page", source, int(batch), int(c), policy, scope, digest(own.astype(np.int8)))
+    counts, n = memoised(key, curve, "curves")
+    h = rows.size if on_trace else sub.shape[0]  # the layers simulated
+    return float(_at_capacity(counts, int(page) * h) / n) if n else 0.0
 
 
 MIN_LIVE_STEPS = 2

@@ -209,3 +209,16 @@ def test_a_bad_prior_names_the_file_and_field(tmp_path, line, message):
     with pytest.raises(InputError, match=message) as err:
         load_hardware(path)
     assert str(path) in str(err.value)
+
+
+def test_per_token_prior_reaches_what_bigrig_rows_give_as_per_token_cost_alone():
+    """The per-agent-token prior's high end is sourced, not assumed: bigrig's B = 1 and 16 rows,
+    fitted with a per-step and a per-token cost and nothing per touched expert, give the most
+    per-token cost a public engine's rows admit; the prior's range must reach it (within 2 %) and
+    its centre stay below it."""
+    from moeroof.studies.validation import bigrig_engine_fit
+
+    _, fitted = bigrig_engine_fit()
+    low, centre, high = PRIOR_SECONDS_PER_AGENT_TOKEN
+    assert high == pytest.approx(fitted["c1"], rel=0.02)
+    assert low == 0.0 < centre < fitted["c1"]

@@ -202,9 +202,12 @@ DEFAULT_PRIORS: dict[str, tuple[tuple[float, float, float], str]] = {
         "fitted with a cost per touched expert); the upper end doubles bigrig's, for a Python loop over the layers",
     ),
     "engine_seconds_per_agent_token": (
-        (0.0, 2e-4, 1e-3),
-        "assumed: per-sequence sampling and bookkeeping, from microseconds in a compiled scheduler to about a "
-        "millisecond in a Python generate loop",
+        (0.0, 2e-4, 0.013),
+        "public engines for its range, the centre assumed: bigrig's MLX loop fitted on its B = 1 and 16 rows "
+        "with no per-touched-expert cost carries 13 ms per agent-token (docs/sources.md; the most per-token cost "
+        "its rows admit, as its growth with B may instead be the experts a step touches); a compiled scheduler's "
+        "per-sequence sampling and bookkeeping take microseconds (0); the centre, 0.2 ms, a Python generate "
+        "loop's sampling, assumed",
     ),
     "engine_seconds_per_touched_expert": (
         (0.0, 9e-5, 8e-4),

@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from moeroof.present.kernel_watch import IDLE_KERNEL_S, IdleKernelWatch, idle_kernel_seconds, tree_cpu_ticks
+from moeroof.present.kernel_watch import (
+    IDLE_KERNEL_S,
+    IdleKernelWatch,
+    idle_kernel_seconds,
+    thread_waits,
+    tree_cpu_ticks,
+)
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="the watch reads /proc (Linux)")
 
@@ -57,11 +63,15 @@ def test_a_child_whose_own_child_works_is_left_alone():
 
 
 def test_a_tree_counts_its_descendants_cpu():
-    """The sleeping child's tree holds its working child's CPU: over a second of it after 1.5 s,
-    where the child alone uses a few ticks to start."""
+    """The sleeping child's tree holds its working child's CPU: more than a quarter second of it
+    within the grandchild's 4 s of work, where the child alone uses a few ticks to start."""
     proc = subprocess.Popen([sys.executable, "-c", SPINS_BELOW])
     try:
-        time.sleep(1.5)
+        # a quarter second of CPU below it within the child's 4 s of work (polled: a loaded box
+        # gives the working grandchild less than a core)
+        end = time.monotonic() + 4.0
+        while tree_cpu_ticks(proc.pid) <= 25 and time.monotonic() < end:
+            time.sleep(0.1)
         assert tree_cpu_ticks(proc.pid) > 25
     finally:
         proc.wait()
@@ -73,3 +83,40 @@ def test_the_idle_time_comes_from_the_environment_when_it_is_a_positive_number(m
     for bad in ("0", "-3", "inf", "soon"):
         monkeypatch.setenv("MOEROOF_IDLE_KERNEL_S", bad)
         assert idle_kernel_seconds() == IDLE_KERNEL_S
+
+
+def test_an_idle_child_leaves_its_threads_waits_and_its_python_stack():
+    """Before it is killed the watch reads what each thread waits on (kept for the retry's message),
+    and sends SIGABRT first: a child with faulthandler on (as the renderer starts kernels) writes
+    its Python stack, the function it sat in named, to its standard error."""
+    import os
+
+    code = "import time\ndef sits_in_here():\n    time.sleep(20)\nsits_in_here()  # fake-kernel"
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        with IdleKernelWatch(1.0, marker="fake-kernel", poll_s=0.2) as watch:
+            end = time.monotonic() + 10.0
+            while time.monotonic() < end and proc.poll() is None:
+                time.sleep(0.1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        err = proc.communicate()[1]
+    assert watch.killed == [proc.pid]
+    lines = watch.diagnostics[proc.pid]
+    assert lines and all(line.startswith(f"{proc.pid}/") for line in lines)
+    assert lines[0].split()[2] == "S"  # the main thread asleep, not running
+    assert f"{proc.pid}/{proc.pid}" in watch.summary(proc.pid)
+    assert "sits_in_here" in err and "Aborted" in err
+
+
+def test_thread_waits_lists_a_child_below_the_process():
+    proc = subprocess.Popen([sys.executable, "-c", SPINS_BELOW])
+    try:
+        time.sleep(1.0)
+        lines = thread_waits(proc.pid)
+        pids = {int(line.split("/")[0]) for line in lines}
+        assert proc.pid in pids and len(pids) == 2  # the process and the child it started
+    finally:
+        proc.wait()

@@ -320,7 +320,7 @@ def test_a_cell_past_the_timeout_is_retried_once_in_a_fresh_kernel(tmp_path, cap
 def test_a_kernel_idle_mid_cell_is_stopped_and_retried_long_before_the_cell_timeout(tmp_path, capfd, monkeypatch):
     """A kernel that sits idle in a cell (the idle hang: no CPU, papermill waiting) is stopped by
     the idle-kernel watch after MOEROOF_IDLE_KERNEL_S, not after the cell timeout: the render is
-    retried once in a fresh kernel, says why, and finishes."""
+    retried once in a fresh kernel, says why and what the kernel waited on, and finishes."""
     import time
 
     monkeypatch.setenv("MOEROOF_IDLE_KERNEL_S", "3")
@@ -334,6 +334,10 @@ def test_a_kernel_idle_mid_cell_is_stopped_and_retried_long_before_the_cell_time
     assert time.monotonic() - t < 60
     said = capfd.readouterr()
     assert re.search(r"retry +stall .*sat idle mid-render for 3 s", said.err), said.err
+    # what it waited on, for the next person to read: its threads' states, and (faulthandler, on
+    # the SIGABRT before the kill) the Python stack of the cell it sat in
+    assert re.search(r"its threads \(pid/tid name state wait channel\): \d+/\d+ ", said.err), said.err
+    assert "Fatal Python error: Aborted" in said.err and "in <module>" in said.err, said.err
     assert "finished" in (tmp_path / "once" / "stall.ipynb").read_text()
 
 

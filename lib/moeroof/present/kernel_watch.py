@@ -8,6 +8,14 @@ reply that never comes, until the cell timeout (:data:`moeroof.present.report.CE
 :data:`IDLE_KERNEL_S` is taken for hung: :class:`IdleKernelWatch` kills it, papermill reports a
 dead kernel, and the render is retried once in a fresh kernel (as for any kernel that dies).
 
+Before it is killed, what it was waiting on is kept for the next person to read (the hang's
+cause is not known): each thread of the kernel and of every process below it, with its name,
+state and kernel wait channel (``/proc/PID/task/TID/wchan``: a futex is a lock, ``ep_poll`` or
+``do_select`` a wait for a message), in :attr:`IdleKernelWatch.diagnostics`, which the renderer
+prints with its retry; and the kernel is first sent ``SIGABRT``, on which a kernel started with
+``PYTHONFAULTHANDLER=1`` (:data:`moeroof.present.report.KERNEL_ENV`) writes every thread's
+Python stack to its standard error, then, if still alive after :data:`ABORT_GRACE_S`, ``SIGKILL``.
+
 CPU time is read from ``/proc/PID/stat`` (utime + stime, and cutime + cstime of the children it
 has reaped); where there is no ``/proc`` (macOS, Windows) nothing is watched and the cell timeout
 remains the only bound. The kernels watched are this process's children whose command line names
@@ -29,6 +37,8 @@ __all__ = [
     "idle_kernel_seconds",
     "IdleKernelWatch",
     "tree_cpu_ticks",
+    "thread_waits",
+    "ABORT_GRACE_S",
 ]
 
 #: seconds a kernel's process tree may use no CPU before it is taken for hung: far above any
@@ -39,6 +49,9 @@ IDLE_KERNEL_ENV = "MOEROOF_IDLE_KERNEL_S"
 #: below this share of one core over the whole idle window a tree counts as idle: an idle kernel's
 #: own threads (heartbeat, I/O) still wake now and then; a working cell uses most of a core
 IDLE_CPU_SHARE = 0.01
+
+#: seconds a kernel sent SIGABRT (to write its Python stacks) has to end before SIGKILL
+ABORT_GRACE_S = 2.0
 
 _PROC = Path("/proc")
 
@@ -87,6 +100,45 @@ def tree_cpu_ticks(pid: int, table: dict[int, tuple[int, int]] | None = None) ->
     return total
 
 
+def _descendants(pid: int, table: dict[int, tuple[int, int]]) -> list[int]:
+    """``pid`` and every process below it in ``table`` (:func:`_processes`'s), parents first."""
+    children: dict[int, list[int]] = {}
+    for p, (parent, _) in table.items():
+        children.setdefault(parent, []).append(p)
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop(0)
+        out.append(p)
+        todo += sorted(children.get(p, []))
+    return out
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace").strip()
+    except OSError:
+        return "?"
+
+
+def thread_waits(pid: int, table: dict[int, tuple[int, int]] | None = None) -> list[str]:
+    """One line per thread of ``pid`` and of every process below it: ``PID/TID name state wchan``
+    (the state letter of ``/proc/PID/task/TID/stat``, S sleeping, R running, D in I/O; the wait
+    channel the kernel reports, 0 where it has none)."""
+    table = _processes() if table is None else table
+    lines = []
+    for p in _descendants(pid, table):
+        try:
+            tids = sorted(int(t.name) for t in (_PROC / str(p) / "task").iterdir() if t.name.isdigit())
+        except OSError:
+            continue
+        for tid in tids:
+            task = _PROC / str(p) / "task" / str(tid)
+            stat = _read(task / "stat")
+            state = stat[stat.rindex(")") + 2 :].split()[0] if ")" in stat else "?"
+            lines.append(f"{p}/{tid} {_read(task / 'comm')} {state} {_read(task / 'wchan') or '0'}")
+    return lines
+
+
 def _is_kernel(pid: int, marker: str) -> bool:
     try:
         return marker.encode() in (_PROC / str(pid) / "cmdline").read_bytes()
@@ -105,6 +157,8 @@ class IdleKernelWatch:
         self.poll_s = min(5.0, self.idle_s / 4) if poll_s is None else float(poll_s)
         self.marker = marker
         self.killed: list[int] = []
+        #: kernel pid → :func:`thread_waits` as it was found idle, before it was killed
+        self.diagnostics: dict[int, list[str]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="idle-kernel-watch", daemon=True)
 
@@ -132,13 +186,34 @@ class IdleKernelWatch:
                 since, ticks = seen[0]
                 used = seen[-1][1] - ticks
                 if now - since >= self.idle_s and used < IDLE_CPU_SHARE * (now - since) * per_s:
-                    self._kill(pid)
+                    self._kill(pid, table)
 
-    def _kill(self, pid: int) -> None:
+    def _kill(self, pid: int, table: dict[int, tuple[int, int]]) -> None:
         if pid in self.killed:
             return
+        self.diagnostics[pid] = thread_waits(pid, table)
+        try:
+            # SIGABRT first: a kernel with faulthandler on writes its threads' Python stacks
+            os.kill(pid, signal.SIGABRT)
+        except OSError:
+            return
+        end = time.monotonic() + ABORT_GRACE_S
+        while time.monotonic() < end and _stat(pid) is not None and not _is_zombie(pid):
+            time.sleep(0.05)
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
-            return
+            pass
         self.killed.append(pid)
+
+    def summary(self, pid: int, most: int = 12) -> str:
+        """What ``pid``'s threads were waiting on when it was found idle, on one line (at most ``most`` threads)."""
+        lines = self.diagnostics.get(pid, [])
+        shown = "; ".join(lines[:most]) + (f"; … {len(lines) - most} more" if len(lines) > most else "")
+        return f"its threads (pid/tid name state wait channel): {shown}" if lines else "its threads: not read"
+
+
+def _is_zombie(pid: int) -> bool:
+    """``pid`` has ended and waits to be reaped (state Z)."""
+    stat = _read(_PROC / str(pid) / "stat")
+    return ")" in stat and stat[stat.rindex(")") + 2 :].split()[0] == "Z"

@@ -293,7 +293,10 @@ def _execute_once(
         raise CellTimedOut(f"{path.stem} failed: a cell ran past {cell_timeout_s:g} s") from None
     except DeadKernelError:
         if watch.killed:
-            why = f"its kernel sat idle mid-render for {watch.idle_s:g} s (no CPU in it or below it) and was stopped"
+            why = (
+                f"its kernel sat idle mid-render for {watch.idle_s:g} s (no CPU in it or below it) and was stopped; "
+                + watch.summary(watch.killed[-1])
+            )
             raise KernelDied(f"{path.stem} failed: {why}") from None
         raise KernelDied(f"{path.stem} failed: its kernel died") from None
     except NoSuchKernel as err:
@@ -342,7 +345,7 @@ def render(
 
     ``figures_dir``, when given, is where the notebook's figures go (the kernel inherits
     ``MOEROOF_FIGURES_DIR`` for the length of this render); otherwise the environment decides.
-    The kernel runs one BLAS thread (:data:`KERNEL_THREADS`: the same bytes on any machine).
+    The kernel runs one BLAS thread (:data:`KERNEL_ENV`: the same bytes on any machine).
     ``cell_timeout_s`` as for :func:`execute` (a stuck cell: one retry in a fresh kernel).
     """
     name = path.stem
@@ -363,18 +366,25 @@ def render(
     return ipynb_path, html_path
 
 
-#: the kernels' BLAS and OpenMP threads: one. A BLAS reduction splits its sums by thread, so the
+#: the kernels' environment. Their BLAS and OpenMP threads: one. A BLAS reduction splits its sums by thread, so the
 #: last digits of a result (and of a figure's coordinates: capture_skew.svg's fit) followed the
 #: machine's core count; with one thread each, a render gives the same bytes on any machine, and
 #: notebooks rendered side by side (``--jobs``) do not oversubscribe the cores.
-KERNEL_THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+KERNEL_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    # a kernel stopped for sitting idle mid-cell (moeroof.present.kernel_watch) gets SIGABRT first,
+    # on which faulthandler writes every thread's Python stack to the kernel's standard error
+    "PYTHONFAULTHANDLER": "1",
+}
 
 
 @contextmanager
 def _figures_env(figures_dir: Path | None) -> Iterator[None]:
     """While a kernel starts: ``MOEROOF_FIGURES_DIR`` at ``figures_dir`` (when given) and
-    :data:`KERNEL_THREADS`; the environment restored after."""
-    given = dict(KERNEL_THREADS)
+    :data:`KERNEL_ENV`; the environment restored after."""
+    given = dict(KERNEL_ENV)
     if figures_dir is not None:
         given[FIGURES_ENV] = str(figures_dir)
     before = {k: os.environ.get(k) for k in given}

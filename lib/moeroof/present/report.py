@@ -257,6 +257,7 @@ def _execute_once(
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
     from papermill.exceptions import PapermillExecutionError
 
+    from moeroof.present.kernel_client import SlicedKernelManager
     from moeroof.present.kernel_watch import IdleKernelWatch
 
     nb = jupytext.read(path)
@@ -280,6 +281,9 @@ def _execute_once(
                 # shutdown) is noise between the progress lines; a cell's error still ends the
                 # render through papermill, with its cell and message
                 extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
+                # a wait for the kernel's reply polls again every second: one poll for the whole
+                # cell timeout was seen to wait on, the kernel gone idle (kernel_client)
+                kernel_manager_class=SlicedKernelManager,
             )
     except PapermillExecutionError as err:
         where = ""

@@ -293,6 +293,53 @@ def _(d):
     return f"{size // 1024} KB file: {line[:200]} [{dt:.1f}s]"
 
 
+@case("alloc: a model preset with expert_bytes = 2^70 (an integer, and 1e21 as a float) in plan")
+def _(d):
+    base = (REPO_DATA / "presets" / "models" / "glm-5.2.toml").read_text().splitlines()
+    res = []
+    for name, value in (("int.toml", str(1 << 70)), ("float.toml", "1e21")):
+        lines = [
+            f'expert_bytes = {{ value = {value}, unit = "B", source = "audit" }}'
+            if ln.startswith("expert_bytes")
+            else ln
+            for ln in base
+        ]
+        (d / name).write_text("\n".join(lines) + "\n")
+        argv = ["plan", "--model", name, "--hardware", "nvme-gen4", "--batch", "1,8"]
+        res.append(error_case(d, argv, names=[name], fields=["expert_bytes", ":10:"]))
+    return "; ".join(res)
+
+
+@case("alloc: a hardware preset with ram_bytes = 2^70 B in plan")
+def _(d):
+    base = (REPO_DATA / "presets" / "hardware" / "nvme-gen4.toml").read_text()
+    (d / "box.toml").write_text(
+        base.replace('ram_bytes = { value = 62, unit = "GB"', f'ram_bytes = {{ value = {1 << 70}, unit = "B"')
+    )
+    return error_case(
+        d,
+        ["plan", "--model", "glm-5.2", "--hardware", "box.toml", "--batch", "1"],
+        names=["box.toml"],
+        fields=["ram_bytes"],
+    )
+
+
+@case("alloc: a sweep grid with experts = 2^62 (fixed, and swept)")
+def _(d):
+    res = []
+    for name, text in (
+        ("u.toml", f'command = "union"\nbatch = [1, 8]\n[fixed]\nexperts = {1 << 62}\ntop_k = 8\nlayers = 4\n'),
+        (
+            "c.toml",
+            f'command = "cache"\ncapacity = 8\nexperts = [8, {1 << 62}]\n[fixed]\nrouting = "uniform"\n'
+            "top_k = 2\nlayers = 2\nsteps = 10\nstreams = 1\nseed = 0\n",
+        ),
+    ):
+        (d / name).write_text(text)
+        res.append(error_case(d, ["sweep", name, "-o", "s.parquet"], names=[name], fields=["experts"]))
+    return "; ".join(res)
+
+
 @case("alloc: import hf-router-logits of a 1 MB .npz inflating to 1 GiB")
 def _(d):
     logits = np.zeros((8, 1 << 21, 16), np.float32)  # 1 GiB

@@ -340,6 +340,37 @@ def _(d):
     return "; ".join(res)
 
 
+@case("unusual: import table of 20M Parquet rows (5 integer columns) fits the 4 GB cap; 40M are refused unread")
+def _(d):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    res = []
+    for n_steps, name in ((50_000, "fits.parquet"), (100_000, "big.parquet")):
+        streams, layers = 8, 50
+        n = n_steps * streams * layers
+        low = np.random.default_rng(0).integers(0, 4, n)
+        cols = {
+            "stream": np.tile(np.repeat(np.arange(streams), layers), n_steps),
+            "step": np.repeat(np.arange(n_steps), streams * layers),
+            "layer": np.tile(np.arange(layers), n_steps * streams),
+            "e0": low,
+            "e1": low + 4,
+        }
+        pq.write_table(pa.table(cols), d / name)
+        del cols, low
+    args = ["--columns", "stream=stream,step=step,layer=layer", *TABLE_ARGS[2:]]
+    before = snapshot(d)
+    rc, out, err, dt = cli(["import", "table", "fits.parquet", "-o", "o.npz", *args], d)
+    check_ok(rc, out, err)
+    no_new_files(before, snapshot(d), allowed={"o.npz"})
+    res.append(f"20M rows imported in {dt:.0f}s")
+    res.append(
+        error_case(d, ["import", "table", "big.parquet", "-o", "b.npz", *args], names=["big.parquet"], fields=["rows"])
+    )
+    return "; ".join(res)
+
+
 @case("alloc: import hf-router-logits of a 1 MB .npz inflating to 1 GiB")
 def _(d):
     logits = np.zeros((8, 1 << 21, 16), np.float32)  # 1 GiB

@@ -371,6 +371,17 @@ def _(d):
     return "; ".join(res)
 
 
+@case("valid: plan --ranks 17 and 256 (more than numpy broadcasts at once)")
+def _(d):
+    res = []
+    for ranks in ("17", "256"):
+        argv = ["plan", "--model", "glm-5.2", "--hardware", "nvme-gen4", "--set", "bw_link_bytes_per_s=25GB/s"]
+        rc, out, err, dt = cli([*argv, "--batch", "1,8", "--ranks", ranks], d)
+        check_ok(rc, out, err)
+        res.append(f"--ranks {ranks}: exit 0 in {dt:.1f}s")
+    return "; ".join(res)
+
+
 @case("alloc: import hf-router-logits of a 1 MB .npz inflating to 1 GiB")
 def _(d):
     logits = np.zeros((8, 1 << 21, 16), np.float32)  # 1 GiB

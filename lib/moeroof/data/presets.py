@@ -187,10 +187,11 @@ def _beyond_bound(key: str, si: Any) -> str | None:
     if bound is None or not values or max(float(v) for v in values) <= bound:
         return None
     unit = _SI_UNIT[{**MODEL_FIELDS, **HARDWARE_FIELDS}[key][0]]
-    return (
-        f"{max(float(v) for v in values):.4g}{unit} is more than the {_magnitude(bound)}{unit} a preset's {key} "
-        "may be (far above any published model or box)"
+    worst = max(values, key=float)
+    shown = (
+        str(int(worst)) if not unit and float(worst) == int(worst) and float(worst) < 1e15 else f"{float(worst):.4g}"
     )
+    return f"{shown}{unit} is more than the {_magnitude(bound)}{unit} a preset's {key} may be (far above any published model or box)"
 
 
 #: what each field means and the unit it is given in (the schema: ``moeroof presets --schema``,

@@ -391,6 +391,23 @@ def _(d):
     return "; ".join(res)
 
 
+@case("alloc: a 1 KB trace of 65,536 layers declaring E = 2^20 (union, histogram, cache, mrc)")
+def _(d):
+    topk = np.zeros((2, 1, 65536, 1), dtype=np.int32)
+    topk[1] = 1
+    meta = {"model": "m", "experts": 1 << 20, "top_k": 1, "source": "audit"}
+    np.savez_compressed(d / "wide.npz", topk=topk, meta=np.array(json.dumps(meta)))
+    res = []
+    for argv in (
+        ["union", "wide.npz", "--batch", "1"],
+        ["histogram", "wide.npz", "-o", "h.csv"],
+        ["cache", "wide.npz", "--policy", "lru", "--capacity-experts", "64"],
+        ["mrc", "wide.npz"],
+    ):
+        res.append(error_case(d, argv, names=["wide.npz"], fields=["experts"]))
+    return f"{(d / 'wide.npz').stat().st_size} B: " + res[0]
+
+
 @case("alloc: import hf-router-logits of a 1 MB .npz inflating to 1 GiB")
 def _(d):
     logits = np.zeros((8, 1 << 21, 16), np.float32)  # 1 GiB

@@ -408,6 +408,18 @@ def _(d):
     return f"{(d / 'wide.npz').stat().st_size} B: " + res[0]
 
 
+@case("alloc: preset-from-hf of a config.json with 2^62 experts (no preset left, the config named)")
+def _(d):
+    (d / "ckpt").mkdir()
+    config = {
+        "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 4096,
+        "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "num_local_experts": 1 << 62, "num_experts_per_tok": 2, "vocab_size": 32000, "torch_dtype": "bfloat16",
+    }  # fmt: skip
+    (d / "ckpt" / "config.json").write_text(json.dumps(config))
+    return error_case(d, ["preset-from-hf", "ckpt", "-o", "p.toml"], names=["config.json"], fields=["experts"])
+
+
 @case("alloc: import hf-router-logits of a 1 MB .npz inflating to 1 GiB")
 def _(d):
     logits = np.zeros((8, 1 << 21, 16), np.float32)  # 1 GiB

@@ -361,7 +361,21 @@ def test_union_uniform_and_trace_sizes_are_bounded(capsys, monkeypatch, tmp_path
     assert main([*argv, "--streams", "4", "--experts", "1000000000"]) == 2
     assert one_error_line(capsys) == "error: --experts: 1000000000 is more than the 1048576 allowed"
     assert main([*argv, "--streams", "64", "--experts", "1048576"]) == 2
-    assert one_error_line(capsys).startswith("error: --experts: 1048576 × 4 × streams × layers")
+    assert one_error_line(capsys).startswith("error: --experts: 4 × 64 streams × 8 layers × 1048576 experts")
+    assert not out.exists()
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(flag=st.sampled_from(["--streams", "--steps", "--prompt-tokens"]), power=st.integers(31, 62))
+def test_trace_names_the_flag_whose_size_is_past_memory(tmp_path, flag, power):
+    """``trace`` with one of --streams, --steps or --prompt-tokens at 2^31 … 2^62 (the others
+    small) is refused naming that flag: ``--streams 2^40`` was said as ``--experts: 8 × 4 × streams
+    × layers …`` and ``--prompt-tokens 2^40`` as ``--steps``."""
+    sizes = {"--streams": "2", "--steps": "4", "--prompt-tokens": "0", flag: str(1 << power)}
+    out = tmp_path / "t.npz"
+    argv = ["trace", "--family", "uniform", "--experts", "8", "--top-k", "2", "--layers", "2", "-o", str(out)]
+    code, _, err = run_cli([*argv, *(x for kv in sizes.items() for x in kv)])
+    assert code == 2 and err.startswith(f"error: {flag}: "), err
     assert not out.exists()
 
 

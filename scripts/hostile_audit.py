@@ -293,6 +293,133 @@ def _(d):
     return f"{size // 1024} KB file: {line[:200]} [{dt:.1f}s]"
 
 
+@case("alloc: a model preset with expert_bytes = 2^70 (an integer, and 1e21 as a float) in plan")
+def _(d):
+    base = (REPO_DATA / "presets" / "models" / "glm-5.2.toml").read_text().splitlines()
+    res = []
+    for name, value in (("int.toml", str(1 << 70)), ("float.toml", "1e21")):
+        lines = [
+            f'expert_bytes = {{ value = {value}, unit = "B", source = "audit" }}'
+            if ln.startswith("expert_bytes")
+            else ln
+            for ln in base
+        ]
+        (d / name).write_text("\n".join(lines) + "\n")
+        argv = ["plan", "--model", name, "--hardware", "nvme-gen4", "--batch", "1,8"]
+        res.append(error_case(d, argv, names=[name], fields=["expert_bytes", ":10:"]))
+    return "; ".join(res)
+
+
+@case("alloc: a hardware preset with ram_bytes = 2^70 B in plan")
+def _(d):
+    base = (REPO_DATA / "presets" / "hardware" / "nvme-gen4.toml").read_text()
+    (d / "box.toml").write_text(
+        base.replace('ram_bytes = { value = 62, unit = "GB"', f'ram_bytes = {{ value = {1 << 70}, unit = "B"')
+    )
+    return error_case(
+        d,
+        ["plan", "--model", "glm-5.2", "--hardware", "box.toml", "--batch", "1"],
+        names=["box.toml"],
+        fields=["ram_bytes"],
+    )
+
+
+@case("alloc: a sweep grid with experts = 2^62 (fixed, and swept)")
+def _(d):
+    res = []
+    for name, text in (
+        ("u.toml", f'command = "union"\nbatch = [1, 8]\n[fixed]\nexperts = {1 << 62}\ntop_k = 8\nlayers = 4\n'),
+        (
+            "c.toml",
+            f'command = "cache"\ncapacity = 8\nexperts = [8, {1 << 62}]\n[fixed]\nrouting = "uniform"\n'
+            "top_k = 2\nlayers = 2\nsteps = 10\nstreams = 1\nseed = 0\n",
+        ),
+    ):
+        (d / name).write_text(text)
+        res.append(error_case(d, ["sweep", name, "-o", "s.parquet"], names=[name], fields=["experts"]))
+    return "; ".join(res)
+
+
+@case("unusual: import table of 20M Parquet rows (5 integer columns) fits the 4 GB cap; 40M are refused unread")
+def _(d):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    res = []
+    for n_steps, name in ((50_000, "fits.parquet"), (100_000, "big.parquet")):
+        streams, layers = 8, 50
+        n = n_steps * streams * layers
+        low = np.random.default_rng(0).integers(0, 4, n)
+        cols = {
+            "stream": np.tile(np.repeat(np.arange(streams), layers), n_steps),
+            "step": np.repeat(np.arange(n_steps), streams * layers),
+            "layer": np.tile(np.arange(layers), n_steps * streams),
+            "e0": low,
+            "e1": low + 4,
+        }
+        pq.write_table(pa.table(cols), d / name)
+        del cols, low
+    args = ["--columns", "stream=stream,step=step,layer=layer", *TABLE_ARGS[2:]]
+    before = snapshot(d)
+    rc, out, err, dt = cli(["import", "table", "fits.parquet", "-o", "o.npz", *args], d)
+    check_ok(rc, out, err)
+    no_new_files(before, snapshot(d), allowed={"o.npz"})
+    res.append(f"20M rows imported in {dt:.0f}s")
+    res.append(
+        error_case(d, ["import", "table", "big.parquet", "-o", "b.npz", *args], names=["big.parquet"], fields=["rows"])
+    )
+    return "; ".join(res)
+
+
+@case("valid: plan --ranks 17 and 256 (more than numpy broadcasts at once)")
+def _(d):
+    res = []
+    for ranks in ("17", "256"):
+        argv = ["plan", "--model", "glm-5.2", "--hardware", "nvme-gen4", "--set", "bw_link_bytes_per_s=25GB/s"]
+        rc, out, err, dt = cli([*argv, "--batch", "1,8", "--ranks", ranks], d)
+        check_ok(rc, out, err)
+        res.append(f"--ranks {ranks}: exit 0 in {dt:.1f}s")
+    return "; ".join(res)
+
+
+@case("alloc: calibrate --matmul-n 20000 and bench --steps 200000 under the 4 GB cap")
+def _(d):
+    calib = ["calibrate", "--matmul-n", "20000", "--seconds", "0.1", "--no-engine", "--file-mib", "1", "-o", "c.toml"]
+    res = [error_case(d, calib, fields=["matmul_n", "available"])]
+    bench = ["bench", "--steps", "200000", "--experts", "8", "--layers", "2", "--scratch-dir", "."]
+    res.append(error_case(d, bench, fields=["steps", "available"]))
+    return "; ".join(res)
+
+
+@case("alloc: a 1 KB trace of 65,536 layers declaring E = 2^20 (union, histogram, cache, mrc)")
+def _(d):
+    topk = np.zeros((2, 1, 65536, 1), dtype=np.int32)
+    topk[1] = 1
+    meta = {"model": "m", "experts": 1 << 20, "top_k": 1, "source": "audit"}
+    np.savez_compressed(d / "wide.npz", topk=topk, meta=np.array(json.dumps(meta)))
+    res = []
+    for argv in (
+        ["union", "wide.npz", "--batch", "1"],
+        ["histogram", "wide.npz", "-o", "h.csv"],
+        ["cache", "wide.npz", "--policy", "lru", "--capacity-experts", "64"],
+        ["mrc", "wide.npz"],
+    ):
+        res.append(error_case(d, argv, names=["wide.npz"], fields=["experts"]))
+    return f"{(d / 'wide.npz').stat().st_size} B: " + res[0]
+
+
+@case("alloc: preset-from-hf of a config.json with 2^62 experts (no preset left, the config named)")
+def _(d):
+    (d / "ckpt").mkdir()
+    config = {
+        "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 4096,
+        "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "num_local_experts": 1 << 62, "num_experts_per_tok": 2, "vocab_size": 32000, "torch_dtype": "bfloat16",
+    }  # fmt: skip
+    (d / "ckpt" / "config.json").write_text(json.dumps(config))
+    return error_case(d, ["preset-from-hf", "ckpt", "-o", "p.toml"], names=["config.json"], fields=["experts"])
+
+
 @case("alloc: import hf-router-logits of a 1 MB .npz inflating to 1 GiB")
 def _(d):
     logits = np.zeros((8, 1 << 21, 16), np.float32)  # 1 GiB

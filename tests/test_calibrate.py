@@ -340,3 +340,41 @@ def test_cli_measures_the_engine_unless_told_not_to(tmp_path, capsys):
     assert load_hardware(out).engine_seconds_per_step == 0.0
     assert main(base[:-1]) == 0
     assert "us per agent-token" in capsys.readouterr().out
+
+
+#: an address-space limit the sizes below exceed at half of it, while half of MemAvailable holds them
+_CAP_BYTES = 3 << 30
+
+
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["calibrate", "--matmul-n", "14000", "--seconds", "0.1", "--no-engine", "--file-mib", "1"], "matmul_n"),
+        (["calibrate", "--mem-mib", "1200", "--seconds", "0.1", "--no-engine", "--file-mib", "1"], "mem_bytes"),
+        (["bench", "--steps", "8000", "--experts", "8", "--layers", "2"], "steps"),
+    ],
+    ids=["calibrate-matmul-n", "calibrate-mem-mib", "bench-steps"],
+)
+def test_memory_checks_hold_under_an_address_space_limit(tmp_path, argv, named):
+    """calibrate's and bench's memory check is against what an address-space limit (``ulimit -v``)
+    leaves, not ``MemAvailable`` alone: under a 3 GB limit, sizes that need about 2-2.5 GB are
+    refused before anything is written, naming their parameter (they passed the check, measured,
+    and ran out of memory: 'error: out of memory (Unable to allocate …)', no parameter named)."""
+    import resource
+
+    if cal_mod.meminfo()["available"] * cal_mod.MEMORY_SHARE < 2.6 * (1 << 30):
+        pytest.skip("this machine's MemAvailable refuses these sizes without the limit")
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (_CAP_BYTES, _CAP_BYTES))
+
+    out = tmp_path / "cal.toml"
+    extra = ["-o", str(out)] if argv[0] == "calibrate" else ["--scratch-dir", str(tmp_path)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "moeroof.cli", *argv, *extra],
+        capture_output=True, text=True, preexec_fn=cap, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-600:]
+    assert named in lines[0] and "available" in lines[0], lines[0]
+    assert not out.exists() and not any(p.name.startswith(".moeroof-scratch") for p in tmp_path.iterdir())

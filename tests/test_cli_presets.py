@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import re
@@ -10,6 +12,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import csvout  # noqa: I001  (tests/csvout.py: results past their run record)
 import moeroof.data.presets as presets_mod
@@ -223,3 +227,32 @@ def test_console_entry_point_subprocess():
     rep = json.loads(proc.stdout)
     assert ISSUE_MODELS <= set(rep["models"]) and ISSUE_HARDWARE <= set(rep["hardware"])
     assert all(math.isfinite(e["bw_mem_bytes_per_s"]) for e in rep["hardware"].values())
+
+
+_MIXTRAL = {
+    "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 4096,
+    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000, "max_position_embeddings": 32768,
+    "torch_dtype": "bfloat16",
+}  # fmt: skip
+
+
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    key=st.sampled_from(["num_local_experts", "hidden_size", "intermediate_size", "vocab_size"]),
+    power=st.integers(40, 62),
+)
+def test_preset_from_hf_refuses_a_config_past_the_preset_bounds_naming_the_config(tmp_path_factory, key, power):
+    """A config.json whose sizes make a preset past its bounds (2^40 … 2^62 experts, hidden size,
+    expert width or vocabulary) is refused naming the config, and no preset is left behind: the
+    preset was written, then refused on loading, naming the output and leaving it there."""
+    d = tmp_path_factory.mktemp("hf")
+    (d / "ckpt").mkdir()
+    (d / "ckpt" / "config.json").write_text(json.dumps({**_MIXTRAL, key: 1 << power}))
+    out = d / "p.toml"
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(["preset-from-hf", str(d / "ckpt"), "-o", str(out)])
+    assert code == 2 and err.getvalue().startswith(f"error: {d / 'ckpt' / 'config.json'}:-: "), err.getvalue()
+    assert "a preset's" in err.getvalue() and not out.exists()
+    assert sorted(p.name for p in d.iterdir()) == ["ckpt"]

@@ -297,7 +297,7 @@ def test_a_parquet_declaring_more_rows_than_memory_holds_is_refused_unread(tmp_p
     zeros = np.zeros(100_000, dtype=np.int64)
     pq.write_table(pa.table({"s": zeros, "t": zeros, "e": zeros}), src, compression="zstd")
     assert src.stat().st_size < 64 << 10
-    need = 100_000 * 3 * importers.INT_CELL_BYTES
+    need = 100_000 * (importers.ROW_BYTES + 3 * importers.INT_CELL_BYTES)
     monkeypatch.setattr(limits, "available_memory", lambda: need - 1)
     monkeypatch.setattr(pq.ParquetFile, "read", lambda *a, **k: pytest.fail("rows were read"))
     args = dict(columns=parse_columns("stream=s,step=t"), expert_cols=["e"], experts=8, top_k=1)
@@ -681,7 +681,7 @@ def test_a_csv_too_large_for_memory_is_refused_as_it_is_read(tmp_path, monkeypat
     n = 3 * importers.CSV_CHUNK_ROWS
     src = tmp_path / "big.csv"
     src.write_text("s,t,e\n" + "".join(f"{i % 4},{i // 4},{i % 8}\n" for i in range(n)), encoding="utf-8")
-    need = n * 3 * importers.INT_CELL_BYTES
+    need = n * (importers.ROW_BYTES + 3 * importers.INT_CELL_BYTES)
     args = dict(columns=parse_columns("stream=s,step=t"), expert_cols=["e"], experts=8, top_k=1)
     monkeypatch.setattr(limits, "available_memory", lambda: need // 2)
     with pytest.raises(InputError, match=r"big\.csv:-: rows: ~65,536 rows so far = .* this machine has"):
@@ -774,3 +774,71 @@ def test_a_repeated_expert_is_found_in_its_token_whatever_the_chunk_of_tokens_so
             )
     assert (err.value.row, err.value.field) == (dup_at + 2, "e2"), str(err.value)
     assert "expert 1 twice in one token" in err.value.message
+
+
+#: measures, in a process of its own, the resident bytes ``import_table`` adds at its peak on a
+#: Parquet table of integer columns (argv: rows, streams, layers, K, folder), and prints them with
+#: the import's own estimate of them
+_PEAK_SCRIPT = r"""
+import json, sys
+from pathlib import Path
+import numpy as np, pyarrow as pa, pyarrow.parquet as pq
+from moeroof.data import importers
+from moeroof.data.importers import import_table, parse_columns
+
+def rss(key):
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith(key))
+
+rows, streams, layers, k = map(int, sys.argv[1:5])
+folder = Path(sys.argv[5])
+steps = rows // (streams * layers)
+n = steps * streams * layers
+cols = {"stream": np.tile(np.repeat(np.arange(streams), layers), steps),
+        "step": np.repeat(np.arange(steps), streams * layers)}
+if layers > 1:
+    cols["layer"] = np.tile(np.arange(layers), steps * streams)
+low = np.random.default_rng(0).integers(0, 64 // k, n)
+for j in range(k):
+    cols[f"e{j}"] = low + j * (64 // k)
+table = pa.table(cols)
+pq.write_table(table, folder / "big.parquet")
+pq.write_table(table.slice(0, 2 * streams * layers), folder / "small.parquet")
+del cols, low, table
+spec = "stream=stream,step=step" + (",layer=layer" if layers > 1 else "")
+args = dict(columns=parse_columns(spec), expert_cols=[f"e{j}" for j in range(k)], experts=64, top_k=k)
+import_table(folder / "small.parquet", **args)  # the libraries loaded and warm
+before = rss("VmRSS")
+import_table(folder / "big.parquet", **args)
+per_row = importers.ROW_BYTES + (len(spec.split(",")) + k) * importers.INT_CELL_BYTES
+print(json.dumps({"peak": rss("VmHWM") - before, "estimate": n * per_row}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "streams, layers, k",
+    [(8, 1, 1), (8, 50, 2), (8, 50, 8)],
+    ids=["3-columns-K1", "5-columns-K2", "11-columns-K8"],
+)
+def test_a_parquet_imports_memory_estimate_matches_its_measured_peak(tmp_path, streams, layers, k):
+    """What ``import table`` checks a Parquet table's rows against before reading them is what the
+    import peaks at: 4M rows of integer keys and ids, as 3, 5 and 11 columns, measured in a process
+    of their own. The estimate is at least the peak less the readers' fixed 128 MiB (so a table
+    too large is refused up front) and at most 1.5× it (48 B a cell, twice the peak, refused 20M
+    rows of 5 columns under a 4 GB address-space cap that imports them)."""
+    pytest.importorskip("pyarrow")
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import moeroof
+
+    env = {**os.environ, "PYTHONPATH": str(Path(moeroof.__file__).parents[1])}
+    out = subprocess.run(
+        [sys.executable, "-c", _PEAK_SCRIPT, "4000000", str(streams), str(layers), str(k), str(tmp_path)],
+        capture_output=True, text=True, env=env, check=True,
+    )  # fmt: skip
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert got["peak"] - (128 << 20) <= got["estimate"] <= 1.5 * got["peak"], got

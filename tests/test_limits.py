@@ -10,14 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import moeroof.core.limits as limits
 from moeroof.cli import main
 from moeroof.core.errors import ParameterError
 from moeroof.core.units import to_si
-from moeroof.data.io import InputError, read_histogram, read_trace, sidecar_path
+from moeroof.data.io import InputError, read_histogram, read_trace, sidecar_path, write_trace
 
 TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "qwen3-30b-a3b-like.npz"
 HIST = Path(__file__).resolve().parents[1] / "data" / "histograms" / "deepseek-v3-like.csv"
@@ -344,7 +344,7 @@ def test_preset_with_huge_numbers_is_refused(tmp_path):
     with pytest.raises(InputError, match="experts: value must be finite"):
         load_model(path)
     path.write_text(re.sub(r"experts = \{ value = 256", "experts = { value = 2000000", text, count=1))
-    with pytest.raises(InputError, match="experts: 2000000 is more than the 1048576 allowed"):
+    with pytest.raises(InputError, match=r"m\.toml:7: experts: 2000000 is more than the 2\^20 a preset's experts"):
         load_model(path)
 
 
@@ -361,7 +361,21 @@ def test_union_uniform_and_trace_sizes_are_bounded(capsys, monkeypatch, tmp_path
     assert main([*argv, "--streams", "4", "--experts", "1000000000"]) == 2
     assert one_error_line(capsys) == "error: --experts: 1000000000 is more than the 1048576 allowed"
     assert main([*argv, "--streams", "64", "--experts", "1048576"]) == 2
-    assert one_error_line(capsys).startswith("error: --experts: 1048576 × 4 × streams × layers")
+    assert one_error_line(capsys).startswith("error: --experts: 4 × 64 streams × 8 layers × 1048576 experts")
+    assert not out.exists()
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(flag=st.sampled_from(["--streams", "--steps", "--prompt-tokens"]), power=st.integers(31, 62))
+def test_trace_names_the_flag_whose_size_is_past_memory(tmp_path, flag, power):
+    """``trace`` with one of --streams, --steps or --prompt-tokens at 2^31 … 2^62 (the others
+    small) is refused naming that flag: ``--streams 2^40`` was said as ``--experts: 8 × 4 × streams
+    × layers …`` and ``--prompt-tokens 2^40`` as ``--steps``."""
+    sizes = {"--streams": "2", "--steps": "4", "--prompt-tokens": "0", flag: str(1 << power)}
+    out = tmp_path / "t.npz"
+    argv = ["trace", "--family", "uniform", "--experts", "8", "--top-k", "2", "--layers", "2", "-o", str(out)]
+    code, _, err = run_cli([*argv, *(x for kv in sizes.items() for x in kv)])
+    assert code == 2 and err.startswith(f"error: {flag}: "), err
     assert not out.exists()
 
 
@@ -577,3 +591,62 @@ def test_a_sidecar_routing_knobs_and_parquet_meta_with_a_key_twice_are_refused(t
     pq.write_table(table.replace_schema_metadata({META_KEY: (meta[:-1] + ', "top_k": 2}').encode()}), twice)
     assert main(["mrc", str(twice)]) == 2
     assert f"{twice}:-: meta: " in (err := one_error_line(capsys)) and "the key 'top_k' is given twice" in err
+
+
+def run_cli(argv: list[str]) -> tuple[int, str, str]:
+    """The CLI in this process: exit status, stdout, stderr."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    return rc, out.getvalue(), err.getvalue()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    layers=st.integers(1, 512),
+    experts_log2=st.integers(10, 20),
+    suffix=st.sampled_from([".npz", ".npy"]),
+    command=st.sampled_from(["union", "histogram", "cache", "mrc", "fit"]),
+)
+def test_a_trace_whose_key_space_is_past_memory_is_refused_as_it_is_read(
+    tmp_path_factory, monkeypatch, layers, experts_log2, suffix, command
+):
+    """A trace's (layers × experts) key space, at what its heaviest reader pays a key
+    (``TRACE_KEY_BYTES``), is checked against available memory when the trace is read, naming the
+    file and ``experts``: a 1 KB trace of 65,536 layers declaring 2^20 experts had ``histogram`` and
+    ``union`` ask numpy for 512 GiB ('Unable to allocate …', no file named). Here the machine is made
+    to have a little less than the trace's key space needs."""
+    d = tmp_path_factory.mktemp("t")
+    experts = 1 << experts_log2
+    topk = np.zeros((2, 1, layers, 1), dtype=np.int32)
+    topk[1] = 1
+    meta = {"model": "m", "experts": experts, "top_k": 1, "source": "test", "provenance": "synthetic"}
+    path = d / f"t{suffix}"
+    write_trace(path, topk, meta)
+    need = layers * experts * limits.TRACE_KEY_BYTES
+    with monkeypatch.context() as patch:
+        patch.setattr(limits, "available_memory", lambda: need - 1)
+        _refused_naming_experts(path, suffix, command, d)
+        patch.setattr(limits, "available_memory", lambda: need)
+        assert read_trace(path).experts == experts  # just enough: read
+
+
+def _refused_naming_experts(path: Path, suffix: str, command: str, d: Path) -> None:
+    """read_trace and ``command`` on ``path`` refuse it naming its meta's file and ``experts``."""
+    meta_file = path if suffix == ".npz" else sidecar_path(path)
+    with pytest.raises(InputError, match=r"experts × layers = .* this machine has") as info:
+        read_trace(path)
+    assert info.value.path == meta_file and info.value.field == "experts"
+    argv = {
+        "union": ["union", str(path), "--batch", "1"],
+        "histogram": ["histogram", str(path), "-o", str(d / "h.csv")],
+        "cache": ["cache", str(path), "--policy", "lru", "--capacity-experts", "4"],
+        "mrc": ["mrc", str(path)],
+        "fit": ["fit", str(path)],
+    }[command]
+    code, _, err = run_cli(argv)
+    assert code == 2 and err.startswith(f"error: {meta_file}:-: experts: experts × layers"), err
+    assert not (d / "h.csv").exists()

@@ -12,10 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from moeroof.core.units import GB, GiB, KiB, MiB
 from moeroof.data.io import InputError
 from moeroof.data.presets import (
+    FIELD_MAX,
     HARDWARE_FIELDS,
     MODEL_FIELDS,
     PRESETS_DIR,
@@ -671,3 +674,75 @@ def test_a_named_prior_is_the_suites_range_and_source_and_an_unknown_name_is_ref
         path.write_text(base + f"\nmem_efficiency = {{ value = 1, assumed = true, {extra} }}\n")
         with pytest.raises(InputError, match=match):
             load_hardware(path)
+
+
+#: the SI unit a preset may give each dimension in (a count takes none)
+_SI_UNITS = {"bytes": "B", "bytes_per_s": "B/s", "flop": "FLOP", "flop_per_s": "FLOP/s", "seconds": "s", "count": None}
+
+
+def _field_line(key: str, value: str, dimension: str) -> str:
+    """``key = { value = VALUE, unit = …, source = "test" }``; a curve field a list ending at it."""
+    unit = _SI_UNITS[dimension]
+    if key in ("ssd_read_size_bytes", "bw_ssd_bytes_per_s"):
+        value = f"[1, {value}]"
+    unit_entry = f', unit = "{unit}"' if unit else ""
+    return f'{key} = {{ value = {value}{unit_entry}, source = "test" }}'
+
+
+def _with_field(base: str, key: str, line: str) -> tuple[str, int]:
+    """``base`` with ``key``'s line replaced (or added at the end); the text and that line's number."""
+    lines = base.splitlines()
+    at = next((i for i, ln in enumerate(lines) if ln.split("=")[0].strip() == key), None)
+    if key == "bw_ssd_bytes_per_s" or key == "ssd_read_size_bytes":  # the other curve field: two points too
+        other = "ssd_read_size_bytes" if key == "bw_ssd_bytes_per_s" else "bw_ssd_bytes_per_s"
+        lines = [ln for ln in lines if ln.split("=")[0].strip() != other]
+        lines.append(_field_line(other, "2", HARDWARE_FIELDS[other][0]))
+        at = next((i for i, ln in enumerate(lines) if ln.split("=")[0].strip() == key), None)
+    if at is None:
+        lines.append(line)
+        at = len(lines) - 1
+    else:
+        lines[at] = line
+    return "\n".join(lines) + "\n", at + 1
+
+
+@pytest.mark.parametrize("key", sorted(FIELD_MAX))
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(excess=st.one_of(st.integers(1, 2**70), st.floats(1.001, 1e30)), as_float=st.booleans())
+def test_a_preset_number_past_its_bound_is_refused_naming_file_field_and_line(tmp_path, key, excess, as_float):
+    """Every sized field of a model or hardware preset, written past :data:`FIELD_MAX` (an integer
+    or a float literal, in its SI unit) is an InputError naming the file, the field's line and the
+    field, before any model sees it: ``expert_bytes = 2^70`` gave ``plan`` exit 0 and a step of
+    10^14 s. The bound itself is not refused for its size."""
+    dimension = {**MODEL_FIELDS, **HARDWARE_FIELDS}[key][0]
+    bound = FIELD_MAX[key]
+    step = max(1, int(bound) >> 20)  # past the bound once in float too (2^60 + 1 is 2^60 as a double)
+    value = bound * excess if isinstance(excess, float) else int(bound) + excess * step
+    literal = repr(float(value)) if as_float else str(max(int(value), int(bound) + step))
+    base, load = (MODEL_TOML, load_model) if key in MODEL_FIELDS else (HW_TOML, load_hardware)
+    text, line = _with_field(base, key, _field_line(key, literal, dimension))
+    path = tmp_path / "past.toml"
+    path.write_text(text)
+    with pytest.raises(InputError) as info:
+        load(path)
+    assert str(info.value).startswith(f"{path}:{line}: {key}: "), str(info.value)
+    assert "a preset's" in str(info.value) and info.value.row == line
+    at_bound = _field_line(key, repr(float(bound)) if as_float else str(int(bound)), dimension)
+    path.write_text(_with_field(base, key, at_bound)[0])
+    try:
+        load(path)
+    except InputError as err:  # another check may refuse it (K > E), never its size
+        assert "a preset's" not in str(err), str(err)
+
+
+@pytest.mark.parametrize("field", ["expert_bytes", "experts", "ram_bytes", "bw_mem_bytes_per_s", "flops_per_s"])
+def test_set_past_a_fields_bound_is_refused(field):
+    """``--set FIELD=VALUE`` is held to the same bounds as the file (``--set experts=2e9`` asked
+    the routing prior for 7 TiB; ``--set expert_bytes=1e21B`` answered)."""
+    from moeroof.data.presets import with_overrides
+
+    dimension = {**MODEL_FIELDS, **HARDWARE_FIELDS}[field][0]
+    text = f"{FIELD_MAX[field] * 4:g}{_SI_UNITS[dimension] or ''}"
+    obj = load_model("glm-5.2") if field in MODEL_FIELDS else load_hardware("nvme-gen4")
+    with pytest.raises(ValueError, match=rf"^{field}: .*a preset's {field} may be"):
+        with_overrides(obj, {field: text})

@@ -411,3 +411,17 @@ def test_halving_a_ranks_speed_never_shortens_a_step(case, data):
     assert np.all(after.step_seconds >= before.step_seconds * (1 - 1e-12))
     # and the slowed rank's own seconds exactly double
     np.testing.assert_allclose(after.rank_seconds[r], 2 * before.rank_seconds[r])
+
+
+@settings(max_examples=25, deadline=None)
+@given(ranks=st.integers(1, 600), batches=st.integers(1, 3), slow=st.data())
+def test_evaluate_takes_any_number_of_ranks(ranks, batches, slow):
+    """Any number of ranks is one step, its slowest rank the one given the most work: the terms'
+    common shape was np.broadcast over every rank's four terms, which takes at most 64 arrays, so
+    ``plan --ranks 17`` (and up) failed with numpy's 'Need at least 0 and at most 64 array objects'."""
+    which = slow.draw(st.integers(0, ranks - 1))
+    b = np.arange(1.0, batches + 1)
+    works = [RankWork(b * (2e9 if r == which else 1e9), b * 1e9, b * 1e9, b, 8e6) for r in range(ranks)]
+    s = evaluate(toy_hw(), works, fabric_bytes=0.0)
+    assert s.ranks == ranks and s.rank_seconds.shape == (ranks, batches)
+    assert (s.slowest_rank == which).all()

@@ -559,3 +559,49 @@ def _interrupted_sweep(monkeypatch, capsys, grid, out, points, at, how, checkpoi
     assert said and int(said[2]) == points, f"Ctrl-C {how} (call {at + 1}): no word of what was kept:\n{err}"
     assert int(said[1]) == kept, f"said {said[1]} kept, the file holds {kept}"
     return kept
+
+
+#: a valid grid of each command that takes each count key (COUNT_KEYS), every key given
+_COUNT_BASES = (
+    {"command": "union", "batch": 8, "experts": 64, "top_k": 8, "layers": 4},
+    {"command": "cache", "capacity": 4, "routing": "uniform", "experts": 8, "top_k": 2, "layers": 2, "steps": 10,
+     "streams": 1, "seed": 0, "warmup_steps": 0},
+    {"command": "plan", "model": "glm-5.2", "hardware": "nvme-gen4", "batch": 1, "context": 4096, "ranks": 1},
+    {"command": "fit-routing", "points": "p.csv", "experts": 64, "top_k": 4, "layers": 8, "seeds": 4,
+     "bootstrap": 8, "timed_steps": 16, "max_history": 2048, "max_sim_layers": 16},
+)  # fmt: skip
+
+
+def _toml_value(v) -> str:
+    return json.dumps(v) if isinstance(v, str) else repr(v)
+
+
+@pytest.mark.parametrize("key", sorted(sweep.COUNT_KEYS))
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), fixed=st.booleans())
+def test_a_grid_count_outside_its_range_names_the_grid_file_and_key(tmp_path, key, data, fixed):
+    """Every count a grid gives (``experts``, ``batch``, ``steps``, ``seeds``, …), fixed or swept,
+    past the range its command's flag allows (``core.limits``: 2^20 experts, …) as an integer
+    or a float is refused as the grid is read, naming the file and the key: ``experts = 2^62``
+    was swept (a union of 2^62 experts, exit 0)."""
+    low, high = sweep.COUNT_KEYS[key]
+    value = data.draw(
+        st.one_of(
+            st.integers(high + 1, (1 << 63) - 1) if high < (1 << 63) - 1 else st.nothing(),
+            st.floats(float(high) * 1.01, 1e300) if high < 1 << 60 else st.nothing(),
+            st.integers(-(1 << 63), low - 1),
+        )
+    )
+    base = dict(next(b for b in _COUNT_BASES if key in b))
+    base[key] = value
+    top = [f"{k} = {_toml_value(v) if fixed or k == 'command' else f'[{_toml_value(v)}]'}" for k, v in base.items()]
+    if fixed:
+        top = ["command = " + json.dumps(base["command"]), "[fixed]", *top[1:]]
+    path = tmp_path / "g.toml"
+    path.write_text("\n".join(top) + "\n")
+    with pytest.raises(sweep.GridError) as err:
+        sweep.read_grid(path)
+    named = f"fixed.{key}" if fixed else key
+    assert err.value.key == named and str(err.value).startswith(f"{path}: {named}: "), str(err.value)
+    base[key] = high if key != "top_k" else 1  # the range's end is read (K <= E is the point's own check)
+    sweep.grid_from_dict(base, path)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from pathlib import Path
 from typing import Any
 
 from moeroof.cli.flags import Real, UsageError
@@ -77,6 +78,7 @@ def add_parser(subparsers: Any) -> None:
 def preset_report(args: argparse.Namespace) -> dict[str, Any]:
     from moeroof.core import atomic
     from moeroof.data.hf_config import preset_fields, preset_toml
+    from moeroof.data.io import InputError
     from moeroof.data.presets import load_model
 
     out = new_output(args, (".toml",))
@@ -91,8 +93,22 @@ def preset_report(args: argparse.Namespace) -> dict[str, Any]:
         command += f" {flag} {value:g}" if value is not None else ""
     command += f" --name {shlex.quote(args.name)}" if args.name else ""
     text = preset_toml(preset, command)
-    atomic.write_text(out, text)
-    model = load_model(out)  # what plan will read: refuse to leave a preset that does not load
+    loaded: list[Any] = []
+    config = Path(args.model_dir) / "config.json"
+
+    def loads(temp: Path) -> None:
+        """What plan will read, checked before the rename: a preset that does not load is not left
+        behind (it was, at OUT, and its error named OUT instead of the config that gave it)."""
+        try:
+            loaded.append(load_model(temp))
+        except InputError as err:
+            parts = getattr(err, "errors", [err])
+            said = "; ".join(f"{e.field}: {e.message}" for e in parts[1:])
+            why = parts[0].message + (f"; {said}" if said else "") + " (in the preset this config makes)"
+            raise InputError(config, None, parts[0].field, why) from None
+
+    atomic.write_text(out, text, check=loads)
+    model = loaded[0]
     fields, layout = preset["fields"], preset["layout"]
     return {
         "path": str(out),

@@ -304,11 +304,18 @@ def trace_knobs(args: argparse.Namespace, routing: HistogramRouting | None = Non
         locality = args.locality
     context, prompt, seed = args.step_context, args.prompt_tokens, args.seed
     # one step's Gumbel scores and popularity parts: a few (streams × layers × experts) arrays
-    check_replicate_memory("--experts", experts, 4 * streams * layers, "4 × streams × layers")
+    # the error names the flag that made the product large (--streams 2^40 was said as --experts)
+    flag, _ = max((("--streams", streams), ("--layers", layers), ("--experts", experts)), key=lambda f: f[1])
+    check_replicate_memory(
+        flag, 4, experts * streams * layers, f"{streams} streams × {layers} layers × {experts} experts"
+    )
     ids = (prompt + steps) * streams * layers * top_k
     if ids > MAX_IDS:
+        flag, _ = max(
+            (("--steps", prompt + steps), ("--prompt-tokens", 2 * prompt), ("--streams", streams)), key=lambda f: f[1]
+        )
         raise UsageError(
-            f"--steps: (P + T)·M·L·K = {ids} expert ids ({ids * 4 / 2**30:.1f} GiB) is more than this command "
+            f"{flag}: (P + T)·M·L·K = {ids} expert ids ({ids * 4 / 2**30:.1f} GiB) is more than this command "
             f"writes ({MAX_IDS}); fewer steps, streams or layers"
         )
     knobs = {"family": family, "skew": skew, "rho": rho, "locality_c": locality, "step_context_c": context}

@@ -43,6 +43,16 @@ __all__ = [
     "MAX_FIT_EXPERT_CELLS",
     "MAX_GIB",
     "MAX_BATCH",
+    "TRACE_KEY_BYTES",
+    "MAX_PRESET_BYTES",
+    "MAX_PRESET_BYTES_PER_S",
+    "MAX_PRESET_FLOP",
+    "MAX_PRESET_FLOP_PER_S",
+    "MAX_PRESET_SECONDS",
+    "MAX_HIDDEN_SIZE",
+    "MAX_PARAMS",
+    "MAX_RECLAIM_PENALTY",
+    "MAX_RECLAIM_EXPONENT",
     "FALLBACK_AVAILABLE_BYTES",
     "available_memory",
     "usable_cores",
@@ -102,6 +112,32 @@ MAX_GIB = float(1 << 40)
 MAX_INT_DIGITS = 20
 #: concurrent streams of a POINTS row (published serving batches: 1 … 10^4)
 MAX_BATCH = 1 << 24
+#: bytes a trace's (layer, expert) key costs the heaviest of the commands that read it (counts,
+#: ranks, an item table and its copies), checked when the trace is read: measured on a 1 KB trace
+#: of 100 layers declaring 2^20 experts (2-core VM, 2026-12-07), per key: union 8 B, mrc 11,
+#: cache LRU 11, Belady 16, histogram 17, mrc --sample-rate 0.1 31, cache --policy static 33;
+#: 65,536 such layers asked numpy for 512 GiB with no file named
+TRACE_KEY_BYTES = 40
+#: a preset's sizes in bytes (one expert, the dense band, a token's KV, a box's RAM, a read):
+#: 2^50 B = 1 PiB, where the largest published model's experts are 2^40 B in all and a box's RAM
+#: 2^41; an expert of 2^70 B gave ``plan`` exit 0 and a step of 10^14 s
+MAX_PRESET_BYTES = 1 << 50
+#: a preset's bandwidths (memory, SSD, link): 2^50 B/s (an H200's HBM reads 4.8 TB/s, about 2^42)
+MAX_PRESET_BYTES_PER_S = 1 << 50
+#: a preset's FLOP per token (2 × active parameters: about 2^40 for a trillion active): 2^60
+MAX_PRESET_FLOP = 1 << 60
+#: a box's FLOP/s: 2^70 (about 1.2·10^21; a rack of 72 GPUs is about 1.4·10^18 at FP4)
+MAX_PRESET_FLOP_PER_S = 1 << 70
+#: an engine's seconds per step, per agent token or per touched expert (published: micro- to
+#: milliseconds): an hour
+MAX_PRESET_SECONDS = 3600.0
+#: a model's hidden size (published: 2,048 … 18,432)
+MAX_HIDDEN_SIZE = 1 << 24
+#: a model's parameter counts (published: at most about 2^41)
+MAX_PARAMS = 1 << 50
+#: the reclaim knobs of a box: κ (fitted values: below 10) and the exponent n ≥ 1 of its rise
+MAX_RECLAIM_PENALTY = 1e6
+MAX_RECLAIM_EXPONENT = 64.0
 #: what :func:`available_memory` assumes when the system does not say
 FALLBACK_AVAILABLE_BYTES = 4 << 30
 

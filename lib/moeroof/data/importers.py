@@ -69,9 +69,10 @@ logits-based. Flattened (B·S, E) logits are split into B streams with ``batch``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -104,11 +105,17 @@ __all__ = [
 MAX_KEYS_IN_META = 10_000
 #: a dense trace larger than this many ids is refused (steps × streams × layers × K)
 MAX_TRACE_CELLS = 2_000_000_000
-#: peak bytes a Parquet cell costs through ``import table``, per row and column: an integer
-#: column is held as int64 and copied a few times (sort orders, codes); any other as a Python
-#: string per cell. Measured peaks (2-core VM, 2026-12-06): 20M rows of 3 integer columns
-#: 2.1 GB (36 B a cell), 5M rows of 2 text and 1 integer column 1.2 GB (100 B a text cell)
-INT_CELL_BYTES = 48
+#: peak bytes a row costs through ``import table`` above the interpreter: :data:`ROW_BYTES` for
+#: the row (its order, its token's slot), and per column :data:`INT_CELL_BYTES` for an integer
+#: (int64, and the keys' codes), :data:`TEXT_CELL_BYTES` for any other (a Python string a cell).
+#: Measured peaks of Parquet imports above the interpreter's 124 MB (2-core VM, 2026-12-07):
+#: 20M rows of 5 integer columns (3 keys, K = 2) 2.42 GB, 121 B a row; 20M rows of 3 (K = 1)
+#: 1.78 GB, 89 B; 5M rows of 11 (K = 8) 1.11 GB, 229 B; a fit of 43 B a row, 14 B a key cell
+#: and 18 B an id cell, which 48 + 20 B a cell bounds within 1.2×. (48 B a cell refused the 20M
+#: rows of 5, at 4.47 GiB, under a 4 GB address-space cap that imports them.) 5M rows of 2 text
+#: and 1 integer column took 1.2 GB (100 B a text cell)
+ROW_BYTES = 48
+INT_CELL_BYTES = 16
 TEXT_CELL_BYTES = 128
 #: tokens whose K ids are sorted at once to find an expert given twice in one
 DISTINCT_CHUNK_TOKENS = 131_072
@@ -243,10 +250,9 @@ def _read_frame(src: Path, columns: Sequence[str], int_columns: Mapping[str, boo
                 "file",
                 "reading Parquet needs pyarrow, an optional dependency (pip install 'moeroof[parquet]'), or convert the table to CSV",
             ) from None
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        with open_input(src) as fh:  # one open: the footer's schema and rows, then the columns
+        with open_input(src) as fh, _system_memory_pool():  # one open: the footer's schema and rows, then the columns
             try:
                 pf = pq.ParquetFile(fh)
                 have, schema, rows = list(pf.schema_arrow.names), pf.schema_arrow, pf.metadata.num_rows
@@ -260,10 +266,9 @@ def _read_frame(src: Path, columns: Sequence[str], int_columns: Mapping[str, boo
                 raise
             except Exception as exc:  # pyarrow raises its own error types for a bad file
                 raise InputError(src, "-", "file", f"not a readable Parquet file: {exc}") from None
-        # the Arrow buffers freed as each column moves to pandas: one copy of the data, not two
-        frame = table.to_pandas(self_destruct=True, split_blocks=True)
-        del table
-        pa.default_memory_pool().release_unused()  # Arrow's pool keeps freed buffers mapped otherwise
+            # the Arrow buffers freed as each column moves to pandas: one copy of the data, not two
+            frame = table.to_pandas(self_destruct=True, split_blocks=True)
+            del table
         # integer columns stay integers (8 bytes a cell, where a cell as text is a Python string
         # of ~60): their text would only be parsed back; the rest is text, a null as ""
         for c in wanted:
@@ -280,6 +285,24 @@ def _read_frame(src: Path, columns: Sequence[str], int_columns: Mapping[str, boo
     return _read_csv_frame(src, wanted, int_columns or {}), "csv"
 
 
+@contextlib.contextmanager
+def _system_memory_pool() -> Iterator[None]:
+    """Arrow allocates from the C library's ``malloc`` while a table is read and converted, not from
+    its default pool (mimalloc here), which reserves address space far beyond what it holds and keeps
+    freed buffers mapped: 20M rows of 5 integer columns peaked at 2.4 GB resident but 4 GB of
+    address space, and ran out of memory under a 4 GB ``ulimit -v`` that the system pool imports
+    them under (2.2 GB resident, 2.7 GB of address space). Buffers keep the pool they came from,
+    so the default is restored after."""
+    import pyarrow as pa
+
+    previous = pa.default_memory_pool()
+    pa.set_memory_pool(pa.system_memory_pool())
+    try:
+        yield
+    finally:
+        pa.set_memory_pool(previous)
+
+
 def _read_csv_frame(src: Path, wanted: Sequence[str], int_columns: Mapping[str, bool]) -> Any:
     """The ``wanted`` columns of a CSV file, read :data:`CSV_CHUNK_ROWS` rows at a time.
 
@@ -289,8 +312,8 @@ def _read_csv_frame(src: Path, wanted: Sequence[str], int_columns: Mapping[str, 
     text would give; an empty cell the padding id −1 where its flag says so) is kept as int64, 8
     bytes a cell where its text took ~60; one that does not, in any chunk, is read again whole as
     text. After each chunk the rows the whole file would hold, at its bytes so far, are checked
-    against available memory (at :data:`INT_CELL_BYTES` or :data:`TEXT_CELL_BYTES` a cell, as for
-    Parquet), so a table too large for this machine is refused before it is held."""
+    against available memory (at :data:`ROW_BYTES` a row and :data:`INT_CELL_BYTES` or
+    :data:`TEXT_CELL_BYTES` a cell, as for Parquet), so a table too large for this machine is refused before it is held."""
     import pandas as pd
 
     text_cols = set(wanted) - set(int_columns)
@@ -318,7 +341,7 @@ def _read_csv_frame(src: Path, wanted: Sequence[str], int_columns: Mapping[str, 
                         text_cols.add(c)
                     parts[c].append(chunk[c].to_numpy(dtype=object) if ints is None else ints)
                 rows += len(chunk)
-                per_row = sum(TEXT_CELL_BYTES if c in text_cols else INT_CELL_BYTES for c in wanted)
+                per_row = ROW_BYTES + sum(TEXT_CELL_BYTES if c in text_cols else INT_CELL_BYTES for c in wanted)
                 try:
                     check_allocation(rows * size // max(fh.tell(), 1), per_row, f"~{rows:,} rows so far", limit=None)
                 except ValueError as exc:
@@ -376,11 +399,12 @@ def _is_int_column(series: Any) -> bool:
 def _check_parquet_rows(src: Path, wanted: Sequence[str], schema: Any, rows: int) -> None:
     """Refuses, from the file's footer (its ``schema`` and ``rows``) and before a row is read, a
     table whose rows would need more memory to import than this machine has: a few kilobytes of
-    Parquet can declare 10^8 rows of one repeated value. An integer cell costs
-    :data:`INT_CELL_BYTES` through the import, any other (held as text) :data:`TEXT_CELL_BYTES`."""
+    Parquet can declare 10^8 rows of one repeated value. A row costs :data:`ROW_BYTES` through
+    the import, and each of its integer cells :data:`INT_CELL_BYTES`, any other (held as text)
+    :data:`TEXT_CELL_BYTES`."""
     import pyarrow as pa
 
-    per_row = sum(
+    per_row = ROW_BYTES + sum(
         INT_CELL_BYTES if pa.types.is_integer(schema.field(c).type) else TEXT_CELL_BYTES for c in dict.fromkeys(wanted)
     )
     try:

@@ -55,6 +55,7 @@ from moeroof.core.limits import (
     MAX_JSON_BYTES,
     MAX_LAYERS,
     MAX_TOKENS,
+    TRACE_KEY_BYTES,
     LongNumberError,
     bounded_int,
     check_allocation,
@@ -416,6 +417,10 @@ def _validate_trace_meta(
         layer_ids = tuple(range(n_layers))
     if "layers" in meta and meta["layers"] != n_layers:
         raise InputError(path, row, "layers", f"layers={meta['layers']!r} but topk has {n_layers} layers")
+    try:  # the (layers × experts) key space every reader of a trace tabulates, at what the heaviest pays
+        check_allocation(n_layers * experts, TRACE_KEY_BYTES, "experts × layers")
+    except ValueError as exc:  # a 1 KB trace of 65,536 layers declaring 2^20 experts asked numpy for 512 GiB
+        raise InputError(path, row, "experts", str(exc)) from None
     if "axes" in meta:
         axes = meta["axes"]
         if not isinstance(axes, list) or len(axes) != 4 or not all(isinstance(a, str) for a in axes):

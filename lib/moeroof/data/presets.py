@@ -40,7 +40,16 @@ import numpy as np
 from moeroof.core.input_files import read_input_bytes
 from moeroof.core.limits import (
     MAX_EXPERTS,
+    MAX_HIDDEN_SIZE,
     MAX_LAYERS,
+    MAX_PARAMS,
+    MAX_PRESET_BYTES,
+    MAX_PRESET_BYTES_PER_S,
+    MAX_PRESET_FLOP,
+    MAX_PRESET_FLOP_PER_S,
+    MAX_PRESET_SECONDS,
+    MAX_RECLAIM_EXPONENT,
+    MAX_RECLAIM_PENALTY,
     MAX_TOML_BYTES,
     LongNumberError,
     check_allocation,
@@ -64,6 +73,7 @@ __all__ = [
     "HARDWARE_FIELDS",
     "PRIOR_FIELDS",
     "EFFICIENCY_FIELDS",
+    "FIELD_MAX",
     "DEFAULT_PRIORS",
     "NAMED_PRIORS",
     "FIELD_HELP",
@@ -118,6 +128,71 @@ EFFICIENCY_FIELDS = ("mem_efficiency", "compute_efficiency", "link_efficiency")
 #: the model's whole-number fields (the first four at least 1, the last two at least 0); the other
 #: dimensionless fields (shares, the reclaim knobs) are real numbers
 INTEGER_FIELDS = ("experts", "top_k", "moe_layers", "hidden_size", "dense_layers", "shared_experts")
+
+#: the largest value (SI) each field may take (:mod:`moeroof.core.limits`): far above any published
+#: model or box, so that a typo or a hostile file (``expert_bytes = 2^70``, which ``plan`` took
+#: and answered with a step of 10^14 s, exit 0) is refused naming the file, the field and its
+#: line; the efficiencies are shares, bounded by 1 where they are read
+FIELD_MAX: dict[str, float] = {
+    "experts": MAX_EXPERTS,
+    "top_k": MAX_EXPERTS,
+    "moe_layers": MAX_LAYERS,
+    "expert_bytes": MAX_PRESET_BYTES,
+    "non_routed_bytes": MAX_PRESET_BYTES,
+    "kv_bytes_per_token": MAX_PRESET_BYTES,
+    "flops_per_token": MAX_PRESET_FLOP,
+    "attn_flops_per_context_token": MAX_PRESET_FLOP,
+    "hidden_size": MAX_HIDDEN_SIZE,
+    "activation_bytes": MAX_PRESET_BYTES,
+    "total_params": MAX_PARAMS,
+    "active_params": MAX_PARAMS,
+    "dense_layers": MAX_LAYERS,
+    "shared_experts": MAX_EXPERTS,
+    "ram_bytes": MAX_PRESET_BYTES,
+    "bw_mem_bytes_per_s": MAX_PRESET_BYTES_PER_S,
+    "flops_per_s": MAX_PRESET_FLOP_PER_S,
+    "ssd_read_size_bytes": MAX_PRESET_BYTES,
+    "bw_ssd_bytes_per_s": MAX_PRESET_BYTES_PER_S,
+    "bw_link_bytes_per_s": MAX_PRESET_BYTES_PER_S,
+    "os_reserve_bytes": MAX_PRESET_BYTES,
+    "engine_seconds_per_step": MAX_PRESET_SECONDS,
+    "engine_seconds_per_agent_token": MAX_PRESET_SECONDS,
+    "engine_seconds_per_touched_expert": MAX_PRESET_SECONDS,
+    "reclaim_penalty": MAX_RECLAIM_PENALTY,
+    "reclaim_exponent": MAX_RECLAIM_EXPONENT,
+}
+
+#: the SI unit a message gives each dimension in
+_SI_UNIT = {
+    "bytes": " B",
+    "bytes_per_s": " B/s",
+    "flop": " FLOP",
+    "flop_per_s": " FLOP/s",
+    "seconds": " s",
+    "count": "",
+}
+
+
+def _magnitude(x: float) -> str:
+    """A bound or value for a message: ``2^50`` for a power of two past 2^10, else 4 digits."""
+    if x == int(x) and x >= 2048 and int(x) & (int(x) - 1) == 0:
+        return f"2^{int(x).bit_length() - 1}"
+    return f"{x:.4g}"
+
+
+def _beyond_bound(key: str, si: Any) -> str | None:
+    """What is wrong with field ``key``'s SI value(s) past :data:`FIELD_MAX` (None when within)."""
+    bound = FIELD_MAX.get(key)
+    values = si if isinstance(si, (list, tuple)) else [si]
+    if bound is None or not values or max(float(v) for v in values) <= bound:
+        return None
+    unit = _SI_UNIT[{**MODEL_FIELDS, **HARDWARE_FIELDS}[key][0]]
+    worst = max(values, key=float)
+    shown = (
+        str(int(worst)) if not unit and float(worst) == int(worst) and float(worst) < 1e15 else f"{float(worst):.4g}"
+    )
+    return f"{shown}{unit} is more than the {_magnitude(bound)}{unit} a preset's {key} may be (far above any published model or box)"
+
 
 #: what each field means and the unit it is given in (the schema: ``moeroof presets --schema``,
 #: docs/presets.md): field → (meaning, example unit)
@@ -564,8 +639,25 @@ def _field(path: Path, key: str, raw: Any, dimension: str) -> tuple[Any, str, st
     return si, tag, text
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
-    """The TOML document of a preset file, bounded in size and depth."""
+#: a line that gives a top-level key (``key = …``, ``key.value = …``, ``"key" = …``) or opens its
+#: table (``[key]``, ``[key.sub]``): the key is the first group that matched
+_KEY_LINE = re.compile(r"""^\s*(?:\[\s*)?(?:"([^"\n]+)"|'([^'\n]+)'|([A-Za-z0-9_-]+))\s*(?:[=.]|\])""")
+
+
+def _key_lines(text: str) -> dict[str, int]:
+    """The line (1-based) on which each top-level key of a preset's text is first given: where a
+    message points for a field (the document tomllib returns keeps no positions)."""
+    lines: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        m = _KEY_LINE.match(line)
+        if m is not None:
+            lines.setdefault(next(g for g in m.groups() if g is not None), number)
+    return lines
+
+
+def _read_toml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
+    """The TOML document of a preset file, bounded in size and depth, and the line of each key
+    (:func:`_key_lines`)."""
     try:
         raw = read_input_bytes(path, MAX_TOML_BYTES)  # bounded (check_document refuses more); a FIFO refused
     except FileNotFoundError:
@@ -575,7 +667,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8")
         check_document(text, "the TOML", max_bytes=MAX_TOML_BYTES, toml=True)
-        return parse_toml(text, bounded=False)  # each field is bounded by its own check
+        return parse_toml(text, bounded=False), _key_lines(text)  # each field is bounded by its own check
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise InputError(path, None, "toml", f"not valid TOML ({err})") from None
     except LongNumberError as err:  # its line and key: `experts = { value = 10…0 }` said `toml`
@@ -587,9 +679,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 
 def _load_fields(
-    path: Path, doc: dict[str, Any], fields: dict[str, tuple[str, bool]], out: dict[str, Any]
+    path: Path, doc: dict[str, Any], fields: dict[str, tuple[str, bool]], out: dict[str, Any], lines: dict[str, int]
 ) -> tuple[dict[str, str], dict[str, str], dict[str, tuple[tuple[float, float, float], str]], list[InputError]]:
-    """Reads each field (or its default) into ``out``; (provenance tags, sources, priors, every error met)."""
+    """Reads each field (or its default) into ``out``, each within :data:`FIELD_MAX` (an error past
+    it names the field's line of ``lines``); (provenance tags, sources, priors, every error met)."""
     prov, sources = {}, {}
     priors: dict[str, tuple[tuple[float, float, float], str]] = {}
     errors: list[InputError] = []  # every bad or missing field, said at once
@@ -608,6 +701,9 @@ def _load_fields(
             value, tag, text = _field(path, key, doc[key], dimension)
             if isinstance(value, list) and key not in _CURVE_FIELDS:
                 raise InputError(path, None, key, "must be a single number")
+            beyond = _beyond_bound(key, value)
+            if beyond is not None:
+                raise InputError(path, lines.get(key), key, beyond)
         except InputError as err:
             errors.append(err)
             continue
@@ -617,6 +713,9 @@ def _load_fields(
         if "prior" in doc[key] or "prior_source" in doc[key]:
             try:
                 priors[key] = _prior(path, key, doc[key], dimension)
+                beyond = _beyond_bound(key, list(priors[key][0]))
+                if beyond is not None:
+                    raise InputError(path, lines.get(key), key, f"prior: {beyond}")
             except InputError as err:
                 errors.append(err)
     return prov, sources, priors, errors
@@ -627,7 +726,7 @@ def _load(
 ) -> dict[str, Any]:
     """A preset file of ``kind`` checked against ``fields`` (key → (dimension, required)) and ``texts``."""
     path = Path(path)
-    doc = _read_toml(path)
+    doc, lines = _read_toml(path)
     if doc.get("kind") != kind:
         raise InputError(path, None, "kind", f'must be "{kind}", got {doc.get("kind")!r}')
     name = doc.get("name")
@@ -638,7 +737,7 @@ def _load(
     if unknown:
         raise InputError(path, None, unknown[0], f"unknown key (known: {', '.join(sorted(fields))})")
     out: dict[str, Any] = {"name": name, "description": str(doc.get("description", "")), "path": path}
-    prov, sources, priors, errors = _load_fields(path, doc, fields, out)
+    prov, sources, priors, errors = _load_fields(path, doc, fields, out, lines)
     if errors:
         raise PresetError(path, errors) if len(errors) > 1 else errors[0]
     out["provenance"] = MappingProxyType(prov)
@@ -662,10 +761,7 @@ def _int_fields(path: Path, out: dict[str, Any], keys: tuple[str, ...], minimum:
             if float(v) != int(v) or int(v) < minimum:
                 what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
                 raise InputError(path, None, key, f"must be {what}, got {v!r}")
-            out[key] = int(v)
-            limit = {"experts": MAX_EXPERTS, "moe_layers": MAX_LAYERS}.get(key)
-            if limit is not None and out[key] > limit:
-                raise InputError(path, None, key, f"{out[key]} is more than the {limit} allowed")
+            out[key] = int(v)  # within FIELD_MAX: checked as it was read
 
 
 def _resolve(name_or_path: str | Path, sub: str) -> Path:
@@ -791,6 +887,9 @@ def with_overrides(obj: MoEModel | Hardware, overrides: Mapping[str, str]) -> Mo
             value = parse_quantity(str(text), dimension)
         except ValueError as err:
             raise ValueError(f"{key}: {err}") from None
+        beyond = _beyond_bound(key, value)
+        if beyond is not None:
+            raise ValueError(f"{key}: {text}: {beyond}")
         if key == "bw_ssd_bytes_per_s":
             # a hardware field (checked above): the curve scaled to the peak given
             curve = np.asarray(getattr(obj, "bw_ssd_bytes_per_s"), dtype=float)  # noqa: B009

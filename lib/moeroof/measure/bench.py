@@ -442,7 +442,7 @@ def _check_resources(
     calibrate.check_disk(base if base is not None else tempfile.gettempdir(), shape.file_bytes, what)
     d, f = shape.d_model, shape.d_ff
     memory = shape.slot_bytes + 8 * bmax * (d + f) * 4 + n_steps * bmax * (d + shape.layers * top_k * 3) * 8
-    calibrate.check_memory(memory, "batch/d_model/d_ff")
+    calibrate.check_memory(memory, "batch/d_model/d_ff/steps")  # steps × batch: the routing and gates drawn
     return base
 
 

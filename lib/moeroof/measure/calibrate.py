@@ -155,8 +155,13 @@ def check_disk(directory: str | os.PathLike[str], nbytes: float, what: str) -> N
 
 
 def check_memory(nbytes: float, what: str) -> None:
-    """Refuse a run that would take more than :data:`MEMORY_SHARE` of ``MemAvailable``."""
-    avail = meminfo()["available"]
+    """Refuse a run that would take more than :data:`MEMORY_SHARE` of the memory available
+    (:func:`moeroof.core.limits.available_memory`: ``MemAvailable``, lowered to what an
+    address-space limit leaves; ``MemAvailable`` alone let ``calibrate --matmul-n 20000`` under a
+    4 GB ``ulimit -v`` pass, measure its reads, and run out of memory at its matmul)."""
+    from moeroof.core.limits import available_memory
+
+    avail = float(available_memory())
     if nbytes > MEMORY_SHARE * avail:
         raise ResourceError(
             f"{what}: needs {_fmt_bytes(nbytes)} of memory but only {_fmt_bytes(avail)} is available "

@@ -173,7 +173,9 @@ def evaluate(
     if not works:
         raise ValueError("a step needs at least one rank")
     per_rank = [rank_terms(hardware, w) for w in works]
-    n = np.broadcast(*[np.asarray(v) for t in per_rank for v in t.values()]).shape or (1,)
+    # broadcast_shapes takes any number of shapes (np.broadcast at most 64 arrays: 4 terms × 17 ranks
+    # made plan --ranks 17 fail with numpy's "Need at least 0 and at most 64 array objects")
+    n = np.broadcast_shapes(*[np.shape(v) for t in per_rank for v in t.values()]) or (1,)
     if len(n) != 1:
         raise ValueError(f"rank work must be scalars or 1-D arrays over the batch sizes, got shape {n}")
     # each term (rank, B): every rank's at once, combined (max / sum and ties) over the terms

@@ -74,12 +74,27 @@ from typing import Any
 
 from moeroof.core.errors import wraps_interrupt
 from moeroof.core.input_files import NotRegularFileError, check_regular, read_input_bytes
-from moeroof.core.limits import MAX_GIB, MAX_TOML_BYTES, LongNumberError, check_document, parse_toml
+from moeroof.core.limits import (
+    MAX_BATCH,
+    MAX_CELLS,
+    MAX_EXPERTS,
+    MAX_FIT_SEEDS,
+    MAX_GIB,
+    MAX_LAYERS,
+    MAX_REPLICATES,
+    MAX_SIMULATED_STEPS,
+    MAX_TOKENS,
+    MAX_TOML_BYTES,
+    LongNumberError,
+    check_document,
+    parse_toml,
+)
 from moeroof.core.optional import require
 
 __all__ = [
     "CHECKPOINT_SECONDS",
     "COMMANDS",
+    "COUNT_KEYS",
     "KEYS",
     "MAX_POINTS",
     "MAX_SYNTHETIC_IDS",
@@ -217,6 +232,41 @@ def _check_size(path: Any, key: str, value: Any) -> None:
         raise GridError(path, key, f"an expert of less than one byte ({value!r}) is not a size")
 
 
+#: grid keys that are counts, with their range (:mod:`moeroof.core.limits`, as the commands' flags
+#: bound them): ``experts = 2^62`` was swept into a union of 2^62 experts, exit 0
+COUNT_KEYS: dict[str, tuple[int, int]] = {
+    "experts": (1, MAX_EXPERTS),
+    "top_k": (1, MAX_EXPERTS),
+    "layers": (1, MAX_LAYERS),
+    "batch": (1, MAX_BATCH),
+    "streams": (1, MAX_BATCH),
+    "ranks": (1, MAX_EXPERTS),
+    "steps": (1, MAX_TOKENS),
+    "warmup_steps": (0, MAX_TOKENS),
+    "context": (0, MAX_TOKENS),
+    "capacity": (0, MAX_CELLS),
+    "seeds": (1, MAX_FIT_SEEDS),
+    "seed": (0, (1 << 63) - 1),
+    "bootstrap": (0, MAX_REPLICATES),
+    "timed_steps": (1, MAX_SIMULATED_STEPS),
+    "max_history": (0, MAX_SIMULATED_STEPS),
+    "max_sim_layers": (1, MAX_LAYERS),
+}
+
+
+def _check_count(path: Any, key: str, value: Any) -> None:
+    """A count key's number (:data:`COUNT_KEYS`) within its range, before any point is made
+    of it; a value that is not a number is left to the point's own check."""
+    name = key.removeprefix("fixed.")
+    if name not in COUNT_KEYS or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    low, high = COUNT_KEYS[name]
+    if not low <= value <= high:
+        raise GridError(
+            path, key, f"{value!r} is outside {low} … {high}, the {name.replace('_', ' ')} a point may have"
+        )
+
+
 def read_grid(path: str | Path) -> Grid:
     """Read and check a grid TOML file (see the module docstring); errors name the file and key.
 
@@ -258,6 +308,7 @@ def grid_from_dict(doc: Mapping[str, Any], path: Any = "<grid>") -> Grid:
     for key, value in fixed.items():
         _check_value(path, f"fixed.{key}", value)
         _check_size(path, f"fixed.{key}", value)
+        _check_count(path, f"fixed.{key}", value)
         if key in axes:
             raise GridError(path, key, "is both an axis and in [fixed]; give it once")
     for key in [*axes, *fixed]:
@@ -283,6 +334,7 @@ def _axis_values(path: Any, key: str, value: Any) -> tuple[Any, ...]:
         values = [_check_value(path, key, v) for v in (value if isinstance(value, list) else [value])]
     for v in values:
         _check_size(path, key, v)
+        _check_count(path, key, v)
     if not values:
         raise GridError(path, key, "an axis needs at least one value")
     if len(set(map(json.dumps, values))) != len(values):

@@ -404,7 +404,7 @@ def test_che_approximates_lru_on_an_irm_zipf_stream():
     assert cache.che_hit_curve(w, [57])[0] == pytest.approx(np.sum(w * -np.expm1(-w * t)), rel=1e-9)
 
 
-def test_shards_error_is_small_on_a_big_random_stream():
+def test_shards_estimate_error_is_small_on_a_big_random_stream():
     # An MoE-like IRM stream: 80 layers x 256 experts (20 480 items), Zipf(0.7) per layer,
     # 10^6 requests. Fixed-rate SHARDS at R = 0.1 keeps ~2 000 items; its max absolute
     # hit-rate error over all capacities stays below 0.05 for seeds 0..2 (measured 0.014,
@@ -416,12 +416,12 @@ def test_shards_error_is_small_on_a_big_random_stream():
     items = rng.choice(w.size, size=1_000_000, p=w)
     cap, exact = cache.lru_hit_curve(items)
     for seed in range(3):
-        assert cache.shards_error(items, 0.1, seed=seed) < 0.05
         scap, est = cache.shards_hit_curve(items, 0.1, seed=seed)
-        assert np.mean(np.abs(est[np.minimum(cap, scap[-1])] - exact)) < 0.03
+        error = np.abs(est[np.minimum(cap, scap[-1])] - exact)  # the estimate held beyond its range
+        assert np.max(error) < 0.05
+        assert np.mean(error) < 0.03
     _, est = cache.shards_hit_curve(items, 1.0)
     np.testing.assert_array_equal(est, exact)
-    assert cache.shards_error(items, 1.0) == 0.0
     with pytest.raises(ValueError, match="sample rate"):
         cache.shards_hit_curve(items, 0.0)
 

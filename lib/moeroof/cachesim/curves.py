@@ -21,7 +21,7 @@ item i hits with probability ``1 − e^{−λ_i T_C}`` and the hit rate is their
 **SHARDS** (:func:`shards_hit_curve`; Waldspurger, Park, Garthwaite & Ahmad 2015, FAST,
 fixed-rate variant): keep the requests of items whose hash satisfies ``hash mod P < R·P``
 (spatial sampling: every reference of a sampled item is kept), compute their stack distances
-exactly and scale each by ``1/R``. :func:`shards_error` states its error against the exact curve.
+exactly and scale each by ``1/R``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ __all__ = [
     "che_hit_curve",
     "item_hash",
     "shards_hit_curve",
-    "shards_error",
 ]
 
 #: requests hashed at a time by shards_hit_curve
@@ -239,15 +238,3 @@ def shards_hit_curve(requests, rate, *, seed=0, adjust=False, lookup: str = "lay
     cap = np.arange(c_max + 1, dtype=np.int64)
     est = np.interp(cap, np.arange(d_s + 1) / rate, points)
     return cap, np.clip(est, 0.0, 1.0)
-
-
-def shards_error(requests, rate, *, seed=0, adjust=False, lookup: str = "layer") -> float:
-    """Max absolute hit-rate error of :func:`shards_hit_curve` against :func:`lru_hit_curve`.
-
-    Over capacities 0..D of the exact curve; the estimate is held at its last value beyond
-    its own range.
-    """
-    cap, exact = lru_hit_curve(requests, lookup=lookup)
-    scap, est = shards_hit_curve(requests, rate, seed=seed, adjust=adjust, lookup=lookup)
-    e = est[np.minimum(cap, scap[-1])]
-    return float(np.max(np.abs(e - exact)))

@@ -60,24 +60,19 @@ class Requests:
     _lookups: Any
 
     def __init__(self, items, step, layer, steps, layers, experts, *, cells=None):
-        set_ = object.__setattr__
-        set_(self, "items", items)
-        set_(self, "steps", int(steps))
-        set_(self, "layers", int(layers))
-        set_(self, "experts", int(experts))
+        steps, layers, experts = int(steps), int(layers), int(experts)
         if cells is None:
             if step is None or layer is None:
                 raise ValueError("give step and layer per request, or cells")
         else:
             cells = np.asarray(cells)
-            if cells.shape != (self.steps * self.layers,):
-                raise ValueError(f"cells must have one count per (step, layer), shape ({self.steps * self.layers},)")
+            if cells.shape != (steps * layers,):
+                raise ValueError(f"cells must have one count per (step, layer), shape ({steps * layers},)")
             if int(cells.sum(dtype=np.int64)) != np.asarray(items).size:
                 raise ValueError("cells must sum to the number of requests")
-        set_(self, "_step", step)
-        set_(self, "_layer", layer)
-        set_(self, "_cells", cells)
-        set_(self, "_lookups", None)
+        values = (items, steps, layers, experts, step, layer, cells, None)
+        for name, value in zip(self.__slots__, values):
+            object.__setattr__(self, name, value)
 
     def __setattr__(self, name, value):
         raise AttributeError(f"Requests is read-only: cannot set {name!r}")
@@ -198,13 +193,11 @@ def requests_from_trace(topk, experts, *, partition=None, rank=None, streams=Non
         raise ValueError(f"trace topk must have an integer dtype, got {arr.dtype}")
     steps, n_streams, layers, _ = arr.shape
     sel = _stream_selection(streams, n_streams)
-    keep = None
-    if partition is not None or rank is not None:
-        if partition is None or rank is None:
-            raise ValueError("give both partition and rank (or neither)")
-        keep = _as_partition(partition, layers, experts) == int(rank)
-    use_keep = keep is not None
-    keep = np.ascontiguousarray(keep) if use_keep else np.ones((1, 1), dtype=bool)
+    use_keep = partition is not None or rank is not None
+    if use_keep and (partition is None or rank is None):
+        raise ValueError("give both partition and rank (or neither)")
+    keep = _as_partition(partition, layers, experts) == int(rank) if use_keep else np.ones((1, 1), dtype=bool)
+    keep = np.ascontiguousarray(keep)
     from moeroof.data.io import TOPK_CHUNK_ELEMENTS  # read_trace's chunks: the same first error
     from moeroof.kernels import cache as kernels
 
@@ -214,7 +207,6 @@ def requests_from_trace(topk, experts, *, partition=None, rank=None, streams=Non
             f"layers × experts = {layers} × {experts} items: the cache simulator keys its tables by "
             f"int32 item ids, below 2^31"
         )
-    item_dt = np.int32
     cells = np.zeros(steps * layers, dtype=np.int32)
     mark = np.zeros(max(experts, 1), np.int64)
     tmark = np.zeros(max(experts, 1), np.int64)
@@ -227,7 +219,7 @@ def requests_from_trace(topk, experts, *, partition=None, rank=None, streams=Non
         )
         if kind != kernels.ID_OK:
             _raise_id_error(kind, err, s0, experts)
-    items = np.empty(int(cells.sum(dtype=np.int64)), dtype=item_dt)
+    items = np.empty(int(cells.sum(dtype=np.int64)), dtype=np.int32)
     mark[:] = 0
     pos = 0
     for s0 in range(0, steps, chunk):
@@ -253,12 +245,8 @@ def _raise_id_error(kind: int, err: np.ndarray, s0: int, experts: int) -> None:
     from moeroof.kernels import cache as kernels
 
     s, t, l, k, v = (int(x) for x in err[:5])
-    index = f"topk[{s + s0},{t},{l},{k}]"
-    if kind == kernels.ID_RANGE:
-        raise TraceIdError(index, TOPK_RANGE.format(value=v, experts=experts))
-    if kind == kernels.ID_PARTIAL:
-        raise TraceIdError(index, TOPK_PARTIAL)
-    raise TraceIdError(index, TOPK_DUPLICATE.format(value=v))
+    reasons = {kernels.ID_RANGE: TOPK_RANGE.format(value=v, experts=experts), kernels.ID_PARTIAL: TOPK_PARTIAL}
+    raise TraceIdError(f"topk[{s + s0},{t},{l},{k}]", reasons.get(kind, TOPK_DUPLICATE.format(value=v)))
 
 
 def request_histogram(requests: Requests, *, from_step: int = 0) -> np.ndarray:

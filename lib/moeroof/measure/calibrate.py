@@ -171,8 +171,9 @@ def machine_info(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
         cpu = next((line.split(":", 1)[1].strip() for line in fh if line.lower().startswith("model name")), cpu)
     info: dict[str, Any] = {"cpu": cpu, "logical_cores": os.cpu_count(), "ram_bytes": meminfo()["total"]}
-    info.update(system=f"{platform.system()} {platform.release()}", python=platform.python_version())
-    info["numpy"] = np.__version__
+    info.update(
+        system=f"{platform.system()} {platform.release()}", python=platform.python_version(), numpy=np.__version__
+    )
     if path is not None:
         info["filesystem"] = _filesystem(Path(path))
     return info
@@ -614,10 +615,8 @@ class EngineFit:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {f"engine_{k}": getattr(self, k) for k in ("seconds_per_step", "seconds_per_agent_token")}
-        for k in ("rms_residual_seconds", "batch", "step_seconds", "source", "repeats", "wall_seconds", "notes"):
-            d[k] = list(getattr(self, k)) if k in ("batch", "step_seconds", "notes") else getattr(self, k)
-        return {**d, **self.extra}
+        d = {k: list(v) if isinstance(v, list) else v for k, v in vars(self).items() if k != "extra"}
+        return {("engine_" if k.startswith("seconds_per") else "") + k: v for k, v in d.items()} | self.extra
 
 
 # ----------------------------------------------------------------------------- the run
@@ -749,35 +748,6 @@ def hardware_toml(cal: Calibration) -> str:
     return "\n".join(header + body) + "\n"
 
 
-def _check_calibrate_args(
-    output: str | os.PathLike[str] | None,
-    file_bytes: int,
-    seconds: float,
-    mem_bytes: int,
-    matmul_n: int,
-    scratch_dir: str | os.PathLike[str] | None,
-) -> tuple[int, Path | None, Path | None, int]:
-    """``(file bytes rounded up to the alignment, output path, scratch base, page-cache bytes)``,
-    the arguments, free disk and available memory checked."""
-    if not file_bytes >= 128 * KiB:
-        raise ValueError("file_bytes: the scratch file must hold at least one 128 KiB read")
-    if not seconds > 0:
-        raise ValueError("seconds: must be > 0")
-    if mem_bytes < 1 or matmul_n < 1:
-        raise ValueError("mem_bytes and matmul_n must be positive")
-    file_bytes = -(-int(file_bytes) // ALIGN) * ALIGN
-    out = Path(output) if output is not None else None
-    base = Path(scratch_dir) if scratch_dir is not None else (out.resolve().parent if out is not None else None)
-    if base is not None and not base.is_dir():
-        if scratch_dir is not None:
-            raise ResourceError(f"scratch_dir: {base} is not a directory")
-        raise ResourceError(f"output: the folder {base} does not exist")
-    check_disk(base if base is not None else tempfile.gettempdir(), file_bytes, "file_bytes")
-    page_bytes = min(file_bytes, int(256 * MiB))
-    check_memory(2 * mem_bytes + 3 * 4 * matmul_n**2 + page_bytes + READ_SIZES_BYTES[-1], "mem_bytes/matmul_n")
-    return file_bytes, out, base, page_bytes
-
-
 def _measure(
     base: Path | None,
     file_bytes: int,
@@ -872,9 +842,22 @@ def calibrate(
     its c0 and c1 are written as ``engine_seconds_per_step`` and
     ``engine_seconds_per_agent_token``, witnessed. ``None``: not measured, not written.
     """
-    file_bytes, out, base, page_bytes = _check_calibrate_args(
-        output, file_bytes, seconds, mem_bytes, matmul_n, scratch_dir
-    )
+    if not file_bytes >= 128 * KiB:
+        raise ValueError("file_bytes: the scratch file must hold at least one 128 KiB read")
+    if not seconds > 0:
+        raise ValueError("seconds: must be > 0")
+    if mem_bytes < 1 or matmul_n < 1:
+        raise ValueError("mem_bytes and matmul_n must be positive")
+    file_bytes = -(-int(file_bytes) // ALIGN) * ALIGN
+    out = Path(output) if output is not None else None
+    base = Path(scratch_dir) if scratch_dir is not None else (out.resolve().parent if out is not None else None)
+    if base is not None and not base.is_dir():
+        if scratch_dir is not None:
+            raise ResourceError(f"scratch_dir: {base} is not a directory")
+        raise ResourceError(f"output: the folder {base} does not exist")
+    check_disk(base if base is not None else tempfile.gettempdir(), file_bytes, "file_bytes")
+    page_bytes = min(file_bytes, int(256 * MiB))
+    check_memory(2 * mem_bytes + 3 * 4 * matmul_n**2 + page_bytes + READ_SIZES_BYTES[-1], "mem_bytes/matmul_n")
     sizes = [s for s in READ_SIZES_BYTES if s <= file_bytes]
     notes = []
     if len(sizes) < len(READ_SIZES_BYTES):

@@ -126,11 +126,8 @@ def read_prompts(path: str | Path) -> list[str | list[int]]:
 
 
 def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
     with Path(path).open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return "sha256:" + h.hexdigest()
+        return "sha256:" + hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def tokenize_prompts(prompts: Sequence[str | list[int]], model_dir: str | Path, vocab_size: int) -> list[list[int]]:

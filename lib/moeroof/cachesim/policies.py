@@ -14,8 +14,8 @@ counts experts (each item one slot) or bytes (items may
 differ in size); scope ``"global"`` is one cache shared by all layers, ``"layer"`` one cache per
 layer with ``capacity / layers`` each (floored to whole experts for an expert capacity). An item
 larger than its cache is streamed and never cached. Per-rank ownership
-(:func:`simulate_ranks`): a partition maps experts to ranks and each rank caches only its own
-experts in its own cache. Policies:
+(:func:`requests_from_trace` with a partition and a rank): a partition maps experts to ranks and
+each rank caches only its own experts in its own cache. Policies:
 
 - ``"lru"`` — evict the least recently used item (demand paging: every miss is inserted).
 - ``"lfu"`` — *in-cache* LFU, as libCacheSim's ``LFU`` (``cache/eviction/LFU.c``) and most
@@ -91,7 +91,6 @@ from moeroof.cachesim.requests import (
     item_counts,
     next_use,
     request_histogram,
-    requests_from_trace,
 )
 from moeroof.core.results import Result
 
@@ -104,7 +103,6 @@ __all__ = [
     "LIBCACHESIM_S3FIFO_THRESHOLD",
     "CacheResult",
     "simulate",
-    "simulate_ranks",
     "result_from_counts",
     "check_cache_args",
     "is_ranking",
@@ -155,10 +153,6 @@ class CacheResult(Result):
     notes: tuple[str, ...] = field(default=())
     #: per request, whether it hit (only with ``simulate(..., return_hits=True)``)
     request_hits: np.ndarray | None = None
-
-    @property
-    def miss_rate(self) -> float:
-        return 1.0 - self.hit_rate
 
     @property
     def mean_bytes_streamed_per_step(self) -> float:
@@ -399,22 +393,3 @@ def result_from_counts(
     counts = (total, hits, misses, hits / total if total else float("nan"))
     steps = (hits_per_step, misses_per_step, bytes_streamed_per_step)
     return CacheResult(policy, capacity, capacity_unit, scope, warmup_steps, *counts, *steps, bytes_unit, notes)
-
-
-def simulate_ranks(topk, experts, partition, capacity_per_rank, **kw) -> list[CacheResult]:
-    """One cache per rank: rank r caches only the experts ``partition`` maps to it.
-
-    ``partition`` (experts,) or (layers, experts) int ranks 0..R−1; ``capacity_per_rank`` a
-    scalar or one value per rank; ``streams`` goes to :func:`requests_from_trace`, every other
-    keyword to :func:`simulate`. Returns R results, rank order.
-    """
-    streams = kw.pop("streams", None)
-    part = np.asarray(partition)
-    if part.size == 0:
-        raise ValueError("partition is empty")
-    ranks = int(part.max()) + 1
-    caps = np.broadcast_to(np.asarray(capacity_per_rank, dtype=float), (ranks,))
-    return [
-        simulate(requests_from_trace(topk, experts, partition=part, rank=r, streams=streams), float(caps[r]), **kw)
-        for r in range(ranks)
-    ]

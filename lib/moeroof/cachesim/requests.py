@@ -208,10 +208,7 @@ def requests_from_trace(topk, experts, *, partition=None, rank=None, streams=Non
             f"int32 item ids, below 2^31"
         )
     cells = np.zeros(steps * layers, dtype=np.int32)
-    mark = np.zeros(max(experts, 1), np.int64)
-    tmark = np.zeros(max(experts, 1), np.int64)
-    ctr = np.zeros(1, np.int64)
-    err = np.zeros(15, np.int64)
+    mark, tmark, ctr, err = (np.zeros(n, np.int64) for n in (experts, experts, 1, 15))  # the kernels' scratch
     for s0 in range(0, steps, chunk):
         block = _native_block(arr, s0, chunk)
         kind = kernels.scan_block(
@@ -249,16 +246,9 @@ def _raise_id_error(kind: int, err: np.ndarray, s0: int, experts: int) -> None:
     raise TraceIdError(f"topk[{s + s0},{t},{l},{k}]", reasons.get(kind, TOPK_DUPLICATE.format(value=v)))
 
 
-def request_histogram(requests: Requests, *, from_step: int = 0) -> np.ndarray:
-    """Requests per item (layers·experts,) over the steps ≥ ``from_step``."""
-    items = requests.items
-    if from_step > 0:
-        if requests.cells is not None:  # the stream is in step order: the steps ≥ from_step are its tail
-            first = int(requests.cells[: min(from_step, requests.steps) * requests.layers].sum(dtype=np.int64))
-            items = items[first:]
-        else:
-            items = items[requests.step >= from_step]
-    return item_counts(items, requests.n_items)
+def request_histogram(requests: Requests) -> np.ndarray:
+    """Requests per item (layers·experts,)."""
+    return item_counts(requests.items, requests.n_items)
 
 
 def item_counts(items, minlength: int = 0) -> np.ndarray:
@@ -278,8 +268,8 @@ def hot_set_ranking(popularity) -> np.ndarray:
     return np.argsort(-pop, kind="stable").astype(np.int64)
 
 
-def lookup_starts(requests: Requests, lookup: str = "layer", keep: np.ndarray | None = None) -> np.ndarray:
-    """Bool (n,): which requests begin a lookup (of the stream restricted to ``keep``, if given).
+def lookup_starts(requests: Requests, lookup: str = "layer") -> np.ndarray:
+    """Bool (n,): which requests begin a lookup.
 
     ``lookup="layer"``: one lookup per (step, layer) — an engine resolves a layer's experts
     together, serving the cached ones and fetching the misses, so a miss never evicts an expert
@@ -290,13 +280,9 @@ def lookup_starts(requests: Requests, lookup: str = "layer", keep: np.ndarray | 
     from moeroof.kernels import cache as kernels
 
     check_lookup(lookup)
-    n = len(requests) if keep is None else int(np.count_nonzero(keep))
     if lookup == "request":
-        return np.ones(n, dtype=bool)
-    off, _ = requests.lookups()
-    if keep is not None:
-        off = kernels.subset_offsets(off, np.ascontiguousarray(keep, dtype=bool))
-    return kernels.starts_from_offsets(off, n)
+        return np.ones(len(requests), dtype=bool)
+    return kernels.starts_from_offsets(requests.lookups()[0], len(requests))
 
 
 def check_lookup(lookup: str) -> None:

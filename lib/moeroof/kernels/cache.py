@@ -97,12 +97,6 @@ def _in(a, dtype) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=dtype)
 
 
-def _flags(a) -> np.ndarray:
-    """Bool flags as the C's uint8: a view of a contiguous bool array (no copy per block)."""
-    a = np.ascontiguousarray(a)
-    return a.view(np.uint8) if a.dtype == np.bool_ else a.astype(np.uint8)
-
-
 def _out(a: np.ndarray, dtype, what: str) -> np.ndarray:
     """An array the C writes in place: C-contiguous, writeable, of ``dtype`` (a caller's bug
     otherwise, said as a TypeError)."""
@@ -154,7 +148,8 @@ def _block_call(kind: str, block, experts, sel, keep, use_keep, *rest) -> int:
     :func:`emit_block` share, then ``rest`` (arrays by their pointer)."""
     block = _plain(block)
     fn = c_function(f"mr_{kind}_block" + _BLOCK_SUFFIX[block.dtype])
-    sel, keep = _in(sel, np.int64), _flags(keep)
+    sel, keep = _in(sel, np.int64), np.ascontiguousarray(keep)
+    keep = keep.view(np.uint8) if keep.dtype == np.bool_ else keep.astype(np.uint8)  # no copy of a bool array
     return int(
         fn(_p(block), *block.shape, int(experts), _p(sel), sel.size, _p(keep), int(bool(use_keep)), *map(_c, rest))
     )

@@ -308,7 +308,7 @@ def aligned_buffer(nbytes: int) -> mmap.mmap:
     return mmap.mmap(-1, n)
 
 
-class DeviceFile:
+class DeviceFile(contextlib.AbstractContextManager["DeviceFile"]):
     """A file opened so that its reads reach the device, not the page cache.
 
     ``read_path="auto"`` tries ``O_DIRECT`` (a test read of one aligned block) and falls back to
@@ -389,9 +389,6 @@ class DeviceFile:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-
-    def __enter__(self) -> DeviceFile:
-        return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()

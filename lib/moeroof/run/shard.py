@@ -67,10 +67,9 @@ class LayerCurve(Result):
 def _source(trace: Any) -> tuple[Any, int, int, dict[str, Any] | None]:
     """(source, layers, experts, meta): source a path when workers can read it, else the array."""
     if isinstance(trace, (str, os.PathLike)):
-        if _is_parquet(trace):  # footer only: each task checks the rows it reads
-            info = parquet_trace_info(trace)
-            return str(Path(trace)), info.layers, info.experts, None
-        t = read_trace(trace)  # checked whole, once, here: the tasks trust it
+        # a Parquet trace's footer only (each task checks the rows it reads); any other checked
+        # whole, once, here: the tasks trust it
+        t = parquet_trace_info(trace) if _is_parquet(trace) else read_trace(trace)
         return str(Path(trace)), t.layers, t.experts, None
     if isinstance(trace, Trace):
         if isinstance(trace.topk, np.memmap) and trace.path is not None:
@@ -367,11 +366,6 @@ BAND_SIGMAS = 3.0
 _SLICE_CHUNK_CELLS = 1 << 22
 
 
-def _slice_edges(rate: float, slices: int) -> list[float]:
-    """Hash-range edges 0 = e_0 < … < e_S = R of the slices (the last edge is R itself)."""
-    return [j * rate / slices for j in range(slices)] + [rate]
-
-
 def _shards_task(payload, meta, layers, experts, lo, hi, seed, lookup, streams, want_counts):
     """One slice: (distance histogram 0..D_j, D_j, sampled requests, requests, item counts or None)."""
     chunk = max(1, _SLICE_CHUNK_CELLS // max(1, layers * experts))
@@ -470,14 +464,13 @@ def shards_curve_sharded(
     rate = float(rate)
     if not 0.0 < rate <= 1.0:
         raise ValueError(f"sample rate must lie in (0, 1], got {rate!r}")
-    if lookup not in cache.LOOKUPS:
-        raise ValueError(f"lookup must be one of {', '.join(cache.LOOKUPS)}, got {lookup!r}")
+    cache.check_lookup(lookup)
     if slices is not None and not 1 <= int(slices) <= MAX_SHARDS_SLICES:
         raise ValueError(f"slices must be in 1 … {MAX_SHARDS_SLICES}, got {slices}")
     source, layers, experts, meta = _source(trace)
     with open_client(client, scheduler, workers, _PURPOSE) as c:
         s = worker_count(c, workers) if slices is None else int(slices)
-        edges = _slice_edges(rate, s)
+        edges = [j * rate / s for j in range(s)] + [rate]  # 0 = e_0 < … < e_S = R, the last edge R itself
         payload = source
         if c is not None and not isinstance(source, str):
             payload = c.scatter(source, broadcast=True, hash=False)  # once per worker, not per task

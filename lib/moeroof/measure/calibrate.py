@@ -171,9 +171,8 @@ def machine_info(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
         cpu = next((line.split(":", 1)[1].strip() for line in fh if line.lower().startswith("model name")), cpu)
     info: dict[str, Any] = {"cpu": cpu, "logical_cores": os.cpu_count(), "ram_bytes": meminfo()["total"]}
-    info.update(
-        system=f"{platform.system()} {platform.release()}", python=platform.python_version(), numpy=np.__version__
-    )
+    info.update(system=f"{platform.system()} {platform.release()}", python=platform.python_version())
+    info["numpy"] = np.__version__
     if path is not None:
         info["filesystem"] = _filesystem(Path(path))
     return info

@@ -281,7 +281,8 @@ def test_per_rank_partition_is_the_union_of_separate_simulations():
         part = rng.integers(0, 3, size=8)
         part[:3] = [0, 1, 2]
         for policy in ("lru", "belady"):
-            results = cache.simulate_ranks(topk, 8, part, 4, policy=policy, warmup_steps=2)
+            ranks = [requests_from_trace(topk, 8, partition=part, rank=r) for r in range(3)]
+            results = [simulate(sub, 4, policy=policy, warmup_steps=2) for sub in ranks]
             assert len(results) == 3
             # every request lands on exactly one rank
             assert sum(r.requests for r in results) == int((req.step >= 2).sum())
@@ -404,7 +405,7 @@ def test_che_approximates_lru_on_an_irm_zipf_stream():
     assert cache.che_hit_curve(w, [57])[0] == pytest.approx(np.sum(w * -np.expm1(-w * t)), rel=1e-9)
 
 
-def test_shards_error_is_small_on_a_big_random_stream():
+def test_shards_estimate_error_is_small_on_a_big_random_stream():
     # An MoE-like IRM stream: 80 layers x 256 experts (20 480 items), Zipf(0.7) per layer,
     # 10^6 requests. Fixed-rate SHARDS at R = 0.1 keeps ~2 000 items; its max absolute
     # hit-rate error over all capacities stays below 0.05 for seeds 0..2 (measured 0.014,
@@ -416,12 +417,12 @@ def test_shards_error_is_small_on_a_big_random_stream():
     items = rng.choice(w.size, size=1_000_000, p=w)
     cap, exact = cache.lru_hit_curve(items)
     for seed in range(3):
-        assert cache.shards_error(items, 0.1, seed=seed) < 0.05
         scap, est = cache.shards_hit_curve(items, 0.1, seed=seed)
-        assert np.mean(np.abs(est[np.minimum(cap, scap[-1])] - exact)) < 0.03
+        error = np.abs(est[np.minimum(cap, scap[-1])] - exact)  # the estimate held beyond its range
+        assert np.max(error) < 0.05
+        assert np.mean(error) < 0.03
     _, est = cache.shards_hit_curve(items, 1.0)
     np.testing.assert_array_equal(est, exact)
-    assert cache.shards_error(items, 1.0) == 0.0
     with pytest.raises(ValueError, match="sample rate"):
         cache.shards_hit_curve(items, 0.0)
 
@@ -686,11 +687,7 @@ def test_compact_requests_equal_the_stream_given_per_request():
             np.testing.assert_array_equal(
                 cache.shards_hit_curve(req, 0.5, lookup=lookup)[1], cache.shards_hit_curve(loose, 0.5, lookup=lookup)[1]
             )
-        for s in (0, 4, 29, 40):
-            assert (
-                cache.request_histogram(req, from_step=s).tolist()
-                == cache.request_histogram(loose, from_step=s).tolist()
-            )
+        assert cache.request_histogram(req).tolist() == cache.request_histogram(loose).tolist()
         with pytest.raises(AttributeError, match="read-only"):
             req.items = req.items[:1]
 

@@ -63,17 +63,11 @@ def test_trace_split_equals_the_lru_simulator(cache_gib):
     layers = tr.shape[2]
     a = balanced_packing(S.firing_counts(tr, 288, stop_step=4), 2)
     ts = S.trace_split(tr, a, cache_gib_per_rank=cache_gib, warmup_steps=4)
-    ref = cache.simulate_ranks(
-        tr,
-        288,
-        a,
-        cache_gib * GiB,
-        policy="lru",
-        capacity_unit="bytes",
-        item_bytes=ladder.expert_bytes(layers),
-        scope="global",
-        warmup_steps=4,
-    )
+    sim = dict(policy="lru", capacity_unit="bytes", item_bytes=ladder.expert_bytes(layers), warmup_steps=4)
+    ref = [
+        cache.simulate(cache.requests_from_trace(tr, 288, partition=a, rank=r), cache_gib * GiB, **sim)
+        for r in range(int(np.max(a)) + 1)
+    ]
     for r, res in enumerate(ref):
         assert ts.hits[r] == res.hits and ts.misses[r] == res.misses
         assert ts.gib_per_step[r] == pytest.approx(res.bytes_streamed_per_step[4:].mean() / GiB)

@@ -30,7 +30,6 @@ CALLED = [
     "mr_subset_offsets",
     "mr_count_items",
     "mr_next_use",
-    "mr_longest",
     "mr_lru_pass",
     "mr_static_pass",
     "mr_heap_pass",
@@ -265,7 +264,6 @@ def test_small_helpers_equal_numpy(seed, n, n_items):
     assert cache_kernels.starts_from_offsets(sub, kept.size).tolist() == sub_first.tolist()
     assert sub[-1] == kept.size and sub.size == off.size
     np.testing.assert_array_equal(cache_kernels.count_items(items, n_items), np.bincount(items, minlength=n_items))
-    assert cache_kernels.longest(off) == (int(np.diff(off).max()) if n else 0)
     a = np.empty(n, np.int32)
     cache_kernels.next_use_kernel(items, n_items, a)
     assert a.tolist() == ref_next_use(items).tolist()

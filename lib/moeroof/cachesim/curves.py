@@ -21,7 +21,7 @@ item i hits with probability ``1 − e^{−λ_i T_C}`` and the hit rate is their
 **SHARDS** (:func:`shards_hit_curve`; Waldspurger, Park, Garthwaite & Ahmad 2015, FAST,
 fixed-rate variant): keep the requests of items whose hash satisfies ``hash mod P < R·P``
 (spatial sampling: every reference of a sampled item is kept), compute their stack distances
-exactly and scale each by ``1/R``. :func:`shards_error` states its error against the exact curve.
+exactly and scale each by ``1/R``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ __all__ = [
     "che_hit_curve",
     "item_hash",
     "shards_hit_curve",
-    "shards_error",
 ]
 
 #: requests hashed at a time by shards_hit_curve
@@ -187,16 +186,15 @@ def item_hash(items: np.ndarray, seed: int) -> np.ndarray:
     return (z >> np.uint64(11)).astype(np.float64) / float(2**53)
 
 
-def shards_hit_curve(requests, rate, *, seed=0, adjust=False, lookup: str = "layer") -> tuple[np.ndarray, np.ndarray]:
+def shards_hit_curve(requests, rate, *, seed=0, lookup: str = "layer") -> tuple[np.ndarray, np.ndarray]:
     """SHARDS estimate of the LRU hit-rate curve (Waldspurger et al. 2015, fixed rate R).
 
     Keeps every request of the items with ``hash(item) < R`` (hash uniform on [0, 1), seeded),
     computes exact stack distances d_s of that sub-stream and scales them by 1/R: the hit rate
-    at capacity k/R is the share of sampled requests with d_s ≤ k. With ``adjust=True`` the
-    share is taken of the *expected* sample size N·R and the difference to the actual sample
-    size is added to the smallest distance (the paper's SHARDS_adj: a sample that missed a hot
-    item lost mostly short-distance hits); off by default: on MoE-like streams (20 480 items,
-    Zipf 0.7 per layer) it was not more accurate in our checks. Integer capacities in between
+    at capacity k/R is the share of sampled requests with d_s ≤ k (the share of the actual
+    sample: the paper's SHARDS_adj, which takes the share of the expected sample size N·R, was
+    not more accurate on MoE-like streams — 20 480 items, Zipf 0.7 per layer — in our checks, and
+    nothing used it). Integer capacities in between
     are interpolated linearly (from 0 at capacity 0). Capacities below 1/R are not resolved.
     Returns (capacity_experts 0..⌈D_s/R⌉, hit_rate), D_s the distinct sampled items.
     ``lookup`` as in :func:`lru_hit_curve` (a lookup of the sub-stream is what its sampled
@@ -228,26 +226,8 @@ def shards_hit_curve(requests, rate, *, seed=0, adjust=False, lookup: str = "lay
     del keep
     _, hist, d_s = _stack_pass(sub, off, cstep, lookup == "request" or not is_req)
     hist[0] = 0
-    hist = hist.astype(float)
-    expected = items.size * rate
-    if not adjust:
-        expected = float(sub.size)
-    elif d_s >= 1 and rate < 1.0:
-        hist[1] += expected - sub.size  # SHARDS_adj
-    points = np.maximum(np.cumsum(hist) / expected, 0.0)  # hit rate at capacities k/R, k = 0..D_s
+    points = np.maximum(np.cumsum(hist.astype(float)) / float(sub.size), 0.0)  # hit rate at capacities k/R, k = 0..D_s
     c_max = int(np.ceil(d_s / rate - 1e-9))
     cap = np.arange(c_max + 1, dtype=np.int64)
     est = np.interp(cap, np.arange(d_s + 1) / rate, points)
     return cap, np.clip(est, 0.0, 1.0)
-
-
-def shards_error(requests, rate, *, seed=0, adjust=False, lookup: str = "layer") -> float:
-    """Max absolute hit-rate error of :func:`shards_hit_curve` against :func:`lru_hit_curve`.
-
-    Over capacities 0..D of the exact curve; the estimate is held at its last value beyond
-    its own range.
-    """
-    cap, exact = lru_hit_curve(requests, lookup=lookup)
-    scap, est = shards_hit_curve(requests, rate, seed=seed, adjust=adjust, lookup=lookup)
-    e = est[np.minimum(cap, scap[-1])]
-    return float(np.max(np.abs(e - exact)))

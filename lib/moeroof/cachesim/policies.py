@@ -14,8 +14,8 @@ counts experts (each item one slot) or bytes (items may
 differ in size); scope ``"global"`` is one cache shared by all layers, ``"layer"`` one cache per
 layer with ``capacity / layers`` each (floored to whole experts for an expert capacity). An item
 larger than its cache is streamed and never cached. Per-rank ownership
-(:func:`simulate_ranks`): a partition maps experts to ranks and each rank caches only its own
-experts in its own cache. Policies:
+(:func:`requests_from_trace` with a partition and a rank): a partition maps experts to ranks and
+each rank caches only its own experts in its own cache. Policies:
 
 - ``"lru"`` — evict the least recently used item (demand paging: every miss is inserted).
 - ``"lfu"`` — *in-cache* LFU, as libCacheSim's ``LFU`` (``cache/eviction/LFU.c``) and most
@@ -91,7 +91,6 @@ from moeroof.cachesim.requests import (
     item_counts,
     next_use,
     request_histogram,
-    requests_from_trace,
 )
 from moeroof.core.results import Result
 
@@ -104,8 +103,9 @@ __all__ = [
     "LIBCACHESIM_S3FIFO_THRESHOLD",
     "CacheResult",
     "simulate",
-    "simulate_ranks",
     "result_from_counts",
+    "check_cache_args",
+    "is_ranking",
 ]
 
 POLICIES = ("lru", "lfu", "lfu-perfect", "static", "belady", "belady-insert", "s3fifo", "arc")
@@ -155,10 +155,6 @@ class CacheResult(Result):
     request_hits: np.ndarray | None = None
 
     @property
-    def miss_rate(self) -> float:
-        return 1.0 - self.hit_rate
-
-    @property
     def mean_bytes_streamed_per_step(self) -> float:
         """Mean streamed bytes (or experts, see ``bytes_unit``) over the counted steps."""
         counted = self.bytes_streamed_per_step[self.warmup_steps :]
@@ -192,10 +188,7 @@ def _groups(scope: str, capacity: float, unit: str, layers: int, experts: int):
         cap = np.array([float(capacity)])
     else:
         group = np.repeat(np.arange(layers, dtype=np.int64), experts)
-        per = capacity / layers if layers else 0.0  # a trace of zero layers: no group, nothing to split
-        if unit == "experts":
-            per = np.floor(per + 1e-9)
-        cap = np.full(layers, float(per))
+        cap = np.full(layers, capacity / layers if layers else 0.0)  # zero layers: no group, nothing to split
     if unit == "experts":
         cap = np.floor(cap + 1e-9)
     return group, cap
@@ -217,15 +210,20 @@ def _clamp_capacity(cap, group, occ, items, n_items, unit, *, everything=False) 
     return np.minimum(cap, need)
 
 
-def _pinned_mask(pinned, group, cap, occ, n_items) -> np.ndarray:
-    """Greedy fill of each group's cache with the top-ranked items that fit."""
-    p = np.asarray(pinned)
-    is_ranking = (
+def is_ranking(p: np.ndarray, n_items: int) -> bool:
+    """Whether a pinned set ``p`` is a ranking (item ids, most popular first), not a popularity
+    per item: 1-D integers, fewer than ``n_items`` of them or a permutation of them all."""
+    return (
         p.ndim == 1
         and np.issubdtype(p.dtype, np.integer)
         and (p.size < n_items or np.array_equal(np.sort(p), np.arange(n_items)))
     )
-    if is_ranking:
+
+
+def _pinned_mask(pinned, group, cap, occ, n_items) -> np.ndarray:
+    """Greedy fill of each group's cache with the top-ranked items that fit."""
+    p = np.asarray(pinned)
+    if is_ranking(p, n_items):
         if p.size and (p.min() < 0 or p.max() >= n_items):
             raise ValueError(f"pinned ranking holds item ids outside [0, {n_items})")
         ranking = p.astype(np.int64)
@@ -283,7 +281,13 @@ def simulate(
     ``s3fifo_threshold`` (``policy="s3fifo"`` only): hits in S3-FIFO's small queue that move an
     item to the main queue, an integer ≥ 1 (default 1; libCacheSim's S3FIFOv0 uses 2).
     """
-    capacity, warmup_steps = _checked_sizes(policy, capacity_unit, scope, capacity, warmup_steps, requests.layers)
+    capacity = check_cache_args(policy, capacity_unit, scope, capacity)
+    warmup_steps = int(warmup_steps)
+    if warmup_steps < 0:
+        raise ValueError("warmup_steps must be >= 0")
+    if scope == "layer" and requests.layers < 1:
+        # a cache per layer of a trace with no layer: there is no cache to split the capacity over
+        raise ValueError("the trace has 0 layers: a per-layer cache (scope layer) needs at least one")
     layers, experts = requests.layers, requests.experts
     n_items = layers * experts
     sizes = _item_sizes(item_bytes, layers, experts)
@@ -299,28 +303,25 @@ def simulate(
     steps = int(requests.steps)
     weighted = sizes is not None
     # the kernels count hits, misses and streamed bytes per step; flags per request only on demand
-    tail = (
-        off,
-        cstep,
-        lookup == "request",
-        steps,
-        sizes if weighted else np.zeros(1),
-        weighted,
-        np.zeros(items.size if return_hits else 0, dtype=bool),
-    )
+    hit_flags = np.zeros(items.size if return_hits else 0, dtype=bool)
+    tail = (off, cstep, lookup == "request", steps, sizes if weighted else np.zeros(1), weighted, hit_flags)
     notes: list[str] = []
     if policy == "static":
         if pinned is None:
             pinned = request_histogram(requests)
             notes.append("static: hot set pinned from the trace's own request histogram — an oracle hot set")
         pinned = _pinned_mask(pinned, group, cap, occ, n_items)
-    counts = _replay(policy, items, group, cap, occ, tail, pinned, s3fifo_threshold, notes)
-    res = _result(counts, steps, sizes, policy, capacity, capacity_unit, scope, warmup_steps, tuple(notes))
-    return replace(res, request_hits=tail[-1]) if return_hits else res
+    hits_ps, miss_ps, bytes_ps = _replay(policy, items, group, cap, occ, tail, pinned, s3fifo_threshold, notes)
+    res = result_from_counts(
+        hits_ps, miss_ps, miss_ps.astype(float) if sizes is None else bytes_ps, policy=policy, capacity=capacity,
+        capacity_unit=capacity_unit, scope=scope, warmup_steps=warmup_steps,
+        bytes_unit="experts" if sizes is None else "bytes", notes=tuple(notes),
+    )  # fmt: skip
+    return replace(res, request_hits=hit_flags) if return_hits else res
 
 
-def _checked_sizes(policy, capacity_unit, scope, capacity, warmup_steps, layers) -> tuple[float, int]:
-    """The policy, unit, scope, capacity and warm-up of :func:`simulate` checked; (capacity, warm-up)."""
+def check_cache_args(policy: str, capacity_unit: str, scope: str, capacity: float) -> float:
+    """The policy, unit, scope and capacity of a simulation checked (ValueError); the capacity."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
     if capacity_unit not in UNITS:
@@ -330,13 +331,7 @@ def _checked_sizes(policy, capacity_unit, scope, capacity, warmup_steps, layers)
     capacity = float(capacity)
     if not np.isfinite(capacity) or capacity < 0:
         raise ValueError(f"capacity must be finite and >= 0, got {capacity!r}")
-    warmup_steps = int(warmup_steps)
-    if warmup_steps < 0:
-        raise ValueError("warmup_steps must be >= 0")
-    if scope == "layer" and layers < 1:
-        # a cache per layer of a trace with no layer: there is no cache to split the capacity over
-        raise ValueError("the trace has 0 layers: a per-layer cache (scope layer) needs at least one")
-    return capacity, warmup_steps
+    return capacity
 
 
 def _checked_policy_options(policy, capacity_unit, pinned, s3fifo_threshold) -> int:
@@ -386,16 +381,6 @@ def _replay(policy, items, group, cap, occ, tail, mask, s3fifo_threshold, notes:
     return kernels.static_pass(items, mask, off, cstep, *tail[3:])
 
 
-def _result(counts, steps, sizes, policy, capacity, unit, scope, warmup_steps, notes) -> CacheResult:
-    hits_ps, miss_ps, bytes_ps = counts
-    if sizes is None:
-        bytes_ps = miss_ps.astype(float)
-    return result_from_counts(
-        hits_ps, miss_ps, bytes_ps, policy=policy, capacity=capacity, capacity_unit=unit, scope=scope,
-        warmup_steps=warmup_steps, bytes_unit="experts" if sizes is None else "bytes", notes=notes,
-    )  # fmt: skip
-
-
 def result_from_counts(
     hits_per_step, misses_per_step, bytes_streamed_per_step, *, policy: str, capacity: float, capacity_unit: str,
     scope: str, warmup_steps: int, bytes_unit: str, notes: tuple[str, ...] = (),
@@ -405,38 +390,6 @@ def result_from_counts(
     w = min(int(warmup_steps), len(hits_per_step))
     hits, misses = int(hits_per_step[w:].sum()), int(misses_per_step[w:].sum())
     total = hits + misses
-    return CacheResult(
-        policy=policy,
-        capacity=capacity,
-        capacity_unit=capacity_unit,
-        scope=scope,
-        warmup_steps=warmup_steps,
-        requests=total,
-        hits=hits,
-        misses=misses,
-        hit_rate=hits / total if total else float("nan"),
-        hits_per_step=hits_per_step,
-        misses_per_step=misses_per_step,
-        bytes_streamed_per_step=bytes_streamed_per_step,
-        bytes_unit=bytes_unit,
-        notes=notes,
-    )
-
-
-def simulate_ranks(topk, experts, partition, capacity_per_rank, **kw) -> list[CacheResult]:
-    """One cache per rank: rank r caches only the experts ``partition`` maps to it.
-
-    ``partition`` (experts,) or (layers, experts) int ranks 0..R−1; ``capacity_per_rank`` a
-    scalar or one value per rank; ``streams`` goes to :func:`requests_from_trace`, every other
-    keyword to :func:`simulate`. Returns R results, rank order.
-    """
-    streams = kw.pop("streams", None)
-    part = np.asarray(partition)
-    if part.size == 0:
-        raise ValueError("partition is empty")
-    ranks = int(part.max()) + 1
-    caps = np.broadcast_to(np.asarray(capacity_per_rank, dtype=float), (ranks,))
-    return [
-        simulate(requests_from_trace(topk, experts, partition=part, rank=r, streams=streams), float(caps[r]), **kw)
-        for r in range(ranks)
-    ]
+    counts = (total, hits, misses, hits / total if total else float("nan"))
+    steps = (hits_per_step, misses_per_step, bytes_streamed_per_step)
+    return CacheResult(policy, capacity, capacity_unit, scope, warmup_steps, *counts, *steps, bytes_unit, notes)

@@ -60,24 +60,19 @@ class Requests:
     _lookups: Any
 
     def __init__(self, items, step, layer, steps, layers, experts, *, cells=None):
-        set_ = object.__setattr__
-        set_(self, "items", items)
-        set_(self, "steps", int(steps))
-        set_(self, "layers", int(layers))
-        set_(self, "experts", int(experts))
+        steps, layers, experts = int(steps), int(layers), int(experts)
         if cells is None:
             if step is None or layer is None:
                 raise ValueError("give step and layer per request, or cells")
         else:
             cells = np.asarray(cells)
-            if cells.shape != (self.steps * self.layers,):
-                raise ValueError(f"cells must have one count per (step, layer), shape ({self.steps * self.layers},)")
+            if cells.shape != (steps * layers,):
+                raise ValueError(f"cells must have one count per (step, layer), shape ({steps * layers},)")
             if int(cells.sum(dtype=np.int64)) != np.asarray(items).size:
                 raise ValueError("cells must sum to the number of requests")
-        set_(self, "_step", step)
-        set_(self, "_layer", layer)
-        set_(self, "_cells", cells)
-        set_(self, "_lookups", None)
+        values = (items, steps, layers, experts, step, layer, cells, None)
+        for name, value in zip(self.__slots__, values):
+            object.__setattr__(self, name, value)
 
     def __setattr__(self, name, value):
         raise AttributeError(f"Requests is read-only: cannot set {name!r}")
@@ -198,13 +193,11 @@ def requests_from_trace(topk, experts, *, partition=None, rank=None, streams=Non
         raise ValueError(f"trace topk must have an integer dtype, got {arr.dtype}")
     steps, n_streams, layers, _ = arr.shape
     sel = _stream_selection(streams, n_streams)
-    keep = None
-    if partition is not None or rank is not None:
-        if partition is None or rank is None:
-            raise ValueError("give both partition and rank (or neither)")
-        keep = _as_partition(partition, layers, experts) == int(rank)
-    use_keep = keep is not None
-    keep = np.ascontiguousarray(keep) if use_keep else np.ones((1, 1), dtype=bool)
+    use_keep = partition is not None or rank is not None
+    if use_keep and (partition is None or rank is None):
+        raise ValueError("give both partition and rank (or neither)")
+    keep = _as_partition(partition, layers, experts) == int(rank) if use_keep else np.ones((1, 1), dtype=bool)
+    keep = np.ascontiguousarray(keep)
     from moeroof.data.io import TOPK_CHUNK_ELEMENTS  # read_trace's chunks: the same first error
     from moeroof.kernels import cache as kernels
 
@@ -214,12 +207,8 @@ def requests_from_trace(topk, experts, *, partition=None, rank=None, streams=Non
             f"layers × experts = {layers} × {experts} items: the cache simulator keys its tables by "
             f"int32 item ids, below 2^31"
         )
-    item_dt = np.int32
     cells = np.zeros(steps * layers, dtype=np.int32)
-    mark = np.zeros(max(experts, 1), np.int64)
-    tmark = np.zeros(max(experts, 1), np.int64)
-    ctr = np.zeros(1, np.int64)
-    err = np.zeros(15, np.int64)
+    mark, tmark, ctr, err = (np.zeros(n, np.int64) for n in (experts, experts, 1, 15))  # the kernels' scratch
     for s0 in range(0, steps, chunk):
         block = _native_block(arr, s0, chunk)
         kind = kernels.scan_block(
@@ -227,7 +216,7 @@ def requests_from_trace(topk, experts, *, partition=None, rank=None, streams=Non
         )
         if kind != kernels.ID_OK:
             _raise_id_error(kind, err, s0, experts)
-    items = np.empty(int(cells.sum(dtype=np.int64)), dtype=item_dt)
+    items = np.empty(int(cells.sum(dtype=np.int64)), dtype=np.int32)
     mark[:] = 0
     pos = 0
     for s0 in range(0, steps, chunk):
@@ -253,24 +242,13 @@ def _raise_id_error(kind: int, err: np.ndarray, s0: int, experts: int) -> None:
     from moeroof.kernels import cache as kernels
 
     s, t, l, k, v = (int(x) for x in err[:5])
-    index = f"topk[{s + s0},{t},{l},{k}]"
-    if kind == kernels.ID_RANGE:
-        raise TraceIdError(index, TOPK_RANGE.format(value=v, experts=experts))
-    if kind == kernels.ID_PARTIAL:
-        raise TraceIdError(index, TOPK_PARTIAL)
-    raise TraceIdError(index, TOPK_DUPLICATE.format(value=v))
+    reasons = {kernels.ID_RANGE: TOPK_RANGE.format(value=v, experts=experts), kernels.ID_PARTIAL: TOPK_PARTIAL}
+    raise TraceIdError(f"topk[{s + s0},{t},{l},{k}]", reasons.get(kind, TOPK_DUPLICATE.format(value=v)))
 
 
-def request_histogram(requests: Requests, *, from_step: int = 0) -> np.ndarray:
-    """Requests per item (layers·experts,) over the steps ≥ ``from_step``."""
-    items = requests.items
-    if from_step > 0:
-        if requests.cells is not None:  # the stream is in step order: the steps ≥ from_step are its tail
-            first = int(requests.cells[: min(from_step, requests.steps) * requests.layers].sum(dtype=np.int64))
-            items = items[first:]
-        else:
-            items = items[requests.step >= from_step]
-    return item_counts(items, requests.n_items)
+def request_histogram(requests: Requests) -> np.ndarray:
+    """Requests per item (layers·experts,)."""
+    return item_counts(requests.items, requests.n_items)
 
 
 def item_counts(items, minlength: int = 0) -> np.ndarray:
@@ -290,8 +268,8 @@ def hot_set_ranking(popularity) -> np.ndarray:
     return np.argsort(-pop, kind="stable").astype(np.int64)
 
 
-def lookup_starts(requests: Requests, lookup: str = "layer", keep: np.ndarray | None = None) -> np.ndarray:
-    """Bool (n,): which requests begin a lookup (of the stream restricted to ``keep``, if given).
+def lookup_starts(requests: Requests, lookup: str = "layer") -> np.ndarray:
+    """Bool (n,): which requests begin a lookup.
 
     ``lookup="layer"``: one lookup per (step, layer) — an engine resolves a layer's experts
     together, serving the cached ones and fetching the misses, so a miss never evicts an expert
@@ -302,13 +280,9 @@ def lookup_starts(requests: Requests, lookup: str = "layer", keep: np.ndarray | 
     from moeroof.kernels import cache as kernels
 
     check_lookup(lookup)
-    n = len(requests) if keep is None else int(np.count_nonzero(keep))
     if lookup == "request":
-        return np.ones(n, dtype=bool)
-    off, _ = requests.lookups()
-    if keep is not None:
-        off = kernels.subset_offsets(off, np.ascontiguousarray(keep, dtype=bool))
-    return kernels.starts_from_offsets(off, n)
+        return np.ones(len(requests), dtype=bool)
+    return kernels.starts_from_offsets(requests.lookups()[0], len(requests))
 
 
 def check_lookup(lookup: str) -> None:

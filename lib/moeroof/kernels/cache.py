@@ -36,7 +36,6 @@ __all__ = [
     "subset_offsets",
     "count_items",
     "next_use_kernel",
-    "longest",
     "lru_pass",
     "static_pass",
     "heap_pass",
@@ -58,7 +57,6 @@ _SIGNATURES = {
     "mr_subset_offsets": ("PIPP", None),
     "mr_count_items": ("PIP", None),
     "mr_next_use": ("PIIP", "i"),
-    "mr_longest": ("PI", "I"),
     "mr_lru_pass": ("PPIPIPPIPiIPiPPPP", "i"),
     "mr_static_pass": ("PPIPIPIPiPPPP", "i"),
     "mr_heap_pass": ("PPIPIPiPPIPiIPiPPPP", "i"),
@@ -97,12 +95,6 @@ def _p(a: np.ndarray | None):
 def _in(a, dtype) -> np.ndarray:
     """An input as the C reads it: C-contiguous of ``dtype`` (a copy only when it is not)."""
     return np.ascontiguousarray(a, dtype=dtype)
-
-
-def _flags(a) -> np.ndarray:
-    """Bool flags as the C's uint8: a view of a contiguous bool array (no copy per block)."""
-    a = np.ascontiguousarray(a)
-    return a.view(np.uint8) if a.dtype == np.bool_ else a.astype(np.uint8)
 
 
 def _out(a: np.ndarray, dtype, what: str) -> np.ndarray:
@@ -146,6 +138,23 @@ def _plain(block: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(block)
 
 
+def _c(a):
+    """An argument as ctypes takes it: an array by its data pointer, a number as it is."""
+    return _p(a) if isinstance(a, np.ndarray) else a
+
+
+def _block_call(kind: str, block, experts, sel, keep, use_keep, *rest) -> int:
+    """``mr_<kind>_block_<type>`` on a block of a trace: the arguments :func:`scan_block` and
+    :func:`emit_block` share, then ``rest`` (arrays by their pointer)."""
+    block = _plain(block)
+    fn = c_function(f"mr_{kind}_block" + _BLOCK_SUFFIX[block.dtype])
+    sel, keep = _in(sel, np.int64), np.ascontiguousarray(keep)
+    keep = keep.view(np.uint8) if keep.dtype == np.bool_ else keep.astype(np.uint8)  # no copy of a bool array
+    return int(
+        fn(_p(block), *block.shape, int(experts), _p(sel), sel.size, _p(keep), int(bool(use_keep)), *map(_c, rest))
+    )
+
+
 def scan_block(block, experts, sel, keep, use_keep, strict, mark, tmark, ctr, cells, c0, err):
     """Validate a block of a trace (steps, streams, layers, K) and count its requests per cell.
 
@@ -160,18 +169,12 @@ def scan_block(block, experts, sel, keep, use_keep, strict, mark, tmark, ctr, ce
     the duplicate check. Otherwise only the ids of the streams ``sel`` are checked, for range.
     Returns the kind (``ID_OK`` when none) with ``err[:5]`` = (step in block, stream, layer, k, id).
     """
-    block = _plain(block)
-    fn = c_function("mr_scan_block" + _BLOCK_SUFFIX[block.dtype])
     _out(cells, np.int32, "cells")
     for a in (mark, tmark, ctr, err):
         _out(a, np.int64, "marks, counter, error")
-    ns, nt, nl, nk = block.shape
-    sel = _in(sel, np.int64)
-    keep = _flags(keep)
-    return int(
-        fn(_p(block), ns, nt, nl, nk, int(experts), _p(sel), sel.size, _p(keep), int(bool(use_keep)),
-           int(bool(strict)), _p(mark), _p(tmark), _p(ctr), _p(cells), int(c0), _p(err))
-    )  # fmt: skip
+    return _block_call(
+        "scan", block, experts, sel, keep, use_keep, int(bool(strict)), mark, tmark, ctr, cells, int(c0), err
+    )
 
 
 def emit_block(block, experts, sel, keep, use_keep, mark, c0, out, pos):
@@ -179,17 +182,9 @@ def emit_block(block, experts, sel, keep, use_keep, mark, c0, out, pos):
     per step, per layer, the distinct experts of the streams ``sel`` in ascending id, as items
     ``layer · experts + expert``. ``mark`` as in :func:`scan_block` (zero again). Returns the
     position after the block's last request."""
-    block = _plain(block)
-    fn = c_function("mr_emit_block" + _BLOCK_SUFFIX[block.dtype])
     _out(out, np.int32, "items")
     _out(mark, np.int64, "marks")
-    ns, nt, nl, nk = block.shape
-    sel = _in(sel, np.int64)
-    keep = _flags(keep)
-    return int(
-        fn(_p(block), ns, nt, nl, nk, int(experts), _p(sel), sel.size, _p(keep), int(bool(use_keep)),
-           _p(mark), int(c0), _p(out), int(pos))
-    )  # fmt: skip
+    return _block_call("emit", block, experts, sel, keep, use_keep, mark, int(c0), out, int(pos))
 
 
 def runs_kernel(step, layer):
@@ -208,8 +203,7 @@ def offsets_from_starts(start):
     """``off`` of the lookups that ``start`` (bool per request) begins; request 0 always begins one."""
     fn = c_function("mr_offsets_from_starts")
     start = _in(start, np.bool_)
-    runs = int(library().mr_count_runs(_p(start), start.size))
-    off = np.empty(runs + 1, np.int64)
+    off = np.empty(int(library().mr_count_runs(_p(start), start.size)) + 1, np.int64)
     fn(_p(start), start.size, _p(off))
     return off
 
@@ -217,8 +211,7 @@ def offsets_from_starts(start):
 def starts_from_offsets(off, n):
     """Bool (n,): the first request of each non-empty lookup of ``off``."""
     fn = c_function("mr_starts_from_offsets")
-    off = _in(off, np.int64)
-    out = np.zeros(int(n), np.bool_)
+    off, out = _in(off, np.int64), np.zeros(int(n), np.bool_)
     fn(_p(off), off.size - 1, int(n), _p(out))
     return out
 
@@ -226,8 +219,7 @@ def starts_from_offsets(off, n):
 def subset_offsets(off, keep):
     """``off`` of the same lookups in the stream of the requests ``keep`` (bool) keeps."""
     fn = c_function("mr_subset_offsets")
-    off = _in(off, np.int64)
-    keep = _in(keep, np.bool_)
+    off, keep = _in(off, np.int64), _in(keep, np.bool_)
     out = np.zeros(off.size, np.int64)
     fn(_p(off), off.size - 1, _p(keep), _p(out))
     return out
@@ -237,8 +229,7 @@ def count_items(items, n_items):
     """Requests per item id 0..n_items−1 (int64), as ``np.bincount`` but without its int64 copy
     of the ids (8 bytes a request)."""
     fn = c_function("mr_count_items")
-    items = _ids(items)
-    out = np.zeros(int(n_items), np.int64)
+    items, out = _ids(items), np.zeros(int(n_items), np.int64)
     fn(_p(items), items.size, _p(out))
     return out
 
@@ -257,26 +248,26 @@ def next_use_kernel(items, n_items, out):
     out[...] = nxt
 
 
-def longest(off):
-    """The most requests of one lookup of ``off``."""
-    fn = c_function("mr_longest")
-    off = _in(off, np.int64)
-    return int(fn(_p(off), off.size - 1))
-
-
 # ----------------------------------------------------------------------------- the policies
 
 
-def _counts(steps: int):
-    return np.zeros(steps, np.int64), np.zeros(steps, np.int64), np.zeros(steps, np.float64)
-
-
-def _common(items, group, cap, off, cstep, wsize, hit_out):
-    """The shared inputs as the C takes them (``hit_out``, written in place, checked)."""
+def _policy_pass(name, items, group, cap, own, off, cstep, per_request, steps, wsize, weighted, hit_out):
+    """Run the policy kernel ``name`` (every one but the pinned set's): the shared inputs as the C
+    takes them (``hit_out``, written in place, checked), ``own`` the kernel's own arguments
+    (arrays by their pointer) between the capacities and the lookups; (hits, misses, streamed)
+    per step."""
+    fn = c_function(name)
     if hit_out.size:
         _out(hit_out, np.bool_, "hit flags")
-    return (_ids(items), _in(group, np.int64), _in(cap, np.float64), _in(off, np.int64),
-            _in(cstep, np.int64), _in(wsize, np.float64))  # fmt: skip
+    items, group, cap = _ids(items), _in(group, np.int64), _in(cap, np.float64)
+    off, cstep, wsize = _in(off, np.int64), _in(cstep, np.int64), _in(wsize, np.float64)
+    hits, misses, streamed = np.zeros(steps, np.int64), np.zeros(steps, np.int64), np.zeros(steps, np.float64)
+    _check(
+        fn(_p(items), _p(group), group.size, _p(cap), cap.size, *map(_c, own), _p(off), off.size - 1, _p(cstep),
+           int(bool(per_request)), int(steps), _p(wsize), int(bool(weighted)), _p(_opt(hit_out)),
+           _p(hits), _p(misses), _p(streamed))
+    )  # fmt: skip
+    return hits, misses, streamed
 
 
 def lru_pass(items, group, cap, size, off, cstep, per_request, steps, wsize, weighted, hit_out):
@@ -288,16 +279,8 @@ def lru_pass(items, group, cap, size, off, cstep, per_request, steps, wsize, wei
     it streams, added in request order; every request's flag goes to ``hit_out`` when it is not
     empty. Returns (hits, misses, streamed) per step.
     """
-    fn = c_function("mr_lru_pass")
-    items, group, cap, off, cstep, wsize = _common(items, group, cap, off, cstep, wsize, hit_out)
-    size = _in(size, np.float64)
-    hits, misses, streamed = _counts(steps)
-    _check(
-        fn(_p(items), _p(group), group.size, _p(cap), cap.size, _p(size), _p(off), off.size - 1, _p(cstep),
-           int(bool(per_request)), int(steps), _p(wsize), int(bool(weighted)), _p(_opt(hit_out)),
-           _p(hits), _p(misses), _p(streamed))
-    )  # fmt: skip
-    return hits, misses, streamed
+    tail = (off, cstep, per_request, steps, wsize, weighted, hit_out)
+    return _policy_pass("mr_lru_pass", items, group, cap, [_in(size, np.float64)], *tail)
 
 
 def static_pass(items, mask, off, cstep, steps, wsize, weighted, hit_out):
@@ -308,7 +291,7 @@ def static_pass(items, mask, off, cstep, steps, wsize, weighted, hit_out):
         _out(hit_out, np.bool_, "hit flags")
     items, mask, off, cstep = _ids(items), _in(mask, np.bool_), _in(off, np.int64), _in(cstep, np.int64)
     wsize = _in(wsize, np.float64)
-    hits, misses, streamed = _counts(steps)
+    hits, misses, streamed = np.zeros(steps, np.int64), np.zeros(steps, np.int64), np.zeros(steps, np.float64)
     _check(
         fn(_p(items), _p(mask), mask.size, _p(off), off.size - 1, _p(cstep), int(steps), _p(wsize),
            int(bool(weighted)), _p(_opt(hit_out)), _p(hits), _p(misses), _p(streamed))
@@ -316,7 +299,7 @@ def static_pass(items, mask, off, cstep, steps, wsize, weighted, hit_out):
     return hits, misses, streamed
 
 
-def heap_pass(items, group, cap, size, mode, nexts, off, cstep, per_request, steps, wsize, weighted, hit_out):
+def heap_pass(items, group, cap, size, mode, nexts, *tail):
     """One min-heap of keys per group; evict the minimum. ``mode`` (the ``HEAP_*`` constants):
     LFU (key = count·2^31 + time of the last request — 2^40 on a stream of 2^31 requests or
     more — so that counts up to the stream's length never overflow: fewest requests first, ties to the least
@@ -324,56 +307,29 @@ def heap_pass(items, group, cap, size, mode, nexts, off, cstep, per_request, ste
     Belady MIN (key = −next use: farthest next use first) bypassing the incoming item when its own
     next use is farther still (``HEAP_BELADY``) or inserting it always (``HEAP_BELADY_INSERT``).
 
-    Hits are judged and counted as in :func:`lru_pass`.
+    ``tail``: ``off, cstep, per_request, steps, wsize, weighted, hit_out``; hits are judged and
+    counted as in :func:`lru_pass`.
     """
-    fn = c_function("mr_heap_pass")
-    belady = mode >= HEAP_BELADY
-    items, group, cap, off, cstep, wsize = _common(items, group, cap, off, cstep, wsize, hit_out)
-    size = _in(size, np.float64)
-    nexts = _in(nexts, np.int32) if belady else np.zeros(1, np.int32)
-    hits, misses, streamed = _counts(steps)
-    _check(
-        fn(_p(items), _p(group), group.size, _p(cap), cap.size, _p(size), int(mode), _p(nexts), _p(off),
-           off.size - 1, _p(cstep), int(bool(per_request)), int(steps), _p(wsize), int(bool(weighted)),
-           _p(_opt(hit_out)), _p(hits), _p(misses), _p(streamed))
-    )  # fmt: skip
-    return hits, misses, streamed
+    nexts = _in(nexts, np.int32) if mode >= HEAP_BELADY else np.zeros(1, np.int32)
+    return _policy_pass("mr_heap_pass", items, group, cap, [_in(size, np.float64), int(mode), nexts], *tail)
 
 
-def s3fifo_pass(
-    items, group, cap, size, small_fraction, threshold, off, cstep, per_request, steps, wsize, weighted, hit_out
-):
+def s3fifo_pass(items, group, cap, size, small_fraction, threshold, *tail):
     """S3-FIFO (Yang et al. 2023, original version: libCacheSim ``S3FIFOv0``); lists S, M, G per
-    group; hits judged and counted as in :func:`lru_pass`.
+    group; ``tail`` and the hits as in :func:`heap_pass`.
 
     The small queue's share is ``floor(small_fraction · capacity)`` as libCacheSim sizes it;
     S is evicted from unless M holds more than the rest or S is empty. An item leaves S for M
     after ``threshold`` hits in S; hits are counted up to ``max(3, threshold)`` and an item
     reinserted into M keeps ``min(count, 3) − 1`` (the 2-bit clock)."""
-    fn = c_function("mr_s3fifo_pass")
-    items, group, cap, off, cstep, wsize = _common(items, group, cap, off, cstep, wsize, hit_out)
-    size = _in(size, np.float64)
-    hits, misses, streamed = _counts(steps)
-    _check(
-        fn(_p(items), _p(group), group.size, _p(cap), cap.size, _p(size), float(small_fraction), int(threshold),
-           _p(off), off.size - 1, _p(cstep), int(bool(per_request)), int(steps), _p(wsize), int(bool(weighted)),
-           _p(_opt(hit_out)), _p(hits), _p(misses), _p(streamed))
-    )  # fmt: skip
-    return hits, misses, streamed
+    own = [_in(size, np.float64), float(small_fraction), int(threshold)]
+    return _policy_pass("mr_s3fifo_pass", items, group, cap, own, *tail)
 
 
-def arc_pass(items, group, cap, off, cstep, per_request, steps, wsize, weighted, hit_out):
-    """ARC (Megiddo & Modha 2003, Fig. 4), unit sizes; lists T1, T2, B1, B2 per group; hits
-    judged and counted as in :func:`lru_pass`."""
-    fn = c_function("mr_arc_pass")
-    items, group, cap, off, cstep, wsize = _common(items, group, cap, off, cstep, wsize, hit_out)
-    hits, misses, streamed = _counts(steps)
-    _check(
-        fn(_p(items), _p(group), group.size, _p(cap), cap.size, _p(off), off.size - 1, _p(cstep),
-           int(bool(per_request)), int(steps), _p(wsize), int(bool(weighted)), _p(_opt(hit_out)),
-           _p(hits), _p(misses), _p(streamed))
-    )  # fmt: skip
-    return hits, misses, streamed
+def arc_pass(items, group, cap, *tail):
+    """ARC (Megiddo & Modha 2003, Fig. 4), unit sizes; lists T1, T2, B1, B2 per group; ``tail``
+    and the hits as in :func:`heap_pass`."""
+    return _policy_pass("mr_arc_pass", items, group, cap, [], *tail)
 
 
 def stack_kernel(items, label, n_items, window, off, cstep, per_request, warm, out, hist):

@@ -48,10 +48,6 @@ def library():
     return loader.typed(_SIGNATURES)
 
 
-def _fn(name: str):
-    return getattr(library(), name)
-
-
 def _check(rc: int, kernel: str) -> None:
     """Raises the error of the C kernel's return code ``rc`` (0: none)."""
     if rc == _NOMEM:
@@ -77,7 +73,7 @@ def gain_sums(m_in: np.ndarray, w: np.ndarray) -> np.ndarray:
     (kept from the kernel's first, numba version): a gain of −0.0 (``m_in`` −0.0 against ``w`` 0.0) stays
     −0.0, where numpy's ``maximum`` gives +0.0; and where a NaN gain meets a NaN sum (−NaN from
     inf − inf after a +NaN input, say), the sum takes the gain's NaN (numpy keeps the sum's)."""
-    fn = _fn("mr_gain_sums")
+    fn = library().mr_gain_sums
     m_in, w = _f64(m_in), _f64(w)
     h, n_in = m_in.shape
     if w.ndim != 2 or w.shape[0] != h:
@@ -109,7 +105,7 @@ def systematic_picks(flat: np.ndarray, u: np.ndarray, order: np.ndarray, row0: i
     range searched). A position before its row counts from the row's end, as numpy's take does, and one
     more than E before it raises IndexError. Returns (n, streams, H, K) int32.
     """
-    fn = _fn("mr_systematic_picks")
+    fn = library().mr_systematic_picks
     flat, u, order = _f64(flat).ravel(), _f64(u), _i64(order)
     n, streams, h = u.shape
     if order.ndim != 3 or order.shape[:2] != (n, h):
@@ -136,7 +132,7 @@ def systematic_flat(pi: np.ndarray, order: np.ndarray, row0: int, k: int) -> np.
     accumulates one by one), scaled by ``K / last``, then offset — the same operations. A row
     whose last sum is 0 raises ZeroDivisionError (numpy would give infinities), an order index
     outside [−E, E) IndexError."""
-    fn = _fn("mr_systematic_flat")
+    fn = library().mr_systematic_flat
     pi, order = _f64(pi), _i64(order)
     n, h, e = order.shape
     if pi.ndim != 2 or pi.shape[0] < h:
@@ -153,7 +149,7 @@ def pick_counts(topk: np.ndarray, own: np.ndarray) -> np.ndarray:
     counts of the keys ``step·H·E + layer·E + expert`` over the owned picks (``-1`` padding, and
     any negative id, skipped), in the same sorted order. ``topk`` (steps, streams, H, K) of
     integer ids, ``own`` (E,) bool. An id ≥ E raises IndexError."""
-    fn = _fn("mr_pick_counts")
+    fn = library().mr_pick_counts
     topk = np.ascontiguousarray(topk)
     if topk.dtype.kind != "i" or topk.dtype.itemsize not in (1, 2, 4, 8):
         topk = topk.astype(np.int64)  # unsigned ids: the same values as int64

@@ -137,16 +137,9 @@ def top_k_steps(logq, top, rel, u, keep_u, rho, out, first, k):
     logq, top, rel, u, keep_u, rho = (_f64(a) for a in (logq, top, rel, u, keep_u, rho))
     n, rows, e = u.shape
     first, k = int(first), int(k)
-    if (
-        logq.shape != (rows, e)
-        or rel.shape != (rows, e)
-        or top.shape != (rows,)
-        or rho.shape != (rows,)
-        or keep_u.shape[:2] != (n, rows)
-        or keep_u.shape[2] > k
-        or out.shape[1:] != (rows, k)
-        or not 0 <= first <= out.shape[0] - n
-    ):
+    shapes = (logq.shape, rel.shape, top.shape, rho.shape, keep_u.shape[:2], out.shape[1:])
+    agree = shapes == ((rows, e), (rows, e), (rows,), (rows,), (n, rows), (rows, k)) and keep_u.shape[2] <= k
+    if not agree or not 0 <= first <= out.shape[0] - n:
         raise ValueError("top_k_steps: the arrays' shapes do not agree (see its docstring)")
     direct = out.dtype == np.int32 and out.flags.c_contiguous and out.flags.writeable
     buf = out if direct else np.ascontiguousarray(out, dtype=np.int32)

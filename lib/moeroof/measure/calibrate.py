@@ -312,7 +312,7 @@ def aligned_buffer(nbytes: int) -> mmap.mmap:
     return mmap.mmap(-1, n)
 
 
-class DeviceFile:
+class DeviceFile(contextlib.AbstractContextManager["DeviceFile"]):
     """A file opened so that its reads reach the device, not the page cache.
 
     ``read_path="auto"`` tries ``O_DIRECT`` (a test read of one aligned block) and falls back to
@@ -393,9 +393,6 @@ class DeviceFile:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-
-    def __enter__(self) -> DeviceFile:
-        return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
@@ -619,10 +616,8 @@ class EngineFit:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {f"engine_{k}": getattr(self, k) for k in ("seconds_per_step", "seconds_per_agent_token")}
-        for k in ("rms_residual_seconds", "batch", "step_seconds", "source", "repeats", "wall_seconds", "notes"):
-            d[k] = list(getattr(self, k)) if k in ("batch", "step_seconds", "notes") else getattr(self, k)
-        return {**d, **self.extra}
+        d = {k: list(v) if isinstance(v, list) else v for k, v in vars(self).items() if k != "extra"}
+        return {("engine_" if k.startswith("seconds_per") else "") + k: v for k, v in d.items()} | self.extra
 
 
 # ----------------------------------------------------------------------------- the run
@@ -754,35 +749,6 @@ def hardware_toml(cal: Calibration) -> str:
     return "\n".join(header + body) + "\n"
 
 
-def _check_calibrate_args(
-    output: str | os.PathLike[str] | None,
-    file_bytes: int,
-    seconds: float,
-    mem_bytes: int,
-    matmul_n: int,
-    scratch_dir: str | os.PathLike[str] | None,
-) -> tuple[int, Path | None, Path | None, int]:
-    """``(file bytes rounded up to the alignment, output path, scratch base, page-cache bytes)``,
-    the arguments, free disk and available memory checked."""
-    if not file_bytes >= 128 * KiB:
-        raise ValueError("file_bytes: the scratch file must hold at least one 128 KiB read")
-    if not seconds > 0:
-        raise ValueError("seconds: must be > 0")
-    if mem_bytes < 1 or matmul_n < 1:
-        raise ValueError("mem_bytes and matmul_n must be positive")
-    file_bytes = -(-int(file_bytes) // ALIGN) * ALIGN
-    out = Path(output) if output is not None else None
-    base = Path(scratch_dir) if scratch_dir is not None else (out.resolve().parent if out is not None else None)
-    if base is not None and not base.is_dir():
-        if scratch_dir is not None:
-            raise ResourceError(f"scratch_dir: {base} is not a directory")
-        raise ResourceError(f"output: the folder {base} does not exist")
-    check_disk(base if base is not None else tempfile.gettempdir(), file_bytes, "file_bytes")
-    page_bytes = min(file_bytes, int(256 * MiB))
-    check_memory(2 * mem_bytes + 3 * 4 * matmul_n**2 + page_bytes + READ_SIZES_BYTES[-1], "mem_bytes/matmul_n")
-    return file_bytes, out, base, page_bytes
-
-
 def _measure(
     base: Path | None,
     file_bytes: int,
@@ -877,9 +843,22 @@ def calibrate(
     its c0 and c1 are written as ``engine_seconds_per_step`` and
     ``engine_seconds_per_agent_token``, witnessed. ``None``: not measured, not written.
     """
-    file_bytes, out, base, page_bytes = _check_calibrate_args(
-        output, file_bytes, seconds, mem_bytes, matmul_n, scratch_dir
-    )
+    if not file_bytes >= 128 * KiB:
+        raise ValueError("file_bytes: the scratch file must hold at least one 128 KiB read")
+    if not seconds > 0:
+        raise ValueError("seconds: must be > 0")
+    if mem_bytes < 1 or matmul_n < 1:
+        raise ValueError("mem_bytes and matmul_n must be positive")
+    file_bytes = -(-int(file_bytes) // ALIGN) * ALIGN
+    out = Path(output) if output is not None else None
+    base = Path(scratch_dir) if scratch_dir is not None else (out.resolve().parent if out is not None else None)
+    if base is not None and not base.is_dir():
+        if scratch_dir is not None:
+            raise ResourceError(f"scratch_dir: {base} is not a directory")
+        raise ResourceError(f"output: the folder {base} does not exist")
+    check_disk(base if base is not None else tempfile.gettempdir(), file_bytes, "file_bytes")
+    page_bytes = min(file_bytes, int(256 * MiB))
+    check_memory(2 * mem_bytes + 3 * 4 * matmul_n**2 + page_bytes + READ_SIZES_BYTES[-1], "mem_bytes/matmul_n")
     sizes = [s for s in READ_SIZES_BYTES if s <= file_bytes]
     notes = []
     if len(sizes) < len(READ_SIZES_BYTES):

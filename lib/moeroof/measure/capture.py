@@ -126,11 +126,8 @@ def read_prompts(path: str | Path) -> list[str | list[int]]:
 
 
 def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
     with Path(path).open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return "sha256:" + h.hexdigest()
+        return "sha256:" + hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def tokenize_prompts(prompts: Sequence[str | list[int]], model_dir: str | Path, vocab_size: int) -> list[list[int]]:
@@ -242,8 +239,7 @@ class CaptureResult:
         counts = self.prefill_counts.copy()
         for pos in range(self.topk.shape[2]):
             ids = self.topk[:, :, pos, :]
-            ids = ids[ids >= 0].astype(np.int64)
-            counts[pos] += np.bincount(ids, minlength=self.experts)
+            counts[pos] += np.bincount(ids[ids >= 0].astype(np.int64), minlength=self.experts)
         return counts, self.prefill_tokens + self.decode_tokens
 
 
@@ -251,12 +247,11 @@ class _Recorder:
     """Forward hooks on the routers: the prefill into counts, each decode step into ``topk``."""
 
     def __init__(self, routers: dict[int, Any], layout: MoELayout, steps: int, mask: np.ndarray, progress: Any) -> None:
-        streams, experts, top_k = mask.shape[0], layout.experts, layout.top_k
+        (streams, length), experts, top_k = mask.shape, layout.experts, layout.top_k
         self.layer_ids = sorted(routers)
         self.pos = {lay: i for i, lay in enumerate(self.layer_ids)}
         n_layers = len(self.layer_ids)
         dtype = np.int16 if experts <= np.iinfo(np.int16).max else np.int32
-        length = mask.shape[1]
         check_allocation(
             (max(steps, 1) + length) * streams * n_layers * top_k,
             np.dtype(dtype).itemsize,
@@ -445,10 +440,6 @@ def prefill_path(trace_path: str | Path) -> Path:
     return trace_path.with_name(trace_path.stem + ".prefill.npy")
 
 
-def _write_npy(fh: Any, array: np.ndarray) -> None:
-    np.lib.format.write_array(fh, np.ascontiguousarray(array), allow_pickle=False)
-
-
 def write_capture(
     result: CaptureResult, meta: dict[str, Any], trace_path: str | Path, histogram_path: str | Path, *, overwrite: bool
 ) -> tuple[Path, Path]:
@@ -466,7 +457,7 @@ def write_capture(
         trace_meta["prefill"] = {**meta["prefill"], "array": str(prefill_path(trace_path))}
         guard_target(prefill_path(trace_path), overwrite)
         parts = trace_parts(trace_path, result.topk, trace_meta, overwrite=overwrite)
-        parts.append(atomic.Part(prefill_path(trace_path), lambda fh: _write_npy(fh, prefill)))
+        parts.append(atomic.Part(prefill_path(trace_path), lambda fh: np.save(fh, prefill, allow_pickle=False)))
     else:
         parts = trace_parts(trace_path, result.topk, trace_meta, overwrite=overwrite, extra_arrays={"prefill": prefill})
     kept = "family checkpoint checkpoint_hash checkpoint_hash_mode checkpoint_hash_covers dtype device prompts"

@@ -58,14 +58,8 @@ def load(path=None) -> dict[str, Any]:
 
 def block_model(cfg: dict[str, Any]) -> MoEModel:
     """One MoE layer of the bench's block as the suite's model (every number from the config)."""
-    return bench_model(
-        "hf-qwen3-moe-block",
-        experts=cfg["experts"],
-        top_k=cfg["top_k"],
-        moe_layers=1,
-        expert_bytes=cfg["expert_bytes"],
-        flops_per_token=cfg["flops_per_token"],
-    )
+    sizes = {k: cfg[k] for k in ("experts", "top_k", "expert_bytes", "flops_per_token")}
+    return bench_model("hf-qwen3-moe-block", moe_layers=1, **sizes)
 
 
 def router_routing(data: dict[str, Any], router: str, model: MoEModel) -> RoutingProbabilities:

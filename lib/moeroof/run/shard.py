@@ -28,7 +28,6 @@ each, whose spread states its error (an estimate, not exact: see :class:`ShardsC
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 from dataclasses import dataclass
@@ -68,10 +67,9 @@ class LayerCurve(Result):
 def _source(trace: Any) -> tuple[Any, int, int, dict[str, Any] | None]:
     """(source, layers, experts, meta): source a path when workers can read it, else the array."""
     if isinstance(trace, (str, os.PathLike)):
-        if _is_parquet(trace):  # footer only: each task checks the rows it reads
-            info = parquet_trace_info(trace)
-            return str(Path(trace)), info.layers, info.experts, None
-        t = read_trace(trace)  # checked whole, once, here: the tasks trust it
+        # a Parquet trace's footer only (each task checks the rows it reads); any other checked
+        # whole, once, here: the tasks trust it
+        t = parquet_trace_info(trace) if _is_parquet(trace) else read_trace(trace)
         return str(Path(trace)), t.layers, t.experts, None
     if isinstance(trace, Trace):
         if isinstance(trace.topk, np.memmap) and trace.path is not None:
@@ -151,10 +149,7 @@ def _slice_pinned(pinned: Any, layers: int, experts: int, l0: int, l1: int) -> A
         return None
     p = np.asarray(pinned)
     n = layers * experts
-    is_ranking = (
-        p.ndim == 1 and np.issubdtype(p.dtype, np.integer) and (p.size < n or np.array_equal(np.sort(p), np.arange(n)))
-    )
-    if is_ranking:  # keep the group's items, in rank order, renumbered from the group's first layer
+    if cache.is_ranking(p, n):  # keep the group's items, in rank order, renumbered from the group's first layer
         lo, hi = l0 * experts, l1 * experts
         return p[(p >= lo) & (p < hi)] - lo
     if p.shape == (layers, experts):
@@ -167,16 +162,19 @@ def _slice_pinned(pinned: Any, layers: int, experts: int, l0: int, l1: int) -> A
 # ----------------------------------------------------------------------------- tasks
 
 
-def _simulate_task(payload, meta, l0, l1, experts, capacity, kw, streams) -> cache.CacheResult:
+def _requests(payload, meta, l0: int, l1: int, experts: int, streams: Any) -> cache.Requests:
+    """The request stream of a task's layers l0..l1."""
     topk = _slice(payload, meta, l0, l1) if isinstance(payload, str) else payload
-    req = cache.requests_from_trace(topk, experts, streams=streams)
-    return cache.simulate(req, capacity, scope="layer", **kw)
+    return cache.requests_from_trace(topk, experts, streams=streams)
+
+
+def _simulate_task(payload, meta, l0, l1, experts, capacity, kw, streams) -> cache.CacheResult:
+    return cache.simulate(_requests(payload, meta, l0, l1, experts, streams), capacity, scope="layer", **kw)
 
 
 def _curve_task(payload, meta, l0, l1, experts, warmup_steps, lookup, streams) -> tuple[list[np.ndarray], int]:
     """Per layer of the group: hits at every per-layer capacity 0..D_l (ints), and counted requests."""
-    topk = _slice(payload, meta, l0, l1) if isinstance(payload, str) else payload
-    req = cache.requests_from_trace(topk, experts, streams=streams)
+    req = _requests(payload, meta, l0, l1, experts, streams)
     start = cache.lookup_starts(req, lookup)
     counted_all = req.step >= warmup_steps
     out, counted = [], 0
@@ -212,8 +210,8 @@ def _per_task(layers: int, client: Any, workers: int, layers_per_task: int | Non
     return max(1, math.ceil(layers / max(1, worker_count(client, workers))))
 
 
-def _client(client: Any, scheduler: str | None, workers: int) -> contextlib.AbstractContextManager[Any]:
-    return open_client(client, scheduler, workers, "a sharded run (dask.distributed)")
+#: what a sharded run is called when distributed is not installed
+_PURPOSE = "a sharded run (dask.distributed)"
 
 
 # ----------------------------------------------------------------------------- public
@@ -247,18 +245,12 @@ def simulate_by_layer(
     The result equals the one-process simulation: hits, misses and per-step arrays (byte sums
     per step are added group by group, exact for integer byte sizes).
     """
-    if policy not in cache.POLICIES:
-        raise ValueError(f"policy must be one of {', '.join(cache.POLICIES)}, got {policy!r}")
-    if capacity_unit not in cache.UNITS:
-        raise ValueError(f"capacity_unit must be 'experts' or 'bytes', got {capacity_unit!r}")
-    capacity = float(capacity)
-    if not np.isfinite(capacity) or capacity < 0:
-        raise ValueError(f"capacity must be finite and >= 0, got {capacity!r}")
+    capacity = cache.check_cache_args(policy, capacity_unit, "layer", capacity)
     source, layers, experts, meta = _source(trace)
     per = capacity / layers
     if capacity_unit == "experts":
         per = math.floor(per + 1e-9)
-    with _client(client, scheduler, workers) as c:
+    with open_client(client, scheduler, workers, _PURPOSE) as c:
         tasks = []
         fixed = dict(policy=policy, capacity_unit=capacity_unit, warmup_steps=warmup_steps, lookup=lookup)
         for l0, l1 in _groups(layers, _per_task(layers, c, workers, layers_per_task)):
@@ -269,9 +261,8 @@ def simulate_by_layer(
         parts = _run(_simulate_task, tasks, c)
     hits_ps = np.sum([p.hits_per_step for p in parts], axis=0)
     miss_ps = np.sum([p.misses_per_step for p in parts], axis=0)
-    bytes_ps = np.zeros_like(parts[0].bytes_streamed_per_step)
-    for p in parts:  # group by group, in layer order
-        bytes_ps = bytes_ps + p.bytes_streamed_per_step
+    # group by group, in layer order
+    bytes_ps = sum((p.bytes_streamed_per_step for p in parts), np.zeros_like(parts[0].bytes_streamed_per_step))
     return cache.result_from_counts(
         hits_ps, miss_ps, bytes_ps, policy=policy, capacity=capacity, capacity_unit=capacity_unit, scope="layer",
         warmup_steps=int(warmup_steps), bytes_unit=parts[0].bytes_unit, notes=tuple(parts[0].notes),
@@ -296,7 +287,7 @@ def lru_curve_by_layer(
     the trace argument as for :func:`simulate_by_layer`; the counts are integers, summed exactly.
     """
     source, layers, experts, meta = _source(trace)
-    with _client(client, scheduler, workers) as c:
+    with open_client(client, scheduler, workers, _PURPOSE) as c:
         groups = _groups(layers, _per_task(layers, c, workers, layers_per_task))
         tasks = [
             (_payload(source, l0, l1), meta, l0, l1, experts, int(warmup_steps), lookup, streams) for l0, l1 in groups
@@ -373,11 +364,6 @@ BAND_SIGMAS = 3.0
 
 #: requests_from_trace is called on this many (step, layer, expert) cells at a time per task
 _SLICE_CHUNK_CELLS = 1 << 22
-
-
-def _slice_edges(rate: float, slices: int) -> list[float]:
-    """Hash-range edges 0 = e_0 < … < e_S = R of the slices (the last edge is R itself)."""
-    return [j * rate / slices for j in range(slices)] + [rate]
 
 
 def _shards_task(payload, meta, layers, experts, lo, hi, seed, lookup, streams, want_counts):
@@ -478,14 +464,13 @@ def shards_curve_sharded(
     rate = float(rate)
     if not 0.0 < rate <= 1.0:
         raise ValueError(f"sample rate must lie in (0, 1], got {rate!r}")
-    if lookup not in cache.LOOKUPS:
-        raise ValueError(f"lookup must be one of {', '.join(cache.LOOKUPS)}, got {lookup!r}")
+    cache.check_lookup(lookup)
     if slices is not None and not 1 <= int(slices) <= MAX_SHARDS_SLICES:
         raise ValueError(f"slices must be in 1 … {MAX_SHARDS_SLICES}, got {slices}")
     source, layers, experts, meta = _source(trace)
-    with _client(client, scheduler, workers) as c:
+    with open_client(client, scheduler, workers, _PURPOSE) as c:
         s = worker_count(c, workers) if slices is None else int(slices)
-        edges = _slice_edges(rate, s)
+        edges = [j * rate / s for j in range(s)] + [rate]  # 0 = e_0 < … < e_S = R, the last edge R itself
         payload = source
         if c is not None and not isinstance(source, str):
             payload = c.scatter(source, broadcast=True, hash=False)  # once per worker, not per task

@@ -370,14 +370,17 @@ def expand(grid: Grid) -> list[dict[str, Any]]:
     """The grid's points: ``{"point_id", "command", "inputs"}`` in axis order (the last axis
     varies fastest)."""
     names = list(grid.axes)
-    out = []
-    for combo in itertools.product(*(grid.axes[n] for n in names)):
-        inputs = {**grid.fixed, **dict(zip(names, combo))}
-        out.append({"point_id": point_id(grid.command, inputs), "command": grid.command, "inputs": inputs})
-    return out
+    inputs = [{**grid.fixed, **dict(zip(names, combo))} for combo in itertools.product(*grid.axes.values())]
+    return [{"point_id": point_id(grid.command, i), "command": grid.command, "inputs": i} for i in inputs]
 
 
 # ----------------------------------------------------------------------------- evaluation
+
+
+#: the Workload knobs a plan grid may set, each with its default (a value is converted to the default's type)
+_PLAN_KNOBS: dict[str, Any] = dict(
+    cache_policy="lru", cache_scope="global", overlap="max", ranks=1, partition="lpt", seed=0, page_cache=False
+)
 
 
 def _plan_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
@@ -397,16 +400,9 @@ def _plan_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
     else:
         cache_bytes = float(cache_gib) * 2**30
     read_kib = inputs.get("read_size_kib")
-    # the Workload knobs a grid may set, each with its default (converted to the default's type)
-    knobs: dict[str, Any] = dict(
-        cache_policy="lru", cache_scope="global", overlap="max", ranks=1, partition="lpt", seed=0, page_cache=False
-    )
-    workload = Workload(
-        context_tokens=context,
-        cache_bytes=cache_bytes,
-        read_size_bytes=None if read_kib is None else float(read_kib) * 2**10,
-        **{k: type(v)(inputs.get(k, v)) for k, v in knobs.items()},
-    )
+    read_bytes = None if read_kib is None else float(read_kib) * 2**10
+    knobs = {k: type(v)(inputs.get(k, v)) for k, v in _PLAN_KNOBS.items()}
+    workload = Workload(context_tokens=context, cache_bytes=cache_bytes, read_size_bytes=read_bytes, **knobs)
     routing = routing_from_spec(str(inputs.get("routing", "uniform")), model)
     rep = plan(model, hardware, workload, routing, [batch]).to_dict()
     hit = rep["cache_hit_rate"]
@@ -533,13 +529,9 @@ def _cache_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
         topk = synthetic_trace(str(inputs["routing"]), **synthetic, rho=float(inputs.get("rho", 0.0)))
         selected = None  # the trace has exactly the B streams asked for
     requests = requests_from_trace(topk, experts, streams=selected)
-    res = simulate(
-        requests,
-        float(inputs["capacity"]),
-        policy=str(inputs.get("policy", "lru")),
-        scope=str(inputs.get("scope", "global")),
-        warmup_steps=int(inputs.get("warmup_steps", 0)),
-    )
+    policy, scope = str(inputs.get("policy", "lru")), str(inputs.get("scope", "global"))
+    capacity, warmup = float(inputs["capacity"]), int(inputs.get("warmup_steps", 0))
+    res = simulate(requests, capacity, policy=policy, scope=scope, warmup_steps=warmup)
     return {
         **{k: int(getattr(res, k)) for k in ("requests", "hits", "misses")},
         "hit_rate": float(res.hit_rate),
@@ -708,12 +700,6 @@ def read_run(out: str | Path) -> dict[str, Any] | None:
 # ----------------------------------------------------------------------------- running
 
 
-def _lost_row(point: Mapping[str, Any], exc: BaseException) -> dict[str, Any]:
-    """The row of a point whose task never returned (its worker died too often, or the cluster
-    restarted and cancelled it): the error, so a resumed run evaluates it again."""
-    return _row(point, {}, f"{type(exc).__name__}: {str(exc) or 'the task was lost'}", None)
-
-
 def _evaluate_chunk(points: list[dict[str, Any]], evaluate: Callable) -> list[dict[str, Any]]:
     """One task: several points evaluated in order (the scheduler's cost is paid once per task)."""
     return [evaluate(p) for p in points]
@@ -748,8 +734,10 @@ def _distributed(
             except (Exception, asyncio.CancelledError, concurrent.futures.CancelledError) as exc:
                 # KilledWorker (the task's workers died), a cancel by client.restart(): the
                 # evaluation itself never raises (evaluate_point catches), so this is the
-                # cluster losing the task; its points become error rows, retried on resume
-                rows = [_lost_row(p, exc) for p in by_key[future.key]]
+                # cluster losing the task (its worker died too often, or the cluster restarted and
+                # cancelled it); its points become error rows, evaluated again on resume
+                lost = f"{type(exc).__name__}: {str(exc) or 'the task was lost'}"
+                rows = [_row(p, {}, lost, None) for p in by_key[future.key]]
             yield from rows
     finally:
         client.cancel([f for f in futures if not f.done()])

@@ -216,9 +216,11 @@ def _empty(d: Path) -> bool:
     [
         (["--batch", "0,2"], "--batch: '0' is not a positive integer"),
         (["--top-k", "9"], "K=9 exceeds --experts E=8"),
-        (["--experts", "1000000", "--d-model", "4096", "--d-ff", "4096"], "of scratch in"),
+        # a size the disk or memory cannot hold names the flags that set it (it said
+        # "stack size (experts × layers × expert bytes)" and "batch/d_model/d_ff/steps")
+        (["--experts", "1000000", "--d-model", "4096", "--d-ff", "4096"], "--experts/--layers/--d-model/--d-ff: "),
         (["--batch", "100000000"], "--batch: 100000000 is more than the 16777216 allowed"),
-        (["--batch", "16777216", "--d-model", "4096"], "of memory but only"),
+        (["--batch", "16777216", "--d-model", "4096"], "--batch/--d-model/--d-ff/--steps: needs "),
         (["--routing", "zipf:x"], "zipf:S"),
         (["--routing", "powerlaw"], "uniform or zipf:S"),
         (["--trace", "x.npz", "--routing", "uniform"], "either --routing or --trace"),

@@ -195,24 +195,26 @@ def test_a_signal_mid_run_removes_the_scratch_files(tmp_path, sig):
 
 
 @pytest.mark.parametrize(
-    "flags, message",
+    "flags, message, named",
     [
-        (["--file-mib", "100000000"], "of scratch in"),
-        (["--mem-mib", "100000000"], "of memory but only"),
-        (["--matmul-n", "10000000"], "of memory but only"),
-        (["--seconds", "0"], "--seconds"),
-        (["--file-mib", "abc"], "--file-mib"),
-        (["--file-mib", "0.01"], "at least one 128 KiB read"),
+        (["--file-mib", "100000000"], "of scratch in", "--file-mib"),
+        (["--mem-mib", "100000000"], "of memory but only", "--mem-mib/--matmul-n"),
+        (["--matmul-n", "10000000"], "of memory but only", "--mem-mib/--matmul-n"),
+        (["--seconds", "0"], "--seconds", "--seconds"),
+        (["--file-mib", "abc"], "--file-mib", "--file-mib"),
+        (["--file-mib", "0.01"], "at least one 128 KiB read", "--file-mib"),
     ],
 )
-def test_bad_flags_are_refused_before_any_work(tmp_path, capsys, flags, message):
+def test_bad_flags_are_refused_before_any_work(tmp_path, capsys, flags, message, named):
+    """Refused before anything is written, naming the flags the user typed (the library's
+    parameter names, mem_bytes/matmul_n, file_bytes, were said before)."""
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     out = tmp_path / "hw.toml"
     rc = main(["calibrate", "--output", str(out), "--scratch-dir", str(scratch), "--quiet", *flags])
     err = capsys.readouterr().err
     assert rc == 2
-    assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"error: {named}: ") and message in err and len(err.strip().splitlines()) == 1
     assert _empty(scratch) and not out.exists()
 
 

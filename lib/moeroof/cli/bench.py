@@ -23,7 +23,18 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.flags import BATCH_HELP, EXPERTS, LAYERS, READ_PATHS, SEED, TOP_K, BatchList, Count, UsageError
+from moeroof.cli.flags import (
+    BATCH_HELP,
+    EXPERTS,
+    LAYERS,
+    READ_PATHS,
+    SEED,
+    TOP_K,
+    BatchList,
+    Count,
+    UsageError,
+    flags_named,
+)
 from moeroof.cli.inputs import read_trace_arg
 from moeroof.cli.output import (
     add_output_arguments,
@@ -139,10 +150,23 @@ def _bench_routing(args: argparse.Namespace) -> tuple[np.ndarray | None, str, in
     return np.asarray(tr.topk), f"trace {tr.path.name}", experts, top_k
 
 
+#: the library's parameter names in bench's errors → the flags that set them
+BENCH_FLAGS = {
+    "batch": "--batch",
+    "d_model": "--d-model",
+    "d_ff": "--d-ff",
+    "steps": "--steps",
+    "warmup_steps": "--warmup",
+    "experts": "--experts",
+    "layers": "--layers",
+    "scratch_dir": "--scratch-dir",
+}
+
+
 def bench_report(args: argparse.Namespace) -> dict[str, Any]:
     """Run the benchmark for parsed arguments and return its JSON object."""
     from moeroof.measure.bench import MODES, StackShape, predict_bench, run_bench
-    from moeroof.measure.calibrate import Progress
+    from moeroof.measure.calibrate import Progress, ResourceError
 
     check_output(args)
     batch, layers, d_model, d_ff = args.batch, args.layers, args.d_model, args.d_ff
@@ -180,6 +204,8 @@ def bench_report(args: argparse.Namespace) -> dict[str, Any]:
             command=spelled(["moeroof", "bench"], command.items()),
             progress=Progress("bench", enabled=not args.quiet),
         )
+    except ResourceError as err:  # the library's parameters, named as the flags that set them
+        raise flags_named(err, BENCH_FLAGS) from None
     except OSError as exc:
         raise UsageError(f"bench: {exc}") from None
     if hardware is not None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from moeroof.cli.flags import READ_PATHS, SEED, Count, Real, UsageError
+from moeroof.cli.flags import READ_PATHS, SEED, Count, Real, UsageError, flags_named
 from moeroof.cli.output import add_output_arguments, check_output_file, emit, fmt, interrupted, jsonable, spelled, table
 from moeroof.core.limits import MAX_GIB
 
@@ -98,6 +98,17 @@ def check_output(args: argparse.Namespace) -> None:
             raise UsageError(f"--scratch-dir: cannot write in {args.scratch_dir} ({exc.strerror or exc})") from None
 
 
+#: the library's parameter names in calibrate's errors → the flags that set them
+CALIBRATE_FLAGS = {
+    "file_bytes": "--file-mib",
+    "seconds": "--seconds",
+    "mem_bytes": "--mem-mib",
+    "matmul_n": "--matmul-n",
+    "scratch_dir": "--scratch-dir",
+    "output": "--output",
+}
+
+
 def calibrate_report(args: argparse.Namespace) -> dict[str, Any]:
     """Measure, write the hardware TOML (``--output``) and return every measurement as JSON."""
     from moeroof.measure.bench import measure_engine
@@ -123,6 +134,8 @@ def calibrate_report(args: argparse.Namespace) -> dict[str, Any]:
             command=spelled(["moeroof", "calibrate"], command.items()),
             progress=Progress("calibrate", enabled=not args.quiet),
         )
+    except ValueError as err:  # a size refused (ResourceError among them): named as the flags that set it
+        raise flags_named(err, CALIBRATE_FLAGS) from None
     except OSError as exc:
         raise UsageError(f"calibrate: {exc}") from None
     return jsonable(cal.to_dict())

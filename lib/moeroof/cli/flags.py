@@ -31,6 +31,7 @@ __all__ = [
     "CACHE_POLICIES",
     "PARTITIONS",
     "UsageError",
+    "flags_named",
     "FlagError",
     "FlagParser",
     "Count",
@@ -380,6 +381,16 @@ BATCH_HELP = (
     "LO and HI included; 3-20 = 3,4,8,16,20), a geometric range LO:HI:xF (1:256:x2 = 1,2,4,…,256) or an "
     "arithmetic one LO:HI:+D (1:64:+8 = 1,9,…,57); HI is included when the steps reach it; items mix (1,2,8:64:x2)"
 )
+
+
+def flags_named(err: Exception, flags: dict[str, str]) -> UsageError:
+    """``err`` (a library error ``"name/name: what"``) as a :class:`UsageError` naming the flags the
+    user typed for those parameters (``flags``: parameter → flag; a name without one stays)."""
+    text = str(err)
+    head, sep, rest = text.partition(": ")
+    if not sep or not all(n.isidentifier() for n in head.split("/")):
+        return UsageError(text)
+    return UsageError("/".join(flags.get(n, n) for n in head.split("/")) + sep + rest)
 
 
 def parse_batch(text: str) -> list[int]:

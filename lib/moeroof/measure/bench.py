@@ -433,7 +433,8 @@ def _check_resources(
     base = Path(scratch_dir) if scratch_dir is not None else None
     if base is not None and not base.is_dir():
         raise calibrate.ResourceError(f"scratch_dir: {base} is not a directory")
-    what = "stack size (experts × layers × expert bytes)"
+    # the stack's file: experts × layers × expert bytes (d_model × d_ff)
+    what = "experts/layers/d_model/d_ff"
     calibrate.check_disk(base if base is not None else tempfile.gettempdir(), shape.file_bytes, what)
     d, f = shape.d_model, shape.d_ff
     memory = shape.slot_bytes + 8 * bmax * (d + f) * 4 + n_steps * bmax * (d + shape.layers * top_k * 3) * 8

@@ -498,6 +498,27 @@ FIFO_CASES = {
         ["capture", "--prompts", "{d}/pr.txt", "--streams", "1", "--max-new-tokens", "2", "-o", "{d}/o.npz", "{d}"],
     ),
     "preset-from-hf config": ("config.json", ["preset-from-hf", "{d}", "-o", "{d}/x.toml"]),
+    "trace routing histogram": (
+        "h.csv",
+        ["trace", "--routing", "{d}/h.csv", "--streams", "2", "--steps", "4", "-o", "{d}/o.npz"],
+    ),
+    "trace routing sidecar": (
+        "h.json",
+        ["trace", "--routing", "{d}/h.csv", "--streams", "2", "--steps", "4", "-o", "{d}/o.npz"],
+    ),
+    "cache pinning histogram": (
+        "h.csv",
+        ["cache", "{d}/t.npz", "--policy", "static", "--capacity-experts", "64", "--histogram", "{d}/h.csv"],
+    ),
+    "plan routing trace": (
+        "t.npz",
+        ["plan", "--model", "qwen3-30b-a3b", "--hardware", "nvme-gen4", "--batch", "1", "--routing", "{d}/t.npz"],
+    ),
+    "fit-plan routing histogram": (
+        "h.csv",
+        ["fit-plan", "{d}/pp.csv", "--model", "deepseek-v3", "--hardware", "nvme-gen4", "--routing", "{d}/h.csv"],
+    ),
+    "bench calibration": ("hw.toml", ["bench", "--calibration", "{d}/hw.toml", "--steps", "2"]),
 }
 
 

@@ -385,9 +385,9 @@ def _(d):
 @case("alloc: calibrate --matmul-n 20000 and bench --steps 200000 under the 4 GB cap")
 def _(d):
     calib = ["calibrate", "--matmul-n", "20000", "--seconds", "0.1", "--no-engine", "--file-mib", "1", "-o", "c.toml"]
-    res = [error_case(d, calib, fields=["matmul_n", "available"])]
+    res = [error_case(d, calib, fields=["--matmul-n", "available"])]
     bench = ["bench", "--steps", "200000", "--experts", "8", "--layers", "2", "--scratch-dir", "."]
-    res.append(error_case(d, bench, fields=["steps", "available"]))
+    res.append(error_case(d, bench, fields=["--steps", "available"]))
     return "; ".join(res)
 
 

@@ -169,7 +169,7 @@ def problems(values: Mapping[str, Any]) -> list[str]:
 
 
 def values_of(declared: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
-    """A notebook's parameter values: its declared defaults (``report.Declared``), the user's on top."""
+    """A notebook's parameter values: its declared defaults (``report.declared_parameters``), the user's on top."""
     values = {name: _default(d.default) for name, d in declared.items()}
     values.update(given)
     return values

@@ -151,8 +151,6 @@ def read_report(ipynb: Path) -> Report:
 def figures_for(names: Sequence[str], figures_dir: Path) -> dict[str, tuple[str, ...]]:
     """Figure stems per notebook: ``NAME_*.png`` in ``figures_dir``, longest matching stem wins."""
     out: dict[str, list[str]] = {n: [] for n in names}
-    if not Path(figures_dir).is_dir():
-        return {n: () for n in names}
     by_length = sorted(names, key=len, reverse=True)
     for png in sorted(Path(figures_dir).glob("*.png")):
         owner = next((n for n in by_length if png.stem.startswith(f"{n}_")), None)

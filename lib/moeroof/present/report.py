@@ -290,10 +290,8 @@ def _execute_once(
     except CellTimeoutError:
         raise CellTimedOut(f"{path.stem} failed: a cell ran past {cell_timeout_s:g} s") from None
     except DeadKernelError:
-        if watch.killed:
-            why = f"its kernel sat idle mid-render for {watch.idle_s:g} s (no CPU in it or below it) and was stopped"
-            raise KernelDied(f"{path.stem} failed: {why}") from None
-        raise KernelDied(f"{path.stem} failed: its kernel died") from None
+        idle = f"its kernel sat idle mid-render for {watch.idle_s:g} s (no CPU in it or below it) and was stopped"
+        raise KernelDied(f"{path.stem} failed: {idle if watch.killed else 'its kernel died'}") from None
     except NoSuchKernel as err:
         raise NotebookFailed(
             f"{path.stem} failed: no Jupyter kernel {err.name!r}; install ipykernel in this environment"

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 __all__ = ["ROUTING_PARAMETERS", "problems", "check", "PreflightError"]
 
@@ -114,7 +114,7 @@ def _routing_problem(name: str, value: Any, model: Any) -> str | None:
 def _number_problems(values: Mapping[str, Any]) -> list[str]:
     """The numbers' problems: below their least value, not a number, a ``_min`` above its ``_max``."""
 
-    def number(v: Any) -> bool:
+    def number(v: Any) -> TypeGuard[int | float]:
         return isinstance(v, (int, float)) and not isinstance(v, bool)
 
     out: list[str] = []

@@ -56,10 +56,8 @@ LINK_WORDS = {"ssd": "SSD", "pcie": "PCIe link", "host-link": "host link", "page
 def stream_source(link: str = "ssd") -> str:
     """Where the experts come from on a box whose streaming tier is ``link``: ``from SSD``,
     ``over the PCIe link``, ``over the host link``, ``from the page cache``."""
-    words = LINK_WORDS.get(link, link)
-    return (
-        f"from {words}" if link in ("ssd",) else (f"from the {words}" if link == "page-cache" else f"over the {words}")
-    )
+    prep = {"ssd": "from", "page-cache": "from the"}.get(link, "over the")
+    return f"{prep} {LINK_WORDS.get(link, link)}"
 
 
 def term_name(term: str, link: str = "ssd") -> str:
@@ -72,14 +70,19 @@ def is_synthetic(provenance: str | None) -> bool:
     return (provenance or "").strip().lower() in SYNTHETIC_TAGS
 
 
-def fmt(x: float, digits: int = 3) -> str:
-    """A number to ``digits`` significant figures, plain (no exponent for ordinary sizes)."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
+def _missing(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def fmt(x: float, digits: int = 3, *, exponent_from: float = 1e6) -> str:
+    """A number to ``digits`` significant figures, plain (no exponent for ordinary sizes: below
+    1e-3 or from ``exponent_from`` on)."""
+    if _missing(x):
         return "n/a"
     x = float(x)
     if math.isinf(x):
         return "∞" if x > 0 else "−∞"
-    if x != 0 and (abs(x) >= 1e6 or abs(x) < 1e-3):
+    if x != 0 and (abs(x) >= exponent_from or abs(x) < 1e-3):
         return f"{x:.{digits - 1}e}"
     if abs(x) >= 10**digits:
         return f"{x:.0f}"
@@ -88,9 +91,7 @@ def fmt(x: float, digits: int = 3) -> str:
 
 def pct(x: float, decimals: int = 0) -> str:
     """A share in [0, 1] as a percentage, e.g. ``0.523 → '52 %'``."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    return f"{100 * float(x):.{decimals}f} %"
+    return "n/a" if _missing(x) else f"{100 * float(x):.{decimals}f} %"
 
 
 def _join(items: Sequence[str]) -> str:
@@ -175,8 +176,7 @@ def union_curve(
         f"the histogram `{histogram}`": histogram_provenance,
         f"the per-layer histogram `{summed_histogram}`": summed_provenance,
     }
-    synth = [n for n, t in list(inputs.items())[1:] if is_synthetic(t)]
-    return text + provenance_sentence(inputs, synthetic=synth)
+    return text + _tagged_sentence(inputs)
 
 
 def skew_fit(
@@ -223,9 +223,12 @@ def skew_fit(
         f"B = {batch_max}, the histogram's union is {fmt(union_at_max)} experts per layer, a coalescing ratio "
         f"of {fmt(ratio_at_max)}× against `uncoalesced`. "
     )
-    inputs = {histogram: histogram_provenance, trace: trace_provenance}
-    synth = [n for n, t in inputs.items() if is_synthetic(t)]
-    return text + provenance_sentence(inputs, synthetic=synth)
+    return text + _tagged_sentence({histogram: histogram_provenance, trace: trace_provenance})
+
+
+def _tagged_sentence(inputs: Mapping[str, str]) -> str:
+    """:func:`provenance_sentence` with the inputs tagged synthetic named as synthetic."""
+    return provenance_sentence(inputs, synthetic=[n for n, t in inputs.items() if is_synthetic(t)])
 
 
 def net_toks(
@@ -316,20 +319,17 @@ def _claim_sentence(
     max_multiple_batch: int | None,
 ) -> str:
     """:func:`net_toks`' sentence on the multiple against the ``uncoalesced`` baseline."""
+    head = "Against the `uncoalesced` baseline (same box, every token fetching its own experts) the multiple "
     if batch_at_4x is not None and per_agent_at_4x is not None:
         per_min = 60 * per_agent_at_4x
         return (
-            f"Against the `uncoalesced` baseline (same box, every token fetching its own experts) the multiple "
-            f"first reaches 4× at B = {batch_at_4x}, where each agent gets {fmt(per_agent_at_4x)} tok/s "
+            f"{head}first reaches 4× at B = {batch_at_4x}, where each agent gets {fmt(per_agent_at_4x)} tok/s "
             f"(about {fmt(per_min, 2)} tokens a minute)"
             + (f"; 10× at B = {batch_at_10x}" if batch_at_10x is not None else "; 10× is not reached")
             + f" within B ≤ {claim_b_max} (largest {fmt(max_multiple)}×). "
         )
     at = f" at B = {max_multiple_batch}" if max_multiple_batch is not None else ""
-    return (
-        f"Against the `uncoalesced` baseline (same box, every token fetching its own experts) the multiple "
-        f"never reaches 4× among feasible steps within B ≤ {claim_b_max} (largest {fmt(max_multiple)}×{at}). "
-    )
+    return f"{head}never reaches 4× among feasible steps within B ≤ {claim_b_max} (largest {fmt(max_multiple)}×{at}). "
 
 
 def _seed_sentence(
@@ -640,11 +640,10 @@ def _booster_tail(
 
 def _arm_errors(errors: Mapping[str, Sequence[float]]) -> str:
     """``coalesced median 3 %, worst 9 %; uncoalesced …`` from relative errors per arm."""
-    parts = []
-    for arm, errs in errors.items():
-        e = sorted(abs(float(x)) for x in errs)
-        if e:
-            parts.append(f"{arm} median |error| {pct(statistics.median(e), 1)}, worst {pct(e[-1], 1)}")
+    by_arm = {arm: sorted(abs(float(x)) for x in errs) for arm, errs in errors.items()}
+    parts = [
+        f"{arm} median |error| {pct(statistics.median(e), 1)}, worst {pct(e[-1], 1)}" for arm, e in by_arm.items() if e
+    ]
     return "; ".join(parts) or "no rows"
 
 
@@ -1041,8 +1040,6 @@ def validation(
     the simulated-truth check; ``plan_coverage``: (share inside, predicted rows, truths) of
     fit-plan's (:func:`moeroof.studies.plan_coverage.plan_coverage`)."""
     pred = [r for r in rows if r["role"] == "prediction"]
-    rel = [r for r in pred if r["error_unit"] == "relative"]
-    pts = [r for r in pred if r["error_unit"] == "points"]
     banded = [r for r in pred if r["inside"] is not None]
     consistency = sum(r["role"] == "consistency" for r in rows)
     parts = [
@@ -1051,12 +1048,12 @@ def validation(
         "reproduce their own calibration, not counted): "
     ]
     within = []
-    if rel:
-        ok = sum(abs(r["error"]) <= tok_s_target for r in rel)
-        within.append(f"{ok} of {len(rel)} relative errors within {pct(tok_s_target)}")
-    if pts:
-        ok = sum(abs(r["error"]) <= hit_target for r in pts)
-        within.append(f"{ok} of {len(pts)} hit-rate and overlap errors within {fmt(100 * hit_target, 2)} points")
+    for unit, target, what in (
+        ("relative", tok_s_target, f"relative errors within {pct(tok_s_target)}"),
+        ("points", hit_target, f"hit-rate and overlap errors within {fmt(100 * hit_target, 2)} points"),
+    ):
+        if unit_rows := [r for r in pred if r["error_unit"] == unit]:
+            within.append(f"{sum(abs(r['error']) <= target for r in unit_rows)} of {len(unit_rows)} {what}")
     parts.append(_join(within) + ". " if within else "none. ")
     if banded:
         inside = sum(bool(r["inside"]) for r in banded)

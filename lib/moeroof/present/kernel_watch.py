@@ -34,6 +34,7 @@ __all__ = [
     "IDLE_KERNEL_S",
     "IDLE_KERNEL_ENV",
     "IDLE_CPU_SHARE",
+    "env_seconds",
     "idle_kernel_seconds",
     "IdleKernelWatch",
     "tree_cpu_ticks",
@@ -56,13 +57,18 @@ ABORT_GRACE_S = 2.0
 _PROC = Path("/proc")
 
 
+def env_seconds(name: str, default: float) -> float:
+    """``$name`` where it is a positive number of seconds, else ``default``."""
+    try:
+        value = float(os.environ.get(name, ""))
+    except ValueError:
+        return default
+    return value if 0 < value < float("inf") else default
+
+
 def idle_kernel_seconds() -> float:
     """:data:`IDLE_KERNEL_S`, or ``$MOEROOF_IDLE_KERNEL_S`` where that is a positive number."""
-    try:
-        value = float(os.environ.get(IDLE_KERNEL_ENV, ""))
-    except ValueError:
-        return IDLE_KERNEL_S
-    return value if 0 < value < float("inf") else IDLE_KERNEL_S
+    return env_seconds(IDLE_KERNEL_ENV, IDLE_KERNEL_S)
 
 
 def _stat(pid: int) -> tuple[int, int] | None:
@@ -77,13 +83,8 @@ def _stat(pid: int) -> tuple[int, int] | None:
 
 def _processes() -> dict[int, tuple[int, int]]:
     """pid → (parent pid, CPU ticks) of every process this one can see."""
-    out = {}
-    for entry in _PROC.iterdir():
-        if entry.name.isdigit():
-            got = _stat(int(entry.name))
-            if got is not None:
-                out[int(entry.name)] = got
-    return out
+    stats = {int(entry.name): _stat(int(entry.name)) for entry in _PROC.iterdir() if entry.name.isdigit()}
+    return {pid: got for pid, got in stats.items() if got is not None}
 
 
 def tree_cpu_ticks(pid: int, table: dict[int, tuple[int, int]] | None = None) -> int:

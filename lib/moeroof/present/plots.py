@@ -144,10 +144,6 @@ def _nums(a) -> list:
     return [_num(x) for x in arr.ravel()] if arr.ndim <= 1 else [_nums(row) for row in arr]
 
 
-def _text(t) -> str:
-    return t.get_text() if t is not None else ""
-
-
 def figure_data(fig: Figure) -> dict:
     """What a figure plots, as plain JSON: per axes its title, axis labels and scales, limits,
     every line (label, x, y), collection (markers' offsets, filled areas' vertices, mesh
@@ -156,7 +152,8 @@ def figure_data(fig: Figure) -> dict:
     SVG ids, font hinting and anti-aliasing are not in it."""
     from matplotlib.collections import PolyCollection, QuadMesh
 
-    out: dict = {"suptitle": _text(getattr(fig, "_suptitle", None)), "axes": []}
+    suptitle = getattr(fig, "_suptitle", None)
+    out: dict = {"suptitle": suptitle.get_text() if suptitle is not None else "", "axes": []}
     for ax in fig.axes:
         item: dict = {
             "title": [ax.get_title(loc) for loc in ("left", "center", "right")],
@@ -379,19 +376,15 @@ def show_table(df, *, percent=(), digits: int = 3) -> Table:
     floats to ``digits`` significant figures; returns a :class:`Table` (renders as HTML)."""
     import pandas as pd
 
+    from moeroof.present.answers import fmt
+
     percent = [c for c in percent if c in df.columns]
 
     def number(x):
         if isinstance(x, bool | np.bool_) or x is None:
             return "" if x is None else ("yes" if x else "no")
         if isinstance(x, float | np.floating):
-            if not np.isfinite(x):
-                return "–" if np.isnan(x) else ("∞" if x > 0 else "−∞")
-            if x != 0 and abs(x) < 1e-3:
-                return f"{x:.{digits - 1}e}"
-            if abs(x) >= 10**digits:
-                return f"{x:.0f}"
-            return f"{x:.{digits}g}"
+            return "–" if np.isnan(x) else fmt(x, digits, exponent_from=math.inf)
         return str(x)
 
     formats = {c: number for c in df.columns}

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 __all__ = ["ROUTING_PARAMETERS", "problems", "check", "PreflightError"]
 
@@ -113,21 +113,22 @@ def _routing_problem(name: str, value: Any, model: Any) -> str | None:
 
 def _number_problems(values: Mapping[str, Any]) -> list[str]:
     """The numbers' problems: below their least value, not a number, a ``_min`` above its ``_max``."""
+
+    def number(v: Any) -> TypeGuard[int | float]:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
     out: list[str] = []
-    for name in _AT_LEAST_ONE:
-        v = values.get(name)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 1:
-            out.append(f"-p {name}: must be at least 1, got {v}")
-    for name in _AT_LEAST_ZERO:
-        v = values.get(name)
-        if name in _AUTO_OR_NUMBER and isinstance(v, str) and v.strip().lower() != "auto":
-            out.append(f"-p {name}: expected a number or auto, got {v!r}")
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
-            out.append(f"-p {name}: must be >= 0, got {v}")
+    for names, least, must in ((_AT_LEAST_ONE, 1, "must be at least 1"), (_AT_LEAST_ZERO, 0, "must be >= 0")):
+        for name in names:
+            v = values.get(name)
+            if name in _AUTO_OR_NUMBER and isinstance(v, str) and v.strip().lower() != "auto":
+                out.append(f"-p {name}: expected a number or auto, got {v!r}")
+            if number(v) and v < least:
+                out.append(f"-p {name}: {must}, got {v}")
     for lo_name in [n for n in values if n.endswith("_min")]:
         hi_name = lo_name[: -len("_min")] + "_max"
         lo, hi = values.get(lo_name), values.get(hi_name)
-        numbers = [x for x in (lo, hi) if isinstance(x, (int, float)) and not isinstance(x, bool)]
+        numbers = [x for x in (lo, hi) if number(x)]
         if len(numbers) == 2 and numbers[0] > numbers[1]:
             out.append(f"-p {lo_name} {lo} is above -p {hi_name} {hi}")
     return out
@@ -169,7 +170,7 @@ def problems(values: Mapping[str, Any]) -> list[str]:
 
 
 def values_of(declared: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
-    """A notebook's parameter values: its declared defaults (``report.Declared``), the user's on top."""
+    """A notebook's parameter values: its declared defaults (``report.declared_parameters``), the user's on top."""
     values = {name: _default(d.default) for name, d in declared.items()}
     values.update(given)
     return values

@@ -50,7 +50,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from moeroof.core import atomic, paths
 from moeroof.core.errors import ParameterError
@@ -234,11 +234,9 @@ def to_html(nb: nbformat.NotebookNode, name: str) -> str:
 def cell_timeout() -> float:
     """The cell timeout in force: ``$MOEROOF_CELL_TIMEOUT_S`` when it is a positive number (the
     tests set a short one), else :data:`CELL_TIMEOUT_S`."""
-    try:
-        value = float(os.environ.get(CELL_TIMEOUT_ENV, ""))
-    except ValueError:
-        return CELL_TIMEOUT_S
-    return value if 0 < value < float("inf") else CELL_TIMEOUT_S
+    from moeroof.present.kernel_watch import env_seconds
+
+    return env_seconds(CELL_TIMEOUT_ENV, CELL_TIMEOUT_S)
 
 
 def _one_line(text: str) -> str:
@@ -422,12 +420,11 @@ def absolute_paths(parameters: dict, cwd: Path) -> dict:
     typed would otherwise resolve there (or under ``data/``) instead of where the user is.
     Values that exist nowhere (``zipf:1.2``, an embedded ``histograms/x.csv``) are left alone.
     """
-    out = {}
-    for name, value in parameters.items():
-        if isinstance(value, str) and value and not Path(value).is_absolute() and (cwd / value).exists():
-            value = str((cwd / value).resolve())
-        out[name] = value
-    return out
+
+    def local(value) -> bool:
+        return isinstance(value, str) and bool(value) and not Path(value).is_absolute() and (cwd / value).exists()
+
+    return {name: str((cwd / value).resolve()) if local(value) else value for name, value in parameters.items()}
 
 
 @dataclass(frozen=True)
@@ -661,18 +658,10 @@ def _coerce(value: str):
     return value
 
 
-@dataclass(frozen=True)
-class Declared:
-    """One parameter as a notebook declares it (``name: type = default  # help``)."""
-
-    name: str
-    type_name: str
-    default: str
-
-
-def declared_parameters(path: Path) -> dict[str, Declared]:
-    """The parameters ``path`` declares in its cell tagged ``parameters``, as papermill reads them."""
-    return {p.name: Declared(p.name, p.inferred_type_name, p.default) for p in _inspect_parameters(path)}
+def declared_parameters(path: Path) -> dict[str, Any]:
+    """The parameters ``path`` declares in its cell tagged ``parameters``, as papermill reads them
+    (``name: type = default  # help``: each with ``name``, ``inferred_type_name``, ``default``, ``help``)."""
+    return {p.name: p for p in _inspect_parameters(path)}
 
 
 def _inspect_parameters(path: Path) -> list:
@@ -697,10 +686,10 @@ def _short_repr(value) -> str:
     return short.repr(value)
 
 
-def _as_type(name: str, value, declared: Declared, notebook: str, where: str = ""):
+def _as_type(name: str, value, declared: Any, notebook: str, where: str = ""):
     """``value`` (text from ``-p`` or a value from ``-f``) as the type ``notebook`` declares for
     ``name``; ReportError when it is not one, led by ``where`` (default ``-p NAME``)."""
-    kind = declared.type_name
+    kind = declared.inferred_type_name
     wrong = f"{where or f'-p {name}'}: {notebook} takes {kind} {name} (default {declared.default}), got {_short_repr(value)}"
     if kind == "str":
         if isinstance(value, (dict, list)):
@@ -750,17 +739,13 @@ def typed_parameters(
             known = ", ".join(declared[stem]) or "none"
             raise ReportError(f"{where(unknown)}: {stem} has no such parameter (its parameters: {known})")
         raise ReportError(f"{where(unknown)}: none of the selected notebooks has such a parameter")
-    out = []
-    for path in notebooks:
-        mine = declared[path.stem]
-        params = {}
-        for name, value in given.items():
-            if name in mine:
-                params[name] = _as_type(name, value, mine[name], path.stem, where([name]))
-            else:
-                params[name] = _coerce(value) if name in text_values else value
-        out.append(params)
-    return out
+
+    def typed(path: Path, name: str, value):
+        if name in declared[path.stem]:
+            return _as_type(name, value, declared[path.stem][name], path.stem, where([name]))
+        return _coerce(value) if name in text_values else value
+
+    return [{name: typed(path, name, value) for name, value in given.items()} for path in notebooks]
 
 
 def check_out_dir(out: Path) -> None:
@@ -969,17 +954,12 @@ def _collect(finished, notebooks: list[Path], targets: list, per_notebook: list,
         entry["figures"] = str(target.figures_dir if target.figures_dir is not None else paths.figures_dir())
         if error is not None:
             failures.append(error)
-            results[i] = {**entry, "ok": False, "error": error, "seconds": round(seconds, 1)}
+            outcome = {"ok": False, "error": error}
             print(f"error: {error}", file=sys.stderr, flush=True)
-            continue
-        results[i] = {
-            **entry,
-            "ok": True,
-            "html": str(html_path),
-            "ipynb": str(ipynb_path),
-            "seconds": round(seconds, 1),
-        }
-        print(f"ok     {path.stem:<24} {seconds:6.1f} s  -> {html_path}", file=say, flush=True)
+        else:
+            outcome = {"ok": True, "html": str(html_path), "ipynb": str(ipynb_path)}
+            print(f"ok     {path.stem:<24} {seconds:6.1f} s  -> {html_path}", file=say, flush=True)
+        results[i] = {**entry, **outcome, "seconds": round(seconds, 1)}
     return [results[i] for i in sorted(results)], failures
 
 
@@ -1008,12 +988,11 @@ def render_all(args: argparse.Namespace) -> tuple[int, dict]:
         (starts[i], len(notebooks), path, target.out_dir, params, target.figures_dir, as_json, cell_timeout_s)
         for i, (path, target, params) in enumerate(zip(notebooks, targets, per_notebook))
     ]
-    finished: Iterator[tuple[int, tuple]]
-    if jobs == 1:
-        outcomes = (_render_job(*job) for job in jobs_args)
-        finished = zip(range(len(notebooks)), outcomes)
-    else:
-        finished = render_parallel(jobs_args, jobs, order, after)
+    finished = (
+        enumerate(_render_job(*job) for job in jobs_args)
+        if jobs == 1
+        else render_parallel(jobs_args, jobs, order, after)
+    )
     runs, failures = _collect(finished, notebooks, targets, per_notebook, say)
     root = args.out if args.out is not None else paths.REPORTS_DIR
     record_timings(root, runs)

@@ -130,11 +130,8 @@ def _title(nb: nbformat.NotebookNode, name: str) -> str:
 def _parameters(nb: nbformat.NotebookNode) -> tuple[Parameter, ...]:
     """Parameters cell (papermill's own parser) merged with the values papermill injected."""
     injected = dict(nb.metadata.get("papermill", {}).get("parameters") or {})
-    declared = []
-    for cell in nb.cells:
-        if cell.cell_type == "code" and "parameters" in cell.metadata.get("tags", []):
-            declared = PythonTranslator.inspect(cell)
-            break
+    cell = next((c for c in nb.cells if c.cell_type == "code" and "parameters" in c.metadata.get("tags", [])), None)
+    declared = PythonTranslator.inspect(cell) if cell is not None else []
     out = []
     for p in declared:
         over = p.name in injected
@@ -154,8 +151,6 @@ def read_report(ipynb: Path) -> Report:
 def figures_for(names: Sequence[str], figures_dir: Path) -> dict[str, tuple[str, ...]]:
     """Figure stems per notebook: ``NAME_*.png`` in ``figures_dir``, longest matching stem wins."""
     out: dict[str, list[str]] = {n: [] for n in names}
-    if not Path(figures_dir).is_dir():
-        return {n: () for n in names}
     by_length = sorted(names, key=len, reverse=True)
     for png in sorted(Path(figures_dir).glob("*.png")):
         owner = next((n for n in by_length if png.stem.startswith(f"{n}_")), None)
@@ -167,14 +162,9 @@ def figures_for(names: Sequence[str], figures_dir: Path) -> dict[str, tuple[str,
 def _copy_figures(stems: Sequence[str], src: Path, dst: Path) -> None:
     """Copy ``stem.png`` (and ``stem.svg`` where present) into ``dst`` unless already identical."""
     dst.mkdir(parents=True, exist_ok=True)
-    for stem in stems:
-        for suffix in (".png", ".svg"):
-            source = src / f"{stem}{suffix}"
-            target = dst / source.name
-            if not source.is_file():
-                continue
-            if target.is_file() and target.read_bytes() == source.read_bytes():
-                continue
+    for source in (src / f"{stem}{suffix}" for stem in stems for suffix in (".png", ".svg")):
+        target = dst / source.name
+        if source.is_file() and not (target.is_file() and target.read_bytes() == source.read_bytes()):
             atomic.copy_file(source, target)
 
 
@@ -249,10 +239,8 @@ def render_index(reports: Sequence[Report], *, version: str) -> str:
         f"<p>{e(provenance_summary(reports))}</p>",
         "<nav><ul>",
     ]
-    for r in reports:
-        lines.append(f'<li><a href="#{e(r.anchor)}">{e(_heading(r))}</a>: {e(r.title)}</li>')
-    lines.append('<li><a href="#glossary">glossary</a></li>')
-    lines.append("</ul></nav>")
+    lines += [f'<li><a href="#{e(r.anchor)}">{e(_heading(r))}</a>: {e(r.title)}</li>' for r in reports]
+    lines += ['<li><a href="#glossary">glossary</a></li>', "</ul></nav>"]
     for r in reports:
         lines += [
             f'<section id="{e(r.anchor)}">',
@@ -279,20 +267,18 @@ def render_index(reports: Sequence[Report], *, version: str) -> str:
         else:
             lines.append("<p>No parameters cell.</p>")
         if r.figures:
-            lines.append('<div class="gallery">')
-            for stem in r.figures:
-                src = f"{r.folder}{FIGURES_SUBDIR}/{stem}"
-                lines.append(
-                    f'<figure><a href="{e(src)}.png"><img src="{e(src)}.png" alt="{e(stem)}"></a>'
-                    f"<figcaption>{e(stem)}</figcaption></figure>"
-                )
+            srcs = [(stem, e(f"{r.folder}{FIGURES_SUBDIR}/{stem}")) for stem in r.figures]
+            lines += ['<div class="gallery">'] + [
+                f'<figure><a href="{src}.png"><img src="{src}.png" alt="{e(stem)}"></a>'
+                f"<figcaption>{e(stem)}</figcaption></figure>"
+                for stem, src in srcs
+            ]
             lines.append("</div>")
         else:
             lines.append("<p>No saved figures.</p>")
         lines.append("</section>")
     lines += ['<section id="glossary">', "<h2>Glossary</h2>", "<dl>"]
-    for term, meaning in GLOSSARY:
-        lines.append(f"<dt><b>{e(term)}</b></dt><dd>{e(meaning)}</dd>")
+    lines += [f"<dt><b>{e(term)}</b></dt><dd>{e(meaning)}</dd>" for term, meaning in GLOSSARY]
     lines += ["</dl>", "</section>", "</body>", "</html>", ""]
     return "\n".join(lines)
 

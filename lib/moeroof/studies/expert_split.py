@@ -153,9 +153,7 @@ def relabel_imbalance(load, ranks: int, draws: int, rng: np.random.Generator) ->
         raise ValueError(f"draws must be >= 1, got {draws!r}")
     ids = contiguous_split(w.size, ranks)
     lpt_loads = np.bincount(balanced_packing(w, ranks), weights=w, minlength=ranks)
-    out = np.empty((int(draws), int(ranks)))
-    for j in range(int(draws)):
-        out[j] = np.bincount(ids, weights=rng.permutation(w), minlength=ranks)
+    out = np.array([np.bincount(ids, weights=rng.permutation(w), minlength=ranks) for _ in range(int(draws))])
     return RelabelDraws(out, lpt_loads)
 
 

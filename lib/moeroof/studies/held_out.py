@@ -110,20 +110,19 @@ def _comparison_rows(group: str, comparisons) -> list[dict[str, Any]]:
     return out
 
 
-def _row(group, case, role, quantity, at, measured, predicted, error, unit, low, high, inside, cal, source):
-    axis = "cache" if at is None else "batch"
-    values = (group, case, role, quantity, axis, at, measured, predicted, error, unit, low, high, inside, cal, source)
-    return dict(zip(COLUMNS, values, strict=True))
-
-
-def _regime_row(case, role, what, at, measured, predicted, unit, low, high, cal, source) -> dict[str, Any]:
-    """A ``regimes`` row: its error (relative or in points) and whether its band holds the
-    measurement, where it has one (a ``withheld`` row has none)."""
+def _regime_row(
+    case, role, what, at, measured, predicted, unit, low, high, cal, source, group="regimes", axis=None
+) -> dict[str, Any]:
+    """A ``regimes`` (or ``group``) row: its error (relative or in points) and whether its band
+    holds the measurement, where it has one (a ``withheld`` row has none); ``axis`` by default
+    ``cache`` where ``at`` is None, else ``batch``."""
     error = inside = None
     if measured is not None:
         error = predicted / measured - 1.0 if unit == "relative" else predicted - measured
         inside = None if low is None or high is None else bool(low <= measured <= high)
-    return _row("regimes", case, role, what, at, measured, predicted, error, unit, low, high, inside, cal, source)
+    axis = axis or ("cache" if at is None else "batch")
+    values = (group, case, role, what, axis, at, measured, predicted, error, unit, low, high, inside, cal, source)
+    return dict(zip(COLUMNS, values, strict=True))
 
 
 def regime_rows(*, jobs: int = 1) -> list[dict[str, Any]]:
@@ -236,9 +235,8 @@ def _prior_row(r, case: str, calibrated_on: str) -> list[dict[str, Any]]:
     if r.kind not in ("hit_rate", "overlap"):
         return []
     source = locality_prior.SOURCES[r.source]["provenance"]
-    values = ("locality", case, "prediction", r.label, "row", None, r.measured, r.predicted, r.predicted - r.measured,
-              "points", r.low, r.high, r.inside, calibrated_on, source)  # fmt: skip
-    return [dict(zip(COLUMNS, values, strict=True))]
+    row = (case, "prediction", r.label, None, r.measured, r.predicted, "points", r.low, r.high, calibrated_on, source)
+    return [_regime_row(*row, group="locality", axis="row")]
 
 
 def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -111,11 +111,10 @@ def measured_points(
         out.append(Point(kind="union", batch=int(m), value=float(union)))
         reqs = [cache.requests_from_trace(b, experts) for b in parts]
         for c in capacities:
-            hits = total = 0
-            for req in reqs:
-                res = cache.simulate(req, int(c) * layers, policy=policy, scope=scope, warmup_steps=warmup_steps)
-                hits += res.hits
-                total += res.requests
+            sims = [
+                cache.simulate(r, int(c) * layers, policy=policy, scope=scope, warmup_steps=warmup_steps) for r in reqs
+            ]
+            hits, total = sum(s.hits for s in sims), sum(s.requests for s in sims)
             value = hits / total if total else math.nan
             out.append(Point("hit_rate", int(m), capacity_experts=float(c), policy=policy, scope=scope, value=value))
     return out

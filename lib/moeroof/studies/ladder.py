@@ -86,7 +86,7 @@ import functools
 import math
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import astuple, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -149,7 +149,6 @@ __all__ = [
     "public_points",
     "RoutingPredictions",
     "fit_routing_predictions",
-    "fit_routing_predictions_path",
     "write_fit_routing_predictions",
 ]
 
@@ -412,9 +411,8 @@ def run_cases(
     """
     cases = list(cases)
     key = (
-        (knobs.family, float(knobs.skew), float(knobs.rho), int(knobs.history_tokens), float(knobs.c))
-        + (knobs.history_unit,),
-        tuple((c.name, int(c.ranks), int(c.streams), float(c.cache_gib_per_rank), c.policy) for c in cases),
+        astuple(knobs),
+        tuple(astuple(c) for c in cases),
         (int(seed), int(layers), int(timed_steps), int(warmup_steps)),
     )
     stored = CASES_MEMO.get(key)
@@ -469,19 +467,15 @@ def run_cases_uncached(knobs: Knobs, cases: list[Case], *, seed, layers, timed_s
         for case in (c for c in cases if c.streams == m):
             owner = partition(case.ranks)
             results = []
-            size = case.cache_gib_per_rank * GiB
-            sim: dict[str, Any] = {
-                "policy": case.policy,
-                "capacity_unit": "bytes",
-                "item_bytes": item,
-                "scope": "global",
-            }
+            sim: dict[str, Any] = dict(
+                policy=case.policy, capacity_unit="bytes", item_bytes=item, scope="global", warmup_steps=warm
+            )
             for r in range(case.ranks):
                 key = (case.ranks, r)
                 if key not in requests:
                     requests[key] = cache.requests_from_trace(topk, EXPERTS, partition=owner, rank=r)
                 pinned = _static_pin(requests[key], warm) if case.policy == "static" else None
-                results.append(cache.simulate(requests[key], size, warmup_steps=warm, pinned=pinned, **sim))
+                results.append(cache.simulate(requests[key], case.cache_gib_per_rank * GiB, pinned=pinned, **sim))
             hits = sum(r.hits for r in results)
             reqs = sum(r.requests for r in results)
             hit_rate = hits / reqs if reqs else float("nan")
@@ -929,16 +923,12 @@ def _prediction_row(c, h: dict, g: dict, w, b) -> dict:
     return row
 
 
-def fit_routing_predictions_path() -> Path:
-    """``predictions-fit-routing.csv`` beside :func:`predictions_path`."""
-    return predictions_path().with_name("predictions-fit-routing.csv")
-
-
 def write_fit_routing_predictions(pred: RoutingPredictions, path: str | os.PathLike[str] | None = None) -> Path:
     """Write :attr:`RoutingPredictions.rows` with :data:`FIT_ROUTING_COLUMNS` — the columns of
     :func:`write_predictions` plus the 5–95 % band columns it lacks, the role, the witnessed
-    values (public rows only) and the fit_knobs means — atomically."""
-    target = Path(path) if path is not None else fit_routing_predictions_path()
+    values (public rows only) and the fit_knobs means — atomically; by default
+    ``predictions-fit-routing.csv`` beside :func:`predictions_path`."""
+    target = Path(path) if path is not None else predictions_path().with_name("predictions-fit-routing.csv")
 
     def cell(v) -> str:
         if v is None:

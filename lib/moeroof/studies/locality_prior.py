@@ -73,6 +73,7 @@ __all__ = [
     "LocalityPrior",
     "PriorRow",
     "source_rows",
+    "language_counts",
     "fit_source",
     "pool",
     "predict_rows",
@@ -185,22 +186,23 @@ def source_rows(name: str, external_dir: str | Path | None = None) -> SourceRows
         counts: np.ndarray | None = histogram_from_trace(topk, int(trace.experts))
         shape = (int(trace.experts), int(topk.shape[3]), int(topk.shape[2]))
         return SourceRows(name, spec["title"], spec["provenance"], *shape, tuple(points), counts)
-    counts = None
     hist_path = root / spec["histogram"]
-    if hist_path.is_file():
-        from moeroof.data.importers import import_matrix
-
-        imported = import_matrix(
-            hist_path,
-            layer_col="Layer",
-            expert_prefix="Expert_",
-            filters=[("Language", "English")],
-            top_k=int(spec["top_k"]),
-            tokens=int(spec["histogram_tokens"]),
-        )
-        counts = np.asarray(imported.counts)
+    top_k, tokens = int(spec["top_k"]), int(spec["histogram_tokens"])
+    counts = language_counts(hist_path, "English", top_k, tokens) if hist_path.is_file() else None
     shape = (int(spec["experts"]), int(spec["top_k"]), int(spec["layers"]))
     return SourceRows(name, spec["title"], spec["provenance"], *shape, _published_rows(spec), counts)
+
+
+def language_counts(path: Path, language: str, top_k: int, tokens: int) -> np.ndarray:
+    """Per-layer counts (L, E) of one language's rows of a Qwen3 expert-frequency capture
+    (``Layer``, ``Expert_*`` and ``Language`` columns; :func:`moeroof.data.importers.import_matrix`)."""
+    from moeroof.data.importers import import_matrix
+
+    filters = [("Language", language)]
+    imported = import_matrix(
+        path, layer_col="Layer", expert_prefix="Expert_", filters=filters, top_k=top_k, tokens=tokens
+    )
+    return np.asarray(imported.counts)
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,6 @@ from scipy.optimize import brentq
 
 from moeroof.core.paths import EXTERNAL_DIR
 from moeroof.core.results import Result
-from moeroof.data.importers import import_matrix
 
 # FINE_GRAINED_EXPERTS: the fewest experts the fine-grained prior takes
 from moeroof.data.skew_prior import FINE_GRAINED_EXPERTS, committed_skew_prior
@@ -177,16 +176,8 @@ def qwen3_units(external_dir: str | Path | None = None) -> list[SkewUnit]:
     units = []
     for stem, lang in QWEN3_WORKLOADS:
         dataset = stem.split("_", 1)[0]
-        tokens = int(meta["tokens_per_layer_estimate"][dataset][lang])
-        imported = import_matrix(
-            root / f"{stem}_avg_activation.csv",
-            layer_col="Layer",
-            expert_prefix="Expert_",
-            filters=[("Language", lang)],
-            top_k=int(meta["top_k"]),
-            tokens=tokens,
-        )
-        counts, e, k = np.asarray(imported.counts), int(meta["experts"]), int(meta["top_k"])
+        tokens, e, k = int(meta["tokens_per_layer_estimate"][dataset][lang]), int(meta["experts"]), int(meta["top_k"])
+        counts = lp.language_counts(root / f"{stem}_avg_activation.csv", lang, k, tokens)
         how = f"Dirichlet-multinomial fit, pooled over {counts.shape[0]} layers, at ~{tokens} prompt tokens"
         src = f"{QWEN3_DIR} (../shared/data/external), prefill frequencies"
         units.append(SkewUnit("qwen3-30b-a3b", f"{dataset} {lang}", e, k, dirichlet_alpha(counts, k), how, src))

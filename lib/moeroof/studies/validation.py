@@ -283,11 +283,11 @@ def _with_engine(hardware: Hardware, c0: float, c1: float, source: str | None = 
     hw = replace(hardware, engine_seconds_per_step=float(c0), engine_seconds_per_agent_token=float(c1))
     if source is None:
         return hw
-    prov = dict(hardware.provenance)
-    src = dict(hardware.sources)
-    for key in ("engine_seconds_per_step", "engine_seconds_per_agent_token"):
-        prov[key] = "projected"
-        src[key] = source
+    keys = ("engine_seconds_per_step", "engine_seconds_per_agent_token")
+    prov, src = (
+        {**hardware.provenance, **dict.fromkeys(keys, "projected")},
+        {**hardware.sources, **dict.fromkeys(keys, source)},
+    )
     return replace(hw, provenance=prov, sources=src)
 
 
@@ -345,42 +345,6 @@ def _solve_engine(
     return c0, c1, method
 
 
-def _engine_comparison(
-    model: MoEModel,
-    hw: Hardware,
-    base: Hardware,
-    workload: Workload,
-    routing: RoutingProbabilities,
-    b: np.ndarray,
-    meas: np.ndarray,
-    cal: tuple[int, ...],
-    fitted: tuple[float, float, str, str],
-) -> dict[str, Any]:
-    """:func:`fit_engine_terms`' comparison of the fitted box (and the roofline) with the measured points."""
-    c0, c1, method, source = fitted
-    p = plan(model, hw, workload, routing, b)
-    roof_all = plan(model, base, workload, routing, b)
-    err = p.net_tok_s / meas - 1.0
-    held_out = ~np.isin(b, cal)
-    return {
-        "calibrate_on": list(cal),
-        "c0": c0,
-        "c1": c1,
-        "method": method,
-        "source": source,
-        "batch": b.tolist(),
-        "measured": meas.tolist(),
-        "predicted": p.net_tok_s.tolist(),
-        "relative_error": err.tolist(),
-        "role": ["prediction" if h else "calibration" for h in held_out],
-        "bound": list(p.bound),
-        "roofline_net_tok_s": roof_all.net_tok_s.tolist(),
-        "roofline_bound": list(roof_all.bound),
-        "median_abs_error_predicted": float(np.median(np.abs(err[held_out]))) if held_out.any() else float("nan"),
-        "max_abs_error_predicted": float(np.max(np.abs(err[held_out]))) if held_out.any() else float("nan"),
-    }
-
-
 def fit_engine_terms(
     model: MoEModel,
     hardware: Hardware,
@@ -434,7 +398,26 @@ def fit_engine_terms(
         f"fitted to {fitted_to} at B={cal[0]} and B={cal[1]} (moeroof.studies.validation.fit_engine_terms, {method})"
     )
     hw = _with_engine(hardware, c0, c1, source)
-    return hw, _engine_comparison(model, hw, base, workload, routing, b, meas, cal, (c0, c1, method, source))
+    p, roof_all = plan(model, hw, workload, routing, b), plan(model, base, workload, routing, b)
+    err = p.net_tok_s / meas - 1.0
+    held_out = ~np.isin(b, cal)
+    return hw, {
+        "calibrate_on": list(cal),
+        "c0": c0,
+        "c1": c1,
+        "method": method,
+        "source": source,
+        "batch": b.tolist(),
+        "measured": meas.tolist(),
+        "predicted": p.net_tok_s.tolist(),
+        "relative_error": err.tolist(),
+        "role": ["prediction" if h else "calibration" for h in held_out],
+        "bound": list(p.bound),
+        "roofline_net_tok_s": roof_all.net_tok_s.tolist(),
+        "roofline_bound": list(roof_all.bound),
+        "median_abs_error_predicted": float(np.median(np.abs(err[held_out]))) if held_out.any() else float("nan"),
+        "max_abs_error_predicted": float(np.max(np.abs(err[held_out]))) if held_out.any() else float("nan"),
+    }
 
 
 #: bigrig's box under two readings of "44 of 128 experts cached" (bigrig batch.py, docs/sources.md):
@@ -731,16 +714,10 @@ def _single_stream_rows() -> list[Comparison]:
             measured = float(np.mean(measured))
         band = tuple((x,) for x in r["tok_s_at_priors_band"])
         # (key suffix, role, quantity, measured, predicted, notes, band)
-        hit = (
-            "-hit",
-            "consistency",
-            "cache hit rate at B=1",
-            r["hit_rate_measured"],
-            r["hit_rate_model"],
-            (),
-            ((), ()),
-        )
-        rows: list[tuple] = [hit] if r["hit_rate_measured"] is not None else []
+        rows: list[tuple] = []
+        if r["hit_rate_measured"] is not None:
+            hit = ("cache hit rate at B=1", r["hit_rate_measured"], r["hit_rate_model"], (), ((), ()))
+            rows.append(("-hit", "consistency", *hit))
         rows += [
             ("-tok-s", "prediction", f"tok/s at B=1 ({r['hardware']}, bound {r['bound']})", measured,
              r["tok_s_predicted"], notes, ((), ())),

@@ -77,17 +77,13 @@ _LABELS = {
 def _pct(x: float) -> str:
     """A hit rate in percent: one decimal below 10 %, none above (0 and 100 stay whole)."""
     v = 100.0 * float(x)
-    if v <= 0.0 or v >= 100.0 or v >= 10.0:
-        return f"{v:.0f} %"
-    return f"{v:.1f} %"
+    return f"{v:.0f} %" if v <= 0.0 or v >= 10.0 else f"{v:.1f} %"
 
 
 def _num(x: float) -> str:
     """Three significant figures, no exponent for the tok/s range the suite shows."""
     x = float(x)
-    if not np.isfinite(x):
-        return "n/a"
-    return f"{x:.3g}" if abs(x) < 1000 else f"{x:,.0f}"
+    return "n/a" if not np.isfinite(x) else (f"{x:.3g}" if abs(x) < 1000 else f"{x:,.0f}")
 
 
 @dataclass(frozen=True)
@@ -106,9 +102,7 @@ class PolicyComparison(Result):
 
     @property
     def fits(self) -> np.ndarray:
-        return np.asarray(self.plans[self.policy].fits_in_memory, dtype=bool) & np.asarray(
-            self.plans[self.reference].fits_in_memory, dtype=bool
-        )
+        return np.logical_and(self.plans[self.policy].fits_in_memory, self.plans[self.reference].fits_in_memory)
 
     def ratio(self) -> np.ndarray:
         """Net tok/s under ``policy`` over net tok/s under ``reference``, per batch."""
@@ -118,10 +112,7 @@ class PolicyComparison(Result):
         """Index of the feasible batch where net tok/s differs most (in log ratio; the smallest
         such B on a tie); None when no batch is feasible."""
         ok = np.flatnonzero(self.fits)
-        if ok.size == 0:
-            return None
-        gap = np.abs(np.log(self.ratio()[ok]))
-        return int(ok[int(np.argmax(gap))])
+        return int(ok[int(np.argmax(np.abs(np.log(self.ratio()[ok]))))]) if ok.size else None
 
     def largest_feasible(self) -> int | None:
         """Index of the largest feasible batch; None when none is."""
@@ -290,9 +281,9 @@ class MapComparison(Result):
     def changed_share(self) -> float:
         """Share of feasible cells whose binding term differs between the policies."""
         ok = self.fits
-        if not ok.any():
-            return 0.0
-        return float(np.mean(self.maps[self.policy].bound[ok] != self.maps[self.reference].bound[ok]))
+        return (
+            float(np.mean(self.maps[self.policy].bound[ok] != self.maps[self.reference].bound[ok])) if ok.any() else 0.0
+        )
 
     def ratio_range(self) -> tuple[float, float]:
         """Smallest and largest net tok/s ratio (policy / reference) over feasible cells."""

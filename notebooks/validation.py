@@ -28,7 +28,7 @@ groups: str = "step,cache,skew,locality,regimes"  # which cases, comma separated
 tok_s_target: float = 0.20  # the relative error a throughput or bytes prediction should stay within
 hit_target: float = 0.05  # the error a hit-rate or overlap prediction should stay within (0.05: 5 points)
 coverage_truths: int = 8  # simulated truths drawn from the locality prior for the band coverage check, 0 to skip
-plan_coverage_truths: int = 8  # simulated boxes drawn from fit-plan's priors (engine, SSD, locality, reclaim work, max or sum) for its band coverage check, 0 to skip
+plan_coverage_truths: int = 8  # simulated boxes drawn from fit-plan's priors (engine, SSD, locality, reclaim work, page cache, max or sum) for its band coverage check, 0 to skip
 # fmt: on
 
 # %%

@@ -195,3 +195,50 @@ def test_fitted_reclaim_work_is_not_also_held():
     fit = fit_plan(measured, m, hw, r, fit=("ssd-scale", "reclaim", "skew"), overlap="sum")
     assert fit.knobs["reclaim_penalty"]["fitted"]
     assert not any(n.startswith("reclaim_penalty (κ") for n in fit.notes)
+
+
+def _page_cache_truth_rows():
+    """A box whose reads go through the OS page cache (share 1), measured (tok/s and hit rate) at
+    two large caches, and a small one left to predict: qwen3-30b-a3b on nvme-gen4, one stream,
+    zipf:0.8, the efficiencies at the box's priors' centres (as fit-plan holds them)."""
+    m, hw = load_model("qwen3-30b-a3b"), load_hardware("nvme-gen4")
+    r = routing_from_spec("zipf:0.8", m)
+    eff = {k: hw.priors[k][0][1] for k in ("mem_efficiency", "compute_efficiency")}
+    pts = [PlanPoint(i + 2, 1, c, 1, "lru", None, None) for i, c in enumerate((20.0, 30.0, 4.0))]
+    net, hit = predict_points(pts, m, hw, r, PlanKnobs(page_cache_share=1.0, skew=0.8, **eff), overlap="sum")
+    measured = [
+        dataclasses.replace(p, net_tok_s=float(net[i]), hit_rate=float(hit[i])) if i < 2 else p
+        for i, p in enumerate(pts)
+    ]
+    return m, hw, r, measured, net
+
+
+def test_the_page_cache_not_stated_is_held_off_and_its_high_end_widens_the_bands(monkeypatch):
+    """Whether a box's reads go through the OS page cache is never decided silently: where neither
+    --fit pressure nor --page-cache says, fit-plan holds its share at PRIOR_PAGE_CACHE_SHARE's
+    centre (off), says so in the knob table and a note, and its high end (share 1) widens the
+    bands where it meets every calibration row within 2 σ. Rows measured on a box whose page cache
+    holds the reads admit it: the band of the row it predicts reaches past the one fitted with
+    the end at the centre (the page cache off alone), and holds it."""
+    from moeroof.fit import plan as fp
+
+    m, hw, r, measured, truth = _page_cache_truth_rows()
+    fit = fit_plan(measured, m, hw, r, fit=("ssd-scale", "skew"), overlap="sum")
+    held = fit.knobs["page_cache_share"]
+    assert (held["value"], held["low"], held["high"]) == fp.PRIOR_PAGE_CACHE_SHARE and not held["fitted"]
+    assert any("OS page cache's share of the RAM the expert cache leaves is held at 0" in n for n in fit.notes)
+    monkeypatch.setattr(fp, "PRIOR_PAGE_CACHE_SHARE", (0.0, 0.0, 0.0))
+    off = fit_plan(measured, m, hw, r, fit=("ssd-scale", "skew"), overlap="sum")
+    row, row_off = fit.rows[2], off.rows[2]
+    assert row["low"] <= row_off["low"] and row["high"] >= row_off["high"]
+    assert row["high"] > row_off["high"] * 1.2, (row, row_off)
+    assert row["low"] <= truth[2] <= row["high"]
+
+
+def test_the_page_cache_stated_is_not_also_held():
+    m, hw, r, measured, _ = _page_cache_truth_rows()
+    on = fit_plan(measured, m, hw, r, fit=("ssd-scale", "skew"), overlap="sum", page_cache=True)
+    fitted = fit_plan(measured, m, hw, r, fit=("ssd-scale", "skew", "pressure"), overlap="sum")
+    assert "page_cache_share" not in on.knobs and fitted.knobs["page_cache_share"]["fitted"]
+    for f in (on, fitted):
+        assert not any("OS page cache's share of the RAM the expert cache leaves is held" in n for n in f.notes)

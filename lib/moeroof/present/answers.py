@@ -1079,7 +1079,7 @@ def validation(
     if plan_coverage is not None:
         share, n_rows, n_truths = plan_coverage
         parts.append(
-            f"On {n_truths} simulated boxes drawn from fit-plan's priors (engine, SSD, locality, reclaim work; terms "
+            f"On {n_truths} simulated boxes drawn from fit-plan's priors (engine, SSD, locality, reclaim work, page cache; terms "
             f"combined by max or sum, not told), calibrated on seed 003's three M = 8 rows, {pct(share)} of {n_rows} predicted "
             "rows lie inside fit-plan's 90 % band. "
         )

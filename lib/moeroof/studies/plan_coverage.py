@@ -8,10 +8,13 @@ a per-touched-expert cost log-uniform over 0.1–1 ms, an SSD scale log-uniform 
 stream's stickiness and per-stream locality one draw of the committed locality prior (the two
 paired by strength, as :meth:`moeroof.models.locality.Locality.draws` pairs them), the OS's
 reclaim work κ at the centre of :data:`moeroof.fit.plan.PRIOR_RECLAIM_PENALTY` (0) for half the
-truths and uniform up to its high end for the rest — each truth from its own generator, the same
-whatever the count — and two structural choices fit-plan is not told: the terms combined by
-``max`` or ``sum`` (alternating), and whether the memory the engine holds slows its reads (κ,
-which fit-plan holds at its prior). Its rows are seed 003's
+truths and uniform up to its high end for the rest, the OS page cache off
+(:data:`moeroof.fit.plan.PRIOR_PAGE_CACHE_SHARE`'s centre) for half the truths and its share of
+the RAM the expert cache leaves uniform up to 1 for the rest — each truth from its own
+generator, the same whatever the count — and three structural choices fit-plan is not told: the
+terms combined by ``max`` or ``sum`` (alternating), whether the memory the engine holds slows its
+reads (κ, which fit-plan holds at its prior) and whether its reads go through the page cache
+(held off, its high end in the bands where it meets the calibration rows within 2 σ). Its rows are seed 003's
 settings (:data:`ROWS`: GLM-5 NVFP4 on GB10, its per-layer histogram), simulated by
 :func:`moeroof.fit.plan.predict_points` at a simulation seed no fit uses, with a
 lognormal measurement noise of :data:`NOISE` on the calibration rows' tok/s and a normal one of
@@ -33,6 +36,7 @@ from moeroof.core.rng import generator
 from moeroof.data.plan_points import PlanPoint
 from moeroof.data.presets import load_hardware, load_model
 from moeroof.fit.plan import (
+    PRIOR_PAGE_CACHE_SHARE,
     PRIOR_RECLAIM_PENALTY,
     PRIOR_SECONDS_PER_AGENT_TOKEN,
     PRIOR_SECONDS_PER_STEP,
@@ -82,17 +86,20 @@ _KNOB_COLUMNS = (
     "ssd_scale",
     "rho",
     "reclaim_penalty",
+    "page_cache_share",
 )
 
 
 def _truth_knobs(rng, prior, model) -> tuple:
     """A simulated box's knobs drawn from fit-plan's priors (module docstring) with ``rng``, and
     its one stream's c/E."""
-    u = rng.random(6)
+    u = rng.random(7)
     # ρ and c/E paired by locality strength, as the prior's draws are (Locality.paired)
     (rho,), (c_per_expert,) = prior.paired_for([u[4]], model.experts, model.top_k)
     # κ: the prior's centre (no reclaim work) below ½, else uniform up to its high end
     kappa = 0.0 if u[5] < 0.5 else PRIOR_RECLAIM_PENALTY[2] * (2.0 * u[5] - 1.0)
+    # the page cache: off (the prior's centre) below ½, else its share uniform up to the high end
+    share = None if u[6] < 0.5 else PRIOR_PAGE_CACHE_SHARE[2] * (2.0 * u[6] - 1.0)
     lo, _, hi = PRIOR_SECONDS_PER_STEP
     knobs = PlanKnobs(
         engine_seconds_per_step=float(math.exp(math.log(lo) + u[0] * (math.log(hi) - math.log(lo)))),
@@ -102,6 +109,7 @@ def _truth_knobs(rng, prior, model) -> tuple:
         rho=float(rho),
         c=float(c_per_expert) * model.experts,
         reclaim_penalty=float(kappa),
+        page_cache_share=share,
     )
     return knobs, float(c_per_expert)
 

@@ -31,10 +31,12 @@ the case has a band.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from moeroof.core.units import GB, GiB
 from moeroof.studies import locality_prior, skew_prior, validation
+from moeroof.studies.measured import COLUMNS, Measured
 
 __all__ = ["GROUPS", "COLUMNS", "held_out_rows", "summarise"]
 
@@ -79,50 +81,12 @@ REGIME_CASES = (
         (30 * GB / GiB, 35 * GB / GiB),
     ),
 )
-#: the columns of every row, in table order
-COLUMNS = (
-    "group",
-    "case",
-    "role",
-    "quantity",
-    "axis",
-    "at",
-    "measured",
-    "predicted",
-    "error",
-    "error_unit",
-    "low",
-    "high",
-    "inside",
-    "calibrated_on",
-    "source",
-)
 
 
 def _comparison_rows(group: str, comparisons) -> list[dict[str, Any]]:
-    """Each :class:`moeroof.studies.validation.Comparison` row under :data:`COLUMNS` (``case`` its
-    key, ``at`` its B; the other columns of one name)."""
-    out = []
-    for c in comparisons:
-        for r in c.rows():
-            own = {"group": group, "inside": None if r["low"] is None else bool(r["low"] <= r["measured"] <= r["high"])}
-            out.append({k: own[k] if k in own else r[{"case": "key", "at": "B"}.get(k, k)] for k in COLUMNS})
-    return out
-
-
-def _regime_row(
-    case, role, what, at, measured, predicted, unit, low, high, cal, source, group="regimes", axis=None
-) -> dict[str, Any]:
-    """A ``regimes`` (or ``group``) row: its error (relative or in points) and whether its band
-    holds the measurement, where it has one (a ``withheld`` row has none); ``axis`` by default
-    ``cache`` where ``at`` is None, else ``batch``."""
-    error = inside = None
-    if measured is not None:
-        error = predicted / measured - 1.0 if unit == "relative" else predicted - measured
-        inside = None if low is None or high is None else bool(low <= measured <= high)
-    axis = axis or ("cache" if at is None else "batch")
-    values = (group, case, role, what, axis, at, measured, predicted, error, unit, low, high, inside, cal, source)
-    return dict(zip(COLUMNS, values, strict=True))
+    """Each point of each :class:`moeroof.studies.validation.Comparison` under :data:`COLUMNS`
+    (``case`` its key)."""
+    return [m.record(group, c.key) for c in comparisons for m in c.points()]
 
 
 def regime_rows(*, jobs: int = 1) -> list[dict[str, Any]]:
@@ -148,22 +112,24 @@ def regime_rows(*, jobs: int = 1) -> list[dict[str, Any]]:
         withheld = f"{points}: the truth is withheld from this repository"
         for r in fit.rows:
             where = f"B = {r['batch']}, {r['cache_gib']:g} GiB, {r['ranks']} rank(s)"
-            tok = ("relative", r["low"], r["high"], cal)
+            tok = Measured(f"tok/s, {where}", r["batch"], r["measured"], r["predicted"], r["low"], r["high"])
+            tok = replace(tok, axis="batch", calibrated_on=cal)
             if r["role"] == "calibration":
-                rows.append(_regime_row(cal_case, "consistency", f"tok/s, {where}", r["batch"], r["measured"],
-                                        r["predicted"], *tok, points))  # fmt: skip
+                rows.append(replace(tok, role="consistency", source=points).record("regimes", cal_case))
             elif peak is None:
-                rows.append(_regime_row(case, "withheld", f"tok/s, {where}", r["batch"], None, r["predicted"], *tok,
-                                        withheld))  # fmt: skip
+                rows.append(replace(tok, measured=None, role="withheld", source=withheld).record("regimes", case))
             if peak is None and r.get("predicted_hit_rate") is not None:
                 # its own case (a case's mean error is in one unit): consistency against a calibration
                 # row's measured rate, withheld where the file leaves it empty (hit rates on a rank's
                 # cache; one booster's where it holds every expert)
                 measured = r.get("measured_hit_rate")
-                rows.append(_regime_row(f"{case}-hit", "withheld" if measured is None else "consistency",
-                                        f"cache hit rate, {where}", r["batch"], measured, r["predicted_hit_rate"],
-                                        "points", r.get("hit_rate_low"), r.get("hit_rate_high"), cal,
-                                        withheld if measured is None else points))  # fmt: skip
+                hit = Measured(f"cache hit rate, {where}", r["batch"], measured, r["predicted_hit_rate"])
+                role, src = ("withheld", withheld) if measured is None else ("consistency", points)
+                hit = replace(
+                    hit, low=r.get("hit_rate_low"), high=r.get("hit_rate_high"), role=role, error_unit="points"
+                )
+                hit = replace(hit, axis="batch", calibrated_on=cal, source=src)
+                rows.append(hit.record("regimes", f"{case}-hit"))
         if peak is not None:
             # where the predicted tok/s peaks over the file's cache range, with the band of a
             # measured peak (moeroof.models.curve_peak), against the middle of the reported range
@@ -172,8 +138,9 @@ def regime_rows(*, jobs: int = 1) -> list[dict[str, Any]]:
                 f"{points}: the reported peak, {peak[0]:.1f}–{peak[1]:.1f} GiB ({peak[0] * GiB / GB:.0f}–"
                 f"{peak[1] * GiB / GB:.0f} GB), at its middle; the band is where a measured peak would fall (5–95 %)"
             )
-            rows.append(_regime_row(case, "prediction", "cache (GiB) where tok/s peaks", None, 0.5 * (peak[0] + peak[1]),
-                                    pk["cache_gib"], "relative", pk["low"], pk["high"], cal, source))  # fmt: skip
+            mid = Measured("cache (GiB) where tok/s peaks", None, 0.5 * (peak[0] + peak[1]), pk["cache_gib"])
+            at_peak = replace(mid, low=pk["low"], high=pk["high"], axis="cache", calibrated_on=cal, source=source)
+            rows.append(at_peak.record("regimes", case))
     return rows
 
 
@@ -235,8 +202,7 @@ def _prior_row(r, case: str, calibrated_on: str) -> list[dict[str, Any]]:
     if r.kind not in ("hit_rate", "overlap"):
         return []
     source = locality_prior.SOURCES[r.source]["provenance"]
-    row = (case, "prediction", r.label, None, r.measured, r.predicted, "points", r.low, r.high, calibrated_on, source)
-    return [_regime_row(*row, group="locality", axis="row")]
+    return [replace(r, calibrated_on=calibrated_on, source=source).record("locality", case)]
 
 
 def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

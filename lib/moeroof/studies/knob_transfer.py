@@ -42,6 +42,7 @@ from moeroof.data.points import Point
 from moeroof.fit import routing as fit_routing
 from moeroof.models.routing import consecutive_overlap
 from moeroof.models.union import distinct_per_layer
+from moeroof.studies.measured import Measured
 
 __all__ = ["CAPTURES", "TransferRow", "TransferCheck", "live_batches", "measured_points", "knob_transfer"]
 
@@ -120,34 +121,27 @@ def measured_points(
     return out
 
 
-@dataclass(frozen=True)
-class TransferRow(Result):
-    """One measured point: its role, the measurement, the prediction and its 5–95 % band."""
+@dataclass(frozen=True, kw_only=True)
+class TransferRow(Measured):
+    """One measured point: its role, the measurement, the prediction and its 5–95 % band
+    (``quantity`` its label, ``at`` its batch)."""
 
-    label: str
     kind: str
-    batch: int
     capacity_experts: float | None
-    role: str
-    measured: float
-    predicted: float
-    low: float
-    high: float
+
+    @property
+    def label(self) -> str:
+        return self.quantity
+
+    @property
+    def batch(self) -> int:
+        return int(self.at)
 
     @property
     def error(self) -> float:
         """predicted − measured, in points (× 100) for hit rates and overlaps, experts for a union."""
         scale = 1.0 if self.kind == "union" else 100.0
-        return (self.predicted - self.measured) * scale
-
-    @property
-    def inside(self) -> bool:
-        return bool(self.low <= self.measured <= self.high)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = super().to_dict()
-        d.update(error=self.error, inside=self.inside)
-        return d
+        return (self.predicted - cast(float, self.measured)) * scale
 
 
 @dataclass(frozen=True)
@@ -203,12 +197,11 @@ def knob_transfer(
         raise ValueError("no measured row matches the calibration list")
     points = [p if r == "calibration" else Point(**{**p.__dict__, "value": None}) for p, r in zip(measured, role)]
     fit = fit_routing.fit_routing(points, experts, k, layers, seeds=seeds, bootstrap=bootstrap, **fit_kw).to_dict()
-    rows = [
+    rows: list[TransferRow] = []
+    for p, r, out in zip(measured, role, fit["rows"]):
         # a measured row: its value is given
-        TransferRow(p.label(), p.kind, p.batch, p.capacity_experts, r, float(cast(float, p.value)),
-                    float(out["predicted"]), float(out["low"]), float(out["high"]))
-        for p, r, out in zip(measured, role, fit["rows"])
-    ]  # fmt: skip
+        values = float(cast(float, p.value)), float(out["predicted"]), float(out["low"]), float(out["high"])
+        rows.append(TransferRow(p.label(), p.batch, *values, r, kind=p.kind, capacity_experts=p.capacity_experts))
     provenance = (trace.meta or {}).get("provenance", "unknown") if hasattr(trace, "meta") else "unknown"
     source = f"{getattr(trace, 'path', 'trace')} (provenance: {provenance})"
     return TransferCheck(source, str(fit["family"]), fit["knobs"], tuple(rows), tuple(fit.get("notes", ())))

@@ -50,7 +50,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 import numpy as np
 
@@ -60,6 +60,7 @@ from moeroof.data.points import Point, noise
 from moeroof.fit import routing as fit_routing
 from moeroof.fit.routing import RoutingKnobs
 from moeroof.models.locality import Locality, c_per_expert_from_hot_set, hot_set_from_c, to_scale
+from moeroof.studies.measured import Measured
 
 __all__ = [
     "SOURCES",
@@ -340,37 +341,29 @@ def pool(fits: Sequence[SourceFit], *, draws: int = PRIOR_DRAWS) -> LocalityPrio
     return LocalityPrior(names, loc.mean, loc.scale, loc.dof, rho, h, prov)
 
 
-@dataclass(frozen=True)
-class PriorRow(Result):
+@dataclass(frozen=True, kw_only=True)
+class PriorRow(Measured):
     """One held-out row predicted from a prior: median and 5–95 % band over the prior's draws,
-    and the prediction with locality off (ρ = 0, no per-stream locality)."""
+    and the prediction with locality off (ρ = 0, no per-stream locality); ``quantity`` its
+    label, ``source`` the held-out source, ``error`` in points as a fraction."""
 
-    source: str
-    label: str
+    error_unit: str = "points"
+    axis: str | None = "row"
     kind: str
-    measured: float
-    predicted: float
-    low: float
-    high: float
     locality_off: float
+
+    @property
+    def label(self) -> str:
+        return self.quantity
 
     @property
     def error_points(self) -> float:
         """predicted − measured, in points (× 100)."""
-        return (self.predicted - self.measured) * 100.0
+        return (self.predicted - cast(float, self.measured)) * 100.0
 
     @property
     def error_off_points(self) -> float:
-        return (self.locality_off - self.measured) * 100.0
-
-    @property
-    def inside(self) -> bool:
-        return bool(self.low <= self.measured <= self.high)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = super().to_dict()
-        d.update(error_points=self.error_points, error_off_points=self.error_off_points, inside=self.inside)
-        return d
+        return (self.locality_off - cast(float, self.measured)) * 100.0
 
 
 def popularity_knobs(rows: SourceRows, *, rng_seed: int = 0) -> RoutingKnobs:
@@ -426,10 +419,11 @@ def predict_rows(
     ).mean(axis=0)
     mid = np.quantile(sims, 0.5, axis=0)
     band = percentile_interval(noisy, LEVEL, resampling="prior draws x seeds x noise")
-    return [
-        PriorRow(rows.name, p.label(), p.kind, _measured(p), float(m), float(a), float(b), float(o))
-        for p, m, a, b, o in zip(rows.points, mid, band.low, band.high, off)
-    ]
+    out: list[PriorRow] = []
+    for p, m, a, b, o in zip(rows.points, mid, band.low, band.high, off):
+        pred = float(m), float(a), float(b)
+        out.append(PriorRow(p.label(), None, _measured(p), *pred, source=rows.name, kind=p.kind, locality_off=float(o)))
+    return out
 
 
 def stream_check(rows: SourceRows, base: RoutingKnobs, *, seeds: Sequence[int] = (0, 1)) -> tuple[bool, str]:

@@ -30,7 +30,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from scipy.optimize import brentq, least_squares
@@ -48,6 +48,7 @@ from moeroof.models import expert_cache
 from moeroof.models.engine_prior import prior_band
 from moeroof.models.plan import RoutingProbabilities, Workload, plan, routing_from_spec
 from moeroof.models.routing import inclusion_probabilities, zipf_weights
+from moeroof.studies.measured import Measured
 from moeroof.studies.skew_prior import top_share
 
 __all__ = [
@@ -142,21 +143,20 @@ class Comparison(Result):
     def error(self) -> tuple[float, ...]:
         """The pinned error: relative (``predicted / measured − 1``) or, for ``error_unit =
         "points"``, ``predicted − measured``."""
-        if self.error_unit == "points":
-            return tuple(float(p - m) for p, m in zip(self.predicted, self.measured))
-        return self.relative_error
+        return tuple(float(cast(float, m.error)) for m in self.points())
+
+    def points(self) -> list[Measured]:
+        """One :class:`moeroof.studies.measured.Measured` per point (``at`` its B)."""
+        none = (None,) * len(self.batch)
+        kw = {k: getattr(self, k) for k in ("role", "error_unit", "axis", "calibrated_on", "source")}
+        bands = zip(self.batch, self.measured, self.predicted, self.low or none, self.high or none)
+        return [Measured(self.quantity, *band, **kw) for band in bands]
 
     def rows(self) -> list[dict[str, Any]]:
-        """One dict per point (for a table)."""
-        low = self.low or (None,) * len(self.batch)
-        high = self.high or (None,) * len(self.batch)
-        head = {k: getattr(self, k) for k in ("key", "role", "quantity", "axis")}
-        tail = {k: getattr(self, k) for k in ("error_unit", "calibrated_on", "cache", "source")}
-        per_point = zip(self.batch, self.measured, self.predicted, self.relative_error, self.error)
-        cols = ("B", "measured", "predicted", "relative_error", "error")
-        return [
-            {**head, **dict(zip(cols, v)), **tail, "low": lo, "high": hi} for v, lo, hi in zip(per_point, low, high)
-        ]
+        """One dict per point (for a table): :meth:`points` under ``key``, ``B`` their ``at``."""
+        per_point = zip(self.points(), self.relative_error, self.error)
+        same = {"key": self.key, "cache": self.cache}
+        return [{**m.record("", self.key), **same, "B": m.at, "relative_error": r, "error": e} for m, r, e in per_point]
 
 
 #: GLM-5.2 int4: ~11 GB read per cold token (75 layers × 8 experts × ~19 MB)

@@ -32,6 +32,7 @@ from moeroof.cachesim.requests import Requests, check_lookup, item_counts
 
 __all__ = [
     "stack_distances",
+    "lru_hit_counts",
     "lru_hit_curve",
     "che_hit_curve",
     "item_hash",
@@ -94,6 +95,26 @@ def stack_distances(items: np.ndarray, start: np.ndarray | None = None) -> np.nd
     return _stack_pass(items, off, np.zeros(off.size - 1, np.int64), False, distances=True)[0]
 
 
+def lru_hit_counts(requests, *, warmup_steps: int = 0, lookup: str = "layer") -> tuple[np.ndarray, int]:
+    """Exact LRU hits at every capacity 0..D (D distinct items) in one pass, as integers: (hits
+    of the counted requests at each capacity, the requests counted). :func:`lru_hit_curve`'s
+    numbers before the division, for a caller that divides by another count."""
+    is_req = isinstance(requests, Requests)
+    items = requests.items if is_req else np.asarray(requests)
+    if warmup_steps and not is_req:
+        raise ValueError("warmup_steps needs a Requests stream (item ids carry no steps)")
+    check_lookup(lookup)
+    if items.size == 0:
+        return np.zeros(1, dtype=np.int64), 0
+    off, cstep = requests.lookups() if is_req else _one_lookup(items.size)
+    warm = max(int(warmup_steps), 0)
+    # the histogram of stack distances straight from the kernel: no array as long as the trace
+    _, hist, _ = _stack_pass(items, off, cstep, lookup == "request" or not is_req, warm=warm)
+    n = int(hist.sum())
+    hist[0] = 0  # a first reference misses at every capacity
+    return np.cumsum(hist), n
+
+
 def lru_hit_curve(requests, *, warmup_steps: int = 0, lookup: str = "layer") -> tuple[np.ndarray, np.ndarray]:
     """Exact LRU hit rate at every capacity 0..D (D distinct items) in one pass.
 
@@ -107,21 +128,9 @@ def lru_hit_curve(requests, *, warmup_steps: int = 0, lookup: str = "layer") -> 
     so the warm-up still fills the stack, but only requests of steps ≥ ``warmup_steps`` are
     counted. Returns (capacity_experts int64, hit_rate; NaN when nothing is counted).
     """
-    is_req = isinstance(requests, Requests)
-    items = requests.items if is_req else np.asarray(requests)
-    if warmup_steps and not is_req:
-        raise ValueError("warmup_steps needs a Requests stream (item ids carry no steps)")
-    check_lookup(lookup)
-    if items.size == 0:
-        return np.zeros(1, dtype=np.int64), np.full(1, np.nan)
-    off, cstep = requests.lookups() if is_req else _one_lookup(items.size)
-    warm = max(int(warmup_steps), 0)
-    # the histogram of stack distances straight from the kernel: no array as long as the trace
-    _, hist, d = _stack_pass(items, off, cstep, lookup == "request" or not is_req, warm=warm)
-    n = int(hist.sum())
-    hist[0] = 0  # a first reference misses at every capacity
-    cap = np.arange(d + 1, dtype=np.int64)
-    return cap, (np.cumsum(hist) / n if n else np.full(d + 1, np.nan))
+    hits, n = lru_hit_counts(requests, warmup_steps=warmup_steps, lookup=lookup)
+    cap = np.arange(hits.size, dtype=np.int64)
+    return cap, (hits / n if n else np.full(hits.size, np.nan))
 
 
 def che_hit_curve(item_frequencies, capacities) -> np.ndarray:

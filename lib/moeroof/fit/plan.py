@@ -252,9 +252,13 @@ PRIOR_RECLAIM_PENALTY = (0.0, 0.0, 3.3)
 #: where neither ``--fit pressure`` nor ``--page-cache`` says whether the engine's reads go through
 #: it: (low, held, high). Held at 0 (assumed: reads that bypass it, as O_DIRECT's do), its high
 #: end 1 (the kernel's default for buffered or mmap reads: every free page caches file data) in
-#: the bands as far as the calibration rows admit it — whether a box's streamed reads are served
-#: from the page cache is a structural choice the rows may not decide.
+#: the bands where it meets every calibration row within :data:`WITHIN_NOISE_Z` — whether a box's
+#: streamed reads are served from the page cache is a structural choice the rows may not decide.
 PRIOR_PAGE_CACHE_SHARE = (0.0, 0.0, 1.0)
+
+#: a structural alternative (the other overlap, the page cache on) widens the bands where it meets
+#: every calibration row within this many σ (its largest |z|)
+WITHIN_NOISE_Z = 2.0
 
 
 def default_knobs(points: Sequence[PlanPoint], *, routing_is_spec: bool = True) -> tuple[str, ...]:
@@ -773,7 +777,7 @@ def _held_entries(hardware: Hardware, held: _HeldKnobs) -> dict[str, dict[str, A
         lo_p, mid_p, hi_p = PRIOR_PAGE_CACHE_SHARE
         why = (
             "not fitted (--fit pressure fits it, --page-cache turns it on at 1): held at its prior, off, the bands "
-            "cover its high end as far as the rows admit"
+            f"cover its high end where it meets every calibration row within {WITHIN_NOISE_Z:g} σ"
         )
         out["page_cache_share"] = _held_entry(mid_p, lo_p, hi_p, "prior", why, "share")
     local = held.locality
@@ -1100,6 +1104,10 @@ class _Fit:
             overlap=self.overlap,
             routes=self.routes,
         )
+
+    def max_abs_z(self, k: PlanKnobs) -> float:
+        """The largest |z| of the calibration rows at knobs ``k`` (0 without a calibration row)."""
+        return float(np.max(np.abs(self.residuals(k)))) if self.rows.calibrates.any() else 0.0
 
     def residuals(self, k: PlanKnobs, seed: int = 0) -> np.ndarray:
         """The weighted residuals at knobs ``k`` (module docstring, Fit): log tok/s over σ_net, then hit rates over σ_hit."""
@@ -1441,7 +1449,7 @@ class _PriorEnds:
             if cost > self.admit and fit.cache_names and search:
                 cost, xe, at_outer = self._end_search()
             knobs = fit.knobs_of(at_outer, xe)
-            if cost <= self.admit and (not within_noise or np.max(np.abs(fit.residuals(knobs)), initial=0.0) <= 2.0):
+            if cost <= self.admit and (not within_noise or fit.max_abs_z(knobs) <= WITHIN_NOISE_Z):
                 return t, fit.predict(knobs)
         return 0.0, None
 
@@ -1576,10 +1584,10 @@ class _PriorEnds:
     def _page_cache_ends(self) -> None:
         """The page cache's share, held at its prior's centre (off), at its high end (hit rates do not move)."""
         lo, mid, hi = PRIOR_PAGE_CACHE_SHARE
-        # the page cache serves reads the expert cache misses, it does not change them: the cache knobs stay
-        # a structural choice, as the overlap is: its end widens the bands only where it meets every
-        # calibration row within 2 σ (as far as the profile threshold alone admitted, the bands
-        # over-covered simulated truths: 94 of 96 inside their 90 % bands)
+        # the page cache serves reads the expert cache misses, it does not change them: the cache
+        # knobs stay. A structural choice, as the overlap is: its end widens the bands only where it
+        # meets every calibration row within 2 σ (admitted by the profile threshold alone, as a
+        # knob's range, the bands over-covered simulated truths: 94 of 96 inside their 90 % bands)
         cut = self.widen_at_ends("page", (hi,), search=False, within_noise=True)
         self.notes.append(
             f"the OS page cache's share of the RAM the expert cache leaves is held at {mid:g} (range {lo:g}–{hi:g}: "
@@ -1717,7 +1725,7 @@ def _fit_one(
     stage(FIT_STAGES[0])
     best = _search(f, notes)
     best_knobs = f.knobs_of(best.outer, best.x)
-    max_z = float(np.max(np.abs(f.residuals(best_knobs)))) if f.rows.calibrates.any() else 0.0
+    max_z = f.max_abs_z(best_knobs)
     total = float(best.total)
     overlaps = {overlap: {"cost": total, "max_abs_z": max_z}}
     searched = PlanFit(knobs={}, rows=[], fitted=f.names, cost=total, overlap=overlap, overlaps=overlaps)
@@ -1830,7 +1838,7 @@ def _search_ends(searched: dict[str, float]) -> dict[str, Callable[[float, float
         searched["max"] = cost
         return True
 
-    return {"max": at_max, "sum": lambda cost, max_z: max_z <= 2.0 or cost < searched["max"]}
+    return {"max": at_max, "sum": lambda cost, max_z: max_z <= WITHIN_NOISE_Z or cost < searched["max"]}
 
 
 def _better_overlap(fits: dict[str, PlanFit]) -> PlanFit:
@@ -1844,7 +1852,7 @@ def _better_overlap(fits: dict[str, PlanFit]) -> PlanFit:
     notes = list(best.notes) + [
         f"overlap: {best.overlap} fits better (cost {best.cost:.3g} against {other.cost:.3g} for {other.overlap})"
     ]
-    if other.overlaps[other.overlap]["max_abs_z"] <= 2.0:
+    if other.overlaps[other.overlap]["max_abs_z"] <= WITHIN_NOISE_Z:
         best = _widened_by(best, other)
         notes.append(f"{other.overlap} overlap also meets the calibration rows: the bands include its predictions")
     return replace(best, notes=tuple(notes), overlaps=overlaps)

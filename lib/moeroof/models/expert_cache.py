@@ -361,16 +361,14 @@ def simulate_ratios(
     policy: str,
     scope: str,
     warm: int,
-    page: float = 0.0,
     pinned: np.ndarray | None = None,
     counted_steps: np.ndarray | None = None,
     requests: tuple[cache_sim.Requests, np.ndarray] | None = None,
-) -> tuple[float, float, float, float]:
+) -> tuple[float, float, float]:
     """Simulate one rank's cache on ``topk`` (steps, streams, H, K), counted after ``warm`` steps:
-    (misses per request, token misses per request, distinct requests per layer and step, page-cache
-    hits per request). With ``page`` ≥ 1 the OS page cache — an LRU of ``page`` experts per layer,
-    one over all layers as the kernel keeps it — is fed the expert cache's misses (the reads that
-    reach the file). ``static`` pins ``pinned`` (a popularity over the H·E items) per layer.
+    (misses per request, token misses per request, distinct requests per layer and step). The OS
+    page cache beside it is :func:`page_cache_hit_counts`' (every size at once). ``static`` pins
+    ``pinned`` (a popularity over the H·E items) per layer.
     ``counted_steps`` (bool per step) narrows the counted steps further: a user's trace counts only
     the steps where all its streams are live, so a finished stream's padding does not dilute the
     union or the miss ratios. ``requests``: :func:`trace_requests` of these arguments, where the
@@ -385,11 +383,7 @@ def simulate_ratios(
     n = hit.size
     req_ratio = float(1.0 - hit.mean()) if n else 0.0
     token_ratio = float(mult[~hit].sum() / n) if n else 0.0
-    page_ratio = 0.0
-    if page >= 1 and n and not hits_all.all():
-        counts = page_cache_hit_counts(req, hits_all, warm)
-        page_ratio = float(_at_capacity(counts, math.floor(page) * h) / n)
-    return req_ratio, token_ratio, _distinct_per_layer_step(topk.shape[0], h, n, warm, counted_steps), page_ratio
+    return req_ratio, token_ratio, _distinct_per_layer_step(topk.shape[0], h, n, warm, counted_steps)
 
 
 def _expert_cache_hits(
@@ -409,18 +403,18 @@ def page_cache_hit_counts(req: cache_sim.Requests, hits: np.ndarray, warm: int) 
     distinct items it sees; larger capacities hit as D): an LRU over all layers fed the requests
     the expert cache missed (``~hits``, bool per request of ``req``).
 
-    One stack-distance pass serves every capacity: a request hits an LRU cache of C items iff
-    its stack distance, taken as its (step, layer) lookup starts, is in 1 … C (Mattson et al.
-    1970; :func:`moeroof.cachesim.lru_hit_curve`) — the same hits as simulating each capacity."""
+    One stack-distance pass serves every capacity (:func:`moeroof.cachesim.lru_hit_counts`, the
+    lookup of a (step, layer)): the same hits as simulating each capacity (Mattson et al. 1970)."""
     miss = ~np.asarray(hits, dtype=bool)
-    items, step = req.items[miss], req.step[miss]
     below = cache_sim.Requests(
-        items=items, step=step, layer=req.layer[miss], steps=req.steps, layers=req.layers, experts=req.experts
+        items=req.items[miss],
+        step=req.step[miss],
+        layer=req.layer[miss],
+        steps=req.steps,
+        layers=req.layers,
+        experts=req.experts,
     )
-    dist = cache_sim.stack_distances(items, cache_sim.lookup_starts(below, "layer"))[step >= warm]
-    count = np.bincount(dist, minlength=1).astype(np.int64)
-    count[0] = 0  # distance 0 is a first reference: a miss at every capacity
-    return np.cumsum(count)
+    return cache_sim.lru_hit_counts(below, warmup_steps=warm)[0]
 
 
 def _at_capacity(counts: np.ndarray, capacity: int) -> int:
@@ -609,7 +603,7 @@ def trace_miss_ratio(
         sub = topk()
         return simulate_ratios(
             sub, experts, own, assignment, rank, c, policy, scope, warm, counted_steps=full, requests=requests(sub)
-        )[:3]
+        )
 
     return memoised(key, compute)
 

@@ -8,8 +8,9 @@ reply that never comes, until the cell timeout (:data:`moeroof.present.report.CE
 :data:`IDLE_KERNEL_S` is taken for hung: :class:`IdleKernelWatch` kills it, papermill reports a
 dead kernel, and the render is retried once in a fresh kernel (as for any kernel that dies).
 
-Before it is killed, what it was waiting on is kept for the next person to read (the hang's
-cause is not known): each thread of the kernel and of every process below it, with its name,
+Before it is killed, what it was waiting on is kept for the next person to read (that showed
+the hang the renderer's kernel client, :mod:`moeroof.present.kernel_client`, now avoids; the watch
+stays as the backstop): each thread of the kernel and of every process below it, with its name,
 state and kernel wait channel (``/proc/PID/task/TID/wchan``: a futex is a lock, ``ep_poll`` or
 ``do_select`` a wait for a message), in :attr:`IdleKernelWatch.diagnostics`, which the renderer
 prints with its retry; and the kernel is first sent ``SIGABRT``, on which a kernel started with
@@ -71,14 +72,20 @@ def idle_kernel_seconds() -> float:
     return env_seconds(IDLE_KERNEL_ENV, IDLE_KERNEL_S)
 
 
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(parent pid, CPU ticks: own and reaped children's) of ``pid``; None once it is gone."""
+def _stat_fields(path: Path) -> list[str] | None:
+    """The fields of a ``/proc/…/stat`` after ``pid (comm)`` (comm may hold spaces), the state
+    letter first; None once the process or thread is gone."""
     try:
-        text = (_PROC / str(pid) / "stat").read_text()
+        text = path.read_text(errors="replace")
     except OSError:
         return None
-    fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) ": comm may hold spaces
-    return int(fields[1]), sum(int(f) for f in fields[11:15])
+    return text[text.rindex(")") + 2 :].split() if ")" in text else None
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, CPU ticks: own and reaped children's) of ``pid``; None once it is gone."""
+    fields = _stat_fields(_PROC / str(pid) / "stat")
+    return None if fields is None else (int(fields[1]), sum(int(f) for f in fields[11:15]))
 
 
 def _processes() -> dict[int, tuple[int, int]]:
@@ -90,15 +97,7 @@ def _processes() -> dict[int, tuple[int, int]]:
 def tree_cpu_ticks(pid: int, table: dict[int, tuple[int, int]] | None = None) -> int:
     """CPU ticks used so far by ``pid`` and every process below it (``table``: :func:`_processes`'s)."""
     table = _processes() if table is None else table
-    children: dict[int, list[int]] = {}
-    for p, (parent, _) in table.items():
-        children.setdefault(parent, []).append(p)
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        total += table.get(p, (0, 0))[1]
-        todo += children.get(p, [])
-    return total
+    return sum(table.get(p, (0, 0))[1] for p in _descendants(pid, table))
 
 
 def _descendants(pid: int, table: dict[int, tuple[int, int]]) -> list[int]:
@@ -134,8 +133,7 @@ def thread_waits(pid: int, table: dict[int, tuple[int, int]] | None = None) -> l
             continue
         for tid in tids:
             task = _PROC / str(p) / "task" / str(tid)
-            stat = _read(task / "stat")
-            state = stat[stat.rindex(")") + 2 :].split()[0] if ")" in stat else "?"
+            state = (_stat_fields(task / "stat") or ["?"])[0]
             lines.append(f"{p}/{tid} {_read(task / 'comm')} {state} {_read(task / 'wchan') or '0'}")
     return lines
 
@@ -199,7 +197,7 @@ class IdleKernelWatch:
         except OSError:
             return
         end = time.monotonic() + ABORT_GRACE_S
-        while time.monotonic() < end and _stat(pid) is not None and not _is_zombie(pid):
+        while time.monotonic() < end and not _gone(pid):
             time.sleep(0.05)
         try:
             os.kill(pid, signal.SIGKILL)
@@ -214,7 +212,7 @@ class IdleKernelWatch:
         return f"its threads (pid/tid name state wait channel): {shown}" if lines else "its threads: not read"
 
 
-def _is_zombie(pid: int) -> bool:
-    """``pid`` has ended and waits to be reaped (state Z)."""
-    stat = _read(_PROC / str(pid) / "stat")
-    return ")" in stat and stat[stat.rindex(")") + 2 :].split()[0] == "Z"
+def _gone(pid: int) -> bool:
+    """``pid`` has ended: no longer there, or waiting to be reaped (state Z)."""
+    fields = _stat_fields(_PROC / str(pid) / "stat")
+    return fields is None or fields[0] == "Z"

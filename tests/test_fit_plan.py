@@ -681,6 +681,24 @@ def test_band_sets_keep_every_knobs_ends_and_spread_the_rest():
     assert band_sets(profile[:7], ("skew",), 10) == profile[:7]
 
 
+def test_a_walks_small_drop_moves_the_fit_and_keeps_the_walked_cut():
+    """After a profile walk (fit_plan.after_walk): no lower cost stops; a lower cost by at most
+    PROFILE_KEEP_SHARE of the margin (threshold − best) moves the fit and keeps the cut, which
+    then lies above the new best by at most (1 + share) margins — conservative by the drop;
+    a larger drop walks again."""
+    from moeroof.fit.plan import PROFILE_KEEP_SHARE, after_walk
+
+    best, margin = 16.4, 22.2
+    threshold = best + margin
+    assert after_walk(best, best, threshold) == "stop"
+    assert after_walk(best, best + 1.0, threshold) == "stop"
+    for drop in (0.01 * margin, 0.99 * PROFILE_KEEP_SHARE * margin):
+        assert after_walk(best, best - drop, threshold) == "keep"
+        assert margin < threshold - (best - drop) <= (1 + PROFILE_KEEP_SHARE) * margin + 1e-12
+    for drop in (1.5 * PROFILE_KEEP_SHARE * margin, 0.9 * margin, 3 * margin):
+        assert after_walk(best, best - drop, threshold) == "walk"
+
+
 def test_one_cache_knob_is_searched_on_a_grid_first_and_finds_the_deeper_basin():
     """A single cache knob (fit_plan.search_cache_knobs): on a rough cost with a shallow basin at
     the start and a deeper one elsewhere — the shape seed 003's default fit showed, Nelder–Mead

@@ -83,7 +83,11 @@ simulations run at fixed seeds), so a crossing is located to a fraction of a ste
 in several pieces counts only where a line reaches it. Where a walk finds a lower cost than
 Nelder–Mead did, the fit moves there and the profile is walked again around it (at most
 :data:`PROFILE_RESTARTS` times; then the fit still moves to the lowest cost, the profile is what
-has been evaluated). Without cache knobs the bands are the smooth part's alone.
+has been evaluated) — unless the lower cost is within :data:`PROFILE_KEEP_SHARE` of the
+threshold's margin (χ²₁(0.90)·s²) below the best: then the fit moves there and keeps the cut
+the walk bracketed, S ≤ S(θ̂) + margin — the new best's own cut widened by the drop, at most
+that share of its margin (conservative, and a second walk of the same region saved). Without
+cache knobs the bands are the smooth part's alone.
 
 **Peaks.** For every group of rows of one batch size, rank count and policy with three or more
 cache sizes, :attr:`PlanFit.peaks` says where the predicted tok/s peaks over the group's cache
@@ -139,6 +143,8 @@ __all__ = [
     "PROFILE_CHI2",
     "BAND_PROFILE_SETS",
     "band_sets",
+    "after_walk",
+    "PROFILE_KEEP_SHARE",
     "search_cache_knobs",
     "SEARCH_GRID_POINTS",
     "END_SHARES",
@@ -178,6 +184,10 @@ PROFILE_CHI2 = 1.6448536269514722**2  # χ²₁ at 0.90 = z₀.₉₅²: a two-s
 PROFILE_STEP = 0.01
 PROFILE_BISECTIONS = 4
 PROFILE_RESTARTS = 2
+#: a walk's lower cost within this share of the profile's margin below the best moves the fit
+#: but keeps the cut the walk bracketed (module docstring, Bands): a drop that small moves the
+#: region's edge by less than the bisections' precision, and a second walk would re-evaluate it
+PROFILE_KEEP_SHARE = 0.1
 #: the most retained cache-knob sets a band is united over (module docstring, Bands); a peak's
 #: band takes the same sets (module docstring, Peaks)
 BAND_PROFILE_SETS = 8
@@ -1226,6 +1236,17 @@ def _search(fit: _Fit, notes: list[str]) -> _Best:
     return _search_profile(fit, notes)
 
 
+def after_walk(best_cost: float, lowest_cost: float, threshold: float) -> str:
+    """What the profile does once a walk around the best (cost ``best_cost``, cut ``threshold``)
+    has evaluated a lowest cost ``lowest_cost`` (module docstring, Bands): ``"stop"`` where it is
+    not lower; ``"keep"`` — move to it, keep the walked cut — where it is lower by at most
+    :data:`PROFILE_KEEP_SHARE` of the margin ``threshold − best_cost``; else ``"walk"`` — move to
+    it and walk again with its own cut."""
+    if lowest_cost >= best_cost:
+        return "stop"
+    return "keep" if best_cost - lowest_cost <= PROFILE_KEEP_SHARE * (threshold - best_cost) else "walk"
+
+
 def _search_profile(fit: _Fit, notes: list[str]) -> _Best:
     """The cache knobs searched (:func:`search_cache_knobs`), the smooth knobs re-solved at each
     set, then the profile walked out from the best (:func:`_explore_profile`), the search moving to
@@ -1254,7 +1275,7 @@ def _search_profile(fit: _Fit, notes: list[str]) -> _Best:
     n_search = len(evaluated)
     best = min(evaluated.values(), key=lambda e: e["cost"])
     lo, hi = (np.array([b[j] for b in bounds], dtype=float) for j in (0, 1))
-    moved = 0
+    moved, kept_cut = 0, False
     while True:
         threshold, s2 = fit.profile_threshold(best["cost"], best["x"].size)
         if moved > PROFILE_RESTARTS:  # no more walks: the profile is what has been evaluated
@@ -1268,9 +1289,13 @@ def _search_profile(fit: _Fit, notes: list[str]) -> _Best:
             lambda: [k[0] for k in evaluated],  # read for one knob alone
         )
         lower = min(evaluated.values(), key=lambda e: e["cost"])
-        if lower["cost"] >= best["cost"]:
+        step = after_walk(best["cost"], lower["cost"], threshold)
+        if step == "stop":
             break
         best, moved = lower, moved + 1  # the walk found a better fit: centre the profile there
+        if step == "keep":  # so little lower that the walked cut stands (module docstring, Bands)
+            kept_cut = True
+            break
     profile = [e for e in evaluated.values() if e["cost"] <= threshold]
     notes.append(
         f"cache knobs ({', '.join(names)}) searched {how} ({n_search} evaluations, at most "
@@ -1280,6 +1305,12 @@ def _search_profile(fit: _Fit, notes: list[str]) -> _Best:
         + (
             f"; the profile's walk found a better fit than Nelder–Mead's {moved} time(s) and moved there"
             if moved
+            else ""
+        )
+        + (
+            f", keeping the cut it walked ({threshold - best['cost']:.3g} above the new best: its cost is "
+            f"within {PROFILE_KEEP_SHARE:g} of the margin below the old)"
+            if kept_cut
             else ""
         )
     )

@@ -74,6 +74,5 @@ def test_unknown_unit_raises(bad):
 def test_edge_helpers():
     assert units.gib(2**30) == 1.0
     assert units.gb_per_s(4.13e9) == pytest.approx(4.13)
-    assert units.tflop_per_s(989e12) == pytest.approx(989)
     assert units.ms(0.5) == pytest.approx(500)
     np.testing.assert_allclose(units.gib([2**30, 2**31]), [1.0, 2.0])

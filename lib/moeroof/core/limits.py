@@ -57,7 +57,6 @@ __all__ = [
     "available_memory",
     "usable_cores",
     "check_allocation",
-    "check_count",
     "human_bytes",
     "nesting_depth",
     "check_document",
@@ -223,14 +222,6 @@ def _fail(message: str, parameter: str | None, error: type[ValueError] = ValueEr
     if parameter is None:
         raise error(message)
     raise ParameterError(parameter, message)
-
-
-def check_count(value, limit: int, what: str, *, parameter: str | None = None) -> int:
-    """``value`` as an int in [0, limit], else a ValueError (ParameterError with ``parameter``)."""
-    n = int(value)
-    if n < 0 or n > limit:
-        _fail(f"{what} = {_num(n)} is outside the sane range 0 … {_num(limit)}", parameter)
-    return n
 
 
 def check_allocation(

@@ -29,7 +29,6 @@ __all__ = [
     "TiB",
     "gib",
     "gb_per_s",
-    "tflop_per_s",
     "ms",
 ]
 
@@ -138,10 +137,6 @@ def gib(bytes_: float):
 def gb_per_s(bytes_per_s: float):
     """bytes/s → GB/s (decimal, as vendors quote bandwidth)."""
     return from_si(bytes_per_s, "GB/s")
-
-
-def tflop_per_s(flop_per_s: float):
-    return from_si(flop_per_s, "TFLOP/s")
 
 
 def ms(seconds: float):

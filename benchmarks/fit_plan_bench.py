@@ -50,6 +50,16 @@ CASES = (
     # a newcomer's first fit: the README's command on seed 003's rows, every flag at its default
     # (the skew prior's routing, its skew fitted to the hit rates)
     ("seed003-default", "seed003-public.plan-points", "glm-5-nvfp4", "gb10", "prior", None),
+    # the same rows with the page cache's share fitted beside the skew: two cache knobs, each
+    # evaluation a trace of its own skew (the slowest of the shipped files' fits)
+    (
+        "seed003-skew-pressure",
+        "seed003-public.plan-points",
+        "glm-5-nvfp4",
+        "gb10",
+        "prior",
+        ("skew", "engine", "ssd-scale", "pressure"),
+    ),
     (
         "seed003",
         "seed003-public.plan-points",

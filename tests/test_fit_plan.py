@@ -642,6 +642,28 @@ def test_both_overlaps_side_by_side_give_the_same_fit_and_leave_no_process():
     assert not multiprocessing.active_children()
 
 
+def test_a_sum_fit_forked_before_max_searched_waits_for_maxs_cost_where_it_needs_it():
+    """``jobs=2`` forks the ``sum`` fit as ``max``'s search starts, before max's cost is known;
+    where sum misses a calibration row by more than 2 σ it needs that cost to decide whether its
+    bands are read, and takes it from the pipe: seed 003's public rows (sum misses one by more)
+    give the serial fit to the bit."""
+    import multiprocessing
+
+    from moeroof.core.paths import DATA_DIR
+    from moeroof.core.results import plain
+    from moeroof.fit.plan import WITHIN_NOISE_Z
+
+    pts = read_plan_points(DATA_DIR / "points" / "seed003-public.plan-points")
+    model, hw = load_model("glm-5-nvfp4"), load_hardware("gb10")
+    routing = routing_from_spec("prior", model)
+    kw = dict(fit=["skew", "engine", "ssd-scale"], max_evaluations=10)
+    serial = fit_plan(pts, model, hw, routing, jobs=1, **kw)
+    forked = fit_plan(pts, model, hw, routing, jobs=2, **kw)
+    assert json.dumps(plain(forked.to_dict()), sort_keys=True) == json.dumps(plain(serial.to_dict()), sort_keys=True)
+    assert serial.overlaps["sum"]["max_abs_z"] > WITHIN_NOISE_Z  # the branch that reads max's cost
+    assert not multiprocessing.active_children()
+
+
 def test_a_cache_curve_at_one_batch_size_names_the_memory_knobs_it_could_fit():
     """Rates at three or more cache sizes of one batch size and rank count: the note names the
     two memory knobs the bend could tell (none is fitted by default); two sizes, or sizes spread

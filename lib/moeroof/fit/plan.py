@@ -1808,10 +1808,10 @@ def fit_plan(
     parameters than measured net tok/s rows), or ``skew`` with a routing that is not Zipf.
 
     ``jobs`` ≥ 2 with both overlaps to fit: the ``sum`` fit runs in a forked process beside the
-    ``max`` one, started once ``max``'s search is done, so that it inherits the routings that
-    search sampled (most of its own search's; each fit is a pure function of its inputs: the
-    same numbers as ``jobs = 1``); where the platform cannot fork, or the child dies, it runs
-    here after ``max``."""
+    ``max`` one from the start (each fit is a pure function of its inputs: the same numbers as
+    ``jobs = 1``; max's cost, which sum reads where it misses a calibration row by more than 2 σ,
+    comes down a pipe); where the platform cannot fork, or the child dies, it runs here after
+    ``max``."""
     kw: dict[str, Any] = dict(
         fit=fit,
         context_tokens=context_tokens,
@@ -1829,15 +1829,15 @@ def fit_plan(
     fits: dict[str, PlanFit] = {}
     beside = None
     args = (points, model, hardware, routing)
-    ends = _search_ends({}) if overlap is None else {overlap: None}
+    ends = _search_ends({}, _pipe() if jobs >= 2 else None) if overlap is None else {overlap: None}
     for i, ov in enumerate(overlaps_tried):
         stages = iter(range(i * len(FIT_STAGES), (i + 1) * len(FIT_STAGES)))
 
         def stage(what: str, ov=ov, stages=stages) -> None:
             nonlocal beside
-            if jobs >= 2 and overlap is None and ov == "max" and what == FIT_STAGES[1] and beside is None:
-                # max's search has sampled the traces both searches start from (the grid of the
-                # cache knob, the calibration rows): the forked sum fit inherits them in the memo
+            if jobs >= 2 and overlap is None and ov == "max" and beside is None:
+                # from the start: the second core would idle through max's search, which is serial
+                # (sum samples the traces its search shares with max's again, on that core)
                 beside = _fork_call(lambda: _fit_one(*args, overlap="sum", after_search=ends["sum"], **kw))
             done = next(stages)
             if progress is not None:
@@ -1859,17 +1859,28 @@ def fit_plan(
     return with_memory_note(fits[overlap] if overlap is not None else _better_overlap(fits), points)
 
 
-def _search_ends(searched: dict[str, float]) -> dict[str, Callable[[float, float], bool]]:
+def _search_ends(searched: dict[str, float], channel: Any = None) -> dict[str, Callable[[float, float], bool]]:
     """``_fit_one``'s ``after_search`` for each overlap where both are fitted (max first): max's
     records its cost and goes on; sum's goes on only where its bands are read — where it fits
     better than max (max wins a tie) or meets every calibration row within 2 σ
-    (:func:`_better_overlap`); elsewhere only its cost and worst z are, and it ends there."""
+    (:func:`_better_overlap`); elsewhere only its cost and worst z are, and it ends there.
+    ``channel`` (a pipe's two ends): max's cost sent to a sum fit forked before max's search
+    ended, which waits for it only where it needs it."""
 
     def at_max(cost: float, max_z: float) -> bool:
         searched["max"] = cost
+        if channel is not None:
+            channel[1].send(cost)
         return True
 
-    return {"max": at_max, "sum": lambda cost, max_z: max_z <= WITHIN_NOISE_Z or cost < searched["max"]}
+    def at_sum(cost: float, max_z: float) -> bool:
+        if max_z <= WITHIN_NOISE_Z:
+            return True
+        if "max" not in searched:  # forked before max's search ended: its cost comes down the pipe
+            searched["max"] = float(channel[0].recv())
+        return cost < searched["max"]
+
+    return {"max": at_max, "sum": at_sum}
 
 
 def _better_overlap(fits: dict[str, PlanFit]) -> PlanFit:
@@ -1955,6 +1966,15 @@ class _Forked:
         if self.process.is_alive():
             self.process.terminate()
         self.process.join()
+
+
+def _pipe() -> Any:
+    """A one-way pipe's (receiving, sending) ends for a forked child (None where this platform cannot fork)."""
+    import multiprocessing
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    return multiprocessing.get_context("fork").Pipe(duplex=False)
 
 
 def _fork_call(call: Callable[[], Any]) -> _Forked | None:

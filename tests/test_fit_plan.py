@@ -314,6 +314,73 @@ def test_default_knobs_are_those_the_routing_allows():
     assert default_knobs(one_b) == ("engine", "ssd-scale")  # c0 and the SSD scale; c1 at its prior
 
 
+def test_rho_joins_the_default_where_hit_rates_are_measured_at_three_configurations():
+    """Two hit rates identify the skew alone (the locality prior holds ρ); three distinct
+    configurations identify ρ beside it, with a rate to spare; repeats of one configuration
+    count once, and a histogram's routing fits neither."""
+    three = [
+        PlanPoint(i + 2, 1, c, 1, "lru", None, h) for i, (c, h) in enumerate(((9.3, 0.0), (18.6, 0.24), (70, 0.6)))
+    ]
+    assert default_knobs(three[:2]) == ("skew",)
+    assert default_knobs(three) == ("skew", "rho")
+    assert default_knobs([three[0], three[1], dataclasses.replace(three[1], row=9)]) == ("skew",)
+    assert default_knobs(three, routing_is_spec=False) == ()
+
+
+def _memory_truth(**knobs) -> list[PlanPoint]:
+    """Four cache sizes of one stream of GLM-5.2 on the M4 Max preset, tok/s and hit rates as a
+    known step makes them (``sum`` overlap; the engine at 20 ms a step and 0.5 ms a touched pair)."""
+    model, hw = load_model("glm-5.2"), load_hardware("apple-m4-max")
+    routing = routing_from_spec("zipf:1.0", model)
+    rows = [PlanPoint(i, 1, c, 1, "lru", None, None) for i, c in enumerate((9.3, 18.6, 40.0, 69.8))]
+    truth = PlanKnobs(
+        skew=1.0,
+        ssd_scale=0.7,
+        engine_seconds_per_step=0.02,
+        engine_seconds_per_agent_token=0.0,
+        engine_seconds_per_touched_expert=5e-4,
+        **knobs,
+    )
+    net, hit = predict_points(rows, model, hw, routing, truth, overlap="sum")
+    return [dataclasses.replace(p, net_tok_s=float(n), hit_rate=float(h)) for p, n, h in zip(rows, net, hit)]
+
+
+def test_the_default_fits_the_memory_knob_the_rows_rule_in():
+    """Rows at four cache sizes of one batch size: made by a step whose reads slow with the OS's
+    reclaim work (κ = 3), the default fit takes ``reclaim`` and meets them; made without a memory
+    effect, it takes neither; a named --fit is not second-guessed. Each says what it tried."""
+    model, hw = load_model("glm-5.2"), load_hardware("apple-m4-max")
+    routing = routing_from_spec("zipf:1.0", model)
+    reclaimed = fit_plan(_memory_truth(reclaim_penalty=3.0), model, hw, routing, jobs=2)
+    assert "reclaim" in reclaimed.fitted and "pressure" not in reclaimed.fitted
+    assert reclaimed.cost < 1.0  # the rows met within a fraction of their noise
+    assert any("rule out the step without the reclaim work" in n for n in reclaimed.notes)
+    plain_rows = _memory_truth()
+    plain = fit_plan(plain_rows, model, hw, routing, jobs=2)
+    assert not {"reclaim", "pressure"} & set(plain.fitted)
+    assert any("neither rules out its absence" in n for n in plain.notes)
+    named = fit_plan(plain_rows, model, hw, routing, fit=["skew", "engine", "ssd-scale"], overlap="sum")
+    assert named.fitted == ("skew", "engine", "ssd-scale")
+    assert not any(n.startswith("memory knob:") for n in named.notes)
+
+
+def test_seed003s_public_rows_rule_in_the_page_cache():
+    """Seed 003's four public M = 8 rows (the ladder's 20 → 40 GiB barely moves the step, 40 → 80
+    halves it): of the two memory knobs the page cache's share lowers the default's cost past its
+    profile cut, the reclaim work does not (docs/validation.md)."""
+    from moeroof.core.paths import DATA_DIR
+    from moeroof.fit.plan import choose_memory_knob
+    from moeroof.models.locality import Locality
+
+    pts = read_plan_points(DATA_DIR / "points" / "seed003-public.plan-points")
+    model, hw = load_model("glm-5-nvfp4"), load_hardware("gb10")
+    routing = routing_from_spec("prior", model)
+    kw = dict(routing_is_spec=True, locality=Locality.committed(), memo={}, context_tokens=4096)
+    knobs, note = choose_memory_knob(pts, model, hw, routing, page_cache=False, max_evaluations=40, **kw)
+    assert knobs == ("skew", "engine", "ssd-scale", "pressure")
+    assert "rule out the step without the page cache's share" in note
+
+
 def test_a_histogram_routing_fits_without_skew_by_default(tmp_path, capsys):
     pts = tmp_path / "p.csv"
     pts.write_text(

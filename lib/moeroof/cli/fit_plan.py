@@ -53,7 +53,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--fit",
         type=Choice(KNOBS, many=True),
-        help=f"knobs to fit, comma-separated from {','.join(KNOBS)} (default: what the rows identify)",
+        help=f"knobs to fit, comma-separated from {','.join(KNOBS)} "
+        "(default: what the rows identify, and a memory knob where they rule one in)",
     )
     p.add_argument("--context", default="4096", type=Count(min=0), help="context tokens per agent (default 4096)")
     p.add_argument("--set", action="append", metavar="FIELD=VALUE", help=SET_HELP)

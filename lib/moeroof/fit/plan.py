@@ -36,8 +36,15 @@ searched by Nelder–Mead (the cache simulations are piecewise constant in them,
 a single one first on a grid over its bounds, :func:`search_cache_knobs`);
 for each candidate the smooth knobs (engine, ssd-scale) are solved by bounded least squares
 (``scipy.optimize.least_squares``) — a variable projection. By default the fit takes what the
-rows can identify (:func:`default_knobs`): with hit rates, the skew; with one net tok/s row the
-SSD scale, with two the engine terms, with three or more both.
+rows can identify (:func:`default_knobs`): with hit rates, the skew, and with hit rates at three or
+more configurations the stickiness ρ beside it; with one net tok/s row the SSD scale, with two
+the engine terms, with three or more both. Where the rows measure tok/s at three or more cache
+sizes of one batch size and rank count, how the step bends with the cache can tell a memory knob,
+and which one the box has — the page cache's share (``pressure``) or the reclaim work
+(``reclaim``) — is a structural choice the default makes from the rows
+(:func:`choose_memory_knob`): each is tried at the default knobs' best cache knobs, and the one
+that lowers the cost by more than the profile's margin (below) joins the fit; the other stays
+held at its prior, its end in the bands as far as the rows admit it.
 
 **Bands** (5–95 % of a new measurement), from two parts.
 
@@ -276,8 +283,11 @@ def default_knobs(points: Sequence[PlanPoint], *, routing_is_spec: bool = True) 
     only for a Zipf routing (a histogram or trace has its own skew) with measured hit rates;
     ``engine`` once two rates are measured (at one batch size its per-touched-expert part, the
     per-step and per-token parts held at their priors); ``ssd-scale`` from one rate, or from a
-    third beside the engine. ``expert`` (the per-touched-expert cost beside the per-step and
-    per-token ones, at two or more batch sizes) only when named."""
+    third beside the engine; ``rho`` beside the skew where hit rates are measured at three or more
+    configurations (batch, cache, ranks, policy): two cache knobs and a rate to spare — a single
+    stream's locality is then the rows' to tell, not the locality prior's. ``expert`` (the
+    per-touched-expert cost beside the per-step and per-token ones, at two or more batch sizes)
+    only when named; a memory knob only as :func:`choose_memory_knob` adds it."""
     n_net = sum(p.net_tok_s is not None for p in points)
     n_hit = sum(p.hit_rate is not None for p in points)
     batches = {p.batch for p in points if p.net_tok_s is not None}
@@ -285,6 +295,9 @@ def default_knobs(points: Sequence[PlanPoint], *, routing_is_spec: bool = True) 
     knobs: list[str] = []
     if n_hit and routing_is_spec:
         knobs.append("skew")
+        hit_configs = {(p.batch, p.cache_gib, p.ranks, p.policy) for p in points if p.hit_rate is not None}
+        if len(hit_configs) >= 3:
+            knobs.append("rho")
     if n_net == 1:
         knobs.append("ssd-scale")
     elif n_net >= 2:
@@ -298,8 +311,9 @@ def memory_curve_note(points: Sequence[PlanPoint], fitted: Sequence[str]) -> str
     """A note where the calibration rows measure tok/s at three or more expert-cache sizes of one
     batch size and rank count and neither memory knob (``pressure``, the page cache's share;
     ``reclaim``, the reclaim work) is fitted: such a curve's bend can tell one of them, but which
-    one a box has is a structural choice :func:`default_knobs` does not make (seed 003's ladder
-    reads as the page cache, mlx-lm#1438's peak as reclaim: docs/validation.md)."""
+    one a box has is a structural choice :func:`default_knobs` does not make; where no knob is
+    named, :func:`choose_memory_knob` makes it from the rows (seed 003's ladder reads as the page
+    cache, mlx-lm#1438's peak as reclaim: docs/validation.md), and this note goes with named knobs."""
     sizes: dict[tuple[int, int], set[float]] = {}
     for p in points:
         if p.net_tok_s is not None:
@@ -1062,6 +1076,9 @@ class _Fit:
     #: :func:`predict_points`' memo of routings and step works for this fit (and, in
     #: :func:`fit_plan`, the other overlap's)
     routes: dict
+    #: whether the search walks the cache knobs' profile (False: the search's best alone, as
+    #: :func:`choose_memory_knob` reads it)
+    walk: bool = True
 
     @property
     def holds_touched(self) -> bool:
@@ -1274,6 +1291,8 @@ def _search_profile(fit: _Fit, notes: list[str]) -> _Best:
     )
     n_search = len(evaluated)
     best = min(evaluated.values(), key=lambda e: e["cost"])
+    if not fit.walk:
+        return _Best(best["outer"], best["x"], best["cost"], best["sol"], [])
     lo, hi = (np.array([b[j] for b in bounds], dtype=float) for j in (0, 1))
     moved, kept_cut = 0, False
     while True:
@@ -1783,6 +1802,93 @@ def _fit_one(
     return replace(searched, knobs=knobs, rows=rows, notes=tuple(notes), peaks=tuple(peaks))
 
 
+#: the memory knobs :func:`choose_memory_knob` tries, each with what it stands for in its note
+MEMORY_KNOBS = {"pressure": "the page cache's share", "reclaim": "the reclaim work"}
+
+
+def _memory_tries(
+    points: Sequence[PlanPoint],
+    model: MoEModel,
+    hardware: Hardware,
+    routing: RoutingProbabilities,
+    base: tuple[str, ...],
+    overlap: str,
+    kw: dict[str, Any],
+) -> tuple[float, dict[str, tuple[float, float]]]:
+    """:func:`choose_memory_knob`'s tries under one overlap: the default knobs' best cost, and each
+    memory knob's (cost, profile cut) at their best cache knobs."""
+    # the search's first evaluations alone (a single cache knob's grid and start, which the fit that
+    # follows evaluates again from the memo): a structure is told at the grid's resolution
+    coarse = {**kw, "max_evaluations": SEARCH_GRID_POINTS + 1, "walk": False, "overlap": overlap}
+    best = _search(_setup_fit(points, model, hardware, routing, fit=base, **coarse), [])
+    tried: dict[str, tuple[float, float]] = {}
+    for knob in MEMORY_KNOBS:
+        try:
+            f = _setup_fit(points, model, hardware, routing, fit=(*base, knob), **coarse)
+        except ParameterError:  # too few rows beside the default knobs
+            continue
+        shares = np.linspace(*_CACHE_BOUNDS["pressure"], SEARCH_GRID_POINTS)
+        outers = [best.outer] if knob == "reclaim" else [{**best.outer, knob: float(v)} for v in shares]
+        x, cost, _ = min((f.solve_inner(o) for o in outers), key=lambda r: r[1])
+        tried[knob] = (cost, f.profile_threshold(cost, x.size)[0])
+    return best.total, tried
+
+
+def choose_memory_knob(
+    points: Sequence[PlanPoint],
+    model: MoEModel,
+    hardware: Hardware,
+    routing: RoutingProbabilities,
+    overlaps: Sequence[str] = ("max", "sum"),
+    jobs: int = 1,
+    **kw: Any,
+) -> tuple[tuple[str, ...], str]:
+    """The default knobs (:func:`default_knobs`) and, where the rows measure a cache curve
+    (:func:`memory_curve_note`), the memory knob that explains its bend. Under each of
+    ``overlaps`` (how the terms combine decides which term a memory knob moves), each of
+    :data:`MEMORY_KNOBS` is tried at the default fit's best cache knobs (the search's first
+    :data:`SEARCH_GRID_POINTS` + 1 evaluations, without its profile walk) — ``reclaim`` by
+    re-solving the smooth knobs with κ among them, ``pressure`` by re-solving them at
+    :data:`SEARCH_GRID_POINTS` shares over [0, 1] and keeping the best. A knob joins the fit where
+    the rows rule out its absence: the default fit is the knob at 0 (κ = 0, the page cache off),
+    and the default's lowest cost lies above the knob's profile cut at its lowest (its cost plus
+    χ²₁(0.90)·s², :meth:`_Fit.profile_threshold`): 0 is outside the knob's 5–95 % profile interval.
+    Of two that do, the lower cost. Returns the knobs and a note saying what was tried. ``jobs`` ≥ 2:
+    the later overlaps' tries in a forked child (the same numbers). ``kw``: :func:`_setup_fit`'s
+    (``memo`` shared with the fit that follows: the traces sampled here serve it)."""
+    base = tuple(default_knobs(points, routing_is_spec=kw["routing_is_spec"]))
+    args = (points, model, hardware, routing, base)
+    # with a second core, the overlaps' tries side by side (each a pure function of its inputs)
+    beside = _fork_call(lambda: [_memory_tries(*args, ov, kw) for ov in overlaps[1:]]) if jobs >= 2 else None
+    try:
+        per_overlap = [_memory_tries(*args, overlaps[0], kw)]
+        got = beside.result() if beside is not None else None
+    except BaseException:
+        if beside is not None:
+            beside.stop()
+        raise
+    per_overlap += got if got is not None else [_memory_tries(*args, ov, kw) for ov in overlaps[1:]]
+    without = min(w for w, _ in per_overlap)
+    tried: dict[str, tuple[float, float]] = {}  # knob: (its lowest cost, its profile cut there)
+    for _, costs in per_overlap:
+        for knob, (cost, cut) in costs.items():
+            if cost < tried.get(knob, (math.inf, math.inf))[0]:
+                tried[knob] = (cost, cut)
+    said = ", ".join(f"{MEMORY_KNOBS[k]} ({k}) {c:.3g}, its cut {t:.3g}" for k, (c, t) in tried.items())
+    ruled_in = [k for k, (c, t) in tried.items() if t < without]
+    head = (
+        "memory knob: the rows measure tok/s at three or more cache sizes of one batch size; each memory knob was "
+        f"tried at the default fit's best cache knobs ({said}) against {without:.3g} without it"
+    )
+    if not ruled_in:
+        return base, f"{head}: neither rules out its absence (a cost without it inside its cut), none is fitted"
+    chosen = min(ruled_in, key=lambda k: tried[k][0])
+    return (*base, chosen), (
+        f"{head}: the rows rule out the step without {MEMORY_KNOBS[chosen]}, which is fitted ({chosen}); the "
+        "other stays held at its prior, its end in the bands as far as the rows admit it"
+    )
+
+
 def fit_plan(
     points: Sequence[PlanPoint],
     model: MoEModel,
@@ -1824,6 +1930,13 @@ def fit_plan(
     )
     if overlap is not None and overlap not in ("max", "sum"):
         raise ParameterError("overlap", f"expected max or sum, got {overlap!r}")
+    structure_note = None
+    if fit is None and memory_curve_note(points, default_knobs(points, routing_is_spec=routing_is_spec)):
+        if progress is not None:
+            progress(0, len(FIT_STAGES) * (1 if overlap else 2), "memory knob: trying pressure and reclaim")
+        setup = {k: v for k, v in kw.items() if k != "fit"}
+        tries = (overlap,) if overlap is not None else ("max", "sum")
+        kw["fit"], structure_note = choose_memory_knob(points, model, hardware, routing, tries, jobs, **setup)
     overlaps_tried = ("max", "sum") if overlap is None else (overlap,)
     total = len(FIT_STAGES) * len(overlaps_tried)
     fits: dict[str, PlanFit] = {}
@@ -1856,7 +1969,9 @@ def fit_plan(
             raise
     if progress is not None:
         progress(total, total, "done")
-    return with_memory_note(fits[overlap] if overlap is not None else _better_overlap(fits), points)
+    out = fits[overlap] if overlap is not None else _better_overlap(fits)
+    # the default's own note says what it tried; a named fit gets the reminder of what the rows could tell
+    return with_memory_note(out, points) if structure_note is None else replace(out, notes=(*out.notes, structure_note))
 
 
 def _search_ends(searched: dict[str, float], channel: Any = None) -> dict[str, Callable[[float, float], bool]]:

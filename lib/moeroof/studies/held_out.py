@@ -59,8 +59,8 @@ REGIME_CASES = (
     ),
     (
         # the same rows as a newcomer fits them, every flag at its default (the skew prior's routing,
-        # its skew fitted to the hit rates, no memory knob): shown beside the case above, misses
-        # and all, so the default's answer is held to the same rows
+        # its skew fitted to the hit rates, the memory knob the rows rule in): shown beside the case
+        # above, misses and all, so the default's answer is held to the same rows
         "seed003-default",
         "seed003-public.plan-points",
         "glm-5-nvfp4",

@@ -1889,6 +1889,24 @@ def choose_memory_knob(
     )
 
 
+def _default_memory_knob(
+    points: Sequence[PlanPoint], model: MoEModel, hardware: Hardware, routing: RoutingProbabilities, **how: Any
+) -> tuple[tuple[str, ...] | None, str | None]:
+    """:func:`fit_plan`'s knobs where none is named and the rows measure a cache curve
+    (:func:`choose_memory_knob`, with its note); (None, None) elsewhere. ``how``: fit_plan's
+    ``fit``, ``overlap``, ``jobs`` and ``progress``, and ``kw``, :func:`_setup_fit`'s settings."""
+    kw, overlap = how["kw"], how["overlap"]
+    if how["fit"] is not None or not memory_curve_note(
+        points, default_knobs(points, routing_is_spec=kw["routing_is_spec"])
+    ):
+        return None, None
+    if how["progress"] is not None:
+        how["progress"](0, len(FIT_STAGES) * (1 if overlap else 2), "memory knob: trying pressure and reclaim")
+    tries = (overlap,) if overlap is not None else ("max", "sum")
+    setup = {k: v for k, v in kw.items() if k != "fit"}
+    return choose_memory_knob(points, model, hardware, routing, tries, how["jobs"], **setup)
+
+
 def fit_plan(
     points: Sequence[PlanPoint],
     model: MoEModel,
@@ -1930,13 +1948,10 @@ def fit_plan(
     )
     if overlap is not None and overlap not in ("max", "sum"):
         raise ParameterError("overlap", f"expected max or sum, got {overlap!r}")
-    structure_note = None
-    if fit is None and memory_curve_note(points, default_knobs(points, routing_is_spec=routing_is_spec)):
-        if progress is not None:
-            progress(0, len(FIT_STAGES) * (1 if overlap else 2), "memory knob: trying pressure and reclaim")
-        setup = {k: v for k, v in kw.items() if k != "fit"}
-        tries = (overlap,) if overlap is not None else ("max", "sum")
-        kw["fit"], structure_note = choose_memory_knob(points, model, hardware, routing, tries, jobs, **setup)
+    chosen, structure_note = _default_memory_knob(
+        points, model, hardware, routing, fit=fit, overlap=overlap, jobs=jobs, progress=progress, kw=kw
+    )
+    kw["fit"] = chosen if chosen is not None else fit
     overlaps_tried = ("max", "sum") if overlap is None else (overlap,)
     total = len(FIT_STAGES) * len(overlaps_tried)
     fits: dict[str, PlanFit] = {}

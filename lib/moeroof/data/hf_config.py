@@ -336,20 +336,8 @@ def moe_layout(config: dict[str, Any], path: str | Path = CONFIG_NAME) -> MoELay
         raise InputError(path, None, "num_hidden_layers", f"not an MoE model: no layer has routed experts{because}")
     sources["moe_layers"] = f"config.json: num_hidden_layers {layers}, {rule} -> {len(moe_ids)} MoE layers"
     assumed = {k: v for k, v in (("moe_layers", layer_notes), ("shared", shared_notes)) if v}
-    return MoELayout(
-        family=model_type,
-        experts=experts,
-        top_k=top_k,
-        layers=layers,
-        moe_layer_ids=moe_ids,
-        hidden_size=hidden,
-        expert_intermediate=expert_width,
-        dense_intermediate=dense_width,
-        shared_experts=shared,
-        shared_intermediate=shared_width,
-        sources=sources,
-        assumed=assumed,
-    )
+    widths = (hidden, expert_width, dense_width, shared, shared_width)  # in MoELayout's order
+    return MoELayout(model_type, experts, top_k, layers, moe_ids, *widths, sources, assumed)
 
 
 # ----------------------------------------------------------------------------- safetensors headers

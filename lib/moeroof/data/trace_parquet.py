@@ -526,9 +526,7 @@ def read_parquet_trace(path: str | os.PathLike[str], *, max_bytes: int | None = 
     info = parquet_trace_info(path)
     topk = read_parquet_trace_layers(path, 0, info.layers, max_bytes=max_bytes)
     topk.setflags(write=False)
-    return Trace(
-        topk=topk, experts=info.experts, top_k=info.top_k, layer_ids=info.layer_ids, meta=dict(info.meta), path=path
-    )
+    return Trace(topk, info.experts, info.top_k, info.layer_ids, dict(info.meta), path)
 
 
 def iter_parquet_trace_steps(

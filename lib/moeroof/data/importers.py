@@ -438,12 +438,13 @@ def _first_repeat(key: np.ndarray, rows: Any, kind: str) -> tuple[np.ndarray, in
     return order, j, _row_label(kind, second), _row_label(kind, first)
 
 
-def _refuse_first(bad: Any, rows: Any, src: Path, kind: str, name: str, why: Callable[[int], str]) -> None:
-    """Refuses the first of ``rows`` (a frame or column) where ``bad`` holds: ``why(i)`` at its line or row."""
+def _refuse_first(bad: Any, rows: Any, src: Path, kind: str, name: str, why: str, values: Any) -> None:
+    """Refuses the first of ``rows`` (a frame or column) where ``bad`` holds, at its line or row:
+    ``why`` with that row's entry of ``values`` in its ``{}``."""
     bad = np.asarray(bad)
     if bad.any():
         i = int(np.argmax(bad))
-        raise InputError(src, _row_label(kind, int(rows.index[i])), name, why(i))
+        raise InputError(src, _row_label(kind, int(rows.index[i])), name, why.format(values[i]))
 
 
 def _as_int(series: Any, src: Path, kind: str, name: str, allow_empty: bool = False) -> np.ndarray:
@@ -457,7 +458,7 @@ def _as_int(series: Any, src: Path, kind: str, name: str, allow_empty: bool = Fa
         text = text.where(text != "", "-1")
     num = pd.to_numeric(text, errors="coerce")
     bad = num.isna() | (num != np.floor(num.fillna(0)))
-    _refuse_first(bad, series, src, kind, name, lambda i: f"expected an integer, got {series.iloc[i]!r}")
+    _refuse_first(bad, series, src, kind, name, "expected an integer, got {!r}", series.iloc)
     return num.to_numpy(dtype=np.float64).astype(np.int64)
 
 
@@ -554,7 +555,7 @@ def _long_ids(
     eid = _as_int(frame[expert_col], src, kind, expert_col, allow_empty=True)
     slot = _as_int(frame[slot_col], src, kind, slot_col)
     bad = (slot < 0) | (slot >= top_k)
-    _refuse_first(bad, frame, src, kind, slot_col, lambda i: f"slot {slot[i]} not in 0..{top_k - 1} (K={top_k})")
+    _refuse_first(bad, frame, src, kind, slot_col, f"slot {{}} not in 0..{top_k - 1} (K={top_k})", slot)
     return eid, slot
 
 
@@ -565,7 +566,7 @@ def _layer_codes(frame: Any, src: Path, kind: str, layer_cols: Sequence[str]) ->
     if len(layer_cols) != 1:
         raise ParameterError("columns", "layer takes one column (a layer id)")
     lay = _as_int(frame[layer_cols[0]], src, kind, layer_cols[0])
-    _refuse_first(lay < 0, frame, src, kind, layer_cols[0], lambda i: f"negative layer id {lay[i]}")
+    _refuse_first(lay < 0, frame, src, kind, layer_cols[0], "negative layer id {}", lay)
     return np.unique(lay, return_inverse=True)
 
 
@@ -826,7 +827,7 @@ def _matrix_layers(
             f"keep one with a filter on {', '.join(others) or 'another column'}"
         )
         raise InputError(src, row, layer_col, why)
-    _refuse_first(lay < 0, frame, src, kind, layer_col, lambda i: f"negative layer id {lay[i]}")
+    _refuse_first(lay < 0, frame, src, kind, layer_col, "negative layer id {}", lay)
     return lay, order
 
 
@@ -842,7 +843,7 @@ def _matrix_values(frame: Any, src: Path, kind: str, ids: Mapping[str, int], n_e
     for name, e in ids.items():
         num = pd.to_numeric(frame[name].astype(str).str.strip(), errors="coerce")
         bad = num.isna() | ~np.isfinite(num) | (num < 0)
-        _refuse_first(bad, frame, src, kind, name, lambda i, c=frame[name]: f"expected a number ≥ 0, got {c.iloc[i]!r}")
+        _refuse_first(bad, frame, src, kind, name, "expected a number ≥ 0, got {!r}", frame[name].iloc)
         vals[:, e] = num.to_numpy(dtype=np.float64)
     return vals
 
@@ -1254,13 +1255,13 @@ def import_sglang(
     eid = _as_int(frame["expert_id"], src, kind, "expert_id")
     cnt = _as_int(frame["count"], src, kind, "count")
     for name, arr in (("layer_id", lay), ("expert_id", eid), ("count", cnt)):
-        _refuse_first(arr < 0, frame, src, kind, name, lambda i, a=arr: f"negative value {a[i]}")
+        _refuse_first(arr < 0, frame, src, kind, name, "negative value {}", arr)
     if experts is None and int(eid.max()) >= MAX_EXPERTS:  # E from the ids: the row that would size it
         i = int(np.argmax(eid))
         why = f"expert id {eid[i]} is past the {MAX_EXPERTS:,} experts a model may have"
         raise InputError(src, _row_label(kind, int(frame.index[i])), "expert_id", why)
     n_exp = experts if experts is not None else int(eid.max()) + 1
-    _refuse_first(eid >= n_exp, frame, src, kind, "expert_id", lambda i: f"expert {eid[i]} ≥ experts E={n_exp}")
+    _refuse_first(eid >= n_exp, frame, src, kind, "expert_id", f"expert {{}} ≥ experts E={n_exp}", eid)
     _check_experts_top_k(n_exp, top_k, src)
     layer_ids, li = np.unique(lay, return_inverse=True)
     _, j, row, first = _first_repeat(li * n_exp + eid, frame.index, kind)

@@ -347,7 +347,7 @@ def _priors_on_witnessed_peaks(prov: Mapping[str, str]) -> dict[str, tuple[tuple
 def schema_rows() -> list[dict[str, Any]]:
     """The preset schema, one row per field: kind, field, required, dimension, unit example,
     default (for an optional field that has one) and meaning."""
-    rows = [
+    rows: list[tuple[Any, ...]] = [
         (kind, name, required, dimension, FIELD_HELP[name][1], DEFAULTS.get(name), FIELD_HELP[name][0])
         for kind, fields in (("model", MODEL_FIELDS), ("hardware", HARDWARE_FIELDS))
         for name, (dimension, required) in fields.items()

@@ -755,19 +755,19 @@ def test_an_sglang_expert_id_past_the_limit_is_refused_naming_its_row(tmp_path_f
 @settings(max_examples=30, deadline=None)
 @given(n=st.integers(1, 9), dup_at=st.integers(0, 8), chunk=st.integers(1, 4))
 def test_a_repeated_expert_is_found_in_its_token_whatever_the_chunk_of_tokens_sorted(n, dup_at, chunk):
-    """Tokens are checked for an expert given twice a chunk at a time (DISTINCT_CHUNK_TOKENS): the
-    first such token is named, by its line and the repeating slot's column, for any chunk size."""
+    """Tokens are checked for an expert given twice a chunk at a time (io.DISTINCT_CHUNK_ELEMENTS ids):
+    the first such token is named, by its line and the repeating slot's column, for any chunk size."""
     import tempfile
     from pathlib import Path
 
-    from moeroof.data import importers
+    from moeroof.data import io
 
     dup_at = min(dup_at, n - 1)
     rows = [f"{i},0,{i % 4},{(i + 1) % 4},{(i + 2) % 4}" for i in range(n)]
     rows[dup_at] = f"{dup_at},0,1,2,1"
     with tempfile.TemporaryDirectory() as d, pytest.MonkeyPatch.context() as mp:
         src = write(Path(d) / "t.csv", "t,s,e0,e1,e2\n" + "\n".join(rows) + "\n")
-        mp.setattr(importers, "DISTINCT_CHUNK_TOKENS", chunk)
+        mp.setattr(io, "DISTINCT_CHUNK_ELEMENTS", 3 * chunk)  # K = 3: chunk tokens
         with pytest.raises(InputError) as err:
             import_table(
                 src, columns=parse_columns("stream=s,step=t"), expert_cols=["e0", "e1", "e2"], experts=4, top_k=3

@@ -85,16 +85,17 @@ CONFIG_NAME = "config.json"
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
 
-#: model_type → (routed-experts keys, the first present wins; family's readable name). Hub configs
-#: spell the count as the family's own key; transformers 5 may save it under the alias it maps.
-FAMILIES: dict[str, tuple[tuple[str, ...], str]] = {
-    "mixtral": (("num_local_experts", "num_experts"), "Mixtral"),
-    "qwen2_moe": (("num_experts", "num_local_experts"), "Qwen2-MoE"),
-    "qwen3_moe": (("num_experts", "num_local_experts"), "Qwen3-MoE"),
-    "deepseek_v3": (("n_routed_experts", "num_local_experts"), "DeepSeek-V3"),
-    "olmoe": (("num_experts", "num_local_experts"), "OLMoE"),
-    "gpt_oss": (("num_local_experts", "num_experts"), "GPT-OSS"),
-    "glm4_moe": (("n_routed_experts", "num_local_experts"), "GLM-4-MoE"),
+#: model_type → (routed-experts keys, the first present wins; family's readable name; transformers'
+#: config class). Hub configs spell the count as the family's own key; transformers 5 may save it
+#: under the alias it maps.
+FAMILIES: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "mixtral": (("num_local_experts", "num_experts"), "Mixtral", "MixtralConfig"),
+    "qwen2_moe": (("num_experts", "num_local_experts"), "Qwen2-MoE", "Qwen2MoeConfig"),
+    "qwen3_moe": (("num_experts", "num_local_experts"), "Qwen3-MoE", "Qwen3MoeConfig"),
+    "deepseek_v3": (("n_routed_experts", "num_local_experts"), "DeepSeek-V3", "DeepseekV3Config"),
+    "olmoe": (("num_experts", "num_local_experts"), "OLMoE", "OlmoeConfig"),
+    "gpt_oss": (("num_local_experts", "num_experts"), "GPT-OSS", "GptOssConfig"),
+    "glm4_moe": (("n_routed_experts", "num_local_experts"), "GLM-4-MoE", "Glm4MoeConfig"),
 }
 #: experts per token (gpt-oss's released config also says experts_per_token)
 TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token")
@@ -189,15 +190,6 @@ TRANSFORMERS_DEFAULTS: dict[str, dict[str, Any]] = {
     "gpt_oss": {"num_key_value_heads": 8, "head_dim": 64, "layer_types": ALTERNATING},
     "glm4_moe": {"num_key_value_heads": 8, "head_dim": PER_HEAD, "first_k_dense_replace": 1, "n_shared_experts": 1},
 }
-_CONFIG_CLASS = {
-    "mixtral": "MixtralConfig",
-    "qwen2_moe": "Qwen2MoeConfig",
-    "qwen3_moe": "Qwen3MoeConfig",
-    "deepseek_v3": "DeepseekV3Config",
-    "olmoe": "OlmoeConfig",
-    "gpt_oss": "GptOssConfig",
-    "glm4_moe": "Glm4MoeConfig",
-}
 
 #: model types transformers builds without routed experts: refused as "not a Mixture-of-Experts model"
 DENSE_MODEL_TYPES = frozenset(
@@ -216,7 +208,7 @@ def config_value(config: dict[str, Any], key: str, family: str) -> tuple[Any, st
     default = TRANSFORMERS_DEFAULTS.get(family, {}).get(key)
     if default is None:
         return None, None
-    cls = _CONFIG_CLASS.get(family, family)
+    cls = FAMILIES[family][2] if family in FAMILIES else family
     if default == PER_HEAD:
         heads = config.get("num_attention_heads")
         hidden = config.get("hidden_size")
@@ -283,7 +275,7 @@ def _moe_family(config: dict[str, Any], path: Path) -> str:
     if model_type in DENSE_MODEL_TYPES:
         why = f"not a Mixture-of-Experts model (model_type {model_type!r} has no routed experts)"
         raise InputError(path, None, "model_type", why)
-    known = ", ".join(f"{name} ({t})" for t, (_, name) in FAMILIES.items())
+    known = ", ".join(f"{name} ({t})" for t, (_, name, _) in FAMILIES.items())
     raise InputError(path, None, "model_type", f"unknown MoE family {model_type!r} (known: {known})")
 
 
@@ -295,7 +287,7 @@ def moe_layout(config: dict[str, Any], path: str | Path = CONFIG_NAME) -> MoELay
     ``moe_layer_freq`` is not read by transformers, so not here either)."""
     path = Path(path)
     model_type = _moe_family(config, path)
-    keys, name = FAMILIES[model_type]
+    keys = FAMILIES[model_type][0]
     experts_key = next((k for k in keys if k in config), keys[0])
     experts = config.get(experts_key) or 0
     if not isinstance(experts, int) or isinstance(experts, bool) or experts < 1:
@@ -344,20 +336,8 @@ def moe_layout(config: dict[str, Any], path: str | Path = CONFIG_NAME) -> MoELay
         raise InputError(path, None, "num_hidden_layers", f"not an MoE model: no layer has routed experts{because}")
     sources["moe_layers"] = f"config.json: num_hidden_layers {layers}, {rule} -> {len(moe_ids)} MoE layers"
     assumed = {k: v for k, v in (("moe_layers", layer_notes), ("shared", shared_notes)) if v}
-    return MoELayout(
-        family=model_type,
-        experts=experts,
-        top_k=top_k,
-        layers=layers,
-        moe_layer_ids=moe_ids,
-        hidden_size=hidden,
-        expert_intermediate=expert_width,
-        dense_intermediate=dense_width,
-        shared_experts=shared,
-        shared_intermediate=shared_width,
-        sources=sources,
-        assumed=assumed,
-    )
+    widths = (hidden, expert_width, dense_width, shared, shared_width)  # in MoELayout's order
+    return MoELayout(model_type, experts, top_k, layers, moe_ids, *widths, sources, assumed)
 
 
 # ----------------------------------------------------------------------------- safetensors headers
@@ -369,7 +349,6 @@ class TensorTable:
 
     tensors: dict[str, tuple[str, tuple[int, ...]]]
     files: tuple[Path, ...]
-    index_total_size: int | None = None
 
     def nbytes(self, name: str) -> int:
         dtype, shape = self.tensors[name]
@@ -448,27 +427,13 @@ def read_tensor_table(model_dir: str | Path) -> TensorTable | None:
     """Every tensor's dtype and shape from the headers, or None when the shards an index names are
     not all present (then only the index's ``total_size`` is known: :func:`index_total_size`).
     An :class:`InputError` when the folder has neither a single file nor an index."""
-    folder = Path(model_dir)
-    single, index = folder / SINGLE_NAME, folder / INDEX_NAME
-    if index.is_file():
-        doc = _read_index(index)
-        paths = [folder / s for s in _shards(doc)]
-        total = (doc.get("metadata") or {}).get("total_size")
-        if not all(p.is_file() for p in paths):
-            return None
-        tensors: dict[str, tuple[str, tuple[int, ...]]] = {}
-        for p in paths:
-            tensors.update(_read_header(p))
-        return TensorTable(tensors, tuple(paths), int(total) if isinstance(total, int) else None)
-    if single.is_file():
-        return TensorTable(_read_header(single), (single,))
-    raise _no_weights(folder)
-
-
-def _no_weights(folder: Path) -> InputError:
-    return InputError(
-        folder, None, "weights", f"no {SINGLE_NAME} or {INDEX_NAME} (only safetensors checkpoints are read)"
-    )
+    if missing_shards(model_dir):
+        return None
+    paths = weight_files(model_dir)
+    tensors: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for p in paths:
+        tensors.update(_read_header(p))
+    return TensorTable(tensors, tuple(paths))
 
 
 def _shards(index: dict[str, Any]) -> list[str]:
@@ -519,7 +484,8 @@ def weight_files(model_dir: str | Path) -> list[Path]:
         return [folder / s for s in _shards(_read_index(index))]
     if single.is_file():
         return [single]
-    raise _no_weights(folder)
+    why = f"no {SINGLE_NAME} or {INDEX_NAME} (only safetensors checkpoints are read)"
+    raise InputError(folder, None, "weights", why)
 
 
 def checkpoint_hash(
@@ -819,9 +785,10 @@ def _stored_from_config(
         f"config.json: {e_params} params per expert x {bpp:g} B ({qnote}); no safetensors header read "
         "(config.json alone)"
     )
-    non_routed = int(round(_non_routed_params(layout, attn, config, cpath) * act_bytes))
+    params = _non_routed_params(layout, attn, config, cpath)
+    non_routed = int(round(params * act_bytes))
     nonrouted_source = (
-        f"config.json alone: {_non_routed_params(layout, attn, config, cpath)} non-routed params (attention of "
+        f"config.json alone: {params} non-routed params (attention of "
         f"{layout.layers} layers, dense and shared MLPs, routers, embedding{'' if tied else ' and LM head'}) x "
         f"{act_bytes} B ({act_dtype})"
     )

@@ -117,8 +117,6 @@ MAX_TRACE_CELLS = 2_000_000_000
 ROW_BYTES = 48
 INT_CELL_BYTES = 16
 TEXT_CELL_BYTES = 128
-#: tokens whose K ids are sorted at once to find an expert given twice in one
-DISTINCT_CHUNK_TOKENS = 131_072
 #: rows of a CSV table read (as text) at a time: ~60 bytes a cell while a chunk is converted
 CSV_CHUNK_ROWS = 65_536
 #: a histogram sidecar needs a model name; an import that was not given one says so
@@ -303,6 +301,10 @@ def _system_memory_pool() -> Iterator[None]:
         pa.set_memory_pool(previous)
 
 
+#: pandas reads a CSV table's cells as the text written (a blank line kept as a row, dropped after)
+_CSV_AS_TEXT: dict[str, Any] = dict(dtype=str, keep_default_na=False, skip_blank_lines=False, encoding="utf-8-sig")
+
+
 def _read_csv_frame(src: Path, wanted: Sequence[str], int_columns: Mapping[str, bool]) -> Any:
     """The ``wanted`` columns of a CSV file, read :data:`CSV_CHUNK_ROWS` rows at a time.
 
@@ -322,15 +324,7 @@ def _read_csv_frame(src: Path, wanted: Sequence[str], int_columns: Mapping[str, 
     size, rows = max(src.stat().st_size, 1), 0
     try:
         with open_input(src) as fh:
-            reader = pd.read_csv(
-                fh,
-                usecols=lambda c: c.strip() in wanted,
-                dtype=str,
-                keep_default_na=False,
-                skip_blank_lines=False,
-                encoding="utf-8-sig",
-                chunksize=CSV_CHUNK_ROWS,
-            )
+            reader = pd.read_csv(fh, usecols=lambda c: c.strip() in wanted, chunksize=CSV_CHUNK_ROWS, **_CSV_AS_TEXT)
             for chunk in reader:
                 chunk.columns = [c.strip() for c in chunk.columns]
                 chunk = chunk[~(chunk == "").all(axis=1)]  # skip_blank_lines=False kept a blank line as a row
@@ -379,14 +373,7 @@ def _csv_text_column(src: Path, name: str, rows_index: np.ndarray) -> np.ndarray
     import pandas as pd
 
     with open_input(src) as fh:
-        col = pd.read_csv(
-            fh,
-            usecols=lambda c: c.strip() == name,
-            dtype=str,
-            keep_default_na=False,
-            skip_blank_lines=False,
-            encoding="utf-8-sig",
-        )
+        col = pd.read_csv(fh, usecols=lambda c: c.strip() == name, **_CSV_AS_TEXT)
     return col.iloc[:, 0].to_numpy(dtype=object)[rows_index]
 
 
@@ -451,6 +438,15 @@ def _first_repeat(key: np.ndarray, rows: Any, kind: str) -> tuple[np.ndarray, in
     return order, j, _row_label(kind, second), _row_label(kind, first)
 
 
+def _refuse_first(bad: Any, rows: Any, src: Path, kind: str, name: str, why: str, values: Any) -> None:
+    """Refuses the first of ``rows`` (a frame or column) where ``bad`` holds, at its line or row:
+    ``why`` with that row's entry of ``values`` in its ``{}``."""
+    bad = np.asarray(bad)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise InputError(src, _row_label(kind, int(rows.index[i])), name, why.format(values[i]))
+
+
 def _as_int(series: Any, src: Path, kind: str, name: str, allow_empty: bool = False) -> np.ndarray:
     """Integer values of a text column, vectorised; the first bad cell named by its row."""
     import pandas as pd
@@ -462,11 +458,7 @@ def _as_int(series: Any, src: Path, kind: str, name: str, allow_empty: bool = Fa
         text = text.where(text != "", "-1")
     num = pd.to_numeric(text, errors="coerce")
     bad = num.isna() | (num != np.floor(num.fillna(0)))
-    if bad.any():
-        i = int(np.argmax(bad.to_numpy()))
-        raise InputError(
-            src, _row_label(kind, int(series.index[i])), name, f"expected an integer, got {series.iloc[i]!r}"
-        )
+    _refuse_first(bad, series, src, kind, name, "expected an integer, got {!r}", series.iloc)
     return num.to_numpy(dtype=np.float64).astype(np.int64)
 
 
@@ -563,11 +555,7 @@ def _long_ids(
     eid = _as_int(frame[expert_col], src, kind, expert_col, allow_empty=True)
     slot = _as_int(frame[slot_col], src, kind, slot_col)
     bad = (slot < 0) | (slot >= top_k)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise InputError(
-            src, _row_label(kind, int(frame.index[i])), slot_col, f"slot {slot[i]} not in 0..{top_k - 1} (K={top_k})"
-        )
+    _refuse_first(bad, frame, src, kind, slot_col, f"slot {{}} not in 0..{top_k - 1} (K={top_k})", slot)
     return eid, slot
 
 
@@ -578,9 +566,7 @@ def _layer_codes(frame: Any, src: Path, kind: str, layer_cols: Sequence[str]) ->
     if len(layer_cols) != 1:
         raise ParameterError("columns", "layer takes one column (a layer id)")
     lay = _as_int(frame[layer_cols[0]], src, kind, layer_cols[0])
-    if (lay < 0).any():
-        i = int(np.argmax(lay < 0))
-        raise InputError(src, _row_label(kind, int(frame.index[i])), layer_cols[0], f"negative layer id {lay[i]}")
+    _refuse_first(lay < 0, frame, src, kind, layer_cols[0], "negative layer id {}", lay)
     return np.unique(lay, return_inverse=True)
 
 
@@ -632,21 +618,13 @@ def _check_token_ids(
         raise InputError(
             src, _row_label(kind, int(row_index[t])), id_col(k), f"{what} not in [0, {experts}) (E={experts})"
         )
-    if top_k < 2:
-        return
-    for t0 in range(0, len(ids), DISTINCT_CHUNK_TOKENS):  # a chunk of tokens at a time: no sorted copy of all ids
-        srt = np.sort(ids[t0 : t0 + DISTINCT_CHUNK_TOKENS], axis=1)
-        dup = (srt[:, 1:] == srt[:, :-1]).any(axis=1)
-        if dup.any():
-            t = t0 + int(np.argmax(dup))
-            row = ids[t]
-            k = next(j for j in range(1, top_k) if row[j] in row[:j])
-            raise InputError(
-                src,
-                _row_label(kind, int(row_index[t])),
-                id_col(k),
-                f"expert {row[k]} twice in one token (K ids must be distinct)",
-            )
+    from moeroof.data.io import repeated_expert
+
+    found = repeated_expert(ids) if top_k > 1 else None
+    if found is not None:
+        t, k = found
+        why = f"expert {ids[t, k]} twice in one token (K ids must be distinct)"
+        raise InputError(src, _row_label(kind, int(row_index[t])), id_col(k), why)
 
 
 def _check_one_token_per_cell(
@@ -849,9 +827,7 @@ def _matrix_layers(
             f"keep one with a filter on {', '.join(others) or 'another column'}"
         )
         raise InputError(src, row, layer_col, why)
-    if (lay < 0).any():
-        i = int(np.argmax(lay < 0))
-        raise InputError(src, _row_label(kind, int(frame.index[i])), layer_col, f"negative layer id {lay[i]}")
+    _refuse_first(lay < 0, frame, src, kind, layer_col, "negative layer id {}", lay)
     return lay, order
 
 
@@ -867,11 +843,7 @@ def _matrix_values(frame: Any, src: Path, kind: str, ids: Mapping[str, int], n_e
     for name, e in ids.items():
         num = pd.to_numeric(frame[name].astype(str).str.strip(), errors="coerce")
         bad = num.isna() | ~np.isfinite(num) | (num < 0)
-        if bad.any():
-            i = int(np.argmax(bad.to_numpy()))
-            raise InputError(
-                src, _row_label(kind, int(frame.index[i])), name, f"expected a number ≥ 0, got {frame[name].iloc[i]!r}"
-            )
+        _refuse_first(bad, frame, src, kind, name, "expected a number ≥ 0, got {!r}", frame[name].iloc)
         vals[:, e] = num.to_numpy(dtype=np.float64)
     return vals
 
@@ -1283,19 +1255,13 @@ def import_sglang(
     eid = _as_int(frame["expert_id"], src, kind, "expert_id")
     cnt = _as_int(frame["count"], src, kind, "count")
     for name, arr in (("layer_id", lay), ("expert_id", eid), ("count", cnt)):
-        if (arr < 0).any():
-            i = int(np.argmax(arr < 0))
-            raise InputError(src, _row_label(kind, int(frame.index[i])), name, f"negative value {arr[i]}")
+        _refuse_first(arr < 0, frame, src, kind, name, "negative value {}", arr)
     if experts is None and int(eid.max()) >= MAX_EXPERTS:  # E from the ids: the row that would size it
         i = int(np.argmax(eid))
         why = f"expert id {eid[i]} is past the {MAX_EXPERTS:,} experts a model may have"
         raise InputError(src, _row_label(kind, int(frame.index[i])), "expert_id", why)
     n_exp = experts if experts is not None else int(eid.max()) + 1
-    if (eid >= n_exp).any():
-        i = int(np.argmax(eid >= n_exp))
-        raise InputError(
-            src, _row_label(kind, int(frame.index[i])), "expert_id", f"expert {eid[i]} ≥ experts E={n_exp}"
-        )
+    _refuse_first(eid >= n_exp, frame, src, kind, "expert_id", f"expert {{}} ≥ experts E={n_exp}", eid)
     _check_experts_top_k(n_exp, top_k, src)
     layer_ids, li = np.unique(lay, return_inverse=True)
     _, j, row, first = _first_repeat(li * n_exp + eid, frame.index, kind)

@@ -93,6 +93,7 @@ __all__ = [
     "check_npz_members",
     "csv_cells",
     "check_counts",
+    "repeated_expert",
 ]
 
 HISTOGRAM_COLUMNS = ("layer", "expert", "count")
@@ -473,28 +474,31 @@ def _validate_topk(topk: np.ndarray, experts: int, top_k: int, path: Path, meta_
                 s, t, l = np.argwhere(partial)[0]
                 k = int(np.argmax(block[s, t, l] == PAD))
                 raise InputError(path, f"topk[{s + s0},{t},{l},{k}]", "topk", TOPK_PARTIAL)
-        if top_k > 1:
-            _check_distinct(block, s0, path)
+        found = repeated_expert(block.reshape(-1, top_k)) if top_k > 1 else None
+        if found is not None:
+            (s, t, l), k = np.unravel_index(found[0], block.shape[:3]), found[1]
+            why = TOPK_DUPLICATE.format(value=block[s, t, l, k])
+            raise InputError(path, f"topk[{s + s0},{t},{l},{k}]", "topk", why)
 
 
-#: elements of a block whose tokens are sorted at once to find an expert given twice in a token
+#: ids whose tokens are sorted at once to find an expert given twice in a token
 DISTINCT_CHUNK_ELEMENTS = 1_000_000
 
 
-def _check_distinct(block: np.ndarray, s0: int, path: Path) -> None:
-    """Refuses the first token (in C order) of ``block`` (steps from ``s0``) that names an expert
-    twice, sorting :data:`DISTINCT_CHUNK_ELEMENTS` ids at a time: a sorted copy of the whole
-    block, and its masks, would take more memory than the trace's own ids."""
-    sub = max(1, DISTINCT_CHUNK_ELEMENTS // max(1, int(np.prod(block.shape[1:]))))
-    for d0 in range(0, block.shape[0], sub):
-        part = block[d0 : d0 + sub]
-        srt = np.sort(part, axis=-1)
-        dup_tok = ((srt[..., 1:] == srt[..., :-1]) & (srt[..., 1:] != PAD)).any(axis=-1)
-        if dup_tok.any():
-            s, t, l = np.argwhere(dup_tok)[0]
-            row = part[s, t, l]
-            k = next(j for j in range(1, part.shape[-1]) if row[j] in row[:j])
-            raise InputError(path, f"topk[{s + s0 + d0},{t},{l},{k}]", "topk", TOPK_DUPLICATE.format(value=row[k]))
+def repeated_expert(ids: np.ndarray) -> tuple[int, int] | None:
+    """(token, slot) of the first token of the (n, K) ``ids`` that names an expert twice (padding
+    aside), the slot the one naming it again; None when none does. Sorts
+    :data:`DISTINCT_CHUNK_ELEMENTS` ids at a time: a sorted copy of them all, and its masks,
+    would take more memory than the ids themselves."""
+    k_cols = ids.shape[1]
+    sub = max(1, DISTINCT_CHUNK_ELEMENTS // k_cols)
+    for t0 in range(0, len(ids), sub):
+        srt = np.sort(ids[t0 : t0 + sub], axis=1)
+        dup = ((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] != PAD)).any(axis=1)
+        if dup.any():
+            t = t0 + int(np.argmax(dup))
+            return t, next(j for j in range(1, k_cols) if ids[t, j] in ids[t, :j])
+    return None
 
 
 class NpySteps:
@@ -812,6 +816,14 @@ def _npy_trace(path: Path, given: dict[str, Any] | None, lazy: bool) -> tuple[An
     return topk, meta, side
 
 
+def _four_dims(topk: Any, path: Path) -> Any:
+    """``topk`` when it has the trace's 4 dims (steps, streams, layers, K); an :class:`InputError` otherwise."""
+    if topk.ndim != 4:
+        why = f"expected 4 dims (steps, streams, layers, K), got {topk.ndim} with shape {topk.shape}"
+        raise InputError(path, "-", "topk", why)
+    return topk
+
+
 def _check_weights(weights: np.ndarray, topk: Any, path: Path) -> None:
     """A trace's weights: floats of topk's shape."""
     if weights.shape != topk.shape:
@@ -853,11 +865,7 @@ def read_trace(
         topk, meta, meta_path = _npy_trace(path, given, lazy)
     else:
         raise InputError(path, "-", "file", f"unknown trace suffix {path.suffix!r}; expected .npz or .npy")
-    if topk.ndim != 4:
-        raise InputError(
-            path, "-", "topk", f"expected 4 dims (steps, streams, layers, K), got {topk.ndim} with shape {topk.shape}"
-        )
-    experts, top_k, layer_ids = _validate_trace_meta(meta, topk.shape[2], meta_path, meta_row)
+    experts, top_k, layer_ids = _validate_trace_meta(meta, _four_dims(topk, path).shape[2], meta_path, meta_row)
     if topk.shape[3] != top_k:
         raise InputError(meta_path, meta_row, "top_k", f"meta top_k={top_k} but topk has K={topk.shape[3]} columns")
     _validate_topk(topk, experts, top_k, path, meta_row, ids=validate)
@@ -1047,7 +1055,7 @@ def _write_histogram_rows(fh: Any, counts: np.ndarray, lids: Sequence[int], rank
             w.writerow(row)
 
 
-def write_histogram(path: str | os.PathLike[str], counts: np.ndarray | Histogram, **kwargs: Any) -> Path:
+def write_histogram(path: str | os.PathLike[str], counts: np.ndarray, **kwargs: Any) -> Path:
     """Write ``path`` (CSV, every (layer, expert) row incl. zeros) and its sidecar JSON atomically,
     both or neither: :func:`histogram_parts` written together. Returns the CSV path."""
     atomic.write_together(histogram_parts(path, counts, **kwargs))
@@ -1056,7 +1064,7 @@ def write_histogram(path: str | os.PathLike[str], counts: np.ndarray | Histogram
 
 def histogram_parts(
     path: str | os.PathLike[str],
-    counts: np.ndarray | Histogram,
+    counts: np.ndarray,
     *,
     tokens: int | Sequence[int] | np.ndarray | None = None,
     experts: int | None = None,
@@ -1074,8 +1082,7 @@ def histogram_parts(
     """The histogram CSV ``path`` (every (layer, expert) row incl. zeros) and its sidecar JSON as
     the parts of one atomic write (:func:`moeroof.core.atomic.write_together`), sidecar first.
 
-    ``counts`` is an (L, E) integer array, or a :class:`Histogram` (its fields and meta are
-    used; keyword arguments given explicitly override). ``extra`` adds sidecar keys. The data
+    ``counts`` is an (L, E) integer array; ``extra`` adds sidecar keys. The data
     are validated exactly as :func:`read_histogram` would before anything is written, and the
     targets checked (:func:`guard_target`). Raises :class:`InputError` (naming the target) for
     invalid data.
@@ -1083,37 +1090,20 @@ def histogram_parts(
     path = Path(path)
     if path.suffix.lower() != ".csv":
         raise ValueError(f"{path}: a histogram is written as .csv")
-    meta: dict[str, Any] = {}
-    if isinstance(counts, Histogram):
-        h = counts
-        meta.update(h.meta)
-        counts = np.asarray(h.counts)
-        tokens = h.tokens if tokens is None else tokens
-        experts = h.experts if experts is None else experts
-        top_k = h.top_k if top_k is None else top_k
-        layer_ids = h.layer_ids if layer_ids is None else layer_ids
-        layers_summed = h.layers_summed or layers_summed
-        rank = h.rank if rank is None else rank
-        model = meta.get("model") if model is None else model
-        source = meta.get("source") if source is None else source
-        provenance = meta.get("provenance") if provenance is None else provenance
-        generator = meta.get("generator") if generator is None else generator
     counts = _counts_array(counts, path)
     n_layers, n_exp = counts.shape
     if tokens is None:
         raise ValueError("write_histogram: tokens (routed tokens per layer) is required")
-    meta.update(
-        {
-            "model": model,
-            "experts": _plain(n_exp if experts is None else experts),
-            "top_k": _plain(top_k),
-            "layers": n_layers,
-            "layer_ids": _plain(list(layer_ids) if layer_ids is not None else list(range(n_layers))),
-            "tokens": _plain(tokens),
-            "source": source,
-            "layers_summed": bool(layers_summed),
-        }
-    )
+    meta: dict[str, Any] = {
+        "model": model,
+        "experts": _plain(n_exp if experts is None else experts),
+        "top_k": _plain(top_k),
+        "layers": n_layers,
+        "layer_ids": _plain(list(layer_ids) if layer_ids is not None else list(range(n_layers))),
+        "tokens": _plain(tokens),
+        "source": source,
+        "layers_summed": bool(layers_summed),
+    }
     _add_optional_meta(meta, provenance, generator, extra)
     side = sidecar_path(path)
     e, k, lids, tok, _ = _validate_histogram_meta(meta, side)
@@ -1165,11 +1155,7 @@ def trace_parts(
     if suffix not in (".npz", ".npy"):
         raise InputError(path, "-", "file", f"unknown trace suffix {path.suffix!r}; expected .npz or .npy")
     meta_d = _parse_json(meta, path, "-", "meta") if isinstance(meta, str) else dict(_plain(dict(meta)))
-    topk = np.asarray(topk)
-    if topk.ndim != 4:
-        raise InputError(
-            path, "-", "topk", f"expected 4 dims (steps, streams, layers, K), got {topk.ndim} with shape {topk.shape}"
-        )
+    topk = _four_dims(np.asarray(topk), path)
     meta_d.setdefault("layer_ids", list(range(topk.shape[2])))
     meta_d.setdefault("axes", list(TRACE_AXES))
     meta_d.setdefault("pad_value", PAD)

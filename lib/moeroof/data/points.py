@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import cast
 
@@ -72,11 +72,7 @@ CONDITION_COLUMNS = (
     "ranks",
     "partition",
 )
-COLUMNS = (
-    *CONDITION_COLUMNS,
-    "value",
-    "note",
-)
+COLUMNS = (*CONDITION_COLUMNS, "value", "note")
 #: what two measurements of the same conditions may differ by before they contradict each other:
 #: (absolute, relative) — hit rates and overlaps 3 points, a union 5 %, GiB per step 10 %
 NOISE = {"hit_rate": (0.03, 0.0), "overlap": (0.05, 0.0), "union": (0.0, 0.05), "gib_per_step": (0.0, 0.10)}
@@ -105,17 +101,8 @@ class Point:
 
     @property
     def conditions(self) -> tuple:
-        """Everything but the value: two points with equal conditions measure the same thing."""
-        return (
-            self.kind,
-            self.batch,
-            self.capacity_experts,
-            self.capacity_gib,
-            self.policy,
-            self.scope,
-            self.ranks,
-            self.partition,
-        )
+        """Everything but the value (and the row): two points with equal conditions measure the same thing."""
+        return astuple(self)[: len(CONDITION_COLUMNS)]
 
     def label(self) -> str:
         cap = ""

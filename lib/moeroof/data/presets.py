@@ -133,33 +133,25 @@ INTEGER_FIELDS = ("experts", "top_k", "moe_layers", "hidden_size", "dense_layers
 #: model or box, so that a typo or a hostile file (``expert_bytes = 2^70``, which ``plan`` took
 #: and answered with a step of 10^14 s, exit 0) is refused naming the file, the field and its
 #: line; the efficiencies are shares, bounded by 1 where they are read
-FIELD_MAX: dict[str, float] = {
-    "experts": MAX_EXPERTS,
-    "top_k": MAX_EXPERTS,
-    "moe_layers": MAX_LAYERS,
-    "expert_bytes": MAX_PRESET_BYTES,
-    "non_routed_bytes": MAX_PRESET_BYTES,
-    "kv_bytes_per_token": MAX_PRESET_BYTES,
-    "flops_per_token": MAX_PRESET_FLOP,
-    "attn_flops_per_context_token": MAX_PRESET_FLOP,
+_DIMENSION_MAX = {
+    "bytes": MAX_PRESET_BYTES,
+    "bytes_per_s": MAX_PRESET_BYTES_PER_S,
+    "flop": MAX_PRESET_FLOP,
+    "flop_per_s": MAX_PRESET_FLOP_PER_S,
+    "seconds": MAX_PRESET_SECONDS,
+}
+_COUNT_MAX = {
+    **dict.fromkeys(("experts", "top_k", "shared_experts"), MAX_EXPERTS),
+    **dict.fromkeys(("moe_layers", "dense_layers"), MAX_LAYERS),
+    **dict.fromkeys(("total_params", "active_params"), MAX_PARAMS),
     "hidden_size": MAX_HIDDEN_SIZE,
-    "activation_bytes": MAX_PRESET_BYTES,
-    "total_params": MAX_PARAMS,
-    "active_params": MAX_PARAMS,
-    "dense_layers": MAX_LAYERS,
-    "shared_experts": MAX_EXPERTS,
-    "ram_bytes": MAX_PRESET_BYTES,
-    "bw_mem_bytes_per_s": MAX_PRESET_BYTES_PER_S,
-    "flops_per_s": MAX_PRESET_FLOP_PER_S,
-    "ssd_read_size_bytes": MAX_PRESET_BYTES,
-    "bw_ssd_bytes_per_s": MAX_PRESET_BYTES_PER_S,
-    "bw_link_bytes_per_s": MAX_PRESET_BYTES_PER_S,
-    "os_reserve_bytes": MAX_PRESET_BYTES,
-    "engine_seconds_per_step": MAX_PRESET_SECONDS,
-    "engine_seconds_per_agent_token": MAX_PRESET_SECONDS,
-    "engine_seconds_per_touched_expert": MAX_PRESET_SECONDS,
     "reclaim_penalty": MAX_RECLAIM_PENALTY,
     "reclaim_exponent": MAX_RECLAIM_EXPONENT,
+}
+FIELD_MAX: dict[str, float] = {
+    key: _COUNT_MAX[key] if dimension == "count" else _DIMENSION_MAX[dimension]
+    for key, (dimension, _) in {**MODEL_FIELDS, **HARDWARE_FIELDS}.items()
+    if dimension != "count" or key in _COUNT_MAX
 }
 
 #: the SI unit a message gives each dimension in
@@ -355,27 +347,16 @@ def _priors_on_witnessed_peaks(prov: Mapping[str, str]) -> dict[str, tuple[tuple
 def schema_rows() -> list[dict[str, Any]]:
     """The preset schema, one row per field: kind, field, required, dimension, unit example,
     default (for an optional field that has one) and meaning."""
-    rows = []
-    for kind, fields in (("model", MODEL_FIELDS), ("hardware", HARDWARE_FIELDS)):
-        for name, (dimension, required) in fields.items():
-            meaning, unit = FIELD_HELP[name]
-            rows.append(
-                {
-                    "kind": kind,
-                    "field": name,
-                    "required": required,
-                    "dimension": dimension,
-                    "unit": unit,
-                    "default": DEFAULTS.get(name),
-                    "meaning": meaning,
-                }
-            )
-    for kind, name, default, meaning in _TEXT_FIELDS:
-        rows.append(
-            {"kind": kind, "field": name, "required": name == "name", "dimension": "text", "unit": "text",
-             "default": default, "meaning": meaning}
-        )  # fmt: skip
-    return rows
+    rows: list[tuple[Any, ...]] = [
+        (kind, name, required, dimension, FIELD_HELP[name][1], DEFAULTS.get(name), FIELD_HELP[name][0])
+        for kind, fields in (("model", MODEL_FIELDS), ("hardware", HARDWARE_FIELDS))
+        for name, (dimension, required) in fields.items()
+    ]
+    rows += [
+        (kind, name, name == "name", "text", "text", default, meaning) for kind, name, default, meaning in _TEXT_FIELDS
+    ]
+    keys = ("kind", "field", "required", "dimension", "unit", "default", "meaning")
+    return [dict(zip(keys, row)) for row in rows]
 
 
 #: the text keys of a preset: (kind, key, default, meaning)
@@ -408,7 +389,6 @@ class PresetError(InputError):
 LINK_NAMES = ("ssd", "pcie", "host-link", "page-cache")
 
 _CURVE_FIELDS = ("ssd_read_size_bytes", "bw_ssd_bytes_per_s")
-_TAGS = ("witnessed", "projected", "assumed")
 
 
 @dataclass(frozen=True)
@@ -764,20 +744,22 @@ def _int_fields(path: Path, out: dict[str, Any], keys: tuple[str, ...], minimum:
             out[key] = int(v)  # within FIELD_MAX: checked as it was read
 
 
-def _resolve(name_or_path: str | Path, sub: str) -> Path:
-    """A path to a TOML (from the working directory when relative), else a shipped preset's name."""
+def _resolve(name_or_path: str | Path, sub: str, what: str) -> Path:
+    """A path to a TOML (from the working directory when relative), else a shipped preset's name
+    (an unknown one is an :class:`InputError` naming ``what``, the known names with it)."""
     p = Path(name_or_path).expanduser()
     if p.suffix == ".toml" or p.is_file():
         return p
-    return PRESETS_DIR / sub / f"{name_or_path}.toml"
+    path = PRESETS_DIR / sub / f"{name_or_path}.toml"
+    if not path.exists() and path != Path(name_or_path):  # a name, not a path (names may hold dots: glm-5.2)
+        known = ", ".join(sorted(list_presets()[sub]))
+        raise InputError(name_or_path, None, what, f"no such preset (known: {known})")
+    return path
 
 
 def load_model(name_or_path: str | Path) -> MoEModel:
     """A model preset by name (``glm-5.2``) or a path to a user's TOML."""
-    path = _resolve(name_or_path, "models")
-    if not path.exists() and path != Path(name_or_path):  # a name, not a path (names may hold dots: glm-5.2)
-        known = ", ".join(sorted(list_presets()["models"]))
-        raise InputError(name_or_path, None, "model", f"no such preset (known: {known})")
+    path = _resolve(name_or_path, "models", "model")
     out = _load(path, "model", MODEL_FIELDS)
     _int_fields(path, out, INTEGER_FIELDS[:4])
     _int_fields(path, out, INTEGER_FIELDS[4:], minimum=0)
@@ -795,10 +777,7 @@ def load_model(name_or_path: str | Path) -> MoEModel:
 
 def load_hardware(name_or_path: str | Path) -> Hardware:
     """A hardware preset by name (``nvme-gen4``) or a path to a user's TOML."""
-    path = _resolve(name_or_path, "hardware")
-    if not path.exists() and path != Path(name_or_path):  # a name, not a path (names may hold dots: glm-5.2)
-        known = ", ".join(sorted(list_presets()["hardware"]))
-        raise InputError(name_or_path, None, "hardware", f"no such preset (known: {known})")
+    path = _resolve(name_or_path, "hardware", "hardware")
     out = _load(path, "hardware", HARDWARE_FIELDS, texts=("link",))
     if out.get("link", "ssd") not in LINK_NAMES:
         raise InputError(path, None, "link", f"must be one of {', '.join(LINK_NAMES)}, got {out['link']!r}")
@@ -831,10 +810,7 @@ def load_hardware(name_or_path: str | Path) -> Hardware:
 
 def list_presets() -> dict[str, dict[str, Path]]:
     """Shipped presets: ``{"models": {name: path}, "hardware": {name: path}}``."""
-    return {
-        kind: {p.stem: p for p in sorted((PRESETS_DIR / sub).glob("*.toml"))}
-        for kind, sub in (("models", "models"), ("hardware", "hardware"))
-    }
+    return {sub: {p.stem: p for p in sorted((PRESETS_DIR / sub).glob("*.toml"))} for sub in ("models", "hardware")}
 
 
 _QUANTITY = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/]*)\s*$")

@@ -57,7 +57,7 @@ from moeroof.core.limits import (
 )
 from moeroof.core.masks import PAD
 from moeroof.core.optional import require
-from moeroof.data.io import TRACE_AXES, InputError, Trace, check_readable, guard_target, is_int
+from moeroof.data.io import TRACE_AXES, InputError, Trace, check_readable, guard_target, is_int, repeated_expert
 
 __all__ = [
     "META_KEY",
@@ -162,12 +162,12 @@ def _check_meta(meta: Mapping[str, Any], path: Path) -> tuple[int, int, int, int
 # ----------------------------------------------------------------------------- checks
 
 
-def _check_tokens(ids: np.ndarray, experts: int, path: Path, where, field, *, pad_rows: bool) -> np.ndarray:
+def _check_tokens(ids: np.ndarray, experts: int, path: Path, where, field) -> np.ndarray:
     """Validate an (n, K) integer id matrix; return the live-row mask (n,).
 
     ``where(i, k)`` is the ROW text of row ``i``, id column ``k`` for an error, ``field(k)`` the
-    FIELD of id column ``k``; errors name ``path``. A row of K padding values is padding (allowed when
-    ``pad_rows``), a row partly padding is refused, ids must be in [0, E) and distinct in a row.
+    FIELD of id column ``k``; errors name ``path``. A row of K padding values is padding, a row
+    partly padding is refused, ids must be in [0, E) and distinct in a row.
     """
     k_cols = ids.shape[1]
     pad = ids == PAD
@@ -186,23 +186,11 @@ def _check_tokens(ids: np.ndarray, experts: int, path: Path, where, field, *, pa
             raise InputError(
                 path, where(i, k), field(k), "token is partly padding: a token has K expert ids or K times -1"
             )
-        if not pad_rows:
-            i = int(np.argmax(any_pad))
-            raise InputError(path, where(i, 0), field(0), "padding (-1) where a live token is expected")
-    if k_cols > 1:
-        dup = np.zeros(ids.shape[0], dtype=bool)
-        for k in range(1, k_cols):  # K(K-1)/2 column compares: cheaper than a sort for small K
-            col = ids[:, k]
-            for j in range(k):
-                dup |= col == ids[:, j]
-        dup &= ~any_pad
-        if dup.any():
-            i = int(np.argmax(dup))
-            row = ids[i]
-            k = next(j for j in range(1, k_cols) if row[j] in row[:j])
-            raise InputError(
-                path, where(i), field(k), f"expert {row[k]} appears twice in one token (the K experts must be distinct)"
-            )
+    found = repeated_expert(ids) if k_cols > 1 else None
+    if found is not None:
+        i, k = found
+        why = f"expert {ids[i, k]} appears twice in one token (the K experts must be distinct)"
+        raise InputError(path, where(i), field(k), why)
     return ~any_pad
 
 
@@ -291,7 +279,7 @@ def _write_row_groups(
             s, t, l = np.unravel_index(int(i), shape)  # ROW text of a token of the dense array
             return f"topk[{s + s0},{t},{l},{k}]"
 
-        live = _check_tokens(cells, experts, path, where, lambda k: "topk", pad_rows=True)
+        live = _check_tokens(cells, experts, path, where, lambda k: "topk")
         idx = np.flatnonzero(live)
         s, t, l = np.unravel_index(idx, block.shape[:3])
         ids = cells[idx]
@@ -321,9 +309,7 @@ def write_parquet_trace(
     :func:`~moeroof.data.io.read_trace` would (InputError naming ``topk[s,t,l,k]``) before the
     row group holding them is written; the file is written atomically. Returns ``path``.
     """
-    pa = require("pyarrow", "parquet", "a Parquet trace")
-    pq = require("pyarrow.parquet", "parquet", "a Parquet trace")
-
+    pa, pq = _arrow()
     path = Path(path)
     if path.suffix.lower() != ".parquet":
         raise ValueError(f"{path}: a Parquet trace is written as .parquet")
@@ -355,9 +341,13 @@ def write_parquet_trace(
 # ----------------------------------------------------------------------------- readers
 
 
+def _arrow() -> tuple[Any, Any]:
+    """pyarrow and pyarrow.parquet, or the error saying which extra installs them."""
+    return require("pyarrow", "parquet", "a Parquet trace"), require("pyarrow.parquet", "parquet", "a Parquet trace")
+
+
 def _open(path: Path):
-    pa = require("pyarrow", "parquet", "a Parquet trace")
-    pq = require("pyarrow.parquet", "parquet", "a Parquet trace")
+    pa, pq = _arrow()
     check_readable(path)
     try:
         return pq.ParquetFile(path)
@@ -366,8 +356,7 @@ def _open(path: Path):
 
 
 def _info(path: Path, pf: Any) -> ParquetTraceInfo:
-    pa = require("pyarrow", "parquet", "a Parquet trace")
-
+    pa, _ = _arrow()
     raw = (pf.schema_arrow.metadata or {}).get(META_KEY)
     if raw is None:
         why = f"no trace meta (schema metadata key {META_KEY.decode()!r}); write_parquet_trace writes it"
@@ -383,18 +372,8 @@ def _info(path: Path, pf: Any) -> ParquetTraceInfo:
         if not pa.types.is_integer(typ):
             raise InputError(path, "-", name, f"expected an integer column, got {typ}")
     md = pf.metadata
-    return ParquetTraceInfo(
-        path=path,
-        steps=steps,
-        streams=streams,
-        layers=layers,
-        top_k=top_k,
-        experts=experts,
-        layer_ids=layer_ids,
-        meta=meta,
-        rows=int(md.num_rows),
-        row_groups=int(md.num_row_groups),
-    )
+    rows, groups = int(md.num_rows), int(md.num_row_groups)
+    return ParquetTraceInfo(path, steps, streams, layers, top_k, experts, layer_ids, meta, rows, groups)
 
 
 def parquet_trace_info(path: str | os.PathLike[str]) -> ParquetTraceInfo:
@@ -518,7 +497,7 @@ def read_parquet_trace_layers(
         else:
             rows = np.flatnonzero((layer >= l0) & (layer < l1))
             s, t, l, e = step[rows], stream[rows], layer[rows], _id_matrix(cols, rows, info.experts)
-        _check_tokens(e, info.experts, path, lambda i, k=0, rows=rows: where(rows[int(i)]), _id_field, pad_rows=True)
+        _check_tokens(e, info.experts, path, lambda i, k=0, rows=rows: where(rows[int(i)]), _id_field)
         cell = (s * info.streams + t) * nl + (l - l0)
         _place(out, seen, cell, e, rows, where, (step, stream, layer))
     return out
@@ -547,9 +526,7 @@ def read_parquet_trace(path: str | os.PathLike[str], *, max_bytes: int | None = 
     info = parquet_trace_info(path)
     topk = read_parquet_trace_layers(path, 0, info.layers, max_bytes=max_bytes)
     topk.setflags(write=False)
-    return Trace(
-        topk=topk, experts=info.experts, top_k=info.top_k, layer_ids=info.layer_ids, meta=dict(info.meta), path=path
-    )
+    return Trace(topk, info.experts, info.top_k, info.layer_ids, dict(info.meta), path)
 
 
 def iter_parquet_trace_steps(
@@ -579,7 +556,7 @@ def iter_parquet_trace_steps(
     out, seen = fresh(c)
     for step, stream, layer, cols in _batches(pf, info, where):
         ids = _id_matrix(cols, None, info.experts)
-        _check_tokens(ids, info.experts, path, where, _id_field, pad_rows=True)
+        _check_tokens(ids, info.experts, path, where, _id_field)
         chunk_of = step // n  # non-decreasing: _batches refuses rows out of step order
         i = 0
         while i < step.size:

@@ -1804,6 +1804,9 @@ def _fit_one(
 
 #: the memory knobs :func:`choose_memory_knob` tries, each with what it stands for in its note
 MEMORY_KNOBS = {"pressure": "the page cache's share", "reclaim": "the reclaim work"}
+#: the page cache's shares :func:`choose_memory_knob` tries: sixths (0 is the default fit itself;
+#: a coarser set misses seed 003's, about one half, by more than the rows' noise)
+MEMORY_SHARES = tuple(i / 6 for i in range(1, 7))
 
 
 def _memory_tries(
@@ -1827,8 +1830,7 @@ def _memory_tries(
             f = _setup_fit(points, model, hardware, routing, fit=(*base, knob), **coarse)
         except ParameterError:  # too few rows beside the default knobs
             continue
-        shares = np.linspace(*_CACHE_BOUNDS["pressure"], SEARCH_GRID_POINTS)
-        outers = [best.outer] if knob == "reclaim" else [{**best.outer, knob: float(v)} for v in shares]
+        outers = [best.outer] if knob == "reclaim" else [{**best.outer, knob: v} for v in MEMORY_SHARES]
         x, cost, _ = min((f.solve_inner(o) for o in outers), key=lambda r: r[1])
         tried[knob] = (cost, f.profile_threshold(cost, x.size)[0])
     return best.total, tried
@@ -1848,8 +1850,8 @@ def choose_memory_knob(
     ``overlaps`` (how the terms combine decides which term a memory knob moves), each of
     :data:`MEMORY_KNOBS` is tried at the default fit's best cache knobs (the search's first
     :data:`SEARCH_GRID_POINTS` + 1 evaluations, without its profile walk) — ``reclaim`` by
-    re-solving the smooth knobs with κ among them, ``pressure`` by re-solving them at
-    :data:`SEARCH_GRID_POINTS` shares over [0, 1] and keeping the best. A knob joins the fit where
+    re-solving the smooth knobs with κ among them, ``pressure`` by re-solving them at each of
+    :data:`MEMORY_SHARES` and keeping the best. A knob joins the fit where
     the rows rule out its absence: the default fit is the knob at 0 (κ = 0, the page cache off),
     and the default's lowest cost lies above the knob's profile cut at its lowest (its cost plus
     χ²₁(0.90)·s², :meth:`_Fit.profile_threshold`): 0 is outside the knob's 5–95 % profile interval.

@@ -21,6 +21,7 @@ from typing import Any
 
 __all__ = [
     "ANSWER_TAG",
+    "displayed_markdown",
     "is_synthetic",
     "LINK_WORDS",
     "stream_source",
@@ -43,6 +44,13 @@ __all__ = [
 
 #: the cell tag that marks the answer's output in every notebook
 ANSWER_TAG = "answer"
+
+
+def displayed_markdown(cell: Mapping[str, Any]) -> list[str]:
+    """The Markdown texts a notebook cell displayed (its outputs' ``text/markdown``), in order."""
+    shown = (out.get("data", {}).get("text/markdown") for out in cell.get("outputs", []))
+    return ["".join(md) if isinstance(md, list) else str(md) for md in shown if md is not None]
+
 
 #: data-provenance tags that mean "made by the suite's own models, not captured"
 SYNTHETIC_TAGS = frozenset({"synthetic"})
@@ -321,10 +329,9 @@ def _claim_sentence(
     """:func:`net_toks`' sentence on the multiple against the ``uncoalesced`` baseline."""
     head = "Against the `uncoalesced` baseline (same box, every token fetching its own experts) the multiple "
     if batch_at_4x is not None and per_agent_at_4x is not None:
-        per_min = 60 * per_agent_at_4x
         return (
             f"{head}first reaches 4× at B = {batch_at_4x}, where each agent gets {fmt(per_agent_at_4x)} tok/s "
-            f"(about {fmt(per_min, 2)} tokens a minute)"
+            f"(about {fmt(60 * per_agent_at_4x, 2)} tokens a minute)"
             + (f"; 10× at B = {batch_at_10x}" if batch_at_10x is not None else "; 10× is not reached")
             + f" within B ≤ {claim_b_max} (largest {fmt(max_multiple)}×). "
         )
@@ -471,11 +478,9 @@ def regime_map(
     ``infeasible_share`` (share of cells where KV + dense band exceed RAM), and optionally
     ``link``, what the box streams experts over (default ``ssd``), which names its ``ssd`` term.
     """
+    links = [str(d.get("link", "ssd")) for d in boxes.values()]
     rows = []
-    links = []
-    for name, d in boxes.items():
-        link = str(d.get("link", "ssd"))
-        links.append(link)
+    for (name, d), link in zip(boxes.items(), links):
         terms = _join([term_name(str(t), link) for t in d["terms"]]) or "none"
         rows.append(
             f"on **{name}** (cache 0–{fmt(d['cache_gib_max'])} GiB) {terms} bind on feasible cells; the best "

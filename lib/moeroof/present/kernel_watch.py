@@ -75,10 +75,7 @@ def idle_kernel_seconds() -> float:
 def _stat_fields(path: Path) -> list[str] | None:
     """The fields of a ``/proc/…/stat`` after ``pid (comm)`` (comm may hold spaces), the state
     letter first; None once the process or thread is gone."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return None
+    text = _read(path)
     return text[text.rindex(")") + 2 :].split() if ")" in text else None
 
 
@@ -114,6 +111,7 @@ def _descendants(pid: int, table: dict[int, tuple[int, int]]) -> list[int]:
 
 
 def _read(path: Path) -> str:
+    """A ``/proc`` file's text, stripped; ``?`` once it is gone (or cannot be read)."""
     try:
         return path.read_text(errors="replace").strip()
     except OSError:
@@ -139,10 +137,7 @@ def thread_waits(pid: int, table: dict[int, tuple[int, int]] | None = None) -> l
 
 
 def _is_kernel(pid: int, marker: str) -> bool:
-    try:
-        return marker.encode() in (_PROC / str(pid) / "cmdline").read_bytes()
-    except OSError:
-        return False
+    return marker in _read(_PROC / str(pid) / "cmdline")
 
 
 class IdleKernelWatch:

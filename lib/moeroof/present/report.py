@@ -184,23 +184,14 @@ def lift_answer(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """
     import nbformat
 
-    from moeroof.present.answers import ANSWER_TAG
+    from moeroof.present.answers import ANSWER_TAG, displayed_markdown
 
     tagged = [c for c in nb.cells if ANSWER_TAG in c.get("metadata", {}).get("tags", [])]
-    if len(tagged) != 1 or tagged[0].cell_type != "code":
-        return nb
-    cell = tagged[0]
-    texts, kept = [], []
-    for out in cell.get("outputs", []):
-        data = out.get("data", {})
-        if out.get("output_type") in ("display_data", "execute_result") and "text/markdown" in data:
-            md = data["text/markdown"]
-            texts.append("".join(md) if isinstance(md, list) else str(md))
-        else:
-            kept.append(out)
+    texts = displayed_markdown(tagged[0]) if len(tagged) == 1 and tagged[0].cell_type == "code" else []
     if not texts:
         return nb
-    cell.outputs = kept
+    cell = tagged[0]
+    cell.outputs = [out for out in cell.outputs if "text/markdown" not in out.get("data", {})]
     cell.metadata["tags"] = [ANSWER_SOURCE_TAG if t == ANSWER_TAG else t for t in cell.metadata["tags"]]
     lifted = nbformat.v4.new_markdown_cell("\n\n".join(t.strip() for t in texts), metadata={"tags": [ANSWER_TAG]})
     nb.cells.insert(0, lifted)
@@ -386,19 +377,15 @@ KERNEL_ENV = {
 def _figures_env(figures_dir: Path | None) -> Iterator[None]:
     """While a kernel starts: ``MOEROOF_FIGURES_DIR`` at ``figures_dir`` (when given) and
     :data:`KERNEL_ENV`; the environment restored after."""
-    given = dict(KERNEL_ENV)
-    if figures_dir is not None:
-        given[FIGURES_ENV] = str(figures_dir)
+    given = {**KERNEL_ENV, **({FIGURES_ENV: str(figures_dir)} if figures_dir is not None else {})}
     before = {k: os.environ.get(k) for k in given}
     os.environ.update(given)
     try:
         yield
     finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        os.environ.update({k: v for k, v in before.items() if v is not None})
+        for k in [k for k, v in before.items() if v is None]:
+            os.environ.pop(k, None)
 
 
 def parameters_hash(parameters: dict) -> str:
@@ -539,12 +526,8 @@ def _strict_yaml_loader():
                 except TypeError:  # unhashable: SafeLoader names it
                     break
                 if twice:
-                    raise yaml.constructor.ConstructorError(
-                        None,
-                        None,
-                        f"the key {key!r} is given twice: which value is meant is ambiguous",
-                        key_node.start_mark,
-                    )
+                    why = f"the key {key!r} is given twice: which value is meant is ambiguous"
+                    raise yaml.constructor.ConstructorError(None, None, why, key_node.start_mark)
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
 

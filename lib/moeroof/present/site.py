@@ -43,7 +43,7 @@ from papermill.translators import PythonTranslator
 
 import moeroof
 from moeroof.core import atomic, paths
-from moeroof.present.answers import ANSWER_TAG
+from moeroof.present.answers import ANSWER_TAG, displayed_markdown
 from moeroof.present.glossary import GLOSSARY
 
 __all__ = ["Parameter", "Report", "read_report", "figures_for", "build_index", "render_index", "main"]
@@ -105,14 +105,7 @@ def _answer(nb: nbformat.NotebookNode) -> str:
     for cell in nb.cells:
         if not _is_answer(cell):
             continue
-        if cell.cell_type == "markdown":
-            return cell.source
-        texts = []
-        for out in cell.get("outputs", []):
-            md = out.get("data", {}).get("text/markdown")
-            if md is not None:
-                texts.append("".join(md) if isinstance(md, list) else str(md))
-        return "\n\n".join(texts)
+        return cell.source if cell.cell_type == "markdown" else "\n\n".join(displayed_markdown(cell))
     return ""
 
 

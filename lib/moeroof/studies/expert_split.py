@@ -351,30 +351,26 @@ def slowdown_sweep(
     pi = np.atleast_2d(np.asarray(pi, dtype=float))
     w = np.asarray(load, dtype=float)
     cache_bytes = float(cache_gib_per_rank) * GiB
-    steps = {m: np.zeros(s_grid.size) for m in methods}
-    head = {m: np.zeros(s_grid.size, dtype=np.int64) for m in methods}
-    gib = {m: np.zeros((s_grid.size, ranks)) for m in methods}
-    rank_s = {m: np.zeros((s_grid.size, ranks)) for m in methods}
-    bound: dict[str, list[str]] = {m: [] for m in methods}
+    runs: dict[str, list] = {m: [] for m in methods}  # per method: (partition, split plan) at each slowdown
     notes: list[str] = []
     bytes_kw = dict(
         pi=pi, model=model, hardware=hardware, batch=batch, cache_bytes_per_rank=cache_bytes, max_iter=bytes_max_iter,
         **{k: v for k, v in plan_kw.items() if k in ("context_tokens", "overlap", "read_size_bytes")},
     )  # fmt: skip
-    for i, s in enumerate(s_grid):
+    for s in s_grid:
         speed = np.ones(ranks)
         speed[head_rank] = 1.0 / s
         kw = dict(batch=batch, cache_bytes_per_rank=cache_bytes, rank_speed=speed, load=w, **plan_kw)
         for m in methods:
             a = partition(m, w, ranks, rank_speed=speed, **(bytes_kw if m == "bytes" else {}))
             p = split_plan(a, pi, model, hardware, method=m, **kw)
-            steps[m][i] = p.step_seconds
-            head[m][i] = int(np.sum(a == head_rank))
-            gib[m][i] = p.streamed_bytes / GiB
-            rank_s[m][i] = p.rank_seconds
-            bound[m].append(p.bound[p.slowest_rank])
+            runs[m].append((a, p))
             notes += p.notes
-    bounds = {m: tuple(b) for m, b in bound.items()}
+    steps = {m: np.array([p.step_seconds for _, p in rs], dtype=float) for m, rs in runs.items()}
+    head = {m: np.array([np.sum(a == head_rank) for a, _ in rs], dtype=np.int64) for m, rs in runs.items()}
+    gib = {m: np.array([p.streamed_bytes / GiB for _, p in rs]).reshape(-1, ranks) for m, rs in runs.items()}
+    rank_s = {m: np.array([p.rank_seconds for _, p in rs], dtype=float).reshape(-1, ranks) for m, rs in runs.items()}
+    bounds = {m: tuple(p.bound[p.slowest_rank] for _, p in rs) for m, rs in runs.items()}
     return SlowdownSweep(
         s_grid, int(head_rank), tuple(methods), steps, head, gib, bounds, rank_s, float(cache_gib_per_rank), int(batch),
         tuple(dict.fromkeys(notes)),

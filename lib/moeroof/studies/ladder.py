@@ -85,7 +85,7 @@ import csv
 import functools
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import astuple, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -601,35 +601,30 @@ def fit_knobs(
     if skew_grid is None:
         skew_grid = (0.2, 0.3, 0.4, 0.55, 0.8) if family == "dirichlet" else (0.6, 0.75, 0.9, 1.05, 1.2)
     seeds = tuple(int(s) for s in seeds)
-    notes = []
+    notes: list[str] = []
 
-    def mean_over_seeds(knobs: Knobs, case: Case, attr: str) -> float:
-        return float(np.mean([getattr(run_cases(knobs, [case], seed=s, layers=layers)[0], attr) for s in seeds]))
+    def search(name: str, grid, vary: Callable[[float], Knobs], case: Case, target, attr="hit_rate", log_x=False):
+        """One step: ``attr`` (the mean over seeds) at each knob of ``grid``, and where it crosses ``target``."""
+        xs = np.asarray(grid, dtype=float)
+        runs = [[run_cases(vary(float(x)), [case], seed=s, layers=layers)[0] for s in seeds] for x in xs]
+        ys = np.array([np.mean([getattr(r, attr) for r in rs]) for rs in runs])
+        root, note = _interp_root(xs, ys, target, log_x=log_x)
+        notes.extend([f"{name}: {note}"] if note else [])
+        return xs, ys, root
 
     # (1) skew from the union: short traces, no history needed
-    short = replace(start, history_tokens=0)
-    skews = np.asarray(skew_grid, dtype=float)
-    unions = np.array(
-        [
-            mean_over_seeds(replace(short, skew=float(s)), replace(t20.case, cache_gib_per_rank=0.0), "union_per_layer")
-            for s in skews
-        ]
+    short, probe = replace(start, history_tokens=0), replace(t20.case, cache_gib_per_rank=0.0)
+    skews, unions, skew = search(
+        "skew", skew_grid, lambda x: replace(short, skew=x), probe, union_target, "union_per_layer", log_x=True
     )
-    skew, note = _interp_root(skews, unions, union_target, log_x=True)
-    notes += [f"skew: {note}"] if note else []
     # (2) ρ from the 20 GiB hit rate (a 20 GiB cache turns over within two steps: little history needed)
     warm20 = replace(start, skew=skew, history_tokens=min(start.history_tokens, 8 * t20.case.streams))
-    rhos = np.asarray(rho_grid, dtype=float)
-    hit20 = np.array([mean_over_seeds(replace(warm20, rho=float(r)), t20.case, "hit_rate") for r in rhos])
-    rho, note = _interp_root(rhos, hit20, t20.hit_rate)
-    notes += [f"rho: {note}"] if note else []
+    rhos, hit20, rho = search("rho", rho_grid, lambda x: replace(warm20, rho=x), t20.case, t20.hit_rate)
     # (3) history from the 80 GiB hit rate
-    hist = np.asarray(history_grid, dtype=float)
-    hit80 = np.array(
-        [mean_over_seeds(replace(start, skew=skew, rho=rho, history_tokens=int(h)), t80.case, "hit_rate") for h in hist]
+    at80 = replace(start, skew=skew, rho=rho)
+    hist, hit80, history = search(
+        "history", history_grid, lambda x: replace(at80, history_tokens=int(x)), t80.case, t80.hit_rate, log_x=True
     )
-    history, note = _interp_root(hist, hit80, t80.hit_rate, log_x=True)
-    notes += [f"history: {note}"] if note else []
     knobs = replace(start, skew=round(skew, 4), rho=round(rho, 4), history_tokens=int(round(history)))
     return FitResult(
         knobs, float(union_target), skews, unions, rhos, hit20, hist, hit80, seeds, int(layers), tuple(notes)

@@ -414,9 +414,7 @@ def predict_rows(
     noisy = noisy.reshape(-1, len(pts))
     shares = np.array([p.kind in ("hit_rate", "overlap") for p in rows.points])
     noisy[:, shares] = np.clip(noisy[:, shares], 0.0, 1.0)  # a hit rate or an overlap is a share
-    off = fit_routing.simulate_points(
-        replace(base, rho=0.0, c=math.inf), pts, rows.experts, rows.top_k, rows.layers, **kw
-    ).mean(axis=0)
+    off = _locality_off(base, rows, pts, **kw)
     mid = np.quantile(sims, 0.5, axis=0)
     band = percentile_interval(noisy, LEVEL, resampling="prior draws x seeds x noise")
     out: list[PriorRow] = []
@@ -424,6 +422,12 @@ def predict_rows(
         pred = float(m), float(a), float(b)
         out.append(PriorRow(p.label(), None, _measured(p), *pred, source=rows.name, kind=p.kind, locality_off=float(o)))
     return out
+
+
+def _locality_off(base: RoutingKnobs, rows: SourceRows, pts: list[Point], **kw) -> np.ndarray:
+    """``pts`` of ``rows``' model simulated at ``base`` with locality off (ρ = 0, ``c`` = ∞), the mean over seeds."""
+    off = replace(base, rho=0.0, c=math.inf)
+    return fit_routing.simulate_points(off, pts, rows.experts, rows.top_k, rows.layers, **kw).mean(axis=0)
 
 
 def stream_check(rows: SourceRows, base: RoutingKnobs, *, seeds: Sequence[int] = (0, 1)) -> tuple[bool, str]:
@@ -434,11 +438,7 @@ def stream_check(rows: SourceRows, base: RoutingKnobs, *, seeds: Sequence[int] =
     pts = [p for p in rows.points if p.kind == "overlap" and p.batch == 1]
     if not pts:
         return True, "no overlap row: kept"
-    probe = [Point(**{**pts[0].__dict__, "value": None})]
-    off_knobs = replace(base, rho=0.0, c=math.inf)
-    off = float(
-        fit_routing.simulate_points(off_knobs, probe, rows.experts, rows.top_k, rows.layers, seeds=seeds).mean()
-    )
+    off = float(_locality_off(base, rows, [Point(**{**pts[0].__dict__, "value": None})], seeds=seeds)[0])
     measured = _measured(pts[0])
     if measured + 1e-9 < off:
         return False, (

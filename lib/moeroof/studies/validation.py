@@ -284,11 +284,8 @@ def _with_engine(hardware: Hardware, c0: float, c1: float, source: str | None = 
     if source is None:
         return hw
     keys = ("engine_seconds_per_step", "engine_seconds_per_agent_token")
-    prov, src = (
-        {**hardware.provenance, **dict.fromkeys(keys, "projected")},
-        {**hardware.sources, **dict.fromkeys(keys, source)},
-    )
-    return replace(hw, provenance=prov, sources=src)
+    prov = {**hardware.provenance, **dict.fromkeys(keys, "projected")}
+    return replace(hw, provenance=prov, sources={**hardware.sources, **dict.fromkeys(keys, source)})
 
 
 def _calibration_batches(b: np.ndarray, calibrate_on: Sequence[int]) -> tuple[tuple[int, ...], list[int]]:

@@ -114,9 +114,11 @@ def test_an_idle_child_leaves_its_threads_waits_and_its_python_stack():
 def test_thread_waits_lists_a_child_below_the_process():
     proc = subprocess.Popen([sys.executable, "-c", SPINS_BELOW])
     try:
-        time.sleep(1.0)
-        lines = thread_waits(proc.pid)
-        pids = {int(line.split("/")[0]) for line in lines}
+        # the child spins for 4 s once started; a loaded box may take seconds to start it
+        end, pids = time.monotonic() + 3.5, set()
+        while len(pids) < 2 and time.monotonic() < end:
+            time.sleep(0.1)
+            pids = {int(line.split("/")[0]) for line in thread_waits(proc.pid)}
         assert proc.pid in pids and len(pids) == 2  # the process and the child it started
     finally:
         proc.wait()

@@ -1809,6 +1809,23 @@ MEMORY_KNOBS = {"pressure": "the page cache's share", "reclaim": "the reclaim wo
 MEMORY_SHARES = tuple(i / 6 for i in range(1, 7))
 
 
+def _memory_search(
+    points: Sequence[PlanPoint],
+    model: MoEModel,
+    hardware: Hardware,
+    routing: RoutingProbabilities,
+    base: tuple[str, ...],
+    overlap: str,
+    kw: dict[str, Any],
+) -> _Best:
+    """The default knobs' best under one overlap as :func:`choose_memory_knob` tries them: the
+    search's first evaluations alone (a single cache knob's grid and start, which the fit that
+    follows evaluates again from the memo), no profile walk: a structure is told at the grid's
+    resolution."""
+    coarse = {**kw, "max_evaluations": SEARCH_GRID_POINTS + 1, "walk": False, "overlap": overlap}
+    return _search(_setup_fit(points, model, hardware, routing, fit=base, **coarse), [])
+
+
 def _memory_tries(
     points: Sequence[PlanPoint],
     model: MoEModel,
@@ -1817,13 +1834,13 @@ def _memory_tries(
     base: tuple[str, ...],
     overlap: str,
     kw: dict[str, Any],
+    best: _Best | None = None,
 ) -> tuple[float, dict[str, tuple[float, float]]]:
-    """:func:`choose_memory_knob`'s tries under one overlap: the default knobs' best cost, and each
-    memory knob's (cost, profile cut) at their best cache knobs."""
-    # the search's first evaluations alone (a single cache knob's grid and start, which the fit that
-    # follows evaluates again from the memo): a structure is told at the grid's resolution
+    """:func:`choose_memory_knob`'s tries under one overlap: the default knobs' best cost
+    (``best``, else :func:`_memory_search`'s), and each memory knob's (cost, profile cut) at their
+    best cache knobs."""
     coarse = {**kw, "max_evaluations": SEARCH_GRID_POINTS + 1, "walk": False, "overlap": overlap}
-    best = _search(_setup_fit(points, model, hardware, routing, fit=base, **coarse), [])
+    best = _memory_search(points, model, hardware, routing, base, overlap, kw) if best is None else best
     tried: dict[str, tuple[float, float]] = {}
     for knob in MEMORY_KNOBS:
         try:
@@ -1860,10 +1877,12 @@ def choose_memory_knob(
     (``memo`` shared with the fit that follows: the traces sampled here serve it)."""
     base = tuple(default_knobs(points, routing_is_spec=kw["routing_is_spec"]))
     args = (points, model, hardware, routing, base)
-    # with a second core, the overlaps' tries side by side (each a pure function of its inputs)
+    first = _memory_search(*args, overlaps[0], kw)
+    # with a second core, the other overlaps' tries beside this one's (each a pure function of its
+    # inputs), forked once the first search has sampled the traces they share
     beside = _fork_call(lambda: [_memory_tries(*args, ov, kw) for ov in overlaps[1:]]) if jobs >= 2 else None
     try:
-        per_overlap = [_memory_tries(*args, overlaps[0], kw)]
+        per_overlap = [_memory_tries(*args, overlaps[0], kw, first)]
         got = beside.result() if beside is not None else None
     except BaseException:
         if beside is not None:

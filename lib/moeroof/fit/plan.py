@@ -1839,12 +1839,11 @@ def _memory_tries(
     """:func:`choose_memory_knob`'s tries under one overlap: the default knobs' best cost
     (``best``, else :func:`_memory_search`'s), and each memory knob's (cost, profile cut) at their
     best cache knobs."""
-    coarse = {**kw, "max_evaluations": SEARCH_GRID_POINTS + 1, "walk": False, "overlap": overlap}
     best = _memory_search(points, model, hardware, routing, base, overlap, kw) if best is None else best
     tried: dict[str, tuple[float, float]] = {}
     for knob in MEMORY_KNOBS:
         try:
-            f = _setup_fit(points, model, hardware, routing, fit=(*base, knob), **coarse)
+            f = _setup_fit(points, model, hardware, routing, fit=(*base, knob), overlap=overlap, **kw)
         except ParameterError:  # too few rows beside the default knobs
             continue
         outers = [best.outer] if knob == "reclaim" else [{**best.outer, knob: v} for v in MEMORY_SHARES]

@@ -50,6 +50,9 @@ __all__ = [
     "WORKERS",
     "GIB",
     "RANK_SPEED",
+    "add_default",
+    "add_seed",
+    "add_read_arguments",
     "declare_choices",
     "start_cache_kernels",
     "check_replicate_memory",
@@ -345,6 +348,25 @@ GIB = Real(min=0.0, max=MAX_GIB, unit="GiB")
 RANK_SPEED = ListOf(Real(min=0.0, open_low=True), example="1,0.6")
 
 
+def add_default(p: Any, flag: str, default: str, help: str, **kw: Any) -> None:
+    """``p.add_argument(flag, default=default, **kw)`` with the default said once: its ``help``
+    ends ``(default DEFAULT)``."""
+    p.add_argument(flag, default=default, help=f"{help} (default {default})", **kw)
+
+
+def add_seed(p: Any, what: str) -> None:
+    """``--seed`` (default 0): the seed of ``what``."""
+    add_default(p, "--seed", "0", f"seed of {what}", type=SEED)
+
+
+def add_read_arguments(p: Any, scratch_help: str) -> None:
+    """``--scratch-dir`` and ``--read-path``: where ``calibrate`` and ``bench`` put the file they
+    read, and how the reads bypass the page cache."""
+    p.add_argument("--scratch-dir", help=scratch_help)
+    bypass = "bypass the page cache by O_DIRECT, fadvise, or auto (default)"
+    p.add_argument("--read-path", default="auto", choices=READ_PATHS, help=bypass)
+
+
 def declare_choices(parser: argparse.ArgumentParser) -> None:
     """Every flag of ``parser`` and its subparsers added with ``choices=`` and no ``type``
     gets ``type=Choice(choices)``: a name not among them is one ``error:`` line, as any
@@ -426,7 +448,7 @@ def add_step_arguments(p: Any) -> None:
         choices=("global", "layer"),
         help="one cache shared by the layers (default) or one per layer",
     )
-    p.add_argument("--context", default="4096", type=Count(min=0), help="context tokens per agent (default 4096)")
+    add_default(p, "--context", "4096", "context tokens per agent", type=Count(min=0))
     p.add_argument(
         "--overlap", default="max", choices=("max", "sum"), help="combine the terms by max (overlap) or sum (serial)"
     )
@@ -441,7 +463,7 @@ def add_step_arguments(p: Any) -> None:
         choices=("overlapped", "serial"),
         help="with several ranks: the expert exchange hidden under the slowest rank (default) or added after it",
     )
-    p.add_argument("--seed", default="0", type=SEED, help="seed of the simulated cache traces (default 0)")
+    add_seed(p, "the simulated cache traces")
     p.add_argument(
         "--page-cache",
         action="store_true",

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from moeroof.cli.flags import EXPERTS, TOKENS, TOP_K, Count, ListOf, UsageError
-from moeroof.cli.output import add_output_arguments, emit, new_output, print_notes, spelled, writing_new
+from moeroof.cli.output import add_output_arguments, new_output, print_notes, runner, spelled, writing_new
 
 FORMATS = ("table", "matrix", "sglang", "hf-router-logits")
 
@@ -307,5 +307,4 @@ def import_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     return list(CSV_COLUMNS), [[row.get(c) for c in CSV_COLUMNS]]
 
 
-def run(args: argparse.Namespace) -> int:
-    return emit(import_report(args), args, print_import, csv_table=import_csv)
+run = runner(import_report, print_import, import_csv)

@@ -159,36 +159,36 @@ def read_routing_knobs(path_text: str) -> tuple[str, float, float, float]:
     from moeroof.core.input_files import NotRegularFileError, read_input_bytes
     from moeroof.core.limits import MAX_JSON_BYTES, LongNumberError, check_document, parse_json
 
+    def refused(why: object) -> UsageError:
+        return UsageError(f"--routing-knobs: {path}: {why}")
+
     try:
         text = read_input_bytes(path, MAX_JSON_BYTES).decode("utf-8")  # a FIFO refused, never waited on
         check_document(text, "the JSON", max_bytes=MAX_JSON_BYTES)
         doc = parse_json(text)
     except FileNotFoundError:
-        raise UsageError(f"--routing-knobs: {path}: no such file") from None
+        raise refused("no such file") from None
     except NotRegularFileError as err:
-        raise UsageError(f"--routing-knobs: {path}: {err}") from None
+        raise refused(err) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UsageError(f"--routing-knobs: {path}: not a JSON file ({err})") from None
+        raise refused(f"not a JSON file ({err})") from None
     except LongNumberError as err:  # a number no knob needs, named by its key
-        raise UsageError(f"--routing-knobs: {path}: {err.key}: {err}") from None
+        raise refused(f"{err.key}: {err}") from None
     except ValueError as err:  # check_document, unique_keys
-        raise UsageError(f"--routing-knobs: {path}: {err}") from None
+        raise refused(err) from None
     if not isinstance(doc, dict):
-        raise UsageError(
-            f"--routing-knobs: {path}: expected a JSON object (moeroof fit-routing --json), got {type(doc).__name__}"
-        )
+        raise refused(f"expected a JSON object (moeroof fit-routing --json), got {type(doc).__name__}")
 
     def value(name: str, default: float) -> float:
         v = (doc.get("knobs") or {}).get(name, default)
         v = v.get("value", default) if isinstance(v, dict) else v
         try:
-            x = float(v if v is not None else default)
+            return float(v if v is not None else default)
         except (TypeError, ValueError):
-            raise UsageError(f"--routing-knobs: {path}: knob {name!r} is not a number") from None
-        return x
+            raise refused(f"knob {name!r} is not a number") from None
 
     family = doc.get("family")
     if family not in ("zipf", "dirichlet"):
-        raise UsageError(f"--routing-knobs: {path}: family must be zipf or dirichlet, got {family!r}")
+        raise refused(f"family must be zipf or dirichlet, got {family!r}")
     c = value("locality_c", value("c", math.inf))
     return family, value("skew", 0.8), value("rho", 0.0), c if c > 0 else math.inf

@@ -38,12 +38,14 @@ from moeroof.cli.cache import (
     SCOPES,
     TraceInfo,
     add_trace_argument,
+    cluster,
     read_trace_lazily,
     trace_requests,
+    where,
 )
-from moeroof.cli.flags import SEED, WORKERS, Count, Real, UsageError, start_cache_kernels
+from moeroof.cli.flags import WORKERS, Count, Real, UsageError, add_default, add_seed, start_cache_kernels
 from moeroof.cli.inputs import add_meta_arguments, read_trace_arg
-from moeroof.cli.output import add_output_arguments, emit, jsonable, percent, print_notes, table
+from moeroof.cli.output import add_output_arguments, jsonable, percent, print_notes, runner, table
 from moeroof.core.limits import MAX_SHARDS_SLICES
 from moeroof.data.io import InputError
 
@@ -74,12 +76,13 @@ def add_parser(subparsers: Any) -> None:
         ),
     )
     add_trace_argument(p)
-    p.add_argument(
+    add_default(
+        p,
         "--scope",
-        default="global",
+        "global",
+        "one cache shared by all layers, or one per layer (the same C in each; capacity_experts is the "
+        "whole cache, L·C, and capacity_experts_per_layer C; exact, no sampling)",
         choices=SCOPES,
-        help="one cache shared by all layers, or one per layer (the same C in each; capacity_experts is the "
-        "whole cache, L·C, and capacity_experts_per_layer C; exact, no sampling) (default global)",
     )
     p.add_argument(
         "--sample-rate",
@@ -92,7 +95,7 @@ def add_parser(subparsers: Any) -> None:
         help="SHARDS: cut the sampled hash range into S disjoint slices, one task each; the "
         "estimate and its stated error come from their spread (default: the workers)",
     )
-    p.add_argument("--seed", default="0", type=SEED, help="seed of the SHARDS hash (default 0)")
+    add_seed(p, "the SHARDS hash")
     p.add_argument(
         "--che",
         default="grid",
@@ -120,10 +123,7 @@ def add_parser(subparsers: Any) -> None:
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     """Flag values checked against each other: rate, seed, slices, workers, sharded."""
     rate, seed, slices = args.sample_rate, args.seed, args.slices
-    workers = 1 if args.workers is None else args.workers
-    if args.scheduler is not None and args.workers is not None:
-        raise UsageError("give --scheduler ADDRESS or --workers N, not both")
-    sharded = args.scheduler is not None or workers > 1
+    workers, sharded = cluster(args)
     if args.scope == "layer":
         if rate is not None:
             raise UsageError(
@@ -140,12 +140,6 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
             "stated — or give --scope layer (one cache per layer, exact, sharded by layer)"
         )
     return {"rate": rate, "seed": seed, "slices": slices, "workers": workers, "sharded": sharded}
-
-
-def _where(args: argparse.Namespace, workers: int) -> str:
-    if args.scheduler is not None:
-        return f"the scheduler {args.scheduler}"
-    return f"a local cluster of {workers} worker processes" if workers > 1 else "one process, serially"
 
 
 def _item_counts(trace: Any) -> np.ndarray:
@@ -205,6 +199,7 @@ def _che_per_layer(counts: np.ndarray, layers: int, cap: np.ndarray) -> np.ndarr
 
 def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
     """The ``mrc`` JSON object for parsed arguments."""
+    start_cache_kernels()
     from moeroof.cachesim import che_hit_curve, lru_hit_curve, request_histogram, shards_hit_curve
 
     opt = _options(args)
@@ -257,7 +252,7 @@ def _layer_report(args, trace, opt, lookup_note) -> dict[str, Any]:
         f"capacity_experts is the whole cache, {trace.layers}·C experts in all (as cache --capacity-experts "
         "reads it), capacity_experts_per_layer is C; unit sizes, every request counted (no warm-up)",
         lookup_note,
-        f"exact per layer; {res.tasks} task(s) of layers on {_where(args, opt['workers'])} "
+        f"exact per layer; {res.tasks} task(s) of layers on {where(args, opt['workers'])} "
         "(per-layer caches are independent: the same curve however sharded)",
         "che: per layer from the layer's request counts, weighted by its requests",
     ]
@@ -289,7 +284,7 @@ def _sharded_shards_report(args, trace, opt, lookup_note) -> dict[str, Any]:
         _GLOBAL_NOTE,
         lookup_note,
         f"SHARDS estimate at rate {rate:g} from {s} disjoint hash slices (each a rate {rate / s:g} sample, "
-        f"one task each, on {_where(args, opt['workers'])}); the estimate depends on the slices, not on "
+        f"one task each, on {where(args, opt['workers'])}); the estimate depends on the slices, not on "
         f"the workers; capacities below {math.ceil(res.resolution)} experts (S/R) are not resolved",
         "error stated: hit_rate_stderr is the sampling standard error from the spread of the slices' "
         "curves (ratio estimator; none with one slice); it misses the estimate's blur at steep parts "
@@ -363,12 +358,6 @@ def print_mrc(rep: dict[str, Any]) -> None:
     print_notes(rep["notes"])
 
 
-def run(args: argparse.Namespace) -> int:
-    start_cache_kernels()
-    rep = mrc_report(args)
-    return emit(rep, args, print_mrc, csv_table=mrc_csv)
-
-
 def mrc_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     """``--format csv``: one row per capacity (the whole curve); the capacity column says its unit."""
     cols = ["capacity_experts", "hit_rate", "che_hit_rate"]
@@ -377,3 +366,6 @@ def mrc_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     if rep.get("hit_rate_stderr") is not None:
         cols += ["hit_rate_stderr", "hit_rate_lower", "hit_rate_upper"]
     return list(cols), [list(row) for row in zip(*(rep[c] for c in cols))]
+
+
+run = runner(mrc_report, print_mrc, mrc_csv)

@@ -33,6 +33,7 @@ __all__ = [
     "run_record",
     "check_report_target",
     "emit",
+    "runner",
     "check_output_file",
     "Progress",
     "new_output",
@@ -76,9 +77,7 @@ def jsonable(obj: Any) -> Any:
 
 def fmt(x: Any, digits: int = 2) -> str:
     """A table cell: ``-`` for a missing value, integers as is, others with ``digits`` decimals."""
-    if x is None:
-        return "-"
-    if isinstance(x, float) and not math.isfinite(x):
+    if x is None or isinstance(x, float) and not math.isfinite(x):
         return "-"
     if isinstance(x, (int, np.integer)):
         return str(int(x))
@@ -213,12 +212,9 @@ def run_record(args: Any, inputs: Sequence[str | os.PathLike[str]] = ()) -> dict
     files = _input_files(args)
     files += [Path(x).expanduser().resolve() for x in inputs if Path(x).expanduser().is_file()]
     seen: dict[str, dict[str, Any]] = {}
-    for f in files:
-        if str(f) not in seen:
-            try:
-                seen[str(f)] = _file_hash(f)
-            except OSError:
-                continue
+    for f in dict.fromkeys(files):
+        with contextlib.suppress(OSError):
+            seen[str(f)] = _file_hash(f)
     return {
         "moeroof_version": moeroof.__version__,
         "command": "moeroof " + shlex.join(argv) if argv is not None else None,
@@ -325,14 +321,12 @@ def check_report_target(target: str, args: Any, inputs: Sequence[str | os.PathLi
     return check_output_file(target, flag)
 
 
-def emit(
-    rep: dict[str, Any],
-    args: Any,
-    printer: Callable[[dict[str, Any]], None],
-    csv_table: Callable[[dict[str, Any]], tuple[list[str], list[list[Any]]]],
-    *,
-    inputs: Sequence[str | os.PathLike[str]] = (),
-) -> int:
+#: a command's readable table, and its ``--format csv`` (headers, rows), of its report
+Printer = Callable[[dict[str, Any]], None]
+CsvTable = Callable[[dict[str, Any]], tuple[list[str], list[list[Any]]]]
+
+
+def emit(rep: dict[str, Any], args: Any, printer: Printer, csv_table: CsvTable, *, inputs: Sequence[Any] = ()) -> int:
     """Print (or with ``--output FILE`` / ``--report-output FILE`` write, atomically) a report as
     JSON (:func:`dumps`), CSV (``csv_table``: the command's own ``(headers, rows)``) or the
     command's readable table; exit status 0.
@@ -370,6 +364,11 @@ def emit(
         raise UsageError(f"{_report_flag(args)}: cannot write {target} ({err.strerror or err})") from None
     print(f"wrote {target}", file=sys.stderr)
     return 0
+
+
+def runner(report: Callable[[Any], dict[str, Any]], printer: Printer, csv_table: CsvTable) -> Callable[[Any], int]:
+    """A subcommand's ``run``: its ``report`` of the parsed arguments, emitted (:func:`emit`)."""
+    return lambda args: emit(report(args), args, printer, csv_table)
 
 
 def _report_flag(args: Any) -> str:

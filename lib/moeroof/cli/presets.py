@@ -92,18 +92,15 @@ def presets_report() -> dict[str, Any]:
     rep: dict[str, Any] = {"models": {}, "hardware": {}}
     broken: dict[str, str] = {}
     # one broken TOML dropped into data/presets is listed with its error; the others still load
-    for name, path in shipped["models"].items():
-        try:
-            rep["models"][name] = _preset_entry(load_model(path), list(MODEL_FIELDS))
-        except InputError as err:
-            broken[f"models/{name}"] = str(err)
-    for name, path in shipped["hardware"].items():
-        try:
-            hw = load_hardware(path)
-        except InputError as err:
-            broken[f"hardware/{name}"] = str(err)
-            continue
-        rep["hardware"][name] = {**_preset_entry(hw, list(HARDWARE_FIELDS)), "link": hw.link}
+    for kind, load, fields in (("models", load_model, MODEL_FIELDS), ("hardware", load_hardware, HARDWARE_FIELDS)):
+        for name, path in shipped[kind].items():
+            try:
+                preset = load(path)
+            except InputError as err:
+                broken[f"{kind}/{name}"] = str(err)
+                continue
+            link = {"link": preset.link} if kind == "hardware" else {}
+            rep[kind][name] = {**_preset_entry(preset, list(fields)), **link}
     if broken:
         rep["broken"] = broken
     return jsonable(rep)

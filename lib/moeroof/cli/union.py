@@ -25,11 +25,12 @@ from moeroof.cli.flags import (
     EXPERTS,
     LAYERS,
     REPLICATES,
-    SEED,
     BatchList,
     Count,
     Real,
     UsageError,
+    add_default,
+    add_seed,
     check_replicate_memory,
 )
 from moeroof.cli.inputs import add_meta_arguments, load_input
@@ -60,19 +61,11 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--bootstrap", default="200", type=REPLICATES, help="bootstrap replicates for the band (default 200; 0 = none)"
     )
-    p.add_argument(
-        "--draws",
-        default="4",
-        type=Count(min=1, max=REPLICATES.max),
-        help="random stream subsets per step for a trace (default 4)",
+    add_default(p, "--draws", "4", "random stream subsets per step for a trace", type=Count(min=1, max=REPLICATES.max))
+    add_default(
+        p, "--level", "0.95", "confidence level of the band", type=Real(min=0.0, max=1.0, open_low=True, open_high=True)
     )
-    p.add_argument(
-        "--level",
-        default="0.95",
-        type=Real(min=0.0, max=1.0, open_low=True, open_high=True),
-        help="confidence level of the band (default 0.95)",
-    )
-    p.add_argument("--seed", default="0", type=SEED, help="seed of numpy.random.default_rng (default 0)")
+    add_seed(p, "numpy.random.default_rng")
     add_meta_arguments(p)
     add_output_arguments(p)
 
@@ -243,5 +236,4 @@ def union_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    rep = union_report(args)
-    return emit(rep, args, print_union, csv_table=union_csv)
+    return emit(union_report(args), args, print_union, csv_table=union_csv)

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from moeroof.cli.flags import GIB, WORKERS, Bytes, Count, ListOf, UsageError, add_default, start_cache_kernels
-from moeroof.cli.inputs import META_FLAGS, add_meta_arguments, input_path, read_trace_arg
+from moeroof.cli.inputs import add_meta_arguments, input_path, read_trace_arg
 from moeroof.cli.output import Progress, add_output_arguments, fmt, jsonable, percent, print_notes, runner, table
 from moeroof.data.io import InputError, Trace, read_histogram
 
@@ -123,25 +123,6 @@ def check_streams(ids: list[int], n_streams: int) -> list[int]:
             f"--streams: stream {bad[0]} is outside 0..{n_streams - 1} (the trace has {n_streams} streams)"
         )
     return ids
-
-
-def read_trace_lazily(path_text: str, args: Any = None, *, check_ids: bool = True) -> Trace:
-    """A TRACE argument as :func:`moeroof.cli.inputs.read_trace_arg` reads it, except that a
-    ``.npy`` / ``.npz`` that carries its own meta (no meta flag given) is read with
-    ``read_trace(lazy=True)``: a ``.npy``'s ids are read from the file a block of steps at a
-    time, never held whole (the cache, mrc and union models go through a trace by blocks of
-    steps). ``check_ids=False`` also leaves out read_trace's pass over the ids
-    (``Trace.ids_checked`` False): for a command that builds its requests with
-    :func:`trace_requests`, whose compiled pass checks every id as ``read_trace`` would."""
-    from moeroof.data.io import npz_has_meta, read_trace, sidecar_path
-
-    path = Path(path_text)
-    if path.suffix.lower() in (".npy", ".npz") and all(getattr(args, f, None) is None for f in META_FLAGS):
-        path = input_path(path_text)
-        suffix = path.suffix.lower()
-        if suffix == ".npy" and sidecar_path(path).is_file() or suffix == ".npz" and npz_has_meta(path) is True:
-            return read_trace(path, validate=check_ids, lazy=True)
-    return read_trace_arg(path_text, args)
 
 
 def trace_requests(trace: Trace, **kw: Any):
@@ -256,7 +237,7 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:
     warmup = args.warmup
     # sharded, the workers read the trace as read_trace checked it; in one process the request
     # pass checks the ids itself
-    trace = read_trace_arg(args.path, args) if sharded else read_trace_lazily(args.path, args, check_ids=False)
+    trace = read_trace_arg(args.path, args, lazy=not sharded, check_ids=False)
     stream_ids = list(range(trace.streams)) if args.streams is None else check_streams(args.streams, trace.streams)
     if warmup >= trace.steps:
         raise UsageError(f"--warmup: {warmup} leaves no counted step (the trace has {trace.steps} steps)")

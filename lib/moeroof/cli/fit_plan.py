@@ -134,14 +134,11 @@ def print_fit_plan(rep: dict[str, Any]) -> None:
     for name, k in rep["knobs"].items():
         band = "" if "low" not in k else f"  [{fmt(k['low'], 4)}, {fmt(k['high'], 4)}]"
         if k.get("fitted"):
-            ident = (
-                "" if k.get("identified", True) else f"  — not identified: {k.get('why', 'the rows do not bound it')}"
-            )
-            print(f"  {name} = {fmt(k['value'], 4)} {k.get('unit', '')}{band}{ident}")
+            why = "" if k.get("identified", True) else f"  — not identified: {k.get('why', 'the rows do not bound it')}"
+            print(f"  {name} = {fmt(k['value'], 4)} {k.get('unit', '')}{band}{why}")
         elif k.get("held", "").startswith("prior"):
-            print(
-                f"  {name} = {fmt(k['value'], 4)} {k.get('unit', '')} held at its {k['held']}{band} — {k.get('why', '')}"
-            )
+            held = f"held at its {k['held']}{band} — {k.get('why', '')}"
+            print(f"  {name} = {fmt(k['value'], 4)} {k.get('unit', '')} {held}")
     headers = ["row", "B", "cache GiB", "ranks", "policy", "role", "measured", "predicted", "5 %", "95 %", "hit % pred"]
     rows = [
         [str(r["row"]), str(r["batch"]), fmt(r["cache_gib"], 1), str(r["ranks"]), r["policy"], r["role"]]

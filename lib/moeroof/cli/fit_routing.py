@@ -95,13 +95,8 @@ def _capacity(per_layer: Any, gib: Any) -> str:
 
 def print_fit_routing(rep: dict[str, Any]) -> None:
     print(f"routing knobs fitted to {rep.get('source')} — E={rep['experts']} K={rep['top_k']} L={rep['layers']}")
-    fam = rep["families"]
-    print(
-        "families: "
-        + "; ".join(
-            f"{n} residual {fmt(f['residual'], 3)} {'fits' if f['fits'] else 'does not fit'}" for n, f in fam.items()
-        )
-    )
+    families = [(n, fmt(f["residual"], 3), "fits" if f["fits"] else "does not fit") for n, f in rep["families"].items()]
+    print("families: " + "; ".join(f"{n} residual {residual} {fits}" for n, residual, fits in families))
     print(f"chosen: {rep['family']}")
     for name, k in rep["knobs"].items():
         value = "off" if name == "locality_c" and k.get("off") else fmt(k.get("value"), 3)

@@ -25,10 +25,17 @@ def input_path(path_text: str) -> Path:
     return resolve_data(path_text)
 
 
-def read_trace_arg(path_text: str, args: Any = None) -> Trace:
+def read_trace_arg(path_text: str, args: Any = None, *, lazy: bool = False, check_ids: bool = True) -> Trace:
     """A TRACE argument: a histogram ``.csv`` is refused by name before anything is read; a trace
-    without its meta takes it from ``--experts``/``--top-k`` (:func:`add_meta_arguments`)."""
-    from moeroof.data.io import read_trace
+    without its meta takes it from ``--experts``/``--top-k`` (:func:`add_meta_arguments`).
+
+    ``lazy``: a ``.npy`` / ``.npz`` that carries its own meta (no meta flag given) is read with
+    ``read_trace(lazy=True)``: a ``.npy``'s ids are read from the file a block of steps at a
+    time, never held whole (the cache, mrc and union models go through a trace by blocks of
+    steps). ``check_ids=False`` also leaves out that read's pass over the ids
+    (``Trace.ids_checked`` False): for a command that builds its requests with
+    :func:`moeroof.cli.cache.trace_requests`, whose compiled pass checks every id as ``read_trace`` would."""
+    from moeroof.data.io import npz_has_meta, read_trace, sidecar_path
 
     path = Path(path_text)
     if path.suffix.lower() != ".csv":
@@ -47,6 +54,10 @@ def read_trace_arg(path_text: str, args: Any = None) -> Trace:
         from moeroof.data.trace_parquet import read_parquet_trace
 
         return read_parquet_trace(path)
+    suffix = path.suffix.lower()
+    if lazy and all(getattr(args, f, None) is None for f in META_FLAGS):
+        if suffix == ".npy" and sidecar_path(path).is_file() or suffix == ".npz" and npz_has_meta(path) is True:
+            return read_trace(path, validate=check_ids, lazy=True)
     return read_trace(path, meta=_meta_from_flags(path, args))
 
 

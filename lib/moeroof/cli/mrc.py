@@ -39,7 +39,6 @@ from moeroof.cli.cache import (
     TraceInfo,
     add_trace_argument,
     cluster,
-    read_trace_lazily,
     trace_requests,
     where,
 )
@@ -120,9 +119,9 @@ def add_parser(subparsers: Any) -> None:
     add_output_arguments(p)
 
 
-def _options(args: argparse.Namespace) -> dict[str, Any]:
-    """Flag values checked against each other: rate, seed, slices, workers, sharded."""
-    rate, seed, slices = args.sample_rate, args.seed, args.slices
+def _options(args: argparse.Namespace) -> tuple[int, bool]:
+    """``(workers, sharded)``, the flags checked against each other."""
+    rate, slices = args.sample_rate, args.slices
     workers, sharded = cluster(args)
     if args.scope == "layer":
         if rate is not None:
@@ -139,7 +138,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
             "distance counts every layer); SHARDS sampling splits into hash slices, with its error "
             "stated — or give --scope layer (one cache per layer, exact, sharded by layer)"
         )
-    return {"rate": rate, "seed": seed, "slices": slices, "workers": workers, "sharded": sharded}
+    return workers, sharded
 
 
 def _item_counts(trace: Any) -> np.ndarray:
@@ -202,20 +201,21 @@ def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
     start_cache_kernels()
     from moeroof.cachesim import che_hit_curve, lru_hit_curve, request_histogram, shards_hit_curve
 
-    opt = _options(args)
-    rate, seed = opt["rate"], opt["seed"]
-    one_pass = args.scope != "layer" and not (rate is not None and (opt["sharded"] or opt["slices"] is not None))
+    workers, sharded = _options(args)
+    rate = args.sample_rate
+    sliced = rate is not None and (sharded or args.slices is not None)  # SHARDS over hash slices
+    one_pass = args.scope != "layer" and not sliced
     # one pass here: the request pass checks the ids itself; sharded, the tasks read what read_trace checked
-    trace: Any = read_trace_lazily(args.path, args, check_ids=False) if one_pass else read_trace_arg(args.path, args)
+    trace: Any = read_trace_arg(args.path, args, lazy=one_pass, check_ids=False)
     lookup_note = (
         "hits judged as each (step, layer) lookup starts"
         if args.lookup == "layer"
         else "hits judged request by request in ascending expert id"
     )
     if args.scope == "layer":
-        return _layer_report(args, trace, opt, lookup_note)
-    if rate is not None and (opt["sharded"] or opt["slices"] is not None):
-        return _sharded_shards_report(args, trace, opt, lookup_note)
+        return _layer_report(args, trace, workers, lookup_note)
+    if sliced:
+        return _sharded_shards_report(args, trace, workers, lookup_note)
     requests = trace_requests(trace)
     trace = TraceInfo.of(trace)  # the ids are in the requests now
     if len(requests) == 0:
@@ -225,7 +225,7 @@ def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
         cap, hit = lru_hit_curve(requests, lookup=args.lookup)
         method = "exact-lru (Mattson stack distances)"
     else:
-        cap, hit = shards_hit_curve(requests, rate, seed=seed, lookup=args.lookup)
+        cap, hit = shards_hit_curve(requests, rate, seed=args.seed, lookup=args.lookup)
         method = "shards"
         notes.append(
             f"SHARDS estimate at rate {rate:g}: capacities below {math.ceil(1 / rate)} experts are not resolved; "
@@ -238,21 +238,21 @@ def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
     return _finish(args, trace, cap, hit, che, method, rate, n_requests, counts, notes)
 
 
-def _layer_report(args, trace, opt, lookup_note) -> dict[str, Any]:
+def _layer_report(args, trace, workers, lookup_note) -> dict[str, Any]:
     """``--scope layer``: the exact per-layer curve, layers sharded over the tasks."""
     from moeroof.run.shard import lru_curve_by_layer
 
     counts = _item_counts(trace)
     if not counts.any():
         raise InputError(trace.path, "-", "topk", _NO_REQUESTS)
-    res = lru_curve_by_layer(trace, lookup=args.lookup, scheduler=args.scheduler, workers=opt["workers"])
+    res = lru_curve_by_layer(trace, lookup=args.lookup, scheduler=args.scheduler, workers=workers)
     cap = res.capacity_per_layer
     notes = [
         f"one LRU cache per layer (scope layer): the same capacity C in each of the {trace.layers} layers; "
         f"capacity_experts is the whole cache, {trace.layers}·C experts in all (as cache --capacity-experts "
         "reads it), capacity_experts_per_layer is C; unit sizes, every request counted (no warm-up)",
         lookup_note,
-        f"exact per layer; {res.tasks} task(s) of layers on {where(args, opt['workers'])} "
+        f"exact per layer; {res.tasks} task(s) of layers on {where(args, workers)} "
         "(per-layer caches are independent: the same curve however sharded)",
         "che: per layer from the layer's request counts, weighted by its requests",
     ]
@@ -261,20 +261,14 @@ def _layer_report(args, trace, opt, lookup_note) -> dict[str, Any]:
     return _finish(args, trace, cap, res.hit_rate, che, method, None, res.requests, counts, notes)
 
 
-def _sharded_shards_report(args, trace, opt, lookup_note) -> dict[str, Any]:
+def _sharded_shards_report(args, trace, workers, lookup_note) -> dict[str, Any]:
     """``--sample-rate R`` with ``--slices``/``--workers``/``--scheduler``: SHARDS over hash slices."""
     from moeroof.cachesim import che_hit_curve
     from moeroof.run.shard import BAND_SIGMAS, shards_curve_sharded
 
-    rate = opt["rate"]
+    rate = args.sample_rate
     res = shards_curve_sharded(
-        trace,
-        rate,
-        slices=opt["slices"],
-        seed=opt["seed"],
-        lookup=args.lookup,
-        scheduler=args.scheduler,
-        workers=opt["workers"],
+        trace, rate, slices=args.slices, seed=args.seed, lookup=args.lookup, scheduler=args.scheduler, workers=workers
     )
     if res.requests == 0:
         raise InputError(trace.path, "-", "topk", _NO_REQUESTS)
@@ -284,7 +278,7 @@ def _sharded_shards_report(args, trace, opt, lookup_note) -> dict[str, Any]:
         _GLOBAL_NOTE,
         lookup_note,
         f"SHARDS estimate at rate {rate:g} from {s} disjoint hash slices (each a rate {rate / s:g} sample, "
-        f"one task each, on {where(args, opt['workers'])}); the estimate depends on the slices, not on "
+        f"one task each, on {where(args, workers)}); the estimate depends on the slices, not on "
         f"the workers; capacities below {math.ceil(res.resolution)} experts (S/R) are not resolved",
         "error stated: hit_rate_stderr is the sampling standard error from the spread of the slices' "
         "curves (ratio estimator; none with one slice); it misses the estimate's blur at steep parts "
@@ -292,7 +286,7 @@ def _sharded_shards_report(args, trace, opt, lookup_note) -> dict[str, Any]:
         f"experts either side of c (σ(c) = sqrt(c·(1−p)/p), p = R/S) and widens it by {k} stderr",
     ]
     extra = {"hit_rate_stderr": res.stderr, "hit_rate_lower": res.lower, "hit_rate_upper": res.upper, "slices": s}
-    extra.update(seed=opt["seed"], resolution_experts=res.resolution, slice_requests=res.slice_requests)
+    extra.update(seed=args.seed, resolution_experts=res.resolution, slice_requests=res.slice_requests)
     che = lambda c: che_hit_curve(res.item_requests, c)
     method = f"shards over {s} hash slices"
     return _finish(

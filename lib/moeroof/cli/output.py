@@ -236,10 +236,7 @@ def _csv_text(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     import io
 
     buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(headers)
-    for r in rows:
-        w.writerow(["" if x is None else x for x in r])
+    csv.writer(buf, lineterminator="\n").writerows([headers, *(["" if x is None else x for x in r] for r in rows)])
     return buf.getvalue()
 
 
@@ -344,8 +341,7 @@ def emit(rep: dict[str, Any], args: Any, printer: Printer, csv_table: CsvTable, 
     if fmt_name == "json":
         text = dumps({**rep, "run": record or run_record(args, inputs)}) + "\n"
     elif fmt_name == "csv":
-        headers, rows = csv_table(rep)
-        text = _csv_comment(record or run_record(args, inputs)) + _csv_text(headers, rows)
+        text = _csv_comment(record or run_record(args, inputs)) + _csv_text(*csv_table(rep))
     else:
         import io
 

@@ -242,10 +242,8 @@ def print_plan(rep: dict[str, Any]) -> None:
         print(f"expert cache: auto, each B its own (column cache GiB), {rep['cache']}")
     else:
         print(f"expert cache: {fmt(max(rep['cache_gib'], default=0.0), 1)} GiB per box, {rep['cache']}")
-    print(
-        f"result: {prov['result']}"
-        + (f" (not witnessed: {', '.join(prov['non_witnessed'])})" if prov["non_witnessed"] else "")
-    )
+    unwitnessed = f" (not witnessed: {', '.join(prov['non_witnessed'])})" if prov["non_witnessed"] else ""
+    print(f"result: {prov['result']}{unwitnessed}")
     link = rep.get("link_name", "ssd")
     link = "SSD" if link == "ssd" else link
     # the schema's headers (moeroof.core.names), the streaming tier named for this box

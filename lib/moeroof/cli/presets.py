@@ -86,7 +86,7 @@ def _preset_entry(obj: Any, fields: Sequence[str]) -> dict[str, Any]:
 def presets_report() -> dict[str, Any]:
     """Every shipped preset, as the ``presets`` subcommand prints it with ``--json``."""
     from moeroof.data.io import InputError
-    from moeroof.data.presets import HARDWARE_FIELDS, MODEL_FIELDS, list_presets, load_hardware, load_model
+    from moeroof.data.presets import HARDWARE_FIELDS, MODEL_FIELDS, Hardware, list_presets, load_hardware, load_model
 
     shipped = list_presets()
     rep: dict[str, Any] = {"models": {}, "hardware": {}}
@@ -99,8 +99,8 @@ def presets_report() -> dict[str, Any]:
             except InputError as err:
                 broken[f"{kind}/{name}"] = str(err)
                 continue
-            link = {"link": preset.link} if kind == "hardware" else {}
-            rep[kind][name] = {**_preset_entry(preset, list(fields)), **link}
+            entry = _preset_entry(preset, list(fields))
+            rep[kind][name] = {**entry, "link": preset.link} if isinstance(preset, Hardware) else entry
     if broken:
         rep["broken"] = broken
     return jsonable(rep)

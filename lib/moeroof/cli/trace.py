@@ -61,17 +61,7 @@ import numpy as np
 
 from moeroof.cli.flags import EXPERTS, LAYERS, TOP_K, Count, ListOf, Real, UsageError, add_seed, check_replicate_memory
 from moeroof.cli.inputs import input_path
-from moeroof.cli.output import (
-    Progress,
-    add_output_arguments,
-    fmt,
-    jsonable,
-    new_output,
-    print_notes,
-    runner,
-    table,
-    writing_new,
-)
+from moeroof.cli.output import Progress, add_output_arguments, fmt, jsonable, new_output, runner, table, writing_new
 
 FAMILIES = ("uniform", "zipf:S", "dirichlet:ALPHA")
 #: a stickiness ρ (--rho, each of --rho-profile)
@@ -436,16 +426,13 @@ def _routing_provenance(
         provenance_detail=detail,
     )
     notes.extend(routing.notes)
-    independent = not _knobs_order_tokens(knobs)
-    notes.append(
-        f"drawn from {routing.path}: {detail} — "
-        + (
-            "independent tokens, each including expert i of layer l with the histogram's frequency π_li"
-            if independent
-            else "stickiness / hot sets (--rho, --locality, --step-context) around the histogram's popularity: "
-            "the frequencies follow the knobs, not π exactly"
-        )
+    how = (
+        "stickiness / hot sets (--rho, --locality, --step-context) around the histogram's popularity: "
+        "the frequencies follow the knobs, not π exactly"
+        if _knobs_order_tokens(knobs)
+        else "independent tokens, each including expert i of layer l with the histogram's frequency π_li"
     )
+    notes.append(f"drawn from {routing.path}: {detail} — {how}")
     frequencies = _frequency_check(topk, routing, knobs["experts"])
     frequencies["weights_max_error"] = weights_error
     if weights_error is not None and weights_error > 1e-6:
@@ -553,7 +540,8 @@ def print_trace(rep: dict[str, Any]) -> None:
     if rep["consecutive_overlap"] is not None:
         rows = [[str(i), fmt(v, 3)] for i, v in enumerate(rep["consecutive_overlap"])]
         print(table(["layer", "shared with the previous token (decode)"], rows, ">>"))
-    print_notes(rep.get("notes", []))
+    for note in rep.get("notes", []):
+        print(f"note: {note}")
 
 
 #: ``--format csv``: the one row's columns (the written trace's shape and knobs)

@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.cache import read_trace_lazily
 from moeroof.cli.flags import (
     BATCH_HELP,
     EXPERTS,
@@ -33,7 +32,7 @@ from moeroof.cli.flags import (
     add_seed,
     check_replicate_memory,
 )
-from moeroof.cli.inputs import add_meta_arguments, load_input
+from moeroof.cli.inputs import add_meta_arguments, load_input, read_trace_arg
 from moeroof.cli.output import add_output_arguments, emit, fmt, jsonable, print_notes, table
 from moeroof.core.limits import MAX_BOOTSTRAP_COUNTS, check_allocation
 from moeroof.data.io import Histogram, InputError, Trace, check_incidence_sums
@@ -169,7 +168,7 @@ def union_report(args: argparse.Namespace) -> dict[str, Any]:
         # a trace is read a block of steps at a time as union_from_trace goes through it (its ids
         # are not held: 340 MB at 10^8 requests); a histogram as load_input reads it
         data = (
-            read_trace_lazily(args.path, args)
+            read_trace_arg(args.path, args, lazy=True)
             if Path(args.path).suffix.lower() in (".npy", ".npz")
             else load_input(args.path, args)
         )

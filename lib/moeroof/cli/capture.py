@@ -209,8 +209,8 @@ def capture_report(args: argparse.Namespace) -> dict[str, Any]:
 
 def command_line(args: argparse.Namespace) -> str:
     """The command as given, every option spelled out (defaults included): the trace's ``source``."""
-    named = ("prompts", "streams", "max_new_tokens", "output", "histogram", "dtype", "device", "checkpoint_hash")
-    named += ("ignore_eos", "force", "json", "format", "report_output")  # a flag left out: not given, or False
+    named = ["prompts", "streams", "max_new_tokens", "output", "histogram", "dtype", "device", "checkpoint_hash"]
+    named += ["ignore_eos", "force", "json", "format", "report_output"]  # a flag left out: not given, or False
     options = [("-o" if d == "output" else "--" + d.replace("_", "-"), getattr(args, d) or None) for d in named]
     return spelled(["moeroof", "capture", str(args.model_dir)], options)
 

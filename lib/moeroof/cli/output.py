@@ -274,15 +274,13 @@ def _input_files(args: Any) -> list[Path]:
         if key in _NOT_INPUTS or not isinstance(value, (str, list)) or not value:
             continue
         texts = [value] if isinstance(value, str) else [v for v in value if isinstance(v, str)]
-        for whole in texts:
-            for text in [whole, *whole.split(",")] if "," in whole else [whole]:
-                if not text.strip():
+        # each text whole, and each of its comma-separated items
+        for text in dict.fromkeys(t.strip() for whole in texts for t in [whole, *whole.split(",")]):
+            for p in _candidates(key, text) if text else ():
+                try:  # the file and its sidecar
+                    out += [f.resolve() for f in (p, p.with_suffix(".json")) if p.is_file() and f.is_file()]
+                except (OSError, ValueError):  # a name too long or holding NUL: not a file
                     continue
-                for p in _candidates(key, text.strip()):
-                    try:  # the file and its sidecar
-                        out += [f.resolve() for f in (p, p.with_suffix(".json")) if p.is_file() and f.is_file()]
-                    except (OSError, ValueError):  # a name too long or holding NUL: not a file
-                        continue
     return out
 
 

@@ -138,5 +138,4 @@ def split_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    rep = split_report(args)
-    return emit(rep, args, lambda r: print_split(r, args.path), csv_table=split_csv)
+    return emit(split_report(args), args, lambda r: print_split(r, args.path), csv_table=split_csv)

@@ -64,7 +64,6 @@ __all__ = [
     "apply_sets",
     "step_options",
     "resolve_auto_cache",
-    "parse_rank_speed",
 ]
 
 
@@ -538,17 +537,3 @@ def resolve_auto_cache(options: dict[str, Any], model: Any, hardware: Any, batch
     options["cache_bytes"] = auto["cache_bytes"][0] if len(auto["cache_bytes"]) == 1 else 0.0
     options["cache_auto"] = True
     return {**auto, "cache_gib": [c / 2**30 for c in auto["cache_bytes"]], "note": auto_cache_note(auto)}
-
-
-def parse_rank_speed(speeds: Sequence[float] | None, ranks: int) -> tuple[float, ...] | None:
-    """``--rank-speed 1,0.6`` (its positive numbers, as declared) held to ``--ranks``: one number
-    per rank (None when not given)."""
-    if speeds is None:
-        return None
-    from moeroof.core.errors import ParameterError
-    from moeroof.models.partition import parse_rank_speed as parse
-
-    try:
-        return tuple(float(x) for x in parse(list(speeds), ranks))
-    except ParameterError as err:
-        raise UsageError(f"--rank-speed: {err.detail}") from None

@@ -50,7 +50,6 @@ from moeroof.cli.flags import (
     add_default,
     add_step_arguments,
     apply_sets,
-    parse_rank_speed,
     resolve_auto_cache,
     step_options,
 )
@@ -122,11 +121,13 @@ def plan_report(args: argparse.Namespace, stage=lambda done, total, what: None) 
     :data:`PLAN_STAGES` begins (a :class:`~moeroof.cli.output.Progress`)."""
     from moeroof.data.presets import load_hardware, load_model
     from moeroof.fit.plan import box_with_fit, routing_with_fit
+    from moeroof.models.partition import parse_rank_speed
     from moeroof.models.plan import DEFAULT_ROUTING, Workload, admission_search, plan, routing_from_spec
 
     batch, ranks, floor = args.batch, args.ranks, args.min_per_agent_tok_s
     options = step_options(args)
-    speed = parse_rank_speed(args.rank_speed, ranks)  # one per rank: two flags together
+    # one per rank: two flags together (refused as --rank-speed, PARAMETER_FLAGS)
+    speed = None if args.rank_speed is None else tuple(parse_rank_speed(list(args.rank_speed), ranks).tolist())
     model, hardware = apply_sets(args.set, load_model(args.model), load_hardware(args.hardware))
     fitted = None
     if args.fit is not None:

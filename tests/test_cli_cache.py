@@ -283,9 +283,9 @@ def test_a_bad_id_errors_through_every_command(capsys, tmp_path, kind, suffix):
     # the one-process paths of cache and mrc read it without the id pass: theirs finds the id
     from argparse import Namespace
 
-    from moeroof.cli.cache import read_trace_lazily
+    from moeroof.cli.inputs import read_trace_arg
 
-    assert not read_trace_lazily(str(path), Namespace(), check_ids=False).ids_checked
+    assert not read_trace_arg(str(path), Namespace(), lazy=True, check_ids=False).ids_checked
     for argv in BAD_ID_COMMANDS:
         err = run_error(capsys, [argv[0], str(path), *argv[1:]])
         assert err == f"error: {want}\n", argv

@@ -33,6 +33,7 @@ wires the one to the other), its ``*_report`` builder and its ``print_*`` table.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,12 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def __getattr__(name: str) -> Any:
     # the parser and its helpers load on first use, not when the console script starts
-    if name == "build_parser":
-        from moeroof.cli.app import build_parser
-
-        return build_parser
-    if name == "parse_batch":
-        from moeroof.cli.flags import parse_batch
-
-        return parse_batch
+    home = {"build_parser": "moeroof.cli.app", "parse_batch": "moeroof.cli.flags"}.get(name)
+    if home is not None:
+        return getattr(importlib.import_module(home), name)
     raise AttributeError(f"module 'moeroof.cli' has no attribute {name!r}")

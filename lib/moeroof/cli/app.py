@@ -36,6 +36,7 @@ included): each ``run`` imports what it needs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import importlib
 import keyword
@@ -246,13 +247,9 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
 
 def _quiet_stdout() -> None:
     """After a closed pipe: point stdout at /dev/null so the interpreter's final flush is silent."""
-    try:
+    with contextlib.suppress(OSError, ValueError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-    except (OSError, ValueError):
-        pass
-    try:
+    with contextlib.suppress(OSError):
         sys.stderr.close()
-    except OSError:
-        pass

@@ -27,12 +27,13 @@ from moeroof.cli.flags import (
     BATCH_HELP,
     EXPERTS,
     LAYERS,
-    READ_PATHS,
-    SEED,
     TOP_K,
     BatchList,
     Count,
     UsageError,
+    add_default,
+    add_read_arguments,
+    add_seed,
     flags_named,
 )
 from moeroof.cli.inputs import read_trace_arg
@@ -66,36 +67,20 @@ def add_parser(subparsers: Any) -> None:
         ),
     )
     p.add_argument("--experts", type=EXPERTS, help="experts per layer E (default 32, or the trace's)")
-    p.add_argument("--layers", default="4", type=LAYERS, help="MoE layers L (default 4)")
+    add_default(p, "--layers", "4", "MoE layers L", type=LAYERS)
     p.add_argument("--top-k", type=TOP_K, help="experts per token K (default 4, or the trace's)")
-    p.add_argument("--d-model", default="1024", type=Count(min=1), help="hidden size d (default 1024)")
+    add_default(p, "--d-model", "1024", "hidden size d", type=Count(min=1))
     p.add_argument(
         "--d-ff", default="1024", type=Count(min=1), help="expert width f (default 1024; expert bytes = 2·d·f·4)"
     )
     p.add_argument("--batch", default="1,2,4,8,16,32", type=BatchList(), help=BATCH_HELP + " (default 1,2,4,8,16,32)")
-    p.add_argument(
-        "--mode",
-        default="both",
-        choices=("both", "uncoalesced", "coalesced"),
-        help="which mode(s) to run (default both)",
-    )
+    add_default(p, "--mode", "both", "which mode(s) to run", choices=("both", "uncoalesced", "coalesced"))
     p.add_argument("--routing", help="routing model: uniform or zipf:S (default uniform)")
     p.add_argument("--trace", help="routing from a trace .npz/.npy instead of a model")
-    p.add_argument("--steps", default="5", type=Count(min=1), help="counted decode steps per (mode, B) (default 5)")
-    p.add_argument("--warmup", default="1", type=Count(min=0), help="uncounted warm-up steps per (mode, B) (default 1)")
-    p.add_argument(
-        "--seed",
-        default="0",
-        type=SEED,
-        help="seed of numpy.random.default_rng for routing, gates and weights (default 0)",
-    )
-    p.add_argument("--scratch-dir", help="where the stack file goes (default: the system temp dir)")
-    p.add_argument(
-        "--read-path",
-        default="auto",
-        choices=READ_PATHS,
-        help="bypass the page cache by O_DIRECT, fadvise, or auto (default)",
-    )
+    add_default(p, "--steps", "5", "counted decode steps per (mode, B)", type=Count(min=1))
+    add_default(p, "--warmup", "1", "uncounted warm-up steps per (mode, B)", type=Count(min=0))
+    add_seed(p, "numpy.random.default_rng for routing, gates and weights")
+    add_read_arguments(p, "where the stack file goes (default: the system temp dir)")
     p.add_argument(
         "--calibration",
         help="hardware TOML written by `moeroof calibrate` (or a preset name): also predict every row from it, "
@@ -151,16 +136,8 @@ def _bench_routing(args: argparse.Namespace) -> tuple[np.ndarray | None, str, in
 
 
 #: the library's parameter names in bench's errors → the flags that set them
-BENCH_FLAGS = {
-    "batch": "--batch",
-    "d_model": "--d-model",
-    "d_ff": "--d-ff",
-    "steps": "--steps",
-    "warmup_steps": "--warmup",
-    "experts": "--experts",
-    "layers": "--layers",
-    "scratch_dir": "--scratch-dir",
-}
+BENCH_FLAGS = {n: "--" + n.replace("_", "-") for n in ("batch", "d_model", "d_ff", "steps", "experts", "layers")}
+BENCH_FLAGS.update(warmup_steps="--warmup", scratch_dir="--scratch-dir")
 
 
 def bench_report(args: argparse.Namespace) -> dict[str, Any]:

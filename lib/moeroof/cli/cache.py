@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.flags import GIB, WORKERS, Bytes, Count, ListOf, UsageError, start_cache_kernels
-from moeroof.cli.inputs import META_FLAGS, add_meta_arguments, input_path, read_trace_arg
-from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, percent, print_notes, table
+from moeroof.cli.flags import GIB, WORKERS, Bytes, Count, ListOf, UsageError, add_default, start_cache_kernels
+from moeroof.cli.inputs import add_meta_arguments, input_path, read_trace_arg
+from moeroof.cli.output import Progress, add_output_arguments, fmt, jsonable, percent, print_notes, runner, table
 from moeroof.data.io import InputError, Trace, read_histogram
 
 # moeroof.cachesim.POLICIES and .SCOPES, spelled out so that building the parser does not
@@ -72,10 +72,8 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--capacity-gib", type=GIB, help="cache capacity in GiB (needs --expert-bytes)")
     p.add_argument("--expert-bytes", type=Bytes(), help="bytes per expert (streamed per miss)")
-    p.add_argument(
-        "--scope", default="global", choices=SCOPES, help="one shared cache or one per layer (default global)"
-    )
-    p.add_argument("--warmup", default="0", type=Count(min=0), help="steps simulated but not counted (default 0)")
+    add_default(p, "--scope", "global", "one shared cache or one per layer", choices=SCOPES)
+    add_default(p, "--warmup", "0", "steps simulated but not counted", type=Count(min=0))
     p.add_argument("--histogram", help="histogram .csv to pin the static hot set from (default: the trace's own)")
     p.add_argument(
         "--streams",
@@ -127,25 +125,6 @@ def check_streams(ids: list[int], n_streams: int) -> list[int]:
     return ids
 
 
-def read_trace_lazily(path_text: str, args: Any = None, *, check_ids: bool = True) -> Trace:
-    """A TRACE argument as :func:`moeroof.cli.inputs.read_trace_arg` reads it, except that a
-    ``.npy`` / ``.npz`` that carries its own meta (no meta flag given) is read with
-    ``read_trace(lazy=True)``: a ``.npy``'s ids are read from the file a block of steps at a
-    time, never held whole (the cache, mrc and union models go through a trace by blocks of
-    steps). ``check_ids=False`` also leaves out read_trace's pass over the ids
-    (``Trace.ids_checked`` False): for a command that builds its requests with
-    :func:`trace_requests`, whose compiled pass checks every id as ``read_trace`` would."""
-    from moeroof.data.io import npz_has_meta, read_trace, sidecar_path
-
-    path = Path(path_text)
-    if path.suffix.lower() in (".npy", ".npz") and all(getattr(args, f, None) is None for f in META_FLAGS):
-        path = input_path(path_text)
-        suffix = path.suffix.lower()
-        if suffix == ".npy" and sidecar_path(path).is_file() or suffix == ".npz" and npz_has_meta(path) is True:
-            return read_trace(path, validate=check_ids, lazy=True)
-    return read_trace_arg(path_text, args)
-
-
 def trace_requests(trace: Trace, **kw: Any):
     """``requests_from_trace(trace.topk, trace.experts, **kw)``, checking every id when the trace
     was read without (``Trace.ids_checked`` False); a bad id is an :class:`InputError` worded as
@@ -176,6 +155,21 @@ class TraceInfo:
         return cls(trace.path, trace.meta, trace.experts, trace.top_k, trace.steps, trace.streams, trace.layers)
 
 
+def cluster(args: argparse.Namespace) -> tuple[int, bool]:
+    """``(workers, sharded)`` of ``--scheduler ADDRESS`` or ``--workers N`` (one of them at most)."""
+    if args.scheduler is not None and args.workers is not None:
+        raise UsageError("give --scheduler ADDRESS or --workers N, not both")
+    workers = 1 if args.workers is None else args.workers
+    return workers, args.scheduler is not None or workers > 1
+
+
+def where(args: argparse.Namespace, workers: int) -> str:
+    """Where the tasks run, in words (``--scheduler``, ``--workers``, or serially)."""
+    if args.scheduler is not None:
+        return f"the scheduler {args.scheduler}"
+    return f"a local cluster of {workers} worker processes" if workers > 1 else "one process, serially"
+
+
 def _check_cache_args(args: argparse.Namespace) -> tuple[int, int, bool]:
     """The option checks that need no trace: ``(s3fifo threshold, workers, sharded)``."""
     if (args.capacity_experts is None) == (args.capacity_gib is None):
@@ -187,10 +181,7 @@ def _check_cache_args(args: argparse.Namespace) -> tuple[int, int, bool]:
     if args.s3fifo_threshold is not None and args.policy != "s3fifo":
         raise UsageError("--s3fifo-threshold applies to --policy s3fifo only")
     threshold = S3FIFO_THRESHOLD if args.s3fifo_threshold is None else args.s3fifo_threshold
-    workers = 1 if args.workers is None else args.workers
-    sharded = args.scheduler is not None or workers > 1
-    if args.scheduler is not None and args.workers is not None:
-        raise UsageError("give --scheduler ADDRESS or --workers N, not both")
+    workers, sharded = cluster(args)
     if sharded and threshold != S3FIFO_THRESHOLD:
         raise UsageError(
             f"--s3fifo-threshold other than {S3FIFO_THRESHOLD} runs in one process: drop --scheduler/--workers"
@@ -239,13 +230,14 @@ def _pinned(args: argparse.Namespace, trace: Trace, notes: list[str]) -> np.ndar
 
 def cache_report(args: argparse.Namespace) -> dict[str, Any]:
     """The ``cache`` JSON object for parsed arguments."""
+    start_cache_kernels()
     from moeroof.cachesim import simulate
 
     threshold, workers, sharded = _check_cache_args(args)
     warmup = args.warmup
     # sharded, the workers read the trace as read_trace checked it; in one process the request
     # pass checks the ids itself
-    trace = read_trace_arg(args.path, args) if sharded else read_trace_lazily(args.path, args, check_ids=False)
+    trace = read_trace_arg(args.path, args, lazy=not sharded, check_ids=False)
     stream_ids = list(range(trace.streams)) if args.streams is None else check_streams(args.streams, trace.streams)
     if warmup >= trace.steps:
         raise UsageError(f"--warmup: {warmup} leaves no counted step (the trace has {trace.steps} steps)")
@@ -269,10 +261,7 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:
         res = simulate_by_layer(
             trace, capacity, args.policy, streams=streams, scheduler=args.scheduler, workers=workers, **kw
         )
-        where = (
-            f"the scheduler {args.scheduler}" if args.scheduler else f"a local cluster of {workers} worker processes"
-        )
-        notes.append(f"layers sharded over {where} (exact: per-layer caches are independent)")
+        notes.append(f"layers sharded over {where(args, workers)} (exact: per-layer caches are independent)")
     else:
         with Progress("cache") as progress:
             progress(0, 2, f"building the requests of {trace.steps} steps")
@@ -349,7 +338,4 @@ def cache_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     return list(CSV_COLUMNS), [[rep.get(c) for c in CSV_COLUMNS]]
 
 
-def run(args: argparse.Namespace) -> int:
-    start_cache_kernels()
-    rep = cache_report(args)
-    return emit(rep, args, print_cache, csv_table=cache_csv)
+run = runner(cache_report, print_cache, cache_csv)

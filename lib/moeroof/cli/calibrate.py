@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from moeroof.cli.flags import READ_PATHS, SEED, Count, Real, UsageError, flags_named
+from moeroof.cli.flags import Count, Real, UsageError, add_default, add_read_arguments, add_seed, flags_named
 from moeroof.cli.output import add_output_arguments, check_output_file, emit, fmt, interrupted, jsonable, spelled, table
 from moeroof.core.limits import MAX_GIB
 
@@ -48,27 +48,17 @@ def add_parser(subparsers: Any) -> None:
         help="hardware TOML to write, atomically (default calibrated.toml); the printed report goes to --report-output",
     )
     p.add_argument("--name", help="preset name in the TOML (default calibrated-DATE)")
-    p.add_argument("--file-mib", default="2048", type=MIB, help="scratch file size in MiB (default 2048)")
+    add_default(p, "--file-mib", "2048", "scratch file size in MiB", type=MIB)
     p.add_argument(
         "--seconds",
         default="30",
         type=Real(min=SECONDS_RANGE[0], max=SECONDS_RANGE[1]),
         help="time budget of the measurements in seconds, 0.1 to 3600 (default 30; writing the file comes on top)",
     )
-    p.add_argument(
-        "--mem-mib", default="256", type=MIB, help="array size of the memory-copy measurement in MiB (default 256)"
-    )
-    p.add_argument(
-        "--matmul-n", default="2048", type=Count(min=1), help="matrix size n of the float32 n×n matmul (default 2048)"
-    )
-    p.add_argument("--scratch-dir", help="where the scratch file goes (default: the output's folder)")
-    p.add_argument(
-        "--read-path",
-        default="auto",
-        choices=READ_PATHS,
-        help="bypass the page cache by O_DIRECT, fadvise, or auto (default)",
-    )
-    p.add_argument("--seed", default="0", type=SEED, help="seed of the random read offsets (default 0)")
+    add_default(p, "--mem-mib", "256", "array size of the memory-copy measurement in MiB", type=MIB)
+    add_default(p, "--matmul-n", "2048", "matrix size n of the float32 n×n matmul", type=Count(min=1))
+    add_read_arguments(p, "where the scratch file goes (default: the output's folder)")
+    add_seed(p, "the random read offsets")
     p.add_argument(
         "--no-engine",
         action="store_true",
@@ -99,14 +89,8 @@ def check_output(args: argparse.Namespace) -> None:
 
 
 #: the library's parameter names in calibrate's errors → the flags that set them
-CALIBRATE_FLAGS = {
-    "file_bytes": "--file-mib",
-    "seconds": "--seconds",
-    "mem_bytes": "--mem-mib",
-    "matmul_n": "--matmul-n",
-    "scratch_dir": "--scratch-dir",
-    "output": "--output",
-}
+CALIBRATE_FLAGS = {n: "--" + n.replace("_", "-") for n in ("seconds", "matmul_n", "scratch_dir", "output")}
+CALIBRATE_FLAGS.update(file_bytes="--file-mib", mem_bytes="--mem-mib")
 
 
 def calibrate_report(args: argparse.Namespace) -> dict[str, Any]:

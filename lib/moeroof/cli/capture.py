@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from moeroof.cli.flags import Count, UsageError
-from moeroof.cli.output import Progress, add_output_arguments, emit, spelled
+from moeroof.cli.output import Progress, add_output_arguments, runner, spelled
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # moeroof.measure.capture.DTYPES, without importing it
 
@@ -116,10 +116,9 @@ def _output_paths(args: argparse.Namespace) -> tuple[Path, Path, Path]:
         targets += [sidecar_path(out), prefill_path(out)]
     if len({t.resolve() for t in targets}) != len(targets):
         raise UsageError(f"-o {out} and --histogram {hist} would write the same file (their .json sidecars included)")
-    if not args.force:
-        for t in targets:
-            if t.exists():
-                raise UsageError(f"{t} exists (pass --force to replace it)")
+    there = [t for t in targets if t.exists()]
+    if there and not args.force:
+        raise UsageError(f"{there[0]} exists (pass --force to replace it)")
     prompts_path = Path(args.prompts)
     for t in targets:
         if prompts_path.exists() and atomic.same_file(t, prompts_path):
@@ -147,13 +146,11 @@ def _run_capture(args: argparse.Namespace, prompts: list, prompts_path: Path, de
         progress(0, args.max_new_tokens, "loading the checkpoint")
         model, layout = load_checkpoint(args.model_dir, dtype=args.dtype, device=device)
         ids = tokenize_prompts(prompts, args.model_dir, int(model.config.vocab_size))
-        seen: dict[tuple[int, ...], int] = {}
-        for i, p in enumerate(ids):
-            if tuple(p) in seen:
-                raise UsageError(
-                    f"{prompts_path}: prompts {seen[tuple(p)] + 1} and {i + 1} are the same tokens; the streams must be distinct"
-                )
-            seen[tuple(p)] = i
+        first: dict[tuple[int, ...], int] = {}
+        for i, p in enumerate(map(tuple, ids)):
+            if first.setdefault(p, i) != i:
+                what = f"prompts {first[p] + 1} and {i + 1} are the same tokens; the streams must be distinct"
+                raise UsageError(f"{prompts_path}: {what}")
         result = capture_routing(
             model,
             layout,
@@ -212,12 +209,10 @@ def capture_report(args: argparse.Namespace) -> dict[str, Any]:
 
 def command_line(args: argparse.Namespace) -> str:
     """The command as given, every option spelled out (defaults included): the trace's ``source``."""
-    options = {"--prompts": args.prompts, "--streams": args.streams, "--max-new-tokens": args.max_new_tokens}
-    options.update({"-o": args.output, "--histogram": args.histogram or None, "--dtype": args.dtype})
-    options.update({"--device": args.device, "--checkpoint-hash": args.checkpoint_hash})
-    options.update({"--ignore-eos": bool(args.ignore_eos), "--force": bool(args.force), "--json": bool(args.json)})
-    options.update({"--format": args.format or None, "--report-output": args.report_output or None})
-    return spelled(["moeroof", "capture", str(args.model_dir)], options.items())
+    named = ["prompts", "streams", "max_new_tokens", "output", "histogram", "dtype", "device", "checkpoint_hash"]
+    named += ["ignore_eos", "force", "json", "format", "report_output"]  # a flag left out: not given, or False
+    options = [("-o" if d == "output" else "--" + d.replace("_", "-"), getattr(args, d) or None) for d in named]
+    return spelled(["moeroof", "capture", str(args.model_dir)], options)
 
 
 def print_capture(rep: dict[str, Any]) -> None:
@@ -232,10 +227,6 @@ def print_capture(rep: dict[str, Any]) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    return emit(capture_report(args), args, print_capture, capture_csv)
-
-
 def capture_csv(rep: dict) -> tuple[list[str], list[list]]:
     """One row per stream: its prompt tokens and generated tokens, with the files written, the
     model and the checkpoint hash on every row (a CSV has no header block)."""
@@ -245,3 +236,6 @@ def capture_csv(rep: dict) -> tuple[list[str], list[list]]:
     ]
     headers = ["stream", "prompt_tokens", "generated_tokens", "trace", "histogram", "model", "checkpoint_hash"]
     return [*headers, "provenance"], rows
+
+
+run = runner(capture_report, print_capture, capture_csv)

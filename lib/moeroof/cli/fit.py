@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.flags import REPLICATES, SEED, check_replicate_memory
+from moeroof.cli.flags import REPLICATES, add_default, add_seed, check_replicate_memory
 from moeroof.cli.inputs import add_meta_arguments, load_input
-from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, print_notes, table
+from moeroof.cli.output import Progress, add_output_arguments, fmt, jsonable, print_notes, runner, table
 from moeroof.data.io import Histogram, InputError
 
 
@@ -36,13 +36,9 @@ def add_parser(subparsers: Any) -> None:
         metavar="HISTOGRAM|TRACE",
         help="histogram .csv with its sidecar .json, or a trace .npz/.npy (fitted through its histogram)",
     )
-    p.add_argument(
-        "--bootstrap", default="100", type=REPLICATES, help="bootstrap replicates for parameter CIs (default 100)"
-    )
-    p.add_argument(
-        "--gof-sims", default="99", type=REPLICATES, help="simulations for the goodness-of-fit p-value (default 99)"
-    )
-    p.add_argument("--seed", default="0", type=SEED, help="seed of numpy.random.default_rng (default 0)")
+    add_default(p, "--bootstrap", "100", "bootstrap replicates for parameter CIs", type=REPLICATES)
+    add_default(p, "--gof-sims", "99", "simulations for the goodness-of-fit p-value", type=REPLICATES)
+    add_seed(p, "numpy.random.default_rng")
     add_meta_arguments(p)
     add_output_arguments(p)
 
@@ -88,11 +84,8 @@ def fit_report(args: argparse.Namespace) -> dict[str, Any]:
     rep["layer_ids"] = [int(x) for x in data.layer_ids] if not layers_summed else ["all (summed)"]
     floor = 1.0 / (gof_sims + 1) if gof_sims else None
     rep.update(bootstrap=bootstrap, gof_sims=gof_sims, gof_pvalue_floor=floor)
-    at_floor = [
-        m
-        for m, f in rep["models"].items()
-        if floor is not None and f.get("gof_pvalue") is not None and f["gof_pvalue"] <= floor + 1e-12
-    ]
+    pvalues = {m: f.get("gof_pvalue") for m, f in rep["models"].items()}
+    at_floor = [m for m, p in pvalues.items() if floor is not None and p is not None and p <= floor + 1e-12]
     if at_floor:
         notes.append(
             f"GoF p-value of {', '.join(at_floor)} is the floor 1/(sims+1) = {floor:.3g} with {gof_sims} simulations: "
@@ -178,5 +171,4 @@ def fit_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     return list(CSV_COLUMNS), rows
 
 
-def run(args: argparse.Namespace) -> int:
-    return emit(fit_report(args), args, print_fit, csv_table=fit_csv)
+run = runner(fit_report, print_fit, fit_csv)

@@ -16,9 +16,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from moeroof.cli.flags import SET_HELP, Choice, Count, apply_sets
+from moeroof.cli.flags import SET_HELP, Choice, Count, add_default, apply_sets
 from moeroof.cli.inputs import input_path, read_routing_knobs
-from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, print_notes, table
+from moeroof.cli.output import Progress, add_output_arguments, fmt, print_notes, runner, table
 from moeroof.core.limits import usable_cores
 
 #: the knobs --fit takes: moeroof.fit.plan.KNOBS, spelled here so that the parser needs no
@@ -56,7 +56,7 @@ def add_parser(subparsers: Any) -> None:
         help=f"knobs to fit, comma-separated from {','.join(KNOBS)} "
         "(default: what the rows identify, and a memory knob where they rule one in)",
     )
-    p.add_argument("--context", default="4096", type=Count(min=0), help="context tokens per agent (default 4096)")
+    add_default(p, "--context", "4096", "context tokens per agent", type=Count(min=0))
     p.add_argument("--set", action="append", metavar="FIELD=VALUE", help=SET_HELP)
     p.add_argument("--page-cache", action="store_true", help="experts read through the OS page cache (see plan)")
     p.add_argument(
@@ -135,14 +135,11 @@ def print_fit_plan(rep: dict[str, Any]) -> None:
     for name, k in rep["knobs"].items():
         band = "" if "low" not in k else f"  [{fmt(k['low'], 4)}, {fmt(k['high'], 4)}]"
         if k.get("fitted"):
-            ident = (
-                "" if k.get("identified", True) else f"  — not identified: {k.get('why', 'the rows do not bound it')}"
-            )
-            print(f"  {name} = {fmt(k['value'], 4)} {k.get('unit', '')}{band}{ident}")
+            why = "" if k.get("identified", True) else f"  — not identified: {k.get('why', 'the rows do not bound it')}"
+            print(f"  {name} = {fmt(k['value'], 4)} {k.get('unit', '')}{band}{why}")
         elif k.get("held", "").startswith("prior"):
-            print(
-                f"  {name} = {fmt(k['value'], 4)} {k.get('unit', '')} held at its {k['held']}{band} — {k.get('why', '')}"
-            )
+            held = f"held at its {k['held']}{band} — {k.get('why', '')}"
+            print(f"  {name} = {fmt(k['value'], 4)} {k.get('unit', '')} {held}")
     headers = ["row", "B", "cache GiB", "ranks", "policy", "role", "measured", "predicted", "5 %", "95 %", "hit % pred"]
     rows = [
         [str(r["row"]), str(r["batch"]), fmt(r["cache_gib"], 1), str(r["ranks"]), r["policy"], r["role"]]
@@ -169,5 +166,4 @@ def fit_plan_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     return list(CSV_COLUMNS), [[r.get(c) for c in CSV_COLUMNS] for r in rep["rows"]]
 
 
-def run(args: argparse.Namespace) -> int:
-    return emit(fit_plan_report(args), args, print_fit_plan, csv_table=fit_plan_csv)
+run = runner(fit_plan_report, print_fit_plan, fit_plan_csv)

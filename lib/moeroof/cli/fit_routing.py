@@ -16,9 +16,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from moeroof.cli.flags import EXPERTS, LAYERS, REPLICATES, TOP_K, Bytes, Count, UsageError
+from moeroof.cli.flags import EXPERTS, LAYERS, REPLICATES, TOP_K, Bytes, Count, UsageError, add_default
 from moeroof.cli.inputs import input_path
-from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, print_notes, table
+from moeroof.cli.output import Progress, add_output_arguments, fmt, jsonable, print_notes, runner, table
 from moeroof.core.errors import ParameterError
 from moeroof.core.limits import MAX_FIT_SEEDS, MAX_SIMULATED_STEPS
 
@@ -39,20 +39,10 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--top-k", required=True, type=TOP_K, help="experts per token K")
     p.add_argument("--layers", required=True, type=LAYERS, help="MoE layers L (at most 16 are simulated)")
     p.add_argument("--expert-bytes", type=Bytes(), help="bytes of one expert of one layer (capacity_gib, gib_per_step)")
-    p.add_argument(
-        "--seeds",
-        default="4",
-        type=Count(min=1, max=MAX_FIT_SEEDS),
-        help="fit seeds, common random numbers (default 4)",
-    )
-    p.add_argument(
-        "--bootstrap", default="8", type=REPLICATES, help="bootstrap replicates for intervals and bands (default 8)"
-    )
-    p.add_argument(
-        "--timed-steps",
-        default="16",
-        type=Count(min=1, max=MAX_SIMULATED_STEPS),
-        help="counted decode steps per simulated run (default 16)",
+    add_default(p, "--seeds", "4", "fit seeds, common random numbers", type=Count(min=1, max=MAX_FIT_SEEDS))
+    add_default(p, "--bootstrap", "8", "bootstrap replicates for intervals and bands", type=REPLICATES)
+    add_default(
+        p, "--timed-steps", "16", "counted decode steps per simulated run", type=Count(min=1, max=MAX_SIMULATED_STEPS)
     )
     p.add_argument(
         "--no-locality-prior",
@@ -105,13 +95,8 @@ def _capacity(per_layer: Any, gib: Any) -> str:
 
 def print_fit_routing(rep: dict[str, Any]) -> None:
     print(f"routing knobs fitted to {rep.get('source')} — E={rep['experts']} K={rep['top_k']} L={rep['layers']}")
-    fam = rep["families"]
-    print(
-        "families: "
-        + "; ".join(
-            f"{n} residual {fmt(f['residual'], 3)} {'fits' if f['fits'] else 'does not fit'}" for n, f in fam.items()
-        )
-    )
+    families = [(n, fmt(f["residual"], 3), "fits" if f["fits"] else "does not fit") for n, f in rep["families"].items()]
+    print("families: " + "; ".join(f"{n} residual {residual} {fits}" for n, residual, fits in families))
     print(f"chosen: {rep['family']}")
     for name, k in rep["knobs"].items():
         value = "off" if name == "locality_c" and k.get("off") else fmt(k.get("value"), 3)
@@ -142,5 +127,4 @@ def fit_routing_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     return list(CSV_COLUMNS), rows
 
 
-def run(args: argparse.Namespace) -> int:
-    return emit(fit_routing_report(args), args, print_fit_routing, csv_table=fit_routing_csv)
+run = runner(fit_routing_report, print_fit_routing, fit_routing_csv)

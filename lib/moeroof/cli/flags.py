@@ -50,6 +50,9 @@ __all__ = [
     "WORKERS",
     "GIB",
     "RANK_SPEED",
+    "add_default",
+    "add_seed",
+    "add_read_arguments",
     "declare_choices",
     "start_cache_kernels",
     "check_replicate_memory",
@@ -61,7 +64,6 @@ __all__ = [
     "apply_sets",
     "step_options",
     "resolve_auto_cache",
-    "parse_rank_speed",
 ]
 
 
@@ -345,6 +347,25 @@ GIB = Real(min=0.0, max=MAX_GIB, unit="GiB")
 RANK_SPEED = ListOf(Real(min=0.0, open_low=True), example="1,0.6")
 
 
+def add_default(p: Any, flag: str, default: str, help: str, **kw: Any) -> None:
+    """``p.add_argument(flag, default=default, **kw)`` with the default said once: its ``help``
+    ends ``(default DEFAULT)``."""
+    p.add_argument(flag, default=default, help=f"{help} (default {default})", **kw)
+
+
+def add_seed(p: Any, what: str) -> None:
+    """``--seed`` (default 0): the seed of ``what``."""
+    add_default(p, "--seed", "0", f"seed of {what}", type=SEED)
+
+
+def add_read_arguments(p: Any, scratch_help: str) -> None:
+    """``--scratch-dir`` and ``--read-path``: where ``calibrate`` and ``bench`` put the file they
+    read, and how the reads bypass the page cache."""
+    p.add_argument("--scratch-dir", help=scratch_help)
+    bypass = "bypass the page cache by O_DIRECT, fadvise, or auto (default)"
+    p.add_argument("--read-path", default="auto", choices=READ_PATHS, help=bypass)
+
+
 def declare_choices(parser: argparse.ArgumentParser) -> None:
     """Every flag of ``parser`` and its subparsers added with ``choices=`` and no ``type``
     gets ``type=Choice(choices)``: a name not among them is one ``error:`` line, as any
@@ -426,7 +447,7 @@ def add_step_arguments(p: Any) -> None:
         choices=("global", "layer"),
         help="one cache shared by the layers (default) or one per layer",
     )
-    p.add_argument("--context", default="4096", type=Count(min=0), help="context tokens per agent (default 4096)")
+    add_default(p, "--context", "4096", "context tokens per agent", type=Count(min=0))
     p.add_argument(
         "--overlap", default="max", choices=("max", "sum"), help="combine the terms by max (overlap) or sum (serial)"
     )
@@ -441,7 +462,7 @@ def add_step_arguments(p: Any) -> None:
         choices=("overlapped", "serial"),
         help="with several ranks: the expert exchange hidden under the slowest rank (default) or added after it",
     )
-    p.add_argument("--seed", default="0", type=SEED, help="seed of the simulated cache traces (default 0)")
+    add_seed(p, "the simulated cache traces")
     p.add_argument(
         "--page-cache",
         action="store_true",
@@ -516,17 +537,3 @@ def resolve_auto_cache(options: dict[str, Any], model: Any, hardware: Any, batch
     options["cache_bytes"] = auto["cache_bytes"][0] if len(auto["cache_bytes"]) == 1 else 0.0
     options["cache_auto"] = True
     return {**auto, "cache_gib": [c / 2**30 for c in auto["cache_bytes"]], "note": auto_cache_note(auto)}
-
-
-def parse_rank_speed(speeds: Sequence[float] | None, ranks: int) -> tuple[float, ...] | None:
-    """``--rank-speed 1,0.6`` (its positive numbers, as declared) held to ``--ranks``: one number
-    per rank (None when not given)."""
-    if speeds is None:
-        return None
-    from moeroof.core.errors import ParameterError
-    from moeroof.models.partition import parse_rank_speed as parse
-
-    try:
-        return tuple(float(x) for x in parse(list(speeds), ranks))
-    except ParameterError as err:
-        raise UsageError(f"--rank-speed: {err.detail}") from None

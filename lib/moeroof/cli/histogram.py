@@ -23,7 +23,7 @@ import numpy as np
 
 from moeroof.cli.flags import UsageError
 from moeroof.cli.inputs import add_meta_arguments, read_trace_arg
-from moeroof.cli.output import add_output_arguments, emit, new_output, writing_new
+from moeroof.cli.output import add_output_arguments, new_output, runner, writing_new
 
 #: the model a histogram's sidecar names when the trace's meta has none and it was not imported
 #: (an import without --model gives moeroof.data.importers.UNKNOWN_MODEL)
@@ -136,5 +136,4 @@ def histogram_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     return headers, rows
 
 
-def run(args: argparse.Namespace) -> int:
-    return emit(histogram_report(args), args, print_histogram, csv_table=histogram_csv)
+run = runner(histogram_report, print_histogram, histogram_csv)

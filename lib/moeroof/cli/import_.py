@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from moeroof.cli.flags import EXPERTS, TOKENS, TOP_K, Count, ListOf, UsageError
-from moeroof.cli.output import add_output_arguments, emit, new_output, print_notes, spelled, writing_new
+from moeroof.cli.output import add_output_arguments, new_output, print_notes, runner, spelled, writing_new
 
 FORMATS = ("table", "matrix", "sglang", "hf-router-logits")
 
@@ -190,74 +190,53 @@ def _shared(args: argparse.Namespace, command: str) -> dict[str, Any]:
     return {"top_k": args.top_k, "model": model, "command": command}
 
 
-def _import_table(args: argparse.Namespace, command: str) -> Any:
-    from moeroof.data.importers import import_table, parse_columns, parse_filters
-
+def _expert_cols(args: argparse.Namespace) -> list[str] | None:
+    """``import table``'s id columns (``--expert-cols``, or None for a long table), checked
+    against ``--expert-col`` / ``--slot-col``."""
     if args.expert_col is not None and args.slot_col is None:
         raise UsageError("--expert-col: a long table needs --slot-col too (the slot 0..K-1 of each row)")
     if args.expert_cols is not None and args.slot_col is not None:
         raise UsageError("--slot-col: only with --expert-col (a long table); --expert-cols is a wide one")
-    expert_cols = None
-    if args.expert_cols is not None:
-        expert_cols = [c.strip() for c in args.expert_cols.split(",")]
-        if not all(expert_cols):
-            raise UsageError(f"--expert-cols: empty column name in {args.expert_cols!r}")
-    return import_table(
-        args.src,
-        columns=parse_columns(args.columns),
-        experts=args.experts,
-        expert_cols=expert_cols,
-        expert_col=args.expert_col,
-        slot_col=args.slot_col,
-        filters=parse_filters(args.filter),
-        **_shared(args, command),
-    )
+    if args.expert_cols is None:
+        return None
+    expert_cols = [c.strip() for c in args.expert_cols.split(",")]
+    if not all(expert_cols):
+        raise UsageError(f"--expert-cols: empty column name in {args.expert_cols!r}")
+    return expert_cols
 
 
-def _import_matrix(args: argparse.Namespace, command: str) -> Any:
-    from moeroof.data.importers import import_matrix, parse_filters
-
-    return import_matrix(
-        args.src,
-        layer_col=args.layer_col,
-        expert_prefix=args.expert_prefix,
-        filters=parse_filters(args.filter),
-        tokens=args.tokens[0] if args.tokens is not None and len(args.tokens) == 1 else args.tokens,
-        kind=args.kind,
-        shares=bool(args.shares),
-        experts=args.experts,
-        **_shared(args, command),
-    )
-
-
-def _import_sglang(args: argparse.Namespace, command: str) -> Any:
-    from moeroof.data.importers import import_sglang
-
-    return import_sglang(args.src, experts=args.experts, **_shared(args, command))
-
-
-def _import_hf(args: argparse.Namespace, command: str) -> Any:
-    from moeroof.data.importers import import_hf_router_logits
-
-    return import_hf_router_logits(args.src, batch=args.batch, **_shared(args, command))
-
-
+#: FORMAT → (its importer in moeroof.data.importers, the flags it takes as given, the suffixes -o may have)
 IMPORTERS = {
-    "table": (_import_table, (".npz", ".npy", ".csv")),
-    "matrix": (_import_matrix, (".csv",)),
-    "sglang": (_import_sglang, (".csv", ".npz", ".npy")),
-    "hf-router-logits": (_import_hf, (".npz", ".npy", ".csv")),
+    "table": ("import_table", ("experts", "expert_col", "slot_col"), (".npz", ".npy", ".csv")),
+    "matrix": ("import_matrix", ("layer_col", "expert_prefix", "kind", "experts"), (".csv",)),
+    "sglang": ("import_sglang", ("experts",), (".csv", ".npz", ".npy")),
+    "hf-router-logits": ("import_hf_router_logits", ("batch",), (".npz", ".npy", ".csv")),
 }
+
+
+def _imported(args: argparse.Namespace, command: str) -> Any:
+    """``args.src`` read by its FORMAT's importer (the flags it takes parsed first)."""
+    from moeroof.data import importers
+
+    name, given, _ = IMPORTERS[args.import_format]
+    kw = {flag: getattr(args, flag) for flag in given}
+    if args.import_format == "table":
+        kw.update(expert_cols=_expert_cols(args), columns=importers.parse_columns(args.columns))
+    elif args.import_format == "matrix":
+        tokens = args.tokens[0] if args.tokens is not None and len(args.tokens) == 1 else args.tokens
+        kw.update(tokens=tokens, shares=bool(args.shares))
+    if args.import_format in ("table", "matrix"):
+        kw["filters"] = importers.parse_filters(args.filter)
+    return getattr(importers, name)(args.src, **kw, **_shared(args, command))
 
 
 def import_report(args: argparse.Namespace) -> dict[str, Any]:
     """Import ``args.src`` as ``args.import_format`` into ``args.output``; the report as a dict."""
     from moeroof.data.importers import ImportedTrace, write_imported
 
-    importer, suffixes = IMPORTERS[args.import_format]
-    out = _check_output(args, suffixes)
+    out = _check_output(args, IMPORTERS[args.import_format][2])
     command = command_line(args)
-    data = importer(args, command)
+    data = _imported(args, command)
     with writing_new(out):
         write_imported(out, data, overwrite=bool(args.force))
     rep: dict[str, Any] = {"path": str(out), "source": str(Path(args.src)), "format": args.import_format}
@@ -307,5 +286,4 @@ def import_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     return list(CSV_COLUMNS), [[row.get(c) for c in CSV_COLUMNS]]
 
 
-def run(args: argparse.Namespace) -> int:
-    return emit(import_report(args), args, print_import, csv_table=import_csv)
+run = runner(import_report, print_import, import_csv)

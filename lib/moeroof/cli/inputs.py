@@ -25,10 +25,17 @@ def input_path(path_text: str) -> Path:
     return resolve_data(path_text)
 
 
-def read_trace_arg(path_text: str, args: Any = None) -> Trace:
+def read_trace_arg(path_text: str, args: Any = None, *, lazy: bool = False, check_ids: bool = True) -> Trace:
     """A TRACE argument: a histogram ``.csv`` is refused by name before anything is read; a trace
-    without its meta takes it from ``--experts``/``--top-k`` (:func:`add_meta_arguments`)."""
-    from moeroof.data.io import read_trace
+    without its meta takes it from ``--experts``/``--top-k`` (:func:`add_meta_arguments`).
+
+    ``lazy``: a ``.npy`` / ``.npz`` that carries its own meta (no meta flag given) is read with
+    ``read_trace(lazy=True)``: a ``.npy``'s ids are read from the file a block of steps at a
+    time, never held whole (the cache, mrc and union models go through a trace by blocks of
+    steps). ``check_ids=False`` also leaves out that read's pass over the ids
+    (``Trace.ids_checked`` False): for a command that builds its requests with
+    :func:`moeroof.cli.cache.trace_requests`, whose compiled pass checks every id as ``read_trace`` would."""
+    from moeroof.data.io import npz_has_meta, read_trace, sidecar_path
 
     path = Path(path_text)
     if path.suffix.lower() != ".csv":
@@ -47,6 +54,10 @@ def read_trace_arg(path_text: str, args: Any = None) -> Trace:
         from moeroof.data.trace_parquet import read_parquet_trace
 
         return read_parquet_trace(path)
+    suffix = path.suffix.lower()
+    if lazy and all(getattr(args, f, None) is None for f in META_FLAGS):
+        if suffix == ".npy" and sidecar_path(path).is_file() or suffix == ".npz" and npz_has_meta(path) is True:
+            return read_trace(path, validate=check_ids, lazy=True)
     return read_trace(path, meta=_meta_from_flags(path, args))
 
 
@@ -159,36 +170,36 @@ def read_routing_knobs(path_text: str) -> tuple[str, float, float, float]:
     from moeroof.core.input_files import NotRegularFileError, read_input_bytes
     from moeroof.core.limits import MAX_JSON_BYTES, LongNumberError, check_document, parse_json
 
+    def refused(why: object) -> UsageError:
+        return UsageError(f"--routing-knobs: {path}: {why}")
+
     try:
         text = read_input_bytes(path, MAX_JSON_BYTES).decode("utf-8")  # a FIFO refused, never waited on
         check_document(text, "the JSON", max_bytes=MAX_JSON_BYTES)
         doc = parse_json(text)
     except FileNotFoundError:
-        raise UsageError(f"--routing-knobs: {path}: no such file") from None
+        raise refused("no such file") from None
     except NotRegularFileError as err:
-        raise UsageError(f"--routing-knobs: {path}: {err}") from None
+        raise refused(err) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UsageError(f"--routing-knobs: {path}: not a JSON file ({err})") from None
+        raise refused(f"not a JSON file ({err})") from None
     except LongNumberError as err:  # a number no knob needs, named by its key
-        raise UsageError(f"--routing-knobs: {path}: {err.key}: {err}") from None
+        raise refused(f"{err.key}: {err}") from None
     except ValueError as err:  # check_document, unique_keys
-        raise UsageError(f"--routing-knobs: {path}: {err}") from None
+        raise refused(err) from None
     if not isinstance(doc, dict):
-        raise UsageError(
-            f"--routing-knobs: {path}: expected a JSON object (moeroof fit-routing --json), got {type(doc).__name__}"
-        )
+        raise refused(f"expected a JSON object (moeroof fit-routing --json), got {type(doc).__name__}")
 
     def value(name: str, default: float) -> float:
         v = (doc.get("knobs") or {}).get(name, default)
         v = v.get("value", default) if isinstance(v, dict) else v
         try:
-            x = float(v if v is not None else default)
+            return float(v if v is not None else default)
         except (TypeError, ValueError):
-            raise UsageError(f"--routing-knobs: {path}: knob {name!r} is not a number") from None
-        return x
+            raise refused(f"knob {name!r} is not a number") from None
 
     family = doc.get("family")
     if family not in ("zipf", "dirichlet"):
-        raise UsageError(f"--routing-knobs: {path}: family must be zipf or dirichlet, got {family!r}")
+        raise refused(f"family must be zipf or dirichlet, got {family!r}")
     c = value("locality_c", value("c", math.inf))
     return family, value("skew", 0.8), value("rho", 0.0), c if c > 0 else math.inf

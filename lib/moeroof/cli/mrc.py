@@ -38,12 +38,13 @@ from moeroof.cli.cache import (
     SCOPES,
     TraceInfo,
     add_trace_argument,
-    read_trace_lazily,
+    cluster,
     trace_requests,
+    where,
 )
-from moeroof.cli.flags import SEED, WORKERS, Count, Real, UsageError, start_cache_kernels
+from moeroof.cli.flags import WORKERS, Count, Real, UsageError, add_default, add_seed, start_cache_kernels
 from moeroof.cli.inputs import add_meta_arguments, read_trace_arg
-from moeroof.cli.output import add_output_arguments, emit, jsonable, percent, print_notes, table
+from moeroof.cli.output import add_output_arguments, jsonable, percent, print_notes, runner, table
 from moeroof.core.limits import MAX_SHARDS_SLICES
 from moeroof.data.io import InputError
 
@@ -74,12 +75,13 @@ def add_parser(subparsers: Any) -> None:
         ),
     )
     add_trace_argument(p)
-    p.add_argument(
+    add_default(
+        p,
         "--scope",
-        default="global",
+        "global",
+        "one cache shared by all layers, or one per layer (the same C in each; capacity_experts is the "
+        "whole cache, L·C, and capacity_experts_per_layer C; exact, no sampling)",
         choices=SCOPES,
-        help="one cache shared by all layers, or one per layer (the same C in each; capacity_experts is the "
-        "whole cache, L·C, and capacity_experts_per_layer C; exact, no sampling) (default global)",
     )
     p.add_argument(
         "--sample-rate",
@@ -92,7 +94,7 @@ def add_parser(subparsers: Any) -> None:
         help="SHARDS: cut the sampled hash range into S disjoint slices, one task each; the "
         "estimate and its stated error come from their spread (default: the workers)",
     )
-    p.add_argument("--seed", default="0", type=SEED, help="seed of the SHARDS hash (default 0)")
+    add_seed(p, "the SHARDS hash")
     p.add_argument(
         "--che",
         default="grid",
@@ -117,13 +119,10 @@ def add_parser(subparsers: Any) -> None:
     add_output_arguments(p)
 
 
-def _options(args: argparse.Namespace) -> dict[str, Any]:
-    """Flag values checked against each other: rate, seed, slices, workers, sharded."""
-    rate, seed, slices = args.sample_rate, args.seed, args.slices
-    workers = 1 if args.workers is None else args.workers
-    if args.scheduler is not None and args.workers is not None:
-        raise UsageError("give --scheduler ADDRESS or --workers N, not both")
-    sharded = args.scheduler is not None or workers > 1
+def _options(args: argparse.Namespace) -> tuple[int, bool]:
+    """``(workers, sharded)``, the flags checked against each other."""
+    rate, slices = args.sample_rate, args.slices
+    workers, sharded = cluster(args)
     if args.scope == "layer":
         if rate is not None:
             raise UsageError(
@@ -139,13 +138,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
             "distance counts every layer); SHARDS sampling splits into hash slices, with its error "
             "stated — or give --scope layer (one cache per layer, exact, sharded by layer)"
         )
-    return {"rate": rate, "seed": seed, "slices": slices, "workers": workers, "sharded": sharded}
-
-
-def _where(args: argparse.Namespace, workers: int) -> str:
-    if args.scheduler is not None:
-        return f"the scheduler {args.scheduler}"
-    return f"a local cluster of {workers} worker processes" if workers > 1 else "one process, serially"
+    return workers, sharded
 
 
 def _item_counts(trace: Any) -> np.ndarray:
@@ -205,22 +198,24 @@ def _che_per_layer(counts: np.ndarray, layers: int, cap: np.ndarray) -> np.ndarr
 
 def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
     """The ``mrc`` JSON object for parsed arguments."""
+    start_cache_kernels()
     from moeroof.cachesim import che_hit_curve, lru_hit_curve, request_histogram, shards_hit_curve
 
-    opt = _options(args)
-    rate, seed = opt["rate"], opt["seed"]
-    one_pass = args.scope != "layer" and not (rate is not None and (opt["sharded"] or opt["slices"] is not None))
+    workers, sharded = _options(args)
+    rate = args.sample_rate
+    sliced = rate is not None and (sharded or args.slices is not None)  # SHARDS over hash slices
+    one_pass = args.scope != "layer" and not sliced
     # one pass here: the request pass checks the ids itself; sharded, the tasks read what read_trace checked
-    trace: Any = read_trace_lazily(args.path, args, check_ids=False) if one_pass else read_trace_arg(args.path, args)
+    trace: Any = read_trace_arg(args.path, args, lazy=one_pass, check_ids=False)
     lookup_note = (
         "hits judged as each (step, layer) lookup starts"
         if args.lookup == "layer"
         else "hits judged request by request in ascending expert id"
     )
     if args.scope == "layer":
-        return _layer_report(args, trace, opt, lookup_note)
-    if rate is not None and (opt["sharded"] or opt["slices"] is not None):
-        return _sharded_shards_report(args, trace, opt, lookup_note)
+        return _layer_report(args, trace, workers, lookup_note)
+    if sliced:
+        return _sharded_shards_report(args, trace, workers, lookup_note)
     requests = trace_requests(trace)
     trace = TraceInfo.of(trace)  # the ids are in the requests now
     if len(requests) == 0:
@@ -230,7 +225,7 @@ def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
         cap, hit = lru_hit_curve(requests, lookup=args.lookup)
         method = "exact-lru (Mattson stack distances)"
     else:
-        cap, hit = shards_hit_curve(requests, rate, seed=seed, lookup=args.lookup)
+        cap, hit = shards_hit_curve(requests, rate, seed=args.seed, lookup=args.lookup)
         method = "shards"
         notes.append(
             f"SHARDS estimate at rate {rate:g}: capacities below {math.ceil(1 / rate)} experts are not resolved; "
@@ -243,21 +238,21 @@ def mrc_report(args: argparse.Namespace) -> dict[str, Any]:
     return _finish(args, trace, cap, hit, che, method, rate, n_requests, counts, notes)
 
 
-def _layer_report(args, trace, opt, lookup_note) -> dict[str, Any]:
+def _layer_report(args, trace, workers, lookup_note) -> dict[str, Any]:
     """``--scope layer``: the exact per-layer curve, layers sharded over the tasks."""
     from moeroof.run.shard import lru_curve_by_layer
 
     counts = _item_counts(trace)
     if not counts.any():
         raise InputError(trace.path, "-", "topk", _NO_REQUESTS)
-    res = lru_curve_by_layer(trace, lookup=args.lookup, scheduler=args.scheduler, workers=opt["workers"])
+    res = lru_curve_by_layer(trace, lookup=args.lookup, scheduler=args.scheduler, workers=workers)
     cap = res.capacity_per_layer
     notes = [
         f"one LRU cache per layer (scope layer): the same capacity C in each of the {trace.layers} layers; "
         f"capacity_experts is the whole cache, {trace.layers}·C experts in all (as cache --capacity-experts "
         "reads it), capacity_experts_per_layer is C; unit sizes, every request counted (no warm-up)",
         lookup_note,
-        f"exact per layer; {res.tasks} task(s) of layers on {_where(args, opt['workers'])} "
+        f"exact per layer; {res.tasks} task(s) of layers on {where(args, workers)} "
         "(per-layer caches are independent: the same curve however sharded)",
         "che: per layer from the layer's request counts, weighted by its requests",
     ]
@@ -266,20 +261,14 @@ def _layer_report(args, trace, opt, lookup_note) -> dict[str, Any]:
     return _finish(args, trace, cap, res.hit_rate, che, method, None, res.requests, counts, notes)
 
 
-def _sharded_shards_report(args, trace, opt, lookup_note) -> dict[str, Any]:
+def _sharded_shards_report(args, trace, workers, lookup_note) -> dict[str, Any]:
     """``--sample-rate R`` with ``--slices``/``--workers``/``--scheduler``: SHARDS over hash slices."""
     from moeroof.cachesim import che_hit_curve
     from moeroof.run.shard import BAND_SIGMAS, shards_curve_sharded
 
-    rate = opt["rate"]
+    rate = args.sample_rate
     res = shards_curve_sharded(
-        trace,
-        rate,
-        slices=opt["slices"],
-        seed=opt["seed"],
-        lookup=args.lookup,
-        scheduler=args.scheduler,
-        workers=opt["workers"],
+        trace, rate, slices=args.slices, seed=args.seed, lookup=args.lookup, scheduler=args.scheduler, workers=workers
     )
     if res.requests == 0:
         raise InputError(trace.path, "-", "topk", _NO_REQUESTS)
@@ -289,7 +278,7 @@ def _sharded_shards_report(args, trace, opt, lookup_note) -> dict[str, Any]:
         _GLOBAL_NOTE,
         lookup_note,
         f"SHARDS estimate at rate {rate:g} from {s} disjoint hash slices (each a rate {rate / s:g} sample, "
-        f"one task each, on {_where(args, opt['workers'])}); the estimate depends on the slices, not on "
+        f"one task each, on {where(args, workers)}); the estimate depends on the slices, not on "
         f"the workers; capacities below {math.ceil(res.resolution)} experts (S/R) are not resolved",
         "error stated: hit_rate_stderr is the sampling standard error from the spread of the slices' "
         "curves (ratio estimator; none with one slice); it misses the estimate's blur at steep parts "
@@ -297,7 +286,7 @@ def _sharded_shards_report(args, trace, opt, lookup_note) -> dict[str, Any]:
         f"experts either side of c (σ(c) = sqrt(c·(1−p)/p), p = R/S) and widens it by {k} stderr",
     ]
     extra = {"hit_rate_stderr": res.stderr, "hit_rate_lower": res.lower, "hit_rate_upper": res.upper, "slices": s}
-    extra.update(seed=opt["seed"], resolution_experts=res.resolution, slice_requests=res.slice_requests)
+    extra.update(seed=args.seed, resolution_experts=res.resolution, slice_requests=res.slice_requests)
     che = lambda c: che_hit_curve(res.item_requests, c)
     method = f"shards over {s} hash slices"
     return _finish(
@@ -333,9 +322,7 @@ def _finish(args, trace, cap, hit, che_fn, method, rate, n_requests, counts, not
             "sample_rate": rate,
             "requests": n_requests,
             "distinct_items": int(np.count_nonzero(counts)),
-            "steps": trace.steps,
-            "layers": trace.layers,
-            "experts": trace.experts,
+            **{k: getattr(trace, k) for k in ("steps", "layers", "experts")},
             "source": str(trace.path),
             "provenance": trace.meta.get("provenance"),
             "notes": notes,
@@ -363,12 +350,6 @@ def print_mrc(rep: dict[str, Any]) -> None:
     print_notes(rep["notes"])
 
 
-def run(args: argparse.Namespace) -> int:
-    start_cache_kernels()
-    rep = mrc_report(args)
-    return emit(rep, args, print_mrc, csv_table=mrc_csv)
-
-
 def mrc_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     """``--format csv``: one row per capacity (the whole curve); the capacity column says its unit."""
     cols = ["capacity_experts", "hit_rate", "che_hit_rate"]
@@ -377,3 +358,6 @@ def mrc_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     if rep.get("hit_rate_stderr") is not None:
         cols += ["hit_rate_stderr", "hit_rate_lower", "hit_rate_upper"]
     return list(cols), [list(row) for row in zip(*(rep[c] for c in cols))]
+
+
+run = runner(mrc_report, print_mrc, mrc_csv)

@@ -33,6 +33,7 @@ __all__ = [
     "run_record",
     "check_report_target",
     "emit",
+    "runner",
     "check_output_file",
     "Progress",
     "new_output",
@@ -76,9 +77,7 @@ def jsonable(obj: Any) -> Any:
 
 def fmt(x: Any, digits: int = 2) -> str:
     """A table cell: ``-`` for a missing value, integers as is, others with ``digits`` decimals."""
-    if x is None:
-        return "-"
-    if isinstance(x, float) and not math.isfinite(x):
+    if x is None or isinstance(x, float) and not math.isfinite(x):
         return "-"
     if isinstance(x, (int, np.integer)):
         return str(int(x))
@@ -213,12 +212,9 @@ def run_record(args: Any, inputs: Sequence[str | os.PathLike[str]] = ()) -> dict
     files = _input_files(args)
     files += [Path(x).expanduser().resolve() for x in inputs if Path(x).expanduser().is_file()]
     seen: dict[str, dict[str, Any]] = {}
-    for f in files:
-        if str(f) not in seen:
-            try:
-                seen[str(f)] = _file_hash(f)
-            except OSError:
-                continue
+    for f in dict.fromkeys(files):
+        with contextlib.suppress(OSError):
+            seen[str(f)] = _file_hash(f)
     return {
         "moeroof_version": moeroof.__version__,
         "command": "moeroof " + shlex.join(argv) if argv is not None else None,
@@ -240,10 +236,7 @@ def _csv_text(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     import io
 
     buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(headers)
-    for r in rows:
-        w.writerow(["" if x is None else x for x in r])
+    csv.writer(buf, lineterminator="\n").writerows([headers, *(["" if x is None else x for x in r] for r in rows)])
     return buf.getvalue()
 
 
@@ -281,15 +274,13 @@ def _input_files(args: Any) -> list[Path]:
         if key in _NOT_INPUTS or not isinstance(value, (str, list)) or not value:
             continue
         texts = [value] if isinstance(value, str) else [v for v in value if isinstance(v, str)]
-        for whole in texts:
-            for text in [whole, *whole.split(",")] if "," in whole else [whole]:
-                if not text.strip():
+        # each text whole, and each of its comma-separated items
+        for text in dict.fromkeys(t.strip() for whole in texts for t in [whole, *whole.split(",")]):
+            for p in _candidates(key, text) if text else ():
+                try:  # the file and its sidecar
+                    out += [f.resolve() for f in (p, p.with_suffix(".json")) if p.is_file() and f.is_file()]
+                except (OSError, ValueError):  # a name too long or holding NUL: not a file
                     continue
-                for p in _candidates(key, text.strip()):
-                    try:  # the file and its sidecar
-                        out += [f.resolve() for f in (p, p.with_suffix(".json")) if p.is_file() and f.is_file()]
-                    except (OSError, ValueError):  # a name too long or holding NUL: not a file
-                        continue
     return out
 
 
@@ -325,14 +316,12 @@ def check_report_target(target: str, args: Any, inputs: Sequence[str | os.PathLi
     return check_output_file(target, flag)
 
 
-def emit(
-    rep: dict[str, Any],
-    args: Any,
-    printer: Callable[[dict[str, Any]], None],
-    csv_table: Callable[[dict[str, Any]], tuple[list[str], list[list[Any]]]],
-    *,
-    inputs: Sequence[str | os.PathLike[str]] = (),
-) -> int:
+#: a command's readable table, and its ``--format csv`` (headers, rows), of its report
+Printer = Callable[[dict[str, Any]], None]
+CsvTable = Callable[[dict[str, Any]], tuple[list[str], list[list[Any]]]]
+
+
+def emit(rep: dict[str, Any], args: Any, printer: Printer, csv_table: CsvTable, *, inputs: Sequence[Any] = ()) -> int:
     """Print (or with ``--output FILE`` / ``--report-output FILE`` write, atomically) a report as
     JSON (:func:`dumps`), CSV (``csv_table``: the command's own ``(headers, rows)``) or the
     command's readable table; exit status 0.
@@ -350,8 +339,7 @@ def emit(
     if fmt_name == "json":
         text = dumps({**rep, "run": record or run_record(args, inputs)}) + "\n"
     elif fmt_name == "csv":
-        headers, rows = csv_table(rep)
-        text = _csv_comment(record or run_record(args, inputs)) + _csv_text(headers, rows)
+        text = _csv_comment(record or run_record(args, inputs)) + _csv_text(*csv_table(rep))
     else:
         import io
 
@@ -370,6 +358,11 @@ def emit(
         raise UsageError(f"{_report_flag(args)}: cannot write {target} ({err.strerror or err})") from None
     print(f"wrote {target}", file=sys.stderr)
     return 0
+
+
+def runner(report: Callable[[Any], dict[str, Any]], printer: Printer, csv_table: CsvTable) -> Callable[[Any], int]:
+    """A subcommand's ``run``: its ``report`` of the parsed arguments, emitted (:func:`emit`)."""
+    return lambda args: emit(report(args), args, printer, csv_table)
 
 
 def _report_flag(args: Any) -> str:

@@ -47,9 +47,9 @@ from moeroof.cli.flags import (
     Count,
     Real,
     UsageError,
+    add_default,
     add_step_arguments,
     apply_sets,
-    parse_rank_speed,
     resolve_auto_cache,
     step_options,
 )
@@ -99,7 +99,7 @@ def add_parser(subparsers: Any) -> None:
         help="run with a `moeroof fit-plan --json` result's knobs (engine terms, SSD scale, page-cache share, "
         "skew, stickiness); the fit's model and box must be these",
     )
-    p.add_argument("--ranks", default="1", type=Count(min=1), help="boxes the experts are split over (default 1)")
+    add_default(p, "--ranks", "1", "boxes the experts are split over", type=Count(min=1))
     p.add_argument(
         "--partition",
         default="lpt",
@@ -121,11 +121,13 @@ def plan_report(args: argparse.Namespace, stage=lambda done, total, what: None) 
     :data:`PLAN_STAGES` begins (a :class:`~moeroof.cli.output.Progress`)."""
     from moeroof.data.presets import load_hardware, load_model
     from moeroof.fit.plan import box_with_fit, routing_with_fit
+    from moeroof.models.partition import parse_rank_speed
     from moeroof.models.plan import DEFAULT_ROUTING, Workload, admission_search, plan, routing_from_spec
 
     batch, ranks, floor = args.batch, args.ranks, args.min_per_agent_tok_s
     options = step_options(args)
-    speed = parse_rank_speed(args.rank_speed, ranks)  # one per rank: two flags together
+    # one per rank: two flags together (refused as --rank-speed, PARAMETER_FLAGS)
+    speed = None if args.rank_speed is None else tuple(parse_rank_speed(list(args.rank_speed), ranks).tolist())
     model, hardware = apply_sets(args.set, load_model(args.model), load_hardware(args.hardware))
     fitted = None
     if args.fit is not None:
@@ -226,12 +228,8 @@ def _feasible_only(rep: dict[str, Any]) -> None:
 
     fits = [bool(x) for x in rep["fits_in_memory"]]  # their multiples are null already (Plan.to_dict)
     keep = [i for i, ok in enumerate(fits) if ok]
-    rep["transitions"] = [
-        dict(t)
-        for t in transitions(
-            np.array([rep["batch"][i] for i in keep], dtype=np.int64), tuple(rep["bound"][i] for i in keep)
-        )
-    ]
+    batch = np.array([rep["batch"][i] for i in keep], dtype=np.int64)
+    rep["transitions"] = [dict(t) for t in transitions(batch, tuple(rep["bound"][i] for i in keep))]
     if len(keep) < len(fits):
         rep["transitions_among"] = "feasible batches only"
 
@@ -245,10 +243,8 @@ def print_plan(rep: dict[str, Any]) -> None:
         print(f"expert cache: auto, each B its own (column cache GiB), {rep['cache']}")
     else:
         print(f"expert cache: {fmt(max(rep['cache_gib'], default=0.0), 1)} GiB per box, {rep['cache']}")
-    print(
-        f"result: {prov['result']}"
-        + (f" (not witnessed: {', '.join(prov['non_witnessed'])})" if prov["non_witnessed"] else "")
-    )
+    unwitnessed = f" (not witnessed: {', '.join(prov['non_witnessed'])})" if prov["non_witnessed"] else ""
+    print(f"result: {prov['result']}{unwitnessed}")
     link = rep.get("link_name", "ssd")
     link = "SSD" if link == "ssd" else link
     # the schema's headers (moeroof.core.names), the streaming tier named for this box
@@ -352,10 +348,11 @@ def _csv_row(rep: dict[str, Any], i: int) -> dict[str, Any]:
     step does not fit in RAM, the ranges None where there is none."""
     fits = bool(rep["fits_in_memory"][i])
     row = {k: rep[k][i] for k in ("batch", "cache_gib", "step_seconds", "per_agent_tok_s", "net_tok_s")}
-    row.update({k: _prior_cell(rep, k, i) for k in ("net_tok_s_at_priors", *_IN_CELLS[:2])})
+    # an at-priors value: None with --fit (the fit's knobs are the answer)
+    row.update({k: (rep.get(k) or [None] * (i + 1))[i] for k in ("net_tok_s_at_priors", *_IN_CELLS[:2])})
     row.update(bound=_bound(rep, i), link_name=rep.get("link_name", "ssd"))
     row.update({k: rep[k][i] for k in ("ssd_bytes_per_token", "union_per_layer", "coalescing_ratio")})
-    row["cache_hit_rate"] = _pooled(rep["cache_hit_rate"], i) if fits else None
+    row["cache_hit_rate"] = _centre(rep, "cache_hit_rate", i)
     row["gib_streamed_per_step"] = rep["ssd_bytes_per_step"][i] / 2**30 if fits else None
     for column, baseline in zip(_MULTIPLES, ("uncoalesced", "single", "independent-boxes")):
         row[column] = rep["baselines"][baseline]["multiple"][i]
@@ -383,19 +380,16 @@ def _routing_ranges(rep: dict[str, Any]) -> None:
 
     bands = [rep.get("skew_band"), rep.get("locality_band")]
     for key in ("net_tok_s", "cache_hit_rate"):
-        spans = [
-            over_prior_ends(
-                (_pooled(rep["cache_hit_rate"], i) if key == "cache_hit_rate" else rep["net_tok_s"][i])
-                if rep["fits_in_memory"][i]
-                else None,
-                bands,
-                key,
-                i,
-            )
-            for i in range(len(rep["batch"]))
-        ]
+        spans = [over_prior_ends(_centre(rep, key, i), bands, key, i) for i in range(len(rep["batch"]))]
         rep[f"{key}_routing_low"] = [None if sp is None else sp[0] for sp in spans]
         rep[f"{key}_routing_high"] = [None if sp is None else sp[1] for sp in spans]
+
+
+def _centre(rep: dict[str, Any], key: str, i: int) -> float | None:
+    """``key`` at batch index i (a hit rate pooled over ranks); None where the step does not fit in RAM."""
+    if not rep["fits_in_memory"][i]:
+        return None
+    return _pooled(rep[key], i) if key == "cache_hit_rate" else rep[key][i]
 
 
 def _over_routing(rep: dict[str, Any], key: str, i: int) -> tuple[float, float] | None:
@@ -411,12 +405,6 @@ def _with_range(value: float | None, span: tuple[float, float] | None, digits: i
     if span is None:
         return fmt(scale * value, digits)
     return f"{fmt(scale * value, digits)} ({fmt(scale * span[0], digits)}–{fmt(scale * span[1], digits)})"
-
-
-def _prior_cell(rep: dict[str, Any], key: str, i: int) -> float | None:
-    """An at-priors value at batch index i: None with --fit (the fit's knobs are the answer) or
-    where the step does not fit in RAM."""
-    return (rep.get(key) or [None] * (i + 1))[i]
 
 
 def _pooled(hit: list, i: int) -> float:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from moeroof.cli.flags import Real, UsageError
-from moeroof.cli.output import add_output_arguments, emit, new_output
+from moeroof.cli.output import add_output_arguments, new_output, runner
 
 #: bits per parameter or per value (--quant, --quant-dense, --kv-bits)
 BITS = Real(min=0.0, max=64.0, open_low=True)
@@ -141,10 +141,6 @@ def print_preset(rep: dict[str, Any]) -> None:
         print(f"  assumed (not in config.json or the headers; see each field's note): {', '.join(rep['assumed'])}")
 
 
-def run(args: argparse.Namespace) -> int:
-    return emit(preset_report(args), args, print_preset, preset_csv)
-
-
 def preset_csv(rep: dict) -> tuple[list[str], list[list]]:
     """One row per field of the preset written: its value and unit, whether it is assumed, and
     its source or the assumption (read back from the TOML, so the rows are what was written)."""
@@ -159,3 +155,6 @@ def preset_csv(rep: dict) -> tuple[list[str], list[list]]:
         if isinstance(entry, dict)
     ]  # fmt: skip
     return ["field", "value", "unit", "assumed", "source"], rows
+
+
+run = runner(preset_report, print_preset, preset_csv)

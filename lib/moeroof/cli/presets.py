@@ -86,24 +86,21 @@ def _preset_entry(obj: Any, fields: Sequence[str]) -> dict[str, Any]:
 def presets_report() -> dict[str, Any]:
     """Every shipped preset, as the ``presets`` subcommand prints it with ``--json``."""
     from moeroof.data.io import InputError
-    from moeroof.data.presets import HARDWARE_FIELDS, MODEL_FIELDS, list_presets, load_hardware, load_model
+    from moeroof.data.presets import HARDWARE_FIELDS, MODEL_FIELDS, Hardware, list_presets, load_hardware, load_model
 
     shipped = list_presets()
     rep: dict[str, Any] = {"models": {}, "hardware": {}}
     broken: dict[str, str] = {}
     # one broken TOML dropped into data/presets is listed with its error; the others still load
-    for name, path in shipped["models"].items():
-        try:
-            rep["models"][name] = _preset_entry(load_model(path), list(MODEL_FIELDS))
-        except InputError as err:
-            broken[f"models/{name}"] = str(err)
-    for name, path in shipped["hardware"].items():
-        try:
-            hw = load_hardware(path)
-        except InputError as err:
-            broken[f"hardware/{name}"] = str(err)
-            continue
-        rep["hardware"][name] = {**_preset_entry(hw, list(HARDWARE_FIELDS)), "link": hw.link}
+    for kind, load, fields in (("models", load_model, MODEL_FIELDS), ("hardware", load_hardware, HARDWARE_FIELDS)):
+        for name, path in shipped[kind].items():
+            try:
+                preset = load(path)
+            except InputError as err:
+                broken[f"{kind}/{name}"] = str(err)
+                continue
+            entry = _preset_entry(preset, list(fields))
+            rep[kind][name] = {**entry, "link": preset.link} if isinstance(preset, Hardware) else entry
     if broken:
         rep["broken"] = broken
     return jsonable(rep)

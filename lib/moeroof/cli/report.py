@@ -76,8 +76,5 @@ def _csv_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
 def _print_summary(summary: dict[str, Any]) -> None:
     runs = summary["runs"]
     failed = [r["notebook"] for r in runs if not r.get("ok")]
-    print(
-        f"{len(runs)} report(s) rendered"
-        + (f", {len(failed)} failed ({', '.join(failed)})" if failed else "")
-        + f"; index: {summary['index']}"
-    )
+    failures = f", {len(failed)} failed ({', '.join(failed)})" if failed else ""
+    print(f"{len(runs)} report(s) rendered{failures}; index: {summary['index']}")

@@ -24,6 +24,7 @@ from moeroof.cli.flags import (
     RANK_SPEED,
     SET_HELP,
     Count,
+    add_default,
     add_step_arguments,
     apply_sets,
     resolve_auto_cache,
@@ -52,17 +53,10 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--ranks", required=True, type=Count(min=1), help="number of ranks")
     p.add_argument("--method", required=True, choices=METHODS, help="partition method")
     p.add_argument("--rank-speed", type=RANK_SPEED, help="relative speed per rank, comma-separated (e.g. 1,0.6)")
-    p.add_argument(
-        "--batch",
-        default="8",
-        type=Count(min=1, max=MAX_BATCH),
-        help="concurrent streams M for the step model (default 8)",
-    )
+    add_default(p, "--batch", "8", "concurrent streams M for the step model", type=Count(min=1, max=MAX_BATCH))
     add_step_arguments(p)
-    p.add_argument(
-        "--model", default="glm-5-nvfp4", help="model preset or TOML for the step model (default glm-5-nvfp4)"
-    )
-    p.add_argument("--hardware", default="gb10", help="hardware preset or TOML per rank (default gb10)")
+    add_default(p, "--model", "glm-5-nvfp4", "model preset or TOML for the step model")
+    add_default(p, "--hardware", "gb10", "hardware preset or TOML per rank")
     p.add_argument(
         "--independent",
         action="store_true",
@@ -144,5 +138,4 @@ def split_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    rep = split_report(args)
-    return emit(rep, args, lambda r: print_split(r, args.path), csv_table=split_csv)
+    return emit(split_report(args), args, lambda r: print_split(r, args.path), csv_table=split_csv)

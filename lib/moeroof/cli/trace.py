@@ -59,9 +59,9 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.flags import EXPERTS, LAYERS, SEED, TOP_K, Count, ListOf, Real, UsageError, check_replicate_memory
+from moeroof.cli.flags import EXPERTS, LAYERS, TOP_K, Count, ListOf, Real, UsageError, add_seed, check_replicate_memory
 from moeroof.cli.inputs import input_path
-from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, jsonable, new_output, table, writing_new
+from moeroof.cli.output import Progress, add_output_arguments, fmt, jsonable, new_output, runner, table, writing_new
 
 FAMILIES = ("uniform", "zipf:S", "dirichlet:ALPHA")
 #: a stickiness ρ (--rho, each of --rho-profile)
@@ -118,7 +118,7 @@ def add_parser(subparsers: Any) -> None:
         type=LAYERS,
         help="MoE layers L (default 8, or the length of --rho-profile; --routing: the histogram's)",
     )
-    p.add_argument("--seed", default="0", type=SEED, help="seed of the draw (default 0)")
+    add_seed(p, "the draw")
     p.add_argument("--force", action="store_true", help="replace the output file if it exists")
     add_output_arguments(p, output=False)
 
@@ -167,7 +167,7 @@ def parse_family(text: str) -> tuple[str, float | None]:
     try:
         skew = float(value)
     except ValueError:
-        raise UsageError(f"--family: {need}, got {text!r}") from None
+        skew = math.nan  # not a number: refused as one out of range
     if not math.isfinite(skew) or skew < 0 or (name == "dirichlet" and skew == 0):
         raise UsageError(f"--family: {need}, got {text!r}")
     return name, skew
@@ -222,11 +222,10 @@ def load_routing(path_text: str) -> HistogramRouting:
     )
     routing = routing_from_spec(str(path), stand_in)
     pi = np.asarray(routing.pi, dtype=float)
-    ids = tuple(int(x) for x in data.layer_ids)
-    if len(ids) != pi.shape[0]:  # a histogram summed over layers: one row for all
-        ids = tuple(range(pi.shape[0]))
+    summed = len(data.layer_ids) != pi.shape[0]  # a histogram summed over layers: one row for all
+    ids = tuple(range(pi.shape[0])) if summed else tuple(int(x) for x in data.layer_ids)
     notes = list(routing.notes)
-    pooled = bool(getattr(data, "layers_summed", False)) or len(ids) != len(data.layer_ids)
+    pooled = summed or bool(getattr(data, "layers_summed", False))
     if pooled:
         notes.append("the histogram is summed over layers: the trace has one layer drawn from the pooled popularity")
     return HistogramRouting(path, int(data.experts), int(data.top_k), ids, pi, dict(data.meta), tuple(notes), pooled)
@@ -357,10 +356,8 @@ def sample_from_knobs(k: dict[str, Any], popularity: np.ndarray | None = None) -
 
     if popularity is not None or k["family"] == "uniform":
         model: Any = Uniform(k["experts"], k["top_k"])  # with popularity: only E and K are read
-    elif k["family"] == "zipf":
-        model = Zipf(k["experts"], k["top_k"], k["skew"])
     else:
-        model = Dirichlet(k["experts"], k["top_k"], k["skew"])
+        model = (Zipf if k["family"] == "zipf" else Dirichlet)(k["experts"], k["top_k"], k["skew"])
     from moeroof.models.locality import layer_knobs
 
     # the knobs hold on every layer but the first MoE layer, which has no locality (as everywhere
@@ -429,16 +426,13 @@ def _routing_provenance(
         provenance_detail=detail,
     )
     notes.extend(routing.notes)
-    independent = not _knobs_order_tokens(knobs)
-    notes.append(
-        f"drawn from {routing.path}: {detail} — "
-        + (
-            "independent tokens, each including expert i of layer l with the histogram's frequency π_li"
-            if independent
-            else "stickiness / hot sets (--rho, --locality, --step-context) around the histogram's popularity: "
-            "the frequencies follow the knobs, not π exactly"
-        )
+    how = (
+        "stickiness / hot sets (--rho, --locality, --step-context) around the histogram's popularity: "
+        "the frequencies follow the knobs, not π exactly"
+        if _knobs_order_tokens(knobs)
+        else "independent tokens, each including expert i of layer l with the histogram's frequency π_li"
     )
+    notes.append(f"drawn from {routing.path}: {detail} — {how}")
     frequencies = _frequency_check(topk, routing, knobs["experts"])
     frequencies["weights_max_error"] = weights_error
     if weights_error is not None and weights_error > 1e-6:
@@ -493,7 +487,7 @@ def trace_report(args: argparse.Namespace) -> dict[str, Any]:
     rep.update(consecutive_overlap=None if overlap is None else [float(x) for x in overlap], notes=notes)
     if frequencies:
         rep["frequencies"] = frequencies
-    return rep
+    return jsonable(rep)
 
 
 def _knobs_order_tokens(k: dict[str, Any]) -> bool:
@@ -569,5 +563,4 @@ def trace_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     return list(CSV_COLUMNS), [[row[c] for c in CSV_COLUMNS]]
 
 
-def run(args: argparse.Namespace) -> int:
-    return emit(jsonable(trace_report(args)), args, print_trace, csv_table=trace_csv)
+run = runner(trace_report, print_trace, trace_csv)

@@ -19,20 +19,20 @@ from typing import Any
 
 import numpy as np
 
-from moeroof.cli.cache import read_trace_lazily
 from moeroof.cli.flags import (
     BATCH_HELP,
     EXPERTS,
     LAYERS,
     REPLICATES,
-    SEED,
     BatchList,
     Count,
     Real,
     UsageError,
+    add_default,
+    add_seed,
     check_replicate_memory,
 )
-from moeroof.cli.inputs import add_meta_arguments, load_input
+from moeroof.cli.inputs import add_meta_arguments, load_input, read_trace_arg
 from moeroof.cli.output import add_output_arguments, emit, fmt, jsonable, print_notes, table
 from moeroof.core.limits import MAX_BOOTSTRAP_COUNTS, check_allocation
 from moeroof.data.io import Histogram, InputError, Trace, check_incidence_sums
@@ -60,19 +60,11 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--bootstrap", default="200", type=REPLICATES, help="bootstrap replicates for the band (default 200; 0 = none)"
     )
-    p.add_argument(
-        "--draws",
-        default="4",
-        type=Count(min=1, max=REPLICATES.max),
-        help="random stream subsets per step for a trace (default 4)",
+    add_default(p, "--draws", "4", "random stream subsets per step for a trace", type=Count(min=1, max=REPLICATES.max))
+    add_default(
+        p, "--level", "0.95", "confidence level of the band", type=Real(min=0.0, max=1.0, open_low=True, open_high=True)
     )
-    p.add_argument(
-        "--level",
-        default="0.95",
-        type=Real(min=0.0, max=1.0, open_low=True, open_high=True),
-        help="confidence level of the band (default 0.95)",
-    )
-    p.add_argument("--seed", default="0", type=SEED, help="seed of numpy.random.default_rng (default 0)")
+    add_seed(p, "numpy.random.default_rng")
     add_meta_arguments(p)
     add_output_arguments(p)
 
@@ -176,7 +168,7 @@ def union_report(args: argparse.Namespace) -> dict[str, Any]:
         # a trace is read a block of steps at a time as union_from_trace goes through it (its ids
         # are not held: 340 MB at 10^8 requests); a histogram as load_input reads it
         data = (
-            read_trace_lazily(args.path, args)
+            read_trace_arg(args.path, args, lazy=True)
             if Path(args.path).suffix.lower() in (".npy", ".npz")
             else load_input(args.path, args)
         )
@@ -204,9 +196,7 @@ def union_report(args: argparse.Namespace) -> dict[str, Any]:
             "coalescing_ratio": ratio,
             "baseline": curve.baseline,
             "method": methods[0] if len(set(methods)) == 1 else methods,
-            "experts": curve.experts,
-            "top_k": curve.top_k,
-            "layers": curve.layers,
+            **{k: getattr(curve, k) for k in ("experts", "top_k", "layers")},
             "provenance": provenance,
             "source": source,
             "notes": notes,
@@ -243,5 +233,4 @@ def union_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    rep = union_report(args)
-    return emit(rep, args, print_union, csv_table=union_csv)
+    return emit(union_report(args), args, print_union, csv_table=union_csv)

@@ -17,7 +17,7 @@ import argparse
 from typing import Any
 
 from moeroof.cli.flags import Choice
-from moeroof.cli.output import Progress, add_output_arguments, emit, fmt, table
+from moeroof.cli.output import Progress, add_output_arguments, fmt, runner, table
 
 #: moeroof.studies.held_out.GROUPS, spelled out so that building the parser imports no study
 #: (tests/test_cli_flags.py checks that they agree)
@@ -98,5 +98,4 @@ def csv_table(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     return list(COLUMNS), [[r[c] for c in COLUMNS] for r in rep["rows"]]
 
 
-def run(args: argparse.Namespace) -> int:
-    return emit(validate_report(args), args, print_validate, csv_table)
+run = runner(validate_report, print_validate, csv_table)

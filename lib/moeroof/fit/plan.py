@@ -1846,8 +1846,12 @@ def _memory_tries(
             f = _setup_fit(points, model, hardware, routing, fit=(*base, knob), overlap=overlap, **kw)
         except ParameterError:  # too few rows beside the default knobs
             continue
-        outers = [best.outer] if knob == "reclaim" else [{**best.outer, knob: v} for v in MEMORY_SHARES]
-        x, cost, _ = min((f.solve_inner(o) for o in outers), key=lambda r: r[1])
+        # the least squares start where the default's ended (κ at its start beside them)
+        if knob == "reclaim":
+            outers, start = [best.outer], np.append(best.x, [p.start for p in f.params if p.knob == knob])
+        else:
+            outers, start = [{**best.outer, knob: v} for v in MEMORY_SHARES], best.x
+        x, cost, _ = min((f.solve_inner(o, start) for o in outers), key=lambda r: r[1])
         tried[knob] = (cost, f.profile_threshold(cost, x.size)[0])
     return best.total, tried
 

@@ -28,3 +28,14 @@ def test_coverage_counts_the_predicted_rows_inside_their_bands():
 def test_truths_must_be_positive():
     with pytest.raises(ValueError, match="truths"):
         pc.plan_coverage(0)
+
+
+def test_the_rows_are_seed_003s_points_file():
+    """The study calibrates where the shipped file measures (tok/s, hit rate) and predicts the
+    rows it leaves empty, in its order."""
+    from moeroof.core.paths import DATA_DIR
+    from moeroof.data.plan_points import read_plan_points
+
+    pts = read_plan_points(DATA_DIR / "points" / "seed003-public.plan-points")
+    got = [(p.batch, p.cache_gib, p.ranks, p.net_tok_s is not None, p.hit_rate is not None) for p in pts]
+    assert got == [tuple(row) for row in pc.ROWS]

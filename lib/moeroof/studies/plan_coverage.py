@@ -18,9 +18,13 @@ reads (κ, which fit-plan holds at its prior) and whether its reads go through t
 settings (:data:`ROWS`: GLM-5 NVFP4 on GB10, its per-layer histogram), simulated by
 :func:`moeroof.fit.plan.predict_points` at a simulation seed no fit uses, with a
 lognormal measurement noise of :data:`NOISE` on the calibration rows' tok/s and a normal one of
-:data:`HIT_NOISE` on their hit rates; fit-plan sees the three M = 8 rows a user of seed 003 has
-(tok/s, and the pair's hit rates) and predicts M = 1, 16, 32 and the 40 GiB row. The realised
-share inside the bands is reported whatever it is.
+:data:`HIT_NOISE` on their hit rates; fit-plan sees the four M = 8 rows a user of seed 003 has
+(data/points/seed003-public.plan-points: tok/s at 20 GiB on one booster and on the pair, at 40
+and 80 GiB on the pair, and the pair's hit rates at 20 and 80 GiB) — three cache sizes of one
+batch size, so its default also chooses the memory knob the rows rule in
+(:func:`moeroof.fit.plan.choose_memory_knob`) — and predicts that file's withheld rows: 60 GiB,
+M = 1, 16 and 32 at 80 GiB, one booster at M = 1. The realised share inside the bands is
+reported whatever it is.
 """
 
 from __future__ import annotations
@@ -49,15 +53,18 @@ from moeroof.models.plan import routing_from_spec
 
 __all__ = ["ROWS", "NOISE", "HIT_NOISE", "TRUTH_SEED", "PlanCoverage", "plan_coverage"]
 
-#: (B, cache GiB, ranks, calibrates): seed 003's public M = 8 settings, then the rows predicted
+#: (B, cache GiB, ranks, calibrates, hit rate measured): seed 003's public M = 8 rows as its points
+#: file has them (the 40 GiB row's hit rate withheld, as the report withholds it), then the rows predicted
 ROWS = (
-    (8, 20.0, 1, True),
-    (8, 20.0, 2, True),
-    (8, 80.0, 2, True),
-    (1, 80.0, 2, False),
-    (16, 80.0, 2, False),
-    (32, 80.0, 2, False),
-    (8, 40.0, 2, False),
+    (8, 20.0, 1, True, False),
+    (8, 20.0, 2, True, True),
+    (8, 80.0, 2, True, True),
+    (8, 40.0, 2, True, False),
+    (8, 60.0, 2, False, False),
+    (1, 80.0, 2, False, False),
+    (16, 80.0, 2, False, False),
+    (32, 80.0, 2, False, False),
+    (1, 20.0, 1, False, False),
 )
 #: lognormal measurement noise (σ of log tok/s) on the calibration rows
 NOISE = 0.05
@@ -121,7 +128,7 @@ def plan_coverage(truths: int = 8, *, progress: Callable[[int, int], None] | Non
     model, hw = load_model("glm-5-nvfp4"), load_hardware("gb10")
     routing = routing_from_spec("histograms/glm5-seed003-per-layer.csv", model)
     prior = Locality.committed()
-    pts = [PlanPoint(i + 2, b, c, r, "lru", None, None) for i, (b, c, r, _) in enumerate(ROWS)]
+    pts = [PlanPoint(i + 2, b, c, r, "lru", None, None) for i, (b, c, r, _, _) in enumerate(ROWS)]
     cal = [i for i, row in enumerate(ROWS) if row[3]]
     out = []
     inside = total = 0
@@ -135,8 +142,8 @@ def plan_coverage(truths: int = 8, *, progress: Callable[[int, int], None] | Non
         hit_noise = rng.normal(0.0, HIT_NOISE, size=len(cal))
         measured = list(pts)
         for k, i in enumerate(cal):
-            # the hit rate where seed 003 reports one: the pair's rows, not the one booster's
-            h = float(np.clip(hit[i] + hit_noise[k], 0.0, 1.0)) if ROWS[i][2] > 1 else None
+            # the hit rate where seed 003 reports one: the pair's at 20 and 80 GiB
+            h = float(np.clip(hit[i] + hit_noise[k], 0.0, 1.0)) if ROWS[i][4] else None
             measured[i] = replace(pts[i], net_tok_s=float(net[i] * noise[k]), hit_rate=h)
         fit = fit_plan(measured, model, hw, routing, routing_is_spec=False, locality=prior)
         rows = []

@@ -95,7 +95,7 @@ def test_regime_cases_are_fit_plan_on_the_shipped_points_files(monkeypatch):
     assert withheld and all(r["measured"] is None and r["error"] is None for r in withheld)
     assert all(r["low"] <= r["predicted"] <= r["high"] for r in withheld)
     # the mlx-lm#1438 fit was docs/validation.md's command: its file, presets, routing and knobs
-    (mlx,) = [x for x in seen if x[1] == "glm-5.2"]
+    (mlx,) = [x for x in seen if x[1] == "glm-5.2" and x[4]["fit"] is not None]
     pts, _, box, label, kw, fit = mlx
     assert pts == read_plan_points(DATA_DIR / "points" / "mlx-lm-1438.plan-points")
     assert box == "apple-m4-max" and "s=0.8" in label.replace(" ", "")
@@ -109,5 +109,19 @@ def test_regime_cases_are_fit_plan_on_the_shipped_points_files(monkeypatch):
     assert peak["inside"] == (pk["low"] <= peak["measured"] <= pk["high"])
     cons = [r for r in rows if r["case"] == "mlx-lm-1438-peak-calibration" and r["role"] == "consistency"]
     assert [r["predicted"] for r in cons] == [r["predicted"] for r in fit.rows if r["role"] == "calibration"]
+    # the newcomer's fit of the same rows: every flag at its default, its peak held to the same range
+    (newcomer,) = [x for x in seen if x[1] == "glm-5.2" and x[4]["fit"] is None]
+    assert newcomer[0] == pts and "reclaim" in newcomer[5].fitted
+    (default_peak,) = [r for r in rows if r["case"] == "mlx-lm-1438-default-peak" and r["role"] == "prediction"]
+    assert (
+        default_peak["measured"] == peak["measured"] and default_peak["predicted"] == newcomer[5].peaks[0]["cache_gib"]
+    )
+    # the newcomer's fit of the same rows: every flag at its default, its peak held to the same range
+    (newcomer,) = [x for x in seen if x[1] == "glm-5.2" and x[4]["fit"] is None]
+    assert newcomer[0] == pts and "reclaim" in newcomer[5].fitted
+    (default_peak,) = [r for r in rows if r["case"] == "mlx-lm-1438-default-peak" and r["role"] == "prediction"]
+    assert (
+        default_peak["measured"] == peak["measured"] and default_peak["predicted"] == newcomer[5].peaks[0]["cache_gib"]
+    )
     out = {c["case"]: c for c in held_out.summarise(rows)}
     assert out["seed003-m-sweep"]["mean_abs_error"] is not None  # over its calibration rows only

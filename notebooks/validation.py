@@ -141,8 +141,8 @@ if coverage_truths > 0:
 # Each truth is a box drawn from the priors fit-plan holds (per-step, per-token and
 # per-touched-expert engine costs, SSD scale, one stream's locality) with its terms combined by
 # `max` or `sum` (fit-plan is not told which); its rows are seed 003's settings, simulated at a
-# seed no fit uses with 5 % noise. fit-plan sees the three M = 8 rows and predicts M = 1, 16, 32
-# and the 40 GiB row; a 90 % band should hold about 90 % of them.
+# seed no fit uses with 5 % noise. fit-plan sees the M = 8 rows seed 003's points file measures
+# and predicts the rows it withholds; a 90 % band should hold about 90 % of them.
 
 # %%
 plan_cov = None
@@ -169,7 +169,9 @@ display(
             groups=chosen,
             tok_s_target=tok_s_target,
             hit_target=hit_target,
-            plan_coverage=None if plan_cov is None else (plan_cov.inside, plan_cov.rows, len(plan_cov.truths)),
+            plan_coverage=None
+            if plan_cov is None
+            else (plan_cov.inside, plan_cov.rows, len(plan_cov.truths), plan_cov.calibration),
             coverage=None
             if coverage is None
             else (

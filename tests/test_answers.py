@@ -527,3 +527,16 @@ def test_answers_name_the_link_a_box_streams_over():
         inputs=WITNESSED, link="page-cache",
     )  # fmt: skip
     words(w, "experts streamed from the page cache", "(page-cache-bound", absent=("SSD", "ssd-bound"))
+
+
+def test_validation_names_the_rows_fit_plans_coverage_calibrated_on():
+    """The coverage sentence counts and names the calibration rows it is given (batch sizes and
+    cache sizes), not a count written into the words."""
+
+    def said(cal) -> str:
+        return answers.validation(cases=[], rows=[], skipped={}, groups=["step"], plan_coverage=(0.875, 40, 8, cal))
+
+    four = said([(8, 20.0, 1), (8, 20.0, 2), (8, 80.0, 2), (8, 40.0, 2)])
+    assert "calibrated on 4 of seed 003's rows (M = 8; 20, 40 and 80 GiB), 88 % of 40 predicted rows" in four
+    two = said([(1, 10.0, 1), (4, 10.0, 1)])
+    assert "calibrated on 2 of seed 003's rows (M = 1 and 4; 10 GiB)" in two

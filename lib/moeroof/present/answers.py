@@ -1035,15 +1035,15 @@ def validation(
     tok_s_target: float = 0.20,
     hit_target: float = 0.05,
     coverage: tuple[float, float, int, Sequence[int]] | None = None,
-    plan_coverage: tuple[float, int, int] | None = None,
+    plan_coverage: tuple[float, int, int, Sequence[tuple[int, float, int]]] | None = None,
 ) -> str:
     """validation: how the held-out predictions (``rows`` of :mod:`moeroof.studies.held_out`,
     ``cases`` its summary) meet the targets — relative errors within ``tok_s_target`` and hit-rate
     errors within ``hit_target`` (a fraction: 0.05 is 5 points) — and how many banded rows lie
     inside their band (a fit's 5–95 %, or a zero-fit row's engine-prior range); the worst case by mean |error|; what was skipped. ``coverage``:
     (share inside with the locality prior, without it, rows, the calibration rows' batch sizes) of
-    the simulated-truth check; ``plan_coverage``: (share inside, predicted rows, truths) of
-    fit-plan's (:func:`moeroof.studies.plan_coverage.plan_coverage`)."""
+    the simulated-truth check; ``plan_coverage``: (share inside, predicted rows, truths, the calibration rows'
+    (B, cache GiB, ranks)) of fit-plan's (:func:`moeroof.studies.plan_coverage.plan_coverage`)."""
     pred = [r for r in rows if r["role"] == "prediction"]
     banded = [r for r in pred if r["inside"] is not None]
     consistency = sum(r["role"] == "consistency" for r in rows)
@@ -1082,11 +1082,13 @@ def validation(
             f"prior and {pct(off)} with locality off. "
         )
     if plan_coverage is not None:
-        share, n_rows, n_truths = plan_coverage
+        share, n_rows, n_truths, plan_cal = plan_coverage
+        at = f"M = {_join([str(b) for b in sorted({c[0] for c in plan_cal})])}"
+        sizes = _join([f"{g:g}" for g in sorted({c[1] for c in plan_cal})])
         parts.append(
             f"On {n_truths} simulated boxes drawn from fit-plan's priors (engine, SSD, locality, reclaim work, page cache; terms "
-            f"combined by max or sum, not told), calibrated on seed 003's three M = 8 rows, {pct(share)} of {n_rows} predicted "
-            "rows lie inside fit-plan's 90 % band. "
+            f"combined by max or sum, not told), calibrated on {len(plan_cal)} of seed 003's rows ({at}; {sizes} GiB), "
+            f"{pct(share)} of {n_rows} predicted rows lie inside fit-plan's 90 % band. "
         )
     if skipped:
         parts.append(f"Skipped: {'; '.join(f'{k} ({v})' for k, v in skipped.items())}. ")

@@ -78,11 +78,13 @@ TRUTH_SEED = 7
 class PlanCoverage(Result):
     """``truths``: one dict per truth (its knobs, overlap, and per predicted row the truth, the
     prediction, the band and whether the truth is inside); ``inside`` the share of predicted rows
-    inside their band, ``rows`` how many."""
+    inside their band, ``rows`` how many; ``calibration``: the rows fit-plan calibrates on, as
+    (B, cache GiB, ranks)."""
 
     truths: tuple[dict, ...]
     inside: float
     rows: int
+    calibration: tuple[tuple[int, float, int], ...] = ()
 
 
 #: the drawn knobs each truth of :func:`plan_coverage` reports, in order
@@ -161,4 +163,5 @@ def plan_coverage(truths: int = 8, *, progress: Callable[[int, int], None] | Non
         out.append({"truth": j, "overlap": overlap, "overlap_chosen": fit.overlap, **drawn, "rows": rows})
         if progress is not None:
             progress(j + 1, int(truths))
-    return PlanCoverage(tuple(out), inside / max(total, 1), total)
+    calibration = tuple((b, c, r) for b, c, r, calibrates, _ in ROWS if calibrates)
+    return PlanCoverage(tuple(out), inside / max(total, 1), total, calibration)

@@ -198,8 +198,9 @@ def test_a_signal_mid_run_removes_the_scratch_files(tmp_path, sig):
     "flags, message, named",
     [
         (["--file-mib", "100000000"], "of scratch in", "--file-mib"),
-        (["--mem-mib", "100000000"], "of memory but only", "--mem-mib/--matmul-n"),
-        (["--matmul-n", "10000000"], "of memory but only", "--mem-mib/--matmul-n"),
+        # a small scratch file: the memory check is the one under test, not the disk's free space
+        (["--file-mib", "1", "--mem-mib", "100000000"], "of memory but only", "--mem-mib/--matmul-n"),
+        (["--file-mib", "1", "--matmul-n", "10000000"], "of memory but only", "--mem-mib/--matmul-n"),
         (["--seconds", "0"], "--seconds", "--seconds"),
         (["--file-mib", "abc"], "--file-mib", "--file-mib"),
         (["--file-mib", "0.01"], "at least one 128 KiB read", "--file-mib"),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from moeroof.core.paths import DATA_DIR
+from moeroof.data.plan_points import read_plan_points
 from moeroof.fit.plan import PRIOR_RECLAIM_PENALTY, PRIOR_SECONDS_PER_AGENT_TOKEN, PRIOR_SECONDS_PER_STEP
 from moeroof.studies import plan_coverage as pc
 
@@ -13,7 +15,8 @@ def test_coverage_counts_the_predicted_rows_inside_their_bands():
     res = pc.plan_coverage(2)
     assert len(res.truths) == 2 and {t["overlap"] for t in res.truths} == {"max", "sum"}
     rows = [r for t in res.truths for r in t["rows"]]
-    predicted = [i for i, row in enumerate(pc.ROWS) if not row[3]]
+    shipped = read_plan_points(DATA_DIR / "points" / pc.POINTS)
+    predicted = [p for p in shipped if p.net_tok_s is None]
     assert res.rows == len(rows) == 2 * len(predicted)
     # the share is a recount of the rows (not the study's own tally)
     assert res.inside == pytest.approx(np.mean([r["low"] <= r["truth"] <= r["high"] for r in rows]))
@@ -30,12 +33,10 @@ def test_truths_must_be_positive():
         pc.plan_coverage(0)
 
 
-def test_the_rows_are_seed_003s_points_file():
-    """The study calibrates where the shipped file measures (tok/s, hit rate) and predicts the
-    rows it leaves empty, in its order."""
-    from moeroof.core.paths import DATA_DIR
-    from moeroof.data.plan_points import read_plan_points
-
-    pts = read_plan_points(DATA_DIR / "points" / "seed003-public.plan-points")
-    got = [(p.batch, p.cache_gib, p.ranks, p.net_tok_s is not None, p.hit_rate is not None) for p in pts]
-    assert got == [tuple(row) for row in pc.ROWS]
+def test_it_calibrates_where_seed_003s_points_file_measures():
+    """The study calibrates on the rows the shipped file measures (and predicts the rows it leaves
+    empty, counted above): four M = 8 rows, the 40 GiB one among them."""
+    shipped = read_plan_points(DATA_DIR / "points" / pc.POINTS)
+    res = pc.plan_coverage(1)
+    assert res.calibration == tuple((p.batch, p.cache_gib, p.ranks) for p in shipped if p.net_tok_s is not None)
+    assert len(res.calibration) == 4 and (8, 40.0, 2) in res.calibration

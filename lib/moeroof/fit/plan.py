@@ -42,9 +42,10 @@ the engine terms, with three or more both. Where the rows measure tok/s at three
 sizes of one batch size and rank count, how the step bends with the cache can tell a memory knob,
 and which one the box has — the page cache's share (``pressure``) or the reclaim work
 (``reclaim``) — is a structural choice the default makes from the rows
-(:func:`choose_memory_knob`): each is tried at the default knobs' best cache knobs, and the one
-that lowers the cost by more than the profile's margin (below) joins the fit; the other stays
-held at its prior, its end in the bands as far as the rows admit it.
+(:func:`choose_memory_knob`): each is tried at the default knobs' best cache knobs, and one joins
+the fit where the rows rule out its absence — the default's cost lies above the knob's profile
+cut (below) — the lower cost where both do; the other stays held at its prior, its end in the
+bands as far as the rows admit it.
 
 **Bands** (5–95 % of a new measurement), from two parts.
 
@@ -1809,41 +1810,25 @@ MEMORY_KNOBS = {"pressure": "the page cache's share", "reclaim": "the reclaim wo
 MEMORY_SHARES = tuple(i / 6 for i in range(1, 7))
 
 
-def _memory_search(
-    points: Sequence[PlanPoint],
-    model: MoEModel,
-    hardware: Hardware,
-    routing: RoutingProbabilities,
-    base: tuple[str, ...],
-    overlap: str,
-    kw: dict[str, Any],
-) -> _Best:
-    """The default knobs' best under one overlap as :func:`choose_memory_knob` tries them: the
-    search's first evaluations alone (a single cache knob's grid and start, which the fit that
-    follows evaluates again from the memo), no profile walk: a structure is told at the grid's
-    resolution."""
-    coarse = {**kw, "max_evaluations": SEARCH_GRID_POINTS + 1, "walk": False, "overlap": overlap}
-    return _search(_setup_fit(points, model, hardware, routing, fit=base, **coarse), [])
+def _memory_search(setup: Callable[..., _Fit], base: tuple[str, ...], overlap: str) -> _Best:
+    """The default knobs' best under one overlap as :func:`choose_memory_knob` tries them
+    (``setup(fit, overlap, **settings)``: its :func:`_setup_fit`): the search's first evaluations
+    alone (a single cache knob's grid and start, which the fit that follows evaluates again from
+    the memo), no profile walk: a structure is told at the grid's resolution."""
+    return _search(setup(base, overlap, max_evaluations=SEARCH_GRID_POINTS + 1, walk=False), [])
 
 
 def _memory_tries(
-    points: Sequence[PlanPoint],
-    model: MoEModel,
-    hardware: Hardware,
-    routing: RoutingProbabilities,
-    base: tuple[str, ...],
-    overlap: str,
-    kw: dict[str, Any],
-    best: _Best | None = None,
+    setup: Callable[..., _Fit], base: tuple[str, ...], overlap: str, best: _Best | None = None
 ) -> tuple[float, dict[str, tuple[float, float]]]:
     """:func:`choose_memory_knob`'s tries under one overlap: the default knobs' best cost
     (``best``, else :func:`_memory_search`'s), and each memory knob's (cost, profile cut) at their
     best cache knobs."""
-    best = _memory_search(points, model, hardware, routing, base, overlap, kw) if best is None else best
+    best = _memory_search(setup, base, overlap) if best is None else best
     tried: dict[str, tuple[float, float]] = {}
     for knob in MEMORY_KNOBS:
         try:
-            f = _setup_fit(points, model, hardware, routing, fit=(*base, knob), overlap=overlap, **kw)
+            f = setup((*base, knob), overlap)
         except ParameterError:  # too few rows beside the default knobs
             continue
         # the least squares start where the default's ended (κ at its start beside them)
@@ -1879,19 +1864,22 @@ def choose_memory_knob(
     the later overlaps' tries in a forked child (the same numbers). ``kw``: :func:`_setup_fit`'s
     (``memo`` shared with the fit that follows: the traces sampled here serve it)."""
     base = tuple(default_knobs(points, routing_is_spec=kw["routing_is_spec"]))
-    args = (points, model, hardware, routing, base)
-    first = _memory_search(*args, overlaps[0], kw)
+
+    def setup(fit: Sequence[str], overlap: str, **more: Any) -> _Fit:
+        return _setup_fit(points, model, hardware, routing, fit=fit, overlap=overlap, **{**kw, **more})
+
+    first = _memory_search(setup, base, overlaps[0])
     # with a second core, the other overlaps' tries beside this one's (each a pure function of its
     # inputs), forked once the first search has sampled the traces they share
-    beside = _fork_call(lambda: [_memory_tries(*args, ov, kw) for ov in overlaps[1:]]) if jobs >= 2 else None
+    beside = _fork_call(lambda: [_memory_tries(setup, base, ov) for ov in overlaps[1:]]) if jobs >= 2 else None
     try:
-        per_overlap = [_memory_tries(*args, overlaps[0], kw, first)]
+        per_overlap = [_memory_tries(setup, base, overlaps[0], first)]
         got = beside.result() if beside is not None else None
     except BaseException:
         if beside is not None:
             beside.stop()
         raise
-    per_overlap += got if got is not None else [_memory_tries(*args, ov, kw) for ov in overlaps[1:]]
+    per_overlap += got if got is not None else [_memory_tries(setup, base, ov) for ov in overlaps[1:]]
     without = min(w for w, _ in per_overlap)
     tried: dict[str, tuple[float, float]] = {}  # knob: (its lowest cost, its profile cut there)
     for _, costs in per_overlap:
@@ -1914,21 +1902,26 @@ def choose_memory_knob(
 
 
 def _default_memory_knob(
-    points: Sequence[PlanPoint], model: MoEModel, hardware: Hardware, routing: RoutingProbabilities, **how: Any
+    points: Sequence[PlanPoint],
+    model: MoEModel,
+    hardware: Hardware,
+    routing: RoutingProbabilities,
+    kw: dict[str, Any],
+    overlap: str | None,
+    jobs: int,
+    progress: Callable[[int, int, str], None] | None,
 ) -> tuple[tuple[str, ...] | None, str | None]:
-    """:func:`fit_plan`'s knobs where none is named and the rows measure a cache curve
-    (:func:`choose_memory_knob`, with its note); (None, None) elsewhere. ``how``: fit_plan's
-    ``fit``, ``overlap``, ``jobs`` and ``progress``, and ``kw``, :func:`_setup_fit`'s settings."""
-    kw, overlap = how["kw"], how["overlap"]
-    if how["fit"] is not None or not memory_curve_note(
-        points, default_knobs(points, routing_is_spec=kw["routing_is_spec"])
-    ):
+    """:func:`fit_plan`'s knobs where none is named (``kw["fit"]`` None) and the rows measure a
+    cache curve (:func:`choose_memory_knob`, with its note); (None, None) elsewhere. ``kw``:
+    :func:`_setup_fit`'s settings; ``overlap``, ``jobs``, ``progress``: fit_plan's."""
+    base = default_knobs(points, routing_is_spec=kw["routing_is_spec"])
+    if kw["fit"] is not None or not memory_curve_note(points, base):
         return None, None
-    if how["progress"] is not None:
-        how["progress"](0, len(FIT_STAGES) * (1 if overlap else 2), "memory knob: trying pressure and reclaim")
+    if progress is not None:
+        progress(0, len(FIT_STAGES) * (1 if overlap else 2), "memory knob: trying pressure and reclaim")
     tries = (overlap,) if overlap is not None else ("max", "sum")
     setup = {k: v for k, v in kw.items() if k != "fit"}
-    return choose_memory_knob(points, model, hardware, routing, tries, how["jobs"], **setup)
+    return choose_memory_knob(points, model, hardware, routing, tries, jobs, **setup)
 
 
 def fit_plan(
@@ -1972,9 +1965,7 @@ def fit_plan(
     )
     if overlap is not None and overlap not in ("max", "sum"):
         raise ParameterError("overlap", f"expected max or sum, got {overlap!r}")
-    chosen, structure_note = _default_memory_knob(
-        points, model, hardware, routing, fit=fit, overlap=overlap, jobs=jobs, progress=progress, kw=kw
-    )
+    chosen, structure_note = _default_memory_knob(points, model, hardware, routing, kw, overlap, jobs, progress)
     kw["fit"] = chosen if chosen is not None else fit
     overlaps_tried = ("max", "sum") if overlap is None else (overlap,)
     total = len(FIT_STAGES) * len(overlaps_tried)

@@ -15,7 +15,7 @@ generator, the same whatever the count — and three structural choices fit-plan
 terms combined by ``max`` or ``sum`` (alternating), whether the memory the engine holds slows its
 reads (κ, which fit-plan holds at its prior) and whether its reads go through the page cache
 (held off, its high end in the bands where it meets the calibration rows within 2 σ). Its rows are seed 003's
-settings (:data:`ROWS`: GLM-5 NVFP4 on GB10, its per-layer histogram), simulated by
+settings (:data:`POINTS`: GLM-5 NVFP4 on GB10, its per-layer histogram), simulated by
 :func:`moeroof.fit.plan.predict_points` at a simulation seed no fit uses, with a
 lognormal measurement noise of :data:`NOISE` on the calibration rows' tok/s and a normal one of
 :data:`HIT_NOISE` on their hit rates; fit-plan sees the four M = 8 rows a user of seed 003 has
@@ -35,9 +35,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from moeroof.core.paths import DATA_DIR
 from moeroof.core.results import Result
 from moeroof.core.rng import generator
-from moeroof.data.plan_points import PlanPoint
+from moeroof.data.plan_points import read_plan_points
 from moeroof.data.presets import load_hardware, load_model
 from moeroof.fit.plan import (
     PRIOR_PAGE_CACHE_SHARE,
@@ -51,21 +52,11 @@ from moeroof.fit.plan import (
 from moeroof.models.locality import Locality
 from moeroof.models.plan import routing_from_spec
 
-__all__ = ["ROWS", "NOISE", "HIT_NOISE", "TRUTH_SEED", "PlanCoverage", "plan_coverage"]
+__all__ = ["POINTS", "NOISE", "HIT_NOISE", "TRUTH_SEED", "PlanCoverage", "plan_coverage"]
 
-#: (B, cache GiB, ranks, calibrates, hit rate measured): seed 003's public M = 8 rows as its points
-#: file has them (the 40 GiB row's hit rate withheld, as the report withholds it), then the rows predicted
-ROWS = (
-    (8, 20.0, 1, True, False),
-    (8, 20.0, 2, True, True),
-    (8, 80.0, 2, True, True),
-    (8, 40.0, 2, True, False),
-    (8, 60.0, 2, False, False),
-    (1, 80.0, 2, False, False),
-    (16, 80.0, 2, False, False),
-    (32, 80.0, 2, False, False),
-    (1, 20.0, 1, False, False),
-)
+#: the points file under data/points whose rows the study takes: measured values calibrate (a
+#: truth's, in their place: tok/s and hit rate where the file has each), empty rows are predicted
+POINTS = "seed003-public.plan-points"
 #: lognormal measurement noise (σ of log tok/s) on the calibration rows
 NOISE = 0.05
 #: measurement noise (σ, as a share) on the calibration rows' hit rates
@@ -130,8 +121,9 @@ def plan_coverage(truths: int = 8, *, progress: Callable[[int, int], None] | Non
     model, hw = load_model("glm-5-nvfp4"), load_hardware("gb10")
     routing = routing_from_spec("histograms/glm5-seed003-per-layer.csv", model)
     prior = Locality.committed()
-    pts = [PlanPoint(i + 2, b, c, r, "lru", None, None) for i, (b, c, r, _, _) in enumerate(ROWS)]
-    cal = [i for i, row in enumerate(ROWS) if row[3]]
+    shipped = read_plan_points(DATA_DIR / "points" / POINTS)
+    pts = [replace(p, net_tok_s=None, hit_rate=None) for p in shipped]
+    cal = [i for i, p in enumerate(shipped) if p.net_tok_s is not None]
     out = []
     inside = total = 0
     for j in range(int(truths)):
@@ -145,7 +137,7 @@ def plan_coverage(truths: int = 8, *, progress: Callable[[int, int], None] | Non
         measured = list(pts)
         for k, i in enumerate(cal):
             # the hit rate where seed 003 reports one: the pair's at 20 and 80 GiB
-            h = float(np.clip(hit[i] + hit_noise[k], 0.0, 1.0)) if ROWS[i][4] else None
+            h = float(np.clip(hit[i] + hit_noise[k], 0.0, 1.0)) if shipped[i].hit_rate is not None else None
             measured[i] = replace(pts[i], net_tok_s=float(net[i] * noise[k]), hit_rate=h)
         fit = fit_plan(measured, model, hw, routing, routing_is_spec=False, locality=prior)
         rows = []
@@ -163,5 +155,5 @@ def plan_coverage(truths: int = 8, *, progress: Callable[[int, int], None] | Non
         out.append({"truth": j, "overlap": overlap, "overlap_chosen": fit.overlap, **drawn, "rows": rows})
         if progress is not None:
             progress(j + 1, int(truths))
-    calibration = tuple((b, c, r) for b, c, r, calibrates, _ in ROWS if calibrates)
+    calibration = tuple((shipped[i].batch, shipped[i].cache_gib, shipped[i].ranks) for i in cal)
     return PlanCoverage(tuple(out), inside / max(total, 1), total, calibration)

@@ -845,3 +845,64 @@ def test_the_memory_note_says_how_far_the_fit_misses_its_calibration_rows():
     near = with_memory_note(fit_with((2.55, 2.9, 5.6)), three)
     assert "misses" not in near.notes[-1] and "structural choice" in near.notes[-1]
     assert worst_calibration_miss([{"row": 1, "role": "prediction", "measured": None, "predicted": 1.0}]) is None
+
+
+def test_a_fit_that_does_not_name_the_engine_holds_it_at_the_boxs_priors(engine_box):
+    """The engine is never a silent 0: where --fit leaves it out and the preset does not state it,
+    its per-step, per-token and per-touched-expert costs sit at the box's priors' centres (knob
+    table, a note), and the bands take in their ends. A truth whose engine lies at the far end of
+    those ranges (70 ms a step, 0.7 ms a touched pair), measured at B = 1 and 2, lies inside the
+    band of the B = 16 row it predicts; a box that states its engine (0, witnessed) keeps it, and
+    the same row's band then lies below the truth."""
+    from moeroof.data.presets import DEFAULT_PRIORS
+
+    m, hw, r = engine_box
+    truth = PlanKnobs(engine_seconds_per_step=0.07, engine_seconds_per_touched_expert=7e-4)
+    pts = points([(1, 8.0), (2, 8.0), (16, 8.0)])
+    net, _ = predict_points(pts, m, hw, r, truth)
+    measured = with_measured(pts, net, {0, 1})
+    fit = fit_plan(measured, m, hw, r, fit=("ssd-scale",), overlap="max")
+    for key in ("engine_seconds_per_step", "engine_seconds_per_agent_token", "engine_seconds_per_touched_expert"):
+        entry = fit.knobs[key]
+        assert not entry["fitted"] and entry["held"].startswith("prior"), entry
+        assert (entry["low"], entry["value"], entry["high"]) == DEFAULT_PRIORS[key][0]
+    assert any(n.startswith("engine held at the box's priors") for n in fit.notes)
+    row = fit.rows[2]
+    assert row["low"] <= net[2] <= row["high"], (row, net[2])
+    engine = ("engine_seconds_per_step", "engine_seconds_per_agent_token", "engine_seconds_per_touched_expert")
+    stated = dataclasses.replace(hw, provenance={**hw.provenance, **dict.fromkeys(engine, "witnessed")})
+    bare = fit_plan(measured, m, stated, r, fit=("ssd-scale",), overlap="max")
+    assert bare.knobs["engine_seconds_per_step"] == {"value": 0.0, "fitted": False, "unit": "s", "held": "the preset's"}
+    assert "engine_seconds_per_touched_expert" not in bare.knobs
+    assert not any(n.startswith("engine held") for n in bare.notes)
+    assert bare.rows[2]["high"] < net[2], (bare.rows[2], net[2])
+
+
+def test_the_misfit_note_names_each_calibration_value_missed_beyond_the_noise():
+    """A tok/s 20 % high is ln(1.2)/5 % = 3.6 σ, a hit rate 5 points low 2.5 σ: both named, worst
+    first; a tok/s 5 % high (1 σ), a 3-point hit-rate miss (1.5 σ) and prediction rows are not.
+    Every value within 2 σ: no note."""
+    from moeroof.fit.plan import misfit_note
+
+    def row(n, role, measured, predicted, hit=None, hit_pred=0.5):
+        rel = None if measured is None else predicted / measured - 1.0
+        return {
+            "row": n,
+            "role": role,
+            "measured": measured,
+            "predicted": predicted,
+            "relative_error": rel,
+            "measured_hit_rate": hit,
+            "predicted_hit_rate": hit_pred,
+        }
+
+    rows = [
+        row(2, "calibration", 1.0, 1.05, hit=0.53),
+        row(3, "calibration", 2.0, 2.4, hit=0.55),
+        row(4, "prediction", None, 9.0),
+    ]
+    note = misfit_note(rows)
+    assert note is not None and "misses 2 of its 4 calibration values" in note
+    assert note.index("row 3 tok/s +20 % (3.6 σ)") < note.index("row 3 hit rate -5.0 points (2.5 σ)")
+    assert "row 2" not in note and "row 4" not in note
+    assert misfit_note(rows[:1] + rows[2:]) is None

@@ -973,6 +973,9 @@ class _HeldKnobs:
     #: the fastest calibration step over the (layer, expert) pairs a rank touches there, s per pair
     #: (0 without the engine fitted): the per-touched-expert cost at its prior share 1
     touched_cap: float
+    #: where ``--fit`` does not name the engine: the engine costs (``step``, ``token``, ``touched``)
+    #: the preset leaves unstated, held at the box's priors (:data:`ENGINE_FIELDS`), never at its 0
+    engine: tuple[str, ...] = ()
 
     @property
     def reclaim(self) -> bool:
@@ -994,6 +997,14 @@ def _touched_pairs(points: Sequence[PlanPoint], model: MoEModel, routing: Routin
     return np.array([max(model.moe_layers * u / p.ranks, 1e-9) for u, p in zip(per_layer, measured)])
 
 
+#: the engine costs a fit holds, each with its :class:`PlanKnobs` (and preset) field
+ENGINE_FIELDS = {
+    "step": "engine_seconds_per_step",
+    "token": "engine_seconds_per_agent_token",
+    "touched": "engine_seconds_per_touched_expert",
+}
+
+
 def _held_knobs(
     names: tuple[str, ...],
     hardware: Hardware,
@@ -1008,7 +1019,9 @@ def _held_knobs(
     streaming tier's only where its scale is not fitted), the skew prior's skew where it is not
     fitted, the locality prior's ρ and c (``experts``: the model's, for c = c/E · E), the reclaim
     work's κ where nothing states it, and the page cache's share where neither ``pressure`` is
-    fitted nor ``page_cache`` turns it on."""
+    fitted nor ``page_cache`` turns it on; where ``names`` leaves the engine out, its costs the
+    preset does not state, at the box's engine priors (a named fit without ``engine`` does not
+    hold the roofline's 0)."""
     local = {"rho": 0.0, "c": math.inf}
     if held_locality is not None:
         local = {"rho": held_locality.rho, "c": held_locality.c_per_expert * experts}  # inf (off) stays inf
@@ -1026,7 +1039,11 @@ def _held_knobs(
         values["reclaim"] = PRIOR_RECLAIM_PENALTY[1]
     if "pressure" not in names and not page_cache:
         values["page"] = PRIOR_PAGE_CACHE_SHARE[1]
-    return _HeldKnobs(values, local, efficiency, skew_prior, held_locality, touched_cap)
+    engine: tuple[str, ...] = ()
+    if "engine" not in names:
+        engine = tuple(k for k, f in ENGINE_FIELDS.items() if f in hardware.priors and unstated(hardware, f))
+        values.update({k: hardware.priors[ENGINE_FIELDS[k]][0][1] for k in engine})
+    return _HeldKnobs(values, local, efficiency, skew_prior, held_locality, touched_cap, engine)
 
 
 def _engine_start(
@@ -1103,6 +1120,7 @@ class _Fit:
                 engine_seconds_per_agent_token=held["token"],
                 engine_seconds_per_touched_expert=held["touched"],
             )
+        k = replace(k, **{ENGINE_FIELDS[e]: held[e] for e in self.held.engine})
         k = replace(k, **{p.field: float(v) for p, v in zip(self.params, inner)})
         if self.held.skew_prior is not None or "skew" in outer:
             k = replace(k, skew=outer.get("skew", held.get("skew")))
@@ -1555,6 +1573,8 @@ class _PriorEnds:
             self._engine_ends()
         if fit.holds_touched:
             self._touched_ends()
+        if fit.held.engine:
+            self._unnamed_engine_ends()
         self._efficiency_ends()
         if fit.held.reclaim:
             self._reclaim_ends()
@@ -1585,6 +1605,24 @@ class _PriorEnds:
             f"measured rate is at B = {fit.rows.net_batches[0]}, where the per-token and per-step engine costs cannot be told "
             "from the per-touched-expert one, which is fitted; the bands include the predictions at both ends of "
             "both ranges" + _as_far_as(cut)
+        )
+
+    def _unnamed_engine_ends(self) -> None:
+        """The engine costs a fit that does not name ``engine`` holds at the box's priors, each at its ends."""
+        priors, held = self.fit.hardware.priors, self.fit.held.values
+        cut = []
+        for key in self.fit.held.engine:
+            lo, _, hi = priors[ENGINE_FIELDS[key]][0]
+            cut += self.widen_at_ends(key, (lo, hi))
+        said = ", ".join(
+            f"{ENGINE_FIELDS[k]} {held[k] * 1e3:g} ms (range {priors[ENGINE_FIELDS[k]][0][0] * 1e3:g}–"
+            f"{priors[ENGINE_FIELDS[k]][0][2] * 1e3:g} ms)"
+            for k in self.fit.held.engine
+        )
+        self.notes.append(
+            f"engine held at the box's priors ({_prior_origin(self.fit.hardware)}) where --fit does not name engine "
+            f"and the preset does not state it: {said}; the bands include the predictions at both ends"
+            + _as_far_as(cut)
         )
 
     def _touched_ends(self) -> None:
@@ -2001,7 +2039,37 @@ def fit_plan(
         progress(total, total, "done")
     out = fits[overlap] if overlap is not None else _better_overlap(fits)
     # the default's own note says what it tried; a named fit gets the reminder of what the rows could tell
-    return with_memory_note(out, points) if structure_note is None else replace(out, notes=(*out.notes, structure_note))
+    out = with_memory_note(out, points) if structure_note is None else replace(out, notes=(*out.notes, structure_note))
+    missed = misfit_note(out.rows)
+    return out if missed is None else replace(out, notes=(*out.notes, missed))
+
+
+def misfit_note(rows: Sequence[dict[str, Any]]) -> str | None:
+    """A note where the fit misses any of its calibration values (``rows``: :attr:`PlanFit.rows`)
+    by more than :data:`WITHIN_NOISE_Z` σ of the noise a measurement is assumed to carry
+    (:data:`SIGMA_NET` on log tok/s, :data:`SIGMA_HIT` on hit rates): each such value and its
+    miss, worst first. The bands widen by the rows' scatter, but a miss this size says the knobs
+    fitted do not explain the rows; None where every value is met within it."""
+    misses = []
+    for r in rows:
+        if r["role"] != "calibration":
+            continue
+        if r["measured"] is not None:
+            z = math.log(r["predicted"] / r["measured"]) / SIGMA_NET
+            misses.append((abs(z), f"row {r['row']} tok/s {100 * r['relative_error']:+.0f} %"))
+        if r["measured_hit_rate"] is not None:
+            z = (r["predicted_hit_rate"] - r["measured_hit_rate"]) / SIGMA_HIT
+            misses.append((abs(z), f"row {r['row']} hit rate {100 * SIGMA_HIT * z:+.1f} points"))
+    beyond = sorted((m for m in misses if m[0] > WITHIN_NOISE_Z), key=lambda m: -m[0])
+    if not beyond:
+        return None
+    return (
+        f"misfit: the fit misses {len(beyond)} of its {len(misses)} calibration values by more than "
+        f"{WITHIN_NOISE_Z:g} σ of the noise assumed ({SIGMA_NET:.0%} on tok/s, {100 * SIGMA_HIT:g} points on hit rates): "
+        + ", ".join(f"{what} ({z:.1f} σ)" for z, what in beyond)
+        + "; the bands take in the rows' scatter, but misses beyond the noise say the knobs fitted do not fully "
+        "explain the rows"
+    )
 
 
 def _search_ends(searched: dict[str, float], channel: Any = None) -> dict[str, Callable[[float, float], bool]]:
@@ -2252,6 +2320,10 @@ def _knob_table(
     if "engine" not in names:
         for key in ("engine_seconds_per_step", "engine_seconds_per_agent_token"):
             out[key] = {"value": float(getattr(hardware, key)), "fitted": False, "unit": "s", "held": "the preset's"}
+        for key in fit.held.engine:
+            lo, centre, hi = hardware.priors[ENGINE_FIELDS[key]][0]
+            why = "--fit does not name engine and the preset does not state it: held at its prior, the bands cover its range"
+            out[ENGINE_FIELDS[key]] = _held_entry(centre, lo, hi, f"prior ({_prior_origin(hardware)})", why, "s")
     if "ssd-scale" not in names:
         out["ssd_scale"] = {"value": 1.0, "fitted": False, "unit": "×", "held": "the preset's SSD curve"}
     out.update(_cache_knob_entries(outer, routing, cache_intervals))

@@ -69,6 +69,9 @@ CASES = (
         ("engine", "ssd-scale", "pressure"),
     ),
     ("mlx-lm-1438", "mlx-lm-1438.plan-points", "glm-5.2", "apple-m4-max", "zipf:0.8", ("ssd-scale", "reclaim", "skew")),
+    # the same three rows with every flag at its default: the memory knob chosen (the reclaim work
+    # with its shape, the engine held at its priors), skew and stickiness fitted to the hit rates
+    ("mlx-lm-1438-default", "mlx-lm-1438.plan-points", "glm-5.2", "apple-m4-max", "prior", None),
     (
         "mlx-lm-1438-shape",
         "mlx-lm-1438.plan-points",

@@ -347,7 +347,8 @@ def _memory_truth(**knobs) -> list[PlanPoint]:
 
 def test_the_default_fits_the_memory_knob_the_rows_rule_in():
     """Rows at four cache sizes of one batch size: made by a step whose reads slow with the OS's
-    reclaim work (κ = 3), the default fit takes ``reclaim`` and meets them; made without a memory
+    reclaim work (κ = 3), the default fit takes ``reclaim`` with its shape n and meets them (from
+    three rows, n beside κ and the SSD scale, the engine held at its priors); made without a memory
     effect, it takes neither; a named --fit is not second-guessed. Each says what it tried."""
     model, hw = load_model("glm-5.2"), load_hardware("apple-m4-max")
     routing = routing_from_spec("zipf:1.0", model)
@@ -355,6 +356,14 @@ def test_the_default_fits_the_memory_knob_the_rows_rule_in():
     assert "reclaim" in reclaimed.fitted and "pressure" not in reclaimed.fitted
     assert reclaimed.cost < 1.0  # the rows met within a fraction of their noise
     assert any("rule out the step without the reclaim work" in n for n in reclaimed.notes)
+    # four tok/s rows: the shape n beside κ, the engine's per-touched-expert cost and the SSD scale
+    assert {"reclaim-shape", "engine"} <= set(reclaimed.fitted)
+    # three: too few for n beside all three, so the engine steps back to the box's priors
+    rows = _memory_truth(reclaim_penalty=3.0)
+    three = fit_plan([rows[0], rows[1], rows[3]], model, hw, routing, jobs=2)  # 9.3, 18.6 and 69.8 GiB
+    assert "reclaim-shape" in three.fitted and "engine" not in three.fitted
+    assert three.knobs["engine_seconds_per_touched_expert"]["held"].startswith("prior")
+    assert any("the engine held at the box's priors to free a row" in n for n in three.notes)
     plain_rows = _memory_truth()
     plain = fit_plan(plain_rows, model, hw, routing, jobs=2)
     assert not {"reclaim", "pressure"} & set(plain.fitted)

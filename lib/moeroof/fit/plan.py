@@ -45,7 +45,9 @@ and which one the box has — the page cache's share (``pressure``) or the recla
 (:func:`choose_memory_knob`): each is tried at the default knobs' best cache knobs, and one joins
 the fit where the rows rule out its absence — the default's cost lies above the knob's profile
 cut (below) — the lower cost where both do; the other stays held at its prior, its end in the
-bands as far as the rows admit it.
+bands as far as the rows admit it. The reclaim work joins with its shape n where the tok/s rows
+are enough for it (at one batch size, the engine's cost per touched expert held at the box's
+priors to free a row; :func:`_with_reclaim_shape`).
 
 **Bands** (5–95 % of a new measurement), from two parts.
 
@@ -1898,7 +1900,8 @@ def choose_memory_knob(
     the rows rule out its absence: the default fit is the knob at 0 (κ = 0, the page cache off),
     and the default's lowest cost lies above the knob's profile cut at its lowest (its cost plus
     χ²₁(0.90)·s², :meth:`_Fit.profile_threshold`): 0 is outside the knob's 5–95 % profile interval.
-    Of two that do, the lower cost. Returns the knobs and a note saying what was tried. ``jobs`` ≥ 2:
+    Of two that do, the lower cost; the reclaim work with its shape (:func:`_with_reclaim_shape`).
+    Returns the knobs and a note saying what was tried. ``jobs`` ≥ 2:
     the later overlaps' tries in a forked child (the same numbers). ``kw``: :func:`_setup_fit`'s
     (``memo`` shared with the fit that follows: the traces sampled here serve it)."""
     base = tuple(default_knobs(points, routing_is_spec=kw["routing_is_spec"]))
@@ -1933,10 +1936,33 @@ def choose_memory_knob(
     if not ruled_in:
         return base, f"{head}: neither rules out its absence (a cost without it inside its cut), none is fitted"
     chosen = min(ruled_in, key=lambda k: tried[k][0])
-    return (*base, chosen), (
-        f"{head}: the rows rule out the step without {MEMORY_KNOBS[chosen]}, which is fitted ({chosen}); the "
-        "other stays held at its prior, its end in the bands as far as the rows admit it"
+    knobs, shape = (*base, chosen), ""
+    if chosen == "reclaim":
+        knobs, shape = _with_reclaim_shape(setup, base)
+    return knobs, (
+        f"{head}: the rows rule out the step without {MEMORY_KNOBS[chosen]}, which is fitted ({chosen}){shape}; "
+        "the other stays held at its prior, its end in the bands as far as the rows admit it"
     )
+
+
+def _with_reclaim_shape(setup: Callable[..., _Fit], base: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
+    """The default knobs with the reclaim work chosen: its size κ and, where the rows are enough,
+    its shape n (``reclaim-shape``; the queueing form n = 1 is one shape of several the public
+    rows admit, mlx-lm#1438's fit n = 1.6 [1, 2.7]), and a note's clause. Every rate at one batch
+    size and too few for n beside the engine's cost per touched expert: that cost, a fixed time
+    per token there which the rows tell least from the SSD's, is held at the box's priors instead
+    (its ends in the bands); at several batch sizes, or too few rows even then, n stays at 1."""
+    tries = [(*base, "reclaim", "reclaim-shape")]
+    if "engine" in base and setup(base, "max").hold_token:
+        tries.append((*(k for k in base if k != "engine"), "reclaim", "reclaim-shape"))
+    for knobs in tries:
+        try:
+            setup(knobs, "max")
+        except ParameterError:  # more smooth knobs than tok/s rows
+            continue
+        held = "" if "engine" in knobs else ", the engine held at the box's priors to free a row for it"
+        return knobs, f" with its shape n (reclaim-shape{held})"
+    return (*base, "reclaim"), " in the queueing form (n = 1: too few tok/s rows for its shape)"
 
 
 def _default_memory_knob(

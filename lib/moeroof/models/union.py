@@ -33,7 +33,7 @@ from functools import partial
 
 import numpy as np
 
-from moeroof.core.masks import ids_or, live_streams, live_tokens, trace_counts
+from moeroof.core.masks import ids_or, live_streams, trace_counts
 from moeroof.core.results import Result
 from moeroof.core.stats import Interval, bootstrap_replicates, percentile_interval
 from moeroof.kernels import union as union_kernels
@@ -52,7 +52,6 @@ __all__ = [
     "union_from_trace",
     "TraceAgainstPlugin",
     "trace_against_plugin",
-    "union_over_window",
     "union_correlated",
     "distinct_per_layer",
 ]
@@ -517,34 +516,6 @@ def trace_against_plugin(
         union_plugin=float(plugin.mean[j]),
         ratio_per_layer=measured.union_per_layer[:, j] / plugin.union_per_layer[:, j],
     )
-
-
-def union_over_window(topk: np.ndarray, batch, *, experts: int) -> np.ndarray:
-    """Mean distinct experts per layer over windows of B consecutive tokens of one stream.
-
-    For sequence traces (one request decoded at a time, e.g. the Mixtral captures) this is the
-    temporal analogue of U(B): what B consecutive tokens of one agent touch. Windows that
-    contain padding are skipped. Returns (layers, len(batch)), NaN where no window fits.
-    """
-    b = as_batch(batch)
-    arr = np.asarray(topk)
-    steps, streams, layers, k = arr.shape
-    out = np.full((layers, b.size), np.nan)
-    for j, bj in enumerate(b):
-        if bj > steps:
-            continue
-        sums = np.zeros(layers)
-        n = np.zeros(layers)
-        for s in range(streams):
-            seq = arr[:, s]  # (steps, layers, K)
-            win = np.lib.stride_tricks.sliding_window_view(seq, bj, axis=0)  # (nw, layers, K, B)
-            win = np.moveaxis(win, -1, 1)  # (nw, B, layers, K)
-            valid = live_tokens(win).all(axis=1)  # (nw, layers)
-            u = distinct_per_layer(win, experts)
-            sums += np.where(valid, u, 0).sum(axis=0)
-            n += valid.sum(axis=0)
-        out[:, j] = np.where(n > 0, sums / np.maximum(n, 1), np.nan)
-    return out
 
 
 def union_correlated(

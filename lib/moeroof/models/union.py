@@ -299,12 +299,12 @@ def rarefaction(counts: np.ndarray, tokens, batch, experts: int | None = None):
     return out.reshape(lead + (b.size,)), extrap.reshape(lead + (b.size,))
 
 
-def _bootstrap_assemblage(y: np.ndarray, t: np.ndarray, experts: int | None):
+def _bootstrap_assemblage(y: np.ndarray, t: np.ndarray, experts: int):
     """Detection probabilities of the iNEXT bootstrap assemblage (Chao et al. 2014, App. S2).
 
     Seen experts: ``π̃_i = (Y_i/T)·(1 − λ̂·(1 − Y_i/T)^T)``; Q̂0 unseen experts share the
     undetected mass ``(U/T)·(1 − Ĉ)`` equally, with ``U = Σ Y`` and Ĉ the sample coverage.
-    Returns (layers, E') probabilities; E' = E when E is known.
+    Returns (layers, E) probabilities.
     """
     layers, e = y.shape
     s_obs, q1, q2, q0 = _chao_stats(y, t, experts)
@@ -319,12 +319,11 @@ def _bootstrap_assemblage(y: np.ndarray, t: np.ndarray, experts: int | None):
     lam = np.where(denom > 0, (1.0 - cov) / np.where(denom > 0, denom, 1.0), 0.0)
     pi = np.clip(freq * (1.0 - lam[:, None] * decay), 0.0, 1.0)
     n_unseen = np.ceil(q0 - 1e-9).astype(int)
-    width = e if experts is not None else e + int(n_unseen.max(initial=0))
-    out = np.zeros((layers, width))
+    out = np.zeros((layers, e))
     for layer in range(layers):
         seen = np.flatnonzero(y[layer] > 0)
         out[layer, : seen.size] = pi[layer, seen]
-        k0 = min(n_unseen[layer], width - seen.size)
+        k0 = min(n_unseen[layer], e - seen.size)
         if k0 > 0 and q0[layer] > 0:
             out[layer, seen.size : seen.size + k0] = (u[layer] / tt[layer]) * (1.0 - cov[layer]) / q0[layer]
     return np.clip(out, 0.0, 1.0)

@@ -27,7 +27,6 @@ from moeroof.models.union import (
     union_correlated,
     union_from_trace,
     union_histogram,
-    union_over_window,
     union_plugin,
     union_uniform,
 )
@@ -235,12 +234,6 @@ def test_trace_union_ignores_padding_and_reports_unfillable_batches(rng):
     np.testing.assert_allclose(got.union_per_layer[:, 0], 2.0)
 
 
-def test_window_union_counts_consecutive_tokens():
-    trace = np.array([[[[0, 1]]], [[[1, 2]]], [[[3, 4]]], [[[-1, -1]]]])  # (4 steps, 1, 1, 2)
-    got = union_over_window(trace, [1, 2, 3], experts=5)
-    np.testing.assert_allclose(got[0], [2.0, (3 + 4) / 2, 5.0])
-
-
 # --- the real captured data in ../shared/data/external (published figures: docs/sources.md) ---
 
 
@@ -268,17 +261,6 @@ def test_qwen15_real_decode_batch_union_below_independent_prediction(rng):
     independent = union_plugin(pi_hat[None, :], [25], top_k=k).mean[0]
     assert uniform == pytest.approx(49.3, abs=0.1)
     assert measured.mean_band.high[0] < independent < uniform
-
-
-def test_mixtral_window_union_matches_published_derivation():
-    """Mixtral 8x7B decode, windows of B consecutive tokens (SOURCE.md: 2.0, 3.25, 4.9, 6.55)."""
-    path = external("mixtral8x7b-instruct-fp8-vllm-traces/trace_decode.npz")
-    with np.load(path, allow_pickle=False) as z:
-        topk = z["topk"].astype(np.int32)
-    got = np.nanmean(union_over_window(topk, [1, 2, 4, 8], experts=8), axis=0)
-    np.testing.assert_allclose(got, [2.0, 3.25, 4.9, 6.55], atol=0.06)
-    # consecutive tokens share more than independent uniform routing would (5.0 at B=4)
-    assert got[2] < union_uniform(8, 2, [4]).mean[0] - 0.05
 
 
 def test_bad_inputs_raise():

@@ -406,20 +406,8 @@ def page_cache_hit_counts(req: cache_sim.Requests, hits: np.ndarray, warm: int) 
     One stack-distance pass serves every capacity (:func:`moeroof.cachesim.lru_hit_counts`, the
     lookup of a (step, layer)): the same hits as simulating each capacity (Mattson et al. 1970)."""
     miss = ~np.asarray(hits, dtype=bool)
-    below = cache_sim.Requests(
-        items=req.items[miss],
-        step=req.step[miss],
-        layer=req.layer[miss],
-        steps=req.steps,
-        layers=req.layers,
-        experts=req.experts,
-    )
+    below = cache_sim.Requests(req.items[miss], req.step[miss], req.layer[miss], req.steps, req.layers, req.experts)
     return cache_sim.lru_hit_counts(below, warmup_steps=warm)[0]
-
-
-def _at_capacity(counts: np.ndarray, capacity: int) -> int:
-    """:func:`page_cache_hit_counts`' hits at ``capacity`` items."""
-    return int(counts[min(int(capacity), counts.size - 1)])
 
 
 def _counted_requests(req: cache_sim.Requests, warm: int, counted_steps: np.ndarray | None) -> np.ndarray:
@@ -516,7 +504,8 @@ def page_cache_hit_ratio(
     key = ("page", source, int(batch), int(c), policy, scope, digest(own.astype(np.int8)))
     counts, n = memoised(key, curve, "curves")
     h = rows.size if on_trace else sub.shape[0]  # the layers simulated
-    return float(_at_capacity(counts, int(page) * h) / n) if n else 0.0
+    # the hits at page · h items (page_cache_hit_counts: larger capacities hit as its last)
+    return float(int(counts[min(int(page) * h, counts.size - 1)]) / n) if n else 0.0
 
 
 MIN_LIVE_STEPS = 2
@@ -769,38 +758,22 @@ def rank_cache(
     pi = np.atleast_2d(np.asarray(pi, dtype=float))
     b = np.atleast_1d(np.asarray(batch, dtype=np.int64))
     a = np.asarray(assignment, dtype=np.int64)
-    c = np.broadcast_to(np.asarray(cache_experts_per_layer, dtype=float), b.shape)
-    pg = (
-        None
-        if page_cache_experts_per_layer is None
-        else np.broadcast_to(np.asarray(page_cache_experts_per_layer, dtype=float), b.shape)
-    )
+
+    def per_batch(x) -> np.ndarray:
+        return np.broadcast_to(np.asarray(x, dtype=float), b.shape)
+
+    c = per_batch(cache_experts_per_layer)
+    pg = None if page_cache_experts_per_layer is None else per_batch(page_cache_experts_per_layer)
+    compute = partial(rank_cache_uncached, pi, b, c, a, policy, scope, seed, trace, trace_key, pg)
     if trace is not None and trace_key is None:  # a trace with no name: nothing to key it by
-        return rank_cache_uncached(pi, b, c, a, policy, scope, seed, trace, trace_key, pg)
-    key = (
-        digest(pi, b, c, a, np.zeros(0) if pg is None else pg),
-        pg is None,
-        policy,
-        scope,
-        int(seed),
-        None if trace is None else str(trace_key),
-    )
-    out = memoised(key, lambda: rank_cache_uncached(pi, b, c, a, policy, scope, seed, trace, trace_key, pg), "ranks")
+        return compute()
+    inputs = digest(pi, b, c, a, np.zeros(0) if pg is None else pg)
+    key = (inputs, pg is None, policy, scope, int(seed), None if trace is None else str(trace_key))
+    out = memoised(key, compute, "ranks")
     return replace(out, **{k: v.copy() for k, v in vars(out).items() if isinstance(v, np.ndarray)})
 
 
-def rank_cache_uncached(
-    pi: np.ndarray,
-    b: np.ndarray,
-    c: np.ndarray,
-    a: np.ndarray,
-    policy: str,
-    scope: str,
-    seed: int,
-    trace: np.ndarray | None,
-    trace_key: str | None,
-    pg: np.ndarray | None,
-) -> RankCache:
+def rank_cache_uncached(pi: np.ndarray, b, c, a, policy: str, scope: str, seed: int, trace, trace_key, pg) -> RankCache:
     """:func:`rank_cache` itself, on its normalised inputs (``c`` and ``pg`` broadcast to B)."""
     ranks = int(a.max()) + 1
     union, misses, token_misses, page_hits = np.zeros((4, ranks, b.size))

@@ -201,5 +201,4 @@ class Locality:
 
     def draws_for(self, n: int, experts: int, top_k: int) -> list[tuple[float, float]]:
         """:meth:`draws` as ``(rho, c_per_expert)`` of a model of ``experts``, top-``top_k``."""
-        rho, c = self.paired_for((np.arange(n) + 0.5) / n, experts, top_k)
-        return [(float(r), float(x)) for r, x in zip(rho, c)]
+        return [(r, float(c_per_expert_from_hot_set(h, experts, top_k))) for r, h in self.draws(n)]

@@ -96,12 +96,10 @@ def parse_rank_speed(rank_speed, ranks: int) -> np.ndarray:
     """
     if isinstance(rank_speed, str):
         parts = [p.strip() for p in rank_speed.split(",")]
-    elif isinstance(rank_speed, (Sequence, np.ndarray)):
-        parts = (
-            list(np.asarray(rank_speed, dtype=object).ravel())
-            if isinstance(rank_speed, np.ndarray)
-            else list(rank_speed)
-        )
+    elif isinstance(rank_speed, np.ndarray):
+        parts = list(rank_speed.astype(object).ravel())
+    elif isinstance(rank_speed, Sequence):
+        parts = list(rank_speed)
     else:
         raise ParameterError("rank_speed", f"expected {ranks} comma-separated positive numbers, got {rank_speed!r}")
     out = []
@@ -435,8 +433,7 @@ def _local_search(assign: np.ndarray, hs: HotSetSearch, ranks: int, max_iter: in
     for _ in range(max_iter):
         idx = [np.flatnonzero(a == r) for r in range(ranks)]
         st = [hs.rank_state(i) for i in idx]
-        U = np.array([x[0] for x in st])
-        T = np.array([x[1] for x in st])
+        U, T = (np.array([x[j] for x in st]) for j in (0, 1))
         t = np.array([hs.seconds(U[r], T[r], r) for r in range(ranks)])
         g = np.array([hs.streamed_per_speed(U[r], T[r], r) for r in range(ranks)])
         key = (float(t.max()), float(g.max()))

@@ -751,20 +751,13 @@ def gumbel_uniforms(rng: np.random.Generator, shape: tuple[int, ...], *, out: np
         raise ValueError(f"out must be a C-contiguous float64 array of shape {tuple(shape)}")
     flat = out.reshape(n)  # a view: out is contiguous
     rng.random(out=flat)
-    if not flat.all():
-        _redraw_zeros(rng, flat)
+    if not flat.all():  # exact zeros dropped, the end filled with fresh nonzero draws, in numpy's Gumbel order
+        u = flat[flat != 0.0]
+        while u.size < n:
+            more = rng.random(n - u.size)
+            u = np.concatenate([u, more[more != 0.0]])
+        flat[:] = u
     return out
-
-
-def _redraw_zeros(rng: np.random.Generator, flat: np.ndarray) -> None:
-    """Drop the exact zeros of the draws ``flat`` and fill its end with fresh nonzero draws, in
-    the order numpy's Gumbel consumes them (see :func:`gumbel_uniforms`)."""
-    n = flat.size
-    u = flat[flat != 0.0]
-    while u.size < n:
-        more = rng.random(n - u.size)
-        u = np.concatenate([u, more[more != 0.0]])
-    flat[:] = u
 
 
 def inclusion_from_counts(counts: np.ndarray, tokens, top_k: int) -> tuple[np.ndarray, float]:
@@ -845,6 +838,12 @@ OVERLAP_CHUNK = 1 << 24
 OVERLAP_SORT_K = 64
 
 
+def _shared_by_comparing(prev: np.ndarray, cur: np.ndarray) -> np.ndarray:
+    """Rows (n, K) each: how many entries of ``prev``'s row occur in ``cur``'s row, every slot
+    compared with every slot."""
+    return (prev[:, :, None] == cur[:, None, :]).any(axis=-1).sum(axis=-1)
+
+
 def _shared_by_sorting(prev: np.ndarray, cur: np.ndarray) -> np.ndarray:
     """Rows (n, K) each: how many entries of ``prev``'s row occur in ``cur``'s row (with ``prev``'s
     multiplicity), by dense ids and one sorted membership test over the chunk."""
@@ -875,14 +874,11 @@ def pair_overlap(topk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     p2, c2 = prev.reshape(-1, k), cur.reshape(-1, k)
     shared = np.zeros(p2.shape[0], dtype=np.int64)
     if k <= OVERLAP_SORT_K:
-        step = max(1, OVERLAP_CHUNK // max(k * k, 1))
-        for a in range(0, p2.shape[0], step):
-            pc, cc = p2[a : a + step], c2[a : a + step]
-            shared[a : a + step] = (pc[:, :, None] == cc[:, None, :]).any(axis=-1).sum(axis=-1)
-    else:
-        step = max(1, OVERLAP_CHUNK // (16 * k))  # about 16 int64 working copies per slot
-        for a in range(0, p2.shape[0], step):
-            shared[a : a + step] = _shared_by_sorting(p2[a : a + step], c2[a : a + step])
+        step, count = max(1, OVERLAP_CHUNK // max(k * k, 1)), _shared_by_comparing
+    else:  # about 16 int64 working copies per slot
+        step, count = max(1, OVERLAP_CHUNK // (16 * k)), _shared_by_sorting
+    for a in range(0, p2.shape[0], step):
+        shared[a : a + step] = count(p2[a : a + step], c2[a : a + step])
     return np.where(valid, shared.reshape(valid.shape), 0), valid
 
 

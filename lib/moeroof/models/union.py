@@ -33,7 +33,7 @@ from functools import partial
 
 import numpy as np
 
-from moeroof.core.masks import ids_or, live_streams, live_tokens, trace_counts
+from moeroof.core.masks import ids_or, live_streams, trace_counts
 from moeroof.core.results import Result
 from moeroof.core.stats import Interval, bootstrap_replicates, percentile_interval
 from moeroof.kernels import union as union_kernels
@@ -52,7 +52,6 @@ __all__ = [
     "union_from_trace",
     "TraceAgainstPlugin",
     "trace_against_plugin",
-    "union_over_window",
     "union_correlated",
     "distinct_per_layer",
 ]
@@ -300,12 +299,12 @@ def rarefaction(counts: np.ndarray, tokens, batch, experts: int | None = None):
     return out.reshape(lead + (b.size,)), extrap.reshape(lead + (b.size,))
 
 
-def _bootstrap_assemblage(y: np.ndarray, t: np.ndarray, experts: int | None):
+def _bootstrap_assemblage(y: np.ndarray, t: np.ndarray, experts: int):
     """Detection probabilities of the iNEXT bootstrap assemblage (Chao et al. 2014, App. S2).
 
     Seen experts: ``π̃_i = (Y_i/T)·(1 − λ̂·(1 − Y_i/T)^T)``; Q̂0 unseen experts share the
     undetected mass ``(U/T)·(1 − Ĉ)`` equally, with ``U = Σ Y`` and Ĉ the sample coverage.
-    Returns (layers, E') probabilities; E' = E when E is known.
+    Returns (layers, E) probabilities.
     """
     layers, e = y.shape
     s_obs, q1, q2, q0 = _chao_stats(y, t, experts)
@@ -320,12 +319,11 @@ def _bootstrap_assemblage(y: np.ndarray, t: np.ndarray, experts: int | None):
     lam = np.where(denom > 0, (1.0 - cov) / np.where(denom > 0, denom, 1.0), 0.0)
     pi = np.clip(freq * (1.0 - lam[:, None] * decay), 0.0, 1.0)
     n_unseen = np.ceil(q0 - 1e-9).astype(int)
-    width = e if experts is not None else e + int(n_unseen.max(initial=0))
-    out = np.zeros((layers, width))
+    out = np.zeros((layers, e))
     for layer in range(layers):
         seen = np.flatnonzero(y[layer] > 0)
         out[layer, : seen.size] = pi[layer, seen]
-        k0 = min(n_unseen[layer], width - seen.size)
+        k0 = min(n_unseen[layer], e - seen.size)
         if k0 > 0 and q0[layer] > 0:
             out[layer, seen.size : seen.size + k0] = (u[layer] / tt[layer]) * (1.0 - cov[layer]) / q0[layer]
     return np.clip(out, 0.0, 1.0)
@@ -517,34 +515,6 @@ def trace_against_plugin(
         union_plugin=float(plugin.mean[j]),
         ratio_per_layer=measured.union_per_layer[:, j] / plugin.union_per_layer[:, j],
     )
-
-
-def union_over_window(topk: np.ndarray, batch, *, experts: int) -> np.ndarray:
-    """Mean distinct experts per layer over windows of B consecutive tokens of one stream.
-
-    For sequence traces (one request decoded at a time, e.g. the Mixtral captures) this is the
-    temporal analogue of U(B): what B consecutive tokens of one agent touch. Windows that
-    contain padding are skipped. Returns (layers, len(batch)), NaN where no window fits.
-    """
-    b = as_batch(batch)
-    arr = np.asarray(topk)
-    steps, streams, layers, k = arr.shape
-    out = np.full((layers, b.size), np.nan)
-    for j, bj in enumerate(b):
-        if bj > steps:
-            continue
-        sums = np.zeros(layers)
-        n = np.zeros(layers)
-        for s in range(streams):
-            seq = arr[:, s]  # (steps, layers, K)
-            win = np.lib.stride_tricks.sliding_window_view(seq, bj, axis=0)  # (nw, layers, K, B)
-            win = np.moveaxis(win, -1, 1)  # (nw, B, layers, K)
-            valid = live_tokens(win).all(axis=1)  # (nw, layers)
-            u = distinct_per_layer(win, experts)
-            sums += np.where(valid, u, 0).sum(axis=0)
-            n += valid.sum(axis=0)
-        out[:, j] = np.where(n > 0, sums / np.maximum(n, 1), np.nan)
-    return out
 
 
 def union_correlated(

@@ -183,13 +183,9 @@ def _curve_task(payload, meta, l0, l1, experts, warmup_steps, lookup, streams) -
     out, counted = [], 0
     for la in range(l1 - l0):
         mine = req.layer == la
-        items = req.items[mine]
         keep = counted_all[mine]
         counted += int(keep.sum())
-        if items.size == 0:
-            out.append(np.zeros(1, np.int64))
-            continue
-        dist = cache.stack_distances(items, start[mine])[keep]
+        dist = cache.stack_distances(req.items[mine], start[mine])[keep]  # none for a layer without requests
         hist = np.bincount(dist, minlength=experts + 1).astype(np.int64)
         hist[0] = 0  # a first reference misses at every capacity
         out.append(np.cumsum(hist))

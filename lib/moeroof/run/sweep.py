@@ -72,6 +72,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from moeroof.core import atomic
 from moeroof.core.errors import wraps_interrupt
 from moeroof.core.input_files import NotRegularFileError, check_regular, read_input_bytes
 from moeroof.core.limits import (
@@ -91,6 +92,7 @@ from moeroof.core.limits import (
 )
 from moeroof.core.optional import require
 from moeroof.core.paths import resolve_data
+from moeroof.run.cluster import open_client, worker_count
 
 __all__ = [
     "CHECKPOINT_SECONDS",
@@ -677,8 +679,6 @@ RUN_METADATA_KEY = b"moeroof.run"
 def _write(out: Path, rows: list[dict[str, Any]], run: Mapping[str, Any] | None = None) -> None:
     pq = require("pyarrow.parquet", "sweep", "a sweep's Parquet results")
 
-    from moeroof.core import atomic
-
     table = rows_table(rows)
     if run is not None:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), RUN_METADATA_KEY: json.dumps(run)})
@@ -713,8 +713,6 @@ def _distributed(
 ) -> Iterable[dict[str, Any]]:
     import asyncio
     import concurrent.futures
-
-    from moeroof.run.cluster import worker_count
 
     as_completed = require("distributed", "sweep", _PURPOSE).as_completed
     if chunk is None:
@@ -797,9 +795,6 @@ def run_sweep(
     done to the last save: a second sweep onto the same file fails at once
     (:class:`moeroof.core.atomic.OutputBusyError`) instead of overwriting the first one's rows.
     """
-    from moeroof.core import atomic
-    from moeroof.run.cluster import open_client
-
     out = _checked_output(out)
     with atomic.exclusive(out, "another moeroof sweep"):
         points = expand(grid)

@@ -49,7 +49,7 @@ from moeroof.core.input_files import open_input
 from moeroof.core.limits import check_allocation
 from moeroof.data import hf_config
 from moeroof.data.hf_config import MoELayout
-from moeroof.data.io import InputError
+from moeroof.data.io import InputError, guard_target, histogram_parts, trace_parts
 
 __all__ = [
     "INSTALL_HINT",
@@ -443,8 +443,6 @@ def write_capture(
     ``.npz``, or ``OUT.prefill.npy`` beside a ``.npy``) and the histogram (prefill + decode)
     with their meta: every file written together, all or none (a full disk or a folder in the way
     leaves what was there, not a new trace beside an old histogram)."""
-    from moeroof.data.io import guard_target, histogram_parts, trace_parts
-
     trace_path, histogram_path = Path(trace_path), Path(histogram_path)
     counts, tokens = result.histogram()
     trace_meta = {**meta, "histogram": str(histogram_path)}

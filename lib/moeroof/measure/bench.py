@@ -157,10 +157,12 @@ def moe_layer_grouped(
     :func:`moe_layer_serial`. U(B) loads."""
     _check_layer_inputs(h, topk, gates)
     out = np.zeros_like(h)
-    for expert in np.unique(topk):
-        rows, cols = np.nonzero(topk == expert)  # rows distinct: a token picks K distinct experts
+    order = np.argsort(topk.ravel(), kind="stable")  # each expert's (token, j) positions, in token order
+    ids, starts = np.unique(topk.ravel()[order], return_index=True)
+    for expert, pos in zip(ids, np.split(order, starts[1:])):
+        rows = pos // topk.shape[1]  # distinct: a token picks K distinct experts
         w1, w2 = load(int(expert))
-        out[rows] = out[rows] + gates[rows, cols][:, None] * apply(h[rows], w1, w2)
+        out[rows] = out[rows] + gates.ravel()[pos][:, None] * apply(h[rows], w1, w2)
     return out
 
 

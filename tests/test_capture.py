@@ -108,7 +108,7 @@ def test_captured_ids_are_the_routers_choice(family, checkpoints, prompt_file, t
         # prefill: the counts of the real prompt tokens (padding left out)
         pre = calls[0].reshape(streams, length, -1)[mask]
         want = expected_ids(family, pre, routers[lay], k)
-        assert np.array_equal(result.prefill_counts[pos], np.bincount(want.ravel(), minlength=layout.experts))
+        assert np.array_equal(result.counts(result.prefill)[pos], np.bincount(want.ravel(), minlength=layout.experts))
         # the prefill ids themselves: each real prompt token's K ids, -1 on the left padding
         got = result.prefill[:, :, pos, :]
         assert np.array_equal(np.sort(got[mask].astype(np.int64), axis=-1), want)

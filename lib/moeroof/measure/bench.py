@@ -142,8 +142,7 @@ def moe_layer_serial(
     _check_layer_inputs(h, topk, gates)
     out = np.zeros_like(h)
     for b in range(h.shape[0]):
-        order = np.argsort(topk[b], kind="stable")
-        for j in order:
+        for j in np.argsort(topk[b], kind="stable"):
             w1, w2 = load(int(topk[b, j]))
             out[b] = out[b] + gates[b, j] * apply(h[b : b + 1], w1, w2)[0]
     return out
@@ -158,19 +157,12 @@ def moe_layer_grouped(
     :func:`moe_layer_serial`. U(B) loads."""
     _check_layer_inputs(h, topk, gates)
     out = np.zeros_like(h)
-    flat = topk.ravel()
-    order = np.argsort(flat, kind="stable")
-    sorted_ids = flat[order]
-    starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
-    ends = np.r_[starts[1:], sorted_ids.size]
-    k = topk.shape[1]
-    gflat = gates.ravel()
-    for s, t in zip(starts, ends):
-        pos = order[s:t]
-        rows = pos // k  # distinct: a token picks K distinct experts
-        w1, w2 = load(int(sorted_ids[s]))
-        y = apply(h[rows], w1, w2)
-        out[rows] = out[rows] + gflat[pos][:, None] * y
+    order = np.argsort(topk.ravel(), kind="stable")  # each expert's (token, j) positions, in token order
+    ids, starts = np.unique(topk.ravel()[order], return_index=True)
+    for expert, pos in zip(ids, np.split(order, starts[1:])):
+        rows = pos // topk.shape[1]  # distinct: a token picks K distinct experts
+        w1, w2 = load(int(expert))
+        out[rows] = out[rows] + gates.ravel()[pos][:, None] * apply(h[rows], w1, w2)
     return out
 
 
@@ -238,10 +230,9 @@ def measure_engine(
     rng = generator(seed)
     t_start = time.perf_counter()
     d = f = int(width)
-    times = _time_cells(rng, batch, experts, top_k, layers, d, repeats)
-    fits = _fit_modes(batch, times)
-    chosen = fits[mode]
-    other = {m: v for m, v in fits.items() if m != mode}
+    fits = _fit_modes(rng, batch, experts, top_k, layers, d, repeats)
+    chosen = fits.pop(mode)
+    other = fits  # the modes not chosen
     us = lambda x: f"{x * 1e6:.1f}"  # noqa: E731
     source = (
         f"moeroof bench's numpy decode loop ({mode}): L = {layers} layers, K = {top_k}, E = {experts}, "
@@ -262,11 +253,12 @@ def measure_engine(
     )  # fmt: skip
 
 
-def _time_cells(
+def _fit_modes(
     rng: np.random.Generator, batch: list[int], experts: int, top_k: int, layers: int, d: int, repeats: int
-) -> dict[tuple[str, int], list[float]]:
-    """The ``repeats`` step times of every (mode, B) on :func:`measure_engine`'s in-memory stack
-    (``d = f``, float32), each round in a fresh random order after one untimed pass."""
+) -> dict[str, dict[str, Any]]:
+    """Per mode, the line ``t = c0 + c1·B`` through the median of the ``repeats`` step times of
+    every (mode, B) on :func:`measure_engine`'s in-memory stack (``d = f``, float32), each round
+    in a fresh random order after one untimed pass."""
     w = lambda: rng.standard_normal((d, d), dtype=np.float32)  # noqa: E731
     weights = [[(w(), w()) for _ in range(experts)] for _ in range(layers)]
     load_layer = lambda layer: weights[layer].__getitem__  # noqa: E731
@@ -284,11 +276,6 @@ def _time_cells(
             dt = time.perf_counter() - t0
             if r > 0:  # the first pass warms caches and numpy's dispatch
                 times[m, b].append(dt)
-    return times
-
-
-def _fit_modes(batch: list[int], times: dict[tuple[str, int], list[float]]) -> dict[str, dict[str, Any]]:
-    """Per mode, the line ``t = c0 + c1·B`` through the median step times."""
     fits = {}
     for m in MODES:
         med = [float(np.median(times[m, b])) for b in batch]
@@ -382,13 +369,17 @@ def routing_topk(
     return sample_trace(model, steps, streams, layers, rng)
 
 
-def topk_from_trace(topk: np.ndarray, layers: int, steps: int, streams: int) -> np.ndarray:
-    """(steps, streams, layers, K) from a captured trace (T, S, L', K): the trace's steps in
-    order (cycling) that have at least ``streams`` live streams (no ``-1`` in any layer), the
-    first ``streams`` live ones, the first ``layers`` layers."""
-    arr = np.asarray(topk)
+def topk_from_trace(trace: np.ndarray, shape: StackShape, top_k: int, steps: int, streams: int) -> np.ndarray:
+    """(steps, streams, layers, K) from a captured trace (T, S, L', K), checked against the stack:
+    the trace's steps in order (cycling) that have at least ``streams`` live streams (no ``-1``
+    in any layer), the first ``streams`` live ones, the stack's first ``layers`` layers."""
+    arr, layers = np.asarray(trace), shape.layers
     if arr.ndim != 4 or arr.size == 0:
         raise ValueError(f"trace: holds no token (shape {tuple(arr.shape)}: steps × streams × layers × K)")
+    if arr.shape[-1] != top_k:
+        raise ValueError(f"top_k: K={top_k} does not match the trace's K={arr.shape[-1]}")
+    if int(np.max(arr)) >= shape.experts:
+        raise ValueError(f"experts: E={shape.experts} but the trace names expert {int(np.max(arr))}")
     if arr.shape[2] < layers:
         raise ValueError(f"layers={layers}: the trace has only {arr.shape[2]} layers")
     live = live_streams(arr[:, :, :layers])  # (T, S)
@@ -440,17 +431,6 @@ def _check_resources(
     memory = shape.slot_bytes + 8 * bmax * (d + f) * 4 + n_steps * bmax * (d + shape.layers * top_k * 3) * 8
     calibrate.check_memory(memory, "batch/d_model/d_ff/steps")  # steps × batch: the routing and gates drawn
     return base
-
-
-def _trace_topk(trace: np.ndarray, shape: StackShape, top_k: int, steps: int, bmax: int) -> np.ndarray:
-    """Top-k ids (steps, B, layers, K) from a captured ``trace``, checked against the stack."""
-    if trace.ndim != 4 or trace.size == 0:
-        raise ValueError(f"trace: holds no token (shape {tuple(trace.shape)}: steps × streams × layers × K)")
-    if trace.shape[-1] != top_k:
-        raise ValueError(f"top_k: K={top_k} does not match the trace's K={trace.shape[-1]}")
-    if int(np.max(trace)) >= shape.experts:
-        raise ValueError(f"experts: E={shape.experts} but the trace names expert {int(np.max(trace))}")
-    return topk_from_trace(trace, shape.layers, steps, bmax)
 
 
 def _bench_cell(
@@ -530,7 +510,7 @@ def run_bench(
     if trace is None:
         topk_all = routing_topk(routing, shape.experts, top_k, shape.layers, n_steps, bmax, rng).astype(np.int64)
     else:
-        topk_all = _trace_topk(trace, shape, top_k, n_steps, bmax)
+        topk_all = topk_from_trace(trace, shape, top_k, n_steps, bmax)
     routing_label = routing if trace is None else trace_label or "trace"
     gates_all = rng.dirichlet(np.ones(top_k), size=(n_steps, bmax, shape.layers)).astype(np.float32)
     h_all = rng.standard_normal((n_steps, bmax, shape.d_model), dtype=np.float32)
@@ -547,17 +527,14 @@ def run_bench(
         path = scratch / "stack.bin"
         prog.phase(f"writing the stack ({shape.file_bytes / 2**20:g} MiB)")
         write_stack(path, shape, rng, prog, share=0.1)
-        reader = StackReader(path, shape, read_path)
         inputs = (topk_all, gates_all, h_all)
-        try:
+        with contextlib.closing(StackReader(path, shape, read_path)) as reader:
             for b in batch:  # modes interleaved per B, so a slow spell of the device hits both alike
                 for mode in modes:
                     prog.phase(f"{mode} B={b}")
                     advance = partial(prog.advance, 0.9 * work(mode, b) / total_work)
                     row, finals[mode, b] = _bench_cell(reader, mode, b, inputs, warmup_steps, advance)
                     rows.append(row)
-        finally:
-            reader.close()
     both = set(modes) == set(MODES)  # then every B has both final states
     parity = [float(np.max(np.abs(finals["coalesced", b] - finals["uncoalesced", b]))) for b in batch] if both else []
     prog.finish()

@@ -227,17 +227,15 @@ def _lock_free(folder: Path) -> bool:
     taking it, or predates locks)."""
     try:
         fd = os.open(folder / SCRATCH_LOCK, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
+    except OSError as err:
+        return isinstance(err, FileNotFoundError)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return True
     except OSError:
         return False
     finally:
         os.close(fd)
-    return True
 
 
 def sweep_stale_scratch(parent: str | os.PathLike[str]) -> list[Path]:

@@ -49,7 +49,7 @@ from moeroof.core.input_files import open_input
 from moeroof.core.limits import check_allocation
 from moeroof.data import hf_config
 from moeroof.data.hf_config import MoELayout
-from moeroof.data.io import InputError
+from moeroof.data.io import InputError, guard_target, histogram_parts, trace_parts
 
 __all__ = [
     "INSTALL_HINT",
@@ -215,16 +215,14 @@ def find_routers(model: Any, layout: MoELayout) -> dict[int, Any]:
 @dataclass
 class CaptureResult:
     """Decode ids (steps × streams × layers × K, -1 where a stream is done), the prefill's ids
-    (streams × longest prompt × layers × K, left-padded with -1) and counts per (layer, expert),
-    tokens per phase, and what was generated."""
+    (streams × longest prompt × layers × K, left-padded with -1), and what was generated; the
+    counts per (layer, expert) and the tokens per phase are counted from the ids."""
 
     topk: np.ndarray
     prefill: np.ndarray
     layer_ids: list[int]
     experts: int
     top_k: int
-    prefill_counts: np.ndarray
-    prefill_tokens: np.ndarray  # per layer
     prompt_tokens: list[int]  # per stream
     generated: list[list[int]]  # per stream, up to and including its EOS
     eos_token_ids: list[int]
@@ -234,22 +232,27 @@ class CaptureResult:
     def decode_tokens(self) -> np.ndarray:
         return (self.topk[..., 0] >= 0).sum(axis=(0, 1)).astype(np.int64)
 
+    @property
+    def prefill_tokens(self) -> np.ndarray:
+        """Routed prompt tokens per layer (padding excluded)."""
+        return (self.prefill[..., 0] >= 0).sum(axis=(0, 1)).astype(np.int64)
+
+    def counts(self, ids: np.ndarray) -> np.ndarray:
+        """Counts per (layer, expert) of ``ids`` (``prefill`` or ``topk``: layers on axis 2), -1 not counted."""
+        by_layer = [ids[:, :, pos][ids[:, :, pos] >= 0].astype(np.int64) for pos in range(ids.shape[2])]
+        return np.array([np.bincount(x, minlength=self.experts) for x in by_layer], dtype=np.int64)
+
     def histogram(self) -> tuple[np.ndarray, np.ndarray]:
         """(counts layers × experts, tokens per layer) over prefill and decode."""
-        counts = self.prefill_counts.copy()
-        for pos in range(self.topk.shape[2]):
-            ids = self.topk[:, :, pos, :]
-            counts[pos] += np.bincount(ids[ids >= 0].astype(np.int64), minlength=self.experts)
-        return counts, self.prefill_tokens + self.decode_tokens
+        return self.counts(self.prefill) + self.counts(self.topk), self.prefill_tokens + self.decode_tokens
 
 
 class _Recorder:
-    """Forward hooks on the routers: the prefill into counts, each decode step into ``topk``."""
+    """Forward hooks on the routers: the prefill into ``prefill``, each decode step into ``topk``."""
 
     def __init__(self, routers: dict[int, Any], layout: MoELayout, steps: int, mask: np.ndarray, progress: Any) -> None:
         (streams, length), experts, top_k = mask.shape, layout.experts, layout.top_k
         self.layer_ids = sorted(routers)
-        self.pos = {lay: i for i, lay in enumerate(self.layer_ids)}
         n_layers = len(self.layer_ids)
         dtype = np.int16 if experts <= np.iinfo(np.int16).max else np.int32
         check_allocation(
@@ -259,16 +262,15 @@ class _Recorder:
         )
         self.topk = np.full((steps, streams, n_layers, top_k), -1, dtype=dtype)
         self.prefill = np.full((streams, length, n_layers, top_k), -1, dtype=dtype)
-        self.prefill_counts = np.zeros((n_layers, experts), dtype=np.int64)
-        self.prefill_tokens = np.zeros(n_layers, dtype=np.int64)
         self.calls = np.zeros(n_layers, dtype=np.int64)
         self.mask = mask  # (streams, prompt length): True on real prompt tokens
-        self.streams, self.experts, self.top_k = streams, experts, top_k
+        self.streams, self.top_k = streams, top_k
         self.progress = progress  # (done, of, phase) after each decode step, or None
-        self.handles = [routers[lay].register_forward_hook(self._hook(lay)) for lay in self.layer_ids]
+        self.handles = [
+            routers[lay].register_forward_hook(self._hook(lay, pos)) for pos, lay in enumerate(self.layer_ids)
+        ]
 
-    def _hook(self, lay: int) -> Callable[..., None]:
-        pos = self.pos[lay]
+    def _hook(self, lay: int, pos: int) -> Callable[..., None]:
         last = pos == len(self.layer_ids) - 1
 
         def hook(module: Any, inputs: Any, output: Any) -> None:
@@ -287,10 +289,7 @@ class _Recorder:
                     raise RuntimeError(
                         f"prefill of layer {lay} saw {rows.shape[1]} positions, not {self.mask.shape[1]}"
                     )
-                live = rows[self.mask]
-                self.prefill[:, :, pos, :][self.mask] = live
-                self.prefill_counts[pos] += np.bincount(live.ravel().astype(np.int64), minlength=self.experts)
-                self.prefill_tokens[pos] += live.shape[0]
+                self.prefill[:, :, pos, :][self.mask] = rows[self.mask]
                 return
             step = call - 1
             if ids.shape[0] != self.streams:
@@ -358,9 +357,7 @@ def capture_routing(
         raise ValueError(f"max_new_tokens must be at least 2 (1 prefill + 1 decode step), got {max_new_tokens}")
     eos_list, pad_token_id = _eos_and_pad(model, eos_token_ids, pad_token_id)
     ids, mask = _left_padded(prompts, pad_token_id)
-    length = ids.shape[1]
-    routers = find_routers(model, layout)
-    recorder = _Recorder(routers, layout, max_new_tokens - 1, mask, progress)
+    recorder = _Recorder(find_routers(model, layout), layout, max_new_tokens - 1, mask, progress)
     config = transformers.GenerationConfig(
         max_new_tokens=max_new_tokens, min_new_tokens=0 if eos_list else max_new_tokens, do_sample=False,
         eos_token_id=eos_list or None, pad_token_id=pad_token_id, use_cache=True,
@@ -377,7 +374,7 @@ def capture_routing(
             )
     finally:
         recorder.close()
-    new = out[:, length:].to("cpu").numpy()
+    new = out[:, ids.shape[1] :].to("cpu").numpy()
     topk = recorder.topk[: max(int(recorder.calls.min()) - 1, 0)]  # the decode steps done
     generated: list[list[int]] = []
     eos_set = set(eos_list)
@@ -390,7 +387,6 @@ def capture_routing(
         generated.append(row)
     return CaptureResult(
         topk=topk, prefill=recorder.prefill, layer_ids=recorder.layer_ids, experts=layout.experts, top_k=layout.top_k,
-        prefill_counts=recorder.prefill_counts, prefill_tokens=recorder.prefill_tokens,
         prompt_tokens=[len(p) for p in prompts], generated=generated, eos_token_ids=eos_list,
         extra={"pad_token_id": int(pad_token_id)},
     )  # fmt: skip
@@ -447,8 +443,6 @@ def write_capture(
     ``.npz``, or ``OUT.prefill.npy`` beside a ``.npy``) and the histogram (prefill + decode)
     with their meta: every file written together, all or none (a full disk or a folder in the way
     leaves what was there, not a new trace beside an old histogram)."""
-    from moeroof.data.io import guard_target, histogram_parts, trace_parts
-
     trace_path, histogram_path = Path(trace_path), Path(histogram_path)
     counts, tokens = result.histogram()
     trace_meta = {**meta, "histogram": str(histogram_path)}

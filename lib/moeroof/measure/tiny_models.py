@@ -25,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TINY_FAMILIES", "tiny_config", "tiny_checkpoint"]
+__all__ = ["CONFIG_KEYWORDS", "TINY_FAMILIES", "tiny_config", "tiny_checkpoint"]
 
 #: family (``model_type``) → transformers' config class name
 TINY_FAMILIES: dict[str, str] = {
@@ -110,27 +110,17 @@ def tiny_config(
     return cls(**{**common, **_family_keys(family, int(experts), int(top_k), int(moe_width), max(int(hidden) // 4, 8))})
 
 
-def tiny_checkpoint(
-    family: str,
-    folder: str | Path,
-    seed: int = 0,
-    *,
-    experts: int | None = None,
-    top_k: int | None = None,
-    layers: int = 2,
-    hidden: int = 32,
-    vocab: int = 96,
-    moe_width: int = 16,
-    **save_kwargs: Any,
-) -> Path:
+#: the keyword arguments of :func:`tiny_checkpoint` that go to :func:`tiny_config`
+CONFIG_KEYWORDS = ("experts", "top_k", "layers", "hidden", "vocab", "moe_width")
+
+
+def tiny_checkpoint(family: str, folder: str | Path, seed: int = 0, **kwargs: Any) -> Path:
     """A random-initialised tiny checkpoint of ``family`` saved (safetensors, float32) into
-    ``folder``; returns the folder. ``save_kwargs`` go to ``save_pretrained`` (e.g.
-    ``max_shard_size``)."""
+    ``folder``; returns the folder. The keywords of :func:`tiny_config` (:data:`CONFIG_KEYWORDS`)
+    size the model; the others go to ``save_pretrained`` (e.g. ``max_shard_size``)."""
     from moeroof.measure.capture import require_capture_packages
 
-    config = tiny_config(
-        family, experts=experts, top_k=top_k, layers=layers, hidden=hidden, vocab=vocab, moe_width=moe_width
-    )
+    config = tiny_config(family, **{k: v for k, v in kwargs.items() if k in CONFIG_KEYWORDS})
     torch, transformers = require_capture_packages()
     torch.manual_seed(int(seed))
     model = transformers.AutoModelForCausalLM.from_config(config)
@@ -140,5 +130,5 @@ def tiny_checkpoint(
             if isinstance(bias, torch.Tensor):
                 bias.copy_(torch.randn_like(bias) * 0.1)
     folder = Path(folder)
-    model.save_pretrained(folder, **save_kwargs)
+    model.save_pretrained(folder, **{k: v for k, v in kwargs.items() if k not in CONFIG_KEYWORDS})
     return folder

@@ -35,20 +35,15 @@ def open_client(client: Any, scheduler: str | None, workers: int, purpose: str) 
     for an address, or a :func:`local_cluster` of ``workers`` processes; None when none of them
     is asked for (no client, no scheduler, one worker). What it opens is closed on exit.
     ``purpose`` names the run in the error when distributed is not installed."""
-    if client is not None or (scheduler is None and workers <= 1):
+    with contextlib.ExitStack() as opened:
+        if client is None and (scheduler is not None or workers > 1):
+            Client = require("distributed", "sweep", purpose).Client
+            cluster = scheduler
+            if scheduler is None:
+                cluster = local_cluster(workers)
+                opened.callback(cluster.close)  # after the client's close
+            client = opened.enter_context(Client(cluster))
         yield client
-        return
-    Client = require("distributed", "sweep", purpose).Client
-    if scheduler is not None:
-        with Client(scheduler) as c:
-            yield c
-        return
-    cluster = local_cluster(workers)
-    try:
-        with Client(cluster) as c:
-            yield c
-    finally:
-        cluster.close()
 
 
 def worker_count(client: Any, default: int) -> int:

@@ -82,17 +82,18 @@ def _is_parquet(path: Any) -> bool:
     return str(path).lower().endswith(".parquet")
 
 
-def _slice(source: Any, meta: dict[str, Any] | None, l0: int, l1: int) -> np.ndarray:
+def _slice(payload: Any, meta: dict[str, Any] | None, l0: int, l1: int) -> np.ndarray:
     """Layers l0..l1 of the trace as a task reads them: a Parquet trace row group by row group
     (only those layers' rows kept), a ``.npy`` memory-mapped whatever its size (already checked
-    where the run started, so a task reads only its layers' columns), an ``.npz`` decompressed."""
-    if isinstance(source, str):
-        if _is_parquet(source):
-            return read_parquet_trace_layers(source, l0, l1)
-        if source.lower().endswith(".npy"):
-            return load_npy(source, copy_limit=0)[:, :, l0:l1]
-        return read_trace(source, meta).topk[:, :, l0:l1]
-    return source[:, :, l0:l1]
+    where the run started, so a task reads only its layers' columns), an ``.npz`` decompressed;
+    an array payload is already the task's layers (:func:`_payload`)."""
+    if not isinstance(payload, str):
+        return payload
+    if _is_parquet(payload):
+        return read_parquet_trace_layers(payload, l0, l1)
+    if payload.lower().endswith(".npy"):
+        return load_npy(payload, copy_limit=0)[:, :, l0:l1]
+    return read_trace(payload, meta).topk[:, :, l0:l1]
 
 
 def _step_chunks(payload: Any, meta: dict[str, Any] | None, layers: int, steps_per_chunk: int):
@@ -103,7 +104,7 @@ def _step_chunks(payload: Any, meta: dict[str, Any] | None, layers: int, steps_p
             yield s0, block
             s0 += block.shape[0]
         return
-    topk = _slice(payload, meta, 0, layers) if isinstance(payload, str) else payload
+    topk = _slice(payload, meta, 0, layers)
     for s0 in range(0, int(topk.shape[0]), steps_per_chunk):
         yield s0, topk[s0 : s0 + steps_per_chunk]
 
@@ -113,10 +114,15 @@ def _payload(source: Any, l0: int, l1: int) -> Any:
     return source if isinstance(source, str) else np.ascontiguousarray(source[:, :, l0:l1])
 
 
-def _groups(layers: int, layers_per_task: int) -> list[tuple[int, int]]:
-    if layers_per_task < 1:
-        raise ValueError(f"layers_per_task must be >= 1, got {layers_per_task}")
-    return [(l0, min(l0 + layers_per_task, layers)) for l0 in range(0, layers, layers_per_task)]
+def _groups(layers: int, client: Any, workers: int, layers_per_task: int | None) -> list[tuple[int, int]]:
+    """The tasks' layer ranges: ``layers_per_task`` layers each, by default the layers spread
+    evenly over the workers."""
+    if layers_per_task is None:
+        layers_per_task = max(1, math.ceil(layers / max(1, worker_count(client, workers))))
+    per = int(layers_per_task)
+    if per < 1:
+        raise ValueError(f"layers_per_task must be >= 1, got {per}")
+    return [(l0, min(l0 + per, layers)) for l0 in range(0, layers, per)]
 
 
 def _group_capacity(per: float, n: int, unit: str) -> float:
@@ -152,11 +158,9 @@ def _slice_pinned(pinned: Any, layers: int, experts: int, l0: int, l1: int) -> A
     if cache.is_ranking(p, n):  # keep the group's items, in rank order, renumbered from the group's first layer
         lo, hi = l0 * experts, l1 * experts
         return p[(p >= lo) & (p < hi)] - lo
-    if p.shape == (layers, experts):
-        return p[l0:l1].ravel().astype(float)
-    if p.size == n:
-        return p.ravel()[l0 * experts : l1 * experts].astype(float)
-    raise ValueError(f"pinned popularity must have {n} entries (layers·experts), got shape {p.shape}")
+    if p.size != n:
+        raise ValueError(f"pinned popularity must have {n} entries (layers·experts), got shape {p.shape}")
+    return p.ravel()[l0 * experts : l1 * experts].astype(float)  # (layers, experts) or flat
 
 
 # ----------------------------------------------------------------------------- tasks
@@ -164,8 +168,7 @@ def _slice_pinned(pinned: Any, layers: int, experts: int, l0: int, l1: int) -> A
 
 def _requests(payload, meta, l0: int, l1: int, experts: int, streams: Any) -> cache.Requests:
     """The request stream of a task's layers l0..l1."""
-    topk = _slice(payload, meta, l0, l1) if isinstance(payload, str) else payload
-    return cache.requests_from_trace(topk, experts, streams=streams)
+    return cache.requests_from_trace(_slice(payload, meta, l0, l1), experts, streams=streams)
 
 
 def _simulate_task(payload, meta, l0, l1, experts, capacity, kw, streams) -> cache.CacheResult:
@@ -180,13 +183,9 @@ def _curve_task(payload, meta, l0, l1, experts, warmup_steps, lookup, streams) -
     out, counted = [], 0
     for la in range(l1 - l0):
         mine = req.layer == la
-        items = req.items[mine]
         keep = counted_all[mine]
         counted += int(keep.sum())
-        if items.size == 0:
-            out.append(np.zeros(1, np.int64))
-            continue
-        dist = cache.stack_distances(items, start[mine])[keep]
+        dist = cache.stack_distances(req.items[mine], start[mine])[keep]  # none for a layer without requests
         hist = np.bincount(dist, minlength=experts + 1).astype(np.int64)
         hist[0] = 0  # a first reference misses at every capacity
         out.append(np.cumsum(hist))
@@ -201,13 +200,6 @@ def _run(fn, tasks: list[tuple], client: Any) -> list[Any]:
         return client.gather(futures)
     finally:
         client.cancel([f for f in futures if not f.done()])
-
-
-def _per_task(layers: int, client: Any, workers: int, layers_per_task: int | None) -> int:
-    """``layers_per_task``, by default the layers spread evenly over the workers."""
-    if layers_per_task is not None:
-        return int(layers_per_task)
-    return max(1, math.ceil(layers / max(1, worker_count(client, workers))))
 
 
 #: what a sharded run is called when distributed is not installed
@@ -253,7 +245,7 @@ def simulate_by_layer(
     with open_client(client, scheduler, workers, _PURPOSE) as c:
         tasks = []
         fixed = dict(policy=policy, capacity_unit=capacity_unit, warmup_steps=warmup_steps, lookup=lookup)
-        for l0, l1 in _groups(layers, _per_task(layers, c, workers, layers_per_task)):
+        for l0, l1 in _groups(layers, c, workers, layers_per_task):
             kw = dict(fixed, item_bytes=_slice_items(item_bytes, layers, experts, l0, l1))
             kw["pinned"] = _slice_pinned(pinned, layers, experts, l0, l1)
             cap = _group_capacity(float(per), l1 - l0, capacity_unit)
@@ -288,7 +280,7 @@ def lru_curve_by_layer(
     """
     source, layers, experts, meta = _source(trace)
     with open_client(client, scheduler, workers, _PURPOSE) as c:
-        groups = _groups(layers, _per_task(layers, c, workers, layers_per_task))
+        groups = _groups(layers, c, workers, layers_per_task)
         tasks = [
             (_payload(source, l0, l1), meta, l0, l1, experts, int(warmup_steps), lookup, streams) for l0, l1 in groups
         ]

@@ -72,6 +72,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from moeroof.core import atomic
 from moeroof.core.errors import wraps_interrupt
 from moeroof.core.input_files import NotRegularFileError, check_regular, read_input_bytes
 from moeroof.core.limits import (
@@ -90,6 +91,8 @@ from moeroof.core.limits import (
     parse_toml,
 )
 from moeroof.core.optional import require
+from moeroof.core.paths import resolve_data
+from moeroof.run.cluster import open_client, worker_count
 
 __all__ = [
     "CHECKPOINT_SECONDS",
@@ -182,7 +185,7 @@ def expand_range(spec: Mapping[str, Any], *, path: Any = "<grid>", key: str = "?
         raise GridError(path, key, f"a range is {{start, stop, step}}, got keys {sorted(spec)}")
     start, stop, step = spec["start"], spec["stop"], spec["step"]
     for name, v in (("start", start), ("stop", stop), ("step", step)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        if not _number(v) or not math.isfinite(v):
             raise GridError(path, key, f"{name} must be a finite number, got {v!r}")
     if step <= 0:
         raise GridError(path, key, f"step must be > 0, got {step!r}")
@@ -196,32 +199,22 @@ def expand_range(spec: Mapping[str, Any], *, path: Any = "<grid>", key: str = "?
     return [round(start + i * step, 12) for i in range(count)]
 
 
-def _check_value(path: Any, key: str, value: Any) -> Any:
-    if isinstance(value, (dict, list)):
-        raise GridError(path, key, f"a value must be a number, a string or a boolean, got {value!r}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise GridError(path, key, f"a value must be finite, got {value!r}")
-    return value
-
-
 #: grid keys that are sizes, with their unit in bytes: finite and at most :data:`MAX_GIB` GiB once
 #: converted (``cache_gib = 1e300`` is finite, but 2^30 times it is inf bytes: a sweep of it
 #: returned ``cache_gib_used = inf`` with status 0)
 _SIZE_KEYS = {"cache_gib": 2**30, "read_size_kib": 2**10, "expert_bytes": 1}
 
 
-def _check_size(path: Any, key: str, value: Any) -> None:
+def _check_size(path: Any, key: str, name: str, value: Any) -> None:
     """A size key's value (:data:`_SIZE_KEYS`): a number (``cache_gib`` may be ``"auto"``) whose
     bytes are finite, ≥ 0 (> 0, and ≥ 1 B for ``expert_bytes``) and at most :data:`MAX_GIB` GiB."""
-    name = key.removeprefix("fixed.")
-    unit = _SIZE_KEYS.get(name)
-    if unit is None or (name == "cache_gib" and isinstance(value, str) and value.strip().lower() == "auto"):
+    if name == "cache_gib" and isinstance(value, str) and value.strip().lower() == "auto":
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not _number(value):
         kinds = 'a number or "auto"' if name == "cache_gib" else "a number"
         raise GridError(path, key, f"must be {kinds}, got {value!r}")
     try:
-        nbytes = float(value) * unit
+        nbytes = float(value) * _SIZE_KEYS[name]
     except OverflowError:  # an int beyond a double (TOML ints are 64-bit, a dict's are not)
         nbytes = math.inf
     if not math.isfinite(nbytes) or nbytes > MAX_GIB * 2**30:
@@ -254,17 +247,29 @@ COUNT_KEYS: dict[str, tuple[int, int]] = {
 }
 
 
-def _check_count(path: Any, key: str, value: Any) -> None:
-    """A count key's number (:data:`COUNT_KEYS`) within its range, before any point is made
-    of it; a value that is not a number is left to the point's own check."""
+def _number(value: Any) -> bool:
+    """An int or a float, not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_values(path: Any, key: str, values: list[Any]) -> None:
+    """A key's values: each a number, a string or a boolean, finite; then a size's bounds
+    (:func:`_check_size`), or a count's number within its range (:data:`COUNT_KEYS`) before any
+    point is made of it (a count that is not a number is left to the point's own check)."""
+    for v in values:
+        if isinstance(v, (dict, list)):
+            raise GridError(path, key, f"a value must be a number, a string or a boolean, got {v!r}")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise GridError(path, key, f"a value must be finite, got {v!r}")
     name = key.removeprefix("fixed.")
-    if name not in COUNT_KEYS or isinstance(value, bool) or not isinstance(value, (int, float)):
-        return
-    low, high = COUNT_KEYS[name]
-    if not low <= value <= high:
-        raise GridError(
-            path, key, f"{value!r} is outside {low} … {high}, the {name.replace('_', ' ')} a point may have"
-        )
+    low, high = COUNT_KEYS.get(name, (-math.inf, math.inf))
+    for v in values:
+        if name in _SIZE_KEYS:
+            _check_size(path, key, name, v)
+        elif _number(v) and not low <= v <= high:
+            raise GridError(
+                path, key, f"{v!r} is outside {low} … {high}, the {name.replace('_', ' ')} a point may have"
+            )
 
 
 def read_grid(path: str | Path) -> Grid:
@@ -306,9 +311,7 @@ def grid_from_dict(doc: Mapping[str, Any], path: Any = "<grid>") -> Grid:
     known, required = KEYS[command]
     axes = {key: _axis_values(path, key, value) for key, value in doc.items()}
     for key, value in fixed.items():
-        _check_value(path, f"fixed.{key}", value)
-        _check_size(path, f"fixed.{key}", value)
-        _check_count(path, f"fixed.{key}", value)
+        _check_values(path, f"fixed.{key}", [value])
         if key in axes:
             raise GridError(path, key, "is both an axis and in [fixed]; give it once")
     for key in [*axes, *fixed]:
@@ -331,10 +334,8 @@ def _axis_values(path: Any, key: str, value: Any) -> tuple[Any, ...]:
     if isinstance(value, dict):
         values = expand_range(value, path=path, key=key)
     else:  # a list, or one value
-        values = [_check_value(path, key, v) for v in (value if isinstance(value, list) else [value])]
-    for v in values:
-        _check_size(path, key, v)
-        _check_count(path, key, v)
+        values = value if isinstance(value, list) else [value]
+    _check_values(path, key, values)
     if not values:
         raise GridError(path, key, "an axis needs at least one value")
     if len(set(map(json.dumps, values))) != len(values):
@@ -434,7 +435,6 @@ def _union_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
 
     batch = [int(inputs["batch"])]
     if "histogram" in inputs:
-        from moeroof.core.paths import resolve_data
         from moeroof.data.io import read_histogram
 
         hist = read_histogram(resolve_data(str(inputs["histogram"])))
@@ -517,7 +517,6 @@ def _cache_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
 
     streams = inputs.get("streams")
     if "trace" in inputs:
-        from moeroof.core.paths import resolve_data
         from moeroof.data.io import read_trace
 
         trace = read_trace(resolve_data(str(inputs["trace"])))
@@ -561,7 +560,6 @@ def _calibrating_rows(spec: Any, rows: list[int]) -> set[int] | None:
 def _fit_routing_outputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
     import dataclasses
 
-    from moeroof.core.paths import resolve_data
     from moeroof.data.points import read_points
     from moeroof.fit.routing import FAMILIES, fit_routing, tolerance
 
@@ -681,8 +679,6 @@ RUN_METADATA_KEY = b"moeroof.run"
 def _write(out: Path, rows: list[dict[str, Any]], run: Mapping[str, Any] | None = None) -> None:
     pq = require("pyarrow.parquet", "sweep", "a sweep's Parquet results")
 
-    from moeroof.core import atomic
-
     table = rows_table(rows)
     if run is not None:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), RUN_METADATA_KEY: json.dumps(run)})
@@ -717,8 +713,6 @@ def _distributed(
 ) -> Iterable[dict[str, Any]]:
     import asyncio
     import concurrent.futures
-
-    from moeroof.run.cluster import worker_count
 
     as_completed = require("distributed", "sweep", _PURPOSE).as_completed
     if chunk is None:
@@ -801,9 +795,6 @@ def run_sweep(
     done to the last save: a second sweep onto the same file fails at once
     (:class:`moeroof.core.atomic.OutputBusyError`) instead of overwriting the first one's rows.
     """
-    from moeroof.core import atomic
-    from moeroof.run.cluster import open_client
-
     out = _checked_output(out)
     with atomic.exclusive(out, "another moeroof sweep"):
         points = expand(grid)
@@ -824,27 +815,26 @@ def run_sweep(
         where = _where(client, scheduler, workers) if on_cluster else "serial"
         with contextlib.ExitStack() as opened:  # the client closes after the last save
             try:
-                results: Iterable[dict[str, Any]] = map(evaluate, todo)
-                if on_cluster:
-                    c = opened.enter_context(open_client(client, scheduler, workers, _PURPOSE))
-                    results = _distributed(todo, evaluate, c, chunk)
-                last = time.monotonic()
-                for row in results:
-                    new.append(row)
-                    if progress is not None:
-                        progress(len(new), len(todo), row["point_id"])
-                    if time.monotonic() - last > CHECKPOINT_SECONDS:
-                        save()
-                        last = time.monotonic()
-            except KeyboardInterrupt:  # saved below: say so, and how to go on
-                raise KeyboardInterrupt(_kept(len(new), len(todo), out)) from None
-            finally:
-                if new or not out.exists():
-                    try:  # whole: a Ctrl-C during the last save cut it, and lost every point silently
+                try:
+                    results: Iterable[dict[str, Any]] = map(evaluate, todo)
+                    if on_cluster:
+                        c = opened.enter_context(open_client(client, scheduler, workers, _PURPOSE))
+                        results = _distributed(todo, evaluate, c, chunk)
+                    last = time.monotonic()
+                    for row in results:
+                        new.append(row)
+                        if progress is not None:
+                            progress(len(new), len(todo), row["point_id"])
+                        if time.monotonic() - last > CHECKPOINT_SECONDS:
+                            save()
+                            last = time.monotonic()
+                finally:
+                    if new or not out.exists():
+                        # whole: a Ctrl-C during the last save cut it, and lost every point silently
                         with atomic.interrupts_held():
                             save()
-                    except KeyboardInterrupt:  # held until the save was done: what it kept
-                        raise KeyboardInterrupt(_kept(len(new), len(todo), out)) from None
+            except KeyboardInterrupt:  # in the run or held until the save was done: what it kept
+                raise KeyboardInterrupt(_kept(len(new), len(todo), out)) from None
         summary = {"grid": grid.path, "command": grid.command, "output": str(out), "points": len(points)}
         summary.update(skipped=len(points) - len(todo), evaluated=len(new))
         failed = sum(r.get("error") is not None for r in new)

@@ -371,6 +371,10 @@ def test_the_default_fits_the_memory_knob_the_rows_rule_in():
     named = fit_plan(plain_rows, model, hw, routing, fit=["skew", "engine", "ssd-scale"], overlap="sum")
     assert named.fitted == ("skew", "engine", "ssd-scale")
     assert not any(n.startswith("memory knob:") for n in named.notes)
+    # the reclaim truth's rows fitted without a memory knob, as named: missed, and the default pointed to
+    blind = fit_plan(rows, model, hw, routing, fit=["skew", "engine", "ssd-scale"], overlap="sum")
+    (missed,) = [n for n in blind.notes if n.startswith("misfit:")]
+    assert "without --fit, fit-plan tries both memory knobs" in missed
 
 
 def test_seed003s_public_rows_rule_in_the_page_cache():

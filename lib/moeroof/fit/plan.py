@@ -2067,6 +2067,11 @@ def fit_plan(
     # the default's own note says what it tried; a named fit gets the reminder of what the rows could tell
     out = with_memory_note(out, points) if structure_note is None else replace(out, notes=(*out.notes, structure_note))
     missed = misfit_note(out.rows)
+    if missed is not None and fit is not None and memory_curve_note(points, ()) is not None:
+        missed += (
+            "; the rows measure tok/s at three or more cache sizes of one batch size: without --fit, fit-plan tries "
+            "both memory knobs (pressure, reclaim) and fits the one they rule in"
+        )
     return out if missed is None else replace(out, notes=(*out.notes, missed))
 
 

@@ -83,8 +83,9 @@ REGIME_CASES = (
     ),
     (
         # the same three rows as a newcomer fits them, every flag at its default (the skew prior's
-        # routing; skew and stickiness, the engine, the SSD scale and the memory knob the rows
-        # rule in): where its curve peaks, held to the same reported range
+        # routing; skew and stickiness, the SSD scale and the memory knob the rows rule in — the
+        # reclaim work with its shape, the engine held at its priors to free a row for it): where
+        # its curve peaks, held to the same reported range
         "mlx-lm-1438-default-peak",
         "mlx-lm-1438.plan-points",
         "glm-5.2",

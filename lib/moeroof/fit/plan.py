@@ -1622,7 +1622,7 @@ class _PriorEnds:
             for k in self.fit.held.engine
         )
         self.notes.append(
-            f"engine held at the box's priors ({_prior_origin(self.fit.hardware)}) where --fit does not name engine "
+            f"engine held at the box's priors ({_prior_origin(self.fit.hardware)}) where the fit leaves it out "
             f"and the preset does not state it: {said}; the bands include the predictions at both ends"
             + _as_far_as(cut)
         )
@@ -2353,7 +2353,7 @@ def _knob_table(
             out[key] = {"value": float(getattr(hardware, key)), "fitted": False, "unit": "s", "held": "the preset's"}
         for key in fit.held.engine:
             lo, centre, hi = hardware.priors[ENGINE_FIELDS[key]][0]
-            why = "--fit does not name engine and the preset does not state it: held at its prior, the bands cover its range"
+            why = "the fit leaves the engine out and the preset does not state it: held at its prior, the bands cover its range"
             out[ENGINE_FIELDS[key]] = _held_entry(centre, lo, hi, f"prior ({_prior_origin(hardware)})", why, "s")
     if "ssd-scale" not in names:
         out["ssd_scale"] = {"value": 1.0, "fitted": False, "unit": "×", "held": "the preset's SSD curve"}

@@ -30,7 +30,7 @@ import hashlib
 import json
 import os
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -185,6 +185,21 @@ class SourceMemo:
         """Keep ``value`` (JSON-able: lists, floats, ints, strings) for ``key``."""
         self._remember(key, value)
         self._disk_memo().put(key, value)
+
+    def array(self, key: tuple, shape: tuple[int, ...], compute: Callable[[], Any]) -> Any:
+        """The float array kept for ``key`` when it has ``shape``, else ``compute()``'s, kept as a
+        list (JSON keeps every float exactly: its ``repr``, NaN included)."""
+        import numpy as np
+
+        stored = self.get(key)
+        try:
+            out = np.array(stored, dtype=float) if isinstance(stored, list) else None
+        except (TypeError, ValueError):
+            out = None
+        if out is None or out.shape != tuple(shape):
+            out = compute()
+            self.put(key, out.tolist())
+        return out
 
     def _remember(self, key: tuple, value: Any) -> None:
         self._memo[key] = value

@@ -166,12 +166,8 @@ def _item_sizes(item_bytes, layers: int, experts: int) -> np.ndarray | None:
         return None
     b = np.asarray(item_bytes, dtype=float)
     n_items = layers * experts
-    if b.ndim == 0:
-        b = np.full(n_items, float(b))
-    elif b.shape == (experts,):
-        b = np.tile(b, layers)
-    elif b.shape == (layers, experts):
-        b = b.ravel()
+    if b.ndim == 0 or b.shape in ((experts,), (layers, experts)):
+        b = np.broadcast_to(b, (layers, experts)).ravel()
     elif b.shape != (n_items,):
         raise ValueError(
             f"item_bytes must be a scalar or have shape ({experts},), ({layers}, {experts}) or ({n_items},), got {b.shape}"

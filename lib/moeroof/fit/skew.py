@@ -32,7 +32,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import lru_cache, partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from scipy.interpolate import CubicSpline
@@ -42,6 +42,7 @@ from scipy.special import digamma, gammaln
 from moeroof.core.limits import MAX_SKEW_FIT_EXPERTS, check_allocation
 from moeroof.core.masks import live_tokens, partial_tokens
 from moeroof.core.memo import SourceMemo
+from moeroof.core.results import stage_reporter
 from moeroof.core.rng import generator
 from moeroof.core.stats import (
     Interval,
@@ -78,8 +79,6 @@ S_BOUNDS = (0.0, 4.0)
 #: bounds of the Dirichlet concentration search (α at the upper bound is indistinguishable
 #: from uniform at any realistic N)
 ALPHA_BOUNDS = (1e-3, 1e6)
-
-_N_PARAMS = {"uniform": 0, "zipf": 1, "dirichlet": 1}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,11 +170,8 @@ class CorrelationFit:
 
     def to_dict(self) -> dict[str, Any]:
         """Every field as floats (an interval as its two ends), then ``union_ratio``."""
-        d: dict[str, Any] = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            d[f.name] = [float(v.low), float(v.high)] if isinstance(v, Interval) else float(v)
-        return {**d, "union_ratio": float(self.union_ratio)}
+        values = {f.name: getattr(self, f.name) for f in fields(self)} | {"union_ratio": self.union_ratio}
+        return {k: [float(v.low), float(v.high)] if isinstance(v, Interval) else float(v) for k, v in values.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,12 +195,6 @@ def _check_counts(counts: Any, top_k: int) -> np.ndarray:
     if np.any(y.sum(axis=1) == 0):
         raise ValueError("every layer needs at least one count")
     return y
-
-
-def _multinomial_coef(y: np.ndarray) -> np.ndarray:
-    """log N! − Σ log Y_i! along the last axis."""
-    n = y.sum(axis=-1)
-    return gammaln(n + 1.0) - gammaln(y + 1.0).sum(axis=-1)
 
 
 def _sorted_desc(y: np.ndarray) -> np.ndarray:
@@ -343,13 +333,6 @@ def _gof(obs_sorted: np.ndarray, sims_sorted: np.ndarray) -> tuple[np.ndarray, n
     return d_obs, p_layer, float(dp_obs), float(p_pool)
 
 
-def _sim_sorted_shares(p: np.ndarray, n: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Sorted shares of multinomial picks; p (M, L, E) pick probabilities, n (L,) picks."""
-    p = p / p.sum(axis=-1, keepdims=True)
-    y = rng.multinomial(np.broadcast_to(n, p.shape[:-1]), p)
-    return _sorted_desc(y) / n[:, None]
-
-
 def _model_pick_probs(
     model: str, experts: int, top_k: int, param: np.ndarray, sims: int, rng: np.random.Generator
 ) -> np.ndarray:
@@ -364,21 +347,25 @@ def _model_pick_probs(
     return np.exp(routing.log_dirichlet(conc, rng))
 
 
-def _parametric_replicates(
-    model: str,
-    p_layer: np.ndarray,
-    p_pool: float,
-    n: np.ndarray,
-    shape: tuple[int, int],
-    bootstrap: int,
-    rng: np.random.Generator,
-) -> tuple[np.ndarray, np.ndarray]:
+class _Estimate(NamedTuple):
+    """One model's parameter in :func:`fit_histogram`, per layer (L,) and pooled, with the picks N
+    of each layer (L,) and ``shape`` (experts E, top_k K): what its simulations are drawn from."""
+
+    model: str
+    p_layer: np.ndarray
+    p_pool: float
+    n: np.ndarray
+    shape: tuple[int, int]
+
+
+def _parametric_replicates(est: _Estimate, bootstrap: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """The refits of :func:`fit_histogram`'s parametric bootstrap: per layer (R, L) and pooled
     (R,), each from one batch of R histograms drawn at the fitted parameters (per layer at p_l;
     pooled: every layer at the pooled one) — Zipf: picks ``Multinomial(N, π(ŝ)/K)``, sorted and
     refitted; Dirichlet: ``w* ~ Dirichlet(α̂)``, picks ``Multinomial(N, w*)``. Drawn from ``rng``
-    in this order: the per-layer batch, then the pooled one. ``shape``: (experts E, top_k K)."""
-    layers, (experts, k) = len(n), shape
+    in this order: the per-layer batch, then the pooled one."""
+    model, p_layer, p_pool, n, (experts, k) = est
+    layers = len(n)
 
     def draw(r: int, at: Any) -> np.ndarray:
         """R histograms at the pick probabilities ``at`` (Zipf) or the concentration ``at`` (Dirichlet)."""
@@ -451,12 +438,9 @@ def _histogram_estimate(
     """
     layers, experts = y.shape
     if model == "uniform":
-        p_layer = np.zeros(layers)
-        p_pool = 0.0
         ll_layer = coef + (y * np.log(1.0 / experts)).sum(axis=1)
-        ll_pool = float(ll_layer.sum())
-        name = None
-    elif model == "zipf":
+        return np.zeros(layers), 0.0, ll_layer, float(ll_layer.sum()), None
+    if model == "zipf":
         s0 = _zipf_grid_mle(ysorted, k)
         p_layer = np.array([_zipf_polish(ysorted[l], k, s0[l]) for l in range(layers)])
         ysum = ysorted.sum(axis=0)
@@ -464,29 +448,19 @@ def _histogram_estimate(
         log_p = _zipf_log_pi_exact(experts, k, np.append(p_layer, p_pool)) - np.log(k)
         ll_layer = coef + _zipf_crossfit(y, log_p[:layers], splits)
         ll_pool = float(coef.sum() + _zipf_crossfit(y, np.broadcast_to(log_p[layers], y.shape), splits).sum())
-        name = "s"
-    else:
-        p_layer = _dirichlet_mle(y[None], pooled=False)[0]
-        p_pool = float(_dirichlet_mle(y[None], pooled=True)[0])
-        ll_layer = coef + _dm_loglik(y.astype(float), p_layer)
-        ll_pool = float(coef.sum() + _dm_loglik(y.astype(float), np.full(layers, p_pool)).sum())
-        name = "alpha"
-
-    return p_layer, p_pool, ll_layer, ll_pool, name
+        return p_layer, p_pool, ll_layer, ll_pool, "s"
+    p_layer = _dirichlet_mle(y[None], pooled=False)[0]
+    p_pool = float(_dirichlet_mle(y[None], pooled=True)[0])
+    ll_layer = coef + _dm_loglik(y.astype(float), p_layer)
+    ll_pool = float(coef.sum() + _dm_loglik(y.astype(float), np.full(layers, p_pool)).sum())
+    return p_layer, p_pool, ll_layer, ll_pool, "alpha"
 
 
 def _histogram_intervals(
-    model: str,
-    p_layer: np.ndarray,
-    p_pool: float,
-    n: np.ndarray,
-    shape: tuple[int, int],
-    bootstrap: int,
-    level: float,
-    rng: np.random.Generator,
+    est: _Estimate, bootstrap: int, level: float, rng: np.random.Generator
 ) -> tuple[Any, Any, np.ndarray, float]:
     """One parametrised model's intervals (per layer, pooled) and reported estimates (per layer,
-    pooled) in :func:`fit_histogram`; no intervals without replicates. ``shape``: (E, K).
+    pooled) in :func:`fit_histogram`; no intervals without replicates.
 
     Intervals (``level``) from ``bootstrap`` replicates:
     - Zipf: parametric — picks ``Y* ~ Multinomial(N, π(ŝ)/K)`` per layer simulated at the
@@ -505,10 +479,11 @@ def _histogram_intervals(
       would hold this layer's w fixed and miss the main uncertainty of α — one layer is a
       single draw of E shares from Dirichlet(α) — so its intervals would be far too narrow.
     """
+    model, p_layer, p_pool, _, _ = est
     ci_layer = ci_pool = None
     est_layer, est_pool = p_layer, p_pool
     if bootstrap > 0:
-        b_layer, b_pool = _parametric_replicates(model, p_layer, p_pool, n, shape, bootstrap, rng)
+        b_layer, b_pool = _parametric_replicates(est, bootstrap, rng)
         how = "parametric bootstrap"
         if model == "zipf":
             # basic (reverse-percentile) interval: re-sorting resampled counts adds the
@@ -526,26 +501,23 @@ def _histogram_intervals(
 
 
 def _histogram_gof(
-    model: str,
-    shape: tuple[int, int],
-    p_layer: np.ndarray,
-    p_pool: float,
-    n: np.ndarray,
-    obs_shares: np.ndarray,
-    gof_sims: int,
-    rng: np.random.Generator,
+    est: _Estimate, obs_shares: np.ndarray, gof_sims: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray, float, float]:
     """One model's goodness of fit in :func:`fit_histogram`: statistics and p-values per layer,
-    then pooled. ``shape``: (E, K).
+    then pooled.
 
     Goodness of fit: parametric bootstrap with ``gof_sims`` histograms simulated from the
     fitted model at each layer's N (multinomial picks; Dirichlet: a fresh w per simulation).
     Statistic per layer: max over ranks of |observed sorted share − mean simulated sorted
     share|; pooled: the max over layers. p-value: (1 + #{simulated ≥ observed}) / (1 + sims).
     """
+    model, p_layer, p_pool, n, shape = est
 
     def simulated(param: np.ndarray) -> np.ndarray:
-        return _sim_sorted_shares(_model_pick_probs(model, *shape, param, gof_sims, rng), n, rng)
+        """Sorted shares of ``gof_sims`` multinomial draws of each layer's N picks at ``param``."""
+        p = _model_pick_probs(model, *shape, param, gof_sims, rng)  # (sims, L, E)
+        y = rng.multinomial(np.broadcast_to(n, p.shape[:-1]), p / p.sum(axis=-1, keepdims=True))
+        return _sorted_desc(y) / n[:, None]
 
     # simulated at each layer's parameter, then at the pooled one (in this order from rng)
     (d_l, pv_l, _, _), (_, _, d_p, pv_p) = (_gof(obs_shares, simulated(p)) for p in (p_layer, np.full(n.size, p_pool)))
@@ -558,7 +530,7 @@ def _model_fit(
     """One :class:`ModelFit` of :func:`fit_histogram` (one layer's, or the pooled one): the reported
     and the ML estimate of the parameter ``name`` (None: no parameter), its interval (None:
     none), the log-likelihood and the goodness of fit's statistic and p-value."""
-    kp = _N_PARAMS[model]
+    kp = int(name is not None)  # uniform has none, Zipf and Dirichlet one each
     return ModelFit(
         model=model,
         params={} if name is None else {name: float(est)},
@@ -619,7 +591,7 @@ def fit_histogram(
     k = int(top_k)
     n = y.sum(axis=1)
     ysorted = _sorted_desc(y)
-    coef = _multinomial_coef(y)  # (L,)
+    coef = gammaln(n + 1.0) - gammaln(y + 1.0).sum(axis=-1)  # log N! − Σ log Y_i!, (L,)
     obs_shares = ysorted / n[:, None]
 
     # binomial thinnings for the cross-fitted Zipf likelihood, shared by per-layer and pooled
@@ -627,24 +599,15 @@ def fit_histogram(
     per_layer: list[dict[str, ModelFit]] = [{} for _ in range(layers)]
     pooled: dict[str, ModelFit] = {}
     todo = [m for m in MODELS if m in models]
-    stages = 3 * len(todo)
-    stage = 0
-
-    def report(what: str) -> None:
-        nonlocal stage
-        if progress is not None:
-            progress(stage, stages, what)
-        stage += 1
-
+    report = stage_reporter(progress, 3 * len(todo))
     for model in todo:
         report(f"{model}: estimate")
         p_layer, p_pool, ll_layer, ll_pool, name = _histogram_estimate(model, y, ysorted, coef, k, splits)
+        est = _Estimate(model, p_layer, p_pool, n, (experts, k))
         report(f"{model}: bootstrap ({bootstrap})")
-        ci_layer, ci_pool, est_layer, est_pool = _histogram_intervals(
-            model, p_layer, p_pool, n, (experts, k), bootstrap if name is not None else 0, level, rng
-        )
+        ci_layer, ci_pool, est_layer, est_pool = _histogram_intervals(est, bootstrap if name else 0, level, rng)
         report(f"{model}: goodness of fit ({gof_sims} simulations)")
-        d_l, pv_l, d_p, pv_p = _histogram_gof(model, (experts, k), p_layer, p_pool, n, obs_shares, gof_sims, rng)
+        d_l, pv_l, d_p, pv_p = _histogram_gof(est, obs_shares, gof_sims, rng)
         for l in range(layers):
             ci = None if ci_layer is None else ci_layer.at(l)
             per_layer[l][model] = _model_fit(model, name, est_layer[l], p_layer[l], ci, ll_layer[l], d_l[l], pv_l[l])
@@ -710,14 +673,7 @@ def popularity_from_inclusion(pi: np.ndarray, top_k: int, *, iters: int = 60, to
     pi = np.ascontiguousarray(np.atleast_2d(np.asarray(pi, dtype=float)))
     k = int(top_k)
     key = (hashlib.blake2b(pi.tobytes(), digest_size=20).hexdigest(), pi.shape, k, int(iters), float(tol))
-    stored = INVERSION_MEMO.get(key)
-    if isinstance(stored, list):
-        w = np.array(stored, dtype=float)
-        if w.shape == pi.shape:
-            return w
-    w = invert_inclusion(pi, k, iters, tol)
-    INVERSION_MEMO.put(key, w.tolist())  # json keeps every float exactly (repr)
-    return w
+    return INVERSION_MEMO.array(key, pi.shape, lambda: invert_inclusion(pi, k, iters, tol))
 
 
 #: the source files :func:`popularity_from_inclusion` runs (the disk memo's salt)

@@ -130,7 +130,7 @@ from moeroof.core.limits import (
     check_allocation,
 )
 from moeroof.core.memo import SourceMemo
-from moeroof.core.results import Result
+from moeroof.core.results import Result, stage_reporter
 from moeroof.core.rng import generator
 from moeroof.core.stats import Interval, bootstrap_replicates, confidence_of, student_t_quantile
 from moeroof.core.units import GiB
@@ -334,13 +334,7 @@ def simulate_points(
     sizes = dict(seeds=max(1, len(seeds)), timed_steps=int(timed_steps), max_sim_layers=max_sim_layers)
     check_sizes(points, experts, top_k, layers, **sizes, max_history=int(knobs.history_tokens))
     args = (knobs, points, experts, top_k, layers, expert_bytes, seeds, timed_steps, max_sim_layers)
-    key = _points_key(*args)
-    stored = _memo_get(key, (len(seeds), len(points)))
-    if stored is not None:
-        return stored
-    out = simulate_points_uncached(*args)
-    _memo_put(key, out)
-    return out
+    return _MEMO.array(_points_key(*args), (len(seeds), len(points)), lambda: simulate_points_uncached(*args))
 
 
 #: the source files :func:`simulate_points` runs (relative to the package): the disk memo's salt
@@ -348,10 +342,8 @@ MEMO_SOURCES = ("fit/routing.py", "models/", "cachesim/", "kernels/", "core/", "
 #: simulated rows kept in this process and on disk between runs (:mod:`moeroof.core.memo`)
 _MEMO = SourceMemo("fit-routing-points", MEMO_SOURCES)
 
-
-def clear_memo() -> None:
-    """Forget every simulated row kept in this process, and read the disk memo's setting again."""
-    _MEMO.clear()
+#: forget every simulated row kept in this process, and read the disk memo's setting again
+clear_memo = _MEMO.clear
 
 
 def _points_key(knobs, points, experts, top_k, layers, expert_bytes, seeds, timed_steps, max_sim_layers) -> tuple:
@@ -371,21 +363,6 @@ def _points_key(knobs, points, experts, top_k, layers, expert_bytes, seeds, time
 
 def _opt(x) -> float | None:
     return None if x is None else float(x)
-
-
-def _memo_get(key: tuple, shape: tuple[int, int]) -> np.ndarray | None:
-    stored = _MEMO.get(key)
-    if not isinstance(stored, list):
-        return None
-    try:
-        out = np.array(stored, dtype=float)
-    except (TypeError, ValueError):
-        return None
-    return out if out.shape == shape else None
-
-
-def _memo_put(key: tuple, out: np.ndarray) -> None:
-    _MEMO.put(key, out.tolist())  # json keeps every float exactly (repr), NaN included
 
 
 def simulate_points_uncached(knobs, points, experts, top_k, layers, expert_bytes, seeds, timed_steps, max_sim_layers):
@@ -484,13 +461,6 @@ def _set(k: RoutingKnobs, name: str, x: float, experts: int, lo: float) -> Routi
         # the lower end of the box stands for "off"
         return replace(k, c=math.inf if x <= lo + 1e-9 else float(experts * 10.0 ** (-x)))
     return replace(k, history_tokens=int(round(2.0**x - 1)))
-
-
-def _knobs_at(base: RoutingKnobs, names, x, experts, boxes) -> RoutingKnobs:
-    k = base
-    for name, v, (lo, _) in zip(names, x, boxes):
-        k = _set(k, name, float(v), experts, lo)
-    return k
 
 
 # ----------------------------------------------------------------------------- results
@@ -599,16 +569,13 @@ def _polish(
 
     lo, hi = np.array(boxes, dtype=float).T  # the boxes' lower and upper ends
     clipped = lambda x: f(np.clip(x, lo, hi)) + float(np.sum((x - np.clip(x, lo, hi)) ** 2))
-    simplex = [x0] + [
-        x0
-        + np.where(np.arange(x0.size) == j, 0.1 * (hi - lo) * (1 if x0[j] < hi[j] - 0.1 * (hi[j] - lo[j]) else -1), 0.0)
-        for j in range(x0.size)
-    ]
+    # a tenth of each box along each axis, inwards from the upper end
+    simplex = np.vstack([x0, x0 + np.diag(0.1 * (hi - lo) * np.where(x0 < hi - 0.1 * (hi - lo), 1, -1))])
     res = minimize(
         clipped,
         x0,
         method="Nelder-Mead",
-        options={"initial_simplex": np.array(simplex), "maxfev": maxfev, "xatol": 1e-3, "fatol": 1e-4},
+        options={"initial_simplex": simplex, "maxfev": maxfev, "xatol": 1e-3, "fatol": 1e-4},
     )
     x = np.clip(res.x, lo, hi)
     fx = f(x)
@@ -706,7 +673,10 @@ class _Problem:
         return sub
 
     def knobs(self, x) -> RoutingKnobs:
-        return _knobs_at(self.base, self.names, x, self.model[0], self.boxes)
+        k = self.base
+        for name, v, (lo, _) in zip(self.names, x, self.boxes):
+            k = _set(k, name, float(v), self.model[0], lo)
+        return k
 
     def mean(self, x, seeds, rows=None) -> np.ndarray:
         k = self.knobs(x)
@@ -901,8 +871,7 @@ def _bootstrap_draws(prob: _Problem, xs: np.ndarray, ok: np.ndarray, seed: int) 
     draws = []
     for x in xs:
         xb = x.copy()
-        for j in np.flatnonzero(~ok):
-            xb[j] = rng.uniform(prob.lo[j], prob.hi[j])
+        xb[~ok] = rng.uniform(prob.lo[~ok], prob.hi[~ok])  # one draw per knob, in order, as one by one
         draws.append(prob.knobs(xb))
     return tuple(draws)
 
@@ -973,21 +942,23 @@ def _bands(contributing, best, points, model: tuple[int, int, int, float | None]
 
 
 def _locality_holds(
-    locality: Locality,
+    locality: Locality | None,
     fitted: tuple[str, ...],
     held: dict[str, str],
     experts: int,
     top_k: int,
     level: tuple[float, float],
     bootstrap: int,
-) -> tuple[_Held, list[tuple[float, float]], tuple[Any, Any]]:
+) -> tuple[_Held, list[tuple[float, float]], tuple[Any, Any] | None]:
     """The values at which the locality prior holds ρ and ``c`` where the rows cannot identify them
     (saying so in ``held``), its draws for the bands and its quantiles at ``level``.
 
     ``locality`` (:class:`moeroof.models.locality.Locality`, the locality prior fitted on real
     decode) holds ρ and ``c`` where the rows cannot identify them at its centre instead of at 0
     and off, and :func:`fit_routing` pairs each bootstrap draw with one of its draws, so that its
-    spread goes into the bands."""
+    spread goes into the bands. Without a prior (None): nothing held, no draws, no quantiles."""
+    if locality is None:
+        return {}, [], None
     held_values: _Held = {}
     rho_c, c_c = locality.centre_for(int(experts), int(top_k))
     lo_q, hi_q = locality.quantiles_for([level[0], level[1]], int(experts), int(top_k))
@@ -1183,18 +1154,12 @@ def _fit_setup(
         max_sim_layers=sim["max_sim_layers"],
         max_history=max_history,
     )
+    fitted, held = identifiable(points, hold=("skew",) if popularity is not None else ())
     if popularity is not None:
-        fitted, held = identifiable(points, hold=("skew",))
         held["skew"] = f"given: the routing's popularity ({popularity.skew_name} = {popularity.skew:.3g}), not fitted"
-    else:
-        fitted, held = identifiable(points)
-    held_values: _Held = {}
-    prior_pairs: list[tuple[float, float]] = []
-    quantiles = None
-    if locality is not None:
-        held_values, prior_pairs, quantiles = _locality_holds(
-            locality, fitted, held, int(experts), int(top_k), level, bootstrap
-        )
+    held_values, prior_pairs, quantiles = _locality_holds(
+        locality, fitted, held, int(experts), int(top_k), level, bootstrap
+    )
     ints = tuple(int(s) for s in seeds)
     kw = dict(held=held_values, fitted=fitted, start=popularity, seeds=ints, sim=sim, max_history=max_history)
     return points, fitted, held, quantiles, prior_pairs, kw
@@ -1231,15 +1196,7 @@ def fit_routing(
     its bootstrap, the bands) and at the end; it changes no result."""
     if popularity is not None:
         families = (popularity.family,)
-    stages = 2 * len(families) + 1
-    stage = 0
-
-    def report(what: str) -> None:
-        nonlocal stage
-        if progress is not None:
-            progress(min(stage, stages), stages, what)
-        stage += 1
-
+    report = stage_reporter(progress, 2 * len(families) + 1)
     model = (experts, top_k, layers, expert_bytes)
     sim = dict(timed_steps=timed_steps, max_sim_layers=max_sim_layers)
     points, fitted, held, quantiles, prior_pairs, kw = _fit_setup(

@@ -117,7 +117,7 @@ import copy
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypedDict
+from typing import Any
 
 import numpy as np
 
@@ -184,11 +184,8 @@ _DEFAULT_SKEW = {"dirichlet": 0.5, "zipf": 0.8}
 _FLOOR = {"hit_rate": 0.03, "overlap": 0.05, "union": 0.25, "gib_per_step": 0.005}
 
 
-class _Held(TypedDict, total=False):
-    """Knobs held at a prior's values rather than fitted (:class:`RoutingKnobs` fields)."""
-
-    rho: float
-    c: float
+#: knobs held at a prior's values rather than fitted (:class:`RoutingKnobs` fields: ``rho``, ``c``)
+_Held = dict[str, Any]
 
 
 def tolerance(kind: str, measured: float) -> float:
@@ -483,8 +480,6 @@ class FamilyFit(Result):
     evaluations: int
     #: 5–95 % interval of each fitted knob in its own units (``history``: tokens; ``locality``: c)
     intervals: dict[str, Interval] = field(default_factory=dict)
-    #: simulated evaluations spent by the bootstrap's refits (each at ``len(seeds)`` seeds)
-    refit_evaluations: int = 0
     #: per draw, its weight in the bands (empty: equal); set where the draws carry a prior's
     #: draws of held knobs, each refitted with them held (:func:`_prior_draws`)
     draw_weights: tuple[float, ...] = ()
@@ -521,10 +516,9 @@ class RoutingFit(Result):
 # ----------------------------------------------------------------------------- the fit
 
 
-def _search(
-    f, x0: np.ndarray, boxes: Sequence[tuple[float, float]], rounds: int, grid: int
-) -> tuple[np.ndarray, float]:
-    """Coordinate search with a parabolic refinement per knob (module docstring)."""
+def _search(f, x0: np.ndarray, boxes: Sequence[tuple[float, float]]) -> tuple[np.ndarray, float]:
+    """Coordinate search with a parabolic refinement per knob, :data:`ROUNDS` rounds of
+    :data:`GRID` points (module docstring)."""
     x = np.array(x0, dtype=float)
     best = f(x)
     lo, hi = np.array(boxes, dtype=float).T  # the boxes' lower and upper ends
@@ -535,17 +529,17 @@ def _search(
         y[j] = v
         return f(y)
 
-    for r in range(rounds):
+    for r in range(ROUNDS):
         for j in range(x.size):
             span = (hi[j] - lo[j]) / 2.5**r
             a = max(lo[j], x[j] - span / 2)
             b = min(hi[j], a + span)
             a = max(lo[j], b - span)
-            pts = np.linspace(a, b, grid)
+            pts = np.linspace(a, b, GRID)
             vals = np.array([at(j, p) for p in pts])
             k = int(np.argmin(vals))
             cand = [(vals[k], pts[k])]
-            if 0 < k < grid - 1:
+            if 0 < k < GRID - 1:
                 x0_, x1_, x2_ = pts[k - 1 : k + 2]
                 f0, f1, f2 = vals[k - 1 : k + 2]
                 den = (x1_ - x0_) * (f1 - f2) - (x1_ - x2_) * (f1 - f0)
@@ -560,11 +554,10 @@ def _search(
     return x, best
 
 
-def _polish(
-    f, x0: np.ndarray, f0: float, boxes: Sequence[tuple[float, float]], maxfev: int
-) -> tuple[np.ndarray, float]:
-    """Nelder–Mead from the coordinate search's point (simplex steps a tenth of each box),
-    clipped to the box; the coordinate search leaves narrow valleys between knobs unexplored."""
+def _polish(f, x0: np.ndarray, f0: float, boxes: Sequence[tuple[float, float]]) -> tuple[np.ndarray, float]:
+    """Nelder–Mead from the coordinate search's point (simplex steps a tenth of each box, at most
+    :data:`POLISH_EVALS` evaluations), clipped to the box; the coordinate search leaves narrow
+    valleys between knobs unexplored."""
     from scipy.optimize import minimize
 
     lo, hi = np.array(boxes, dtype=float).T  # the boxes' lower and upper ends
@@ -575,7 +568,7 @@ def _polish(
         clipped,
         x0,
         method="Nelder-Mead",
-        options={"initial_simplex": simplex, "maxfev": maxfev, "xatol": 1e-3, "fatol": 1e-4},
+        options={"initial_simplex": simplex, "maxfev": POLISH_EVALS, "xatol": 1e-3, "fatol": 1e-4},
     )
     x = np.clip(res.x, lo, hi)
     fx = f(x)
@@ -656,9 +649,8 @@ class _Problem:
         self.m = np.array([p.value for p in self.cal], dtype=float)
         self.tau = np.array([tolerance(p.kind, float(v)) for p, v in zip(self.cal, self.m)])
         base = start if start is not None else RoutingKnobs(family=family, skew=_DEFAULT_SKEW[family])
-        self.base = replace(base, family=family) if base.family != family else base
-        if held:  # knobs the rows cannot identify, held at a prior rather than at their nulls
-            self.base = replace(self.base, **held)
+        # held: knobs the rows cannot identify, held at a prior rather than at their nulls
+        self.base = replace(base, family=family, **(held or {}))
         self.names = tuple(fitted)
         self.boxes = [_box(n, family, model[0], max_history) for n in self.names]
         self.lo, self.hi = np.array(self.boxes, dtype=float).reshape(-1, 2).T  # (no knob: two empty arrays)
@@ -758,9 +750,9 @@ def _fit_family(
             if n in ("rho", "history"):
                 alt[j] = 0.5 * (boxes[j][0] + boxes[j][1])
         starts = [x0] + ([alt] if len(names) > 2 and not np.array_equal(alt, x0) else [])
-        x_hat, s = min((_search(objective, x, boxes, ROUNDS, GRID) for x in starts), key=lambda t: t[1])
+        x_hat, s = min((_search(objective, x, boxes) for x in starts), key=lambda t: t[1])
     if len(names) > 1:
-        x_hat, s = _polish(objective, x_hat, s, boxes, POLISH_EVALS)
+        x_hat, s = _polish(objective, x_hat, s, boxes)
     if names:
         # the Levenberg–Marquardt polish the bootstrap's refits end with: the estimator they replay
         x_hat, _ = prob.polish(x_hat, seeds)
@@ -812,14 +804,12 @@ def _bootstrap(prob: _Problem, ff: FamilyFit, seeds, bootstrap: int, level: tupl
     ok = _identified(prob, jac)
     y_hat = prob.mean(x_hat, seeds)
     explored = prob.explored(seeds)  # the fit's own evaluations: the refits start from the best
-    before = len(prob.memo)
     out = bootstrap_replicates(
         lambda rep: _refit(prob, seeds, jac, ok, explored, rep),
         bootstrap,
         draw=lambda b: _replicate_measurement(prob, ff, seeds, y_hat, b),
     )
     xs, noise = out[:, : len(names)].copy(), out[:, len(names) :].copy()  # (B, knobs), (B, rows)
-    refit_evaluations = len(prob.memo) - before
 
     # intervals: x̂ + t_B(level) · (root mean square of x*_b − x̂) on the transformed scale, clipped
     t_lo, t_hi = (float(v) for v in student_t_quantile(level, bootstrap))
@@ -860,7 +850,6 @@ def _bootstrap(prob: _Problem, ff: FamilyFit, seeds, bootstrap: int, level: tupl
         draws=_bootstrap_draws(prob, xs, ok, int(seeds[0])),
         unidentified=tuple(n_ for n_, good in zip(names, ok) if not good),
         intervals=intervals,
-        refit_evaluations=refit_evaluations,
     )
 
 
@@ -888,12 +877,8 @@ def _prior_draws(
     x_hat = prob.x_of(ff.knobs)
     draws, s_b = [], []
     for r_b, c_b in pairs:
-        values: _Held = {}
-        if "rho" in held:
-            values["rho"] = float(r_b)
-        if "locality" in held:
-            values["c"] = float(c_b) * e  # inf (off) stays inf
-        sub = prob.held_at(values)
+        drawn = {"rho": float(r_b), "locality": float(c_b) * e}  # inf (off) stays inf
+        sub = prob.held_at({"c" if name == "locality" else name: drawn[name] for name in held})
         x_b, r = sub.polish(x_hat, seeds) if prob.names else (x_hat, sub.resid(seeds)(x_hat))
         draws.append(sub.knobs(x_b))
         s_b.append(_sum_sq(r))
@@ -1054,8 +1039,7 @@ def _knob_entries(
         entry: dict[str, Any] = {"value": value, "fitted": name in fitted, "low": low, "high": high}
         if locality is not None and quantiles is not None and name in ("rho", "locality") and name not in fitted:
             lo_q, hi_q = quantiles
-            j = 0 if name == "rho" else 1
-            scale = 1.0 if name == "rho" else float(experts)
+            j, scale = (0, 1.0) if name == "rho" else (1, float(experts))
             entry.update(low=float(lo_q[j]) * scale, high=float(hi_q[j]) * scale, prior=locality.label)
         if name == "skew":
             entry["parameter"] = best.knobs.skew_name

@@ -106,7 +106,6 @@ class ModelFit:
     aic: float
     gof_statistic: float
     gof_pvalue: float
-    n_params: int
     ml_params: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -540,7 +539,6 @@ def _model_fit(
         aic=2.0 * kp - 2.0 * float(ll),
         gof_statistic=float(d),
         gof_pvalue=float(pv),
-        n_params=kp,
     )
 
 
@@ -762,8 +760,7 @@ def fit_stickiness(
 
     independent = float(weights @ (routing.inclusion_probabilities(w, k) ** 2).sum(axis=1))
     curve = np.array([independent] + [simulated(float(r)) for r in rhos[1:-1]] + [float(k)])
-    curve = np.maximum.accumulate(curve)
-    curve = curve + np.arange(grid) * 1e-12  # strictly increasing for interpolation
+    curve = np.maximum.accumulate(curve) + np.arange(grid) * 1e-12  # strictly increasing for interpolation
 
     def invert(o: np.ndarray) -> np.ndarray:
         return np.where(o <= curve[0], 0.0, np.interp(o, curve, rhos))
@@ -820,8 +817,7 @@ def correlation_gap(topk: Any, experts: int) -> dict[str, Any]:
     um, up = float(u[cell].mean()), float(plug[cell].mean())
     per_n = cell.sum(axis=0)
     with np.errstate(invalid="ignore"):
-        pl_m = np.where(cell, u, 0).sum(axis=0) / per_n
-        pl_p = np.where(cell, plug, 0).sum(axis=0) / per_n
+        pl_m, pl_p = (np.where(cell, v, 0).sum(axis=0) / per_n for v in (u, plug))
     return {
         "union_measured": um,
         "union_plugin": up,
@@ -841,8 +837,7 @@ def _heterogeneity_tables(
     replicates, layers, experts, k = shape
     model = routing.Uniform(experts, k)
     pop = np.tile(w, (replicates, 1))
-    u_mod = np.zeros((cs.size, layers, bmax + 1))
-    p_mod = np.zeros((cs.size, layers, bmax + 1))
+    u_mod, p_mod = np.zeros((2, cs.size, layers, bmax + 1))
     for j, c in enumerate(cs):
         tr = routing.sample_trace(
             model, 1, bmax, layers * replicates, generator(seed), c=float(c), groups=1, popularity=pop
@@ -852,8 +847,7 @@ def _heterogeneity_tables(
         s_i, r_i, l_i, _ = np.indices(tr.shape).reshape(4, -1)
         onehot[s_i, r_i, l_i, tr.ravel()] = True
         u_mod[j, :, 1:] = np.logical_or.accumulate(onehot, axis=0).sum(axis=-1).mean(axis=1).T
-        pi_bar = onehot.mean(axis=(0, 1))  # (L, E)
-        p_mod[j] = _plugin_table(pi_bar, bmax)
+        p_mod[j] = _plugin_table(onehot.mean(axis=(0, 1)), bmax)  # of the marginal inclusion π̄ (L, E)
     return u_mod, p_mod
 
 
@@ -926,15 +920,12 @@ def fit_heterogeneity(
     np.add.at(counts_all, (t_i, l_i, arr[arr >= 0]), 1.0)
     tokens = live_tokens(arr).sum(axis=1).astype(float)  # (steps, L)
     onehot_b = np.zeros((steps, layers, bmax + 1))
-    tt, ll = np.nonzero(cell)
-    onehot_b[tt, ll, b[cell]] = 1.0  # cell mix n[l, b]
+    onehot_b[(*np.nonzero(cell), b[cell])] = 1.0  # cell mix n[l, b]
     u_cell = np.where(cell, u, 0).astype(float)
 
     def ratio_parts(sel: np.ndarray) -> tuple[float, np.ndarray]:
         """measured ratio and model ratios (C,) for the steps ``sel`` (with repeats)."""
-        cnt = counts_all[sel].sum(axis=0)
-        tok = tokens[sel].sum(axis=0)
-        pi_hat = cnt / np.maximum(tok, 1.0)[:, None]
+        pi_hat = counts_all[sel].sum(axis=0) / np.maximum(tokens[sel].sum(axis=0), 1.0)[:, None]
         nmix = onehot_b[sel].sum(axis=0)  # (L, bmax+1)
         plug = float((_plugin_table(pi_hat, bmax) * nmix).sum())
         meas = float(u_cell[sel].sum()) / plug if plug > 0 else float("nan")

@@ -577,20 +577,19 @@ def _polish(f, x0: np.ndarray, f0: float, boxes: Sequence[tuple[float, float]]) 
 
 def _levenberg_marquardt(
     resid, x0: np.ndarray, r0: np.ndarray, jac: np.ndarray, free: np.ndarray, boxes, max_evals: int
-) -> tuple[np.ndarray, np.ndarray, int]:
+) -> tuple[np.ndarray, np.ndarray]:
     """Levenberg–Marquardt on the ``free`` coordinates from ``x0``, its Jacobian (``jac`` at the
     start) kept up to date by Broyden's rank-one updates instead of new differences: the step
     ``−(JᵀJ + λ·diag JᵀJ)⁻¹ Jᵀ r`` (a coordinate at a bound that the step pushes out is dropped
     from it), clipped to the box; λ /3 after a step that lowers S, ×4 after one that does not.
-    Stops when the step is below 10⁻³ of every box or after ``max_evals`` residuals. Returns x,
-    r(x) and the residuals evaluated."""
+    Stops when the step is below 10⁻³ of every box or after ``max_evals`` residuals. Returns x
+    and r(x)."""
     lo, hi = np.array(boxes, dtype=float).T  # the boxes' lower and upper ends
     x, r = np.array(x0, dtype=float), np.array(r0, dtype=float)
     s = _sum_sq(r)
     jac = np.array(jac, dtype=float)
     lam = 1e-2
-    used = 0
-    while used < max_evals:
+    for _ in range(max_evals):
         act = np.array(free, dtype=bool)
         step = np.zeros_like(x)
         for _ in range(2):
@@ -609,7 +608,6 @@ def _levenberg_marquardt(
         if not np.all(np.isfinite(dx)) or np.all(np.abs(dx) < 1e-3 * (hi - lo)):
             break
         rn = resid(xn)
-        used += 1
         if np.all(np.isfinite(rn)):  # Broyden: the secant along the step just taken
             jac += np.outer(rn - _finite(r) - jac @ dx, dx) / float(dx @ dx)
         if _sum_sq(rn) < s:
@@ -617,7 +615,7 @@ def _levenberg_marquardt(
             lam /= 3.0
         else:
             lam *= 4.0
-    return x, r, used
+    return x, r
 
 
 def _finite(z: np.ndarray) -> np.ndarray:
@@ -691,7 +689,7 @@ class _Problem:
         rows move free): the polished x and its scaled residuals."""
         resid = self.resid(seeds)
         jac = _jacobian(self, x, seeds, self.tau)
-        x, r, _ = _levenberg_marquardt(resid, x, resid(x), jac, _identified(self, jac), self.boxes, REFIT_EVALS)
+        x, r = _levenberg_marquardt(resid, x, resid(x), jac, _identified(self, jac), self.boxes, REFIT_EVALS)
         return x, r
 
     def explored(self, seeds) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -736,24 +734,17 @@ def _fit_family(
     prob = _Problem(family, points, model, fitted, start, max_history, sim, held)
     names, boxes = prob.names, prob.boxes
     mean_z = prob.resid(seeds)
-
-    def objective(x: np.ndarray) -> float:
-        return _sum_sq(mean_z(x))
-
+    objective: Callable[[np.ndarray], float] = lambda x: _sum_sq(mean_z(x))
     x0 = prob.x_of(prob.base)
     x_hat, s = x0, objective(x0)
     if names:
         # two starts: the defaults, and a sticky, warm one (the middle of the ρ and history boxes);
         # a coordinate search alone can settle in a cold-cache valley
-        alt = x0.copy()
-        for j, n in enumerate(names):
-            if n in ("rho", "history"):
-                alt[j] = 0.5 * (boxes[j][0] + boxes[j][1])
+        alt = np.where([n in ("rho", "history") for n in names], 0.5 * (prob.lo + prob.hi), x0)
         starts = [x0] + ([alt] if len(names) > 2 and not np.array_equal(alt, x0) else [])
         x_hat, s = min((_search(objective, x, boxes) for x in starts), key=lambda t: t[1])
-    if len(names) > 1:
-        x_hat, s = _polish(objective, x_hat, s, boxes)
-    if names:
+        if len(names) > 1:
+            x_hat, s = _polish(objective, x_hat, s, boxes)
         # the Levenberg–Marquardt polish the bootstrap's refits end with: the estimator they replay
         x_hat, _ = prob.polish(x_hat, seeds)
         s = objective(x_hat)
@@ -790,7 +781,7 @@ def _refit(prob: _Problem, seeds: tuple[int, ...], jac: np.ndarray, ok: np.ndarr
     x0, y0 = min(explored, key=lambda v: _sum_sq((v[1] - m_b) / tau_b))
     jac_b = jac * (prob.tau / tau_b)[:, None]
     resid = prob.resid(seeds, m_b, tau_b)
-    x_b, _, _ = _levenberg_marquardt(resid, x0, (y0 - m_b) / tau_b, jac_b, ok, prob.boxes, REFIT_EVALS)
+    x_b, _ = _levenberg_marquardt(resid, x0, (y0 - m_b) / tau_b, jac_b, ok, prob.boxes, REFIT_EVALS)
     return np.concatenate([x_b, noise_b])
 
 
@@ -821,8 +812,7 @@ def _bootstrap(prob: _Problem, ff: FamilyFit, seeds, bootstrap: int, level: tupl
     # joins the interval when its profile (the other knobs refitted with it held) rises above
     # S(θ̂) by no more than the interval's end would on the quadratic model, (t · sd)² / (JᵀJ)⁻¹_jj,
     # sd the larger of the refits' and the linear one, J⁺ Σ J⁺ᵀ (Σ the replicates' noise, /τ)
-    cov = np.zeros((len(names), len(names)))
-    lin = np.zeros((len(names), len(names)))
+    cov, lin = np.zeros((2, len(names), len(names)))
     if ok.any():
         pinv = np.linalg.pinv(jac[:, ok])
         cov[np.ix_(ok, ok)] = pinv @ pinv.T
@@ -836,8 +826,7 @@ def _bootstrap(prob: _Problem, ff: FamilyFit, seeds, bootstrap: int, level: tupl
         others = np.arange(len(names)) != j
         starts = [x for x, _ in prob.explored(seeds) if x[j] <= prob.lo[j]] + [np.where(others, x_hat, prob.lo[j])]
         x0 = min(starts, key=lambda x: _sum_sq(real(x)))
-        free = ok & others
-        _, r_null, _ = _levenberg_marquardt(real, x0, real(x0), jac, free, prob.boxes, REFIT_EVALS)
+        _, r_null = _levenberg_marquardt(real, x0, real(x0), jac, ok & others, prob.boxes, REFIT_EVALS)
         if _sum_sq(r_null) - s_hat <= t_lo**2 * max(sd[j] ** 2, lin[j, j]) / cov[j, j]:
             low_x[j] = prob.lo[j]
     how = f"refit parametric bootstrap, fitted value + Student t quantile x rms deviation, {bootstrap} replicates"

@@ -224,8 +224,7 @@ def _zipf_log_pi_exact(experts: int, top_k: int, s: np.ndarray) -> np.ndarray:
 def _zipf_grid_mle(ysorted: np.ndarray, top_k: int) -> np.ndarray:
     """Zipf MLE of s for each row of ``ysorted`` (..., E): fine-grid argmax of Σ Y_r log π_r(s)
     then the vertex of the parabola through the three grid points around it."""
-    experts = ysorted.shape[-1]
-    _, fine, log_pi = _zipf_table(experts, top_k)
+    _, fine, log_pi = _zipf_table(ysorted.shape[-1], top_k)
     ll = ysorted.astype(float) @ log_pi.T  # (..., G)
     g = np.argmax(ll, axis=-1)
     h = fine[1] - fine[0]
@@ -299,13 +298,11 @@ def _dirichlet_mle(y: np.ndarray, pooled: bool) -> np.ndarray:
         return v.sum(axis=1, keepdims=True) if pooled else v
 
     g = np.argmax(np.stack([total(la) for la in grid]), axis=0)
-    lo = grid[np.maximum(g - 1, 0)]
-    hi = grid[np.minimum(g + 1, grid.size - 1)]
-    for _ in range(45):
+    lo, hi = grid[np.maximum(g - 1, 0)], grid[np.minimum(g + 1, grid.size - 1)]
+    for _ in range(45):  # bisection: the score is positive below the maximum
         mid = 0.5 * (lo + hi)
         up = total(mid, score=True) > 0
-        lo = np.where(up, mid, lo)
-        hi = np.where(up, hi, mid)
+        lo, hi = np.where(up, mid, lo), np.where(up, hi, mid)
     la = 0.5 * (lo + hi)
     la = np.where(g == 0, grid[0], np.where(g == grid.size - 1, grid[-1], la))
     alpha = np.exp(la)

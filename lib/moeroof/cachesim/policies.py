@@ -373,8 +373,7 @@ def _replay(policy, items, group, cap, occ, tail, mask, s3fifo_threshold, notes:
     if policy == "arc":
         return kernels.arc_pass(items, group, cap, *tail)
     # static, cold start like every other policy: a pinned item loads on first use
-    off, cstep = tail[0], tail[1]
-    return kernels.static_pass(items, mask, off, cstep, *tail[3:])
+    return kernels.static_pass(items, mask, *tail[:2], *tail[3:])  # the tail but the lookup flag: it takes none
 
 
 def result_from_counts(

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from moeroof.core import units
-from moeroof.core.units import DIMENSIONS, UNITS, dimension_of, from_si, to_si
+from moeroof.core.units import UNITS, dimension_of, from_si, to_si
 
 
 @pytest.mark.parametrize("unit", sorted(UNITS))
@@ -23,11 +23,6 @@ def test_round_trip_array(unit):
     si = to_si(values, unit)
     assert isinstance(si, np.ndarray) and si.shape == (3,)
     np.testing.assert_allclose(from_si(si, unit), values, rtol=1e-15)
-
-
-@pytest.mark.parametrize("unit", sorted(UNITS))
-def test_dimension_is_known(unit):
-    assert dimension_of(unit) in DIMENSIONS
 
 
 def test_binary_and_decimal_prefixes():
@@ -58,7 +53,6 @@ def test_dimensions():
     assert dimension_of("ms") == "seconds"
     assert dimension_of("1") == "count"
     assert dimension_of("tok/s") == "per_s"
-    assert {"bytes", "bytes_per_s", "flop", "flop_per_s", "seconds", "count"} <= DIMENSIONS
 
 
 @pytest.mark.parametrize("bad", ["Gb", "gib", "GiB/h", "", "bytes", "TFLOPS"])
@@ -74,5 +68,4 @@ def test_unknown_unit_raises(bad):
 def test_edge_helpers():
     assert units.gib(2**30) == 1.0
     assert units.gb_per_s(4.13e9) == pytest.approx(4.13)
-    assert units.ms(0.5) == pytest.approx(500)
     np.testing.assert_allclose(units.gib([2**30, 2**31]), [1.0, 2.0])

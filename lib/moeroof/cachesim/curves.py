@@ -145,7 +145,6 @@ def che_hit_curve(item_frequencies, capacities) -> np.ndarray:
     if np.any(~np.isfinite(f)) or np.any(f < 0):
         raise ValueError("item frequencies must be finite and >= 0")
     caps = np.asarray(capacities, dtype=float)
-    out = np.zeros(caps.shape)
     f = f[f > 0]
     if f.size == 0:
         return np.full(caps.shape, np.nan)
@@ -154,7 +153,7 @@ def che_hit_curve(item_frequencies, capacities) -> np.ndarray:
     mult = mult.astype(float)
     m = float(lam_all.size)
     flat = caps.ravel()
-    res = out.ravel()
+    res = np.zeros(caps.size)
     res[flat >= m] = 1.0
     inner = np.flatnonzero((flat > 0) & (flat < m))
     if inner.size:

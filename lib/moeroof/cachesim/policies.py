@@ -166,12 +166,8 @@ def _item_sizes(item_bytes, layers: int, experts: int) -> np.ndarray | None:
         return None
     b = np.asarray(item_bytes, dtype=float)
     n_items = layers * experts
-    if b.ndim == 0:
-        b = np.full(n_items, float(b))
-    elif b.shape == (experts,):
-        b = np.tile(b, layers)
-    elif b.shape == (layers, experts):
-        b = b.ravel()
+    if b.ndim == 0 or b.shape in ((experts,), (layers, experts)):
+        b = np.broadcast_to(b, (layers, experts)).ravel()
     elif b.shape != (n_items,):
         raise ValueError(
             f"item_bytes must be a scalar or have shape ({experts},), ({layers}, {experts}) or ({n_items},), got {b.shape}"
@@ -377,8 +373,7 @@ def _replay(policy, items, group, cap, occ, tail, mask, s3fifo_threshold, notes:
     if policy == "arc":
         return kernels.arc_pass(items, group, cap, *tail)
     # static, cold start like every other policy: a pinned item loads on first use
-    off, cstep = tail[0], tail[1]
-    return kernels.static_pass(items, mask, off, cstep, *tail[3:])
+    return kernels.static_pass(items, mask, *tail[:2], *tail[3:])  # the tail but the lookup flag: it takes none
 
 
 def result_from_counts(

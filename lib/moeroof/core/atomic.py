@@ -253,10 +253,6 @@ class OutputBusyError(OSError):
     """Another process holds the output's lock (:func:`exclusive`)."""
 
 
-def _lock_path(target: Path) -> Path:
-    return target.with_name(f".{target.name}.lock")
-
-
 @contextlib.contextmanager
 def exclusive(path: str | os.PathLike[str], what: str = "another moeroof process") -> Iterator[Path]:
     """Hold ``path``'s lock while a read-modify-write of it runs, so that two writers of one
@@ -274,7 +270,7 @@ def exclusive(path: str | os.PathLike[str], what: str = "another moeroof process
     except ImportError:  # pragma: no cover - no flock on this platform
         yield target
         return
-    lock = _lock_path(target)
+    lock = target.with_name(f".{target.name}.lock")
     while True:
         try:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, FILE_MODE)

@@ -43,17 +43,14 @@ class NotRegularFileError(OSError):
 
 def file_kind(mode: int) -> str:
     """What a ``st_mode`` that is not a regular file's names (``a FIFO``, ``a socket``, ...)."""
-    for test, kind in _KINDS:
-        if test(mode):
-            return kind
-    return "a special file"
+    return next((kind for test, kind in _KINDS if test(mode)), "a special file")
 
 
-def check_regular(path: str | os.PathLike[str]) -> None:
+def check_regular(path: str | os.PathLike[str], mode: int | None = None) -> None:
     """Refuse ``path`` unless it is a regular file (symbolic links followed): the errors of
     :func:`open_input`, without opening it (for readers that take a path, such as numpy's and
-    pandas')."""
-    mode = os.stat(path).st_mode
+    pandas'); ``mode``, when given, is its ``st_mode`` (an open descriptor's)."""
+    mode = os.stat(path).st_mode if mode is None else mode
     if stat.S_ISDIR(mode):
         raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", os.fspath(path))
     if not stat.S_ISREG(mode):
@@ -80,11 +77,7 @@ def open_input(
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(path, flags)
     try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", os.fspath(path))
-        if not stat.S_ISREG(mode):
-            raise NotRegularFileError(path, file_kind(mode))
+        check_regular(path, os.fstat(fd).st_mode)
         os.set_blocking(fd, True)
         if text:
             return open(fd, encoding=encoding, newline=newline)

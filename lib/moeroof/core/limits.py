@@ -11,7 +11,7 @@ import json
 import os
 import re
 import resource
-from typing import Any
+from typing import Any, NoReturn
 
 from moeroof.core.errors import ParameterError
 
@@ -162,11 +162,12 @@ def human_bytes(n: int | float) -> str:
     raise AssertionError("unreachable")
 
 
-def _meminfo_available() -> int | None:
+def _proc_kib(path: str, field: str) -> int | None:
+    """The ``field`` of a /proc file that counts kB (``MemAvailable:``, ``VmSize:``), in bytes."""
     try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
+        with open(path, encoding="ascii") as fh:
             for line in fh:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(field):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         return None
@@ -189,27 +190,18 @@ def _address_space_left() -> int | None:
         return None
     if soft == resource.RLIM_INFINITY:
         return None
-    used = 0
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmSize:"):
-                    used = int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return max(0, soft - used)
+    return max(0, soft - (_proc_kib("/proc/self/status", "VmSize:") or 0))
 
 
 def available_memory() -> int:
     """Bytes this process could allocate now: ``MemAvailable`` of /proc/meminfo, else
     ``SC_AVPHYS_PAGES × SC_PAGE_SIZE``, else :data:`FALLBACK_AVAILABLE_BYTES`; lowered to what an
     address-space limit (``RLIMIT_AS``) leaves."""
-    avail = _meminfo_available()
+    avail = _proc_kib("/proc/meminfo", "MemAvailable:")
     if avail is None:
         avail = _sysconf_available()
-    if avail is None:
-        avail = FALLBACK_AVAILABLE_BYTES
     left = _address_space_left()
+    avail = FALLBACK_AVAILABLE_BYTES if avail is None else avail
     return avail if left is None else min(avail, left)
 
 
@@ -218,7 +210,7 @@ class AllocationError(ValueError):
     what and how much): a caller that knows which of the user's inputs sized it names that input."""
 
 
-def _fail(message: str, parameter: str | None, error: type[ValueError] = ValueError) -> None:
+def _fail(message: str, parameter: str | None, error: type[ValueError] = ValueError) -> NoReturn:
     if parameter is None:
         raise error(message)
     raise ParameterError(parameter, message)
@@ -240,20 +232,12 @@ def check_allocation(
     if n < 0:
         _fail(f"{what} = {n} entries is negative", parameter)
     if limit is not None and n > limit:
-        _fail(
-            f"{what} = {_num(n)} entries would need {human_bytes(need)}; at most {_num(limit)} entries are allowed",
-            parameter,
-            AllocationError,
-        )
-    avail = available_memory()
-    if need > avail:
-        _fail(
-            f"{what} = {_num(n)} entries would need {human_bytes(need)}; this machine has "
-            f"{human_bytes(avail)} available",
-            parameter,
-            AllocationError,
-        )
-    return need
+        have = f"at most {_num(limit)} entries are allowed"
+    elif need > (avail := available_memory()):
+        have = f"this machine has {human_bytes(avail)} available"
+    else:
+        return need
+    _fail(f"{what} = {_num(n)} entries would need {human_bytes(need)}; {have}", parameter, AllocationError)
 
 
 def nesting_depth(text: str, *, toml: bool = False) -> int:
@@ -463,8 +447,7 @@ def parse_json(text: str) -> Any:
     its key (:class:`LongNumberError`: ``bounded_int`` as ``parse_int`` knew the digits, not the
     key: ``"tokens": 10…0`` said ``file``)."""
     doc = json.loads(text, parse_int=_int_or_long, object_pairs_hook=unique_keys)
-    found = long_number_in(doc)
-    if found is not None:
+    if (found := long_number_in(doc)) is not None:
         raise LongNumberError(*found)
     return doc
 
@@ -486,17 +469,12 @@ def parse_toml(text: str, *, bounded: bool = True) -> dict[str, Any]:
         if _PYTHON_DIGIT_LIMIT.search(str(err)) is None:
             raise
         raise _long_toml_number(text) from None
-    if not bounded:
-        return doc
-    found = long_number_in(doc)
-    if found is not None:
-        key, digits = found
-        raise LongNumberError(key, digits, _toml_line_of(text, 10**MAX_INT_DIGITS))
-    found = long_number_in(doc, limit=1 << 63)
-    if found is not None:  # 19 or 20 digits past int64: TOML's integers are 64-bit
-        key, _ = found
+    if bounded and (found := long_number_in(doc)) is not None:
+        raise LongNumberError(*found, _toml_line_of(text, 10**MAX_INT_DIGITS))
+    if bounded and (found := long_number_in(doc, limit=1 << 63)) is not None:
+        # 19 or 20 digits past int64: TOML's integers are 64-bit
         detail = "is outside the 64-bit integers TOML allows (-2^63 … 2^63 - 1)"
-        raise LongNumberError(key, None, _toml_line_of(text, 1 << 63), detail)
+        raise LongNumberError(found[0], None, _toml_line_of(text, 1 << 63), detail)
     return doc
 
 

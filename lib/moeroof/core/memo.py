@@ -30,7 +30,7 @@ import hashlib
 import json
 import os
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,16 +72,11 @@ class DiskMemo:
         root = memo_root()
         self.folder: Path | None = None if root is None else root / name / salt
 
-    def _entries(self) -> Path:
-        """The folder entries are read from and written to (only asked where there is one)."""
-        if self.folder is None:  # pragma: no cover - get and put return first
-            raise RuntimeError("the disk memo is off")
-        return self.folder
+    @staticmethod
+    def _path(folder: Path, text: str) -> Path:
+        return folder / f"{hashlib.blake2b(text.encode(), digest_size=16).hexdigest()}.json"
 
-    def _path(self, text: str) -> Path:
-        return self._entries() / f"{hashlib.blake2b(text.encode(), digest_size=16).hexdigest()}.json"
-
-    def _prune(self) -> None:
+    def _prune(self, folder: Path) -> None:
         """Keep this memo's :data:`KEEP_SALTS` most recently written salt folders (this one
         included) and delete the rest: every edit of the simulator or upgrade makes a new salt,
         and the old ones are never read again. A folder's time moves with each entry written, so
@@ -96,7 +91,7 @@ class DiskMemo:
                 return 0.0
 
         try:
-            others = [p for p in self._entries().parent.iterdir() if p.is_dir() and p != self.folder]
+            others = [p for p in folder.parent.iterdir() if p.is_dir() and p != folder]
         except OSError:
             return
         for old in sorted(others, key=written, reverse=True)[KEEP_SALTS - 1 :]:
@@ -107,7 +102,7 @@ class DiskMemo:
             return None
         text = repr(key)
         try:
-            entry = json.loads(self._path(text).read_text())
+            entry = json.loads(self._path(self.folder, text).read_text())
         except (OSError, ValueError):
             return None
         if not isinstance(entry, dict) or entry.get("key") != text or "value" not in entry:
@@ -115,17 +110,18 @@ class DiskMemo:
         return entry["value"]
 
     def put(self, key: Any, value: Any) -> None:
-        if self.folder is None:
+        folder = self.folder
+        if folder is None:
             return
         from moeroof.core import atomic
 
         text = repr(key)
         try:
-            if not self.folder.is_dir():
-                self.folder.mkdir(parents=True, exist_ok=True)
-                self._prune()
+            if not folder.is_dir():
+                folder.mkdir(parents=True, exist_ok=True)
+                self._prune(folder)
             # not fsynced: a damaged or empty entry reads as a miss (checked on read) and is recomputed
-            atomic.write_text(self._path(text), json.dumps({"key": text, "value": value}), durable=False)
+            atomic.write_text(self._path(folder, text), json.dumps({"key": text, "value": value}), durable=False)
         except (OSError, ValueError, TypeError):
             self.folder = None  # cannot write here: stop trying for this run
 
@@ -185,6 +181,21 @@ class SourceMemo:
         """Keep ``value`` (JSON-able: lists, floats, ints, strings) for ``key``."""
         self._remember(key, value)
         self._disk_memo().put(key, value)
+
+    def array(self, key: tuple, shape: tuple[int, ...], compute: Callable[[], Any]) -> Any:
+        """The float array kept for ``key`` when it has ``shape``, else ``compute()``'s, kept as a
+        list (JSON keeps every float exactly: its ``repr``, NaN included)."""
+        import numpy as np
+
+        stored = self.get(key)
+        try:
+            out = np.array(stored, dtype=float) if isinstance(stored, list) else None
+        except (TypeError, ValueError):
+            out = None
+        if out is None or out.shape != tuple(shape):
+            out = compute()
+            self.put(key, out.tolist())
+        return out
 
     def _remember(self, key: tuple, value: Any) -> None:
         self._memo[key] = value

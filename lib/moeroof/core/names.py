@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Quantity", "QUANTITIES", "header", "unit", "multiple_name"]
+__all__ = ["Quantity", "QUANTITIES", "header"]
 
 
 @dataclass(frozen=True)
@@ -87,12 +87,3 @@ QUANTITIES: dict[str, Quantity] = {q.name: q for q in _Q}
 def header(name: str) -> str:
     """The table header of a quantity (``KeyError`` for a name outside the schema)."""
     return QUANTITIES[name].header
-
-
-def unit(name: str) -> str:
-    return QUANTITIES[name].unit
-
-
-def multiple_name(baseline: str) -> str:
-    """The flat name of the multiple against a baseline: ``multiple_vs_independent_boxes``."""
-    return "multiple_vs_" + baseline.replace("-", "_")

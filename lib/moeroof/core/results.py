@@ -8,14 +8,15 @@ text and non-finite floats become ``None`` (JSON has no NaN). A result class inh
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Result", "plain"]
+__all__ = ["Result", "plain", "stage_reporter"]
 
 
 def plain(obj: Any) -> Any:
@@ -48,3 +49,16 @@ class Result:
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+
+def stage_reporter(progress: Callable[[int, int, str], None] | None, stages: int) -> Callable[[str], None]:
+    """``report(what)`` for a computation of ``stages`` stages: calls ``progress(done, stages,
+    what)``, when ``progress`` is given, ``done`` the calls before this one (at most ``stages``)."""
+    done = itertools.count()
+
+    def report(what: str) -> None:
+        stage = next(done)
+        if progress is not None:
+            progress(min(stage, stages), stages, what)
+
+    return report

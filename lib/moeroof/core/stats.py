@@ -47,7 +47,7 @@ class Interval:
     it (e.g. ``"percentile bootstrap, 200 replicates"``).
 
     ``low`` and ``high`` are floats, or arrays of one shape (one interval per entry: per layer,
-    per batch size, per row); :meth:`contains`, :attr:`width` and :meth:`clip` work entrywise,
+    per batch size, per row); :meth:`contains` and :meth:`clip` work entrywise,
     :meth:`at` picks one entry's interval. An interval unpacks as its two ends
     (``low, high = interval``). A NaN end (no replicate left) contains nothing.
     """
@@ -66,11 +66,6 @@ class Interval:
         inside = np.logical_and(np.less_equal(self.low, x), np.less_equal(x, self.high))
         return bool(inside) if np.ndim(inside) == 0 else inside
 
-    @property
-    def width(self) -> Any:
-        """``high − low`` (entrywise for array ends)."""
-        return self.high - self.low
-
     def as_tuple(self) -> tuple[Any, Any]:
         """``(low, high)``."""
         return self.low, self.high
@@ -81,15 +76,15 @@ class Interval:
     def at(self, index: Any) -> Interval:
         """The interval of the entries ``index`` selects (numpy indexing) of array ends; a single
         entry's ends become floats."""
-        return Interval(
-            _scalar(np.asarray(self.low)[index]), _scalar(np.asarray(self.high)[index]), self.level, self.method
-        )
+        return self._ends(lambda end: np.asarray(end)[index])
 
     def clip(self, lower: float, upper: float) -> Interval:
         """Both ends clipped to ``[lower, upper]`` (a parameter's allowed range)."""
-        return Interval(
-            _scalar(np.clip(self.low, lower, upper)), _scalar(np.clip(self.high, lower, upper)), self.level, self.method
-        )
+        return self._ends(lambda end: np.clip(end, lower, upper))
+
+    def _ends(self, f: Callable[[Any], Any]) -> Interval:
+        """The interval with ``f`` of each end (a 0-d result as a float), at the same level and method."""
+        return Interval(_scalar(f(self.low)), _scalar(f(self.high)), self.level, self.method)
 
 
 def _scalar(x: Any) -> Any:

@@ -10,12 +10,9 @@ is a 7 % error at G and 10 % at T.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 __all__ = [
-    "DIMENSIONS",
     "UNITS",
     "to_si",
     "from_si",
@@ -29,7 +26,6 @@ __all__ = [
     "TiB",
     "gib",
     "gb_per_s",
-    "ms",
 ]
 
 KiB = 1024.0
@@ -41,49 +37,19 @@ MB = 1e6
 GB = 1e9
 TB = 1e12
 
+#: bytes by each prefix's name (the byte rates take these but ``KB`` and ``TiB``)
+_BYTES = {"B": 1.0, "kB": kB, "KB": kB, "MB": MB, "GB": GB, "TB": TB, "KiB": KiB, "MiB": MiB, "GiB": GiB, "TiB": TiB}
+
 #: unit name → (dimension, factor to SI)
 UNITS: dict[str, tuple[str, float]] = {
-    # bytes
-    "B": ("bytes", 1.0),
-    "kB": ("bytes", kB),
-    "KB": ("bytes", kB),
-    "MB": ("bytes", MB),
-    "GB": ("bytes", GB),
-    "TB": ("bytes", TB),
-    "KiB": ("bytes", KiB),
-    "MiB": ("bytes", MiB),
-    "GiB": ("bytes", GiB),
-    "TiB": ("bytes", TiB),
-    # bandwidth
-    "B/s": ("bytes_per_s", 1.0),
-    "kB/s": ("bytes_per_s", kB),
-    "MB/s": ("bytes_per_s", MB),
-    "GB/s": ("bytes_per_s", GB),
-    "TB/s": ("bytes_per_s", TB),
-    "KiB/s": ("bytes_per_s", KiB),
-    "MiB/s": ("bytes_per_s", MiB),
-    "GiB/s": ("bytes_per_s", GiB),
-    # work
-    "FLOP": ("flop", 1.0),
-    "MFLOP": ("flop", 1e6),
-    "GFLOP": ("flop", 1e9),
-    "TFLOP": ("flop", 1e12),
-    # compute rate
-    "FLOP/s": ("flop_per_s", 1.0),
-    "GFLOP/s": ("flop_per_s", 1e9),
-    "TFLOP/s": ("flop_per_s", 1e12),
-    "PFLOP/s": ("flop_per_s", 1e15),
-    # time
-    "s": ("seconds", 1.0),
-    "ms": ("seconds", 1e-3),
-    "us": ("seconds", 1e-6),
-    "ns": ("seconds", 1e-9),
-    # dimensionless counts and ratios
-    "1": ("count", 1.0),
+    **{u: ("bytes", f) for u, f in _BYTES.items()},
+    **{u + "/s": ("bytes_per_s", f) for u, f in _BYTES.items() if u not in ("KB", "TiB")},
+    **{p + "FLOP": ("flop", f) for p, f in (("", 1.0), ("M", 1e6), ("G", 1e9), ("T", 1e12))},
+    **{p + "FLOP/s": ("flop_per_s", f) for p, f in (("", 1.0), ("G", 1e9), ("T", 1e12), ("P", 1e15))},
+    **{u: ("seconds", f) for u, f in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))},
+    "1": ("count", 1.0),  # dimensionless counts and ratios
     "tok/s": ("per_s", 1.0),
 }
-
-DIMENSIONS = frozenset(dim for dim, _ in UNITS.values())
 
 
 def dimension_of(unit: str) -> str:
@@ -100,33 +66,21 @@ def to_si(value, unit: str):
     A finite value whose SI form is not (``1e300 GiB`` is 1.07e309 bytes: inf) raises a
     ValueError naming the value and unit, so no overflowed infinity reaches a model.
     """
-    if unit not in UNITS:
-        dimension_of(unit)  # raises, naming the known units
-    factor = UNITS[unit][1]
-    if isinstance(value, (list, tuple, np.ndarray)):
-        given = np.asarray(value, dtype=float)
-        with np.errstate(over="ignore"):
-            out = given * factor
-        bad = np.isfinite(given) & ~np.isfinite(out)
-        if np.any(bad):
-            raise ValueError(f"{given[bad].flat[0]:g} {unit} overflows: too large to compute with in SI units")
-        return out
-    scalar = float(value)
-    product = scalar * factor
-    if math.isfinite(scalar) and not math.isfinite(product):
-        raise ValueError(f"{scalar:g} {unit} overflows: too large to compute with in SI units")
-    return product
+    dimension_of(unit)  # raises for an unknown unit, naming the known ones
+    given = np.asarray(value, dtype=float)
+    with np.errstate(over="ignore"):
+        out = given * UNITS[unit][1]
+    bad = np.isfinite(given) & ~np.isfinite(out)
+    if np.any(bad):
+        raise ValueError(f"{given[bad].flat[0]:g} {unit} overflows: too large to compute with in SI units")
+    return out if isinstance(value, (list, tuple, np.ndarray)) else float(out)
 
 
 def from_si(value, unit: str):
     """SI ``value`` → ``unit`` (for plots and tables)."""
     dimension_of(unit)
-    factor = UNITS[unit][1]
-    return (
-        np.asarray(value, dtype=float) / factor
-        if isinstance(value, (list, tuple, np.ndarray))
-        else float(value) / factor
-    )
+    out = np.asarray(value, dtype=float) / UNITS[unit][1]
+    return out if isinstance(value, (list, tuple, np.ndarray)) else float(out)
 
 
 def gib(bytes_: float):
@@ -137,7 +91,3 @@ def gib(bytes_: float):
 def gb_per_s(bytes_per_s: float):
     """bytes/s → GB/s (decimal, as vendors quote bandwidth)."""
     return from_si(bytes_per_s, "GB/s")
-
-
-def ms(seconds: float):
-    return from_si(seconds, "ms")

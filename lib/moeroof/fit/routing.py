@@ -117,7 +117,7 @@ import copy
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypedDict
+from typing import Any
 
 import numpy as np
 
@@ -130,7 +130,7 @@ from moeroof.core.limits import (
     check_allocation,
 )
 from moeroof.core.memo import SourceMemo
-from moeroof.core.results import Result
+from moeroof.core.results import Result, stage_reporter
 from moeroof.core.rng import generator
 from moeroof.core.stats import Interval, bootstrap_replicates, confidence_of, student_t_quantile
 from moeroof.core.units import GiB
@@ -184,11 +184,8 @@ _DEFAULT_SKEW = {"dirichlet": 0.5, "zipf": 0.8}
 _FLOOR = {"hit_rate": 0.03, "overlap": 0.05, "union": 0.25, "gib_per_step": 0.005}
 
 
-class _Held(TypedDict, total=False):
-    """Knobs held at a prior's values rather than fitted (:class:`RoutingKnobs` fields)."""
-
-    rho: float
-    c: float
+#: knobs held at a prior's values rather than fitted (:class:`RoutingKnobs` fields: ``rho``, ``c``)
+_Held = dict[str, Any]
 
 
 def tolerance(kind: str, measured: float) -> float:
@@ -334,13 +331,7 @@ def simulate_points(
     sizes = dict(seeds=max(1, len(seeds)), timed_steps=int(timed_steps), max_sim_layers=max_sim_layers)
     check_sizes(points, experts, top_k, layers, **sizes, max_history=int(knobs.history_tokens))
     args = (knobs, points, experts, top_k, layers, expert_bytes, seeds, timed_steps, max_sim_layers)
-    key = _points_key(*args)
-    stored = _memo_get(key, (len(seeds), len(points)))
-    if stored is not None:
-        return stored
-    out = simulate_points_uncached(*args)
-    _memo_put(key, out)
-    return out
+    return _MEMO.array(_points_key(*args), (len(seeds), len(points)), lambda: simulate_points_uncached(*args))
 
 
 #: the source files :func:`simulate_points` runs (relative to the package): the disk memo's salt
@@ -348,10 +339,8 @@ MEMO_SOURCES = ("fit/routing.py", "models/", "cachesim/", "kernels/", "core/", "
 #: simulated rows kept in this process and on disk between runs (:mod:`moeroof.core.memo`)
 _MEMO = SourceMemo("fit-routing-points", MEMO_SOURCES)
 
-
-def clear_memo() -> None:
-    """Forget every simulated row kept in this process, and read the disk memo's setting again."""
-    _MEMO.clear()
+#: forget every simulated row kept in this process, and read the disk memo's setting again
+clear_memo = _MEMO.clear
 
 
 def _points_key(knobs, points, experts, top_k, layers, expert_bytes, seeds, timed_steps, max_sim_layers) -> tuple:
@@ -371,21 +360,6 @@ def _points_key(knobs, points, experts, top_k, layers, expert_bytes, seeds, time
 
 def _opt(x) -> float | None:
     return None if x is None else float(x)
-
-
-def _memo_get(key: tuple, shape: tuple[int, int]) -> np.ndarray | None:
-    stored = _MEMO.get(key)
-    if not isinstance(stored, list):
-        return None
-    try:
-        out = np.array(stored, dtype=float)
-    except (TypeError, ValueError):
-        return None
-    return out if out.shape == shape else None
-
-
-def _memo_put(key: tuple, out: np.ndarray) -> None:
-    _MEMO.put(key, out.tolist())  # json keeps every float exactly (repr), NaN included
 
 
 def simulate_points_uncached(knobs, points, experts, top_k, layers, expert_bytes, seeds, timed_steps, max_sim_layers):
@@ -486,13 +460,6 @@ def _set(k: RoutingKnobs, name: str, x: float, experts: int, lo: float) -> Routi
     return replace(k, history_tokens=int(round(2.0**x - 1)))
 
 
-def _knobs_at(base: RoutingKnobs, names, x, experts, boxes) -> RoutingKnobs:
-    k = base
-    for name, v, (lo, _) in zip(names, x, boxes):
-        k = _set(k, name, float(v), experts, lo)
-    return k
-
-
 # ----------------------------------------------------------------------------- results
 
 
@@ -513,8 +480,6 @@ class FamilyFit(Result):
     evaluations: int
     #: 5–95 % interval of each fitted knob in its own units (``history``: tokens; ``locality``: c)
     intervals: dict[str, Interval] = field(default_factory=dict)
-    #: simulated evaluations spent by the bootstrap's refits (each at ``len(seeds)`` seeds)
-    refit_evaluations: int = 0
     #: per draw, its weight in the bands (empty: equal); set where the draws carry a prior's
     #: draws of held knobs, each refitted with them held (:func:`_prior_draws`)
     draw_weights: tuple[float, ...] = ()
@@ -551,10 +516,9 @@ class RoutingFit(Result):
 # ----------------------------------------------------------------------------- the fit
 
 
-def _search(
-    f, x0: np.ndarray, boxes: Sequence[tuple[float, float]], rounds: int, grid: int
-) -> tuple[np.ndarray, float]:
-    """Coordinate search with a parabolic refinement per knob (module docstring)."""
+def _search(f, x0: np.ndarray, boxes: Sequence[tuple[float, float]]) -> tuple[np.ndarray, float]:
+    """Coordinate search with a parabolic refinement per knob, :data:`ROUNDS` rounds of
+    :data:`GRID` points (module docstring)."""
     x = np.array(x0, dtype=float)
     best = f(x)
     lo, hi = np.array(boxes, dtype=float).T  # the boxes' lower and upper ends
@@ -565,17 +529,17 @@ def _search(
         y[j] = v
         return f(y)
 
-    for r in range(rounds):
+    for r in range(ROUNDS):
         for j in range(x.size):
             span = (hi[j] - lo[j]) / 2.5**r
             a = max(lo[j], x[j] - span / 2)
             b = min(hi[j], a + span)
             a = max(lo[j], b - span)
-            pts = np.linspace(a, b, grid)
+            pts = np.linspace(a, b, GRID)
             vals = np.array([at(j, p) for p in pts])
             k = int(np.argmin(vals))
             cand = [(vals[k], pts[k])]
-            if 0 < k < grid - 1:
+            if 0 < k < GRID - 1:
                 x0_, x1_, x2_ = pts[k - 1 : k + 2]
                 f0, f1, f2 = vals[k - 1 : k + 2]
                 den = (x1_ - x0_) * (f1 - f2) - (x1_ - x2_) * (f1 - f0)
@@ -590,25 +554,21 @@ def _search(
     return x, best
 
 
-def _polish(
-    f, x0: np.ndarray, f0: float, boxes: Sequence[tuple[float, float]], maxfev: int
-) -> tuple[np.ndarray, float]:
-    """Nelder–Mead from the coordinate search's point (simplex steps a tenth of each box),
-    clipped to the box; the coordinate search leaves narrow valleys between knobs unexplored."""
+def _polish(f, x0: np.ndarray, f0: float, boxes: Sequence[tuple[float, float]]) -> tuple[np.ndarray, float]:
+    """Nelder–Mead from the coordinate search's point (simplex steps a tenth of each box, at most
+    :data:`POLISH_EVALS` evaluations), clipped to the box; the coordinate search leaves narrow
+    valleys between knobs unexplored."""
     from scipy.optimize import minimize
 
     lo, hi = np.array(boxes, dtype=float).T  # the boxes' lower and upper ends
     clipped = lambda x: f(np.clip(x, lo, hi)) + float(np.sum((x - np.clip(x, lo, hi)) ** 2))
-    simplex = [x0] + [
-        x0
-        + np.where(np.arange(x0.size) == j, 0.1 * (hi - lo) * (1 if x0[j] < hi[j] - 0.1 * (hi[j] - lo[j]) else -1), 0.0)
-        for j in range(x0.size)
-    ]
+    # a tenth of each box along each axis, inwards from the upper end
+    simplex = np.vstack([x0, x0 + np.diag(0.1 * (hi - lo) * np.where(x0 < hi - 0.1 * (hi - lo), 1, -1))])
     res = minimize(
         clipped,
         x0,
         method="Nelder-Mead",
-        options={"initial_simplex": np.array(simplex), "maxfev": maxfev, "xatol": 1e-3, "fatol": 1e-4},
+        options={"initial_simplex": simplex, "maxfev": POLISH_EVALS, "xatol": 1e-3, "fatol": 1e-4},
     )
     x = np.clip(res.x, lo, hi)
     fx = f(x)
@@ -617,20 +577,19 @@ def _polish(
 
 def _levenberg_marquardt(
     resid, x0: np.ndarray, r0: np.ndarray, jac: np.ndarray, free: np.ndarray, boxes, max_evals: int
-) -> tuple[np.ndarray, np.ndarray, int]:
+) -> tuple[np.ndarray, np.ndarray]:
     """Levenberg–Marquardt on the ``free`` coordinates from ``x0``, its Jacobian (``jac`` at the
     start) kept up to date by Broyden's rank-one updates instead of new differences: the step
     ``−(JᵀJ + λ·diag JᵀJ)⁻¹ Jᵀ r`` (a coordinate at a bound that the step pushes out is dropped
     from it), clipped to the box; λ /3 after a step that lowers S, ×4 after one that does not.
-    Stops when the step is below 10⁻³ of every box or after ``max_evals`` residuals. Returns x,
-    r(x) and the residuals evaluated."""
+    Stops when the step is below 10⁻³ of every box or after ``max_evals`` residuals. Returns x
+    and r(x)."""
     lo, hi = np.array(boxes, dtype=float).T  # the boxes' lower and upper ends
     x, r = np.array(x0, dtype=float), np.array(r0, dtype=float)
     s = _sum_sq(r)
     jac = np.array(jac, dtype=float)
     lam = 1e-2
-    used = 0
-    while used < max_evals:
+    for _ in range(max_evals):
         act = np.array(free, dtype=bool)
         step = np.zeros_like(x)
         for _ in range(2):
@@ -649,7 +608,6 @@ def _levenberg_marquardt(
         if not np.all(np.isfinite(dx)) or np.all(np.abs(dx) < 1e-3 * (hi - lo)):
             break
         rn = resid(xn)
-        used += 1
         if np.all(np.isfinite(rn)):  # Broyden: the secant along the step just taken
             jac += np.outer(rn - _finite(r) - jac @ dx, dx) / float(dx @ dx)
         if _sum_sq(rn) < s:
@@ -657,7 +615,7 @@ def _levenberg_marquardt(
             lam /= 3.0
         else:
             lam *= 4.0
-    return x, r, used
+    return x, r
 
 
 def _finite(z: np.ndarray) -> np.ndarray:
@@ -689,9 +647,8 @@ class _Problem:
         self.m = np.array([p.value for p in self.cal], dtype=float)
         self.tau = np.array([tolerance(p.kind, float(v)) for p, v in zip(self.cal, self.m)])
         base = start if start is not None else RoutingKnobs(family=family, skew=_DEFAULT_SKEW[family])
-        self.base = replace(base, family=family) if base.family != family else base
-        if held:  # knobs the rows cannot identify, held at a prior rather than at their nulls
-            self.base = replace(self.base, **held)
+        # held: knobs the rows cannot identify, held at a prior rather than at their nulls
+        self.base = replace(base, family=family, **(held or {}))
         self.names = tuple(fitted)
         self.boxes = [_box(n, family, model[0], max_history) for n in self.names]
         self.lo, self.hi = np.array(self.boxes, dtype=float).reshape(-1, 2).T  # (no knob: two empty arrays)
@@ -706,7 +663,10 @@ class _Problem:
         return sub
 
     def knobs(self, x) -> RoutingKnobs:
-        return _knobs_at(self.base, self.names, x, self.model[0], self.boxes)
+        k = self.base
+        for name, v, (lo, _) in zip(self.names, x, self.boxes):
+            k = _set(k, name, float(v), self.model[0], lo)
+        return k
 
     def mean(self, x, seeds, rows=None) -> np.ndarray:
         k = self.knobs(x)
@@ -729,7 +689,7 @@ class _Problem:
         rows move free): the polished x and its scaled residuals."""
         resid = self.resid(seeds)
         jac = _jacobian(self, x, seeds, self.tau)
-        x, r, _ = _levenberg_marquardt(resid, x, resid(x), jac, _identified(self, jac), self.boxes, REFIT_EVALS)
+        x, r = _levenberg_marquardt(resid, x, resid(x), jac, _identified(self, jac), self.boxes, REFIT_EVALS)
         return x, r
 
     def explored(self, seeds) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -774,24 +734,17 @@ def _fit_family(
     prob = _Problem(family, points, model, fitted, start, max_history, sim, held)
     names, boxes = prob.names, prob.boxes
     mean_z = prob.resid(seeds)
-
-    def objective(x: np.ndarray) -> float:
-        return _sum_sq(mean_z(x))
-
+    objective: Callable[[np.ndarray], float] = lambda x: _sum_sq(mean_z(x))
     x0 = prob.x_of(prob.base)
     x_hat, s = x0, objective(x0)
     if names:
         # two starts: the defaults, and a sticky, warm one (the middle of the ρ and history boxes);
         # a coordinate search alone can settle in a cold-cache valley
-        alt = x0.copy()
-        for j, n in enumerate(names):
-            if n in ("rho", "history"):
-                alt[j] = 0.5 * (boxes[j][0] + boxes[j][1])
+        alt = np.where([n in ("rho", "history") for n in names], 0.5 * (prob.lo + prob.hi), x0)
         starts = [x0] + ([alt] if len(names) > 2 and not np.array_equal(alt, x0) else [])
-        x_hat, s = min((_search(objective, x, boxes, ROUNDS, GRID) for x in starts), key=lambda t: t[1])
-    if len(names) > 1:
-        x_hat, s = _polish(objective, x_hat, s, boxes, POLISH_EVALS)
-    if names:
+        x_hat, s = min((_search(objective, x, boxes) for x in starts), key=lambda t: t[1])
+        if len(names) > 1:
+            x_hat, s = _polish(objective, x_hat, s, boxes)
         # the Levenberg–Marquardt polish the bootstrap's refits end with: the estimator they replay
         x_hat, _ = prob.polish(x_hat, seeds)
         s = objective(x_hat)
@@ -828,7 +781,7 @@ def _refit(prob: _Problem, seeds: tuple[int, ...], jac: np.ndarray, ok: np.ndarr
     x0, y0 = min(explored, key=lambda v: _sum_sq((v[1] - m_b) / tau_b))
     jac_b = jac * (prob.tau / tau_b)[:, None]
     resid = prob.resid(seeds, m_b, tau_b)
-    x_b, _, _ = _levenberg_marquardt(resid, x0, (y0 - m_b) / tau_b, jac_b, ok, prob.boxes, REFIT_EVALS)
+    x_b, _ = _levenberg_marquardt(resid, x0, (y0 - m_b) / tau_b, jac_b, ok, prob.boxes, REFIT_EVALS)
     return np.concatenate([x_b, noise_b])
 
 
@@ -842,14 +795,12 @@ def _bootstrap(prob: _Problem, ff: FamilyFit, seeds, bootstrap: int, level: tupl
     ok = _identified(prob, jac)
     y_hat = prob.mean(x_hat, seeds)
     explored = prob.explored(seeds)  # the fit's own evaluations: the refits start from the best
-    before = len(prob.memo)
     out = bootstrap_replicates(
         lambda rep: _refit(prob, seeds, jac, ok, explored, rep),
         bootstrap,
         draw=lambda b: _replicate_measurement(prob, ff, seeds, y_hat, b),
     )
     xs, noise = out[:, : len(names)].copy(), out[:, len(names) :].copy()  # (B, knobs), (B, rows)
-    refit_evaluations = len(prob.memo) - before
 
     # intervals: x̂ + t_B(level) · (root mean square of x*_b − x̂) on the transformed scale, clipped
     t_lo, t_hi = (float(v) for v in student_t_quantile(level, bootstrap))
@@ -861,8 +812,7 @@ def _bootstrap(prob: _Problem, ff: FamilyFit, seeds, bootstrap: int, level: tupl
     # joins the interval when its profile (the other knobs refitted with it held) rises above
     # S(θ̂) by no more than the interval's end would on the quadratic model, (t · sd)² / (JᵀJ)⁻¹_jj,
     # sd the larger of the refits' and the linear one, J⁺ Σ J⁺ᵀ (Σ the replicates' noise, /τ)
-    cov = np.zeros((len(names), len(names)))
-    lin = np.zeros((len(names), len(names)))
+    cov, lin = np.zeros((2, len(names), len(names)))
     if ok.any():
         pinv = np.linalg.pinv(jac[:, ok])
         cov[np.ix_(ok, ok)] = pinv @ pinv.T
@@ -876,8 +826,7 @@ def _bootstrap(prob: _Problem, ff: FamilyFit, seeds, bootstrap: int, level: tupl
         others = np.arange(len(names)) != j
         starts = [x for x, _ in prob.explored(seeds) if x[j] <= prob.lo[j]] + [np.where(others, x_hat, prob.lo[j])]
         x0 = min(starts, key=lambda x: _sum_sq(real(x)))
-        free = ok & others
-        _, r_null, _ = _levenberg_marquardt(real, x0, real(x0), jac, free, prob.boxes, REFIT_EVALS)
+        _, r_null = _levenberg_marquardt(real, x0, real(x0), jac, ok & others, prob.boxes, REFIT_EVALS)
         if _sum_sq(r_null) - s_hat <= t_lo**2 * max(sd[j] ** 2, lin[j, j]) / cov[j, j]:
             low_x[j] = prob.lo[j]
     how = f"refit parametric bootstrap, fitted value + Student t quantile x rms deviation, {bootstrap} replicates"
@@ -890,7 +839,6 @@ def _bootstrap(prob: _Problem, ff: FamilyFit, seeds, bootstrap: int, level: tupl
         draws=_bootstrap_draws(prob, xs, ok, int(seeds[0])),
         unidentified=tuple(n_ for n_, good in zip(names, ok) if not good),
         intervals=intervals,
-        refit_evaluations=refit_evaluations,
     )
 
 
@@ -901,8 +849,7 @@ def _bootstrap_draws(prob: _Problem, xs: np.ndarray, ok: np.ndarray, seed: int) 
     draws = []
     for x in xs:
         xb = x.copy()
-        for j in np.flatnonzero(~ok):
-            xb[j] = rng.uniform(prob.lo[j], prob.hi[j])
+        xb[~ok] = rng.uniform(prob.lo[~ok], prob.hi[~ok])  # one draw per knob, in order, as one by one
         draws.append(prob.knobs(xb))
     return tuple(draws)
 
@@ -919,12 +866,8 @@ def _prior_draws(
     x_hat = prob.x_of(ff.knobs)
     draws, s_b = [], []
     for r_b, c_b in pairs:
-        values: _Held = {}
-        if "rho" in held:
-            values["rho"] = float(r_b)
-        if "locality" in held:
-            values["c"] = float(c_b) * e  # inf (off) stays inf
-        sub = prob.held_at(values)
+        drawn = {"rho": float(r_b), "locality": float(c_b) * e}  # inf (off) stays inf
+        sub = prob.held_at({"c" if name == "locality" else name: drawn[name] for name in held})
         x_b, r = sub.polish(x_hat, seeds) if prob.names else (x_hat, sub.resid(seeds)(x_hat))
         draws.append(sub.knobs(x_b))
         s_b.append(_sum_sq(r))
@@ -973,21 +916,23 @@ def _bands(contributing, best, points, model: tuple[int, int, int, float | None]
 
 
 def _locality_holds(
-    locality: Locality,
+    locality: Locality | None,
     fitted: tuple[str, ...],
     held: dict[str, str],
     experts: int,
     top_k: int,
     level: tuple[float, float],
     bootstrap: int,
-) -> tuple[_Held, list[tuple[float, float]], tuple[Any, Any]]:
+) -> tuple[_Held, list[tuple[float, float]], tuple[Any, Any] | None]:
     """The values at which the locality prior holds ρ and ``c`` where the rows cannot identify them
     (saying so in ``held``), its draws for the bands and its quantiles at ``level``.
 
     ``locality`` (:class:`moeroof.models.locality.Locality`, the locality prior fitted on real
     decode) holds ρ and ``c`` where the rows cannot identify them at its centre instead of at 0
     and off, and :func:`fit_routing` pairs each bootstrap draw with one of its draws, so that its
-    spread goes into the bands."""
+    spread goes into the bands. Without a prior (None): nothing held, no draws, no quantiles."""
+    if locality is None:
+        return {}, [], None
     held_values: _Held = {}
     rho_c, c_c = locality.centre_for(int(experts), int(top_k))
     lo_q, hi_q = locality.quantiles_for([level[0], level[1]], int(experts), int(top_k))
@@ -1083,8 +1028,7 @@ def _knob_entries(
         entry: dict[str, Any] = {"value": value, "fitted": name in fitted, "low": low, "high": high}
         if locality is not None and quantiles is not None and name in ("rho", "locality") and name not in fitted:
             lo_q, hi_q = quantiles
-            j = 0 if name == "rho" else 1
-            scale = 1.0 if name == "rho" else float(experts)
+            j, scale = (0, 1.0) if name == "rho" else (1, float(experts))
             entry.update(low=float(lo_q[j]) * scale, high=float(hi_q[j]) * scale, prior=locality.label)
         if name == "skew":
             entry["parameter"] = best.knobs.skew_name
@@ -1183,18 +1127,12 @@ def _fit_setup(
         max_sim_layers=sim["max_sim_layers"],
         max_history=max_history,
     )
+    fitted, held = identifiable(points, hold=("skew",) if popularity is not None else ())
     if popularity is not None:
-        fitted, held = identifiable(points, hold=("skew",))
         held["skew"] = f"given: the routing's popularity ({popularity.skew_name} = {popularity.skew:.3g}), not fitted"
-    else:
-        fitted, held = identifiable(points)
-    held_values: _Held = {}
-    prior_pairs: list[tuple[float, float]] = []
-    quantiles = None
-    if locality is not None:
-        held_values, prior_pairs, quantiles = _locality_holds(
-            locality, fitted, held, int(experts), int(top_k), level, bootstrap
-        )
+    held_values, prior_pairs, quantiles = _locality_holds(
+        locality, fitted, held, int(experts), int(top_k), level, bootstrap
+    )
     ints = tuple(int(s) for s in seeds)
     kw = dict(held=held_values, fitted=fitted, start=popularity, seeds=ints, sim=sim, max_history=max_history)
     return points, fitted, held, quantiles, prior_pairs, kw
@@ -1231,15 +1169,7 @@ def fit_routing(
     its bootstrap, the bands) and at the end; it changes no result."""
     if popularity is not None:
         families = (popularity.family,)
-    stages = 2 * len(families) + 1
-    stage = 0
-
-    def report(what: str) -> None:
-        nonlocal stage
-        if progress is not None:
-            progress(min(stage, stages), stages, what)
-        stage += 1
-
+    report = stage_reporter(progress, 2 * len(families) + 1)
     model = (experts, top_k, layers, expert_bytes)
     sim = dict(timed_steps=timed_steps, max_sim_layers=max_sim_layers)
     points, fitted, held, quantiles, prior_pairs, kw = _fit_setup(

@@ -32,7 +32,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import lru_cache, partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from scipy.interpolate import CubicSpline
@@ -42,6 +42,7 @@ from scipy.special import digamma, gammaln
 from moeroof.core.limits import MAX_SKEW_FIT_EXPERTS, check_allocation
 from moeroof.core.masks import live_tokens, partial_tokens
 from moeroof.core.memo import SourceMemo
+from moeroof.core.results import stage_reporter
 from moeroof.core.rng import generator
 from moeroof.core.stats import (
     Interval,
@@ -79,8 +80,6 @@ S_BOUNDS = (0.0, 4.0)
 #: from uniform at any realistic N)
 ALPHA_BOUNDS = (1e-3, 1e6)
 
-_N_PARAMS = {"uniform": 0, "zipf": 1, "dirichlet": 1}
-
 
 # ---------------------------------------------------------------------------------------------
 # results
@@ -107,7 +106,6 @@ class ModelFit:
     aic: float
     gof_statistic: float
     gof_pvalue: float
-    n_params: int
     ml_params: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -171,11 +169,8 @@ class CorrelationFit:
 
     def to_dict(self) -> dict[str, Any]:
         """Every field as floats (an interval as its two ends), then ``union_ratio``."""
-        d: dict[str, Any] = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            d[f.name] = [float(v.low), float(v.high)] if isinstance(v, Interval) else float(v)
-        return {**d, "union_ratio": float(self.union_ratio)}
+        values = {f.name: getattr(self, f.name) for f in fields(self)} | {"union_ratio": self.union_ratio}
+        return {k: [float(v.low), float(v.high)] if isinstance(v, Interval) else float(v) for k, v in values.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,12 +194,6 @@ def _check_counts(counts: Any, top_k: int) -> np.ndarray:
     if np.any(y.sum(axis=1) == 0):
         raise ValueError("every layer needs at least one count")
     return y
-
-
-def _multinomial_coef(y: np.ndarray) -> np.ndarray:
-    """log N! − Σ log Y_i! along the last axis."""
-    n = y.sum(axis=-1)
-    return gammaln(n + 1.0) - gammaln(y + 1.0).sum(axis=-1)
 
 
 def _sorted_desc(y: np.ndarray) -> np.ndarray:
@@ -235,8 +224,7 @@ def _zipf_log_pi_exact(experts: int, top_k: int, s: np.ndarray) -> np.ndarray:
 def _zipf_grid_mle(ysorted: np.ndarray, top_k: int) -> np.ndarray:
     """Zipf MLE of s for each row of ``ysorted`` (..., E): fine-grid argmax of Σ Y_r log π_r(s)
     then the vertex of the parabola through the three grid points around it."""
-    experts = ysorted.shape[-1]
-    _, fine, log_pi = _zipf_table(experts, top_k)
+    _, fine, log_pi = _zipf_table(ysorted.shape[-1], top_k)
     ll = ysorted.astype(float) @ log_pi.T  # (..., G)
     g = np.argmax(ll, axis=-1)
     h = fine[1] - fine[0]
@@ -310,13 +298,11 @@ def _dirichlet_mle(y: np.ndarray, pooled: bool) -> np.ndarray:
         return v.sum(axis=1, keepdims=True) if pooled else v
 
     g = np.argmax(np.stack([total(la) for la in grid]), axis=0)
-    lo = grid[np.maximum(g - 1, 0)]
-    hi = grid[np.minimum(g + 1, grid.size - 1)]
-    for _ in range(45):
+    lo, hi = grid[np.maximum(g - 1, 0)], grid[np.minimum(g + 1, grid.size - 1)]
+    for _ in range(45):  # bisection: the score is positive below the maximum
         mid = 0.5 * (lo + hi)
         up = total(mid, score=True) > 0
-        lo = np.where(up, mid, lo)
-        hi = np.where(up, hi, mid)
+        lo, hi = np.where(up, mid, lo), np.where(up, hi, mid)
     la = 0.5 * (lo + hi)
     la = np.where(g == 0, grid[0], np.where(g == grid.size - 1, grid[-1], la))
     alpha = np.exp(la)
@@ -343,13 +329,6 @@ def _gof(obs_sorted: np.ndarray, sims_sorted: np.ndarray) -> tuple[np.ndarray, n
     return d_obs, p_layer, float(dp_obs), float(p_pool)
 
 
-def _sim_sorted_shares(p: np.ndarray, n: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Sorted shares of multinomial picks; p (M, L, E) pick probabilities, n (L,) picks."""
-    p = p / p.sum(axis=-1, keepdims=True)
-    y = rng.multinomial(np.broadcast_to(n, p.shape[:-1]), p)
-    return _sorted_desc(y) / n[:, None]
-
-
 def _model_pick_probs(
     model: str, experts: int, top_k: int, param: np.ndarray, sims: int, rng: np.random.Generator
 ) -> np.ndarray:
@@ -364,21 +343,25 @@ def _model_pick_probs(
     return np.exp(routing.log_dirichlet(conc, rng))
 
 
-def _parametric_replicates(
-    model: str,
-    p_layer: np.ndarray,
-    p_pool: float,
-    n: np.ndarray,
-    shape: tuple[int, int],
-    bootstrap: int,
-    rng: np.random.Generator,
-) -> tuple[np.ndarray, np.ndarray]:
+class _Estimate(NamedTuple):
+    """One model's parameter in :func:`fit_histogram`, per layer (L,) and pooled, with the picks N
+    of each layer (L,) and ``shape`` (experts E, top_k K): what its simulations are drawn from."""
+
+    model: str
+    p_layer: np.ndarray
+    p_pool: float
+    n: np.ndarray
+    shape: tuple[int, int]
+
+
+def _parametric_replicates(est: _Estimate, bootstrap: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """The refits of :func:`fit_histogram`'s parametric bootstrap: per layer (R, L) and pooled
     (R,), each from one batch of R histograms drawn at the fitted parameters (per layer at p_l;
     pooled: every layer at the pooled one) — Zipf: picks ``Multinomial(N, π(ŝ)/K)``, sorted and
     refitted; Dirichlet: ``w* ~ Dirichlet(α̂)``, picks ``Multinomial(N, w*)``. Drawn from ``rng``
-    in this order: the per-layer batch, then the pooled one. ``shape``: (experts E, top_k K)."""
-    layers, (experts, k) = len(n), shape
+    in this order: the per-layer batch, then the pooled one."""
+    model, p_layer, p_pool, n, (experts, k) = est
+    layers = len(n)
 
     def draw(r: int, at: Any) -> np.ndarray:
         """R histograms at the pick probabilities ``at`` (Zipf) or the concentration ``at`` (Dirichlet)."""
@@ -451,12 +434,9 @@ def _histogram_estimate(
     """
     layers, experts = y.shape
     if model == "uniform":
-        p_layer = np.zeros(layers)
-        p_pool = 0.0
         ll_layer = coef + (y * np.log(1.0 / experts)).sum(axis=1)
-        ll_pool = float(ll_layer.sum())
-        name = None
-    elif model == "zipf":
+        return np.zeros(layers), 0.0, ll_layer, float(ll_layer.sum()), None
+    if model == "zipf":
         s0 = _zipf_grid_mle(ysorted, k)
         p_layer = np.array([_zipf_polish(ysorted[l], k, s0[l]) for l in range(layers)])
         ysum = ysorted.sum(axis=0)
@@ -464,29 +444,19 @@ def _histogram_estimate(
         log_p = _zipf_log_pi_exact(experts, k, np.append(p_layer, p_pool)) - np.log(k)
         ll_layer = coef + _zipf_crossfit(y, log_p[:layers], splits)
         ll_pool = float(coef.sum() + _zipf_crossfit(y, np.broadcast_to(log_p[layers], y.shape), splits).sum())
-        name = "s"
-    else:
-        p_layer = _dirichlet_mle(y[None], pooled=False)[0]
-        p_pool = float(_dirichlet_mle(y[None], pooled=True)[0])
-        ll_layer = coef + _dm_loglik(y.astype(float), p_layer)
-        ll_pool = float(coef.sum() + _dm_loglik(y.astype(float), np.full(layers, p_pool)).sum())
-        name = "alpha"
-
-    return p_layer, p_pool, ll_layer, ll_pool, name
+        return p_layer, p_pool, ll_layer, ll_pool, "s"
+    p_layer = _dirichlet_mle(y[None], pooled=False)[0]
+    p_pool = float(_dirichlet_mle(y[None], pooled=True)[0])
+    ll_layer = coef + _dm_loglik(y.astype(float), p_layer)
+    ll_pool = float(coef.sum() + _dm_loglik(y.astype(float), np.full(layers, p_pool)).sum())
+    return p_layer, p_pool, ll_layer, ll_pool, "alpha"
 
 
 def _histogram_intervals(
-    model: str,
-    p_layer: np.ndarray,
-    p_pool: float,
-    n: np.ndarray,
-    shape: tuple[int, int],
-    bootstrap: int,
-    level: float,
-    rng: np.random.Generator,
+    est: _Estimate, bootstrap: int, level: float, rng: np.random.Generator
 ) -> tuple[Any, Any, np.ndarray, float]:
     """One parametrised model's intervals (per layer, pooled) and reported estimates (per layer,
-    pooled) in :func:`fit_histogram`; no intervals without replicates. ``shape``: (E, K).
+    pooled) in :func:`fit_histogram`; no intervals without replicates.
 
     Intervals (``level``) from ``bootstrap`` replicates:
     - Zipf: parametric — picks ``Y* ~ Multinomial(N, π(ŝ)/K)`` per layer simulated at the
@@ -505,10 +475,11 @@ def _histogram_intervals(
       would hold this layer's w fixed and miss the main uncertainty of α — one layer is a
       single draw of E shares from Dirichlet(α) — so its intervals would be far too narrow.
     """
+    model, p_layer, p_pool, _, _ = est
     ci_layer = ci_pool = None
     est_layer, est_pool = p_layer, p_pool
     if bootstrap > 0:
-        b_layer, b_pool = _parametric_replicates(model, p_layer, p_pool, n, shape, bootstrap, rng)
+        b_layer, b_pool = _parametric_replicates(est, bootstrap, rng)
         how = "parametric bootstrap"
         if model == "zipf":
             # basic (reverse-percentile) interval: re-sorting resampled counts adds the
@@ -526,26 +497,23 @@ def _histogram_intervals(
 
 
 def _histogram_gof(
-    model: str,
-    shape: tuple[int, int],
-    p_layer: np.ndarray,
-    p_pool: float,
-    n: np.ndarray,
-    obs_shares: np.ndarray,
-    gof_sims: int,
-    rng: np.random.Generator,
+    est: _Estimate, obs_shares: np.ndarray, gof_sims: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray, float, float]:
     """One model's goodness of fit in :func:`fit_histogram`: statistics and p-values per layer,
-    then pooled. ``shape``: (E, K).
+    then pooled.
 
     Goodness of fit: parametric bootstrap with ``gof_sims`` histograms simulated from the
     fitted model at each layer's N (multinomial picks; Dirichlet: a fresh w per simulation).
     Statistic per layer: max over ranks of |observed sorted share − mean simulated sorted
     share|; pooled: the max over layers. p-value: (1 + #{simulated ≥ observed}) / (1 + sims).
     """
+    model, p_layer, p_pool, n, shape = est
 
     def simulated(param: np.ndarray) -> np.ndarray:
-        return _sim_sorted_shares(_model_pick_probs(model, *shape, param, gof_sims, rng), n, rng)
+        """Sorted shares of ``gof_sims`` multinomial draws of each layer's N picks at ``param``."""
+        p = _model_pick_probs(model, *shape, param, gof_sims, rng)  # (sims, L, E)
+        y = rng.multinomial(np.broadcast_to(n, p.shape[:-1]), p / p.sum(axis=-1, keepdims=True))
+        return _sorted_desc(y) / n[:, None]
 
     # simulated at each layer's parameter, then at the pooled one (in this order from rng)
     (d_l, pv_l, _, _), (_, _, d_p, pv_p) = (_gof(obs_shares, simulated(p)) for p in (p_layer, np.full(n.size, p_pool)))
@@ -558,7 +526,7 @@ def _model_fit(
     """One :class:`ModelFit` of :func:`fit_histogram` (one layer's, or the pooled one): the reported
     and the ML estimate of the parameter ``name`` (None: no parameter), its interval (None:
     none), the log-likelihood and the goodness of fit's statistic and p-value."""
-    kp = _N_PARAMS[model]
+    kp = int(name is not None)  # uniform has none, Zipf and Dirichlet one each
     return ModelFit(
         model=model,
         params={} if name is None else {name: float(est)},
@@ -568,7 +536,6 @@ def _model_fit(
         aic=2.0 * kp - 2.0 * float(ll),
         gof_statistic=float(d),
         gof_pvalue=float(pv),
-        n_params=kp,
     )
 
 
@@ -619,7 +586,7 @@ def fit_histogram(
     k = int(top_k)
     n = y.sum(axis=1)
     ysorted = _sorted_desc(y)
-    coef = _multinomial_coef(y)  # (L,)
+    coef = gammaln(n + 1.0) - gammaln(y + 1.0).sum(axis=-1)  # log N! − Σ log Y_i!, (L,)
     obs_shares = ysorted / n[:, None]
 
     # binomial thinnings for the cross-fitted Zipf likelihood, shared by per-layer and pooled
@@ -627,24 +594,15 @@ def fit_histogram(
     per_layer: list[dict[str, ModelFit]] = [{} for _ in range(layers)]
     pooled: dict[str, ModelFit] = {}
     todo = [m for m in MODELS if m in models]
-    stages = 3 * len(todo)
-    stage = 0
-
-    def report(what: str) -> None:
-        nonlocal stage
-        if progress is not None:
-            progress(stage, stages, what)
-        stage += 1
-
+    report = stage_reporter(progress, 3 * len(todo))
     for model in todo:
         report(f"{model}: estimate")
         p_layer, p_pool, ll_layer, ll_pool, name = _histogram_estimate(model, y, ysorted, coef, k, splits)
+        est = _Estimate(model, p_layer, p_pool, n, (experts, k))
         report(f"{model}: bootstrap ({bootstrap})")
-        ci_layer, ci_pool, est_layer, est_pool = _histogram_intervals(
-            model, p_layer, p_pool, n, (experts, k), bootstrap if name is not None else 0, level, rng
-        )
+        ci_layer, ci_pool, est_layer, est_pool = _histogram_intervals(est, bootstrap if name else 0, level, rng)
         report(f"{model}: goodness of fit ({gof_sims} simulations)")
-        d_l, pv_l, d_p, pv_p = _histogram_gof(model, (experts, k), p_layer, p_pool, n, obs_shares, gof_sims, rng)
+        d_l, pv_l, d_p, pv_p = _histogram_gof(est, obs_shares, gof_sims, rng)
         for l in range(layers):
             ci = None if ci_layer is None else ci_layer.at(l)
             per_layer[l][model] = _model_fit(model, name, est_layer[l], p_layer[l], ci, ll_layer[l], d_l[l], pv_l[l])
@@ -710,14 +668,7 @@ def popularity_from_inclusion(pi: np.ndarray, top_k: int, *, iters: int = 60, to
     pi = np.ascontiguousarray(np.atleast_2d(np.asarray(pi, dtype=float)))
     k = int(top_k)
     key = (hashlib.blake2b(pi.tobytes(), digest_size=20).hexdigest(), pi.shape, k, int(iters), float(tol))
-    stored = INVERSION_MEMO.get(key)
-    if isinstance(stored, list):
-        w = np.array(stored, dtype=float)
-        if w.shape == pi.shape:
-            return w
-    w = invert_inclusion(pi, k, iters, tol)
-    INVERSION_MEMO.put(key, w.tolist())  # json keeps every float exactly (repr)
-    return w
+    return INVERSION_MEMO.array(key, pi.shape, lambda: invert_inclusion(pi, k, iters, tol))
 
 
 #: the source files :func:`popularity_from_inclusion` runs (the disk memo's salt)
@@ -806,8 +757,7 @@ def fit_stickiness(
 
     independent = float(weights @ (routing.inclusion_probabilities(w, k) ** 2).sum(axis=1))
     curve = np.array([independent] + [simulated(float(r)) for r in rhos[1:-1]] + [float(k)])
-    curve = np.maximum.accumulate(curve)
-    curve = curve + np.arange(grid) * 1e-12  # strictly increasing for interpolation
+    curve = np.maximum.accumulate(curve) + np.arange(grid) * 1e-12  # strictly increasing for interpolation
 
     def invert(o: np.ndarray) -> np.ndarray:
         return np.where(o <= curve[0], 0.0, np.interp(o, curve, rhos))
@@ -864,8 +814,7 @@ def correlation_gap(topk: Any, experts: int) -> dict[str, Any]:
     um, up = float(u[cell].mean()), float(plug[cell].mean())
     per_n = cell.sum(axis=0)
     with np.errstate(invalid="ignore"):
-        pl_m = np.where(cell, u, 0).sum(axis=0) / per_n
-        pl_p = np.where(cell, plug, 0).sum(axis=0) / per_n
+        pl_m, pl_p = (np.where(cell, v, 0).sum(axis=0) / per_n for v in (u, plug))
     return {
         "union_measured": um,
         "union_plugin": up,
@@ -885,8 +834,7 @@ def _heterogeneity_tables(
     replicates, layers, experts, k = shape
     model = routing.Uniform(experts, k)
     pop = np.tile(w, (replicates, 1))
-    u_mod = np.zeros((cs.size, layers, bmax + 1))
-    p_mod = np.zeros((cs.size, layers, bmax + 1))
+    u_mod, p_mod = np.zeros((2, cs.size, layers, bmax + 1))
     for j, c in enumerate(cs):
         tr = routing.sample_trace(
             model, 1, bmax, layers * replicates, generator(seed), c=float(c), groups=1, popularity=pop
@@ -896,8 +844,7 @@ def _heterogeneity_tables(
         s_i, r_i, l_i, _ = np.indices(tr.shape).reshape(4, -1)
         onehot[s_i, r_i, l_i, tr.ravel()] = True
         u_mod[j, :, 1:] = np.logical_or.accumulate(onehot, axis=0).sum(axis=-1).mean(axis=1).T
-        pi_bar = onehot.mean(axis=(0, 1))  # (L, E)
-        p_mod[j] = _plugin_table(pi_bar, bmax)
+        p_mod[j] = _plugin_table(onehot.mean(axis=(0, 1)), bmax)  # of the marginal inclusion π̄ (L, E)
     return u_mod, p_mod
 
 
@@ -970,15 +917,12 @@ def fit_heterogeneity(
     np.add.at(counts_all, (t_i, l_i, arr[arr >= 0]), 1.0)
     tokens = live_tokens(arr).sum(axis=1).astype(float)  # (steps, L)
     onehot_b = np.zeros((steps, layers, bmax + 1))
-    tt, ll = np.nonzero(cell)
-    onehot_b[tt, ll, b[cell]] = 1.0  # cell mix n[l, b]
+    onehot_b[(*np.nonzero(cell), b[cell])] = 1.0  # cell mix n[l, b]
     u_cell = np.where(cell, u, 0).astype(float)
 
     def ratio_parts(sel: np.ndarray) -> tuple[float, np.ndarray]:
         """measured ratio and model ratios (C,) for the steps ``sel`` (with repeats)."""
-        cnt = counts_all[sel].sum(axis=0)
-        tok = tokens[sel].sum(axis=0)
-        pi_hat = cnt / np.maximum(tok, 1.0)[:, None]
+        pi_hat = counts_all[sel].sum(axis=0) / np.maximum(tokens[sel].sum(axis=0), 1.0)[:, None]
         nmix = onehot_b[sel].sum(axis=0)  # (L, bmax+1)
         plug = float((_plugin_table(pi_hat, bmax) * nmix).sum())
         meas = float(u_cell[sel].sum()) / plug if plug > 0 else float("nan")

@@ -64,22 +64,16 @@ _SIGNATURES = {
     "mr_arc_pass": ("PPIPIPIPiIPiPPPP", "i"),
     "mr_stack_kernel": ("PPIIPIPiIPP", "i"),
 }
-for _suf in ("_i8", "_i16", "_i32", "_i64"):
+#: the suffix of the block kernels of each id type they take (``mr_scan_block_i8``, …)
+_BLOCK_SUFFIX = {np.dtype(t): f"_i{8 * np.dtype(t).itemsize}" for t in (np.int8, np.int16, np.int32, np.int64)}
+for _suf in _BLOCK_SUFFIX.values():
     _SIGNATURES["mr_scan_block" + _suf] = ("PIIIIIPIPiiPPPPIP", "i")
     _SIGNATURES["mr_emit_block" + _suf] = ("PIIIIIPIPiPIPI", "I")
-_BLOCK_SUFFIX = {
-    np.dtype(np.int8): "_i8",
-    np.dtype(np.int16): "_i16",
-    np.dtype(np.int32): "_i32",
-    np.dtype(np.int64): "_i64",
-}
 
 
-@functools.cache
-def library():
-    """The loaded C library, its functions typed (:class:`moeroof.kernels.loader.NativeBuildError`
-    when it is not built, or built from other sources). Loaded once a process."""
-    return loader.typed(_SIGNATURES)
+#: the loaded C library, its functions typed (:class:`moeroof.kernels.loader.NativeBuildError` when it is not
+#: built, or built from other sources); loaded once a process
+library = functools.cache(functools.partial(loader.typed, _SIGNATURES))
 
 
 def c_function(name: str):
@@ -251,23 +245,30 @@ def next_use_kernel(items, n_items, out):
 # ----------------------------------------------------------------------------- the policies
 
 
-def _policy_pass(name, items, group, cap, own, off, cstep, per_request, steps, wsize, weighted, hit_out):
-    """Run the policy kernel ``name`` (every one but the pinned set's): the shared inputs as the C
-    takes them (``hit_out``, written in place, checked), ``own`` the kernel's own arguments
-    (arrays by their pointer) between the capacities and the lookups; (hits, misses, streamed)
-    per step."""
+def _pass(name, head, off, cstep, per_request, steps, wsize, weighted, hit_out):
+    """Run the replay kernel ``name``: its own leading arguments ``head`` (arrays by their
+    pointer), then the lookups (and, unless ``per_request`` is None, whether each request is its
+    own lookup) and the inputs every replay shares, as the C takes them (``hit_out``, written in
+    place, checked); (hits, misses, streamed) per step."""
     fn = c_function(name)
     if hit_out.size:
         _out(hit_out, np.bool_, "hit flags")
-    items, group, cap = _ids(items), _in(group, np.int64), _in(cap, np.float64)
     off, cstep, wsize = _in(off, np.int64), _in(cstep, np.int64), _in(wsize, np.float64)
     hits, misses, streamed = np.zeros(steps, np.int64), np.zeros(steps, np.int64), np.zeros(steps, np.float64)
+    lookups = [_p(off), off.size - 1, _p(cstep)] + ([] if per_request is None else [int(bool(per_request))])
     _check(
-        fn(_p(items), _p(group), group.size, _p(cap), cap.size, *map(_c, own), _p(off), off.size - 1, _p(cstep),
-           int(bool(per_request)), int(steps), _p(wsize), int(bool(weighted)), _p(_opt(hit_out)),
-           _p(hits), _p(misses), _p(streamed))
+        fn(*map(_c, head), *lookups, int(steps), _p(wsize), int(bool(weighted)), _p(_opt(hit_out)), _p(hits),
+           _p(misses), _p(streamed))
     )  # fmt: skip
     return hits, misses, streamed
+
+
+def _policy_pass(name, items, group, cap, own, *tail):
+    """Run the policy kernel ``name`` (every one but the pinned set's): the items, groups and
+    capacities as the C takes them, then ``own``, the kernel's own arguments (arrays by their
+    pointer), then ``tail`` as :func:`_pass` takes it."""
+    group, cap = _in(group, np.int64), _in(cap, np.float64)
+    return _pass(name, [_ids(items), group, group.size, cap, cap.size, *own], *tail)
 
 
 def lru_pass(items, group, cap, size, off, cstep, per_request, steps, wsize, weighted, hit_out):
@@ -286,17 +287,8 @@ def lru_pass(items, group, cap, size, off, cstep, per_request, steps, wsize, wei
 def static_pass(items, mask, off, cstep, steps, wsize, weighted, hit_out):
     """A pinned set ``mask`` (bool per item), each item loaded on its first request: that
     request misses, later ones of a pinned item hit."""
-    fn = c_function("mr_static_pass")
-    if hit_out.size:
-        _out(hit_out, np.bool_, "hit flags")
-    items, mask, off, cstep = _ids(items), _in(mask, np.bool_), _in(off, np.int64), _in(cstep, np.int64)
-    wsize = _in(wsize, np.float64)
-    hits, misses, streamed = np.zeros(steps, np.int64), np.zeros(steps, np.int64), np.zeros(steps, np.float64)
-    _check(
-        fn(_p(items), _p(mask), mask.size, _p(off), off.size - 1, _p(cstep), int(steps), _p(wsize),
-           int(bool(weighted)), _p(_opt(hit_out)), _p(hits), _p(misses), _p(streamed))
-    )  # fmt: skip
-    return hits, misses, streamed
+    mask = _in(mask, np.bool_)
+    return _pass("mr_static_pass", [_ids(items), mask, mask.size], off, cstep, None, steps, wsize, weighted, hit_out)
 
 
 def heap_pass(items, group, cap, size, mode, nexts, *tail):

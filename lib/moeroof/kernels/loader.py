@@ -21,7 +21,9 @@ ended.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from moeroof.kernels.sources import MODULE, SOURCE_DIR, sources_hash
 
@@ -63,7 +65,7 @@ def load(name: str = MODULE, sources: Path | None = None):
     return _loaded[key]
 
 
-def typed(signatures: dict[str, tuple[str, str | None]]) -> object:
+def typed(signatures: Mapping[str, tuple[str, str | None]]) -> Any:
     """The library of :func:`load` with the functions ``signatures`` names typed for
     :mod:`ctypes`: name → (argument codes, result code or None), a code per value: ``P`` a
     pointer (an array's data), ``I`` int64, ``i`` int, ``D`` double. Each kernel module types its

@@ -41,11 +41,9 @@ _ERRORS: dict[str, dict[int, tuple[type[Exception], str]]] = {
 }
 
 
-@functools.cache
-def library():
-    """The loaded C library, the plan's functions typed (:class:`moeroof.kernels.loader.NativeBuildError`
-    when it is not built, or built from other sources). Loaded once a process."""
-    return loader.typed(_SIGNATURES)
+#: the loaded C library, the plan's functions typed (:class:`moeroof.kernels.loader.NativeBuildError` when it is not
+#: built, or built from other sources); loaded once a process
+library = functools.cache(functools.partial(loader.typed, _SIGNATURES))
 
 
 def _check(rc: int, kernel: str) -> None:

@@ -45,11 +45,9 @@ _SIGNATURES = {
 }
 
 
-@functools.cache
-def library():
-    """The loaded C library, its routing functions typed (:class:`moeroof.kernels.loader.NativeBuildError`
-    when it is not built, or built from other sources). Loaded once a process."""
-    return loader.typed(_SIGNATURES)
+#: the loaded C library, its routing functions typed (:class:`moeroof.kernels.loader.NativeBuildError` when it is not
+#: built, or built from other sources); loaded once a process
+library = functools.cache(functools.partial(loader.typed, _SIGNATURES))
 
 
 def _f64(a) -> np.ndarray:

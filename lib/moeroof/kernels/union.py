@@ -21,11 +21,9 @@ __all__ = ["library", "product_sums"]
 _SIGNATURES = {"mr_product_sums": ("PPPIIIP", None)}
 
 
-@functools.cache
-def library():
-    """The loaded C library, the union's function typed (:class:`moeroof.kernels.loader.NativeBuildError`
-    when it is not built, or built from other sources). Loaded once a process."""
-    return loader.typed(_SIGNATURES)
+#: the loaded C library, the union's function typed (:class:`moeroof.kernels.loader.NativeBuildError` when it is not
+#: built, or built from other sources); loaded once a process
+library = functools.cache(functools.partial(loader.typed, _SIGNATURES))
 
 
 def product_sums(head: np.ndarray, tails: np.ndarray, tail_rows: np.ndarray) -> np.ndarray:

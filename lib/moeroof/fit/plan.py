@@ -2066,13 +2066,21 @@ def fit_plan(
     out = fits[overlap] if overlap is not None else _better_overlap(fits)
     # the default's own note says what it tried; a named fit gets the reminder of what the rows could tell
     out = with_memory_note(out, points) if structure_note is None else replace(out, notes=(*out.notes, structure_note))
+    return _with_misfit_note(out, points, named=fit is not None)
+
+
+def _with_misfit_note(out: PlanFit, points: Sequence[PlanPoint], named: bool) -> PlanFit:
+    """``out`` with :func:`misfit_note` where it misses its calibration rows; a ``named`` fit of
+    rows that measure a cache curve is pointed to the default's memory-knob choice."""
     missed = misfit_note(out.rows)
-    if missed is not None and fit is not None and memory_curve_note(points, ()) is not None:
+    if missed is None:
+        return out
+    if named and memory_curve_note(points, ()) is not None:
         missed += (
             "; the rows measure tok/s at three or more cache sizes of one batch size: without --fit, fit-plan tries "
             "both memory knobs (pressure, reclaim) and fits the one they rule in"
         )
-    return out if missed is None else replace(out, notes=(*out.notes, missed))
+    return replace(out, notes=(*out.notes, missed))
 
 
 def misfit_note(rows: Sequence[dict[str, Any]]) -> str | None:

@@ -165,3 +165,31 @@ def test_the_cost_per_touched_pair_is_held_at_its_public_prior_and_prices_every_
     # the zero-fit band reaches that end
     band = prior_band(model, hw, wl, routing, batch)
     assert np.all(band.low <= at[hi].net_tok_s * (1 + 1e-12))
+
+
+def test_reads_through_the_page_cache_hold_the_reclaim_work_at_its_prior():
+    """With the experts read through the page cache (``--page-cache``) on a box that does not state
+    κ, the band takes the reclaim work's high end: its low end is at most plan's rate with κ = 3.3
+    and the engine at its centres (each combination of the terms); reads that bypass the page
+    cache, or a box that states κ, hold none. On mlx-lm#1438's box at its 75 GB cache, where
+    the engine holds most of what the OS leaves, that end lowers the band several-fold."""
+    from moeroof.models.engine_prior import PRIOR_RECLAIM_PENALTY
+
+    model, hw = load_model("glm-5.2"), load_hardware("apple-m4-max")
+    routing = routing_from_spec("zipf:0.8", model)
+    direct = Workload(cache_bytes=69.849 * 2**30)
+    buffered = replace(direct, page_cache=True)
+    plain = prior_band(model, hw, direct, routing, [1])
+    through = prior_band(model, hw, buffered, routing, [1])
+    assert "reclaim_penalty" not in plain.held
+    assert through.held["reclaim_penalty"] == PRIOR_RECLAIM_PENALTY
+    high_kappa = replace(at_prior_centres(hw), reclaim_penalty=PRIOR_RECLAIM_PENALTY[2])
+    at_end = min(
+        float(plan(model, high_kappa, replace(buffered, overlap=ov), routing, [1]).net_tok_s[0])
+        for ov in ("max", "sum")
+    )
+    assert through.low[0] <= at_end * (1 + 1e-12)
+    assert through.low[0] < plain.low[0] / 2
+    assert "reclaim_penalty κ 0 (0–3.3" in through.note()
+    stated = replace(hw, provenance={**hw.provenance, "reclaim_penalty": "witnessed"})
+    assert "reclaim_penalty" not in prior_band(model, stated, buffered, routing, [1]).held

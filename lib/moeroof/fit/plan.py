@@ -127,7 +127,7 @@ from moeroof.core.units import GiB
 from moeroof.data.plan_points import PlanPoint
 from moeroof.data.presets import DEFAULT_PRIORS, EFFICIENCY_FIELDS, Hardware, MoEModel
 from moeroof.models.curve_peak import curve_peak, peak_grids
-from moeroof.models.engine_prior import unstated
+from moeroof.models.engine_prior import PRIOR_RECLAIM_PENALTY, unstated
 from moeroof.models.local_routing import LocalRouting, routing_from_knobs, spec_skew
 from moeroof.models.locality import Locality, c_per_expert_from_hot_set, from_scale, to_scale
 from moeroof.models.plan import (
@@ -258,15 +258,6 @@ PRIOR_SECONDS_PER_STEP = DEFAULT_PRIORS["engine_seconds_per_step"][0]
 #: end (all of the fastest calibration step per pair).
 PRIOR_TOUCHED_SHARE = (0.0, 0.0, 1.0)
 
-#: κ of the OS's reclaim work on the reads (``Hardware.reclaim_penalty``,
-#: :func:`moeroof.models.plan.reclaim_slowdown`) where ``reclaim`` is not fitted and the preset
-#: does not state it: (low, held, high). Held at 0 (assumed: an engine whose cache leaves the OS
-#: room, or pins its memory), its high end in the bands as far as the calibration rows admit it —
-#: the largest public value, mlx-lm#1438's Apple M5 Max with a 75 GB expert cache beside 128 GB,
-#: fitted on its three cache sizes (``fit-plan --fit ssd-scale,reclaim,skew,rho``, the queueing
-#: form n = 1): κ = 3.3. Seed 003's GB10 head node, which ran 1.3–2.6× slower than its peer at the
-#: same work from memory reclaim, reads as κ ≈ 0.03–0.5 in that form.
-PRIOR_RECLAIM_PENALTY = (0.0, 0.0, 3.3)
 
 #: the OS page cache's share of the RAM the expert cache leaves (``Workload.page_cache_share``)
 #: where neither ``--fit pressure`` nor ``--page-cache`` says whether the engine's reads go through

@@ -32,7 +32,24 @@ import numpy as np
 from moeroof.core.results import Result, plain
 from moeroof.data.presets import DEFAULTS, PRIOR_FIELDS, Hardware, MoEModel
 
-__all__ = ["held_priors", "unstated", "at_prior_centres", "PriorBand", "prior_band"]
+__all__ = ["PRIOR_RECLAIM_PENALTY", "held_priors", "unstated", "at_prior_centres", "PriorBand", "prior_band"]
+
+#: κ of the OS's reclaim work on the reads (``Hardware.reclaim_penalty``,
+#: :func:`moeroof.models.plan.reclaim_slowdown`) where the preset does not state it and
+#: ``moeroof fit-plan`` does not fit ``reclaim``, or a zero-fit step reads through the page cache
+#: (``Workload.page_cache``; reads that bypass it, as O_DIRECT's do, take no page from the OS):
+#: (low, held, high). Held at 0 (assumed: an engine whose cache leaves the OS room, or pins its
+#: memory), its high end in the bands (a fit's as far as its calibration rows admit it) — the
+#: largest public value, mlx-lm#1438's Apple M5 Max with a 75 GB expert cache beside 128 GB,
+#: fitted on its three cache sizes (``fit-plan --fit ssd-scale,reclaim,skew,rho``, the queueing
+#: form n = 1): κ = 3.3. Seed 003's GB10 head node, which ran 1.3–2.6× slower than its peer at the
+#: same work from memory reclaim, reads as κ ≈ 0.03–0.5 in that form.
+PRIOR_RECLAIM_PENALTY = (0.0, 0.0, 3.3)
+#: where :data:`PRIOR_RECLAIM_PENALTY` comes from, in a band's sources
+RECLAIM_SOURCE = (
+    "0 assumed (an engine whose cache leaves the OS room); 3.3 the largest public fit, mlx-lm#1438's three "
+    "cache sizes in the queueing form"
+)
 
 
 def held_priors(hardware: Hardware) -> dict[str, tuple[float, float, float]]:
@@ -100,6 +117,8 @@ def _describe(key: str, v: tuple[float, float, float]) -> str:
     lo, c, hi = v
     if key.startswith("engine_seconds"):
         return f"{key} {c * 1e3:g} ms ({lo * 1e3:g}–{hi * 1e3:g})"
+    if key == "reclaim_penalty":
+        return f"{key} κ {c:g} ({lo:g}–{hi:g}: the OS's reclaim work on the reads the page cache takes)"
     return f"{key} {c:.3g} ({lo:.3g}–{hi:.3g})"
 
 
@@ -114,6 +133,11 @@ def prior_band(model: MoEModel, hardware: Hardware, workload, routing, batch, *,
 
     b = as_batch(batch)
     held = held_priors(hardware)
+    sources = {key: hardware.priors[key][1] for key in held}
+    if getattr(workload, "page_cache", False) and unstated(hardware, "reclaim_penalty"):
+        # reads through the page cache take pages from the OS: its reclaim work at the prior's ends
+        held["reclaim_penalty"] = PRIOR_RECLAIM_PENALTY
+        sources["reclaim_penalty"] = RECLAIM_SOURCE
     centre = at_prior_centres(hardware)
     works = batch_works(model, centre, workload, routing, b, coalesced=coalesced)
     fits = np.concatenate([np.asarray(w.fits, dtype=bool) for w in works])
@@ -140,5 +164,5 @@ def prior_band(model: MoEModel, hardware: Hardware, workload, routing, batch, *,
         low=np.where(fits, stack.min(axis=0), nan),
         high=np.where(fits, stack.max(axis=0), nan),
         held=held,
-        sources={key: hardware.priors[key][1] for key in held},
+        sources=sources,
     )

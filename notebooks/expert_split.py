@@ -671,12 +671,14 @@ display(
 # 20 and 80 GiB hit rates and GiB/step and the union of about 50; `ladder.fit_routing_predictions`,
 # as in `cache_ladder`'s last section, without its bootstrap). `fit-plan` then runs the one step
 # model (glm-5-nvfp4 on gb10, 2 ranks, context 512, LRU simulated on a trace sampled from those
-# knobs, `routing_from_knobs`) and fits the engine terms and the SSD scale to the public tok/s
-# rows of the headroom table — 2.47 tok/s at 20 GiB and the three 80 GiB runs 5.21, 5.60, 5.67
-# (balanced partition, overlap on, M = 8: the configuration of the withheld rows). Held out and
-# checked: the booster table (one booster 0.37, the pair with the id split 2.25) and the
-# ladder's four 40 GiB rows (2.49, 2.32, 2.73, 2.98; each one engine change apart, row 3 the
-# headroom configuration). Predicted: the withheld 40 and 60 GiB rows and the M sweep at 80 GiB
+# knobs, `routing_from_knobs`) and fits what its default takes from the public tok/s rows that
+# `data/points/seed003-public.plan-points` calibrates on — the headroom table's 2.47 tok/s at
+# 20 GiB and the three 80 GiB runs 5.21, 5.60, 5.67, the ladder's row 3 at 40 GiB, 2.98 (balanced
+# partition, overlap on, M = 8: the configuration of the withheld rows), and one booster at
+# 20 GiB, 0.37: the engine, the SSD scale and, three cache sizes of the pair measured, the memory
+# knob those rows rule in (the answer below names it). Held out and checked: the pair with the
+# id split (2.25) and the ladder's other three 40 GiB rows (2.49, 2.32, 2.73; each one engine
+# change from row 3). Predicted: the withheld 40 and 60 GiB rows and the M sweep at 80 GiB
 # (M = 1, 16, 32). Every public tok/s is at M = 8, so no row tells a per-step engine cost from a
 # per-agent-token one; `fit-plan`'s step is the largest of its terms, while the seed's step
 # times add. Both alternatives — the engine time charged per agent token, and an additive step
@@ -818,6 +820,7 @@ display(
                 "held": len(held_tok),
                 "median_error": float(np.median([abs(r["error"]) for r in held_tok])),
                 "covered": sum(bool(r["covered"]) for r in held_tok),
+                "fitted": ", ".join(sweep_tok.fit.fitted),
             }
             if held_tok
             else None,

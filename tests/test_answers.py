@@ -349,7 +349,7 @@ def test_expert_split_names_its_run_and_follows_the_inputs():
     )
     plain = answers.expert_split(
         **{**SPLIT, "plan_multiple": None, "booster_witnessed": None},
-        fit_plan={"held": 6, "median_error": 0.12, "covered": 5},
+        fit_plan={"held": 6, "median_error": 0.12, "covered": 5, "fitted": "engine, wobble"},
         inputs=WITNESSED,
     )
     words(
@@ -357,6 +357,7 @@ def test_expert_split_names_its_run_and_follows_the_inputs():
         "6 held-out",
         "12 %",
         "5 inside",
+        "(fitting engine, wobble)",
         "(baseline: one booster)",
         absent=("synthetic", "projected", "moeroof plan`"),
     )

@@ -149,8 +149,15 @@ def test_tok_s_points_calibrate_on_public_rows_only():
     pts = S.tok_s_points()
     cal = [(p, r) for p, r in zip(pts, S.TOK_S_ROWS) if p.calibrates]
     assert cal and all(r.role == "calibration" for _, r in cal)
-    assert sorted(p.net_tok_s for p, _ in cal) == [2.47, 5.21, 5.60, 5.67]
-    assert all(p.batch == 8 and p.ranks == 2 for p, _ in cal)
+    assert sorted(p.net_tok_s for p, _ in cal) == [0.37, 2.47, 2.98, 5.21, 5.60, 5.67]
+    # the public rows the points file calibrates on, and the two other 80 GiB runs beside its 5.60
+    from moeroof.core.paths import DATA_DIR
+    from moeroof.data.plan_points import read_plan_points
+
+    shipped = read_plan_points(DATA_DIR / "points" / "seed003-public.plan-points")
+    keys = {(p.batch, p.cache_gib, p.ranks, p.net_tok_s) for p, _ in cal}
+    file_keys = {(p.batch, p.cache_gib, p.ranks, p.net_tok_s) for p in shipped if p.net_tok_s is not None}
+    assert keys - file_keys == {(8, 80.0, 2, 5.21), (8, 80.0, 2, 5.67)} and file_keys <= keys
     # held-out published and withheld rows reach fit-plan without a value
     for p, r in zip(pts, S.TOK_S_ROWS):
         if r.role != "calibration":
@@ -172,7 +179,7 @@ def test_tok_s_sweep_predicts_withheld_rows_with_bands(monkeypatch):
 
     monkeypatch.setattr(FP, "fit_plan", spy)
     sw = S.tok_s_sweep(load_model("glm-5-nvfp4"), load_hardware("gb10"), "dirichlet", 0.4, 0.2, max_evaluations=4)
-    assert sorted(p.net_tok_s for p in seen if p.net_tok_s is not None) == [2.47, 5.21, 5.60, 5.67]
+    assert sorted(p.net_tok_s for p in seen if p.net_tok_s is not None) == [0.37, 2.47, 2.98, 5.21, 5.60, 5.67]
     for r in sw.rows:
         assert r["low"] <= r["predicted"] <= r["high"]
         assert (

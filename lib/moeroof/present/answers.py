@@ -579,7 +579,7 @@ def expert_split(
     booster_multiple: float,
     plan_multiple: float | None,
     booster_witnessed: float | None,
-    fit_plan: Mapping[str, float] | None = None,
+    fit_plan: Mapping[str, Any] | None = None,
     inputs: Mapping[str, str],
     synthetic: Iterable[str] = (),
 ) -> str:
@@ -594,7 +594,7 @@ def expert_split(
     ``booster_multiple`` the pair's multiple over one booster from the ladder-calibrated traces,
     ``plan_multiple`` the same from ``moeroof plan`` (LRU simulated); ``fit_plan`` optional
     ``held`` (rows), ``median_error`` and ``covered`` (rows inside their band) of fit-plan on
-    seed 003's held-out published tok/s.
+    seed 003's held-out published tok/s, and ``fitted`` (the knobs it fitted, in words).
     """
     gains = sorted(lpt_gains.values())
     lo, hi = (gains[0], gains[-1]) if gains else (math.nan, math.nan)
@@ -620,7 +620,9 @@ def expert_split(
     text += _booster_tail(plan_multiple, booster_witnessed, booster_hit, pair_hit)
     if fit_plan:
         text += (
-            f"`moeroof fit-plan`, calibrated on seed 003's public tok/s rows only, predicts its {int(fit_plan['held'])} "
+            "`moeroof fit-plan`, calibrated on seed 003's public tok/s rows only"
+            + (f" (fitting {fit_plan['fitted']})" if fit_plan.get("fitted") else "")
+            + f", predicts its {int(fit_plan['held'])} "
             f"held-out published rows with median |error| {pct(fit_plan['median_error'])} "
             f"({int(fit_plan['covered'])} inside their 5–95 % band). "
         )

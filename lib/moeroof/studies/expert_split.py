@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import numpy as np
@@ -573,23 +573,24 @@ class TokRow:
     source: str = ""
 
 
-#: seed 003's tok/s rows (docs/sources.md). Calibration: the table "Expert cache
-#: against the headroom" (balanced partition, overlap on, M = 8) — the configuration of the
-#: withheld 40/60 GiB rows and of the M sweep — at 20 GiB and the three 80 GiB runs. Held out:
-#: the booster table (one booster 0.37, the pair with the id split as recorded 2.25) and the
-#: ladder's four 40 GiB rows (each one engine change apart; row 3, balanced + overlapped, is the
-#: headroom table's configuration). Withheld: 40 and 60 GiB at M = 8 and the M sweep at 80 GiB.
+#: seed 003's tok/s rows (docs/sources.md). Calibration: the public rows
+#: ``data/points/seed003-public.plan-points`` calibrates on — the table "Expert cache against the
+#: headroom" (balanced partition, overlap on, M = 8: the configuration of the withheld 40/60 GiB
+#: rows and of the M sweep) at 20 GiB and the three 80 GiB runs, the ladder's row 3 at 40 GiB
+#: (balanced + overlapped: that table's configuration) and one booster at 20 GiB (0.37). Held out:
+#: the pair with the id split as recorded (2.25) and the ladder's other three 40 GiB rows (each one
+#: engine change from row 3). Withheld: 40 and 60 GiB at M = 8 and the M sweep at 80 GiB.
 TOK_S_ROWS: tuple[TokRow, ...] = (
     TokRow("pair-m8-20", 8, 20.0, 2, "calibration", 2.47, 0.525, "headroom table: 20 GiB, 2.47 tok/s, 52.5 %"),
     TokRow("pair-m8-80-run1", 8, 80.0, 2, "calibration", 5.21, None, "three runs at 80 GiB: 5.21"),
     TokRow("pair-m8-80", 8, 80.0, 2, "calibration", 5.60, 0.983, "headroom table: 80 GiB, 5.60 tok/s, 98.3 %"),
     TokRow("pair-m8-80-run3", 8, 80.0, 2, "calibration", 5.67, None, "three runs at 80 GiB: 5.67"),
-    TokRow("booster-m8-20", 8, 20.0, 1, "held-out published", 0.37, None, "booster table: one booster, 0.37"),
+    TokRow("booster-m8-20", 8, 20.0, 1, "calibration", 0.37, None, "booster table: one booster, 0.37"),
     TokRow("pair-m8-20-id", 8, 20.0, 2, "held-out published", 2.25, 0.538, "booster table: pair, id split, 2.25"),
     TokRow("ladder0-id-40", 8, 40.0, 2, "held-out published", 2.49, None, "ladder row 0: id split, 2.49"),
     TokRow("ladder1-compact-40", 8, 40.0, 2, "held-out published", 2.32, None, "ladder row 1: compact rows, 2.32"),
     TokRow("ladder2-balanced-40", 8, 40.0, 2, "held-out published", 2.73, None, "ladder row 2: balanced, 2.73"),
-    TokRow("ladder3-overlap-40", 8, 40.0, 2, "held-out published", 2.98, None, "ladder row 3: overlapped, 2.98"),
+    TokRow("ladder3-overlap-40", 8, 40.0, 2, "calibration", 2.98, None, "ladder row 3: overlapped, 2.98"),
     TokRow("pair-m8-40", 8, 40.0, 2, "withheld", source="headroom table: 40 GiB (withheld)"),
     TokRow("pair-m8-60", 8, 60.0, 2, "withheld", source="headroom table: 60 GiB (withheld)"),
     TokRow("pair-m1-80", 1, 80.0, 2, "withheld", source="M sweep at 80 GiB: M = 1 (withheld)"),
@@ -632,10 +633,18 @@ class TokSweep(Result):
 
 
 def _per_token_engine_tok_s(
-    fit: Any, pts: list, model: MoEModel, hardware: Hardware, route: Any, rows: list[TokRow], context_tokens: int
+    fit: Any,
+    pts: list,
+    model: MoEModel,
+    hardware: Hardware,
+    route: Any,
+    rows: list[TokRow],
+    context_tokens: int,
+    memory: PlanKnobs,
 ) -> np.ndarray:
     """Net tok/s of the other structural end: the fitted engine time at M = 8 charged per agent
-    token (c0 = 0, c1 = engine seconds at M = 8 / 8), at the fitted SSD scale."""
+    token (c0 = 0, c1 = engine seconds at M = 8 / 8), at the fitted SSD scale and ``memory``
+    knobs (:func:`_fitted_memory`)."""
     k = fit.knobs
     ref = 8
     # the engine's seconds at M = 8 (the fitted box's own engine term there), charged per agent token
@@ -643,7 +652,8 @@ def _per_token_engine_tok_s(
     box = box_with_knobs(hardware, PlanKnobs(**{name: float(k[name]["value"]) for name in engine}))
     ranks = max(r.ranks for r in rows if r.role == "calibration")  # the calibration rows' arrangement
     at_ref = plan(model, box, Workload(ranks=ranks, context_tokens=context_tokens), route, [ref]).terms["engine"]
-    alt = PlanKnobs(
+    alt = replace(
+        memory,
         engine_seconds_per_step=0.0,
         engine_seconds_per_agent_token=float(np.max(at_ref)) / ref,
         ssd_scale=float(k["ssd_scale"]["value"]),
@@ -698,14 +708,16 @@ def tok_s_sweep(
     The routing is :func:`moeroof.models.local_routing.routing_from_knobs` at the routing knobs
     ``family``, ``skew``, ``rho``, ``c`` (those ``fit-routing`` found on the public cache rows;
     the plan's LRU runs in steady state on a trace sampled from them, so it has no warm-history
-    knob). Fitted: the engine and the SSD scale. Every public tok/s is at M = 8, where the pairs a
-    rank touches are fixed, so the engine's fitted knob is its cost per touched (layer, expert)
-    pair, with the per-step and per-token costs held at their priors from public engines
-    (:data:`moeroof.fit.plan.PRIOR_SECONDS_PER_STEP`; their ends in fit-plan's bands). The
+    knob). Fitted: what ``fit-plan``'s default takes from these rows — the engine and the SSD
+    scale, and, the rows measuring tok/s at three cache sizes of the pair, the memory knob they
+    rule in (:func:`moeroof.fit.plan.choose_memory_knob`). Every public tok/s is at M = 8, where
+    the pairs a rank touches are fixed, so the engine's fitted knob is its cost per touched
+    (layer, expert) pair, with the per-step and per-token costs held at their priors from public
+    engines (:data:`moeroof.fit.plan.PRIOR_SECONDS_PER_STEP`; their ends in fit-plan's bands). The
     other structural end — the same engine time at M = 8 charged per agent token (c0 = 0, c1 =
-    engine seconds at M = 8 / 8) — is predicted too (:func:`moeroof.fit.plan.predict_points`)
-    and widens the band: that is the structural uncertainty of the M sweep, which no public row
-    can resolve. Under overlap ``max`` (the default here) the step is the largest of its terms,
+    engine seconds at M = 8 / 8) — is predicted too (:func:`moeroof.fit.plan.predict_points`,
+    with the fitted memory knob) and widens the band: that is the structural uncertainty of the
+    M sweep, which no public row can resolve. Under overlap ``max`` (the default here) the step is the largest of its terms,
     so wherever the stream is shorter than the engine term a cache change moves nothing; the seed's step times add
     (3243 ms at 20 GiB, 1429 ms at 80 GiB for 7.02 against 0.25 GiB streamed), so the additive
     step fitted on the same rows (:func:`_additive_tok_s`) is the second structural alternative
@@ -723,20 +735,28 @@ def tok_s_sweep(
         model,
         hardware,
         route,
-        fit=("engine", "ssd-scale"),
         context_tokens=context_tokens,
         routing_is_spec=False,
         max_evaluations=max_evaluations,
     )
     seconds = time.perf_counter() - t0
-    alt_net = _per_token_engine_tok_s(fit, pts, model, hardware, route, rows, context_tokens)
-    add_net, add_coef = _additive_tok_s(pts, model, hardware, route, context_tokens)
+    memory = _fitted_memory(fit)
+    alt_net = _per_token_engine_tok_s(fit, pts, model, hardware, route, rows, context_tokens, memory)
+    add_net, add_coef = _additive_tok_s(pts, model, box_with_knobs(hardware, memory), route, context_tokens, memory)
     out = _sweep_rows(rows, fit.rows, alt_net, add_net)
     routing = {"family": family, "skew": float(skew), "rho": float(rho), "c": float(c), "streams": streams}
     return TokSweep(fit, routing, out, float(seconds), add_coef)
 
 
-def _additive_tok_s(pts, model: MoEModel, hardware: Hardware, route, context_tokens: int):
+def _fitted_memory(fit: Any) -> PlanKnobs:
+    """The memory knobs ``fit`` fitted (the page cache's share, the reclaim work's κ and shape), as
+    :class:`~moeroof.fit.plan.PlanKnobs` the structural alternatives run with (the rest None)."""
+    fields = ("page_cache_share", "reclaim_penalty", "reclaim_exponent")
+    got = {f: float(fit.knobs[f]["value"]) for f in fields if fit.knobs.get(f, {}).get("fitted")}
+    return PlanKnobs(**got)
+
+
+def _additive_tok_s(pts, model: MoEModel, hardware: Hardware, route, context_tokens: int, memory: PlanKnobs):
     """The additive reading of a step (no overlap between the engine and the stream):
     ``T = t0 + G / r`` with G the slowest rank's streamed GiB per step that ``plan``'s cache
     predicts for the row, t0 and r solved by least squares on the calibration rows' step times
@@ -747,6 +767,8 @@ def _additive_tok_s(pts, model: MoEModel, hardware: Hardware, route, context_tok
         groups.setdefault((p.cache_gib, p.ranks), []).append(i)
     for (cache_gib, ranks), idx in groups.items():
         w = Workload(context_tokens=context_tokens, cache_bytes=cache_gib * GiB, ranks=ranks, cache_policy="lru")
+        if memory.page_cache_share is not None:  # the streamed bytes the page cache leaves, as the fit has them
+            w = replace(w, page_cache=True, page_cache_share=memory.page_cache_share)
         batch = sorted({pts[i].batch for i in idx})
         res = plan(model, hardware, w, route, batch)
         per_rank = np.atleast_2d(res.per_rank_ssd_bytes_per_step).max(axis=0) / GiB

@@ -374,13 +374,9 @@ def simulate_ratios(
     the steps where all its streams are live, so a finished stream's padding does not dilute the
     union or the miss ratios. ``requests``: :func:`trace_requests` of these arguments, where the
     caller keeps it for the trace's other capacities."""
-    h, e = topk.shape[2], int(experts)
-    part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
-    req, mult_all = trace_requests(topk, e, own, part, rank) if requests is None else requests
-    hits_all = _expert_cache_hits(req, h, c, policy, scope, warm, pinned)
-    counted_req = _counted_requests(req, warm, counted_steps)
-    hit = hits_all[counted_req]
-    mult = mult_all[counted_req]
+    h = topk.shape[2]
+    req, counted, mult = _counted_requests(topk, experts, own, assignment, rank, warm, counted_steps, requests)
+    hit = _expert_cache_hits(req, h, c, policy, scope, warm, pinned)[counted]
     n = hit.size
     req_ratio = float(1.0 - hit.mean()) if n else 0.0
     token_ratio = float(mult[~hit].sum() / n) if n else 0.0
@@ -411,20 +407,29 @@ def page_cache_hit_counts(req: cache_sim.Requests, hits: np.ndarray, warm: int) 
     return cache_sim.lru_hit_counts(below, warmup_steps=warm)[0]
 
 
-def _counted_requests(req: cache_sim.Requests, warm: int, counted_steps: np.ndarray | None) -> np.ndarray:
-    """The requests counted: from step ``warm`` on, and only on ``counted_steps`` where given."""
-    counted = req.step >= warm
+def _counted(step: np.ndarray, warm: int, counted_steps: np.ndarray | None) -> np.ndarray:
+    """Whether each of the steps ``step`` (ids) is counted: from ``warm`` on, and only on
+    ``counted_steps`` where given."""
+    counted = step >= warm
     if counted_steps is not None:
-        counted &= np.asarray(counted_steps, dtype=bool)[req.step]
+        counted &= np.asarray(counted_steps, dtype=bool)[step]
     return counted
+
+
+def _counted_requests(
+    topk: np.ndarray, experts: int, own: np.ndarray, assignment, rank: int, warm: int, counted_steps, requests
+) -> tuple[cache_sim.Requests, np.ndarray, np.ndarray]:
+    """The rank's requests of ``topk`` (``requests`` where the caller keeps them, else
+    :func:`trace_requests`), which of them are counted (:func:`_counted`) and the tokens of those."""
+    part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
+    req, mult = trace_requests(topk, experts, own, part, rank) if requests is None else requests
+    counted = _counted(req.step, warm, counted_steps)
+    return req, counted, mult[counted]
 
 
 def _distinct_per_layer_step(steps: int, layers: int, n: int, warm: int, counted_steps: np.ndarray | None) -> float:
     """The ``n`` counted requests per counted step and layer (the measured union of the rank)."""
-    steps_counted = np.arange(steps) >= warm
-    if counted_steps is not None:
-        steps_counted &= np.asarray(counted_steps, dtype=bool)
-    return float(n / (max(int(steps_counted.sum()), 1) * layers))
+    return float(n / (max(int(_counted(np.arange(steps), warm, counted_steps).sum()), 1) * layers))
 
 
 def trace_requests(
@@ -587,7 +592,7 @@ def trace_miss_ratio(
             ratios = lru_ratio_curve(
                 topk, experts, src.own, assignment, rank, warm, n_own - 1, counted_steps=full, requests=req
             )
-            n = int(_counted_requests(req[0], warm, full).sum())
+            n = int(_counted(req[0].step, warm, full).sum())
             return ratios, _distinct_per_layer_step(topk.shape[0], topk.shape[2], n, warm, full)
 
         ratios, distinct = memoised(("trace-lru-curve", *src.ident, warm), curve, "curves")
@@ -680,13 +685,9 @@ def lru_ratio_curve(
     1 … c·H: integer counts, divided by the requests counted as :func:`simulate_ratios` divides
     them (``1 − hits / n`` and ``missed picks / n``, each a correctly rounded quotient).
     ``counted_steps`` and ``requests`` as for :func:`simulate_ratios`."""
-    h, e = topk.shape[2], int(experts)
-    part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
-    req, mult_all = trace_requests(topk, e, own, part, rank) if requests is None else requests
-    dist = cache_sim.stack_distances(req.items, cache_sim.lookup_starts(req, "layer"))
-    counted = _counted_requests(req, warm, counted_steps)
-    mult = mult_all[counted]
-    d = dist[counted]
+    h = topk.shape[2]
+    req, counted, mult = _counted_requests(topk, experts, own, assignment, rank, warm, counted_steps, requests)
+    d = cache_sim.stack_distances(req.items, cache_sim.lookup_starts(req, "layer"))[counted]
     n = int(d.size)
     if n == 0:
         return (0.0,) * (2 * max_c)

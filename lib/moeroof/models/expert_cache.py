@@ -272,17 +272,6 @@ def digest(*arrays: np.ndarray) -> str:
     return hsh.hexdigest()
 
 
-def _drawn_trace(sub: np.ndarray, batch: int, steps: int, seed: int) -> np.ndarray:
-    """The drawn trace of (π rows, B, seed), kept for the next capacity or rank (read only)."""
-
-    def draw() -> np.ndarray:
-        topk = systematic_topk(sub, steps, batch, np.random.default_rng([seed, batch, steps]))
-        topk.setflags(write=False)
-        return topk
-
-    return memoised((digest(sub), batch, steps, seed), draw, "traces")
-
-
 def steady_trace(sub: np.ndarray, own: np.ndarray, batch: int, seed: int) -> tuple[np.ndarray, int]:
     """The drawn trace of a steady-state simulation and its warm-up (module docstring): one trace
     per (π, B, seed) whatever the capacity (common random numbers: LRU's inclusion property then
@@ -291,8 +280,14 @@ def steady_trace(sub: np.ndarray, own: np.ndarray, batch: int, seed: int) -> tup
     q = 1.0 - (1.0 - sub[:, own]) ** batch
     warm = warmup_steps(sub[:, own], batch)
     per_step = max(float(np.mean(q.sum(axis=1))) * sub.shape[0], 1e-9)
-    counted = int(min(500, max(MIN_COUNTED_STEPS, math.ceil(MIN_REQUESTS / per_step))))
-    return _drawn_trace(sub, batch, warm + counted, seed), warm
+    steps = warm + int(min(500, max(MIN_COUNTED_STEPS, math.ceil(MIN_REQUESTS / per_step))))
+
+    def draw() -> np.ndarray:  # kept for the next capacity or rank (read only)
+        topk = systematic_topk(sub, steps, batch, np.random.default_rng([seed, batch, steps]))
+        topk.setflags(write=False)
+        return topk
+
+    return memoised((digest(sub), batch, steps, seed), draw, "traces"), warm
 
 
 def warmup_steps(pi: np.ndarray, batch: int) -> int:

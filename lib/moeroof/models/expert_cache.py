@@ -447,7 +447,9 @@ class _Source:
     """What one rank's cache is simulated on (:func:`_simulation_source`)."""
 
     name: tuple  # the trace in the memo keys: ("drawn", digest(sub), seed) or ("trace", trace_key)
-    ident: tuple  # the trace, batch and rank: what is the same at every capacity (memo keys)
+    #: (*trace, batch, digest of the rank's experts, its assignment and rank or None): the memo keys'
+    #: part that is the same at every capacity
+    ident: tuple
     own: np.ndarray  # bool (E,): the rank's experts
     draw: Callable[[], tuple[np.ndarray, int, Callable[[], tuple[cache_sim.Requests, np.ndarray]]]]
 
@@ -463,7 +465,7 @@ def _simulation_source(experts, batch, assignment, rank, sub, seed=0, trace=None
     part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
     name = ("drawn", digest(sub), int(seed)) if trace is None else ("trace", str(trace_key))
     owner = None if part is None else (digest(part), int(rank))
-    ident = (*name[trace is not None :], int(batch), digest(own.astype(np.int8)), owner)
+    ident = (*(name if trace is None else name[1:]), int(batch), digest(own.astype(np.int8)), owner)
 
     def draw() -> tuple[np.ndarray, int, partial]:
         if trace is None:

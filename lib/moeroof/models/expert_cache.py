@@ -43,6 +43,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -271,17 +272,6 @@ def digest(*arrays: np.ndarray) -> str:
     return hsh.hexdigest()
 
 
-def _drawn_trace(sub: np.ndarray, batch: int, steps: int, seed: int) -> np.ndarray:
-    """The drawn trace of (π rows, B, seed), kept for the next capacity or rank (read only)."""
-
-    def draw() -> np.ndarray:
-        topk = systematic_topk(sub, steps, batch, np.random.default_rng([seed, batch, steps]))
-        topk.setflags(write=False)
-        return topk
-
-    return memoised((digest(sub), batch, steps, seed), draw, "traces")
-
-
 def steady_trace(sub: np.ndarray, own: np.ndarray, batch: int, seed: int) -> tuple[np.ndarray, int]:
     """The drawn trace of a steady-state simulation and its warm-up (module docstring): one trace
     per (π, B, seed) whatever the capacity (common random numbers: LRU's inclusion property then
@@ -290,8 +280,14 @@ def steady_trace(sub: np.ndarray, own: np.ndarray, batch: int, seed: int) -> tup
     q = 1.0 - (1.0 - sub[:, own]) ** batch
     warm = warmup_steps(sub[:, own], batch)
     per_step = max(float(np.mean(q.sum(axis=1))) * sub.shape[0], 1e-9)
-    counted = int(min(500, max(MIN_COUNTED_STEPS, math.ceil(MIN_REQUESTS / per_step))))
-    return _drawn_trace(sub, batch, warm + counted, seed), warm
+    steps = warm + int(min(500, max(MIN_COUNTED_STEPS, math.ceil(MIN_REQUESTS / per_step))))
+
+    def draw() -> np.ndarray:  # kept for the next capacity or rank (read only)
+        topk = systematic_topk(sub, steps, batch, np.random.default_rng([seed, batch, steps]))
+        topk.setflags(write=False)
+        return topk
+
+    return memoised((digest(sub), batch, steps, seed), draw, "traces"), warm
 
 
 def warmup_steps(pi: np.ndarray, batch: int) -> int:
@@ -373,13 +369,9 @@ def simulate_ratios(
     the steps where all its streams are live, so a finished stream's padding does not dilute the
     union or the miss ratios. ``requests``: :func:`trace_requests` of these arguments, where the
     caller keeps it for the trace's other capacities."""
-    h, e = topk.shape[2], int(experts)
-    part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
-    req, mult_all = trace_requests(topk, e, own, part, rank) if requests is None else requests
-    hits_all = _expert_cache_hits(req, h, c, policy, scope, warm, pinned)
-    counted_req = _counted_requests(req, warm, counted_steps)
-    hit = hits_all[counted_req]
-    mult = mult_all[counted_req]
+    h = topk.shape[2]
+    req, counted, mult = _counted_requests(topk, experts, own, assignment, rank, warm, counted_steps, requests)
+    hit = _expert_cache_hits(req, h, c, policy, scope, warm, pinned)[counted]
     n = hit.size
     req_ratio = float(1.0 - hit.mean()) if n else 0.0
     token_ratio = float(mult[~hit].sum() / n) if n else 0.0
@@ -410,20 +402,29 @@ def page_cache_hit_counts(req: cache_sim.Requests, hits: np.ndarray, warm: int) 
     return cache_sim.lru_hit_counts(below, warmup_steps=warm)[0]
 
 
-def _counted_requests(req: cache_sim.Requests, warm: int, counted_steps: np.ndarray | None) -> np.ndarray:
-    """The requests counted: from step ``warm`` on, and only on ``counted_steps`` where given."""
-    counted = req.step >= warm
+def _counted(step: np.ndarray, warm: int, counted_steps: np.ndarray | None) -> np.ndarray:
+    """Whether each of the steps ``step`` (ids) is counted: from ``warm`` on, and only on
+    ``counted_steps`` where given."""
+    counted = step >= warm
     if counted_steps is not None:
-        counted &= np.asarray(counted_steps, dtype=bool)[req.step]
+        counted &= np.asarray(counted_steps, dtype=bool)[step]
     return counted
+
+
+def _counted_requests(
+    topk: np.ndarray, experts: int, own: np.ndarray, assignment, rank: int, warm: int, counted_steps, requests
+) -> tuple[cache_sim.Requests, np.ndarray, np.ndarray]:
+    """The rank's requests of ``topk`` (``requests`` where the caller keeps them, else
+    :func:`trace_requests`), which of them are counted (:func:`_counted`) and the tokens of those."""
+    part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
+    req, mult = trace_requests(topk, experts, own, part, rank) if requests is None else requests
+    counted = _counted(req.step, warm, counted_steps)
+    return req, counted, mult[counted]
 
 
 def _distinct_per_layer_step(steps: int, layers: int, n: int, warm: int, counted_steps: np.ndarray | None) -> float:
     """The ``n`` counted requests per counted step and layer (the measured union of the rank)."""
-    steps_counted = np.arange(steps) >= warm
-    if counted_steps is not None:
-        steps_counted &= np.asarray(counted_steps, dtype=bool)
-    return float(n / (max(int(steps_counted.sum()), 1) * layers))
+    return float(n / (max(int(_counted(np.arange(steps), warm, counted_steps).sum()), 1) * layers))
 
 
 def trace_requests(
@@ -439,6 +440,42 @@ def trace_requests(
         topk, int(experts), partition=partition, rank=None if partition is None else rank
     )
     return req, plan_kernels.pick_counts(np.ascontiguousarray(topk), np.asarray(own, dtype=bool))
+
+
+@dataclass(frozen=True)
+class _Source:
+    """What one rank's cache is simulated on (:func:`_simulation_source`)."""
+
+    name: tuple  # the trace in the memo keys: ("drawn", digest(sub), seed) or ("trace", trace_key)
+    #: (*trace, batch, digest of the rank's experts, its assignment and rank or None): the memo keys'
+    #: part that is the same at every capacity
+    ident: tuple
+    own: np.ndarray  # bool (E,): the rank's experts
+    draw: Callable[[], tuple[np.ndarray, int, Callable[[], tuple[cache_sim.Requests, np.ndarray]]]]
+
+
+def _simulation_source(experts, batch, assignment, rank, sub, seed=0, trace=None, trace_key=None, warm=0) -> _Source:
+    """The source of a simulation of rank ``rank``'s cache (``assignment`` None: one rank owns
+    all) at ``batch`` streams: a steady trace drawn from the π rows ``sub`` by ``seed``
+    (:func:`steady_trace`), or the user's ``trace`` (its first ``batch`` streams on its simulated
+    layers, warmed over ``warm`` steps), with the memo keys' parts that name it. Its ``draw()``
+    gives the trace (steps, B, H, K), the warm-up and its requests (:func:`trace_requests`, memoised
+    by ``ident``: a user's trace by its key alone) when called."""
+    own = np.ones(int(experts), dtype=bool) if assignment is None else np.asarray(assignment) == rank
+    part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
+    name = ("drawn", digest(sub), int(seed)) if trace is None else ("trace", str(trace_key))
+    owner = None if part is None else (digest(part), int(rank))
+    ident = (*(name if trace is None else name[1:]), int(batch), digest(own.astype(np.int8)), owner)
+
+    def draw() -> tuple[np.ndarray, int, partial]:
+        if trace is None:
+            topk, w = steady_trace(sub, own, int(batch), int(seed))
+        else:
+            topk, w = np.asarray(trace[:, :batch][:, :, simulated_layer_rows(trace.shape[2])]), warm
+        make = partial(trace_requests, topk, experts, own, part, rank)
+        return topk, w, partial(memoised, ("requests", *ident), make, "requests")
+
+    return _Source(name, ident, own, draw)
 
 
 def page_cache_hit_ratio(
@@ -464,47 +501,29 @@ def page_cache_hit_ratio(
     layers (the kernel's active/inactive lists are an LRU approximation). With a pinned hot set
     (``static``) the expert cache holds each layer's ``c`` most popular experts of π."""
     pi = np.atleast_2d(np.asarray(pi, dtype=float))
-    e = pi.shape[1]
-    own = np.ones(e, dtype=bool) if assignment is None else np.asarray(assignment) == rank
-    n_own = int(own.sum())
+    # the user's trace where it has the B streams, warmed over the first half of its steps
+    user = (trace, trace_key, max(1, len(trace) // 2)) if trace is not None and batch <= trace.shape[1] else ()
+    sub = pi[simulated_layer_rows(pi.shape[0])] if user else simulated_rows(pi, scope)
+    src = _simulation_source(pi.shape[1], batch, assignment, rank, sub, seed, *user)
     c = float(math.floor(max(cache_experts_per_layer, 0.0)))
     page = float(math.floor(max(page_cache_experts_per_layer, 0.0)))
-    if n_own == 0 or batch < 1 or page < 1 or c >= n_own:
+    if not src.own.any() or batch < 1 or page < 1 or c >= src.own.sum():
         return 0.0
-    on_trace = trace is not None and batch <= trace.shape[1]
-    if on_trace:
-        assert trace is not None
-        rows = simulated_layer_rows(trace.shape[2])
-        source: tuple = ("trace", str(trace_key))
-        sub = pi[rows] if pi.shape[0] == trace.shape[2] else pi[simulated_layer_rows(pi.shape[0])]
-    else:
-        sub = simulated_rows(pi, scope)
-        source = ("drawn", digest(sub), int(seed))
 
-    def curve() -> tuple[np.ndarray, int]:
+    def curve() -> tuple[np.ndarray, int, int]:
         # every page-cache size from one pass over the expert cache's misses (page_cache_hit_counts):
         # a fit moves the page cache's share, not the expert cache, so one simulation serves them all
-        if on_trace:
-            assert trace is not None
-            topk, warm = np.asarray(trace[:, :batch][:, :, rows]), max(1, trace.shape[0] // 2)
-        else:
-            topk, warm = steady_trace(sub, own, int(batch), int(seed))
+        topk, warm, requests = src.draw()
         pinned = None
         if policy == "static" and sub.shape[0] == topk.shape[2]:
-            pinned = np.where(own[None, :], sub, -1.0).ravel()
-        part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
-        # the requests of this trace, batch and rank, the same at every cache size: kept under the
-        # key trace_miss_ratio keeps them by, on a user's trace
-        owner = (digest(own.astype(np.int8)), None if part is None else (digest(part), int(rank)))
-        req_key = (str(trace_key), int(batch), *owner) if on_trace else ("drawn", *source[1:], int(batch), *owner)
-        req, _ = memoised(("requests", *req_key), partial(trace_requests, topk, e, own, part, rank), "requests")
+            pinned = np.where(src.own[None, :], sub, -1.0).ravel()
+        req, _ = requests()  # the same at every cache size, kept where trace_miss_ratio keeps them
         hits = _expert_cache_hits(req, topk.shape[2], c, policy, scope, warm, pinned)
-        return page_cache_hit_counts(req, hits, warm), int(np.count_nonzero(req.step >= warm))
+        return page_cache_hit_counts(req, hits, warm), int(np.count_nonzero(req.step >= warm)), topk.shape[2]
 
-    key = ("page", source, int(batch), int(c), policy, scope, digest(own.astype(np.int8)))
-    counts, n = memoised(key, curve, "curves")
-    h = rows.size if on_trace else sub.shape[0]  # the layers simulated
-    # the hits at page · h items (page_cache_hit_counts: larger capacities hit as its last)
+    key = ("page", src.name, int(batch), int(c), policy, scope, src.ident[-2])
+    counts, n, h = memoised(key, curve, "curves")
+    # the hits at page · h items, h the layers simulated (page_cache_hit_counts: larger capacities hit as its last)
     return float(int(counts[min(int(page) * h, counts.size - 1)]) / n) if n else 0.0
 
 
@@ -546,7 +565,7 @@ def trace_miss_ratio(
     (evenly spaced) are used."""
     if policy not in SIMULATED:
         raise ValueError(f"policy must be one of {', '.join(SIMULATED)}, got {policy!r}")
-    steps, streams, layers, _ = trace.shape
+    streams = trace.shape[1]
     if not 1 <= batch <= streams:
         raise ValueError(f"batch {batch} outside the trace's 1..{streams} streams")
     full = live_steps(trace, batch)
@@ -557,42 +576,30 @@ def trace_miss_ratio(
             f"at least {MIN_LIVE_STEPS} are needed to simulate a cache at that batch"
         )
     warm = int(idx[idx.size // 2])
-    own = np.ones(int(experts), dtype=bool) if assignment is None else np.asarray(assignment) == rank
+    src = _simulation_source(experts, batch, assignment, rank, None, 0, trace, trace_key, warm)
     c = float(math.floor(cache_experts_per_layer))
-    key = ("trace", trace_key, int(batch), int(c), policy, scope, digest(own.astype(np.int8)))
-
-    part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
-    # what is the same at every capacity of this trace, batch and rank
-    trace_id = (trace_key, int(batch), key[-1], None if part is None else (digest(part), int(rank)))
-    n_own = int(own.sum())
-
-    def topk() -> np.ndarray:
-        return np.asarray(trace[:, :batch][:, :, simulated_layer_rows(layers)])
-
-    def requests(sub: np.ndarray) -> tuple[cache_sim.Requests, np.ndarray]:
-        make = partial(trace_requests, sub, experts, own, part, rank)
-        return memoised(("requests", *trace_id), make, "requests")
+    key = (*src.name, int(batch), int(c), policy, scope, src.ident[-2])
+    n_own = int(src.own.sum())
 
     if policy == "lru" and scope == "global" and 1 <= c <= n_own - 1:
         # every capacity from one stack-distance pass (the same floats as one simulation each)
         def curve() -> tuple[tuple[float, ...], float]:
-            sub = topk()
-            req = requests(sub)
+            topk, _, requests = src.draw()
+            req = requests()
             ratios = lru_ratio_curve(
-                sub, experts, own, assignment, rank, warm, n_own - 1, counted_steps=full, requests=req
+                topk, experts, src.own, assignment, rank, warm, n_own - 1, counted_steps=full, requests=req
             )
-            n = int(_counted_requests(req[0], warm, full).sum())
-            return ratios, _distinct_per_layer_step(sub.shape[0], sub.shape[2], n, warm, full)
+            n = int(_counted(req[0].step, warm, full).sum())
+            return ratios, _distinct_per_layer_step(topk.shape[0], topk.shape[2], n, warm, full)
 
-        ratios, distinct = memoised(("trace-lru-curve", *trace_id, warm), curve, "curves")
+        ratios, distinct = memoised(("trace-lru-curve", *src.ident, warm), curve, "curves")
         i = int(c) - 1
         return memoised(key, lambda: (ratios[i], ratios[n_own - 1 + i], distinct))
 
     def compute() -> tuple[float, float, float]:
-        sub = topk()
-        return simulate_ratios(
-            sub, experts, own, assignment, rank, c, policy, scope, warm, counted_steps=full, requests=requests(sub)
-        )
+        topk, _, requests = src.draw()
+        args = (topk, experts, src.own, assignment, rank, c, policy, scope, warm)
+        return simulate_ratios(*args, counted_steps=full, requests=requests())
 
     return memoised(key, compute)
 
@@ -623,15 +630,15 @@ def steady_state_miss_ratio(
         raise ValueError(f"scope must be 'global' or 'layer', got {scope!r}")
     pi = np.atleast_2d(np.asarray(pi, dtype=float))
     e = pi.shape[1]
-    own = np.ones(e, dtype=bool) if assignment is None else np.asarray(assignment) == rank
-    n_own = int(own.sum())
+    sub = simulated_rows(pi, scope)
+    src = _simulation_source(e, batch, assignment, rank, sub, seed)
+    own, n_own = src.own, int(src.own.sum())
     c = float(cache_experts_per_layer)
     if n_own == 0 or batch < 1 or c >= n_own:
         return 0.0, 0.0  # nothing to cache, or every owned expert fits: after the cold start nothing misses
     if c < 1.0:
         return 1.0, 1.0
     c = float(math.floor(c))  # whole experts: the memo key, the warm-up and the trace's seed agree
-    sub = simulated_rows(pi, scope)
     key = (digest(sub, own.astype(np.int8)), int(batch), int(c), policy, scope, int(seed))
 
     if policy == "lru" and scope == "global":
@@ -639,7 +646,7 @@ def steady_state_miss_ratio(
         # steady-state trace, which does not depend on c: memoised (in memory and on disk) as one
         # curve, the misses first, then the token misses
         def curve() -> tuple[float, ...]:
-            topk, warm = steady_trace(sub, own, int(batch), int(seed))
+            topk, warm, _ = src.draw()
             return lru_ratio_curve(topk, e, own, assignment, rank, warm, n_own - 1)
 
         ratios = memoised(("lru-curve", key[0], int(batch), int(seed)), curve, disk=True)
@@ -647,7 +654,7 @@ def steady_state_miss_ratio(
         return ratios[i], ratios[n_own - 1 + i]
 
     def compute() -> tuple[float, float]:
-        topk, warm = steady_trace(sub, own, int(batch), int(seed))
+        topk, warm, _ = src.draw()
         return simulate_ratios(topk, e, own, assignment, rank, c, policy, scope, warm)[:2]
 
     return memoised(key, compute, disk=True)
@@ -675,13 +682,9 @@ def lru_ratio_curve(
     1 … c·H: integer counts, divided by the requests counted as :func:`simulate_ratios` divides
     them (``1 − hits / n`` and ``missed picks / n``, each a correctly rounded quotient).
     ``counted_steps`` and ``requests`` as for :func:`simulate_ratios`."""
-    h, e = topk.shape[2], int(experts)
-    part = None if assignment is None else np.asarray(assignment, dtype=np.int64)
-    req, mult_all = trace_requests(topk, e, own, part, rank) if requests is None else requests
-    dist = cache_sim.stack_distances(req.items, cache_sim.lookup_starts(req, "layer"))
-    counted = _counted_requests(req, warm, counted_steps)
-    mult = mult_all[counted]
-    d = dist[counted]
+    h = topk.shape[2]
+    req, counted, mult = _counted_requests(topk, experts, own, assignment, rank, warm, counted_steps, requests)
+    d = cache_sim.stack_distances(req.items, cache_sim.lookup_starts(req, "layer"))[counted]
     n = int(d.size)
     if n == 0:
         return (0.0,) * (2 * max_c)

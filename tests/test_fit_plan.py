@@ -364,6 +364,10 @@ def test_the_default_fits_the_memory_knob_the_rows_rule_in():
     assert "reclaim-shape" in three.fitted and "engine" not in three.fitted
     assert three.knobs["engine_seconds_per_touched_expert"]["held"].startswith("prior")
     assert any("the engine held at the box's priors to free a row" in n for n in three.notes)
+    # a second run of the 18.6 GiB row is a fourth tok/s row but no fourth configuration: the same
+    again = dataclasses.replace(rows[1], row=9, net_tok_s=rows[1].net_tok_s * 1.02)
+    repeated = fit_plan([rows[0], rows[1], rows[3], again], model, hw, routing, jobs=2)
+    assert "reclaim-shape" in repeated.fitted and "engine" not in repeated.fitted
     plain_rows = _memory_truth()
     plain = fit_plan(plain_rows, model, hw, routing, jobs=2)
     assert not {"reclaim", "pressure"} & set(plain.fitted)

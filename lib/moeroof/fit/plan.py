@@ -1939,21 +1939,27 @@ def choose_memory_knob(
 def _with_reclaim_shape(setup: Callable[..., _Fit], base: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
     """The default knobs with the reclaim work chosen: its size κ and, where the rows are enough,
     its shape n (``reclaim-shape``; the queueing form n = 1 is one shape of several the public
-    rows admit, mlx-lm#1438's fit n = 1.6 [1, 2.7]), and a note's clause. Every rate at one batch
-    size and too few for n beside the engine's cost per touched expert: that cost, a fixed time
-    per token there which the rows tell least from the SSD's, is held at the box's priors instead
-    (its ends in the bands); at several batch sizes, or too few rows even then, n stays at 1."""
+    rows admit, mlx-lm#1438's fit n = 1.6 [1, 2.7]), and a note's clause; enough means as many
+    configurations measured (batch, cache, ranks, policy: repeated runs of one count once) as
+    smooth knobs. Every rate at one batch size and too few for n beside the engine's cost per
+    touched expert: that cost, a fixed time per token there which the rows tell least from the
+    SSD's, is held at the box's priors instead (its ends in the bands); at several batch sizes, or
+    too few configurations even then, n stays at 1."""
     tries = [(*base, "reclaim", "reclaim-shape")]
     if "engine" in base and setup(base, "max").hold_token:
         tries.append((*(k for k in base if k != "engine"), "reclaim", "reclaim-shape"))
     for knobs in tries:
         try:
-            setup(knobs, "max")
+            f = setup(knobs, "max")
         except ParameterError:  # more smooth knobs than tok/s rows
+            continue
+        # repeated runs of one configuration measure its noise, not the curve's shape
+        configs = {(p.batch, p.cache_gib, p.ranks, p.policy) for p in f.rows.points if p.net_tok_s is not None}
+        if len(f.params) > len(configs):
             continue
         held = "" if "engine" in knobs else ", the engine held at the box's priors to free a row for it"
         return knobs, f" with its shape n (reclaim-shape{held})"
-    return (*base, "reclaim"), " in the queueing form (n = 1: too few tok/s rows for its shape)"
+    return (*base, "reclaim"), " in the queueing form (n = 1: too few configurations measured for its shape)"
 
 
 def _default_memory_knob(

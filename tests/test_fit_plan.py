@@ -50,7 +50,7 @@ def test_engine_terms_round_trip(engine_box):
     for i, row in enumerate(both.rows):
         assert row["low"] <= net[i] <= row["high"]
     fit = fit_plan(measured, m, hw, r, overlap="max")  # the truth's structure: the knobs come back
-    assert fit.fitted == ("engine",)
+    assert fit.fitted == ("engine", "ssd-scale")
     for key, true in (("engine_seconds_per_step", 0.045), ("engine_seconds_per_agent_token", 0.013)):
         k = fit.knobs[key]
         assert k["identified"] and k["low"] <= true <= k["high"], (key, k)
@@ -102,7 +102,7 @@ def test_default_knobs_follow_what_the_rows_identify():
     two = one + [PlanPoint(3, 8, 0, 1, "lru", 2.0, None)]
     three = two + [PlanPoint(4, 16, 0, 1, "lru", 3.0, None)]
     assert default_knobs(one) == ("ssd-scale",)
-    assert default_knobs(two) == ("engine",)
+    assert default_knobs(two) == ("engine", "ssd-scale")
     assert default_knobs(three) == ("engine", "ssd-scale")
     assert default_knobs([PlanPoint(2, 1, 0, 1, "lru", None, 0.5)]) == ("skew",)
 
@@ -923,3 +923,14 @@ def test_the_misfit_note_names_each_calibration_value_missed_beyond_the_noise():
     assert note.index("row 3 tok/s +20 % (3.6 σ)") < note.index("row 3 hit rate -5.0 points (2.5 σ)")
     assert "row 2" not in note and "row 4" not in note
     assert misfit_note(rows[:1] + rows[2:]) is None
+
+
+def test_the_default_counts_configurations_not_repeated_runs():
+    """Two runs of one configuration are one tok/s configuration: the default takes the SSD scale
+    alone from them, as from one row; a second configuration at the same batch size brings in the
+    engine's one knob there (its per-touched-expert cost) beside it."""
+    from moeroof.fit.plan import default_knobs
+
+    one = PlanPoint(2, 8, 20.0, 2, "lru", 2.4, None)
+    assert default_knobs([one, dataclasses.replace(one, row=3, net_tok_s=2.5)]) == ("ssd-scale",)
+    assert default_knobs([one, dataclasses.replace(one, row=3, cache_gib=80.0, net_tok_s=5.6)]) == ("engine", "ssd-scale")

@@ -275,14 +275,15 @@ WITHIN_NOISE_Z = 2.0
 def default_knobs(points: Sequence[PlanPoint], *, routing_is_spec: bool = True) -> tuple[str, ...]:
     """What the calibration rows can identify and the routing allows (module docstring): ``skew``
     only for a Zipf routing (a histogram or trace has its own skew) with measured hit rates;
-    ``engine`` once two rates are measured (at one batch size its per-touched-expert part, the
-    per-step and per-token parts held at their priors); ``ssd-scale`` from one rate, or from a
-    third beside the engine; ``rho`` beside the skew where hit rates are measured at three or more
+    ``engine`` once rates are measured at two configurations (at one batch size its
+    per-touched-expert part, the per-step and per-token parts held at their priors; repeated runs
+    of one configuration count once); ``ssd-scale`` from one, or from a third beside the engine; ``rho`` beside the skew where hit rates are measured at three or more
     configurations (batch, cache, ranks, policy): two cache knobs and a rate to spare — a single
     stream's locality is then the rows' to tell, not the locality prior's. ``expert`` (the
     per-touched-expert cost beside the per-step and per-token ones, at two or more batch sizes)
     only when named; a memory knob only as :func:`choose_memory_knob` adds it."""
-    n_net = sum(p.net_tok_s is not None for p in points)
+    # configurations, not rows: repeated runs of one measure its noise, not another knob
+    n_net = len({(p.batch, p.cache_gib, p.ranks, p.policy) for p in points if p.net_tok_s is not None})
     n_hit = sum(p.hit_rate is not None for p in points)
     batches = {p.batch for p in points if p.net_tok_s is not None}
     engine_params = 2 if len(batches) >= 2 else 1

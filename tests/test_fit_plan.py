@@ -933,4 +933,7 @@ def test_the_default_counts_configurations_not_repeated_runs():
 
     one = PlanPoint(2, 8, 20.0, 2, "lru", 2.4, None)
     assert default_knobs([one, dataclasses.replace(one, row=3, net_tok_s=2.5)]) == ("ssd-scale",)
-    assert default_knobs([one, dataclasses.replace(one, row=3, cache_gib=80.0, net_tok_s=5.6)]) == ("engine", "ssd-scale")
+    assert default_knobs([one, dataclasses.replace(one, row=3, cache_gib=80.0, net_tok_s=5.6)]) == (
+        "engine",
+        "ssd-scale",
+    )

@@ -50,7 +50,7 @@ def test_engine_terms_round_trip(engine_box):
     for i, row in enumerate(both.rows):
         assert row["low"] <= net[i] <= row["high"]
     fit = fit_plan(measured, m, hw, r, overlap="max")  # the truth's structure: the knobs come back
-    assert fit.fitted == ("engine", "ssd-scale")
+    assert fit.fitted == ("engine",)
     for key, true in (("engine_seconds_per_step", 0.045), ("engine_seconds_per_agent_token", 0.013)):
         k = fit.knobs[key]
         assert k["identified"] and k["low"] <= true <= k["high"], (key, k)
@@ -102,7 +102,7 @@ def test_default_knobs_follow_what_the_rows_identify():
     two = one + [PlanPoint(3, 8, 0, 1, "lru", 2.0, None)]
     three = two + [PlanPoint(4, 16, 0, 1, "lru", 3.0, None)]
     assert default_knobs(one) == ("ssd-scale",)
-    assert default_knobs(two) == ("engine", "ssd-scale")
+    assert default_knobs(two) == ("engine",)
     assert default_knobs(three) == ("engine", "ssd-scale")
     assert default_knobs([PlanPoint(2, 1, 0, 1, "lru", None, 0.5)]) == ("skew",)
 

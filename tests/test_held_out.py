@@ -123,5 +123,20 @@ def test_regime_cases_are_fit_plan_on_the_shipped_points_files(monkeypatch):
     assert (
         default_peak["measured"] == peak["measured"] and default_peak["predicted"] == newcomer[5].peaks[0]["cache_gib"]
     )
+    # seed 003's public rows in another arrangement: the fit's row at their B, cache and ranks
+    from moeroof.studies.expert_split import TOK_S_ROWS
+
+    (sweep,) = [x for x in seen if x[1] == "glm-5-nvfp4"]
+    by_config = {(r["batch"], r["cache_gib"], r["ranks"]): r for r in sweep[5].rows}
+    arranged = [r for r in rows if r["case"] == "seed003-m-sweep-arrangements"]
+    truths = [t for t in TOK_S_ROWS if t.role == "held-out published"]
+    assert [r["measured"] for r in arranged] == [t.witnessed_tok_s for t in truths] and len(truths) == 4
+    for r, t in zip(arranged, truths):
+        fitted = by_config[(t.batch, t.cache_gib, t.ranks)]
+        assert r["role"] == "prediction" and (r["predicted"], r["low"], r["high"]) == (
+            fitted["predicted"],
+            fitted["low"],
+            fitted["high"],
+        )
     out = {c["case"]: c for c in held_out.summarise(rows)}
     assert out["seed003-m-sweep"]["mean_abs_error"] is not None  # over its calibration rows only

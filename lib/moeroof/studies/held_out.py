@@ -19,7 +19,9 @@ error is shown whatever it is. Three groups:
   predicting its withheld rows — tok/s at 60 GiB, the M sweep and one booster at M = 1, hit rates
   at 40 and 60 GiB and over the sweep (role ``withheld``: the truths are not in this repository,
   the prediction and band are shown, no error) — the same rows fitted as a newcomer's first
-  ``fit-plan`` does, every flag at its default (``seed003-default``) — and mlx-lm#1438's three cache sizes predicting
+  ``fit-plan`` does, every flag at its default (``seed003-default``); for each, the public rows
+  the file leaves out for an arrangement its columns cannot express (``…-arrangements``,
+  :data:`ARRANGED`) — and mlx-lm#1438's three cache sizes predicting
   where tok/s peaks between them (fitted as the docs fit them, and at every flag's default:
   ``mlx-lm-1438-default-peak``) (the reported peak, 30–35 GB, against the predicted curve's, with
   the band of where a measured peak would fall: :mod:`moeroof.models.curve_peak`).
@@ -144,6 +146,7 @@ def regime_rows(*, jobs: int = 1) -> list[dict[str, Any]]:
                 )
                 hit = replace(hit, axis="batch", calibrated_on=cal, source=src)
                 rows.append(hit.record("regimes", f"{case}-hit"))
+        rows += _arrangement_rows(case, points, fit.rows, cal)
         if peak is not None:
             # where the predicted tok/s peaks over the file's cache range, with the band of a
             # measured peak (moeroof.models.curve_peak), against the middle of the reported range
@@ -156,6 +159,33 @@ def regime_rows(*, jobs: int = 1) -> list[dict[str, Any]]:
             at_peak = replace(mid, low=pk["low"], high=pk["high"], axis="cache", calibrated_on=cal, source=source)
             rows.append(at_peak.record("regimes", case))
     return rows
+
+
+#: public rows a points file leaves out because they differ from its calibration rows only in an
+#: arrangement its columns cannot express (the partition, the exchange): seed 003's pair with the
+#: id split at 20 GiB and the ladder's rows 0-2 at 40 GiB (:data:`moeroof.studies.expert_split.TOK_S_ROWS`)
+ARRANGED = {"seed003-public.plan-points": "held-out published"}
+
+
+def _arrangement_rows(case: str, points: str, fit_rows: Sequence[dict[str, Any]], cal: str) -> list[dict[str, Any]]:
+    """Each public row :data:`ARRANGED` names for ``points`` against the fit's prediction at its
+    batch, cache and ranks (the fit cannot tell its arrangement from the calibration rows'), with
+    that row's band: role ``prediction``, case ``{case}-arrangements``."""
+    from moeroof.studies.expert_split import TOK_S_ROWS
+
+    if points not in ARRANGED:
+        return []
+    at = {(r["batch"], float(r["cache_gib"]), r["ranks"]): r for r in fit_rows}
+    out = []
+    for tr in (t for t in TOK_S_ROWS if t.role == ARRANGED[points]):
+        r = at[(tr.batch, tr.cache_gib, tr.ranks)]
+        where = f"B = {tr.batch}, {tr.cache_gib:g} GiB, {tr.ranks} rank(s), {tr.source.rsplit(',', 1)[0]}"
+        m = Measured(f"tok/s, {where}", tr.batch, tr.witnessed_tok_s, r["predicted"], r["low"], r["high"])
+        how = f"{cal}; its prediction at this B, cache and ranks (the file's columns hold no partition or exchange)"
+        out.append(
+            replace(m, axis="batch", calibrated_on=how, source=tr.source).record("regimes", f"{case}-arrangements")
+        )
+    return out
 
 
 def held_out_rows(

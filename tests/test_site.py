@@ -382,6 +382,36 @@ def test_a_kernel_that_dies_mid_render_is_retried_once_in_a_fresh_kernel(tmp_pat
     assert "Traceback" not in err and "--cell-timeout" not in err
 
 
+@pytest.mark.notebook
+def test_a_kernel_that_dies_as_it_starts_is_retried_once(tmp_path, monkeypatch, capfd):
+    """Two kernels started at once can draw one port; the second dies before it answers
+    (jupyter_client's RuntimeError): the render is tried once more, in a fresh kernel with fresh
+    ports, and finishes. Any other RuntimeError is not retried."""
+    import papermill as pm
+
+    nb = tmp_path / "ok.py"
+    nb.write_text('# %%\nprint("finished")\n')
+    real, calls = pm.execute_notebook, []
+
+    def dies_first(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("Kernel died before replying to kernel_info")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pm, "execute_notebook", dies_first)
+    done = report.execute(nb)
+    assert len(calls) == 2 and "finished" in str(done.cells[0].outputs)
+    assert re.search(r"retry +ok .*its kernel died as it started", capfd.readouterr().err)
+
+    def other(*args, **kwargs):
+        raise RuntimeError("something else")
+
+    monkeypatch.setattr(pm, "execute_notebook", other)
+    with pytest.raises(RuntimeError, match="something else"):
+        report.execute(nb)
+
+
 def test_report_refuses_a_timeout_that_is_not_positive(capsys):
     assert report.main(["--notebooks", "whatif", "--cell-timeout", "0"]) == 2
     assert capsys.readouterr().err.startswith("error: --cell-timeout: must be a positive number of seconds")

@@ -292,6 +292,12 @@ def _execute_once(
             )
             raise KernelDied(f"{path.stem} failed: {why}") from None
         raise KernelDied(f"{path.stem} failed: its kernel died") from None
+    except RuntimeError as err:
+        # a kernel that dies as it starts (two kernels started at once can draw one port, and the
+        # second cannot bind it): a fresh kernel draws fresh ports
+        if "Kernel died before replying to kernel_info" not in str(err):
+            raise
+        raise KernelDied(f"{path.stem} failed: its kernel died as it started ({_one_line(err)})") from None
     except NoSuchKernel as err:
         raise NotebookFailed(
             f"{path.stem} failed: no Jupyter kernel {err.name!r}; install ipykernel in this environment"
@@ -309,7 +315,8 @@ def execute(
     attempt and the notebook runs once more in a fresh kernel (a kernel that stops answering —
     idle, its reply lost — is rare and does not repeat); so does a kernel that dies mid-render
     (:class:`KernelDied`: killed, as one must kill a kernel seen idle mid-cell, or out of
-    memory); a second failure of either kind raises it, saying twice.
+    memory) or as it starts (a port two kernels drew at once); a second failure of either kind
+    raises it, saying twice.
 
     Papermill does not save after every cell: the caller writes the finished notebook once,
     whole. A notebook that fails is saved to ``failed_path`` when given (its folder must

@@ -297,7 +297,7 @@ def _execute_once(
         # second cannot bind it): a fresh kernel draws fresh ports
         if "Kernel died before replying to kernel_info" not in str(err):
             raise
-        raise KernelDied(f"{path.stem} failed: its kernel died as it started ({_one_line(err)})") from None
+        raise KernelDied(f"{path.stem} failed: its kernel died as it started ({_one_line(str(err))})") from None
     except NoSuchKernel as err:
         raise NotebookFailed(
             f"{path.stem} failed: no Jupyter kernel {err.name!r}; install ipykernel in this environment"

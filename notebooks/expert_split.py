@@ -670,18 +670,18 @@ display(
 # The routing knobs come from `moeroof fit-routing` on the public cache rows only (the pair's
 # 20 and 80 GiB hit rates and GiB/step and the union of about 50; `ladder.fit_routing_predictions`,
 # as in `cache_ladder`'s last section, without its bootstrap). `fit-plan` then runs the one step
-# model (glm-5-nvfp4 on gb10, 2 ranks, context 512, LRU simulated on a trace sampled from those
+# model (this report's model on its box, 2 ranks, context 512, LRU simulated on a trace sampled from those
 # knobs, `routing_from_knobs`) and fits what its default takes from the public tok/s rows that
 # `data/points/seed003-public.plan-points` calibrates on — the headroom table's 2.47 tok/s at
 # 20 GiB and the three 80 GiB runs 5.21, 5.60, 5.67, the ladder's row 3 at 40 GiB, 2.98 (balanced
 # partition, overlap on, M = 8: the configuration of the withheld rows), and one booster at
-# 20 GiB, 0.37: the engine, the SSD scale and, three cache sizes of the pair measured, the memory
-# knob those rows rule in (the answer below names it). Held out and checked: the pair with the
+# 20 GiB, 0.37: the engine, the SSD scale and, three cache sizes of the pair measured, a memory
+# knob where those rows rule one in (the answer below names what was fitted). Held out and checked: the pair with the
 # id split (2.25) and the ladder's other three 40 GiB rows (2.49, 2.32, 2.73; each one engine
 # change from row 3). Predicted: the withheld 40 and 60 GiB rows and the M sweep at 80 GiB
 # (M = 1, 16, 32). Every public tok/s is at M = 8, so no row tells a per-step engine cost from a
-# per-agent-token one; `fit-plan`'s step is the largest of its terms, while the seed's step
-# times add. Both alternatives — the engine time charged per agent token, and an additive step
+# per-agent-token one; `fit-plan` combines its terms overlapped (`max`) or summed, whichever fits
+# better, while the seed's step times add. Both alternatives — the engine time charged per agent token, and an additive step
 # (engine + streamed GiB / rate, fitted on the same rows) — are predicted too and widen the band
 # (`expert_split.tok_s_sweep`).
 

@@ -44,6 +44,12 @@ class PlanPoint:
     def calibrates(self) -> bool:
         return self.net_tok_s is not None or self.hit_rate is not None
 
+    @property
+    def conditions(self) -> tuple[int, float, int, str]:
+        """What sets the configuration measured: (batch, cache_gib, ranks, policy); a file holds
+        each once, and repeated runs of one share it."""
+        return (self.batch, self.cache_gib, self.ranks, self.policy)
+
 
 def _number(text: str, path: Path, row: int, field: str) -> float | None:
     t = text.strip()
@@ -152,7 +158,7 @@ def read_plan_points(path: str | os.PathLike[str]) -> list[PlanPoint]:
         if len(cells) != len(columns):
             raise InputError(p, row, "row", f"has {len(cells)} fields, the header has {len(columns)}")
         pt = _plan_point(dict(zip(columns, cells)), p, row)
-        key = (pt.batch, pt.cache_gib, pt.ranks, pt.policy)
+        key = pt.conditions
         if key in seen:
             raise InputError(
                 p, row, "row", f"repeats the conditions of row {seen[key]} (batch, cache_gib, ranks, policy)"

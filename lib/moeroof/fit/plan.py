@@ -275,23 +275,23 @@ WITHIN_NOISE_Z = 2.0
 def default_knobs(points: Sequence[PlanPoint], *, routing_is_spec: bool = True) -> tuple[str, ...]:
     """What the calibration rows can identify and the routing allows (module docstring): ``skew``
     only for a Zipf routing (a histogram or trace has its own skew) with measured hit rates;
-    ``engine`` once rates are measured at two configurations (at one batch size its
-    per-touched-expert part, the per-step and per-token parts held at their priors; repeated runs
-    of one configuration count once); ``ssd-scale`` from one, or from a third beside the engine; ``rho`` beside the skew where hit rates are measured at three or more
-    configurations (batch, cache, ranks, policy): two cache knobs and a rate to spare — a single
-    stream's locality is then the rows' to tell, not the locality prior's. ``expert`` (the
+    ``engine`` once rates are measured at two configurations (:attr:`PlanPoint.conditions`; at
+    one batch size its per-touched-expert part, the per-step and per-token parts held at their
+    priors; repeated runs of one configuration count once); ``ssd-scale`` from one, or from a
+    third beside the engine; ``rho`` beside the skew where hit rates are measured at three or more
+    configurations: two cache knobs and a rate to spare — a single stream's locality is then the
+    rows' to tell, not the locality prior's. ``expert`` (the
     per-touched-expert cost beside the per-step and per-token ones, at two or more batch sizes)
     only when named; a memory knob only as :func:`choose_memory_knob` adds it."""
     # configurations, not rows: repeated runs of one measure its noise, not another knob
-    n_net = len({(p.batch, p.cache_gib, p.ranks, p.policy) for p in points if p.net_tok_s is not None})
+    n_net = len({p.conditions for p in points if p.net_tok_s is not None})
     n_hit = sum(p.hit_rate is not None for p in points)
     batches = {p.batch for p in points if p.net_tok_s is not None}
     engine_params = 2 if len(batches) >= 2 else 1
     knobs: list[str] = []
     if n_hit and routing_is_spec:
         knobs.append("skew")
-        hit_configs = {(p.batch, p.cache_gib, p.ranks, p.policy) for p in points if p.hit_rate is not None}
-        if len(hit_configs) >= 3:
+        if len({p.conditions for p in points if p.hit_rate is not None}) >= 3:
             knobs.append("rho")
     if n_net == 1:
         knobs.append("ssd-scale")
@@ -1955,8 +1955,7 @@ def _with_reclaim_shape(setup: Callable[..., _Fit], base: tuple[str, ...]) -> tu
         except ParameterError:  # more smooth knobs than tok/s rows
             continue
         # repeated runs of one configuration measure its noise, not the curve's shape
-        configs = {(p.batch, p.cache_gib, p.ranks, p.policy) for p in f.rows.points if p.net_tok_s is not None}
-        if len(f.params) > len(configs):
+        if len(f.params) > len({p.conditions for p in f.rows.points if p.net_tok_s is not None}):
             continue
         held = "" if "engine" in knobs else ", the engine held at the box's priors to free a row for it"
         return knobs, f" with its shape n (reclaim-shape{held})"
@@ -2355,12 +2354,14 @@ def _knob_table(
     if fit.hold_token:
         out.update(_held_engine_entries(hardware, fit.rows.net_batches))
     if "engine" not in names:
-        for key in ("engine_seconds_per_step", "engine_seconds_per_agent_token"):
-            out[key] = {"value": float(getattr(hardware, key)), "fitted": False, "unit": "s", "held": "the preset's"}
-        for key in fit.held.engine:
-            lo, centre, hi = hardware.priors[ENGINE_FIELDS[key]][0]
-            why = "the fit leaves the engine out and the preset does not state it: held at its prior, the bands cover its range"
-            out[ENGINE_FIELDS[key]] = _held_entry(centre, lo, hi, f"prior ({_prior_origin(hardware)})", why, "s")
+        why = "the fit leaves the engine out and the preset does not state it: held at its prior, the bands cover its range"
+        for key, field_name in ENGINE_FIELDS.items():
+            if key in fit.held.engine:
+                lo, centre, hi = hardware.priors[field_name][0]
+                out[field_name] = _held_entry(centre, lo, hi, f"prior ({_prior_origin(hardware)})", why, "s")
+            elif key != "touched":  # the preset states it: its own value
+                value = float(getattr(hardware, field_name))
+                out[field_name] = {"value": value, "fitted": False, "unit": "s", "held": "the preset's"}
     if "ssd-scale" not in names:
         out["ssd_scale"] = {"value": 1.0, "fitted": False, "unit": "×", "held": "the preset's SSD curve"}
     out.update(_cache_knob_entries(outer, routing, cache_intervals))

@@ -134,7 +134,7 @@ def prior_band(model: MoEModel, hardware: Hardware, workload, routing, batch, *,
     b = as_batch(batch)
     held = held_priors(hardware)
     sources = {key: hardware.priors[key][1] for key in held}
-    if getattr(workload, "page_cache", False) and unstated(hardware, "reclaim_penalty"):
+    if workload.page_cache and unstated(hardware, "reclaim_penalty"):
         # reads through the page cache take pages from the OS: its reclaim work at the prior's ends
         held["reclaim_penalty"] = PRIOR_RECLAIM_PENALTY
         sources["reclaim_penalty"] = RECLAIM_SOURCE

@@ -709,8 +709,8 @@ def tok_s_sweep(
     ``family``, ``skew``, ``rho``, ``c`` (those ``fit-routing`` found on the public cache rows;
     the plan's LRU runs in steady state on a trace sampled from them, so it has no warm-history
     knob). Fitted: what ``fit-plan``'s default takes from these rows — the engine and the SSD
-    scale, and, the rows measuring tok/s at three cache sizes of the pair, the memory knob they
-    rule in (:func:`moeroof.fit.plan.choose_memory_knob`). Every public tok/s is at M = 8, where
+    scale, and, where the rows measure tok/s at three or more cache sizes of one batch size (as
+    :data:`TOK_S_ROWS` do), the memory knob they rule in (:func:`moeroof.fit.plan.choose_memory_knob`). Every public tok/s is at M = 8, where
     the pairs a rank touches are fixed, so the engine's fitted knob is its cost per touched
     (layer, expert) pair, with the per-step and per-token costs held at their priors from public
     engines (:data:`moeroof.fit.plan.PRIOR_SECONDS_PER_STEP`; their ends in fit-plan's bands). The

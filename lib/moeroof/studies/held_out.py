@@ -164,7 +164,7 @@ def regime_rows(*, jobs: int = 1) -> list[dict[str, Any]]:
 #: public rows a points file leaves out because they differ from its calibration rows only in an
 #: arrangement its columns cannot express (the partition, the exchange): seed 003's pair with the
 #: id split at 20 GiB and the ladder's rows 0-2 at 40 GiB (:data:`moeroof.studies.expert_split.TOK_S_ROWS`)
-ARRANGED = {"seed003-public.plan-points": "held-out published"}
+ARRANGED = ("seed003-public.plan-points",)
 
 
 def _arrangement_rows(case: str, points: str, fit_rows: Sequence[dict[str, Any]], cal: str) -> list[dict[str, Any]]:
@@ -177,7 +177,7 @@ def _arrangement_rows(case: str, points: str, fit_rows: Sequence[dict[str, Any]]
         return []
     at = {(r["batch"], float(r["cache_gib"]), r["ranks"]): r for r in fit_rows}
     out = []
-    for tr in (t for t in TOK_S_ROWS if t.role == ARRANGED[points]):
+    for tr in (t for t in TOK_S_ROWS if t.role == "held-out published"):
         r = at[(tr.batch, tr.cache_gib, tr.ranks)]
         where = f"B = {tr.batch}, {tr.cache_gib:g} GiB, {tr.ranks} rank(s), {tr.source.rsplit(',', 1)[0]}"
         m = Measured(f"tok/s, {where}", tr.batch, tr.witnessed_tok_s, r["predicted"], r["low"], r["high"])

@@ -105,6 +105,22 @@ def test_regime_cases_are_fit_plan_on_the_shipped_points_files(monkeypatch):
     assert peak["predicted"] == pk["cache_gib"] and peak["error"] == pytest.approx(
         pk["cache_gib"] / peak["measured"] - 1
     )
+    # the measured peak is the published sweep's: 0.57 tok/s at 35 GB, the highest of its sizes
+    assert peak["measured"] == pytest.approx(35e9 / 2**30)
+    # the sweep's sizes the file calibrates on are the file's own measured rows, tok/s and hit rate
+    sweep = held_out.MLX_1438_SWEEP
+    calibration = [p for p in pts if p.net_tok_s is not None]
+    assert [sweep.at_gib(p.cache_gib) for p in calibration] == [(p.net_tok_s, p.hit_rate) for p in calibration]
+    # every other size it measured is one of the file's empty rows, predicted by the fit and compared
+    empty = {p.cache_gib for p in pts if p.net_tok_s is None and p.hit_rate is None}
+    for kind, key, unit in (("sweep", "predicted", "relative"), ("sweep-hit", "predicted_hit_rate", "points")):
+        got = [r for r in rows if r["case"] == f"mlx-lm-1438-peak-{kind}"]
+        assert len(got) == len(sweep.points) - len(calibration) and all(r["error_unit"] == unit for r in got)
+        fitted = [r for r in fit.rows if r["role"] != "calibration" and sweep.at_gib(r["cache_gib"]) is not None]
+        assert {r["cache_gib"] for r in fitted} <= empty and len(fitted) == len(got)
+        assert [r["predicted"] for r in got] == [r[key] for r in fitted]
+        truth = [sweep.at_gib(r["cache_gib"])[kind == "sweep-hit"] for r in fitted]
+        assert [r["measured"] for r in got] == truth
     assert (peak["low"], peak["high"]) == (pk["low"], pk["high"]) and pk["grid_low"] < pk["grid_high"]
     assert peak["inside"] == (pk["low"] <= peak["measured"] <= pk["high"])
     cons = [r for r in rows if r["case"] == "mlx-lm-1438-peak-calibration" and r["role"] == "consistency"]

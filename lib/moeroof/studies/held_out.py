@@ -21,10 +21,12 @@ error is shown whatever it is. Three groups:
   the prediction and band are shown, no error) — the same rows fitted as a newcomer's first
   ``fit-plan`` does, every flag at its default (``seed003-default``); for each, the public rows
   the file leaves out for an arrangement its columns cannot express (``…-arrangements``,
-  :data:`ARRANGED`) — and mlx-lm#1438's three cache sizes predicting
-  where tok/s peaks between them (fitted as the docs fit them, and at every flag's default:
-  ``mlx-lm-1438-default-peak``) (the reported peak, 30–35 GB, against the predicted curve's, with
-  the band of where a measured peak would fall: :mod:`moeroof.models.curve_peak`).
+  :data:`ARRANGED`) — and mlx-lm#1438's three cache sizes (10, 20 and 75 GB) predicting the rest
+  of the thread's published sweep (:data:`MLX_1438_SWEEP`): tok/s and hit rates at 30, 35, 40, 50
+  and 60 GB (``…-sweep``, ``…-sweep-hit``) and where tok/s peaks (the measured sweep's highest
+  size against the predicted curve's, with the band of where a measured peak would fall:
+  :mod:`moeroof.models.curve_peak`), fitted as the docs fit them and at every flag's default
+  (``mlx-lm-1438-default-…``).
 
 A row's ``error`` is relative (``predicted / measured − 1``) or in points (hit rates, as a
 fraction: 0.05 is 5 points), as ``error_unit`` says; ``low``/``high``/``inside`` are given where
@@ -34,7 +36,7 @@ the case has a band.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from moeroof.core.units import GB, GiB
@@ -45,8 +47,49 @@ __all__ = ["GROUPS", "COLUMNS", "held_out_rows", "summarise"]
 
 GROUPS = ("step", "cache", "skew", "locality", "regimes")
 
+
+@dataclass(frozen=True)
+class PublishedSweep:
+    """A published sweep of one configuration over expert-cache sizes: each point's cache in GB
+    (as the source gives it), tok/s and cache hit rate. The points file calibrates on some of its
+    sizes and leaves the others empty; validate predicts those and compares."""
+
+    source: str
+    points: tuple[tuple[float, float, float], ...]
+
+    def at_gib(self, cache_gib: float) -> tuple[float, float] | None:
+        """(tok/s, hit rate) of the point at ``cache_gib`` GiB (the points file's sizes, GB
+        rounded to 0.01 GiB), or None where the sweep has none."""
+        for gb, tok_s, hit in self.points:
+            if abs(gb * GB / GiB - cache_gib) < 0.01:
+                return tok_s, hit
+        return None
+
+    @property
+    def peak_gib(self) -> float:
+        """The size (GiB) of the sweep's highest tok/s."""
+        return max(self.points, key=lambda p: p[1])[0] * GB / GiB
+
+
+#: mlx-lm#1438's sweep of its materialized expert cache (GLM-5.2 4-bit affine, Apple M5 Max with
+#: 128 GB, everything else fixed; the thread's comment of 2026-07-22, docs/sources.md): its 10, 20
+#: and 75 GB rows are the points file's calibration; 30-60 GB are predicted and compared
+MLX_1438_SWEEP = PublishedSweep(
+    "mlx-lm#1438, the thread's sweep of the materialized cache (2026-07-22)",
+    (
+        (10, 0.40, 0.00),
+        (20, 0.48, 0.24),
+        (30, 0.55, 0.40),
+        (35, 0.57, 0.44),
+        (40, 0.46, 0.46),
+        (50, 0.45, 0.51),
+        (60, 0.34, 0.55),
+        (75, 0.17, 0.60),
+    ),
+)
+
 #: (case, points file under data/points, model, hardware, routing, knobs to fit or None for the
-#: default, the reported peak's cache range in GiB or None)
+#: default, the published sweep the file's empty rows are compared with, or None)
 REGIME_CASES = (
     (
         "seed003-m-sweep",
@@ -81,20 +124,20 @@ REGIME_CASES = (
         # what the three rows identify: skew and stickiness from their hit rates, the SSD scale
         # and the reclaim work's size and shape from their tok/s
         ("ssd-scale", "reclaim", "reclaim-shape", "skew", "rho"),
-        (30 * GB / GiB, 35 * GB / GiB),
+        MLX_1438_SWEEP,
     ),
     (
         # the same three rows as a newcomer fits them, every flag at its default (the skew prior's
         # routing; skew and stickiness, the SSD scale and the memory knob the rows rule in — the
         # reclaim work with its shape, the engine held at its priors to free a row for it): where
-        # its curve peaks, held to the same reported range
+        # its curve peaks, held to the same sweep
         "mlx-lm-1438-default-peak",
         "mlx-lm-1438.plan-points",
         "glm-5.2",
         "apple-m4-max",
         "prior",
         None,
-        (30 * GB / GiB, 35 * GB / GiB),
+        MLX_1438_SWEEP,
     ),
 )
 
@@ -117,14 +160,14 @@ def regime_rows(*, jobs: int = 1) -> list[dict[str, Any]]:
     from moeroof.models.plan import routing_from_spec
 
     rows: list[dict[str, Any]] = []
-    for case, points, model_name, box, spec, knobs, peak in REGIME_CASES:
+    for case, points, model_name, box, spec, knobs, sweep in REGIME_CASES:
         pts, model = read_plan_points(DATA_DIR / "points" / points), load_model(model_name)
         routing = routing_from_spec(spec, model)
         hw, is_spec, prior = load_hardware(box), spec_skew(routing) is not None, Locality.committed()
         fit = fit_plan(pts, model, hw, routing, fit=knobs, routing_is_spec=is_spec, locality=prior, jobs=jobs)
         cal = f"fit-plan ({', '.join(fit.fitted)}) on the measured rows of data/points/{points}"
         # a case's rows share one role and unit: the peak's calibration rows are a case of their own
-        cal_case = case if peak is None else f"{case}-calibration"
+        cal_case = case if sweep is None else f"{case}-calibration"
         withheld = f"{points}: the truth is withheld from this repository"
         for r in fit.rows:
             where = f"B = {r['batch']}, {r['cache_gib']:g} GiB, {r['ranks']} rank(s)"
@@ -132,9 +175,9 @@ def regime_rows(*, jobs: int = 1) -> list[dict[str, Any]]:
             tok = replace(tok, axis="batch", calibrated_on=cal)
             if r["role"] == "calibration":
                 rows.append(replace(tok, role="consistency", source=points).record("regimes", cal_case))
-            elif peak is None:
+            elif sweep is None:
                 rows.append(replace(tok, measured=None, role="withheld", source=withheld).record("regimes", case))
-            if peak is None and r.get("predicted_hit_rate") is not None:
+            if sweep is None and r.get("predicted_hit_rate") is not None:
                 # its own case (a case's mean error is in one unit): consistency against a calibration
                 # row's measured rate, withheld where the file leaves it empty (hit rates on a rank's
                 # cache; one booster's where it holds every expert)
@@ -147,18 +190,37 @@ def regime_rows(*, jobs: int = 1) -> list[dict[str, Any]]:
                 hit = replace(hit, axis="batch", calibrated_on=cal, source=src)
                 rows.append(hit.record("regimes", f"{case}-hit"))
         rows += _arrangement_rows(case, points, fit.rows, cal)
-        if peak is not None:
-            # where the predicted tok/s peaks over the file's cache range, with the band of a
-            # measured peak (moeroof.models.curve_peak), against the middle of the reported range
-            pk = fit.peaks[0]
-            source = (
-                f"{points}: the reported peak, {peak[0]:.1f}–{peak[1]:.1f} GiB ({peak[0] * GiB / GB:.0f}–"
-                f"{peak[1] * GiB / GB:.0f} GB), at its middle; the band is where a measured peak would fall (5–95 %)"
-            )
-            mid = Measured("cache (GiB) where tok/s peaks", None, 0.5 * (peak[0] + peak[1]), pk["cache_gib"])
-            at_peak = replace(mid, low=pk["low"], high=pk["high"], axis="cache", calibrated_on=cal, source=source)
-            rows.append(at_peak.record("regimes", case))
+        if sweep is not None:
+            rows += _sweep_rows(case, sweep, fit, cal)
     return rows
+
+
+def _sweep_rows(case: str, sweep: PublishedSweep, fit, cal: str) -> list[dict[str, Any]]:
+    """The fit's prediction rows at the sizes ``sweep`` measured (tok/s: ``{case}-sweep``; hit
+    rates, in points: ``{case}-sweep-hit``) and where its tok/s peaks against the sweep's highest
+    size (``case``; the band: where a measured peak would fall, :mod:`moeroof.models.curve_peak`)."""
+    tok_rows, hit_rows = [], []
+    for r in fit.rows:
+        truth = sweep.at_gib(float(r["cache_gib"]))
+        if r["role"] == "calibration" or truth is None:
+            continue
+        where = f"B = {r['batch']}, {r['cache_gib']:g} GiB, {r['ranks']} rank(s)"
+        tok = Measured(f"tok/s, {where}", r["batch"], truth[0], r["predicted"], r["low"], r["high"])
+        tok_rows.append(
+            replace(tok, axis="batch", calibrated_on=cal, source=sweep.source).record("regimes", f"{case}-sweep")
+        )
+        hit = Measured(f"cache hit rate, {where}", r["batch"], truth[1], r["predicted_hit_rate"])
+        hit = replace(hit, low=r.get("hit_rate_low"), high=r.get("hit_rate_high"), error_unit="points")
+        hit = replace(hit, axis="batch", calibrated_on=cal, source=sweep.source)
+        hit_rows.append(hit.record("regimes", f"{case}-sweep-hit"))
+    pk = fit.peaks[0]
+    source = (
+        f"{sweep.source}: tok/s highest at {sweep.peak_gib:.1f} GiB ({sweep.peak_gib * GiB / GB:.0f} GB) of the "
+        "sizes measured; the band is where a measured peak would fall (5–95 %)"
+    )
+    peak = Measured("cache (GiB) where tok/s peaks", None, sweep.peak_gib, pk["cache_gib"], pk["low"], pk["high"])
+    at_peak = replace(peak, axis="cache", calibrated_on=cal, source=source).record("regimes", case)
+    return [*tok_rows, *hit_rows, at_peak]
 
 
 #: public rows a points file leaves out because they differ from its calibration rows only in an

@@ -937,3 +937,51 @@ def test_the_default_counts_configurations_not_repeated_runs():
         "engine",
         "ssd-scale",
     )
+
+
+def _family_truth(caches, hit_sizes):
+    """Rows at ``caches`` (GiB, B = 1) simulated from a Zipf truth (s = 1.0) whose engine and
+    efficiencies sit at the box's priors (what a fit that leaves them out holds), measured (tok/s
+    and hit rate) at the first ``hit_sizes``."""
+    m, hw = load_model("qwen3-30b-a3b"), load_hardware("nvme-gen4")
+    pr = hw.priors
+    held = ("engine_seconds_per_step", "engine_seconds_per_agent_token", "mem_efficiency", "compute_efficiency")
+    truth = PlanKnobs(skew=1.0, engine_seconds_per_touched_expert=1e-4, **{k: pr[k][0][1] for k in held})
+    pts = points([(1, c) for c in caches])
+    net, hit = predict_points(pts, m, hw, routing_from_spec("zipf:0.8", m), truth, overlap="max")
+    measured = [
+        dataclasses.replace(p, net_tok_s=float(net[i]), hit_rate=float(hit[i])) if i < hit_sizes else p
+        for i, p in enumerate(pts)
+    ]
+    return m, hw, measured, net, hit
+
+
+def test_the_other_skew_family_is_fitted_too_and_replaces_the_given_one_only_where_it_fits_clearly_better():
+    """A structural choice the rows may decide: on a hit-rate curve (three cache sizes of one B) a
+    fit given the skew prior's Dirichlet fits Zipf too. The Zipf truth is met by Zipf and not by
+    the Dirichlet (cost lower by more than χ²₁(0.90)), so the knobs are Zipf's — the skew back at
+    the truth's, its family recorded for `plan --fit`, the routing named — and the withheld sizes
+    fall inside their bands; given Zipf, the fit keeps it, and the Dirichlet, which misses the
+    rows, widens nothing."""
+    m, hw, measured, net, hit = _family_truth([2.0, 12.0, 40.0, 6.0, 20.0, 30.0], 3)
+    knobs = ("engine", "ssd-scale", "skew")
+    switched = fit_plan(measured, m, hw, routing_from_spec("prior", m), fit=knobs, overlap="max")
+    kept = fit_plan(measured, m, hw, routing_from_spec("zipf:0.8", m), fit=knobs, overlap="max")
+    for fit in (switched, kept):
+        assert fit.knobs["skew"]["family"] == "zipf" and fit.knobs["skew"]["value"] == pytest.approx(1.0, abs=0.05)
+        for row, t_net, t_hit in list(zip(fit.rows, net, hit))[3:]:
+            assert row["low"] <= t_net <= row["high"] and row["hit_rate_low"] <= t_hit <= row["hit_rate_high"]
+    assert switched.family_routing is not None and "zipf" in switched.family_routing.lower()
+    assert any(n.startswith("family: zipf fits better than the dirichlet given") for n in switched.notes)
+    assert kept.family_routing is None and any(n.startswith("family: zipf kept") for n in kept.notes)
+    assert not any("dirichlet family also meets" in n for n in kept.notes)
+
+
+def test_the_other_skew_family_is_not_fitted_below_three_hit_rate_sizes():
+    """With hit rates at two cache sizes the second family's fit is not paid for: no family note,
+    the given family's knobs."""
+    m, hw, measured, _, _ = _family_truth([2.0, 40.0, 12.0], 2)
+    measured[2] = dataclasses.replace(measured[2], net_tok_s=None)
+    fit = fit_plan(measured, m, hw, routing_from_spec("prior", m), fit=("engine", "skew"), overlap="max")
+    assert fit.family_routing is None and fit.knobs["skew"]["family"] == "dirichlet"
+    assert not any(n.startswith("family:") for n in fit.notes)

@@ -117,7 +117,8 @@ def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
     rep.update(
         model=model.name,
         hardware=hardware.name,
-        routing=routing.label,
+        # the skew family the fit chose where it is not the given routing's (its knobs are that family's)
+        routing=res.family_routing or routing.label,
         points=str(args.path),
         context_tokens=context,
         page_cache=bool(args.page_cache),

@@ -47,7 +47,11 @@ the fit where the rows rule out its absence — the default's cost lies above th
 cut (below) — the lower cost where both do; the other stays held at its prior, its end in the
 bands as far as the rows admit it. The reclaim work joins with its shape n where the tok/s rows
 are enough for it (at one batch size, the engine's cost per touched expert held at the box's
-priors to free a row; :func:`_with_reclaim_shape`).
+priors to free a row; :func:`_with_reclaim_shape`). The popularity's family is another
+structural choice: where the skew is fitted on a hit-rate curve (hit rates at
+:data:`FAMILY_CURVE_SIZES` or more cache sizes of one batch size), the other family is fitted too,
+and it replaces the given one only where it fits better by more than χ²₁(0.90), its bands joining
+where it meets the rows (:func:`_with_other_family`).
 
 **Bands** (5–95 % of a new measurement), from two parts.
 
@@ -134,6 +138,7 @@ from moeroof.models.plan import (
     RoutingProbabilities,
     Workload,
     batch_works,
+    prior_routing,
     routing_from_spec,
     skew_prior_of,
     works_rates,
@@ -673,6 +678,9 @@ class PlanFit(Result):
     #: where the predicted tok/s peaks over them and the 5–95 % band of a measured peak
     #: (:mod:`moeroof.models.curve_peak`)
     peaks: tuple[dict[str, Any], ...] = ()
+    #: the routing the knobs were fitted on where the fit chose the other skew family than the
+    #: routing it was given fits in (:func:`_with_other_family`), else None
+    family_routing: str | None = None
 
 
 def _peaks(
@@ -2029,10 +2037,35 @@ def fit_plan(
     chosen, structure_note = _default_memory_knob(points, model, hardware, routing, kw, overlap, jobs, progress)
     kw["fit"] = chosen if chosen is not None else fit
     overlaps_tried = ("max", "sum") if overlap is None else (overlap,)
-    total = len(FIT_STAGES) * len(overlaps_tried)
+    # the other skew family's fit comes after the overlaps' (:func:`_with_other_family`)
+    names = kw["fit"] if kw["fit"] is not None else default_knobs(points, routing_is_spec=routing_is_spec)
+    total = len(FIT_STAGES) * (len(overlaps_tried) + (_other_family(routing, model, names, points) is not None))
+    args = (points, model, hardware, routing)
+    fits = _fit_overlaps(args, kw, overlap, overlaps_tried, total, jobs, progress)
+    out = fits[overlap] if overlap is not None else _better_overlap(fits)
+    out = _with_other_family(
+        out, args, kw, jobs, _family_stages(progress, len(FIT_STAGES) * len(overlaps_tried), total)
+    )
+    if progress is not None:
+        progress(total, total, "done")
+    # the default's own note says what it tried; a named fit gets the reminder of what the rows could tell
+    out = with_memory_note(out, points) if structure_note is None else replace(out, notes=(*out.notes, structure_note))
+    return _with_misfit_note(out, points, named=fit is not None)
+
+
+def _fit_overlaps(
+    args: tuple,
+    kw: dict[str, Any],
+    overlap: str | None,
+    overlaps_tried: tuple[str, ...],
+    total: int,
+    jobs: int,
+    progress: Callable[[int, int, str], None] | None,
+) -> dict[str, PlanFit]:
+    """:func:`fit_plan`'s fit under each of ``overlaps_tried`` (``jobs`` ≥ 2 with both: ``sum`` in a
+    forked process beside ``max`` from the start), their stages counted out of ``total``."""
     fits: dict[str, PlanFit] = {}
     beside = None
-    args = (points, model, hardware, routing)
     ends = _search_ends({}, _pipe() if jobs >= 2 else None) if overlap is None else {overlap: None}
     for i, ov in enumerate(overlaps_tried):
         stages = iter(range(i * len(FIT_STAGES), (i + 1) * len(FIT_STAGES)))
@@ -2058,12 +2091,89 @@ def fit_plan(
             if beside is not None:
                 beside.stop()
             raise
-    if progress is not None:
-        progress(total, total, "done")
-    out = fits[overlap] if overlap is not None else _better_overlap(fits)
-    # the default's own note says what it tried; a named fit gets the reminder of what the rows could tell
-    out = with_memory_note(out, points) if structure_note is None else replace(out, notes=(*out.notes, structure_note))
-    return _with_misfit_note(out, points, named=fit is not None)
+    return fits
+
+
+#: the fewest cache sizes of one batch size, rank count and policy with a measured hit rate at which
+#: fit-plan fits the other skew family too (:func:`_other_family`)
+FAMILY_CURVE_SIZES = 3
+
+
+def _other_family(
+    routing: RoutingProbabilities, model: MoEModel, fitted: Sequence[str], points: Sequence[PlanPoint]
+) -> RoutingProbabilities | None:
+    """The routing of the other skew family where a fit fits the skew of a routing given by its
+    knobs and the rows measure a hit-rate curve — :data:`FAMILY_CURVE_SIZES` or more cache sizes
+    of one batch size, rank count and policy, whose shape between them is what the family decides
+    (elsewhere the second fit is not paid for: it would take a default fit of seed 003's rows past
+    the 10 s a fit may take): Zipf at s = 0.8 for a Dirichlet (the skew prior's or the user's),
+    the skew prior's Dirichlet for a Zipf — each the start its skew is fitted from; else None."""
+    fs = spec_skew(routing)
+    sizes: dict[tuple, set[float]] = {}
+    for p in points:
+        if p.hit_rate is not None:
+            sizes.setdefault((p.batch, p.ranks, p.policy), set()).add(float(p.cache_gib))
+    if fs is None or "skew" not in fitted or max(map(len, sizes.values()), default=0) < FAMILY_CURVE_SIZES:
+        return None
+    return routing_from_spec("zipf:0.8", model) if fs[0] == "dirichlet" else prior_routing(model)
+
+
+def _family_stages(progress: Callable[[int, int, str], None] | None, first: int, total: int) -> Callable[[str], None]:
+    """The other skew family's ``stage`` callback: its stages counted from ``first`` of ``total``."""
+    stages = iter(range(first, total))
+
+    def stage(what: str) -> None:
+        if progress is not None:
+            progress(next(stages), total, f"the other skew family: {what}")
+
+    return stage
+
+
+def _with_other_family(
+    out: PlanFit, args: tuple, kw: dict[str, Any], jobs: int, stage: Callable[[str], None] = lambda what: None
+) -> PlanFit:
+    """``out`` with the skew family it was not given (:func:`_other_family`) fitted as well, at
+    its overlap, knobs and rows: a structural choice the rows may not decide, as the overlap is.
+    The given family stays unless the other fits better by more than the profile's χ²₁(0.90)
+    (a likelihood-ratio test at 90 %: a cost lower within the noise is no reason to leave it);
+    the bands take in the other's predictions where it too meets every calibration row within 2 σ."""
+    points, model, hardware, routing = args
+    alt_routing = _other_family(routing, model, out.fitted, points)
+    given = spec_skew(routing)
+    if alt_routing is None or given is None:
+        return out
+
+    def worth_finishing(cost: float, max_z: float) -> bool:  # its bands are read, or it replaces out
+        return max_z <= WITHIN_NOISE_Z or cost + PROFILE_CHI2 < out.cost
+
+    # a memo of its own: the step works of the given family's fit are keyed by skew, not by family
+    alt_kw = {**kw, "memo": {}}
+    alt = _fit_one(
+        points,
+        model,
+        hardware,
+        alt_routing,
+        overlap=out.overlap,
+        stage=stage,
+        after_search=worth_finishing,
+        jobs=jobs,
+        **alt_kw,
+    )
+    family, alt_family = given[0], "zipf" if given[0] == "dirichlet" else "dirichlet"
+    switch = alt.cost + PROFILE_CHI2 < out.cost
+    best, other = (replace(alt, family_routing=alt_routing.label), out) if switch else (out, alt)
+    names = (alt_family, family) if switch else (family, alt_family)
+    notes = [
+        f"family: {names[0]} kept (cost {best.cost:.3g} against {other.cost:.3g} for {names[1]}; the given family "
+        f"stays unless the other fits better by more than {PROFILE_CHI2:.2f})"
+        if not switch
+        else f"family: {names[0]} fits better than the {names[1]} given (cost {best.cost:.3g} against "
+        f"{other.cost:.3g}, lower by more than {PROFILE_CHI2:.2f}): the knobs are its"
+    ]
+    if other.overlaps[other.overlap]["max_abs_z"] <= WITHIN_NOISE_Z:
+        best = _widened_by(best, other)
+        notes.append(f"the {names[1]} family also meets the calibration rows: the bands include its predictions")
+    return replace(best, notes=(*best.notes, *notes))
 
 
 def _with_misfit_note(out: PlanFit, points: Sequence[PlanPoint], named: bool) -> PlanFit:

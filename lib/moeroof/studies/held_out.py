@@ -36,57 +36,18 @@ the case has a band.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from moeroof.core.units import GB, GiB
 from moeroof.studies import locality_prior, skew_prior, validation
 from moeroof.studies.measured import COLUMNS, Measured
+from moeroof.studies.validation import MLX_1438_SWEEP, PublishedSweep
 
-__all__ = ["GROUPS", "COLUMNS", "held_out_rows", "summarise"]
+__all__ = ["GROUPS", "COLUMNS", "MLX_1438_SWEEP", "held_out_rows", "summarise"]
 
 GROUPS = ("step", "cache", "skew", "locality", "regimes")
 
-
-@dataclass(frozen=True)
-class PublishedSweep:
-    """A published sweep of one configuration over expert-cache sizes: each point's cache in GB
-    (as the source gives it), tok/s and cache hit rate. The points file calibrates on some of its
-    sizes and leaves the others empty; validate predicts those and compares."""
-
-    source: str
-    points: tuple[tuple[float, float, float], ...]
-
-    def at_gib(self, cache_gib: float) -> tuple[float, float] | None:
-        """(tok/s, hit rate) of the point at ``cache_gib`` GiB (the points file's sizes, GB
-        rounded to 0.01 GiB), or None where the sweep has none."""
-        for gb, tok_s, hit in self.points:
-            if abs(gb * GB / GiB - cache_gib) < 0.01:
-                return tok_s, hit
-        return None
-
-    @property
-    def peak_gib(self) -> float:
-        """The size (GiB) of the sweep's highest tok/s."""
-        return max(self.points, key=lambda p: p[1])[0] * GB / GiB
-
-
-#: mlx-lm#1438's sweep of its materialized expert cache (GLM-5.2 4-bit affine, Apple M5 Max with
-#: 128 GB, everything else fixed; the thread's comment of 2026-07-22, docs/sources.md): its 10, 20
-#: and 75 GB rows are the points file's calibration; 30-60 GB are predicted and compared
-MLX_1438_SWEEP = PublishedSweep(
-    "mlx-lm#1438, the thread's sweep of the materialized cache (2026-07-22)",
-    (
-        (10, 0.40, 0.00),
-        (20, 0.48, 0.24),
-        (30, 0.55, 0.40),
-        (35, 0.57, 0.44),
-        (40, 0.46, 0.46),
-        (50, 0.45, 0.51),
-        (60, 0.34, 0.55),
-        (75, 0.17, 0.60),
-    ),
-)
 
 #: (case, points file under data/points, model, hardware, routing, knobs to fit or None for the
 #: default, the published sweep the file's empty rows are compared with, or None)

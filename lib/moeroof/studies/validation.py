@@ -38,7 +38,7 @@ from scipy.optimize import brentq, least_squares
 from moeroof import cachesim as cache
 from moeroof.core.paths import DATA_DIR
 from moeroof.core.results import Result
-from moeroof.core.units import GB
+from moeroof.core.units import GB, GiB
 from moeroof.data.io import read_trace
 from moeroof.data.points import Point
 from moeroof.data.presets import Hardware, MoEModel, bench_model, load_hardware, load_model
@@ -52,6 +52,9 @@ from moeroof.studies.measured import Measured
 from moeroof.studies.skew_prior import top_share
 
 __all__ = [
+    "MLX_1438_SWEEP",
+    "PublishedSweep",
+    "mlx_zero_fit",
     "Reference",
     "Comparison",
     "COLIBRI_COLD_TOKEN_BYTES",
@@ -820,8 +823,9 @@ def comparisons() -> list[Comparison]:
     """Every published comparison (docs/sources.md) the model is held against, on today's code.
 
     Single-stream GLM-5.2 (colibri, seed 000), bigrig's concurrency curve (engine terms fitted on
-    two points; the roofline alone with one bandwidth fitted at B = 1) and the witnessed H200
-    bench. Calibration points reproduced are ``consistency`` rows; the rest are predictions.
+    two points; the roofline alone with one bandwidth fitted at B = 1), the witnessed H200
+    bench and mlx-lm#1438's sweep predicted from nothing (:func:`mlx_zero_fit`). Calibration
+    points reproduced are ``consistency`` rows; the rest are predictions.
     """
     out = _colibri_rows()
     out += _single_stream_rows()
@@ -829,7 +833,116 @@ def comparisons() -> list[Comparison]:
     g = gpu_bench_check()
     out += _h200_rows(g)
     out += _h200_fit_rows(g)
+    out += _zero_fit_sweep_rows()
     return out
+
+
+@dataclass(frozen=True)
+class PublishedSweep:
+    """A published sweep of one configuration over expert-cache sizes: each point's cache in GB
+    (as the source gives it; GB = 1e9 bytes), tok/s and cache hit rate. The points file calibrates on some of its
+    sizes and leaves the others empty; validate predicts those and compares."""
+
+    source: str
+    points: tuple[tuple[float, float, float], ...]
+
+    def at_gib(self, cache_gib: float) -> tuple[float, float] | None:
+        """(tok/s, hit rate) of the point at ``cache_gib`` GiB (the points file's sizes, GB
+        rounded to 0.01 GiB), or None where the sweep has none."""
+        for gb, tok_s, hit in self.points:
+            if abs(gb * GB / GiB - cache_gib) < 0.01:
+                return tok_s, hit
+        return None
+
+    @property
+    def peak_gib(self) -> float:
+        """The size (GiB) of the sweep's highest tok/s."""
+        return max(self.points, key=lambda p: p[1])[0] * GB / GiB
+
+
+#: mlx-lm#1438's sweep of its materialized expert cache (GLM-5.2 4-bit affine, Apple M5 Max with
+#: 128 GB, everything else fixed; the thread's comment of 2026-07-22, docs/sources.md): its 10, 20
+#: and 75 GB rows are the points file's calibration; 30-60 GB are predicted and compared
+MLX_1438_SWEEP = PublishedSweep(
+    "mlx-lm#1438, the thread's sweep of the materialized cache (2026-07-22)",
+    (
+        (10, 0.40, 0.00),
+        (20, 0.48, 0.24),
+        (30, 0.55, 0.40),
+        (35, 0.57, 0.44),
+        (40, 0.46, 0.46),
+        (50, 0.45, 0.51),
+        (60, 0.34, 0.55),
+        (75, 0.17, 0.60),
+    ),
+)
+
+
+def mlx_zero_fit() -> dict[str, Any]:
+    """mlx-lm#1438's sweep (:data:`MLX_1438_SWEEP`) predicted from nothing: ``moeroof plan`` at
+    B = 1 on the points file's box and policy (GLM-5.2 on ``apple-m4-max``, one global LRU, its
+    reads not through the page cache: the plan's default), the skew prior's routing with one
+    stream's locality at the locality prior's centre (a zero-fit plan's). Per size (GB): the
+    measured and predicted hit rate with its band over the two priors' ends (one at a time), and
+    tok/s at the engine priors (:func:`moeroof.models.engine_prior.prior_band`) with the band of
+    the engine priors' ends at the centre routing and at each routing prior's ends."""
+    from moeroof.data.skew_prior import committed_skew_prior
+    from moeroof.models.local_routing import with_locality
+    from moeroof.models.locality import Locality
+    from moeroof.models.plan import dirichlet_routing, prior_routing
+
+    model, hw, prior = load_model("glm-5.2"), load_hardware("apple-m4-max"), Locality.committed()
+    centre = prior_routing(model)
+    rho, c_e = prior.paired_for([0.05, 0.95], model.experts, model.top_k)
+    skew_ends = [dirichlet_routing(model, a, f"Dirichlet α={a:.2g}") for a in committed_skew_prior().alpha_range]
+    out: dict[str, list] = {k: [] for k in ("gb", "hit", "tok_s", "hit_pred", "hit_low", "hit_high")}
+    out.update(tok_s_pred=[], tok_s_low=[], tok_s_high=[])
+    for gb, tok_s, hit in MLX_1438_SWEEP.points:
+        w = Workload(cache_bytes=gb * GB, cache_policy="lru")
+        # the centre, each skew end at the locality's centre, each locality end at the skew's centre
+        routes = [with_locality(model, r, prior, workload=w) for r in (centre, *skew_ends)]
+        routes += [with_locality(model, centre, (float(r), float(c), prior.label)) for r, c in zip(rho, c_e)]
+        hits = [float(plan(model, hw, w, r, [1]).cache_hit_rate[0]) for r in routes]
+        bands = [prior_band(model, hw, w, r, [1]) for r in routes]
+        for key, value in zip(out, (gb, hit, tok_s, hits[0], min(hits), max(hits))):
+            out[key].append(float(value))
+        out["tok_s_pred"].append(float(bands[0].net_tok_s[0]))
+        out["tok_s_low"].append(min(float(b.low[0]) for b in bands))
+        out["tok_s_high"].append(max(float(b.high[0]) for b in bands))
+    return out
+
+
+def _zero_fit_sweep_rows() -> list[Comparison]:
+    """:func:`mlx_zero_fit` as two comparisons: hit rates (points) and tok/s at the engine priors."""
+    z = mlx_zero_fit()
+    what = "nothing: plan at B = 1 with the skew prior's routing, the locality prior's centre and the engine priors"
+    cache = "lru, one global cache (the points file's), steady state; reads not through the page cache (plan's default)"
+    quantity = "GLM-5.2 4-bit, Apple M5 Max 128 GB (apple-m4-max), one stream"
+    common = dict(source=MLX_1438_SWEEP.source, role="prediction", calibrated_on=what, cache=cache, axis="cache_gb")
+    gbs = tuple(int(g) for g in z["gb"])
+    return [
+        Comparison(
+            "mlx-lm-1438-zero-fit-hit",
+            quantity=f"{quantity}: cache hit rate",
+            batch=gbs,
+            measured=tuple(z["hit"]),
+            predicted=tuple(z["hit_pred"]),
+            low=tuple(z["hit_low"]),
+            high=tuple(z["hit_high"]),
+            error_unit="points",
+            **common,
+        ),
+        Comparison(
+            "mlx-lm-1438-zero-fit-tok-s-at-priors",
+            quantity=f"{quantity}: tok/s, engine at the box's priors",
+            batch=gbs,
+            measured=tuple(z["tok_s"]),
+            predicted=tuple(z["tok_s_pred"]),
+            low=tuple(z["tok_s_low"]),
+            high=tuple(z["tok_s_high"]),
+            **common,
+        ),
+    ]
 
 
 # ----------------------------------------------------------------------------- single-stream caches

@@ -462,7 +462,11 @@ def trace_report(args: argparse.Namespace) -> dict[str, Any]:
     out = new_output(args, (".npz", ".npy", ".parquet"), ".npz, .npy or .parquet")
     routing = None if args.routing is None else load_routing(args.routing)
     if routing is not None:
-        _refuse_overwriting(out, routing.path)
+        from moeroof.cli.output import refuse_overwriting
+        from moeroof.data.io import sidecar_path
+
+        hist = routing.path
+        refuse_overwriting(out, [hist, sidecar_path(hist)], f"--routing {hist} (or its sidecar)", name=out)
     knobs = trace_knobs(args, routing)
     topk, weights_error = _draw(knobs, routing)
     source = knobs_command_line(knobs)
@@ -511,16 +515,6 @@ def _frequency_check(topk: np.ndarray, routing: HistogramRouting, experts: int) 
         "max_abs_deviation": float(gap.max()),
         "max_binomial_stderr": float(se.max()),
     }
-
-
-def _refuse_overwriting(out: Path, source: Path) -> None:
-    from moeroof.core import atomic
-    from moeroof.data.io import sidecar_path
-
-    written = [out] + ([sidecar_path(out)] if out.suffix.lower() == ".npy" else [])
-    inputs = [source, sidecar_path(source)]
-    if any(atomic.same_file(w, i) for w in written for i in inputs):
-        raise UsageError(f"-o: writing {out} would overwrite --routing {source} (or its sidecar)")
 
 
 def print_trace(rep: dict[str, Any]) -> None:

@@ -412,9 +412,6 @@ def _pooled(hit: list, i: int) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    progress = Progress("plan")  # a zero-fit plan runs the priors' ends too: seconds
-    try:
+    with Progress("plan") as progress:  # a zero-fit plan runs the priors' ends too: seconds
         rep = plan_report(args, progress)
-    finally:
-        progress.close()
     return emit(rep, args, print_plan, csv_table=plan_csv)

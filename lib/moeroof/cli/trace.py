@@ -273,12 +273,7 @@ def trace_knobs(args: argparse.Namespace, routing: HistogramRouting | None = Non
     if args.rho is not None and args.rho_profile is not None:
         raise UsageError("--rho-profile: give --rho (one value) or --rho-profile (one per layer), not both")
     profile = args.rho_profile
-    if routing is not None:
-        layers = routing.layers
-    elif args.layers is not None:
-        layers = args.layers
-    else:
-        layers = 8 if profile is None else len(profile)
+    layers = routing.layers if routing is not None else args.layers or (8 if profile is None else len(profile))
     if profile is not None and len(profile) != layers:
         what = f"the histogram has {layers} layers" if routing is not None else f"--layers is {layers}"
         raise UsageError(f"--rho-profile: {len(profile)} values but {what} (one value per layer)")

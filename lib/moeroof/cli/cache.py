@@ -90,16 +90,7 @@ def add_parser(subparsers: Any) -> None:
             f"(default {S3FIFO_THRESHOLD}; libCacheSim's S3FIFOv0 uses 2)"
         ),
     )
-    p.add_argument(
-        "--scheduler",
-        metavar="ADDRESS",
-        help="shard the layers over the dask.distributed cluster at ADDRESS (scope layer only; exact)",
-    )
-    p.add_argument(
-        "--workers",
-        type=WORKERS,
-        help="shard the layers over a local cluster of N worker processes (scope layer only; exact)",
-    )
+    add_cluster_arguments(p, "shard the layers over {} (scope layer only; exact)")
     add_meta_arguments(p)
     add_output_arguments(p)
 
@@ -112,6 +103,13 @@ def add_trace_argument(p: Any) -> None:
         help="trace .npz / .npy / .parquet (a histogram has no token order: `moeroof trace --routing HIST.csv` "
         "draws a trace from it)",
     )
+
+
+def add_cluster_arguments(p: Any, help: str) -> None:
+    """``--scheduler ADDRESS`` and ``--workers N``, each helped by ``help`` with where the tasks run
+    in its ``{}``."""
+    p.add_argument("--scheduler", metavar="ADDRESS", help=help.format("the dask.distributed cluster at ADDRESS"))
+    p.add_argument("--workers", type=WORKERS, help=help.format("a local cluster of N worker processes"))
 
 
 def check_streams(ids: list[int], n_streams: int) -> list[int]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from moeroof.cli.flags import SET_HELP, Choice, Count, add_default, apply_sets
+from moeroof.cli.flags import SET_HELP, Choice, Count, add_default, load_presets
 from moeroof.cli.inputs import input_path, read_routing_knobs
 from moeroof.cli.output import Progress, add_output_arguments, fmt, print_notes, runner, table
 from moeroof.core.limits import usable_cores
@@ -77,7 +77,6 @@ def add_parser(subparsers: Any) -> None:
 def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
     from moeroof.data.io import InputError
     from moeroof.data.plan_points import read_plan_points
-    from moeroof.data.presets import load_hardware, load_model
     from moeroof.fit.plan import fit_plan
     from moeroof.models.local_routing import routing_from_knobs, spec_skew
     from moeroof.models.locality import Locality
@@ -86,7 +85,7 @@ def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
     fit, context = args.fit, args.context
     path = input_path(args.path)
     points = read_plan_points(path)
-    model, hardware = apply_sets(args.set, load_model(args.model), load_hardware(args.hardware))
+    model, hardware = load_presets(args)
     for pt in points:  # a row's ranks, named in the file: plan's own check would say --ranks
         if pt.ranks > model.experts:
             raise InputError(path, pt.row, "ranks", f"{pt.ranks} ranks for the model's {model.experts} experts")

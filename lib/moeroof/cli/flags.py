@@ -20,7 +20,7 @@ import argparse
 import math
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -61,7 +61,7 @@ __all__ = [
     "parse_batch",
     "add_step_arguments",
     "SET_HELP",
-    "apply_sets",
+    "load_presets",
     "step_options",
     "resolve_auto_cache",
 ]
@@ -479,14 +479,16 @@ SET_HELP = (
 )
 
 
-def apply_sets(items: Sequence[str] | None, model: Any, hardware: Any) -> tuple[Any, Any]:
-    """``--set FIELD=VALUE`` (``model.FIELD`` / ``hardware.FIELD`` to be explicit): each override
-    applied to the preset that has the field (:func:`moeroof.data.presets.with_overrides`)."""
-    from moeroof.data.presets import HARDWARE_FIELDS, MODEL_FIELDS, with_overrides
+def load_presets(args: Any) -> tuple[Any, Any]:
+    """``--model`` and ``--hardware`` loaded, with each ``--set FIELD=VALUE`` (``model.FIELD`` /
+    ``hardware.FIELD`` to be explicit) applied to the preset that has the field
+    (:func:`moeroof.data.presets.with_overrides`)."""
+    from moeroof.data.presets import HARDWARE_FIELDS, MODEL_FIELDS, load_hardware, load_model, with_overrides
 
+    model, hardware = load_model(args.model), load_hardware(args.hardware)
     on_model: dict[str, str] = {}
     on_box: dict[str, str] = {}
-    for item in items or ():
+    for item in args.set or ():
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key or not value.strip():

@@ -23,7 +23,7 @@ import numpy as np
 
 from moeroof.cli.flags import UsageError
 from moeroof.cli.inputs import add_meta_arguments, read_trace_arg
-from moeroof.cli.output import add_output_arguments, new_output, runner, writing_new
+from moeroof.cli.output import add_output_arguments, new_output, refuse_overwriting, runner, writing_new
 
 #: the model a histogram's sidecar names when the trace's meta has none and it was not imported
 #: (an import without --model gives moeroof.data.importers.UNKNOWN_MODEL)
@@ -58,17 +58,13 @@ def histogram_report(args: argparse.Namespace) -> dict[str, Any]:
 
     out = new_output(args, (".csv",))
     trace = read_trace_arg(args.path, args)
-    from moeroof.core import atomic
     from moeroof.data.io import sidecar_path
 
     # the trace, and its sidecar where its meta is there (a .npy's; an .npz holds its own, a
     # .parquet its schema: a .json beside those is not read, and mixtral.npz → mixtral.csv is fine)
-    inputs = [Path(trace.path)]
-    if Path(trace.path).suffix.lower() == ".npy":
-        inputs.append(sidecar_path(Path(trace.path)))
-    for path in (out, sidecar_path(out)):  # the histogram and its sidecar
-        if any(atomic.same_file(path, inp) for inp in inputs):
-            raise UsageError(f"-o: writing {path} would overwrite the trace it is made from (or its sidecar)")
+    source = Path(trace.path)
+    inputs = [source, sidecar_path(source)] if source.suffix.lower() == ".npy" else [source]
+    refuse_overwriting(out, inputs, "the trace it is made from (or its sidecar)")
     from moeroof.data.safe_read import checked_blocks
 
     topk = trace.topk  # a memory-mapped file is read a block at a time, each block checked first

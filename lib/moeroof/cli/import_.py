@@ -168,19 +168,6 @@ def command_line(args: argparse.Namespace) -> str:
     return spelled(["moeroof", "import", args.import_format, args.src, "-o", args.output], options)
 
 
-def _check_output(args: argparse.Namespace, suffixes: tuple[str, ...]) -> Path:
-    out = new_output(args, suffixes)
-    from moeroof.core import atomic
-    from moeroof.data.io import sidecar_path
-
-    src = Path(args.src).expanduser()
-    written = [out] + ([sidecar_path(out)] if out.suffix.lower() in (".csv", ".npy") else [])
-    for path in written:  # the data file, or the sidecar beside it
-        if atomic.same_file(path, src):
-            raise UsageError(f"-o: writing {path} would overwrite the file it is imported from")
-    return out
-
-
 def _shared(args: argparse.Namespace, command: str) -> dict[str, Any]:
     """What every importer takes: K, the model name for the meta (the importers' own wording
     when not given, so that every format writes a model key) and the command line."""
@@ -232,9 +219,11 @@ def _imported(args: argparse.Namespace, command: str) -> Any:
 
 def import_report(args: argparse.Namespace) -> dict[str, Any]:
     """Import ``args.src`` as ``args.import_format`` into ``args.output``; the report as a dict."""
+    from moeroof.cli.output import refuse_overwriting
     from moeroof.data.importers import ImportedTrace, write_imported
 
-    out = _check_output(args, IMPORTERS[args.import_format][2])
+    out = new_output(args, IMPORTERS[args.import_format][2])
+    refuse_overwriting(out, [Path(args.src).expanduser()], "the file it is imported from")
     command = command_line(args)
     data = _imported(args, command)
     with writing_new(out):

@@ -37,12 +37,13 @@ from moeroof.cli.cache import (
     LOOKUPS,
     SCOPES,
     TraceInfo,
+    add_cluster_arguments,
     add_trace_argument,
     cluster,
     trace_requests,
     where,
 )
-from moeroof.cli.flags import WORKERS, Count, Real, UsageError, add_default, add_seed, start_cache_kernels
+from moeroof.cli.flags import Count, Real, UsageError, add_default, add_seed, start_cache_kernels
 from moeroof.cli.inputs import add_meta_arguments, read_trace_arg
 from moeroof.cli.output import add_output_arguments, jsonable, percent, print_notes, runner, table
 from moeroof.core.limits import MAX_SHARDS_SLICES
@@ -103,18 +104,7 @@ def add_parser(subparsers: Any) -> None:
         "ones above, interpolated between ('grid', default), or solved at every capacity ('all')",
     )
     p.add_argument("--lookup", default="layer", choices=LOOKUPS, help=LOOKUP_HELP)
-    p.add_argument(
-        "--scheduler",
-        metavar="ADDRESS",
-        help="run the tasks (layers for --scope layer, SHARDS slices for --sample-rate) on the "
-        "dask.distributed cluster at ADDRESS",
-    )
-    p.add_argument(
-        "--workers",
-        type=WORKERS,
-        help="run the tasks (layers for --scope layer, SHARDS slices for --sample-rate) on a local "
-        "cluster of N worker processes",
-    )
+    add_cluster_arguments(p, "run the tasks (layers for --scope layer, SHARDS slices for --sample-rate) on {}")
     add_meta_arguments(p)
     add_output_arguments(p)
 

@@ -37,6 +37,7 @@ __all__ = [
     "check_output_file",
     "Progress",
     "new_output",
+    "refuse_overwriting",
     "writing_new",
     "interrupted",
     "spelled",
@@ -439,6 +440,17 @@ def new_output(args: Any, suffixes: tuple[str, ...], words: str = "") -> Path:
     if not args.force and out.exists():
         raise UsageError(f"-o: {out} exists (pass --force to replace it)")
     return out
+
+
+def refuse_overwriting(out: Path, inputs: Sequence[Path], what: str, name: Path | None = None) -> None:
+    """``-o OUT`` refused where it, or the sidecar written beside a ``.csv`` / ``.npy``, is one of
+    ``inputs``: ``-o: writing PATH would overwrite WHAT`` (``name``: the path said instead)."""
+    from moeroof.core import atomic
+    from moeroof.data.io import sidecar_path
+
+    for path in [out] + ([sidecar_path(out)] if out.suffix.lower() in (".csv", ".npy") else []):
+        if any(atomic.same_file(path, source) for source in inputs):
+            raise UsageError(f"-o: writing {name or path} would overwrite {what}")
 
 
 @contextlib.contextmanager

@@ -49,7 +49,7 @@ from moeroof.cli.flags import (
     UsageError,
     add_default,
     add_step_arguments,
-    apply_sets,
+    load_presets,
     resolve_auto_cache,
     step_options,
 )
@@ -119,7 +119,6 @@ def add_parser(subparsers: Any) -> None:
 def plan_report(args: argparse.Namespace, stage=lambda done, total, what: None) -> dict[str, Any]:
     """The ``plan`` JSON object for parsed arguments; ``stage(done, total, what)`` as each of
     :data:`PLAN_STAGES` begins (a :class:`~moeroof.cli.output.Progress`)."""
-    from moeroof.data.presets import load_hardware, load_model
     from moeroof.fit.plan import box_with_fit, routing_with_fit
     from moeroof.models.partition import parse_rank_speed
     from moeroof.models.plan import DEFAULT_ROUTING, Workload, admission_search, plan, routing_from_spec
@@ -128,7 +127,7 @@ def plan_report(args: argparse.Namespace, stage=lambda done, total, what: None) 
     options = step_options(args)
     # one per rank: two flags together (refused as --rank-speed, PARAMETER_FLAGS)
     speed = None if args.rank_speed is None else tuple(parse_rank_speed(list(args.rank_speed), ranks).tolist())
-    model, hardware = apply_sets(args.set, load_model(args.model), load_hardware(args.hardware))
+    model, hardware = load_presets(args)
     fitted = None
     if args.fit is not None:
         from moeroof.data.fit_result import read_fit  # a `moeroof fit-plan --json` result's knobs
@@ -413,9 +412,6 @@ def _pooled(hit: list, i: int) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    progress = Progress("plan")  # a zero-fit plan runs the priors' ends too: seconds
-    try:
+    with Progress("plan") as progress:  # a zero-fit plan runs the priors' ends too: seconds
         rep = plan_report(args, progress)
-    finally:
-        progress.close()
     return emit(rep, args, print_plan, csv_table=plan_csv)

@@ -26,7 +26,7 @@ from moeroof.cli.flags import (
     Count,
     add_default,
     add_step_arguments,
-    apply_sets,
+    load_presets,
     resolve_auto_cache,
     step_options,
 )
@@ -69,13 +69,12 @@ def add_parser(subparsers: Any) -> None:
 
 def split_report(args: argparse.Namespace) -> dict[str, Any]:
     """The ``split`` JSON object for parsed arguments (the library builds it)."""
-    from moeroof.data.presets import load_hardware, load_model
     from moeroof.models.locality import Locality
     from moeroof.models.split import split_report as build
 
     options = step_options(args)
     batch = args.batch
-    model, hardware = apply_sets(args.set, load_model(args.model), load_hardware(args.hardware))
+    model, hardware = load_presets(args)
     auto = resolve_auto_cache(options, model, hardware, [batch])
     step = {k: v for k, v in options.items() if k not in ("cache_bytes", "cache_auto")}  # the step model's
     rep = build(

@@ -273,12 +273,7 @@ def trace_knobs(args: argparse.Namespace, routing: HistogramRouting | None = Non
     if args.rho is not None and args.rho_profile is not None:
         raise UsageError("--rho-profile: give --rho (one value) or --rho-profile (one per layer), not both")
     profile = args.rho_profile
-    if routing is not None:
-        layers = routing.layers
-    elif args.layers is not None:
-        layers = args.layers
-    else:
-        layers = 8 if profile is None else len(profile)
+    layers = routing.layers if routing is not None else args.layers or (8 if profile is None else len(profile))
     if profile is not None and len(profile) != layers:
         what = f"the histogram has {layers} layers" if routing is not None else f"--layers is {layers}"
         raise UsageError(f"--rho-profile: {len(profile)} values but {what} (one value per layer)")
@@ -462,7 +457,11 @@ def trace_report(args: argparse.Namespace) -> dict[str, Any]:
     out = new_output(args, (".npz", ".npy", ".parquet"), ".npz, .npy or .parquet")
     routing = None if args.routing is None else load_routing(args.routing)
     if routing is not None:
-        _refuse_overwriting(out, routing.path)
+        from moeroof.cli.output import refuse_overwriting
+        from moeroof.data.io import sidecar_path
+
+        hist = routing.path
+        refuse_overwriting(out, [hist, sidecar_path(hist)], f"--routing {hist} (or its sidecar)", name=out)
     knobs = trace_knobs(args, routing)
     topk, weights_error = _draw(knobs, routing)
     source = knobs_command_line(knobs)
@@ -511,16 +510,6 @@ def _frequency_check(topk: np.ndarray, routing: HistogramRouting, experts: int) 
         "max_abs_deviation": float(gap.max()),
         "max_binomial_stderr": float(se.max()),
     }
-
-
-def _refuse_overwriting(out: Path, source: Path) -> None:
-    from moeroof.core import atomic
-    from moeroof.data.io import sidecar_path
-
-    written = [out] + ([sidecar_path(out)] if out.suffix.lower() == ".npy" else [])
-    inputs = [source, sidecar_path(source)]
-    if any(atomic.same_file(w, i) for w in written for i in inputs):
-        raise UsageError(f"-o: writing {out} would overwrite --routing {source} (or its sidecar)")
 
 
 def print_trace(rep: dict[str, Any]) -> None:

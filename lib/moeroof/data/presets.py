@@ -26,6 +26,7 @@ bad file gets ``FILE:-: KEY: what is wrong`` (:class:`moeroof.data.io.InputError
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import tomllib
@@ -234,22 +235,6 @@ FIELD_HELP: dict[str, tuple[str, str]] = {
         "low while memory is free and steepens near full",
         "count",
     ),
-}
-
-#: the value an optional field takes when a preset leaves it out: never silently — the preset's
-#: provenance tags it ``assumed`` and its source says it is this default
-DEFAULTS: dict[str, float] = {
-    "attn_flops_per_context_token": 0.0,
-    "activation_bytes": 2.0,
-    "os_reserve_bytes": 0.0,
-    "engine_seconds_per_step": 0.0,
-    "engine_seconds_per_agent_token": 0.0,
-    "engine_seconds_per_touched_expert": 0.0,
-    "mem_efficiency": 1.0,
-    "compute_efficiency": 1.0,
-    "link_efficiency": 1.0,
-    "reclaim_penalty": 0.0,
-    "reclaim_exponent": 1.0,
 }
 
 
@@ -517,6 +502,17 @@ class Hardware:
         y = np.log(np.asarray(self.bw_ssd_bytes_per_s, dtype=float))
         out = np.exp(np.interp(np.log(np.asarray(read_size_bytes, dtype=float)), x, y))
         return float(out) if np.ndim(out) == 0 else out
+
+
+#: the value an optional field takes when a preset leaves it out (:class:`MoEModel`'s and
+#: :class:`Hardware`'s own defaults): never silently — the preset's provenance tags it ``assumed``
+#: and its source says it is this default
+DEFAULTS: dict[str, float] = {
+    f.name: f.default
+    for cls, names in ((MoEModel, MODEL_FIELDS), (Hardware, HARDWARE_FIELDS))
+    for f in dataclasses.fields(cls)
+    if f.name in names and isinstance(f.default, float)
+}
 
 
 def _prior(path: Path, key: str, raw: dict, dimension: str) -> tuple[tuple[float, float, float], str]:
@@ -837,8 +833,6 @@ def with_overrides(obj: MoEModel | Hardware, overrides: Mapping[str, str]) -> Mo
     "set on the command line". A curve field (``bw_ssd_bytes_per_s``) given one number keeps its
     shape and is scaled so that its peak is that number (as whatif's SSD control does).
     Unknown fields or bad values raise ValueError naming the field."""
-    from dataclasses import replace
-
     fields = MODEL_FIELDS if isinstance(obj, MoEModel) else HARDWARE_FIELDS
     changed: dict[str, Any] = {}
     prov, sources = dict(obj.provenance), dict(obj.sources)
@@ -876,4 +870,4 @@ def with_overrides(obj: MoEModel | Hardware, overrides: Mapping[str, str]) -> Mo
         sources[key] = f"set on the command line: {key}={text}"
     if not changed:
         return obj
-    return replace(obj, **changed, provenance=MappingProxyType(prov), sources=MappingProxyType(sources))
+    return dataclasses.replace(obj, **changed, provenance=MappingProxyType(prov), sources=MappingProxyType(sources))

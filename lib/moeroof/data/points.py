@@ -53,6 +53,7 @@ __all__ = [
     "noise",
     "read_points",
     "check_points",
+    "refuse_past_most",
 ]
 
 KINDS = ("hit_rate", "gib_per_step", "union", "overlap")
@@ -124,6 +125,18 @@ def noise(kind: str, value: float) -> float:
     return max(absolute, relative * abs(value))
 
 
+#: the most a batch and a cache may be (:mod:`moeroof.core.limits`), as a message says them
+_MOST = {"batch": (MAX_BATCH, f"{MAX_BATCH} streams a batch"), "gib": (MAX_GIB, f"{MAX_GIB:.4g} GiB a cache")}
+
+
+def refuse_past_most(value: float, kind: str, text: str, path: Path, row: int, field: str) -> None:
+    """Refuses a batch or a cache in GiB (``kind``) past its bound, ``text`` the cell as written:
+    a cache of 1e300 GiB (finite, but not in bytes) printed a 300-digit cache and predicted 100 % hits."""
+    most, what = _MOST[kind]
+    if value > most:
+        raise InputError(path, row, field, f"{text.strip()!r} is more than the {what} may be")
+
+
 def _number(text: str, path: Path, row: int, name: str) -> float:
     try:
         x = float(text)
@@ -177,11 +190,7 @@ def _capacity(
         cap_g = _number(cap_g_text, path, row, "capacity_gib")
         if cap_g < 0:
             raise InputError(path, row, "capacity_gib", f"must be >= 0, got {cap_g_text!r}")
-        # finite in bytes too: 1e300 GiB is finite, 2^30 times it is not
-        if not math.isfinite(cap_g * 2**30) or cap_g > MAX_GIB:
-            raise InputError(
-                path, row, "capacity_gib", f"{cap_g_text!r} is more than the {MAX_GIB:.4g} GiB a cache may be"
-            )
+        refuse_past_most(cap_g, "gib", cap_g_text, path, row, "capacity_gib")
     return cap_e, cap_g
 
 
@@ -210,8 +219,7 @@ def _parse_row(cells: dict[str, str], path: Path, row: int, experts: int | None)
     if not batch_text:
         raise InputError(path, row, "batch", "missing; expected the number of concurrent streams")
     batch = _positive_int(batch_text, path, row, "batch")
-    if batch > MAX_BATCH:
-        raise InputError(path, row, "batch", f"{batch_text!r} is more than the {MAX_BATCH} streams a batch may be")
+    refuse_past_most(batch, "batch", batch_text, path, row, "batch")
     cap_e, cap_g = _capacity(cells, kind, path, row, experts)
     policy = _choice(cells.get("policy", ""), POLICIES, "lru", path, row, "policy")
     scope = _choice(cells.get("scope", ""), SCOPES, "global", path, row, "scope")

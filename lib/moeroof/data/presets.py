@@ -776,10 +776,7 @@ def load_hardware(name_or_path: str | Path) -> Hardware:
     for key, (within, what) in _RANGES.items():
         if not within(out[key]):  # each has a default
             raise InputError(path, None, key, f"{what}, got {out[key]!r}")
-    sizes = out["ssd_read_size_bytes"]
-    bws = out["bw_ssd_bytes_per_s"]
-    sizes = sizes if isinstance(sizes, list) else [sizes]
-    bws = bws if isinstance(bws, list) else [bws]
+    sizes, bws = (v if isinstance(v, list) else [v] for v in (out[key] for key in _CURVE_FIELDS))
     if len(sizes) != len(bws):
         raise InputError(
             path, None, "bw_ssd_bytes_per_s", f"has {len(bws)} points, ssd_read_size_bytes has {len(sizes)}"

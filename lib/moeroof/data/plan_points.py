@@ -11,7 +11,6 @@ the file, the row (1-based, header = 1) and the field; nothing is modified.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 from moeroof.core.input_files import open_input
 from moeroof.core.limits import MAX_POINTS_BYTES, MAX_POINTS_ROWS
 from moeroof.data.io import InputError, csv_cells
-from moeroof.data.points import refuse_past_most
+from moeroof.data.points import cell_number, refuse_past_most
 
 __all__ = ["PLAN_COLUMNS", "POLICIES", "PlanPoint", "read_plan_points"]
 
@@ -53,16 +52,8 @@ class PlanPoint:
 
 
 def _number(text: str, path: Path, row: int, field: str) -> float | None:
-    t = text.strip()
-    if t == "":
-        return None
-    try:
-        x = float(t)
-    except ValueError:
-        raise InputError(path, row, field, f"expected a number, got {text!r}") from None
-    if not math.isfinite(x):
-        raise InputError(path, row, field, f"must be finite, got {text!r}")
-    return x
+    """A cell's number (:func:`~moeroof.data.points.cell_number`), None where it is empty."""
+    return cell_number(text, path, row, field, finite="must be finite") if text.strip() else None
 
 
 def _integer(text: str, path: Path, row: int, field: str, default: int | None) -> int:

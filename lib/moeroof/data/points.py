@@ -54,6 +54,7 @@ __all__ = [
     "read_points",
     "check_points",
     "refuse_past_most",
+    "cell_number",
 ]
 
 KINDS = ("hit_rate", "gib_per_step", "union", "overlap")
@@ -137,18 +138,20 @@ def refuse_past_most(value: float, kind: str, text: str, path: Path, row: int, f
         raise InputError(path, row, field, f"{text.strip()!r} is more than the {what} may be")
 
 
-def _number(text: str, path: Path, row: int, name: str) -> float:
+def cell_number(text: str, path: Path, row: int, name: str, finite: str = "expected a finite number") -> float:
+    """The number in a POINTS cell, finite (an error quotes ``text`` as written; ``finite``: what
+    it says of an infinite or NaN one)."""
     try:
-        x = float(text)
+        x = float(text.strip())
     except ValueError:
         raise InputError(path, row, name, f"expected a number, got {text!r}") from None
     if not math.isfinite(x):
-        raise InputError(path, row, name, f"expected a finite number, got {text!r}")
+        raise InputError(path, row, name, f"{finite}, got {text!r}")
     return x
 
 
 def _positive_int(text: str, path: Path, row: int, name: str) -> int:
-    x = _number(text, path, row, name)
+    x = cell_number(text, path, row, name)
     if x != int(x) or x < 1:
         raise InputError(path, row, name, f"expected a positive integer, got {text!r}")
     return int(x)
@@ -182,12 +185,12 @@ def _capacity(
             path, row, "capacity_experts_per_layer", f"a {kind} row needs capacity_experts_per_layer or capacity_gib"
         )
     if cap_e_text:
-        cap_e = _number(cap_e_text, path, row, "capacity_experts_per_layer")
+        cap_e = cell_number(cap_e_text, path, row, "capacity_experts_per_layer")
         if cap_e < 0 or (experts is not None and cap_e > experts):
             bound = f" and <= experts ({experts})" if experts is not None else ""
             raise InputError(path, row, "capacity_experts_per_layer", f"must be >= 0{bound}, got {cap_e_text!r}")
     else:
-        cap_g = _number(cap_g_text, path, row, "capacity_gib")
+        cap_g = cell_number(cap_g_text, path, row, "capacity_gib")
         if cap_g < 0:
             raise InputError(path, row, "capacity_gib", f"must be >= 0, got {cap_g_text!r}")
         refuse_past_most(cap_g, "gib", cap_g_text, path, row, "capacity_gib")
@@ -198,7 +201,7 @@ def _value(value_text: str, kind: str, path: Path, row: int, experts: int | None
     """A row's measured value within its kind's range (None: empty, to predict)."""
     if not value_text:
         return None
-    value = _number(value_text, path, row, "value")
+    value = cell_number(value_text, path, row, "value")
     if kind in ("hit_rate", "overlap") and not 0.0 <= value <= 1.0:
         raise InputError(path, row, "value", f"a {kind} is a fraction in 0–1, got {value_text!r}")
     if kind == "gib_per_step" and not 0 <= value <= MAX_GIB:

@@ -1047,10 +1047,7 @@ def _write_histogram_rows(fh: Any, counts: np.ndarray, lids: Sequence[int], rank
     w.writerow(HISTOGRAM_COLUMNS + (("rank",) if rank is not None else ()))
     for l, lid in enumerate(lids):
         for i in range(counts.shape[1]):
-            row = [lid, i, int(counts[l, i])]
-            if rank is not None:
-                row.append(int(rank[l, i]))
-            w.writerow(row)
+            w.writerow([lid, i, int(counts[l, i]), *(() if rank is None else (int(rank[l, i]),))])
 
 
 def write_histogram(path: str | os.PathLike[str], counts: np.ndarray, **kwargs: Any) -> Path:

@@ -855,7 +855,6 @@ def read_trace(
     given = None if meta is None else dict(_plain(dict(meta)))
     suffix = path.suffix.lower()
     weights = None
-    meta_row = "-"
     if suffix == ".npz":
         check_npz_members(path)
         topk, meta_arr, weights = _npz_arrays(path, given)
@@ -865,16 +864,15 @@ def read_trace(
         topk, meta, meta_path = _npy_trace(path, given, lazy)
     else:
         raise InputError(path, "-", "file", f"unknown trace suffix {path.suffix!r}; expected .npz or .npy")
-    experts, top_k, layer_ids = _validate_trace_meta(meta, _four_dims(topk, path).shape[2], meta_path, meta_row)
+    experts, top_k, layer_ids = _validate_trace_meta(meta, _four_dims(topk, path).shape[2], meta_path, "-")
     if topk.shape[3] != top_k:
-        raise InputError(meta_path, meta_row, "top_k", f"meta top_k={top_k} but topk has K={topk.shape[3]} columns")
-    _validate_topk(topk, experts, top_k, path, meta_row, ids=validate)
+        raise InputError(meta_path, "-", "top_k", f"meta top_k={top_k} but topk has K={topk.shape[3]} columns")
+    _validate_topk(topk, experts, top_k, path, "-", ids=validate)
     if weights is not None:
         _check_weights(weights, topk, path)
+        weights.setflags(write=False)
     if isinstance(topk, np.ndarray) and not isinstance(topk, np.memmap):
         topk.setflags(write=False)
-    if weights is not None:
-        weights.setflags(write=False)
     return Trace(topk, experts, top_k, layer_ids, dict(meta), path, weights, ids_checked=bool(validate))
 
 
@@ -1049,10 +1047,7 @@ def _write_histogram_rows(fh: Any, counts: np.ndarray, lids: Sequence[int], rank
     w.writerow(HISTOGRAM_COLUMNS + (("rank",) if rank is not None else ()))
     for l, lid in enumerate(lids):
         for i in range(counts.shape[1]):
-            row = [lid, i, int(counts[l, i])]
-            if rank is not None:
-                row.append(int(rank[l, i]))
-            w.writerow(row)
+            w.writerow([lid, i, int(counts[l, i]), *(() if rank is None else (int(rank[l, i]),))])
 
 
 def write_histogram(path: str | os.PathLike[str], counts: np.ndarray, **kwargs: Any) -> Path:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from moeroof.core import paths
 from moeroof.data.io import InputError, read_json_object
+from moeroof.data.skew_prior import prior_sources
 
 __all__ = ["LOCALITY_PRIOR_FILE", "LocalityPriorSummary", "read_locality_prior"]
 
@@ -80,10 +81,5 @@ def read_locality_prior(path: str | os.PathLike[str] | None = None) -> LocalityP
     dof = sc.get("dof")
     if not isinstance(dof, int) or isinstance(dof, bool) or dof < 0:
         raise InputError(p, "-", "scale.dof", f"expected an integer >= 0, got {dof!r}")
-    sources = data.get("sources")
-    if not isinstance(sources, list) or not sources or not all(isinstance(s, str) for s in sources):
-        raise InputError(p, "-", "sources", "expected a non-empty list of source names")
-    prov = data.get("provenance")
-    if not isinstance(prov, str) or not prov:
-        raise InputError(p, "-", "provenance", "expected the sources' provenance, a string")
-    return LocalityPriorSummary(rho, h, (rq[0], rq[2]), (hq[0], hq[2]), s_rho, s_h, dof, tuple(sources), prov, p)
+    sources, prov = prior_sources(p, data, "source names")
+    return LocalityPriorSummary(rho, h, (rq[0], rq[2]), (hq[0], hq[2]), s_rho, s_h, dof, sources, prov, p)

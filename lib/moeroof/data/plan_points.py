@@ -11,14 +11,14 @@ the file, the row (1-based, header = 1) and the field; nothing is modified.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from moeroof.core.input_files import open_input
-from moeroof.core.limits import MAX_BATCH, MAX_GIB, MAX_POINTS_BYTES, MAX_POINTS_ROWS
+from moeroof.core.limits import MAX_POINTS_BYTES, MAX_POINTS_ROWS
 from moeroof.data.io import InputError, csv_cells
+from moeroof.data.points import cell_number, refuse_past_most
 
 __all__ = ["PLAN_COLUMNS", "POLICIES", "PlanPoint", "read_plan_points"]
 
@@ -52,16 +52,8 @@ class PlanPoint:
 
 
 def _number(text: str, path: Path, row: int, field: str) -> float | None:
-    t = text.strip()
-    if t == "":
-        return None
-    try:
-        x = float(t)
-    except ValueError:
-        raise InputError(path, row, field, f"expected a number, got {text!r}") from None
-    if not math.isfinite(x):
-        raise InputError(path, row, field, f"must be finite, got {text!r}")
-    return x
+    """A cell's number (:func:`~moeroof.data.points.cell_number`), None where it is empty."""
+    return cell_number(text, path, row, field, finite="must be finite") if text.strip() else None
 
 
 def _integer(text: str, path: Path, row: int, field: str, default: int | None) -> int:
@@ -115,19 +107,11 @@ def _point_columns(p: Path, header_row: int, header: str) -> list[str]:
 def _plan_point(rec: dict[str, str], p: Path, row: int) -> PlanPoint:
     """A data row's :class:`PlanPoint`, each field checked against its bounds."""
     batch = _integer(rec["batch"], p, row, "batch", None)
-    if batch > MAX_BATCH:
-        raise InputError(
-            p, row, "batch", f"{rec['batch'].strip()!r} is more than the {MAX_BATCH} streams a batch may be"
-        )
+    refuse_past_most(batch, "batch", rec["batch"], p, row, "batch")
     cache = _number(rec["cache_gib"], p, row, "cache_gib")
     if cache is None or cache < 0:
         raise InputError(p, row, "cache_gib", f"must be a number >= 0, got {rec['cache_gib']!r}")
-    # finite in bytes too: 1e300 GiB is finite but 2^30 times it is not (it printed a
-    # 300-digit cache and predicted 100 % hits)
-    if not math.isfinite(cache * 2**30) or cache > MAX_GIB:
-        raise InputError(
-            p, row, "cache_gib", f"{rec['cache_gib'].strip()!r} is more than the {MAX_GIB:.4g} GiB a cache may be"
-        )
+    refuse_past_most(cache, "gib", rec["cache_gib"], p, row, "cache_gib")
     ranks = _integer(rec.get("ranks", ""), p, row, "ranks", 1)
     policy = rec.get("policy", "").strip() or "lru"
     if policy not in POLICIES:

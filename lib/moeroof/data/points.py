@@ -53,6 +53,8 @@ __all__ = [
     "noise",
     "read_points",
     "check_points",
+    "refuse_past_most",
+    "cell_number",
 ]
 
 KINDS = ("hit_rate", "gib_per_step", "union", "overlap")
@@ -124,18 +126,32 @@ def noise(kind: str, value: float) -> float:
     return max(absolute, relative * abs(value))
 
 
-def _number(text: str, path: Path, row: int, name: str) -> float:
+#: the most a batch and a cache may be (:mod:`moeroof.core.limits`), as a message says them
+_MOST = {"batch": (MAX_BATCH, f"{MAX_BATCH} streams a batch"), "gib": (MAX_GIB, f"{MAX_GIB:.4g} GiB a cache")}
+
+
+def refuse_past_most(value: float, kind: str, text: str, path: Path, row: int, field: str) -> None:
+    """Refuses a batch or a cache in GiB (``kind``) past its bound, ``text`` the cell as written:
+    a cache of 1e300 GiB (finite, but not in bytes) printed a 300-digit cache and predicted 100 % hits."""
+    most, what = _MOST[kind]
+    if value > most:
+        raise InputError(path, row, field, f"{text.strip()!r} is more than the {what} may be")
+
+
+def cell_number(text: str, path: Path, row: int, name: str, finite: str = "expected a finite number") -> float:
+    """The number in a POINTS cell, finite (an error quotes ``text`` as written; ``finite``: what
+    it says of an infinite or NaN one)."""
     try:
-        x = float(text)
+        x = float(text.strip())
     except ValueError:
         raise InputError(path, row, name, f"expected a number, got {text!r}") from None
     if not math.isfinite(x):
-        raise InputError(path, row, name, f"expected a finite number, got {text!r}")
+        raise InputError(path, row, name, f"{finite}, got {text!r}")
     return x
 
 
 def _positive_int(text: str, path: Path, row: int, name: str) -> int:
-    x = _number(text, path, row, name)
+    x = cell_number(text, path, row, name)
     if x != int(x) or x < 1:
         raise InputError(path, row, name, f"expected a positive integer, got {text!r}")
     return int(x)
@@ -169,19 +185,15 @@ def _capacity(
             path, row, "capacity_experts_per_layer", f"a {kind} row needs capacity_experts_per_layer or capacity_gib"
         )
     if cap_e_text:
-        cap_e = _number(cap_e_text, path, row, "capacity_experts_per_layer")
+        cap_e = cell_number(cap_e_text, path, row, "capacity_experts_per_layer")
         if cap_e < 0 or (experts is not None and cap_e > experts):
             bound = f" and <= experts ({experts})" if experts is not None else ""
             raise InputError(path, row, "capacity_experts_per_layer", f"must be >= 0{bound}, got {cap_e_text!r}")
     else:
-        cap_g = _number(cap_g_text, path, row, "capacity_gib")
+        cap_g = cell_number(cap_g_text, path, row, "capacity_gib")
         if cap_g < 0:
             raise InputError(path, row, "capacity_gib", f"must be >= 0, got {cap_g_text!r}")
-        # finite in bytes too: 1e300 GiB is finite, 2^30 times it is not
-        if not math.isfinite(cap_g * 2**30) or cap_g > MAX_GIB:
-            raise InputError(
-                path, row, "capacity_gib", f"{cap_g_text!r} is more than the {MAX_GIB:.4g} GiB a cache may be"
-            )
+        refuse_past_most(cap_g, "gib", cap_g_text, path, row, "capacity_gib")
     return cap_e, cap_g
 
 
@@ -189,7 +201,7 @@ def _value(value_text: str, kind: str, path: Path, row: int, experts: int | None
     """A row's measured value within its kind's range (None: empty, to predict)."""
     if not value_text:
         return None
-    value = _number(value_text, path, row, "value")
+    value = cell_number(value_text, path, row, "value")
     if kind in ("hit_rate", "overlap") and not 0.0 <= value <= 1.0:
         raise InputError(path, row, "value", f"a {kind} is a fraction in 0–1, got {value_text!r}")
     if kind == "gib_per_step" and not 0 <= value <= MAX_GIB:
@@ -210,8 +222,7 @@ def _parse_row(cells: dict[str, str], path: Path, row: int, experts: int | None)
     if not batch_text:
         raise InputError(path, row, "batch", "missing; expected the number of concurrent streams")
     batch = _positive_int(batch_text, path, row, "batch")
-    if batch > MAX_BATCH:
-        raise InputError(path, row, "batch", f"{batch_text!r} is more than the {MAX_BATCH} streams a batch may be")
+    refuse_past_most(batch, "batch", batch_text, path, row, "batch")
     cap_e, cap_g = _capacity(cells, kind, path, row, experts)
     policy = _choice(cells.get("policy", ""), POLICIES, "lru", path, row, "policy")
     scope = _choice(cells.get("scope", ""), SCOPES, "global", path, row, "scope")

@@ -26,10 +26,11 @@ bad file gets ``FILE:-: KEY: what is wrong`` (:class:`moeroof.data.io.InputError
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -125,9 +126,14 @@ HARDWARE_FIELDS: dict[str, tuple[str, bool]] = {
 
 #: the fields that are a share of a peak: in (0, 1]
 EFFICIENCY_FIELDS = ("mem_efficiency", "compute_efficiency", "link_efficiency")
-#: the model's whole-number fields (the first four at least 1, the last two at least 0); the other
-#: dimensionless fields (shares, the reclaim knobs) are real numbers
-INTEGER_FIELDS = ("experts", "top_k", "moe_layers", "hidden_size", "dense_layers", "shared_experts")
+#: the model's whole-number fields and the least each may be; the other dimensionless fields
+#: (shares, the reclaim knobs) are real numbers
+INTEGER_FIELDS = {"experts": 1, "top_k": 1, "moe_layers": 1, "hidden_size": 1, "dense_layers": 0, "shared_experts": 0}
+#: the range a real field keeps (beyond :data:`FIELD_MAX`): field → (test, what a value outside is told)
+_RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
+    **dict.fromkeys(EFFICIENCY_FIELDS, (lambda v: 0 < v <= 1, "is a share of a peak: must be in (0, 1]")),
+    "reclaim_exponent": (lambda v: v >= 1, "must be >= 1 (1: the queueing form)"),
+}
 
 #: the largest value (SI) each field may take (:mod:`moeroof.core.limits`): far above any published
 #: model or box, so that a typo or a hostile file (``expert_bytes = 2^70``, which ``plan`` took
@@ -229,22 +235,6 @@ FIELD_HELP: dict[str, tuple[str, str]] = {
         "low while memory is free and steepens near full",
         "count",
     ),
-}
-
-#: the value an optional field takes when a preset leaves it out: never silently — the preset's
-#: provenance tags it ``assumed`` and its source says it is this default
-DEFAULTS: dict[str, float] = {
-    "attn_flops_per_context_token": 0.0,
-    "activation_bytes": 2.0,
-    "os_reserve_bytes": 0.0,
-    "engine_seconds_per_step": 0.0,
-    "engine_seconds_per_agent_token": 0.0,
-    "engine_seconds_per_touched_expert": 0.0,
-    "mem_efficiency": 1.0,
-    "compute_efficiency": 1.0,
-    "link_efficiency": 1.0,
-    "reclaim_penalty": 0.0,
-    "reclaim_exponent": 1.0,
 }
 
 
@@ -514,6 +504,17 @@ class Hardware:
         return float(out) if np.ndim(out) == 0 else out
 
 
+#: the value an optional field takes when a preset leaves it out (:class:`MoEModel`'s and
+#: :class:`Hardware`'s own defaults): never silently — the preset's provenance tags it ``assumed``
+#: and its source says it is this default
+DEFAULTS: dict[str, float] = {
+    f.name: f.default
+    for cls, names in ((MoEModel, MODEL_FIELDS), (Hardware, HARDWARE_FIELDS))
+    for f in dataclasses.fields(cls)
+    if f.name in names and isinstance(f.default, float)
+}
+
+
 def _prior(path: Path, key: str, raw: dict, dimension: str) -> tuple[tuple[float, float, float], str]:
     """A field's ``prior = [low, centre, high]`` (its own unit) and ``prior_source``, or
     ``prior = "NAME"``: one of :data:`NAMED_PRIORS` for that field, with its own source."""
@@ -611,14 +612,6 @@ def _provenance(path: Path, key: str, raw: dict) -> tuple[str, str]:
     return tag, text
 
 
-def _field(path: Path, key: str, raw: Any, dimension: str) -> tuple[Any, str, str]:
-    """Validate one quantity; return (SI value, provenance tag, source text)."""
-    value = _field_value(path, key, raw)
-    si = _si_value(path, key, value, raw.get("unit"), dimension)
-    tag, text = _provenance(path, key, raw)
-    return si, tag, text
-
-
 #: a line that gives a top-level key (``key = …``, ``key.value = …``, ``"key" = …``) or opens its
 #: table (``[key]``, ``[key.sub]``): the key is the first group that matched
 _KEY_LINE = re.compile(r"""^\s*(?:\[\s*)?(?:"([^"\n]+)"|'([^'\n]+)'|([A-Za-z0-9_-]+))\s*(?:[=.]|\])""")
@@ -678,7 +671,8 @@ def _load_fields(
                 sources[key] = f"assumed: default {DEFAULTS[key]:g} (not in the preset)"
             continue
         try:
-            value, tag, text = _field(path, key, doc[key], dimension)
+            value = _si_value(path, key, _field_value(path, key, doc[key]), doc[key].get("unit"), dimension)
+            tag, text = _provenance(path, key, doc[key])
             if isinstance(value, list) and key not in _CURVE_FIELDS:
                 raise InputError(path, None, key, "must be a single number")
             beyond = _beyond_bound(key, value)
@@ -734,16 +728,6 @@ def _load(
     return out
 
 
-def _int_fields(path: Path, out: dict[str, Any], keys: tuple[str, ...], minimum: int = 1) -> None:
-    for key in keys:
-        if key in out:
-            v = out[key]
-            if float(v) != int(v) or int(v) < minimum:
-                what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-                raise InputError(path, None, key, f"must be {what}, got {v!r}")
-            out[key] = int(v)  # within FIELD_MAX: checked as it was read
-
-
 def _resolve(name_or_path: str | Path, sub: str, what: str) -> Path:
     """A path to a TOML (from the working directory when relative), else a shipped preset's name
     (an unknown one is an :class:`InputError` naming ``what``, the known names with it)."""
@@ -761,8 +745,13 @@ def load_model(name_or_path: str | Path) -> MoEModel:
     """A model preset by name (``glm-5.2``) or a path to a user's TOML."""
     path = _resolve(name_or_path, "models", "model")
     out = _load(path, "model", MODEL_FIELDS)
-    _int_fields(path, out, INTEGER_FIELDS[:4])
-    _int_fields(path, out, INTEGER_FIELDS[4:], minimum=0)
+    for key, minimum in INTEGER_FIELDS.items():
+        if key in out:
+            v = out[key]
+            if float(v) != int(v) or int(v) < minimum:
+                what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+                raise InputError(path, None, key, f"must be {what}, got {v!r}")
+            out[key] = int(v)  # within FIELD_MAX: checked as it was read
     if out["top_k"] > out["experts"]:
         raise InputError(path, None, "top_k", f"K={out['top_k']} exceeds experts E={out['experts']}")
     try:
@@ -784,17 +773,10 @@ def load_hardware(name_or_path: str | Path) -> Hardware:
     for key in ("ram_bytes", "bw_mem_bytes_per_s", "flops_per_s", "bw_link_bytes_per_s"):
         if key in out and out[key] <= 0:
             raise InputError(path, None, key, "must be positive")
-    for key in EFFICIENCY_FIELDS:
-        if key in out and not 0 < out[key] <= 1:
-            raise InputError(path, None, key, f"is a share of a peak: must be in (0, 1], got {out[key]!r}")
-    if "reclaim_exponent" in out and not out["reclaim_exponent"] >= 1:
-        raise InputError(
-            path, None, "reclaim_exponent", f"must be >= 1 (1: the queueing form), got {out['reclaim_exponent']!r}"
-        )
-    sizes = out["ssd_read_size_bytes"]
-    bws = out["bw_ssd_bytes_per_s"]
-    sizes = sizes if isinstance(sizes, list) else [sizes]
-    bws = bws if isinstance(bws, list) else [bws]
+    for key, (within, what) in _RANGES.items():
+        if not within(out[key]):  # each has a default
+            raise InputError(path, None, key, f"{what}, got {out[key]!r}")
+    sizes, bws = (v if isinstance(v, list) else [v] for v in (out[key] for key in _CURVE_FIELDS))
     if len(sizes) != len(bws):
         raise InputError(
             path, None, "bw_ssd_bytes_per_s", f"has {len(bws)} points, ssd_read_size_bytes has {len(sizes)}"
@@ -848,8 +830,6 @@ def with_overrides(obj: MoEModel | Hardware, overrides: Mapping[str, str]) -> Mo
     "set on the command line". A curve field (``bw_ssd_bytes_per_s``) given one number keeps its
     shape and is scaled so that its peak is that number (as whatif's SSD control does).
     Unknown fields or bad values raise ValueError naming the field."""
-    from dataclasses import replace
-
     fields = MODEL_FIELDS if isinstance(obj, MoEModel) else HARDWARE_FIELDS
     changed: dict[str, Any] = {}
     prov, sources = dict(obj.provenance), dict(obj.sources)
@@ -876,15 +856,10 @@ def with_overrides(obj: MoEModel | Hardware, overrides: Mapping[str, str]) -> Mo
             )
         elif key == "ssd_read_size_bytes":
             raise ValueError(f"{key}: the read sizes of a curve are set in the preset, not one number")
-        elif key in EFFICIENCY_FIELDS:
-            if not 0 < value <= 1:
-                raise ValueError(f"{key}: is a share of a peak: must be in (0, 1], got {text!r}")
-        elif key == "reclaim_exponent" and not value >= 1:
-            raise ValueError(f"{key}: must be >= 1 (1: the queueing form), got {text!r}")
-        elif key == "reclaim_penalty" and not value >= 0:
-            raise ValueError(f"{key}: must be >= 0, got {text!r}")
-        elif dimension == "count" and key in INTEGER_FIELDS:
-            if value != int(value) or (value < 1 and key not in ("dense_layers", "shared_experts")):
+        elif key in _RANGES and not _RANGES[key][0](value):  # parse_quantity refused a negative
+            raise ValueError(f"{key}: {_RANGES[key][1]}, got {text!r}")
+        elif key in INTEGER_FIELDS:
+            if value != int(value) or value < INTEGER_FIELDS[key]:
                 raise ValueError(f"{key}: must be a positive integer, got {text!r}")
             value = int(value)
         changed.setdefault(key, value)
@@ -892,4 +867,4 @@ def with_overrides(obj: MoEModel | Hardware, overrides: Mapping[str, str]) -> Mo
         sources[key] = f"set on the command line: {key}={text}"
     if not changed:
         return obj
-    return replace(obj, **changed, provenance=MappingProxyType(prov), sources=MappingProxyType(sources))
+    return dataclasses.replace(obj, **changed, provenance=MappingProxyType(prov), sources=MappingProxyType(sources))

@@ -21,6 +21,7 @@ Object arrays are refused (no pickles are ever loaded).
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -61,10 +62,7 @@ def npy_layout(path: str | os.PathLike[str]) -> tuple[tuple[int, ...], np.dtype,
         size = os.fstat(fh.fileno()).st_size
     if dtype.hasobject:
         raise ValueError("the array holds Python objects (pickles are never loaded)")
-    count = 1
-    for n in shape:
-        count *= int(n)
-    need = count * dtype.itemsize
+    need = math.prod(int(n) for n in shape) * dtype.itemsize
     if size - offset < need:
         raise TruncatedError(
             f"truncated: the header declares shape {tuple(shape)} of {dtype} ({need} bytes of data) "
@@ -95,9 +93,7 @@ def load_npy(path: str | os.PathLike[str], copy_limit: int | None = None) -> np.
     :class:`numpy.memmap` beyond."""
     path = Path(path)
     shape, dtype, fortran, offset = npy_layout(path)
-    count = 1
-    for n in shape:
-        count *= n
+    count = math.prod(shape)
     nbytes = count * dtype.itemsize
     limit = copy_limit if copy_limit is not None else _copy_limit()
     order: Literal["C", "F"] = "F" if fortran else "C"

@@ -18,7 +18,7 @@ from pathlib import Path
 from moeroof.core import paths
 from moeroof.data.io import InputError, read_json_object
 
-__all__ = ["SKEW_PRIOR_FILE", "SkewPriorSummary", "read_skew_prior", "committed_skew_prior"]
+__all__ = ["SKEW_PRIOR_FILE", "SkewPriorSummary", "read_skew_prior", "committed_skew_prior", "prior_sources"]
 
 #: the committed prior, relative to the data folder
 SKEW_PRIOR_FILE = "fits/skew-prior.json"
@@ -65,6 +65,17 @@ def _alpha(path: Path, value: object, field: str) -> float:
     return float(value)
 
 
+def prior_sources(path: Path, data: dict, names: str) -> tuple[tuple[str, ...], str]:
+    """A committed prior's ``sources`` (a non-empty list of ``names``) and ``provenance`` (a string)."""
+    sources = data.get("sources")
+    if not isinstance(sources, list) or not sources or not all(isinstance(s, str) for s in sources):
+        raise InputError(path, "-", "sources", f"expected a non-empty list of {names}")
+    prov = data.get("provenance")
+    if not isinstance(prov, str) or not prov:
+        raise InputError(path, "-", "provenance", "expected the sources' provenance, a string")
+    return tuple(sources), prov
+
+
 def read_skew_prior(path: str | os.PathLike[str] | None = None) -> SkewPriorSummary:
     """The committed prior (default :data:`SKEW_PRIOR_FILE` under ``data/``). Raises
     :class:`InputError` naming the file and field."""
@@ -77,12 +88,7 @@ def read_skew_prior(path: str | os.PathLike[str] | None = None) -> SkewPriorSumm
     lo, _, hi = (_alpha(p, x, "quantiles.alpha") for x in q["alpha"])
     if not lo <= alpha <= hi:
         raise InputError(p, "-", "quantiles.alpha", f"expected 5 % <= alpha <= 95 %, got {lo:g}, {alpha:g}, {hi:g}")
-    sources = data.get("sources")
-    if not isinstance(sources, list) or not sources or not all(isinstance(s, str) for s in sources):
-        raise InputError(p, "-", "sources", "expected a non-empty list of model names")
-    prov = data.get("provenance")
-    if not isinstance(prov, str) or not prov:
-        raise InputError(p, "-", "provenance", "expected the sources' provenance, a string")
+    sources, prov = prior_sources(p, data, "model names")
     held = data.get("held_out", {})
     if not isinstance(held, dict) or not all(isinstance(v, dict) for v in held.values()):
         raise InputError(p, "-", "held_out", "expected an object of held-out models")
@@ -95,7 +101,7 @@ def read_skew_prior(path: str | os.PathLike[str] | None = None) -> SkewPriorSumm
             raise InputError(p, "-", "coarse", "expected alpha, range (two numbers) and sources")
         lo_c, hi_c = (_alpha(p, x, "coarse.range") for x in rng)
         coarse = (_alpha(p, c["alpha"], "coarse.alpha"), (lo_c, hi_c), tuple(str(n) for n in names))
-    return SkewPriorSummary(alpha, (lo, hi), tuple(sources), prov, p, held, coarse)
+    return SkewPriorSummary(alpha, (lo, hi), sources, prov, p, held, coarse)
 
 
 @functools.lru_cache(maxsize=1)

@@ -514,10 +514,7 @@ def _id_matrix(cols: list[np.ndarray], rows: np.ndarray | None, experts: int) ->
     dt = np.result_type(*sel)
     if not np.issubdtype(dt, np.integer):
         dt = np.dtype(np.int64)
-    out = np.empty((sel[0].size, len(sel)), dtype=dt)
-    for k, c in enumerate(sel):
-        out[:, k] = c
-    return out
+    return np.stack([c.astype(dt, copy=False) for c in sel], axis=1)
 
 
 def read_parquet_trace(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Trace:

@@ -148,8 +148,15 @@ def curve_coverage(truths: int = 8, *, progress: Callable[[int, int], None] | No
                     "hit_rate_inside": ok_hit,
                 }
             )
-        fields = ("engine_seconds_per_step", "engine_seconds_per_agent_token", "engine_seconds_per_touched_expert")
-        fields += ("ssd_scale", "rho", "reclaim_penalty", "reclaim_exponent")
+        fields = (
+            "engine_seconds_per_step",
+            "engine_seconds_per_agent_token",
+            "engine_seconds_per_touched_expert",
+            "ssd_scale",
+            "rho",
+            "reclaim_penalty",
+            "reclaim_exponent",
+        )
         chosen = {"overlap_chosen": fit.overlap, "family_chosen": fit.knobs.get("skew", {}).get("family")}
         out.append(
             {"truth": j, "overlap": overlap, **drawn, **{k: getattr(knobs, k) for k in fields}, **chosen, "rows": rows}

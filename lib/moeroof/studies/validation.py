@@ -918,30 +918,27 @@ def _zero_fit_sweep_rows() -> list[Comparison]:
     what = "nothing: plan at B = 1 with the skew prior's routing, the locality prior's centre and the engine priors"
     cache = "lru, one global cache (the points file's), steady state; reads not through the page cache (plan's default)"
     quantity = "GLM-5.2 4-bit, Apple M5 Max 128 GB (apple-m4-max), one stream"
-    common = dict(source=MLX_1438_SWEEP.source, role="prediction", calibrated_on=what, cache=cache, axis="cache_gb")
     gbs = tuple(int(g) for g in z["gb"])
     return [
         Comparison(
-            "mlx-lm-1438-zero-fit-hit",
-            quantity=f"{quantity}: cache hit rate",
-            batch=gbs,
-            measured=tuple(z["hit"]),
-            predicted=tuple(z["hit_pred"]),
-            low=tuple(z["hit_low"]),
-            high=tuple(z["hit_high"]),
-            error_unit="points",
-            **common,
-        ),
-        Comparison(
-            "mlx-lm-1438-zero-fit-tok-s-at-priors",
-            quantity=f"{quantity}: tok/s, engine at the box's priors",
-            batch=gbs,
-            measured=tuple(z["tok_s"]),
-            predicted=tuple(z["tok_s_pred"]),
-            low=tuple(z["tok_s_low"]),
-            high=tuple(z["tok_s_high"]),
-            **common,
-        ),
+            f"mlx-lm-1438-zero-fit-{kind}",
+            MLX_1438_SWEEP.source,
+            f"{quantity}: {what_q}",
+            "prediction",
+            what,
+            cache,
+            gbs,
+            tuple(z[key]),
+            tuple(z[f"{key}_pred"]),
+            axis="cache_gb",
+            error_unit=unit,
+            low=tuple(z[f"{key}_low"]),
+            high=tuple(z[f"{key}_high"]),
+        )
+        for kind, key, what_q, unit in (
+            ("hit", "hit", "cache hit rate", "points"),
+            ("tok-s-at-priors", "tok_s", "tok/s, engine at the box's priors", "relative"),
+        )
     ]
 
 

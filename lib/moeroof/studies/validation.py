@@ -55,6 +55,7 @@ __all__ = [
     "MLX_1438_SWEEP",
     "PublishedSweep",
     "mlx_zero_fit",
+    "zero_fit_one_stream",
     "Reference",
     "Comparison",
     "COLIBRI_COLD_TOKEN_BYTES",
@@ -833,6 +834,7 @@ def comparisons() -> list[Comparison]:
     g = gpu_bench_check()
     out += _h200_rows(g)
     out += _h200_fit_rows(g)
+    out += _colibri_i5_zero_fit_rows()
     out += _zero_fit_sweep_rows()
     return out
 
@@ -878,38 +880,84 @@ MLX_1438_SWEEP = PublishedSweep(
 )
 
 
-def mlx_zero_fit() -> dict[str, Any]:
-    """mlx-lm#1438's sweep (:data:`MLX_1438_SWEEP`) predicted from nothing: ``moeroof plan`` at
-    B = 1 on the points file's box and policy (GLM-5.2 on ``apple-m4-max``, one global LRU, its
-    reads not through the page cache: the plan's default), the skew prior's routing with one
-    stream's locality at the locality prior's centre (a zero-fit plan's). Per size (GB): the
-    measured and predicted hit rate with its band over the two priors' ends (one at a time), and
-    tok/s at the engine priors (:func:`moeroof.models.engine_prior.prior_band`) with the band of
-    the engine priors' ends at the centre routing and at each routing prior's ends."""
+def zero_fit_one_stream(model: MoEModel, hw: Hardware, workload: Workload) -> dict[str, float]:
+    """One stream (B = 1) on ``workload``'s cache predicted from nothing, as a zero-fit ``moeroof
+    plan`` runs it: the skew prior's routing with one stream's locality at the locality prior's
+    centre. ``hit`` with ``hit_low``/``hit_high`` over the two priors' ends (one at a time, the
+    other at its centre); ``tok_s`` at the engine priors
+    (:func:`moeroof.models.engine_prior.prior_band`) with the band of the engine priors' ends at
+    the centre routing and at each routing prior's ends."""
     from moeroof.data.skew_prior import committed_skew_prior
     from moeroof.models.local_routing import with_locality
     from moeroof.models.locality import Locality
     from moeroof.models.plan import dirichlet_routing, prior_routing
 
-    model, hw, prior = load_model("glm-5.2"), load_hardware("apple-m4-max"), Locality.committed()
+    prior = Locality.committed()
     centre = prior_routing(model)
     rho, c_e = prior.paired_for([0.05, 0.95], model.experts, model.top_k)
     skew_ends = [dirichlet_routing(model, a, f"Dirichlet α={a:.2g}") for a in committed_skew_prior().alpha_range]
-    out: dict[str, list] = {k: [] for k in ("gb", "hit", "tok_s", "hit_pred", "hit_low", "hit_high")}
-    out.update(tok_s_pred=[], tok_s_low=[], tok_s_high=[])
+    # the centre, each skew end at the locality's centre, each locality end at the skew's centre
+    routes = [with_locality(model, r, prior, workload=workload) for r in (centre, *skew_ends)]
+    routes += [with_locality(model, centre, (float(r), float(c), prior.label)) for r, c in zip(rho, c_e)]
+    hits = [float(plan(model, hw, workload, r, [1]).cache_hit_rate[0]) for r in routes]
+    bands = [prior_band(model, hw, workload, r, [1]) for r in routes]
+    return {
+        "hit": hits[0],
+        "hit_low": min(hits),
+        "hit_high": max(hits),
+        "tok_s": float(bands[0].net_tok_s[0]),
+        "tok_s_low": min(float(b.low[0]) for b in bands),
+        "tok_s_high": max(float(b.high[0]) for b in bands),
+    }
+
+
+def mlx_zero_fit() -> dict[str, Any]:
+    """mlx-lm#1438's sweep (:data:`MLX_1438_SWEEP`) predicted from nothing
+    (:func:`zero_fit_one_stream`) on the points file's box and policy (GLM-5.2 on
+    ``apple-m4-max``, one global LRU, its reads not through the page cache: the plan's default):
+    per size (GB) the measured hit rate and tok/s, and each prediction (``…_pred``) with its band."""
+    model, hw = load_model("glm-5.2"), load_hardware("apple-m4-max")
+    out: dict[str, list] = {k: [] for k in ("gb", "hit", "tok_s")}
     for gb, tok_s, hit in MLX_1438_SWEEP.points:
-        w = Workload(cache_bytes=gb * GB, cache_policy="lru")
-        # the centre, each skew end at the locality's centre, each locality end at the skew's centre
-        routes = [with_locality(model, r, prior, workload=w) for r in (centre, *skew_ends)]
-        routes += [with_locality(model, centre, (float(r), float(c), prior.label)) for r, c in zip(rho, c_e)]
-        hits = [float(plan(model, hw, w, r, [1]).cache_hit_rate[0]) for r in routes]
-        bands = [prior_band(model, hw, w, r, [1]) for r in routes]
-        for key, value in zip(out, (gb, hit, tok_s, hits[0], min(hits), max(hits))):
+        z = zero_fit_one_stream(model, hw, Workload(cache_bytes=gb * GB, cache_policy="lru"))
+        for key, value in (("gb", gb), ("hit", hit), ("tok_s", tok_s)):
             out[key].append(float(value))
-        out["tok_s_pred"].append(float(bands[0].net_tok_s[0]))
-        out["tok_s_low"].append(min(float(b.low[0]) for b in bands))
-        out["tok_s_high"].append(max(float(b.high[0]) for b in bands))
+        for key in ("hit", "tok_s"):
+            for end, suffix in ((key, "_pred"), (f"{key}_low", ""), (f"{key}_high", "")):
+                out.setdefault(end + suffix, []).append(z[end])
     return out
+
+
+def _colibri_i5_zero_fit_rows() -> list[Comparison]:
+    """colibri's i5 box (GLM-5.2, one stream, the cache what its RAM leaves, one LRU per layer, as
+    :func:`single_stream_predictions` runs it) predicted from nothing (:func:`zero_fit_one_stream`):
+    the hit rate its ``-hit`` row calibrates the Zipf skew on, and tok/s, against the measured."""
+    model, hw, ref = load_model("glm-5.2"), load_hardware("nvme-gen4"), SINGLE_STREAM["colibri-i5"]
+    cache = hw.ram_bytes - hw.os_reserve_bytes - model.non_routed_bytes - 512 * model.kv_bytes_per_token
+    w = Workload(context_tokens=512, cache_bytes=cache, cache_policy="lru", cache_scope="layer")
+    z = zero_fit_one_stream(model, hw, w)
+    what = "nothing: plan at B = 1 with the skew prior's routing, the locality prior's centre and the engine priors"
+    source = ref.source + (" (hobby project)" if ref.hobby else "")
+    return [
+        Comparison(
+            f"colibri-i5-{kind}-zero-fit",
+            source,
+            f"{ref.what}: {quantity}",
+            "prediction",
+            what,
+            "lru, one cache per layer (colibri's), steady state",
+            (1,),
+            (float(ref.value[key]),),
+            (z[pred],),
+            error_unit=unit,
+            low=(z[f"{pred}_low"],),
+            high=(z[f"{pred}_high"],),
+        )
+        for kind, key, pred, quantity, unit in (
+            ("hit", "hit", "hit", "cache hit rate at B=1", "points"),
+            ("tok-s", "tok_s", "tok_s", "tok/s at B=1, engine at the box's priors", "relative"),
+        )
+    ]
 
 
 def _zero_fit_sweep_rows() -> list[Comparison]:

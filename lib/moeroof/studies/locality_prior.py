@@ -48,9 +48,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -75,6 +75,7 @@ __all__ = [
     "PriorRow",
     "source_rows",
     "language_counts",
+    "Sim",
     "fit_source",
     "pool",
     "predict_rows",
@@ -141,12 +142,14 @@ class SourceRows:
     counts: np.ndarray | None = field(default=None, repr=False)
 
 
-class _Sim(TypedDict):
-    """The simulation settings :func:`study` passes to every fit and prediction."""
+@dataclass(frozen=True)
+class Sim:
+    """The simulation settings :func:`study` passes to every fit and prediction (keywords of
+    :func:`moeroof.fit.routing.fit_routing` and :func:`~moeroof.fit.routing.simulate_points`)."""
 
-    seeds: Sequence[int]
-    timed_steps: int
-    max_sim_layers: int
+    seeds: Sequence[int] = (0, 1)
+    timed_steps: int = 16
+    max_sim_layers: int = 8
 
 
 def _measured(p: Point) -> float:
@@ -230,10 +233,8 @@ class SourceFit(Result):
 def fit_source(
     rows: SourceRows,
     *,
-    seeds: Sequence[int] = (0, 1),
+    sim: Sim = Sim(),
     bootstrap: int = 8,
-    timed_steps: int = 16,
-    max_sim_layers: int = 8,
     progress: Callable[[int, int, str], None] | None = None,
     popularity: RoutingKnobs | None = None,
 ) -> SourceFit:
@@ -246,12 +247,10 @@ def fit_source(
         rows.experts,
         rows.top_k,
         rows.layers,
-        seeds=seeds,
         bootstrap=bootstrap,
-        timed_steps=timed_steps,
-        max_sim_layers=max_sim_layers,
         progress=progress,
         popularity=popularity if popularity is not None else popularity_knobs(rows),
+        **asdict(sim),
     )
     chosen = next(f for f in fit.family_fits if f.family == fit.family)
     draws = chosen.draws or (chosen.knobs,)
@@ -387,9 +386,7 @@ def predict_rows(
     rows: SourceRows,
     base: RoutingKnobs,
     *,
-    seeds: Sequence[int] = (0, 1),
-    timed_steps: int = 16,
-    max_sim_layers: int = 8,
+    sim: Sim = Sim(),
 ) -> list[PriorRow]:
     """Every row of ``rows`` simulated at ``base`` with each of the prior's draws (module
     docstring): the median over draws (each the mean over ``seeds``), the 5–95 % band of a new
@@ -400,7 +397,7 @@ def predict_rows(
     cannot move (a first layer alone) leaves no spread of draws, the band is still where a
     measurement would fall."""
     pts = [Point(**{**p.__dict__, "value": None}) for p in rows.points]
-    kw: _Sim = {"seeds": seeds, "timed_steps": timed_steps, "max_sim_layers": max_sim_layers}
+    kw = asdict(sim)
     per_seed = np.stack(
         [
             fit_routing.simulate_points(k, pts, rows.experts, rows.top_k, rows.layers, **kw)
@@ -493,7 +490,7 @@ def study(
     into the prior, and predict each source from the prior of the *other* pooled sources (a
     source left out of the prior is predicted from all of it; a source with no other pooled
     source is not predicted, and ``skipped`` says so)."""
-    kw: _Sim = {"seeds": seeds, "timed_steps": timed_steps, "max_sim_layers": max_sim_layers}
+    sim = Sim(seeds, timed_steps, max_sim_layers)
     available: list[SourceRows] = []
     skipped: dict[str, str] = {}
     for name in sources:
@@ -514,7 +511,7 @@ def study(
             progress(i, len(available) + 1, f"fit {rows.name}")
         ok, why = stream_check(rows, bases[rows.name], seeds=seeds)
         (in_prior if ok else left_out)[rows.name] = why
-        fits.append(fit_source(rows, bootstrap=bootstrap, popularity=bases[rows.name], **kw))
+        fits.append(fit_source(rows, sim=sim, bootstrap=bootstrap, popularity=bases[rows.name]))
     pooled = [f for f in fits if f.name in in_prior]
     if not pooled:
         raise ValueError("no source's rows are one stream's tokens: " + "; ".join(left_out.values()))
@@ -526,8 +523,9 @@ def study(
         if not others:  # predicted from itself would be no prediction
             skipped[f"{rows.name} (held out)"] = "no other source in the prior to predict it from"
             continue
-        rows_out += predict_rows(pool(others), rows, bases[rows.name], **kw)
-    settings = {"seeds": list(seeds), "bootstrap": int(bootstrap), **{k: v for k, v in kw.items() if k != "seeds"}}
+        rows_out += predict_rows(pool(others), rows, bases[rows.name], sim=sim)
+    kw = {k: v for k, v in asdict(sim).items() if k != "seeds"}
+    settings = {"seeds": list(seeds), "bootstrap": int(bootstrap), **kw}
     return LocalityStudy(pool(pooled), tuple(fits), in_prior, left_out, tuple(rows_out), skipped, settings)
 
 

@@ -60,6 +60,7 @@ from moeroof.data.points import Point, noise
 from moeroof.fit import routing as fit_routing
 from moeroof.fit.routing import RoutingKnobs
 from moeroof.models.locality import Locality, c_per_expert_from_hot_set, hot_set_from_c, to_scale
+from moeroof.studies.knob_transfer import CAPTURES, measured_points
 from moeroof.studies.measured import Measured
 
 __all__ = [
@@ -91,21 +92,17 @@ LEVEL = (0.05, 0.95)
 BAND_NOISE_DRAWS = 32
 
 #: the real decode sources (module docstring): a capture (``trace``: a path under the external
-#: folder, and its replay's batches and per-layer capacities) or a published table (``rows``)
+#: folder, and its replay's batches and per-layer capacities, as
+#: :data:`moeroof.studies.knob_transfer.CAPTURES` replays it) or a published table (``rows``)
 SOURCES: dict[str, dict[str, Any]] = {
     "mixtral": {
+        **CAPTURES["mixtral"],
         "title": "Mixtral 8x7B decode (4 sequences, 32 layers, top-2 of 8)",
         "provenance": "mixtral8x7b-instruct-fp8-vllm-traces (../shared/data/external), replayed",
-        "trace": "mixtral8x7b-instruct-fp8-vllm-traces/trace_decode.npz",
-        "batches": (1, 2, 4),
-        "capacities": (3, 4, 5, 6),
     },
     "qwen15": {
-        "title": "Qwen1.5-MoE-A2.7B layer 0 (a real vLLM batch of 25, top-4 of 60)",
+        **CAPTURES["qwen15"],
         "provenance": "qwen15moe-a27b-gptq-vllm-layer0 (../shared/data/external), replayed",
-        "trace": "qwen15moe-a27b-gptq-vllm-layer0/trace_decode_layer0.npz",
-        "batches": (1, 5, 25),
-        "capacities": (8, 16, 24, 32),
     },
     "qwen3-moe-trace": {
         "title": "Qwen3-30B-A3B decode, one stream (MLX 4-bit, 25 prompts)",
@@ -172,7 +169,6 @@ def source_rows(name: str, external_dir: str | Path | None = None) -> SourceRows
     from moeroof.core.paths import EXTERNAL_DIR
     from moeroof.data.io import read_trace
     from moeroof.models.routing import histogram_from_trace
-    from moeroof.studies.knob_transfer import measured_points
 
     if name not in SOURCES:
         raise ValueError(f"source must be one of {', '.join(SOURCES)}, got {name!r}")

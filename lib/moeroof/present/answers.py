@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "pct",
     "union_curve",
     "skew_fit",
+    "NetToks",
     "net_toks",
     "levers",
     "regime_map",
@@ -239,38 +241,43 @@ def _tagged_sentence(inputs: Mapping[str, str]) -> str:
     return provenance_sentence(inputs, synthetic=[n for n, t in inputs.items() if is_synthetic(t)])
 
 
-def net_toks(
-    *,
-    model: str,
-    hardware: str,
-    routing: str,
-    cache_gib: float,
-    context_tokens: int,
-    batch: Sequence[int],
-    bound: Sequence[str],
-    fits: Sequence[bool],
-    best_net_tok_s: float,
-    best_batch: int,
-    per_agent_first: float,
-    per_agent_last: float,
-    last_feasible_batch: int,
-    max_multiple: float,
-    max_multiple_batch: int | None,
-    claim_b_max: int,
-    batch_at_4x: int | None,
-    per_agent_at_4x: float | None,
-    batch_at_10x: int | None,
-    seed_per_agent_last: float,
-    inputs: Mapping[str, str],
-    synthetic: Iterable[str] = (),
-    link: str = "ssd",
-    defaults: Iterable[str] = (),
-    at_priors: tuple[float, float, float] | None = None,
-    held_priors: Sequence[str] = (),
-    routing_range: tuple[float, float] | None = None,
-    routing_priors: Sequence[str] = (),
-) -> str:
-    """net_toks: net and per-agent tok/s over B, what binds, and where the seed's 4–10× holds.
+@dataclass(frozen=True, kw_only=True)
+class NetToks:
+    """:func:`net_toks`' inputs, each named as there."""
+
+    model: str
+    hardware: str
+    routing: str
+    cache_gib: float
+    context_tokens: int
+    batch: Sequence[int]
+    bound: Sequence[str]
+    fits: Sequence[bool]
+    best_net_tok_s: float
+    best_batch: int
+    per_agent_first: float
+    per_agent_last: float
+    last_feasible_batch: int
+    max_multiple: float
+    max_multiple_batch: int | None
+    claim_b_max: int
+    batch_at_4x: int | None
+    per_agent_at_4x: float | None
+    batch_at_10x: int | None
+    seed_per_agent_last: float
+    inputs: Mapping[str, str]
+    synthetic: Iterable[str] = ()
+    link: str = "ssd"
+    defaults: Iterable[str] = ()
+    at_priors: tuple[float, float, float] | None = None
+    held_priors: Sequence[str] = ()
+    routing_range: tuple[float, float] | None = None
+    routing_priors: Sequence[str] = ()
+
+
+def net_toks(**inputs: Any) -> str:
+    """net_toks: net and per-agent tok/s over B, what binds, and where the seed's 4–10× holds
+    (``inputs``: the fields of :class:`NetToks`).
 
     ``routing_range``: net tok/s at ``best_batch`` over the ends of the ``routing_priors``, one at
     a time, with the centre (:func:`moeroof.models.local_routing.skew_band`, ``locality_band``).
@@ -285,22 +292,18 @@ def net_toks(
     the box streams experts over (the plan's ``link_name``): the ``ssd`` term is named for it.
     ``defaults``: the defaults that followed the model (:func:`defaults_sentence`).
     """
-    binds, ram = _binds_clauses(batch, bound, fits, link)
+    a = NetToks(**inputs)
+    binds, ram = _binds_clauses(a.batch, a.bound, a.fits, a.link)
     text = (
-        f"**Answer.** For **{model}** on **{hardware}** (experts streamed {stream_source(link)}) with "
-        f"**{fmt(cache_gib)} GiB** of expert cache, "
-        f"{context_tokens}-token contexts and routing from `{routing}`, over {_batch_range(batch)} {binds}{ram}. "
-        f"Net tok/s peaks at {fmt(best_net_tok_s)} at B = {best_batch}; per-agent tok/s falls from "
-        f"{fmt(per_agent_first)} at B = {min(int(b) for b in batch)} to {fmt(per_agent_last)} at B = "
-        f"{last_feasible_batch}. "
+        f"**Answer.** For **{a.model}** on **{a.hardware}** (experts streamed {stream_source(a.link)}) with "
+        f"**{fmt(a.cache_gib)} GiB** of expert cache, {a.context_tokens}-token contexts and routing from "
+        f"`{a.routing}`, over {_batch_range(a.batch)} {binds}{ram}. "
+        f"Net tok/s peaks at {fmt(a.best_net_tok_s)} at B = {a.best_batch}; per-agent tok/s falls from "
+        f"{fmt(a.per_agent_first)} at B = {min(int(b) for b in a.batch)} to {fmt(a.per_agent_last)} at B = "
+        f"{a.last_feasible_batch}. "
     )
-    text += _routing_range_sentence(routing_range, routing_priors, best_batch)
-    text += _at_priors_sentence(at_priors, held_priors, best_batch)
-    claim = _claim_sentence(batch_at_4x, per_agent_at_4x, batch_at_10x, claim_b_max, max_multiple, max_multiple_batch)
-    seed = _seed_sentence(
-        link, seed_per_agent_last, last_feasible_batch, per_agent_first, per_agent_last, per_agent_at_4x
-    )
-    return text + claim + seed + defaults_sentence(defaults) + provenance_sentence(inputs, synthetic=synthetic)
+    text += _routing_range_sentence(a) + _at_priors_sentence(a) + _claim_sentence(a) + _seed_sentence(a)
+    return text + defaults_sentence(a.defaults) + provenance_sentence(a.inputs, synthetic=a.synthetic)
 
 
 def _binds_clauses(batch: Sequence[int], bound: Sequence[str], fits: Sequence[bool], link: str) -> tuple[str, str]:
@@ -318,66 +321,54 @@ def _binds_clauses(batch: Sequence[int], bound: Sequence[str], fits: Sequence[bo
     return binds, ram
 
 
-def _claim_sentence(
-    batch_at_4x: int | None,
-    per_agent_at_4x: float | None,
-    batch_at_10x: int | None,
-    claim_b_max: int,
-    max_multiple: float,
-    max_multiple_batch: int | None,
-) -> str:
+def _claim_sentence(a: NetToks) -> str:
     """:func:`net_toks`' sentence on the multiple against the ``uncoalesced`` baseline."""
     head = "Against the `uncoalesced` baseline (same box, every token fetching its own experts) the multiple "
-    if batch_at_4x is not None and per_agent_at_4x is not None:
+    if a.batch_at_4x is not None and a.per_agent_at_4x is not None:
         return (
-            f"{head}first reaches 4× at B = {batch_at_4x}, where each agent gets {fmt(per_agent_at_4x)} tok/s "
-            f"(about {fmt(60 * per_agent_at_4x, 2)} tokens a minute)"
-            + (f"; 10× at B = {batch_at_10x}" if batch_at_10x is not None else "; 10× is not reached")
-            + f" within B ≤ {claim_b_max} (largest {fmt(max_multiple)}×). "
+            f"{head}first reaches 4× at B = {a.batch_at_4x}, where each agent gets {fmt(a.per_agent_at_4x)} tok/s "
+            f"(about {fmt(60 * a.per_agent_at_4x, 2)} tokens a minute)"
+            + (f"; 10× at B = {a.batch_at_10x}" if a.batch_at_10x is not None else "; 10× is not reached")
+            + f" within B ≤ {a.claim_b_max} (largest {fmt(a.max_multiple)}×). "
         )
-    at = f" at B = {max_multiple_batch}" if max_multiple_batch is not None else ""
-    return f"{head}never reaches 4× among feasible steps within B ≤ {claim_b_max} (largest {fmt(max_multiple)}×{at}). "
+    at = f" at B = {a.max_multiple_batch}" if a.max_multiple_batch is not None else ""
+    return (
+        f"{head}never reaches 4× among feasible steps within B ≤ {a.claim_b_max} (largest {fmt(a.max_multiple)}×{at}). "
+    )
 
 
-def _seed_sentence(
-    link: str,
-    seed_per_agent_last: float,
-    last_feasible_batch: int,
-    per_agent_first: float,
-    per_agent_last: float,
-    per_agent_at_4x: float | None,
-) -> str:
+def _seed_sentence(a: NetToks) -> str:
     """:func:`net_toks`' sentence on where this corrects seed 000's formula."""
     stream_term = (
-        "SSD term" if link == "ssd" else f"streaming term (here the {LINK_WORDS.get(link, link)}; seed 000's SSD term)"
+        "SSD term"
+        if a.link == "ssd"
+        else f"streaming term (here the {LINK_WORDS.get(a.link, a.link)}; seed 000's SSD term)"
     )
     return (
         "Where this corrects seed 000 (the design note this suite exists for): its formula divides only the "
         f"{stream_term} by B, so the batch's other costs are charged as if a step served one token, and "
         "per-agent tok/s holds up as B grows — by that formula "
-        f"{fmt(seed_per_agent_last)} tok/s per agent at B = {last_feasible_batch}. Here one step serves all B "
-        f"agents and every term is paid once per step, so per-agent tok/s falls ({fmt(per_agent_first)} → "
-        f"{fmt(per_agent_last)}), and the seed's "
+        f"{fmt(a.seed_per_agent_last)} tok/s per agent at B = {a.last_feasible_batch}. Here one step serves all B "
+        f"agents and every term is paid once per step, so per-agent tok/s falls ({fmt(a.per_agent_first)} → "
+        f"{fmt(a.per_agent_last)}), and the seed's "
         '"4–10×+" appears'
         + (
-            f" only at about {fmt(60 * per_agent_at_4x, 2)} tokens a minute per agent."
-            if per_agent_at_4x is not None
+            f" only at about {fmt(60 * a.per_agent_at_4x, 2)} tokens a minute per agent."
+            if a.per_agent_at_4x is not None
             else " nowhere in this range."
         )
         + " "
     )
 
 
-def _routing_range_sentence(
-    routing_range: tuple[float, float] | None, routing_priors: Sequence[str], best_batch: int
-) -> str:
+def _routing_range_sentence(a: NetToks) -> str:
     """:func:`net_toks`' sentence on the routing priors' range at ``best_batch``; empty without one."""
-    if routing_range is None or not routing_priors or not all(math.isfinite(x) for x in routing_range):
+    if a.routing_range is None or not a.routing_priors or not all(math.isfinite(x) for x in a.routing_range):
         return ""
-    lo, hi = routing_range
+    lo, hi = a.routing_range
     ends = (
         "its 5 % and 95 % ends"
-        if len(routing_priors) == 1
+        if len(a.routing_priors) == 1
         else "each at its 5 % and 95 % ends, the other at its centre"
     )
     spread = (
@@ -386,20 +377,20 @@ def _routing_range_sentence(
         else f"{fmt(lo)}–{fmt(hi)} net tok/s"
     )
     return (
-        f"No measurement here narrows the routing: over the {_join(list(routing_priors))} ({ends}) "
-        f"B = {best_batch} gets {spread}. "
+        f"No measurement here narrows the routing: over the {_join(list(a.routing_priors))} ({ends}) "
+        f"B = {a.best_batch} gets {spread}. "
     )
 
 
-def _at_priors_sentence(at_priors: tuple[float, float, float] | None, held: Sequence[str], best_batch: int) -> str:
+def _at_priors_sentence(a: NetToks) -> str:
     """:func:`net_toks`' sentence on the engine at the box's priors; empty where nothing is held."""
-    if at_priors is None or not held or not all(math.isfinite(x) for x in at_priors):
+    if a.at_priors is None or not a.held_priors or not all(math.isfinite(x) for x in a.at_priors):
         return ""
-    mid, lo, hi = at_priors
+    mid, lo, hi = a.at_priors
     return (
         f"These rates run the engine as the preset states it; with what it leaves unstated "
-        f"({', '.join(f'`{k}`' for k in held)}) at the box's priors (what `fit-plan` holds where no row "
-        f"identifies them), B = {best_batch} gets {fmt(mid)} net tok/s ({fmt(lo)}–{fmt(hi)} over the priors' "
+        f"({', '.join(f'`{k}`' for k in a.held_priors)}) at the box's priors (what `fit-plan` holds where no row "
+        f"identifies them), B = {a.best_batch} gets {fmt(mid)} net tok/s ({fmt(lo)}–{fmt(hi)} over the priors' "
         "ends). "
     )
 

@@ -29,6 +29,7 @@ import os
 import signal
 import threading
 import time
+from contextlib import suppress
 from pathlib import Path
 
 __all__ = [
@@ -194,10 +195,8 @@ class IdleKernelWatch:
         end = time.monotonic() + ABORT_GRACE_S
         while time.monotonic() < end and not _gone(pid):
             time.sleep(0.05)
-        try:
+        with suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
         self.killed.append(pid)
 
     def summary(self, pid: int, most: int = 12) -> str:

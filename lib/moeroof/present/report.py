@@ -47,7 +47,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -639,10 +639,8 @@ def _coerce(value: str):
     """papermill's -p convention: numbers become numbers, everything else stays a string (for a
     parameter no notebook declares a type for; :func:`typed_parameters` does the rest)."""
     for cast in (int, float):
-        try:
+        with suppress(ValueError):
             return cast(value)
-        except ValueError:
-            pass
     if value in ("True", "False"):
         return value == "True"
     return value
@@ -868,10 +866,8 @@ def record_timings(root: Path, runs: list[dict]) -> None:
     if not done:
         return
     timings = {**read_timings(root), **done}
-    try:
+    with suppress(OSError):
         atomic.write_text(Path(root) / TIMINGS_NAME, json.dumps(timings, indent=1, sort_keys=True) + "\n")
-    except OSError:
-        pass
 
 
 def run(args: argparse.Namespace, *, prog: str = "moeroof.present.report") -> int:

@@ -47,20 +47,21 @@ from moeroof.studies.measured import Measured
 __all__ = ["CAPTURES", "TransferRow", "TransferCheck", "live_batches", "measured_points", "knob_transfer"]
 
 #: the real captures this check runs on by default (``../shared/data/external``; not
-#: redistributable, read from there): trace path relative to that folder, and the
+#: redistributable, read from there; :data:`moeroof.studies.locality_prior.SOURCES` replays them
+#: too): trace path relative to that folder, and the
 #: :func:`knob_transfer` settings — batch sizes and per-layer caches sized to each model's E
 #: and K, calibrated on the single stream at two sizes, its overlap and the largest batch's union
 CAPTURES: dict[str, dict[str, Any]] = {
     "mixtral": {
         "title": "Mixtral 8x7B (4 sequences, 32 layers, top-2 of 8)",
-        "path": "mixtral8x7b-instruct-fp8-vllm-traces/trace_decode.npz",
+        "trace": "mixtral8x7b-instruct-fp8-vllm-traces/trace_decode.npz",
         "batches": (1, 2, 4),
         "capacities": (3, 4, 5, 6),
         "calibrate": (("hit_rate", 1, 3), ("hit_rate", 1, 5), ("overlap", 1, None), ("union", 4, None)),
     },
     "qwen15": {
         "title": "Qwen1.5-MoE-A2.7B layer 0 (a real vLLM batch of 25, top-4 of 60)",
-        "path": "qwen15moe-a27b-gptq-vllm-layer0/trace_decode_layer0.npz",
+        "trace": "qwen15moe-a27b-gptq-vllm-layer0/trace_decode_layer0.npz",
         "batches": (1, 5, 25),
         "capacities": (8, 16, 24, 32),
         "calibrate": (("hit_rate", 1, 8), ("hit_rate", 1, 24), ("overlap", 1, None), ("union", 25, None)),
@@ -217,7 +218,7 @@ def run_capture(name: str, external_dir=None, **kw) -> TransferCheck:
     if name not in CAPTURES:
         raise ValueError(f"capture must be one of {', '.join(CAPTURES)}, got {name!r}")
     spec = CAPTURES[name]
-    path = Path(external_dir or EXTERNAL_DIR) / spec["path"]
+    path = Path(external_dir or EXTERNAL_DIR) / spec["trace"]
     if not path.is_file():
         raise FileNotFoundError(f"{path}: capture {name!r} not present (the external data folder is not in this clone)")
     settings = {key: spec[key] for key in ("batches", "capacities", "calibrate")}

@@ -48,9 +48,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -60,6 +60,7 @@ from moeroof.data.points import Point, noise
 from moeroof.fit import routing as fit_routing
 from moeroof.fit.routing import RoutingKnobs
 from moeroof.models.locality import Locality, c_per_expert_from_hot_set, hot_set_from_c, to_scale
+from moeroof.studies.knob_transfer import CAPTURES, measured_points
 from moeroof.studies.measured import Measured
 
 __all__ = [
@@ -75,6 +76,7 @@ __all__ = [
     "PriorRow",
     "source_rows",
     "language_counts",
+    "Sim",
     "fit_source",
     "pool",
     "predict_rows",
@@ -90,21 +92,17 @@ LEVEL = (0.05, 0.95)
 BAND_NOISE_DRAWS = 32
 
 #: the real decode sources (module docstring): a capture (``trace``: a path under the external
-#: folder, and its replay's batches and per-layer capacities) or a published table (``rows``)
+#: folder, and its replay's batches and per-layer capacities, as
+#: :data:`moeroof.studies.knob_transfer.CAPTURES` replays it) or a published table (``rows``)
 SOURCES: dict[str, dict[str, Any]] = {
     "mixtral": {
+        **CAPTURES["mixtral"],
         "title": "Mixtral 8x7B decode (4 sequences, 32 layers, top-2 of 8)",
         "provenance": "mixtral8x7b-instruct-fp8-vllm-traces (../shared/data/external), replayed",
-        "trace": "mixtral8x7b-instruct-fp8-vllm-traces/trace_decode.npz",
-        "batches": (1, 2, 4),
-        "capacities": (3, 4, 5, 6),
     },
     "qwen15": {
-        "title": "Qwen1.5-MoE-A2.7B layer 0 (a real vLLM batch of 25, top-4 of 60)",
+        **CAPTURES["qwen15"],
         "provenance": "qwen15moe-a27b-gptq-vllm-layer0 (../shared/data/external), replayed",
-        "trace": "qwen15moe-a27b-gptq-vllm-layer0/trace_decode_layer0.npz",
-        "batches": (1, 5, 25),
-        "capacities": (8, 16, 24, 32),
     },
     "qwen3-moe-trace": {
         "title": "Qwen3-30B-A3B decode, one stream (MLX 4-bit, 25 prompts)",
@@ -141,12 +139,14 @@ class SourceRows:
     counts: np.ndarray | None = field(default=None, repr=False)
 
 
-class _Sim(TypedDict):
-    """The simulation settings :func:`study` passes to every fit and prediction."""
+@dataclass(frozen=True)
+class Sim:
+    """The simulation settings :func:`study` passes to every fit and prediction (keywords of
+    :func:`moeroof.fit.routing.fit_routing` and :func:`~moeroof.fit.routing.simulate_points`)."""
 
-    seeds: Sequence[int]
-    timed_steps: int
-    max_sim_layers: int
+    seeds: Sequence[int] = (0, 1)
+    timed_steps: int = 16
+    max_sim_layers: int = 8
 
 
 def _measured(p: Point) -> float:
@@ -169,7 +169,6 @@ def source_rows(name: str, external_dir: str | Path | None = None) -> SourceRows
     from moeroof.core.paths import EXTERNAL_DIR
     from moeroof.data.io import read_trace
     from moeroof.models.routing import histogram_from_trace
-    from moeroof.studies.knob_transfer import measured_points
 
     if name not in SOURCES:
         raise ValueError(f"source must be one of {', '.join(SOURCES)}, got {name!r}")
@@ -230,10 +229,8 @@ class SourceFit(Result):
 def fit_source(
     rows: SourceRows,
     *,
-    seeds: Sequence[int] = (0, 1),
+    sim: Sim = Sim(),
     bootstrap: int = 8,
-    timed_steps: int = 16,
-    max_sim_layers: int = 8,
     progress: Callable[[int, int, str], None] | None = None,
     popularity: RoutingKnobs | None = None,
 ) -> SourceFit:
@@ -246,12 +243,10 @@ def fit_source(
         rows.experts,
         rows.top_k,
         rows.layers,
-        seeds=seeds,
         bootstrap=bootstrap,
-        timed_steps=timed_steps,
-        max_sim_layers=max_sim_layers,
         progress=progress,
         popularity=popularity if popularity is not None else popularity_knobs(rows),
+        **asdict(sim),
     )
     chosen = next(f for f in fit.family_fits if f.family == fit.family)
     draws = chosen.draws or (chosen.knobs,)
@@ -387,9 +382,7 @@ def predict_rows(
     rows: SourceRows,
     base: RoutingKnobs,
     *,
-    seeds: Sequence[int] = (0, 1),
-    timed_steps: int = 16,
-    max_sim_layers: int = 8,
+    sim: Sim = Sim(),
 ) -> list[PriorRow]:
     """Every row of ``rows`` simulated at ``base`` with each of the prior's draws (module
     docstring): the median over draws (each the mean over ``seeds``), the 5–95 % band of a new
@@ -400,7 +393,7 @@ def predict_rows(
     cannot move (a first layer alone) leaves no spread of draws, the band is still where a
     measurement would fall."""
     pts = [Point(**{**p.__dict__, "value": None}) for p in rows.points]
-    kw: _Sim = {"seeds": seeds, "timed_steps": timed_steps, "max_sim_layers": max_sim_layers}
+    kw = asdict(sim)
     per_seed = np.stack(
         [
             fit_routing.simulate_points(k, pts, rows.experts, rows.top_k, rows.layers, **kw)
@@ -493,7 +486,7 @@ def study(
     into the prior, and predict each source from the prior of the *other* pooled sources (a
     source left out of the prior is predicted from all of it; a source with no other pooled
     source is not predicted, and ``skipped`` says so)."""
-    kw: _Sim = {"seeds": seeds, "timed_steps": timed_steps, "max_sim_layers": max_sim_layers}
+    sim = Sim(seeds, timed_steps, max_sim_layers)
     available: list[SourceRows] = []
     skipped: dict[str, str] = {}
     for name in sources:
@@ -514,7 +507,7 @@ def study(
             progress(i, len(available) + 1, f"fit {rows.name}")
         ok, why = stream_check(rows, bases[rows.name], seeds=seeds)
         (in_prior if ok else left_out)[rows.name] = why
-        fits.append(fit_source(rows, bootstrap=bootstrap, popularity=bases[rows.name], **kw))
+        fits.append(fit_source(rows, sim=sim, bootstrap=bootstrap, popularity=bases[rows.name]))
     pooled = [f for f in fits if f.name in in_prior]
     if not pooled:
         raise ValueError("no source's rows are one stream's tokens: " + "; ".join(left_out.values()))
@@ -526,8 +519,9 @@ def study(
         if not others:  # predicted from itself would be no prediction
             skipped[f"{rows.name} (held out)"] = "no other source in the prior to predict it from"
             continue
-        rows_out += predict_rows(pool(others), rows, bases[rows.name], **kw)
-    settings = {"seeds": list(seeds), "bootstrap": int(bootstrap), **{k: v for k, v in kw.items() if k != "seeds"}}
+        rows_out += predict_rows(pool(others), rows, bases[rows.name], sim=sim)
+    kw = {k: v for k, v in asdict(sim).items() if k != "seeds"}
+    settings = {"seeds": list(seeds), "bootstrap": int(bootstrap), **kw}
     return LocalityStudy(pool(pooled), tuple(fits), in_prior, left_out, tuple(rows_out), skipped, settings)
 
 

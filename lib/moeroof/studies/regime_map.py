@@ -74,9 +74,8 @@ def regime_map(
     if c.ndim != 1 or c.size == 0 or not np.all(np.isfinite(c)) or np.any(c < 0):
         raise ValueError(f"cache_bytes must be a non-empty 1-D sequence of finite sizes >= 0, got {cache_bytes!r}")
     shape = (c.size, b.size)
-    net, step = np.empty(shape), np.empty(shape)
+    net, step, eff = np.empty(shape), np.empty(shape), np.empty(shape)
     fits = np.empty(shape, dtype=bool)
-    eff = np.empty(shape)
     bound = np.empty(shape, dtype="<U7")
     trans: list[tuple[dict, ...]] = []
     prov: Any = None

@@ -383,7 +383,7 @@ def zero_fit_rows(st, external_dir: str | Path | None = None) -> list[tuple[Any,
     source's own histogram — what a zero-fit ``plan`` starts from. Returns (row, what it was
     predicted from) pairs; a source with no other unit of either prior is left out."""
 
-    kw = {k: v for k, v in st.settings.items() if k in ("seeds", "timed_steps", "max_sim_layers")}
+    sim = lp.Sim(**{k: v for k, v in st.settings.items() if k in ("seeds", "timed_steps", "max_sim_layers")})
     out = []
     for fit in st.fits:
         others = [f for f in st.fits if f.name in st.in_prior and f.name != fit.name]
@@ -396,5 +396,5 @@ def zero_fit_rows(st, external_dir: str | Path | None = None) -> list[tuple[Any,
             f"nothing of the model: the locality prior of {', '.join(f.name for f in others)}; popularity from the "
             f"skew prior of {alpha[1]} (Dirichlet α = {alpha[0]:.2g})"
         )
-        out += [(r, what) for r in lp.predict_rows(lp.pool(others), rows, base, **kw)]
+        out += [(r, what) for r in lp.predict_rows(lp.pool(others), rows, base, sim=sim)]
     return out

@@ -29,6 +29,7 @@ tok_s_target: float = 0.20  # the relative error a throughput or bytes predictio
 hit_target: float = 0.05  # the error a hit-rate or overlap prediction should stay within (0.05: 5 points)
 coverage_truths: int = 8  # simulated truths drawn from the locality prior for the band coverage check, 0 to skip
 plan_coverage_truths: int = 8  # simulated boxes drawn from fit-plan's priors (engine, SSD, locality, reclaim work, page cache, max or sum) for its band coverage check, 0 to skip
+curve_coverage_truths: int = 8  # simulated one-stream cache curves (fit-plan's priors, Zipf or Dirichlet, max or sum) at mlx-lm#1438's sizes for its band coverage check, 0 to skip
 # fmt: on
 
 # %%
@@ -41,6 +42,7 @@ import moeroof
 from moeroof.models.locality import Locality
 from moeroof.present import answers
 from moeroof.present.plots import provenance_label, save_figure, show_table, style
+from moeroof.studies.curve_coverage import curve_coverage
 from moeroof.studies.held_out import held_out_rows, summarise
 from moeroof.studies.locality_prior import coverage_check
 from moeroof.studies.plan_coverage import plan_coverage
@@ -159,6 +161,38 @@ if plan_coverage_truths > 0:
     )
     print(f"predicted rows inside their 5-95 % band: {plan_cov.inside:.0%} ({plan_cov.rows} rows)")
 
+# %% [markdown]
+# ## Do fit-plan's bands cover a cache curve? One stream, the popularity unknown
+# Each truth is a box drawn from fit-plan's priors (engine, SSD, locality, the reclaim work and its
+# shape) with a popularity of either family, Zipf or Dirichlet, and its terms combined by `max` or
+# `sum` (fit-plan is told neither); its rows are mlx-lm#1438's settings (GLM-5.2 on `apple-m4-max`,
+# one stream), simulated at a seed no fit uses with noise. fit-plan, every flag at its default, sees
+# the three cache sizes that points file measures and predicts the rest of the curve.
+
+# %%
+curve_cov = None
+if curve_coverage_truths > 0:
+    curve_cov = curve_coverage(curve_coverage_truths)
+    show_table(
+        pd.DataFrame(
+            [
+                {
+                    "truth": t["truth"],
+                    "family": t["family"],
+                    "fit kept": t["family_chosen"],
+                    "overlap": t["overlap"],
+                    **r,
+                }
+                for t in curve_cov.truths
+                for r in t["rows"]
+            ]
+        )
+    )
+    print(
+        f"predicted rows inside their 5-95 % band: tok/s {curve_cov.inside_tok_s:.0%}, "
+        f"hit rates {curve_cov.inside_hit_rate:.0%} ({curve_cov.rows} rows)"
+    )
+
 # %% tags=["answer"]
 display(
     Markdown(
@@ -172,6 +206,15 @@ display(
             plan_coverage=None
             if plan_cov is None
             else (plan_cov.inside, plan_cov.rows, len(plan_cov.truths), plan_cov.calibration),
+            curve_coverage=None
+            if curve_cov is None
+            else (
+                curve_cov.inside_tok_s,
+                curve_cov.inside_hit_rate,
+                curve_cov.rows,
+                len(curve_cov.truths),
+                curve_cov.calibration,
+            ),
             coverage=None
             if coverage is None
             else (

@@ -43,6 +43,7 @@ SMALL_PARAMETERS: dict[str, dict] = {
         "hit_target": 0.04,
         "coverage_truths": 1,
         "plan_coverage_truths": 1,
+        "curve_coverage_truths": 1,
     },
     "union_curve": {"b_max": 64, "model_layers": 4, "bootstrap": 10, "experts": 128, "top_k": 4},
     # only the model changed: the routing default follows it (auto → the embedded trace with its
@@ -171,6 +172,8 @@ ANSWER_CHECKS: dict[str, dict] = {
             # one truth: the study's predicted rows, as many as the points file withholds
             f"of {sum(p.net_tok_s is None for p in plan_coverage_rows)} predicted rows lie inside fit-plan's 90 % band",
             "calibrated on 4 of seed 003's rows (M = 8; 20, 40 and 80 GiB)",
+            "On 1 simulated one-stream cache curves",
+            "calibrated at 9.31, 18.6 and 69.8 GiB as mlx-lm#1438's rows are",
         ],
         "absent": ["locality-prior:", "within 20 %"],
         "synthetic": False,

@@ -1029,6 +1029,7 @@ def validation(
     hit_target: float = 0.05,
     coverage: tuple[float, float, int, Sequence[int]] | None = None,
     plan_coverage: tuple[float, int, int, Sequence[tuple[int, float, int]]] | None = None,
+    curve_coverage: tuple[float, float, int, int, Sequence[float]] | None = None,
 ) -> str:
     """validation: how the held-out predictions (``rows`` of :mod:`moeroof.studies.held_out`,
     ``cases`` its summary) meet the targets — relative errors within ``tok_s_target`` and hit-rate
@@ -1036,7 +1037,10 @@ def validation(
     inside their band (a fit's 5–95 %, or a zero-fit row's engine-prior range); the worst case by mean |error|; what was skipped. ``coverage``:
     (share inside with the locality prior, without it, rows, the calibration rows' batch sizes) of
     the simulated-truth check; ``plan_coverage``: (share inside, predicted rows, truths, the calibration rows'
-    (B, cache GiB, ranks)) of fit-plan's (:func:`moeroof.studies.plan_coverage.plan_coverage`)."""
+    (B, cache GiB, ranks)) of fit-plan's (:func:`moeroof.studies.plan_coverage.plan_coverage`);
+    ``curve_coverage``: (tok/s share inside, hit-rate share inside, predicted rows, truths, the
+    calibrated cache sizes in GiB) of fit-plan's on one-stream cache curves
+    (:func:`moeroof.studies.curve_coverage.curve_coverage`)."""
     pred = [r for r in rows if r["role"] == "prediction"]
     banded = [r for r in pred if r["inside"] is not None]
     consistency = sum(r["role"] == "consistency" for r in rows)
@@ -1082,6 +1086,14 @@ def validation(
             f"On {n_truths} simulated boxes drawn from fit-plan's priors (engine, SSD, locality, reclaim work, page cache; terms "
             f"combined by max or sum, not told), calibrated on {len(plan_cal)} of seed 003's rows ({at}; {sizes} GiB), "
             f"{pct(share)} of {n_rows} predicted rows lie inside fit-plan's 90 % band. "
+        )
+    if curve_coverage is not None:
+        on_net, on_hit, n_rows, n_truths, sizes = curve_coverage
+        parts.append(
+            f"On {n_truths} simulated one-stream cache curves (the popularity's family, Zipf or Dirichlet, and max or "
+            f"sum not told), calibrated at {_join([f'{g:.3g}' for g in sizes])} GiB as mlx-lm#1438's rows are, "
+            f"{pct(on_net)} of {n_rows} predicted tok/s and {pct(on_hit)} of their hit rates lie inside fit-plan's "
+            "90 % bands. "
         )
     if skipped:
         parts.append(f"Skipped: {'; '.join(f'{k} ({v})' for k, v in skipped.items())}. ")

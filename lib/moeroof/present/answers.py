@@ -1019,6 +1019,40 @@ def _worst_cases(preds: Sequence[Mapping[str, Any]]) -> str:
     return f"Worst: {_join(named)}. "
 
 
+def _coverage_sentences(
+    coverage: tuple[float, float, int, Sequence[int]] | None,
+    plan_coverage: tuple[float, int, int, Sequence[tuple[int, float, int]]] | None,
+    curve_coverage: tuple[float, float, int, int, Sequence[float]] | None,
+) -> list[str]:
+    """:func:`validation`'s sentences on the simulated-truth coverage checks it was given."""
+    out: list[str] = []
+    if coverage is not None:
+        on, off, n, cal = coverage
+        out.append(
+            f"On {n} one-stream rows of simulated truths drawn from the locality prior (calibrated on rows at "
+            f"M = {', '.join(str(b) for b in sorted(set(cal)))} only), {pct(on)} lie inside their 90 % band with the "
+            f"prior and {pct(off)} with locality off. "
+        )
+    if plan_coverage is not None:
+        share, n_rows, n_truths, plan_cal = plan_coverage
+        at = f"M = {_join([str(b) for b in sorted({c[0] for c in plan_cal})])}"
+        sizes = _join([f"{g:g}" for g in sorted({c[1] for c in plan_cal})])
+        out.append(
+            f"On {n_truths} simulated boxes drawn from fit-plan's priors (engine, SSD, locality, reclaim work, page cache; terms "
+            f"combined by max or sum, not told), calibrated on {len(plan_cal)} of seed 003's rows ({at}; {sizes} GiB), "
+            f"{pct(share)} of {n_rows} predicted rows lie inside fit-plan's 90 % band. "
+        )
+    if curve_coverage is not None:
+        on_net, on_hit, n_rows, n_truths, gib = curve_coverage
+        out.append(
+            f"On {n_truths} simulated one-stream cache curves (the popularity's family, Zipf or Dirichlet, and max or "
+            f"sum not told), calibrated at {_join([f'{g:.3g}' for g in gib])} GiB as mlx-lm#1438's rows are, "
+            f"{pct(on_net)} of {n_rows} predicted tok/s and {pct(on_hit)} of their hit rates lie inside fit-plan's "
+            "90 % bands. "
+        )
+    return out
+
+
 def validation(
     *,
     cases: Sequence[Mapping[str, Any]],
@@ -1071,30 +1105,7 @@ def validation(
             f"{len(withheld)} more rows ({', '.join(f'`{c}`' for c in named)}) predict truths withheld from this "
             "repository: their predictions and bands are in the table, to be held against the measurements. "
         )
-    if coverage is not None:
-        on, off, n, cal = coverage
-        parts.append(
-            f"On {n} one-stream rows of simulated truths drawn from the locality prior (calibrated on rows at "
-            f"M = {', '.join(str(b) for b in sorted(set(cal)))} only), {pct(on)} lie inside their 90 % band with the "
-            f"prior and {pct(off)} with locality off. "
-        )
-    if plan_coverage is not None:
-        share, n_rows, n_truths, plan_cal = plan_coverage
-        at = f"M = {_join([str(b) for b in sorted({c[0] for c in plan_cal})])}"
-        sizes = _join([f"{g:g}" for g in sorted({c[1] for c in plan_cal})])
-        parts.append(
-            f"On {n_truths} simulated boxes drawn from fit-plan's priors (engine, SSD, locality, reclaim work, page cache; terms "
-            f"combined by max or sum, not told), calibrated on {len(plan_cal)} of seed 003's rows ({at}; {sizes} GiB), "
-            f"{pct(share)} of {n_rows} predicted rows lie inside fit-plan's 90 % band. "
-        )
-    if curve_coverage is not None:
-        on_net, on_hit, n_rows, n_truths, sizes = curve_coverage
-        parts.append(
-            f"On {n_truths} simulated one-stream cache curves (the popularity's family, Zipf or Dirichlet, and max or "
-            f"sum not told), calibrated at {_join([f'{g:.3g}' for g in sizes])} GiB as mlx-lm#1438's rows are, "
-            f"{pct(on_net)} of {n_rows} predicted tok/s and {pct(on_hit)} of their hit rates lie inside fit-plan's "
-            "90 % bands. "
-        )
+    parts += _coverage_sentences(coverage, plan_coverage, curve_coverage)
     if skipped:
         parts.append(f"Skipped: {'; '.join(f'{k} ({v})' for k, v in skipped.items())}. ")
     replayed = any(r["group"] == "locality" for r in rows)

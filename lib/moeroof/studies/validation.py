@@ -141,7 +141,8 @@ class Comparison(Result):
 
     @property
     def relative_error(self) -> tuple[float, ...]:
-        return tuple(float(p / m - 1.0) for p, m in zip(self.predicted, self.measured))
+        # NaN where nothing was measured to be relative to (a hit rate of 0: its error is in points)
+        return tuple(float(p / m - 1.0) if m else float("nan") for p, m in zip(self.predicted, self.measured))
 
     @property
     def error(self) -> tuple[float, ...]:

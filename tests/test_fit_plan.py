@@ -985,3 +985,19 @@ def test_the_other_skew_family_is_not_fitted_below_three_hit_rate_sizes():
     fit = fit_plan(measured, m, hw, routing_from_spec("prior", m), fit=("engine", "skew"), overlap="max")
     assert fit.family_routing is None and fit.knobs["skew"]["family"] == "dirichlet"
     assert not any(n.startswith("family:") for n in fit.notes)
+
+
+def test_a_fitted_stickiness_says_the_locality_priors_hot_set_is_off():
+    """Never silent: where ρ is fitted beside the locality prior, a note says its per-stream hot set
+    is not held; where ρ is held (at the prior), the note is the prior's own and this one is absent."""
+    from moeroof.models.locality import Locality
+
+    m, hw, measured, _, _ = _family_truth([2.0, 12.0, 40.0, 6.0], 3)
+    prior = Locality.committed()
+    route = routing_from_spec("zipf:0.8", m)
+    fitted = fit_plan(measured, m, hw, route, fit=("engine", "skew", "rho"), overlap="max", locality=prior)
+    held = fit_plan(measured, m, hw, route, fit=("engine", "skew"), overlap="max", locality=prior)
+    said = "one stream's hot set (the locality prior's per-stream c) is off where ρ is fitted"
+    assert any(n.startswith(said) for n in fitted.notes)
+    assert not any(n.startswith(said) for n in held.notes)
+    assert any("locality prior" in n for n in held.notes)

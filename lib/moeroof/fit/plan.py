@@ -1591,6 +1591,13 @@ class _PriorEnds:
                 "the locality prior is not applied to a trace routing: the cache runs on the trace's own streams, "
                 "their correlations included"
             )
+        elif fit.locality is not None and fit.routing.trace is None:
+            # said, not silent: the prior's hot set is not held beside a fitted ρ
+            self.notes.append(
+                "one stream's hot set (the locality prior's per-stream c) is off where ρ is fitted: the stickiness "
+                "and the skew fitted to the hit rates stand for the stream's locality, and the bands carry the "
+                "prior's hot set only where ρ is held"
+            )
 
     def _engine_ends(self) -> None:
         """The per-token and per-step engine costs, held at one batch size, at their priors' ends."""

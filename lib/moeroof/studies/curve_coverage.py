@@ -50,17 +50,14 @@ from moeroof.fit.plan import (
 from moeroof.models.locality import Locality
 from moeroof.models.plan import routing_from_spec
 
+# the measurement noise and the truths' simulation seed of fit-plan's other coverage study
+from moeroof.studies.plan_coverage import HIT_NOISE, NOISE, TRUTH_SEED
+
 __all__ = ["POINTS", "NOISE", "HIT_NOISE", "TRUTH_SEED", "ZIPF_S", "CurveCoverage", "curve_coverage"]
 
 #: the points file under data/points whose rows the study takes: its measured rows calibrate (a
 #: truth's values in their place), its empty rows are predicted
 POINTS = "mlx-lm-1438.plan-points"
-#: lognormal measurement noise (σ of log tok/s) on the calibration rows
-NOISE = 0.05
-#: measurement noise (σ, as a share) on the calibration rows' hit rates
-HIT_NOISE = 0.01
-#: the simulation seed of the truths (fit-plan simulates at seed 0 and its band seeds 0–2)
-TRUTH_SEED = 7
 #: the range of a Zipf truth's exponent s (log-uniform)
 ZIPF_S = (0.6, 1.4)
 #: the range of a truth's reclaim shape n (uniform)

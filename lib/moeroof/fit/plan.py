@@ -49,7 +49,7 @@ bands as far as the rows admit it. The reclaim work joins with its shape n where
 are enough for it (at one batch size, the engine's cost per touched expert held at the box's
 priors to free a row; :func:`_with_reclaim_shape`). The popularity's family is another
 structural choice: where the skew is fitted on a hit-rate curve (hit rates at
-:data:`FAMILY_CURVE_SIZES` or more cache sizes of one batch size), the other family is fitted too,
+three or more cache sizes of one batch size), the other family is fitted too,
 and it replaces the given one only where it fits better by more than χ²₁(0.90), its bands joining
 where it meets the rows (:func:`_with_other_family`).
 
@@ -477,7 +477,8 @@ def predict_points(
     # the rows' groups (one cache, rank count and policy each) and their workloads: the same at
     # every call of one fit but for the page cache's share and the seed
     rows_key = tuple((p.cache_gib, p.ranks, p.policy, p.batch) for p in points)
-    layout_key = ("groups", rows_key, pc, share, seed, context_tokens, overlap)
+    # the routing named too: one memo may serve fits on several routings (the other skew family's)
+    layout_key = ("groups", routing.label, rows_key, pc, share, seed, context_tokens, overlap)
     workload = Workload(
         context_tokens=context_tokens, page_cache=pc, page_cache_share=share, seed=seed, overlap=overlap
     )
@@ -2046,13 +2047,14 @@ def fit_plan(
     overlaps_tried = ("max", "sum") if overlap is None else (overlap,)
     # the other skew family's fit comes after the overlaps' (:func:`_with_other_family`)
     names = kw["fit"] if kw["fit"] is not None else default_knobs(points, routing_is_spec=routing_is_spec)
-    total = len(FIT_STAGES) * (len(overlaps_tried) + (_other_family(routing, model, names, points) is not None))
+    alt_routing = _other_family(routing, model, names, points)
+    total = len(FIT_STAGES) * (len(overlaps_tried) + (alt_routing is not None))
     args = (points, model, hardware, routing)
     fits = _fit_overlaps(args, kw, overlap, overlaps_tried, total, jobs, progress)
     out = fits[overlap] if overlap is not None else _better_overlap(fits)
-    out = _with_other_family(
-        out, args, kw, jobs, _family_stages(progress, len(FIT_STAGES) * len(overlaps_tried), total)
-    )
+    if alt_routing is not None:
+        stage = _family_stages(progress, len(FIT_STAGES) * len(overlaps_tried), total)
+        out = _with_other_family(out, args, alt_routing, kw, jobs, stage)
     if progress is not None:
         progress(total, total, "done")
     # the default's own note says what it tried; a named fit gets the reminder of what the rows could tell
@@ -2101,26 +2103,18 @@ def _fit_overlaps(
     return fits
 
 
-#: the fewest cache sizes of one batch size, rank count and policy with a measured hit rate at which
-#: fit-plan fits the other skew family too (:func:`_other_family`)
-FAMILY_CURVE_SIZES = 3
-
-
 def _other_family(
     routing: RoutingProbabilities, model: MoEModel, fitted: Sequence[str], points: Sequence[PlanPoint]
 ) -> RoutingProbabilities | None:
     """The routing of the other skew family where a fit fits the skew of a routing given by its
-    knobs and the rows measure a hit-rate curve — :data:`FAMILY_CURVE_SIZES` or more cache sizes
-    of one batch size, rank count and policy, whose shape between them is what the family decides
-    (elsewhere the second fit is not paid for: it would take a default fit of seed 003's rows past
-    the 10 s a fit may take): Zipf at s = 0.8 for a Dirichlet (the skew prior's or the user's),
-    the skew prior's Dirichlet for a Zipf — each the start its skew is fitted from; else None."""
+    knobs and the rows measure a hit-rate curve — hit rates at as many cache sizes of one batch
+    size, rank count and policy as a peak asks (:func:`moeroof.models.curve_peak.peak_grids`),
+    whose shape between them is what the family decides (elsewhere the second fit is not paid
+    for: it would take a default fit of seed 003's rows past the 10 s a fit may take): Zipf at
+    s = 0.8 for a Dirichlet (the skew prior's or the user's), the skew prior's Dirichlet for a
+    Zipf — each the start its skew is fitted from; else None."""
     fs = spec_skew(routing)
-    sizes: dict[tuple, set[float]] = {}
-    for p in points:
-        if p.hit_rate is not None:
-            sizes.setdefault((p.batch, p.ranks, p.policy), set()).add(float(p.cache_gib))
-    if fs is None or "skew" not in fitted or max(map(len, sizes.values()), default=0) < FAMILY_CURVE_SIZES:
+    if fs is None or "skew" not in fitted or not peak_grids([p for p in points if p.hit_rate is not None]):
         return None
     return routing_from_spec("zipf:0.8", model) if fs[0] == "dirichlet" else prior_routing(model)
 
@@ -2137,24 +2131,24 @@ def _family_stages(progress: Callable[[int, int, str], None] | None, first: int,
 
 
 def _with_other_family(
-    out: PlanFit, args: tuple, kw: dict[str, Any], jobs: int, stage: Callable[[str], None] = lambda what: None
+    out: PlanFit,
+    args: tuple,
+    alt_routing: RoutingProbabilities,
+    kw: dict[str, Any],
+    jobs: int,
+    stage: Callable[[str], None] = lambda what: None,
 ) -> PlanFit:
-    """``out`` with the skew family it was not given (:func:`_other_family`) fitted as well, at
-    its overlap, knobs and rows: a structural choice the rows may not decide, as the overlap is.
-    The given family stays unless the other fits better by more than the profile's χ²₁(0.90)
-    (a likelihood-ratio test at 90 %: a cost lower within the noise is no reason to leave it);
-    the bands take in the other's predictions where it too meets every calibration row within 2 σ."""
+    """``out`` with the skew family it was not given (``alt_routing``: :func:`_other_family`)
+    fitted as well, at its overlap, knobs and rows: a structural choice the rows may not decide, as
+    the overlap is. The given family stays unless the other fits better by more than the
+    profile's χ²₁(0.90) (a likelihood-ratio test at 90 %: a cost lower within the noise is no
+    reason to leave it); the bands take in the other's predictions where it too meets every
+    calibration row within 2 σ."""
     points, model, hardware, routing = args
-    alt_routing = _other_family(routing, model, out.fitted, points)
-    given = spec_skew(routing)
-    if alt_routing is None or given is None:
-        return out
 
     def worth_finishing(cost: float, max_z: float) -> bool:  # its bands are read, or it replaces out
         return max_z <= WITHIN_NOISE_Z or cost + PROFILE_CHI2 < out.cost
 
-    # a memo of its own: the step works of the given family's fit are keyed by skew, not by family
-    alt_kw = {**kw, "memo": {}}
     alt = _fit_one(
         points,
         model,
@@ -2164,22 +2158,25 @@ def _with_other_family(
         stage=stage,
         after_search=worth_finishing,
         jobs=jobs,
-        **alt_kw,
+        **kw,
     )
-    family, alt_family = given[0], "zipf" if given[0] == "dirichlet" else "dirichlet"
-    switch = alt.cost + PROFILE_CHI2 < out.cost
-    best, other = (replace(alt, family_routing=alt_routing.label), out) if switch else (out, alt)
-    names = (alt_family, family) if switch else (family, alt_family)
-    notes = [
-        f"family: {names[0]} kept (cost {best.cost:.3g} against {other.cost:.3g} for {names[1]}; the given family "
-        f"stays unless the other fits better by more than {PROFILE_CHI2:.2f})"
-        if not switch
-        else f"family: {names[0]} fits better than the {names[1]} given (cost {best.cost:.3g} against "
-        f"{other.cost:.3g}, lower by more than {PROFILE_CHI2:.2f}): the knobs are its"
-    ]
+    family, alt_family = (_skew_start(r)[0] for r in (routing, alt_routing))
+    if alt.cost + PROFILE_CHI2 < out.cost:
+        best, other, other_family = replace(alt, family_routing=alt_routing.label), out, family
+        note = (
+            f"family: {alt_family} fits better than the {family} given (cost {alt.cost:.3g} against {out.cost:.3g}, "
+            f"lower by more than {PROFILE_CHI2:.2f}): the knobs are its"
+        )
+    else:
+        best, other, other_family = out, alt, alt_family
+        note = (
+            f"family: {family} kept (cost {out.cost:.3g} against {alt.cost:.3g} for {alt_family}; the given family "
+            f"stays unless the other fits better by more than {PROFILE_CHI2:.2f})"
+        )
+    notes = [note]
     if other.overlaps[other.overlap]["max_abs_z"] <= WITHIN_NOISE_Z:
         best = _widened_by(best, other)
-        notes.append(f"the {names[1]} family also meets the calibration rows: the bands include its predictions")
+        notes.append(f"the {other_family} family also meets the calibration rows: the bands include its predictions")
     return replace(best, notes=(*best.notes, *notes))
 
 

@@ -575,7 +575,7 @@ def single_stream_predictions() -> list[dict[str, Any]]:
     )
     rows.append(row("colibri-1gbs", slow, 0.0, 0.0, "nothing (cold: no cache)", "static"))
     # the i5 box: cache = what its RAM leaves beside the dense band and the OS; colibri's per-layer LRU
-    i5_cache = gen4.ram_bytes - gen4.os_reserve_bytes - model.non_routed_bytes - 512 * model.kv_bytes_per_token
+    i5_cache = _colibri_i5_cache(model, gen4)
     s_i5 = zipf_for_hit_rate(model, i5_cache / per_expert_layer, 0.547, policy="lru", scope="layer")
     rows.append(row("colibri-i5", gen4, i5_cache, s_i5, "hit rate 54.7 % → Zipf s (LRU per layer)", "lru"))
     # the EPYC box: 77.5 GB pinned (our pinned set is the oracle's)
@@ -912,21 +912,32 @@ def zero_fit_one_stream(model: MoEModel, hw: Hardware, workload: Workload) -> di
     }
 
 
-def mlx_zero_fit() -> dict[str, Any]:
+def mlx_zero_fit() -> list[dict[str, Any]]:
     """mlx-lm#1438's sweep (:data:`MLX_1438_SWEEP`) predicted from nothing
     (:func:`zero_fit_one_stream`) on the points file's box and policy (GLM-5.2 on
     ``apple-m4-max``, one global LRU, its reads not through the page cache: the plan's default):
-    per size (GB) the measured hit rate and tok/s, and each prediction (``…_pred``) with its band."""
+    per size, ``gb``, the measured ``hit_rate`` and ``tok_s``, and the prediction (``predicted``:
+    :func:`zero_fit_one_stream`'s dict)."""
     model, hw = load_model("glm-5.2"), load_hardware("apple-m4-max")
-    out: dict[str, list] = {k: [] for k in ("gb", "hit", "tok_s")}
-    for gb, tok_s, hit in MLX_1438_SWEEP.points:
-        z = zero_fit_one_stream(model, hw, Workload(cache_bytes=gb * GB, cache_policy="lru"))
-        for key, value in (("gb", gb), ("hit", hit), ("tok_s", tok_s)):
-            out[key].append(float(value))
-        for key in ("hit", "tok_s"):
-            for end, suffix in ((key, "_pred"), (f"{key}_low", ""), (f"{key}_high", "")):
-                out.setdefault(end + suffix, []).append(z[end])
-    return out
+    return [
+        {
+            "gb": float(gb),
+            "hit_rate": float(hit),
+            "tok_s": float(tok_s),
+            "predicted": zero_fit_one_stream(model, hw, Workload(cache_bytes=gb * GB, cache_policy="lru")),
+        }
+        for gb, tok_s, hit in MLX_1438_SWEEP.points
+    ]
+
+
+def _colibri_i5_cache(model: MoEModel, hw: Hardware) -> float:
+    """colibri's i5 box's expert cache (bytes): what its RAM leaves beside the OS, the dense band
+    and a 512-token context (the colibri rows' context)."""
+    return float(hw.ram_bytes - hw.os_reserve_bytes - model.non_routed_bytes - 512 * model.kv_bytes_per_token)
+
+
+#: what the zero-fit rows are calibrated on
+ZERO_FIT = "nothing: plan at B = 1 with the skew prior's routing, the locality prior's centre and the engine priors"
 
 
 def _colibri_i5_zero_fit_rows() -> list[Comparison]:
@@ -934,10 +945,8 @@ def _colibri_i5_zero_fit_rows() -> list[Comparison]:
     :func:`single_stream_predictions` runs it) predicted from nothing (:func:`zero_fit_one_stream`):
     the hit rate its ``-hit`` row calibrates the Zipf skew on, and tok/s, against the measured."""
     model, hw, ref = load_model("glm-5.2"), load_hardware("nvme-gen4"), SINGLE_STREAM["colibri-i5"]
-    cache = hw.ram_bytes - hw.os_reserve_bytes - model.non_routed_bytes - 512 * model.kv_bytes_per_token
-    w = Workload(context_tokens=512, cache_bytes=cache, cache_policy="lru", cache_scope="layer")
+    w = Workload(context_tokens=512, cache_bytes=_colibri_i5_cache(model, hw), cache_policy="lru", cache_scope="layer")
     z = zero_fit_one_stream(model, hw, w)
-    what = "nothing: plan at B = 1 with the skew prior's routing, the locality prior's centre and the engine priors"
     source = ref.source + (" (hobby project)" if ref.hobby else "")
     return [
         Comparison(
@@ -945,7 +954,7 @@ def _colibri_i5_zero_fit_rows() -> list[Comparison]:
             source,
             f"{ref.what}: {quantity}",
             "prediction",
-            what,
+            ZERO_FIT,
             "lru, one cache per layer (colibri's), steady state",
             (1,),
             (float(ref.value[key]),),
@@ -963,30 +972,28 @@ def _colibri_i5_zero_fit_rows() -> list[Comparison]:
 
 def _zero_fit_sweep_rows() -> list[Comparison]:
     """:func:`mlx_zero_fit` as two comparisons: hit rates (points) and tok/s at the engine priors."""
-    z = mlx_zero_fit()
-    what = "nothing: plan at B = 1 with the skew prior's routing, the locality prior's centre and the engine priors"
+    rows = mlx_zero_fit()
     cache = "lru, one global cache (the points file's), steady state; reads not through the page cache (plan's default)"
     quantity = "GLM-5.2 4-bit, Apple M5 Max 128 GB (apple-m4-max), one stream"
-    gbs = tuple(int(g) for g in z["gb"])
     return [
         Comparison(
             f"mlx-lm-1438-zero-fit-{kind}",
             MLX_1438_SWEEP.source,
-            f"{quantity}: {what_q}",
+            f"{quantity}: {what}",
             "prediction",
-            what,
+            ZERO_FIT,
             cache,
-            gbs,
-            tuple(z[key]),
-            tuple(z[f"{key}_pred"]),
+            tuple(int(r["gb"]) for r in rows),
+            tuple(r[measured] for r in rows),
+            tuple(r["predicted"][key] for r in rows),
             axis="cache_gb",
             error_unit=unit,
-            low=tuple(z[f"{key}_low"]),
-            high=tuple(z[f"{key}_high"]),
+            low=tuple(r["predicted"][f"{key}_low"] for r in rows),
+            high=tuple(r["predicted"][f"{key}_high"] for r in rows),
         )
-        for kind, key, what_q, unit in (
-            ("hit", "hit", "cache hit rate", "points"),
-            ("tok-s-at-priors", "tok_s", "tok/s, engine at the box's priors", "relative"),
+        for kind, measured, key, what, unit in (
+            ("hit", "hit_rate", "hit", "cache hit rate", "points"),
+            ("tok-s-at-priors", "tok_s", "tok_s", "tok/s, engine at the box's priors", "relative"),
         )
     ]
 

@@ -958,11 +958,11 @@ def _family_truth(caches, hit_sizes):
 
 def test_the_other_skew_family_is_fitted_too_and_replaces_the_given_one_only_where_it_fits_clearly_better():
     """A structural choice the rows may decide: on a hit-rate curve (three cache sizes of one B) a
-    fit given the skew prior's Dirichlet fits Zipf too. The Zipf truth is met by Zipf and not by
-    the Dirichlet (cost lower by more than χ²₁(0.90)), so the knobs are Zipf's — the skew back at
-    the truth's, its family recorded for `plan --fit`, the routing named — and the withheld sizes
-    fall inside their bands; given Zipf, the fit keeps it, and the Dirichlet, which misses the
-    rows, widens nothing."""
+    fit on the skew prior's Dirichlet fits Zipf too. The Zipf truth is met by Zipf and not by the
+    Dirichlet, so the knobs are Zipf's (the family prior of one stream's curves, which the
+    Dirichlet would have to beat by more than χ²₁(0.90)) — the skew back at the truth's, its
+    family recorded for `plan --fit`, the routing named — and the withheld sizes fall inside their
+    bands; given Zipf, the fit keeps it, and the Dirichlet, which misses the rows, widens nothing."""
     m, hw, measured, net, hit = _family_truth([2.0, 12.0, 40.0, 6.0, 20.0, 30.0], 3)
     knobs = ("engine", "ssd-scale", "skew")
     switched = fit_plan(measured, m, hw, routing_from_spec("prior", m), fit=knobs, overlap="max")
@@ -972,9 +972,35 @@ def test_the_other_skew_family_is_fitted_too_and_replaces_the_given_one_only_whe
         for row, t_net, t_hit in list(zip(fit.rows, net, hit))[3:]:
             assert row["low"] <= t_net <= row["high"] and row["hit_rate_low"] <= t_hit <= row["hit_rate_high"]
     assert switched.family_routing is not None and "zipf" in switched.family_routing.lower()
-    assert any(n.startswith("family: zipf fits better than the dirichlet given") for n in switched.notes)
+    assert any(n.startswith("family: zipf, the family prior of one stream's hit-rate curves") for n in switched.notes)
     assert kept.family_routing is None and any(n.startswith("family: zipf kept") for n in kept.notes)
     assert not any("dirichlet family also meets" in n for n in kept.notes)
+
+
+def test_a_dirichlet_curve_keeps_its_family_over_the_family_prior_where_it_fits_clearly_better():
+    """The family prior holds Zipf only where the rows cannot tell the families apart: a Dirichlet
+    truth (α = 0.3, no locality) whose curve saturates at 40 GiB is met by the skew prior's
+    Dirichlet and missed by Zipf by more than χ²₁(0.90), so the Dirichlet stays, its α recovered;
+    a Dirichlet the user names stays by the older rule (the given family), with no prior said."""
+    m, hw = load_model("qwen3-30b-a3b"), load_hardware("nvme-gen4")
+    pr = hw.priors
+    held = ("engine_seconds_per_step", "engine_seconds_per_agent_token", "mem_efficiency", "compute_efficiency")
+    truth = PlanKnobs(engine_seconds_per_touched_expert=1e-4, **{k: pr[k][0][1] for k in held})
+    pts = points([(1, c) for c in (2.0, 12.0, 40.0, 6.0)])
+    net, hit = predict_points(pts, m, hw, routing_from_spec("dirichlet:0.3", m), truth, overlap="max")
+    measured = [
+        dataclasses.replace(p, net_tok_s=float(net[i]), hit_rate=float(hit[i])) if i < 3 else p
+        for i, p in enumerate(pts)
+    ]
+    knobs = ("engine", "ssd-scale", "skew")
+    on_prior = fit_plan(measured, m, hw, routing_from_spec("prior", m), fit=knobs, overlap="max")
+    named = fit_plan(measured, m, hw, routing_from_spec("dirichlet:0.5", m), fit=knobs, overlap="max")
+    for fit in (on_prior, named):
+        assert fit.family_routing is None and fit.knobs["skew"]["family"] == "dirichlet"
+        assert fit.knobs["skew"]["alpha"] == pytest.approx(0.3, rel=0.1)
+    assert any(n.startswith("family: dirichlet kept over zipf, the family prior") for n in on_prior.notes)
+    assert any(n.startswith("family: dirichlet kept (cost") for n in named.notes)
+    assert not any("family prior" in n for n in named.notes)
 
 
 def test_the_other_skew_family_is_not_fitted_below_three_hit_rate_sizes():

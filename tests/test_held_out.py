@@ -125,16 +125,14 @@ def test_regime_cases_are_fit_plan_on_the_shipped_points_files(monkeypatch):
     assert peak["inside"] == (pk["low"] <= peak["measured"] <= pk["high"])
     cons = [r for r in rows if r["case"] == "mlx-lm-1438-peak-calibration" and r["role"] == "consistency"]
     assert [r["predicted"] for r in cons] == [r["predicted"] for r in fit.rows if r["role"] == "calibration"]
-    # the newcomer's fit of the same rows: every flag at its default, its peak held to the same range
+    # the newcomer's fit of the same rows: every flag at its default, its peak held to the same range;
+    # the rows cannot tell the skew prior's Dirichlet from Zipf, so the family prior's Zipf is held
+    # and the Dirichlet, which meets them too, widens the bands
     (newcomer,) = [x for x in seen if x[1] == "glm-5.2" and x[4]["fit"] is None]
     assert newcomer[0] == pts and "reclaim" in newcomer[5].fitted
-    (default_peak,) = [r for r in rows if r["case"] == "mlx-lm-1438-default-peak" and r["role"] == "prediction"]
-    assert (
-        default_peak["measured"] == peak["measured"] and default_peak["predicted"] == newcomer[5].peaks[0]["cache_gib"]
-    )
-    # the newcomer's fit of the same rows: every flag at its default, its peak held to the same range
-    (newcomer,) = [x for x in seen if x[1] == "glm-5.2" and x[4]["fit"] is None]
-    assert newcomer[0] == pts and "reclaim" in newcomer[5].fitted
+    assert "zipf" in (newcomer[5].family_routing or "").lower()
+    assert any("family prior of one stream's hit-rate curves" in n for n in newcomer[5].notes)
+    assert any(n.startswith("the dirichlet family also meets") for n in newcomer[5].notes)
     (default_peak,) = [r for r in rows if r["case"] == "mlx-lm-1438-default-peak" and r["role"] == "prediction"]
     assert (
         default_peak["measured"] == peak["measured"] and default_peak["predicted"] == newcomer[5].peaks[0]["cache_gib"]
@@ -159,8 +157,8 @@ def test_regime_cases_are_fit_plan_on_the_shipped_points_files(monkeypatch):
     _held_to_todays_errors(rows)
 
 
-#: the regime cases' errors as of 2026-12-07 (a85b10f's successors: the mlx-lm#1438 sweep and the
-#: other skew family), pinned as bands: a change that moves one by more than the tolerance
+#: the regime cases' errors as of 2026-12-07 (a85b10f's successors: the mlx-lm#1438 sweep, the
+#: other skew family and its prior for one stream's curves, which makes the default's Zipf), pinned as bands: a change that moves one by more than the tolerance
 #: (relative, or points for hit rates) must re-pin it here, in the open. A band says "as today",
 #: not "good"; whether each truth lies inside its 90 % band is pinned too. seed003-default is left
 #: out (the test above does not run its ~25 s fit).
@@ -171,9 +169,9 @@ REGIME_ERRORS_TODAY = {
     "mlx-lm-1438-peak-sweep": (-0.0626, -0.1382, 0.0111, -0.1036, -0.0805),
     "mlx-lm-1438-peak-sweep-hit": (-0.0203, -0.0371, -0.0297, -0.018, -0.0154),
     "mlx-lm-1438-peak": (-0.3893,),
-    "mlx-lm-1438-default-peak-sweep": (-0.1311, -0.2296, -0.0684, -0.1638, -0.1285),
-    "mlx-lm-1438-default-peak-sweep-hit": (-0.0655, -0.1025, -0.0717, -0.0461, -0.0316),
-    "mlx-lm-1438-default-peak": (-0.6679,),
+    "mlx-lm-1438-default-peak-sweep": (-0.0626, -0.1382, 0.0111, -0.1036, -0.0805),
+    "mlx-lm-1438-default-peak-sweep-hit": (-0.0203, -0.0371, -0.0297, -0.018, -0.0154),
+    "mlx-lm-1438-default-peak": (-0.3893,),
 }
 REGIME_INSIDE_TODAY = {"seed003-m-sweep-arrangements": (True, False, False, True)}
 REGIME_TOLERANCE = {"relative": 0.03, "points": 0.015}

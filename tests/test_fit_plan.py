@@ -1013,6 +1013,42 @@ def test_the_other_skew_family_is_not_fitted_below_three_hit_rate_sizes():
     assert not any(n.startswith("family:") for n in fit.notes)
 
 
+def test_a_fitted_stickiness_carries_the_priors_hot_set_in_the_bands_as_far_as_the_rows_admit():
+    """One stream whose locality is a hot set (h = 1.5·K) beside a little stickiness, measured at
+    three cache sizes: fitted with ρ (the hot set held off) the withheld sizes fall outside the
+    bands; with the locality prior the bands take the hot set towards its most local end as far
+    as the rows admit it, ρ and the skew re-searched there, and every withheld truth is inside."""
+    from moeroof.models.locality import Locality, c_per_expert_from_hot_set
+
+    m, hw = load_model("qwen3-30b-a3b"), load_hardware("nvme-gen4")
+    pr = hw.priors
+    held = ("engine_seconds_per_step", "engine_seconds_per_agent_token", "mem_efficiency", "compute_efficiency")
+    c = float(c_per_expert_from_hot_set(1.5, m.experts, m.top_k)) * m.experts
+    truth = PlanKnobs(skew=0.7, rho=0.1, c=c, engine_seconds_per_touched_expert=1e-4, **{k: pr[k][0][1] for k in held})
+    pts = points([(1, x) for x in (3.0, 6.0, 40.0, 4.5, 9.0, 20.0)])
+    route = routing_from_spec("zipf:0.8", m)
+    net, hit = predict_points(pts, m, hw, route, truth, overlap="max")
+    measured = [
+        dataclasses.replace(p, net_tok_s=float(net[i]), hit_rate=float(hit[i])) if i < 3 else p
+        for i, p in enumerate(pts)
+    ]
+    knobs = ("engine", "skew", "rho")
+    with_prior = fit_plan(measured, m, hw, route, fit=knobs, overlap="max", locality=Locality.committed())
+    without = fit_plan(measured, m, hw, route, fit=knobs, overlap="max")
+
+    def inside(fit):
+        return [
+            r["low"] <= t_net <= r["high"] and r["hit_rate_low"] <= t_hit <= r["hit_rate_high"]
+            for r, t_net, t_hit in list(zip(fit.rows, net, hit))[3:]
+        ]
+
+    assert not all(inside(without)) and all(inside(with_prior))
+    (said,) = [n for n in with_prior.notes if "hot set" in n]
+    assert "as far as the calibration rows admit it" in said and "rule out" not in said
+    # the point prediction is the fit's own (the hot set off): only the bands move
+    assert [r["predicted"] for r in with_prior.rows] == [r["predicted"] for r in without.rows]
+
+
 def test_a_fitted_stickiness_says_the_locality_priors_hot_set_is_off():
     """Never silent: where ρ is fitted beside the locality prior, a note says its per-stream hot set
     is not held; where ρ is held (at the prior), the note is the prior's own and this one is absent."""

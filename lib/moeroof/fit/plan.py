@@ -26,7 +26,9 @@ fitted knobs (:data:`KNOBS`):
   (``Workload.page_cache_share``; fitting it turns the page cache on);
 - ``skew``: the Zipf exponent s of the routing (``zipf:s``, replacing the routing given);
 - ``rho``: the stickiness ρ of each stream (the cache is then simulated on a trace sampled with
-  :func:`routing_from_knobs` at the fitted skew and ρ).
+  :func:`routing_from_knobs` at the fitted skew and ρ; one stream's hot set is then held off, and
+  the bands take it towards the locality prior's most local end as far as the rows admit it:
+  :meth:`_PriorEnds._hot_set_ends`).
 
 **Fit.** Rows with a measured value calibrate, rows without are predicted. The residuals are
 ``log(predicted / measured net tok/s) / σ_net`` and ``(predicted − measured hit rate) / σ_hit``
@@ -1503,7 +1505,11 @@ class _PriorEnds:
     replay: list[_EndAnswer] = field(default_factory=list)
 
     def admitted_end(
-        self, set_at: Callable[[float], None], search: bool = True, within_noise: bool = False
+        self,
+        set_at: Callable[[float], None],
+        search: bool = True,
+        within_noise: bool = False,
+        shares: Sequence[float] = END_SHARES,
     ) -> _EndAnswer:
         """``set_at(t)`` puts the held knob a share t of the way from its centre to one end; the
         farthest of t = 1, ½, ¼ the rows admit, with its prediction (None: the rows rule out all).
@@ -1512,16 +1518,19 @@ class _PriorEnds:
         skew is not an end they rule out (``search=False``: not, for a knob that only prices the
         reads, where the search would cost more than the rest of the ends). ``within_noise``: an
         end is admitted only where it also meets every calibration row within 2 σ, as the other
-        overlap must to widen the bands (a structural choice, not a knob's range)."""
+        overlap must to widen the bands (a structural choice, not a knob's range). ``shares``: the
+        shares tried, in turn (default :data:`END_SHARES`)."""
         if self.replay:
             return self.replay.pop(0)
-        self.done.append(self._first_admitted(set_at, search, within_noise))
+        self.done.append(self._first_admitted(set_at, search, within_noise, shares))
         return self.done[-1]
 
-    def _first_admitted(self, set_at: Callable[[float], None], search: bool, within_noise: bool) -> _EndAnswer:
-        """:meth:`admitted_end`'s answer computed: each share of :data:`END_SHARES` in turn, farthest first."""
+    def _first_admitted(
+        self, set_at: Callable[[float], None], search: bool, within_noise: bool, shares: Sequence[float]
+    ) -> _EndAnswer:
+        """:meth:`admitted_end`'s answer computed: each of ``shares`` in turn."""
         fit = self.fit
-        for t in END_SHARES:
+        for t in shares:
             set_at(t)
             xe, cost, _ = fit.solve_inner(self.outer)
             at_outer = self.outer
@@ -1600,12 +1609,7 @@ class _PriorEnds:
                 "their correlations included"
             )
         elif fit.locality is not None and fit.routing.trace is None:
-            # said, not silent: the prior's hot set is not held beside a fitted ρ
-            self.notes.append(
-                "one stream's hot set (the locality prior's per-stream c) is off where ρ is fitted: the stickiness "
-                "and the skew fitted to the hit rates stand for the stream's locality, and the bands carry the "
-                "prior's hot set only where ρ is held"
-            )
+            self._hot_set_ends(fit.locality)
 
     def _engine_ends(self) -> None:
         """The per-token and per-step engine costs, held at one batch size, at their priors' ends."""
@@ -1709,6 +1713,44 @@ class _PriorEnds:
         self.notes.append(
             f"routing skew held at the {skew_prior.label()}: the bands include both ends of its "
             f"{skew_prior.range_name} range" + _as_far_as(cut)
+        )
+
+    def _hot_set_ends(self, locality: Locality) -> None:
+        """Where ρ is fitted, one stream's hot set is held off (ρ and the skew stand for the stream's
+        locality, and beside them the rows do not identify it); the bands take it from off to the
+        locality prior's most local hot set (h at its 5 % quantile), ρ and the skew re-searched there,
+        as far as the calibration rows admit it, the nearest share tried first (where the rows rule
+        it out, as mlx-lm#1438's do, the farther ones would cost a fit of three rows about 3 s more
+        for nothing) — a hot set makes one stream's curve saturate where ρ alone does not, so
+        leaving it out would narrow the bands silently."""
+        local, model = self.fit.held.local, self.fit.model
+        saved = dict(local)
+        off_x, end_x = math.log(model.experts / model.top_k), math.log(float(locality.quantiles([0.05])[1][0]))
+
+        def set_at(t: float) -> None:
+            h_t = math.exp(off_x + t * (end_x - off_x))
+            local.update(c=float(c_per_expert_from_hot_set(h_t, model.experts, model.top_k)) * model.experts)
+
+        # the nearest share first: where the rows rule out even that, the farther ones are not tried
+        t, at = self.admitted_end(set_at, shares=END_SHARES[-1:])
+        if at is not None:
+            far_t, far_at = self.admitted_end(set_at, shares=END_SHARES[:-1])
+            if far_at is not None:
+                t, at = far_t, far_at
+            self.band.widen(*at)
+        local.update(saved)
+        reached = math.exp(off_x + t * (end_x - off_x))
+        self.notes.append(
+            "one stream's hot set (the locality prior's per-stream c) is off where ρ is fitted: the stickiness "
+            "and the skew fitted to the hit rates stand for the stream's locality; the bands include the prior's "
+            f"most local hot set, {math.exp(end_x):.2g}·K experts"
+            + (
+                ""
+                if t >= 1.0
+                else f", as far as the calibration rows admit it ({reached:.2g}·K)"
+                if at is not None
+                else " — which the calibration rows rule out: the bands carry none of it"
+            )
         )
 
     def _locality_ends(self, prior: _HeldLocality) -> None:

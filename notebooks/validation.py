@@ -30,6 +30,7 @@ hit_target: float = 0.05  # the error a hit-rate or overlap prediction should st
 coverage_truths: int = 8  # simulated truths drawn from the locality prior for the band coverage check, 0 to skip
 plan_coverage_truths: int = 8  # simulated boxes drawn from fit-plan's priors (engine, SSD, locality, reclaim work, page cache, max or sum) for its band coverage check, 0 to skip
 curve_coverage_truths: int = 8  # simulated one-stream cache curves (fit-plan's priors, Zipf or Dirichlet, max or sum) at mlx-lm#1438's sizes for its band coverage check, 0 to skip
+family_seeds: int = 3  # simulation seeds of the family prior's cross-validation on the published single-stream column, 0 to skip
 # fmt: on
 
 # %%
@@ -39,9 +40,11 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 import moeroof
+from moeroof.fit.plan import CURVE_FAMILY_PRIOR
 from moeroof.models.locality import Locality
 from moeroof.present import answers
 from moeroof.present.plots import provenance_label, save_figure, show_table, style
+from moeroof.studies import family_prior
 from moeroof.studies.curve_coverage import curve_coverage
 from moeroof.studies.held_out import held_out_rows, summarise
 from moeroof.studies.locality_prior import coverage_check
@@ -193,6 +196,40 @@ if curve_coverage_truths > 0:
         f"hit rates {curve_cov.inside_hit_rate:.0%} ({curve_cov.rows} rows)"
     )
 
+# %% [markdown]
+# ## Which family does one stream's hit-rate curve have?
+# The published single-stream LRU column (Qwen3-30B-A3B, one LRU per layer at 8 / 16 / 32 / 64
+# experts) fitted by fit-routing on each pair of its sizes with both popularity families, each
+# predicting the other two (`moeroof.studies.family_prior`). The family whose held-out errors are
+# smaller is the prior fit-plan holds where a hit-rate curve's rows cannot tell the two apart.
+
+# %%
+if family_seeds > 0:
+    family_cv = family_prior.cross_validate(seeds=range(family_seeds))
+    show_table(
+        pd.DataFrame(
+            [
+                {
+                    "calibrated on": ", ".join(map(str, s.calibrate_on)),
+                    "held out": ", ".join(map(str, s.held_out)),
+                    **{
+                        f"{f} error, points": " / ".join(f"{e:+.1f}" for e in errs)
+                        for f, errs in s.errors_points.items()
+                    },
+                    "fit-routing's choice": s.chosen,
+                }
+                for s in family_cv.splits
+            ]
+        )
+    )
+    means = ", ".join(f"{f} {m:.1f}" for f, m in family_cv.mean_abs_error_points.items())
+    agrees = (
+        "the family fit-plan holds"
+        if family_cv.preferred == CURVE_FAMILY_PRIOR
+        else f"not fit-plan's {CURVE_FAMILY_PRIOR}"
+    )
+    print(f"mean absolute held-out error, points: {means}; closer: {family_cv.preferred} ({agrees})")
+
 # %% tags=["answer"]
 display(
     Markdown(
@@ -238,5 +275,7 @@ for name, value in {
     "hit_target": hit_target,
     "coverage_truths": coverage_truths,
     "plan_coverage_truths": plan_coverage_truths,
+    "curve_coverage_truths": curve_coverage_truths,
+    "family_seeds": family_seeds,
 }.items():
     print(f"{name} = {value}")

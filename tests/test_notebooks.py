@@ -44,6 +44,7 @@ SMALL_PARAMETERS: dict[str, dict] = {
         "coverage_truths": 1,
         "plan_coverage_truths": 1,
         "curve_coverage_truths": 1,
+        "family_seeds": 1,
     },
     "union_curve": {"b_max": 64, "model_layers": 4, "bootstrap": 10, "experts": 128, "top_k": 4},
     # only the model changed: the routing default follows it (auto → the embedded trace with its

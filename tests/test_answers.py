@@ -407,6 +407,26 @@ def test_cache_ladder_names_its_run_the_rows_and_the_cliff():
     words(none, "refitted in this run", "No predicted row falls off", absent=("projected", "synthetic", "120 GiB"))
 
 
+def test_cache_ladder_answers_the_rows_at_another_m_from_the_general_fit():
+    """The withheld rows at another M than the calibration's leave the seed-specific list and are
+    said with the general fit's numbers and file, the seed-specific hit rate beside them."""
+    other = {"case": "pair-c", "hit": 0.756, "hit_lo": 0.512, "hit_hi": 0.9, "gib": 1.23, "gib_lo": 0.51,
+             "gib_hi": 2.47, "old_hit": 0.463}  # fmt: skip
+    text = answers.cache_ladder(
+        **LADDER, cliff=None, inputs={"points": "witnessed"}, other_m=[other], calibration_streams=8,
+        other_m_file="run/predictions-fit-routing.csv",
+    )  # fmt: skip
+    words(
+        text,
+        "At another M than the calibration's 8",
+        "no per-stream locality",
+        "pair-c 75.6 % hit (51.2 %–90.0 %), 1.23 GiB/step (0.51–2.47)",
+        "run/predictions-fit-routing.csv",
+        "the seed-specific knobs' hit rates: pair-c 46.3 %",
+        absent=("pair-c 90.0 % hit",),
+    )
+
+
 CAPTURE_SOURCE = {
     "name": "tiny random Qwen3-MoE",
     "note": "",

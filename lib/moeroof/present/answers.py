@@ -502,8 +502,17 @@ def cache_ladder(
     predictions_file: str,
     inputs: Mapping[str, str],
     synthetic: Iterable[str] = (),
+    other_m: Sequence[Mapping[str, Any]] = (),
+    calibration_streams: int | None = None,
+    other_m_file: str | None = None,
 ) -> str:
     """cache_ladder: predicted hit rate and GiB streamed per step for each withheld row, and the LRU cliff.
+
+    ``other_m``: the withheld cases at another M than the calibration's (``calibration_streams``),
+    answered by the general fit with the locality prior instead (the mappings of ``predictions``
+    plus ``old_hit``, the seed-specific knobs' hit rate; written to ``other_m_file``): those knobs
+    hold no per-stream locality, which rows at one M cannot identify, so their rows at another M
+    are left out of the first list and said with the general fit's.
 
     ``calibration`` are the witnessed points (case, hit rate, GiB per step per rank) the knobs
     were fitted to; ``predictions`` one mapping per withheld case with ``case``, ``hit``,
@@ -513,19 +522,35 @@ def cache_ladder(
     (largest cache GiB per rank, hit rate, GiB per step) past the calibrated range.
     """
     cal = _join([f"{case} ({pct(h, 1)} hit, {fmt(g)} GiB/step)" for case, h, g in calibration])
-    rows = "; ".join(
-        f"{p['case']} {pct(p['hit'], 1)} hit ({pct(p['hit_lo'], 1)}–{pct(p['hit_hi'], 1)}), {fmt(p['gib'])} GiB/step "
-        f"({fmt(p['gib_lo'])}–{fmt(p['gib_hi'])})"
-        for p in predictions
-    )
+
+    def listed(ps: Iterable[Mapping[str, Any]]) -> str:
+        return "; ".join(
+            f"{p['case']} {pct(p['hit'], 1)} hit ({pct(p['hit_lo'], 1)}–{pct(p['hit_hi'], 1)}), {fmt(p['gib'])} "
+            f"GiB/step ({fmt(p['gib_lo'])}–{fmt(p['gib_hi'])})"
+            for p in ps
+        )
+
+    elsewhere = {p["case"] for p in other_m}
     how = "refitted in this run" if refitted else "stored from the fit"
     text = (
         f"**Answer.** Calibrated on the points seed 003 (a lab report on a two-GB10 run of a {model} engine: "
         f"its pair of nodes, each with an LRU expert cache) published — {cal} — the routing knobs ({knobs}; "
         f"{how}) drive traces of L = {layers} layers whose exact LRU simulation predicts each withheld row, per "
-        f"rank, as the mean over {seeds} seeds with its 5–95 % band: {rows}. These rows are written to "
+        f"rank, as the mean over {seeds} seeds with its 5–95 % band: "
+        f"{listed(p for p in predictions if p['case'] not in elsewhere)}. These rows are written to "
         f"`{predictions_file}`. "
     )
+    if other_m:
+        old = _join([f"{p['case']} {pct(p['old_hit'], 1)}" for p in other_m if p.get("old_hit") is not None])
+        text += (
+            f"At another M than the calibration's {calibration_streams}, those knobs hold no per-stream locality "
+            "(one stream reusing its own experts), which rows at one M cannot identify; there the answer is the "
+            "general fit's with the locality prior (`moeroof fit-routing` on the public rows, below"
+            + (f"; written to `{other_m_file}`" if other_m_file else "")
+            + f"): {listed(other_m)}"
+            + (f" (the seed-specific knobs' hit rates: {old})" if old else "")
+            + ". "
+        )
     if cliff is not None:
         named = ", ".join(f"{k} {pct(v)}" for k, v in (cliff.get("policies") or {}).items())
         alt = f" (the other policies there: {named})" if named else ""

@@ -805,6 +805,7 @@ display(
                 "seed 003's published pair points": "witnessed",
                 "the routing knobs fitted to them and the traces sampled from them": "projected",
                 f"L = {layers} MoE layers": "assumed",
+                "the locality prior the general fit holds (fitted on other models' decode)": "assumed",
             },
         )
     )

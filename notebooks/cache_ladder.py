@@ -799,7 +799,7 @@ display(
                 for r in withheld_rows
                 if streams_of[r["case"]] not in calibration_streams
             ],
-            calibration_streams=min(calibration_streams),
+            calibration_streams=sorted(calibration_streams),
             other_m_file=f"{fr_written.parent.name}/{fr_written.name}",
             inputs={
                 "seed 003's published pair points": "witnessed",

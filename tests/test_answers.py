@@ -413,7 +413,7 @@ def test_cache_ladder_answers_the_rows_at_another_m_from_the_general_fit():
     other = {"case": "pair-c", "hit": 0.756, "hit_lo": 0.512, "hit_hi": 0.9, "gib": 1.23, "gib_lo": 0.51,
              "gib_hi": 2.47, "old_hit": 0.463}  # fmt: skip
     text = answers.cache_ladder(
-        **LADDER, cliff=None, inputs={"points": "witnessed"}, other_m=[other], calibration_streams=8,
+        **LADDER, cliff=None, inputs={"points": "witnessed"}, other_m=[other], calibration_streams=[8],
         other_m_file="run/predictions-fit-routing.csv",
     )  # fmt: skip
     words(

@@ -51,9 +51,11 @@ bands as far as the rows admit it. The reclaim work joins with its shape n where
 are enough for it (at one batch size, the engine's cost per touched expert held at the box's
 priors to free a row; :func:`_with_reclaim_shape`). The popularity's family is another
 structural choice: where the skew is fitted on a hit-rate curve (hit rates at
-three or more cache sizes of one batch size), the other family is fitted too,
-and it replaces the given one only where it fits better by more than χ²₁(0.90), its bands joining
-where it meets the rows (:func:`_with_other_family`).
+three or more cache sizes of one batch size), the other family is fitted too. The family held —
+the one named with the routing, or without one :data:`CURVE_FAMILY_PRIOR`, the family of one
+stream's curves that the published single-stream column prefers — is left only where the other
+fits better by more than χ²₁(0.90), the other's bands joining where it meets the rows
+(:func:`_with_other_family`).
 
 **Bands** (5–95 % of a new measurement), from two parts.
 
@@ -135,7 +137,7 @@ from moeroof.data.presets import DEFAULT_PRIORS, EFFICIENCY_FIELDS, Hardware, Mo
 from moeroof.models.curve_peak import curve_peak, peak_grids
 from moeroof.models.engine_prior import PRIOR_RECLAIM_PENALTY, unstated
 from moeroof.models.local_routing import LocalRouting, routing_from_knobs, spec_skew
-from moeroof.models.locality import Locality, c_per_expert_from_hot_set, from_scale, to_scale
+from moeroof.models.locality import Locality, c_per_expert_from_hot_set, from_scale, hot_set_from_c, to_scale
 from moeroof.models.plan import (
     RoutingProbabilities,
     Workload,
@@ -1725,7 +1727,9 @@ class _PriorEnds:
         leaving it out would narrow the bands silently."""
         local, model = self.fit.held.local, self.fit.model
         saved = dict(local)
-        off_x, end_x = math.log(model.experts / model.top_k), math.log(float(locality.quantiles([0.05])[1][0]))
+        # log h from off (c = ∞: every expert) to the prior's 5 % quantile
+        off_x = math.log(float(hot_set_from_c(math.inf, model.experts, model.top_k)))
+        end_x = math.log(float(locality.quantiles([0.05])[1][0]))
 
         def set_at(t: float) -> None:
             h_t = math.exp(off_x + t * (end_x - off_x))
@@ -2211,31 +2215,31 @@ def _with_other_family(
         **kw,
     )
     family, alt_family = (_skew_start(r)[0] for r in (routing, alt_routing))
+    # the family held: the prior's where the routing is the skew prior's (the user named none)
     by_prior = skew_prior_of(routing) is not None and alt_family == CURVE_FAMILY_PRIOR
-    if by_prior and not out.cost + PROFILE_CHI2 < alt.cost:
-        best, other, other_family = replace(alt, family_routing=alt_routing.label), out, family
+    switch = not out.cost + PROFILE_CHI2 < alt.cost if by_prior else alt.cost + PROFILE_CHI2 < out.cost
+    costs = f"cost {alt.cost:.3g} for {alt_family} against {out.cost:.3g} for {family}"
+    if by_prior:
         note = (
             f"family: {alt_family}, the family prior of one stream's hit-rate curves (it predicts the published "
             f"single-stream column's held-out sizes closer: docs/validation.md), held over the skew prior's {family} "
-            f"(cost {alt.cost:.3g} against {out.cost:.3g}; the {family} would stay only where it fits better by "
-            f"more than {PROFILE_CHI2:.2f}): the knobs are its"
-        )
-    elif alt.cost + PROFILE_CHI2 < out.cost:
-        best, other, other_family = replace(alt, family_routing=alt_routing.label), out, family
-        note = (
-            f"family: {alt_family} fits better than the {family} given (cost {alt.cost:.3g} against {out.cost:.3g}, "
-            f"lower by more than {PROFILE_CHI2:.2f}): the knobs are its"
+            f"({costs}; the {family} would stay only where it fits better by more than {PROFILE_CHI2:.2f})"
+            if switch
+            else f"family: {family} kept over {alt_family}, the family prior of one stream's hit-rate curves: it fits "
+            f"better by more than {PROFILE_CHI2:.2f} ({costs})"
         )
     else:
-        best, other, other_family = out, alt, alt_family
         note = (
-            f"family: {family} kept (cost {out.cost:.3g} against {alt.cost:.3g} for {alt_family}; the given family "
-            f"stays unless the other fits better by more than {PROFILE_CHI2:.2f})"
-            if not by_prior
-            else f"family: {family} kept over {alt_family}, the family prior of one stream's hit-rate curves: it fits "
-            f"better by more than {PROFILE_CHI2:.2f} (cost {out.cost:.3g} against {alt.cost:.3g})"
+            f"family: {alt_family} fits better than the {family} given ({costs}, lower by more than "
+            f"{PROFILE_CHI2:.2f}): the knobs are its"
+            if switch
+            else f"family: {family} kept ({costs}; the given family stays unless the other fits better by more "
+            f"than {PROFILE_CHI2:.2f})"
         )
-    notes = [note]
+    best, other, other_family = (
+        (replace(alt, family_routing=alt_routing.label), out, family) if switch else (out, alt, alt_family)
+    )
+    notes = [note + (": the knobs are its" if by_prior and switch else "")]
     if other.overlaps[other.overlap]["max_abs_z"] <= WITHIN_NOISE_Z:
         best = _widened_by(best, other)
         notes.append(f"the {other_family} family also meets the calibration rows: the bands include its predictions")

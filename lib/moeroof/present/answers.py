@@ -503,7 +503,7 @@ def cache_ladder(
     inputs: Mapping[str, str],
     synthetic: Iterable[str] = (),
     other_m: Sequence[Mapping[str, Any]] = (),
-    calibration_streams: int | None = None,
+    calibration_streams: Sequence[int] = (),
     other_m_file: str | None = None,
 ) -> str:
     """cache_ladder: predicted hit rate and GiB streamed per step for each withheld row, and the LRU cliff.
@@ -543,7 +543,8 @@ def cache_ladder(
     if other_m:
         old = _join([f"{p['case']} {pct(p['old_hit'], 1)}" for p in other_m if p.get("old_hit") is not None])
         text += (
-            f"At another M than the calibration's {calibration_streams}, those knobs hold no per-stream locality "
+            f"At another M than the calibration's {_join([str(m) for m in sorted(calibration_streams)])}, those "
+            "knobs hold no per-stream locality "
             "(one stream reusing its own experts), which rows at one M cannot identify; there the answer is the "
             "general fit's with the locality prior (`moeroof fit-routing` on the public rows, below"
             + (f"; written to `{other_m_file}`" if other_m_file else "")

@@ -51,7 +51,7 @@ from moeroof.models.locality import Locality
 from moeroof.models.plan import routing_from_spec
 
 # the measurement noise and the truths' simulation seed of fit-plan's other coverage study
-from moeroof.studies.plan_coverage import HIT_NOISE, NOISE, TRUTH_SEED
+from moeroof.studies.plan_coverage import DRAWN_KNOBS, HIT_NOISE, NOISE, TRUTH_SEED
 
 __all__ = ["POINTS", "NOISE", "HIT_NOISE", "TRUTH_SEED", "ZIPF_S", "CurveCoverage", "curve_coverage"]
 
@@ -145,15 +145,7 @@ def curve_coverage(truths: int = 8, *, progress: Callable[[int, int], None] | No
                     "hit_rate_inside": ok_hit,
                 }
             )
-        fields = (
-            "engine_seconds_per_step",
-            "engine_seconds_per_agent_token",
-            "engine_seconds_per_touched_expert",
-            "ssd_scale",
-            "rho",
-            "reclaim_penalty",
-            "reclaim_exponent",
-        )
+        fields = (*DRAWN_KNOBS, "reclaim_exponent")
         chosen = {"overlap_chosen": fit.overlap, "family_chosen": fit.knobs.get("skew", {}).get("family")}
         out.append(
             {"truth": j, "overlap": overlap, **drawn, **{k: getattr(knobs, k) for k in fields}, **chosen, "rows": rows}

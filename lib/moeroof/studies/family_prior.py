@@ -12,7 +12,7 @@ measurements decides where the rows do not (docs/validation.md, "The family of o
 one LRU per layer at 8 / 16 / 32 / 64 experts: 42.4 / 64.7 / 81.0 / 91.8 %; docs/sources.md), fitted
 by :func:`moeroof.fit.routing.fit_routing` on every pair of its sizes with both families, each family
 predicting the two sizes left out. Held-out errors are computed, never tuned on: the family whose
-held-out predictions are closer is the prior (:func:`preferred`), which ``moeroof fit-plan`` holds
+held-out predictions are closer is the prior (:attr:`FamilyCV.preferred`), which ``moeroof fit-plan`` holds
 where a hit-rate curve's rows cannot decide (:data:`moeroof.fit.plan.CURVE_FAMILY_PRIOR`).
 """
 
@@ -28,7 +28,7 @@ from moeroof.core.results import Result
 from moeroof.fit.routing import fit_routing
 from moeroof.studies.validation import SINGLE_STREAM_CACHE, single_stream_cache_points
 
-__all__ = ["Split", "FamilyCV", "cross_validate", "preferred"]
+__all__ = ["Split", "FamilyCV", "cross_validate"]
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,3 @@ def cross_validate(calibration_rows: int = 2, seeds: Sequence[int] = (0, 1, 2)) 
     families = splits[0].errors_points.keys()
     mean = {f: float(np.mean([abs(e) for s in splits for e in s.errors_points[f]])) for f in families}
     return FamilyCV(tuple(splits), mean, SINGLE_STREAM_CACHE.source)
-
-
-def preferred(seeds: Sequence[int] = (0, 1, 2)) -> str:
-    """The family of one stream's hit-rate curve that the published column's cross-validation prefers."""
-    return cross_validate(seeds=seeds).preferred

@@ -78,16 +78,17 @@ class PlanCoverage(Result):
     calibration: tuple[tuple[int, float, int], ...] = ()
 
 
-#: the drawn knobs each truth of :func:`plan_coverage` reports, in order
-_KNOB_COLUMNS = (
+#: the drawn knobs every simulated truth reports (here and in :mod:`moeroof.studies.curve_coverage`), in order
+DRAWN_KNOBS = (
     "engine_seconds_per_step",
     "engine_seconds_per_agent_token",
     "engine_seconds_per_touched_expert",
     "ssd_scale",
     "rho",
     "reclaim_penalty",
-    "page_cache_share",
 )
+#: the drawn knobs each truth of :func:`plan_coverage` reports: those and the page cache's share
+_KNOB_COLUMNS = (*DRAWN_KNOBS, "page_cache_share")
 
 
 def _truth_knobs(rng, prior, model) -> tuple:

@@ -958,14 +958,14 @@ def _colibri_i5_zero_fit_rows() -> list[Comparison]:
             "lru, one cache per layer (colibri's), steady state",
             (1,),
             (float(ref.value[key]),),
-            (z[pred],),
+            (z[key],),
             error_unit=unit,
-            low=(z[f"{pred}_low"],),
-            high=(z[f"{pred}_high"],),
+            low=(z[f"{key}_low"],),
+            high=(z[f"{key}_high"],),
         )
-        for kind, key, pred, quantity, unit in (
-            ("hit", "hit", "hit", "cache hit rate at B=1", "points"),
-            ("tok-s", "tok_s", "tok_s", "tok/s at B=1, engine at the box's priors", "relative"),
+        for kind, key, quantity, unit in (
+            ("hit", "hit", "cache hit rate at B=1", "points"),
+            ("tok-s", "tok_s", "tok/s at B=1, engine at the box's priors", "relative"),
         )
     ]
 

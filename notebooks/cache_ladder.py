@@ -241,8 +241,10 @@ show_table(calibration)
 # %% [markdown]
 # ## Predictions of the withheld rows
 # All LRU, 20–80 GiB per rank, M streams; GiB streamed per step is per rank (for the pair, the
-# mean of its two ranks). These are the rows written to `predictions.csv` (means; the bands
-# are here).
+# mean of its two ranks): the means over seeds, with their bands. The rows at the calibration's M
+# are the ones written to `predictions.csv`; there the rows at another M come from the general fit
+# (`moeroof fit-routing` with the locality prior, its section below), whose
+# per-stream locality these knobs lack (its `method` column names which answers each row).
 
 # %%
 pred = pd.DataFrame(
@@ -267,8 +269,6 @@ pred = pd.DataFrame(
         for b in bands
     ]
 )
-written = ladder.write_predictions(bands)
-print("wrote", written.name, "in", written.parent.name)
 show_table(pred)
 
 # %% [markdown]
@@ -641,6 +641,9 @@ fr_table = pd.DataFrame(
 )
 fr_written = ladder.write_fit_routing_predictions(rfit)
 print("wrote", fr_written.name, "in", fr_written.parent.name)
+# the answer: fit_knobs' rows at the calibration's M, the general fit's at another M
+written = ladder.write_predictions(bands, routing_rows=rfit.rows)
+print("wrote", written.name, "in", written.parent.name)
 display(show_table(fr_table))
 
 with style():
@@ -729,8 +732,8 @@ display(
 
 # %% tags=["answer"]
 calibrated_cases = {t.case.name for t in ladder.CALIBRATION}
-calibration_streams = {t.case.streams for t in ladder.CALIBRATION}
-streams_of = {b.case.name: b.case.streams for b in bands}
+answer = ladder.answer_rows(bands, rfit.rows)
+by_name = {b.case.name: b for b in bands}
 
 
 def working_set_gib(b) -> float:
@@ -794,12 +797,12 @@ display(
                     "gib": r["gib_streamed_per_step"],
                     "gib_lo": r["gib_low"],
                     "gib_hi": r["gib_high"],
-                    "old_hit": r["fit_knobs_hit_rate"],
+                    "old_hit": by_name[r["case"]].hit_rate,
                 }
-                for r in withheld_rows
-                if streams_of[r["case"]] not in calibration_streams
+                for r in answer
+                if r["method"] == "fit-routing"
             ],
-            calibration_streams=sorted(calibration_streams),
+            calibration_streams=list(ladder.CALIBRATION_STREAMS),
             other_m_file=f"{fr_written.parent.name}/{fr_written.name}",
             inputs={
                 "seed 003's published pair points": "witnessed",

@@ -421,9 +421,10 @@ def test_cache_ladder_answers_the_rows_at_another_m_from_the_general_fit():
         "At another M than the calibration's 8",
         "no per-stream locality",
         "pair-c 75.6 % hit (51.2 %–90.0 %), 1.23 GiB/step (0.51–2.47)",
-        "run/predictions-fit-routing.csv",
+        "method fit-routing in `run/predictions.csv`, with its bands in `run/predictions-fit-routing.csv`",
         "the seed-specific knobs' hit rates: pair-c 46.3 %",
-        absent=("pair-c 90.0 % hit",),
+        "`run/predictions.csv` holds the answer (method fit_knobs)",
+        absent=("pair-c 90.0 % hit", "These rows are written to"),
     )
 
 

@@ -136,6 +136,7 @@ def test_predictions_csv_has_the_exact_columns_and_cases(tmp_path, monkeypatch):
         "policy",
         "hit_rate",
         "gib_streamed_per_step",
+        "method",
     )
     names = [r[0] for r in rows[1:]]
     assert names == [
@@ -152,6 +153,7 @@ def test_predictions_csv_has_the_exact_columns_and_cases(tmp_path, monkeypatch):
     for r in rows[1:]:
         assert r[4] == "lru" and 0.0 <= float(r[5]) <= 1.0 and float(r[6]) >= 0.0
         assert int(r[1]) == (1 if r[0].startswith("booster") else 2)
+        assert r[7] == "fit_knobs"  # no general fit given: every row is the seed-specific knobs
     assert sorted(p.name for p in target.parent.iterdir()) == ["predictions.csv"], "no temp file left behind"
 
 
@@ -273,10 +275,32 @@ def test_fit_routing_predictions_csv_adds_band_columns(tmp_path, monkeypatch):
     with out.open() as f:
         rows = list(csv.DictReader(f))
     assert tuple(rows[0]) == ladder.FIT_ROUTING_COLUMNS
-    assert ladder.FIT_ROUTING_COLUMNS[: len(ladder.PREDICTIONS_COLUMNS)] == ladder.PREDICTIONS_COLUMNS
+    assert ladder.FIT_ROUTING_COLUMNS[: len(ladder.CASE_COLUMNS)] == ladder.CASE_COLUMNS
     assert [r["case"] for r in rows] == [c.name for c in ladder.PREDICTION_CASES] + [
         t.case.name for t in ladder.HELD_OUT
     ]
+    # predictions.csv is the answer: the seed-specific knobs' rows at the calibration's M = 8, the
+    # general fit's at every other M (the booster at M = 1, the pair at 1, 16 and 32 streams)
+    bands, _ = ladder.predict(ladder.FITTED, ladder.PREDICTION_CASES, [0], layers=3)
+    with ladder.write_predictions(bands, routing_rows=pred.rows).open() as f:
+        answer = list(csv.DictReader(f))
+    general = {r["case"]: r for r in pred.rows}
+    seed_specific = {b.case.name: b for b in bands}
+    assert ladder.CALIBRATION_STREAMS == (8,)
+    assert [r["case"] for r in answer] == [c.name for c in ladder.PREDICTION_CASES]
+    assert {r["case"] for r in answer if r["method"] == "fit-routing"} == {
+        "booster-m1-20",
+        "pair-m1-80",
+        "pair-m16-80",
+        "pair-m32-80",
+    }
+    for r in answer:
+        if r["method"] == "fit-routing":
+            want = general[r["case"]]["hit_rate"], general[r["case"]]["gib_streamed_per_step"]
+        else:
+            assert r["method"] == "fit_knobs" and r["streams"] == "8"
+            want = seed_specific[r["case"]].hit_rate, seed_specific[r["case"]].gib_streamed_per_step
+        assert (r["hit_rate"], r["gib_streamed_per_step"]) == tuple(f"{v:.4f}" for v in want)
 
 
 def test_run_cases_memo_returns_the_simulated_results_bit_for_bit(tmp_path, monkeypatch):

@@ -510,7 +510,8 @@ def cache_ladder(
 
     ``other_m``: the withheld cases at another M than the calibration's (``calibration_streams``),
     answered by the general fit with the locality prior instead (the mappings of ``predictions``
-    plus ``old_hit``, the seed-specific knobs' hit rate; written to ``other_m_file``): those knobs
+    plus ``old_hit``, the seed-specific knobs' hit rate; in ``predictions_file`` too, their bands in
+    ``other_m_file``): those knobs
     hold no per-stream locality, which rows at one M cannot identify, so their rows at another M
     are left out of the first list and said with the general fit's.
 
@@ -537,8 +538,13 @@ def cache_ladder(
         f"its pair of nodes, each with an LRU expert cache) published — {cal} — the routing knobs ({knobs}; "
         f"{how}) drive traces of L = {layers} layers whose exact LRU simulation predicts each withheld row, per "
         f"rank, as the mean over {seeds} seeds with its 5–95 % band: "
-        f"{listed(p for p in predictions if p['case'] not in elsewhere)}. These rows are written to "
-        f"`{predictions_file}`. "
+        f"{listed(p for p in predictions if p['case'] not in elsewhere)}. "
+        + (
+            f"These rows are written to `{predictions_file}`"
+            if not other_m
+            else f"`{predictions_file}` holds the answer"
+        )
+        + (" (method fit_knobs). " if other_m else ". ")
     )
     if other_m:
         old = _join([f"{p['case']} {pct(p['old_hit'], 1)}" for p in other_m if p.get("old_hit") is not None])
@@ -546,8 +552,9 @@ def cache_ladder(
             f"At another M than the calibration's {_join([str(m) for m in sorted(calibration_streams)])}, those "
             "knobs hold no per-stream locality "
             "(one stream reusing its own experts), which rows at one M cannot identify; there the answer is the "
-            "general fit's with the locality prior (`moeroof fit-routing` on the public rows, below"
-            + (f"; written to `{other_m_file}`" if other_m_file else "")
+            "general fit's with the locality prior (`moeroof fit-routing` on the public rows, below; method "
+            f"fit-routing in `{predictions_file}`"
+            + (f", with its bands in `{other_m_file}`" if other_m_file else "")
             + f"): {listed(other_m)}"
             + (f" (the seed-specific knobs' hit rates: {old})" if old else "")
             + ". "

@@ -71,9 +71,12 @@ notebook shows those as sensitivities beside the bands.
 ``moeroof fit-routing`` points (:func:`public_points`: hit rate and GiB/step at 20 and 80 GiB,
 the union of 50 across both ranks; the withheld cases as empty rows), fitted by
 :func:`moeroof.fit.routing.fit_routing` and predicted with its bands (parameter,
-run-to-run and family); :func:`write_fit_routing_predictions` writes them with the band columns
-:func:`write_predictions` lacks. :func:`fit_knobs` stays as the seed-specific reference; the
-distance between the two calibrations is shown as a structural band.
+run-to-run and family); :func:`write_fit_routing_predictions` writes them with their bands.
+:func:`fit_knobs` stays as the seed-specific reference; the distance between the two
+calibrations is shown as a structural band. **The answer** (:func:`answer_rows`, written by
+:func:`write_predictions` to predictions.csv with the method of each row): the cases at the
+calibration's M from :func:`fit_knobs`, those at another M from the general fit, since the
+seed-specific knobs hold no per-stream locality, which rows at one M cannot identify.
 
 Sources: seed 003 (docs/sources.md) for every witnessed number;
 Mattson et al. 1970 for the stack distances behind :func:`moeroof.cachesim.lru_hit_curve`.
@@ -85,7 +88,7 @@ import csv
 import functools
 import math
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import astuple, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -124,7 +127,9 @@ __all__ = [
     "Target",
     "CALIBRATION",
     "PREDICTION_CASES",
+    "CASE_COLUMNS",
     "PREDICTIONS_COLUMNS",
+    "CALIBRATION_STREAMS",
     "CaseResult",
     "Band",
     "FitResult",
@@ -143,6 +148,7 @@ __all__ = [
     "ladder_curve",
     "predictions_path",
     "write_predictions",
+    "answer_rows",
     "HELD_OUT",
     "WITHHELD_CASES",
     "FIT_ROUTING_COLUMNS",
@@ -297,7 +303,14 @@ PREDICTION_CASES: tuple[Case, ...] = (
     Case("pair-m16-80", 2, 16, 80.0),
     Case("pair-m32-80", 2, 32, 80.0),
 )
-PREDICTIONS_COLUMNS = ("case", "ranks", "streams", "cache_gib_per_rank", "policy", "hit_rate", "gib_streamed_per_step")
+#: a case's conditions and its predicted hit rate and GiB streamed per step per rank
+CASE_COLUMNS = ("case", "ranks", "streams", "cache_gib_per_rank", "policy", "hit_rate", "gib_streamed_per_step")
+#: predictions.csv: each case's answer and the method that gives it (:func:`answer_rows`)
+PREDICTIONS_COLUMNS = (*CASE_COLUMNS, "method")
+#: the M of the calibration rows: :func:`fit_knobs`' knobs answer the cases at it, the general fit
+#: (:func:`fit_routing_predictions`, with the locality prior) those at another M
+#: (:func:`answer_rows`)
+CALIBRATION_STREAMS: tuple[int, ...] = tuple(sorted({t.case.streams for t in CALIBRATION}))
 
 
 def expert_bytes(layers: int = ASSUMED_LAYERS) -> float:
@@ -703,13 +716,42 @@ def predictions_path() -> Path:
     return base / "cache_ladder" / "predictions.csv"
 
 
-def write_predictions(bands: Sequence[Band], path: str | os.PathLike[str] | None = None) -> Path:
-    """Write one row per case with :data:`PREDICTIONS_COLUMNS` (hit rate a fraction, GiB per
-    step per rank; the means over seeds), atomically (:func:`moeroof.core.atomic.write_via`)."""
+def answer_rows(bands: Sequence[Band], routing_rows: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+    """The report's answer for each case of ``bands``, in their order: at the calibration's M
+    (:data:`CALIBRATION_STREAMS`) the seed-specific knobs' mean over seeds (``method``
+    ``fit_knobs``); at another M the general fit's prediction where ``routing_rows``
+    (:attr:`RoutingPredictions.rows`) has the case (``fit-routing``) — the seed-specific knobs
+    hold no per-stream locality, which rows at one M cannot identify, and the general fit holds the
+    locality prior there (docs/reports.md). Each row: :data:`PREDICTIONS_COLUMNS`' fields plus
+    the 5–95 % band of the method that answers (``hit_rate_low`` … ``gib_high``)."""
+    general = {r["case"]: r for r in routing_rows}
+    out = []
+    for b in bands:
+        row = {k: getattr(b.case, k) for k in ("ranks", "streams", "cache_gib_per_rank", "policy")}
+        r = general.get(b.case.name) if b.case.streams not in CALIBRATION_STREAMS else None
+        if r is not None:
+            keys = ("hit_rate", "gib_streamed_per_step", "hit_rate_low", "hit_rate_high", "gib_low", "gib_high")
+            row |= {k: float(r[k]) for k in keys} | {"method": "fit-routing"}
+        else:
+            row |= {"hit_rate": b.hit_rate, "gib_streamed_per_step": b.gib_streamed_per_step, "method": "fit_knobs"}
+            row |= {"hit_rate_low": b.hit_rate_band.low, "hit_rate_high": b.hit_rate_band.high}
+            row |= {"gib_low": b.gib_band.low, "gib_high": b.gib_band.high}
+        out.append({"case": b.case.name, **row})
+    return out
+
+
+def write_predictions(
+    bands: Sequence[Band],
+    path: str | os.PathLike[str] | None = None,
+    routing_rows: Sequence[Mapping[str, Any]] = (),
+) -> Path:
+    """Write the report's answer (:func:`answer_rows` of ``bands`` and ``routing_rows``), one row
+    per case with :data:`PREDICTIONS_COLUMNS` (hit rate a fraction, GiB per step per rank, the
+    method that answers it), atomically (:func:`moeroof.core.atomic.write_via`)."""
     rows = [
-        [b.case.name, b.case.ranks, b.case.streams, f"{b.case.cache_gib_per_rank:g}", b.case.policy]
-        + [f"{b.hit_rate:.4f}", f"{b.gib_streamed_per_step:.4f}"]
-        for b in bands
+        [r["case"], r["ranks"], r["streams"], f"{r['cache_gib_per_rank']:g}", r["policy"]]
+        + [f"{r['hit_rate']:.4f}", f"{r['gib_streamed_per_step']:.4f}", r["method"]]
+        for r in answer_rows(bands, routing_rows)
     ]
     return _write_csv(Path(path) if path is not None else predictions_path(), PREDICTIONS_COLUMNS, rows)
 
@@ -769,10 +811,10 @@ HELD_OUT: tuple[Target, ...] = (
 WITHHELD_CASES: tuple[Case, ...] = tuple(
     c for c in PREDICTION_CASES if c.name not in {t.case.name for t in CALIBRATION}
 )
-#: predictions-fit-routing.csv: :data:`PREDICTIONS_COLUMNS` plus the band columns
-#: write_predictions lacks (5–95 %), the row's role, and the seed-specific fit_knobs means beside them
+#: predictions-fit-routing.csv: every case as the general fit predicts it (:data:`CASE_COLUMNS`), its
+#: 5–95 % band, the row's role, and the seed-specific fit_knobs means beside them
 FIT_ROUTING_COLUMNS = (
-    *PREDICTIONS_COLUMNS,
+    *CASE_COLUMNS,
     "hit_rate_low",
     "hit_rate_high",
     "gib_low",
@@ -919,8 +961,8 @@ def _prediction_row(c, h: dict, g: dict, w, b) -> dict:
 
 
 def write_fit_routing_predictions(pred: RoutingPredictions, path: str | os.PathLike[str] | None = None) -> Path:
-    """Write :attr:`RoutingPredictions.rows` with :data:`FIT_ROUTING_COLUMNS` — the columns of
-    :func:`write_predictions` plus the 5–95 % band columns it lacks, the role, the witnessed
+    """Write :attr:`RoutingPredictions.rows` with :data:`FIT_ROUTING_COLUMNS` — every case as the
+    general fit predicts it, with its 5–95 % band, the role, the witnessed
     values (public rows only) and the fit_knobs means — atomically; by default
     ``predictions-fit-routing.csv`` beside :func:`predictions_path`."""
     target = Path(path) if path is not None else predictions_path().with_name("predictions-fit-routing.csv")

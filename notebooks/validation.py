@@ -147,7 +147,8 @@ if coverage_truths > 0:
 # per-touched-expert engine costs, SSD scale, one stream's locality) with its terms combined by
 # `max` or `sum` (fit-plan is not told which); its rows are seed 003's settings, simulated at a
 # seed no fit uses with 5 % noise. fit-plan sees the M = 8 rows seed 003's points file measures
-# and predicts the rows it withholds; a 90 % band should hold about 90 % of them.
+# and predicts the rows it withholds; a 90 % band should hold about 90 % of new measurements of
+# them (each truth here one: its simulated rate with the same noise).
 
 # %%
 plan_cov = None
@@ -170,7 +171,8 @@ if plan_coverage_truths > 0:
 # shape) with a popularity of either family, Zipf or Dirichlet, and its terms combined by `max` or
 # `sum` (fit-plan is told neither); its rows are mlx-lm#1438's settings (GLM-5.2 on `apple-m4-max`,
 # one stream), simulated at a seed no fit uses with noise. fit-plan, every flag at its default, sees
-# the three cache sizes that points file measures and predicts the rest of the curve.
+# the three cache sizes that points file measures and predicts the rest of the curve, each
+# predicted row's truth a new measurement (its simulated values with the same noise).
 
 # %%
 curve_cov = None

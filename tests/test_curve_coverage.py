@@ -29,6 +29,12 @@ def test_coverage_counts_the_predicted_rows_inside_their_bands(two):
     assert two.inside_tok_s == pytest.approx(np.mean([r["low"] <= r["truth"] <= r["high"] for r in rows]))
     hits = [r["hit_rate_low"] <= r["truth_hit_rate"] <= r["hit_rate_high"] for r in rows]
     assert two.inside_hit_rate == pytest.approx(np.mean(hits))
+    # a predicted row's truth is a new measurement, as the band is a new measurement's: the simulated
+    # values with the calibration rows' noise (a few σ at most), not the simulated values themselves
+    ratio = np.log([r["truth"] / r["expected"] for r in rows])
+    assert np.all(ratio != 0.0) and np.all(np.abs(ratio) < 5 * cc.NOISE)
+    shift = np.array([r["truth_hit_rate"] - r["expected_hit_rate"] for r in rows])
+    assert np.all(shift != 0.0) and np.all(np.abs(shift) < 5 * cc.HIT_NOISE)
     zipf, dirichlet = two.truths
     assert cc.ZIPF_S[0] <= zipf["skew_parameter"] <= cc.ZIPF_S[1]
     lo, hi = committed_skew_prior().alpha_range

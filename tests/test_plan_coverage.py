@@ -20,6 +20,10 @@ def test_coverage_counts_the_predicted_rows_inside_their_bands():
     assert res.rows == len(rows) == 2 * len(predicted)
     # the share is a recount of the rows (not the study's own tally)
     assert res.inside == pytest.approx(np.mean([r["low"] <= r["truth"] <= r["high"] for r in rows]))
+    # a held-out truth is a new measurement, as the band is a new measurement's: the simulated rate
+    # with the calibration rows' lognormal noise (a few σ at most), not the simulated rate itself
+    ratio = np.log([r["truth"] / r["expected"] for r in rows])
+    assert np.all(ratio != 0.0) and np.all(np.abs(ratio) < 5 * pc.NOISE)
     for t in res.truths:  # every truth is a box the priors allow
         assert PRIOR_SECONDS_PER_STEP[0] <= t["engine_seconds_per_step"] <= PRIOR_SECONDS_PER_STEP[2]
         assert 0 <= t["engine_seconds_per_agent_token"] <= PRIOR_SECONDS_PER_AGENT_TOKEN[2]

@@ -1073,7 +1073,8 @@ def _coverage_sentences(
         out.append(
             f"On {n_truths} simulated boxes drawn from fit-plan's priors (engine, SSD, locality, reclaim work, page cache; terms "
             f"combined by max or sum, not told), calibrated on {len(plan_cal)} of seed 003's rows ({at}; {sizes} GiB), "
-            f"{pct(share)} of {n_rows} predicted rows lie inside fit-plan's 90 % band. "
+            f"{pct(share)} of {n_rows} predicted rows lie inside fit-plan's 90 % band (each truth a new "
+            "measurement, as the band is a new measurement's: its simulated value with the calibration rows' noise). "
         )
     if curve_coverage is not None:
         on_net, on_hit, n_rows, n_truths, gib = curve_coverage
@@ -1081,7 +1082,7 @@ def _coverage_sentences(
             f"On {n_truths} simulated one-stream cache curves (the popularity's family, Zipf or Dirichlet, and max or "
             f"sum not told), calibrated at {_join([f'{g:.3g}' for g in gib])} GiB as mlx-lm#1438's rows are, "
             f"{pct(on_net)} of {n_rows} predicted tok/s and {pct(on_hit)} of their hit rates lie inside fit-plan's "
-            "90 % bands. "
+            "90 % bands (each truth a new measurement, with noise). "
         )
     return out
 

@@ -18,7 +18,8 @@ reads (κ, which fit-plan holds at its prior) and whether its reads go through t
 settings (:data:`POINTS`: GLM-5 NVFP4 on GB10, its per-layer histogram), simulated by
 :func:`moeroof.fit.plan.predict_points` at a simulation seed no fit uses, with a
 lognormal measurement noise of :data:`NOISE` on the calibration rows' tok/s and a normal one of
-:data:`HIT_NOISE` on their hit rates; fit-plan sees the four M = 8 rows a user of seed 003 has
+:data:`HIT_NOISE` on their hit rates; a predicted row's truth is a new measurement too (its
+simulated rate times the same noise, drawn apart: the band is a new measurement's); fit-plan sees the four M = 8 rows a user of seed 003 has
 (data/points/seed003-public.plan-points: tok/s at 20 GiB on one booster and on the pair, at 40
 and 80 GiB on the pair, and the pair's hit rates at 20 and 80 GiB) — three cache sizes of one
 batch size, so its default also chooses the memory knob the rows rule in
@@ -141,16 +142,22 @@ def plan_coverage(truths: int = 8, *, progress: Callable[[int, int], None] | Non
             h = float(np.clip(hit[i] + hit_noise[k], 0.0, 1.0)) if shipped[i].hit_rate is not None else None
             measured[i] = replace(pts[i], net_tok_s=float(net[i] * noise[k]), hit_rate=h)
         fit = fit_plan(measured, model, hw, routing, routing_is_spec=False, locality=prior)
+        # a held-out row's truth is a new measurement, as the band's is: the simulated rate times the
+        # calibration rows' noise, drawn from a stream of its own (the calibration draws unchanged)
+        held_noise = np.exp(generator("plan-coverage-held-out", j).normal(0.0, NOISE, size=len(pts)))
         rows = []
         for i, row in enumerate(fit.rows):
             if i in cal:
                 continue
-            ok = bool(row["low"] <= net[i] <= row["high"])
+            truth = float(net[i] * held_noise[i])
+            ok = bool(row["low"] <= truth <= row["high"])
             inside += ok
             total += 1
             band = {k: row[k] for k in ("predicted", "low", "high")}
             rows.append(
-                {"batch": row["batch"], "cache_gib": row["cache_gib"], "truth": float(net[i]), **band, "inside": ok}
+                {"batch": row["batch"], "cache_gib": row["cache_gib"], "truth": truth, "expected": float(net[i])}
+                | band
+                | {"inside": ok}
             )
         drawn = {k: getattr(knobs, k) for k in _KNOB_COLUMNS} | {"locality_c_per_expert": float(c_per_expert)}
         out.append({"truth": j, "overlap": overlap, "overlap_chosen": fit.overlap, **drawn, "rows": rows})

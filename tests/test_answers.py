@@ -77,6 +77,20 @@ def net_toks_kwargs(**over):
     return kw
 
 
+def test_a_cache_holding_every_routed_expert_is_said_to_stream_none_once_warm():
+    """net_toks and whatif name the box's streaming tier, or, where the cache holds every routed
+    expert, that nothing is streamed once it is warm."""
+    words(answers.net_toks(**net_toks_kwargs()), "(experts streamed from SSD)", absent=("once warm",))
+    full = answers.net_toks(**net_toks_kwargs(holds_all=True))
+    words(full, "(every routed expert in its cache: none streamed from SSD once warm)", absent=("experts streamed",))
+    w = answers.whatif(
+        model="toy", hardware="mac", routing="t.npz", cache_gib=200.0, batch_min=2, batch_max=64,
+        best_net_tok_s=3.0, best_batch=32, bound_at_best="compute", hit_rate_at_best=1.0, union_at_max=60.0,
+        inputs=WITNESSED, link="page-cache", holds_all=True,
+    )  # fmt: skip
+    words(w, "(every routed expert in its cache: none streamed from the page cache once warm)")
+
+
 def test_net_toks_names_its_parameters_and_the_seed_correction():
     text = answers.net_toks(**net_toks_kwargs())
     words(
@@ -542,6 +556,19 @@ def test_answers_name_the_link_a_box_streams_over():
         lv,
         "**h200** (experts streamed over the PCIe link; pcie-bound",
         "**desk** (experts streamed from SSD; ssd-bound",
+    )
+    # a box whose cache holds every routed expert streams none once warm: the words say so, not the link
+    full = answers.levers(
+        model="toy", hardware="h200", contrast_hardware="desk", routing="r.csv", cache_gib=4.0,
+        contrast_cache_gib=900.0, batch_max=64, factors={"h200": {"L2": 3.0}, "desk": {"L2": 1.1}}, probe_batch=64,
+        binds={"h200": "ssd", "desk": "compute"}, agents=8, session_product=2.0, session_combined=2.5,
+        cross_user_gain=1.7, users_max=16, inputs=WITNESSED, links={"h200": "pcie"}, holds_all=["desk"],
+    )  # fmt: skip
+    words(
+        full,
+        "**h200** (experts streamed over the PCIe link; pcie-bound",
+        "**desk** (every routed expert in its cache: none streamed from SSD once warm; compute-bound",
+        absent=("**desk** (experts streamed",),
     )
     w = answers.whatif(
         model="toy", hardware="mac", routing="t.npz", cache_gib=2.0, batch_min=2, batch_max=64,

@@ -26,6 +26,7 @@ __all__ = [
     "is_synthetic",
     "LINK_WORDS",
     "stream_source",
+    "expert_source",
     "term_name",
     "provenance_sentence",
     "fmt",
@@ -68,6 +69,15 @@ def stream_source(link: str = "ssd") -> str:
     ``over the PCIe link``, ``over the host link``, ``from the page cache``."""
     prep = {"ssd": "from", "page-cache": "from the"}.get(link, "over the")
     return f"{prep} {LINK_WORDS.get(link, link)}"
+
+
+def expert_source(link: str = "ssd", holds_all: bool = False) -> str:
+    """Where a box's experts come from, as :func:`stream_source` says it: ``experts streamed
+    from SSD``, or where its expert cache holds every routed expert (``holds_all``), that none is
+    streamed once the cache is warm."""
+    if holds_all:
+        return f"every routed expert in its cache: none streamed {stream_source(link)} once warm"
+    return f"experts streamed {stream_source(link)}"
 
 
 def term_name(term: str, link: str = "ssd") -> str:
@@ -269,6 +279,8 @@ class NetToks:
     synthetic: Iterable[str] = ()
     link: str = "ssd"
     defaults: Iterable[str] = ()
+    #: the expert cache holds every routed expert (none streamed once warm)
+    holds_all: bool = False
     at_priors: tuple[float, float, float] | None = None
     held_priors: Sequence[str] = ()
     routing_range: tuple[float, float] | None = None
@@ -295,7 +307,7 @@ def net_toks(**inputs: Any) -> str:
     a = NetToks(**inputs)
     binds, ram = _binds_clauses(a.batch, a.bound, a.fits, a.link)
     text = (
-        f"**Answer.** For **{a.model}** on **{a.hardware}** (experts streamed {stream_source(a.link)}) with "
+        f"**Answer.** For **{a.model}** on **{a.hardware}** ({expert_source(a.link, a.holds_all)}) with "
         f"**{fmt(a.cache_gib)} GiB** of expert cache, {a.context_tokens}-token contexts and routing from "
         f"`{a.routing}`, over {_batch_range(a.batch)} {binds}{ram}. "
         f"Net tok/s peaks at {fmt(a.best_net_tok_s)} at B = {a.best_batch}; per-agent tok/s falls from "
@@ -423,21 +435,22 @@ def levers(
     synthetic: Iterable[str] = (),
     links: Mapping[str, str] | None = None,
     defaults: Iterable[str] = (),
+    holds_all: Iterable[str] = (),
 ) -> str:
     """levers: what L1, L2 and L3 each buy at one batch on each box, and whether L2 and L3 compound.
 
     ``factors[box][lever]`` is each lever's factor at ``probe_batch`` against its baseline;
     ``binds[box]`` the binding term there; ``links[box]`` what the box streams experts over
-    (default ``ssd``), which names its ``ssd`` term.
+    (default ``ssd``), which names its ``ssd`` term; ``holds_all``: the boxes whose expert cache
+    holds every routed expert (nothing streamed once it is warm, said instead of the link).
     """
     rows = []
+    full = set(holds_all)
     for box, f in factors.items():
         named = ", ".join(f"{lever} {fmt(v)}×" for lever, v in f.items())
         link = (links or {}).get(box, "ssd")
         bound = term_name(binds.get(box, "?"), link)
-        rows.append(
-            f"on **{box}** (experts streamed {stream_source(link)}; {bound}-bound at B = {probe_batch}) {named}"
-        )
+        rows.append(f"on **{box}** ({expert_source(link, box in full)}; {bound}-bound at B = {probe_batch}) {named}")
     compound = "at least multiplicatively" if session_combined >= session_product * 0.999 else "below the product"
     return (
         f"**Answer.** For **{model}** with routing `{routing}` (a {fmt(cache_gib)} GiB expert cache on {hardware}, "
@@ -807,15 +820,17 @@ def whatif(
     fit: str | None = None,
     fit_knobs: Sequence[str] = (),
     defaults: Iterable[str] = (),
+    holds_all: bool = False,
 ) -> str:
     """whatif: the state the controls start in (the report shows that state); ``link`` is what
-    the box streams experts over, which names the ``ssd`` term. ``best_*`` is None when no
+    the box streams experts over, which names the ``ssd`` term (``holds_all``: the cache holds
+    every routed expert, so none is streamed once warm). ``best_*`` is None when no
     batch of the range fits in RAM; ``infeasible_from`` is the first B that does not fit (None:
     all do) and ``infeasible_reason`` why; ``fit``: a fit-plan result the box runs with, and
     ``fit_knobs`` the knobs of it the state took; ``defaults`` the defaults that followed the
     model (:func:`defaults_sentence`)."""
     head = (
-        f"**Answer (this state).** **{model}** on **{hardware}** (experts streamed {stream_source(link)}), routing "
+        f"**Answer (this state).** **{model}** on **{hardware}** ({expert_source(link, holds_all)}), routing "
         f"`{routing}`, a {fmt(cache_gib)} GiB expert cache: "
     )
     if best_net_tok_s is None or best_batch is None:

@@ -242,9 +242,9 @@ show_table(calibration)
 # ## Predictions of the withheld rows
 # All LRU, 20–80 GiB per rank, M streams; GiB streamed per step is per rank (for the pair, the
 # mean of its two ranks): the means over seeds, with their bands. The rows at the calibration's M
-# are the ones written to `predictions.csv`; there the rows at another M come from the general fit
-# (`moeroof fit-routing` with the locality prior, its section below), whose
-# per-stream locality these knobs lack (its `method` column names which answers each row).
+# are the ones written to `predictions.csv`; the rows at another M come there from the general fit
+# (`moeroof fit-routing`, its section below) where it holds the locality prior, the per-stream
+# locality these knobs lack (the file's `method` column names which answers each row).
 
 # %%
 pred = pd.DataFrame(
@@ -572,12 +572,14 @@ show_table(pd.DataFrame(hist_rows))
 # rows only) and the `fit_knobs` means.
 
 # %%
+# the per-stream locality the general fit holds where the rows cannot identify it (None: off)
+rf_locality = locality_parameter(routing_fit_locality, "routing_fit_locality")
 rfit = ladder.fit_routing_predictions(
     seeds=range(routing_fit_seeds),
     bootstrap=routing_fit_bootstrap,
     max_sim_layers=min(routing_fit_layers, layers),
     old_bands=bands,
-    locality=locality_parameter(routing_fit_locality, "routing_fit_locality"),
+    locality=rf_locality,
 )
 rk = rfit.fit.knobs
 print(
@@ -641,8 +643,10 @@ fr_table = pd.DataFrame(
 )
 fr_written = ladder.write_fit_routing_predictions(rfit)
 print("wrote", fr_written.name, "in", fr_written.parent.name)
-# the answer: fit_knobs' rows at the calibration's M, the general fit's at another M
-written = ladder.write_predictions(bands, routing_rows=rfit.rows)
+# the answer: fit_knobs' rows at the calibration's M, the general fit's at another M where it holds
+# the locality prior (with locality off it holds no more of one stream's locality than fit_knobs)
+answering_rows = rfit.rows if rf_locality is not None else []
+written = ladder.write_predictions(bands, routing_rows=answering_rows)
 print("wrote", written.name, "in", written.parent.name)
 display(show_table(fr_table))
 
@@ -732,7 +736,7 @@ display(
 
 # %% tags=["answer"]
 calibrated_cases = {t.case.name for t in ladder.CALIBRATION}
-answer = ladder.answer_rows(bands, rfit.rows)
+answer = ladder.answer_rows(bands, answering_rows)
 by_name = {b.case.name: b for b in bands}
 
 
@@ -803,13 +807,20 @@ display(
                 if r["method"] == "fit-routing"
             ],
             calibration_streams=list(ladder.CALIBRATION_STREAMS),
+            without_locality=[]
+            if rf_locality is not None
+            else [b.case.name for b in bands if b.case.streams not in ladder.CALIBRATION_STREAMS],
             other_m_file=f"{fr_written.parent.name}/{fr_written.name}",
             inputs={
                 "seed 003's published pair points": "witnessed",
                 "the routing knobs fitted to them and the traces sampled from them": "projected",
                 f"L = {layers} MoE layers": "assumed",
-                "the locality prior the general fit holds (fitted on other models' decode)": "assumed",
-            },
+            }
+            | (
+                {"the locality prior the general fit holds (fitted on other models' decode)": "assumed"}
+                if rf_locality is not None
+                else {}
+            ),
         )
     )
 )

@@ -421,6 +421,15 @@ def test_cache_ladder_names_its_run_the_rows_and_the_cliff():
     words(none, "refitted in this run", "No predicted row falls off", absent=("projected", "synthetic", "120 GiB"))
 
 
+def test_cache_ladder_says_rows_at_another_m_hold_no_locality_where_the_general_fit_ran_without_it():
+    text = answers.cache_ladder(
+        **LADDER, cliff=None, inputs={"points": "witnessed"}, calibration_streams=[8], without_locality=["pair-c"]
+    )
+    words(text, "At another M than the calibration's 8 (pair-c) these rows hold no per-stream locality",
+          "run with locality off", absent=("general fit's with the locality prior",))  # fmt: skip
+    words(answers.cache_ladder(**LADDER, cliff=None, inputs={}), "These rows are written to", absent=("locality",))
+
+
 def test_cache_ladder_answers_the_rows_at_another_m_from_the_general_fit():
     """The withheld rows at another M than the calibration's leave the seed-specific list and are
     said with the general fit's numbers and file, the seed-specific hit rate beside them."""

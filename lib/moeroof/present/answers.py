@@ -518,8 +518,12 @@ def cache_ladder(
     other_m: Sequence[Mapping[str, Any]] = (),
     calibration_streams: Sequence[int] = (),
     other_m_file: str | None = None,
+    without_locality: Sequence[str] = (),
 ) -> str:
     """cache_ladder: predicted hit rate and GiB streamed per step for each withheld row, and the LRU cliff.
+
+    ``without_locality``: the cases at another M that the seed-specific knobs answer because the
+    general fit was run with locality off — said as holding no per-stream locality.
 
     ``other_m``: the withheld cases at another M than the calibration's (``calibration_streams``),
     answered by the general fit with the locality prior instead (the mappings of ``predictions``
@@ -571,6 +575,13 @@ def cache_ladder(
             + f"): {listed(other_m)}"
             + (f" (the seed-specific knobs' hit rates: {old})" if old else "")
             + ". "
+        )
+    if without_locality:
+        text += (
+            f"At another M than the calibration's {_join([str(m) for m in sorted(calibration_streams)])} "
+            f"({_join(list(without_locality))}) these rows hold no per-stream "
+            "locality (one stream reusing its own experts), which rows at one M cannot identify: the general fit "
+            "that holds the locality prior there was run with locality off. "
         )
     if cliff is not None:
         named = ", ".join(f"{k} {pct(v)}" for k, v in (cliff.get("policies") or {}).items())

@@ -501,6 +501,46 @@ def regime_map(
     )
 
 
+def _ladder_rows(ps: Iterable[Mapping[str, Any]]) -> str:
+    """cache_ladder's rows: each case's hit rate and GiB per step with their 5–95 % bands."""
+    return "; ".join(
+        f"{p['case']} {pct(p['hit'], 1)} hit ({pct(p['hit_lo'], 1)}–{pct(p['hit_hi'], 1)}), {fmt(p['gib'])} "
+        f"GiB/step ({fmt(p['gib_lo'])}–{fmt(p['gib_hi'])})"
+        for p in ps
+    )
+
+
+def _ladder_other_m(
+    other_m: Sequence[Mapping[str, Any]],
+    calibration_streams: Sequence[int],
+    predictions_file: str,
+    other_m_file: str | None,
+    without_locality: Sequence[str],
+) -> str:
+    """cache_ladder's sentences on the rows at another M than the calibration's (its docstring)."""
+    at = f"At another M than the calibration's {_join([str(m) for m in sorted(calibration_streams)])}"
+    text = ""
+    if other_m:
+        old = _join([f"{p['case']} {pct(p['old_hit'], 1)}" for p in other_m if p.get("old_hit") is not None])
+        text += (
+            f"{at}, those knobs hold no per-stream locality "
+            "(one stream reusing its own experts), which rows at one M cannot identify; there the answer is the "
+            "general fit's with the locality prior (`moeroof fit-routing` on the public rows, below; method "
+            f"fit-routing in `{predictions_file}`"
+            + (f", with its bands in `{other_m_file}`" if other_m_file else "")
+            + f"): {_ladder_rows(other_m)}"
+            + (f" (the seed-specific knobs' hit rates: {old})" if old else "")
+            + ". "
+        )
+    if without_locality:
+        text += (
+            f"{at} ({_join(list(without_locality))}) these rows hold no per-stream "
+            "locality (one stream reusing its own experts), which rows at one M cannot identify: the general fit "
+            "that holds the locality prior there was run with locality off. "
+        )
+    return text
+
+
 def cache_ladder(
     *,
     model: str,
@@ -540,14 +580,6 @@ def cache_ladder(
     (largest cache GiB per rank, hit rate, GiB per step) past the calibrated range.
     """
     cal = _join([f"{case} ({pct(h, 1)} hit, {fmt(g)} GiB/step)" for case, h, g in calibration])
-
-    def listed(ps: Iterable[Mapping[str, Any]]) -> str:
-        return "; ".join(
-            f"{p['case']} {pct(p['hit'], 1)} hit ({pct(p['hit_lo'], 1)}–{pct(p['hit_hi'], 1)}), {fmt(p['gib'])} "
-            f"GiB/step ({fmt(p['gib_lo'])}–{fmt(p['gib_hi'])})"
-            for p in ps
-        )
-
     elsewhere = {p["case"] for p in other_m}
     how = "refitted in this run" if refitted else "stored from the fit"
     text = (
@@ -555,7 +587,7 @@ def cache_ladder(
         f"its pair of nodes, each with an LRU expert cache) published — {cal} — the routing knobs ({knobs}; "
         f"{how}) drive traces of L = {layers} layers whose exact LRU simulation predicts each withheld row, per "
         f"rank, as the mean over {seeds} seeds with its 5–95 % band: "
-        f"{listed(p for p in predictions if p['case'] not in elsewhere)}. "
+        f"{_ladder_rows(p for p in predictions if p['case'] not in elsewhere)}. "
         + (
             f"These rows are written to `{predictions_file}`"
             if not other_m
@@ -563,26 +595,7 @@ def cache_ladder(
         )
         + (" (method fit_knobs). " if other_m else ". ")
     )
-    if other_m:
-        old = _join([f"{p['case']} {pct(p['old_hit'], 1)}" for p in other_m if p.get("old_hit") is not None])
-        text += (
-            f"At another M than the calibration's {_join([str(m) for m in sorted(calibration_streams)])}, those "
-            "knobs hold no per-stream locality "
-            "(one stream reusing its own experts), which rows at one M cannot identify; there the answer is the "
-            "general fit's with the locality prior (`moeroof fit-routing` on the public rows, below; method "
-            f"fit-routing in `{predictions_file}`"
-            + (f", with its bands in `{other_m_file}`" if other_m_file else "")
-            + f"): {listed(other_m)}"
-            + (f" (the seed-specific knobs' hit rates: {old})" if old else "")
-            + ". "
-        )
-    if without_locality:
-        text += (
-            f"At another M than the calibration's {_join([str(m) for m in sorted(calibration_streams)])} "
-            f"({_join(list(without_locality))}) these rows hold no per-stream "
-            "locality (one stream reusing its own experts), which rows at one M cannot identify: the general fit "
-            "that holds the locality prior there was run with locality off. "
-        )
+    text += _ladder_other_m(other_m, calibration_streams, predictions_file, other_m_file, without_locality)
     if cliff is not None:
         named = ", ".join(f"{k} {pct(v)}" for k, v in (cliff.get("policies") or {}).items())
         alt = f" (the other policies there: {named})" if named else ""

@@ -18,13 +18,15 @@
 # `moeroof.studies.held_out`): the step model against published throughput and bytes, the
 # single-stream cache column, the locality prior predicting each real decode source from the
 # others, and fit-plan across regimes (seed 003's public M = 8 rows predicting its withheld rows
-# and M sweep; mlx-lm#1438's three cache sizes predicting where tok/s peaks). The errors are shown
+# and M sweep; mlx-lm#1438's three cache sizes predicting where tok/s peaks), and fit-routing on
+# seed 003's public pair rows predicting its withheld cache rows (one booster at M = 1 among them)
+# and the booster table's pair row, measured in another run. The errors are shown
 # whatever they are; a withheld truth gets its prediction and band, no error. The answer, computed from this run, opens the
 # report (in the notebook it follows the last section).
 
 # %% tags=["parameters"]
 # fmt: off
-groups: str = "step,cache,skew,locality,regimes"  # which cases, comma separated: step, cache, skew, locality, regimes
+groups: str = "step,cache,skew,locality,regimes,routing"  # which cases, comma separated: step, cache, skew, locality, regimes, routing
 tok_s_target: float = 0.20  # the relative error a throughput or bytes prediction should stay within
 hit_target: float = 0.05  # the error a hit-rate or overlap prediction should stay within (0.05: 5 points)
 coverage_truths: int = 8  # simulated truths drawn from the locality prior for the band coverage check, 0 to skip

@@ -26,6 +26,35 @@ def test_every_step_comparison_point_is_one_row_with_its_own_error():
     assert {r["role"] for r in rows} == {"prediction", "consistency"}
 
 
+def test_the_routing_group_is_fit_routing_on_seed_003s_public_rows():
+    """seed 003's fit-routing case (the issue's "many streams → one"): the calibration rows come back
+    as consistency, every withheld case is predicted with its band and no error, and the booster
+    table's pair row — public, measured in another run at the 20 GiB row's conditions — is held out
+    with its error against the published 53.8 % and 6.62 GiB (small settings: the rows' shape)."""
+    from moeroof.studies import ladder
+
+    rows = held_out.routing_rows(seeds=(0,), bootstrap=0, max_sim_layers=2, families=("dirichlet",))
+    assert all(set(r) == set(held_out.COLUMNS) and r["group"] == "routing" for r in rows)
+    by_role: dict = {}
+    for r in rows:
+        by_role.setdefault(r["role"], []).append(r)
+    withheld = by_role["withheld"]
+    assert {r["quantity"].split(", ")[1].split(":")[0] for r in withheld} == {c.name for c in ladder.WITHHELD_CASES}
+    assert all(
+        r["measured"] is None and r["error"] is None and r["low"] <= r["predicted"] <= r["high"] for r in withheld
+    )
+    assert len(withheld) == 2 * len(ladder.WITHHELD_CASES)  # a hit rate and GiB per step each
+    cal = {r["case"]: r for r in by_role["consistency"] if "pair-m8-20" in r["quantity"]}
+    assert cal["seed003-fit-routing-calibration-hit"]["measured"] == 0.525
+    assert cal["seed003-fit-routing-calibration-gib"]["measured"] == 7.02
+    held = {r["case"]: r for r in by_role["prediction"]}
+    hit, gib = held["seed003-fit-routing-held-out-hit"], held["seed003-fit-routing-held-out-gib"]
+    assert hit["error_unit"] == "points" and hit["error"] == pytest.approx(hit["predicted"] - 0.538)
+    assert gib["error_unit"] == "relative" and gib["error"] == pytest.approx(gib["predicted"] / 6.62 - 1.0)
+    # the held-out row has the 20 GiB calibration row's conditions: the same prediction
+    assert hit["predicted"] == cal["seed003-fit-routing-calibration-hit"]["predicted"]
+
+
 def test_the_summary_is_per_case_mean_abs_error_and_band_share():
     rows = [
         {"case": "a", "group": "g", "role": "prediction", "error": 0.1, "error_unit": "points", "inside": True},

@@ -3,7 +3,7 @@ measured (:mod:`moeroof.studies.held_out`).
 
 ::
 
-    moeroof validate [--groups step,cache,skew,locality,regimes] [--format table|json|csv] [--output FILE]
+    moeroof validate [--groups step,cache,skew,locality,regimes,routing] [--format table|json|csv] [--output FILE]
 
 One row per held-out point: the case, its role (``prediction`` or ``consistency``), what it was
 calibrated on, measured, predicted, the error (relative or in points) and, where the case has a
@@ -21,7 +21,7 @@ from moeroof.cli.output import Progress, add_output_arguments, fmt, runner, tabl
 
 #: moeroof.studies.held_out.GROUPS, spelled out so that building the parser imports no study
 #: (tests/test_cli_flags.py checks that they agree)
-GROUPS = ("step", "cache", "skew", "locality", "regimes")
+GROUPS = ("step", "cache", "skew", "locality", "regimes", "routing")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -41,7 +41,8 @@ def add_parser(subparsers: Any) -> None:
         help="which cases, comma separated: step (throughput and bytes), cache (single-stream caches), skew (the "
         "zero-fit routings against a published routing skew), "
         "locality (the locality prior, leave one capture out), regimes (fit-plan across concurrency and "
-        "memory pressure: seed 003's withheld rows, mlx-lm#1438's peak) (default: all)",
+        "memory pressure: seed 003's withheld rows, mlx-lm#1438's peak), routing (fit-routing on seed 003's "
+        "public pair rows: its withheld rows, one booster at M = 1 among them) (default: all)",
     )
     add_output_arguments(p)
 

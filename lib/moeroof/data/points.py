@@ -49,6 +49,8 @@ __all__ = [
     "COLUMNS",
     "CONDITION_COLUMNS",
     "NOISE",
+    "MEASUREMENT_SIGMA",
+    "measurement_sigma",
     "Point",
     "noise",
     "read_points",
@@ -78,6 +80,11 @@ COLUMNS = (*CONDITION_COLUMNS, "value", "note")
 #: what two measurements of the same conditions may differ by before they contradict each other:
 #: (absolute, relative) — hit rates and overlaps 3 points, a union 5 %, GiB per step 10 %
 NOISE = {"hit_rate": (0.03, 0.0), "overlap": (0.05, 0.0), "union": (0.0, 0.05), "gib_per_step": (0.0, 0.10)}
+#: the noise of one measurement (σ: absolute, relative) that a band of a new measurement carries
+#: beside the model's own spread — fit-plan's on a hit rate (2 points; its 5 % on tok/s for the
+#: streamed GiB and the union). Seed 003's one published replicate of a row (52.5 % and 7.02 GiB
+#: per step in one table, 53.8 % and 6.62 in another) reads about 0.9 points and 4 % a measurement.
+MEASUREMENT_SIGMA = {"hit_rate": (0.02, 0.0), "overlap": (0.02, 0.0), "union": (0.0, 0.05), "gib_per_step": (0.0, 0.05)}
 
 
 @dataclass(frozen=True)
@@ -118,6 +125,12 @@ class Point:
             if self.ranks > 1:
                 extra += f" R={self.ranks} {self.partition}"
         return f"{self.kind} M={self.batch}{cap}{extra}"
+
+
+def measurement_sigma(kind: str, value: float) -> float:
+    """The σ :data:`MEASUREMENT_SIGMA` gives one measurement of ``kind`` near ``value``."""
+    absolute, relative = MEASUREMENT_SIGMA[kind]
+    return max(absolute, relative * abs(value))
 
 
 def noise(kind: str, value: float) -> float:

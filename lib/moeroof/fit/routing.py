@@ -102,8 +102,11 @@ over independent measurement runs is checked by ``tests/test_fit_routing.py``.
 **Bands** (5–95 %): for every family that fits within tolerance (the structural uncertainty,
 the family choice), each bootstrap draw θ*_b simulated at its own seed (a run no fit uses)
 gives a deviation from that family's prediction; the family's band is its prediction
-``+ t_B(q) · rms_b(deviation)`` — the parameter uncertainty and the run-to-run noise of one
-measurement of the row. The band is the envelope of the families' bands and of ``predicted``
+``+ t_B(q) · √(rms_b(deviation)² + σ²)`` — the parameter uncertainty and the run-to-run noise
+of the row's simulation, and σ, the noise of one measurement of it by an engine
+(:data:`moeroof.data.points.MEASUREMENT_SIGMA`: 2 points on a hit rate or an overlap, 5 % on a
+union or the GiB streamed, as fit-plan's bands carry 2 points and 5 %; seed 003's one
+published replicate reads about 0.9 points and 4 %). The band is the envelope of the families' bands and of ``predicted``
 (the chosen family's mean over the fit seeds at θ̂), hit rates and overlaps clipped to
 [0, 1]. The draw's knob error and its row's run noise are independent here, while in a real
 measurement the run that moved the fit also moved the rows: the bands are on the wide side
@@ -134,7 +137,7 @@ from moeroof.core.results import Result, stage_reporter
 from moeroof.core.rng import generator
 from moeroof.core.stats import Interval, bootstrap_replicates, confidence_of, student_t_quantile
 from moeroof.core.units import GiB
-from moeroof.data.points import CONDITION_COLUMNS, Point, noise
+from moeroof.data.points import CONDITION_COLUMNS, Point, measurement_sigma, noise
 from moeroof.models.knob_routing import DEFAULT_HISTORY, FAMILIES, RoutingKnobs, layer_popularity, sample_knob_trace
 from moeroof.models.locality import Locality
 from moeroof.models.partition import balanced_packing, contiguous_split
@@ -886,14 +889,18 @@ _KNOB_KEYS = {"skew": "skew", "rho": "rho", "locality": "locality_c", "history":
 
 def _bands(contributing, best, points, model: tuple[int, int, int, float | None], level, sim) -> Interval:
     """Bands (module docstring), an interval per point: per family, its prediction ± t_B × the root
-    mean square of (a draw's simulated row − the prediction); the envelope over the families and
+    mean square of (a draw's simulated row − the prediction) with a new measurement's noise σ
+    (:func:`moeroof.data.points.measurement_sigma`) in quadrature; the envelope over the families and
     the chosen prediction; hit rates and overlaps clipped to [0, 1], the others to ≥ 0. A family
     whose draws carry a prior's draws of held knobs weights them by its ``draw_weights``
     (:func:`_prior_draws`: the prior conditioned on the calibration rows)."""
     low = np.array(best.predicted, dtype=float)
     high = low.copy()
     for f in contributing:
-        low_f = high_f = np.array(f.predicted, dtype=float)
+        predicted = np.array(f.predicted, dtype=float)
+        # a new measurement's own noise (data.points.MEASUREMENT_SIGMA), beside the draws' spread
+        sigma = np.array([measurement_sigma(p.kind, v) for p, v in zip(points, predicted)])
+        rms, n_eff = np.zeros_like(predicted), math.inf
         if f.draws:
             ys = np.concatenate(
                 [simulate_points(kb, points, *model, [20_000 + 89 * b], **sim) for b, kb in enumerate(f.draws)]
@@ -904,13 +911,14 @@ def _bands(contributing, best, points, model: tuple[int, int, int, float | None]
             rms = np.sqrt((w[:, None] * dev2).sum(axis=0) / np.maximum((w[:, None] * ok).sum(axis=0), 1e-300))
             # weighted draws count as their effective number (Kish: (Σw)² / Σw²), not as all of them
             n_eff = float(w.sum() ** 2 / max(float((w**2).sum()), 1e-300))
-            t_lo, t_hi = student_t_quantile(level, max(n_eff, 1.0))
-            low_f, high_f = f.predicted + t_lo * rms, f.predicted + t_hi * rms
-        low = np.fmin(low, low_f)
-        high = np.fmax(high, high_f)
+        t_lo, t_hi = student_t_quantile(level, max(n_eff, 1.0))  # the normal's without draws (n_eff inf)
+        spread = np.sqrt(rms**2 + sigma**2)
+        low = np.fmin(low, predicted + t_lo * spread)
+        high = np.fmax(high, predicted + t_hi * spread)
     unit = np.array([p.kind in ("hit_rate", "overlap") for p in points])
     how = (
-        "envelope over the families that fit of prediction + Student t quantile x rms deviation of its bootstrap draws"
+        "envelope over the families that fit of prediction + Student t quantile x rms deviation of its bootstrap "
+        "draws with a new measurement's noise in quadrature"
     )
     return Interval(np.maximum(low, 0.0), np.where(unit, np.minimum(high, 1.0), high), confidence_of(level), how)
 
@@ -1092,9 +1100,10 @@ def _method(level: tuple[float, float], bootstrap: int) -> dict[str, str]:
         "refitted (best evaluated knob set, then the same polish); fitted value + Student t quantile x root mean "
         "square of the refits' deviations on the fit's scale (log skew, rho, log2(1 + history), log10(E/c)). "
         "Covers the measurement noise of one run and of the fit seeds at these seeds, not the family choice",
-        "bands": f"{pct}: per family that fits, its prediction + Student t quantile x root mean square deviation "
-        "of its bootstrap draws, each simulated at its own seed (parameter + run-to-run noise); the envelope "
-        "over the families (family uncertainty)",
+        "bands": f"{pct} of a new measurement: per family that fits, its prediction + Student t quantile x the "
+        "root mean square deviation of its bootstrap draws, each simulated at its own seed (parameter + run-to-run "
+        "noise), with one measurement's noise in quadrature (2 points on a hit rate or overlap, 5 % on a union or "
+        "the GiB streamed); the envelope over the families (family uncertainty)",
     }
 
 

@@ -55,8 +55,9 @@ from typing import Any, cast
 import numpy as np
 
 from moeroof.core.results import Result
+from moeroof.core.rng import generator
 from moeroof.core.stats import percentile_interval
-from moeroof.data.points import Point, noise
+from moeroof.data.points import Point, measurement_sigma, noise
 from moeroof.fit import routing as fit_routing
 from moeroof.fit.routing import RoutingKnobs
 from moeroof.models.locality import Locality, c_per_expert_from_hot_set, hot_set_from_c, to_scale
@@ -592,8 +593,10 @@ def coverage_check(
     ``c/E`` are one of ``truths`` draws of ``prior`` (:meth:`Locality.draws_for`; Zipf ``skew``, a
     warm history), its rows measured by simulation at seeds no fit uses; ``fit_routing`` on the
     ``calibration`` rows (batch, per-layer LRU capacity) with the prior and without it predicts
-    the ``held_out`` rows. Coverage near the nominal 90 % says the bands carry the prior's
-    spread; the structural choices (family, lookup) are held at the truth's."""
+    the ``held_out`` rows, each truth a new measurement (its simulated rate with one measurement's
+    noise, :func:`moeroof.data.points.measurement_sigma`, as the band is a new measurement's).
+    Coverage near the nominal 90 % says the bands carry the prior's spread; the structural choices
+    (family, lookup) are held at the truth's."""
     probe = [
         Point(kind="hit_rate", batch=int(m), capacity_experts=float(c), policy="lru", scope="layer", value=None)
         for m, c in (*calibration, *held_out)
@@ -610,10 +613,17 @@ def coverage_check(
             Point(**{**p.__dict__, "value": float(v) if i < n_cal else None})
             for i, (p, v) in enumerate(zip(probe, measured))
         ]
+        # a held-out row's truth is a new measurement, as the band is a new measurement's: the simulated
+        # rate with one measurement's noise (data.points.measurement_sigma), drawn from a stream of its own
+        shift = generator("locality-coverage-held-out", j).normal(0.0, 1.0, len(pts))
+        truth = [
+            float(np.clip(v + shift[i] * measurement_sigma(p.kind, v), 0.0, 1.0))
+            for i, (p, v) in enumerate(zip(probe, measured))
+        ]
         inside = {}
         for name, loc in (("with_prior", prior), ("without", None)):
             f = fit_routing.fit_routing(pts, experts, top_k, layers, seeds=seeds, bootstrap=bootstrap, locality=loc)
-            inside[name] = [bool(f.rows[i]["low"] <= measured[i] <= f.rows[i]["high"]) for i in range(n_cal, len(pts))]
+            inside[name] = [bool(f.rows[i]["low"] <= truth[i] <= f.rows[i]["high"]) for i in range(n_cal, len(pts))]
         hits_on += sum(inside["with_prior"])
         hits_off += sum(inside["without"])
         total += len(held_out)

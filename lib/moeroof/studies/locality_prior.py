@@ -616,14 +616,16 @@ def coverage_check(
         # a held-out row's truth is a new measurement, as the band is a new measurement's: the simulated
         # rate with one measurement's noise (data.points.measurement_sigma), drawn from a stream of its own
         shift = generator("locality-coverage-held-out", j).normal(0.0, 1.0, len(pts))
-        truth = [
+        remeasured = [
             float(np.clip(v + shift[i] * measurement_sigma(p.kind, v), 0.0, 1.0))
             for i, (p, v) in enumerate(zip(probe, measured))
         ]
         inside = {}
         for name, loc in (("with_prior", prior), ("without", None)):
             f = fit_routing.fit_routing(pts, experts, top_k, layers, seeds=seeds, bootstrap=bootstrap, locality=loc)
-            inside[name] = [bool(f.rows[i]["low"] <= truth[i] <= f.rows[i]["high"]) for i in range(n_cal, len(pts))]
+            inside[name] = [
+                bool(f.rows[i]["low"] <= remeasured[i] <= f.rows[i]["high"]) for i in range(n_cal, len(pts))
+            ]
         hits_on += sum(inside["with_prior"])
         hits_off += sum(inside["without"])
         total += len(held_out)

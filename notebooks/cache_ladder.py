@@ -564,7 +564,7 @@ show_table(pd.DataFrame(hist_rows))
 # `routing_fit_locality = "independent"`), for the Dirichlet and the Zipf family, and predicts every
 # withheld case with empty values; bands are 5–95 % over the bootstrap draws of every family
 # that fits and the prior's draws (parameter, run-to-run, family and locality uncertainty), with a
-# new measurement's noise (2 points on a hit rate, 5 % on the GiB streamed). The booster table's pair row
+# new measurement's noise (`data.points.MEASUREMENT_SIGMA`). The booster table's pair row
 # (53.8 %, 6.62 GiB) is public and has the 20 GiB calibration row's conditions, measured in
 # another run: it is held out and its error stated. Beside each prediction, the `fit_knobs`
 # prediction of the same case (the sections above): the distance between the two is the
@@ -808,9 +808,12 @@ display(
                 if r["method"] == "fit-routing"
             ],
             calibration_streams=list(ladder.CALIBRATION_STREAMS),
-            without_locality=[]
-            if rf_locality is not None
-            else [b.case.name for b in bands if b.case.streams not in ladder.CALIBRATION_STREAMS],
+            # the rows at another M the seed-specific knobs answer: the general fit ran with locality off
+            without_locality=[
+                r["case"]
+                for r in answer
+                if r["streams"] not in ladder.CALIBRATION_STREAMS and r["method"] == "fit_knobs"
+            ],
             other_m_file=f"{fr_written.parent.name}/{fr_written.name}",
             inputs={
                 "seed 003's published pair points": "witnessed",

@@ -537,7 +537,7 @@ display(
             inputs={k: v for p in plans.values() for k, v in p.provenance["inputs"].items()},
             links={boxes[k].name: plans[k].link_name for k in boxes},
             defaults=defaults_taken,
-            holds_all=[boxes[k].name for k in boxes if work[k].cache_bytes >= m.routed_bytes],
+            holds_all=[boxes[k].name for k in boxes if m.holds_every_expert(work[k].cache_bytes)],
             synthetic=[f"the routing data `{routing}`"]
             if is_file_spec(routing) and answers.is_synthetic(load_any(resolve_data(routing)).provenance)
             else [],

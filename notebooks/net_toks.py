@@ -129,7 +129,7 @@ display(
             seed_per_agent_last=1 / seed_t[last],
             inputs=p.provenance["inputs"],
             link=p.link_name,
-            holds_all=cache_gib * GiB >= m.routed_bytes,
+            holds_all=m.holds_every_expert(w.cache_bytes),
             synthetic=[f"the routing data `{routing}`"] if answers.is_synthetic(routing_data_provenance) else [],
             defaults=defaults_taken,
             at_priors=(at_priors.net_tok_s[best_i], at_priors.low[best_i], at_priors.high[best_i]),

@@ -315,7 +315,7 @@ def answer(s):
         union_at_max=float(s["union"].mean[-1]),
         inputs=q.provenance["inputs"],
         link=q.link_name,
-        holds_all=s["cache_gib"] * GiB >= s["model"].routed_bytes,
+        holds_all=s["model"].holds_every_expert(s["cache_gib"] * GiB),
         synthetic=[f"the routing data `{s['routing_spec']}`"]
         if answers.is_synthetic(s["routing_data_provenance"])
         else [],

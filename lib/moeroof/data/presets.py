@@ -421,6 +421,10 @@ class MoEModel:
         """All routed experts of all MoE layers, bytes."""
         return self.experts * self.moe_layers * self.expert_bytes
 
+    def holds_every_expert(self, cache_bytes: float) -> bool:
+        """Whether an expert cache of ``cache_bytes`` holds every routed expert (none streamed once warm)."""
+        return float(cache_bytes) >= self.routed_bytes
+
 
 def bench_model(
     name: str, *, experts: int, top_k: int, moe_layers: int, expert_bytes: float, flops_per_token: float

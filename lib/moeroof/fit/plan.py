@@ -133,6 +133,7 @@ from moeroof.core.results import Result
 from moeroof.core.stats import Interval, confidence_of, percentile_interval
 from moeroof.core.units import GiB
 from moeroof.data.plan_points import PlanPoint
+from moeroof.data.points import MEASUREMENT_SIGMA
 from moeroof.data.presets import DEFAULT_PRIORS, EFFICIENCY_FIELDS, Hardware, MoEModel
 from moeroof.models.curve_peak import curve_peak, peak_grids
 from moeroof.models.engine_prior import PRIOR_RECLAIM_PENALTY, unstated
@@ -186,8 +187,10 @@ KNOBS = ("engine", "expert", "ssd-scale", "reclaim", "reclaim-shape", "pressure"
 #: the routing ``moeroof fit-plan`` starts from without ``--routing``: the skew prior, as
 #: ``moeroof plan``'s (the CLI spells it, held equal by a test, so that its parser needs no scipy)
 DEFAULT_ROUTING = "prior"
+#: one measurement's noise on tok/s (lognormal σ) and on a hit rate (points): the σ of a new
+#: measurement that fit-routing's bands carry too (:data:`moeroof.data.points.MEASUREMENT_SIGMA`)
 SIGMA_NET = 0.05
-SIGMA_HIT = 0.02
+SIGMA_HIT = MEASUREMENT_SIGMA["hit_rate"][0]
 BAND_DRAWS = 200
 BAND_SEEDS = (0, 1, 2)
 #: the tail probabilities of the bands and the knobs' intervals (5–95 %)

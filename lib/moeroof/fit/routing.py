@@ -137,7 +137,7 @@ from moeroof.core.results import Result, stage_reporter
 from moeroof.core.rng import generator
 from moeroof.core.stats import Interval, bootstrap_replicates, confidence_of, student_t_quantile
 from moeroof.core.units import GiB
-from moeroof.data.points import CONDITION_COLUMNS, Point, measurement_sigma, noise
+from moeroof.data.points import CONDITION_COLUMNS, MEASUREMENT_SIGMA, Point, measurement_sigma, noise
 from moeroof.models.knob_routing import DEFAULT_HISTORY, FAMILIES, RoutingKnobs, layer_popularity, sample_knob_trace
 from moeroof.models.locality import Locality
 from moeroof.models.partition import balanced_packing, contiguous_split
@@ -887,6 +887,13 @@ def _knob_value(k: RoutingKnobs, name: str) -> float:
 _KNOB_KEYS = {"skew": "skew", "rho": "rho", "locality": "locality_c", "history": "history_tokens"}
 
 
+def _sigma_words() -> str:
+    """:data:`moeroof.data.points.MEASUREMENT_SIGMA` as the bands' description says it."""
+    return ", ".join(
+        f"{kind} {100 * a:g} points" if a else f"{kind} {100 * r:g} %" for kind, (a, r) in MEASUREMENT_SIGMA.items()
+    )
+
+
 def _bands(contributing, best, points, model: tuple[int, int, int, float | None], level, sim) -> Interval:
     """Bands (module docstring), an interval per point: per family, its prediction ± t_B × the root
     mean square of (a draw's simulated row − the prediction) with a new measurement's noise σ
@@ -1102,8 +1109,8 @@ def _method(level: tuple[float, float], bootstrap: int) -> dict[str, str]:
         "Covers the measurement noise of one run and of the fit seeds at these seeds, not the family choice",
         "bands": f"{pct} of a new measurement: per family that fits, its prediction + Student t quantile x the "
         "root mean square deviation of its bootstrap draws, each simulated at its own seed (parameter + run-to-run "
-        "noise), with one measurement's noise in quadrature (2 points on a hit rate or overlap, 5 % on a union or "
-        "the GiB streamed); the envelope over the families (family uncertainty)",
+        f"noise), with one measurement's noise in quadrature ({_sigma_words()}); the envelope over the families "
+        "(family uncertainty)",
     }
 
 

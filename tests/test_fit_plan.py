@@ -17,6 +17,7 @@ from moeroof.core.errors import ParameterError
 from moeroof.data.io import InputError
 from moeroof.data.plan_points import PlanPoint, read_plan_points
 from moeroof.data.presets import load_hardware, load_model
+from moeroof.fit import plan as fp
 from moeroof.fit.plan import SIGMA_HIT, SIGMA_NET, PlanKnobs, default_knobs, fit_plan, predict_points
 from moeroof.models.plan import routing_from_spec
 
@@ -1074,3 +1075,61 @@ def test_a_fitted_stickiness_says_the_locality_priors_hot_set_is_off():
     assert any(n.startswith(said) for n in fitted.notes)
     assert not any(n.startswith(said) for n in held.notes)
     assert any("locality prior" in n for n in held.notes)
+
+
+def _stub_fit(cost: float, max_z: float, finished: bool, label: str) -> fp.PlanFit:
+    rows = [{"row": 1, "role": "prediction", "family": label}] if finished else []
+    overlaps = {"max": {"cost": cost, "max_abs_z": max_z}}
+    return fp.PlanFit(knobs={}, rows=rows, fitted=("skew",), cost=cost, overlap="max", overlaps=overlaps)
+
+
+@pytest.mark.parametrize("alt_cost", [99.0, 100.0, 101.0, 102.0, 120.0])
+def test_the_family_a_fit_keeps_is_always_finished(monkeypatch, alt_cost):
+    """Where the other skew family replaces the fit (the curve family prior held over the skew
+    prior's Dirichlet unless the Dirichlet fits better by more than χ²₁(0.90)), its fit ran to its
+    rows: both fits missing their rows (no band joins) and the Zipf's cost within 2.71 above the
+    Dirichlet's once cut it short after its search and returned no rows at all."""
+    model = load_model("glm-5.2")
+    dirichlet, zipf = fp.prior_routing(model), routing_from_spec("zipf:0.8", model)
+    out = _stub_fit(100.0, 9.0, True, "dirichlet")
+
+    def fake_fit_one(*args, after_search=None, **kw):
+        finished = after_search is None or after_search(alt_cost, 9.0)
+        return _stub_fit(alt_cost, 9.0, finished, "zipf")
+
+    monkeypatch.setattr(fp, "_fit_one", fake_fit_one)
+    got = fp._with_other_family(out, ([], model, None, dirichlet), zipf, {}, 1)
+    # the family prior's Zipf is held unless the Dirichlet fits better by more than 2.71
+    keeps_zipf = not 100.0 + fp.PROFILE_CHI2 < alt_cost
+    assert got.rows and got.rows[0]["family"] == ("zipf" if keeps_zipf else "dirichlet")
+
+
+def test_hit_rate_bands_stay_between_the_measured_neighbours():
+    """A stack policy's hit rate cannot fall as its cache grows: a row between two measured sizes
+    keeps its band above the smaller one's measurement and below the larger one's, less the 5 %
+    tail of two measurements' noise; the prediction stays inside; a FIFO-like policy (no inclusion
+    property) and another batch size are left alone."""
+    pts = [
+        PlanPoint(1, 1, 10.0, 1, "lru", 1.0, 0.40),
+        PlanPoint(2, 1, 20.0, 1, "lru", None, None),
+        PlanPoint(3, 1, 40.0, 1, "lru", 1.0, 0.60),
+        PlanPoint(4, 1, 50.0, 1, "lru", None, None),
+        PlanPoint(5, 1, 20.0, 1, "s3fifo", None, None),
+        PlanPoint(6, 2, 20.0, 1, "lru", None, None),
+    ]
+    n = len(pts)
+    hit0 = np.array([0.40, 0.30, 0.60, 0.65, 0.5, 0.5])
+    band = fp._Band(
+        net0=np.ones(n), hit0=hit0, low=np.ones(n), high=np.ones(n),
+        hit_low=np.zeros(n), hit_high=np.ones(n), noise=SIGMA_NET, hit_noise=SIGMA_HIT,
+    )  # fmt: skip
+    notes: list[str] = []
+    band.within_measured(pts, notes)
+    margin = 1.6448536 * np.sqrt(2.0) * SIGMA_HIT
+    # row 2: above 0.40 − margin, but its prediction 0.30 lies below that and stays inside
+    assert band.hit_low[1] == pytest.approx(0.30) and band.hit_high[1] == pytest.approx(0.60 + margin)
+    # row 4: above the 40 GiB measurement less the margin; no larger size measured: no cap
+    assert band.hit_low[3] == pytest.approx(0.60 - margin) and band.hit_high[3] == 1.0
+    assert (band.hit_low[4], band.hit_high[4], band.hit_low[5], band.hit_high[5]) == (0.0, 1.0, 0.0, 1.0)
+    assert band.hit_low[0] == 0.0 and band.hit_high[2] == 1.0  # measured rows keep theirs
+    assert len(notes) == 1 and "2 row(s)" in notes[0]

@@ -107,6 +107,14 @@ the walk bracketed, S ≤ S(θ̂) + margin — the new best's own cut widened by
 that share of its margin (conservative, and a second walk of the same region saved). Without
 cache knobs the bands are the smooth part's alone.
 
+*Measured neighbours.* A row without a measured hit rate, of a batch size, rank count and stack
+policy (LRU, Belady's: a larger cache holds what a smaller one would, so it hits at least as
+often on the same requests; Mattson, Gecsei, Slutz & Traiger 1970, IBM Syst. J. 9:78) whose hit
+rate is measured at a smaller and or a larger cache, keeps its hit-rate band above the nearest
+smaller one's measurement and below the nearest larger one's, each less ``z₀.₉₅·√2·σ_hit`` (the
+5 % tail of the two measurements' noises): the profile's and the held knobs' ends can reach hit
+rates the measured neighbours rule out (:meth:`_Band.within_measured`).
+
 **Peaks.** For every group of rows of one batch size, rank count and policy with three or more
 cache sizes, :attr:`PlanFit.peaks` says where the predicted tok/s peaks over the group's cache
 range and where the highest value of a measured curve would fall (5–95 %): the best knobs and
@@ -195,6 +203,9 @@ BAND_DRAWS = 200
 BAND_SEEDS = (0, 1, 2)
 #: the tail probabilities of the bands and the knobs' intervals (5–95 %)
 BAND_TAILS = (0.05, 0.95)
+#: policies whose hit rate cannot fall as the cache grows (the stack algorithms: a larger cache holds
+#: what a smaller one would, Mattson et al. 1970): :meth:`_Band.within_measured` holds bands by it
+STACK_POLICIES = frozenset({"lru", "belady"})
 #: what a fit does, in order (``progress`` says which has begun): the knobs searched, the bands
 #: sampled, each held prior's ends tried
 FIT_STAGES = ("search", "bands", "prior ends")
@@ -1405,6 +1416,45 @@ class _Band:
         self.hit_low = np.clip(hits.min(axis=0) - (self.hit0 - self.hit_low), 0.0, 1.0)
         self.hit_high = np.clip(hits.max(axis=0) + (self.hit_high - self.hit0), 0.0, 1.0)
 
+    def within_measured(self, points: Sequence[PlanPoint], notes: list[str]) -> None:
+        """Each row without a measured hit rate keeps its hit-rate band between its measured
+        neighbours (module docstring, Bands): of one batch size, rank count and stack policy
+        (:data:`STACK_POLICIES`) a larger cache hits at least as often on the same requests — the
+        inclusion property of stack algorithms (Mattson, Gecsei, Slutz & Traiger 1970, IBM Syst.
+        J. 9:78) — so a new measurement at a cache size lies above the one measured at the nearest
+        smaller size and below the nearest larger one, less the 5 % tail of the two measurements'
+        noises, ``z₀.₉₅·√2·σ_hit`` (repeated runs of a size: their mean). The row's prediction
+        stays inside its band. A note says how many bands moved."""
+        margin = math.sqrt(2.0 * PROFILE_CHI2) * self.hit_noise
+        moved = 0
+        for i, p in enumerate(points):
+            if p.hit_rate is not None or p.policy not in STACK_POLICIES:
+                continue
+            same = [
+                q
+                for q in points
+                if q.hit_rate is not None and (q.batch, q.ranks, q.policy) == (p.batch, p.ranks, p.policy)
+            ]
+            below = [q for q in same if q.cache_gib <= p.cache_gib]
+            above = [q for q in same if q.cache_gib >= p.cache_gib]
+            lo, hi = self.hit_low[i], self.hit_high[i]
+            if below:
+                near = max(q.cache_gib for q in below)
+                floor = float(np.mean([q.hit_rate for q in below if q.cache_gib == near])) - margin
+                lo = max(lo, min(floor, self.hit0[i]))
+            if above:
+                near = min(q.cache_gib for q in above)
+                cap = float(np.mean([q.hit_rate for q in above if q.cache_gib == near])) + margin
+                hi = min(hi, max(cap, self.hit0[i]))
+            if (lo, hi) != (self.hit_low[i], self.hit_high[i]):
+                self.hit_low[i], self.hit_high[i], moved = lo, hi, moved + 1
+        if moved:
+            notes.append(
+                f"hit-rate bands of {moved} row(s) held between the hit rates measured at the nearest smaller and "
+                f"larger cache of their batch size, ranks and policy, less {100 * margin:.2g} points of the two "
+                "measurements' noise: a stack policy's cache hits at least as often when larger"
+            )
+
     def rows(self, points: Sequence[PlanPoint]) -> list[dict[str, Any]]:
         """The fit's output rows, one per point: its role, measured values, prediction and band."""
         net, hit = (self.net0, self.low, self.high), (self.hit0, self.hit_low, self.hit_high)
@@ -1898,6 +1948,7 @@ def _fit_one(
     ends.run()
     if best.profile:
         band.over_sets(at)
+    band.within_measured(f.rows.points, notes)
     rows = band.rows(f.rows.points)
     knobs = _fit_knobs(f, best, cov, notes)
     notes.append(
@@ -2202,9 +2253,15 @@ def _with_other_family(
     reason to leave it); the bands take in the other's predictions where it too meets every
     calibration row within 2 σ."""
     points, model, hardware, routing = args
+    family, alt_family = (_skew_start(r)[0] for r in (routing, alt_routing))
+    # the family held: the prior's where the routing is the skew prior's (the user named none)
+    by_prior = skew_prior_of(routing) is not None and alt_family == CURVE_FAMILY_PRIOR
+
+    def replaces(cost: float) -> bool:  # the other family's fit at this cost takes out's place
+        return not out.cost + PROFILE_CHI2 < cost if by_prior else cost + PROFILE_CHI2 < out.cost
 
     def worth_finishing(cost: float, max_z: float) -> bool:  # its bands are read, or it replaces out
-        return max_z <= WITHIN_NOISE_Z or cost + PROFILE_CHI2 < out.cost
+        return max_z <= WITHIN_NOISE_Z or replaces(cost)
 
     alt = _fit_one(
         points,
@@ -2217,10 +2274,7 @@ def _with_other_family(
         jobs=jobs,
         **kw,
     )
-    family, alt_family = (_skew_start(r)[0] for r in (routing, alt_routing))
-    # the family held: the prior's where the routing is the skew prior's (the user named none)
-    by_prior = skew_prior_of(routing) is not None and alt_family == CURVE_FAMILY_PRIOR
-    switch = not out.cost + PROFILE_CHI2 < alt.cost if by_prior else alt.cost + PROFILE_CHI2 < out.cost
+    switch = replaces(alt.cost)
     costs = f"cost {alt.cost:.3g} for {alt_family} against {out.cost:.3g} for {family}"
     if by_prior:
         note = (

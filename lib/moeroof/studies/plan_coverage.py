@@ -46,6 +46,8 @@ from moeroof.fit.plan import (
     PRIOR_RECLAIM_PENALTY,
     PRIOR_SECONDS_PER_AGENT_TOKEN,
     PRIOR_SECONDS_PER_STEP,
+    SIGMA_HIT,
+    SIGMA_NET,
     PlanKnobs,
     fit_plan,
     predict_points,
@@ -58,10 +60,12 @@ __all__ = ["POINTS", "NOISE", "HIT_NOISE", "TRUTH_SEED", "PlanCoverage", "plan_c
 #: the points file under data/points whose rows the study takes: measured values calibrate (a
 #: truth's, in their place: tok/s and hit rate where the file has each), empty rows are predicted
 POINTS = "seed003-public.plan-points"
-#: lognormal measurement noise (σ of log tok/s) on the calibration rows
-NOISE = 0.05
-#: measurement noise (σ, as a share) on the calibration rows' hit rates
-HIT_NOISE = 0.01
+#: lognormal measurement noise (σ of log tok/s) on the calibration rows and the truths: the noise
+#: fit-plan's bands say they carry (a truth measured with less would count a band too narrow inside)
+NOISE = SIGMA_NET
+#: measurement noise (σ, as a share) on the calibration rows' hit rates and the truths: the bands'
+#: (:data:`moeroof.data.points.MEASUREMENT_SIGMA`; 1 point before 2026-12-07, half what they carry)
+HIT_NOISE = SIGMA_HIT
 #: the simulation seed of the truths (fit-plan simulates at seed 0 and its band seeds 0–2)
 TRUTH_SEED = 7
 

@@ -46,16 +46,17 @@ and which one the box has — the page cache's share (``pressure``) or the recla
 (``reclaim``) — is a structural choice the default makes from the rows
 (:func:`choose_memory_knob`): each is tried at the default knobs' best cache knobs, and one joins
 the fit where the rows rule out its absence — the default's cost lies above the knob's profile
-cut (below) — the lower cost where both do; the other stays held at its prior, its end in the
+cut (below), or the measured tok/s falls as the cache grows by more than two measurements' noise,
+which the step without either cannot (:func:`measured_fall`) — the lower cost where both do; the other stays held at its prior, its end in the
 bands as far as the rows admit it. The reclaim work joins with its shape n where the tok/s rows
-are enough for it (at one batch size, the engine's cost per touched expert held at the box's
-priors to free a row; :func:`_with_reclaim_shape`). The popularity's family is another
+are enough for it, else with n held at its prior's centre (:data:`PRIOR_RECLAIM_EXPONENT`, its
+ends in the bands) and the engine terms still fitted (:func:`_with_reclaim_shape`). The popularity's family is another
 structural choice: where the skew is fitted on a hit-rate curve (hit rates at
 three or more cache sizes of one batch size), the other family is fitted too. The family held —
 the one named with the routing, or without one :data:`CURVE_FAMILY_PRIOR`, the family of one
 stream's curves that the published single-stream column prefers — is left only where the other
 fits better by more than χ²₁(0.90), the other's bands joining where it meets the rows
-(:func:`_with_other_family`).
+(:func:`with_other_family`).
 
 **Bands** (5–95 % of a new measurement), from two parts.
 
@@ -113,7 +114,7 @@ often on the same requests; Mattson, Gecsei, Slutz & Traiger 1970, IBM Syst. J. 
 rate is measured at a smaller and or a larger cache, keeps its hit-rate band above the nearest
 smaller one's measurement and below the nearest larger one's, each less ``z₀.₉₅·√2·σ_hit`` (the
 5 % tail of the two measurements' noises): the profile's and the held knobs' ends can reach hit
-rates the measured neighbours rule out (:meth:`_Band.within_measured`).
+rates the measured neighbours rule out (:func:`hit_bands_within_measured`).
 
 **Peaks.** For every group of rows of one batch size, rank count and policy with three or more
 cache sizes, :attr:`PlanFit.peaks` says where the predicted tok/s peaks over the group's cache
@@ -144,7 +145,7 @@ from moeroof.data.plan_points import PlanPoint
 from moeroof.data.points import MEASUREMENT_SIGMA
 from moeroof.data.presets import DEFAULT_PRIORS, EFFICIENCY_FIELDS, Hardware, MoEModel
 from moeroof.models.curve_peak import curve_peak, peak_grids
-from moeroof.models.engine_prior import PRIOR_RECLAIM_PENALTY, unstated
+from moeroof.models.engine_prior import PRIOR_RECLAIM_EXPONENT, PRIOR_RECLAIM_PENALTY, unstated
 from moeroof.models.local_routing import LocalRouting, routing_from_knobs, spec_skew
 from moeroof.models.locality import Locality, c_per_expert_from_hot_set, from_scale, hot_set_from_c, to_scale
 from moeroof.models.plan import (
@@ -189,6 +190,11 @@ __all__ = [
     "PRIOR_TOUCHED_SHARE",
     "PRIOR_RECLAIM_PENALTY",
     "CURVE_FAMILY_PRIOR",
+    "STACK_POLICIES",
+    "PRIOR_RECLAIM_EXPONENT",
+    "measured_fall",
+    "hit_bands_within_measured",
+    "with_other_family",
 ]
 
 KNOBS = ("engine", "expert", "ssd-scale", "reclaim", "reclaim-shape", "pressure", "skew", "rho")
@@ -204,7 +210,7 @@ BAND_SEEDS = (0, 1, 2)
 #: the tail probabilities of the bands and the knobs' intervals (5–95 %)
 BAND_TAILS = (0.05, 0.95)
 #: policies whose hit rate cannot fall as the cache grows (the stack algorithms: a larger cache holds
-#: what a smaller one would, Mattson et al. 1970): :meth:`_Band.within_measured` holds bands by it
+#: what a smaller one would, Mattson et al. 1970): :func:`hit_bands_within_measured` holds bands by it
 STACK_POLICIES = frozenset({"lru", "belady"})
 #: what a fit does, in order (``progress`` says which has begun): the knobs searched, the bands
 #: sampled, each held prior's ends tried
@@ -705,7 +711,7 @@ class PlanFit(Result):
     #: (:mod:`moeroof.models.curve_peak`)
     peaks: tuple[dict[str, Any], ...] = ()
     #: the routing the knobs were fitted on where the fit chose the other skew family than the
-    #: routing it was given fits in (:func:`_with_other_family`), else None
+    #: routing it was given fits in (:func:`with_other_family`), else None
     family_routing: str | None = None
 
 
@@ -826,6 +832,10 @@ def _held_entries(hardware: Hardware, held: _HeldKnobs) -> dict[str, dict[str, A
         lo_r, mid_r, hi_r = PRIOR_RECLAIM_PENALTY
         why = "not fitted (--fit reclaim fits it): held at its prior, the bands cover its high end as far as the rows admit"
         out["reclaim_penalty"] = _held_entry(mid_r, lo_r, hi_r, "prior", why, "κ")
+    if held.shape:
+        lo_n, mid_n, hi_n = PRIOR_RECLAIM_EXPONENT
+        why = "too few configurations measured for it beside the engine and SSD terms: held at its prior, the bands cover its range as far as the rows admit"
+        out["reclaim_exponent"] = _held_entry(mid_n, lo_n, hi_n, "prior", why, "n")
     if held.page:
         lo_p, mid_p, hi_p = PRIOR_PAGE_CACHE_SHARE
         why = (
@@ -1015,6 +1025,12 @@ class _HeldKnobs:
         """The page cache's share is held at :data:`PRIOR_PAGE_CACHE_SHARE` (``values["page"]``)."""
         return "page" in self.values
 
+    @property
+    def shape(self) -> bool:
+        """The reclaim work's shape n is held at :data:`PRIOR_RECLAIM_EXPONENT` (``values["shape"]``)
+        where its κ is fitted without it."""
+        return "shape" in self.values
+
 
 def _touched_pairs(points: Sequence[PlanPoint], model: MoEModel, routing: RoutingProbabilities) -> np.ndarray:
     """The (layer, expert) pairs a rank touches at each row with a measured net tok/s (independent tokens)."""
@@ -1067,6 +1083,8 @@ def _held_knobs(
         values["reclaim"] = PRIOR_RECLAIM_PENALTY[1]
     if "pressure" not in names and not page_cache:
         values["page"] = PRIOR_PAGE_CACHE_SHARE[1]
+    if "reclaim" in names and "reclaim-shape" not in names and unstated(hardware, "reclaim_exponent"):
+        values["shape"] = PRIOR_RECLAIM_EXPONENT[1]
     engine: tuple[str, ...] = ()
     if "engine" not in names:
         engine = tuple(k for k, f in ENGINE_FIELDS.items() if f in hardware.priors and unstated(hardware, f))
@@ -1158,6 +1176,8 @@ class _Fit:
             k = replace(k, page_cache_share=outer["pressure"])
         if self.held.reclaim:
             k = replace(k, reclaim_penalty=held["reclaim"])
+        if self.held.shape:
+            k = replace(k, reclaim_exponent=held["shape"])
         if self.held.page and held["page"] > 0:  # at its centre, 0, the page cache stays off
             k = replace(k, page_cache_share=held["page"])
         return k
@@ -1383,6 +1403,42 @@ def _search_profile(fit: _Fit, notes: list[str]) -> _Best:
     return _Best(best["outer"], best["x"], best["cost"], best["sol"], profile)
 
 
+def hit_bands_within_measured(
+    points: Sequence[PlanPoint], hit0: np.ndarray, hit_low: np.ndarray, hit_high: np.ndarray, hit_noise: float
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Each row without a measured hit rate keeps its hit-rate band (``hit_low``, ``hit_high``
+    about its prediction ``hit0``) between its measured neighbours (module docstring, Bands): of
+    one batch size, rank count and stack policy (:data:`STACK_POLICIES`) a larger cache hits at
+    least as often on the same requests — the inclusion property of stack algorithms (Mattson,
+    Gecsei, Slutz & Traiger 1970, IBM Syst. J. 9:78) — so a new measurement at a cache size lies
+    above the one measured at the nearest smaller size and below the nearest larger one, less the
+    5 % tail of the two measurements' noises, ``z₀.₉₅·√2·σ_hit`` (``hit_noise``; repeated runs of
+    a size: their mean). The row's prediction stays inside its band. Returns the new low and high
+    and how many bands moved."""
+    margin = math.sqrt(2.0 * PROFILE_CHI2) * hit_noise
+    low, high, moved = np.array(hit_low, dtype=float), np.array(hit_high, dtype=float), 0
+    for i, p in enumerate(points):
+        if p.hit_rate is not None or p.policy not in STACK_POLICIES:
+            continue
+        same = [
+            q for q in points if q.hit_rate is not None and (q.batch, q.ranks, q.policy) == (p.batch, p.ranks, p.policy)
+        ]
+        below = [q for q in same if q.cache_gib <= p.cache_gib]
+        above = [q for q in same if q.cache_gib >= p.cache_gib]
+        lo, hi = low[i], high[i]
+        if below:
+            near = max(q.cache_gib for q in below)
+            floor = float(np.mean([q.hit_rate for q in below if q.cache_gib == near])) - margin
+            lo = max(lo, min(floor, hit0[i]))
+        if above:
+            near = min(q.cache_gib for q in above)
+            cap = float(np.mean([q.hit_rate for q in above if q.cache_gib == near])) + margin
+            hi = min(hi, max(cap, hit0[i]))
+        if (lo, hi) != (low[i], high[i]):
+            low[i], high[i], moved = lo, hi, moved + 1
+    return low, high, moved
+
+
 @dataclass
 class _Band:
     """Every row's 5–95 % band (module docstring, Bands) about its best prediction (``net0``,
@@ -1417,38 +1473,13 @@ class _Band:
         self.hit_high = np.clip(hits.max(axis=0) + (self.hit_high - self.hit0), 0.0, 1.0)
 
     def within_measured(self, points: Sequence[PlanPoint], notes: list[str]) -> None:
-        """Each row without a measured hit rate keeps its hit-rate band between its measured
-        neighbours (module docstring, Bands): of one batch size, rank count and stack policy
-        (:data:`STACK_POLICIES`) a larger cache hits at least as often on the same requests — the
-        inclusion property of stack algorithms (Mattson, Gecsei, Slutz & Traiger 1970, IBM Syst.
-        J. 9:78) — so a new measurement at a cache size lies above the one measured at the nearest
-        smaller size and below the nearest larger one, less the 5 % tail of the two measurements'
-        noises, ``z₀.₉₅·√2·σ_hit`` (repeated runs of a size: their mean). The row's prediction
-        stays inside its band. A note says how many bands moved."""
-        margin = math.sqrt(2.0 * PROFILE_CHI2) * self.hit_noise
-        moved = 0
-        for i, p in enumerate(points):
-            if p.hit_rate is not None or p.policy not in STACK_POLICIES:
-                continue
-            same = [
-                q
-                for q in points
-                if q.hit_rate is not None and (q.batch, q.ranks, q.policy) == (p.batch, p.ranks, p.policy)
-            ]
-            below = [q for q in same if q.cache_gib <= p.cache_gib]
-            above = [q for q in same if q.cache_gib >= p.cache_gib]
-            lo, hi = self.hit_low[i], self.hit_high[i]
-            if below:
-                near = max(q.cache_gib for q in below)
-                floor = float(np.mean([q.hit_rate for q in below if q.cache_gib == near])) - margin
-                lo = max(lo, min(floor, self.hit0[i]))
-            if above:
-                near = min(q.cache_gib for q in above)
-                cap = float(np.mean([q.hit_rate for q in above if q.cache_gib == near])) + margin
-                hi = min(hi, max(cap, self.hit0[i]))
-            if (lo, hi) != (self.hit_low[i], self.hit_high[i]):
-                self.hit_low[i], self.hit_high[i], moved = lo, hi, moved + 1
+        """The hit-rate bands held between their measured neighbours (:func:`hit_bands_within_measured`),
+        and a note where any moved."""
+        self.hit_low, self.hit_high, moved = hit_bands_within_measured(
+            points, self.hit0, self.hit_low, self.hit_high, self.hit_noise
+        )
         if moved:
+            margin = math.sqrt(2.0 * PROFILE_CHI2) * self.hit_noise
             notes.append(
                 f"hit-rate bands of {moved} row(s) held between the hit rates measured at the nearest smaller and "
                 f"larger cache of their batch size, ranks and policy, less {100 * margin:.2g} points of the two "
@@ -1652,6 +1683,8 @@ class _PriorEnds:
         self._efficiency_ends()
         if fit.held.reclaim:
             self._reclaim_ends()
+        if fit.held.shape:
+            self._shape_ends()
         if fit.held.page:
             self._page_cache_ends()
         if fit.held.skew_prior is not None:
@@ -1744,6 +1777,18 @@ class _PriorEnds:
             f"reclaim_penalty (κ of the OS's reclaim work on the reads, 1 + κ·(u/(1 − u))^n) is held at {mid:g} "
             f"(range {lo:g}–{hi:g}: 0 assumed, {hi:g} the largest public fit, mlx-lm#1438's) where neither the "
             "preset states it nor --fit names reclaim; the bands include its high end" + _as_far_as(cut)
+        )
+
+    def _shape_ends(self) -> None:
+        """The reclaim work's shape n, held at its prior's centre beside a fitted κ, at both ends."""
+        lo, mid, hi = PRIOR_RECLAIM_EXPONENT
+        # n shapes how the reads the cache leaves are priced, it does not change them: no search
+        cut = self.widen_at_ends("shape", (lo, hi), search=False)
+        self.notes.append(
+            f"reclaim_exponent (n of the reclaim work's rise, 1 + κ·(u/(1 − u))^n) is held at {mid:g} (range "
+            f"{lo:g}–{hi:g}: the queueing form to a rise that stays low while memory is free, assumed) where κ is "
+            "fitted but the rows are too few for n beside the engine and SSD terms; the bands include both ends"
+            + _as_far_as(cut)
         )
 
     def _page_cache_ends(self) -> None:
@@ -1996,6 +2041,34 @@ def _memory_tries(
     return best.total, tried
 
 
+def measured_fall(points: Sequence[PlanPoint]) -> tuple[PlanPoint, PlanPoint] | None:
+    """The two calibration rows of one batch size, rank count and stack policy
+    (:data:`STACK_POLICIES`) whose tok/s falls the most as the cache grows, where it falls by
+    more than two measurements' noise allows (``log(t₁/t₂) > z₀.₉₅·√2·σ_net``), else None. The
+    step without a memory knob cannot fall so: a larger cache of a stack policy reads no more
+    from the SSD, and nothing else in the step grows with the cache."""
+    limit, fall = math.sqrt(2.0 * PROFILE_CHI2) * SIGMA_NET, None
+    rows = [p for p in points if p.net_tok_s is not None and p.policy in STACK_POLICIES]
+    for a in rows:
+        for b in rows:
+            same = (a.batch, a.ranks, a.policy) == (b.batch, b.ranks, b.policy)
+            if same and a.cache_gib < b.cache_gib and math.log(a.net_tok_s / b.net_tok_s) > limit:  # type: ignore[operator]
+                limit, fall = math.log(a.net_tok_s / b.net_tok_s), (a, b)  # type: ignore[operator]
+    return fall
+
+
+def _fall_words(fall: tuple[PlanPoint, PlanPoint] | None) -> str:
+    """:func:`choose_memory_knob`'s clause on a measured fall (empty: none)."""
+    if fall is None:
+        return ""
+    a, b = fall
+    return (
+        f"; the measured tok/s falls from {a.net_tok_s:.3g} at {a.cache_gib:g} GiB to {b.net_tok_s:.3g} at "
+        f"{b.cache_gib:g} GiB, more than two measurements' noise allows, which the step without a memory knob "
+        "cannot (a larger cache of a stack policy reads no more): that rules out its absence whatever the costs"
+    )
+
+
 def choose_memory_knob(
     points: Sequence[PlanPoint],
     model: MoEModel,
@@ -2014,8 +2087,11 @@ def choose_memory_knob(
     :data:`MEMORY_SHARES` and keeping the best. A knob joins the fit where
     the rows rule out its absence: the default fit is the knob at 0 (κ = 0, the page cache off),
     and the default's lowest cost lies above the knob's profile cut at its lowest (its cost plus
-    χ²₁(0.90)·s², :meth:`_Fit.profile_threshold`): 0 is outside the knob's 5–95 % profile interval.
-    Of two that do, the lower cost; the reclaim work with its shape (:func:`_with_reclaim_shape`).
+    χ²₁(0.90)·s², :meth:`_Fit.profile_threshold`): 0 is outside the knob's 5–95 % profile interval
+    — or, where the base step holds no memory effect (the page cache off, no reclaim work stated),
+    the measured tok/s falls as the cache grows by more than the noise allows
+    (:func:`measured_fall`), which no cost can say otherwise: a residual variance inflated by
+    rows neither form meets would widen the cut past any difference. Of two that do, the lower cost; the reclaim work with its shape (:func:`_with_reclaim_shape`).
     Returns the knobs and a note saying what was tried. ``jobs`` ≥ 2:
     the later overlaps' tries in a forked child (the same numbers). ``kw``: :func:`_setup_fit`'s
     (``memo`` shared with the fit that follows: the traces sampled here serve it)."""
@@ -2043,10 +2119,12 @@ def choose_memory_knob(
             if cost < tried.get(knob, (math.inf, math.inf))[0]:
                 tried[knob] = (cost, cut)
     said = ", ".join(f"{MEMORY_KNOBS[k]} ({k}) {c:.3g}, its cut {t:.3g}" for k, (c, t) in tried.items())
-    ruled_in = [k for k, (c, t) in tried.items() if t < without]
+    # where the base step holds neither memory effect (page cache off, no reclaim work stated), a fall
+    fall = None if kw.get("page_cache") or hardware.reclaim_penalty else measured_fall(points)
+    ruled_in = [k for k, (c, t) in tried.items() if t < without or fall is not None]
     head = (
         "memory knob: the rows measure tok/s at three or more cache sizes of one batch size; each memory knob was "
-        f"tried at the default fit's best cache knobs ({said}) against {without:.3g} without it"
+        f"tried at the default fit's best cache knobs ({said}) against {without:.3g} without it{_fall_words(fall)}"
     )
     if not ruled_in:
         return base, f"{head}: neither rules out its absence (a cost without it inside its cut), none is fitted"
@@ -2062,27 +2140,28 @@ def choose_memory_knob(
 
 def _with_reclaim_shape(setup: Callable[..., _Fit], base: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
     """The default knobs with the reclaim work chosen: its size κ and, where the rows are enough,
-    its shape n (``reclaim-shape``; the queueing form n = 1 is one shape of several the public
-    rows admit, mlx-lm#1438's fit n = 1.6 [1, 2.7]), and a note's clause; enough means as many
-    configurations measured (batch, cache, ranks, policy: repeated runs of one count once) as
-    smooth knobs. Every rate at one batch size and too few for n beside the engine's cost per
-    touched expert: that cost, a fixed time per token there which the rows tell least from the
-    SSD's, is held at the box's priors instead (its ends in the bands); at several batch sizes, or
-    too few configurations even then, n stays at 1."""
-    tries = [(*base, "reclaim", "reclaim-shape")]
-    if "engine" in base and setup(base, "max").hold_token:
-        tries.append((*(k for k in base if k != "engine"), "reclaim", "reclaim-shape"))
-    for knobs in tries:
-        try:
-            f = setup(knobs, "max")
-        except ParameterError:  # more smooth knobs than tok/s rows
-            continue
+    its shape n (``reclaim-shape``), and a note's clause; enough means as many configurations
+    measured (batch, cache, ranks, policy: repeated runs of one count once) as smooth knobs. Too
+    few: n is held at :data:`PRIOR_RECLAIM_EXPONENT`'s centre (its ends in the bands) and the
+    engine's cost per touched expert stays fitted — at one batch size a fixed time per token,
+    which sets how much a hit saves at every cache size, where n only bends the curve near full
+    memory: on simulated one-stream curves (:mod:`moeroof.studies.curve_coverage`) holding n
+    predicts the held-out rows closer than holding that cost at its prior and fitting n
+    (docs/validation.md)."""
+    knobs = (*base, "reclaim", "reclaim-shape")
+    try:
+        f = setup(knobs, "max")
         # repeated runs of one configuration measure its noise, not the curve's shape
-        if len(f.params) > len({p.conditions for p in f.rows.points if p.net_tok_s is not None}):
-            continue
-        held = "" if "engine" in knobs else ", the engine held at the box's priors to free a row for it"
-        return knobs, f" with its shape n (reclaim-shape{held})"
-    return (*base, "reclaim"), " in the queueing form (n = 1: too few configurations measured for its shape)"
+        if len(f.params) <= len({p.conditions for p in f.rows.points if p.net_tok_s is not None}):
+            return knobs, " with its shape n (reclaim-shape)"
+    except ParameterError:  # more smooth knobs than tok/s rows
+        pass
+    lo, mid, hi = PRIOR_RECLAIM_EXPONENT
+    held = setup((*base, "reclaim"), "max").held.shape
+    where = f"at its prior's centre {mid:g} (range {lo:g}–{hi:g}, its ends in the bands)" if held else "at the preset's"
+    return (*base, "reclaim"), (
+        f" with its shape n held {where}: too few configurations measured for n beside the engine and SSD terms"
+    )
 
 
 def _default_memory_knob(
@@ -2152,7 +2231,7 @@ def fit_plan(
     chosen, structure_note = _default_memory_knob(points, model, hardware, routing, kw, overlap, jobs, progress)
     kw["fit"] = chosen if chosen is not None else fit
     overlaps_tried = ("max", "sum") if overlap is None else (overlap,)
-    # the other skew family's fit comes after the overlaps' (:func:`_with_other_family`)
+    # the other skew family's fit comes after the overlaps' (:func:`with_other_family`)
     names = kw["fit"] if kw["fit"] is not None else default_knobs(points, routing_is_spec=routing_is_spec)
     alt_routing = _other_family(routing, model, names, points)
     total = len(FIT_STAGES) * (len(overlaps_tried) + (alt_routing is not None))
@@ -2161,7 +2240,7 @@ def fit_plan(
     out = fits[overlap] if overlap is not None else _better_overlap(fits)
     if alt_routing is not None:
         stage = _family_stages(progress, len(FIT_STAGES) * len(overlaps_tried), total)
-        out = _with_other_family(out, args, alt_routing, kw, jobs, stage)
+        out = with_other_family(out, args, alt_routing, kw, jobs, stage)
     if progress is not None:
         progress(total, total, "done")
     # the default's own note says what it tried; a named fit gets the reminder of what the rows could tell
@@ -2237,7 +2316,7 @@ def _family_stages(progress: Callable[[int, int, str], None] | None, first: int,
     return stage
 
 
-def _with_other_family(
+def with_other_family(
     out: PlanFit,
     args: tuple,
     alt_routing: RoutingProbabilities,

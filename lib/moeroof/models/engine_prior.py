@@ -32,7 +32,15 @@ import numpy as np
 from moeroof.core.results import Result, plain
 from moeroof.data.presets import DEFAULTS, PRIOR_FIELDS, Hardware, MoEModel
 
-__all__ = ["PRIOR_RECLAIM_PENALTY", "held_priors", "unstated", "at_prior_centres", "PriorBand", "prior_band"]
+__all__ = [
+    "PRIOR_RECLAIM_PENALTY",
+    "PRIOR_RECLAIM_EXPONENT",
+    "held_priors",
+    "unstated",
+    "at_prior_centres",
+    "PriorBand",
+    "prior_band",
+]
 
 #: κ of the OS's reclaim work on the reads (``Hardware.reclaim_penalty``,
 #: :func:`moeroof.models.plan.reclaim_slowdown`) where the preset does not state it and
@@ -45,6 +53,16 @@ __all__ = ["PRIOR_RECLAIM_PENALTY", "held_priors", "unstated", "at_prior_centres
 #: form n = 1): κ = 3.3. Seed 003's GB10 head node, which ran 1.3–2.6× slower than its peer at the
 #: same work from memory reclaim, reads as κ ≈ 0.03–0.5 in that form.
 PRIOR_RECLAIM_PENALTY = (0.0, 0.0, 3.3)
+#: the shape n of that rise, ``1 + κ·(u/(1 − u))^n`` (``Hardware.reclaim_exponent``), where
+#: ``moeroof fit-plan`` fits κ but the rows are too few for n beside the engine and SSD terms and
+#: the preset does not state it: (low, held, high). No public measurement gives n: the range runs
+#: from the queueing form (n = 1) to a rise that stays low while memory is free and steepens near
+#: full (n = 3; mlx-lm#1438's three sizes with the engine held at its prior fit n = 1.6), the
+#: range the suite's simulated one-stream curves draw n from (:mod:`moeroof.studies.curve_coverage`),
+#: held at its middle, its ends in the bands as far as the calibration rows admit them. Holding n
+#: there and fitting the engine's cost per touched expert predicts those curves' held-out rows
+#: closer than holding that cost at its prior and fitting n (docs/validation.md).
+PRIOR_RECLAIM_EXPONENT = (1.0, 2.0, 3.0)
 #: where :data:`PRIOR_RECLAIM_PENALTY` comes from, in a band's sources
 RECLAIM_SOURCE = (
     "0 assumed (an engine whose cache leaves the OS room); 3.3 the largest public fit, mlx-lm#1438's three "

@@ -7,7 +7,7 @@ rate at the rows ``data/points/mlx-lm-1438.plan-points`` measures (10, 20 and 75
 rest of the curve predicted (its empty rows). Nothing of the popularity is known there, so fit-plan
 runs as a newcomer runs it, every flag at its default: the skew prior's routing (a Dirichlet),
 its skew and stickiness fitted to the hit rates, the memory knob the rows rule in, the other skew
-family fitted beside it (:func:`moeroof.fit.plan._with_other_family`'s rule).
+family fitted beside it (:func:`moeroof.fit.plan.with_other_family`'s rule).
 
 Each truth is a box drawn from fit-plan's priors, from its own generator (the same whatever the
 count): the per-step engine cost log-uniform over

@@ -97,8 +97,8 @@ REGIME_CASES = (
     ),
     (
         # the same three rows as a newcomer fits them, every flag at its default (the skew prior's
-        # routing; skew and stickiness, the SSD scale and the memory knob the rows rule in — the
-        # reclaim work with its shape, the engine held at its priors to free a row for it): where
+        # routing; skew and stickiness, the engine, the SSD scale and the memory knob the rows rule
+        # in — the reclaim work, its shape held at its prior with three rows too few for it): where
         # its curve peaks, held to the same sweep
         "mlx-lm-1438-default-peak",
         "mlx-lm-1438.plan-points",

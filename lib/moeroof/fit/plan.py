@@ -18,7 +18,8 @@ fitted knobs (:data:`KNOBS`):
   :func:`moeroof.models.plan.reclaim_slowdown`: reads slow by ``1 + κ·u/(1 − u)`` as the share u
   of RAM the engine holds nears all the OS leaves), ≥ 0;
 - ``reclaim-shape`` (with ``reclaim``): the exponent n ≥ 1 of that rise, ``1 + κ·(u/(1 − u))^n``
-  (``Hardware.reclaim_exponent``; the preset's, 1 unless it says, where not named): a larger n
+  (``Hardware.reclaim_exponent``; where not named, the preset's where it states one, else held at
+  :data:`PRIOR_RECLAIM_EXPONENT`'s centre 2 beside a fitted κ, its ends in the bands): a larger n
   keeps the reads cheap while memory is free and steepens near full, so the cache at which tok/s
   peaks moves with it (mlx-lm#1438's three sizes: docs/validation.md, "Across concurrency and memory
   pressure"); its lower bound 1 is the queueing form itself, a real value as κ = 0 is;

@@ -112,7 +112,7 @@ cache knobs the bands are the smooth part's alone.
 *Measured neighbours.* A row without a measured hit rate, of a batch size, rank count and stack
 policy (LRU, Belady's: a larger cache holds what a smaller one would, so it hits at least as
 often on the same requests; Mattson, Gecsei, Slutz & Traiger 1970, IBM Syst. J. 9:78) whose hit
-rate is measured at a smaller and or a larger cache, keeps its hit-rate band above the nearest
+rate is measured at a smaller or a larger cache, keeps its hit-rate band above the nearest
 smaller one's measurement and below the nearest larger one's, each less ``z₀.₉₅·√2·σ_hit`` (the
 5 % tail of the two measurements' noises): the profile's and the held knobs' ends can reach hit
 rates the measured neighbours rule out (:func:`hit_bands_within_measured`).

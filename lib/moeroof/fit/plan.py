@@ -51,7 +51,7 @@ cut (below), or the measured tok/s falls as the cache grows by more than two mea
 which the step without either cannot (:func:`measured_fall`) — the lower cost where both do; the other stays held at its prior, its end in the
 bands as far as the rows admit it. The reclaim work joins with its shape n where the tok/s rows
 are enough for it, else with n held at its prior's centre (:data:`PRIOR_RECLAIM_EXPONENT`, its
-ends in the bands) and the engine terms still fitted (:func:`_with_reclaim_shape`). The popularity's family is another
+ends in the bands) and the engine terms still fitted (:func:`with_reclaim_shape`). The popularity's family is another
 structural choice: where the skew is fitted on a hit-rate curve (hit rates at
 three or more cache sizes of one batch size), the other family is fitted too. The family held —
 the one named with the routing, or without one :data:`CURVE_FAMILY_PRIOR`, the family of one
@@ -196,6 +196,7 @@ __all__ = [
     "measured_fall",
     "hit_bands_within_measured",
     "with_other_family",
+    "with_reclaim_shape",
 ]
 
 KNOBS = ("engine", "expert", "ssd-scale", "reclaim", "reclaim-shape", "pressure", "skew", "rho")
@@ -222,6 +223,8 @@ END_SHARES = (1.0, 0.5, 0.25)
 #: cache-knob evaluations at each end a held knob is tried at, before the rows are said to rule it out
 END_EVALUATIONS = 8
 PROFILE_CHI2 = 1.6448536269514722**2  # χ²₁ at 0.90 = z₀.₉₅²: a two-sided 5–95 % profile interval
+#: z₀.₉₅·√2: the 5 % tail of the difference of two measurements, each with the same noise σ (in σ)
+TWO_MEASUREMENTS_Z = math.sqrt(2.0 * PROFILE_CHI2)
 #: the popularity family held where a hit-rate curve's rows cannot tell the two apart and the routing
 #: is the skew prior's (no family the user named): fitted on two of the published single-stream LRU
 #: column's four sizes, Zipf predicts the other two within 3.4 points on average (every one of the six
@@ -835,7 +838,10 @@ def _held_entries(hardware: Hardware, held: _HeldKnobs) -> dict[str, dict[str, A
         out["reclaim_penalty"] = _held_entry(mid_r, lo_r, hi_r, "prior", why, "κ")
     if held.shape:
         lo_n, mid_n, hi_n = PRIOR_RECLAIM_EXPONENT
-        why = "too few configurations measured for it beside the engine and SSD terms: held at its prior, the bands cover its range as far as the rows admit"
+        why = (
+            "not fitted (--fit reclaim,reclaim-shape fits it; the default fits it where the rows measure a "
+            "configuration for it beside the other knobs): held at its prior, the bands cover its range as far as the rows admit"
+        )
         out["reclaim_exponent"] = _held_entry(mid_n, lo_n, hi_n, "prior", why, "n")
     if held.page:
         lo_p, mid_p, hi_p = PRIOR_PAGE_CACHE_SHARE
@@ -1416,7 +1422,7 @@ def hit_bands_within_measured(
     5 % tail of the two measurements' noises, ``z₀.₉₅·√2·σ_hit`` (``hit_noise``; repeated runs of
     a size: their mean). The row's prediction stays inside its band. Returns the new low and high
     and how many bands moved."""
-    margin = math.sqrt(2.0 * PROFILE_CHI2) * hit_noise
+    margin = TWO_MEASUREMENTS_Z * hit_noise
     low, high, moved = np.array(hit_low, dtype=float), np.array(hit_high, dtype=float), 0
     for i, p in enumerate(points):
         if p.hit_rate is not None or p.policy not in STACK_POLICIES:
@@ -1480,7 +1486,7 @@ class _Band:
             points, self.hit0, self.hit_low, self.hit_high, self.hit_noise
         )
         if moved:
-            margin = math.sqrt(2.0 * PROFILE_CHI2) * self.hit_noise
+            margin = TWO_MEASUREMENTS_Z * self.hit_noise
             notes.append(
                 f"hit-rate bands of {moved} row(s) held between the hit rates measured at the nearest smaller and "
                 f"larger cache of their batch size, ranks and policy, less {100 * margin:.2g} points of the two "
@@ -1788,8 +1794,7 @@ class _PriorEnds:
         self.notes.append(
             f"reclaim_exponent (n of the reclaim work's rise, 1 + κ·(u/(1 − u))^n) is held at {mid:g} (range "
             f"{lo:g}–{hi:g}: the queueing form to a rise that stays low while memory is free, assumed) where κ is "
-            "fitted but the rows are too few for n beside the engine and SSD terms; the bands include both ends"
-            + _as_far_as(cut)
+            "fitted without it and the preset does not state it; the bands include both ends" + _as_far_as(cut)
         )
 
     def _page_cache_ends(self) -> None:
@@ -2048,7 +2053,7 @@ def measured_fall(points: Sequence[PlanPoint]) -> tuple[PlanPoint, PlanPoint] | 
     more than two measurements' noise allows (``log(t₁/t₂) > z₀.₉₅·√2·σ_net``), else None. The
     step without a memory knob cannot fall so: a larger cache of a stack policy reads no more
     from the SSD, and nothing else in the step grows with the cache."""
-    limit, fall = math.sqrt(2.0 * PROFILE_CHI2) * SIGMA_NET, None
+    limit, fall = TWO_MEASUREMENTS_Z * SIGMA_NET, None
     rows = [p for p in points if p.net_tok_s is not None and p.policy in STACK_POLICIES]
     for a in rows:
         for b in rows:
@@ -2092,7 +2097,7 @@ def choose_memory_knob(
     — or, where the base step holds no memory effect (the page cache off, no reclaim work stated),
     the measured tok/s falls as the cache grows by more than the noise allows
     (:func:`measured_fall`), which no cost can say otherwise: a residual variance inflated by
-    rows neither form meets would widen the cut past any difference. Of two that do, the lower cost; the reclaim work with its shape (:func:`_with_reclaim_shape`).
+    rows neither form meets would widen the cut past any difference. Of two that do, the lower cost; the reclaim work with its shape (:func:`with_reclaim_shape`).
     Returns the knobs and a note saying what was tried. ``jobs`` ≥ 2:
     the later overlaps' tries in a forked child (the same numbers). ``kw``: :func:`_setup_fit`'s
     (``memo`` shared with the fit that follows: the traces sampled here serve it)."""
@@ -2132,14 +2137,14 @@ def choose_memory_knob(
     chosen = min(ruled_in, key=lambda k: tried[k][0])
     knobs, shape = (*base, chosen), ""
     if chosen == "reclaim":
-        knobs, shape = _with_reclaim_shape(setup, base)
+        knobs, shape = with_reclaim_shape(setup, base)
     return knobs, (
         f"{head}: the rows rule out the step without {MEMORY_KNOBS[chosen]}, which is fitted ({chosen}){shape}; "
         "the other stays held at its prior, its end in the bands as far as the rows admit it"
     )
 
 
-def _with_reclaim_shape(setup: Callable[..., _Fit], base: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
+def with_reclaim_shape(setup: Callable[..., _Fit], base: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
     """The default knobs with the reclaim work chosen: its size κ and, where the rows are enough,
     its shape n (``reclaim-shape``), and a note's clause; enough means as many configurations
     measured (batch, cache, ranks, policy: repeated runs of one count once) as smooth knobs. Too

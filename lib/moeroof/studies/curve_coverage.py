@@ -41,6 +41,7 @@ from moeroof.data.plan_points import read_plan_points
 from moeroof.data.presets import load_hardware, load_model
 from moeroof.data.skew_prior import committed_skew_prior
 from moeroof.fit.plan import (
+    PRIOR_RECLAIM_EXPONENT,
     PRIOR_RECLAIM_PENALTY,
     PRIOR_SECONDS_PER_AGENT_TOKEN,
     PRIOR_SECONDS_PER_STEP,
@@ -61,8 +62,8 @@ __all__ = ["POINTS", "NOISE", "HIT_NOISE", "TRUTH_SEED", "ZIPF_S", "CurveCoverag
 POINTS = "mlx-lm-1438.plan-points"
 #: the range of a Zipf truth's exponent s (log-uniform)
 ZIPF_S = (0.6, 1.4)
-#: the range of a truth's reclaim shape n (uniform)
-RECLAIM_EXPONENT = (1.0, 3.0)
+#: the range of a truth's reclaim shape n (uniform): the ends of the prior fit-plan holds n at
+RECLAIM_EXPONENT = (PRIOR_RECLAIM_EXPONENT[0], PRIOR_RECLAIM_EXPONENT[2])
 
 
 @dataclass(frozen=True)

@@ -230,9 +230,8 @@ def measure_engine(
     rng = generator(seed)
     t_start = time.perf_counter()
     d = f = int(width)
-    fits = _fit_modes(rng, batch, experts, top_k, layers, d, repeats)
-    chosen = fits.pop(mode)
-    other = fits  # the modes not chosen
+    other = _fit_modes(rng, batch, experts, top_k, layers, d, repeats)
+    chosen = other.pop(mode)  # other: the modes not chosen
     us = lambda x: f"{x * 1e6:.1f}"  # noqa: E731
     source = (
         f"moeroof bench's numpy decode loop ({mode}): L = {layers} layers, K = {top_k}, E = {experts}, "

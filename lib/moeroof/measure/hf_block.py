@@ -73,11 +73,6 @@ def router_routing(data: dict[str, Any], router: str, model: MoEModel) -> Routin
     return RoutingProbabilities(pi[None, :], f"{router} router, measured picks", "witnessed")
 
 
-def _copy_seconds(cfg: dict[str, Any], hw: Hardware) -> float:
-    """Seconds of one expert's copies over the link curve: each matrix is one copy."""
-    return float(sum(b / hw.ssd_bandwidth(b) for b in cfg["copy_bytes"].values()))
-
-
 def hf_block_check(path=None, *, data: dict | None = None, hardware: Hardware | None = None, overlap: str = "max"):
     """Each router and arm of the measurement against the roofline (module docstring).
 
@@ -93,7 +88,8 @@ def hf_block_check(path=None, *, data: dict | None = None, hardware: Hardware | 
     cfg = data["config"]
     model = block_model(cfg)
     hw = hardware if hardware is not None else load_hardware("h200-pcie-offload")
-    per_copy = _copy_seconds(cfg, hw)
+    # seconds of one expert's copies over the link curve: each matrix is one copy
+    per_copy = float(sum(b / hw.ssd_bandwidth(b) for b in cfg["copy_bytes"].values()))
     out: dict[str, Any] = {"gpu": data["machine"].get("gpu"), **{k: data[k] for k in ("date", "command", "machine")}}
     out.update(config=cfg, overlap=overlap, routers={})
     for router in dict.fromkeys(r["router"] for r in data["rows"]):

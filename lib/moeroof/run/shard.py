@@ -175,12 +175,14 @@ def _simulate_task(payload, meta, l0, l1, experts, capacity, kw, streams) -> cac
     return cache.simulate(_requests(payload, meta, l0, l1, experts, streams), capacity, scope="layer", **kw)
 
 
-def _curve_task(payload, meta, l0, l1, experts, warmup_steps, lookup, streams) -> tuple[list[np.ndarray], int]:
-    """Per layer of the group: hits at every per-layer capacity 0..D_l (ints), and counted requests."""
+def _curve_task(payload, meta, l0, l1, experts, warmup_steps, lookup, streams) -> tuple[np.ndarray, int]:
+    """The group's hits at every per-layer capacity 0..E (ints, summed over its layers), and its
+    counted requests. A layer's stack distances are at most E (its distinct items), so each
+    layer's cumulative hits already span every capacity 0..E."""
     req = _requests(payload, meta, l0, l1, experts, streams)
     start = cache.lookup_starts(req, lookup)
     counted_all = req.step >= warmup_steps
-    out, counted = [], 0
+    hits, counted = np.zeros(experts + 1, np.int64), 0
     for la in range(l1 - l0):
         mine = req.layer == la
         keep = counted_all[mine]
@@ -188,8 +190,8 @@ def _curve_task(payload, meta, l0, l1, experts, warmup_steps, lookup, streams) -
         dist = cache.stack_distances(req.items[mine], start[mine])[keep]  # none for a layer without requests
         hist = np.bincount(dist, minlength=experts + 1).astype(np.int64)
         hist[0] = 0  # a first reference misses at every capacity
-        out.append(np.cumsum(hist))
-    return out, counted
+        hits += np.cumsum(hist)
+    return hits, counted
 
 
 def _run(fn, tasks: list[tuple], client: Any) -> list[Any]:
@@ -285,13 +287,8 @@ def lru_curve_by_layer(
             (_payload(source, l0, l1), meta, l0, l1, experts, int(warmup_steps), lookup, streams) for l0, l1 in groups
         ]
         parts = _run(_curve_task, tasks, c)
-    hits = np.zeros(experts + 1, np.int64)
-    counted = 0
-    for per_layer, n in parts:
-        counted += n
-        for cum in per_layer:
-            hits[: cum.size] += cum
-            hits[cum.size :] += cum[-1]  # beyond the layer's distinct items: every reuse hits
+    hits = np.sum([h for h, _ in parts], axis=0)
+    counted = sum(n for _, n in parts)
     cap = np.arange(experts + 1, dtype=np.int64)
     rate = hits / counted if counted else np.full(experts + 1, np.nan)
     return LayerCurve(

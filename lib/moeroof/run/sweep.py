@@ -72,24 +72,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from moeroof.core import atomic
+from moeroof.core import atomic, limits
 from moeroof.core.errors import wraps_interrupt
 from moeroof.core.input_files import NotRegularFileError, check_regular, read_input_bytes
-from moeroof.core.limits import (
-    MAX_BATCH,
-    MAX_CELLS,
-    MAX_EXPERTS,
-    MAX_FIT_SEEDS,
-    MAX_GIB,
-    MAX_LAYERS,
-    MAX_REPLICATES,
-    MAX_SIMULATED_STEPS,
-    MAX_TOKENS,
-    MAX_TOML_BYTES,
-    LongNumberError,
-    check_document,
-    parse_toml,
-)
+from moeroof.core.limits import LongNumberError, check_document, parse_toml
 from moeroof.core.optional import require
 from moeroof.core.paths import resolve_data
 from moeroof.run.cluster import open_client, worker_count
@@ -217,8 +203,8 @@ def _check_size(path: Any, key: str, name: str, value: Any) -> None:
         nbytes = float(value) * _SIZE_KEYS[name]
     except OverflowError:  # an int beyond a double (TOML ints are 64-bit, a dict's are not)
         nbytes = math.inf
-    if not math.isfinite(nbytes) or nbytes > MAX_GIB * 2**30:
-        raise GridError(path, key, f"{value!r} is more than the {MAX_GIB:.4g} GiB a size may be")
+    if not math.isfinite(nbytes) or nbytes > limits.MAX_GIB * 2**30:
+        raise GridError(path, key, f"{value!r} is more than the {limits.MAX_GIB:.4g} GiB a size may be")
     if nbytes < 0 or (name != "cache_gib" and nbytes <= 0):
         raise GridError(path, key, f"must be {'>= 0' if name == 'cache_gib' else '> 0'}, got {value!r}")
     if name == "expert_bytes" and nbytes < 1:
@@ -228,22 +214,22 @@ def _check_size(path: Any, key: str, name: str, value: Any) -> None:
 #: grid keys that are counts, with their range (:mod:`moeroof.core.limits`, as the commands' flags
 #: bound them): ``experts = 2^62`` was swept into a union of 2^62 experts, exit 0
 COUNT_KEYS: dict[str, tuple[int, int]] = {
-    "experts": (1, MAX_EXPERTS),
-    "top_k": (1, MAX_EXPERTS),
-    "layers": (1, MAX_LAYERS),
-    "batch": (1, MAX_BATCH),
-    "streams": (1, MAX_BATCH),
-    "ranks": (1, MAX_EXPERTS),
-    "steps": (1, MAX_TOKENS),
-    "warmup_steps": (0, MAX_TOKENS),
-    "context": (0, MAX_TOKENS),
-    "capacity": (0, MAX_CELLS),
-    "seeds": (1, MAX_FIT_SEEDS),
+    "experts": (1, limits.MAX_EXPERTS),
+    "top_k": (1, limits.MAX_EXPERTS),
+    "layers": (1, limits.MAX_LAYERS),
+    "batch": (1, limits.MAX_BATCH),
+    "streams": (1, limits.MAX_BATCH),
+    "ranks": (1, limits.MAX_EXPERTS),
+    "steps": (1, limits.MAX_TOKENS),
+    "warmup_steps": (0, limits.MAX_TOKENS),
+    "context": (0, limits.MAX_TOKENS),
+    "capacity": (0, limits.MAX_CELLS),
+    "seeds": (1, limits.MAX_FIT_SEEDS),
     "seed": (0, (1 << 63) - 1),
-    "bootstrap": (0, MAX_REPLICATES),
-    "timed_steps": (1, MAX_SIMULATED_STEPS),
-    "max_history": (0, MAX_SIMULATED_STEPS),
-    "max_sim_layers": (1, MAX_LAYERS),
+    "bootstrap": (0, limits.MAX_REPLICATES),
+    "timed_steps": (1, limits.MAX_SIMULATED_STEPS),
+    "max_history": (0, limits.MAX_SIMULATED_STEPS),
+    "max_sim_layers": (1, limits.MAX_LAYERS),
 }
 
 
@@ -280,9 +266,9 @@ def read_grid(path: str | Path) -> Grid:
     tomllib recurses into nested arrays)."""
     path = Path(path)
     try:
-        raw = read_input_bytes(path, MAX_TOML_BYTES)  # a FIFO refused, never waited on
+        raw = read_input_bytes(path, limits.MAX_TOML_BYTES)  # a FIFO refused, never waited on
         text = raw.decode("utf-8")
-        check_document(text, "the grid", max_bytes=MAX_TOML_BYTES, toml=True)
+        check_document(text, "the grid", max_bytes=limits.MAX_TOML_BYTES, toml=True)
         doc = parse_toml(text)
     except IsADirectoryError:
         raise GridError(path, None, "is a directory, expected a grid .toml") from None
@@ -759,13 +745,6 @@ def _checked_output(out: str | Path) -> Path:
     return Path(out)
 
 
-def _kept(done: int, todo: int, out: Path) -> str:
-    """What an interrupted sweep says it kept."""
-    return (
-        f"interrupted: {done} of the {todo} points to evaluate are kept in {out} (run the same command again to resume)"
-    )
-
-
 def run_sweep(
     grid: Grid,
     out: str | Path,
@@ -834,7 +813,8 @@ def run_sweep(
                         with atomic.interrupts_held():
                             save()
             except KeyboardInterrupt:  # in the run or held until the save was done: what it kept
-                raise KeyboardInterrupt(_kept(len(new), len(todo), out)) from None
+                kept_text = f"{len(new)} of the {len(todo)} points to evaluate are kept in {out}"
+                raise KeyboardInterrupt(f"interrupted: {kept_text} (run the same command again to resume)") from None
         summary = {"grid": grid.path, "command": grid.command, "output": str(out), "points": len(points)}
         summary.update(skipped=len(points) - len(todo), evaluated=len(new))
         failed = sum(r.get("error") is not None for r in new)

@@ -435,8 +435,7 @@ def _local_search(assign: np.ndarray, hs: HotSetSearch, ranks: int, max_iter: in
         idx = [np.flatnonzero(a == r) for r in range(ranks)]
         st = [hs.rank_state(i) for i in idx]
         U, T = (np.array([x[j] for x in st]) for j in (0, 1))
-        t = np.array([hs.seconds(U[r], T[r], r) for r in range(ranks)])
-        g = np.array([hs.streamed_per_speed(U[r], T[r], r) for r in range(ranks)])
+        t, g = hs.seconds(U, T, np.arange(ranks)), hs.streamed_per_speed(U, T, np.arange(ranks))
         key = (float(t.max()), float(g.max()))
         best: tuple[str, int, int, int | None, int] | None = None
         best_key = key

@@ -107,9 +107,8 @@ def lru_hit_counts(requests, *, warmup_steps: int = 0, lookup: str = "layer") ->
     if items.size == 0:
         return np.zeros(1, dtype=np.int64), 0
     off, cstep = requests.lookups() if is_req else _one_lookup(items.size)
-    warm = max(int(warmup_steps), 0)
     # the histogram of stack distances straight from the kernel: no array as long as the trace
-    _, hist, _ = _stack_pass(items, off, cstep, lookup == "request" or not is_req, warm=warm)
+    _, hist, _ = _stack_pass(items, off, cstep, lookup == "request" or not is_req, warm=max(int(warmup_steps), 0))
     n = int(hist.sum())
     hist[0] = 0  # a first reference misses at every capacity
     return np.cumsum(hist), n

@@ -60,8 +60,7 @@ def curve_peak(
     only falls peaks at an end).
     A size with no prediction (NaN: the batch does not fit there) is never the peak; None where
     ``best`` has none at all."""
-    grid = np.asarray(grid, dtype=float)
-    best = np.asarray(best, dtype=float)
+    grid, best = np.asarray(grid, dtype=float), np.asarray(best, dtype=float)
     finite = np.flatnonzero(np.isfinite(best))
     if finite.size == 0:
         return None

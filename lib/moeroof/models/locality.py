@@ -106,8 +106,7 @@ def layer_knobs(rho, c, layers: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-layer ``(rho, c)`` arrays of shape (layers,) for a trace whose layer 0 is the model's
     first MoE layer (module docstring, Depth): the knobs (scalars or per-layer arrays) on every
     layer but the first, which gets ρ = 0 and ``c = inf`` (no locality)."""
-    r = np.array(np.broadcast_to(np.asarray(rho, dtype=float), (int(layers),)))
-    cc = np.array(np.broadcast_to(np.asarray(c, dtype=float), (int(layers),)))
+    r, cc = (np.array(np.broadcast_to(np.asarray(v, dtype=float), (int(layers),))) for v in (rho, c))
     r[0], cc[0] = 0.0, np.inf
     return r, cc
 
@@ -185,9 +184,7 @@ class Locality:
         """The pairing by locality strength (module docstring): ρ at its quantile ``u`` and ``h``
         at its ``1 − u`` — at u = 5 % the least local end, at 95 % the most local."""
         u = np.asarray(u, dtype=float)
-        rho, _ = self.quantiles(u)
-        _, h = self.quantiles(1.0 - u)
-        return rho, h
+        return self.quantiles(u)[0], self.quantiles(1.0 - u)[1]
 
     def paired_for(self, u, experts: int, top_k: int) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`paired` as ρ and the ``c/E`` of a model of ``experts``, top-``top_k``."""

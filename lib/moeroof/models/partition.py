@@ -83,9 +83,7 @@ def imbalance(values) -> float:
     """``max / mean`` of per-rank values (1.0 when all are zero)."""
     v = np.asarray(values, dtype=float)
     mean = float(v.mean())
-    if mean <= 0.0:
-        return 1.0
-    return float(v.max() / mean)
+    return 1.0 if mean <= 0.0 else float(v.max() / mean)
 
 
 def parse_rank_speed(rank_speed, ranks: int) -> np.ndarray:
@@ -398,13 +396,16 @@ class HotSetSearch:
     def streamed_per_speed(self, u, t, r):
         return (u - t) * self.consts.expert_bytes / self.speed[r]
 
+    def key(self, idx, r: int) -> tuple[float, float]:
+        """(t_r, streamed_r / s_r) of rank ``r`` holding the experts ``idx``."""
+        u, t, _, _ = self.rank_state(np.asarray(idx))
+        return float(self.seconds(u, t, r)), float(self.streamed_per_speed(u, t, r))
+
 
 def _hot_set_key(assign: np.ndarray, hs: HotSetSearch, ranks: int) -> tuple[float, float]:
     """(max_r t_r, max_r streamed_r / s_r) of an assignment under the hot-set model."""
-    states = [hs.rank_state(np.flatnonzero(assign == r))[:2] for r in range(ranks)]
-    t = max(hs.seconds(u, tt, r) for r, (u, tt) in enumerate(states))
-    g = max(hs.streamed_per_speed(u, tt, r) for r, (u, tt) in enumerate(states))
-    return float(t), float(g)
+    t, g = zip(*(hs.key(np.flatnonzero(assign == r), r) for r in range(ranks)))
+    return max(t), max(g)
 
 
 def _better(a: tuple[float, float], b: tuple[float, float], rtol: float = 1e-12) -> bool:
@@ -434,8 +435,7 @@ def _local_search(assign: np.ndarray, hs: HotSetSearch, ranks: int, max_iter: in
         idx = [np.flatnonzero(a == r) for r in range(ranks)]
         st = [hs.rank_state(i) for i in idx]
         U, T = (np.array([x[j] for x in st]) for j in (0, 1))
-        t = np.array([hs.seconds(U[r], T[r], r) for r in range(ranks)])
-        g = np.array([hs.streamed_per_speed(U[r], T[r], r) for r in range(ranks)])
+        t, g = hs.seconds(U, T, np.arange(ranks)), hs.streamed_per_speed(U, T, np.arange(ranks))
         key = (float(t.max()), float(g.max()))
         best: tuple[str, int, int, int | None, int] | None = None
         best_key = key
@@ -473,23 +473,24 @@ def _local_search(assign: np.ndarray, hs: HotSetSearch, ranks: int, max_iter: in
     return a
 
 
+def _first_best(keyed) -> Any:
+    """Of ``(item, key)`` pairs, the item whose key is :func:`_better` than every earlier best:
+    ties to the earliest."""
+    best, best_key = None, None
+    for item, k in keyed:
+        if best_key is None or _better(k, best_key):
+            best, best_key = item, k
+    return best
+
+
 def _greedy_bytes(hs: HotSetSearch, cap: np.ndarray) -> np.ndarray:
     """Experts in descending expected-touch order, each to the rank with room whose predicted
     time after taking it is smallest (then streamed/speed, then the lowest rank)."""
-    ranks = cap.size
     a = np.full(hs.m.shape[1], -1, dtype=np.int64)
-    members: list[list[int]] = [[] for _ in range(ranks)]
+    members: list[list[int]] = [[] for _ in range(cap.size)]
     for i in _order(hs.tot):
-        best: int | None = None
-        best_key = None
-        for r in range(ranks):
-            if len(members[r]) >= cap[r]:
-                continue
-            u, t, _, _ = hs.rank_state(np.asarray(members[r] + [i]))
-            k = (float(hs.seconds(u, t, r)), float(hs.streamed_per_speed(u, t, r)))
-            if best_key is None or _better(k, best_key):
-                best, best_key = r, k
-        assert best is not None  # the capacities hold every expert: some rank has room
+        # the capacities hold every expert: some rank has room
+        best = _first_best((r, hs.key(m + [i], r)) for r, m in enumerate(members) if len(m) < cap[r])
         a[i] = best
         members[best].append(int(i))
     return a
@@ -548,11 +549,8 @@ def bytes_partition(
         if name == "lpt" and "weighted" in starts:
             continue  # equal counts at unequal speeds: the weighted start is the better seed
         cands[name + "+search"] = _local_search(a0, hs, ranks, max_iter)
-    best_name, best_key = "", None
-    for name, a in cands.items():  # insertion order: plain starts win ties
-        k = _hot_set_key(a, hs, ranks)
-        if best_key is None or _better(k, best_key):
-            best_name, best_key = name, k
+    # insertion order: plain starts win ties
+    best_name = _first_best((name, _hot_set_key(a, hs, ranks)) for name, a in cands.items())
     return cands[best_name], best_name
 
 

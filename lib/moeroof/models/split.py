@@ -83,9 +83,7 @@ def _checked_assignment(assignment, experts: int, rank_speed, batch, cache_bytes
         raise ValueError(f"assignment has shape {a.shape}, expected ({experts},)")
     if a.min() < 0:
         raise ValueError("assignment: every expert needs a rank >= 0")
-    ranks = int(a.max()) + 1
-    if rank_speed is not None:
-        ranks = max(ranks, len(rank_speed))
+    ranks = max(int(a.max()) + 1, 0 if rank_speed is None else len(rank_speed))
     batch = int(batch)
     if batch < 1:
         raise ValueError(f"batch must be a positive integer, got {batch!r}")

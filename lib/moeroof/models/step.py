@@ -193,26 +193,13 @@ def evaluate(
             "hardware", hardware.name, "bw_link_bytes_per_s", f"the exchange between {len(works)} ranks needs it"
         )
     fabric_s = fb / hardware.bw_link_bytes_per_s if np.any(fb > 0) else np.zeros(n)
-    slowest = rank_s.argmax(axis=0)
-    worst = np.take_along_axis(rank_s, slowest[None], axis=0)[0]
+    # every array here is (n,) or (ranks, n): the slowest rank's entry of each B is [slowest, cols]
+    slowest, cols = rank_s.argmax(axis=0), np.arange(n[0])
+    worst = rank_s[slowest, cols]
     step = np.maximum(worst, fabric_s) if fabric_overlapped else worst + fabric_s
-    worst_code = np.take_along_axis(codes, slowest[None], axis=0)[0]
     # the slowest rank's largest term at its own speed, against the exchange
-    worst_term = np.maximum.reduce(list(terms.values()))
-    worst_term = np.take_along_axis(worst_term / speed[:, None], slowest[None], axis=0)[0]
+    worst_term = (np.maximum.reduce(list(terms.values())) / speed[:, None])[slowest, cols]
     fabric_binds = fabric_s > (worst if fabric_overlapped else worst_term)
-    bound = tuple(
-        "fabric" if fab else TERMS[int(c)] for fab, c in zip(np.atleast_1d(fabric_binds), np.atleast_1d(worst_code))
-    )
-    rank_bound = tuple(tuple(TERMS[int(c)] for c in np.atleast_1d(row)) for row in codes)
-    return Step(
-        terms=terms,
-        rank_seconds=rank_s,
-        rank_bound=rank_bound,
-        fabric_seconds=np.asarray(fabric_s, dtype=float),
-        step_seconds=np.asarray(step, dtype=float),
-        slowest_rank=np.asarray(slowest),
-        bound=bound,
-        overlap=overlap,
-        fabric_overlapped=bool(fabric_overlapped),
-    )
+    bound = tuple("fabric" if fab else TERMS[int(c)] for fab, c in zip(fabric_binds, codes[slowest, cols]))
+    rank_bound = tuple(tuple(TERMS[int(c)] for c in row) for row in codes)
+    return Step(terms, rank_s, rank_bound, fabric_s, step, slowest, bound, overlap, bool(fabric_overlapped))

@@ -217,9 +217,7 @@ def _log_ratio_unseen(t, y, b):
     """
     from scipy.special import betaln
 
-    t = np.asarray(t, dtype=float)
-    y = np.asarray(y, dtype=float)
-    b = np.asarray(b, dtype=float)
+    t, y, b = (np.asarray(v, dtype=float) for v in (t, y, b))
     n = t - y
     ok = n >= b
     n_safe = np.where(ok, n, b)
@@ -235,9 +233,7 @@ def _chao_stats(y: np.ndarray, t: np.ndarray, experts: int | None):
     ``y`` (..., E) incidence counts, ``t`` broadcastable to (...). Chao2 with the
     bias-corrected form when Q2 = 0 (Chao et al. 2014, Eq. 5); capped at ``E − S_obs``.
     """
-    s_obs = (y > 0).sum(axis=-1).astype(float)
-    q1 = (y == 1).sum(axis=-1).astype(float)
-    q2 = (y == 2).sum(axis=-1).astype(float)
+    s_obs, q1, q2 = (np.sum(m, axis=-1).astype(float) for m in (y > 0, y == 1, y == 2))
     t = np.broadcast_to(np.asarray(t, dtype=float), s_obs.shape)
     f = np.where(t > 1, (t - 1.0) / t, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -262,15 +258,13 @@ def rarefaction(counts: np.ndarray, tokens, batch, experts: int | None = None):
             raise ValueError("incidence counts must be integers")
         y = y.astype(np.int64)
     b = as_batch(batch)
-    lead = y.shape[:-1]
-    e = y.shape[-1]
+    lead, e = y.shape[:-1], y.shape[-1]
     t = np.broadcast_to(np.asarray(tokens, dtype=np.int64), lead)
     if np.any(y < 0):
         raise ValueError("incidence counts must be >= 0")
     if np.any(y > t[..., None]):
         raise ValueError("an incidence count exceeds the number of tokens T")
-    y2 = y.reshape(-1, e)
-    t2 = t.reshape(-1)
+    y2, t2 = y.reshape(-1, e), t.reshape(-1)
     rows = y2.shape[0]
     # U depends on (T, Y) only: evaluate the ratio on unique pairs and sum by a sparse product
     t_max = int(t2.max())
@@ -448,13 +442,11 @@ def union_from_trace(
         point[:, j] = u.mean(axis=0)
         if bootstrap > 0 and u.shape[0] > 1:
             # a few replicates at a time: u[rows] whole is R × steps × layers floats (1 GB at
-            # 10^8 requests); each replicate's mean is the same either way
-            boot = bootstrap_replicates(
-                partial(_mean_of_rows, u), bootstrap, n=u.shape[0], rng=rng, chunk=16
-            )  # (R, layers)
-            per_layer, of_mean = percentile_interval(boot, level), percentile_interval(boot.mean(axis=1), level)
-            low[:, j], high[:, j] = per_layer.low, per_layer.high
-            mlow[j], mhigh[j] = of_mean.low, of_mean.high
+            # 10^8 requests); each replicate's mean is the same either way. boot: (R, layers)
+            boot = bootstrap_replicates(partial(_mean_of_rows, u), bootstrap, n=u.shape[0], rng=rng, chunk=16)
+            low[:, j], high[:, j] = percentile_interval(boot, level)
+            mlow[j], mhigh[j] = percentile_interval(boot.mean(axis=1), level)
+
         else:
             low[:, j] = high[:, j] = point[:, j]
             mlow[j] = mhigh[j] = point[:, j].mean()
@@ -506,14 +498,9 @@ def trace_against_plugin(
     counts, tokens = trace_counts(topk, experts)
     plugin = union_plugin(counts / np.maximum(tokens, 1)[:, None], batch, top_k)
     j = int(filled[-1])
+    ratio = measured.union_per_layer[:, j] / plugin.union_per_layer[:, j]
     return TraceAgainstPlugin(
-        batch=batch,
-        measured=measured,
-        plugin=plugin,
-        b_top=int(batch[j]),
-        union_measured=float(measured.mean[j]),
-        union_plugin=float(plugin.mean[j]),
-        ratio_per_layer=measured.union_per_layer[:, j] / plugin.union_per_layer[:, j],
+        batch, measured, plugin, int(batch[j]), float(measured.mean[j]), float(plugin.mean[j]), ratio
     )
 
 

@@ -202,4 +202,14 @@ def evaluate(
     fabric_binds = fabric_s > (worst if fabric_overlapped else worst_term)
     bound = tuple("fabric" if fab else TERMS[int(c)] for fab, c in zip(fabric_binds, codes[slowest, cols]))
     rank_bound = tuple(tuple(TERMS[int(c)] for c in row) for row in codes)
-    return Step(terms, rank_s, rank_bound, fabric_s, step, slowest, bound, overlap, bool(fabric_overlapped))
+    return Step(
+        terms=terms,
+        rank_seconds=rank_s,
+        rank_bound=rank_bound,
+        fabric_seconds=fabric_s,
+        step_seconds=step,
+        slowest_rank=slowest,
+        bound=bound,
+        overlap=overlap,
+        fabric_overlapped=bool(fabric_overlapped),
+    )

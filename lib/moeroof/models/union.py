@@ -500,7 +500,13 @@ def trace_against_plugin(
     j = int(filled[-1])
     ratio = measured.union_per_layer[:, j] / plugin.union_per_layer[:, j]
     return TraceAgainstPlugin(
-        batch, measured, plugin, int(batch[j]), float(measured.mean[j]), float(plugin.mean[j]), ratio
+        batch=batch,
+        measured=measured,
+        plugin=plugin,
+        b_top=int(batch[j]),
+        union_measured=float(measured.mean[j]),
+        union_plugin=float(plugin.mean[j]),
+        ratio_per_layer=ratio,
     )
 
 

@@ -171,6 +171,24 @@ def test_resume_skips_done_points_and_retries_failed_ones(tmp_path):
     assert rep["evaluated"] == 0 and len(calls) == 9
 
 
+def test_a_sweep_stopped_before_its_first_point_writes_nothing_and_reruns(tmp_path):
+    """Ctrl-C inside the very first point: no row to keep, so no file is written (it used to
+    write a Parquet file of no columns, which the rerun refused as "not a sweep result"), and
+    the rerun evaluates every point."""
+    grid = sweep.grid_from_dict({**SMALL, "batch": [1]})
+    out = tmp_path / "out.parquet"
+
+    def interrupted(point):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt, match="interrupted: 0 of the 4 points to evaluate are kept"):
+        sweep.run_sweep(grid, out, evaluate=interrupted)
+    assert not out.exists()
+    rep = sweep.run_sweep(grid, out)
+    assert rep["evaluated"] == 4 and rep["skipped"] == 0
+    assert pq.read_table(out).num_rows == 4
+
+
 def test_a_local_cluster_of_two_processes_equals_the_serial_run(tmp_path):
     """Two worker processes over loopback TCP give the serial rows point for point."""
     distributed = pytest.importorskip("distributed")

@@ -808,7 +808,9 @@ def run_sweep(
                             save()
                             last = time.monotonic()
                 finally:
-                    if new or not out.exists():
+                    # nothing new, nothing written: a sweep stopped before its first point left a
+                    # Parquet file of no columns, which the rerun refused as "not a sweep result"
+                    if new:
                         # whole: a Ctrl-C during the last save cut it, and lost every point silently
                         with atomic.interrupts_held():
                             save()

@@ -605,9 +605,7 @@ def fit_knobs(
     same ``seeds`` (common random numbers) with ``layers`` layers and averages over seeds;
     fewer layers than the final 75 only add noise (the GiB and hit rate do not depend on L).
     """
-    start = start or replace(FITTED, family=family, skew=FITTED.skew if family == "dirichlet" else 0.9)
-    if start.family != family:
-        start = replace(start, family=family)
+    start = replace(start or replace(FITTED, skew=FITTED.skew if family == "dirichlet" else 0.9), family=family)
     t20, t80 = targets[0], targets[1]
     if union_target is None:
         union_target = 2.0 * float(np.mean([implied_rank_union(t.hit_rate, t.gib_streamed_per_step) for t in targets]))

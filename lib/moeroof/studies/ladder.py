@@ -605,9 +605,7 @@ def fit_knobs(
     same ``seeds`` (common random numbers) with ``layers`` layers and averages over seeds;
     fewer layers than the final 75 only add noise (the GiB and hit rate do not depend on L).
     """
-    start = start or replace(FITTED, family=family, skew=FITTED.skew if family == "dirichlet" else 0.9)
-    if start.family != family:
-        start = replace(start, family=family)
+    start = replace(start or replace(FITTED, skew=FITTED.skew if family == "dirichlet" else 0.9), family=family)
     t20, t80 = targets[0], targets[1]
     if union_target is None:
         union_target = 2.0 * float(np.mean([implied_rank_union(t.hit_rate, t.gib_streamed_per_step) for t in targets]))
@@ -813,18 +811,8 @@ WITHHELD_CASES: tuple[Case, ...] = tuple(
 )
 #: predictions-fit-routing.csv: every case as the general fit predicts it (:data:`CASE_COLUMNS`), its
 #: 5–95 % band, the row's role, and the seed-specific fit_knobs means beside them
-FIT_ROUTING_COLUMNS = (
-    *CASE_COLUMNS,
-    "hit_rate_low",
-    "hit_rate_high",
-    "gib_low",
-    "gib_high",
-    "role",
-    "witnessed_hit_rate",
-    "witnessed_gib_streamed_per_step",
-    "fit_knobs_hit_rate",
-    "fit_knobs_gib_streamed_per_step",
-)
+FIT_ROUTING_COLUMNS: tuple[str, ...] = (*CASE_COLUMNS, "hit_rate_low", "hit_rate_high", "gib_low", "gib_high", "role")
+FIT_ROUTING_COLUMNS += tuple(f"{who}_{k}" for who in ("witnessed", "fit_knobs") for k in CASE_COLUMNS[-2:])
 
 
 def _point(kind: str, case: Case, value: float | None) -> Point:
@@ -954,9 +942,9 @@ def _prediction_row(c, h: dict, g: dict, w, b) -> dict:
     row = {"case": c.name, **{k: getattr(c, k) for k in ("ranks", "streams", "cache_gib_per_rank", "policy")}}
     row |= {"hit_rate": h["predicted"], "gib_streamed_per_step": g["predicted"], "hit_rate_low": h["low"]}
     row |= {"hit_rate_high": h["high"], "gib_low": g["low"], "gib_high": g["high"], "role": role}
-    for prefix, src in (("witnessed_", w), ("fit_knobs_", b)):
-        for k in ("hit_rate", "gib_streamed_per_step"):
-            row[prefix + k] = None if src is None else getattr(src, k)
+    for prefix, src in (("witnessed", w), ("fit_knobs", b)):
+        for k in CASE_COLUMNS[-2:]:  # hit_rate, gib_streamed_per_step
+            row[f"{prefix}_{k}"] = None if src is None else getattr(src, k)
     return row
 
 

@@ -763,15 +763,11 @@ def _bigrig_rows() -> list[Comparison]:
     return out
 
 
-def _h200_context(g: dict[str, Any]) -> tuple[str, tuple[int, ...], str]:
-    """The H200 bench rows' source, batches and cache."""
-    h200 = f"witnessed: benchmarks/gpu_moe_bench.py on the lab's {g['gpu']}, {g['date']} (data/measurements/)"
-    return h200, tuple(int(x) for x in g["batch"]), "none (experts in pinned host memory, the union copied every step)"
-
-
 def _h200_rows(g: dict[str, Any]) -> list[Comparison]:
-    """The witnessed H200 bench, predicted from nothing."""
-    h200, b, none = _h200_context(g)
+    """The witnessed H200 bench, predicted from nothing; then with each mode's cost per touched
+    expert fitted on its B = 1 row, B = 2…128 predicted."""
+    h200 = f"witnessed: benchmarks/gpu_moe_bench.py on the lab's {g['gpu']}, {g['date']} (data/measurements/)"
+    b, none = tuple(int(x) for x in g["batch"]), "none (experts in pinned host memory, the union copied every step)"
     rows: list[tuple[str, str, Any, Any, tuple, tuple]] = [
         ("h200-union", "distinct experts per layer per step", g["union_measured"], g["union_predicted"], (), ())
     ]
@@ -783,17 +779,10 @@ def _h200_rows(g: dict[str, Any]) -> list[Comparison]:
     q = "coalesced / uncoalesced net tok/s (baseline uncoalesced)"
     rows.append(("h200-multiple", q, g["multiple_measured"], g["multiple_predicted"], (), ()))
     # every one predicts from nothing, on the same batches
-    return [
+    out = [
         Comparison(key, h200, q, "prediction", "nothing", none, b, tuple(ms), tuple(pr), low=lo, high=hi)
         for key, q, ms, pr, lo, hi in rows
     ]
-
-
-def _h200_fit_rows(g: dict[str, Any]) -> list[Comparison]:
-    """The H200 bench with each mode's cost per touched expert fitted on its B = 1 row, B = 2…128
-    predicted."""
-    out: list[Comparison] = []
-    h200, b, none = _h200_context(g)
     fit_note = (
         "terms combined by max (the host issues while the GPU copies): where the fitted engine term "
         "binds it is the whole step, so the cost is all of handling one (layer, expert) pair "
@@ -832,9 +821,7 @@ def comparisons() -> list[Comparison]:
     out = _colibri_rows()
     out += _single_stream_rows()
     out += _bigrig_rows()
-    g = gpu_bench_check()
-    out += _h200_rows(g)
-    out += _h200_fit_rows(g)
+    out += _h200_rows(gpu_bench_check())
     out += _colibri_i5_zero_fit_rows()
     out += _zero_fit_sweep_rows()
     return out
@@ -888,7 +875,6 @@ def zero_fit_one_stream(model: MoEModel, hw: Hardware, workload: Workload) -> di
     other at its centre); ``tok_s`` at the engine priors
     (:func:`moeroof.models.engine_prior.prior_band`) with the band of the engine priors' ends at
     the centre routing and at each routing prior's ends."""
-    from moeroof.data.skew_prior import committed_skew_prior
     from moeroof.models.local_routing import with_locality
     from moeroof.models.locality import Locality
     from moeroof.models.plan import dirichlet_routing, prior_routing
@@ -940,62 +926,44 @@ def _colibri_i5_cache(model: MoEModel, hw: Hardware) -> float:
 ZERO_FIT = "nothing: plan at B = 1 with the skew prior's routing, the locality prior's centre and the engine priors"
 
 
+def _zero_fit_rows(source: str, quantity: str, cache: str, at: tuple, zs: list, rows: tuple, axis: str = "B"):
+    """Comparisons predicted from nothing: ``zs`` :func:`zero_fit_one_stream`'s dicts, one per point
+    of ``at``; ``rows`` (case, what, measured values) for the hit rate (in points), then tok/s at
+    the engine priors (relative)."""
+    return [
+        Comparison(case, source, f"{quantity}: {what}", "prediction", ZERO_FIT, cache, at, measured,
+                   tuple(z[key] for z in zs), axis=axis, error_unit=unit,
+                   low=tuple(z[f"{key}_low"] for z in zs), high=tuple(z[f"{key}_high"] for z in zs))
+        for (case, what, measured), key, unit in zip(rows, ("hit", "tok_s"), ("points", "relative"))
+    ]  # fmt: skip
+
+
 def _colibri_i5_zero_fit_rows() -> list[Comparison]:
     """colibri's i5 box (GLM-5.2, one stream, the cache what its RAM leaves, one LRU per layer, as
     :func:`single_stream_predictions` runs it) predicted from nothing (:func:`zero_fit_one_stream`):
     the hit rate its ``-hit`` row calibrates the Zipf skew on, and tok/s, against the measured."""
     model, hw, ref = load_model("glm-5.2"), load_hardware("nvme-gen4"), SINGLE_STREAM["colibri-i5"]
     w = Workload(context_tokens=512, cache_bytes=_colibri_i5_cache(model, hw), cache_policy="lru", cache_scope="layer")
-    z = zero_fit_one_stream(model, hw, w)
+    rows = (
+        ("colibri-i5-hit-zero-fit", "cache hit rate at B=1", (float(ref.value["hit"]),)),
+        ("colibri-i5-tok-s-zero-fit", "tok/s at B=1, engine at the box's priors", (float(ref.value["tok_s"]),)),
+    )
     source = ref.source + (" (hobby project)" if ref.hobby else "")
-    return [
-        Comparison(
-            f"colibri-i5-{kind}-zero-fit",
-            source,
-            f"{ref.what}: {quantity}",
-            "prediction",
-            ZERO_FIT,
-            "lru, one cache per layer (colibri's), steady state",
-            (1,),
-            (float(ref.value[key]),),
-            (z[key],),
-            error_unit=unit,
-            low=(z[f"{key}_low"],),
-            high=(z[f"{key}_high"],),
-        )
-        for kind, key, quantity, unit in (
-            ("hit", "hit", "cache hit rate at B=1", "points"),
-            ("tok-s", "tok_s", "tok/s at B=1, engine at the box's priors", "relative"),
-        )
-    ]
+    cache = "lru, one cache per layer (colibri's), steady state"
+    return _zero_fit_rows(source, ref.what, cache, (1,), [zero_fit_one_stream(model, hw, w)], rows)
 
 
 def _zero_fit_sweep_rows() -> list[Comparison]:
     """:func:`mlx_zero_fit` as two comparisons: hit rates (points) and tok/s at the engine priors."""
-    rows = mlx_zero_fit()
+    sweep = mlx_zero_fit()
     cache = "lru, one global cache (the points file's), steady state; reads not through the page cache (plan's default)"
+    rows = (
+        ("mlx-lm-1438-zero-fit-hit", "cache hit rate", tuple(r["hit_rate"] for r in sweep)),
+        ("mlx-lm-1438-zero-fit-tok-s-at-priors", "tok/s, engine at the box's priors", tuple(r["tok_s"] for r in sweep)),
+    )
     quantity = "GLM-5.2 4-bit, Apple M5 Max 128 GB (apple-m4-max), one stream"
-    return [
-        Comparison(
-            f"mlx-lm-1438-zero-fit-{kind}",
-            MLX_1438_SWEEP.source,
-            f"{quantity}: {what}",
-            "prediction",
-            ZERO_FIT,
-            cache,
-            tuple(int(r["gb"]) for r in rows),
-            tuple(r[measured] for r in rows),
-            tuple(r["predicted"][key] for r in rows),
-            axis="cache_gb",
-            error_unit=unit,
-            low=tuple(r["predicted"][f"{key}_low"] for r in rows),
-            high=tuple(r["predicted"][f"{key}_high"] for r in rows),
-        )
-        for kind, measured, key, what, unit in (
-            ("hit", "hit_rate", "hit", "cache hit rate", "points"),
-            ("tok-s-at-priors", "tok_s", "tok_s", "tok/s, engine at the box's priors", "relative"),
-        )
-    ]
+    at = tuple(int(r["gb"]) for r in sweep)
+    return _zero_fit_rows(MLX_1438_SWEEP.source, quantity, cache, at, [r["predicted"] for r in sweep], rows, "cache_gb")
 
 
 # ----------------------------------------------------------------------------- single-stream caches

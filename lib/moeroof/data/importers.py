@@ -1304,7 +1304,7 @@ def hf_router_logits_from_arrays(
         # stable sort of the negated logits: the K largest, ties to the lower expert id
         idx = np.argsort(-a.astype(np.float64), axis=-1, kind="stable")[..., :top_k]
         topk[:, :, l, :] = idx.transpose(1, 0, 2)
-    notes = []
+    notes = [f"{len(arrs)} layers × {bsz} sequences × {seq} positions; each token's K largest logits"]
     if attention_mask is not None:
         mask = _np(attention_mask)
         if mask.shape != (bsz, seq):
@@ -1321,7 +1321,6 @@ def hf_router_logits_from_arrays(
             "axes_meaning": "step = sequence position, stream = sequence of the batch",
         }
     )
-    notes.insert(0, f"{len(arrs)} layers × {bsz} sequences × {seq} positions; each token's K largest logits")
     return ImportedTrace(topk=topk, meta=meta, notes=notes)
 
 

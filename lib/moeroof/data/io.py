@@ -751,7 +751,6 @@ def check_npz_members(path: Path) -> None:
 
 def _npz_arrays(path: Path, given: dict[str, Any] | None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """(topk, meta array unless the meta is given, weights if any) of a ``.npz`` trace."""
-    weights = None
     try:
         with np.load(path, allow_pickle=False) as npz:
             files = set(npz.files)
@@ -761,8 +760,7 @@ def _npz_arrays(path: Path, given: dict[str, Any] | None) -> tuple[np.ndarray, n
                     raise InputError(path, "-", key, f"missing array (has: {', '.join(sorted(files)) or 'none'}){hint}")
             topk = npz["topk"]
             meta_arr = npz["meta"] if given is None else None
-            if "weights" in files:
-                weights = npz["weights"]
+            weights = npz["weights"] if "weights" in files else None
     except InputError:
         raise
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:

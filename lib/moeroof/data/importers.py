@@ -242,22 +242,15 @@ def _read_frame(src: Path, columns: Sequence[str], int_columns: Mapping[str, boo
         try:
             import pyarrow  # noqa: F401  (pandas' Parquet engine)
         except ImportError:
-            raise InputError(
-                src,
-                "-",
-                "file",
-                "reading Parquet needs pyarrow, an optional dependency (pip install 'moeroof[parquet]'), or convert the table to CSV",
-            ) from None
+            why = "reading Parquet needs pyarrow, an optional dependency (pip install 'moeroof[parquet]'), or convert the table to CSV"
+            raise InputError(src, "-", "file", why) from None
         import pyarrow.parquet as pq
 
         with open_input(src) as fh, _system_memory_pool():  # one open: the footer's schema and rows, then the columns
             try:
                 pf = pq.ParquetFile(fh)
                 have, schema, rows = list(pf.schema_arrow.names), pf.schema_arrow, pf.metadata.num_rows
-                missing = [c for c in wanted if c not in have]
-                if missing:
-                    raise InputError(src, "-", missing[0], f"no such column (has: {', '.join(have)})")
-                _refuse_repeated_columns(src, "-", have, wanted)
+                _check_columns(src, "-", have, wanted)
                 _check_parquet_rows(src, wanted, schema, rows)
                 table = pf.read(columns=wanted)
             except InputError:
@@ -276,10 +269,7 @@ def _read_frame(src: Path, columns: Sequence[str], int_columns: Mapping[str, boo
     have = _csv_header(src)
     if not have or not any(have):
         raise InputError(src, 1, "header", "empty file or empty header line")
-    missing = [c for c in wanted if c not in have]
-    if missing:
-        raise InputError(src, 1, missing[0], f"no such column (header has: {', '.join(have)})")
-    _refuse_repeated_columns(src, 1, have, wanted)
+    _check_columns(src, 1, have, wanted)
     return _read_csv_frame(src, wanted, int_columns or {}), "csv"
 
 
@@ -400,9 +390,15 @@ def _check_parquet_rows(src: Path, wanted: Sequence[str], schema: Any, rows: int
         raise InputError(src, "-", "rows", str(exc)) from None
 
 
-def _refuse_repeated_columns(src: Path, row: int | str, have: Sequence[str], wanted: Sequence[str]) -> None:
-    """A column the import reads, named twice in the header, is ambiguous (pandas would read one
-    of them as ``NAME.1`` and the import the other, silently): an error naming both places."""
+def _check_columns(src: Path, row: int | str, have: Sequence[str], wanted: Sequence[str]) -> None:
+    """Refuses a column the import reads that the file (row 1: a CSV's header) does not have, then
+    one named twice: that is ambiguous (pandas would read one of them as ``NAME.1`` and the import
+    the other, silently), an error naming both places."""
+    missing = [c for c in wanted if c not in have]
+    if missing:
+        raise InputError(
+            src, row, missing[0], f"no such column ({'header has' if row == 1 else 'has'}: {', '.join(have)})"
+        )
     for name in wanted:
         places = [i + 1 for i, h in enumerate(have) if h == name]
         if len(places) > 1:
@@ -485,9 +481,7 @@ def _dense_codes(frame: Any, cols: Sequence[str]) -> tuple[np.ndarray, Any]:
     codes = keys.merge(uniq, on=list(cols), how="left")["__code__"].to_numpy()
 
     def fmt(v: Any) -> str:
-        if isinstance(v, float) and v.is_integer():
-            return str(int(v))
-        return str(v)
+        return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
 
     labels = [":".join(fmt(v) for v in row) for row in uniq[list(cols)].itertuples(index=False, name=None)]
     return codes, labels
@@ -595,13 +589,8 @@ def _long_to_wide(
     short = count != top_k
     if short.any():
         j = int(np.argmax(short))
-        r = int(frame.index[order[start[j]]])
-        raise InputError(
-            src,
-            _row_label(kind, r),
-            slot_col,
-            f"this token has {count[j]} of its K={top_k} slots (each token needs rows for slots 0..{top_k - 1})",
-        )
+        why = f"this token has {count[j]} of its K={top_k} slots (each token needs rows for slots 0..{top_k - 1})"
+        raise InputError(src, _row_label(kind, int(frame.index[order[start[j]]])), slot_col, why)
     ids = eid[order].reshape(len(uniq_cells), top_k)
     return ids, frame.index.to_numpy()[order[start]], uniq_cells
 
@@ -676,14 +665,13 @@ def import_table(
     layer_cols = list(columns.get("layer", ()))
     # after _check_table_args: K expert columns (wide), or the id and the slot column (long)
     id_cols = list(expert_cols) if expert_cols is not None else [cast(str, expert_col), cast(str, slot_col)]
-    needed = [*columns["stream"], *columns["step"], *layer_cols, *id_cols, *(c for c, _ in filters)]
+    key_cols = [*columns["stream"], *columns["step"], *layer_cols]
+    needed = [*key_cols, *id_cols, *(c for c, _ in filters)]
     # ids read as integers where every cell is one (an empty id cell is padding), keys too
     ints = {c: False for c in needed} | {c: True for c in (id_cols if wide else id_cols[:1])}
     frame, kind, n_read = _filtered_frame(src, needed, filters, "--filter", ints)
     if wide:
-        frame, ids, row_index = _wide_ids(
-            frame, src, kind, id_cols, [*columns["stream"], *columns["step"], *layer_cols]
-        )
+        frame, ids, row_index = _wide_ids(frame, src, kind, id_cols, key_cols)
     else:
         long = _long_ids(frame, src, kind, id_cols[0], id_cols[1], top_k)
     if frame.empty:
@@ -895,13 +883,11 @@ def _matrix_counts(
         over = counts.max(axis=1) > tok
         if over.any():
             l = int(np.argmax(over))
-            raise InputError(
-                src,
-                f"layer {layer_ids[l]}",
-                "count",
+            why = (
                 f"an expert counted {counts[l].max()} times but the layer's counts sum to only "
-                f"{counts[l].sum()} = K × {counts[l].sum() / top_k:g} tokens: are these incidence counts, and is K right?",
+                f"{counts[l].sum()} = K × {counts[l].sum() / top_k:g} tokens: are these incidence counts, and is K right?"
             )
+            raise InputError(src, f"layer {layer_ids[l]}", "count", why)
         meta["tokens_inferred"] = "row sum / top_k (each token counts each of its K experts once)"
         notes.append(f"tokens per layer = row sum / K ({_fmt_tokens(tok.tolist())}); give them if they differ")
     else:
@@ -1057,8 +1043,7 @@ def _torch_why(exc: BaseException) -> str:
             rest = line.split("WeightsUnpickler error:", 1)[1].strip()
             reason = rest or (lines[i + 1] if i + 1 < len(lines) else reason)
             break
-    reason = reason.split(". ", 1)[0].rstrip(".")
-    return reason[:200]
+    return reason.split(". ", 1)[0].rstrip(".")[:200]
 
 
 def _np(x: Any) -> np.ndarray:
@@ -1248,13 +1233,12 @@ def import_sglang(
         raise InputError(
             src, "-", "file", f"unknown suffix {src.suffix!r}: SGLang's recorder writes .csv (v0.4) or .pt"
         )
-    frame, kind = _read_frame(src, ["layer_id", "expert_id", "count"])
+    names = ("layer_id", "expert_id", "count")
+    frame, kind = _read_frame(src, names)
     if frame.empty:
         raise InputError(src, "-", "file", "no data rows")
-    lay = _as_int(frame["layer_id"], src, kind, "layer_id")
-    eid = _as_int(frame["expert_id"], src, kind, "expert_id")
-    cnt = _as_int(frame["count"], src, kind, "count")
-    for name, arr in (("layer_id", lay), ("expert_id", eid), ("count", cnt)):
+    lay, eid, cnt = (_as_int(frame[name], src, kind, name) for name in names)  # each column read, then each checked
+    for name, arr in zip(names, (lay, eid, cnt)):
         _refuse_first(arr < 0, frame, src, kind, name, "negative value {}", arr)
     if experts is None and int(eid.max()) >= MAX_EXPERTS:  # E from the ids: the row that would size it
         i = int(np.argmax(eid))
@@ -1320,7 +1304,7 @@ def hf_router_logits_from_arrays(
         # stable sort of the negated logits: the K largest, ties to the lower expert id
         idx = np.argsort(-a.astype(np.float64), axis=-1, kind="stable")[..., :top_k]
         topk[:, :, l, :] = idx.transpose(1, 0, 2)
-    notes = []
+    notes = [f"{len(arrs)} layers × {bsz} sequences × {seq} positions; each token's K largest logits"]
     if attention_mask is not None:
         mask = _np(attention_mask)
         if mask.shape != (bsz, seq):
@@ -1337,7 +1321,6 @@ def hf_router_logits_from_arrays(
             "axes_meaning": "step = sequence position, stream = sequence of the batch",
         }
     )
-    notes.insert(0, f"{len(arrs)} layers × {bsz} sequences × {seq} positions; each token's K largest logits")
     return ImportedTrace(topk=topk, meta=meta, notes=notes)
 
 
@@ -1414,18 +1397,10 @@ def write_imported(
         raise ParameterError(
             "out", f"{out}: this import is a histogram (per-layer counts, no token order): write it as .csv"
         )
+    # the histogram's fields that are write_histogram's keywords of the same name
+    same = {key: getattr(data, key) for key in ("tokens", "experts", "top_k", "source", "layer_ids", "extra")}
     return write_histogram(
-        out,
-        data.counts,
-        tokens=data.tokens,
-        experts=data.experts,
-        top_k=data.top_k,
-        model=data.model or UNKNOWN_MODEL,
-        source=data.source,
-        layer_ids=data.layer_ids,
-        provenance=provenance,
-        extra=data.extra,
-        overwrite=overwrite,
+        out, data.counts, model=data.model or UNKNOWN_MODEL, provenance=provenance, overwrite=overwrite, **same
     )
 
 

@@ -51,6 +51,7 @@ import numpy as np
 from moeroof.core import atomic
 from moeroof.core.input_files import NotRegularFileError, check_regular, open_input
 from moeroof.core.limits import (
+    MAX_CELLS,
     MAX_EXPERTS,
     MAX_JSON_BYTES,
     MAX_LAYERS,
@@ -93,6 +94,7 @@ __all__ = [
     "check_npz_members",
     "csv_cells",
     "check_counts",
+    "check_input_allocation",
     "repeated_expert",
 ]
 
@@ -286,10 +288,7 @@ def read_json_object(path: Path, what: str, hint: str | None = None) -> dict[str
 
 def _parse_json(text: str, path: Path, row: str, key: str) -> dict[str, Any]:
     try:
-        check_document(text, "the JSON", max_bytes=MAX_JSON_BYTES)
-    except ValueError as exc:
-        raise InputError(path, row, key, str(exc)) from None
-    try:
+        check_document(text, "the JSON", max_bytes=MAX_JSON_BYTES)  # a plain ValueError: too long or deep
         obj = parse_json(text)
     except LongNumberError as exc:  # named by its key: the sidecar's `tokens`, the meta's `experts`
         raise InputError(path, row, exc.key, str(exc)) from None
@@ -297,11 +296,22 @@ def _parse_json(text: str, path: Path, row: str, key: str) -> dict[str, Any]:
         raise InputError(
             path, row, key, f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
         ) from None
-    except ValueError as exc:  # unique_keys: a key given twice
+    except ValueError as exc:  # check_document, or unique_keys: a key given twice
         raise InputError(path, row, key, str(exc)) from None
     if not isinstance(obj, dict):
         raise InputError(path, row, key, f"expected a JSON object, got {type(obj).__name__}")
     return obj
+
+
+def check_input_allocation(
+    path: Path, row: int | str, field: str, n_items: int, itemsize: int, what: str, limit: int | None = MAX_CELLS
+) -> None:
+    """:func:`~moeroof.core.limits.check_allocation`, its refusal an :class:`InputError` at
+    ``path:row: field`` (the input whose size asked for the array)."""
+    try:
+        check_allocation(n_items, itemsize, what, limit=limit)
+    except ValueError as exc:
+        raise InputError(path, row, field, str(exc)) from None
 
 
 def _need(meta: Mapping[str, Any], key: str, path: Path, row: str = "-") -> Any:
@@ -388,10 +398,7 @@ def _validate_histogram_meta(meta: Mapping[str, Any], path: Path) -> tuple[int, 
     n_layers = len(layer_ids)
     if n_layers > MAX_LAYERS:
         raise InputError(path, "-", "layer_ids", f"{n_layers} layers is more than the {MAX_LAYERS} this reader allows")
-    try:
-        check_allocation(n_layers * experts, 8, "experts × layers")
-    except ValueError as exc:
-        raise InputError(path, "-", "experts", str(exc)) from None
+    check_input_allocation(path, "-", "experts", n_layers * experts, 8, "experts × layers")
     tokens_arr = _histogram_tokens(meta, path, n_layers)
     summed = _need(meta, "layers_summed", path)
     if not isinstance(summed, bool):
@@ -418,10 +425,9 @@ def _validate_trace_meta(
         layer_ids = tuple(range(n_layers))
     if "layers" in meta and meta["layers"] != n_layers:
         raise InputError(path, row, "layers", f"layers={meta['layers']!r} but topk has {n_layers} layers")
-    try:  # the (layers × experts) key space every reader of a trace tabulates, at what the heaviest pays
-        check_allocation(n_layers * experts, TRACE_KEY_BYTES, "experts × layers")
-    except ValueError as exc:  # a 1 KB trace of 65,536 layers declaring 2^20 experts asked numpy for 512 GiB
-        raise InputError(path, row, "experts", str(exc)) from None
+    # the (layers × experts) key space every reader of a trace tabulates, at what the heaviest pays
+    # (a 1 KB trace of 65,536 layers declaring 2^20 experts asked numpy for 512 GiB)
+    check_input_allocation(path, row, "experts", n_layers * experts, TRACE_KEY_BYTES, "experts × layers")
     if "axes" in meta:
         axes = meta["axes"]
         if not isinstance(axes, list) or len(axes) != 4 or not all(isinstance(a, str) for a in axes):
@@ -455,19 +461,13 @@ def _validate_topk(topk: np.ndarray, experts: int, top_k: int, path: Path, meta_
         block = np.asarray(topk[s0 : s0 + chunk])
         if block.dtype.kind == "u":  # signed ids are checked in their own width: no int64 copy of each block
             block = block.astype(np.int64)
-
-        def where(mask: np.ndarray, s0: int = s0) -> str:
-            s, t, l, k = np.argwhere(mask)[0]
-            return f"topk[{s + s0},{t},{l},{k}]"
-
         if block.size == 0:
             continue
         lo, hi = int(block.min()), int(block.max())  # the masks below only where these say a fault is there
         if lo < PAD or hi >= experts:
-            bad = (block < PAD) | (block >= experts)
-            idx = where(bad)
-            value = block[tuple(np.argwhere(bad)[0])]
-            raise InputError(path, idx, "topk", TOPK_RANGE.format(value=value, experts=experts))
+            s, t, l, k = np.argwhere((block < PAD) | (block >= experts))[0]
+            why = TOPK_RANGE.format(value=block[s, t, l, k], experts=experts)
+            raise InputError(path, f"topk[{s + s0},{t},{l},{k}]", "topk", why)
         if lo < 0:  # padding somewhere: each token all padding or none
             partial = partial_tokens(block)
             if partial.any():
@@ -621,50 +621,44 @@ def _histogram_row(row: list[str], line_no: int, col: Mapping[str, int], path: P
     return vals
 
 
-class _HistogramTally:
-    """A histogram's counts (and ranks) filled in row by row, each row checked as it comes."""
-
-    def __init__(
-        self, layer_ids: tuple[int, ...], experts: int, top_k: int, tokens: np.ndarray, with_rank: bool
-    ) -> None:
-        """Empty counts for the sidecar's layers and experts (ranks -1 when the CSV has them)."""
-        self.layer_ids, self.experts, self.top_k, self.tokens = layer_ids, experts, top_k, tokens
-        self.layer_index = {lid: i for i, lid in enumerate(layer_ids)}
-        self.counts = np.zeros((len(layer_ids), experts), dtype=np.int64)
-        self.rank = np.full((len(layer_ids), experts), -1, dtype=np.int64) if with_rank else None
-        self.first_line: dict[tuple[int, int], int] = {}
-        self.running = np.zeros(len(layer_ids), dtype=np.int64)
-
-    def add(self, vals: Mapping[str, int], line_no: int, path: Path) -> None:
-        """Check one row's (layer, expert, count[, rank]) and record it."""
+def _tally_rows(
+    reader: Any, col: Mapping[str, int], path: Path, sidecar: tuple[tuple[int, ...], int, int, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """A histogram's counts (and ranks, -1 unknown, when the CSV has them) filled in from the
+    ``reader``'s rows, each row's (layer, expert, count[, rank]) checked as it comes against the
+    ``sidecar``'s (layer ids, E, K, tokens)."""
+    layer_ids, experts, top_k, tokens = sidecar
+    layer_index = {lid: i for i, lid in enumerate(layer_ids)}
+    counts = np.zeros((len(layer_ids), experts), dtype=np.int64)
+    rank = np.full((len(layer_ids), experts), -1, dtype=np.int64) if "rank" in col else None
+    first_line: dict[tuple[int, int], int] = {}
+    running = np.zeros(len(layer_ids), dtype=np.int64)
+    for line_no, row in enumerate(reader, start=2):
+        if not row or all(not cell.strip() for cell in row):
+            continue  # blank line
+        vals = _histogram_row(row, line_no, col, path)
         layer, expert, count = vals["layer"], vals["expert"], vals["count"]
-        tokens, top_k = self.tokens, self.top_k
-        if layer not in self.layer_index:
-            raise InputError(
-                path, line_no, "layer", f"layer {layer} not among the sidecar's layer ids {_short(self.layer_ids)}"
-            )
-        if expert >= self.experts:
-            raise InputError(path, line_no, "expert", f"expert {expert} ≥ experts E={self.experts}")
-        key = (layer, expert)
-        if key in self.first_line:
-            why = f"duplicate row for layer {layer}, expert {expert} (first at line {self.first_line[key]})"
+        if layer not in layer_index:
+            why = f"layer {layer} not among the sidecar's layer ids {_short(layer_ids)}"
+            raise InputError(path, line_no, "layer", why)
+        if expert >= experts:
+            raise InputError(path, line_no, "expert", f"expert {expert} ≥ experts E={experts}")
+        if (layer, expert) in first_line:
+            why = f"duplicate row for layer {layer}, expert {expert} (first at line {first_line[layer, expert]})"
             raise InputError(path, line_no, "expert", why)
-        self.first_line[key] = line_no
-        li = self.layer_index[layer]
+        first_line[layer, expert] = line_no
+        li = layer_index[layer]
         if count > tokens[li]:
             why = f"count {count} > tokens T={tokens[li]} of layer {layer} (a token counts an expert once)"
             raise InputError(path, line_no, "count", why)
-        self.running[li] += count
-        if self.running[li] > top_k * tokens[li]:
-            raise InputError(
-                path,
-                line_no,
-                "count",
-                f"counts of layer {layer} sum to {self.running[li]} > top_k·tokens = {top_k}·{tokens[li]} = {top_k * tokens[li]}",
-            )
-        self.counts[li, expert] = count
-        if self.rank is not None:
-            self.rank[li, expert] = vals["rank"]
+        running[li] += count
+        if running[li] > top_k * tokens[li]:
+            why = f"counts of layer {layer} sum to {running[li]} > top_k·tokens = {top_k}·{tokens[li]} = {top_k * tokens[li]}"
+            raise InputError(path, line_no, "count", why)
+        counts[li, expert] = count
+        if rank is not None:
+            rank[li, expert] = vals["rank"]
+    return counts, rank
 
 
 def read_histogram(path: str | os.PathLike[str], meta: Mapping[str, Any] | None = None) -> Histogram:
@@ -686,18 +680,13 @@ def read_histogram(path: str | os.PathLike[str], meta: Mapping[str, Any] | None 
         with open(path, encoding="utf-8-sig", newline="") as fh:  # read-only
             reader = csv.reader(fh)
             col = _histogram_columns(next(reader, None), path)
-            tally = _HistogramTally(layer_ids, experts, top_k, tokens, "rank" in col)
-            for line_no, row in enumerate(reader, start=2):
-                if not row or all(not cell.strip() for cell in row):
-                    continue  # blank line
-                tally.add(_histogram_row(row, line_no, col, path), line_no, path)
+            counts, rank = _tally_rows(reader, col, path, (layer_ids, experts, top_k, tokens))
     except UnicodeDecodeError as exc:
         raise InputError(path, "-", "file", f"not UTF-8 text: {exc}") from None
     except csv.Error as exc:  # the line (a cell past the field limit) where the reader stopped
         raise _csv_error(exc, path, reader.line_num if reader is not None else "-", [], None) from None
     except OSError as exc:
         raise InputError(path, "-", "file", f"cannot read: {exc}") from None
-    counts, rank = tally.counts, tally.rank
     for arr in (counts, tokens) if rank is None else (counts, tokens, rank):
         arr.setflags(write=False)
     return Histogram(counts, tokens, experts, top_k, layer_ids, summed, dict(meta), path, rank)
@@ -753,10 +742,7 @@ def check_npz_members(path: Path) -> None:
                 if key == "meta" and need > 4 * MAX_JSON_BYTES:
                     raise InputError(path, "-", key, f"{human_bytes(need)} of meta is more than a JSON meta can be")
                 dims = " × ".join(str(int(n)) for n in shape) or "1"
-                try:
-                    check_allocation(count, dtype.itemsize, f"{key} ({dims})", limit=None)
-                except ValueError as exc:
-                    raise InputError(path, "-", key, str(exc)) from None
+                check_input_allocation(path, "-", key, count, dtype.itemsize, f"{key} ({dims})", limit=None)
     except InputError:
         raise
     except (ValueError, OSError, zipfile.BadZipFile, EOFError, RuntimeError) as exc:
@@ -765,7 +751,6 @@ def check_npz_members(path: Path) -> None:
 
 def _npz_arrays(path: Path, given: dict[str, Any] | None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """(topk, meta array unless the meta is given, weights if any) of a ``.npz`` trace."""
-    weights = None
     try:
         with np.load(path, allow_pickle=False) as npz:
             files = set(npz.files)
@@ -775,8 +760,7 @@ def _npz_arrays(path: Path, given: dict[str, Any] | None) -> tuple[np.ndarray, n
                     raise InputError(path, "-", key, f"missing array (has: {', '.join(sorted(files)) or 'none'}){hint}")
             topk = npz["topk"]
             meta_arr = npz["meta"] if given is None else None
-            if "weights" in files:
-                weights = npz["weights"]
+            weights = npz["weights"] if "weights" in files else None
     except InputError:
         raise
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
@@ -824,14 +808,6 @@ def _four_dims(topk: Any, path: Path) -> Any:
     return topk
 
 
-def _check_weights(weights: np.ndarray, topk: Any, path: Path) -> None:
-    """A trace's weights: floats of topk's shape."""
-    if weights.shape != topk.shape:
-        raise InputError(path, "-", "weights", f"shape {weights.shape} differs from topk shape {topk.shape}")
-    if not np.issubdtype(weights.dtype, np.floating):
-        raise InputError(path, "-", "weights", f"expected a float dtype, got {weights.dtype}")
-
-
 def read_trace(
     path: str | os.PathLike[str], meta: Mapping[str, Any] | None = None, *, validate: bool = True, lazy: bool = False
 ) -> Trace:
@@ -868,8 +844,11 @@ def read_trace(
     if topk.shape[3] != top_k:
         raise InputError(meta_path, "-", "top_k", f"meta top_k={top_k} but topk has K={topk.shape[3]} columns")
     _validate_topk(topk, experts, top_k, path, "-", ids=validate)
-    if weights is not None:
-        _check_weights(weights, topk, path)
+    if weights is not None:  # floats of topk's shape
+        if weights.shape != topk.shape:
+            raise InputError(path, "-", "weights", f"shape {weights.shape} differs from topk shape {topk.shape}")
+        if not np.issubdtype(weights.dtype, np.floating):
+            raise InputError(path, "-", "weights", f"expected a float dtype, got {weights.dtype}")
         weights.setflags(write=False)
     if isinstance(topk, np.ndarray) and not isinstance(topk, np.memmap):
         topk.setflags(write=False)
@@ -986,9 +965,8 @@ def _counts_array(counts: Any, path: Path) -> np.ndarray:
         counts = counts[None, :]
     if counts.ndim != 2:
         raise InputError(path, "-", "count", f"expected counts of shape (layers, experts), got {counts.shape}")
-    if counts.size and not np.issubdtype(counts.dtype, np.integer):
-        if not np.all(np.equal(np.mod(counts, 1), 0)):
-            raise InputError(path, "-", "count", f"expected integer counts, got dtype {counts.dtype}")
+    if counts.size and not np.issubdtype(counts.dtype, np.integer) and not np.all(np.equal(np.mod(counts, 1), 0)):
+        raise InputError(path, "-", "count", f"expected integer counts, got dtype {counts.dtype}")
     return counts.astype(np.int64)
 
 
@@ -1027,18 +1005,6 @@ def _rank_array(rank: Any, shape: tuple[int, ...], path: Path) -> np.ndarray | N
     if (rank < 0).any():
         raise InputError(path, "-", "rank", "negative rank (every row written needs one)")
     return rank
-
-
-def _add_optional_meta(
-    meta: dict[str, Any], provenance: str | None, generator: Mapping[str, Any] | None, extra: Mapping[str, Any] | None
-) -> None:
-    """Adds the sidecar's optional keys given: provenance, generator, then the extra keys."""
-    if provenance is not None:
-        meta["provenance"] = provenance
-    if generator is not None:
-        meta["generator"] = _plain(dict(generator))
-    if extra:
-        meta.update(_plain(dict(extra)))
 
 
 def _write_histogram_rows(fh: Any, counts: np.ndarray, lids: Sequence[int], rank: np.ndarray | None) -> None:
@@ -1099,7 +1065,13 @@ def histogram_parts(
         "source": source,
         "layers_summed": bool(layers_summed),
     }
-    _add_optional_meta(meta, provenance, generator, extra)
+    # the optional keys given: provenance, generator, then the extra keys
+    if provenance is not None:
+        meta["provenance"] = provenance
+    if generator is not None:
+        meta["generator"] = _plain(dict(generator))
+    if extra:
+        meta.update(_plain(dict(extra)))
     side = sidecar_path(path)
     e, k, lids, tok, _ = _validate_histogram_meta(meta, side)
     check_counts(counts, (e, k, lids, tok), path)

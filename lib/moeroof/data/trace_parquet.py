@@ -169,7 +169,6 @@ def _check_tokens(ids: np.ndarray, experts: int, path: Path, where, field) -> np
     FIELD of id column ``k``; errors name ``path``. A row of K padding values is padding, a row
     partly padding is refused, ids must be in [0, E) and distinct in a row.
     """
-    k_cols = ids.shape[1]
     pad = ids == PAD
     bad = (ids < PAD) | (ids >= experts)
     if bad.any():
@@ -186,7 +185,7 @@ def _check_tokens(ids: np.ndarray, experts: int, path: Path, where, field) -> np
             raise InputError(
                 path, where(i, k), field(k), "token is partly padding: a token has K expert ids or K times -1"
             )
-    found = repeated_expert(ids) if k_cols > 1 else None
+    found = repeated_expert(ids) if ids.shape[1] > 1 else None
     if found is not None:
         i, k = found
         why = f"expert {ids[i, k]} appears twice in one token (the K experts must be distinct)"
@@ -194,13 +193,13 @@ def _check_tokens(ids: np.ndarray, experts: int, path: Path, where, field) -> np
     return ~any_pad
 
 
+@dataclass
 class _FileRows:
     """ROW text for a row of a Parquet file: ``row N (row group G)``, N counted over the file."""
 
-    def __init__(self, path: Path):
-        self.path = path
-        self.base = 0
-        self.group = 0
+    path: Path
+    base: int = 0
+    group: int = 0
 
     def __call__(self, i: int, k: int = 0) -> str:
         return f"row {self.base + int(i)} (row group {self.group})"
@@ -258,10 +257,8 @@ def _row_group_steps(steps_per_row_group: Any, per_step: int, top_k: int) -> int
     if not is_int(steps_per_row_group) or steps_per_row_group < 1:
         raise ParameterError("steps_per_row_group", f"expected a positive integer, got {steps_per_row_group!r}")
     steps_per_row_group = int(steps_per_row_group)
-    try:
-        check_allocation(steps_per_row_group * per_step * top_k, 8, "a row group's steps × streams × layers × K")
-    except ValueError as exc:
-        raise ParameterError("steps_per_row_group", str(exc)) from None
+    what = "a row group's steps × streams × layers × K"
+    check_allocation(steps_per_row_group * per_step * top_k, 8, what, parameter="steps_per_row_group")
     return steps_per_row_group
 
 
@@ -269,7 +266,6 @@ def _write_row_groups(
     writer: Any, pa: Any, schema: Any, topk: Any, path: Path, group: int, experts: int, dtypes: tuple[np.dtype, ...]
 ) -> None:
     """Writes ``topk``'s live tokens as (step, stream, layer, ids…) rows of ``dtypes``, ``group`` steps a row group."""
-    step_t, stream_t, layer_t, id_t = dtypes
     steps, top_k = topk.shape[0], topk.shape[3]
     for s0 in range(0, steps, group):
         block = np.asarray(topk[s0 : s0 + group])
@@ -283,8 +279,8 @@ def _write_row_groups(
         idx = np.flatnonzero(live)
         s, t, l = np.unravel_index(idx, block.shape[:3])
         ids = cells[idx]
-        cols = [(s + s0).astype(step_t), t.astype(stream_t), l.astype(layer_t)]
-        cols += [np.ascontiguousarray(ids[:, k]).astype(id_t) for k in range(top_k)]
+        cols = [a.astype(dt) for a, dt in zip((s + s0, t, l), dtypes)]
+        cols += [np.ascontiguousarray(ids[:, k]).astype(dtypes[3]) for k in range(top_k)]
         if idx.size:
             table = pa.Table.from_arrays([pa.array(c) for c in cols], schema=schema)
             writer.write_table(table, row_group_size=idx.size)
@@ -324,10 +320,9 @@ def write_parquet_trace(
     # the smallest unsigned dtype holding each column's largest value
     dtypes = tuple(np.min_scalar_type(n) for n in (max(steps - 1, 0), streams - 1, layers - 1, experts - 1))
     types = [*dtypes[:3], *([dtypes[3]] * top_k)]
-    text = json.dumps(full, ensure_ascii=False)
     names = [*_INDEX_COLUMNS, *(f"e{k}" for k in range(top_k))]
     schema = pa.schema([pa.field(n, pa.from_numpy_dtype(t), nullable=False) for n, t in zip(names, types)])
-    schema = schema.with_metadata({META_KEY: text.encode("utf-8")})
+    schema = schema.with_metadata({META_KEY: json.dumps(full, ensure_ascii=False).encode("utf-8")})
     guard_target(path, overwrite)
 
     def write(fh: Any) -> None:
@@ -346,17 +341,14 @@ def _arrow() -> tuple[Any, Any]:
     return require("pyarrow", "parquet", "a Parquet trace"), require("pyarrow.parquet", "parquet", "a Parquet trace")
 
 
-def _open(path: Path):
+def _open(path: Path) -> tuple[Any, ParquetTraceInfo]:
+    """The Parquet file at ``path`` and what it holds (its footer's meta and columns checked)."""
     pa, pq = _arrow()
     check_readable(path)
     try:
-        return pq.ParquetFile(path)
+        pf = pq.ParquetFile(path)
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise InputError(path, "-", "file", f"not a readable Parquet file: {exc}") from None
-
-
-def _info(path: Path, pf: Any) -> ParquetTraceInfo:
-    pa, _ = _arrow()
     raw = (pf.schema_arrow.metadata or {}).get(META_KEY)
     if raw is None:
         why = f"no trace meta (schema metadata key {META_KEY.decode()!r}); write_parquet_trace writes it"
@@ -373,13 +365,12 @@ def _info(path: Path, pf: Any) -> ParquetTraceInfo:
             raise InputError(path, "-", name, f"expected an integer column, got {typ}")
     md = pf.metadata
     rows, groups = int(md.num_rows), int(md.num_row_groups)
-    return ParquetTraceInfo(path, steps, streams, layers, top_k, experts, layer_ids, meta, rows, groups)
+    return pf, ParquetTraceInfo(path, steps, streams, layers, top_k, experts, layer_ids, meta, rows, groups)
 
 
 def parquet_trace_info(path: str | os.PathLike[str]) -> ParquetTraceInfo:
     """Shape, meta, rows and row groups of a Parquet trace, from its footer (no data read)."""
-    path = Path(path)
-    return _info(path, _open(path))
+    return _open(Path(path))[1]
 
 
 def _dense(info: ParquetTraceInfo, steps: int, layers: int, what: str, max_bytes: int | None) -> np.ndarray:
@@ -403,8 +394,7 @@ def _batches(
     the index columns checked (no nulls, in range, steps non-decreasing); ``where`` tracks the rows."""
     cols = [*_INDEX_COLUMNS, *info.id_columns]
     limits = {"step": info.steps, "stream": info.streams, "layer": info.layers}
-    last = -1
-    base = 0
+    last, base = -1, 0
     for g in range(info.row_groups):
         where.group = g
         try:
@@ -480,8 +470,7 @@ def read_parquet_trace_layers(
     the memory available now is always checked. Every row read is checked (module docstring);
     ids of other layers' rows are not."""
     path = Path(path)
-    pf = _open(path)
-    info = _info(path, pf)
+    pf, info = _open(path)
     if not (is_int(l0) and is_int(l1) and 0 <= l0 < l1 <= info.layers):
         raise ParameterError("l0", f"need 0 <= l0 < l1 <= layers={info.layers}, got l0={l0!r}, l1={l1!r}")
     l0, l1 = int(l0), int(l1)
@@ -491,12 +480,9 @@ def read_parquet_trace_layers(
     where = _FileRows(path)
     every = (l0, l1) == (0, info.layers)
     for step, stream, layer, cols in _batches(pf, info, where):
-        if every:
-            rows = np.arange(step.size)
-            s, t, l, e = step, stream, layer, _id_matrix(cols, None, info.experts)
-        else:
-            rows = np.flatnonzero((layer >= l0) & (layer < l1))
-            s, t, l, e = step[rows], stream[rows], layer[rows], _id_matrix(cols, rows, info.experts)
+        rows = np.arange(step.size) if every else np.flatnonzero((layer >= l0) & (layer < l1))
+        sel = slice(None) if every else rows  # every row: the batch's arrays, not copies of them
+        s, t, l, e = step[sel], stream[sel], layer[sel], _id_matrix(cols, sel, info.experts)
         _check_tokens(e, info.experts, path, lambda i, k=0, rows=rows: where(rows[int(i)]), _id_field)
         cell = (s * info.streams + t) * nl + (l - l0)
         _place(out, seen, cell, e, rows, where, (step, stream, layer))
@@ -507,9 +493,9 @@ def _id_field(k: int) -> str:
     return f"e{k}"
 
 
-def _id_matrix(cols: list[np.ndarray], rows: np.ndarray | None, experts: int) -> np.ndarray:
-    """The (n, K) ids of the batch rows ``rows`` (all when None) in one integer dtype."""
-    sel = [c if rows is None else c[rows] for c in cols]
+def _id_matrix(cols: list[np.ndarray], rows: np.ndarray | slice, experts: int) -> np.ndarray:
+    """The (n, K) ids of the batch rows ``rows`` (an index array, or a slice) in one integer dtype."""
+    sel = [c[rows] for c in cols]
     sel = [np.minimum(c, experts) if c.dtype == np.uint64 else c for c in sel]  # no wrap to -1 below
     dt = np.result_type(*sel)
     if not np.issubdtype(dt, np.integer):
@@ -533,8 +519,7 @@ def iter_parquet_trace_steps(
     ``-1`` where no token was written; the last chunk may be shorter. One pass over the file
     (its rows are sorted by step), holding one batch and one chunk; ``max_bytes`` bounds a chunk."""
     path = Path(path)
-    pf = _open(path)
-    info = _info(path, pf)
+    pf, info = _open(path)
     if not is_int(steps_per_chunk) or steps_per_chunk < 1:
         raise ParameterError("steps_per_chunk", f"expected a positive integer, got {steps_per_chunk!r}")
     n = int(steps_per_chunk)
@@ -552,7 +537,7 @@ def iter_parquet_trace_steps(
     c = 0
     out, seen = fresh(c)
     for step, stream, layer, cols in _batches(pf, info, where):
-        ids = _id_matrix(cols, None, info.experts)
+        ids = _id_matrix(cols, slice(None), info.experts)
         _check_tokens(ids, info.experts, path, where, _id_field)
         chunk_of = step // n  # non-decreasing: _batches refuses rows out of step order
         i = 0
@@ -566,9 +551,6 @@ def iter_parquet_trace_steps(
             cell = (step[i:j] - c * n) * per_step + stream[i:j] * info.layers + layer[i:j]
             _place(out, seen, cell, ids[i:j], np.arange(i, j), where, (step, stream, layer))
             i = j
-    while True:
-        yield out
-        c += 1
-        if c >= n_chunks:
-            return
-        out, seen = fresh(c)
+    yield out
+    for later in range(c + 1, n_chunks):  # steps past the file's last row: chunks of padding
+        yield fresh(later)[0]

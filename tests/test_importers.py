@@ -146,6 +146,16 @@ def test_missing_column_and_empty_filter(tmp_path):
         )
 
 
+def test_a_header_the_csv_module_cannot_read_is_the_files_error(tmp_path):
+    """A header field past the csv module's limit (128 KiB) is an InputError at line 1, for the
+    table and the matrix readers alike (it escaped as an internal error)."""
+    src = write(tmp_path / "h.csv", '"' + "s" * 200_000 + '",t,e0,e1\n0,0,1,2\n')
+    with pytest.raises(InputError, match=r":1: header: not a CSV header line: field larger than field limit"):
+        import_table(src, columns=parse_columns("stream=s,step=t"), expert_cols=["e0", "e1"], experts=4, top_k=2)
+    with pytest.raises(InputError, match=r":1: header: not a CSV header line"):
+        import_matrix(src, top_k=1, layer_col="t", expert_prefix="e")
+
+
 @pytest.mark.parametrize(
     ("text", "words"),
     [

@@ -319,6 +319,11 @@ def test_writer_refuses_a_bad_trace_naming_the_token(tmp_path):
     topk[4, 1, 2, 1] = 8
     with pytest.raises(InputError, match=r"topk\[4,1,2,1\]: topk: expert id 8"):
         write_parquet_trace(tmp_path / "t.parquet", topk, meta_of(8, 3))
+    # an expert named twice: the slot naming it again, as read_trace names it (it said slot 0)
+    topk[4, 1, 2, 2] = topk[4, 1, 2, 0] = 5
+    topk[4, 1, 2, 1] = 6
+    with pytest.raises(InputError, match=r"topk\[4,1,2,2\]: topk: expert 5 appears twice"):
+        write_parquet_trace(tmp_path / "t.parquet", topk, meta_of(8, 3))
 
 
 # ----------------------------------------------------------------------------- the cache on it

@@ -415,6 +415,8 @@ def _csv_header(src: Path) -> list[str]:
             return [h.strip() for h in next(csv.reader([fh.readline()]), [])]
     except UnicodeDecodeError as exc:
         raise InputError(src, 1, "header", f"not UTF-8 text: {exc}") from None
+    except csv.Error as exc:  # a field past the csv module's limit (128 KiB), ...: the user's file, not a bug
+        raise InputError(src, 1, "header", f"not a CSV header line: {exc}") from None
 
 
 def _row_label(kind: str, index: int) -> int | str:

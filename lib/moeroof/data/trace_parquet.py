@@ -189,7 +189,7 @@ def _check_tokens(ids: np.ndarray, experts: int, path: Path, where, field) -> np
     if found is not None:
         i, k = found
         why = f"expert {ids[i, k]} appears twice in one token (the K experts must be distinct)"
-        raise InputError(path, where(i), field(k), why)
+        raise InputError(path, where(i, k), field(k), why)  # the slot naming it again, as read_trace says
     return ~any_pad
 
 

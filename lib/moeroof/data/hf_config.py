@@ -1028,13 +1028,9 @@ def preset_toml(preset: dict[str, Any], command: str = "") -> str:
     ]
     if command:
         lines.append(f"# written by: {command}")
-    lines += [
-        'kind = "model"',
-        f"name = {_toml_value(preset['name'])}",
-        f"description = {_toml_value(preset['description'])}",
-        f"precision = {_toml_value(preset['precision'])}",
-        "",
-    ]
+    lines.append('kind = "model"')
+    lines.extend(f"{key} = {_toml_value(preset[key])}" for key in ("name", "description", "precision"))
+    lines.append("")
     for key, entry in preset["fields"].items():
         inner = ", ".join(f"{k} = {_toml_value(v)}" for k, v in entry.items())
         lines.append(f"{key} = {{ {inner} }}")

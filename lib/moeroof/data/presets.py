@@ -245,9 +245,7 @@ PRIOR_FIELDS = (
     "engine_seconds_per_step",
     "engine_seconds_per_agent_token",
     "engine_seconds_per_touched_expert",
-    "mem_efficiency",
-    "compute_efficiency",
-    "link_efficiency",
+    *EFFICIENCY_FIELDS,
 )
 
 #: the suite's priors (SI), each with its source: (low, centre, high), source

@@ -463,10 +463,8 @@ def parse_toml(text: str, *, bounded: bool = True) -> dict[str, Any]:
 
     try:
         doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
-        raise
     except ValueError as err:  # Python's refusal of 4,301 or more digits, from inside tomllib
-        if _PYTHON_DIGIT_LIMIT.search(str(err)) is None:
+        if isinstance(err, tomllib.TOMLDecodeError) or _PYTHON_DIGIT_LIMIT.search(str(err)) is None:
             raise
         raise _long_toml_number(text) from None
     if bounded and (found := long_number_in(doc)) is not None:

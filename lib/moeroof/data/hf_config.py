@@ -132,9 +132,8 @@ def read_config(model_dir: str | Path) -> dict[str, Any]:
     if not path.exists():
         raise InputError(path, None, "file", "no config.json in the checkpoint folder")
     try:
-        with open_input(path) as fh:  # a FIFO refused, never waited on
-            raw = fh.read(MAX_JSON_BYTES + 1)  # bounded: check_document refuses a longer file
-        text = raw.decode("utf-8")
+        # a FIFO refused, never waited on; bounded: check_document refuses a longer file
+        text = read_input_bytes(path, MAX_JSON_BYTES).decode("utf-8")
         check_document(text, "config.json", max_bytes=MAX_JSON_BYTES)  # size and nesting, before parsing
         doc = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -209,9 +208,8 @@ def config_value(config: dict[str, Any], key: str, family: str) -> tuple[Any, st
     if default is None:
         return None, None
     cls = FAMILIES[family][2] if family in FAMILIES else family
+    heads, hidden = config.get("num_attention_heads"), config.get("hidden_size")
     if default == PER_HEAD:
-        heads = config.get("num_attention_heads")
-        hidden = config.get("hidden_size")
         if not (isinstance(heads, int) and isinstance(hidden, int) and heads > 0):
             return None, None
         return (
@@ -219,7 +217,6 @@ def config_value(config: dict[str, Any], key: str, family: str) -> tuple[Any, st
             f"{key} is not in config.json: taken as hidden_size // num_attention_heads = {hidden // heads}, as transformers' modeling code does",
         )
     if default == HEADS:
-        heads = config.get("num_attention_heads")
         return heads, f"{key} is not in config.json: taken as num_attention_heads = {heads} ({cls}'s default)"
     if default == ALTERNATING:
         return None, f"{key} is not in config.json: {cls}'s default, sliding and full attention alternating"
@@ -255,14 +252,20 @@ class MoELayout:
         return 3 * h * i + ((2 * i + h) if self.family == "gpt_oss" else 0)
 
 
-def _defaulted_int(
-    config: dict[str, Any], key: str, family: str, path: Path, notes: list[str], *, null: int = 0
-) -> int:
-    """An integer key, from the file or transformers' default (its note appended to ``notes``);
-    ``null``: what an explicit null means."""
+def _defaulted(config: dict[str, Any], key: str, family: str, notes: dict[str, str]) -> Any:
+    """:func:`config_value`'s value; its note, where the default was taken, kept in ``notes[key]``."""
     value, note = config_value(config, key, family)
     if note:
-        notes.append(note)
+        notes[key] = note
+    return value
+
+
+def _defaulted_int(
+    config: dict[str, Any], key: str, family: str, path: Path, notes: dict[str, str], null: Any = 0
+) -> Any:
+    """An integer key, from the file or transformers' default (:func:`_defaulted`); ``null``: what
+    an explicit null means."""
+    value = _defaulted(config, key, family, notes)
     return null if value is None else _count(value, key, path)
 
 
@@ -299,8 +302,8 @@ def moe_layout(config: dict[str, Any], path: str | Path = CONFIG_NAME) -> MoELay
     layers = _int(config, "num_hidden_layers", path)
     hidden = _int(config, "hidden_size", path)
     sources = {"experts": f"config.json: {experts_key} {experts}", "top_k": f"config.json: {k_key} {top_k}"}
-    layer_notes: list[str] = []
-    shared_notes: list[str] = []
+    layer_notes: dict[str, str] = {}
+    shared_notes: dict[str, str] = {}
     shared, shared_width = 0, 0
     dense_width = int(config.get("intermediate_size") or 0)
     if model_type in ("mixtral", "olmoe", "gpt_oss"):
@@ -309,10 +312,7 @@ def moe_layout(config: dict[str, Any], path: str | Path = CONFIG_NAME) -> MoELay
         rule = "every layer MoE"
     elif model_type in ("qwen2_moe", "qwen3_moe"):
         step = _defaulted_int(config, "decoder_sparse_step", model_type, path, layer_notes) or 1
-        only, note = config_value(config, "mlp_only_layers", model_type)
-        only = only or []
-        if note:
-            layer_notes.append(note)
+        only = _defaulted(config, "mlp_only_layers", model_type, layer_notes) or []
         if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
             raise InputError(path, None, "mlp_only_layers", f"expected a list of layer indices, got {only!r}")
         moe_ids = tuple(i for i in range(layers) if i not in only and (i + 1) % step == 0)
@@ -332,10 +332,10 @@ def moe_layout(config: dict[str, Any], path: str | Path = CONFIG_NAME) -> MoELay
         if freq not in (None, 1):
             rule += f" (moe_layer_freq {freq!r} ignored, as transformers ignores it)"
     if not moe_ids:
-        because = f" ({'; '.join(layer_notes)})" if layer_notes else ""
+        because = f" ({'; '.join(layer_notes.values())})" if layer_notes else ""
         raise InputError(path, None, "num_hidden_layers", f"not an MoE model: no layer has routed experts{because}")
     sources["moe_layers"] = f"config.json: num_hidden_layers {layers}, {rule} -> {len(moe_ids)} MoE layers"
-    assumed = {k: v for k, v in (("moe_layers", layer_notes), ("shared", shared_notes)) if v}
+    assumed = {k: list(v.values()) for k, v in (("moe_layers", layer_notes), ("shared", shared_notes)) if v}
     widths = (hidden, expert_width, dense_width, shared, shared_width)  # in MoELayout's order
     return MoELayout(model_type, experts, top_k, layers, moe_ids, *widths, sources, assumed)
 
@@ -425,15 +425,12 @@ def missing_shards(model_dir: str | Path) -> list[str]:
 
 def read_tensor_table(model_dir: str | Path) -> TensorTable | None:
     """Every tensor's dtype and shape from the headers, or None when the shards an index names are
-    not all present (then only the index's ``total_size`` is known: :func:`index_total_size`).
+    not all present (then only the index's ``total_size`` is known).
     An :class:`InputError` when the folder has neither a single file nor an index."""
     if missing_shards(model_dir):
         return None
     paths = weight_files(model_dir)
-    tensors: dict[str, tuple[str, tuple[int, ...]]] = {}
-    for p in paths:
-        tensors.update(_read_header(p))
-    return TensorTable(tensors, tuple(paths))
+    return TensorTable({name: entry for p in paths for name, entry in _read_header(p).items()}, tuple(paths))
 
 
 def _shards(index: dict[str, Any]) -> list[str]:
@@ -454,15 +451,6 @@ def _read_index(path: Path) -> dict[str, Any]:
     if not isinstance(doc, dict) or not isinstance(doc.get("weight_map"), dict):
         raise InputError(path, None, "weight_map", "missing: not a safetensors index")
     return doc
-
-
-def index_total_size(model_dir: str | Path) -> int | None:
-    """The index's ``metadata.total_size`` (bytes of every tensor), or None."""
-    path = Path(model_dir) / INDEX_NAME
-    if not path.is_file():
-        return None
-    total = (_read_index(path).get("metadata") or {}).get("total_size")
-    return int(total) if isinstance(total, int) and not isinstance(total, bool) else None
 
 
 #: what :func:`checkpoint_hash` reads: every byte of the weights, or only their headers
@@ -509,8 +497,7 @@ def checkpoint_hash(
     for path in meta_files:
         with open_input(path) as fh:
             raw = fh.read()
-        h.update(f"{path.name}\0{len(raw)}\0".encode())
-        h.update(raw)
+        h.update(f"{path.name}\0{len(raw)}\0".encode() + raw)
     sizes = [p.stat().st_size for p in weights]
     total = sum(sizes) if mode == "full" else 0
     done = 0
@@ -527,8 +514,7 @@ def checkpoint_hash(
                 head = fh.read(8)
                 (length,) = struct.unpack("<Q", head) if len(head) == 8 else (0,)
                 raw = head + fh.read(min(length, MAX_HEADER_BYTES))
-                h.update(f"{path.name}\0{len(raw)}\0".encode())
-                h.update(raw)
+                h.update(f"{path.name}\0{len(raw)}\0".encode() + raw)
                 done += len(raw)
     names = ", ".join(p.name for p in meta_files)
     if mode == "full":
@@ -596,16 +582,14 @@ def _attention(config: dict[str, Any], layout: MoELayout, path: Path) -> dict[st
     if heads < 1:
         raise InputError(path, None, "num_attention_heads", "must be at least 1")
     notes: dict[str, str] = {}
+    full = layout.layers
 
-    def get(key: str, null: Any) -> Any:
-        value, note = config_value(config, key, fam)
-        if note:
-            notes[key] = note
-        return null if value is None else _count(value, key, path)
+    def get(key: str, null: Any = 0) -> Any:
+        return _defaulted_int(config, key, fam, path, notes, null)
 
     if fam == "deepseek_v3":
-        rope, nope = get("qk_rope_head_dim", 0), get("qk_nope_head_dim", 0)
-        v_dim, kv_rank = get("v_head_dim", 0), get("kv_lora_rank", 0)
+        rope, nope = get("qk_rope_head_dim"), get("qk_nope_head_dim")
+        v_dim, kv_rank = get("v_head_dim"), get("kv_lora_rank")
         q_rank = get("q_lora_rank", None)  # null: queries without a low-rank compression
         q = h * q_rank + q_rank * heads * (rope + nope) if q_rank else h * heads * (rope + nope)
         params = q + h * (kv_rank + rope) + kv_rank * heads * (nope + v_dim) + heads * v_dim * h
@@ -613,7 +597,6 @@ def _attention(config: dict[str, Any], layout: MoELayout, path: Path) -> dict[st
         what = f"MLA latent cache (kv_lora_rank {kv_rank} + qk_rope_head_dim {rope})"
         flop = 2 * heads * ((kv_rank + rope) + kv_rank)
         flop_what = f"absorbed-MLA decode: 2 x {heads} heads x ({kv_rank + rope} score + {kv_rank} value)"
-        full = layout.layers
         kv_keys: tuple[str, ...] = ("kv_lora_rank", "qk_rope_head_dim")
         flop_keys: tuple[str, ...] = kv_keys
     else:
@@ -624,12 +607,10 @@ def _attention(config: dict[str, Any], layout: MoELayout, path: Path) -> dict[st
         what = f"{kv_heads} KV heads x {head_dim} head_dim x 2 (K, V)"
         flop = 4 * heads * head_dim
         flop_what = f"4 x {heads} heads x {head_dim} head_dim (QK and AV)"
-        full = layout.layers
         kv_keys, flop_keys = ("num_key_value_heads", "head_dim", "layer_types"), ("head_dim", "layer_types")
         if fam == "gpt_oss":
-            types, note = config_value(config, "layer_types", fam)
-            if note:  # GptOssConfig: sliding on even i, full on odd i
-                notes["layer_types"] = note
+            types = _defaulted(config, "layer_types", fam, notes)
+            if "layer_types" in notes:  # GptOssConfig: sliding on even i, full on odd i
                 types = ["full_attention" if (i + 1) % 2 == 0 else "sliding_attention" for i in range(layout.layers)]
             if isinstance(types, list) and len(types) == layout.layers:
                 full = sum(1 for t in types if t == "full_attention")
@@ -774,7 +755,7 @@ def _stored_from_headers(table: TensorTable, layout: MoELayout, where: str, tied
 
 
 def _stored_from_config(
-    config: dict[str, Any], layout: MoELayout, attn: dict[str, Any], cpath: Path, act: tuple[int, str], tied: bool
+    config: dict[str, Any], layout: MoELayout, attn: dict[str, Any], act: tuple[int, str], vocab: int, tied: bool
 ) -> _Stored:
     """The stored bytes counted from config.json's shapes alone (no weights in the folder)."""
     act_bytes, act_dtype = act
@@ -785,7 +766,7 @@ def _stored_from_config(
         f"config.json: {e_params} params per expert x {bpp:g} B ({qnote}); no safetensors header read "
         "(config.json alone)"
     )
-    params = _non_routed_params(layout, attn, config, cpath)
+    params = _non_routed_params(layout, attn, vocab, tied)
     non_routed = int(round(params * act_bytes))
     nonrouted_source = (
         f"config.json alone: {params} non-routed params (attention of "
@@ -802,7 +783,7 @@ def _stored_from_config(
 def _stored_from_index(folder: Path, config: dict[str, Any], layout: MoELayout, act_bytes: int) -> _Stored:
     """Routed bytes from config.json's shapes, the rest from the index's total_size (shards missing)."""
     h, experts, n_moe, e_params = layout.hidden_size, layout.experts, len(layout.moe_layer_ids), layout.expert_params
-    total = index_total_size(folder)
+    total = (_read_index(folder / INDEX_NAME).get("metadata") or {}).get("total_size")  # bytes of every tensor
     bpp, qnote = _config_bits(config, act_bytes)
     stored_bytes = int(round(e_params * bpp))
     missing = missing_shards(folder)
@@ -812,7 +793,7 @@ def _stored_from_index(folder: Path, config: dict[str, Any], layout: MoELayout, 
         f"{', plus biases' if layout.family == 'gpt_oss' else ''}) = {e_params} x {bpp:g} B ({qnote}); "
         f"{len(missing)} of the shards named by {INDEX_NAME} are not here to read their headers"
     )
-    if total is None:
+    if not isinstance(total, int) or isinstance(total, bool):
         raise InputError(folder, None, "weights", f"{INDEX_NAME} has no metadata.total_size and no shard is here")
     non_routed = total - stored_bytes * experts * n_moe
     nonrouted_source = (
@@ -829,28 +810,24 @@ def _weight_fields(
     stored: _Stored,
     layout: MoELayout,
     attn: dict[str, Any],
-    config: dict[str, Any],
-    cpath: Path,
+    vocab: int,
+    tied: bool,
     quant_bits: float | None,
     quant_dense_bits: float | None,
 ) -> tuple[dict, dict, str]:
     """(expert_bytes, non_routed_bytes, precision): as stored, or at the bit widths asked for."""
     e_params, precision = layout.expert_params, stored.precision
+    expert_bytes, expert_source = stored.expert_bytes, stored.expert_source
     if quant_bits is not None:
-        q_bytes = int(math.ceil(e_params * quant_bits / 8))
-        expert = _field(
-            q_bytes,
-            f"config.json: {e_params} params per expert x {quant_bits:g} bits / 8 = {q_bytes} B "
-            f"(the bit width asked for; stored: {stored.expert_bytes} B)",
-            unit="B",
+        expert_bytes = int(math.ceil(e_params * quant_bits / 8))
+        expert_source = (
+            f"config.json: {e_params} params per expert x {quant_bits:g} bits / 8 = {expert_bytes} B "
+            f"(the bit width asked for; stored: {stored.expert_bytes} B)"
         )
         precision = f"{quant_bits:g}-bit experts, {precision} resident"
-    else:
-        expert = _field(stored.expert_bytes, stored.expert_source, unit="B")
     non_routed, source, notes = stored.non_routed, stored.nonrouted_source, stored.nonrouted_notes
     if quant_dense_bits is not None:
-        tied = bool(config.get("tie_word_embeddings", False))
-        params = _non_routed_params(layout, attn, config, cpath)
+        params = _non_routed_params(layout, attn, vocab, tied)
         non_routed = int(math.ceil(params * quant_dense_bits / 8))
         source = (
             f"config.json: {params} non-routed params (attention, dense and shared MLPs, routers, embedding"
@@ -859,33 +836,28 @@ def _weight_fields(
         )
         notes = list(layout.assumed.get("moe_layers", []))
         precision = f"{precision}; {quant_dense_bits:g}-bit non-routed weights"
-    return expert, _derived(non_routed, source, notes, unit="B"), precision
+    return _field(expert_bytes, expert_source, unit="B"), _derived(non_routed, source, notes, unit="B"), precision
 
 
 def _kv_field(attn: dict[str, Any], kv_bits: float | None, act_bytes: int, act_dtype: str) -> dict:
     """kv_bytes_per_token: at the KV precision asked for, else the activations' dtype (assumed)."""
     # the KV cache's dtype is not in config.json: transformers' DynamicCache stores K and V as the
     # attention computes them, in the activations' dtype
+    values, what = (
+        attn["kv_values"] * attn["full_layers"],
+        f"config.json: {attn['kv_what']} x {attn['full_layers']} layers",
+    )
     if kv_bits is not None:  # the precision the engine keeps its KV cache in, as the user says it
-        kv = int(math.ceil(attn["kv_values"] * attn["full_layers"] * kv_bits / 8))
+        kv = int(math.ceil(values * kv_bits / 8))
         return _derived(
-            kv,
-            f"config.json: {attn['kv_what']} x {attn['full_layers']} layers x {kv_bits:g} bits / 8 = {kv} B "
-            "(the KV precision asked for)",
-            list(attn["kv_notes"]),
-            unit="B",
+            kv, f"{what} x {kv_bits:g} bits / 8 = {kv} B (the KV precision asked for)", attn["kv_notes"], unit="B"
         )
-    kv = attn["kv_values"] * attn["full_layers"] * act_bytes
+    kv = values * act_bytes
     kv_dtype_note = (
         f"the KV cache's dtype is not in config.json: taken as the activations' {act_dtype} ({act_bytes} B), "
         "as transformers' DynamicCache keeps it (an engine may store it in FP8; --kv-bits says it)"
     )
-    return _derived(
-        kv,
-        f"config.json: {attn['kv_what']} x {attn['full_layers']} layers x {act_bytes} B ({act_dtype}) = {kv} B",
-        [*attn["kv_notes"], kv_dtype_note],
-        unit="B",
-    )
+    return _derived(kv, f"{what} x {act_bytes} B ({act_dtype}) = {kv} B", [*attn["kv_notes"], kv_dtype_note], unit="B")
 
 
 def _flop_fields(layout: MoELayout, attn: dict[str, Any], vocab: int) -> dict[str, Any]:
@@ -987,12 +959,12 @@ def preset_fields(
         if layout.assumed.get("moe_layers"):  # the headers hold routed experts in exactly the layers assumed
             fields["moe_layers"]["note"] += f"; the {where} hold routed experts in exactly these layers"
     elif not has_weights:  # config.json alone: every byte from its shapes
-        stored = _stored_from_config(config, layout, attn, cpath, (act_bytes, act_dtype), tied)
+        stored = _stored_from_config(config, layout, attn, (act_bytes, act_dtype), vocab, tied)
     else:
         stored = _stored_from_index(folder, config, layout, act_bytes)
-    expert, non_routed, precision = _weight_fields(stored, layout, attn, config, cpath, quant_bits, quant_dense_bits)
-    fields["expert_bytes"] = expert
-    fields["non_routed_bytes"] = non_routed
+    fields["expert_bytes"], fields["non_routed_bytes"], precision = _weight_fields(
+        stored, layout, attn, vocab, tied, quant_bits, quant_dense_bits
+    )
     fields["kv_bytes_per_token"] = _kv_field(attn, kv_bits, act_bytes, act_dtype)
     fields.update(_flop_fields(layout, attn, vocab))
     fields["activation_bytes"] = _field(act_bytes, act_source, unit="B")
@@ -1009,13 +981,11 @@ def preset_fields(
     }
 
 
-def _non_routed_params(layout: MoELayout, attn: dict[str, Any], config: dict[str, Any], cpath: Path) -> int:
+def _non_routed_params(layout: MoELayout, attn: dict[str, Any], vocab: int, tied: bool) -> int:
     """Parameters outside the routed experts, from config.json's shapes: attention of every layer,
     the dense layers' MLPs, each MoE layer's router and shared experts, the embedding and (untied)
     the LM head; norms and biases are left out (well under 0.1 % of any MoE here)."""
     h, experts = layout.hidden_size, layout.experts
-    vocab = _int(config, "vocab_size", cpath)
-    tied = bool(config.get("tie_word_embeddings", False))
     router = experts * h
     shared = _mlp_params(h, layout.shared_intermediate)
     dense = len(layout.dense_layer_ids) * _mlp_params(h, layout.dense_intermediate)
@@ -1058,13 +1028,9 @@ def preset_toml(preset: dict[str, Any], command: str = "") -> str:
     ]
     if command:
         lines.append(f"# written by: {command}")
-    lines += [
-        'kind = "model"',
-        f"name = {_toml_value(preset['name'])}",
-        f"description = {_toml_value(preset['description'])}",
-        f"precision = {_toml_value(preset['precision'])}",
-        "",
-    ]
+    lines.append('kind = "model"')
+    lines.extend(f"{key} = {_toml_value(preset[key])}" for key in ("name", "description", "precision"))
+    lines.append("")
     for key, entry in preset["fields"].items():
         inner = ", ".join(f"{k} = {_toml_value(v)}" for k, v in entry.items())
         lines.append(f"{key} = {{ {inner} }}")

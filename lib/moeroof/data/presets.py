@@ -245,9 +245,7 @@ PRIOR_FIELDS = (
     "engine_seconds_per_step",
     "engine_seconds_per_agent_token",
     "engine_seconds_per_touched_expert",
-    "mem_efficiency",
-    "compute_efficiency",
-    "link_efficiency",
+    *EFFICIENCY_FIELDS,
 )
 
 #: the suite's priors (SI), each with its source: (low, centre, high), source
@@ -368,10 +366,7 @@ class PresetError(InputError):
         first = self.errors[0]
         super().__init__(path, None, first.field, first.message)
         text = "; ".join(f"{e.field}: {e.message}" for e in self.errors)
-        self.args = (f"{Path(path)}:-: {text}",)
-
-    def __str__(self) -> str:
-        return str(self.args[0])
+        self.args = (f"{Path(path)}:-: {text}",)  # str() of a one-argument exception is that argument
 
 
 #: what a hardware preset's streaming tier is (``link = "pcie"``): the step model's ``ssd`` term
@@ -519,98 +514,90 @@ DEFAULTS: dict[str, float] = {
 }
 
 
-def _prior(path: Path, key: str, raw: dict, dimension: str) -> tuple[tuple[float, float, float], str]:
+def _prior(key: str, raw: dict, dimension: str) -> tuple[tuple[float, float, float], str]:
     """A field's ``prior = [low, centre, high]`` (its own unit) and ``prior_source``, or
     ``prior = "NAME"``: one of :data:`NAMED_PRIORS` for that field, with its own source."""
     if key not in PRIOR_FIELDS:
-        raise InputError(path, None, key, f"takes no prior (only {', '.join(PRIOR_FIELDS)} do)")
+        raise ValueError(f"takes no prior (only {', '.join(PRIOR_FIELDS)} do)")
     vals = raw.get("prior")
     src = raw.get("prior_source")
     if isinstance(vals, str):
         named = NAMED_PRIORS.get(key, {})
         if vals not in named:
             known = ", ".join(repr(n) for n in named) or "none"
-            raise InputError(path, None, key, f"prior {vals!r} is not a named prior of this field (known: {known})")
+            raise ValueError(f"prior {vals!r} is not a named prior of this field (known: {known})")
         if src is not None:
-            raise InputError(path, None, key, f"a named prior ({vals!r}) carries its own source: drop prior_source")
+            raise ValueError(f"a named prior ({vals!r}) carries its own source: drop prior_source")
         return named[vals]
     if not isinstance(src, str) or not src.strip():
-        raise InputError(path, None, key, 'a prior needs prior_source = "…" (where its range comes from)')
+        raise ValueError('a prior needs prior_source = "…" (where its range comes from)')
     if (
         not isinstance(vals, list)
         or len(vals) != 3
         or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in vals)
     ):
-        raise InputError(path, None, key, f"prior must be [low, centre, high], three finite numbers, got {vals!r}")
+        raise ValueError(f"prior must be [low, centre, high], three finite numbers, got {vals!r}")
     lo, mid, hi = (float(v) for v in (to_si(vals, raw["unit"]) if dimension != "count" else vals))
     if not 0 <= lo <= mid <= hi:
-        raise InputError(path, None, key, f"prior must satisfy 0 <= low <= centre <= high, got {vals!r}")
+        raise ValueError(f"prior must satisfy 0 <= low <= centre <= high, got {vals!r}")
     if key in EFFICIENCY_FIELDS and not (lo > 0 and hi <= 1):
-        raise InputError(path, None, key, f"an efficiency's prior must lie in (0, 1], got {vals!r}")
+        raise ValueError(f"an efficiency's prior must lie in (0, 1], got {vals!r}")
     return (lo, mid, hi), src.strip()
 
 
-def _field_value(path: Path, key: str, raw: Any) -> Any:
+def _field_value(raw: Any) -> Any:
     """A quantity's ``value`` as written: a number or a list of numbers, finite, none negative."""
     if not isinstance(raw, dict):
-        raise InputError(path, None, key, "must be an inline table { value = …, unit = …, source = … }")
+        raise ValueError("must be an inline table { value = …, unit = …, source = … }")
     unknown = set(raw) - {"value", "unit", "source", "assumed", "witnessed", "note", "prior", "prior_source"}
     if unknown:
-        raise InputError(path, None, key, f"unknown entries {sorted(unknown)}")
+        raise ValueError(f"unknown entries {sorted(unknown)}")
     if "value" not in raw:
-        raise InputError(path, None, key, "missing 'value'")
+        raise ValueError("missing 'value'")
     value = raw["value"]
     values = value if isinstance(value, list) else [value]
     if not values or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-        raise InputError(path, None, key, f"value must be a number (or a list of numbers), got {value!r}")
+        raise ValueError(f"value must be a number (or a list of numbers), got {value!r}")
     try:
         finite = all(math.isfinite(float(v)) for v in values)
     except OverflowError:  # an integer past 1.8e308
         finite = False
     if not finite:
-        raise InputError(path, None, key, "value must be finite (and below 1.8e308)")
+        raise ValueError("value must be finite (and below 1.8e308)")
     if any(v < 0 for v in values):
-        raise InputError(path, None, key, f"value must not be negative, got {value!r}")
+        raise ValueError(f"value must not be negative, got {value!r}")
     return value
 
 
-def _si_value(path: Path, key: str, value: Any, unit: Any, dimension: str) -> Any:
+def _si_value(value: Any, unit: Any, dimension: str) -> Any:
     """``value`` in ``unit`` → SI, the unit checked against the field's dimension."""
     if dimension == "count":
         if unit not in (None, "1"):
-            raise InputError(path, None, key, f"is a count and takes no unit, got unit {unit!r}")
+            raise ValueError(f"is a count and takes no unit, got unit {unit!r}")
         return value
     if unit is None:
-        raise InputError(path, None, key, f"missing 'unit' (a {dimension.replace('_', ' ')} quantity)")
-    try:
-        got = dimension_of(unit)
-    except ValueError as err:
-        raise InputError(path, None, key, str(err)) from None
+        raise ValueError(f"missing 'unit' (a {dimension.replace('_', ' ')} quantity)")
+    got = dimension_of(unit)
     if got != dimension:
-        raise InputError(
-            path, None, key, f"unit {unit!r} measures {got.replace('_', ' ')}, expected {dimension.replace('_', ' ')}"
-        )
-    try:
-        si = to_si(value, unit)
-    except ValueError as err:
-        raise InputError(path, None, key, str(err)) from None
+        raise ValueError(f"unit {unit!r} measures {got.replace('_', ' ')}, expected {dimension.replace('_', ' ')}")
+    si = to_si(value, unit)
     si = [float(v) for v in si] if isinstance(value, list) else si
     if dimension == "bytes" and any(0 < v < 1 for v in (si if isinstance(si, list) else [si])):
-        raise InputError(path, None, key, f"{value!r} {unit} is less than one byte (give 0 or at least 1 B)")
+        raise ValueError(f"{value!r} {unit} is less than one byte (give 0 or at least 1 B)")
     return si
 
 
-def _provenance(path: Path, key: str, raw: dict) -> tuple[str, str]:
+def _provenance(raw: dict) -> tuple[str, str]:
     """(provenance tag, source text) of a quantity: a source or ``assumed = true``, never both."""
     has_source = isinstance(raw.get("source"), str) and raw["source"].strip() != ""
     assumed = raw.get("assumed", False)
     witnessed = raw.get("witnessed", False)
     if not isinstance(assumed, bool) or not isinstance(witnessed, bool):
-        raise InputError(path, None, key, "'assumed' and 'witnessed' must be true or false")
+        raise ValueError("'assumed' and 'witnessed' must be true or false")
     if has_source == bool(assumed):
-        raise InputError(path, None, key, 'needs exactly one of source = "…" or assumed = true')
+        raise ValueError('needs exactly one of source = "…" or assumed = true')
     if witnessed and not has_source:
-        raise InputError(path, None, key, "witnessed = true needs a source")
+        raise ValueError("witnessed = true needs a source")
     tag = "witnessed" if witnessed else ("assumed" if assumed else "projected")
     text = raw["source"] if has_source else "assumed" + (f": {raw['note']}" if raw.get("note") else "")
     return tag, text
@@ -651,8 +638,6 @@ def _read_toml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
         raise InputError(path, err.line, err.key, str(err)) from None
     except ValueError as err:
         raise InputError(path, None, "toml", plain_value_error(err)) from None
-    except OSError as err:
-        raise InputError(path, None, "file", f"cannot read: {err}") from None
 
 
 def _load_fields(
@@ -674,28 +659,24 @@ def _load_fields(
                 prov[key] = "assumed"
                 sources[key] = f"assumed: default {DEFAULTS[key]:g} (not in the preset)"
             continue
+        # a bad value is one error and its prior is not read; any error fails the file, so what
+        # ``out``, ``prov`` and ``sources`` hold by then does not matter. The readers of a field
+        # raise ValueError, here named with the file and the field
         try:
-            value = _si_value(path, key, _field_value(path, key, doc[key]), doc[key].get("unit"), dimension)
-            tag, text = _provenance(path, key, doc[key])
-            if isinstance(value, list) and key not in _CURVE_FIELDS:
-                raise InputError(path, None, key, "must be a single number")
-            beyond = _beyond_bound(key, value)
-            if beyond is not None:
+            out[key] = _si_value(_field_value(doc[key]), doc[key].get("unit"), dimension)
+            prov[key], sources[key] = _provenance(doc[key])
+            if isinstance(out[key], list) and key not in _CURVE_FIELDS:
+                raise ValueError("must be a single number")
+            if (beyond := _beyond_bound(key, out[key])) is not None:
                 raise InputError(path, lines.get(key), key, beyond)
+            if "prior" in doc[key] or "prior_source" in doc[key]:
+                priors[key] = _prior(key, doc[key], dimension)
+                if (beyond := _beyond_bound(key, list(priors[key][0]))) is not None:
+                    raise InputError(path, lines.get(key), key, f"prior: {beyond}")
         except InputError as err:
             errors.append(err)
-            continue
-        out[key] = value
-        prov[key] = tag
-        sources[key] = text
-        if "prior" in doc[key] or "prior_source" in doc[key]:
-            try:
-                priors[key] = _prior(path, key, doc[key], dimension)
-                beyond = _beyond_bound(key, list(priors[key][0]))
-                if beyond is not None:
-                    raise InputError(path, lines.get(key), key, f"prior: {beyond}")
-            except InputError as err:
-                errors.append(err)
+        except ValueError as err:
+            errors.append(InputError(path, None, key, str(err)))
     return prov, sources, priors, errors
 
 
@@ -842,13 +823,11 @@ def with_overrides(obj: MoEModel | Hardware, overrides: Mapping[str, str]) -> Mo
             raise ValueError(
                 f"{key}: not a {'model' if fields is MODEL_FIELDS else 'hardware'} field (known: {', '.join(fields)})"
             )
-        dimension, _ = fields[key]
         try:
-            value = parse_quantity(str(text), dimension)
+            value = parse_quantity(str(text), fields[key][0])
         except ValueError as err:
             raise ValueError(f"{key}: {err}") from None
-        beyond = _beyond_bound(key, value)
-        if beyond is not None:
+        if (beyond := _beyond_bound(key, value)) is not None:
             raise ValueError(f"{key}: {text}: {beyond}")
         if key == "bw_ssd_bytes_per_s":
             # a hardware field (checked above): the curve scaled to the peak given

@@ -40,7 +40,7 @@ from scipy.optimize import minimize_scalar
 from scipy.special import digamma, gammaln
 
 from moeroof.core.limits import MAX_SKEW_FIT_EXPERTS, check_allocation
-from moeroof.core.masks import live_tokens, partial_tokens
+from moeroof.core.masks import live_tokens, partial_tokens, trace_counts
 from moeroof.core.memo import SourceMemo
 from moeroof.core.results import stage_reporter
 from moeroof.core.rng import generator
@@ -639,8 +639,7 @@ def _check_trace(topk: Any, experts: int) -> np.ndarray:
 
 def _inclusion_hat(arr: np.ndarray, experts: int) -> np.ndarray:
     """π̂ (L, E): incidence counts over live tokens per layer."""
-    counts = routing.histogram_from_trace(arr, experts).astype(float)
-    tokens = live_tokens(arr).sum(axis=(0, 1)).astype(float)  # (L,)
+    counts, tokens = trace_counts(arr, experts)  # (L, E), (L,)
     return counts / np.maximum(tokens, 1.0)[:, None]
 
 

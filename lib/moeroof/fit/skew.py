@@ -684,10 +684,7 @@ def invert_inclusion(pi: np.ndarray, k: int, iters: int, tol: float) -> np.ndarr
 def _block_sums(x: np.ndarray, block: int) -> np.ndarray:
     """Sum x (T, S, ...) over blocks of ``block`` consecutive entries of axis 0, per S:
     returns (S · ceil(T/block), ...)."""
-    t = x.shape[0]
-    nb = -(-t // block)
-    pad = np.zeros((nb * block - t,) + x.shape[1:], dtype=x.dtype)
-    xp = np.concatenate([x, pad], axis=0).reshape((nb, block) + x.shape[1:]).sum(axis=1)
+    xp = np.add.reduceat(x, np.arange(0, x.shape[0], block), axis=0)  # (ceil(T/block), S, ...)
     return np.moveaxis(xp, 1, 0).reshape((-1,) + x.shape[2:])
 
 
@@ -820,8 +817,7 @@ def _heterogeneity_tables(
         )[0]
         tr = tr.reshape(bmax, replicates, layers, k)
         onehot = np.zeros((bmax, replicates, layers, experts), dtype=bool)
-        s_i, r_i, l_i, _ = np.indices(tr.shape).reshape(4, -1)
-        onehot[s_i, r_i, l_i, tr.ravel()] = True
+        np.put_along_axis(onehot, tr, True, axis=-1)
         u_mod[j, :, 1:] = np.logical_or.accumulate(onehot, axis=0).sum(axis=-1).mean(axis=1).T
         p_mod[j] = _plugin_table(onehot.mean(axis=(0, 1)), bmax)  # of the marginal inclusion π̄ (L, E)
     return u_mod, p_mod

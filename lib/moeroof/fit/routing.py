@@ -229,26 +229,24 @@ def _cache_row(point, trace, popularity, warm, layers, expert_bytes, req_memo, t
     sim_layers, experts = popularity.shape
     owner = rank_partition(popularity, point.ranks, point.partition)
     slots = math.floor(capacity_per_layer(point, layers, expert_bytes) * sim_layers + 1e-9)
-    hits = reqs = 0
-    gib = []
+    runs = []
     for r in range(point.ranks):
         key = (point.ranks, point.partition, r)
         if key not in req_memo:
             req_memo[key] = cache.requests_from_trace(
                 trace, experts, partition=owner, rank=None if owner is None else r
             )
-        pinned = None
-        if point.policy == "static":
-            pinned = (popularity if owner is None else np.where(owner == r, popularity, 0.0)).ravel()
+        # static: each rank pins its most popular own experts
+        own = popularity if owner is None else np.where(owner == r, popularity, 0.0)
+        pinned = own.ravel() if point.policy == "static" else None
         res = cache.simulate(
             req_memo[key], slots, policy=point.policy, scope=point.scope, warmup_steps=warm, pinned=pinned
         )
-        hits += res.hits
-        reqs += res.requests
-        gib.append(res.misses / timed * layers / sim_layers * (expert_bytes or 0.0) / GiB)
+        runs.append(res)
     if point.kind == "gib_per_step":
-        return float(np.mean(gib))
-    return hits / reqs if reqs else float("nan")
+        return float(np.mean([res.misses / timed * layers / sim_layers * (expert_bytes or 0.0) / GiB for res in runs]))
+    reqs = sum(res.requests for res in runs)
+    return sum(res.hits for res in runs) / reqs if reqs else float("nan")
 
 
 #: bytes per pick of a simulated run: the int32 trace, its cache requests (item, step and layer
@@ -402,12 +400,11 @@ def identifiable(points: Sequence[Point], hold: Sequence[str] = ()) -> tuple[tup
     counted."""
     cal = [p for p in points if p.calibrates]
     n = len({p.conditions for p in cal})
-    kinds = {p.kind for p in cal}
     cache_rows = [p for p in cal if p.kind in ("hit_rate", "gib_per_step")]
     local_batches = {p.batch for p in cal if p.kind in ("hit_rate", "gib_per_step", "overlap")}
     eligible: dict[str, str] = {
         "skew": "",
-        "rho": "" if kinds & {"hit_rate", "gib_per_step", "overlap"} else "no hit-rate, GiB or overlap row",
+        "rho": "" if local_batches else "no hit-rate, GiB or overlap row",
         "history": "" if cache_rows else "no cache row (hit_rate or gib_per_step)",
         # per-stream locality and the skew look alike in one stream's cache; with the popularity
         # given, one batch size's cache rows tell them apart
@@ -432,7 +429,7 @@ def identifiable(points: Sequence[Point], hold: Sequence[str] = ()) -> tuple[tup
 # ----------------------------------------------------------------------------- knob space
 
 
-def _box(name: str, family: str, experts: int, max_history: int) -> tuple[float, float]:
+def _box(name: str, family: str, max_history: int) -> tuple[float, float]:
     if name == "skew":
         return (math.log(0.01), math.log(20.0)) if family == "dirichlet" else (0.0, 3.0)
     if name == "rho":
@@ -452,14 +449,14 @@ def _to_x(k: RoutingKnobs, name: str, experts: int) -> float:
     return math.log2(1 + k.history_tokens)
 
 
-def _set(k: RoutingKnobs, name: str, x: float, experts: int, lo: float) -> RoutingKnobs:
+def _set(k: RoutingKnobs, name: str, x: float, experts: int) -> RoutingKnobs:
     if name == "skew":
         return replace(k, skew=float(math.exp(x) if k.family == "dirichlet" else x))
     if name == "rho":
         return replace(k, rho=float(x))
     if name == "locality":
-        # the lower end of the box stands for "off"
-        return replace(k, c=math.inf if x <= lo + 1e-9 else float(experts * 10.0 ** (-x)))
+        # the lower end of the box (-2) stands for "off"
+        return replace(k, c=math.inf if x <= -2.0 + 1e-9 else float(experts * 10.0 ** (-x)))
     return replace(k, history_tokens=int(round(2.0**x - 1)))
 
 
@@ -653,7 +650,7 @@ class _Problem:
         # held: knobs the rows cannot identify, held at a prior rather than at their nulls
         self.base = replace(base, family=family, **(held or {}))
         self.names = tuple(fitted)
-        self.boxes = [_box(n, family, model[0], max_history) for n in self.names]
+        self.boxes = [_box(n, family, max_history) for n in self.names]
         self.lo, self.hi = np.array(self.boxes, dtype=float).reshape(-1, 2).T  # (no knob: two empty arrays)
         self.model = model
         self.sim = sim
@@ -667,14 +664,12 @@ class _Problem:
 
     def knobs(self, x) -> RoutingKnobs:
         k = self.base
-        for name, v, (lo, _) in zip(self.names, x, self.boxes):
-            k = _set(k, name, float(v), self.model[0], lo)
+        for name, v in zip(self.names, x):
+            k = _set(k, name, float(v), self.model[0])
         return k
 
-    def mean(self, x, seeds, rows=None) -> np.ndarray:
+    def mean(self, x, seeds) -> np.ndarray:
         k = self.knobs(x)
-        if rows is not None:
-            return simulate_points(k, rows, *self.model, seeds, **self.sim).mean(axis=0)
         key = (tuple(seeds), k.skew, k.rho, k.c, k.history_tokens)
         if key not in self.memo:
             y = simulate_points(k, self.cal, *self.model, seeds, **self.sim).mean(axis=0)
@@ -691,9 +686,8 @@ class _Problem:
         """The Levenberg–Marquardt polish from x (the Jacobian by differences at x, the knobs the
         rows move free): the polished x and its scaled residuals."""
         resid = self.resid(seeds)
-        jac = _jacobian(self, x, seeds, self.tau)
-        x, r = _levenberg_marquardt(resid, x, resid(x), jac, _identified(self, jac), self.boxes, REFIT_EVALS)
-        return x, r
+        jac = _jacobian(self, x, seeds)
+        return _levenberg_marquardt(resid, x, resid(x), jac, _identified(self, jac), self.boxes, REFIT_EVALS)
 
     def explored(self, seeds) -> list[tuple[np.ndarray, np.ndarray]]:
         """Every (x, mean calibration rows) evaluated at ``seeds`` so far."""
@@ -703,7 +697,7 @@ class _Problem:
         return np.array([min(max(_to_x(k, n, self.model[0]), b[0]), b[1]) for n, b in zip(self.names, self.boxes)])
 
 
-def _jacobian(prob: _Problem, x: np.ndarray, seeds, tau: np.ndarray) -> np.ndarray:
+def _jacobian(prob: _Problem, x: np.ndarray, seeds) -> np.ndarray:
     """d(ȳ/τ)/dx at x by one-sided differences of 10 % of each box (inwards at a bound)."""
     y0 = prob.mean(x, seeds)
     jac = np.zeros((len(prob.cal), len(prob.names)))
@@ -712,7 +706,7 @@ def _jacobian(prob: _Problem, x: np.ndarray, seeds, tau: np.ndarray) -> np.ndarr
         step = h if x[j] + h <= prob.hi[j] else -h
         y = x.copy()
         y[j] += step
-        jac[:, j] = (prob.mean(y, seeds) - y0) / tau / step
+        jac[:, j] = (prob.mean(y, seeds) - y0) / prob.tau / step
     return np.nan_to_num(jac)
 
 
@@ -722,8 +716,7 @@ def _to_units(prob: _Problem, name: str, low_x: float, high_x: float, level: flo
         return Interval(
             float(math.floor(2.0**low_x - 1 + 1e-9)), float(math.ceil(2.0**high_x - 1 - 1e-9)), level, method
         )
-    j = prob.names.index(name)
-    a, b = (_knob_value(_set(prob.base, name, x, prob.model[0], prob.lo[j]), name) for x in (low_x, high_x))
+    a, b = (_knob_value(_set(prob.base, name, x, prob.model[0]), name) for x in (low_x, high_x))
     # locality: a larger x is a smaller c (the box's lower end: off)
     return Interval(min(a, b), max(a, b), level, method)
 
@@ -738,25 +731,23 @@ def _fit_family(
     names, boxes = prob.names, prob.boxes
     mean_z = prob.resid(seeds)
     objective: Callable[[np.ndarray], float] = lambda x: _sum_sq(mean_z(x))
-    x0 = prob.x_of(prob.base)
-    x_hat, s = x0, objective(x0)
+    x_hat = prob.x_of(prob.base)
     if names:
         # two starts: the defaults, and a sticky, warm one (the middle of the ρ and history boxes);
         # a coordinate search alone can settle in a cold-cache valley
-        alt = np.where([n in ("rho", "history") for n in names], 0.5 * (prob.lo + prob.hi), x0)
-        starts = [x0] + ([alt] if len(names) > 2 and not np.array_equal(alt, x0) else [])
+        alt = np.where([n in ("rho", "history") for n in names], 0.5 * (prob.lo + prob.hi), x_hat)
+        starts = [x_hat] + ([alt] if len(names) > 2 and not np.array_equal(alt, x_hat) else [])
         x_hat, s = min((_search(objective, x, boxes) for x in starts), key=lambda t: t[1])
         if len(names) > 1:
             x_hat, s = _polish(objective, x_hat, s, boxes)
         # the Levenberg–Marquardt polish the bootstrap's refits end with: the estimator they replay
         x_hat, _ = prob.polish(x_hat, seeds)
-        s = objective(x_hat)
+    s = objective(x_hat)
     z = mean_z(x_hat)
-    evaluations = len(prob.memo)
-    predicted = prob.mean(x_hat, seeds, rows=prob.points)
+    predicted = simulate_points(prob.knobs(x_hat), prob.points, *prob.model, seeds, **prob.sim).mean(axis=0)
     max_abs_z = float(np.max(np.abs(z))) if z.size else 0.0
     fits = bool(np.all(np.isfinite(z)) and max_abs_z <= 1.0)
-    return prob, FamilyFit(family, prob.knobs(x_hat), float(s), max_abs_z, fits, predicted, (), (), evaluations)
+    return prob, FamilyFit(family, prob.knobs(x_hat), float(s), max_abs_z, fits, predicted, (), (), len(prob.memo))
 
 
 def _identified(prob: _Problem, jac: np.ndarray) -> np.ndarray:
@@ -794,7 +785,7 @@ def _bootstrap(prob: _Problem, ff: FamilyFit, seeds, bootstrap: int, level: tupl
     if not names or bootstrap <= 0:
         return ff
     x_hat = prob.x_of(ff.knobs)
-    jac = _jacobian(prob, x_hat, seeds, prob.tau)
+    jac = _jacobian(prob, x_hat, seeds)
     ok = _identified(prob, jac)
     y_hat = prob.mean(x_hat, seeds)
     explored = prob.explored(seeds)  # the fit's own evaluations: the refits start from the best
@@ -837,24 +828,16 @@ def _bootstrap(prob: _Problem, ff: FamilyFit, seeds, bootstrap: int, level: tupl
         name: _to_units(prob, name, float(low_x[j]), float(high_x[j]), confidence_of(level), how)
         for j, name in enumerate(names)
     }
+    # the draws: the refits' knob sets, a knob the rows do not identify drawn anywhere in its box
+    rng = generator(int(seeds[0]), "bootstrap")
+    for x in xs:
+        x[~ok] = rng.uniform(prob.lo[~ok], prob.hi[~ok])  # one draw per knob, in order, as one by one
     return replace(
         ff,
-        draws=_bootstrap_draws(prob, xs, ok, int(seeds[0])),
+        draws=tuple(prob.knobs(x) for x in xs),
         unidentified=tuple(n_ for n_, good in zip(names, ok) if not good),
         intervals=intervals,
     )
-
-
-def _bootstrap_draws(prob: _Problem, xs: np.ndarray, ok: np.ndarray, seed: int) -> tuple:
-    """The knob sets of the bootstrap's refits ``xs``; a knob the rows do not identify (``ok``
-    False) drawn anywhere in its box."""
-    rng = generator(seed, "bootstrap")
-    draws = []
-    for x in xs:
-        xb = x.copy()
-        xb[~ok] = rng.uniform(prob.lo[~ok], prob.hi[~ok])  # one draw per knob, in order, as one by one
-        draws.append(prob.knobs(xb))
-    return tuple(draws)
 
 
 def _prior_draws(
@@ -928,47 +911,6 @@ def _bands(contributing, best, points, model: tuple[int, int, int, float | None]
         "draws with a new measurement's noise in quadrature"
     )
     return Interval(np.maximum(low, 0.0), np.where(unit, np.minimum(high, 1.0), high), confidence_of(level), how)
-
-
-def _locality_holds(
-    locality: Locality | None,
-    fitted: tuple[str, ...],
-    held: dict[str, str],
-    experts: int,
-    top_k: int,
-    level: tuple[float, float],
-    bootstrap: int,
-) -> tuple[_Held, list[tuple[float, float]], tuple[Any, Any] | None]:
-    """The values at which the locality prior holds ρ and ``c`` where the rows cannot identify them
-    (saying so in ``held``), its draws for the bands and its quantiles at ``level``.
-
-    ``locality`` (:class:`moeroof.models.locality.Locality`, the locality prior fitted on real
-    decode) holds ρ and ``c`` where the rows cannot identify them at its centre instead of at 0
-    and off, and :func:`fit_routing` pairs each bootstrap draw with one of its draws, so that its
-    spread goes into the bands. Without a prior (None): nothing held, no draws, no quantiles."""
-    if locality is None:
-        return {}, [], None
-    held_values: _Held = {}
-    rho_c, c_c = locality.centre_for(int(experts), int(top_k))
-    lo_q, hi_q = locality.quantiles_for([level[0], level[1]], int(experts), int(top_k))
-    if "rho" not in fitted:
-        held_values["rho"] = rho_c
-        held["rho"] = (
-            held.get("rho", "not identified")
-            + f"; held at the {locality.label}: centre {rho_c:.3g} (5–95 % {lo_q[0]:.2g}–{hi_q[0]:.2g}), in the bands"
-        )
-    if "locality" not in fitted:
-        held_values["c"] = c_c * int(experts)  # inf (off) stays inf
-        held["locality"] = (
-            held.get("locality", "not identified")
-            + f"; held at the {locality.label}: centre a hot set of {locality.centre[1]:.2g}·K experts "
-            + ("(off for this model)" if math.isinf(c_c) else f"(c = {c_c:.3g}·E)")
-            + ", its spread in the bands"
-        )
-    # the prior's draws lie on one curve (least to most local): 16 points sample it finely
-    # enough that the draws the calibration rows weight up are not one or two
-    prior_pairs = locality.draws_for(max(int(bootstrap), 16), int(experts), int(top_k)) if held_values else []
-    return held_values, prior_pairs, (lo_q, hi_q)
 
 
 def _fit_families(
@@ -1128,7 +1070,13 @@ def _fit_setup(
     """:func:`fit_routing`'s checks and what its fits share: the points, the fitted and held knobs
     (with why: a given popularity holds the skew), the locality prior's quantiles and draws, and
     the keywords of :func:`_fit_family`. ``model`` is (E, K, L, expert bytes), ``sim`` the
-    simulation's keywords (timed steps, simulated layers)."""
+    simulation's keywords (timed steps, simulated layers).
+
+    ``locality`` (:class:`moeroof.models.locality.Locality`, the locality prior fitted on real
+    decode) holds ρ and ``c`` where the rows cannot identify them at its centre instead of at 0
+    and off (saying so in ``held``), and :func:`fit_routing` pairs each bootstrap draw with one of
+    its draws, so that its spread goes into the bands; its quantiles at ``level`` are the held
+    knobs' intervals. Without a prior (None): nothing held, no draws, no quantiles."""
     experts, top_k, layers, _ = model
     points = list(points)
     if not points or not any(p.calibrates for p in points):
@@ -1146,9 +1094,29 @@ def _fit_setup(
     fitted, held = identifiable(points, hold=("skew",) if popularity is not None else ())
     if popularity is not None:
         held["skew"] = f"given: the routing's popularity ({popularity.skew_name} = {popularity.skew:.3g}), not fitted"
-    held_values, prior_pairs, quantiles = _locality_holds(
-        locality, fitted, held, int(experts), int(top_k), level, bootstrap
-    )
+    held_values: _Held = {}
+    prior_pairs, quantiles = [], None
+    if locality is not None:
+        rho_c, c_c = locality.centre_for(int(experts), int(top_k))
+        quantiles = locality.quantiles_for([level[0], level[1]], int(experts), int(top_k))
+        lo_q, hi_q = quantiles
+        if "rho" not in fitted:
+            held_values["rho"] = rho_c
+            held["rho"] = (
+                held.get("rho", "not identified")
+                + f"; held at the {locality.label}: centre {rho_c:.3g} (5–95 % {lo_q[0]:.2g}–{hi_q[0]:.2g}), in the bands"
+            )
+        if "locality" not in fitted:
+            held_values["c"] = c_c * int(experts)  # inf (off) stays inf
+            held["locality"] = (
+                held.get("locality", "not identified")
+                + f"; held at the {locality.label}: centre a hot set of {locality.centre[1]:.2g}·K experts "
+                + ("(off for this model)" if math.isinf(c_c) else f"(c = {c_c:.3g}·E)")
+                + ", its spread in the bands"
+            )
+        # the prior's draws lie on one curve (least to most local): 16 points sample it finely
+        # enough that the draws the calibration rows weight up are not one or two
+        prior_pairs = locality.draws_for(max(int(bootstrap), 16), int(experts), int(top_k)) if held_values else []
     ints = tuple(int(s) for s in seeds)
     kw = dict(held=held_values, fitted=fitted, start=popularity, seeds=ints, sim=sim, max_history=max_history)
     return points, fitted, held, quantiles, prior_pairs, kw
@@ -1179,7 +1147,7 @@ def fit_routing(
     skew, e.g. fitted to the model's routing histogram): only that family is fitted, its skew is
     held there, and the rows go to the locality knobs (ρ, history, ``c``).
 
-    ``locality``, when given, is the locality prior: :func:`_locality_holds`.
+    ``locality``, when given, is the locality prior: :func:`_fit_setup`.
 
     ``progress(done, total, what)``, when given, is called as each stage starts (a family's fit,
     its bootstrap, the bands) and at the end; it changes no result."""

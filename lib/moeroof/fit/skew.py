@@ -40,7 +40,7 @@ from scipy.optimize import minimize_scalar
 from scipy.special import digamma, gammaln
 
 from moeroof.core.limits import MAX_SKEW_FIT_EXPERTS, check_allocation
-from moeroof.core.masks import live_tokens, partial_tokens
+from moeroof.core.masks import live_tokens, partial_tokens, trace_counts
 from moeroof.core.memo import SourceMemo
 from moeroof.core.results import stage_reporter
 from moeroof.core.rng import generator
@@ -313,20 +313,19 @@ def _dirichlet_mle(y: np.ndarray, pooled: bool) -> np.ndarray:
 # goodness of fit
 
 
-def _gof(obs_sorted: np.ndarray, sims_sorted: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float]:
-    """Sorted-share statistic: per layer ``D_l = max_r |ŝ_lr − m̄_lr|`` and pooled ``max_l D_l``,
-    with ``m̄`` the mean sorted shares of the simulations; p = (1 + #{D* ≥ D}) / (1 + M)."""
+def _gof(obs_sorted: np.ndarray, sims_sorted: np.ndarray, pooled: bool) -> tuple[Any, Any]:
+    """Sorted-share statistic: per layer ``D_l = max_r |ŝ_lr − m̄_lr|`` (arrays (L,)) or, pooled,
+    ``max_l D_l``, with ``m̄`` the mean sorted shares of the simulations, and its p-value
+    p = (1 + #{D* ≥ D}) / (1 + M); NaN without simulations."""
     m = sims_sorted.shape[0]
     if m == 0:
-        nan = np.full(obs_sorted.shape[0], np.nan)
-        return nan, nan, float("nan"), float("nan")
+        return (math.nan, math.nan) if pooled else (np.full(obs_sorted.shape[0], np.nan),) * 2
     mean = sims_sorted.mean(axis=0)
     d_obs = np.abs(obs_sorted - mean).max(axis=-1)  # (L,)
     d_sim = np.abs(sims_sorted - mean).max(axis=-1)  # (M, L)
-    p_layer = (1.0 + (d_sim >= d_obs - 1e-15).sum(axis=0)) / (m + 1.0)
-    dp_obs, dp_sim = d_obs.max(), d_sim.max(axis=1)
-    p_pool = (1.0 + (dp_sim >= dp_obs - 1e-15).sum()) / (m + 1.0)
-    return d_obs, p_layer, float(dp_obs), float(p_pool)
+    if pooled:
+        d_obs, d_sim = d_obs.max(), d_sim.max(axis=1)
+    return d_obs, (1.0 + (d_sim >= d_obs - 1e-15).sum(axis=0)) / (m + 1.0)
 
 
 def _model_pick_probs(
@@ -375,7 +374,7 @@ def _parametric_replicates(est: _Estimate, bootstrap: int, rng: np.random.Genera
         q = q / q.sum(axis=1, keepdims=True)
         cases: list[tuple[Any, Callable[[np.ndarray], np.ndarray]]] = [
             (q[:layers], lambda y: _zipf_grid_mle(_sorted_desc(y), k)),
-            (q[layers], lambda y: _zipf_pooled_refit(_sorted_desc(y).sum(axis=1), k)),
+            (q[layers], lambda y: _zipf_refit(_sorted_desc(y).sum(axis=1), k)),
         ]
     else:
         cases = [
@@ -388,24 +387,13 @@ def _parametric_replicates(est: _Estimate, bootstrap: int, rng: np.random.Genera
     return b_layer, b_pool
 
 
-def _zipf_pooled_refit(ysum: np.ndarray, top_k: int) -> np.ndarray:
-    """The pooled Zipf exponent of each row of summed sorted counts (R, E): grid, then polish."""
-    return np.array([_zipf_polish(row, top_k, g) for row, g in zip(ysum, _zipf_grid_mle(ysum, top_k))])
+def _zipf_refit(ysorted: np.ndarray, top_k: int) -> np.ndarray:
+    """The Zipf exponent of each row of sorted counts (R, E): grid, then polish."""
+    return np.array([_zipf_polish(row, top_k, g) for row, g in zip(ysorted, _zipf_grid_mle(ysorted, top_k))])
 
 
 # ---------------------------------------------------------------------------------------------
 # histogram fits
-
-
-def _check_histogram_args(models: tuple[str, ...], bootstrap: int, gof_sims: int, level: float) -> None:
-    """:func:`fit_histogram`'s checks of its options."""
-    unknown = [m for m in models if m not in MODELS]
-    if unknown or not models:
-        raise ValueError(f"models must be a non-empty subset of {MODELS}, got {models!r}")
-    if bootstrap < 0 or gof_sims < 0:
-        raise ValueError("bootstrap and gof_sims must be >= 0")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level!r}")
 
 
 def _histogram_estimate(
@@ -437,8 +425,7 @@ def _histogram_estimate(
         ll_layer = coef + (y * np.log(1.0 / experts)).sum(axis=1)
         return np.zeros(layers), 0.0, ll_layer, float(ll_layer.sum()), None
     if model == "zipf":
-        s0 = _zipf_grid_mle(ysorted, k)
-        p_layer = np.array([_zipf_polish(ysorted[l], k, s0[l]) for l in range(layers)])
+        p_layer = _zipf_refit(ysorted, k)
         ysum = ysorted.sum(axis=0)
         p_pool = _zipf_polish(ysum, k, float(_zipf_grid_mle(ysum, k)))
         log_p = _zipf_log_pi_exact(experts, k, np.append(p_layer, p_pool)) - np.log(k)
@@ -476,23 +463,20 @@ def _histogram_intervals(
       single draw of E shares from Dirichlet(α) — so its intervals would be far too narrow.
     """
     model, p_layer, p_pool, _, _ = est
-    ci_layer = ci_pool = None
-    est_layer, est_pool = p_layer, p_pool
-    if bootstrap > 0:
-        b_layer, b_pool = _parametric_replicates(est, bootstrap, rng)
-        how = "parametric bootstrap"
-        if model == "zipf":
-            # basic (reverse-percentile) interval: re-sorting resampled counts adds the
-            # sorting bias a second time, so percentiles sit above ŝ (and miss the truth)
-            ci_layer = basic_interval(p_layer, b_layer, level, ignore_nan=True, resampling=how).clip(*S_BOUNDS)
-            ci_pool = basic_interval(p_pool, b_pool, level, ignore_nan=True, resampling=how).clip(*S_BOUNDS)
-            # the same correction for the estimate: 2ŝ − mean(ŝ*), inside the basic interval
-            est_layer = np.clip(2.0 * p_layer - np.nanmean(b_layer, axis=0), *S_BOUNDS)
-            est_pool = float(np.clip(2.0 * p_pool - np.nanmean(b_pool), *S_BOUNDS))
-        else:
-            ci_layer = percentile_interval(b_layer, level, ignore_nan=True, resampling=how)  # ends (L,)
-            ci_pool = percentile_interval(b_pool, level, ignore_nan=True, resampling=how)  # float ends
-
+    if bootstrap <= 0:
+        return None, None, p_layer, p_pool
+    b_layer, b_pool = _parametric_replicates(est, bootstrap, rng)
+    how = "parametric bootstrap"
+    if model != "zipf":  # ends (L,) per layer, float ends pooled
+        ci_layer, ci_pool = (percentile_interval(b, level, ignore_nan=True, resampling=how) for b in (b_layer, b_pool))
+        return ci_layer, ci_pool, p_layer, p_pool
+    # basic (reverse-percentile) interval: re-sorting resampled counts adds the
+    # sorting bias a second time, so percentiles sit above ŝ (and miss the truth)
+    ci_layer = basic_interval(p_layer, b_layer, level, ignore_nan=True, resampling=how).clip(*S_BOUNDS)
+    ci_pool = basic_interval(p_pool, b_pool, level, ignore_nan=True, resampling=how).clip(*S_BOUNDS)
+    # the same correction for the estimate: 2ŝ − mean(ŝ*), inside the basic interval
+    est_layer = np.clip(2.0 * p_layer - np.nanmean(b_layer, axis=0), *S_BOUNDS)
+    est_pool = float(np.clip(2.0 * p_pool - np.nanmean(b_pool), *S_BOUNDS))
     return ci_layer, ci_pool, est_layer, est_pool
 
 
@@ -516,7 +500,8 @@ def _histogram_gof(
         return _sorted_desc(y) / n[:, None]
 
     # simulated at each layer's parameter, then at the pooled one (in this order from rng)
-    (d_l, pv_l, _, _), (_, _, d_p, pv_p) = (_gof(obs_shares, simulated(p)) for p in (p_layer, np.full(n.size, p_pool)))
+    d_l, pv_l = _gof(obs_shares, simulated(p_layer), pooled=False)
+    d_p, pv_p = _gof(obs_shares, simulated(np.full(n.size, p_pool)), pooled=True)
     return d_l, pv_l, d_p, pv_p
 
 
@@ -581,7 +566,12 @@ def fit_histogram(
     """
     y = _check_counts(counts, top_k)
     check_fit_experts(y.shape[1])
-    _check_histogram_args(models, bootstrap, gof_sims, level)
+    if not models or any(m not in MODELS for m in models):
+        raise ValueError(f"models must be a non-empty subset of {MODELS}, got {models!r}")
+    if bootstrap < 0 or gof_sims < 0:
+        raise ValueError("bootstrap and gof_sims must be >= 0")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
     layers, experts = y.shape
     k = int(top_k)
     n = y.sum(axis=1)
@@ -649,8 +639,7 @@ def _check_trace(topk: Any, experts: int) -> np.ndarray:
 
 def _inclusion_hat(arr: np.ndarray, experts: int) -> np.ndarray:
     """π̂ (L, E): incidence counts over live tokens per layer."""
-    counts = routing.histogram_from_trace(arr, experts).astype(float)
-    tokens = live_tokens(arr).sum(axis=(0, 1)).astype(float)  # (L,)
+    counts, tokens = trace_counts(arr, experts)  # (L, E), (L,)
     return counts / np.maximum(tokens, 1.0)[:, None]
 
 
@@ -695,10 +684,7 @@ def invert_inclusion(pi: np.ndarray, k: int, iters: int, tol: float) -> np.ndarr
 def _block_sums(x: np.ndarray, block: int) -> np.ndarray:
     """Sum x (T, S, ...) over blocks of ``block`` consecutive entries of axis 0, per S:
     returns (S · ceil(T/block), ...)."""
-    t = x.shape[0]
-    nb = -(-t // block)
-    pad = np.zeros((nb * block - t,) + x.shape[1:], dtype=x.dtype)
-    xp = np.concatenate([x, pad], axis=0).reshape((nb, block) + x.shape[1:]).sum(axis=1)
+    xp = np.add.reduceat(x, np.arange(0, x.shape[0], block), axis=0)  # (ceil(T/block), S, ...)
     return np.moveaxis(xp, 1, 0).reshape((-1,) + x.shape[2:])
 
 
@@ -783,12 +769,6 @@ def _plugin_table(pi: np.ndarray, bmax: int) -> np.ndarray:
     return out
 
 
-def _step_union(arr: np.ndarray, experts: int) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct experts U (steps, L) over the live streams of each step, and their number B."""
-    live = live_tokens(arr).sum(axis=1)  # (steps, L)
-    return distinct_per_layer(arr, experts), live
-
-
 def correlation_gap(topk: Any, experts: int) -> dict[str, Any]:
     """The cross-agent correlation of a trace: the measured union against the
     independent plug-in.
@@ -802,18 +782,14 @@ def correlation_gap(topk: Any, experts: int) -> dict[str, Any]:
     independent routing would; above 1, less (e.g. streams on different tasks).
     """
     arr = _check_trace(topk, experts)
-    u, b = _step_union(arr, experts)
+    # distinct experts U and live streams B of each (step, layer)
+    u, b = distinct_per_layer(arr, experts), live_tokens(arr).sum(axis=1)
     table = _plugin_table(_inclusion_hat(arr, experts), arr.shape[1])  # (L, S+1)
     plug = np.take_along_axis(table, b.T, axis=1).T  # (steps, L)
     cell = b >= 2
-    ncell = int(cell.sum())
-    if ncell == 0:
-        nan, means = float("nan"), ("union_measured", "union_plugin", "ratio", "difference")
-        per_layer = {key: [nan] * arr.shape[2] for key in means[:2]}
-        return {**dict.fromkeys(means, nan), "cells": 0, "mean_batch": nan, "per_layer": per_layer}
-    um, up = float(u[cell].mean()), float(plug[cell].mean())
-    per_n = cell.sum(axis=0)
-    with np.errstate(invalid="ignore"):
+    ncell, per_n = int(cell.sum()), cell.sum(axis=0)
+    with np.errstate(invalid="ignore"):  # no cell (in all or in a layer): NaN
+        um, up, mean_batch = (float(v[cell].sum() / ncell) for v in (u, plug, b))
         pl_m, pl_p = (np.where(cell, v, 0).sum(axis=0) / per_n for v in (u, plug))
     return {
         "union_measured": um,
@@ -821,7 +797,7 @@ def correlation_gap(topk: Any, experts: int) -> dict[str, Any]:
         "ratio": um / up,
         "difference": up - um,
         "cells": ncell,
-        "mean_batch": float(b[cell].mean()),
+        "mean_batch": mean_batch,
         "per_layer": {"union_measured": [float(x) for x in pl_m], "union_plugin": [float(x) for x in pl_p]},
     }
 
@@ -841,8 +817,7 @@ def _heterogeneity_tables(
         )[0]
         tr = tr.reshape(bmax, replicates, layers, k)
         onehot = np.zeros((bmax, replicates, layers, experts), dtype=bool)
-        s_i, r_i, l_i, _ = np.indices(tr.shape).reshape(4, -1)
-        onehot[s_i, r_i, l_i, tr.ravel()] = True
+        np.put_along_axis(onehot, tr, True, axis=-1)
         u_mod[j, :, 1:] = np.logical_or.accumulate(onehot, axis=0).sum(axis=-1).mean(axis=1).T
         p_mod[j] = _plugin_table(onehot.mean(axis=(0, 1)), bmax)  # of the marginal inclusion π̄ (L, E)
     return u_mod, p_mod
@@ -896,7 +871,8 @@ def fit_heterogeneity(
     """
     arr = _check_trace(topk, experts)
     steps, streams, layers, k = arr.shape
-    u, b = _step_union(arr, experts)
+    # distinct experts U and live streams B of each (step, layer)
+    u, b = distinct_per_layer(arr, experts), live_tokens(arr).sum(axis=1)
     cell = b >= 2
     if not cell.any():
         raise ValueError("a heterogeneity fit needs steps with at least two live streams")
@@ -915,7 +891,7 @@ def fit_heterogeneity(
     counts_all = np.zeros((steps, layers, experts))
     t_i, _, l_i, _ = np.nonzero(arr >= 0)
     np.add.at(counts_all, (t_i, l_i, arr[arr >= 0]), 1.0)
-    tokens = live_tokens(arr).sum(axis=1).astype(float)  # (steps, L)
+    tokens = b.astype(float)  # live tokens (steps, L)
     onehot_b = np.zeros((steps, layers, bmax + 1))
     onehot_b[(*np.nonzero(cell), b[cell])] = 1.0  # cell mix n[l, b]
     u_cell = np.where(cell, u, 0).astype(float)

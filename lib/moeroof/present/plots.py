@@ -334,8 +334,7 @@ class Table:
     def to_html(self) -> str:
         return self.styler.to_html()
 
-    def _repr_html_(self) -> str:
-        return self.to_html()
+    _repr_html_ = to_html  # how Jupyter shows it
 
     def __repr__(self) -> str:
         return self.text

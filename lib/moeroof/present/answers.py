@@ -114,11 +114,10 @@ def pct(x: float, decimals: int = 0) -> str:
     return "n/a" if _missing(x) else f"{100 * float(x):.{decimals}f} %"
 
 
-def _join(items: Sequence[str]) -> str:
-    items = [str(i) for i in items]
-    if len(items) <= 1:
-        return "".join(items)
-    return ", ".join(items[:-1]) + " and " + items[-1]
+def _join(items: Iterable[object]) -> str:
+    """``a, b and c``: the items as text, the last two joined by "and"."""
+    *head, last = [str(i) for i in items] or [""]
+    return f"{', '.join(head)} and {last}" if head else last
 
 
 def _batch_range(batch: Sequence[int]) -> str:
@@ -140,18 +139,15 @@ def provenance_sentence(inputs: Mapping[str, str], *, synthetic: Iterable[str] =
     only when some input is not witnessed, "synthetic" only when ``synthetic`` names something.
     """
     synthetic = [s for s in synthetic if s]
-    parts = []
-    if synthetic:
-        verb = "is" if len(synthetic) == 1 else "are"
-        parts.append(f"{_join(synthetic)} {verb} synthetic (made by the suite's own models, not captured)")
+    verb = "is" if len(synthetic) == 1 else "are"
+    parts = [f"{_join(synthetic)} {verb} synthetic (made by the suite's own models, not captured)"] if synthetic else []
     named = _not_witnessed(inputs, limit)
-    if named:
-        parts.append(f"every model number is **projected**: not witnessed here: {named}")
-    else:
-        parts.append(
-            "every input is **witnessed**; numbers measured on it are witnessed and the model's numbers "
-            "are the model on witnessed inputs"
-        )
+    parts.append(
+        f"every model number is **projected**: not witnessed here: {named}"
+        if named
+        else "every input is **witnessed**; numbers measured on it are witnessed and the model's numbers "
+        "are the model on witnessed inputs"
+    )
     text = "; ".join(parts)
     return text[0].upper() + text[1:] + "."
 
@@ -320,8 +316,7 @@ def net_toks(**inputs: Any) -> str:
 
 def _binds_clauses(batch: Sequence[int], bound: Sequence[str], fits: Sequence[bool], link: str) -> tuple[str, str]:
     """:func:`net_toks`' clauses on the binding terms of the feasible steps and where RAM runs out."""
-    feasible = [term_name(t, link) for t, ok in zip(bound, fits, strict=True) if ok]
-    terms = list(dict.fromkeys(feasible))
+    terms = list(dict.fromkeys(term_name(t, link) for t, ok in zip(bound, fits, strict=True) if ok))
     if not terms:
         binds = "no batch of the range fits in RAM (the KV cache and dense band exceed it)"
     elif len(terms) == 1:
@@ -589,11 +584,10 @@ def cache_ladder(
         f"rank, as the mean over {seeds} seeds with its 5–95 % band: "
         f"{_ladder_rows(p for p in predictions if p['case'] not in elsewhere)}. "
         + (
-            f"These rows are written to `{predictions_file}`"
-            if not other_m
-            else f"`{predictions_file}` holds the answer"
+            f"`{predictions_file}` holds the answer (method fit_knobs). "
+            if other_m
+            else f"These rows are written to `{predictions_file}`. "
         )
-        + (" (method fit_knobs). " if other_m else ". ")
     )
     text += _ladder_other_m(other_m, calibration_streams, predictions_file, other_m_file, without_locality)
     if cliff is not None:
@@ -697,10 +691,9 @@ def _booster_tail(
     given, the witnessed one with its baseline, and the hit rates of LRU's cliff."""
     text = "" if plan_multiple is None else f" and {fmt(plan_multiple)}× by `moeroof plan` with its simulated LRU"
     if booster_witnessed is not None:
-        text += f", against seed 003's witnessed {fmt(booster_witnessed)}× (baseline: one booster)"
-    else:
-        text += " (baseline: one booster)"
+        text += f", against seed 003's witnessed {fmt(booster_witnessed)}×"
     return text + (
+        " (baseline: one booster)"
         f": LRU's cliff — the booster's per-step working set exceeds its cache and it hits {pct(booster_hit, 1)}, "
         f"a rank of the pair {pct(pair_hit, 1)}. "
     )
@@ -774,10 +767,7 @@ def witness(
         )
     if replay and replay_errors:
         text += f"The committed run `{replay}` predicts from its own calibration with {_arm_errors(replay_errors)}. "
-    if gpu:
-        text += _gpu_sentence(gpu)
-    if hf_block:
-        text += _hf_block_sentence(hf_block)
+    text += (_gpu_sentence(gpu) if gpu else "") + (_hf_block_sentence(hf_block) if hf_block else "")
     return text + _witnessed_sentence(inputs)
 
 
@@ -907,12 +897,8 @@ def _capture_source(src: Mapping[str, Any], cache_share: float, *, first: bool) 
             "frequencies (Che)"
         )
         step, cap = src.get("step_items"), src.get("capacity")
-        if (
-            step is not None
-            and cap is not None
-            and float(step) > float(cap)
-            and float(src["lru_hit"]) < 0.8 * float(src["che_hit"])
-        ):
+        below_che = float(src["lru_hit"]) < 0.8 * float(src["che_hit"])  # both read as floats just above
+        if step is not None and cap is not None and float(step) > float(cap) and below_che:
             parts[-1] += (
                 f" — LRU's cliff: a step asks for {fmt(float(step))} pairs, more than the {fmt(float(cap))} it holds, so "
                 "LRU evicts each pair before the next step asks again"
@@ -1026,13 +1012,11 @@ def sweep(
     ``batch``. ``inputs`` maps the inputs the rows rest on to their provenance tags (the rows'
     ``non_witnessed`` column): "projected" only when one is not witnessed.
     """
-    lo, hi = cache_gib
-    b_lo, b_hi = batch
     failed_text = f", {failed} of them failed (error rows)" if failed else ", none failed"
     text = (
         f"**Answer.** For **{model}** on **{hardware}** with routing `{routing}` and {context_tokens}-token "
         f"contexts, across {points} points ({len(policies)} cache policies × {cells} cells of cache "
-        f"{fmt(lo)}–{fmt(hi)} GiB × B = {b_lo}…{b_hi}, swept on {where}{failed_text}), "
+        f"{fmt(cache_gib[0])}–{fmt(cache_gib[1])} GiB × B = {batch[0]}…{batch[1]}, swept on {where}{failed_text}), "
     )
     tol = pct(tie_tolerance, 1)
     if compared == 0:

@@ -137,10 +137,6 @@ def thread_waits(pid: int, table: dict[int, tuple[int, int]] | None = None) -> l
     return lines
 
 
-def _is_kernel(pid: int, marker: str) -> bool:
-    return marker in _read(_PROC / str(pid) / "cmdline")
-
-
 class IdleKernelWatch:
     """A thread, while the ``with`` block runs, that kills any kernel child of this process whose
         process tree has used no CPU (below :data:`IDLE_CPU_SHARE` of a core) for ``idle_s`` seconds
@@ -173,7 +169,8 @@ class IdleKernelWatch:
         while not self._stop.wait(self.poll_s):
             table = _processes()
             now = time.monotonic()
-            for pid in [p for p, (parent, _) in table.items() if parent == me and _is_kernel(p, self.marker)]:
+            children = [p for p, (parent, _) in table.items() if parent == me]
+            for pid in [p for p in children if self.marker in _read(_PROC / str(p) / "cmdline")]:
                 seen = history.setdefault(pid, [])
                 seen.append((now, tree_cpu_ticks(pid, table)))
                 while len(seen) > 1 and now - seen[1][0] >= self.idle_s:

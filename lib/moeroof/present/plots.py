@@ -187,11 +187,10 @@ def figure_data(fig: Figure) -> dict:
             item["collections"].append(entry)
         for patch in ax.patches:
             entry = {"kind": type(patch).__name__, "label": patch.get_label()}
-            if hasattr(patch, "get_xy") and hasattr(patch, "get_width"):  # Rectangle: a bar or a span
-                rect = cast(Any, patch)
-                entry["xy"], entry["size"] = _nums(rect.get_xy()), _nums([rect.get_width(), rect.get_height()])
-            elif hasattr(patch, "get_xy"):
-                entry["xy"] = _nums(patch.get_xy())
+            if hasattr(patch, "get_xy"):
+                entry["xy"] = _nums(cast(Any, patch).get_xy())
+                if hasattr(patch, "get_width"):  # Rectangle: a bar or a span
+                    entry["size"] = _nums([cast(Any, patch).get_width(), cast(Any, patch).get_height()])
             item["patches"].append(entry)
         out["axes"].append(item)
     return out
@@ -334,8 +333,7 @@ class Table:
     def to_html(self) -> str:
         return self.styler.to_html()
 
-    def _repr_html_(self) -> str:
-        return self.to_html()
+    _repr_html_ = to_html  # how Jupyter shows it
 
     def __repr__(self) -> str:
         return self.text

@@ -162,10 +162,7 @@ def problems(values: Mapping[str, Any]) -> list[str]:
     a short clause naming its parameter; empty when they can work together."""
     out: list[str] = []
     model = _preset_problems(values, out)
-    for name in ROUTING_PARAMETERS:
-        bad = _routing_problem(name, values.get(name), model)
-        if bad:
-            out.append(bad)
+    out += filter(None, (_routing_problem(name, values.get(name), model) for name in ROUTING_PARAMETERS))
     return out + _number_problems(values) + _file_problems(values)
 
 

@@ -354,10 +354,9 @@ def render(
     out_dir.mkdir(parents=True, exist_ok=True)
     with _figures_env(figures_dir):
         nb = execute(path, parameters, cell_timeout_s=cell_timeout_s, failed_path=failed_path)
-    nb = lift_answer(nb)
-    nb = strip_volatile(nb, input_path=_display_path(path), output_path=_display_path(ipynb_path))
-    nb = strip_widgets(nb)
-    html = to_html(nb, name)
+    # each step edits the notebook in place and returns it
+    nb = strip_volatile(lift_answer(nb), input_path=_display_path(path), output_path=_display_path(ipynb_path))
+    html = to_html(strip_widgets(nb), name)
     import nbformat
 
     atomic.write_text(ipynb_path, nbformat.writes(nb) + "\n")
@@ -628,10 +627,8 @@ def notebook_help(notebooks_dir: Path, name: str) -> str:
     params = _inspect_parameters(path)
     lines = [f"Parameters of {path.stem} ({_display_path(path)}), set with -p NAME VALUE or -f PARAMS.yaml:"]
     width = max((len(q.name) for q in params), default=0)
-    for q in params:
-        lines.append(f"  {q.name:<{width}}  {q.inferred_type_name} (default {q.default}): {q.help}")
-    if not params:
-        lines.append("  (none)")
+    lines += [f"  {q.name:<{width}}  {q.inferred_type_name} (default {q.default}): {q.help}" for q in params]
+    lines += [] if params else ["  (none)"]
     return "\n".join(lines) + "\n"
 
 

@@ -102,11 +102,10 @@ def _is_answer(cell: nbformat.NotebookNode) -> bool:
 def _answer(nb: nbformat.NotebookNode) -> str:
     """The run's answer: the Markdown cell tagged ``answer`` the report lifted to the top, or the
     Markdown a code cell tagged ``answer`` displayed (a notebook rendered before the lift)."""
-    for cell in nb.cells:
-        if not _is_answer(cell):
-            continue
-        return cell.source if cell.cell_type == "markdown" else "\n\n".join(displayed_markdown(cell))
-    return ""
+    cell = next((c for c in nb.cells if _is_answer(c)), None)
+    if cell is None:
+        return ""
+    return cell.source if cell.cell_type == "markdown" else "\n\n".join(displayed_markdown(cell))
 
 
 def _title(nb: nbformat.NotebookNode, name: str) -> str:

@@ -267,10 +267,10 @@ def cache_report(args: argparse.Namespace) -> dict[str, Any]:
             trace = TraceInfo.of(trace)  # type: ignore[assignment]  # the ids are in the requests now
             progress(1, 2, f"simulating {args.policy} on {len(requests.items):,} requests")
             res = simulate(requests, capacity, policy=args.policy, scope=args.scope, s3fifo_threshold=threshold, **kw)
-    return _report(args, trace, stream_ids, res, cap_experts, cap_bytes, unit, pinned, notes)
+    return _report(args, trace, stream_ids, res, cap_experts, cap_bytes, unit, pinned, notes, threshold)
 
 
-def _report(args, trace, stream_ids, res, cap_experts, cap_bytes, unit, pinned, notes):
+def _report(args, trace, stream_ids, res, cap_experts, cap_bytes, unit, pinned, notes, threshold):
     warmup = args.warmup
     notes.extend(res.notes)
     notes.append(
@@ -295,7 +295,6 @@ def _report(args, trace, stream_ids, res, cap_experts, cap_bytes, unit, pinned, 
         notes.append(f"the first {warmup} steps are simulated but not counted (warm-up)")
     if res.bytes_unit == "experts":
         notes.append("no --expert-bytes: streamed volume counted in experts, not bytes")
-    threshold = S3FIFO_THRESHOLD if args.s3fifo_threshold is None else int(args.s3fifo_threshold)
     rep: dict[str, Any] = {"policy": args.policy, "capacity_experts": cap_experts, "capacity_experts_per_layer": per}
     rep.update(capacity_bytes=cap_bytes, scope=args.scope, lookup=args.lookup, warmup_steps=warmup)
     rep.update(requests=res.requests, hits=res.hits, misses=res.misses, hit_rate=res.hit_rate)

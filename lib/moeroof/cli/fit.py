@@ -77,10 +77,8 @@ def fit_report(args: argparse.Namespace) -> dict[str, Any]:
     with Progress("fit") as progress:
         rng = np.random.default_rng(seed)
         result = fit_histogram(counts, data.top_k, rng=rng, bootstrap=bootstrap, gof_sims=gof_sims, progress=progress)
-    rep = jsonable(dict(result.to_dict()))
-    rep.setdefault("source", str(data.path))
-    rep.setdefault("provenance", data.meta.get("provenance"))
-    rep.setdefault("layers_summed", layers_summed)
+    rep = jsonable(result.to_dict())  # HistogramFit's keys, then what the input says of itself
+    rep.update(source=str(data.path), provenance=data.meta.get("provenance"), layers_summed=layers_summed)
     rep["layer_ids"] = [int(x) for x in data.layer_ids] if not layers_summed else ["all (summed)"]
     floor = 1.0 / (gof_sims + 1) if gof_sims else None
     rep.update(bootstrap=bootstrap, gof_sims=gof_sims, gof_pvalue_floor=floor)
@@ -102,12 +100,9 @@ def fit_report(args: argparse.Namespace) -> dict[str, Any]:
     return rep
 
 
-def _fmt_params(params: Any) -> str:
-    if isinstance(params, dict):
-        return ", ".join(f"{k}={fmt(v, 4)}" for k, v in params.items()) or "-"
-    if isinstance(params, (list, tuple)):
-        return ", ".join(fmt(v, 3) for v in params) or "-"
-    return fmt(params, 3)
+def _fmt_params(params: dict[str, float] | None) -> str:
+    """A fit's parameters (a dict, :meth:`moeroof.fit.skew.ModelFit.to_dict`), ``-`` for none."""
+    return ", ".join(f"{k}={fmt(v, 4)}" for k, v in (params or {}).items()) or "-"
 
 
 def _fmt_ci(ci: Any) -> str:

@@ -53,20 +53,17 @@ def add_parser(subparsers: Any) -> None:
 
 def histogram_report(args: argparse.Namespace) -> dict[str, Any]:
     """Write the histogram of ``args.path`` to ``args.output``; the report as a dict."""
-    from moeroof.data.io import write_histogram
+    from moeroof.data.io import sidecar_path, write_histogram
+    from moeroof.data.safe_read import checked_blocks
     from moeroof.models.routing import histogram_from_trace
 
     out = new_output(args, (".csv",))
     trace = read_trace_arg(args.path, args)
-    from moeroof.data.io import sidecar_path
-
     # the trace, and its sidecar where its meta is there (a .npy's; an .npz holds its own, a
     # .parquet its schema: a .json beside those is not read, and mixtral.npz → mixtral.csv is fine)
     source = Path(trace.path)
     inputs = [source, sidecar_path(source)] if source.suffix.lower() == ".npy" else [source]
     refuse_overwriting(out, inputs, "the trace it is made from (or its sidecar)")
-    from moeroof.data.safe_read import checked_blocks
-
     topk = trace.topk  # a memory-mapped file is read a block at a time, each block checked first
     counts = histogram_from_trace(topk, trace.experts)
     tokens = np.zeros(topk.shape[2], dtype=np.int64)

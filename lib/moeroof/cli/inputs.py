@@ -11,18 +11,14 @@ from typing import Any
 import numpy as np
 
 from moeroof.cli.flags import EXPERTS, TOKENS, TOP_K, UsageError
+
+# input_path: a user's input file, from the working directory when it is there, else under the
+# suite's data/ (embedded names such as histograms/deepseek-v3-like.csv); a file in neither is an
+# error naming both places
+from moeroof.core.paths import resolve_data as input_path
 from moeroof.data.io import InputError, Trace
 
 __all__ = ["META_FLAGS", "read_routing_knobs", "input_path", "read_trace_arg", "add_meta_arguments", "load_input"]
-
-
-def input_path(path_text: str) -> Path:
-    """A user's input file: from the working directory when it is there, else under the suite's
-    ``data/`` (embedded names such as ``histograms/deepseek-v3-like.csv``); a file in neither is
-    an error naming both places (:func:`moeroof.core.paths.resolve_data`)."""
-    from moeroof.core.paths import resolve_data
-
-    return resolve_data(path_text)
 
 
 def read_trace_arg(path_text: str, args: Any = None, *, lazy: bool = False, check_ids: bool = True) -> Trace:
@@ -128,12 +124,8 @@ def _meta_from_flags(path: Path, args: Any) -> dict[str, Any] | None:
         return None
     if experts is None or top_k is None:
         raise UsageError(f"{path} has no sidecar/meta: give at least --experts and --top-k (what it would hold)")
-    meta: dict[str, Any] = {
-        "model": path.stem,
-        "experts": experts,
-        "top_k": top_k,
-        "source": f"{path} (meta from the command line)",
-    }
+    meta: dict[str, Any] = dict(model=path.stem, experts=experts, top_k=top_k)
+    meta["source"] = f"{path} (meta from the command line)"
     if provenance is not None:
         meta["provenance"] = provenance
     if path.suffix.lower() != ".csv":
@@ -147,8 +139,7 @@ def _meta_from_flags(path: Path, args: Any) -> dict[str, Any] | None:
     except (ValueError, KeyError, OSError) as err:
         raise InputError(path, "-", "file", f"cannot read its layer and count columns ({err})") from None
     sums = count.groupby(layer).sum().sort_index()
-    meta["layer_ids"] = [int(v) for v in sums.index]
-    meta["layers_summed"] = False
+    meta.update(layer_ids=[int(v) for v in sums.index], layers_summed=False)
     if tokens is not None:
         meta["tokens"] = tokens
     else:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from moeroof.cli.flags import UsageError
+from moeroof.core.results import plain
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -62,18 +63,11 @@ def jsonable(obj: Any) -> Any:
             return list(obj)
         return [jsonable(v) for v in obj]
     if isinstance(obj, np.ndarray):
-        if obj.dtype.kind in "biu":  # Python ints and bools as they are: no walk per element
-            return obj.tolist()
-        if obj.dtype.kind == "f":
-            if np.isfinite(obj).all():
-                return obj.tolist()
+        if obj.dtype.kind == "f" and not np.isfinite(obj).all():
             return np.where(np.isfinite(obj), obj, np.array(None)).tolist()  # NaN / inf → None
-        return jsonable(obj.tolist())
-    if isinstance(obj, (np.bool_, np.integer)):
-        return obj.item()
-    if isinstance(obj, (float, np.floating)):
-        return float(obj) if math.isfinite(obj) else None
-    return str(obj) if isinstance(obj, Path) else obj
+        # ints, bools and finite floats as they are: no walk per element
+        return obj.tolist() if obj.dtype.kind in "biuf" else jsonable(obj.tolist())
+    return plain(obj)  # a scalar: numpy's as Python's, NaN / inf as None, a path as text
 
 
 def fmt(x: Any, digits: int = 2) -> str:
@@ -114,6 +108,9 @@ REPORT_OUTPUT_HELP = (
     "-o/--output is the data file the command writes, never the report"
 )
 
+#: what ``--output`` says in the --help of a command whose report is the only file it writes
+_OUTPUT_HELP = "write the report to FILE (atomically; never one of the command's inputs) instead of stdout"
+
 
 def add_output_arguments(p: Any, *, output: bool = True, report_output: bool = True) -> None:
     """``--format table|json|csv`` (``--json`` = ``--format json``) and the file the printed
@@ -124,15 +121,9 @@ def add_output_arguments(p: Any, *, output: bool = True, report_output: bool = T
     ``--output`` is its JSON report already)."""
     p.add_argument("--format", choices=FORMATS, help="output format (default table)")
     p.add_argument("--json", action="store_true", help="print one JSON object (the same as --format json)")
-    if output:
-        p.add_argument(
-            "--output",
-            dest="report_output",
-            metavar="FILE",
-            help="write the report to FILE (atomically; never one of the command's inputs) instead of stdout",
-        )
-    elif report_output:
-        p.add_argument("--report-output", dest="report_output", metavar="FILE", help=REPORT_OUTPUT_HELP)
+    if output or report_output:
+        flag, text = ("--output", _OUTPUT_HELP) if output else ("--report-output", REPORT_OUTPUT_HELP)
+        p.add_argument(flag, dest="report_output", metavar="FILE", help=text)
 
 
 def output_format(args: Any) -> str:
@@ -389,7 +380,7 @@ def check_output_file(text: str, flag: str = "--output") -> Path:
     return out
 
 
-class Progress:
+class Progress(contextlib.AbstractContextManager["Progress"]):
     """One self-rewriting stderr line while a long command works: ``fit [#####·····] 4/9 zipf: bootstrap``.
 
     Shown only when stderr is a terminal, so pipes, logs and tests see the command's output
@@ -416,9 +407,6 @@ class Progress:
         self.stream.write(f"\r{self.label} [{bar}] {done}/{total} {what}\x1b[K")
         self.stream.flush()
         self.shown = True
-
-    def __enter__(self) -> Progress:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()

@@ -256,15 +256,13 @@ def _table_row(rep: dict[str, Any], i: int) -> list[str]:
     """The readable table's cells at batch index i (:data:`TABLE_COLUMNS`), from the CSV's values:
     a range in its centre's cell."""
     v = _csv_row(rep, i)
-    ends = {k: (v[f"{k}_low"], v[f"{k}_high"]) for k in ("net_tok_s_routing", "cache_hit_rate_routing")}
-    span = {k: None if low is None else (low, high) for k, (low, high) in ends.items()}
     per_token = v["ssd_bytes_per_token"]
     cells = [str(v["batch"]), fmt(v["cache_gib"], 1), fmt(v["step_seconds"], 3), fmt(v["per_agent_tok_s"], 3)]
-    cells.append(_with_range(v["net_tok_s"], span["net_tok_s_routing"], 3))
+    cells.append(_with_range(v["net_tok_s"], _over_routing(rep, "net_tok_s", i), 3))
     priors = (v["net_tok_s_at_priors_low"], v["net_tok_s_at_priors_high"])
     cells += [_with_range(v["net_tok_s_at_priors"], priors, 3), _bound(rep, i)]
     cells += [fmt(None if per_token is None else per_token / 1e9, 3), fmt(v["union_per_layer"], 1)]
-    cells.append(_with_range(v["cache_hit_rate"], span["cache_hit_rate_routing"], 1, 100.0))
+    cells.append(_with_range(v["cache_hit_rate"], _over_routing(rep, "cache_hit_rate", i), 1, 100.0))
     cells += [fmt(v[c], 2) for c in ("gib_streamed_per_step", "coalescing_ratio", *_MULTIPLES[:2])]
     return cells + [fmt(v[_MULTIPLES[2]], 3), "yes" if v["fits_in_memory"] else "NO"]
 

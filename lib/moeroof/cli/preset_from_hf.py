@@ -23,12 +23,11 @@ Needs neither torch nor transformers.
 from __future__ import annotations
 
 import argparse
-import shlex
 from pathlib import Path
 from typing import Any
 
 from moeroof.cli.flags import Real, UsageError
-from moeroof.cli.output import add_output_arguments, new_output, runner
+from moeroof.cli.output import add_output_arguments, new_output, runner, spelled
 
 #: bits per parameter or per value (--quant, --quant-dense, --kv-bits)
 BITS = Real(min=0.0, max=64.0, open_low=True)
@@ -88,11 +87,10 @@ def preset_report(args: argparse.Namespace) -> dict[str, Any]:
     preset = preset_fields(
         args.model_dir, quant_bits=bits, name=args.name, quant_dense_bits=dense_bits, kv_bits=kv_bits
     )
-    command = f"moeroof preset-from-hf {shlex.quote(str(args.model_dir))} -o {shlex.quote(str(out))}"
-    for flag, value in (("--quant", bits), ("--quant-dense", dense_bits), ("--kv-bits", kv_bits)):
-        command += f" {flag} {value:g}" if value is not None else ""
-    command += f" --name {shlex.quote(args.name)}" if args.name else ""
-    text = preset_toml(preset, command)
+    bits_given = (("--quant", bits), ("--quant-dense", dense_bits), ("--kv-bits", kv_bits))
+    options = [(flag, None if value is None else f"{value:g}") for flag, value in bits_given]
+    words = ["moeroof", "preset-from-hf", str(args.model_dir), "-o", str(out)]
+    text = preset_toml(preset, spelled(words, [*options, ("--name", args.name or None)]))
     loaded: list[Any] = []
     config = Path(args.model_dir) / "config.json"
 

@@ -68,8 +68,8 @@ def schema_csv(rep: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     return list(SCHEMA_COLUMNS), [[r[c] for c in SCHEMA_COLUMNS] for r in rep["fields"]]
 
 
+#: each provenance tag's letter, the strongest first
 _TAG_LETTER = {"witnessed": "w", "projected": "p", "assumed": "a"}
-_TAG_RANK = {"witnessed": 0, "projected": 1, "assumed": 2}
 
 
 def _preset_entry(obj: Any, fields: Sequence[str]) -> dict[str, Any]:
@@ -114,7 +114,7 @@ def ssd_cell(entry: dict[str, Any], read_size: float) -> str:
     from moeroof.core.units import from_si
 
     prov = entry["provenance"]
-    tag = max(prov["ssd_read_size_bytes"], prov["bw_ssd_bytes_per_s"], key=_TAG_RANK.__getitem__)
+    tag = max(prov["ssd_read_size_bytes"], prov["bw_ssd_bytes_per_s"], key=list(_TAG_LETTER).index)
     if tag == "witnessed" and not any(math.isclose(s, read_size) for s in entry["ssd_read_size_bytes"]):
         tag = "projected"
     return f"{fmt(from_si(_stream_bw(entry, read_size), 'GB/s'))} {_TAG_LETTER[tag]}"

@@ -281,21 +281,16 @@ def trace_knobs(args: argparse.Namespace, routing: HistogramRouting | None = Non
     if args.independent and given:
         raise UsageError("--independent: leave out --rho, --rho-profile and --locality (it sets no locality at all)")
     prior = None
+    rho: float | list[float] = profile if profile is not None else 0.0 if args.rho is None else args.rho
+    locality = args.locality
     if not given and not args.independent:
         # nothing said about locality: what real decode does (the locality prior), said in the notes
         from moeroof.data.locality import read_locality_prior
-
-        prior = read_locality_prior()
-    rho: float | list[float] = (
-        profile if profile is not None else (prior.rho if prior is not None else 0.0 if args.rho is None else args.rho)
-    )
-    if prior is not None:
         from moeroof.models.locality import Locality
 
+        prior = read_locality_prior()
         c_per_expert = Locality.from_summary(prior).centre_for(experts, top_k)[1]
-        locality = None if math.isinf(c_per_expert) else c_per_expert * experts
-    else:
-        locality = args.locality
+        rho, locality = prior.rho, None if math.isinf(c_per_expert) else c_per_expert * experts
     context, prompt, seed = args.step_context, args.prompt_tokens, args.seed
     # one step's Gumbel scores and popularity parts: a few (streams × layers × experts) arrays
     # the error names the flag that made the product large (--streams 2^40 was said as --experts)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Iterator
-from unittest import mock
 
 from moeroof.cli.app import build_parser
 from moeroof.core.paths import REPO_ROOT
@@ -54,7 +53,9 @@ def reference_markdown() -> str:
     """The whole page: the top-level help, then each command's, each in a code block; a default
     inside this clone is written relative to it (``./notebooks``), so the page is one page on
     every machine."""
-    with mock.patch.dict(os.environ, {"COLUMNS": str(WIDTH)}):  # restored after, as it was
+    saved = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(WIDTH)
+    try:
         top = build_parser()
         relative_defaults(top)
         parts = [HEADER, "## moeroof\n", "```text\n" + top.format_help().rstrip() + "\n```\n"]
@@ -62,4 +63,9 @@ def reference_markdown() -> str:
             relative_defaults(sub)
             parts.append(f"## {name}\n")
             parts.append("```text\n" + sub.format_help().rstrip() + "\n```\n")
+    finally:
+        if saved is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = saved
     return "\n".join(parts)

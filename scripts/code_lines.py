@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""How many lines of code the library holds (issue 25's weight), as the notes on it count them.
+"""How many lines of code the library holds (its weight), counted without what documents it.
 
 A line counts when it holds a token of code: blank lines, comment lines and the lines of
 docstrings (a module's, class's or function's first statement, when it is a string) do not.

@@ -2165,8 +2165,9 @@ def with_reclaim_shape(setup: Callable[..., _Fit], base: tuple[str, ...]) -> tup
     lo, mid, hi = PRIOR_RECLAIM_EXPONENT
     held = setup((*base, "reclaim"), "max").held.shape
     where = f"at its prior's centre {mid:g} (range {lo:g}–{hi:g}, its ends in the bands)" if held else "at the preset's"
+    beside = ", ".join([*(k for k in base if k in _SMOOTH), "reclaim"])  # the smooth knobs n would join
     return (*base, "reclaim"), (
-        f" with its shape n held {where}: too few configurations measured for n beside the engine and SSD terms"
+        f" with its shape n held {where}: too few configurations measured for n beside the fitted {beside}"
     )
 
 

@@ -110,7 +110,7 @@ def run_case(points: str, model_name: str, box: str, spec: str, knobs, jobs: int
         routing,
         fit=knobs,
         routing_is_spec=spec_skew(routing) is not None,
-        locality=Locality.committed(),
+        locality=Locality.committed_for(model),
         jobs=jobs,
     )
     seconds = time.perf_counter() - t

@@ -98,7 +98,7 @@ work = {
     "contrast": Workload(context_tokens=context_tokens, cache_bytes=contrast_cache_gib * GiB, overlap=overlap),
 }
 # one stream's locality for the simulated cache (the prior fitted on real decode, or none); a trace keeps its own
-prior = locality_parameter(locality)
+prior = locality_parameter(locality, model=m)
 local_route = with_locality(m, route, prior)
 routes = {k: local_route if cache_sees_locality(work[k]) else route for k in boxes}
 route = routes["main"]

@@ -75,7 +75,7 @@ cache_gib, cache_why = cache_parameter(cache_gib, m, hw, preferred_gib=30.0, con
 if cache_why:
     defaults_taken.append(f"cache `auto` → {cache_why}")
 w = Workload(context_tokens=context_tokens, cache_bytes=cache_gib * GiB, overlap=overlap)
-prior = locality_parameter(locality)
+prior = locality_parameter(locality, model=m)
 r = with_locality(m, r, prior, workload=w)
 p = plan(m, hw, w, r, batch)
 at_priors = prior_band(m, hw, w, r, batch)  # the engine fit-plan would hold for this unmeasured box

@@ -78,7 +78,7 @@ from moeroof.present.plots import (
 from moeroof.studies import what_changed
 
 seed = sum(map(ord, seed_name))
-prior = locality_parameter(locality)
+locality_parameter(locality)  # a bad value stops the report here, before the controls are built
 local_routes: dict = {}
 presets = list_presets()
 KEY_BATCHES = [1, 8, 16, 64, 128, 256, 1024]  # rows shown in the table
@@ -146,11 +146,10 @@ def whatif(
     # the plan's cache on streams with the locality prior: one routing object per routing, so that
     # its traces (sampled per B, whatever the cache) serve every later state of the controls
     if (spec, m.name) not in local_routes:
-        # a fit's own held locality where it has one (as plan --fit), else the prior
+        # a fit's own held locality where it has one (as plan --fit), else the prior (the model's)
         held = None if fitted is None else routing_with_fit(m, fitted)
-        local_routes[spec, m.name] = (
-            held if held is not None and not named else with_locality(m, routing, None if fitted else prior)
-        )
+        prior = None if fitted else locality_parameter(locality, model=m)
+        local_routes[spec, m.name] = held if held is not None and not named else with_locality(m, routing, prior)
     if cache_sees_locality(workload):
         routing = local_routes[spec, m.name]
     comparison = what_changed.compare_policies(m, hw, workload, routing, batch)

@@ -500,8 +500,10 @@ def test_plan_runs_with_a_fit_and_reproduces_its_predictions(tmp_path, capsys):
 def test_fit_plan_holds_one_stream_s_locality_at_the_prior(capsys, tmp_path):
     """Zero-fit locality: a Zipf routing's cache runs on a trace with the locality prior's ρ and c
     (more hits for one stream than independent tokens give), the bands take in the prior's ends,
-    the knob table says where it came from; --no-locality-prior is the independent cache."""
-    from moeroof.data.locality import read_locality_prior
+    the knob table says where it came from (for GLM-5.2, the prior centred where its published
+    single streams lie); --no-locality-prior is the independent cache."""
+    from moeroof.data.presets import load_model
+    from moeroof.models.locality import Locality
 
     pts = tmp_path / "one.plan-points"
     pts.write_text("batch,cache_gib,net_tok_s\n1,12,0.5\n1,24,\n4,12,\n", encoding="utf-8")
@@ -510,9 +512,11 @@ def test_fit_plan_holds_one_stream_s_locality_at_the_prior(capsys, tmp_path):
     on = json.loads(capsys.readouterr().out)
     assert main([*base, "--overlap", "max", "--no-locality-prior", "--json"]) == 0
     off = json.loads(capsys.readouterr().out)
-    prior = read_locality_prior()
-    assert on["knobs"]["rho"]["value"] == pytest.approx(prior.rho) and not on["knobs"]["rho"]["identified"]
+    prior = Locality.committed_for(load_model("glm-5.2"))
+    assert prior != Locality.committed()  # the model's own centre, not the captures'
+    assert on["knobs"]["rho"]["value"] == pytest.approx(prior.centre[0]) and not on["knobs"]["rho"]["identified"]
     assert "locality prior" in on["knobs"]["rho"]["held"] and "rho" not in off["knobs"]
+    assert "published single streams" in on["knobs"]["rho"]["held"]
     assert any("locality prior" in n for n in on["notes"]) and not any("locality prior" in n for n in off["notes"])
     # one stream of a sticky, local routing finds more of its experts in the same cache
     hit_on = [r["predicted_hit_rate"] for r in on["rows"]]

@@ -107,7 +107,7 @@ def fit_plan_report(args: argparse.Namespace) -> dict[str, Any]:
             page_cache=args.page_cache,
             routing_is_spec=is_spec,
             overlap=args.overlap,
-            locality=None if args.no_locality_prior else Locality.committed(),
+            locality=None if args.no_locality_prior else Locality.committed_for(model),
             progress=progress,
             # the two overlaps side by side where this process may use two cores (the same numbers)
             jobs=min(2, usable_cores()),

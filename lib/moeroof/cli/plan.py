@@ -211,7 +211,7 @@ def _with_priors(model, hardware, workload, routing, batch, independent: bool, s
     from moeroof.models.local_routing import locality_band, skew_band, with_locality
     from moeroof.models.locality import Locality
 
-    prior = None if independent else Locality.committed()
+    prior = None if independent else Locality.committed_for(model)
     stage(0, len(PLAN_STAGES), PLAN_STAGES[0])
     spreads = {"skew_band": skew_band(model, hardware, workload, routing, batch, prior)}
     stage(1, len(PLAN_STAGES), PLAN_STAGES[1])

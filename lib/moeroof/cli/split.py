@@ -86,7 +86,7 @@ def split_report(args: argparse.Namespace) -> dict[str, Any]:
         cache_gib_per_rank=options["cache_bytes"] / 2**30,
         model=model,
         hardware=hardware,
-        locality=None if args.independent else Locality.committed(),
+        locality=None if args.independent else Locality.committed_for(model),
         **step,
     )
     rep["cache_gib"] = options["cache_bytes"] / 2**30

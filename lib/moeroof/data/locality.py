@@ -20,10 +20,21 @@ from moeroof.core import paths
 from moeroof.data.io import InputError, read_json_object
 from moeroof.data.skew_prior import prior_sources
 
-__all__ = ["LOCALITY_PRIOR_FILE", "LocalityPriorSummary", "read_locality_prior"]
+__all__ = [
+    "LOCALITY_PRIOR_FILE",
+    "LOCALITY_STRENGTH_FILE",
+    "LocalityPriorSummary",
+    "SourceStrength",
+    "ModelStrengths",
+    "read_locality_prior",
+    "read_locality_strengths",
+]
 
 #: the committed prior, relative to the data folder
 LOCALITY_PRIOR_FILE = "fits/locality-prior.json"
+#: where models' published single streams lie on the prior (written by
+#: ``scripts/locality_strength.py --write``), relative to the data folder
+LOCALITY_STRENGTH_FILE = "fits/locality-strength.json"
 
 
 @dataclass(frozen=True)
@@ -83,3 +94,66 @@ def read_locality_prior(path: str | os.PathLike[str] | None = None) -> LocalityP
         raise InputError(p, "-", "scale.dof", f"expected an integer >= 0, got {dof!r}")
     sources, prov = prior_sources(p, data, "source names")
     return LocalityPriorSummary(rho, h, (rq[0], rq[2]), (hq[0], hq[2]), s_rho, s_h, dof, sources, prov, p)
+
+
+@dataclass(frozen=True)
+class SourceStrength:
+    """One published single stream of a model: where its measured hit rates lie on the locality
+    prior (``strength``, a quantile of its pairing: :meth:`moeroof.models.locality.Locality.paired`)
+    and where the measurement comes from."""
+
+    name: str
+    strength: float
+    provenance: str
+
+
+@dataclass(frozen=True)
+class ModelStrengths:
+    """A model preset's published single streams (:class:`SourceStrength`), the model's shape
+    (experts, top-K, MoE layers, expert bytes) they were measured on, and the file."""
+
+    model: str
+    shape: tuple[int, int, int, float]
+    sources: tuple[SourceStrength, ...]
+    path: Path
+
+
+#: a model's shape in the strengths file, in :class:`ModelStrengths`' order
+_SHAPE = ("experts", "top_k", "moe_layers", "expert_bytes")
+
+
+def read_locality_strengths(path: str | os.PathLike[str] | None = None) -> dict[str, ModelStrengths]:
+    """Model preset name → its published single streams' strengths, from
+    :data:`LOCALITY_STRENGTH_FILE` (default, under ``data/``): ``{"models": {MODEL: {"shape":
+    {"experts", "top_k", "moe_layers", "expert_bytes"}, "sources": {NAME: {"strength": u,
+    "provenance": "…"}}}}}``, each ``u`` in (0, 1). Raises
+    :class:`InputError` naming the file and field."""
+    p = Path(path) if path is not None else paths.DATA_DIR / LOCALITY_STRENGTH_FILE
+    data = read_json_object(p, "the committed locality strengths")
+    models = data.get("models")
+    if not isinstance(models, dict):
+        raise InputError(p, "-", "models", "expected an object of model preset names")
+    out = {}
+    for model, entry in models.items():
+        sources = entry.get("sources") if isinstance(entry, dict) else None
+        if not isinstance(sources, dict) or not sources:
+            raise InputError(p, "-", f"models.{model}.sources", "expected a non-empty object of sources")
+        sh = entry.get("shape")
+        if not isinstance(sh, dict):
+            raise InputError(p, "-", f"models.{model}.shape", "expected experts, top_k, moe_layers and expert_bytes")
+        dims = [
+            _number(p, {f"models.{model}.shape.{k}": sh.get(k)}, f"models.{model}.shape.{k}", 1, 1e15) for k in _SHAPE
+        ]
+        shape = (int(dims[0]), int(dims[1]), int(dims[2]), float(dims[3]))
+        got = []
+        for name, src in sources.items():
+            field = f"models.{model}.sources.{name}"
+            if not isinstance(src, dict):
+                raise InputError(p, "-", field, "expected an object with strength and provenance")
+            u = _number(p, {f"{field}.strength": src.get("strength")}, f"{field}.strength", 1e-6, 1.0 - 1e-6)
+            prov = src.get("provenance")
+            if not isinstance(prov, str) or not prov:
+                raise InputError(p, "-", f"{field}.provenance", "expected where the measurement comes from, a string")
+            got.append(SourceStrength(str(name), u, prov))
+        out[str(model)] = ModelStrengths(str(model), shape, tuple(got), p)
+    return out

@@ -382,13 +382,15 @@ def skew_band(
 LOCALITY_CHOICES = ("prior", "independent")
 
 
-def locality_parameter(value: str, name: str = "locality"):
+def locality_parameter(value: str, name: str = "locality", *, model: MoEModel | None = None):
     """A report's ``locality`` parameter: ``prior`` — the committed locality prior
-    (:meth:`moeroof.models.locality.Locality.committed`) — or ``independent`` (None: tokens
-    independent of one another)."""
+    (:meth:`moeroof.models.locality.Locality.committed`; for ``model``, where given, :meth:`~moeroof.models.locality.Locality.committed_for`: centred where its published
+    single streams lie) — or ``independent`` (None: tokens independent of one another)."""
     from moeroof.models.locality import Locality
 
     v = str(value).strip().lower()
     if v not in LOCALITY_CHOICES:
         raise ParameterError(name, f"expected one of {', '.join(LOCALITY_CHOICES)}, got {value!r}")
-    return Locality.committed() if v == "prior" else None
+    if v != "prior":
+        return None
+    return Locality.committed() if model is None else Locality.committed_for(model)

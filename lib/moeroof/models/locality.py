@@ -53,7 +53,9 @@ from it in [:data:`C_PER_EXPERT_FLOOR`, ∞].
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -165,6 +167,46 @@ class Locality:
         from moeroof.data.locality import read_locality_prior
 
         return cls.from_summary(read_locality_prior())
+
+    @classmethod
+    def committed_for(cls, model: Any, without: Sequence[str] = ()) -> Locality:
+        """The prior a zero-fit default of ``model`` (a :class:`moeroof.data.presets.MoEModel`)
+        uses: :meth:`committed`, centred where that model's published single streams lie on it
+        (:meth:`at_strength` at the mean of their strengths, ``data/fits/locality-strength.json``)
+        where the file holds a model of its name *and* shape (experts, top-K, MoE layers, expert
+        bytes: a TOML that kept a preset's name but changed the model is another model), less
+        the sources named in ``without`` (a held-out check of one of them)."""
+        from moeroof.data.locality import read_locality_strengths
+
+        prior = cls.committed()
+        known = read_locality_strengths().get(str(model.name))
+        shape = (int(model.experts), int(model.top_k), int(model.moe_layers), float(model.expert_bytes))
+        if known is None or known.shape != shape:
+            return prior
+        kept = [s for s in known.sources if s.name not in set(without)]
+        if not kept:
+            return prior
+        u = float(np.mean([s.strength for s in kept]))
+        names = ", ".join(s.name for s in kept)
+        label = (
+            f"{prior.label.removesuffix(' (locality-prior.json; assumed for this model)')} (locality-prior.json), "
+            f"centred at strength {u:.2f} of its range, where {model.name}'s published single streams lie ({names}; "
+            f"{known.path.name})"
+        )
+        return prior.at_strength(u, label)
+
+    def at_strength(self, u: float, label: str | None = None) -> Locality:
+        """This distribution moved along its pairing (:meth:`paired`) so that its centre is its
+        own strength-``u`` point — ρ at its ``u``-quantile, ``h`` at its ``1 − u`` — its scale and
+        degrees of freedom unchanged: ``m' = m + z_u·(s_ρ, −s_h)``, ``z_u`` the t quantile. ``u`` =
+        ½ is this distribution itself. ``label``: the new one's (default this one's)."""
+        from moeroof.core.stats import student_t_quantile
+
+        if not 0.0 < float(u) < 1.0:
+            raise ValueError(f"a strength is a quantile in (0, 1), got {u!r}")
+        z = float(student_t_quantile(float(u), self.dof))
+        mean = (self.mean[0] + z * self.scale[0], self.mean[1] - z * self.scale[1])
+        return Locality(mean, self.scale, self.dof, self.label if label is None else label)
 
     def quantiles(self, q) -> tuple[np.ndarray, np.ndarray]:
         """ρ and ``h`` at the quantiles ``q`` (each knob's own)."""

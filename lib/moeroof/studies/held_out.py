@@ -132,7 +132,7 @@ def regime_rows(*, jobs: int = 1) -> list[dict[str, Any]]:
     for case, points, model_name, box, spec, knobs, sweep in REGIME_CASES:
         pts, model = read_plan_points(DATA_DIR / "points" / points), load_model(model_name)
         routing = routing_from_spec(spec, model)
-        hw, is_spec, prior = load_hardware(box), spec_skew(routing) is not None, Locality.committed()
+        hw, is_spec, prior = load_hardware(box), spec_skew(routing) is not None, Locality.committed_for(model)
         fit = fit_plan(pts, model, hw, routing, fit=knobs, routing_is_spec=is_spec, locality=prior, jobs=jobs)
         cal = f"fit-plan ({', '.join(fit.fitted)}) on the measured rows of data/points/{points}"
         # a case's rows share one role and unit: the peak's calibration rows are a case of their own

@@ -56,6 +56,7 @@ __all__ = [
     "PublishedSweep",
     "mlx_zero_fit",
     "zero_fit_one_stream",
+    "colibri_i5_cache",
     "Reference",
     "Comparison",
     "COLIBRI_COLD_TOKEN_BYTES",
@@ -575,7 +576,7 @@ def single_stream_predictions() -> list[dict[str, Any]]:
     )
     rows.append(row("colibri-1gbs", slow, 0.0, 0.0, "nothing (cold: no cache)", "static"))
     # the i5 box: cache = what its RAM leaves beside the dense band and the OS; colibri's per-layer LRU
-    i5_cache = _colibri_i5_cache(model, gen4)
+    i5_cache = colibri_i5_cache(model, gen4)
     s_i5 = zipf_for_hit_rate(model, i5_cache / per_expert_layer, 0.547, policy="lru", scope="layer")
     rows.append(row("colibri-i5", gen4, i5_cache, s_i5, "hit rate 54.7 % → Zipf s (LRU per layer)", "lru"))
     # the EPYC box: 77.5 GB pinned (our pinned set is the oracle's)
@@ -868,18 +869,22 @@ MLX_1438_SWEEP = PublishedSweep(
 )
 
 
-def zero_fit_one_stream(model: MoEModel, hw: Hardware, workload: Workload) -> dict[str, float]:
+def zero_fit_one_stream(
+    model: MoEModel, hw: Hardware, workload: Workload, held_out: str | None = None
+) -> dict[str, Any]:
     """One stream (B = 1) on ``workload``'s cache predicted from nothing, as a zero-fit ``moeroof
     plan`` runs it: the skew prior's routing with one stream's locality at the locality prior's
-    centre. ``hit`` with ``hit_low``/``hit_high`` over the two priors' ends (one at a time, the
-    other at its centre); ``tok_s`` at the engine priors
-    (:func:`moeroof.models.engine_prior.prior_band`) with the band of the engine priors' ends at
-    the centre routing and at each routing prior's ends."""
+    centre for the model (:meth:`moeroof.models.locality.Locality.committed_for`), less the
+    published single stream ``held_out`` (the one judged: a row is never predicted from itself).
+    ``hit`` with ``hit_low``/``hit_high`` over the two priors' ends (one at a time, the other at
+    its centre); ``tok_s`` at the engine priors (:func:`moeroof.models.engine_prior.prior_band`)
+    with the band of the engine priors' ends at the centre routing and at each routing prior's
+    ends; ``prior``: the locality prior's label."""
     from moeroof.models.local_routing import with_locality
     from moeroof.models.locality import Locality
     from moeroof.models.plan import dirichlet_routing, prior_routing
 
-    prior = Locality.committed()
+    prior = Locality.committed_for(model, without=() if held_out is None else (held_out,))
     centre = prior_routing(model)
     rho, c_e = prior.paired_for([0.05, 0.95], model.experts, model.top_k)
     skew_ends = [dirichlet_routing(model, a, f"Dirichlet α={a:.2g}") for a in committed_skew_prior().alpha_range]
@@ -895,6 +900,7 @@ def zero_fit_one_stream(model: MoEModel, hw: Hardware, workload: Workload) -> di
         "tok_s": float(bands[0].net_tok_s[0]),
         "tok_s_low": min(float(b.low[0]) for b in bands),
         "tok_s_high": max(float(b.high[0]) for b in bands),
+        "prior": prior.label,
     }
 
 
@@ -910,20 +916,26 @@ def mlx_zero_fit() -> list[dict[str, Any]]:
             "gb": float(gb),
             "hit_rate": float(hit),
             "tok_s": float(tok_s),
-            "predicted": zero_fit_one_stream(model, hw, Workload(cache_bytes=gb * GB, cache_policy="lru")),
+            "predicted": zero_fit_one_stream(
+                model, hw, Workload(cache_bytes=gb * GB, cache_policy="lru"), held_out="mlx-lm-1438"
+            ),
         }
         for gb, tok_s, hit in MLX_1438_SWEEP.points
     ]
 
 
-def _colibri_i5_cache(model: MoEModel, hw: Hardware) -> float:
+def colibri_i5_cache(model: MoEModel, hw: Hardware) -> float:
     """colibri's i5 box's expert cache (bytes): what its RAM leaves beside the OS, the dense band
     and a 512-token context (the colibri rows' context)."""
     return float(hw.ram_bytes - hw.os_reserve_bytes - model.non_routed_bytes - 512 * model.kv_bytes_per_token)
 
 
-#: what the zero-fit rows are calibrated on
-ZERO_FIT = "nothing: plan at B = 1 with the skew prior's routing, the locality prior's centre and the engine priors"
+def zero_fit_calibration(prior: str) -> str:
+    """What a zero-fit row is calibrated on, its locality prior's label ``prior`` named."""
+    return (
+        "nothing of this engine: plan at B = 1 with the skew prior's routing, one stream's locality at the centre "
+        f"of the {prior}, and the engine priors"
+    )
 
 
 def _zero_fit_rows(source: str, quantity: str, cache: str, at: tuple, zs: list, rows: tuple, axis: str = "B"):
@@ -931,7 +943,7 @@ def _zero_fit_rows(source: str, quantity: str, cache: str, at: tuple, zs: list, 
     of ``at``; ``rows`` (case, what, measured values) for the hit rate (in points), then tok/s at
     the engine priors (relative)."""
     return [
-        Comparison(case, source, f"{quantity}: {what}", "prediction", ZERO_FIT, cache, at, measured,
+        Comparison(case, source, f"{quantity}: {what}", "prediction", zero_fit_calibration(zs[0]["prior"]), cache, at, measured,
                    tuple(z[key] for z in zs), axis=axis, error_unit=unit,
                    low=tuple(z[f"{key}_low"] for z in zs), high=tuple(z[f"{key}_high"] for z in zs))
         for (case, what, measured), key, unit in zip(rows, ("hit", "tok_s"), ("points", "relative"))
@@ -943,14 +955,15 @@ def _colibri_i5_zero_fit_rows() -> list[Comparison]:
     :func:`single_stream_predictions` runs it) predicted from nothing (:func:`zero_fit_one_stream`):
     the hit rate its ``-hit`` row calibrates the Zipf skew on, and tok/s, against the measured."""
     model, hw, ref = load_model("glm-5.2"), load_hardware("nvme-gen4"), SINGLE_STREAM["colibri-i5"]
-    w = Workload(context_tokens=512, cache_bytes=_colibri_i5_cache(model, hw), cache_policy="lru", cache_scope="layer")
+    w = Workload(context_tokens=512, cache_bytes=colibri_i5_cache(model, hw), cache_policy="lru", cache_scope="layer")
     rows = (
         ("colibri-i5-hit-zero-fit", "cache hit rate at B=1", (float(ref.value["hit"]),)),
         ("colibri-i5-tok-s-zero-fit", "tok/s at B=1, engine at the box's priors", (float(ref.value["tok_s"]),)),
     )
     source = ref.source + (" (hobby project)" if ref.hobby else "")
     cache = "lru, one cache per layer (colibri's), steady state"
-    return _zero_fit_rows(source, ref.what, cache, (1,), [zero_fit_one_stream(model, hw, w)], rows)
+    z = zero_fit_one_stream(model, hw, w, held_out="colibri-i5")
+    return _zero_fit_rows(source, ref.what, cache, (1,), [z], rows)
 
 
 def _zero_fit_sweep_rows() -> list[Comparison]:

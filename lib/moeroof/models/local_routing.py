@@ -384,8 +384,9 @@ LOCALITY_CHOICES = ("prior", "independent")
 
 def locality_parameter(value: str, name: str = "locality", *, model: MoEModel | None = None):
     """A report's ``locality`` parameter: ``prior`` — the committed locality prior
-    (:meth:`moeroof.models.locality.Locality.committed`; for ``model``, where given, :meth:`~moeroof.models.locality.Locality.committed_for`: centred where its published
-    single streams lie) — or ``independent`` (None: tokens independent of one another)."""
+    (:meth:`moeroof.models.locality.Locality.committed`; for ``model``, where given,
+    :meth:`~moeroof.models.locality.Locality.committed_for`: centred where its published single
+    streams lie) — or ``independent`` (None: tokens independent of one another)."""
     from moeroof.models.locality import Locality
 
     v = str(value).strip().lower()

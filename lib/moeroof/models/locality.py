@@ -48,6 +48,13 @@ pairings this one spans the widest range of a cache's hit rate, from "locality o
 to the most local stream at the other — the end points ``moeroof fit-plan`` also brackets its
 bands with. ``h`` is held in [:data:`HOT_SET_FLOOR`, :data:`HOT_SET_CAP`]; a model's ``c/E``
 from it in [:data:`C_PER_EXPERT_FLOOR`, ∞].
+
+**A model's own centre.** Where engines have published a model's single-stream hit rates, the
+strength ``u`` at which they lie on this pairing is committed (``data/fits/locality-strength.json``,
+:mod:`moeroof.studies.locality_strength`), and that model's defaults take the distribution moved
+along the pairing to their mean strength (:meth:`Locality.at_strength`,
+:meth:`Locality.committed_for`): the same spread, another centre (docs/validation.md, "A model's
+own centre").
 """
 
 from __future__ import annotations

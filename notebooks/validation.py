@@ -138,8 +138,10 @@ coverage = None
 if coverage_truths > 0:
     coverage = coverage_check(Locality.committed(), truths=coverage_truths)
     show_table(pd.DataFrame(list(coverage.truths)))
+    cov_ci = coverage.interval()
     print(
-        f"one-stream rows inside their 5-95 % band: {coverage.inside_with_prior:.0%} with the locality prior, "
+        f"one-stream rows inside their 5-95 % band: {coverage.inside_with_prior:.0%} with the locality prior "
+        f"({cov_ci.low:.0%}-{cov_ci.high:.0%} over the {len(coverage.truths)} truths resampled), "
         f"{coverage.inside_without:.0%} with locality off ({coverage.rows} rows)"
     )
 
@@ -165,7 +167,11 @@ if plan_coverage_truths > 0:
             ]
         )
     )
-    print(f"predicted rows inside their 5-95 % band: {plan_cov.inside:.0%} ({plan_cov.rows} rows)")
+    plan_ci = plan_cov.interval()
+    print(
+        f"predicted rows inside their 5-95 % band: {plan_cov.inside:.0%} ({plan_cov.rows} rows; "
+        f"{plan_ci.low:.0%}-{plan_ci.high:.0%} over the {len(plan_cov.truths)} truths resampled)"
+    )
 
 # %% [markdown]
 # ## Do fit-plan's bands cover a cache curve? One stream, the popularity unknown
@@ -195,9 +201,12 @@ if curve_coverage_truths > 0:
             ]
         )
     )
+    curve_ci = curve_cov.intervals()
     print(
-        f"predicted rows inside their 5-95 % band: tok/s {curve_cov.inside_tok_s:.0%}, "
-        f"hit rates {curve_cov.inside_hit_rate:.0%} ({curve_cov.rows} rows)"
+        f"predicted rows inside their 5-95 % band: tok/s {curve_cov.inside_tok_s:.0%} "
+        f"({curve_ci['tok_s'].low:.0%}-{curve_ci['tok_s'].high:.0%} over the {len(curve_cov.truths)} truths "
+        f"resampled), hit rates {curve_cov.inside_hit_rate:.0%} ({curve_ci['hit_rate'].low:.0%}-"
+        f"{curve_ci['hit_rate'].high:.0%}) ({curve_cov.rows} rows)"
     )
 
 # %% [markdown]

@@ -368,3 +368,29 @@ def test_bootstrap_replicates_drawn_a_chunk_at_a_time_are_the_same_draws():
     whole = resamples(False, 23)
     for chunk in (1, 4, 22, 23, 50):
         np.testing.assert_array_equal(resamples(True, chunk), whole)
+
+
+def test_a_cluster_share_interval_matches_the_enumerated_resamples():
+    """Three clusters of unequal size: the 27 equally likely resamples enumerated by hand give the
+    share's exact distribution; the bootstrap's ends lie between its 2 % and 8 % (92 % and 98 %)
+    quantiles, and the share of clusters all inside is one."""
+    import itertools
+
+    from moeroof.core.stats import cluster_share_interval
+
+    flags = [[True, True, True], [False, False], [True, False, True, True]]
+    inside, rows = [sum(f) for f in flags], [len(f) for f in flags]
+    exact = np.sort(
+        [sum(inside[i] for i in pick) / sum(rows[i] for i in pick) for pick in itertools.product(range(3), repeat=3)]
+    )
+
+    def q(p):  # the discrete distribution's inverse CDF
+        return exact[min(int(np.ceil(p * exact.size)) - 1, exact.size - 1)]
+
+    got = cluster_share_interval(flags)
+    assert got.level == pytest.approx(0.9) and "3 clusters" in got.method
+    assert q(0.02) - 1e-12 <= got.low <= q(0.08) + 1e-12
+    assert q(0.92) - 1e-12 <= got.high <= q(0.98) + 1e-12
+    assert cluster_share_interval([[True] * 4, [True]]).low == 1.0
+    with pytest.raises(ValueError, match="cluster"):
+        cluster_share_interval([])

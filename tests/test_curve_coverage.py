@@ -29,6 +29,11 @@ def test_coverage_counts_the_predicted_rows_inside_their_bands(two):
     assert two.inside_tok_s == pytest.approx(np.mean([r["low"] <= r["truth"] <= r["high"] for r in rows]))
     hits = [r["hit_rate_low"] <= r["truth_hit_rate"] <= r["hit_rate_high"] for r in rows]
     assert two.inside_hit_rate == pytest.approx(np.mean(hits))
+    # the intervals resample truths: each holds its share, and the two truths' own shares bound it
+    for name, share in (("tok_s", two.inside_tok_s), ("hit_rate", two.inside_hit_rate)):
+        ci, key = two.intervals()[name], "inside" if name == "tok_s" else "hit_rate_inside"
+        per = [np.mean([r[key] for r in t["rows"]]) for t in two.truths]
+        assert min(per) <= ci.low <= share <= ci.high <= max(per), name
     # a predicted row's truth is a new measurement, as the band is a new measurement's: the simulated
     # values with the calibration rows' noise (a few σ at most), not the simulated values themselves
     ratio = np.log([r["truth"] / r["expected"] for r in rows])

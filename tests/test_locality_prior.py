@@ -197,3 +197,5 @@ def test_bands_with_the_prior_cover_one_stream_truths_the_prior_allows():
     cc = lp.coverage_check(Locality.from_summary(read_locality_prior()), truths=2)
     assert cc.rows == 6 and len(cc.truths) == 2
     assert cc.inside_with_prior >= 5 / 6 and cc.inside_with_prior > cc.inside_without
+    per = [np.mean(t["with_prior"]) for t in cc.truths]
+    assert min(per) <= cc.interval().low <= cc.inside_with_prior <= cc.interval().high <= max(per)

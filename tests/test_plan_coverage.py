@@ -20,6 +20,8 @@ def test_coverage_counts_the_predicted_rows_inside_their_bands():
     assert res.rows == len(rows) == 2 * len(predicted)
     # the share is a recount of the rows (not the study's own tally)
     assert res.inside == pytest.approx(np.mean([r["low"] <= r["truth"] <= r["high"] for r in rows]))
+    per = [np.mean([r["inside"] for r in t["rows"]]) for t in res.truths]
+    assert min(per) <= res.interval().low <= res.inside <= res.interval().high <= max(per)
     # a held-out truth is a new measurement, as the band is a new measurement's: the simulated rate
     # with the calibration rows' lognormal noise (a few σ at most), not the simulated rate itself
     ratio = np.log([r["truth"] / r["expected"] for r in rows])

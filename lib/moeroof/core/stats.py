@@ -35,6 +35,7 @@ __all__ = [
     "percentile_interval",
     "basic_interval",
     "order_statistic_interval",
+    "cluster_share_interval",
 ]
 
 #: a confidence level (0.95: central) or the two tail probabilities of an interval ((0.05, 0.95))
@@ -253,3 +254,28 @@ def order_statistic_interval(replicates, level: float = 0.95, *, resampling: str
     lo = srt[int(np.floor(q * (srt.size - 1)))]
     hi = srt[int(np.ceil((1.0 - q) * (srt.size - 1)))]
     return Interval(float(lo), float(hi), float(level), method)
+
+
+#: resamples of :func:`cluster_share_interval`
+CLUSTER_REPLICATES = 4000
+
+
+def cluster_share_interval(
+    flags: Sequence[Sequence[bool]], level: Level = (0.05, 0.95), *, seed: int = 20261208
+) -> Interval:
+    """The share of true ``flags`` (one sequence per cluster: a simulated truth's rows) with a
+    percentile interval over the clusters resampled with replacement (the cluster bootstrap:
+    rows of one truth share its knobs, so they are not independent; Davison & Hinkley 1997,
+    §3.8): each of :data:`CLUSTER_REPLICATES` resamples takes as many clusters as there are and
+    gives the share of their rows, ``Σ inside / Σ rows`` (clusters may differ in size). A fixed
+    ``seed``: the same flags give the same interval on every machine."""
+    inside = np.array([float(np.sum(f)) for f in flags])
+    rows = np.array([float(len(f)) for f in flags])
+    if not inside.size or not rows.sum():
+        raise ValueError("a share needs at least one cluster with a row")
+    idx = np.random.default_rng(seed).integers(0, inside.size, size=(CLUSTER_REPLICATES, inside.size))
+    with np.errstate(invalid="ignore"):  # a resample of empty clusters only: no share (left out)
+        shares = inside[idx].sum(axis=1) / rows[idx].sum(axis=1)
+    return percentile_interval(
+        shares, level, ignore_nan=True, resampling=f"cluster bootstrap over {inside.size} clusters"
+    )

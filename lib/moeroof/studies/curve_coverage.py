@@ -37,6 +37,7 @@ import numpy as np
 from moeroof.core.paths import DATA_DIR
 from moeroof.core.results import Result
 from moeroof.core.rng import generator
+from moeroof.core.stats import Interval, cluster_share_interval
 from moeroof.data.plan_points import read_plan_points
 from moeroof.data.presets import load_hardware, load_model
 from moeroof.data.skew_prior import committed_skew_prior
@@ -78,6 +79,14 @@ class CurveCoverage(Result):
     inside_hit_rate: float
     rows: int
     calibration: tuple[float, ...] = ()
+
+    def intervals(self) -> dict[str, Interval]:
+        """``tok_s`` and ``hit_rate``: each share inside with its 5–95 % interval over the truths
+        resampled (:func:`moeroof.core.stats.cluster_share_interval`: a truth's rows share its knobs)."""
+        return {
+            name: cluster_share_interval([[r[key] for r in t["rows"]] for t in self.truths])
+            for name, key in (("tok_s", "inside"), ("hit_rate", "hit_rate_inside"))
+        }
 
 
 def _truth(j: int, prior: Locality, model) -> tuple[str, PlanKnobs, dict]:

@@ -56,7 +56,7 @@ import numpy as np
 
 from moeroof.core.results import Result
 from moeroof.core.rng import generator
-from moeroof.core.stats import percentile_interval
+from moeroof.core.stats import Interval, cluster_share_interval, percentile_interval
 from moeroof.data.points import Point, measurement_sigma, noise
 from moeroof.fit import routing as fit_routing
 from moeroof.fit.routing import RoutingKnobs
@@ -574,6 +574,11 @@ class CoverageCheck(Result):
     rows: int
     #: the calibration rows' (batch, per-layer capacity)
     calibration: tuple[tuple[int, float], ...] = ()
+
+    def interval(self) -> Interval:
+        """The share inside with the prior, with its 5–95 % interval over the truths resampled
+        (:func:`moeroof.core.stats.cluster_share_interval`: a truth's rows share its knobs)."""
+        return cluster_share_interval([t["with_prior"] for t in self.truths])
 
 
 def coverage_check(

@@ -39,6 +39,7 @@ import numpy as np
 from moeroof.core.paths import DATA_DIR
 from moeroof.core.results import Result
 from moeroof.core.rng import generator
+from moeroof.core.stats import Interval, cluster_share_interval
 from moeroof.data.plan_points import read_plan_points
 from moeroof.data.presets import load_hardware, load_model
 from moeroof.fit.plan import (
@@ -81,6 +82,11 @@ class PlanCoverage(Result):
     inside: float
     rows: int
     calibration: tuple[tuple[int, float, int], ...] = ()
+
+    def interval(self) -> Interval:
+        """The share inside with its 5–95 % interval over the truths resampled
+        (:func:`moeroof.core.stats.cluster_share_interval`: a truth's rows share its knobs)."""
+        return cluster_share_interval([[r["inside"] for r in t["rows"]] for t in self.truths])
 
 
 #: the drawn knobs every simulated truth reports (here and in :mod:`moeroof.studies.curve_coverage`), in order

@@ -28,6 +28,8 @@ __all__ = [
     "ModelStrengths",
     "read_locality_prior",
     "read_locality_strengths",
+    "SHAPE_FIELDS",
+    "model_shape",
 ]
 
 #: the committed prior, relative to the data folder
@@ -119,7 +121,14 @@ class ModelStrengths:
 
 
 #: a model's shape in the strengths file, in :class:`ModelStrengths`' order
-_SHAPE = ("experts", "top_k", "moe_layers", "expert_bytes")
+SHAPE_FIELDS = ("experts", "top_k", "moe_layers", "expert_bytes")
+
+
+def model_shape(model) -> tuple[int, int, int, float]:
+    """A model's (a :class:`moeroof.data.presets.MoEModel`'s) :data:`SHAPE_FIELDS`, as
+    :class:`ModelStrengths` holds them."""
+    e, k, layers, size = (getattr(model, f) for f in SHAPE_FIELDS)
+    return int(e), int(k), int(layers), float(size)
 
 
 def read_locality_strengths(path: str | os.PathLike[str] | None = None) -> dict[str, ModelStrengths]:
@@ -142,7 +151,8 @@ def read_locality_strengths(path: str | os.PathLike[str] | None = None) -> dict[
         if not isinstance(sh, dict):
             raise InputError(p, "-", f"models.{model}.shape", "expected experts, top_k, moe_layers and expert_bytes")
         dims = [
-            _number(p, {f"models.{model}.shape.{k}": sh.get(k)}, f"models.{model}.shape.{k}", 1, 1e15) for k in _SHAPE
+            _number(p, {f"models.{model}.shape.{k}": sh.get(k)}, f"models.{model}.shape.{k}", 1, 1e15)
+            for k in SHAPE_FIELDS
         ]
         shape = (int(dims[0]), int(dims[1]), int(dims[2]), float(dims[3]))
         got = []

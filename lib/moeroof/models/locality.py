@@ -183,12 +183,12 @@ class Locality:
         where the file holds a model of its name *and* shape (experts, top-K, MoE layers, expert
         bytes: a TOML that kept a preset's name but changed the model is another model), less
         the sources named in ``without`` (a held-out check of one of them)."""
-        from moeroof.data.locality import read_locality_strengths
+        from moeroof.data.locality import model_shape, read_locality_prior, read_locality_strengths
 
-        prior = cls.committed()
+        summary = read_locality_prior()
+        prior = cls.from_summary(summary)
         known = read_locality_strengths().get(str(model.name))
-        shape = (int(model.experts), int(model.top_k), int(model.moe_layers), float(model.expert_bytes))
-        if known is None or known.shape != shape:
+        if known is None or known.shape != model_shape(model):
             return prior
         kept = [s for s in known.sources if s.name not in set(without)]
         if not kept:
@@ -196,9 +196,8 @@ class Locality:
         u = float(np.mean([s.strength for s in kept]))
         names = ", ".join(s.name for s in kept)
         label = (
-            f"{prior.label.removesuffix(' (locality-prior.json; assumed for this model)')} (locality-prior.json), "
-            f"centred at strength {u:.2f} of its range, where {model.name}'s published single streams lie ({names}; "
-            f"{known.path.name})"
+            f"locality prior fitted on {', '.join(summary.sources)} ({summary.path.name}), centred at strength "
+            f"{u:.2f} of its range, where {model.name}'s published single streams lie ({names}; {known.path.name})"
         )
         return prior.at_strength(u, label)
 

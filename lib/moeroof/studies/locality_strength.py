@@ -39,6 +39,7 @@ import numpy as np
 from moeroof.core.paths import DATA_DIR
 from moeroof.core.results import Result
 from moeroof.core.units import GiB
+from moeroof.data.locality import SHAPE_FIELDS, model_shape
 from moeroof.data.presets import Hardware, MoEModel, load_hardware, load_model
 from moeroof.models.locality import Locality
 from moeroof.models.plan import Workload
@@ -173,7 +174,7 @@ class StrengthStudy(Result):
 
 
 def _shape(model: MoEModel) -> tuple[tuple[str, float], ...]:
-    return tuple((k, float(getattr(model, k))) for k in ("experts", "top_k", "moe_layers", "expert_bytes"))
+    return tuple(zip(SHAPE_FIELDS, (float(v) for v in model_shape(model))))
 
 
 def _at(u: float, hits: np.ndarray) -> tuple[float, ...]:

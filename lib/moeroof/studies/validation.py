@@ -46,6 +46,7 @@ from moeroof.data.skew_prior import committed_skew_prior
 from moeroof.fit.routing import fit_routing
 from moeroof.models import expert_cache
 from moeroof.models.engine_prior import prior_band
+from moeroof.models.locality import Locality
 from moeroof.models.plan import RoutingProbabilities, Workload, plan, routing_from_spec
 from moeroof.models.routing import inclusion_probabilities, zipf_weights
 from moeroof.studies.measured import Measured
@@ -869,22 +870,18 @@ MLX_1438_SWEEP = PublishedSweep(
 )
 
 
-def zero_fit_one_stream(
-    model: MoEModel, hw: Hardware, workload: Workload, held_out: str | None = None
-) -> dict[str, Any]:
+def zero_fit_one_stream(model: MoEModel, hw: Hardware, workload: Workload, prior: Locality) -> dict[str, Any]:
     """One stream (B = 1) on ``workload``'s cache predicted from nothing, as a zero-fit ``moeroof
-    plan`` runs it: the skew prior's routing with one stream's locality at the locality prior's
-    centre for the model (:meth:`moeroof.models.locality.Locality.committed_for`), less the
-    published single stream ``held_out`` (the one judged: a row is never predicted from itself).
+    plan`` runs it: the skew prior's routing with one stream's locality at the centre of
+    ``prior`` (the model's, :meth:`moeroof.models.locality.Locality.committed_for`, less the
+    published single stream judged: a row is never predicted from itself).
     ``hit`` with ``hit_low``/``hit_high`` over the two priors' ends (one at a time, the other at
     its centre); ``tok_s`` at the engine priors (:func:`moeroof.models.engine_prior.prior_band`)
     with the band of the engine priors' ends at the centre routing and at each routing prior's
     ends; ``prior``: the locality prior's label."""
     from moeroof.models.local_routing import with_locality
-    from moeroof.models.locality import Locality
     from moeroof.models.plan import dirichlet_routing, prior_routing
 
-    prior = Locality.committed_for(model, without=() if held_out is None else (held_out,))
     centre = prior_routing(model)
     rho, c_e = prior.paired_for([0.05, 0.95], model.experts, model.top_k)
     skew_ends = [dirichlet_routing(model, a, f"Dirichlet α={a:.2g}") for a in committed_skew_prior().alpha_range]
@@ -911,14 +908,13 @@ def mlx_zero_fit() -> list[dict[str, Any]]:
     per size, ``gb``, the measured ``hit_rate`` and ``tok_s``, and the prediction (``predicted``:
     :func:`zero_fit_one_stream`'s dict)."""
     model, hw = load_model("glm-5.2"), load_hardware("apple-m4-max")
+    prior = Locality.committed_for(model, without=("mlx-lm-1438",))  # this engine held out
     return [
         {
             "gb": float(gb),
             "hit_rate": float(hit),
             "tok_s": float(tok_s),
-            "predicted": zero_fit_one_stream(
-                model, hw, Workload(cache_bytes=gb * GB, cache_policy="lru"), held_out="mlx-lm-1438"
-            ),
+            "predicted": zero_fit_one_stream(model, hw, Workload(cache_bytes=gb * GB, cache_policy="lru"), prior),
         }
         for gb, tok_s, hit in MLX_1438_SWEEP.points
     ]
@@ -962,7 +958,7 @@ def _colibri_i5_zero_fit_rows() -> list[Comparison]:
     )
     source = ref.source + (" (hobby project)" if ref.hobby else "")
     cache = "lru, one cache per layer (colibri's), steady state"
-    z = zero_fit_one_stream(model, hw, w, held_out="colibri-i5")
+    z = zero_fit_one_stream(model, hw, w, Locality.committed_for(model, without=("colibri-i5",)))
     return _zero_fit_rows(source, ref.what, cache, (1,), [z], rows)
 
 
